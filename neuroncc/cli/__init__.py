@@ -1,0 +1,79 @@
+"""The ``neuroncc`` command line. Each subcommand lives in its own module and registers its parser here.
+
+Exit codes: 0 success; 1 a check failed (``run --check`` mismatch, ``cache verify`` found bad entries);
+2 bad input or a typed neuroncc error (one line on stderr, no traceback); 3 an internal error (a bug: the
+message asks for a report; ``NEURONCC_TRACEBACK=1`` shows the traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+from collections.abc import Sequence
+
+from neuroncc.errors import NeuronccError
+
+EXIT_OK, EXIT_CHECK_FAILED, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
+
+#: Subcommand name -> module defining ``add_parser(subparsers)``; the module's parser sets ``func``.
+SUBCOMMANDS = {
+    "opt": "neuroncc.cli.opt",
+    "demo": "neuroncc.cli.demo",
+    "compile": "neuroncc.cli.compile",
+    "run": "neuroncc.cli.run",
+    "inspect": "neuroncc.cli.inspect",
+    "cache": "neuroncc.cli.cache",
+}
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # argparse's default exit code 2 matches ours; keep one line
+        self.exit(EXIT_USAGE, f"neuroncc: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from neuroncc import __version__
+
+    parser = _Parser(prog="neuroncc", description="neuroncc: a tensor-program compiler for PyTorch")
+    parser.add_argument("--version", action="version", version=f"neuroncc {__version__}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for name, module_name in SUBCOMMANDS.items():
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name == module_name:
+                continue  # subcommand not built yet
+            raise
+        module.add_parser(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "func", None) is None:
+        parser.print_help()
+        return EXIT_USAGE
+    try:
+        return int(args.func(args) or 0)
+    except NeuronccError as exc:
+        message = "; ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+        print(f"neuroncc: error: {message}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("neuroncc: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return EXIT_OK
+    except Exception as exc:  # a bug in neuroncc: say so in one line unless asked for the traceback
+        if os.environ.get("NEURONCC_TRACEBACK"):
+            raise
+        print(f"neuroncc: internal error: {type(exc).__name__}: {exc} (set NEURONCC_TRACEBACK=1 for details; "
+              "please report this)", file=sys.stderr)
+        return EXIT_INTERNAL
+
+
+if __name__ == "__main__":
+    sys.exit(main())

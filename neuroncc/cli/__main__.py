@@ -1,0 +1,5 @@
+import sys
+
+from neuroncc.cli import main
+
+sys.exit(main())

@@ -1,0 +1,1 @@
+"""Code generation: LLVM (native CPU) in ``llvm/``, NKI-style kernels in ``nki/``."""

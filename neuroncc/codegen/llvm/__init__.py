@@ -1,0 +1,1 @@
+"""neuroncc.codegen.llvm."""

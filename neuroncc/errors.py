@@ -1,0 +1,55 @@
+"""Every error neuroncc raises on purpose derives from :class:`NeuronccError`.
+
+This module imports nothing from the rest of the package so every layer (ir, passes, codegen, runtime,
+front end, CLI) can raise and catch the same types. The CLI turns any ``NeuronccError`` into one line and
+a non-zero exit; anything else is a bug in neuroncc.
+"""
+
+from __future__ import annotations
+
+
+class NeuronccError(Exception):
+    """Base class of all typed neuroncc errors."""
+
+
+class ParseError(NeuronccError):
+    """Malformed ``.nir`` text. Carries the 1-based line and column of the problem."""
+
+    def __init__(self, message: str, line: int, column: int, source: str = "<nir>"):
+        self.message, self.line, self.column, self.source = message, line, column, source
+        super().__init__(f"{source}:{line}:{column}: {message}")
+
+
+class VerifyError(NeuronccError):
+    """An IR graph that breaks a rule of the IR (types, dominance, op constraints)."""
+
+
+class TypeInferenceError(VerifyError):
+    """An op's operands or attributes do not fit the op; the message names the op and the operand."""
+
+
+class PassError(NeuronccError):
+    """A pass refused its input (for example static-shape on a graph it cannot prove static)."""
+
+
+class PipelineError(NeuronccError):
+    """A pipeline string names an unknown pass or gives a pass an option it does not have."""
+
+
+class UnsupportedOpError(NeuronccError):
+    """An aten op (or a feature such as complex tensors) that neuroncc cannot compile.
+
+    Raised by the torch front end; the message names the op, its input types and the user's file:line.
+    """
+
+
+class CodegenError(NeuronccError):
+    """A backend could not generate code for an op or kernel region."""
+
+
+class ArtifactError(NeuronccError):
+    """A cached or exported artifact is missing, corrupt, or from another version."""
+
+
+class InputError(NeuronccError):
+    """A user-supplied file or argument is unusable (not a .pt2, wrong inputs, absurd shapes, ...)."""

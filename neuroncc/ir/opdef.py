@@ -1,0 +1,203 @@
+"""Op definitions: what an op takes, what it returns, and what it means.
+
+Every op is one :class:`OpDef` value: its operands (arity), its attributes (:class:`AttrSpec`), a type rule
+(``infer``: operand types + attributes -> result types) and a numpy reference (``reference``: arrays +
+attributes -> arrays) that is the op's semantics. The reference interpreter, the verifier and every backend
+test read these definitions; nothing else defines what an op does.
+
+Op modules export a tuple ``OPS``; :mod:`neuroncc.ir.ops` gathers them into one :class:`OpRegistry` in one
+visible place (no registration by import side effect).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from neuroncc.errors import TypeInferenceError
+from neuroncc.ir.attrs import Attrs, DenseAttr
+from neuroncc.ir.dtypes import DType
+from neuroncc.ir.types import TensorType
+
+
+class Category(enum.Enum):
+    ELEMENTWISE = "elementwise"
+    REDUCTION = "reduction"
+    MATMUL = "matmul"
+    MOVEMENT = "movement"  # views and data movement: reshape, permute, slice, cat, pad, ...
+    INDEX = "index"  # data-dependent addressing: gather, scatter, index_select, index_put, ...
+    CONSTANT = "constant"  # constant, full, iota
+    EXTERN = "extern"
+    KERNEL = "kernel"  # an op owning a fused region
+
+
+_REQUIRED = object()
+
+
+@dataclass(frozen=True, slots=True)
+class AttrSpec:
+    """One attribute: its kind and default (attributes without a default are required)."""
+
+    kind: str  # int | float | number | bool | str | dtype | ints | numbers | dense | optional-X
+    default: Any = _REQUIRED
+
+    @property
+    def required(self) -> bool:
+        return self.default is _REQUIRED
+
+    def accepts(self, value: Any) -> bool:
+        kind = self.kind
+        if kind.startswith("optional-"):
+            return value is None or AttrSpec(kind.removeprefix("optional-")).accepts(value)
+        checks: dict[str, Callable[[Any], bool]] = {
+            "int": lambda v: isinstance(v, int) and not isinstance(v, bool),
+            "float": lambda v: isinstance(v, float),
+            "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+            "bool": lambda v: isinstance(v, bool),
+            "str": lambda v: isinstance(v, str),
+            "dtype": lambda v: isinstance(v, DType),
+            "ints": lambda v: isinstance(v, tuple) and all(isinstance(x, int) and not isinstance(x, bool) for x in v),
+            "numbers": lambda v: isinstance(v, tuple) and all(isinstance(x, (int, float)) for x in v),
+            "dense": lambda v: isinstance(v, DenseAttr),
+        }
+        return checks[kind](value)
+
+
+InferFn = Callable[[tuple[TensorType, ...], Attrs], "TensorType | tuple[TensorType, ...]"]
+ReferenceFn = Callable[..., Any]
+
+
+@dataclass(frozen=True, slots=True)
+class OpDef:
+    """The definition of one op (see the module docstring)."""
+
+    name: str
+    category: Category
+    arity: tuple[int, int | None]  # (min operands, max operands or None for variadic)
+    infer: InferFn
+    reference: ReferenceFn | None
+    attrs: Mapping[str, AttrSpec] = field(default_factory=dict)
+    doc: str = ""
+    is_view: bool = False  # the result may share storage with operand 0 in PyTorch's semantics
+
+    def normalize_attrs(self, attrs: Mapping[str, Any]) -> Attrs:
+        """Check attribute names and kinds and fill in defaults."""
+        unknown = sorted(set(attrs) - set(self.attrs))
+        if unknown:
+            raise TypeInferenceError(f"op '{self.name}': unknown attribute '{unknown[0]}'")
+        values = dict(Attrs(attrs))
+        for key, spec in self.attrs.items():
+            if key not in values:
+                if spec.required:
+                    raise TypeInferenceError(f"op '{self.name}': missing required attribute '{key}'")
+                values[key] = spec.default
+            value = Attrs({key: values[key]})[key]
+            if spec.kind in ("float", "optional-float") and isinstance(value, int) and not isinstance(value, bool):
+                value = float(value)
+            if not spec.accepts(value):
+                raise TypeInferenceError(
+                    f"op '{self.name}': attribute '{key}' must be {spec.kind}, got {value!r}"
+                )
+            values[key] = value
+        return Attrs(values)
+
+    def infer_types(self, operand_types: tuple[TensorType, ...], attrs: Attrs,
+                    regions: tuple[Any, ...] = ()) -> tuple[TensorType, ...]:
+        low, high = self.arity
+        count = len(operand_types)
+        if count < low or (high is not None and count > high):
+            expected = f"{low}" if low == high else f"{low}..{high if high is not None else ''}"
+            raise TypeInferenceError(f"op '{self.name}' takes {expected} operands, got {count}")
+        if self.category is Category.KERNEL:
+            return _infer_kernel(self.name, operand_types, regions)
+        result = self.infer(operand_types, attrs)
+        return result if isinstance(result, tuple) else (result,)
+
+
+def _infer_kernel(name: str, operand_types: tuple[TensorType, ...], regions: tuple[Any, ...]) -> tuple[TensorType, ...]:
+    if len(regions) != 1:
+        raise TypeInferenceError(f"op '{name}' needs exactly one region, got {len(regions)}")
+    region = regions[0]
+    params = tuple(v.type for v in region.params)
+    if len(params) != len(operand_types):
+        raise TypeInferenceError(
+            f"op '{name}': region takes {len(params)} parameters but the op has {len(operand_types)} operands"
+        )
+    for index, (have, want) in enumerate(zip(operand_types, params)):
+        if have.shape != want.shape or have.dtype != want.dtype:
+            raise TypeInferenceError(f"op '{name}': operand #{index} is {have} but the region expects {want}")
+    return tuple(v.type for v in region.outputs)
+
+
+class OpRegistry:
+    """All ops by name. Built once from the op modules' ``OPS`` tuples; extended only by ``with_ops``."""
+
+    def __init__(self, opdefs: Iterable[OpDef]):
+        self._ops: dict[str, OpDef] = {}
+        for opdef in opdefs:
+            if opdef.name in self._ops:
+                raise ValueError(f"op '{opdef.name}' defined twice")
+            self._ops[opdef.name] = opdef
+
+    def get(self, name: str) -> OpDef:
+        try:
+            return self._ops[name]
+        except KeyError:
+            raise TypeInferenceError(f"unknown op '{name}'") from None
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._ops
+
+    def __iter__(self):
+        return iter(self._ops.values())
+
+    def __len__(self) -> int:
+        return len(self._ops)
+
+    def names(self) -> list[str]:
+        return sorted(self._ops)
+
+    def by_category(self, category: Category) -> list[OpDef]:
+        return [d for d in self._ops.values() if d.category is category]
+
+
+# ---- helpers shared by the op modules' type rules ------------------------------------------------------
+
+
+def fail(op: str, message: str) -> TypeInferenceError:
+    return TypeInferenceError(f"op '{op}': {message}")
+
+
+def broadcast_shapes(op: str, *shapes: tuple[int, ...]) -> tuple[int, ...]:
+    """numpy/PyTorch broadcasting of several shapes, with an error naming the op and both shapes."""
+    rank = max((len(s) for s in shapes), default=0)
+    result = [1] * rank
+    for shape in shapes:
+        padded = (1,) * (rank - len(shape)) + tuple(shape)
+        for i, size in enumerate(padded):
+            if size == result[i] or size == 1:
+                continue
+            if result[i] == 1:
+                result[i] = size
+            else:
+                listed = " and ".join(str(list(s)) for s in shapes)
+                raise fail(op, f"shapes {listed} cannot be broadcast together (dimension {i})")
+    return tuple(result)
+
+
+def normalize_dim(op: str, dim: int, rank: int, *, what: str = "dim") -> int:
+    """A dimension index in range for ``rank`` (negative counts from the end); 0-dim tensors accept 0/-1."""
+    bound = max(rank, 1)
+    if not -bound <= dim < bound:
+        raise fail(op, f"{what} {dim} is out of range for a tensor of rank {rank}")
+    return dim % bound
+
+
+def same_dtype(op: str, types: tuple[TensorType, ...]) -> DType:
+    dtypes = {t.dtype for t in types}
+    if len(dtypes) != 1:
+        listed = ", ".join(str(t) for t in types)
+        raise fail(op, f"operands must have one element type, got {listed}")
+    return types[0].dtype

@@ -1,0 +1,57 @@
+"""Ops that create tensors from attributes alone: constant, full, iota; and the fused-kernel region op.
+
+``constant`` holds a :class:`DenseAttr` (printed inline when small, as a named resource when large).
+``kernel`` owns one region (a nested function isolated from above) produced by the fusion pass; its
+semantics are the region's, so the interpreter runs the region.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from neuroncc.ir.attrs import Attrs
+from neuroncc.ir.opdef import AttrSpec, Category, OpDef, fail
+from neuroncc.ir.types import TensorType
+
+
+def _infer_constant(types: tuple[TensorType, ...], attrs: Attrs) -> TensorType:
+    return attrs["value"].type
+
+
+def _infer_full(types: tuple[TensorType, ...], attrs: Attrs) -> TensorType:
+    shape, dtype, value = attrs["shape"], attrs["dtype"], attrs["value"]
+    if any(s < 0 for s in shape):
+        raise fail("full", f"negative size in shape {list(shape)}")
+    if isinstance(value, float) and not dtype.is_float and value == value and value != int(value):
+        raise fail("full", f"value {value} is not representable in {dtype.value}")
+    return TensorType(shape, dtype)
+
+
+def _full(shape, dtype, value):
+    return np.full(shape, value, dtype=dtype.compute)
+
+
+def _infer_iota(types: tuple[TensorType, ...], attrs: Attrs) -> TensorType:
+    if attrs["length"] < 0:
+        raise fail("iota", f"length must be non-negative, got {attrs['length']}")
+    return TensorType((attrs["length"],), attrs["dtype"])
+
+
+def _iota(length, start, step, dtype):
+    return (start + step * np.arange(length, dtype=np.float64)).astype(dtype.compute)
+
+
+OPS = (
+    OpDef("constant", Category.CONSTANT, (0, 0), _infer_constant, lambda value: value.array,
+          {"value": AttrSpec("dense")}, "a constant tensor"),
+    OpDef("full", Category.CONSTANT, (0, 0), _infer_full, _full,
+          {"shape": AttrSpec("ints"), "dtype": AttrSpec("dtype"), "value": AttrSpec("number")},
+          "a tensor filled with one value"),
+    OpDef("iota", Category.CONSTANT, (0, 0), _infer_iota, _iota,
+          {"length": AttrSpec("int"), "start": AttrSpec("number", 0), "step": AttrSpec("number", 1),
+           "dtype": AttrSpec("dtype")},
+          "start + step * [0, 1, ..., length-1] (torch.arange)"),
+    OpDef("kernel", Category.KERNEL, (0, None), lambda types, attrs: (), None,
+          {"name": AttrSpec("str"), "target": AttrSpec("str", "any")},
+          "a fused kernel: runs its region on the operands"),
+)

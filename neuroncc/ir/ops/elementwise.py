@@ -1,0 +1,223 @@
+"""Elementwise ops: unary math, binary arithmetic and comparisons (numpy broadcasting), where, clamp, cast.
+
+Binary ops take operands of one element type (the front end inserts casts for PyTorch's type promotion);
+comparisons and logical ops return ``bool``. References compute floats in float32, as PyTorch's CPU kernels do.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+
+from neuroncc.ir.attrs import Attrs
+from neuroncc.ir.dtypes import DType
+from neuroncc.ir.opdef import AttrSpec, Category, OpDef, broadcast_shapes, fail, same_dtype
+from neuroncc.ir.types import TensorType
+
+_erf = np.frompyfunc(math.erf, 1, 1)
+
+
+def erf(x: np.ndarray) -> np.ndarray:
+    """Correctly rounded erf (numpy has none; math.erf is exact to double precision)."""
+    return _erf(np.asarray(x, dtype=np.float64)).astype(np.float64)
+
+
+def gelu(x: np.ndarray, approximate: str = "none") -> np.ndarray:
+    x64 = np.asarray(x, dtype=np.float64)
+    if approximate == "tanh":
+        return 0.5 * x64 * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x64 + 0.044715 * x64**3)))
+    return 0.5 * x64 * (1.0 + erf(x64 / math.sqrt(2.0)))
+
+
+def sigmoid(x: np.ndarray) -> np.ndarray:
+    x64 = np.asarray(x, dtype=np.float64)
+    return np.exp(-np.logaddexp(0.0, -x64))
+
+
+def _round_half_even(x: np.ndarray) -> np.ndarray:
+    return np.round(x)  # numpy rounds half to even, as torch.round does
+
+
+# ---- unary ---------------------------------------------------------------------------------------------
+
+_ANY = "any"  # numeric or bool
+_NUMERIC = "numeric"  # int or float
+_FLOAT = "float"
+_INTEGRAL = "integral"  # int or bool
+
+
+def _check_kind(op: str, t: TensorType, kind: str) -> None:
+    ok = {
+        _ANY: True,
+        _NUMERIC: not t.dtype.is_bool,
+        _FLOAT: t.dtype.is_float,
+        _INTEGRAL: t.dtype.is_int or t.dtype.is_bool,
+    }[kind]
+    if not ok:
+        raise fail(op, f"operand #0 has element type {t.dtype.value}, expected a {kind} type")
+
+
+def _unary(name: str, fn: Callable[..., np.ndarray], kind: str, *, to_bool: bool = False,
+           attrs: dict[str, AttrSpec] | None = None, doc: str = "") -> OpDef:
+    def infer(types: tuple[TensorType, ...], attrs: Attrs) -> TensorType:
+        (t,) = types
+        _check_kind(name, t, kind)
+        return TensorType(t.shape, DType.bool if to_bool else t.dtype)
+
+    return OpDef(name, Category.ELEMENTWISE, (1, 1), infer, fn, attrs or {}, doc or f"elementwise {name}")
+
+
+def _relu(x: np.ndarray) -> np.ndarray:
+    return np.where(np.isnan(x), x, np.maximum(x, 0)) if x.dtype.kind == "f" else np.maximum(x, 0)
+
+
+UNARY = (
+    _unary("neg", np.negative, _NUMERIC, doc="-x"),
+    _unary("abs", np.abs, _NUMERIC, doc="|x|"),
+    _unary("sign", np.sign, _NUMERIC, doc="sign of x (0 at 0, NaN kept)"),
+    _unary("relu", _relu, _NUMERIC, doc="max(x, 0), NaN kept"),
+    _unary("exp", np.exp, _FLOAT),
+    _unary("exp2", np.exp2, _FLOAT),
+    _unary("expm1", np.expm1, _FLOAT),
+    _unary("log", np.log, _FLOAT),
+    _unary("log2", np.log2, _FLOAT),
+    _unary("log1p", np.log1p, _FLOAT),
+    _unary("sqrt", np.sqrt, _FLOAT),
+    _unary("rsqrt", lambda x: 1.0 / np.sqrt(np.asarray(x, dtype=np.float64)), _FLOAT, doc="1/sqrt(x)"),
+    _unary("reciprocal", lambda x: 1.0 / np.asarray(x, dtype=np.float64), _FLOAT, doc="1/x"),
+    _unary("sin", np.sin, _FLOAT),
+    _unary("cos", np.cos, _FLOAT),
+    _unary("tan", np.tan, _FLOAT),
+    _unary("tanh", np.tanh, _FLOAT),
+    _unary("atan", np.arctan, _FLOAT),
+    _unary("sigmoid", sigmoid, _FLOAT, doc="1/(1+exp(-x))"),
+    _unary("erf", erf, _FLOAT),
+    _unary("gelu", gelu, _FLOAT, attrs={"approximate": AttrSpec("str", "none")},
+           doc="x*Phi(x); approximate='tanh' uses the tanh formula"),
+    _unary("floor", np.floor, _FLOAT),
+    _unary("ceil", np.ceil, _FLOAT),
+    _unary("round", _round_half_even, _FLOAT, doc="round half to even"),
+    _unary("trunc", np.trunc, _FLOAT),
+    _unary("isnan", np.isnan, _FLOAT, to_bool=True),
+    _unary("isinf", np.isinf, _FLOAT, to_bool=True),
+    _unary("logical_not", np.logical_not, _ANY, to_bool=True),
+    _unary("bitwise_not", np.invert, _INTEGRAL),
+)
+
+
+# ---- binary --------------------------------------------------------------------------------------------
+
+
+def _binary(name: str, fn: Callable[..., np.ndarray], kind: str, *, to_bool: bool = False,
+            attrs: dict[str, AttrSpec] | None = None, doc: str = "") -> OpDef:
+    def infer(types: tuple[TensorType, ...], attrs: Attrs) -> TensorType:
+        a, b = types
+        dtype = same_dtype(name, types)
+        _check_kind(name, a, kind)
+        if name == "div" and attrs["rounding_mode"] == "none" and not dtype.is_float:
+            raise fail(name, "true division needs a float element type (cast integer operands first)")
+        if name == "div" and attrs["rounding_mode"] not in ("none", "floor", "trunc"):
+            raise fail(name, f"rounding_mode must be none, floor or trunc, got '{attrs['rounding_mode']}'")
+        return TensorType(broadcast_shapes(name, a.shape, b.shape), DType.bool if to_bool else dtype)
+
+    return OpDef(name, Category.ELEMENTWISE, (2, 2), infer, fn, attrs or {}, doc or f"elementwise {name}")
+
+
+def _div(a: np.ndarray, b: np.ndarray, rounding_mode: str = "none") -> np.ndarray:
+    if rounding_mode == "none":
+        return np.true_divide(a, b)
+    if a.dtype.kind in "iu":
+        if rounding_mode == "floor":
+            return np.floor_divide(a, b)
+        quotient = np.floor_divide(a, b)  # truncate toward zero: fix up negative inexact quotients
+        return quotient + ((quotient < 0) & (quotient * b != a))
+    quotient = np.true_divide(a, b)
+    return np.floor(quotient) if rounding_mode == "floor" else np.trunc(quotient)
+
+
+def _pow(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    if a.dtype.kind == "f":
+        return np.power(a.astype(np.float64), b.astype(np.float64))
+    return np.power(a, b)
+
+
+BINARY = (
+    _binary("add", np.add, _ANY),
+    _binary("sub", np.subtract, _NUMERIC),
+    _binary("mul", np.multiply, _ANY),
+    _binary("div", _div, _NUMERIC, attrs={"rounding_mode": AttrSpec("str", "none")},
+            doc="a/b; rounding_mode floor or trunc rounds the quotient"),
+    _binary("pow", _pow, _NUMERIC),
+    _binary("maximum", np.maximum, _ANY, doc="elementwise max, NaN propagates"),
+    _binary("minimum", np.minimum, _ANY, doc="elementwise min, NaN propagates"),
+    _binary("remainder", np.mod, _NUMERIC, doc="a - floor(a/b)*b (sign of b)"),
+    _binary("fmod", np.fmod, _NUMERIC, doc="C fmod (sign of a)"),
+    _binary("atan2", np.arctan2, _FLOAT),
+    _binary("bitwise_and", np.bitwise_and, _INTEGRAL),
+    _binary("bitwise_or", np.bitwise_or, _INTEGRAL),
+    _binary("bitwise_xor", np.bitwise_xor, _INTEGRAL),
+    _binary("logical_and", np.logical_and, _ANY, to_bool=True),
+    _binary("logical_or", np.logical_or, _ANY, to_bool=True),
+    _binary("logical_xor", np.logical_xor, _ANY, to_bool=True),
+    _binary("eq", np.equal, _ANY, to_bool=True),
+    _binary("ne", np.not_equal, _ANY, to_bool=True),
+    _binary("lt", np.less, _ANY, to_bool=True),
+    _binary("le", np.less_equal, _ANY, to_bool=True),
+    _binary("gt", np.greater, _ANY, to_bool=True),
+    _binary("ge", np.greater_equal, _ANY, to_bool=True),
+)
+
+
+# ---- where, clamp, cast --------------------------------------------------------------------------------
+
+
+def _infer_where(types: tuple[TensorType, ...], attrs: Attrs) -> TensorType:
+    cond, a, b = types
+    if not cond.dtype.is_bool:
+        raise fail("where", f"condition (operand #0) must be bool, got {cond.dtype.value}")
+    dtype = same_dtype("where", (a, b))
+    return TensorType(broadcast_shapes("where", cond.shape, a.shape, b.shape), dtype)
+
+
+def _infer_clamp(types: tuple[TensorType, ...], attrs: Attrs) -> TensorType:
+    (t,) = types
+    if t.dtype.is_bool:
+        raise fail("clamp", "operand #0 must be numeric, got bool")
+    return t.contiguous()
+
+
+def _clamp(x: np.ndarray, min: float | None = None, max: float | None = None) -> np.ndarray:
+    # torch.clamp propagates NaN; applying min then max (as torch does) keeps max winning when min > max.
+    out = x
+    if min is not None:
+        out = np.where(np.isnan(out) if out.dtype.kind == "f" else False, out, np.maximum(out, min))
+    if max is not None:
+        out = np.where(np.isnan(out) if out.dtype.kind == "f" else False, out, np.minimum(out, max))
+    return out
+
+
+def _infer_cast(types: tuple[TensorType, ...], attrs: Attrs) -> TensorType:
+    return TensorType(types[0].shape, attrs["dtype"])
+
+
+def _cast(x: np.ndarray, dtype: DType) -> np.ndarray:
+    if dtype.is_bool:
+        return x != 0
+    if (dtype.is_int) and x.dtype.kind == "f":
+        with np.errstate(invalid="ignore"):
+            return np.trunc(x).astype(dtype.numpy)  # C-style truncation toward zero, as torch does
+    return x.astype(dtype.compute)
+
+
+OTHER = (
+    OpDef("where", Category.ELEMENTWISE, (3, 3), _infer_where, np.where, {}, "cond ? a : b"),
+    OpDef("clamp", Category.ELEMENTWISE, (1, 1), _infer_clamp, _clamp,
+          {"min": AttrSpec("optional-number", None), "max": AttrSpec("optional-number", None)},
+          "min(max(x, min), max), NaN propagates"),
+    OpDef("cast", Category.ELEMENTWISE, (1, 1), _infer_cast, _cast, {"dtype": AttrSpec("dtype")},
+          "convert element type (float to int truncates toward zero)"),
+)
+
+OPS = UNARY + BINARY + OTHER

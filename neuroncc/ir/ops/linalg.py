@@ -1,0 +1,245 @@
+"""Contractions: mm, bmm, addmm, convolution and its backward.
+
+These are the ops the CPU backend hands to ATen/BLAS as extern kernels and the NKI backend puts on TensorE.
+Convolution follows ``aten.convolution``: input [N, C, *spatial], weight [O, C/groups, *kernel] (transposed:
+[C, O/groups, *kernel]), 1-d and 2-d spatial shapes.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from neuroncc.ir.attrs import Attrs
+from neuroncc.ir.opdef import AttrSpec, Category, OpDef, fail, same_dtype
+from neuroncc.ir.types import TensorType
+
+
+def _wide(x: np.ndarray) -> np.ndarray:
+    return x.astype(np.float64) if x.dtype.kind == "f" else x
+
+
+def _infer_mm(types: tuple[TensorType, ...], attrs: Attrs) -> TensorType:
+    a, b = types
+    dtype = same_dtype("mm", types)
+    if a.rank != 2 or b.rank != 2:
+        raise fail("mm", f"operands must be 2-d, got {a} and {b}")
+    if a.shape[1] != b.shape[0]:
+        raise fail("mm", f"contraction sizes differ: {list(a.shape)} @ {list(b.shape)}")
+    return TensorType((a.shape[0], b.shape[1]), dtype)
+
+
+def _infer_bmm(types: tuple[TensorType, ...], attrs: Attrs) -> TensorType:
+    a, b = types
+    dtype = same_dtype("bmm", types)
+    if a.rank != 3 or b.rank != 3:
+        raise fail("bmm", f"operands must be 3-d, got {a} and {b}")
+    if a.shape[0] != b.shape[0] or a.shape[2] != b.shape[1]:
+        raise fail("bmm", f"shapes do not match: {list(a.shape)} @ {list(b.shape)}")
+    return TensorType((a.shape[0], a.shape[1], b.shape[2]), dtype)
+
+
+def _infer_addmm(types: tuple[TensorType, ...], attrs: Attrs) -> TensorType:
+    bias, a, b = types
+    same_dtype("addmm", types)
+    out = _infer_mm((a, b), attrs)
+    from neuroncc.ir.opdef import broadcast_shapes
+
+    if broadcast_shapes("addmm", bias.shape, out.shape) != out.shape:
+        raise fail("addmm", f"bias {list(bias.shape)} does not broadcast to {list(out.shape)}")
+    return out
+
+
+def _mm(a, b):
+    return _wide(a) @ _wide(b)
+
+
+def _addmm(bias, a, b, beta, alpha):
+    return beta * _wide(bias) + alpha * (_wide(a) @ _wide(b))
+
+
+# ---- convolution ---------------------------------------------------------------------------------------
+
+_CONV_ATTRS = {
+    "stride": AttrSpec("ints"),
+    "padding": AttrSpec("ints"),
+    "dilation": AttrSpec("ints"),
+    "transposed": AttrSpec("bool", False),
+    "output_padding": AttrSpec("ints", ()),
+    "groups": AttrSpec("int", 1),
+}
+
+
+def conv_output_size(size: int, kernel: int, stride: int, padding: int, dilation: int,
+                     transposed: bool, output_padding: int) -> int:
+    if transposed:
+        return (size - 1) * stride - 2 * padding + dilation * (kernel - 1) + output_padding + 1
+    return (size + 2 * padding - dilation * (kernel - 1) - 1) // stride + 1
+
+
+def _spatial_attrs(op: str, attrs: Attrs, nspatial: int) -> tuple[tuple[int, ...], ...]:
+    def expand(key: str, default: int) -> tuple[int, ...]:
+        value = attrs[key] or (default,)
+        if len(value) == 1:
+            value = value * nspatial
+        if len(value) != nspatial:
+            raise fail(op, f"{key} {list(attrs[key])} does not match {nspatial} spatial dims")
+        return value
+
+    return expand("stride", 1), expand("padding", 0), expand("dilation", 1), expand("output_padding", 0)
+
+
+def _infer_conv(types: tuple[TensorType, ...], attrs: Attrs) -> TensorType:
+    x, w = types[0], types[1]
+    dtype = same_dtype("convolution", types)
+    if x.rank not in (3, 4) or w.rank != x.rank:
+        raise fail("convolution", f"expects 1-d or 2-d convolution (rank-3/4 input and weight), got {x} and {w}")
+    nspatial, groups = x.rank - 2, attrs["groups"]
+    stride, padding, dilation, output_padding = _spatial_attrs("convolution", attrs, nspatial)
+    if groups < 1 or x.shape[1] % groups:
+        raise fail("convolution", f"input channels {x.shape[1]} are not divisible by groups={groups}")
+    if attrs["transposed"]:
+        if w.shape[0] != x.shape[1]:
+            raise fail("convolution", f"transposed weight {list(w.shape)} needs {x.shape[1]} input channels")
+        out_channels = w.shape[1] * groups
+    else:
+        if w.shape[1] * groups != x.shape[1]:
+            raise fail("convolution", f"weight {list(w.shape)} expects {w.shape[1] * groups} input channels, "
+                                      f"input has {x.shape[1]}")
+        out_channels = w.shape[0]
+    if len(types) == 3 and types[2].shape != (out_channels,):
+        raise fail("convolution", f"bias must have shape [{out_channels}], got {list(types[2].shape)}")
+    spatial = tuple(
+        conv_output_size(x.shape[2 + i], w.shape[2 + i], stride[i], padding[i], dilation[i], attrs["transposed"],
+                         output_padding[i])
+        for i in range(nspatial)
+    )
+    if any(s <= 0 for s in spatial):
+        raise fail("convolution", f"output spatial size {list(spatial)} is not positive")
+    return TensorType((x.shape[0], out_channels, *spatial), dtype)
+
+
+def _as_2d(x: np.ndarray) -> np.ndarray:
+    return x[..., None, :] if x.ndim == 3 else x
+
+
+def _pairs(values: tuple[int, ...], nspatial: int, fill: int) -> tuple[int, int]:
+    values = values or (fill,)
+    values = values * nspatial if len(values) == 1 else values
+    return (fill, values[0]) if nspatial == 1 else (values[0], values[1])
+
+
+def conv2d_forward(x, w, stride, padding, dilation, groups):
+    """Cross-correlation, x [N,C,H,W], w [O,C/g,KH,KW] (float64)."""
+    (sh, sw), (ph, pw), (dh, dw) = stride, padding, dilation
+    n, c, h, wd = x.shape
+    o, cg, kh, kw = w.shape
+    xp = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
+    oh = (h + 2 * ph - dh * (kh - 1) - 1) // sh + 1
+    ow = (wd + 2 * pw - dw * (kw - 1) - 1) // sw + 1
+    out = np.zeros((n, o, oh, ow), dtype=np.float64)
+    og = o // groups
+    for i in range(kh):
+        for j in range(kw):
+            patch = xp[:, :, i * dh: i * dh + sh * (oh - 1) + 1: sh, j * dw: j * dw + sw * (ow - 1) + 1: sw]
+            for g in range(groups):
+                out[:, g * og:(g + 1) * og] += np.einsum(
+                    "nchw,oc->nohw", patch[:, g * cg:(g + 1) * cg], w[g * og:(g + 1) * og, :, i, j]
+                )
+    return out
+
+
+def conv2d_transpose(x, w, stride, padding, output_padding, dilation, groups):
+    """Transposed convolution (the gradient of conv2d_forward w.r.t. its input), w [C, O/g, KH, KW]."""
+    (sh, sw), (ph, pw), (oph, opw), (dh, dw) = stride, padding, output_padding, dilation
+    n, c, h, wd = x.shape
+    _, og, kh, kw = w.shape
+    cg = c // groups
+    # Scatter every input pixel through every kernel tap into the uncropped output, then crop the padding.
+    full_h = (h - 1) * sh + dh * (kh - 1) + 1 + oph
+    full_w = (wd - 1) * sw + dw * (kw - 1) + 1 + opw
+    out = np.zeros((n, og * groups, full_h, full_w), dtype=np.float64)
+    for i in range(kh):
+        for j in range(kw):
+            for g in range(groups):
+                contrib = np.einsum("nchw,co->nohw", x[:, g * cg:(g + 1) * cg], w[g * cg:(g + 1) * cg, :, i, j])
+                out[:, g * og:(g + 1) * og, i * dh: i * dh + sh * (h - 1) + 1: sh,
+                    j * dw: j * dw + sw * (wd - 1) + 1: sw] += contrib
+    return out[:, :, ph: full_h - ph, pw: full_w - pw]
+
+
+def conv2d_weight_grad(x, grad_out, w_shape, stride, padding, dilation, groups):
+    (sh, sw), (ph, pw), (dh, dw) = stride, padding, dilation
+    o, cg, kh, kw = w_shape
+    og = o // groups
+    _, _, oh, ow = grad_out.shape
+    xp = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
+    gw = np.zeros(w_shape, dtype=np.float64)
+    for i in range(kh):
+        for j in range(kw):
+            patch = xp[:, :, i * dh: i * dh + sh * (oh - 1) + 1: sh, j * dw: j * dw + sw * (ow - 1) + 1: sw]
+            for g in range(groups):
+                gw[g * og:(g + 1) * og, :, i, j] = np.einsum(
+                    "nohw,nchw->oc", grad_out[:, g * og:(g + 1) * og], patch[:, g * cg:(g + 1) * cg]
+                )
+    return gw
+
+
+def _conv(x, w, bias=None, *, stride, padding, dilation, transposed, output_padding, groups):
+    nspatial = x.ndim - 2
+    x2, w2 = _as_2d(_wide(x)), _as_2d(_wide(w))
+    st, pa, di = _pairs(stride, nspatial, 1), _pairs(padding, nspatial, 0), _pairs(dilation, nspatial, 1)
+    if transposed:
+        out = conv2d_transpose(x2, w2, st, pa, _pairs(output_padding, nspatial, 0), di, groups)
+    else:
+        out = conv2d_forward(x2, w2, st, pa, di, groups)
+    if bias is not None:
+        out = out + _wide(bias).reshape(1, -1, 1, 1)
+    return out[:, :, 0, :] if nspatial == 1 else out
+
+
+def _infer_conv_backward(types: tuple[TensorType, ...], attrs: Attrs) -> tuple[TensorType, ...]:
+    grad, x, w = types
+    if attrs["transposed"]:
+        raise fail("convolution_backward", "transposed convolution backward is not supported")
+    forward = _infer_conv((x, w), attrs)
+    if forward.shape != grad.shape or grad.dtype != x.dtype:
+        raise fail("convolution_backward", f"grad_output {grad} does not match the forward output {forward}")
+    mask = attrs["output_mask"]
+    if len(mask) != 3:
+        raise fail("convolution_backward", f"output_mask must have 3 entries, got {list(mask)}")
+    candidates = (x.contiguous(), w.contiguous(), TensorType((w.shape[0],), x.dtype))
+    return tuple(t for t, wanted in zip(candidates, mask) if wanted)
+
+
+def _conv_backward(grad, x, w, *, stride, padding, dilation, transposed, output_padding, groups, output_mask):
+    nspatial = x.ndim - 2
+    g2, x2, w2 = _as_2d(_wide(grad)), _as_2d(_wide(x)), _as_2d(_wide(w))
+    st, pa, di = _pairs(stride, nspatial, 1), _pairs(padding, nspatial, 0), _pairs(dilation, nspatial, 1)
+    results = []
+    if output_mask[0]:
+        # Pick output_padding so the transposed conv reproduces the input's exact spatial size.
+        full = [(g2.shape[2 + i] - 1) * st[i] - 2 * pa[i] + di[i] * (w2.shape[2 + i] - 1) + 1 for i in range(2)]
+        out_pad = (x2.shape[2] - full[0], x2.shape[3] - full[1])
+        w_t = w2.reshape(groups, -1, *w2.shape[1:]).transpose(0, 2, 1, 3, 4).reshape(-1, w2.shape[0] // groups,
+                                                                                        *w2.shape[2:])
+        gx = conv2d_transpose(g2, w_t, st, pa, out_pad, di, groups)
+        results.append(gx[:, :, 0, :] if nspatial == 1 else gx)
+    if output_mask[1]:
+        gw = conv2d_weight_grad(x2, g2, w2.shape, st, pa, di, groups)
+        results.append(gw[:, :, 0, :] if nspatial == 1 else gw)
+    if output_mask[2]:
+        results.append(np.sum(g2, axis=(0, 2, 3)))
+    return tuple(results)
+
+
+OPS = (
+    OpDef("mm", Category.MATMUL, (2, 2), _infer_mm, _mm, {}, "matrix product [M,K] @ [K,N]"),
+    OpDef("bmm", Category.MATMUL, (2, 2), _infer_bmm, _mm, {}, "batched matrix product [B,M,K] @ [B,K,N]"),
+    OpDef("addmm", Category.MATMUL, (3, 3), _infer_addmm, _addmm,
+          {"beta": AttrSpec("float", 1.0), "alpha": AttrSpec("float", 1.0)}, "beta*bias + alpha*(a @ b)"),
+    OpDef("convolution", Category.MATMUL, (2, 3), _infer_conv, _conv, _CONV_ATTRS,
+          "N-d convolution as aten.convolution (1-d and 2-d), optional bias operand"),
+    OpDef("convolution_backward", Category.MATMUL, (3, 3), _infer_conv_backward, _conv_backward,
+          {**_CONV_ATTRS, "output_mask": AttrSpec("ints", (1, 1, 1))},
+          "gradients of convolution (grad_input, grad_weight, grad_bias as output_mask selects)"),
+)

@@ -1,0 +1,388 @@
+"""Reads the ``.nir`` text form (see :mod:`neuroncc.ir.printer`) back into functions.
+
+A hand-written recursive-descent parser over the raw text; every error is a :class:`ParseError` naming the
+line and column. ``//`` starts a comment (lit ``RUN:`` and FileCheck ``CHECK:`` lines live in comments).
+After parsing, the verifier runs; its errors are reported at the offending op's line and column.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+
+import numpy as np
+
+from neuroncc.errors import ParseError, TypeInferenceError, VerifyError
+from neuroncc.ir.attrs import Attrs, DenseAttr
+from neuroncc.ir.dtypes import DType
+from neuroncc.ir.graph import Function, Op, Value
+from neuroncc.ir.types import TensorType
+
+_DTYPES = {d.value: d for d in DType}
+_NAME = re.compile(r"[A-Za-z0-9_.]+")
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
+_NUMBER = re.compile(r"-?(?:inf|nan|\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?)")
+_SHAPE_DTYPE = re.compile(r"((?:\d+x)*)([a-z][a-z0-9]*)")
+_STRING = re.compile(r'"(?:[^"\\\n]|\\.)*"')
+
+
+class _Parser:
+    def __init__(self, text: str, source: str, resources: Mapping[str, np.ndarray]):
+        self.text, self.source, self.resources = text, source, resources
+        self.pos = 0
+        self.op_locations: dict[int, tuple[int, int]] = {}
+        self.declared_outputs: list[tuple[tuple[TensorType, ...], int]] = []
+
+    # ---- low-level scanning --------------------------------------------------------------------------
+
+    def location(self, pos: int | None = None) -> tuple[int, int]:
+        pos = self.pos if pos is None else pos
+        line = self.text.count("\n", 0, pos) + 1
+        column = pos - (self.text.rfind("\n", 0, pos) + 1) + 1
+        return line, column
+
+    def error(self, message: str, pos: int | None = None) -> ParseError:
+        line, column = self.location(pos)
+        return ParseError(message, line, column, self.source)
+
+    def skip(self) -> None:
+        while self.pos < len(self.text):
+            ch = self.text[self.pos]
+            if ch in " \t\r\n":
+                self.pos += 1
+            elif self.text.startswith("//", self.pos):
+                end = self.text.find("\n", self.pos)
+                self.pos = len(self.text) if end < 0 else end
+            else:
+                return
+
+    def peek(self, token: str) -> bool:
+        self.skip()
+        return self.text.startswith(token, self.pos)
+
+    def accept(self, token: str) -> bool:
+        if self.peek(token):
+            self.pos += len(token)
+            return True
+        return False
+
+    def expect(self, token: str, what: str | None = None) -> None:
+        if not self.accept(token):
+            raise self.error(f"expected {what or repr(token)}, found {self.describe_next()}")
+
+    def describe_next(self) -> str:
+        self.skip()
+        if self.pos >= len(self.text):
+            return "end of input"
+        snippet = self.text[self.pos:self.pos + 12].split("\n")[0]
+        return repr(snippet)
+
+    def match(self, pattern: re.Pattern[str], what: str) -> str:
+        self.skip()
+        found = pattern.match(self.text, self.pos)
+        if not found:
+            raise self.error(f"expected {what}, found {self.describe_next()}")
+        self.pos = found.end()
+        return found.group(0)
+
+    def keyword(self, word: str) -> bool:
+        self.skip()
+        found = _IDENT.match(self.text, self.pos)
+        if found and found.group(0) == word:
+            self.pos = found.end()
+            return True
+        return False
+
+    # ---- grammar -------------------------------------------------------------------------------------
+
+    def parse_module(self) -> list[Function]:
+        functions = []
+        while True:
+            self.skip()
+            if self.pos >= len(self.text):
+                break
+            functions.append(self.parse_function())
+        if not functions:
+            raise self.error("expected 'func', found end of input")
+        return functions
+
+    def parse_function(self) -> Function:
+        if not self.keyword("func"):
+            raise self.error(f"expected 'func', found {self.describe_next()}")
+        self.expect("@", "'@' and a function name")
+        name = self.match(_NAME, "function name")
+        scope: dict[str, Value] = {}
+        params = self.parse_params(scope)
+        self.expect("->", "'->' and the result types")
+        self.expect("(")
+        declared_outputs = self.parse_type_list(")")
+        self.expect(")")
+        metadata = Attrs()
+        if self.keyword("attributes"):
+            metadata = self.parse_attrs()
+        ops, outputs, return_pos = self.parse_block(scope)
+        self.declared_outputs.append((declared_outputs, return_pos))
+        return Function(name, params, ops, outputs, metadata)
+
+    def check_return_types(self, index: int, fn: Function) -> None:
+        declared, return_pos = self.declared_outputs[index]
+        if fn.output_types != declared:
+            raise self.error(
+                f"return types ({', '.join(map(str, fn.output_types))}) differ from the declared result types "
+                f"({', '.join(map(str, declared))})", return_pos)
+
+    def parse_params(self, scope: dict[str, Value]) -> tuple[Value, ...]:
+        self.expect("(")
+        params: list[Value] = []
+        if not self.accept(")"):
+            while True:
+                name_pos = self.pos
+                name = self.parse_value_name()
+                self.expect(":")
+                value = Value(self.parse_type(), hint=None if name.isdigit() else name)
+                self.define(scope, name, value, name_pos)
+                params.append(value)
+                if self.accept(")"):
+                    break
+                self.expect(",", "',' or ')'")
+        return tuple(params)
+
+    def parse_block(self, scope: dict[str, Value]) -> tuple[tuple[Op, ...], tuple[Value, ...], int]:
+        self.expect("{")
+        ops: list[Op] = []
+        while True:
+            self.skip()
+            start = self.pos
+            if self.keyword("return"):
+                outputs: list[Value] = []
+                if self.peek("%"):
+                    outputs.append(self.parse_use(scope))
+                    while self.accept(","):
+                        outputs.append(self.parse_use(scope))
+                self.expect("}", "'}' after return")
+                return tuple(ops), tuple(outputs), start
+            if self.pos >= len(self.text):
+                raise self.error("unexpected end of input inside a function body (missing 'return' and '}')")
+            ops.append(self.parse_op(scope))
+
+    def parse_op(self, scope: dict[str, Value]) -> Op:
+        start = self.pos
+        result_names: list[tuple[str, int]] = []
+        if self.peek("%"):
+            while True:
+                result_names.append((self.parse_value_name(), self.pos))
+                if not self.accept(","):
+                    break
+            self.expect("=", "'=' after the result names")
+        self.skip()
+        name_pos = self.pos
+        op_name = self.match(_IDENT, "an op name")
+        from neuroncc.ir.ops import REGISTRY
+
+        if op_name not in REGISTRY:
+            raise self.error(f"unknown op '{op_name}'", name_pos)
+        operands: list[Value] = []
+        if self.peek("%"):
+            operands.append(self.parse_use(scope))
+            while self.accept(","):
+                operands.append(self.parse_use(scope))
+        self.skip()
+        attrs_pos = self.pos
+        attrs = self.parse_attrs() if self.peek("{") else Attrs()
+        try:
+            attrs = REGISTRY.get(op_name).normalize_attrs(attrs)  # fills in the defaults the printer elides
+        except TypeInferenceError as exc:
+            raise self.error(str(exc), attrs_pos) from None
+        result_types: tuple[TensorType, ...] = ()
+        if result_names:
+            self.expect(":", "':' and the result types")
+            result_types = self.parse_type_list(None)
+            if len(result_types) != len(result_names):
+                raise self.error(f"{len(result_names)} results named but {len(result_types)} types given", start)
+        results = []
+        for (name, pos), rtype in zip(result_names, result_types):
+            value = Value(rtype, hint=None if name.isdigit() else name)
+            self.define(scope, name, value, pos)
+            results.append(value)
+        regions = []
+        while self.keyword("region"):
+            region_scope: dict[str, Value] = {}  # regions are isolated from above: a fresh scope
+            params = self.parse_params(region_scope)
+            body, outputs, _ = self.parse_block(region_scope)
+            regions.append(Function(f"{op_name}_region", params, body, outputs))
+        op = Op(op_name, tuple(operands), tuple(results), attrs, tuple(regions))
+        self.op_locations[id(op)] = self.location(start)
+        return op
+
+    def define(self, scope: dict[str, Value], name: str, value: Value, pos: int) -> None:
+        if name in scope:
+            raise self.error(f"value %{name} is defined twice", pos)
+        scope[name] = value
+
+    def parse_value_name(self) -> str:
+        self.expect("%", "a value name '%...'")
+        found = _NAME.match(self.text, self.pos)
+        if not found:
+            raise self.error("expected a value name after '%'")
+        self.pos = found.end()
+        return found.group(0)
+
+    def parse_use(self, scope: dict[str, Value]) -> Value:
+        self.skip()
+        pos = self.pos
+        name = self.parse_value_name()
+        if name not in scope:
+            raise self.error(f"use of undefined value %{name}", pos)
+        return scope[name]
+
+    def parse_type_list(self, closer: str | None) -> tuple[TensorType, ...]:
+        if closer is not None and self.peek(closer):
+            return ()
+        types = [self.parse_type()]
+        while self.accept(","):
+            types.append(self.parse_type())
+        return tuple(types)
+
+    def parse_type(self) -> TensorType:
+        self.skip()
+        start = self.pos
+        if not self.keyword("tensor"):
+            raise self.error(f"expected a tensor type, found {self.describe_next()}")
+        self.expect("<")
+        shape, dtype = self.parse_shape_dtype()
+        strides = None
+        if self.accept(","):
+            if not self.keyword("strides"):
+                raise self.error(f"expected 'strides', found {self.describe_next()}")
+            self.expect("=")
+            strides = self.parse_int_list()
+        self.expect(">", "'>' closing the tensor type")
+        try:
+            return TensorType(shape, dtype, strides)
+        except ValueError as exc:
+            raise self.error(str(exc), start) from None
+
+    def parse_shape_dtype(self) -> tuple[tuple[int, ...], DType]:
+        self.skip()
+        found = _SHAPE_DTYPE.match(self.text, self.pos)
+        if not found:
+            raise self.error(f"expected a shape and element type like 4x8xf32, found {self.describe_next()}")
+        dims, dtype_name = found.group(1), found.group(2)
+        if dtype_name not in _DTYPES:
+            raise self.error(f"unknown element type '{dtype_name}' (known: {', '.join(_DTYPES)})",
+                             self.pos + len(dims))
+        self.pos = found.end()
+        shape = tuple(int(d) for d in dims.split("x") if d)
+        return shape, _DTYPES[dtype_name]
+
+    def parse_int_list(self) -> tuple[int, ...]:
+        self.expect("[")
+        values: list[int] = []
+        if not self.accept("]"):
+            while True:
+                values.append(int(self.match(re.compile(r"-?\d+"), "an integer")))
+                if self.accept("]"):
+                    break
+                self.expect(",", "',' or ']'")
+        return tuple(values)
+
+    def parse_attrs(self) -> Attrs:
+        self.expect("{")
+        values: dict[str, object] = {}
+        if not self.accept("}"):
+            while True:
+                pos = self.pos
+                key = self.match(_IDENT, "an attribute name")
+                if key in values:
+                    raise self.error(f"attribute '{key}' given twice", pos)
+                self.expect("=", "'=' after the attribute name")
+                values[key] = self.parse_attr_value()
+                if self.accept("}"):
+                    break
+                self.expect(",", "',' or '}' in the attribute list")
+        return Attrs(values)
+
+    def parse_attr_value(self) -> object:
+        self.skip()
+        pos = self.pos
+        if self.peek('"'):
+            return json.loads(self.match(_STRING, "a string"))
+        if self.accept("["):
+            items: list[object] = []
+            if not self.accept("]"):
+                while True:
+                    items.append(self.parse_attr_value())
+                    if self.accept("]"):
+                        break
+                    self.expect(",", "',' or ']'")
+            return tuple(items)
+        number = _NUMBER.match(self.text, self.pos)
+        if number and not _IDENT.match(self.text, number.end()):
+            self.pos = number.end()
+            text = number.group(0)
+            if re.fullmatch(r"-?\d+", text):
+                return int(text)
+            return float(text)
+        word = self.match(_IDENT, "an attribute value")
+        if word in ("true", "false"):
+            return word == "true"
+        if word == "none":
+            return None
+        if word in _DTYPES:
+            return _DTYPES[word]
+        if word in ("dense", "resource"):
+            return self.parse_dense(word, pos)
+        raise self.error(f"unknown attribute value '{word}'", pos)
+
+    def parse_dense(self, kind: str, pos: int) -> DenseAttr:
+        self.expect("<")
+        shape, dtype = self.parse_shape_dtype()
+        self.expect(":")
+        if kind == "resource":
+            name = json.loads(self.match(_STRING, "a resource name"))
+            self.expect(">")
+            if name not in self.resources:
+                raise self.error(f"unknown resource '{name}' (its data was not supplied)", pos)
+            data = np.asarray(self.resources[name])
+            if data.shape != shape:
+                raise self.error(f"resource '{name}' has shape {list(data.shape)}, expected {list(shape)}", pos)
+            return DenseAttr(data, dtype)
+        values = self.parse_attr_value()
+        self.expect(">", "'>' closing the dense constant")
+        if not isinstance(values, tuple):
+            raise self.error("dense values must be a [...] list", pos)
+        if len(values) != int(np.prod(shape)):
+            raise self.error(f"dense constant has {len(values)} values but its shape {list(shape)} needs "
+                             f"{int(np.prod(shape))}", pos)
+        return DenseAttr(np.array(values, dtype=dtype.compute).reshape(shape), dtype)
+
+
+def parse_module(text: str, *, source: str = "<nir>", resources: Mapping[str, np.ndarray] | None = None,
+                 verify: bool = True) -> list[Function]:
+    """Parse every function in ``text``. Raises :class:`ParseError` (or a located :class:`VerifyError`)."""
+    parser = _Parser(text, source, resources or {})
+    functions = parser.parse_module()
+    from neuroncc.ir.verifier import verify as verify_function
+
+    for index, fn in enumerate(functions):
+        if verify:
+            try:
+                verify_function(fn)
+            except VerifyError as exc:
+                op = getattr(exc, "op", None)
+                if op is not None and id(op) in parser.op_locations:
+                    line, column = parser.op_locations[id(op)]
+                    raise VerifyError(f"{source}:{line}:{column}: {exc}") from None
+                raise
+        parser.check_return_types(index, fn)
+    return functions
+
+
+def parse(text: str, *, source: str = "<nir>", resources: Mapping[str, np.ndarray] | None = None,
+          verify: bool = True) -> Function:
+    """Parse text holding exactly one function."""
+    functions = parse_module(text, source=source, resources=resources, verify=verify)
+    if len(functions) != 1:
+        raise ParseError(f"expected one function, found {len(functions)}", 1, 1, source)
+    return functions[0]

@@ -1,0 +1,78 @@
+"""The verifier: the IR's validity rules, checked between passes.
+
+Rules: every operand is defined before its use (regions see only their own parameters and values); no value
+is defined twice; every op is registered, its operand count and attributes fit its definition, and its
+declared result types match what its type rule infers (strides may differ: layout is an annotation);
+a ``kernel`` region's parameters match the op's operands. Errors name the op and the value as printed.
+"""
+
+from __future__ import annotations
+
+from neuroncc.errors import TypeInferenceError, VerifyError
+from neuroncc.ir.graph import Function, Op, Value
+from neuroncc.ir.printer import value_names
+
+
+class OpVerifyError(VerifyError):
+    """A :class:`VerifyError` that knows which op broke the rule (the parser uses it for locations)."""
+
+    def __init__(self, message: str, op: Op | None = None):
+        super().__init__(message)
+        self.op = op
+
+
+def verify(fn: Function) -> None:
+    """Raise :class:`VerifyError` if ``fn`` breaks an IR rule; return None otherwise."""
+    names = value_names(fn)
+    _verify(fn, names, defined=set(), where=f"func @{fn.name}")
+
+
+def _name(names: dict[Value, str], value: Value) -> str:
+    return names.get(value, f"<value of type {value.type}>")
+
+
+def _verify(fn: Function, names: dict[Value, str], defined: set[Value], where: str) -> None:
+    from neuroncc.ir.ops import REGISTRY
+
+    def define(value: Value, op: Op | None) -> None:
+        if value in defined:
+            raise OpVerifyError(f"{where}: value {_name(names, value)} is defined twice", op)
+        defined.add(value)
+
+    for param in fn.params:
+        define(param, None)
+    for op in fn.ops:
+        label = f"{where}: op '{op.name}'"
+        if op.results:
+            label += f" defining {', '.join(_name(names, r) for r in op.results)}"
+        for index, operand in enumerate(op.operands):
+            if operand not in defined:
+                raise OpVerifyError(
+                    f"{label}: operand #{index} {_name(names, operand)} is not defined before its use", op
+                )
+        if op.name not in REGISTRY:
+            raise OpVerifyError(f"{where}: unknown op '{op.name}'", op)
+        opdef = REGISTRY.get(op.name)
+        for region in op.regions:
+            _verify(region, names, defined=set(), where=f"{label} region")
+        try:
+            attrs = opdef.normalize_attrs(op.attrs)
+            if attrs != op.attrs:
+                missing = sorted(set(attrs) - set(op.attrs))
+                raise TypeInferenceError(f"attributes are not normalized (missing {missing})")
+            inferred = opdef.infer_types(tuple(v.type for v in op.operands), attrs, op.regions)
+        except TypeInferenceError as exc:
+            raise OpVerifyError(f"{label}: {exc}", op) from None
+        if len(inferred) != len(op.results):
+            raise OpVerifyError(f"{label}: has {len(op.results)} results but the op produces {len(inferred)}", op)
+        for result, want in zip(op.results, inferred):
+            have = result.type
+            if have.shape != want.shape or have.dtype != want.dtype:
+                raise OpVerifyError(
+                    f"{label}: result {_name(names, result)} is declared {have} but the op produces {want}", op
+                )
+        for result in op.results:
+            define(result, op)
+    for index, output in enumerate(fn.outputs):
+        if output not in defined:
+            raise OpVerifyError(f"{where}: returned value #{index} {_name(names, output)} is not defined", None)

@@ -1,0 +1,1 @@
+"""Runtime: executables for each target, the host launcher, artifacts and cache, the NKI simulator."""
