@@ -1,0 +1,36 @@
+"""Regression tests for bugs the op-vs-torch tests found in the references and type rules.
+
+Each test pins one bug with the smallest input that showed it, compared with PyTorch where PyTorch defines
+the answer. The hypothesis tests in test_ops_torch.py / test_ops_invalid.py cover the ops broadly.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from neuroncc.errors import TypeInferenceError
+from neuroncc.ir import Attrs, Builder, DType, TensorType, interpret
+
+F32 = DType.f32
+
+
+def run(name: str, operands: list[tuple[np.ndarray, DType]], **attrs) -> list[np.ndarray]:
+    b = Builder()
+    params = [b.param(TensorType(np.shape(a), dtype)) for a, dtype in operands]
+    op = b.emit(name, params, Attrs(attrs))
+    return interpret(b.build(list(op.results)), [a for a, _ in operands])
+
+
+def infer(name: str, *types: TensorType, **attrs):
+    b = Builder()
+    return b.emit(name, [b.param(t) for t in types], Attrs(attrs)).results
+
+
+@pytest.mark.parametrize("name", ["erf", "gelu"])
+def test_erf_and_gelu_accept_0_dim_tensors(name):
+    x = np.array(1.25, np.float32)
+    (out,) = run(name, [(x, F32)])
+    expected = getattr(torch.special if name == "erf" else torch.nn.functional, name)(torch.tensor(x))
+    torch.testing.assert_close(torch.from_numpy(out), expected)
