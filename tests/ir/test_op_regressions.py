@@ -34,3 +34,8 @@ def test_erf_and_gelu_accept_0_dim_tensors(name):
     (out,) = run(name, [(x, F32)])
     expected = getattr(torch.special if name == "erf" else torch.nn.functional, name)(torch.tensor(x))
     torch.testing.assert_close(torch.from_numpy(out), expected)
+
+
+def test_gelu_refuses_unknown_approximation():
+    with pytest.raises(TypeInferenceError, match="op 'gelu': approximate must be none or tanh"):
+        infer("gelu", TensorType((2,), F32), approximate="fast")

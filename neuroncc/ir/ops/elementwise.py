@@ -64,6 +64,8 @@ def _unary(name: str, fn: Callable[..., np.ndarray], kind: str, *, to_bool: bool
     def infer(types: tuple[TensorType, ...], attrs: Attrs) -> TensorType:
         (t,) = types
         _check_kind(name, t, kind)
+        if name == "gelu" and attrs["approximate"] not in ("none", "tanh"):
+            raise fail(name, f"approximate must be none or tanh, got '{attrs['approximate']}'")
         return TensorType(t.shape, DType.bool if to_bool else t.dtype)
 
     return OpDef(name, Category.ELEMENTWISE, (1, 1), infer, fn, attrs or {}, doc or f"elementwise {name}")
