@@ -39,3 +39,11 @@ def test_erf_and_gelu_accept_0_dim_tensors(name):
 def test_gelu_refuses_unknown_approximation():
     with pytest.raises(TypeInferenceError, match="op 'gelu': approximate must be none or tanh"):
         infer("gelu", TensorType((2,), F32), approximate="fast")
+
+
+@pytest.mark.parametrize("dtype", [DType.f32, DType.bf16, DType.f16])
+def test_sign_of_nan_is_zero_as_in_torch(dtype):
+    x = np.array([np.nan, -np.nan, -0.0, 0.0, -2.0, np.inf], np.float32)
+    (out,) = run("sign", [(x, dtype)])
+    expected = torch.sign(torch.from_numpy(x)).to(torch.float32).numpy()
+    np.testing.assert_array_equal(out.astype(np.float32), expected)

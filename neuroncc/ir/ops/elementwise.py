@@ -71,6 +71,11 @@ def _unary(name: str, fn: Callable[..., np.ndarray], kind: str, *, to_bool: bool
     return OpDef(name, Category.ELEMENTWISE, (1, 1), infer, fn, attrs or {}, doc or f"elementwise {name}")
 
 
+def _sign(x: np.ndarray) -> np.ndarray:
+    # (0 < x) - (x < 0), as PyTorch computes it: NaN compares false both ways, so its sign is 0 (np.sign gives NaN).
+    return np.sign(x) if x.dtype.kind != "f" else np.where(np.isnan(x), np.zeros_like(x), np.sign(x))
+
+
 def _relu(x: np.ndarray) -> np.ndarray:
     return np.where(np.isnan(x), x, np.maximum(x, 0)) if x.dtype.kind == "f" else np.maximum(x, 0)
 
@@ -78,7 +83,7 @@ def _relu(x: np.ndarray) -> np.ndarray:
 UNARY = (
     _unary("neg", np.negative, _NUMERIC, doc="-x"),
     _unary("abs", np.abs, _NUMERIC, doc="|x|"),
-    _unary("sign", np.sign, _NUMERIC, doc="sign of x (0 at 0, NaN kept)"),
+    _unary("sign", _sign, _NUMERIC, doc="sign of x: -1, 0 or 1 (0 at +-0 and at NaN, as torch.sign)"),
     _unary("relu", _relu, _NUMERIC, doc="max(x, 0), NaN kept"),
     _unary("exp", np.exp, _FLOAT),
     _unary("exp2", np.exp2, _FLOAT),
