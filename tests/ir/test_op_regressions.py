@@ -47,3 +47,11 @@ def test_sign_of_nan_is_zero_as_in_torch(dtype):
     (out,) = run("sign", [(x, dtype)])
     expected = torch.sign(torch.from_numpy(x)).to(torch.float32).numpy()
     np.testing.assert_array_equal(out.astype(np.float32), expected)
+
+
+@pytest.mark.parametrize("dtype", [DType.i64, DType.i32, DType.i8])
+def test_integer_pow_with_negative_exponents_matches_torch(dtype):
+    a = np.array([2, 1, -1, -1, 0, 3, -2], dtype.numpy)
+    b = np.array([-1, -5, -3, -2, -1, 2, 3], dtype.numpy)
+    (out,) = run("pow", [(a, dtype), (b, dtype)])
+    np.testing.assert_array_equal(out, torch.pow(torch.from_numpy(a), torch.from_numpy(b)).numpy())

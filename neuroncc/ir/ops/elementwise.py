@@ -147,7 +147,14 @@ def _div(a: np.ndarray, b: np.ndarray, rounding_mode: str = "none") -> np.ndarra
 def _pow(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     if a.dtype.kind == "f":
         return np.power(a.astype(np.float64), b.astype(np.float64))
-    return np.power(a, b)
+    if a.dtype.kind == "b":
+        return np.power(a, b)
+    # Integer powers with a negative exponent are 1/a**|b| truncated, as PyTorch defines them: 1 for a == 1,
+    # +-1 for a == -1, 0 otherwise (numpy refuses negative integer exponents).
+    a, b = np.broadcast_arrays(a, b)
+    positive = np.power(a, np.maximum(b, 0))
+    unit = np.where(a == 1, 1, np.where(a == -1, np.where(b % 2 == 0, 1, -1), 0)).astype(a.dtype)
+    return np.where(b < 0, unit, positive)
 
 
 BINARY = (
