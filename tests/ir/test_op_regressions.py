@@ -14,6 +14,7 @@ from neuroncc.errors import TypeInferenceError
 from neuroncc.ir import Attrs, Builder, DType, TensorType, interpret
 
 F32 = DType.f32
+TORCH = {DType.f32: torch.float32, DType.bf16: torch.bfloat16, DType.f16: torch.float16}
 
 
 def run(name: str, operands: list[tuple[np.ndarray, DType]], **attrs) -> list[np.ndarray]:
@@ -55,3 +56,14 @@ def test_integer_pow_with_negative_exponents_matches_torch(dtype):
     b = np.array([-1, -5, -3, -2, -1, 2, 3], dtype.numpy)
     (out,) = run("pow", [(a, dtype), (b, dtype)])
     np.testing.assert_array_equal(out, torch.pow(torch.from_numpy(a), torch.from_numpy(b)).numpy())
+
+
+@pytest.mark.parametrize("dtype", [DType.f32, DType.bf16, DType.f16])
+def test_float_floor_division_matches_torch(dtype):
+    # 1 / 0.1 rounds to 10.0 but 1 // 0.1 is 9; floor division of inf is NaN; division by zero is IEEE.
+    a = np.array([1.0, -1.0, 3.3374302, np.inf, -np.inf, 5.0, 0.0, -0.0, 7.0, 1.0, 3e38], np.float32)
+    b = np.array([0.1, 0.1, -0.47677574, 2.0, 3.0, 0.0, 0.0, 5.0, -np.inf, np.inf, 1e-5], np.float32)
+    ta, tb = (torch.from_numpy(v).to(TORCH[dtype]) for v in (a, b))
+    expected = torch.div(ta, tb, rounding_mode="floor")
+    (out,) = run("div", [(ta.float().numpy(), dtype), (tb.float().numpy(), dtype)], rounding_mode="floor")
+    torch.testing.assert_close(torch.from_numpy(out).to(expected.dtype), expected, equal_nan=True, rtol=0, atol=0)

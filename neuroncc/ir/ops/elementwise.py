@@ -140,8 +140,28 @@ def _div(a: np.ndarray, b: np.ndarray, rounding_mode: str = "none") -> np.ndarra
             return np.floor_divide(a, b)
         quotient = np.floor_divide(a, b)  # truncate toward zero: fix up negative inexact quotients
         return quotient + ((quotient < 0) & (quotient * b != a))
-    quotient = np.true_divide(a, b)
-    return np.floor(quotient) if rounding_mode == "floor" else np.trunc(quotient)
+    if rounding_mode == "floor":
+        return _div_floor_float(a, b)
+    return np.trunc(np.true_divide(a, b))
+
+
+def _div_floor_float(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Python's ``a // b`` for floats, as PyTorch computes it: from fmod, not floor(a / b).
+
+    floor(a / b) is wrong when a / b rounds up to an integer (1 // 0.1 is 9, but 1 / 0.1 rounds to 10.0), and
+    fmod-based floor division of inf is NaN. Mirrors ``div_floor_floating_vec`` in ATen.
+    """
+    a, b = np.broadcast_arrays(a, b)
+    quotient = a / b
+    mod = np.fmod(a, b)
+    # ATen's fix-up for an infinite quotient of finite operands: divide a itself, so the result stays inf
+    numerator = np.where(np.isinf(quotient) & ~np.isinf(a), a, a - mod)
+    div = numerator / b
+    div = np.where((mod != 0) & ((b < 0) != (mod < 0)), div - 1, div)
+    floordiv = np.floor(div)
+    floordiv = np.where(div - floordiv > 0.5, floordiv + 1, floordiv)
+    floordiv = np.where(div == 0, np.copysign(np.zeros_like(div), quotient), floordiv)
+    return np.where(b == 0, quotient, floordiv)
 
 
 def _pow(a: np.ndarray, b: np.ndarray) -> np.ndarray:
