@@ -67,3 +67,9 @@ def test_float_floor_division_matches_torch(dtype):
     expected = torch.div(ta, tb, rounding_mode="floor")
     (out,) = run("div", [(ta.float().numpy(), dtype), (tb.float().numpy(), dtype)], rounding_mode="floor")
     torch.testing.assert_close(torch.from_numpy(out).to(expected.dtype), expected, equal_nan=True, rtol=0, atol=0)
+
+
+def test_squeeze_with_negative_dims():
+    x = np.arange(6, dtype=np.float32).reshape(1, 6, 1)
+    (out,) = run("squeeze", [(x, F32)], dims=(0, -1))
+    assert out.shape == tuple(torch.from_numpy(x).squeeze((0, -1)).shape) == (6,)

@@ -100,7 +100,8 @@ def _infer_squeeze(types: tuple[TensorType, ...], attrs: Attrs) -> TensorType:
 
 
 def _squeeze(x, dims):
-    return x.reshape(tuple(s for i, s in enumerate(x.shape) if i not in set(dims)))
+    dropped = {d % x.ndim for d in dims} if x.ndim else set()  # the type rule accepts negative dims
+    return x.reshape(tuple(s for i, s in enumerate(x.shape) if i not in dropped))
 
 
 def _infer_unsqueeze(types: tuple[TensorType, ...], attrs: Attrs) -> TensorType:
