@@ -73,3 +73,16 @@ def test_squeeze_with_negative_dims():
     x = np.arange(6, dtype=np.float32).reshape(1, 6, 1)
     (out,) = run("squeeze", [(x, F32)], dims=(0, -1))
     assert out.shape == tuple(torch.from_numpy(x).squeeze((0, -1)).shape) == (6,)
+
+
+def test_constant_pad_of_a_0_dim_tensor_is_a_copy():
+    (out,) = run("constant_pad", [(np.array(3.0, np.float32), F32)], pad=())
+    assert out.shape == () and out == 3.0
+
+
+@pytest.mark.parametrize("pad", [(-4, 5), (-2, -2), (1, -4)])
+def test_constant_pad_refuses_to_crop_more_than_the_dimension_holds(pad):
+    with pytest.raises(RuntimeError):
+        torch.nn.functional.pad(torch.zeros(3), pad)
+    with pytest.raises(TypeInferenceError, match="op 'constant_pad'"):
+        infer("constant_pad", TensorType((3,), F32), pad=pad)

@@ -145,7 +145,11 @@ def _infer_pad(types: tuple[TensorType, ...], attrs: Attrs) -> TensorType:
     shape = list(t.shape)
     for i in range(len(pad) // 2):
         d = t.rank - 1 - i  # pairs start at the last dimension, as in torch.nn.functional.pad
-        shape[d] += pad[2 * i] + pad[2 * i + 1]
+        before, after = pad[2 * i], pad[2 * i + 1]
+        # negative pads crop first (PyTorch narrows the input), and cannot crop more than the dimension holds
+        if t.shape[d] + min(before, 0) + min(after, 0) < 0:
+            raise fail("constant_pad", f"pad {list(pad)} crops more than the {t.shape[d]} elements of dimension {d}")
+        shape[d] += before + after
         if shape[d] < 0:
             raise fail("constant_pad", f"pad {list(pad)} leaves dimension {d} with negative size")
     if isinstance(attrs["value"], float) and not t.dtype.is_float:
@@ -154,6 +158,8 @@ def _infer_pad(types: tuple[TensorType, ...], attrs: Attrs) -> TensorType:
 
 
 def _constant_pad(x, pad, value):
+    if x.ndim == 0:
+        return x.copy()  # nothing to pad (np.pad refuses an empty list of widths)
     widths = [(0, 0)] * x.ndim
     crops = [slice(None)] * x.ndim
     for i in range(len(pad) // 2):
