@@ -86,3 +86,19 @@ def test_constant_pad_refuses_to_crop_more_than_the_dimension_holds(pad):
         torch.nn.functional.pad(torch.zeros(3), pad)
     with pytest.raises(TypeInferenceError, match="op 'constant_pad'"):
         infer("constant_pad", TensorType((3,), F32), pad=pad)
+
+
+@pytest.mark.parametrize("name, operand, attrs", [
+    ("full", None, {"shape": (2,), "dtype": DType.u8, "value": 300}),
+    ("full", None, {"shape": (2,), "dtype": DType.i32, "value": float("inf")}),
+    ("full", None, {"shape": (2,), "dtype": DType.i32, "value": float("nan")}),
+    ("full", None, {"shape": (2,), "dtype": DType.f16, "value": 1e6}),
+    ("constant_pad", TensorType((2,), DType.u8), {"pad": (1, 1), "value": -1}),
+    ("clamp", TensorType((2,), DType.u8), {"min": -1}),
+    ("clamp", TensorType((2,), DType.i32), {"max": 2**40}),
+    ("clamp", TensorType((2,), DType.i64), {"min": 0.5}),  # torch would return a float tensor
+])
+def test_scalar_attributes_must_fit_the_element_type(name, operand, attrs):
+    # numpy wrapped these around, overflowed or raised OverflowError/ValueError at run time
+    with pytest.raises(TypeInferenceError, match=f"op '{name}'"):
+        infer(name, *([operand] if operand else []), **attrs)

@@ -13,7 +13,7 @@ import numpy as np
 
 from neuroncc.ir.attrs import Attrs
 from neuroncc.ir.dtypes import DType
-from neuroncc.ir.opdef import AttrSpec, Category, OpDef, broadcast_shapes, fail, same_dtype
+from neuroncc.ir.opdef import AttrSpec, Category, OpDef, broadcast_shapes, check_scalar, fail, same_dtype
 from neuroncc.ir.types import TensorType
 
 _erf = np.frompyfunc(math.erf, 1, 1)
@@ -219,6 +219,14 @@ def _infer_clamp(types: tuple[TensorType, ...], attrs: Attrs) -> TensorType:
     (t,) = types
     if t.dtype.is_bool:
         raise fail("clamp", "operand #0 must be numeric, got bool")
+    for key in ("min", "max"):
+        bound = attrs[key]
+        if bound is None:
+            continue
+        if t.dtype.is_int and isinstance(bound, float):
+            # torch.clamp(int_tensor, min=0.5) returns a float tensor: the front end casts first
+            raise fail("clamp", f"{key}={bound} is a float bound for a {t.dtype.value} tensor (cast the operand)")
+        check_scalar("clamp", key, bound, t.dtype)
     return t.contiguous()
 
 

@@ -13,7 +13,7 @@ import math
 import numpy as np
 
 from neuroncc.ir.attrs import Attrs
-from neuroncc.ir.opdef import AttrSpec, Category, OpDef, fail, normalize_dim, same_dtype
+from neuroncc.ir.opdef import AttrSpec, Category, OpDef, check_scalar, fail, normalize_dim, same_dtype
 from neuroncc.ir.types import TensorType, contiguous_strides
 
 
@@ -154,6 +154,7 @@ def _infer_pad(types: tuple[TensorType, ...], attrs: Attrs) -> TensorType:
             raise fail("constant_pad", f"pad {list(pad)} leaves dimension {d} with negative size")
     if isinstance(attrs["value"], float) and not t.dtype.is_float:
         raise fail("constant_pad", f"float pad value {attrs['value']} for {t.dtype.value} tensor")
+    check_scalar("constant_pad", "pad value", attrs["value"], t.dtype)
     return TensorType(tuple(shape), t.dtype)
 
 
