@@ -102,3 +102,16 @@ def test_scalar_attributes_must_fit_the_element_type(name, operand, attrs):
     # numpy wrapped these around, overflowed or raised OverflowError/ValueError at run time
     with pytest.raises(TypeInferenceError, match=f"op '{name}'"):
         infer(name, *([operand] if operand else []), **attrs)
+
+
+def test_flip_of_a_0_dim_tensor():
+    (out,) = run("flip", [(np.array(3.0, np.float32), F32)], dims=(0,))
+    assert out.shape == () and out == torch.flip(torch.tensor(3.0), [0]).item()
+
+
+@pytest.mark.parametrize("dims", [(0, 0), (1, -1)])
+def test_flip_refuses_repeated_dims(dims):
+    with pytest.raises(RuntimeError, match="multiple times"):
+        torch.flip(torch.zeros(2, 3), dims)
+    with pytest.raises(TypeInferenceError, match="op 'flip'"):
+        infer("flip", TensorType((2, 3), F32), dims=dims)

@@ -180,9 +180,14 @@ def _infer_same(name: str):
 
 def _infer_flip(types: tuple[TensorType, ...], attrs: Attrs) -> TensorType:
     (t,) = types
-    for d in attrs["dims"]:
-        normalize_dim("flip", d, t.rank)
+    dims = [normalize_dim("flip", d, t.rank) for d in attrs["dims"]]
+    if len(set(dims)) != len(dims):
+        raise fail("flip", f"dims {list(attrs['dims'])} name a dimension twice")
     return t.contiguous()
+
+
+def _flip(x, dims):
+    return np.flip(x, dims) if x.ndim else x.copy()  # a 0-dim tensor accepts dim 0/-1 but np.flip does not
 
 
 def _infer_slice_scatter(types: tuple[TensorType, ...], attrs: Attrs) -> TensorType:
@@ -283,7 +288,7 @@ OPS = (
           "pad (or crop, with negative pads) with a constant, last dim first"),
     OpDef("copy", Category.MOVEMENT, (1, 1), _infer_same("copy"), lambda x: np.array(x, copy=True), {},
           "a fresh contiguous copy"),
-    OpDef("flip", Category.MOVEMENT, (1, 1), _infer_flip, lambda x, dims: np.flip(x, dims), {"dims": AttrSpec("ints")},
+    OpDef("flip", Category.MOVEMENT, (1, 1), _infer_flip, _flip, {"dims": AttrSpec("ints")},
           "reverse along dims"),
     OpDef("slice_scatter", Category.MOVEMENT, (2, 2), _infer_slice_scatter, _slice_scatter, _SLICE_ATTRS,
           "base with base[start:end:step] along dim replaced by src"),
