@@ -115,3 +115,14 @@ def test_flip_refuses_repeated_dims(dims):
         torch.flip(torch.zeros(2, 3), dims)
     with pytest.raises(TypeInferenceError, match="op 'flip'"):
         infer("flip", TensorType((2, 3), F32), dims=dims)
+
+
+@pytest.mark.parametrize("name, attrs", [
+    ("expand", {"shape": (-1,)}),
+    ("expand", {"shape": (2, -1)}),
+    ("as_strided", {"shape": (-2,), "strides": (1,)}),
+])
+def test_negative_sizes_are_type_errors(name, attrs):
+    # TensorType's own ValueError escaped from these type rules
+    with pytest.raises(TypeInferenceError, match=f"op '{name}'.*negative size"):
+        infer(name, TensorType((2, 1)[: len(attrs["shape"])] or (), F32), **attrs)

@@ -38,6 +38,8 @@ def _infer_permute(types: tuple[TensorType, ...], attrs: Attrs) -> TensorType:
 def _infer_expand(types: tuple[TensorType, ...], attrs: Attrs) -> TensorType:
     (t,) = types
     shape = attrs["shape"]
+    if any(s < 0 for s in shape):
+        raise fail("expand", f"shape {list(shape)} has a negative size (the front end resolves -1)")
     if len(shape) < t.rank:
         raise fail("expand", f"cannot expand {list(t.shape)} to fewer dims {list(shape)}")
     padded = (1,) * (len(shape) - t.rank) + t.shape
@@ -231,6 +233,8 @@ def _infer_as_strided(types: tuple[TensorType, ...], attrs: Attrs) -> TensorType
     shape, strides, offset = attrs["shape"], attrs["strides"], attrs["offset"]
     if len(shape) != len(strides):
         raise fail("as_strided", f"shape {list(shape)} and strides {list(strides)} differ in rank")
+    if any(s < 0 for s in shape):
+        raise fail("as_strided", f"shape {list(shape)} has a negative size")
     if any(s < 0 for s in strides) or offset < 0:
         raise fail("as_strided", "strides and offset must be non-negative")
     if math.prod(shape) and offset + sum((n - 1) * s for n, s in zip(shape, strides)) >= t.numel:
