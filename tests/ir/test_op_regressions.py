@@ -126,3 +126,23 @@ def test_negative_sizes_are_type_errors(name, attrs):
     # TensorType's own ValueError escaped from these type rules
     with pytest.raises(TypeInferenceError, match=f"op '{name}'.*negative size"):
         infer(name, TensorType((2, 1)[: len(attrs["shape"])] or (), F32), **attrs)
+
+
+def test_gather_with_an_index_smaller_than_the_input():
+    x = np.arange(20, dtype=np.float32).reshape(4, 5)
+    index = np.array([[1, 2, 3], [0, 0, -1]])
+    (out,) = run("gather", [(x, F32), (index, DType.i64)], dim=0)
+    expected = torch.gather(torch.from_numpy(x), 0, torch.from_numpy(index % 4))
+    np.testing.assert_array_equal(out, expected.numpy())
+
+
+def test_gather_index_out_of_range_is_an_error_not_a_wrap():
+    from neuroncc.ir import InterpreterError
+
+    with pytest.raises(InterpreterError, match="op 'gather': index out of range.*index 5"):
+        run("gather", [(np.zeros((3, 2), np.float32), F32), (np.array([[5, 0]]), DType.i64)], dim=0)
+
+
+def test_gather_refuses_an_index_larger_than_the_input_outside_dim():
+    with pytest.raises(TypeInferenceError, match="op 'gather'"):
+        infer("gather", TensorType((2, 3), F32), TensorType((2, 4), DType.i64), dim=0)
