@@ -146,3 +146,17 @@ def test_gather_index_out_of_range_is_an_error_not_a_wrap():
 def test_gather_refuses_an_index_larger_than_the_input_outside_dim():
     with pytest.raises(TypeInferenceError, match="op 'gather'"):
         infer("gather", TensorType((2, 3), F32), TensorType((2, 4), DType.i64), dim=0)
+
+
+def test_scatter_refuses_an_index_larger_than_the_input_outside_dim():
+    with pytest.raises(RuntimeError):
+        torch.scatter(torch.zeros(2, 3), 0, torch.zeros(2, 4, dtype=torch.int64), torch.zeros(2, 4))
+    with pytest.raises(TypeInferenceError, match="op 'scatter'"):
+        infer("scatter", TensorType((2, 3), F32), TensorType((2, 4), DType.i64), TensorType((2, 4), F32), dim=0)
+
+
+def test_scatter_into_a_0_dim_tensor():
+    x, src = np.array(1.0, np.float32), np.array(5.0, np.float32)
+    for reduce, fn in (("none", torch.scatter), ("add", torch.scatter_add)):
+        (out,) = run("scatter", [(x, F32), (np.array(0), DType.i64), (src, F32)], dim=0, reduce=reduce)
+        assert out == fn(torch.tensor(1.0), 0, torch.tensor(0), torch.tensor(5.0)).item()

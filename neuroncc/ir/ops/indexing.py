@@ -62,6 +62,9 @@ def _infer_scatter(types: tuple[TensorType, ...], attrs: Attrs) -> TensorType:
         raise fail("scatter", f"input, index and src must have one rank, got {x.rank}, {index.rank}, {src.rank}")
     if any(i > s for i, s in zip(index.shape, src.shape)):
         raise fail("scatter", f"index {list(index.shape)} is larger than src {list(src.shape)}")
+    dim = normalize_dim("scatter", attrs["dim"], x.rank)
+    if any(i > s for d, (i, s) in enumerate(zip(index.shape, x.shape)) if d != dim):
+        raise fail("scatter", f"index {list(index.shape)} is larger than the input {list(x.shape)} outside dim {dim}")
     return x.contiguous()
 
 
@@ -69,8 +72,12 @@ def _scatter(x, index, src, dim, reduce):
     out = x.copy()
     if index.size == 0:
         return out
+    if x.ndim == 0:  # one element: index must address it
+        checked_indices(index, 1, 0)
+        return out + src if reduce == "add" else src.copy()
+    dim %= x.ndim
     grids = list(np.indices(index.shape, sparse=True))
-    grids[dim] = index.astype(np.int64)
+    grids[dim] = checked_indices(index, x.shape[dim], dim)
     values = src[tuple(slice(0, n) for n in index.shape)]
     if reduce == "add":
         np.add.at(out, tuple(grids), values)
