@@ -160,3 +160,19 @@ def test_scatter_into_a_0_dim_tensor():
     for reduce, fn in (("none", torch.scatter), ("add", torch.scatter_add)):
         (out,) = run("scatter", [(x, F32), (np.array(0), DType.i64), (src, F32)], dim=0, reduce=reduce)
         assert out == fn(torch.tensor(1.0), 0, torch.tensor(0), torch.tensor(5.0)).item()
+
+
+def test_split_refuses_0_dim_tensors():
+    # the type rule indexed the shape of a 0-dim tensor (IndexError)
+    with pytest.raises(TypeInferenceError, match="op 'split'"):
+        infer("split", TensorType((), F32), dim=0, sizes=(1,))
+
+
+def test_split_into_no_pieces():
+    b = Builder()
+    x = b.param(TensorType((2, 0), F32))
+    op = b.emit("split", [x], Attrs(dim=1, sizes=()))
+    assert op.results == () and len(torch.split_with_sizes(torch.zeros(2, 0), [], 1)) == 0
+    from neuroncc.ir.interpreter import run_op
+
+    assert run_op(op, [np.zeros((2, 0), np.float32)]) == ()

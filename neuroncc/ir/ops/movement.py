@@ -128,6 +128,8 @@ def _infer_cat(types: tuple[TensorType, ...], attrs: Attrs) -> TensorType:
 
 def _infer_split(types: tuple[TensorType, ...], attrs: Attrs) -> tuple[TensorType, ...]:
     (t,) = types
+    if t.rank == 0:
+        raise fail("split", "cannot split a 0-dim tensor")
     dim = normalize_dim("split", attrs["dim"], t.rank)
     sizes = attrs["sizes"]
     if sum(sizes) != t.shape[dim] or any(s < 0 for s in sizes):
@@ -136,7 +138,8 @@ def _infer_split(types: tuple[TensorType, ...], attrs: Attrs) -> tuple[TensorTyp
 
 
 def _split(x, dim, sizes):
-    return tuple(np.split(x, np.cumsum(sizes)[:-1], axis=dim))
+    bounds = np.cumsum((0, *sizes))  # one piece per size, even for sizes=[] (np.split would return x itself)
+    return tuple(_slice(x, dim % x.ndim, int(a), int(b), 1) for a, b in zip(bounds, bounds[1:]))
 
 
 def _infer_pad(types: tuple[TensorType, ...], attrs: Attrs) -> TensorType:
