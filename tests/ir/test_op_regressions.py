@@ -176,3 +176,13 @@ def test_split_into_no_pieces():
     from neuroncc.ir.interpreter import run_op
 
     assert run_op(op, [np.zeros((2, 0), np.float32)]) == ()
+
+
+@pytest.mark.parametrize("name, types", [
+    ("addmm", [TensorType((), F32)] * 3),
+    ("convolution_backward", [TensorType((1, 3, 4), F32), TensorType((1, 2, 5), F32), TensorType((3, 2, 2), DType.f16)]),
+])
+def test_errors_of_shared_type_rules_name_the_op_itself(name, types):
+    # they named 'mm' and 'convolution', whose rules they reuse
+    with pytest.raises(TypeInferenceError, match=f"^op '{name}'"):
+        infer(name, *types, **({"stride": (1,), "padding": (0,), "dilation": (1,)} if "conv" in name else {}))

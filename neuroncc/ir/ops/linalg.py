@@ -18,13 +18,13 @@ def _wide(x: np.ndarray) -> np.ndarray:
     return x.astype(np.float64) if x.dtype.kind == "f" else x
 
 
-def _infer_mm(types: tuple[TensorType, ...], attrs: Attrs) -> TensorType:
+def _infer_mm(types: tuple[TensorType, ...], attrs: Attrs, op: str = "mm") -> TensorType:
     a, b = types
-    dtype = same_dtype("mm", types)
+    dtype = same_dtype(op, types)
     if a.rank != 2 or b.rank != 2:
-        raise fail("mm", f"operands must be 2-d, got {a} and {b}")
+        raise fail(op, f"operands must be 2-d, got {a} and {b}")
     if a.shape[1] != b.shape[0]:
-        raise fail("mm", f"contraction sizes differ: {list(a.shape)} @ {list(b.shape)}")
+        raise fail(op, f"contraction sizes differ: {list(a.shape)} @ {list(b.shape)}")
     return TensorType((a.shape[0], b.shape[1]), dtype)
 
 
@@ -41,7 +41,7 @@ def _infer_bmm(types: tuple[TensorType, ...], attrs: Attrs) -> TensorType:
 def _infer_addmm(types: tuple[TensorType, ...], attrs: Attrs) -> TensorType:
     bias, a, b = types
     same_dtype("addmm", types)
-    out = _infer_mm((a, b), attrs)
+    out = _infer_mm((a, b), attrs, "addmm")
     from neuroncc.ir.opdef import broadcast_shapes
 
     if broadcast_shapes("addmm", bias.shape, out.shape) != out.shape:
@@ -88,33 +88,33 @@ def _spatial_attrs(op: str, attrs: Attrs, nspatial: int) -> tuple[tuple[int, ...
     return expand("stride", 1), expand("padding", 0), expand("dilation", 1), expand("output_padding", 0)
 
 
-def _infer_conv(types: tuple[TensorType, ...], attrs: Attrs) -> TensorType:
+def _infer_conv(types: tuple[TensorType, ...], attrs: Attrs, op: str = "convolution") -> TensorType:
     x, w = types[0], types[1]
-    dtype = same_dtype("convolution", types)
+    dtype = same_dtype(op, types)
     if x.rank not in (3, 4) or w.rank != x.rank:
-        raise fail("convolution", f"expects 1-d or 2-d convolution (rank-3/4 input and weight), got {x} and {w}")
+        raise fail(op, f"expects 1-d or 2-d convolution (rank-3/4 input and weight), got {x} and {w}")
     nspatial, groups = x.rank - 2, attrs["groups"]
-    stride, padding, dilation, output_padding = _spatial_attrs("convolution", attrs, nspatial)
+    stride, padding, dilation, output_padding = _spatial_attrs(op, attrs, nspatial)
     if groups < 1 or x.shape[1] % groups:
-        raise fail("convolution", f"input channels {x.shape[1]} are not divisible by groups={groups}")
+        raise fail(op, f"input channels {x.shape[1]} are not divisible by groups={groups}")
     if attrs["transposed"]:
         if w.shape[0] != x.shape[1]:
-            raise fail("convolution", f"transposed weight {list(w.shape)} needs {x.shape[1]} input channels")
+            raise fail(op, f"transposed weight {list(w.shape)} needs {x.shape[1]} input channels")
         out_channels = w.shape[1] * groups
     else:
         if w.shape[1] * groups != x.shape[1]:
-            raise fail("convolution", f"weight {list(w.shape)} expects {w.shape[1] * groups} input channels, "
-                                      f"input has {x.shape[1]}")
+            raise fail(op, f"weight {list(w.shape)} expects {w.shape[1] * groups} input channels, "
+                                 f"input has {x.shape[1]}")
         out_channels = w.shape[0]
     if len(types) == 3 and types[2].shape != (out_channels,):
-        raise fail("convolution", f"bias must have shape [{out_channels}], got {list(types[2].shape)}")
+        raise fail(op, f"bias must have shape [{out_channels}], got {list(types[2].shape)}")
     spatial = tuple(
         conv_output_size(x.shape[2 + i], w.shape[2 + i], stride[i], padding[i], dilation[i], attrs["transposed"],
                          output_padding[i])
         for i in range(nspatial)
     )
     if any(s <= 0 for s in spatial):
-        raise fail("convolution", f"output spatial size {list(spatial)} is not positive")
+        raise fail(op, f"output spatial size {list(spatial)} is not positive")
     return TensorType((x.shape[0], out_channels, *spatial), dtype)
 
 
@@ -201,7 +201,7 @@ def _infer_conv_backward(types: tuple[TensorType, ...], attrs: Attrs) -> tuple[T
     grad, x, w = types
     if attrs["transposed"]:
         raise fail("convolution_backward", "transposed convolution backward is not supported")
-    forward = _infer_conv((x, w), attrs)
+    forward = _infer_conv((x, w), attrs, "convolution_backward")
     if forward.shape != grad.shape or grad.dtype != x.dtype:
         raise fail("convolution_backward", f"grad_output {grad} does not match the forward output {forward}")
     mask = attrs["output_mask"]
