@@ -186,3 +186,19 @@ def test_errors_of_shared_type_rules_name_the_op_itself(name, types):
     # they named 'mm' and 'convolution', whose rules they reuse
     with pytest.raises(TypeInferenceError, match=f"^op '{name}'"):
         infer(name, *types, **({"stride": (1,), "padding": (0,), "dilation": (1,)} if "conv" in name else {}))
+
+
+@pytest.mark.parametrize("groups, channels, out_channels", [(1, 2, 3), (2, 2, 4), (1, 3, 3)])
+def test_convolution_backward_input_gradient_matches_torch(groups, channels, out_channels):
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((2, channels, 6, 5)).astype(np.float32)
+    w = rng.standard_normal((out_channels, channels // groups, 2, 3)).astype(np.float32)
+    conv = dict(stride=(2, 1), padding=(1, 0), dilation=(1, 2), groups=groups)
+    tx, tw = torch.from_numpy(x).requires_grad_(), torch.from_numpy(w).requires_grad_()
+    out = torch.nn.functional.conv2d(tx, tw, None, **conv)
+    grad = torch.from_numpy(rng.standard_normal(out.shape).astype(np.float32))
+    out.backward(grad)
+    gx, gw, gb = run("convolution_backward", [(grad.numpy(), F32), (x, F32), (w, F32)], **conv)
+    torch.testing.assert_close(torch.from_numpy(gx), tx.grad)
+    torch.testing.assert_close(torch.from_numpy(gw), tw.grad)
+    torch.testing.assert_close(torch.from_numpy(gb), grad.sum((0, 2, 3)))
