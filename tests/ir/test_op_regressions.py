@@ -202,3 +202,11 @@ def test_convolution_backward_input_gradient_matches_torch(groups, channels, out
     torch.testing.assert_close(torch.from_numpy(gx), tx.grad)
     torch.testing.assert_close(torch.from_numpy(gw), tw.grad)
     torch.testing.assert_close(torch.from_numpy(gb), grad.sum((0, 2, 3)))
+
+
+def test_addmm_with_beta_zero_ignores_nan_in_the_bias():
+    bias = np.array([[np.nan, np.inf]], np.float32)
+    a, b = np.ones((1, 2), np.float32), np.ones((2, 2), np.float32)
+    (out,) = run("addmm", [(bias, F32), (a, F32), (b, F32)], beta=0.0)
+    expected = torch.addmm(*map(torch.from_numpy, (bias, a, b)), beta=0)
+    np.testing.assert_array_equal(out, expected.numpy())

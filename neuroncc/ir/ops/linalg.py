@@ -54,7 +54,10 @@ def _mm(a, b):
 
 
 def _addmm(bias, a, b, beta, alpha):
-    return beta * _wide(bias) + alpha * (_wide(a) @ _wide(b))
+    product = alpha * (_wide(a) @ _wide(b))
+    if beta == 0:  # torch.addmm ignores the bias when beta is 0: its NaN and inf do not propagate
+        return np.broadcast_to(product, product.shape).copy()
+    return beta * _wide(bias) + product
 
 
 # ---- convolution ---------------------------------------------------------------------------------------
