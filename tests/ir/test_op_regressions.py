@@ -210,3 +210,17 @@ def test_addmm_with_beta_zero_ignores_nan_in_the_bias():
     (out,) = run("addmm", [(bias, F32), (a, F32), (b, F32)], beta=0.0)
     expected = torch.addmm(*map(torch.from_numpy, (bias, a, b)), beta=0)
     np.testing.assert_array_equal(out, expected.numpy())
+
+
+@pytest.mark.parametrize("name, types, attrs", [
+    ("mm", [TensorType((2, 2), DType.bool)] * 2, {}),
+    ("bmm", [TensorType((1, 2, 2), DType.bool)] * 2, {}),
+    ("addmm", [TensorType((2, 2), DType.bool)] * 3, {}),
+    ("addmm", [TensorType((2, 2), DType.i64)] * 3, {"alpha": 0.5}),
+    ("convolution", [TensorType((1, 2, 5), DType.i64), TensorType((3, 2, 2), DType.i64)],
+     {"stride": (1,), "padding": (0,), "dilation": (1,)}),
+])
+def test_contractions_refuse_what_torch_has_no_kernel_for(name, types, attrs):
+    # numpy happily multiplies bools (logical and/or) and truncates float alphas on integer products
+    with pytest.raises(TypeInferenceError, match=f"op '{name}'"):
+        infer(name, *types, **attrs)

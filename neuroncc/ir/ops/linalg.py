@@ -7,9 +7,12 @@ Convolution follows ``aten.convolution``: input [N, C, *spatial], weight [O, C/g
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from neuroncc.ir.attrs import Attrs
+from neuroncc.ir.dtypes import DType
 from neuroncc.ir.opdef import AttrSpec, Category, OpDef, fail, same_dtype
 from neuroncc.ir.types import TensorType
 
@@ -18,9 +21,17 @@ def _wide(x: np.ndarray) -> np.ndarray:
     return x.astype(np.float64) if x.dtype.kind == "f" else x
 
 
+def _numeric_dtype(op: str, types: tuple[TensorType, ...], *, floats_only: bool = False) -> DType:
+    """The operands' one element type; PyTorch has no bool (and no integer convolution) kernels."""
+    dtype = same_dtype(op, types)
+    if dtype.is_bool or (floats_only and not dtype.is_float):
+        raise fail(op, f"operands must be {'float' if floats_only else 'numeric'}, got {dtype.value}")
+    return dtype
+
+
 def _infer_mm(types: tuple[TensorType, ...], attrs: Attrs, op: str = "mm") -> TensorType:
     a, b = types
-    dtype = same_dtype(op, types)
+    dtype = _numeric_dtype(op, types)
     if a.rank != 2 or b.rank != 2:
         raise fail(op, f"operands must be 2-d, got {a} and {b}")
     if a.shape[1] != b.shape[0]:
@@ -30,7 +41,7 @@ def _infer_mm(types: tuple[TensorType, ...], attrs: Attrs, op: str = "mm") -> Te
 
 def _infer_bmm(types: tuple[TensorType, ...], attrs: Attrs) -> TensorType:
     a, b = types
-    dtype = same_dtype("bmm", types)
+    dtype = _numeric_dtype("bmm", types)
     if a.rank != 3 or b.rank != 3:
         raise fail("bmm", f"operands must be 3-d, got {a} and {b}")
     if a.shape[0] != b.shape[0] or a.shape[2] != b.shape[1]:
@@ -40,7 +51,11 @@ def _infer_bmm(types: tuple[TensorType, ...], attrs: Attrs) -> TensorType:
 
 def _infer_addmm(types: tuple[TensorType, ...], attrs: Attrs) -> TensorType:
     bias, a, b = types
-    same_dtype("addmm", types)
+    dtype = _numeric_dtype("addmm", types)
+    integral = all(math.isfinite(attrs[k]) and attrs[k] == int(attrs[k]) for k in ("beta", "alpha"))
+    if not dtype.is_float and not integral:
+        raise fail("addmm", f"beta and alpha must be integers for {dtype.value} operands, "
+                            f"got {attrs['beta']} and {attrs['alpha']}")
     out = _infer_mm((a, b), attrs, "addmm")
     from neuroncc.ir.opdef import broadcast_shapes
 
@@ -56,7 +71,7 @@ def _mm(a, b):
 def _addmm(bias, a, b, beta, alpha):
     product = alpha * (_wide(a) @ _wide(b))
     if beta == 0:  # torch.addmm ignores the bias when beta is 0: its NaN and inf do not propagate
-        return np.broadcast_to(product, product.shape).copy()
+        return product
     return beta * _wide(bias) + product
 
 
@@ -93,7 +108,7 @@ def _spatial_attrs(op: str, attrs: Attrs, nspatial: int) -> tuple[tuple[int, ...
 
 def _infer_conv(types: tuple[TensorType, ...], attrs: Attrs, op: str = "convolution") -> TensorType:
     x, w = types[0], types[1]
-    dtype = same_dtype(op, types)
+    dtype = _numeric_dtype(op, types, floats_only=True)
     if x.rank not in (3, 4) or w.rank != x.rank:
         raise fail(op, f"expects 1-d or 2-d convolution (rank-3/4 input and weight), got {x} and {w}")
     nspatial, groups = x.rank - 2, attrs["groups"]
