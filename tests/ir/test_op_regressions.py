@@ -224,3 +224,15 @@ def test_contractions_refuse_what_torch_has_no_kernel_for(name, types, attrs):
     # numpy happily multiplies bools (logical and/or) and truncates float alphas on integer products
     with pytest.raises(TypeInferenceError, match=f"op '{name}'"):
         infer(name, *types, **attrs)
+
+
+@pytest.mark.parametrize("name, types, attrs", [
+    ("div", [TensorType((), F32)] * 2, {"rounding_mode": "x\ny"}),
+    ("gelu", [TensorType((), F32)], {"approximate": "x\ny"}),
+    ("scatter", [TensorType((2,), F32), TensorType((2,), DType.i64), TensorType((2,), F32)],
+     {"dim": 0, "reduce": "x\ny"}),
+])
+def test_errors_quote_string_attributes_on_one_line(name, types, attrs):
+    with pytest.raises(TypeInferenceError, match=f"op '{name}'") as info:
+        infer(name, *types, **attrs)
+    assert "\n" not in str(info.value) and "'x\\ny'" in str(info.value)

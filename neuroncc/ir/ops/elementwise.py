@@ -65,7 +65,7 @@ def _unary(name: str, fn: Callable[..., np.ndarray], kind: str, *, to_bool: bool
         (t,) = types
         _check_kind(name, t, kind)
         if name == "gelu" and attrs["approximate"] not in ("none", "tanh"):
-            raise fail(name, f"approximate must be none or tanh, got '{attrs['approximate']}'")
+            raise fail(name, f"approximate must be none or tanh, got {attrs['approximate']!r}")
         return TensorType(t.shape, DType.bool if to_bool else t.dtype)
 
     return OpDef(name, Category.ELEMENTWISE, (1, 1), infer, fn, attrs or {}, doc or f"elementwise {name}")
@@ -126,7 +126,7 @@ def _binary(name: str, fn: Callable[..., np.ndarray], kind: str, *, to_bool: boo
         if name == "div" and attrs["rounding_mode"] == "none" and not dtype.is_float:
             raise fail(name, "true division needs a float element type (cast integer operands first)")
         if name == "div" and attrs["rounding_mode"] not in ("none", "floor", "trunc"):
-            raise fail(name, f"rounding_mode must be none, floor or trunc, got '{attrs['rounding_mode']}'")
+            raise fail(name, f"rounding_mode must be none, floor or trunc, got {attrs['rounding_mode']!r}")
         return TensorType(broadcast_shapes(name, a.shape, b.shape), DType.bool if to_bool else dtype)
 
     return OpDef(name, Category.ELEMENTWISE, (2, 2), infer, fn, attrs or {}, doc or f"elementwise {name}")

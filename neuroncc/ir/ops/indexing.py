@@ -57,7 +57,7 @@ def _infer_scatter(types: tuple[TensorType, ...], attrs: Attrs) -> TensorType:
     same_dtype("scatter", (x, src))
     normalize_dim("scatter", attrs["dim"], x.rank)
     if attrs["reduce"] not in ("none", "add"):
-        raise fail("scatter", f"reduce must be none or add, got '{attrs['reduce']}'")
+        raise fail("scatter", f"reduce must be none or add, got {attrs['reduce']!r}")
     if index.rank != x.rank or src.rank != x.rank:
         raise fail("scatter", f"input, index and src must have one rank, got {x.rank}, {index.rank}, {src.rank}")
     if any(i > s for i, s in zip(index.shape, src.shape)):
