@@ -236,3 +236,26 @@ def test_errors_quote_string_attributes_on_one_line(name, types, attrs):
     with pytest.raises(TypeInferenceError, match=f"op '{name}'") as info:
         infer(name, *types, **attrs)
     assert "\n" not in str(info.value) and "'x\\ny'" in str(info.value)
+
+
+_C1 = {"padding": (0,), "dilation": (1,)}
+
+
+@pytest.mark.parametrize("x, w, attrs", [
+    ((1, 2, 5), (3, 2, 2), {**_C1, "stride": (0,)}),  # ZeroDivisionError in the type rule
+    ((1, 2, 5), (3, 2, 2), {**_C1, "stride": (1,), "dilation": (0,)}),
+    ((1, 2, 5), (3, 2, 2), {**_C1, "stride": (1,), "padding": (-1,)}),
+    ((1, 2, 5), (2, 3, 2), {**_C1, "stride": (2,), "transposed": True, "output_padding": (2,)}),
+    ((1, 2, 3, 0), (2, 1, 1, 3), {"stride": (1,), "padding": (0,), "dilation": (1,), "transposed": True}),
+    ((1, 2, 5), (3, 2, 0), {**_C1, "stride": (1,)}),
+    ((1, 2, 5), (0, 2, 1), {**_C1, "stride": (1,)}),
+])
+def test_convolution_refuses_what_torch_refuses(x, w, attrs):
+    args = [[*attrs.get(k, d)] for k, d in (("stride", (1,)), ("padding", (0,)), ("dilation", (1,)))]
+    spatial = len(x) - 2
+    args = [a * spatial if len(a) == 1 else a for a in args]
+    with pytest.raises(RuntimeError):
+        torch.ops.aten.convolution(torch.zeros(x), torch.zeros(w), None, *args, attrs.get("transposed", False),
+                                   [*attrs.get("output_padding", (0,))] * spatial, 1)
+    with pytest.raises(TypeInferenceError, match="op 'convolution'"):
+        infer("convolution", TensorType(x, F32), TensorType(w, F32), **attrs)

@@ -113,6 +113,17 @@ def _infer_conv(types: tuple[TensorType, ...], attrs: Attrs, op: str = "convolut
         raise fail(op, f"expects 1-d or 2-d convolution (rank-3/4 input and weight), got {x} and {w}")
     nspatial, groups = x.rank - 2, attrs["groups"]
     stride, padding, dilation, output_padding = _spatial_attrs(op, attrs, nspatial)
+    # PyTorch's own checks (aten/src/ATen/native/Convolution.cpp): numpy would divide by zero or misindex
+    if min(stride) < 1 or min(dilation) < 1:
+        raise fail(op, f"stride {list(stride)} and dilation {list(dilation)} must be positive")
+    if min(padding) < 0 or min(output_padding) < 0:
+        raise fail(op, f"padding {list(padding)} and output_padding {list(output_padding)} must be non-negative")
+    if attrs["transposed"] and any(p >= max(s, d) for p, s, d in zip(output_padding, stride, dilation)):
+        raise fail(op, f"output_padding {list(output_padding)} must be smaller than stride or dilation")
+    if w.shape[0] == 0 or 0 in w.shape[2:]:
+        raise fail(op, f"weight {list(w.shape)} has no output channels or an empty kernel")
+    if 0 in x.shape[1:]:
+        raise fail(op, f"input {list(x.shape)} has no channels or an empty spatial dimension (only the batch may be 0)")
     if groups < 1 or x.shape[1] % groups:
         raise fail(op, f"input channels {x.shape[1]} are not divisible by groups={groups}")
     if attrs["transposed"]:
