@@ -303,11 +303,21 @@ class _Parser:
                 self.expect(",", "',' or '}' in the attribute list")
         return Attrs(values)
 
+    def parse_string(self, what: str) -> str:
+        """A JSON string literal (the printer writes strings with json.dumps)."""
+        self.skip()
+        pos = self.pos
+        literal = self.match(_STRING, what)
+        try:
+            return json.loads(literal)
+        except ValueError as exc:  # a bad escape such as \q or a truncated \u12
+            raise self.error(f"malformed string literal: {exc.msg}", pos) from None
+
     def parse_attr_value(self) -> object:
         self.skip()
         pos = self.pos
         if self.peek('"'):
-            return json.loads(self.match(_STRING, "a string"))
+            return self.parse_string("a string")
         if self.accept("["):
             items: list[object] = []
             if not self.accept("]"):
@@ -340,10 +350,10 @@ class _Parser:
         shape, dtype = self.parse_shape_dtype()
         self.expect(":")
         if kind == "resource":
-            name = json.loads(self.match(_STRING, "a resource name"))
+            name = self.parse_string("a resource name")
             self.expect(">")
             if name not in self.resources:
-                raise self.error(f"unknown resource '{name}' (its data was not supplied)", pos)
+                raise self.error(f"unknown resource {name!r} (its data was not supplied)", pos)
             data = np.asarray(self.resources[name])
             if data.shape != shape:
                 raise self.error(f"resource '{name}' has shape {list(data.shape)}, expected {list(shape)}", pos)

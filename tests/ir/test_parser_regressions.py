@@ -1,0 +1,25 @@
+"""Regression tests for parser and printer bugs found by the round-trip and malformed-input tests."""
+
+from __future__ import annotations
+
+import pytest
+
+from neuroncc.errors import ParseError
+from neuroncc.ir import parse
+
+
+def _constant(value: str, type_: str = "tensor<2xf32>") -> str:
+    return f"func @f() -> ({type_}) {{\n  %0 = constant {{value = {value}}} : {type_}\n  return %0\n}}\n"
+
+
+def _kernel_named(literal: str) -> str:
+    return ("func @f(%x: tensor<2xf32>) -> (tensor<2xf32>) {\n"
+            f"  %0 = kernel %x {{name = {literal}}} : tensor<2xf32> region(%a: tensor<2xf32>) {{\n"
+            "    return %a\n  }\n  return %0\n}\n")
+
+
+@pytest.mark.parametrize("literal", [r'"\q"', r'"\u12"', r'"\ud80"'])
+def test_bad_string_escapes_are_parse_errors(literal):
+    # json.loads' JSONDecodeError escaped from the parser
+    with pytest.raises(ParseError, match=r"2:\d+: malformed string literal"):
+        parse(_kernel_named(literal))
