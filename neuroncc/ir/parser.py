@@ -365,7 +365,22 @@ class _Parser:
         if len(values) != int(np.prod(shape)):
             raise self.error(f"dense constant has {len(values)} values but its shape {list(shape)} needs "
                              f"{int(np.prod(shape))}", pos)
+        for index, value in enumerate(values):
+            if not _fits_dense(value, dtype):
+                raise self.error(f"dense element #{index} ({value!r}) is not a {dtype.value} value", pos)
         return DenseAttr(np.array(values, dtype=dtype.compute).reshape(shape), dtype)
+
+
+def _fits_dense(value: object, dtype: DType) -> bool:
+    """Whether one element of an inline dense constant is a value of ``dtype`` (no silent truncation or wrap)."""
+    if dtype.is_bool:
+        return isinstance(value, bool)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    if dtype.is_float:
+        return True
+    info = np.iinfo(dtype.numpy)
+    return isinstance(value, int) and int(info.min) <= value <= int(info.max)
 
 
 def parse_module(text: str, *, source: str = "<nir>", resources: Mapping[str, np.ndarray] | None = None,

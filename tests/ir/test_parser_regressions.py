@@ -23,3 +23,18 @@ def test_bad_string_escapes_are_parse_errors(literal):
     # json.loads' JSONDecodeError escaped from the parser
     with pytest.raises(ParseError, match=r"2:\d+: malformed string literal"):
         parse(_kernel_named(literal))
+
+
+@pytest.mark.parametrize("value, type_", [
+    ('dense<2xf32: ["a", "b"]>', "tensor<2xf32>"),  # ValueError from numpy
+    ("dense<2xi32: [1099511627776, 2]>", "tensor<2xi32>"),  # OverflowError
+    ("dense<2xi32: [nan, 2]>", "tensor<2xi32>"),  # ValueError
+    ("dense<2xi32: [1.5, 2]>", "tensor<2xi32>"),  # silently truncated to 1
+    ("dense<2xi32: [[1], [2]]>", "tensor<2xi32>"),  # nested lists were accepted
+    ("dense<2xbool: [true, 2]>", "tensor<2xbool>"),
+    ("dense<2xf32: [true, 1.0]>", "tensor<2xf32>"),
+    ("dense<1xu8: [-1]>", "tensor<1xu8>"),  # wrapped to 255
+])
+def test_dense_elements_must_be_values_of_the_element_type(value, type_):
+    with pytest.raises(ParseError, match=r"2:\d+: dense element #\d"):
+        parse(_constant(value, type_))
