@@ -25,12 +25,15 @@ _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
 _NUMBER = re.compile(r"-?(?:inf|nan|\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?)")
 _SHAPE_DTYPE = re.compile(r"((?:\d+x)*)([a-z][a-z0-9]*)")
 _STRING = re.compile(r'"(?:[^"\\\n]|\\.)*"')
+#: How deeply attribute lists and regions may nest (deeper input is refused instead of exhausting Python's stack).
+MAX_NESTING = 64
 
 
 class _Parser:
     def __init__(self, text: str, source: str, resources: Mapping[str, np.ndarray]):
         self.text, self.source, self.resources = text, source, resources
         self.pos = 0
+        self.region_depth = 0
         self.op_locations: dict[int, tuple[int, int]] = {}
         self.declared_outputs: list[tuple[tuple[TensorType, ...], int]] = []
 
@@ -207,9 +210,13 @@ class _Parser:
             results.append(value)
         regions = []
         while self.keyword("region"):
+            if self.region_depth >= MAX_NESTING:
+                raise self.error(f"regions nested more than {MAX_NESTING} levels deep")
+            self.region_depth += 1
             region_scope: dict[str, Value] = {}  # regions are isolated from above: a fresh scope
             params = self.parse_params(region_scope)
             body, outputs, _ = self.parse_block(region_scope)
+            self.region_depth -= 1
             regions.append(Function(f"{op_name}_region", params, body, outputs))
         op = Op(op_name, tuple(operands), tuple(results), attrs, tuple(regions))
         self.op_locations[id(op)] = self.location(start)
@@ -313,16 +320,18 @@ class _Parser:
         except ValueError as exc:  # a bad escape such as \q or a truncated \u12
             raise self.error(f"malformed string literal: {exc.msg}", pos) from None
 
-    def parse_attr_value(self) -> object:
+    def parse_attr_value(self, depth: int = 0) -> object:
         self.skip()
         pos = self.pos
+        if depth > MAX_NESTING:
+            raise self.error(f"attribute value nested more than {MAX_NESTING} levels deep")
         if self.peek('"'):
             return self.parse_string("a string")
         if self.accept("["):
             items: list[object] = []
             if not self.accept("]"):
                 while True:
-                    items.append(self.parse_attr_value())
+                    items.append(self.parse_attr_value(depth + 1))
                     if self.accept("]"):
                         break
                     self.expect(",", "',' or ']'")

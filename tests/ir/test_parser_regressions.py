@@ -38,3 +38,18 @@ def test_bad_string_escapes_are_parse_errors(literal):
 def test_dense_elements_must_be_values_of_the_element_type(value, type_):
     with pytest.raises(ParseError, match=r"2:\d+: dense element #\d"):
         parse(_constant(value, type_))
+
+
+def test_deeply_nested_attribute_lists_are_a_parse_error():
+    # RecursionError escaped from the recursive-descent parser
+    with pytest.raises(ParseError, match="nested more than 64 levels"):
+        parse(_constant("dense<2xf32: " + "[" * 5000 + ">"))
+
+
+def test_deeply_nested_regions_are_a_parse_error():
+    depth = 400
+    head = "func @f(%x: tensor<2xf32>) -> (tensor<2xf32>) {\n"
+    body = "".join(f'%r{i} = kernel %{"x" if i == 0 else f"a{i - 1}"} {{name = "k"}} : tensor<2xf32> '
+                   f"region(%a{i}: tensor<2xf32>) {{\n" for i in range(depth))
+    with pytest.raises(ParseError, match="regions nested more than 64 levels"):
+        parse(head + body)
