@@ -364,6 +364,8 @@ class _Parser:
             if name not in self.resources:
                 raise self.error(f"unknown resource {name!r} (its data was not supplied)", pos)
             data = np.asarray(self.resources[name])
+            if data.dtype.kind not in "biuf":
+                raise self.error(f"resource {name!r} holds {data.dtype} data, not numbers", pos)
             if data.shape != shape:
                 raise self.error(f"resource '{name}' has shape {list(data.shape)}, expected {list(shape)}", pos)
             return DenseAttr(data, dtype)

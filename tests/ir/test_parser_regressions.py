@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from neuroncc.errors import ParseError
@@ -53,3 +54,9 @@ def test_deeply_nested_regions_are_a_parse_error():
                    f"region(%a{i}: tensor<2xf32>) {{\n" for i in range(depth))
     with pytest.raises(ParseError, match="regions nested more than 64 levels"):
         parse(head + body)
+
+
+@pytest.mark.parametrize("data", [np.array(["a", "b"]), np.array([None, 1], dtype=object)])
+def test_resources_must_hold_numbers(data):
+    with pytest.raises(ParseError, match="resource 'c' holds"):
+        parse(_constant('resource<2xf32: "c">'), resources={"c": data})
