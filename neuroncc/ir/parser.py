@@ -114,7 +114,7 @@ class _Parser:
         if not self.keyword("func"):
             raise self.error(f"expected 'func', found {self.describe_next()}")
         self.expect("@", "'@' and a function name")
-        name = self.match(_NAME, "function name")
+        name = self.parse_string("a function name") if self.peek('"') else self.match(_NAME, "function name")
         scope: dict[str, Value] = {}
         params = self.parse_params(scope)
         self.expect("->", "'->' and the result types")
@@ -300,7 +300,7 @@ class _Parser:
         if not self.accept("}"):
             while True:
                 pos = self.pos
-                key = self.match(_IDENT, "an attribute name")
+                key = self.parse_string("an attribute name") if self.peek('"') else self.match(_IDENT, "an attribute name")
                 if key in values:
                     raise self.error(f"attribute '{key}' given twice", pos)
                 self.expect("=", "'=' after the attribute name")

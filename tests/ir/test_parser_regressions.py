@@ -60,3 +60,16 @@ def test_deeply_nested_regions_are_a_parse_error():
 def test_resources_must_hold_numbers(data):
     with pytest.raises(ParseError, match="resource 'c' holds"):
         parse(_constant('resource<2xf32: "c">'), resources={"c": data})
+
+
+@pytest.mark.parametrize("name", ["my func", "", "f\n", "1x", "ünï", 'q"uote'])
+def test_function_names_and_metadata_keys_that_are_not_identifiers_round_trip(name):
+    from neuroncc.ir import Builder, DType, TensorType, print_function
+
+    b = Builder(name, metadata={name or "k": 1, "torch-version": "2.13"})
+    x = b.param(TensorType((2,), DType.f32), "x")
+    fn = b.build([b.op("relu", x)])
+    text = print_function(fn)  # printed "func @my func(" before, which does not parse
+    again = parse(text)
+    assert again.name == name and dict(again.metadata) == dict(fn.metadata)
+    assert print_function(again) == text
