@@ -300,7 +300,8 @@ class _Parser:
         if not self.accept("}"):
             while True:
                 pos = self.pos
-                key = self.parse_string("an attribute name") if self.peek('"') else self.match(_IDENT, "an attribute name")
+                quoted = self.peek('"')
+                key = self.parse_string("an attribute name") if quoted else self.match(_IDENT, "an attribute name")
                 if key in values:
                     raise self.error(f"attribute '{key}' given twice", pos)
                 self.expect("=", "'=' after the attribute name")
