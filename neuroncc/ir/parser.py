@@ -140,6 +140,7 @@ class _Parser:
         params: list[Value] = []
         if not self.accept(")"):
             while True:
+                self.skip()
                 name_pos = self.pos
                 name = self.parse_value_name()
                 self.expect(":")
@@ -174,7 +175,9 @@ class _Parser:
         result_names: list[tuple[str, int]] = []
         if self.peek("%"):
             while True:
-                result_names.append((self.parse_value_name(), self.pos))
+                self.skip()
+                name_pos = self.pos
+                result_names.append((self.parse_value_name(), name_pos))
                 if not self.accept(","):
                     break
             self.expect("=", "'=' after the result names")

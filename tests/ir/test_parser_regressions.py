@@ -73,3 +73,13 @@ def test_function_names_and_metadata_keys_that_are_not_identifiers_round_trip(na
     again = parse(text)
     assert again.name == name and dict(again.metadata) == dict(fn.metadata)
     assert print_function(again) == text
+
+
+@pytest.mark.parametrize("text, location", [
+    ("func @f(%x: tensor<2xf32>) -> (tensor<2xf32>) {\n  %x = relu %x : tensor<2xf32>\n  return %x\n}\n", "2:3"),
+    ("func @f(%x: tensor<2xf32>,  %x: tensor<2xf32>) -> () {\n  return\n}\n", "1:29"),
+])
+def test_value_defined_twice_points_at_the_second_definition(text, location):
+    # the column pointed past the name (results) or at the whitespace before it (parameters)
+    with pytest.raises(ParseError, match=f"<nir>:{location}: value %x is defined twice"):
+        parse(text)
