@@ -34,8 +34,8 @@ def lowers_in_isolation(node: fx.Node) -> bool:
     """True if ``node`` lowers to IR given only its inputs' metadata."""
     if node.op != "call_function":
         return False
-    if node.target is operator.getitem:
-        return True
+    if node.target is operator.getitem:  # goes where the tuple it reads goes
+        return isinstance(node.args[0], fx.Node) and lowers_in_isolation(node.args[0])
     lowering = LOWERINGS.get(node.target)
     if lowering is None:
         return False
@@ -64,30 +64,31 @@ def partition_and_compile(gm: fx.GraphModule, compile_partition: Callable[[fx.Gr
     partitioner = CapabilityBasedPartitioner(gm, _NeuronccSupport(), allows_single_node_partition=True)
     partitions = partitioner.propose_partitions()
     fused = partitioner.fuse_partitions(partitions)
-    for index, node in enumerate([n for n in fused.graph.nodes if n.op == "call_module"]):
+    partition_calls = [n for n in fused.graph.nodes if n.op == "call_module"]
+    for index, node in enumerate(partition_calls):
         submodule = fused.get_submodule(str(node.target))
         _fill_placeholder_meta(submodule, node)
         compiled = compile_partition(submodule, f"{name}_part{index}")
         stats.increment("fallback_partitions")
         (returned,) = next(n for n in submodule.graph.nodes if n.op == "output").args
-        single = not isinstance(returned, list | tuple)
-        with fused.graph.inserting_before(node):
-            call = fused.graph.call_function(_call_boxed, (compiled, single, *node.args))
-        call.meta = dict(node.meta)
-        node.replace_all_uses_with(call)
-        fused.graph.erase_node(node)
-        delattr(fused, str(node.target))
+        setattr(fused, str(node.target), CompiledPartition(compiled, single=not isinstance(returned, list | tuple)))
     for node in fused.graph.nodes:
-        if node.op == "call_function" and node.target not in (operator.getitem, _call_boxed):
+        if node.op == "call_function" and node.target is not operator.getitem:
             _record_fallback(node)
-    fused.recompile()
     return fused
 
 
-def _call_boxed(compiled: Callable[[list[Any]], list[Any]], single: bool, *args: Any) -> Any:
-    """Call a compiled partition from FX code (which passes arguments unboxed)."""
-    outputs = compiled(list(args))
-    return outputs[0] if single else tuple(outputs)
+class CompiledPartition(torch.nn.Module):
+    """Stands in for a partition's submodule: calls its compiled graph from the FX code around it."""
+
+    def __init__(self, compiled: Callable[[list[Any]], list[Any]], single: bool):
+        super().__init__()
+        self.compiled = compiled
+        self.single = single  # the partition returns one value, not a tuple
+
+    def forward(self, *args: Any) -> Any:
+        outputs = self.compiled(list(args))
+        return outputs[0] if self.single else tuple(outputs)
 
 
 def _fill_placeholder_meta(submodule: fx.GraphModule, call: fx.Node) -> None:

@@ -4,7 +4,7 @@ One pass over the graph in order: placeholders become typed parameters (exact sh
 from ``node.meta["val"]``), ``get_attr`` tensors become ``constant`` ops, each ``call_function`` goes through
 its entry in :data:`LOWERINGS` (one small function per aten op), and the output node decides, for each graph
 output, whether it is computed by the IR function, is a graph input handed back unchanged, or is ``None``
-(a gradient that does not exist). A lowered value whose shape or dtype disagrees with what PyTorch computed
+(a gradient that does not exist); nested output tuples are flattened. A lowered value whose shape or dtype disagrees with what PyTorch computed
 is a neuroncc bug and is reported as one.
 
 The result, :class:`ImportedGraph`, is a description; :mod:`neuroncc.frontend.compiled` runs it.
@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 import torch.fx as fx
+from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from neuroncc.errors import TypeInferenceError, UnsupportedOpError
 from neuroncc.frontend.convert import TensorSpec, to_numpy
@@ -133,7 +134,9 @@ class _Importer:
         if not isinstance(tensor, torch.Tensor):
             raise unsupported_op(node, f"attribute '{node.target}' is a {type(tensor).__name__}, not a tensor")
         dtype = ir_dtype(tensor.dtype)
-        return self.ctx.emit("constant", value=DenseAttr(to_numpy(tensor.contiguous()), dtype))
+        with unset_fake_temporarily():  # AOTAutograd calls compilers under its fake mode; this tensor is real
+            array = to_numpy(tensor.contiguous())
+        return self.ctx.emit("constant", value=DenseAttr(array, dtype))
 
     def _call(self, node: fx.Node) -> Any:
         if node.target is operator.getitem:
@@ -175,7 +178,7 @@ class _Importer:
 
     def _outputs(self, node: fx.Node, ir_outputs: list[Value]) -> tuple[GraphOutput, ...]:
         (returned,) = node.args
-        returned = returned if isinstance(returned, list | tuple) else (returned,)
+        returned = _flatten(returned)
         index_of: dict[Value, int] = {}
         outputs: list[GraphOutput] = []
         for item in returned:
@@ -193,3 +196,10 @@ class _Importer:
                     ir_outputs.append(value)
                 outputs.append(ComputedOutput(index_of[value], TensorSpec.of(meta_value(item))))
         return tuple(outputs)
+
+
+def _flatten(returned: Any) -> list[Any]:
+    """The graph's outputs as one flat list (AOTAutograd's graphs already return one; make_fx's may nest)."""
+    if not isinstance(returned, list | tuple):
+        return [returned]
+    return [leaf for item in returned for leaf in _flatten(item)]

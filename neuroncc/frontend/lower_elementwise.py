@@ -105,6 +105,10 @@ def _div(ctx: LoweringContext, node: fx.Node, self: Any, other: Any, *, rounding
     return _arith(ctx, "div", ctx.out_dtype(node), self, other, rounding_mode=rounding_mode or "none")
 
 
+def _floor_divide(ctx: LoweringContext, node: fx.Node, self: Any, other: Any) -> Value:
+    return _arith(ctx, "div", ctx.out_dtype(node), self, other, rounding_mode="floor")
+
+
 def _gelu(ctx: LoweringContext, node: fx.Node, self: Any, *, approximate: str = "none") -> Value:
     return ctx.emit("gelu", ctx.operand(self, ctx.out_dtype(node)), approximate=approximate)
 
@@ -205,6 +209,8 @@ _BINARY = {
     aten.div.Scalar: _div,
     aten.div.Tensor_mode: _div,
     aten.div.Scalar_mode: _div,
+    aten.floor_divide.default: _floor_divide,
+    aten.floor_divide.Scalar: _floor_divide,
     aten.pow.Tensor_Tensor: binary("pow"),
     aten.pow.Tensor_Scalar: binary("pow"),
     aten.pow.Scalar: binary("pow"),
