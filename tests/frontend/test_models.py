@@ -78,3 +78,21 @@ def test_three_training_steps_match_eager(name, optimizer):
         torch.testing.assert_close(ours[key], value, **TOL, msg=lambda m, key=key: f"{key}: {m}")
     counts = neuroncc.stats()
     assert counts["forward_graphs"] == 1 and counts["backward_graphs"] == 1
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_attention_gradients_match_eager(causal):
+    """SDPA is traced under the math backend: the CPU flash-attention decomposition has wrong gradients."""
+    def attention(q, k, v):
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+    inputs = [torch.randn(2, 2, 5, 4, requires_grad=True) for _ in range(3)]
+    eager_inputs = [t.detach().clone().requires_grad_() for t in inputs]
+    grad_out = torch.randn(2, 2, 5, 4)
+    out = torch.compile(attention, backend="neuron", dynamic=False)(*inputs)
+    out.backward(grad_out)
+    reference = attention(*eager_inputs)
+    reference.backward(grad_out)
+    torch.testing.assert_close(out, reference, **TOL)
+    for ours, eager in zip(inputs, eager_inputs):
+        torch.testing.assert_close(ours.grad, eager.grad, **TOL)
