@@ -22,7 +22,6 @@ from neuroncc.errors import DynamicShapeError, UnsupportedOpError
 FALLBACK_HINT = 'to run unsupported ops on eager PyTorch instead, pass options={"fallback": "cpu"} to torch.compile'
 
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
-_FUNCTORCH_DIRS = (os.path.join(_TORCH_DIR, "_functorch") + os.sep,)
 _DISTRIBUTIONS_DIR = os.path.join(_TORCH_DIR, "distributions") + os.sep
 _FRAME = re.compile(r'^\s*File "(?P<file>.+)", line (?P<line>\d+), in (?P<function>.+)$')
 
@@ -87,8 +86,19 @@ def op_name(node: fx.Node) -> str:
     return getattr(target, "__qualname__", None) or str(target)
 
 
+def _nearest_location(node: fx.Node) -> SourceLocation | None:
+    """The node's user frame, or that of the next node that has one (setup calls often carry no stack)."""
+    current: fx.Node | None = node
+    while current is not None and current.op != "root":
+        location = user_location(current)
+        if location is not None:
+            return location
+        current = current.next
+    return None
+
+
 def _where(node: fx.Node) -> str:
-    location = user_location(node)
+    location = _nearest_location(node)
     if location is None:
         return "(source location unknown)"
     code = f"\n    {location.code}" if location.code else ""
@@ -145,6 +155,7 @@ def _is_symbolic(value: Any) -> bool:
 
 
 def _functorch_target(node: fx.Node) -> bool:
+    """A call into functorch's transform machinery (vmap/grad levels, batched or wrapped tensors)."""
     module = getattr(node.target, "__module__", None) or ""
     return module.startswith(("torch._functorch", "torch._C._functorch"))
 
@@ -162,8 +173,7 @@ def check_graph_features(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> N
         if found and node.op != "placeholder":
             raise unsupported_feature(found[0], node, found[1])
         frames = stack_frames(node)
-        if node.op == "call_function" and _functorch_target(node) or any(
-                f.file.startswith(_FUNCTORCH_DIRS) for f in frames):
+        if node.op == "call_function" and _functorch_target(node):
             raise unsupported_feature(
                 "torch.func transforms (vmap, grad, jacrev, ...)", node,
                 "call the transform outside the compiled region, or compile the function it transforms")

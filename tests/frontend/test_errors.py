@@ -113,6 +113,10 @@ def _vmapped(x):
     return torch.func.vmap(torch.sin)(x)
 
 
+def _grad_of_sin(x):
+    return torch.func.grad(lambda y: y.sin().sum())(x)
+
+
 def _log_prob(x):
     return torch.distributions.Normal(torch.zeros(3), torch.ones(3)).log_prob(x)
 
@@ -129,15 +133,25 @@ def _jagged():
     (lambda x: x * 2, lambda: torch.randn(3, dtype=torch.complex64), "complex tensors"),
     (_complex_abs, lambda: torch.randn(3, 2), "complex tensors"),
     (_vmapped, lambda: torch.randn(2, 3), "torch.func"),
+    (_grad_of_sin, lambda: torch.randn(3), "torch.func"),
     (_log_prob, lambda: torch.randn(3), "torch.distributions"),
     (_nested_sin, _jagged, "nested tensors"),
-], ids=["complex-input", "complex-inside", "torch.func", "torch.distributions", "nested"])
+], ids=["complex-input", "complex-inside", "vmap", "grad", "torch.distributions", "nested"])
 def test_unsupported_features_raise_typed_errors(fn, make_input, feature):
     compiled = torch.compile(fn, backend="neuron", dynamic=False)
     with pytest.raises(BackendCompilerFailed) as info:
         compiled(make_input())
     assert isinstance(_inner(info.value), neuroncc.UnsupportedOpError)
     assert f"neuroncc does not support {feature}" in str(info.value)
+    assert f"{__file__}:" in str(info.value)  # the user's line, found even when the first node has none
+
+
+def test_functional_call_is_not_a_transform():
+    linear = nn.Linear(3, 2)
+    params = dict(linear.named_parameters())
+    compiled = torch.compile(lambda p, x: torch.func.functional_call(linear, p, (x,)), backend="neuron", dynamic=False)
+    x = torch.randn(4, 3)
+    torch.testing.assert_close(compiled(params, x), linear(x))
 
 
 def test_sparse_inputs_are_refused_by_the_backend():
