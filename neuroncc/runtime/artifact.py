@@ -285,7 +285,9 @@ def read_graph(directory: Path) -> Function:
         with np.load(constants, allow_pickle=False) as archive:
             resources = {name: archive[name] for name in archive.files}
     text = (directory / GRAPH_NAME).read_text(encoding="utf-8")
-    return parse(text, source=str(directory / GRAPH_NAME), resources=resources)
+    # The graph was verified when it was compiled and its sha256 was checked before we got here; verifying
+    # it again would nearly double the warm-load time of a large graph.
+    return parse(text, source=str(directory / GRAPH_NAME), resources=resources, verify=False)
 
 
 @dataclass(frozen=True, slots=True)
