@@ -175,10 +175,11 @@ def _functorch_target(node: fx.Node) -> bool:
 def check_graph_features(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> None:
     """Refuse TorchDynamo graphs that use a feature neuroncc does not compile, naming it and the user's line."""
     nodes = list(gm.graph.nodes)
+    placeholders = [n for n in nodes if n.op == "placeholder"]
     for index, value in enumerate(example_inputs):
         found = _tensor_feature(value)
         if found:
-            placeholder = next((n for i, n in enumerate(n for n in nodes if n.op == "placeholder") if i == index), None)
+            placeholder = placeholders[index] if index < len(placeholders) else None
             raise unsupported_feature(f"{found[0]} as graph inputs", placeholder, found[1])
     for node in nodes:
         found = _tensor_feature(_example(node))
@@ -193,7 +194,7 @@ def check_graph_features(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> N
             raise unsupported_feature(
                 "torch.distributions", node,
                 "compute the log-probability or sample outside the compiled region, or write the formula out")
-    symbolic = [n for n in nodes if n.op == "placeholder" and _is_symbolic(_example(n))]
+    symbolic = [n for n in placeholders if _is_symbolic(_example(n))]
     if symbolic or any(_is_symbolic(v) for v in example_inputs):
         where = next((user_location(n) for n in nodes if user_location(n)), None)
         names = ", ".join(n.name for n in symbolic) or "graph inputs"
@@ -205,7 +206,7 @@ def check_graph_features(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> N
         )
 
 
-def float64_nodes(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> bool:
+def uses_float64(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> bool:
     """True if the graph reads or computes float64 tensors."""
     if any(isinstance(v, torch.Tensor) and v.dtype is torch.float64 for v in example_inputs):
         return True
