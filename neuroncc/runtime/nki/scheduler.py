@@ -1,0 +1,208 @@
+"""A dependency-aware list schedule of a trace: when each instruction starts and finishes.
+
+Model of one NeuronCore:
+
+- TensorE, VectorE, ScalarE and GpSimdE each run their own instructions in program order, one at a
+  time, in parallel with each other (as the hardware's per-engine instruction queues do).
+- DMAs go to ``Target.dma_queues`` queues; a transfer takes the queue that frees up first. All queues
+  share the core's DMA bandwidth, modelled as one fluid pipe: a transfer's bytes flow through the
+  earliest free bandwidth at or after its start (later transfers can fill gaps left earlier), then the
+  fixed per-transfer cost passes before it completes. Many transfers in flight hide that fixed cost.
+- An instruction starts when its engine (queue) is free and its inputs are ready: after every earlier
+  instruction whose region of the same tile overlaps its own as read-after-write, write-after-read or
+  write-after-write, plus a semaphore hand-off (``Target.sync_ns``) when that producer ran on another
+  engine.
+- Reusing memory is a dependency too: a tile placed on bytes a released tile used waits for that tile's
+  last access (``Allocate`` offsets in the trace). So a kernel that reuses one buffer serialises its
+  load and compute, and one that alternates two buffers overlaps them.
+
+Dependencies are tracked per tile as lists of (region, finish time); an entry contained in a newer one
+that finishes later is dropped, since anything that would wait on it waits on the newer one anyway.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+
+from neuroncc.runtime.nki import trace as tr
+from neuroncc.runtime.nki.cost_model import instruction_cost
+from neuroncc.runtime.nki.target import Target
+from neuroncc.runtime.nki.trace import Engine
+
+Region = tuple[tuple[int, int], ...]
+_Access = tuple[tuple[int, ...], Region, float, Engine]  # layout, region, finish, engine
+
+
+@dataclass(frozen=True, slots=True)
+class Timing:
+    """When one instruction ran (ns from kernel start)."""
+
+    index: int
+    engine: Engine
+    start_ns: float
+    finish_ns: float
+
+
+@dataclass(slots=True)
+class Schedule:
+    """The schedule of a whole trace and what it adds up to."""
+
+    timings: list[Timing] = field(default_factory=list)
+    makespan_ns: float = 0.0
+    busy_ns: dict[Engine, float] = field(default_factory=lambda: {e: 0.0 for e in Engine})
+    counts: dict[Engine, int] = field(default_factory=lambda: {e: 0 for e in Engine})
+    dma_bytes: int = 0
+    tensor_flops: int = 0
+    elements: int = 0
+    peak_sbuf_bytes: int = 0
+    peak_psum_bytes: int = 0
+
+
+def _overlap(a_layout: tuple[int, ...], a: Region, b_layout: tuple[int, ...], b: Region) -> bool:
+    if a_layout != b_layout:
+        return True  # views through different reshapes: assume they touch the same bytes
+    return all(lo1 < hi2 and lo2 < hi1 for (lo1, hi1), (lo2, hi2) in zip(a, b))
+
+
+def _contains(outer: Region, inner: Region) -> bool:
+    return all(lo_o <= lo_i and hi_i <= hi_o for (lo_o, hi_o), (lo_i, hi_i) in zip(outer, inner))
+
+
+class _Tile:
+    __slots__ = ("fence", "last_use", "reads", "writes", "buffer", "offset", "size")
+
+    def __init__(self, event: tr.Allocate, fence: float):
+        self.fence = fence  # last access to the bytes this tile reuses
+        self.last_use = fence
+        self.reads: list[_Access] = []
+        self.writes: list[_Access] = []
+        self.buffer, self.offset, self.size = event.buffer, event.offset, event.size
+
+    def ready_time(self, operand: tr.Operand, engine: Engine, sync_ns: float) -> float:
+        ready = self.fence
+        entries = self.writes + self.reads if operand.writes else self.writes
+        for layout, region, finish, producer in entries:
+            if _overlap(layout, region, operand.layout, operand.region):
+                ready = max(ready, finish + (sync_ns if producer is not engine else 0.0))
+        return ready
+
+    def record(self, operand: tr.Operand, finish: float, engine: Engine) -> None:
+        entry = (operand.layout, operand.region, finish, engine)
+        self.last_use = max(self.last_use, finish)
+
+        def dominated(e: _Access) -> bool:
+            return e[0] == operand.layout and e[2] <= finish and _contains(operand.region, e[1])
+
+        if operand.writes:
+            self.writes = [e for e in self.writes if not dominated(e)]
+            self.reads = [e for e in self.reads if not dominated(e)]
+            self.writes.append(entry)
+        else:
+            self.reads = [e for e in self.reads if not dominated(e)]
+            self.reads.append(entry)
+
+
+class _BandwidthPipe:
+    """The DMA bandwidth as a timeline of busy intervals that later transfers may backfill."""
+
+    def __init__(self) -> None:
+        self._starts: list[float] = []
+        self._ends: list[float] = []
+
+    def reserve(self, earliest: float, amount: float) -> float:
+        """Flow ``amount`` ns of transfer through free time from ``earliest``; return when it ends."""
+        t, remaining = earliest, amount
+        i = bisect.bisect_right(self._ends, t)
+        pieces: list[tuple[float, float]] = []
+        while remaining > 1e-12:
+            if i < len(self._starts) and self._starts[i] <= t:
+                t = max(t, self._ends[i])
+                i += 1
+                continue
+            gap_end = self._starts[i] if i < len(self._starts) else float("inf")
+            used = min(remaining, gap_end - t)
+            pieces.append((t, t + used))
+            remaining -= used
+            t += used
+        for start, end in pieces:
+            self._insert(start, end)
+        return t
+
+    def _insert(self, start: float, end: float) -> None:
+        i = bisect.bisect_left(self._starts, start)
+        if i > 0 and self._ends[i - 1] >= start:  # merge with the interval before
+            i -= 1
+            start = self._starts[i]
+            end = max(end, self._ends[i])
+            del self._starts[i], self._ends[i]
+        while i < len(self._starts) and self._starts[i] <= end:  # and with those it now touches
+            end = max(end, self._ends[i])
+            del self._starts[i], self._ends[i]
+        self._starts.insert(i, start)
+        self._ends.insert(i, end)
+
+    def forget_before(self, time: float) -> None:
+        """No transfer can start before ``time`` any more; drop the history before it."""
+        keep = bisect.bisect_right(self._ends, time)
+        if keep > 64:
+            del self._starts[:keep], self._ends[:keep]
+
+
+def schedule(events: list[tr.Event] | tuple[tr.Event, ...], target: Target) -> Schedule:
+    """Schedule a trace on ``target`` (see the module docstring for the model)."""
+    result = Schedule()
+    tiles: dict[int, _Tile] = {}
+    released: dict[str, list[tuple[int, int, float]]] = {"sbuf": [], "psum": []}  # (lo, hi, last use)
+    live = {"sbuf": 0, "psum": 0}
+    engine_free = {e: 0.0 for e in Engine if e is not Engine.DMA}
+    queue_free = [0.0] * target.dma_queues
+    pipe = _BandwidthPipe()
+    fixed_ns = target.dma_fixed_us * 1000.0
+
+    for event in events:
+        if isinstance(event, tr.Allocate):
+            fence = 0.0
+            if event.buffer in released:
+                lo, hi = event.offset, event.offset + event.size
+                reused = released[event.buffer]
+                fence = max((t for a, b, t in reused if a < hi and lo < b), default=0.0)
+                released[event.buffer] = [(a, b, t) for a, b, t in reused if not (lo <= a and b <= hi)]
+                live[event.buffer] += event.size
+                result.peak_sbuf_bytes = max(result.peak_sbuf_bytes, live["sbuf"])
+                result.peak_psum_bytes = max(result.peak_psum_bytes, live["psum"])
+            tiles[event.tile] = _Tile(event, fence)
+            continue
+        if isinstance(event, tr.Release):
+            tile = tiles.pop(event.tile, None)
+            if tile is not None and tile.buffer in released:
+                released[tile.buffer].append((tile.offset, tile.offset + tile.size, tile.last_use))
+                live[tile.buffer] -= tile.size
+            continue
+
+        cost = instruction_cost(event, target)
+        unit = event.engine
+        ready = 0.0
+        for operand in event.operands:
+            ready = max(ready, tiles[operand.tile].ready_time(operand, unit, target.sync_ns))
+        if unit is Engine.DMA:
+            queue = min(range(len(queue_free)), key=queue_free.__getitem__)
+            start = max(ready, queue_free[queue])
+            finish = pipe.reserve(start, cost.ns) + fixed_ns
+            queue_free[queue] = finish
+            pipe.forget_before(min(queue_free))
+        else:
+            start = max(ready, engine_free[unit])
+            finish = start + cost.ns
+            engine_free[unit] = finish
+        for operand in event.operands:
+            tiles[operand.tile].record(operand, finish, unit)
+
+        result.timings.append(Timing(event.index, unit, start, finish))
+        result.makespan_ns = max(result.makespan_ns, finish)
+        result.busy_ns[unit] += cost.ns
+        result.counts[unit] += 1
+        result.dma_bytes += cost.dma_bytes
+        result.tensor_flops += cost.flops
+        result.elements += cost.elements
+    return result
