@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import itertools
-import weakref
 from collections.abc import Iterator
 
 import numpy as np
@@ -20,7 +19,7 @@ import numpy as np
 from neuroncc.runtime.nki import trace as tr
 from neuroncc.runtime.nki.dtypes import DType, uninitialised_fill
 from neuroncc.runtime.nki.errors import NKISimulationError
-from neuroncc.runtime.nki.memory import OnChipMemory, Placement
+from neuroncc.runtime.nki.memory import footprint
 from neuroncc.runtime.nki.target import Target
 from neuroncc.runtime.nki.tensor import Buffer, Storage, Tensor
 
@@ -36,11 +35,7 @@ class SimulationContext:
         self.grid = grid
         self.program_id: tuple[int, ...] = tuple(0 for _ in grid)
         self.events: list[tr.Event] = []
-        self.memory = OnChipMemory(target)
         self._ids = itertools.count()
-        self._placements: dict[int, Placement] = {}
-        self._finalizers: dict[int, weakref.finalize] = {}
-        self._closed = False
         # Shared HBM is shared by every program of the grid: the k-th shared_hbm ndarray of each program is
         # the same tensor (that is how every program writes its part of one output).
         self._shared_outputs: list[Storage] = []
@@ -74,12 +69,18 @@ class SimulationContext:
                 array = np.full(shape, uninitialised_fill(dtype) if fill is None else fill, dtype=dtype.storage)
         storage = Storage(storage_id, buffer, dtype, shape, name, array)
         if buffer.on_chip:
-            placement = self.memory.place(storage)
-            self._placements[storage_id] = placement
-            self.events.append(tr.Allocate(storage_id, buffer.value, name, shape, dtype.name,
-                                           placement.offset, placement.size))
-            # Free the bytes when the kernel drops its last view of the tile (CPython does so immediately).
-            self._finalizers[storage_id] = weakref.finalize(storage, self._release, storage_id)
+            # Where the tile lives is decided after the launch, from its live range (memory.place).
+            size = footprint(buffer.value, storage.bytes_per_partition, self.target)
+            if buffer is Buffer.PSUM and size > self.target.psum_partition_bytes:
+                raise NKISimulationError(
+                    f"psum tile '{name}' {shape} {dtype.name} needs {storage.bytes_per_partition} bytes per "
+                    f"partition, more than PSUM's {self.target.psum_partition_bytes} "
+                    f"({self.target.psum_banks} banks of {self.target.psum_bank_bytes} bytes)")
+            if buffer is Buffer.SBUF and size > self.target.sbuf_partition_bytes:
+                raise NKISimulationError(
+                    f"sbuf tile '{name}' {shape} {dtype.name} needs {storage.bytes_per_partition} bytes per "
+                    f"partition, more than SBUF's {self.target.sbuf_partition_bytes} on {self.target.name}")
+            self.events.append(tr.Allocate(storage_id, buffer.value, name, shape, dtype.name, 0, size))
         else:
             self.events.append(tr.Allocate(storage_id, buffer.value, name, shape, dtype.name))
         if buffer is Buffer.SHARED_HBM:
@@ -99,15 +100,6 @@ class SimulationContext:
         self._shared_ordinal += 1
         return Tensor.whole(storage)
 
-    def _release(self, storage_id: int) -> None:
-        if self._closed:
-            return
-        self._finalizers.pop(storage_id, None)
-        placement = self._placements.pop(storage_id, None)
-        if placement is not None:
-            self.memory.release(placement)
-            self.events.append(tr.Release(storage_id))
-
     # ----------------------------------------------------------------------------- instructions
     def emit(self, op: str, engine: tr.Engine, operands: tuple[tr.Operand, ...],
              params: tuple[tuple[str, object], ...] = ()) -> tr.Instruction:
@@ -115,17 +107,6 @@ class SimulationContext:
         self.instruction_count += 1
         self.events.append(instruction)
         return instruction
-
-    def close(self) -> None:
-        """End of launch: on-chip tiles still referenced are released (as the kernel's scope ends)."""
-        for storage_id in sorted(self._placements):
-            self.memory.release(self._placements[storage_id])
-            self.events.append(tr.Release(storage_id))
-        for finalizer in self._finalizers.values():
-            finalizer.detach()
-        self._placements.clear()
-        self._finalizers.clear()
-        self._closed = True
 
 
 def current() -> SimulationContext:

@@ -21,6 +21,7 @@ from neuroncc.runtime.nki import trace as tr
 from neuroncc.runtime.nki.context import SimulationContext, activate, active
 from neuroncc.runtime.nki.dtypes import DType, bfloat16, cast, dtype_of
 from neuroncc.runtime.nki.errors import NKISimulationError
+from neuroncc.runtime.nki.memory import place
 from neuroncc.runtime.nki.profile import KernelProfile, build_profile
 from neuroncc.runtime.nki.target import Target, resolve_target
 from neuroncc.runtime.nki.tensor import Buffer, Tensor
@@ -144,7 +145,7 @@ def benchmark(kernel: Kernel | Callable[..., Any], *, target: str | Target | Non
 
 def trace_kernel(kernel: Kernel | Callable[..., Any], *args: Any, target: str | Target | None = None,
                  numerics: bool = False, **kwargs: Any) -> list[tr.Event]:
-    """The instruction trace of one launch (cost-only by default)."""
+    """The placed instruction trace of one launch (cost-only by default); see ``trace`` for the format."""
     return _launch(kernel, resolve_target(target, os.environ), numerics, args, kwargs)[1]
 
 
@@ -153,20 +154,15 @@ def _launch(kernel: Kernel | Callable[..., Any], target: Target, numerics: bool,
             kwargs: Mapping[str, Any]) -> tuple[Any, list[tr.Event]]:
     fn, grid = (kernel.fn, kernel.grid) if isinstance(kernel, Kernel) else (kernel, ())
     context = SimulationContext(target, numerics, grid)
-    try:
-        with activate(context):
-            inputs = [_to_device(arg, context, f"arg{i}") for i, arg in enumerate(args)]
-            named = {key: _to_device(value, context, key) for key, value in kwargs.items()}
-            result = None
-            for program in itertools.product(*(range(n) for n in grid)):
-                context.begin_program(program)
-                result = fn(*inputs, **named)
-            del inputs, named
-            outputs = _to_host(result, numerics)
-            del result
-    finally:
-        context.close()
-    return outputs, context.events
+    with activate(context):
+        inputs = [_to_device(arg, context, f"arg{i}") for i, arg in enumerate(args)]
+        named = {key: _to_device(value, context, key) for key, value in kwargs.items()}
+        result = None
+        for program in itertools.product(*(range(n) for n in grid)):
+            context.begin_program(program)
+            result = fn(*inputs, **named)
+        outputs = _to_host(result, numerics)
+    return outputs, place(context.events, target)
 
 
 def _to_device(value: Any, context: SimulationContext, name: str) -> Any:

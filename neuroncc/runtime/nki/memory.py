@@ -1,54 +1,63 @@
-"""On-chip memory placement: where each live SBUF / PSUM tile sits, and the capacity limits.
+"""On-chip memory placement: where each SBUF / PSUM tile lives, and the capacity limits.
 
-AWS's simulator does not check capacity; we do, because a kernel that only fits in the simulator is a bug
-the emitter should hear about early. Placement is also what makes buffer reuse visible to the cost model:
-a tile that lands on bytes a dead tile used must wait until that tile's last reader is done, exactly as a
-real allocation does. A tile is freed when the kernel drops its last reference to it (CPython frees it
-at once), so ``t = nl.ndarray(...)`` inside a loop keeps two buffers alive at the rebinding - the
-double-buffering NKI's allocator gives ``affine_range`` loops.
+Placement runs after a launch, over its whole trace, the way NKI's compiler allocates: a tile is live
+from the first instruction that touches it to the last one (not while Python happens to hold a
+reference), and live tiles must fit. AWS's simulator does not check capacity; we do, because a kernel
+that only fits in the simulator is a bug the emitter should hear about early.
 
-Model: every SBUF tile occupies the same byte range on all 128 partitions (first fit, 64-byte aligned);
-PSUM tiles occupy whole 2 KiB banks.
+Placement is also what makes buffer reuse visible to the cost model. The placed trace carries each
+tile's byte range in its ``Allocate`` event, emitted just before the tile's first use, and a ``Release``
+just after its last use; a tile placed on bytes an earlier tile used must wait for that tile's last
+access. Allocation is next-fit (it roves through the whole buffer before reusing bytes), which rotates
+tiles declared inside a loop through several buffers, as NKI's allocator multi-buffers loop-local tiles: the next iteration's
+loads overlap this iteration's compute. A tile allocated once and reused every iteration is a single
+buffer, and its load and compute serialise.
+
+Model: an SBUF tile occupies the same byte range on all 128 partitions (64-byte aligned); a PSUM tile
+occupies whole 2 KiB banks.
 """
 
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass
+from dataclasses import replace
 
+from neuroncc.runtime.nki import trace as tr
 from neuroncc.runtime.nki.errors import NKISimulationError
 from neuroncc.runtime.nki.target import Target
-from neuroncc.runtime.nki.tensor import Buffer, Storage
 
 SBUF_ALIGNMENT = 64
 
 
-@dataclass(frozen=True, slots=True)
-class Placement:
-    """Bytes ``[offset, offset + size)`` of every partition of ``buffer``."""
+class RovingAllocator:
+    """Per-partition byte ranges allocated next-fit: the search starts where the last allocation ended.
 
-    buffer: Buffer
-    offset: int
-    size: int
-
-
-class FirstFitAllocator:
-    """A per-partition byte range allocator: a sorted free list, first fit, coalescing on free."""
+    The roving start walks through the whole buffer before coming back, so freed bytes are reused in
+    roughly the order they were freed (oldest first) - what rotating buffers gives a compiler. Free blocks
+    are kept sorted and coalesced.
+    """
 
     def __init__(self, capacity: int):
         self.capacity = capacity
         self._free: list[tuple[int, int]] = [(0, capacity)]  # sorted, disjoint (start, end)
+        self._rover = 0
         self.live_bytes = 0
 
     def allocate(self, size: int) -> int | None:
-        for i, (start, end) in enumerate(self._free):
-            if end - start >= size:
-                if end - start == size:
-                    del self._free[i]
-                else:
-                    self._free[i] = (start + size, end)
-                self.live_bytes += size
-                return start
+        first = bisect.bisect_right(self._free, (self._rover, self.capacity + 1)) - 1
+        order = list(range(max(first, 0), len(self._free))) + list(range(0, max(first, 0)))
+        for i in order:
+            start, end = self._free[i]
+            at = max(start, self._rover) if start <= self._rover < end and end - self._rover >= size else start
+            if end - at < size:
+                continue
+            pieces = [(start, at)] if at > start else []
+            if at + size < end:
+                pieces.append((at + size, end))
+            self._free[i:i + 1] = pieces
+            self._rover = (at + size) % self.capacity
+            self.live_bytes += size
+            return at
         return None
 
     def release(self, offset: int, size: int) -> None:
@@ -67,61 +76,67 @@ class FirstFitAllocator:
         return max((end - start for start, end in self._free), default=0)
 
 
-class OnChipMemory:
-    """Placement of SBUF and PSUM tiles for one simulation on one target."""
+def footprint(buffer: str, bytes_per_partition: int, target: Target) -> int:
+    """Bytes per partition a tile occupies: 64-byte aligned in SBUF, whole banks in PSUM."""
+    if buffer == "psum":
+        bank = target.psum_bank_bytes
+        return -(-bytes_per_partition // bank) * bank
+    return -(-bytes_per_partition // SBUF_ALIGNMENT) * SBUF_ALIGNMENT
 
-    def __init__(self, target: Target):
-        self.target = target
-        self._sbuf = FirstFitAllocator(target.sbuf_partition_bytes)
-        self._psum = FirstFitAllocator(target.psum_banks)  # counted in banks
-        self.peak_sbuf_bytes = 0
-        self.peak_psum_banks = 0
 
-    def place(self, storage: Storage) -> Placement:
-        if storage.buffer is Buffer.SBUF:
-            return self._place_sbuf(storage)
-        return self._place_psum(storage)
+def place(events: list[tr.Event], target: Target) -> list[tr.Event]:
+    """Place every on-chip tile of a trace and return the placed trace (see the module docstring).
 
-    def _place_sbuf(self, storage: Storage) -> Placement:
-        size = -(-storage.bytes_per_partition // SBUF_ALIGNMENT) * SBUF_ALIGNMENT
-        offset = self._sbuf.allocate(size)
-        if offset is None:
-            capacity = self.target.sbuf_partition_bytes
-            raise NKISimulationError(
-                f"SBUF capacity exceeded on {self.target.name}: tile '{storage.name}' {storage.shape} "
-                f"{storage.dtype.name} needs {size} bytes per partition, but {self._sbuf.live_bytes} of "
-                f"{capacity} bytes per partition are live (largest free block {self._sbuf.largest_free})")
-        self.peak_sbuf_bytes = max(self.peak_sbuf_bytes, self._sbuf.live_bytes)
-        return Placement(Buffer.SBUF, offset, size)
+    Raises ``NKISimulationError`` naming the instruction, the tile and the live tiles when SBUF or PSUM
+    overflows. HBM ``Allocate`` events and instructions pass through unchanged.
+    """
+    allocations: dict[int, tr.Allocate] = {}
+    last_use: dict[int, int] = {}
+    for event in events:
+        if isinstance(event, tr.Allocate) and event.buffer in ("sbuf", "psum"):
+            allocations[event.tile] = event
+        elif isinstance(event, tr.Instruction):
+            for operand in event.operands:
+                if operand.tile in allocations:
+                    last_use[operand.tile] = event.index
 
-    def _place_psum(self, storage: Storage) -> Placement:
-        bank = self.target.psum_bank_bytes
-        banks = -(-storage.bytes_per_partition // bank)
-        if banks > self.target.psum_banks:
-            raise NKISimulationError(
-                f"psum tile '{storage.name}' {storage.shape} {storage.dtype.name} needs "
-                f"{storage.bytes_per_partition} bytes per partition, exceeding PSUM's "
-                f"{self.target.psum_partition_bytes} bytes ({self.target.psum_banks} banks of {bank} bytes)")
-        first = self._psum.allocate(banks)
-        if first is None:
-            raise NKISimulationError(
-                f"PSUM capacity exceeded on {self.target.name}: tile '{storage.name}' {storage.shape} "
-                f"{storage.dtype.name} needs {banks} bank(s) of {bank} bytes, but {self._psum.live_bytes} of "
-                f"{self.target.psum_banks} banks are live")
-        self.peak_psum_banks = max(self.peak_psum_banks, self._psum.live_bytes)
-        return Placement(Buffer.PSUM, first * bank, banks * bank)
+    allocators = {"sbuf": RovingAllocator(target.sbuf_partition_bytes),
+                  "psum": RovingAllocator(target.psum_partition_bytes)}
+    live: dict[int, tr.Allocate] = {}
+    placed: list[tr.Event] = []
+    for event in events:
+        if isinstance(event, tr.Allocate) and event.tile in allocations:
+            continue  # re-emitted, with its place, before its first use
+        if isinstance(event, tr.Release):
+            continue
+        if isinstance(event, tr.Instruction):
+            for operand in event.operands:
+                tile = operand.tile
+                if tile in allocations and tile not in live:
+                    allocation = allocations[tile]
+                    offset = allocators[allocation.buffer].allocate(allocation.size)
+                    if offset is None:
+                        raise _capacity_error(event, allocation, allocators[allocation.buffer], live, target)
+                    live[tile] = replace(allocation, offset=offset)
+                    placed.append(live[tile])
+            placed.append(event)
+            for tile in dict.fromkeys(operand.tile for operand in event.operands):
+                if last_use.get(tile) == event.index:
+                    allocation = live.pop(tile)
+                    allocators[allocation.buffer].release(allocation.offset, allocation.size)
+                    placed.append(tr.Release(tile))
+            continue
+        placed.append(event)
+    return placed
 
-    def release(self, placement: Placement) -> None:
-        if placement.buffer is Buffer.SBUF:
-            self._sbuf.release(placement.offset, placement.size)
-        else:
-            bank = self.target.psum_bank_bytes
-            self._psum.release(placement.offset // bank, placement.size // bank)
 
-    @property
-    def live_sbuf_bytes(self) -> int:
-        return self._sbuf.live_bytes
-
-    @property
-    def live_psum_banks(self) -> int:
-        return self._psum.live_bytes
+def _capacity_error(event: tr.Instruction, allocation: tr.Allocate, allocator: RovingAllocator,
+                    live: dict[int, tr.Allocate], target: Target) -> NKISimulationError:
+    same_buffer = sorted((a for a in live.values() if a.buffer == allocation.buffer), key=lambda a: -a.size)
+    biggest = ", ".join(f"'{a.name}' {a.size} B" for a in same_buffer[:4])
+    name = "SBUF" if allocation.buffer == "sbuf" else "PSUM"
+    return NKISimulationError(
+        f"{name} capacity exceeded on {target.name} at instruction {event.index} ({event.op}): tile "
+        f"'{allocation.name}' {allocation.shape} {allocation.dtype} needs {allocation.size} bytes per partition, "
+        f"but {allocator.live_bytes} of {allocator.capacity} bytes per partition are live (largest free block "
+        f"{allocator.largest_free}); largest live tiles: {biggest}")

@@ -16,8 +16,8 @@ Model of one NeuronCore:
   last access (``Allocate`` offsets in the trace). So a kernel that reuses one buffer serialises its
   load and compute, and one that alternates two buffers overlaps them.
 
-Dependencies are tracked per tile as lists of (region, finish time); an entry contained in a newer one
-that finishes later is dropped, since anything that would wait on it waits on the newer one anyway.
+Dependencies are tracked per tile as the latest finish time of each region read and written; a write
+drops the entries its region contains, since anything that would wait on them waits on the write.
 """
 
 from __future__ import annotations
@@ -31,7 +31,6 @@ from neuroncc.runtime.nki.target import Target
 from neuroncc.runtime.nki.trace import Engine
 
 Region = tuple[tuple[int, int], ...]
-_Access = tuple[tuple[int, ...], Region, float, Engine]  # layout, region, finish, engine
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,37 +69,41 @@ def _contains(outer: Region, inner: Region) -> bool:
 
 
 class _Tile:
+    """Per-tile dependency state: the latest finish time of each region read and written so far."""
+
     __slots__ = ("fence", "last_use", "reads", "writes", "buffer", "offset", "size")
 
     def __init__(self, event: tr.Allocate, fence: float):
         self.fence = fence  # last access to the bytes this tile reuses
         self.last_use = fence
-        self.reads: list[_Access] = []
-        self.writes: list[_Access] = []
+        self.reads: dict[tuple[tuple[int, ...], Region], tuple[float, Engine]] = {}
+        self.writes: dict[tuple[tuple[int, ...], Region], tuple[float, Engine]] = {}
         self.buffer, self.offset, self.size = event.buffer, event.offset, event.size
 
     def ready_time(self, operand: tr.Operand, engine: Engine, sync_ns: float) -> float:
         ready = self.fence
-        entries = self.writes + self.reads if operand.writes else self.writes
-        for layout, region, finish, producer in entries:
-            if _overlap(layout, region, operand.layout, operand.region):
-                ready = max(ready, finish + (sync_ns if producer is not engine else 0.0))
+        tables = (self.writes, self.reads) if operand.writes else (self.writes,)
+        for table in tables:
+            for (layout, region), (finish, producer) in table.items():
+                if finish + sync_ns > ready and _overlap(layout, region, operand.layout, operand.region):
+                    ready = max(ready, finish + (sync_ns if producer is not engine else 0.0))
         return ready
 
     def record(self, operand: tr.Operand, finish: float, engine: Engine) -> None:
-        entry = (operand.layout, operand.region, finish, engine)
+        key = (operand.layout, operand.region)
         self.last_use = max(self.last_use, finish)
-
-        def dominated(e: _Access) -> bool:
-            return e[0] == operand.layout and e[2] <= finish and _contains(operand.region, e[1])
-
         if operand.writes:
-            self.writes = [e for e in self.writes if not dominated(e)]
-            self.reads = [e for e in self.reads if not dominated(e)]
-            self.writes.append(entry)
+            # Everything inside this write's region now happens-before it: forget those entries.
+            for table in (self.writes, self.reads):
+                covered = [k for k, (f, _) in table.items()
+                           if k[0] == operand.layout and f <= finish and _contains(operand.region, k[1])]
+                for k in covered:
+                    del table[k]
+            self.writes[key] = (finish, engine)
         else:
-            self.reads = [e for e in self.reads if not dominated(e)]
-            self.reads.append(entry)
+            previous = self.reads.get(key)
+            if previous is None or previous[0] <= finish:
+                self.reads[key] = (finish, engine)
 
 
 class _BandwidthPipe:

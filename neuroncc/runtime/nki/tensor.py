@@ -71,7 +71,7 @@ class Storage:
     time it is written after allocation and adds to it afterwards, so each element's written state is kept.
     """
 
-    __slots__ = ("id", "buffer", "dtype", "shape", "name", "data", "written", "__weakref__")
+    __slots__ = ("id", "buffer", "dtype", "shape", "name", "data", "written")
 
     def __init__(self, id: int, buffer: Buffer, dtype: DType, shape: tuple[int, ...], name: str,
                  data: np.ndarray | None):
@@ -98,7 +98,7 @@ def _is_int_index(key: object) -> bool:
 class Tensor:
     """A view of a Storage; what kernels see for every tile and HBM tensor (NKI's ``NkiTensor``)."""
 
-    __slots__ = ("storage", "layout", "dims", "_shape", "_numpy", "__weakref__")
+    __slots__ = ("storage", "layout", "dims", "_shape", "_numpy")
 
     def __init__(self, storage: Storage, layout: tuple[int, ...], dims: tuple[int | Span, ...]):
         self.storage = storage

@@ -4,11 +4,17 @@ A trace is a flat, ordered list of plain-data events (frozen dataclasses of ints
 references to live tensors or numpy arrays), in program order:
 
 ``Allocate(tile, buffer, name, shape, dtype, offset, size)``
-    A tile came to life. ``tile`` is a storage id, unique within the trace. For SBUF / PSUM, ``offset`` and
-    ``size`` are the per-partition byte range it occupies on every partition (PSUM: whole 2 KiB banks);
-    for HBM both are 0.
+    A tensor came to life. ``tile`` is a storage id, unique within the trace. For SBUF / PSUM, ``size`` is
+    the bytes it occupies on every partition (PSUM: whole 2 KiB banks) and ``offset`` where they start.
+    HBM tensors have both 0.
 ``Release(tile)``
-    The kernel dropped its last reference to the tile; its bytes may be reused by a later ``Allocate``.
+    An on-chip tile's bytes are free again.
+
+The simulator records ``Allocate`` when the kernel allocates (offset 0). ``memory.place`` then turns
+that raw trace into the placed trace every consumer sees (``nki.benchmark``, ``nki.trace_kernel``):
+each on-chip tile's ``Allocate`` moves to just before its first use and carries its placement, and a
+``Release`` follows its last use.
+
 ``Instruction(index, op, engine, operands, params)``
     One executed ISA instruction. ``engine`` is one of ``Engine``. ``operands`` are ``Operand`` records:
 
