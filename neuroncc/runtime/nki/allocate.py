@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from neuroncc.runtime.nki import validate
 from neuroncc.runtime.nki.context import current
 from neuroncc.runtime.nki.dtypes import dtype_of
 from neuroncc.runtime.nki.errors import NKISimulationError
@@ -19,7 +18,11 @@ def buffer_of(buffer: object) -> Buffer:
 
 
 def allocate(op: str, shape: object, dtype: object, buffer: object, name: str = "", fill: object = None) -> Tensor:
-    """A new tensor for creation function ``op``; on-chip tiles are >= 2-D with <= 128 partitions."""
+    """A new tensor for creation function ``op``; on-chip tiles must be at least 2-D.
+
+    As in AWS's simulator, a tile with more than 128 partitions can be allocated; the first instruction
+    that uses it reports the limit, naming itself and the operand.
+    """
     dims = tuple(int(n) for n in (shape if isinstance(shape, (tuple, list)) else (shape,)))  # type: ignore[union-attr]
     kind = dtype_of(dtype)
     where = buffer_of(buffer)
@@ -29,6 +32,4 @@ def allocate(op: str, shape: object, dtype: object, buffer: object, name: str = 
         if len(dims) < 2:
             raise NKISimulationError(
                 f"{op} {where.value} tile must have at least 2 dimensions (partition, free), got shape {dims}")
-        if dims[0] > validate.PMAX:
-            raise NKISimulationError(f"{op} partition dimension {dims[0]} exceeds maximum {validate.PMAX}")
     return current().new_tensor(dims, kind, where, name, fill=fill)

@@ -63,7 +63,7 @@ def nc_matmul(dst: Tensor | None = None, stationary: Tensor | None = None, movin
     validate.space("nc_matmul", "stationary", stationary, validate.SBUF)
     validate.space("nc_matmul", "moving", moving, validate.SBUF)
     validate.space("nc_matmul", "dst", dst, validate.PSUM)
-    for role, value in (("stationary", stationary), ("moving", moving), ("dst", dst)):
+    for role, value in (("stationary", stationary), ("moving", moving)):
         validate.tile("nc_matmul", role, value)
         if value.ndim != 2:
             raise NKISimulationError(f"nc_matmul {role} must be 2-D, got shape {value.shape}")
@@ -75,6 +75,7 @@ def nc_matmul(dst: Tensor | None = None, stationary: Tensor | None = None, movin
         raise NKISimulationError(f"nc_matmul stationary free dimension {m} exceeds maximum {GEMM_STATIONARY_FMAX}")
     if n > GEMM_MOVING_FMAX:
         raise NKISimulationError(f"nc_matmul moving free dimension {n} exceeds maximum {GEMM_MOVING_FMAX}")
+    validate.tile("nc_matmul", "dst", dst)
     validate.same_shape("nc_matmul", "dst", dst, (m, n), "result")
     if dst.dtype.name not in context.target.matmul_dst_dtypes:
         raise NKISimulationError(
