@@ -15,9 +15,9 @@ iota                    150 + N (GpSimdE)
 ======================  =====================================================================
 
 N is the free size (elements per partition) of the streamed operand, M the stationary free size. Later
-generations stream more elements per cycle on VectorE/ScalarE (``Target.*_lanes*``; 16-bit lanes apply
-when every operand is a 2-byte type), so the N term is divided by the lanes while MIN_II stays. Cycles
-become time with the engine's clock.
+generations stream more elements per cycle on VectorE/ScalarE (``Target.*_lanes*``; the 16-bit lanes
+apply when every operand as large as the streamed one is a 2-byte type), so the N term is divided by
+the lanes while MIN_II stays. Cycles become time with the engine's clock.
 
 A DMA's cost is its bytes over the core's DMA bandwidth derated by descriptor efficiency (short
 contiguous runs move slowly); the ~1.3 us fixed cost per transfer is added by the scheduler, which
@@ -64,7 +64,10 @@ def _streamed(ins: Instruction) -> Operand:
 
 
 def _lanes(ins: Instruction, target: Target) -> int:
-    narrow = all(o.itemsize == 2 for o in ins.operands)
+    # Only operands as large as the streamed one set the width: a (P, 1) bias or a reduction's small
+    # result does not stream through the engine.
+    size = _streamed(ins).free_size
+    narrow = all(o.itemsize == 2 for o in ins.operands if o.free_size >= size)
     if ins.engine is Engine.VECTOR:
         return target.vector_lanes_16bit if narrow else target.vector_lanes_fp32
     if ins.engine is Engine.SCALAR:

@@ -2,8 +2,11 @@
 
 Model of one NeuronCore:
 
-- TensorE, VectorE, ScalarE and GpSimdE each run their own instructions in program order, one at a
-  time, in parallel with each other (as the hardware's per-engine instruction queues do).
+- TensorE, VectorE, ScalarE and GpSimdE each run one instruction at a time, in parallel with each
+  other. An instruction takes the first idle gap of its engine that starts at or after its inputs are
+  ready and is long enough for it; it may fill a gap left before instructions that come later in
+  program order. That is the reordering NKI's compiler does when it schedules independent loop
+  iterations (the hardware then runs each engine's stream in order).
 - DMAs go to ``Target.dma_queues`` queues; a transfer takes the queue that frees up first. All queues
   share the core's DMA bandwidth, modelled as one fluid pipe: a transfer's bytes flow through the
   earliest free bandwidth at or after its start (later transfers can fill gaps left earlier), then the
@@ -106,31 +109,39 @@ class _Tile:
                 self.reads[key] = (finish, engine)
 
 
-class _BandwidthPipe:
-    """The DMA bandwidth as a timeline of busy intervals that later transfers may backfill."""
+class _Timeline:
+    """Busy intervals of one resource; new work may fill idle gaps left before later work.
+
+    Engines use it non-splittably: an instruction takes the first idle gap long enough for it at or
+    after its ready time. The DMA bandwidth uses it splittably (a fluid): a transfer's bytes flow
+    through whatever idle bandwidth there is from its start.
+    """
 
     def __init__(self) -> None:
         self._starts: list[float] = []
         self._ends: list[float] = []
 
-    def reserve(self, earliest: float, amount: float) -> float:
-        """Flow ``amount`` ns of transfer through free time from ``earliest``; return when it ends."""
+    def reserve(self, earliest: float, amount: float, splittable: bool) -> tuple[float, float]:
+        """Occupy ``amount`` ns from ``earliest`` on; return (start, end) of the occupied span."""
         t, remaining = earliest, amount
         i = bisect.bisect_right(self._ends, t)
         pieces: list[tuple[float, float]] = []
-        while remaining > 1e-12:
-            if i < len(self._starts) and self._starts[i] <= t:
-                t = max(t, self._ends[i])
+        while remaining > 1e-9:
+            if i < len(self._starts) and self._starts[i] <= t:  # inside a busy interval: skip past it
+                t = self._ends[i]
                 i += 1
                 continue
             gap_end = self._starts[i] if i < len(self._starts) else float("inf")
+            if not splittable and gap_end - t < remaining:  # too short for the whole instruction
+                t = gap_end
+                continue
             used = min(remaining, gap_end - t)
             pieces.append((t, t + used))
             remaining -= used
             t += used
         for start, end in pieces:
             self._insert(start, end)
-        return t
+        return (pieces[0][0], t) if pieces else (earliest, earliest)
 
     def _insert(self, start: float, end: float) -> None:
         i = bisect.bisect_left(self._starts, start)
@@ -146,7 +157,7 @@ class _BandwidthPipe:
         self._ends.insert(i, end)
 
     def forget_before(self, time: float) -> None:
-        """No transfer can start before ``time`` any more; drop the history before it."""
+        """Nothing will be placed before ``time`` any more; drop the history before it."""
         keep = bisect.bisect_right(self._ends, time)
         if keep > 64:
             del self._starts[:keep], self._ends[:keep]
@@ -158,9 +169,9 @@ def schedule(events: list[tr.Event] | tuple[tr.Event, ...], target: Target) -> S
     tiles: dict[int, _Tile] = {}
     released: dict[str, list[tuple[int, int, float]]] = {"sbuf": [], "psum": []}  # (lo, hi, last use)
     live = {"sbuf": 0, "psum": 0}
-    engine_free = {e: 0.0 for e in Engine if e is not Engine.DMA}
+    engines = {e: _Timeline() for e in Engine if e is not Engine.DMA}
     queue_free = [0.0] * target.dma_queues
-    pipe = _BandwidthPipe()
+    bandwidth = _Timeline()
     fixed_ns = target.dma_fixed_us * 1000.0
 
     for event in events:
@@ -191,13 +202,11 @@ def schedule(events: list[tr.Event] | tuple[tr.Event, ...], target: Target) -> S
         if unit is Engine.DMA:
             queue = min(range(len(queue_free)), key=queue_free.__getitem__)
             start = max(ready, queue_free[queue])
-            finish = pipe.reserve(start, cost.ns) + fixed_ns
+            finish = bandwidth.reserve(start, cost.ns, splittable=True)[1] + fixed_ns
             queue_free[queue] = finish
-            pipe.forget_before(min(queue_free))
+            bandwidth.forget_before(min(queue_free))
         else:
-            start = max(ready, engine_free[unit])
-            finish = start + cost.ns
-            engine_free[unit] = finish
+            start, finish = engines[unit].reserve(ready, cost.ns, splittable=False)
         for operand in event.operands:
             tiles[operand.tile].record(operand, finish, unit)
 
