@@ -9,7 +9,7 @@ import neuroncc.nki as nki
 import neuroncc.nki.isa as nisa
 import neuroncc.nki.language as nl
 
-from .conftest import TOLERANCE, bf16, run
+from sim_helpers import bf16, run
 
 DTYPES = ["float32", "bfloat16"]
 

@@ -8,7 +8,7 @@ import pytest
 import neuroncc.nki as nki
 from neuroncc.runtime.nki import kernels
 
-from .conftest import TOLERANCE, bf16
+from sim_helpers import TOLERANCE, bf16
 
 DTYPES = ["float32", "bfloat16"]
 

@@ -6,10 +6,9 @@ import numpy as np
 import pytest
 
 import neuroncc.nki as nki
-import neuroncc.nki.isa as nisa
 import neuroncc.nki.language as nl
 
-from .conftest import bf16, run
+from sim_helpers import bf16, run
 
 
 def _binary_kernel(fn, out_dtype=nl.float32):

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 import neuroncc.nki as nki
 import neuroncc.nki.isa as nisa
 import neuroncc.nki.language as nl
 
-from .conftest import bf16, run
+from sim_helpers import bf16, run
 
 
 def test_writes_through_a_view_reach_the_parent(rng):

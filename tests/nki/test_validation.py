@@ -12,7 +12,7 @@ import neuroncc.nki.isa as nisa
 import neuroncc.nki.language as nl
 from neuroncc.nki import NKISimulationError
 
-from .conftest import run
+from sim_helpers import run
 
 
 def _fails(kernel, message, *args, target=None):
