@@ -319,3 +319,16 @@ def test_nki_0_1_style_calls_return_their_results(rng):
     out, sums = run(kernel, a, b)
     np.testing.assert_allclose(out, np.maximum(a.T @ b, 0), rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(sums[:, 0], a.sum(axis=1), rtol=1e-5, atol=1e-5)
+
+
+def test_integer_tiles_with_float_scalars_compute_in_float():
+    x = np.arange(128 * 4, dtype=np.int32).reshape(128, 4)
+
+    def kernel(x):
+        out = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+        dst = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_scalar(dst=dst, data=nl.load(x), op0=nl.multiply, operand0=0.5)
+        nl.store(out, dst)
+        return out
+
+    np.testing.assert_array_equal(run(kernel, x), x * 0.5)

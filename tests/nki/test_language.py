@@ -224,3 +224,20 @@ def test_calling_a_jitted_kernel_simulates_it_and_kernels_can_call_kernels(rng):
 
     np.testing.assert_array_equal(kernel(x), 2 * x)
     np.testing.assert_array_equal(nki.simulate_kernel(kernel, x), 2 * x)
+
+
+def test_integer_tiles_promote_to_float_with_float_numbers_or_division():
+    x = np.arange(128 * 4, dtype=np.int32).reshape(128, 4)
+
+    def kernel(x):
+        t = nl.load(x)
+        half, ratio, doubled = nl.multiply(t, 0.5), nl.divide(t, 3), nl.add(t, t)
+        assert (half.dtype, ratio.dtype, doubled.dtype) == (nl.float32, nl.float32, nl.int32)
+        out = nl.ndarray((2, 128, 4), dtype=nl.float32, buffer=nl.shared_hbm)
+        nl.store(out[0], half)
+        nl.store(out[1], ratio)
+        return out
+
+    result = run(kernel, x)
+    np.testing.assert_allclose(result[0], x * 0.5)
+    np.testing.assert_allclose(result[1], x / 3, rtol=1e-6)

@@ -75,11 +75,13 @@ def emit(context: SimulationContext, opcode: str, unit: tr.Engine, operands: Ite
 
 
 def compute_type(*values: Tensor | float | int | None) -> np.dtype:
-    """float32 unless every tensor operand is integral (then int64), as the engines compute."""
-    tensors = [v for v in values if isinstance(v, Tensor)]
-    if tensors and all(not t.dtype.is_float for t in tensors):
-        return np.dtype(np.int64)
-    return np.dtype(np.float32)
+    """int64 when every operand (tiles and numbers) is integral, else float32, as the engines compute."""
+    for value in values:
+        if isinstance(value, Tensor) and value.dtype.is_float:
+            return np.dtype(np.float32)
+        if isinstance(value, (float, np.floating)):
+            return np.dtype(np.float32)
+    return np.dtype(np.int64)
 
 
 def read(value: Tensor, as_type: np.dtype) -> np.ndarray:

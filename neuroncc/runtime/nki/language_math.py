@@ -62,10 +62,11 @@ def _binary(name: str, x: Operand, y: Operand, dtype: object, buffer: object) ->
         if not isinstance(value, Tensor) and not _is_number(value):
             raise NKISimulationError(f"{name} {role} must be a tile or a number, got {type(value).__name__}")
     natural = tiles[0].dtype if len(tiles) == 1 else promote(tiles[0].dtype, tiles[1].dtype)
+    float_number = any(isinstance(v, (float, np.floating)) for v in (x, y))
     if alu.kind == "compare":
         natural = bool_
-    elif name == "divide" and not natural.is_float:
-        natural = float32
+    elif not natural.is_float and (name == "divide" or float_number):
+        natural = float32  # an integer tile divided, or combined with a float, gives floats (as numpy)
     result_dtype = natural if dtype is None else dtype_of(dtype)
     if isinstance(x, Tensor) and isinstance(y, Tensor):
         if x.shape == y.shape:

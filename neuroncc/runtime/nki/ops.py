@@ -35,12 +35,6 @@ class ActivationFn:
     apply: Callable[[np.ndarray], np.ndarray]
 
 
-def _divide(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    if x.dtype.kind in "iu" and y.dtype.kind in "iu":
-        return np.floor_divide(x, np.where(y == 0, 1, y))
-    return np.divide(x, y)
-
-
 def _bitwise(fn: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
     def apply(x: np.ndarray, y: np.ndarray) -> np.ndarray:
         if x.dtype.kind not in "iub" or y.dtype.kind not in "iub":
@@ -53,7 +47,7 @@ ALU_OPS: dict[str, AluOp] = {op.name: op for op in (
     AluOp("add", np.add, np.add.reduce, "arith"),                  # x + y
     AluOp("subtract", np.subtract, None, "arith"),                 # x - y
     AluOp("multiply", np.multiply, np.multiply.reduce, "arith"),   # x * y
-    AluOp("divide", _divide, None, "arith"),                       # x / y
+    AluOp("divide", np.true_divide, None, "arith"),                # x / y (true division, also for ints)
     AluOp("maximum", np.maximum, np.maximum.reduce, "arith"),      # max(x, y)
     AluOp("minimum", np.minimum, np.minimum.reduce, "arith"),      # min(x, y)
     AluOp("power", np.power, None, "arith"),                       # x ** y
