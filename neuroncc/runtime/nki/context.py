@@ -1,4 +1,4 @@
-"""The state of one simulated kernel launch: target, mode, memory, trace and grid position.
+"""The state of one simulated kernel launch: target, mode, allocations, trace and grid position.
 
 NKI's API is module-level functions (``nl.ndarray``, ``nisa.nc_matmul``) with no context argument, so the
 running launch has to be found somewhere: ``simulate`` activates a ``SimulationContext`` for the duration

@@ -178,12 +178,16 @@ def tensor_reduce(dst: Tensor | None = None, op: object = None, data: Tensor | N
                   name: str | None = None, dtype: object = None, mask: object = None) -> Tensor:
     """Reduce ``data`` along trailing free ``axis`` with ``op`` (add, maximum, minimum, ...) on VectorE."""
     reject_mask("tensor_reduce", mask)
-    if callable(dst) and not isinstance(dst, Tensor):  # NKI 0.1: tensor_reduce(op, data, axis, ...)
-        dst, op, data, axis = None, dst, op, (data if data is not None else axis)
+    if callable(dst) and not isinstance(dst, Tensor):
+        # NKI 0.1: tensor_reduce(op, data, axis, ...) returns the result; positional arguments arrive
+        # shifted one slot to the right.
+        shifted_axis = data if data is not None else axis
+        op, data, axis = dst, op, shifted_axis
         axes = _reduction_axes("tensor_reduce", axis, data.ndim)
-        kept = tuple(1 if i in axes else n for i, n in enumerate(data.shape)) if keepdims else \
-            tuple(n for i, n in enumerate(data.shape) if i not in axes)
-        dst = new_result(kept if len(kept) >= 2 else (data.shape[0], 1), dtype_of(dtype) if dtype else data.dtype)
+        kept = tuple(n for i, n in enumerate(data.shape) if i not in axes)
+        if keepdims or len(kept) < 2:  # an on-chip result keeps a free dimension
+            kept = tuple(1 if i in axes else n for i, n in enumerate(data.shape))
+        dst = new_result(kept, dtype_of(dtype) if dtype else data.dtype)
     context = current()
     dst = validate.tensor("tensor_reduce", "dst", dst)
     data = validate.tensor("tensor_reduce", "data", data)

@@ -29,7 +29,7 @@ from neuroncc.runtime.nki.tensor import Buffer, Tensor
 from neuroncc.runtime.nki.trace import Engine
 
 F = TypeVar("F", bound=Callable[..., object])
-Operand = Tensor | float | int
+TileOrNumber = Tensor | float | int
 
 
 def nki_op(name: str) -> Callable[[F], F]:
@@ -53,7 +53,7 @@ def _is_column(value: Tensor, partitions: int) -> bool:
 
 
 # --------------------------------------------------------------------------------- binary
-def _binary(name: str, x: Operand, y: Operand, dtype: object, buffer: object) -> Tensor | float:
+def _binary(name: str, x: TileOrNumber, y: TileOrNumber, dtype: object, buffer: object) -> Tensor | float:
     alu = ops.ALU_OPS[name]
     if not isinstance(x, Tensor) and not isinstance(y, Tensor):
         return float(alu.apply(np.float32(x), np.float32(y)))
@@ -93,79 +93,79 @@ def _broadcast_shape(name: str, a: tuple[int, ...], b: tuple[int, ...]) -> tuple
 
 
 @nki_op("add")
-def add(x: Operand, y: Operand, dtype: object = None, buffer: object = None) -> Tensor:
+def add(x: TileOrNumber, y: TileOrNumber, dtype: object = None, buffer: object = None) -> Tensor:
     """``x + y`` elementwise."""
     return _binary("add", x, y, dtype, buffer)  # type: ignore[return-value]
 
 
 @nki_op("subtract")
-def subtract(x: Operand, y: Operand, dtype: object = None, buffer: object = None) -> Tensor:
+def subtract(x: TileOrNumber, y: TileOrNumber, dtype: object = None, buffer: object = None) -> Tensor:
     """``x - y`` elementwise."""
     return _binary("subtract", x, y, dtype, buffer)  # type: ignore[return-value]
 
 
 @nki_op("multiply")
-def multiply(x: Operand, y: Operand, dtype: object = None, buffer: object = None) -> Tensor:
+def multiply(x: TileOrNumber, y: TileOrNumber, dtype: object = None, buffer: object = None) -> Tensor:
     """``x * y`` elementwise."""
     return _binary("multiply", x, y, dtype, buffer)  # type: ignore[return-value]
 
 
 @nki_op("divide")
-def divide(x: Operand, y: Operand, dtype: object = None, buffer: object = None) -> Tensor:
+def divide(x: TileOrNumber, y: TileOrNumber, dtype: object = None, buffer: object = None) -> Tensor:
     """``x / y`` elementwise."""
     return _binary("divide", x, y, dtype, buffer)  # type: ignore[return-value]
 
 
 @nki_op("maximum")
-def maximum(x: Operand, y: Operand, dtype: object = None, buffer: object = None) -> Tensor:
+def maximum(x: TileOrNumber, y: TileOrNumber, dtype: object = None, buffer: object = None) -> Tensor:
     """``max(x, y)`` elementwise."""
     return _binary("maximum", x, y, dtype, buffer)  # type: ignore[return-value]
 
 
 @nki_op("minimum")
-def minimum(x: Operand, y: Operand, dtype: object = None, buffer: object = None) -> Tensor:
+def minimum(x: TileOrNumber, y: TileOrNumber, dtype: object = None, buffer: object = None) -> Tensor:
     """``min(x, y)`` elementwise."""
     return _binary("minimum", x, y, dtype, buffer)  # type: ignore[return-value]
 
 
 @nki_op("power")
-def power(x: Operand, y: Operand, dtype: object = None, buffer: object = None) -> Tensor:
+def power(x: TileOrNumber, y: TileOrNumber, dtype: object = None, buffer: object = None) -> Tensor:
     """``x ** y`` elementwise."""
     return _binary("power", x, y, dtype, buffer)  # type: ignore[return-value]
 
 
 @nki_op("equal")
-def equal(x: Operand, y: Operand, dtype: object = None, buffer: object = None) -> Tensor:
+def equal(x: TileOrNumber, y: TileOrNumber, dtype: object = None, buffer: object = None) -> Tensor:
     """``x == y`` elementwise (bool_ tile unless ``dtype`` is given)."""
     return _binary("equal", x, y, dtype, buffer)  # type: ignore[return-value]
 
 
 @nki_op("not_equal")
-def not_equal(x: Operand, y: Operand, dtype: object = None, buffer: object = None) -> Tensor:
+def not_equal(x: TileOrNumber, y: TileOrNumber, dtype: object = None, buffer: object = None) -> Tensor:
     """``x != y`` elementwise."""
     return _binary("not_equal", x, y, dtype, buffer)  # type: ignore[return-value]
 
 
 @nki_op("greater")
-def greater(x: Operand, y: Operand, dtype: object = None, buffer: object = None) -> Tensor:
+def greater(x: TileOrNumber, y: TileOrNumber, dtype: object = None, buffer: object = None) -> Tensor:
     """``x > y`` elementwise."""
     return _binary("greater", x, y, dtype, buffer)  # type: ignore[return-value]
 
 
 @nki_op("greater_equal")
-def greater_equal(x: Operand, y: Operand, dtype: object = None, buffer: object = None) -> Tensor:
+def greater_equal(x: TileOrNumber, y: TileOrNumber, dtype: object = None, buffer: object = None) -> Tensor:
     """``x >= y`` elementwise."""
     return _binary("greater_equal", x, y, dtype, buffer)  # type: ignore[return-value]
 
 
 @nki_op("less")
-def less(x: Operand, y: Operand, dtype: object = None, buffer: object = None) -> Tensor:
+def less(x: TileOrNumber, y: TileOrNumber, dtype: object = None, buffer: object = None) -> Tensor:
     """``x < y`` elementwise."""
     return _binary("less", x, y, dtype, buffer)  # type: ignore[return-value]
 
 
 @nki_op("less_equal")
-def less_equal(x: Operand, y: Operand, dtype: object = None, buffer: object = None) -> Tensor:
+def less_equal(x: TileOrNumber, y: TileOrNumber, dtype: object = None, buffer: object = None) -> Tensor:
     """``x <= y`` elementwise."""
     return _binary("less_equal", x, y, dtype, buffer)  # type: ignore[return-value]
 
