@@ -175,6 +175,15 @@ def test_loads_overlap_compute_only_when_buffers_rotate():
     assert single.dma_bytes == rotating.dma_bytes and single.elementwise_ops == rotating.elementwise_ops
 
 
+def test_reusing_the_bytes_of_a_dead_tile_waits_for_its_last_access():
+    # Each iteration's two tiles take 192 KiB of trn2's 224 KiB, so every iteration must reuse the bytes
+    # of the previous one: rotating buffers cannot help and loads wait for the previous compute.
+    x = spec(1024, 24 * 1024)
+    crowded = nki.benchmark(_scale_rows(single_buffer=False), execute=False)(x).profile
+    assert crowded.peak_sbuf_bytes_per_partition == 2 * 96 * 1024
+    assert crowded.latency_us > 1.25 * crowded.dma_bound_us  # load, compute and store serialise
+
+
 def test_cross_engine_dependencies_pay_a_semaphore_hand_off():
     def chain(engine):
         def kernel():

@@ -241,3 +241,20 @@ def test_integer_tiles_promote_to_float_with_float_numbers_or_division():
     result = run(kernel, x)
     np.testing.assert_allclose(result[0], x * 0.5)
     np.testing.assert_allclose(result[1], x / 3, rtol=1e-6)
+
+
+def test_bitwise_ops_on_integer_tiles_and_their_rejection_on_floats():
+    a = np.arange(128 * 4, dtype=np.int32).reshape(128, 4)
+
+    def kernel(a):
+        t = nl.load(a)
+        out = nl.ndarray((3, 128, 4), dtype=nl.int32, buffer=nl.shared_hbm)
+        nl.store(out[0], nl.bitwise_and(t, 6))
+        nl.store(out[1], nl.bitwise_or(t, t))
+        nl.store(out[2], nl.bitwise_xor(t, 5))
+        return out
+
+    result = run(kernel, a)
+    np.testing.assert_array_equal(result, np.stack([a & 6, a | a, a ^ 5]))
+    with pytest.raises(nki.NKISimulationError, match="tensor_tensor op 'bitwise_and' needs integer operands"):
+        run(lambda x: nl.bitwise_and(nl.load(x), nl.load(x)), np.ones((4, 4), np.float32))

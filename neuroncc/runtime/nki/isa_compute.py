@@ -40,6 +40,15 @@ def _check_scalar_operand(op: str, role: str, value: object, partitions: int, al
         raise NKISimulationError(f"{op} {role} must be a number or a tile of shape ({partitions}, 1), got {value!r}")
 
 
+def _check_bitvec(op: str, alu: ops.AluOp, *values: object) -> None:
+    """Bitwise operators treat elements as bit patterns: integer tiles (and integer numbers) only."""
+    if alu.kind != "bitvec":
+        return
+    for value in values:
+        if (isinstance(value, Tensor) and value.dtype.is_float) or isinstance(value, (float, np.floating)):
+            raise NKISimulationError(f"{op} op '{alu.name}' needs integer operands, got {value!r}")
+
+
 def _scalar_param(value: object) -> object:
     return "tile" if isinstance(value, Tensor) else value
 
@@ -57,6 +66,7 @@ def tensor_tensor(dst: Tensor | None = None, data1: Tensor | None = None, data2:
     data1 = validate.tensor("tensor_tensor", "data1", data1)
     data2 = validate.tensor("tensor_tensor", "data2", data2)
     alu = ops.resolve_alu(op, "tensor_tensor")
+    _check_bitvec("tensor_tensor", alu, data1, data2)
     unit = pick_engine(engine, Engine.VECTOR, (Engine.VECTOR, Engine.GPSIMD), "tensor_tensor")
     allowed, why = _spaces_for(unit)
     for role, value in (("data1", data1), ("data2", data2), ("dst", dst)):
@@ -101,9 +111,11 @@ def tensor_scalar(dst: Tensor | None = None, data: Tensor | None = None, op0: ob
     validate.tile("tensor_scalar", "dst", dst)
     validate.same_free_size("tensor_scalar", "dst", dst, data.shape, "data")
     steps = [(ops.resolve_alu(op0, "tensor_scalar", "op0"), operand0, reverse0)]
+    _check_bitvec("tensor_scalar", steps[0][0], data, operand0)
     _check_scalar_operand("tensor_scalar", "operand0", operand0, data.shape[0], allowed)
     if op1 is not None or operand1 is not None:
         steps.append((ops.resolve_alu(op1, "tensor_scalar", "op1"), operand1, reverse1))
+        _check_bitvec("tensor_scalar", steps[1][0], data, operand1)
         _check_scalar_operand("tensor_scalar", "operand1", operand1, data.shape[0], allowed)
     operands = [operand("data", data, "r")]
     operands += [operand(f"operand{i}", value, "r") for i, (_, value, _) in enumerate(steps) if isinstance(value, Tensor)]

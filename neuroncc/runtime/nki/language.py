@@ -17,9 +17,10 @@ from neuroncc.runtime.nki.dtypes import (
 )
 from neuroncc.runtime.nki.errors import NKISimulationError
 from neuroncc.runtime.nki.language_math import (
-    abs, add, broadcast_to, cos, divide, equal, exp, gelu, gelu_apprx_tanh, greater, greater_equal, less,
-    less_equal, log, matmul, max, maximum, mean, min, minimum, multiply, negative, nki_op, not_equal, power, reciprocal,
-    relu, rsqrt, sigmoid, silu, sin, sqrt, square, subtract, sum, tanh, transpose,
+    abs, add, bitwise_and, bitwise_or, bitwise_xor, broadcast_to, cos, divide, equal, exp, gelu, gelu_apprx_tanh,
+    greater, greater_equal, less, less_equal, log, matmul, max, maximum, mean, min, minimum, multiply, negative,
+    nki_op, not_equal, power, reciprocal, relu, rsqrt, sigmoid, silu, sin, sqrt, square, subtract, sum, tanh,
+    transpose,
 )
 from neuroncc.runtime.nki.tensor import Buffer, DynSlice, Tensor, ds
 
@@ -30,6 +31,7 @@ private_hbm = Buffer.HBM
 shared_hbm = Buffer.SHARED_HBM
 
 fp32 = float32
+NkiTensor = Tensor  # NKI's name for the tensor class
 
 
 class tile_size:  # noqa: N801 - spelled as in NKI
@@ -172,7 +174,8 @@ def program_ndim() -> int:
 
 
 __all__ = [
-    "ALL_DTYPES", "DType", "DynSlice", "Tensor", "abs", "add", "affine_range", "assign", "bfloat16", "bool_",
+    "ALL_DTYPES", "DType", "DynSlice", "NkiTensor", "Tensor", "abs", "add", "affine_range", "bfloat16",
+    "bitwise_and", "bitwise_or", "bitwise_xor", "bool_",
     "broadcast_to", "copy", "cos", "divide", "ds", "empty_like", "equal", "exp", "float16", "float32", "fp32",
     "full", "gelu", "gelu_apprx_tanh", "greater", "greater_equal", "hbm", "int8", "int16", "int32", "less",
     "less_equal", "load", "log", "matmul", "max", "maximum", "mean", "min", "minimum", "multiply", "ndarray",

@@ -170,6 +170,24 @@ def less_equal(x: TileOrNumber, y: TileOrNumber, dtype: object = None, buffer: o
     return _binary("less_equal", x, y, dtype, buffer)  # type: ignore[return-value]
 
 
+@nki_op("bitwise_and")
+def bitwise_and(x: TileOrNumber, y: TileOrNumber, dtype: object = None, buffer: object = None) -> Tensor:
+    """``x & y`` elementwise on integer tiles."""
+    return _binary("bitwise_and", x, y, dtype, buffer)  # type: ignore[return-value]
+
+
+@nki_op("bitwise_or")
+def bitwise_or(x: TileOrNumber, y: TileOrNumber, dtype: object = None, buffer: object = None) -> Tensor:
+    """``x | y`` elementwise on integer tiles."""
+    return _binary("bitwise_or", x, y, dtype, buffer)  # type: ignore[return-value]
+
+
+@nki_op("bitwise_xor")
+def bitwise_xor(x: TileOrNumber, y: TileOrNumber, dtype: object = None, buffer: object = None) -> Tensor:
+    """``x ^ y`` elementwise on integer tiles."""
+    return _binary("bitwise_xor", x, y, dtype, buffer)  # type: ignore[return-value]
+
+
 # --------------------------------------------------------------------------------- unary (ScalarE)
 def _unary(name: str, x: Tensor, dtype: object, buffer: object) -> Tensor:
     x = validate.tensor(name, "x", x)

@@ -35,14 +35,6 @@ class ActivationFn:
     apply: Callable[[np.ndarray], np.ndarray]
 
 
-def _bitwise(fn: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
-    def apply(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-        if x.dtype.kind not in "iub" or y.dtype.kind not in "iub":
-            raise NKISimulationError("bitwise ALU operators need integer operands")
-        return fn(x, y)
-    return apply
-
-
 ALU_OPS: dict[str, AluOp] = {op.name: op for op in (
     AluOp("add", np.add, np.add.reduce, "arith"),                  # x + y
     AluOp("subtract", np.subtract, None, "arith"),                 # x - y
@@ -57,9 +49,9 @@ ALU_OPS: dict[str, AluOp] = {op.name: op for op in (
     AluOp("greater_equal", np.greater_equal, None, "compare"),     # x >= y
     AluOp("less", np.less, None, "compare"),                       # x < y
     AluOp("less_equal", np.less_equal, None, "compare"),           # x <= y
-    AluOp("bitwise_and", _bitwise(np.bitwise_and), np.bitwise_and.reduce, "bitvec"),  # x & y
-    AluOp("bitwise_or", _bitwise(np.bitwise_or), np.bitwise_or.reduce, "bitvec"),     # x | y
-    AluOp("bitwise_xor", _bitwise(np.bitwise_xor), np.bitwise_xor.reduce, "bitvec"),  # x ^ y
+    AluOp("bitwise_and", np.bitwise_and, np.bitwise_and.reduce, "bitvec"),  # x & y (integers only)
+    AluOp("bitwise_or", np.bitwise_or, np.bitwise_or.reduce, "bitvec"),     # x | y
+    AluOp("bitwise_xor", np.bitwise_xor, np.bitwise_xor.reduce, "bitvec"),  # x ^ y
 )}
 
 
