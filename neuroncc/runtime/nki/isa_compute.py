@@ -206,6 +206,7 @@ def tensor_reduce(dst: Tensor | None = None, op: object = None, data: Tensor | N
     alu = ops.resolve_alu(op, "tensor_reduce")
     if alu.reduce is None:
         raise NKISimulationError(f"tensor_reduce op '{alu.name}' cannot reduce; use add, multiply, maximum or minimum")
+    _check_bitvec("tensor_reduce", alu, data)
     validate.space("tensor_reduce", "data", data, validate.ON_CHIP)
     validate.space("tensor_reduce", "dst", dst, validate.ON_CHIP)
     validate.tile("tensor_reduce", "data", data)
