@@ -103,3 +103,9 @@ def test_kernels_reproduce_their_results_on_every_target(rng):
     results = [nki.simulate(kernels.softmax, target=t)(x) for t in ("trn1", "trn2", "trn3")]
     np.testing.assert_array_equal(results[0], results[1])
     np.testing.assert_array_equal(results[1], results[2])
+
+
+def test_softmax_with_several_rows_per_partition(rng):
+    (x,), args = _prepare(rng, "bfloat16", (600, 256))
+    result = nki.simulate(kernels.softmax)(*args, rows_per_partition=3)
+    _check(result, _softmax(x.astype(np.float64)), "bfloat16")

@@ -124,19 +124,18 @@ def softmax(x, rows_per_partition=1):
 
     ``rows_per_partition > 1`` gives each partition several consecutive rows, so each DMA moves longer
     contiguous runs per partition (DMA reaches full bandwidth from 4 KiB per partition; a 1024-wide
-    bfloat16 row is only 2 KiB). It needs ``rows`` to be a multiple of ``128 * rows_per_partition``.
+    bfloat16 row is only 2 KiB). ``rows`` must be a multiple of ``rows_per_partition``.
     """
     rows, cols = x.shape
     out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
     per = rows_per_partition
-    if per > 1:
-        assert rows % (P * per) == 0, "rows must be a multiple of 128 * rows_per_partition"
-        blocks_in, blocks_out = x.reshape((rows // per, per, cols)), out.reshape((rows // per, per, cols))
-    for t in nl.affine_range((rows // per + P - 1) // P):
-        n = min(P, rows // per - t * P)
+    assert rows % per == 0, "rows must be a multiple of rows_per_partition"
+    groups = rows // per  # one group of `per` consecutive rows per partition
+    x_groups, out_groups = x.reshape((groups, per, cols)), out.reshape((groups, per, cols))
+    for t in nl.affine_range((groups + P - 1) // P):
+        n = min(P, groups - t * P)
         tile = nl.ndarray((P, per, cols), dtype=x.dtype, buffer=nl.sbuf)
-        source = blocks_in[nl.ds(t * P, n)] if per > 1 else x[nl.ds(t * P, n)]
-        nisa.dma_copy(dst=tile[0:n] if per > 1 else tile[0:n, 0, :], src=source)
+        nisa.dma_copy(dst=tile[0:n], src=x_groups[nl.ds(t * P, n)])
         neg_max = nl.ndarray((P, per), dtype=nl.float32, buffer=nl.sbuf)
         nisa.tensor_reduce(dst=neg_max[0:n], op=nl.maximum, data=tile[0:n], axis=2, negate=True)
         exps = nl.ndarray((P, per, cols), dtype=x.dtype, buffer=nl.sbuf)
@@ -150,10 +149,7 @@ def softmax(x, rows_per_partition=1):
         for r in nl.affine_range(per):
             nisa.tensor_scalar(dst=result[0:n, r, :], data=exps[0:n, r, :], op0=nl.multiply,
                                operand0=inverse[0:n, r:r + 1])
-        if per > 1:
-            nisa.dma_copy(dst=blocks_out[nl.ds(t * P, n)], src=result[0:n])
-        else:
-            nisa.dma_copy(dst=out[nl.ds(t * P, n)], src=result[0:n, 0, :])
+        nisa.dma_copy(dst=out_groups[nl.ds(t * P, n)], src=result[0:n])
     return out
 
 
