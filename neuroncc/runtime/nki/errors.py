@@ -8,8 +8,10 @@ keeps working, while ``NKISimulationError`` lets callers catch only simulator di
 
 from __future__ import annotations
 
+from neuroncc.errors import NeuronccError
 
-class NKISimulationError(AssertionError):
+
+class NKISimulationError(NeuronccError, AssertionError):
     """A kernel broke an NKI rule: a shape, dtype, memory-space, engine or capacity limit."""
 
 
