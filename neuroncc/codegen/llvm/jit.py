@@ -89,7 +89,7 @@ def optimize(ir_texts: list[str]) -> tuple[llvm.ModuleRef, llvm.TargetMachine, s
     tuning = llvm.create_pipeline_tuning_options(speed_level=3)
     tuning.loop_vectorization = True
     tuning.slp_vectorization = True
-    tuning.loop_unrolling = True
+    tuning.loop_unrolling = False
     tuning.loop_interleaving = True
     builder = llvm.create_pass_builder(tm, tuning)
     builder.getModulePassManager().run(module, builder)
