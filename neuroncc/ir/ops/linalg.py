@@ -220,9 +220,8 @@ def _conv_backward(grad, x, w, *, stride, padding, dilation, transposed, output_
         # Pick output_padding so the transposed conv reproduces the input's exact spatial size.
         full = [(g2.shape[2 + i] - 1) * st[i] - 2 * pa[i] + di[i] * (w2.shape[2 + i] - 1) + 1 for i in range(2)]
         out_pad = (x2.shape[2] - full[0], x2.shape[3] - full[1])
-        w_t = w2.reshape(groups, -1, *w2.shape[1:]).transpose(0, 2, 1, 3, 4).reshape(-1, w2.shape[0] // groups,
-                                                                                        *w2.shape[2:])
-        gx = conv2d_transpose(g2, w_t, st, pa, out_pad, di, groups)
+        # The forward weight [O, C/g, kh, kw] is already the transposed conv's [C_in=O, C_out/g=C/g, kh, kw].
+        gx = conv2d_transpose(g2, w2, st, pa, out_pad, di, groups)
         results.append(gx[:, :, 0, :] if nspatial == 1 else gx)
     if output_mask[1]:
         gw = conv2d_weight_grad(x2, g2, w2.shape, st, pa, di, groups)
