@@ -13,7 +13,7 @@ from typing import Any
 from neuroncc.ir import Function, verify
 from neuroncc.runtime.executable import Executable, build_executable
 
-DEFAULT_TARGET = "interp"
+DEFAULT_TARGET = "cpu"
 
 
 def compile_graph(fn: Function, *, target: str = DEFAULT_TARGET, pipeline: str | None = None,

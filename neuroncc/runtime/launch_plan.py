@@ -91,6 +91,7 @@ class LaunchPlan:
     steps: list[StepSpec] = field(default_factory=list)
     outputs: list[int] = field(default_factory=list)
     arena_bytes: int = 0
+    object_sha256: str = ""  # of kernels.o: a truncated or foreign object file must never reach LLVM
     version: int = PLAN_VERSION
 
     def to_json(self) -> str:
@@ -107,7 +108,7 @@ class LaunchPlan:
                 [BufferSpec(**b) for b in data["buffers"]],
                 [_value(v) for v in data["values"]],
                 [_step(s) for s in data["steps"]],
-                list(data["outputs"]), data["arena_bytes"], data["version"],
+                list(data["outputs"]), data["arena_bytes"], data["object_sha256"], data["version"],
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ArtifactError(f"malformed launch plan: {exc}") from None

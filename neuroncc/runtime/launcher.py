@@ -13,6 +13,7 @@ Options (all optional): ``threads`` (default: torch's thread count if torch is l
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import threading
 import time
 from collections.abc import Mapping
@@ -288,6 +289,8 @@ def build_cpu_executable(fn: Function, options: Mapping[str, Any] | None = None)
     cpu, features = jit.host_cpu()
     plan, ir_texts = plan_launch(top, cpu, features, _memory_offsets(options))
     module = jit.compile_ir(ir_texts) if ir_texts else None
+    if module is not None:
+        plan.object_sha256 = hashlib.sha256(module.object_code).hexdigest()
     return CpuExecutable(top, plan, module, _threads(options), time.perf_counter() - start)
 
 
@@ -315,6 +318,8 @@ def load_cpu_executable(directory: str | Path, fn: Function, options: Mapping[st
             llvm_ir = (directory / IR_FILE).read_text(encoding="utf-8") if (directory / IR_FILE).exists() else ""
         except OSError as exc:
             raise ArtifactError(f"cannot read kernel object code in {directory}: {exc}") from None
+        if hashlib.sha256(object_code).hexdigest() != plan.object_sha256:
+            raise ArtifactError(f"{directory / OBJECT_FILE} is corrupt (checksum mismatch)")
         module = jit.load_object(object_code, llvm_ir)
     return CpuExecutable(top, plan, module, _threads(options))
 
