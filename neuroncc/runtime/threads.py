@@ -7,6 +7,7 @@ microseconds); small loops run on the calling thread alone.
 
 from __future__ import annotations
 
+import itertools
 import os
 import sys
 import threading
@@ -27,6 +28,11 @@ def default_threads() -> int:
         return os.cpu_count() or 1
 
 
+#: Chunks per thread: threads take chunks from a shared counter, so one descheduled thread (a busy or
+#: oversubscribed machine) delays at most one chunk instead of half of the loop.
+CHUNKS_PER_THREAD = 4
+
+
 class _Worker(threading.Thread):
     def __init__(self) -> None:
         super().__init__(daemon=True, name="neuroncc-worker")
@@ -34,15 +40,14 @@ class _Worker(threading.Thread):
         self.wake.acquire()
         self.finished = threading.Lock()
         self.finished.acquire()
-        self.task: tuple[Callable[[int, int, int], None], int, int, int] | None = None
+        self.task: Callable[[], None] | None = None
         self.error: BaseException | None = None
 
     def run(self) -> None:
         while True:
             self.wake.acquire()
-            fn, args, start, end = self.task  # type: ignore[misc]
             try:
-                fn(args, start, end)
+                self.task()  # type: ignore[misc]
             except BaseException as exc:  # noqa: BLE001 - re-raised on the calling thread
                 self.error = exc
             self.finished.release()
@@ -64,20 +69,27 @@ class ThreadPool:
 
     def parallel_for(self, fn: Callable[[int, int, int], None], args: int, n: int, work_per_item: int = 1) -> None:
         """Run fn(args, start, end) over [0, n), split across threads when the work is big enough."""
-        parts = min(self.threads, n)
-        if parts <= 1 or n * max(work_per_item, 1) < PARALLEL_MIN_WORK:
+        total = n * max(work_per_item, 1)
+        if self.threads <= 1 or n < 2 or total < PARALLEL_MIN_WORK:
             if n > 0:
                 fn(args, 0, n)
             return
+        chunks = min(n, self.threads * CHUNKS_PER_THREAD, max(total // (PARALLEL_MIN_WORK // 2), 2))
+        bounds = [n * i // chunks for i in range(chunks + 1)]
+        counter = itertools.count()  # next() is atomic under the GIL
+
+        def drain() -> None:
+            while (i := next(counter)) < chunks:
+                fn(args, bounds[i], bounds[i + 1])
+
         with self._lock:  # one parallel region at a time per pool
             self._ensure_workers()
-            bounds = [n * i // parts for i in range(parts + 1)]
-            busy = self._workers[: parts - 1]
-            for worker, (start, end) in zip(busy, zip(bounds[1:-1], bounds[2:])):
-                worker.task = (fn, args, start, end)
+            busy = self._workers[: min(self.threads, chunks) - 1]
+            for worker in busy:
+                worker.task = drain
                 worker.error = None
                 worker.wake.release()
-            fn(args, bounds[0], bounds[1])
+            drain()
             for worker in busy:
                 worker.finished.acquire()
             for worker in busy:

@@ -152,12 +152,13 @@ def _div(ctx, op, args):
     mode = op.attrs["rounding_mode"]
     if a.type != F32:
         return _int_div(ctx, op, a, c, mode)
+    if mode == "none":
+        # x / y as x * (1/y): within 1.5 ulp, and a broadcast divisor's reciprocal is hoisted out of loops
+        return ctx.b.fdiv(a, c, flags=("arcp",))
     quotient = ctx.b.fdiv(a, c)
     if mode == "floor":
         return call(ctx.b, "llvm.floor.f32", [quotient])
-    if mode == "trunc":
-        return call(ctx.b, "llvm.trunc.f32", [quotient])
-    return quotient
+    return call(ctx.b, "llvm.trunc.f32", [quotient])
 
 
 def _int_rem(ctx, op, a: ir.Value, c: ir.Value, python_sign: bool) -> ir.Value:
