@@ -78,6 +78,7 @@ class StepSpec:
     slots: tuple[SlotSpec, ...] = ()
     extern: ExternSpec | None = None
     may_fail: bool = False
+    row_blocked: bool = False  # extern mm/addmm and epilogue phases run block of rows by block of rows
     reason: str = ""  # why a kernel runs in the interpreter
 
 
@@ -125,7 +126,7 @@ def _step(data: Mapping[str, Any]) -> StepSpec:
         tuple(PhaseSpec(**p) for p in data["phases"]), tuple(SlotSpec(**s) for s in data["slots"]),
         None if extern is None else ExternSpec(extern["op_index"], tuple(_value(v) for v in extern["operands"]),
                                                tuple(_value(v) for v in extern["results"])),
-        data["may_fail"], data["reason"],
+        data["may_fail"], data["row_blocked"], data["reason"],
     )
 
 
@@ -254,7 +255,7 @@ class _Planner:
             extern = ExternSpec(kplan.extern.op_index, tuple(_layout_spec(a) for a in kplan.extern.operands),
                                 tuple(_layout_spec(a) for a in kplan.extern.results))
         self.plan.steps.append(_replace(step, native=True, phases=phases, slots=tuple(slots), extern=extern,
-                                        may_fail=kplan.may_fail))
+                                        may_fail=kplan.may_fail, row_blocked=kplan.row_blocked))
 
 
 def _replace(step: StepSpec, **changes: Any) -> StepSpec:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import math
 import threading
 import time
 from collections.abc import Mapping
@@ -34,6 +35,8 @@ from neuroncc.runtime.threads import default_threads, get_pool
 
 PHASE_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
 PLAN_FILE, IR_FILE, OBJECT_FILE = "plan.json", "kernels.ll", "kernels.o"
+#: Matmul epilogues run on blocks of rows whose output fits comfortably in L2.
+ROW_BLOCK_BYTES = 1 << 19
 
 
 class KernelIndexError(NeuronccError):
@@ -235,26 +238,52 @@ class _NativeKernel:
             else:
                 self.args[slot] = exe._error.ctypes.data
         self.phases = [(PHASE_FN(exe.module.address(p.symbol)), p.n_outer, p.work, p.serial) for p in step.phases]
+        self.rows, self.row_block = 0, 0
+        if step.row_blocked:
+            self.rows = step.extern.results[0].shape[0]
+            row_bytes = max(math.prod(step.extern.results[0].shape[1:]), 1) * 4
+            block = max(ROW_BLOCK_BYTES // row_bytes, 8)
+            if block < self.rows:  # small outputs are already cache resident: one block
+                self.row_block = block
 
     def __call__(self, flats: dict[int, np.ndarray]) -> None:
         args = self.args
         for slot, buffer, byte_offset in self.dynamic:
             args[slot] = flats[buffer].__array_interface__["data"][0] + byte_offset
-        if self.step.extern is not None:
-            self._extern()
-        pool = self.exe.pool
-        for fn, n_outer, work, serial in self.phases:
-            if serial:
-                fn(self.args_address, 0, n_outer)
-            else:
-                pool.parallel_for(fn, self.args_address, n_outer, work)
+        if self.row_block:
+            self._row_blocked()
+        else:
+            if self.step.extern is not None:
+                self._extern()
+            self._phases(0, None)
         if self.step.may_fail and self.exe._error[0]:
             self.exe._error[0] = 0
             op = self.exe.function.ops[self.step.op_index]
             names = sorted({o.name for o in op.regions[0].ops})
             raise KernelIndexError(f"kernel '{op.attrs['name']}' ({', '.join(names)}): index out of range")
 
-    def _extern(self) -> None:
+    def _phases(self, row_start: int, row_end: int | None) -> None:
+        """Run every phase, on all outer iterations or on those of rows [row_start, row_end)."""
+        pool = self.exe.pool
+        for fn, n_outer, work, serial in self.phases:
+            if serial:
+                fn(self.args_address, 0, n_outer)
+            elif row_end is None:
+                pool.parallel_for(fn, self.args_address, n_outer, work)
+            else:
+                per_row = n_outer // self.rows
+                offset = row_start * per_row
+                pool.parallel_for(lambda a, s, e, fn=fn: fn(a, s + offset, e + offset), self.args_address,
+                                  (row_end - row_start) * per_row, work)
+
+    def _row_blocked(self) -> None:
+        """mm/addmm a block of rows at a time, each block's epilogue right after (its output still cached)."""
+        for start in range(0, self.rows, self.row_block):
+            end = min(start + self.row_block, self.rows)
+            self._extern(start, end)
+            self._phases(start, end)
+
+    def _extern(self, row_start: int = 0, row_end: int | None = None) -> None:
         spec = self.step.extern
         region = self.exe.function.ops[self.step.op_index].regions[0]
         op = region.ops[spec.op_index]
@@ -268,8 +297,18 @@ class _NativeKernel:
                 .view(dtype)
             return _view(flat, layout)
 
-        run_extern(op.name, op.attrs, [view(v) for v in spec.operands], [view(v) for v in spec.results],
-                   op.results[0].type.dtype)
+        operands = [view(v) for v in spec.operands]
+        results = [view(v) for v in spec.results]
+        if row_end is not None:
+            rows = slice(row_start, row_end)
+            if op.name == "mm":
+                operands[0] = operands[0][rows]
+            else:  # addmm: bias [M, N] is sliced too; [N] and [1, N] broadcast
+                operands[1] = operands[1][rows]
+                if operands[0].ndim == 2 and operands[0].shape[0] == self.rows > 1:
+                    operands[0] = operands[0][rows]
+            results = [r[rows] for r in results]
+        run_extern(op.name, op.attrs, operands, results, op.results[0].type.dtype)
 
 
 def _threads(options: Mapping[str, Any]) -> int:

@@ -142,3 +142,44 @@ def test_unsupported_region_falls_back_to_interpreter(rng):
     assert exe.stats["interpreted_kernels"] == 1
     assert exe.stats["interpreted_ops"] == {"exp": 1, "mm": 1}
     assert "first compute op" in exe.stats["interpreted_reasons"][0]
+
+
+def test_softmax_computes_exp_once_per_element(rng):
+    fn = softmax_graph((8, 50))
+    region = fn.ops[0].regions[0]
+    plan = plan_kernel(region, [Layout.of(0, region.params[0].type)], [Layout.of(1, region.outputs[0].type)])
+    (phase,) = plan.phases
+    assert len(phase.row_cache) == 1  # exp(x - max) is stored by the sum pass, loaded by the write pass
+    run_both(fn, [rng.standard_normal((8, 50)).astype(np.float32)])
+
+
+@pytest.mark.parametrize("op", ["mm", "addmm"])
+def test_matmul_epilogue_runs_row_block_by_row_block(op, monkeypatch, rng):
+    from neuroncc.runtime import launcher
+
+    monkeypatch.setattr(launcher, "ROW_BLOCK_BYTES", 64 * 4 * 8)  # 8 rows per block: several blocks
+    b = Builder(op)
+    x = b.param(TensorType((50, 32), DType.f32), "x")
+    w = b.param(TensorType((32, 64), DType.f32), "w")
+    bias = b.param(TensorType((64,), DType.f32), "bias")
+    h = b.op("mm", x, w) if op == "mm" else b.op("addmm", bias, x, w, beta=0.5)
+    y = b.op("sigmoid", h)
+    outs = [y, b.op("sum", b.op("mul", y, h), dims=(1,), keepdim=True)]
+    kernel = make_kernel(b.ops, [x, w, bias], outs, "epilogue")
+    b.ops = [kernel]
+    fn = b.build(list(kernel.results))
+    exe, _ = run_both(fn, [rng.standard_normal(s).astype(np.float32) for s in [(50, 32), (32, 64), (64,)]])
+    (step,) = exe.plan.steps
+    assert step.row_blocked and exe._runners[0].row_block == 8
+
+
+def test_column_reduction_epilogue_is_not_row_blocked(rng):
+    b = Builder("colsum")
+    x = b.param(TensorType((40, 16), DType.f32), "x")
+    w = b.param(TensorType((16, 24), DType.f32), "w")
+    h = b.op("mm", x, w)
+    kernel = make_kernel(b.ops, [x, w], [b.op("sum", b.op("exp", h), dims=(0,))], "colsum")
+    b.ops = [kernel]
+    exe, _ = run_both(b.build(list(kernel.results)), [rng.standard_normal((40, 16)).astype(np.float32),
+                                                     rng.standard_normal((16, 24)).astype(np.float32)])
+    assert not exe.plan.steps[0].row_blocked

@@ -15,7 +15,7 @@ from llvmlite import ir
 
 from neuroncc.codegen.llvm.access import ACCESS, Index
 from neuroncc.codegen.llvm.elementwise import ELEMENTWISE, EXACT
-from neuroncc.codegen.llvm.scalars import I1, I32, I64, PTR, VOID, load, round_to, storage_type, store
+from neuroncc.codegen.llvm.scalars import I1, I32, I64, PTR, VOID, compute_type, load, round_to, storage_type, store
 from neuroncc.codegen.llvm.schedule import Computed, KernelPlan, MapStage, Phase
 from neuroncc.codegen.llvm.views import Layout
 from neuroncc.errors import CodegenError
@@ -66,6 +66,10 @@ class KernelEmitter:
         self.b = ir.IRBuilder(start_block)
         self.ptrs = list(body_fn.args[:n_args])
         self.memo = [{}]
+        self.phase = phase
+        self.stage_number = 0
+        self.rows = {value: self._entry.alloca(ir.ArrayType(compute_type(value.type.dtype), self._row_size(value)))
+                     for value in phase.row_cache}
         start, end = body_fn.args[n_args], body_fn.args[n_args + 1]
         self.loop(start, end, lambda o: self._outer_body(phase, o))
         self.b.ret_void()
@@ -121,7 +125,8 @@ class KernelEmitter:
         for d in range(len(counts) - 1, -1, -1):
             outer[d] = self.rem(remaining, counts[d]) if d else remaining
             remaining = self.div(remaining, counts[d])
-        for stage in phase.stages:
+        for number, stage in enumerate(phase.stages):
+            self.stage_number = number
             ranges: list[tuple[Any, Any]] = [(i, None) for i in outer]
             if phase.block:
                 lo = self.mul(outer[-1], phase.block)
@@ -150,12 +155,32 @@ class KernelEmitter:
             if key in scope:
                 return scope[key]
         access = self.plan.access[value]
-        if isinstance(access, Layout):
+        producer = self.phase.row_cache.get(value)
+        if producer is not None and self.stage_number > producer:
+            result = self.b.load(self._row_slot(value, idx))
+        elif isinstance(access, Layout):
             result = self.load(access, idx)
         else:
             result = self._generate(access, idx)
+            if producer == self.stage_number:
+                self.b.store(result, self._row_slot(value, idx))
         self.memo[-1][key] = result
         return result
+
+    def _row_size(self, value: Value) -> int:
+        import math
+
+        return max(math.prod(value.type.shape[self.phase.outer:]), 1)
+
+    def _row_slot(self, value: Value, idx: Index) -> ir.Value:
+        """The element of ``value``'s row cache for ``idx`` (the dims after the phase's outer dims)."""
+        from neuroncc.ir.types import contiguous_strides
+
+        shape = value.type.shape[self.phase.outer:]
+        flat: Any = 0
+        for i, stride in zip(idx[self.phase.outer:], contiguous_strides(shape)):
+            flat = self.add(flat, self.mul(i, stride))
+        return self.b.gep(self.rows[value], [ir.Constant(I64, 0), self.ir_index(flat)], inbounds=True)
 
     def _generate(self, access: Computed, idx: Index) -> ir.Value:
         op = access.op

@@ -121,6 +121,7 @@ class Phase:
     outer: int  # number of leading dims iterated by the parallel loop
     outer_shape: tuple[int, ...]
     block: int = 0  # when > 0, the last outer dim is iterated in blocks of this many elements
+    row_cache: dict[Value, int] = field(default_factory=dict)  # value -> stage that stores its row (see below)
 
     @property
     def trip_counts(self) -> tuple[int, ...]:
@@ -176,6 +177,7 @@ class KernelPlan:
     extra: list[ExtraArg] = field(default_factory=list)
     extern: ExternCall | None = None
     may_fail: bool = False  # reads data-dependent indices that may be out of range
+    row_blocked: bool = False  # the extern matmul can run block of rows by block, each followed by the phases
 
     @property
     def error_slot(self) -> int:
@@ -284,7 +286,34 @@ def plan_kernel(region: Function, params: list[Layout], outputs: list[Layout]) -
             pending_outputs.clear()
     _append_map_items(stages, pending_outputs)
     plan.phases = _form_phases(plan, stages, stage_args)
+    plan.row_blocked = _row_blockable(plan, stage_args)
     return plan
+
+
+def _row_blockable(plan: KernelPlan, stage_args: set[int]) -> bool:
+    """Whether every phase reads the mm/addmm result only at its own outer row, so the epilogue can run on
+    each block of rows right after the matmul writes it (while it is in cache)."""
+    extern = plan.extern
+    if extern is None or plan.region.ops[extern.op_index].name not in ("mm", "addmm"):
+        return False
+    rows = extern.results[0].shape[0]
+    extern_args = {r.arg for r in extern.results}
+    for phase in plan.phases:
+        if phase.outer < 1 or phase.outer_shape[0] != rows or (phase.block and phase.outer == 1):
+            return False
+        # blocks interleave phases, so every buffer written in the kernel must be read at the reader's row
+        if not _consistent_with(plan, phase.stages, stage_args | extern_args):
+            return False
+    return bool(plan.phases)
+
+
+def _consistent_with(plan: KernelPlan, stages: list[Stage], args: set[int]) -> bool:
+    for stage in stages:
+        for root, rank in stage.roots:
+            dims = tuple(0 if d == 0 else -1 for d in range(rank))
+            if not outer_dims_preserved(plan, root, dims, 1, args, set()):
+                return False
+    return True
 
 
 def _append_map_items(stages: list[Stage], items: list[tuple[Value, Layout]]) -> None:
@@ -313,7 +342,56 @@ def _form_phases(plan: KernelPlan, stages: list[Stage], stage_args: set[int]) ->
         phases.append(Phase([stage], k, stage.shape[:k]))
     for phase in phases:
         _maybe_block(phase)
+        _cache_rows(plan, phase)
     return phases
+
+
+#: Ops worth computing once per row rather than once per stage that reads them.
+EXPENSIVE = frozenset({"exp", "exp2", "expm1", "log", "log2", "log1p", "tanh", "sigmoid", "erf", "gelu", "sin", "cos",
+                       "tan", "atan", "atan2", "pow"})
+ROW_CACHE_MAX = 16384  # elements of one cached row (kept on the stack)
+
+
+def _cache_rows(plan: KernelPlan, phase: Phase) -> None:
+    """Row caching: a reduction input that a later stage of the phase reads again (softmax's exp(x - max))
+    is stored into a per-row stack buffer while reducing, and loaded, not recomputed, by the later stage."""
+    k = phase.outer
+    if phase.block or k == 0:
+        return
+    for position, stage in enumerate(phase.stages):
+        if not isinstance(stage, ReduceStage) or stage.reduced != tuple(range(k, len(stage.shape))):
+            continue
+        value = stage.op.operands[0]
+        if value in phase.row_cache or not _expensive(plan, value, set()):
+            continue
+        if math.prod(stage.shape[k:]) > ROW_CACHE_MAX:
+            continue
+        for later in phase.stages[position + 1:]:
+            if later.shape == stage.shape and any(_reads_in_place(plan, root, value, stage.shape, set())
+                                                  for root, _ in later.roots):
+                phase.row_cache[value] = position
+                break
+
+
+def _expensive(plan: KernelPlan, value: Value, seen: set) -> bool:
+    access = plan.access[value]
+    if not isinstance(access, Computed) or value in seen:
+        return False
+    seen.add(value)
+    return access.op.name in EXPENSIVE or any(_expensive(plan, v, seen) for v in access.op.operands)
+
+
+def _reads_in_place(plan: KernelPlan, root: Value, target: Value, shape: tuple[int, ...], seen: set) -> bool:
+    """Whether ``root`` reads ``target`` at its own index through elementwise ops of one shape."""
+    if root is target:
+        return True
+    access = plan.access[root]
+    if not isinstance(access, Computed) or root in seen or root.type.shape != shape:
+        return False
+    seen.add(root)
+    if REGISTRY.get(access.op.name).category is not Category.ELEMENTWISE:
+        return False
+    return any(_reads_in_place(plan, v, target, shape, seen) for v in access.op.operands)
 
 
 def _common_prefix(a: tuple[int, ...], b: tuple[int, ...]) -> int:
