@@ -72,6 +72,13 @@ def run_extern(name: str, attrs: Mapping[str, Any], operands: Sequence[np.ndarra
 
 def _matmul(torch: Any, name: str, attrs: Mapping[str, Any], args: list[Any], out: Any) -> Any:
     kwargs = {} if out is None else {"out": out}
+    # transpose_a/transpose_b (set by the layout pass): the operand is stored transposed; a transposed view
+    # is free, and BLAS reads it as a transposed operand without a copy.
+    first = 1 if name == "addmm" else 0
+    if attrs.get("transpose_a"):
+        args[first] = args[first].transpose(-1, -2)
+    if attrs.get("transpose_b"):
+        args[first + 1] = args[first + 1].transpose(-1, -2)
     if name == "mm":
         return torch.mm(args[0], args[1], **kwargs)
     if name == "bmm":

@@ -197,7 +197,7 @@ class CpuExecutable:
     # ---- artifacts -----------------------------------------------------------------------------------------
 
     def save(self, directory: str | Path) -> list[str]:
-        """Write plan.json, kernels.ll and kernels.o into ``directory``; returns the file paths written."""
+        """Write plan.json, kernels.ll and kernels.o into ``directory``; returns the names written (relative)."""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         files = [directory / PLAN_FILE]
@@ -206,7 +206,7 @@ class CpuExecutable:
             (directory / IR_FILE).write_text(self.module.llvm_ir, encoding="utf-8")
             (directory / OBJECT_FILE).write_bytes(self.module.object_code)
             files += [directory / IR_FILE, directory / OBJECT_FILE]
-        return [str(f) for f in files]
+        return [f.name for f in files]
 
 
 class _NativeKernel:

@@ -86,7 +86,7 @@ def test_save_and_load_without_recompiling(tmp_path, rng, monkeypatch):
     fn = mlp_like()
     exe = build_cpu_executable(fn, {})
     files = exe.save(tmp_path / "artifact")
-    assert sorted(p.rsplit("/", 1)[1] for p in files) == ["kernels.ll", "kernels.o", "plan.json"]
+    assert sorted(files) == ["kernels.ll", "kernels.o", "plan.json"]
     json.loads((tmp_path / "artifact" / "plan.json").read_text())
     from neuroncc.codegen.llvm import jit
 
@@ -118,4 +118,6 @@ def test_load_rejects_other_graphs_and_corrupt_files(tmp_path):
 def test_cpu_is_the_default_target(rng):
     assert DEFAULT_TARGET == "cpu"
     exe = compile_graph(mlp_like())
-    assert isinstance(exe, CpuExecutable) and exe.stats["native_kernels"] >= 3
+    # The default pipeline fuses mm+relu+exp and the sum into few kernels; none may fall back to the interpreter.
+    assert isinstance(exe, CpuExecutable) and exe.stats["native_kernels"] >= 1
+    assert exe.stats["interpreted_kernels"] == 0
