@@ -1,0 +1,188 @@
+"""A corpus of malformed .pt2 archives: each must give one InputError line, never unpickle, never crash."""
+
+import json
+import pickle
+import zipfile
+
+import pytest
+import torch
+
+from neuroncc.errors import InputError
+from neuroncc.frontend.pt2 import load_exported_program
+
+
+def rewrite(src, dst, edit):
+    """Copy the zip at src to dst, passing each (short name, bytes) through edit (None drops the record)."""
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w") as zout:
+        root = zin.namelist()[0].split("/", 1)[0] + "/"
+        for info in zin.infolist():
+            short = info.filename[len(root):]
+            data = edit(short, zin.read(info.filename))
+            if data is not None:
+                zout.writestr(info.filename, data)
+    return dst
+
+
+def edit_json(name_part, change):
+    def edit(short, data):
+        if name_part in short:
+            obj = json.loads(data)
+            change(obj)
+            return json.dumps(obj).encode()
+        return data
+
+    return edit
+
+
+def first_weight(obj):
+    return obj["config"][sorted(obj["config"])[0]]
+
+
+def _set(key, value):
+    def change(obj):
+        first_weight(obj)[key] = value
+
+    return change
+
+
+def _set_meta(key, value):
+    def change(obj):
+        first_weight(obj)["tensor_meta"][key] = value
+
+    return change
+
+
+def _flip_byte(name_part, offset=0):
+    def edit(short, data):
+        if name_part in short and data:
+            data = bytearray(data)
+            data[offset % len(data)] ^= 0x40
+            return bytes(data)
+        return data
+
+    return edit
+
+
+def _corrupt_after_write(path, fraction=None, flip_at=None):
+    data = bytearray(path.read_bytes())
+    if fraction is not None:
+        data = data[: int(len(data) * fraction)]
+    if flip_at is not None:
+        data[flip_at] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+CASES = {
+    "weight use_pickle": (edit_json("weights_config", _set("use_pickle", True)), "pickle"),
+    "constant custom object": (edit_json("constants_config", lambda o: o["config"].update(
+        {"obj": {"path_name": "custom_obj_0", "use_pickle": False}})), "pickle"),
+    "opaque object": (edit_json("constants_config", lambda o: o["config"].update(
+        {"obj": {"path_name": "opaque_obj_0", "use_pickle": False}})), "pickle"),
+    "legacy pickled weights": (lambda s, d: d if "weights_config" not in s else d, None),
+    "archive_format wrong": (lambda s, d: b"zip" if s == "archive_format" else d, "archive_format"),
+    "archive_version other": (lambda s, d: b"7" if s == "archive_version" else d, "version"),
+    "archive_version missing": (lambda s, d: None if s == "archive_version" else d, "archive_version"),
+    "archive_format missing": (lambda s, d: None if s == "archive_format" else d, "archive_format"),
+    "no models": (lambda s, d: None if s.startswith("models/") else d, "no exported program"),
+    "model json invalid": (lambda s, d: b"{not json" if s.startswith("models/") else d, "malformed"),
+    "model json wrong schema": (lambda s, d: b"{}" if s.startswith("models/") else d, "malformed"),
+    "model json array": (lambda s, d: b"[1, 2]" if s.startswith("models/") else d, "malformed"),
+    "schema major version": (edit_json("models/", lambda o: o["schema_version"].update({"major": 99})),
+                             "another torch version"),
+    "weights config missing": (lambda s, d: None if "weights_config" in s else d, "missing"),
+    "weights config not json": (lambda s, d: b"\x00\x01" if "weights_config" in s else d, "JSON"),
+    "weights config no table": (lambda s, d: b'{"other": 1}' if "weights_config" in s else d, "config"),
+    "weights config entry not dict": (edit_json("weights_config", lambda o: o["config"].update({"x": 3})),
+                                      "malformed"),
+    "weight record missing": (lambda s, d: None if s == "data/weights/weight_0" else d, "missing"),
+    "weight record short": (lambda s, d: d[:4] if s == "data/weights/weight_0" else d, "bytes"),
+    "absurd shape": (edit_json("weights_config", _set_meta("sizes", [{"as_int": 10**12}])),
+                     "absurd"),
+    "negative size": (edit_json("weights_config", _set_meta("sizes", [{"as_int": -3}])),
+                      "inconsistent"),
+    "rank mismatch": (edit_json("weights_config", _set_meta("strides", [{"as_int": 1}, {"as_int": 1}])), "inconsistent"),
+    "dtype garbage": (edit_json("weights_config", _set_meta("dtype", "float")), "malformed"),
+    "tensor_meta missing": (edit_json("weights_config", lambda o: first_weight(o).pop("tensor_meta")),
+                            "malformed"),
+    "path_name missing": (edit_json("weights_config", lambda o: first_weight(o).pop("path_name")), "malformed"),
+    "path traversal name": (edit_json("weights_config", _set("path_name", "../../etc/passwd")), "pickle"),
+    "constants config missing": (lambda s, d: None if "constants_config" in s else d, "missing"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_malformed_archive_is_refused(case, good_pt2, tmp_path):
+    edit, needle = CASES[case]
+    if case == "legacy pickled weights":
+        def edit(short, data):
+            return data
+        path = rewrite(good_pt2, tmp_path / "bad.pt2", edit)
+        with zipfile.ZipFile(path, "a") as zf:
+            root = zf.namelist()[0].split("/", 1)[0]
+            zf.writestr(f"{root}/data/weights/model.pt", pickle.dumps({"w": 1}))
+        needle = "pickle"
+    else:
+        path = rewrite(good_pt2, tmp_path / "bad.pt2", edit)
+    with pytest.raises(InputError) as info:
+        load_exported_program(path)
+    message = str(info.value)
+    assert "\n" not in message
+    assert needle.lower() in message.lower(), message
+
+
+@pytest.mark.parametrize("kind", ["missing", "directory", "empty", "random", "text", "truncated-half",
+                                  "truncated-end", "bitflip-data", "two-roots", "no-root", "empty-zip",
+                                  "two-models"])
+def test_broken_files_are_refused(kind, good_pt2, tmp_path):
+    path = tmp_path / "bad.pt2"
+    if kind == "missing":
+        path = tmp_path / "nope.pt2"
+    elif kind == "directory":
+        path.mkdir()
+    elif kind == "empty":
+        path.write_bytes(b"")
+    elif kind == "random":
+        path.write_bytes(bytes(range(256)) * 40)
+    elif kind == "text":
+        path.write_text("def forward(x): return x\n")
+    elif kind.startswith("truncated"):
+        path.write_bytes(good_pt2.read_bytes())
+        _corrupt_after_write(path, fraction=0.5 if kind.endswith("half") else 0.97)
+    elif kind == "bitflip-data":
+        path.write_bytes(good_pt2.read_bytes())
+        with zipfile.ZipFile(path) as zf:
+            info = next(i for i in zf.infolist() if i.filename.endswith("models/model.json"))
+        raw = path.read_bytes()
+        name_len = int.from_bytes(raw[info.header_offset + 26: info.header_offset + 28], "little")
+        extra_len = int.from_bytes(raw[info.header_offset + 28: info.header_offset + 30], "little")
+        _corrupt_after_write(path, flip_at=info.header_offset + 30 + name_len + extra_len + 40)
+    elif kind in ("two-roots", "no-root", "empty-zip"):
+        with zipfile.ZipFile(path, "w") as zf:
+            if kind == "two-roots":
+                zf.writestr("a/archive_format", "pt2")
+                zf.writestr("b/archive_format", "pt2")
+            elif kind == "no-root":
+                zf.writestr("archive_format", "pt2")
+    elif kind == "two-models":
+        rewrite(good_pt2, path, lambda s, d: d)
+        with zipfile.ZipFile(path, "a") as zf:
+            root = zf.namelist()[0].split("/", 1)[0]
+            zf.writestr(f"{root}/models/other.json", "{}")
+    with pytest.raises(InputError) as info:
+        load_exported_program(path)
+    assert "\n" not in str(info.value)
+
+
+def test_valid_archive_loads_without_pickle(good_pt2, monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("pickle used on a neuroncc load path")
+
+    monkeypatch.setattr(torch, "load", refuse)
+    monkeypatch.setattr(pickle, "loads", refuse)
+    monkeypatch.setattr(pickle, "load", refuse)
+    ep = load_exported_program(good_pt2)
+    torch.manual_seed(0)
+    x = torch.randn(2, 4)
+    monkeypatch.undo()
+    expected = torch.export.load(good_pt2).module()(x)
+    torch.testing.assert_close(ep.module()(x), expected)
