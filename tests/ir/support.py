@@ -6,6 +6,7 @@ structure (shapes, dtypes, attributes, whether special values appear), numpy fil
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -81,6 +82,11 @@ class Case:
     @property
     def arrays(self) -> list[np.ndarray]:
         return [a for a, _ in self.operands]
+
+
+def examples(count: int) -> int:
+    """A hypothesis example count, scaled by NEURONCC_TEST_EXAMPLES_SCALE for soak runs (see __init__.py)."""
+    return max(1, round(count * float(os.environ.get("NEURONCC_TEST_EXAMPLES_SCALE", "1"))))
 
 
 # ---- random operands ----------------------------------------------------------------------------------
@@ -186,6 +192,6 @@ TorchFn = Callable[[list[torch.Tensor], Mapping[str, Any]], Any]
 
 __all__ = [
     "Case", "FLOATS", "FROM_TORCH", "INTEGRAL", "INTS", "MAIN", "NARROW_INTS", "NUMERIC", "TORCH_DTYPES", "Tol",
-    "TorchFn", "as_tuple", "assert_close_to_torch", "assert_types_match", "broadcast_pair", "one_op_graph",
+    "TorchFn", "as_tuple", "examples", "assert_close_to_torch", "assert_types_match", "broadcast_pair", "one_op_graph",
     "operand", "random_array", "rngs", "round_to_bf16", "round_trip", "run_ir", "shapes", "to_torch",
 ]

@@ -180,7 +180,8 @@ def test_split_into_no_pieces():
 
 @pytest.mark.parametrize("name, types", [
     ("addmm", [TensorType((), F32)] * 3),
-    ("convolution_backward", [TensorType((1, 3, 4), F32), TensorType((1, 2, 5), F32), TensorType((3, 2, 2), DType.f16)]),
+    ("convolution_backward",
+     [TensorType((1, 3, 4), F32), TensorType((1, 2, 5), F32), TensorType((3, 2, 2), DType.f16)]),
 ])
 def test_errors_of_shared_type_rules_name_the_op_itself(name, types):
     # they named 'mm' and 'convolution', whose rules they reuse

@@ -16,7 +16,9 @@ from hypothesis import strategies as st
 from neuroncc.ir import REGISTRY, interpret
 
 from .ops_table import SPECS, TESTED_SEPARATELY
-from .support import as_tuple, assert_close_to_torch, assert_types_match, one_op_graph, round_trip, to_torch
+from .support import (
+    as_tuple, assert_close_to_torch, assert_types_match, examples, one_op_graph, round_trip, to_torch,
+)
 
 
 def test_op_table_covers_the_registry():
@@ -28,7 +30,7 @@ def test_op_table_covers_the_registry():
 
 
 @pytest.mark.parametrize("name", sorted(SPECS))
-@settings(max_examples=30)
+@settings(max_examples=examples(30))
 @given(data=st.data())
 def test_op_matches_torch(name, data):
     spec = SPECS[name]

@@ -19,6 +19,7 @@ from neuroncc.errors import NeuronccError, ParseError, VerifyError
 from neuroncc.ir import Builder, DenseAttr, DType, TensorType, collect_resources, parse_module, print_function
 
 from .malformed import GOOD, KERNEL, MALFORMED
+from .support import examples
 
 
 @pytest.mark.parametrize("text, kind, location, fragment", [m[1:] for m in MALFORMED], ids=[m[0] for m in MALFORMED])
@@ -87,7 +88,7 @@ def _damaged(draw: st.DrawFn) -> tuple[str, dict]:
 _LOCATED = re.compile(r"^<nir>:\d+:\d+: ")
 
 
-@settings(max_examples=int(__import__("os").environ.get("FUZZ_EXAMPLES", 300)))
+@settings(max_examples=examples(300))
 @given(_damaged())
 def test_damaged_text_is_refused_cleanly_or_round_trips(damaged):
     text, resources = damaged
