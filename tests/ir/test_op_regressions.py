@@ -280,3 +280,16 @@ def test_float_to_narrow_integer_casts_wrap_like_torch(dtype, torch_dtype):
     x = np.array([-1.5, 300.7, -129.0, 70000.2, -0.9, 255.99], np.float32)
     (out,) = run("cast", [(x, F32)], dtype=dtype)
     np.testing.assert_array_equal(out, torch.from_numpy(x).to(torch_dtype).numpy())
+
+
+def test_float_pow_follows_c99_whatever_the_exponent_shape():
+    # np.power(-inf, 0.5) is NaN with a scalar-like exponent (numpy takes a sqrt shortcut) but inf with a full
+    # array: the reference depended on broadcasting. torch.pow (tensor exponent) follows C99.
+    specials = np.array([-np.inf, np.inf, -0.0, 0.0, -1.0, 1.0, np.nan, -2.5, 0.5, 3.0, -3.0], np.float32)
+    a, b = (v.reshape(-1) for v in np.meshgrid(specials, specials, indexing="ij"))
+    (full,) = run("pow", [(a, F32), (b, F32)])
+    np.testing.assert_array_equal(full, torch.pow(torch.from_numpy(a), torch.from_numpy(b)).numpy())
+    for exponent in specials:  # a 0-dim exponent broadcast over the base
+        (out,) = run("pow", [(specials, F32), (np.array(exponent), F32)])
+        expected = torch.pow(torch.from_numpy(specials), torch.from_numpy(np.full_like(specials, exponent)))
+        np.testing.assert_array_equal(out, expected.numpy())

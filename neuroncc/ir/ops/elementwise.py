@@ -166,7 +166,7 @@ def _div_floor_float(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 def _pow(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     if a.dtype.kind == "f":
-        return np.power(a.astype(np.float64), b.astype(np.float64))
+        return _pow_float(a, b)
     if a.dtype.kind == "b":
         return np.power(a, b)
     # Integer powers with a negative exponent are 1/a**|b| truncated, as PyTorch defines them: 1 for a == 1,
@@ -175,6 +175,36 @@ def _pow(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     positive = np.power(a, np.maximum(b, 0))
     unit = np.where(a == 1, 1, np.where(a == -1, np.where(b % 2 == 0, 1, -1), 0)).astype(a.dtype)
     return np.where(b < 0, unit, positive)
+
+
+def _pow_float(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """C99 pow (std::pow and SLEEF, which PyTorch uses), in float64.
+
+    np.power alone is not a function of its inputs: with a scalar-like exponent it takes a shortcut
+    (x ** 0.5 -> sqrt(x)) and pow(-inf, 0.5) is NaN, with a full array it is inf. So the special cases of C99
+    (Annex F.9.4.4) are applied explicitly, one rule per line, later rules winning.
+    """
+    a, b = (np.ascontiguousarray(v, dtype=np.float64) for v in np.broadcast_arrays(a, b))
+    out = np.power(a, b)
+    odd = np.isfinite(b) & (np.fmod(b, 2) != 0) & (b == np.trunc(b))  # b is an odd integer
+    rules = (
+        (np.isneginf(a) & (b < 0), np.where(odd, -0.0, 0.0)),  # pow(-inf, y<0) = -0 for odd y, else +0
+        (np.isneginf(a) & (b > 0), np.where(odd, -np.inf, np.inf)),  # pow(-inf, y>0) = -inf for odd y, else +inf
+        (np.isposinf(a) & (b < 0), 0.0),  # pow(+inf, y<0) = +0
+        (np.isposinf(a) & (b > 0), np.inf),  # pow(+inf, y>0) = +inf
+        ((a == 0) & (b < 0), np.where(odd, np.copysign(np.inf, a), np.inf)),  # pow(+-0, y<0) = +-inf / +inf
+        ((a == 0) & (b > 0), np.where(odd, a, 0.0)),  # pow(+-0, y>0) = +-0 for odd y, else +0
+        (np.isposinf(b) & (np.abs(a) < 1), 0.0),  # pow(x, +inf) = +0 for |x| < 1
+        (np.isposinf(b) & (np.abs(a) > 1), np.inf),  # ... and +inf for |x| > 1
+        (np.isneginf(b) & (np.abs(a) < 1), np.inf),  # pow(x, -inf) = +inf for |x| < 1
+        (np.isneginf(b) & (np.abs(a) > 1), 0.0),  # ... and +0 for |x| > 1 (NaN x stays NaN)
+        ((a == -1) & np.isinf(b), 1.0),  # pow(-1, +-inf) = 1
+        (a == 1, 1.0),  # pow(1, y) = 1, even for NaN y
+        (b == 0, 1.0),  # pow(x, +-0) = 1, even for NaN x
+    )
+    for applies, value in rules:
+        out = np.where(applies, value, out)
+    return out
 
 
 BINARY = (
