@@ -193,9 +193,10 @@ def _binary_torch(name: str, fn):
         def div(xs, attrs):
             mode = None if attrs["rounding_mode"] == "none" else attrs["rounding_mode"]
             fn = lambda a, b: torch.div(a, b, rounding_mode=mode)  # noqa: E731
-            # PyTorch's vectorized bf16 floor/trunc division rounds the quotient to bf16 before truncating it
-            # (trunc(-5.99) gives -6); its scalar path, f16 and f32 round once, like the reference.
-            return _scalar_path(fn)(*xs) if mode and xs[0].dtype == torch.bfloat16 else fn(*xs)
+            # PyTorch's vectorized bf16/f16 floor/trunc division rounds the quotient to half precision before
+            # truncating it (trunc(-5.99) gives -6); its scalar path and f32 round once, like the reference.
+            reduced = xs[0].dtype in (torch.bfloat16, torch.float16)
+            return _scalar_path(fn)(*xs) if mode and reduced else fn(*xs)
         return div
     return lambda xs, attrs: fn(xs[0], xs[1])
 
