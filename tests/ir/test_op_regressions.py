@@ -293,3 +293,9 @@ def test_float_pow_follows_c99_whatever_the_exponent_shape():
         (out,) = run("pow", [(specials, F32), (np.array(exponent), F32)])
         expected = torch.pow(torch.from_numpy(specials), torch.from_numpy(np.full_like(specials, exponent)))
         np.testing.assert_array_equal(out, expected.numpy())
+
+
+def test_float_pow_of_0_dim_tensors_stays_0_dim():
+    # the C99 fix-up made 0-d operands 1-d (np.ascontiguousarray); found by the passes' semantic tests
+    (out,) = run("pow", [(np.array(2.0, np.float32), F32), (np.array(0.0, np.float32), F32)])
+    assert out.shape == () and out == 1.0

@@ -184,7 +184,7 @@ def _pow_float(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     (x ** 0.5 -> sqrt(x)) and pow(-inf, 0.5) is NaN, with a full array it is inf. So the special cases of C99
     (Annex F.9.4.4) are applied explicitly, one rule per line, later rules winning.
     """
-    a, b = (np.ascontiguousarray(v, dtype=np.float64) for v in np.broadcast_arrays(a, b))
+    a, b = (np.array(v, dtype=np.float64) for v in np.broadcast_arrays(a, b))  # copies keep 0-d shapes
     out = np.power(a, b)
     odd = np.isfinite(b) & (np.fmod(b, 2) != 0) & (b == np.trunc(b))  # b is an odd integer
     rules = (
