@@ -225,6 +225,16 @@ class _Planner:
         self.own_buffer(op.result)  # a reshape that no strides express: copy
         self.plan.steps.append(StepSpec("view-copy", op_index, self._ids(op.operands), self._ids(op.results)))
 
+    def _aligned_slots(self, op: Any, kplan: Any) -> list[int]:
+        slots = []
+        for i, result in enumerate(op.results):
+            spec = self.plan.values[self.ids[result]]
+            if spec.offset == 0 and _aligned_buffer(self.plan.buffers[spec.buffer]):
+                slots.append(len(op.operands) + i)
+        first_extra = len(op.operands) + len(op.results)
+        slots += [first_extra + i for i, extra in enumerate(kplan.extra) if extra.kind == "scratch"]
+        return slots
+
     def kernel(self, op_index: int, op: Any) -> None:
         for result in op.results:
             self.own_buffer(result)
@@ -234,6 +244,7 @@ class _Planner:
         step = StepSpec("kernel", op_index, self._ids(op.operands), self._ids(op.results))
         try:
             kplan = plan_kernel(region, params, outputs)
+            kplan.aligned_args = frozenset(self._aligned_slots(op, kplan))
             text, symbols = emit_kernel(kplan, f"k{op_index}")
         except CodegenError as exc:
             self.plan.steps.append(_replace(step, reason=str(exc)))
@@ -256,6 +267,12 @@ class _Planner:
                                 tuple(_layout_spec(a) for a in kplan.extern.results))
         self.plan.steps.append(_replace(step, native=True, phases=phases, slots=tuple(slots), extern=extern,
                                         may_fail=kplan.may_fail, row_blocked=kplan.row_blocked))
+
+
+def _aligned_buffer(buffer: BufferSpec) -> bool:
+    """Output arrays and the arena are allocated 64-byte aligned; arena slots are aligned unless a memory
+    plan placed them otherwise."""
+    return buffer.kind == "output" or (buffer.kind == "arena" and buffer.index % ALIGN == 0)
 
 
 def _replace(step: StepSpec, **changes: Any) -> StepSpec:

@@ -179,6 +179,7 @@ class KernelPlan:
     extern: ExternCall | None = None
     may_fail: bool = False  # reads data-dependent indices that may be out of range
     row_blocked: bool = False  # the extern matmul can run block of rows by block, each followed by the phases
+    aligned_args: frozenset[int] = frozenset()  # argument slots whose buffers start 64-byte aligned
 
     @property
     def error_slot(self) -> int:
