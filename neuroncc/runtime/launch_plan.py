@@ -16,6 +16,7 @@ from typing import Any
 
 from neuroncc.codegen.llvm import Layout, emit_kernel, plan_kernel, view_layout
 from neuroncc.codegen.llvm.regions import TOP_LEVEL_VIEWS
+from neuroncc.codegen.llvm.schedule import BLOCK
 from neuroncc.codegen.llvm.scalars import storage_itemsize
 from neuroncc.errors import ArtifactError, CodegenError
 from neuroncc.ir.dtypes import DType
@@ -243,7 +244,8 @@ class _Planner:
         outputs = [self.layout(v, len(params) + i) for i, v in enumerate(op.results)]
         step = StepSpec("kernel", op_index, self._ids(op.operands), self._ids(op.results))
         try:
-            kplan = plan_kernel(region, params, outputs)
+            block = op.attrs.get("block")  # tiling attribute, when the tiling pass sets one
+            kplan = plan_kernel(region, params, outputs, block=block if isinstance(block, int) and block > 0 else BLOCK)
             kplan.aligned_args = frozenset(self._aligned_slots(op, kplan))
             text, symbols = emit_kernel(kplan, f"k{op_index}")
         except CodegenError as exc:

@@ -213,7 +213,7 @@ class KernelEmitter:
         itemsize = storage_itemsize(target.dtype)
         return (target.arg in self.plan.aligned_args and target.is_contiguous and target.offset == 0
                 and math.prod(target.shape) * itemsize >= STREAM_MIN_BYTES and bool(target.shape)
-                and (target.shape[-1] * itemsize) % 64 == 0)
+                and (target.shape[-1] * itemsize) % 64 == 0 and (self.phase.block * itemsize) % 64 == 0)
 
     # ---- values ---------------------------------------------------------------------------------------
 

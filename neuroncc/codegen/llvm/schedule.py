@@ -193,8 +193,11 @@ class KernelPlan:
 _CHECKED_INDEX_OPS = frozenset({"index_select", "embedding", "index", "scatter", "index_put"})
 
 
-def plan_kernel(region: Function, params: list[Layout], outputs: list[Layout]) -> KernelPlan:
+def plan_kernel(region: Function, params: list[Layout], outputs: list[Layout], block: int = BLOCK) -> KernelPlan:
     """Plan the loop nests of ``region`` given the layouts of its parameters and output buffers.
+
+    ``block`` (a tiling attribute of the kernel op when present) is the inner block length of map-only
+    phases over a long last dim.
 
     Raises CodegenError for anything the native code generator does not handle (the launcher then runs the
     region in the reference interpreter).
@@ -287,7 +290,7 @@ def plan_kernel(region: Function, params: list[Layout], outputs: list[Layout]) -
             _append_map_items(stages, pending_outputs)
             pending_outputs.clear()
     _append_map_items(stages, pending_outputs)
-    plan.phases = _form_phases(plan, stages, stage_args)
+    plan.phases = _form_phases(plan, stages, stage_args, block)
     plan.row_blocked = _row_blockable(plan, stage_args)
     return plan
 
@@ -328,7 +331,7 @@ def _append_map_items(stages: list[Stage], items: list[tuple[Value, Layout]]) ->
             stages.append(MapStage(value.type.shape, [(value, layout)]))
 
 
-def _form_phases(plan: KernelPlan, stages: list[Stage], stage_args: set[int]) -> list[Phase]:
+def _form_phases(plan: KernelPlan, stages: list[Stage], stage_args: set[int], block: int) -> list[Phase]:
     phases: list[Phase] = []
     for stage in stages:
         current = phases[-1] if phases else None
@@ -343,7 +346,7 @@ def _form_phases(plan: KernelPlan, stages: list[Stage], stage_args: set[int]) ->
         k = stage.max_outer
         phases.append(Phase([stage], k, stage.shape[:k]))
     for phase in phases:
-        _maybe_block(phase)
+        _maybe_block(phase, block)
         _cache_rows(plan, phase)
     return phases
 
@@ -403,15 +406,15 @@ def _common_prefix(a: tuple[int, ...], b: tuple[int, ...]) -> int:
     return n
 
 
-def _maybe_block(phase: Phase) -> None:
+def _maybe_block(phase: Phase, block: int) -> None:
     """Map-only phases over one shape iterate all dims in the outer loop, blocking the last (parallel 1-d)."""
     shapes = {s.shape for s in phase.stages}
     if len(shapes) != 1 or any(s.kind != "map" for s in phase.stages):
         return
     (shape,) = shapes
-    if not shape or shape[-1] <= BLOCK or phase.outer != len(shape) - 1:
+    if not shape or shape[-1] <= block or phase.outer != len(shape) - 1:
         return
-    phase.outer, phase.outer_shape, phase.block = len(shape), shape, BLOCK
+    phase.outer, phase.outer_shape, phase.block = len(shape), shape, block
 
 
 def _consistent(plan: KernelPlan, stages: list[Stage], k: int, stage_args: set[int]) -> bool:
