@@ -165,8 +165,12 @@ class _Planner:
         self.plan.buffers.append(BufferSpec(kind, index, extent, dtype.value))
         return len(self.plan.buffers) - 1
 
-    def own_buffer(self, value: Value) -> int:
-        """A buffer for an op result: the fresh output array of its first output position, else the arena."""
+    def own_buffer(self, value: Value, avoid: tuple[Value, ...] = ()) -> int:
+        """A buffer for an op result: the fresh output array of its first output position, else the arena.
+
+        A memory plan's slot is used unless it overlaps the arena storage of ``avoid`` (the op's operands):
+        kernels assume their outputs never alias their inputs.
+        """
         t = value.type
         position = self.unclaimed_outputs.pop(value, None)
         if position is not None:
@@ -175,13 +179,22 @@ class _Planner:
             buffer = self.add_buffer("output", position, extent, t.dtype)
             return self.define(value, ValueSpec(buffer, 0, t.shape, strides, t.dtype.value))
         nbytes = t.numel * storage_itemsize(t.dtype)
+        offset = _align(self.arena_end)
         if self.memory_offsets is not None and value in self.memory_offsets:
-            offset = self.memory_offsets[value]
-        else:
-            offset = _align(self.arena_end)
+            planned = self.memory_offsets[value]
+            if not any(self._overlaps(planned, nbytes, v) for v in avoid):
+                offset = planned
         self.arena_end = max(self.arena_end, offset + _align(max(nbytes, 1)))
         buffer = self.add_buffer("arena", offset, t.numel, t.dtype)
         return self.define(value, ValueSpec(buffer, 0, t.shape, contiguous_strides(t.shape), t.dtype.value))
+
+    def _overlaps(self, offset: int, nbytes: int, value: Value) -> bool:
+        spec = self.plan.values[self.ids[value]]
+        buffer = self.plan.buffers[spec.buffer]
+        if buffer.kind != "arena":
+            return False
+        size = buffer.extent * DType(buffer.dtype).numpy.itemsize
+        return offset < buffer.index + max(size, 1) and buffer.index < offset + max(nbytes, 1)
 
     def layout(self, value: Value, slot: int) -> Layout:
         spec = self.plan.values[self.ids[value]]
@@ -204,8 +217,8 @@ class _Planner:
             elif category is Category.KERNEL:
                 self.kernel(op_index, op)
             elif category is Category.MATMUL:
-                for result in op.results:
-                    self.own_buffer(result)
+                for number, result in enumerate(op.results):
+                    self.own_buffer(result, avoid=op.operands + op.results[:number])
                 self.plan.steps.append(StepSpec("extern", op_index, self._ids(op.operands), self._ids(op.results)))
             else:
                 raise CodegenError(f"op '{op.name}' must be inside a kernel at the top level of a CPU graph")
@@ -238,7 +251,7 @@ class _Planner:
 
     def kernel(self, op_index: int, op: Any) -> None:
         for result in op.results:
-            self.own_buffer(result)
+            self.own_buffer(result, avoid=op.operands + op.results[:op.results.index(result)])
         region = op.regions[0]
         params = [self.layout(v, i) for i, v in enumerate(op.operands)]
         outputs = [self.layout(v, len(params) + i) for i, v in enumerate(op.results)]
