@@ -128,6 +128,13 @@ class KernelEmitter:
         self.loop(lo, hi, lambda i: self.nest(rest, body, prefix + [i]))
 
     def _outer_body(self, phase: Phase, flat: ir.Value) -> None:
+        if phase.split:
+            from neuroncc.codegen.llvm.stages import emit_reduce
+
+            lo = self.mul(flat, phase.split)
+            columns = (lo, self.min(self.add(lo, phase.split), phase.stages[0].shape[-1]))
+            emit_reduce(self, phase.stages[0], [], columns)
+            return
         counts = phase.trip_counts
         outer: list[Any] = [0] * len(counts)
         remaining: Any = flat

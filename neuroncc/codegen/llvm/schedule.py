@@ -123,9 +123,12 @@ class Phase:
     outer_shape: tuple[int, ...]
     block: int = 0  # when > 0, the last outer dim is iterated in blocks of this many elements
     row_cache: dict[Value, int] = field(default_factory=dict)  # value -> stage that stores its row (see below)
+    split: int = 0  # a lone column reduction: each outer iteration reduces this many of its last-dim columns
 
     @property
     def trip_counts(self) -> tuple[int, ...]:
+        if self.split:
+            return (-(-self.stages[0].shape[-1] // self.split),)
         counts = list(self.outer_shape[: self.outer])
         if self.block and counts:
             counts[-1] = -(-counts[-1] // self.block)
@@ -147,6 +150,8 @@ class Phase:
             per_outer += max(math.prod(stage.shape) // max(math.prod(stage.shape[: self.outer]), 1), 1)
         if self.block:
             per_outer = per_outer // max(self.outer_shape[self.outer - 1], 1) * self.block
+        if self.split:
+            per_outer = per_outer // max(self.stages[0].shape[-1], 1) * self.split
         return per_outer
 
 
@@ -339,7 +344,7 @@ def _form_phases(plan: KernelPlan, stages: list[Stage], stage_args: set[int], bl
             k = min(current.outer, stage.max_outer, _common_prefix(current.outer_shape, stage.shape))
             while k > 0 and not _consistent(plan, current.stages + [stage], k, stage_args):
                 k -= 1
-            if k >= 1 or (current.outer == 0 and stage.max_outer == 0):
+            if k >= 1:  # (stages without outer dims stay alone: a column reduction can then be split)
                 current.stages.append(stage)
                 current.outer = k
                 continue
@@ -348,7 +353,28 @@ def _form_phases(plan: KernelPlan, stages: list[Stage], stage_args: set[int], bl
     for phase in phases:
         _maybe_block(phase, block)
         _cache_rows(plan, phase)
+        _maybe_split_columns(phase)
     return phases
+
+
+#: Column splits: at least this many columns per outer iteration (whole vectors), at most 8 per thread pair.
+SPLIT_MIN = 64
+
+
+def _maybe_split_columns(phase: Phase) -> None:
+    """A reduction over leading dims that keeps only the last dim (bias gradients, column sums) has no outer
+    dims to parallelize; split its columns instead."""
+    if phase.outer or len(phase.stages) != 1 or not isinstance(phase.stages[0], ReduceStage):
+        return
+    stage = phase.stages[0]
+    rank = len(stage.shape)
+    kept = [d for d in range(rank) if d not in stage.reduced]
+    if not stage.reduced or kept != [rank - 1] or stage.op.name in ("argmax", "argmin"):
+        return
+    columns = stage.shape[-1]
+    split = max(SPLIT_MIN, -(-columns // 8 // 16) * 16)
+    if columns >= 2 * split:
+        phase.split = min(split, 4096)
 
 
 #: Ops worth computing once per row rather than once per stage that reads them.
