@@ -21,7 +21,7 @@ _erf = np.frompyfunc(math.erf, 1, 1)
 
 def erf(x: np.ndarray) -> np.ndarray:
     """Correctly rounded erf (numpy has none; math.erf is exact to double precision)."""
-    return _erf(np.asarray(x, dtype=np.float64)).astype(np.float64)
+    return np.asarray(_erf(np.asarray(x, dtype=np.float64)), dtype=np.float64)  # 0-d input gives a float
 
 
 def gelu(x: np.ndarray, approximate: str = "none") -> np.ndarray:

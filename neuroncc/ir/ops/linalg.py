@@ -3,6 +3,10 @@
 These are the ops the CPU backend hands to ATen/BLAS as extern kernels and the NKI backend puts on TensorE.
 Convolution follows ``aten.convolution``: input [N, C, *spatial], weight [O, C/groups, *kernel] (transposed:
 [C, O/groups, *kernel]), 1-d and 2-d spatial shapes.
+
+``mm``, ``bmm`` and ``addmm`` take ``transpose_a`` / ``transpose_b`` (default false): the operand is stored with
+its last two dimensions swapped and the product uses its transpose, so ``mm(a, b, transpose_b=true)`` is
+``a @ b.T``. The layout pass folds ``permute`` ops into these flags (BLAS and TensorE read either layout).
 """
 
 from __future__ import annotations
@@ -18,9 +22,19 @@ def _wide(x: np.ndarray) -> np.ndarray:
     return x.astype(np.float64) if x.dtype.kind == "f" else x
 
 
-def _infer_mm(types: tuple[TensorType, ...], attrs: Attrs) -> TensorType:
+def _swap_last_two(t: TensorType) -> TensorType:
+    return TensorType(t.shape[:-2] + (t.shape[-1], t.shape[-2]), t.dtype) if t.rank >= 2 else t
+
+
+def _logical_operands(types: tuple[TensorType, ...], attrs: Attrs) -> tuple[TensorType, TensorType]:
+    """The matmul operands as the product sees them (after the transpose flags)."""
     a, b = types
+    return (_swap_last_two(a) if attrs["transpose_a"] else a), (_swap_last_two(b) if attrs["transpose_b"] else b)
+
+
+def _infer_mm(types: tuple[TensorType, ...], attrs: Attrs) -> TensorType:
     dtype = same_dtype("mm", types)
+    a, b = _logical_operands(types, attrs)
     if a.rank != 2 or b.rank != 2:
         raise fail("mm", f"operands must be 2-d, got {a} and {b}")
     if a.shape[1] != b.shape[0]:
@@ -29,8 +43,8 @@ def _infer_mm(types: tuple[TensorType, ...], attrs: Attrs) -> TensorType:
 
 
 def _infer_bmm(types: tuple[TensorType, ...], attrs: Attrs) -> TensorType:
-    a, b = types
     dtype = same_dtype("bmm", types)
+    a, b = _logical_operands(types, attrs)
     if a.rank != 3 or b.rank != 3:
         raise fail("bmm", f"operands must be 3-d, got {a} and {b}")
     if a.shape[0] != b.shape[0] or a.shape[2] != b.shape[1]:
@@ -49,12 +63,20 @@ def _infer_addmm(types: tuple[TensorType, ...], attrs: Attrs) -> TensorType:
     return out
 
 
-def _mm(a, b):
-    return _wide(a) @ _wide(b)
+def _product(a, b, transpose_a: bool, transpose_b: bool):
+    a, b = _wide(a), _wide(b)
+    return (np.swapaxes(a, -1, -2) if transpose_a else a) @ (np.swapaxes(b, -1, -2) if transpose_b else b)
 
 
-def _addmm(bias, a, b, beta, alpha):
-    return beta * _wide(bias) + alpha * (_wide(a) @ _wide(b))
+def _mm(a, b, transpose_a=False, transpose_b=False):
+    return _product(a, b, transpose_a, transpose_b)
+
+
+def _addmm(bias, a, b, beta, alpha, transpose_a=False, transpose_b=False):
+    return beta * _wide(bias) + alpha * _product(a, b, transpose_a, transpose_b)
+
+
+_TRANSPOSE_ATTRS = {"transpose_a": AttrSpec("bool", False), "transpose_b": AttrSpec("bool", False)}
 
 
 # ---- convolution ---------------------------------------------------------------------------------------
@@ -220,9 +242,9 @@ def _conv_backward(grad, x, w, *, stride, padding, dilation, transposed, output_
         # Pick output_padding so the transposed conv reproduces the input's exact spatial size.
         full = [(g2.shape[2 + i] - 1) * st[i] - 2 * pa[i] + di[i] * (w2.shape[2 + i] - 1) + 1 for i in range(2)]
         out_pad = (x2.shape[2] - full[0], x2.shape[3] - full[1])
-        w_t = w2.reshape(groups, -1, *w2.shape[1:]).transpose(0, 2, 1, 3, 4).reshape(-1, w2.shape[0] // groups,
-                                                                                        *w2.shape[2:])
-        gx = conv2d_transpose(g2, w_t, st, pa, out_pad, di, groups)
+        # The input gradient is the transposed convolution of grad_output with the forward weight as it is:
+        # conv2d_transpose reads w [in, out/groups, ...] and grad_output's channels are the forward's outputs.
+        gx = conv2d_transpose(g2, w2, st, pa, out_pad, di, groups)
         results.append(gx[:, :, 0, :] if nspatial == 1 else gx)
     if output_mask[1]:
         gw = conv2d_weight_grad(x2, g2, w2.shape, st, pa, di, groups)
@@ -233,10 +255,13 @@ def _conv_backward(grad, x, w, *, stride, padding, dilation, transposed, output_
 
 
 OPS = (
-    OpDef("mm", Category.MATMUL, (2, 2), _infer_mm, _mm, {}, "matrix product [M,K] @ [K,N]"),
-    OpDef("bmm", Category.MATMUL, (2, 2), _infer_bmm, _mm, {}, "batched matrix product [B,M,K] @ [B,K,N]"),
+    OpDef("mm", Category.MATMUL, (2, 2), _infer_mm, _mm, _TRANSPOSE_ATTRS,
+          "matrix product [M,K] @ [K,N] (transpose_a: a is stored [K,M]; transpose_b: b is stored [N,K])"),
+    OpDef("bmm", Category.MATMUL, (2, 2), _infer_bmm, _mm, _TRANSPOSE_ATTRS,
+          "batched matrix product [B,M,K] @ [B,K,N] (transpose flags swap an operand's last two dims)"),
     OpDef("addmm", Category.MATMUL, (3, 3), _infer_addmm, _addmm,
-          {"beta": AttrSpec("float", 1.0), "alpha": AttrSpec("float", 1.0)}, "beta*bias + alpha*(a @ b)"),
+          {"beta": AttrSpec("float", 1.0), "alpha": AttrSpec("float", 1.0), **_TRANSPOSE_ATTRS},
+          "beta*bias + alpha*(a @ b) (transpose flags as for mm)"),
     OpDef("convolution", Category.MATMUL, (2, 3), _infer_conv, _conv, _CONV_ATTRS,
           "N-d convolution as aten.convolution (1-d and 2-d), optional bias operand"),
     OpDef("convolution_backward", Category.MATMUL, (3, 3), _infer_conv_backward, _conv_backward,

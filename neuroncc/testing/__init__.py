@@ -1,0 +1,1 @@
+"""Test support shared by the test suites: random graph strategies, model graphs, semantic checks."""
