@@ -186,3 +186,30 @@ def test_valid_archive_loads_without_pickle(good_pt2, monkeypatch):
     monkeypatch.undo()
     expected = torch.export.load(good_pt2).module()(x)
     torch.testing.assert_close(ep.module()(x), expected)
+
+
+class _NormNet(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 4)
+        self.norm = torch.nn.BatchNorm1d(4)
+
+    def forward(self, x):
+        return self.norm(self.linear(x))
+
+
+def test_parameters_and_buffers_keep_their_kinds(tmp_path):
+    """BatchNorm's running stats are buffers: loading them as parameters would make torch trace their
+    in-place update as a parameter mutation and ask for their gradients."""
+    path = tmp_path / "norm.pt2"
+    torch.export.save(torch.export.export(_NormNet(), (torch.randn(3, 4),)), path)
+    ep = load_exported_program(path)
+    assert isinstance(ep.state_dict["linear.weight"], torch.nn.Parameter)
+    assert ep.state_dict["linear.weight"].requires_grad
+    for name in ("norm.running_mean", "norm.running_var", "norm.num_batches_tracked"):
+        assert not isinstance(ep.state_dict[name], torch.nn.Parameter), name
+        assert not ep.state_dict[name].requires_grad, name
+    reference = torch.export.load(path)
+    assert set(ep.state_dict) == set(reference.state_dict)
+    for name, tensor in reference.state_dict.items():
+        assert isinstance(ep.state_dict[name], torch.nn.Parameter) == isinstance(tensor, torch.nn.Parameter), name
