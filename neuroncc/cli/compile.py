@@ -25,6 +25,8 @@ EXIT_OK = 0
 
 
 def run_compile(args: argparse.Namespace) -> int:
+    if args.output:
+        programs.check_output_directory(args.output)
     progress = programs.progress_for(args)
     started = time.perf_counter()
     with programs.one_line_warnings():

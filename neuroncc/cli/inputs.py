@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from neuroncc.cli.programs import check_readable_file
 from neuroncc.errors import InputError
 from neuroncc.frontend.exported import MAX_INPUT_BYTES, ProgramInput, check_input_sizes
 
@@ -32,11 +33,8 @@ RANDOM_INT_HIGH = 2
 
 def read_npz_inputs(path: str, expected: Sequence[ProgramInput]) -> dict[str, torch.Tensor]:
     """The arrays of ``path`` as tensors by input name; names, dtypes and shapes must match ``expected``."""
+    check_readable_file(path, "an .npz file (numpy.savez)")
     file = Path(path)
-    if not file.exists():
-        raise InputError(f"{path}: no such file")
-    if file.is_dir():
-        raise InputError(f"{path}: is a directory, expected an .npz file (numpy.savez)")
     names = ", ".join(spec.target for spec in expected) or "(none)"
     try:
         archive = zipfile.ZipFile(file)
@@ -78,6 +76,7 @@ def _read_member(path: str, archive: zipfile.ZipFile, info: zipfile.ZipInfo, spe
                                  f"{_describe(want_dtype, spec.shape)}")
             if math.prod(shape) * dtype.itemsize > MAX_INPUT_BYTES:
                 raise InputError(f"{where} is absurdly large ({_describe(dtype, shape)})")
+        with archive.open(info) as member:  # checked: now read it (read_array parses the header again)
             array = np.lib.format.read_array(member, allow_pickle=False)
     except InputError:
         raise

@@ -61,19 +61,21 @@ def _imported_functions(args: argparse.Namespace, program, progress) -> list[tup
 
 
 def _after_sections(args: argparse.Namespace, kind: str, fn: Function, progress) -> list[tuple[str, list[str]]]:
-    """The IR after each requested pass, from an uncached run of the target's pipeline."""
-    from neuroncc.runtime.driver import compile_uncached, make_request
+    """The IR after the requested pass (or every pass) of the target's pipeline, through the pass manager's
+    per-stage hook (the same pipeline string the compile driver, and so the cache key, uses)."""
+    from neuroncc.passes.manager import PassContext, as_pipeline, run_pipeline
+    from neuroncc.runtime.driver import make_request
 
+    pipeline = make_request(fn, target=args.target, pipeline=args.pipeline).pipeline
+    names = [p.name for p in as_pipeline(pipeline).passes]
+    if args.after != "all" and args.after not in names:
+        raise InputError(f"inspect --after {args.after}: no pass of that name in the pipeline '{pipeline}'")
+    stages: list[tuple[str, Function]] = []
     with progress.step(f"run the {args.target} pipeline on {kind}"):
-        stages = compile_uncached(make_request(fn, target=args.target, pipeline=args.pipeline)).stages
-    if not stages:
-        raise InputError(f"inspect --after {args.after}: the {args.target} pipeline of this build runs no passes "
-                         "(nothing to print after)")
-    if args.after != "all" and args.after not in stages:
-        raise InputError(f"inspect --after {args.after}: no pass of that name in the {args.target} pipeline "
-                         f"(its passes: {', '.join(stages)})")
-    chosen = stages if args.after == "all" else {args.after: stages[args.after]}
-    return [(f"{kind} @{fn.name} after {stage}", [text]) for stage, text in chosen.items()]
+        run_pipeline(pipeline, fn, PassContext(verify_each=True,
+                                               on_stage=lambda stage, ir, seconds: stages.append((stage, ir))))
+    chosen = [(s, ir) for s, ir in stages if args.after == "all" or s.split("-", 1)[1] == args.after]
+    return [(f"{kind} @{fn.name} after {stage}", [print_function(ir)]) for stage, ir in chosen]
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:

@@ -87,10 +87,27 @@ def one_line_warnings() -> Iterator[None]:
 
 def load_model(args: argparse.Namespace, progress: Progress):
     """The .pt2 named by ``args.model`` (an InputError names what is wrong with it)."""
-    from neuroncc.frontend.exported import load_program
+    check_readable_file(args.model, "a .pt2 file from torch.export.save")
+    from neuroncc.frontend.exported import load_program  # imports torch: a second or more
 
     with progress.step(f"load {args.model}"):
         return load_program(args.model)
+
+
+def check_readable_file(path: str, expected: str) -> None:
+    """The cheap checks, made before torch is imported, so a mistyped path is answered at once."""
+    file = Path(path)
+    if not file.exists():
+        raise InputError(f"{path}: no such file")
+    if file.is_dir():
+        raise InputError(f"{path}: is a directory, expected {expected}")
+    if not file.is_file():  # a FIFO or a device: opening it could block or never end
+        raise InputError(f"{path}: not a regular file, expected {expected}")
+    try:
+        with open(file, "rb"):
+            pass
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read it ({exc.strerror or exc})") from None
 
 
 def inference_graph(args: argparse.Namespace, program, progress: Progress):
@@ -193,10 +210,25 @@ def copy_artifact(compiled: CompiledFunction, directory: Path) -> Path:
     return destination
 
 
-def ensure_output_directory(path: str) -> Path:
+def check_output_directory(path: str) -> Path:
+    """Refuse an output path that cannot be a directory, before any work is done."""
     directory = Path(path).expanduser()
     if directory.exists() and not directory.is_dir():
         raise InputError(f"{path}: exists and is not a directory")
+    return directory
+
+
+def check_output_file(path: str) -> None:
+    """Refuse an output file path whose directory does not exist or that names a directory, before any work."""
+    file = Path(path).expanduser()
+    if file.is_dir():
+        raise InputError(f"{path}: is a directory, expected a file name to write")
+    if not file.parent.is_dir():
+        raise InputError(f"{path}: no such directory '{file.parent}'")
+
+
+def ensure_output_directory(path: str) -> Path:
+    directory = check_output_directory(path)
     try:
         directory.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

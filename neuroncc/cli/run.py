@@ -16,13 +16,14 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
-
-import numpy as np
-import torch
+from typing import TYPE_CHECKING
 
 from neuroncc.cli import programs
 from neuroncc.cli.progress import format_seconds
 from neuroncc.errors import InputError
+
+if TYPE_CHECKING:
+    import torch
 
 EXIT_OK, EXIT_CHECK_FAILED = 0, 1
 MAX_REPEAT = 100_000
@@ -34,6 +35,10 @@ def run_run(args: argparse.Namespace) -> int:
 
     if not 0 <= args.repeat <= MAX_REPEAT:
         raise InputError(f"--repeat must be between 0 and {MAX_REPEAT}, got {args.repeat}")
+    if args.inputs is not None:
+        programs.check_readable_file(args.inputs, "an .npz file (numpy.savez)")
+    if args.save_outputs:
+        programs.check_output_file(args.save_outputs)
     progress = programs.progress_for(args)
     with programs.one_line_warnings():
         program = programs.load_model(args, progress)
@@ -77,6 +82,8 @@ def run_run(args: argparse.Namespace) -> int:
 
 
 def _check(outputs: list[torch.Tensor], eager: list[torch.Tensor], names: tuple[str, ...]) -> int:
+    import torch
+
     if len(outputs) != len(eager):
         print(f"check FAILED: neuroncc returned {len(outputs)} outputs, eager PyTorch {len(eager)}")
         return EXIT_CHECK_FAILED
@@ -99,6 +106,8 @@ def _check(outputs: list[torch.Tensor], eager: list[torch.Tensor], names: tuple[
 
 
 def _errors(ours: torch.Tensor, theirs: torch.Tensor) -> tuple[float, float]:
+    import torch
+
     if ours.shape != theirs.shape or ours.numel() == 0:
         return float("nan"), float("nan")
     a, b = ours.detach().double(), theirs.double()
@@ -116,6 +125,9 @@ def _describe(tensor: torch.Tensor) -> str:
 
 
 def _values(tensor: torch.Tensor) -> str:
+    import numpy as np
+    import torch
+
     tensor = tensor.detach()
     if tensor.numel() == 0:
         return "(empty)"
@@ -135,6 +147,9 @@ def _cache_words(compiled: programs.CompiledFunction) -> str:
 
 
 def _save_outputs(path: str, names: tuple[str, ...], outputs: list[torch.Tensor]) -> None:
+    import numpy as np
+    import torch
+
     arrays = {}
     for name, tensor in zip(names, outputs):
         tensor = tensor.detach()

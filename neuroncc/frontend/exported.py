@@ -38,6 +38,15 @@ from neuroncc.runtime.executable import Executable
 #: User inputs larger than this (all together) are refused before anything is allocated for them.
 MAX_INPUT_BYTES = 4 << 30
 
+#: Checks torch.export leaves in the graph (``x.to(dtype)`` asserts x's dtype, data-dependent sizes their
+#: range). Static shapes and dtypes make them true by construction (inputs are checked before a run), and they
+#: compute nothing, so they are dropped before import.
+RUNTIME_ASSERTIONS = frozenset({
+    torch.ops.aten._assert_tensor_metadata.default,
+    torch.ops.aten._assert_scalar.default,
+    torch.ops.aten.sym_constrain_range_for_size.default,
+})
+
 #: What feeds each kind of exported-program input.
 STATE_KINDS = {InputKind.PARAMETER: "parameter", InputKind.BUFFER: "buffer",
                InputKind.CONSTANT_TENSOR: "constant"}
@@ -147,6 +156,7 @@ def import_inference(program: ExportedProgram, name: str) -> InferenceGraph:
         decomposed = program.run_decompositions(export_decompositions())
     signature = decomposed.graph_signature
     inputs = program_inputs(decomposed)
+    _drop_runtime_assertions(decomposed.graph_module)
     imported = import_graph(decomposed.graph_module, name)
     output_names, mutations = [], []
     for index, spec in enumerate(signature.output_specs):
@@ -186,6 +196,7 @@ def trace_training(program: ExportedProgram, name: str,
 
     def compiler(kind: str) -> Callable[[fx.GraphModule, Sequence[Any]], CompiledGraph]:
         def compile_one(gm: fx.GraphModule, example: Sequence[Any]) -> CompiledGraph:
+            _drop_runtime_assertions(gm)
             graph = import_graph(gm, f"{name}_{kind}")
             imported[kind] = graph
             return CompiledGraph(graph, compile_imported(kind, graph))
@@ -241,6 +252,16 @@ def _refuse_unsupported_signature(program: ExportedProgram) -> None:
             raise UnsupportedOpError(f"exported program input '{spec.arg.name}' is a "
                                      f"{spec.kind.name.lower()}; neuroncc supports tensor inputs, parameters, "
                                      "buffers and constant tensors")
+
+
+def _drop_runtime_assertions(gm: fx.GraphModule) -> None:
+    dropped = False
+    for node in list(gm.graph.nodes):
+        if node.op == "call_function" and node.target in RUNTIME_ASSERTIONS and not node.users:
+            gm.graph.erase_node(node)
+            dropped = True
+    if dropped:
+        gm.recompile()
 
 
 def program_inputs(program: ExportedProgram) -> tuple[ProgramInput, ...]:
