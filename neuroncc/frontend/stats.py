@@ -83,7 +83,8 @@ def record_fallback_op(op_name: str) -> bool:
 def record_executable(executable: Any, target: str) -> None:
     """Count one compiled executable: its kernels, and whatever the runtime reported in ``executable.stats``."""
     reported: Mapping[str, int] = getattr(executable, "stats", None) or {}
-    counts = Counter({k: int(v) for k, v in reported.items()})
+    # Only integer counters add up across executables (timings, per-op tables and reasons stay per executable).
+    counts = Counter({k: v for k, v in reported.items() if isinstance(v, int) and not isinstance(v, bool)})
     if "kernels" not in counts:
         function = getattr(executable, "function", None)
         fused = sum(op.name == "kernel" for op in function.ops) if function is not None else 0

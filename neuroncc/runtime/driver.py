@@ -23,7 +23,7 @@ from neuroncc.passes.pipeline import default_pipeline
 from neuroncc.runtime.cache import CompileCache, CompileRequest, CompileResult
 from neuroncc.runtime.executable import Executable, build_executable
 
-DEFAULT_TARGET = "interp"
+DEFAULT_TARGET = "cpu"
 
 #: ``compile_graph(cache=FROM_ENVIRONMENT)``: the cache that $NEURONCC_CACHE_DIR / $NEURONCC_DISABLE_CACHE name.
 FROM_ENVIRONMENT = "environment"

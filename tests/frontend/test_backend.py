@@ -146,7 +146,7 @@ def test_stats_count_and_reset():
         torch.compile(torch.nn.Linear(3, 3), backend="neuron", dynamic=False)(torch.randn(2, 3))
     counts = neuroncc.stats()
     assert counts["inference_graphs"] == counts["graphs_compiled"] == 1
-    assert counts["kernels"] == counts["interpreted_kernels"] == 1  # the interp target runs one graph as one kernel
+    assert counts["kernels"] >= 1 and counts["interpreted_kernels"] == 0  # Linear is one extern addmm on cpu
     neuroncc.reset_stats()
     assert not any(neuroncc.stats().values())
 

@@ -29,9 +29,9 @@ def test_pipeline_argument_and_option_override_the_default():
 
 
 def test_neuroncc_dump_writes_each_stage(tmp_path, monkeypatch):
-    monkeypatch.setenv("NEURONCC_DUMP", str(tmp_path))
+    monkeypatch.setenv("NEURONCC_DUMP", str(tmp_path / "dump"))
     compile_graph(models.layer_norm_graph(rows=4, cols=8), target="interp")
-    (stage_dir,) = tmp_path.iterdir()
+    (stage_dir,) = (tmp_path / "dump").iterdir()
     assert stage_dir.name.startswith("layer_norm-")
     names = sorted(p.name for p in stage_dir.iterdir())
     assert names == ["00-input.nir", "01-canonicalize.nir", "02-static-shape.nir", "03-fuse.nir",
