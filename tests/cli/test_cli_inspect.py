@@ -24,7 +24,7 @@ def test_ir_is_the_imported_graph_and_parses(good_pt2, capsys):
 
 
 def test_after_each_pass(good_pt2, capsys):
-    result = run_in_process(capsys, "inspect", str(good_pt2), "--after", "all")
+    result = run_in_process(capsys, "inspect", str(good_pt2), "--after", "all", "--target", "interp")
     assert result.returncode == 0, result.stderr
     sections = _sections(result.stdout)
     passes = [p.split("{")[0] for p in default_pipeline("interp").split(",")]
@@ -32,13 +32,14 @@ def test_after_each_pass(good_pt2, capsys):
     for text in sections.values():
         parse(text)
 
-    fused = run_in_process(capsys, "inspect", str(good_pt2), "--after", "fuse")
+    fused = run_in_process(capsys, "inspect", str(good_pt2), "--after", "fuse", "--target", "interp")
     ((title, text),) = _sections(fused.stdout).items()
     assert title.endswith("after 03-fuse") and " kernel " in text
 
 
 def test_kernels_and_train(classifier_pt2, capsys):
-    result = run_in_process(capsys, "inspect", str(classifier_pt2), "--train", "--kernels", "--ir")
+    result = run_in_process(capsys, "inspect", str(classifier_pt2), "--train", "--kernels", "--ir", "--target",
+                            "interp")
     assert result.returncode == 0, result.stderr
     titles = list(_sections(result.stdout))
     assert titles == ["IR of forward @classifier_forward", "IR of backward @classifier_backward",
