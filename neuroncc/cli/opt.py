@@ -26,7 +26,10 @@ SPLIT_MARKER = "// -----"
 def read_source(path: str) -> tuple[str, str]:
     """The text of ``path`` (``-`` is stdin) and the name to show in error messages."""
     if path == "-":
-        return sys.stdin.read(), "<stdin>"
+        try:
+            return sys.stdin.buffer.read().decode("utf-8"), "<stdin>"
+        except UnicodeDecodeError:
+            raise InputError("<stdin>: not UTF-8 text") from None
     file = Path(path)
     try:
         return file.read_text(encoding="utf-8"), str(file)
