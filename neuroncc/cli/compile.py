@@ -101,8 +101,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         description="Compile a torch.export program: decompose, import to neuroncc IR, run the target's pass "
                     "pipeline and code generator, through the compile cache. Prints each graph's cache key, "
                     "hit or miss, and its kernels.",
-        epilog=__doc__.split("\n\n", 1)[1] + "\nExit codes: 0 ok, 2 bad input or a graph neuroncc cannot "
-               "compile (one line on stderr), 3 internal error.",
+        epilog=programs.help_epilog(__doc__, "0 ok, 2 bad input or a graph neuroncc cannot compile (one line on "
+                                             "stderr), 3 internal error"),
         formatter_class=argparse.RawDescriptionHelpFormatter)
     programs.add_model_arguments(parser)
     parser.add_argument("-o", "--output", metavar="DIR",

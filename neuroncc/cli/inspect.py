@@ -83,8 +83,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "inspect", help="print the IR, per-pass IR, kernels (and NKI code) of an exported program",
         description="Show what neuroncc makes of a torch.export program: the imported IR, the IR after "
                     "passes, the kernel summary.",
-        epilog=__doc__.split("\n\n", 1)[1] + "\nExit codes: 0 ok, 2 bad input or unavailable view (one line on "
-               "stderr), 3 internal error.",
+        epilog=programs.help_epilog(__doc__, "0 ok, 2 bad input or a view this build lacks (one line on stderr), "
+                                             "3 internal error"),
         formatter_class=argparse.RawDescriptionHelpFormatter)
     programs.add_model_arguments(parser)
     parser.add_argument("--ir", action="store_true", help="print the imported IR (the default view)")

@@ -15,6 +15,7 @@ import argparse
 import os
 import re
 import shutil
+import sys
 import time
 import warnings
 from collections.abc import Iterator
@@ -50,6 +51,12 @@ def add_model_arguments(parser: argparse.ArgumentParser, *, train: bool = True) 
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress display on stderr")
 
 
+def help_epilog(module_doc: str, exit_codes: str) -> str:
+    """A command's ``--help`` epilog: its module docstring after the first paragraph (examples and details),
+    without reST markup, then its exit codes."""
+    return module_doc.split("\n\n", 1)[1].replace("``", "").rstrip() + f"\n\nExit codes: {exit_codes}."
+
+
 def progress_for(args: argparse.Namespace) -> Progress:
     return Progress(enabled=not getattr(args, "quiet", False))
 
@@ -75,8 +82,6 @@ def graph_name(model_path: str) -> str:
 def one_line_warnings() -> Iterator[None]:
     """Warnings raised while a command runs print as one ``neuroncc: warning:`` line each."""
     def show(message, category, filename, lineno, file=None, line=None) -> None:
-        import sys
-
         text = " ".join(str(message).split())
         print(f"neuroncc: warning: {text}", file=sys.stderr)
 

@@ -1,9 +1,10 @@
 """Progress of long commands on stderr: a live step list on a terminal, plain lines otherwise.
 
-On a terminal each step shows a spinner and its running time, then stays as a finished line (``✓ step  1.2 s``);
-a failing step's line is erased, so the error message stands alone. When stderr is not a terminal (a log,
-a pipe, a test), only steps marked ``log=True`` (compiles, the slow part) print one plain line when they end,
-and nothing is printed before a step fails: a bad input still gives exactly one line on stderr.
+On a terminal the innermost running step shows a spinner and its running time; a finished step stays as a
+line (``  done  compile forward for cpu (cache hit)  41.0 ms``) unless the display is ``transient``; a failing
+step's line is erased, so the error message stands alone. When stderr is not a terminal (a log, a pipe, a
+test), only steps marked ``log=True`` (compiles, the slow part) print one plain line when they end, and
+nothing is printed before a step fails: a bad input still gives exactly one line on stderr.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import TextIO
 
 _SPINNER = "|/-\\"
 _TICK_SECONDS = 0.1
+_CLEAR_LINE = "\r\x1b[2K"
 
 
 @dataclass
@@ -29,6 +31,9 @@ class Step:
     detail: str = ""
     seconds: float = 0.0
 
+    def line(self) -> str:
+        return f"{self.title}{f' ({self.detail})' if self.detail else ''}  {format_seconds(self.seconds)}"
+
 
 class Progress:
     """Reports steps to ``stream``. ``interactive`` defaults to whether the stream is a terminal; ``transient``
@@ -38,58 +43,73 @@ class Progress:
                  transient: bool = False):
         self.stream = stream if stream is not None else sys.stderr
         self.enabled = enabled
-        self.transient = transient  # erase finished steps too (a command that prints its own report)
+        self.transient = transient
         if interactive is None:
             isatty = getattr(self.stream, "isatty", None)
             interactive = bool(isatty and isatty())
         self.interactive = interactive
         self._lock = threading.Lock()
+        self._active: list[Step] = []  # running steps, outermost first; the spinner shows the last
+        self._spinner: threading.Thread | None = None
+        self._stop = threading.Event()
 
     @contextlib.contextmanager
     def step(self, title: str, *, log: bool = False) -> Iterator[Step]:
-        """Run the body as one step. ``log``: also report it when stderr is not a terminal."""
+        """Run the body as one step (steps nest). ``log``: also report it when stderr is not a terminal."""
         step = Step(title)
         if not self.enabled:
-            yield step
-            step.seconds = time.perf_counter() - step.started
+            try:
+                yield step
+            finally:
+                step.seconds = time.perf_counter() - step.started
             return
-        stop = threading.Event()
-        spinner = None
-        if self.interactive:
-            spinner = threading.Thread(target=self._spin, args=(step, stop), daemon=True)
-            spinner.start()
+        self._start(step)
         try:
             yield step
         except BaseException:
-            self._finish(stop, spinner)
-            if self.interactive:
-                self._write("\r\x1b[2K")
+            self._end(step, finished_line=None)
             raise
-        self._finish(stop, spinner)
         step.seconds = time.perf_counter() - step.started
-        line = f"{step.title}{f' ({step.detail})' if step.detail else ''}  {format_seconds(step.seconds)}"
         if self.interactive:
-            self._write("\r\x1b[2K" if self.transient else f"\r\x1b[2K  done  {line}\n")
-        elif log and not self.transient:
-            self._write(f"neuroncc: {line}\n")
+            self._end(step, finished_line=None if self.transient else f"  done  {step.line()}\n")
+        else:
+            self._end(step, finished_line=f"neuroncc: {step.line()}\n" if log and not self.transient else None)
 
-    def _finish(self, stop: threading.Event, spinner: threading.Thread | None) -> None:
-        stop.set()
+    def _start(self, step: Step) -> None:
+        with self._lock:
+            self._active.append(step)
+            if self.interactive and self._spinner is None:
+                self._stop.clear()
+                self._spinner = threading.Thread(target=self._spin, daemon=True)
+                self._spinner.start()
+
+    def _end(self, step: Step, finished_line: str | None) -> None:
+        spinner = None
+        with self._lock:
+            self._active.remove(step)
+            if not self._active:
+                spinner, self._spinner = self._spinner, None
+                self._stop.set()
         if spinner is not None:
             spinner.join()
-
-    def _spin(self, step: Step, stop: threading.Event) -> None:
-        tick = 0
-        while not stop.is_set():
-            elapsed = time.perf_counter() - step.started
-            self._write(f"\r\x1b[2K  {_SPINNER[tick % len(_SPINNER)]}     {step.title}  {format_seconds(elapsed)}")
-            tick += 1
-            stop.wait(_TICK_SECONDS)
-
-    def _write(self, text: str) -> None:
         with self._lock:
-            self.stream.write(text)
+            if self.interactive:
+                self.stream.write(_CLEAR_LINE)
+            if finished_line:
+                self.stream.write(finished_line)
             self.stream.flush()
+
+    def _spin(self) -> None:
+        tick = 0
+        while not self._stop.is_set():
+            with self._lock:
+                if self._active:
+                    step = self._active[-1]
+                    elapsed = format_seconds(time.perf_counter() - step.started)
+                    self.stream.write(f"{_CLEAR_LINE}  {_SPINNER[tick % len(_SPINNER)]}     {step.title}  {elapsed}")
+                    self.stream.flush()
+            tick += 1
+            self._stop.wait(_TICK_SECONDS)
 
 
 def format_seconds(seconds: float) -> str:

@@ -166,8 +166,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "run", help="compile and run an exported program (.pt2) on given or random inputs",
         description="Compile a torch.export program through the compile cache, run it, print its outputs and "
                     "timings; with --check, compare with eager PyTorch.",
-        epilog=__doc__.split("\n\n", 1)[1] + "\nExit codes: 0 ok, 1 --check found a mismatch, 2 bad input "
-               "(one line on stderr), 3 internal error.",
+        epilog=programs.help_epilog(__doc__, "0 ok, 1 --check found a mismatch, "
+                                             "2 bad input (one line on stderr), 3 internal error"),
         formatter_class=argparse.RawDescriptionHelpFormatter)
     programs.add_model_arguments(parser, train=False)
     source = parser.add_mutually_exclusive_group()

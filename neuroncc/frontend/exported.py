@@ -86,15 +86,9 @@ class InferenceGraph:
 
     def initial_state(self) -> dict[str, torch.Tensor]:
         """Fresh copies of the parameters, buffers and constants the graph reads, by fqn."""
-        program = self.program
-        state: dict[str, torch.Tensor] = {}
-        for spec in self.inputs:
-            if spec.kind == "input":
-                continue
-            source = program.constants if spec.kind == "constant" or spec.target not in program.state_dict \
-                else program.state_dict
-            state[spec.target] = source[spec.target].detach().clone()
-        return state
+        # Non-persistent buffers live with the constants; everything else in the state dict.
+        tensors = {**self.program.constants, **self.program.state_dict}
+        return {spec.target: tensors[spec.target].detach().clone() for spec in self.inputs if spec.kind != "input"}
 
     def call(self, executable: Executable, state: dict[str, torch.Tensor],
              user_inputs: Mapping[str, torch.Tensor]) -> list[torch.Tensor]:
@@ -171,8 +165,7 @@ def import_inference(program: ExportedProgram, name: str) -> InferenceGraph:
 
 
 def trace_training(program: ExportedProgram, name: str,
-                   compile_imported: Callable[[str, ImportedGraph], Executable],
-                   example_inputs: Sequence[torch.Tensor] | None = None) -> TrainingGraphs:
+                   compile_imported: Callable[[str, ImportedGraph], Executable]) -> TrainingGraphs:
     """Export the joint forward+backward graph of ``program`` and partition it (min-cut, as the backend does).
 
     ``compile_imported(kind, imported)`` ("forward"/"backward", the imported graph named ``<name>_<kind>``)
@@ -187,10 +180,10 @@ def trace_training(program: ExportedProgram, name: str,
 
     _refuse_unsupported_signature(program)
     module = program.module()
-    if example_inputs is None:  # only their types matter: AOTAutograd traces with fake tensors
-        user_inputs = [i for i in program_inputs(program) if i.kind == "input"]
-        check_input_sizes(user_inputs, name)
-        example_inputs = [torch.zeros(i.shape, dtype=i.dtype) for i in user_inputs]
+    user_inputs = [i for i in program_inputs(program) if i.kind == "input"]
+    check_input_sizes(user_inputs, name)
+    # Only their types matter: AOTAutograd traces with fake tensors.
+    example_inputs = [torch.zeros(i.shape, dtype=i.dtype) for i in user_inputs]
     args, kwargs = _unflatten_user_inputs(program, list(example_inputs))
     imported: dict[str, ImportedGraph] = {}
 

@@ -20,8 +20,8 @@ def test_random_inputs_match_eager(classifier_pt2, capsys):
 def test_npz_inputs_and_saved_outputs(two_outputs_pt2, capsys, tmp_path):
     x, y = np.random.default_rng(0).standard_normal((2, 3, 4), dtype=np.float32)
     np.savez(tmp_path / "in.npz", x=x, y=y)
-    result = run_in_process(capsys, "run", str(two_outputs_pt2), "--target", "interp", "--inputs", str(tmp_path / "in.npz"), "--check",
-                            "--save-outputs", str(tmp_path / "out.npz"))
+    result = run_in_process(capsys, "run", str(two_outputs_pt2), "--target", "interp", "--inputs",
+                            str(tmp_path / "in.npz"), "--check", "--save-outputs", str(tmp_path / "out.npz"))
     assert result.returncode == 0, result.stdout + result.stderr
     assert "output 1 _to_copy: bfloat16[3, 4]" in result.stdout
     expected = torch.export.load(two_outputs_pt2).module()(torch.from_numpy(x), torch.from_numpy(y))
