@@ -7,7 +7,10 @@ prebuilt ctypes argument array and call the phase functions, across the thread p
 enough. Intermediates live in one arena reused by every call; returned arrays never alias it.
 
 Options (all optional): ``threads`` (default: torch's thread count if torch is loaded, else the CPU count),
-``memory_plan`` (an object with ``offsets``: {Value: arena byte offset}, from the memory planner).
+``threading`` (``python``: a persistent pool of Python threads, the default; ``openmp``: ATen's own OpenMP
+team through torch's libgomp, which avoids oversubscribing cores with ATen but degrades badly when the
+machine is overloaded: spin barriers), ``memory_plan`` (an object with ``offsets``: {Value: arena byte offset}, from the memory
+planner).
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from neuroncc.ir.graph import Function
 from neuroncc.ir.interpreter import interpret
 from neuroncc.runtime.extern import run_extern
 from neuroncc.runtime.launch_plan import LaunchPlan, StepSpec, ValueSpec, function_hash, plan_launch
-from neuroncc.runtime.threads import default_threads, get_pool
+from neuroncc.runtime.threads import default_threads, get_pool, get_team
 
 PHASE_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
 PLAN_FILE, IR_FILE, OBJECT_FILE = "plan.json", "kernels.ll", "kernels.o"
@@ -69,11 +72,12 @@ class CpuExecutable:
     """The ``cpu`` target's executable: ``exe(*arrays) -> list of arrays``; see the module docstring."""
 
     def __init__(self, function: Function, plan: LaunchPlan, module: jit.JitModule | None, threads: int,
-                 compile_seconds: float = 0.0):
+                 compile_seconds: float = 0.0, threading_mode: str = "python"):
         self.function = function  # the top-level form actually run (kernels wrapped)
         self.plan = plan
         self.module = module
         self.pool = get_pool(threads)
+        self.team = get_team(threads) if threading_mode == "openmp" else None
         self._lock = threading.Lock()
         self._arena = np.empty(plan.arena_bytes + 64, dtype=np.uint8)
         shift = (-self._arena.ctypes.data) % 64
@@ -244,7 +248,8 @@ class _NativeKernel:
                 self.args[slot] = array.ctypes.data
             else:
                 self.args[slot] = exe._error.ctypes.data
-        self.phases = [(PHASE_FN(exe.module.address(p.symbol)), p.n_outer, p.work, p.serial) for p in step.phases]
+        self.phases = [(PHASE_FN(exe.module.address(p.symbol)), exe.module.address(p.symbol + "_team"), p.n_outer,
+                        p.work, p.serial) for p in step.phases]
         self.rows, self.row_block = 0, 0
         if step.row_blocked:
             self.rows = step.extern.results[0].shape[0]
@@ -271,17 +276,21 @@ class _NativeKernel:
 
     def _phases(self, row_start: int, row_end: int | None) -> None:
         """Run every phase, on all outer iterations or on those of rows [row_start, row_end)."""
-        pool = self.exe.pool
-        for fn, n_outer, work, serial in self.phases:
-            if serial:
-                fn(self.args_address, 0, n_outer)
-            elif row_end is None:
-                pool.parallel_for(fn, self.args_address, n_outer, work)
-            else:
+        pool, team = self.exe.pool, self.exe.team
+        for fn, team_fn, n_outer, work, serial in self.phases:
+            start, end = 0, n_outer
+            if row_end is not None:
                 per_row = n_outer // self.rows
-                offset = row_start * per_row
-                pool.parallel_for(lambda a, s, e, fn=fn: fn(a, s + offset, e + offset), self.args_address,
-                                  (row_end - row_start) * per_row, work)
+                start, end = row_start * per_row, row_end * per_row
+            if serial:
+                fn(self.args_address, start, end)
+            elif team is not None:
+                team.run(fn, team_fn, self.args_address, start, end, work)
+            elif start == 0:
+                pool.parallel_for(fn, self.args_address, end, work)
+            else:
+                pool.parallel_for(lambda a, s, e, fn=fn: fn(a, s + start, e + start), self.args_address,
+                                  end - start, work)
 
     def _row_blocked(self) -> None:
         """mm/addmm a block of rows at a time, each block's epilogue right after (its output still cached)."""
@@ -322,6 +331,14 @@ def _threads(options: Mapping[str, Any]) -> int:
     return int(options.get("threads") or default_threads())
 
 
+def _threading(options: Mapping[str, Any]) -> str:
+    """``python`` (neuroncc's persistent pool, the default) or ``openmp`` (ATen's thread team)."""
+    mode = options.get("threading", "python")
+    if mode not in ("openmp", "python"):
+        raise InputError(f"option threading must be 'openmp' or 'python', got {mode!r}")
+    return mode
+
+
 def _memory_offsets(options: Mapping[str, Any]) -> Any:
     plan = options.get("memory_plan")
     return None if plan is None else getattr(plan, "offsets", None)
@@ -337,7 +354,7 @@ def build_cpu_executable(fn: Function, options: Mapping[str, Any] | None = None)
     module = jit.compile_ir(ir_texts) if ir_texts else None
     if module is not None:
         plan.object_sha256 = hashlib.sha256(module.object_code).hexdigest()
-    return CpuExecutable(top, plan, module, _threads(options), time.perf_counter() - start)
+    return CpuExecutable(top, plan, module, _threads(options), time.perf_counter() - start, _threading(options))
 
 
 def load_cpu_executable(directory: str | Path, fn: Function, options: Mapping[str, Any] | None = None) -> CpuExecutable:
@@ -367,7 +384,7 @@ def load_cpu_executable(directory: str | Path, fn: Function, options: Mapping[st
         if hashlib.sha256(object_code).hexdigest() != plan.object_sha256:
             raise ArtifactError(f"{directory / OBJECT_FILE} is corrupt (checksum mismatch)")
         module = jit.load_object(object_code, llvm_ir)
-    return CpuExecutable(top, plan, module, _threads(options))
+    return CpuExecutable(top, plan, module, _threads(options), threading_mode=_threading(options))
 
 
 __all__ = ["CpuExecutable", "KernelIndexError", "build_cpu_executable", "load_cpu_executable", "interpret"]

@@ -65,6 +65,7 @@ class KernelEmitter:
                     for i in range(n_args)]
         w.call(body_fn, pointers + [wrapper.args[1], wrapper.args[2]])
         w.ret_void()
+        self._emit_team_entry(symbol, wrapper)
 
         entry = body_fn.append_basic_block("entry")
         self._entry = ir.IRBuilder(entry)
@@ -84,6 +85,37 @@ class KernelEmitter:
         self.b.ret_void()
         self._entry.branch(start_block)
         return symbol
+
+    def _emit_team_entry(self, symbol: str, phase_fn: ir.Function) -> None:
+        """``void {symbol}_team(ptr task)``: the body an OpenMP team runs (GOMP_parallel) for this phase.
+
+        ``task`` is {ptr args, i64 start, i64 end, i64 chunk, i64 next}; every thread of the team takes
+        chunks of [start, end) from the shared counter ``next`` until none is left (dynamic schedule).
+        """
+        fn = ir.Function(self.module, ir.FunctionType(VOID, [PTR]), f"{symbol}_team")
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        task = fn.args[0]
+
+        def field(i: int) -> ir.Value:
+            return b.gep(task, [ir.Constant(I64, i)], source_etype=I64)
+
+        args = b.load(b.gep(task, [ir.Constant(I64, 0)], source_etype=PTR), typ=PTR)
+        start, end, chunk = (b.load(field(i), typ=I64) for i in (1, 2, 3))
+        head = fn.append_basic_block("next")
+        work = fn.append_basic_block("work")
+        done = fn.append_basic_block("done")
+        b.branch(head)
+        b.position_at_end(head)
+        taken = b.atomic_rmw("add", field(4), ir.Constant(I64, 1), "monotonic")
+        lo = b.add(start, b.mul(taken, chunk))
+        b.cbranch(b.icmp_signed("<", lo, end), work, done)
+        b.position_at_end(work)
+        hi = b.add(lo, chunk)
+        hi = b.select(b.icmp_signed("<", hi, end), hi, end)
+        b.call(phase_fn, [args, lo, hi])
+        b.branch(head)
+        b.position_at_end(done)
+        b.ret_void()
 
     def alloca(self, t: ir.Type, count: int = 1) -> ir.Value:
         """Stack slot(s) in the entry block (promoted to registers by SROA when scalar)."""
