@@ -160,6 +160,15 @@ class KernelEmitter:
         self.loop(lo, hi, lambda i: self.nest(rest, body, prefix + [i]))
 
     def _outer_body(self, phase: Phase, flat: ir.Value) -> None:
+        if phase.partials or phase.combine:
+            from neuroncc.codegen.llvm.stages import emit_combine, emit_partial
+
+            if phase.partials:
+                emit_partial(self, phase.stages[0], flat, phase.partials, phase.partials_arg)
+            else:
+                emit_combine(self, phase.stages[0], self.plan.phases[self.plan.phases.index(phase) - 1].partials,
+                             phase.partials_arg)
+            return
         if phase.split:
             from neuroncc.codegen.llvm.stages import emit_reduce
 
