@@ -17,6 +17,8 @@ def test_views_and_data_movement(computed, rng):
     x = b.op("neg", p) if computed else p
     outs = [
         b.op("reshape", x, shape=(24, 5)), b.op("reshape", x, shape=(2, 60)), b.op("permute", x, dims=(2, 0, 1)),
+        b.op("reshape", x, shape=(4, 3, 2, 5)), b.op("reshape", x, shape=(120,)), b.op("reshape", x, shape=(1, 4, 30, 1)),
+        b.op("reshape", b.op("permute", x, dims=(0, 2, 1)), shape=(20, 6)),
         b.op("expand", b.op("slice", x, dim=0, start=1, end=2), shape=(3, 4, 6, 5)),
         b.op("slice", x, dim=1, start=1, end=6, step=2), b.op("select", x, dim=2, index=3),
         b.op("squeeze", b.op("unsqueeze", x, dim=1), dims=(1,)), b.op("unsqueeze", x, dim=3),
