@@ -31,7 +31,6 @@ from neuroncc.codegen.llvm.regions import wrap_remaining_ops
 from neuroncc.errors import ArtifactError, InputError, NeuronccError
 from neuroncc.ir.dtypes import DType
 from neuroncc.ir.graph import Function
-from neuroncc.ir.interpreter import interpret
 from neuroncc.runtime.extern import run_extern
 from neuroncc.runtime.launch_plan import LaunchPlan, StepSpec, ValueSpec, function_hash, plan_launch
 from neuroncc.runtime.threads import default_threads, get_pool, get_team
@@ -232,13 +231,11 @@ class _NativeKernel:
         for slot, spec in enumerate(step.slots):
             if spec.kind == "value":
                 value = plan.values[spec.ref]
-                buffer = plan.buffers[value.buffer]
                 byte_offset = value.offset * _storage_dtype(value.dtype).itemsize
                 if value.buffer in exe._static_flats:
                     self.args[slot] = exe._address(value.buffer, exe._static_flats) + byte_offset
                 else:
                     self.dynamic.append((slot, value.buffer, byte_offset))
-                del buffer
             elif spec.kind == "scratch":
                 self.args[slot] = exe._arena.ctypes.data + spec.ref
             elif spec.kind == "constant":
@@ -387,4 +384,4 @@ def load_cpu_executable(directory: str | Path, fn: Function, options: Mapping[st
     return CpuExecutable(top, plan, module, _threads(options), threading_mode=_threading(options))
 
 
-__all__ = ["CpuExecutable", "KernelIndexError", "build_cpu_executable", "load_cpu_executable", "interpret"]
+__all__ = ["CpuExecutable", "KernelIndexError", "build_cpu_executable", "load_cpu_executable"]
