@@ -291,15 +291,15 @@ class _NativeKernel:
 
     def _row_blocked(self) -> None:
         """mm/addmm a block of rows at a time, each block's epilogue right after (its output still cached)."""
+        views = self._extern_views()
         for start in range(0, self.rows, self.row_block):
             end = min(start + self.row_block, self.rows)
-            self._extern(start, end)
+            self._extern(start, end, views)
             self._phases(start, end)
 
-    def _extern(self, row_start: int = 0, row_end: int | None = None) -> None:
+    def _extern_views(self) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """numpy views of the extern's operands and results over this call's argument pointers."""
         spec = self.step.extern
-        region = self.exe.function.ops[self.step.op_index].regions[0]
-        op = region.ops[spec.op_index]
 
         def view(layout: ValueSpec) -> np.ndarray:
             dtype = _storage_dtype(layout.dtype)
@@ -310,8 +310,13 @@ class _NativeKernel:
                 .view(dtype)
             return _view(flat, layout)
 
-        operands = [view(v) for v in spec.operands]
-        results = [view(v) for v in spec.results]
+        return [view(v) for v in spec.operands], [view(v) for v in spec.results]
+
+    def _extern(self, row_start: int = 0, row_end: int | None = None, views: Any = None) -> None:
+        region = self.exe.function.ops[self.step.op_index].regions[0]
+        op = region.ops[self.step.extern.op_index]
+        operands, results = views if views is not None else self._extern_views()
+        operands, results = list(operands), list(results)
         if row_end is not None:
             rows = slice(row_start, row_end)
             if op.name == "mm":
