@@ -207,16 +207,17 @@ class CpuExecutable:
     # ---- artifacts -----------------------------------------------------------------------------------------
 
     def save(self, directory: str | Path) -> list[str]:
-        """Write plan.json, kernels.ll and kernels.o into ``directory``; returns the file paths written."""
+        """Write plan.json, kernels.ll and kernels.o into ``directory``; returns the file names (relative to
+        ``directory``) written. The graph itself is not written: the artifact layer stores it."""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
-        files = [directory / PLAN_FILE]
-        files[0].write_text(self.plan.to_json(), encoding="utf-8")
+        (directory / PLAN_FILE).write_text(self.plan.to_json(), encoding="utf-8")
+        files = [PLAN_FILE]
         if self.module is not None:
             (directory / IR_FILE).write_text(self.module.llvm_ir, encoding="utf-8")
             (directory / OBJECT_FILE).write_bytes(self.module.object_code)
-            files += [directory / IR_FILE, directory / OBJECT_FILE]
-        return [str(f) for f in files]
+            files += [IR_FILE, OBJECT_FILE]
+        return files
 
 
 class _NativeKernel:
