@@ -8,9 +8,9 @@ enough. Intermediates live in one arena reused by every call; returned arrays ne
 
 Options (all optional): ``threads`` (default: torch's thread count if torch is loaded, else the CPU count),
 ``threading`` (``python``: a persistent pool of Python threads, the default; ``openmp``: ATen's own OpenMP
-team through torch's libgomp, which avoids oversubscribing cores with ATen but degrades badly when the
-machine is overloaded: spin barriers), ``memory_plan`` (an object with ``offsets``: {Value: arena byte offset}, from the memory
-planner).
+team through torch's libgomp, which avoids oversubscribing cores with ATen but degrades badly when the machine
+is overloaded: spin barriers), ``memory_plan`` (``neuroncc.passes.plan_memory.plan(fn)``'s MemoryPlan, or any
+object with ``offsets`` by value number or Value; see :func:`neuroncc.runtime.launch_plan.plan_launch`).
 """
 
 from __future__ import annotations
@@ -342,9 +342,8 @@ def _threading(options: Mapping[str, Any]) -> str:
     return mode
 
 
-def _memory_offsets(options: Mapping[str, Any]) -> Any:
-    plan = options.get("memory_plan")
-    return None if plan is None else getattr(plan, "offsets", None)
+def _memory_plan(options: Mapping[str, Any]) -> Any:
+    return options.get("memory_plan")
 
 
 def build_cpu_executable(fn: Function, options: Mapping[str, Any] | None = None) -> CpuExecutable:
@@ -353,7 +352,7 @@ def build_cpu_executable(fn: Function, options: Mapping[str, Any] | None = None)
     start = time.perf_counter()
     top = wrap_remaining_ops(fn)
     cpu, features = jit.host_cpu()
-    plan, ir_texts = plan_launch(top, cpu, features, _memory_offsets(options))
+    plan, ir_texts = plan_launch(top, cpu, features, _memory_plan(options))
     module = jit.compile_ir(ir_texts) if ir_texts else None
     if module is not None:
         plan.object_sha256 = hashlib.sha256(module.object_code).hexdigest()

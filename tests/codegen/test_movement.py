@@ -59,7 +59,8 @@ def test_index_ops(rng):
         b.op("gather", x, gi, dim=1), b.op("index_select", x, rows, dim=0), b.op("index_select", x, rows, dim=1),
         b.op("embedding", x, ids), b.op("index", x, i0, dims=(1,)), b.op("index", x, i1, i0, dims=(0, 1)),
         b.op("scatter", x, si, src, dim=0), b.op("scatter", x, si, src, dim=0, reduce="add"),
-        b.op("index_put", x, b.op("unsqueeze", vals, dim=1), i0, dims=(0,)), b.op("index_put", x, vals, i0, i0, dims=(0, 1), accumulate=True),
+        b.op("index_put", x, b.op("unsqueeze", vals, dim=1), i0, dims=(0,)),
+        b.op("index_put", x, vals, i0, i0, dims=(0, 1), accumulate=True),
         b.op("add", b.op("embedding", b.op("exp", x), ids), b.op("full", shape=(7,), dtype=DType.f32, value=1.0)),
     ]
     inputs = [rng.standard_normal((5, 7)).astype(np.float32), rng.integers(-7, 7, (5, 3)),

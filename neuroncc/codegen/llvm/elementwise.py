@@ -55,7 +55,8 @@ def _abs(ctx, op, args):
 def _sign(ctx, op, args):
     (x,) = args
     b = ctx.b
-    one, minus_one = ir.Constant(x.type, 1.0 if x.type == F32 else 1), ir.Constant(x.type, -1.0 if x.type == F32 else -1)
+    one = ir.Constant(x.type, 1.0 if x.type == F32 else 1)
+    minus_one = ir.Constant(x.type, -1.0 if x.type == F32 else -1)
     if x.type == F32:
         positive, negative = b.fcmp_ordered(">", x, _zero(x)), b.fcmp_ordered("<", x, _zero(x))
         return b.select(positive, one, b.select(negative, minus_one, x))  # 0, -0 and NaN stay as they are

@@ -409,7 +409,8 @@ class KernelEmitter:
         """A data-dependent index: negative counts from the end; out of range sets the error flag, clamps."""
         b = self.b
         wrapped = b.select(b.icmp_signed("<", raw, ir.Constant(I64, 0)), b.add(raw, ir.Constant(I64, size)), raw)
-        bad = b.or_(b.icmp_signed("<", wrapped, ir.Constant(I64, 0)), b.icmp_signed(">=", wrapped, ir.Constant(I64, size)))
+        bad = b.or_(b.icmp_signed("<", wrapped, ir.Constant(I64, 0)),
+                    b.icmp_signed(">=", wrapped, ir.Constant(I64, size)))
         with b.if_then(bad, likely=False):
             b.store(ir.Constant(I32, 1), self.ptrs[self.plan.error_slot])
         return self.clamp(wrapped, 0, max(size - 1, 0))

@@ -1,10 +1,10 @@
 """Vectorizable float32 math written in LLVM IR: exp, exp2, log, log2, tanh, sigmoid, erf, gelu.
 
-LLVM lowers ``llvm.exp.f32`` and friends to scalar libm calls, which stops the loop vectorizer. These
-branch-free polynomial versions (Cephes-style range reduction + minimax polynomials, selects instead of
-branches) inline into loops and vectorize; exp/log/tanh/sigmoid are accurate to a few float32 ulps, erf to
-5e-7 absolute: all well inside PyTorch's float32 tolerances (rtol 1.3e-6, atol 1e-5). Less common functions (sin, cos, tan, atan, atan2, pow, expm1,
-log1p) call the C library: exact, but scalar.
+LLVM lowers ``llvm.exp.f32`` and friends to scalar libm calls, which stops the loop vectorizer. These branch-
+free polynomial versions (Cephes-style range reduction + minimax polynomials, selects instead of branches)
+inline into loops and vectorize; exp/log/tanh/sigmoid are accurate to a few float32 ulps, erf to 5e-7
+absolute: all well inside PyTorch's float32 tolerances (rtol 1.3e-6, atol 1e-5). Less common functions (sin,
+cos, tan, atan, atan2, pow, expm1, log1p) call the C library: exact, but scalar.
 
 Each function is defined once per module, on demand, as an internal ``alwaysinline`` function of one float.
 """
