@@ -199,3 +199,21 @@ def test_large_outputs_are_streamed_with_nontemporal_stores(rng):
     from neuroncc.codegen.llvm import jit
 
     assert "vmovntps" in jit.assembly([exe.module.llvm_ir]) or "movnt" in jit.assembly([exe.module.llvm_ir])
+
+
+@pytest.mark.parametrize("dtype", [DType.bf16, DType.f16, DType.i64])
+def test_matmul_epilogue_in_other_dtypes(dtype, rng):
+    b = Builder("mm_dtype")
+    x = b.param(TensorType((20, 12), dtype), "x")
+    w = b.param(TensorType((12, 9), dtype), "w")
+    h = b.op("mm", x, w)
+    y = b.op("relu", h) if dtype is DType.i64 else b.op("tanh", h)
+    kernel = make_kernel(b.ops, [x, w], [y, h], "epilogue")
+    b.ops = [kernel]
+    fn = b.build(list(kernel.results))
+    if dtype is DType.i64:
+        inputs = [rng.integers(-5, 5, (20, 12)), rng.integers(-5, 5, (12, 9))]
+    else:
+        inputs = [(rng.standard_normal(s) * 0.3).astype(np.float32) for s in [(20, 12), (12, 9)]]
+        inputs = [round_to_bf16(a) if dtype is DType.bf16 else a.astype(np.float16) for a in inputs]
+    run_both(fn, inputs)
