@@ -55,7 +55,8 @@ def _abs(ctx, op, args):
 def _sign(ctx, op, args):
     (x,) = args
     b = ctx.b
-    one, minus_one = ir.Constant(x.type, 1.0 if x.type == F32 else 1), ir.Constant(x.type, -1.0 if x.type == F32 else -1)
+    one = ir.Constant(x.type, 1.0 if x.type == F32 else 1)
+    minus_one = ir.Constant(x.type, -1.0 if x.type == F32 else -1)
     if x.type == F32:
         positive, negative = b.fcmp_ordered(">", x, _zero(x)), b.fcmp_ordered("<", x, _zero(x))
         # (0 < x) - (x < 0) as PyTorch computes it: 0, -0 and NaN all give +0
