@@ -9,7 +9,6 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 from neuroncc.errors import PassError
@@ -37,10 +36,6 @@ def contraction_size(matmul: Op) -> int:
         return a.type.shape[-2] if matmul.attrs["transpose_a"] else a.type.shape[-1]
     weight = matmul.operands[1]
     return math.prod(weight.type.shape[1:])
-
-
-def kernel_ops(fn: Function) -> Iterator[Op]:
-    return (op for op in fn.ops if _category(op) is Category.KERNEL)
 
 
 def check_kernel_contract(fn: Function) -> None:

@@ -185,8 +185,9 @@ def _is_pointwise_region(region: Function, numel: int) -> bool:
     read = {v for o in region.ops for v in o.operands}
 
     def broadcast_source(v: Value) -> bool:
+        """A parameter or constant, possibly reshaped or expanded: never a value computed from the donor."""
         source = producers.get(v)
-        if source is not None and source.name == "expand":
+        while source is not None and source.name in ("expand", "reshape"):
             v, source = source.operands[0], producers.get(source.operands[0])
         return v in params or (source is not None and REGISTRY.get(source.name).category is Category.CONSTANT)
 
@@ -225,7 +226,10 @@ def _read_pointwise(region: Function, param: Value) -> bool:
         return False
     if not all(REGISTRY.get(o.name).category is Category.ELEMENTWISE or o.name == "reshape" for o in readers):
         return False
-    writes = [index[producers[v]] for v in region.outputs if v in producers and v.type.numel == param.type.numel]
+    same_size = [v for v in region.outputs if v.type.numel == param.type.numel]
+    if any(v not in producers for v in same_size):
+        return False  # an output passed straight through from a parameter: when it is copied is not known
+    writes = [index[producers[v]] for v in same_size]
     return bool(writes) and max(index[o] for o in readers) <= min(writes)
 
 

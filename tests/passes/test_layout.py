@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given
 
 from neuroncc.ir import Builder, DType, TensorType, parse
-from neuroncc.passes import Layout, PassContext, run_pipeline
+from neuroncc.passes import Layout, run_pipeline
 from neuroncc.passes.strides import StridedView, apply_view, reshape_strides
 from neuroncc.testing import models
 from neuroncc.testing.graphs import graphs
