@@ -176,7 +176,7 @@ class FusionPlanner:
         self._merge(consumer, producer)
         return True
 
-    # ---- the two greedy sweeps ---------------------------------------------------------------------
+    # ---- the three greedy sweeps --------------------------------------------------------------------
 
     def _fuse_compute(self) -> None:
         for op in self.nodes:

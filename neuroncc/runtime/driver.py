@@ -39,6 +39,7 @@ def compile_graph(fn: Function, *, target: str = DEFAULT_TARGET, pipeline: str |
         pipeline = default_pipeline(target)
     ctx = PassContext(verify_each=bool(options.get("verify_each", False)), dump_dir=dump_dir_for(fn))
     lowered = run_pipeline(pipeline, fn, ctx)
+    verify(lowered)  # once, cheaply, even when not after every pass: codegen never sees invalid IR
     return build_executable(lowered, target, options)
 
 
