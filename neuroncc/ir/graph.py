@@ -107,9 +107,16 @@ class Function:
         return uses
 
     def replace_uses(self, mapping: Mapping[Value, Value]) -> Function:
-        """A copy with every use of a key value (in operands and outputs) replaced by its mapped value."""
+        """A copy with every use of a key value (in operands and outputs) replaced by its mapped value.
+
+        Chains are followed (a -> b, b -> c replaces a by c); a cycle is a ValueError rather than a hang.
+        """
         def sub(v: Value) -> Value:
+            seen = set()
             while v in mapping:
+                if v in seen:
+                    raise ValueError(f"replace_uses: the mapping has a cycle through {v!r}")
+                seen.add(v)
                 v = mapping[v]
             return v
         ops = tuple(

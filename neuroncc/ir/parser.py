@@ -25,6 +25,7 @@ _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
 _NUMBER = re.compile(r"-?(?:inf|nan|\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?)")
 _SHAPE_DTYPE = re.compile(r"((?:\d+x)*)([a-z][a-z0-9]*)")
 _STRING = re.compile(r'"(?:[^"\\\n]|\\.)*"')
+_BLANK = re.compile(r"(?:[ \t\r\n]+|//[^\n]*)*")
 #: How deeply attribute lists and regions may nest (deeper input is refused instead of exhausting Python's stack).
 MAX_NESTING = 64
 
@@ -34,7 +35,7 @@ class _Parser:
         self.text, self.source, self.resources = text, source, resources
         self.pos = 0
         self.region_depth = 0
-        self.op_locations: dict[int, tuple[int, int]] = {}
+        self.op_positions: dict[int, int] = {}  # id(op) -> offset of its text; line:col computed on error only
         self.declared_outputs: list[tuple[tuple[TensorType, ...], int]] = []
 
     # ---- low-level scanning --------------------------------------------------------------------------
@@ -50,15 +51,8 @@ class _Parser:
         return ParseError(message, line, column, self.source)
 
     def skip(self) -> None:
-        while self.pos < len(self.text):
-            ch = self.text[self.pos]
-            if ch in " \t\r\n":
-                self.pos += 1
-            elif self.text.startswith("//", self.pos):
-                end = self.text.find("\n", self.pos)
-                self.pos = len(self.text) if end < 0 else end
-            else:
-                return
+        """Skip whitespace and ``//`` comments."""
+        self.pos = _BLANK.match(self.text, self.pos).end()
 
     def peek(self, token: str) -> bool:
         self.skip()
@@ -222,7 +216,7 @@ class _Parser:
             self.region_depth -= 1
             regions.append(Function(f"{op_name}_region", params, body, outputs))
         op = Op(op_name, tuple(operands), tuple(results), attrs, tuple(regions))
-        self.op_locations[id(op)] = self.location(start)
+        self.op_positions[id(op)] = start
         return op
 
     def define(self, scope: dict[str, Value], name: str, value: Value, pos: int) -> None:
@@ -411,8 +405,8 @@ def parse_module(text: str, *, source: str = "<nir>", resources: Mapping[str, np
                 verify_function(fn)
             except VerifyError as exc:
                 op = getattr(exc, "op", None)
-                if op is not None and id(op) in parser.op_locations:
-                    line, column = parser.op_locations[id(op)]
+                if op is not None and id(op) in parser.op_positions:
+                    line, column = parser.location(parser.op_positions[id(op)])
                     raise VerifyError(f"{source}:{line}:{column}: {exc}") from None
                 raise
         parser.check_return_types(index, fn)

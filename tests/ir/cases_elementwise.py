@@ -190,9 +190,13 @@ def _binary_torch(name: str, fn):
     if name in ("fmod", "remainder"):
         return lambda xs, attrs: _scalar_path(fn)(xs[0], xs[1])
     if name == "div":
-        return lambda xs, attrs: torch.div(
-            xs[0], xs[1], rounding_mode=None if attrs["rounding_mode"] == "none" else attrs["rounding_mode"]
-        )
+        def div(xs, attrs):
+            mode = None if attrs["rounding_mode"] == "none" else attrs["rounding_mode"]
+            fn = lambda a, b: torch.div(a, b, rounding_mode=mode)  # noqa: E731
+            # PyTorch's vectorized bf16 floor/trunc division rounds the quotient to bf16 before truncating it
+            # (trunc(-5.99) gives -6); its scalar path, f16 and f32 round once, like the reference.
+            return _scalar_path(fn)(*xs) if mode and xs[0].dtype == torch.bfloat16 else fn(*xs)
+        return div
     return lambda xs, attrs: fn(xs[0], xs[1])
 
 

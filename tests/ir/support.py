@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from hypothesis import settings
 from hypothesis import strategies as st
 
 from neuroncc.ir import (
@@ -84,9 +85,11 @@ class Case:
         return [a for a, _ in self.operands]
 
 
-def examples(count: int) -> int:
-    """A hypothesis example count, scaled by NEURONCC_TEST_EXAMPLES_SCALE for soak runs (see __init__.py)."""
-    return max(1, round(count * float(os.environ.get("NEURONCC_TEST_EXAMPLES_SCALE", "1"))))
+def fuzz_settings(count: int) -> settings:
+    """Hypothesis settings for ``count`` examples: derandomized (the same examples every CI run, so a failure
+    is never a flake), or for a soak run (NEURONCC_TEST_EXAMPLES_SCALE, see __init__.py) scaled and random."""
+    scale = float(os.environ.get("NEURONCC_TEST_EXAMPLES_SCALE", "1"))
+    return settings(max_examples=max(1, round(count * scale)), derandomize=scale == 1)
 
 
 # ---- random operands ----------------------------------------------------------------------------------
@@ -192,6 +195,6 @@ TorchFn = Callable[[list[torch.Tensor], Mapping[str, Any]], Any]
 
 __all__ = [
     "Case", "FLOATS", "FROM_TORCH", "INTEGRAL", "INTS", "MAIN", "NARROW_INTS", "NUMERIC", "TORCH_DTYPES", "Tol",
-    "TorchFn", "as_tuple", "examples", "assert_close_to_torch", "assert_types_match", "broadcast_pair", "one_op_graph",
+    "TorchFn", "as_tuple", "fuzz_settings", "assert_close_to_torch", "assert_types_match", "broadcast_pair", "one_op_graph",
     "operand", "random_array", "rngs", "round_to_bf16", "round_trip", "run_ir", "shapes", "to_torch",
 ]

@@ -271,3 +271,12 @@ def test_reducing_an_empty_dimension_is_nan_without_a_warning(name):
         (out,) = run(name, [(np.zeros((0, 3), np.float32), F32)], dims=(0,))
     expected = getattr(torch, name)(torch.zeros(0, 3), dim=0) if name == "mean" else torch.full((3,), float("nan"))
     np.testing.assert_array_equal(out, expected.numpy())
+
+
+@pytest.mark.parametrize("dtype, torch_dtype", [(DType.u8, torch.uint8), (DType.i8, torch.int8),
+                                                (DType.i16, torch.int16)])
+def test_float_to_narrow_integer_casts_wrap_like_torch(dtype, torch_dtype):
+    # The reference converted float -> uint8 directly, which C leaves undefined (numpy on ARM saturates).
+    x = np.array([-1.5, 300.7, -129.0, 70000.2, -0.9, 255.99], np.float32)
+    (out,) = run("cast", [(x, F32)], dtype=dtype)
+    np.testing.assert_array_equal(out, torch.from_numpy(x).to(torch_dtype).numpy())

@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from neuroncc.errors import TypeInferenceError, VerifyError
@@ -21,7 +21,7 @@ from neuroncc.ir import REGISTRY, Attrs, Builder, DenseAttr, DType, Function, Op
 from neuroncc.ir.interpreter import InterpreterError, interpret
 
 from .ops_table import SPECS
-from .support import examples, random_array
+from .support import fuzz_settings, random_array
 
 INVALID = [(name, index) for name in sorted(SPECS) for index in range(len(SPECS[name].invalid))]
 
@@ -134,7 +134,7 @@ FUZZED = sorted(name for name in REGISTRY.names() if name != "kernel")
 
 
 @pytest.mark.parametrize("name", FUZZED)
-@settings(max_examples=examples(40))
+@fuzz_settings(40)
 @given(data=st.data())
 def test_type_rule_and_reference_agree_on_random_operands(name, data):
     types = data.draw(_types(name), label="types")
@@ -143,7 +143,7 @@ def test_type_rule_and_reference_agree_on_random_operands(name, data):
 
 
 @pytest.mark.parametrize("name", FUZZED)
-@settings(max_examples=examples(40))
+@fuzz_settings(40)
 @given(data=st.data())
 def test_type_rule_and_reference_agree_on_mutated_cases(name, data):
     types, attrs = data.draw(_mutated(name), label="mutant")

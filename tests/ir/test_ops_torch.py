@@ -10,14 +10,14 @@ survive print -> parse -> print unchanged.
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from neuroncc.ir import REGISTRY, interpret
 
 from .ops_table import SPECS, TESTED_SEPARATELY
 from .support import (
-    as_tuple, assert_close_to_torch, assert_types_match, examples, one_op_graph, round_trip, to_torch,
+    as_tuple, assert_close_to_torch, assert_types_match, fuzz_settings, one_op_graph, round_trip, to_torch,
 )
 
 
@@ -30,7 +30,7 @@ def test_op_table_covers_the_registry():
 
 
 @pytest.mark.parametrize("name", sorted(SPECS))
-@settings(max_examples=examples(30))
+@fuzz_settings(30)
 @given(data=st.data())
 def test_op_matches_torch(name, data):
     spec = SPECS[name]

@@ -11,7 +11,7 @@ import re
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from neuroncc import errors
@@ -19,7 +19,7 @@ from neuroncc.errors import NeuronccError, ParseError, VerifyError
 from neuroncc.ir import Builder, DenseAttr, DType, TensorType, collect_resources, parse_module, print_function
 
 from .malformed import GOOD, KERNEL, MALFORMED
-from .support import examples
+from .support import fuzz_settings
 
 
 @pytest.mark.parametrize("text, kind, location, fragment", [m[1:] for m in MALFORMED], ids=[m[0] for m in MALFORMED])
@@ -88,7 +88,7 @@ def _damaged(draw: st.DrawFn) -> tuple[str, dict]:
 _LOCATED = re.compile(r"^<nir>:\d+:\d+: ")
 
 
-@settings(max_examples=examples(300))
+@fuzz_settings(300)
 @given(_damaged())
 def test_damaged_text_is_refused_cleanly_or_round_trips(damaged):
     text, resources = damaged

@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from neuroncc.errors import ParseError
@@ -20,7 +20,7 @@ from neuroncc.ir import (
     print_function, verify,
 )
 
-from .support import examples, random_array, round_trip
+from .support import fuzz_settings, random_array, round_trip
 
 F32 = DType.f32
 NUMERIC = (DType.f32, DType.bf16, DType.f16, DType.i64, DType.i32)
@@ -84,7 +84,7 @@ def graphs(draw: st.DrawFn) -> Function:
     return b.build(outputs)
 
 
-@settings(max_examples=examples(60))
+@fuzz_settings(60)
 @given(graphs(), st.integers(0, 2**32 - 1))
 def test_random_graphs_round_trip_and_run_the_same(fn, seed):
     verify(fn)
@@ -96,7 +96,7 @@ def test_random_graphs_round_trip_and_run_the_same(fn, seed):
         np.testing.assert_array_equal(ours, theirs)  # NaN == NaN for array_equal
 
 
-@settings(max_examples=examples(30))
+@fuzz_settings(30)
 @given(graphs())
 def test_printing_is_deterministic_and_canonical_text_ignores_names(fn):
     copy = clone_function(fn)

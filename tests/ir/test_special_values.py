@@ -57,3 +57,12 @@ def test_special_values(name, dtype):
         fn = one_op_graph(name, case)
         expected = as_tuple(SPECS[name].torch([to_torch(a, t.dtype) for a, t in operands], dict(fn.ops[0].attrs)))
         assert_close_to_torch(run_ir(fn, case), fn, expected, SPECS[name].tol)
+
+
+def test_bf16_truncating_division_rounds_once():
+    # a / b = -5.9915 rounds to -6.0 in bf16; trunc of the f32 quotient is -5 (torch's scalar path agrees)
+    a, b = np.array([5.5], np.float32), np.array([-0.91796875], np.float32)
+    fn = one_op_graph("div", Case([(a, TensorType((1,), DType.bf16)), (b, TensorType((1,), DType.bf16))],
+                                  {"rounding_mode": "trunc"}))
+    (out,) = run_ir(fn, Case([(a, None), (b, None)]))
+    assert out[0] == -5.0 == torch.div(torch.tensor(a).bfloat16(), torch.tensor(b).bfloat16(), rounding_mode="trunc")
