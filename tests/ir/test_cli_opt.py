@@ -49,3 +49,44 @@ def test_opt_reads_stdin():
 def test_invalid_utf8_on_stdin_is_an_input_error():
     # was: UnicodeDecodeError -> "internal error", exit 3
     assert_one_line_error(opt("-", stdin=b"\xff\xfe func"), "<stdin>: not UTF-8 text")
+
+
+# ---- malformed input: every case in-process, a sample through a real process ---------------------------
+
+from .malformed import MALFORMED  # noqa: E402 - the corpus is shared with test_parse_errors.py
+
+SAMPLED = ["empty file", "garbage bytes", "unknown op", "result type mismatch", "undefined value",
+           "bad attribute kind", "bad dtype name", "region captures an outer value", "mismatched return types",
+           "very long line"]
+
+
+@pytest.mark.parametrize("name, text, kind, location, fragment", MALFORMED, ids=[m[0] for m in MALFORMED])
+def test_opt_reports_malformed_input_on_one_line(tmp_path, capsys, name, text, kind, location, fragment):
+    from neuroncc.cli import main
+
+    path = tmp_path / "bad.nir"
+    path.write_text(text, encoding="utf-8")
+    assert main(["opt", str(path)]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and err.startswith("neuroncc: error: ") and fragment in err
+    if location:
+        assert f"{path}:{location}: " in err
+
+
+@pytest.mark.parametrize("name", SAMPLED)
+def test_opt_subprocess_exits_2_with_one_line_on_malformed_input(tmp_path, name):
+    _, text, _, location, fragment = next(m for m in MALFORMED if m[0] == name)
+    path = tmp_path / "bad.nir"
+    path.write_text(text, encoding="utf-8")
+    stderr = assert_one_line_error(opt(str(path)), fragment)
+    if location:
+        assert f"{path}:{location}: " in stderr
+
+
+@pytest.mark.parametrize("setup, fragment", [
+    (lambda d: d / "missing.nir", "missing.nir: no such file"),
+    (lambda d: d, "is a directory"),
+    (lambda d: (d / "latin1.nir").write_bytes(b"// caf\xe9\n") and d / "latin1.nir", "not a UTF-8 text file"),
+])
+def test_opt_refuses_unusable_files(tmp_path, setup, fragment):
+    assert_one_line_error(opt(str(setup(tmp_path))), fragment)

@@ -11,6 +11,8 @@ from hypothesis import strategies as st
 from neuroncc.ir import Attrs, Builder, DType, Function, InterpreterError, Op, TensorType, Value, interpret
 from neuroncc.ir.dtypes import round_to_bf16
 
+from .support import examples
+
 F32, BF16, F16 = DType.f32, DType.bf16, DType.f16
 
 # ---- bf16 rounding, bit for bit against PyTorch --------------------------------------------------------
@@ -61,7 +63,7 @@ def test_round_to_bf16_keeps_nan_a_nan():
     np.testing.assert_array_equal(ours >> 15, NAN_BITS >> 31)
 
 
-@settings(max_examples=20)
+@settings(max_examples=examples(20))
 @given(st.integers(0, 2**32 - 1))
 def test_round_to_bf16_matches_torch_on_random_bit_patterns(seed):
     bits = np.random.default_rng(seed).integers(0, 2**32, size=4096, dtype=np.uint64).astype(np.uint32)

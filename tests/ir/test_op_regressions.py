@@ -180,7 +180,8 @@ def test_split_into_no_pieces():
 
 @pytest.mark.parametrize("name, types", [
     ("addmm", [TensorType((), F32)] * 3),
-    ("convolution_backward", [TensorType((1, 3, 4), F32), TensorType((1, 2, 5), F32), TensorType((3, 2, 2), DType.f16)]),
+    ("convolution_backward",
+     [TensorType((1, 3, 4), F32), TensorType((1, 2, 5), F32), TensorType((3, 2, 2), DType.f16)]),
 ])
 def test_errors_of_shared_type_rules_name_the_op_itself(name, types):
     # they named 'mm' and 'convolution', whose rules they reuse
@@ -259,3 +260,14 @@ def test_convolution_refuses_what_torch_refuses(x, w, attrs):
                                    [*attrs.get("output_padding", (0,))] * spatial, 1)
     with pytest.raises(TypeInferenceError, match="op 'convolution'"):
         infer("convolution", TensorType(x, F32), TensorType(w, F32), **attrs)
+
+
+@pytest.mark.parametrize("name", ["mean", "var"])
+def test_reducing_an_empty_dimension_is_nan_without_a_warning(name):
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # numpy's "Mean of empty slice" RuntimeWarning escaped
+        (out,) = run(name, [(np.zeros((0, 3), np.float32), F32)], dims=(0,))
+    expected = getattr(torch, name)(torch.zeros(0, 3), dim=0) if name == "mean" else torch.full((3,), float("nan"))
+    np.testing.assert_array_equal(out, expected.numpy())

@@ -5,12 +5,10 @@ from __future__ import annotations
 import pytest
 
 from neuroncc.errors import VerifyError
-from neuroncc.ir import Attrs, DType, Function, Op, TensorType, Value, verify
+from neuroncc.ir import REGISTRY, Attrs, DType, Function, Op, TensorType, Value, verify
 
 T = TensorType((2,), DType.f32)
-from neuroncc.ir.ops import REGISTRY
-
-KERNEL_ATTRS = REGISTRY.get("kernel").normalize_attrs(Attrs(name="k"))  # hand-built ops carry every attribute
+KERNEL_ATTRS = REGISTRY.get("kernel").normalize_attrs(Attrs(name="k"))
 
 
 def test_a_value_defined_in_a_region_and_outside_it_is_refused():

@@ -183,7 +183,7 @@ BINARY = (
     _binary("mul", np.multiply, _ANY),
     _binary("div", _div, _NUMERIC, attrs={"rounding_mode": AttrSpec("str", "none")},
             doc="a/b; rounding_mode floor or trunc rounds the quotient"),
-    _binary("pow", _pow, _NUMERIC),
+    _binary("pow", _pow, _NUMERIC, doc="a ** b (integers: a negative exponent gives 1, -1 or 0, as torch.pow)"),
     _binary("maximum", np.maximum, _ANY, doc="elementwise max, NaN propagates"),
     _binary("minimum", np.minimum, _ANY, doc="elementwise min, NaN propagates"),
     _binary("remainder", np.mod, _NUMERIC, doc="a - floor(a/b)*b (sign of b)"),
@@ -257,7 +257,7 @@ OTHER = (
     OpDef("where", Category.ELEMENTWISE, (3, 3), _infer_where, np.where, {}, "cond ? a : b"),
     OpDef("clamp", Category.ELEMENTWISE, (1, 1), _infer_clamp, _clamp,
           {"min": AttrSpec("optional-number", None), "max": AttrSpec("optional-number", None)},
-          "min(max(x, min), max), NaN propagates"),
+          "min(max(x, min), max), NaN propagates; bounds fit the element type (integer bounds for integers)"),
     OpDef("cast", Category.ELEMENTWISE, (1, 1), _infer_cast, _cast, {"dtype": AttrSpec("dtype")},
           "convert element type (float to int truncates toward zero)"),
 )
