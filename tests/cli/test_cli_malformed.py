@@ -2,8 +2,8 @@
 
 Every case must exit 2 with exactly one line on stderr (``neuroncc: error: ...`` naming the problem), print no
 traceback, and write nothing: not in the working directory, not in HOME, and no compile cache is created.
-The corpus runs as children forked from a warm interpreter (``cli_forkserver.py``: real processes, without
-importing torch 45 times); a sample also runs as ``python -m neuroncc.cli`` in a fresh interpreter.
+The corpus runs as children forked from a warm interpreter (``cli_forkserver.py``: real processes that do not
+import torch anew for each case); a sample also runs as ``python -m neuroncc.cli`` in a fresh interpreter.
 """
 
 from __future__ import annotations
