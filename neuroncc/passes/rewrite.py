@@ -11,7 +11,7 @@ checks this, so a rule that, say, returns a broadcast operand is a bug that fail
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -226,11 +226,3 @@ def map_regions(fn: Function, transform: Callable[[Function], Function]) -> Func
 
 def is_constant(op: Op | None) -> bool:
     return op is not None and REGISTRY.get(op.name).category is Category.CONSTANT
-
-
-def users_of(ops: Iterable[Op]) -> dict[Value, list[Op]]:
-    users: dict[Value, list[Op]] = {}
-    for op in ops:
-        for v in op.operands:
-            users.setdefault(v, []).append(op)
-    return users

@@ -144,12 +144,16 @@ def _layout_spec(layout: Layout) -> ValueSpec:
 
 
 class _Planner:
-    def __init__(self, fn: Function, cpu: str, features: str, memory_offsets: Mapping[Value, int] | None):
+    def __init__(self, fn: Function, cpu: str, features: str, memory_plan: Any):
         self.fn = fn
         self.plan = LaunchPlan(function_hash(fn), cpu, features)
         self.ids: dict[Value, int] = {}
-        self.memory_offsets = memory_offsets
-        self.arena_end = 0
+        self.memory_offsets: Mapping[Any, int] = getattr(memory_plan, "offsets", None) or {}
+        self.memory_sizes: Mapping[Any, int] = getattr(memory_plan, "sizes", None) or {}
+        # values the plan does not place (or that do not fit its slot) go after the planned arena
+        self.arena_end = int(getattr(memory_plan, "arena_bytes", 0) or 0)
+        if self.memory_offsets and not self.arena_end:
+            self.arena_end = max(self.memory_offsets.values()) + max(self.memory_sizes.values(), default=0)
         self.scratch_bytes = 0
         self.unclaimed_outputs: dict[Value, int] = {}
         for position, value in enumerate(fn.outputs):
@@ -180,9 +184,12 @@ class _Planner:
             return self.define(value, ValueSpec(buffer, 0, t.shape, strides, t.dtype.value))
         nbytes = t.numel * storage_itemsize(t.dtype)
         offset = _align(self.arena_end)
-        if self.memory_offsets is not None and value in self.memory_offsets:
-            planned = self.memory_offsets[value]
-            if not any(self._overlaps(planned, nbytes, v) for v in avoid):
+        number = len(self.plan.values)  # the memory planner names values by the same numbering
+        key = value if value in self.memory_offsets else number
+        if key in self.memory_offsets:
+            planned = self.memory_offsets[key]
+            fits = nbytes <= self.memory_sizes.get(key, nbytes)  # bf16 is stored in 4 bytes, not 2
+            if fits and planned % ALIGN == 0 and not any(self._overlaps(planned, nbytes, v) for v in avoid):
                 offset = planned
         self.arena_end = max(self.arena_end, offset + _align(max(nbytes, 1)))
         buffer = self.add_buffer("arena", offset, t.numel, t.dtype)
@@ -296,14 +303,17 @@ def _replace(step: StepSpec, **changes: Any) -> StepSpec:
     return replace(step, **changes)
 
 
-def plan_launch(fn: Function, cpu: str, features: str,
-                memory_offsets: Mapping[Value, int] | None = None) -> tuple[LaunchPlan, list[str]]:
+def plan_launch(fn: Function, cpu: str, features: str, memory_plan: Any = None) -> tuple[LaunchPlan, list[str]]:
     """The launch plan of ``fn`` (already in top-level form) and the LLVM IR of its native kernels.
 
-    ``memory_offsets`` (from the memory planner) places arena values; values it omits get fresh slots.
+    ``memory_plan`` (``neuroncc.passes.plan_memory.MemoryPlan`` or anything with ``offsets`` keyed by value
+    number or Value, optionally ``sizes`` and ``arena_bytes``) places arena values. A planned slot is not used
+    when the value's storage does not fit it (bf16 is stored as float32) or when it overlaps the same op's
+    operands (the plan's in-place reuse: kernels recompute shared values from their inputs, so an output may
+    not overwrite an input); such values, and values the plan omits, get fresh slots after the planned arena.
     Scratch buffers of kernels share one region after the values (kernels run one at a time).
     """
-    planner = _Planner(fn, cpu, features, memory_offsets)
+    planner = _Planner(fn, cpu, features, memory_plan)
     plan = planner.run()
     # scratch offsets are relative to the scratch region, which starts after the values
     base = _align(planner.arena_end)

@@ -9,8 +9,8 @@
 A graph grows from a few parameters by appending ops drawn from families: elementwise chains (unary, binary
 with broadcasting and splat constants such as 0, 1, 2 that exercise algebraic rules), comparisons and
 ``where``, casts between dtypes, reductions, views (reshape, permute, expand, slice, select, squeeze,
-unsqueeze), data movement (cat, flip, pad, copy), constants, and matmuls (mm / bmm, sometimes through a
-transposed operand). Shapes are small; size-0 dims and 0-dim tensors appear. Every op is built through
+unsqueeze), data movement (cat, flip, pad, copy), constants, gathers with in-range constant indices
+(index_select, gather, embedding), and matmuls (mm / bmm, sometimes through a transposed operand). Shapes are small; size-0 dims and 0-dim tensors appear. Every op is built through
 :class:`neuroncc.ir.Builder`, so every graph type-checks; an op whose random attributes do not fit is simply
 not added. Extend a family by adding a ``_draw_*`` function and listing it in :data:`FAMILIES`.
 """
@@ -21,16 +21,17 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
 from hypothesis import strategies as st
 
 from neuroncc.errors import TypeInferenceError
-from neuroncc.ir import Builder, DType, Function, TensorType, Value
+from neuroncc.ir import Builder, DenseAttr, DType, Function, TensorType, Value
 
 FLOAT_UNARY = ("neg", "abs", "relu", "exp", "tanh", "sigmoid", "gelu", "sqrt", "log", "floor", "sin", "rsqrt")
 INT_UNARY = ("neg", "abs", "relu")
 BINARY = ("add", "sub", "mul", "maximum", "minimum")
 COMPARISONS = ("lt", "le", "gt", "ge", "eq", "ne")
-SPLATS = (0.0, -0.0, 1.0, 2.0, 0.5)
+SPLATS = (0.0, -0.0, 1.0, 2.0, 0.5, 0.1)  # 0.1 is not exact in any float type: rounding must agree
 REDUCTIONS = ("sum", "amax", "amin", "mean", "prod")
 
 
@@ -226,6 +227,28 @@ def _draw_constant(draw, state: GraphState) -> None:
         state.add(b.op("iota", length=draw(st.integers(0, 6)), dtype=DType.i64 if not dtype.is_float else dtype))
 
 
+def _draw_index(draw, state: GraphState) -> None:
+    """index_select / gather / embedding with in-range constant indices (random inputs could not be)."""
+    x = _pick(draw, state, lambda v: v.type.rank >= 1 and v.type.numel > 0)
+    if x is None:
+        return
+    b, t = state.builder, x.type
+    dim = draw(st.integers(0, t.rank - 1))
+    kind = draw(st.sampled_from(("index_select", "gather", "embedding")))
+    if kind == "embedding" and t.rank == 2:
+        shape = (draw(st.integers(0, 3)), draw(st.integers(1, 3)))
+        bound = t.shape[0]
+    elif kind == "gather":
+        shape = tuple(draw(st.integers(1, 3)) if d == dim else s for d, s in enumerate(t.shape))
+        bound = t.shape[dim]
+    else:
+        kind, shape, bound = "index_select", (draw(st.integers(0, 4)),), t.shape[dim]
+    count = math.prod(shape)
+    values = draw(st.lists(st.integers(-bound, bound - 1), min_size=count, max_size=count))
+    index = b.op("constant", value=DenseAttr(np.array(values, dtype=np.int64).reshape(shape)))
+    state.add(b.op(kind, x, index) if kind == "embedding" else b.op(kind, x, index, dim=dim))
+
+
 def _draw_matmul(draw, state: GraphState) -> None:
     x = _pick(draw, state, lambda v: v.type.rank in (2, 3) and v.type.dtype in (DType.f32, DType.bf16, DType.i32))
     if x is None:
@@ -245,7 +268,7 @@ def _draw_matmul(draw, state: GraphState) -> None:
 #: The op families a graph is grown from, with their relative weights.
 FAMILIES: tuple[tuple[Callable, int], ...] = (
     (_draw_unary, 4), (_draw_binary, 5), (_draw_where, 1), (_draw_cast, 1), (_draw_reduction, 3),
-    (_draw_view, 4), (_draw_movement, 1), (_draw_constant, 1), (_draw_matmul, 2),
+    (_draw_view, 4), (_draw_movement, 1), (_draw_constant, 1), (_draw_index, 1), (_draw_matmul, 2),
 )
 
 

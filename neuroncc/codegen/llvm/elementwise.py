@@ -15,7 +15,7 @@ from typing import Any
 from llvmlite import ir
 
 from neuroncc.codegen.llvm.mathlib import math_call
-from neuroncc.codegen.llvm.scalars import F32, I1, call, constant, convert, is_unsigned, type_suffix
+from neuroncc.codegen.llvm.scalars import F32, I1, call, constant, convert, is_unsigned, round_to, type_suffix
 from neuroncc.ir.dtypes import DType
 from neuroncc.ir.graph import Op
 
@@ -55,7 +55,8 @@ def _abs(ctx, op, args):
 def _sign(ctx, op, args):
     (x,) = args
     b = ctx.b
-    one, minus_one = ir.Constant(x.type, 1.0 if x.type == F32 else 1), ir.Constant(x.type, -1.0 if x.type == F32 else -1)
+    one = ir.Constant(x.type, 1.0 if x.type == F32 else 1)
+    minus_one = ir.Constant(x.type, -1.0 if x.type == F32 else -1)
     if x.type == F32:
         positive, negative = b.fcmp_ordered(">", x, _zero(x)), b.fcmp_ordered("<", x, _zero(x))
         # (0 < x) - (x < 0) as PyTorch computes it: 0, -0 and NaN all give +0
@@ -159,7 +160,8 @@ def _div(ctx, op, args):
     quotient = ctx.b.fdiv(a, c)
     if mode == "floor":
         return _float_floor_div(ctx, a, c, quotient)
-    return call(ctx.b, "llvm.trunc.f32", [quotient])
+    # PyTorch's reduced-precision trunc division rounds the quotient to bf16/f16 before truncating it
+    return call(ctx.b, "llvm.trunc.f32", [round_to(ctx.b, quotient, _dtype(op))])
 
 
 def _float_floor_div(ctx, a: ir.Value, c: ir.Value, quotient: ir.Value) -> ir.Value:

@@ -65,6 +65,7 @@ class KernelEmitter:
                     for i in range(n_args)]
         w.call(body_fn, pointers + [wrapper.args[1], wrapper.args[2]])
         w.ret_void()
+        self._emit_team_entry(symbol, wrapper)
 
         entry = body_fn.append_basic_block("entry")
         self._entry = ir.IRBuilder(entry)
@@ -84,6 +85,37 @@ class KernelEmitter:
         self.b.ret_void()
         self._entry.branch(start_block)
         return symbol
+
+    def _emit_team_entry(self, symbol: str, phase_fn: ir.Function) -> None:
+        """``void {symbol}_team(ptr task)``: the body an OpenMP team runs (GOMP_parallel) for this phase.
+
+        ``task`` is {ptr args, i64 start, i64 end, i64 chunk, i64 next}; every thread of the team takes
+        chunks of [start, end) from the shared counter ``next`` until none is left (dynamic schedule).
+        """
+        fn = ir.Function(self.module, ir.FunctionType(VOID, [PTR]), f"{symbol}_team")
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        task = fn.args[0]
+
+        def field(i: int) -> ir.Value:
+            return b.gep(task, [ir.Constant(I64, i)], source_etype=I64)
+
+        args = b.load(b.gep(task, [ir.Constant(I64, 0)], source_etype=PTR), typ=PTR)
+        start, end, chunk = (b.load(field(i), typ=I64) for i in (1, 2, 3))
+        head = fn.append_basic_block("next")
+        work = fn.append_basic_block("work")
+        done = fn.append_basic_block("done")
+        b.branch(head)
+        b.position_at_end(head)
+        taken = b.atomic_rmw("add", field(4), ir.Constant(I64, 1), "monotonic")
+        lo = b.add(start, b.mul(taken, chunk))
+        b.cbranch(b.icmp_signed("<", lo, end), work, done)
+        b.position_at_end(work)
+        hi = b.add(lo, chunk)
+        hi = b.select(b.icmp_signed("<", hi, end), hi, end)
+        b.call(phase_fn, [args, lo, hi])
+        b.branch(head)
+        b.position_at_end(done)
+        b.ret_void()
 
     def alloca(self, t: ir.Type, count: int = 1) -> ir.Value:
         """Stack slot(s) in the entry block (promoted to registers by SROA when scalar)."""
@@ -128,6 +160,15 @@ class KernelEmitter:
         self.loop(lo, hi, lambda i: self.nest(rest, body, prefix + [i]))
 
     def _outer_body(self, phase: Phase, flat: ir.Value) -> None:
+        if phase.partials or phase.combine:
+            from neuroncc.codegen.llvm.stages import emit_combine, emit_partial
+
+            if phase.partials:
+                emit_partial(self, phase.stages[0], flat, phase.partials, phase.partials_arg)
+            else:
+                emit_combine(self, phase.stages[0], self.plan.phases[self.plan.phases.index(phase) - 1].partials,
+                             phase.partials_arg)
+            return
         if phase.split:
             from neuroncc.codegen.llvm.stages import emit_reduce
 
@@ -368,7 +409,8 @@ class KernelEmitter:
         """A data-dependent index: negative counts from the end; out of range sets the error flag, clamps."""
         b = self.b
         wrapped = b.select(b.icmp_signed("<", raw, ir.Constant(I64, 0)), b.add(raw, ir.Constant(I64, size)), raw)
-        bad = b.or_(b.icmp_signed("<", wrapped, ir.Constant(I64, 0)), b.icmp_signed(">=", wrapped, ir.Constant(I64, size)))
+        bad = b.or_(b.icmp_signed("<", wrapped, ir.Constant(I64, 0)),
+                    b.icmp_signed(">=", wrapped, ir.Constant(I64, size)))
         with b.if_then(bad, likely=False):
             b.store(ir.Constant(I32, 1), self.ptrs[self.plan.error_slot])
         return self.clamp(wrapped, 0, max(size - 1, 0))

@@ -124,9 +124,16 @@ class Phase:
     block: int = 0  # when > 0, the last outer dim is iterated in blocks of this many elements
     row_cache: dict[Value, int] = field(default_factory=dict)  # value -> stage that stores its row (see below)
     split: int = 0  # a lone column reduction: each outer iteration reduces this many of its last-dim columns
+    partials: int = 0  # a full reduction split in this many partial results (then combined by the next phase)
+    partials_arg: int = -1  # scratch slot of the partial results
+    combine: bool = False  # this phase combines the partials of the previous one
 
     @property
     def trip_counts(self) -> tuple[int, ...]:
+        if self.partials:
+            return (self.partials,)
+        if self.combine:
+            return ()
         if self.split:
             return (-(-self.stages[0].shape[-1] // self.split),)
         counts = list(self.outer_shape[: self.outer])
@@ -140,7 +147,7 @@ class Phase:
 
     @property
     def serial(self) -> bool:
-        return any(s.kind == "scatter" for s in self.stages)
+        return self.combine or any(s.kind == "scatter" for s in self.stages)
 
     @property
     def work(self) -> int:
@@ -152,6 +159,8 @@ class Phase:
             per_outer = per_outer // max(self.outer_shape[self.outer - 1], 1) * self.block
         if self.split:
             per_outer = per_outer // max(self.stages[0].shape[-1], 1) * self.split
+        if self.partials:
+            per_outer = per_outer // self.partials
         return per_outer
 
 
@@ -354,7 +363,30 @@ def _form_phases(plan: KernelPlan, stages: list[Stage], stage_args: set[int], bl
         _maybe_block(phase, block)
         _cache_rows(plan, phase)
         _maybe_split_columns(phase)
-    return phases
+    return [split for phase in phases for split in _maybe_split_full(plan, phase)]
+
+
+PARTIALS_MAX = 64
+#: Reductions whose accumulator can be merged with another partial accumulator by the update itself.
+_MERGEABLE = frozenset({"sum", "mean", "amax", "amin", "any", "all"})
+
+
+def _maybe_split_full(plan: KernelPlan, phase: Phase) -> list[Phase]:
+    """A lone reduction over all dims (losses, norms) becomes partial reductions over ranges of dim 0, in
+    parallel, then a serial phase combining the partials."""
+    if phase.outer or len(phase.stages) != 1 or not isinstance(phase.stages[0], ReduceStage):
+        return [phase]
+    stage = phase.stages[0]
+    shape = stage.shape
+    total = math.prod(shape)
+    if stage.op.name not in _MERGEABLE or not shape or stage.reduced != tuple(range(len(shape))) \
+            or total < 1 << 16 or shape[0] < 2:
+        return [phase]
+    parts = min(shape[0], PARTIALS_MAX, max(2, total >> 15))
+    plan.extra.append(ExtraArg("scratch", nbytes=parts * 8))
+    slot = plan.n_params + plan.n_outputs + len(plan.extra) - 1
+    return [Phase([stage], 0, (), partials=parts, partials_arg=slot),
+            Phase([stage], 0, (), partials=0, partials_arg=slot, combine=True)]
 
 
 #: Column splits: at least this many columns per outer iteration (whole vectors), at most 8 per thread pair.

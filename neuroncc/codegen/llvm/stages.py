@@ -60,6 +60,7 @@ class _Reducer:
         self.reduced = list(stage.reduced)
         self.count = math.prod(self.shape[d] for d in self.reduced)
         self.float_sum = self.combiner.float_sum and self.dtype.is_float
+        self.bounds: dict[int, tuple[Any, Any]] = {}  # restricted [lo, hi) of some reduced dims
 
     # -- helpers ----------------------------------------------------------------------------------------
 
@@ -98,7 +99,7 @@ class _Reducer:
                 full[d] = i
             body(full)
 
-        self.em.nest([(0, self.shape[d]) for d in dims], inner)
+        self.em.nest([self.bounds.get(d, (0, self.shape[d])) for d in dims], inner)
 
     # -- accumulators in registers (last dim reduced) -----------------------------------------------------
 
@@ -152,7 +153,12 @@ class _Reducer:
             em.b.store(em.b.fadd(em.b.load(total), em.b.fpext(em.b.load(partial), F64)), total)
 
         def outer_dims(full: list[Any]) -> None:
-            if n <= CHUNK:
+            if innermost in self.bounds:
+                lo, hi = self.bounds[innermost]
+                chunks = em.div(em.add(em.sub(hi, lo), CHUNK - 1), CHUNK)
+                em.loop(0, chunks, lambda c: chunk(
+                    full, em.add(lo, em.mul(c, CHUNK)), em.min(em.add(em.add(lo, em.mul(c, CHUNK)), CHUNK), hi)))
+            elif n <= CHUNK:
                 chunk(full, 0, n)
             else:
                 em.loop(0, -(-n // CHUNK), lambda c: chunk(
@@ -243,6 +249,41 @@ class _Reducer:
         over_trailing(idx, lambda full: self._store(full, [em.b.load(p) for p in slot_ptrs(full)]))
 
 
+def _partial_type(reducer: _Reducer) -> ir.Type:
+    return F64 if reducer.float_sum else reducer.combiner.slots(reducer.dtype)[0]
+
+
+def emit_partial(em: Any, stage: ReduceStage, part: Any, parts: int, slot: int) -> None:
+    """Partial ``part`` of a full reduction: dim 0 restricted to its share, accumulator to partials[part]."""
+    reducer = _Reducer(em, stage)
+    rows = stage.shape[0]
+    step = -(-rows // parts)
+    lo = em.mul(part, step)
+    reducer.bounds = {0: (lo, em.min(em.add(lo, step), rows))}
+    idx: list[Any] = [None] * len(stage.shape)
+    acc = reducer._float_total(idx, None) if reducer.float_sum else reducer._scalar_pass(idx)[0]
+    em.b.store(acc, em.b.gep(em.ptrs[slot], [em.ir_index(part)], source_etype=_partial_type(reducer)))
+
+
+def emit_combine(em: Any, stage: ReduceStage, parts: int, slot: int) -> None:
+    """Merge the partial accumulators of a full reduction and store its result."""
+    reducer = _Reducer(em, stage)
+    t = _partial_type(reducer)
+    acc = em.alloca(t)
+    em.b.store(ir.Constant(F64, 0.0) if reducer.float_sum else reducer.combiner.init(reducer.dtype)[0], acc)
+
+    def merge(i: Any) -> None:
+        b = em.b
+        partial = b.load(b.gep(em.ptrs[slot], [i], source_etype=t), typ=t)
+        if reducer.float_sum:
+            b.store(b.fadd(b.load(acc), partial), acc)
+        else:
+            b.store(reducer.combiner.update(b, reducer.dtype, [b.load(acc)], partial, ir.Constant(I64, 0))[0], acc)
+
+    em.loop(0, parts, merge)
+    reducer._store([0] * len(stage.shape), [em.b.load(acc)])
+
+
 def emit_scatter(em: Any, stage: ScatterStage) -> None:
     """Serial loop writing (or accumulating) data-dependent positions of the stage's buffer."""
     op, target = stage.op, stage.target
@@ -281,4 +322,4 @@ def emit_scatter(em: Any, stage: ScatterStage) -> None:
                 lambda idx: em.store(target, positions(idx), round_to(em.b, em.load(target, positions(idx)), dtype)))
 
 
-__all__ = ["emit_reduce", "emit_scatter", "I1"]
+__all__ = ["emit_combine", "emit_partial", "emit_reduce", "emit_scatter", "I1"]
