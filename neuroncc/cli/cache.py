@@ -142,7 +142,7 @@ def _exported_functions(args: argparse.Namespace) -> list:
     from neuroncc.runtime.executable import InterpreterExecutable
 
     with programs.one_line_warnings():
-        program = load_program(args.file)
+        program = load_program(args.file, args.program)
         name = programs.graph_name(args.file)
         if not args.train:
             return [import_inference(program, name).imported.function]
@@ -242,6 +242,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     explain = command("explain", "show a cache key's components, or which differ between two", run_explain)
     explain.add_argument("file", nargs="?", help="a .nir file (large constants in FILE.npz beside it), or a .pt2 "
                                                  "exported program")
+    explain.add_argument("--program", metavar="NAME", help="for a .pt2 holding several programs: which one")
     explain.add_argument("--train", action="store_true",
                          help="for a .pt2: the forward and backward graphs (as neuroncc compile --train)")
     explain.add_argument("--target", default=None, help="the target to key for (default: the driver's default)")

@@ -37,6 +37,8 @@ def add_model_arguments(parser: argparse.ArgumentParser, *, train: bool = True) 
     from neuroncc.runtime.executable import TARGETS
 
     parser.add_argument("model", metavar="MODEL.pt2", help="a program saved with torch.export.save")
+    parser.add_argument("--program", metavar="NAME", default=None,
+                        help="which program of an archive holding several (default: its only one)")
     parser.add_argument("--target", choices=sorted(TARGETS), default=DEFAULT_TARGET,
                         help=TARGET_HELP.format(default=DEFAULT_TARGET))
     if train:
@@ -96,7 +98,7 @@ def load_model(args: argparse.Namespace, progress: Progress):
     from neuroncc.frontend.exported import load_program  # imports torch: a second or more
 
     with progress.step(f"load {args.model}"):
-        return load_program(args.model)
+        return load_program(args.model, getattr(args, "program", None))
 
 
 def check_readable_file(path: str, expected: str) -> None:

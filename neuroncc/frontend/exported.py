@@ -28,7 +28,7 @@ from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind, OutputKind, TensorArgument
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from neuroncc.errors import InputError, UnsupportedOpError
+from neuroncc.errors import DynamicShapeError, InputError, UnsupportedOpError
 from neuroncc.frontend.compiled import CompiledGraph
 from neuroncc.frontend.decompositions import REMOVED_DECOMPOSITIONS, decomposition_table
 from neuroncc.frontend.importer import ImportedGraph, import_graph
@@ -118,9 +118,10 @@ class TrainingGraphs:
     buffer_names: tuple[str, ...]
 
 
-def load_program(path: str | Path) -> ExportedProgram:
-    """A ``torch.export.save`` archive, loaded without unpickling (one :class:`InputError` if unusable)."""
-    return load_exported_program(path)
+def load_program(path: str | Path, name: str | None = None) -> ExportedProgram:
+    """A ``torch.export.save`` archive (its program ``name`` when it holds several), loaded without
+    unpickling; one :class:`InputError` if it is unusable."""
+    return load_exported_program(path, name)
 
 
 def export_decompositions() -> Any:
@@ -180,6 +181,9 @@ def trace_training(program: ExportedProgram, name: str,
 
     _refuse_unsupported_signature(program)
     module = program.module()
+    if not any(p.requires_grad for p in module.parameters()):
+        raise InputError(f"program '{name}' has nothing to train: it has no parameters that require grad "
+                         "(so no backward graph)")
     user_inputs = [i for i in program_inputs(program) if i.kind == "input"]
     check_input_sizes(user_inputs, name)
     # Only their types matter: AOTAutograd traces with fake tensors.
@@ -202,8 +206,7 @@ def trace_training(program: ExportedProgram, name: str,
                                                   fw_compiler=compiler("forward"),
                                                   bw_compiler=compiler("backward"))
     if "backward" not in imported:
-        raise InputError(f"program '{name}' has no backward graph: none of its outputs depends on a "
-                         "parameter or input that requires grad")
+        raise InputError(f"program '{name}' has no backward graph: none of its outputs depends on a parameter")
     parameter_names = tuple(n for n, _ in module.named_parameters())
     buffer_names = tuple(n for n, _ in module.named_buffers())
     return TrainingGraphs(module, imported["forward"], imported["backward"], step, parameter_names, buffer_names)
@@ -269,6 +272,10 @@ def _program_input(spec: Any, node: fx.Node) -> ProgramInput:
     meta = node.meta.get("val")
     if not isinstance(meta, torch.Tensor):
         raise UnsupportedOpError(f"exported program input '{node.name}' is not a tensor")
+    dynamic = [f"dim {d} is {size}" for d, size in enumerate(meta.shape) if not isinstance(size, int)]
+    if dynamic:
+        raise DynamicShapeError(f"exported program input '{node.name}' has dynamic sizes ({', '.join(dynamic)}); "
+                                "neuroncc compiles static shapes: export without dynamic_shapes")
     kind = "input" if spec.kind == InputKind.USER_INPUT else STATE_KINDS[spec.kind]
     target = spec.arg.name if kind == "input" else spec.target
     return ProgramInput(node.name, kind, target, tuple(int(s) for s in meta.shape), meta.dtype)

@@ -67,3 +67,16 @@ def two_outputs_pt2(tmp_path_factory):
 def classifier_pt2(tmp_path_factory):
     """The bundled example (neuroncc demo's model), exported as the demo does."""
     return export_example(tmp_path_factory.mktemp("pt2") / "classifier.pt2")
+
+
+@pytest.fixture(scope="session")
+def multi_pt2(tmp_path_factory):
+    """An archive holding two programs, "small" and "large"."""
+    from torch.export.pt2_archive._package import package_pt2
+
+    torch.manual_seed(0)
+    programs = {name: torch.export.export(torch.nn.Linear(4, width), (torch.randn(3, 4),))
+                for name, width in (("small", 2), ("large", 5))}
+    path = tmp_path_factory.mktemp("pt2") / "multi.pt2"
+    package_pt2(str(path), exported_programs=programs)
+    return path

@@ -2,8 +2,8 @@
 
 Every case must exit 2 with exactly one line on stderr (``neuroncc: error: ...`` naming the problem), print no
 traceback, and write nothing: not in the working directory, not in HOME, and no compile cache is created.
-The corpus runs as children forked from a warm interpreter (``cli_forkserver.py``: real processes, without
-importing torch 45 times); a sample also runs as ``python -m neuroncc.cli`` in a fresh interpreter.
+The corpus runs as children forked from a warm interpreter (``cli_forkserver.py``: real processes that do not
+import torch anew for each case); a sample also runs as ``python -m neuroncc.cli`` in a fresh interpreter.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ def _write_npz_member(path: Path, name: str, header_shape: tuple[int, ...]) -> N
 class Corpus:
     """Builds each case's files in ``files`` and returns the command line (paths relative to nothing)."""
 
-    def __init__(self, files: Path, good: Path, unsupported: Path):
+    def __init__(self, files: Path, good: Path, unsupported: dict[str, Path]):
         self.files, self.good, self.unsupported = files, good, unsupported
 
     def pt2(self, edit) -> str:
@@ -110,7 +110,10 @@ CASES = {
                            "absurd"),
     "not a regular file": (lambda c: ["run", _fifo(c.files / "fifo.pt2")], "not a regular file"),
     "dangling symlink": (lambda c: ["run", _dangling(c.files / "link.pt2")], "no such file"),
-    "op neuroncc cannot compile": (lambda c: ["compile", str(c.unsupported)], "cumsum"),
+    "op neuroncc cannot compile": (lambda c: ["compile", str(c.unsupported["cumsum"])], "cumsum"),
+    "dynamic shapes": (lambda c: ["run", str(c.unsupported["dynamic"])], "compiles static shapes"),
+    "python number input": (lambda c: ["compile", str(c.unsupported["number"]), "--train"], "not a tensor"),
+    "no backward": (lambda c: ["compile", str(c.unsupported["no_parameters"]), "--train"], "nothing to train"),
     "cache explain bad archive": (lambda c: ["cache", "explain", c.raw(b"nope")], "not a zip"),
     # inputs for run
     "npz missing": (lambda c: ["run", str(c.good), "--inputs", str(c.files / "nope.npz")], "no such file"),
@@ -174,11 +177,26 @@ class Cumsum(torch.nn.Module):
         return torch.cumsum(x * 2, dim=1)
 
 
+class Scale(torch.nn.Module):
+    def forward(self, x, factor: int):
+        return x * factor
+
+
 @pytest.fixture(scope="module")
 def unsupported_pt2(tmp_path_factory):
-    path = tmp_path_factory.mktemp("pt2") / "cumsum.pt2"
-    torch.export.save(torch.export.export(Cumsum(), (torch.randn(2, 4),)), path)
-    return path
+    """Valid archives of programs neuroncc refuses: an op it cannot lower, dynamic sizes, a number input,
+    training a program with nothing to differentiate."""
+    directory = tmp_path_factory.mktemp("pt2")
+    x = torch.randn(2, 4)
+    programs = {
+        "cumsum": torch.export.export(Cumsum(), (x,)),
+        "dynamic": torch.export.export(torch.nn.Linear(4, 3), (x,), dynamic_shapes=({0: torch.export.Dim("n")},)),
+        "number": torch.export.export(Scale(), (x, 3)),
+        "no_parameters": torch.export.export(torch.nn.GELU(), (x,)),
+    }
+    for name, program in programs.items():
+        torch.export.save(program, directory / f"{name}.pt2")
+    return {name: directory / f"{name}.pt2" for name in programs}
 
 
 def test_corpus_is_large_enough():

@@ -59,3 +59,11 @@ def test_seed_decides_the_random_inputs(good_pt2, capsys, tmp_path, seed):
     expected = torch.export.load(good_pt2).module()(x)
     with np.load(out) as saved:
         np.testing.assert_allclose(saved["add"], expected.detach().numpy(), rtol=1e-6, atol=1e-6)
+
+
+def test_program_picks_one_of_several(multi_pt2, capsys):
+    result = run_in_process(capsys, "run", str(multi_pt2), "--target", "interp", "--program", "large", "--check")
+    assert result.returncode == 0, result.stderr
+    assert "output 0 addmm: float32[3, 5]" in result.stdout and "check passed" in result.stdout
+    unnamed = run_in_process(capsys, "run", str(multi_pt2), "--target", "interp")
+    assert unnamed.returncode == 2 and "holds several programs (large, small)" in unnamed.stderr
