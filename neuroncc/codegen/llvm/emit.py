@@ -169,6 +169,16 @@ class KernelEmitter:
                 emit_combine(self, phase.stages[0], self.plan.phases[self.plan.phases.index(phase) - 1].partials,
                              phase.partials_arg)
             return
+        if phase.kept:
+            from neuroncc.codegen.llvm.stages import emit_reduce
+
+            stage = phase.stages[0]
+            fixed, remaining = {}, flat
+            for d in reversed(phase.kept):
+                fixed[d] = self.rem(remaining, stage.shape[d]) if d != phase.kept[0] else remaining
+                remaining = self.div(remaining, stage.shape[d])
+            emit_reduce(self, stage, [], fixed=fixed)
+            return
         if phase.split:
             from neuroncc.codegen.llvm.stages import emit_reduce
 

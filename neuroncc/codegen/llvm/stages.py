@@ -23,22 +23,26 @@ CHUNK = 4096  # float sums: elements per float32 partial before it is added to t
 TRAILING_MAX = 4096  # kept trailing elements accumulated together
 
 
-def emit_reduce(em: Any, stage: ReduceStage, outer: list[Any], columns: tuple[Any, Any] | None = None) -> None:
+def emit_reduce(em: Any, stage: ReduceStage, outer: list[Any], columns: tuple[Any, Any] | None = None,
+                fixed: dict[int, Any] | None = None) -> None:
     """Emit one reduce stage for the outer index ``outer`` (or, for a split column reduction, for the last-dim
-    columns [lo, hi) given by ``columns``)."""
+    columns [lo, hi) given by ``columns``; or with the kept dims in ``fixed`` set by the outer loop)."""
+    fixed = fixed or {}
     op = stage.op
     shape, reduced = stage.shape, stage.reduced
     rank, k = len(shape), len(outer)
     kept = [d for d in range(rank) if d not in reduced]
     last = max(reduced) if reduced else -1
     trailing = [d for d in kept if d > last]
-    looped = [d for d in kept if k <= d < last]
+    looped = [d for d in kept if k <= d < last and d not in fixed]
     while len(trailing) > 1 and math.prod(shape[d] for d in trailing) > TRAILING_MAX:
         looped.append(trailing.pop(0))
     reducer = _Reducer(em, stage)
 
     def body(values: list[Any]) -> None:
         idx: list[Any] = list(outer) + [None] * (rank - k)
+        for d, i in fixed.items():
+            idx[d] = i
         for d, i in zip(looped, values):
             idx[d] = i
         if columns is not None:
