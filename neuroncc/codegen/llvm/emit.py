@@ -58,6 +58,7 @@ class KernelEmitter:
             if slot in self.plan.aligned_args:
                 arg.attributes.align = 64  # lets the backend use aligned (and non-temporal) vector stores
         wrapper = ir.Function(self.module, ir.FunctionType(VOID, [PTR, I64, I64]), symbol)
+        wrapper.attributes.add("noinline")  # called by the _team entry too: keep one copy of the loop nest
         for fn in (body_fn, wrapper):
             set.add(fn.attributes, '"reciprocal-estimates"="vec-divf:1,divf:1"')
         w = ir.IRBuilder(wrapper.append_basic_block("entry"))
