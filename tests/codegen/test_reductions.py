@@ -114,3 +114,12 @@ def test_full_reductions_are_split_into_parallel_partials(dtype, rng):
         inputs = [rng.integers(-9, 9, (300, 700)), rng.integers(-9, 9, 100_003)]
     exe, _ = run_both(b.build(outs), inputs)
     assert all(len(step.phases) == 2 and step.phases[0].n_outer > 1 for step in exe.plan.steps)
+
+
+def test_batchnorm_statistics_iterate_channels_in_parallel(rng):
+    b = Builder("bn_stats")
+    x = b.param(TensorType((8, 16, 10, 12), DType.f32), "x")
+    fn = b.build([b.op("mean", x, dims=(0, 2, 3), keepdim=True), b.op("var", x, dims=(0, 2, 3), correction=0.0),
+                  b.op("amax", x, dims=(0, 3))])
+    exe, _ = run_both(fn, [rng.standard_normal((8, 16, 10, 12)).astype(np.float32)])
+    assert [step.phases[0].n_outer for step in exe.plan.steps] == [16, 16, 160]

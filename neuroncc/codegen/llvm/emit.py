@@ -58,6 +58,7 @@ class KernelEmitter:
             if slot in self.plan.aligned_args:
                 arg.attributes.align = 64  # lets the backend use aligned (and non-temporal) vector stores
         wrapper = ir.Function(self.module, ir.FunctionType(VOID, [PTR, I64, I64]), symbol)
+        wrapper.attributes.add("noinline")  # called by the _team entry too: keep one copy of the loop nest
         for fn in (body_fn, wrapper):
             set.add(fn.attributes, '"reciprocal-estimates"="vec-divf:1,divf:1"')
         w = ir.IRBuilder(wrapper.append_basic_block("entry"))
@@ -168,6 +169,16 @@ class KernelEmitter:
             else:
                 emit_combine(self, phase.stages[0], self.plan.phases[self.plan.phases.index(phase) - 1].partials,
                              phase.partials_arg)
+            return
+        if phase.kept:
+            from neuroncc.codegen.llvm.stages import emit_reduce
+
+            stage = phase.stages[0]
+            fixed, remaining = {}, flat
+            for d in reversed(phase.kept):
+                fixed[d] = self.rem(remaining, stage.shape[d]) if d != phase.kept[0] else remaining
+                remaining = self.div(remaining, stage.shape[d])
+            emit_reduce(self, stage, [], fixed=fixed)
             return
         if phase.split:
             from neuroncc.codegen.llvm.stages import emit_reduce

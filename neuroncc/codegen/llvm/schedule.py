@@ -124,6 +124,7 @@ class Phase:
     block: int = 0  # when > 0, the last outer dim is iterated in blocks of this many elements
     row_cache: dict[Value, int] = field(default_factory=dict)  # value -> stage that stores its row (see below)
     split: int = 0  # a lone column reduction: each outer iteration reduces this many of its last-dim columns
+    kept: tuple[int, ...] = ()  # a lone reduction without kept leading dims: the kept dims it iterates in parallel
     partials: int = 0  # a full reduction split in this many partial results (then combined by the next phase)
     partials_arg: int = -1  # scratch slot of the partial results
     combine: bool = False  # this phase combines the partials of the previous one
@@ -134,6 +135,8 @@ class Phase:
             return (self.partials,)
         if self.combine:
             return ()
+        if self.kept:
+            return (math.prod(self.stages[0].shape[d] for d in self.kept),)
         if self.split:
             return (-(-self.stages[0].shape[-1] // self.split),)
         counts = list(self.outer_shape[: self.outer])
@@ -161,6 +164,8 @@ class Phase:
             per_outer = per_outer // max(self.stages[0].shape[-1], 1) * self.split
         if self.partials:
             per_outer = per_outer // self.partials
+        if self.kept:
+            per_outer = per_outer // self.n_outer
         return per_outer
 
 
@@ -363,7 +368,20 @@ def _form_phases(plan: KernelPlan, stages: list[Stage], stage_args: set[int], bl
         _maybe_block(phase, block)
         _cache_rows(plan, phase)
         _maybe_split_columns(phase)
+        _maybe_parallel_kept(phase)
     return [split for phase in phases for split in _maybe_split_full(plan, phase)]
+
+
+def _maybe_parallel_kept(phase: Phase) -> None:
+    """A reduction over leading dims that keeps dims in the middle and reduces the last (batch-norm
+    statistics: [N, C, H, W] over (0, 2, 3)) iterates its kept dims in the parallel outer loop."""
+    if phase.outer or phase.split or len(phase.stages) != 1 or not isinstance(phase.stages[0], ReduceStage):
+        return
+    stage = phase.stages[0]
+    rank = len(stage.shape)
+    kept = tuple(d for d in range(rank) if d not in stage.reduced)
+    if kept and rank - 1 in stage.reduced and math.prod(stage.shape[d] for d in kept) >= 2:
+        phase.kept = kept
 
 
 PARTIALS_MAX = 64

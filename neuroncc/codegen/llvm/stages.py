@@ -23,22 +23,26 @@ CHUNK = 4096  # float sums: elements per float32 partial before it is added to t
 TRAILING_MAX = 4096  # kept trailing elements accumulated together
 
 
-def emit_reduce(em: Any, stage: ReduceStage, outer: list[Any], columns: tuple[Any, Any] | None = None) -> None:
+def emit_reduce(em: Any, stage: ReduceStage, outer: list[Any], columns: tuple[Any, Any] | None = None,
+                fixed: dict[int, Any] | None = None) -> None:
     """Emit one reduce stage for the outer index ``outer`` (or, for a split column reduction, for the last-dim
-    columns [lo, hi) given by ``columns``)."""
+    columns [lo, hi) given by ``columns``; or with the kept dims in ``fixed`` set by the outer loop)."""
+    fixed = fixed or {}
     op = stage.op
     shape, reduced = stage.shape, stage.reduced
     rank, k = len(shape), len(outer)
     kept = [d for d in range(rank) if d not in reduced]
     last = max(reduced) if reduced else -1
     trailing = [d for d in kept if d > last]
-    looped = [d for d in kept if k <= d < last]
+    looped = [d for d in kept if k <= d < last and d not in fixed]
     while len(trailing) > 1 and math.prod(shape[d] for d in trailing) > TRAILING_MAX:
         looped.append(trailing.pop(0))
     reducer = _Reducer(em, stage)
 
     def body(values: list[Any]) -> None:
         idx: list[Any] = list(outer) + [None] * (rank - k)
+        for d, i in fixed.items():
+            idx[d] = i
         for d, i in zip(looped, values):
             idx[d] = i
         if columns is not None:
@@ -261,7 +265,10 @@ def emit_partial(em: Any, stage: ReduceStage, part: Any, parts: int, slot: int) 
     lo = em.mul(part, step)
     reducer.bounds = {0: (lo, em.min(em.add(lo, step), rows))}
     idx: list[Any] = [None] * len(stage.shape)
-    acc = reducer._float_total(idx, None) if reducer.float_sum else reducer._scalar_pass(idx)[0]
+    if reducer.float_sum:
+        acc = reducer._float_total(idx, None)
+    else:
+        acc = reducer.combiner.collapse(em.b, reducer.dtype, reducer._scalar_pass(idx))
     em.b.store(acc, em.b.gep(em.ptrs[slot], [em.ir_index(part)], source_etype=_partial_type(reducer)))
 
 
@@ -269,19 +276,27 @@ def emit_combine(em: Any, stage: ReduceStage, parts: int, slot: int) -> None:
     """Merge the partial accumulators of a full reduction and store its result."""
     reducer = _Reducer(em, stage)
     t = _partial_type(reducer)
-    acc = em.alloca(t)
-    em.b.store(ir.Constant(F64, 0.0) if reducer.float_sum else reducer.combiner.init(reducer.dtype)[0], acc)
+    if reducer.float_sum:
+        accs = [em.alloca(F64)]
+        inits = [ir.Constant(F64, 0.0)]
+    else:
+        accs = [em.alloca(slot_type) for slot_type in reducer.combiner.slots(reducer.dtype)]
+        inits = reducer.combiner.init(reducer.dtype)
+    for acc, value in zip(accs, inits):
+        em.b.store(value, acc)
 
     def merge(i: Any) -> None:
         b = em.b
         partial = b.load(b.gep(em.ptrs[slot], [i], source_etype=t), typ=t)
         if reducer.float_sum:
-            b.store(b.fadd(b.load(acc), partial), acc)
-        else:
-            b.store(reducer.combiner.update(b, reducer.dtype, [b.load(acc)], partial, ir.Constant(I64, 0))[0], acc)
+            b.store(b.fadd(b.load(accs[0]), partial), accs[0])
+            return
+        new = reducer.combiner.update(b, reducer.dtype, [b.load(a) for a in accs], partial, ir.Constant(I64, 0))
+        for acc, value in zip(accs, new):
+            b.store(value, acc)
 
     em.loop(0, parts, merge)
-    reducer._store([0] * len(stage.shape), [em.b.load(acc)])
+    reducer._store([0] * len(stage.shape), [em.b.load(a) for a in accs])
 
 
 def emit_scatter(em: Any, stage: ScatterStage) -> None:
