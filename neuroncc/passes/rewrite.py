@@ -77,7 +77,7 @@ class Site:
 
     def emit(self, name: str, *operands: Value, **attrs: Any) -> Value:
         """Build a new op (its type inferred) to be placed before the op being rewritten."""
-        return self.builder.op(name, *operands, hint=self.result.hint if self.op.results else None, **attrs)
+        return self.builder.op(name, *operands, hint=self.op.results[0].hint if self.op.results else None, **attrs)
 
     def full(self, value: Any) -> Value:
         """A ``full`` op with the result's shape and element type holding ``value``."""
