@@ -10,14 +10,14 @@ construction; one whose random attributes do not fit raises ``TypeInferenceError
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 from hypothesis import strategies as st
 
-from neuroncc.ir import DenseAttr, DType, TensorType, Value
+from neuroncc.ir import REGISTRY, Category, DenseAttr, DType, TensorType, Value
 from neuroncc.ir.ops.indexing import index_result_shape
-from neuroncc.testing.graphs import SPLATS, GraphState, _pick, _splat
+from neuroncc.testing.graphs import SPLATS, GraphState, _broadcast_partner, _pick, _splat
 
 MORE_FLOAT_UNARY = ("erf", "expm1", "log1p", "sign", "round", "reciprocal", "ceil", "trunc", "cos", "atan",
                     "exp2", "log2", "isnan", "isinf")
@@ -25,6 +25,8 @@ MORE_INT_UNARY = ("sign", "bitwise_not")
 MORE_FLOAT_BINARY = ("atan2", "fmod", "remainder")
 MORE_INT_BINARY = ("fmod", "remainder", "bitwise_and", "bitwise_or", "bitwise_xor")
 LOGICAL = ("logical_and", "logical_or", "logical_xor")
+#: Splat operands of focused ops: the usual ones plus values that are not powers of two, and large ones.
+FOCUS_SPLATS = SPLATS + (3.0, -4.0, 0.1, 8.0, 1e-3, 65536.0)
 
 
 def _same_shape_value(draw, state: GraphState, shape: tuple[int, ...], dtype: DType) -> Value:
@@ -157,7 +159,8 @@ def _draw_multi_result(draw, state: GraphState) -> None:
 
 
 def _draw_more_elementwise(draw, state: GraphState) -> None:
-    """Rounding, reciprocal, predicates, integer division and remainders, bitwise and logical ops."""
+    """Rounding, reciprocal, predicates, divisions (by -3 too: inexact reciprocals), remainders, bitwise and
+    logical ops."""
     x = _pick(draw, state)
     if x is None:
         return
@@ -174,7 +177,7 @@ def _draw_more_elementwise(draw, state: GraphState) -> None:
         _splat(b, draw(st.sampled_from((2.0, -3.0, 0.5))) if dtype.is_float else draw(st.sampled_from((2, -3, 0))),
                dtype)
     if draw(st.booleans()):
-        mode = draw(st.sampled_from(("floor", "trunc")))
+        mode = draw(st.sampled_from(("floor", "trunc") + (("none",) if dtype.is_float else ())))
         state.add(b.op("div", x, other, rounding_mode=mode))
     else:
         state.add(b.op(draw(st.sampled_from(MORE_FLOAT_BINARY if dtype.is_float else MORE_INT_BINARY)), x, other))
@@ -198,3 +201,24 @@ MORE_FAMILIES: tuple[tuple[Callable, int], ...] = (
     (_draw_indexing, 1), (_draw_combine, 2), (_draw_clamp, 1), (_draw_multi_result, 1),
     (_draw_more_elementwise, 2), (_draw_addmm, 1),
 )
+
+
+def focused_family(names: Sequence[str]) -> Callable:
+    """A family that applies one of the elementwise ops ``names`` (unary or binary) to graph values."""
+    for name in names:
+        if name not in REGISTRY or REGISTRY.get(name).category is not Category.ELEMENTWISE or \
+                REGISTRY.get(name).arity[0] not in (1, 2):
+            raise ValueError(f"graphs(focus=...): '{name}' is not a unary or binary elementwise op")
+    names = tuple(names)
+
+    def _draw_focused(draw, state: GraphState) -> None:
+        name = draw(st.sampled_from(names))
+        x = _pick(draw, state, lambda v: not v.type.dtype.is_bool)
+        if x is None:
+            return
+        if REGISTRY.get(name).arity[0] == 1:
+            state.add(state.builder.op(name, x))
+        else:
+            state.add(state.builder.op(name, x, _broadcast_partner(draw, state, x, FOCUS_SPLATS)))
+
+    return _draw_focused

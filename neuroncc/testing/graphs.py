@@ -83,7 +83,7 @@ def _splat(b: Builder, value: float, dtype: DType, shape: tuple[int, ...] = ()) 
     return b.op("full", shape=shape, dtype=dtype, value=value)
 
 
-def _broadcast_partner(draw, state: GraphState, x: Value) -> Value:
+def _broadcast_partner(draw, state: GraphState, x: Value, splats: Sequence[float] = SPLATS) -> Value:
     """A value of x's dtype whose shape broadcasts with x's: a pool value, a new parameter or a splat."""
     t = x.type
     choice = draw(st.sampled_from(("param", "pool", "splat", "splat")))  # a fresh parameter shrinks best
@@ -92,7 +92,7 @@ def _broadcast_partner(draw, state: GraphState, x: Value) -> Value:
         if found is not None:
             return found
     if choice == "splat" or choice == "pool":
-        value = draw(st.sampled_from(SPLATS))
+        value = draw(st.sampled_from(splats))
         shape = draw(st.sampled_from(((), t.shape, tuple(1 for _ in t.shape))))
         return _splat(state.builder, value, t.dtype, shape)
     drop = draw(st.integers(0, t.rank))
@@ -260,12 +260,18 @@ def all_families() -> tuple[tuple[Callable, int], ...]:
 
 @st.composite
 def graphs(draw, *, min_ops: int = 1, max_ops: int = 8, mixed_dtypes: bool = True, allow_empty: bool = True,
-           families: Sequence[tuple[Callable, int]] | None = None) -> Function:
+           families: Sequence[tuple[Callable, int]] | None = None, focus: Sequence[str] = ()) -> Function:
     """A random well-typed function of a few small parameters (see the module docstring).
 
     ``families`` (default: :func:`all_families`) are the op families to draw from, with their weights.
+    ``focus`` names elementwise ops a pass under test rewrites (``focus=["div"]``): about one op in four is
+    then one of them, on pool values, fresh parameters or splat constants (powers of two and others).
     """
     families = all_families() if families is None else families
+    if focus:
+        from neuroncc.testing.graph_families import focused_family
+
+        families = tuple(families) + ((focused_family(focus), 10),)
     b = Builder("random")
     state = GraphState(b, empty_dims=allow_empty)
     for _ in range(draw(st.integers(1, 3))):

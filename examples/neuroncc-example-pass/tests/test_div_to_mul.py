@@ -1,0 +1,8 @@
+from neuroncc.testing.graphs import graphs
+from neuroncc.testing.semantics import assert_pass_preserves_semantics
+
+from neuroncc_example_pass import DivToMul
+
+
+def test_div_to_mul_preserves_semantics():
+    assert assert_pass_preserves_semantics(DivToMul(), graphs()) >= 500
