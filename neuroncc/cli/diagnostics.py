@@ -97,8 +97,8 @@ class SourceIndex:
                     self.values.setdefault((current, param.group(1)), _Definition(number, param.start(1) + 1))
             results = _RESULTS.match(code)
             if results:
-                for name in _VALUE.finditer(code, results.start(1), results.end(1)):
-                    self.values.setdefault((current, name.group(0)), _Definition(number, name.start() + 1))
+                for name in _VALUE.finditer(code, results.start(1), results.end(1)):  # located at their op
+                    self.values.setdefault((current, name.group(0)), _Definition(number, results.start(1) + 1))
                 op_name = results.group(2)
                 self.ops.setdefault((current, op_name), []).append(_Definition(number, results.start(1) + 1))
                 kernel_name = re.search(r'\bname\s*=\s*"([\w.]+)"', code) if op_name == "kernel" else None
@@ -155,8 +155,8 @@ def locate(error: NeuronccError, text: str, source: str, first_line: int = 1) ->
 
 # ---- expected-error annotations --------------------------------------------------------------------------
 
-_ANNOTATION = re.compile(r"//\s*expected-(?P<kind>[a-z]+)(?P<offset>@\S*?)?\s*(?P<rest>\{\{.*)?$")
-_TEXT = re.compile(r"\{\{(.*?)\}\}")
+_ANNOTATION = re.compile(r"//\s*expected-(?P<kind>[a-z]+)(?P<rest>.*)$")
+_OFFSET_AND_TEXT = re.compile(r"(?P<offset>@\S*?)?\s*\{\{(?P<text>.*?)\}\}")
 
 
 def expected_errors(text: str, source: str, lines: Iterable[int] | None = None) -> list[ExpectedError]:
@@ -174,13 +174,14 @@ def expected_errors(text: str, source: str, lines: Iterable[int] | None = None) 
         if match.group("kind") != "error":
             raise InputError(f"{where}: expected-{match.group('kind')} is not supported (neuroncc reports errors "
                              "only: use expected-error)")
-        texts = _TEXT.match(match.group("rest") or "")
-        if texts is None:
-            raise InputError(f"{where}: expected-error needs the message text in {{{{...}}}}")
-        target = _annotation_target(match.group("offset"), number, where)
+        parts = _OFFSET_AND_TEXT.match(match.group("rest"))
+        if parts is None:
+            raise InputError(f"{where}: expected-error needs the message text in {{{{...}}}}, right after it or "
+                             "after its @line")
+        target = _annotation_target(parts.group("offset"), number, where)
         if not 1 <= target <= len(all_lines):
-            raise InputError(f"{where}: expected-error{match.group('offset')} points outside the file")
-        found.append(ExpectedError(target, number, texts.group(1)))
+            raise InputError(f"{where}: expected-error{parts.group('offset')} points outside the file")
+        found.append(ExpectedError(target, number, parts.group("text")))
     return found
 
 

@@ -68,12 +68,15 @@ class RoundTripShTest(lit.formats.ShTest):
 def configure(config: Any, cfg_file: str, *, name: str | None = None) -> None:
     """Set up a lit suite of ``.nir`` tests in the directory of ``cfg_file`` (call it from lit.cfg.py).
 
+    The suite is called ``name``, else after its folder (after the project folder for ``tests/``).
+
     In RUN lines, ``neuroncc`` runs ``python -m neuroncc.cli`` with the python running lit (no installed
     script needed) and ``filecheck`` is the one installed beside that python. The environment's PYTHONPATH
     reaches the tests, after this neuroncc's root.
     """
     suite = os.path.dirname(os.path.abspath(cfg_file))
-    config.name = name or os.path.basename(suite)
+    folder = os.path.basename(suite)
+    config.name = name or (os.path.basename(os.path.dirname(suite)) if folder in ("tests", "test") else folder)
     config.test_format = RoundTripShTest(execute_external=False)
     config.suffixes = [".nir"]
     config.test_source_root = suite

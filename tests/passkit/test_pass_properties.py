@@ -27,7 +27,6 @@ def test_every_pass_is_covered():
     assert sorted(PIPELINES) == sorted(cls.name for cls in IN_TREE_PASSES)
 
 
-@pytest.mark.filterwarnings("ignore:Mean of empty slice:RuntimeWarning")
 @pytest.mark.parametrize("pass_name,pipeline", CASES, ids=[pipeline for _, pipeline in CASES])
 def test_pass_preserves_semantics_on_random_graphs(pass_name, pipeline):
     checked = assert_pass_preserves_semantics(pipeline, graphs(max_ops=8), settings=PROPERTY_SETTINGS)

@@ -25,7 +25,7 @@ def reciprocal(divisor: object, dtype: DType, approximate: bool) -> float | None
     """``1 / divisor`` if the rewrite may use it, else None."""
     if isinstance(divisor, bool) or not isinstance(divisor, (int, float)) or not dtype.is_float:
         return None
-    divisor = float(divisor)
+    divisor = float(to_storage(np.array(divisor), dtype))  # the value the tensor holds: 65536.0 is inf in f16
     if divisor == 0.0 or not math.isfinite(divisor):
         return None
     inverse = 1.0 / divisor
