@@ -161,9 +161,12 @@ class Builder:
         self.params.append(value)
         return value
 
-    def op(self, name: str, *operands: Value, regions: Sequence[Function] = (), hint: str | None = None,
+    def op(self, name: str, /, *operands: Value, regions: Sequence[Function] = (), hint: str | None = None,
            **attrs: Any) -> Any:
-        """Append op ``name``; returns its result, or a tuple of results for multi-result ops."""
+        """Append op ``name``; returns its result, or a tuple of results for multi-result ops.
+
+        ``name`` is positional-only, so an attribute called ``name`` (the ``kernel`` op's) passes as a keyword.
+        """
         results = self.emit(name, operands, Attrs(attrs), regions, hint=hint).results
         return results[0] if len(results) == 1 else results
 

@@ -48,6 +48,8 @@ def run_op(op: Op, args: Sequence[np.ndarray]) -> tuple[np.ndarray, ...]:
             except IndexError as exc:
                 raise InterpreterError(f"op '{op.name}': index out of range ({exc})") from None
         outs = out if isinstance(out, tuple) else (out,)
+    if len(outs) != len(op.results):
+        raise InterpreterError(f"op '{op.name}' produced {len(outs)} results, its type says {len(op.results)}")
     results = []
     for result, array in zip(op.results, outs):
         array = np.asarray(array)

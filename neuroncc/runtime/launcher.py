@@ -53,6 +53,13 @@ def _view(flat: np.ndarray, spec: ValueSpec) -> np.ndarray:
     return np.lib.stride_tricks.as_strided(flat[spec.offset:], spec.shape, tuple(s * itemsize for s in spec.strides))
 
 
+def _aligned_empty(extent: int, dtype: np.dtype) -> np.ndarray:
+    """A fresh 1-d array whose data starts 64-byte aligned (the kernels' stores rely on it)."""
+    raw = np.empty(extent * dtype.itemsize + 64, dtype=np.uint8)
+    shift = (-raw.__array_interface__["data"][0]) % 64
+    return raw[shift:shift + extent * dtype.itemsize].view(dtype)
+
+
 def _flat(array: np.ndarray, extent: int) -> np.ndarray:
     """A 1-d view of ``extent`` elements starting at ``array``'s first element."""
     return np.lib.stride_tricks.as_strided(array, (extent,), (array.dtype.itemsize,))
@@ -131,7 +138,7 @@ class CpuExecutable:
                     flats[number] = self._input(buffer.index, inputs[buffer.index], buffer.extent)
                 elif buffer.kind == "output":
                     spec = plan.values[plan.outputs[buffer.index]]
-                    storage = np.empty(buffer.extent, dtype=_storage_dtype(buffer.dtype))
+                    storage = _aligned_empty(buffer.extent, _storage_dtype(buffer.dtype))
                     flats[number] = storage
                     returned[buffer.index] = _view(storage, spec)
             for runner in self._runners:

@@ -183,3 +183,17 @@ def test_column_reduction_epilogue_is_not_row_blocked(rng):
     exe, _ = run_both(b.build(list(kernel.results)), [rng.standard_normal((40, 16)).astype(np.float32),
                                                      rng.standard_normal((16, 24)).astype(np.float32)])
     assert not exe.plan.steps[0].row_blocked
+
+
+def test_large_outputs_are_streamed_with_nontemporal_stores(rng):
+    b = Builder("stream")
+    x = b.param(TensorType((1024, 1024), DType.f32), "x")
+    v = b.param(TensorType((1 << 21,), DType.f32), "v")
+    s = b.op("amax", x, dims=(1,), keepdim=True)
+    fn = b.build([b.op("div", b.op("exp", x), s), b.op("tanh", v), b.op("cast", x, dtype=DType.f16)])
+    exe, _ = run_both(fn, [rng.standard_normal((1024, 1024)).astype(np.float32),
+                           rng.standard_normal(1 << 21).astype(np.float32)])
+    assert exe.module.llvm_ir.count("!nontemporal") >= 3
+    from neuroncc.codegen.llvm import jit
+
+    assert "vmovntps" in jit.assembly([exe.module.llvm_ir]) or "movnt" in jit.assembly([exe.module.llvm_ir])

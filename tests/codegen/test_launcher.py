@@ -78,6 +78,15 @@ def test_memory_plan_offsets_are_used(rng):
     exe = build_cpu_executable(fn, {"memory_plan": Plan()})
     arena = [s for s in exe.plan.buffers if s.kind == "arena"]
     assert sorted(s.index for s in arena) == [0, 0, 1024]
+
+    class InPlace:  # c on top of its own input a: refused (kernels assume outputs never alias inputs)
+        offsets = {a: 0, c: 0, d: 1024}
+
+    exe_in_place = build_cpu_executable(fn, {"memory_plan": InPlace()})
+    offsets = [s.index for s in exe_in_place.plan.buffers if s.kind == "arena"]
+    assert offsets[0] == 0 and offsets[1] != 0
+    np.testing.assert_allclose(exe_in_place(np.ones((16, 16), np.float32))[0],
+                               interpret(fn, [np.ones((16, 16), np.float32)])[0], rtol=1.3e-6)
     xs = rng.standard_normal((16, 16)).astype(np.float32)
     np.testing.assert_allclose(exe(xs)[0], interpret(fn, [xs])[0], rtol=1.3e-6, atol=1e-5)
 

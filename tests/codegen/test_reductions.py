@@ -81,3 +81,17 @@ def test_reduction_of_computed_and_strided_input(rng):
     outs = [b.op("sum", y, dims=(2,)), b.op("amax", y, dims=(0, 1), keepdim=True), b.op("sum", y, dims=(1,))]
     base = rng.standard_normal((4, 16, 8)).astype(np.float32)
     run_both(b.build(outs), [np.transpose(base, (2, 1, 0))])
+
+
+def test_column_reductions_are_split_across_threads(rng):
+    from neuroncc.runtime.launcher import build_cpu_executable
+
+    b = Builder("bias_grad")
+    g = b.param(TensorType((300, 1000), DType.f32), "g")
+    h = b.param(TensorType((7, 5, 3000), DType.f32), "h")
+    fn = b.build([b.op("sum", g, dims=(0,)), b.op("mean", h, dims=(0, 1)), b.op("amax", g, dims=(0,), keepdim=True)])
+    exe, _ = run_both(fn, [rng.standard_normal((300, 1000)).astype(np.float32),
+                           rng.standard_normal((7, 5, 3000)).astype(np.float32)])
+    assert all(step.phases[0].n_outer > 1 for step in exe.plan.steps)
+    one = build_cpu_executable(fn, {"threads": 1})
+    assert one.stats["native_kernels"] == 3

@@ -23,7 +23,9 @@ CHUNK = 4096  # float sums: elements per float32 partial before it is added to t
 TRAILING_MAX = 4096  # kept trailing elements accumulated together
 
 
-def emit_reduce(em: Any, stage: ReduceStage, outer: list[Any]) -> None:
+def emit_reduce(em: Any, stage: ReduceStage, outer: list[Any], columns: tuple[Any, Any] | None = None) -> None:
+    """Emit one reduce stage for the outer index ``outer`` (or, for a split column reduction, for the last-dim
+    columns [lo, hi) given by ``columns``)."""
     op = stage.op
     shape, reduced = stage.shape, stage.reduced
     rank, k = len(shape), len(outer)
@@ -39,7 +41,9 @@ def emit_reduce(em: Any, stage: ReduceStage, outer: list[Any]) -> None:
         idx: list[Any] = list(outer) + [None] * (rank - k)
         for d, i in zip(looped, values):
             idx[d] = i
-        if trailing:
+        if columns is not None:
+            reducer._trailing_block(idx, trailing, [columns])
+        elif trailing:
             reducer.trailing(idx, trailing)
         else:
             reducer.registers(idx)
