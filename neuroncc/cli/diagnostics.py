@@ -75,7 +75,7 @@ class SourceIndex:
     """Where each function, value definition and op sits in the text of one input (or ``// -----`` case)."""
 
     def __init__(self, text: str, first_line: int = 1):
-        self.functions: dict[str, tuple[int, int, int]] = {}  # name -> (func line, column, last line)
+        self.functions: dict[str, _Definition] = {}  # name -> its `func` line
         self.values: dict[tuple[str, str], _Definition] = {}  # (function, %name) -> definition
         self.ops: dict[tuple[str, str], list[_Definition]] = {}  # (function, op name) -> where it appears
         self.kernels: dict[str, _Definition] = {}  # kernel name attribute -> the kernel op
@@ -87,10 +87,7 @@ class SourceIndex:
             func = _FUNC.match(code)
             if func:
                 current = func.group(1)
-                self.functions[current] = (number, code.index("func") + 1, number)
-            elif current:
-                start, column, _ = self.functions[current]
-                self.functions[current] = (start, column, number)
+                self.functions[current] = _Definition(number, code.index("func") + 1)
             header = code.find("(") if func else code.find("region(")
             if header >= 0:  # parameters: of the function, or of a kernel's region
                 for param in _PARAM.finditer(code, header):
@@ -124,8 +121,8 @@ class SourceIndex:
             if len(places) == 1:
                 return places[0].line, places[0].column
         if functions:
-            line, column, _ = self.functions[functions[0]]
-            return line, column
+            found = self.functions[functions[0]]
+            return found.line, found.column
         return None
 
 
