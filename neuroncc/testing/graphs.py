@@ -12,7 +12,9 @@ with broadcasting and splat constants such as 0, 1, 2 that exercise algebraic ru
 unsqueeze), data movement (cat, flip, pad, copy), constants, gathers with in-range constant indices
 (index_select, gather, embedding), and matmuls (mm / bmm, sometimes through a transposed operand). Shapes are small; size-0 dims and 0-dim tensors appear. Every op is built through
 :class:`neuroncc.ir.Builder`, so every graph type-checks; an op whose random attributes do not fit is simply
-not added. Extend a family by adding a ``_draw_*`` function and listing it in :data:`FAMILIES`.
+not added. More families (advanced indexing and scatters, cat/pad/slice_scatter, clamp, multi-result ops,
+the remaining elementwise ops, addmm) live in :mod:`neuroncc.testing.graph_families`. Extend a family by
+adding a ``_draw_*`` function and listing it in :data:`FAMILIES` or ``MORE_FAMILIES``.
 """
 
 from __future__ import annotations
@@ -82,16 +84,16 @@ def _splat(b: Builder, value: float, dtype: DType, shape: tuple[int, ...] = ()) 
     return b.op("full", shape=shape, dtype=dtype, value=value)
 
 
-def _broadcast_partner(draw, state: GraphState, x: Value) -> Value:
+def _broadcast_partner(draw, state: GraphState, x: Value, splats: Sequence[float] = SPLATS) -> Value:
     """A value of x's dtype whose shape broadcasts with x's: a pool value, a new parameter or a splat."""
     t = x.type
-    choice = draw(st.sampled_from(("pool", "param", "splat", "splat")))
+    choice = draw(st.sampled_from(("param", "pool", "splat", "splat")))  # a fresh parameter shrinks best
     if choice == "pool":
         found = _pick(draw, state, lambda v: v is not x and v.type.dtype == t.dtype and _broadcasts(v.type.shape, t.shape))
         if found is not None:
             return found
     if choice == "splat" or choice == "pool":
-        value = draw(st.sampled_from(SPLATS))
+        value = draw(st.sampled_from(splats))
         shape = draw(st.sampled_from(((), t.shape, tuple(1 for _ in t.shape))))
         return _splat(state.builder, value, t.dtype, shape)
     drop = draw(st.integers(0, t.rank))
@@ -272,10 +274,27 @@ FAMILIES: tuple[tuple[Callable, int], ...] = (
 )
 
 
+def all_families() -> tuple[tuple[Callable, int], ...]:
+    """:data:`FAMILIES` and the families of :mod:`neuroncc.testing.graph_families`."""
+    from neuroncc.testing.graph_families import MORE_FAMILIES
+
+    return FAMILIES + MORE_FAMILIES
+
+
 @st.composite
 def graphs(draw, *, min_ops: int = 1, max_ops: int = 8, mixed_dtypes: bool = True, allow_empty: bool = True,
-           families: Sequence[tuple[Callable, int]] = FAMILIES) -> Function:
-    """A random well-typed function of a few small parameters (see the module docstring)."""
+           families: Sequence[tuple[Callable, int]] | None = None, focus: Sequence[str] = ()) -> Function:
+    """A random well-typed function of a few small parameters (see the module docstring).
+
+    ``families`` (default: :func:`all_families`) are the op families to draw from, with their weights.
+    ``focus`` names elementwise ops a pass under test rewrites (``focus=["div"]``): about one op in four is
+    then one of them, on pool values, fresh parameters or splat constants (powers of two and others).
+    """
+    families = all_families() if families is None else families
+    if focus:
+        from neuroncc.testing.graph_families import focused_family
+
+        families = tuple(families) + ((focused_family(focus), 10),)
     b = Builder("random")
     state = GraphState(b, empty_dims=allow_empty)
     for _ in range(draw(st.integers(1, 3))):
