@@ -52,7 +52,12 @@ class KernelContext:
 
 @dataclass
 class StageLayout:
-    """How a stage's domain maps onto loops and tile axes (see the module docstring)."""
+    """How a stage's domain maps onto loops and tile axes (see the module docstring).
+
+    The layout's ``domain`` may merge runs of the stage's domain dims (``groups``) that every value steps
+    through contiguously: a ``[2, 8, 16]`` stage is laid out as ``[16, 16]``. :meth:`lift` turns a map over
+    the stage's domain into one over the layout's.
+    """
 
     domain: tuple[int, ...]
     partition: int | None
@@ -61,6 +66,24 @@ class StageLayout:
     indexes: tuple[Index, ...]  # per domain dim, in terms of the loop variables
     varying: frozenset[int]  # domain dims whose index changes between iterations
     limits: dict[int, str]  # dims whose last block is partial -> the per-iteration size variable
+    groups: tuple[tuple[int, ...], ...] = ()  # stage domain dims of each layout dim (empty: the same dims)
+    stage_domain: tuple[int, ...] = ()
+
+    def lift(self, amap: AffineMap) -> AffineMap:
+        """A map over the stage's domain as a map over this layout's (merged) domain."""
+        if not self.groups:
+            return amap
+        coeffs = []
+        for group in self.groups:
+            steps = [amap.coeffs[d] for d in group if self.stage_domain[d] > 1]
+            coeffs.append(steps[-1] if steps else 0)
+        return AffineMap(amap.offset, tuple(coeffs)).normalized(self.domain)
+
+    def layout_dim(self, dim: int) -> int:
+        """The layout dim holding stage domain dim ``dim``."""
+        if not self.groups:
+            return dim
+        return next(i for i, group in enumerate(self.groups) if dim in group)
 
     def tile_shape(self, amap: AffineMap) -> tuple[int, ...]:
         rows = self.bounds[self.partition] if self.partition is not None and amap.coeffs[self.partition] else 1
@@ -102,7 +125,7 @@ class Body:
 
     def result(self, op: Op, dtype: str | None = None) -> Ref:
         value = op.results[0]
-        shape = self.layout.tile_shape(self.stage.placements[value])
+        shape = self.layout.tile_shape(self.layout.lift(self.stage.placements[value]))
         return self.new(value.hint or op.name, shape, dtype or nki_dtype(value.type.dtype))
 
     def add(self, kind: str, dst: Ref | None, **args: object) -> Ref | None:
@@ -124,7 +147,7 @@ class Body:
         if root in self.values:
             return self.values[root]
         grouping = operand_grouping(self.stage.groupings[op], iteration_shape(op), value.type.shape)
-        return self.load(root, map_through_window(grouping, self.layout.domain, window))
+        return self.load(root, self.layout.lift(map_through_window(grouping, self.stage.domain, window)))
 
     def load(self, root: Value, amap: AffineMap) -> Ref:
         key = (root, amap)
@@ -144,7 +167,7 @@ class Body:
         return ref
 
     def store(self, value: Value, source: Ref) -> None:
-        amap = self.stage.placements[value]
+        amap = self.layout.lift(self.stage.placements[value])
         side = HbmSide(self.ctx.hbm_name(value), value.type.shape, amap, self.layout.indexes)
         tile = self.layout.tile_side(source.tile, amap)
         indexes = self.layout.indexes
@@ -227,8 +250,9 @@ class Body:
         return dst
 
     def reduce(self, alu: str, data: Operand, dims: set[int], dst: Ref, negate: bool = False) -> Ref:
-        """``dst = reduce(alu)`` of ``data`` over the domain dims ``dims`` (tile dims of this layout)."""
-        axes = sorted(self.layout.axis_of(d) for d in dims)
+        """``dst = reduce(alu)`` of ``data`` over the stage domain dims ``dims`` (tile dims of this layout)."""
+        layout_dims = {self.layout.layout_dim(d) for d in dims}
+        axes = sorted(self.layout.axis_of(d) for d in layout_dims if self.layout.domain[d] > 1)
         if not axes:
             return self.copy(data, dst)
         bounds = (None, *self.layout.tile_dims)

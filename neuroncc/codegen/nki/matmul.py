@@ -289,7 +289,9 @@ class _MatmulEmitter:
         k0 = f"{k2} * {blocks.block_k}" if k2 != "0" else "0"
         for name, operand, start, block, total in ((lhs, self.a, m0, blocks.block_m, self.m),
                                                    (rhs, self.b, n0, blocks.block_n, self.n)):
-            w.line(f"{name} = nl.ndarray(({blocks.tk}, {blocks.tiles_k}, {block}), dtype=nl.{self.dtype}, "
+            # transposed loads fill whole 128-row pieces: round the block up to them
+            width = block if operand.k_outer else ceil_div(block, min(PMAX, block)) * min(PMAX, block)
+            w.line(f"{name} = nl.ndarray(({blocks.tk}, {blocks.tiles_k}, {width}), dtype=nl.{self.dtype}, "
                    f"buffer=nl.sbuf)")
             if operand.k_outer:
                 count = _count(self.k, blocks.block_k, blocks.tk, k0)

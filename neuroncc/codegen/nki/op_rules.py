@@ -297,11 +297,15 @@ def _cast(body: Body, op: Op, x: list[Operand]) -> Operand:
         return body.binary("nl.not_equal", x[0], 0, dst)
     if source.is_float and not target.is_float:
         return _round_to_integer(body, x[0], "trunc", dst)  # C casts truncate; the engines round
-    return body.copy(x[0], dst)
+    return _copy(body, op, x)
 
 
 def _copy(body: Body, op: Op, x: list[Operand]) -> Operand:
-    return body.copy(x[0], body.result(op))
+    """A tile already holding the values in the result's arrangement is the result (no instruction)."""
+    dst = body.result(op)
+    if isinstance(x[0], Ref) and x[0].shape == dst.shape and x[0].dtype == dst.dtype and not x[0].view:
+        return x[0]
+    return body.copy(x[0], dst)
 
 
 # ---- reductions ----------------------------------------------------------------------------------------

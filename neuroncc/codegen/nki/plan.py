@@ -251,7 +251,7 @@ class _Planner:
                 if grouping[d].full:
                     reduced.update(grouping[d].dims)
             busy = sum(1 for n in stage.domain if n > 1)
-            if stage.candidates(stage.reduced) and not stage.candidates(reduced) and busy >= 2:
+            if stage.ops and stage.candidates(stage.reduced) and not stage.candidates(reduced) and busy >= 2:
                 return None  # keep a dim for the partitions
         return grouping, reduced
 
@@ -327,6 +327,22 @@ class _Planner:
                     elif (value in in_hbm or any(t != stage.index for _, t in readers.get(value, ()))) \
                             and value not in step.scratch:
                         step.scratch.append(value)
+
+
+def stage_maps(plan: RegionPlan, stage: Stage) -> list[AffineMap]:
+    """Every map a tile stage's loop body uses: each operand read and each result, over its domain."""
+    maps = []
+    for op in stage.ops:
+        grouping = stage.groupings[op]
+        shape = iteration_shape(op)
+        for value in op.operands:
+            found = view_window(value, plan.producers)
+            if found is None or plan.homes[found[0]].kind == "immediate":
+                continue
+            maps.append(map_through_window(operand_grouping(grouping, shape, value.type.shape), stage.domain,
+                                           found[1]))
+        maps.append(stage.placements[op.result])
+    return maps
 
 
 def plan_region(region: Function, name: str, kernel_domain: tuple[int, ...] = (),

@@ -19,7 +19,7 @@ from neuroncc.codegen.nki.access import HbmSide, Index, transfer
 from neuroncc.codegen.nki.body import PMAX, Body, KernelContext, StageLayout, ceil_div, prod
 from neuroncc.codegen.nki.instructions import Instr, optimize, render
 from neuroncc.codegen.nki.op_rules import emit_op
-from neuroncc.codegen.nki.plan import Stage
+from neuroncc.codegen.nki.plan import Stage, stage_maps
 from neuroncc.codegen.nki.shapes import AffineMap, view_window
 from neuroncc.codegen.nki.source import SourceWriter, nki_dtype
 from neuroncc.ir import Value
@@ -40,13 +40,53 @@ class Loop:
     size_expr: str = ""
 
 
+def _contiguous(amap: AffineMap, group: list[int], domain: tuple[int, ...]) -> bool:
+    """Does ``amap`` step through the domain dims ``group`` as through one row-major dim?"""
+    dims = [d for d in group if domain[d] > 1]
+    for outer, inner in zip(dims, dims[1:]):
+        if amap.coeffs[outer] != amap.coeffs[inner] * prod([domain[e] for e in range(outer + 1, inner + 1)]):
+            return False
+    return True
+
+
+def merge_groups(ctx: KernelContext, stage: Stage) -> list[list[int]]:
+    """Runs of adjacent domain dims every map of the stage steps through contiguously, and that are all
+    reduced or all kept: each run becomes one layout dim (``[B, S, D]`` rows become ``[B * S, D]``)."""
+    maps = stage_maps(ctx.plan, stage)
+    domain = stage.domain
+    groups = [[d] for d in range(len(domain))]
+
+    def reduced(group: list[int]) -> set[bool]:
+        return {d in stage.reduced for d in group if domain[d] > 1}
+
+    innermost = max((d for d, n in enumerate(domain) if n > 1), default=-1)
+    i = 0
+    while i < len(groups) - 1:
+        candidate = groups[i] + groups[i + 1]
+        keeps_free_axis = innermost not in groups[i + 1] or reduced(candidate) == {True}
+        if keeps_free_axis and len(reduced(candidate)) <= 1 and all(_contiguous(m, candidate, domain) for m in maps):
+            groups[i:i + 2] = [candidate]
+        else:
+            i += 1
+    return groups
+
+
 def tile_layout(ctx: KernelContext, stage: Stage) -> tuple[StageLayout, list[Loop]]:
-    """Choose the tiles of a tile stage: partitions, tile dims and their blocks, loops (module docstring of
-    :mod:`neuroncc.codegen.nki.body`)."""
-    domain, p = stage.domain, stage.partition
-    others = [d for d, n in enumerate(domain) if n > 1 and d != p and d not in stage.reduced]
-    inner = others[-1] if others else None
-    tile_dims = tuple(sorted(set(stage.reduced) | ({inner} if inner is not None else set())))
+    """Choose the tiles of a tile stage: merged dims, partitions, tile dims and their blocks, loops (module
+    docstring of :mod:`neuroncc.codegen.nki.body`)."""
+    groups = merge_groups(ctx, stage)
+    domain = tuple(prod([stage.domain[d] for d in group]) for group in groups)
+    reduced = {i for i, group in enumerate(groups) if any(d in stage.reduced and stage.domain[d] > 1 for d in group)}
+    candidates = [d for d, n in enumerate(domain) if n > 1 and d not in reduced]
+    large = [d for d in candidates if domain[d] >= PMAX]
+    p = (large[0] if large else max(candidates, key=lambda d: (domain[d], -d))) if candidates else None
+    if stage.partition is not None and len(groups) == len(stage.domain) and stage.partition in candidates:
+        p = stage.partition  # the layout pass's choice when nothing merged
+    # The innermost other dim joins the tiles' free axes when it comes after the partition dim (a dim before
+    # it would make every load a transposing one); the rest are looped one index at a time.
+    others = [d for d, n in enumerate(domain) if n > 1 and d != p and d not in reduced]
+    inner = others[-1] if others and (p is None or others[-1] > p) else None
+    tile_dims = tuple(sorted(reduced | ({inner} if inner is not None else set())))
     bounds = {d: domain[d] for d in tile_dims}
     if p is not None:
         bounds[p] = min(PMAX, domain[p])
@@ -59,7 +99,7 @@ def tile_layout(ctx: KernelContext, stage: Stage) -> tuple[StageLayout, list[Loo
     while inner is not None and footprint() > budget and bounds[inner] > 1:
         bounds[inner] = 1 << ((bounds[inner] - 1).bit_length() - 1)
     if footprint() > ctx.sbuf_partition_bytes:
-        raise ctx.fail(f"a loop nest over {list(domain)} reducing dims {sorted(stage.reduced)} needs about "
+        raise ctx.fail(f"a loop nest over {list(domain)} reducing dims {sorted(reduced)} needs about "
                        f"{footprint()} bytes of SBUF per partition (the reduced dims stay whole in a tile)")
     loops: list[Loop] = []
     indexes: list[Index] = []
@@ -89,7 +129,8 @@ def tile_layout(ctx: KernelContext, stage: Stage) -> tuple[StageLayout, list[Loo
             loops.insert(sum(1 for x in loops if x.var.startswith("b")), Loop(var, n))
             varying.add(d)
             indexes.append(Index.point(var, n))
-    layout = StageLayout(domain, p, tile_dims, bounds, tuple(indexes), frozenset(varying), limits)
+    layout = StageLayout(domain, p, tile_dims, bounds, tuple(indexes), frozenset(varying), limits,
+                         tuple(tuple(g) for g in groups), stage.domain)
     return layout, loops
 
 
@@ -133,13 +174,15 @@ def emit_tile_stage(ctx: KernelContext, stage: Stage, writer: SourceWriter, in_h
         emit_op(body, op)
     for value in stage.placements:
         if value in in_hbm:
-            body.store(value, body.materialize(body.values[value], layout.tile_shape(stage.placements[value]),
-                                               _dtype_of(value)))
+            shape = layout.tile_shape(layout.lift(stage.placements[value]))
+            body.store(value, body.materialize(body.values[value], shape, _dtype_of(value)))
     instrs = optimize(body.instrs, ctx.names.fresh)
     prologue, looped = hoist(instrs)
     writer.comment(describe_stage(stage, layout))
     for instr in prologue:
         render(writer, instr, ctx.names)
+    if not looped:
+        return  # everything was loop-invariant
     open_loops(writer, loops)
     for instr in looped:
         render(writer, instr, ctx.names)
@@ -160,9 +203,10 @@ def _dtype_of(value: Value) -> str:
 
 def describe_stage(stage: Stage, layout: StageLayout) -> str:
     names = ", ".join(dict.fromkeys(op.name for op in stage.ops))
+    laid = f" laid out as {list(layout.domain)}" if layout.domain != stage.domain else ""
     where = f"dim {layout.partition} on partitions" if layout.partition is not None else "one partition"
     inner = f", dims {list(layout.tile_dims)} in the free axes" if layout.tile_dims else ""
-    return f"{names} over {list(stage.domain)}: {where}{inner}"
+    return f"{names} over {list(stage.domain)}{laid}: {where}{inner}"
 
 
 # ---- transfer stages -------------------------------------------------------------------------------------
