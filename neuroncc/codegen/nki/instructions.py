@@ -334,7 +334,8 @@ FUSIONS = (
 
 
 def optimize(instrs: list[Instr], fresh: Callable[[str], str]) -> list[Instr]:
-    """Apply :data:`FUSIONS` until none applies (``fresh`` names new tiles); returns the rewritten list."""
+    """Apply :data:`FUSIONS` until none applies, then balance VectorE and ScalarE (``fresh`` names new
+    tiles); returns the rewritten list."""
     instrs = list(instrs)
     changed = True
     while changed:
@@ -343,4 +344,53 @@ def optimize(instrs: list[Instr], fresh: Callable[[str], str]) -> list[Instr]:
             if rule(instrs, _use_counts(instrs), _producers(instrs), fresh):
                 changed = True
                 break
+    balance_engines(instrs, fresh)
     return instrs
+
+
+# ---- engine balance ----------------------------------------------------------------------------------
+
+#: Elements per partition per nanosecond (trn2-like: VectorE 2 fp32 / 4 16-bit lanes at 0.96 GHz, ScalarE
+#: 1 lane at 1.2 GHz) and the minimum issue interval in cycles; only used to compare the two engines.
+VECTOR_RATE = {4: 2 * 0.96, 2: 4 * 0.96}
+SCALAR_RATE = 1.2
+MIN_CYCLES = 64
+_VECTOR_PASSES = {"tensor_tensor": 2, "stt": 2, "predicated": 2, "tensor_scalar": 1, "tensor_copy": 1,
+                  "memset": 1, "tensor_reduce": 1, "broadcast": 1, "reduce_loop": 1}
+_WIDTH = {"float32": 4, "int32": 4, "uint32": 4, "bfloat16": 2, "float16": 2, "int16": 2, "uint16": 2,
+          "int8": 1, "uint8": 1, "bool_": 1}
+
+
+def _vector_ns(instr: Instr) -> float:
+    data = next((v for k, v in instr.args.items() if isinstance(v, Ref) and k in ("data", "data1", "src")), instr.dst)
+    width = 4 if _WIDTH.get(data.dtype, 4) == 4 else 2
+    passes = _VECTOR_PASSES[instr.kind]
+    if passes == 2 and any(isinstance(v, Ref) and v.buffer == "psum" for v in instr.args.values()):
+        passes = 1
+    return max(MIN_CYCLES / 0.96, passes * data.free / VECTOR_RATE[width])
+
+
+def _scalar_ns(free: int) -> float:
+    return max(MIN_CYCLES, free) / SCALAR_RATE
+
+
+def balance_engines(instrs: list[Instr], fresh: Callable[[str], str]) -> None:
+    """Move whole-row sums from VectorE to ScalarE (an identity activation with a fused row sum) while
+    VectorE has more work than ScalarE, as a hand-written LayerNorm does."""
+    vector = sum(_vector_ns(i) for i in instrs if i.kind in _VECTOR_PASSES)
+    scalar = sum(_scalar_ns(i.dst.free) for i in instrs if i.kind == "activation")
+    for index, instr in enumerate(instrs):
+        if instr.kind != "tensor_reduce" or instr.args["op"] != "nl.add" or instr.args.get("negate"):
+            continue
+        data = instr.args["data"]
+        if not _whole(data) or not instr.dst.is_column or instr.dst.dtype != "float32" or len(data.shape) < 2:
+            continue
+        if tuple(instr.args["axis"]) != tuple(range(1, len(data.shape))) or data.dtype not in ("float32", "bfloat16"):
+            continue
+        moved_from, moved_to = _vector_ns(instr), _scalar_ns(data.free) + MIN_CYCLES / SCALAR_RATE
+        if vector - moved_from <= scalar + moved_to:
+            continue
+        scratch = Ref(fresh(f"{data.tile}_copy"), data.shape, data.dtype)
+        instrs[index] = Instr("activation", scratch, {"op": "nl.copy", "data": data, "reduce_op": "nl.add",
+                                                      "reduce_res": instr.dst}, also_allocates=(instr.dst,))
+        vector, scalar = vector - moved_from, scalar + moved_to

@@ -94,33 +94,67 @@ def _end(w: SourceWriter, var: str) -> None:
         w.close()
 
 
+#: Rough trn2 rates for choosing blocks (cycles per ns, bytes per ns); only their ratios matter.
+TENSOR_GHZ, VECTOR_GHZ, DMA_BYTES_PER_NS = 2.4, 0.96, 368.0
+
+
+def _dma_efficiency(run_bytes: int) -> float:
+    """DMA bandwidth share of transfers with ``run_bytes`` contiguous per descriptor (as the cost model)."""
+    if run_bytes >= 4096:
+        return 1.0
+    if run_bytes >= 2048:
+        return 0.75 + 0.25 * (run_bytes - 2048) / 2048
+    return 0.75 * max(run_bytes, 64) / 2048
+
+
+def estimate_ns(m: int, n: int, k: int, itemsize: int, a: Operand, b: Operand, blocks: Blocks) -> float:
+    """Estimated time of the blocked loop nest: the busiest of TensorE, VectorE and DMA."""
+    tiles_m, tiles_n, tiles_k = ceil_div(m, blocks.tm), ceil_div(n, blocks.tn), ceil_div(k, blocks.tk)
+    m_blocks, n_blocks, k_blocks = ceil_div(m, blocks.block_m), ceil_div(n, blocks.block_n), ceil_div(k, blocks.block_k)
+    fp32 = 4 if itemsize == 4 else 1
+    tensor = tiles_m * tiles_n * tiles_k * max(64, blocks.tn) * fp32
+    vector = 0.0
+    lanes = 2 if itemsize == 4 else 4
+    if not a.k_outer:  # A re-transposed for every block of N
+        pieces = n_blocks * tiles_m * tiles_k
+        tensor += pieces * PMAX
+        vector += pieces / TRANSPOSES_PER_COPY * max(64, TRANSPOSES_PER_COPY * PMAX / lanes)
+    if not b.k_outer:
+        pieces = m_blocks * ceil_div(n, PMAX) * tiles_k
+        tensor += pieces * PMAX
+        vector += pieces / TRANSPOSES_PER_COPY * max(64, TRANSPOSES_PER_COPY * PMAX / lanes)
+    if k_blocks > 1:  # accumulate each K block's PSUM tile into SBUF
+        vector += tiles_m * tiles_n * k_blocks * max(64, blocks.tn / 2)
+    vector += tiles_m * tiles_n * max(64, blocks.tn / 2)  # the epilogue's copy out of PSUM
+    a_run = (blocks.block_m if a.k_outer else blocks.block_k) * itemsize
+    b_run = (blocks.block_n if b.k_outer else blocks.block_k) * itemsize
+    dma = (m * k * itemsize * n_blocks / _dma_efficiency(a_run) + k * n * itemsize * m_blocks / _dma_efficiency(b_run)
+           + m * n * itemsize / _dma_efficiency(blocks.tn * itemsize))
+    tensor_ns, vector_ns, dma_ns = tensor / TENSOR_GHZ, vector / VECTOR_GHZ, dma / DMA_BYTES_PER_NS
+    # The busiest engine sets the pace; work hidden behind it still costs some (PSUM tiles wait for their
+    # accumulation, DMA queues contend), which breaks ties towards less of it.
+    return max(tensor_ns, vector_ns, dma_ns) + 0.2 * vector_ns + 0.05 * dma_ns
+
+
 def choose_blocks(m: int, n: int, k: int, itemsize: int, a: Operand, b: Operand, sbuf_bytes: int) -> Blocks:
-    """The block sizes with the lowest estimated time (max of TensorE and DMA) that fit SBUF."""
+    """The block sizes with the lowest :func:`estimate_ns` whose working set fits SBUF (two iterations of the
+    operand blocks in flight, so the next block loads while TensorE works on this one)."""
     tm, tn, tk = min(PMAX, m), min(MOVING_MAX, n), min(PMAX, k)
     best: tuple[float, Blocks] | None = None
     for tiles_m in (1, 2, 4, 8, 16):
         for tiles_n in (1, 2, 4, 8):
-            for tiles_k in (1, 2, 4, 8):
+            for tiles_k in (1, 2, 4, 8, 16):
                 blocks = Blocks(tm, tn, tk, min(tiles_m, ceil_div(m, tm)), min(tiles_n, ceil_div(n, tn)),
                                 min(tiles_k, ceil_div(k, tk)))
-                k_blocks = ceil_div(k, blocks.block_k)
-                acc = 4 * blocks.tiles_m * blocks.block_n if k_blocks > 1 else 0
-                operands = 2 * itemsize * blocks.tiles_k * (blocks.block_m + blocks.block_n)  # double-buffered
-                staging = 2 * itemsize * TRANSPOSES_PER_COPY * blocks.block_k
-                if acc + operands + staging > sbuf_bytes * 3 // 4:
+                acc = 4 * blocks.tiles_m * blocks.block_n if ceil_div(k, blocks.block_k) > 1 else 0
+                operands = itemsize * blocks.tiles_k * (blocks.block_m + blocks.block_n)
+                staging = itemsize * TRANSPOSES_PER_COPY * blocks.block_k * ((not a.k_outer) + (not b.k_outer))
+                if acc + 2 * (operands + staging) > sbuf_bytes * 0.85:
                     continue
-                m_blocks, n_blocks = ceil_div(m, blocks.block_m), ceil_div(n, blocks.block_n)
-                tiles = ceil_div(m, tm) * ceil_div(n, tn) * ceil_div(k, tk)
-                tensor = tiles * max(64, tn)
-                if not a.k_outer:
-                    tensor += n_blocks * ceil_div(m, tm) * ceil_div(k, tk) * PMAX
-                if not b.k_outer:
-                    tensor += m_blocks * ceil_div(n, PMAX) * ceil_div(k, tk) * PMAX
-                dma = (m * k * n_blocks + k * n * m_blocks) * itemsize / 160.0  # bytes per TensorE cycle
-                score = max(tensor, dma) + 1e-3 * (blocks.tiles_m + blocks.tiles_n + blocks.tiles_k)
+                score = estimate_ns(m, n, k, itemsize, a, b, blocks) * (1 + 1e-3 * (tiles_m + tiles_n + tiles_k))
                 if best is None or score < best[0]:
                     best = (score, blocks)
-    assert best is not None
+    assert best is not None, "even one tile per block does not fit SBUF"
     return best[1]
 
 
