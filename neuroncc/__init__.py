@@ -12,6 +12,7 @@ from typing import Any
 from neuroncc.errors import (
     ArtifactError,
     CodegenError,
+    DynamicShapeError,
     InputError,
     NeuronccError,
     ParseError,
@@ -43,6 +44,6 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
-    "ArtifactError", "CodegenError", "InputError", "NeuronccError", "ParseError", "PassError", "PipelineError",
+    "ArtifactError", "CodegenError", "DynamicShapeError", "InputError", "NeuronccError", "ParseError", "PassError", "PipelineError",
     "UnsupportedOpError", "VerifyError", "__version__", *_FRONTEND_EXPORTS,
 ]

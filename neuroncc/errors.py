@@ -43,6 +43,13 @@ class UnsupportedOpError(NeuronccError):
     """
 
 
+class DynamicShapeError(UnsupportedOpError):
+    """A graph with symbolic sizes (``torch.compile(dynamic=True)`` or automatic dynamic shapes).
+
+    neuroncc compiles static shapes; the message tells the user to pass ``dynamic=False``.
+    """
+
+
 class CodegenError(NeuronccError):
     """A backend could not generate code for an op or kernel region."""
 

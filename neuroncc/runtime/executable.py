@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
@@ -37,6 +38,19 @@ class InterpreterExecutable:
 
     def __call__(self, *inputs: np.ndarray) -> list[np.ndarray]:
         return interpret(self.function, inputs)
+
+    def save(self, directory: Path) -> list[str]:
+        """Write this executable's own artifact files into ``directory``; returns their names.
+
+        The interpreter runs the graph itself, and the artifact layer already writes the graph for every
+        target (``graph.nir`` + ``constants.npz``, see :mod:`neuroncc.runtime.artifact`): nothing to add.
+        """
+        return []
+
+
+def load_interp_executable(directory: Path, fn: Function) -> InterpreterExecutable:
+    """The ``interp`` executable of an artifact directory whose graph (already read and verified) is ``fn``."""
+    return InterpreterExecutable(fn)
 
 
 def _build_interp(fn: Function, options: Mapping[str, Any]) -> Executable:

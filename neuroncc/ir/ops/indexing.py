@@ -23,16 +23,21 @@ def _check_index_type(op: str, t: TensorType, position: int) -> None:
 def _infer_gather(types: tuple[TensorType, ...], attrs: Attrs) -> TensorType:
     x, index = types
     _check_index_type("gather", index, 1)
-    normalize_dim("gather", attrs["dim"], x.rank)
     if index.rank != x.rank and not (x.rank == 0 and index.rank <= 1):
         raise fail("gather", f"index rank {index.rank} must equal input rank {x.rank}")
+    dim = normalize_dim("gather", attrs["dim"], x.rank)
+    if x.rank and any(i > s for d, (i, s) in enumerate(zip(index.shape, x.shape)) if d != dim):
+        raise fail("gather", f"index {list(index.shape)} is larger than input {list(x.shape)} outside dim {dim}")
     return TensorType(index.shape, x.dtype)
 
 
 def _gather(x, index, dim):
     if x.ndim == 0:
         return np.broadcast_to(x, index.shape).copy()
-    return np.take_along_axis(x, index.astype(np.int64) % max(x.shape[dim], 1), axis=dim)
+    # As torch.gather: the index may be smaller than the input outside `dim`; it reads the leading block.
+    dim %= x.ndim
+    block = x[tuple(slice(None) if d == dim else slice(0, n) for d, n in enumerate(index.shape))]
+    return np.take_along_axis(block, index.astype(np.int64) % max(x.shape[dim], 1), axis=dim)
 
 
 def _infer_scatter(types: tuple[TensorType, ...], attrs: Attrs) -> TensorType:

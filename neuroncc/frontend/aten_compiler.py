@@ -1,0 +1,50 @@
+"""Compile one aten-level FX graph: import to IR, dump it if asked, compile it for the target, count it.
+
+    compile_aten_graph(gm, name, options) = import_graph -> [dump .nir] -> runtime.driver.compile_graph
+                                            -> stats -> CompiledGraph
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+import torch.fx as fx
+
+from neuroncc.frontend import stats
+from neuroncc.frontend.compiled import CompiledGraph
+from neuroncc.frontend.importer import import_graph
+from neuroncc.frontend.options import BackendOptions
+from neuroncc.ir import Function, collect_resources, print_function
+from neuroncc.runtime.driver import compile_graph
+
+log = logging.getLogger("neuroncc.frontend")
+
+
+def compile_aten_graph(gm: fx.GraphModule, name: str, options: BackendOptions) -> CompiledGraph:
+    imported = import_graph(gm, name)
+    if options.dump_dir:
+        dump_function(imported.function, Path(options.dump_dir))
+    executable = compile_graph(imported.function, target=options.target, pipeline=options.pipeline,
+                               options=options.compile_options)
+    stats.increment("graphs_compiled")
+    stats.record_executable(executable, options.target)
+    log.debug("neuroncc: compiled %s (%d ops) for target %s", name, len(imported.function.ops), options.target)
+    return CompiledGraph(imported, executable)
+
+
+def dump_function(fn: Function, directory: Path) -> Path:
+    """Write ``fn`` as ``<directory>/<name>.nir`` (large constants beside it in ``<name>.npz``)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{fn.name}.nir"
+    suffix = 1
+    while path.exists():  # a name seen before (e.g. after torch._dynamo.reset()): keep both
+        path = directory / f"{fn.name}.{suffix}.nir"
+        suffix += 1
+    path.write_text(print_function(fn) + "\n", encoding="utf-8")
+    resources = collect_resources(fn)
+    if resources:
+        np.savez(path.with_suffix(".npz"), **resources)
+    log.info("neuroncc: wrote %s", path)
+    return path

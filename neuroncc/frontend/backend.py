@@ -1,0 +1,126 @@
+"""The ``neuron`` torch.compile backend: ``torch.compile(model, backend="neuron", dynamic=False)``.
+
+Registered only through the ``torch_dynamo_backends`` entry point in pyproject.toml (registering it again at
+import would trip TorchDynamo's duplicate-name assertion). The backend is a thin adapter:
+
+    TorchDynamo graph -> feature checks (static shapes, no complex/sparse/nested, no torch.func/distributions)
+      -> AOTAutograd (our decomposition table, min-cut partitioner; traced under the math SDPA backend)
+      -> forward / backward / inference aten graphs -> compile_aten_graph (FX -> IR -> runtime.driver)
+
+Options (``options={...}``) are described in :mod:`neuroncc.frontend.options`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.fx as fx
+from functorch.compile import make_boxed_func, min_cut_rematerialization_partition
+from torch._dynamo.backends.common import aot_autograd
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from neuroncc.errors import InputError
+from neuroncc.frontend import stats
+from neuroncc.frontend.aten_compiler import compile_aten_graph
+from neuroncc.frontend.decompositions import decomposition_table
+from neuroncc.frontend.diagnostics import Float64Warning, check_graph_features, float64_nodes, user_location
+from neuroncc.frontend.fallback import partition_and_compile
+from neuroncc.frontend.options import BackendOptions
+
+log = logging.getLogger("neuroncc.frontend")
+_unnamed_graphs = itertools.count()
+
+
+def neuron_backend(gm: fx.GraphModule, example_inputs: Sequence[Any], *, options: dict[str, Any] | None = None,
+                   **unexpected: Any) -> Callable[..., Any]:
+    """TorchDynamo backend entry point: compile ``gm`` for ``example_inputs``' shapes; returns the callable."""
+    if unexpected:
+        raise InputError(f"neuron backend: unexpected arguments {sorted(unexpected)} (use options={{...}})")
+    config = BackendOptions.from_user(options, os.environ)
+    check_graph_features(gm, example_inputs)
+    if float64_nodes(gm, example_inputs):
+        warnings.warn("neuroncc computes float64 tensors in float32 (outputs are cast back to float64); "
+                      "convert the model with .float() to silence this", Float64Warning, stacklevel=2)
+    stats.increment("dynamo_graphs")
+    name = _graph_name()
+    _log_specialization(gm, example_inputs, name)
+    compilers = AtenCompilers(config, name)
+    compile_with_aot = aot_autograd(
+        fw_compiler=compilers.forward,
+        bw_compiler=compilers.backward,
+        inference_compiler=compilers.inference,
+        decompositions=decomposition_table(),
+        partition_fn=min_cut_rematerialization_partition,
+        keep_inference_input_mutations=False,  # AOTAutograd writes mutated inputs (BatchNorm stats) back
+    )
+    # The math SDPA backend: the CPU flash-attention op's decomposition gives wrong gradients.
+    with sdpa_kernel(SDPBackend.MATH):
+        return compile_with_aot(gm, example_inputs)
+
+
+@dataclass(frozen=True)
+class AtenCompilers:
+    """The compilers AOTAutograd calls for each graph it produces."""
+
+    options: BackendOptions
+    name: str
+
+    def forward(self, gm: fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
+        return self._compile(gm, "forward")
+
+    def backward(self, gm: fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
+        return self._compile(gm, "backward")
+
+    def inference(self, gm: fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
+        return self._compile(gm, "inference")
+
+    def _compile(self, gm: fx.GraphModule, kind: str) -> Callable[..., Any]:
+        stats.increment(f"{kind}_graphs")
+        name = f"{self.name}_{kind}"
+        if self.options.fallback == "cpu":
+            def compile_partition(submodule: fx.GraphModule, partition_name: str) -> Any:
+                return compile_aten_graph(submodule, partition_name, self.options)
+
+            return make_boxed_func(partition_and_compile(gm, compile_partition, name).forward)
+        return compile_aten_graph(gm, name, self.options)
+
+
+def _graph_name() -> str:
+    """``g<frame>_<specialization>`` from TorchDynamo's compile id (a counter when called outside dynamo)."""
+    compile_id = torch._guards.CompileContext.current_compile_id()
+    if compile_id is None or compile_id.frame_id is None:
+        return f"graph{next(_unnamed_graphs)}"
+    return f"g{compile_id.frame_id}_{compile_id.frame_compile_id}"
+
+
+def _log_specialization(gm: fx.GraphModule, example_inputs: Sequence[Any], name: str) -> None:
+    if not log.isEnabledFor(logging.INFO):
+        return
+    shapes = [list(t.shape) for t in example_inputs if isinstance(t, torch.Tensor)]
+    where = next((loc for loc in map(user_location, gm.graph.nodes) if loc is not None), None)
+    source = f"code at {where}" if where else "a graph"
+    compile_id = torch._guards.CompileContext.current_compile_id()
+    if compile_id is not None and compile_id.frame_compile_id:
+        log.info("neuroncc: compiling specialization #%d of %s (graph %s) for input shapes %s; TorchDynamo "
+                 "recompiled because: %s (TORCH_LOGS=recompiles lists every failed guard)",
+                 compile_id.frame_compile_id, source, name, shapes, _recompile_reason())
+    else:
+        log.info("neuroncc: compiling %s (graph %s) for input shapes %s", source, name, shapes)
+
+
+def _recompile_reason() -> str:
+    """The guard failure TorchDynamo recorded for this recompile (an internal detail: best effort)."""
+    try:
+        from torch._dynamo.utils import get_metrics_context
+
+        reason = get_metrics_context()._metrics.get("recompile_reason")
+    except (ImportError, AttributeError):
+        reason = None
+    return reason or "unknown"

@@ -1,0 +1,75 @@
+"""torch <-> numpy at the executable boundary, with as few copies as the dtypes allow.
+
+Inputs: a CPU tensor is handed over as ``tensor.numpy()``, a view of the same memory with the same strides
+(no copy). bfloat16 has no numpy dtype and crosses as float32 holding bf16 values (the IR's convention);
+float64 crosses as float32 (neuroncc computes it in float32). Outputs: ``torch.from_numpy`` wraps the
+executable's fresh array (no copy), then the tensor is given the dtype and strides eager PyTorch would give.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+#: dtypes that cross as float32 (a copy, unavoidable: numpy has no bfloat16, and f64 computes as f32).
+_VIA_FLOAT32 = (torch.bfloat16, torch.float64)
+
+
+@dataclass(frozen=True, slots=True)
+class TensorSpec:
+    """The shape, strides and dtype eager PyTorch gives a tensor (read from ``node.meta["val"]``)."""
+
+    shape: tuple[int, ...]
+    stride: tuple[int, ...]
+    dtype: torch.dtype
+
+    @staticmethod
+    def of(tensor: torch.Tensor) -> TensorSpec:
+        return TensorSpec(tuple(int(s) for s in tensor.shape), tuple(int(s) for s in tensor.stride()), tensor.dtype)
+
+
+def to_numpy(tensor: torch.Tensor) -> np.ndarray:
+    """A numpy view of a CPU tensor (a float32 copy for bf16 and f64)."""
+    tensor = tensor.detach()
+    if tensor.dtype in _VIA_FLOAT32:
+        return tensor.to(torch.float32).numpy()
+    return tensor.resolve_conj().resolve_neg().numpy()
+
+
+def to_torch(array: np.ndarray, spec: TensorSpec) -> torch.Tensor:
+    """Wrap an executable's result as a tensor with ``spec``'s dtype and eager's strides."""
+    array = np.asarray(array)
+    if not array.flags.writeable:  # torch.from_numpy needs writable memory; executables may return views
+        array = array.copy()
+    tensor = torch.from_numpy(array)
+    if tensor.dtype != spec.dtype:
+        tensor = tensor.to(spec.dtype)
+    if tuple(tensor.shape) != spec.shape:
+        raise ValueError(f"executable returned shape {list(tensor.shape)}, the graph says {list(spec.shape)}")
+    return with_strides(tensor, spec.stride)
+
+
+def with_strides(tensor: torch.Tensor, stride: tuple[int, ...]) -> torch.Tensor:
+    """``tensor``'s values laid out with ``stride`` (eager's layout), copying only if the layout differs."""
+    if tensor.numel() <= 1 or _same_layout(tensor.shape, tensor.stride(), stride):
+        return tensor
+    broadcast = [d for d, (size, st) in enumerate(zip(tensor.shape, stride)) if st == 0 and size > 1]
+    if broadcast:
+        # An expanded (stride-0) output: lay out one slice and expand it again, as eager's expand did.
+        compact = tensor
+        for d in broadcast:
+            compact = compact.narrow(d, 0, 1)
+        compact_stride = tuple(1 if d in broadcast else st for d, st in enumerate(stride))
+        return with_strides(compact.contiguous(), compact_stride).expand(tensor.shape)
+    try:
+        return torch.empty_strided(tensor.shape, stride, dtype=tensor.dtype).copy_(tensor)
+    except RuntimeError:
+        # Self-overlapping strides (from as_strided) cannot be written; keep the values in a dense layout.
+        return tensor
+
+
+def _same_layout(shape: torch.Size, have: tuple[int, ...], want: tuple[int, ...]) -> bool:
+    """Strides agree on every dim where they matter (a dim of size 1 may have any stride)."""
+    return all(size == 1 or a == b for size, a, b in zip(shape, have, want))

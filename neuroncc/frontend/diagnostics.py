@@ -1,0 +1,200 @@
+"""User-facing diagnostics: where in the user's code a node came from, and the typed errors the backend raises.
+
+Every refusal names the problem (the aten op and its input types, or the feature), the user's ``file:line``
+(the innermost frame of ``node.meta["stack_trace"]`` outside PyTorch's own sources) and what to do about it.
+The checks in :func:`check_graph_features` run on TorchDynamo's graph, before AOTAutograd, because that is
+where ``torch.func`` and ``torch.distributions`` are still visible and where symbolic sizes arrive.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.fx as fx
+
+from neuroncc.errors import DynamicShapeError, UnsupportedOpError
+
+FALLBACK_HINT = 'to run unsupported ops on eager PyTorch instead, pass options={"fallback": "cpu"} to torch.compile'
+
+_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+_DISTRIBUTIONS_DIR = os.path.join(_TORCH_DIR, "distributions") + os.sep
+_FRAME = re.compile(r'^\s*File "(?P<file>.+)", line (?P<line>\d+), in (?P<function>.+)$')
+
+
+class Float64Warning(UserWarning):
+    """float64 tensors in a compiled region: neuroncc computes them in float32 (outputs stay float64)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SourceLocation:
+    file: str
+    line: int
+    function: str
+    code: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}"
+
+
+def stack_frames(node: fx.Node) -> list[SourceLocation]:
+    """The frames of the node's recorded Python stack, outermost first."""
+    frames: list[SourceLocation] = []
+    lines = (node.meta.get("stack_trace") or "").splitlines()
+    for index, text in enumerate(lines):
+        match = _FRAME.match(text)
+        if match:
+            code = lines[index + 1].strip() if index + 1 < len(lines) and not _FRAME.match(lines[index + 1]) else ""
+            frames.append(SourceLocation(match["file"], int(match["line"]), match["function"], code))
+    return frames
+
+
+def user_location(node: fx.Node) -> SourceLocation | None:
+    """The innermost frame of the node's stack outside PyTorch (the user's line), or None if unknown."""
+    frames = stack_frames(node)
+    for frame in reversed(frames):
+        if not os.path.abspath(frame.file).startswith(_TORCH_DIR):
+            return frame
+    return frames[-1] if frames else None
+
+
+def _describe_arg(arg: Any) -> str:
+    if isinstance(arg, fx.Node):
+        meta = arg.meta.get("val", arg.meta.get("example_value"))
+        if isinstance(meta, torch.Tensor):
+            return f"{str(meta.dtype).removeprefix('torch.')}[{', '.join(str(s) for s in meta.shape)}]"
+        return type(meta).__name__ if meta is not None else arg.name
+    if isinstance(arg, list | tuple):
+        return "[" + ", ".join(_describe_arg(a) for a in arg) + "]"
+    return repr(arg)
+
+
+def describe_call(node: fx.Node) -> str:
+    """``aten.cumsum.default(float32[3, 4], 1)``: the op and the types of its inputs."""
+    args = [_describe_arg(a) for a in node.args] + [f"{k}={_describe_arg(v)}" for k, v in node.kwargs.items()]
+    return f"{op_name(node)}({', '.join(args)})"
+
+
+def op_name(node: fx.Node) -> str:
+    target = node.target
+    if isinstance(target, torch._ops.OpOverload | torch._ops.OpOverloadPacket):
+        return str(target)  # aten.cumsum.default
+    return getattr(target, "__qualname__", None) or str(target)
+
+
+def _nearest_location(node: fx.Node) -> SourceLocation | None:
+    """The node's user frame, or that of the next node that has one (setup calls often carry no stack)."""
+    current: fx.Node | None = node
+    while current is not None and current.op != "root":
+        location = user_location(current)
+        if location is not None:
+            return location
+        current = current.next
+    return None
+
+
+def _where(node: fx.Node) -> str:
+    location = _nearest_location(node)
+    if location is None:
+        return "(source location unknown)"
+    code = f"\n    {location.code}" if location.code else ""
+    return f"at {location} (in {location.function}){code}"
+
+
+def unsupported_op(node: fx.Node, reason: str, others: Iterable[str] = ()) -> UnsupportedOpError:
+    """The error for an aten op neuroncc cannot compile; ``others`` names further unsupported ops."""
+    more = sorted(set(others) - {op_name(node)})
+    also = f"\n  other unsupported ops in this graph: {', '.join(more)}" if more else ""
+    error = UnsupportedOpError(
+        f"neuroncc cannot compile {describe_call(node)} {_where(node)}\n  reason: {reason}{also}\n  {FALLBACK_HINT}"
+    )
+    error.op = op_name(node)
+    error.location = user_location(node)
+    return error
+
+
+def unsupported_feature(feature: str, node: fx.Node | None, hint: str) -> UnsupportedOpError:
+    where = _where(node) if node is not None else "in the compiled region"
+    error = UnsupportedOpError(f"neuroncc does not support {feature} {where}\n  {hint}")
+    error.feature = feature
+    return error
+
+
+# ---- checks on TorchDynamo's graph ---------------------------------------------------------------------
+
+
+def _example(node: fx.Node) -> Any:
+    return node.meta.get("example_value", node.meta.get("val"))
+
+
+def _tensor_feature(value: Any) -> tuple[str, str] | None:
+    """(feature, hint) if a tensor uses something neuroncc refuses, else None."""
+    if not isinstance(value, torch.Tensor):
+        return None
+    if value.is_nested:
+        return "nested tensors", "pad the sequences to one length (see neuroncc.pad_to_bucket) or run eagerly"
+    if value.layout is not torch.strided:
+        return f"sparse tensors (layout {value.layout})", "convert with .to_dense() outside the compiled region"
+    if value.is_complex():
+        return f"complex tensors ({value.dtype})", "keep real and imaginary parts as separate real tensors"
+    if value.device.type not in ("cpu", "meta"):
+        return f"tensors on device '{value.device}'", "neuroncc's torch backend computes CPU tensors"
+    return None
+
+
+def _is_symbolic(value: Any) -> bool:
+    if isinstance(value, torch.SymInt | torch.SymFloat | torch.SymBool):
+        return True
+    if isinstance(value, torch.Tensor) and not value.is_nested:
+        return any(isinstance(s, torch.SymInt) for s in (*value.shape, *value.stride()))
+    return False
+
+
+def _functorch_target(node: fx.Node) -> bool:
+    """A call into functorch's transform machinery (vmap/grad levels, batched or wrapped tensors)."""
+    module = getattr(node.target, "__module__", None) or ""
+    return module.startswith(("torch._functorch", "torch._C._functorch"))
+
+
+def check_graph_features(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> None:
+    """Refuse TorchDynamo graphs that use a feature neuroncc does not compile, naming it and the user's line."""
+    nodes = list(gm.graph.nodes)
+    for index, value in enumerate(example_inputs):
+        found = _tensor_feature(value)
+        if found:
+            placeholder = next((n for i, n in enumerate(n for n in nodes if n.op == "placeholder") if i == index), None)
+            raise unsupported_feature(f"{found[0]} as graph inputs", placeholder, found[1])
+    for node in nodes:
+        found = _tensor_feature(_example(node))
+        if found and node.op != "placeholder":
+            raise unsupported_feature(found[0], node, found[1])
+        frames = stack_frames(node)
+        if node.op == "call_function" and _functorch_target(node):
+            raise unsupported_feature(
+                "torch.func transforms (vmap, grad, jacrev, ...)", node,
+                "call the transform outside the compiled region, or compile the function it transforms")
+        if any(os.path.abspath(f.file).startswith(_DISTRIBUTIONS_DIR) for f in frames):
+            raise unsupported_feature(
+                "torch.distributions", node,
+                "compute the log-probability or sample outside the compiled region, or write the formula out")
+    symbolic = [n for n in nodes if n.op == "placeholder" and _is_symbolic(_example(n))]
+    if symbolic or any(_is_symbolic(v) for v in example_inputs):
+        where = next((user_location(n) for n in nodes if user_location(n)), None)
+        names = ", ".join(n.name for n in symbolic) or "graph inputs"
+        raise DynamicShapeError(
+            f"neuroncc compiles static shapes only, but this graph has symbolic sizes ({names})"
+            f"{f' from {where}' if where else ''}.\n  Pass dynamic=False: torch.compile(model, backend=\"neuron\", "
+            "dynamic=False). Each new input shape then compiles its own specialization; to bound how many, pad "
+            "inputs to a few sizes with neuroncc.bucketed / neuroncc.pad_to_bucket."
+        )
+
+
+def float64_nodes(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> bool:
+    """True if the graph reads or computes float64 tensors."""
+    if any(isinstance(v, torch.Tensor) and v.dtype is torch.float64 for v in example_inputs):
+        return True
+    return any(isinstance(_example(n), torch.Tensor) and _example(n).dtype is torch.float64 for n in gm.graph.nodes)

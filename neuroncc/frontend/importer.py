@@ -1,0 +1,205 @@
+"""FX (aten, after AOTAutograd) -> neuroncc IR.
+
+One pass over the graph in order: placeholders become typed parameters (exact shapes, dtypes and strides
+from ``node.meta["val"]``), ``get_attr`` tensors become ``constant`` ops, each ``call_function`` goes through
+its entry in :data:`LOWERINGS` (one small function per aten op), and the output node decides, for each graph
+output, whether it is computed by the IR function, is a graph input handed back unchanged, or is ``None``
+(a gradient that does not exist); nested output tuples are flattened. A lowered value whose shape or dtype disagrees with what PyTorch computed
+is a neuroncc bug and is reported as one.
+
+The result, :class:`ImportedGraph`, is a description; :mod:`neuroncc.frontend.compiled` runs it.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.fx as fx
+from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+from neuroncc.errors import TypeInferenceError, UnsupportedOpError
+from neuroncc.frontend.convert import TensorSpec, to_numpy
+from neuroncc.frontend.diagnostics import op_name, unsupported_op
+from neuroncc.frontend.lower_elementwise import ELEMENTWISE_LOWERINGS
+from neuroncc.frontend.lower_movement import MOVEMENT_LOWERINGS
+from neuroncc.frontend.lower_reductions import REDUCTION_LOWERINGS
+from neuroncc.frontend.lowering_context import LoweringBug, LoweringContext, ir_dtype, meta_value
+from neuroncc.ir import Builder, DenseAttr, Function, TensorType, Value
+
+#: aten op -> lowering. One entry per op; the tables live next to their lowerings.
+LOWERINGS: Mapping[Any, Callable[..., Any]] = {**ELEMENTWISE_LOWERINGS, **REDUCTION_LOWERINGS, **MOVEMENT_LOWERINGS}
+
+
+@dataclass(frozen=True, slots=True)
+class ComputedOutput:
+    """Graph output computed by the IR function: its output number and eager's layout for it."""
+
+    index: int
+    spec: TensorSpec
+
+
+@dataclass(frozen=True, slots=True)
+class InputOutput:
+    """Graph output that is graph input ``position`` itself (returned as the same tensor object)."""
+
+    position: int
+
+
+@dataclass(frozen=True, slots=True)
+class ConstantOutput:
+    """Graph output that is not a tensor (``None`` for a missing gradient, or a Python number)."""
+
+    value: Any
+
+
+GraphOutput = ComputedOutput | InputOutput | ConstantOutput
+
+
+@dataclass(frozen=True, slots=True)
+class ImportedGraph:
+    """An IR function plus how to feed it from, and return its results to, the FX graph's calling convention.
+
+    ``param_positions[i]`` is the graph input that IR parameter ``i`` reads (unused inputs are not passed);
+    ``mutations`` lists ``(graph input, IR output)`` pairs for in-place updates of inputs (``copy_`` into a
+    placeholder), written back after the call as eager would.
+    """
+
+    function: Function
+    param_positions: tuple[int, ...]
+    outputs: tuple[GraphOutput, ...]
+    mutations: tuple[tuple[int, int], ...] = ()
+
+
+def unsupported_nodes(gm: fx.GraphModule) -> list[fx.Node]:
+    """The call nodes that have no lowering at all (cheap pre-check; arguments can still be refused later)."""
+    return [n for n in gm.graph.nodes if n.op == "call_function" and n.target is not operator.getitem
+            and n.target not in LOWERINGS and n.target is not torch.ops.aten.copy_.default]
+
+
+def import_graph(gm: fx.GraphModule, name: str) -> ImportedGraph:
+    """Translate an aten-level FX graph to an IR function (raises UnsupportedOpError naming the op)."""
+    missing = unsupported_nodes(gm)
+    if missing:
+        raise unsupported_op(missing[0], "neuroncc has no lowering for this op", (op_name(n) for n in missing[1:]))
+    return _Importer(gm, name).run()
+
+
+class _Importer:
+    def __init__(self, gm: fx.GraphModule, name: str):
+        self.gm = gm
+        self.ctx = LoweringContext(Builder(name))
+        self.placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        self.mutations: list[tuple[int, Value]] = []
+
+    def run(self) -> ImportedGraph:
+        params = {}
+        for position, node in enumerate(self.placeholders):
+            params[node] = self.ctx.env[node] = self._param(node, position)
+        outputs: tuple[GraphOutput, ...] = ()
+        ir_outputs: list[Value] = []
+        for node in self.gm.graph.nodes:
+            if node.op == "get_attr":
+                self.ctx.env[node] = self._constant(node)
+            elif node.op == "call_function":
+                self.ctx.env[node] = self._call(node)
+            elif node.op == "output":
+                outputs = self._outputs(node, ir_outputs)
+            elif node.op != "placeholder":
+                raise unsupported_op(node, f"FX '{node.op}' nodes are not aten ops")
+        mutations = []
+        for position, value in self.mutations:
+            mutations.append((position, len(ir_outputs)))
+            ir_outputs.append(value)
+        builder = self.ctx.builder
+        used = {v for op in builder.ops for v in op.operands} | set(ir_outputs)
+        builder.params = [v for v in builder.params if v in used]
+        positions = {v: p for p, v in enumerate(params.values())}
+        return ImportedGraph(builder.build(ir_outputs), tuple(positions[v] for v in builder.params), outputs,
+                             tuple(mutations))
+
+    def _param(self, node: fx.Node, position: int) -> Value:
+        meta = meta_value(node)
+        if not isinstance(meta, torch.Tensor):
+            raise unsupported_op(node, f"graph input of type {type(meta).__name__} (only tensors are supported)")
+        shape = tuple(int(s) for s in meta.shape)
+        strides = tuple(int(s) for s in meta.stride())
+        return self.ctx.builder.param(TensorType(shape, ir_dtype(meta.dtype), strides), hint=node.name)
+
+    def _constant(self, node: fx.Node) -> Value:
+        tensor = getattr(self.gm, str(node.target))
+        if not isinstance(tensor, torch.Tensor):
+            raise unsupported_op(node, f"attribute '{node.target}' is a {type(tensor).__name__}, not a tensor")
+        dtype = ir_dtype(tensor.dtype)
+        with unset_fake_temporarily():  # AOTAutograd calls compilers under its fake mode; this tensor is real
+            array = to_numpy(tensor.contiguous())
+        return self.ctx.emit("constant", value=DenseAttr(array, dtype))
+
+    def _call(self, node: fx.Node) -> Any:
+        if node.target is operator.getitem:
+            container, index = node.args
+            return self.ctx.env[container][index]
+        if node.target is torch.ops.aten.copy_.default and node.args[0] in self.placeholders:
+            return self._mutate_input(node)
+        try:
+            result = LOWERINGS[node.target](self.ctx, node, *node.args, **node.kwargs)
+        except UnsupportedOpError as error:
+            raise unsupported_op(node, str(error)) from error
+        except TypeInferenceError as error:  # the IR op refused these operands (a case it does not cover)
+            raise unsupported_op(node, f"the IR refused it: {error}") from error
+        self._check(node, result)
+        return result
+
+    def _mutate_input(self, node: fx.Node) -> Value:
+        """``copy_(input, new)``: the functional value is ``new``; it is written back to the input after the call."""
+        target, src = node.args[0], node.args[1]
+        value = self.ctx.operand(src, self.ctx.env[target].type.dtype)
+        if value.type.shape != self.ctx.env[target].type.shape:
+            value = self.ctx.emit("expand", value, shape=self.ctx.env[target].type.shape)
+        self.mutations.append((self.placeholders.index(target), value))
+        return value
+
+    def _check(self, node: fx.Node, result: Any) -> None:
+        metas = meta_value(node)
+        results = result if isinstance(result, tuple) else (result,)
+        metas = tuple(metas) if isinstance(metas, list | tuple) else (metas,)
+        if len(results) != len(metas):
+            raise LoweringBug(f"{op_name(node)} lowered to {len(results)} values, PyTorch produced {len(metas)}")
+        for value, meta in zip(results, metas):
+            if value is None or not isinstance(meta, torch.Tensor):
+                continue
+            want = (tuple(int(s) for s in meta.shape), ir_dtype(meta.dtype))
+            if (value.type.shape, value.type.dtype) != want:
+                raise LoweringBug(f"{op_name(node)} lowered to {value.type}, PyTorch computed "
+                                  f"{list(want[0])} {want[1]} (node {node.name})")
+
+    def _outputs(self, node: fx.Node, ir_outputs: list[Value]) -> tuple[GraphOutput, ...]:
+        (returned,) = node.args
+        returned = _flatten(returned)
+        index_of: dict[Value, int] = {}
+        outputs: list[GraphOutput] = []
+        for item in returned:
+            if not isinstance(item, fx.Node):
+                outputs.append(ConstantOutput(item))
+            elif item.op == "placeholder":
+                outputs.append(InputOutput(self.placeholders.index(item)))
+            else:
+                value = self.ctx.env[item]
+                if not isinstance(value, Value):
+                    outputs.append(ConstantOutput(value))
+                    continue
+                if value not in index_of:
+                    index_of[value] = len(ir_outputs)
+                    ir_outputs.append(value)
+                outputs.append(ComputedOutput(index_of[value], TensorSpec.of(meta_value(item))))
+        return tuple(outputs)
+
+
+def _flatten(returned: Any) -> list[Any]:
+    """The graph's outputs as one flat list (AOTAutograd's graphs already return one; make_fx's may nest)."""
+    if not isinstance(returned, list | tuple):
+        return [returned]
+    return [leaf for item in returned for leaf in _flatten(item)]

@@ -1,0 +1,56 @@
+"""The backend's options: ``torch.compile(model, backend="neuron", options={...})``.
+
+Read once, at the API boundary (the backend entry point), together with the one environment variable the
+backend honours (``NEURONCC_DUMP``); everything below receives a :class:`BackendOptions` value.
+
+    target    where graphs run: "interp" (reference interpreter), "cpu" (LLVM), "nki-sim"
+              (default: neuroncc.runtime.driver.DEFAULT_TARGET)
+    pipeline  a pass pipeline string overriding the target's default
+    fallback  "none" (default: an unsupported op fails the compile) or "cpu" (run it on eager PyTorch)
+    dump_dir  write every compiled graph's IR there (default: $NEURONCC_DUMP)
+
+Other keys are passed through untouched to ``neuroncc.runtime.driver.compile_graph`` (they belong to the
+passes and code generators).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from neuroncc.errors import InputError
+from neuroncc.runtime import driver
+from neuroncc.runtime.executable import TARGETS
+
+FALLBACK_MODES = ("none", "cpu")
+DUMP_ENV_VAR = "NEURONCC_DUMP"
+
+
+@dataclass(frozen=True)
+class BackendOptions:
+    target: str = driver.DEFAULT_TARGET
+    pipeline: str | None = None
+    fallback: str = "none"
+    dump_dir: str | None = None
+    #: every option the user gave (plus dump_dir), for compile_graph
+    compile_options: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+
+    @staticmethod
+    def from_user(options: Mapping[str, Any] | None, environ: Mapping[str, str]) -> BackendOptions:
+        """Validate the user's options; ``environ`` supplies NEURONCC_DUMP when dump_dir is not given."""
+        given = dict(options or {})
+        target = given.get("target") or driver.DEFAULT_TARGET
+        if target not in TARGETS:
+            raise InputError(f"neuron backend: unknown target '{target}' (known: {', '.join(sorted(TARGETS))})")
+        fallback = given.get("fallback") or "none"
+        if fallback not in FALLBACK_MODES:
+            raise InputError(f"neuron backend: option fallback must be one of {FALLBACK_MODES}, got {fallback!r}")
+        pipeline = given.get("pipeline")
+        if pipeline is not None and not isinstance(pipeline, str):
+            raise InputError(f"neuron backend: option pipeline must be a string, got {pipeline!r}")
+        dump_dir = given.get("dump_dir") or environ.get(DUMP_ENV_VAR) or None
+        if dump_dir is not None:
+            given["dump_dir"] = str(dump_dir)
+        return BackendOptions(target, pipeline, fallback, dump_dir, MappingProxyType(given))

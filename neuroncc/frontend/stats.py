@@ -1,0 +1,86 @@
+"""Counters that tests and users read: ``neuroncc.stats()``, ``neuroncc.reset_stats()``, ``neuroncc.get_fallback_ops()``.
+
+The counters are process-wide (one torch.compile session is one process). The front end increments them as it
+compiles; lower layers cannot import the front end, so a runtime component reports its own counts through the
+``stats`` mapping of the :class:`~neuroncc.runtime.executable.Executable` it returns (for example
+``{"cache_hits": 1}`` from the compile cache, ``{"kernels": 3, "native_kernels": 3}`` from a code generator),
+which :func:`record_executable` adds in.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Mapping
+from typing import Any
+
+#: Every counter, with what it counts. ``stats()`` always returns all of them.
+COUNTERS: Mapping[str, str] = {
+    "dynamo_graphs": "graphs handed to the backend by TorchDynamo (one per specialization)",
+    "graphs_compiled": "aten graphs compiled to an executable (forward + backward + inference + fallback pieces)",
+    "forward_graphs": "training forward graphs compiled",
+    "backward_graphs": "backward graphs compiled",
+    "inference_graphs": "inference (no-grad) graphs compiled",
+    "kernels": "kernels in the compiled executables (a graph without fused kernels counts as one)",
+    "interpreted_kernels": "kernels run by the reference interpreter (target 'interp')",
+    "native_kernels": "kernels run as generated code (LLVM CPU code, NKI simulator)",
+    "cache_hits": "compiled artifacts found in the compile cache",
+    "cache_misses": "compiled artifacts not found in the compile cache",
+    "fallback_ops": "aten op nodes run by eager PyTorch on CPU (fallback='cpu')",
+    "fallback_partitions": "graph pieces compiled by neuroncc in fallback mode",
+}
+
+_lock = threading.Lock()
+_counters: Counter[str] = Counter()
+_fallback_ops: Counter[str] = Counter()
+
+
+def stats() -> dict[str, int]:
+    """A snapshot of every counter (see :data:`COUNTERS`; runtime components may report extra ones)."""
+    with _lock:
+        return {**dict.fromkeys(COUNTERS, 0), **_counters}
+
+
+def reset_stats() -> None:
+    """Zero every counter and forget the recorded fallback ops."""
+    with _lock:
+        _counters.clear()
+        _fallback_ops.clear()
+
+
+def get_fallback_ops() -> dict[str, int]:
+    """The aten ops that ran on eager PyTorch in fallback mode: op name -> number of graph nodes."""
+    with _lock:
+        return dict(_fallback_ops)
+
+
+def increment(name: str, amount: int = 1) -> None:
+    """Add ``amount`` to counter ``name`` (one of :data:`COUNTERS`)."""
+    if name not in COUNTERS:
+        raise KeyError(f"unknown neuroncc counter '{name}' (known: {', '.join(COUNTERS)})")
+    with _lock:
+        _counters[name] += amount
+
+
+def record_fallback_op(op_name: str) -> bool:
+    """Count one graph node of ``op_name`` run by eager PyTorch; True the first time the op is seen."""
+    with _lock:
+        first = op_name not in _fallback_ops
+        _fallback_ops[op_name] += 1
+        _counters["fallback_ops"] += 1
+        return first
+
+
+def record_executable(executable: Any, target: str) -> None:
+    """Count one compiled executable: its kernels, and whatever the runtime reported in ``executable.stats``."""
+    reported: Mapping[str, int] = getattr(executable, "stats", None) or {}
+    counts = Counter({k: int(v) for k, v in reported.items()})
+    if "kernels" not in counts:
+        function = getattr(executable, "function", None)
+        fused = sum(op.name == "kernel" for op in function.ops) if function is not None else 0
+        counts["kernels"] = max(fused, 1)
+    if "interpreted_kernels" not in counts and "native_kernels" not in counts:
+        kind = "interpreted_kernels" if target == "interp" else "native_kernels"
+        counts[kind] = counts["kernels"]
+    with _lock:
+        _counters.update(counts)

@@ -1,0 +1,119 @@
+"""Data-movement and constant instructions: dma_copy, tensor_copy, memset, iota."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from neuroncc.runtime.nki import validate
+from neuroncc.runtime.nki.context import current
+from neuroncc.runtime.nki.dtypes import DType, dtype_of
+from neuroncc.runtime.nki.errors import NKISimulationError
+from neuroncc.runtime.nki.instructions import (
+    emit, engine, new_result, operand, pick_engine, reject_mask, write,
+)
+from neuroncc.runtime.nki.tensor import Tensor
+from neuroncc.runtime.nki.trace import Engine
+
+_GPSIMD_NO_PSUM = "GpSimd engine cannot access PSUM"
+
+
+def _squeezed(shape: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(n for n in shape if n != 1)
+
+
+def dma_copy(dst: Tensor, src: Tensor, dge_mode: object = None, name: str | None = None, *,
+             op_name: str = "dma_copy") -> Tensor:
+    """Copy ``src`` to ``dst`` with a DMA engine (HBM <-> SBUF, or within either).
+
+    DMA cannot reach PSUM and does not convert dtypes. Shapes must match (size-1 dimensions aside, so an
+    HBM vector ``[N]`` can fill an SBUF row ``[1, N]``).
+    """
+    context = current()
+    dst = validate.tensor(op_name, "dst", dst)
+    src = validate.tensor(op_name, "src", src)
+    validate.space(op_name, "src", src, validate.DMA_SPACES, "DMA engines cannot access PSUM")
+    validate.space(op_name, "dst", dst, validate.DMA_SPACES, "DMA engines cannot access PSUM")
+    for role, value in (("src", src), ("dst", dst)):
+        if value.buffer.on_chip:
+            validate.tile(op_name, role, value, aligned=False)
+    if dst.shape != src.shape and _squeezed(dst.shape) != _squeezed(src.shape):
+        raise NKISimulationError(f"{op_name} dst shape {dst.shape} does not match src shape {src.shape}")
+    if dst.dtype != src.dtype:
+        raise NKISimulationError(
+            f"{op_name} dst dtype {dst.dtype.name} does not match src dtype {src.dtype.name}; DMA does not "
+            f"convert dtypes (copy through an engine with tensor_copy)")
+    emit(context, "dma_copy", Engine.DMA,
+         (operand("src", src, "r", dma=True), operand("dst", dst, "w", dma=True)))
+    if context.numerics:
+        dst.array()[...] = src.array().reshape(dst.shape)
+    return dst
+
+
+def tensor_copy(dst: Tensor | None = None, src: Tensor | None = None, engine: engine = engine.unknown,
+                name: str | None = None, dtype: object = None, mask: object = None) -> Tensor:
+    """Copy an on-chip tile into another, converting to ``dst``'s dtype (VectorE unless ``engine`` says)."""
+    reject_mask("tensor_copy", mask)
+    if src is None and isinstance(dst, Tensor):  # NKI 0.1: tensor_copy(src, dtype=None) returns the copy
+        src, dst = dst, new_result(dst.shape, _dtype_or(dtype, dst))
+    context = current()
+    dst = validate.tensor("tensor_copy", "dst", dst)
+    src = validate.tensor("tensor_copy", "src", src)
+    unit = pick_engine(engine, Engine.VECTOR, (Engine.VECTOR, Engine.SCALAR, Engine.GPSIMD), "tensor_copy")
+    allowed = validate.SBUF if unit is Engine.GPSIMD else validate.ON_CHIP
+    why = _GPSIMD_NO_PSUM if unit is Engine.GPSIMD else ""
+    validate.space("tensor_copy", "src", src, allowed, why)
+    validate.space("tensor_copy", "dst", dst, allowed, why)
+    validate.tile("tensor_copy", "src", src)
+    validate.tile("tensor_copy", "dst", dst)
+    validate.same_free_size("tensor_copy", "dst", dst, src.shape, "src")
+    emit(context, "tensor_copy", unit, (operand("src", src, "r"), operand("dst", dst, "w")))
+    if context.numerics:
+        write(dst, src.array())
+    return dst
+
+
+def memset(dst: Tensor, value: float | int, engine: engine = engine.unknown, name: str | None = None) -> Tensor:
+    """Fill an on-chip tile with ``value`` (VectorE unless ``engine`` says)."""
+    context = current()
+    dst = validate.tensor("memset", "dst", dst)
+    unit = pick_engine(engine, Engine.VECTOR, (Engine.VECTOR, Engine.SCALAR, Engine.GPSIMD), "memset")
+    allowed = validate.SBUF if unit is Engine.GPSIMD else validate.ON_CHIP
+    validate.space("memset", "dst", dst, allowed, _GPSIMD_NO_PSUM if unit is Engine.GPSIMD else "")
+    validate.tile("memset", "dst", dst)
+    emit(context, "memset", unit, (operand("dst", dst, "w"),), value=value)
+    if context.numerics:
+        write(dst, np.asarray(value))
+    return dst
+
+
+def iota(dst: Tensor, pattern: list[list[int]] | tuple[tuple[int, int], ...], offset: int = 0,
+         channel_multiplier: int = 0, name: str | None = None) -> Tensor:
+    """Write an affine index pattern with GpSimdE: partition ``p`` and pattern indices ``i_k`` give
+    ``offset + p * channel_multiplier + sum(step_k * i_k)``, with ``pattern = [[step_k, num_k], ...]``."""
+    context = current()
+    dst = validate.tensor("iota", "dst", dst)
+    validate.space("iota", "dst", dst, validate.SBUF, _GPSIMD_NO_PSUM)
+    validate.tile("iota", "dst", dst)
+    pairs = [(int(step), int(num)) for step, num in pattern]
+    if not 1 <= len(pairs) <= 4:
+        raise NKISimulationError(f"iota pattern must have 1 to 4 [step, num] pairs, got {len(pairs)}")
+    count = math.prod(num for _, num in pairs)
+    if count != dst.free_size:
+        raise NKISimulationError(
+            f"iota pattern generates {count} elements per partition but dst has {dst.free_size} (shape {dst.shape})")
+    emit(context, "iota", Engine.GPSIMD, (operand("dst", dst, "w"),))
+    if context.numerics:
+        values = np.full([num for _, num in pairs], int(offset), dtype=np.int64)
+        for axis, (step, num) in enumerate(pairs):
+            shape = [1] * len(pairs)
+            shape[axis] = num
+            values = values + step * np.arange(num, dtype=np.int64).reshape(shape)
+        partitions = np.arange(dst.shape[0], dtype=np.int64).reshape(-1, 1) * int(channel_multiplier)
+        write(dst, partitions + values.reshape(1, -1))
+    return dst
+
+
+def _dtype_or(dtype: object, like: Tensor) -> DType:
+    return like.dtype if dtype is None else dtype_of(dtype)

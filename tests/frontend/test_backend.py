@@ -1,0 +1,151 @@
+"""The backend's contract with torch.compile: registration, options, dtypes, layouts, aliasing, logging, dumps."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import neuroncc
+from neuroncc.frontend.backend import neuron_backend
+from neuroncc.frontend.diagnostics import Float64Warning
+from neuroncc.ir import parse, verify
+
+
+def test_backend_is_found_through_the_entry_point():
+    assert "neuron" in torch._dynamo.list_backends()
+    assert torch._dynamo.lookup_backend("neuron") is neuron_backend
+
+
+def test_set_default_backend_makes_plain_torch_compile_use_neuron():
+    torch.compiler.set_default_backend("neuron")
+    try:
+        model = torch.nn.Linear(4, 3)
+        x = torch.randn(2, 4)
+        torch.testing.assert_close(torch.compile(model)(x), model(x))
+    finally:
+        torch.compiler.set_default_backend(None)
+    assert neuroncc.stats()["dynamo_graphs"] == 1
+
+
+def test_import_neuroncc_does_not_import_torch():
+    code = "import sys, neuroncc; neuroncc.stats(); assert 'torch' not in sys.modules, 'torch imported'"
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_float64_runs_as_float32_with_one_warning_and_float64_outputs():
+    model = torch.nn.Sequential(torch.nn.Linear(5, 7), torch.nn.Tanh(), torch.nn.Linear(7, 2)).double()
+    x = torch.randn(3, 5, dtype=torch.float64)
+    compiled = torch.compile(model, backend="neuron", dynamic=False)
+    with pytest.warns(Float64Warning) as record:
+        out = compiled(x)
+        out.sum().backward()
+    assert len([w for w in record if issubclass(w.category, Float64Warning)]) == 1
+    assert out.dtype == torch.float64
+    assert all(p.grad.dtype == torch.float64 for p in model.parameters())
+    grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    reference = model(x)
+    reference.sum().backward()
+    torch.testing.assert_close(out, reference, rtol=1e-5, atol=1e-6)  # float32 accuracy
+    for ours, eager in zip(grads, [p.grad for p in model.parameters()]):
+        torch.testing.assert_close(ours, eager, rtol=1e-5, atol=1e-6)
+
+
+def test_bfloat16_and_mixed_dtypes_follow_type_promotion():
+    def fn(x, idx):
+        return (x * 0.1 + idx).float().sum(0), (idx > 1.5).sum()
+
+    x = torch.randn(4, 3).to(torch.bfloat16)
+    idx = torch.tensor([[0, 1, 2]] * 4)
+    compiled = torch.compile(fn, backend="neuron", dynamic=False)
+    for ours, eager in zip(compiled(x, idx), fn(x, idx)):
+        assert ours.dtype == eager.dtype
+        torch.testing.assert_close(ours, eager)
+
+
+def test_outputs_have_eager_strides():
+    def fn(x):
+        y = x * 2
+        return y.t(), y.sum(0).expand(3, 4), y[:, ::2]
+
+    x = torch.randn(3, 4)
+    compiled = torch.compile(fn, backend="neuron", dynamic=False)
+    for ours, eager in zip(compiled(x), fn(x)):
+        assert ours.stride() == eager.stride()
+        torch.testing.assert_close(ours, eager)
+
+
+def test_view_outputs_alias_their_input_as_in_eager():
+    def fn(x):
+        return x.view(-1), x.transpose(0, 1), x + 1
+
+    x = torch.randn(2, 3)
+    flat, transposed, _ = torch.compile(fn, backend="neuron", dynamic=False)(x)
+    x.add_(10)  # visible through the views, as in eager
+    torch.testing.assert_close(flat, x.view(-1))
+    torch.testing.assert_close(transposed, x.t())
+
+
+def test_input_mutation_is_written_back():
+    def fn(x, buffer):
+        buffer.mul_(2)
+        x[0] = 5.0
+        return x + buffer
+
+    x, buffer = torch.randn(3), torch.randn(3)
+    x_eager, buffer_eager = x.clone(), buffer.clone()
+    out = torch.compile(fn, backend="neuron", dynamic=False)(x, buffer)
+    torch.testing.assert_close(out, fn(x_eager, buffer_eager))
+    torch.testing.assert_close(x, x_eager)
+    torch.testing.assert_close(buffer, buffer_eager)
+
+
+def test_inputs_without_gradient_get_none():
+    def fn(x, w, unused):
+        return (x @ w).sum()
+
+    x, w, unused = (torch.randn(2, 3, requires_grad=True), torch.randn(3, 4, requires_grad=True),
+                    torch.randn(5, requires_grad=True))
+    torch.compile(fn, backend="neuron", dynamic=False)(x, w, unused).backward()
+    assert unused.grad is None
+    torch.testing.assert_close(w.grad, x.detach().sum(0, keepdim=True).t().expand(3, 4))
+
+
+def test_new_shape_recompiles_and_logs_why(caplog):
+    compiled = torch.compile(lambda x: torch.relu(x) - 1, backend="neuron", dynamic=False)
+    with caplog.at_level(logging.INFO, logger="neuroncc.frontend"):
+        compiled(torch.randn(3))
+        compiled(torch.randn(5))
+        compiled(torch.randn(3))  # the first specialization again: no compile
+    assert neuroncc.stats()["dynamo_graphs"] == 2
+    messages = [r.getMessage() for r in caplog.records if r.name == "neuroncc.frontend"]
+    assert any("specialization #1" in m and "size mismatch" in m for m in messages), messages
+
+
+def test_dump_env_var_writes_parsable_ir(tmp_path, monkeypatch):
+    monkeypatch.setenv("NEURONCC_DUMP", str(tmp_path))
+    model = torch.nn.Linear(4, 2)
+    torch.compile(model, backend="neuron", dynamic=False)(torch.randn(3, 4)).sum().backward()
+    dumped = sorted(p.name for p in tmp_path.glob("*.nir"))
+    assert dumped == ["g0_0_backward.nir", "g0_0_forward.nir"]
+    for path in tmp_path.glob("*.nir"):
+        fn = parse(path.read_text())
+        verify(fn)
+        assert fn.name == path.stem
+
+
+def test_stats_count_and_reset():
+    counts = neuroncc.stats()
+    assert set(counts) >= {"graphs_compiled", "forward_graphs", "backward_graphs", "inference_graphs", "kernels",
+                           "cache_hits", "cache_misses", "fallback_ops", "interpreted_kernels", "native_kernels"}
+    with torch.no_grad():
+        torch.compile(torch.nn.Linear(3, 3), backend="neuron", dynamic=False)(torch.randn(2, 3))
+    counts = neuroncc.stats()
+    assert counts["inference_graphs"] == counts["graphs_compiled"] == 1
+    assert counts["kernels"] == counts["interpreted_kernels"] == 1  # the interp target runs one graph as one kernel
+    neuroncc.reset_stats()
+    assert not any(neuroncc.stats().values())

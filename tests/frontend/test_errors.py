@@ -1,0 +1,170 @@
+"""Refusals surface as typed errors naming the op/feature and the user's line; fallback mode runs instead."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+import torch.nn as nn
+from torch._dynamo.exc import BackendCompilerFailed
+
+import neuroncc
+from neuroncc.frontend.backend import neuron_backend
+from neuroncc.frontend.fallback import FallbackWarning
+
+
+def _inner(error: BaseException) -> BaseException:
+    """The backend's own exception inside TorchDynamo's BackendCompilerFailed wrapper."""
+    assert isinstance(error, BackendCompilerFailed), f"expected dynamo to surface the backend error, got {error!r}"
+    return error.inner_exception
+
+
+def running_sum(x):
+    return torch.cumsum(x * 2, dim=1) + 1
+
+
+RUNNING_SUM_LINE = running_sum.__code__.co_firstlineno + 1
+
+
+class CumsumMLP(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(6, 8)
+        self.fc2 = nn.Linear(8, 3)
+
+    def forward(self, x):
+        return self.fc2(torch.cumsum(torch.tanh(self.fc1(x)), dim=-1))
+
+
+def test_unsupported_op_names_op_types_file_line_and_fallback_hint():
+    compiled = torch.compile(running_sum, backend="neuron", dynamic=False)
+    with pytest.raises(BackendCompilerFailed) as info:
+        compiled(torch.randn(3, 4))
+    error = _inner(info.value)
+    assert isinstance(error, neuroncc.UnsupportedOpError)
+    message = str(info.value)  # what the user reads
+    assert "aten.cumsum.default(float32[3, 4], 1)" in message
+    assert f"{__file__}:{RUNNING_SUM_LINE}" in message
+    assert "torch.cumsum(x * 2, dim=1)" in message
+    assert 'options={"fallback": "cpu"}' in message
+    assert error.op == "aten.cumsum.default"
+
+
+def test_fallback_runs_unsupported_op_on_eager_and_records_it():
+    compiled = torch.compile(running_sum, backend="neuron", dynamic=False, options={"fallback": "cpu"})
+    x = torch.randn(3, 4)
+    with pytest.warns(FallbackWarning, match="aten.cumsum.default"):
+        torch.testing.assert_close(compiled(x), running_sum(x))
+    assert neuroncc.get_fallback_ops() == {"aten.cumsum.default": 1}
+    counts = neuroncc.stats()
+    assert counts["fallback_ops"] == 1
+    assert counts["fallback_partitions"] == 2  # x * 2 before the cumsum, + 1 after it
+
+
+def test_fallback_trains_the_same_model_as_eager():
+    eager = CumsumMLP()
+    ours = copy.deepcopy(eager)
+    compiled = torch.compile(ours, backend="neuron", dynamic=False, options={"fallback": "cpu"})
+    x = torch.randn(5, 6)
+    with pytest.warns(FallbackWarning):
+        out = compiled(x)
+        out.square().sum().backward()
+    reference = eager(x)
+    reference.square().sum().backward()
+    torch.testing.assert_close(out, reference)
+    for mine, theirs in zip(ours.parameters(), eager.parameters()):
+        torch.testing.assert_close(mine.grad, theirs.grad)
+    # cumsum runs in the forward and (as cumsum of the flipped gradient) in the backward
+    assert neuroncc.get_fallback_ops()["aten.cumsum.default"] == 2
+    assert neuroncc.stats()["backward_graphs"] == 1
+
+
+def test_fallback_warns_once_per_op():
+    compiled = torch.compile(running_sum, backend="neuron", dynamic=False, options={"fallback": "cpu"})
+    with pytest.warns(FallbackWarning) as record:
+        compiled(torch.randn(3, 4))
+        compiled(torch.randn(5, 4))  # a second specialization: counted again, not warned again
+    assert len([w for w in record if issubclass(w.category, FallbackWarning)]) == 1
+    assert neuroncc.get_fallback_ops() == {"aten.cumsum.default": 2}
+
+
+def test_symbolic_shapes_are_refused_with_dynamic_false_hint():
+    compiled = torch.compile(lambda x: x.sin() * 2, backend="neuron", dynamic=True)
+    with pytest.raises(BackendCompilerFailed) as info:
+        compiled(torch.randn(3, 4))
+    assert isinstance(_inner(info.value), neuroncc.DynamicShapeError)
+    assert "dynamic=False" in str(info.value)
+
+
+def test_automatic_dynamic_shapes_are_refused_too():
+    compiled = torch.compile(lambda x: x.cos() + 1, backend="neuron")  # dynamic=None: dynamo goes symbolic
+    compiled(torch.randn(3, 4))
+    with pytest.raises(BackendCompilerFailed) as info:
+        compiled(torch.randn(5, 4))  # the second size makes dim 0 symbolic
+    assert isinstance(_inner(info.value), neuroncc.DynamicShapeError)
+
+
+def _complex_abs(x):
+    return torch.view_as_complex(x).abs()
+
+
+def _vmapped(x):
+    return torch.func.vmap(torch.sin)(x)
+
+
+def _grad_of_sin(x):
+    return torch.func.grad(lambda y: y.sin().sum())(x)
+
+
+def _log_prob(x):
+    return torch.distributions.Normal(torch.zeros(3), torch.ones(3)).log_prob(x)
+
+
+def _nested_sin(x):
+    return x.sin()
+
+
+def _jagged():
+    return torch.nested.nested_tensor([torch.randn(2, 4), torch.randn(3, 4)], layout=torch.jagged)
+
+
+@pytest.mark.parametrize(("fn", "make_input", "feature"), [
+    (lambda x: x * 2, lambda: torch.randn(3, dtype=torch.complex64), "complex tensors"),
+    (_complex_abs, lambda: torch.randn(3, 2), "complex tensors"),
+    (_vmapped, lambda: torch.randn(2, 3), "torch.func"),
+    (_grad_of_sin, lambda: torch.randn(3), "torch.func"),
+    (_log_prob, lambda: torch.randn(3), "torch.distributions"),
+    (_nested_sin, _jagged, "nested tensors"),
+], ids=["complex-input", "complex-inside", "vmap", "grad", "torch.distributions", "nested"])
+def test_unsupported_features_raise_typed_errors(fn, make_input, feature):
+    compiled = torch.compile(fn, backend="neuron", dynamic=False)
+    with pytest.raises(BackendCompilerFailed) as info:
+        compiled(make_input())
+    assert isinstance(_inner(info.value), neuroncc.UnsupportedOpError)
+    assert f"neuroncc does not support {feature}" in str(info.value)
+    assert f"{__file__}:" in str(info.value)  # the user's line, found even when the first node has none
+
+
+def test_functional_call_is_not_a_transform():
+    linear = nn.Linear(3, 2)
+    params = dict(linear.named_parameters())
+    compiled = torch.compile(lambda p, x: torch.func.functional_call(linear, p, (x,)), backend="neuron", dynamic=False)
+    x = torch.randn(4, 3)
+    torch.testing.assert_close(compiled(params, x), linear(x))
+
+
+def test_sparse_inputs_are_refused_by_the_backend():
+    # TorchDynamo itself graph-breaks on sparse tensors before calling any backend (use fullgraph=True to
+    # get its error); called directly, the backend refuses them by name.
+    gm = torch.fx.symbolic_trace(lambda x: x * 2)
+    with pytest.raises(neuroncc.UnsupportedOpError, match="sparse tensors"):
+        neuron_backend(gm, [torch.eye(3).to_sparse()])
+
+
+def test_unknown_option_values_are_input_errors():
+    compiled = torch.compile(lambda x: x + 1, backend="neuron", options={"fallback": "gpu"})
+    with pytest.raises(BackendCompilerFailed) as info:
+        compiled(torch.randn(2))
+    assert isinstance(_inner(info.value), neuroncc.InputError)
+    assert "fallback" in str(info.value)
