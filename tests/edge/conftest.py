@@ -1,6 +1,8 @@
 import pytest
 import torch
 
+from .helpers import TARGETS
+
 
 @pytest.fixture(autouse=True)
 def _fresh_dynamo():
@@ -9,3 +11,9 @@ def _fresh_dynamo():
     torch.manual_seed(0)
     yield
     torch._dynamo.reset()
+
+
+@pytest.fixture(params=TARGETS)
+def target(request):
+    """Every neuroncc target whose backend is in this tree."""
+    return request.param
