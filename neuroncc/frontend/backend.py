@@ -35,8 +35,8 @@ from neuroncc.frontend.diagnostics import (
     Float64Warning,
     check_graph_features,
     data_dependent_refusal,
-    float64_nodes,
     user_location,
+    uses_float64,
 )
 from neuroncc.frontend.fallback import partition_and_compile
 from neuroncc.frontend.options import BackendOptions
@@ -52,7 +52,7 @@ def neuron_backend(gm: fx.GraphModule, example_inputs: Sequence[Any], *, options
         raise InputError(f"neuron backend: unexpected arguments {sorted(unexpected)} (use options={{...}})")
     config = BackendOptions.from_user(options, os.environ)
     check_graph_features(gm, example_inputs)
-    if float64_nodes(gm, example_inputs):
+    if uses_float64(gm, example_inputs):
         warnings.warn("neuroncc computes float64 tensors in float32 (outputs are cast back to float64); "
                       "convert the model with .float() to silence this", Float64Warning, stacklevel=2)
     stats.increment("dynamo_graphs")

@@ -33,6 +33,10 @@ EXTRA_DECOMPOSITIONS = (
     aten.elu,  # where + expm1
     aten.linalg_vector_norm,  # abs/pow/sum
     aten.logsumexp,  # amax + log(sum(exp(x - amax)))
+    aten._adaptive_avg_pool2d,  # mean over the spatial dims (1x1 output) or avg_pool2d
+    aten.max_pool2d_with_indices,  # strided slices + amax/argmax over the window
+    aten.max_pool2d_with_indices_backward,  # scatter-add of the gradient at the argmax positions
+    aten.upsample_nearest2d,  # index with computed source rows/columns
 )
 
 #: Decompositions from the core table that we drop, so the op reaches the importer (or fails loudly).

@@ -26,6 +26,18 @@ _DISTRIBUTIONS_DIR = os.path.join(_TORCH_DIR, "distributions") + os.sep
 _FRAME = re.compile(r'^\s*File "(?P<file>.+)", line (?P<line>\d+), in (?P<function>.+)$')
 
 
+_FASTPATH_HINT = ("nn.TransformerEncoderLayer / nn.MultiheadAttention took PyTorch's fused inference fast path; "
+                  "call torch.backends.mha.set_fastpath_enabled(False) before compiling so they trace to plain ops")
+
+#: Extra advice for ops that users meet through a PyTorch module rather than by calling them.
+OP_HINTS = {
+    "aten._transformer_encoder_layer_fwd.default": _FASTPATH_HINT,
+    "aten._native_multi_head_attention.default": _FASTPATH_HINT,
+    "aten.native_dropout.default": "dropout draws random numbers, which neuroncc does not generate; "
+                                   "train with fallback='cpu' (dropout then runs on eager PyTorch) or p=0",
+}
+
+
 class Float64Warning(UserWarning):
     """float64 tensors in a compiled region: neuroncc computes them in float32 (outputs stay float64)."""
 
@@ -109,8 +121,10 @@ def unsupported_op(node: fx.Node, reason: str, others: Iterable[str] = ()) -> Un
     """The error for an aten op neuroncc cannot compile; ``others`` names further unsupported ops."""
     more = sorted(set(others) - {op_name(node)})
     also = f"\n  other unsupported ops in this graph: {', '.join(more)}" if more else ""
+    hint = f"\n  {OP_HINTS[op_name(node)]}" if op_name(node) in OP_HINTS else ""
     error = UnsupportedOpError(
-        f"neuroncc cannot compile {describe_call(node)} {_where(node)}\n  reason: {reason}{also}\n  {FALLBACK_HINT}"
+        f"neuroncc cannot compile {describe_call(node)} {_where(node)}\n  reason: {reason}{also}{hint}\n"
+        f"  {FALLBACK_HINT}"
     )
     error.op = op_name(node)
     error.location = user_location(node)
@@ -163,10 +177,11 @@ def _functorch_target(node: fx.Node) -> bool:
 def check_graph_features(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> None:
     """Refuse TorchDynamo graphs that use a feature neuroncc does not compile, naming it and the user's line."""
     nodes = list(gm.graph.nodes)
+    placeholders = [n for n in nodes if n.op == "placeholder"]
     for index, value in enumerate(example_inputs):
         found = _tensor_feature(value)
         if found:
-            placeholder = next((n for i, n in enumerate(n for n in nodes if n.op == "placeholder") if i == index), None)
+            placeholder = placeholders[index] if index < len(placeholders) else None
             raise unsupported_feature(f"{found[0]} as graph inputs", placeholder, found[1])
     for node in nodes:
         found = _tensor_feature(_example(node))
@@ -181,7 +196,7 @@ def check_graph_features(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> N
             raise unsupported_feature(
                 "torch.distributions", node,
                 "compute the log-probability or sample outside the compiled region, or write the formula out")
-    symbolic = [n for n in nodes if n.op == "placeholder" and _is_symbolic(_example(n))]
+    symbolic = [n for n in placeholders if _is_symbolic(_example(n))]
     if symbolic or any(_is_symbolic(v) for v in example_inputs):
         where = next((user_location(n) for n in nodes if user_location(n)), None)
         names = ", ".join(n.name for n in symbolic) or "graph inputs"
@@ -193,7 +208,7 @@ def check_graph_features(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> N
         )
 
 
-def float64_nodes(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> bool:
+def uses_float64(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> bool:
     """True if the graph reads or computes float64 tensors."""
     if any(isinstance(v, torch.Tensor) and v.dtype is torch.float64 for v in example_inputs):
         return True

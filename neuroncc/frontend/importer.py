@@ -99,9 +99,8 @@ class _Importer:
         self.mutations: list[tuple[int, Value]] = []
 
     def run(self) -> ImportedGraph:
-        params = {}
-        for position, node in enumerate(self.placeholders):
-            params[node] = self.ctx.env[node] = self._param(node, position)
+        params = [self._param(node) for node in self.placeholders]
+        self.ctx.env.update(zip(self.placeholders, params))
         outputs: tuple[GraphOutput, ...] = ()
         ir_outputs: list[Value] = []
         for node in self.gm.graph.nodes:
@@ -119,12 +118,11 @@ class _Importer:
             ir_outputs.append(value)
         builder = self.ctx.builder
         used = {v for op in builder.ops for v in op.operands} | set(ir_outputs)
-        builder.params = [v for v in builder.params if v in used]
-        positions = {v: p for p, v in enumerate(params.values())}
-        return ImportedGraph(builder.build(ir_outputs), tuple(positions[v] for v in builder.params), outputs,
-                             tuple(mutations))
+        positions = tuple(p for p, value in enumerate(params) if value in used)  # unused inputs are not passed
+        builder.params = [params[p] for p in positions]
+        return ImportedGraph(builder.build(ir_outputs), positions, outputs, tuple(mutations))
 
-    def _param(self, node: fx.Node, position: int) -> Value:
+    def _param(self, node: fx.Node) -> Value:
         meta = meta_value(node)
         if not isinstance(meta, torch.Tensor):
             raise unsupported_op(node, f"graph input of type {type(meta).__name__} (only tensors are supported)")

@@ -299,6 +299,7 @@ _CREATION = {
     aten.empty.memory_format: _filled(None, 0),
     aten.empty_like.default: _filled(None, 0),
     aten.empty_strided.default: _filled(None, 0),
+    aten.empty_permuted.default: _filled(None, 0),
     aten.new_empty.default: _filled(None, 0),
     aten.arange.default: _arange,
     aten.arange.start: _arange,

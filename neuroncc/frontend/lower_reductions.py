@@ -1,4 +1,5 @@
-"""Lowerings of reductions (sum, mean, amax, var, argmax, ...) and contractions (mm, addmm, bmm, convolution).
+"""Lowerings of reductions (sum, mean, amax, var, argmax, ...) and contractions (mm, addmm, bmm, convolution,
+and avg_pool2d, which is a depthwise convolution with a constant kernel).
 
 aten's "no dims / empty dim list means every dim" is expanded here (the IR takes explicit sorted dims), and an
 input whose dtype differs from the result (``sum`` of bool is int64, ``sum(dtype=...)``) is cast first.
@@ -9,11 +10,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import torch
 import torch.fx as fx
 
+from neuroncc.errors import UnsupportedOpError
 from neuroncc.frontend.lowering_context import LoweringContext, normalize_dim, normalize_dims
-from neuroncc.ir import Value
+from neuroncc.ir import DenseAttr, Value
+from neuroncc.ir.ops.linalg import conv_output_size
 
 aten = torch.ops.aten
 Lowering = Callable[..., Any]
@@ -126,6 +130,69 @@ def _convolution_backward(ctx: LoweringContext, node: fx.Node, grad_output: Any,
     return tuple(next(results) if wanted else None for wanted in mask)
 
 
+def _pool_window(ctx: LoweringContext, x: Value, kernel_size: Any, stride: Any, padding: Any, ceil_mode: bool,
+                 divisor_override: Any) -> tuple[tuple[int, int], tuple[int, int], tuple[int, int]]:
+    """avg_pool2d's (kernel, stride, padding) as pairs; the cases a convolution computes exactly."""
+    def pair(values: Any, default: Any) -> tuple[int, int]:
+        values = tuple(values) if values else tuple(default)
+        return (values[0], values[0]) if len(values) == 1 else (values[0], values[1])
+
+    if ceil_mode or divisor_override is not None or x.type.rank != 4:
+        raise UnsupportedOpError("avg_pool2d with ceil_mode, divisor_override or a non-batched input")
+    kernel = pair(kernel_size, ())
+    return kernel, pair(stride, kernel), pair(padding, (0,))
+
+
+def _window_counts(size: tuple[int, int], kernel: tuple[int, int], stride: tuple[int, int],
+                   padding: tuple[int, int], out: tuple[int, int]) -> np.ndarray:
+    """How many input elements (padding excluded) each output window covers: [OH, OW]."""
+    per_dim = []
+    for n, k, st, pad, length in zip(size, kernel, stride, padding, out):
+        starts = np.arange(length) * st - pad
+        per_dim.append(np.minimum(starts + k, n) - np.maximum(starts, 0))
+    return np.outer(per_dim[0], per_dim[1]).astype(np.float32)
+
+
+def _avg_pool_conv(ctx: LoweringContext, x: Value, kernel: tuple[int, int], stride: tuple[int, int],
+                   padding: tuple[int, int], count_include_pad: bool) -> tuple[Value, dict[str, Any], Value | None]:
+    """The depthwise ones-kernel convolution avg_pool2d is, and the divisor map when padding is not counted."""
+    channels = x.type.shape[1]
+    scale = 1.0 if not count_include_pad else 1.0 / (kernel[0] * kernel[1])
+    weight = ctx.emit("constant", value=DenseAttr(np.full((channels, 1, *kernel), scale, np.float32), x.type.dtype))
+    attrs = {"stride": stride, "padding": padding, "dilation": (1, 1), "groups": channels}
+    counts = None
+    if not count_include_pad:
+        out = tuple(conv_output_size(n, k, s, p, 1, False, 0) for n, k, s, p in zip(x.type.shape[2:], kernel,
+                                                                                  stride, padding))
+        counts = ctx.emit("constant", value=DenseAttr(_window_counts(x.type.shape[2:], kernel, stride, padding, out),
+                                                      x.type.dtype))
+    return weight, attrs, counts
+
+
+def _avg_pool2d(ctx: LoweringContext, node: fx.Node, self: Any, kernel_size: Any, stride: Any = (),
+                padding: Any = 0, ceil_mode: bool = False, count_include_pad: bool = True,
+                divisor_override: Any = None) -> Value:
+    """avg_pool2d as a depthwise convolution with a constant kernel."""
+    x = ctx.value(self)
+    kernel, strides, pads = _pool_window(ctx, x, kernel_size, stride, (padding,) if isinstance(padding, int)
+                                         else padding, ceil_mode, divisor_override)
+    weight, attrs, counts = _avg_pool_conv(ctx, x, kernel, strides, pads, count_include_pad)
+    summed = ctx.emit("convolution", x, weight, **attrs)
+    return summed if counts is None else ctx.emit("div", summed, counts)
+
+
+def _avg_pool2d_backward(ctx: LoweringContext, node: fx.Node, grad_output: Any, self: Any, kernel_size: Any,
+                         stride: Any, padding: Any, ceil_mode: bool, count_include_pad: bool,
+                         divisor_override: Any) -> Value:
+    """The input gradient of that convolution (divided by the window counts first when they vary)."""
+    x, grad = ctx.value(self), ctx.value(grad_output)
+    kernel, strides, pads = _pool_window(ctx, x, kernel_size, stride, padding, ceil_mode, divisor_override)
+    weight, attrs, counts = _avg_pool_conv(ctx, x, kernel, strides, pads, count_include_pad)
+    if counts is not None:
+        grad = ctx.emit("div", grad, counts)
+    return ctx.emit("convolution_backward", grad, x, weight, output_mask=(1, 0, 0), **attrs)
+
+
 REDUCTION_LOWERINGS: dict[Any, Lowering] = {
     aten.sum.dim_IntList: reduction("sum"),
     aten.sum.default: reduction("sum"),
@@ -155,5 +222,7 @@ REDUCTION_LOWERINGS: dict[Any, Lowering] = {
     aten.addmm.default: _addmm,
     aten.convolution.default: _convolution,
     aten.convolution_backward.default: _convolution_backward,
+    aten.avg_pool2d.default: _avg_pool2d,
+    aten.avg_pool2d_backward.default: _avg_pool2d_backward,
 }
 

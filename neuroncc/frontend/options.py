@@ -9,8 +9,9 @@ backend honours (``NEURONCC_DUMP``); everything below receives a :class:`Backend
     fallback  "none" (default: an unsupported op fails the compile) or "cpu" (run it on eager PyTorch)
     dump_dir  write every compiled graph's IR there (default: $NEURONCC_DUMP)
 
-Other keys are passed through untouched to ``neuroncc.runtime.driver.compile_graph`` (they belong to the
-passes and code generators).
+Other keys, and ``dump_dir`` when set (so the pass pipeline can dump its stages there too), are passed to
+``neuroncc.runtime.driver.compile_graph`` as its ``options`` (they belong to the passes and code generators
+and are part of the compile cache's key).
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from neuroncc.runtime import driver
 from neuroncc.runtime.executable import TARGETS
 
 FALLBACK_MODES = ("none", "cpu")
+#: Options the front end consumes itself (target and pipeline reach compile_graph as its own arguments).
+FRONTEND_KEYS = frozenset({"target", "pipeline", "fallback"})
 DUMP_ENV_VAR = "NEURONCC_DUMP"
 
 
@@ -34,7 +37,7 @@ class BackendOptions:
     pipeline: str | None = None
     fallback: str = "none"
     dump_dir: str | None = None
-    #: every option the user gave (plus dump_dir), for compile_graph
+    #: the options for compile_graph: the user's, less FRONTEND_KEYS, plus dump_dir when set
     compile_options: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
 
     @staticmethod
@@ -51,6 +54,7 @@ class BackendOptions:
         if pipeline is not None and not isinstance(pipeline, str):
             raise InputError(f"neuron backend: option pipeline must be a string, got {pipeline!r}")
         dump_dir = given.get("dump_dir") or environ.get(DUMP_ENV_VAR) or None
+        compile_options = {k: v for k, v in given.items() if k not in FRONTEND_KEYS}
         if dump_dir is not None:
-            given["dump_dir"] = str(dump_dir)
-        return BackendOptions(target, pipeline, fallback, dump_dir, MappingProxyType(given))
+            dump_dir = compile_options["dump_dir"] = str(dump_dir)
+        return BackendOptions(target, pipeline, fallback, dump_dir, MappingProxyType(compile_options))

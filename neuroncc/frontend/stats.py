@@ -1,10 +1,10 @@
 """Counters that tests and users read: ``neuroncc.stats()``, ``neuroncc.reset_stats()``, ``neuroncc.get_fallback_ops()``.
 
 The counters are process-wide (one torch.compile session is one process). The front end increments them as it
-compiles; lower layers cannot import the front end, so a runtime component reports its own counts through the
-``stats`` mapping of the :class:`~neuroncc.runtime.executable.Executable` it returns (for example
-``{"cache_hits": 1}`` from the compile cache, ``{"kernels": 3, "native_kernels": 3}`` from a code generator),
-which :func:`record_executable` adds in.
+compiles. Lower layers cannot import the front end, so they keep their own counters and these functions read
+them: the compile cache's process-wide ``neuroncc.runtime.cache.CACHE_STATS`` (hits and misses), and the
+``stats`` mapping of each :class:`~neuroncc.runtime.executable.Executable` (for example
+``{"kernels": 3, "native_kernels": 3}`` from a code generator), which :func:`record_executable` adds in.
 """
 
 from __future__ import annotations
@@ -37,12 +37,21 @@ _fallback_ops: Counter[str] = Counter()
 
 def stats() -> dict[str, int]:
     """A snapshot of every counter (see :data:`COUNTERS`; runtime components may report extra ones)."""
+    from neuroncc.runtime.cache import CACHE_STATS  # imported here: `import neuroncc` stays cheap
+
+    cache = CACHE_STATS.snapshot()
     with _lock:
-        return {**dict.fromkeys(COUNTERS, 0), **_counters}
+        counts = {**dict.fromkeys(COUNTERS, 0), **_counters}
+    counts["cache_hits"] += int(cache["hits"])
+    counts["cache_misses"] += int(cache["misses"])
+    return counts
 
 
 def reset_stats() -> None:
-    """Zero every counter and forget the recorded fallback ops."""
+    """Zero every counter (the compile cache's too) and forget the recorded fallback ops."""
+    from neuroncc.runtime.cache import CACHE_STATS
+
+    CACHE_STATS.reset()
     with _lock:
         _counters.clear()
         _fallback_ops.clear()
@@ -74,7 +83,8 @@ def record_fallback_op(op_name: str) -> bool:
 def record_executable(executable: Any, target: str) -> None:
     """Count one compiled executable: its kernels, and whatever the runtime reported in ``executable.stats``."""
     reported: Mapping[str, int] = getattr(executable, "stats", None) or {}
-    counts = Counter({k: int(v) for k, v in reported.items()})
+    # Only integer counters add up across executables (timings, per-op tables and reasons stay per executable).
+    counts = Counter({k: v for k, v in reported.items() if isinstance(v, int) and not isinstance(v, bool)})
     if "kernels" not in counts:
         function = getattr(executable, "function", None)
         fused = sum(op.name == "kernel" for op in function.ops) if function is not None else 0

@@ -1,5 +1,6 @@
-"""Testing tools for neuroncc: the OpInfo sweep, the differential fuzzer, random IR graphs.
+"""Test support shared by the test suites and tools.
 
-These modules import torch (the fuzzer and the sweep drive ``torch.compile``); nothing in the compiler
-imports them.
+IR level (numpy only): random graph strategies (``graphs``), model graphs (``models``), semantic checks
+(``semantics``), lit support. Torch level: the OpInfo sweep (``opinfo``) and the differential fuzzer (``fuzz``),
+which drive ``torch.compile``. Nothing in the compiler imports this package.
 """

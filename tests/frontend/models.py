@@ -129,3 +129,19 @@ class ConvBNReLU(nn.Module):
 
     def forward(self, x):
         return torch.relu(self.bn(self.conv(x)))
+
+
+class PoolingCNN(nn.Module):
+    """conv -> max pool -> conv -> avg pool (padding not counted) -> adaptive avg pool -> linear."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(2, 4, 3, padding=1)
+        self.conv2 = nn.Conv2d(4, 4, 3, padding=1)
+        self.head = nn.Linear(4, 3)
+
+    def forward(self, x):
+        x = F.max_pool2d(torch.relu(self.conv1(x)), 2)
+        x = F.avg_pool2d(torch.relu(self.conv2(x)), 3, stride=2, padding=1, count_include_pad=False)
+        x = F.avg_pool2d(x, 2, stride=1, padding=1) + 1
+        return self.head(F.adaptive_avg_pool2d(x, 1).flatten(1))

@@ -146,6 +146,19 @@ def test_stats_count_and_reset():
         torch.compile(torch.nn.Linear(3, 3), backend="neuron", dynamic=False)(torch.randn(2, 3))
     counts = neuroncc.stats()
     assert counts["inference_graphs"] == counts["graphs_compiled"] == 1
-    assert counts["kernels"] == counts["interpreted_kernels"] == 1  # the interp target runs one graph as one kernel
+    assert counts["kernels"] >= 1 and counts["interpreted_kernels"] == 0  # Linear is one extern addmm on cpu
     neuroncc.reset_stats()
     assert not any(neuroncc.stats().values())
+
+
+def test_second_compile_of_the_same_graph_hits_the_compile_cache():
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())
+    x = torch.randn(2, 4)
+    with torch.no_grad():
+        torch.compile(model, backend="neuron", dynamic=False)(x)
+        assert neuroncc.stats()["cache_misses"] == 1
+        torch._dynamo.reset()  # forget the compiled frame: the next call compiles again, from the cache
+        out = torch.compile(model, backend="neuron", dynamic=False)(x)
+    torch.testing.assert_close(out, model(x))
+    counts = neuroncc.stats()
+    assert counts["cache_hits"] == 1 and counts["cache_misses"] == 1 and counts["inference_graphs"] == 2

@@ -30,6 +30,7 @@ CASES: dict[str, tuple[Callable[[], torch.nn.Module], Callable[[], tuple[torch.T
     "attention_masked": (lambda: models.CausalSelfAttention(sdpa=False), lambda: (_randn(2, 8, 16),)),
     "llama_mlp": (models.LlamaMLP, lambda: (_randn(2, 3, 12),)),
     "conv_bn_relu": (models.ConvBNReLU, lambda: (_randn(2, 3, 6, 6),)),
+    "pooling_cnn": (models.PoolingCNN, lambda: (_randn(2, 2, 8, 8),)),
 }
 
 OPTIMIZERS = {

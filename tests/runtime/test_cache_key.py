@@ -66,9 +66,9 @@ VARIANTS = {
     "input shape": (dict(fn=sample_function(batch=2)), {}, {"graph", "inputs"}),
     "input strides": (dict(fn=sample_function(x_strides=(1, 4))), {}, {"graph", "inputs"}),
     "input dtype": (dict(fn=sample_function(dtype=DType.bf16)), {}, {"graph", "inputs", "constants"}),  # W too
-    "target": (dict(target="nki-sim"), {}, {"target"}),
+    "target": (dict(target="nki-sim", pipeline="canonicalize"), {}, {"target"}),
     "options": (dict(options={"tile": 64}), {}, {"options"}),
-    "pipeline": (dict(pipeline="canonicalize"), {}, {"pipeline"}),
+    "pipeline": (dict(pipeline="canonicalize,fuse"), {}, {"pipeline"}),
     "neuroncc version": ({}, dict(neuroncc_version="9.9.9"), {"neuroncc_version"}),
     "neuroncc source": ({}, dict(neuroncc_source="0" * 64), {"neuroncc_source"}),
     "torch version": ({}, dict(torch_version="2.14.0"), {"torch_version"}),
@@ -80,8 +80,9 @@ VARIANTS = {
 def test_each_component_changed_alone_changes_the_key(variant):
     request_changes, environment_changes, expected = VARIANTS[variant]
     base_fn = sample_function()
-    base = compute_key(make_request(base_fn))
-    fields = {"fn": base_fn, "target": "interp", "pipeline": None, "options": None} | request_changes
+    # Explicit pipeline: a target's default pipeline differs per target, which would change two components.
+    base = compute_key(make_request(base_fn, target="interp", pipeline="canonicalize"))
+    fields = {"fn": base_fn, "target": "interp", "pipeline": "canonicalize", "options": None} | request_changes
     changed = compute_key(make_request(fields.pop("fn"), **fields), _environment(**environment_changes))
     assert changed.key != base.key
     assert set(component_differences(_digests(base), _digests(changed))) == expected
@@ -91,9 +92,9 @@ def test_host_component_comes_from_the_target_codec(monkeypatch):
     from neuroncc.runtime import artifact
 
     codec = dataclasses.replace(artifact.ARTIFACT_CODECS["interp"], host_fingerprint=lambda: "some-other-cpu")
-    base = compute_key(make_request(sample_function()))
+    base = compute_key(make_request(sample_function(), target="interp"))
     monkeypatch.setitem(artifact.ARTIFACT_CODECS, "interp", codec)
-    changed = compute_key(make_request(sample_function()))
+    changed = compute_key(make_request(sample_function(), target="interp"))
     assert component_differences(_digests(base), _digests(changed)) == ["host"]
 
 

@@ -2,7 +2,12 @@
 
 ``constant`` holds a :class:`DenseAttr` (printed inline when small, as a named resource when large).
 ``kernel`` owns one region (a nested function isolated from above) produced by the fusion pass; its
-semantics are the region's, so the interpreter runs the region.
+semantics are the region's, so the interpreter runs the region. Its other attributes are scheduling
+annotations that never change the result (see docs/passes.md): ``domain`` (the iteration space: the shape of
+the region's largest value), ``partition_dim`` (NKI: the domain dim laid on the 128 partitions, chosen by the
+layout pass), ``tile`` (block per domain dim), ``vector_width`` (CPU lanes), ``matmul_tile`` ([m, n, k] block
+of the region's matmul) and ``sbuf_bytes`` (NKI: SBUF bytes per partition of the live tiles), set by the
+tile pass. Empty / zero / none means "not chosen".
 """
 
 from __future__ import annotations
@@ -10,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from neuroncc.ir.attrs import Attrs
-from neuroncc.ir.opdef import AttrSpec, Category, OpDef, fail
+from neuroncc.ir.opdef import AttrSpec, Category, OpDef, check_scalar, fail
 from neuroncc.ir.types import TensorType
 
 
@@ -22,8 +27,7 @@ def _infer_full(types: tuple[TensorType, ...], attrs: Attrs) -> TensorType:
     shape, dtype, value = attrs["shape"], attrs["dtype"], attrs["value"]
     if any(s < 0 for s in shape):
         raise fail("full", f"negative size in shape {list(shape)}")
-    if isinstance(value, float) and not dtype.is_float and value == value and value != int(value):
-        raise fail("full", f"value {value} is not representable in {dtype.value}")
+    check_scalar("full", "value", value, dtype)
     return TensorType(shape, dtype)
 
 
@@ -52,6 +56,9 @@ OPS = (
            "dtype": AttrSpec("dtype")},
           "start + step * [0, 1, ..., length-1] (torch.arange)"),
     OpDef("kernel", Category.KERNEL, (0, None), lambda types, attrs: (), None,
-          {"name": AttrSpec("str"), "target": AttrSpec("str", "any")},
+          {"name": AttrSpec("str"), "target": AttrSpec("str", "any"),
+           "domain": AttrSpec("ints", ()), "partition_dim": AttrSpec("optional-int", None),
+           "tile": AttrSpec("ints", ()), "vector_width": AttrSpec("int", 0),
+           "matmul_tile": AttrSpec("ints", ()), "sbuf_bytes": AttrSpec("int", 0)},
           "a fused kernel: runs its region on the operands"),
 )

@@ -3,13 +3,20 @@
 These are the ops the CPU backend hands to ATen/BLAS as extern kernels and the NKI backend puts on TensorE.
 Convolution follows ``aten.convolution``: input [N, C, *spatial], weight [O, C/groups, *kernel] (transposed:
 [C, O/groups, *kernel]), 1-d and 2-d spatial shapes.
+
+``mm``, ``bmm`` and ``addmm`` take ``transpose_a`` / ``transpose_b`` (default false): the operand is stored with
+its last two dimensions swapped and the product uses its transpose, so ``mm(a, b, transpose_b=true)`` is
+``a @ b.T``. The layout pass folds ``permute`` ops into these flags (BLAS and TensorE read either layout).
 """
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from neuroncc.ir.attrs import Attrs
+from neuroncc.ir.dtypes import DType
 from neuroncc.ir.opdef import AttrSpec, Category, OpDef, fail, same_dtype
 from neuroncc.ir.types import TensorType
 
@@ -18,19 +25,37 @@ def _wide(x: np.ndarray) -> np.ndarray:
     return x.astype(np.float64) if x.dtype.kind == "f" else x
 
 
-def _infer_mm(types: tuple[TensorType, ...], attrs: Attrs) -> TensorType:
+def _swap_last_two(t: TensorType) -> TensorType:
+    return TensorType(t.shape[:-2] + (t.shape[-1], t.shape[-2]), t.dtype) if t.rank >= 2 else t
+
+
+def _logical_operands(types: tuple[TensorType, ...], attrs: Attrs) -> tuple[TensorType, TensorType]:
+    """The matmul operands as the product sees them (after the transpose flags)."""
     a, b = types
-    dtype = same_dtype("mm", types)
+    return (_swap_last_two(a) if attrs["transpose_a"] else a), (_swap_last_two(b) if attrs["transpose_b"] else b)
+
+
+def _numeric_dtype(op: str, types: tuple[TensorType, ...], *, floats_only: bool = False) -> DType:
+    """The operands' one element type; PyTorch has no bool (and no integer convolution) kernels."""
+    dtype = same_dtype(op, types)
+    if dtype.is_bool or (floats_only and not dtype.is_float):
+        raise fail(op, f"operands must be {'float' if floats_only else 'numeric'}, got {dtype.value}")
+    return dtype
+
+
+def _infer_mm(types: tuple[TensorType, ...], attrs: Attrs, op: str = "mm") -> TensorType:
+    dtype = _numeric_dtype(op, types)
+    a, b = _logical_operands(types, attrs)
     if a.rank != 2 or b.rank != 2:
-        raise fail("mm", f"operands must be 2-d, got {a} and {b}")
+        raise fail(op, f"operands must be 2-d, got {a} and {b}")
     if a.shape[1] != b.shape[0]:
-        raise fail("mm", f"contraction sizes differ: {list(a.shape)} @ {list(b.shape)}")
+        raise fail(op, f"contraction sizes differ: {list(a.shape)} @ {list(b.shape)}")
     return TensorType((a.shape[0], b.shape[1]), dtype)
 
 
 def _infer_bmm(types: tuple[TensorType, ...], attrs: Attrs) -> TensorType:
-    a, b = types
-    dtype = same_dtype("bmm", types)
+    dtype = _numeric_dtype("bmm", types)
+    a, b = _logical_operands(types, attrs)
     if a.rank != 3 or b.rank != 3:
         raise fail("bmm", f"operands must be 3-d, got {a} and {b}")
     if a.shape[0] != b.shape[0] or a.shape[2] != b.shape[1]:
@@ -40,8 +65,12 @@ def _infer_bmm(types: tuple[TensorType, ...], attrs: Attrs) -> TensorType:
 
 def _infer_addmm(types: tuple[TensorType, ...], attrs: Attrs) -> TensorType:
     bias, a, b = types
-    same_dtype("addmm", types)
-    out = _infer_mm((a, b), attrs)
+    dtype = _numeric_dtype("addmm", types)
+    integral = all(math.isfinite(attrs[k]) and attrs[k] == int(attrs[k]) for k in ("beta", "alpha"))
+    if not dtype.is_float and not integral:
+        raise fail("addmm", f"beta and alpha must be integers for {dtype.value} operands, "
+                            f"got {attrs['beta']} and {attrs['alpha']}")
+    out = _infer_mm((a, b), attrs, "addmm")
     from neuroncc.ir.opdef import broadcast_shapes
 
     if broadcast_shapes("addmm", bias.shape, out.shape) != out.shape:
@@ -49,12 +78,23 @@ def _infer_addmm(types: tuple[TensorType, ...], attrs: Attrs) -> TensorType:
     return out
 
 
-def _mm(a, b):
-    return _wide(a) @ _wide(b)
+def _product(a, b, transpose_a: bool, transpose_b: bool):
+    a, b = _wide(a), _wide(b)
+    return (np.swapaxes(a, -1, -2) if transpose_a else a) @ (np.swapaxes(b, -1, -2) if transpose_b else b)
 
 
-def _addmm(bias, a, b, beta, alpha):
-    return beta * _wide(bias) + alpha * (_wide(a) @ _wide(b))
+def _mm(a, b, transpose_a=False, transpose_b=False):
+    return _product(a, b, transpose_a, transpose_b)
+
+
+def _addmm(bias, a, b, beta, alpha, transpose_a=False, transpose_b=False):
+    product = alpha * _product(a, b, transpose_a, transpose_b)
+    if beta == 0:  # torch.addmm ignores the bias when beta is 0: its NaN and inf do not propagate
+        return product
+    return beta * _wide(bias) + product
+
+
+_TRANSPOSE_ATTRS = {"transpose_a": AttrSpec("bool", False), "transpose_b": AttrSpec("bool", False)}
 
 
 # ---- convolution ---------------------------------------------------------------------------------------
@@ -88,33 +128,44 @@ def _spatial_attrs(op: str, attrs: Attrs, nspatial: int) -> tuple[tuple[int, ...
     return expand("stride", 1), expand("padding", 0), expand("dilation", 1), expand("output_padding", 0)
 
 
-def _infer_conv(types: tuple[TensorType, ...], attrs: Attrs) -> TensorType:
+def _infer_conv(types: tuple[TensorType, ...], attrs: Attrs, op: str = "convolution") -> TensorType:
     x, w = types[0], types[1]
-    dtype = same_dtype("convolution", types)
+    dtype = _numeric_dtype(op, types, floats_only=True)
     if x.rank not in (3, 4) or w.rank != x.rank:
-        raise fail("convolution", f"expects 1-d or 2-d convolution (rank-3/4 input and weight), got {x} and {w}")
+        raise fail(op, f"expects 1-d or 2-d convolution (rank-3/4 input and weight), got {x} and {w}")
     nspatial, groups = x.rank - 2, attrs["groups"]
-    stride, padding, dilation, output_padding = _spatial_attrs("convolution", attrs, nspatial)
+    stride, padding, dilation, output_padding = _spatial_attrs(op, attrs, nspatial)
+    # PyTorch's own checks (aten/src/ATen/native/Convolution.cpp): numpy would divide by zero or misindex
+    if min(stride) < 1 or min(dilation) < 1:
+        raise fail(op, f"stride {list(stride)} and dilation {list(dilation)} must be positive")
+    if min(padding) < 0 or min(output_padding) < 0:
+        raise fail(op, f"padding {list(padding)} and output_padding {list(output_padding)} must be non-negative")
+    if attrs["transposed"] and any(p >= max(s, d) for p, s, d in zip(output_padding, stride, dilation)):
+        raise fail(op, f"output_padding {list(output_padding)} must be smaller than stride or dilation")
+    if w.shape[0] == 0 or 0 in w.shape[2:]:
+        raise fail(op, f"weight {list(w.shape)} has no output channels or an empty kernel")
+    if 0 in x.shape[1:]:
+        raise fail(op, f"input {list(x.shape)} has no channels or an empty spatial dimension (only the batch may be 0)")
     if groups < 1 or x.shape[1] % groups:
-        raise fail("convolution", f"input channels {x.shape[1]} are not divisible by groups={groups}")
+        raise fail(op, f"input channels {x.shape[1]} are not divisible by groups={groups}")
     if attrs["transposed"]:
         if w.shape[0] != x.shape[1]:
-            raise fail("convolution", f"transposed weight {list(w.shape)} needs {x.shape[1]} input channels")
+            raise fail(op, f"transposed weight {list(w.shape)} needs {x.shape[1]} input channels")
         out_channels = w.shape[1] * groups
     else:
         if w.shape[1] * groups != x.shape[1]:
-            raise fail("convolution", f"weight {list(w.shape)} expects {w.shape[1] * groups} input channels, "
-                                      f"input has {x.shape[1]}")
+            raise fail(op, f"weight {list(w.shape)} expects {w.shape[1] * groups} input channels, "
+                                 f"input has {x.shape[1]}")
         out_channels = w.shape[0]
     if len(types) == 3 and types[2].shape != (out_channels,):
-        raise fail("convolution", f"bias must have shape [{out_channels}], got {list(types[2].shape)}")
+        raise fail(op, f"bias must have shape [{out_channels}], got {list(types[2].shape)}")
     spatial = tuple(
         conv_output_size(x.shape[2 + i], w.shape[2 + i], stride[i], padding[i], dilation[i], attrs["transposed"],
                          output_padding[i])
         for i in range(nspatial)
     )
     if any(s <= 0 for s in spatial):
-        raise fail("convolution", f"output spatial size {list(spatial)} is not positive")
+        raise fail(op, f"output spatial size {list(spatial)} is not positive")
     return TensorType((x.shape[0], out_channels, *spatial), dtype)
 
 
@@ -201,7 +252,7 @@ def _infer_conv_backward(types: tuple[TensorType, ...], attrs: Attrs) -> tuple[T
     grad, x, w = types
     if attrs["transposed"]:
         raise fail("convolution_backward", "transposed convolution backward is not supported")
-    forward = _infer_conv((x, w), attrs)
+    forward = _infer_conv((x, w), attrs, "convolution_backward")
     if forward.shape != grad.shape or grad.dtype != x.dtype:
         raise fail("convolution_backward", f"grad_output {grad} does not match the forward output {forward}")
     mask = attrs["output_mask"]
@@ -220,9 +271,9 @@ def _conv_backward(grad, x, w, *, stride, padding, dilation, transposed, output_
         # Pick output_padding so the transposed conv reproduces the input's exact spatial size.
         full = [(g2.shape[2 + i] - 1) * st[i] - 2 * pa[i] + di[i] * (w2.shape[2 + i] - 1) + 1 for i in range(2)]
         out_pad = (x2.shape[2] - full[0], x2.shape[3] - full[1])
-        w_t = w2.reshape(groups, -1, *w2.shape[1:]).transpose(0, 2, 1, 3, 4).reshape(-1, w2.shape[0] // groups,
-                                                                                        *w2.shape[2:])
-        gx = conv2d_transpose(g2, w_t, st, pa, out_pad, di, groups)
+        # The input gradient is the transposed convolution of grad with the same weight: read as a transposed
+        # weight, [O, C/g, kh, kw] maps O input channels to C output channels, group by group.
+        gx = conv2d_transpose(g2, w2, st, pa, out_pad, di, groups)
         results.append(gx[:, :, 0, :] if nspatial == 1 else gx)
     if output_mask[1]:
         gw = conv2d_weight_grad(x2, g2, w2.shape, st, pa, di, groups)
@@ -233,10 +284,13 @@ def _conv_backward(grad, x, w, *, stride, padding, dilation, transposed, output_
 
 
 OPS = (
-    OpDef("mm", Category.MATMUL, (2, 2), _infer_mm, _mm, {}, "matrix product [M,K] @ [K,N]"),
-    OpDef("bmm", Category.MATMUL, (2, 2), _infer_bmm, _mm, {}, "batched matrix product [B,M,K] @ [B,K,N]"),
+    OpDef("mm", Category.MATMUL, (2, 2), _infer_mm, _mm, _TRANSPOSE_ATTRS,
+          "matrix product [M,K] @ [K,N] (transpose_a: a is stored [K,M]; transpose_b: b is stored [N,K])"),
+    OpDef("bmm", Category.MATMUL, (2, 2), _infer_bmm, _mm, _TRANSPOSE_ATTRS,
+          "batched matrix product [B,M,K] @ [B,K,N] (transpose flags swap an operand's last two dims)"),
     OpDef("addmm", Category.MATMUL, (3, 3), _infer_addmm, _addmm,
-          {"beta": AttrSpec("float", 1.0), "alpha": AttrSpec("float", 1.0)}, "beta*bias + alpha*(a @ b)"),
+          {"beta": AttrSpec("float", 1.0), "alpha": AttrSpec("float", 1.0), **_TRANSPOSE_ATTRS},
+          "beta*bias + alpha*(a @ b) (transpose flags as for mm)"),
     OpDef("convolution", Category.MATMUL, (2, 3), _infer_conv, _conv, _CONV_ATTRS,
           "N-d convolution as aten.convolution (1-d and 2-d), optional bias operand"),
     OpDef("convolution_backward", Category.MATMUL, (3, 3), _infer_conv_backward, _conv_backward,

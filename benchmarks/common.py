@@ -1,0 +1,71 @@
+"""Benchmark harness: interleaved timing, medians, ratios, and the environment rules of the project.
+
+Numbers come from here, never from unit tests. Every run interleaves the implementations being compared
+(eager, Inductor, neuroncc) call by call so machine noise hits all of them alike, and reports medians.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable
+
+MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": "1073741824", "MALLOC_TRIM_THRESHOLD_": "4294967296"}
+
+
+def ensure_environment(threads: int = 2) -> None:
+    """Re-exec with glibc malloc settings (they are read at process start), then pin torch's threads."""
+    if any(os.environ.get(k) != v for k, v in MALLOC_ENV.items()):
+        os.environ.update(MALLOC_ENV)
+        os.execv(sys.executable, [sys.executable, *sys.argv])
+    import torch
+
+    torch.set_num_threads(threads)
+
+
+def interleaved(impls: dict[str, Callable[[], object]], repeats: int = 30, warmup: int = 3,
+                clock: Callable[[], float] = time.perf_counter) -> dict[str, float]:
+    """Median seconds per call of each implementation, calls interleaved round-robin.
+
+    ``clock=time.thread_time`` measures CPU time of the calling thread: for single-threaded runs on a
+    shared, oversubscribed machine it leaves out the time the process spends descheduled.
+    """
+    for _ in range(warmup):
+        for fn in impls.values():
+            fn()
+    samples: dict[str, list[float]] = {name: [] for name in impls}
+    for _ in range(repeats):
+        for name, fn in impls.items():
+            start = clock()
+            fn()
+            samples[name].append(clock() - start)
+    return {name: statistics.median(times) for name, times in samples.items()}
+
+
+def copy_bandwidth(nbytes: int = 1 << 28, repeats: int = 10,
+                   clock: Callable[[], float] = time.perf_counter) -> float:
+    """The machine's measured copy bandwidth in GB/s (bytes read + bytes written per second, numpy copyto,
+    one thread), timed with ``clock``."""
+    import numpy as np
+
+    src = np.ones(nbytes // 4, dtype=np.float32)
+    dst = np.empty_like(src)
+    np.copyto(dst, src)
+    best = statistics.median(_time(lambda: np.copyto(dst, src), clock) for _ in range(repeats))
+    return 2 * nbytes / best / 1e9
+
+
+def _time(fn: Callable[[], object], clock: Callable[[], float] = time.perf_counter) -> float:
+    start = clock()
+    fn()
+    return clock() - start
+
+
+def table(rows: list[list[str]], header: list[str]) -> str:
+    widths = [max(len(str(r[i])) for r in rows + [header]) for i in range(len(header))]
+    lines = ["| " + " | ".join(str(h).ljust(w) for h, w in zip(header, widths)) + " |",
+             "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
+    lines += ["| " + " | ".join(str(c).ljust(w) for c, w in zip(row, widths)) + " |" for row in rows]
+    return "\n".join(lines)

@@ -1,0 +1,336 @@
+"""Per-op lowering of movement, indexing and creation ops: the value of the result at an index.
+
+Each entry takes the emission context, the op, the result number and the result index (a list of i64 values
+or Python ints, which fold) and returns the compute-typed value, usually by asking the context for an
+operand's value at a remapped index. Nothing is copied: ``permute`` of a computed value is the operand read
+with permuted indices, ``cat`` reads every piece at a clamped index and selects (branch-free, so loops over
+it still vectorize), ``gather``/``embedding`` load their index first and then the data.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+from llvmlite import ir
+
+from neuroncc.codegen.llvm.scalars import F32, F64, I1, I64, call, compute_type, constant, round_to, to_index
+from neuroncc.ir.dtypes import DType
+from neuroncc.ir.graph import Op
+from neuroncc.ir.ops.indexing import index_result_shape
+from neuroncc.ir.types import contiguous_strides
+
+Index = list  # of ir.Value (i64) or int
+AccessLowering = Callable[[Any, Op, int, Index], ir.Value]
+
+
+def _broadcast(ctx, idx: Index, result_shape: tuple[int, ...], shape: tuple[int, ...]) -> Index:
+    offset = len(result_shape) - len(shape)
+    return [idx[d + offset] if shape[d] != 1 else 0 for d in range(len(shape))]
+
+
+def _flat(ctx, idx: Index, shape: tuple[int, ...]) -> Any:
+    flat: Any = 0
+    for i, stride in zip(idx, contiguous_strides(shape)):
+        flat = ctx.add(flat, ctx.mul(i, stride))
+    return flat
+
+
+def _unflat(ctx, flat: Any, shape: tuple[int, ...]) -> Index:
+    """The index of flat position ``flat`` in ``shape`` (the outermost dim needs no remainder)."""
+    out = []
+    for d, (stride, size) in enumerate(zip(contiguous_strides(shape), shape)):
+        if size == 1:
+            out.append(0)
+        elif d == next((k for k, n in enumerate(shape) if n != 1), 0):
+            out.append(ctx.div(flat, stride))
+        else:
+            out.append(ctx.rem(ctx.div(flat, stride), size))
+    return out
+
+
+def reshape_groups(source: tuple[int, ...], target: tuple[int, ...]) -> list[tuple[list[int], list[int]]]:
+    """Pairs (source dims, target dims) of consecutive dims with equal element counts: a reshape only mixes
+    indices within a group, so dims a reshape leaves alone (typically the last) keep a unit-stride index."""
+    groups, i, j = [], 0, 0
+    while i < len(source) or j < len(target):
+        ga, gb, pa, pb = [], [], 1, 1
+        if i < len(source):
+            ga.append(i)
+            pa, i = pa * source[i], i + 1
+        if j < len(target):
+            gb.append(j)
+            pb, j = pb * target[j], j + 1
+        while pa != pb:
+            if pa < pb:
+                ga.append(i)
+                pa, i = pa * source[i], i + 1
+            else:
+                gb.append(j)
+                pb, j = pb * target[j], j + 1
+        groups.append((ga, gb))
+    return groups
+
+
+def _operand(ctx, op: Op, position: int, idx: Index) -> ir.Value:
+    return ctx.value_at(op.operands[position], idx)
+
+
+def _reshape(ctx, op, index, idx):
+    source, target = op.operands[0].type.shape, op.result.type.shape
+    if 0 in source:
+        return _operand(ctx, op, 0, [0] * len(source))  # never evaluated: the loops run zero times
+    out: Index = [0] * len(source)
+    for ga, gb in reshape_groups(source, target):
+        if len(ga) == 1 and len(gb) == 1:
+            out[ga[0]] = idx[gb[0]]
+            continue
+        flat = _flat(ctx, [idx[d] for d in gb], tuple(target[d] for d in gb))
+        for d, i in zip(ga, _unflat(ctx, flat, tuple(source[d] for d in ga))):
+            out[d] = i
+    return _operand(ctx, op, 0, out)
+
+
+def _permute(ctx, op, index, idx):
+    out = [0] * len(idx)
+    for k, d in enumerate(op.attrs["dims"]):
+        out[d] = idx[k]
+    return _operand(ctx, op, 0, out)
+
+
+def _expand(ctx, op, index, idx):
+    return _operand(ctx, op, 0, _broadcast(ctx, idx, op.result.type.shape, op.operands[0].type.shape))
+
+
+def _slice(ctx, op, index, idx):
+    dim = op.attrs["dim"] % len(idx)
+    out = list(idx)
+    if op.name == "slice":
+        out[dim] = ctx.add(ctx.mul(idx[dim], op.attrs["step"]), op.attrs["start"])
+    else:  # split: result ``index`` starts after the earlier pieces
+        out[dim] = ctx.add(idx[dim], sum(op.attrs["sizes"][:index]))
+    return _operand(ctx, op, 0, out)
+
+
+def _select(ctx, op, index, idx):
+    dim = op.attrs["dim"] % (len(idx) + 1)
+    return _operand(ctx, op, 0, list(idx[:dim]) + [op.attrs["index"]] + list(idx[dim:]))
+
+
+def _squeeze(ctx, op, index, idx):
+    rank = op.operands[0].type.rank
+    dropped = {d % rank for d in op.attrs["dims"]} if rank else set()
+    it = iter(idx)
+    return _operand(ctx, op, 0, [0 if d in dropped else next(it) for d in range(rank)])
+
+
+def _unsqueeze(ctx, op, index, idx):
+    dim = op.attrs["dim"] % len(idx)
+    return _operand(ctx, op, 0, list(idx[:dim]) + list(idx[dim + 1:]))
+
+
+def _as_strided(ctx, op, index, idx):
+    flat: Any = op.attrs["offset"]
+    for i, stride in zip(idx, op.attrs["strides"]):
+        flat = ctx.add(flat, ctx.mul(i, stride))
+    return _operand(ctx, op, 0, _unflat(ctx, flat, op.operands[0].type.shape))
+
+
+def _copy(ctx, op, index, idx):
+    return _operand(ctx, op, 0, idx)
+
+
+def _flip(ctx, op, index, idx):
+    shape = op.result.type.shape
+    flipped = {d % len(shape) for d in op.attrs["dims"]}
+    return _operand(ctx, op, 0, [ctx.sub(shape[d] - 1, i) if d in flipped else i for d, i in enumerate(idx)])
+
+
+def _repeat(ctx, op, index, idx):
+    shape = op.operands[0].type.shape
+    offset = len(idx) - len(shape)
+    return _operand(ctx, op, 0, [ctx.rem(idx[d + offset], shape[d]) if shape[d] > 1 else 0 for d in range(len(shape))])
+
+
+def _select_pieces(ctx, position: Any, starts: list[int], values: list[ir.Value]) -> ir.Value:
+    """values[p] where starts[p] <= position < starts[p+1] (branch-free select chain)."""
+    result = values[-1]
+    for start, value in zip(reversed(starts[1:]), reversed(values[:-1])):
+        result = ctx.b.select(ctx.lt(position, start), value, result)
+    return result
+
+
+def _cat(ctx, op, index, idx):
+    dim = op.attrs["dim"] % len(idx)
+    pieces = [(position, v.type.shape[dim]) for position, v in enumerate(op.operands) if v.type.shape[dim] > 0]
+    starts, values, start = [], [], 0
+    sizes = [v.type.shape[dim] for v in op.operands]
+    for position, size in pieces:
+        start = sum(sizes[:position])
+        if isinstance(idx[dim], int) and not start <= idx[dim] < start + size:
+            continue
+        local = ctx.clamp(ctx.sub(idx[dim], start), 0, size - 1)
+        starts.append(start)
+        values.append(_operand(ctx, op, position, list(idx[:dim]) + [local] + list(idx[dim + 1:])))
+    return _select_pieces(ctx, idx[dim], starts, values)
+
+
+def _constant_pad(ctx, op, index, idx):
+    shape = op.operands[0].type.shape
+    pad = op.attrs["pad"]
+    source, inside = list(idx), None
+    for i in range(len(pad) // 2):
+        d = len(shape) - 1 - i
+        if pad[2 * i] == 0 and pad[2 * i + 1] <= 0:
+            continue
+        position = ctx.sub(idx[d], pad[2 * i])
+        ok = ctx.b.and_(ctx.ge(position, 0), ctx.lt(position, shape[d])) if shape[d] else ir.Constant(I1, 0)
+        inside = ok if inside is None else ctx.b.and_(inside, ok)
+        source[d] = ctx.clamp(position, 0, max(shape[d] - 1, 0))
+    fill = constant(op.result.type.dtype, op.attrs["value"])
+    if any(s == 0 for s in shape):
+        return fill
+    value = _operand(ctx, op, 0, source)
+    return value if inside is None else ctx.b.select(inside, value, fill)
+
+
+def _slice_scatter(ctx, op, index, idx):
+    attrs = op.attrs
+    dim = attrs["dim"] % len(idx)
+    length = op.operands[1].type.shape[dim]
+    base = _operand(ctx, op, 0, idx)
+    if length == 0:
+        return base
+    offset = ctx.sub(idx[dim], attrs["start"])
+    inside = ctx.b.and_(ctx.ge(offset, 0), ctx.lt(offset, attrs["step"] * (length - 1) + 1))
+    if attrs["step"] > 1:
+        inside = ctx.b.and_(inside, ctx.eq(ctx.rem(ctx.clamp(offset, 0, None), attrs["step"]), 0))
+    local = ctx.clamp(ctx.div(ctx.clamp(offset, 0, None), attrs["step"]), 0, length - 1)
+    src = _operand(ctx, op, 1, list(idx[:dim]) + [local] + list(idx[dim + 1:]))
+    return ctx.b.select(inside, src, base)
+
+
+def _select_scatter(ctx, op, index, idx):
+    dim = op.attrs["dim"] % len(idx)
+    base = _operand(ctx, op, 0, idx)
+    src = _operand(ctx, op, 1, list(idx[:dim]) + list(idx[dim + 1:]))
+    return ctx.b.select(ctx.eq(idx[dim], op.attrs["index"]), src, base)
+
+
+def _index_value(ctx, op: Op, position: int, idx: Index) -> ir.Value:
+    return to_index(ctx.b, _operand(ctx, op, position, idx), op.operands[position].type.dtype)
+
+
+def _gather(ctx, op, index, idx):
+    x = op.operands[0].type
+    if x.rank == 0:
+        return _operand(ctx, op, 0, [])
+    dim = op.attrs["dim"] % x.rank
+    size = x.shape[dim]
+    raw = _index_value(ctx, op, 1, idx)
+    wrapped = ctx.b.srem(raw, ir.Constant(I64, max(size, 1)))  # the reference wraps indices modulo the size
+    wrapped = ctx.b.select(ctx.lt(wrapped, 0), ctx.b.add(wrapped, ir.Constant(I64, size)), wrapped)
+    return _operand(ctx, op, 0, list(idx[:dim]) + [wrapped] + list(idx[dim + 1:]))
+
+
+def _index_select(ctx, op, index, idx):
+    x = op.operands[0].type
+    if x.rank == 0:
+        return _operand(ctx, op, 0, [])
+    dim = op.attrs["dim"] % x.rank
+    where = [idx[dim]] if op.operands[1].type.rank else []
+    position = ctx.checked_index(_index_value(ctx, op, 1, where), x.shape[dim])
+    return _operand(ctx, op, 0, list(idx[:dim]) + [position] + list(idx[dim + 1:]))
+
+
+def _embedding(ctx, op, index, idx):
+    weight = op.operands[0].type
+    position = ctx.checked_index(_index_value(ctx, op, 1, list(idx[:-1])), weight.shape[0])
+    return _operand(ctx, op, 0, [position, idx[-1]])
+
+
+def advanced_positions(ctx, op: Op, idx: Index, first_index_operand: int) -> Index:
+    """The operand-0 index addressed by result index ``idx`` of ``index``/``index_put`` (checked, wrapped)."""
+    x = op.operands[0].type
+    dims = op.attrs["dims"]
+    indices = [v.type for v in op.operands[first_index_operand:]]
+    shape = index_result_shape(op.name, x, dims, tuple(indices))
+    broadcast_rank = len(shape) - (x.rank - len(dims))
+    adjacent = list(dims) == list(range(dims[0], dims[0] + len(dims)))
+    start = dims[0] if adjacent else 0
+    b_idx = list(idx[start:start + broadcast_rank])
+    rest = iter(list(idx[:start]) + list(idx[start + broadcast_rank:]))
+    b_shape = tuple(shape[start:start + broadcast_rank])
+    out: Index = []
+    for d in range(x.rank):
+        if d in dims:
+            j = dims.index(d)
+            t = indices[j]
+            raw = _index_value(ctx, op, first_index_operand + j, _broadcast(ctx, b_idx, b_shape, t.shape))
+            out.append(ctx.checked_index(raw, x.shape[d]))
+        else:
+            out.append(next(rest))
+    return out
+
+
+def _index(ctx, op, index, idx):
+    return _operand(ctx, op, 0, advanced_positions(ctx, op, idx, 1))
+
+
+def _iota(ctx, op, index, idx):
+    attrs = op.attrs
+    i = ctx.b.sitofp(ctx.ir_index(idx[0]), F64)
+    value = ctx.b.fadd(ir.Constant(F64, float(attrs["start"])), ctx.b.fmul(ir.Constant(F64, float(attrs["step"])), i))
+    dtype = attrs["dtype"]
+    if dtype.is_float:
+        return round_to(ctx.b, ctx.b.fptrunc(value, F32), dtype)
+    if dtype.is_bool:
+        return ctx.b.fcmp_unordered("!=", value, ir.Constant(F64, 0.0))
+    return _f64_to_int(ctx, value, dtype)
+
+
+def _f64_to_int(ctx, value: ir.Value, dtype: DType) -> ir.Value:
+    wide = call(ctx.b, "llvm.fptosi.sat.i64.f64", [value], I64)
+    target = compute_type(dtype)
+    return wide if target == I64 else ctx.b.trunc(wide, target)
+
+
+def _full(ctx, op, index, idx):
+    dtype, value = op.attrs["dtype"], op.attrs["value"]
+    if dtype.is_int and isinstance(value, float):
+        value = int(value) if math.isfinite(value) else 0
+    return constant(dtype, value)
+
+
+def _scalar_constant(ctx, op, index, idx):
+    attr = op.attrs["value"]
+    return constant(attr.dtype, attr.array.reshape(-1)[0].item())
+
+
+#: Movement / index / creation op -> lowering (one entry per op).
+ACCESS: dict[str, AccessLowering] = {
+    "reshape": _reshape,
+    "permute": _permute,
+    "expand": _expand,
+    "slice": _slice,
+    "split": _slice,
+    "select": _select,
+    "squeeze": _squeeze,
+    "unsqueeze": _unsqueeze,
+    "as_strided": _as_strided,
+    "copy": _copy,
+    "flip": _flip,
+    "repeat": _repeat,
+    "cat": _cat,
+    "constant_pad": _constant_pad,
+    "slice_scatter": _slice_scatter,
+    "select_scatter": _select_scatter,
+    "gather": _gather,
+    "index_select": _index_select,
+    "embedding": _embedding,
+    "index": _index,
+    "iota": _iota,
+    "full": _full,
+    "constant": _scalar_constant,
+}

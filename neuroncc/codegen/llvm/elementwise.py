@@ -1,0 +1,396 @@
+"""Per-op lowering of elementwise ops to scalar LLVM IR: one table entry per op.
+
+Each entry takes the emission context, the op and its operands' compute-typed values (already loaded at the
+broadcast index) and returns the result's compute-typed value. Float semantics follow the ops' numpy
+references: NaN propagates through maximum/minimum/clamp/relu/sign, integer division by zero gives 0 (numpy's
+answer) instead of trapping, comparisons with NaN are false except ``ne``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+from llvmlite import ir
+
+from neuroncc.codegen.llvm.mathlib import math_call
+from neuroncc.codegen.llvm.scalars import F32, I1, call, constant, convert, is_unsigned, round_to, type_suffix
+from neuroncc.ir.dtypes import DType
+from neuroncc.ir.graph import Op
+
+Lowering = Callable[[Any, Op, list[ir.Value]], ir.Value]
+
+
+def _dtype(op: Op) -> DType:
+    return op.operands[0].type.dtype
+
+
+def _zero(v: ir.Value) -> ir.Constant:
+    return ir.Constant(v.type, 0.0 if v.type == F32 else 0)
+
+
+def _float_math(name: str) -> Lowering:
+    return lambda ctx, op, args: math_call(ctx.b, name, *args)
+
+
+def _intrinsic(name: str) -> Lowering:
+    return lambda ctx, op, args: call(ctx.b, f"llvm.{name}.f32", args)
+
+
+def _neg(ctx, op, args):
+    (x,) = args
+    return ctx.b.fneg(x) if x.type == F32 else ctx.b.neg(x)
+
+
+def _abs(ctx, op, args):
+    (x,) = args
+    if x.type == F32:
+        return call(ctx.b, "llvm.fabs.f32", [x])
+    if is_unsigned(_dtype(op)):
+        return x
+    return ctx.b.select(ctx.b.icmp_signed("<", x, _zero(x)), ctx.b.neg(x), x)
+
+
+def _sign(ctx, op, args):
+    (x,) = args
+    b = ctx.b
+    one = ir.Constant(x.type, 1.0 if x.type == F32 else 1)
+    minus_one = ir.Constant(x.type, -1.0 if x.type == F32 else -1)
+    if x.type == F32:
+        positive, negative = b.fcmp_ordered(">", x, _zero(x)), b.fcmp_ordered("<", x, _zero(x))
+        # (0 < x) - (x < 0) as PyTorch computes it: 0, -0 and NaN all give +0
+        return b.select(positive, one, b.select(negative, minus_one, _zero(x)))
+    if is_unsigned(_dtype(op)):
+        return b.zext(b.icmp_unsigned("!=", x, _zero(x)), x.type)
+    return b.select(b.icmp_signed(">", x, _zero(x)), one, b.select(b.icmp_signed("<", x, _zero(x)), minus_one, x))
+
+
+def _relu(ctx, op, args):
+    (x,) = args
+    if x.type == F32:
+        return ctx.b.select(ctx.b.fcmp_ordered("<", x, _zero(x)), _zero(x), x)  # NaN < 0 is false: NaN kept
+    if is_unsigned(_dtype(op)):
+        return x
+    return ctx.b.select(ctx.b.icmp_signed("<", x, _zero(x)), _zero(x), x)
+
+
+def _rsqrt(ctx, op, args):
+    return ctx.b.fdiv(ir.Constant(F32, 1.0), call(ctx.b, "llvm.sqrt.f32", args))
+
+
+def _reciprocal(ctx, op, args):
+    return ctx.b.fdiv(ir.Constant(F32, 1.0), args[0])
+
+
+def _gelu(ctx, op, args):
+    return math_call(ctx.b, "gelu_tanh" if op.attrs["approximate"] == "tanh" else "gelu", *args)
+
+
+def _isnan(ctx, op, args):
+    return ctx.b.fcmp_unordered("uno", args[0], args[0])
+
+
+def _isinf(ctx, op, args):
+    return ctx.b.fcmp_ordered("==", call(ctx.b, "llvm.fabs.f32", args), ir.Constant(F32, math.inf))
+
+
+def _truthy(ctx, value: ir.Value) -> ir.Value:
+    if value.type == I1:
+        return value
+    if value.type == F32:
+        return ctx.b.fcmp_unordered("!=", value, _zero(value))
+    return ctx.b.icmp_unsigned("!=", value, _zero(value))
+
+
+def _logical_not(ctx, op, args):
+    return ctx.b.not_(_truthy(ctx, args[0]))
+
+
+def _bitwise_not(ctx, op, args):
+    return ctx.b.not_(args[0])
+
+
+def _arith(float_op: str, int_op: str, bool_op: str | None = None) -> Lowering:
+    def lower(ctx, op, args):
+        a, c = args
+        if a.type == F32:
+            return getattr(ctx.b, float_op)(a, c)
+        if a.type == I1 and bool_op is not None:
+            return getattr(ctx.b, bool_op)(a, c)  # numpy: bool + bool is "or", bool * bool is "and"
+        return getattr(ctx.b, int_op)(a, c)
+
+    return lower
+
+
+def _safe_divisor(ctx, a: ir.Value, c: ir.Value) -> tuple[ir.Value, ir.Value]:
+    """Integer division guard: x/0 gives 0 (numpy) and INT_MIN/-1 must not trap."""
+    b = ctx.b
+    zero = b.icmp_unsigned("==", c, _zero(c))
+    minus_one = b.icmp_signed("==", c, ir.Constant(c.type, -1))
+    divisor = b.select(b.or_(zero, minus_one), ir.Constant(c.type, 1), c)
+    return zero, divisor
+
+
+def _int_div(ctx, op, a: ir.Value, c: ir.Value, mode: str) -> ir.Value:
+    b = ctx.b
+    if is_unsigned(_dtype(op)):
+        zero = b.icmp_unsigned("==", c, _zero(c))
+        return b.select(zero, _zero(c), b.udiv(a, b.select(zero, ir.Constant(c.type, 1), c)))
+    zero, divisor = _safe_divisor(ctx, a, c)
+    minus_one = b.icmp_signed("==", c, ir.Constant(c.type, -1))
+    quotient = b.sdiv(a, divisor)
+    if mode == "floor":
+        remainder = b.srem(a, divisor)
+        adjust = b.and_(b.icmp_signed("!=", remainder, _zero(c)),
+                        b.icmp_signed("!=", b.icmp_signed("<", remainder, _zero(c)), b.icmp_signed("<", c, _zero(c))))
+        quotient = b.sub(quotient, b.zext(adjust, c.type))
+    quotient = b.select(minus_one, b.neg(a), quotient)
+    return b.select(zero, _zero(c), quotient)
+
+
+def _div(ctx, op, args):
+    a, c = args
+    mode = op.attrs["rounding_mode"]
+    if a.type != F32:
+        return _int_div(ctx, op, a, c, mode)
+    if mode == "none":
+        # x / y as x * (1/y): within 1.5 ulp, and a broadcast divisor's reciprocal is hoisted out of loops
+        return ctx.b.fdiv(a, c, flags=("arcp",))
+    quotient = ctx.b.fdiv(a, c)
+    if mode == "floor":
+        return _float_floor_div(ctx, a, c, quotient)
+    # PyTorch's reduced-precision trunc division rounds the quotient to bf16/f16 before truncating it
+    return call(ctx.b, "llvm.trunc.f32", [round_to(ctx.b, quotient, _dtype(op))])
+
+
+def _float_floor_div(ctx, a: ir.Value, c: ir.Value, quotient: ir.Value) -> ir.Value:
+    """Python's ``a // c`` for floats exactly as ATen's div_floor_floating does it: from fmod, not floor(a/c).
+
+    floor(a / c) is wrong when a / c rounds up to an integer (1 // 0.1 is 9), and inf // x is NaN in PyTorch.
+    Mirrors the reference ``_div_floor_float`` in neuroncc/ir/ops/elementwise.py step by step.
+    """
+    b = ctx.b
+    zero = _zero(a)
+    mod = math_call(b, "fmod", a, c)
+    inf = ir.Constant(F32, float("inf"))
+    quotient_inf = b.fcmp_ordered("==", call(b, "llvm.fabs.f32", [quotient]), inf)
+    a_inf = b.fcmp_ordered("==", call(b, "llvm.fabs.f32", [a]), inf)
+    numerator = b.select(b.and_(quotient_inf, b.not_(a_inf)), a, b.fsub(a, mod))
+    div = b.fdiv(numerator, c)
+    sign_differs = b.icmp_unsigned("!=", b.fcmp_ordered("<", c, zero), b.fcmp_ordered("<", mod, zero))
+    div = b.select(b.and_(b.fcmp_unordered("!=", mod, zero), sign_differs), b.fsub(div, ir.Constant(F32, 1.0)), div)
+    floordiv = call(b, "llvm.floor.f32", [div])
+    floordiv = b.select(b.fcmp_ordered(">", b.fsub(div, floordiv), ir.Constant(F32, 0.5)),
+                        b.fadd(floordiv, ir.Constant(F32, 1.0)), floordiv)
+    signed_zero = call(b, "llvm.copysign.f32", [zero, quotient])
+    floordiv = b.select(b.fcmp_ordered("==", div, zero), signed_zero, floordiv)
+    return b.select(b.fcmp_ordered("==", c, zero), quotient, floordiv)
+
+
+def _int_rem(ctx, op, a: ir.Value, c: ir.Value, python_sign: bool) -> ir.Value:
+    b = ctx.b
+    if is_unsigned(_dtype(op)):
+        zero = b.icmp_unsigned("==", c, _zero(c))
+        return b.select(zero, _zero(c), b.urem(a, b.select(zero, ir.Constant(c.type, 1), c)))
+    zero, divisor = _safe_divisor(ctx, a, c)
+    remainder = b.srem(a, divisor)
+    if python_sign:  # remainder takes the divisor's sign
+        fix = b.and_(b.icmp_signed("!=", remainder, _zero(c)),
+                     b.icmp_signed("!=", b.icmp_signed("<", remainder, _zero(c)), b.icmp_signed("<", c, _zero(c))))
+        remainder = b.select(fix, b.add(remainder, c), remainder)
+    return b.select(zero, _zero(c), remainder)
+
+
+def _remainder(ctx, op, args):
+    a, c = args
+    if a.type != F32:
+        return _int_rem(ctx, op, a, c, python_sign=True)
+    b = ctx.b
+    r = math_call(b, "fmod", a, c)
+    fix = b.and_(b.fcmp_ordered("!=", r, _zero(r)),
+                 b.icmp_unsigned("!=", b.fcmp_ordered("<", r, _zero(r)), b.fcmp_ordered("<", c, _zero(c))))
+    return b.select(fix, b.fadd(r, c), r)
+
+
+def _fmod(ctx, op, args):
+    a, c = args
+    if a.type != F32:
+        return _int_rem(ctx, op, a, c, python_sign=False)
+    return math_call(ctx.b, "fmod", a, c)
+
+
+def _pow(ctx, op, args):
+    a, c = args
+    if a.type == F32:
+        return math_call(ctx.b, "pow", a, c)
+    return _int_pow(ctx, a, c)
+
+
+def _int_pow(ctx, base: ir.Value, exponent: ir.Value) -> ir.Value:
+    """Exponentiation by squaring (wrapping, as numpy); negative exponents give 0 except for base +-1."""
+    b = ctx.b
+    t = base.type
+    entry = b.block
+    head = b.append_basic_block("pow.head")
+    body = b.append_basic_block("pow.body")
+    done = b.append_basic_block("pow.done")
+    b.branch(head)
+    b.position_at_end(head)
+    result = b.phi(t)
+    square = b.phi(t)
+    remaining = b.phi(t)
+    result.add_incoming(ir.Constant(t, 1), entry)
+    square.add_incoming(base, entry)
+    remaining.add_incoming(exponent, entry)
+    b.cbranch(b.icmp_signed(">", remaining, ir.Constant(t, 0)), body, done)
+    b.position_at_end(body)
+    odd = b.trunc(remaining, I1)
+    result.add_incoming(b.select(odd, b.mul(result, square), result), body)
+    square.add_incoming(b.mul(square, square), body)
+    remaining.add_incoming(b.lshr(remaining, ir.Constant(t, 1)), body)
+    b.branch(head)
+    b.position_at_end(done)
+    negative = b.icmp_signed("<", exponent, ir.Constant(t, 0))
+    is_one = b.icmp_signed("==", base, ir.Constant(t, 1))
+    is_minus_one = b.icmp_signed("==", base, ir.Constant(t, -1))
+    odd_exponent = b.trunc(exponent, I1)
+    inverse = b.select(is_one, ir.Constant(t, 1),
+                       b.select(is_minus_one, b.select(odd_exponent, ir.Constant(t, -1), ir.Constant(t, 1)),
+                                ir.Constant(t, 0)))
+    return b.select(negative, inverse, result)
+
+
+def _max_min(float_name: str, signed_name: str, unsigned_name: str, bool_op: str) -> Lowering:
+    def lower(ctx, op, args):
+        a, c = args
+        if a.type == F32:
+            return call(ctx.b, f"llvm.{float_name}.f32", [a, c])  # NaN-propagating maximum/minimum
+        if a.type == I1:
+            return getattr(ctx.b, bool_op)(a, c)
+        name = unsigned_name if is_unsigned(_dtype(op)) else signed_name
+        return call(ctx.b, f"llvm.{name}.{type_suffix(a.type)}", [a, c])
+
+    return lower
+
+
+def _bitwise(name: str) -> Lowering:
+    return lambda ctx, op, args: getattr(ctx.b, name)(args[0], args[1])
+
+
+def _logical(name: str) -> Lowering:
+    return lambda ctx, op, args: getattr(ctx.b, name)(_truthy(ctx, args[0]), _truthy(ctx, args[1]))
+
+
+_FLOAT_PREDICATES = {"eq": "==", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+
+
+def _compare(name: str) -> Lowering:
+    def lower(ctx, op, args):
+        a, c = args
+        if a.type == F32:
+            if name == "ne":
+                return ctx.b.fcmp_unordered("!=", a, c)  # NaN != anything
+            return ctx.b.fcmp_ordered(_FLOAT_PREDICATES[name], a, c)
+        predicate = {"eq": "==", "ne": "!=", **_FLOAT_PREDICATES}[name]
+        if is_unsigned(_dtype(op)) or a.type == I1:
+            return ctx.b.icmp_unsigned(predicate, a, c)
+        return ctx.b.icmp_signed(predicate, a, c)
+
+    return lower
+
+
+def _atan2(ctx, op, args):
+    return math_call(ctx.b, "atan2", *args)
+
+
+def _where(ctx, op, args):
+    return ctx.b.select(args[0], args[1], args[2])
+
+
+def _clamp(ctx, op, args):
+    (x,) = args
+    b = ctx.b
+    dtype = _dtype(op)
+    out = x
+    for key, predicate in (("min", "<"), ("max", ">")):
+        bound = op.attrs[key]
+        if bound is None:
+            continue
+        if x.type == F32:
+            limit = ir.Constant(F32, float(bound))
+            out = b.select(b.fcmp_ordered(predicate, out, limit), limit, out)  # NaN compares false: kept
+        else:
+            # numpy compares against the float bound, then the cast back truncates it.
+            threshold = math.ceil(bound) if key == "min" else math.floor(bound)
+            compare = b.icmp_unsigned if is_unsigned(dtype) else b.icmp_signed
+            out = b.select(compare(predicate, out, constant(dtype, threshold)), constant(dtype, int(bound)), out)
+    return out
+
+
+def _cast(ctx, op, args):
+    return convert(ctx.b, args[0], _dtype(op), op.attrs["dtype"])
+
+
+#: Elementwise op -> lowering (one entry per op).
+ELEMENTWISE: dict[str, Lowering] = {
+    "neg": _neg,
+    "abs": _abs,
+    "sign": _sign,
+    "relu": _relu,
+    "exp": _float_math("exp"),
+    "exp2": _float_math("exp2"),
+    "expm1": _float_math("expm1"),
+    "log": _float_math("log"),
+    "log2": _float_math("log2"),
+    "log1p": _float_math("log1p"),
+    "sqrt": _intrinsic("sqrt"),
+    "rsqrt": _rsqrt,
+    "reciprocal": _reciprocal,
+    "sin": _float_math("sin"),
+    "cos": _float_math("cos"),
+    "tan": _float_math("tan"),
+    "tanh": _float_math("tanh"),
+    "atan": _float_math("atan"),
+    "sigmoid": _float_math("sigmoid"),
+    "erf": _float_math("erf"),
+    "gelu": _gelu,
+    "floor": _intrinsic("floor"),
+    "ceil": _intrinsic("ceil"),
+    "round": _intrinsic("roundeven"),  # half to even, as torch.round
+    "trunc": _intrinsic("trunc"),
+    "isnan": _isnan,
+    "isinf": _isinf,
+    "logical_not": _logical_not,
+    "bitwise_not": _bitwise_not,
+    "add": _arith("fadd", "add", "or_"),
+    "sub": _arith("fsub", "sub"),
+    "mul": _arith("fmul", "mul", "and_"),
+    "div": _div,
+    "pow": _pow,
+    "maximum": _max_min("maximum", "smax", "umax", "or_"),
+    "minimum": _max_min("minimum", "smin", "umin", "and_"),
+    "remainder": _remainder,
+    "fmod": _fmod,
+    "atan2": _atan2,
+    "bitwise_and": _bitwise("and_"),
+    "bitwise_or": _bitwise("or_"),
+    "bitwise_xor": _bitwise("xor"),
+    "logical_and": _logical("and_"),
+    "logical_or": _logical("or_"),
+    "logical_xor": _logical("xor"),
+    "eq": _compare("eq"),
+    "ne": _compare("ne"),
+    "lt": _compare("lt"),
+    "le": _compare("le"),
+    "gt": _compare("gt"),
+    "ge": _compare("ge"),
+    "where": _where,
+    "clamp": _clamp,
+    "cast": _cast,
+}
+
+#: Ops whose float results are exact (no bf16/f16 rounding needed after them).
+EXACT = frozenset({"neg", "abs", "sign", "relu", "maximum", "minimum", "where", "clamp", "floor", "ceil", "round",
+                   "trunc", "isnan", "isinf", "logical_not", "eq", "ne", "lt", "le", "gt", "ge", "logical_and",
+                   "logical_or", "logical_xor", "cast"})

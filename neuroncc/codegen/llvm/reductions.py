@@ -1,0 +1,177 @@
+"""Reduction combiners: accumulator types, initial values, update and finish, one table entry per op.
+
+Float sums (sum, mean, var) accumulate in float32 inside a vectorized chunk (``reassoc`` lets the vectorizer
+keep one partial sum per lane) and add chunk totals in float64, so long reductions stay within float32
+tolerances. amax/amin keep a NaN flag beside a ``maxnum``/``minnum`` accumulator (NaN propagates, as in torch,
+and the loop vectorizes to plain vmaxps); argmax/argmin
+keep (value, index) and let the first NaN win, as numpy and torch do.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from llvmlite import ir
+
+from neuroncc.codegen.llvm.scalars import F32, F64, I1, I64, call, compute_type, intrinsic, is_unsigned, type_suffix
+from neuroncc.ir.dtypes import DType
+
+REASSOC = ("reassoc", "contract")
+
+
+@dataclass(frozen=True)
+class Combiner:
+    slots: Callable[[DType], list[ir.Type]]
+    init: Callable[[DType], list[ir.Constant]]
+    update: Callable[[ir.IRBuilder, DType, list[ir.Value], ir.Value, ir.Value], list[ir.Value]]
+    finish: Callable[[ir.IRBuilder, DType, list[ir.Value], int, Any], ir.Value]
+    float_sum: bool = False  # float32 chunk partials + float64 total (for float inputs)
+    two_pass: bool = False  # var: a first pass computes the mean
+    collapse: Callable[[ir.IRBuilder, DType, list[ir.Value]], ir.Value] = lambda b, dtype, accs: accs[0]
+    """One value of slot 0's type standing for all accumulators (a partial result that ``update`` can merge)."""
+
+
+def _int_limits(dtype: DType) -> tuple[int, int]:
+    if is_unsigned(dtype):
+        return 0, (1 << (dtype.itemsize * 8)) - 1
+    bits = dtype.itemsize * 8
+    return -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+
+
+def _sum_slots(dtype: DType) -> list[ir.Type]:
+    return [F64] if dtype.is_float else [compute_type(dtype)]
+
+
+def _zero(dtype: DType) -> list[ir.Constant]:
+    return [ir.Constant(F64, 0.0)] if dtype.is_float else [ir.Constant(compute_type(dtype), 0)]
+
+
+def _sum_update(b, dtype, accs, x, pos):
+    if dtype.is_float:
+        return [b.fadd(accs[0], b.fpext(x, F64), flags=REASSOC)]
+    return [b.add(accs[0], x)]
+
+
+def _sum_finish(b, dtype, accs, count, attrs):
+    return b.fptrunc(accs[0], F32) if dtype.is_float else accs[0]
+
+
+def _mean_finish(b, dtype, accs, count, attrs):
+    return b.fptrunc(b.fdiv(accs[0], ir.Constant(F64, float(count))), F32)
+
+
+def _var_finish(b, dtype, accs, count, attrs):
+    return b.fptrunc(b.fdiv(accs[0], ir.Constant(F64, float(max(count - attrs["correction"], 0)))), F32)
+
+
+def _prod_init(dtype):
+    return [ir.Constant(F64, 1.0)] if dtype.is_float else [ir.Constant(compute_type(dtype), 1)]
+
+
+def _prod_update(b, dtype, accs, x, pos):
+    if dtype.is_float:
+        return [b.fmul(accs[0], b.fpext(x, F64), flags=REASSOC)]
+    return [b.mul(accs[0], x)]
+
+
+def _extreme(which: str) -> tuple[Callable, Callable]:
+    """init and update for amax (which='max') / amin ('min')."""
+
+    def init(dtype):
+        if dtype.is_float:  # the running max/min and "seen a NaN"
+            return [ir.Constant(F32, -math.inf if which == "max" else math.inf), ir.Constant(I1, 0)]
+        if dtype.is_bool:
+            return [ir.Constant(I1, 0 if which == "max" else 1)]
+        low, high = _int_limits(dtype)
+        value = low if which == "max" else high
+        width = compute_type(dtype).width
+        return [ir.Constant(compute_type(dtype), value - (1 << width) if value >= 1 << (width - 1) else value)]
+
+    def update(b, dtype, accs, x, pos):
+        acc = accs[0]
+        if dtype.is_float:
+            # maxnum with nnan vectorizes to plain vmaxps (llvm.maximum needs ~6 ops per vector); NaN is
+            # tracked on the side, and the poisoned max it may leave is discarded by ``_extreme_finish``.
+            fn = intrinsic(b.module, f"llvm.{which}num.f32", F32, [F32, F32])
+            return [b.call(fn, [acc, x], fastmath=("nnan", "nsz")), b.or_(accs[1], b.fcmp_unordered("uno", x, x))]
+        if dtype.is_bool:
+            return [b.or_(acc, x) if which == "max" else b.and_(acc, x)]
+        prefix = "u" if is_unsigned(dtype) else "s"
+        return [call(b, f"llvm.{prefix}{which}.{type_suffix(acc.type)}", [acc, x])]
+
+    return init, update
+
+
+def _truthy(b, dtype: DType, x: ir.Value) -> ir.Value:
+    if dtype.is_bool:
+        return x
+    if dtype.is_float:
+        return b.fcmp_unordered("!=", x, ir.Constant(F32, 0.0))
+    return b.icmp_unsigned("!=", x, ir.Constant(x.type, 0))
+
+
+def _arg(which: str) -> Combiner:
+    init_value, _ = _extreme(which)
+
+    def slots(dtype):
+        return [compute_type(dtype), I64]
+
+    def init(dtype):
+        return [init_value(dtype)[0], ir.Constant(I64, 0)]
+
+    def update(b, dtype, accs, x, pos):
+        best, index = accs
+        if dtype.is_float:
+            better = b.fcmp_ordered(">" if which == "max" else "<", x, best)
+            nan_first = b.and_(b.fcmp_unordered("uno", x, x), b.fcmp_ordered("ord", best, best))
+            better = b.or_(better, nan_first)
+        else:
+            compare = b.icmp_unsigned if is_unsigned(dtype) else b.icmp_signed
+            better = compare(">" if which == "max" else "<", x, best)
+        return [b.select(better, x, best), b.select(better, pos, index)]
+
+    def finish(b, dtype, accs, count, attrs):
+        return accs[1]
+
+    return Combiner(slots, init, update, finish)
+
+
+def _identity_finish(b, dtype, accs, count, attrs):
+    return accs[0]
+
+
+def _extreme_finish(b, dtype, accs, count, attrs):
+    return _extreme_collapse(b, dtype, accs)
+
+
+def _extreme_collapse(b, dtype, accs):
+    if dtype.is_float:
+        return b.select(accs[1], ir.Constant(F32, math.nan), accs[0])
+    return accs[0]
+
+
+def _extreme_slots(dtype: DType) -> list[ir.Type]:
+    return [F32, I1] if dtype.is_float else [compute_type(dtype)]
+
+
+_MAX_INIT, _MAX_UPDATE = _extreme("max")
+_MIN_INIT, _MIN_UPDATE = _extreme("min")
+
+#: Reduction op -> combiner (one entry per op).
+COMBINERS: dict[str, Combiner] = {
+    "sum": Combiner(_sum_slots, _zero, _sum_update, _sum_finish, float_sum=True),
+    "mean": Combiner(_sum_slots, _zero, _sum_update, _mean_finish, float_sum=True),
+    "var": Combiner(_sum_slots, _zero, _sum_update, _var_finish, float_sum=True, two_pass=True),
+    "prod": Combiner(_sum_slots, _prod_init, _prod_update, _sum_finish),
+    "amax": Combiner(_extreme_slots, _MAX_INIT, _MAX_UPDATE, _extreme_finish, collapse=_extreme_collapse),
+    "amin": Combiner(_extreme_slots, _MIN_INIT, _MIN_UPDATE, _extreme_finish, collapse=_extreme_collapse),
+    "any": Combiner(lambda d: [I1], lambda d: [ir.Constant(I1, 0)],
+                    lambda b, d, accs, x, pos: [b.or_(accs[0], _truthy(b, d, x))], _identity_finish),
+    "all": Combiner(lambda d: [I1], lambda d: [ir.Constant(I1, 1)],
+                    lambda b, d, accs, x, pos: [b.and_(accs[0], _truthy(b, d, x))], _identity_finish),
+    "argmax": _arg("max"),
+    "argmin": _arg("min"),
+}

@@ -1,0 +1,155 @@
+"""Element types in LLVM: storage vs. compute types, loads/stores, rounding and casts.
+
+Storage (what buffers hold): f32 -> float, bf16 -> float holding bf16-representable values (the executable
+boundary's convention; see docs/performance.md), f16 -> half, integers as themselves, bool -> i8 (0/1).
+Compute (what registers hold): every float type computes in float, as PyTorch's CPU kernels do; bool is i1.
+Every op producing a bf16/f16 value rounds to that precision (``round_to``), as the reference does per op.
+"""
+
+from __future__ import annotations
+
+from llvmlite import ir
+
+from neuroncc.ir.dtypes import DType
+
+F16 = ir.HalfType()
+F32 = ir.FloatType()
+F64 = ir.DoubleType()
+I1 = ir.IntType(1)
+I8 = ir.IntType(8)
+I16 = ir.IntType(16)
+I32 = ir.IntType(32)
+I64 = ir.IntType(64)
+PTR = ir.PointerType()
+VOID = ir.VoidType()
+
+_COMPUTE = {
+    DType.f32: F32, DType.bf16: F32, DType.f16: F32, DType.i64: I64, DType.i32: I32, DType.i16: I16,
+    DType.i8: I8, DType.u8: I8, DType.bool: I1,
+}
+_STORAGE = {**_COMPUTE, DType.f16: F16, DType.bool: I8}
+
+
+def compute_type(dtype: DType) -> ir.Type:
+    return _COMPUTE[dtype]
+
+
+def storage_type(dtype: DType) -> ir.Type:
+    return _STORAGE[dtype]
+
+
+def storage_itemsize(dtype: DType) -> int:
+    """Bytes per element in buffers (bf16 is stored as float32)."""
+    return 4 if dtype is DType.bf16 else dtype.itemsize
+
+
+def is_unsigned(dtype: DType) -> bool:
+    return dtype is DType.u8 or dtype is DType.bool
+
+
+def intrinsic(module: ir.Module, name: str, ret: ir.Type, args: list[ir.Type]) -> ir.Function:
+    """Declare (once) an LLVM intrinsic or C library function by its full name."""
+    existing = module.globals.get(name)
+    if existing is not None:
+        return existing
+    return ir.Function(module, ir.FunctionType(ret, args), name)
+
+
+def call(b: ir.IRBuilder, name: str, args: list[ir.Value], ret: ir.Type | None = None) -> ir.Value:
+    fn = intrinsic(b.module, name, ret if ret is not None else args[0].type, [a.type for a in args])
+    return b.call(fn, args)
+
+
+def type_suffix(t: ir.Type) -> str:
+    if isinstance(t, ir.FloatType):
+        return "f32"
+    if isinstance(t, ir.DoubleType):
+        return "f64"
+    return f"i{t.width}"
+
+
+def constant(dtype: DType, value: float | int | bool) -> ir.Constant:
+    """A compute-typed constant (float values are rounded to the dtype's precision like the reference)."""
+    t = compute_type(dtype)
+    if dtype.is_float:
+        import numpy as np
+
+        from neuroncc.ir.dtypes import to_storage
+
+        stored = to_storage(np.asarray([float(value)], dtype=np.float32), dtype)
+        return ir.Constant(F32, float(np.float32(stored[0])))
+    if dtype.is_bool:
+        return ir.Constant(I1, int(bool(value)))
+    bits = t.width
+    number = int(value) & ((1 << bits) - 1)
+    if number >= 1 << (bits - 1):
+        number -= 1 << bits
+    return ir.Constant(t, number)
+
+
+def load(b: ir.IRBuilder, ptr: ir.Value, dtype: DType) -> ir.Value:
+    value = b.load(ptr, typ=storage_type(dtype))
+    if dtype is DType.f16:
+        return b.fpext(value, F32)
+    if dtype is DType.bool:
+        return b.icmp_unsigned("!=", value, ir.Constant(I8, 0))
+    return value
+
+
+def store(b: ir.IRBuilder, value: ir.Value, ptr: ir.Value, dtype: DType) -> ir.Instruction:
+    if dtype is DType.f16:
+        value = b.fptrunc(value, F16)
+    elif dtype is DType.bool:
+        value = b.zext(value, I8)
+    return b.store(value, ptr)
+
+
+def round_to(b: ir.IRBuilder, value: ir.Value, dtype: DType) -> ir.Value:
+    """Round a float32 value to bf16/f16 precision (identity for other types)."""
+    if dtype is DType.f16:
+        return b.fpext(b.fptrunc(value, F16), F32)
+    if dtype is not DType.bf16:
+        return value
+    bits = b.bitcast(value, I32)
+    lsb = b.and_(b.lshr(bits, ir.Constant(I32, 16)), ir.Constant(I32, 1))
+    rounded = b.and_(b.add(bits, b.add(lsb, ir.Constant(I32, 0x7FFF))), ir.Constant(I32, 0xFFFF0000 - (1 << 32)))
+    quiet_nan = b.or_(b.and_(bits, ir.Constant(I32, 0xFFFF0000 - (1 << 32))), ir.Constant(I32, 0x00400000))
+    is_nan = b.fcmp_unordered("uno", value, value)
+    return b.bitcast(b.select(is_nan, quiet_nan, rounded), F32)
+
+
+def convert(b: ir.IRBuilder, value: ir.Value, src: DType, dst: DType) -> ir.Value:
+    """The ``cast`` op: float->int truncates toward zero (saturating, never poison), ->bool tests != 0."""
+    if src is dst:
+        return value
+    if dst.is_bool:
+        if src.is_float:
+            return b.fcmp_unordered("!=", value, ir.Constant(F32, 0.0))
+        return b.icmp_unsigned("!=", value, ir.Constant(value.type, 0))
+    target = compute_type(dst)
+    if src.is_float and dst.is_float:
+        return round_to(b, value, dst)
+    if src.is_float:
+        wide = call(b, "llvm.fptosi.sat.i64.f32", [value], I64)
+        return wide if target is I64 else b.trunc(wide, target)
+    if dst.is_float:
+        as_float = b.uitofp(value, F32) if is_unsigned(src) else b.sitofp(value, F32)
+        return round_to(b, as_float, dst)
+    if target.width == value.type.width:
+        return value
+    if target.width < value.type.width:
+        return b.trunc(value, target)
+    return b.zext(value, target) if is_unsigned(src) else b.sext(value, target)
+
+
+def to_index(b: ir.IRBuilder, value: ir.Value, dtype: DType) -> ir.Value:
+    """An integer index value widened to i64."""
+    if value.type == I64:
+        return value
+    return b.zext(value, I64) if is_unsigned(dtype) else b.sext(value, I64)
+
+
+def to_f32(b: ir.IRBuilder, value: ir.Value, dtype: DType) -> ir.Value:
+    if dtype.is_float:
+        return value
+    return b.uitofp(value, F32) if is_unsigned(dtype) else b.sitofp(value, F32)

@@ -1,0 +1,340 @@
+"""Loop nests of reduce and scatter stages (map stages are plain nests in :mod:`emit`).
+
+A reduction whose last input dim is reduced keeps its accumulators in registers: loops over the kept dims,
+then the reduced dims with the innermost contiguous loop vectorized (row sums, softmax, LayerNorm). When the
+last dim is kept (column sums, bias gradients), the kept trailing dims are accumulated in a stack array of at
+most ``TRAILING_MAX`` elements that the innermost loop updates with unit stride, so that case vectorizes too.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from llvmlite import ir
+
+from neuroncc.codegen.llvm.access import _broadcast, advanced_positions
+from neuroncc.codegen.llvm.reductions import COMBINERS, REASSOC, Combiner
+from neuroncc.codegen.llvm.scalars import F32, F64, I1, I64, round_to, to_index
+from neuroncc.codegen.llvm.schedule import ReduceStage, ScatterStage
+from neuroncc.ir.types import contiguous_strides
+
+CHUNK = 4096  # float sums: elements per float32 partial before it is added to the float64 total
+TRAILING_MAX = 4096  # kept trailing elements accumulated together
+
+
+def emit_reduce(em: Any, stage: ReduceStage, outer: list[Any], columns: tuple[Any, Any] | None = None,
+                fixed: dict[int, Any] | None = None) -> None:
+    """Emit one reduce stage for the outer index ``outer`` (or, for a split column reduction, for the last-dim
+    columns [lo, hi) given by ``columns``; or with the kept dims in ``fixed`` set by the outer loop)."""
+    fixed = fixed or {}
+    op = stage.op
+    shape, reduced = stage.shape, stage.reduced
+    rank, k = len(shape), len(outer)
+    kept = [d for d in range(rank) if d not in reduced]
+    last = max(reduced) if reduced else -1
+    trailing = [d for d in kept if d > last]
+    looped = [d for d in kept if k <= d < last and d not in fixed]
+    while len(trailing) > 1 and math.prod(shape[d] for d in trailing) > TRAILING_MAX:
+        looped.append(trailing.pop(0))
+    reducer = _Reducer(em, stage)
+
+    def body(values: list[Any]) -> None:
+        idx: list[Any] = list(outer) + [None] * (rank - k)
+        for d, i in fixed.items():
+            idx[d] = i
+        for d, i in zip(looped, values):
+            idx[d] = i
+        if columns is not None:
+            reducer._trailing_block(idx, trailing, [columns])
+        elif trailing:
+            reducer.trailing(idx, trailing)
+        else:
+            reducer.registers(idx)
+
+    em.nest([(0, shape[d]) for d in looped], body)
+
+
+class _Reducer:
+    def __init__(self, em: Any, stage: ReduceStage):
+        self.em, self.stage, self.op = em, stage, stage.op
+        self.combiner: Combiner = COMBINERS[self.op.name]
+        self.dtype = self.op.operands[0].type.dtype
+        self.shape = stage.shape
+        self.reduced = list(stage.reduced)
+        self.count = math.prod(self.shape[d] for d in self.reduced)
+        self.float_sum = self.combiner.float_sum and self.dtype.is_float
+        self.bounds: dict[int, tuple[Any, Any]] = {}  # restricted [lo, hi) of some reduced dims
+
+    # -- helpers ----------------------------------------------------------------------------------------
+
+    def _x(self, idx: list[Any], mean: Any = None) -> ir.Value:
+        x = self.em.value_at(self.op.operands[0], idx)
+        if mean is not None:
+            b = self.em.b
+            deviation = b.fsub(x, mean)
+            x = b.fmul(deviation, deviation)
+        return x
+
+    def _position(self, idx: list[Any]) -> Any:
+        position: Any = 0
+        sizes = [self.shape[d] for d in self.reduced]
+        for d, stride in zip(self.reduced, contiguous_strides(tuple(sizes))):
+            position = self.em.add(position, self.em.mul(idx[d], stride))
+        return self.em.ir_index(position)
+
+    def _out_index(self, idx: list[Any]) -> list[Any]:
+        if self.op.attrs["keepdim"]:
+            return [0 if d in self.reduced else idx[d] for d in range(len(self.shape))]
+        return [idx[d] for d in range(len(self.shape)) if d not in self.reduced]
+
+    def _store(self, idx: list[Any], accs: list[ir.Value]) -> None:
+        b = self.em.b
+        value = self.combiner.finish(b, self.dtype, accs, self.count, self.op.attrs)
+        value = round_to(b, value, self.op.result.type.dtype)
+        self.em.store(self.stage.target, self._out_index(idx), value)
+
+    def _reduced_loops(self, idx: list[Any], body: Any, dims: list[int] | None = None) -> None:
+        dims = self.reduced if dims is None else dims
+
+        def inner(values: list[Any]) -> None:
+            full = list(idx)
+            for d, i in zip(dims, values):
+                full[d] = i
+            body(full)
+
+        self.em.nest([self.bounds.get(d, (0, self.shape[d])) for d in dims], inner)
+
+    # -- accumulators in registers (last dim reduced) -----------------------------------------------------
+
+    def registers(self, idx: list[Any]) -> None:
+        mean = None
+        if self.combiner.two_pass:
+            total = self._float_total(idx, None)
+            mean = self.em.b.fptrunc(self.em.b.fdiv(total, ir.Constant(F64, float(max(self.count, 1)))), F32)
+        if self.float_sum:
+            accs = [self._float_total(idx, mean)]
+        else:
+            accs = self._scalar_pass(idx)
+        self._store(idx, accs)
+
+    def _scalar_pass(self, idx: list[Any]) -> list[ir.Value]:
+        em, b = self.em, self.em.b
+        slots = [em.alloca(t) for t in self.combiner.slots(self.dtype)]
+        for slot, value in zip(slots, self.combiner.init(self.dtype)):
+            b.store(value, slot)
+
+        def update(full: list[Any]) -> None:
+            accs = [em.b.load(s) for s in slots]
+            new = self.combiner.update(em.b, self.dtype, accs, self._x(full), self._position(full))
+            for slot, value in zip(slots, new):
+                em.b.store(value, slot)
+
+        self._reduced_loops(idx, update)
+        return [em.b.load(s) for s in slots]
+
+    def _float_total(self, idx: list[Any], mean: Any) -> ir.Value:
+        """Float64 total of float32 chunk partials of x (or (x - mean)^2) over the reduced dims."""
+        em = self.em
+        total = em.alloca(F64)
+        em.b.store(ir.Constant(F64, 0.0), total)
+        if not self.reduced:
+            em.b.store(em.b.fpext(self._x(idx, mean), F64), total)
+            return em.b.load(total)
+        innermost, n = self.reduced[-1], self.shape[self.reduced[-1]]
+
+        def chunk(full: list[Any], lo: Any, hi: Any) -> None:
+            b = em.b
+            partial = em.alloca(F32)
+            b.store(ir.Constant(F32, 0.0), partial)
+
+            def add(i: Any) -> None:
+                inner = list(full)
+                inner[innermost] = i
+                em.b.store(em.b.fadd(em.b.load(partial), self._x(inner, mean), flags=REASSOC), partial)
+
+            em.loop(lo, hi, add)
+            em.b.store(em.b.fadd(em.b.load(total), em.b.fpext(em.b.load(partial), F64)), total)
+
+        def outer_dims(full: list[Any]) -> None:
+            if innermost in self.bounds:
+                lo, hi = self.bounds[innermost]
+                chunks = em.div(em.add(em.sub(hi, lo), CHUNK - 1), CHUNK)
+                em.loop(0, chunks, lambda c: chunk(
+                    full, em.add(lo, em.mul(c, CHUNK)), em.min(em.add(em.add(lo, em.mul(c, CHUNK)), CHUNK), hi)))
+            elif n <= CHUNK:
+                chunk(full, 0, n)
+            else:
+                em.loop(0, -(-n // CHUNK), lambda c: chunk(
+                    full, em.mul(c, CHUNK), em.min(em.add(em.mul(c, CHUNK), CHUNK), n)))
+
+        self._reduced_loops(idx, outer_dims, self.reduced[:-1])
+        return em.b.load(total)
+
+    # -- accumulator arrays (last dim kept) --------------------------------------------------------------
+
+    def trailing(self, idx: list[Any], trailing: list[int]) -> None:
+        sizes = [self.shape[d] for d in trailing]
+        if math.prod(sizes) <= TRAILING_MAX:
+            self._trailing_block(idx, trailing, [(0, n) for n in sizes])
+            return
+        n = sizes[0]
+        em = self.em
+        em.loop(0, -(-n // TRAILING_MAX), lambda c: self._trailing_block(
+            idx, trailing, [(em.mul(c, TRAILING_MAX), em.min(em.add(em.mul(c, TRAILING_MAX), TRAILING_MAX), n))]))
+
+    def _trailing_block(self, idx: list[Any], trailing: list[int], ranges: list[tuple[Any, Any]]) -> None:
+        em = self.em
+        block_sizes = [hi - lo if isinstance(hi, int) and isinstance(lo, int) else TRAILING_MAX for lo, hi in ranges]
+        strides = contiguous_strides(tuple(block_sizes))
+        float_sum = self.float_sum
+        slot_types = [F64] if float_sum else self.combiner.slots(self.dtype)
+        arrays = [em.alloca(t, TRAILING_MAX) for t in slot_types]
+
+        def slot_ptrs(full: list[Any]) -> list[ir.Value]:
+            flat: Any = 0
+            for d, (lo, _), stride in zip(trailing, ranges, strides):
+                flat = em.add(flat, em.mul(em.sub(full[d], lo), stride))
+            return [em.b.gep(a, [ir.Constant(I64, 0), em.ir_index(flat)], inbounds=True) for a in arrays]
+
+        def over_trailing(base: list[Any], body: Any) -> None:
+            def inner(values: list[Any]) -> None:
+                full = list(base)
+                for d, i in zip(trailing, values):
+                    full[d] = i
+                body(full)
+
+            em.nest(list(ranges), inner)
+
+        init = [ir.Constant(F64, 0.0)] if float_sum else self.combiner.init(self.dtype)
+
+        def reset(full: list[Any]) -> None:
+            for ptr, value in zip(slot_ptrs(full), init):
+                em.b.store(value, ptr)
+
+        def accumulate(mean_array: Any) -> Any:
+            def update(full: list[Any]) -> None:
+                ptrs = slot_ptrs(full)
+                accs = [em.b.load(p) for p in ptrs]
+                mean = None
+                if mean_array is not None:
+                    mean = em.b.load(em.b.gep(mean_array, [ir.Constant(I64, 0), _flat_ptr_index(full)], inbounds=True))
+                x = self._x(full, mean)
+                if float_sum:
+                    new = [em.b.fadd(accs[0], em.b.fpext(x, F64), flags=REASSOC)]
+                else:
+                    new = self.combiner.update(em.b, self.dtype, accs, x, self._position(full))
+                for p, value in zip(ptrs, new):
+                    em.b.store(value, p)
+
+            return lambda full: over_trailing(full, update)
+
+        def _flat_ptr_index(full: list[Any]) -> ir.Value:
+            flat: Any = 0
+            for d, (lo, _), stride in zip(trailing, ranges, strides):
+                flat = em.add(flat, em.mul(em.sub(full[d], lo), stride))
+            return em.ir_index(flat)
+
+        over_trailing(idx, reset)
+        mean_array = None
+        if self.combiner.two_pass:
+            self._reduced_loops(idx, accumulate(None))
+            mean_array = em.alloca(F32, TRAILING_MAX)
+
+            def to_mean(full: list[Any]) -> None:
+                (ptr,) = slot_ptrs(full)
+                mean = em.b.fdiv(em.b.load(ptr), ir.Constant(F64, float(max(self.count, 1))))
+                em.b.store(em.b.fptrunc(mean, F32),
+                           em.b.gep(mean_array, [ir.Constant(I64, 0), _flat_ptr_index(full)], inbounds=True))
+                em.b.store(ir.Constant(F64, 0.0), ptr)
+
+            over_trailing(idx, to_mean)
+        self._reduced_loops(idx, accumulate(mean_array))
+        over_trailing(idx, lambda full: self._store(full, [em.b.load(p) for p in slot_ptrs(full)]))
+
+
+def _partial_type(reducer: _Reducer) -> ir.Type:
+    return F64 if reducer.float_sum else reducer.combiner.slots(reducer.dtype)[0]
+
+
+def emit_partial(em: Any, stage: ReduceStage, part: Any, parts: int, slot: int) -> None:
+    """Partial ``part`` of a full reduction: dim 0 restricted to its share, accumulator to partials[part]."""
+    reducer = _Reducer(em, stage)
+    rows = stage.shape[0]
+    step = -(-rows // parts)
+    lo = em.mul(part, step)
+    reducer.bounds = {0: (lo, em.min(em.add(lo, step), rows))}
+    idx: list[Any] = [None] * len(stage.shape)
+    if reducer.float_sum:
+        acc = reducer._float_total(idx, None)
+    else:
+        acc = reducer.combiner.collapse(em.b, reducer.dtype, reducer._scalar_pass(idx))
+    em.b.store(acc, em.b.gep(em.ptrs[slot], [em.ir_index(part)], source_etype=_partial_type(reducer)))
+
+
+def emit_combine(em: Any, stage: ReduceStage, parts: int, slot: int) -> None:
+    """Merge the partial accumulators of a full reduction and store its result."""
+    reducer = _Reducer(em, stage)
+    t = _partial_type(reducer)
+    if reducer.float_sum:
+        accs = [em.alloca(F64)]
+        inits = [ir.Constant(F64, 0.0)]
+    else:
+        accs = [em.alloca(slot_type) for slot_type in reducer.combiner.slots(reducer.dtype)]
+        inits = reducer.combiner.init(reducer.dtype)
+    for acc, value in zip(accs, inits):
+        em.b.store(value, acc)
+
+    def merge(i: Any) -> None:
+        b = em.b
+        partial = b.load(b.gep(em.ptrs[slot], [i], source_etype=t), typ=t)
+        if reducer.float_sum:
+            b.store(b.fadd(b.load(accs[0]), partial), accs[0])
+            return
+        new = reducer.combiner.update(b, reducer.dtype, [b.load(a) for a in accs], partial, ir.Constant(I64, 0))
+        for acc, value in zip(accs, new):
+            b.store(value, acc)
+
+    em.loop(0, parts, merge)
+    reducer._store([0] * len(stage.shape), [em.b.load(a) for a in accs])
+
+
+def emit_scatter(em: Any, stage: ScatterStage) -> None:
+    """Serial loop writing (or accumulating) data-dependent positions of the stage's buffer."""
+    op, target = stage.op, stage.target
+    accumulate = op.attrs["reduce"] == "add" if op.name == "scatter" else op.attrs["accumulate"]
+    dtype = target.dtype
+
+    def positions(idx: list[Any]) -> list[Any]:
+        if op.name == "scatter":
+            x = op.operands[0].type
+            dim = op.attrs["dim"] % x.rank
+            raw = to_index(em.b, em.value_at(op.operands[1], idx), op.operands[1].type.dtype)
+            return list(idx[:dim]) + [em.checked_index(raw, x.shape[dim])] + list(idx[dim + 1:])
+        return advanced_positions(em, op, idx, 2)
+
+    def write(idx: list[Any]) -> None:
+        b = em.b
+        where = positions(idx)
+        if op.name == "scatter":
+            value = em.value_at(op.operands[2], idx)
+        else:
+            value = em.value_at(op.operands[1], _broadcast(em, idx, stage.shape, op.operands[1].type.shape))
+        if accumulate:
+            old = em.load(target, where)
+            if dtype.is_float:
+                value = b.fadd(old, value)
+            elif dtype.is_bool:
+                value = b.or_(old, value)
+            else:
+                value = b.add(old, value)
+        em.store(target, where, value)
+
+    em.nest([(0, n) for n in stage.shape], write)
+    if accumulate and dtype.is_float and dtype.value != "f32":
+        # the reference accumulates in float32 and rounds once at the end
+        em.nest([(0, n) for n in stage.shape],
+                lambda idx: em.store(target, positions(idx), round_to(em.b, em.load(target, positions(idx)), dtype)))
+
+
+__all__ = ["emit_combine", "emit_partial", "emit_reduce", "emit_scatter", "I1"]

@@ -1,0 +1,116 @@
+"""``layout``: choose how each buffer is laid out and read.
+
+* Transposes fold into matmul operands: ``mm(permute(a, [1, 0]), b)`` becomes ``mm(a, b, transpose_a=true)``
+  (bmm and addmm likewise), at the top level and inside kernels. BLAS and TensorE read either layout, so the
+  transpose costs nothing. (Inside kernels every other view is already folded into the kernel's loads: fusion
+  re-creates views inside the kernels that read them.)
+* Top-level views read their source buffer in place; their types get the strides of that window.
+* For NKI targets each kernel gets ``domain`` (its iteration space) and ``partition_dim``: the domain dim laid
+  on the 128 partitions. NKI reduces along free dims only, so it is a dim no reduction reduces, preferably one
+  of at least 128 (the outermost such); failing that, a dim only terminal reductions reduce (their partial
+  sums add up across partitions, e.g. a LayerNorm weight gradient); a matmul kernel puts its output rows (M)
+  there. ``none`` when every dim is reduced and read again (e.g. a full softmax over a vector).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar, Literal
+
+from neuroncc.ir import Function, Op, TensorType, Value
+from neuroncc.passes.kernels import kernel_domain, reduced_domain_dims, region_matmul
+from neuroncc.passes.manager import Pass, PassContext
+from neuroncc.passes.rewrite import Replacement, Rule, Site, map_regions, rewrite_to_fixed_point
+from neuroncc.passes.strides import PURE_VIEWS, view_chain_layout
+from neuroncc.passes.targets import NKI_TARGETS
+
+
+def fold_transpose_into_matmul(site: Site) -> Replacement:
+    op = site.op
+    first = 1 if op.name == "addmm" else 0  # addmm's operand 0 is the bias
+    for flag, index in (("transpose_a", first), ("transpose_b", first + 1)):
+        operand = op.operands[index]
+        rank = operand.type.rank
+        swap_last_two = tuple(range(rank - 2)) + (rank - 1, rank - 2)
+        permute = site.producer_named(operand, "permute")
+        if permute is not None and permute.attrs["dims"] == swap_last_two:
+            operands = list(op.operands)
+            operands[index] = permute.operands[0]
+            return site.emit(op.name, *operands, **dict(op.attrs, **{flag: not op.attrs[flag]}))
+    return None
+
+
+LAYOUT_RULES: tuple[Rule, ...] = (
+    Rule("mm", fold_transpose_into_matmul),  # mm(permute(a, [1,0]), b) -> mm(a, b, transpose_a=!transpose_a)
+    Rule("bmm", fold_transpose_into_matmul),  # bmm(a, permute(b, [0,2,1])) -> bmm(a, b, transpose_b=!...)
+    Rule("addmm", fold_transpose_into_matmul),  # addmm(c, permute(a), b) -> addmm(c, a, b, transpose_a=!...)
+)
+
+
+@dataclass(frozen=True)
+class Layout(Pass):
+    """Fold transposes into matmuls, give top-level views their strides, pick NKI partition dims."""
+
+    name: ClassVar[str] = "layout"
+    target: Literal["any", "cpu", "trn1", "trn2", "trn3"] = "any"
+    fold_transposes: bool = True
+
+    def apply(self, fn: Function, ctx: PassContext) -> Function:
+        if self.fold_transposes:
+            fn = self.fold(fn)
+        fn = annotate_view_strides(fn)
+        if self.target in NKI_TARGETS:
+            fn = fn.with_ops(_with_partition_dim(op) if op.regions and op.name == "kernel" else op for op in fn.ops)
+        return fn
+
+    def fold(self, fn: Function) -> Function:
+        return rewrite_to_fixed_point(map_regions(fn, self.fold), LAYOUT_RULES)
+
+
+def annotate_view_strides(fn: Function) -> Function:
+    """Top-level views whose window on their source buffer is not contiguous get those strides in their type."""
+    producers = fn.producers()
+    renamed: dict[Value, Value] = {}
+    ops: list[Op] = []
+    for op in fn.ops:
+        operands = tuple(renamed.get(v, v) for v in op.operands)
+        new = op if operands == op.operands else Op(op.name, operands, op.results, op.attrs, op.regions)
+        if op.name in PURE_VIEWS:
+            found = view_chain_layout(op.result, producers)
+            if found is not None:
+                t = op.result.type
+                strided = TensorType(t.shape, t.dtype, found[1].strides)
+                if strided != t:
+                    result = Value(strided, op.result.hint)
+                    renamed[op.result] = result
+                    new = Op(op.name, operands, (result,), op.attrs, op.regions)
+        ops.append(new)
+    if not renamed:
+        return fn
+    return Function(fn.name, fn.params, tuple(ops), tuple(renamed.get(v, v) for v in fn.outputs), fn.metadata)
+
+
+def choose_partition_dim(region: Function) -> int | None:
+    """The domain dim a NKI kernel lays on the partitions (see the module docstring)."""
+    domain = kernel_domain(region)
+    if region_matmul(region) is not None:
+        return len(domain) - 2
+    reduced = reduced_domain_dims(region, domain)
+    candidates = [d for d in range(len(domain)) if d not in reduced.all and domain[d] > 1]
+    if not candidates:  # dims only terminal reductions reduce can be summed across partitions (TensorE)
+        candidates = [d for d in range(len(domain)) if d not in reduced.whole and domain[d] > 1]
+    if not candidates:
+        return None
+    large = [d for d in candidates if domain[d] >= 128]
+    if large:
+        return large[0]
+    return max(candidates, key=lambda d: (domain[d], -d))
+
+
+def _with_partition_dim(kernel: Op) -> Op:
+    (region,) = kernel.regions
+    attrs = kernel.attrs.replace(domain=kernel_domain(region), partition_dim=choose_partition_dim(region))
+    return Op(kernel.name, kernel.operands, kernel.results, attrs, kernel.regions)
+
+
+__all__ = ["LAYOUT_RULES", "Layout", "annotate_view_strides", "choose_partition_dim"]

@@ -1,0 +1,97 @@
+"""Extern kernels: matmul, bmm, addmm, convolution and its backward through ATen, zero-copy.
+
+Operands and results are numpy views of the launcher's buffers; ``torch.from_numpy`` wraps them without
+copying and ``out=`` writes results in place. torch is imported here lazily, inside the functions that call
+it (the only place below the front end allowed to). bf16 values are float32 arrays (see
+:mod:`neuroncc.ir.dtypes`): products run in float32 and round once, as PyTorch's bf16 CPU matmul does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from neuroncc.ir.dtypes import DType, round_to_bf16
+
+
+def _spatial(values: Sequence[int], n: int, fill: int) -> list[int]:
+    values = list(values) or [fill]
+    return values * n if len(values) == 1 else values
+
+
+def _tensor(array: np.ndarray) -> Any:
+    import torch
+
+    if array.dtype == np.float16:
+        return torch.from_numpy(array).float()
+    return torch.from_numpy(array)
+
+
+def run_extern(name: str, attrs: Mapping[str, Any], operands: Sequence[np.ndarray], results: Sequence[np.ndarray],
+               dtype: DType) -> None:
+    """Compute op ``name`` on numpy operand views, writing into the (contiguous) result arrays."""
+    import torch
+
+    if not dtype.is_float:
+        _run_numpy(name, attrs, operands, results)
+        return
+    direct = dtype is not DType.f16 and all(r.flags.writeable and r.flags.c_contiguous for r in results)
+    if name in ("mm", "bmm", "addmm"):
+        args = [_tensor(a) for a in operands]
+        if direct:
+            out = torch.from_numpy(results[0])
+            _matmul(torch, name, attrs, args, out)
+        else:
+            results[0][...] = _matmul(torch, name, attrs, args, None).numpy()
+    elif name == "convolution":
+        x, w = _tensor(operands[0]), _tensor(operands[1])
+        bias = _tensor(operands[2]) if len(operands) > 2 else None
+        n = x.dim() - 2
+        out = torch.convolution(x, w, bias, _spatial(attrs["stride"], n, 1), _spatial(attrs["padding"], n, 0),
+                                _spatial(attrs["dilation"], n, 1), attrs["transposed"],
+                                _spatial(attrs["output_padding"], n, 0), attrs["groups"])
+        results[0][...] = out.numpy()
+    elif name == "convolution_backward":
+        grad, x, w = (_tensor(a) for a in operands)
+        n = x.dim() - 2
+        mask = [bool(m) for m in attrs["output_mask"]]
+        grads = torch.ops.aten.convolution_backward(
+            grad, x, w, [w.shape[0]] if mask[2] else None, _spatial(attrs["stride"], n, 1),
+            _spatial(attrs["padding"], n, 0), _spatial(attrs["dilation"], n, 1), attrs["transposed"],
+            _spatial(attrs["output_padding"], n, 0), attrs["groups"], mask)
+        for result, tensor in zip(results, [g for g, wanted in zip(grads, mask) if wanted]):
+            result[...] = tensor.numpy()
+    else:
+        raise ValueError(f"'{name}' is not an extern kernel")
+    if dtype is DType.bf16:
+        for result in results:
+            result[...] = round_to_bf16(result)
+
+
+def _matmul(torch: Any, name: str, attrs: Mapping[str, Any], args: list[Any], out: Any) -> Any:
+    kwargs = {} if out is None else {"out": out}
+    # transpose_a/transpose_b (set by the layout pass): the operand is stored transposed; a transposed view
+    # is free, and BLAS reads it as a transposed operand without a copy.
+    first = 1 if name == "addmm" else 0
+    if attrs.get("transpose_a"):
+        args[first] = args[first].transpose(-1, -2)
+    if attrs.get("transpose_b"):
+        args[first + 1] = args[first + 1].transpose(-1, -2)
+    if name == "mm":
+        return torch.mm(args[0], args[1], **kwargs)
+    if name == "bmm":
+        return torch.bmm(args[0], args[1], **kwargs)
+    return torch.addmm(args[0], args[1], args[2], beta=attrs["beta"], alpha=attrs["alpha"], **kwargs)
+
+
+def _run_numpy(name: str, attrs: Mapping[str, Any], operands: Sequence[np.ndarray],
+               results: Sequence[np.ndarray]) -> None:
+    """Integer contractions (rare; ATen has no integer BLAS either): the op's numpy reference."""
+    from neuroncc.ir.ops import REGISTRY
+
+    out = REGISTRY.get(name).reference(*operands, **dict(attrs))
+    outs = out if isinstance(out, tuple) else (out,)
+    for result, value in zip(results, outs):
+        result[...] = np.asarray(value).astype(result.dtype)

@@ -1,0 +1,392 @@
+"""The host launcher: ``build_cpu_executable(fn, options)`` -> a callable running native kernels in order.
+
+Build: wrap leftover top-level ops in kernels, plan buffers and loop nests (:mod:`launch_plan`), compile all
+kernels as one LLVM module (O3, host CPU), load the object code. Call: check and place inputs, allocate fresh
+output arrays, then for each step patch the few argument slots that change per call (inputs, outputs) into a
+prebuilt ctypes argument array and call the phase functions, across the thread pool when the work is big
+enough. Intermediates live in one arena reused by every call; returned arrays never alias it.
+
+Options (all optional): ``threads`` (default: torch's thread count if torch is loaded, else the CPU count),
+``threading`` (``python``: a persistent pool of Python threads, the default; ``openmp``: ATen's own OpenMP
+team through torch's libgomp, which avoids oversubscribing cores with ATen but degrades badly when the machine
+is overloaded: spin barriers), ``memory_plan`` (``neuroncc.passes.plan_memory.plan(fn)``'s MemoryPlan, or any
+object with ``offsets`` by value number or Value; see :func:`neuroncc.runtime.launch_plan.plan_launch`).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import math
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from neuroncc.codegen.llvm import jit
+from neuroncc.codegen.llvm.regions import wrap_remaining_ops
+from neuroncc.errors import ArtifactError, InputError, NeuronccError
+from neuroncc.ir.dtypes import DType
+from neuroncc.ir.graph import Function
+from neuroncc.runtime.extern import run_extern
+from neuroncc.runtime.launch_plan import LaunchPlan, StepSpec, ValueSpec, function_hash, plan_launch
+from neuroncc.runtime.threads import default_threads, get_pool, get_team
+
+PHASE_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
+PLAN_FILE, IR_FILE, OBJECT_FILE = "plan.json", "kernels.ll", "kernels.o"
+#: Matmul epilogues run on blocks of rows whose output fits comfortably in L2.
+ROW_BLOCK_BYTES = 1 << 19
+
+
+class KernelIndexError(NeuronccError):
+    """A kernel read or wrote a data-dependent index out of range (gather/scatter/index/embedding)."""
+
+
+def _storage_dtype(name: str) -> np.dtype:
+    return DType(name).numpy
+
+
+def _view(flat: np.ndarray, spec: ValueSpec) -> np.ndarray:
+    """The numpy view of ``spec`` over its buffer's flat storage (no copy)."""
+    itemsize = flat.dtype.itemsize
+    return np.lib.stride_tricks.as_strided(flat[spec.offset:], spec.shape, tuple(s * itemsize for s in spec.strides))
+
+
+def _aligned_empty(extent: int, dtype: np.dtype) -> np.ndarray:
+    """A fresh 1-d array whose data starts 64-byte aligned (the kernels' stores rely on it)."""
+    raw = np.empty(extent * dtype.itemsize + 64, dtype=np.uint8)
+    shift = (-raw.__array_interface__["data"][0]) % 64
+    return raw[shift:shift + extent * dtype.itemsize].view(dtype)
+
+
+def _flat(array: np.ndarray, extent: int) -> np.ndarray:
+    """A 1-d view of ``extent`` elements starting at ``array``'s first element."""
+    return np.lib.stride_tricks.as_strided(array, (extent,), (array.dtype.itemsize,))
+
+
+class CpuExecutable:
+    """The ``cpu`` target's executable: ``exe(*arrays) -> list of arrays``; see the module docstring."""
+
+    def __init__(self, function: Function, plan: LaunchPlan, module: jit.JitModule | None, threads: int,
+                 compile_seconds: float = 0.0, threading_mode: str = "python"):
+        self.function = function  # the top-level form actually run (kernels wrapped)
+        self.plan = plan
+        self.module = module
+        self.pool = get_pool(threads)
+        self.team = get_team(threads) if threading_mode == "openmp" else None
+        self._lock = threading.Lock()
+        self._arena = np.empty(plan.arena_bytes + 64, dtype=np.uint8)
+        shift = (-self._arena.ctypes.data) % 64
+        self._arena = self._arena[shift:shift + plan.arena_bytes]
+        self._error = np.zeros(1, dtype=np.int32)
+        self._static_flats: dict[int, np.ndarray] = {}
+        self._constants: dict[tuple[int, int], np.ndarray] = {}
+        for number, buffer in enumerate(plan.buffers):
+            dtype = _storage_dtype(buffer.dtype)
+            if buffer.kind == "arena":
+                self._static_flats[number] = self._arena[buffer.index:buffer.index + buffer.extent * dtype.itemsize] \
+                    .view(dtype)
+            elif buffer.kind == "constant":
+                array = np.array(function.ops[buffer.index].attrs["value"].array, copy=True, order="C")
+                self._static_flats[number] = array.reshape(-1)
+        self._runners = [self._runner(step) for step in plan.steps]
+        self.stats = self._stats(compile_seconds)
+
+    # ---- build ---------------------------------------------------------------------------------------------
+
+    def _address(self, buffer: int, flats: dict[int, np.ndarray]) -> int:
+        return flats[buffer].__array_interface__["data"][0]
+
+    def _runner(self, step: StepSpec) -> Any:
+        if step.kind == "extern":
+            return lambda flats: self._run_extern(step, flats)
+        if step.kind == "view-copy":
+            return lambda flats: self._run_interpreted(step, flats)
+        if not step.native:
+            return lambda flats: self._run_interpreted(step, flats)
+        return _NativeKernel(self, step)
+
+    def _stats(self, compile_seconds: float) -> dict[str, Any]:
+        interpreted_ops: dict[str, int] = {}
+        native = interpreted = externs = 0
+        for step in self.plan.steps:
+            if step.kind == "extern" or (step.native and step.extern is not None):
+                externs += 1
+            if step.kind != "kernel":
+                continue
+            if step.native:
+                native += 1
+                continue
+            interpreted += 1
+            for op in self.function.ops[step.op_index].regions[0].ops:
+                interpreted_ops[op.name] = interpreted_ops.get(op.name, 0) + 1
+        return {"native_kernels": native, "interpreted_kernels": interpreted, "interpreted_ops": interpreted_ops,
+                "extern_calls": externs, "compile_seconds": compile_seconds,
+                "interpreted_reasons": [s.reason for s in self.plan.steps if s.kind == "kernel" and not s.native]}
+
+    # ---- run -----------------------------------------------------------------------------------------------
+
+    def __call__(self, *inputs: Any) -> list[np.ndarray]:
+        plan = self.plan
+        if len(inputs) != len(self.function.params):
+            raise InputError(f"func @{self.function.name} takes {len(self.function.params)} inputs, got {len(inputs)}")
+        with self._lock:
+            flats = dict(self._static_flats)
+            returned: dict[int, np.ndarray] = {}
+            for number, buffer in enumerate(plan.buffers):
+                if buffer.kind == "input":
+                    flats[number] = self._input(buffer.index, inputs[buffer.index], buffer.extent)
+                elif buffer.kind == "output":
+                    spec = plan.values[plan.outputs[buffer.index]]
+                    storage = _aligned_empty(buffer.extent, _storage_dtype(buffer.dtype))
+                    flats[number] = storage
+                    returned[buffer.index] = _view(storage, spec)
+            for runner in self._runners:
+                runner(flats)
+            results = []
+            for position, value_id in enumerate(plan.outputs):
+                if position in returned:
+                    results.append(returned[position])
+                else:
+                    results.append(self._fresh_copy(position, _view(flats[plan.values[value_id].buffer],
+                                                                    plan.values[value_id])))
+            return results
+
+    def _input(self, position: int, array: Any, extent: int) -> np.ndarray:
+        param = self.function.params[position]
+        t = param.type
+        array = np.asarray(array)
+        if array.shape != t.shape:
+            raise InputError(f"input #{position} has shape {list(array.shape)}, the graph expects {list(t.shape)}")
+        dtype = t.dtype.numpy
+        if array.dtype != dtype:
+            from neuroncc.ir.dtypes import to_storage
+
+            array = to_storage(array, t.dtype)
+        strides = tuple(s * dtype.itemsize for s in t.layout_strides)
+        if any(n > 1 and have != want for n, have, want in zip(t.shape, array.strides, strides)):
+            storage = np.empty(extent, dtype=dtype)
+            view = np.lib.stride_tricks.as_strided(storage, t.shape, strides)
+            np.copyto(view, array)
+            return storage
+        if extent == 0:
+            return np.empty(0, dtype=dtype)
+        return _flat(array, extent)
+
+    def _fresh_copy(self, position: int, view: np.ndarray) -> np.ndarray:
+        t = self.function.outputs[position].type
+        if t.strides is None:
+            return np.array(view, copy=True, order="C")
+        from neuroncc.codegen.llvm.views import Layout
+
+        extent = Layout(0, 0, t.shape, t.strides, t.dtype).extent
+        storage = np.empty(extent, dtype=view.dtype)
+        out = np.lib.stride_tricks.as_strided(storage, t.shape, tuple(s * view.dtype.itemsize for s in t.strides))
+        np.copyto(out, view)
+        return out
+
+    def _arrays(self, ids: tuple[int, ...], flats: dict[int, np.ndarray]) -> list[np.ndarray]:
+        return [_view(flats[self.plan.values[i].buffer], self.plan.values[i]) for i in ids]
+
+    def _run_extern(self, step: StepSpec, flats: dict[int, np.ndarray]) -> None:
+        op = self.function.ops[step.op_index]
+        run_extern(op.name, op.attrs, self._arrays(step.operands, flats), self._arrays(step.results, flats),
+                   op.results[0].type.dtype)
+
+    def _run_interpreted(self, step: StepSpec, flats: dict[int, np.ndarray]) -> None:
+        from neuroncc.ir.interpreter import run_op
+
+        op = self.function.ops[step.op_index]
+        outs = run_op(op, self._arrays(step.operands, flats))
+        for out, target in zip(outs, self._arrays(step.results, flats)):
+            np.copyto(target, out)
+
+    # ---- artifacts -----------------------------------------------------------------------------------------
+
+    def save(self, directory: str | Path) -> list[str]:
+        """Write plan.json, kernels.ll and kernels.o into ``directory``; returns the file names (relative to
+        ``directory``) written. The graph itself is not written: the artifact layer stores it."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / PLAN_FILE).write_text(self.plan.to_json(), encoding="utf-8")
+        files = [PLAN_FILE]
+        if self.module is not None:
+            (directory / IR_FILE).write_text(self.module.llvm_ir, encoding="utf-8")
+            (directory / OBJECT_FILE).write_bytes(self.module.object_code)
+            files += [IR_FILE, OBJECT_FILE]
+        return files
+
+
+class _NativeKernel:
+    """One native kernel step: a prebuilt argument array and its phase functions."""
+
+    def __init__(self, exe: CpuExecutable, step: StepSpec):
+        self.exe, self.step = exe, step
+        self.args = (ctypes.c_void_p * len(step.slots))()
+        self.args_address = ctypes.addressof(self.args)
+        self.dynamic: list[tuple[int, int, int]] = []  # (slot, buffer, byte offset)
+        plan = exe.plan
+        for slot, spec in enumerate(step.slots):
+            if spec.kind == "value":
+                value = plan.values[spec.ref]
+                byte_offset = value.offset * _storage_dtype(value.dtype).itemsize
+                if value.buffer in exe._static_flats:
+                    self.args[slot] = exe._address(value.buffer, exe._static_flats) + byte_offset
+                else:
+                    self.dynamic.append((slot, value.buffer, byte_offset))
+            elif spec.kind == "scratch":
+                self.args[slot] = exe._arena.ctypes.data + spec.ref
+            elif spec.kind == "constant":
+                region = exe.function.ops[step.op_index].regions[0]
+                array = np.array(region.ops[spec.ref].attrs["value"].array, copy=True, order="C")
+                exe._constants[(step.op_index, spec.ref)] = array
+                self.args[slot] = array.ctypes.data
+            else:
+                self.args[slot] = exe._error.ctypes.data
+        self.phases = [(PHASE_FN(exe.module.address(p.symbol)), exe.module.address(p.symbol + "_team"), p.n_outer,
+                        p.work, p.serial) for p in step.phases]
+        self.rows, self.row_block = 0, 0
+        if step.row_blocked:
+            self.rows = step.extern.results[0].shape[0]
+            row_bytes = max(math.prod(step.extern.results[0].shape[1:]), 1) * 4
+            block = max(ROW_BLOCK_BYTES // row_bytes, 8)
+            if block < self.rows:  # small outputs are already cache resident: one block
+                self.row_block = block
+
+    def __call__(self, flats: dict[int, np.ndarray]) -> None:
+        args = self.args
+        for slot, buffer, byte_offset in self.dynamic:
+            args[slot] = flats[buffer].__array_interface__["data"][0] + byte_offset
+        if self.row_block:
+            self._row_blocked()
+        else:
+            if self.step.extern is not None:
+                self._extern()
+            self._phases(0, None)
+        if self.step.may_fail and self.exe._error[0]:
+            self.exe._error[0] = 0
+            op = self.exe.function.ops[self.step.op_index]
+            names = sorted({o.name for o in op.regions[0].ops})
+            raise KernelIndexError(f"kernel '{op.attrs['name']}' ({', '.join(names)}): index out of range")
+
+    def _phases(self, row_start: int, row_end: int | None) -> None:
+        """Run every phase, on all outer iterations or on those of rows [row_start, row_end)."""
+        pool, team = self.exe.pool, self.exe.team
+        for fn, team_fn, n_outer, work, serial in self.phases:
+            start, end = 0, n_outer
+            if row_end is not None:
+                per_row = n_outer // self.rows
+                start, end = row_start * per_row, row_end * per_row
+            if serial:
+                fn(self.args_address, start, end)
+            elif team is not None:
+                team.run(fn, team_fn, self.args_address, start, end, work)
+            elif start == 0:
+                pool.parallel_for(fn, self.args_address, end, work)
+            else:
+                pool.parallel_for(lambda a, s, e, fn=fn: fn(a, s + start, e + start), self.args_address,
+                                  end - start, work)
+
+    def _row_blocked(self) -> None:
+        """mm/addmm a block of rows at a time, each block's epilogue right after (its output still cached)."""
+        views = self._extern_views()
+        for start in range(0, self.rows, self.row_block):
+            end = min(start + self.row_block, self.rows)
+            self._extern(start, end, views)
+            self._phases(start, end)
+
+    def _extern_views(self) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """numpy views of the extern's operands and results over this call's argument pointers."""
+        spec = self.step.extern
+
+        def view(layout: ValueSpec) -> np.ndarray:
+            dtype = _storage_dtype(layout.dtype)
+            base = self.args[layout.buffer]
+            extent = 1 + layout.offset + sum((n - 1) * s for n, s in zip(layout.shape, layout.strides)) \
+                if all(layout.shape) else 0
+            flat = np.ctypeslib.as_array((ctypes.c_byte * (max(extent, 1) * dtype.itemsize)).from_address(base)) \
+                .view(dtype)
+            return _view(flat, layout)
+
+        return [view(v) for v in spec.operands], [view(v) for v in spec.results]
+
+    def _extern(self, row_start: int = 0, row_end: int | None = None, views: Any = None) -> None:
+        region = self.exe.function.ops[self.step.op_index].regions[0]
+        op = region.ops[self.step.extern.op_index]
+        operands, results = views if views is not None else self._extern_views()
+        operands, results = list(operands), list(results)
+        if row_end is not None:
+            rows = slice(row_start, row_end)
+            if op.name == "mm":
+                operands[0] = operands[0][rows]
+            else:  # addmm: bias [M, N] is sliced too; [N] and [1, N] broadcast
+                operands[1] = operands[1][rows]
+                if operands[0].ndim == 2 and operands[0].shape[0] == self.rows > 1:
+                    operands[0] = operands[0][rows]
+            results = [r[rows] for r in results]
+        run_extern(op.name, op.attrs, operands, results, op.results[0].type.dtype)
+
+
+def _threads(options: Mapping[str, Any]) -> int:
+    return int(options.get("threads") or default_threads())
+
+
+def _threading(options: Mapping[str, Any]) -> str:
+    """``python`` (neuroncc's persistent pool, the default) or ``openmp`` (ATen's thread team)."""
+    mode = options.get("threading", "python")
+    if mode not in ("openmp", "python"):
+        raise InputError(f"option threading must be 'openmp' or 'python', got {mode!r}")
+    return mode
+
+
+def _memory_plan(options: Mapping[str, Any]) -> Any:
+    return options.get("memory_plan")
+
+
+def build_cpu_executable(fn: Function, options: Mapping[str, Any] | None = None) -> CpuExecutable:
+    """Compile ``fn`` (after the pass pipeline) to native code; see the module docstring."""
+    options = options or {}
+    start = time.perf_counter()
+    top = wrap_remaining_ops(fn)
+    cpu, features = jit.host_cpu()
+    plan, ir_texts = plan_launch(top, cpu, features, _memory_plan(options))
+    module = jit.compile_ir(ir_texts) if ir_texts else None
+    if module is not None:
+        plan.object_sha256 = hashlib.sha256(module.object_code).hexdigest()
+    return CpuExecutable(top, plan, module, _threads(options), time.perf_counter() - start, _threading(options))
+
+
+def load_cpu_executable(directory: str | Path, fn: Function, options: Mapping[str, Any] | None = None) -> CpuExecutable:
+    """Load an executable saved by :meth:`CpuExecutable.save` for ``fn`` without recompiling.
+
+    Raises ArtifactError when the files are missing or corrupt, or were built for another graph or CPU.
+    """
+    options = options or {}
+    directory = Path(directory)
+    try:
+        plan = LaunchPlan.from_json((directory / PLAN_FILE).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ArtifactError(f"cannot read {directory / PLAN_FILE}: {exc}") from None
+    top = wrap_remaining_ops(fn)
+    if plan.function_hash != function_hash(top):
+        raise ArtifactError(f"{directory}: the saved executable was compiled for a different graph")
+    cpu, features = jit.host_cpu()
+    if (plan.cpu, plan.features) != (cpu, features):
+        raise ArtifactError(f"{directory}: compiled for CPU '{plan.cpu}', this is '{cpu}'")
+    module = None
+    if any(step.native for step in plan.steps):
+        try:
+            object_code = (directory / OBJECT_FILE).read_bytes()
+            llvm_ir = (directory / IR_FILE).read_text(encoding="utf-8") if (directory / IR_FILE).exists() else ""
+        except OSError as exc:
+            raise ArtifactError(f"cannot read kernel object code in {directory}: {exc}") from None
+        if hashlib.sha256(object_code).hexdigest() != plan.object_sha256:
+            raise ArtifactError(f"{directory / OBJECT_FILE} is corrupt (checksum mismatch)")
+        module = jit.load_object(object_code, llvm_ir)
+    return CpuExecutable(top, plan, module, _threads(options), threading_mode=_threading(options))
+
+
+__all__ = ["CpuExecutable", "KernelIndexError", "build_cpu_executable", "load_cpu_executable"]

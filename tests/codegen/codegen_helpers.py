@@ -1,0 +1,43 @@
+"""Shared helpers for the LLVM backend tests: build, run, and compare against the reference interpreter."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from neuroncc.ir import DType, Function, interpret
+from neuroncc.runtime.launcher import build_cpu_executable
+
+# torch.testing.assert_close defaults per dtype
+TOLERANCES = {DType.f32: (1.3e-6, 1e-5), DType.bf16: (1.6e-2, 1e-5), DType.f16: (1e-3, 1e-5)}
+
+
+def assert_matches(actual: np.ndarray, expected: np.ndarray, dtype: DType, what: str = "") -> None:
+    assert actual.shape == expected.shape, f"{what}: shape {actual.shape} != {expected.shape}"
+    assert actual.dtype == expected.dtype, f"{what}: dtype {actual.dtype} != {expected.dtype}"
+    if dtype in TOLERANCES:
+        rtol, atol = TOLERANCES[dtype]
+        np.testing.assert_allclose(actual, expected, rtol=rtol, atol=atol, equal_nan=True, err_msg=what)
+    else:
+        np.testing.assert_array_equal(actual, expected, err_msg=what)
+
+
+def run_both(fn: Function, inputs: list[np.ndarray], threads: int = 2, native: bool = True):
+    """Run ``fn`` natively and in the interpreter; check every kernel compiled natively (unless told not to)."""
+    exe = build_cpu_executable(fn, {"threads": threads})
+    if native:
+        assert exe.stats["interpreted_kernels"] == 0, exe.stats["interpreted_reasons"]
+    got = exe(*inputs)
+    want = interpret(fn, inputs)
+    for position, (actual, expected, value) in enumerate(zip(got, want, fn.outputs)):
+        assert_matches(actual, expected, value.type.dtype, f"output #{position} ({value.hint or ''})")
+    return exe, got
+
+
+def special_floats(rng: np.random.Generator, shape: tuple[int, ...], scale: float = 3.0) -> np.ndarray:
+    """Random normals with NaN, +-Inf, +-0 and extreme values sprinkled in."""
+    x = (rng.standard_normal(shape) * scale).astype(np.float32)
+    flat = x.reshape(-1)
+    specials = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 88.0, -100.0, 1e-30, 1e30, -1e30], np.float32)
+    if flat.size >= 2 * specials.size:
+        flat[: specials.size] = specials
+    return x

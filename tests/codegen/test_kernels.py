@@ -1,0 +1,219 @@
+"""Fused kernel regions (softmax, LayerNorm, matmul epilogues, multi-phase) vs the interpreter and eager torch."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from codegen_helpers import run_both
+
+from neuroncc.codegen.llvm import Layout, plan_kernel
+from neuroncc.codegen.llvm.regions import fuse_whole_function, make_kernel
+from neuroncc.ir import Builder, DType, TensorType, round_to_bf16, verify
+from neuroncc.runtime.launcher import build_cpu_executable
+
+
+def softmax_graph(shape, dtype=DType.f32):
+    b = Builder("softmax")
+    x = b.param(TensorType(shape, dtype), "x")
+    m = b.op("amax", x, dims=(len(shape) - 1,), keepdim=True)
+    e = b.op("exp", b.op("sub", x, m))
+    return fuse_whole_function(b.build([b.op("div", e, b.op("sum", e, dims=(len(shape) - 1,), keepdim=True))]))
+
+
+def layernorm_graph(rows, cols, dtype=DType.f32):
+    b = Builder("layernorm")
+    x = b.param(TensorType((rows, cols), dtype), "x")
+    w = b.param(TensorType((cols,), dtype), "w")
+    bias = b.param(TensorType((cols,), dtype), "b")
+    mean = b.op("mean", x, dims=(1,), keepdim=True)
+    centered = b.op("sub", x, mean)
+    var = b.op("mean", b.op("mul", centered, centered), dims=(1,), keepdim=True)
+    eps = b.op("full", shape=(), dtype=dtype, value=1e-5)
+    rstd = b.op("rsqrt", b.op("add", var, eps))
+    y = b.op("add", b.op("mul", b.op("mul", centered, rstd), w), bias)
+    return fuse_whole_function(b.build([y, mean, rstd]))
+
+
+def test_softmax_is_one_phase_over_rows_and_matches_eager(rng):
+    fn = softmax_graph((64, 300))
+    region = fn.ops[0].regions[0]
+    plan = plan_kernel(region, [Layout.of(0, p.type) for p in region.params],
+                       [Layout.of(1, v.type) for v in region.outputs])
+    assert len(plan.phases) == 1 and plan.phases[0].outer == 1
+    assert [s.kind for s in plan.phases[0].stages] == ["reduce", "reduce", "map"]
+    x = rng.standard_normal((64, 300)).astype(np.float32) * 5
+    x[3, 4] = np.nan
+    _, (got,) = run_both(fn, [x])
+    torch.testing.assert_close(torch.from_numpy(got), torch.softmax(torch.from_numpy(x), -1), equal_nan=True)
+
+
+@pytest.mark.parametrize("dtype", [DType.f32, DType.bf16])
+def test_layernorm_matches_interpreter_and_eager(dtype, rng):
+    fn = layernorm_graph(48, 200, dtype)
+    x, w, bias = (rng.standard_normal(s).astype(np.float32) for s in [(48, 200), (200,), (200,)])
+    if dtype is DType.bf16:
+        x, w, bias = round_to_bf16(x), round_to_bf16(w), round_to_bf16(bias)
+    _, (y, mean, rstd) = run_both(fn, [x, w, bias])
+    if dtype is DType.f32:
+        want = torch.nn.functional.layer_norm(torch.from_numpy(x), (200,), torch.from_numpy(w), torch.from_numpy(bias))
+        torch.testing.assert_close(torch.from_numpy(y), want)
+
+
+def test_full_reduction_feeding_broadcast_needs_two_phases(rng):
+    b = Builder("normalize")
+    x = b.param(TensorType((40, 50), DType.f32), "x")
+    total = b.op("sum", b.op("abs", x), dims=(0, 1))
+    y = b.op("div", x, total)
+    fn = fuse_whole_function(b.build([y, b.op("amax", y, dims=(0,))]))
+    region = fn.ops[0].regions[0]
+    plan = plan_kernel(region, [Layout.of(0, x.type)], [Layout.of(1 + i, v.type) for i, v in enumerate(region.outputs)])
+    assert len(plan.phases) >= 2
+    run_both(fn, [rng.standard_normal((40, 50)).astype(np.float32)])
+
+
+def test_matmul_with_fused_epilogue(rng):
+    b = Builder("linear_gelu")
+    x = b.param(TensorType((32, 64), DType.f32), "x")
+    w = b.param(TensorType((48, 64), DType.f32), "w")
+    bias = b.param(TensorType((48,), DType.f32), "bias")
+    wt = b.op("permute", w, dims=(1, 0))
+    h = b.op("mm", x, wt)
+    y = b.op("gelu", b.op("add", h, bias))
+    kernel = make_kernel(b.ops, [x, w, bias], [y, b.op("sum", y, dims=(1,))], "linear_gelu")
+    b.ops = [kernel]
+    fn = b.build(list(kernel.results))
+    verify(fn)
+    inputs = [rng.standard_normal(s).astype(np.float32) for s in [(32, 64), (48, 64), (48,)]]
+    exe, (got, _) = run_both(fn, inputs)
+    assert exe.stats["extern_calls"] == 1
+    want = torch.nn.functional.gelu(torch.nn.functional.linear(*(torch.from_numpy(a) for a in inputs)))
+    torch.testing.assert_close(torch.from_numpy(got), want)
+
+
+@pytest.mark.parametrize("op", ["bmm", "addmm", "convolution", "convolution_backward"])
+def test_top_level_extern_ops(op, rng):
+    b = Builder(op)
+    if op == "bmm":
+        shapes = [(3, 5, 7), (3, 7, 4)]
+        args = [b.param(TensorType(s, DType.f32)) for s in shapes]
+        outs = [b.op("bmm", *args)]
+    elif op == "addmm":
+        shapes = [(6,), (5, 7), (7, 6)]
+        args = [b.param(TensorType(s, DType.f32)) for s in shapes]
+        outs = [b.op("addmm", *args, beta=0.5, alpha=2.0)]
+    elif op == "convolution":
+        shapes = [(2, 4, 9, 9), (6, 2, 3, 3), (6,)]
+        args = [b.param(TensorType(s, DType.f32)) for s in shapes]
+        outs = [b.op("convolution", *args, stride=(2,), padding=(1,), dilation=(1,), groups=2)]
+    else:
+        shapes = [(2, 6, 5, 5), (2, 4, 7, 7), (6, 4, 3, 3)]
+        args = [b.param(TensorType(s, DType.f32)) for s in shapes]
+        outs = list(b.op("convolution_backward", *args, stride=(1,), padding=(0,), dilation=(1,)))
+    outs = [b.op("relu", o) for o in outs]
+    inputs = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+    exe, _ = run_both(b.build(outs), inputs)
+    assert exe.stats["extern_calls"] == 1
+
+
+@pytest.mark.parametrize("threading", ["openmp", "python"])
+def test_multithreaded_kernels_match_single_threaded(threading, rng):
+    b = Builder("big")
+    x = b.param(TensorType((512, 700), DType.f32), "x")
+    v = b.param(TensorType((300_001,), DType.f32), "v")
+    y = b.op("mul", b.op("gelu", x), b.op("sigmoid", x))
+    fn = b.build([y, b.op("sum", y, dims=(1,)), b.op("tanh", v), b.op("sum", x, dims=(0,))])
+    inputs = [rng.standard_normal((512, 700)).astype(np.float32), rng.standard_normal(300_001).astype(np.float32)]
+    one = build_cpu_executable(fn, {"threads": 1})(*inputs)
+    exe = build_cpu_executable(fn, {"threads": 2, "threading": threading})
+    assert (exe.team is not None) == (threading == "openmp")  # torch's libgomp is installed here
+    for a, c in zip(one, exe(*inputs)):
+        np.testing.assert_array_equal(a, c)
+
+
+def test_unsupported_region_falls_back_to_interpreter(rng):
+    b = Builder("fallback")
+    x = b.param(TensorType((4, 5), DType.f32), "x")
+    w = b.param(TensorType((5, 3), DType.f32), "w")
+    y = b.op("mm", b.op("exp", x), w)  # a matmul that is not the region's first compute op
+    kernel = make_kernel(b.ops, [x, w], [y], "late_mm")
+    b.ops = [kernel]
+    fn = b.build([kernel.result])
+    exe, _ = run_both(fn, [rng.standard_normal((4, 5)).astype(np.float32), rng.standard_normal((5, 3)).astype(np.float32)],
+                      native=False)
+    assert exe.stats["interpreted_kernels"] == 1
+    assert exe.stats["interpreted_ops"] == {"exp": 1, "mm": 1}
+    assert "first compute op" in exe.stats["interpreted_reasons"][0]
+
+
+def test_softmax_computes_exp_once_per_element(rng):
+    fn = softmax_graph((8, 50))
+    region = fn.ops[0].regions[0]
+    plan = plan_kernel(region, [Layout.of(0, region.params[0].type)], [Layout.of(1, region.outputs[0].type)])
+    (phase,) = plan.phases
+    assert len(phase.row_cache) == 1  # exp(x - max) is stored by the sum pass, loaded by the write pass
+    run_both(fn, [rng.standard_normal((8, 50)).astype(np.float32)])
+
+
+@pytest.mark.parametrize("op", ["mm", "addmm"])
+def test_matmul_epilogue_runs_row_block_by_row_block(op, monkeypatch, rng):
+    from neuroncc.runtime import launcher
+
+    monkeypatch.setattr(launcher, "ROW_BLOCK_BYTES", 64 * 4 * 8)  # 8 rows per block: several blocks
+    b = Builder(op)
+    x = b.param(TensorType((50, 32), DType.f32), "x")
+    w = b.param(TensorType((32, 64), DType.f32), "w")
+    bias = b.param(TensorType((64,), DType.f32), "bias")
+    h = b.op("mm", x, w) if op == "mm" else b.op("addmm", bias, x, w, beta=0.5)
+    y = b.op("sigmoid", h)
+    outs = [y, b.op("sum", b.op("mul", y, h), dims=(1,), keepdim=True)]
+    kernel = make_kernel(b.ops, [x, w, bias], outs, "epilogue")
+    b.ops = [kernel]
+    fn = b.build(list(kernel.results))
+    exe, _ = run_both(fn, [rng.standard_normal(s).astype(np.float32) for s in [(50, 32), (32, 64), (64,)]])
+    (step,) = exe.plan.steps
+    assert step.row_blocked and exe._runners[0].row_block == 8
+
+
+def test_column_reduction_epilogue_is_not_row_blocked(rng):
+    b = Builder("colsum")
+    x = b.param(TensorType((40, 16), DType.f32), "x")
+    w = b.param(TensorType((16, 24), DType.f32), "w")
+    h = b.op("mm", x, w)
+    kernel = make_kernel(b.ops, [x, w], [b.op("sum", b.op("exp", h), dims=(0,))], "colsum")
+    b.ops = [kernel]
+    exe, _ = run_both(b.build(list(kernel.results)), [rng.standard_normal((40, 16)).astype(np.float32),
+                                                     rng.standard_normal((16, 24)).astype(np.float32)])
+    assert not exe.plan.steps[0].row_blocked
+
+
+def test_large_outputs_are_streamed_with_nontemporal_stores(rng):
+    b = Builder("stream")
+    x = b.param(TensorType((1024, 1024), DType.f32), "x")
+    v = b.param(TensorType((1 << 21,), DType.f32), "v")
+    s = b.op("amax", x, dims=(1,), keepdim=True)
+    fn = b.build([b.op("div", b.op("exp", x), s), b.op("tanh", v), b.op("cast", x, dtype=DType.f16)])
+    exe, _ = run_both(fn, [rng.standard_normal((1024, 1024)).astype(np.float32),
+                           rng.standard_normal(1 << 21).astype(np.float32)])
+    assert exe.module.llvm_ir.count("!nontemporal") >= 3
+    from neuroncc.codegen.llvm import jit
+
+    assert "vmovntps" in jit.assembly([exe.module.llvm_ir]) or "movnt" in jit.assembly([exe.module.llvm_ir])
+
+
+@pytest.mark.parametrize("dtype", [DType.bf16, DType.f16, DType.i64])
+def test_matmul_epilogue_in_other_dtypes(dtype, rng):
+    b = Builder("mm_dtype")
+    x = b.param(TensorType((20, 12), dtype), "x")
+    w = b.param(TensorType((12, 9), dtype), "w")
+    h = b.op("mm", x, w)
+    y = b.op("relu", h) if dtype is DType.i64 else b.op("tanh", h)
+    kernel = make_kernel(b.ops, [x, w], [y, h], "epilogue")
+    b.ops = [kernel]
+    fn = b.build(list(kernel.results))
+    if dtype is DType.i64:
+        inputs = [rng.integers(-5, 5, (20, 12)), rng.integers(-5, 5, (12, 9))]
+    else:
+        inputs = [(rng.standard_normal(s) * 0.3).astype(np.float32) for s in [(20, 12), (12, 9)]]
+        inputs = [round_to_bf16(a) if dtype is DType.bf16 else a.astype(np.float16) for a in inputs]
+    run_both(fn, inputs)

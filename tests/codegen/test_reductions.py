@@ -1,0 +1,125 @@
+"""Reductions through the LLVM path: every op, dims/keepdim combinations, empty dims, NaN, long rows."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from codegen_helpers import run_both, special_floats
+
+from neuroncc.ir import Builder, DType, TensorType, round_to_bf16
+
+DIMS = [(), (0,), (1,), (2,), (0, 2), (1, 2), (0, 1, 2)]
+
+
+def _reduce_all(b, x, dims_list, names, keepdims=(False, True)):
+    outs = []
+    for dims in dims_list:
+        for keepdim in keepdims:
+            for name in names:
+                outs.append(b.op(name, x, dims=dims, keepdim=keepdim, hint=f"{name}_{'_'.join(map(str, dims))}"))
+    return outs
+
+
+@pytest.mark.parametrize("dtype", [DType.f32, DType.bf16, DType.f16])
+def test_float_reductions(dtype, rng):
+    b = Builder("reduce")
+    x = b.param(TensorType((3, 5, 7), dtype), "x")
+    names = ["sum", "mean", "prod", "amax", "amin", "any", "all"] if dtype is DType.f32 else ["sum", "mean", "amax"]
+    outs = _reduce_all(b, x, DIMS if dtype is DType.f32 else [(1,), (0, 2), (0, 1, 2)], names, keepdims=(False,))
+    outs += _reduce_all(b, x, [(1,), (0, 2)], ["sum", "amax"], keepdims=(True,))
+    outs += [b.op("var", x, dims=d, correction=c) for d in [(2,), (0,), (0, 1, 2)] for c in (0.0, 1.0)]
+    outs += [b.op(n, x, dim=d, keepdim=k) for n in ("argmax", "argmin") for d in (None, 0, 1, 2) for k in (False, True)]
+    xs = (rng.standard_normal((3, 5, 7)) * 2).astype(np.float32)
+    xs = round_to_bf16(xs) if dtype is DType.bf16 else xs.astype(dtype.numpy)
+    run_both(b.build(outs), [xs])
+
+
+@pytest.mark.parametrize("dtype", [DType.i64, DType.i32, DType.u8, DType.bool])
+def test_integer_and_bool_reductions(dtype, rng):
+    b = Builder("ireduce")
+    x = b.param(TensorType((4, 6, 5), dtype), "x")
+    names = ["amax", "amin", "any", "all"] + ([] if dtype.is_bool else ["sum", "prod"])
+    outs = _reduce_all(b, x, [(0,), (2,), (0, 2)], names, keepdims=(False,))
+    if not dtype.is_bool:
+        outs += [b.op(n, x, dim=d) for n in ("argmax", "argmin") for d in (None, 0, 2)]
+    xs = rng.random((4, 6, 5)) < 0.3 if dtype.is_bool else rng.integers(0, 5, (4, 6, 5)).astype(dtype.numpy)
+    run_both(b.build(outs), [xs])
+
+
+def test_nan_propagation_and_empty_dims(rng):
+    b = Builder("nan")
+    x = b.param(TensorType((6, 40), DType.f32), "x")
+    e = b.param(TensorType((3, 0), DType.f32), "e")
+    outs = [b.op(n, x, dims=(1,)) for n in ("sum", "amax", "amin", "mean")]
+    outs += [b.op(n, x, dims=(0,)) for n in ("sum", "amax", "amin")]
+    outs += [b.op("argmax", x, dim=1), b.op("argmin", x, dim=1), b.op("argmax", x, dim=0)]
+    outs += [b.op(n, e, dims=(1,)) for n in ("sum", "prod", "mean", "any", "all")]
+    outs += [b.op("var", e, dims=(1,)), b.op("sum", e, dims=(0,)), b.op("sum", e, dims=(0, 1))]
+    xs = special_floats(rng, (6, 40))
+    xs[2, 7] = np.nan
+    xs[3, :] = -np.inf
+    xs[4, 30] = np.nan
+    xs[4, 3] = np.nan
+    run_both(b.build(outs), [xs, np.zeros((3, 0), np.float32)])
+
+
+def test_long_rows_and_wide_columns_stay_accurate(rng):
+    b = Builder("long")
+    x = b.param(TensorType((2, 300_000), DType.f32), "x")
+    c = b.param(TensorType((3000, 9000), DType.f32), "c")
+    outs = [b.op("sum", x, dims=(1,)), b.op("mean", x, dims=(0, 1)), b.op("var", x, dims=(1,)),
+            b.op("sum", c, dims=(0,)), b.op("var", c, dims=(0,)), b.op("amax", c, dims=(0,)),
+            b.op("argmax", c, dim=0)]
+    xs = (rng.standard_normal((2, 300_000)) + 3).astype(np.float32)
+    cs = rng.standard_normal((3000, 9000)).astype(np.float32)
+    run_both(b.build(outs), [xs, cs])
+
+
+def test_reduction_of_computed_and_strided_input(rng):
+    b = Builder("computed")
+    x = b.param(TensorType((8, 16, 4), DType.f32, strides=(1, 32, 8)), "x")
+    y = b.op("exp", b.op("permute", x, dims=(2, 0, 1)))
+    outs = [b.op("sum", y, dims=(2,)), b.op("amax", y, dims=(0, 1), keepdim=True), b.op("sum", y, dims=(1,))]
+    base = rng.standard_normal((4, 16, 8)).astype(np.float32)
+    run_both(b.build(outs), [np.transpose(base, (2, 1, 0))])
+
+
+def test_column_reductions_are_split_across_threads(rng):
+    from neuroncc.runtime.launcher import build_cpu_executable
+
+    b = Builder("bias_grad")
+    g = b.param(TensorType((300, 1000), DType.f32), "g")
+    h = b.param(TensorType((7, 5, 3000), DType.f32), "h")
+    fn = b.build([b.op("sum", g, dims=(0,)), b.op("mean", h, dims=(0, 1)), b.op("amax", g, dims=(0,), keepdim=True)])
+    exe, _ = run_both(fn, [rng.standard_normal((300, 1000)).astype(np.float32),
+                           rng.standard_normal((7, 5, 3000)).astype(np.float32)])
+    assert all(step.phases[0].n_outer > 1 for step in exe.plan.steps)
+    one = build_cpu_executable(fn, {"threads": 1})
+    assert one.stats["native_kernels"] == 3
+
+
+@pytest.mark.parametrize("dtype", [DType.f32, DType.i64, DType.bool])
+def test_full_reductions_are_split_into_parallel_partials(dtype, rng):
+    b = Builder("full")
+    x = b.param(TensorType((300, 700), dtype), "x")
+    v = b.param(TensorType((100_003,), dtype), "v")
+    names = ["any", "all"] if dtype.is_bool else ["sum", "amax", "amin"] + (["mean"] if dtype.is_float else [])
+    outs = [b.op(n, t, dims=tuple(range(t.type.rank)), keepdim=k) for n in names for t in (x, v) for k in (False, True)]
+    if dtype.is_bool:
+        inputs = [rng.random((300, 700)) < 0.999, rng.random(100_003) < 0.001]
+    elif dtype.is_float:
+        inputs = [rng.standard_normal((300, 700)).astype(np.float32), rng.standard_normal(100_003).astype(np.float32)]
+        inputs[1][77_777] = np.nan
+    else:
+        inputs = [rng.integers(-9, 9, (300, 700)), rng.integers(-9, 9, 100_003)]
+    exe, _ = run_both(b.build(outs), inputs)
+    assert all(len(step.phases) == 2 and step.phases[0].n_outer > 1 for step in exe.plan.steps)
+
+
+def test_batchnorm_statistics_iterate_channels_in_parallel(rng):
+    b = Builder("bn_stats")
+    x = b.param(TensorType((8, 16, 10, 12), DType.f32), "x")
+    fn = b.build([b.op("mean", x, dims=(0, 2, 3), keepdim=True), b.op("var", x, dims=(0, 2, 3), correction=0.0),
+                  b.op("amax", x, dims=(0, 3))])
+    exe, _ = run_both(fn, [rng.standard_normal((8, 16, 10, 12)).astype(np.float32)])
+    assert [step.phases[0].n_outer for step in exe.plan.steps] == [16, 16, 160]
