@@ -26,7 +26,7 @@ PACKAGE = ROOT / "neuroncc"
 #: Layer rank by the module's first component below ``neuroncc``; a module may import ranks <= its own.
 #: ``nki`` is the NKI API (``import neuroncc.nki as nki``): a re-export of the runtime's simulator, in the
 #: runtime's layer (the simulator's own kernels are written against it).
-LAYERS = {"ir": 0, "passes": 1, "codegen": 2, "runtime": 3, "nki": 3, "frontend": 4, "cli": 5}
+LAYERS = {"ir": 0, "passes": 1, "codegen": 2, "runtime": 3, "nki": 3, "frontend": 4, "examples": 4, "cli": 5}
 #: Importable from everywhere, and importing nothing from neuroncc.
 BASE = {"errors"}
 #: Test helpers: may import these, and are imported by no library module.

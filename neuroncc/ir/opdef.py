@@ -84,6 +84,9 @@ class OpDef:
     attrs: Mapping[str, AttrSpec] = field(default_factory=dict)
     doc: str = ""
     is_view: bool = False  # the result may share storage with operand 0 in PyTorch's semantics
+    # the reference takes ``out_dtype=`` (the result's DType): for ops whose PyTorch kernels round an
+    # intermediate to bf16/f16 (the reference otherwise sees float32 compute arrays only)
+    wants_out_dtype: bool = False
 
     def normalize_attrs(self, attrs: Mapping[str, Any]) -> Attrs:
         """Check attribute names and kinds and fill in defaults."""

@@ -59,10 +59,12 @@ def test_special_values(name, dtype):
         assert_close_to_torch(run_ir(fn, case), fn, expected, SPECS[name].tol)
 
 
-def test_bf16_truncating_division_rounds_once():
-    # a / b = -5.9915 rounds to -6.0 in bf16; trunc of the f32 quotient is -5 (torch's scalar path agrees)
-    a, b = np.array([5.5], np.float32), np.array([-0.91796875], np.float32)
-    fn = one_op_graph("div", Case([(a, TensorType((1,), DType.bf16)), (b, TensorType((1,), DType.bf16))],
+def test_bf16_truncating_division_rounds_the_quotient_first():
+    # a / b = -5.9915 rounds to -6.0 in bf16 before the trunc, as torch's vectorized kernel does for any tensor
+    # of more than one element (a 1-element tensor takes a scalar path that truncates the f32 quotient: -5).
+    a, b = np.full(40, 5.5, np.float32), np.full(40, -0.91796875, np.float32)
+    fn = one_op_graph("div", Case([(a, TensorType((40,), DType.bf16)), (b, TensorType((40,), DType.bf16))],
                                   {"rounding_mode": "trunc"}))
     (out,) = run_ir(fn, Case([(a, None), (b, None)]))
-    assert out[0] == -5.0 == torch.div(torch.tensor(a).bfloat16(), torch.tensor(b).bfloat16(), rounding_mode="trunc")
+    expected = torch.div(torch.tensor(a).bfloat16(), torch.tensor(b).bfloat16(), rounding_mode="trunc")
+    assert (out == -6.0).all() and (expected == -6.0).all()

@@ -332,3 +332,49 @@ def test_integer_tiles_with_float_scalars_compute_in_float():
         return out
 
     np.testing.assert_array_equal(run(kernel, x), x * 0.5)
+
+
+def test_tensor_copy_predicated_selects_without_touching_unselected_values(rng):
+    """where(c, a, b) as NKI writes it: copy b, then a where c; NaN and inf in the unselected branch stay out."""
+    a = rng.standard_normal((128, 40)).astype(np.float32)
+    b = rng.standard_normal((128, 40)).astype(np.float32)
+    b[0, :4] = [np.nan, np.inf, -np.inf, np.nan]
+    condition = rng.random((128, 40)) < 0.5
+    condition[0, :4] = True
+
+    def kernel(a, b, c):
+        out = nl.ndarray(a.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+        filled = nl.ndarray(a.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+        result = nl.ndarray(a.shape, dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=result, src=nl.load(b))
+        predicate = nl.load(c)
+        nisa.tensor_copy_predicated(dst=result, src=nl.load(a), predicate=predicate)
+        nl.store(out, result)
+        constant = nl.ndarray(a.shape, dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=constant, src=nl.load(a))
+        nisa.tensor_copy_predicated(dst=constant, src=-np.inf, predicate=predicate, reverse_pred=True)
+        nl.store(filled, constant)
+        return out, filled
+
+    out, filled = run(kernel, a, b, condition)
+    np.testing.assert_array_equal(out, np.where(condition, a, b))
+    np.testing.assert_array_equal(filled, np.where(condition, a, -np.inf))
+
+
+def test_tensor_copy_predicated_rejects_float_predicates_and_dtype_mismatches():
+    def float_predicate(x):
+        tile = nl.load(x)
+        nisa.tensor_copy_predicated(dst=tile, src=0.0, predicate=tile)
+        return x
+
+    with pytest.raises(nki.NKISimulationError, match="predicate must be uint8"):
+        run(float_predicate, np.ones((4, 4), dtype=np.float32))
+
+    def mixed(x, c):
+        tile = nl.load(x)
+        narrow = nl.ndarray(x.shape, dtype=nl.bfloat16, buffer=nl.sbuf)
+        nisa.tensor_copy_predicated(dst=narrow, src=tile, predicate=nl.load(c))
+        return x
+
+    with pytest.raises(nki.NKISimulationError, match="src dtype float32 does not match dst dtype bfloat16"):
+        run(mixed, np.ones((4, 4), dtype=np.float32), np.ones((4, 4), dtype=np.uint8))

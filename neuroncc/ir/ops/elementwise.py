@@ -12,7 +12,7 @@ from collections.abc import Callable
 import numpy as np
 
 from neuroncc.ir.attrs import Attrs
-from neuroncc.ir.dtypes import DType
+from neuroncc.ir.dtypes import DType, to_storage
 from neuroncc.ir.opdef import AttrSpec, Category, OpDef, broadcast_shapes, check_scalar, fail, same_dtype
 from neuroncc.ir.types import TensorType
 
@@ -21,7 +21,7 @@ _erf = np.frompyfunc(math.erf, 1, 1)
 
 def erf(x: np.ndarray) -> np.ndarray:
     """Correctly rounded erf (numpy has none; math.erf is exact to double precision)."""
-    return np.asarray(_erf(np.asarray(x, dtype=np.float64)), dtype=np.float64)  # 0-d input gives a float
+    return np.asarray(_erf(np.asarray(x, dtype=np.float64)), dtype=np.float64)  # a 0-d ufunc call gives a float
 
 
 def gelu(x: np.ndarray, approximate: str = "none") -> np.ndarray:
@@ -129,10 +129,11 @@ def _binary(name: str, fn: Callable[..., np.ndarray], kind: str, *, to_bool: boo
             raise fail(name, f"rounding_mode must be none, floor or trunc, got {attrs['rounding_mode']!r}")
         return TensorType(broadcast_shapes(name, a.shape, b.shape), DType.bool if to_bool else dtype)
 
-    return OpDef(name, Category.ELEMENTWISE, (2, 2), infer, fn, attrs or {}, doc or f"elementwise {name}")
+    return OpDef(name, Category.ELEMENTWISE, (2, 2), infer, fn, attrs or {}, doc or f"elementwise {name}",
+                 wants_out_dtype=name == "div")
 
 
-def _div(a: np.ndarray, b: np.ndarray, rounding_mode: str = "none") -> np.ndarray:
+def _div(a: np.ndarray, b: np.ndarray, rounding_mode: str = "none", out_dtype: DType = DType.f32) -> np.ndarray:
     if rounding_mode == "none":
         return np.true_divide(a, b)
     if a.dtype.kind in "iu":
@@ -142,7 +143,8 @@ def _div(a: np.ndarray, b: np.ndarray, rounding_mode: str = "none") -> np.ndarra
         return quotient + ((quotient < 0) & (quotient * b != a))
     if rounding_mode == "floor":
         return _div_floor_float(a, b)
-    return np.trunc(np.true_divide(a, b))
+    # PyTorch's bf16/f16 trunc division rounds the quotient to the storage precision before truncating
+    return np.trunc(to_storage(np.true_divide(a, b), out_dtype).astype(np.float32))
 
 
 def _div_floor_float(a: np.ndarray, b: np.ndarray) -> np.ndarray:

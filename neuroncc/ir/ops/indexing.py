@@ -23,11 +23,11 @@ def _check_index_type(op: str, t: TensorType, position: int) -> None:
 def _infer_gather(types: tuple[TensorType, ...], attrs: Attrs) -> TensorType:
     x, index = types
     _check_index_type("gather", index, 1)
+    dim = normalize_dim("gather", attrs["dim"], x.rank)
     if index.rank != x.rank and not (x.rank == 0 and index.rank <= 1):
         raise fail("gather", f"index rank {index.rank} must equal input rank {x.rank}")
-    dim = normalize_dim("gather", attrs["dim"], x.rank)
     if x.rank and any(i > s for d, (i, s) in enumerate(zip(index.shape, x.shape)) if d != dim):
-        raise fail("gather", f"index {list(index.shape)} is larger than input {list(x.shape)} outside dim {dim}")
+        raise fail("gather", f"index {list(index.shape)} is larger than the input {list(x.shape)} outside dim {dim}")
     return TensorType(index.shape, x.dtype)
 
 

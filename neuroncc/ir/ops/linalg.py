@@ -25,14 +25,6 @@ def _wide(x: np.ndarray) -> np.ndarray:
     return x.astype(np.float64) if x.dtype.kind == "f" else x
 
 
-def _numeric_dtype(op: str, types: tuple[TensorType, ...], *, floats_only: bool = False) -> DType:
-    """The operands' one element type; PyTorch has no bool (and no integer convolution) kernels."""
-    dtype = same_dtype(op, types)
-    if dtype.is_bool or (floats_only and not dtype.is_float):
-        raise fail(op, f"operands must be {'float' if floats_only else 'numeric'}, got {dtype.value}")
-    return dtype
-
-
 def _swap_last_two(t: TensorType) -> TensorType:
     return TensorType(t.shape[:-2] + (t.shape[-1], t.shape[-2]), t.dtype) if t.rank >= 2 else t
 
@@ -41,6 +33,14 @@ def _logical_operands(types: tuple[TensorType, ...], attrs: Attrs) -> tuple[Tens
     """The matmul operands as the product sees them (after the transpose flags)."""
     a, b = types
     return (_swap_last_two(a) if attrs["transpose_a"] else a), (_swap_last_two(b) if attrs["transpose_b"] else b)
+
+
+def _numeric_dtype(op: str, types: tuple[TensorType, ...], *, floats_only: bool = False) -> DType:
+    """The operands' one element type; PyTorch has no bool (and no integer convolution) kernels."""
+    dtype = same_dtype(op, types)
+    if dtype.is_bool or (floats_only and not dtype.is_float):
+        raise fail(op, f"operands must be {'float' if floats_only else 'numeric'}, got {dtype.value}")
+    return dtype
 
 
 def _infer_mm(types: tuple[TensorType, ...], attrs: Attrs, op: str = "mm") -> TensorType:
@@ -271,8 +271,8 @@ def _conv_backward(grad, x, w, *, stride, padding, dilation, transposed, output_
         # Pick output_padding so the transposed conv reproduces the input's exact spatial size.
         full = [(g2.shape[2 + i] - 1) * st[i] - 2 * pa[i] + di[i] * (w2.shape[2 + i] - 1) + 1 for i in range(2)]
         out_pad = (x2.shape[2] - full[0], x2.shape[3] - full[1])
-        # The input gradient is the transposed convolution of grad_output with the forward weight as it is:
-        # conv2d_transpose reads w [in, out/groups, ...] and grad_output's channels are the forward's outputs.
+        # The input gradient is the transposed convolution of grad with the same weight: read as a transposed
+        # weight, [O, C/g, kh, kw] maps O input channels to C output channels, group by group.
         gx = conv2d_transpose(g2, w2, st, pa, out_pad, di, groups)
         results.append(gx[:, :, 0, :] if nspatial == 1 else gx)
     if output_mask[1]:

@@ -10,6 +10,7 @@ nc_transpose (TensorE)  max(P, min(64, F)) cycles
 activation              max(64, N), + 64 when it also reduces (ScalarE)
 tensor_scalar, copy     max(64, N)
 tensor_tensor           max(64, 2N); max(64, N) when an input is in PSUM
+tensor_copy_predicated  as tensor_tensor
 tensor_reduce           max(64, N)
 iota                    150 + N (GpSimdE)
 ======================  =====================================================================
@@ -115,6 +116,7 @@ CYCLE_RULES: dict[str, Callable[[Instruction, Target], float]] = {
     "activation": _activation,                   # max(64, N) (+64 with reduce)
     "tensor_scalar": _one_pass,                  # max(64, N)
     "tensor_copy": _one_pass,                    # max(64, N)
+    "tensor_copy_predicated": _two_inputs,       # max(64, 2N); max(64, N) with a PSUM input
     "memset": _one_pass,                         # max(64, N)
     "reciprocal": _one_pass,                     # max(64, N)
     "tensor_reduce": _one_pass,                  # N (never below MIN_II)

@@ -12,11 +12,11 @@ from neuroncc.runtime.nki.instructions import engine, reduce_cmd
 from neuroncc.runtime.nki.isa_compute import (
     activation, activation_reduce, reciprocal, scalar_tensor_tensor, tensor_reduce, tensor_scalar, tensor_tensor,
 )
-from neuroncc.runtime.nki.isa_movement import dma_copy, iota, memset, tensor_copy
+from neuroncc.runtime.nki.isa_movement import dma_copy, iota, memset, tensor_copy, tensor_copy_predicated
 from neuroncc.runtime.nki.isa_tensor_engine import nc_matmul, nc_transpose
 
 __all__ = [
     "activation", "activation_reduce", "dma_copy", "engine", "iota", "memset", "nc_matmul", "nc_transpose",
-    "reciprocal", "reduce_cmd", "scalar_tensor_tensor", "tensor_copy", "tensor_reduce", "tensor_scalar",
-    "tensor_tensor",
+    "reciprocal", "reduce_cmd", "scalar_tensor_tensor", "tensor_copy", "tensor_copy_predicated", "tensor_reduce",
+    "tensor_scalar", "tensor_tensor",
 ]

@@ -1,4 +1,4 @@
-"""Data-movement and constant instructions: dma_copy, tensor_copy, memset, iota."""
+"""Data-movement and constant instructions: dma_copy, tensor_copy, tensor_copy_predicated, memset, iota."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from neuroncc.runtime.nki.errors import NKISimulationError
 from neuroncc.runtime.nki.instructions import (
     emit, engine, new_result, operand, pick_engine, reject_mask, write,
 )
-from neuroncc.runtime.nki.tensor import Tensor
+from neuroncc.runtime.nki.tensor import Buffer, Tensor
 from neuroncc.runtime.nki.trace import Engine
 
 _GPSIMD_NO_PSUM = "GpSimd engine cannot access PSUM"
@@ -71,6 +71,48 @@ def tensor_copy(dst: Tensor | None = None, src: Tensor | None = None, engine: en
     emit(context, "tensor_copy", unit, (operand("src", src, "r"), operand("dst", dst, "w")))
     if context.numerics:
         write(dst, src.array())
+    return dst
+
+
+def tensor_copy_predicated(dst: Tensor, src: Tensor | float | int, predicate: Tensor, reverse_pred: bool = False,
+                           name: str | None = None) -> Tensor:
+    """Copy ``src`` (a tile or a number) into ``dst`` where ``predicate`` is non-zero; other elements of
+    ``dst`` keep their values (VectorE). ``reverse_pred`` copies where the predicate is zero.
+
+    As in NKI, the predicate is an unsigned integer tile (uint8/16/32; the simulator also takes bool_),
+    src and dst share a dtype, and src and predicate may not both be in PSUM. This is how a select
+    ``where(c, a, b)`` is written: copy ``b`` into the result, then copy ``a`` over it where ``c``.
+    """
+    context = current()
+    dst = validate.tensor("tensor_copy_predicated", "dst", dst)
+    predicate = validate.tensor("tensor_copy_predicated", "predicate", predicate)
+    operands = [("predicate", predicate), ("dst", dst)]
+    if isinstance(src, Tensor):
+        operands.insert(0, ("src", src))
+    elif not isinstance(src, (int, float, np.number)) or isinstance(src, bool):
+        raise NKISimulationError(f"tensor_copy_predicated src must be a tile or a number, got {src!r}")
+    for role, value in operands:
+        validate.space("tensor_copy_predicated", role, value, validate.ON_CHIP)
+        validate.tile("tensor_copy_predicated", role, value)
+        validate.same_free_size("tensor_copy_predicated", role, value, dst.shape, "dst")
+    if predicate.dtype.kind not in ("uint", "bool"):
+        raise NKISimulationError(
+            f"tensor_copy_predicated predicate must be uint8, uint16 or uint32, got {predicate.dtype.name}")
+    psum_inputs = sum(value.buffer is Buffer.PSUM for role, value in operands if role != "dst")
+    if psum_inputs > 1:
+        raise NKISimulationError("tensor_copy_predicated src and predicate cannot both be in PSUM")
+    if isinstance(src, Tensor) and src.dtype != dst.dtype:
+        raise NKISimulationError(
+            f"tensor_copy_predicated src dtype {src.dtype.name} does not match dst dtype {dst.dtype.name}")
+    emit(context, "tensor_copy_predicated", Engine.VECTOR,
+         tuple(operand(role, value, "rw" if role == "dst" else "r") for role, value in operands),
+         psum_input=psum_inputs == 1, reverse_pred=bool(reverse_pred))
+    if context.numerics:
+        chosen = predicate.array().reshape(dst.shape) != 0
+        if reverse_pred:
+            chosen = ~chosen
+        values = src.array().reshape(dst.shape) if isinstance(src, Tensor) else np.asarray(src)
+        write(dst, np.where(chosen, values, dst.array()))
     return dst
 
 

@@ -1,0 +1,362 @@
+"""Planning one kernel region for NKI: which ops run together in which loop nest.
+
+A region becomes a sequence of *steps*: device segments (one ``@nki.jit`` kernel each) and host steps (ops
+with data-dependent addressing, see :data:`HOST_OPS`). A device segment is a list of *stages*, each one loop
+nest over its own iteration domain:
+
+* ``tile`` stages hold elementwise ops and reductions whose iteration shapes attach to the domain
+  (:func:`neuroncc.codegen.nki.shapes.find_grouping`); every value lives in SBUF tiles of the domain's blocks;
+* ``matmul`` stages hold a matmul (TensorE) and the elementwise epilogue applied to its output tiles;
+* ``transfer`` stages are data movement between HBM tensors (cat, pad, flip, scatter into slices, repeat).
+
+Ops join the latest stage that can hold them (in program order); otherwise they open a new one. A value read
+by another stage, a later step or the caller is written to HBM (a scratch tensor inside the kernel, or a
+kernel output); every read from HBM goes through an :class:`~neuroncc.codegen.nki.shapes.AffineMap`, so
+views (reshape, permute, slice, expand...) cost nothing but a different DMA pattern.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from neuroncc.codegen.nki.normalize import normalize_region
+from neuroncc.codegen.nki.shapes import (
+    AffineMap, Group, Grouping, find_grouping, map_through_window, operand_grouping, row_major_map, view_window,
+)
+from neuroncc.errors import CodegenError
+from neuroncc.ir import REGISTRY, Category, Function, Op, Value
+from neuroncc.passes.strides import PURE_VIEWS
+
+#: Ops run on the host (numpy, as the reference interpreter computes them), and why.
+HOST_OPS: dict[str, str] = {
+    "embedding": "rows picked by data-dependent indices (an indirect DMA, outside the simulated NKI subset)",
+    "gather": "data-dependent indices (indirect DMA)",
+    "index_select": "data-dependent indices (indirect DMA)",
+    "index": "data-dependent indices (indirect DMA)",
+    "scatter": "writes through data-dependent indices (indirect DMA)",
+    "index_put": "writes through data-dependent indices (indirect DMA)",
+    "argmax": "needs an index reduction (max8/find_index8 are outside the simulated NKI subset)",
+    "argmin": "needs an index reduction (max8/find_index8 are outside the simulated NKI subset)",
+}
+
+#: Movement ops that become DMA transfers between HBM tensors.
+TRANSFER_OPS = frozenset({"cat", "constant_pad", "flip", "slice_scatter", "select_scatter", "repeat", "as_strided"})
+
+#: Contractions TensorE runs (convolutions are not emitted; see docs/nki.md).
+MATMUL_OPS = frozenset({"mm", "bmm", "addmm"})
+
+REDUCTIONS = frozenset({"sum", "mean", "prod", "amax", "amin", "any", "all", "var"})
+
+
+@dataclass(frozen=True)
+class Home:
+    """Where a (non-view) value lives: a region param, a host-supplied constant, an immediate number, a
+    stage's tiles or a host step's output."""
+
+    kind: str  # "param" | "constant" | "immediate" | "stage" | "host"
+    index: int = -1
+    number: float | int | bool | None = None
+
+
+@dataclass
+class Stage:
+    """One loop nest (see the module docstring)."""
+
+    index: int
+    kind: str  # "tile" | "matmul" | "transfer"
+    domain: tuple[int, ...]
+    ops: list[Op] = field(default_factory=list)
+    groupings: dict[Op, Grouping] = field(default_factory=dict)
+    placements: dict[Value, AffineMap] = field(default_factory=dict)  # values computed here, on chip
+    reduced: set[int] = field(default_factory=set)
+    partition: int | None = None
+
+    def candidates(self, reduced: set[int]) -> list[int]:
+        return [d for d, n in enumerate(self.domain) if n > 1 and d not in reduced]
+
+
+@dataclass
+class DeviceSegment:
+    """One NKI kernel: its stages, the HBM tensors it reads (arguments) and writes (results)."""
+
+    stages: list[Stage] = field(default_factory=list)
+    inputs: list[Value] = field(default_factory=list)
+    outputs: list[Value] = field(default_factory=list)
+    scratch: list[Value] = field(default_factory=list)
+
+
+@dataclass
+class HostStep:
+    """A host op: its operands are roots in HBM read through the view chains ``views[i]``."""
+
+    op: Op
+    roots: list[Value]
+    views: list[list[Op]]
+
+
+@dataclass
+class RegionPlan:
+    region: Function
+    steps: list[DeviceSegment | HostStep]
+    homes: dict[Value, Home]
+    producers: dict[Value, Op]
+
+
+def iteration_shape(op: Op) -> tuple[int, ...]:
+    return op.operands[0].type.shape if op.name in REDUCTIONS else op.results[0].type.shape
+
+
+def _immediate(op: Op) -> float | int | bool | None:
+    """The single number every element of a constant op holds, if there is one."""
+    if op.name == "full":
+        return op.attrs["value"]
+    if op.name == "constant":
+        array = op.attrs["value"].array
+        if array.size >= 1 and np.all(array == array.reshape(-1)[0]):
+            return array.reshape(-1)[0].item()
+    if op.name == "iota" and op.attrs["length"] == 1:
+        return op.attrs["start"]
+    return None
+
+
+class _Planner:
+    def __init__(self, region: Function, kernel_domain: tuple[int, ...], partition_hint: int | None, name: str):
+        self.region = region
+        self.name = name
+        self.kernel_domain = kernel_domain
+        self.partition_hint = partition_hint
+        self.producers = region.producers()
+        self.homes: dict[Value, Home] = {p: Home("param", i) for i, p in enumerate(region.params)}
+        self.stages: list[Stage] = []
+        self.steps: list[DeviceSegment | HostStep] = []
+
+    def fail(self, op: Op, why: str) -> CodegenError:
+        return CodegenError(f"nki: kernel '{self.name}': op '{op.name}' {why}")
+
+    # ---- where values live ---------------------------------------------------------------------------
+
+    def root(self, value: Value, op: Op) -> tuple[Value, AffineMap | None, Home]:
+        found = view_window(value, self.producers)
+        if found is None:
+            raise self.fail(op, "reads a view that needs a copy (normalization should have inserted one)")
+        root, window = found
+        return root, window, self.homes[root]
+
+    @property
+    def segment(self) -> DeviceSegment:
+        if not self.steps or isinstance(self.steps[-1], HostStep):
+            self.steps.append(DeviceSegment())
+        last = self.steps[-1]
+        assert isinstance(last, DeviceSegment)
+        return last
+
+    def new_stage(self, kind: str, domain: tuple[int, ...]) -> Stage:
+        stage = Stage(len(self.stages), kind, domain)
+        self.stages.append(stage)
+        self.segment.stages.append(stage)
+        return stage
+
+    # ---- the walk ------------------------------------------------------------------------------------
+
+    def run(self) -> RegionPlan:
+        for op in self.region.ops:
+            category = REGISTRY.get(op.name).category
+            if op.name in PURE_VIEWS:
+                continue
+            if category is Category.CONSTANT:
+                number = _immediate(op)
+                self.homes[op.result] = Home("immediate", number=number) if number is not None else Home("constant")
+            elif op.name in HOST_OPS:
+                self.steps.append(self.host_step(op))
+            elif op.name in TRANSFER_OPS:
+                stage = self.new_stage("transfer", op.result.type.shape)
+                stage.ops.append(op)
+                self.homes[op.result] = Home("stage", stage.index)
+            elif category is Category.MATMUL:
+                self.add_matmul(op)
+            elif category in (Category.ELEMENTWISE, Category.REDUCTION) or op.name == "copy":
+                self.add_compute(op)
+            else:
+                raise self.fail(op, "is not supported by the NKI emitter")
+        for stage in self.stages:
+            self.choose_partition(stage)
+        self.assign_tensors()
+        return RegionPlan(self.region, self.steps, self.homes, self.producers)
+
+    def host_step(self, op: Op) -> HostStep:
+        roots, views = [], []
+        for value in op.operands:
+            chain = []
+            while (producer := self.producers.get(value)) is not None and producer.name in PURE_VIEWS:
+                chain.append(producer)
+                value = producer.operands[0]
+            roots.append(value)
+            views.append(list(reversed(chain)))
+        step = HostStep(op, roots, views)
+        for result in op.results:
+            self.homes[result] = Home("host", len(self.steps))
+        return step
+
+    def add_matmul(self, op: Op) -> None:
+        if op.name not in MATMUL_OPS:
+            raise self.fail(op, "(a convolution) is not emitted for NKI; compile it for the cpu target")
+        if not op.result.type.dtype.is_float:
+            raise self.fail(op, f"on {op.result.type.dtype.value} operands: TensorE multiplies floats only")
+        domain = op.result.type.shape
+        stage = self.new_stage("matmul", domain)
+        stage.ops.append(op)
+        grouping = tuple(Group((d,), True) for d in range(len(domain)))
+        stage.groupings[op] = grouping
+        stage.placements[op.result] = row_major_map(grouping, domain, domain)
+        self.homes[op.result] = Home("stage", stage.index)
+
+    def add_compute(self, op: Op) -> None:
+        for stage in reversed(self.segment.stages):
+            joined = self.try_join(stage, op)
+            if joined is not None:
+                self.join(stage, op, *joined)
+                return
+        shape = iteration_shape(op)
+        domain = self.kernel_domain if find_grouping(shape, self.kernel_domain) is not None else shape
+        stage = self.new_stage("tile", domain)
+        joined = self.try_join(stage, op)
+        if joined is None:
+            raise self.fail(op, f"cannot be placed in a loop nest over {list(domain)}")
+        self.join(stage, op, *joined)
+
+    def try_join(self, stage: Stage, op: Op) -> tuple[Grouping, set[int]] | None:
+        if stage.kind == "transfer":
+            return None
+        if stage.kind == "matmul" and not (REGISTRY.get(op.name).category is Category.ELEMENTWISE or op.name == "copy"):
+            return None
+        shape = iteration_shape(op)
+        grouping = find_grouping(shape, stage.domain)
+        if grouping is None:
+            return None
+        for value in op.operands:
+            root, window, home = self.root(value, op)
+            if home.kind != "stage":
+                continue
+            if home.index > stage.index:
+                return None  # produced by a later loop nest
+            if home.index == stage.index:
+                wanted = map_through_window(operand_grouping(grouping, shape, value.type.shape), stage.domain, window)
+                if wanted != stage.placements[root]:
+                    return None  # read in another arrangement than the tile holds it
+        reduced = set(stage.reduced)
+        if op.name in REDUCTIONS:
+            for d in op.attrs["dims"]:
+                if grouping[d].full:
+                    reduced.update(grouping[d].dims)
+            busy = sum(1 for n in stage.domain if n > 1)
+            if stage.ops and stage.candidates(stage.reduced) and not stage.candidates(reduced) and busy >= 2:
+                return None  # keep a dim for the partitions
+        return grouping, reduced
+
+    def join(self, stage: Stage, op: Op, grouping: Grouping, reduced: set[int]) -> None:
+        stage.ops.append(op)
+        stage.groupings[op] = grouping
+        stage.reduced = reduced
+        result = op.result
+        if op.name in REDUCTIONS:
+            dims = set(op.attrs["dims"])
+            keep = op.attrs["keepdim"]
+            groups = [Group(g.dims, False) if j in dims else g for j, g in enumerate(grouping) if keep or j not in dims]
+            stage.placements[result] = row_major_map(tuple(groups), stage.domain, result.type.shape)
+        else:
+            stage.placements[result] = row_major_map(grouping, stage.domain, result.type.shape)
+        self.homes[result] = Home("stage", stage.index)
+
+    def choose_partition(self, stage: Stage) -> None:
+        if stage.kind == "matmul":
+            stage.partition = len(stage.domain) - 2
+            return
+        candidates = stage.candidates(stage.reduced)
+        if not candidates:
+            stage.partition = None
+        elif stage.domain == self.kernel_domain and self.partition_hint in candidates:
+            stage.partition = self.partition_hint
+        else:
+            large = [d for d in candidates if stage.domain[d] >= 128]
+            stage.partition = large[0] if large else max(candidates, key=lambda d: (stage.domain[d], -d))
+
+    # ---- HBM tensors of each segment ----------------------------------------------------------------
+
+    def assign_tensors(self) -> None:
+        """Decide which stage values go to HBM, and each segment's arguments and results."""
+        stage_segment: dict[int, int] = {}
+        for number, step in enumerate(self.steps):
+            if isinstance(step, DeviceSegment):
+                for stage in step.stages:
+                    stage_segment[stage.index] = number
+        readers: dict[Value, set[tuple[int, int]]] = {}  # root -> {(step, stage or -1)}
+
+        def read(root: Value, step: int, stage: int) -> None:
+            if self.homes[root].kind != "immediate":
+                readers.setdefault(root, set()).add((step, stage))
+
+        for number, step in enumerate(self.steps):
+            if isinstance(step, HostStep):
+                for root in step.roots:
+                    read(root, number, -1)
+                continue
+            for stage in step.stages:
+                for op in stage.ops:
+                    for value in op.operands:
+                        root, _, _ = self.root(value, op)
+                        if root not in stage.placements or stage.kind == "transfer" or op.name in MATMUL_OPS:
+                            read(root, number, stage.index)
+        outputs = set(self.region.outputs)
+        for number, step in enumerate(self.steps):
+            if isinstance(step, HostStep):
+                continue
+            for root, uses in readers.items():
+                home = self.homes[root]
+                origin = stage_segment.get(home.index) if home.kind == "stage" else None
+                if any(s == number for s, _ in uses) and origin != number and root not in step.inputs:
+                    step.inputs.append(root)
+            for stage in step.stages:
+                in_hbm = [op.result for op in stage.ops] if stage.kind == "transfer" else []
+                for value in list(stage.placements) + in_hbm:
+                    later = any(s != number for s, _ in readers.get(value, ()))
+                    if value in outputs or later:
+                        if value not in step.outputs:
+                            step.outputs.append(value)
+                    elif (value in in_hbm or any(t != stage.index for _, t in readers.get(value, ()))) \
+                            and value not in step.scratch:
+                        step.scratch.append(value)
+
+
+def stage_maps(plan: RegionPlan, stage: Stage) -> list[AffineMap]:
+    """Every map a tile stage's loop body uses: each operand read and each result, over its domain."""
+    maps = []
+    for op in stage.ops:
+        grouping = stage.groupings[op]
+        shape = iteration_shape(op)
+        for value in op.operands:
+            found = view_window(value, plan.producers)
+            if found is None or plan.homes[found[0]].kind == "immediate":
+                continue
+            maps.append(map_through_window(operand_grouping(grouping, shape, value.type.shape), stage.domain,
+                                           found[1]))
+        maps.append(stage.placements[op.result])
+    return maps
+
+
+def plan_region(region: Function, name: str, kernel_domain: tuple[int, ...] = (),
+                partition_hint: int | None = None) -> RegionPlan:
+    """Plan ``region`` (the body of kernel ``name``) for NKI; see the module docstring."""
+    normalized = normalize_region(region)
+    domain = kernel_domain or _largest_shape(normalized)
+    return _Planner(normalized, tuple(domain), partition_hint, name).run()
+
+
+def _largest_shape(region: Function) -> tuple[int, ...]:
+    best: tuple[int, ...] = ()
+    size = -1
+    for value in list(region.params) + [r for op in region.ops for r in op.results]:
+        if value.type.numel > size:
+            best, size = value.type.shape, value.type.numel
+    return best

@@ -1,0 +1,331 @@
+"""Emitting tile stages (elementwise ops and reductions) and transfer stages (HBM-to-HBM data movement).
+
+A tile stage is written as
+
+    # prologue: loop-invariant loads and their broadcasts (a LayerNorm weight row, ...)
+    for b in nl.affine_range(...):          # looped domain dims, one index at a time
+        for i in nl.affine_range(...):      # blocks of 128 partitions
+            <loads, op instructions, stores>
+
+Its body is built by the op rules, fused by :func:`~neuroncc.codegen.nki.instructions.optimize`, and every
+record whose inputs do not change between iterations moves to the prologue.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from neuroncc.codegen.nki.access import HbmSide, Index, transfer
+from neuroncc.codegen.nki.body import PMAX, Body, KernelContext, StageLayout, ceil_div, prod
+from neuroncc.codegen.nki.instructions import Instr, optimize, render
+from neuroncc.codegen.nki.op_rules import emit_op
+from neuroncc.codegen.nki.plan import Stage, stage_maps
+from neuroncc.codegen.nki.shapes import AffineMap, view_window
+from neuroncc.codegen.nki.source import SourceWriter, nki_dtype
+from neuroncc.ir import Value
+from neuroncc.ir.types import contiguous_strides
+
+#: Fraction of SBUF one iteration's tiles may use (the rest lets the next iteration's loads run ahead).
+SBUF_SHARE = 0.5
+
+
+@dataclass
+class Loop:
+    """One emitted loop: ``for var in nl.affine_range(count)``, then ``size = min(...)`` when the last
+    block is partial."""
+
+    var: str
+    count: int
+    size_var: str | None = None
+    size_expr: str = ""
+
+
+def _contiguous(amap: AffineMap, group: list[int], domain: tuple[int, ...]) -> bool:
+    """Does ``amap`` step through the domain dims ``group`` as through one row-major dim?"""
+    dims = [d for d in group if domain[d] > 1]
+    for outer, inner in zip(dims, dims[1:]):
+        if amap.coeffs[outer] != amap.coeffs[inner] * prod([domain[e] for e in range(outer + 1, inner + 1)]):
+            return False
+    return True
+
+
+def merge_groups(ctx: KernelContext, stage: Stage) -> list[list[int]]:
+    """Runs of adjacent domain dims every map of the stage steps through contiguously, and that are all
+    reduced or all kept: each run becomes one layout dim (``[B, S, D]`` rows become ``[B * S, D]``)."""
+    maps = stage_maps(ctx.plan, stage)
+    domain = stage.domain
+    groups = [[d] for d in range(len(domain))]
+
+    def reduced(group: list[int]) -> set[bool]:
+        return {d in stage.reduced for d in group if domain[d] > 1}
+
+    innermost = max((d for d, n in enumerate(domain) if n > 1), default=-1)
+    i = 0
+    while i < len(groups) - 1:
+        candidate = groups[i] + groups[i + 1]
+        keeps_free_axis = innermost not in groups[i + 1] or reduced(candidate) == {True}
+        if keeps_free_axis and len(reduced(candidate)) <= 1 and all(_contiguous(m, candidate, domain) for m in maps):
+            groups[i:i + 2] = [candidate]
+        else:
+            i += 1
+    return groups
+
+
+def tile_layout(ctx: KernelContext, stage: Stage) -> tuple[StageLayout, list[Loop]]:
+    """Choose the tiles of a tile stage: merged dims, partitions, tile dims and their blocks, loops (module
+    docstring of :mod:`neuroncc.codegen.nki.body`)."""
+    groups = merge_groups(ctx, stage)
+    domain = tuple(prod([stage.domain[d] for d in group]) for group in groups)
+    reduced = {i for i, group in enumerate(groups) if any(d in stage.reduced and stage.domain[d] > 1 for d in group)}
+    candidates = [d for d, n in enumerate(domain) if n > 1 and d not in reduced]
+    large = [d for d in candidates if domain[d] >= PMAX]
+    p = (large[0] if large else max(candidates, key=lambda d: (domain[d], -d))) if candidates else None
+    if stage.partition is not None and len(groups) == len(stage.domain) and stage.partition in candidates:
+        p = stage.partition  # the layout pass's choice when nothing merged
+    # The innermost other dim joins the tiles' free axes when it comes after the partition dim (a dim before
+    # it would make every load a transposing one); the rest are looped one index at a time.
+    others = [d for d, n in enumerate(domain) if n > 1 and d != p and d not in reduced]
+    inner = others[-1] if others and (p is None or others[-1] > p) else None
+    tile_dims = tuple(sorted(reduced | ({inner} if inner is not None else set())))
+    bounds = {d: domain[d] for d in tile_dims}
+    if p is not None:
+        bounds[p] = min(PMAX, domain[p])
+    tiles = len(stage.ops) + sum(len(op.operands) for op in stage.ops)
+    budget = int(ctx.sbuf_partition_bytes * SBUF_SHARE)
+
+    def footprint() -> int:
+        return tiles * prod([bounds[d] for d in tile_dims]) * 4
+
+    while inner is not None and footprint() > budget and bounds[inner] > 1:
+        bounds[inner] = 1 << ((bounds[inner] - 1).bit_length() - 1)
+    if footprint() > ctx.sbuf_partition_bytes:
+        raise ctx.fail(f"a loop nest over {list(domain)} reducing dims {sorted(reduced)} needs about "
+                       f"{footprint()} bytes of SBUF per partition (the reduced dims stay whole in a tile)")
+    loops: list[Loop] = []
+    indexes: list[Index] = []
+    varying: set[int] = set()
+    limits: dict[int, str] = {}
+    for d, n in enumerate(domain):
+        if n == 1:
+            indexes.append(Index.span("0", "1", 1, 1) if d in tile_dims else Index.point("0", 1))
+        elif d == p or d in tile_dims:
+            block = bounds[d]
+            count = ceil_div(n, block)
+            if count == 1:
+                indexes.append(Index.span("0", str(n), n, n))
+                continue
+            var = ctx.names.fresh("i" if d == p else "j")
+            loop = Loop(var, count)
+            size = str(block)
+            if n % block:
+                loop.size_var = size = ctx.names.fresh("rows" if d == p else "cols")
+                loop.size_expr = f"min({block}, {n} - {var} * {block})"
+                limits[d] = size
+            loops.append(loop)
+            varying.add(d)
+            indexes.append(Index.span(f"{var} * {block}", size, block, n))
+        else:
+            var = ctx.names.fresh(f"b{d}")
+            loops.insert(sum(1 for x in loops if x.var.startswith("b")), Loop(var, n))
+            varying.add(d)
+            indexes.append(Index.point(var, n))
+    layout = StageLayout(domain, p, tile_dims, bounds, tuple(indexes), frozenset(varying), limits,
+                         tuple(tuple(g) for g in groups), stage.domain)
+    return layout, loops
+
+
+def hoist(instrs: list[Instr]) -> tuple[list[Instr], list[Instr]]:
+    """Split a body into the records that do not change between iterations (prologue) and the rest.
+
+    A tile that a loop-body predicated copy updates stays in the loop with its producer (hoisting it would
+    carry one iteration's selection into the next).
+    """
+    pinned: set[str] = set()
+    while True:
+        hoisted: set[str] = set()
+        flags = []
+        for instr in instrs:
+            if instr.kind == "dma":
+                source = instr.args.get("src")
+                ok = bool(instr.args.get("loop_free")) and (source is None or source.tile in hoisted)
+            else:
+                ok = all(ref.tile in hoisted for ref in instr.reads())
+            if instr.dst is not None and instr.dst.tile in pinned:
+                ok = False
+            flags.append(ok)
+            if ok:
+                if instr.dst is not None:
+                    hoisted.add(instr.dst.tile)
+                hoisted.update(ref.tile for ref in instr.also_allocates)
+        stray = {i.dst.tile for i, ok in zip(instrs, flags) if i.kind == "predicated" and not ok
+                 and i.dst.tile in hoisted}
+        if not stray:
+            break
+        pinned |= stray
+    prologue = [i for i, ok in zip(instrs, flags) if ok]
+    body = [i for i, ok in zip(instrs, flags) if not ok]
+    return prologue, body
+
+
+def emit_tile_stage(ctx: KernelContext, stage: Stage, writer: SourceWriter, in_hbm: set[Value]) -> None:
+    layout, loops = tile_layout(ctx, stage)
+    body = Body(ctx, stage, layout)
+    for op in stage.ops:
+        emit_op(body, op)
+    for value in stage.placements:
+        if value in in_hbm:
+            shape = layout.tile_shape(layout.lift(stage.placements[value]))
+            body.store(value, body.materialize(body.values[value], shape, _dtype_of(value)))
+    instrs = optimize(body.instrs, ctx.names.fresh)
+    prologue, looped = hoist(instrs)
+    writer.comment(describe_stage(stage, layout))
+    for instr in prologue:
+        render(writer, instr, ctx.names)
+    if not looped:
+        return  # everything was loop-invariant
+    open_loops(writer, loops)
+    for instr in looped:
+        render(writer, instr, ctx.names)
+    for _ in loops:
+        writer.close()
+
+
+def open_loops(writer: SourceWriter, loops: list[Loop]) -> None:
+    for loop in loops:
+        writer.open(f"for {loop.var} in nl.affine_range({loop.count}):")
+        if loop.size_var:
+            writer.line(f"{loop.size_var} = {loop.size_expr}")
+
+
+def _dtype_of(value: Value) -> str:
+    return nki_dtype(value.type.dtype)
+
+
+def describe_stage(stage: Stage, layout: StageLayout) -> str:
+    names = ", ".join(dict.fromkeys(op.name for op in stage.ops))
+    laid = f" laid out as {list(layout.domain)}" if layout.domain != stage.domain else ""
+    where = f"dim {layout.partition} on partitions" if layout.partition is not None else "one partition"
+    inner = f", dims {list(layout.tile_dims)} in the free axes" if layout.tile_dims else ""
+    return f"{names} over {list(stage.domain)}{laid}: {where}{inner}"
+
+
+# ---- transfer stages -------------------------------------------------------------------------------------
+
+
+def _full_indexes(shape: tuple[int, ...]) -> tuple[Index, ...]:
+    return tuple(Index.span("0", str(n), n, n) for n in shape)
+
+
+def _window_map(ctx: KernelContext, value: Value) -> tuple[Value, AffineMap]:
+    found = view_window(value, ctx.plan.producers)
+    if found is None:
+        raise ctx.fail(f"{value!r} is read through a view that needs a copy")
+    root, window = found
+    return root, AffineMap(window.offset, window.strides)
+
+
+def _copy_piece(ctx: KernelContext, writer: SourceWriter, shape: tuple[int, ...], dst: Value, dst_map: AffineMap,
+                src: Value) -> None:
+    """DMA all of ``src`` (read through its view chain) into the ``dst_map`` box of ``dst``."""
+    root, window = _window_map(ctx, src)
+    if ctx.plan.homes[root].kind == "immediate":
+        raise ctx.fail(f"a transfer of a constant into {dst!r}")
+    _direct(ctx, writer, shape, dst, dst_map, root, window)
+
+
+def emit_transfer_stage(ctx: KernelContext, stage: Stage, writer: SourceWriter) -> None:
+    (op,) = stage.ops
+    out = op.result
+    shape = out.type.shape
+    strides = contiguous_strides(shape)
+    writer.comment(f"{op.name} into {list(shape)}: DMA between HBM tensors")
+    rank = len(shape)
+    if op.name == "cat":
+        dim = op.attrs["dim"] % rank
+        start = 0
+        for value in op.operands:
+            piece = value.type.shape
+            _copy_piece(ctx, writer, piece, out, AffineMap(start * strides[dim], strides), value)
+            start += piece[dim]
+    elif op.name == "constant_pad":
+        _pad(ctx, writer, op, strides)
+    elif op.name == "flip":
+        root, window = _window_map(ctx, op.operands[0])
+        coeffs, offset = list(window.coeffs), window.offset
+        for d in op.attrs["dims"]:
+            d %= rank
+            offset += (shape[d] - 1) * coeffs[d]
+            coeffs[d] = -coeffs[d]
+        _direct(ctx, writer, shape, out, AffineMap(0, strides), root, AffineMap(offset, tuple(coeffs)))
+    elif op.name in ("slice_scatter", "select_scatter"):
+        base, source = op.operands
+        _copy_piece(ctx, writer, shape, out, AffineMap(0, strides), base)
+        dim = op.attrs["dim"] % rank
+        if op.name == "slice_scatter":
+            step = op.attrs["step"]
+            dst_strides = strides[:dim] + (strides[dim] * step,) + strides[dim + 1:]
+            offset = _clamped_start(op.attrs["start"], shape[dim]) * strides[dim]
+        else:
+            dst_strides = strides[:dim] + strides[dim + 1:]
+            offset = (op.attrs["index"] % shape[dim]) * strides[dim]
+        _copy_piece(ctx, writer, source.type.shape, out, AffineMap(offset, dst_strides), source)
+    elif op.name == "repeat":
+        _repeat(ctx, writer, op, strides)
+    elif op.name == "as_strided":
+        root, window = _window_map(ctx, op.operands[0])
+        if window.coeffs != contiguous_strides(op.operands[0].type.shape) or window.offset:
+            raise ctx.fail("as_strided of a strided view is not emitted (copy its operand first)")
+        src = AffineMap(op.attrs["offset"], tuple(op.attrs["strides"]))
+        _direct(ctx, writer, shape, out, AffineMap(0, strides), root, src)
+    else:
+        raise ctx.fail(f"op '{op.name}' is not a transfer")
+
+
+def _clamped_start(start: int, size: int) -> int:
+    return max(0, min(start + size if start < 0 else start, size))
+
+
+def _direct(ctx: KernelContext, writer: SourceWriter, shape: tuple[int, ...], dst: Value, dst_map: AffineMap,
+            root: Value, src_map: AffineMap) -> None:
+    if 0 in shape:
+        return
+    indexes = _full_indexes(shape)
+    transfer(writer, ctx.names, HbmSide(ctx.hbm_name(dst), dst.type.shape, dst_map, indexes),
+             HbmSide(ctx.hbm_name(root), root.type.shape, src_map, indexes), indexes)
+
+
+def _pad(ctx: KernelContext, writer: SourceWriter, op, strides: tuple[int, ...]) -> None:
+    """The output was allocated filled with the pad value; copy the (possibly cropped) input inside it."""
+    source = op.operands[0]
+    root, window = _window_map(ctx, source)
+    rank = source.type.rank
+    box = list(source.type.shape)
+    src_offset, dst_offset = window.offset, 0
+    pad = op.attrs["pad"]
+    for i in range(len(pad) // 2):
+        d = rank - 1 - i
+        before, after = pad[2 * i], pad[2 * i + 1]
+        if before < 0:
+            src_offset += -before * window.coeffs[d]
+            box[d] += before
+        else:
+            dst_offset += before * strides[d]
+        if after < 0:
+            box[d] += after
+    _direct(ctx, writer, tuple(box), op.result, AffineMap(dst_offset, strides), root,
+            AffineMap(src_offset, window.coeffs))
+
+
+def _repeat(ctx: KernelContext, writer: SourceWriter, op, strides: tuple[int, ...]) -> None:
+    """Domain ``[r0, s0, r1, s1, ...]``: the output steps by ``s_k`` blocks along ``r_k``, the input not at all."""
+    root, window = _window_map(ctx, op.operands[0])
+    repeats = op.attrs["repeats"]
+    lead = len(repeats) - op.operands[0].type.rank
+    sizes = (1,) * lead + op.operands[0].type.shape
+    in_coeffs = (0,) * lead + window.coeffs
+    shape, dst, src = [], [], []
+    for k, (r, n) in enumerate(zip(repeats, sizes)):
+        shape += [r, n]
+        dst += [strides[k] * n, strides[k]]
+        src += [0, in_coeffs[k]]
+    _direct(ctx, writer, tuple(shape), op.result, AffineMap(0, tuple(dst)), root, AffineMap(window.offset, tuple(src)))
