@@ -186,6 +186,19 @@ def _scalar_path(fn):
     return run
 
 
+def _vector_path(fn):
+    """``fn`` on contiguous operands of two or more elements: PyTorch's bf16/f16 floor/trunc division round
+    intermediates to half precision in its vectorized kernel, which the IR follows, but a 1-element tensor
+    takes a scalar path that computes in float32."""
+    def run(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        a, b = torch.broadcast_tensors(a, b)
+        pad = torch.ones(1, dtype=a.dtype)
+        out = fn(torch.cat([a.reshape(-1), pad]), torch.cat([b.reshape(-1), pad]))
+        return out[:-1].reshape(a.shape)
+
+    return run
+
+
 def _binary_torch(name: str, fn):
     if name in ("fmod", "remainder"):
         return lambda xs, attrs: _scalar_path(fn)(xs[0], xs[1])
@@ -193,10 +206,8 @@ def _binary_torch(name: str, fn):
         def div(xs, attrs):
             mode = None if attrs["rounding_mode"] == "none" else attrs["rounding_mode"]
             fn = lambda a, b: torch.div(a, b, rounding_mode=mode)  # noqa: E731
-            # PyTorch's vectorized bf16/f16 floor/trunc division rounds the quotient to half precision before
-            # truncating it (trunc(-5.99) gives -6); its scalar path and f32 round once, like the reference.
             reduced = xs[0].dtype in (torch.bfloat16, torch.float16)
-            return _scalar_path(fn)(*xs) if mode and reduced else fn(*xs)
+            return _vector_path(fn)(*xs) if mode and reduced else fn(*xs)
         return div
     return lambda xs, attrs: fn(xs[0], xs[1])
 

@@ -299,3 +299,16 @@ def test_float_pow_of_0_dim_tensors_stays_0_dim():
     # the C99 fix-up made 0-d operands 1-d (np.ascontiguousarray); found by the passes' semantic tests
     (out,) = run("pow", [(np.array(2.0, np.float32), F32), (np.array(0.0, np.float32), F32)])
     assert out.shape == () and out == 1.0
+
+
+@pytest.mark.parametrize("dtype", [DType.bf16, DType.f16])
+@pytest.mark.parametrize("mode", ["floor", "trunc"])
+def test_half_precision_rounding_division_matches_torch_bit_for_bit(dtype, mode):
+    # PyTorch's bf16/f16 kernels round every intermediate of floor division (as trunc division rounds its
+    # quotient) to half precision; the reference computed floor division in float32 (1 in 40 bf16 results off)
+    rng = np.random.default_rng(0)
+    a = torch.from_numpy((rng.standard_normal(4000) * 10).astype(np.float32)).to(TORCH[dtype])
+    b = torch.from_numpy(rng.standard_normal(4000).astype(np.float32)).to(TORCH[dtype])
+    (out,) = run("div", [(a.float().numpy(), dtype), (b.float().numpy(), dtype)], rounding_mode=mode)
+    expected = torch.div(a, b, rounding_mode=mode).float().numpy()
+    np.testing.assert_array_equal(out.astype(np.float32), expected)

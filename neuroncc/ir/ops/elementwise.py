@@ -142,26 +142,31 @@ def _div(a: np.ndarray, b: np.ndarray, rounding_mode: str = "none", out_dtype: D
         quotient = np.floor_divide(a, b)  # truncate toward zero: fix up negative inexact quotients
         return quotient + ((quotient < 0) & (quotient * b != a))
     if rounding_mode == "floor":
-        return _div_floor_float(a, b)
+        return _div_floor_float(a, b, out_dtype)
     # PyTorch's bf16/f16 trunc division rounds the quotient to the storage precision before truncating
     return np.trunc(to_storage(np.true_divide(a, b), out_dtype).astype(np.float32))
 
 
-def _div_floor_float(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+def _div_floor_float(a: np.ndarray, b: np.ndarray, out_dtype: DType = DType.f32) -> np.ndarray:
     """Python's ``a // b`` for floats, as PyTorch computes it: from fmod, not floor(a / b).
 
     floor(a / b) is wrong when a / b rounds up to an integer (1 // 0.1 is 9, but 1 / 0.1 rounds to 10.0), and
-    fmod-based floor division of inf is NaN. Mirrors ``div_floor_floating_vec`` in ATen.
+    fmod-based floor division of inf is NaN. Mirrors ``div_floor_floating_vec`` in ATen, which for bf16/f16 runs
+    on half-precision vectors: every intermediate is rounded to ``out_dtype`` (as trunc division rounds its
+    quotient), which matches PyTorch bit for bit.
     """
+    def rounded(x: np.ndarray) -> np.ndarray:
+        return x if out_dtype is DType.f32 else to_storage(x, out_dtype).astype(np.float32)
+
     a, b = np.broadcast_arrays(a, b)
-    quotient = a / b
-    mod = np.fmod(a, b)
+    quotient = rounded(a / b)
+    mod = rounded(np.fmod(a, b))
     # ATen's fix-up for an infinite quotient of finite operands: divide a itself, so the result stays inf
-    numerator = np.where(np.isinf(quotient) & ~np.isinf(a), a, a - mod)
-    div = numerator / b
-    div = np.where((mod != 0) & ((b < 0) != (mod < 0)), div - 1, div)
+    numerator = np.where(np.isinf(quotient) & ~np.isinf(a), a, rounded(a - mod))
+    div = rounded(numerator / b)
+    div = np.where((mod != 0) & ((b < 0) != (mod < 0)), rounded(div - 1), div)
     floordiv = np.floor(div)
-    floordiv = np.where(div - floordiv > 0.5, floordiv + 1, floordiv)
+    floordiv = np.where(rounded(div - floordiv) > 0.5, rounded(floordiv + 1), floordiv)
     floordiv = np.where(div == 0, np.copysign(np.zeros_like(div), quotient), floordiv)
     return np.where(b == 0, quotient, floordiv)
 
