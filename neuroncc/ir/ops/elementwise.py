@@ -285,10 +285,13 @@ def _cast(x: np.ndarray, dtype: DType) -> np.ndarray:
     if dtype.is_bool:
         return x != 0
     if (dtype.is_int) and x.dtype.kind == "f":
-        # Truncate toward zero, then wrap into narrow types through int64 as PyTorch does (a direct float ->
-        # uint8/int8/int16 conversion is undefined in C: x86 wraps, ARM saturates).
+        # Truncate toward zero; wrap into the narrow types through int64 as PyTorch does (a direct float ->
+        # uint8/int8/int16 conversion is undefined in C: x86 wraps, ARM saturates). Out-of-range values are
+        # undefined for i32/i64 (C++, and so PyTorch): converted directly, as the host does.
         with np.errstate(invalid="ignore"):
-            return np.trunc(x).astype(np.int64).astype(dtype.numpy)
+            if dtype.itemsize < 4:
+                return np.trunc(x).astype(np.int64).astype(dtype.numpy)
+            return np.trunc(x).astype(dtype.numpy)
     return x.astype(dtype.compute)
 
 
