@@ -16,6 +16,8 @@ from typing import Any
 
 import torch
 import torch.fx as fx
+import torch._subclasses.fake_tensor
+import torch.fx.experimental.symbolic_shapes
 
 from neuroncc.errors import DynamicShapeError, UnsupportedOpError
 
