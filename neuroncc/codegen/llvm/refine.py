@@ -1,0 +1,129 @@
+"""Phase refinements: how a phase's loops are shaped once the scheduler has formed it.
+
+Each rule looks at one phase and, when it applies, changes how its outer loop is split or what it caches:
+blocking long rows of map-only phases, row caching of expensive reduction inputs, and the three ways a lone
+reduction without kept leading dims still gets a parallel outer loop (columns, kept middle dims, partials).
+"""
+
+from __future__ import annotations
+
+import math
+
+from neuroncc.codegen.llvm.schedule import Computed, ExtraArg, KernelPlan, Phase, ReduceStage
+from neuroncc.ir.graph import Value
+from neuroncc.ir.opdef import Category
+from neuroncc.ir.ops import REGISTRY
+
+
+def block_long_rows(phase: Phase, block: int) -> None:
+    """Map-only phases over one shape iterate all dims in the outer loop, blocking the last (parallel 1-d)."""
+    shapes = {s.shape for s in phase.stages}
+    if len(shapes) != 1 or any(s.kind != "map" for s in phase.stages):
+        return
+    (shape,) = shapes
+    if not shape or shape[-1] <= block or phase.outer != len(shape) - 1:
+        return
+    phase.outer, phase.outer_shape, phase.block = len(shape), shape, block
+
+
+def parallel_kept_dims(phase: Phase) -> None:
+    """A reduction over leading dims that keeps dims in the middle and reduces the last (batch-norm
+    statistics: [N, C, H, W] over (0, 2, 3)) iterates its kept dims in the parallel outer loop."""
+    if phase.outer or phase.split or len(phase.stages) != 1 or not isinstance(phase.stages[0], ReduceStage):
+        return
+    stage = phase.stages[0]
+    rank = len(stage.shape)
+    kept = tuple(d for d in range(rank) if d not in stage.reduced)
+    if kept and rank - 1 in stage.reduced and math.prod(stage.shape[d] for d in kept) >= 2:
+        phase.kept = kept
+
+
+PARTIALS_MAX = 64
+#: Reductions whose accumulator can be merged with another partial accumulator by the update itself.
+_MERGEABLE = frozenset({"sum", "mean", "amax", "amin", "any", "all"})
+
+
+def split_full_reduction(plan: KernelPlan, phase: Phase) -> list[Phase]:
+    """A lone reduction over all dims (losses, norms) becomes partial reductions over ranges of dim 0, in
+    parallel, then a serial phase combining the partials."""
+    if phase.outer or len(phase.stages) != 1 or not isinstance(phase.stages[0], ReduceStage):
+        return [phase]
+    stage = phase.stages[0]
+    shape = stage.shape
+    total = math.prod(shape)
+    if stage.op.name not in _MERGEABLE or not shape or stage.reduced != tuple(range(len(shape))) \
+            or total < 1 << 16 or shape[0] < 2:
+        return [phase]
+    parts = min(shape[0], PARTIALS_MAX, max(2, total >> 15))
+    plan.extra.append(ExtraArg("scratch", nbytes=parts * 8))
+    slot = plan.n_params + plan.n_outputs + len(plan.extra) - 1
+    return [Phase([stage], 0, (), partials=parts, partials_arg=slot),
+            Phase([stage], 0, (), partials=0, partials_arg=slot, combine=True)]
+
+
+#: Column splits: at least this many columns per outer iteration (whole vectors), at most 8 per thread pair.
+SPLIT_MIN = 64
+
+
+def split_columns(phase: Phase) -> None:
+    """A reduction over leading dims that keeps only the last dim (bias gradients, column sums) has no outer
+    dims to parallelize; split its columns instead."""
+    if phase.outer or len(phase.stages) != 1 or not isinstance(phase.stages[0], ReduceStage):
+        return
+    stage = phase.stages[0]
+    rank = len(stage.shape)
+    kept = [d for d in range(rank) if d not in stage.reduced]
+    if not stage.reduced or kept != [rank - 1] or stage.op.name in ("argmax", "argmin"):
+        return
+    columns = stage.shape[-1]
+    split = max(SPLIT_MIN, -(-columns // 8 // 16) * 16)
+    if columns >= 2 * split:
+        phase.split = min(split, 4096)
+
+
+#: Ops worth computing once per row rather than once per stage that reads them.
+EXPENSIVE = frozenset({"exp", "exp2", "expm1", "log", "log2", "log1p", "tanh", "sigmoid", "erf", "gelu", "sin", "cos",
+                       "tan", "atan", "atan2", "pow"})
+ROW_CACHE_MAX = 16384  # elements of one cached row (kept on the stack)
+
+
+def cache_rows(plan: KernelPlan, phase: Phase) -> None:
+    """Row caching: a reduction input that a later stage of the phase reads again (softmax's exp(x - max))
+    is stored into a per-row stack buffer while reducing, and loaded, not recomputed, by the later stage."""
+    k = phase.outer
+    if phase.block or k == 0:
+        return
+    for position, stage in enumerate(phase.stages):
+        if not isinstance(stage, ReduceStage) or stage.reduced != tuple(range(k, len(stage.shape))):
+            continue
+        value = stage.op.operands[0]
+        if value in phase.row_cache or not _expensive(plan, value, set()):
+            continue
+        if math.prod(stage.shape[k:]) > ROW_CACHE_MAX:
+            continue
+        for later in phase.stages[position + 1:]:
+            if later.shape == stage.shape and any(_reads_in_place(plan, root, value, stage.shape, set())
+                                                  for root, _ in later.roots):
+                phase.row_cache[value] = position
+                break
+
+
+def _expensive(plan: KernelPlan, value: Value, seen: set) -> bool:
+    access = plan.access[value]
+    if not isinstance(access, Computed) or value in seen:
+        return False
+    seen.add(value)
+    return access.op.name in EXPENSIVE or any(_expensive(plan, v, seen) for v in access.op.operands)
+
+
+def _reads_in_place(plan: KernelPlan, root: Value, target: Value, shape: tuple[int, ...], seen: set) -> bool:
+    """Whether ``root`` reads ``target`` at its own index through elementwise ops of one shape."""
+    if root is target:
+        return True
+    access = plan.access[root]
+    if not isinstance(access, Computed) or root in seen or root.type.shape != shape:
+        return False
+    seen.add(root)
+    if REGISTRY.get(access.op.name).category is not Category.ELEMENTWISE:
+        return False
+    return any(_reads_in_place(plan, v, target, shape, seen) for v in access.op.operands)
