@@ -16,14 +16,13 @@ from frontend.test_models import CASES
 
 NKI = {"target": "nki-sim"}
 TOL = {"rtol": 1e-4, "atol": 1e-5}
-CONVOLUTIONS = {"conv_bn_relu", "pooling_cnn"}
 
 
 def _loss(out: torch.Tensor) -> torch.Tensor:
     return out if out.dim() == 0 else out.square().mean()
 
 
-@pytest.mark.parametrize("name", sorted(set(CASES) - CONVOLUTIONS))
+@pytest.mark.parametrize("name", sorted(CASES))
 def test_forward_and_gradients_match_eager(name):
     make_model, make_inputs = CASES[name]
     eager = make_model()

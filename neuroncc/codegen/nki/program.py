@@ -20,7 +20,7 @@ import json
 from dataclasses import dataclass
 
 from neuroncc.codegen.nki.kernel import emit_segment
-from neuroncc.codegen.nki.plan import MATMUL_OPS, DeviceSegment, HostStep, RegionPlan, plan_region
+from neuroncc.codegen.nki.plan import DeviceSegment, HostStep, RegionPlan, plan_region
 from neuroncc.codegen.nki.source import Names, identifier
 from neuroncc.errors import CodegenError
 from neuroncc.ir import REGISTRY, Category, Function, Op, Value, print_function
@@ -145,9 +145,6 @@ class _ProgramEmitter:
                 self.region(op, op.regions[0], name, tuple(op.attrs["domain"]), op.attrs["partition_dim"])
             elif op.name in PURE_VIEWS or category is Category.CONSTANT:
                 self.host(f"{op.name}_{index}", [op], list(dict.fromkeys(op.operands)), list(op.results))
-            elif category is Category.MATMUL and op.name not in MATMUL_OPS:
-                raise CodegenError(f"nki: op '{op.name}' (a convolution) is not emitted for NKI; compile the "
-                                   "graph for the cpu target")
             elif category in (Category.KERNEL, Category.EXTERN) or op.regions:
                 raise CodegenError(f"nki: top-level op '{op.name}' is not supported by the NKI emitter")
             else:

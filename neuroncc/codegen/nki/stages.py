@@ -259,7 +259,8 @@ def emit_transfer_stage(ctx: KernelContext, stage: Stage, writer: SourceWriter) 
         _direct(ctx, writer, shape, out, AffineMap(0, strides), root, AffineMap(offset, tuple(coeffs)))
     elif op.name in ("slice_scatter", "select_scatter"):
         base, source = op.operands
-        _copy_piece(ctx, writer, shape, out, AffineMap(0, strides), base)
+        if out not in ctx.fills:  # a constant base was allocated filled
+            _copy_piece(ctx, writer, shape, out, AffineMap(0, strides), base)
         dim = op.attrs["dim"] % rank
         if op.name == "slice_scatter":
             step = op.attrs["step"]
