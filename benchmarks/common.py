@@ -25,35 +25,42 @@ def ensure_environment(threads: int = 2) -> None:
     torch.set_num_threads(threads)
 
 
-def interleaved(impls: dict[str, Callable[[], object]], repeats: int = 30, warmup: int = 3) -> dict[str, float]:
-    """Median seconds per call of each implementation, calls interleaved round-robin."""
+def interleaved(impls: dict[str, Callable[[], object]], repeats: int = 30, warmup: int = 3,
+                clock: Callable[[], float] = time.perf_counter) -> dict[str, float]:
+    """Median seconds per call of each implementation, calls interleaved round-robin.
+
+    ``clock=time.thread_time`` measures CPU time of the calling thread: for single-threaded runs on a
+    shared, oversubscribed machine it leaves out the time the process spends descheduled.
+    """
     for _ in range(warmup):
         for fn in impls.values():
             fn()
     samples: dict[str, list[float]] = {name: [] for name in impls}
     for _ in range(repeats):
         for name, fn in impls.items():
-            start = time.perf_counter()
+            start = clock()
             fn()
-            samples[name].append(time.perf_counter() - start)
+            samples[name].append(clock() - start)
     return {name: statistics.median(times) for name, times in samples.items()}
 
 
-def copy_bandwidth(nbytes: int = 1 << 28, repeats: int = 10) -> float:
-    """The machine's measured copy bandwidth in GB/s (bytes read + bytes written per second, numpy copyto)."""
+def copy_bandwidth(nbytes: int = 1 << 28, repeats: int = 10,
+                   clock: Callable[[], float] = time.perf_counter) -> float:
+    """The machine's measured copy bandwidth in GB/s (bytes read + bytes written per second, numpy copyto,
+    one thread), timed with ``clock``."""
     import numpy as np
 
     src = np.ones(nbytes // 4, dtype=np.float32)
     dst = np.empty_like(src)
     np.copyto(dst, src)
-    best = statistics.median(_time(lambda: np.copyto(dst, src)) for _ in range(repeats))
+    best = statistics.median(_time(lambda: np.copyto(dst, src), clock) for _ in range(repeats))
     return 2 * nbytes / best / 1e9
 
 
-def _time(fn: Callable[[], object]) -> float:
-    start = time.perf_counter()
+def _time(fn: Callable[[], object], clock: Callable[[], float] = time.perf_counter) -> float:
+    start = clock()
     fn()
-    return time.perf_counter() - start
+    return clock() - start
 
 
 def table(rows: list[list[str]], header: list[str]) -> str:

@@ -33,13 +33,17 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"neuroncc: error: {message}\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The command-line parser; with ``only``, just that subcommand's module is imported (``neuroncc opt`` runs
+    hundreds of times in a pass test suite and should not pay for importing the others)."""
     from neuroncc import __version__
 
     parser = _Parser(prog="neuroncc", description="neuroncc: a tensor-program compiler for PyTorch")
     parser.add_argument("--version", action="version", version=f"neuroncc {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name, module_name in SUBCOMMANDS.items():
+        if only is not None and name != only:
+            continue
         try:
             module = importlib.import_module(module_name)
         except ModuleNotFoundError as exc:
@@ -51,8 +55,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(only=arguments[0] if arguments and arguments[0] in SUBCOMMANDS else None)
+    args = parser.parse_args(arguments)
     if getattr(args, "func", None) is None:
         parser.print_help()
         return EXIT_USAGE

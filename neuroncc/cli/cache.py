@@ -3,6 +3,7 @@
     neuroncc cache list                              key, target, size, created, graph name of every entry
     neuroncc cache explain FILE.nir [--target cpu]   the cache key of a graph, component by component
     neuroncc cache explain FILE.nir --key KEY        ... and which components differ from a stored entry's
+    neuroncc cache explain MODEL.pt2 [--train]       the key(s) ``neuroncc compile MODEL.pt2`` uses
     neuroncc cache explain --key KEY [--key KEY2]    a stored entry's components (or two entries compared)
     neuroncc cache verify                            check every entry's files; exit 1 listing the bad ones
     neuroncc cache clear [--older-than DAYS]         delete entries (all, or the old ones)
@@ -119,16 +120,34 @@ def _file_components(args: argparse.Namespace) -> list[tuple[str, str, dict[str,
     from neuroncc.runtime.cache_key import compute_key
     from neuroncc.runtime.driver import DEFAULT_TARGET, make_request
 
-    text, source = read_source(args.file)
-    resources = _sibling_resources(args.file)
     options = dict(_parse_option(o) for o in args.option)
     target = args.target or DEFAULT_TARGET
+    if args.file.endswith(".pt2"):
+        source, functions = args.file, _exported_functions(args)
+    else:
+        text, source = read_source(args.file)
+        functions = parse_module(text, source=source, resources=_sibling_resources(args.file))
     results = []
-    for fn in parse_module(text, source=source, resources=resources):
+    for fn in functions:
         key = compute_key(make_request(fn, target=target, pipeline=args.pipeline, options=options))
         results.append((f"{source} @{fn.name}, target {target}", key.key,
                         {c.name: (c.digest, c.summary) for c in key.components}))
     return results
+
+
+def _exported_functions(args: argparse.Namespace) -> list:
+    """The IR functions ``neuroncc compile MODEL.pt2 [--train]`` compiles (imported the same way)."""
+    from neuroncc.cli import programs
+    from neuroncc.frontend.exported import import_inference, load_program, trace_training
+    from neuroncc.runtime.executable import InterpreterExecutable
+
+    with programs.one_line_warnings():
+        program = load_program(args.file, args.program)
+        name = programs.graph_name(args.file)
+        if not args.train:
+            return [import_inference(program, name).imported.function]
+        graphs = trace_training(program, name, lambda kind, graph: InterpreterExecutable(graph.function))
+    return [graphs.forward.function, graphs.backward.function]
 
 
 def _sibling_resources(path: str) -> dict[str, np.ndarray]:
@@ -184,7 +203,7 @@ def _print_comparison(left: tuple[str, str, dict], right: tuple[str, str, dict])
 
 def run_explain(args: argparse.Namespace) -> int:
     if args.file is None and not args.key:
-        raise InputError("cache explain needs a FILE.nir, or --key KEY")
+        raise InputError("cache explain needs a FILE.nir or MODEL.pt2, or --key KEY")
     keys = list(args.key)
     if len(keys) > (1 if args.file else 2):
         raise InputError("cache explain compares two things at most: FILE --key KEY, or --key KEY --key KEY")
@@ -221,7 +240,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     clear = command("clear", "delete cached artifacts", run_clear)
     clear.add_argument("--older-than", type=float, metavar="DAYS", help="only entries created more than DAYS ago")
     explain = command("explain", "show a cache key's components, or which differ between two", run_explain)
-    explain.add_argument("file", nargs="?", help="a .nir file (large constants in FILE.npz beside it)")
+    explain.add_argument("file", nargs="?", help="a .nir file (large constants in FILE.npz beside it), or a .pt2 "
+                                                 "exported program")
+    explain.add_argument("--program", metavar="NAME", help="for a .pt2 holding several programs: which one")
+    explain.add_argument("--train", action="store_true",
+                         help="for a .pt2: the forward and backward graphs (as neuroncc compile --train)")
     explain.add_argument("--target", default=None, help="the target to key for (default: the driver's default)")
     explain.add_argument("--pipeline", default=None, help="a pass pipeline overriding the target's default")
     explain.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",

@@ -1,32 +1,47 @@
 """``neuroncc opt FILE.nir|- [-p PIPELINE]``: parse, verify, transform and print IR (the pass developer's tool).
 
     neuroncc opt f.nir -p 'canonicalize,fuse,tile{target=trn2}' --print-ir-after-all
+    neuroncc opt f.nir -p static-shape --split-input-file --verify-diagnostics
+    neuroncc opt --list-passes
 
 The verifier runs after every pass. ``--print-ir-after-all`` / ``--print-ir-after=PASS`` print the IR to
 stderr under MLIR-style ``// -----// IR Dump After PASS //----- //`` headers. ``--split-input-file`` treats
 ``// -----`` lines as separators between independent inputs: each is processed on its own, an error in one is
-reported (on stderr, with its line in the whole file) and the others still run, as in MLIR's tests.
+reported (on stderr, at its line in the whole file) and the others still run, as in MLIR's tests.
+``--verify-diagnostics`` checks the errors against ``// expected-error@+1 {{...}}`` annotations instead of
+reporting them (see :mod:`neuroncc.cli.diagnostics`): exit 0 if they agree, 1 with a report if not.
+
+Exit codes: 0 success; 1 ``--verify-diagnostics`` found a mismatch; 2 bad input or an error in the IR (one
+line per error on stderr). This module must not import torch: pass developers run it hundreds of times.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import re
 import sys
+from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
 
+from neuroncc.cli.diagnostics import Diagnostic, check_expected, expected_errors, locate
 from neuroncc.errors import InputError, NeuronccError, PipelineError
-from neuroncc.ir import parse_module, print_module
-from neuroncc.passes.manager import PassContext, Pipeline
-from neuroncc.passes.pipeline import parse_pipeline, pass_registry
+from neuroncc.ir import Function, parse_module, print_module
+from neuroncc.passes.manager import PassContext, Pipeline, format_option
+from neuroncc.passes.pipeline import ENTRY_POINT_GROUP, IN_TREE_PASSES, parse_pipeline, pass_registry
 
 SPLIT_MARKER = "// -----"
+EXIT_OK, EXIT_DIAGNOSTICS_MISMATCH, EXIT_ERROR = 0, 1, 2
 
 
 def read_source(path: str) -> tuple[str, str]:
     """The text of ``path`` (``-`` is stdin) and the name to show in error messages."""
     if path == "-":
-        return sys.stdin.read(), "<stdin>"
+        try:
+            return sys.stdin.buffer.read().decode("utf-8"), "<stdin>"
+        except UnicodeDecodeError:
+            raise InputError("<stdin>: not UTF-8 text") from None
     file = Path(path)
     try:
         return file.read_text(encoding="utf-8"), str(file)
@@ -47,7 +62,34 @@ def split_input(text: str) -> list[str]:
     return chunks
 
 
+def has_code(text: str) -> bool:
+    """Whether ``text`` holds anything but blank lines and ``//`` comments."""
+    return any(line.strip() and not line.strip().startswith("//") for line in text.splitlines())
+
+
+@dataclass(frozen=True)
+class CaseResult:
+    """One input (or ``// -----`` case): its first line in the file, and its printed output or its error."""
+
+    first_line: int
+    output: str | None
+    diagnostic: Diagnostic | None
+
+
+def run_case(text: str, first_line: int, source: str, pipeline: Pipeline, ctx: PassContext) -> CaseResult:
+    try:
+        functions: list[Function] = [pipeline.run(fn, ctx) for fn in parse_module(text, source=source)]
+    except NeuronccError as exc:
+        return CaseResult(first_line, None, locate(exc, text, source, first_line))
+    return CaseResult(first_line, print_module(functions), None)
+
+
 def run_opt(args: argparse.Namespace) -> int:
+    if args.list_passes:
+        sys.stdout.write(list_passes())
+        return EXIT_OK
+    if args.file is None:
+        raise InputError("opt: give a .nir file, or - to read stdin")
     text, source = read_source(args.file)
     pipeline = parse_pipeline(args.pipeline) if args.pipeline else Pipeline(())
     known = set(pass_registry().names())
@@ -56,34 +98,74 @@ def run_opt(args: argparse.Namespace) -> int:
             raise PipelineError(f"--print-ir-after: unknown pass '{name}'")
     ctx = PassContext(verify_each=not args.no_verify_each, print_after_all=args.print_ir_after_all,
                       print_after=frozenset(args.print_ir_after), ir_stream=sys.stderr)
-    if not args.split_input_file:
-        functions = [pipeline.run(fn, ctx) for fn in parse_module(text, source=source)]
-        sys.stdout.write(print_module(functions))
-        return 0
-    printed, failed = [], False
-    for chunk in split_input(text):
-        if not chunk.strip():
+    cases = split_input(text) if args.split_input_file else [text]
+    results = []
+    for case in cases:
+        first_line = case.count("\n", 0, len(case) - len(case.lstrip("\n"))) + 1
+        if args.split_input_file and not has_code(case):
+            results.append(CaseResult(first_line, None, None))
             continue
+        results.append(run_case(case, first_line, source, pipeline, ctx))
+    outputs = [r.output for r in results if r.output is not None]
+    write_output(f"{SPLIT_MARKER}\n".join(outputs), args.output)
+    diagnostics = [r.diagnostic for r in results if r.diagnostic is not None]
+    if args.verify_diagnostics:
+        problems = check_expected(expected_errors(text, source), diagnostics, source)
+        for problem in problems:
+            print(f"neuroncc: error: {problem}", file=sys.stderr)
+        return EXIT_DIAGNOSTICS_MISMATCH if problems else EXIT_OK
+    for diagnostic in diagnostics:
+        print(f"neuroncc: error: {diagnostic.format(source)}", file=sys.stderr)
+    return EXIT_ERROR if diagnostics else EXIT_OK
+
+
+def write_output(text: str, path: str | None) -> None:
+    if path is None or path == "-":
+        sys.stdout.write(text)
+        return
+    try:
+        Path(path).write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise InputError(f"-o {path}: cannot write: {exc.strerror}") from None
+
+
+def list_passes() -> str:
+    """Every available pass with its options and defaults, and where it comes from (a plug-in's distribution)."""
+    registry = pass_registry()
+    in_tree = {cls.name for cls in IN_TREE_PASSES}
+    origins = {ep.name: f"{ep.dist.name} {ep.dist.version}" if ep.dist else ep.value
+               for ep in metadata.entry_points(group=ENTRY_POINT_GROUP)}
+    lines = []
+    for name in registry.names():
+        origin = "" if name in in_tree else f"  [{origins.get(name, 'plug-in')}]"
         try:
-            functions = [pipeline.run(fn, ctx) for fn in parse_module(chunk, source=source)]
-            printed.append(print_module(functions))
-        except NeuronccError as exc:
-            message = "; ".join(line.strip() for line in str(exc).splitlines() if line.strip())
-            print(f"neuroncc: error: {message}", file=sys.stderr)
-            failed = True
-    sys.stdout.write(f"{SPLIT_MARKER}\n".join(printed))
-    return 2 if failed else 0
+            cls = registry.get(name)
+        except PipelineError as exc:
+            lines.append(f"{name}{origin}\n    cannot load: {exc}\n")
+            continue
+        summary = (cls.__doc__ or "").strip().splitlines()
+        lines.append(f"{name}{origin}\n    {summary[0] if summary else '(no description)'}\n")
+        for field in dataclasses.fields(cls):
+            default = "(required)" if field.default is dataclasses.MISSING else format_option(field.default)
+            lines.append(f"    {field.name}={default}\n")
+    return "".join(lines)
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("opt", help="parse, verify, transform and print .nir IR")
-    parser.add_argument("file", help="a .nir file, or - for stdin")
+    parser.add_argument("file", nargs="?", help="a .nir file, or - for stdin")
     parser.add_argument("-p", "--pipeline", default="",
                         help="passes to run, e.g. 'canonicalize,fuse,tile{target=trn2 tile=[128,512]}'")
+    parser.add_argument("-o", "--output", metavar="FILE", help="write the IR there instead of stdout")
     parser.add_argument("--print-ir-after-all", action="store_true", help="print the IR after every pass (stderr)")
     parser.add_argument("--print-ir-after", action="append", default=[], metavar="PASS",
                         help="print the IR after this pass (stderr); may be repeated")
     parser.add_argument("--split-input-file", action="store_true",
                         help="process each '// -----'-separated chunk of the input on its own")
+    parser.add_argument("--verify-diagnostics", action="store_true",
+                        help="check errors against '// expected-error@+1 {{text}}' annotations in the input "
+                             "(exit 1 on a mismatch)")
     parser.add_argument("--no-verify-each", action="store_true", help="do not verify the IR after every pass")
+    parser.add_argument("--list-passes", action="store_true",
+                        help="list every available pass (plug-ins included) with its options")
     parser.set_defaults(func=run_opt)

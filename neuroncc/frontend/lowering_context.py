@@ -89,9 +89,12 @@ class LoweringContext:
         return value
 
     def operand(self, arg: Any, dtype: DType) -> Value:
-        """A tensor argument cast to ``dtype``, or a Python scalar as a 0-dim constant of ``dtype``."""
+        """A tensor argument (or an IR value a lowering already made) cast to ``dtype``, or a Python scalar as
+        a 0-dim constant of ``dtype``."""
         if isinstance(arg, fx.Node):
             return self.cast(self.value(arg), dtype)
+        if isinstance(arg, Value):  # e.g. add's alpha * other, computed before the add
+            return self.cast(arg, dtype)
         return self.scalar(arg, dtype)
 
     def scalar(self, value: Any, dtype: DType) -> Value:

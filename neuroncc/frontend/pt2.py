@@ -151,7 +151,16 @@ def _load_payloads(archive: _Archive, config_name: str, directory: str, kind: st
         if not entry["path_name"].startswith(("weight_", "tensor_")):
             raise InputError(f"{archive.path}: {kind} entry '{fqn}' is a pickled object "
                              f"('{entry['path_name']}'); neuroncc never unpickles")
-        tensors[fqn] = _tensor_from_record(archive, directory, fqn, entry)
+        tensor = _tensor_from_record(archive, directory, fqn, entry)
+        # Parameters become nn.Parameter as torch.export.load makes them; buffers (BatchNorm's running stats)
+        # stay plain tensors, or they would be traced as parameters (mutated, and asked for gradients).
+        # Archives without the flag: every floating-point weight is taken for a parameter.
+        is_param = entry.get("is_param", tensor.is_floating_point()) is True
+        if is_param and kind == "weights":
+            meta = entry.get("tensor_meta")
+            requires_grad = not (isinstance(meta, dict) and meta.get("requires_grad") is False)
+            tensor = torch.nn.Parameter(tensor, requires_grad=requires_grad and tensor.is_floating_point())
+        tensors[fqn] = tensor
     return tensors
 
 
@@ -170,8 +179,6 @@ def load_exported_program(path: str | Path, model: str | None = None) -> torch.e
             serialized = _bytes_to_dataclass(schema.ExportedProgram, program_bytes)
         except Exception as exc:
             raise InputError(f"{archive.path}: the program JSON is malformed ({type(exc).__name__}: {exc})") from None
-    for fqn, tensor in list(state_dict.items()):
-        state_dict[fqn] = torch.nn.Parameter(tensor, requires_grad=tensor.is_floating_point())
     try:
         # Empty sample inputs: torch would unpickle them; neuroncc derives inputs from the graph's metadata.
         return ExportedProgramDeserializer().deserialize(serialized, state_dict, constants, b"")

@@ -99,6 +99,7 @@ def round_to_bf16(array: np.ndarray) -> np.ndarray:
 
 def to_storage(array: np.ndarray, dtype: DType) -> np.ndarray:
     """Convert a computed array to ``dtype``'s storage form (rounding bf16, casting the rest)."""
-    if dtype is DType.bf16:
-        return round_to_bf16(np.asarray(array, dtype=np.float32))
-    return np.asarray(array).astype(dtype.numpy, copy=False)
+    with np.errstate(over="ignore", invalid="ignore"):  # overflow to inf is IEEE rounding, not an error
+        if dtype is DType.bf16:
+            return round_to_bf16(np.asarray(array, dtype=np.float32))
+        return np.asarray(array).astype(dtype.numpy, copy=False)

@@ -107,9 +107,16 @@ class Function:
         return uses
 
     def replace_uses(self, mapping: Mapping[Value, Value]) -> Function:
-        """A copy with every use of a key value (in operands and outputs) replaced by its mapped value."""
+        """A copy with every use of a key value (in operands and outputs) replaced by its mapped value.
+
+        Chains are followed (a -> b, b -> c replaces a by c); a cycle is a ValueError rather than a hang.
+        """
         def sub(v: Value) -> Value:
+            seen = set()
             while v in mapping:
+                if v in seen:
+                    raise ValueError(f"replace_uses: the mapping has a cycle through {v!r}")
+                seen.add(v)
                 v = mapping[v]
             return v
         ops = tuple(
@@ -161,9 +168,12 @@ class Builder:
         self.params.append(value)
         return value
 
-    def op(self, name: str, *operands: Value, regions: Sequence[Function] = (), hint: str | None = None,
+    def op(self, name: str, /, *operands: Value, regions: Sequence[Function] = (), hint: str | None = None,
            **attrs: Any) -> Any:
-        """Append op ``name``; returns its result, or a tuple of results for multi-result ops."""
+        """Append op ``name``; returns its result, or a tuple of results for multi-result ops.
+
+        ``name`` is positional-only, so an attribute called ``name`` (the ``kernel`` op's) passes as a keyword.
+        """
         results = self.emit(name, operands, Attrs(attrs), regions, hint=hint).results
         return results[0] if len(results) == 1 else results
 

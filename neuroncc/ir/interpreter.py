@@ -44,10 +44,13 @@ def run_op(op: Op, args: Sequence[np.ndarray]) -> tuple[np.ndarray, ...]:
         compute_args = [_compute_form(a, v.type.dtype) for a, v in zip(args, op.operands)]
         with np.errstate(all="ignore"):
             try:
-                out = opdef.reference(*compute_args, **dict(op.attrs))
+                extra = {"out_dtype": op.results[0].type.dtype} if opdef.wants_out_dtype else {}
+                out = opdef.reference(*compute_args, **dict(op.attrs), **extra)
             except IndexError as exc:
                 raise InterpreterError(f"op '{op.name}': index out of range ({exc})") from None
         outs = out if isinstance(out, tuple) else (out,)
+    if len(outs) != len(op.results):
+        raise InterpreterError(f"op '{op.name}' produced {len(outs)} results, its type says {len(op.results)}")
     results = []
     for result, array in zip(op.results, outs):
         array = np.asarray(array)

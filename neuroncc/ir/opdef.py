@@ -12,9 +12,12 @@ visible place (no registration by import side effect).
 from __future__ import annotations
 
 import enum
+import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from neuroncc.errors import TypeInferenceError
 from neuroncc.ir.attrs import Attrs, DenseAttr
@@ -81,6 +84,9 @@ class OpDef:
     attrs: Mapping[str, AttrSpec] = field(default_factory=dict)
     doc: str = ""
     is_view: bool = False  # the result may share storage with operand 0 in PyTorch's semantics
+    # the reference takes ``out_dtype=`` (the result's DType): for ops whose PyTorch kernels round an
+    # intermediate to bf16/f16 (the reference otherwise sees float32 compute arrays only)
+    wants_out_dtype: bool = False
 
     def normalize_attrs(self, attrs: Mapping[str, Any]) -> Attrs:
         """Check attribute names and kinds and fill in defaults."""
@@ -201,3 +207,25 @@ def same_dtype(op: str, types: tuple[TensorType, ...]) -> DType:
         listed = ", ".join(str(t) for t in types)
         raise fail(op, f"operands must have one element type, got {listed}")
     return types[0].dtype
+
+
+#: The largest finite value of each float type (bf16 keeps float32's exponent range with 8 significant bits).
+_FLOAT_MAX = {DType.f32: float(np.finfo(np.float32).max), DType.bf16: 3.3895313892515355e38, DType.f16: 65504.0}
+
+
+def check_scalar(op: str, what: str, value: int | float, dtype: DType) -> None:
+    """Refuse a scalar attribute that ``dtype`` cannot hold, as PyTorch does ("value cannot be converted to type
+    ... without overflow"): integers must be integral and in range, floats must not overflow to inf.
+    Any number converts to bool (non-zero is true).
+    """
+    if dtype.is_bool:
+        return
+    if dtype.is_int:
+        if isinstance(value, float) and not (math.isfinite(value) and value == int(value)):
+            raise fail(op, f"{what} {value} is not representable in {dtype.value}")
+        info = np.iinfo(dtype.numpy)
+        if not int(info.min) <= int(value) <= int(info.max):
+            raise fail(op, f"{what} {value} is out of range for {dtype.value} [{info.min}, {info.max}]")
+        return
+    if math.isfinite(value) and abs(value) > _FLOAT_MAX[dtype]:
+        raise fail(op, f"{what} {value} overflows {dtype.value}")

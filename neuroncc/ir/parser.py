@@ -25,13 +25,17 @@ _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
 _NUMBER = re.compile(r"-?(?:inf|nan|\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?)")
 _SHAPE_DTYPE = re.compile(r"((?:\d+x)*)([a-z][a-z0-9]*)")
 _STRING = re.compile(r'"(?:[^"\\\n]|\\.)*"')
+_BLANK = re.compile(r"(?:[ \t\r\n]+|//[^\n]*)*")
+#: How deeply attribute lists and regions may nest (deeper input is refused instead of exhausting Python's stack).
+MAX_NESTING = 64
 
 
 class _Parser:
     def __init__(self, text: str, source: str, resources: Mapping[str, np.ndarray]):
         self.text, self.source, self.resources = text, source, resources
         self.pos = 0
-        self.op_locations: dict[int, tuple[int, int]] = {}
+        self.region_depth = 0
+        self.op_positions: dict[int, int] = {}  # id(op) -> offset of its text; line:col computed on error only
         self.declared_outputs: list[tuple[tuple[TensorType, ...], int]] = []
 
     # ---- low-level scanning --------------------------------------------------------------------------
@@ -47,15 +51,8 @@ class _Parser:
         return ParseError(message, line, column, self.source)
 
     def skip(self) -> None:
-        while self.pos < len(self.text):
-            ch = self.text[self.pos]
-            if ch in " \t\r\n":
-                self.pos += 1
-            elif self.text.startswith("//", self.pos):
-                end = self.text.find("\n", self.pos)
-                self.pos = len(self.text) if end < 0 else end
-            else:
-                return
+        """Skip whitespace and ``//`` comments."""
+        self.pos = _BLANK.match(self.text, self.pos).end()
 
     def peek(self, token: str) -> bool:
         self.skip()
@@ -111,7 +108,7 @@ class _Parser:
         if not self.keyword("func"):
             raise self.error(f"expected 'func', found {self.describe_next()}")
         self.expect("@", "'@' and a function name")
-        name = self.match(_NAME, "function name")
+        name = self.parse_string("a function name") if self.peek('"') else self.match(_NAME, "function name")
         scope: dict[str, Value] = {}
         params = self.parse_params(scope)
         self.expect("->", "'->' and the result types")
@@ -137,6 +134,7 @@ class _Parser:
         params: list[Value] = []
         if not self.accept(")"):
             while True:
+                self.skip()
                 name_pos = self.pos
                 name = self.parse_value_name()
                 self.expect(":")
@@ -171,7 +169,9 @@ class _Parser:
         result_names: list[tuple[str, int]] = []
         if self.peek("%"):
             while True:
-                result_names.append((self.parse_value_name(), self.pos))
+                self.skip()
+                name_pos = self.pos
+                result_names.append((self.parse_value_name(), name_pos))
                 if not self.accept(","):
                     break
             self.expect("=", "'=' after the result names")
@@ -207,12 +207,16 @@ class _Parser:
             results.append(value)
         regions = []
         while self.keyword("region"):
+            if self.region_depth >= MAX_NESTING:
+                raise self.error(f"regions nested more than {MAX_NESTING} levels deep")
+            self.region_depth += 1
             region_scope: dict[str, Value] = {}  # regions are isolated from above: a fresh scope
             params = self.parse_params(region_scope)
             body, outputs, _ = self.parse_block(region_scope)
+            self.region_depth -= 1
             regions.append(Function(f"{op_name}_region", params, body, outputs))
         op = Op(op_name, tuple(operands), tuple(results), attrs, tuple(regions))
-        self.op_locations[id(op)] = self.location(start)
+        self.op_positions[id(op)] = start
         return op
 
     def define(self, scope: dict[str, Value], name: str, value: Value, pos: int) -> None:
@@ -293,7 +297,8 @@ class _Parser:
         if not self.accept("}"):
             while True:
                 pos = self.pos
-                key = self.match(_IDENT, "an attribute name")
+                quoted = self.peek('"')
+                key = self.parse_string("an attribute name") if quoted else self.match(_IDENT, "an attribute name")
                 if key in values:
                     raise self.error(f"attribute '{key}' given twice", pos)
                 self.expect("=", "'=' after the attribute name")
@@ -303,16 +308,28 @@ class _Parser:
                 self.expect(",", "',' or '}' in the attribute list")
         return Attrs(values)
 
-    def parse_attr_value(self) -> object:
+    def parse_string(self, what: str) -> str:
+        """A JSON string literal (the printer writes strings with json.dumps)."""
         self.skip()
         pos = self.pos
+        literal = self.match(_STRING, what)
+        try:
+            return json.loads(literal)
+        except ValueError as exc:  # a bad escape such as \q or a truncated \u12
+            raise self.error(f"malformed string literal: {exc.msg}", pos) from None
+
+    def parse_attr_value(self, depth: int = 0) -> object:
+        self.skip()
+        pos = self.pos
+        if depth > MAX_NESTING:
+            raise self.error(f"attribute value nested more than {MAX_NESTING} levels deep")
         if self.peek('"'):
-            return json.loads(self.match(_STRING, "a string"))
+            return self.parse_string("a string")
         if self.accept("["):
             items: list[object] = []
             if not self.accept("]"):
                 while True:
-                    items.append(self.parse_attr_value())
+                    items.append(self.parse_attr_value(depth + 1))
                     if self.accept("]"):
                         break
                     self.expect(",", "',' or ']'")
@@ -340,11 +357,13 @@ class _Parser:
         shape, dtype = self.parse_shape_dtype()
         self.expect(":")
         if kind == "resource":
-            name = json.loads(self.match(_STRING, "a resource name"))
+            name = self.parse_string("a resource name")
             self.expect(">")
             if name not in self.resources:
-                raise self.error(f"unknown resource '{name}' (its data was not supplied)", pos)
+                raise self.error(f"unknown resource {name!r} (its data was not supplied)", pos)
             data = np.asarray(self.resources[name])
+            if data.dtype.kind not in "biuf":
+                raise self.error(f"resource {name!r} holds {data.dtype} data, not numbers", pos)
             if data.shape != shape:
                 raise self.error(f"resource '{name}' has shape {list(data.shape)}, expected {list(shape)}", pos)
             return DenseAttr(data, dtype)
@@ -355,7 +374,22 @@ class _Parser:
         if len(values) != int(np.prod(shape)):
             raise self.error(f"dense constant has {len(values)} values but its shape {list(shape)} needs "
                              f"{int(np.prod(shape))}", pos)
+        for index, value in enumerate(values):
+            if not _fits_dense(value, dtype):
+                raise self.error(f"dense element #{index} ({value!r}) is not a {dtype.value} value", pos)
         return DenseAttr(np.array(values, dtype=dtype.compute).reshape(shape), dtype)
+
+
+def _fits_dense(value: object, dtype: DType) -> bool:
+    """Whether one element of an inline dense constant is a value of ``dtype`` (no silent truncation or wrap)."""
+    if dtype.is_bool:
+        return isinstance(value, bool)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    if dtype.is_float:
+        return True
+    info = np.iinfo(dtype.numpy)
+    return isinstance(value, int) and int(info.min) <= value <= int(info.max)
 
 
 def parse_module(text: str, *, source: str = "<nir>", resources: Mapping[str, np.ndarray] | None = None,
@@ -371,8 +405,8 @@ def parse_module(text: str, *, source: str = "<nir>", resources: Mapping[str, np
                 verify_function(fn)
             except VerifyError as exc:
                 op = getattr(exc, "op", None)
-                if op is not None and id(op) in parser.op_locations:
-                    line, column = parser.op_locations[id(op)]
+                if op is not None and id(op) in parser.op_positions:
+                    line, column = parser.location(parser.op_positions[id(op)])
                     raise VerifyError(f"{source}:{line}:{column}: {exc}") from None
                 raise
         parser.check_return_types(index, fn)

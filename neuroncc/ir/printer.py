@@ -77,10 +77,15 @@ def format_attr(value: AttrValue) -> str:
     raise TypeError(f"cannot print attribute value {value!r}")
 
 
+def format_symbol(name: str) -> str:
+    """A function name or attribute key: bare when it is an identifier, else a quoted string."""
+    return name if _IDENTIFIER.match(name) else json.dumps(name)
+
+
 def format_attrs(attrs) -> str:
     if not attrs:
         return ""
-    return " {" + ", ".join(f"{k} = {format_attr(v)}" for k, v in attrs.items()) + "}"
+    return " {" + ", ".join(f"{format_symbol(k)} = {format_attr(v)}" for k, v in attrs.items()) + "}"
 
 
 def _non_default_attrs(op: Op) -> dict:
@@ -161,7 +166,7 @@ def print_function(fn: Function, *, canonical: bool = False) -> str:
     params = ", ".join(f"{namer.define(p)}: {format_type(p.type)}" for p in fn.params)
     outputs = ", ".join(format_type(v.type) for v in fn.outputs)
     meta = f" attributes{format_attrs(fn.metadata)}" if fn.metadata else ""
-    lines = [f"func @{fn.name}({params}) -> ({outputs}){meta} {{"]
+    lines = [f"func @{format_symbol(fn.name)}({params}) -> ({outputs}){meta} {{"]
     _print_body(fn, namer, "  ", lines)
     lines.append("}")
     return "\n".join(lines) + "\n"

@@ -24,20 +24,23 @@ class OpVerifyError(VerifyError):
 def verify(fn: Function) -> None:
     """Raise :class:`VerifyError` if ``fn`` breaks an IR rule; return None otherwise."""
     names = value_names(fn)
-    _verify(fn, names, defined=set(), where=f"func @{fn.name}")
+    _verify(fn, names, defined=set(), where=f"func @{fn.name}", everywhere=set())
 
 
 def _name(names: dict[Value, str], value: Value) -> str:
     return names.get(value, f"<value of type {value.type}>")
 
 
-def _verify(fn: Function, names: dict[Value, str], defined: set[Value], where: str) -> None:
+def _verify(fn: Function, names: dict[Value, str], defined: set[Value], where: str, everywhere: set[Value]) -> None:
+    """``defined``: the values visible in this scope; ``everywhere``: every value defined so far, regions included
+    (a value is defined exactly once in the whole function, or printing gives two definitions one name)."""
     from neuroncc.ir.ops import REGISTRY
 
     def define(value: Value, op: Op | None) -> None:
-        if value in defined:
+        if value in everywhere:
             raise OpVerifyError(f"{where}: value {_name(names, value)} is defined twice", op)
         defined.add(value)
+        everywhere.add(value)
 
     for param in fn.params:
         define(param, None)
@@ -54,7 +57,7 @@ def _verify(fn: Function, names: dict[Value, str], defined: set[Value], where: s
             raise OpVerifyError(f"{where}: unknown op '{op.name}'", op)
         opdef = REGISTRY.get(op.name)
         for region in op.regions:
-            _verify(region, names, defined=set(), where=f"{label} region")
+            _verify(region, names, defined=set(), where=f"{label} region", everywhere=everywhere)
         try:
             attrs = opdef.normalize_attrs(op.attrs)
             if attrs != op.attrs:

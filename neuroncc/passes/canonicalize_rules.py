@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from neuroncc.ir import REGISTRY, Category, DenseAttr, DType, Function, Op, TensorType, Value
+from neuroncc.ir.dtypes import to_storage
 from neuroncc.ir.interpreter import InterpreterError, run_op
 from neuroncc.passes.rewrite import Replacement, Rule, Site, array_splat, is_constant, scalar_attr, splat_value
 
@@ -276,7 +277,7 @@ def _evaluate_on_scalars(op: Op, scalars: list) -> object:
     """An elementwise op's value on splat operands, computed by the reference on 0-d arrays."""
     scalar_operands = tuple(Value(TensorType((), v.type.dtype)) for v in op.operands)
     scalar_results = tuple(Value(TensorType((), r.type.dtype)) for r in op.results)
-    arrays = [np.asarray(s, dtype=v.type.dtype.numpy) for s, v in zip(scalars, op.operands)]
+    arrays = [to_storage(np.asarray(s), v.type.dtype) for s, v in zip(scalars, op.operands)]  # bf16 rounds
     (out,) = run_op(Op(op.name, scalar_operands, scalar_results, op.attrs), arrays)
     return out.item()
 

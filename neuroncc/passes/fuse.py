@@ -7,8 +7,9 @@ The result satisfies the kernel contract that codegen relies on (:func:`neuroncc
   (reshape, permute, expand, slice, select, squeeze, unsqueeze);
 * each kernel owns one region isolated from above; views and constants it reads are re-created inside it
   (so a kernel loads through a permute or broadcast instead of materializing it);
-* a region holds at most one matmul, as its first compute op, reading region parameters (possibly through
-  views); the ops after it are its elementwise epilogue, applied to the output while it is hot.
+* a region holds at most one matmul, as its first compute op, reading region parameters directly or through
+  views that read them in place (strided windows); the ops after it are its elementwise epilogue, applied
+  to the output while it is hot.
 
 Fusion is a pure regrouping: the reference interpreter gives bit-identical results before and after.
 Kernel names are deterministic and say what is inside: ``fused_3_softmax``, ``fused_5_mm_add_gelu``.

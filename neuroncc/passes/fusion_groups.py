@@ -54,8 +54,12 @@ def is_epilogue_op(op: Op) -> bool:
 
 
 def domain_size(op: Op) -> int:
-    """The number of points an op iterates over: its largest operand or result."""
-    return max((v.type.numel for v in op.operands + op.results), default=1)
+    """The number of points an op iterates over: its largest operand or result (for gathers, which read a
+    few rows of a possibly huge table, the result and the indices)."""
+    values = op.operands + op.results
+    if REGISTRY.get(op.name).category is Category.INDEX and op.name not in BARRIER_OPS:
+        values = op.operands[1:] + op.results
+    return max((v.type.numel for v in values), default=1)
 
 
 def domains_compatible(a: int, b: int) -> bool:
@@ -172,7 +176,7 @@ class FusionPlanner:
         self._merge(consumer, producer)
         return True
 
-    # ---- the two greedy sweeps ---------------------------------------------------------------------
+    # ---- the three greedy sweeps --------------------------------------------------------------------
 
     def _fuse_compute(self) -> None:
         for op in self.nodes:

@@ -9,12 +9,11 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 from neuroncc.errors import PassError
-from neuroncc.ir import REGISTRY, Category, Function, Op, Value
-from neuroncc.passes.strides import PURE_VIEWS
+from neuroncc.ir import REGISTRY, Category, Function, Op
+from neuroncc.passes.strides import PURE_VIEWS, view_chain_layout
 
 
 def _category(op: Op) -> Category:
@@ -37,10 +36,6 @@ def contraction_size(matmul: Op) -> int:
         return a.type.shape[-2] if matmul.attrs["transpose_a"] else a.type.shape[-1]
     weight = matmul.operands[1]
     return math.prod(weight.type.shape[1:])
-
-
-def kernel_ops(fn: Function) -> Iterator[Op]:
-    return (op for op in fn.ops if _category(op) is Category.KERNEL)
 
 
 def check_kernel_contract(fn: Function) -> None:
@@ -69,17 +64,12 @@ def _check_region(kernel: Op) -> None:
     if matmuls and compute[0] is not matmuls[0]:
         raise PassError(f"kernel contract: kernel '{name}': its matmul must be the first compute op")
     if matmuls:
-        defined_by_compute = {r for op in compute for r in op.results}
+        producers, params = region.producers(), set(region.params)
         for operand in matmuls[0].operands:
-            if _root(operand, region) in defined_by_compute:
-                raise PassError(f"kernel contract: kernel '{name}': the matmul reads a value computed in the kernel")
-
-
-def _root(value: Value, region: Function) -> Value:
-    producers = region.producers()
-    while (op := producers.get(value)) is not None and op.name in PURE_VIEWS:
-        value = op.operands[0]
-    return value
+            found = view_chain_layout(operand, producers)
+            if found is None or found[0] not in params:
+                raise PassError(f"kernel contract: kernel '{name}': matmul operands must be kernel parameters "
+                                "or in-place views of them")
 
 
 @dataclass(frozen=True)
@@ -134,7 +124,8 @@ def kernel_summary(fn: Function) -> KernelSummary:
 
 
 def kernel_domain(region: Function) -> tuple[int, ...]:
-    """The iteration space of a region: the shape of its largest value (first one on ties).
+    """The iteration space of a region: the shape of its largest value (on ties the one of highest rank, then
+    the first defined).
 
     For a matmul kernel, the matmul's output (the epilogue runs over it).
     """
@@ -142,17 +133,34 @@ def kernel_domain(region: Function) -> tuple[int, ...]:
     if matmul is not None:
         return matmul.results[0].type.shape
     best: tuple[int, ...] = ()
-    best_numel = -1
+    best_key = (-1, -1)
     for value in list(region.params) + [r for op in region.ops for r in op.results]:
-        if value.type.numel > best_numel:
-            best, best_numel = value.type.shape, value.type.numel
+        key = (value.type.numel, value.type.rank)
+        if key > best_key:
+            best, best_key = value.type.shape, key
     return best
 
 
-def reduced_domain_dims(region: Function, domain: tuple[int, ...]) -> frozenset[int]:
-    """Domain dims some reduction of the region reduces over (reductions whose operand lines up with the
-    domain, right-aligned as in broadcasting; a reduction over a reshaped operand reduces every dim)."""
-    reduced: set[int] = set()
+@dataclass(frozen=True)
+class ReducedDims:
+    """Which domain dims a region's reductions reduce over.
+
+    ``whole``: dims reduced by a reduction whose result the region reads again (a softmax's row max, a
+    LayerNorm's mean): a tile must hold those dims entirely (one-pass reductions). ``all`` adds the dims of
+    terminal reductions (results only returned, e.g. a weight gradient summed over rows): tiles may split
+    those and accumulate partial results.
+    """
+
+    all: frozenset[int]
+    whole: frozenset[int]
+
+
+def reduced_domain_dims(region: Function, domain: tuple[int, ...]) -> ReducedDims:
+    """The domain dims the region's reductions reduce over. Reductions whose operand lines up with the domain
+    (right-aligned as in broadcasting) reduce the matching dims; one over a reshaped operand counts as
+    reducing every dim."""
+    read = {v for op in region.ops for v in op.operands}
+    everything, whole = set(), set()
     for op in region.ops:
         if _category(op) is not Category.REDUCTION:
             continue
@@ -163,7 +171,8 @@ def reduced_domain_dims(region: Function, domain: tuple[int, ...]) -> frozenset[
             dims = op.attrs["dims"]
         lead = len(domain) - len(shape)
         aligned = lead >= 0 and all(s in (1, domain[lead + i]) for i, s in enumerate(shape))
-        if not aligned:
-            return frozenset(range(len(domain)))
-        reduced.update(lead + d for d in dims if shape[d] != 1)
-    return frozenset(reduced)
+        found = {lead + d for d in dims if shape[d] != 1} if aligned else set(range(len(domain)))
+        everything |= found
+        if any(r in read for r in op.results):
+            whole |= found
+    return ReducedDims(frozenset(everything), frozenset(whole))

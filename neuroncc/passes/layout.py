@@ -7,8 +7,9 @@
 * Top-level views read their source buffer in place; their types get the strides of that window.
 * For NKI targets each kernel gets ``domain`` (its iteration space) and ``partition_dim``: the domain dim laid
   on the 128 partitions. NKI reduces along free dims only, so it is a dim no reduction reduces, preferably one
-  of at least 128 (the outermost such); a matmul kernel puts its output rows (M) there. ``none`` when every
-  dim is reduced (the kernel needs a cross-partition reduction).
+  of at least 128 (the outermost such); failing that, a dim only terminal reductions reduce (their partial
+  sums add up across partitions, e.g. a LayerNorm weight gradient); a matmul kernel puts its output rows (M)
+  there. ``none`` when every dim is reduced and read again (e.g. a full softmax over a vector).
 """
 
 from __future__ import annotations
@@ -95,7 +96,9 @@ def choose_partition_dim(region: Function) -> int | None:
     if region_matmul(region) is not None:
         return len(domain) - 2
     reduced = reduced_domain_dims(region, domain)
-    candidates = [d for d in range(len(domain)) if d not in reduced]
+    candidates = [d for d in range(len(domain)) if d not in reduced.all and domain[d] > 1]
+    if not candidates:  # dims only terminal reductions reduce can be summed across partitions (TensorE)
+        candidates = [d for d in range(len(domain)) if d not in reduced.whole and domain[d] > 1]
     if not candidates:
         return None
     large = [d for d in candidates if domain[d] >= 128]

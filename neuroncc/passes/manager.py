@@ -45,10 +45,6 @@ class Pass:
     def apply(self, fn: Function, ctx: PassContext) -> Function:
         raise NotImplementedError(f"pass {type(self).__name__} does not implement apply()")
 
-    def options(self) -> dict[str, Any]:
-        """The pass's options by name (its dataclass fields)."""
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-
     def __str__(self) -> str:
         """The pass as it is written in a pipeline string; options at their default are left out."""
         changed = [

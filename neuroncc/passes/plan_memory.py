@@ -10,9 +10,12 @@
   live outside the arena: the caller owns them.
 * A buffer lives from the op defining it to its last reader (op indices, inclusive).
 * In place: a pointwise kernel's result may take the buffer of an operand that dies at that kernel when both
-  have the same shape and element size: every op of the region is elementwise over the result's shape
-  (broadcast operands enter through an expand of a parameter), so each element is read before the element
-  at the same index is written.
+  have the same size: every op writes element i (row-major linear index) from elements i of what it reads
+  (broadcast operands are parameters or constants; reshapes keep indices; reductions only terminal), and
+  the operand is read only elementwise by ops that come no later than the first op writing an output of its
+  size. So each element is read before it is overwritten whether codegen runs the region as one loop or
+  as one loop per op in region order. Matmul kernels never run in place (the matmul may write its output
+  before the epilogue reads the operand).
 * Placement: greedy by size, largest first; each buffer goes in the smallest gap (best fit) between the
   buffers already placed whose lifetimes overlap its own, or after them. Offsets and sizes are multiples of
   64 bytes.
@@ -154,48 +157,80 @@ def _external_roots(fn: Function, root_of: Mapping[Value, Value]) -> set[Value]:
 
 
 def _same_footprint(donor: Value, result: Value) -> bool:
-    return donor.type.shape == result.type.shape and donor.type.dtype.itemsize == result.type.dtype.itemsize
+    return donor.type.numel == result.type.numel and donor.type.dtype.itemsize == result.type.dtype.itemsize
 
 
 def _in_place_candidates(op: Op, position: int, root_of, last_read, slot_of, external) -> list[Value]:
     """Operands of a pointwise kernel whose buffers die at this op and may take one of its results."""
-    shapes = {r.type.shape for r in op.results}
-    if op.name != "kernel" or len(shapes) != 1 or not _is_pointwise_region(op.regions[0], shapes.pop()):
+    if op.name != "kernel" or not op.results:
         return []
     (region,) = op.regions
+    numel = max(r.type.numel for r in op.results)
+    if not _is_pointwise_region(region, numel):
+        return []
     found = []
     for operand, param in zip(op.operands, region.params):
         owned = operand in slot_of and operand not in root_of and operand not in external
-        if owned and last_read.get(operand) == position and op.operands.count(operand) == 1 \
-                and _read_pointwise(region, param) and operand not in found:
+        if owned and operand.type.numel == numel and last_read.get(operand) == position \
+                and op.operands.count(operand) == 1 and _read_pointwise(region, param) and operand not in found:
             found.append(operand)
     return found
 
 
-def _is_pointwise_region(region: Function, shape: tuple[int, ...]) -> bool:
-    """Is the region one pointwise map over ``shape``: every element of every result computed from the
-    elements at the same index (operands that are broadcast are read through an expand of a parameter)?
-    Then a result may overwrite an operand of that shape, element by element, after reading it."""
-    producers = region.producers()
-    for op in region.ops:
-        category = REGISTRY.get(op.name).category
-        if category is Category.CONSTANT:
+def _is_pointwise_region(region: Function, numel: int) -> bool:
+    """Does every op of the region write element i (by row-major linear index) from elements i of what it
+    reads, except broadcast parameters and constants? Reshapes keep linear indices; reductions may only be
+    terminal (their results are not read again in the region)."""
+    producers, params = region.producers(), set(region.params)
+    read = {v for o in region.ops for v in o.operands}
+
+    def broadcast_source(v: Value) -> bool:
+        """A parameter or constant, possibly reshaped or expanded: never a value computed from the donor."""
+        source = producers.get(v)
+        while source is not None and source.name in ("expand", "reshape"):
+            v, source = source.operands[0], producers.get(source.operands[0])
+        return v in params or (source is not None and REGISTRY.get(source.name).category is Category.CONSTANT)
+
+    for o in region.ops:
+        category = REGISTRY.get(o.name).category
+        if category is Category.CONSTANT or o.name == "reshape":
             continue
-        if op.name == "expand":
-            source = producers.get(op.operands[0])
-            if source is None or REGISTRY.get(source.name).category is Category.CONSTANT:
-                continue
+        if o.name == "expand" and broadcast_source(o.operands[0]):
+            continue
+        if category is Category.REDUCTION and not any(r in read for r in o.results):
+            continue
+        if category is not Category.ELEMENTWISE:
             return False
-        if category is not Category.ELEMENTWISE or op.result.type.shape != shape:
+        if o.result.type.numel != numel and not all(broadcast_source(v) for v in o.operands):
             return False
-    return all(v.type.shape == shape for v in region.outputs)
+        if any(v.type.numel != numel and not broadcast_source(v) for v in o.operands):
+            return False
+    return True
 
 
 def _read_pointwise(region: Function, param: Value) -> bool:
-    readers = [o for o in region.ops if param in o.operands]
-    return bool(readers) and param not in region.outputs and all(
-        REGISTRY.get(o.name).category is Category.ELEMENTWISE for o in readers
-    )
+    """Is ``param`` read only elementwise (or through reshapes), and never after the region writes an output
+    of its size? Then its buffer may hold that output: every element is read before it is overwritten,
+    whether codegen runs the region as one loop or one loop per op (in region order)."""
+    index = {o: i for i, o in enumerate(region.ops)}
+    producers = region.producers()
+    readers, stack = [], [param]
+    while stack:
+        value = stack.pop()
+        for o in region.ops:
+            if value in o.operands:
+                readers.append(o)
+                if o.name == "reshape":
+                    stack.append(o.result)
+    if not readers or param in region.outputs:
+        return False
+    if not all(REGISTRY.get(o.name).category is Category.ELEMENTWISE or o.name == "reshape" for o in readers):
+        return False
+    same_size = [v for v in region.outputs if v.type.numel == param.type.numel]
+    if any(v not in producers for v in same_size):
+        return False  # an output passed straight through from a parameter: when it is copied is not known
+    writes = [index[producers[v]] for v in same_size]
+    return bool(writes) and max(index[o] for o in readers) <= min(writes)
 
 
 def _place(slots: list[_Slot]) -> int:

@@ -11,7 +11,7 @@ checks this, so a rule that, say, returns a broadcast operand is a bug that fail
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -77,7 +77,7 @@ class Site:
 
     def emit(self, name: str, *operands: Value, **attrs: Any) -> Value:
         """Build a new op (its type inferred) to be placed before the op being rewritten."""
-        return self.builder.op(name, *operands, hint=self.result.hint if self.op.results else None, **attrs)
+        return self.builder.op(name, *operands, hint=self.op.results[0].hint if self.op.results else None, **attrs)
 
     def full(self, value: Any) -> Value:
         """A ``full`` op with the result's shape and element type holding ``value``."""
@@ -201,7 +201,7 @@ def cse(fn: Function) -> Function:
         operands = tuple(mapping.get(v, v) for v in op.operands)
         if any(a is not b for a, b in zip(operands, op.operands)):
             op = Op(op.name, operands, op.results, op.attrs, op.regions)
-        key = (op.name, tuple(id(v) for v in operands), op.attrs,
+        key = (op.name, tuple(id(v) for v in operands), tuple((k, exact_key(v)) for k, v in op.attrs.items()),
                tuple(print_function(r, canonical=True) for r in op.regions))
         if key in seen:
             mapping.update(zip(op.results, seen[key].results))
@@ -211,6 +211,16 @@ def cse(fn: Function) -> Function:
     if not mapping:
         return fn
     return Function(fn.name, fn.params, tuple(ops), tuple(mapping.get(v, v) for v in fn.outputs), fn.metadata)
+
+
+def exact_key(value: Any) -> Any:
+    """An attribute value as a dict key that tells apart what ``==`` does not: -0.0 from 0.0, 1.0 from 1 and
+    True, NaN from itself (full(-0.0) and full(0.0) are different constants)."""
+    if isinstance(value, float):
+        return (float, value.hex())
+    if isinstance(value, tuple):
+        return tuple(exact_key(v) for v in value)
+    return (type(value), value)
 
 
 def map_regions(fn: Function, transform: Callable[[Function], Function]) -> Function:
@@ -226,11 +236,3 @@ def map_regions(fn: Function, transform: Callable[[Function], Function]) -> Func
 
 def is_constant(op: Op | None) -> bool:
     return op is not None and REGISTRY.get(op.name).category is Category.CONSTANT
-
-
-def users_of(ops: Iterable[Op]) -> dict[Value, list[Op]]:
-    users: dict[Value, list[Op]] = {}
-    for op in ops:
-        for v in op.operands:
-            users.setdefault(v, []).append(op)
-    return users

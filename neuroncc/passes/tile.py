@@ -3,8 +3,9 @@
 Attributes written on each ``kernel`` op (they never change results; see docs/passes.md):
 
 * ``target``, ``domain`` (the iteration space, :func:`neuroncc.passes.kernels.kernel_domain`) and ``tile``:
-  the block of the domain one loop iteration handles, one entry per domain dim. Reduced dims are never
-  split (one-pass reductions).
+  the block of the domain one loop iteration handles, one entry per domain dim. Dims reduced by a
+  reduction the kernel reads again (a softmax's max, a LayerNorm's mean) are never split (one-pass
+  reductions); dims only terminal reductions reduce are split and their partial results accumulated.
 * NKI: ``partition_dim`` (from the layout pass, or chosen here), the partition block is at most 128; free
   blocks are chosen so that the region's live tiles fit the SBUF per partition (trn1 192 KiB, trn2 224 KiB,
   trn3 256 KiB); ``sbuf_bytes`` records the estimate. A matmul kernel gets ``matmul_tile = [m, n, k]`` with
@@ -139,11 +140,11 @@ class _NkiTiler:
 
     def choose_vector(self) -> dict:
         domain, p = self.domain, self.partition_dim
-        reduced = reduced_domain_dims(self.region, domain)
-        tile = [d_size if d in reduced else 1 for d, d_size in enumerate(domain)]
+        whole = reduced_domain_dims(self.region, domain).whole
+        tile = [d_size if d in whole else 1 for d, d_size in enumerate(domain)]
         if p is not None:
             tile[p] = min(self.fixed[0] if self.fixed else self.hw.partitions, max(domain[p], 1))
-        free = [d for d in range(len(domain)) if d != p and d not in reduced]
+        free = [d for d in range(len(domain)) if d != p and d not in whole]
         inner = free[-1] if free else None
         if inner is not None:
             extent = max(domain[inner], 1)
@@ -203,8 +204,8 @@ class _CpuTiler:
         if not domain:
             return {**attrs, "tile": ()}
         matmul = region_matmul(self.region)
-        reduced = reduced_domain_dims(self.region, domain)
-        inner_start = min(reduced) if reduced and matmul is None else len(domain) - 1
+        whole = reduced_domain_dims(self.region, domain).whole
+        inner_start = min(whole) if whole and matmul is None else len(domain) - 1
         row_dim = inner_start - 1 if inner_start > 0 else None
         tile = [1] * inner_start + [max(s, 1) for s in domain[inner_start:]]
         if o.tile:

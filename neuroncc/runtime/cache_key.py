@@ -6,7 +6,8 @@
     target            the target name
     host              what the target's saved code depends on on this machine (cpu: CPU name and features)
     options           the compile options as canonical JSON (sorted keys)
-    pipeline          the pass pipeline string
+    pipeline          the pass pipeline string, and for each out-of-tree pass it names (``neuroncc.passes``
+                      entry points) the plug-in's distribution, version and a hash of its package's sources
     neuroncc_version  neuroncc's version
     neuroncc_source   a hash of all of neuroncc's .py files (so any compiler change is a miss)
     torch_version     torch's installed version (read from package metadata; torch is not imported)
@@ -23,6 +24,7 @@ import functools
 import hashlib
 import importlib.metadata
 import json
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -94,7 +96,7 @@ def compute_key(request: CompileRequest, environment: BuildEnvironment | None = 
         _component("target", request.target),
         _component("host", host_fingerprint(request.target), _host_summary(request.target)),
         _component("options", canonical_options(request.options)),
-        _component("pipeline", request.pipeline, request.pipeline or "(target default)"),
+        _component("pipeline", pipeline_fingerprint(request.pipeline), request.pipeline or "(target default)"),
         _component("neuroncc_version", env.neuroncc_version),
         _component("neuroncc_source", env.neuroncc_source, f"{env.neuroncc_source_files} files"),
         _component("torch_version", env.torch_version),
@@ -108,6 +110,36 @@ def compute_key(request: CompileRequest, environment: BuildEnvironment | None = 
 def canonical_graph_text(fn: Function) -> str:
     """The text the key hashes: canonical printing (names ignored) of ``fn`` renamed to a fixed name."""
     return print_function(replace(fn, name="graph"), canonical=True)
+
+
+def pipeline_fingerprint(pipeline: str) -> str:
+    """The pipeline string plus, for each plug-in pass it names, where that pass's code comes from.
+
+    neuroncc's own sources are in the key already; a plug-in's are not, so without this a pass developer
+    who edits their pass would keep getting the artifacts the old code compiled.
+    """
+    from neuroncc.passes.pipeline import IN_TREE_PASSES, parse_pipeline
+
+    plugins = [type(p) for p in parse_pipeline(pipeline).passes if type(p) not in IN_TREE_PASSES]
+    return "\n".join([pipeline, *(f"{cls.name}: {_plugin_source(cls)}" for cls in dict.fromkeys(plugins))])
+
+
+@functools.cache
+def _plugin_source(cls: type) -> str:
+    """``<module> <distribution version> <sha256 of the .py files of its top-level package>`` (cached per class:
+    a class object is one load of the code)."""
+    top = cls.__module__.partition(".")[0]
+    module = sys.modules.get(top)
+    path = Path(getattr(module, "__file__", None) or "")
+    if path.name == "__init__.py":
+        digest, _ = package_source_digest(path.parent)
+    elif path.is_file():
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    else:
+        digest = "no source"
+    distributions = importlib.metadata.packages_distributions().get(top, [])
+    versions = " ".join(f"{name} {_installed_version(name)}" for name in sorted(set(distributions)))
+    return f"{cls.__module__}:{cls.__qualname__} {versions or '(no distribution)'} {digest}"
 
 
 def canonical_options(options: Mapping[str, Any]) -> str:

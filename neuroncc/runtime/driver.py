@@ -74,6 +74,7 @@ def compile_uncached(request: CompileRequest) -> CompileResult:
     ctx = PassContext(verify_each=bool(request.options.get("verify_each", False)),
                       dump_dir=dump_dir_for(request.function), on_stage=record)
     lowered = run_pipeline(request.pipeline, request.function, ctx)
+    verify(lowered)  # once, cheaply, even when not after every pass: codegen never sees invalid IR
     start = time.perf_counter()
     executable = build_executable(lowered, request.target, request.options)
     timings["build"] = time.perf_counter() - start

@@ -16,6 +16,7 @@ from typing import Any
 
 from neuroncc.codegen.llvm import Layout, emit_kernel, plan_kernel, view_layout
 from neuroncc.codegen.llvm.regions import TOP_LEVEL_VIEWS
+from neuroncc.codegen.llvm.schedule import BLOCK
 from neuroncc.codegen.llvm.scalars import storage_itemsize
 from neuroncc.errors import ArtifactError, CodegenError
 from neuroncc.ir.dtypes import DType
@@ -143,12 +144,16 @@ def _layout_spec(layout: Layout) -> ValueSpec:
 
 
 class _Planner:
-    def __init__(self, fn: Function, cpu: str, features: str, memory_offsets: Mapping[Value, int] | None):
+    def __init__(self, fn: Function, cpu: str, features: str, memory_plan: Any):
         self.fn = fn
         self.plan = LaunchPlan(function_hash(fn), cpu, features)
         self.ids: dict[Value, int] = {}
-        self.memory_offsets = memory_offsets
-        self.arena_end = 0
+        self.memory_offsets: Mapping[Any, int] = getattr(memory_plan, "offsets", None) or {}
+        self.memory_sizes: Mapping[Any, int] = getattr(memory_plan, "sizes", None) or {}
+        # values the plan does not place (or that do not fit its slot) go after the planned arena
+        self.arena_end = int(getattr(memory_plan, "arena_bytes", 0) or 0)
+        if self.memory_offsets and not self.arena_end:
+            self.arena_end = max(self.memory_offsets.values()) + max(self.memory_sizes.values(), default=0)
         self.scratch_bytes = 0
         self.unclaimed_outputs: dict[Value, int] = {}
         for position, value in enumerate(fn.outputs):
@@ -164,8 +169,12 @@ class _Planner:
         self.plan.buffers.append(BufferSpec(kind, index, extent, dtype.value))
         return len(self.plan.buffers) - 1
 
-    def own_buffer(self, value: Value) -> int:
-        """A buffer for an op result: the fresh output array of its first output position, else the arena."""
+    def own_buffer(self, value: Value, avoid: tuple[Value, ...] = ()) -> int:
+        """A buffer for an op result: the fresh output array of its first output position, else the arena.
+
+        A memory plan's slot is used unless it overlaps the arena storage of ``avoid`` (the op's operands):
+        kernels assume their outputs never alias their inputs.
+        """
         t = value.type
         position = self.unclaimed_outputs.pop(value, None)
         if position is not None:
@@ -174,13 +183,25 @@ class _Planner:
             buffer = self.add_buffer("output", position, extent, t.dtype)
             return self.define(value, ValueSpec(buffer, 0, t.shape, strides, t.dtype.value))
         nbytes = t.numel * storage_itemsize(t.dtype)
-        if self.memory_offsets is not None and value in self.memory_offsets:
-            offset = self.memory_offsets[value]
-        else:
-            offset = _align(self.arena_end)
+        offset = _align(self.arena_end)
+        number = len(self.plan.values)  # the memory planner names values by the same numbering
+        key = value if value in self.memory_offsets else number
+        if key in self.memory_offsets:
+            planned = self.memory_offsets[key]
+            fits = nbytes <= self.memory_sizes.get(key, nbytes)  # bf16 is stored in 4 bytes, not 2
+            if fits and planned % ALIGN == 0 and not any(self._overlaps(planned, nbytes, v) for v in avoid):
+                offset = planned
         self.arena_end = max(self.arena_end, offset + _align(max(nbytes, 1)))
         buffer = self.add_buffer("arena", offset, t.numel, t.dtype)
         return self.define(value, ValueSpec(buffer, 0, t.shape, contiguous_strides(t.shape), t.dtype.value))
+
+    def _overlaps(self, offset: int, nbytes: int, value: Value) -> bool:
+        spec = self.plan.values[self.ids[value]]
+        buffer = self.plan.buffers[spec.buffer]
+        if buffer.kind != "arena":
+            return False
+        size = buffer.extent * DType(buffer.dtype).numpy.itemsize
+        return offset < buffer.index + max(size, 1) and buffer.index < offset + max(nbytes, 1)
 
     def layout(self, value: Value, slot: int) -> Layout:
         spec = self.plan.values[self.ids[value]]
@@ -203,8 +224,8 @@ class _Planner:
             elif category is Category.KERNEL:
                 self.kernel(op_index, op)
             elif category is Category.MATMUL:
-                for result in op.results:
-                    self.own_buffer(result)
+                for number, result in enumerate(op.results):
+                    self.own_buffer(result, avoid=op.operands + op.results[:number])
                 self.plan.steps.append(StepSpec("extern", op_index, self._ids(op.operands), self._ids(op.results)))
             else:
                 raise CodegenError(f"op '{op.name}' must be inside a kernel at the top level of a CPU graph")
@@ -225,15 +246,27 @@ class _Planner:
         self.own_buffer(op.result)  # a reshape that no strides express: copy
         self.plan.steps.append(StepSpec("view-copy", op_index, self._ids(op.operands), self._ids(op.results)))
 
+    def _aligned_slots(self, op: Any, kplan: Any) -> list[int]:
+        slots = []
+        for i, result in enumerate(op.results):
+            spec = self.plan.values[self.ids[result]]
+            if spec.offset == 0 and _aligned_buffer(self.plan.buffers[spec.buffer]):
+                slots.append(len(op.operands) + i)
+        first_extra = len(op.operands) + len(op.results)
+        slots += [first_extra + i for i, extra in enumerate(kplan.extra) if extra.kind == "scratch"]
+        return slots
+
     def kernel(self, op_index: int, op: Any) -> None:
         for result in op.results:
-            self.own_buffer(result)
+            self.own_buffer(result, avoid=op.operands + op.results[:op.results.index(result)])
         region = op.regions[0]
         params = [self.layout(v, i) for i, v in enumerate(op.operands)]
         outputs = [self.layout(v, len(params) + i) for i, v in enumerate(op.results)]
         step = StepSpec("kernel", op_index, self._ids(op.operands), self._ids(op.results))
         try:
-            kplan = plan_kernel(region, params, outputs)
+            block = op.attrs.get("block")  # tiling attribute, when the tiling pass sets one
+            kplan = plan_kernel(region, params, outputs, block=block if isinstance(block, int) and block > 0 else BLOCK)
+            kplan.aligned_args = frozenset(self._aligned_slots(op, kplan))
             text, symbols = emit_kernel(kplan, f"k{op_index}")
         except CodegenError as exc:
             self.plan.steps.append(_replace(step, reason=str(exc)))
@@ -258,20 +291,29 @@ class _Planner:
                                         may_fail=kplan.may_fail, row_blocked=kplan.row_blocked))
 
 
+def _aligned_buffer(buffer: BufferSpec) -> bool:
+    """Output arrays and the arena are allocated 64-byte aligned; arena slots are aligned unless a memory
+    plan placed them otherwise."""
+    return buffer.kind == "output" or (buffer.kind == "arena" and buffer.index % ALIGN == 0)
+
+
 def _replace(step: StepSpec, **changes: Any) -> StepSpec:
     from dataclasses import replace
 
     return replace(step, **changes)
 
 
-def plan_launch(fn: Function, cpu: str, features: str,
-                memory_offsets: Mapping[Value, int] | None = None) -> tuple[LaunchPlan, list[str]]:
+def plan_launch(fn: Function, cpu: str, features: str, memory_plan: Any = None) -> tuple[LaunchPlan, list[str]]:
     """The launch plan of ``fn`` (already in top-level form) and the LLVM IR of its native kernels.
 
-    ``memory_offsets`` (from the memory planner) places arena values; values it omits get fresh slots.
+    ``memory_plan`` (``neuroncc.passes.plan_memory.MemoryPlan`` or anything with ``offsets`` keyed by value
+    number or Value, optionally ``sizes`` and ``arena_bytes``) places arena values. A planned slot is not used
+    when the value's storage does not fit it (bf16 is stored as float32) or when it overlaps the same op's
+    operands (the plan's in-place reuse: kernels recompute shared values from their inputs, so an output may
+    not overwrite an input); such values, and values the plan omits, get fresh slots after the planned arena.
     Scratch buffers of kernels share one region after the values (kernels run one at a time).
     """
-    planner = _Planner(fn, cpu, features, memory_offsets)
+    planner = _Planner(fn, cpu, features, memory_plan)
     plan = planner.run()
     # scratch offsets are relative to the scratch region, which starts after the values
     base = _align(planner.arena_end)

@@ -7,7 +7,10 @@ prebuilt ctypes argument array and call the phase functions, across the thread p
 enough. Intermediates live in one arena reused by every call; returned arrays never alias it.
 
 Options (all optional): ``threads`` (default: torch's thread count if torch is loaded, else the CPU count),
-``memory_plan`` (an object with ``offsets``: {Value: arena byte offset}, from the memory planner).
+``threading`` (``python``: a persistent pool of Python threads, the default; ``openmp``: ATen's own OpenMP
+team through torch's libgomp, which avoids oversubscribing cores with ATen but degrades badly when the machine
+is overloaded: spin barriers), ``memory_plan`` (``neuroncc.passes.plan_memory.plan(fn)``'s MemoryPlan, or any
+object with ``offsets`` by value number or Value; see :func:`neuroncc.runtime.launch_plan.plan_launch`).
 """
 
 from __future__ import annotations
@@ -28,10 +31,9 @@ from neuroncc.codegen.llvm.regions import wrap_remaining_ops
 from neuroncc.errors import ArtifactError, InputError, NeuronccError
 from neuroncc.ir.dtypes import DType
 from neuroncc.ir.graph import Function
-from neuroncc.ir.interpreter import interpret
 from neuroncc.runtime.extern import run_extern
 from neuroncc.runtime.launch_plan import LaunchPlan, StepSpec, ValueSpec, function_hash, plan_launch
-from neuroncc.runtime.threads import default_threads, get_pool
+from neuroncc.runtime.threads import default_threads, get_pool, get_team
 
 PHASE_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
 PLAN_FILE, IR_FILE, OBJECT_FILE = "plan.json", "kernels.ll", "kernels.o"
@@ -53,6 +55,13 @@ def _view(flat: np.ndarray, spec: ValueSpec) -> np.ndarray:
     return np.lib.stride_tricks.as_strided(flat[spec.offset:], spec.shape, tuple(s * itemsize for s in spec.strides))
 
 
+def _aligned_empty(extent: int, dtype: np.dtype) -> np.ndarray:
+    """A fresh 1-d array whose data starts 64-byte aligned (the kernels' stores rely on it)."""
+    raw = np.empty(extent * dtype.itemsize + 64, dtype=np.uint8)
+    shift = (-raw.__array_interface__["data"][0]) % 64
+    return raw[shift:shift + extent * dtype.itemsize].view(dtype)
+
+
 def _flat(array: np.ndarray, extent: int) -> np.ndarray:
     """A 1-d view of ``extent`` elements starting at ``array``'s first element."""
     return np.lib.stride_tricks.as_strided(array, (extent,), (array.dtype.itemsize,))
@@ -62,11 +71,12 @@ class CpuExecutable:
     """The ``cpu`` target's executable: ``exe(*arrays) -> list of arrays``; see the module docstring."""
 
     def __init__(self, function: Function, plan: LaunchPlan, module: jit.JitModule | None, threads: int,
-                 compile_seconds: float = 0.0):
+                 compile_seconds: float = 0.0, threading_mode: str = "python"):
         self.function = function  # the top-level form actually run (kernels wrapped)
         self.plan = plan
         self.module = module
         self.pool = get_pool(threads)
+        self.team = get_team(threads) if threading_mode == "openmp" else None
         self._lock = threading.Lock()
         self._arena = np.empty(plan.arena_bytes + 64, dtype=np.uint8)
         shift = (-self._arena.ctypes.data) % 64
@@ -131,7 +141,7 @@ class CpuExecutable:
                     flats[number] = self._input(buffer.index, inputs[buffer.index], buffer.extent)
                 elif buffer.kind == "output":
                     spec = plan.values[plan.outputs[buffer.index]]
-                    storage = np.empty(buffer.extent, dtype=_storage_dtype(buffer.dtype))
+                    storage = _aligned_empty(buffer.extent, _storage_dtype(buffer.dtype))
                     flats[number] = storage
                     returned[buffer.index] = _view(storage, spec)
             for runner in self._runners:
@@ -197,16 +207,17 @@ class CpuExecutable:
     # ---- artifacts -----------------------------------------------------------------------------------------
 
     def save(self, directory: str | Path) -> list[str]:
-        """Write plan.json, kernels.ll and kernels.o into ``directory``; returns the names written (relative)."""
+        """Write plan.json, kernels.ll and kernels.o into ``directory``; returns the file names (relative to
+        ``directory``) written. The graph itself is not written: the artifact layer stores it."""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
-        files = [directory / PLAN_FILE]
-        files[0].write_text(self.plan.to_json(), encoding="utf-8")
+        (directory / PLAN_FILE).write_text(self.plan.to_json(), encoding="utf-8")
+        files = [PLAN_FILE]
         if self.module is not None:
             (directory / IR_FILE).write_text(self.module.llvm_ir, encoding="utf-8")
             (directory / OBJECT_FILE).write_bytes(self.module.object_code)
-            files += [directory / IR_FILE, directory / OBJECT_FILE]
-        return [f.name for f in files]
+            files += [IR_FILE, OBJECT_FILE]
+        return files
 
 
 class _NativeKernel:
@@ -221,13 +232,11 @@ class _NativeKernel:
         for slot, spec in enumerate(step.slots):
             if spec.kind == "value":
                 value = plan.values[spec.ref]
-                buffer = plan.buffers[value.buffer]
                 byte_offset = value.offset * _storage_dtype(value.dtype).itemsize
                 if value.buffer in exe._static_flats:
                     self.args[slot] = exe._address(value.buffer, exe._static_flats) + byte_offset
                 else:
                     self.dynamic.append((slot, value.buffer, byte_offset))
-                del buffer
             elif spec.kind == "scratch":
                 self.args[slot] = exe._arena.ctypes.data + spec.ref
             elif spec.kind == "constant":
@@ -237,7 +246,8 @@ class _NativeKernel:
                 self.args[slot] = array.ctypes.data
             else:
                 self.args[slot] = exe._error.ctypes.data
-        self.phases = [(PHASE_FN(exe.module.address(p.symbol)), p.n_outer, p.work, p.serial) for p in step.phases]
+        self.phases = [(PHASE_FN(exe.module.address(p.symbol)), exe.module.address(p.symbol + "_team"), p.n_outer,
+                        p.work, p.serial) for p in step.phases]
         self.rows, self.row_block = 0, 0
         if step.row_blocked:
             self.rows = step.extern.results[0].shape[0]
@@ -264,29 +274,33 @@ class _NativeKernel:
 
     def _phases(self, row_start: int, row_end: int | None) -> None:
         """Run every phase, on all outer iterations or on those of rows [row_start, row_end)."""
-        pool = self.exe.pool
-        for fn, n_outer, work, serial in self.phases:
-            if serial:
-                fn(self.args_address, 0, n_outer)
-            elif row_end is None:
-                pool.parallel_for(fn, self.args_address, n_outer, work)
-            else:
+        pool, team = self.exe.pool, self.exe.team
+        for fn, team_fn, n_outer, work, serial in self.phases:
+            start, end = 0, n_outer
+            if row_end is not None:
                 per_row = n_outer // self.rows
-                offset = row_start * per_row
-                pool.parallel_for(lambda a, s, e, fn=fn: fn(a, s + offset, e + offset), self.args_address,
-                                  (row_end - row_start) * per_row, work)
+                start, end = row_start * per_row, row_end * per_row
+            if serial:
+                fn(self.args_address, start, end)
+            elif team is not None:
+                team.run(fn, team_fn, self.args_address, start, end, work)
+            elif start == 0:
+                pool.parallel_for(fn, self.args_address, end, work)
+            else:
+                pool.parallel_for(lambda a, s, e, fn=fn: fn(a, s + start, e + start), self.args_address,
+                                  end - start, work)
 
     def _row_blocked(self) -> None:
         """mm/addmm a block of rows at a time, each block's epilogue right after (its output still cached)."""
+        views = self._extern_views()
         for start in range(0, self.rows, self.row_block):
             end = min(start + self.row_block, self.rows)
-            self._extern(start, end)
+            self._extern(start, end, views)
             self._phases(start, end)
 
-    def _extern(self, row_start: int = 0, row_end: int | None = None) -> None:
+    def _extern_views(self) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """numpy views of the extern's operands and results over this call's argument pointers."""
         spec = self.step.extern
-        region = self.exe.function.ops[self.step.op_index].regions[0]
-        op = region.ops[spec.op_index]
 
         def view(layout: ValueSpec) -> np.ndarray:
             dtype = _storage_dtype(layout.dtype)
@@ -297,8 +311,13 @@ class _NativeKernel:
                 .view(dtype)
             return _view(flat, layout)
 
-        operands = [view(v) for v in spec.operands]
-        results = [view(v) for v in spec.results]
+        return [view(v) for v in spec.operands], [view(v) for v in spec.results]
+
+    def _extern(self, row_start: int = 0, row_end: int | None = None, views: Any = None) -> None:
+        region = self.exe.function.ops[self.step.op_index].regions[0]
+        op = region.ops[self.step.extern.op_index]
+        operands, results = views if views is not None else self._extern_views()
+        operands, results = list(operands), list(results)
         if row_end is not None:
             rows = slice(row_start, row_end)
             if op.name == "mm":
@@ -315,9 +334,16 @@ def _threads(options: Mapping[str, Any]) -> int:
     return int(options.get("threads") or default_threads())
 
 
-def _memory_offsets(options: Mapping[str, Any]) -> Any:
-    plan = options.get("memory_plan")
-    return None if plan is None else getattr(plan, "offsets", None)
+def _threading(options: Mapping[str, Any]) -> str:
+    """``python`` (neuroncc's persistent pool, the default) or ``openmp`` (ATen's thread team)."""
+    mode = options.get("threading", "python")
+    if mode not in ("openmp", "python"):
+        raise InputError(f"option threading must be 'openmp' or 'python', got {mode!r}")
+    return mode
+
+
+def _memory_plan(options: Mapping[str, Any]) -> Any:
+    return options.get("memory_plan")
 
 
 def build_cpu_executable(fn: Function, options: Mapping[str, Any] | None = None) -> CpuExecutable:
@@ -326,11 +352,11 @@ def build_cpu_executable(fn: Function, options: Mapping[str, Any] | None = None)
     start = time.perf_counter()
     top = wrap_remaining_ops(fn)
     cpu, features = jit.host_cpu()
-    plan, ir_texts = plan_launch(top, cpu, features, _memory_offsets(options))
+    plan, ir_texts = plan_launch(top, cpu, features, _memory_plan(options))
     module = jit.compile_ir(ir_texts) if ir_texts else None
     if module is not None:
         plan.object_sha256 = hashlib.sha256(module.object_code).hexdigest()
-    return CpuExecutable(top, plan, module, _threads(options), time.perf_counter() - start)
+    return CpuExecutable(top, plan, module, _threads(options), time.perf_counter() - start, _threading(options))
 
 
 def load_cpu_executable(directory: str | Path, fn: Function, options: Mapping[str, Any] | None = None) -> CpuExecutable:
@@ -360,7 +386,7 @@ def load_cpu_executable(directory: str | Path, fn: Function, options: Mapping[st
         if hashlib.sha256(object_code).hexdigest() != plan.object_sha256:
             raise ArtifactError(f"{directory / OBJECT_FILE} is corrupt (checksum mismatch)")
         module = jit.load_object(object_code, llvm_ir)
-    return CpuExecutable(top, plan, module, _threads(options))
+    return CpuExecutable(top, plan, module, _threads(options), threading_mode=_threading(options))
 
 
-__all__ = ["CpuExecutable", "KernelIndexError", "build_cpu_executable", "load_cpu_executable", "interpret"]
+__all__ = ["CpuExecutable", "KernelIndexError", "build_cpu_executable", "load_cpu_executable"]

@@ -9,10 +9,12 @@
 A graph grows from a few parameters by appending ops drawn from families: elementwise chains (unary, binary
 with broadcasting and splat constants such as 0, 1, 2 that exercise algebraic rules), comparisons and
 ``where``, casts between dtypes, reductions, views (reshape, permute, expand, slice, select, squeeze,
-unsqueeze), data movement (cat, flip, pad, copy), constants, and matmuls (mm / bmm, sometimes through a
-transposed operand). Shapes are small; size-0 dims and 0-dim tensors appear. Every op is built through
+unsqueeze), data movement (cat, flip, pad, copy), constants, gathers with in-range constant indices
+(index_select, gather, embedding), and matmuls (mm / bmm, sometimes through a transposed operand). Shapes are small; size-0 dims and 0-dim tensors appear. Every op is built through
 :class:`neuroncc.ir.Builder`, so every graph type-checks; an op whose random attributes do not fit is simply
-not added. Extend a family by adding a ``_draw_*`` function and listing it in :data:`FAMILIES`.
+not added. More families (advanced indexing and scatters, cat/pad/slice_scatter, clamp, multi-result ops,
+the remaining elementwise ops, addmm) live in :mod:`neuroncc.testing.graph_families`. Extend a family by
+adding a ``_draw_*`` function and listing it in :data:`FAMILIES` or ``MORE_FAMILIES``.
 """
 
 from __future__ import annotations
@@ -21,16 +23,17 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
 from hypothesis import strategies as st
 
 from neuroncc.errors import TypeInferenceError
-from neuroncc.ir import Builder, DType, Function, TensorType, Value
+from neuroncc.ir import Builder, DenseAttr, DType, Function, TensorType, Value
 
 FLOAT_UNARY = ("neg", "abs", "relu", "exp", "tanh", "sigmoid", "gelu", "sqrt", "log", "floor", "sin", "rsqrt")
 INT_UNARY = ("neg", "abs", "relu")
 BINARY = ("add", "sub", "mul", "maximum", "minimum")
 COMPARISONS = ("lt", "le", "gt", "ge", "eq", "ne")
-SPLATS = (0.0, -0.0, 1.0, 2.0, 0.5)
+SPLATS = (0.0, -0.0, 1.0, 2.0, 0.5, 0.1)  # 0.1 is not exact in any float type: rounding must agree
 REDUCTIONS = ("sum", "amax", "amin", "mean", "prod")
 
 
@@ -81,16 +84,16 @@ def _splat(b: Builder, value: float, dtype: DType, shape: tuple[int, ...] = ()) 
     return b.op("full", shape=shape, dtype=dtype, value=value)
 
 
-def _broadcast_partner(draw, state: GraphState, x: Value) -> Value:
+def _broadcast_partner(draw, state: GraphState, x: Value, splats: Sequence[float] = SPLATS) -> Value:
     """A value of x's dtype whose shape broadcasts with x's: a pool value, a new parameter or a splat."""
     t = x.type
-    choice = draw(st.sampled_from(("pool", "param", "splat", "splat")))
+    choice = draw(st.sampled_from(("param", "pool", "splat", "splat")))  # a fresh parameter shrinks best
     if choice == "pool":
         found = _pick(draw, state, lambda v: v is not x and v.type.dtype == t.dtype and _broadcasts(v.type.shape, t.shape))
         if found is not None:
             return found
     if choice == "splat" or choice == "pool":
-        value = draw(st.sampled_from(SPLATS))
+        value = draw(st.sampled_from(splats))
         shape = draw(st.sampled_from(((), t.shape, tuple(1 for _ in t.shape))))
         return _splat(state.builder, value, t.dtype, shape)
     drop = draw(st.integers(0, t.rank))
@@ -226,6 +229,28 @@ def _draw_constant(draw, state: GraphState) -> None:
         state.add(b.op("iota", length=draw(st.integers(0, 6)), dtype=DType.i64 if not dtype.is_float else dtype))
 
 
+def _draw_index(draw, state: GraphState) -> None:
+    """index_select / gather / embedding with in-range constant indices (random inputs could not be)."""
+    x = _pick(draw, state, lambda v: v.type.rank >= 1 and v.type.numel > 0)
+    if x is None:
+        return
+    b, t = state.builder, x.type
+    dim = draw(st.integers(0, t.rank - 1))
+    kind = draw(st.sampled_from(("index_select", "gather", "embedding")))
+    if kind == "embedding" and t.rank == 2:
+        shape = (draw(st.integers(0, 3)), draw(st.integers(1, 3)))
+        bound = t.shape[0]
+    elif kind == "gather":
+        shape = tuple(draw(st.integers(1, 3)) if d == dim else s for d, s in enumerate(t.shape))
+        bound = t.shape[dim]
+    else:
+        kind, shape, bound = "index_select", (draw(st.integers(0, 4)),), t.shape[dim]
+    count = math.prod(shape)
+    values = draw(st.lists(st.integers(-bound, bound - 1), min_size=count, max_size=count))
+    index = b.op("constant", value=DenseAttr(np.array(values, dtype=np.int64).reshape(shape)))
+    state.add(b.op(kind, x, index) if kind == "embedding" else b.op(kind, x, index, dim=dim))
+
+
 def _draw_matmul(draw, state: GraphState) -> None:
     x = _pick(draw, state, lambda v: v.type.rank in (2, 3) and v.type.dtype in (DType.f32, DType.bf16, DType.i32))
     if x is None:
@@ -245,14 +270,31 @@ def _draw_matmul(draw, state: GraphState) -> None:
 #: The op families a graph is grown from, with their relative weights.
 FAMILIES: tuple[tuple[Callable, int], ...] = (
     (_draw_unary, 4), (_draw_binary, 5), (_draw_where, 1), (_draw_cast, 1), (_draw_reduction, 3),
-    (_draw_view, 4), (_draw_movement, 1), (_draw_constant, 1), (_draw_matmul, 2),
+    (_draw_view, 4), (_draw_movement, 1), (_draw_constant, 1), (_draw_index, 1), (_draw_matmul, 2),
 )
+
+
+def all_families() -> tuple[tuple[Callable, int], ...]:
+    """:data:`FAMILIES` and the families of :mod:`neuroncc.testing.graph_families`."""
+    from neuroncc.testing.graph_families import MORE_FAMILIES
+
+    return FAMILIES + MORE_FAMILIES
 
 
 @st.composite
 def graphs(draw, *, min_ops: int = 1, max_ops: int = 8, mixed_dtypes: bool = True, allow_empty: bool = True,
-           families: Sequence[tuple[Callable, int]] = FAMILIES) -> Function:
-    """A random well-typed function of a few small parameters (see the module docstring)."""
+           families: Sequence[tuple[Callable, int]] | None = None, focus: Sequence[str] = ()) -> Function:
+    """A random well-typed function of a few small parameters (see the module docstring).
+
+    ``families`` (default: :func:`all_families`) are the op families to draw from, with their weights.
+    ``focus`` names elementwise ops a pass under test rewrites (``focus=["div"]``): about one op in four is
+    then one of them, on pool values, fresh parameters or splat constants (powers of two and others).
+    """
+    families = all_families() if families is None else families
+    if focus:
+        from neuroncc.testing.graph_families import focused_family
+
+        families = tuple(families) + ((focused_family(focus), 10),)
     b = Builder("random")
     state = GraphState(b, empty_dims=allow_empty)
     for _ in range(draw(st.integers(1, 3))):

@@ -7,73 +7,14 @@ import zipfile
 import pytest
 import torch
 
+from cli_testing import corrupt_after_write, edit_json, first_weight, rewrite, set_weight_field, set_weight_meta
+
 from neuroncc.errors import InputError
 from neuroncc.frontend.pt2 import load_exported_program
 
 
-def rewrite(src, dst, edit):
-    """Copy the zip at src to dst, passing each (short name, bytes) through edit (None drops the record)."""
-    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w") as zout:
-        root = zin.namelist()[0].split("/", 1)[0] + "/"
-        for info in zin.infolist():
-            short = info.filename[len(root):]
-            data = edit(short, zin.read(info.filename))
-            if data is not None:
-                zout.writestr(info.filename, data)
-    return dst
-
-
-def edit_json(name_part, change):
-    def edit(short, data):
-        if name_part in short:
-            obj = json.loads(data)
-            change(obj)
-            return json.dumps(obj).encode()
-        return data
-
-    return edit
-
-
-def first_weight(obj):
-    return obj["config"][sorted(obj["config"])[0]]
-
-
-def _set(key, value):
-    def change(obj):
-        first_weight(obj)[key] = value
-
-    return change
-
-
-def _set_meta(key, value):
-    def change(obj):
-        first_weight(obj)["tensor_meta"][key] = value
-
-    return change
-
-
-def _flip_byte(name_part, offset=0):
-    def edit(short, data):
-        if name_part in short and data:
-            data = bytearray(data)
-            data[offset % len(data)] ^= 0x40
-            return bytes(data)
-        return data
-
-    return edit
-
-
-def _corrupt_after_write(path, fraction=None, flip_at=None):
-    data = bytearray(path.read_bytes())
-    if fraction is not None:
-        data = data[: int(len(data) * fraction)]
-    if flip_at is not None:
-        data[flip_at] ^= 0xFF
-    path.write_bytes(bytes(data))
-
-
 CASES = {
-    "weight use_pickle": (edit_json("weights_config", _set("use_pickle", True)), "pickle"),
+    "weight use_pickle": (edit_json("weights_config", set_weight_field("use_pickle", True)), "pickle"),
     "constant custom object": (edit_json("constants_config", lambda o: o["config"].update(
         {"obj": {"path_name": "custom_obj_0", "use_pickle": False}})), "pickle"),
     "opaque object": (edit_json("constants_config", lambda o: o["config"].update(
@@ -96,16 +37,16 @@ CASES = {
                                       "malformed"),
     "weight record missing": (lambda s, d: None if s == "data/weights/weight_0" else d, "missing"),
     "weight record short": (lambda s, d: d[:4] if s == "data/weights/weight_0" else d, "bytes"),
-    "absurd shape": (edit_json("weights_config", _set_meta("sizes", [{"as_int": 10**12}])),
+    "absurd shape": (edit_json("weights_config", set_weight_meta("sizes", [{"as_int": 10**12}])),
                      "absurd"),
-    "negative size": (edit_json("weights_config", _set_meta("sizes", [{"as_int": -3}])),
+    "negative size": (edit_json("weights_config", set_weight_meta("sizes", [{"as_int": -3}])),
                       "inconsistent"),
-    "rank mismatch": (edit_json("weights_config", _set_meta("strides", [{"as_int": 1}, {"as_int": 1}])), "inconsistent"),
-    "dtype garbage": (edit_json("weights_config", _set_meta("dtype", "float")), "malformed"),
+    "rank mismatch": (edit_json("weights_config", set_weight_meta("strides", [{"as_int": 1}, {"as_int": 1}])), "inconsistent"),
+    "dtype garbage": (edit_json("weights_config", set_weight_meta("dtype", "float")), "malformed"),
     "tensor_meta missing": (edit_json("weights_config", lambda o: first_weight(o).pop("tensor_meta")),
                             "malformed"),
     "path_name missing": (edit_json("weights_config", lambda o: first_weight(o).pop("path_name")), "malformed"),
-    "path traversal name": (edit_json("weights_config", _set("path_name", "../../etc/passwd")), "pickle"),
+    "path traversal name": (edit_json("weights_config", set_weight_field("path_name", "../../etc/passwd")), "pickle"),
     "constants config missing": (lambda s, d: None if "constants_config" in s else d, "missing"),
 }
 
@@ -147,7 +88,7 @@ def test_broken_files_are_refused(kind, good_pt2, tmp_path):
         path.write_text("def forward(x): return x\n")
     elif kind.startswith("truncated"):
         path.write_bytes(good_pt2.read_bytes())
-        _corrupt_after_write(path, fraction=0.5 if kind.endswith("half") else 0.97)
+        corrupt_after_write(path, fraction=0.5 if kind.endswith("half") else 0.97)
     elif kind == "bitflip-data":
         path.write_bytes(good_pt2.read_bytes())
         with zipfile.ZipFile(path) as zf:
@@ -155,7 +96,7 @@ def test_broken_files_are_refused(kind, good_pt2, tmp_path):
         raw = path.read_bytes()
         name_len = int.from_bytes(raw[info.header_offset + 26: info.header_offset + 28], "little")
         extra_len = int.from_bytes(raw[info.header_offset + 28: info.header_offset + 30], "little")
-        _corrupt_after_write(path, flip_at=info.header_offset + 30 + name_len + extra_len + 40)
+        corrupt_after_write(path, flip_at=info.header_offset + 30 + name_len + extra_len + 40)
     elif kind in ("two-roots", "no-root", "empty-zip"):
         with zipfile.ZipFile(path, "w") as zf:
             if kind == "two-roots":
@@ -186,3 +127,30 @@ def test_valid_archive_loads_without_pickle(good_pt2, monkeypatch):
     monkeypatch.undo()
     expected = torch.export.load(good_pt2).module()(x)
     torch.testing.assert_close(ep.module()(x), expected)
+
+
+class _NormNet(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 4)
+        self.norm = torch.nn.BatchNorm1d(4)
+
+    def forward(self, x):
+        return self.norm(self.linear(x))
+
+
+def test_parameters_and_buffers_keep_their_kinds(tmp_path):
+    """BatchNorm's running stats are buffers: loading them as parameters would make torch trace their
+    in-place update as a parameter mutation and ask for their gradients."""
+    path = tmp_path / "norm.pt2"
+    torch.export.save(torch.export.export(_NormNet(), (torch.randn(3, 4),)), path)
+    ep = load_exported_program(path)
+    assert isinstance(ep.state_dict["linear.weight"], torch.nn.Parameter)
+    assert ep.state_dict["linear.weight"].requires_grad
+    for name in ("norm.running_mean", "norm.running_var", "norm.num_batches_tracked"):
+        assert not isinstance(ep.state_dict[name], torch.nn.Parameter), name
+        assert not ep.state_dict[name].requires_grad, name
+    reference = torch.export.load(path)
+    assert set(ep.state_dict) == set(reference.state_dict)
+    for name, tensor in reference.state_dict.items():
+        assert isinstance(ep.state_dict[name], torch.nn.Parameter) == isinstance(tensor, torch.nn.Parameter), name

@@ -116,7 +116,8 @@ def test_top_level_extern_ops(op, rng):
     assert exe.stats["extern_calls"] == 1
 
 
-def test_multithreaded_kernels_match_single_threaded(rng):
+@pytest.mark.parametrize("threading", ["openmp", "python"])
+def test_multithreaded_kernels_match_single_threaded(threading, rng):
     b = Builder("big")
     x = b.param(TensorType((512, 700), DType.f32), "x")
     v = b.param(TensorType((300_001,), DType.f32), "v")
@@ -124,8 +125,9 @@ def test_multithreaded_kernels_match_single_threaded(rng):
     fn = b.build([y, b.op("sum", y, dims=(1,)), b.op("tanh", v), b.op("sum", x, dims=(0,))])
     inputs = [rng.standard_normal((512, 700)).astype(np.float32), rng.standard_normal(300_001).astype(np.float32)]
     one = build_cpu_executable(fn, {"threads": 1})(*inputs)
-    _, two = run_both(fn, inputs, threads=2)
-    for a, c in zip(one, two):
+    exe = build_cpu_executable(fn, {"threads": 2, "threading": threading})
+    assert (exe.team is not None) == (threading == "openmp")  # torch's libgomp is installed here
+    for a, c in zip(one, exe(*inputs)):
         np.testing.assert_array_equal(a, c)
 
 
@@ -183,3 +185,35 @@ def test_column_reduction_epilogue_is_not_row_blocked(rng):
     exe, _ = run_both(b.build(list(kernel.results)), [rng.standard_normal((40, 16)).astype(np.float32),
                                                      rng.standard_normal((16, 24)).astype(np.float32)])
     assert not exe.plan.steps[0].row_blocked
+
+
+def test_large_outputs_are_streamed_with_nontemporal_stores(rng):
+    b = Builder("stream")
+    x = b.param(TensorType((1024, 1024), DType.f32), "x")
+    v = b.param(TensorType((1 << 21,), DType.f32), "v")
+    s = b.op("amax", x, dims=(1,), keepdim=True)
+    fn = b.build([b.op("div", b.op("exp", x), s), b.op("tanh", v), b.op("cast", x, dtype=DType.f16)])
+    exe, _ = run_both(fn, [rng.standard_normal((1024, 1024)).astype(np.float32),
+                           rng.standard_normal(1 << 21).astype(np.float32)])
+    assert exe.module.llvm_ir.count("!nontemporal") >= 3
+    from neuroncc.codegen.llvm import jit
+
+    assert "vmovntps" in jit.assembly([exe.module.llvm_ir]) or "movnt" in jit.assembly([exe.module.llvm_ir])
+
+
+@pytest.mark.parametrize("dtype", [DType.bf16, DType.f16, DType.i64])
+def test_matmul_epilogue_in_other_dtypes(dtype, rng):
+    b = Builder("mm_dtype")
+    x = b.param(TensorType((20, 12), dtype), "x")
+    w = b.param(TensorType((12, 9), dtype), "w")
+    h = b.op("mm", x, w)
+    y = b.op("relu", h) if dtype is DType.i64 else b.op("tanh", h)
+    kernel = make_kernel(b.ops, [x, w], [y, h], "epilogue")
+    b.ops = [kernel]
+    fn = b.build(list(kernel.results))
+    if dtype is DType.i64:
+        inputs = [rng.integers(-5, 5, (20, 12)), rng.integers(-5, 5, (12, 9))]
+    else:
+        inputs = [(rng.standard_normal(s) * 0.3).astype(np.float32) for s in [(20, 12), (12, 9)]]
+        inputs = [round_to_bf16(a) if dtype is DType.bf16 else a.astype(np.float16) for a in inputs]
+    run_both(fn, inputs)

@@ -10,7 +10,7 @@ from codegen_helpers import run_both
 
 from neuroncc.codegen.llvm.regions import wrap_remaining_ops
 from neuroncc.errors import ArtifactError, InputError
-from neuroncc.ir import Builder, DType, TensorType, interpret
+from neuroncc.ir import Builder, DType, TensorType, interpret, parse, print_function
 from neuroncc.runtime.driver import DEFAULT_TARGET, compile_graph
 from neuroncc.runtime.launcher import CpuExecutable, build_cpu_executable, load_cpu_executable
 
@@ -78,6 +78,17 @@ def test_memory_plan_offsets_are_used(rng):
     exe = build_cpu_executable(fn, {"memory_plan": Plan()})
     arena = [s for s in exe.plan.buffers if s.kind == "arena"]
     assert sorted(s.index for s in arena) == [0, 0, 1024]
+
+    class InPlace:  # c on top of its own input a (by value number): refused, kernels recompute from inputs
+        offsets = {1: 0, 2: 0, 3: 1024}
+        sizes = {1: 1024, 2: 1024, 3: 1024}
+        arena_bytes = 2048
+
+    exe_in_place = build_cpu_executable(fn, {"memory_plan": InPlace()})
+    offsets = [s.index for s in exe_in_place.plan.buffers if s.kind == "arena"]
+    assert offsets == [0, 2048, 1024]  # the refused value goes after the planned arena
+    np.testing.assert_allclose(exe_in_place(np.ones((16, 16), np.float32))[0],
+                               interpret(fn, [np.ones((16, 16), np.float32)])[0], rtol=1.3e-6)
     xs = rng.standard_normal((16, 16)).astype(np.float32)
     np.testing.assert_allclose(exe(xs)[0], interpret(fn, [xs])[0], rtol=1.3e-6, atol=1e-5)
 
@@ -86,13 +97,16 @@ def test_save_and_load_without_recompiling(tmp_path, rng, monkeypatch):
     fn = mlp_like()
     exe = build_cpu_executable(fn, {})
     files = exe.save(tmp_path / "artifact")
-    assert sorted(files) == ["kernels.ll", "kernels.o", "plan.json"]
+    assert sorted(files) == ["kernels.ll", "kernels.o", "plan.json"]  # names relative to the directory
     json.loads((tmp_path / "artifact" / "plan.json").read_text())
     from neuroncc.codegen.llvm import jit
 
     monkeypatch.setattr(jit, "compile_ir", lambda *a: pytest.fail("load must not recompile"))
     loaded = load_cpu_executable(tmp_path / "artifact", fn)
     assert isinstance(loaded, CpuExecutable)
+    # the compile cache stores exe.function as text and loads with the re-parsed graph
+    reparsed = load_cpu_executable(tmp_path / "artifact", parse(print_function(exe.function)))
+    assert reparsed.plan.function_hash == exe.plan.function_hash
     x, w = rng.standard_normal((6, 8)).astype(np.float32), rng.standard_normal((8, 5)).astype(np.float32)
     for a, c in zip(exe(x, w), loaded(x, w)):
         np.testing.assert_array_equal(a, c)

@@ -17,6 +17,8 @@ def test_views_and_data_movement(computed, rng):
     x = b.op("neg", p) if computed else p
     outs = [
         b.op("reshape", x, shape=(24, 5)), b.op("reshape", x, shape=(2, 60)), b.op("permute", x, dims=(2, 0, 1)),
+        b.op("reshape", x, shape=(4, 3, 2, 5)), b.op("reshape", x, shape=(120,)), b.op("reshape", x, shape=(1, 4, 30, 1)),
+        b.op("reshape", b.op("permute", x, dims=(0, 2, 1)), shape=(20, 6)),
         b.op("expand", b.op("slice", x, dim=0, start=1, end=2), shape=(3, 4, 6, 5)),
         b.op("slice", x, dim=1, start=1, end=6, step=2), b.op("select", x, dim=2, index=3),
         b.op("squeeze", b.op("unsqueeze", x, dim=1), dims=(1,)), b.op("unsqueeze", x, dim=3),
@@ -57,7 +59,8 @@ def test_index_ops(rng):
         b.op("gather", x, gi, dim=1), b.op("index_select", x, rows, dim=0), b.op("index_select", x, rows, dim=1),
         b.op("embedding", x, ids), b.op("index", x, i0, dims=(1,)), b.op("index", x, i1, i0, dims=(0, 1)),
         b.op("scatter", x, si, src, dim=0), b.op("scatter", x, si, src, dim=0, reduce="add"),
-        b.op("index_put", x, b.op("unsqueeze", vals, dim=1), i0, dims=(0,)), b.op("index_put", x, vals, i0, i0, dims=(0, 1), accumulate=True),
+        b.op("index_put", x, b.op("unsqueeze", vals, dim=1), i0, dims=(0,)),
+        b.op("index_put", x, vals, i0, i0, dims=(0, 1), accumulate=True),
         b.op("add", b.op("embedding", b.op("exp", x), ids), b.op("full", shape=(7,), dtype=DType.f32, value=1.0)),
     ]
     inputs = [rng.standard_normal((5, 7)).astype(np.float32), rng.integers(-7, 7, (5, 3)),

@@ -12,16 +12,6 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 if REPO not in sys.path:
     sys.path.insert(0, REPO)
 
-from neuroncc.testing.lit_format import RoundTripShTest  # noqa: E402
+from neuroncc.testing.lit_format import configure  # noqa: E402
 
-config.name = "neuroncc-filecheck"
-config.test_format = RoundTripShTest(execute_external=False)
-config.suffixes = [".nir"]
-config.test_source_root = os.path.dirname(os.path.abspath(__file__))
-config.test_exec_root = os.path.join(config.test_source_root, "Output")
-config.excludes = ["Output"]
-
-config.environment["PYTHONPATH"] = os.pathsep.join(filter(None, [REPO, os.environ.get("PYTHONPATH")]))
-config.environment["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
-# Only the word `neuroncc` used as a command: never inside a path, nor the module name it becomes.
-config.substitutions.append((r"(?<![\w/.\-])neuroncc(?![\w/.\-])", f'"{sys.executable}" -m neuroncc.cli'))
+configure(config, __file__, name="neuroncc-filecheck")  # noqa: F821 (lit defines `config`)

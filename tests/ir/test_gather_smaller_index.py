@@ -22,5 +22,5 @@ def test_gather_reads_the_leading_block_when_index_is_smaller():
 
 
 def test_gather_index_larger_than_input_outside_dim_is_refused():
-    with pytest.raises(TypeInferenceError, match="larger than input"):
+    with pytest.raises(TypeInferenceError, match="larger than (the )?input"):
         _gather_fn((2, 6), (3, 2), 1)

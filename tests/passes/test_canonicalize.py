@@ -147,3 +147,13 @@ def test_driver_rejects_a_rule_that_changes_a_type():
 @given(graphs())
 def test_canonicalize_preserves_semantics(fn):
     assert_pass_preserves_semantics(Canonicalize(), fn, seeds=(0, 1))
+
+
+def test_folding_rounds_splat_operands_to_their_type_first():
+    # full(0.3) holds bf16(0.3) = 0.30078125; folding 0.3 * 0.3 unrounded would give another bf16 value
+    b = Builder("f")
+    x = b.param(TensorType((3,), DType.bf16))
+    c = b.op("full", shape=(), dtype=DType.bf16, value=0.3)
+    fn = b.build([b.op("mul", x, b.op("mul", c, c))])
+    out = assert_pass_preserves_semantics(Canonicalize(), fn)
+    assert [op.name for op in out.ops] == ["full", "mul"]

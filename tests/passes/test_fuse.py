@@ -45,11 +45,18 @@ def test_transformer_block_needs_no_more_kernels_than_inductor(batch):
     assert summary.other == 0
 
 
+def test_transformer_training_step_kernels():
+    # forward 6 GEMMs + backward 12 (2 per linear, 4 in attention); LayerNorm and softmax backward one each
+    summary = kernel_summary(run_pipeline(FORWARD, models.transformer_block_training(batch=2)))
+    assert summary.gemms == 18 and summary.fused_kernels == 8 and summary.other == 0
+
+
 @pytest.mark.parametrize("batch", [1, 2])
 def test_transformer_block_fusion_is_a_pure_regrouping(batch):
-    fn = models.transformer_block(batch=batch, seq=8, d_model=16, heads=2)
-    out = assert_pass_preserves_semantics(FORWARD + ",layout,plan-memory", fn)
-    check_kernel_contract(out)
+    for fn in (models.transformer_block(batch=batch, seq=8, d_model=16, heads=2),
+               models.transformer_block_training(batch=batch, seq=8, d_model=16, heads=2)):
+        out = assert_pass_preserves_semantics(FORWARD + ",layout,plan-memory", fn)
+        check_kernel_contract(out)
 
 
 def test_matmul_epilogue_joins_the_matmul_which_comes_first():
@@ -136,6 +143,17 @@ def test_kernel_contract_rejects_what_codegen_cannot_take():
 }""")
     with pytest.raises(PassError, match="its matmul must be the first compute op"):
         check_kernel_contract(late_matmul)
+    copying_view = parse("""func @f(%x: tensor<2x3x4xf32>, %w: tensor<2x5xf32>) -> (tensor<12x5xf32>) {
+  %0 = kernel %x, %w {name = "k"} : tensor<12x5xf32> region(%p: tensor<2x3x4xf32>, %q: tensor<2x5xf32>) {
+    %1 = permute %p {dims = [2, 1, 0]} : tensor<4x3x2xf32>
+    %2 = reshape %1 {shape = [12, 2]} : tensor<12x2xf32>
+    %3 = mm %2, %q : tensor<12x5xf32>
+    return %3
+  }
+  return %0
+}""")
+    with pytest.raises(PassError, match="matmul operands must be kernel parameters or in-place views"):
+        check_kernel_contract(copying_view)
 
 
 @given(graphs())

@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given
 
 from neuroncc.ir import Builder, DType, TensorType, parse
-from neuroncc.passes import Layout, PassContext, run_pipeline
+from neuroncc.passes import Layout, run_pipeline
 from neuroncc.passes.strides import StridedView, apply_view, reshape_strides
 from neuroncc.testing import models
 from neuroncc.testing.graphs import graphs
@@ -66,7 +66,10 @@ def test_nki_partition_dim_avoids_reduced_dims():
   %1 = sum %0 {dims = [0, 1]} : tensor<f32>
   return %1
 }""")
-    assert run_pipeline("fuse,layout{target=trn3}", total).ops[0].attrs["partition_dim"] is None
+    # a terminal total: per-partition partial sums add up across partitions
+    assert run_pipeline("fuse,layout{target=trn3}", total).ops[0].attrs["partition_dim"] == 0
+    vector_softmax = run_pipeline("fuse,layout{target=trn3}", models.softmax_graph(rows=1, cols=64))
+    assert vector_softmax.ops[0].attrs["partition_dim"] is None  # the one row is reduced and read again
     cpu = run_pipeline("fuse,layout{target=cpu}", column_sum)
     assert cpu.ops[0].attrs["partition_dim"] is None  # only NKI targets lay out partitions
 

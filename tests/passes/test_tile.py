@@ -21,10 +21,10 @@ def kernels(fn):
     return [op for op in fn.ops if op.name == "kernel"]
 
 
-def row_sum(cols: int):
-    b = Builder("row_sum")
-    x = b.param(TensorType((256, cols), F32), "x")
-    return b.build([b.op("sum", x, dims=(1,))])
+def normalize_rows(cols: int):
+    b = Builder("normalize_rows")
+    x = b.param(TensorType((256, cols), DType.bf16), "x")
+    return b.build([b.op("div", x, b.op("sum", x, dims=(1,), keepdim=True))])
 
 
 @pytest.mark.parametrize("target", ["trn1", "trn2", "trn3"])
@@ -45,12 +45,20 @@ def test_nki_tiles_fit_the_hardware(target):
 
 
 def test_sbuf_budget_differs_per_generation():
-    # a sum over 50000 fp32 columns: a 200 KB row tile per partition, more than trn1's 192 KiB, less than trn2's
-    fn = run_pipeline("fuse", row_sum(50000))
-    with pytest.raises(PassError, match="needs 200004 bytes of SBUF per partition; trn1 has 196608"):
+    # rows of 50000 bf16 values and their normalized copy: 200 KB per partition, more than trn1's 192 KiB
+    fn = run_pipeline("fuse", normalize_rows(50000))
+    with pytest.raises(PassError, match="needs 200002 bytes of SBUF per partition; trn1 has 196608"):
         Tile(target="trn1").apply(fn, PassContext())
     (kernel,) = kernels(Tile(target="trn2").apply(fn, PassContext()))
-    assert kernel.attrs["tile"] == (128, 50000) and kernel.attrs["sbuf_bytes"] == 200004
+    assert kernel.attrs["tile"] == (128, 50000) and kernel.attrs["sbuf_bytes"] == 200002
+
+
+def test_terminal_reductions_accumulate_across_tiles():
+    b = Builder("sums")
+    x = b.param(TensorType((256, 50000), F32), "x")
+    fn = run_pipeline("fuse", b.build([b.op("sum", x, dims=(1,)), b.op("sum", x, dims=(0,))]))
+    (kernel,) = kernels(Tile(target="trn1").apply(fn, PassContext()))
+    assert kernel.attrs["tile"] == (128, 2048)
 
 
 def test_free_tiles_shrink_until_the_live_tiles_fit():

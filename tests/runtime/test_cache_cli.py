@@ -32,7 +32,7 @@ def test_list(filled_cache, capsys):
     assert out[0].split() == ["KEY", "TARGET", "SIZE", "CREATED", "GRAPH"]
     rows = {line.split()[-1]: line for line in out[1:3]}
     for name, key in _keys(filled_cache).items():
-        assert rows[name].startswith(key[:16]) and " interp " in rows[name] and "KiB" in rows[name]
+        assert rows[name].startswith(key[:16]) and " cpu " in rows[name] and "KiB" in rows[name]
         assert "UTC" in rows[name]
     assert out[3].startswith("2 entries, ") and str(filled_cache.root) in out[3]
 

@@ -81,7 +81,7 @@ def test_each_component_changed_alone_changes_the_key(variant):
     request_changes, environment_changes, expected = VARIANTS[variant]
     base_fn = sample_function()
     # Explicit pipeline: a target's default pipeline differs per target, which would change two components.
-    base = compute_key(make_request(base_fn, pipeline="canonicalize"))
+    base = compute_key(make_request(base_fn, target="interp", pipeline="canonicalize"))
     fields = {"fn": base_fn, "target": "interp", "pipeline": "canonicalize", "options": None} | request_changes
     changed = compute_key(make_request(fields.pop("fn"), **fields), _environment(**environment_changes))
     assert changed.key != base.key
@@ -92,9 +92,9 @@ def test_host_component_comes_from_the_target_codec(monkeypatch):
     from neuroncc.runtime import artifact
 
     codec = dataclasses.replace(artifact.ARTIFACT_CODECS["interp"], host_fingerprint=lambda: "some-other-cpu")
-    base = compute_key(make_request(sample_function()))
+    base = compute_key(make_request(sample_function(), target="interp"))
     monkeypatch.setitem(artifact.ARTIFACT_CODECS, "interp", codec)
-    changed = compute_key(make_request(sample_function()))
+    changed = compute_key(make_request(sample_function(), target="interp"))
     assert component_differences(_digests(base), _digests(changed)) == ["host"]
 
 

@@ -38,8 +38,39 @@ def _flat(ctx, idx: Index, shape: tuple[int, ...]) -> Any:
 
 
 def _unflat(ctx, flat: Any, shape: tuple[int, ...]) -> Index:
-    return [ctx.rem(ctx.div(flat, stride), size) if size > 1 else 0
-            for stride, size in zip(contiguous_strides(shape), shape)]
+    """The index of flat position ``flat`` in ``shape`` (the outermost dim needs no remainder)."""
+    out = []
+    for d, (stride, size) in enumerate(zip(contiguous_strides(shape), shape)):
+        if size == 1:
+            out.append(0)
+        elif d == next((k for k, n in enumerate(shape) if n != 1), 0):
+            out.append(ctx.div(flat, stride))
+        else:
+            out.append(ctx.rem(ctx.div(flat, stride), size))
+    return out
+
+
+def reshape_groups(source: tuple[int, ...], target: tuple[int, ...]) -> list[tuple[list[int], list[int]]]:
+    """Pairs (source dims, target dims) of consecutive dims with equal element counts: a reshape only mixes
+    indices within a group, so dims a reshape leaves alone (typically the last) keep a unit-stride index."""
+    groups, i, j = [], 0, 0
+    while i < len(source) or j < len(target):
+        ga, gb, pa, pb = [], [], 1, 1
+        if i < len(source):
+            ga.append(i)
+            pa, i = pa * source[i], i + 1
+        if j < len(target):
+            gb.append(j)
+            pb, j = pb * target[j], j + 1
+        while pa != pb:
+            if pa < pb:
+                ga.append(i)
+                pa, i = pa * source[i], i + 1
+            else:
+                gb.append(j)
+                pb, j = pb * target[j], j + 1
+        groups.append((ga, gb))
+    return groups
 
 
 def _operand(ctx, op: Op, position: int, idx: Index) -> ir.Value:
@@ -47,8 +78,18 @@ def _operand(ctx, op: Op, position: int, idx: Index) -> ir.Value:
 
 
 def _reshape(ctx, op, index, idx):
-    source = op.operands[0].type.shape
-    return _operand(ctx, op, 0, _unflat(ctx, _flat(ctx, idx, op.result.type.shape), source))
+    source, target = op.operands[0].type.shape, op.result.type.shape
+    if 0 in source:
+        return _operand(ctx, op, 0, [0] * len(source))  # never evaluated: the loops run zero times
+    out: Index = [0] * len(source)
+    for ga, gb in reshape_groups(source, target):
+        if len(ga) == 1 and len(gb) == 1:
+            out[ga[0]] = idx[gb[0]]
+            continue
+        flat = _flat(ctx, [idx[d] for d in gb], tuple(target[d] for d in gb))
+        for d, i in zip(ga, _unflat(ctx, flat, tuple(source[d] for d in ga))):
+            out[d] = i
+    return _operand(ctx, op, 0, out)
 
 
 def _permute(ctx, op, index, idx):

@@ -15,7 +15,7 @@ from typing import Any
 from llvmlite import ir
 
 from neuroncc.codegen.llvm.mathlib import math_call
-from neuroncc.codegen.llvm.scalars import F32, I1, call, constant, convert, is_unsigned, type_suffix
+from neuroncc.codegen.llvm.scalars import F32, I1, call, constant, convert, is_unsigned, round_to, type_suffix
 from neuroncc.ir.dtypes import DType
 from neuroncc.ir.graph import Op
 
@@ -55,10 +55,12 @@ def _abs(ctx, op, args):
 def _sign(ctx, op, args):
     (x,) = args
     b = ctx.b
-    one, minus_one = ir.Constant(x.type, 1.0 if x.type == F32 else 1), ir.Constant(x.type, -1.0 if x.type == F32 else -1)
+    one = ir.Constant(x.type, 1.0 if x.type == F32 else 1)
+    minus_one = ir.Constant(x.type, -1.0 if x.type == F32 else -1)
     if x.type == F32:
         positive, negative = b.fcmp_ordered(">", x, _zero(x)), b.fcmp_ordered("<", x, _zero(x))
-        return b.select(positive, one, b.select(negative, minus_one, x))  # 0, -0 and NaN stay as they are
+        # (0 < x) - (x < 0) as PyTorch computes it: 0, -0 and NaN all give +0
+        return b.select(positive, one, b.select(negative, minus_one, _zero(x)))
     if is_unsigned(_dtype(op)):
         return b.zext(b.icmp_unsigned("!=", x, _zero(x)), x.type)
     return b.select(b.icmp_signed(">", x, _zero(x)), one, b.select(b.icmp_signed("<", x, _zero(x)), minus_one, x))
@@ -157,8 +159,33 @@ def _div(ctx, op, args):
         return ctx.b.fdiv(a, c, flags=("arcp",))
     quotient = ctx.b.fdiv(a, c)
     if mode == "floor":
-        return call(ctx.b, "llvm.floor.f32", [quotient])
-    return call(ctx.b, "llvm.trunc.f32", [quotient])
+        return _float_floor_div(ctx, a, c, quotient)
+    # PyTorch's reduced-precision trunc division rounds the quotient to bf16/f16 before truncating it
+    return call(ctx.b, "llvm.trunc.f32", [round_to(ctx.b, quotient, _dtype(op))])
+
+
+def _float_floor_div(ctx, a: ir.Value, c: ir.Value, quotient: ir.Value) -> ir.Value:
+    """Python's ``a // c`` for floats exactly as ATen's div_floor_floating does it: from fmod, not floor(a/c).
+
+    floor(a / c) is wrong when a / c rounds up to an integer (1 // 0.1 is 9), and inf // x is NaN in PyTorch.
+    Mirrors the reference ``_div_floor_float`` in neuroncc/ir/ops/elementwise.py step by step.
+    """
+    b = ctx.b
+    zero = _zero(a)
+    mod = math_call(b, "fmod", a, c)
+    inf = ir.Constant(F32, float("inf"))
+    quotient_inf = b.fcmp_ordered("==", call(b, "llvm.fabs.f32", [quotient]), inf)
+    a_inf = b.fcmp_ordered("==", call(b, "llvm.fabs.f32", [a]), inf)
+    numerator = b.select(b.and_(quotient_inf, b.not_(a_inf)), a, b.fsub(a, mod))
+    div = b.fdiv(numerator, c)
+    sign_differs = b.icmp_unsigned("!=", b.fcmp_ordered("<", c, zero), b.fcmp_ordered("<", mod, zero))
+    div = b.select(b.and_(b.fcmp_unordered("!=", mod, zero), sign_differs), b.fsub(div, ir.Constant(F32, 1.0)), div)
+    floordiv = call(b, "llvm.floor.f32", [div])
+    floordiv = b.select(b.fcmp_ordered(">", b.fsub(div, floordiv), ir.Constant(F32, 0.5)),
+                        b.fadd(floordiv, ir.Constant(F32, 1.0)), floordiv)
+    signed_zero = call(b, "llvm.copysign.f32", [zero, quotient])
+    floordiv = b.select(b.fcmp_ordered("==", div, zero), signed_zero, floordiv)
+    return b.select(b.fcmp_ordered("==", c, zero), quotient, floordiv)
 
 
 def _int_rem(ctx, op, a: ir.Value, c: ir.Value, python_sign: bool) -> ir.Value:

@@ -22,6 +22,10 @@ from neuroncc.errors import CodegenError
 from neuroncc.ir.graph import Value
 
 
+#: Map-stage outputs at least this large are written with non-temporal stores.
+STREAM_MIN_BYTES = 1 << 22
+
+
 class KernelEmitter:
     """Emits the phase functions of one kernel plan into ``module`` (see the module docstring)."""
 
@@ -49,9 +53,12 @@ class KernelEmitter:
         # fdivs flagged arcp (polynomial math, true division) may use the hardware reciprocal estimate plus
         # one Newton step: ~1 ulp, several times the throughput of vdivps. (A string attribute, which
         # llvmlite's attribute set does not know, so it is added to the underlying set directly.)
-        for arg in body_fn.args[:n_args]:
+        for slot, arg in enumerate(body_fn.args[:n_args]):
             arg.add_attribute("noalias")
+            if slot in self.plan.aligned_args:
+                arg.attributes.align = 64  # lets the backend use aligned (and non-temporal) vector stores
         wrapper = ir.Function(self.module, ir.FunctionType(VOID, [PTR, I64, I64]), symbol)
+        wrapper.attributes.add("noinline")  # called by the _team entry too: keep one copy of the loop nest
         for fn in (body_fn, wrapper):
             set.add(fn.attributes, '"reciprocal-estimates"="vec-divf:1,divf:1"')
         w = ir.IRBuilder(wrapper.append_basic_block("entry"))
@@ -59,6 +66,7 @@ class KernelEmitter:
                     for i in range(n_args)]
         w.call(body_fn, pointers + [wrapper.args[1], wrapper.args[2]])
         w.ret_void()
+        self._emit_team_entry(symbol, wrapper)
 
         entry = body_fn.append_basic_block("entry")
         self._entry = ir.IRBuilder(entry)
@@ -71,10 +79,44 @@ class KernelEmitter:
         self.rows = {value: self._entry.alloca(ir.ArrayType(compute_type(value.type.dtype), self._row_size(value)))
                      for value in phase.row_cache}
         start, end = body_fn.args[n_args], body_fn.args[n_args + 1]
+        self.streamed = False
         self.loop(start, end, lambda o: self._outer_body(phase, o))
+        if self.streamed:
+            self.b.fence("seq_cst")  # order non-temporal stores before another thread reads the buffer
         self.b.ret_void()
         self._entry.branch(start_block)
         return symbol
+
+    def _emit_team_entry(self, symbol: str, phase_fn: ir.Function) -> None:
+        """``void {symbol}_team(ptr task)``: the body an OpenMP team runs (GOMP_parallel) for this phase.
+
+        ``task`` is {ptr args, i64 start, i64 end, i64 chunk, i64 next}; every thread of the team takes
+        chunks of [start, end) from the shared counter ``next`` until none is left (dynamic schedule).
+        """
+        fn = ir.Function(self.module, ir.FunctionType(VOID, [PTR]), f"{symbol}_team")
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        task = fn.args[0]
+
+        def field(i: int) -> ir.Value:
+            return b.gep(task, [ir.Constant(I64, i)], source_etype=I64)
+
+        args = b.load(b.gep(task, [ir.Constant(I64, 0)], source_etype=PTR), typ=PTR)
+        start, end, chunk = (b.load(field(i), typ=I64) for i in (1, 2, 3))
+        head = fn.append_basic_block("next")
+        work = fn.append_basic_block("work")
+        done = fn.append_basic_block("done")
+        b.branch(head)
+        b.position_at_end(head)
+        taken = b.atomic_rmw("add", field(4), ir.Constant(I64, 1), "monotonic")
+        lo = b.add(start, b.mul(taken, chunk))
+        b.cbranch(b.icmp_signed("<", lo, end), work, done)
+        b.position_at_end(work)
+        hi = b.add(lo, chunk)
+        hi = b.select(b.icmp_signed("<", hi, end), hi, end)
+        b.call(phase_fn, [args, lo, hi])
+        b.branch(head)
+        b.position_at_end(done)
+        b.ret_void()
 
     def alloca(self, t: ir.Type, count: int = 1) -> ir.Value:
         """Stack slot(s) in the entry block (promoted to registers by SROA when scalar)."""
@@ -119,6 +161,32 @@ class KernelEmitter:
         self.loop(lo, hi, lambda i: self.nest(rest, body, prefix + [i]))
 
     def _outer_body(self, phase: Phase, flat: ir.Value) -> None:
+        if phase.partials or phase.combine:
+            from neuroncc.codegen.llvm.stages import emit_combine, emit_partial
+
+            if phase.partials:
+                emit_partial(self, phase.stages[0], flat, phase.partials, phase.partials_arg)
+            else:
+                emit_combine(self, phase.stages[0], self.plan.phases[self.plan.phases.index(phase) - 1].partials,
+                             phase.partials_arg)
+            return
+        if phase.kept:
+            from neuroncc.codegen.llvm.stages import emit_reduce
+
+            stage = phase.stages[0]
+            fixed, remaining = {}, flat
+            for d in reversed(phase.kept):
+                fixed[d] = self.rem(remaining, stage.shape[d]) if d != phase.kept[0] else remaining
+                remaining = self.div(remaining, stage.shape[d])
+            emit_reduce(self, stage, [], fixed=fixed)
+            return
+        if phase.split:
+            from neuroncc.codegen.llvm.stages import emit_reduce
+
+            lo = self.mul(flat, phase.split)
+            columns = (lo, self.min(self.add(lo, phase.split), phase.stages[0].shape[-1]))
+            emit_reduce(self, phase.stages[0], [], columns)
+            return
         counts = phase.trip_counts
         outer: list[Any] = [0] * len(counts)
         remaining: Any = flat
@@ -133,7 +201,7 @@ class KernelEmitter:
                 ranges[-1] = (lo, self.min(self.add(lo, phase.block), stage.shape[phase.outer - 1]))
             ranges += [(0, n) for n in stage.shape[phase.outer:]]
             if isinstance(stage, MapStage):
-                self.nest(ranges, lambda idx, s=stage: self._map_body(s, idx))
+                self._map_stage(stage, ranges)
             else:
                 from neuroncc.codegen.llvm.stages import emit_reduce, emit_scatter
 
@@ -142,9 +210,69 @@ class KernelEmitter:
                 else:
                     emit_scatter(self, stage)
 
-    def _map_body(self, stage: MapStage, idx: Index) -> None:
+    def _map_stage(self, stage: MapStage, ranges: list[tuple[Any, Any]]) -> None:
+        streamed = [t for _, t in stage.items if self._streaming(t)]
+        if not streamed or not ranges or ranges[-1][1] is None:
+            self.nest(ranges, lambda idx: self._map_body(stage, idx, {}))
+            return
+        # Each row is computed into an L1-resident stack buffer (plain vectorized stores), then streamed to
+        # the output with aligned non-temporal vector stores: no read-for-ownership of the output lines.
+        lo, hi = ranges[-1]
+        length = self.phase.block or stage.shape[-1]
+        rows = {}
+        for target in streamed:
+            row = self._entry.alloca(ir.ArrayType(storage_type(target.dtype), length))
+            row.align = 64
+            rows[target.arg] = row
+
+        def body(prefix: Index) -> None:
+            self.loop(lo, hi, lambda i: self._map_body(stage, prefix + [i], rows, lo))
+            for target in streamed:
+                self._stream_row(rows[target.arg], target, prefix + [lo], self.sub(hi, lo))
+            self.streamed = True
+
+        self.nest(ranges[:-1], body)
+
+    def _map_body(self, stage: MapStage, idx: Index, rows: dict, lo: Any = 0) -> None:
         for value, target in stage.items:
-            self.store(target, idx, self.value_at(value, idx))
+            result = self.value_at(value, idx)
+            if target.arg in rows:
+                slot = self.b.gep(rows[target.arg], [ir.Constant(I64, 0), self.ir_index(self.sub(idx[-1], lo))],
+                                  inbounds=True)
+                store(self.b, result, slot, target.dtype)
+            else:
+                self.store(target, idx, result)
+
+    def _stream_row(self, row: ir.Value, target: Layout, idx: Index, count: Any) -> None:
+        """Copy ``count`` elements (a multiple of 64 bytes) from ``row`` to ``target`` at ``idx``."""
+        from neuroncc.codegen.llvm.scalars import storage_itemsize
+
+        lanes = 64 // storage_itemsize(target.dtype)
+        vector = ir.VectorType(storage_type(target.dtype), lanes)
+        destination = self.address(target, idx)
+        nontemporal = self.module.add_metadata([ir.Constant(I32, 1)])
+
+        def copy(j: ir.Value) -> None:
+            offset = self.mul(j, lanes)
+            src = self.b.gep(row, [ir.Constant(I64, 0), self.ir_index(offset)], inbounds=True)
+            dst = self.b.gep(destination, [self.ir_index(offset)], source_etype=storage_type(target.dtype),
+                             inbounds=True)
+            value = self.b.load(src, typ=vector, align=64)
+            self.b.store(value, dst, align=64).set_metadata("nontemporal", nontemporal)
+
+        self.loop(0, self.div(count, lanes), copy)
+
+    def _streaming(self, target: Layout) -> bool:
+        """Large, aligned, contiguous outputs are written with non-temporal stores: no read-for-ownership
+        traffic, and they would not stay in cache anyway."""
+        import math
+
+        from neuroncc.codegen.llvm.scalars import storage_itemsize
+
+        itemsize = storage_itemsize(target.dtype)
+        return (target.arg in self.plan.aligned_args and target.is_contiguous and target.offset == 0
+                and math.prod(target.shape) * itemsize >= STREAM_MIN_BYTES and bool(target.shape)
+                and (target.shape[-1] * itemsize) % 64 == 0 and (self.phase.block * itemsize) % 64 == 0)
 
     # ---- values ---------------------------------------------------------------------------------------
 
@@ -208,8 +336,8 @@ class KernelEmitter:
     def load(self, layout: Layout, idx: Index) -> ir.Value:
         return load(self.b, self.address(layout, idx), layout.dtype)
 
-    def store(self, layout: Layout, idx: Index, value: ir.Value) -> None:
-        store(self.b, value, self.address(layout, idx), layout.dtype)
+    def store(self, layout: Layout, idx: Index, value: ir.Value) -> ir.Instruction:
+        return store(self.b, value, self.address(layout, idx), layout.dtype)
 
     # ---- index arithmetic (folds Python ints) -----------------------------------------------------------
 
@@ -292,7 +420,8 @@ class KernelEmitter:
         """A data-dependent index: negative counts from the end; out of range sets the error flag, clamps."""
         b = self.b
         wrapped = b.select(b.icmp_signed("<", raw, ir.Constant(I64, 0)), b.add(raw, ir.Constant(I64, size)), raw)
-        bad = b.or_(b.icmp_signed("<", wrapped, ir.Constant(I64, 0)), b.icmp_signed(">=", wrapped, ir.Constant(I64, size)))
+        bad = b.or_(b.icmp_signed("<", wrapped, ir.Constant(I64, 0)),
+                    b.icmp_signed(">=", wrapped, ir.Constant(I64, size)))
         with b.if_then(bad, likely=False):
             b.store(ir.Constant(I32, 1), self.ptrs[self.plan.error_slot])
         return self.clamp(wrapped, 0, max(size - 1, 0))

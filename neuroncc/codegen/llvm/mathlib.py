@@ -1,10 +1,10 @@
 """Vectorizable float32 math written in LLVM IR: exp, exp2, log, log2, tanh, sigmoid, erf, gelu.
 
-LLVM lowers ``llvm.exp.f32`` and friends to scalar libm calls, which stops the loop vectorizer. These
-branch-free polynomial versions (Cephes-style range reduction + minimax polynomials, selects instead of
-branches) inline into loops and vectorize; exp/log/tanh/sigmoid are accurate to a few float32 ulps, erf to
-5e-7 absolute: all well inside PyTorch's float32 tolerances (rtol 1.3e-6, atol 1e-5). Less common functions (sin, cos, tan, atan, atan2, pow, expm1,
-log1p) call the C library: exact, but scalar.
+LLVM lowers ``llvm.exp.f32`` and friends to scalar libm calls, which stops the loop vectorizer. These branch-
+free polynomial versions (Cephes-style range reduction + minimax polynomials, selects instead of branches)
+inline into loops and vectorize; exp/log/tanh/sigmoid are accurate to a few float32 ulps, erf to 5e-7
+absolute: all well inside PyTorch's float32 tolerances (rtol 1.3e-6, atol 1e-5). Less common functions (sin,
+cos, tan, atan, atan2, pow, expm1, log1p) call the C library: exact, but scalar.
 
 Each function is defined once per module, on demand, as an internal ``alwaysinline`` function of one float.
 """
@@ -49,9 +49,8 @@ def _pow2(b: ir.IRBuilder, n: ir.Value) -> ir.Value:
 
 
 def _scale(b: ir.IRBuilder, p: ir.Value, n: ir.Value) -> ir.Value:
-    """p * 2**n for n in [-150, 128] in two steps, so that overflow and denormal underflow come out right."""
-    half = b.ashr(n, ir.Constant(I32, 1))
-    return b.fmul(b.fmul(p, _pow2(b, half)), _pow2(b, b.sub(n, half)))
+    """p * 2**n (llvm.ldexp: one vscalefps with AVX-512; overflow and denormal underflow come out right)."""
+    return call(b, "llvm.ldexp.f32.i32", [p, n], F32)
 
 
 def _exp_reduced(b: ir.IRBuilder, r: ir.Value) -> ir.Value:
@@ -62,11 +61,15 @@ def _exp_reduced(b: ir.IRBuilder, r: ir.Value) -> ir.Value:
     return b.fadd(b.fadd(b.fmul(p, z, flags=FAST), r, flags=FAST), _c(1.0))
 
 
-def _exp(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
-    xc = _clamp(b, x, -104.0, 88.8)
+def _exp_in_range(b: ir.IRBuilder, xc: ir.Value) -> ir.Value:
+    """e**xc for a finite xc in [-104, 88.8] (callers clamp)."""
     n = call(b, "llvm.roundeven.f32", [b.fmul(xc, _c(1.4426950408889634))])
     r = b.fsub(b.fsub(xc, b.fmul(n, _c(0.693359375))), b.fmul(n, _c(-2.12194440e-4)))
-    result = _scale(b, _exp_reduced(b, r), b.fptosi(n, I32))
+    return _scale(b, _exp_reduced(b, r), b.fptosi(n, I32))
+
+
+def _exp(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    result = _exp_in_range(b, _clamp(b, x, -104.0, 88.8))
     return b.select(_is_nan(b, x), x, result)
 
 
@@ -111,13 +114,14 @@ def _tanh(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     z = b.fmul(x, x)
     small = b.fadd(b.fmul(b.fmul(horner(b, z, [-5.70498872745e-3, 2.06390887954e-2, -5.37397155531e-2,
                                                 1.33314422036e-1, -3.33332819422e-1]), z), x, flags=FAST), x)
-    e = _exp(b, b.fmul(call(b, "llvm.minnum.f32", [ax, _c(10.0)]), _c(2.0)))  # tanh(10) is 1.0f; e stays finite
+    # tanh(10) is 1.0f; e stays finite (NaN is put back below)
+    e = _exp_in_range(b, b.fmul(call(b, "llvm.minnum.f32", [ax, _c(10.0)]), _c(2.0)))
     large = call(b, "llvm.copysign.f32", [b.fsub(_c(1.0), b.fdiv(_c(2.0), b.fadd(e, _c(1.0)), flags=RECIP)), x])
     return b.select(_is_nan(b, x), x, b.select(b.fcmp_ordered("<", ax, _c(0.625)), small, large))
 
 
 def _sigmoid(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
-    e = _exp(b, b.fneg(_clamp(b, x, -88.0, 88.0)))  # finite, so the reciprocal estimate is safe
+    e = _exp_in_range(b, b.fneg(_clamp(b, x, -88.0, 88.0)))  # finite, so the reciprocal estimate is safe
     return b.select(_is_nan(b, x), x, b.fdiv(_c(1.0), b.fadd(_c(1.0), e), flags=RECIP))
 
 
@@ -130,10 +134,11 @@ _ERF_Q = [-1.45660718464996e-05, -2.13374055278905e-04, -1.68282697438203e-03, -
 
 
 def _erf(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
-    xc = _clamp(b, x, -4.0, 4.0)
+    # ordered compares keep NaN in xc, and the rational function carries it to the result
+    xc = b.select(b.fcmp_ordered("<", x, _c(-4.0)), _c(-4.0), x)
+    xc = b.select(b.fcmp_ordered(">", xc, _c(4.0)), _c(4.0), xc)
     x2 = b.fmul(xc, xc)
-    result = b.fdiv(b.fmul(xc, horner(b, x2, _ERF_P)), horner(b, x2, _ERF_Q), flags=RECIP)
-    return b.select(_is_nan(b, x), x, result)
+    return b.fdiv(b.fmul(xc, horner(b, x2, _ERF_P)), horner(b, x2, _ERF_Q), flags=RECIP)
 
 
 def _gelu(b: ir.IRBuilder, x: ir.Value) -> ir.Value:

@@ -2,7 +2,8 @@
 
 Float sums (sum, mean, var) accumulate in float32 inside a vectorized chunk (``reassoc`` lets the vectorizer
 keep one partial sum per lane) and add chunk totals in float64, so long reductions stay within float32
-tolerances. amax/amin use ``llvm.maximum``/``llvm.minimum`` (NaN propagates, as in torch); argmax/argmin
+tolerances. amax/amin keep a NaN flag beside a ``maxnum``/``minnum`` accumulator (NaN propagates, as in torch,
+and the loop vectorizes to plain vmaxps); argmax/argmin
 keep (value, index) and let the first NaN win, as numpy and torch do.
 """
 
@@ -15,7 +16,7 @@ from typing import Any
 
 from llvmlite import ir
 
-from neuroncc.codegen.llvm.scalars import F32, F64, I1, I64, call, compute_type, is_unsigned, type_suffix
+from neuroncc.codegen.llvm.scalars import F32, F64, I1, I64, call, compute_type, intrinsic, is_unsigned, type_suffix
 from neuroncc.ir.dtypes import DType
 
 REASSOC = ("reassoc", "contract")
@@ -29,6 +30,8 @@ class Combiner:
     finish: Callable[[ir.IRBuilder, DType, list[ir.Value], int, Any], ir.Value]
     float_sum: bool = False  # float32 chunk partials + float64 total (for float inputs)
     two_pass: bool = False  # var: a first pass computes the mean
+    collapse: Callable[[ir.IRBuilder, DType, list[ir.Value]], ir.Value] = lambda b, dtype, accs: accs[0]
+    """One value of slot 0's type standing for all accumulators (a partial result that ``update`` can merge)."""
 
 
 def _int_limits(dtype: DType) -> tuple[int, int]:
@@ -78,8 +81,8 @@ def _extreme(which: str) -> tuple[Callable, Callable]:
     """init and update for amax (which='max') / amin ('min')."""
 
     def init(dtype):
-        if dtype.is_float:
-            return [ir.Constant(F32, -math.inf if which == "max" else math.inf)]
+        if dtype.is_float:  # the running max/min and "seen a NaN"
+            return [ir.Constant(F32, -math.inf if which == "max" else math.inf), ir.Constant(I1, 0)]
         if dtype.is_bool:
             return [ir.Constant(I1, 0 if which == "max" else 1)]
         low, high = _int_limits(dtype)
@@ -90,7 +93,10 @@ def _extreme(which: str) -> tuple[Callable, Callable]:
     def update(b, dtype, accs, x, pos):
         acc = accs[0]
         if dtype.is_float:
-            return [call(b, f"llvm.{'maximum' if which == 'max' else 'minimum'}.f32", [acc, x])]
+            # maxnum with nnan vectorizes to plain vmaxps (llvm.maximum needs ~6 ops per vector); NaN is
+            # tracked on the side, and the poisoned max it may leave is discarded by ``_extreme_finish``.
+            fn = intrinsic(b.module, f"llvm.{which}num.f32", F32, [F32, F32])
+            return [b.call(fn, [acc, x], fastmath=("nnan", "nsz")), b.or_(accs[1], b.fcmp_unordered("uno", x, x))]
         if dtype.is_bool:
             return [b.or_(acc, x) if which == "max" else b.and_(acc, x)]
         prefix = "u" if is_unsigned(dtype) else "s"
@@ -114,7 +120,7 @@ def _arg(which: str) -> Combiner:
         return [compute_type(dtype), I64]
 
     def init(dtype):
-        return init_value(dtype) + [ir.Constant(I64, 0)]
+        return [init_value(dtype)[0], ir.Constant(I64, 0)]
 
     def update(b, dtype, accs, x, pos):
         best, index = accs
@@ -137,6 +143,20 @@ def _identity_finish(b, dtype, accs, count, attrs):
     return accs[0]
 
 
+def _extreme_finish(b, dtype, accs, count, attrs):
+    return _extreme_collapse(b, dtype, accs)
+
+
+def _extreme_collapse(b, dtype, accs):
+    if dtype.is_float:
+        return b.select(accs[1], ir.Constant(F32, math.nan), accs[0])
+    return accs[0]
+
+
+def _extreme_slots(dtype: DType) -> list[ir.Type]:
+    return [F32, I1] if dtype.is_float else [compute_type(dtype)]
+
+
 _MAX_INIT, _MAX_UPDATE = _extreme("max")
 _MIN_INIT, _MIN_UPDATE = _extreme("min")
 
@@ -146,8 +166,8 @@ COMBINERS: dict[str, Combiner] = {
     "mean": Combiner(_sum_slots, _zero, _sum_update, _mean_finish, float_sum=True),
     "var": Combiner(_sum_slots, _zero, _sum_update, _var_finish, float_sum=True, two_pass=True),
     "prod": Combiner(_sum_slots, _prod_init, _prod_update, _sum_finish),
-    "amax": Combiner(lambda d: [compute_type(d)], _MAX_INIT, _MAX_UPDATE, _identity_finish),
-    "amin": Combiner(lambda d: [compute_type(d)], _MIN_INIT, _MIN_UPDATE, _identity_finish),
+    "amax": Combiner(_extreme_slots, _MAX_INIT, _MAX_UPDATE, _extreme_finish, collapse=_extreme_collapse),
+    "amin": Combiner(_extreme_slots, _MIN_INIT, _MIN_UPDATE, _extreme_finish, collapse=_extreme_collapse),
     "any": Combiner(lambda d: [I1], lambda d: [ir.Constant(I1, 0)],
                     lambda b, d, accs, x, pos: [b.or_(accs[0], _truthy(b, d, x))], _identity_finish),
     "all": Combiner(lambda d: [I1], lambda d: [ir.Constant(I1, 1)],

@@ -96,12 +96,12 @@ def load(b: ir.IRBuilder, ptr: ir.Value, dtype: DType) -> ir.Value:
     return value
 
 
-def store(b: ir.IRBuilder, value: ir.Value, ptr: ir.Value, dtype: DType) -> None:
+def store(b: ir.IRBuilder, value: ir.Value, ptr: ir.Value, dtype: DType) -> ir.Instruction:
     if dtype is DType.f16:
         value = b.fptrunc(value, F16)
     elif dtype is DType.bool:
         value = b.zext(value, I8)
-    b.store(value, ptr)
+    return b.store(value, ptr)
 
 
 def round_to(b: ir.IRBuilder, value: ir.Value, dtype: DType) -> ir.Value:

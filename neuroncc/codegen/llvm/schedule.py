@@ -22,13 +22,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from neuroncc.codegen.llvm.dimflow import operand_dim_maps
 from neuroncc.codegen.llvm.views import VIEW_OPS, Layout, view_layout
 from neuroncc.errors import CodegenError
 from neuroncc.ir.graph import Function, Op, Value
 from neuroncc.ir.opdef import Category
 from neuroncc.ir.ops import REGISTRY
 from neuroncc.ir.ops.indexing import index_result_shape
-from neuroncc.ir.types import TensorType, contiguous_strides
+from neuroncc.ir.types import contiguous_strides
 
 #: Map-only phases over a long last dim split it into blocks of this many elements (parallelism for 1-d).
 BLOCK = 16384
@@ -122,9 +123,22 @@ class Phase:
     outer_shape: tuple[int, ...]
     block: int = 0  # when > 0, the last outer dim is iterated in blocks of this many elements
     row_cache: dict[Value, int] = field(default_factory=dict)  # value -> stage that stores its row (see below)
+    split: int = 0  # a lone column reduction: each outer iteration reduces this many of its last-dim columns
+    kept: tuple[int, ...] = ()  # a lone reduction without kept leading dims: the kept dims it iterates in parallel
+    partials: int = 0  # a full reduction split in this many partial results (then combined by the next phase)
+    partials_arg: int = -1  # scratch slot of the partial results
+    combine: bool = False  # this phase combines the partials of the previous one
 
     @property
     def trip_counts(self) -> tuple[int, ...]:
+        if self.partials:
+            return (self.partials,)
+        if self.combine:
+            return ()
+        if self.kept:
+            return (math.prod(self.stages[0].shape[d] for d in self.kept),)
+        if self.split:
+            return (-(-self.stages[0].shape[-1] // self.split),)
         counts = list(self.outer_shape[: self.outer])
         if self.block and counts:
             counts[-1] = -(-counts[-1] // self.block)
@@ -136,7 +150,7 @@ class Phase:
 
     @property
     def serial(self) -> bool:
-        return any(s.kind == "scatter" for s in self.stages)
+        return self.combine or any(s.kind == "scatter" for s in self.stages)
 
     @property
     def work(self) -> int:
@@ -146,6 +160,12 @@ class Phase:
             per_outer += max(math.prod(stage.shape) // max(math.prod(stage.shape[: self.outer]), 1), 1)
         if self.block:
             per_outer = per_outer // max(self.outer_shape[self.outer - 1], 1) * self.block
+        if self.split:
+            per_outer = per_outer // max(self.stages[0].shape[-1], 1) * self.split
+        if self.partials:
+            per_outer = per_outer // self.partials
+        if self.kept:
+            per_outer = per_outer // self.n_outer
         return per_outer
 
 
@@ -178,6 +198,7 @@ class KernelPlan:
     extern: ExternCall | None = None
     may_fail: bool = False  # reads data-dependent indices that may be out of range
     row_blocked: bool = False  # the extern matmul can run block of rows by block, each followed by the phases
+    aligned_args: frozenset[int] = frozenset()  # argument slots whose buffers start 64-byte aligned
 
     @property
     def error_slot(self) -> int:
@@ -191,8 +212,11 @@ class KernelPlan:
 _CHECKED_INDEX_OPS = frozenset({"index_select", "embedding", "index", "scatter", "index_put"})
 
 
-def plan_kernel(region: Function, params: list[Layout], outputs: list[Layout]) -> KernelPlan:
+def plan_kernel(region: Function, params: list[Layout], outputs: list[Layout], block: int = BLOCK) -> KernelPlan:
     """Plan the loop nests of ``region`` given the layouts of its parameters and output buffers.
+
+    ``block`` (a tiling attribute of the kernel op when present) is the inner block length of map-only
+    phases over a long last dim.
 
     Raises CodegenError for anything the native code generator does not handle (the launcher then runs the
     region in the reference interpreter).
@@ -285,7 +309,7 @@ def plan_kernel(region: Function, params: list[Layout], outputs: list[Layout]) -
             _append_map_items(stages, pending_outputs)
             pending_outputs.clear()
     _append_map_items(stages, pending_outputs)
-    plan.phases = _form_phases(plan, stages, stage_args)
+    plan.phases = _form_phases(plan, stages, stage_args, block)
     plan.row_blocked = _row_blockable(plan, stage_args)
     return plan
 
@@ -326,7 +350,7 @@ def _append_map_items(stages: list[Stage], items: list[tuple[Value, Layout]]) ->
             stages.append(MapStage(value.type.shape, [(value, layout)]))
 
 
-def _form_phases(plan: KernelPlan, stages: list[Stage], stage_args: set[int]) -> list[Phase]:
+def _form_phases(plan: KernelPlan, stages: list[Stage], stage_args: set[int], block: int) -> list[Phase]:
     phases: list[Phase] = []
     for stage in stages:
         current = phases[-1] if phases else None
@@ -334,16 +358,73 @@ def _form_phases(plan: KernelPlan, stages: list[Stage], stage_args: set[int]) ->
             k = min(current.outer, stage.max_outer, _common_prefix(current.outer_shape, stage.shape))
             while k > 0 and not _consistent(plan, current.stages + [stage], k, stage_args):
                 k -= 1
-            if k >= 1 or (current.outer == 0 and stage.max_outer == 0):
+            if k >= 1:  # (stages without outer dims stay alone: a column reduction can then be split)
                 current.stages.append(stage)
                 current.outer = k
                 continue
         k = stage.max_outer
         phases.append(Phase([stage], k, stage.shape[:k]))
     for phase in phases:
-        _maybe_block(phase)
+        _maybe_block(phase, block)
         _cache_rows(plan, phase)
-    return phases
+        _maybe_split_columns(phase)
+        _maybe_parallel_kept(phase)
+    return [split for phase in phases for split in _maybe_split_full(plan, phase)]
+
+
+def _maybe_parallel_kept(phase: Phase) -> None:
+    """A reduction over leading dims that keeps dims in the middle and reduces the last (batch-norm
+    statistics: [N, C, H, W] over (0, 2, 3)) iterates its kept dims in the parallel outer loop."""
+    if phase.outer or phase.split or len(phase.stages) != 1 or not isinstance(phase.stages[0], ReduceStage):
+        return
+    stage = phase.stages[0]
+    rank = len(stage.shape)
+    kept = tuple(d for d in range(rank) if d not in stage.reduced)
+    if kept and rank - 1 in stage.reduced and math.prod(stage.shape[d] for d in kept) >= 2:
+        phase.kept = kept
+
+
+PARTIALS_MAX = 64
+#: Reductions whose accumulator can be merged with another partial accumulator by the update itself.
+_MERGEABLE = frozenset({"sum", "mean", "amax", "amin", "any", "all"})
+
+
+def _maybe_split_full(plan: KernelPlan, phase: Phase) -> list[Phase]:
+    """A lone reduction over all dims (losses, norms) becomes partial reductions over ranges of dim 0, in
+    parallel, then a serial phase combining the partials."""
+    if phase.outer or len(phase.stages) != 1 or not isinstance(phase.stages[0], ReduceStage):
+        return [phase]
+    stage = phase.stages[0]
+    shape = stage.shape
+    total = math.prod(shape)
+    if stage.op.name not in _MERGEABLE or not shape or stage.reduced != tuple(range(len(shape))) \
+            or total < 1 << 16 or shape[0] < 2:
+        return [phase]
+    parts = min(shape[0], PARTIALS_MAX, max(2, total >> 15))
+    plan.extra.append(ExtraArg("scratch", nbytes=parts * 8))
+    slot = plan.n_params + plan.n_outputs + len(plan.extra) - 1
+    return [Phase([stage], 0, (), partials=parts, partials_arg=slot),
+            Phase([stage], 0, (), partials=0, partials_arg=slot, combine=True)]
+
+
+#: Column splits: at least this many columns per outer iteration (whole vectors), at most 8 per thread pair.
+SPLIT_MIN = 64
+
+
+def _maybe_split_columns(phase: Phase) -> None:
+    """A reduction over leading dims that keeps only the last dim (bias gradients, column sums) has no outer
+    dims to parallelize; split its columns instead."""
+    if phase.outer or len(phase.stages) != 1 or not isinstance(phase.stages[0], ReduceStage):
+        return
+    stage = phase.stages[0]
+    rank = len(stage.shape)
+    kept = [d for d in range(rank) if d not in stage.reduced]
+    if not stage.reduced or kept != [rank - 1] or stage.op.name in ("argmax", "argmin"):
+        return
+    columns = stage.shape[-1]
+    split = max(SPLIT_MIN, -(-columns // 8 // 16) * 16)
+    if columns >= 2 * split:
+        phase.split = min(split, 4096)
 
 
 #: Ops worth computing once per row rather than once per stage that reads them.
@@ -401,15 +482,15 @@ def _common_prefix(a: tuple[int, ...], b: tuple[int, ...]) -> int:
     return n
 
 
-def _maybe_block(phase: Phase) -> None:
+def _maybe_block(phase: Phase, block: int) -> None:
     """Map-only phases over one shape iterate all dims in the outer loop, blocking the last (parallel 1-d)."""
     shapes = {s.shape for s in phase.stages}
     if len(shapes) != 1 or any(s.kind != "map" for s in phase.stages):
         return
     (shape,) = shapes
-    if not shape or shape[-1] <= BLOCK or phase.outer != len(shape) - 1:
+    if not shape or shape[-1] <= block or phase.outer != len(shape) - 1:
         return
-    phase.outer, phase.outer_shape, phase.block = len(shape), shape, BLOCK
+    phase.outer, phase.outer_shape, phase.block = len(shape), shape, block
 
 
 def _consistent(plan: KernelPlan, stages: list[Stage], k: int, stage_args: set[int]) -> bool:
@@ -441,89 +522,3 @@ def outer_dims_preserved(plan: KernelPlan, value: Value, dims: tuple[int, ...], 
         if not outer_dims_preserved(plan, operand, operand_dims, k, written, visited):
             return False
     return True
-
-
-def _broadcast_dims(result: TensorType, operand: TensorType, dims: tuple[int, ...]) -> tuple[int, ...]:
-    offset = result.rank - operand.rank
-    return tuple(dims[d + offset] if operand.shape[d] == result.shape[d + offset] else -1
-                 for d in range(operand.rank))
-
-
-def operand_dim_maps(op: Op, index: int, dims: tuple[int, ...]) -> list[tuple[int, ...]]:
-    """For each operand, which outer dim each of its dims carries given the result's map (-1: none/unknown)."""
-    result = op.results[index].type
-    name, attrs = op.name, op.attrs
-    types = [v.type for v in op.operands]
-    unknown = [tuple([-1] * t.rank) for t in types]
-    category = REGISTRY.get(name).category
-    if category is Category.ELEMENTWISE or name in ("copy", "expand"):
-        return [_broadcast_dims(result, t, dims) for t in types]
-    if name == "reshape":
-        (t,) = types
-        return [tuple(dims[d] if d < result.rank and t.shape[: d + 1] == result.shape[: d + 1] else -1
-                      for d in range(t.rank))]
-    if name == "permute":
-        out = [-1] * types[0].rank
-        for k, d in enumerate(attrs["dims"]):
-            out[d] = dims[k]
-        return [tuple(out)]
-    if name == "slice_scatter":
-        dim = attrs["dim"] % result.rank
-        aligned = attrs["start"] == 0 and attrs["step"] == 1
-        return [dims, dims if aligned else dims[:dim] + (-1,) + dims[dim + 1:]]
-    if name in ("slice", "split", "constant_pad", "flip", "repeat"):
-        moved = _moved_dims(op, index)
-        t = types[0]
-        offset = result.rank - t.rank
-        return [tuple(-1 if d in moved else dims[d + offset] for d in range(t.rank))]
-    if name in ("select", "select_scatter"):
-        dim = attrs["dim"] % types[0].rank
-        base = dims if name == "select_scatter" else dims[:dim] + (-1,) + dims[dim:]
-        maps = [tuple(base)]
-        if name == "select_scatter":
-            maps.append(dims[:dim] + dims[dim + 1:])
-        return maps
-    if name == "squeeze":
-        t = types[0]
-        dropped = {d % t.rank for d in attrs["dims"]} if t.rank else set()
-        it = iter(dims)
-        return [tuple(-1 if d in dropped else next(it) for d in range(t.rank))]
-    if name == "unsqueeze":
-        dim = attrs["dim"] % (types[0].rank + 1)
-        return [dims[:dim] + dims[dim + 1:]]
-    if name == "cat":
-        dim = attrs["dim"] % result.rank
-        return [dims if i == 0 else dims[:dim] + (-1,) + dims[dim + 1:] for i in range(len(types))]
-    if name == "gather":
-        dim = attrs["dim"] % max(result.rank, 1)
-        x_dims = dims[:dim] + (-1,) + dims[dim + 1:] if types[0].rank else ()
-        return [x_dims, dims]
-    if name == "index_select":
-        if not types[0].rank:
-            return [(), tuple([-1] * types[1].rank)]
-        dim = attrs["dim"] % types[0].rank
-        return [dims[:dim] + (-1,) + dims[dim + 1:], tuple([-1] * types[1].rank)]
-    if name == "embedding":
-        return [(-1, dims[-1]), dims[: types[1].rank]]
-    return unknown
-
-
-def _moved_dims(op: Op, index: int) -> set[int]:
-    """Dims of operand 0 whose index differs from the result's (offset, stride or wrap)."""
-    name, attrs = op.name, op.attrs
-    rank = op.operands[0].type.rank
-    if name == "slice":
-        dim = attrs["dim"] % rank
-        return set() if attrs["start"] == 0 and attrs["step"] == 1 else {dim}
-    if name == "split":
-        return set() if index == 0 else {attrs["dim"] % rank}
-    if name == "constant_pad":
-        pad = attrs["pad"]
-        return {rank - 1 - i for i in range(len(pad) // 2) if pad[2 * i] != 0}
-    if name == "flip":
-        return {d % rank for d in attrs["dims"]}
-    if name == "repeat":
-        repeats = attrs["repeats"]
-        offset = len(repeats) - rank
-        return {d for d in range(rank) if repeats[d + offset] != 1}
-    return set(range(rank))

@@ -23,23 +23,31 @@ CHUNK = 4096  # float sums: elements per float32 partial before it is added to t
 TRAILING_MAX = 4096  # kept trailing elements accumulated together
 
 
-def emit_reduce(em: Any, stage: ReduceStage, outer: list[Any]) -> None:
+def emit_reduce(em: Any, stage: ReduceStage, outer: list[Any], columns: tuple[Any, Any] | None = None,
+                fixed: dict[int, Any] | None = None) -> None:
+    """Emit one reduce stage for the outer index ``outer`` (or, for a split column reduction, for the last-dim
+    columns [lo, hi) given by ``columns``; or with the kept dims in ``fixed`` set by the outer loop)."""
+    fixed = fixed or {}
     op = stage.op
     shape, reduced = stage.shape, stage.reduced
     rank, k = len(shape), len(outer)
     kept = [d for d in range(rank) if d not in reduced]
     last = max(reduced) if reduced else -1
     trailing = [d for d in kept if d > last]
-    looped = [d for d in kept if k <= d < last]
+    looped = [d for d in kept if k <= d < last and d not in fixed]
     while len(trailing) > 1 and math.prod(shape[d] for d in trailing) > TRAILING_MAX:
         looped.append(trailing.pop(0))
     reducer = _Reducer(em, stage)
 
     def body(values: list[Any]) -> None:
         idx: list[Any] = list(outer) + [None] * (rank - k)
+        for d, i in fixed.items():
+            idx[d] = i
         for d, i in zip(looped, values):
             idx[d] = i
-        if trailing:
+        if columns is not None:
+            reducer._trailing_block(idx, trailing, [columns])
+        elif trailing:
             reducer.trailing(idx, trailing)
         else:
             reducer.registers(idx)
@@ -56,6 +64,7 @@ class _Reducer:
         self.reduced = list(stage.reduced)
         self.count = math.prod(self.shape[d] for d in self.reduced)
         self.float_sum = self.combiner.float_sum and self.dtype.is_float
+        self.bounds: dict[int, tuple[Any, Any]] = {}  # restricted [lo, hi) of some reduced dims
 
     # -- helpers ----------------------------------------------------------------------------------------
 
@@ -94,7 +103,7 @@ class _Reducer:
                 full[d] = i
             body(full)
 
-        self.em.nest([(0, self.shape[d]) for d in dims], inner)
+        self.em.nest([self.bounds.get(d, (0, self.shape[d])) for d in dims], inner)
 
     # -- accumulators in registers (last dim reduced) -----------------------------------------------------
 
@@ -148,7 +157,12 @@ class _Reducer:
             em.b.store(em.b.fadd(em.b.load(total), em.b.fpext(em.b.load(partial), F64)), total)
 
         def outer_dims(full: list[Any]) -> None:
-            if n <= CHUNK:
+            if innermost in self.bounds:
+                lo, hi = self.bounds[innermost]
+                chunks = em.div(em.add(em.sub(hi, lo), CHUNK - 1), CHUNK)
+                em.loop(0, chunks, lambda c: chunk(
+                    full, em.add(lo, em.mul(c, CHUNK)), em.min(em.add(em.add(lo, em.mul(c, CHUNK)), CHUNK), hi)))
+            elif n <= CHUNK:
                 chunk(full, 0, n)
             else:
                 em.loop(0, -(-n // CHUNK), lambda c: chunk(
@@ -239,6 +253,52 @@ class _Reducer:
         over_trailing(idx, lambda full: self._store(full, [em.b.load(p) for p in slot_ptrs(full)]))
 
 
+def _partial_type(reducer: _Reducer) -> ir.Type:
+    return F64 if reducer.float_sum else reducer.combiner.slots(reducer.dtype)[0]
+
+
+def emit_partial(em: Any, stage: ReduceStage, part: Any, parts: int, slot: int) -> None:
+    """Partial ``part`` of a full reduction: dim 0 restricted to its share, accumulator to partials[part]."""
+    reducer = _Reducer(em, stage)
+    rows = stage.shape[0]
+    step = -(-rows // parts)
+    lo = em.mul(part, step)
+    reducer.bounds = {0: (lo, em.min(em.add(lo, step), rows))}
+    idx: list[Any] = [None] * len(stage.shape)
+    if reducer.float_sum:
+        acc = reducer._float_total(idx, None)
+    else:
+        acc = reducer.combiner.collapse(em.b, reducer.dtype, reducer._scalar_pass(idx))
+    em.b.store(acc, em.b.gep(em.ptrs[slot], [em.ir_index(part)], source_etype=_partial_type(reducer)))
+
+
+def emit_combine(em: Any, stage: ReduceStage, parts: int, slot: int) -> None:
+    """Merge the partial accumulators of a full reduction and store its result."""
+    reducer = _Reducer(em, stage)
+    t = _partial_type(reducer)
+    if reducer.float_sum:
+        accs = [em.alloca(F64)]
+        inits = [ir.Constant(F64, 0.0)]
+    else:
+        accs = [em.alloca(slot_type) for slot_type in reducer.combiner.slots(reducer.dtype)]
+        inits = reducer.combiner.init(reducer.dtype)
+    for acc, value in zip(accs, inits):
+        em.b.store(value, acc)
+
+    def merge(i: Any) -> None:
+        b = em.b
+        partial = b.load(b.gep(em.ptrs[slot], [i], source_etype=t), typ=t)
+        if reducer.float_sum:
+            b.store(b.fadd(b.load(accs[0]), partial), accs[0])
+            return
+        new = reducer.combiner.update(b, reducer.dtype, [b.load(a) for a in accs], partial, ir.Constant(I64, 0))
+        for acc, value in zip(accs, new):
+            b.store(value, acc)
+
+    em.loop(0, parts, merge)
+    reducer._store([0] * len(stage.shape), [em.b.load(a) for a in accs])
+
+
 def emit_scatter(em: Any, stage: ScatterStage) -> None:
     """Serial loop writing (or accumulating) data-dependent positions of the stage's buffer."""
     op, target = stage.op, stage.target
@@ -277,4 +337,4 @@ def emit_scatter(em: Any, stage: ScatterStage) -> None:
                 lambda idx: em.store(target, positions(idx), round_to(em.b, em.load(target, positions(idx)), dtype)))
 
 
-__all__ = ["emit_reduce", "emit_scatter", "I1"]
+__all__ = ["emit_combine", "emit_partial", "emit_reduce", "emit_scatter", "I1"]

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from neuroncc.ir.attrs import Attrs
-from neuroncc.ir.opdef import AttrSpec, Category, OpDef, fail
+from neuroncc.ir.opdef import AttrSpec, Category, OpDef, check_scalar, fail
 from neuroncc.ir.types import TensorType
 
 
@@ -27,8 +27,7 @@ def _infer_full(types: tuple[TensorType, ...], attrs: Attrs) -> TensorType:
     shape, dtype, value = attrs["shape"], attrs["dtype"], attrs["value"]
     if any(s < 0 for s in shape):
         raise fail("full", f"negative size in shape {list(shape)}")
-    if isinstance(value, float) and not dtype.is_float and value == value and value != int(value):
-        raise fail("full", f"value {value} is not representable in {dtype.value}")
+    check_scalar("full", "value", value, dtype)
     return TensorType(shape, dtype)
 
 

@@ -12,8 +12,8 @@ from collections.abc import Callable
 import numpy as np
 
 from neuroncc.ir.attrs import Attrs
-from neuroncc.ir.dtypes import DType
-from neuroncc.ir.opdef import AttrSpec, Category, OpDef, broadcast_shapes, fail, same_dtype
+from neuroncc.ir.dtypes import DType, to_storage
+from neuroncc.ir.opdef import AttrSpec, Category, OpDef, broadcast_shapes, check_scalar, fail, same_dtype
 from neuroncc.ir.types import TensorType
 
 _erf = np.frompyfunc(math.erf, 1, 1)
@@ -21,7 +21,7 @@ _erf = np.frompyfunc(math.erf, 1, 1)
 
 def erf(x: np.ndarray) -> np.ndarray:
     """Correctly rounded erf (numpy has none; math.erf is exact to double precision)."""
-    return np.asarray(_erf(np.asarray(x, dtype=np.float64)), dtype=np.float64)  # 0-d input gives a float
+    return np.asarray(_erf(np.asarray(x, dtype=np.float64)), dtype=np.float64)  # a 0-d ufunc call gives a float
 
 
 def gelu(x: np.ndarray, approximate: str = "none") -> np.ndarray:
@@ -64,9 +64,16 @@ def _unary(name: str, fn: Callable[..., np.ndarray], kind: str, *, to_bool: bool
     def infer(types: tuple[TensorType, ...], attrs: Attrs) -> TensorType:
         (t,) = types
         _check_kind(name, t, kind)
+        if name == "gelu" and attrs["approximate"] not in ("none", "tanh"):
+            raise fail(name, f"approximate must be none or tanh, got {attrs['approximate']!r}")
         return TensorType(t.shape, DType.bool if to_bool else t.dtype)
 
     return OpDef(name, Category.ELEMENTWISE, (1, 1), infer, fn, attrs or {}, doc or f"elementwise {name}")
+
+
+def _sign(x: np.ndarray) -> np.ndarray:
+    # (0 < x) - (x < 0), as PyTorch computes it: NaN compares false both ways, so its sign is 0 (np.sign gives NaN).
+    return np.sign(x) if x.dtype.kind != "f" else np.where(np.isnan(x), np.zeros_like(x), np.sign(x))
 
 
 def _relu(x: np.ndarray) -> np.ndarray:
@@ -76,7 +83,7 @@ def _relu(x: np.ndarray) -> np.ndarray:
 UNARY = (
     _unary("neg", np.negative, _NUMERIC, doc="-x"),
     _unary("abs", np.abs, _NUMERIC, doc="|x|"),
-    _unary("sign", np.sign, _NUMERIC, doc="sign of x (0 at 0, NaN kept)"),
+    _unary("sign", _sign, _NUMERIC, doc="sign of x: -1, 0 or 1 (0 at +-0 and at NaN, as torch.sign)"),
     _unary("relu", _relu, _NUMERIC, doc="max(x, 0), NaN kept"),
     _unary("exp", np.exp, _FLOAT),
     _unary("exp2", np.exp2, _FLOAT),
@@ -119,13 +126,14 @@ def _binary(name: str, fn: Callable[..., np.ndarray], kind: str, *, to_bool: boo
         if name == "div" and attrs["rounding_mode"] == "none" and not dtype.is_float:
             raise fail(name, "true division needs a float element type (cast integer operands first)")
         if name == "div" and attrs["rounding_mode"] not in ("none", "floor", "trunc"):
-            raise fail(name, f"rounding_mode must be none, floor or trunc, got '{attrs['rounding_mode']}'")
+            raise fail(name, f"rounding_mode must be none, floor or trunc, got {attrs['rounding_mode']!r}")
         return TensorType(broadcast_shapes(name, a.shape, b.shape), DType.bool if to_bool else dtype)
 
-    return OpDef(name, Category.ELEMENTWISE, (2, 2), infer, fn, attrs or {}, doc or f"elementwise {name}")
+    return OpDef(name, Category.ELEMENTWISE, (2, 2), infer, fn, attrs or {}, doc or f"elementwise {name}",
+                 wants_out_dtype=name == "div")
 
 
-def _div(a: np.ndarray, b: np.ndarray, rounding_mode: str = "none") -> np.ndarray:
+def _div(a: np.ndarray, b: np.ndarray, rounding_mode: str = "none", out_dtype: DType = DType.f32) -> np.ndarray:
     if rounding_mode == "none":
         return np.true_divide(a, b)
     if a.dtype.kind in "iu":
@@ -133,14 +141,42 @@ def _div(a: np.ndarray, b: np.ndarray, rounding_mode: str = "none") -> np.ndarra
             return np.floor_divide(a, b)
         quotient = np.floor_divide(a, b)  # truncate toward zero: fix up negative inexact quotients
         return quotient + ((quotient < 0) & (quotient * b != a))
-    quotient = np.true_divide(a, b)
-    return np.floor(quotient) if rounding_mode == "floor" else np.trunc(quotient)
+    if rounding_mode == "floor":
+        return _div_floor_float(a, b)
+    # PyTorch's bf16/f16 trunc division rounds the quotient to the storage precision before truncating
+    return np.trunc(to_storage(np.true_divide(a, b), out_dtype).astype(np.float32))
+
+
+def _div_floor_float(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Python's ``a // b`` for floats, as PyTorch computes it: from fmod, not floor(a / b).
+
+    floor(a / b) is wrong when a / b rounds up to an integer (1 // 0.1 is 9, but 1 / 0.1 rounds to 10.0), and
+    fmod-based floor division of inf is NaN. Mirrors ``div_floor_floating_vec`` in ATen.
+    """
+    a, b = np.broadcast_arrays(a, b)
+    quotient = a / b
+    mod = np.fmod(a, b)
+    # ATen's fix-up for an infinite quotient of finite operands: divide a itself, so the result stays inf
+    numerator = np.where(np.isinf(quotient) & ~np.isinf(a), a, a - mod)
+    div = numerator / b
+    div = np.where((mod != 0) & ((b < 0) != (mod < 0)), div - 1, div)
+    floordiv = np.floor(div)
+    floordiv = np.where(div - floordiv > 0.5, floordiv + 1, floordiv)
+    floordiv = np.where(div == 0, np.copysign(np.zeros_like(div), quotient), floordiv)
+    return np.where(b == 0, quotient, floordiv)
 
 
 def _pow(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     if a.dtype.kind == "f":
         return np.power(a.astype(np.float64), b.astype(np.float64))
-    return np.power(a, b)
+    if a.dtype.kind == "b":
+        return np.power(a, b)
+    # Integer powers with a negative exponent are 1/a**|b| truncated, as PyTorch defines them: 1 for a == 1,
+    # +-1 for a == -1, 0 otherwise (numpy refuses negative integer exponents).
+    a, b = np.broadcast_arrays(a, b)
+    positive = np.power(a, np.maximum(b, 0))
+    unit = np.where(a == 1, 1, np.where(a == -1, np.where(b % 2 == 0, 1, -1), 0)).astype(a.dtype)
+    return np.where(b < 0, unit, positive)
 
 
 BINARY = (
@@ -149,7 +185,7 @@ BINARY = (
     _binary("mul", np.multiply, _ANY),
     _binary("div", _div, _NUMERIC, attrs={"rounding_mode": AttrSpec("str", "none")},
             doc="a/b; rounding_mode floor or trunc rounds the quotient"),
-    _binary("pow", _pow, _NUMERIC),
+    _binary("pow", _pow, _NUMERIC, doc="a ** b (integers: a negative exponent gives 1, -1 or 0, as torch.pow)"),
     _binary("maximum", np.maximum, _ANY, doc="elementwise max, NaN propagates"),
     _binary("minimum", np.minimum, _ANY, doc="elementwise min, NaN propagates"),
     _binary("remainder", np.mod, _NUMERIC, doc="a - floor(a/b)*b (sign of b)"),
@@ -185,6 +221,14 @@ def _infer_clamp(types: tuple[TensorType, ...], attrs: Attrs) -> TensorType:
     (t,) = types
     if t.dtype.is_bool:
         raise fail("clamp", "operand #0 must be numeric, got bool")
+    for key in ("min", "max"):
+        bound = attrs[key]
+        if bound is None:
+            continue
+        if t.dtype.is_int and isinstance(bound, float):
+            # torch.clamp(int_tensor, min=0.5) returns a float tensor: the front end casts first
+            raise fail("clamp", f"{key}={bound} is a float bound for a {t.dtype.value} tensor (cast the operand)")
+        check_scalar("clamp", key, bound, t.dtype)
     return t.contiguous()
 
 
@@ -206,8 +250,10 @@ def _cast(x: np.ndarray, dtype: DType) -> np.ndarray:
     if dtype.is_bool:
         return x != 0
     if (dtype.is_int) and x.dtype.kind == "f":
+        # Truncate toward zero, then wrap into narrow types through int64 as PyTorch does (a direct float ->
+        # uint8/int8/int16 conversion is undefined in C: x86 wraps, ARM saturates).
         with np.errstate(invalid="ignore"):
-            return np.trunc(x).astype(dtype.numpy)  # C-style truncation toward zero, as torch does
+            return np.trunc(x).astype(np.int64).astype(dtype.numpy)
     return x.astype(dtype.compute)
 
 
@@ -215,7 +261,7 @@ OTHER = (
     OpDef("where", Category.ELEMENTWISE, (3, 3), _infer_where, np.where, {}, "cond ? a : b"),
     OpDef("clamp", Category.ELEMENTWISE, (1, 1), _infer_clamp, _clamp,
           {"min": AttrSpec("optional-number", None), "max": AttrSpec("optional-number", None)},
-          "min(max(x, min), max), NaN propagates"),
+          "min(max(x, min), max), NaN propagates; bounds fit the element type (integer bounds for integers)"),
     OpDef("cast", Category.ELEMENTWISE, (1, 1), _infer_cast, _cast, {"dtype": AttrSpec("dtype")},
           "convert element type (float to int truncates toward zero)"),
 )

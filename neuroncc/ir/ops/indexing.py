@@ -23,21 +23,32 @@ def _check_index_type(op: str, t: TensorType, position: int) -> None:
 def _infer_gather(types: tuple[TensorType, ...], attrs: Attrs) -> TensorType:
     x, index = types
     _check_index_type("gather", index, 1)
+    dim = normalize_dim("gather", attrs["dim"], x.rank)
     if index.rank != x.rank and not (x.rank == 0 and index.rank <= 1):
         raise fail("gather", f"index rank {index.rank} must equal input rank {x.rank}")
-    dim = normalize_dim("gather", attrs["dim"], x.rank)
     if x.rank and any(i > s for d, (i, s) in enumerate(zip(index.shape, x.shape)) if d != dim):
-        raise fail("gather", f"index {list(index.shape)} is larger than input {list(x.shape)} outside dim {dim}")
+        raise fail("gather", f"index {list(index.shape)} is larger than the input {list(x.shape)} outside dim {dim}")
     return TensorType(index.shape, x.dtype)
+
+
+def checked_indices(index: np.ndarray, size: int, dim: int) -> np.ndarray:
+    """``index`` as int64 with negative entries counted from the end; IndexError for any out of range."""
+    index = index.astype(np.int64)
+    if index.size and (index.min() < -size or index.max() >= size):
+        bad = index[(index < -size) | (index >= size)].reshape(-1)[0]
+        raise IndexError(f"index {bad} is out of bounds for dimension {dim} with size {size}")
+    return np.where(index < 0, index + size, index)
 
 
 def _gather(x, index, dim):
     if x.ndim == 0:
+        checked_indices(index, 1, 0)
         return np.broadcast_to(x, index.shape).copy()
-    # As torch.gather: the index may be smaller than the input outside `dim`; it reads the leading block.
     dim %= x.ndim
-    block = x[tuple(slice(None) if d == dim else slice(0, n) for d, n in enumerate(index.shape))]
-    return np.take_along_axis(block, index.astype(np.int64) % max(x.shape[dim], 1), axis=dim)
+    index = checked_indices(index, x.shape[dim], dim)
+    # torch.gather reads only the leading index.shape[d] entries of the other dims
+    window = x[tuple(slice(None) if d == dim else slice(0, n) for d, n in enumerate(index.shape))]
+    return np.take_along_axis(window, index, axis=dim)
 
 
 def _infer_scatter(types: tuple[TensorType, ...], attrs: Attrs) -> TensorType:
@@ -46,11 +57,14 @@ def _infer_scatter(types: tuple[TensorType, ...], attrs: Attrs) -> TensorType:
     same_dtype("scatter", (x, src))
     normalize_dim("scatter", attrs["dim"], x.rank)
     if attrs["reduce"] not in ("none", "add"):
-        raise fail("scatter", f"reduce must be none or add, got '{attrs['reduce']}'")
+        raise fail("scatter", f"reduce must be none or add, got {attrs['reduce']!r}")
     if index.rank != x.rank or src.rank != x.rank:
         raise fail("scatter", f"input, index and src must have one rank, got {x.rank}, {index.rank}, {src.rank}")
     if any(i > s for i, s in zip(index.shape, src.shape)):
         raise fail("scatter", f"index {list(index.shape)} is larger than src {list(src.shape)}")
+    dim = normalize_dim("scatter", attrs["dim"], x.rank)
+    if any(i > s for d, (i, s) in enumerate(zip(index.shape, x.shape)) if d != dim):
+        raise fail("scatter", f"index {list(index.shape)} is larger than the input {list(x.shape)} outside dim {dim}")
     return x.contiguous()
 
 
@@ -58,8 +72,12 @@ def _scatter(x, index, src, dim, reduce):
     out = x.copy()
     if index.size == 0:
         return out
+    if x.ndim == 0:  # one element: index must address it
+        checked_indices(index, 1, 0)
+        return out + src if reduce == "add" else src.copy()
+    dim %= x.ndim
     grids = list(np.indices(index.shape, sparse=True))
-    grids[dim] = index.astype(np.int64)
+    grids[dim] = checked_indices(index, x.shape[dim], dim)
     values = src[tuple(slice(0, n) for n in index.shape)]
     if reduce == "add":
         np.add.at(out, tuple(grids), values)

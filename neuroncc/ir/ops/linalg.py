@@ -11,9 +11,12 @@ its last two dimensions swapped and the product uses its transpose, so ``mm(a, b
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from neuroncc.ir.attrs import Attrs
+from neuroncc.ir.dtypes import DType
 from neuroncc.ir.opdef import AttrSpec, Category, OpDef, fail, same_dtype
 from neuroncc.ir.types import TensorType
 
@@ -32,18 +35,26 @@ def _logical_operands(types: tuple[TensorType, ...], attrs: Attrs) -> tuple[Tens
     return (_swap_last_two(a) if attrs["transpose_a"] else a), (_swap_last_two(b) if attrs["transpose_b"] else b)
 
 
-def _infer_mm(types: tuple[TensorType, ...], attrs: Attrs) -> TensorType:
-    dtype = same_dtype("mm", types)
+def _numeric_dtype(op: str, types: tuple[TensorType, ...], *, floats_only: bool = False) -> DType:
+    """The operands' one element type; PyTorch has no bool (and no integer convolution) kernels."""
+    dtype = same_dtype(op, types)
+    if dtype.is_bool or (floats_only and not dtype.is_float):
+        raise fail(op, f"operands must be {'float' if floats_only else 'numeric'}, got {dtype.value}")
+    return dtype
+
+
+def _infer_mm(types: tuple[TensorType, ...], attrs: Attrs, op: str = "mm") -> TensorType:
+    dtype = _numeric_dtype(op, types)
     a, b = _logical_operands(types, attrs)
     if a.rank != 2 or b.rank != 2:
-        raise fail("mm", f"operands must be 2-d, got {a} and {b}")
+        raise fail(op, f"operands must be 2-d, got {a} and {b}")
     if a.shape[1] != b.shape[0]:
-        raise fail("mm", f"contraction sizes differ: {list(a.shape)} @ {list(b.shape)}")
+        raise fail(op, f"contraction sizes differ: {list(a.shape)} @ {list(b.shape)}")
     return TensorType((a.shape[0], b.shape[1]), dtype)
 
 
 def _infer_bmm(types: tuple[TensorType, ...], attrs: Attrs) -> TensorType:
-    dtype = same_dtype("bmm", types)
+    dtype = _numeric_dtype("bmm", types)
     a, b = _logical_operands(types, attrs)
     if a.rank != 3 or b.rank != 3:
         raise fail("bmm", f"operands must be 3-d, got {a} and {b}")
@@ -54,8 +65,12 @@ def _infer_bmm(types: tuple[TensorType, ...], attrs: Attrs) -> TensorType:
 
 def _infer_addmm(types: tuple[TensorType, ...], attrs: Attrs) -> TensorType:
     bias, a, b = types
-    same_dtype("addmm", types)
-    out = _infer_mm((a, b), attrs)
+    dtype = _numeric_dtype("addmm", types)
+    integral = all(math.isfinite(attrs[k]) and attrs[k] == int(attrs[k]) for k in ("beta", "alpha"))
+    if not dtype.is_float and not integral:
+        raise fail("addmm", f"beta and alpha must be integers for {dtype.value} operands, "
+                            f"got {attrs['beta']} and {attrs['alpha']}")
+    out = _infer_mm((a, b), attrs, "addmm")
     from neuroncc.ir.opdef import broadcast_shapes
 
     if broadcast_shapes("addmm", bias.shape, out.shape) != out.shape:
@@ -73,7 +88,10 @@ def _mm(a, b, transpose_a=False, transpose_b=False):
 
 
 def _addmm(bias, a, b, beta, alpha, transpose_a=False, transpose_b=False):
-    return beta * _wide(bias) + alpha * _product(a, b, transpose_a, transpose_b)
+    product = alpha * _product(a, b, transpose_a, transpose_b)
+    if beta == 0:  # torch.addmm ignores the bias when beta is 0: its NaN and inf do not propagate
+        return product
+    return beta * _wide(bias) + product
 
 
 _TRANSPOSE_ATTRS = {"transpose_a": AttrSpec("bool", False), "transpose_b": AttrSpec("bool", False)}
@@ -110,33 +128,44 @@ def _spatial_attrs(op: str, attrs: Attrs, nspatial: int) -> tuple[tuple[int, ...
     return expand("stride", 1), expand("padding", 0), expand("dilation", 1), expand("output_padding", 0)
 
 
-def _infer_conv(types: tuple[TensorType, ...], attrs: Attrs) -> TensorType:
+def _infer_conv(types: tuple[TensorType, ...], attrs: Attrs, op: str = "convolution") -> TensorType:
     x, w = types[0], types[1]
-    dtype = same_dtype("convolution", types)
+    dtype = _numeric_dtype(op, types, floats_only=True)
     if x.rank not in (3, 4) or w.rank != x.rank:
-        raise fail("convolution", f"expects 1-d or 2-d convolution (rank-3/4 input and weight), got {x} and {w}")
+        raise fail(op, f"expects 1-d or 2-d convolution (rank-3/4 input and weight), got {x} and {w}")
     nspatial, groups = x.rank - 2, attrs["groups"]
-    stride, padding, dilation, output_padding = _spatial_attrs("convolution", attrs, nspatial)
+    stride, padding, dilation, output_padding = _spatial_attrs(op, attrs, nspatial)
+    # PyTorch's own checks (aten/src/ATen/native/Convolution.cpp): numpy would divide by zero or misindex
+    if min(stride) < 1 or min(dilation) < 1:
+        raise fail(op, f"stride {list(stride)} and dilation {list(dilation)} must be positive")
+    if min(padding) < 0 or min(output_padding) < 0:
+        raise fail(op, f"padding {list(padding)} and output_padding {list(output_padding)} must be non-negative")
+    if attrs["transposed"] and any(p >= max(s, d) for p, s, d in zip(output_padding, stride, dilation)):
+        raise fail(op, f"output_padding {list(output_padding)} must be smaller than stride or dilation")
+    if w.shape[0] == 0 or 0 in w.shape[2:]:
+        raise fail(op, f"weight {list(w.shape)} has no output channels or an empty kernel")
+    if 0 in x.shape[1:]:
+        raise fail(op, f"input {list(x.shape)} has no channels or an empty spatial dimension (only the batch may be 0)")
     if groups < 1 or x.shape[1] % groups:
-        raise fail("convolution", f"input channels {x.shape[1]} are not divisible by groups={groups}")
+        raise fail(op, f"input channels {x.shape[1]} are not divisible by groups={groups}")
     if attrs["transposed"]:
         if w.shape[0] != x.shape[1]:
-            raise fail("convolution", f"transposed weight {list(w.shape)} needs {x.shape[1]} input channels")
+            raise fail(op, f"transposed weight {list(w.shape)} needs {x.shape[1]} input channels")
         out_channels = w.shape[1] * groups
     else:
         if w.shape[1] * groups != x.shape[1]:
-            raise fail("convolution", f"weight {list(w.shape)} expects {w.shape[1] * groups} input channels, "
-                                      f"input has {x.shape[1]}")
+            raise fail(op, f"weight {list(w.shape)} expects {w.shape[1] * groups} input channels, "
+                                 f"input has {x.shape[1]}")
         out_channels = w.shape[0]
     if len(types) == 3 and types[2].shape != (out_channels,):
-        raise fail("convolution", f"bias must have shape [{out_channels}], got {list(types[2].shape)}")
+        raise fail(op, f"bias must have shape [{out_channels}], got {list(types[2].shape)}")
     spatial = tuple(
         conv_output_size(x.shape[2 + i], w.shape[2 + i], stride[i], padding[i], dilation[i], attrs["transposed"],
                          output_padding[i])
         for i in range(nspatial)
     )
     if any(s <= 0 for s in spatial):
-        raise fail("convolution", f"output spatial size {list(spatial)} is not positive")
+        raise fail(op, f"output spatial size {list(spatial)} is not positive")
     return TensorType((x.shape[0], out_channels, *spatial), dtype)
 
 
@@ -223,7 +252,7 @@ def _infer_conv_backward(types: tuple[TensorType, ...], attrs: Attrs) -> tuple[T
     grad, x, w = types
     if attrs["transposed"]:
         raise fail("convolution_backward", "transposed convolution backward is not supported")
-    forward = _infer_conv((x, w), attrs)
+    forward = _infer_conv((x, w), attrs, "convolution_backward")
     if forward.shape != grad.shape or grad.dtype != x.dtype:
         raise fail("convolution_backward", f"grad_output {grad} does not match the forward output {forward}")
     mask = attrs["output_mask"]
@@ -242,8 +271,8 @@ def _conv_backward(grad, x, w, *, stride, padding, dilation, transposed, output_
         # Pick output_padding so the transposed conv reproduces the input's exact spatial size.
         full = [(g2.shape[2 + i] - 1) * st[i] - 2 * pa[i] + di[i] * (w2.shape[2 + i] - 1) + 1 for i in range(2)]
         out_pad = (x2.shape[2] - full[0], x2.shape[3] - full[1])
-        # The input gradient is the transposed convolution of grad_output with the forward weight as it is:
-        # conv2d_transpose reads w [in, out/groups, ...] and grad_output's channels are the forward's outputs.
+        # The input gradient is the transposed convolution of grad with the same weight: read as a transposed
+        # weight, [O, C/g, kh, kw] maps O input channels to C output channels, group by group.
         gx = conv2d_transpose(g2, w2, st, pa, out_pad, di, groups)
         results.append(gx[:, :, 0, :] if nspatial == 1 else gx)
     if output_mask[1]:

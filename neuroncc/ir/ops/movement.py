@@ -13,7 +13,7 @@ import math
 import numpy as np
 
 from neuroncc.ir.attrs import Attrs
-from neuroncc.ir.opdef import AttrSpec, Category, OpDef, fail, normalize_dim, same_dtype
+from neuroncc.ir.opdef import AttrSpec, Category, OpDef, check_scalar, fail, normalize_dim, same_dtype
 from neuroncc.ir.types import TensorType, contiguous_strides
 
 
@@ -38,6 +38,8 @@ def _infer_permute(types: tuple[TensorType, ...], attrs: Attrs) -> TensorType:
 def _infer_expand(types: tuple[TensorType, ...], attrs: Attrs) -> TensorType:
     (t,) = types
     shape = attrs["shape"]
+    if any(s < 0 for s in shape):
+        raise fail("expand", f"shape {list(shape)} has a negative size (the front end resolves -1)")
     if len(shape) < t.rank:
         raise fail("expand", f"cannot expand {list(t.shape)} to fewer dims {list(shape)}")
     padded = (1,) * (len(shape) - t.rank) + t.shape
@@ -100,7 +102,8 @@ def _infer_squeeze(types: tuple[TensorType, ...], attrs: Attrs) -> TensorType:
 
 
 def _squeeze(x, dims):
-    return x.reshape(tuple(s for i, s in enumerate(x.shape) if i not in set(dims)))
+    dropped = {d % x.ndim for d in dims} if x.ndim else set()  # the type rule accepts negative dims
+    return x.reshape(tuple(s for i, s in enumerate(x.shape) if i not in dropped))
 
 
 def _infer_unsqueeze(types: tuple[TensorType, ...], attrs: Attrs) -> TensorType:
@@ -125,6 +128,8 @@ def _infer_cat(types: tuple[TensorType, ...], attrs: Attrs) -> TensorType:
 
 def _infer_split(types: tuple[TensorType, ...], attrs: Attrs) -> tuple[TensorType, ...]:
     (t,) = types
+    if t.rank == 0:
+        raise fail("split", "cannot split a 0-dim tensor")
     dim = normalize_dim("split", attrs["dim"], t.rank)
     sizes = attrs["sizes"]
     if sum(sizes) != t.shape[dim] or any(s < 0 for s in sizes):
@@ -133,7 +138,8 @@ def _infer_split(types: tuple[TensorType, ...], attrs: Attrs) -> tuple[TensorTyp
 
 
 def _split(x, dim, sizes):
-    return tuple(np.split(x, np.cumsum(sizes)[:-1], axis=dim))
+    bounds = np.cumsum((0, *sizes))  # one piece per size, even for sizes=[] (np.split would return x itself)
+    return tuple(_slice(x, dim % x.ndim, int(a), int(b), 1) for a, b in zip(bounds, bounds[1:]))
 
 
 def _infer_pad(types: tuple[TensorType, ...], attrs: Attrs) -> TensorType:
@@ -144,15 +150,22 @@ def _infer_pad(types: tuple[TensorType, ...], attrs: Attrs) -> TensorType:
     shape = list(t.shape)
     for i in range(len(pad) // 2):
         d = t.rank - 1 - i  # pairs start at the last dimension, as in torch.nn.functional.pad
-        shape[d] += pad[2 * i] + pad[2 * i + 1]
+        before, after = pad[2 * i], pad[2 * i + 1]
+        # negative pads crop first (PyTorch narrows the input), and cannot crop more than the dimension holds
+        if t.shape[d] + min(before, 0) + min(after, 0) < 0:
+            raise fail("constant_pad", f"pad {list(pad)} crops more than the {t.shape[d]} elements of dimension {d}")
+        shape[d] += before + after
         if shape[d] < 0:
             raise fail("constant_pad", f"pad {list(pad)} leaves dimension {d} with negative size")
     if isinstance(attrs["value"], float) and not t.dtype.is_float:
         raise fail("constant_pad", f"float pad value {attrs['value']} for {t.dtype.value} tensor")
+    check_scalar("constant_pad", "pad value", attrs["value"], t.dtype)
     return TensorType(tuple(shape), t.dtype)
 
 
 def _constant_pad(x, pad, value):
+    if x.ndim == 0:
+        return x.copy()  # nothing to pad (np.pad refuses an empty list of widths)
     widths = [(0, 0)] * x.ndim
     crops = [slice(None)] * x.ndim
     for i in range(len(pad) // 2):
@@ -172,9 +185,14 @@ def _infer_same(name: str):
 
 def _infer_flip(types: tuple[TensorType, ...], attrs: Attrs) -> TensorType:
     (t,) = types
-    for d in attrs["dims"]:
-        normalize_dim("flip", d, t.rank)
+    dims = [normalize_dim("flip", d, t.rank) for d in attrs["dims"]]
+    if len(set(dims)) != len(dims):
+        raise fail("flip", f"dims {list(attrs['dims'])} name a dimension twice")
     return t.contiguous()
+
+
+def _flip(x, dims):
+    return np.flip(x, dims) if x.ndim else x.copy()  # a 0-dim tensor accepts dim 0/-1 but np.flip does not
 
 
 def _infer_slice_scatter(types: tuple[TensorType, ...], attrs: Attrs) -> TensorType:
@@ -218,6 +236,8 @@ def _infer_as_strided(types: tuple[TensorType, ...], attrs: Attrs) -> TensorType
     shape, strides, offset = attrs["shape"], attrs["strides"], attrs["offset"]
     if len(shape) != len(strides):
         raise fail("as_strided", f"shape {list(shape)} and strides {list(strides)} differ in rank")
+    if any(s < 0 for s in shape):
+        raise fail("as_strided", f"shape {list(shape)} has a negative size")
     if any(s < 0 for s in strides) or offset < 0:
         raise fail("as_strided", "strides and offset must be non-negative")
     if math.prod(shape) and offset + sum((n - 1) * s for n, s in zip(shape, strides)) >= t.numel:
@@ -275,7 +295,7 @@ OPS = (
           "pad (or crop, with negative pads) with a constant, last dim first"),
     OpDef("copy", Category.MOVEMENT, (1, 1), _infer_same("copy"), lambda x: np.array(x, copy=True), {},
           "a fresh contiguous copy"),
-    OpDef("flip", Category.MOVEMENT, (1, 1), _infer_flip, lambda x, dims: np.flip(x, dims), {"dims": AttrSpec("ints")},
+    OpDef("flip", Category.MOVEMENT, (1, 1), _infer_flip, _flip, {"dims": AttrSpec("ints")},
           "reverse along dims"),
     OpDef("slice_scatter", Category.MOVEMENT, (2, 2), _infer_slice_scatter, _slice_scatter, _SLICE_ATTRS,
           "base with base[start:end:step] along dim replaced by src"),

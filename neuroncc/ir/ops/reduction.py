@@ -60,9 +60,14 @@ def _sum(x, dims, keepdim):
     return np.sum(_wide(x), axis=dims, keepdims=keepdim)
 
 
+def _count(x: np.ndarray, dims: tuple[int, ...]) -> int:
+    return int(np.prod([x.shape[d] for d in dims])) if dims else 1
+
+
 def _mean(x, dims, keepdim):
+    # sum / count rather than np.mean, which warns "Mean of empty slice" (the mean of nothing is NaN here)
     with np.errstate(invalid="ignore", divide="ignore"):
-        return np.mean(_wide(x), axis=dims, keepdims=keepdim)
+        return np.sum(_wide(x), axis=dims, keepdims=keepdim) / _count(x, dims)
 
 
 def _prod(x, dims, keepdim):
@@ -86,10 +91,10 @@ def _all(x, dims, keepdim):
 
 
 def _var(x, dims, keepdim, correction):
-    count = int(np.prod([x.shape[d] for d in dims])) if dims else 1
+    count = _count(x, dims)
     with np.errstate(invalid="ignore", divide="ignore"):
         x64 = x.astype(np.float64)
-        mean = np.mean(x64, axis=dims, keepdims=True)
+        mean = np.sum(x64, axis=dims, keepdims=True) / count
         sq = np.sum((x64 - mean) ** 2, axis=dims, keepdims=keepdim)
         return sq / max(count - correction, 0)
 

@@ -1,0 +1,220 @@
+"""``neuroncc demo``: the tour a new user runs first, on the bundled example model.
+
+    1 export   the tiny transformer classifier (neuroncc/examples/classifier.py) with torch.export, then load
+               the .pt2 back with neuroncc's loader (which never unpickles)
+    2 compile  forward and backward: AOTAutograd joint export, min-cut partition, IR, the target's pipeline,
+               through the compile cache
+    3 train    a few AdamW steps with the compiled graphs and, side by side, with the eager PyTorch model;
+               losses per step and the largest parameter difference at the end
+    4 kernels  what the compiled graphs launch
+    5 cache    ``neuroncc compile --train`` again in a fresh process: every graph is a cache hit
+    6 NKI      the per-kernel cost estimate, in builds with the NKI emitter
+
+Everything is written to ``-o DIR`` (a temporary directory, removed at the end, by default): the .pt2, and the
+compile cache unless ``--cache-dir`` names another. Your own cache and working directory are left alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from neuroncc.cli import programs
+from neuroncc.cli.cache import human_size
+from neuroncc.cli.progress import Progress, format_seconds
+from neuroncc.cli.summary import summarize
+from neuroncc.errors import InputError
+
+EXIT_OK, EXIT_CHECK_FAILED = 0, 1
+MAX_STEPS = 1000
+LEARNING_RATE = 1e-2
+#: Largest parameter difference (after training) still counted as agreement: float32 reassociation noise,
+#: amplified a little by AdamW's normalization over a few steps.
+PARAMETER_TOLERANCE = 1e-4
+INDENT = " " * 11
+
+
+def run_demo(args: argparse.Namespace) -> int:
+    if not 1 <= args.steps <= MAX_STEPS:
+        raise InputError(f"--steps must be between 1 and {MAX_STEPS}, got {args.steps}")
+    if args.output:
+        return _demo(args, programs.ensure_output_directory(args.output), keep=True)
+    with tempfile.TemporaryDirectory(prefix="neuroncc-demo-") as directory:
+        return _demo(args, Path(directory), keep=False)
+
+
+def _demo(args: argparse.Namespace, directory: Path, keep: bool) -> int:
+    import torch
+
+    from neuroncc.examples.classifier import ClassifierConfig, export_example
+    from neuroncc.frontend.exported import load_program, trace_training
+    from neuroncc.runtime.cache import CacheStats, CompileCache
+
+    started = time.perf_counter()
+    progress = Progress(enabled=not args.quiet, transient=True)
+    config = ClassifierConfig()
+    cache_dir = Path(args.cache_dir).expanduser() if args.cache_dir else directory / "cache"
+    cache = CompileCache(cache_dir, stats=CacheStats())
+    model_path = directory / "classifier.pt2"
+    print("neuroncc demo: a tiny transformer classifier, trained with neuroncc and with eager PyTorch side by side")
+    print(f"{INDENT}target {args.target}; files in {directory}" + ("" if keep else " (removed at exit; keep them "
+                                                                          "with -o DIR)"))
+    print()
+    # The example is tiny: one thread is fastest for eager and neuroncc alike (no wake-ups, and no spinning
+    # OpenMP workers on a busy machine, where they made every small matmul take milliseconds).
+    torch.set_num_threads(1)
+    with programs.one_line_warnings():
+        with progress.step("export the example model") as step:
+            export_example(model_path, seed=args.seed, config=config)
+        _row("1 export", f"torch.export -> {model_path.name} ({human_size(model_path.stat().st_size)})",
+             step.seconds)
+        with progress.step("load it back") as step:
+            program = load_program(model_path)
+        _row("", "loaded back with neuroncc's .pt2 loader (it never unpickles)", step.seconds)
+
+        compiled: list[programs.CompiledFunction] = []
+
+        def compile_imported(kind, imported):
+            result = programs.compile_function(imported.function, kind, target=args.target, pipeline=None,
+                                               cache=cache, progress=progress)
+            compiled.append(result)
+            return result.executable
+
+        with progress.step("compile forward + backward") as step:
+            graphs = trace_training(program, "classifier", compile_imported)
+        _row("2 compile", "forward + backward: joint export, min-cut partition, import to IR, "
+                          f"{args.target} pipeline", step.seconds)
+        for c in compiled:
+            words = {"hit": "cache hit", "compiled": "compiled, cached", "uncached": "compiled"}[c.cache]
+            print(f"{INDENT}  {c.kind:<8} @{c.function.name:<20} {len(c.function.ops):>4} ops imported  key "
+                  f"{(c.key or '-')[:16]}  {words} in {format_seconds(c.seconds)}")
+        print()
+        with progress.step(f"train {args.steps} steps"):
+            agreed = _train(args, graphs, config)
+        print()
+        _print_kernels(compiled)
+        print()
+        with progress.step("compile again in a fresh process"):
+            _rerun(args, model_path, cache_dir)
+        print()
+        _row("6 NKI", "cost estimate: not available in this build (the NKI kernel emitter is not part of it yet)")
+    print()
+    verdict = "neuroncc and eager PyTorch agree" if agreed else "neuroncc and eager PyTorch DISAGREE (see above)"
+    print(f"done in {format_seconds(time.perf_counter() - started)}: {verdict}")
+    return EXIT_OK if agreed else EXIT_CHECK_FAILED
+
+
+def _train(args: argparse.Namespace, graphs, config) -> bool:
+    """AdamW steps on the same batches with the compiled step and the eager model; prints the comparison."""
+    import statistics
+
+    import torch
+
+    from neuroncc.examples.classifier import build_example, make_batch
+
+    eager = build_example(args.seed, config)
+    eager_parameters = dict(eager.named_parameters())
+    state = dict(graphs.module.named_parameters())
+    ours = [state[name].detach().clone().requires_grad_(True) for name in graphs.parameter_names]
+    buffer_state = dict(graphs.module.named_buffers())
+    buffers = [buffer_state[name].detach().clone() for name in graphs.buffer_names]
+    optimizer = torch.optim.AdamW(ours, lr=LEARNING_RATE)
+    eager_optimizer = torch.optim.AdamW([eager_parameters[n] for n in graphs.parameter_names], lr=LEARNING_RATE)
+    generator = torch.Generator().manual_seed(args.seed + 1)
+    _row("3 train", f"{args.steps} AdamW steps (lr {LEARNING_RATE}) on batches of {config.batch} random sequences")
+    print(f"{INDENT}  step  neuroncc loss  eager loss  |difference|")
+    times: dict[str, list[float]] = {"neuroncc": [], "eager": []}
+    losses_agree = True
+    for step in range(1, args.steps + 1):
+        tokens, labels = make_batch(config, generator)
+        start = time.perf_counter()
+        optimizer.zero_grad()
+        loss = graphs.step(*ours, *buffers, tokens, labels)
+        loss.backward()
+        optimizer.step()
+        times["neuroncc"].append(time.perf_counter() - start)
+        start = time.perf_counter()
+        eager_optimizer.zero_grad()
+        eager_loss = eager(tokens, labels)
+        eager_loss.backward()
+        eager_optimizer.step()
+        times["eager"].append(time.perf_counter() - start)
+        ours_value, eager_value = loss.item(), eager_loss.item()
+        difference = abs(ours_value - eager_value)
+        losses_agree &= difference <= 1e-4 * max(1.0, abs(eager_value))
+        print(f"{INDENT}  {step:>4}  {ours_value:>13.6f}  {eager_value:>10.6f}  {difference:>12.2e}")
+    worst_name, worst = max(((name, float((p.detach() - eager_parameters[name].detach()).abs().max()))
+                             for name, p in zip(graphs.parameter_names, ours)), key=lambda item: item[1])
+    agreed = losses_agree and worst <= PARAMETER_TOLERANCE
+    print(f"{INDENT}max |parameter difference| after {args.steps} steps: {worst:.2e} ({worst_name}): "
+          f"{'ok' if agreed else 'TOO LARGE'} (tolerance {PARAMETER_TOLERANCE:g})")
+    print(f"{INDENT}time per step (median, forward + backward + AdamW): "
+          f"neuroncc {format_seconds(statistics.median(times['neuroncc']))}, "
+          f"eager {format_seconds(statistics.median(times['eager']))}")
+    return agreed
+
+
+def _print_kernels(compiled: list[programs.CompiledFunction]) -> None:
+    for index, c in enumerate(compiled):
+        lines = summarize(c.ran_function).lines(limit=6)
+        _row("4 kernels" if index == 0 else "", f"{c.kind}: {lines[0]}")
+        for line in lines[1:]:
+            print(f"{INDENT}  {line}")
+
+
+def _rerun(args: argparse.Namespace, model_path: Path, cache_dir: Path) -> None:
+    """``neuroncc compile --train`` in a fresh Python process, on the same cache: report its hits."""
+    import neuroncc
+
+    command = [sys.executable, "-m", "neuroncc.cli", "compile", str(model_path), "--train", "--target",
+               args.target, "--cache-dir", str(cache_dir), "--json", "-q"]
+    package_root = str(Path(neuroncc.__file__).resolve().parent.parent)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))}
+    start = time.perf_counter()
+    child = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
+    seconds = time.perf_counter() - start
+    shown = f"neuroncc compile {model_path.name} --train --target {args.target}"
+    if child.returncode != 0:
+        message = (child.stderr.strip().splitlines() or ["(no message)"])[-1]
+        raise InputError(f"demo: the rerun `{shown}` failed with exit code {child.returncode}: {message}")
+    report = json.loads(child.stdout)
+    hits, compiles = report["cache_hits"], report["compiles"]
+    loading = sum(g["seconds"] for g in report["graphs"])
+    _row("5 cache", f"`{shown}` in a fresh process:", seconds)
+    print(f"{INDENT}  {hits} cache hits, {compiles} compiles: the {len(report['graphs'])} artifacts loaded in "
+          f"{format_seconds(loading)}")
+    print(f"{INDENT}  (the rest is starting Python, importing torch, loading and tracing the .pt2)")
+
+
+def _row(label: str, text: str, seconds: float | None = None) -> None:
+    line = f"{label:<{len(INDENT)}}{text}"
+    if seconds is not None:
+        line = f"{line}  [{format_seconds(seconds)}]"
+    print(line)
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    from neuroncc.runtime.driver import DEFAULT_TARGET
+    from neuroncc.runtime.executable import TARGETS
+
+    parser = subparsers.add_parser(
+        "demo", help="export, compile, train and inspect the bundled example model (start here)",
+        description="The neuroncc tour: export a tiny transformer classifier, compile its forward and backward "
+                    "graphs, train it against eager PyTorch, show its kernels and a cache hit.",
+        epilog=programs.help_epilog(__doc__, "0 neuroncc and eager PyTorch agree, 1 they do not, "
+                                             "2 bad input, 3 internal error"),
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=8, metavar="N", help="training steps (default 8)")
+    parser.add_argument("--target", choices=sorted(TARGETS), default=DEFAULT_TARGET,
+                        help=programs.TARGET_HELP.format(default=DEFAULT_TARGET))
+    parser.add_argument("-o", "--output", metavar="DIR", help="keep the .pt2 and the cache in DIR")
+    parser.add_argument("--cache-dir", metavar="DIR", help="use this compile cache (default: DIR/cache)")
+    parser.add_argument("--seed", type=int, default=0, help="the seed of the weights and the data (default 0)")
+    parser.add_argument("-q", "--quiet", action="store_true", help="no progress display on stderr")
+    parser.set_defaults(func=run_demo)

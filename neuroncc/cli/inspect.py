@@ -1,0 +1,95 @@
+"""``neuroncc inspect MODEL.pt2``: look at what neuroncc makes of an exported program.
+
+    neuroncc inspect model.pt2                   the imported IR (the same as --ir)
+    neuroncc inspect model.pt2 --train --ir      the forward and backward graphs' IR
+    neuroncc inspect model.pt2 --after all       the IR after every pass of the target's pipeline
+    neuroncc inspect model.pt2 --after fuse      ... after one pass (by its pipeline name)
+    neuroncc inspect model.pt2 --kernels         the kernel summary of the compiled graph(s)
+    neuroncc inspect model.pt2 --nki --cost      the NKI kernels and their estimated cost (NKI builds only)
+
+IR is printed in the .nir text form that ``neuroncc opt`` reads; large constants print as resources.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from neuroncc.cli import programs
+from neuroncc.cli.summary import summarize
+from neuroncc.errors import InputError
+from neuroncc.ir import Function, print_function
+
+EXIT_OK = 0
+
+
+def run_inspect(args: argparse.Namespace) -> int:
+    if args.nki or args.cost:
+        raise InputError("inspect --nki/--cost: not available in this build (the NKI kernel emitter is not part "
+                         "of it yet)")
+    show_ir = args.ir or not (args.after or args.kernels)
+    progress = programs.progress_for(args)
+    with programs.one_line_warnings():
+        program = programs.load_model(args, progress)
+        functions = _imported_functions(args, program, progress)
+        sections: list[tuple[str, list[str]]] = []
+        if show_ir:
+            sections += [(f"IR of {kind} @{fn.name}", [print_function(fn)]) for kind, fn in functions]
+        if args.after:
+            for kind, fn in functions:
+                sections += _after_sections(args, kind, fn, progress)
+        if args.kernels:
+            cache = programs.open_cache(args)
+            for kind, fn in functions:
+                compiled = programs.compile_function(fn, kind, target=args.target, pipeline=args.pipeline,
+                                                     cache=cache, progress=progress)
+                sections.append((f"kernels of {kind} @{fn.name} (target {args.target})",
+                                 summarize(compiled.ran_function).lines()))
+    for index, (title, lines) in enumerate(sections):
+        if index:
+            print()
+        print(f"// ----- {title} -----")
+        for line in lines:
+            print(line.rstrip("\n"))
+    return EXIT_OK
+
+
+def _imported_functions(args: argparse.Namespace, program, progress) -> list[tuple[str, Function]]:
+    if args.train:
+        graphs, _ = programs.training_graphs(args, program, cache=None, progress=progress, compile_graphs=False)
+        return [("forward", graphs.forward.function), ("backward", graphs.backward.function)]
+    return [("inference", programs.inference_graph(args, program, progress).imported.function)]
+
+
+def _after_sections(args: argparse.Namespace, kind: str, fn: Function, progress) -> list[tuple[str, list[str]]]:
+    """The IR after the requested pass (or every pass) of the target's pipeline, through the pass manager's
+    per-stage hook (the same pipeline string the compile driver, and so the cache key, uses)."""
+    from neuroncc.passes.manager import PassContext, as_pipeline, run_pipeline
+    from neuroncc.runtime.driver import make_request
+
+    pipeline = make_request(fn, target=args.target, pipeline=args.pipeline).pipeline
+    names = [p.name for p in as_pipeline(pipeline).passes]
+    if args.after != "all" and args.after not in names:
+        raise InputError(f"inspect --after {args.after}: no pass of that name in the pipeline '{pipeline}'")
+    stages: list[tuple[str, Function]] = []
+    with progress.step(f"run the {args.target} pipeline on {kind}"):
+        run_pipeline(pipeline, fn, PassContext(verify_each=True,
+                                               on_stage=lambda stage, ir, seconds: stages.append((stage, ir))))
+    chosen = [(s, ir) for s, ir in stages if args.after == "all" or s.split("-", 1)[1] == args.after]
+    return [(f"{kind} @{fn.name} after {stage}", [print_function(ir)]) for stage, ir in chosen]
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "inspect", help="print the IR, per-pass IR, kernels (and NKI code) of an exported program",
+        description="Show what neuroncc makes of a torch.export program: the imported IR, the IR after "
+                    "passes, the kernel summary.",
+        epilog=programs.help_epilog(__doc__, "0 ok, 2 bad input or a view this build lacks (one line on stderr), "
+                                             "3 internal error"),
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    programs.add_model_arguments(parser)
+    parser.add_argument("--ir", action="store_true", help="print the imported IR (the default view)")
+    parser.add_argument("--after", metavar="PASS|all", help="print the IR after this pass of the pipeline, or all")
+    parser.add_argument("--kernels", action="store_true", help="compile (through the cache) and summarize kernels")
+    parser.add_argument("--nki", action="store_true", help="print the generated NKI kernels")
+    parser.add_argument("--cost", action="store_true", help="print the per-kernel NKI cost estimate")
+    parser.set_defaults(func=run_inspect)

@@ -1,0 +1,243 @@
+"""What ``neuroncc compile/run/inspect`` share: the common flags, loading a .pt2, compiling through the cache.
+
+    load_model(args, progress)            the .pt2, loaded without unpickling
+    inference_graph(args, program, ...)   decomposed and imported to IR
+    training_graphs(args, program, ...)   forward + backward through AOTAutograd's joint export
+    compile_function(fn, kind, ...)       one IR function through runtime.driver.compile_graph and the cache,
+                                          reporting its key and whether it was a hit
+
+Environment variables (``NEURONCC_CACHE_DIR``, ``NEURONCC_DISABLE_CACHE``) are read here, at the boundary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import sys
+import time
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from neuroncc.cli.progress import Progress
+from neuroncc.errors import InputError
+from neuroncc.ir import Function
+
+TARGET_HELP = ("where the code runs: cpu (LLVM, native code), nki-sim (NKI kernels in the bundled simulator), "
+               "interp (the reference interpreter); default: {default}")
+
+
+def add_model_arguments(parser: argparse.ArgumentParser, *, train: bool = True) -> None:
+    """MODEL.pt2 and the flags every model command takes."""
+    from neuroncc.runtime.driver import DEFAULT_TARGET
+    from neuroncc.runtime.executable import TARGETS
+
+    parser.add_argument("model", metavar="MODEL.pt2", help="a program saved with torch.export.save")
+    parser.add_argument("--program", metavar="NAME", default=None,
+                        help="which program of an archive holding several (default: its only one)")
+    parser.add_argument("--target", choices=sorted(TARGETS), default=DEFAULT_TARGET,
+                        help=TARGET_HELP.format(default=DEFAULT_TARGET))
+    if train:
+        parser.add_argument("--train", action="store_true",
+                            help="compile the forward and the backward graph (AOTAutograd joint export, "
+                                 "min-cut partition) instead of the inference graph")
+    parser.add_argument("--pipeline", metavar="P", default=None,
+                        help="a pass pipeline overriding the target's default (see neuroncc opt --help)")
+    parser.add_argument("--cache-dir", metavar="DIR", default=None,
+                        help="the compile cache (default: $NEURONCC_CACHE_DIR or ~/.cache/neuroncc)")
+    parser.add_argument("--no-cache", action="store_true", help="compile without reading or writing the cache")
+    parser.add_argument("-q", "--quiet", action="store_true", help="no progress display on stderr")
+
+
+def help_epilog(module_doc: str, exit_codes: str) -> str:
+    """A command's ``--help`` epilog: its module docstring after the first paragraph (examples and details),
+    without reST markup, then its exit codes."""
+    return module_doc.split("\n\n", 1)[1].replace("``", "").rstrip() + f"\n\nExit codes: {exit_codes}."
+
+
+def progress_for(args: argparse.Namespace) -> Progress:
+    return Progress(enabled=not getattr(args, "quiet", False))
+
+
+def open_cache(args: argparse.Namespace):
+    """The cache the flags and environment ask for (a CompileCache with its own counters), or None."""
+    from neuroncc.runtime.cache import CacheStats, CompileCache
+
+    if getattr(args, "no_cache", False):
+        return None
+    if getattr(args, "cache_dir", None):
+        return CompileCache(Path(args.cache_dir).expanduser(), stats=CacheStats())
+    return CompileCache.from_environ(os.environ, stats=CacheStats())
+
+
+def graph_name(model_path: str) -> str:
+    """An IR function name from the model's file name: ``my-model.pt2`` -> ``my_model``."""
+    stem = re.sub(r"[^A-Za-z0-9_]", "_", Path(model_path).stem) or "model"
+    return stem if not stem[0].isdigit() else f"m_{stem}"
+
+
+@contextmanager
+def one_line_warnings() -> Iterator[None]:
+    """Warnings raised while a command runs print as one ``neuroncc: warning:`` line each."""
+    def show(message, category, filename, lineno, file=None, line=None) -> None:
+        text = " ".join(str(message).split())
+        print(f"neuroncc: warning: {text}", file=sys.stderr)
+
+    with warnings.catch_warnings():
+        warnings.showwarning = show
+        yield
+
+
+def load_model(args: argparse.Namespace, progress: Progress):
+    """The .pt2 named by ``args.model`` (an InputError names what is wrong with it)."""
+    check_readable_file(args.model, "a .pt2 file from torch.export.save")
+    from neuroncc.frontend.exported import load_program  # imports torch: a second or more
+
+    with progress.step(f"load {args.model}"):
+        return load_program(args.model, getattr(args, "program", None))
+
+
+def check_readable_file(path: str, expected: str) -> None:
+    """The cheap checks, made before torch is imported, so a mistyped path is answered at once."""
+    file = Path(path)
+    if not file.exists():
+        raise InputError(f"{path}: no such file")
+    if file.is_dir():
+        raise InputError(f"{path}: is a directory, expected {expected}")
+    if not file.is_file():  # a FIFO or a device: opening it could block or never end
+        raise InputError(f"{path}: not a regular file, expected {expected}")
+    try:
+        with open(file, "rb"):
+            pass
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+
+
+def inference_graph(args: argparse.Namespace, program, progress: Progress):
+    from neuroncc.frontend.exported import import_inference
+
+    with progress.step("decompose and import to IR") as step:
+        graph = import_inference(program, graph_name(args.model))
+        step.detail = f"{len(graph.imported.function.ops)} ops"
+    return graph
+
+
+@dataclass(frozen=True)
+class CompiledFunction:
+    """One compiled graph and how it was obtained."""
+
+    kind: str  # inference | forward | backward
+    function: Function  # the imported IR (before the pipeline)
+    executable: object
+    target: str
+    key: str | None  # the cache key (None: compiled without the cache)
+    cache: str  # "hit", "compiled" (a miss, now stored) or "uncached"
+    seconds: float
+    artifact: Path | None  # the cache entry holding it
+
+    @property
+    def ran_function(self) -> Function:
+        """The form the executable runs (after the pipeline), for kernel summaries."""
+        return getattr(self.executable, "function", None) or self.function
+
+
+def compile_function(fn: Function, kind: str, *, target: str, pipeline: str | None, cache,
+                     progress: Progress) -> CompiledFunction:
+    """Compile ``fn`` through the compile cache (``cache`` None: uncached) and say what happened."""
+    from neuroncc.runtime.driver import compile_graph, make_request
+
+    key = cache.key_of(make_request(fn, target=target, pipeline=pipeline)).key if cache is not None else None
+    before = cache.stats.snapshot() if cache is not None else {}
+    with progress.step(f"compile {kind} for {target}", log=True) as step:
+        start = time.perf_counter()
+        try:
+            executable = compile_graph(fn, target=target, pipeline=pipeline, cache=cache)
+        except ModuleNotFoundError as exc:
+            if not (exc.name or "").startswith("neuroncc"):
+                raise
+            raise InputError(f"target '{target}' is not available in this build ({exc.name} is missing)") from None
+        seconds = time.perf_counter() - start
+        status = _cache_status(cache, before)
+        step.detail = {"hit": "cache hit", "compiled": "compiled, cached", "uncached": "not cached"}[status]
+    artifact = cache.entry_dir(key) if cache is not None and key and cache.entry_dir(key).is_dir() else None
+    return CompiledFunction(kind, fn, executable, target, key if status != "uncached" else None, status, seconds,
+                            artifact)
+
+
+def _cache_status(cache, before: dict[str, float]) -> str:
+    if cache is None:
+        return "uncached"
+    after = cache.stats.snapshot()
+    if after["hits"] > before.get("hits", 0):
+        return "hit"
+    if after["uncached"] > before.get("uncached", 0) or after["publish_failures"] > before.get("publish_failures", 0):
+        return "uncached"
+    return "compiled"
+
+
+def training_graphs(args: argparse.Namespace, program, *, cache, progress: Progress,
+                    compile_graphs: bool = True):
+    """Forward and backward graphs of ``program``; compiled through the cache unless ``compile_graphs`` is
+    False (then they run on the reference interpreter, for ``inspect``). Returns (TrainingGraphs, compiled)."""
+    from neuroncc.frontend.exported import trace_training
+    from neuroncc.runtime.executable import InterpreterExecutable
+
+    compiled: list[CompiledFunction] = []
+
+    def compile_imported(kind: str, imported):
+        if not compile_graphs:
+            return InterpreterExecutable(imported.function)
+        result = compile_function(imported.function, kind, target=args.target, pipeline=args.pipeline,
+                                  cache=cache, progress=progress)
+        compiled.append(result)
+        return result.executable
+
+    with progress.step("joint export (forward + backward) and import to IR") as step:
+        graphs = trace_training(program, graph_name(args.model), compile_imported)
+        step.detail = f"{len(graphs.forward.function.ops)} + {len(graphs.backward.function.ops)} ops"
+    return graphs, compiled
+
+
+def copy_artifact(compiled: CompiledFunction, directory: Path) -> Path:
+    """Copy ``compiled``'s cache entry to ``directory/<graph name>``; without one, write its IR there."""
+    from neuroncc.runtime.artifact import write_graph
+
+    destination = directory / compiled.function.name
+    if destination.exists():
+        shutil.rmtree(destination)
+    if compiled.artifact is not None:
+        shutil.copytree(compiled.artifact, destination)
+    else:
+        destination.mkdir(parents=True)
+        write_graph(compiled.ran_function, destination)
+    return destination
+
+
+def check_output_directory(path: str) -> Path:
+    """Refuse an output path that cannot be a directory, before any work is done."""
+    directory = Path(path).expanduser()
+    if directory.exists() and not directory.is_dir():
+        raise InputError(f"{path}: exists and is not a directory")
+    return directory
+
+
+def check_output_file(path: str) -> None:
+    """Refuse an output file path whose directory does not exist or that names a directory, before any work."""
+    file = Path(path).expanduser()
+    if file.is_dir():
+        raise InputError(f"{path}: is a directory, expected a file name to write")
+    if not file.parent.is_dir():
+        raise InputError(f"{path}: no such directory '{file.parent}'")
+
+
+def ensure_output_directory(path: str) -> Path:
+    directory = check_output_directory(path)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(f"{path}: cannot create the output directory ({exc.strerror or exc})") from None
+    return directory

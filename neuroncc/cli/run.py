@@ -1,0 +1,182 @@
+"""``neuroncc run MODEL.pt2``: compile (through the cache) and run an exported program on given or random inputs.
+
+    neuroncc run model.pt2 --random --check             random inputs; compare with eager PyTorch
+    neuroncc run model.pt2 --inputs x.npz --repeat 20   inputs from numpy.savez(x=..., ...); time 20 calls
+    neuroncc run model.pt2 --random --save-outputs y.npz
+
+Inputs are named as the program's inputs (the exported forward's argument names); ``--random`` draws floats
+from N(0, 1), integers from {0, 1} (valid indices for any table) and bools at random, shaped as the graph says.
+``--check`` runs the program with eager PyTorch on the same inputs and compares every output with
+``torch.testing.assert_close``'s tolerances for its dtype, printing the max absolute and relative error;
+a mismatch exits 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from typing import TYPE_CHECKING
+
+from neuroncc.cli import programs
+from neuroncc.cli.progress import format_seconds
+from neuroncc.errors import InputError
+
+if TYPE_CHECKING:
+    import torch
+
+EXIT_OK, EXIT_CHECK_FAILED = 0, 1
+MAX_REPEAT = 100_000
+
+
+def run_run(args: argparse.Namespace) -> int:
+    from neuroncc.cli.inputs import random_inputs, read_npz_inputs
+    from neuroncc.frontend.exported import call_eager, program_inputs
+
+    if not 0 <= args.repeat <= MAX_REPEAT:
+        raise InputError(f"--repeat must be between 0 and {MAX_REPEAT}, got {args.repeat}")
+    if args.inputs is not None:
+        programs.check_readable_file(args.inputs, "an .npz file (numpy.savez)")
+    if args.save_outputs:
+        programs.check_output_file(args.save_outputs)
+    progress = programs.progress_for(args)
+    with programs.one_line_warnings():
+        program = programs.load_model(args, progress)
+        expected = [spec for spec in program_inputs(program) if spec.kind == "input"]
+        if args.inputs is not None:
+            inputs = read_npz_inputs(args.inputs, expected)
+        else:
+            inputs = random_inputs(expected, args.seed, args.model)
+        graph = programs.inference_graph(args, program, progress)
+        compiled = programs.compile_function(graph.imported.function, "inference", target=args.target,
+                                             pipeline=args.pipeline, cache=programs.open_cache(args),
+                                             progress=progress)
+        state = graph.initial_state()
+        with progress.step("run"):
+            start = time.perf_counter()
+            outputs = graph.call(compiled.executable, state, inputs)
+            first = time.perf_counter() - start
+            times = []
+            for _ in range(args.repeat):
+                start = time.perf_counter()
+                graph.call(compiled.executable, state, inputs)
+                times.append(time.perf_counter() - start)
+        if args.save_outputs:
+            _save_outputs(args.save_outputs, graph.output_names, outputs)
+        eager = None
+        if args.check:
+            with progress.step("run eager PyTorch"):
+                eager = call_eager(program, [inputs[spec.target] for spec in expected])
+    print(f"{args.model}: target {args.target}, {_cache_words(compiled)}")
+    print(f"  inputs   {', '.join(f'{n} {_describe(t)}' for n, t in inputs.items()) or '(none)'}"
+          f"  ({'from ' + args.inputs if args.inputs else f'random, seed {args.seed}'})")
+    for index, (name, tensor) in enumerate(zip(graph.output_names, outputs)):
+        print(f"  output {index} {name}: {_describe(tensor)}  {_values(tensor)}")
+    timing = f"first call {format_seconds(first)}"
+    if times:
+        timing += f", then median {format_seconds(statistics.median(times))} over {len(times)} calls"
+    print(f"  time     {timing}")
+    if eager is None:
+        return EXIT_OK
+    return _check(outputs, eager, graph.output_names)
+
+
+def _check(outputs: list[torch.Tensor], eager: list[torch.Tensor], names: tuple[str, ...]) -> int:
+    import torch
+
+    if len(outputs) != len(eager):
+        print(f"check FAILED: neuroncc returned {len(outputs)} outputs, eager PyTorch {len(eager)}")
+        return EXIT_CHECK_FAILED
+    failed = 0
+    for index, (name, ours, theirs) in enumerate(zip(names, outputs, eager)):
+        theirs = theirs.detach()
+        problem = None
+        try:
+            torch.testing.assert_close(ours, theirs)
+        except AssertionError as exc:
+            problem = str(exc).strip().splitlines()[0]
+        abs_error, rel_error = _errors(ours, theirs)
+        verdict = "ok" if problem is None else f"MISMATCH ({problem})"
+        print(f"  check    output {index} {name}: max abs error {abs_error:.3g}, max rel error {rel_error:.3g}: "
+              f"{verdict}")
+        failed += problem is not None
+    print("check passed: every output matches eager PyTorch" if not failed else
+          f"check FAILED: {failed} of {len(outputs)} outputs differ from eager PyTorch")
+    return EXIT_CHECK_FAILED if failed else EXIT_OK
+
+
+def _errors(ours: torch.Tensor, theirs: torch.Tensor) -> tuple[float, float]:
+    import torch
+
+    if ours.shape != theirs.shape or ours.numel() == 0:
+        return float("nan"), float("nan")
+    a, b = ours.detach().double(), theirs.double()
+    diff = (a - b).abs()
+    finite = torch.isfinite(diff)
+    if not finite.any():
+        return 0.0 if torch.equal(a, b) else float("inf"), 0.0 if torch.equal(a, b) else float("inf")
+    diff = torch.where(finite, diff, torch.zeros_like(diff))
+    rel = diff / b.abs().clamp_min(1e-12)
+    return float(diff.max()), float(rel.max())
+
+
+def _describe(tensor: torch.Tensor) -> str:
+    return f"{str(tensor.dtype).removeprefix('torch.')}{list(tensor.shape)}"
+
+
+def _values(tensor: torch.Tensor) -> str:
+    import numpy as np
+    import torch
+
+    tensor = tensor.detach()
+    if tensor.numel() == 0:
+        return "(empty)"
+    if tensor.numel() <= 6:
+        return "= " + np.array2string(tensor.float().numpy() if tensor.dtype == torch.bfloat16 else tensor.numpy(),
+                                      precision=5, separator=", ")
+    if tensor.dtype.is_floating_point:
+        t = tensor.float()
+        return f"mean {t.mean():.5g}  min {t.min():.5g}  max {t.max():.5g}"
+    return f"min {int(tensor.min())}  max {int(tensor.max())}"
+
+
+def _cache_words(compiled: programs.CompiledFunction) -> str:
+    words = {"hit": "loaded from the compile cache", "compiled": "compiled and cached",
+             "uncached": "compiled (not cached)"}[compiled.cache]
+    return f"{words} in {format_seconds(compiled.seconds)}" + (f", key {compiled.key[:16]}" if compiled.key else "")
+
+
+def _save_outputs(path: str, names: tuple[str, ...], outputs: list[torch.Tensor]) -> None:
+    import numpy as np
+    import torch
+
+    arrays = {}
+    for name, tensor in zip(names, outputs):
+        tensor = tensor.detach()
+        arrays[name] = (tensor.float() if tensor.dtype == torch.bfloat16 else tensor).numpy()
+    try:
+        with open(path, "wb") as file:
+            np.savez(file, **arrays)
+    except OSError as exc:
+        raise InputError(f"{path}: cannot write the outputs ({exc.strerror or exc})") from None
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "run", help="compile and run an exported program (.pt2) on given or random inputs",
+        description="Compile a torch.export program through the compile cache, run it, print its outputs and "
+                    "timings; with --check, compare with eager PyTorch.",
+        epilog=programs.help_epilog(__doc__, "0 ok, 1 --check found a mismatch, "
+                                             "2 bad input (one line on stderr), 3 internal error"),
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    programs.add_model_arguments(parser, train=False)
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--inputs", metavar="X.npz", help="the inputs, one array per program input (numpy.savez)")
+    source.add_argument("--random", action="store_true", help="random inputs shaped as the graph says (the default)")
+    parser.add_argument("--seed", type=int, default=0, help="the seed of --random (default 0)")
+    parser.add_argument("--check", action="store_true",
+                        help="compare every output with eager PyTorch; exit 1 on a mismatch")
+    parser.add_argument("--repeat", type=int, default=0, metavar="N",
+                        help="after the first call, time N more and report their median (default 0)")
+    parser.add_argument("--save-outputs", metavar="Y.npz", help="write the outputs to an .npz")
+    parser.set_defaults(func=run_run)

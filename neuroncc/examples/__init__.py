@@ -1,0 +1,4 @@
+"""Bundled examples: small models defined in Python and exported at run time (no binary archive is shipped).
+
+``neuroncc demo`` trains :mod:`neuroncc.examples.classifier`; the tests export it too.
+"""

@@ -1,0 +1,281 @@
+"""``torch.export`` programs (.pt2) -> neuroncc IR: the shared loader of ``neuroncc compile/run/inspect/demo``.
+
+    load_program(path)                   the archive, read without unpickling (neuroncc.frontend.pt2)
+    import_inference(program, name)      run_decompositions(our table) -> importer -> InferenceGraph
+    trace_training(program, name, ...)   AOTAutograd joint export (aot_export_joint_with_descriptors) ->
+                                         min-cut partition -> forward and backward graphs -> importer
+
+Both paths decompose with the torch backend's table (:mod:`neuroncc.frontend.decompositions`) under the math
+SDPA backend, so an exported model lowers to the same IR as the same model under ``torch.compile``.
+Parameters, buffers and lifted constants stay graph *inputs* (fed from the program's state at run time), as
+AOTAutograd lifts them: the compiled code and its cache key do not depend on the weights' values.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import warnings
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.fx as fx
+import torch.utils._pytree as pytree
+from torch.export import ExportedProgram
+from torch.export.graph_signature import InputKind, OutputKind, TensorArgument
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from neuroncc.errors import DynamicShapeError, InputError, UnsupportedOpError
+from neuroncc.frontend.compiled import CompiledGraph
+from neuroncc.frontend.decompositions import REMOVED_DECOMPOSITIONS, decomposition_table
+from neuroncc.frontend.importer import ImportedGraph, import_graph
+from neuroncc.frontend.pt2 import load_exported_program
+from neuroncc.runtime.executable import Executable
+
+#: User inputs larger than this (all together) are refused before anything is allocated for them.
+MAX_INPUT_BYTES = 4 << 30
+
+#: Checks torch.export leaves in the graph (``x.to(dtype)`` asserts x's dtype, data-dependent sizes their
+#: range). Static shapes and dtypes make them true by construction (inputs are checked before a run), and they
+#: compute nothing, so they are dropped before import.
+RUNTIME_ASSERTIONS = frozenset({
+    torch.ops.aten._assert_tensor_metadata.default,
+    torch.ops.aten._assert_scalar.default,
+    torch.ops.aten.sym_constrain_range_for_size.default,
+})
+
+#: What feeds each kind of exported-program input.
+STATE_KINDS = {InputKind.PARAMETER: "parameter", InputKind.BUFFER: "buffer",
+               InputKind.CONSTANT_TENSOR: "constant"}
+
+
+@dataclass(frozen=True, slots=True)
+class ProgramInput:
+    """One input of an exported graph: a user input or a piece of the program's state, with its type."""
+
+    name: str  # the placeholder's name in the graph
+    kind: str  # "input" (given by the caller), "parameter", "buffer" or "constant"
+    target: str  # the user input's name, or the state's fully qualified name
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+
+    @property
+    def nbytes(self) -> int:
+        return math.prod(self.shape) * torch.empty((), dtype=self.dtype).element_size()
+
+    def describe(self) -> str:
+        return f"{str(self.dtype).removeprefix('torch.')}{list(self.shape)}"
+
+
+@dataclass(frozen=True)
+class InferenceGraph:
+    """An exported program's (decomposed) inference graph imported to IR, and how to call it."""
+
+    program: ExportedProgram  # the decomposed program (its state is the weights to run with)
+    imported: ImportedGraph
+    inputs: tuple[ProgramInput, ...]  # in graph placeholder order
+    output_names: tuple[str, ...]  # the user outputs, in order
+    buffer_mutations: tuple[tuple[int, str], ...]  # (graph output index, buffer fqn) written back per call
+
+    @property
+    def user_inputs(self) -> tuple[ProgramInput, ...]:
+        return tuple(i for i in self.inputs if i.kind == "input")
+
+    def initial_state(self) -> dict[str, torch.Tensor]:
+        """Fresh copies of the parameters, buffers and constants the graph reads, by fqn."""
+        # Non-persistent buffers live with the constants; everything else in the state dict.
+        tensors = {**self.program.constants, **self.program.state_dict}
+        return {spec.target: tensors[spec.target].detach().clone() for spec in self.inputs if spec.kind != "input"}
+
+    def call(self, executable: Executable, state: dict[str, torch.Tensor],
+             user_inputs: Mapping[str, torch.Tensor]) -> list[torch.Tensor]:
+        """Run ``executable`` (compiled from ``imported.function``); updates ``state``'s mutated buffers."""
+        args = [user_inputs[i.target] if i.kind == "input" else state[i.target] for i in self.inputs]
+        outputs = CompiledGraph(self.imported, executable)(args)
+        for index, fqn in self.buffer_mutations:
+            state[fqn] = outputs[index]
+        mutated = {index for index, _ in self.buffer_mutations}
+        return [out for index, out in enumerate(outputs) if index not in mutated]
+
+
+@dataclass(frozen=True)
+class TrainingGraphs:
+    """The forward and backward graphs of an exported program, and the differentiable step running them.
+
+    ``step(*parameters, *buffers, *user_inputs)`` returns the program's outputs; ``backward()`` on them runs
+    the compiled backward graph. ``parameter_names``/``buffer_names`` give the order of the leading arguments;
+    ``module`` is the program as an eager module (its parameters and buffers are the initial values).
+    """
+
+    module: torch.nn.Module
+    forward: ImportedGraph
+    backward: ImportedGraph
+    step: Callable[..., Any]
+    parameter_names: tuple[str, ...]
+    buffer_names: tuple[str, ...]
+
+
+def load_program(path: str | Path, name: str | None = None) -> ExportedProgram:
+    """A ``torch.export.save`` archive (its program ``name`` when it holds several), loaded without
+    unpickling; one :class:`InputError` if it is unusable."""
+    return load_exported_program(path, name)
+
+
+def export_decompositions() -> Any:
+    """``ExportedProgram.run_decompositions``'s table: torch.export's defaults (every CompositeImplicit op,
+    which AOTAutograd also traces through) plus the torch backend's table, minus what the backend removes."""
+    table = torch.export.default_decompositions()
+    table.update(decomposition_table())
+    for op in REMOVED_DECOMPOSITIONS:
+        table.pop(op, None)
+    return table
+
+
+@contextlib.contextmanager
+def _tracing() -> Iterator[None]:
+    """The context both traces run in: math SDPA (see backend.py) and torch's internal deprecation noise
+    (pytree FutureWarnings raised inside torch itself) kept off the user's terminal."""
+    with sdpa_kernel(SDPBackend.MATH), warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=FutureWarning, module=r"(torch|copyreg)(\.|$)")
+        warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"torch(\.|$)")
+        yield
+
+
+def import_inference(program: ExportedProgram, name: str) -> InferenceGraph:
+    """Decompose ``program`` with neuroncc's table and import its graph as the IR function ``name``."""
+    _refuse_unsupported_signature(program)
+    with _tracing():
+        decomposed = program.run_decompositions(export_decompositions())
+    signature = decomposed.graph_signature
+    inputs = program_inputs(decomposed)
+    _drop_runtime_assertions(decomposed.graph_module)
+    imported = import_graph(decomposed.graph_module, name)
+    output_names, mutations = [], []
+    for index, spec in enumerate(signature.output_specs):
+        if spec.kind == OutputKind.BUFFER_MUTATION:
+            mutations.append((index, spec.target))
+        elif spec.kind == OutputKind.USER_OUTPUT:
+            output_names.append(getattr(spec.arg, "name", f"output{len(output_names)}"))
+        else:
+            raise UnsupportedOpError(f"exported program output '{spec.arg}' is a {spec.kind.name.lower()}; "
+                                     "neuroncc runs programs whose outputs are user outputs and buffer updates")
+    return InferenceGraph(decomposed, imported, inputs, tuple(output_names), tuple(mutations))
+
+
+def trace_training(program: ExportedProgram, name: str,
+                   compile_imported: Callable[[str, ImportedGraph], Executable]) -> TrainingGraphs:
+    """Export the joint forward+backward graph of ``program`` and partition it (min-cut, as the backend does).
+
+    ``compile_imported(kind, imported)`` ("forward"/"backward", the imported graph named ``<name>_<kind>``)
+    returns the executable each graph runs with. The returned step must be called after this function
+    returns: AOTAutograd's export context (an ExitStack) is closed by then, as its API requires.
+    """
+    from functorch.compile import min_cut_rematerialization_partition
+    from torch._functorch.aot_autograd import (
+        aot_compile_joint_with_descriptors,
+        aot_export_joint_with_descriptors,
+    )
+
+    _refuse_unsupported_signature(program)
+    module = program.module()
+    if not any(p.requires_grad for p in module.parameters()):
+        raise InputError(f"program '{name}' has nothing to train: it has no parameters that require grad "
+                         "(so no backward graph)")
+    user_inputs = [i for i in program_inputs(program) if i.kind == "input"]
+    check_input_sizes(user_inputs, name)
+    # Only their types matter: AOTAutograd traces with fake tensors.
+    example_inputs = [torch.zeros(i.shape, dtype=i.dtype) for i in user_inputs]
+    args, kwargs = _unflatten_user_inputs(program, list(example_inputs))
+    imported: dict[str, ImportedGraph] = {}
+
+    def compiler(kind: str) -> Callable[[fx.GraphModule, Sequence[Any]], CompiledGraph]:
+        def compile_one(gm: fx.GraphModule, example: Sequence[Any]) -> CompiledGraph:
+            _drop_runtime_assertions(gm)
+            graph = import_graph(gm, f"{name}_{kind}")
+            imported[kind] = graph
+            return CompiledGraph(graph, compile_imported(kind, graph))
+        return compile_one
+
+    with _tracing(), contextlib.ExitStack() as stack:
+        joint = aot_export_joint_with_descriptors(stack, module, tuple(args), kwargs,
+                                                  decompositions=decomposition_table())
+        step = aot_compile_joint_with_descriptors(joint, partition_fn=min_cut_rematerialization_partition,
+                                                  fw_compiler=compiler("forward"),
+                                                  bw_compiler=compiler("backward"))
+    if "backward" not in imported:
+        raise InputError(f"program '{name}' has no backward graph: none of its outputs depends on a parameter")
+    parameter_names = tuple(n for n, _ in module.named_parameters())
+    buffer_names = tuple(n for n, _ in module.named_buffers())
+    return TrainingGraphs(module, imported["forward"], imported["backward"], step, parameter_names, buffer_names)
+
+
+def check_input_sizes(inputs: Sequence[ProgramInput], where: str, limit: int = MAX_INPUT_BYTES) -> None:
+    """Refuse inputs whose declared sizes add up to more than ``limit`` bytes (an absurd or hostile program)."""
+    total = 0
+    for spec in inputs:
+        total += spec.nbytes
+        if total > limit:
+            raise InputError(f"{where}: input '{spec.target}' has an absurd size {spec.describe()} (the inputs need "
+                             f"over {limit >> 30} GiB; neuroncc refuses to allocate them)")
+
+
+def call_eager(program: ExportedProgram, user_inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """Run the (undecomposed) program with eager PyTorch; returns its flattened user outputs."""
+    args, kwargs = _unflatten_user_inputs(program, list(user_inputs))
+    with _tracing():
+        result = program.module()(*args, **kwargs)
+    return [leaf for leaf in pytree.tree_leaves(result)]
+
+
+def _unflatten_user_inputs(program: ExportedProgram, flat: list[Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    spec = program.call_spec.in_spec
+    if spec is None:
+        return tuple(flat), {}
+    args, kwargs = pytree.tree_unflatten(flat, spec)
+    return tuple(args), dict(kwargs)
+
+
+def _refuse_unsupported_signature(program: ExportedProgram) -> None:
+    for spec in program.graph_signature.input_specs:
+        if spec.kind == InputKind.USER_INPUT and not isinstance(spec.arg, TensorArgument):
+            raise UnsupportedOpError(f"exported program input '{getattr(spec.arg, 'name', spec.arg)}' is not a "
+                                     "tensor (a Python value baked into the program); neuroncc compiles programs "
+                                     "whose inputs are all tensors")
+        if spec.kind not in STATE_KINDS and spec.kind != InputKind.USER_INPUT:
+            raise UnsupportedOpError(f"exported program input '{spec.arg.name}' is a "
+                                     f"{spec.kind.name.lower()}; neuroncc supports tensor inputs, parameters, "
+                                     "buffers and constant tensors")
+
+
+def _drop_runtime_assertions(gm: fx.GraphModule) -> None:
+    dropped = False
+    for node in list(gm.graph.nodes):
+        if node.op == "call_function" and node.target in RUNTIME_ASSERTIONS and not node.users:
+            gm.graph.erase_node(node)
+            dropped = True
+    if dropped:
+        gm.recompile()
+
+
+def program_inputs(program: ExportedProgram) -> tuple[ProgramInput, ...]:
+    """Every input of ``program``'s graph (user inputs and state), in placeholder order, typed from the graph's
+    metadata. Nothing is allocated: a program may declare absurd sizes, which callers check first."""
+    _refuse_unsupported_signature(program)
+    placeholders = [n for n in program.graph_module.graph.nodes if n.op == "placeholder"]
+    return tuple(_program_input(spec, node) for spec, node in zip(program.graph_signature.input_specs, placeholders))
+
+
+def _program_input(spec: Any, node: fx.Node) -> ProgramInput:
+    meta = node.meta.get("val")
+    if not isinstance(meta, torch.Tensor):
+        raise UnsupportedOpError(f"exported program input '{node.name}' is not a tensor")
+    dynamic = [f"dim {d} is {size}" for d, size in enumerate(meta.shape) if not isinstance(size, int)]
+    if dynamic:
+        raise DynamicShapeError(f"exported program input '{node.name}' has dynamic sizes ({', '.join(dynamic)}); "
+                                "neuroncc compiles static shapes: export without dynamic_shapes")
+    kind = "input" if spec.kind == InputKind.USER_INPUT else STATE_KINDS[spec.kind]
+    target = spec.arg.name if kind == "input" else spec.target
+    return ProgramInput(node.name, kind, target, tuple(int(s) for s in meta.shape), meta.dtype)

@@ -1,0 +1,28 @@
+"""``neuroncc demo``: the first thing a new user runs. One full run in a fresh process, own cwd and HOME."""
+
+import re
+
+from cli_testing import files_under, run_process
+
+
+def test_demo_trains_like_eager_and_hits_the_cache_on_a_rerun(tmp_path):
+    cwd, home, out = tmp_path / "cwd", tmp_path / "home", tmp_path / "out"
+    cwd.mkdir()
+    home.mkdir()
+    result = run_process("demo", "--steps", "3", "-o", str(out), cwd=cwd, home=home, cache=tmp_path / "env-cache")
+    assert result.returncode == 0, result.stdout + result.stderr
+    text = result.stdout
+    rows = re.findall(r"^\s+(\d+)\s+(\d+\.\d+)\s+(\d+\.\d+)\s+(\S+)$", text, re.M)
+    assert [int(step) for step, *_ in rows] == [1, 2, 3]
+    for _, ours, eager, difference in rows:
+        assert abs(float(ours) - float(eager)) <= 1e-4 and float(difference) <= 1e-4
+    assert re.search(r"max \|parameter difference\| after 3 steps: \S+ \(\S+\): ok", text)
+    assert re.search(r"forward: \d+ ops -> \d+ launches", text) and re.search(r"backward: \d+ ops", text)
+    assert "2 cache hits, 0 compiles" in text
+    assert text.rstrip().splitlines()[-1].endswith("neuroncc and eager PyTorch agree")
+    assert result.stderr == ""  # no warnings, no progress (stderr is not a terminal)
+    # Everything went to -o DIR: the exported model and the demo's cache (not $NEURONCC_CACHE_DIR, not HOME).
+    assert (out / "classifier.pt2").is_file()
+    assert len(list((out / "cache" / "entries").iterdir())) == 2
+    assert files_under(cwd) == [] and files_under(home) == []
+    assert not (tmp_path / "env-cache").exists()

@@ -1,0 +1,70 @@
+"""neuroncc.frontend.exported: .pt2 -> IR for inference and for training, checked against eager PyTorch."""
+
+import torch
+
+from neuroncc.examples.classifier import ClassifierConfig, build_example, make_batch
+from neuroncc.frontend.exported import call_eager, import_inference, load_program, program_inputs, trace_training
+from neuroncc.ir import print_function
+from neuroncc.runtime.executable import InterpreterExecutable
+
+
+def _interp(kind, imported):
+    return InterpreterExecutable(imported.function)
+
+
+def test_inference_graph_keeps_weights_as_inputs(classifier_pt2):
+    program = load_program(classifier_pt2)
+    graph = import_inference(program, "classifier")
+    kinds = [i.kind for i in graph.inputs]
+    assert kinds.count("input") == 2 and kinds.count("parameter") == len(list(program.parameters()))
+    assert [i.target for i in graph.user_inputs] == ["tokens", "labels"]
+    assert "constant" not in print_function(graph.imported.function).split("{", 1)[1]  # no weights baked in
+    tokens, labels = make_batch(ClassifierConfig(), torch.Generator().manual_seed(3))
+    (loss,) = graph.call(InterpreterExecutable(graph.imported.function), graph.initial_state(),
+                         {"tokens": tokens, "labels": labels})
+    torch.testing.assert_close(loss, build_example()(tokens, labels).detach())
+    torch.testing.assert_close(call_eager(program, [tokens, labels])[0].detach(), loss)
+
+
+def test_training_step_matches_eager_gradients(classifier_pt2):
+    graphs = trace_training(load_program(classifier_pt2), "classifier", _interp)
+    assert graphs.forward.function.name == "classifier_forward"
+    assert graphs.backward.function.name == "classifier_backward"
+    eager = build_example()
+    parameters = dict(graphs.module.named_parameters())
+    ours = [parameters[n].detach().clone().requires_grad_(True) for n in graphs.parameter_names]
+    tokens, labels = make_batch(ClassifierConfig(), torch.Generator().manual_seed(4))
+    loss = graphs.step(*ours, tokens, labels)
+    loss.backward()
+    eager_loss = eager(tokens, labels)
+    eager_loss.backward()
+    torch.testing.assert_close(loss.detach(), eager_loss.detach())
+    eager_parameters = dict(eager.named_parameters())
+    for name, parameter in zip(graphs.parameter_names, ours):
+        torch.testing.assert_close(parameter.grad, eager_parameters[name].grad, msg=name)
+
+
+def test_training_updates_buffers_like_eager(norm_pt2):
+    """Training-mode BatchNorm: the compiled step updates the running stats it is given, as eager does."""
+    program = load_program(norm_pt2)
+    graphs = trace_training(program, "norm", _interp)
+    assert graphs.buffer_names == ("norm.running_mean", "norm.running_var", "norm.num_batches_tracked")
+    eager = program.module()
+    parameters, buffers = dict(graphs.module.named_parameters()), dict(graphs.module.named_buffers())
+    ours = [parameters[n].detach().clone().requires_grad_(True) for n in graphs.parameter_names]
+    our_buffers = [buffers[n].detach().clone() for n in graphs.buffer_names]
+    x = torch.randn(8, 5, generator=torch.Generator().manual_seed(5))
+    graphs.step(*ours, *our_buffers, x).sum().backward()
+    eager(x).sum().backward()
+    eager_buffers = dict(eager.named_buffers())
+    for name, ours_buffer in zip(graphs.buffer_names, our_buffers):
+        torch.testing.assert_close(ours_buffer, eager_buffers[name], msg=name)
+    assert int(our_buffers[2]) == 1
+
+
+def test_program_inputs_read_types_without_allocating(good_pt2):
+    inputs = program_inputs(load_program(good_pt2))
+    assert [(i.kind, i.target, i.shape) for i in inputs] == [
+        ("parameter", "linear.weight", (3, 4)), ("parameter", "linear.bias", (3,)), ("buffer", "offset", (3,)),
+        ("input", "x", (2, 4))]
+    assert inputs[-1].nbytes == 32 and inputs[-1].describe() == "float32[2, 4]"

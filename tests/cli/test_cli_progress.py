@@ -1,0 +1,64 @@
+"""The progress display: a step list on a terminal, plain compile lines on a log, nothing before an error."""
+
+import io
+import time
+
+import pytest
+
+from neuroncc.cli.progress import Progress, format_seconds
+
+
+class Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def test_log_gets_plain_lines_for_logged_steps_only():
+    stream = io.StringIO()
+    progress = Progress(stream)
+    assert not progress.interactive
+    with progress.step("load model.pt2"):
+        pass
+    with progress.step("compile forward for cpu", log=True) as step:
+        step.detail = "cache hit"
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("neuroncc: compile forward for cpu (cache hit)  ")
+
+
+def test_a_failing_step_prints_nothing_on_a_log():
+    stream = io.StringIO()
+    with pytest.raises(ValueError), Progress(stream).step("compile", log=True):
+        raise ValueError("bad")
+    assert stream.getvalue() == ""
+
+
+def test_terminal_shows_nested_steps_and_erases_a_failure():
+    stream = Terminal()
+    progress = Progress(stream)
+    assert progress.interactive
+    with progress.step("outer"):
+        with progress.step("inner"):
+            time.sleep(0.25)  # the spinner draws the innermost step
+        with pytest.raises(KeyError), progress.step("failing"):
+            raise KeyError("x")
+    text = stream.getvalue()
+    assert "inner  " in text.split("done  inner")[0]  # drawn while running
+    finished = [line.split("\r\x1b[2K")[-1] for line in text.split("\n") if line]
+    assert [line.split("  ")[1] for line in finished] == ["done", "done"]
+    assert "done  inner" in finished[0] and "done  outer" in finished[1]
+    assert "done  failing" not in text
+    assert text.endswith("\n")
+
+
+def test_transient_and_disabled_displays_leave_no_lines():
+    for progress in (Progress(Terminal(), transient=True), Progress(Terminal(), enabled=False)):
+        with progress.step("work", log=True) as step:
+            pass
+        assert step.seconds >= 0
+        assert "\n" not in progress.stream.getvalue()
+
+
+@pytest.mark.parametrize("seconds, text", [(0.0042, "4.2 ms"), (0.25, "250 ms"), (1.234, "1.23 s"),
+                                           (12.34, "12.3 s")])
+def test_format_seconds(seconds, text):
+    assert format_seconds(seconds) == text

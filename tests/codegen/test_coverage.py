@@ -1,0 +1,28 @@
+"""Every op of the registry has a native lowering (or is an extern kernel): nothing falls back by design."""
+
+from neuroncc.codegen.llvm.access import ACCESS
+from neuroncc.codegen.llvm.elementwise import ELEMENTWISE
+from neuroncc.codegen.llvm.reductions import COMBINERS
+from neuroncc.ir import REGISTRY, Category
+
+EXTERN = {"mm", "bmm", "addmm", "convolution", "convolution_backward"}
+SCATTER_STAGES = {"scatter", "index_put"}
+
+
+def test_every_op_has_a_lowering():
+    missing = []
+    for opdef in REGISTRY:
+        name, category = opdef.name, opdef.category
+        if category is Category.KERNEL:
+            continue
+        tables = {
+            Category.ELEMENTWISE: ELEMENTWISE, Category.REDUCTION: COMBINERS, Category.MATMUL: EXTERN,
+        }.get(category, set(ACCESS) | SCATTER_STAGES)
+        if name not in tables:
+            missing.append(name)
+    assert missing == []
+
+
+def test_tables_name_only_real_ops():
+    for table in (ELEMENTWISE, ACCESS, COMBINERS):
+        assert set(table) <= set(REGISTRY.names())
