@@ -133,8 +133,32 @@ class NkiExecutable:
 
 
 def _nki_target(options: Mapping[str, Any]) -> str:
-    target = str(options.get("nki_target") or DEFAULT_NKI_TARGET)
-    return target
+    return str(options.get("nki_target") or DEFAULT_NKI_TARGET)
+
+
+def lower_for_nki(fn: Function, target: str = DEFAULT_NKI_TARGET) -> Function:
+    """``fn`` after the ``nki`` pipeline for ``target`` (trn1/trn2/trn3), unless it already is in kernel form
+    (the output of the pipeline: only kernels, matmuls, extern calls and views at the top level)."""
+    from neuroncc.errors import PassError
+    from neuroncc.passes.kernels import check_kernel_contract
+    from neuroncc.passes.manager import PassContext, run_pipeline
+    from neuroncc.passes.pipeline import default_pipeline
+
+    try:
+        check_kernel_contract(fn)
+        return fn
+    except PassError:
+        pipeline = default_pipeline("nki").replace("target=trn2", f"target={target}")
+        return run_pipeline(pipeline, fn, PassContext())
+
+
+def nki_source(fn: Function, target: str = DEFAULT_NKI_TARGET) -> str:
+    """The generated NKI module for ``fn`` (before or after the ``nki`` pipeline), as ``inspect --nki``
+    prints it. Raises :class:`NkiUnsupportedError` naming an op the emitter does not support."""
+    try:
+        return emit_program(lower_for_nki(fn, target), target).source
+    except CodegenError as error:
+        raise NkiUnsupportedError(f"target nki-sim cannot compile func @{fn.name}: {error}") from None
 
 
 def build_nki_executable(fn: Function, options: Mapping[str, Any] | None = None) -> NkiExecutable:
@@ -172,4 +196,5 @@ def load_nki_executable(directory: str | Path, fn: Function) -> NkiExecutable:
         raise ArtifactError(f"{directory}: cannot load the NKI kernels ({type(exc).__name__}: {exc})") from None
 
 
-__all__ = ["NkiExecutable", "NkiUnsupportedError", "build_nki_executable", "load_module", "load_nki_executable"]
+__all__ = ["NkiExecutable", "NkiUnsupportedError", "build_nki_executable", "load_module", "load_nki_executable",
+           "lower_for_nki", "nki_source"]
