@@ -39,6 +39,7 @@ class KernelContext:
     names: Names
     hbm: dict[Value, str] = field(default_factory=dict)
     sbuf_partition_bytes: int = 224 * 1024
+    target_name: str = "trn2"
     fills: dict[Value, float | int] = field(default_factory=dict)  # outputs allocated pre-filled (padding)
 
     def fail(self, message: str) -> CodegenError:

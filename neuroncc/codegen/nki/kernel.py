@@ -46,7 +46,8 @@ def emit_segment(function_name: str, plan: RegionPlan, segment: DeviceSegment, t
     """The source of ``@nki.jit def function_name(...)`` computing ``segment``; ``names`` holds the module's
     names (the kernel's own names are kept apart from other kernels')."""
     local = Names(set(names.taken))
-    ctx = KernelContext(function_name, plan, local, sbuf_partition_bytes=target.sbuf_partition_bytes)
+    ctx = KernelContext(function_name, plan, local, sbuf_partition_bytes=target.sbuf_partition_bytes,
+                        target_name=target.name)
     arguments = []
     for value in segment.inputs:
         ctx.hbm[value] = local.fresh(identifier(value.hint or "x"))
