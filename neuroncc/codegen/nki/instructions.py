@@ -212,8 +212,10 @@ def _negated_column(instrs: list[Instr], counts: dict[str, int], producers: dict
     if origin is not None and counts.get(column.tile) == 1 and _whole(column):
         reduce = instrs[origin]
         if reduce.kind == "tensor_reduce" and not reduce.args.get("negate"):
+            negated = replace(column, tile=fresh(f"neg_{column.tile}"))
             reduce.args["negate"] = True
-            return column, 0
+            reduce.dst = negated  # the tile now holds -max: say so in its name
+            return negated, 0
     negated = Ref(fresh(f"neg_{column.tile}"), column.shape, "float32")
     instrs.insert(before, Instr("tensor_scalar", negated, {"data": column, "op0": "nl.multiply", "operand0": -1.0}))
     return negated, 1
