@@ -92,3 +92,12 @@ def test_bf16_softmax(rng):
     shifted = b.op("sub", x, b.op("amax", x, dims=[1], keepdim=True))
     exps = b.op("exp", shifted)
     check_against_interpreter(b.build([b.op("div", exps, b.op("sum", exps, dims=[1], keepdim=True))]), rng)
+
+
+def test_column_sums_accumulate_row_blocks_on_tensor_engine(rng):
+    """A bias gradient: sums over the rows are ones-vector matmuls accumulating row blocks in PSUM."""
+    b, (x, y) = graph("colsum", ((300, 700), F32), ((300, 700), BF16))
+    outputs = [b.op("sum", b.op("mul", x, x), dims=[0]), b.op("mean", x, dims=[0], keepdim=True), b.op("exp", x),
+               b.op("sum", y, dims=[0])]
+    exe = check_against_interpreter(b.build(outputs), rng, atol=1e-4)
+    assert "stationary=ones[0:rows]" in exe.source and "nl.psum" in exe.source

@@ -65,14 +65,15 @@ class Instr:
     render: Callable[[SourceWriter, Any], None] | None = None  # DMAs render themselves
     stores: bool = False  # writes HBM
     also_allocates: tuple[Ref, ...] = ()  # tiles this call writes besides dst (an activation's reduce_res)
+    phase: str = "body"  # "pre" / "post": before / after the partition loop of a partition reduction
 
     def reads(self) -> list[Ref]:
         found = []
         for value in self.args.values():
             if isinstance(value, Ref):
                 found.append(value)
-        if self.kind == "predicated" and self.dst is not None:
-            found.append(self.dst)
+        if self.kind in ("predicated", "matmul") and self.dst is not None:
+            found.append(self.dst)  # updates its destination
         return found
 
 
