@@ -15,6 +15,7 @@ a smaller box per DMA: always correct, efficient exactly when no loop is needed.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -274,17 +275,24 @@ def _tile_expression(tile: TileSide, looped: dict[int, str]) -> str:
     return f"{tile.name}[{', '.join(keys)}]"
 
 
-def _loops_for(order: Sequence[int], units: dict[int, int]) -> list[int]:
-    """Dims of ``order`` to loop over so the kept ones step by strictly decreasing ``units`` (a dim this
-    side does not step along at all must be looped too: the side has no dimension to match it)."""
-    looped, last = [], None
-    for dim in order:
-        unit = units.get(dim, 0)
-        if unit == 0 or (last is not None and unit >= last):
-            looped.append(dim)
-        else:
-            last = unit
-    return looped
+def _loops_for(order: Sequence[int], units: dict[int, int], extents: dict[int, int]) -> list[int]:
+    """Dims of ``order`` to loop over so the kept ones step by strictly decreasing ``units``, keeping the
+    most elements per DMA (a heaviest decreasing subsequence; a dim this side does not step along at all
+    is looped too: the side has no dimension to match it)."""
+    best: list[tuple[float, list[int]]] = []  # per position: (weight, kept dims) of the best chain ending there
+    for i, dim in enumerate(order):
+        if units.get(dim, 0) == 0:
+            best.append((float("-inf"), []))
+            continue
+        weight = math.log(max(extents.get(dim, 1), 1)) + 1e-9
+        chain = (weight, [dim])
+        for j in range(i):
+            previous = order[j]
+            if best[j][0] > float("-inf") and units[previous] > units[dim] and best[j][0] + weight > chain[0]:
+                chain = (best[j][0] + weight, best[j][1] + [dim])
+        best.append(chain)
+    kept = max(best, key=lambda item: item[0])[1] if best and max(w for w, _ in best) > float("-inf") else []
+    return [dim for dim in order if dim not in kept]
 
 
 def transfer(writer: SourceWriter, names: Names, dst: HbmSide | TileSide, src: HbmSide | TileSide,
@@ -307,7 +315,7 @@ def transfer(writer: SourceWriter, names: Names, dst: HbmSide | TileSide, src: H
                        if index.kind == "span" and index.bound > 1 and (d in view.active or d in order)}
             continue
         kept = [d for d in order if d not in looped]
-        looped |= set(_loops_for(kept, {d: view.unit(d) for d in kept}))
+        looped |= set(_loops_for(kept, {d: view.unit(d) for d in kept}, {d: indexes[d].bound for d in kept}))
         looped |= {d for d in view.spans() if d not in order}
     variables: dict[int, str] = {}
     for dim in sorted(looped):

@@ -20,7 +20,7 @@ from neuroncc.codegen.nki.body import PMAX, Body, KernelContext, StageLayout, ce
 from neuroncc.codegen.nki.instructions import Instr, optimize, render
 from neuroncc.codegen.nki.op_rules import emit_op
 from neuroncc.codegen.nki.plan import REDUCTIONS, Stage, stage_maps
-from neuroncc.codegen.nki.shapes import AffineMap, view_window
+from neuroncc.codegen.nki.shapes import AffineMap, map_through_window, operand_grouping, view_window
 from neuroncc.codegen.nki.source import SourceWriter, nki_dtype
 from neuroncc.ir import Value
 from neuroncc.ir.types import contiguous_strides
@@ -212,7 +212,38 @@ def hoist(instrs: list[Instr]) -> tuple[list[Instr], list[Instr]]:
     return prologue, body
 
 
+def _pure_copies(ctx: KernelContext, stage: Stage, in_hbm: set[Value]) -> list[tuple[Value, Value, AffineMap]] | None:
+    """A stage of ``copy`` ops reading HBM (a relayout: a permute or reshape materialised) as (destination,
+    source root, source map over the stage domain) per stored value; None for any other stage."""
+    if any(op.name != "copy" or op.operands[0].type.dtype != op.result.type.dtype for op in stage.ops):
+        return None
+    sources: dict[Value, tuple[Value, AffineMap]] = {}
+    moves = []
+    for op in stage.ops:
+        found = view_window(op.operands[0], ctx.plan.producers)
+        if found is None or ctx.plan.homes[found[0]].kind == "immediate":
+            return None
+        root, window = found
+        if root in stage.placements:  # a copy of a copy made here: the tile holds the same elements
+            root, amap = sources[root]
+        else:
+            grouping = operand_grouping(stage.groupings[op], op.result.type.shape, op.operands[0].type.shape)
+            amap = map_through_window(grouping, stage.domain, window)
+        sources[op.result] = (root, amap)
+        if op.result in in_hbm:
+            moves.append((op.result, root, amap))
+    return moves
+
+
 def emit_tile_stage(ctx: KernelContext, stage: Stage, writer: SourceWriter, in_hbm: set[Value]) -> None:
+    moves = _pure_copies(ctx, stage, in_hbm)
+    if moves is not None:  # straight DMAs between HBM tensors, no trip through SBUF
+        writer.comment(f"copy over {list(stage.domain)}: DMA between HBM tensors")
+        indexes = _full_indexes(stage.domain)
+        for value, root, amap in moves:
+            transfer(writer, ctx.names, HbmSide(ctx.hbm_name(value), value.type.shape, stage.placements[value], indexes),
+                     HbmSide(ctx.hbm_name(root), root.type.shape, amap, indexes), indexes)
+        return
     layout, loops = tile_layout(ctx, stage)
     body = Body(ctx, stage, layout)
     for op in stage.ops:
