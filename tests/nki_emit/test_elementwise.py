@@ -101,3 +101,11 @@ def test_column_sums_accumulate_row_blocks_on_tensor_engine(rng):
                b.op("sum", y, dims=[0])]
     exe = check_against_interpreter(b.build(outputs), rng, atol=1e-4)
     assert "stationary=ones[0:rows]" in exe.source and "nl.psum" in exe.source
+
+
+def test_fusions_keep_every_tile_defined_before_its_use(rng):
+    """(t * c) * r**3 with r loaded after t: the reassociated multiply must stay after r's load."""
+    b, (t, r, x) = graph("order", ((2, 4), F32), ((2, 4), F32), ((2, 4), F32))
+    half = b.op("mul", t, b.op("full", shape=[], dtype=F32, value=-0.5))
+    cubed = b.op("pow", r, b.op("full", shape=[], dtype=F32, value=3.0))
+    check_against_interpreter(b.build([b.op("mul", b.op("mul", half, cubed), b.op("sign", x))]), rng)

@@ -265,10 +265,12 @@ def _commute_scalar_multiply(instrs: list[Instr], counts: dict[str, int], produc
             if not isinstance(source, Ref) or source.shape != instr.dst.shape or other.shape != instr.dst.shape:
                 continue
             product = replace(first.dst, tile=first.dst.tile)
-            instrs[producers[data.tile]] = Instr("tensor_tensor", product,
-                                                 {"data1": source, "data2": other, "op": "nl.multiply"})
+            # both land where the second multiply was: ``other`` may be computed after the first one
             instrs[index] = Instr("tensor_scalar", instr.dst, {"data": product, "op0": "nl.multiply",
                                                                 "operand0": first.args["operand0"]})
+            instrs.insert(index, Instr("tensor_tensor", product, {"data1": source, "data2": other,
+                                                                  "op": "nl.multiply"}))
+            del instrs[producers[data.tile]]
             return True
     return False
 
