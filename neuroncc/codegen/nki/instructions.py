@@ -328,8 +328,37 @@ def _fuse_scalar_pairs(instrs: list[Instr], counts: dict[str, int], producers: d
     return False
 
 
+_READS_PSUM = {"activation": "data", "tensor_scalar": "data", "tensor_tensor": "data1", "stt": "data",
+               "tensor_reduce": "data"}
+
+
+def _forward_copy(instrs: list[Instr], counts: dict[str, int], producers: dict[str, int],
+                  fresh: Callable[[str], str]) -> bool:
+    """``y = f(copy(x))`` -> ``y = f(x)`` when the copy changes no dtype and ``f`` is its only reader (the
+    engines read PSUM directly: a matmul's result goes straight into its epilogue)."""
+    for index, instr in enumerate(instrs):
+        for key in ("data", "data1", "data2"):
+            data = instr.args.get(key)
+            if instr.kind not in _READS_PSUM or not _whole(data) or counts.get(data.tile) != 1:
+                continue
+            if data.tile not in producers:
+                continue
+            first = instrs[producers[data.tile]]
+            source = first.args.get("src")
+            if first.kind != "tensor_copy" or not isinstance(source, Ref) or source.dtype != data.dtype:
+                continue
+            if source.shape != data.shape or any(ref.buffer == "psum" for ref in instr.reads() if ref is not data) \
+                    and source.buffer == "psum":
+                continue
+            instr.args[key] = source
+            del instrs[producers[data.tile]]
+            return True
+    return False
+
+
 #: Fusion rules, applied to a fixed point in this order (each returns True when it rewrote something).
 FUSIONS = (
+    _forward_copy,                 # f(copy(x)) -> f(x), reading PSUM directly
     _fuse_activation_input,        # act(x - c) -> activation(bias=-c)
     _fuse_reduce_into_activation,  # sum(act(x)) -> activation(reduce_res=...)
     _commute_scalar_multiply,      # (x * c) * y -> (x * y) * c
