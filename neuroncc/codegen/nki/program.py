@@ -140,7 +140,10 @@ class _ProgramEmitter:
     def run(self) -> NkiProgram:
         for index, op in enumerate(self.fn.ops):
             category = REGISTRY.get(op.name).category
-            if op.name == "kernel":
+            if any(v.type.numel == 0 for v in op.operands + op.results):  # nothing to compute on the device
+                self.host(f"{op.name}_{index}_empty", [op], list(dict.fromkeys(op.operands)), list(op.results),
+                          self.slot_of)
+            elif op.name == "kernel":
                 name = op.attrs["name"]
                 self.region(op, op.regions[0], name, tuple(op.attrs["domain"]), op.attrs["partition_dim"])
             elif op.name in PURE_VIEWS or category is Category.CONSTANT:
@@ -166,7 +169,7 @@ class _ProgramEmitter:
         body = []
         for op in ops:
             new_results = tuple(Value(r.type.contiguous(), r.hint) for r in op.results)
-            body.append(Op(op.name, tuple(mapping[v] for v in op.operands), new_results, op.attrs))
+            body.append(Op(op.name, tuple(mapping[v] for v in op.operands), new_results, op.attrs, op.regions))
             mapping.update(zip(op.results, new_results))
         program = Function(identifier(label), tuple(params.values()), tuple(body),
                            tuple(mapping[r] for r in results))
