@@ -30,7 +30,14 @@ from neuroncc.errors import InputError
 from neuroncc.frontend import stats
 from neuroncc.frontend.aten_compiler import compile_aten_graph
 from neuroncc.frontend.decompositions import decomposition_table
-from neuroncc.frontend.diagnostics import Float64Warning, check_graph_features, uses_float64, user_location
+from neuroncc.frontend.diagnostics import (
+    DATA_DEPENDENT_ERRORS,
+    Float64Warning,
+    check_graph_features,
+    data_dependent_refusal,
+    user_location,
+    uses_float64,
+)
 from neuroncc.frontend.fallback import partition_and_compile
 from neuroncc.frontend.options import BackendOptions
 
@@ -62,7 +69,10 @@ def neuron_backend(gm: fx.GraphModule, example_inputs: Sequence[Any], *, options
     )
     # The math SDPA backend: the CPU flash-attention op's decomposition gives wrong gradients.
     with sdpa_kernel(SDPBackend.MATH):
-        return compile_with_aot(gm, example_inputs)
+        try:
+            return compile_with_aot(gm, example_inputs)
+        except DATA_DEPENDENT_ERRORS as error:
+            raise data_dependent_refusal(gm, error) from error
 
 
 @dataclass(frozen=True)

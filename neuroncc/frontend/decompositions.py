@@ -14,6 +14,8 @@ from collections.abc import Callable
 import torch
 from torch._decomp import _core_aten_decompositions_post_autograd, get_decompositions
 
+from neuroncc.frontend.coverage import coverage_decompositions
+
 aten = torch.ops.aten
 
 #: Ops the core table keeps but our IR has no op for: decompose them into exp/sum/mean/rsqrt/... .
@@ -51,6 +53,7 @@ def decomposition_table() -> dict[torch._ops.OperatorBase, Callable]:
     """The table passed to AOTAutograd (built once; the dict is shared, do not mutate it)."""
     table = dict(_core_aten_decompositions_post_autograd())
     table.update(get_decompositions(list(EXTRA_DECOMPOSITIONS)))
+    table.update(coverage_decompositions())  # ops added for OpInfo coverage (frontend/coverage.py)
     for op in REMOVED_DECOMPOSITIONS:
         table.pop(op, None)
     return table

@@ -16,6 +16,8 @@ from typing import Any
 
 import torch
 import torch.fx as fx
+import torch._subclasses.fake_tensor
+import torch.fx.experimental.symbolic_shapes
 
 from neuroncc.errors import DynamicShapeError, UnsupportedOpError
 
@@ -213,3 +215,26 @@ def uses_float64(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> bool:
     if any(isinstance(v, torch.Tensor) and v.dtype is torch.float64 for v in example_inputs):
         return True
     return any(isinstance(_example(n), torch.Tensor) and _example(n).dtype is torch.float64 for n in gm.graph.nodes)
+
+
+# ---- data-dependent shapes -----------------------------------------------------------------------------
+
+#: What AOTAutograd raises when tracing needs a value only known at run time (a size read from a tensor).
+DATA_DEPENDENT_ERRORS: tuple[type[BaseException], ...] = (
+    torch.fx.experimental.symbolic_shapes.GuardOnDataDependentSymNode,
+    torch._subclasses.fake_tensor.DataDependentOutputException,
+    torch._subclasses.fake_tensor.DynamicOutputShapeException,
+)
+
+
+def data_dependent_refusal(gm: fx.GraphModule, error: BaseException) -> UnsupportedOpError:
+    """The refusal for a graph whose shapes (or control flow) depend on tensor values."""
+    where = next((loc for loc in map(user_location, gm.graph.nodes) if loc is not None), None)
+    first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    refusal = UnsupportedOpError(
+        f"neuroncc cannot compile code whose shapes depend on tensor values"
+        f"{f' (graph from {where})' if where else ''}: {type(error).__name__}: {first_line}\n"
+        f"  compute the data-dependent part outside the compiled region\n  {FALLBACK_HINT}"
+    )
+    refusal.feature = "data-dependent shapes"
+    return refusal

@@ -23,6 +23,7 @@ from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from neuroncc.errors import TypeInferenceError, UnsupportedOpError
 from neuroncc.frontend.convert import TensorSpec, to_numpy
+from neuroncc.frontend.coverage import COVERAGE_LOWERINGS
 from neuroncc.frontend.diagnostics import op_name, unsupported_op
 from neuroncc.frontend.lower_elementwise import ELEMENTWISE_LOWERINGS
 from neuroncc.frontend.lower_movement import MOVEMENT_LOWERINGS
@@ -31,7 +32,9 @@ from neuroncc.frontend.lowering_context import LoweringBug, LoweringContext, ir_
 from neuroncc.ir import Builder, DenseAttr, Function, TensorType, Value
 
 #: aten op -> lowering. One entry per op; the tables live next to their lowerings.
-LOWERINGS: Mapping[Any, Callable[..., Any]] = {**ELEMENTWISE_LOWERINGS, **REDUCTION_LOWERINGS, **MOVEMENT_LOWERINGS}
+LOWERINGS: Mapping[Any, Callable[..., Any]] = {
+    **ELEMENTWISE_LOWERINGS, **REDUCTION_LOWERINGS, **MOVEMENT_LOWERINGS, **COVERAGE_LOWERINGS,
+}
 
 
 @dataclass(frozen=True, slots=True)

@@ -77,7 +77,14 @@ DEFAULT_TOLERANCE: dict[torch.dtype, Tolerance] = {
 }
 
 #: Per-op overrides: (key, dtype) -> tolerance, each with the reason.
-TOLERANCE_OVERRIDES: dict[tuple[str, torch.dtype], tuple[Tolerance, str]] = {}
+TOLERANCE_OVERRIDES: dict[tuple[str, torch.dtype], tuple[Tolerance, str]] = {
+    ("div:trunc_rounding", torch.bfloat16): (
+        Tolerance(rtol=1.6e-2, atol=1.0),
+        "eager itself disagrees by one: its vectorized bf16 kernel truncates the quotient after rounding it to "
+        "bf16 (17.95 -> 18), its scalar kernel (0-dim, size 1, broadcast operands) truncates the float32 "
+        "quotient (17); which kernel runs depends on shapes and strides",
+    ),
+}
 
 
 def tolerance_for(key: str, dtype: torch.dtype) -> Tolerance:
