@@ -265,16 +265,11 @@ def _atan(body: Body, op: Op, x: list[Operand]) -> Operand:
 
 
 def _sign(body: Body, op: Op, x: list[Operand]) -> Operand:
-    """(x > 0) - (x < 0), with NaN kept."""
+    """(x > 0) - (x < 0): 0 for NaN, as torch.sign."""
     dst = body.result(op)
-    shape = dst.shape
-    positive = body.binary("nl.greater", x[0], 0, body.new("positive", shape, dst.dtype))
-    negative = body.binary("nl.less", x[0], 0, body.new("negative", shape, dst.dtype))
-    sign = body.binary("nl.subtract", positive, negative, body.new("sign", shape, dst.dtype))
-    if dst.dtype not in ("float32", "bfloat16", "float16"):
-        return body.copy(sign, dst)
-    nan = body.binary("nl.not_equal", x[0], x[0], body.new("nan", shape, "bool_"))
-    return body.select(nan, x[0], sign, dst)
+    positive = body.binary("nl.greater", x[0], 0, body.new("positive", dst.shape, dst.dtype))
+    negative = body.binary("nl.less", x[0], 0, body.new("negative", dst.shape, dst.dtype))
+    return body.binary("nl.subtract", positive, negative, dst)
 
 
 def _isnan(body: Body, op: Op, x: list[Operand]) -> Operand:
@@ -412,7 +407,7 @@ OP_RULES: dict[str, Rule] = {
     "tan": _tan,                                    # sin / cos
     "erf": _erf,                                    # A&S 7.1.26 polynomial
     "atan": _atan,                                  # Cephes atanf: range reduction + polynomial
-    "sign": _sign,                                  # (x > 0) - (x < 0), NaN kept
+    "sign": _sign,                                  # (x > 0) - (x < 0)
     "floor": _rounding("floor"),                    # via the int conversion, corrected
     "ceil": _rounding("ceil"),
     "trunc": _rounding("trunc"),
