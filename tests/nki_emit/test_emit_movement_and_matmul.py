@@ -94,3 +94,16 @@ def test_too_wide_a_reduction_is_refused_with_its_sbuf_need(rng):
     b, (x,) = graph("wide", ((4, 200000), F32))
     with pytest.raises(NkiUnsupportedError, match="bytes of SBUF per partition"):
         check_against_interpreter(b.build([b.op("sum", x, dims=[1])]), rng)
+
+
+def test_int64_arithmetic_and_integer_matmuls_run_exactly_on_the_host(rng):
+    b, (x, y, i) = graph("int64", ((3, 4), I64), ((4, 2), I64), ((3, 4), I64))
+    big = b.op("full", shape=[], dtype=I64, value=2 ** 40)
+    shifted = b.op("add", x, big)  # beyond int32: exact on the host
+    check_against_interpreter(b.build([b.op("mm", x, y), shifted, b.op("maximum", x, i), b.op("sum", i, dims=[1])]),
+                              rng)
+
+
+def test_argmax_of_a_zero_dim_tensor(rng):
+    b, (x,) = graph("argmax0", ((), F32))
+    check_against_interpreter(b.build([b.op("argmax", x, dim=0), b.op("exp", x)]), rng)
