@@ -85,6 +85,12 @@ def _load_cpu(directory: Path, fn: Function) -> Executable:
     return load_cpu_executable(directory, fn)
 
 
+def _load_nki(directory: Path, fn: Function) -> Executable:
+    from neuroncc.runtime.nki_target import load_nki_executable
+
+    return load_nki_executable(directory, fn)
+
+
 def _host_cpu_fingerprint() -> str:
     import llvmlite.binding as llvm
 
@@ -95,6 +101,8 @@ def _host_cpu_fingerprint() -> str:
 ARTIFACT_CODECS: dict[str, ArtifactCodec] = {
     "interp": ArtifactCodec(save=_save_with_method, load=_load_interp),
     "cpu": ArtifactCodec(save=_save_with_method, load=_load_cpu, host_fingerprint=_host_cpu_fingerprint),
+    # nki-sim: the generated kernel module (nki_kernels.py) and its launch plan (nki_plan.json)
+    "nki-sim": ArtifactCodec(save=_save_with_method, load=_load_nki),
 }
 
 # ---- the manifest ----------------------------------------------------------------------------------------

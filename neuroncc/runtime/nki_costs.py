@@ -12,10 +12,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from neuroncc.codegen.nki import NkiProgram, emit_program
-from neuroncc.errors import PassError
 from neuroncc.ir import Function
 from neuroncc.ir.dtypes import DType
-from neuroncc.runtime.nki_target import NkiExecutable, load_module
+from neuroncc.runtime.nki_target import NkiExecutable, load_module, lower_for_nki
 
 #: NKI dtype of each IR dtype for cost-only arguments (int64 travels as int32, as the executable passes it).
 _SPEC_DTYPES = {DType.f32: "float32", DType.bf16: "bfloat16", DType.f16: "float16", DType.i64: "int32",
@@ -93,23 +92,6 @@ class CostTable:
         return "\n".join(lines)
 
 
-def _lowered(fn: Function, target: str) -> Function:
-    """``fn`` after the nki pipeline for ``target`` unless it already is in kernel form."""
-    from neuroncc.passes.kernels import check_kernel_contract
-
-    try:
-        check_kernel_contract(fn)
-        if any(op.name == "kernel" for op in fn.ops) or not fn.ops:
-            return fn
-    except PassError:
-        pass
-    from neuroncc.passes.manager import PassContext, run_pipeline
-    from neuroncc.passes.pipeline import default_pipeline
-
-    pipeline = default_pipeline("nki").replace("target=trn2", f"target={target}")
-    return run_pipeline(pipeline, fn, PassContext())
-
-
 def _program(subject: Function | NkiExecutable | NkiProgram, target: str) -> tuple[str, NkiProgram, Any]:
     if isinstance(subject, NkiExecutable):
         if subject.target == target:
@@ -117,7 +99,7 @@ def _program(subject: Function | NkiExecutable | NkiProgram, target: str) -> tup
         subject = subject.function
     if isinstance(subject, NkiProgram):
         return subject.plan.function, subject, load_module(subject.source)
-    program = emit_program(_lowered(subject, target), target)
+    program = emit_program(lower_for_nki(subject, target), target)
     return subject.name, program, load_module(program.source)
 
 

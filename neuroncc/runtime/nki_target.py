@@ -37,6 +37,13 @@ class NkiUnsupportedError(UnsupportedOpError):
     """The nki-sim target cannot compile a graph (an op or region the NKI emitter does not support)."""
 
 
+class NkiRangeError(InputError):
+    """An int64 value a kernel would hold as int32 (NKI has no 64-bit integers) is out of int32's range."""
+
+
+INT32_MIN, INT32_MAX = -(2 ** 31), 2 ** 31 - 1
+
+
 def load_module(source: str, name: str = "neuroncc_nki_kernels") -> ModuleType:
     """Execute emitted kernel source as a fresh module (its imports bring in ``neuroncc.nki``)."""
     module = ModuleType(name)
@@ -110,6 +117,10 @@ class NkiExecutable:
         from neuroncc.runtime.nki.launch import _launch  # simulate() plus the trace, for the counters
         from neuroncc.runtime.nki.target import resolve_target
 
+        for position, (array, spec) in enumerate(zip(arguments, inputs)):
+            if spec.dtype == DType.i64.value and array.size and (array.min() < INT32_MIN or array.max() > INT32_MAX):
+                raise NkiRangeError(f"kernel '{name}' argument #{position}: int64 values in [{array.min()}, "
+                                    f"{array.max()}] do not fit the int32 the NKI device holds int64 in")
         device = [nki.bfloat16_array(array) if spec.dtype == DType.bf16.value else np.ascontiguousarray(array)
                   for array, spec in zip(arguments, inputs)]
         results, events = _launch(self.kernels[name], resolve_target(self.target, {}), True, tuple(device), {})
@@ -133,8 +144,32 @@ class NkiExecutable:
 
 
 def _nki_target(options: Mapping[str, Any]) -> str:
-    target = str(options.get("nki_target") or DEFAULT_NKI_TARGET)
-    return target
+    return str(options.get("nki_target") or DEFAULT_NKI_TARGET)
+
+
+def lower_for_nki(fn: Function, target: str = DEFAULT_NKI_TARGET) -> Function:
+    """``fn`` after the ``nki`` pipeline for ``target`` (trn1/trn2/trn3), unless it already is in kernel form
+    (the output of the pipeline: only kernels, matmuls, extern calls and views at the top level)."""
+    from neuroncc.errors import PassError
+    from neuroncc.passes.kernels import check_kernel_contract
+    from neuroncc.passes.manager import PassContext, run_pipeline
+    from neuroncc.passes.pipeline import default_pipeline
+
+    try:
+        check_kernel_contract(fn)
+        return fn
+    except PassError:
+        pipeline = default_pipeline("nki").replace("target=trn2", f"target={target}")
+        return run_pipeline(pipeline, fn, PassContext())
+
+
+def nki_source(fn: Function, target: str = DEFAULT_NKI_TARGET) -> str:
+    """The generated NKI module for ``fn`` (before or after the ``nki`` pipeline), as ``inspect --nki``
+    prints it. Raises :class:`NkiUnsupportedError` naming an op the emitter does not support."""
+    try:
+        return emit_program(lower_for_nki(fn, target), target).source
+    except CodegenError as error:
+        raise NkiUnsupportedError(f"target nki-sim cannot compile func @{fn.name}: {error}") from None
 
 
 def build_nki_executable(fn: Function, options: Mapping[str, Any] | None = None) -> NkiExecutable:
@@ -172,4 +207,5 @@ def load_nki_executable(directory: str | Path, fn: Function) -> NkiExecutable:
         raise ArtifactError(f"{directory}: cannot load the NKI kernels ({type(exc).__name__}: {exc})") from None
 
 
-__all__ = ["NkiExecutable", "NkiUnsupportedError", "build_nki_executable", "load_module", "load_nki_executable"]
+__all__ = ["NkiExecutable", "NkiRangeError", "NkiUnsupportedError", "build_nki_executable", "load_module", "load_nki_executable",
+           "lower_for_nki", "nki_source"]

@@ -11,10 +11,8 @@ from torch.utils._pytree import tree_leaves
 
 from neuroncc.testing.fuzz_campaign import available_targets
 
-#: The targets whose backends are in this tree (interp always). nki-sim is left out for now: it mis-handles
-#: size-0 tensors, int64 beyond float precision and sign(NaN) (tracked on the NKI issue); the fuzzer and the
-#: model tests cover it on ordinary tensors.
-TARGETS = [t for t in available_targets()[0] if t != "nki-sim"]
+#: The targets whose backends are in this tree (interp always).
+TARGETS = [t for t in available_targets()[0]]
 
 
 def compile_neuron(fn: Callable[..., Any], **options: Any) -> Callable[..., Any]:

@@ -10,7 +10,7 @@ def rng() -> np.random.Generator:
 @pytest.fixture(autouse=True)
 def _fresh_dynamo(request):
     """Model tests start with no compiled frames, zeroed neuroncc counters and a fixed seed."""
-    if "models" not in request.module.__name__:
+    if "models" not in request.module.__name__:  # test_emit_models.py
         yield
         return
     import torch

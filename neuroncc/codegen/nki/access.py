@@ -15,11 +15,13 @@ a smaller box per DMA: always correct, efficient exactly when no loop is needed.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from neuroncc.codegen.nki.shapes import AffineMap
 from neuroncc.codegen.nki.source import Names, SourceWriter, shape_tuple
+from neuroncc.ir.types import contiguous_strides
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,28 +88,68 @@ def _scaled(expr: str, factor: int) -> str:
     return f"({expr}) * {factor}" if not expr.isidentifier() and not expr.isdigit() else f"{expr} * {factor}"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class _Layout:
-    """A factorisation of a tensor's flat storage: ``shape`` and, per domain dim, the layout dim it steps."""
+    """A factorisation of a tensor's flat storage: ``shape`` (layout dims of flat stride ``units``) and, per
+    domain dim, the layout dim it steps along and by how many of that dim's elements (``place``).
+
+    Two domain dims may step the same layout dim (an im2col window: output row and kernel row both move
+    along the input's rows); at most one of them can be a slice, the others are points added to its start
+    (``must_loop``)."""
 
     shape: tuple[int, ...]
-    units: tuple[int, ...]  # flat stride of each layout dim
-    dim_of: dict[int, int]  # domain dim -> layout dim
+    units: tuple[int, ...]
+    place: dict[int, tuple[int, int]]
+    must_loop: frozenset[int]
 
 
-def _layout(numel: int, active: dict[int, int]) -> _Layout | None:
-    """Layout dims at every |coefficient| of the active domain dims; None when they do not nest."""
-    units = sorted({numel, 1, *(abs(c) for c in active.values())}, reverse=True)
-    if len({abs(c) for c in active.values()}) != len(active):
-        return None  # two dims stepping the same stride (an overlapping view)
-    if any(units[i] % units[i + 1] for i in range(len(units) - 1)):
-        return None
-    if len(units) == 1:  # a single element
+def _nests(units: list[int]) -> bool:
+    return all(units[i] % units[i + 1] == 0 for i in range(len(units) - 1))
+
+
+def _fit(units: list[int], side: HbmSide, active: dict[int, int]) -> _Layout | None:
+    """Place every active domain dim on the layout ``units``; None when an index can leave its layout dim."""
+    if len(units) == 1:
         units = [1, 1]
     strides = units[1:]
     shape = tuple(units[i] // units[i + 1] for i in range(len(units) - 1))
-    dim_of = {d: strides.index(abs(c)) for d, c in active.items()}
-    return _Layout(shape, tuple(strides), dim_of)
+    place: dict[int, tuple[int, int]] = {}
+    for dim, coeff in active.items():
+        j = next((j for j, u in enumerate(strides) if u <= abs(coeff) and abs(coeff) % u == 0), None)
+        if j is None:
+            return None
+        place[dim] = (j, coeff // strides[j])
+    digits = [(side.amap.offset // u) % n for u, n in zip(strides, shape)]
+    must_loop: set[int] = set()
+    for j, size in enumerate(shape):
+        dims = [d for d, (k, _) in place.items() if k == j]
+        spans = sorted((d for d in dims if side.indexes[d].kind == "span" and side.indexes[d].extent > 1),
+                       key=lambda d: -abs(place[d][1]) * side.indexes[d].extent)
+        must_loop.update(spans[1:])
+        low = high = digits[j]
+        for d in dims:
+            reach = place[d][1] * (side.indexes[d].extent - 1)
+            low, high = low + min(reach, 0), high + max(reach, 0)
+        if low < 0 or high >= size:
+            return None
+    return _Layout(shape, tuple(strides), place, frozenset(must_loop))
+
+
+def _layout(side: HbmSide, active: dict[int, int]) -> _Layout | None:
+    """The first layout that holds every index: the tensor's own dims refined by the slices' strides, the
+    strides of every active dim alone, or the tensor's own dims alone."""
+    numel = 1
+    for n in side.shape:
+        numel *= n
+    natural = contiguous_strides(tuple(side.shape)) if side.shape else ()
+    span_units = {abs(c) for d, c in active.items() if side.indexes[d].kind == "span"}
+    for extra in ({*natural, *span_units}, {abs(c) for c in active.values()}, set(natural)):
+        units = sorted({numel, 1} | {u for u in extra if 0 < u <= numel}, reverse=True)
+        if _nests(units):
+            layout = _fit(units, side, active)
+            if layout is not None:
+                return layout
+    return None
 
 
 class _HbmView:
@@ -119,10 +161,13 @@ class _HbmView:
         for n in side.shape:
             numel *= n
         self.numel = numel
-        self.active = {d: c for d, c in enumerate(side.amap.coeffs) if c != 0}
-        self.layout = _layout(numel, self.active)
-        if self.layout is not None and any(self.active[d] < 0 and side.indexes[d].kind == "span" for d in self.active):
-            self.layout = None  # NKI slices step forward only; reversed dims are looped (see order_units)
+        # dims of one point never move (their index is 0): only the others need a layout dim
+        self.active = {d: c for d, c in enumerate(side.amap.coeffs) if c != 0 and side.indexes[d].extent > 1}
+        self.layout = _layout(side, self.active)
+        # NKI slices step forward only: a reversed dim (flip) is looped as points
+        self.must_loop = {d for d, c in self.active.items() if c < 0 and side.indexes[d].kind == "span"}
+        if self.layout is not None:
+            self.must_loop |= self.layout.must_loop
 
     def unit(self, dim: int) -> int:
         return abs(self.active.get(dim, 0))
@@ -131,7 +176,8 @@ class _HbmView:
         """Domain dims this view has as (non-trivial) slices, in the view's order."""
         if self.layout is None:
             return []
-        dims = [d for d in self.active if self.side.indexes[d].kind == "span" and self.side.indexes[d].bound > 1]
+        dims = [d for d in self.active if self.side.indexes[d].kind == "span" and self.side.indexes[d].bound > 1
+                and d not in self.must_loop]
         return sorted(dims, key=lambda d: -abs(self.active[d]))
 
     def expression(self, looped: dict[int, str]) -> str:
@@ -140,19 +186,24 @@ class _HbmView:
         if self.layout is None:
             return self._flat_expression(looped)
         layout = self.layout
-        digits = []
-        rest = side.amap.offset
-        for unit, size in zip(layout.units, layout.shape):
-            digits.append((rest // unit) % size)
-        keys: list[str] = [str(digit) for digit in digits]
-        for dim, position in layout.dim_of.items():
+        starts = [str((side.amap.offset // u) % n) for u, n in zip(layout.units, layout.shape)]
+        span_of: dict[int, int] = {}
+        for dim, (position, factor) in layout.place.items():
             index = side.indexes[dim]
-            sign = 1 if self.active[dim] > 0 else -1
-            if index.kind == "int" or dim in looped:
-                point = index.start if dim not in looped else _add_expr(index.start, looped[dim])
-                keys[position] = _add(digits[position], _scaled(point, sign))
-            else:
-                keys[position] = _span(_add(digits[position], index.start), index.size, layout.shape[position])
+            if index.kind == "span" and dim not in looped:
+                span_of[position] = dim
+                continue
+            point = index.start if dim not in looped else _add_expr(index.start, looped[dim])
+            starts[position] = _plus_scaled(starts[position], point, factor)
+        keys = []
+        for position, start in enumerate(starts):
+            dim = span_of.get(position)
+            if dim is None:
+                keys.append(start)
+                continue
+            index = side.indexes[dim]
+            step = layout.place[dim][1]
+            keys.append(_span(_plus_scaled(start, index.start, step), index.size, layout.shape[position], step))
         if not any(":" in key or key.startswith("nl.ds(") for key in keys):
             keys[-1] = f"nl.ds({keys[-1]}, 1)"  # a view keeps one dim: a 0-d view would be a copy, not a view
         base = side.name if layout.shape == side.shape else f"{side.name}.reshape({_tuple(layout.shape)})"
@@ -170,13 +221,30 @@ class _HbmView:
         return f"{self.side.name}.reshape(({self.numel},))[nl.ds({flat}, 1)]"
 
 
-def _span(start: str, size: str, extent: int) -> str:
-    """``nl.ds(start, size)``, or a plain slice when both are numbers (``:`` for the whole dim)."""
+def _plus_scaled(base: str, expr: str, factor: int) -> str:
+    """``base + expr * factor`` as readable Python (numbers folded)."""
+    term = _scaled(expr, factor)
+    if base.lstrip("-").isdigit() and term.lstrip("-").isdigit():
+        return str(int(base) + int(term))
+    if term == "0":
+        return base
+    if base == "0":
+        return term
+    return f"{base} - {term[1:]}" if term.startswith("-") and not term.startswith("-(") else f"{base} + {term}"
+
+
+def _span(start: str, size: str, extent: int, step: int = 1) -> str:
+    """``nl.ds(start, size)`` (a strided slice when ``step`` > 1), or a plain slice when both are numbers
+    (``:`` for the whole dim)."""
     if start.isdigit() and size.isdigit():
-        if start == "0" and int(size) == extent:
+        first, count = int(start), int(size)
+        if first == 0 and count == extent and step == 1:
             return ":"
-        return f"{start}:{int(start) + int(size)}"
-    return f"nl.ds({start}, {size})"
+        stop = first + (count - 1) * step + 1
+        return f"{first}:{stop}" + (f":{step}" if step != 1 else "")
+    if step == 1:
+        return f"nl.ds({start}, {size})"
+    return f"{start}:{start} + ({size} - 1) * {step} + 1:{step}"
 
 
 def _add_expr(a: str, b: str) -> str:
@@ -207,17 +275,24 @@ def _tile_expression(tile: TileSide, looped: dict[int, str]) -> str:
     return f"{tile.name}[{', '.join(keys)}]"
 
 
-def _loops_for(order: Sequence[int], units: dict[int, int]) -> list[int]:
-    """Dims of ``order`` to loop over so the kept ones step by strictly decreasing ``units`` (a dim this
-    side does not step along at all must be looped too: the side has no dimension to match it)."""
-    looped, last = [], None
-    for dim in order:
-        unit = units.get(dim, 0)
-        if unit == 0 or (last is not None and unit >= last):
-            looped.append(dim)
-        else:
-            last = unit
-    return looped
+def _loops_for(order: Sequence[int], units: dict[int, int], extents: dict[int, int]) -> list[int]:
+    """Dims of ``order`` to loop over so the kept ones step by strictly decreasing ``units``, keeping the
+    most elements per DMA (a heaviest decreasing subsequence; a dim this side does not step along at all
+    is looped too: the side has no dimension to match it)."""
+    best: list[tuple[float, list[int]]] = []  # per position: (weight, kept dims) of the best chain ending there
+    for i, dim in enumerate(order):
+        if units.get(dim, 0) == 0:
+            best.append((float("-inf"), []))
+            continue
+        weight = math.log(max(extents.get(dim, 1), 1)) + 1e-9
+        chain = (weight, [dim])
+        for j in range(i):
+            previous = order[j]
+            if best[j][0] > float("-inf") and units[previous] > units[dim] and best[j][0] + weight > chain[0]:
+                chain = (best[j][0] + weight, best[j][1] + [dim])
+        best.append(chain)
+    kept = max(best, key=lambda item: item[0])[1] if best and max(w for w, _ in best) > float("-inf") else []
+    return [dim for dim in order if dim not in kept]
 
 
 def transfer(writer: SourceWriter, names: Names, dst: HbmSide | TileSide, src: HbmSide | TileSide,
@@ -231,7 +306,8 @@ def transfer(writer: SourceWriter, names: Names, dst: HbmSide | TileSide, src: H
     else:
         order = views[id(dst)].spans() if views[id(dst)].layout is not None else \
             [d for d in views[id(dst)].active if indexes[d].kind == "span" and indexes[d].bound > 1]
-    looped: set[int] = set()
+    looped: set[int] = {d for side in hbm_sides for d in views[id(side)].must_loop}
+    order = [d for d in order if d not in looped]
     for side in hbm_sides:
         view = views[id(side)]
         if view.layout is None:  # no layout fits: one element per DMA
@@ -239,7 +315,7 @@ def transfer(writer: SourceWriter, names: Names, dst: HbmSide | TileSide, src: H
                        if index.kind == "span" and index.bound > 1 and (d in view.active or d in order)}
             continue
         kept = [d for d in order if d not in looped]
-        looped |= set(_loops_for(kept, {d: view.unit(d) for d in kept}))
+        looped |= set(_loops_for(kept, {d: view.unit(d) for d in kept}, {d: indexes[d].bound for d in kept}))
         looped |= {d for d in view.spans() if d not in order}
     variables: dict[int, str] = {}
     for dim in sorted(looped):

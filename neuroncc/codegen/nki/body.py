@@ -39,6 +39,7 @@ class KernelContext:
     names: Names
     hbm: dict[Value, str] = field(default_factory=dict)
     sbuf_partition_bytes: int = 224 * 1024
+    target_name: str = "trn2"
     fills: dict[Value, float | int] = field(default_factory=dict)  # outputs allocated pre-filled (padding)
 
     def fail(self, message: str) -> CodegenError:
@@ -68,6 +69,7 @@ class StageLayout:
     limits: dict[int, str]  # dims whose last block is partial -> the per-iteration size variable
     groups: tuple[tuple[int, ...], ...] = ()  # stage domain dims of each layout dim (empty: the same dims)
     stage_domain: tuple[int, ...] = ()
+    partition_reduce: bool = False  # sums over the partition dim accumulate on TensorE across row blocks
 
     def lift(self, amap: AffineMap) -> AffineMap:
         """A map over the stage's domain as a map over this layout's (merged) domain."""
@@ -252,6 +254,8 @@ class Body:
     def reduce(self, alu: str, data: Operand, dims: set[int], dst: Ref, negate: bool = False) -> Ref:
         """``dst = reduce(alu)`` of ``data`` over the stage domain dims ``dims`` (tile dims of this layout)."""
         layout_dims = {self.layout.layout_dim(d) for d in dims}
+        if self.layout.partition_reduce and self.layout.partition in layout_dims:
+            return self._partition_sum(data, dst)
         axes = sorted(self.layout.axis_of(d) for d in layout_dims if self.layout.domain[d] > 1)
         if not axes:
             return self.copy(data, dst)
@@ -268,6 +272,27 @@ class Body:
         else:
             self._reduce_inner(alu, source, axes, dst, negate)
         self.cache[key] = dst
+        return dst
+
+    def _partition_sum(self, data: Operand, dst: Ref) -> Ref:
+        """A sum over the partition dim: TensorE multiplies each row block by a ones column, accumulating the
+        blocks in PSUM (allocated before the row loop, copied out after it)."""
+        rows = self.layout.bounds[self.layout.partition]
+        shape = (rows, *dst.shape[1:])
+        source = self.materialize(data, shape, dst.dtype if not isinstance(data, Ref) else data.dtype)
+        operand_dtype = "float32" if source.dtype == "float32" else source.dtype
+        key = ("ones", operand_dtype)
+        if key not in self.cache:
+            self.cache[key] = self.add("memset", self.new("ones", (rows, 1), operand_dtype), value=1.0)
+        ones = self.cache[key]
+        limit = self.layout.limits.get(self.layout.partition)
+        view = f"[0:{limit}]" if limit else ""
+        acc = self.new(f"{dst.tile}_acc", (1, *dst.shape[1:]), "float32", buffer="psum")
+        self.instrs.append(Instr("alloc", acc, {}, render=lambda writer, names: None, phase="pre"))
+        self.instrs.append(Instr("matmul", acc, {"stationary": Ref(ones.tile, ones.shape, ones.dtype, view=view),
+                                                 "moving": Ref(source.tile, source.shape, source.dtype, view=view)},
+                                 fresh=False))
+        self.instrs.append(Instr("tensor_copy", dst, {"src": acc}, phase="post"))
         return dst
 
     def _reduce_inner(self, alu: str, source: Ref, axes: list[int], dst: Ref, negate: bool) -> None:

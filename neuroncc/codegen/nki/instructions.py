@@ -65,14 +65,15 @@ class Instr:
     render: Callable[[SourceWriter, Any], None] | None = None  # DMAs render themselves
     stores: bool = False  # writes HBM
     also_allocates: tuple[Ref, ...] = ()  # tiles this call writes besides dst (an activation's reduce_res)
+    phase: str = "body"  # "pre" / "post": before / after the partition loop of a partition reduction
 
     def reads(self) -> list[Ref]:
         found = []
         for value in self.args.values():
             if isinstance(value, Ref):
                 found.append(value)
-        if self.kind == "predicated" and self.dst is not None:
-            found.append(self.dst)
+        if self.kind in ("predicated", "matmul") and self.dst is not None:
+            found.append(self.dst)  # updates its destination
         return found
 
 
@@ -212,8 +213,10 @@ def _negated_column(instrs: list[Instr], counts: dict[str, int], producers: dict
     if origin is not None and counts.get(column.tile) == 1 and _whole(column):
         reduce = instrs[origin]
         if reduce.kind == "tensor_reduce" and not reduce.args.get("negate"):
+            negated = replace(column, tile=fresh(f"neg_{column.tile}"))
             reduce.args["negate"] = True
-            return column, 0
+            reduce.dst = negated  # the tile now holds -max: say so in its name
+            return negated, 0
     negated = Ref(fresh(f"neg_{column.tile}"), column.shape, "float32")
     instrs.insert(before, Instr("tensor_scalar", negated, {"data": column, "op0": "nl.multiply", "operand0": -1.0}))
     return negated, 1
@@ -262,10 +265,12 @@ def _commute_scalar_multiply(instrs: list[Instr], counts: dict[str, int], produc
             if not isinstance(source, Ref) or source.shape != instr.dst.shape or other.shape != instr.dst.shape:
                 continue
             product = replace(first.dst, tile=first.dst.tile)
-            instrs[producers[data.tile]] = Instr("tensor_tensor", product,
-                                                 {"data1": source, "data2": other, "op": "nl.multiply"})
+            # both land where the second multiply was: ``other`` may be computed after the first one
             instrs[index] = Instr("tensor_scalar", instr.dst, {"data": product, "op0": "nl.multiply",
                                                                 "operand0": first.args["operand0"]})
+            instrs.insert(index, Instr("tensor_tensor", product, {"data1": source, "data2": other,
+                                                                  "op": "nl.multiply"}))
+            del instrs[producers[data.tile]]
             return True
     return False
 
@@ -323,8 +328,37 @@ def _fuse_scalar_pairs(instrs: list[Instr], counts: dict[str, int], producers: d
     return False
 
 
+_READS_PSUM = {"activation": "data", "tensor_scalar": "data", "tensor_tensor": "data1", "stt": "data",
+               "tensor_reduce": "data"}
+
+
+def _forward_copy(instrs: list[Instr], counts: dict[str, int], producers: dict[str, int],
+                  fresh: Callable[[str], str]) -> bool:
+    """``y = f(copy(x))`` -> ``y = f(x)`` when the copy changes no dtype and ``f`` is its only reader (the
+    engines read PSUM directly: a matmul's result goes straight into its epilogue)."""
+    for index, instr in enumerate(instrs):
+        for key in ("data", "data1", "data2"):
+            data = instr.args.get(key)
+            if instr.kind not in _READS_PSUM or not _whole(data) or counts.get(data.tile) != 1:
+                continue
+            if data.tile not in producers:
+                continue
+            first = instrs[producers[data.tile]]
+            source = first.args.get("src")
+            if first.kind != "tensor_copy" or not isinstance(source, Ref) or source.dtype != data.dtype:
+                continue
+            if source.shape != data.shape or any(ref.buffer == "psum" for ref in instr.reads() if ref is not data) \
+                    and source.buffer == "psum":
+                continue
+            instr.args[key] = source
+            del instrs[producers[data.tile]]
+            return True
+    return False
+
+
 #: Fusion rules, applied to a fixed point in this order (each returns True when it rewrote something).
 FUSIONS = (
+    _forward_copy,                 # f(copy(x)) -> f(x), reading PSUM directly
     _fuse_activation_input,        # act(x - c) -> activation(bias=-c)
     _fuse_reduce_into_activation,  # sum(act(x)) -> activation(reduce_res=...)
     _commute_scalar_multiply,      # (x * c) * y -> (x * y) * c

@@ -17,10 +17,20 @@ from __future__ import annotations
 from neuroncc.codegen.nki.body import KernelContext
 from neuroncc.codegen.nki.matmul import emit_matmul_stage
 from neuroncc.codegen.nki.plan import DeviceSegment, RegionPlan
+from neuroncc.codegen.nki.shapes import view_window
 from neuroncc.codegen.nki.source import Names, SourceWriter, identifier, literal, nki_dtype, shape_tuple
 from neuroncc.codegen.nki.stages import emit_tile_stage, emit_transfer_stage
 from neuroncc.ir import Value
 from neuroncc.passes.targets import NkiTarget
+
+
+def immediate_root(plan: RegionPlan, value: Value) -> float | int | None:
+    """The number every element of ``value`` holds when it is (a view of) a constant, else None."""
+    found = view_window(value, plan.producers)
+    if found is None:
+        return None
+    home = plan.homes[found[0]]
+    return home.number if home.kind == "immediate" else None
 
 
 def _allocation(value: Value, name: str, buffer: str, fill: float | int | None) -> str:
@@ -36,7 +46,8 @@ def emit_segment(function_name: str, plan: RegionPlan, segment: DeviceSegment, t
     """The source of ``@nki.jit def function_name(...)`` computing ``segment``; ``names`` holds the module's
     names (the kernel's own names are kept apart from other kernels')."""
     local = Names(set(names.taken))
-    ctx = KernelContext(function_name, plan, local, sbuf_partition_bytes=target.sbuf_partition_bytes)
+    ctx = KernelContext(function_name, plan, local, sbuf_partition_bytes=target.sbuf_partition_bytes,
+                        target_name=target.name)
     arguments = []
     for value in segment.inputs:
         ctx.hbm[value] = local.fresh(identifier(value.hint or "x"))
@@ -45,6 +56,10 @@ def emit_segment(function_name: str, plan: RegionPlan, segment: DeviceSegment, t
         for op in stage.ops:
             if op.name == "constant_pad":
                 ctx.fills[op.result] = op.attrs["value"]
+            elif op.name in ("slice_scatter", "select_scatter"):
+                base = immediate_root(plan, op.operands[0])
+                if base is not None:
+                    ctx.fills[op.result] = base  # scattering into a constant: allocate it filled
     writer = SourceWriter()
     writer.line("@nki.jit")
     writer.open(f"def {function_name}({', '.join(arguments)}):")

@@ -94,8 +94,16 @@ def _end(w: SourceWriter, var: str) -> None:
         w.close()
 
 
-#: Rough trn2 rates for choosing blocks (cycles per ns, bytes per ns); only their ratios matter.
-TENSOR_GHZ, VECTOR_GHZ, DMA_BYTES_PER_NS = 2.4, 0.96, 368.0
+@dataclass(frozen=True)
+class Rates:
+    """Engine rates of a NeuronCore for choosing blocks (docs/nki-reference.md); only their ratios matter."""
+
+    tensor_ghz: float
+    vector_ghz: float
+    dma_bytes_per_ns: float
+
+
+RATES = {"trn1": Rates(2.8, 1.12, 272.0), "trn2": Rates(2.4, 0.96, 368.0), "trn3": Rates(2.4, 1.2, 528.0)}
 
 
 def _dma_efficiency(run_bytes: int) -> float:
@@ -107,7 +115,8 @@ def _dma_efficiency(run_bytes: int) -> float:
     return 0.75 * max(run_bytes, 64) / 2048
 
 
-def estimate_ns(m: int, n: int, k: int, itemsize: int, a: Operand, b: Operand, blocks: Blocks) -> float:
+def estimate_ns(m: int, n: int, k: int, itemsize: int, a: Operand, b: Operand, blocks: Blocks,
+                rates: Rates = RATES["trn2"]) -> float:
     """Estimated time of the blocked loop nest: the busiest of TensorE, VectorE and DMA."""
     tiles_m, tiles_n, tiles_k = ceil_div(m, blocks.tm), ceil_div(n, blocks.tn), ceil_div(k, blocks.tk)
     m_blocks, n_blocks, k_blocks = ceil_div(m, blocks.block_m), ceil_div(n, blocks.block_n), ceil_div(k, blocks.block_k)
@@ -130,13 +139,14 @@ def estimate_ns(m: int, n: int, k: int, itemsize: int, a: Operand, b: Operand, b
     b_run = (blocks.block_n if b.k_outer else blocks.block_k) * itemsize
     dma = (m * k * itemsize * n_blocks / _dma_efficiency(a_run) + k * n * itemsize * m_blocks / _dma_efficiency(b_run)
            + m * n * itemsize / _dma_efficiency(blocks.tn * itemsize))
-    tensor_ns, vector_ns, dma_ns = tensor / TENSOR_GHZ, vector / VECTOR_GHZ, dma / DMA_BYTES_PER_NS
+    tensor_ns, vector_ns, dma_ns = tensor / rates.tensor_ghz, vector / rates.vector_ghz, dma / rates.dma_bytes_per_ns
     # The busiest engine sets the pace; work hidden behind it still costs some (PSUM tiles wait for their
     # accumulation, DMA queues contend), which breaks ties towards less of it.
     return max(tensor_ns, vector_ns, dma_ns) + 0.2 * vector_ns + 0.05 * dma_ns
 
 
-def choose_blocks(m: int, n: int, k: int, itemsize: int, a: Operand, b: Operand, sbuf_bytes: int) -> Blocks:
+def choose_blocks(m: int, n: int, k: int, itemsize: int, a: Operand, b: Operand, sbuf_bytes: int,
+                  rates: Rates = RATES["trn2"]) -> Blocks:
     """The block sizes with the lowest :func:`estimate_ns` whose working set fits SBUF (two iterations of the
     operand blocks in flight, so the next block loads while TensorE works on this one)."""
     tm, tn, tk = min(PMAX, m), min(MOVING_MAX, n), min(PMAX, k)
@@ -151,7 +161,7 @@ def choose_blocks(m: int, n: int, k: int, itemsize: int, a: Operand, b: Operand,
                 staging = itemsize * TRANSPOSES_PER_COPY * blocks.block_k * ((not a.k_outer) + (not b.k_outer))
                 if acc + 2 * (operands + staging) > sbuf_bytes * 0.85:
                     continue
-                score = estimate_ns(m, n, k, itemsize, a, b, blocks) * (1 + 1e-3 * (tiles_m + tiles_n + tiles_k))
+                score = estimate_ns(m, n, k, itemsize, a, b, blocks, rates) * (1 + 1e-3 * (tiles_m + tiles_n + tiles_k))
                 if best is None or score < best[0]:
                     best = (score, blocks)
     assert best is not None, "even one tile per block does not fit SBUF"
@@ -199,7 +209,7 @@ class _MatmulEmitter:
         self.k = a_type.shape[-2] if op.attrs["transpose_a"] else a_type.shape[-1]
         self.dtype = nki_dtype(a_type.dtype)
         self.blocks = choose_blocks(self.m, self.n, self.k, a_type.dtype.itemsize, self.a, self.b,
-                                    ctx.sbuf_partition_bytes)
+                                    ctx.sbuf_partition_bytes, RATES.get(ctx.target_name, RATES["trn2"]))
 
     def fresh(self, base: str) -> str:
         return self.names.fresh(base)

@@ -1,6 +1,6 @@
 """Put a kernel region in the form the NKI planner expects (semantics unchanged; the interpreter agrees).
 
-Rules, applied in one walk:
+Rules, applied in one walk (after convolutions are rewritten into pads, strided reads and matmuls):
 
 * ``split`` results become ``slice`` views of the operand (each result is a window of it);
 * a view chain that cannot read its root in place (a reshape merging permuted dims) gets a ``copy`` where it
@@ -88,5 +88,8 @@ class _Normalizer:
 
 
 def normalize_region(region: Function) -> Function:
-    """The normalized form of ``region`` (see the module docstring)."""
-    return _Normalizer(region).run()
+    """The normalized form of ``region`` (see the module docstring); convolutions are decomposed first
+    (:mod:`neuroncc.codegen.nki.conv`)."""
+    from neuroncc.codegen.nki.conv import decompose_convolutions
+
+    return _Normalizer(decompose_convolutions(region)).run()

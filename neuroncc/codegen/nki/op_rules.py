@@ -229,17 +229,47 @@ def _erf(body: Body, op: Op, x: list[Operand]) -> Operand:
     return body.copy(signed, dst)
 
 
-def _sign(body: Body, op: Op, x: list[Operand]) -> Operand:
-    """(x > 0) - (x < 0), with NaN kept."""
+#: Cephes atanf: range reduction at tan(pi/8) and tan(3pi/8), then an odd polynomial (error ~ 1e-7).
+ATAN_POLY = (8.05374449538e-2, -1.38776856032e-1, 1.99777106478e-1, -3.33329491539e-1)
+TAN_3PI_8, TAN_PI_8 = 2.414213562373095, 0.4142135623730950
+
+
+def _atan(body: Body, op: Op, x: list[Operand]) -> Operand:
+    """atan: |x| reduced to [0, tan(pi/8)] (x, (x - 1) / (x + 1) + pi/4, or -1/x + pi/2), a polynomial in x^2,
+    the sign restored with a predicated copy."""
     dst = body.result(op)
     shape = dst.shape
-    positive = body.binary("nl.greater", x[0], 0, body.new("positive", shape, dst.dtype))
-    negative = body.binary("nl.less", x[0], 0, body.new("negative", shape, dst.dtype))
-    sign = body.binary("nl.subtract", positive, negative, body.new("sign", shape, dst.dtype))
-    if dst.dtype not in ("float32", "bfloat16", "float16"):
-        return body.copy(sign, dst)
-    nan = body.binary("nl.not_equal", x[0], x[0], body.new("nan", shape, "bool_"))
-    return body.select(nan, x[0], sign, dst)
+    value = _f32(body, x[0], shape)
+    magnitude = body.activation("nl.abs", value, _float_tile(body, "magnitude", shape))
+    big = body.binary("nl.greater", magnitude, TAN_3PI_8, body.new("big", shape, "bool_"))
+    mid = body.binary("nl.greater", magnitude, TAN_PI_8, body.new("mid", shape, "bool_"))
+    above = body.binary("nl.add", magnitude, 1.0, _float_tile(body, "above", shape))
+    below = body.binary("nl.subtract", magnitude, 1.0, _float_tile(body, "below", shape))
+    ratio = body.binary("nl.divide", below, above, _float_tile(body, "ratio", shape))
+    inverse = body.binary("nl.divide", -1.0, magnitude, _float_tile(body, "inverse", shape))
+    reduced = body.select(mid, ratio, magnitude, _float_tile(body, "reduced", shape))
+    reduced = body.select(big, inverse, reduced, _float_tile(body, "reduced", shape))
+    offset = body.select(mid, math.pi / 4, 0.0, _float_tile(body, "offset", shape))
+    offset = body.select(big, math.pi / 2, offset, _float_tile(body, "offset", shape))
+    z = body.binary("nl.multiply", reduced, reduced, _float_tile(body, "z", shape))
+    poly = body.binary("nl.multiply", z, ATAN_POLY[0], _float_tile(body, "poly", shape))
+    for coefficient in ATAN_POLY[1:]:
+        shifted = body.binary("nl.add", poly, coefficient, _float_tile(body, "poly", shape))
+        poly = body.binary("nl.multiply", shifted, z, _float_tile(body, "poly", shape))
+    scaled = body.binary("nl.multiply", poly, reduced, _float_tile(body, "scaled", shape))
+    angle = body.binary("nl.add", scaled, reduced, _float_tile(body, "angle", shape))
+    positive = body.binary("nl.add", angle, offset, _float_tile(body, "atan_abs", shape))
+    negated = body.binary("nl.multiply", positive, -1.0, _float_tile(body, "atan_neg", shape))
+    negative = body.binary("nl.less", value, 0.0, body.new("negative", shape, "bool_"))
+    return body.copy(body.select(negative, negated, positive, _float_tile(body, "atan", shape)), dst)
+
+
+def _sign(body: Body, op: Op, x: list[Operand]) -> Operand:
+    """(x > 0) - (x < 0): 0 for NaN, as torch.sign."""
+    dst = body.result(op)
+    positive = body.binary("nl.greater", x[0], 0, body.new("positive", dst.shape, dst.dtype))
+    negative = body.binary("nl.less", x[0], 0, body.new("negative", dst.shape, dst.dtype))
+    return body.binary("nl.subtract", positive, negative, dst)
 
 
 def _isnan(body: Body, op: Op, x: list[Operand]) -> Operand:
@@ -376,7 +406,8 @@ OP_RULES: dict[str, Rule] = {
     "log1p": _activation("nl.log", bias=1.0),       # ln(x + 1)
     "tan": _tan,                                    # sin / cos
     "erf": _erf,                                    # A&S 7.1.26 polynomial
-    "sign": _sign,                                  # (x > 0) - (x < 0), NaN kept
+    "atan": _atan,                                  # Cephes atanf: range reduction + polynomial
+    "sign": _sign,                                  # (x > 0) - (x < 0)
     "floor": _rounding("floor"),                    # via the int conversion, corrected
     "ceil": _rounding("ceil"),
     "trunc": _rounding("trunc"),

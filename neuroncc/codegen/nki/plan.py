@@ -27,6 +27,7 @@ from neuroncc.codegen.nki.shapes import (
 )
 from neuroncc.errors import CodegenError
 from neuroncc.ir import REGISTRY, Category, Function, Op, Value
+from neuroncc.ir.dtypes import DType
 from neuroncc.passes.strides import PURE_VIEWS
 
 #: Ops run on the host (numpy, as the reference interpreter computes them), and why.
@@ -40,6 +41,13 @@ HOST_OPS: dict[str, str] = {
     "argmax": "needs an index reduction (max8/find_index8 are outside the simulated NKI subset)",
     "argmin": "needs an index reduction (max8/find_index8 are outside the simulated NKI subset)",
 }
+
+#: int64 ops whose results can leave the int32 range the device holds int64 in: they run on the host, where
+#: int64 arithmetic is exact (comparisons, selects, max / min and bitwise ops on in-range values stay on the
+#: device; the executable checks that int64 kernel arguments fit int32).
+INT64_HOST_OPS = frozenset({"add", "sub", "mul", "div", "pow", "remainder", "fmod", "neg", "abs", "sum", "prod",
+                            "cast"})
+INT32_RANGE = (-(2 ** 31), 2 ** 31 - 1)
 
 #: Movement ops that become DMA transfers between HBM tensors.
 TRANSFER_OPS = frozenset({"cat", "constant_pad", "flip", "slice_scatter", "select_scatter", "repeat", "as_strided"})
@@ -132,6 +140,24 @@ class _Planner:
         self.stages: list[Stage] = []
         self.steps: list[DeviceSegment | HostStep] = []
 
+    def on_host(self, op: Op) -> bool:
+        """Whether ``op`` runs on the host: data-dependent addressing (:data:`HOST_OPS`), integer matmuls
+        (TensorE multiplies floats), int64 arithmetic (:data:`INT64_HOST_OPS`), or int64 constants beyond
+        int32."""
+        if op.name in HOST_OPS:
+            return True
+        if REGISTRY.get(op.name).category is Category.MATMUL:
+            return not op.results[0].type.dtype.is_float
+        if any(r.type.dtype is DType.i64 for r in op.results) and op.name in INT64_HOST_OPS:
+            return op.name != "cast" or op.operands[0].type.dtype.is_float
+        for value in op.operands:
+            found = view_window(value, self.producers)
+            home = self.homes.get(found[0]) if found is not None else None
+            if home is not None and home.kind == "immediate" and value.type.dtype is DType.i64 and \
+                    not INT32_RANGE[0] <= int(home.number) <= INT32_RANGE[1]:
+                return True
+        return False
+
     def fail(self, op: Op, why: str) -> CodegenError:
         return CodegenError(f"nki: kernel '{self.name}': op '{op.name}' {why}")
 
@@ -168,7 +194,7 @@ class _Planner:
             if category is Category.CONSTANT:
                 number = _immediate(op)
                 self.homes[op.result] = Home("immediate", number=number) if number is not None else Home("constant")
-            elif op.name in HOST_OPS:
+            elif self.on_host(op):
                 self.steps.append(self.host_step(op))
             elif op.name in TRANSFER_OPS:
                 stage = self.new_stage("transfer", op.result.type.shape)

@@ -20,7 +20,7 @@ import json
 from dataclasses import dataclass
 
 from neuroncc.codegen.nki.kernel import emit_segment
-from neuroncc.codegen.nki.plan import MATMUL_OPS, DeviceSegment, HostStep, RegionPlan, plan_region
+from neuroncc.codegen.nki.plan import DeviceSegment, HostStep, RegionPlan, plan_region
 from neuroncc.codegen.nki.source import Names, identifier
 from neuroncc.errors import CodegenError
 from neuroncc.ir import REGISTRY, Category, Function, Op, Value, print_function
@@ -140,14 +140,15 @@ class _ProgramEmitter:
     def run(self) -> NkiProgram:
         for index, op in enumerate(self.fn.ops):
             category = REGISTRY.get(op.name).category
-            if op.name == "kernel":
+            if any(v.type.numel == 0 for v in op.operands + op.results):  # nothing to compute on the device
+                self.host(f"{op.name}_{index}_empty", [op], list(dict.fromkeys(op.operands)), list(op.results),
+                          self.slot_of)
+            elif op.name == "kernel":
                 name = op.attrs["name"]
                 self.region(op, op.regions[0], name, tuple(op.attrs["domain"]), op.attrs["partition_dim"])
             elif op.name in PURE_VIEWS or category is Category.CONSTANT:
-                self.host(f"{op.name}_{index}", [op], list(dict.fromkeys(op.operands)), list(op.results))
-            elif category is Category.MATMUL and op.name not in MATMUL_OPS:
-                raise CodegenError(f"nki: op '{op.name}' (a convolution) is not emitted for NKI; compile the "
-                                   "graph for the cpu target")
+                self.host(f"{op.name}_{index}", [op], list(dict.fromkeys(op.operands)), list(op.results),
+                          self.slot_of)
             elif category in (Category.KERNEL, Category.EXTERN) or op.regions:
                 raise CodegenError(f"nki: top-level op '{op.name}' is not supported by the NKI emitter")
             else:
@@ -160,49 +161,44 @@ class _ProgramEmitter:
                           hashlib.sha256(source.encode()).hexdigest(), graph_digest(self.fn))
         return NkiProgram(source, plan)
 
-    def host(self, label: str, ops: list[Op], roots: list[Value], results: list[Value]) -> list[int]:
-        """A host step running ``ops`` on ``roots`` (already in slots); returns the result slots."""
+    def host(self, label: str, ops: list[Op], roots: list[Value], results: list[Value],
+             slots: dict[Value, int]) -> None:
+        """A host step running ``ops`` on ``roots`` (already in ``slots``); records its results' slots there."""
         params = {v: Value(v.type.contiguous(), v.hint) for v in roots}
         mapping = dict(params)
         body = []
         for op in ops:
             new_results = tuple(Value(r.type.contiguous(), r.hint) for r in op.results)
-            body.append(Op(op.name, tuple(mapping[v] for v in op.operands), new_results, op.attrs))
+            body.append(Op(op.name, tuple(mapping[v] for v in op.operands), new_results, op.attrs, op.regions))
             mapping.update(zip(op.results, new_results))
         program = Function(identifier(label), tuple(params.values()), tuple(body),
                            tuple(mapping[r] for r in results))
         outputs = tuple(self.new_slot(r) for r in results)
-        self.steps.append(PlanStep("host", label, tuple(self.slot_of[v] for v in roots), outputs,
-                                   print_function(program)))
-        self.slot_of.update(zip(results, outputs))
-        return list(outputs)
+        self.steps.append(PlanStep("host", label, tuple(slots[v] for v in roots), outputs, print_function(program)))
+        slots.update(zip(results, outputs))
 
     def region(self, op: Op, region: Function, name: str, domain: tuple[int, ...], partition: int | None) -> None:
+        """Kernels and host steps for one region; ``local`` holds the slot of each region value in HBM."""
         plan = plan_region(region, name, domain, partition)
-        local: dict[Value, int] = {}
-        for param, operand in zip(region.params, op.operands):
-            local[param] = self.slot_of[operand]
+        local: dict[Value, int] = {param: self.slot_of[operand] for param, operand in zip(region.params, op.operands)}
         segments = [s for s in plan.steps if isinstance(s, DeviceSegment)]
         for step in plan.steps:
             if isinstance(step, HostStep):
                 for root in step.roots:
                     self.ensure_constant(plan, root, local)
-                saved = self.slot_of
-                self.slot_of = local
-                self.host(f"{name}_{step.op.name}", [*{id(v): v for chain in step.views for v in chain}.values(),
-                                                     step.op], list(dict.fromkeys(step.roots)), list(step.op.results))
-                self.slot_of = saved
+                views = list({id(v): v for chain in step.views for v in chain}.values())
+                self.host(f"{name}_{step.op.name}", [*views, step.op], list(dict.fromkeys(step.roots)),
+                          list(step.op.results), local)
                 continue
             function = self.names.fresh(identifier(name if len(segments) == 1 else
                                                    f"{name}_part{segments.index(step)}"))
             for value in step.inputs:
                 self.ensure_constant(plan, value, local)
             self.functions.append(emit_segment(function, plan, step, self.target, self.names))
-            outputs = []
             for value in step.outputs:
                 local[value] = self.new_slot(value)
-                outputs.append(local[value])
-            self.steps.append(PlanStep("kernel", function, tuple(local[v] for v in step.inputs), tuple(outputs)))
+            self.steps.append(PlanStep("kernel", function, tuple(local[v] for v in step.inputs),
+                                       tuple(local[v] for v in step.outputs)))
         for result, value in zip(op.results, plan.region.outputs):
             self.slot_of[result] = local[value]
 
@@ -211,10 +207,7 @@ class _ProgramEmitter:
         if value in local or plan.homes[value].kind not in ("constant", "immediate"):
             return
         producer = plan.producers[value]
-        saved = self.slot_of
-        self.slot_of = local
-        self.host(f"{producer.name}_constant", [producer], [], [value])
-        self.slot_of = saved
+        self.host(f"{producer.name}_constant", [producer], [], [value], local)
 
 
 def emit_program(fn: Function, target: str = "trn2") -> NkiProgram:

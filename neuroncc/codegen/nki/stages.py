@@ -19,14 +19,16 @@ from neuroncc.codegen.nki.access import HbmSide, Index, transfer
 from neuroncc.codegen.nki.body import PMAX, Body, KernelContext, StageLayout, ceil_div, prod
 from neuroncc.codegen.nki.instructions import Instr, optimize, render
 from neuroncc.codegen.nki.op_rules import emit_op
-from neuroncc.codegen.nki.plan import Stage, stage_maps
-from neuroncc.codegen.nki.shapes import AffineMap, view_window
+from neuroncc.codegen.nki.plan import REDUCTIONS, Stage, stage_maps
+from neuroncc.codegen.nki.shapes import AffineMap, map_through_window, operand_grouping, view_window
 from neuroncc.codegen.nki.source import SourceWriter, nki_dtype
 from neuroncc.ir import Value
 from neuroncc.ir.types import contiguous_strides
 
 #: Fraction of SBUF one iteration's tiles may use (the rest lets the next iteration's loads run ahead).
 SBUF_SHARE = 0.5
+#: fp32 elements per partition in one PSUM bank (a partition sum's accumulator).
+PSUM_FREE = 512
 
 
 @dataclass
@@ -71,6 +73,27 @@ def merge_groups(ctx: KernelContext, stage: Stage) -> list[list[int]]:
     return groups
 
 
+def _partition_reduction(ctx: KernelContext, stage: Stage, domain: tuple[int, ...], reduced: set[int]) -> int | None:
+    """The layout dim to sum over on the partitions (TensorE), when that beats a transposing read.
+
+    That is the case when every reduction of the stage is a float sum or mean over the outermost dim (a bias
+    gradient: ``sum(dims=[0])`` of ``[N, C]``) and nothing in the stage reads a reduction's result (it is
+    complete only after the last row block)."""
+    busy = [d for d, n in enumerate(domain) if n > 1]
+    if len(reduced) != 1 or len(busy) < 2 or min(busy) not in reduced:
+        return None
+    reductions = [op for op in stage.ops if op.name in REDUCTIONS]
+    if any(op.name not in ("sum", "mean") or not op.result.type.dtype.is_float for op in reductions):
+        return None
+    results = {op.result for op in reductions}
+    for op in stage.ops:
+        for value in op.operands:
+            found = view_window(value, ctx.plan.producers)
+            if found is not None and found[0] in results:
+                return None
+    return min(busy)
+
+
 def tile_layout(ctx: KernelContext, stage: Stage) -> tuple[StageLayout, list[Loop]]:
     """Choose the tiles of a tile stage: merged dims, partitions, tile dims and their blocks, loops (module
     docstring of :mod:`neuroncc.codegen.nki.body`)."""
@@ -82,6 +105,9 @@ def tile_layout(ctx: KernelContext, stage: Stage) -> tuple[StageLayout, list[Loo
     p = (large[0] if large else max(candidates, key=lambda d: (domain[d], -d))) if candidates else None
     if stage.partition is not None and len(groups) == len(stage.domain) and stage.partition in candidates:
         p = stage.partition  # the layout pass's choice when nothing merged
+    across = _partition_reduction(ctx, stage, domain, reduced)
+    if across is not None:
+        p, reduced = across, set()  # summed on TensorE across the row blocks, not in the free axes
     # The innermost other dim joins the tiles' free axes when it comes after the partition dim (a dim before
     # it would make every load a transposing one); the rest are looped one index at a time.
     others = [d for d, n in enumerate(domain) if n > 1 and d != p and d not in reduced]
@@ -90,6 +116,8 @@ def tile_layout(ctx: KernelContext, stage: Stage) -> tuple[StageLayout, list[Loo
     bounds = {d: domain[d] for d in tile_dims}
     if p is not None:
         bounds[p] = min(PMAX, domain[p])
+    if across is not None and inner is not None:
+        bounds[inner] = min(bounds[inner], PSUM_FREE)  # each block's sum fills one PSUM bank at most
     tiles = len(stage.ops) + sum(len(op.operands) for op in stage.ops)
     budget = int(ctx.sbuf_partition_bytes * SBUF_SHARE)
 
@@ -129,9 +157,26 @@ def tile_layout(ctx: KernelContext, stage: Stage) -> tuple[StageLayout, list[Loo
             loops.insert(sum(1 for x in loops if x.var.startswith("b")), Loop(var, n))
             varying.add(d)
             indexes.append(Index.point(var, n))
+    if across is not None:  # the row blocks innermost: each sum accumulates over them in PSUM
+        loops = [loop for loop in loops if loop.var != _loop_var(indexes[p])] + \
+                [loop for loop in loops if loop.var == _loop_var(indexes[p])]
     layout = StageLayout(domain, p, tile_dims, bounds, tuple(indexes), frozenset(varying), limits,
-                         tuple(tuple(g) for g in groups), stage.domain)
+                         tuple(tuple(g) for g in groups), stage.domain, partition_reduce=across is not None)
     return layout, loops
+
+
+def _loop_var(index: Index) -> str:
+    return index.start.split(" ")[0]
+
+
+def assign_phases(instrs: list[Instr]) -> None:
+    """Whatever reads a result completed after the row loop (a partition sum) runs after it too."""
+    late: set[str] = set()
+    for instr in instrs:
+        if instr.phase == "post" or any(ref.tile in late for ref in instr.reads()):
+            instr.phase = "post"
+            if instr.dst is not None:
+                late.add(instr.dst.tile)
 
 
 def hoist(instrs: list[Instr]) -> tuple[list[Instr], list[Instr]]:
@@ -167,7 +212,38 @@ def hoist(instrs: list[Instr]) -> tuple[list[Instr], list[Instr]]:
     return prologue, body
 
 
+def _pure_copies(ctx: KernelContext, stage: Stage, in_hbm: set[Value]) -> list[tuple[Value, Value, AffineMap]] | None:
+    """A stage of ``copy`` ops reading HBM (a relayout: a permute or reshape materialised) as (destination,
+    source root, source map over the stage domain) per stored value; None for any other stage."""
+    if any(op.name != "copy" or op.operands[0].type.dtype != op.result.type.dtype for op in stage.ops):
+        return None
+    sources: dict[Value, tuple[Value, AffineMap]] = {}
+    moves = []
+    for op in stage.ops:
+        found = view_window(op.operands[0], ctx.plan.producers)
+        if found is None or ctx.plan.homes[found[0]].kind == "immediate":
+            return None
+        root, window = found
+        if root in stage.placements:  # a copy of a copy made here: the tile holds the same elements
+            root, amap = sources[root]
+        else:
+            grouping = operand_grouping(stage.groupings[op], op.result.type.shape, op.operands[0].type.shape)
+            amap = map_through_window(grouping, stage.domain, window)
+        sources[op.result] = (root, amap)
+        if op.result in in_hbm:
+            moves.append((op.result, root, amap))
+    return moves
+
+
 def emit_tile_stage(ctx: KernelContext, stage: Stage, writer: SourceWriter, in_hbm: set[Value]) -> None:
+    moves = _pure_copies(ctx, stage, in_hbm)
+    if moves is not None:  # straight DMAs between HBM tensors, no trip through SBUF
+        writer.comment(f"copy over {list(stage.domain)}: DMA between HBM tensors")
+        indexes = _full_indexes(stage.domain)
+        for value, root, amap in moves:
+            transfer(writer, ctx.names, HbmSide(ctx.hbm_name(value), value.type.shape, stage.placements[value], indexes),
+                     HbmSide(ctx.hbm_name(root), root.type.shape, amap, indexes), indexes)
+        return
     layout, loops = tile_layout(ctx, stage)
     body = Body(ctx, stage, layout)
     for op in stage.ops:
@@ -177,12 +253,29 @@ def emit_tile_stage(ctx: KernelContext, stage: Stage, writer: SourceWriter, in_h
             shape = layout.tile_shape(layout.lift(stage.placements[value]))
             body.store(value, body.materialize(body.values[value], shape, _dtype_of(value)))
     instrs = optimize(body.instrs, ctx.names.fresh)
-    prologue, looped = hoist(instrs)
+    assign_phases(instrs)
+    prologue, looped = hoist([i for i in instrs if i.phase == "body"])
     writer.comment(describe_stage(stage, layout))
     for instr in prologue:
         render(writer, instr, ctx.names)
     if not looped:
         return  # everything was loop-invariant
+    if layout.partition_reduce:  # [outer loops] pre; [row loop] body; post
+        outer, rows = (loops[:-1], loops[-1:]) if loops and loops[-1].var == _loop_var(
+            layout.indexes[layout.partition]) else (loops, [])
+        open_loops(writer, outer)
+        for instr in (i for i in instrs if i.phase == "pre"):
+            render(writer, instr, ctx.names)
+        open_loops(writer, rows)
+        for instr in looped:
+            render(writer, instr, ctx.names)
+        for _ in rows:
+            writer.close()
+        for instr in (i for i in instrs if i.phase == "post"):
+            render(writer, instr, ctx.names)
+        for _ in outer:
+            writer.close()
+        return
     open_loops(writer, loops)
     for instr in looped:
         render(writer, instr, ctx.names)
@@ -259,7 +352,8 @@ def emit_transfer_stage(ctx: KernelContext, stage: Stage, writer: SourceWriter) 
         _direct(ctx, writer, shape, out, AffineMap(0, strides), root, AffineMap(offset, tuple(coeffs)))
     elif op.name in ("slice_scatter", "select_scatter"):
         base, source = op.operands
-        _copy_piece(ctx, writer, shape, out, AffineMap(0, strides), base)
+        if out not in ctx.fills:  # a constant base was allocated filled
+            _copy_piece(ctx, writer, shape, out, AffineMap(0, strides), base)
         dim = op.attrs["dim"] % rank
         if op.name == "slice_scatter":
             step = op.attrs["step"]

@@ -8,7 +8,7 @@ from emit_helpers import BF16, BOOL, F32, I32, I64, check_against_interpreter, g
 
 POSITIVE_ONLY = {"log", "log2", "sqrt", "rsqrt", "log1p"}
 UNARY = ["neg", "abs", "sign", "relu", "exp", "exp2", "expm1", "log", "log2", "log1p", "sqrt", "rsqrt",
-         "reciprocal", "sin", "cos", "tan", "tanh", "sigmoid", "erf", "gelu", "floor", "ceil", "round", "trunc",
+         "reciprocal", "sin", "cos", "tan", "atan", "tanh", "sigmoid", "erf", "gelu", "floor", "ceil", "round", "trunc",
          "isnan", "isinf", "logical_not"]
 
 
@@ -92,3 +92,30 @@ def test_bf16_softmax(rng):
     shifted = b.op("sub", x, b.op("amax", x, dims=[1], keepdim=True))
     exps = b.op("exp", shifted)
     check_against_interpreter(b.build([b.op("div", exps, b.op("sum", exps, dims=[1], keepdim=True))]), rng)
+
+
+def test_column_sums_accumulate_row_blocks_on_tensor_engine(rng):
+    """A bias gradient: sums over the rows are ones-vector matmuls accumulating row blocks in PSUM."""
+    b, (x, y) = graph("colsum", ((300, 700), F32), ((300, 700), BF16))
+    outputs = [b.op("sum", b.op("mul", x, x), dims=[0]), b.op("mean", x, dims=[0], keepdim=True), b.op("exp", x),
+               b.op("sum", y, dims=[0])]
+    exe = check_against_interpreter(b.build(outputs), rng, atol=1e-4)
+    assert "stationary=ones[0:rows]" in exe.source and "nl.psum" in exe.source
+
+
+def test_fusions_keep_every_tile_defined_before_its_use(rng):
+    """(t * c) * r**3 with r loaded after t: the reassociated multiply must stay after r's load."""
+    b, (t, r, x) = graph("order", ((2, 4), F32), ((2, 4), F32), ((2, 4), F32))
+    half = b.op("mul", t, b.op("full", shape=[], dtype=F32, value=-0.5))
+    cubed = b.op("pow", r, b.op("full", shape=[], dtype=F32, value=3.0))
+    check_against_interpreter(b.build([b.op("mul", b.op("mul", half, cubed), b.op("sign", x))]), rng)
+
+
+def test_atan_over_its_whole_range(rng):
+    import numpy as np
+
+    b, (x,) = graph("atan", ((64, 8), F32))
+    values = np.concatenate([np.linspace(-40, 40, 500), [0.0, -0.0, 1e30, -1e30, np.inf, -np.inf, np.nan,
+                                                       0.41421356, 2.4142135, 1e-20]]).astype(np.float32)
+    values = np.resize(values, (64, 8))
+    check_against_interpreter(b.build([b.op("atan", x)]), rng, inputs=[values])

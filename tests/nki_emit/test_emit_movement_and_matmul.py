@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from emit_helpers import BF16, F32, I64, check_against_interpreter, graph
+from neuroncc.runtime.nki_target import NkiUnsupportedError
 
 
 def test_views_read_in_place(rng):
@@ -79,3 +81,29 @@ def test_host_steps_for_gathers_and_scatters(rng):
     largest = b.op("argmax", x, dim=1)
     exe = check_against_interpreter(b.build([embedded, picked, scattered, largest]), rng, integers=(0, 5))
     assert exe.stats["host_steps"] >= 4
+
+
+def test_identity_outputs_and_empty_tensors(rng):
+    b, (x, e) = graph("edges", ((3, 4), F32), ((0, 4), F32))
+    exe = check_against_interpreter(b.build([x, x, b.op("exp", e), b.op("sum", e, dims=[0])]), rng)
+    first, second, _, _ = exe(*[np.ones((3, 4), np.float32), np.ones((0, 4), np.float32)])
+    assert first is not second  # every output is a fresh array
+
+
+def test_too_wide_a_reduction_is_refused_with_its_sbuf_need(rng):
+    b, (x,) = graph("wide", ((4, 200000), F32))
+    with pytest.raises(NkiUnsupportedError, match="bytes of SBUF per partition"):
+        check_against_interpreter(b.build([b.op("sum", x, dims=[1])]), rng)
+
+
+def test_int64_arithmetic_and_integer_matmuls_run_exactly_on_the_host(rng):
+    b, (x, y, i) = graph("int64", ((3, 4), I64), ((4, 2), I64), ((3, 4), I64))
+    big = b.op("full", shape=[], dtype=I64, value=2 ** 40)
+    shifted = b.op("add", x, big)  # beyond int32: exact on the host
+    check_against_interpreter(b.build([b.op("mm", x, y), shifted, b.op("maximum", x, i), b.op("sum", i, dims=[1])]),
+                              rng)
+
+
+def test_argmax_of_a_zero_dim_tensor(rng):
+    b, (x,) = graph("argmax0", ((), F32))
+    check_against_interpreter(b.build([b.op("argmax", x, dim=0), b.op("exp", x)]), rng)

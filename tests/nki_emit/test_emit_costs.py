@@ -47,3 +47,9 @@ def test_cost_table_of_an_executable_lists_kernels_and_host_steps():
 def test_estimate_costs_runs_the_pipeline_on_a_raw_graph():
     table = estimate_costs(softmax_graph(256, 512), "trn3")
     assert table.target == "trn3" and len(table.kernels) == 1 and table.kernels[0].bound
+
+
+def test_a_generated_column_sum_reads_rows_once():
+    b, (x,) = graph("bias_grad", ((4096, 1024), F32))
+    (kernel,) = estimate_costs(b.build([b.op("sum", x, dims=[0])]), "trn2").kernels
+    assert kernel.latency_us <= 1.6 * kernel.dma_bound_us
