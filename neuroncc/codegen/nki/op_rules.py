@@ -230,16 +230,13 @@ def _erf(body: Body, op: Op, x: list[Operand]) -> Operand:
 
 
 def _sign(body: Body, op: Op, x: list[Operand]) -> Operand:
-    """(x > 0) - (x < 0), with NaN kept."""
+    """(x > 0) - (x < 0): both compares are false for NaN, so sign(NaN) is 0, as torch.sign (and the IR)."""
     dst = body.result(op)
     shape = dst.shape
     positive = body.binary("nl.greater", x[0], 0, body.new("positive", shape, dst.dtype))
     negative = body.binary("nl.less", x[0], 0, body.new("negative", shape, dst.dtype))
     sign = body.binary("nl.subtract", positive, negative, body.new("sign", shape, dst.dtype))
-    if dst.dtype not in ("float32", "bfloat16", "float16"):
-        return body.copy(sign, dst)
-    nan = body.binary("nl.not_equal", x[0], x[0], body.new("nan", shape, "bool_"))
-    return body.select(nan, x[0], sign, dst)
+    return body.copy(sign, dst)
 
 
 def _isnan(body: Body, op: Op, x: list[Operand]) -> Operand:
@@ -376,7 +373,7 @@ OP_RULES: dict[str, Rule] = {
     "log1p": _activation("nl.log", bias=1.0),       # ln(x + 1)
     "tan": _tan,                                    # sin / cos
     "erf": _erf,                                    # A&S 7.1.26 polynomial
-    "sign": _sign,                                  # (x > 0) - (x < 0), NaN kept
+    "sign": _sign,                                  # (x > 0) - (x < 0), 0 for NaN
     "floor": _rounding("floor"),                    # via the int conversion, corrected
     "ceil": _rounding("ceil"),
     "trunc": _rounding("trunc"),
