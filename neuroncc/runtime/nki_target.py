@@ -140,6 +140,10 @@ def _nki_target(options: Mapping[str, Any]) -> str:
 def build_nki_executable(fn: Function, options: Mapping[str, Any] | None = None) -> NkiExecutable:
     """Emit NKI kernels for ``fn`` (after the ``nki`` pipeline) and wrap them as an executable."""
     options = options or {}
+    empty = next((v.type for v in (*fn.params, *(r for op in fn.walk() for r in op.results)) if v.type.numel == 0),
+                 None)
+    if empty is not None:  # the emitter's tiling divides by sizes; an empty tensor has nothing to tile
+        raise NkiUnsupportedError(f"target nki-sim cannot compile func @{fn.name}: it has a size-0 tensor ({empty})")
     try:
         program = emit_program(fn, _nki_target(options))
     except CodegenError as error:
