@@ -38,13 +38,21 @@ def test_int64(name, target):
     assert_same(INT_PROGRAMS[name], _ints(), target=target)
 
 
-def test_int64_beyond_float_precision(target):
+NKI_INT32 = pytest.mark.xfail(strict=True, reason="known bug: nki-sim narrows int64 to int32 (codegen/nki/source.py) "
+                               "and returns wrapped values for int64 data outside int32's range, silently")
+
+
+def test_int64_beyond_float_precision(target, request):
+    if target == "nki-sim":
+        request.node.add_marker(NKI_INT32)
     # 2**60 + small: exact in int64, rounded if anything goes through float32/float64.
     big = torch.tensor([2**60 + 1, -(2**60) - 3, 2**53 + 1])
     assert_same(lambda x: (x + 1, x * 2, x // 3, x.sum()), big, target=target)
 
 
-def test_int64_overflow_wraps_like_eager(target):
+def test_int64_overflow_wraps_like_eager(target, request):
+    if target == "nki-sim":
+        request.node.add_marker(NKI_INT32)
     assert_same(lambda x: x * 4, torch.tensor([2**62, -(2**62) - 1]), target=target)
 
 
