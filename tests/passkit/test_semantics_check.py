@@ -96,7 +96,9 @@ def test_a_crashing_pass_is_reported_with_its_graph():
 
 
 def test_a_pass_error_on_a_valid_graph_is_a_failure():
-    message, _ = failure(RefuseMatmuls())
+    from neuroncc.testing.graphs import _draw_matmul
+
+    message, _ = failure(RefuseMatmuls(), graphs(families=((_draw_matmul, 1),)))
     assert "failed on this valid graph: PassError: refuse-matmuls: no matmuls here" in message
     assert [op.name for op in pasted_graph(message).ops][-1] in ("mm", "bmm")
 

@@ -147,6 +147,9 @@ def _erf(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
 
 def _gelu(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     cdf = b.fadd(_c(1.0), _erf(b, b.fmul(x, _c(math.sqrt(0.5)))))
+    # Below -5.7, erf(x/sqrt2) rounds to -1 in float32, so PyTorch's 1 + erf is exactly 0: the result is -0,
+    # and -inf * 0 is NaN. The polynomial erf stops a hair short of -1, so make that exact.
+    cdf = b.select(b.fcmp_ordered("<", x, _c(-5.7)), _c(0.0), cdf)
     return b.fmul(b.fmul(x, _c(0.5)), cdf)
 
 

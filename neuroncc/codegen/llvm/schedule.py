@@ -256,6 +256,9 @@ def plan_kernel(region: Function, params: list[Layout], outputs: list[Layout], b
         if op.name not in REGISTRY:
             raise CodegenError(f"unknown op '{op.name}' in kernel region")
         category = REGISTRY.get(op.name).category
+        if op.name in ("scatter", "index_put", "gather") and op.operands[0].type.rank == 0:
+            # 0-dim data tensors (e.g. the backward of max over dim 0 of a scalar) have no dimension to index
+            raise CodegenError(f"op '{op.name}' on a 0-dim tensor has no native lowering")
         if category is Category.MATMUL:
             if seen_compute or plan.extern is not None:
                 raise CodegenError(f"op '{op.name}' is not the first compute op of its kernel region")
