@@ -308,8 +308,6 @@ def emit_scatter(em: Any, stage: ScatterStage) -> None:
     def positions(idx: list[Any]) -> list[Any]:
         if op.name == "scatter":
             x = op.operands[0].type
-            if x.rank == 0:  # a 0-dim tensor's only element (torch allows dim 0 and index 0 there)
-                return []
             dim = op.attrs["dim"] % x.rank
             raw = to_index(em.b, em.value_at(op.operands[1], idx), op.operands[1].type.dtype)
             return list(idx[:dim]) + [em.checked_index(raw, x.shape[dim])] + list(idx[dim + 1:])
