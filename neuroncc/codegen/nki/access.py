@@ -119,7 +119,9 @@ class _HbmView:
         for n in side.shape:
             numel *= n
         self.numel = numel
-        self.active = {d: c for d, c in enumerate(side.amap.coeffs) if c != 0}
+        # A domain dim of extent 1 only ever takes index 0: its coefficient (which may equal the whole
+        # tensor's size, e.g. the row stride of a [1, 5] argument) steps nothing and must not shape the layout.
+        self.active = {d: c for d, c in enumerate(side.amap.coeffs) if c != 0 and side.indexes[d].extent > 1}
         self.layout = _layout(numel, self.active)
         if self.layout is not None and any(self.active[d] < 0 and side.indexes[d].kind == "span" for d in self.active):
             self.layout = None  # NKI slices step forward only; reversed dims are looped (see order_units)
