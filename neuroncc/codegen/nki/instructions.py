@@ -262,10 +262,12 @@ def _commute_scalar_multiply(instrs: list[Instr], counts: dict[str, int], produc
             if not isinstance(source, Ref) or source.shape != instr.dst.shape or other.shape != instr.dst.shape:
                 continue
             product = replace(first.dst, tile=first.dst.tile)
-            instrs[producers[data.tile]] = Instr("tensor_tensor", product,
-                                                 {"data1": source, "data2": other, "op": "nl.multiply"})
+            # x * y goes where the old multiply was, not where x * c was: y may be loaded in between.
             instrs[index] = Instr("tensor_scalar", instr.dst, {"data": product, "op0": "nl.multiply",
                                                                 "operand0": first.args["operand0"]})
+            instrs.insert(index, Instr("tensor_tensor", product,
+                                       {"data1": source, "data2": other, "op": "nl.multiply"}))
+            del instrs[producers[data.tile]]  # x * c, read only here, before the multiply
             return True
     return False
 
