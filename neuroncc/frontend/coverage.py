@@ -73,7 +73,8 @@ def _asinh(x: torch.Tensor) -> torch.Tensor:
 
 @_float_math
 def _atanh(x: torch.Tensor) -> torch.Tensor:
-    return 0.5 * torch.log1p(2 * x / (1 - x))
+    a = torch.abs(x)  # on |x|: near -1, 2x / (1 - x) would sit next to -1 and log1p would cancel
+    return _with_sign_of(x, 0.5 * torch.log1p(2 * a / (1 - a)))
 
 
 @_float_math
@@ -133,13 +134,115 @@ def _round_decimals(x: torch.Tensor, *, decimals: int) -> torch.Tensor:
     return rounded.to(x.dtype)
 
 
+# erfc(z) = t * exp(-z^2 + P(t)), t = 1 / (1 + z/2), for z >= 0 (Numerical Recipes' erfcc: relative error
+# below 1.2e-7). exp(-z^2) is taken as exp(-zh^2) * exp(-(z - zh)(z + zh)) with zh = z to 1/16, so that the
+# large argument is exact: 4e-7 relative error in float32 out to erfc's underflow.
+_ERFC_P = (-1.26551223, 1.00002368, 0.37409196, 0.09678418, -0.18628806, 0.27886807, -1.13520398, 1.48851587,
+           -0.82215223, 0.17087277)
+
+
+def _erfc_poly(t: torch.Tensor) -> torch.Tensor:
+    poly = torch.full_like(t, _ERFC_P[-1])
+    for coefficient in reversed(_ERFC_P[:-1]):
+        poly = coefficient + t * poly
+    return poly
+
+
+def _erfc_parts(z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(t, the exponent -z^2 + P(t) split as a product of two exps) for z >= 0: erfc(z) = t * e1 * e2."""
+    t = 1 / (1 + 0.5 * z)
+    zh = torch.trunc(z * 16) / 16
+    return t, torch.exp(-zh * zh) * torch.exp(-(z - zh) * (z + zh) + _erfc_poly(t))
+
+
+_ERFC_ZERO = 11.0  # erfc(11) is 1.4e-54: zero in float32; clamping there keeps inf out of the split below
+
+
+@_float_math
+def _erfc(x: torch.Tensor) -> torch.Tensor:
+    t, e = _erfc_parts(torch.clamp(torch.abs(x), max=_ERFC_ZERO))
+    tail = t * e
+    return torch.where(x >= 0, tail, 2 - tail)
+
+
+@_float_math
+def _erfcx(x: torch.Tensor) -> torch.Tensor:
+    # exp(x^2) erfc(x): for x >= 0 the exp(-x^2) inside erfc cancels (no overflow, no underflow).
+    t = 1 / (1 + 0.5 * torch.abs(x))
+    positive = t * torch.exp(_erfc_poly(t))
+    return torch.where(x >= 0, positive, 2 * torch.exp(x * x) - positive)
+
+
+@_float_math
+def _log_ndtr(x: torch.Tensor) -> torch.Tensor:
+    # log(Phi(x)) = log(erfc(z) / 2), z = -x / sqrt 2: from the exponent itself in the left tail (no underflow),
+    # log1p(-erfc(-z) / 2) in the right one (no cancellation). Infinite x is put back at the end.
+    z = -x * (1 / math.sqrt(2.0))
+    a = torch.where(torch.isinf(z), 0.0, torch.abs(z))
+    t, e = _erfc_parts(a)
+    zh = torch.trunc(a * 16) / 16
+    left = torch.log(t) - zh * zh - (a - zh) * (a + zh) + _erfc_poly(t) - _LN2
+    finite = torch.where(z >= 0, left, torch.log1p(-0.5 * t * e))
+    return torch.where(z == math.inf, -math.inf, torch.where(z == -math.inf, 0.0, finite))
+
+
+def _addbmm(input: torch.Tensor, batch1: torch.Tensor, batch2: torch.Tensor, *, beta: Any = 1,
+            alpha: Any = 1) -> torch.Tensor:
+    # beta * input + alpha * sum_b batch1[b] @ batch2[b]; beta = 0 ignores input (NaN in it included), as aten.
+    product = torch.bmm(batch1, batch2).sum(0)
+    product = product if alpha == 1 else product * alpha
+    return product if beta == 0 else (input if beta == 1 else input * beta) + product
+
+
+def _scatter_reduce(self: torch.Tensor, dim: int, index: torch.Tensor, src: torch.Tensor, reduce: str, *,
+                    include_self: bool = True) -> Any:
+    # sum and mean (of floats) from scatter_add; amax/amin/prod have no IR equivalent and stay refused.
+    if reduce not in ("sum", "mean") or (reduce == "mean" and not self.is_floating_point()):
+        return NotImplemented
+    base = self if include_self else self.scatter(dim, index, 0)
+    total = base.scatter_add(dim, index, src)
+    if reduce == "sum":
+        return total
+    counts = torch.ones_like(self) if include_self else torch.zeros_like(self)
+    counts = counts.scatter_add(dim, index, torch.ones_like(src))
+    return total / torch.where(counts == 0, 1, counts)
+
+
+#: Elements the masked [.., n, n, ..] tensor of PyTorch's scan decompositions may hold (O(n^2) in the
+#: scanned length); longer scans are refused rather than allowed to exhaust memory.
+_SCAN_LIMIT = 1 << 22
+
+
+def _masked_scan(reduce: Callable[..., torch.Tensor], identity: int) -> Callable[..., Any]:
+    """cumsum/cumprod as one reduction over a masked triangle (PyTorch's own decomposition, written with
+    the ops the IR has): out[.., j, ..] = reduce over i <= j of a[.., i, ..]. The triangle is O(n^2) in the
+    scanned length, so long scans decline (and stay refused) instead of exhausting memory."""
+    def decomposition(a: torch.Tensor, dim: int, *, dtype: torch.dtype | None = None) -> Any:
+        if dtype is None:
+            dtype = a.dtype if a.is_floating_point() else torch.int64  # integer scans accumulate in int64
+        if a.ndim == 0:
+            return a.to(dtype)
+        dim = dim % a.ndim
+        length = a.shape[dim]
+        if a.numel() * length > _SCAN_LIMIT:
+            return NotImplemented
+        positions = torch.arange(length)
+        mask = positions.unsqueeze(1) <= positions  # [i, j]: i contributes to j
+        for _ in range(a.ndim - dim - 1):
+            mask = mask.unsqueeze(-1)
+        masked = torch.where(mask, a.to(dtype).unsqueeze(dim + 1), identity)
+        return reduce(masked, dim)
+
+    return decomposition
+
+
 #: aten op -> decomposition written here (one comment per rule says why it is accurate).
 FORMULAS: dict[Any, Callable[..., torch.Tensor]] = {
     aten.acos.default: _acos,  # atan2(sqrt((1-x)(1+x)), x)
     aten.asin.default: _asin,  # atan2(x, sqrt((1-x)(1+x)))
     aten.acosh.default: _acosh,  # log1p(t + sqrt(t(x+1))), t = x-1; log(x)+ln2 for huge x
     aten.asinh.default: _asinh,  # sign * log1p(a + a^2/(1+sqrt(1+a^2))); log(a)+ln2 for huge a
-    aten.atanh.default: _atanh,  # log1p(2x/(1-x))/2
+    aten.atanh.default: _atanh,  # sign * log1p(2a/(1-a))/2, a = |x|
     aten.sinh.default: _sinh,  # expm1 form below 1, exp(a-ln2) past float32's exp overflow
     aten.cosh.default: _cosh,  # (exp(a)+exp(-a))/2, exp(a-ln2) past exp's overflow
     aten.log10.default: _log10,  # log(x)/ln(10): one extra rounding
@@ -148,6 +251,13 @@ FORMULAS: dict[Any, Callable[..., torch.Tensor]] = {
     aten.fmin.default: _nan_aware(torch.minimum),  # NaN-ignoring minimum
     aten.hypot.default: _hypot,  # scaled: max * sqrt(1 + (min/max)^2)
     aten.round.decimals: _round_decimals,  # ATen's own scaling
+    aten.erfc.default: _erfc,  # rational exponent form, exact large argument (no 1 - erf cancellation)
+    aten.special_erfcx.default: _erfcx,  # the same form without exp(-x^2)
+    aten.special_log_ndtr.default: _log_ndtr,  # log of that form: no underflow in the left tail
+    aten.addbmm.default: _addbmm,  # bmm then a sum over the batch
+    aten.scatter_reduce.two: _scatter_reduce,  # sum/mean via scatter_add (others decline)
+    aten.cumsum.default: _masked_scan(torch.sum, 0),  # a masked triangle, while it stays small
+    aten.cumprod.default: _masked_scan(torch.prod, 1),  # same, with prod
 }
 
 #: PyTorch decompositions adopted because the sweep shows they reach ops the IR has and match eager.

@@ -16,8 +16,8 @@ from typing import Any
 
 import torch
 import torch.fx as fx
-import torch._subclasses.fake_tensor
-import torch.fx.experimental.symbolic_shapes
+from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException
+from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
 
 from neuroncc.errors import DynamicShapeError, UnsupportedOpError
 
@@ -221,9 +221,7 @@ def uses_float64(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> bool:
 
 #: What AOTAutograd raises when tracing needs a value only known at run time (a size read from a tensor).
 DATA_DEPENDENT_ERRORS: tuple[type[BaseException], ...] = (
-    torch.fx.experimental.symbolic_shapes.GuardOnDataDependentSymNode,
-    torch._subclasses.fake_tensor.DataDependentOutputException,
-    torch._subclasses.fake_tensor.DynamicOutputShapeException,
+    GuardOnDataDependentSymNode, DataDependentOutputException, DynamicOutputShapeException,
 )
 
 

@@ -166,7 +166,8 @@ def reduced_domain_dims(region: Function, domain: tuple[int, ...]) -> ReducedDim
             continue
         shape = op.operands[0].type.shape
         if op.name in ("argmax", "argmin"):
-            dims = tuple(range(len(shape))) if op.attrs["dim"] is None else (op.attrs["dim"] % max(len(shape), 1),)
+            # dim=0 of a 0-dim operand names no dimension: there is nothing to reduce
+            dims = tuple(range(len(shape))) if op.attrs["dim"] is None or not shape else (op.attrs["dim"] % len(shape),)
         else:
             dims = op.attrs["dims"]
         lead = len(domain) - len(shape)

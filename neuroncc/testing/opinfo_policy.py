@@ -33,8 +33,6 @@ RANDOM_OPS: dict[str, str] = {
     "nn.functional.alpha_dropout": "random mask",
     "nn.functional.feature_alpha_dropout:with_train": "random mask (the without_train variant is compared)",
     "nn.functional.rrelu": "random slopes in training mode (OpInfo: skip_correctness_check_compile_vs_eager)",
-    "torch.ops.aten._flash_attention_forward": "OpInfo: has_nondeterministic_output",
-    "torch.ops.aten._efficient_attention_forward": "OpInfo: has_nondeterministic_output",
 }
 
 #: Ops that return uninitialized memory: only shapes and dtypes are meaningful.

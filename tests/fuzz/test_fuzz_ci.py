@@ -1,7 +1,7 @@
 """CI's slice of the differential fuzzer: a fixed seed's programs, every available target, fwd + bwd.
 
 A failure names the programs; reproduce, shrink and write regression tests with
-``python tools/fuzz.py --seed 0 --n <N>`` (it writes tests/fuzz/regressions/).
+``python tools/fuzz.py --seed 0 --n 200`` (it writes tests/fuzz/regressions/).
 """
 
 import pytest
@@ -10,7 +10,7 @@ from neuroncc.testing.fuzz import check_program, generate_program
 from neuroncc.testing.fuzz_campaign import available_targets
 
 SEED = 0
-CHUNKS, PER_CHUNK = 4, 15  # programs 0..59, in chunks so that pytest-xdist can spread them
+CHUNKS, PER_CHUNK = 8, 25  # programs 0..199, in chunks so that pytest-xdist can spread them
 TARGETS = tuple(available_targets()[0])
 
 

@@ -30,8 +30,9 @@ CI_SAMPLES = {"fwd": 3, "bwd": 2, "bf16": 2}  # the first samples of each mode
 TABLE = StatusTable.load(TABLE_PATH)
 
 
+KNOWN_GAP = pytest.mark.xfail(strict=True, reason="acceptance target not met yet: 66% of counted float32 OpInfos pass "
+                              "forward (the gaps are listed in docs/ops.md); strict, so drop this marker once it passes")
 
-KNOWN_GAP = pytest.mark.xfail(strict=True, reason="acceptance target not met yet by the committed table (first full sweep: 60% fwd pass, a few crashes/mismatches since fixed or open); tracked on the reliability issue. Strict: it fails once the target is met, so drop this marker then.")
 
 def _checkable(key: str) -> bool:
     """Ops with at least one sample that is not neuroncc-independent (eager-fails or n/a)."""
@@ -78,14 +79,12 @@ def test_docs_ops_md_is_generated_from_the_table():
     assert DOCS_PATH.read_text() == render_ops_md(TABLE), "regenerate: python tools/opinfo_sweep.py --docs"
 
 
-@KNOWN_GAP
 def test_no_silent_mismatches():
     mismatches = {(k, m): TABLE.notes.get(k, {}).get(m, "") for k, by_mode in TABLE.letters.items()
                   for m, letters in by_mode.items() if "M" in letters}
     assert not mismatches, f"silent wrong results: {mismatches}"
 
 
-@KNOWN_GAP
 def test_everything_else_is_refused_cleanly():
     crashes = {(k, m): TABLE.notes.get(k, {}).get(m, "") for k, by_mode in TABLE.letters.items()
                for m, letters in by_mode.items() if set(letters) & {"C", "T"}}
@@ -99,10 +98,10 @@ def test_forward_pass_rate_at_least_80_percent():
     assert summary.pass_rate >= 0.80, f"{summary.statuses} ({100 * summary.pass_rate:.1f}% pass)"
 
 
-@KNOWN_GAP
 def test_shape_only_list_names_real_opinfos():
     from neuroncc.testing.opinfo_policy import RANDOM_OPS, UNINITIALIZED_OPS
 
     names = set(_opinfos()) | {key.split(":", 1)[0] for key in _opinfos()}
-    assert not set(RANDOM_OPS) - names and not set(UNINITIALIZED_OPS) - names
+    assert set(RANDOM_OPS) <= names, f"not float32 OpInfos: {sorted(set(RANDOM_OPS) - names)}"
+    assert set(UNINITIALIZED_OPS) <= names, f"not float32 OpInfos: {sorted(set(UNINITIALIZED_OPS) - names)}"
     assert all(metadata_only_reason(key) for key in RANDOM_OPS)

@@ -138,7 +138,11 @@ def _erf(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     xc = b.select(b.fcmp_ordered("<", x, _c(-4.0)), _c(-4.0), x)
     xc = b.select(b.fcmp_ordered(">", xc, _c(4.0)), _c(4.0), xc)
     x2 = b.fmul(xc, xc)
-    return b.fdiv(b.fmul(xc, horner(b, x2, _ERF_P)), horner(b, x2, _ERF_Q), flags=RECIP)
+    rational = b.fdiv(b.fmul(xc, horner(b, x2, _ERF_P)), horner(b, x2, _ERF_Q), flags=RECIP)
+    # Exactly +-1 past |x| = 4 (erf rounds to 1.0f there; the rational function is an ulp off), so that
+    # gelu(-inf) = -inf * (1 + erf(-inf)) = -inf * 0 is NaN as in PyTorch, not -inf.
+    saturated = call(b, "llvm.copysign.f32", [_c(1.0), x])
+    return b.select(b.fcmp_ordered(">=", call(b, "llvm.fabs.f32", [x]), _c(4.0)), saturated, rational)
 
 
 def _gelu(b: ir.IRBuilder, x: ir.Value) -> ir.Value:

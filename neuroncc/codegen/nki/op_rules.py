@@ -132,6 +132,41 @@ def _then(function: str, alu: str, number: float) -> Rule:
     return rule
 
 
+def _log1p(body: Body, op: Op, x: list[Operand]) -> Operand:
+    """log(u) * x / (u - 1) with u = 1 + x (Goldberg): u - 1 is exact, so the quotient corrects log(u)'s lost
+    digits (plain ln(x + 1) has a 5% error at 1e-6 and returns 0 below 6e-8); x itself where u rounds to 1,
+    and u where it is infinite."""
+    dst = body.result(op)
+    shape = dst.shape
+    u = body.binary("nl.add", x[0], 1.0, _float_tile(body, "u", shape))
+    log_u = body.activation("nl.log", u, _float_tile(body, "log_u", shape))
+    u_minus_1 = body.binary("nl.subtract", u, 1.0, _float_tile(body, "u_minus_1", shape))
+    ratio = body.binary("nl.divide", x[0], u_minus_1, _float_tile(body, "ratio", shape))
+    corrected = body.binary("nl.multiply", log_u, ratio, _float_tile(body, "corrected", shape))
+    infinite = body.binary("nl.equal", u, float("inf"), body.new("infinite", shape, "bool_"))
+    finite = body.select(infinite, u, corrected, _float_tile(body, "finite", shape))
+    one = body.binary("nl.equal", u, 1.0, body.new("one", shape, "bool_"))
+    return body.select(one, x[0], finite, dst)
+
+
+def _expm1(body: Body, op: Op, x: list[Operand]) -> Operand:
+    """(u - 1) * x / log(u) with u = exp(x) (Kahan): accurate where exp(x) - 1 cancels; x where u rounds to 1,
+    -1 where it underflows, u where it overflows."""
+    dst = body.result(op)
+    shape = dst.shape
+    u = body.activation("nl.exp", x[0], _float_tile(body, "u", shape))
+    u_minus_1 = body.binary("nl.subtract", u, 1.0, _float_tile(body, "u_minus_1", shape))
+    log_u = body.activation("nl.log", u, _float_tile(body, "log_u", shape))
+    ratio = body.binary("nl.divide", x[0], log_u, _float_tile(body, "ratio", shape))
+    corrected = body.binary("nl.multiply", u_minus_1, ratio, _float_tile(body, "corrected", shape))
+    saturated = body.binary("nl.equal", u_minus_1, -1.0, body.new("saturated", shape, "bool_"))
+    bounded = body.select(saturated, u_minus_1, corrected, _float_tile(body, "bounded", shape))
+    infinite = body.binary("nl.equal", u, float("inf"), body.new("infinite", shape, "bool_"))
+    finite = body.select(infinite, u, bounded, _float_tile(body, "finite", shape))
+    one = body.binary("nl.equal", u, 1.0, body.new("one", shape, "bool_"))
+    return body.select(one, x[0], finite, dst)
+
+
 def _tan(body: Body, op: Op, x: list[Operand]) -> Operand:
     dst = body.result(op)
     sin = body.activation("nl.sin", x[0], _float_tile(body, "sin", dst.shape))
@@ -401,9 +436,9 @@ OP_RULES: dict[str, Rule] = {
     "relu": _relu,                                  # ScalarE relu; max(x, 0) for integers
     "gelu": _gelu,                                  # ScalarE gelu / gelu_apprx_tanh
     "exp2": _activation("nl.exp", scale=LN2),       # exp(x ln 2)
-    "expm1": _then("nl.exp", "nl.subtract", 1.0),   # exp(x) - 1
+    "expm1": _expm1,                                # (exp(x) - 1) * x / ln(exp(x)), Kahan
     "log2": _then("nl.log", "nl.multiply", 1.0 / LN2),  # ln(x) / ln 2
-    "log1p": _activation("nl.log", bias=1.0),       # ln(x + 1)
+    "log1p": _log1p,                                # ln(1 + x) * x / ((1 + x) - 1), Goldberg
     "tan": _tan,                                    # sin / cos
     "erf": _erf,                                    # A&S 7.1.26 polynomial
     "atan": _atan,                                  # Cephes atanf: range reduction + polynomial
