@@ -55,8 +55,6 @@ def tool(directory: Path, name: str, script: str) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=False, reason="after merging the extended graph generator, the shrunk failure text shown in step 6 of "
-                   "docs/writing-a-pass.md differs from what the property test now prints; the doc needs its output refreshed")
 def test_tutorial_steps_run_as_written(tmp_path):
     work, site, tools = tmp_path / "work", tmp_path / "site", tmp_path / "bin"
     for directory in (work, site, tools):
