@@ -164,6 +164,8 @@ def main() -> None:
         if c:
             cells.append(f"{c['inductor cold']['seconds'] / c['neuron cold']['seconds']:.1f}x")
             cells.append(f"{c['neuron cold']['neuroncc']:.2f} ({c['neuron cold']['build']:.2f})")
+        else:
+            cells += ["-", "-"]
         rows.append(cells)
         print(" | ".join(cells), flush=True)
     print(table(rows, ["model", "eager ms", "Inductor ms", "neuroncc ms", "vs eager", "vs Inductor",
