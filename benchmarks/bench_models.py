@@ -1,27 +1,49 @@
 """Model benchmarks (d)-(f): a torch module through eager, Inductor and ``torch.compile(backend="neuron")``.
 
-    (d) MLP inference      (e) transformer block inference      (f) MLP training step (forward + backward)
+    (d)  MLP 1024-4096-1024 (Linear-GELU-Linear), batch 256, inference
+    (e)  transformer encoder block (d_model 512, 8 heads, FFN 2048, ReLU), batch 8, seq 256, inference
+    (f1) training step of (d); (f2) training step of (e): zero_grad, forward, loss = mean(out^2), backward,
+         SGD step (lr 1e-3, torch's default foreach implementation, run eagerly for all three: only the model
+         is compiled)
 
-Structure only until the torch front end lands: ``run(model_factory, input_factory, train)`` interleaves the
-three implementations and reports medians and ratios; a missing ``neuron`` backend is reported, not hidden.
-Run: ``python benchmarks/bench_models.py``.
+Steady state: the three implementations interleaved call by call in one process, medians of ``--repeat``.
+Cold compile / warm first call: a fresh process per measurement (``--first-call``) times ``torch.compile`` +
+the first call (for training: the first full step); "cold" starts from empty ``NEURONCC_CACHE_DIR`` /
+``TORCHINDUCTOR_CACHE_DIR`` directories, "warm" from the directories the cold run filled. The first-call time
+starts after ``import torch._dynamo`` (torch's import cost, the same for every backend) and includes
+TorchDynamo tracing and AOTAutograd (paid by both compilers: for neuroncc AOTAutograd's joint tracing and
+min-cut partitioner, whose first call imports much of torch._inductor, are most of it); "in neuroncc" is the
+part spent in ``compile_aten_graph`` (import to IR, passes, LLVM, cache) and, in parentheses, in building the
+executables (launch planning, LLVM code generation, O3, object code).
+
+The MHA fast path is disabled (``torch.backends.mha.set_fastpath_enabled(False)``) so the transformer block
+traces to plain ops; eager runs the same (non-fast-path) code, which still uses ATen's fused CPU
+flash-attention kernel. Run: ``python benchmarks/bench_models.py [--rows d,e,f1,f2] [--repeat 15]``.
 """
 
 from __future__ import annotations
 
+import argparse
+import json
+import os
+import subprocess
 import sys
+import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import ensure_environment, interleaved, table  # noqa: E402
+from common import MALLOC_ENV, ensure_environment, interleaved, table  # noqa: E402
 
 ensure_environment(threads=2)
 
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
+
+torch.backends.mha.set_fastpath_enabled(False)
 
 
 def mlp() -> nn.Module:
@@ -32,49 +54,123 @@ def transformer_block() -> nn.Module:
     return nn.TransformerEncoderLayer(d_model=512, nhead=8, dim_feedforward=2048, batch_first=True, dropout=0.0)
 
 
-def _step(model: nn.Module, train: bool) -> Callable[[torch.Tensor], object]:
-    if not train:
-        return lambda x: model(x)
+#: row -> (label, model factory, input factory, train)
+ROWS: dict[str, tuple[str, Callable[[], nn.Module], Callable[[], torch.Tensor], bool]] = {
+    "d": ("(d) MLP 1024-4096-1024, batch 256", mlp, lambda: torch.randn(256, 1024), False),
+    "e": ("(e) transformer block d=512 h=8, [8, 256]", transformer_block, lambda: torch.randn(8, 256, 512), False),
+    "f1": ("(f) MLP training step (SGD)", mlp, lambda: torch.randn(256, 1024), True),
+    "f2": ("(f) transformer training step (SGD)", transformer_block, lambda: torch.randn(8, 256, 512), True),
+}
 
-    def step(x: torch.Tensor) -> object:
-        loss = model(x).float().pow(2).mean()
+
+def make_step(row: str, backend: str) -> Callable[[], object]:
+    """A fresh model (seed 0) compiled with ``backend`` ("eager", "inductor", "neuron") and its step."""
+    _, factory, make_input, train = ROWS[row]
+    torch.manual_seed(0)
+    model = factory().train(train)
+    x = make_input()
+    if backend == "inductor":
+        run = torch.compile(model, dynamic=False)
+    elif backend == "neuron":
+        run = torch.compile(model, backend="neuron", dynamic=False)
+    else:
+        run = model
+    if not train:
+        def infer() -> object:
+            with torch.no_grad():
+                return run(x)
+
+        return infer
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+
+    def step() -> object:
+        optimizer.zero_grad(set_to_none=True)
+        loss = run(x).pow(2).mean()
         loss.backward()
+        optimizer.step()
         return loss
 
     return step
 
 
-def run(name: str, factory: Callable[[], nn.Module], make_input: Callable[[], torch.Tensor], train: bool) -> list[str]:
-    torch.manual_seed(0)
-    model = factory().train(train)
-    x = make_input()
-    impls = {"eager": _step(model, train), "inductor": _step(torch.compile(model, dynamic=False), train)}
-    try:
-        neuron = torch.compile(model, backend="neuron", dynamic=False)
-        _step(neuron, train)(x)
-        impls["neuroncc"] = _step(neuron, train)
-    except Exception as exc:  # the backend may not be installed yet: say so in the table
-        print(f"{name}: neuron backend unavailable ({type(exc).__name__}: {str(exc)[:80]})")
-    grad = torch.enable_grad() if train else torch.no_grad()
-    with grad:
-        times = interleaved({k: (lambda f=f: f(x)) for k, f in impls.items()}, repeats=20)
-    neuron_ms = times.get("neuroncc")
-    return [name, f"{times['eager'] * 1e3:.2f}", f"{times['inductor'] * 1e3:.2f}",
-            "n/a" if neuron_ms is None else f"{neuron_ms * 1e3:.2f}",
-            "n/a" if neuron_ms is None else f"{times['eager'] / neuron_ms:.2f}x",
-            "n/a" if neuron_ms is None else f"{times['inductor'] / neuron_ms:.2f}x"]
+def steady_state(row: str, repeat: int) -> dict[str, float]:
+    impls = {name: make_step(row, backend) for name, backend in
+             (("eager", "eager"), ("inductor", "inductor"), ("neuroncc", "neuron"))}
+    return interleaved(impls, repeats=repeat, warmup=3)
 
 
-CASES = [
-    ("(d) MLP 1024-4096-1024, batch 256", mlp, lambda: torch.randn(256, 1024), False),
-    ("(e) transformer block d=512, [8, 128]", transformer_block, lambda: torch.randn(8, 128, 512), False),
-    ("(f) MLP training step, batch 256", mlp, lambda: torch.randn(256, 1024), True),
-]
+def first_call(row: str, backend: str) -> dict[str, float]:
+    """In this (fresh) process: seconds for compile + first call; for neuroncc also the seconds spent in
+    compile_aten_graph (import to IR, passes, code generation, cache) and in building executables (LLVM)."""
+    import torch._dynamo  # noqa: F401 - torch.compile's own import (~3-5 s here), paid alike by every backend
+
+    from neuroncc.frontend import backend as neuron_backend
+
+    spent = {"neuroncc": 0.0, "build": 0.0}
+    compile_aten_graph = neuron_backend.compile_aten_graph
+
+    def timed(*args: object, **kwargs: object) -> object:
+        begin = time.perf_counter()
+        compiled = compile_aten_graph(*args, **kwargs)
+        spent["neuroncc"] += time.perf_counter() - begin
+        spent["build"] += compiled.executable.stats.get("compile_seconds", 0.0)
+        return compiled
+
+    neuron_backend.compile_aten_graph = timed
+    start = time.perf_counter()
+    make_step(row, backend)()
+    return {"seconds": time.perf_counter() - start, **spent}
+
+
+def spawn_first_call(row: str, backend: str, neuron_cache: str, inductor_cache: str) -> dict[str, float]:
+    env = {**os.environ, **MALLOC_ENV, "NEURONCC_CACHE_DIR": neuron_cache, "TORCHINDUCTOR_CACHE_DIR": inductor_cache}
+    env.pop("NEURONCC_DISABLE_CACHE", None)
+    out = subprocess.run([sys.executable, __file__, "--first-call", row, backend], env=env, check=True,
+                         capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def compile_times(row: str) -> dict[str, dict[str, float]]:
+    """Cold and warm first-call seconds of Inductor and neuroncc, each in a fresh process."""
+    times: dict[str, dict[str, float]] = {}
+    with tempfile.TemporaryDirectory() as root:
+        for backend in ("inductor", "neuron"):
+            neuron_cache, inductor_cache = f"{root}/{backend}-ncc", f"{root}/{backend}-inductor"
+            times[f"{backend} cold"] = spawn_first_call(row, backend, neuron_cache, inductor_cache)
+            times[f"{backend} warm"] = spawn_first_call(row, backend, neuron_cache, inductor_cache)
+    return times
 
 
 def main() -> None:
-    rows = [run(*case) for case in CASES]
-    print(table(rows, ["model", "eager ms", "inductor ms", "neuroncc ms", "vs eager", "vs inductor"]))
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rows", default=",".join(ROWS))
+    parser.add_argument("--repeat", type=int, default=15)
+    parser.add_argument("--first-call", nargs=2, metavar=("ROW", "BACKEND"))
+    parser.add_argument("--no-compile-times", action="store_true")
+    args = parser.parse_args()
+    if args.first_call:
+        print(json.dumps(first_call(*args.first_call)))
+        return
+    rows = []
+    for row in args.rows.split(","):
+        t = steady_state(row, args.repeat)
+        c = {} if args.no_compile_times else compile_times(row)
+        if c:
+            print(json.dumps(c), flush=True)
+        cells = [ROWS[row][0], f"{t['eager'] * 1e3:.1f}", f"{t['inductor'] * 1e3:.1f}", f"{t['neuroncc'] * 1e3:.1f}",
+                 f"{t['eager'] / t['neuroncc']:.2f}x", f"{t['inductor'] / t['neuroncc']:.2f}x"]
+        cells += [f"{c[k]['seconds']:.2f}" if k in c else "-" for k in
+                  ("inductor cold", "neuron cold", "inductor warm", "neuron warm")]
+        if c:
+            cells.append(f"{c['inductor cold']['seconds'] / c['neuron cold']['seconds']:.1f}x")
+            cells.append(f"{c['neuron cold']['neuroncc']:.2f} ({c['neuron cold']['build']:.2f})")
+        else:
+            cells += ["-", "-"]
+        rows.append(cells)
+        print(" | ".join(cells), flush=True)
+    print(table(rows, ["model", "eager ms", "Inductor ms", "neuroncc ms", "vs eager", "vs Inductor",
+                       "Inductor cold s", "neuroncc cold s", "Inductor warm s", "neuroncc warm s", "cold: Inductor/neuroncc",
+                       "cold: in neuroncc s (LLVM build s)"]))
 
 
 if __name__ == "__main__":

@@ -253,7 +253,12 @@ class _NativeKernel:
             self.rows = step.extern.results[0].shape[0]
             row_bytes = max(math.prod(step.extern.results[0].shape[1:]), 1) * 4
             block = max(ROW_BLOCK_BYTES // row_bytes, 8)
-            if block < self.rows:  # small outputs are already cache resident: one block
+            # Each block re-reads (and BLAS re-packs) the whole [K, N] weight and a short-M GEMM runs below
+            # peak, while blocking saves about two passes over the block's [rows, N] output: it pays only
+            # when a block has at least K rows (1024-4096-1024 MLP: 32-row blocks made the GEMM 3x slower).
+            contraction = _contraction_extent(self.exe.function.ops[step.op_index].regions[0]
+                                              .ops[step.extern.op_index].name, step.extern, self.rows)
+            if contraction <= block < self.rows:  # small outputs are already cache resident: one block
                 self.row_block = block
 
     def __call__(self, flats: dict[int, np.ndarray]) -> None:
@@ -328,6 +333,12 @@ class _NativeKernel:
                     operands[0] = operands[0][rows]
             results = [r[rows] for r in results]
         run_extern(op.name, op.attrs, operands, results, op.results[0].type.dtype)
+
+
+def _contraction_extent(name: str, extern: Any, rows: int) -> int:
+    """K of an extern mm/addmm computing [rows, K] x [K, N] (the first matrix operand's size over rows)."""
+    first = extern.operands[1 if name == "addmm" else 0]
+    return math.prod(first.shape) // max(rows, 1)
 
 
 def _threads(options: Mapping[str, Any]) -> int:

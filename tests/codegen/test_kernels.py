@@ -155,14 +155,14 @@ def test_softmax_computes_exp_once_per_element(rng):
     run_both(fn, [rng.standard_normal((8, 50)).astype(np.float32)])
 
 
-@pytest.mark.parametrize("op", ["mm", "addmm"])
-def test_matmul_epilogue_runs_row_block_by_row_block(op, monkeypatch, rng):
+@pytest.mark.parametrize(("op", "k", "blocked"), [("mm", 8, True), ("addmm", 8, True), ("addmm", 32, False)])
+def test_matmul_epilogue_runs_row_block_by_row_block(op, k, blocked, monkeypatch, rng):
     from neuroncc.runtime import launcher
 
     monkeypatch.setattr(launcher, "ROW_BLOCK_BYTES", 64 * 4 * 8)  # 8 rows per block: several blocks
     b = Builder(op)
-    x = b.param(TensorType((50, 32), DType.f32), "x")
-    w = b.param(TensorType((32, 64), DType.f32), "w")
+    x = b.param(TensorType((50, k), DType.f32), "x")
+    w = b.param(TensorType((k, 64), DType.f32), "w")
     bias = b.param(TensorType((64,), DType.f32), "bias")
     h = b.op("mm", x, w) if op == "mm" else b.op("addmm", bias, x, w, beta=0.5)
     y = b.op("sigmoid", h)
@@ -170,9 +170,10 @@ def test_matmul_epilogue_runs_row_block_by_row_block(op, monkeypatch, rng):
     kernel = make_kernel(b.ops, [x, w, bias], outs, "epilogue")
     b.ops = [kernel]
     fn = b.build(list(kernel.results))
-    exe, _ = run_both(fn, [rng.standard_normal(s).astype(np.float32) for s in [(50, 32), (32, 64), (64,)]])
+    exe, _ = run_both(fn, [rng.standard_normal(s).astype(np.float32) for s in [(50, k), (k, 64), (64,)]])
     (step,) = exe.plan.steps
-    assert step.row_blocked and exe._runners[0].row_block == 8
+    # blocks shorter than K would re-read the whole weight per block for little gain: one block then
+    assert step.row_blocked and exe._runners[0].row_block == (8 if blocked else 0)
 
 
 def test_column_reduction_epilogue_is_not_row_blocked(rng):
