@@ -155,8 +155,16 @@ def _div(ctx, op, args):
     if a.type != F32:
         return _int_div(ctx, op, a, c, mode)
     if mode == "none":
-        # x / y as x * (1/y): within 1.5 ulp, and a broadcast divisor's reciprocal is hoisted out of loops
-        return ctx.b.fdiv(a, c, flags=("arcp",))
+        # x / y as x * (1/y): within 1.5 ulp, and a broadcast divisor's reciprocal is hoisted out of loops.
+        # The reciprocal estimate's Newton step turns 1/inf and 1/0 into NaN (0 * inf), so a zero or infinite
+        # divisor takes x * (1/y) with the exact reciprocal, +-inf or +-0: IEEE's quotient, NaN cases included.
+        b = ctx.b
+        quotient = b.fdiv(a, c, flags=("arcp",))
+        magnitude = call(b, "llvm.fabs.f32", [c])
+        zero = b.fcmp_ordered("==", magnitude, _zero(c))
+        special = b.or_(zero, b.fcmp_ordered("==", magnitude, ir.Constant(F32, math.inf)))
+        exact_reciprocal = call(b, "llvm.copysign.f32", [b.select(zero, ir.Constant(F32, math.inf), _zero(c)), c])
+        return b.select(special, b.fmul(a, exact_reciprocal), quotient)
     quotient = ctx.b.fdiv(a, c)
     if mode == "floor":
         return _float_floor_div(ctx, a, c, quotient)
