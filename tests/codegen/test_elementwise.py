@@ -158,3 +158,15 @@ def test_true_division_by_zero_and_infinity_is_ieee(columns):
     with np.errstate(divide="ignore", invalid="ignore"):
         np.testing.assert_array_equal(np.signbit(got), np.signbit(xx / yy))
         np.testing.assert_array_equal(got_chained, (np.float32(32.0) / yy - 2) / np.sqrt(np.abs(yy)))
+
+
+def test_a_chain_of_many_elementwise_ops_compiles():
+    # An unrolled recurrence (the orthogonal polynomials' decompositions) fuses into one kernel whose values
+    # depend on each other hundreds deep: code generation must not recurse once per op.
+    b = Builder("chain")
+    x = b.param(TensorType((3, 5), DType.f32), "x")
+    p, q = x, b.op("mul", x, x)
+    for _ in range(400):
+        p, q = q, b.op("sub", b.op("mul", x, q), p)
+    fn = b.build([q])
+    run_both(fn, [np.linspace(-1, 1, 15, dtype=np.float32).reshape(3, 5)])
