@@ -21,6 +21,9 @@ import torch.fx as fx
 from torch._decomp import get_decompositions
 
 from neuroncc.frontend.lowering_context import LoweringContext
+from neuroncc.frontend.special_bessel import BESSEL_FORMULAS
+from neuroncc.frontend.special_gamma import GAMMA_FORMULAS
+from neuroncc.frontend.special_polynomials import POLYNOMIAL_FORMULAS
 from neuroncc.ir import Value
 
 aten = torch.ops.aten
@@ -281,6 +284,9 @@ def coverage_decompositions() -> dict[Any, Callable[..., Any]]:
     """The entries this module adds to the front end's decomposition table."""
     table = dict(get_decompositions(list(TORCH_DECOMPOSITIONS)))
     table.update(FORMULAS)
+    table.update(GAMMA_FORMULAS)  # special functions (frontend/special_*.py)
+    table.update(BESSEL_FORMULAS)
+    table.update(POLYNOMIAL_FORMULAS)
     return table
 
 
