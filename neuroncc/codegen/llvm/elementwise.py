@@ -15,7 +15,9 @@ from typing import Any
 from llvmlite import ir
 
 from neuroncc.codegen.llvm.mathlib import math_call
-from neuroncc.codegen.llvm.scalars import F32, I1, call, constant, convert, is_unsigned, round_to, type_suffix
+from neuroncc.codegen.llvm.scalars import (
+    F32, I1, call, compute_type, constant, convert, is_unsigned, round_to, type_suffix,
+)
 from neuroncc.ir.dtypes import DType
 from neuroncc.ir.graph import Op
 
@@ -340,6 +342,10 @@ def _cast(ctx, op, args):
     return convert(ctx.b, args[0], _dtype(op), op.attrs["dtype"])
 
 
+def _bitcast(ctx, op, args):
+    return ctx.b.bitcast(args[0], compute_type(op.attrs["dtype"]))
+
+
 #: Elementwise op -> lowering (one entry per op).
 ELEMENTWISE: dict[str, Lowering] = {
     "neg": _neg,
@@ -396,9 +402,10 @@ ELEMENTWISE: dict[str, Lowering] = {
     "where": _where,
     "clamp": _clamp,
     "cast": _cast,
+    "bitcast": _bitcast,  # f32 <-> i32: the same bits
 }
 
 #: Ops whose float results are exact (no bf16/f16 rounding needed after them).
 EXACT = frozenset({"neg", "abs", "sign", "relu", "maximum", "minimum", "where", "clamp", "floor", "ceil", "round",
                    "trunc", "isnan", "isinf", "logical_not", "eq", "ne", "lt", "le", "gt", "ge", "logical_and",
-                   "logical_or", "logical_xor", "cast"})
+                   "logical_or", "logical_xor", "cast", "bitcast"})
