@@ -22,6 +22,7 @@ from torch._decomp import get_decompositions
 
 from neuroncc.frontend.lowering_context import LoweringContext
 from neuroncc.frontend.special_bessel import BESSEL_FORMULAS
+from neuroncc.frontend.special_bits import BIT_FORMULAS, BIT_LOWERINGS
 from neuroncc.frontend.special_gamma import GAMMA_FORMULAS
 from neuroncc.frontend.special_polynomials import POLYNOMIAL_FORMULAS
 from neuroncc.ir import Value
@@ -287,6 +288,7 @@ def coverage_decompositions() -> dict[Any, Callable[..., Any]]:
     table.update(GAMMA_FORMULAS)  # special functions (frontend/special_*.py)
     table.update(BESSEL_FORMULAS)
     table.update(POLYNOMIAL_FORMULAS)
+    table.update(BIT_FORMULAS)
     return table
 
 
@@ -307,4 +309,5 @@ def _empty(ctx: LoweringContext, node: fx.Node, *args: Any, **kwargs: Any) -> Va
 COVERAGE_LOWERINGS: dict[Any, Callable[..., Any]] = {
     prims.iota.default: _iota,
     aten.empty_permuted.default: _empty,
+    **BIT_LOWERINGS,  # view.dtype as the IR's bitcast
 }

@@ -142,3 +142,39 @@ def test_bf16_and_integer_inputs(dtype, target):
     x = torch.tensor([1, 2, 3, 7]).to(dtype)
     assert_same(lambda t: (torch.lgamma(t), torch.digamma(t), torch.i0(t), S.bessel_j0(t), torch.erfinv(t / 8)),
                 x, target=target, rtol=1e-2 if dtype == torch.bfloat16 else 1e-5, atol=1e-5)
+
+
+BIT_X = [INF, -INF, NAN, -NAN, 0.0, -0.0, 1e-45, -3e-39, 1.17549435e-38, 3.4028235e38, 1.0, -0.75, 5.0, -7.3]
+BIT_Y = [1.0, -1.0, 2.0, 3.0, -1.0, 1.0, 0.0, 5.0, -INF, INF, 1.0, -INF, NAN, -7.3]
+
+
+def test_bit_functions(target):
+    # Signed zeros and NaNs, subnormals (frexp scales them), the largest float (nextafter to inf), x == y.
+    x, y = torch.tensor(BIT_X), torch.tensor(BIT_Y)
+
+    def bit_functions(a, b):
+        copied = torch.copysign(a, b)
+        mantissa, exponent = torch.frexp(a)
+        return (torch.signbit(a), copied, torch.signbit(copied), torch.copysign(a, -2.0), torch.nextafter(a, b),
+                mantissa, exponent)
+
+    assert_same(bit_functions, x, y, target=target, rtol=0.0, atol=0.0)
+
+
+def test_bit_functions_in_bf16_and_on_integers(target):
+    xb, yb = torch.tensor([1.0, 0.0, -2.5, 3.0]).bfloat16(), torch.tensor([2.0, -1.0, 0.0, 3.0]).bfloat16()
+    assert_same(lambda a, b: (torch.nextafter(a, b), *torch.frexp(a), torch.signbit(a), torch.copysign(a, b)),
+                xb, yb, target=target, rtol=0.0, atol=0.0)
+    i, j = torch.tensor([-1, 0, 3]), torch.tensor([1, -2, -3])
+    assert_same(lambda a, b: (torch.signbit(a), torch.copysign(a, b)), i, j, target=target, rtol=0.0, atol=0.0)
+
+
+def test_bit_views_other_than_float32_int32_are_refused():
+    from neuroncc.errors import UnsupportedOpError
+
+    with pytest.raises(Exception) as caught:
+        compile_neuron(lambda t: t.view(torch.int16) + 1)(torch.ones(4, dtype=torch.float16))
+    cause = caught.value
+    while cause is not None and not isinstance(cause, UnsupportedOpError):
+        cause = getattr(cause, "inner_exception", None) or cause.__cause__
+    assert cause is not None and "int16" in str(cause)
