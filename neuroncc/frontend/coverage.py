@@ -3,8 +3,8 @@
 Each entry was found missing by the OpInfo sweep (``tools/opinfo_sweep.py``) and is checked by it against
 eager. The formulas are chosen for accuracy in relative terms, not only within a test's tolerance: near the
 poles and for large arguments they switch to forms that neither cancel nor overflow. Functions that cannot be
-written accurately from the IR's ops (``erfc`` in its tail, ``lgamma``, ``digamma``, ``signbit`` of a NaN)
-stay refused rather than approximately right.
+written accurately from the IR's ops stay refused rather than approximately right. The special functions
+(gamma family, Bessel family, orthogonal polynomials, float bit functions) live in ``special_*.py``.
 
 They run after autograd (AOTAutograd's post-autograd table), so gradients still come from PyTorch's own
 derivative formulas; a ``where`` here never meets the gradient-through-both-branches problem.

@@ -12,10 +12,10 @@ from typing import Any
 
 import torch
 
+from neuroncc.errors import UnsupportedOpError
 from neuroncc.frontend.lowering_context import LoweringContext
 from neuroncc.ir import Value
 from neuroncc.ir.ops.elementwise import BITCAST_PAIRS
-from neuroncc.errors import UnsupportedOpError
 
 aten = torch.ops.aten
 

@@ -94,9 +94,12 @@ def test_chebyshev_families(target):
 
 
 def test_hermite_laguerre_legendre(target):
+    # Each unrolls 128 recurrence steps; nki-sim (the slowest to compile) checks one of them, Legendre (the
+    # division in its step): the others share its selection of the step equal to n.
     x, n = _grid([-9.0, -2.5, -1.0, -0.3, 0.0, 0.4, 1.0, 1.7, 8.0, NAN],
                  [-1.0, 0.0, 1.0, 2.0, 3.5, 5.0, 9.0, 16.0, 30.0, INF])
     fns = (S.hermite_polynomial_h, S.hermite_polynomial_he, S.laguerre_polynomial_l, S.legendre_polynomial_p)
+    fns = fns[-1:] if target == "nki-sim" else fns
     assert_same(lambda a, b: tuple(f(a, b) for f in fns), x, n, target=target, rtol=2e-5, atol=1e-5)
 
 
