@@ -162,7 +162,7 @@ def _polygamma_positive_order(x: torch.Tensor, *, n: int) -> torch.Tensor:
 _ZETA_A = COEFFICIENTS["zeta"]["A"]
 _MACHEP = 1.11022302462515654042e-16
 #: Unrolled steps of zeta's direct sum. The C++ loop runs max(9, 10 - q) steps: 9 for q > 0, more for the
-#: negative q that an integer x allows (q > -10 here); past this bound the result is NaN (never a truncated sum).
+#: negative q that an integer x allows (q > -11 here); past this bound the result is NaN (never a truncated sum).
 _ZETA_DIRECT_STEPS = 20
 
 
