@@ -3,8 +3,8 @@
 Each entry was found missing by the OpInfo sweep (``tools/opinfo_sweep.py``) and is checked by it against
 eager. The formulas are chosen for accuracy in relative terms, not only within a test's tolerance: near the
 poles and for large arguments they switch to forms that neither cancel nor overflow. Functions that cannot be
-written accurately from the IR's ops (``erfc`` in its tail, ``lgamma``, ``digamma``, ``signbit`` of a NaN)
-stay refused rather than approximately right.
+written accurately from the IR's ops stay refused rather than approximately right. The special functions
+(gamma family, Bessel family, orthogonal polynomials, float bit functions) live in ``special_*.py``.
 
 They run after autograd (AOTAutograd's post-autograd table), so gradients still come from PyTorch's own
 derivative formulas; a ``where`` here never meets the gradient-through-both-branches problem.
@@ -21,6 +21,10 @@ import torch.fx as fx
 from torch._decomp import get_decompositions
 
 from neuroncc.frontend.lowering_context import LoweringContext
+from neuroncc.frontend.special_bessel import BESSEL_FORMULAS
+from neuroncc.frontend.special_bits import BIT_FORMULAS, BIT_LOWERINGS
+from neuroncc.frontend.special_gamma import GAMMA_FORMULAS
+from neuroncc.frontend.special_polynomials import POLYNOMIAL_FORMULAS
 from neuroncc.ir import Value
 
 aten = torch.ops.aten
@@ -281,6 +285,10 @@ def coverage_decompositions() -> dict[Any, Callable[..., Any]]:
     """The entries this module adds to the front end's decomposition table."""
     table = dict(get_decompositions(list(TORCH_DECOMPOSITIONS)))
     table.update(FORMULAS)
+    table.update(GAMMA_FORMULAS)  # special functions (frontend/special_*.py)
+    table.update(BESSEL_FORMULAS)
+    table.update(POLYNOMIAL_FORMULAS)
+    table.update(BIT_FORMULAS)
     return table
 
 
@@ -301,4 +309,5 @@ def _empty(ctx: LoweringContext, node: fx.Node, *args: Any, **kwargs: Any) -> Va
 COVERAGE_LOWERINGS: dict[Any, Callable[..., Any]] = {
     prims.iota.default: _iota,
     aten.empty_permuted.default: _empty,
+    **BIT_LOWERINGS,  # view.dtype as the IR's bitcast
 }

@@ -138,3 +138,35 @@ def test_vectorized_assembly():
     asm = jit.assembly([text])
     assert "zmm" in asm or "ymm" in asm
     assert "call" not in asm.split("vec_p0:")[1].split(".Lfunc_end")[0]  # exp/erf inlined, no libm calls
+
+
+@pytest.mark.parametrize("columns", [8, 3])  # a vector loop and a scalar one (they use different estimates)
+def test_true_division_by_zero_and_infinity_is_ieee(columns):
+    # The x * (1/y) form must not turn x / +-0 or x / +-inf into NaN (its Newton step computes 0 * inf).
+    b = Builder("divide")
+    x = b.param(TensorType((4, columns), DType.f32), "x")
+    y = b.param(TensorType((4, columns), DType.f32), "y")
+    thirty_two = b.op("full", shape=(), dtype=DType.f32, value=32.0)
+    two = b.op("full", shape=(), dtype=DType.f32, value=2.0)
+    # (32 / y - 2) / sqrt(|y|): a constant numerator, and a numerator computed in the same loop
+    chained = b.op("div", b.op("sub", b.op("div", thirty_two, y), two), b.op("sqrt", b.op("abs", y)))
+    fn = b.build([b.op("div", x, y), chained])
+    xs = np.array([1.5, -2.0, 0.0, -0.0, np.inf, -np.inf, np.nan, 3e38], np.float32)[:columns]
+    ys = np.array([0.0, -0.0, np.inf, -np.inf], np.float32)
+    xx, yy = (a.astype(np.float32) for a in np.meshgrid(xs, ys))  # every numerator against every special divisor
+    _, (got, got_chained) = run_both(fn, [xx, yy])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        np.testing.assert_array_equal(np.signbit(got), np.signbit(xx / yy))
+        np.testing.assert_array_equal(got_chained, (np.float32(32.0) / yy - 2) / np.sqrt(np.abs(yy)))
+
+
+def test_a_chain_of_many_elementwise_ops_compiles():
+    # An unrolled recurrence (the orthogonal polynomials' decompositions) fuses into one kernel whose values
+    # depend on each other hundreds deep: code generation must not recurse once per op.
+    b = Builder("chain")
+    x = b.param(TensorType((3, 5), DType.f32), "x")
+    p, q = x, b.op("mul", x, x)
+    for _ in range(400):
+        p, q = q, b.op("sub", b.op("mul", x, q), p)
+    fn = b.build([q])
+    run_both(fn, [np.linspace(-1, 1, 15, dtype=np.float32).reshape(3, 5)])

@@ -285,6 +285,14 @@ def _cast_cases(draw: st.DrawFn) -> Case:
     return Case([data], {"dtype": target})
 
 
+@st.composite
+def _bitcast_cases(draw: st.DrawFn) -> Case:
+    rng = draw(rngs())
+    source = draw(st.sampled_from([F32, DType.i32]))
+    data = operand(rng, draw(shapes()), source, specials=draw(st.booleans()))
+    return Case([data], {"dtype": DType.i32 if source is F32 else F32})
+
+
 OTHER_SPECS = {
     "where": OpSpec(_where_cases, lambda xs, attrs: torch.where(*xs), invalid=(
         ((t((2,), F32), t((2,), F32), t((2,), F32)), {}),  # condition must be bool
@@ -298,6 +306,13 @@ OTHER_SPECS = {
     "cast": OpSpec(_cast_cases, lambda xs, attrs: xs[0].to(TORCH_DTYPES[attrs["dtype"]]), invalid=(
         ((t((2,), F32),), {}),  # dtype is required
         ((t((2,), F32),), {"dtype": "f32"}),
+    )),
+    "bitcast": OpSpec(_bitcast_cases, lambda xs, attrs: xs[0].contiguous().view(TORCH_DTYPES[attrs["dtype"]]),
+                      invalid=(
+        ((t((2,), F32),), {}),  # dtype is required
+        ((t((2,), F32),), {"dtype": I64}),  # widths differ
+        ((t((2,), DType.bf16),), {"dtype": DType.i16}),  # bf16 is stored as float32: not a same-width view
+        ((t((2,), I64),), {"dtype": F32}),
     )),
 }
 

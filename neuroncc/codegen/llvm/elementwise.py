@@ -15,7 +15,9 @@ from typing import Any
 from llvmlite import ir
 
 from neuroncc.codegen.llvm.mathlib import math_call
-from neuroncc.codegen.llvm.scalars import F32, I1, call, constant, convert, is_unsigned, round_to, type_suffix
+from neuroncc.codegen.llvm.scalars import (
+    F32, I1, call, compute_type, constant, convert, is_unsigned, round_to, type_suffix,
+)
 from neuroncc.ir.dtypes import DType
 from neuroncc.ir.graph import Op
 
@@ -155,8 +157,16 @@ def _div(ctx, op, args):
     if a.type != F32:
         return _int_div(ctx, op, a, c, mode)
     if mode == "none":
-        # x / y as x * (1/y): within 1.5 ulp, and a broadcast divisor's reciprocal is hoisted out of loops
-        return ctx.b.fdiv(a, c, flags=("arcp",))
+        # x / y as x * (1/y): within 1.5 ulp, and a broadcast divisor's reciprocal is hoisted out of loops.
+        # The reciprocal estimate's Newton step turns 1/inf and 1/0 into NaN (0 * inf), so a zero or infinite
+        # divisor takes x * (1/y) with the exact reciprocal, +-inf or +-0: IEEE's quotient, NaN cases included.
+        b = ctx.b
+        quotient = b.fdiv(a, c, flags=("arcp",))
+        magnitude = call(b, "llvm.fabs.f32", [c])
+        zero = b.fcmp_ordered("==", magnitude, _zero(c))
+        special = b.or_(zero, b.fcmp_ordered("==", magnitude, ir.Constant(F32, math.inf)))
+        exact_reciprocal = call(b, "llvm.copysign.f32", [b.select(zero, ir.Constant(F32, math.inf), _zero(c)), c])
+        return b.select(special, b.fmul(a, exact_reciprocal), quotient)
     quotient = ctx.b.fdiv(a, c)
     if mode == "floor":
         return _float_floor_div(ctx, a, c, quotient)
@@ -332,6 +342,10 @@ def _cast(ctx, op, args):
     return convert(ctx.b, args[0], _dtype(op), op.attrs["dtype"])
 
 
+def _bitcast(ctx, op, args):
+    return ctx.b.bitcast(args[0], compute_type(op.attrs["dtype"]))
+
+
 #: Elementwise op -> lowering (one entry per op).
 ELEMENTWISE: dict[str, Lowering] = {
     "neg": _neg,
@@ -388,9 +402,10 @@ ELEMENTWISE: dict[str, Lowering] = {
     "where": _where,
     "clamp": _clamp,
     "cast": _cast,
+    "bitcast": _bitcast,  # f32 <-> i32: the same bits
 }
 
 #: Ops whose float results are exact (no bf16/f16 rounding needed after them).
 EXACT = frozenset({"neg", "abs", "sign", "relu", "maximum", "minimum", "where", "clamp", "floor", "ceil", "round",
                    "trunc", "isnan", "isinf", "logical_not", "eq", "ne", "lt", "le", "gt", "ge", "logical_and",
-                   "logical_or", "logical_xor", "cast"})
+                   "logical_or", "logical_xor", "cast", "bitcast"})

@@ -19,7 +19,7 @@ from neuroncc.codegen.llvm.scalars import I1, I32, I64, PTR, VOID, compute_type,
 from neuroncc.codegen.llvm.schedule import Computed, KernelPlan, MapStage, Phase
 from neuroncc.codegen.llvm.views import Layout
 from neuroncc.errors import CodegenError
-from neuroncc.ir.graph import Value
+from neuroncc.ir.graph import Op, Value
 
 
 #: Map-stage outputs at least this large are written with non-temporal stores.
@@ -277,11 +277,46 @@ class KernelEmitter:
     # ---- values ---------------------------------------------------------------------------------------
 
     def value_at(self, value: Value, idx: Index) -> ir.Value:
-        """The compute-typed value of ``value`` at ``idx`` (loaded, or generated from its op)."""
+        """The compute-typed value of ``value`` at ``idx`` (loaded, or generated from its op).
+
+        Operands are generated first, by an explicit depth-first walk, so that a long chain of elementwise
+        ops (an unrolled recurrence: hundreds deep) does not exhaust Python's recursion limit."""
+        from neuroncc.codegen.llvm.access import _broadcast
+
+        pending: list[tuple[Value, Index, bool]] = [(value, idx, False)]
+        while pending:
+            v, i, operands_ready = pending.pop()
+            if self._memoized(v, i) is not None:
+                continue
+            op = self._generated_elementwise(v)
+            if operands_ready or op is None:
+                self._value_at_once(v, i)
+                continue
+            pending.append((v, i, True))
+            shape = op.results[0].type.shape
+            for operand in reversed(op.operands):  # the first operand's subtree first, as recursion would
+                pending.append((operand, _broadcast(self, i, shape, operand.type.shape), False))
+        result = self._memoized(value, idx)
+        assert result is not None
+        return result
+
+    def _memoized(self, value: Value, idx: Index) -> ir.Value | None:
         key = (value, tuple(i if isinstance(i, int) else id(i) for i in idx))
         for scope in reversed(self.memo):
             if key in scope:
                 return scope[key]
+        return None
+
+    def _generated_elementwise(self, value: Value) -> Op | None:
+        """The elementwise op ``value_at`` would generate ``value`` from (None: loaded, or another kind)."""
+        access = self.plan.access[value]
+        producer = self.phase.row_cache.get(value)
+        if (producer is not None and self.stage_number > producer) or isinstance(access, Layout):
+            return None
+        return access.op if access.op.name in ELEMENTWISE else None
+
+    def _value_at_once(self, value: Value, idx: Index) -> ir.Value:
+        key = (value, tuple(i if isinstance(i, int) else id(i) for i in idx))
         access = self.plan.access[value]
         producer = self.phase.row_cache.get(value)
         if producer is not None and self.stage_number > producer:

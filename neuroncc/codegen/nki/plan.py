@@ -38,6 +38,7 @@ HOST_OPS: dict[str, str] = {
     "index": "data-dependent indices (indirect DMA)",
     "scatter": "writes through data-dependent indices (indirect DMA)",
     "index_put": "writes through data-dependent indices (indirect DMA)",
+    "bitcast": "reinterprets bits (no bitcast between engine dtypes in the simulated NKI subset)",
     "argmax": "needs an index reduction (max8/find_index8 are outside the simulated NKI subset)",
     "argmin": "needs an index reduction (max8/find_index8 are outside the simulated NKI subset)",
 }

@@ -295,6 +295,21 @@ def _cast(x: np.ndarray, dtype: DType) -> np.ndarray:
     return x.astype(dtype.compute)
 
 
+#: bitcast's allowed (source, target) element types: same width, both stored as themselves in numpy.
+BITCAST_PAIRS = frozenset({(DType.f32, DType.i32), (DType.i32, DType.f32)})
+
+
+def _infer_bitcast(types: tuple[TensorType, ...], attrs: Attrs) -> TensorType:
+    source, target = types[0].dtype, attrs["dtype"]
+    if (source, target) not in BITCAST_PAIRS:
+        raise fail("bitcast", f"cannot reinterpret {source.value} as {target.value} (only f32 <-> i32)")
+    return TensorType(types[0].shape, target)
+
+
+def _bitcast(x: np.ndarray, dtype: DType) -> np.ndarray:
+    return np.array(x, order="C", copy=True).view(dtype.numpy)  # (ascontiguousarray would make 0-d 1-d)
+
+
 OTHER = (
     OpDef("where", Category.ELEMENTWISE, (3, 3), _infer_where, np.where, {}, "cond ? a : b"),
     OpDef("clamp", Category.ELEMENTWISE, (1, 1), _infer_clamp, _clamp,
@@ -302,6 +317,9 @@ OTHER = (
           "min(max(x, min), max), NaN propagates; bounds fit the element type (integer bounds for integers)"),
     OpDef("cast", Category.ELEMENTWISE, (1, 1), _infer_cast, _cast, {"dtype": AttrSpec("dtype")},
           "convert element type (float to int truncates toward zero)"),
+    OpDef("bitcast", Category.ELEMENTWISE, (1, 1), _infer_bitcast, _bitcast, {"dtype": AttrSpec("dtype")},
+          "reinterpret the bits of each element as another type of the same width (f32 <-> i32): sign bits, "
+          "exponents and neighbouring floats (signbit, copysign, nextafter, frexp)"),
 )
 
 OPS = UNARY + BINARY + OTHER
