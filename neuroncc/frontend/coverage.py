@@ -20,6 +20,7 @@ import torch
 import torch.fx as fx
 from torch._decomp import get_decompositions
 
+from neuroncc.frontend.coverage_indexing import INDEXING_FORMULAS
 from neuroncc.frontend.lowering_context import LoweringContext
 from neuroncc.ir import Value
 
@@ -194,20 +195,6 @@ def _addbmm(input: torch.Tensor, batch1: torch.Tensor, batch2: torch.Tensor, *, 
     return product if beta == 0 else (input if beta == 1 else input * beta) + product
 
 
-def _scatter_reduce(self: torch.Tensor, dim: int, index: torch.Tensor, src: torch.Tensor, reduce: str, *,
-                    include_self: bool = True) -> Any:
-    # sum and mean (of floats) from scatter_add; amax/amin/prod have no IR equivalent and stay refused.
-    if reduce not in ("sum", "mean") or (reduce == "mean" and not self.is_floating_point()):
-        return NotImplemented
-    base = self if include_self else self.scatter(dim, index, 0)
-    total = base.scatter_add(dim, index, src)
-    if reduce == "sum":
-        return total
-    counts = torch.ones_like(self) if include_self else torch.zeros_like(self)
-    counts = counts.scatter_add(dim, index, torch.ones_like(src))
-    return total / torch.where(counts == 0, 1, counts)
-
-
 #: Elements the masked [.., n, n, ..] tensor of PyTorch's scan decompositions may hold (O(n^2) in the
 #: scanned length); longer scans are refused rather than allowed to exhaust memory.
 _SCAN_LIMIT = 1 << 22
@@ -255,7 +242,6 @@ FORMULAS: dict[Any, Callable[..., torch.Tensor]] = {
     aten.special_erfcx.default: _erfcx,  # the same form without exp(-x^2)
     aten.special_log_ndtr.default: _log_ndtr,  # log of that form: no underflow in the left tail
     aten.addbmm.default: _addbmm,  # bmm then a sum over the batch
-    aten.scatter_reduce.two: _scatter_reduce,  # sum/mean via scatter_add (others decline)
     aten.cumsum.default: _masked_scan(torch.sum, 0),  # a masked triangle, while it stays small
     aten.cumprod.default: _masked_scan(torch.prod, 1),  # same, with prod
 }
@@ -281,6 +267,7 @@ def coverage_decompositions() -> dict[Any, Callable[..., Any]]:
     """The entries this module adds to the front end's decomposition table."""
     table = dict(get_decompositions(list(TORCH_DECOMPOSITIONS)))
     table.update(FORMULAS)
+    table.update(INDEXING_FORMULAS)  # scatter/index family (coverage_indexing.py)
     return table
 
 

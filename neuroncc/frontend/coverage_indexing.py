@@ -1,0 +1,227 @@
+"""Indexing and scatter ops added for OpInfo coverage, written with the IR's gather/scatter/index ops.
+
+Reductions that scatter several values into one slot (``scatter_reduce`` amax/amin/prod, ``index_reduce``,
+``segment_reduce``) have no IR op: they are written as one dense reduction over a one-hot mask
+``hit[.., k, m, ..] = (index[.., k, ..] == m)``, so every target gets them from ops it already has. The mask
+is O(index elements x destination length); larger problems decline (and stay refused) rather than exhaust
+memory. NaN propagates as in eager (amax/amin propagate NaN; a masked-out slot holds the reduction's
+identity, so only the values that hit a slot take part in its result).
+
+Ops whose result shape is data dependent (nonzero, masked_select, unique, ...) are not here: they stay
+refused by name. ``nonzero_static`` and ``masked_scatter`` have static shapes and are written with a cumsum
+(the masked-triangle scan of :mod:`neuroncc.frontend.coverage`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+aten = torch.ops.aten
+
+#: Elements the one-hot mask of a dense scatter-reduction may hold; beyond it the decomposition declines.
+DENSE_LIMIT = 1 << 22
+
+_REDUCERS: dict[str, Callable[[torch.Tensor, int], torch.Tensor]] = {
+    "amax": lambda t, dim: torch.amax(t, dim),
+    "amin": lambda t, dim: torch.amin(t, dim),
+    "prod": lambda t, dim: torch.prod(t, dim),
+    "sum": lambda t, dim: torch.sum(t, dim),
+}
+
+#: How a slot's own value combines with the reduction of what was scattered into it (include_self=True).
+_COMBINE: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
+    "amax": torch.maximum,  # NaN on either side propagates, as eager's scatter max
+    "amin": torch.minimum,
+    "prod": torch.mul,
+    "sum": torch.add,
+}
+
+
+def _identity(reduce: str, dtype: torch.dtype) -> float | int:
+    """The value a masked-out element contributes: neutral for the reduction."""
+    if reduce in ("amax", "amin"):
+        sign = -1 if reduce == "amax" else 1
+        if dtype.is_floating_point:
+            return sign * math.inf
+        info = torch.iinfo(dtype) if dtype is not torch.bool else None
+        return (info.min if sign < 0 else info.max) if info else int(sign > 0)
+    return 1 if reduce == "prod" else 0
+
+
+def _one_hot(index: torch.Tensor, dim: int, length: int) -> torch.Tensor:
+    """hit[.., k, m, ..] = index[.., k, ..] == m: the index unsqueezed after ``dim``, compared with 0..length-1."""
+    positions = torch.arange(length).reshape((length,) + (1,) * (index.ndim - dim - 1))
+    return index.unsqueeze(dim + 1) == positions
+
+
+def _dense_scatter_reduce(self: torch.Tensor, dim: int, index: torch.Tensor, src: torch.Tensor, reduce: str,
+                          include_self: bool) -> Any:
+    """scatter_reduce with amax/amin/prod (and sum, for index_reduce) as a masked dense reduction."""
+    if self.ndim == 0:
+        out = _dense_scatter_reduce(self.reshape(1), 0, index.reshape(-1)[:1], src.reshape(-1), reduce, include_self)
+        return out if out is NotImplemented else out.reshape(())
+    dim %= self.ndim
+    length = self.shape[dim]
+    if index.numel() * length > DENSE_LIMIT:
+        return NotImplemented
+    window = tuple(slice(0, n) for n in index.shape)
+    src = src[window]  # scatter reads only the leading index.shape entries of src
+    hit = _one_hot(index, dim, length)
+    picked = torch.where(hit, src.unsqueeze(dim + 1), _identity(reduce, self.dtype))
+    reduced = _REDUCERS[reduce](picked, dim)  # index.shape with dim replaced by length
+    region = self[tuple(slice(None) if d == dim else slice(0, n) for d, n in enumerate(index.shape))]
+    if include_self:
+        combined = _COMBINE[reduce](region, reduced)
+    else:
+        combined = torch.where(hit.any(dim), reduced, region)
+    return _paste(self, combined)
+
+
+def _paste(base: torch.Tensor, part: torch.Tensor) -> torch.Tensor:
+    """``base`` with its leading ``part.shape`` block replaced by ``part``."""
+    if part.shape == base.shape:
+        return part
+    pads = [p for d in reversed(range(base.ndim)) for p in (0, base.shape[d] - part.shape[d])]
+    inside = torch.nn.functional.pad(torch.ones(part.shape, dtype=torch.bool), pads, value=False)
+    return torch.where(inside, torch.nn.functional.pad(part, pads), base)
+
+
+def scatter_reduce(self: torch.Tensor, dim: int, index: torch.Tensor, src: torch.Tensor, reduce: str, *,
+                   include_self: bool = True) -> Any:
+    """aten.scatter_reduce.two: sum/mean from scatter_add, amax/amin/prod as a masked dense reduction."""
+    if reduce in ("amax", "amin", "prod"):
+        return _dense_scatter_reduce(self, dim, index, src, reduce, include_self)
+    if reduce not in ("sum", "mean") or (reduce == "mean" and not self.is_floating_point()):
+        return NotImplemented
+    base = self if include_self else self.scatter(dim, index, 0)
+    total = base.scatter_add(dim, index, src)
+    if reduce == "sum":
+        return total
+    counts = torch.ones_like(self) if include_self else torch.zeros_like(self)
+    counts = counts.scatter_add(dim, index, torch.ones_like(src))
+    return total / torch.where(counts == 0, 1, counts)
+
+
+def index_reduce(self: torch.Tensor, dim: int, index: torch.Tensor, source: torch.Tensor, reduce: str, *,
+                 include_self: bool = True) -> Any:
+    """aten.index_reduce: the slices of ``source`` along ``dim`` reduced into the rows ``index`` names; a
+    scatter_reduce with the 1-d index broadcast along ``dim`` of ``source``."""
+    if reduce == "mean" and not self.is_floating_point():
+        return NotImplemented  # integer mean floors; not written here
+    if self.ndim == 0:
+        return index_reduce(self.reshape(1), 0, index.reshape(-1), source.reshape(-1), reduce,
+                            include_self=include_self).reshape(())
+    dim %= self.ndim
+    expanded = index.reshape(-1).reshape([-1 if d == dim else 1 for d in range(source.ndim)]).expand(source.shape)
+    return torch.scatter_reduce(self, dim, expanded, source, reduce, include_self=include_self)
+
+
+def segment_reduce(data: torch.Tensor, reduce: str, *, lengths: torch.Tensor | None = None,
+                   indices: torch.Tensor | None = None, offsets: torch.Tensor | None = None, axis: int = 0,
+                   unsafe: bool = False, initial: Any = None) -> Any:
+    """aten.segment_reduce: reduce runs of ``data`` along ``axis``; the runs are given by lengths or offsets
+    (values, not shapes, so the result shape is static). ``initial`` starts every segment, as in eager;
+    an empty segment without one is the reduction's identity (NaN for mean)."""
+    if indices is not None or reduce not in ("sum", "mean", "max", "min", "prod") or not data.is_floating_point():
+        return NotImplemented
+    axis %= data.ndim
+    if offsets is not None:
+        starts, ends = offsets[..., :-1], offsets[..., 1:]
+    elif lengths is not None:
+        ends = torch.cumsum(lengths, -1)
+        starts = ends - lengths
+    else:
+        return NotImplemented
+    length, rest = data.shape[axis], data.ndim - axis - 1
+    if starts.numel() * length * max(1, math.prod(data.shape[axis + 1:])) > DENSE_LIMIT:
+        return NotImplemented
+    positions = torch.arange(length)
+    inside = (starts.unsqueeze(-1) <= positions) & (positions < ends.unsqueeze(-1))  # [.., S, L]
+    inside = inside.reshape(inside.shape + (1,) * rest)
+    name = {"max": "amax", "min": "amin"}.get(reduce, reduce)
+    name = "sum" if name == "mean" else name
+    picked = torch.where(inside, data.unsqueeze(axis), _identity(name, data.dtype))
+    reduced = _REDUCERS[name](picked, axis + 1)
+    if initial is not None:
+        reduced = _COMBINE[name](reduced, torch.full((), initial, dtype=data.dtype))
+    if reduce != "mean":
+        return reduced
+    counts = (ends - starts).reshape(ends.shape + (1,) * rest).to(data.dtype)
+    if initial is None:
+        return reduced / counts  # 0 / 0 is NaN for an empty segment, as eager
+    return torch.where(counts > 0, reduced / torch.where(counts > 0, counts, 1), reduced)
+
+
+def put(self: torch.Tensor, index: torch.Tensor, source: torch.Tensor, accumulate: bool = False) -> torch.Tensor:
+    """aten.put: index_put on the flattened tensor."""
+    flat = self.reshape(-1)
+    return torch.index_put(flat, (index.reshape(-1),), source.reshape(-1), accumulate).reshape(self.shape)
+
+
+def diagonal_scatter(self: torch.Tensor, src: torch.Tensor, offset: int = 0, dim1: int = 0,
+                     dim2: int = 1) -> torch.Tensor:
+    """aten.diagonal_scatter: index_put at (i + max(-offset, 0), i + max(offset, 0)) with dim1, dim2 moved last."""
+    rank = self.ndim
+    dim1, dim2 = dim1 % rank, dim2 % rank
+    order = [d for d in range(rank) if d not in (dim1, dim2)] + [dim1, dim2]
+    steps = torch.arange(src.shape[-1])
+    rows, cols = steps + max(-offset, 0), steps + max(offset, 0)
+    moved = aten.index_put.default(self.permute(order), [None] * (rank - 2) + [rows, cols], src)
+    return moved.permute([order.index(d) for d in range(rank)])
+
+
+def as_strided_scatter(self: torch.Tensor, src: torch.Tensor, size: Any, stride: Any,
+                       storage_offset: int | None = None) -> Any:
+    """aten.as_strided_scatter of a contiguous tensor: index_put at the view's flat storage positions."""
+    if not self.is_contiguous():
+        return NotImplemented  # the view would address storage positions the logical tensor does not name
+    flat_index = torch.full(tuple(size), int(storage_offset or 0), dtype=torch.int64)
+    for d, (n, s) in enumerate(zip(size, stride)):
+        flat_index = flat_index + (torch.arange(n) * s).reshape([-1 if e == d else 1 for e in range(len(size))])
+    return torch.index_put(self.reshape(-1), (flat_index,), src).reshape(self.shape)
+
+
+def masked_scatter(self: torch.Tensor, mask: torch.Tensor, source: torch.Tensor) -> Any:
+    """aten.masked_scatter: the k-th true position of the (broadcast) mask takes source's k-th element."""
+    shape = torch.broadcast_shapes(self.shape, mask.shape)
+    mask = mask.expand(shape)
+    if mask.numel() == 0 or source.numel() == 0:
+        return NotImplemented
+    rank_of = torch.cumsum(mask.reshape(-1), 0) - 1  # the k of each true position
+    taken = source.reshape(-1)[torch.clamp(rank_of, 0, source.numel() - 1)]
+    return torch.where(mask, taken.reshape(shape), self.expand(shape))
+
+
+def nonzero_static(self: torch.Tensor, *, size: int, fill_value: int = -1) -> torch.Tensor:
+    """aten.nonzero_static: the coordinates of the first ``size`` nonzeros (row-major), padded with
+    fill_value; a scatter of every nonzero's coordinates into its rank among the nonzeros."""
+    rank, count = self.ndim, self.numel()
+    out = torch.full((size + 1, rank), fill_value, dtype=torch.int64)
+    if rank == 0 or count == 0:
+        if rank == 0:  # a 0-dim tensor has no coordinates: (size, 0)
+            return out[:size]
+        return out[:size]
+    nonzero = (self != 0).reshape(-1)
+    rank_of = torch.cumsum(nonzero, 0) - 1
+    row = torch.where(nonzero & (rank_of < size), rank_of, size)  # row `size` collects the rest, then goes
+    flat = torch.arange(count)
+    strides = [math.prod(self.shape[d + 1:]) for d in range(rank)]
+    coords = torch.stack([(flat // strides[d]) % self.shape[d] for d in range(rank)], dim=1)
+    return out.scatter(0, row.unsqueeze(1).expand(count, rank), coords)[:size]
+
+
+#: aten op -> decomposition written here (one comment per rule).
+INDEXING_FORMULAS: dict[Any, Callable[..., Any]] = {
+    aten.scatter_reduce.two: scatter_reduce,  # sum/mean via scatter_add; amax/amin/prod dense and masked
+    aten.index_reduce.default: index_reduce,  # scatter_reduce with the index broadcast along dim
+    aten.segment_reduce.default: segment_reduce,  # dense masked reduction per segment
+    aten.put.default: put,  # index_put on the flattened tensor
+    aten.diagonal_scatter.default: diagonal_scatter,  # index_put on the two diagonal dims moved last
+    aten.as_strided_scatter.default: as_strided_scatter,  # index_put at flat storage positions (contiguous)
+    aten.masked_scatter.default: masked_scatter,  # cumsum ranks + gather + where
+    aten.nonzero_static.default: nonzero_static,  # cumsum ranks + scatter of coordinates
+}

@@ -1,0 +1,82 @@
+"""Scatter/index ops added for OpInfo coverage (neuroncc/frontend/coverage_indexing.py) against eager on every
+target: duplicate indices, untouched slots, include_self both ways, NaN propagation, empty segments."""
+
+import math
+
+import pytest
+import torch
+
+from .helpers import assert_same, assert_same_grads
+
+NAN = math.nan
+
+
+def _scatter_inputs():
+    x = torch.randn(6, 4)
+    src = torch.randn(5, 4)
+    src[1, 2] = NAN  # amax/amin/prod must propagate it into its slot only
+    index = torch.tensor([[0, 1, 0, 3], [0, 1, 2, 3], [5, 5, 5, 5], [0, 0, 0, 0], [1, 2, 2, 2]])
+    return x, index, src
+
+
+@pytest.mark.parametrize("reduce", ["amax", "amin", "prod", "mean"])
+@pytest.mark.parametrize("include_self", [True, False])
+def test_scatter_reduce(reduce, include_self, target):
+    x, index, src = _scatter_inputs()
+    assert_same(lambda a, i, s: a.scatter_reduce(0, i, s, reduce, include_self=include_self), x, index, src,
+                target=target)
+
+
+def test_scatter_reduce_on_a_smaller_index_window(target):
+    # index smaller than self outside dim: only its leading block is touched (and src is read in that window)
+    x, src = torch.randn(4, 5), torch.randn(3, 6)
+    index = torch.tensor([[1, 1], [3, 0]])
+    assert_same(lambda a, i, s: a.scatter_reduce(1, i, s, "amax", include_self=False), x, index, src, target=target)
+
+
+@pytest.mark.parametrize("reduce", ["amax", "prod", "mean"])
+def test_index_reduce(reduce, target):
+    x, source = torch.randn(3, 5, 2), torch.randn(3, 4, 2)
+    index = torch.tensor([4, 0, 4, 1])
+    for include_self in (True, False):
+        assert_same(lambda a, i, s: a.index_reduce(1, i, s, reduce, include_self=include_self), x, index, source,
+                    target=target)
+
+
+def test_scatter_reduce_gradient():
+    x, index, src = _scatter_inputs()
+    src[1, 2] = 0.5
+    assert_same_grads(lambda a, s: a.scatter_reduce(0, index, s, "amax", include_self=True), x, src)
+
+
+@pytest.mark.parametrize("reduce", ["max", "min", "sum", "mean", "prod"])
+def test_segment_reduce(reduce, target):
+    data = torch.randn(7, 3)
+    lengths, offsets = torch.tensor([2, 0, 4, 1]), torch.tensor([0, 3, 3, 7])
+    for initial in (None, 0.5):
+        assert_same(lambda d, n: torch.segment_reduce(d, reduce, lengths=n, initial=initial), data, lengths,
+                    target=target)
+        assert_same(lambda d, o: torch.segment_reduce(d, reduce, offsets=o, initial=initial), data, offsets,
+                    target=target)
+
+
+def test_put_diagonal_and_as_strided_scatter(target):
+    x = torch.randn(4, 5)
+    assert_same(lambda a, i, s: (a.put(i, s), a.put(i, s, accumulate=True)), x, torch.tensor([0, -1, 7, 0]),
+                torch.randn(4), target=target)
+    for offset in (0, 2, -3):
+        length = torch.diagonal(x, offset).shape[0]
+        assert_same(lambda a, s: torch.diagonal_scatter(a, s, offset), x, torch.randn(length), target=target)
+    y = torch.randn(2, 3, 4)
+    assert_same(lambda a, s: torch.diagonal_scatter(a, s, -1, 2, 0), y, torch.randn(3, 2), target=target)
+    assert_same(lambda a, s: torch.as_strided_scatter(a, s, (2, 2), (1, 5), 3), x, torch.randn(2, 2), target=target)
+
+
+def test_masked_scatter_and_nonzero_static(target):
+    x = torch.randn(3, 4)
+    mask = torch.rand(3, 4) > 0.5
+    assert_same(lambda a, m, s: a.masked_scatter(m, s), x, mask, torch.randn(4, 4), target=target)
+    assert_same(lambda a, m, s: a.masked_scatter(m, s), torch.randn(4), mask, torch.randn(12), target=target)
+    z = torch.tensor([[0.0, 1.0, 0.0], [2.0, 0.0, 3.0]])
+    for size in (0, 2, 3, 5):
+        assert_same(lambda a: torch.nonzero_static(a, size=size, fill_value=-7), z, target=target)
