@@ -21,6 +21,7 @@ import torch.fx as fx
 from torch._decomp import get_decompositions
 
 from neuroncc.frontend.coverage_indexing import INDEXING_FORMULAS
+from neuroncc.frontend.coverage_pooling import POOLING_FORMULAS
 from neuroncc.frontend.lowering_context import LoweringContext
 from neuroncc.ir import Value
 
@@ -260,6 +261,9 @@ TORCH_DECOMPOSITIONS = (
     aten.new_empty_strided,  # empty_strided
     aten.unbind_copy,  # select per index
     aten.unfold,  # as_strided windows
+    aten.max_pool3d_with_indices,  # strided window slices + amax/argmax, as the 2-d one
+    aten.grid_sampler_2d,  # gathers at the computed source pixels, bilinear/nearest/bicubic weights
+    aten._upsample_bilinear2d_aa,  # separable antialiased weights as matmuls
 )
 
 
@@ -268,6 +272,7 @@ def coverage_decompositions() -> dict[Any, Callable[..., Any]]:
     table = dict(get_decompositions(list(TORCH_DECOMPOSITIONS)))
     table.update(FORMULAS)
     table.update(INDEXING_FORMULAS)  # scatter/index family (coverage_indexing.py)
+    table.update(POOLING_FORMULAS)  # pooling family (coverage_pooling.py)
     return table
 
 

@@ -1,0 +1,219 @@
+"""Pooling ops added for OpInfo coverage, written with the IR's matmuls, gathers, scatters and reductions.
+
+Average pooling (plain and adaptive, any number of spatial dims, ceil_mode, divisor_override, padding counted
+or not) is separable: the window sum is one matrix per spatial dim, ``M[o, i] = start[o] <= i < end[o]``,
+built from ``arange`` comparisons at trace time, and the divisor an outer product of per-dim counts. The
+forward applies ``M`` along each dim and divides, as eager sums a window and divides once; the backward
+applies ``M^T`` to ``grad / divisor``. Adaptive max pooling gathers each window (clamped to its last element,
+which changes neither the max nor its index) and takes amax/argmax; every max-pool backward is a
+scatter-add of the gradient at the saved flat indices.
+
+The plain 4-d avg_pool2d without ceil_mode or divisor_override keeps its depthwise-convolution lowering
+(``lower_reductions.py``); these decompositions decline it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+aten = torch.ops.aten
+
+
+def _per_dim(value: Any, n: int, default: Sequence[int] | None = None) -> list[int]:
+    """An int or a 1/n-long list as n ints (empty or None means ``default``)."""
+    if isinstance(value, int):
+        return [value] * n
+    value = list(value) if value else list(default or [])
+    return value * n if len(value) == 1 else value
+
+
+def _pooled_length(size: int, kernel: int, stride: int, pad: int, ceil_mode: bool) -> int:
+    """PyTorch's pooling_output_shape (dilation 1): a ceil-mode window must start inside the padded input."""
+    out = (size + 2 * pad - kernel + (stride - 1 if ceil_mode else 0)) // stride + 1
+    if ceil_mode and (out - 1) * stride >= size + pad:
+        out -= 1
+    return out
+
+
+def _window_matrix(starts: torch.Tensor, ends: torch.Tensor, size: int) -> torch.Tensor:
+    """Bool [out, size]: input i lies in output o's window [starts[o], ends[o])."""
+    i = torch.arange(size)
+    return (starts.unsqueeze(1) <= i) & (i < ends.unsqueeze(1))
+
+
+def _along(x: torch.Tensor, dim: int, matrix: torch.Tensor) -> torch.Tensor:
+    """Contract ``x``'s ``dim`` with ``matrix``'s columns: [.., in, ..] x [out, in] -> [.., out, ..]."""
+    moved = x.movedim(dim, -1)
+    return torch.matmul(moved, matrix.to(x.dtype).t()).movedim(-1, dim)
+
+
+def _outer(vectors: list[torch.Tensor]) -> torch.Tensor:
+    """The outer product of per-dim vectors, shaped [n0, n1, ...]."""
+    result = vectors[0]
+    for v in vectors[1:]:
+        result = result.unsqueeze(-1) * v
+    return result
+
+
+def _avg_windows(x_shape: Sequence[int], nspatial: int, kernel_size: Any, stride: Any, padding: Any,
+                 ceil_mode: bool, count_include_pad: bool,
+                 divisor_override: Any) -> tuple[list[torch.Tensor], torch.Tensor | float]:
+    """The per-dim window matrices of avg_pool and its divisor (a tensor over the output's spatial dims)."""
+    kernel = _per_dim(kernel_size, nspatial)
+    strides = _per_dim(stride, nspatial, kernel)
+    pads = _per_dim(padding, nspatial, [0])
+    matrices, pool_sizes, valid = [], [], []
+    for size, k, s, p in zip(x_shape[-nspatial:], kernel, strides, pads):
+        out = _pooled_length(size, k, s, p, ceil_mode)
+        starts = torch.arange(out) * s - p
+        ends = torch.clamp(starts + k, max=size + p)  # a window may overhang the padding (ceil_mode)
+        matrices.append(_window_matrix(starts, ends, size))
+        pool_sizes.append(ends - starts)
+        valid.append(torch.clamp(ends, max=size) - torch.clamp(starts, min=0))
+    if divisor_override:
+        return matrices, float(divisor_override)
+    counts = _outer(pool_sizes if count_include_pad else valid)
+    return matrices, torch.clamp(counts, min=1)
+
+
+def _convolution_lowers_it(x: torch.Tensor, ceil_mode: bool, divisor_override: Any) -> bool:
+    """The cases lower_reductions.py lowers as a depthwise convolution (kept: fewer ops, TensorE on NKI)."""
+    return x.ndim == 4 and not ceil_mode and divisor_override is None
+
+
+def _avg_pool(nspatial: int) -> Callable[..., Any]:
+    def decomposition(self: torch.Tensor, kernel_size: Any, stride: Any = (), padding: Any = 0,
+                      ceil_mode: bool = False, count_include_pad: bool = True, divisor_override: Any = None) -> Any:
+        if nspatial == 2 and _convolution_lowers_it(self, ceil_mode, divisor_override):
+            return NotImplemented
+        matrices, divisor = _avg_windows(self.shape, nspatial, kernel_size, stride, padding, ceil_mode,
+                                         count_include_pad, divisor_override)
+        summed = self
+        for d, matrix in enumerate(matrices):
+            summed = _along(summed, self.ndim - nspatial + d, matrix)
+        return summed / divisor
+
+    return decomposition
+
+
+def _avg_pool_backward(nspatial: int) -> Callable[..., Any]:
+    def decomposition(grad_output: torch.Tensor, self: torch.Tensor, kernel_size: Any, stride: Any, padding: Any,
+                      ceil_mode: bool, count_include_pad: bool, divisor_override: Any) -> Any:
+        if nspatial == 2 and _convolution_lowers_it(self, ceil_mode, divisor_override):
+            return NotImplemented
+        matrices, divisor = _avg_windows(self.shape, nspatial, kernel_size, stride, padding, ceil_mode,
+                                         count_include_pad, divisor_override)
+        grad = grad_output / divisor
+        for d, matrix in enumerate(matrices):
+            grad = _along(grad, self.ndim - nspatial + d, matrix.t())
+        return grad
+
+    return decomposition
+
+
+def _adaptive_bounds(size: int, out: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Adaptive pooling's windows: [floor(o * size / out), ceil((o + 1) * size / out))."""
+    o = torch.arange(out)
+    return torch.div(o * size, out, rounding_mode="floor"), torch.div((o + 1) * size + out - 1, out,
+                                                                        rounding_mode="floor")
+
+
+def _adaptive_avg_windows(x_shape: Sequence[int], output_size: Sequence[int]) -> tuple[list[torch.Tensor], torch.Tensor]:
+    nspatial = len(output_size)
+    matrices, counts = [], []
+    for size, out in zip(x_shape[-nspatial:], output_size):
+        starts, ends = _adaptive_bounds(size, out)
+        matrices.append(_window_matrix(starts, ends, size))
+        counts.append(ends - starts)
+    return matrices, _outer(counts)
+
+
+def adaptive_avg_pool(self: torch.Tensor, output_size: Any) -> torch.Tensor:
+    """_adaptive_avg_pool2d/3d: the window sums over the window sizes."""
+    output_size = list(output_size)
+    matrices, counts = _adaptive_avg_windows(self.shape, output_size)
+    summed = self
+    for d, matrix in enumerate(matrices):
+        summed = _along(summed, self.ndim - len(output_size) + d, matrix)
+    return summed / counts
+
+
+def _adaptive_avg_pool_backward(nspatial: int) -> Callable[..., Any]:
+    def decomposition(grad_output: torch.Tensor, self: torch.Tensor) -> torch.Tensor:
+        output_size = list(grad_output.shape[-nspatial:])
+        matrices, counts = _adaptive_avg_windows(self.shape, output_size)
+        grad = grad_output / counts
+        for d, matrix in enumerate(matrices):
+            grad = _along(grad, self.ndim - nspatial + d, matrix.t())
+        return grad
+
+    return decomposition
+
+
+def _adaptive_max_pool(nspatial: int, torch_rule: Callable[..., Any]) -> Callable[..., Any]:
+    """adaptive_max_pool2d/3d: PyTorch's rule where it has one (global or evenly divisible windows), else a
+    gather of every (clamped) window and amax/argmax over it."""
+    def decomposition(self: torch.Tensor, output_size: Any) -> Any:
+        output_size = list(output_size)
+        handled = torch_rule(self, output_size)
+        if handled is not NotImplemented:
+            return handled
+        lead = self.ndim - nspatial
+        windows, flat_index, strides = self, None, [math.prod(self.shape[lead + d + 1:]) for d in range(nspatial)]
+        for d, (size, out) in enumerate(zip(self.shape[lead:], output_size)):
+            starts, ends = _adaptive_bounds(size, out)
+            width = max(-(-(o + 1) * size // out) - (o * size) // out for o in range(out))
+            index = torch.minimum(starts.unsqueeze(1) + torch.arange(width), ends.unsqueeze(1) - 1)  # [out, K]
+            axis = lead + 2 * d  # each earlier spatial dim became (out, K)
+            picked = windows.index_select(axis, index.reshape(-1))
+            windows = picked.reshape(picked.shape[:axis] + (out, width) + picked.shape[axis + 1:])
+            term = (index * strides[d]).reshape([1] * (2 * d) + [out, width])
+            flat_index = term if flat_index is None else flat_index.unsqueeze(-1).unsqueeze(-1) + term
+        # [.., o0, k0, o1, k1, ..] -> [.., o0, o1, .., k0 k1 ..]
+        order = list(range(lead)) + [lead + 2 * d for d in range(nspatial)] + [lead + 2 * d + 1 for d in range(nspatial)]
+        windows = windows.permute(order).flatten(-nspatial)
+        flat_index = flat_index.permute([2 * d for d in range(nspatial)] + [2 * d + 1 for d in range(nspatial)])
+        flat_index = flat_index.flatten(-nspatial).expand(windows.shape)
+        which = torch.argmax(windows, -1, keepdim=True)
+        return torch.amax(windows, -1), torch.gather(flat_index, -1, which).squeeze(-1)
+
+    return decomposition
+
+
+def _max_pool_backward(nspatial: int) -> Callable[..., Any]:
+    """Every max-pool backward with saved indices: scatter-add the gradient at the flat spatial indices."""
+    def decomposition(grad_output: torch.Tensor, self: torch.Tensor, *args: Any) -> torch.Tensor:
+        indices = args[-1]
+        lead = self.shape[:-nspatial]
+        grad = torch.zeros(lead + (math.prod(self.shape[-nspatial:]),), dtype=grad_output.dtype)
+        grad = grad.scatter_add(-1, indices.flatten(-nspatial), grad_output.flatten(-nspatial))
+        return grad.reshape(self.shape)
+
+    return decomposition
+
+
+def _torch_rule(op: Any) -> Callable[..., Any]:
+    from torch._decomp import decomposition_table
+
+    return decomposition_table[op]
+
+
+#: aten op -> decomposition written here (one comment per rule).
+POOLING_FORMULAS: dict[Any, Callable[..., Any]] = {
+    aten.avg_pool2d.default: _avg_pool(2),  # separable window sums; ceil_mode, divisor_override, 3-d input
+    aten.avg_pool3d.default: _avg_pool(3),  # same, three spatial dims
+    aten.avg_pool2d_backward.default: _avg_pool_backward(2),  # transposed window matrices on grad / divisor
+    aten.avg_pool3d_backward.default: _avg_pool_backward(3),
+    aten._adaptive_avg_pool3d.default: adaptive_avg_pool,  # separable adaptive window sums / sizes
+    aten._adaptive_avg_pool2d_backward.default: _adaptive_avg_pool_backward(2),
+    aten._adaptive_avg_pool3d_backward.default: _adaptive_avg_pool_backward(3),
+    aten.adaptive_max_pool2d.default: _adaptive_max_pool(2, _torch_rule(aten.adaptive_max_pool2d.default)),
+    aten.adaptive_max_pool3d.default: _adaptive_max_pool(3, _torch_rule(aten.adaptive_max_pool3d.default)),
+    aten.max_pool3d_with_indices_backward.default: _max_pool_backward(3),  # scatter-add at the argmax
+    aten.adaptive_max_pool2d_backward.default: _max_pool_backward(2),
+    aten.adaptive_max_pool3d_backward.default: _max_pool_backward(3),
+}

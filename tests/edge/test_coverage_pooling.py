@@ -1,0 +1,46 @@
+"""Pooling ops added for OpInfo coverage (neuroncc/frontend/coverage_pooling.py) against eager on every target:
+ceil_mode overhangs, padding counted or not, divisor_override, uneven adaptive windows, and the gradients."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from .helpers import assert_same, assert_same_grads
+
+AVG_CASES = {
+    "2d_ceil_pad_excluded": (F.avg_pool2d, (2, 3, 7, 6), dict(kernel_size=3, stride=2, padding=1, ceil_mode=True,
+                                                            count_include_pad=False)),
+    "2d_divisor_unbatched": (F.avg_pool2d, (3, 5, 5), dict(kernel_size=(2, 3), stride=1, divisor_override=4)),
+    "1d_ceil": (F.avg_pool1d, (2, 3, 9), dict(kernel_size=3, stride=2, padding=1, ceil_mode=True)),
+    "3d_pad_counted": (F.avg_pool3d, (1, 2, 5, 4, 6), dict(kernel_size=(3, 2, 3), stride=2, padding=1)),
+    "3d_ceil": (F.avg_pool3d, (2, 4, 5, 5), dict(kernel_size=2, stride=2, ceil_mode=True, count_include_pad=False)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(AVG_CASES))
+def test_avg_pool(name, target):
+    fn, shape, kwargs = AVG_CASES[name]
+    assert_same(lambda x: fn(x, **kwargs), torch.randn(shape), target=target)
+
+
+@pytest.mark.parametrize("name", ["2d_ceil_pad_excluded", "3d_pad_counted"])
+def test_avg_pool_gradient(name):
+    fn, shape, kwargs = AVG_CASES[name]
+    assert_same_grads(lambda x: fn(x, **kwargs), torch.randn(shape))
+
+
+@pytest.mark.parametrize("dims", [1, 2, 3])
+def test_adaptive_pools_with_uneven_windows(dims, target):
+    avg = (F.adaptive_avg_pool1d, F.adaptive_avg_pool2d, F.adaptive_avg_pool3d)[dims - 1]
+    mx = (F.adaptive_max_pool1d, F.adaptive_max_pool2d, F.adaptive_max_pool3d)[dims - 1]
+    x = torch.randn((2, 3) + (7, 5, 6)[:dims])
+    out = (3, 4, 4)[:dims]  # 7 -> 3 and 5 -> 4 windows overlap unevenly
+    assert_same(lambda t: (avg(t, out), mx(t, out, return_indices=True)), x, target=target)
+
+
+def test_pool_gradients():
+    x = torch.randn(1, 2, 5, 7, 6)
+    assert_same_grads(lambda t: F.adaptive_avg_pool3d(t, (2, 3, 4)), x)
+    assert_same_grads(lambda t: F.adaptive_max_pool3d(t, (2, 3, 4)), x)
+    assert_same_grads(lambda t: F.adaptive_max_pool2d(t[0], (3, 4)), x)
+    assert_same_grads(lambda t: F.max_pool3d(t, 3, stride=2, padding=1, ceil_mode=True), x)
