@@ -44,3 +44,17 @@ def test_pool_gradients():
     assert_same_grads(lambda t: F.adaptive_max_pool3d(t, (2, 3, 4)), x)
     assert_same_grads(lambda t: F.adaptive_max_pool2d(t[0], (3, 4)), x)
     assert_same_grads(lambda t: F.max_pool3d(t, 3, stride=2, padding=1, ceil_mode=True), x)
+
+
+def test_conv3d_and_its_transpose(target):
+    # 3-d convolutions run as extern kernels on cpu; nki-sim refuses them cleanly (UnsupportedOpError)
+    x, w, b = torch.randn(1, 4, 4, 5, 3), torch.randn(6, 2, 2, 3, 1), torch.randn(6)
+    assert_same(lambda t, u, v: F.conv3d(t, u, v, stride=(1, 2, 1), padding=1, dilation=(2, 1, 1), groups=2),
+                x, w, b, target=target, rtol=1e-4, atol=1e-5)
+    assert_same(lambda t, u: F.conv_transpose3d(t, u, stride=2, padding=1, output_padding=1), x,
+                torch.randn(4, 3, 3, 2, 2), target=target, rtol=1e-4, atol=1e-5)
+
+
+def test_conv3d_gradient():
+    assert_same_grads(lambda t, u: F.conv3d(t, u, stride=2, padding=1), torch.randn(2, 3, 5, 4, 4),
+                      torch.randn(2, 3, 3, 2, 3), rtol=1e-4, atol=1e-5)
