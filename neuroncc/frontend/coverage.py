@@ -22,6 +22,7 @@ from torch._decomp import get_decompositions
 
 from neuroncc.frontend.coverage_indexing import INDEXING_FORMULAS
 from neuroncc.frontend.coverage_pooling import POOLING_FORMULAS
+from neuroncc.frontend.coverage_products import PRODUCT_FORMULAS
 from neuroncc.frontend.lowering_context import LoweringContext
 from neuroncc.ir import Value
 
@@ -273,6 +274,7 @@ def coverage_decompositions() -> dict[Any, Callable[..., Any]]:
     table.update(FORMULAS)
     table.update(INDEXING_FORMULAS)  # scatter/index family (coverage_indexing.py)
     table.update(POOLING_FORMULAS)  # pooling family (coverage_pooling.py)
+    table.update(PRODUCT_FORMULAS)  # cdist, pdist, _trilinear (coverage_products.py)
     return table
 
 
