@@ -214,6 +214,84 @@ def nonzero_static(self: torch.Tensor, *, size: int, fill_value: int = -1) -> to
     return out.scatter(0, row.unsqueeze(1).expand(count, rank), coords)[:size]
 
 
+def scatter_with_reduce(self: torch.Tensor, dim: int, index: torch.Tensor, src: Any, *, reduce: str) -> Any:
+    """aten.scatter.reduce / scatter.value_reduce (the legacy ``reduce=`` spelling): add is scatter_add,
+    multiply a scatter_reduce prod that includes self."""
+    if not isinstance(src, torch.Tensor):
+        src = torch.full(index.shape, src, dtype=self.dtype)
+    if reduce == "add":
+        return self.scatter_add(dim, index, src)
+    if reduce == "multiply":
+        return torch.scatter_reduce(self, dim, index, src, "prod", include_self=True)
+    return NotImplemented
+
+
+def gather(self: torch.Tensor, dim: int, index: torch.Tensor, *, sparse_grad: bool = False) -> Any:
+    """aten.gather with an empty index (eager accepts any rank and integer type then) or a non-int64 one."""
+    if index.numel() == 0:
+        return self.new_zeros(index.shape)  # eager skips its shape and dtype checks for an empty index
+    if index.dtype in (torch.int64, torch.int32):
+        return NotImplemented  # the IR's gather
+    return aten.gather.default(self, dim, index.to(torch.int64))
+
+
+def scatter_add(self: torch.Tensor, dim: int, index: torch.Tensor, src: torch.Tensor) -> Any:
+    """aten.scatter_add with an empty index (of any integer type, any rank) adds nothing; a 0-dim self (its
+    index and src may be 1-d) is a 1-element one."""
+    if index.numel() == 0:
+        return self.clone()
+    if self.ndim == 0:
+        return self.reshape(1).scatter_add(0, index.reshape(-1), src.reshape(-1)[: index.numel()]).reshape(())
+    return NotImplemented
+
+
+def index_put(self: torch.Tensor, indices: Any, values: torch.Tensor, accumulate: bool = False) -> Any:
+    """aten.index_put with one leading boolean mask and values that do not depend on how many elements it
+    selects (they broadcast to one selected slice): a ``where``. Otherwise the IR's index_put (integer
+    indices) or a refusal (a data-dependent count of values)."""
+    if len(indices) != 1 or indices[0] is None or indices[0].dtype is not torch.bool:
+        return NotImplemented
+    mask = indices[0]
+    rest = self.shape[mask.ndim:]
+    if values.ndim > len(rest) and values.shape[values.ndim - len(rest) - 1] != 1:
+        return NotImplemented  # one value per selected slice: how many depends on the data
+    try:
+        slice_values = values.reshape(values.shape[max(values.ndim - len(rest), 0):]).expand(rest) \
+            if values.ndim >= len(rest) else values.expand(rest)
+    except RuntimeError:
+        return NotImplemented
+    selected = mask.reshape(mask.shape + (1,) * len(rest))
+    if accumulate:
+        return self + torch.where(selected, slice_values.to(self.dtype), 0)
+    return torch.where(selected, slice_values.to(self.dtype), self)
+
+
+def take(self: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """aten.take: advanced indexing of the flattened tensor (negative indices count from the end)."""
+    return aten.index.Tensor(self.reshape(-1), [index])  # (a 0-d index through [] would be read as an int)
+
+
+def embedding_renorm(weight: torch.Tensor, indices: torch.Tensor, max_norm: float, norm_type: float) -> Any:
+    """aten.embedding_renorm (functional): every row that ``indices`` names and whose norm exceeds max_norm
+    is scaled by max_norm / (norm + 1e-7), as eager's embedding_renorm_."""
+    rows = weight.shape[0]
+    if indices.numel() * rows > DENSE_LIMIT:
+        return NotImplemented
+    named = (indices.reshape(-1, 1) == torch.arange(rows)).any(0)
+    norms = torch.linalg.vector_norm(weight, norm_type, dim=1)
+    scale = torch.where(named & (norms > max_norm), max_norm / (norms + 1e-7), 1.0)
+    return weight * scale.unsqueeze(1)
+
+
+def isin(elements: Any, test_elements: Any, *, assume_unique: bool = False, invert: bool = False) -> Any:
+    """aten.isin: one dense comparison of every element with every test element (no sort)."""
+    elements, test_elements = torch.as_tensor(elements), torch.as_tensor(test_elements)
+    if elements.numel() * max(test_elements.numel(), 1) > DENSE_LIMIT:
+        return NotImplemented
+    found = (elements.unsqueeze(-1) == test_elements.reshape(-1)).any(-1)
+    return ~found if invert else found
+
+
 #: aten op -> decomposition written here (one comment per rule).
 INDEXING_FORMULAS: dict[Any, Callable[..., Any]] = {
     aten.scatter_reduce.two: scatter_reduce,  # sum/mean via scatter_add; amax/amin/prod dense and masked
@@ -224,4 +302,12 @@ INDEXING_FORMULAS: dict[Any, Callable[..., Any]] = {
     aten.as_strided_scatter.default: as_strided_scatter,  # index_put at flat storage positions (contiguous)
     aten.masked_scatter.default: masked_scatter,  # cumsum ranks + gather + where
     aten.nonzero_static.default: nonzero_static,  # cumsum ranks + scatter of coordinates
+    aten.scatter.reduce: scatter_with_reduce,  # add -> scatter_add, multiply -> scatter_reduce prod
+    aten.scatter.value_reduce: scatter_with_reduce,  # the same with a scalar source
+    aten.gather.default: gather,  # an empty index gives an empty result; another integer index read as int64
+    aten.scatter_add.default: scatter_add,  # an empty index leaves self as it is; 0-dim self as 1-d
+    aten.index_put.default: index_put,  # one boolean mask with count-independent values -> where
+    aten.take.default: take,  # flat advanced indexing (PyTorch's rule guards on the data)
+    aten.embedding_renorm.default: embedding_renorm,  # dense "named rows" mask, scaled rows
+    aten.isin.Tensor_Tensor: isin,  # dense comparison (PyTorch's rule sorts)
 }

@@ -80,3 +80,29 @@ def test_masked_scatter_and_nonzero_static(target):
     z = torch.tensor([[0.0, 1.0, 0.0], [2.0, 0.0, 3.0]])
     for size in (0, 2, 3, 5):
         assert_same(lambda a: torch.nonzero_static(a, size=size, fill_value=-7), z, target=target)
+
+
+def test_legacy_scatter_reduce_take_and_isin(target):
+    x, index, src = _scatter_inputs()
+    src[1, 2] = 0.5
+    assert_same(lambda a, i, s: (a.scatter(0, i, s, reduce="add"), a.scatter(0, i, s, reduce="multiply"),
+                                 a.scatter(1, i[:, :2] % 4, 2.0, reduce="multiply")), x, index, src, target=target)
+    assert_same(lambda a, i: (torch.take(a, i), torch.take(a[0, 0], i[0, 0])), x, torch.tensor([[0, -1], [23, 5]]),
+                target=target)
+    assert_same(lambda a, b: (torch.isin(a, b), torch.isin(a, b, invert=True)), torch.tensor([1.0, NAN, 3.0, 4.0]),
+                torch.tensor([[4.0, NAN], [1.0, 7.0]]), target=target)
+
+
+def test_bool_mask_index_put_and_embedding_renorm(target):
+    x, mask = torch.randn(4, 3), torch.tensor([True, False, True, True])
+    assert_same(lambda a, m, v: (a.index_put((m,), v), a.index_put((m,), v, accumulate=True)), x, mask,
+                torch.randn(3), target=target)
+    weight = torch.randn(6, 4) * 2
+    assert_same(lambda w, i: torch.nn.functional.embedding(i, w, max_norm=1.5), weight,
+                torch.tensor([[0, 2], [2, 5]]), target=target)
+
+
+def test_empty_and_zero_dim_gather_scatter(target):
+    x = torch.randn(5)
+    assert_same(lambda a, i: torch.gather(a, 0, i), x, torch.zeros(2, 0, dtype=torch.int64), target=target)
+    assert_same(lambda a, i, s: a[0].scatter_add(0, i, s), x, torch.tensor([0]), torch.randn(1), target=target)
