@@ -264,7 +264,6 @@ TORCH_DECOMPOSITIONS = (
     aten.unfold,  # as_strided windows
     aten.max_pool3d_with_indices,  # strided window slices + amax/argmax, as the 2-d one
     aten.grid_sampler_2d,  # gathers at the computed source pixels, bilinear/nearest/bicubic weights
-    aten._upsample_bilinear2d_aa,  # separable antialiased weights as matmuls
 )
 
 

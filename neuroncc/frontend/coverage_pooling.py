@@ -110,7 +110,7 @@ def _avg_pool_backward(nspatial: int) -> Callable[..., Any]:
         grad = grad_output / divisor
         for d, matrix in enumerate(matrices):
             grad = _along(grad, self.ndim - nspatial + d, matrix.t())
-        return grad
+        return grad.contiguous()
 
     return decomposition
 
@@ -149,7 +149,7 @@ def _adaptive_avg_pool_backward(nspatial: int) -> Callable[..., Any]:
         grad = grad_output / counts
         for d, matrix in enumerate(matrices):
             grad = _along(grad, self.ndim - nspatial + d, matrix.t())
-        return grad
+        return grad.contiguous()
 
     return decomposition
 
@@ -196,6 +196,48 @@ def _max_pool_backward(nspatial: int) -> Callable[..., Any]:
     return decomposition
 
 
+def _aa_scale(size: int, out: int, align_corners: bool, scale: float | None) -> float:
+    """area_pixel_compute_scale: the input step per output pixel."""
+    if align_corners:
+        return (size - 1) / (out - 1) if out > 1 else 0.0
+    return 1.0 / scale if scale is not None and scale > 0 else size / out
+
+
+def _aa_weights(size: int, out: int, align_corners: bool, scale: float | None) -> torch.Tensor:
+    """[out, size] antialiased bilinear weights as ATen's _compute_indices_min_size_weights_aa computes them:
+    a triangle filter stretched by the scale when downsampling, cut to [xmin, xmin + xsize), normalized."""
+    step = _aa_scale(size, out, align_corners, scale)
+    support = step if step >= 1.0 else 1.0
+    invscale = 1.0 / step if step >= 1.0 else 1.0
+    center = (torch.arange(out, dtype=torch.float32) + 0.5) * step
+    xmin = torch.clamp(torch.trunc(center - support + 0.5), min=0)
+    xmax = torch.clamp(torch.trunc(center + support + 0.5), max=size)
+    i = torch.arange(size, dtype=torch.float32)
+    taps = torch.clamp(1 - ((i - center.unsqueeze(1) + 0.5) * invscale).abs(), min=0)
+    inside = (xmin.unsqueeze(1) <= i) & (i < xmax.unsqueeze(1))
+    taps = torch.where(inside, taps, 0.0)
+    total = taps.sum(1, keepdim=True)
+    return taps / torch.where(total == 0, 1.0, total)
+
+
+def upsample_bilinear2d_aa(self: torch.Tensor, output_size: Any, align_corners: bool, scales_h: Any = None,
+                           scales_w: Any = None) -> torch.Tensor:
+    """aten._upsample_bilinear2d_aa: separable, the width pass first as eager runs it."""
+    out_h, out_w = output_size
+    width = _aa_weights(self.shape[-1], out_w, align_corners, scales_w).to(self.dtype)
+    height = _aa_weights(self.shape[-2], out_h, align_corners, scales_h).to(self.dtype)
+    return _along(_along(self, self.ndim - 1, width), self.ndim - 2, height).contiguous()  # eager's layout
+
+
+def upsample_bilinear2d_aa_backward(grad_output: torch.Tensor, output_size: Any, input_size: Any,
+                                    align_corners: bool, scales_h: Any = None, scales_w: Any = None) -> torch.Tensor:
+    out_h, out_w = output_size
+    width = _aa_weights(input_size[-1], out_w, align_corners, scales_w).to(grad_output.dtype)
+    height = _aa_weights(input_size[-2], out_h, align_corners, scales_h).to(grad_output.dtype)
+    grad = _along(grad_output, grad_output.ndim - 2, height.t())
+    return _along(grad, grad_output.ndim - 1, width.t()).contiguous()
+
+
 def _torch_rule(op: Any) -> Callable[..., Any]:
     from torch._decomp import decomposition_table
 
@@ -216,4 +258,6 @@ POOLING_FORMULAS: dict[Any, Callable[..., Any]] = {
     aten.max_pool3d_with_indices_backward.default: _max_pool_backward(3),  # scatter-add at the argmax
     aten.adaptive_max_pool2d_backward.default: _max_pool_backward(2),
     aten.adaptive_max_pool3d_backward.default: _max_pool_backward(3),
+    aten._upsample_bilinear2d_aa.default: upsample_bilinear2d_aa,  # separable antialiased weight matrices
+    aten._upsample_bilinear2d_aa_backward.default: upsample_bilinear2d_aa_backward,  # their transposes
 }

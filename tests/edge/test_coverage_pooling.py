@@ -58,3 +58,17 @@ def test_conv3d_and_its_transpose(target):
 def test_conv3d_gradient():
     assert_same_grads(lambda t, u: F.conv3d(t, u, stride=2, padding=1), torch.randn(2, 3, 5, 4, 4),
                       torch.randn(2, 3, 3, 2, 3), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("size", [(3, 9), (11, 4)])
+def test_antialiased_bilinear_resize(size, target):
+    # down in one dim and up in the other: the filter stretches only when downsampling
+    x = torch.randn(2, 3, 7, 6)
+    assert_same(lambda t: F.interpolate(t, size=size, mode="bilinear", antialias=True), x, target=target)
+    assert_same(lambda t: F.interpolate(t, scale_factor=0.6, mode="bilinear", antialias=True, align_corners=True),
+                x, target=target)
+
+
+def test_antialiased_bilinear_gradient():
+    assert_same_grads(lambda t: F.interpolate(t, size=(3, 9), mode="bilinear", antialias=True),
+                      torch.randn(1, 2, 7, 6))
