@@ -106,3 +106,11 @@ def test_empty_and_zero_dim_gather_scatter(target):
     x = torch.randn(5)
     assert_same(lambda a, i: torch.gather(a, 0, i), x, torch.zeros(2, 0, dtype=torch.int64), target=target)
     assert_same(lambda a, i, s: a[0].scatter_add(0, i, s), x, torch.tensor([0]), torch.randn(1), target=target)
+
+
+def test_histc_at_bin_edges(target):
+    # the right edge counts in the last bin; NaN and values outside are skipped; 3.3333333 * 3 rounds to 10
+    x = torch.tensor([0.0, 1.0, 2.0, 10.0, 9.9999, 3.3333333, -0.5, 11.0, NAN, 6.6666665])
+    assert_same(lambda t: (torch.histc(t, bins=3, min=0, max=10), torch.histc(t, bins=7, min=-1, max=4)), x,
+                target=target)
+    assert_same(lambda t: (torch.histc(t, bins=5), torch.histc(t[:1], bins=4)), torch.randn(40), target=target)
