@@ -318,6 +318,67 @@ def histc(self: torch.Tensor, bins: int = 100, min: Any = 0, max: Any = 0) -> An
     return hit.to(self.dtype).sum(0)
 
 
+def embedding_bag(weight: torch.Tensor, indices: torch.Tensor, offsets: torch.Tensor,
+                  scale_grad_by_freq: bool = False, mode: int = 0, sparse: bool = False,
+                  per_sample_weights: torch.Tensor | None = None, include_last_offset: bool = False,
+                  padding_idx: int = -1) -> Any:
+    """aten._embedding_bag(_forward_only): each bag's rows summed, averaged or maxed over a dense
+    "position l is in bag b" mask (padding_idx rows left out), with eager's auxiliary outputs: offset2bag
+    (empty on the CPU sum fast path), bag_size (0 for sum), max_indices (the winning row per column for
+    max, zeros otherwise). An empty bag gives zeros."""
+    length, rows_count = indices.numel(), offsets.numel() - (1 if include_last_offset else 0)
+    fast_sum = mode == 0 and padding_idx < 0 and weight.dtype in (torch.float32, torch.float16) \
+        and weight.stride(1) == 1
+    if indices.ndim != 1 or length * rows_count * weight.shape[1] > DENSE_LIMIT or (mode == 0 and not fast_sum
+                                                                                      and weight.stride(1) != 1):
+        return NotImplemented
+    position = torch.arange(length)
+    starts = offsets[:rows_count]
+    ends = offsets[1:rows_count + 1] if include_last_offset else torch.cat([offsets[1:], offsets.new_full((1,), length)])
+    member = (starts.unsqueeze(1) <= position) & (position < ends.unsqueeze(1))  # [bags, L]
+    if padding_idx >= 0:
+        member = member & (indices != padding_idx)
+    rows = weight[indices]
+    if per_sample_weights is not None:
+        rows = rows * per_sample_weights.unsqueeze(1)
+    counts = member.sum(1)
+    picked = member.unsqueeze(2)
+    if mode == 2:
+        values = torch.where(picked, rows.unsqueeze(0), -math.inf)
+        best = torch.argmax(values, 1)  # first maximum, as eager
+        output = torch.where(counts.unsqueeze(1) > 0, torch.amax(values, 1), 0.0)
+        max_indices = torch.where(counts.unsqueeze(1) > 0, indices[best], 0)
+    else:
+        output = torch.where(picked, rows.unsqueeze(0), 0.0).sum(1)
+        if mode == 1:
+            output = output / torch.clamp(counts, min=1).unsqueeze(1).to(output.dtype)
+        max_indices = torch.zeros(rows_count, dtype=offsets.dtype)
+    bag_size = counts.to(offsets.dtype) if mode else torch.zeros(rows_count, dtype=offsets.dtype)
+    if mode == 1:
+        max_indices = bag_size  # eager hands back bag_size there
+    if fast_sum:
+        offset2bag = offsets.new_zeros((0,))
+    else:
+        offset2bag = ((offsets[:rows_count].unsqueeze(1) <= position).sum(0) - 1).to(offsets.dtype)
+    return output, offset2bag, bag_size, max_indices.to(offsets.dtype)
+
+
+def embedding_bag_forward_only(weight: torch.Tensor, indices: torch.Tensor, offsets: torch.Tensor,
+                               scale_grad_by_freq: bool = False, mode: int = 0, *args: Any, **kwargs: Any) -> Any:
+    """aten._embedding_bag_forward_only: as _embedding_bag; on CPU's sum path bag_size and max_indices have one
+    entry per offset (include_last_offset's extra one too)."""
+    result = embedding_bag(weight, indices, offsets, scale_grad_by_freq, mode, *args, **kwargs)
+    if result is NotImplemented:
+        return result
+    output, offset2bag, bag_size, max_indices = result
+    missing = offsets.numel() - bag_size.numel()
+    if missing and mode == 0:  # on the sum path bag_size and max_indices have one entry per offset
+        bag_size = torch.cat([bag_size, bag_size.new_zeros((missing,))])
+        if max_indices.ndim == 1:
+            max_indices = torch.cat([max_indices, max_indices.new_zeros((missing,))])
+    return output, offset2bag, bag_size, max_indices
+
+
 #: aten op -> decomposition written here (one comment per rule).
 INDEXING_FORMULAS: dict[Any, Callable[..., Any]] = {
     aten.scatter_reduce.two: scatter_reduce,  # sum/mean via scatter_add; amax/amin/prod dense and masked
@@ -337,4 +398,6 @@ INDEXING_FORMULAS: dict[Any, Callable[..., Any]] = {
     aten.embedding_renorm.default: embedding_renorm,  # dense "named rows" mask, scaled rows
     aten.isin.Tensor_Tensor: isin,  # dense comparison (PyTorch's rule sorts)
     aten.histc.default: histc,  # one-hot bin counts (ATen's linear binning)
+    aten._embedding_bag_forward_only.default: embedding_bag_forward_only,  # dense bag-membership mask + reduction
+    aten._embedding_bag.default: embedding_bag,
 }

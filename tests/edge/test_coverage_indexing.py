@@ -114,3 +114,17 @@ def test_histc_at_bin_edges(target):
     assert_same(lambda t: (torch.histc(t, bins=3, min=0, max=10), torch.histc(t, bins=7, min=-1, max=4)), x,
                 target=target)
     assert_same(lambda t: (torch.histc(t, bins=5), torch.histc(t[:1], bins=4)), torch.randn(40), target=target)
+
+
+@pytest.mark.parametrize("mode", [0, 1, 2])
+def test_embedding_bag_and_its_auxiliary_outputs(mode, target):
+    # an empty bag, a padding row, include_last_offset both ways; all four outputs of the aten op
+    w, i, o = torch.randn(10, 3), torch.tensor([1, 2, 4, 5, 4, 3, 2, 9]), torch.tensor([0, 3, 3, 5, 8])
+    for include_last in (False, True):
+        for padding_idx in (-1, 4):
+            assert_same(lambda a, b, c: torch.ops.aten._embedding_bag_forward_only(a, b, c, False, mode, False, None,
+                                                                                   include_last, padding_idx),
+                        w, i, o, target=target)
+    if mode == 0:
+        assert_same(lambda a, b, c, s: torch.nn.functional.embedding_bag(b, a, c[:4], mode="sum", per_sample_weights=s),
+                    w, i, o, torch.randn(8), target=target)
