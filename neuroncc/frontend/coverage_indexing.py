@@ -121,6 +121,24 @@ def index_reduce(self: torch.Tensor, dim: int, index: torch.Tensor, source: torc
     return torch.scatter_reduce(self, dim, expanded, source, reduce, include_self=include_self)
 
 
+def _segments(data: torch.Tensor, lengths: torch.Tensor | None, offsets: torch.Tensor | None,
+              axis: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+    """(inside [.., S, L, 1..] "position l is in segment s", starts, ends), or None when too large."""
+    if offsets is not None:
+        starts, ends = offsets[..., :-1], offsets[..., 1:]
+    elif lengths is not None:
+        ends = torch.cumsum(lengths, -1)
+        starts = ends - lengths
+    else:
+        return None
+    length, rest = data.shape[axis], data.ndim - axis - 1
+    if starts.numel() * length * max(1, math.prod(data.shape[axis + 1:])) > DENSE_LIMIT:
+        return None
+    positions = torch.arange(length)
+    inside = (starts.unsqueeze(-1) <= positions) & (positions < ends.unsqueeze(-1))  # [.., S, L]
+    return inside.reshape(inside.shape + (1,) * rest), starts, ends
+
+
 def segment_reduce(data: torch.Tensor, reduce: str, *, lengths: torch.Tensor | None = None,
                    indices: torch.Tensor | None = None, offsets: torch.Tensor | None = None, axis: int = 0,
                    unsafe: bool = False, initial: Any = None) -> Any:
@@ -130,19 +148,11 @@ def segment_reduce(data: torch.Tensor, reduce: str, *, lengths: torch.Tensor | N
     if indices is not None or reduce not in ("sum", "mean", "max", "min", "prod") or not data.is_floating_point():
         return NotImplemented
     axis %= data.ndim
-    if offsets is not None:
-        starts, ends = offsets[..., :-1], offsets[..., 1:]
-    elif lengths is not None:
-        ends = torch.cumsum(lengths, -1)
-        starts = ends - lengths
-    else:
+    segments = _segments(data, lengths, offsets, axis)
+    if segments is None:
         return NotImplemented
-    length, rest = data.shape[axis], data.ndim - axis - 1
-    if starts.numel() * length * max(1, math.prod(data.shape[axis + 1:])) > DENSE_LIMIT:
-        return NotImplemented
-    positions = torch.arange(length)
-    inside = (starts.unsqueeze(-1) <= positions) & (positions < ends.unsqueeze(-1))  # [.., S, L]
-    inside = inside.reshape(inside.shape + (1,) * rest)
+    inside, starts, ends = segments
+    rest = data.ndim - axis - 1
     name = {"max": "amax", "min": "amin"}.get(reduce, reduce)
     name = "sum" if name == "mean" else name
     picked = torch.where(inside, data.unsqueeze(axis), _identity(name, data.dtype))
@@ -155,6 +165,31 @@ def segment_reduce(data: torch.Tensor, reduce: str, *, lengths: torch.Tensor | N
     if initial is None:
         return reduced / counts  # 0 / 0 is NaN for an empty segment, as eager
     return torch.where(counts > 0, reduced / torch.where(counts > 0, counts, 1), reduced)
+
+
+def segment_reduce_backward(grad: torch.Tensor, output: torch.Tensor, data: torch.Tensor, reduce: str, *,
+                            lengths: torch.Tensor | None = None, offsets: torch.Tensor | None = None,
+                            axis: int = 0, initial: Any = None) -> Any:
+    """aten._segment_reduce_backward: sum hands each element its segment's gradient, mean divides it by the
+    segment length, max/min split it equally among the elements equal to the result (none when the initial
+    value won), as eager."""
+    if reduce not in ("sum", "mean", "max", "min") or not data.is_floating_point():
+        return NotImplemented
+    axis %= data.ndim
+    segments = _segments(data, lengths, offsets, axis)
+    if segments is None:
+        return NotImplemented
+    inside, starts, ends = segments
+    rest = data.ndim - axis - 1
+    share = grad.unsqueeze(axis + 1)  # [.., S, 1, rest]
+    if reduce == "mean":
+        counts = (ends - starts).reshape(ends.shape + (1,) * (rest + 1)).to(data.dtype)
+        share = share / torch.clamp(counts, min=1)
+    elif reduce in ("max", "min"):
+        inside = inside & (data.unsqueeze(axis) == output.unsqueeze(axis + 1))
+        ties = inside.sum(axis + 1, keepdim=True).to(data.dtype)
+        share = share / torch.clamp(ties, min=1)
+    return torch.where(inside, share, 0.0).sum(axis)
 
 
 def put(self: torch.Tensor, index: torch.Tensor, source: torch.Tensor, accumulate: bool = False) -> torch.Tensor:
@@ -384,6 +419,7 @@ INDEXING_FORMULAS: dict[Any, Callable[..., Any]] = {
     aten.scatter_reduce.two: scatter_reduce,  # sum/mean via scatter_add; amax/amin/prod dense and masked
     aten.index_reduce.default: index_reduce,  # scatter_reduce with the index broadcast along dim
     aten.segment_reduce.default: segment_reduce,  # dense masked reduction per segment
+    aten._segment_reduce_backward.default: segment_reduce_backward,  # the same mask, ties share (max/min)
     aten.put.default: put,  # index_put on the flattened tensor
     aten.diagonal_scatter.default: diagonal_scatter,  # index_put on the two diagonal dims moved last
     aten.as_strided_scatter.default: as_strided_scatter,  # index_put at flat storage positions (contiguous)

@@ -128,3 +128,11 @@ def test_embedding_bag_and_its_auxiliary_outputs(mode, target):
     if mode == 0:
         assert_same(lambda a, b, c, s: torch.nn.functional.embedding_bag(b, a, c[:4], mode="sum", per_sample_weights=s),
                     w, i, o, torch.randn(8), target=target)
+
+
+@pytest.mark.parametrize("reduce", ["max", "min", "sum", "mean"])
+def test_segment_reduce_gradient_with_ties_and_empty_segments(reduce):
+    data = torch.tensor([[1.0, 3.0, 3.0, 0.5, 2.0, -1.0], [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]]).t().contiguous()
+    for initial in (None, 2.5):
+        assert_same_grads(lambda d: torch.segment_reduce(d, reduce, lengths=torch.tensor([3, 0, 3]), initial=initial)
+                          .nan_to_num(0.0, 0.0, 0.0), data)
