@@ -238,6 +238,61 @@ def upsample_bilinear2d_aa_backward(grad_output: torch.Tensor, output_size: Any,
     return _along(grad, grad_output.ndim - 1, width.t()).contiguous()
 
 
+def _reflect(coords: torch.Tensor, twice_low: int, twice_high: int) -> torch.Tensor:
+    """Fold coordinates into [low, high] by reflection (bounds doubled so half-integers stay exact)."""
+    if twice_low == twice_high:
+        return torch.zeros_like(coords)
+    low, span = twice_low / 2, (twice_high - twice_low) / 2
+    distance = (coords - low).abs()
+    extra = torch.fmod(distance, span)
+    flips = torch.floor(distance / span)
+    return torch.where(torch.fmod(flips, 2) == 0, extra + low, span + low - extra)
+
+
+def grid_sampler_3d(input: torch.Tensor, grid: torch.Tensor, interpolation_mode: int = 0, padding_mode: int = 0,
+                    align_corners: bool = False) -> Any:
+    """aten.grid_sampler_3d (trilinear or nearest; zeros, border or reflection padding), as PyTorch's own
+    grid_sampler_2d decomposition one dimension up: gathers of the 8 (or 1) corners, weighted and summed in
+    eager's corner order. A corner outside the input contributes nothing (not 0 * its value)."""
+    if interpolation_mode not in (0, 1) or padding_mode not in (0, 1, 2):
+        return NotImplemented
+    n, c, depth, height, width = input.shape
+    _, od, oh, ow, _ = grid.shape
+
+    def source(coords: torch.Tensor, size: int) -> torch.Tensor:
+        scale = (size * 0.5 - 0.5) if align_corners else size * 0.5
+        coords = coords * scale + (size * 0.5 - 0.5)
+        if padding_mode == 1:
+            return torch.clamp(coords, 0, size - 1)
+        if padding_mode == 2:
+            folded = _reflect(coords, 0, 2 * (size - 1)) if align_corners else _reflect(coords, -1, 2 * size - 1)
+            return torch.clamp(folded, 0, size - 1)
+        return coords
+
+    ix, iy, iz = source(grid[..., 0], width), source(grid[..., 1], height), source(grid[..., 2], depth)
+    flat = input.reshape(n, c, depth * height * width)
+
+    def corner(x: torch.Tensor, y: torch.Tensor, z: torch.Tensor, weight: Any) -> torch.Tensor:
+        inside = (x >= 0) & (x < width) & (y >= 0) & (y < height) & (z >= 0) & (z < depth)
+        index = torch.where(inside, (z * height + y) * width + x, 0).to(torch.int64)
+        values = torch.gather(flat, 2, index.reshape(n, 1, -1).expand(n, c, od * oh * ow)).reshape(n, c, od, oh, ow)
+        return torch.where(inside.unsqueeze(1), values * weight, 0.0)
+
+    if interpolation_mode == 1:
+        one = torch.ones((), dtype=input.dtype)
+        return corner(torch.round(ix), torch.round(iy), torch.round(iz), one)
+    x0, y0, z0 = torch.floor(ix), torch.floor(iy), torch.floor(iz)
+    x1, y1, z1 = x0 + 1, y0 + 1, z0 + 1
+    wx, wy, wz = ((x1 - ix, ix - x0), (y1 - iy, iy - y0), (z1 - iz, iz - z0))
+    total = None
+    for zc, wzc in ((z0, wz[0]), (z1, wz[1])):  # eager's order: top then bottom, north then south, west then east
+        for yc, wyc in ((y0, wy[0]), (y1, wy[1])):
+            for xc, wxc in ((x0, wx[0]), (x1, wx[1])):
+                term = corner(xc, yc, zc, (wxc * wyc * wzc).unsqueeze(1))
+                total = term if total is None else total + term
+    return total
+
+
 def _torch_rule(op: Any) -> Callable[..., Any]:
     from torch._decomp import decomposition_table
 
@@ -260,4 +315,5 @@ POOLING_FORMULAS: dict[Any, Callable[..., Any]] = {
     aten.adaptive_max_pool3d_backward.default: _max_pool_backward(3),
     aten._upsample_bilinear2d_aa.default: upsample_bilinear2d_aa,  # separable antialiased weight matrices
     aten._upsample_bilinear2d_aa_backward.default: upsample_bilinear2d_aa_backward,  # their transposes
+    aten.grid_sampler_3d.default: grid_sampler_3d,  # corner gathers, weighted, in eager's order
 }

@@ -72,3 +72,12 @@ def test_antialiased_bilinear_resize(size, target):
 def test_antialiased_bilinear_gradient():
     assert_same_grads(lambda t: F.interpolate(t, size=(3, 9), mode="bilinear", antialias=True),
                       torch.randn(1, 2, 7, 6))
+
+
+@pytest.mark.parametrize("mode,padding_mode,align_corners", [("bilinear", "zeros", False),
+                                                               ("bilinear", "reflection", True),
+                                                               ("nearest", "border", False)])
+def test_grid_sample_3d(mode, padding_mode, align_corners, target):
+    x, grid = torch.randn(2, 3, 4, 5, 3), torch.rand(2, 2, 3, 4, 3) * 2.6 - 1.3  # some points fall outside
+    assert_same(lambda t, g: F.grid_sample(t, g, mode=mode, padding_mode=padding_mode, align_corners=align_corners),
+                x, grid, target=target)
