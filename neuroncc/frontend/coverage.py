@@ -20,6 +20,9 @@ import torch
 import torch.fx as fx
 from torch._decomp import get_decompositions
 
+from neuroncc.frontend.coverage_indexing import INDEXING_FORMULAS
+from neuroncc.frontend.coverage_pooling import POOLING_FORMULAS
+from neuroncc.frontend.coverage_products import PRODUCT_FORMULAS
 from neuroncc.frontend.lowering_context import LoweringContext
 from neuroncc.frontend.special_bessel import BESSEL_FORMULAS
 from neuroncc.frontend.special_bits import BIT_FORMULAS, BIT_LOWERINGS
@@ -198,20 +201,6 @@ def _addbmm(input: torch.Tensor, batch1: torch.Tensor, batch2: torch.Tensor, *, 
     return product if beta == 0 else (input if beta == 1 else input * beta) + product
 
 
-def _scatter_reduce(self: torch.Tensor, dim: int, index: torch.Tensor, src: torch.Tensor, reduce: str, *,
-                    include_self: bool = True) -> Any:
-    # sum and mean (of floats) from scatter_add; amax/amin/prod have no IR equivalent and stay refused.
-    if reduce not in ("sum", "mean") or (reduce == "mean" and not self.is_floating_point()):
-        return NotImplemented
-    base = self if include_self else self.scatter(dim, index, 0)
-    total = base.scatter_add(dim, index, src)
-    if reduce == "sum":
-        return total
-    counts = torch.ones_like(self) if include_self else torch.zeros_like(self)
-    counts = counts.scatter_add(dim, index, torch.ones_like(src))
-    return total / torch.where(counts == 0, 1, counts)
-
-
 #: Elements the masked [.., n, n, ..] tensor of PyTorch's scan decompositions may hold (O(n^2) in the
 #: scanned length); longer scans are refused rather than allowed to exhaust memory.
 _SCAN_LIMIT = 1 << 22
@@ -259,7 +248,6 @@ FORMULAS: dict[Any, Callable[..., torch.Tensor]] = {
     aten.special_erfcx.default: _erfcx,  # the same form without exp(-x^2)
     aten.special_log_ndtr.default: _log_ndtr,  # log of that form: no underflow in the left tail
     aten.addbmm.default: _addbmm,  # bmm then a sum over the batch
-    aten.scatter_reduce.two: _scatter_reduce,  # sum/mean via scatter_add (others decline)
     aten.cumsum.default: _masked_scan(torch.sum, 0),  # a masked triangle, while it stays small
     aten.cumprod.default: _masked_scan(torch.prod, 1),  # same, with prod
 }
@@ -278,6 +266,8 @@ TORCH_DECOMPOSITIONS = (
     aten.new_empty_strided,  # empty_strided
     aten.unbind_copy,  # select per index
     aten.unfold,  # as_strided windows
+    aten.max_pool3d_with_indices,  # strided window slices + amax/argmax, as the 2-d one
+    aten.grid_sampler_2d,  # gathers at the computed source pixels, bilinear/nearest/bicubic weights
 )
 
 
@@ -289,6 +279,9 @@ def coverage_decompositions() -> dict[Any, Callable[..., Any]]:
     table.update(BESSEL_FORMULAS)
     table.update(POLYNOMIAL_FORMULAS)
     table.update(BIT_FORMULAS)
+    table.update(INDEXING_FORMULAS)  # scatter/index family (coverage_indexing.py)
+    table.update(POOLING_FORMULAS)  # pooling family (coverage_pooling.py)
+    table.update(PRODUCT_FORMULAS)  # cdist, pdist, _trilinear (coverage_products.py)
     return table
 
 

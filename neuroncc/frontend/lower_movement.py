@@ -237,6 +237,8 @@ def _arange(ctx: LoweringContext, node: fx.Node, start: Any, end: Any = None, st
         start, end = 0, start
     dtype = ctx.out_dtype(node)
     (length,) = ctx.out_shape(node)
+    # bool bounds (arange(False, True, True)) count as 0/1, as PyTorch reads them
+    start, step = (int(v) if isinstance(v, bool) else v for v in (start, step))
     return ctx.emit("iota", length=length, start=start, step=step, dtype=dtype)
 
 

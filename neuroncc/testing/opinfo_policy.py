@@ -33,6 +33,8 @@ RANDOM_OPS: dict[str, str] = {
     "nn.functional.alpha_dropout": "random mask",
     "nn.functional.feature_alpha_dropout:with_train": "random mask (the without_train variant is compared)",
     "nn.functional.rrelu": "random slopes in training mode (OpInfo: skip_correctness_check_compile_vs_eager)",
+    "nn.functional.fractional_max_pool2d": "random pooling windows (torch.rand draws the samples)",
+    "nn.functional.fractional_max_pool3d": "random pooling windows (torch.rand draws the samples)",
 }
 
 #: Ops that return uninitialized memory: only shapes and dtypes are meaningful.

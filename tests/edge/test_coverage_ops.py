@@ -107,10 +107,11 @@ def test_addbmm_ignores_input_when_beta_is_zero(target):
 
 
 def test_data_dependent_shapes_are_refused():
-    # take() with these indices needs a value-dependent size in AOTAutograd: a refusal, not a crash.
+    # combinations() is written with masked_select: its gradient needs a value-dependent size in AOTAutograd,
+    # a refusal, not a crash. (take() was the example here until it got a lowering without that guard.)
     from neuroncc.testing.opinfo import SweepConfig, float32_opinfos, op_key, run_sample, samples_for
 
-    op = next(o for o in float32_opinfos() if op_key(o) == "take")
-    sample = list(samples_for(op, "fwd", seed=0, limit=3))[2]
-    letter, note = run_sample(op, sample, "fwd", 2, SweepConfig(baseline=None))
+    op = next(o for o in float32_opinfos() if op_key(o) == "combinations")
+    sample = list(samples_for(op, "bwd", seed=0, limit=1))[0]
+    letter, note = run_sample(op, sample, "bwd", 0, SweepConfig(baseline=None))
     assert letter == "U" and "depend on tensor values" in note, note

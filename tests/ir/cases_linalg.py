@@ -72,7 +72,7 @@ def _addmm_torch(xs, attrs):
 
 @st.composite
 def _conv_geometry(draw: st.DrawFn, *, allow_transposed: bool = True) -> dict:
-    nspatial = draw(st.sampled_from([1, 2]))
+    nspatial = draw(st.sampled_from([1, 2, 3]))
     groups = draw(st.sampled_from([1, 1, 2]))
     c_per_group, o_per_group = draw(st.integers(1, 2)), draw(st.integers(1, 2))
     transposed = allow_transposed and draw(st.booleans())
@@ -177,7 +177,7 @@ _CONV = {"stride": (1,), "padding": (0,), "dilation": (1,)}
 _CONV_INVALID = (
     ((t((1, 2, 5), F32), t((3, 2, 2), DType.f16)), _CONV),  # one dtype
     ((t((1, 2, 5), F32), t((3, 3, 2), F32)), _CONV),  # channels
-    ((t((1, 2, 5, 5, 5), F32), t((3, 2, 2, 2, 2), F32)), _CONV),  # 3-d convolution
+    ((t((1, 2, 3, 3, 3, 3), F32), t((3, 2, 2, 2, 2, 2), F32)), _CONV),  # 4-d convolution
     ((t((1, 2, 5), F32), t((3, 2, 9), F32)), _CONV),  # kernel larger than the input
     ((t((1, 2, 5), F32), t((3, 2, 2), F32), t((2,), F32)), _CONV),  # bias size
     ((t((1, 2, 5), F32), t((3, 2, 2), F32)), {**_CONV, "stride": (1, 1, 1)}),

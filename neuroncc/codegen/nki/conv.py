@@ -7,7 +7,7 @@
   the input gradient the transposed convolution, written as a convolution of the (zero-dilated, padded)
   output gradient with the flipped, channel-swapped weight.
 
-1-d convolutions are 2-d ones with a height of 1. Transposed forward convolutions are refused.
+1-d convolutions are 2-d ones with a height of 1. Transposed forward convolutions and 3-d ones are refused.
 """
 
 from __future__ import annotations
@@ -143,6 +143,9 @@ def decompose_convolutions(region: Function) -> Function:
     lowering = _Lowering(b)
     for op in region.ops:
         operands = tuple(mapping.get(v, v) for v in op.operands)
+        if op.name in ("convolution", "convolution_backward") and operands[0].type.rank == 5:
+            raise CodegenError(f"nki: op '{op.name}' with 3 spatial dims (a 3-d convolution) is not emitted for "
+                               "NKI; compile it for the cpu target")
         if op.name == "convolution":
             if op.attrs["transposed"]:
                 raise CodegenError("nki: op 'convolution' with transposed=true (a transposed convolution) is not "

@@ -2,7 +2,7 @@
 
 These are the ops the CPU backend hands to ATen/BLAS as extern kernels and the NKI backend puts on TensorE.
 Convolution follows ``aten.convolution``: input [N, C, *spatial], weight [O, C/groups, *kernel] (transposed:
-[C, O/groups, *kernel]), 1-d and 2-d spatial shapes.
+[C, O/groups, *kernel]), 1-d, 2-d and 3-d spatial shapes.
 
 ``mm``, ``bmm`` and ``addmm`` take ``transpose_a`` / ``transpose_b`` (default false): the operand is stored with
 its last two dimensions swapped and the product uses its transpose, so ``mm(a, b, transpose_b=true)`` is
@@ -11,6 +11,7 @@ its last two dimensions swapped and the product uses its transpose, so ``mm(a, b
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -131,8 +132,8 @@ def _spatial_attrs(op: str, attrs: Attrs, nspatial: int) -> tuple[tuple[int, ...
 def _infer_conv(types: tuple[TensorType, ...], attrs: Attrs, op: str = "convolution") -> TensorType:
     x, w = types[0], types[1]
     dtype = _numeric_dtype(op, types, floats_only=True)
-    if x.rank not in (3, 4) or w.rank != x.rank:
-        raise fail(op, f"expects 1-d or 2-d convolution (rank-3/4 input and weight), got {x} and {w}")
+    if x.rank not in (3, 4, 5) or w.rank != x.rank:
+        raise fail(op, f"expects 1-d, 2-d or 3-d convolution (rank-3/4/5 input and weight), got {x} and {w}")
     nspatial, groups = x.rank - 2, attrs["groups"]
     stride, padding, dilation, output_padding = _spatial_attrs(op, attrs, nspatial)
     # PyTorch's own checks (aten/src/ATen/native/Convolution.cpp): numpy would divide by zero or misindex
@@ -169,83 +170,82 @@ def _infer_conv(types: tuple[TensorType, ...], attrs: Attrs, op: str = "convolut
     return TensorType((x.shape[0], out_channels, *spatial), dtype)
 
 
-def _as_2d(x: np.ndarray) -> np.ndarray:
-    return x[..., None, :] if x.ndim == 3 else x
-
-
-def _pairs(values: tuple[int, ...], nspatial: int, fill: int) -> tuple[int, int]:
+def _full(values: tuple[int, ...], nspatial: int, fill: int) -> tuple[int, ...]:
     values = values or (fill,)
-    values = values * nspatial if len(values) == 1 else values
-    return (fill, values[0]) if nspatial == 1 else (values[0], values[1])
+    return tuple(values * nspatial if len(values) == 1 else values)
 
 
-def conv2d_forward(x, w, stride, padding, dilation, groups):
-    """Cross-correlation, x [N,C,H,W], w [O,C/g,KH,KW] (float64)."""
-    (sh, sw), (ph, pw), (dh, dw) = stride, padding, dilation
-    n, c, h, wd = x.shape
-    o, cg, kh, kw = w.shape
-    xp = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
-    oh = (h + 2 * ph - dh * (kh - 1) - 1) // sh + 1
-    ow = (wd + 2 * pw - dw * (kw - 1) - 1) // sw + 1
-    out = np.zeros((n, o, oh, ow), dtype=np.float64)
+def _taps(kernel: tuple[int, ...]):
+    return itertools.product(*(range(k) for k in kernel))
+
+
+def _window(taps, dilation, stride, out) -> tuple[slice, ...]:
+    """The strided slice of the padded input that kernel tap ``taps`` reads for every output position."""
+    return (slice(None), slice(None)) + tuple(slice(t * d, t * d + s * (o - 1) + 1, s)
+                                              for t, d, s, o in zip(taps, dilation, stride, out))
+
+
+def conv_forward(x, w, stride, padding, dilation, groups):
+    """Cross-correlation, x [N, C, *S], w [O, C/g, *K] (float64), any number of spatial dims."""
+    o, cg = w.shape[:2]
+    xp = np.pad(x, [(0, 0), (0, 0)] + [(p, p) for p in padding])
+    out_sp = [(n + 2 * p - d * (k - 1) - 1) // s + 1
+              for n, k, s, p, d in zip(x.shape[2:], w.shape[2:], stride, padding, dilation)]
+    out = np.zeros((x.shape[0], o, *out_sp), dtype=np.float64)
     og = o // groups
-    for i in range(kh):
-        for j in range(kw):
-            patch = xp[:, :, i * dh: i * dh + sh * (oh - 1) + 1: sh, j * dw: j * dw + sw * (ow - 1) + 1: sw]
-            for g in range(groups):
-                out[:, g * og:(g + 1) * og] += np.einsum(
-                    "nchw,oc->nohw", patch[:, g * cg:(g + 1) * cg], w[g * og:(g + 1) * og, :, i, j]
-                )
+    for taps in _taps(w.shape[2:]):
+        patch = xp[_window(taps, dilation, stride, out_sp)]
+        for g in range(groups):
+            out[:, g * og:(g + 1) * og] += np.einsum(
+                "nc...,oc->no...", patch[:, g * cg:(g + 1) * cg], w[(slice(g * og, (g + 1) * og), slice(None)) + taps]
+            )
     return out
 
 
-def conv2d_transpose(x, w, stride, padding, output_padding, dilation, groups):
-    """Transposed convolution (the gradient of conv2d_forward w.r.t. its input), w [C, O/g, KH, KW]."""
-    (sh, sw), (ph, pw), (oph, opw), (dh, dw) = stride, padding, output_padding, dilation
-    n, c, h, wd = x.shape
-    _, og, kh, kw = w.shape
+def conv_transpose(x, w, stride, padding, output_padding, dilation, groups):
+    """Transposed convolution (the gradient of conv_forward w.r.t. its input), w [C, O/g, *K]."""
+    c, og = x.shape[1], w.shape[1]
     cg = c // groups
+    sizes = x.shape[2:]
     # Scatter every input pixel through every kernel tap into the uncropped output, then crop the padding.
-    full_h = (h - 1) * sh + dh * (kh - 1) + 1 + oph
-    full_w = (wd - 1) * sw + dw * (kw - 1) + 1 + opw
-    out = np.zeros((n, og * groups, full_h, full_w), dtype=np.float64)
-    for i in range(kh):
-        for j in range(kw):
-            for g in range(groups):
-                contrib = np.einsum("nchw,co->nohw", x[:, g * cg:(g + 1) * cg], w[g * cg:(g + 1) * cg, :, i, j])
-                out[:, g * og:(g + 1) * og, i * dh: i * dh + sh * (h - 1) + 1: sh,
-                    j * dw: j * dw + sw * (wd - 1) + 1: sw] += contrib
-    return out[:, :, ph: full_h - ph, pw: full_w - pw]
+    full = [(n - 1) * s + d * (k - 1) + 1 + op for n, s, d, k, op in zip(sizes, stride, dilation, w.shape[2:],
+                                                                         output_padding)]
+    out = np.zeros((x.shape[0], og * groups, *full), dtype=np.float64)
+    for taps in _taps(w.shape[2:]):
+        window = _window(taps, dilation, stride, sizes)
+        for g in range(groups):
+            contrib = np.einsum("nc...,co->no...", x[:, g * cg:(g + 1) * cg],
+                                w[(slice(g * cg, (g + 1) * cg), slice(None)) + taps])
+            out[(slice(None), slice(g * og, (g + 1) * og)) + window[2:]] += contrib
+    return out[(slice(None), slice(None)) + tuple(slice(p, f - p) for p, f in zip(padding, full))]
 
 
-def conv2d_weight_grad(x, grad_out, w_shape, stride, padding, dilation, groups):
-    (sh, sw), (ph, pw), (dh, dw) = stride, padding, dilation
-    o, cg, kh, kw = w_shape
+def conv_weight_grad(x, grad_out, w_shape, stride, padding, dilation, groups):
+    o, cg = w_shape[:2]
     og = o // groups
-    _, _, oh, ow = grad_out.shape
-    xp = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
+    xp = np.pad(x, [(0, 0), (0, 0)] + [(p, p) for p in padding])
     gw = np.zeros(w_shape, dtype=np.float64)
-    for i in range(kh):
-        for j in range(kw):
-            patch = xp[:, :, i * dh: i * dh + sh * (oh - 1) + 1: sh, j * dw: j * dw + sw * (ow - 1) + 1: sw]
-            for g in range(groups):
-                gw[g * og:(g + 1) * og, :, i, j] = np.einsum(
-                    "nohw,nchw->oc", grad_out[:, g * og:(g + 1) * og], patch[:, g * cg:(g + 1) * cg]
-                )
+    for taps in _taps(w_shape[2:]):
+        patch = xp[_window(taps, dilation, stride, grad_out.shape[2:])]
+        for g in range(groups):
+            summed = [0, *range(2, grad_out.ndim)]  # batch and output positions
+            gw[(slice(g * og, (g + 1) * og), slice(None)) + taps] = np.tensordot(
+                grad_out[:, g * og:(g + 1) * og], patch[:, g * cg:(g + 1) * cg], axes=(summed, summed)
+            )
     return gw
 
 
 def _conv(x, w, bias=None, *, stride, padding, dilation, transposed, output_padding, groups):
-    nspatial = x.ndim - 2
-    x2, w2 = _as_2d(_wide(x)), _as_2d(_wide(w))
-    st, pa, di = _pairs(stride, nspatial, 1), _pairs(padding, nspatial, 0), _pairs(dilation, nspatial, 1)
+    n = x.ndim - 2
+    x, w = _wide(x), _wide(w)
+    st, pa, di = _full(stride, n, 1), _full(padding, n, 0), _full(dilation, n, 1)
     if transposed:
-        out = conv2d_transpose(x2, w2, st, pa, _pairs(output_padding, nspatial, 0), di, groups)
+        out = conv_transpose(x, w, st, pa, _full(output_padding, n, 0), di, groups)
     else:
-        out = conv2d_forward(x2, w2, st, pa, di, groups)
+        out = conv_forward(x, w, st, pa, di, groups)
     if bias is not None:
-        out = out + _wide(bias).reshape(1, -1, 1, 1)
-    return out[:, :, 0, :] if nspatial == 1 else out
+        out = out + _wide(bias).reshape((1, -1) + (1,) * n)
+    return out
 
 
 def _infer_conv_backward(types: tuple[TensorType, ...], attrs: Attrs) -> tuple[TensorType, ...]:
@@ -263,23 +263,21 @@ def _infer_conv_backward(types: tuple[TensorType, ...], attrs: Attrs) -> tuple[T
 
 
 def _conv_backward(grad, x, w, *, stride, padding, dilation, transposed, output_padding, groups, output_mask):
-    nspatial = x.ndim - 2
-    g2, x2, w2 = _as_2d(_wide(grad)), _as_2d(_wide(x)), _as_2d(_wide(w))
-    st, pa, di = _pairs(stride, nspatial, 1), _pairs(padding, nspatial, 0), _pairs(dilation, nspatial, 1)
+    n = x.ndim - 2
+    grad, x, w = _wide(grad), _wide(x), _wide(w)
+    st, pa, di = _full(stride, n, 1), _full(padding, n, 0), _full(dilation, n, 1)
     results = []
     if output_mask[0]:
         # Pick output_padding so the transposed conv reproduces the input's exact spatial size.
-        full = [(g2.shape[2 + i] - 1) * st[i] - 2 * pa[i] + di[i] * (w2.shape[2 + i] - 1) + 1 for i in range(2)]
-        out_pad = (x2.shape[2] - full[0], x2.shape[3] - full[1])
+        full = [(grad.shape[2 + i] - 1) * st[i] - 2 * pa[i] + di[i] * (w.shape[2 + i] - 1) + 1 for i in range(n)]
+        out_pad = tuple(x.shape[2 + i] - full[i] for i in range(n))
         # The input gradient is the transposed convolution of grad with the same weight: read as a transposed
-        # weight, [O, C/g, kh, kw] maps O input channels to C output channels, group by group.
-        gx = conv2d_transpose(g2, w2, st, pa, out_pad, di, groups)
-        results.append(gx[:, :, 0, :] if nspatial == 1 else gx)
+        # weight, [O, C/g, *K] maps O input channels to C output channels, group by group.
+        results.append(conv_transpose(grad, w, st, pa, out_pad, di, groups))
     if output_mask[1]:
-        gw = conv2d_weight_grad(x2, g2, w2.shape, st, pa, di, groups)
-        results.append(gw[:, :, 0, :] if nspatial == 1 else gw)
+        results.append(conv_weight_grad(x, grad, w.shape, st, pa, di, groups))
     if output_mask[2]:
-        results.append(np.sum(g2, axis=(0, 2, 3)))
+        results.append(np.sum(grad, axis=(0, *range(2, grad.ndim))))
     return tuple(results)
 
 
@@ -292,7 +290,7 @@ OPS = (
           {"beta": AttrSpec("float", 1.0), "alpha": AttrSpec("float", 1.0), **_TRANSPOSE_ATTRS},
           "beta*bias + alpha*(a @ b) (transpose flags as for mm)"),
     OpDef("convolution", Category.MATMUL, (2, 3), _infer_conv, _conv, _CONV_ATTRS,
-          "N-d convolution as aten.convolution (1-d and 2-d), optional bias operand"),
+          "N-d convolution as aten.convolution (1-d, 2-d and 3-d), optional bias operand"),
     OpDef("convolution_backward", Category.MATMUL, (3, 3), _infer_conv_backward, _conv_backward,
           {**_CONV_ATTRS, "output_mask": AttrSpec("ints", (1, 1, 1))},
           "gradients of convolution (grad_input, grad_weight, grad_bias as output_mask selects)"),
