@@ -95,6 +95,15 @@ def _lu_unpack(ctx, node, LU, pivots, unpack_data=True, unpack_pivots=True):
                      unpack_pivots=unpack_pivots)
 
 
+def _ldl_factor_ex(ctx, node, A, *, hermitian=False, check_errors=False):
+    return _emit_all(ctx, "linalg_ldl_factor_ex", _f32(ctx, node, A), hermitian=hermitian)
+
+
+def _ldl_solve(ctx, node, LD, pivots, B, *, hermitian=False):
+    return ctx.emit("linalg_ldl_solve", _f32(ctx, node, LD), ctx.value(pivots), _f32(ctx, node, B),
+                    hermitian=hermitian)
+
+
 def _qr(ctx, node, A, mode="reduced"):
     return _emit_all(ctx, "linalg_qr", _f32(ctx, node, A), mode=mode)
 
@@ -282,6 +291,8 @@ LIBRARY_LOWERINGS: dict[Any, Lowering] = {
     aten.linalg_lu_factor_ex.default: _lu_factor_ex,
     aten.linalg_lu_solve.default: _lu_solve,
     aten.lu_unpack.default: _lu_unpack,
+    aten.linalg_ldl_factor_ex.default: _ldl_factor_ex,
+    aten.linalg_ldl_solve.default: _ldl_solve,
     aten.linalg_qr.default: _qr,
     aten.linalg_householder_product.default: _householder_product,
     aten.geqrf.default: _geqrf,

@@ -49,6 +49,8 @@ LIBRARY_CALLS: dict[str, Call] = {
     "linalg_matrix_exp": lambda t, x, a: (_aten(t).linalg_matrix_exp(x[0]),),
     "triangular_solve": lambda t, x, a: tuple(_aten(t).triangular_solve(x[0], x[1], a["upper"], a["transpose"],
                                                                         a["unitriangular"])),
+    "linalg_ldl_factor_ex": lambda t, x, a: tuple(_aten(t).linalg_ldl_factor_ex(x[0], hermitian=a["hermitian"])),
+    "linalg_ldl_solve": lambda t, x, a: (_aten(t).linalg_ldl_solve(x[0], x[1], x[2], hermitian=a["hermitian"]),),
     # returns an empty tensor (the effect token); raises torch.linalg.LinAlgError as eager does
     "linalg_check_errors": lambda t, x, a: (_aten(t)._linalg_check_errors(x[0], a["api_name"],
                                                                           is_matrix=a["is_matrix"]), t.empty(0))[1:],

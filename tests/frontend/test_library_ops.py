@@ -41,6 +41,8 @@ PROGRAMS = {
                       torch.linalg.lu_solve(*torch.linalg.lu_factor(t["square"]), t["b"])), None),
     "qr_householder": (lambda t: (*torch.linalg.qr(t["rect"]), *torch.geqrf(t["rect"]),
                                   torch.linalg.householder_product(*torch.geqrf(t["rect"]))), None),
+    "ldl": (lambda t: (*torch.linalg.ldl_factor(t["spd"] - 6 * torch.eye(4)),
+                       torch.linalg.ldl_solve(*torch.linalg.ldl_factor(t["spd"] - 6 * torch.eye(4)), t["b"])), None),
     "svd": (lambda t: torch.linalg.svd(t["rect"], full_matrices=False), _svd_free),
     "eigh": (lambda t: torch.linalg.eigh(t["spd"]), lambda w, v: (w, v @ torch.diag_embed(w) @ v.mT)),
     "pinv_matrix_exp": (lambda t: (torch.linalg.pinv(t["rect"]), torch.linalg.matrix_exp(t["a"] / 4)), None),

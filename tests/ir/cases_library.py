@@ -158,6 +158,23 @@ def _sign_canonical(vectors_first: bool):
     return canonical
 
 
+@st.composite
+def _symmetric_cases(draw, *, solve=False):
+    """Symmetric matrices, some with a tiny diagonal (Bunch-Kaufman then takes 2x2 pivots)."""
+    rng = draw(rngs())
+    batch, n = _batch(draw), draw(st.integers(0, 5))
+    m = rng.uniform(-1, 1, (*batch, n, n))
+    a = m + np.swapaxes(m, -1, -2)
+    if draw(st.booleans()):
+        a = a - np.eye(n) * np.diagonal(a, 0, -2, -1)[..., None] * 0.98
+    a = a.astype(np.float32)
+    if not solve:
+        return Case([(a, t(a.shape))])
+    ld, pivots, _ = torch.linalg.ldl_factor_ex(torch.from_numpy(a))
+    b = _plain(rng, (*batch, n, draw(st.integers(0, 3))))
+    return Case([(ld.numpy(), t(a.shape)), (pivots.numpy(), t(pivots.shape, I32)), b])
+
+
 # ---- sorting -------------------------------------------------------------------------------------------
 
 
@@ -289,6 +306,11 @@ SPECS = {
     "lu_unpack": OpSpec(_lu_unpack_cases,
                         _pair(lambda xs, a: torch.lu_unpack(xs[0], xs[1], a["unpack_data"], a["unpack_pivots"])),
                         LINALG_TOL, (((t((3, 3)), t((3,), I64)), {}), ((t((3, 2)), t((3,), I32)), {}))),
+    "linalg_ldl_factor_ex": OpSpec(_symmetric_cases, _pair(lambda xs, a: torch.linalg.ldl_factor_ex(xs[0])),
+                                   LINALG_TOL, (_NOT_F32, _NOT_SQUARE)),
+    "linalg_ldl_solve": OpSpec(lambda: _symmetric_cases(solve=True),
+                               lambda xs, a: torch.linalg.ldl_solve(xs[0], xs[1], xs[2]), Tol(rtol=400, atol=400),
+                               (((t((3, 3)), t((3,), I64), t((3, 1))), {}), ((t((3, 3)), t((3,), I32), t((2, 1))), {}))),
     "linalg_qr": OpSpec(lambda: _rect(attrs={"mode": st.sampled_from(["reduced", "complete", "r"])}),
                         _pair(lambda xs, a: torch.linalg.qr(xs[0], a["mode"])), LINALG_TOL,
                         (_NOT_F32, _VECTOR, ((t((2, 2)),), {"mode": "economic"}))),

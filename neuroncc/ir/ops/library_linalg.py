@@ -67,8 +67,9 @@ def _per_matrix(fn: Callable[..., tuple[np.ndarray, ...]], *arrays: np.ndarray, 
     count = int(np.prod(batch)) if batch else 1
     flat = [f.reshape((count,) + f.shape[len(batch):]) for f in full]
     outs = [fn(*(f[i] for f in flat), **kw) for i in range(count)]
-    if count == 0:  # run once on zeros only for the result shapes
-        probe = fn(*(np.zeros(f.shape[1:], f.dtype) for f in flat), **kw)
+    if count == 0:  # run once for the result shapes only: zeros, and pivots of 1 (valid 1-based indices)
+        probe = fn(*(np.zeros(f.shape[1:], f.dtype) if f.dtype.kind == "f" else np.ones(f.shape[1:], f.dtype)
+                     for f in flat), **kw)
         return tuple(np.zeros(batch + np.shape(p), np.asarray(p).dtype) for p in probe)
     return tuple(np.stack([o[k] for o in outs]).reshape(batch + np.shape(outs[0][k])) for k in range(len(outs[0])))
 
