@@ -277,6 +277,18 @@ def library_decompositions() -> dict[Any, Callable[..., Any]]:
     return {aten.linalg_pinv.atol_rtol_tensor: _pinv, aten.diagonal_scatter.default: _diagonal_scatter}
 
 
+def _histogram_count(ctx, node, self, bins=100, *, range=None, weight=None, density=False):
+    operands = [ctx.value(self)] + ([ctx.value(weight)] if weight is not None else [])
+    return _emit_all(ctx, "histogram", *operands, bins=int(bins), range=tuple(float(r) for r in range or ()),
+                     density=bool(density))
+
+
+def _histogram_edges(ctx, node, self, bins, *, weight=None, density=False):
+    edges = ctx.value(bins)
+    operands = [ctx.value(self), edges] + ([ctx.value(weight)] if weight is not None else [])
+    return ctx.emit("histogram_edges", *operands, density=bool(density)), edges
+
+
 LIBRARY_LOWERINGS: dict[Any, Lowering] = {
     aten.linalg_inv_ex.default: _inv_ex,
     aten._linalg_det.default: _det,
@@ -318,5 +330,7 @@ LIBRARY_LOWERINGS: dict[Any, Lowering] = {
     aten.bucketize.Tensor: _bucketize,
     aten.bucketize.Scalar: _bucketize,
     aten.histc.default: _histc,
+    aten.histogram.bin_ct: _histogram_count,
+    aten.histogram.bins_tensor: _histogram_edges,
     torch.ops.higher_order.with_effects: _with_effects,
 }

@@ -68,6 +68,10 @@ LIBRARY_CALLS: dict[str, Call] = {
     "searchsorted": lambda t, x, a: (_aten(t).searchsorted.Tensor(
         x[0], x[1], out_int32=a["out_int32"], right=a["right"], sorter=x[2] if len(x) > 2 else None),),
     "histc": lambda t, x, a: (_aten(t).histc(x[0], a["bins"], a["min"], a["max"]),),
+    "histogram": lambda t, x, a: tuple(_aten(t).histogram.bin_ct(
+        x[0], a["bins"], range=list(a["range"]) or None, weight=x[1] if len(x) > 1 else None, density=a["density"])),
+    "histogram_edges": lambda t, x, a: (_aten(t).histogram.bins_tensor(
+        x[0], x[1], weight=x[2] if len(x) > 2 else None, density=a["density"])[0],),
 }
 
 

@@ -54,7 +54,10 @@ PROGRAMS = {
               None),
     "search_hist": (lambda t: (torch.searchsorted(torch.sort(t["x"], 1).values, t["x"][:, :2].contiguous()),
                                torch.bucketize(t["x"], torch.tensor([-1.0, 0.0, 1.0]), right=True),
-                               torch.histc(t["x"], 5, -2, 2), torch.quantile(t["x"], 0.3, dim=1)), None),
+                               torch.histc(t["x"], 5, -2, 2), torch.quantile(t["x"], 0.3, dim=1),
+                               *torch.histogram(t["x"], 4), torch.histogram(t["x"], torch.tensor([-1.0, 0.0, 2.0]),
+                                                                           weight=t["x"].abs(), density=True)[0]),
+                    None),
 }
 
 

@@ -260,6 +260,26 @@ def _histc_cases(draw):
     return Case([x], {"bins": draw(st.integers(1, 7)), "min": low, "max": high})
 
 
+@st.composite
+def _histogram_cases(draw, *, edges=False):
+    rng = draw(rngs())
+    shape = tuple(draw(st.lists(st.integers(0, 5), max_size=2)))
+    x = operand(rng, shape, F32, low=-3, high=3)
+    weight = [operand(rng, shape, F32, low=0, high=2)] if draw(st.booleans()) else []
+    attrs = {"density": draw(st.booleans())}
+    if edges:
+        bounds = np.sort(rng.uniform(-3, 3, draw(st.integers(2, 5)))).astype(np.float32)
+        return Case([x, (bounds, t(bounds.shape)), *weight], attrs)
+    attrs["bins"] = draw(st.integers(1, 6))
+    attrs["range"] = draw(st.sampled_from([(), (-2.0, 2.0), (0.5, 0.5)]))
+    return Case([x, *weight], attrs)
+
+
+def _histogram_torch(xs, a):
+    return tuple(torch.histogram(xs[0], a["bins"], range=a["range"] or None, weight=xs[1] if len(xs) > 1 else None,
+                                 density=a["density"]))
+
+
 def _pair(fn):
     return lambda xs, a: tuple(fn(xs, a))
 
@@ -368,6 +388,13 @@ SPECS = {
                                                             sorter=xs[2] if len(xs) > 2 else None), Tol(),
                            (((t((3,)), t((2,), I64)), {}), ((t(()), t((2,))), {}),
                             ((t((2, 3)), t((3, 2))), {}))),
+    "histogram": OpSpec(_histogram_cases, _histogram_torch, Tol(4, 4),
+                        (((t((3,)),), {"bins": 0}), ((t((3,)),), {"range": (2.0, 1.0)}),
+                         ((t((3,)), t((2,))), {}), ((t((3,), I64),), {}))),
+    "histogram_edges": OpSpec(lambda: _histogram_cases(edges=True),
+                              lambda xs, a: torch.histogram(xs[0], xs[1], weight=xs[2] if len(xs) > 2 else None,
+                                                            density=a["density"])[0], Tol(4, 4),
+                              (((t((3,)), t((1,))), {}), ((t((3,)), t((2, 2))), {}), ((t((3,)), t((2,), I64)), {}))),
     "histc": OpSpec(_histc_cases, lambda xs, a: torch.histc(xs[0], a["bins"], a["min"], a["max"]), Tol(),
                     (((t((3,)),), {"bins": 0}), ((t((3,)),), {"min": 2.0, "max": 1.0}),
                      ((t((3,), I64),), {}))),

@@ -1,5 +1,5 @@
 """Sorting, selection and scan library ops (Category.EXTERN): sort, topk, kthvalue, median, mode, cummax/cummin,
-logcumsumexp, searchsorted, histc.
+logcumsumexp, searchsorted, histc, histogram.
 
 Like the linear algebra ops (:mod:`neuroncc.ir.ops.library_linalg`), these run as library kernels (ATen on the
 cpu target, host steps on nki-sim). Each follows the ``aten`` op: ``dim`` is a non-negative dimension (0-dim
@@ -256,6 +256,73 @@ def _histc(x, *, bins, min, max):
     return np.bincount(position, minlength=bins).astype(np.float32)
 
 
+def _linspace_f32(start: np.float32, end: np.float32, steps: int) -> np.ndarray:
+    """torch.linspace in float32, ATen's formula (from the start for the first half, from the end after)."""
+    if steps == 1:
+        return np.array([start], np.float32)
+    step = np.float32((end - start) / np.float32(steps - 1))
+    index = np.arange(steps)
+    front = start + step * index.astype(np.float32)
+    back = end - step * (steps - 1 - index).astype(np.float32)
+    return np.where(index < steps // 2, front, back).astype(np.float32)
+
+
+def _count(data: np.ndarray, edges: np.ndarray, weight: np.ndarray | None, density: bool) -> np.ndarray:
+    """Counts (or weight sums) per bin [edges[i], edges[i+1]), the last bin closed; outside ignored."""
+    bins = len(edges) - 1
+    inside = (data >= edges[0]) & (data <= edges[-1])
+    position = np.minimum(np.searchsorted(edges, data[inside], side="right") - 1, bins - 1)
+    weights = None if weight is None else np.asarray(weight, np.float64).reshape(-1)[inside]
+    hist = np.bincount(position, weights=weights, minlength=bins).astype(np.float64)
+    if density:
+        hist = hist / (hist.sum() * np.diff(edges.astype(np.float64)))
+    return hist
+
+
+def _check_histogram_input(op: str, types: tuple[TensorType, ...], weighted: bool) -> TensorType:
+    x = types[0]
+    if not x.dtype.is_float:
+        raise fail(op, f"operand must be float, got {x.dtype.value}")
+    if weighted and (types[-1].shape != x.shape or types[-1].dtype != x.dtype):
+        raise fail(op, f"weight {types[-1]} must match the input {x}")
+    return x
+
+
+def _infer_histogram(types, attrs):
+    x = _check_histogram_input("histogram", types, len(types) == 2)
+    span = attrs["range"]
+    if attrs["bins"] <= 0 or len(span) not in (0, 2) or (span and not (np.isfinite(span).all() and span[0] <= span[1])):
+        raise fail("histogram", f"needs bins > 0 and range [] or a finite [min, max], got bins={attrs['bins']} "
+                                f"range={list(span)}")
+    return TensorType((attrs["bins"],), x.dtype), TensorType((attrs["bins"] + 1,), x.dtype)
+
+
+def _histogram(x, weight=None, *, bins, range, density):
+    data = np.asarray(x, np.float32).reshape(-1)
+    if range:
+        low, high = np.float32(range[0]), np.float32(range[1])
+    elif data.size:
+        low, high = data.min(), data.max()
+    else:
+        low = high = np.float32(0)
+    if low == high:  # numpy's (and PyTorch's) widening of an empty range
+        low, high = low - np.float32(0.5), high + np.float32(0.5)
+    edges = _linspace_f32(np.float32(low), np.float32(high), bins + 1)
+    return _count(data, edges, weight, density), edges
+
+
+def _infer_histogram_edges(types, attrs):
+    x = _check_histogram_input("histogram_edges", types, len(types) == 3)
+    edges = types[1]
+    if edges.rank != 1 or edges.shape[0] < 2 or edges.dtype != x.dtype:
+        raise fail("histogram_edges", f"bin edges must be a 1-d {x.dtype.value} tensor of 2 or more, got {edges}")
+    return TensorType((edges.shape[0] - 1,), x.dtype)
+
+
+def _histogram_edges(x, edges, weight=None, *, density):
+    return _count(np.asarray(x, np.float32).reshape(-1), np.asarray(edges, np.float32), weight, density)
+
+
 _DIM = {"dim": AttrSpec("int")}
 
 OPS = (
@@ -286,4 +353,11 @@ OPS = (
     OpDef("histc", Category.EXTERN, (1, 1), _infer_histc, _histc,
           {"bins": AttrSpec("int", 100), "min": AttrSpec("float", 0.0), "max": AttrSpec("float", 0.0)},
           "histogram of equal-width bins over [min, max] (min == max: the data's range); outside ignored"),
+    OpDef("histogram", Category.EXTERN, (1, 2), _infer_histogram, _histogram,
+          {"bins": AttrSpec("int", 100), "range": AttrSpec("numbers", ()), "density": AttrSpec("bool", False)},
+          "torch.histogram with a bin count: counts (or sums of the optional weight operand) and the bin edges "
+          "(linspace over range, or over the data's min and max)"),
+    OpDef("histogram_edges", Category.EXTERN, (2, 3), _infer_histogram_edges, _histogram_edges,
+          {"density": AttrSpec("bool", False)},
+          "torch.histogram with given bin edges (operands: input, edges, optional weight); the last bin closed"),
 )
