@@ -15,6 +15,7 @@ import torch
 from torch._decomp import _core_aten_decompositions_post_autograd, get_decompositions
 
 from neuroncc.frontend.coverage import coverage_decompositions
+from neuroncc.frontend.lower_library import library_decompositions
 
 aten = torch.ops.aten
 
@@ -54,6 +55,7 @@ def decomposition_table() -> dict[torch._ops.OperatorBase, Callable]:
     table = dict(_core_aten_decompositions_post_autograd())
     table.update(get_decompositions(list(EXTRA_DECOMPOSITIONS)))
     table.update(coverage_decompositions())  # ops added for OpInfo coverage (frontend/coverage.py)
+    table.update(library_decompositions())  # pinv over svd/eigh (frontend/lower_library.py)
     for op in REMOVED_DECOMPOSITIONS:
         table.pop(op, None)
     return table

@@ -95,10 +95,16 @@ def _as_strided(ctx: LoweringContext, node: fx.Node, self: Any, size: Any, strid
                 storage_offset: int | None = None) -> Value:
     base = ctx.out_meta(self)
     # aten.as_strided addresses the operand's storage; the IR op addresses its logical elements. They agree
-    # when the operand is contiguous and starts its storage.
-    if not base.is_contiguous() or base.storage_offset() != 0:
-        raise UnsupportedOpError("as_strided of a non-contiguous tensor or one with a storage offset")
-    return ctx.emit("as_strided", ctx.value(self), shape=tuple(size), strides=tuple(stride),
+    # when the operand is contiguous and starts its storage. A dense permuted layout (LAPACK results are
+    # column-major) agrees once the value is permuted into storage order.
+    value = ctx.value(self)
+    order = sorted(range(base.dim()), key=lambda d: -int(base.stride(d)))
+    dense = base.permute(order).is_contiguous() if base.dim() else True
+    if not dense or base.storage_offset() != 0:
+        raise UnsupportedOpError("as_strided of a non-dense tensor or one with a storage offset")
+    if not base.is_contiguous():
+        value = ctx.emit("permute", value, dims=tuple(order))
+    return ctx.emit("as_strided", value, shape=tuple(size), strides=tuple(stride),
                     offset=int(storage_offset or 0))
 
 

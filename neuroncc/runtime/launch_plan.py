@@ -223,7 +223,7 @@ class _Planner:
                 self.view(op_index, op)
             elif category is Category.KERNEL:
                 self.kernel(op_index, op)
-            elif category is Category.MATMUL:
+            elif category in (Category.MATMUL, Category.EXTERN):  # one ATen call each
                 for number, result in enumerate(op.results):
                     self.own_buffer(result, avoid=op.operands + op.results[:number])
                 self.plan.steps.append(StepSpec("extern", op_index, self._ids(op.operands), self._ids(op.results)))

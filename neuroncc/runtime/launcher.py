@@ -32,6 +32,7 @@ from neuroncc.errors import ArtifactError, InputError, NeuronccError
 from neuroncc.ir.dtypes import DType
 from neuroncc.ir.graph import Function
 from neuroncc.runtime.extern import run_extern
+from neuroncc.runtime.extern_library import LIBRARY_CALLS, run_library
 from neuroncc.runtime.launch_plan import LaunchPlan, StepSpec, ValueSpec, function_hash, plan_launch
 from neuroncc.runtime.threads import default_threads, get_pool, get_team
 
@@ -193,8 +194,11 @@ class CpuExecutable:
 
     def _run_extern(self, step: StepSpec, flats: dict[int, np.ndarray]) -> None:
         op = self.function.ops[step.op_index]
-        run_extern(op.name, op.attrs, self._arrays(step.operands, flats), self._arrays(step.results, flats),
-                   op.results[0].type.dtype)
+        operands, results = self._arrays(step.operands, flats), self._arrays(step.results, flats)
+        if op.name in LIBRARY_CALLS:
+            run_library(op.name, op.attrs, operands, results, [r.type.dtype for r in op.results])
+        else:
+            run_extern(op.name, op.attrs, operands, results, op.results[0].type.dtype)
 
     def _run_interpreted(self, step: StepSpec, flats: dict[int, np.ndarray]) -> None:
         from neuroncc.ir.interpreter import run_op

@@ -29,3 +29,6 @@ class OpSpec:
     torch: TorchFn
     tol: Tol = Tol()
     invalid: tuple[Invalid, ...] = ()
+    #: Applied to both sides' results (torch tensors) before comparing: for results defined up to a choice
+    #: the op leaves to its algorithm (the signs of singular and eigen vectors).
+    canonical: Callable[[tuple[Any, ...]], tuple[Any, ...]] | None = None

@@ -1,6 +1,7 @@
 """Building ``kernel`` ops: the shape the launcher expects at the top level of a compiled function.
 
-After the pass pipeline the top level holds only kernel ops, MATMUL ops, pure views and constants. Until the
+After the pass pipeline the top level holds only kernel ops, MATMUL and EXTERN (library) ops, pure views
+and constants. Until the
 fusion pass lands (and for any op it leaves behind), :func:`wrap_remaining_ops` wraps each other op in a
 kernel of its own; :func:`fuse_whole_function` makes one kernel of a whole matmul-free graph (benchmarks use
 it to measure code generation apart from the fusion heuristics).
@@ -21,7 +22,7 @@ TOP_LEVEL_VIEWS = frozenset({"reshape", "permute", "expand", "slice", "select", 
 def is_top_level_op(op: Op) -> bool:
     """Whether the launcher runs ``op`` as it is (no kernel needed)."""
     category = REGISTRY.get(op.name).category
-    return category in (Category.KERNEL, Category.MATMUL) or op.name in TOP_LEVEL_VIEWS or op.name == "constant"
+    return category in (Category.KERNEL, Category.MATMUL, Category.EXTERN) or op.name in TOP_LEVEL_VIEWS or op.name == "constant"
 
 
 def make_kernel(ops: Sequence[Op], inputs: Sequence[Value], outputs: Sequence[Value], name: str) -> Op:
@@ -59,7 +60,7 @@ def wrap_remaining_ops(fn: Function) -> Function:
 
 def fuse_whole_function(fn: Function) -> Function:
     """One kernel for the whole body of a graph without MATMUL or kernel ops (else the graph unchanged)."""
-    if any(REGISTRY.get(op.name).category in (Category.MATMUL, Category.KERNEL) for op in fn.ops):
+    if any(REGISTRY.get(op.name).category in (Category.MATMUL, Category.KERNEL, Category.EXTERN) for op in fn.ops):
         return fn
     kernel = make_kernel(fn.ops, fn.params, list(dict.fromkeys(fn.outputs)), fn.name)
     by_value = dict(zip(dict.fromkeys(fn.outputs), kernel.results))

@@ -5,7 +5,8 @@
 * each ``kernel`` op is planned (:mod:`neuroncc.codegen.nki.plan`) and becomes one ``@nki.jit`` function
   per device segment (``fused_3_softmax``, or ``..._part0``, ``..._part1`` around a host step);
 * a matmul left at the top level (no epilogue) becomes a matmul kernel of its own (``mm_4``);
-* top-level views, constants and host ops (gathers, scatters) are *host steps*: tiny IR functions the
+* top-level views, constants, host ops (gathers, scatters) and library ops (Category.EXTERN: LAPACK, sorting)
+  are *host steps*: tiny IR functions the
   runtime runs with the reference interpreter (numpy);
 * any other op is wrapped in a single-op region first (pipelines without ``fuse``).
 
@@ -149,7 +150,10 @@ class _ProgramEmitter:
             elif op.name in PURE_VIEWS or category is Category.CONSTANT:
                 self.host(f"{op.name}_{index}", [op], list(dict.fromkeys(op.operands)), list(op.results),
                           self.slot_of)
-            elif category in (Category.KERNEL, Category.EXTERN) or op.regions:
+            elif category is Category.EXTERN:  # library ops (LAPACK, sorting) run on the host
+                self.host(f"{op.name}_{index}", [op], list(dict.fromkeys(op.operands)), list(op.results),
+                          self.slot_of)
+            elif category is Category.KERNEL or op.regions:
                 raise CodegenError(f"nki: top-level op '{op.name}' is not supported by the NKI emitter")
             else:
                 name = f"{op.name}_{index}"

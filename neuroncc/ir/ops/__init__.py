@@ -1,10 +1,13 @@
 """The op registry: every op of the IR, gathered in one place from the op modules."""
 
 from neuroncc.ir.opdef import Category, OpDef, OpRegistry
-from neuroncc.ir.ops import creation, elementwise, indexing, linalg, movement, reduction
+from neuroncc.ir.ops import (
+    creation, elementwise, indexing, library_ldl, library_linalg, library_sort, linalg, movement, reduction,
+)
 
 REGISTRY = OpRegistry(
     elementwise.OPS + reduction.OPS + linalg.OPS + movement.OPS + indexing.OPS + creation.OPS
+    + library_linalg.OPS + library_ldl.OPS + library_sort.OPS
 )
 
 __all__ = ["REGISTRY", "Category", "OpDef", "OpRegistry"]
