@@ -328,31 +328,6 @@ def isin(elements: Any, test_elements: Any, *, assume_unique: bool = False, inve
     return ~found if invert else found
 
 
-def histc(self: torch.Tensor, bins: int = 100, min: Any = 0, max: Any = 0) -> Any:
-    """aten.histc: the count of elements per bin; the result shape is ``bins`` (static) even when the range
-    comes from the data (min == max == 0). Binning is ATen's linear rule in the input's dtype,
-    ``trunc((x - left) * bins / (right - left))``, the right edge in the last bin, NaN and outside skipped."""
-    if not self.is_floating_point() or self.numel() * bins > DENSE_LIMIT:
-        return NotImplemented
-    x = self.reshape(-1)
-    if min == max == 0 and x.numel():
-        left, right = torch.amin(x), torch.amax(x)
-        same = left == right
-        left, right = torch.where(same, left - 1, left), torch.where(same, right + 1, right)
-        width = right - left
-    else:
-        low, high = float(min), float(max)
-        if low == high:
-            low, high = low - 1, high + 1
-        left, right = float(np.float32(low)), float(np.float32(high))  # the edges in the input's dtype
-        width = float(np.float32(right) - np.float32(left))
-    inside = (x >= left) & (x <= right)
-    position = torch.trunc((x - left) * bins / width)
-    position = torch.where(position >= bins, bins - 1, position)  # the right edge belongs to the last bin
-    hit = (position.unsqueeze(1) == torch.arange(bins, dtype=x.dtype)) & inside.unsqueeze(1)
-    return hit.to(self.dtype).sum(0)
-
-
 def embedding_bag(weight: torch.Tensor, indices: torch.Tensor, offsets: torch.Tensor,
                   scale_grad_by_freq: bool = False, mode: int = 0, sparse: bool = False,
                   per_sample_weights: torch.Tensor | None = None, include_last_offset: bool = False,
@@ -433,7 +408,6 @@ INDEXING_FORMULAS: dict[Any, Callable[..., Any]] = {
     aten.take.default: take,  # flat advanced indexing (PyTorch's rule guards on the data)
     aten.embedding_renorm.default: embedding_renorm,  # dense "named rows" mask, scaled rows
     aten.isin.Tensor_Tensor: isin,  # dense comparison (PyTorch's rule sorts)
-    aten.histc.default: histc,  # one-hot bin counts (ATen's linear binning)
     aten._embedding_bag_forward_only.default: embedding_bag_forward_only,  # dense bag-membership mask + reduction
     aten._embedding_bag.default: embedding_bag,
 }

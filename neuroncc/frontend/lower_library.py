@@ -254,27 +254,10 @@ def _pinv(A: torch.Tensor, *, atol: Any = None, rtol: Any = None, hermitian: boo
     return (Vh.mT * inverse.unsqueeze(-2)) @ U.mT
 
 
-def _diagonal_scatter(input: torch.Tensor, src: torch.Tensor, offset: int = 0, dim1: int = 0,
-                      dim2: int = 1) -> torch.Tensor:
-    """``input`` with its (offset) diagonal over dim1/dim2 replaced by ``src`` (linalg backward formulas write
-    gradients onto diagonals): a where over the diagonal mask, src gathered to each diagonal position."""
-    moved = input.movedim((dim1, dim2), (-2, -1))
-    m, n = moved.shape[-2:]
-    rows = torch.arange(m).unsqueeze(-1)
-    cols = torch.arange(n).unsqueeze(0)
-    mask = (cols - rows) == offset
-    length = src.shape[-1]
-    if length == 0:
-        return input.clone()
-    position = (rows if offset >= 0 else cols).expand(m, n).clamp(max=length - 1)
-    values = src[..., position]  # [..., m, n]: src at each position's index along the diagonal
-    return torch.where(mask, values, moved).movedim((-2, -1), (dim1, dim2))
-
-
 def library_decompositions() -> dict[Any, Callable[..., Any]]:
-    """Composite ops written over the library ops (added to the front end's decomposition table), and
-    diagonal_scatter, which the linear algebra backward formulas use."""
-    return {aten.linalg_pinv.atol_rtol_tensor: _pinv, aten.diagonal_scatter.default: _diagonal_scatter}
+    """Composite ops written over the library ops (added to the front end's decomposition table). The linear
+    algebra backward formulas also write onto diagonals: diagonal_scatter is in frontend/coverage_indexing.py."""
+    return {aten.linalg_pinv.atol_rtol_tensor: _pinv}
 
 
 def _histogram_count(ctx, node, self, bins=100, *, range=None, weight=None, density=False):
