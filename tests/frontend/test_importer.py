@@ -60,7 +60,8 @@ def test_low_precision_scalar_operands_read_as_eager_reads_them(dtype):
 
     def program(x, s):
         return (x * s, x / s, s * x, x + s, x - s, x * 0.3, x / 0.3, x + 0.3, x - 1 / 3, 0.3 - x,
-                torch.remainder(x, 0.3), torch.fmod(x, 7.77), torch.div(x, s, rounding_mode="floor"))
+                torch.remainder(x, 0.3), torch.fmod(x, 7.77), torch.div(x, s, rounding_mode="floor"),
+                x ** 3, x ** -2, x ** 2, x.abs() ** 0.5)  # bf16 x**3 is x*x*x, x**-2 is 1/(x*x), rounded each
 
     run_imported(program, x, s, rtol=0, atol=0)
 
