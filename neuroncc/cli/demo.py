@@ -8,7 +8,8 @@
                losses per step and the largest parameter difference at the end
     4 kernels  what the compiled graphs launch
     5 cache    ``neuroncc compile --train`` again in a fresh process: every graph is a cache hit
-    6 NKI      the per-kernel cost estimate, in builds with the NKI emitter
+    6 NKI      the forward and backward graphs emitted as NKI kernels for trn2, and the cost model's estimate
+               (total, DMA- vs compute-bound, the slowest kernels); ``neuroncc inspect --cost`` has the table
 
 Everything is written to ``-o DIR`` (a temporary directory, removed at the end, by default): the .pt2, and the
 compile cache unless ``--cache-dir`` names another. Your own cache and working directory are left alone.
@@ -103,7 +104,9 @@ def _demo(args: argparse.Namespace, directory: Path, keep: bool) -> int:
         with progress.step("compile again in a fresh process"):
             _rerun(args, model_path, cache_dir)
         print()
-        _row("6 NKI", "cost estimate: not available in this build (the NKI kernel emitter is not part of it yet)")
+        with progress.step("estimate the NKI kernels' cost on trn2") as step:
+            tables = [(c.kind, _nki_costs(c.function)) for c in compiled]
+        _print_nki_costs(tables, step.seconds)
     print()
     verdict = "neuroncc and eager PyTorch agree" if agreed else "neuroncc and eager PyTorch DISAGREE (see above)"
     print(f"done in {format_seconds(time.perf_counter() - started)}: {verdict}")
@@ -166,6 +169,40 @@ def _print_kernels(compiled: list[programs.CompiledFunction]) -> None:
         _row("4 kernels" if index == 0 else "", f"{c.kind}: {lines[0]}")
         for line in lines[1:]:
             print(f"{INDENT}  {line}")
+
+
+NKI_DEMO_TARGET = "trn2"
+NKI_SLOWEST_SHOWN = 3
+
+
+def _nki_costs(fn):
+    """The cost table of ``fn`` emitted for NKI on trn2, or the one-line reason the emitter refused it."""
+    from neuroncc.errors import UnsupportedOpError
+    from neuroncc.runtime.nki_costs import estimate_costs
+    from neuroncc.runtime.nki_target import nki_program
+
+    try:
+        return estimate_costs(nki_program(fn, NKI_DEMO_TARGET), NKI_DEMO_TARGET)
+    except UnsupportedOpError as error:
+        return str(error).splitlines()[0]
+
+
+def _print_nki_costs(tables, seconds: float) -> None:
+    _row("6 NKI", f"cost-model estimate of the generated NKI kernels on {NKI_DEMO_TARGET} "
+                  "(one NeuronCore, kernels back to back)", seconds)
+    for kind, table in tables:
+        if isinstance(table, str):
+            print(f"{INDENT}  {kind}: not emitted: {table}")
+            continue
+        kernels = table.kernels
+        bounds = {}
+        for k in kernels:
+            bounds[k.bound] = bounds.get(k.bound, 0) + 1
+        split = ", ".join(f"{n} {bound}-bound" for bound, n in sorted(bounds.items(), key=lambda kv: -kv[1]))
+        print(f"{INDENT}  {kind}: {len(kernels)} kernels, {table.total_us:.1f} us estimated ({split})")
+        for k in sorted(kernels, key=lambda k: -k.latency_us)[:NKI_SLOWEST_SHOWN]:
+            print(f"{INDENT}    {k.name:<28} {k.latency_us:8.2f} us  {k.bound}-bound")
+    print(f"{INDENT}  (every kernel's engine use: neuroncc inspect MODEL.pt2 --train --cost)")
 
 
 def _rerun(args: argparse.Namespace, model_path: Path, cache_dir: Path) -> None:

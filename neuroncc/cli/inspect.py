@@ -5,9 +5,14 @@
     neuroncc inspect model.pt2 --after all       the IR after every pass of the target's pipeline
     neuroncc inspect model.pt2 --after fuse      ... after one pass (by its pipeline name)
     neuroncc inspect model.pt2 --kernels         the kernel summary of the compiled graph(s)
-    neuroncc inspect model.pt2 --nki --cost      the NKI kernels and their estimated cost (NKI builds only)
+    neuroncc inspect model.pt2 --nki             the generated NKI kernels (Python source, for trn2)
+    neuroncc inspect model.pt2 --cost            the per-kernel NKI cost-model estimate on trn2
+    neuroncc inspect model.pt2 --cost --nki-target trn3   ... on another NeuronCore (trn1, trn2, trn3)
 
 IR is printed in the .nir text form that ``neuroncc opt`` reads; large constants print as resources.
+--nki and --cost run the ``nki`` pipeline for --nki-target (not --target) and emit the kernels; the cost
+table (estimated latency, engine utilisation, DMA- or compute-bound) comes from the simulator's cost-only
+mode, so it runs nothing on data. A graph the NKI emitter cannot compile is a one-line error naming the op.
 """
 
 from __future__ import annotations
@@ -20,13 +25,11 @@ from neuroncc.errors import InputError
 from neuroncc.ir import Function, print_function
 
 EXIT_OK = 0
+NKI_TARGET_CHOICES = ("trn1", "trn2", "trn3")
 
 
 def run_inspect(args: argparse.Namespace) -> int:
-    if args.nki or args.cost:
-        raise InputError("inspect --nki/--cost: not available in this build (the NKI kernel emitter is not part "
-                         "of it yet)")
-    show_ir = args.ir or not (args.after or args.kernels)
+    show_ir = args.ir or not (args.after or args.kernels or args.nki or args.cost)
     progress = programs.progress_for(args)
     with programs.one_line_warnings():
         program = programs.load_model(args, progress)
@@ -44,6 +47,9 @@ def run_inspect(args: argparse.Namespace) -> int:
                                                      cache=cache, progress=progress)
                 sections.append((f"kernels of {kind} @{fn.name} (target {args.target})",
                                  summarize(compiled.ran_function).lines()))
+        if args.nki or args.cost:
+            for kind, fn in functions:
+                sections += _nki_sections(args, kind, fn, progress)
     for index, (title, lines) in enumerate(sections):
         if index:
             print()
@@ -58,6 +64,24 @@ def _imported_functions(args: argparse.Namespace, program, progress) -> list[tup
         graphs, _ = programs.training_graphs(args, program, cache=None, progress=progress, compile_graphs=False)
         return [("forward", graphs.forward.function), ("backward", graphs.backward.function)]
     return [("inference", programs.inference_graph(args, program, progress).imported.function)]
+
+
+def _nki_sections(args: argparse.Namespace, kind: str, fn: Function, progress) -> list[tuple[str, list[str]]]:
+    """The emitted NKI module and/or its cost table for one graph (emitted once for both views)."""
+    from neuroncc.runtime.nki_costs import estimate_costs
+    from neuroncc.runtime.nki_target import nki_program
+
+    target = args.nki_target
+    with progress.step(f"emit NKI kernels of {kind} for {target}"):
+        program = nki_program(fn, target)
+    sections = []
+    if args.nki:
+        sections.append((f"NKI kernels of {kind} @{fn.name} (nki-target {target})", [program.source]))
+    if args.cost:
+        with progress.step(f"estimate NKI kernel costs of {kind} on {target}"):
+            table = estimate_costs(program, target)
+        sections.append((f"NKI cost of {kind} @{fn.name} (nki-target {target})", str(table).splitlines()))
+    return sections
 
 
 def _after_sections(args: argparse.Namespace, kind: str, fn: Function, progress) -> list[tuple[str, list[str]]]:
@@ -82,14 +106,17 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "inspect", help="print the IR, per-pass IR, kernels (and NKI code) of an exported program",
         description="Show what neuroncc makes of a torch.export program: the imported IR, the IR after "
-                    "passes, the kernel summary.",
-        epilog=programs.help_epilog(__doc__, "0 ok, 2 bad input or a view this build lacks (one line on stderr), "
-                                             "3 internal error"),
+                    "passes, the kernel summary, the generated NKI kernels and their cost estimate.",
+        epilog=programs.help_epilog(__doc__, "0 ok, 2 bad input or a graph the NKI emitter cannot "
+                                             "compile (one line on stderr), 3 internal error"),
         formatter_class=argparse.RawDescriptionHelpFormatter)
     programs.add_model_arguments(parser)
     parser.add_argument("--ir", action="store_true", help="print the imported IR (the default view)")
     parser.add_argument("--after", metavar="PASS|all", help="print the IR after this pass of the pipeline, or all")
     parser.add_argument("--kernels", action="store_true", help="compile (through the cache) and summarize kernels")
     parser.add_argument("--nki", action="store_true", help="print the generated NKI kernels")
-    parser.add_argument("--cost", action="store_true", help="print the per-kernel NKI cost estimate")
+    parser.add_argument("--cost", action="store_true",
+                        help="print the per-kernel NKI cost estimate (latency, engine use, DMA/compute bound)")
+    parser.add_argument("--nki-target", choices=NKI_TARGET_CHOICES, default="trn2",
+                        help="the NeuronCore generation --nki/--cost emit and estimate for (default trn2)")
     parser.set_defaults(func=run_inspect)

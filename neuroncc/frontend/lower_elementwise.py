@@ -1,8 +1,9 @@
 """Lowerings of elementwise aten ops: unary math, binary arithmetic, comparisons, where, clamp, casts.
 
 Binary ops cast both operands to one dtype first: the result dtype PyTorch computed (``node.meta``) for
-arithmetic, the promoted operand dtype for comparisons. A bf16/f16 tensor combined with a Python float scalar
-is computed in float32 and rounded once, as PyTorch's CPU kernels do (they read the scalar at full precision).
+arithmetic, the promoted operand dtype for comparisons. A bf16/f16 result with a scalar operand follows what
+PyTorch's CPU kernels read the scalar as (measured on torch 2.13, see :data:`SCALAR_PRECISION`): some read it
+at full precision and round the result once, others narrow it to the result dtype first.
 """
 
 from __future__ import annotations
@@ -21,10 +22,36 @@ aten = torch.ops.aten
 Lowering = Callable[..., Any]
 
 
+#: How PyTorch's CPU kernels read a scalar operand (a Python number, or a 0-dim tensor, which does not take
+#: part in type promotion) when the result is bf16/f16; measured on torch 2.13 against both readings.
+SCALAR_PRECISION = {
+    # mul_kernel / div_*_kernel: `iter.is_scalar(2)` reads the second operand with
+    # `original_scalar_value<float>` (a Python number or a 0-dim float32 tensor, unrounded); a first-operand
+    # scalar goes through the common dtype like any tensor.
+    "mul": "wide-second",
+    "div": "wide-second",
+    # add/sub, remainder/fmod: the scalar is cast to the common dtype first (bf16 + 0.3 adds 0.30078125).
+    "add": "narrow",
+    "sub": "narrow",
+    "remainder": "narrow",
+    "fmod": "narrow",
+}
+
+
+def _wide_scalar(ctx: LoweringContext, ir_name: str, a: Any, b: Any) -> bool:
+    """Whether ``ir_name(a, b)`` with a bf16/f16 result computes in f32 with a full-precision scalar."""
+    rule = SCALAR_PRECISION.get(ir_name, "wide-python")
+    if rule == "narrow":
+        return False
+    if rule == "wide-second":
+        return not isinstance(b, fx.Node) or ctx.out_meta(b).dim() == 0
+    return not isinstance(a, fx.Node) or not isinstance(b, fx.Node)  # the other ops: Python scalars only
+
+
 def _arith(ctx: LoweringContext, ir_name: str, dtype: DType, a: Any, b: Any, **attrs: Any) -> Value:
-    """``ir_name(a, b)`` with both operands in ``dtype``; low-precision floats with a Python scalar in f32."""
-    has_scalar = not isinstance(a, fx.Node) or not isinstance(b, fx.Node)
-    if dtype in (DType.bf16, DType.f16) and has_scalar:
+    """``ir_name(a, b)`` with both operands in ``dtype``; low-precision floats with a scalar read at full
+    precision (see :data:`SCALAR_PRECISION`) computed in f32 and rounded once."""
+    if dtype in (DType.bf16, DType.f16) and _wide_scalar(ctx, ir_name, a, b):
         result = ctx.emit(ir_name, ctx.operand(a, DType.f32), ctx.operand(b, DType.f32), **attrs)
         return ctx.cast(result, dtype)
     return ctx.emit(ir_name, ctx.operand(a, dtype), ctx.operand(b, dtype), **attrs)
@@ -103,6 +130,21 @@ def _rsub(ctx: LoweringContext, node: fx.Node, self: Any, other: Any, *, alpha: 
 
 def _div(ctx: LoweringContext, node: fx.Node, self: Any, other: Any, *, rounding_mode: str | None = None) -> Value:
     return _arith(ctx, "div", ctx.out_dtype(node), self, other, rounding_mode=rounding_mode or "none")
+
+
+def _pow_tensor_scalar(ctx: LoweringContext, node: fx.Node, self: Any, exponent: Any) -> Value:
+    """``x ** exponent``. PyTorch's bf16 kernel spells x**3 as x*x*x and x**-2 as 1/(x*x) in bf16 arithmetic
+    (each product rounded; measured on torch 2.13), so a single rounding of f32 pow is an ulp off there (found by
+    the fuzzer: amplified in rsqrt's gradient, which is -0.5 * g * rsqrt(x)**3). Other exponents and dtypes:
+    one rounding of the f32 power."""
+    dtype = ctx.out_dtype(node)
+    if dtype is DType.bf16 and exponent in (3, -2) and not isinstance(exponent, bool):
+        x = ctx.operand(self, dtype)
+        square = ctx.emit("mul", x, x)
+        if exponent == 3:
+            return ctx.emit("mul", square, x)
+        return ctx.emit("div", ctx.scalar(1.0, dtype), square, rounding_mode="none")
+    return _arith(ctx, "pow", dtype, self, exponent)
 
 
 def _floor_divide(ctx: LoweringContext, node: fx.Node, self: Any, other: Any) -> Value:
@@ -212,7 +254,7 @@ _BINARY = {
     aten.floor_divide.default: _floor_divide,
     aten.floor_divide.Scalar: _floor_divide,
     aten.pow.Tensor_Tensor: binary("pow"),
-    aten.pow.Tensor_Scalar: binary("pow"),
+    aten.pow.Tensor_Scalar: _pow_tensor_scalar,
     aten.pow.Scalar: binary("pow"),
     aten.maximum.default: binary("maximum"),
     aten.minimum.default: binary("minimum"),

@@ -163,13 +163,19 @@ def lower_for_nki(fn: Function, target: str = DEFAULT_NKI_TARGET) -> Function:
         return run_pipeline(pipeline, fn, PassContext())
 
 
+def nki_program(fn: Function, target: str = DEFAULT_NKI_TARGET) -> NkiProgram:
+    """The emitted NKI program (module source and launch plan) for ``fn``, before or after the ``nki``
+    pipeline. Raises :class:`NkiUnsupportedError` naming an op the emitter does not support."""
+    try:
+        return emit_program(lower_for_nki(fn, target), target)
+    except CodegenError as error:
+        raise NkiUnsupportedError(f"target nki-sim cannot compile func @{fn.name}: {error}") from None
+
+
 def nki_source(fn: Function, target: str = DEFAULT_NKI_TARGET) -> str:
     """The generated NKI module for ``fn`` (before or after the ``nki`` pipeline), as ``inspect --nki``
     prints it. Raises :class:`NkiUnsupportedError` naming an op the emitter does not support."""
-    try:
-        return emit_program(lower_for_nki(fn, target), target).source
-    except CodegenError as error:
-        raise NkiUnsupportedError(f"target nki-sim cannot compile func @{fn.name}: {error}") from None
+    return nki_program(fn, target).source
 
 
 def build_nki_executable(fn: Function, options: Mapping[str, Any] | None = None) -> NkiExecutable:
@@ -208,4 +214,4 @@ def load_nki_executable(directory: str | Path, fn: Function) -> NkiExecutable:
 
 
 __all__ = ["NkiExecutable", "NkiRangeError", "NkiUnsupportedError", "build_nki_executable", "load_module", "load_nki_executable",
-           "lower_for_nki", "nki_source"]
+           "lower_for_nki", "nki_program", "nki_source"]

@@ -19,6 +19,14 @@ def test_demo_trains_like_eager_and_hits_the_cache_on_a_rerun(tmp_path):
     assert re.search(r"max \|parameter difference\| after 3 steps: \S+ \(\S+\): ok", text)
     assert re.search(r"forward: \d+ ops -> \d+ launches", text) and re.search(r"backward: \d+ ops", text)
     assert "2 cache hits, 0 compiles" in text
+    # 6 NKI: both graphs emitted for trn2 and estimated, kernel by kernel (the slowest few shown)
+    assert re.search(r"^6 NKI\s+cost-model estimate of the generated NKI kernels on trn2", text, re.M)
+    for kind in ("forward", "backward"):
+        match = re.search(rf"^\s+{kind}: (\d+) kernels, (\d+\.\d) us estimated \((.+)\)$", text, re.M)
+        assert match and int(match[1]) > 0 and float(match[2]) > 0, text
+        assert sum(int(n) for n in re.findall(r"(\d+) \S+-bound", match[3])) == int(match[1])
+    assert len(re.findall(r"^\s+\w+\s+\d+\.\d\d us  \S+-bound$", text, re.M)) == 6
+    assert "not available" not in text
     assert text.rstrip().splitlines()[-1].endswith("neuroncc and eager PyTorch agree")
     assert result.stderr == ""  # no warnings, no progress (stderr is not a terminal)
     # Everything went to -o DIR: the exported model and the demo's cache (not $NEURONCC_CACHE_DIR, not HOME).

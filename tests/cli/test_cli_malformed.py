@@ -141,7 +141,8 @@ CASES = {
     "demo zero steps": (lambda c: ["demo", "--steps", "0"], "--steps"),
     "output is a file": (lambda c: ["compile", str(c.good), "-o", c.raw(b"", "taken")], "not a directory"),
     "unknown pass": (lambda c: ["inspect", str(c.good), "--after", "nope"], "no pass of that name"),
-    "no nki": (lambda c: ["inspect", str(c.good), "--nki"], "not available in this build"),
+    "unknown nki target": (lambda c: ["inspect", str(c.good), "--cost", "--nki-target", "trn9"],
+                           "invalid choice: 'trn9'"),
     "unknown command": (lambda c: ["frobnicate"], "invalid choice"),
 }
 

@@ -50,6 +50,22 @@ def test_binary_ops_cast_operands_to_one_dtype():
     run_imported(lambda a, b: torch.where(a > 0, a, b), torch.randn(4), torch.tensor(2))
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_low_precision_scalar_operands_read_as_eager_reads_them(dtype):
+    """mul/div read a second-operand scalar (a Python number or a 0-dim float32 tensor) unrounded; add, sub,
+    remainder and fmod narrow it to the result dtype first. Bit-exact against eager (found by the fuzzer:
+    bf16 / (|f32 0-dim| + 0.5) was one ulp off, and its gradient more)."""
+    torch.manual_seed(0)
+    x, s = (torch.randn(256) * 4).to(dtype), torch.tensor(0.1228)
+
+    def program(x, s):
+        return (x * s, x / s, s * x, x + s, x - s, x * 0.3, x / 0.3, x + 0.3, x - 1 / 3, 0.3 - x,
+                torch.remainder(x, 0.3), torch.fmod(x, 7.77), torch.div(x, s, rounding_mode="floor"),
+                x ** 3, x ** -2, x ** 2, x.abs() ** 0.5)  # bf16 x**3 is x*x*x, x**-2 is 1/(x*x), rounded each
+
+    run_imported(program, x, s, rtol=0, atol=0)
+
+
 def test_reductions_expand_empty_dims_and_normalize_negative_dims():
     x = torch.randn(2, 3, 4)
     imported = run_imported(lambda t: aten.sum.dim_IntList(t, []), x, rtol=1e-5, atol=1e-5)

@@ -10,6 +10,10 @@ import torch
 from neuroncc.errors import UnsupportedOpError
 from neuroncc.testing.fuzz import (
     FuzzConfig,
+    Input,
+    Program,
+    Spec,
+    Stmt,
     check_program,
     compare_tensor,
     execute,
@@ -146,3 +150,21 @@ def test_crashes_and_refusals_are_told_apart():
     assert crashed.status == "crash" and "backend bug: matmul" in crashed.detail
     (refused,) = check_program(program, ("interp",), backend=refuse, backward=False)
     assert refused.status == "refused" and not refused.is_bug
+
+
+def test_a_mismatch_pytorchs_own_traced_graph_has_is_not_counted_as_a_bug():
+    """prod's traced backward (products of the others) differs from eager's grad * result / input at NaN/inf:
+    aot_eager with the core decompositions has it too, so it is 'aot-differs'; a real miscompile is not."""
+    x = Spec((4,), "float32")
+    program = Program((Input("x0", x),), (Stmt("v0", "prod", (("a", "x0"), ("dim", 0)), Spec((), "float32")),),
+                      ("v0",), data_seed=next(seed for seed in range(100) if _specials_everywhere(x, seed)),
+                      specials=True)
+    (finding,) = check_program(program, ("interp",), backend="aot_eager")
+    assert finding.status == "aot-differs" and not finding.is_bug, finding
+    assert "NaN positions differ" in finding.detail
+
+
+def _specials_everywhere(spec, seed):
+    """Data where eager's prod gradient is NaN everywhere but the traced one is not (a NaN and an inf)."""
+    (tensor,) = make_inputs([spec], seed, specials=True)
+    return bool(tensor.isnan().any() and tensor.isinf().any())

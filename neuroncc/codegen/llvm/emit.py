@@ -52,7 +52,9 @@ class KernelEmitter:
         body_fn.linkage = "internal"
         # fdivs flagged arcp (polynomial math, true division) may use the hardware reciprocal estimate plus
         # one Newton step: ~1 ulp, several times the throughput of vdivps. (A string attribute, which
-        # llvmlite's attribute set does not know, so it is added to the underlying set directly.)
+        # llvmlite's attribute set does not know, so it is added to the underlying set directly.) The
+        # square-root estimate stays off: with it, x / sqrt(y) becomes x * rsqrt-estimate(y), whose Newton
+        # step is NaN at y = 0 and y = inf (eager: +-inf and 0) and -inf for denormal y (found by the fuzzer).
         for slot, arg in enumerate(body_fn.args[:n_args]):
             arg.add_attribute("noalias")
             if slot in self.plan.aligned_args:
@@ -60,7 +62,7 @@ class KernelEmitter:
         wrapper = ir.Function(self.module, ir.FunctionType(VOID, [PTR, I64, I64]), symbol)
         wrapper.attributes.add("noinline")  # called by the _team entry too: keep one copy of the loop nest
         for fn in (body_fn, wrapper):
-            set.add(fn.attributes, '"reciprocal-estimates"="vec-divf:1,divf:1"')
+            set.add(fn.attributes, '"reciprocal-estimates"="vec-divf:1,divf:1,!vec-sqrtf,!sqrtf"')
         w = ir.IRBuilder(wrapper.append_basic_block("entry"))
         pointers = [w.load(w.gep(wrapper.args[0], [ir.Constant(I64, i)], source_etype=PTR), typ=PTR)
                     for i in range(n_args)]

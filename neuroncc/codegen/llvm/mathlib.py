@@ -121,8 +121,12 @@ def _tanh(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
 
 
 def _sigmoid(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
-    e = _exp_in_range(b, b.fneg(_clamp(b, x, -88.0, 88.0)))  # finite, so the reciprocal estimate is safe
-    return b.select(_is_nan(b, x), x, b.fdiv(_c(1.0), b.fadd(_c(1.0), e), flags=RECIP))
+    # exp(-x) overflows to inf below x = -88.72 as eager's does, so sigmoid is exactly 0 there (not 6e-39).
+    e = _exp_in_range(b, _clamp(b, b.fneg(x), -104.0, 88.8))
+    # A true division, not the reciprocal estimate: the estimate makes 1 / 1 0.99999994, so sigmoid(+inf)
+    # and sigmoid(0) were off by an ulp and silu's gradient x * (1 - sigmoid(x)) at +inf was inf, not
+    # eager's NaN (found by the fuzzer).
+    return b.select(_is_nan(b, x), x, b.fdiv(_c(1.0), b.fadd(_c(1.0), e)))
 
 
 # erf(x) = x * P(x^2) / Q(x^2) on [-4, 4] (outside, erf is +-1 in float32): the rational minimax

@@ -119,7 +119,8 @@ def round_to(b: ir.IRBuilder, value: ir.Value, dtype: DType) -> ir.Value:
 
 
 def convert(b: ir.IRBuilder, value: ir.Value, src: DType, dst: DType) -> ir.Value:
-    """The ``cast`` op: float->int truncates toward zero (saturating, never poison), ->bool tests != 0."""
+    """The ``cast`` op: float->int truncates toward zero (NaN/out of range: the host's minimum, never poison),
+    ->bool tests != 0."""
     if src is dst:
         return value
     if dst.is_bool:
@@ -130,8 +131,15 @@ def convert(b: ir.IRBuilder, value: ir.Value, src: DType, dst: DType) -> ir.Valu
     if src.is_float and dst.is_float:
         return round_to(b, value, dst)
     if src.is_float:
-        wide = call(b, "llvm.fptosi.sat.i64.f32", [value], I64)
-        return wide if target is I64 else b.trunc(wide, target)
+        # NaN and out-of-range values are undefined in C++ (and so in PyTorch); the host's conversion (x86's
+        # cvtt*2si), which eager and the reference interpreter use, gives the "integer indefinite" minimum. Same
+        # here, never poison (the unchosen fptosi result may be poison; select does not propagate it). Narrow
+        # types go through int64 as PyTorch does. (Was saturating: found by the fuzzer, sum of NaN/inf as int64.)
+        wide = I32 if target is I32 else I64
+        limit = ir.Constant(F32, float(2 ** (wide.width - 1)))
+        in_range = b.fcmp_ordered("<", call(b, "llvm.fabs.f32", [value]), limit)
+        converted = b.select(in_range, b.fptosi(value, wide), ir.Constant(wide, -(2 ** (wide.width - 1))))
+        return converted if target is wide else b.trunc(converted, target)
     if dst.is_float:
         as_float = b.uitofp(value, F32) if is_unsigned(src) else b.sitofp(value, F32)
         return round_to(b, as_float, dst)
