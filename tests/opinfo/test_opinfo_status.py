@@ -30,9 +30,6 @@ CI_SAMPLES = {"fwd": 3, "bwd": 2, "bf16": 2}  # the first samples of each mode
 TABLE = StatusTable.load(TABLE_PATH)
 
 
-KNOWN_GAP = pytest.mark.xfail(strict=True, reason="acceptance target not met yet: 66% of counted float32 OpInfos pass "
-                              "forward (the gaps are listed in docs/ops.md); strict, so drop this marker once it passes")
-
 
 def _checkable(key: str) -> bool:
     """Ops with at least one sample that is not neuroncc-independent (eager-fails or n/a)."""
@@ -91,7 +88,6 @@ def test_everything_else_is_refused_cleanly():
     assert not crashes, f"crashes instead of UnsupportedOpError: {crashes}"
 
 
-@KNOWN_GAP
 def test_forward_pass_rate_at_least_80_percent():
     summary = summarize(TABLE, "fwd")
     assert summary.counted > 300
