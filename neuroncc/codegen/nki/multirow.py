@@ -17,6 +17,7 @@ does not know how to repeat.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import replace
 
 from neuroncc.codegen.nki.access import HbmSide, Index, TileSide, transfer
@@ -193,12 +194,12 @@ class _Splitter:
             else:
                 wide = staging[source.tile]
             out_stores.append(self.dma(None, self.tile(wide, wide_side), wide_side, store=True, src=wide))
-        copies: list[Instr] = []
-        for j in range(self.k):
-            segment = self.segment(body, wide_loads, staging, j)
-            if segment is None:
-                return None
-            copies += segment
+        segments = [self.segment(body, wide_loads, staging, j) for j in range(self.k)]
+        if any(segment is None for segment in segments):
+            return None
+        # interleaved, one instruction of each segment in turn: while one engine works on segment j the
+        # other can start segment j + 1 (each engine runs its instructions in program order)
+        copies = [instr for step in itertools.zip_longest(*segments) for instr in step if instr is not None]
         return before + loads + allocs + copies + out_stores
 
     def segment(self, body: list[Instr], wide_loads: dict[str, Ref], staging: dict[str, Ref],
