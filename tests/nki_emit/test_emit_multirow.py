@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from emit_helpers import BF16, F32, check_against_interpreter, compile_nki, graph, random_inputs
+from emit_helpers import BF16, F32, I32, check_against_interpreter, compile_nki, graph, random_inputs
 from neuroncc.codegen.nki import stages
 from neuroncc.testing.models import layer_norm_graph, softmax_graph
 
@@ -27,6 +27,7 @@ SHAPES = [
     (1028, 128, F32, 4),   # divides by 4, not 8
     (1030, 128, F32, 2),   # divides by 2 only
     (1031, 128, F32, 1),   # odd: one row per partition
+    (384, 128, F32, 2),    # 3 whole blocks of rows, but 192 groups of 2: a partial last block appears
     (264, 1024, BF16, 2),  # 132 groups of 2: a partial last block
     (256, 1024, BF16, 2),  # whole block
 ]
@@ -63,3 +64,45 @@ def test_long_rows_keep_one_row_per_partition():
 def test_few_rows_keep_the_partitions_full():
     exe = compile_nki(softmax_graph(200, 128, F32))  # 200 rows / 2 would leave partitions idle
     assert "consecutive rows per partition" not in exe.program.source
+
+
+def _softmax_3d(dtype):
+    from neuroncc.testing.models import softmax
+    b, (x,) = graph("softmax_3d", ((2, 512, 64), dtype))
+    return b.build([softmax(b, x, dim=2)])
+
+
+def _select_by_row_max(dtype):
+    b, (x,) = graph("select_rows", ((1024, 128), dtype))
+    peak = b.op("amax", x, dims=[1], keepdim=True)
+    zero = b.op("full", shape=[], value=0.0, dtype=dtype)
+    return b.build([b.op("where", b.op("gt", x, zero), x, b.op("mul", x, peak))])
+
+
+def _weighted_row_sum(dtype):
+    b, (x, w) = graph("weighted", ((1024, 128), dtype), ((1024, 1), dtype))
+    return b.build([b.op("sum", b.op("mul", x, w), dims=[1], keepdim=False), b.op("exp", x)])
+
+
+def _int_row_sum(dtype):
+    b, (x,) = graph("int_rows", ((1024, 128), I32))
+    return b.build([b.op("sum", x, dims=[1], keepdim=True)])
+
+
+#: (graph, rows per partition expected): 3-D rows merged to [1024, 64], a select reading a row statistic, a
+#: per-row column operand with an elementwise second output, integer rows.
+ASSORTED = [(_softmax_3d, 8), (_select_by_row_max, 8), (_weighted_row_sum, 8), (_int_row_sum, 8)]
+
+
+@pytest.mark.parametrize("make,k", ASSORTED, ids=[m.__name__.strip("_") for m, _ in ASSORTED])
+@pytest.mark.parametrize("dtype", [F32, BF16], ids=["f32", "bf16"])
+def test_assorted_row_stages_match_one_row_per_partition(make, k, dtype, monkeypatch):
+    fn = make(dtype)
+    rng = np.random.default_rng(7)
+    inputs = random_inputs(fn, rng)
+    exe = check_against_interpreter(fn, rng, inputs=inputs)
+    assert "consecutive rows per partition" in exe.program.source
+    monkeypatch.setattr(stages, "rows_per_partition", lambda *args: 1)
+    single = compile_nki(fn)
+    for got, want in zip(exe(*inputs), single(*inputs)):
+        np.testing.assert_array_equal(got, want)

@@ -179,7 +179,8 @@ class Body:
         def render(writer: SourceWriter, names: Names) -> None:
             transfer(writer, names, side, tile, indexes)
 
-        self.instrs.append(Instr("dma", None, {"src": source, "loop_free": self.layout.loop_free(amap), "hbm_side": side},
+        self.instrs.append(Instr("dma", None, {"src": source, "loop_free": self.layout.loop_free(amap),
+                                               "hbm_side": side},
                                  fresh=False, render=render, stores=True))
 
     def broadcast(self, value: Operand, shape: tuple[int, ...], dtype: str | None = None) -> Operand:

@@ -108,8 +108,11 @@ class _Splitter:
             new_loop = replace(new_loop, size_var=size, size_expr=f"min({PMAX}, {groups} - {var} * {PMAX})")
         self.limit = size if groups % PMAX else None
         self.loops = [new_loop if item is loop else item for item in loops]
-        self.indexes = (layout.indexes[:p] + (Index.span(f"{var} * {PMAX}", size, PMAX, groups),
-                                              Index.span("0", str(k), k, k)) + layout.indexes[p + 1:])
+        rows = Index.span(f"{var} * {PMAX}", size, PMAX, groups)
+        if new_loop.count == 1:  # exactly 128 row groups: no partition loop
+            self.loops.remove(new_loop)
+            rows = Index.span("0", str(groups), groups, groups)
+        self.indexes = layout.indexes[:p] + (rows, Index.span("0", str(k), k, k)) + layout.indexes[p + 1:]
         self.axes = (p, p + 1) + tuple(d + 1 for d in layout.tile_dims)
 
     def side(self, side: HbmSide) -> HbmSide:
