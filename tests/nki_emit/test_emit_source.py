@@ -14,7 +14,7 @@ from neuroncc.testing.models import layer_norm_graph, softmax_graph
 
 
 def test_softmax_is_one_row_loop_with_a_fused_exp_and_row_sum():
-    source = nki_source(softmax_graph(300, 96))
+    source = nki_source(softmax_graph(300, 1024))  # 4 KiB rows: one row per partition
     assert source.count("@nki.jit") == 1 and "def fused_0_softmax(x):" in source
     assert "for i in nl.affine_range(3):" in source and "rows = min(128, 300 - i * 128)" in source
     assert re.search(r"nisa\.tensor_reduce\(dst=\w+, op=nl\.maximum, data=\w+, axis=\(1,\), negate=True", source)
@@ -24,7 +24,7 @@ def test_softmax_is_one_row_loop_with_a_fused_exp_and_row_sum():
 
 
 def test_layernorm_hoists_its_weights_and_fuses_the_affine_steps():
-    source = nki_source(layer_norm_graph(256, 64))
+    source = nki_source(layer_norm_graph(256, 1024))  # 4 KiB rows: one row per partition
     loop = source.index("for i in nl.affine_range(2):")
     assert source.index("nl.broadcast_to(weight_tile") < loop  # loaded once, before the row loop
     assert source.count("nisa.scalar_tensor_tensor(") == 2

@@ -163,7 +163,7 @@ class Body:
         def render(writer: SourceWriter, names: Names) -> None:
             transfer(writer, names, tile, side, indexes)
 
-        self.instrs.append(Instr("dma", ref, {}, render=render, stores=False))
+        self.instrs.append(Instr("dma", ref, {"hbm_side": side}, render=render, stores=False))
         self.instrs[-1].args["loop_free"] = self.layout.loop_free(amap)
         self.loads[key] = ref
         return ref
@@ -179,7 +179,8 @@ class Body:
         def render(writer: SourceWriter, names: Names) -> None:
             transfer(writer, names, side, tile, indexes)
 
-        self.instrs.append(Instr("dma", None, {"src": source, "loop_free": self.layout.loop_free(amap)},
+        self.instrs.append(Instr("dma", None, {"src": source, "loop_free": self.layout.loop_free(amap),
+                                               "hbm_side": side},
                                  fresh=False, render=render, stores=True))
 
     def broadcast(self, value: Operand, shape: tuple[int, ...], dtype: str | None = None) -> Operand:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from neuroncc.codegen.nki.access import HbmSide, Index, transfer
 from neuroncc.codegen.nki.body import PMAX, Body, KernelContext, StageLayout, ceil_div, prod
 from neuroncc.codegen.nki.instructions import Instr, optimize, render
+from neuroncc.codegen.nki.multirow import rows_per_partition, split_rows
 from neuroncc.codegen.nki.op_rules import emit_op
 from neuroncc.codegen.nki.plan import REDUCTIONS, Stage, stage_maps
 from neuroncc.codegen.nki.shapes import AffineMap, map_through_window, operand_grouping, view_window
@@ -253,9 +254,13 @@ def emit_tile_stage(ctx: KernelContext, stage: Stage, writer: SourceWriter, in_h
             shape = layout.tile_shape(layout.lift(stage.placements[value]))
             body.store(value, body.materialize(body.values[value], shape, _dtype_of(value)))
     instrs = optimize(body.instrs, ctx.names.fresh)
+    rows = rows_per_partition(ctx, layout, instrs)
+    split = split_rows(ctx, layout, loops, instrs, rows) if rows > 1 else None
+    if split is not None:  # short rows: several per partition, so each DMA run reaches 4 KiB
+        instrs, loops = split
     assign_phases(instrs)
     prologue, looped = hoist([i for i in instrs if i.phase == "body"])
-    writer.comment(describe_stage(stage, layout))
+    writer.comment(describe_stage(stage, layout, rows if split is not None else 1))
     for instr in prologue:
         render(writer, instr, ctx.names)
     if not looped:
@@ -294,10 +299,12 @@ def _dtype_of(value: Value) -> str:
     return nki_dtype(value.type.dtype)
 
 
-def describe_stage(stage: Stage, layout: StageLayout) -> str:
+def describe_stage(stage: Stage, layout: StageLayout, rows_per_partition: int = 1) -> str:
     names = ", ".join(dict.fromkeys(op.name for op in stage.ops))
     laid = f" laid out as {list(layout.domain)}" if layout.domain != stage.domain else ""
     where = f"dim {layout.partition} on partitions" if layout.partition is not None else "one partition"
+    if rows_per_partition > 1:
+        where += f" ({rows_per_partition} consecutive rows per partition)"
     inner = f", dims {list(layout.tile_dims)} in the free axes" if layout.tile_dims else ""
     return f"{names} over {list(stage.domain)}{laid}: {where}{inner}"
 
