@@ -93,6 +93,7 @@ class CpuExecutable:
             elif buffer.kind == "constant":
                 array = np.array(function.ops[buffer.index].attrs["value"].array, copy=True, order="C")
                 self._static_flats[number] = array.reshape(-1)
+        self._static_views: dict[int, np.ndarray] = {}  # value id -> its view over an arena/constant buffer
         self._runners = [self._runner(step) for step in plan.steps]
         self.stats = self._stats(compile_seconds)
 
@@ -190,7 +191,19 @@ class CpuExecutable:
         return out
 
     def _arrays(self, ids: tuple[int, ...], flats: dict[int, np.ndarray]) -> list[np.ndarray]:
-        return [_view(flats[self.plan.values[i].buffer], self.plan.values[i]) for i in ids]
+        """Views of values ``ids`` over this call's buffers. Views of arena and constant buffers are the same
+        on every call and built once; views of inputs and outputs are not kept (they would keep the caller's
+        arrays alive after the call)."""
+        views = []
+        for i in ids:
+            view = self._static_views.get(i)
+            if view is None:
+                spec = self.plan.values[i]
+                view = _view(flats[spec.buffer], spec)
+                if spec.buffer in self._static_flats:
+                    self._static_views[i] = view
+            views.append(view)
+        return views
 
     def _run_extern(self, step: StepSpec, flats: dict[int, np.ndarray]) -> None:
         op = self.function.ops[step.op_index]
@@ -252,6 +265,7 @@ class _NativeKernel:
                 self.args[slot] = exe._error.ctypes.data
         self.phases = [(PHASE_FN(exe.module.address(p.symbol)), exe.module.address(p.symbol + "_team"), p.n_outer,
                         p.work, p.serial) for p in step.phases]
+        self._view_cache: dict[int, tuple[int, np.ndarray]] = {}  # extern layout -> (address, view)
         self.rows, self.row_block = 0, 0
         if step.row_blocked:
             self.rows = step.extern.results[0].shape[0]
@@ -308,19 +322,31 @@ class _NativeKernel:
             self._phases(start, end)
 
     def _extern_views(self) -> tuple[list[np.ndarray], list[np.ndarray]]:
-        """numpy views of the extern's operands and results over this call's argument pointers."""
-        spec = self.step.extern
+        """numpy views of the extern's operands and results over this call's argument pointers.
 
-        def view(layout: ValueSpec) -> np.ndarray:
-            dtype = _storage_dtype(layout.dtype)
+        Building a view costs ~4 us of Python (ctypes array, as_strided) and most arguments (arena, scratch,
+        constants) sit at the same address on every call, so each layout keeps its last view and reuses it
+        while its argument pointer is unchanged: same address and layout is the same view."""
+        spec = self.step.extern
+        cache = self._view_cache
+
+        def view(position: int, layout: ValueSpec) -> np.ndarray:
             base = self.args[layout.buffer]
+            cached = cache.get(position)
+            if cached is not None and cached[0] == base:
+                return cached[1]
+            dtype = _storage_dtype(layout.dtype)
             extent = 1 + layout.offset + sum((n - 1) * s for n, s in zip(layout.shape, layout.strides)) \
                 if all(layout.shape) else 0
             flat = np.ctypeslib.as_array((ctypes.c_byte * (max(extent, 1) * dtype.itemsize)).from_address(base)) \
                 .view(dtype)
-            return _view(flat, layout)
+            made = _view(flat, layout)
+            cache[position] = (base, made)
+            return made
 
-        return [view(v) for v in spec.operands], [view(v) for v in spec.results]
+        layouts = (*spec.operands, *spec.results)
+        views = [view(position, layout) for position, layout in enumerate(layouts)]
+        return views[:len(spec.operands)], views[len(spec.operands):]
 
     def _extern(self, row_start: int = 0, row_end: int | None = None, views: Any = None) -> None:
         region = self.exe.function.ops[self.step.op_index].regions[0]

@@ -135,3 +135,25 @@ def test_cpu_is_the_default_target(rng):
     # The default pipeline fuses mm+relu+exp and the sum into few kernels; none may fall back to the interpreter.
     assert isinstance(exe, CpuExecutable) and exe.stats["native_kernels"] >= 1
     assert exe.stats["interpreted_kernels"] == 0
+
+
+def test_reused_extern_views_follow_new_inputs_and_outputs(rng):
+    """Extern steps keep their views of buffers whose address does not change (arena, constants); inputs and
+    outputs move between calls (and an input may be updated in place), and every call must see its own."""
+    b = Builder("g")
+    x = b.param(TensorType((6, 8), DType.f32), "x")
+    w = b.param(TensorType((8, 8), DType.f32), "w")
+    h = b.op("tanh", b.op("mm", x, w))  # a matmul kernel with an epilogue: an extern inside a native kernel
+    h2 = b.op("mm", h, w)  # a matmul over an arena intermediate
+    fn = b.build([b.op("exp", h2), h2])
+    exe = compile_graph(fn, target="cpu", cache=None)  # the cpu pipeline fuses each mm with its epilogue
+    assert sum(step.extern is not None for step in exe.plan.steps) == 2
+    kept = []
+    for _ in range(3):
+        x, w = rng.standard_normal((6, 8)).astype(np.float32), rng.standard_normal((8, 8)).astype(np.float32)
+        kept.append((x, w))  # alive, so the next call's inputs are at new addresses
+        for _ in range(2):
+            got = exe(x, w)
+            for mine, reference in zip(got, interpret(fn, [x, w])):
+                np.testing.assert_allclose(mine, reference, rtol=1e-5, atol=1e-5)
+            x *= 0.5  # the same input array, updated in place
