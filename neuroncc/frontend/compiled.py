@@ -14,6 +14,7 @@ import torch
 
 from neuroncc.frontend.convert import TensorSpec, to_numpy, to_torch
 from neuroncc.frontend.importer import ComputedOutput, ImportedGraph, InputOutput
+from neuroncc.ir.ops.library_linalg import LinalgInputError
 from neuroncc.runtime.executable import Executable
 
 
@@ -30,7 +31,12 @@ class CompiledGraph:
     def __call__(self, args: list[Any]) -> list[Any]:
         graph = self.graph
         arrays = [to_numpy(args[p]) for p in graph.param_positions]
-        results = self.executable(*arrays)
+        try:
+            results = self.executable(*arrays)
+        except LinalgInputError as error:
+            # The cpu target's ATen call raises torch's own error; the numpy references (interp, nki-sim) raise
+            # the IR's. Users catch what eager raises, whatever the target: the IR's error stays the cause.
+            raise torch.linalg.LinAlgError(str(error)) from error
         outputs: list[Any] = []
         for output in graph.outputs:
             if isinstance(output, ComputedOutput):
