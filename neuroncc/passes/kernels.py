@@ -172,8 +172,7 @@ def reduced_domain_dims(region: Function, domain: tuple[int, ...]) -> ReducedDim
             dims = op.attrs["dims"]
         lead = len(domain) - len(shape)
         aligned = lead >= 0 and all(s in (1, domain[lead + i]) for i, s in enumerate(shape))
-        # (argmax over dim 0 of a 0-dim tensor names a dim the operand does not have: it reduces nothing)
-        found = {lead + d for d in dims if d < len(shape) and shape[d] != 1} if aligned else set(range(len(domain)))
+        found = {lead + d for d in dims if shape[d] != 1} if aligned else set(range(len(domain)))
         everything |= found
         if any(r in read for r in op.results):
             whole |= found
