@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -26,7 +26,7 @@ from neuroncc.ir.ops import REGISTRY
 from neuroncc.ir.printer import print_function
 from neuroncc.ir.types import contiguous_strides
 
-PLAN_VERSION = 1
+PLAN_VERSION = 2
 ALIGN = 64
 
 
@@ -93,7 +93,7 @@ class LaunchPlan:
     steps: list[StepSpec] = field(default_factory=list)
     outputs: list[int] = field(default_factory=list)
     arena_bytes: int = 0
-    object_sha256: str = ""  # of kernels.o: a truncated or foreign object file must never reach LLVM
+    object_sha256: str = ""  # of kernels.a: a truncated or foreign object file must never reach LLVM
     version: int = PLAN_VERSION
 
     def to_json(self) -> str:
@@ -144,8 +144,10 @@ def _layout_spec(layout: Layout) -> ValueSpec:
 
 
 class _Planner:
-    def __init__(self, fn: Function, cpu: str, features: str, memory_plan: Any):
+    def __init__(self, fn: Function, cpu: str, features: str, memory_plan: Any,
+                 on_kernel: Callable[[str], None] | None = None):
         self.fn = fn
+        self.on_kernel = on_kernel
         self.plan = LaunchPlan(function_hash(fn), cpu, features)
         self.ids: dict[Value, int] = {}
         self.memory_offsets: Mapping[Any, int] = getattr(memory_plan, "offsets", None) or {}
@@ -267,11 +269,14 @@ class _Planner:
             block = op.attrs.get("block")  # tiling attribute, when the tiling pass sets one
             kplan = plan_kernel(region, params, outputs, block=block if isinstance(block, int) and block > 0 else BLOCK)
             kplan.aligned_args = frozenset(self._aligned_slots(op, kplan))
-            text, symbols = emit_kernel(kplan, f"k{op_index}")
+            texts, symbols = emit_kernel(kplan, f"k{op_index}")
         except CodegenError as exc:
             self.plan.steps.append(_replace(step, reason=str(exc)))
             return
-        self.ir_texts.append(text)
+        self.ir_texts += texts
+        if self.on_kernel is not None:
+            for text in texts:
+                self.on_kernel(text)
         slots = [SlotSpec("value", self.ids[v]) for v in op.operands + op.results]
         scratch_cursor = 0
         for extra in kplan.extra:
@@ -303,8 +308,12 @@ def _replace(step: StepSpec, **changes: Any) -> StepSpec:
     return replace(step, **changes)
 
 
-def plan_launch(fn: Function, cpu: str, features: str, memory_plan: Any = None) -> tuple[LaunchPlan, list[str]]:
+def plan_launch(fn: Function, cpu: str, features: str, memory_plan: Any = None,
+                on_kernel: Callable[[str], None] | None = None) -> tuple[LaunchPlan, list[str]]:
     """The launch plan of ``fn`` (already in top-level form) and the LLVM IR of its native kernels.
+
+    ``on_kernel(text)`` is called with each LLVM module (one per kernel phase) as soon as it is generated (the
+    launcher starts compiling it while the next kernel is planned).
 
     ``memory_plan`` (``neuroncc.passes.plan_memory.MemoryPlan`` or anything with ``offsets`` keyed by value
     number or Value, optionally ``sizes`` and ``arena_bytes``) places arena values. A planned slot is not used
@@ -313,7 +322,7 @@ def plan_launch(fn: Function, cpu: str, features: str, memory_plan: Any = None) 
     not overwrite an input); such values, and values the plan omits, get fresh slots after the planned arena.
     Scratch buffers of kernels share one region after the values (kernels run one at a time).
     """
-    planner = _Planner(fn, cpu, features, memory_plan)
+    planner = _Planner(fn, cpu, features, memory_plan, on_kernel)
     plan = planner.run()
     # scratch offsets are relative to the scratch region, which starts after the values
     base = _align(planner.arena_end)

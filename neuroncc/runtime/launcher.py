@@ -1,16 +1,18 @@
 """The host launcher: ``build_cpu_executable(fn, options)`` -> a callable running native kernels in order.
 
-Build: wrap leftover top-level ops in kernels, plan buffers and loop nests (:mod:`launch_plan`), compile all
-kernels as one LLVM module (O3, host CPU), load the object code. Call: check and place inputs, allocate fresh
-output arrays, then for each step patch the few argument slots that change per call (inputs, outputs) into a
-prebuilt ctypes argument array and call the phase functions, across the thread pool when the work is big
-enough. Intermediates live in one arena reused by every call; returned arrays never alias it.
+Build: wrap leftover top-level ops in kernels, plan buffers and loop nests (:mod:`launch_plan`), compile each
+kernel phase (O3, host CPU) on ``compile_threads`` LLVM workers while the planner emits the next, load the
+object code. Call: check and place inputs, allocate fresh output arrays, then for each step patch the few
+argument slots that change per call (inputs, outputs) into a prebuilt ctypes argument array and call the phase
+functions, across the thread pool when the work is big enough. Intermediates live in one arena reused by every
+call; returned arrays never alias it.
 
 Options (all optional): ``threads`` (default: torch's thread count if torch is loaded, else the CPU count),
-``threading`` (``python``: a persistent pool of Python threads, the default; ``openmp``: ATen's own OpenMP
-team through torch's libgomp, which avoids oversubscribing cores with ATen but degrades badly when the machine
-is overloaded: spin barriers), ``memory_plan`` (``neuroncc.passes.plan_memory.plan(fn)``'s MemoryPlan, or any
-object with ``offsets`` by value number or Value; see :func:`neuroncc.runtime.launch_plan.plan_launch`).
+``compile_threads`` (LLVM compile workers; default: ``threads``), ``threading`` (``python``: a persistent pool
+of Python threads, the default; ``openmp``: ATen's own OpenMP team through torch's libgomp, which avoids
+oversubscribing cores with ATen but degrades badly when the machine is overloaded: spin barriers),
+``memory_plan`` (``neuroncc.passes.plan_memory.plan(fn)``'s MemoryPlan, or any object with ``offsets`` by value
+number or Value; see :func:`neuroncc.runtime.launch_plan.plan_launch`).
 """
 
 from __future__ import annotations
@@ -31,13 +33,15 @@ from neuroncc.codegen.llvm.regions import wrap_remaining_ops
 from neuroncc.errors import ArtifactError, InputError, NeuronccError
 from neuroncc.ir.dtypes import DType
 from neuroncc.ir.graph import Function
+from neuroncc.runtime.ar_archive import read_archive, write_archive
 from neuroncc.runtime.extern import run_extern
 from neuroncc.runtime.extern_library import LIBRARY_CALLS, run_library
 from neuroncc.runtime.launch_plan import LaunchPlan, StepSpec, ValueSpec, function_hash, plan_launch
 from neuroncc.runtime.threads import default_threads, get_pool, get_team
 
 PHASE_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
-PLAN_FILE, IR_FILE, OBJECT_FILE = "plan.json", "kernels.ll", "kernels.o"
+#: kernels.a: the object files of the kernel phases in one ar archive (runtime/ar_archive.py)
+PLAN_FILE, IR_FILE, OBJECT_FILE = "plan.json", "kernels.ll", "kernels.a"
 #: Matmul epilogues run on blocks of rows whose output fits comfortably in L2.
 ROW_BLOCK_BYTES = 1 << 19
 
@@ -224,15 +228,16 @@ class CpuExecutable:
     # ---- artifacts -----------------------------------------------------------------------------------------
 
     def save(self, directory: str | Path) -> list[str]:
-        """Write plan.json, kernels.ll and kernels.o into ``directory``; returns the file names (relative to
+        """Write plan.json, kernels.ll and kernels.a into ``directory``; returns the file names (relative to
         ``directory``) written. The graph itself is not written: the artifact layer stores it."""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         (directory / PLAN_FILE).write_text(self.plan.to_json(), encoding="utf-8")
         files = [PLAN_FILE]
         if self.module is not None:
-            (directory / IR_FILE).write_text(self.module.llvm_ir, encoding="utf-8")
-            (directory / OBJECT_FILE).write_bytes(self.module.object_code)
+            modules = (m if m.endswith("\n") else m + "\n" for m in self.module.llvm_ir)
+            (directory / IR_FILE).write_text("".join(modules), encoding="utf-8")
+            (directory / OBJECT_FILE).write_bytes(write_archive(self.module.objects))
             files += [IR_FILE, OBJECT_FILE]
         return files
 
@@ -393,10 +398,15 @@ def build_cpu_executable(fn: Function, options: Mapping[str, Any] | None = None)
     start = time.perf_counter()
     top = wrap_remaining_ops(fn)
     cpu, features = jit.host_cpu()
-    plan, ir_texts = plan_launch(top, cpu, features, _memory_plan(options))
-    module = jit.compile_ir(ir_texts) if ir_texts else None
+    compiler = jit.KernelCompiler(int(options.get("compile_threads") or _threads(options)))
+    try:
+        plan, _ = plan_launch(top, cpu, features, _memory_plan(options), on_kernel=compiler.submit)
+    except BaseException:
+        compiler.close()
+        raise
+    module = compiler.finish()
     if module is not None:
-        plan.object_sha256 = hashlib.sha256(module.object_code).hexdigest()
+        plan.object_sha256 = hashlib.sha256(write_archive(module.objects)).hexdigest()
     return CpuExecutable(top, plan, module, _threads(options), time.perf_counter() - start, _threading(options))
 
 
@@ -420,14 +430,31 @@ def load_cpu_executable(directory: str | Path, fn: Function, options: Mapping[st
     module = None
     if any(step.native for step in plan.steps):
         try:
-            object_code = (directory / OBJECT_FILE).read_bytes()
-            llvm_ir = (directory / IR_FILE).read_text(encoding="utf-8") if (directory / IR_FILE).exists() else ""
+            archive = (directory / OBJECT_FILE).read_bytes()
         except OSError as exc:
             raise ArtifactError(f"cannot read kernel object code in {directory}: {exc}") from None
-        if hashlib.sha256(object_code).hexdigest() != plan.object_sha256:
+        if hashlib.sha256(archive).hexdigest() != plan.object_sha256:
             raise ArtifactError(f"{directory / OBJECT_FILE} is corrupt (checksum mismatch)")
-        module = jit.load_object(object_code, llvm_ir)
+        objects = read_archive(archive, str(directory / OBJECT_FILE))
+        try:
+            llvm_ir = (directory / IR_FILE).read_text(encoding="utf-8") if (directory / IR_FILE).exists() else ""
+        except (OSError, UnicodeDecodeError):
+            llvm_ir = ""  # for inspection only: the object files are what runs
+        module = jit.load_objects(objects, _split_modules(llvm_ir))
     return CpuExecutable(top, plan, module, _threads(options), threading_mode=_threading(options))
+
+
+def _split_modules(text: str) -> list[str]:
+    """kernels.ll back into its modules (each starts with its "; ModuleID" line)."""
+    modules, current = [], []
+    for line in text.splitlines(keepends=True):
+        if line.startswith("; ModuleID") and current:
+            modules.append("".join(current))
+            current = []
+        current.append(line)
+    if current:
+        modules.append("".join(current))
+    return modules
 
 
 __all__ = ["CpuExecutable", "KernelIndexError", "build_cpu_executable", "load_cpu_executable"]

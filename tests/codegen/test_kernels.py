@@ -196,10 +196,10 @@ def test_large_outputs_are_streamed_with_nontemporal_stores(rng):
     fn = b.build([b.op("div", b.op("exp", x), s), b.op("tanh", v), b.op("cast", x, dtype=DType.f16)])
     exe, _ = run_both(fn, [rng.standard_normal((1024, 1024)).astype(np.float32),
                            rng.standard_normal(1 << 21).astype(np.float32)])
-    assert exe.module.llvm_ir.count("!nontemporal") >= 3
+    assert "".join(exe.module.llvm_ir).count("!nontemporal") >= 3
     from neuroncc.codegen.llvm import jit
 
-    assert "vmovntps" in jit.assembly([exe.module.llvm_ir]) or "movnt" in jit.assembly([exe.module.llvm_ir])
+    assert "movnt" in jit.assembly(exe.module.llvm_ir)
 
 
 @pytest.mark.parametrize("dtype", [DType.bf16, DType.f16, DType.i64])

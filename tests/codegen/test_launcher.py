@@ -12,6 +12,7 @@ from neuroncc.codegen.llvm.regions import wrap_remaining_ops
 from neuroncc.errors import ArtifactError, InputError
 from neuroncc.ir import Builder, DType, TensorType, interpret, parse, print_function
 from neuroncc.runtime.driver import DEFAULT_TARGET, compile_graph
+from neuroncc.runtime.launch_plan import PLAN_VERSION
 from neuroncc.runtime.launcher import CpuExecutable, build_cpu_executable, load_cpu_executable
 
 
@@ -97,7 +98,7 @@ def test_save_and_load_without_recompiling(tmp_path, rng, monkeypatch):
     fn = mlp_like()
     exe = build_cpu_executable(fn, {})
     files = exe.save(tmp_path / "artifact")
-    assert sorted(files) == ["kernels.ll", "kernels.o", "plan.json"]  # names relative to the directory
+    assert sorted(files) == ["kernels.a", "kernels.ll", "plan.json"]  # names relative to the directory
     json.loads((tmp_path / "artifact" / "plan.json").read_text())
     from neuroncc.codegen.llvm import jit
 
@@ -121,10 +122,13 @@ def test_load_rejects_other_graphs_and_corrupt_files(tmp_path):
         load_cpu_executable(tmp_path / "a", b.build([b.params[0]]))
     with pytest.raises(ArtifactError):
         load_cpu_executable(tmp_path / "missing", fn)
-    (tmp_path / "a" / "kernels.o").write_bytes(b"not an object file")
-    with pytest.raises(ArtifactError):
+    (tmp_path / "a" / "kernels.a").write_bytes(b"not an object file")
+    with pytest.raises(ArtifactError, match="corrupt"):
         load_cpu_executable(tmp_path / "a", fn)
-    (tmp_path / "a" / "plan.json").write_text("{\"version\": 1}")
+    (tmp_path / "a" / "kernels.a").unlink()
+    with pytest.raises(ArtifactError, match="cannot read kernel object code"):
+        load_cpu_executable(tmp_path / "a", fn)
+    (tmp_path / "a" / "plan.json").write_text(json.dumps({"version": PLAN_VERSION}))
     with pytest.raises(ArtifactError, match="malformed"):
         load_cpu_executable(tmp_path / "a", fn)
 

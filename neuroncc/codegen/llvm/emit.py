@@ -27,10 +27,14 @@ STREAM_MIN_BYTES = 1 << 22
 
 
 class KernelEmitter:
-    """Emits the phase functions of one kernel plan into ``module`` (see the module docstring)."""
+    """Emits the phase functions of one kernel plan, each into a module of its own (see the module docstring).
 
-    def __init__(self, module: ir.Module, plan: KernelPlan, symbol: str):
-        self.module = module
+    One module per phase, not per kernel: modules are the unit of parallel LLVM compilation, and the phases
+    of one big kernel (a LayerNorm backward: six) are what balances the compile workers."""
+
+    def __init__(self, plan: KernelPlan, symbol: str):
+        self.module: ir.Module = None  # type: ignore[assignment]  # the current phase's
+        self.modules: list[ir.Module] = []
         self.plan = plan
         self.symbol = symbol
         self.b: ir.IRBuilder = None  # type: ignore[assignment]
@@ -39,14 +43,16 @@ class KernelEmitter:
         self._constants: dict[int, ir.Constant] = {}
         self._entry: ir.IRBuilder = None  # type: ignore[assignment]
 
-    def emit(self) -> list[str]:
-        """Emit every phase; returns their symbols in run order."""
-        return [self._emit_phase(i, phase) for i, phase in enumerate(self.plan.phases)]
+    def emit(self) -> list[tuple[str, ir.Module]]:
+        """Emit every phase; returns (symbol, module) of each in run order."""
+        return [(self._emit_phase(i, phase), self.module) for i, phase in enumerate(self.plan.phases)]
 
     # ---- functions and loops -------------------------------------------------------------------------
 
     def _emit_phase(self, number: int, phase: Phase) -> str:
         symbol = f"{self.symbol}_p{number}"
+        self.module = ir.Module(name=symbol)
+        self.modules.append(self.module)
         n_args = self.plan.n_args
         body_fn = ir.Function(self.module, ir.FunctionType(VOID, [PTR] * n_args + [I64, I64]), f"{symbol}.body")
         body_fn.linkage = "internal"

@@ -1,16 +1,27 @@
 """LLVM plumbing: one target machine for the host, the O3 pipeline, object emission and loading.
 
-Compilation always goes through an object file: ``compile_ir`` verifies and optimizes the module, emits
-object code once, and loads that object into an MCJIT engine. Loading a saved artifact is the same second
-half (``load_object``), so a cached executable runs exactly the code that was tested, without recompiling.
+Compilation always goes through object files: a :class:`KernelCompiler` verifies and optimizes each module
+(one per kernel phase) and emits its object code once; the objects are loaded into one MCJIT engine. Loading a saved artifact is the same second half (:func:`load_objects`), so a
+cached executable runs exactly the code that was tested, without recompiling.
+
+Kernels compile in parallel, on worker threads that each own an LLVM context, a target machine and a pass
+builder. llvmlite wraps every LLVM C-API call in one process-wide lock (its global context is shared), which
+would serialize the workers; the two calls that take the time (running the O3 pipeline, emitting object code)
+only touch the worker's own context and target machine, so they are made through the unlocked ctypes function
+behind llvmlite's wrapper. Everything else (parsing, verifying, linking) keeps the lock. ctypes releases the
+GIL during those calls, so workers also run while the launch planner emits the next kernel's IR in Python.
 """
 
 from __future__ import annotations
 
+import ctypes
+import queue
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import llvmlite.binding as llvm
+from llvmlite.binding import ffi
 
 from neuroncc.errors import ArtifactError, CodegenError
 
@@ -29,28 +40,39 @@ def host_cpu() -> tuple[str, str]:
     """The host CPU's name and feature string (part of the artifact's identity: code is CPU-specific)."""
     with _LOCK:
         _initialize()
-    return llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()
+        if "cpu" not in _STATE:
+            _STATE["cpu"] = (llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten())
+    return _STATE["cpu"]  # type: ignore[return-value]
 
 
 def target_machine() -> llvm.TargetMachine:
     """A fresh target machine for the host CPU with all of its features, at -O3.
 
-    Fresh per use: an MCJIT engine takes ownership of the target machine it is created with.
+    Fresh per use: an MCJIT engine takes ownership of the target machine it is created with, and a compile
+    worker must not share one with another thread.
     """
-    with _LOCK:
-        _initialize()
-        target = _STATE["target"]
     cpu, features = host_cpu()
+    target = _STATE["target"]
     return target.create_target_machine(cpu=cpu, features=features, opt=3, reloc="pic", codemodel="default")
+
+
+def _unlocked(name: str) -> Any:
+    """The ctypes function behind llvmlite's locked wrapper of C-API function ``name`` (the wrapper itself if
+    this llvmlite has no such attribute: still correct, only serialized)."""
+    wrapper = getattr(ffi.lib, name)
+    return getattr(wrapper, "_cfn", wrapper)
 
 
 @dataclass
 class JitModule:
-    """Loaded machine code: symbol addresses stay valid while this object (its engine) is alive."""
+    """Loaded machine code: symbol addresses stay valid while this object (its engine) is alive.
+
+    ``objects`` are the object files loaded and ``llvm_ir`` the unoptimized LLVM IR modules they were compiled
+    from, one per kernel phase (the IR for inspection and the artifact's ``kernels.ll``)."""
 
     engine: llvm.ExecutionEngine
-    object_code: bytes
-    llvm_ir: str
+    objects: list[bytes]
+    llvm_ir: list[str] = field(default_factory=list)
 
     def address(self, symbol: str) -> int:
         address = self.engine.get_function_address(symbol)
@@ -59,31 +81,28 @@ class JitModule:
         return address
 
 
+def _parse(text: str, context: Any = None) -> llvm.ModuleRef:
+    try:
+        module = llvm.parse_assembly(text, context)
+        module.verify()
+    except RuntimeError as exc:
+        raise CodegenError(f"generated LLVM IR does not verify: {exc}") from None
+    return module
+
+
 def parse_and_link(ir_texts: list[str]) -> llvm.ModuleRef:
-    """Parse and verify each module (one per kernel), then link them into one."""
+    """Parse and verify each module (one per kernel), then link them into one (global context)."""
     with _LOCK:
         _initialize()
-    modules = []
-    for text in ir_texts:
-        try:
-            module = llvm.parse_assembly(text)
-            module.verify()
-        except RuntimeError as exc:
-            raise CodegenError(f"generated LLVM IR does not verify: {exc}") from None
-        modules.append(module)
-    if not modules:
-        modules.append(llvm.parse_assembly(""))
+    modules = [_parse(text) for text in ir_texts] or [llvm.parse_assembly("")]
     linked = modules[0]
     for module in modules[1:]:
         linked.link_in(module)
     return linked
 
 
-def optimize(ir_texts: list[str]) -> tuple[llvm.ModuleRef, llvm.TargetMachine, str]:
-    """Parse, verify, link and optimize (O3, host CPU, loop + SLP vectorizers); also returns the linked text."""
-    tm = target_machine()
-    module = parse_and_link(ir_texts)
-    linked_text = str(module)
+def _run_o3(module: llvm.ModuleRef, tm: llvm.TargetMachine) -> None:
+    """O3 for the host CPU with the loop and SLP vectorizers (loop unrolling off: the vectorizer interleaves)."""
     module.triple = tm.triple
     module.data_layout = str(tm.target_data)
     tuning = llvm.create_pipeline_tuning_options(speed_level=3)
@@ -91,34 +110,131 @@ def optimize(ir_texts: list[str]) -> tuple[llvm.ModuleRef, llvm.TargetMachine, s
     tuning.slp_vectorization = True
     tuning.loop_unrolling = False
     tuning.loop_interleaving = True
-    builder = llvm.create_pass_builder(tm, tuning)
-    builder.getModulePassManager().run(module, builder)
-    return module, tm, linked_text
+    builder = llvm.create_pass_builder(tm, tuning)  # one per module: its analysis managers key on module address
+    _unlocked("LLVMPY_RunNewModulePassManager")(builder.getModulePassManager(), module, builder)
 
 
-def compile_ir(ir_texts: list[str]) -> JitModule:
-    """Verify, link, optimize, emit object code once and load it. Raises CodegenError on invalid IR."""
-    module, tm, linked_text = optimize(ir_texts)
-    object_code = tm.emit_object(module)
-    return load_object(object_code, linked_text)
+def _emit_object(tm: llvm.TargetMachine, module: llvm.ModuleRef) -> bytes:
+    """``tm.emit_object(module)`` without llvmlite's process-wide lock (see the module docstring)."""
+    with ffi.OutputString() as error:
+        buffer = _unlocked("LLVMPY_TargetMachineEmitToMemory")(tm, module, 1, error)
+        if not buffer:
+            raise CodegenError(f"LLVM cannot emit object code: {error}")
+    try:
+        return ctypes.string_at(ffi.lib.LLVMPY_GetBufferStart(buffer), ffi.lib.LLVMPY_GetBufferSize(buffer))
+    finally:
+        ffi.lib.LLVMPY_DisposeMemoryBuffer(buffer)
+
+
+def optimize(ir_texts: list[str]) -> tuple[llvm.ModuleRef, llvm.TargetMachine]:
+    """Parse, verify, link and optimize the modules as one (tests and :func:`assembly`)."""
+    module = parse_and_link(ir_texts)
+    tm = target_machine()
+    _run_o3(module, tm)
+    return module, tm
 
 
 def assembly(ir_texts: list[str]) -> str:
-    """The optimized module's assembly (tests check it for vector registers)."""
-    module, tm, _ = optimize(ir_texts)
+    """The optimized modules' assembly (tests check it for vector registers)."""
+    module, tm = optimize(ir_texts)
     return tm.emit_assembly(module)
 
 
-def load_object(object_code: bytes, llvm_ir: str = "") -> JitModule:
-    """Load object code produced by :func:`compile_ir` (or read from an artifact) into a new engine."""
+class _Worker(threading.Thread):
+    """Takes (index, module text) from the shared inbox until None, compiling each in its own LLVM context."""
+
+    def __init__(self, inbox: queue.SimpleQueue, objects: dict[int, bytes]) -> None:
+        super().__init__(name="neuroncc-llvm", daemon=True)
+        self.inbox, self.objects = inbox, objects
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        context = tm = None
+        while (task := self.inbox.get()) is not None:
+            if self.error is not None:
+                continue  # keep draining: the producer queues until finish()
+            try:
+                if context is None:
+                    context, tm = llvm.create_context(), target_machine()
+                index, text = task
+                module = _parse(text, context)
+                _run_o3(module, tm)
+                self.objects[index] = _emit_object(tm, module)
+                module.close()
+            except BaseException as exc:  # re-raised on the compiling thread by KernelCompiler.finish
+                self.error = exc
+
+
+class KernelCompiler:
+    """Compiles kernel modules while they are being generated: ``submit(text)`` each, then ``finish()``.
+
+    Up to ``workers`` threads take modules from one queue as they become free; every module becomes one
+    object file, and the objects are kept in submission order, so the result does not depend on the number
+    of workers or on which worker compiled what.
+    """
+
+    def __init__(self, workers: int = 1):
+        with _LOCK:
+            _initialize()
+        self.max_workers = max(int(workers), 1)
+        self.workers: list[_Worker] = []
+        self.inbox: queue.SimpleQueue = queue.SimpleQueue()
+        self.objects: dict[int, bytes] = {}
+        self.texts: list[str] = []
+
+    def submit(self, text: str) -> None:
+        if len(self.workers) < min(self.max_workers, len(self.texts) + 1):
+            worker = _Worker(self.inbox, self.objects)
+            worker.start()
+            self.workers.append(worker)
+        self.inbox.put((len(self.texts), text))
+        self.texts.append(text)
+
+    def close(self) -> None:
+        """Stop the workers (after the modules already queued); no effect after the first call."""
+        running = [worker for worker in self.workers if worker.is_alive()]
+        for _ in running:
+            self.inbox.put(None)
+        for worker in running:
+            worker.join()
+
+    def finish(self) -> JitModule | None:
+        """Wait for the workers and load their objects; None when nothing was submitted."""
+        self.close()
+        for worker in self.workers:
+            if worker.error is not None:
+                if isinstance(worker.error, CodegenError):
+                    raise worker.error
+                raise CodegenError(f"LLVM compilation failed: {worker.error}") from worker.error
+        if not self.texts:
+            return None
+        return load_objects([self.objects[i] for i in range(len(self.texts))], self.texts)
+
+
+def compile_ir(ir_texts: list[str], workers: int = 1) -> JitModule:
+    """Verify, optimize, emit object code and load it. Raises CodegenError on invalid IR."""
+    compiler = KernelCompiler(workers)
+    for text in ir_texts:
+        compiler.submit(text)
+    module = compiler.finish()
+    if module is None:
+        raise CodegenError("no LLVM modules to compile")
+    return module
+
+
+def load_objects(objects: list[bytes], llvm_ir: list[str] | None = None) -> JitModule:
+    """Load object code produced by a :class:`KernelCompiler` (or read from an artifact) into a new engine."""
+    with _LOCK:
+        _initialize()
     tm = target_machine()
     empty = llvm.parse_assembly("")
     empty.triple = tm.triple
     empty.data_layout = str(tm.target_data)
     engine = llvm.create_mcjit_compiler(empty, tm)
-    try:
-        engine.add_object_file(llvm.ObjectFileRef.from_data(object_code))
-    except Exception as exc:  # llvmlite reports a broken object as a generic error
-        raise ArtifactError(f"cannot load kernel object code: {exc}") from None
+    for object_code in objects:
+        try:
+            engine.add_object_file(llvm.ObjectFileRef.from_data(object_code))
+        except Exception as exc:  # llvmlite reports a broken object as a generic error
+            raise ArtifactError(f"cannot load kernel object code: {exc}") from None
     engine.finalize_object()
-    return JitModule(engine, object_code, llvm_ir)
+    return JitModule(engine, list(objects), list(llvm_ir or []))

@@ -1,0 +1,94 @@
+"""Kernels compile on several LLVM workers (codegen/llvm/jit.py KernelCompiler) while they are generated."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+from neuroncc.codegen.llvm import jit
+from neuroncc.errors import ArtifactError, CodegenError
+from neuroncc.ir import Builder, DType, TensorType, interpret
+from neuroncc.passes import run_pipeline
+from neuroncc.passes.pipeline import default_pipeline
+from neuroncc.runtime.ar_archive import read_archive, write_archive
+from neuroncc.runtime.launcher import build_cpu_executable, load_cpu_executable
+
+
+def many_kernels():
+    """Softmax, a LayerNorm-like normalization and matmul epilogues: several kernels after fusion."""
+    b = Builder("many")
+    x = b.param(TensorType((16, 32), DType.f32), "x")
+    w = b.param(TensorType((32, 24), DType.f32), "w")
+    e = b.op("exp", b.op("sub", x, b.op("amax", x, dims=(1,), keepdim=True)))
+    soft = b.op("div", e, b.op("sum", e, dims=(1,), keepdim=True))
+    centered = b.op("sub", x, b.op("mean", x, dims=(1,), keepdim=True))
+    norm = b.op("mul", centered, b.op("rsqrt", b.op("add", b.op("mean", b.op("mul", centered, centered), dims=(1,),
+                                                                 keepdim=True), b.op("full", shape=(16, 1), dtype=DType.f32, value=1e-5))))
+    h = b.op("tanh", b.op("mm", soft, w))
+    for _ in range(3):  # a matmul ends a kernel: each epilogue is one more
+        h = b.op("sigmoid", b.op("mm", b.op("permute", h, dims=(1, 0)), b.op("exp", h)))
+    return run_pipeline(default_pipeline("cpu"), b.build([soft, norm, h, b.op("sum", h, dims=(0,))]))
+
+
+def inputs(rng):
+    return [rng.standard_normal((16, 32)).astype(np.float32), rng.standard_normal((32, 24)).astype(np.float32)]
+
+
+@pytest.mark.parametrize("workers", [1, 2, 5])
+def test_any_number_of_workers_compiles_the_same_objects(rng, workers):
+    fn = many_kernels()
+    args = inputs(rng)
+    exe = build_cpu_executable(fn, {"compile_threads": workers})
+    phases = sum(len(step.phases) for step in exe.plan.steps if step.native)
+    assert len(exe.plan.steps) >= 4 and len(exe.module.objects) == len(exe.module.llvm_ir) == phases
+    for got, want in zip(exe(*args), interpret(fn, args)):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    serial = build_cpu_executable(fn, {"compile_threads": 1})
+    assert exe.module.objects == serial.module.objects  # in submission order, whoever compiled them
+
+
+def test_artifact_keeps_the_objects_in_one_archive(rng, tmp_path):
+    fn = many_kernels()
+    exe = build_cpu_executable(fn, {"compile_threads": 2})
+    exe.save(tmp_path)
+    assert read_archive((tmp_path / "kernels.a").read_bytes()) == exe.module.objects
+    loaded = load_cpu_executable(tmp_path, fn)
+    assert loaded.module.objects == exe.module.objects
+    # kernels.ll splits back into its modules
+    assert [m.strip() for m in loaded.module.llvm_ir] == [m.strip() for m in exe.module.llvm_ir]
+    args = inputs(rng)
+    for got, want in zip(loaded(*args), exe(*args)):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_archive_round_trip_and_corruption():
+    members = [b"", b"a", b"odd", b"\x7fELF" + bytes(range(200))]
+    blob = write_archive(members)
+    assert blob.startswith(b"!<arch>\n") and read_archive(blob) == members
+    for broken, message in [(b"nope", "not an ar archive"), (blob[:-3], "past the end"),
+                            (blob[:70], "truncated"), (blob.replace(b"1.o/", b"7.o/"), "unexpected member")]:
+        with pytest.raises(ArtifactError, match=message):
+            read_archive(broken, "kernels.a")
+
+
+def test_a_bad_module_raises_codegen_error_and_stops_every_worker():
+    before = threading.active_count()
+    compiler = jit.KernelCompiler(3)
+    good = 'define void @"ok"(ptr %".1") {\nentry:\n  ret void\n}\n'
+    compiler.submit(good)
+    compiler.submit("define void @broken( {")
+    compiler.submit(good.replace("ok", "ok2"))
+    compiler.submit(good.replace("ok", "ok3"))  # queued behind the broken one on its worker
+    with pytest.raises(CodegenError, match="does not verify"):
+        compiler.finish()
+    assert threading.active_count() == before
+
+
+def test_compile_threads_run_llvm_outside_llvmlites_lock():
+    """The O3 pipeline and object emission go through the unlocked ctypes function (else workers serialize)."""
+    for name in ("LLVMPY_RunNewModulePassManager", "LLVMPY_TargetMachineEmitToMemory"):
+        fn = jit._unlocked(name)
+        assert fn is not getattr(jit.ffi.lib, name)
+        assert fn.argtypes == getattr(jit.ffi.lib, name).argtypes
