@@ -8,9 +8,10 @@ functions, across the thread pool when the work is big enough. Intermediates liv
 call; returned arrays never alias it.
 
 Options (all optional): ``threads`` (default: torch's thread count if torch is loaded, else the CPU count),
-``compile_threads`` (LLVM compile workers; default: ``threads``), ``threading`` (``python``: a persistent pool
-of Python threads, the default; ``openmp``: ATen's own OpenMP team through torch's libgomp, which avoids
-oversubscribing cores with ATen but degrades badly when the machine is overloaded: spin barriers),
+``compile_threads`` (LLVM compile workers; default: ``threads``), ``threading`` (``openmp``, the default:
+ATen's own OpenMP team through torch's libgomp, so neuroncc's kernels and ATen's matmuls share one set of
+threads; ``python``: a persistent pool of Python threads, used when libgomp is not found, and better on a
+machine oversubscribed by other processes, where OpenMP's spinning barriers degrade badly),
 ``memory_plan`` (``neuroncc.passes.plan_memory.plan(fn)``'s MemoryPlan, or any object with ``offsets`` by value
 number or Value; see :func:`neuroncc.runtime.launch_plan.plan_launch`).
 """
@@ -76,7 +77,7 @@ class CpuExecutable:
     """The ``cpu`` target's executable: ``exe(*arrays) -> list of arrays``; see the module docstring."""
 
     def __init__(self, function: Function, plan: LaunchPlan, module: jit.JitModule | None, threads: int,
-                 compile_seconds: float = 0.0, threading_mode: str = "python"):
+                 compile_seconds: float = 0.0, threading_mode: str = "openmp"):
         self.function = function  # the top-level form actually run (kernels wrapped)
         self.plan = plan
         self.module = module
@@ -381,8 +382,8 @@ def _threads(options: Mapping[str, Any]) -> int:
 
 
 def _threading(options: Mapping[str, Any]) -> str:
-    """``python`` (neuroncc's persistent pool, the default) or ``openmp`` (ATen's thread team)."""
-    mode = options.get("threading", "python")
+    """``openmp`` (ATen's thread team, the default) or ``python`` (neuroncc's persistent pool)."""
+    mode = options.get("threading", "openmp")
     if mode not in ("openmp", "python"):
         raise InputError(f"option threading must be 'openmp' or 'python', got {mode!r}")
     return mode
