@@ -60,7 +60,19 @@ def copy_views_that_cannot_stay(fn: Function) -> Function:
         root_op = producers.get(found[0])
         return root_op is not None and op_kind(root_op) == CONSTANT
 
-    wanted = [v for op in fn.ops if op_kind(op) in (MATMUL, OPAQUE) for v in op.operands if needs_copy(v)]
+    def copied(op: Op, position: int, value: Value) -> Value:
+        """The value to copy for operand ``position``: a transposed matrix operand copies the untransposed
+        value, written in its own order (the layout pass then folds the transpose into the matmul's
+        transpose flag), instead of writing the transpose element by element across rows."""
+        permute = producers.get(value)
+        if (op.name in TRANSPOSABLE and position in TRANSPOSABLE[op.name] and permute is not None
+                and permute.name == "permute" and _swaps_last_two(permute.attrs["dims"])
+                and needs_copy(permute.operands[0])):
+            return permute.operands[0]
+        return value
+
+    wanted = [copied(op, i, v) for op in fn.ops if op_kind(op) in (MATMUL, OPAQUE)
+              for i, v in enumerate(op.operands) if needs_copy(v)]
     wanted += [v for v in fn.outputs if needs_copy(v)]
     if not wanted:
         return fn
@@ -69,6 +81,8 @@ def copy_views_that_cannot_stay(fn: Function) -> Function:
     for op in fn.ops:
         if op_kind(op) in (MATMUL, OPAQUE):
             op = Op(op.name, tuple(copies.get(v, v) for v in op.operands), op.results, op.attrs, op.regions)
+        elif op.name == "permute" and op.operands[0] in copies:  # a transpose of a copy: a view of it
+            op = Op(op.name, (copies[op.operands[0]],), op.results, op.attrs, op.regions)
         ops.append(op)
         for result in op.results:
             if result in wanted and result not in copies:
@@ -76,6 +90,15 @@ def copy_views_that_cannot_stay(fn: Function) -> Function:
                 copies[result] = copy.result
                 ops.append(copy)
     return Function(fn.name, fn.params, tuple(ops), tuple(copies.get(v, v) for v in fn.outputs), fn.metadata)
+
+
+#: Matmul operands that a transpose flag can read transposed (addmm's operand 0 is the bias).
+TRANSPOSABLE = {"mm": (0, 1), "bmm": (0, 1), "addmm": (1, 2)}
+
+
+def _swaps_last_two(dims: tuple[int, ...]) -> bool:
+    rank = len(dims)
+    return rank >= 2 and tuple(dims) == tuple(range(rank - 2)) + (rank - 1, rank - 2)
 
 
 class _Outliner:

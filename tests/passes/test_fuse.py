@@ -98,6 +98,27 @@ def test_views_a_matmul_cannot_read_in_place_are_copied_in_the_producer_kernel()
     assert [op.name for op in out.ops[0].regions[0].ops] == ["exp", "permute", "reshape", "copy"]
 
 
+@pytest.mark.parametrize("name", ["mm", "addmm"])
+def test_a_transposed_matmul_operand_copies_the_untransposed_value(name):
+    # A weight gradient mm(permute(reshape(permute(y))), g): the kernel writes the reshape in its own order
+    # and the transpose stays a view that the layout pass folds into transpose_a, instead of the kernel
+    # writing a [12, 2] transpose element by element across rows.
+    b = Builder("f")
+    x, g = b.param(TensorType((2, 3, 4), F32)), b.param(TensorType((2, 5), F32))
+    folded = b.op("reshape", b.op("permute", b.op("exp", x), dims=(2, 1, 0)), shape=(2, 12))
+    transposed = b.op("permute", folded, dims=(1, 0))
+    if name == "mm":
+        product = b.op("mm", transposed, g)  # [12, 2] x [2, 5]
+    else:
+        product = b.op("addmm", b.param(TensorType((5,), F32)), transposed, g)
+    out = fuse(b.build([product]))
+    (kernel,) = [op for op in out.ops if op.name == "kernel"]
+    assert kernel.results[0].type.shape == (2, 12)  # the untransposed copy
+    laid_out = assert_pass_preserves_semantics("layout", out)
+    (matmul,) = [op for op in laid_out.ops if op.name == name]
+    assert matmul.attrs["transpose_a"] and kernel.results[0] in matmul.operands
+
+
 def test_in_place_views_stay_at_the_top_level_and_constants_move_into_kernels():
     b = Builder("f")
     x, w = b.param(TensorType((4, 6), F32)), b.param(TensorType((3, 5), F32))

@@ -126,7 +126,8 @@ def test_transformer_training_step_peak_is_below_the_naive_footprint():
     memory = plan(fn)
     check_plan(fn, memory)
     assert memory.peak_bytes == memory.arena_bytes  # no fragmentation on this graph
-    assert memory.arena_bytes < 0.45 * memory.naive_bytes  # 24.1 MiB instead of 57.1 MiB at the time of writing
+    # 24.1 of 52.1 MiB at the time of writing (57.1 before weight gradients read transposed copies as views)
+    assert memory.arena_bytes < 0.5 * memory.naive_bytes
     assert memory.in_place  # the LayerNorm backward kernel writes d x over the incoming gradient
     small = run_pipeline(FUSED, models.transformer_block_training(batch=2, seq=8, d_model=16, heads=2))
     inputs = random_inputs(small)
