@@ -57,6 +57,23 @@ def copy_bandwidth(nbytes: int = 1 << 28, repeats: int = 10,
     return 2 * nbytes / best / 1e9
 
 
+def parallel_copy_bandwidth(threads: int, nbytes: int = 1 << 28, repeats: int = 10) -> float:
+    """Copy bandwidth in GB/s (read + write bytes per wall-clock second) of ATen's copy_ on ``threads``
+    threads: the memory-bound ceiling for kernels that run on that many threads."""
+    import torch
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        src = torch.ones(nbytes // 4)
+        dst = torch.empty_like(src)
+        dst.copy_(src)
+        best = statistics.median(_time(lambda: dst.copy_(src)) for _ in range(repeats))
+    finally:
+        torch.set_num_threads(previous)
+    return 2 * nbytes / best / 1e9
+
+
 def _time(fn: Callable[[], object], clock: Callable[[], float] = time.perf_counter) -> float:
     start = clock()
     fn()

@@ -202,6 +202,19 @@ def test_large_outputs_are_streamed_with_nontemporal_stores(rng):
     assert "movnt" in jit.assembly(exe.module.llvm_ir)
 
 
+@pytest.mark.parametrize("heavy", [True, False])
+def test_compute_bound_outputs_are_not_streamed(rng, heavy):
+    # two transcendentals per element: the stage is compute-bound, plain stores beat the stack-buffer round trip
+    from neuroncc.codegen.llvm.regions import fuse_whole_function
+
+    b = Builder("stage")
+    x = b.param(TensorType((1024, 1024), DType.f32), "x")
+    y = b.op("mul", b.op("gelu", x), b.op("sigmoid", x)) if heavy else b.op("exp", b.op("add", x, x))
+    fn = fuse_whole_function(b.build([y]))
+    exe, _ = run_both(fn, [rng.standard_normal((1024, 1024)).astype(np.float32)])
+    assert "".join(exe.module.llvm_ir).count("!nontemporal") == (0 if heavy else 1)
+
+
 @pytest.mark.parametrize("dtype", [DType.bf16, DType.f16, DType.i64])
 def test_matmul_epilogue_in_other_dtypes(dtype, rng):
     b = Builder("mm_dtype")
