@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from neuroncc.ir import REGISTRY, Attrs, Category, Function, Op, Value
+from neuroncc.ir import REGISTRY, Attrs, Category, Function, Op, TensorType, Value
 from neuroncc.passes.fusion_groups import CONSTANT, MATMUL, OPAQUE, VIEW, FusionPlanner, Group, op_kind
 from neuroncc.passes.kernels import check_kernel_contract
 from neuroncc.passes.manager import Pass, PassContext
@@ -39,10 +39,44 @@ class Fuse(Pass):
     epilogues: bool = True
 
     def apply(self, fn: Function, ctx: PassContext) -> Function:
-        fn = copy_views_that_cannot_stay(dce(fn))
+        fn = copy_views_that_cannot_stay(transpose_after_elementwise(dce(fn)))
         fused = _Outliner(fn, FusionPlanner(fn, epilogues=self.epilogues)).build()
         check_kernel_contract(fused)
         return fused
+
+
+def transpose_after_elementwise(fn: Function) -> Function:
+    """``bmm(q, mul(permute(k, swap last two), scale))`` -> ``bmm(q, permute(mul(k, scale)))``.
+
+    An elementwise op whose only tensor operand is a transpose and whose only user is a matmul reading it as
+    a transposable operand runs on the untransposed value instead: its kernel then writes in the source's
+    own order, and the transpose stays a view the layout pass folds into the matmul's transpose flag
+    (attention's scaled k^T was written as [B, H, 64, S], element by element across rows)."""
+    producers, users = fn.producers(), fn.users()
+    outputs = set(fn.outputs)
+    moved: dict[Value, tuple[Op, Op]] = {}  # elementwise result -> (its op on the source, the transpose)
+    for op in fn.ops:
+        for position in TRANSPOSABLE.get(op.name, ()):
+            value = op.operands[position]
+            elementwise = producers.get(value)
+            if (value in moved or value in outputs or elementwise is None or len(users.get(value, ())) != 1
+                    or REGISTRY.get(elementwise.name).category is not Category.ELEMENTWISE):
+                continue
+            tensors = [v for v in elementwise.operands if v.type.rank > 0]
+            permute = producers.get(tensors[0]) if len(tensors) == 1 else None
+            if permute is None or permute.name != "permute" or not _swaps_last_two(permute.attrs["dims"]):
+                continue
+            source = permute.operands[0]
+            operands = tuple(source if v is tensors[0] else v for v in elementwise.operands)
+            natural = Value(TensorType(source.type.shape, value.type.dtype), value.hint)
+            moved[value] = (Op(elementwise.name, operands, (natural,), elementwise.attrs),
+                            Op("permute", (natural,), (value,), permute.attrs))
+    if not moved:
+        return fn
+    ops: list[Op] = []
+    for op in fn.ops:
+        ops += moved.get(op.results[0], (op,)) if op.results else [op]
+    return Function(fn.name, fn.params, tuple(ops), fn.outputs, fn.metadata)
 
 
 def copy_views_that_cannot_stay(fn: Function) -> Function:

@@ -119,6 +119,20 @@ def test_a_transposed_matmul_operand_copies_the_untransposed_value(name):
     assert matmul.attrs["transpose_a"] and kernel.results[0] in matmul.operands
 
 
+@pytest.mark.parametrize("users", [1, 2])
+def test_a_scaled_transpose_read_by_a_matmul_is_scaled_before_the_transpose(users):
+    # attention's bmm(q, k^T * scale): the kernel scales k in its own [B, S, D] order and bmm reads it with
+    # transpose_b; with a second user of k^T * scale nothing moves (it would be computed twice).
+    b = Builder("f")
+    q, k = b.param(TensorType((2, 6, 4), F32), "q"), b.param(TensorType((2, 6, 4), F32), "k")
+    scaled = b.op("mul", b.op("permute", b.op("exp", k), dims=(0, 2, 1)), b.op("full", shape=(), dtype=F32, value=0.5))
+    outputs = [b.op("bmm", q, scaled)] + ([b.op("neg", scaled)] if users == 2 else [])
+    out = assert_pass_preserves_semantics("layout", fuse(b.build(outputs)))
+    bmm = next(op for op in out.ops if op.name == "bmm")
+    scaled_shape = out.producers()[bmm.operands[1]].results[0].type.shape
+    assert (bmm.attrs["transpose_b"], scaled_shape) == ((True, (2, 6, 4)) if users == 1 else (False, (2, 4, 6)))
+
+
 def test_in_place_views_stay_at_the_top_level_and_constants_move_into_kernels():
     b = Builder("f")
     x, w = b.param(TensorType((4, 6), F32)), b.param(TensorType((3, 5), F32))
