@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from neuroncc.errors import TypeInferenceError
-from neuroncc.ir.attrs import Attrs, DenseAttr
+from neuroncc.ir.attrs import Attrs, DenseAttr, freeze_attr
 from neuroncc.ir.dtypes import DType
 from neuroncc.ir.types import TensorType
 
@@ -53,19 +53,22 @@ class AttrSpec:
     def accepts(self, value: Any) -> bool:
         kind = self.kind
         if kind.startswith("optional-"):
-            return value is None or AttrSpec(kind.removeprefix("optional-")).accepts(value)
-        checks: dict[str, Callable[[Any], bool]] = {
-            "int": lambda v: isinstance(v, int) and not isinstance(v, bool),
-            "float": lambda v: isinstance(v, float),
-            "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
-            "bool": lambda v: isinstance(v, bool),
-            "str": lambda v: isinstance(v, str),
-            "dtype": lambda v: isinstance(v, DType),
-            "ints": lambda v: isinstance(v, tuple) and all(isinstance(x, int) and not isinstance(x, bool) for x in v),
-            "numbers": lambda v: isinstance(v, tuple) and all(isinstance(x, (int, float)) for x in v),
-            "dense": lambda v: isinstance(v, DenseAttr),
-        }
-        return checks[kind](value)
+            return value is None or _KIND_CHECKS[kind.removeprefix("optional-")](value)
+        return _KIND_CHECKS[kind](value)
+
+
+#: attribute kind -> does a (frozen) value have that kind
+_KIND_CHECKS: dict[str, Callable[[Any], bool]] = {
+    "int": lambda v: isinstance(v, int) and not isinstance(v, bool),
+    "float": lambda v: isinstance(v, float),
+    "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+    "bool": lambda v: isinstance(v, bool),
+    "str": lambda v: isinstance(v, str),
+    "dtype": lambda v: isinstance(v, DType),
+    "ints": lambda v: isinstance(v, tuple) and all(isinstance(x, int) and not isinstance(x, bool) for x in v),
+    "numbers": lambda v: isinstance(v, tuple) and all(isinstance(x, (int, float)) for x in v),
+    "dense": lambda v: isinstance(v, DenseAttr),
+}
 
 
 InferFn = Callable[[tuple[TensorType, ...], Attrs], "TensorType | tuple[TensorType, ...]"]
@@ -99,7 +102,7 @@ class OpDef:
                 if spec.required:
                     raise TypeInferenceError(f"op '{self.name}': missing required attribute '{key}'")
                 values[key] = spec.default
-            value = Attrs({key: values[key]})[key]
+            value = freeze_attr(values[key])
             if spec.kind in ("float", "optional-float") and isinstance(value, int) and not isinstance(value, bool):
                 value = float(value)
             if not spec.accepts(value):

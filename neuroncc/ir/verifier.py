@@ -8,6 +8,8 @@ a ``kernel`` region's parameters match the op's operands. Errors name the op and
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from neuroncc.errors import TypeInferenceError, VerifyError
 from neuroncc.ir.graph import Function, Op, Value
 from neuroncc.ir.printer import value_names
@@ -23,41 +25,53 @@ class OpVerifyError(VerifyError):
 
 def verify(fn: Function) -> None:
     """Raise :class:`VerifyError` if ``fn`` breaks an IR rule; return None otherwise."""
-    names = value_names(fn)
-    _verify(fn, names, defined=set(), where=f"func @{fn.name}", everywhere=set())
+    _verify(fn, _Names(fn), defined=set(), where=lambda: f"func @{fn.name}", everywhere=set())
 
 
-def _name(names: dict[Value, str], value: Value) -> str:
-    return names.get(value, f"<value of type {value.type}>")
+class _Names:
+    """``names(value)``: the value's name as ``fn`` prints, found on first use (only error messages need
+    names, and finding them costs as much as printing the function)."""
+
+    def __init__(self, fn: Function):
+        self.fn = fn
+        self.names: dict[Value, str] | None = None
+
+    def __call__(self, value: Value) -> str:
+        if self.names is None:
+            self.names = value_names(self.fn)
+        return self.names.get(value, f"<value of type {value.type}>")
 
 
-def _verify(fn: Function, names: dict[Value, str], defined: set[Value], where: str, everywhere: set[Value]) -> None:
+def _verify(fn: Function, names: _Names, defined: set[Value], where: Callable[[], str],
+            everywhere: set[Value]) -> None:
     """``defined``: the values visible in this scope; ``everywhere``: every value defined so far, regions included
-    (a value is defined exactly once in the whole function, or printing gives two definitions one name)."""
+    (a value is defined exactly once in the whole function, or printing gives two definitions one name);
+    ``where()``: the scope as error messages name it (built only for a message)."""
     from neuroncc.ir.ops import REGISTRY
 
     def define(value: Value, op: Op | None) -> None:
         if value in everywhere:
-            raise OpVerifyError(f"{where}: value {_name(names, value)} is defined twice", op)
+            raise OpVerifyError(f"{where()}: value {names(value)} is defined twice", op)
         defined.add(value)
         everywhere.add(value)
+
+    def label_of(op: Op) -> str:
+        label = f"{where()}: op '{op.name}'"
+        return label + f" defining {', '.join(names(r) for r in op.results)}" if op.results else label
 
     for param in fn.params:
         define(param, None)
     for op in fn.ops:
-        label = f"{where}: op '{op.name}'"
-        if op.results:
-            label += f" defining {', '.join(_name(names, r) for r in op.results)}"
         for index, operand in enumerate(op.operands):
             if operand not in defined:
                 raise OpVerifyError(
-                    f"{label}: operand #{index} {_name(names, operand)} is not defined before its use", op
+                    f"{label_of(op)}: operand #{index} {names(operand)} is not defined before its use", op
                 )
         if op.name not in REGISTRY:
-            raise OpVerifyError(f"{where}: unknown op '{op.name}'", op)
+            raise OpVerifyError(f"{where()}: unknown op '{op.name}'", op)
         opdef = REGISTRY.get(op.name)
         for region in op.regions:
-            _verify(region, names, defined=set(), where=f"{label} region", everywhere=everywhere)
+            _verify(region, names, defined=set(), where=lambda op=op: f"{label_of(op)} region", everywhere=everywhere)
         try:
             attrs = opdef.normalize_attrs(op.attrs)
             if attrs != op.attrs:
@@ -65,17 +79,18 @@ def _verify(fn: Function, names: dict[Value, str], defined: set[Value], where: s
                 raise TypeInferenceError(f"attributes are not normalized (missing {missing})")
             inferred = opdef.infer_types(tuple(v.type for v in op.operands), attrs, op.regions)
         except TypeInferenceError as exc:
-            raise OpVerifyError(f"{label}: {exc}", op) from None
+            raise OpVerifyError(f"{label_of(op)}: {exc}", op) from None
         if len(inferred) != len(op.results):
-            raise OpVerifyError(f"{label}: has {len(op.results)} results but the op produces {len(inferred)}", op)
+            raise OpVerifyError(f"{label_of(op)}: has {len(op.results)} results but the op produces {len(inferred)}",
+                                op)
         for result, want in zip(op.results, inferred):
             have = result.type
             if have.shape != want.shape or have.dtype != want.dtype:
                 raise OpVerifyError(
-                    f"{label}: result {_name(names, result)} is declared {have} but the op produces {want}", op
+                    f"{label_of(op)}: result {names(result)} is declared {have} but the op produces {want}", op
                 )
         for result in op.results:
             define(result, op)
     for index, output in enumerate(fn.outputs):
         if output not in defined:
-            raise OpVerifyError(f"{where}: returned value #{index} {_name(names, output)} is not defined", None)
+            raise OpVerifyError(f"{where()}: returned value #{index} {names(output)} is not defined", None)

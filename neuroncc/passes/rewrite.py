@@ -37,7 +37,20 @@ class Site:
         self.op = op
         self.producers = producers
         self.config = config  # the pass's options, for rules that depend on them
-        self.builder = Builder()  # ops a rule emits; committed only if the rule returns a replacement
+        self._builder: Builder | None = None
+
+    @property
+    def builder(self) -> Builder:
+        """Where a rule emits new ops; they are committed only if the rule returns a replacement. Made on first
+        use: a site is made for every (op, rule) pair and most rules emit nothing."""
+        if self._builder is None:
+            self._builder = Builder()
+        return self._builder
+
+    @property
+    def new_ops(self) -> list[Op]:
+        """The ops the rule emitted, in order."""
+        return self._builder.ops if self._builder is not None else []
 
     @property
     def operands(self) -> tuple[Value, ...]:
@@ -157,7 +170,7 @@ def _sweep(fn: Function, by_op: Mapping[str, list[Rule]], config: Any) -> tuple[
                 continue
             values = replacement if isinstance(replacement, tuple) else (replacement,)
             _check_replacement(rule, op, values)
-            for new_op in site.builder.ops:
+            for new_op in site.new_ops:
                 ops.append(new_op)
                 producers.update((r, new_op) for r in new_op.results)
             mapping.update(zip(op.results, values))

@@ -72,25 +72,28 @@ class StaticShape(Pass):
     def apply(self, fn: Function, ctx: PassContext) -> Function:
         verify(fn)
         check_metadata(fn)
-        names = value_names(fn)
         for value, where in _values(fn):
-            self.check_value(value, names.get(value, str(value.type)), where)
+            problem = self.shape_problem(value)
+            if problem:  # values are named only for the message: naming them all costs a print of the graph
+                name = value_names(fn).get(value, str(value.type))
+                raise PassError(f"static-shape: {where}: {name} {problem}")
         return self.fold(fn)
 
     def fold(self, fn: Function) -> Function:
         fn = map_regions(fn, self.fold)
         return rewrite_to_fixed_point(fn, STATIC_SHAPE_RULES)
 
-    def check_value(self, value: Value, name: str, where: str) -> None:
+    def shape_problem(self, value: Value) -> str | None:
+        """What makes ``value``'s type not static and concrete (completing "<value name> ..."), or None."""
         t = value.type
         big = [s for s in t.shape if s > self.max_dim]
         if big:
-            raise PassError(f"static-shape: {where}: {name} has a dimension of size {big[0]} (more than "
-                            f"{self.max_dim}); is a size unresolved?")
+            return f"has a dimension of size {big[0]} (more than {self.max_dim}); is a size unresolved?"
         if t.numel > self.max_numel:
-            raise PassError(f"static-shape: {where}: {name} has {t.numel} elements (more than {self.max_numel})")
+            return f"has {t.numel} elements (more than {self.max_numel})"
         if t.strides is not None and any(s < 0 for s in t.strides):
-            raise PassError(f"static-shape: {where}: {name} has negative strides {list(t.strides)}")
+            return f"has negative strides {list(t.strides)}"
+        return None
 
 
 def check_metadata(fn: Function) -> None:

@@ -126,3 +126,18 @@ def test_key_is_the_same_in_another_process(tmp_path):
     out = subprocess.run([sys.executable, "-c", script], env=env, cwd=tmp_path, capture_output=True, text=True,
                          check=True, timeout=60)
     assert out.stdout.strip() == compute_key(make_request(sample_function())).key
+
+
+def test_an_in_tree_pipeline_is_its_own_fingerprint_without_scanning_for_plugins(monkeypatch):
+    from neuroncc.errors import PipelineError
+    from neuroncc.passes import pipeline as pipeline_module
+    from neuroncc.runtime.cache_key import pipeline_fingerprint
+
+    scans = []
+    monkeypatch.setattr(pipeline_module.metadata, "entry_points", lambda group=None: scans.append(group) or [])
+    default = pipeline_module.default_pipeline("cpu")
+    assert pipeline_fingerprint(default) == default
+    assert scans == []
+    with pytest.raises(PipelineError, match="unknown pass 'no-such-pass'"):  # the full parse names the problem
+        pipeline_fingerprint("canonicalize,no-such-pass")
+    assert scans == ["neuroncc.passes"]

@@ -15,6 +15,7 @@ from llvmlite import ir
 
 from neuroncc.codegen.llvm.access import ACCESS, Index
 from neuroncc.codegen.llvm.elementwise import ELEMENTWISE, EXACT
+from neuroncc.codegen.llvm.entries import RECIPROCAL_ESTIMATES, add_phase_entry, add_team_entry
 from neuroncc.codegen.llvm.scalars import I1, I32, I64, PTR, VOID, compute_type, load, round_to, storage_type, store
 from neuroncc.codegen.llvm.schedule import Computed, KernelPlan, MapStage, Phase
 from neuroncc.codegen.llvm.views import Layout
@@ -62,25 +63,14 @@ class KernelEmitter:
         n_args = self.plan.n_args
         body_fn = ir.Function(self.module, ir.FunctionType(VOID, [PTR] * n_args + [I64, I64]), f"{symbol}.body")
         body_fn.linkage = "internal"
-        # fdivs flagged arcp (polynomial math, true division) may use the hardware reciprocal estimate plus
-        # one Newton step: ~1 ulp, several times the throughput of vdivps. (A string attribute, which
-        # llvmlite's attribute set does not know, so it is added to the underlying set directly.) The
-        # square-root estimate stays off: with it, x / sqrt(y) becomes x * rsqrt-estimate(y), whose Newton
-        # step is NaN at y = 0 and y = inf (eager: +-inf and 0) and -inf for denormal y (found by the fuzzer).
         for slot, arg in enumerate(body_fn.args[:n_args]):
             arg.add_attribute("noalias")
             if slot in self.plan.aligned_args:
                 arg.attributes.align = 64  # lets the backend use aligned (and non-temporal) vector stores
-        wrapper = ir.Function(self.module, ir.FunctionType(VOID, [PTR, I64, I64]), symbol)
-        wrapper.attributes.add("noinline")  # called by the _team entry too: keep one copy of the loop nest
-        for fn in (body_fn, wrapper):
-            set.add(fn.attributes, '"reciprocal-estimates"="vec-divf:1,divf:1,!vec-sqrtf,!sqrtf"')
-        w = ir.IRBuilder(wrapper.append_basic_block("entry"))
-        pointers = [w.load(w.gep(wrapper.args[0], [ir.Constant(I64, i)], source_etype=PTR), typ=PTR)
-                    for i in range(n_args)]
-        w.call(body_fn, pointers + [wrapper.args[1], wrapper.args[2]])
-        w.ret_void()
-        self._emit_team_entry(symbol, wrapper)
+        # a string attribute, which llvmlite's attribute set does not know: added to the underlying set directly
+        set.add(body_fn.attributes, RECIPROCAL_ESTIMATES)
+        add_phase_entry(self.module, symbol, n_args)
+        add_team_entry(self.module, symbol)
 
         entry = body_fn.append_basic_block("entry")
         self._entry = ir.IRBuilder(entry)
@@ -100,37 +90,6 @@ class KernelEmitter:
         self.b.ret_void()
         self._entry.branch(start_block)
         return symbol
-
-    def _emit_team_entry(self, symbol: str, phase_fn: ir.Function) -> None:
-        """``void {symbol}_team(ptr task)``: the body an OpenMP team runs (GOMP_parallel) for this phase.
-
-        ``task`` is {ptr args, i64 start, i64 end, i64 chunk, i64 next}; every thread of the team takes
-        chunks of [start, end) from the shared counter ``next`` until none is left (dynamic schedule).
-        """
-        fn = ir.Function(self.module, ir.FunctionType(VOID, [PTR]), f"{symbol}_team")
-        b = ir.IRBuilder(fn.append_basic_block("entry"))
-        task = fn.args[0]
-
-        def field(i: int) -> ir.Value:
-            return b.gep(task, [ir.Constant(I64, i)], source_etype=I64)
-
-        args = b.load(b.gep(task, [ir.Constant(I64, 0)], source_etype=PTR), typ=PTR)
-        start, end, chunk = (b.load(field(i), typ=I64) for i in (1, 2, 3))
-        head = fn.append_basic_block("next")
-        work = fn.append_basic_block("work")
-        done = fn.append_basic_block("done")
-        b.branch(head)
-        b.position_at_end(head)
-        taken = b.atomic_rmw("add", field(4), ir.Constant(I64, 1), "monotonic")
-        lo = b.add(start, b.mul(taken, chunk))
-        b.cbranch(b.icmp_signed("<", lo, end), work, done)
-        b.position_at_end(work)
-        hi = b.add(lo, chunk)
-        hi = b.select(b.icmp_signed("<", hi, end), hi, end)
-        b.call(phase_fn, [args, lo, hi])
-        b.branch(head)
-        b.position_at_end(done)
-        b.ret_void()
 
     def alloca(self, t: ir.Type, count: int = 1) -> ir.Value:
         """Stack slot(s) in the entry block (promoted to registers by SROA when scalar)."""

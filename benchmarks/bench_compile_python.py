@@ -1,0 +1,113 @@
+"""The Python part of a compile, stage by stage, on the graphs of the model benchmarks' training rows.
+
+``compile_aten_graph`` spends its time in: the FX import, the driver's verifier, the cache key, the pass
+pipeline (with the IR text of every stage recorded, as the driver does), launch planning + LLVM IR emission
+(``plan_launch``), LLVM (``jit.compile_ir``: parse, O3, object code, load) and the artifact write. This
+benchmark captures the aten graphs of rows f1/f2 (``bench_models.py``: one training step through
+``torch.compile(backend="neuron")``), then times each Python stage on them again and again in this process
+(medians of ``--repeat``, in CPU time of the calling thread, which the load of a shared machine disturbs much
+less than wall time), LLVM once for scale. It is a warm-process measurement: a cold compile
+(``bench_models.py --first-call``) also pays first imports and the cyclic GC's collections, which land wherever
+the process happens to be.
+
+Run: ``python benchmarks/bench_compile_python.py [--rows f1,f2] [--repeat 15]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import ensure_environment, table  # noqa: E402
+
+ensure_environment(threads=2)
+
+import bench_models  # noqa: E402
+
+from neuroncc.codegen.llvm import jit  # noqa: E402
+from neuroncc.frontend import backend  # noqa: E402
+from neuroncc.frontend.importer import import_graph  # noqa: E402
+from neuroncc.ir import print_function, verify  # noqa: E402
+from neuroncc.passes.manager import PassContext, run_pipeline  # noqa: E402
+from neuroncc.runtime.cache_key import compute_key  # noqa: E402
+from neuroncc.runtime.driver import make_request  # noqa: E402
+from neuroncc.runtime.launch_plan import plan_launch  # noqa: E402
+from neuroncc.codegen.llvm.regions import wrap_remaining_ops  # noqa: E402
+
+
+def capture(row: str) -> list[tuple[object, str]]:
+    """The (FX graph module, name) pairs the neuron backend compiles for one step of ``row``."""
+    graphs: list[tuple[object, str]] = []
+    compile_aten_graph = backend.compile_aten_graph
+
+    def keep(gm: object, name: str, options: object) -> object:
+        graphs.append((gm, name))
+        return compile_aten_graph(gm, name, options)
+
+    backend.compile_aten_graph = keep
+    try:
+        bench_models.make_step(row, "neuron")()
+    finally:
+        backend.compile_aten_graph = compile_aten_graph
+    return graphs
+
+
+def median_seconds(fn: Callable[[], object], repeat: int) -> float:
+    """Median CPU seconds of ``fn()`` in this thread (everything timed here runs in the calling thread)."""
+    samples = []
+    for _ in range(repeat):
+        start = time.thread_time()
+        fn()
+        samples.append(time.thread_time() - start)
+    return statistics.median(samples)
+
+
+def stage_times(graphs: list[tuple[object, str]], repeat: int) -> dict[str, float]:
+    """Median CPU seconds of each stage, summed over the graphs."""
+    cpu, features = jit.host_cpu()
+    totals: dict[str, float] = {}
+    for gm, name in graphs:
+        fn = import_graph(gm, name).function
+        request = make_request(fn, target="cpu")
+        stages: dict[str, str] = {}
+        ctx = PassContext(on_stage=lambda stage, f, _: stages.__setitem__(stage, print_function(f)))
+        lowered = run_pipeline(request.pipeline, fn, ctx)
+        top = wrap_remaining_ops(lowered)
+        ir_texts = plan_launch(top, cpu, features)[1]
+        timings = {
+            "import": lambda: import_graph(gm, name),
+            "verify": lambda: verify(fn),
+            "cache key": lambda: compute_key(request),
+            "passes": lambda: run_pipeline(request.pipeline, fn, ctx),
+            "launch plan + IR": lambda: plan_launch(top, cpu, features),
+        }
+        for stage, run in timings.items():
+            totals[stage] = totals.get(stage, 0.0) + median_seconds(run, repeat)
+        totals["LLVM (once)"] = totals.get("LLVM (once)", 0.0) + median_seconds(lambda: jit.compile_ir(ir_texts), 1)
+    return totals
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rows", default="f1,f2")
+    parser.add_argument("--repeat", type=int, default=15)
+    args = parser.parse_args()
+    rows = []
+    for row in args.rows.split(","):
+        times = stage_times(capture(row), args.repeat)
+        python = sum(t for stage, t in times.items() if stage != "LLVM (once)")
+        rows.append([bench_models.ROWS[row][0], *(f"{t * 1e3:.1f}" for t in times.values()), f"{python * 1e3:.1f}"])
+        header = ["model", *(f"{stage} ms" for stage in times), "Python total ms"]
+        print(" | ".join(rows[-1]), flush=True)
+    print(table(rows, header))
+
+
+if __name__ == "__main__":
+    main()
