@@ -32,10 +32,36 @@ class TensorSpec:
 
 def to_numpy(tensor: torch.Tensor) -> np.ndarray:
     """A numpy view of a CPU tensor (a float32 copy for bf16 and f64)."""
+    if tensor.dtype not in _VIA_FLOAT32:
+        try:
+            return tensor.detach().numpy()  # the common case, in one call
+        except RuntimeError:  # a conjugate or negative bit to resolve first
+            pass
     tensor = tensor.detach()
     if tensor.dtype in _VIA_FLOAT32:
         return tensor.to(torch.float32).numpy()
     return tensor.resolve_conj().resolve_neg().numpy()
+
+
+def numpy_layout(spec: TensorSpec) -> tuple[np.dtype, tuple[int, ...]] | None:
+    """The numpy dtype and byte strides an executable's result needs for ``torch.from_numpy`` alone to give
+    ``spec`` (see :func:`wrap_result`), or None when the dtype has no numpy equivalent."""
+    if spec.dtype in _VIA_FLOAT32 or spec.dtype.is_complex:
+        return None
+    try:
+        dtype = torch.empty(0, dtype=spec.dtype).numpy().dtype
+    except (TypeError, RuntimeError):  # no numpy equivalent (e.g. float8)
+        return None
+    return dtype, tuple(s * dtype.itemsize for s in spec.stride)
+
+
+def wrap_result(array: np.ndarray, spec: TensorSpec, layout: tuple[np.dtype, tuple[int, ...]] | None) -> torch.Tensor:
+    """:func:`to_torch`, without its conversions when the result already has ``layout`` (from
+    :func:`numpy_layout`): the usual case, one ``torch.from_numpy``."""
+    if layout is not None and type(array) is np.ndarray and array.dtype == layout[0] and \
+            array.strides == layout[1] and array.shape == spec.shape and array.flags.writeable:
+        return torch.from_numpy(array)
+    return to_torch(array, spec)
 
 
 def to_torch(array: np.ndarray, spec: TensorSpec) -> torch.Tensor:
