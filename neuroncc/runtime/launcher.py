@@ -28,6 +28,7 @@ import numpy as np
 
 from neuroncc.codegen.llvm import jit
 from neuroncc.codegen.llvm.regions import wrap_remaining_ops
+from neuroncc.codegen.llvm.views import Layout
 from neuroncc.errors import ArtifactError, InputError, NeuronccError
 from neuroncc.ir.dtypes import DType
 from neuroncc.ir.graph import Function
@@ -78,12 +79,12 @@ def _aligned_empty(extent: int, dtype: np.dtype) -> tuple[np.ndarray, int]:
     return raw[shift:shift + extent * dtype.itemsize].view(dtype), address + shift
 
 
-def _output_view(storage: np.ndarray, spec: ValueSpec) -> np.ndarray:
-    """The returned array of an output buffer: a reshape when it is the whole contiguous buffer (cheaper than
-    a strided view), else the strided view."""
-    if spec.offset == 0 and spec.strides == contiguous_strides(spec.shape) and storage.size == math.prod(spec.shape):
-        return storage.reshape(spec.shape)
-    return _view(storage, spec)
+def _output_shaping(spec: ValueSpec) -> ValueSpec | tuple[int, ...]:
+    """How a call turns an output buffer into the returned array: its shape (a reshape) when the value is the
+    whole contiguous buffer, else its spec (a strided view, dearer)."""
+    if spec.offset == 0 and spec.strides == contiguous_strides(spec.shape):
+        return tuple(spec.shape)
+    return spec
 
 
 def _flat(array: np.ndarray, extent: int) -> np.ndarray:
@@ -125,9 +126,13 @@ class CpuExecutable:
         self._params = [(p.type.shape, p.type.dtype.numpy,
                          tuple(st * p.type.dtype.numpy.itemsize for st in p.type.layout_strides),
                          p.type.layout_strides == contiguous_strides(p.type.shape)) for p in function.params]
-        self._call_buffers = [(n, b, _storage_dtype(b.dtype), plan.values[plan.outputs[b.index]]
+        self._call_buffers = [(n, b, _storage_dtype(b.dtype), _output_shaping(plan.values[plan.outputs[b.index]])
                                if b.kind == "output" else None)
                               for n, b in enumerate(plan.buffers) if b.kind in ("input", "output")]
+        # output position -> None (a C-order copy) or (extent, shape, strides) of the strided type it returns
+        self._copy_layouts = [None if v.type.strides is None else
+                              (Layout(0, 0, v.type.shape, v.type.strides, v.type.dtype).extent, v.type.shape,
+                               v.type.strides) for v in function.outputs]
         self._runners = [self._runner(step) for step in plan.steps]
         self.stats = self._stats(compile_seconds)
 
@@ -196,16 +201,15 @@ class CpuExecutable:
                 else:
                     storage, addresses[number] = _aligned_empty(buffer.extent, dtype)
                     flats[number] = storage
-                    returned[buffer.index] = _output_view(storage, spec)
+                    returned[buffer.index] = storage.reshape(spec) if type(spec) is tuple else _view(storage, spec)
             for runner in self._runners:
                 runner(flats, addresses)
             results = []
             for position, value_id in enumerate(plan.outputs):
                 if position in returned:
                     results.append(returned[position])
-                else:
-                    results.append(self._fresh_copy(position, _view(flats[plan.values[value_id].buffer],
-                                                                    plan.values[value_id])))
+                else:  # a view of an input, the arena or a constant, or an output repeated: copied
+                    results.append(self._fresh_copy(position, self._arrays((value_id,), flats)[0]))
             return results
 
     def _input(self, position: int, array: Any, extent: int) -> tuple[np.ndarray, int]:
@@ -235,14 +239,12 @@ class CpuExecutable:
         return _flat(array, extent), address
 
     def _fresh_copy(self, position: int, view: np.ndarray) -> np.ndarray:
-        t = self.function.outputs[position].type
-        if t.strides is None:
-            return np.array(view, copy=True, order="C")
-        from neuroncc.codegen.llvm.views import Layout
-
-        extent = Layout(0, 0, t.shape, t.strides, t.dtype).extent
+        layout = self._copy_layouts[position]
+        if layout is None:
+            return view.copy(order="C")
+        extent, shape, strides = layout
         storage = np.empty(extent, dtype=view.dtype)
-        out = np.lib.stride_tricks.as_strided(storage, t.shape, tuple(s * view.dtype.itemsize for s in t.strides))
+        out = np.lib.stride_tricks.as_strided(storage, shape, tuple(s * view.dtype.itemsize for s in strides))
         np.copyto(out, view)
         return out
 
