@@ -135,6 +135,7 @@ class CpuExecutable:
                                v.type.strides) for v in function.outputs]
         self._runners = [self._runner(step) for step in plan.steps]
         self.stats = self._stats(compile_seconds)
+        self.stats["blas_calls"] = sum(getattr(r, "blas", None) is not None for r in self._runners)
 
     # ---- build ---------------------------------------------------------------------------------------------
 
@@ -160,12 +161,7 @@ class CpuExecutable:
         call = _prepare_blas(op, specs)
         if call is None:
             return None
-        places = [(spec.buffer, spec.offset * _storage_dtype(spec.dtype).itemsize) for spec in specs]
-
-        def run(flats: list[Any], addresses: list[int]) -> None:
-            if not call([addresses[buffer] + offset for buffer, offset in places]):
-                self._run_extern(step, flats)
-        return run
+        return _BlasStep(self, step, call, [(s.buffer, s.offset * _storage_dtype(s.dtype).itemsize) for s in specs])
 
     def _stats(self, compile_seconds: float) -> dict[str, Any]:
         interpreted_ops: dict[str, int] = {}
@@ -293,6 +289,17 @@ class CpuExecutable:
             (directory / OBJECT_FILE).write_bytes(self.module.object_code)
             files += [IR_FILE, OBJECT_FILE]
         return files
+
+
+class _BlasStep:
+    """A top-level extern mm/addmm/bmm step run by a prepared BLAS call on its buffers' addresses."""
+
+    def __init__(self, exe: CpuExecutable, step: StepSpec, call: blas.BlasMatmul, places: list[tuple[int, int]]):
+        self.exe, self.step, self.blas, self.places = exe, step, call, places
+
+    def __call__(self, flats: list[Any], addresses: list[int]) -> None:
+        if not self.blas([addresses[buffer] + offset for buffer, offset in self.places]):
+            self.exe._run_extern(self.step, flats)
 
 
 class _NativeKernel:
