@@ -37,7 +37,7 @@ from neuroncc.runtime import blas
 from neuroncc.runtime.extern import ONEDNN_MIN_MACS, run_extern
 from neuroncc.runtime.extern_library import LIBRARY_CALLS, run_library
 from neuroncc.runtime.launch_plan import LaunchPlan, StepSpec, ValueSpec, function_hash, plan_launch
-from neuroncc.runtime.threads import PARALLEL_MIN_WORK, default_threads, get_pool, get_team
+from neuroncc.runtime.threads import default_threads, get_pool, get_team
 
 PHASE_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
 PLAN_FILE, IR_FILE, OBJECT_FILE = "plan.json", "kernels.ll", "kernels.o"
@@ -467,7 +467,7 @@ def _prepare_blas(op: Any, layouts: Any) -> blas.BlasMatmul | None:
 
 def _runs_inline(pool: Any, n_outer: int, work: int, serial: bool) -> bool:
     """Whether ``pool.parallel_for`` would run this phase on the calling thread in one piece."""
-    return serial or pool.threads <= 1 or n_outer < 2 or n_outer * max(work, 1) < PARALLEL_MIN_WORK
+    return serial or pool.runs_inline(n_outer, work)
 
 
 def _contraction_extent(name: str, extern: Any, rows: int) -> int:
