@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -48,7 +49,7 @@ def chain_graph():
     return b.build([x])
 
 
-def bench_chain(repeat: int) -> list[list[str]]:
+def bench_chain(repeat: int, clock) -> list[list[str]]:
     import torch
 
     from neuroncc.runtime.driver import compile_graph
@@ -63,12 +64,12 @@ def bench_chain(repeat: int) -> list[list[str]]:
         inductor(x, w)
         times = interleaved({"eager": lambda: chain(x, w), "inductor": lambda: inductor(x, w),
                              "neuroncc": lambda: ours(x, w), "neuroncc executable": lambda: exe(xn, wn)},
-                            repeats=repeat, warmup=20)
+                            repeats=repeat, warmup=20, clock=clock)
     eager = times["eager"]
     return [[name, f"{t * 1e6:.1f}", f"{t * 1e6 / STEPS:.2f}", f"{t / eager:.2f}"] for name, t in times.items()]
 
 
-def bench_classifier(repeat: int) -> list[list[str]]:
+def bench_classifier(repeat: int, clock) -> list[list[str]]:
     import torch
 
     from neuroncc.examples.classifier import ClassifierConfig, build_example, make_batch
@@ -86,9 +87,17 @@ def bench_classifier(repeat: int) -> list[list[str]]:
         return run
 
     times = interleaved({"eager": step(model), "inductor": step(inductor), "neuroncc": step(ours)},
-                        repeats=repeat, warmup=10)
+                        repeats=repeat, warmup=10, clock=clock)
     eager = times["eager"]
     return [[name, f"{t * 1e3:.3f}", f"{t / eager:.2f}"] for name, t in times.items()]
+
+
+def _clock(args: argparse.Namespace, threads: int):
+    return time.thread_time if args.cpu_time and threads == 1 else time.perf_counter
+
+
+def _clock_name(args: argparse.Namespace, threads: int) -> str:
+    return "CPU time" if _clock(args, threads) is time.thread_time else "wall time"
 
 
 def main() -> None:
@@ -96,6 +105,9 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=200)
     parser.add_argument("--threads", default="1,2")
     parser.add_argument("--only", choices=["chain", "classifier"], default=None)
+    parser.add_argument("--cpu-time", action="store_true",
+                        help="time 1-thread runs by the calling thread's CPU time (time.thread_time), which leaves "
+                             "out the time a loaded machine keeps the process descheduled")
     args = parser.parse_args()
     ensure_environment(1)
     import torch
@@ -103,16 +115,17 @@ def main() -> None:
     os.environ.setdefault("NEURONCC_DISABLE_CACHE", "1")
     if args.only != "classifier":
         torch.set_num_threads(1)
-        rows = bench_chain(args.repeat)
-        print(f"\n{STEPS} x tanh([8,16] @ [16,16]), 1 thread, load {load()}")
+        rows = bench_chain(args.repeat, _clock(args, 1))
+        print(f"\n{STEPS} x tanh([8,16] @ [16,16]), 1 thread, {_clock_name(args, 1)}, load {load()}")
         print(table(rows, ["", "us / call", "us / step", "x eager"]))
     if args.only == "chain":
         return
     for threads in (int(t) for t in args.threads.split(",")):
         torch.set_num_threads(threads)
         torch._dynamo.reset()
-        rows = bench_classifier(max(args.repeat // 4, 20))
-        print(f"\nclassifier training step (forward + backward), {threads} thread(s), load {load()}")
+        rows = bench_classifier(max(args.repeat // 4, 20), _clock(args, threads))
+        print(f"\nclassifier training step (forward + backward), {threads} thread(s), {_clock_name(args, threads)}, "
+              f"load {load()}")
         print(table(rows, ["", "ms / step", "x eager"]))
 
 
