@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from neuroncc.frontend.convert import TensorSpec, numpy_layout, to_numpy, to_torch, wrap_result
+from neuroncc.frontend.convert import ParameterViews, TensorSpec, numpy_layout, to_torch, wrap_result
 from neuroncc.frontend.importer import ComputedOutput, ImportedGraph, InputOutput
 from neuroncc.ir.ops.library_linalg import LinalgInputError
 from neuroncc.runtime.executable import Executable
@@ -28,12 +28,13 @@ class CompiledGraph:
         # one: TorchDynamo's disable() wrapper around the backward copies the instance __dict__ only.
         self._boxed_call = True
         # per graph output: how to build it (computed outputs with the result layout that needs no conversion)
+        self._parameters = ParameterViews(len(graph.param_positions))
         self._outputs = [(output, numpy_layout(output.spec)) if isinstance(output, ComputedOutput) else (output, None)
                          for output in graph.outputs]
 
     def __call__(self, args: list[Any]) -> list[Any]:
         graph = self.graph
-        arrays = [to_numpy(args[p]) for p in graph.param_positions]
+        arrays = self._parameters.arrays(args, graph.param_positions)
         try:
             results = self.executable(*arrays)
         except LinalgInputError as error:

@@ -8,6 +8,7 @@ executable's fresh array (no copy), then the tensor is given the dtype and strid
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -41,6 +42,38 @@ def to_numpy(tensor: torch.Tensor) -> np.ndarray:
     if tensor.dtype in _VIA_FLOAT32:
         return tensor.to(torch.float32).numpy()
     return tensor.resolve_conj().resolve_neg().numpy()
+
+
+class ParameterViews:
+    """numpy views of the parameters a compiled graph takes, kept between calls.
+
+    ``tensor.detach().numpy()`` costs 2-3 us for a tensor that requires grad, and a training step hands the same
+    parameter tensors to its graphs on every call. A kept view is reused while the argument at that position is
+    the same tensor object (held weakly) with the same data pointer, shape and strides; in-place updates (the
+    optimizer's) show through the view. Only leaf tensors that require grad are kept (parameters live for the
+    whole run anyway; keeping activations would hold them past their last use), and only real views (not the
+    float32 copies of bf16/f64 tensors)."""
+
+    def __init__(self, count: int):
+        self._kept: list[tuple[weakref.ref, int, tuple[int, ...], tuple[int, ...], np.ndarray] | None] = [None] * count
+
+    def arrays(self, args: list[torch.Tensor], positions: list[int]) -> list[np.ndarray]:
+        kept, arrays = self._kept, []
+        for slot, position in enumerate(positions):
+            tensor = args[position]
+            entry = kept[slot]
+            if entry is not None and entry[0]() is tensor and tensor.data_ptr() == entry[1] and \
+                    tensor.shape == entry[2] and tensor.stride() == entry[3]:
+                arrays.append(entry[4])
+                continue
+            array = to_numpy(tensor)
+            if tensor.requires_grad and tensor.is_leaf and tensor.dtype not in _VIA_FLOAT32 and \
+                    not tensor.is_conj() and not tensor.is_neg():
+                kept[slot] = (weakref.ref(tensor), tensor.data_ptr(), tensor.shape, tensor.stride(), array)
+            else:
+                kept[slot] = None
+            arrays.append(array)
+        return arrays
 
 
 def numpy_layout(spec: TensorSpec) -> tuple[np.dtype, tuple[int, ...]] | None:
