@@ -330,4 +330,4 @@ def _bmm_batch(operands: Sequence[tuple[Sequence[int], Sequence[int]]], attrs: M
     return plan, (count, (operands[0][1][0] * 4, operands[1][1][0] * 4, out_strides[0] * 4))
 
 
-__all__ = ["BMM_NAIVE_BELOW", "BlasMatmul", "GemmPlan", "Matrix", "library", "plan_gemm", "prepare"]
+__all__ = ["BMM_NAIVE_BELOW", "BlasMatmul", "GemmPlan", "Matrix", "library", "plan_bmm", "plan_gemm", "prepare"]
