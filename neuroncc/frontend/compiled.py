@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from neuroncc.frontend.convert import TensorSpec, to_numpy, to_torch
+from neuroncc.frontend.convert import ParameterViews, TensorSpec, numpy_layout, to_torch, wrap_result
 from neuroncc.frontend.importer import ComputedOutput, ImportedGraph, InputOutput
 from neuroncc.ir.ops.library_linalg import LinalgInputError
 from neuroncc.runtime.executable import Executable
@@ -27,10 +27,14 @@ class CompiledGraph:
         # AOTAutograd passes the arguments as one list that we may clear. An instance attribute, not a class
         # one: TorchDynamo's disable() wrapper around the backward copies the instance __dict__ only.
         self._boxed_call = True
+        # per graph output: how to build it (computed outputs with the result layout that needs no conversion)
+        self._parameters = ParameterViews(len(graph.param_positions))
+        self._outputs = [(output, numpy_layout(output.spec)) if isinstance(output, ComputedOutput) else (output, None)
+                         for output in graph.outputs]
 
     def __call__(self, args: list[Any]) -> list[Any]:
         graph = self.graph
-        arrays = [to_numpy(args[p]) for p in graph.param_positions]
+        arrays = self._parameters.arrays(args, graph.param_positions)
         try:
             results = self.executable(*arrays)
         except LinalgInputError as error:
@@ -38,15 +42,20 @@ class CompiledGraph:
             # the IR's. Users catch what eager raises, whatever the target: the IR's error stays the cause.
             raise torch.linalg.LinAlgError(str(error)) from error
         outputs: list[Any] = []
-        for output in graph.outputs:
+        for output, layout in self._outputs:
             if isinstance(output, ComputedOutput):
-                outputs.append(to_torch(results[output.index], output.spec))
+                outputs.append(wrap_result(results[output.index], output.spec, layout))
             elif isinstance(output, InputOutput):
                 outputs.append(args[output.position])
             else:
                 outputs.append(output.value)
-        with torch.no_grad():
-            for position, index in graph.mutations:
-                args[position].copy_(to_torch(results[index], TensorSpec.of(args[position])))
+        if graph.mutations:
+            self._write_back(args, results)
         args.clear()
         return outputs
+
+    def _write_back(self, args: list[Any], results: list[Any]) -> None:
+        """In-place updates of inputs, copied into the caller's tensors."""
+        with torch.no_grad():
+            for position, index in self.graph.mutations:
+                args[position].copy_(to_torch(results[index], TensorSpec.of(args[position])))

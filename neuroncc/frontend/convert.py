@@ -8,6 +8,7 @@ executable's fresh array (no copy), then the tensor is given the dtype and strid
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -32,10 +33,70 @@ class TensorSpec:
 
 def to_numpy(tensor: torch.Tensor) -> np.ndarray:
     """A numpy view of a CPU tensor (a float32 copy for bf16 and f64)."""
+    if tensor.dtype not in _VIA_FLOAT32:
+        try:
+            return tensor.detach().numpy()  # the common case, in one call
+        except RuntimeError:  # a conjugate or negative bit to resolve first
+            pass
     tensor = tensor.detach()
     if tensor.dtype in _VIA_FLOAT32:
         return tensor.to(torch.float32).numpy()
     return tensor.resolve_conj().resolve_neg().numpy()
+
+
+class ParameterViews:
+    """numpy views of the parameters a compiled graph takes, kept between calls.
+
+    ``tensor.detach().numpy()`` costs 2-3 us for a tensor that requires grad, and a training step hands the same
+    parameter tensors to its graphs on every call. A kept view is reused while the argument at that position is
+    the same tensor object (held weakly) with the same data pointer, shape and strides; in-place updates (the
+    optimizer's) show through the view. Only leaf tensors that require grad are kept (parameters live for the
+    whole run anyway; keeping activations would hold them past their last use), and only real views (not the
+    float32 copies of bf16/f64 tensors)."""
+
+    def __init__(self, count: int):
+        self._kept: list[tuple[weakref.ref, int, tuple[int, ...], tuple[int, ...], np.ndarray] | None] = [None] * count
+
+    def arrays(self, args: list[torch.Tensor], positions: list[int]) -> list[np.ndarray]:
+        kept, arrays = self._kept, []
+        for slot, position in enumerate(positions):
+            tensor = args[position]
+            entry = kept[slot]
+            if entry is not None and entry[0]() is tensor and tensor.data_ptr() == entry[1] and \
+                    tensor.shape == entry[2] and tensor.stride() == entry[3]:
+                arrays.append(entry[4])
+                continue
+            array = to_numpy(tensor)
+            if tensor.requires_grad and tensor.is_leaf and tensor.dtype not in _VIA_FLOAT32 and \
+                    not tensor.is_conj() and not tensor.is_neg():
+                kept[slot] = (weakref.ref(tensor), tensor.data_ptr(), tensor.shape, tensor.stride(), array)
+            else:
+                kept[slot] = None
+            arrays.append(array)
+        return arrays
+
+
+def numpy_layout(spec: TensorSpec) -> tuple[np.dtype, tuple[int, ...]] | None:
+    """The numpy dtype and byte strides an executable's result needs for ``torch.from_numpy`` alone to give
+    ``spec`` (see :func:`wrap_result`), or None when the dtype has no numpy equivalent."""
+    dtype = _NUMPY_DTYPES.get(spec.dtype)  # a table: this runs at compile time, under a fake tensor mode
+    if dtype is None:
+        return None
+    return dtype, tuple(s * dtype.itemsize for s in spec.stride)
+
+
+_NUMPY_DTYPES = {torch.float32: np.dtype(np.float32), torch.float16: np.dtype(np.float16),
+                 torch.int64: np.dtype(np.int64), torch.int32: np.dtype(np.int32), torch.int16: np.dtype(np.int16),
+                 torch.int8: np.dtype(np.int8), torch.uint8: np.dtype(np.uint8), torch.bool: np.dtype(np.bool_)}
+
+
+def wrap_result(array: np.ndarray, spec: TensorSpec, layout: tuple[np.dtype, tuple[int, ...]] | None) -> torch.Tensor:
+    """:func:`to_torch`, without its conversions when the result already has ``layout`` (from
+    :func:`numpy_layout`): the usual case, one ``torch.from_numpy``."""
+    if layout is not None and type(array) is np.ndarray and array.dtype == layout[0] and \
+            array.strides == layout[1] and array.shape == spec.shape and array.flags.writeable:
+        return torch.from_numpy(array)
+    return to_torch(array, spec)
 
 
 def to_torch(array: np.ndarray, spec: TensorSpec) -> torch.Tensor:

@@ -31,11 +31,14 @@ import numpy as np
 
 from neuroncc.codegen.llvm import jit
 from neuroncc.codegen.llvm.regions import wrap_remaining_ops
+from neuroncc.codegen.llvm.views import Layout
 from neuroncc.errors import ArtifactError, InputError, NeuronccError
 from neuroncc.ir.dtypes import DType
 from neuroncc.ir.graph import Function
+from neuroncc.ir.types import contiguous_strides
+from neuroncc.runtime import blas
 from neuroncc.runtime.ar_archive import read_archive, write_archive
-from neuroncc.runtime.extern import run_extern
+from neuroncc.runtime.extern import ONEDNN_MIN_MACS, run_extern
 from neuroncc.runtime.extern_library import LIBRARY_CALLS, run_library
 from neuroncc.runtime.launch_plan import LaunchPlan, StepSpec, ValueSpec, function_hash, plan_launch
 from neuroncc.runtime.threads import default_threads, get_pool, get_team
@@ -61,11 +64,32 @@ def _view(flat: np.ndarray, spec: ValueSpec) -> np.ndarray:
     return np.lib.stride_tricks.as_strided(flat[spec.offset:], spec.shape, tuple(s * itemsize for s in spec.strides))
 
 
-def _aligned_empty(extent: int, dtype: np.dtype) -> np.ndarray:
-    """A fresh 1-d array whose data starts 64-byte aligned (the kernels' stores rely on it)."""
+def _data_address(array: np.ndarray) -> int:
+    """The address of ``array``'s first element: through the buffer protocol (~0.2 us) when the array is
+    writable and contiguous, else ``__array_interface__`` (~1 us)."""
+    try:
+        return ctypes.addressof(_CHAR_AT(array))
+    except (TypeError, ValueError, BufferError):
+        return array.__array_interface__["data"][0]
+
+
+_CHAR_AT = ctypes.c_char.from_buffer
+
+
+def _aligned_empty(extent: int, dtype: np.dtype) -> tuple[np.ndarray, int]:
+    """A fresh 1-d array whose data starts 64-byte aligned (the kernels' stores rely on it), and its address."""
     raw = np.empty(extent * dtype.itemsize + 64, dtype=np.uint8)
-    shift = (-raw.__array_interface__["data"][0]) % 64
-    return raw[shift:shift + extent * dtype.itemsize].view(dtype)
+    address = _data_address(raw)
+    shift = -address % 64
+    return raw[shift:shift + extent * dtype.itemsize].view(dtype), address + shift
+
+
+def _output_shaping(spec: ValueSpec) -> ValueSpec | tuple[int, ...]:
+    """How a call turns an output buffer into the returned array: its shape (a reshape) when the value is the
+    whole contiguous buffer, else its spec (a strided view, dearer)."""
+    if spec.offset == 0 and spec.strides == contiguous_strides(spec.shape):
+        return tuple(spec.shape)
+    return spec
 
 
 def _flat(array: np.ndarray, extent: int) -> np.ndarray:
@@ -99,8 +123,25 @@ class CpuExecutable:
                 array = np.array(function.ops[buffer.index].attrs["value"].array, copy=True, order="C")
                 self._static_flats[number] = array.reshape(-1)
         self._static_views: dict[int, np.ndarray] = {}  # value id -> its view over an arena/constant buffer
+        # per call: lists indexed by buffer number (static entries prefilled) and the buffers to place
+        self._flat_list: list[Any] = [self._static_flats.get(n) for n in range(len(plan.buffers))]
+        self._address_list: list[int] = [self._address(n, self._static_flats) if n in self._static_flats else 0
+                                         for n in range(len(plan.buffers))]
+        # param position -> (shape, numpy dtype, byte strides of its layout, whether that layout is contiguous)
+        self._params = [(p.type.shape, p.type.dtype.numpy,
+                         tuple(st * p.type.dtype.numpy.itemsize for st in p.type.layout_strides),
+                         p.type.layout_strides == contiguous_strides(p.type.shape)) for p in function.params]
+        self._call_buffers = [(n, b, _storage_dtype(b.dtype), _output_shaping(plan.values[plan.outputs[b.index]])
+                               if b.kind == "output" else None)
+                              for n, b in enumerate(plan.buffers) if b.kind in ("input", "output")]
+        # output position -> None (a C-order copy) or (extent, shape, strides) of the strided type it returns
+        self._copy_layouts = [None if v.type.strides is None else
+                              (Layout(0, 0, v.type.shape, v.type.strides, v.type.dtype).extent, v.type.shape,
+                               v.type.strides) for v in function.outputs]
         self._runners = [self._runner(step) for step in plan.steps]
+        self._calls = [getattr(r, "fast", None) or r for r in self._runners]  # what a call runs, step by step
         self.stats = self._stats(compile_seconds)
+        self.stats["blas_calls"] = sum(getattr(r, "blas", None) is not None for r in self._runners)
 
     # ---- build ---------------------------------------------------------------------------------------------
 
@@ -109,12 +150,24 @@ class CpuExecutable:
 
     def _runner(self, step: StepSpec) -> Any:
         if step.kind == "extern":
-            return lambda flats: self._run_extern(step, flats)
-        if step.kind == "view-copy":
-            return lambda flats: self._run_interpreted(step, flats)
-        if not step.native:
-            return lambda flats: self._run_interpreted(step, flats)
+            direct = self._direct_extern(step)
+            if direct is not None:
+                return direct
+            return lambda flats, addresses: self._run_extern(step, flats)
+        if step.kind == "view-copy" or not step.native:
+            return lambda flats, addresses: self._run_interpreted(step, flats)
         return _NativeKernel(self, step)
+
+    def _direct_extern(self, step: StepSpec) -> Any:
+        """A runner calling BLAS directly for a top-level float32 mm/addmm/bmm (see :mod:`blas`), or None."""
+        op = self.function.ops[step.op_index]
+        if op.name not in BLAS_OPS:
+            return None
+        specs = [self.plan.values[i] for i in (*step.operands, *step.results)]
+        call = _prepare_blas(op, specs)
+        if call is None:
+            return None
+        return _BlasStep(self, step, call, [(s.buffer, s.offset * _storage_dtype(s.dtype).itemsize) for s in specs])
 
     def _stats(self, compile_seconds: float) -> dict[str, Any]:
         interpreted_ops: dict[str, int] = {}
@@ -141,61 +194,63 @@ class CpuExecutable:
         if len(inputs) != len(self.function.params):
             raise InputError(f"func @{self.function.name} takes {len(self.function.params)} inputs, got {len(inputs)}")
         with self._lock:
-            flats = dict(self._static_flats)
+            # buffer number -> flat array and its data address; arena and constant entries are prefilled
+            flats, addresses = self._flat_list.copy(), self._address_list.copy()
             returned: dict[int, np.ndarray] = {}
-            for number, buffer in enumerate(plan.buffers):
-                if buffer.kind == "input":
-                    flats[number] = self._input(buffer.index, inputs[buffer.index], buffer.extent)
-                elif buffer.kind == "output":
-                    spec = plan.values[plan.outputs[buffer.index]]
-                    storage = _aligned_empty(buffer.extent, _storage_dtype(buffer.dtype))
+            for number, buffer, dtype, spec in self._call_buffers:
+                if spec is None:
+                    flats[number], addresses[number] = self._input(buffer.index, inputs[buffer.index], buffer.extent)
+                else:
+                    storage, addresses[number] = _aligned_empty(buffer.extent, dtype)
                     flats[number] = storage
-                    returned[buffer.index] = _view(storage, spec)
-            for runner in self._runners:
-                runner(flats)
+                    returned[buffer.index] = storage.reshape(spec) if type(spec) is tuple else _view(storage, spec)
+            for run in self._calls:
+                run(flats, addresses)
             results = []
             for position, value_id in enumerate(plan.outputs):
                 if position in returned:
                     results.append(returned[position])
-                else:
-                    results.append(self._fresh_copy(position, _view(flats[plan.values[value_id].buffer],
-                                                                    plan.values[value_id])))
+                else:  # a view of an input, the arena or a constant, or an output repeated: copied
+                    results.append(self._fresh_copy(position, self._arrays((value_id,), flats)[0]))
             return results
 
-    def _input(self, position: int, array: Any, extent: int) -> np.ndarray:
-        param = self.function.params[position]
-        t = param.type
-        array = np.asarray(array)
-        if array.shape != t.shape:
-            raise InputError(f"input #{position} has shape {list(array.shape)}, the graph expects {list(t.shape)}")
-        dtype = t.dtype.numpy
+    def _input(self, position: int, array: Any, extent: int) -> tuple[np.ndarray, int]:
+        """The flat storage of input ``position`` in the graph's dtype and layout (the caller's memory when it
+        already is), and its data address."""
+        shape, dtype, strides, contiguous = self._params[position]
+        if type(array) is not np.ndarray:
+            array = np.asarray(array)
+        if array.shape != shape:
+            raise InputError(f"input #{position} has shape {list(array.shape)}, the graph expects {list(shape)}")
         if array.dtype != dtype:
             from neuroncc.ir.dtypes import to_storage
 
-            array = to_storage(array, t.dtype)
-        strides = tuple(s * dtype.itemsize for s in t.layout_strides)
-        if any(n > 1 and have != want for n, have, want in zip(t.shape, array.strides, strides)):
+            array = to_storage(array, self.function.params[position].type.dtype)
+        if array.strides != strides and any(n > 1 and have != want
+                                            for n, have, want in zip(shape, array.strides, strides)):
             storage = np.empty(extent, dtype=dtype)
-            view = np.lib.stride_tricks.as_strided(storage, t.shape, strides)
+            view = np.lib.stride_tricks.as_strided(storage, shape, strides)
             np.copyto(view, array)
-            return storage
+            return storage, _data_address(storage)
         if extent == 0:
-            return np.empty(0, dtype=dtype)
-        return _flat(array, extent)
+            storage = np.empty(0, dtype=dtype)
+            return storage, _data_address(storage)
+        address = _data_address(array)
+        if contiguous:
+            return array.reshape(-1), address  # a view (the layout is contiguous), cheaper than as_strided
+        return _flat(array, extent), address
 
     def _fresh_copy(self, position: int, view: np.ndarray) -> np.ndarray:
-        t = self.function.outputs[position].type
-        if t.strides is None:
-            return np.array(view, copy=True, order="C")
-        from neuroncc.codegen.llvm.views import Layout
-
-        extent = Layout(0, 0, t.shape, t.strides, t.dtype).extent
+        layout = self._copy_layouts[position]
+        if layout is None:
+            return view.copy(order="C")
+        extent, shape, strides = layout
         storage = np.empty(extent, dtype=view.dtype)
-        out = np.lib.stride_tricks.as_strided(storage, t.shape, tuple(s * view.dtype.itemsize for s in t.strides))
+        out = np.lib.stride_tricks.as_strided(storage, shape, tuple(s * view.dtype.itemsize for s in strides))
         np.copyto(out, view)
         return out
 
-    def _arrays(self, ids: tuple[int, ...], flats: dict[int, np.ndarray]) -> list[np.ndarray]:
+    def _arrays(self, ids: tuple[int, ...], flats: list[Any]) -> list[np.ndarray]:
         """Views of values ``ids`` over this call's buffers. Views of arena and constant buffers are the same
         on every call and built once; views of inputs and outputs are not kept (they would keep the caller's
         arrays alive after the call)."""
@@ -210,7 +265,7 @@ class CpuExecutable:
             views.append(view)
         return views
 
-    def _run_extern(self, step: StepSpec, flats: dict[int, np.ndarray]) -> None:
+    def _run_extern(self, step: StepSpec, flats: list[Any]) -> None:
         op = self.function.ops[step.op_index]
         operands, results = self._arrays(step.operands, flats), self._arrays(step.results, flats)
         if op.name in LIBRARY_CALLS:
@@ -218,7 +273,7 @@ class CpuExecutable:
         else:
             run_extern(op.name, op.attrs, operands, results, op.results[0].type.dtype)
 
-    def _run_interpreted(self, step: StepSpec, flats: dict[int, np.ndarray]) -> None:
+    def _run_interpreted(self, step: StepSpec, flats: list[Any]) -> None:
         from neuroncc.ir.interpreter import run_op
 
         op = self.function.ops[step.op_index]
@@ -241,6 +296,17 @@ class CpuExecutable:
             (directory / OBJECT_FILE).write_bytes(write_archive(self.module.objects))
             files += [IR_FILE, OBJECT_FILE]
         return files
+
+
+class _BlasStep:
+    """A top-level extern mm/addmm/bmm step run by a prepared BLAS call on its buffers' addresses."""
+
+    def __init__(self, exe: CpuExecutable, step: StepSpec, call: blas.BlasMatmul, places: list[tuple[int, int]]):
+        self.exe, self.step, self.blas, self.places = exe, step, call, places
+
+    def __call__(self, flats: list[Any], addresses: list[int]) -> None:
+        if not self.blas([addresses[buffer] + offset for buffer, offset in self.places]):
+            self.exe._run_extern(self.step, flats)
 
 
 class _NativeKernel:
@@ -284,17 +350,59 @@ class _NativeKernel:
                                               .ops[step.extern.op_index].name, step.extern, self.rows)
             if contraction <= block < self.rows:  # small outputs are already cache resident: one block
                 self.row_block = block
+        # a float32 mm/addmm/bmm extern calls BLAS directly (pointers into this kernel's argument slots)
+        self.blas = None
+        if step.extern is not None and not self.row_block:
+            op = exe.function.ops[step.op_index].regions[0].ops[step.extern.op_index]
+            layouts = (*step.extern.operands, *step.extern.results)
+            self.blas = _prepare_blas(op, layouts)
+            self.blas_places = [(layout.buffer, layout.offset * _storage_dtype(layout.dtype).itemsize)
+                                for layout in layouts]
+        # phases too small to split (or one thread): called straight, without the pool's bookkeeping
+        self.serial_calls = None
+        if all(_runs_inline(exe.team or exe.pool, n_outer, work, serial) for _, _, n_outer, work, serial in self.phases):
+            self.serial_calls = [(fn, n_outer) for fn, _, n_outer, _, _ in self.phases if n_outer > 0]
+        self.fast = self._fast_path()
 
-    def __call__(self, flats: dict[int, np.ndarray]) -> None:
+    def _fast_path(self) -> Any:
+        """The common step (no row blocks, phases called straight, no index check) as one closure over
+        locals: the same work as :meth:`__call__` with fewer lookups per launch."""
+        if self.row_block or self.serial_calls is None or self.step.may_fail:
+            return None
+        args, dynamic, calls, address = self.args, self.dynamic, self.serial_calls, self.args_address
+        gemm, places, extern = self.blas, getattr(self, "blas_places", ()), self._extern
+        needs_extern = self.step.extern is not None and gemm is None
+
+        def run(flats: list[Any], addresses: list[int]) -> None:
+            for slot, buffer, byte_offset in dynamic:
+                args[slot] = addresses[buffer] + byte_offset
+            if gemm is not None:
+                if not gemm([args[slot] + offset for slot, offset in places]):
+                    extern()
+            elif needs_extern:
+                extern()
+            for fn, n_outer in calls:
+                fn(address, 0, n_outer)
+        return run
+
+    def __call__(self, flats: list[Any], addresses: list[int]) -> None:
         args = self.args
         for slot, buffer, byte_offset in self.dynamic:
-            args[slot] = flats[buffer].__array_interface__["data"][0] + byte_offset
+            args[slot] = addresses[buffer] + byte_offset
         if self.row_block:
             self._row_blocked()
         else:
-            if self.step.extern is not None:
+            if self.blas is not None:
+                if not self.blas([args[slot] + offset for slot, offset in self.blas_places]):
+                    self._extern()
+            elif self.step.extern is not None:
                 self._extern()
-            self._phases(0, None)
+            if self.serial_calls is not None:
+                address = self.args_address
+                for fn, n_outer in self.serial_calls:
+                    fn(address, 0, n_outer)
+            else:
+                self._phases(0, None)
         if self.step.may_fail and self.exe._error[0]:
             self.exe._error[0] = 0
             op = self.exe.function.ops[self.step.op_index]
@@ -369,6 +477,25 @@ class _NativeKernel:
                     operands[0] = operands[0][rows]
             results = [r[rows] for r in results]
         run_extern(op.name, op.attrs, operands, results, op.results[0].type.dtype)
+
+
+#: Extern ops a prepared BLAS call may run (see :mod:`neuroncc.runtime.blas`).
+BLAS_OPS = ("mm", "addmm", "bmm")
+
+
+def _prepare_blas(op: Any, layouts: Any) -> blas.BlasMatmul | None:
+    """The direct BLAS call of extern ``op`` over ``layouts`` (its operands' then its result's ValueSpecs), or
+    None where ATen (or oneDNN, for big mm/addmm: see extern.py) runs it."""
+    if op.name not in BLAS_OPS or len(op.results) != 1:
+        return None
+    *operands, result = layouts
+    return blas.prepare(op.name, op.attrs, [(v.shape, v.strides) for v in operands], (result.shape, result.strides),
+                        [v.dtype for v in layouts], max_macs=None if op.name == "bmm" else ONEDNN_MIN_MACS)
+
+
+def _runs_inline(runner: Any, n_outer: int, work: int, serial: bool) -> bool:
+    """Whether the thread runner (OpenMP team or pool) would run this phase on the calling thread in one piece."""
+    return serial or runner.runs_inline(n_outer, work)
 
 
 def _contraction_extent(name: str, extern: Any, rows: int) -> int:

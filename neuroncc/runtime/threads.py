@@ -29,8 +29,13 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-#: Below this many elements of work a phase runs on one thread (waking a worker costs ~10-30 us).
-PARALLEL_MIN_WORK = 1 << 15
+#: Below this many elements of work a phase runs on one thread. Waking a pool worker costs 40-50 us on this
+#: 2-core host (the worker needs the GIL before its ctypes call releases it again): exp+add over 8K..1M f32
+#: elements, load ~4, 1 vs 2 threads: 9 vs 51 us (8K), 32 vs 79 us (64K), 106 vs 159 us (256K), 528 vs 590
+#: us (1M). At 32K elements (the former bound) the demo classifier's layer norms ran 4x slower on 2 threads.
+PARALLEL_MIN_WORK = 1 << 18
+#: The OpenMP team wakes in about a microsecond, so it splits loops from this much work on.
+TEAM_MIN_WORK = 1 << 15
 
 
 def default_threads() -> int:
@@ -83,10 +88,14 @@ class ThreadPool:
             worker.start()
             self._workers.append(worker)
 
+    def runs_inline(self, n: int, work_per_item: int = 1) -> bool:
+        """Whether :meth:`parallel_for` runs this loop on the calling thread in one piece."""
+        return self.threads <= 1 or n < 2 or n * max(work_per_item, 1) < PARALLEL_MIN_WORK
+
     def parallel_for(self, fn: Callable[[int, int, int], None], args: int, n: int, work_per_item: int = 1) -> None:
         """Run fn(args, start, end) over [0, n), split across threads when the work is big enough."""
         total = n * max(work_per_item, 1)
-        if self.threads <= 1 or n < 2 or total < PARALLEL_MIN_WORK:
+        if self.runs_inline(n, work_per_item):
             if n > 0:
                 fn(args, 0, n)
             return
@@ -145,16 +154,20 @@ class OpenMPTeam:
         self._gomp_parallel.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint, ctypes.c_uint]
         self._gomp_parallel.restype = None
 
+    def runs_inline(self, n: int, work_per_item: int = 1) -> bool:
+        """Whether :meth:`run` runs this loop on the calling thread in one piece."""
+        return self.threads <= 1 or n < 2 or n * max(work_per_item, 1) < TEAM_MIN_WORK
+
     def run(self, fn: Callable[[int, int, int], None], team_fn: int, args: int, start: int, end: int,
             work_per_item: int = 1) -> None:
         """Run fn(args, lo, hi) over [start, end): on the team when big enough, else on this thread."""
         n = end - start
         total = n * max(work_per_item, 1)
-        if self.threads <= 1 or n < 2 or total < PARALLEL_MIN_WORK:
+        if self.runs_inline(n, work_per_item):
             if n > 0:
                 fn(args, start, end)
             return
-        chunks = min(n, self.threads * CHUNKS_PER_THREAD, max(total // (PARALLEL_MIN_WORK // 2), 2))
+        chunks = min(n, self.threads * CHUNKS_PER_THREAD, max(total // (TEAM_MIN_WORK // 2), 2))
         task = (ctypes.c_int64 * 5)(args, start, end, -(-n // chunks), 0)
         self._gomp_parallel(team_fn, ctypes.addressof(task), min(self.threads, chunks), 0)
 

@@ -39,3 +39,26 @@ def test_outputs_get_eager_dtype_and_strides():
     torch.testing.assert_close(expanded, torch.arange(3.0).expand(4, 3))
     gapped = with_strides(torch.randn(4, 3), (8, 1))  # a slice of a wider tensor in eager
     assert gapped.stride() == (8, 1)
+
+
+def test_parameter_views_are_kept_only_while_valid():
+    from neuroncc.frontend.convert import ParameterViews
+
+    weight = torch.nn.Parameter(torch.randn(3, 4))
+    activation = torch.randn(3, 4, requires_grad=True) * 2  # not a leaf: never kept
+    half = torch.nn.Parameter(torch.randn(3, 4, dtype=torch.bfloat16))  # crosses as a float32 copy: never kept
+    views = ParameterViews(3)
+    first = views.arrays([weight, activation, half], [0, 1, 2])
+    again = views.arrays([weight, activation, half], [0, 1, 2])
+    assert again[0] is first[0] and again[1] is not first[1] and again[2] is not first[2]
+    with torch.no_grad():
+        weight.mul_(2)  # an optimizer step: in place, seen through the kept view
+        half.mul_(2)
+    np.testing.assert_array_equal(views.arrays([weight, activation, half], [0, 1, 2])[0], weight.detach().numpy())
+    np.testing.assert_array_equal(views.arrays([weight, activation, half], [0, 1, 2])[2],
+                                  half.detach().float().numpy())
+    weight.data = torch.randn(4, 3)  # new storage and shape: a new view
+    swapped = views.arrays([weight, activation, half], [0, 1, 2])[0]
+    assert swapped.shape == (4, 3) and np.shares_memory(swapped, weight.detach().numpy())
+    other = torch.nn.Parameter(torch.randn(4, 3))  # another tensor at that position
+    assert np.shares_memory(views.arrays([other, activation, half], [0, 1, 2])[0], other.detach().numpy())
