@@ -88,7 +88,7 @@ def _demo(args: argparse.Namespace, directory: Path, keep: bool) -> int:
             return result.executable
 
         with progress.step("compile forward + backward") as step:
-            graphs = trace_training(program, "classifier", compile_imported)
+            graphs = trace_training(program, "classifier", compile_imported, args.target)
         _row("2 compile", "forward + backward: joint export, min-cut partition, import to IR, "
                           f"{args.target} pipeline", step.seconds)
         for c in compiled:
