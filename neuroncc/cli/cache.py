@@ -139,14 +139,16 @@ def _exported_functions(args: argparse.Namespace) -> list:
     """The IR functions ``neuroncc compile MODEL.pt2 [--train]`` compiles (imported the same way)."""
     from neuroncc.cli import programs
     from neuroncc.frontend.exported import import_inference, load_program, trace_training
+    from neuroncc.runtime.driver import DEFAULT_TARGET
     from neuroncc.runtime.executable import InterpreterExecutable
 
     with programs.one_line_warnings():
         program = load_program(args.file, args.program)
         name = programs.graph_name(args.file)
+        target = args.target or DEFAULT_TARGET  # it decides how attention is traced
         if not args.train:
-            return [import_inference(program, name).imported.function]
-        graphs = trace_training(program, name, lambda kind, graph: InterpreterExecutable(graph.function))
+            return [import_inference(program, name, target).imported.function]
+        graphs = trace_training(program, name, lambda kind, graph: InterpreterExecutable(graph.function), target)
     return [graphs.forward.function, graphs.backward.function]
 
 

@@ -10,7 +10,8 @@
     neuroncc inspect model.pt2 --cost --nki-target trn3   ... on another NeuronCore (trn1, trn2, trn3)
 
 IR is printed in the .nir text form that ``neuroncc opt`` reads; large constants print as resources.
---nki and --cost run the ``nki`` pipeline for --nki-target (not --target) and emit the kernels; the cost
+--nki and --cost trace the graphs as the nki-sim target does (attention as matmuls and softmax, not the cpu
+target's library op), run the ``nki`` pipeline for --nki-target (not --target) and emit the kernels; the cost
 table (estimated latency, engine utilisation, DMA- or compute-bound) comes from the simulator's cost-only
 mode, so it runs nothing on data. A graph the NKI emitter cannot compile is a one-line error naming the op.
 """
@@ -48,6 +49,9 @@ def run_inspect(args: argparse.Namespace) -> int:
                 sections.append((f"kernels of {kind} @{fn.name} (target {args.target})",
                                  summarize(compiled.ran_function).lines()))
         if args.nki or args.cost:
+            if args.target != "nki-sim":  # the graphs nki-sim compiles (see frontend/lower_attention.py)
+                nki_args = argparse.Namespace(**{**vars(args), "target": "nki-sim"})
+                functions = _imported_functions(nki_args, program, progress)
             for kind, fn in functions:
                 sections += _nki_sections(args, kind, fn, progress)
     for index, (title, lines) in enumerate(sections):

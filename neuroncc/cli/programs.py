@@ -121,7 +121,7 @@ def inference_graph(args: argparse.Namespace, program, progress: Progress):
     from neuroncc.frontend.exported import import_inference
 
     with progress.step("decompose and import to IR") as step:
-        graph = import_inference(program, graph_name(args.model))
+        graph = import_inference(program, graph_name(args.model), args.target)
         step.detail = f"{len(graph.imported.function.ops)} ops"
     return graph
 
@@ -197,7 +197,7 @@ def training_graphs(args: argparse.Namespace, program, *, cache, progress: Progr
         return result.executable
 
     with progress.step("joint export (forward + backward) and import to IR") as step:
-        graphs = trace_training(program, graph_name(args.model), compile_imported)
+        graphs = trace_training(program, graph_name(args.model), compile_imported, args.target)
         step.detail = f"{len(graphs.forward.function.ops)} + {len(graphs.backward.function.ops)} ops"
     return graphs, compiled
 

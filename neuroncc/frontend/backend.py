@@ -4,7 +4,7 @@ Registered only through the ``torch_dynamo_backends`` entry point in pyproject.t
 import would trip TorchDynamo's duplicate-name assertion). The backend is a thin adapter:
 
     TorchDynamo graph -> feature checks (static shapes, no complex/sparse/nested, no torch.func/distributions)
-      -> AOTAutograd (our decomposition table, min-cut partitioner; traced under the math SDPA backend)
+      -> AOTAutograd (our decomposition table, min-cut partitioner; SDPA backend per target: lower_attention)
       -> forward / backward / inference aten graphs -> compile_aten_graph (FX -> IR -> runtime.driver)
 
 Options (``options={...}``) are described in :mod:`neuroncc.frontend.options`.
@@ -24,7 +24,6 @@ import torch
 import torch.fx as fx
 from functorch.compile import make_boxed_func, min_cut_rematerialization_partition
 from torch._dynamo.backends.common import aot_autograd
-from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from neuroncc.errors import InputError
 from neuroncc.frontend import stats
@@ -39,6 +38,7 @@ from neuroncc.frontend.diagnostics import (
     uses_float64,
 )
 from neuroncc.frontend.fallback import partition_and_compile
+from neuroncc.frontend.lower_attention import attention_tracing
 from neuroncc.frontend.options import BackendOptions
 
 log = logging.getLogger("neuroncc.frontend")
@@ -67,8 +67,8 @@ def neuron_backend(gm: fx.GraphModule, example_inputs: Sequence[Any], *, options
         partition_fn=min_cut_rematerialization_partition,
         keep_inference_input_mutations=False,  # AOTAutograd writes mutated inputs (BatchNorm stats) back
     )
-    # The math SDPA backend: the CPU flash-attention op's decomposition gives wrong gradients.
-    with sdpa_kernel(SDPBackend.MATH):
+    # cpu/interp: attention stays ATen's flash kernel (one library op); nki-sim: the math SDPA backend.
+    with attention_tracing(config.target):
         try:
             return compile_with_aot(gm, example_inputs)
         except DATA_DEPENDENT_ERRORS as error:

@@ -42,9 +42,9 @@ EXTRA_DECOMPOSITIONS = (
 
 #: Decompositions from the core table that we drop, so the op reaches the importer (or fails loudly).
 REMOVED_DECOMPOSITIONS = (
-    # The CPU flash-attention decomposition gives wrong gradients. The backend traces under the MATH SDPA
-    # backend instead (see backend.py), so this op only appears if someone bypasses that; then it is refused
-    # by name rather than silently decomposed.
+    # The CPU flash-attention decomposition returns the attention probabilities where the op returns the
+    # logsumexp, which autograd's formula (the ATen flash backward) then reads: wrong gradients. Kept as one
+    # op instead, with its backward (frontend/lower_attention.py), as Inductor does.
     aten._scaled_dot_product_flash_attention_for_cpu.default,
 )
 

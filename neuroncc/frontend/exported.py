@@ -5,8 +5,10 @@
     trace_training(program, name, ...)   AOTAutograd joint export (aot_export_joint_with_descriptors) ->
                                          min-cut partition -> forward and backward graphs -> importer
 
-Both paths decompose with the torch backend's table (:mod:`neuroncc.frontend.decompositions`) under the math
-SDPA backend, so an exported model lowers to the same IR as the same model under ``torch.compile``.
+Both paths decompose with the torch backend's table (:mod:`neuroncc.frontend.decompositions`) under the SDPA
+backend the target wants (:func:`neuroncc.frontend.lower_attention.attention_tracing`: ATen's flash attention as
+one op for cpu/interp, the math backend for nki-sim), so an exported model lowers to the same IR as the same
+model under ``torch.compile``.
 Parameters, buffers and lifted constants stay graph *inputs* (fed from the program's state at run time), as
 AOTAutograd lifts them: the compiled code and its cache key do not depend on the weights' values.
 """
@@ -26,13 +28,14 @@ import torch.fx as fx
 import torch.utils._pytree as pytree
 from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind, OutputKind, TensorArgument
-from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from neuroncc.errors import DynamicShapeError, InputError, UnsupportedOpError
 from neuroncc.frontend.compiled import CompiledGraph
 from neuroncc.frontend.decompositions import REMOVED_DECOMPOSITIONS, decomposition_table
 from neuroncc.frontend.importer import ImportedGraph, import_graph
+from neuroncc.frontend.lower_attention import attention_tracing
 from neuroncc.frontend.pt2 import load_exported_program
+from neuroncc.runtime.driver import DEFAULT_TARGET
 from neuroncc.runtime.executable import Executable
 
 #: User inputs larger than this (all together) are refused before anything is allocated for them.
@@ -135,19 +138,21 @@ def export_decompositions() -> Any:
 
 
 @contextlib.contextmanager
-def _tracing() -> Iterator[None]:
-    """The context both traces run in: math SDPA (see backend.py) and torch's internal deprecation noise
-    (pytree FutureWarnings raised inside torch itself) kept off the user's terminal."""
-    with sdpa_kernel(SDPBackend.MATH), warnings.catch_warnings():
+def _tracing(target: str | None) -> Iterator[None]:
+    """The context both traces run in: the target's SDPA backend (``None``: eager's own choice) and torch's
+    internal deprecation noise (pytree FutureWarnings raised inside torch itself) kept off the user's terminal."""
+    attention = attention_tracing(target) if target is not None else contextlib.nullcontext()
+    with attention, warnings.catch_warnings():
         warnings.filterwarnings("ignore", category=FutureWarning, module=r"(torch|copyreg)(\.|$)")
         warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"torch(\.|$)")
         yield
 
 
-def import_inference(program: ExportedProgram, name: str) -> InferenceGraph:
-    """Decompose ``program`` with neuroncc's table and import its graph as the IR function ``name``."""
+def import_inference(program: ExportedProgram, name: str, target: str = DEFAULT_TARGET) -> InferenceGraph:
+    """Decompose ``program`` with neuroncc's table and import its graph as the IR function ``name`` (for
+    ``target``: it decides how attention is traced)."""
     _refuse_unsupported_signature(program)
-    with _tracing():
+    with _tracing(target):
         decomposed = program.run_decompositions(export_decompositions())
     signature = decomposed.graph_signature
     inputs = program_inputs(decomposed)
@@ -166,12 +171,14 @@ def import_inference(program: ExportedProgram, name: str) -> InferenceGraph:
 
 
 def trace_training(program: ExportedProgram, name: str,
-                   compile_imported: Callable[[str, ImportedGraph], Executable]) -> TrainingGraphs:
+                   compile_imported: Callable[[str, ImportedGraph], Executable],
+                   target: str = DEFAULT_TARGET) -> TrainingGraphs:
     """Export the joint forward+backward graph of ``program`` and partition it (min-cut, as the backend does).
 
     ``compile_imported(kind, imported)`` ("forward"/"backward", the imported graph named ``<name>_<kind>``)
     returns the executable each graph runs with. The returned step must be called after this function
-    returns: AOTAutograd's export context (an ExitStack) is closed by then, as its API requires.
+    returns: AOTAutograd's export context (an ExitStack) is closed by then, as its API requires. ``target``
+    decides how attention is traced (see :func:`neuroncc.frontend.lower_attention.attention_tracing`).
     """
     from functorch.compile import min_cut_rematerialization_partition
     from torch._functorch.aot_autograd import (
@@ -199,7 +206,7 @@ def trace_training(program: ExportedProgram, name: str,
             return CompiledGraph(graph, compile_imported(kind, graph))
         return compile_one
 
-    with _tracing(), contextlib.ExitStack() as stack:
+    with _tracing(target), contextlib.ExitStack() as stack:
         joint = aot_export_joint_with_descriptors(stack, module, tuple(args), kwargs,
                                                   decompositions=decomposition_table())
         step = aot_compile_joint_with_descriptors(joint, partition_fn=min_cut_rematerialization_partition,
@@ -225,7 +232,7 @@ def check_input_sizes(inputs: Sequence[ProgramInput], where: str, limit: int = M
 def call_eager(program: ExportedProgram, user_inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
     """Run the (undecomposed) program with eager PyTorch; returns its flattened user outputs."""
     args, kwargs = _unflatten_user_inputs(program, list(user_inputs))
-    with _tracing():
+    with _tracing(None):
         result = program.module()(*args, **kwargs)
     return [leaf for leaf in pytree.tree_leaves(result)]
 

@@ -25,6 +25,7 @@ from neuroncc.errors import TypeInferenceError, UnsupportedOpError
 from neuroncc.frontend.convert import TensorSpec, to_numpy
 from neuroncc.frontend.coverage import COVERAGE_LOWERINGS
 from neuroncc.frontend.diagnostics import op_name, unsupported_op
+from neuroncc.frontend.lower_attention import ATTENTION_LOWERINGS
 from neuroncc.frontend.lower_elementwise import ELEMENTWISE_LOWERINGS
 from neuroncc.frontend.lower_library import LIBRARY_LOWERINGS
 from neuroncc.frontend.lower_movement import MOVEMENT_LOWERINGS
@@ -35,7 +36,7 @@ from neuroncc.ir import Builder, DenseAttr, Function, TensorType, Value
 #: aten op -> lowering. One entry per op; the tables live next to their lowerings.
 LOWERINGS: Mapping[Any, Callable[..., Any]] = {
     **ELEMENTWISE_LOWERINGS, **REDUCTION_LOWERINGS, **MOVEMENT_LOWERINGS, **COVERAGE_LOWERINGS,
-    **LIBRARY_LOWERINGS,
+    **LIBRARY_LOWERINGS, **ATTENTION_LOWERINGS,
 }
 
 

@@ -1,10 +1,11 @@
-"""Library kernels: each Category.EXTERN op of the IR as one ATen call (LAPACK, ATen's sort and scans).
+"""Library kernels: each Category.EXTERN op of the IR as one ATen call (LAPACK, sort and scans, flash attention).
 
 :data:`LIBRARY_CALLS` maps an op name to ``call(torch, operands, attrs) -> tuple of tensors``, the results in
 the op's result order. :func:`run_library` wraps the operand views (zero-copy), calls ATen and writes the
 results into the launcher's buffers. torch is imported lazily, inside the function that calls it (the only
 place below the front end allowed to). Operands of bf16 ops are float32 arrays holding bf16 values; the
-results are rounded back to bf16 (exact for sorting, which only moves values).
+results are rounded back to bf16 (exact for sorting, which only moves values). Ops whose bf16 numerics are
+ATen's bf16 kernel's (attention) get their bf16 operands as bfloat16 tensors (:data:`BF16_OPERANDS`).
 """
 
 from __future__ import annotations
@@ -72,6 +73,19 @@ LIBRARY_CALLS: dict[str, Call] = {
         x[0], a["bins"], range=list(a["range"]) or None, weight=x[1] if len(x) > 1 else None, density=a["density"])),
     "histogram_edges": lambda t, x, a: (_aten(t).histogram.bins_tensor(
         x[0], x[1], weight=x[2] if len(x) > 2 else None, density=a["density"])[0],),
+    # ---- attention: ATen's CPU flash kernel (the mask is additive: bool masks became float in the graph) ----
+    "flash_attention": lambda t, x, a: tuple(_aten(t)._scaled_dot_product_flash_attention_for_cpu(
+        x[0], x[1], x[2], 0.0, a["is_causal"], attn_mask=x[3] if len(x) > 3 else None, scale=a["scale"])),
+    "flash_attention_backward": lambda t, x, a: tuple(_aten(t)._scaled_dot_product_flash_attention_for_cpu_backward(
+        *x[:6], 0.0, a["is_causal"], attn_mask=x[6] if len(x) > 6 else None, scale=a["scale"])),
+}
+
+#: Ops whose bf16 kernels ATen runs in bf16 (not on the float32 arrays that hold bf16 values): op -> the operand
+#: positions to hand over as bfloat16 when the op's result is bf16. A mask stays float32 (its values are
+#: bf16-representable, and the kernel adds it in float32 either way); the logsumexp is float32 by definition.
+BF16_OPERANDS: dict[str, tuple[int, ...]] = {
+    "flash_attention": (0, 1, 2),
+    "flash_attention_backward": (0, 1, 2, 3, 4),
 }
 
 
@@ -89,9 +103,13 @@ def run_library(name: str, attrs: Mapping[str, Any], operands: Sequence[np.ndarr
     call = LIBRARY_CALLS.get(name)
     if call is None:
         raise ValueError(f"'{name}' has no library kernel")
-    outs = call(torch, [_tensor(torch, a) for a in operands], attrs)
+    tensors = [_tensor(torch, a) for a in operands]
+    if result_dtypes and result_dtypes[0] is DType.bf16:
+        for position in BF16_OPERANDS.get(name, ()):
+            tensors[position] = tensors[position].to(torch.bfloat16)
+    outs = call(torch, tensors, attrs)
     for result, out, dtype in zip(results, outs, result_dtypes):
-        value = out.detach().numpy()
+        value = (out.float() if out.dtype == torch.bfloat16 else out).detach().numpy()
         if dtype is DType.bf16:
             value = round_to_bf16(value.astype(np.float32))
         result[...] = value.reshape(result.shape) if value.size == result.size else value

@@ -83,7 +83,8 @@ def test_three_training_steps_match_eager(name, optimizer):
 
 @pytest.mark.parametrize("causal", [True, False])
 def test_attention_gradients_match_eager(causal):
-    """SDPA is traced under the math backend: the CPU flash-attention decomposition has wrong gradients."""
+    """SDPA is ATen's CPU flash op and its ATen backward (PyTorch's decomposition of the forward op, dropped from
+    neuroncc's table, would feed that backward the attention probabilities as its logsumexp: wrong gradients)."""
     def attention(q, k, v):
         return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
 

@@ -1,0 +1,179 @@
+"""Scaled dot-product attention through torch.compile: ATen's CPU flash kernel as one library op on the cpu
+target (forward and backward equal to eager's), the references on interp, the math decomposition on nki-sim
+and wherever ATen itself would not run its flash kernel (see neuroncc/frontend/lower_attention.py)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from neuroncc.frontend.decompositions import decomposition_table
+from neuroncc.ir import parse
+from neuroncc.runtime.driver import compile_graph
+
+aten = torch.ops.aten
+
+
+def _gqa(q, k, v, **kw):
+    return F.scaled_dot_product_attention(q, k, v, enable_gqa=True, **kw)
+
+
+#: name -> (attention function, q/k/v shapes [B, H, L, E] / [B, Hkv, S, E])
+CONFIGS = {
+    "plain": (lambda q, k, v: F.scaled_dot_product_attention(q, k, v), ((2, 4, 8, 16), (2, 4, 8, 16))),
+    "causal_scale": (lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=0.3),
+                     ((1, 2, 7, 8), (1, 2, 5, 8))),
+    "bool_mask": (lambda q, k, v: F.scaled_dot_product_attention(
+        q, k, v, attn_mask=torch.ones(q.shape[2], k.shape[2], dtype=torch.bool).tril()), ((2, 3, 6, 4), (2, 3, 6, 4))),
+    "float_mask": (lambda q, k, v: F.scaled_dot_product_attention(
+        q, k, v, attn_mask=torch.linspace(-2, 1, q.shape[0] * q.shape[2] * k.shape[2]).reshape(
+            q.shape[0], 1, q.shape[2], k.shape[2]).to(q.dtype)), ((2, 2, 5, 8), (2, 2, 9, 8))),
+    "gqa": (_gqa, ((1, 8, 6, 16), (1, 2, 6, 16))),
+    "head_dim_1": (lambda q, k, v: F.scaled_dot_product_attention(q, k, v), ((3, 1, 4, 1), (3, 1, 4, 1))),
+}
+
+
+def _operands(shapes, dtype):
+    (q_shape, kv_shape) = shapes
+    return [torch.randn(s).to(dtype).requires_grad_() for s in (q_shape, kv_shape, kv_shape)]
+
+
+def _forward_and_grads(fn, operands):
+    out = fn(*operands)
+    grad = torch.linspace(-1, 1, out.numel()).reshape(out.shape).to(out.dtype)
+    return (out, *torch.autograd.grad(out, operands, grad))
+
+
+def _check(fn, shapes, dtype=torch.float32, target="cpu", **tol):
+    operands = _operands(shapes, dtype)
+    expected = _forward_and_grads(fn, operands)
+    compiled = torch.compile(fn, backend="neuron", fullgraph=True, dynamic=False, options={"target": target})
+    got = _forward_and_grads(compiled, operands)
+    torch.testing.assert_close(got, expected, **tol)
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_cpu_attention_forward_and_backward_equal_eager(name):
+    fn, shapes = CONFIGS[name]
+    _check(fn, shapes)  # the same ATen kernels: default float32 tolerances
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("name", ["causal_scale", "float_mask", "gqa"])
+def test_cpu_half_precision_attention_equals_eager(name, dtype):
+    fn, shapes = CONFIGS[name]
+    _check(fn, shapes, dtype)  # ATen's bf16/f16 kernels, not float32 ones: eager's rounding, default tolerances
+
+
+@pytest.mark.parametrize("name", ["causal_scale", "bool_mask", "gqa"])
+def test_interp_attention_references_match_eager(name):
+    fn, shapes = CONFIGS[name]
+    _check(fn, shapes, target="interp", rtol=1e-5, atol=1e-5)
+
+
+def test_nki_sim_keeps_the_math_decomposition(tmp_path):
+    fn, shapes = CONFIGS["causal_scale"]
+    operands = _operands(shapes, torch.float32)
+    compiled = torch.compile(fn, backend="neuron", fullgraph=True, dynamic=False,
+                             options={"target": "nki-sim", "dump_dir": str(tmp_path)})
+    torch.testing.assert_close(_forward_and_grads(compiled, operands), _forward_and_grads(fn, operands),
+                               rtol=1e-4, atol=1e-5)
+    ops = _op_names(tmp_path)
+    assert "flash_attention" not in ops["forward"] and "bmm" in ops["forward"]
+    assert "flash_attention_backward" not in ops["backward"]
+
+
+def _op_names(directory) -> dict[str, list[str]]:
+    graphs = {path.stem.rsplit("_", 1)[1]: parse(path.read_text()) for path in directory.glob("*.nir")}
+    return {kind: [op.name for op in fn.ops] for kind, fn in graphs.items()}
+
+
+def test_attention_is_one_extern_step_forward_and_backward(tmp_path):
+    fn, shapes = CONFIGS["causal_scale"]
+    compiled = torch.compile(fn, backend="neuron", fullgraph=True, dynamic=False,
+                             options={"dump_dir": str(tmp_path)})
+    _forward_and_grads(compiled, _operands(shapes, torch.float32))
+    for kind, op in (("forward", "flash_attention"), ("backward", "flash_attention_backward")):
+        imported = parse((tmp_path / f"g0_0_{kind}.nir").read_text())
+        assert [o.name for o in imported.ops].count(op) == 1
+        assert not {"bmm", "exp", "amax"} & {o.name for o in imported.ops}
+        exe = compile_graph(imported, target="cpu")
+        steps = [exe.function.ops[s.op_index].name for s in exe.plan.steps if s.kind == "extern"]
+        assert steps == [op]
+
+
+#: Attention that ATen itself runs on its math path: neuroncc decomposes it as before, results as eager's.
+MATH_PATH = {
+    "value_head_size_differs": (lambda q, k, v: F.scaled_dot_product_attention(q, k, v[..., :4]),
+                                ((2, 2, 5, 8), (2, 2, 5, 8))),
+    "three_dims": (lambda q, k, v: F.scaled_dot_product_attention(q[0], k[0], v[0], is_causal=True),
+                   ((1, 3, 5, 8), (1, 3, 5, 8))),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MATH_PATH))
+def test_math_path_attention_still_decomposes(name, tmp_path):
+    fn, shapes = MATH_PATH[name]
+    operands = _operands(shapes, torch.float32)
+    compiled = torch.compile(fn, backend="neuron", fullgraph=True, dynamic=False,
+                             options={"dump_dir": str(tmp_path)})
+    torch.testing.assert_close(_forward_and_grads(compiled, operands), _forward_and_grads(fn, operands),
+                               rtol=1e-5, atol=1e-5)
+    assert not any("flash" in op for ops in _op_names(tmp_path).values() for op in ops)
+
+
+def test_a_mask_that_needs_a_gradient_takes_the_math_path(tmp_path):
+    def fn(q, k, v, mask):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+    operands = [*_operands(((1, 2, 4, 8), (1, 2, 6, 8)), torch.float32), torch.randn(4, 6, requires_grad=True)]
+    compiled = torch.compile(fn, backend="neuron", fullgraph=True, dynamic=False,
+                             options={"dump_dir": str(tmp_path)})
+    torch.testing.assert_close(_forward_and_grads(compiled, operands), _forward_and_grads(fn, operands),
+                               rtol=1e-5, atol=1e-5)
+    assert "flash_attention" not in _op_names(tmp_path)["forward"]
+
+
+def test_dropout_takes_the_math_path_and_is_refused_as_before():
+    fn = torch.compile(lambda q: F.scaled_dot_product_attention(q, q, q, dropout_p=0.5), backend="neuron",
+                       fullgraph=True, dynamic=False)
+    with pytest.raises(Exception, match="UnsupportedOpError: .*aten.native_dropout"):
+        fn(torch.randn(1, 2, 4, 8, requires_grad=True))
+
+
+def test_transformer_encoder_layer_training_matches_eager(tmp_path):
+    torch.backends.mha.set_fastpath_enabled(False)
+    try:
+        layer = torch.nn.TransformerEncoderLayer(d_model=32, nhead=4, dim_feedforward=64, batch_first=True,
+                                                 dropout=0.0)
+        x = torch.randn(2, 6, 32)
+        expected_out = layer(x)
+        expected = torch.autograd.grad(expected_out.square().mean(), list(layer.parameters()))
+        compiled = torch.compile(layer, backend="neuron", dynamic=False, options={"dump_dir": str(tmp_path)})
+        out = compiled(x)
+        got = torch.autograd.grad(out.square().mean(), list(layer.parameters()))
+    finally:
+        torch.backends.mha.set_fastpath_enabled(True)
+    torch.testing.assert_close(out, expected_out, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-5)
+    ops = _op_names(tmp_path)
+    assert ops["forward"].count("flash_attention") == 1 and ops["backward"].count("flash_attention_backward") == 1
+
+
+def test_the_flash_decomposition_stays_out_of_the_table():
+    # PyTorch's decomposition returns the attention probabilities in the logsumexp slot (wrong gradients).
+    assert aten._scaled_dot_product_flash_attention_for_cpu.default not in decomposition_table()
+
+
+@pytest.mark.parametrize("target, fused", [("cpu", True), ("nki-sim", False)])
+def test_exported_programs_trace_attention_per_target(target, fused):
+    from neuroncc.frontend.exported import import_inference
+
+    class Attention(torch.nn.Module):
+        def forward(self, q, k, v):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    args = tuple(torch.randn(1, 2, 4, 8) for _ in range(3))
+    graph = import_inference(torch.export.export(Attention(), args), "attention", target)
+    assert ("flash_attention" in [op.name for op in graph.imported.function.ops]) == fused
