@@ -86,7 +86,13 @@ def plan_gemm(first: Matrix, second: Matrix, result: Matrix) -> GemmPlan | None:
     lda = m1.strides[1 if transa == transpose_c else 0]
     ldb = m2.strides[1 if transb == transpose_c else 0]
     ldc = result.strides[0 if transpose_c else 1]
-    # cpublas::internal::normalize_last_dims
+    return _normalized_plan(transa, transb, m, n, k, lda, ldb, ldc, transpose_c)
+
+
+def _normalized_plan(transa: bool, transb: bool, m: int, n: int, k: int, lda: int, ldb: int, ldc: int,
+                     transpose_c: bool) -> GemmPlan | None:
+    """ATen's cpublas::internal::normalize_last_dims, then its use_blas_gemm check (None: ATen would run its
+    own gemm kernel, so BLAS must not be called)."""
     if n == 1:
         ldc = m
     if transa:
@@ -97,7 +103,6 @@ def plan_gemm(first: Matrix, second: Matrix, result: Matrix) -> GemmPlan | None:
         ldb = n if k == 1 else ldb
     elif n == 1:
         ldb = k
-    # cpublas use_blas_gemm: otherwise ATen runs its own gemm kernel
     if max(m, n, k, lda, ldb, ldc) > INT_MAX or lda < max(1, k if transa else m) or \
             ldb < max(1, n if transb else k) or ldc < max(1, m):
         return None
@@ -290,21 +295,7 @@ def plan_bmm(first: Matrix, second: Matrix, result_row_stride: int) -> GemmPlan 
     lda = second.strides[1 if transa else 0]
     ldb = first.strides[1 if transb else 0]
     ldc = result_row_stride
-    # cpublas::internal::normalize_last_dims, then use_blas_gemm (else ATen loops over plain gemm calls)
-    if n == 1:
-        ldc = m
-    if transa:
-        lda = k if m == 1 else lda
-    elif k == 1:
-        lda = m
-    if transb:
-        ldb = n if k == 1 else ldb
-    elif n == 1:
-        ldb = k
-    if max(m, n, k, lda, ldb, ldc) > INT_MAX or lda < max(1, k if transa else m) or \
-            ldb < max(1, n if transb else k) or ldc < max(1, m):
-        return None
-    return GemmPlan(transa, transb, m, n, k, lda, ldb, ldc, True)
+    return _normalized_plan(transa, transb, m, n, k, lda, ldb, ldc, True)  # None: ATen loops over plain gemms
 
 
 def _bmm_batch(operands: Sequence[tuple[Sequence[int], Sequence[int]]], attrs: Mapping[str, Any],
