@@ -1,0 +1,44 @@
+"""compile_aten_graph runs with Python's cyclic GC paused and collects the young generation at the end."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+
+import pytest
+
+from neuroncc.frontend.aten_compiler import cyclic_gc_paused
+
+
+class Node:
+    def __init__(self) -> None:
+        self.other: Node | None = None
+
+
+def test_the_gc_is_paused_inside_and_young_cycles_are_freed_at_the_end():
+    assert gc.isenabled()
+    with cyclic_gc_paused():
+        assert not gc.isenabled()
+        a, b = Node(), Node()
+        a.other, b.other = b, a  # a cycle: only the cyclic GC frees it
+        alive = weakref.ref(a)
+        del a, b
+        assert alive() is not None
+    assert gc.isenabled()
+    assert alive() is None
+
+
+def test_the_gc_comes_back_after_an_error():
+    with pytest.raises(ValueError), cyclic_gc_paused():
+        raise ValueError("compile failed")
+    assert gc.isenabled()
+
+
+def test_a_caller_that_disabled_the_gc_keeps_it_disabled():
+    gc.disable()
+    try:
+        with cyclic_gc_paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
