@@ -122,8 +122,10 @@ def index_reduce(self: torch.Tensor, dim: int, index: torch.Tensor, source: torc
 
 
 def _segments(data: torch.Tensor, lengths: torch.Tensor | None, offsets: torch.Tensor | None,
-              axis: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
-    """(inside [.., S, L, 1..] "position l is in segment s", starts, ends), or None when too large."""
+              axis: int) -> tuple[int, int, torch.Tensor, torch.Tensor, torch.Tensor] | None:
+    """(axis normalized, dims after it, inside [.., S, L, 1..] "position l is in segment s", starts, ends),
+    or None when the segments are not given or too large to handle densely."""
+    axis %= data.ndim
     if offsets is not None:
         starts, ends = offsets[..., :-1], offsets[..., 1:]
     elif lengths is not None:
@@ -136,7 +138,7 @@ def _segments(data: torch.Tensor, lengths: torch.Tensor | None, offsets: torch.T
         return None
     positions = torch.arange(length)
     inside = (starts.unsqueeze(-1) <= positions) & (positions < ends.unsqueeze(-1))  # [.., S, L]
-    return inside.reshape(inside.shape + (1,) * rest), starts, ends
+    return axis, rest, inside.reshape(inside.shape + (1,) * rest), starts, ends
 
 
 def segment_reduce(data: torch.Tensor, reduce: str, *, lengths: torch.Tensor | None = None,
@@ -147,12 +149,10 @@ def segment_reduce(data: torch.Tensor, reduce: str, *, lengths: torch.Tensor | N
     an empty segment without one is the reduction's identity (NaN for mean)."""
     if indices is not None or reduce not in ("sum", "mean", "max", "min", "prod") or not data.is_floating_point():
         return NotImplemented
-    axis %= data.ndim
     segments = _segments(data, lengths, offsets, axis)
     if segments is None:
         return NotImplemented
-    inside, starts, ends = segments
-    rest = data.ndim - axis - 1
+    axis, rest, inside, starts, ends = segments
     name = {"max": "amax", "min": "amin"}.get(reduce, reduce)
     name = "sum" if name == "mean" else name
     picked = torch.where(inside, data.unsqueeze(axis), _identity(name, data.dtype))
@@ -175,12 +175,10 @@ def segment_reduce_backward(grad: torch.Tensor, output: torch.Tensor, data: torc
     value won), as eager."""
     if reduce not in ("sum", "mean", "max", "min") or not data.is_floating_point():
         return NotImplemented
-    axis %= data.ndim
     segments = _segments(data, lengths, offsets, axis)
     if segments is None:
         return NotImplemented
-    inside, starts, ends = segments
-    rest = data.ndim - axis - 1
+    axis, rest, inside, starts, ends = segments
     share = grad.unsqueeze(axis + 1)  # [.., S, 1, rest]
     if reduce == "mean":
         counts = (ends - starts).reshape(ends.shape + (1,) * (rest + 1)).to(data.dtype)
