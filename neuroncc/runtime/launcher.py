@@ -504,8 +504,18 @@ def _contraction_extent(name: str, extern: Any, rows: int) -> int:
     return math.prod(first.shape) // max(rows, 1)
 
 
+def _count_option(options: Mapping[str, Any], name: str, default: int) -> int:
+    """A positive thread count option (``default`` when absent); anything else is an InputError."""
+    value = options.get(name)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InputError(f"option {name} must be a positive integer, got {value!r}")
+    return value
+
+
 def _threads(options: Mapping[str, Any]) -> int:
-    return int(options.get("threads") or default_threads())
+    return _count_option(options, "threads", default_threads())
 
 
 def _threading(options: Mapping[str, Any]) -> str:
@@ -526,7 +536,7 @@ def build_cpu_executable(fn: Function, options: Mapping[str, Any] | None = None)
     start = time.perf_counter()
     top = wrap_remaining_ops(fn)
     cpu, features = jit.host_cpu()
-    compiler = jit.KernelCompiler(int(options.get("compile_threads") or _threads(options)))
+    compiler = jit.KernelCompiler(_count_option(options, "compile_threads", _threads(options)))
     try:
         plan, _ = plan_launch(top, cpu, features, _memory_plan(options), on_kernel=compiler.submit)
     except BaseException:

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from neuroncc.codegen.llvm import jit
-from neuroncc.errors import ArtifactError, CodegenError
+from neuroncc.errors import ArtifactError, CodegenError, InputError
 from neuroncc.ir import Builder, DType, TensorType, interpret
 from neuroncc.passes import run_pipeline
 from neuroncc.passes.pipeline import default_pipeline
@@ -92,3 +92,10 @@ def test_compile_threads_run_llvm_outside_llvmlites_lock():
         fn = jit._unlocked(name)
         assert fn is not getattr(jit.ffi.lib, name)
         assert fn.argtypes == getattr(jit.ffi.lib, name).argtypes
+
+
+@pytest.mark.parametrize("name", ["threads", "compile_threads"])
+@pytest.mark.parametrize("value", [0, -2, 1.5, "2", True])
+def test_bad_thread_counts_are_input_errors_naming_the_option(name, value):
+    with pytest.raises(InputError, match=f"option {name} must be a positive integer"):
+        build_cpu_executable(many_kernels(), {name: value})
