@@ -129,6 +129,7 @@ def test_multithreaded_kernels_match_single_threaded(threading, rng):
     assert (exe.team is not None) == (threading == "openmp")  # torch's libgomp is installed here
     for a, c in zip(one, exe(*inputs)):
         np.testing.assert_array_equal(a, c)
+    assert build_cpu_executable(fn, {"threads": 2}).team is not None  # ATen's OpenMP team is the default
 
 
 def test_unsupported_region_falls_back_to_interpreter(rng):

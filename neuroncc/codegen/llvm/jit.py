@@ -91,7 +91,7 @@ def _parse(text: str, context: Any = None) -> llvm.ModuleRef:
 
 
 def parse_and_link(ir_texts: list[str]) -> llvm.ModuleRef:
-    """Parse and verify each module (one per kernel), then link them into one (global context)."""
+    """Parse and verify each module (one per kernel phase), then link them into one (global context)."""
     with _LOCK:
         _initialize()
     modules = [_parse(text) for text in ir_texts] or [llvm.parse_assembly("")]
