@@ -27,7 +27,10 @@ from neuroncc.runtime.driver import compile_graph
 log = logging.getLogger("neuroncc.frontend")
 
 
-def compile_aten_graph(gm: fx.GraphModule, name: str, options: BackendOptions) -> CompiledGraph:
+def compile_aten_graph(gm: fx.GraphModule, name: str, options: BackendOptions,
+                       free_layouts: frozenset[int] = frozenset()) -> CompiledGraph:
+    """Compile ``gm``; ``free_layouts``: output positions that may keep the executable's layout (see
+    :class:`CompiledGraph`)."""
     with cyclic_gc_paused():
         imported = import_graph(gm, name)
         if options.dump_dir:
@@ -37,7 +40,7 @@ def compile_aten_graph(gm: fx.GraphModule, name: str, options: BackendOptions) -
     stats.increment("graphs_compiled")
     stats.record_executable(executable, options.target)
     log.debug("neuroncc: compiled %s (%d ops) for target %s", name, len(imported.function.ops), options.target)
-    return CompiledGraph(imported, executable)
+    return CompiledGraph(imported, executable, free_layouts)
 
 
 @contextlib.contextmanager

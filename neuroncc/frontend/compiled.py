@@ -19,18 +19,35 @@ from neuroncc.runtime.executable import Executable
 
 
 class CompiledGraph:
-    """An imported graph bound to its executable."""
+    """An imported graph bound to its executable.
 
-    def __init__(self, graph: ImportedGraph, executable: Executable):
+    ``free_layouts`` are graph output positions that need not have eager's strides (the activations a forward
+    graph saves for its backward, which only our backward graph reads): they keep the layout the executable
+    returns them in, when it says which (``executable.output_strides``) and it is a dense one, instead of being
+    copied into eager's. ``output_strides`` lists every output's strides (None for non-computed outputs), for
+    AOTAutograd, which compiles the backward graph for them (as it does for Inductor's layouts).
+    """
+
+    def __init__(self, graph: ImportedGraph, executable: Executable, free_layouts: frozenset[int] = frozenset()):
         self.graph = graph
         self.executable = executable
         # AOTAutograd passes the arguments as one list that we may clear. An instance attribute, not a class
         # one: TorchDynamo's disable() wrapper around the backward copies the instance __dict__ only.
         self._boxed_call = True
-        # per graph output: how to build it (computed outputs with the result layout that needs no conversion)
         self._parameters = ParameterViews(len(graph.param_positions))
-        self._outputs = [(output, numpy_layout(output.spec)) if isinstance(output, ComputedOutput) else (output, None)
-                         for output in graph.outputs]
+        # per graph output: how to build it (computed outputs with the result layout that needs no conversion)
+        returned = getattr(executable, "output_strides", None)
+        self._outputs: list[tuple[Any, Any]] = []
+        self.output_strides: list[tuple[int, ...] | None] = []
+        for position, output in enumerate(graph.outputs):
+            if not isinstance(output, ComputedOutput):
+                self._outputs.append((output, None))
+                self.output_strides.append(None)
+                continue
+            if position in free_layouts and returned is not None:
+                output = ComputedOutput(output.index, _own_layout(output.spec, returned[output.index]))
+            self._outputs.append((output, numpy_layout(output.spec)))
+            self.output_strides.append(output.spec.stride)
 
     def __call__(self, args: list[Any]) -> list[Any]:
         graph = self.graph
@@ -59,3 +76,16 @@ class CompiledGraph:
         with torch.no_grad():
             for position, index in self.graph.mutations:
                 args[position].copy_(to_torch(results[index], TensorSpec.of(args[position])))
+
+
+def _own_layout(spec: TensorSpec, strides: tuple[int, ...]) -> TensorSpec:
+    """``spec`` with the executable's ``strides`` when they lay the tensor out densely without overlap (a
+    permutation of a contiguous layout) and its dtype crosses without conversion, else ``spec`` unchanged."""
+    if numpy_layout(spec) is None or len(strides) != len(spec.shape):
+        return spec
+    expected = 1
+    for size, stride in sorted(((n, s) for n, s in zip(spec.shape, strides) if n != 1), key=lambda pair: pair[1]):
+        if stride != expected:
+            return spec
+        expected *= size
+    return TensorSpec(spec.shape, tuple(strides), spec.dtype)

@@ -138,12 +138,29 @@ class CpuExecutable:
         self._copy_layouts = [None if v.type.strides is None else
                               (Layout(0, 0, v.type.shape, v.type.strides, v.type.dtype).extent, v.type.shape,
                                v.type.strides) for v in function.outputs]
+        self.output_strides = self._output_strides()
         self._runners = [self._runner(step) for step in plan.steps]
         self._calls = [getattr(r, "fast", None) or r for r in self._runners]  # what a call runs, step by step
         self.stats = self._stats(compile_seconds)
         self.stats["blas_calls"] = sum(getattr(r, "blas", None) is not None for r in self._runners)
 
     # ---- build ---------------------------------------------------------------------------------------------
+
+    def _output_strides(self) -> list[tuple[int, ...]]:
+        """The element strides of each array a call returns, fixed at build time: an output with a buffer of
+        its own is returned in its planned layout, any other output is a copy (in its strided type's layout,
+        else C order). The torch front end reports them to AOTAutograd for saved activations."""
+        own = {buffer.index for buffer in self.plan.buffers if buffer.kind == "output"}
+        strides = []
+        for position, value_id in enumerate(self.plan.outputs):
+            spec = self.plan.values[value_id]
+            if position in own:
+                strides.append(tuple(spec.strides))
+            elif self._copy_layouts[position] is not None:
+                strides.append(tuple(self._copy_layouts[position][2]))
+            else:
+                strides.append(contiguous_strides(tuple(spec.shape)))
+        return strides
 
     def _address(self, buffer: int, flats: dict[int, np.ndarray]) -> int:
         return flats[buffer].__array_interface__["data"][0]

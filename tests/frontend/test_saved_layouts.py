@@ -1,0 +1,100 @@
+"""Activations saved for the backward keep the layout our forward executable gives them.
+
+Eager lays q/k/v of an attention out as views of the projection (strided); neuroncc's projection kernel writes
+them contiguously. Copying them into eager's strides after every forward would buy nothing, since only our
+backward graph reads them: the forward reports its layouts to AOTAutograd, which compiles the backward for them.
+"""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from neuroncc.frontend import backend, convert
+
+
+class Attention(torch.nn.Module):
+    def __init__(self, dim=32, heads=4):
+        super().__init__()
+        self.heads = heads
+        self.qkv = torch.nn.Linear(dim, 3 * dim)
+
+    def forward(self, x):
+        b, s, d = x.shape
+        q, k, v = self.qkv(x).view(b, s, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+        return F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(b, s, d)
+
+
+@pytest.fixture
+def compiled_graphs(monkeypatch):
+    """The CompiledGraph of every graph the backend compiles, by kind."""
+    graphs = {}
+    compile_aten_graph = backend.compile_aten_graph
+
+    def recording(gm, name, options, *args):
+        graphs[name.rsplit("_", 1)[-1]] = compiled = compile_aten_graph(gm, name, options, *args)
+        return compiled
+
+    monkeypatch.setattr(backend, "compile_aten_graph", recording)
+    return graphs
+
+
+@pytest.fixture
+def layout_copies(monkeypatch):
+    """Counts the outputs copied into eager's strides."""
+    copies = []
+    with_strides = convert.with_strides
+
+    def counting(tensor, stride):
+        result = with_strides(tensor, stride)
+        if result.data_ptr() != tensor.data_ptr():
+            copies.append((tuple(tensor.shape), tensor.stride(), stride))
+        return result
+
+    monkeypatch.setattr(convert, "with_strides", counting)
+    return copies
+
+
+def _train_step(module, x):
+    module.zero_grad(set_to_none=True)
+    out = module(x)
+    out.square().mean().backward()
+    return out, [p.grad.clone() for p in module.parameters()]
+
+
+def test_saved_activations_keep_our_layout_and_gradients_match(compiled_graphs, layout_copies):
+    model = Attention()
+    x = torch.randn(2, 8, 32)
+    expected_out, expected_grads = _train_step(model, x)
+    compiled = torch.compile(model, backend="neuron", dynamic=False)
+    for _ in range(2):
+        out, grads = _train_step(compiled, x)
+        torch.testing.assert_close(out, expected_out, rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(grads, expected_grads, rtol=1e-4, atol=1e-5)
+    forward, backward = compiled_graphs["forward"], compiled_graphs["backward"]
+    # the saved q/k/v: eager's are strided views of the projection, ours are contiguous
+    eager_strides = [o.spec.stride for o in forward.graph.outputs if hasattr(o, "spec")]
+    assert forward.output_strides != [None if s is None else s for s in eager_strides], "nothing kept our layout"
+    assert not layout_copies, f"outputs copied into eager's layout: {layout_copies}"
+    # the backward graph was compiled for the layouts the forward returns: its inputs need no copies either
+    backward_params = {p.type.layout_strides for p in backward.executable.function.params if p.type.rank == 4}
+    assert (256, 64, 8, 1) in backward_params
+
+
+def test_user_visible_outputs_keep_eager_strides(compiled_graphs):
+    model = Attention()
+    x = torch.randn(2, 8, 32)
+    compiled = torch.compile(model, backend="neuron", dynamic=False)
+    out = compiled(x)
+    assert out.stride() == model(x).stride()
+    forward = compiled_graphs["forward"]
+    user_output = forward.graph.outputs[0]
+    assert forward.output_strides[0] == user_output.spec.stride
+
+
+def test_inference_graphs_report_nothing(compiled_graphs):
+    model = Attention()
+    x = torch.randn(2, 8, 32)
+    with torch.no_grad():
+        out = torch.compile(model, backend="neuron", dynamic=False)(x)
+    torch.testing.assert_close(out, model(x), rtol=1e-4, atol=1e-5)
+    assert set(compiled_graphs) == {"inference"}
