@@ -40,6 +40,7 @@ from neuroncc.frontend.diagnostics import (
 from neuroncc.frontend.fallback import partition_and_compile
 from neuroncc.frontend.lower_attention import attention_tracing
 from neuroncc.frontend.options import BackendOptions
+from neuroncc.frontend.saved_layouts import report_output_strides, saved_activations, take_input_layouts
 
 log = logging.getLogger("neuroncc.frontend")
 _unnamed_graphs = itertools.count()
@@ -88,16 +89,14 @@ class AtenCompilers:
         # The activations saved for the backward keep the layout our executable gives them, and AOTAutograd
         # compiles the backward graph for it (as for Inductor's layouts): copying them into eager's strides
         # would cost a copy here and buy nothing, since only our backward graph reads them.
-        context = torch._guards.TracingContext.try_get()
-        saved = _saved_activations(context, len(output_nodes(gm)))
+        saved = saved_activations(gm)
         stats.increment("forward_graphs")
         compiled = compile_aten_graph(gm, f"{self.name}_forward", self.options, saved)
-        if saved and context.output_strides is not None:
-            context.output_strides.extend(compiled.output_strides)
+        report_output_strides(compiled, saved)
         return compiled
 
     def backward(self, gm: fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
-        _take_input_layouts(gm, example_inputs)
+        take_input_layouts(gm, example_inputs)
         return self._compile(gm, "backward")
 
     def inference(self, gm: fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
@@ -112,36 +111,6 @@ class AtenCompilers:
 
             return make_boxed_func(partition_and_compile(gm, compile_partition, name).forward)
         return compile_aten_graph(gm, name, self.options)
-
-
-def _saved_activations(context: Any, outputs: int) -> frozenset[int]:
-    """The forward graph's output positions that are activations saved for the backward graph (none when
-    AOTAutograd does not say). With effect tokens (ops with side effects) the graph returns the tokens first,
-    which AOTAutograd's slice does not count, and the strides it reads back would be off by as many: none."""
-    meta = getattr(context, "fw_metadata", None)
-    if meta is None or getattr(meta, "tokens", None):
-        return frozenset()
-    try:
-        return frozenset(range(outputs)[meta.tensors_saved_for_backwards_slice])
-    except (AssertionError, AttributeError, TypeError):
-        return frozenset()
-
-
-def _take_input_layouts(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> None:
-    """Give the backward graph's placeholders the layouts of the inputs AOTAutograd compiles it for: it
-    restrides the saved activations to the layouts the forward reported, in the example inputs only."""
-    placeholders = [node for node in gm.graph.nodes if node.op == "placeholder"]
-    for node, example in zip(placeholders, example_inputs):
-        traced = node.meta.get("val")
-        if isinstance(example, torch.Tensor) and isinstance(traced, torch.Tensor) and \
-                example.shape == traced.shape and example.stride() != traced.stride():
-            node.meta["val"] = example
-
-
-def output_nodes(gm: fx.GraphModule) -> list[Any]:
-    """The values an AOTAutograd graph returns (one flat tuple)."""
-    (output,) = (node for node in gm.graph.nodes if node.op == "output")
-    return list(output.args[0])
 
 
 def _graph_name() -> str:

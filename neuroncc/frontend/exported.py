@@ -33,6 +33,7 @@ from neuroncc.errors import DynamicShapeError, InputError, UnsupportedOpError
 from neuroncc.frontend.compiled import CompiledGraph
 from neuroncc.frontend.decompositions import REMOVED_DECOMPOSITIONS, decomposition_table
 from neuroncc.frontend.importer import ImportedGraph, import_graph
+from neuroncc.frontend.saved_layouts import report_output_strides, saved_activations, take_input_layouts
 from neuroncc.frontend.lower_attention import attention_tracing
 from neuroncc.frontend.pt2 import load_exported_program
 from neuroncc.runtime.driver import DEFAULT_TARGET
@@ -201,9 +202,14 @@ def trace_training(program: ExportedProgram, name: str,
     def compiler(kind: str) -> Callable[[fx.GraphModule, Sequence[Any]], CompiledGraph]:
         def compile_one(gm: fx.GraphModule, example: Sequence[Any]) -> CompiledGraph:
             _drop_runtime_assertions(gm)
+            if kind == "backward":
+                take_input_layouts(gm, example)
+            saved = saved_activations(gm) if kind == "forward" else frozenset()
             graph = import_graph(gm, f"{name}_{kind}")
             imported[kind] = graph
-            return CompiledGraph(graph, compile_imported(kind, graph))
+            compiled = CompiledGraph(graph, compile_imported(kind, graph), saved)
+            report_output_strides(compiled, saved)
+            return compiled
         return compile_one
 
     with _tracing(target), contextlib.ExitStack() as stack:
