@@ -160,6 +160,10 @@ def _train(args: argparse.Namespace, graphs, config) -> bool:
     print(f"{INDENT}time per step (median, forward + backward + AdamW): "
           f"neuroncc {format_seconds(statistics.median(times['neuroncc']))}, "
           f"eager {format_seconds(statistics.median(times['eager']))}")
+    # Said because the numbers invite a conclusion they do not support: at this size each step is ~1 ms of
+    # arithmetic, and the rest is per-call overhead (the Python launcher, AOTAutograd's runtime wrappers).
+    print(f"{INDENT}(a model this tiny measures per-call overhead more than kernels; the large-model "
+          "comparisons are in docs/performance.md)")
     return agreed
 
 
