@@ -3,6 +3,7 @@
     (a) gelu(x*w+b)*sigmoid(x), x [4096, 1024] (4M elements), w and b [1024]
     (b) softmax over rows of [4096, 1024]
     (c) LayerNorm over rows of [8192, 1024] (affine)
+    (c') x*w+b over [8192, 1024]: (c)'s memory traffic without its reductions, the roofline (c) runs against
 
 The neuroncc graphs are built by hand (one kernel each, as the fusion pass would make) and run through
 ``build_cpu_executable``. Also measured: the machine's copy bandwidth, each kernel's achieved bandwidth,
@@ -57,6 +58,19 @@ def layernorm_graph(rows, cols):
     return fuse_whole_function(b.build([b.op("add", b.op("mul", b.op("mul", centered, rstd), w), bias)]))
 
 
+def stream_graph(rows, cols):
+    """x*w+b: LayerNorm's bytes (read x, write y) without its row reductions: the memory roofline for (c)."""
+    b = Builder("stream")
+    x = b.param(TensorType((rows, cols), DType.f32), "x")
+    w = b.param(TensorType((cols,), DType.f32), "w")
+    bias = b.param(TensorType((cols,), DType.f32), "b")
+    return fuse_whole_function(b.build([b.op("add", b.op("mul", x, w), bias)]))
+
+
+def eager_stream(x, w, b):
+    return torch.addcmul(b, x, w)
+
+
 def eager_gelu(x, w, b):
     return torch.nn.functional.gelu(x * w + b) * torch.sigmoid(x)
 
@@ -74,6 +88,8 @@ CASES = [
      [(4096, 1024), (1024,), (1024,)]),
     ("(b) softmax [4096,1024]", softmax_graph(4096, 1024), eager_softmax, [(4096, 1024)]),
     ("(c) LayerNorm [8192,1024]", layernorm_graph(8192, 1024), eager_layernorm, [(8192, 1024), (1024,), (1024,)]),
+    ("(c') x*w+b [8192,1024]: (c)'s bytes, no reductions", stream_graph(8192, 1024), eager_stream,
+     [(8192, 1024), (1024,), (1024,)]),
 ]
 
 
