@@ -232,8 +232,27 @@ class _Planner:
             else:
                 raise CodegenError(f"op '{op.name}' must be inside a kernel at the top level of a CPU graph")
         self.plan.outputs = [self.ids[v] for v in self.fn.outputs]
+        self._return_views_of_intermediates()
         self.plan.arena_bytes = _align(self.arena_end) + self.scratch_bytes
         return self.plan
+
+    def _return_views_of_intermediates(self) -> None:
+        """Give an output that is a view of an intermediate (``%o = reshape %k``, %k also read by other
+        steps) the storage of that intermediate: %k's arena buffer becomes the output's fresh per-call
+        buffer, so the call returns the view instead of copying it out of the arena.
+
+        Only where the view is all of %k's storage in the layout the output's type asks for (a call
+        returns outputs in their type's layout) and no other output already returned that storage (outputs
+        never alias each other). %k's arena slot stays unused: values sharing it are unaffected.
+        """
+        for position, value in enumerate(self.fn.outputs):  # a second view of the same storage: copied
+            spec = self.plan.values[self.ids[value]]
+            buffer = self.plan.buffers[spec.buffer]
+            t = value.type
+            if buffer.kind != "arena" or spec.offset != 0 or spec.strides != t.layout_strides \
+                    or Layout(0, 0, t.shape, t.layout_strides, t.dtype).extent != buffer.extent:
+                continue
+            self.plan.buffers[spec.buffer] = _replace(buffer, kind="output", index=position)
 
     def _ids(self, values: tuple[Value, ...]) -> tuple[int, ...]:
         return tuple(self.ids[v] for v in values)
