@@ -33,11 +33,15 @@ from neuroncc.codegen.llvm import jit
 from neuroncc.codegen.llvm.regions import wrap_remaining_ops
 from neuroncc.codegen.llvm.views import Layout
 from neuroncc.errors import ArtifactError, InputError, NeuronccError
-from neuroncc.ir.dtypes import DType
 from neuroncc.ir.graph import Function
 from neuroncc.ir.types import contiguous_strides
 from neuroncc.runtime import blas
 from neuroncc.runtime.ar_archive import read_archive, write_archive
+from neuroncc.runtime.buffers import aligned_empty as _aligned_empty
+from neuroncc.runtime.buffers import data_address as _data_address
+from neuroncc.runtime.buffers import flat_view as _flat
+from neuroncc.runtime.buffers import storage_dtype as _storage_dtype
+from neuroncc.runtime.buffers import strided_view as _view
 from neuroncc.runtime.extern import ONEDNN_MIN_MACS, run_extern
 from neuroncc.runtime.extern_library import LIBRARY_CALLS, run_library
 from neuroncc.runtime.launch_plan import LaunchPlan, StepSpec, ValueSpec, function_hash, plan_launch
@@ -54,47 +58,12 @@ class KernelIndexError(NeuronccError):
     """A kernel read or wrote a data-dependent index out of range (gather/scatter/index/embedding)."""
 
 
-def _storage_dtype(name: str) -> np.dtype:
-    return DType(name).numpy
-
-
-def _view(flat: np.ndarray, spec: ValueSpec) -> np.ndarray:
-    """The numpy view of ``spec`` over its buffer's flat storage (no copy)."""
-    itemsize = flat.dtype.itemsize
-    return np.lib.stride_tricks.as_strided(flat[spec.offset:], spec.shape, tuple(s * itemsize for s in spec.strides))
-
-
-def _data_address(array: np.ndarray) -> int:
-    """The address of ``array``'s first element: through the buffer protocol (~0.2 us) when the array is
-    writable and contiguous, else ``__array_interface__`` (~1 us)."""
-    try:
-        return ctypes.addressof(_CHAR_AT(array))
-    except (TypeError, ValueError, BufferError):
-        return array.__array_interface__["data"][0]
-
-
-_CHAR_AT = ctypes.c_char.from_buffer
-
-
-def _aligned_empty(extent: int, dtype: np.dtype) -> tuple[np.ndarray, int]:
-    """A fresh 1-d array whose data starts 64-byte aligned (the kernels' stores rely on it), and its address."""
-    raw = np.empty(extent * dtype.itemsize + 64, dtype=np.uint8)
-    address = _data_address(raw)
-    shift = -address % 64
-    return raw[shift:shift + extent * dtype.itemsize].view(dtype), address + shift
-
-
 def _output_shaping(spec: ValueSpec) -> ValueSpec | tuple[int, ...]:
     """How a call turns an output buffer into the returned array: its shape (a reshape) when the value is the
     whole contiguous buffer, else its spec (a strided view, dearer)."""
     if spec.offset == 0 and spec.strides == contiguous_strides(spec.shape):
         return tuple(spec.shape)
     return spec
-
-
-def _flat(array: np.ndarray, extent: int) -> np.ndarray:
-    """A 1-d view of ``extent`` elements starting at ``array``'s first element."""
-    return np.lib.stride_tricks.as_strided(array, (extent,), (array.dtype.itemsize,))
 
 
 class CpuExecutable:
