@@ -36,6 +36,7 @@ from neuroncc.errors import ArtifactError, InputError, NeuronccError
 from neuroncc.ir.graph import Function
 from neuroncc.ir.types import contiguous_strides
 from neuroncc.runtime import blas
+from neuroncc.runtime.adopt import ScratchProduct, SuppliedExtern
 from neuroncc.runtime.ar_archive import read_archive, write_archive
 from neuroncc.runtime.buffers import aligned_empty as _aligned_empty
 from neuroncc.runtime.buffers import data_address as _data_address
@@ -102,7 +103,10 @@ class CpuExecutable:
                          p.type.layout_strides == contiguous_strides(p.type.shape)) for p in function.params]
         self._call_buffers = [(n, b, _storage_dtype(b.dtype), _output_shaping(plan.values[plan.outputs[b.index]])
                                if b.kind == "output" else None)
-                              for n, b in enumerate(plan.buffers) if b.kind in ("input", "output")]
+                              for n, b in enumerate(plan.buffers) if b.kind in ("input", "output") and not b.supplied]
+        # output position -> (buffer number, shaping) of the outputs whose storage a step supplies (adopt.py)
+        self._supplied_outputs = [(b.index, n, _output_shaping(plan.values[plan.outputs[b.index]]))
+                                  for n, b in enumerate(plan.buffers) if b.kind == "output" and b.supplied]
         # output position -> None (a C-order copy) or (extent, shape, strides) of the strided type it returns
         self._copy_layouts = [None if v.type.strides is None else
                               (Layout(0, 0, v.type.shape, v.type.strides, v.type.dtype).extent, v.type.shape,
@@ -119,6 +123,8 @@ class CpuExecutable:
 
     def _runner(self, step: StepSpec) -> Any:
         if step.kind == "extern":
+            if any(self.plan.buffers[self.plan.values[r].buffer].supplied for r in step.results):
+                return SuppliedExtern(self, step)
             direct = self._direct_extern(step)
             if direct is not None:
                 return direct
@@ -175,6 +181,9 @@ class CpuExecutable:
                     returned[buffer.index] = storage.reshape(spec) if type(spec) is tuple else _view(storage, spec)
             for run in self._calls:
                 run(flats, addresses)
+            for position, number, spec in self._supplied_outputs:
+                storage = flats[number]
+                returned[position] = storage.reshape(spec) if type(spec) is tuple else _view(storage, spec)
             results = []
             for position, value_id in enumerate(plan.outputs):
                 if position in returned:
@@ -327,6 +336,13 @@ class _NativeKernel:
             self.blas = _prepare_blas(op, layouts)
             self.blas_places = [(layout.buffer, layout.offset * _storage_dtype(layout.dtype).itemsize)
                                 for layout in layouts]
+        # a product big enough for oneDNN: its tensor becomes the scratch slot's memory for the call
+        self.scratch_product = None
+        if self.blas is None and step.extern is not None and not self.row_block:
+            op = exe.function.ops[step.op_index].regions[0].ops[step.extern.op_index]
+            slot = ScratchProduct.slot_of(step, op)
+            if slot is not None:
+                self.scratch_product = ScratchProduct(self.args, slot, op, step.extern.results[0])
         # phases too small to split (or one thread): called straight, without the pool's bookkeeping
         self.serial_calls = None
         if all(_runs_inline(exe.team or exe.pool, n_outer, work, serial) for _, _, n_outer, work, serial in self.phases):
@@ -345,33 +361,37 @@ class _NativeKernel:
         def run(flats: list[Any], addresses: list[int]) -> None:
             for slot, buffer, byte_offset in dynamic:
                 args[slot] = addresses[buffer] + byte_offset
+            product = None  # an adopted product: alive until the phases have read it
             if gemm is not None:
                 if not gemm([args[slot] + offset for slot, offset in places]):
-                    extern()
+                    product = extern()
             elif needs_extern:
-                extern()
+                product = extern()
             for fn, n_outer in calls:
                 fn(address, 0, n_outer)
+            del product
         return run
 
     def __call__(self, flats: list[Any], addresses: list[int]) -> None:
         args = self.args
         for slot, buffer, byte_offset in self.dynamic:
             args[slot] = addresses[buffer] + byte_offset
+        product = None  # an adopted product: alive until the phases have read it
         if self.row_block:
             self._row_blocked()
         else:
             if self.blas is not None:
                 if not self.blas([args[slot] + offset for slot, offset in self.blas_places]):
-                    self._extern()
+                    product = self._extern()
             elif self.step.extern is not None:
-                self._extern()
+                product = self._extern()
             if self.serial_calls is not None:
                 address = self.args_address
                 for fn, n_outer in self.serial_calls:
                     fn(address, 0, n_outer)
             else:
                 self._phases(0, None)
+        del product  # the phases have read it
         if self.step.may_fail and self.exe._error[0]:
             self.exe._error[0] = 0
             op = self.exe.function.ops[self.step.op_index]
@@ -431,10 +451,18 @@ class _NativeKernel:
         views = [view(position, layout) for position, layout in enumerate(layouts)]
         return views[:len(spec.operands)], views[len(spec.operands):]
 
-    def _extern(self, row_start: int = 0, row_end: int | None = None, views: Any = None) -> None:
+    def _extern(self, row_start: int = 0, row_end: int | None = None, views: Any = None) -> Any:
+        """Run the kernel's extern op (on rows [row_start, row_end) when given); returns what must stay alive
+        until the phases ran (an adopted product), if anything."""
         region = self.exe.function.ops[self.step.op_index].regions[0]
         op = region.ops[self.step.extern.op_index]
+        if self.scratch_product is not None:
+            self.scratch_product.reset()
         operands, results = views if views is not None else self._extern_views()
+        if self.scratch_product is not None:
+            product = self.scratch_product.run(operands, results[0])
+            if product is not None:
+                return product
         operands, results = list(operands), list(results)
         if row_end is not None:
             rows = slice(row_start, row_end)
@@ -446,6 +474,7 @@ class _NativeKernel:
                     operands[0] = operands[0][rows]
             results = [r[rows] for r in results]
         run_extern(op.name, op.attrs, operands, results, op.results[0].type.dtype)
+        return None
 
 
 #: Extern ops a prepared BLAS call may run (see :mod:`neuroncc.runtime.blas`).
