@@ -178,6 +178,16 @@ def test_bf16_products_are_not_supplied(rng):
     _assert_fresh_and_equal(exe, fn, inputs, rtol=1.6e-2, atol=1e-2)
 
 
+def test_bf16_library_results_are_not_supplied(rng):
+    from neuroncc.ir.dtypes import round_to_bf16
+
+    fn = _attention_graph(DType.bf16)
+    exe = build_cpu_executable(fn, {"threads": 1})
+    assert not any(b.supplied for b in exe.plan.buffers)  # ATen's bf16 results are rounded into float32
+    inputs = [round_to_bf16(a) for a in _inputs(fn, rng)]
+    _assert_fresh_and_equal(exe, fn, inputs, rtol=2e-2, atol=2e-2)
+
+
 @requires_onednn
 def test_other_matmul_precisions_fill_fresh_buffers(rng, products):
     fn = _matmul_graph(bias=False)
@@ -191,9 +201,9 @@ def test_other_matmul_precisions_fill_fresh_buffers(rng, products):
     assert products == []
 
 
-def _attention_graph():
+def _attention_graph(dtype=DType.f32):
     b = Builder("attention")
-    q, k, v, grad = (b.param(TensorType((2, 3, 16, 8), DType.f32), name) for name in ("q", "k", "v", "grad"))
+    q, k, v, grad = (b.param(TensorType((2, 3, 16, 8), dtype), name) for name in ("q", "k", "v", "grad"))
     out, lse = b.op("flash_attention", q, k, v, scale=0.25)
     dq, dk, dv = b.op("flash_attention_backward", grad, q, k, v, out, lse, scale=0.25)
     return b.build([out, b.op("add", b.op("add", dq, dk), dv), b.op("exp", lse)])
@@ -266,3 +276,24 @@ def test_supplied_buffers_round_trip_through_save_and_load(tmp_path, rng, writes
     for a, c in zip(exe(*inputs), _assert_fresh_and_equal(loaded, fn, inputs, rtol=1e-5, atol=1e-5)):
         np.testing.assert_array_equal(a, c)
     assert writes == []
+
+
+@requires_onednn
+def test_in_place_reuse_of_a_supplied_values_slot_stays_in_the_arena(rng, products):
+    from neuroncc.codegen.llvm.regions import wrap_remaining_ops
+    from neuroncc.passes.plan_memory import plan, value_indices
+
+    b = Builder("in_place")
+    x, w = (b.param(TensorType((N, N), DType.f32), name) for name in "xw")
+    fn = wrap_remaining_ops(b.build([b.op("neg", b.op("exp", b.op("mm", x, w)))]))
+    memory, index = plan(fn), value_indices(fn)
+    y, z = fn.ops[0].result, fn.ops[1].result
+    assert (index[z], index[y]) in memory.in_place  # the plan puts exp's result over the dying product
+    exe = build_cpu_executable(fn, {"threads": 1, "memory_plan": memory})
+    y_buffer = exe.plan.buffers[exe.plan.values[index[y]].buffer]
+    z_buffer = exe.plan.buffers[exe.plan.values[index[z]].buffer]
+    assert y_buffer.supplied and z_buffer.kind == "arena" and z_buffer.index == memory.offsets[index[z]]
+    inputs = _inputs(fn, rng)
+    _assert_fresh_and_equal(exe, fn, inputs, rtol=1e-5, atol=1e-4)
+    # the exp kernel wrote the arena, not oneDNN's memory: the product is intact
+    np.testing.assert_allclose(products[0].numpy(), inputs[0] @ inputs[1], rtol=1e-5, atol=1e-4)
