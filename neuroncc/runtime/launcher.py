@@ -5,7 +5,8 @@ kernel phase (O3, host CPU) on ``compile_threads`` LLVM workers while the planne
 object code. Call: check and place inputs, allocate fresh output arrays, then for each step patch the few
 argument slots that change per call (inputs, outputs) into a prebuilt ctypes argument array and call the phase
 functions, across the thread pool when the work is big enough. Intermediates live in one arena reused by every
-call; returned arrays never alias it.
+call; returned arrays never alias it. Extern results ATen returns as fresh tensors are adopted instead of
+copied: their buffers are supplied per call by their step (:mod:`neuroncc.runtime.adopt`).
 
 Options (all optional): ``threads`` (default: torch's thread count if torch is loaded, else the CPU count),
 ``compile_threads`` (LLVM compile workers; default: ``threads``), ``threading`` (``openmp``, the default:
