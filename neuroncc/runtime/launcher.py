@@ -105,7 +105,7 @@ class CpuExecutable:
         self._call_buffers = [(n, b, _storage_dtype(b.dtype), _output_shaping(plan.values[plan.outputs[b.index]])
                                if b.kind == "output" else None)
                               for n, b in enumerate(plan.buffers) if b.kind in ("input", "output") and not b.supplied]
-        # output position -> (buffer number, shaping) of the outputs whose storage a step supplies (adopt.py)
+        # (output position, buffer number, shaping) of the outputs whose storage a step supplies (adopt.py)
         self._supplied_outputs = [(b.index, n, _output_shaping(plan.values[plan.outputs[b.index]]))
                                   for n, b in enumerate(plan.buffers) if b.kind == "output" and b.supplied]
         # output position -> None (a C-order copy) or (extent, shape, strides) of the strided type it returns
