@@ -8,6 +8,7 @@ it (the only place below the front end allowed to). bf16 values are float32 arra
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -70,15 +71,35 @@ def run_extern(name: str, attrs: Mapping[str, Any], operands: Sequence[np.ndarra
             result[...] = round_to_bf16(result)
 
 
-def _matmul(torch: Any, name: str, attrs: Mapping[str, Any], args: list[Any], out: Any) -> Any:
-    kwargs = {} if out is None else {"out": out}
-    # transpose_a/transpose_b (set by the layout pass): the operand is stored transposed; a transposed view
-    # is free, and BLAS reads it as a transposed operand without a copy.
+def _logical(name: str, attrs: Mapping[str, Any], args: list[Any]) -> list[Any]:
+    """The operands as the product reads them: transpose_a/transpose_b (set by the layout pass) mean the
+    operand is stored transposed; a transposed view is free, and BLAS reads it transposed without a copy."""
     first = 1 if name == "addmm" else 0
     if attrs.get("transpose_a"):
         args[first] = args[first].transpose(-1, -2)
     if attrs.get("transpose_b"):
         args[first + 1] = args[first + 1].transpose(-1, -2)
+    return args
+
+
+def onednn_product(name: str, attrs: Mapping[str, Any], operands: Sequence[np.ndarray], dtype: DType) -> Any:
+    """The product of a float32 mm/addmm that goes to oneDNN, as oneDNN's fresh tensor (its linear has no
+    ``out=``: the launcher adopts the tensor as the result's storage instead of copying it), or None where
+    the op takes another path (then :func:`run_extern` computes it into the result). bf16 products are
+    rounded after the product (:func:`run_extern`), so they never come from here."""
+    import torch
+
+    if dtype is not DType.f32 or name not in ("mm", "addmm") or any(a.dtype != np.float32 for a in operands):
+        return None
+    args = _logical(name, attrs, [torch.from_numpy(a) for a in operands])
+    if not _onednn_eligible(torch, name, attrs, args):
+        return None
+    return _onednn_matmul(torch, name, args, None)
+
+
+def _matmul(torch: Any, name: str, attrs: Mapping[str, Any], args: list[Any], out: Any) -> Any:
+    kwargs = {} if out is None else {"out": out}
+    args = _logical(name, attrs, args)
     if _onednn_eligible(torch, name, attrs, args):
         return _onednn_matmul(torch, name, args, out)
     if name == "mm":
@@ -106,21 +127,30 @@ def _onednn_eligible(torch: Any, name: str, attrs: Mapping[str, Any], args: list
     launcher's buffer, 2026-11-30): [2048, 2048]^T x [2048, 512] 23.7 ms MKL vs 27.1 ms oneDNN, [2048, 1536]^T
     x [2048, 512] 16.6 vs 19.3; untransposed first operands 1.02x-1.20x faster with oneDNN.
     """
-    if name not in ("mm", "addmm") or attrs.get("transpose_a") or not _onednn_available(torch):
+    if not onednn_shapes_eligible(name, attrs, [tuple(a.shape) for a in args]) or not _onednn_available(torch):
+        return False
+    if any(a.dtype != torch.float32 for a in args):
+        return False
+    return torch.get_float32_matmul_precision() == "highest"
+
+
+def onednn_shapes_eligible(name: str, attrs: Mapping[str, Any], shapes: Sequence[Sequence[int]]) -> bool:
+    """The part of the oneDNN choice that the op, its attributes and its operands' logical shapes (after
+    transpose_a/_b) decide, known when the launch is planned (float32 operands assumed; see
+    :func:`_onednn_eligible` for the rest)."""
+    if name not in ("mm", "addmm") or attrs.get("transpose_a"):
         return False
     first = 1 if name == "addmm" else 0
-    a, b = args[first], args[first + 1]
-    if a.dtype != torch.float32 or b.dtype != torch.float32 or a.dim() != 2 or b.dim() != 2:
-        return False
-    if a.shape[0] * a.shape[1] * b.shape[1] < ONEDNN_MIN_MACS:
+    a, b = shapes[first], shapes[first + 1]
+    if len(a) != 2 or len(b) != 2 or a[0] * a[1] * b[1] < ONEDNN_MIN_MACS:
         return False
     if name == "addmm":
-        bias = args[0]
-        if attrs["alpha"] != 1 or attrs["beta"] != 1 or bias.dtype != torch.float32 or bias.numel() != b.shape[1]:
+        bias = shapes[0]
+        if attrs["alpha"] != 1 or attrs["beta"] != 1 or math.prod(bias) != b[1]:
             return False
-        if bias.dim() == 2 and bias.shape[0] != 1 or bias.dim() > 2:
+        if len(bias) == 2 and bias[0] != 1 or len(bias) > 2:
             return False
-    return torch.get_float32_matmul_precision() == "highest"
+    return True
 
 
 def _onednn_available(torch: Any) -> bool:

@@ -98,6 +98,13 @@ def _tensor(torch: Any, array: np.ndarray) -> Any:
 def run_library(name: str, attrs: Mapping[str, Any], operands: Sequence[np.ndarray],
                 results: Sequence[np.ndarray], result_dtypes: Sequence[DType]) -> None:
     """Run EXTERN op ``name`` through ATen on numpy operand views, writing into ``results``."""
+    for result, out, dtype in zip(results, library_results(name, attrs, operands, result_dtypes), result_dtypes):
+        write_result(result, out, dtype)
+
+
+def library_results(name: str, attrs: Mapping[str, Any], operands: Sequence[np.ndarray],
+                    result_dtypes: Sequence[DType]) -> tuple[Any, ...]:
+    """EXTERN op ``name``'s results as the tensors ATen returns (fresh memory, in ATen's layouts)."""
     import torch
 
     call = LIBRARY_CALLS.get(name)
@@ -107,9 +114,46 @@ def run_library(name: str, attrs: Mapping[str, Any], operands: Sequence[np.ndarr
     if result_dtypes and result_dtypes[0] is DType.bf16:
         for position in BF16_OPERANDS.get(name, ()):
             tensors[position] = tensors[position].to(torch.bfloat16)
-    outs = call(torch, tensors, attrs)
-    for result, out, dtype in zip(results, outs, result_dtypes):
-        value = (out.float() if out.dtype == torch.bfloat16 else out).detach().numpy()
-        if dtype is DType.bf16:
-            value = round_to_bf16(value.astype(np.float32))
-        result[...] = value.reshape(result.shape) if value.size == result.size else value
+    return call(torch, tensors, attrs)
+
+
+def write_result(result: np.ndarray, out: Any, dtype: DType) -> None:
+    """Copy ATen's result tensor ``out`` into the launcher's buffer view ``result`` (rounding bf16)."""
+    import torch
+
+    value = (out.float() if out.dtype == torch.bfloat16 else out).detach().numpy()
+    if dtype is DType.bf16:
+        value = round_to_bf16(value.astype(np.float32))
+    result[...] = value.reshape(result.shape) if value.size == result.size else value
+
+
+def _storage_order(shape: Sequence[int], order: Sequence[int]) -> tuple[int, ...]:
+    """Element strides of a dense tensor of ``shape`` whose dims are stored outermost first in ``order``."""
+    strides, step = [0] * len(shape), 1
+    for dim in reversed(order):
+        strides[dim] = step
+        step *= shape[dim]
+    return tuple(strides)
+
+
+def _dense_order(shape: Sequence[int], strides: Sequence[int]) -> tuple[int, ...] | None:
+    """The storage order of a dense (no gaps, no overlap) layout, or None."""
+    order = sorted(range(len(shape)), key=lambda d: (-strides[d], d))
+    return tuple(order) if _storage_order(shape, order) == tuple(strides) else None
+
+
+def _like(shape: Sequence[int], strides: Sequence[int]) -> tuple[int, ...] | None:
+    """``empty_like``'s layout for an operand of ``shape`` and ``strides``: kept when dense, else contiguous."""
+    return tuple(strides) if _dense_order(shape, strides) is not None else None
+
+
+#: op -> ((shape, strides) of each operand, shape of each result) -> the element strides ATen returns each
+#: result with (None: contiguous). Ops not listed return contiguous results. This is a prediction the launch
+#: plan lays those results out by, so that the launcher can adopt ATen's tensors (runtime/adopt.py); a wrong
+#: one costs a copy, not a wrong result. Attention: the output is ``empty_like(query)``, the logsumexp is
+#: stored [B, L, H], the backward's gradients [B, L, H, E] (ATen's CPU flash kernels).
+RESULT_STRIDES: dict[str, Callable[[Sequence[tuple[Sequence[int], Sequence[int]]], Sequence[Sequence[int]]],
+                                   tuple[tuple[int, ...] | None, ...]]] = {
+    "flash_attention": lambda operands, shapes: (_like(*operands[0]), _storage_order(shapes[1], (0, 2, 1))),
+    "flash_attention_backward": lambda operands, shapes: tuple(_storage_order(s, (0, 2, 1, 3)) for s in shapes),
+}

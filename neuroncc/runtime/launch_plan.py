@@ -25,17 +25,20 @@ from neuroncc.ir.opdef import Category
 from neuroncc.ir.ops import REGISTRY
 from neuroncc.ir.printer import print_function
 from neuroncc.ir.types import contiguous_strides
+from neuroncc.runtime.adopt import same_layout, supplied_strides
 
-PLAN_VERSION = 2
+PLAN_VERSION = 3  # 3: BufferSpec.supplied, kind call
 ALIGN = 64
 
 
 @dataclass(frozen=True)
 class BufferSpec:
-    kind: str  # "input" | "output" | "arena" | "constant"
-    index: int  # input: param position; output: output position; arena: byte offset; constant: op index
+    kind: str  # "input" | "output" | "arena" | "constant" | "call" (a per-call intermediate)
+    index: int  # input: param position; output: output position; arena: byte offset; constant: op index;
+    #             call: the id of the value it holds
     extent: int  # elements of storage
     dtype: str
+    supplied: bool = False  # the step computing it supplies the storage each call (runtime/adopt.py)
 
 
 @dataclass(frozen=True)
@@ -167,8 +170,8 @@ class _Planner:
         self.plan.values.append(spec)
         return self.ids[value]
 
-    def add_buffer(self, kind: str, index: int, extent: int, dtype: DType) -> int:
-        self.plan.buffers.append(BufferSpec(kind, index, extent, dtype.value))
+    def add_buffer(self, kind: str, index: int, extent: int, dtype: DType, supplied: bool = False) -> int:
+        self.plan.buffers.append(BufferSpec(kind, index, extent, dtype.value, supplied))
         return len(self.plan.buffers) - 1
 
     def own_buffer(self, value: Value, avoid: tuple[Value, ...] = ()) -> int:
@@ -196,6 +199,24 @@ class _Planner:
         self.arena_end = max(self.arena_end, offset + _align(max(nbytes, 1)))
         buffer = self.add_buffer("arena", offset, t.numel, t.dtype)
         return self.define(value, ValueSpec(buffer, 0, t.shape, contiguous_strides(t.shape), t.dtype.value))
+
+    def supplied_buffer(self, value: Value, strides: tuple[int, ...]) -> bool:
+        """Lay ``value`` out with ``strides`` in a buffer its extern step supplies each call (ATen's result
+        adopted: runtime/adopt.py). False where it cannot: an output whose type asks for another layout."""
+        t = value.type
+        position = self.unclaimed_outputs.get(value)
+        if position is not None:
+            if not same_layout(t.shape, strides, t.layout_strides):
+                return False
+            strides = t.layout_strides  # returned arrays carry their type's strides exactly
+            del self.unclaimed_outputs[value]
+        extent = Layout(0, 0, t.shape, strides, t.dtype).extent
+        if position is None:
+            buffer = self.add_buffer("call", len(self.plan.values), extent, t.dtype, supplied=True)
+        else:
+            buffer = self.add_buffer("output", position, extent, t.dtype, supplied=True)
+        self.define(value, ValueSpec(buffer, 0, t.shape, strides, t.dtype.value))
+        return True
 
     def _overlaps(self, offset: int, nbytes: int, value: Value) -> bool:
         spec = self.plan.values[self.ids[value]]
@@ -226,14 +247,35 @@ class _Planner:
             elif category is Category.KERNEL:
                 self.kernel(op_index, op)
             elif category in (Category.MATMUL, Category.EXTERN):  # one ATen call each
-                for number, result in enumerate(op.results):
-                    self.own_buffer(result, avoid=op.operands + op.results[:number])
+                layouts = supplied_strides(op, [self.plan.values[self.ids[v]] for v in op.operands])
+                for number, (result, strides) in enumerate(zip(op.results, layouts)):
+                    if strides is None or not self.supplied_buffer(result, strides):
+                        self.own_buffer(result, avoid=op.operands + op.results[:number])
                 self.plan.steps.append(StepSpec("extern", op_index, self._ids(op.operands), self._ids(op.results)))
             else:
                 raise CodegenError(f"op '{op.name}' must be inside a kernel at the top level of a CPU graph")
         self.plan.outputs = [self.ids[v] for v in self.fn.outputs]
+        self._return_views_of_intermediates()
         self.plan.arena_bytes = _align(self.arena_end) + self.scratch_bytes
         return self.plan
+
+    def _return_views_of_intermediates(self) -> None:
+        """Give an output that is a view of an intermediate (``%o = reshape %k``, %k also read by other
+        steps) the storage of that intermediate: %k's arena (or per-call) buffer becomes the output's fresh
+        per-call buffer, so the call returns the view instead of copying it out of the arena.
+
+        Only where the view is all of %k's storage in the layout the output's type asks for (a call
+        returns outputs in their type's layout) and no other output already returned that storage (outputs
+        never alias each other). %k's arena slot stays unused: values sharing it are unaffected.
+        """
+        for position, value in enumerate(self.fn.outputs):  # a second view of the same storage: copied
+            spec = self.plan.values[self.ids[value]]
+            buffer = self.plan.buffers[spec.buffer]
+            t = value.type
+            if buffer.kind not in ("arena", "call") or spec.offset != 0 or spec.strides != t.layout_strides \
+                    or Layout(0, 0, t.shape, t.layout_strides, t.dtype).extent != buffer.extent:
+                continue
+            self.plan.buffers[spec.buffer] = _replace(buffer, kind="output", index=position)
 
     def _ids(self, values: tuple[Value, ...]) -> tuple[int, ...]:
         return tuple(self.ids[v] for v in values)

@@ -5,7 +5,8 @@ kernel phase (O3, host CPU) on ``compile_threads`` LLVM workers while the planne
 object code. Call: check and place inputs, allocate fresh output arrays, then for each step patch the few
 argument slots that change per call (inputs, outputs) into a prebuilt ctypes argument array and call the phase
 functions, across the thread pool when the work is big enough. Intermediates live in one arena reused by every
-call; returned arrays never alias it.
+call; returned arrays never alias it. Extern results ATen returns as fresh tensors are adopted instead of
+copied: their buffers are supplied per call by their step (:mod:`neuroncc.runtime.adopt`).
 
 Options (all optional): ``threads`` (default: torch's thread count if torch is loaded, else the CPU count),
 ``compile_threads`` (LLVM compile workers; default: ``threads``), ``threading`` (``openmp``, the default:
@@ -33,11 +34,16 @@ from neuroncc.codegen.llvm import jit
 from neuroncc.codegen.llvm.regions import wrap_remaining_ops
 from neuroncc.codegen.llvm.views import Layout
 from neuroncc.errors import ArtifactError, InputError, NeuronccError
-from neuroncc.ir.dtypes import DType
 from neuroncc.ir.graph import Function
 from neuroncc.ir.types import contiguous_strides
 from neuroncc.runtime import blas
+from neuroncc.runtime.adopt import ScratchProduct, SuppliedExtern
 from neuroncc.runtime.ar_archive import read_archive, write_archive
+from neuroncc.runtime.buffers import aligned_empty as _aligned_empty
+from neuroncc.runtime.buffers import data_address as _data_address
+from neuroncc.runtime.buffers import flat_view as _flat
+from neuroncc.runtime.buffers import storage_dtype as _storage_dtype
+from neuroncc.runtime.buffers import strided_view as _view
 from neuroncc.runtime.extern import ONEDNN_MIN_MACS, run_extern
 from neuroncc.runtime.extern_library import LIBRARY_CALLS, run_library
 from neuroncc.runtime.launch_plan import LaunchPlan, StepSpec, ValueSpec, function_hash, plan_launch
@@ -54,47 +60,12 @@ class KernelIndexError(NeuronccError):
     """A kernel read or wrote a data-dependent index out of range (gather/scatter/index/embedding)."""
 
 
-def _storage_dtype(name: str) -> np.dtype:
-    return DType(name).numpy
-
-
-def _view(flat: np.ndarray, spec: ValueSpec) -> np.ndarray:
-    """The numpy view of ``spec`` over its buffer's flat storage (no copy)."""
-    itemsize = flat.dtype.itemsize
-    return np.lib.stride_tricks.as_strided(flat[spec.offset:], spec.shape, tuple(s * itemsize for s in spec.strides))
-
-
-def _data_address(array: np.ndarray) -> int:
-    """The address of ``array``'s first element: through the buffer protocol (~0.2 us) when the array is
-    writable and contiguous, else ``__array_interface__`` (~1 us)."""
-    try:
-        return ctypes.addressof(_CHAR_AT(array))
-    except (TypeError, ValueError, BufferError):
-        return array.__array_interface__["data"][0]
-
-
-_CHAR_AT = ctypes.c_char.from_buffer
-
-
-def _aligned_empty(extent: int, dtype: np.dtype) -> tuple[np.ndarray, int]:
-    """A fresh 1-d array whose data starts 64-byte aligned (the kernels' stores rely on it), and its address."""
-    raw = np.empty(extent * dtype.itemsize + 64, dtype=np.uint8)
-    address = _data_address(raw)
-    shift = -address % 64
-    return raw[shift:shift + extent * dtype.itemsize].view(dtype), address + shift
-
-
 def _output_shaping(spec: ValueSpec) -> ValueSpec | tuple[int, ...]:
     """How a call turns an output buffer into the returned array: its shape (a reshape) when the value is the
     whole contiguous buffer, else its spec (a strided view, dearer)."""
     if spec.offset == 0 and spec.strides == contiguous_strides(spec.shape):
         return tuple(spec.shape)
     return spec
-
-
-def _flat(array: np.ndarray, extent: int) -> np.ndarray:
-    """A 1-d view of ``extent`` elements starting at ``array``'s first element."""
-    return np.lib.stride_tricks.as_strided(array, (extent,), (array.dtype.itemsize,))
 
 
 class CpuExecutable:
@@ -133,7 +104,10 @@ class CpuExecutable:
                          p.type.layout_strides == contiguous_strides(p.type.shape)) for p in function.params]
         self._call_buffers = [(n, b, _storage_dtype(b.dtype), _output_shaping(plan.values[plan.outputs[b.index]])
                                if b.kind == "output" else None)
-                              for n, b in enumerate(plan.buffers) if b.kind in ("input", "output")]
+                              for n, b in enumerate(plan.buffers) if b.kind in ("input", "output") and not b.supplied]
+        # (output position, buffer number, shaping) of the outputs whose storage a step supplies (adopt.py)
+        self._supplied_outputs = [(b.index, n, _output_shaping(plan.values[plan.outputs[b.index]]))
+                                  for n, b in enumerate(plan.buffers) if b.kind == "output" and b.supplied]
         # output position -> None (a C-order copy) or (extent, shape, strides) of the strided type it returns
         self._copy_layouts = [None if v.type.strides is None else
                               (Layout(0, 0, v.type.shape, v.type.strides, v.type.dtype).extent, v.type.shape,
@@ -167,6 +141,8 @@ class CpuExecutable:
 
     def _runner(self, step: StepSpec) -> Any:
         if step.kind == "extern":
+            if any(self.plan.buffers[self.plan.values[r].buffer].supplied for r in step.results):
+                return SuppliedExtern(self, step)
             direct = self._direct_extern(step)
             if direct is not None:
                 return direct
@@ -223,6 +199,9 @@ class CpuExecutable:
                     returned[buffer.index] = storage.reshape(spec) if type(spec) is tuple else _view(storage, spec)
             for run in self._calls:
                 run(flats, addresses)
+            for position, number, spec in self._supplied_outputs:
+                storage = flats[number]
+                returned[position] = storage.reshape(spec) if type(spec) is tuple else _view(storage, spec)
             results = []
             for position, value_id in enumerate(plan.outputs):
                 if position in returned:
@@ -375,6 +354,13 @@ class _NativeKernel:
             self.blas = _prepare_blas(op, layouts)
             self.blas_places = [(layout.buffer, layout.offset * _storage_dtype(layout.dtype).itemsize)
                                 for layout in layouts]
+        # a product big enough for oneDNN: its tensor becomes the scratch slot's memory for the call
+        self.scratch_product = None
+        if self.blas is None and step.extern is not None and not self.row_block:
+            op = exe.function.ops[step.op_index].regions[0].ops[step.extern.op_index]
+            slot = ScratchProduct.slot_of(step, op)
+            if slot is not None:
+                self.scratch_product = ScratchProduct(self.args, slot, op, step.extern.results[0])
         # phases too small to split (or one thread): called straight, without the pool's bookkeeping
         self.serial_calls = None
         if all(_runs_inline(exe.team or exe.pool, n_outer, work, serial) for _, _, n_outer, work, serial in self.phases):
@@ -393,33 +379,37 @@ class _NativeKernel:
         def run(flats: list[Any], addresses: list[int]) -> None:
             for slot, buffer, byte_offset in dynamic:
                 args[slot] = addresses[buffer] + byte_offset
+            product = None  # an adopted product: alive until the phases have read it
             if gemm is not None:
                 if not gemm([args[slot] + offset for slot, offset in places]):
-                    extern()
+                    product = extern()
             elif needs_extern:
-                extern()
+                product = extern()
             for fn, n_outer in calls:
                 fn(address, 0, n_outer)
+            del product
         return run
 
     def __call__(self, flats: list[Any], addresses: list[int]) -> None:
         args = self.args
         for slot, buffer, byte_offset in self.dynamic:
             args[slot] = addresses[buffer] + byte_offset
+        product = None  # an adopted product: alive until the phases have read it
         if self.row_block:
             self._row_blocked()
         else:
             if self.blas is not None:
                 if not self.blas([args[slot] + offset for slot, offset in self.blas_places]):
-                    self._extern()
+                    product = self._extern()
             elif self.step.extern is not None:
-                self._extern()
+                product = self._extern()
             if self.serial_calls is not None:
                 address = self.args_address
                 for fn, n_outer in self.serial_calls:
                     fn(address, 0, n_outer)
             else:
                 self._phases(0, None)
+        del product  # the phases have read it
         if self.step.may_fail and self.exe._error[0]:
             self.exe._error[0] = 0
             op = self.exe.function.ops[self.step.op_index]
@@ -479,10 +469,18 @@ class _NativeKernel:
         views = [view(position, layout) for position, layout in enumerate(layouts)]
         return views[:len(spec.operands)], views[len(spec.operands):]
 
-    def _extern(self, row_start: int = 0, row_end: int | None = None, views: Any = None) -> None:
+    def _extern(self, row_start: int = 0, row_end: int | None = None, views: Any = None) -> Any:
+        """Run the kernel's extern op (on rows [row_start, row_end) when given); returns what must stay alive
+        until the phases ran (an adopted product), if anything."""
         region = self.exe.function.ops[self.step.op_index].regions[0]
         op = region.ops[self.step.extern.op_index]
+        if self.scratch_product is not None:
+            self.scratch_product.reset()
         operands, results = views if views is not None else self._extern_views()
+        if self.scratch_product is not None:
+            product = self.scratch_product.run(operands, results[0])
+            if product is not None:
+                return product
         operands, results = list(operands), list(results)
         if row_end is not None:
             rows = slice(row_start, row_end)
@@ -494,6 +492,7 @@ class _NativeKernel:
                     operands[0] = operands[0][rows]
             results = [r[rows] for r in results]
         run_extern(op.name, op.attrs, operands, results, op.results[0].type.dtype)
+        return None
 
 
 #: Extern ops a prepared BLAS call may run (see :mod:`neuroncc.runtime.blas`).
