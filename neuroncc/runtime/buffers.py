@@ -1,4 +1,5 @@
-"""Flat numpy storage of the launcher's buffers: views over it, data addresses, aligned fresh arrays."""
+"""Flat numpy storage of the launcher's buffers: views over it, data addresses, aligned fresh arrays, and the
+layouts the arrays a call returns have."""
 
 from __future__ import annotations
 
@@ -6,7 +7,9 @@ import ctypes
 
 import numpy as np
 
+from neuroncc.codegen.llvm.views import Layout
 from neuroncc.ir.dtypes import DType
+from neuroncc.ir.types import contiguous_strides
 
 
 def storage_dtype(name: str) -> np.dtype:
@@ -44,3 +47,29 @@ def aligned_empty(extent: int, dtype: np.dtype) -> tuple[np.ndarray, int]:
 def flat_view(array: np.ndarray, extent: int) -> np.ndarray:
     """A 1-d view of ``extent`` elements starting at ``array``'s first element (keeps ``array`` alive)."""
     return np.lib.stride_tricks.as_strided(array, (extent,), (array.dtype.itemsize,))
+
+
+def copy_layouts(function) -> list[tuple[int, tuple[int, ...], tuple[int, ...]] | None]:
+    """Per output of ``function``: None (an output copied is copied in C order) or (extent, shape, strides)
+    of the strided type it is copied into."""
+    return [None if v.type.strides is None else
+            (Layout(0, 0, v.type.shape, v.type.strides, v.type.dtype).extent, v.type.shape, v.type.strides)
+            for v in function.outputs]
+
+
+def returned_strides(plan, copies: list) -> list[tuple[int, ...]]:
+    """The element strides of each array a call returns, fixed at build time: an output with a buffer of its
+    own (fresh or supplied by an extern step, which falls back to a copy in the planned layout) is returned in
+    its planned layout, any other output is a copy (``copies``: from :func:`copy_layouts`). The torch front end
+    reports them to AOTAutograd for saved activations."""
+    own = {buffer.index for buffer in plan.buffers if buffer.kind == "output"}
+    strides = []
+    for position, value_id in enumerate(plan.outputs):
+        spec = plan.values[value_id]
+        if position in own:
+            strides.append(tuple(spec.strides))
+        elif copies[position] is not None:
+            strides.append(tuple(copies[position][2]))
+        else:
+            strides.append(contiguous_strides(tuple(spec.shape)))
+    return strides

@@ -32,7 +32,6 @@ import numpy as np
 
 from neuroncc.codegen.llvm import jit
 from neuroncc.codegen.llvm.regions import wrap_remaining_ops
-from neuroncc.codegen.llvm.views import Layout
 from neuroncc.errors import ArtifactError, InputError, NeuronccError
 from neuroncc.ir.graph import Function
 from neuroncc.ir.types import contiguous_strides
@@ -40,6 +39,7 @@ from neuroncc.runtime import blas
 from neuroncc.runtime.adopt import ScratchProduct, SuppliedExtern
 from neuroncc.runtime.ar_archive import read_archive, write_archive
 from neuroncc.runtime.buffers import aligned_empty as _aligned_empty
+from neuroncc.runtime.buffers import copy_layouts, returned_strides
 from neuroncc.runtime.buffers import data_address as _data_address
 from neuroncc.runtime.buffers import flat_view as _flat
 from neuroncc.runtime.buffers import storage_dtype as _storage_dtype
@@ -109,32 +109,14 @@ class CpuExecutable:
         self._supplied_outputs = [(b.index, n, _output_shaping(plan.values[plan.outputs[b.index]]))
                                   for n, b in enumerate(plan.buffers) if b.kind == "output" and b.supplied]
         # output position -> None (a C-order copy) or (extent, shape, strides) of the strided type it returns
-        self._copy_layouts = [None if v.type.strides is None else
-                              (Layout(0, 0, v.type.shape, v.type.strides, v.type.dtype).extent, v.type.shape,
-                               v.type.strides) for v in function.outputs]
-        self.output_strides = self._output_strides()
+        self._copy_layouts = copy_layouts(function)
+        self.output_strides = returned_strides(plan, self._copy_layouts)
         self._runners = [self._runner(step) for step in plan.steps]
         self._calls = [getattr(r, "fast", None) or r for r in self._runners]  # what a call runs, step by step
         self.stats = self._stats(compile_seconds)
         self.stats["blas_calls"] = sum(getattr(r, "blas", None) is not None for r in self._runners)
 
     # ---- build ---------------------------------------------------------------------------------------------
-
-    def _output_strides(self) -> list[tuple[int, ...]]:
-        """The element strides of each array a call returns, fixed at build time: an output with a buffer of
-        its own is returned in its planned layout, any other output is a copy (in its strided type's layout,
-        else C order). The torch front end reports them to AOTAutograd for saved activations."""
-        own = {buffer.index for buffer in self.plan.buffers if buffer.kind == "output"}
-        strides = []
-        for position, value_id in enumerate(self.plan.outputs):
-            spec = self.plan.values[value_id]
-            if position in own:
-                strides.append(tuple(spec.strides))
-            elif self._copy_layouts[position] is not None:
-                strides.append(tuple(self._copy_layouts[position][2]))
-            else:
-                strides.append(contiguous_strides(tuple(spec.shape)))
-        return strides
 
     def _address(self, buffer: int, flats: dict[int, np.ndarray]) -> int:
         return flats[buffer].__array_interface__["data"][0]
