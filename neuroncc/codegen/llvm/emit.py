@@ -102,7 +102,7 @@ class KernelEmitter(IndexArithmetic):
                      for value in phase.row_cache}
         start, end = body_fn.args[n_args], body_fn.args[n_args + 1]
         self.streamed = False
-        self.loop(start, end, lambda o: self._outer_body(phase, o))
+        self.outer_loop(start, end, phase.n_outer, lambda o: self._outer_body(phase, o))
         if self.streamed:
             self.b.fence("seq_cst")  # order non-temporal stores before another thread reads the buffer
         self.b.ret_void()

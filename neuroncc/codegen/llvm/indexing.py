@@ -298,6 +298,70 @@ class IndexArithmetic:
 
         level(0, base)
 
+    def outer_loop(self, start: ir.Value, end: ir.Value, extent: int, body: Any) -> None:
+        """The phase's parallel loop over [start, end) of its ``extent`` outer iterations. Its counter is
+        known to lie in [0, extent): where it is divided, its digits are computed once per iteration (the
+        counter is cut like a static loop), and a wished small digit is unrolled by a switch on its value,
+        each case emitting ``body`` with that digit a constant (a column block's piece of a one-hot mask)."""
+        parent = self._frames[-1]
+        key = (parent[0], parent[1])
+        parent[1] += 1
+
+        def enter(flat: ir.Value) -> None:
+            self._frames.append([key, 0])
+            body(flat)
+            self._frames.pop()
+
+        if extent < 2:
+            self._ir_loop(start, end, enter)
+            return
+
+        def iteration(flat: ir.Value) -> None:
+            strides = [1] + sorted(c for c in self.cuts.get(key, ()) if extent % c == 0 and 1 < c < extent)
+            strides = [s for k, s in enumerate(strides) if all(s % t == 0 for t in strides[:k])]
+            digits: list[tuple[Var, int]] = []
+            for k, stride in enumerate(strides):
+                size = (strides[k + 1] if k + 1 < len(strides) else extent) // stride
+                digit = self.b.udiv(flat, self.ir_index(stride)) if stride > 1 else flat
+                if k + 1 < len(strides):
+                    digit = self.b.urem(digit, self.ir_index(size))
+                var = self._new_var(digit, lo=0, hi=size - 1, key=key, stride=stride, extent=size)
+                self._register(digit, Affine.of(var))
+                digits.append((var, stride))
+            switched = [var for var, stride in digits if (key, stride) in self.unrolled]
+
+            def versioned(fixed: dict[Var, int]) -> None:
+                form = Affine()
+                for var, stride in digits:
+                    form = form + (Affine((), fixed[var]) if var in fixed else Affine.of(var)).scale(stride)
+                self._register(flat, form)
+                enter(flat)
+
+            self._switch(switched, {}, versioned)
+
+        self._ir_loop(start, end, iteration)
+
+    def _switch(self, digits: list[Var], fixed: dict[Var, int], body: Any) -> None:
+        """body(fixed) once per combination of the digits' values (IR: a switch per digit)."""
+        if not digits:
+            body(fixed)
+            return
+        var, rest = digits[0], digits[1:]
+        size = var.extent
+        b = self.b
+        done = b.append_basic_block("switched")
+        cases = [b.append_basic_block(f"case{j}") for j in range(size)]
+        switch = b.switch(var.value, cases[-1])  # the digit is below size: the last value is the default
+        for j, case in enumerate(cases):
+            if j + 1 < size:
+                switch.add_case(ir.Constant(I64, j), case)
+            b.position_at_end(case)
+            self.memo.append({})
+            self._switch(rest, {**fixed, var: j}, body)
+            self.memo.pop()
+            b.branch(done)
+        b.position_at_end(done)
+
     def wish_unrolled(self, offset: Affine) -> None:
         """A region constant is read at ``offset``: wish small outer loop counters in it unrolled (the read then
         folds to a constant per copy), never the innermost open loop (that one vectorizes)."""
