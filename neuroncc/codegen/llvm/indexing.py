@@ -29,7 +29,7 @@ ROUNDS = 4
 #: Loops of at most this many iterations that index a region constant are unrolled ...
 UNROLL_MAX = 4
 #: ... while the unrolled copies of one phase's body stay at most this many.
-UNROLL_PRODUCT_MAX = 16
+UNROLL_PRODUCT_MAX = 8
 
 
 class IndexArithmetic:
