@@ -25,12 +25,13 @@ class Var:
     A counter of a static loop also carries ``key`` (which logical loop of the phase), ``stride`` (its weight
     in that loop's index) and ``extent`` (its trip count): what a wish to split or unroll it refers to."""
 
-    __slots__ = ("value", "serial", "lo", "hi", "align", "key", "stride", "extent")
+    __slots__ = ("value", "serial", "lo", "hi", "align", "key", "stride", "extent", "origin")
 
     def __init__(self, value: Any, serial: int, lo: int | None = None, hi: int | None = None, align: int = 1,
-                 key: Any = None, stride: int = 1, extent: int = 0):
+                 key: Any = None, stride: int = 1, extent: int = 0, origin: tuple = ()):
         self.value, self.serial, self.lo, self.hi, self.align = value, serial, lo, hi, max(align, 1)
         self.key, self.stride, self.extent = key, stride, extent
+        self.origin = origin  # for a division result: the cuts that would have made it a loop counter
 
 
 @dataclass(frozen=True)

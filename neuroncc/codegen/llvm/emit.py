@@ -355,7 +355,8 @@ class KernelEmitter(IndexArithmetic):
                     offset = self.add(offset, self.mul(i, stride))
             if isinstance(offset, int):  # a constant read at a constant index is that element
                 return constant(layout.dtype, data.array.reshape(-1)[offset].item())
-            self.wish_unrolled(self.form(offset))
+            if layout.dtype.is_bool:
+                self.wish_unrolled(self.form(offset))
         return load(self.b, self.address(layout, idx), layout.dtype)
 
     def store(self, layout: Layout, idx: Index, value: ir.Value) -> ir.Instruction:

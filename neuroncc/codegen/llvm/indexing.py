@@ -44,6 +44,7 @@ class IndexArithmetic:
         self._serial = 0
         self._frames: list[list[Any]] = [[("phase",), 0]]  # [loop key, children so far] of the open loop bodies
         self._active: list[Var] = []  # counters of the open IR loops, innermost last
+        self._parallel_keys: set[Any] = set()  # keys of the phase's parallel loop
         self.wishes: set[tuple[str, Any, int]] = set()
 
     def _reset_wishes(self) -> None:
@@ -149,18 +150,27 @@ class IndexArithmetic:
         if fold is None:  # a possibly negative index (never divided in practice): plain unsigned division
             return self._opaque_divmod(self.ir_index(a), n, 1, want_quotient)
         high = fold.high
+        # Cutting a static loop makes the division fold per element: wished now. Cutting the parallel loop
+        # only moves a per-iteration division into its digits, so it is wished only if the result turns out
+        # to index a constant mask (the digit may then be switched on, see ``wish_unrolled``).
+        deferred = []
         for key, cut in split_wishes(high, n):
-            self.wishes.add(("cut", key, cut))
+            if key in self._parallel_keys:
+                deferred.append(("cut", key, cut))
+            else:
+                self.wishes.add(("cut", key, cut))
         if not high.terms:
             part: Any = high.const // n if want_quotient else high.const % n
             extra = Affine((), part)
         else:
-            value = self._opaque_divmod(self.ir_index(self.materialize(high)), n, high.alignment, want_quotient)
+            value = self._opaque_divmod(self.ir_index(self.materialize(high)), n, high.alignment, want_quotient,
+                                        tuple(deferred))
             extra = self.form(value)
         result = (fold.quotient if want_quotient else fold.low) + extra
         return self.materialize(result)
 
-    def _opaque_divmod(self, value: ir.Value, n: int, alignment: int, want_quotient: bool) -> Any:
+    def _opaque_divmod(self, value: ir.Value, n: int, alignment: int, want_quotient: bool,
+                       origin: tuple = ()) -> Any:
         """udiv/urem of an IR index known to be a multiple of ``alignment`` (shared in scope)."""
         if n <= 0:  # a zero-size dim's stride: never executed
             return self.b.udiv(value, self.ir_index(n)) if want_quotient else self.b.urem(value, self.ir_index(n))
@@ -174,10 +184,11 @@ class IndexArithmetic:
         if want_quotient:
             exact = ("exact",) if alignment % n == 0 else ()
             result = self.b.udiv(value, self.ir_index(n), flags=exact)
-            self._register(result, Affine.of(self._new_var(result, lo=0, align=alignment // n if exact else 1)))
+            self._register(result, Affine.of(self._new_var(result, lo=0, align=alignment // n if exact else 1,
+                                                           origin=origin)))
         else:  # a multiple of m below n
             result = self.b.urem(value, self.ir_index(n))
-            self._register(result, Affine.of(self._new_var(result, lo=0, hi=n - m, align=m)))
+            self._register(result, Affine.of(self._new_var(result, lo=0, hi=n - m, align=m, origin=origin)))
         self.memo[-1][key] = result
         return result
 
@@ -253,27 +264,39 @@ class IndexArithmetic:
         difference = self.form(hi) - self.form(lo)
         return None if difference.terms else difference.const
 
-    def loop(self, lo: Any, hi: Any, body: Any) -> None:
-        """for i in [lo, hi): body(i). A loop with a static trip count runs as its factor loops (cut where
-        wished), the wished small outer factors unrolled; its counter's form is known to the arithmetic."""
+    def _open_loop(self, body: Any) -> tuple[Any, Any]:
+        """The key of a new logical loop (its position among its parent body's loops, which unrolled copies
+        of the parent share) and ``body`` wrapped to open a frame for the loops inside it."""
         parent = self._frames[-1]
         key = (parent[0], parent[1])
         parent[1] += 1
-        extent = self._static_extent(lo, hi)
 
         def enter(i: Any) -> None:
             self._frames.append([key, 0])
             body(i)
             self._frames.pop()
 
+        return key, enter
+
+    def _factors(self, key: Any, extent: int) -> list[tuple[int, int]]:
+        """(stride, size) of the loop's factors, outermost first: its granted cuts that form a divisor chain."""
+        strides = [1]
+        for cut in sorted(self.cuts.get(key, ())):
+            if extent % cut == 0 and 1 < cut < extent and cut % strides[-1] == 0:
+                strides.append(cut)
+        sizes = [(strides[k + 1] if k + 1 < len(strides) else extent) // s for k, s in enumerate(strides)]
+        return list(reversed(list(zip(strides, sizes))))
+
+    def loop(self, lo: Any, hi: Any, body: Any) -> None:
+        """for i in [lo, hi): body(i). A loop with a static trip count runs as its factor loops (cut where
+        wished), the wished small outer factors unrolled; its counter's form is known to the arithmetic."""
+        key, enter = self._open_loop(body)
+        extent = self._static_extent(lo, hi)
         if extent is None or extent < 2:
             self._ir_loop(lo, hi, enter)
             return
         base = self.form(lo)
-        strides = [1] + sorted(c for c in self.cuts.get(key, ()) if extent % c == 0 and 1 < c < extent)
-        strides = [s for k, s in enumerate(strides) if all(s % t == 0 for t in strides[:k])]  # a divisor chain
-        sizes = [(strides[k + 1] if k + 1 < len(strides) else extent) // s for k, s in enumerate(strides)]
-        factors = list(reversed(list(zip(strides, sizes))))  # outermost first
+        factors = self._factors(key, extent)
 
         def level(k: int, index: Affine) -> None:
             if k == len(factors):
@@ -303,27 +326,17 @@ class IndexArithmetic:
         known to lie in [0, extent): where it is divided, its digits are computed once per iteration (the
         counter is cut like a static loop), and a wished small digit is unrolled by a switch on its value,
         each case emitting ``body`` with that digit a constant (a column block's piece of a one-hot mask)."""
-        parent = self._frames[-1]
-        key = (parent[0], parent[1])
-        parent[1] += 1
-
-        def enter(flat: ir.Value) -> None:
-            self._frames.append([key, 0])
-            body(flat)
-            self._frames.pop()
-
+        key, enter = self._open_loop(body)
+        self._parallel_keys.add(key)
         if extent < 2:
             self._ir_loop(start, end, enter)
             return
 
         def iteration(flat: ir.Value) -> None:
-            strides = [1] + sorted(c for c in self.cuts.get(key, ()) if extent % c == 0 and 1 < c < extent)
-            strides = [s for k, s in enumerate(strides) if all(s % t == 0 for t in strides[:k])]
             digits: list[tuple[Var, int]] = []
-            for k, stride in enumerate(strides):
-                size = (strides[k + 1] if k + 1 < len(strides) else extent) // stride
+            for k, (stride, size) in enumerate(self._factors(key, extent)):
                 digit = self.b.udiv(flat, self.ir_index(stride)) if stride > 1 else flat
-                if k + 1 < len(strides):
+                if k > 0:  # below the outermost digit
                     digit = self.b.urem(digit, self.ir_index(size))
                 var = self._new_var(digit, lo=0, hi=size - 1, key=key, stride=stride, extent=size)
                 self._register(digit, Affine.of(var))
@@ -363,9 +376,11 @@ class IndexArithmetic:
         b.position_at_end(done)
 
     def wish_unrolled(self, offset: Affine) -> None:
-        """A region constant is read at ``offset``: wish small outer loop counters in it unrolled (the read then
-        folds to a constant per copy), never the innermost open loop (that one vectorizes)."""
+        """A constant mask is read at ``offset``: wish small outer loop counters in it unrolled (the read then
+        folds to a constant per copy, and a ``where`` on it to one of its operands), never the innermost open
+        loop (that one vectorizes); a division result in it wishes the cut that makes it a counter."""
         for var, _ in offset.terms:
+            self.wishes.update(var.origin)
             if var.key is not None and var.extent <= UNROLL_MAX and self._active and var is not self._active[-1]:
                 self.wishes.add(("unroll", var.key, var.stride))
                 self.unroll_extents[(var.key, var.stride)] = var.extent
