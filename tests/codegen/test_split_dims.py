@@ -108,6 +108,16 @@ def test_split_of_a_broadcast_operand(rng):
     assert _divisions(exe, (3, 5)) == []
 
 
+def test_split_inside_the_blocks_of_a_long_flat_map(rng):
+    # a transposed [512, 64] flattened: 32768 elements run in blocks of 16384, each cut at 512
+    b = Builder("flat")
+    x = b.param(TensorType((512, 64), DType.f32), "x")
+    y = b.op("reshape", b.op("permute", b.op("neg", x), dims=(1, 0)), shape=(32768,))
+    fn = fuse_whole_function(b.build([b.op("exp", y)]))
+    exe, _ = run_both(fn, [rng.standard_normal((512, 64)).astype(np.float32)])
+    assert _divisions(exe, (512,)) == []
+
+
 def test_a_split_that_is_not_affine_keeps_dividing(rng):
     # [10, 6] read as [4, 15]: a column c of 15 lands at (15 r + c) // 6 and % 6; 6 does not divide 15,
     # so no loop factoring can fold it, and the division stays (and stays right)

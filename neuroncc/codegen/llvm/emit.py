@@ -155,8 +155,10 @@ class KernelEmitter(IndexArithmetic):
             self.stage_number = number
             ranges: list[tuple[Any, Any]] = [(i, None) for i in outer]
             if phase.block:
-                lo = self.mul(outer[-1], phase.block)
-                ranges[-1] = (lo, self.min(self.add(lo, phase.block), stage.shape[phase.outer - 1]))
+                lo, n = self.mul(outer[-1], phase.block), stage.shape[phase.outer - 1]
+                # an exact block end keeps the block's length static (see ``IndexArithmetic.loop``)
+                hi = self.add(lo, phase.block) if n % phase.block == 0 else self.min(self.add(lo, phase.block), n)
+                ranges[-1] = (lo, hi)
             ranges += [(0, n) for n in stage.shape[phase.outer:]]
             if isinstance(stage, MapStage):
                 self._map_stage(stage, ranges)
