@@ -7,10 +7,12 @@ it, and emits ``udiv``/``urem`` only on what does not fold (usually loop-invaria
 Loops with a static trip count are *logical loops*: one is emitted as a nest of factor loops when its index is
 divided somewhere at a multiple of an inner factor (a reshape that splits the dim: ``c`` over 1536 used as
 ``(c // 512, c % 512)`` runs as ``c0`` over 3 and ``c1`` over 512), and a small outer factor is unrolled when
-it indexes a region constant (a one-hot ``where`` mask then folds per piece). Where to cut and what to unroll
-is learned while emitting: a division that does not fold, or a constant read at a small loop's index, records
-a *wish* keyed by the loop's position in the phase, and the emitter re-emits the phase with its wishes granted
-(at most ``ROUNDS`` times). Every fold is exact whatever the loop structure, so wishes only affect speed.
+it indexes a constant bool mask (a one-hot ``where`` then reads only its piece). The phase's parallel loop is
+cut into digits computed once per iteration, and a digit that indexes such a mask is switched on. Where to cut
+and what to unroll is learned while emitting: a division that does not fold, or a mask read at a small
+counter, records a *wish* keyed by the loop's position in the phase, and the emitter re-emits the phase with
+its wishes granted (at most ``ROUNDS`` times). Every fold is exact whatever the loop structure, so wishes only
+affect speed.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from neuroncc.codegen.llvm.scalars import I1, I32, I64
 #: Emissions of one phase at most (each grants the wishes of the previous one; a reshape chain that splits a
 #: dim twice, 1536 -> 3 x 512 -> 3 x 8 x 64, needs three).
 ROUNDS = 4
-#: Loops of at most this many iterations that index a region constant are unrolled ...
+#: Loops of at most this many iterations that index a constant bool mask are unrolled ...
 UNROLL_MAX = 4
 #: ... while the unrolled copies of one phase's body stay at most this many.
 UNROLL_PRODUCT_MAX = 8
