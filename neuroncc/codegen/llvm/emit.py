@@ -16,7 +16,10 @@ from llvmlite import ir
 from neuroncc.codegen.llvm.access import ACCESS, Index
 from neuroncc.codegen.llvm.elementwise import ELEMENTWISE, EXACT
 from neuroncc.codegen.llvm.entries import RECIPROCAL_ESTIMATES, add_phase_entry, add_team_entry
-from neuroncc.codegen.llvm.scalars import I1, I32, I64, PTR, VOID, compute_type, load, round_to, storage_type, store
+from neuroncc.codegen.llvm.indexing import ROUNDS, IndexArithmetic
+from neuroncc.codegen.llvm.scalars import (
+    I32, I64, PTR, VOID, compute_type, constant, load, round_to, storage_type, store,
+)
 from neuroncc.codegen.llvm.schedule import Computed, KernelPlan, MapStage, Phase
 from neuroncc.codegen.llvm.views import Layout
 from neuroncc.errors import CodegenError
@@ -33,7 +36,7 @@ TRANSCENDENTAL = frozenset({"exp", "exp2", "expm1", "log", "log2", "log1p", "tan
                             "sin", "cos", "tan", "atan", "atan2", "pow"})
 
 
-class KernelEmitter:
+class KernelEmitter(IndexArithmetic):
     """Emits the phase functions of one kernel plan, each into a module of its own (see the module docstring).
 
     One module per phase, not per kernel: modules are the unit of parallel LLVM compilation, and the phases
@@ -49,6 +52,9 @@ class KernelEmitter:
         self.memo: list[dict] = []
         self._constants: dict[int, ir.Constant] = {}
         self._entry: ir.IRBuilder = None  # type: ignore[assignment]
+        # argument slot -> the region constant's data (a read at a constant index folds to its value)
+        self._constant_data = {plan.n_params + plan.n_outputs + k: plan.region.ops[extra.op_index].attrs["value"]
+                               for k, extra in enumerate(plan.extra) if extra.kind == "constant"}
 
     def emit(self) -> list[tuple[str, ir.Module]]:
         """Emit every phase; returns (symbol, module) of each in run order."""
@@ -57,9 +63,21 @@ class KernelEmitter:
     # ---- functions and loops -------------------------------------------------------------------------
 
     def _emit_phase(self, number: int, phase: Phase) -> str:
+        """Emit the phase until its loop wishes are granted (see ``indexing``): usually once."""
+        self._reset_wishes()
+        for _ in range(ROUNDS):
+            symbol = self._emit_phase_once(number, phase)
+            if not self.grant_wishes():
+                break
+        else:
+            symbol = self._emit_phase_once(number, phase)
+        self.modules.append(self.module)
+        return symbol
+
+    def _emit_phase_once(self, number: int, phase: Phase) -> str:
         symbol = f"{self.symbol}_p{number}"
         self.module = ir.Module(name=symbol)
-        self.modules.append(self.module)
+        self._reset_indexing()
         n_args = self.plan.n_args
         body_fn = ir.Function(self.module, ir.FunctionType(VOID, [PTR] * n_args + [I64, I64]), f"{symbol}.body")
         body_fn.linkage = "internal"
@@ -84,7 +102,7 @@ class KernelEmitter:
                      for value in phase.row_cache}
         start, end = body_fn.args[n_args], body_fn.args[n_args + 1]
         self.streamed = False
-        self.loop(start, end, lambda o: self._outer_body(phase, o))
+        self.outer_loop(start, end, phase.n_outer, lambda o: self._outer_body(phase, o))
         if self.streamed:
             self.b.fence("seq_cst")  # order non-temporal stores before another thread reads the buffer
         self.b.ret_void()
@@ -96,42 +114,6 @@ class KernelEmitter:
         if count == 1:
             return self._entry.alloca(t)
         return self._entry.alloca(ir.ArrayType(t, count))
-
-    def loop(self, lo: Any, hi: Any, body: Any) -> None:
-        """for i in [lo, hi): body(i), with a fresh memo scope for values computed inside."""
-        b = self.b
-        lo, hi = self.ir_index(lo), self.ir_index(hi)
-        pre = b.block
-        head = b.append_basic_block("loop")
-        inner = b.append_basic_block("body")
-        done = b.append_basic_block("done")
-        b.branch(head)
-        b.position_at_end(head)
-        i = b.phi(I64)
-        i.add_incoming(lo, pre)
-        b.cbranch(b.icmp_signed("<", i, hi), inner, done)
-        b.position_at_end(inner)
-        self.memo.append({})
-        body(i)
-        self.memo.pop()
-        i.add_incoming(b.add(i, ir.Constant(I64, 1), flags=("nsw",)), b.block)
-        b.branch(head)
-        b.position_at_end(done)
-
-    def nest(self, ranges: list[tuple[Any, Any]], body: Any, prefix: Index | None = None) -> None:
-        """Nested loops over ``ranges`` (outermost first; ``(i, None)`` is a fixed index); body gets the index."""
-        prefix = list(prefix or [])
-        if not ranges:
-            body(prefix)
-            return
-        (lo, hi), rest = ranges[0], ranges[1:]
-        if hi is None:  # a fixed index (an outer dim of the phase)
-            self.nest(rest, body, prefix + [lo])
-            return
-        if isinstance(lo, int) and isinstance(hi, int) and hi - lo == 1:
-            self.nest(rest, body, prefix + [lo])  # a size-1 dim needs no loop
-            return
-        self.loop(lo, hi, lambda i: self.nest(rest, body, prefix + [i]))
 
     def _outer_body(self, phase: Phase, flat: ir.Value) -> None:
         if phase.partials or phase.combine:
@@ -157,7 +139,10 @@ class KernelEmitter:
             from neuroncc.codegen.llvm.stages import emit_reduce
 
             lo = self.mul(flat, phase.split)
-            columns = (lo, self.min(self.add(lo, phase.split), phase.stages[0].shape[-1]))
+            n = phase.stages[0].shape[-1]
+            # an exact block end keeps the block's width static (see ``IndexArithmetic.loop``)
+            hi = self.add(lo, phase.split) if n % phase.split == 0 else self.min(self.add(lo, phase.split), n)
+            columns = (lo, hi)
             emit_reduce(self, phase.stages[0], [], columns)
             return
         counts = phase.trip_counts
@@ -170,8 +155,10 @@ class KernelEmitter:
             self.stage_number = number
             ranges: list[tuple[Any, Any]] = [(i, None) for i in outer]
             if phase.block:
-                lo = self.mul(outer[-1], phase.block)
-                ranges[-1] = (lo, self.min(self.add(lo, phase.block), stage.shape[phase.outer - 1]))
+                lo, n = self.mul(outer[-1], phase.block), stage.shape[phase.outer - 1]
+                # an exact block end keeps the block's length static (see ``IndexArithmetic.loop``)
+                hi = self.add(lo, phase.block) if n % phase.block == 0 else self.min(self.add(lo, phase.block), n)
+                ranges[-1] = (lo, hi)
             ranges += [(0, n) for n in stage.shape[phase.outer:]]
             if isinstance(stage, MapStage):
                 self._map_stage(stage, ranges)
@@ -362,94 +349,17 @@ class KernelEmitter:
                           inbounds=True)
 
     def load(self, layout: Layout, idx: Index) -> ir.Value:
+        data = self._constant_data.get(layout.arg)
+        if data is not None:
+            offset: Any = layout.offset
+            for i, size, stride in zip(idx, layout.shape, layout.strides):
+                if size != 1 and stride != 0:
+                    offset = self.add(offset, self.mul(i, stride))
+            if isinstance(offset, int):  # a constant read at a constant index is that element
+                return constant(layout.dtype, data.array.reshape(-1)[offset].item())
+            if layout.dtype.is_bool:
+                self.wish_unrolled(self.form(offset))
         return load(self.b, self.address(layout, idx), layout.dtype)
 
     def store(self, layout: Layout, idx: Index, value: ir.Value) -> ir.Instruction:
         return store(self.b, value, self.address(layout, idx), layout.dtype)
-
-    # ---- index arithmetic (folds Python ints) -----------------------------------------------------------
-
-    def ir_index(self, i: Any) -> ir.Value:
-        if isinstance(i, int):
-            if i not in self._constants:
-                self._constants[i] = ir.Constant(I64, i)
-            return self._constants[i]
-        return i
-
-    def add(self, a: Any, c: Any) -> Any:
-        if isinstance(a, int) and isinstance(c, int):
-            return a + c
-        if isinstance(c, int) and c == 0:
-            return a
-        if isinstance(a, int) and a == 0:
-            return c
-        return self.b.add(self.ir_index(a), self.ir_index(c), flags=("nsw",))
-
-    def sub(self, a: Any, c: Any) -> Any:
-        if isinstance(a, int) and isinstance(c, int):
-            return a - c
-        if isinstance(c, int) and c == 0:
-            return a
-        return self.b.sub(self.ir_index(a), self.ir_index(c), flags=("nsw",))
-
-    def mul(self, a: Any, n: int) -> Any:
-        if isinstance(a, int):
-            return a * n
-        if n == 1:
-            return a
-        if n == 0:
-            return 0
-        return self.b.mul(a, self.ir_index(n), flags=("nsw",))
-
-    def div(self, a: Any, n: int) -> Any:
-        """Floor division of a non-negative index by a positive constant."""
-        if isinstance(a, int):
-            return a // n
-        return a if n == 1 else self.b.udiv(a, self.ir_index(n))
-
-    def rem(self, a: Any, n: int) -> Any:
-        if isinstance(a, int):
-            return a % n
-        return 0 if n == 1 else self.b.urem(a, self.ir_index(n))
-
-    def min(self, a: Any, c: Any) -> Any:
-        if isinstance(a, int) and isinstance(c, int):
-            return min(a, c)
-        a, c = self.ir_index(a), self.ir_index(c)
-        return self.b.select(self.b.icmp_signed("<", a, c), a, c)
-
-    def _compare(self, predicate: str, a: Any, c: Any) -> ir.Value:
-        if isinstance(a, int) and isinstance(c, int):
-            import operator
-
-            ops = {"<": operator.lt, ">=": operator.ge, "==": operator.eq}
-            return ir.Constant(I1, int(ops[predicate](a, c)))
-        return self.b.icmp_signed(predicate, self.ir_index(a), self.ir_index(c))
-
-    def lt(self, a: Any, c: Any) -> ir.Value:
-        return self._compare("<", a, c)
-
-    def ge(self, a: Any, c: Any) -> ir.Value:
-        return self._compare(">=", a, c)
-
-    def eq(self, a: Any, c: Any) -> ir.Value:
-        return self._compare("==", a, c)
-
-    def clamp(self, a: Any, lo: int, hi: int | None) -> Any:
-        if isinstance(a, int):
-            return max(lo, a) if hi is None else min(max(lo, a), hi)
-        b = self.b
-        out = b.select(b.icmp_signed("<", a, self.ir_index(lo)), self.ir_index(lo), a)
-        if hi is not None:
-            out = b.select(b.icmp_signed(">", out, self.ir_index(hi)), self.ir_index(hi), out)
-        return out
-
-    def checked_index(self, raw: ir.Value, size: int) -> ir.Value:
-        """A data-dependent index: negative counts from the end; out of range sets the error flag, clamps."""
-        b = self.b
-        wrapped = b.select(b.icmp_signed("<", raw, ir.Constant(I64, 0)), b.add(raw, ir.Constant(I64, size)), raw)
-        bad = b.or_(b.icmp_signed("<", wrapped, ir.Constant(I64, 0)),
-                    b.icmp_signed(">=", wrapped, ir.Constant(I64, size)))
-        with b.if_then(bad, likely=False):
-            b.store(ir.Constant(I32, 1), self.ptrs[self.plan.error_slot])
-        return self.clamp(wrapped, 0, max(size - 1, 0))
