@@ -12,3 +12,21 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 def _isolated_cache(tmp_path, monkeypatch):
     """Every test gets its own compile cache so tests never see each other's artifacts."""
     monkeypatch.setenv("NEURONCC_CACHE_DIR", str(tmp_path / "neuroncc-cache"))
+
+
+@pytest.fixture
+def layout_copies(monkeypatch):
+    """The graph outputs the torch front end copies into eager's strides: (shape, strides, eager's strides)."""
+    from neuroncc.frontend import convert
+
+    copies = []
+    with_strides = convert.with_strides
+
+    def counting(tensor, stride):
+        result = with_strides(tensor, stride)
+        if result.data_ptr() != tensor.data_ptr():
+            copies.append((tuple(tensor.shape), tensor.stride(), stride))
+        return result
+
+    monkeypatch.setattr(convert, "with_strides", counting)
+    return copies

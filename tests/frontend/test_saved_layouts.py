@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from neuroncc.frontend import backend, convert
+from neuroncc.frontend import backend
 
 
 class Attention(torch.nn.Module):
@@ -36,22 +36,6 @@ def compiled_graphs(monkeypatch):
 
     monkeypatch.setattr(backend, "compile_aten_graph", recording)
     return graphs
-
-
-@pytest.fixture
-def layout_copies(monkeypatch):
-    """Counts the outputs copied into eager's strides."""
-    copies = []
-    with_strides = convert.with_strides
-
-    def counting(tensor, stride):
-        result = with_strides(tensor, stride)
-        if result.data_ptr() != tensor.data_ptr():
-            copies.append((tuple(tensor.shape), tensor.stride(), stride))
-        return result
-
-    monkeypatch.setattr(convert, "with_strides", counting)
-    return copies
 
 
 def _train_step(module, x):
