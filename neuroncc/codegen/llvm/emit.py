@@ -171,6 +171,11 @@ class KernelEmitter(IndexArithmetic):
                     emit_scatter(self, stage)
 
     def _map_stage(self, stage: MapStage, ranges: list[tuple[Any, Any]]) -> None:
+        if self.phase.transposed:
+            from neuroncc.codegen.llvm.transpose import emit_transposed
+
+            emit_transposed(self, stage, ranges)  # plain stores: a block writes parts of many lines
+            return
         streamed = [t for _, t in stage.items if self._streaming(t)]
         if streamed and self._transcendentals([v for v, _ in stage.items]) >= STREAM_MAX_TRANSCENDENTALS:
             streamed = []

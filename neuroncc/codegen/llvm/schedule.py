@@ -128,6 +128,7 @@ class Phase:
     partials: int = 0  # a full reduction split in this many partial results (then combined by the next phase)
     partials_arg: int = -1  # scratch slot of the partial results
     combine: bool = False  # this phase combines the partials of the previous one
+    transposed: bool = False  # a transposing map phase: blocks of output rows, columns outside (``transpose``)
 
     @property
     def trip_counts(self) -> tuple[int, ...]:
@@ -158,7 +159,9 @@ class Phase:
         per_outer = 0
         for stage in self.stages:
             per_outer += max(math.prod(stage.shape) // max(math.prod(stage.shape[: self.outer]), 1), 1)
-        if self.block:
+        if self.transposed:
+            per_outer *= self.block
+        elif self.block:
             per_outer = per_outer // max(self.outer_shape[self.outer - 1], 1) * self.block
         if self.split:
             per_outer = per_outer // max(self.stages[0].shape[-1], 1) * self.split
@@ -313,6 +316,10 @@ def plan_kernel(region: Function, params: list[Layout], outputs: list[Layout], b
             pending_outputs.clear()
     _append_map_items(stages, pending_outputs)
     plan.phases = _form_phases(plan, stages, stage_args, block)
+    from neuroncc.codegen.llvm.transpose import block_transposed_rows
+
+    for phase in plan.phases:
+        block_transposed_rows(plan, phase)
     plan.row_blocked = _row_blockable(plan, stage_args)
     return plan
 
