@@ -1,15 +1,23 @@
-"""Transposing map phases: blocked loop order so that a transpose runs at memory speed.
+"""Transposing map phases: blocked loop order so that a transpose runs near memory speed.
 
 A map stage is a loop nest whose innermost loop runs over the output's last dim. When its values read a
 buffer with a non-unit stride along that dim while another output dim reads it with unit stride (``x.T``,
-``x.transpose(-1, -2)``, possibly under elementwise ops or a broadcast), every element of an output row
-comes from a different source line: a 2048 x 2048 f32 transpose gathered 13 ms of lines for 32 MB of
-traffic that ~1.2 ms moves. Such a phase instead takes ``rows_per_block`` output rows per parallel
-iteration and, inside it, iterates the output's columns outside and the block's rows inside: the source is
-then read along its contiguous dim (a block's worth of one line per column) and the block's output lines
-(one per row) stay in L1 until they are full. Plain stores: non-temporal ones would write partial lines.
+``x.transpose(-1, -2)``, possibly batched, under elementwise ops or a broadcast), every element of an output
+row comes from a different source line: a 2048 x 2048 f32 transpose took 24 ms on one thread for 32 MB of
+traffic that a plain copy moves in 0.7 ms.
 
-:func:`block_transposed_rows` marks the phase (scheduling); :func:`emit_transposed` is the emitter's nest.
+Such a phase (:func:`block_transposed_rows`, at scheduling) takes a block of output rows per parallel
+iteration: ``SQUARES`` squares of ``lanes`` rows, ``lanes`` being one 64-byte line of the narrowest
+transposed source. Its stage (:func:`emit_transposed`) runs per chunk of ``CHUNK`` output columns:
+
+1. compute: columns outside, the block's rows inside, into an L1 stack tile stored column-major (tile
+   column = ``block`` contiguous rows): the source is read along its contiguous dim and the tile written
+   with unit stride, so both vectorize (the generated values are the same per element as in a plain nest);
+2. copy: per ``lanes`` x ``lanes`` square, ``lanes`` vector loads from the tile, an in-register transpose
+   (log2(lanes) rounds of two-source shuffles) and ``lanes`` vector stores into the output's rows.
+
+Plain stores (not the non-temporal streaming path of plain map stages: a chunk writes parts of lines). The
+copy takes the scalar route when a chunk is not whole squares or a block of rows is short (the tail).
 """
 
 from __future__ import annotations
@@ -22,12 +30,14 @@ from neuroncc.codegen.llvm.scalars import storage_itemsize
 from neuroncc.codegen.llvm.views import Layout
 from neuroncc.ir.graph import Value
 
-#: Output rows per block: one 64-byte source line's worth of elements, within these bounds (a block's rows
-#: are the inner loop; its output lines must all stay in L1 while its columns are walked).
-MIN_ROWS, MAX_ROWS = 8, 32
+#: Rows of a transposed square (vector lanes): one 64-byte source line's worth, within these bounds.
+MIN_LANES, MAX_LANES = 8, 32
 LINE_BYTES = 64
-#: Columns per tile (the tile: a block's rows x this many, padded; a few KiB).
-CHUNK = 256
+#: Squares per block of output rows: a block reads this many lines of each source row it visits, which
+#: amortizes the page walk of the visit (2048 x 2048 f32, one thread: 4.6 ms with 1, 3.2 with 2, 2.3 with 4).
+SQUARES = 4
+#: Output columns per tile (f32: 64 x 64 elements, 16 KiB: stays in L1 between compute and copy).
+CHUNK = 64
 
 
 def transposed_reads(plan: KernelPlan, stage: MapStage) -> list[Layout]:
@@ -59,15 +69,15 @@ def transposed_reads(plan: KernelPlan, stage: MapStage) -> list[Layout]:
     return found
 
 
-def rows_per_block(sources: list[Layout]) -> int:
-    """Output rows per block: a source line's worth of its narrowest transposed read (8 .. 32 rows)."""
+def lanes(sources: list[Layout]) -> int:
+    """Rows of a transposed square: a source line's worth of its narrowest transposed read (8 .. 32)."""
     itemsize = min(storage_itemsize(layout.dtype) for layout in sources)
-    return max(MIN_ROWS, min(MAX_ROWS, LINE_BYTES // itemsize))
+    return max(MIN_LANES, min(MAX_LANES, LINE_BYTES // itemsize))
 
 
 def block_transposed_rows(plan: KernelPlan, phase: Phase) -> None:
     """Iterate a map-only phase that transposes in blocks of output rows (see the module docstring): all dims
-    but the last two in the parallel loop, and the second-to-last in blocks of ``rows_per_block``."""
+    but the last two in the parallel loop, and the second-to-last in blocks of ``SQUARES * lanes`` rows."""
     stages = phase.stages
     if not stages or not all(isinstance(s, MapStage) for s in stages) or phase.row_cache or phase.split \
             or phase.kept or phase.partials or phase.combine:
@@ -79,26 +89,22 @@ def block_transposed_rows(plan: KernelPlan, phase: Phase) -> None:
     sources = [layout for s in stages for layout in transposed_reads(plan, s)]
     if not sources:
         return
-    block = rows_per_block(sources)
     if shape[-2] < 2 or shape[-1] < 2:
         return
-    phase.outer, phase.outer_shape, phase.block = rank - 1, shape[:-1], block
+    phase.outer, phase.outer_shape, phase.block = rank - 1, shape[:-1], lanes(sources) * SQUARES
     phase.transposed = True
 
 
 def emit_transposed(em: Any, stage: MapStage, ranges: list[tuple[Any, Any]]) -> None:
-    """The nest of a transposed phase's stage: ``ranges`` ends with the block's rows and all columns.
-
-    Per chunk of ``CHUNK`` columns, the block is computed columns outside, rows inside (the source is read
-    along its contiguous dim) into an L1 stack tile whose rows are padded by a line (the output's rows are
-    often a power-of-two bytes apart: written directly, a block's lines would all fall in one cache set),
-    then the tile's rows are copied to the output with unit-stride (vectorized) loads and stores."""
+    """The nest of a transposed phase's stage (see the module docstring): ``ranges`` ends with the block's
+    rows and all columns."""
     from llvmlite import ir
 
     from neuroncc.codegen.llvm.scalars import I64, storage_type, store
 
     (lo, hi), (_, n) = ranges[-2], ranges[-1]
     block = em.phase.block
+    square = block // SQUARES
     chunk = min(CHUNK, n)
     tiles = {}
     for _, target in stage.items:
@@ -129,8 +135,67 @@ def emit_transposed(em: Any, stage: MapStage, ranges: list[tuple[Any, Any]]) -> 
                     element = em.b.load(slot(target, r, em.sub(c, c0)))
                     em.b.store(element, em.address(target, prefix + [r, c]))
 
-            em.loop(lo, hi, lambda r: em.loop(c0, c1, lambda c: copy(r, c)))
+            def scalar_copy() -> None:
+                em.loop(lo, hi, lambda r: em.loop(c0, c1, lambda c: copy(r, c)))
+
+            def vector_copy() -> None:
+                def squares(g: Any) -> None:
+                    for rb in range(0, block, square):
+                        _copy_transposed(em, stage, prefix, em.add(lo, rb), c0, em.mul(g, square), square, slot)
+
+                em.loop(0, chunk // square, squares)
+
+            if chunk % square or n % chunk:  # a chunk that is not whole blocks of columns: element by element
+                scalar_copy()
+            elif isinstance(em.sub(hi, lo), int):  # a static block height (every block full, or one short block)
+                vector_copy() if em.sub(hi, lo) == block else scalar_copy()
+            else:  # the last block of rows may be short: vectors for the whole blocks only
+                full = em.eq(em.sub(hi, lo), block)
+                with em.b.if_else(full) as (then, otherwise):
+                    with then:
+                        em.memo.append({})
+                        vector_copy()
+                        em.memo.pop()
+                    with otherwise:
+                        em.memo.append({})
+                        scalar_copy()
+                        em.memo.pop()
 
         em.loop(0, -(-n // chunk), piece)
 
     em.nest(ranges[:-2], columns)
+
+
+def _copy_transposed(em: Any, stage: MapStage, prefix: list, lo: Any, c0: Any, cb: Any, block: int,
+                     slot: Any) -> None:
+    """Copy the tile's ``block`` x ``block`` square at columns [cb, cb + block) (tile-relative) to the output:
+    ``block`` vector loads (one per column: the block's rows), an in-register transpose, ``block`` vector
+    stores (one per output row). The transpose swaps one bit of the row and column numbers per round:
+    log2(block) rounds of two-source shuffles (one ``vpermt2*`` each on x86)."""
+    from llvmlite import ir
+
+    from neuroncc.codegen.llvm.scalars import storage_itemsize, storage_type
+
+    b = em.b
+    for _, target in stage.items:
+        etype = storage_type(target.dtype)
+        itemsize = storage_itemsize(target.dtype)
+        vector = ir.VectorType(etype, block)
+        rows = []
+        for k in range(block):
+            pointer = slot(target, lo, em.add(cb, k))
+            rows.append(b.load(pointer, typ=vector, align=min(64, block * itemsize)))
+        half = 1
+        while half < block:
+            low_mask = [j if j & half == 0 else block + j - half for j in range(block)]
+            high_mask = [j + half if j & half == 0 else block + j for j in range(block)]
+            low = ir.Constant(ir.VectorType(ir.IntType(32), block), low_mask)
+            high = ir.Constant(ir.VectorType(ir.IntType(32), block), high_mask)
+            for i in range(block):
+                if i & half == 0:
+                    a, c = rows[i], rows[i + half]
+                    rows[i], rows[i + half] = b.shuffle_vector(a, c, low), b.shuffle_vector(a, c, high)
+            half *= 2
+        for r in range(block):
+            destination = em.address(target, prefix + [em.add(lo, r), em.add(c0, cb)])
+            b.store(rows[r], destination, align=itemsize)
