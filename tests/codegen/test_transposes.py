@@ -123,3 +123,15 @@ def test_non_transposing_kernels_keep_the_plain_order(rng):
         assert _transposed(fn) == [False]
         assert _shuffles(fn) == 0
         _check_exact(fn, rng)
+
+
+def test_strided_output_rows_are_copied_element_by_element():
+    fn = transpose_graph((128, 64))
+    region = fn.ops[0].regions[0]
+    (x,), (y,) = region.params, region.outputs
+    m, k = y.type.shape
+    column_major = Layout(1, 0, (m, k), (1, m), y.type.dtype)  # the output's rows are not unit-stride
+    plan = plan_kernel(region, [Layout.of(0, x.type)], [column_major])
+    assert plan.phases[0].transposed
+    texts, _ = emit_kernel(plan, "k")
+    assert not any("shufflevector" in text for text in texts)

@@ -106,6 +106,8 @@ def emit_transposed(em: Any, stage: MapStage, ranges: list[tuple[Any, Any]]) -> 
     block = em.phase.block
     square = block // SQUARES
     chunk = min(CHUNK, n)
+    # the squares are stored as vectors along the output rows: only into rows of unit stride
+    rows_contiguous = all(target.strides[-1] == 1 for _, target in stage.items)
     tiles = {}
     for _, target in stage.items:
         pitch = block
@@ -145,7 +147,7 @@ def emit_transposed(em: Any, stage: MapStage, ranges: list[tuple[Any, Any]]) -> 
 
                 em.loop(0, chunk // square, squares)
 
-            if chunk % square or n % chunk:  # a chunk that is not whole blocks of columns: element by element
+            if chunk % square or n % chunk or not rows_contiguous:  # not whole squares: element by element
                 scalar_copy()
             elif isinstance(em.sub(hi, lo), int):  # a static block height (every block full, or one short block)
                 vector_copy() if em.sub(hi, lo) == block else scalar_copy()
