@@ -79,12 +79,14 @@ def broadcast_graph(k, m, batch):
 
 @pytest.mark.parametrize("shape, dtype, op", [
     ((37, 53), DType.f32, "neg"),  # sizes that are no multiple of anything: every copy element by element
-    ((128, 80), DType.f32, "add"),  # 80 rows: a full block of 64 and a dynamic tail; 2 chunks of 64 columns
+    ((64, 520), DType.f32, "add"),  # 520 rows: 8 blocks of 4 squares (64 rows) and a dynamic tail of 8
+    ((128, 88), DType.f32, "add"),  # 88 rows: blocks of one square (few rows), a dynamic tail; 2 chunks
     ((100, 64), DType.f32, "neg"),  # 100 columns: a whole chunk and a partial one (element by element)
-    ((3, 64, 40), DType.f32, "add"),  # batched; 40 rows: one static short block
+    ((8, 48, 12), DType.f32, "add"),  # batched; 12 rows: one static short block per batch item
     ((2, 96, 72), DType.f32, "mul"),  # batched, full and tail blocks, whole squares
     ((48, 80), DType.bf16, "add"),  # bf16 (stored as f32): 16-lane squares, a 48-column chunk
-    ((40, 72), DType.i64, "add"),  # i64: 8-lane squares, blocks of 32 rows and a tail of 8
+    ((40, 72), DType.i64, "add"),  # i64: 8-lane squares
+    ((40, 300), DType.i64, "add"),  # i64: blocks of 4 squares (32 rows), a dynamic tail of 12
     ((23, 41), DType.i64, "neg"),
 ])
 def test_transpose_matches_interpreter_bit_exactly(shape, dtype, op, rng):
@@ -104,6 +106,13 @@ def test_transpose_under_a_broadcast(rng):
     fn = broadcast_graph(40, 70, 3)
     assert _transposed(fn) == [True]
     _check_exact(fn, rng)
+
+
+def test_blocks_shrink_to_keep_the_threads_busy():
+    assert [p.block for p in _plan(transpose_graph((64, 4096))).phases] == [64]  # 4 squares of 16 rows
+    assert [p.block for p in _plan(transpose_graph((64, 128))).phases] == [32]  # 4 blocks of 2 squares
+    assert [p.block for p in _plan(transpose_graph((64, 48))).phases] == [16]  # 3 blocks of one square
+    assert [p.block for p in _plan(transpose_graph((64, 4096), DType.i64)).phases] == [32]
 
 
 def test_whole_blocks_use_in_register_transposes():

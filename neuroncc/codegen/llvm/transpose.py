@@ -22,6 +22,7 @@ copy takes the scalar route when a chunk is not whole squares or a block of rows
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from neuroncc.codegen.llvm.dimflow import operand_dim_maps
@@ -36,6 +37,8 @@ LINE_BYTES = 64
 #: Squares per block of output rows: a block reads this many lines of each source row it visits, which
 #: amortizes the page walk of the visit (2048 x 2048 f32, one thread: 4.6 ms with 1, 3.2 with 2, 2.3 with 4).
 SQUARES = 4
+#: ... fewer (down to one) while the phase would have fewer blocks than this (its parallel iterations).
+MIN_BLOCKS = 4
 #: Output columns per tile (f32: 64 x 64 elements, 16 KiB: stays in L1 between compute and copy).
 CHUNK = 64
 
@@ -91,7 +94,11 @@ def block_transposed_rows(plan: KernelPlan, phase: Phase) -> None:
         return
     if shape[-2] < 2 or shape[-1] < 2:
         return
-    phase.outer, phase.outer_shape, phase.block = rank - 1, shape[:-1], lanes(sources) * SQUARES
+    square = lanes(sources)
+    squares = SQUARES
+    while squares > 1 and math.prod(shape[:-2]) * -(-shape[-2] // (square * squares)) < MIN_BLOCKS:
+        squares //= 2  # few output rows: smaller blocks keep the threads busy
+    phase.outer, phase.outer_shape, phase.block = rank - 1, shape[:-1], square * squares
     phase.transposed = True
 
 
@@ -104,7 +111,7 @@ def emit_transposed(em: Any, stage: MapStage, ranges: list[tuple[Any, Any]]) -> 
 
     (lo, hi), (_, n) = ranges[-2], ranges[-1]
     block = em.phase.block
-    square = block // SQUARES
+    square = lanes([layout for s in em.phase.stages for layout in transposed_reads(em.plan, s)])
     chunk = min(CHUNK, n)
     # the squares are stored as vectors along the output rows: only into rows of unit stride
     rows_contiguous = all(target.strides[-1] == 1 for _, target in stage.items)
