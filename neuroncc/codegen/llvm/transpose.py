@@ -7,8 +7,9 @@ row comes from a different source line: a 2048 x 2048 f32 transpose took 24 ms o
 traffic that a plain copy moves in 0.7 ms.
 
 Such a phase (:func:`block_transposed_rows`, at scheduling) takes a block of output rows per parallel
-iteration: ``SQUARES`` squares of ``lanes`` rows, ``lanes`` being one 64-byte line of the narrowest
-transposed source. Its stage (:func:`emit_transposed`) runs per chunk of ``CHUNK`` output columns:
+iteration: ``SQUARES`` squares of ``lanes`` rows (fewer when the phase would have under ``MIN_BLOCKS``
+blocks), ``lanes`` being one 64-byte line of the narrowest transposed source. Its stage
+(:func:`emit_transposed`) runs per chunk of ``CHUNK`` output columns:
 
 1. compute: columns outside, the block's rows inside, into an L1 stack tile stored column-major (tile
    column = ``block`` contiguous rows): the source is read along its contiguous dim and the tile written
@@ -177,10 +178,11 @@ def emit_transposed(em: Any, stage: MapStage, ranges: list[tuple[Any, Any]]) -> 
 
 def _copy_transposed(em: Any, stage: MapStage, prefix: list, lo: Any, c0: Any, cb: Any, block: int,
                      slot: Any) -> None:
-    """Copy the tile's ``block`` x ``block`` square at columns [cb, cb + block) (tile-relative) to the output:
-    ``block`` vector loads (one per column: the block's rows), an in-register transpose, ``block`` vector
-    stores (one per output row). The transpose swaps one bit of the row and column numbers per round:
-    log2(block) rounds of two-source shuffles (one ``vpermt2*`` each on x86)."""
+    """Copy the tile's ``block`` x ``block`` square of rows [lo, lo + block) and (tile-relative) columns
+    [cb, cb + block) to the output: ``block`` vector loads (one per column: the square's rows), an
+    in-register transpose, ``block`` vector stores (one per output row). The transpose swaps one bit of the
+    row and column numbers per round: log2(block) rounds of two-source shuffles (one ``vpermt2*`` each on
+    x86 with AVX-512)."""
     from llvmlite import ir
 
     from neuroncc.codegen.llvm.scalars import storage_itemsize, storage_type
