@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import math
 
-from neuroncc.codegen.llvm.schedule import Computed, ExtraArg, KernelPlan, Phase, ReduceStage
+from neuroncc.codegen.llvm.schedule import (
+    Computed, ExtraArg, KernelPlan, MapStage, Phase, ReduceStage, outer_dims_preserved,
+)
 from neuroncc.ir.graph import Value
 from neuroncc.ir.opdef import Category
 from neuroncc.ir.ops import REGISTRY
@@ -133,3 +135,88 @@ def _reads_in_place(plan: KernelPlan, root: Value, target: Value, shape: tuple[i
     if REGISTRY.get(access.op.name).category is not Category.ELEMENTWISE:
         return False
     return any(_reads_in_place(plan, v, target, shape, seen) for v in access.op.operands)
+
+
+#: Column partials: at most this many chunks of rows (each thread takes whole chunks) ...
+CHUNKS_MAX = 16
+#: ... and at most this many bytes of float64 partials per column reduction.
+CHUNK_PARTIALS_MAX_BYTES = 1 << 21
+#: Reductions whose column partials are float64 sums (finished by the combining phase: mean divides).
+_COLUMN_SUMS = frozenset({"sum", "mean"})
+
+
+def accumulate_column_partials(plan: KernelPlan, phases: list[Phase], stage_args: set[int]) -> list[Phase]:
+    """A column reduction (bias gradients, LayerNorm weight gradients: a sum over the leading dims that keeps
+    the rest) right after a row-parallel phase whose rows are exactly its reduced dims joins that phase: the
+    phase's parallel loop then iterates chunks of contiguous rows, and each chunk accumulates the column sums
+    of its rows into float64 partials while the rows are in cache; a small serial phase merges the partials.
+    Without this the reduction is a phase of its own that recomputes (or re-reads) every row."""
+    result: list[Phase] = []
+    position = 0
+    while position < len(phases):
+        host = phases[position]
+        result.append(host)
+        position += 1
+        if host.serial or host.outer < 1 or host.block or host.split or host.kept or host.partials or host.chunks:
+            continue
+        rows = math.prod(host.outer_shape[: host.outer])
+        if rows < 2:
+            continue
+        chunks = _chunk_count(rows)
+        joined: list[ReduceStage] = []
+        while position < len(phases) and _joins(plan, host, phases[position], rows, chunks, joined, stage_args):
+            joined.append(phases[position].stages[0])  # type: ignore[arg-type]
+            position += 1
+        if not joined:
+            continue
+        host.chunks = chunks
+        combine = Phase(list(joined), 0, (), chunk_combine=chunks)
+        for number, stage in enumerate(joined):
+            plan.extra.append(ExtraArg("scratch", nbytes=chunks * (math.prod(stage.shape) // rows) * 8))
+            slot = plan.n_params + plan.n_outputs + len(plan.extra) - 1
+            host.chunk_partials[len(host.stages)] = slot
+            combine.chunk_partials[number] = slot
+            host.stages.append(stage)
+        result.append(combine)
+    return result
+
+
+def _chunk_count(rows: int) -> int:
+    """At most CHUNKS_MAX chunks, preferably of equal size (a divisor of the rows)."""
+    most = min(rows, CHUNKS_MAX)
+    for count in range(most, (most + 1) // 2 - 1, -1):
+        if rows % count == 0:
+            return count
+    return most
+
+
+def _joins(plan: KernelPlan, host: Phase, phase: Phase, rows: int, chunks: int, joined: list[ReduceStage],
+           stage_args: set[int]) -> bool:
+    """Whether ``phase`` is a lone float column sum over ``rows`` that reads the buffers written by ``host``
+    (and by the column sums already joined) only at its own row."""
+    if phase.outer or len(phase.stages) != 1 or not isinstance(phase.stages[0], ReduceStage):
+        return False
+    stage = phase.stages[0]
+    shape, reduced = stage.shape, stage.reduced
+    count = len(reduced)
+    if stage.op.name not in _COLUMN_SUMS or not stage.op.operands[0].type.dtype.is_float or not count \
+            or reduced != tuple(range(count)) or count >= len(shape) or math.prod(shape[:count]) != rows:
+        return False
+    if chunks * (math.prod(shape) // rows) * 8 > CHUNK_PARTIALS_MAX_BYTES:
+        return False
+    written = {s.target.arg for s in host.stages if not isinstance(s, MapStage)}
+    written |= {t.arg for s in host.stages if isinstance(s, MapStage) for _, t in s.items}
+    written &= stage_args
+    unfinished = {s.target.arg for s in joined}  # complete only after the combining phase
+    same_rows = shape[:count] == host.outer_shape[: host.outer]
+    for root, rank in stage.roots:
+        nowhere = tuple(-1 for _ in range(rank))
+        if not outer_dims_preserved(plan, root, nowhere, 1, unfinished, set()):
+            return False
+        if same_rows:
+            dims = tuple(d if d < count else -1 for d in range(rank))
+            if not outer_dims_preserved(plan, root, dims, count, written, set()):
+                return False
+        elif not outer_dims_preserved(plan, root, nowhere, 1, written, set()):
+            return False
+    return True
