@@ -151,18 +151,27 @@ def accumulate_column_partials(plan: KernelPlan, phases: list[Phase], stage_args
     phase's parallel loop then iterates chunks of contiguous rows, and each chunk accumulates the column sums
     of its rows into float64 partials while the rows are in cache; a small serial phase merges the partials.
     Without this the reduction is a phase of its own that recomputes (or re-reads) every row."""
+    phases = _join_following(plan, phases, stage_args)
+    for position in range(len(phases) - 1):  # a column sum right before a row phase that does not read it
+        before, host = phases[position], phases[position + 1]
+        if _can_host(host) and _joins(plan, host, before, *_rows_and_chunks(host), [], stage_args) and \
+                all(_reads_none(plan, root, {before.stages[0].target.arg})  # type: ignore[union-attr]
+                    for stage in host.stages for root, _ in stage.roots):
+            phases[position], phases[position + 1] = host, before
+    return _join_following(plan, phases, stage_args)
+
+
+def _join_following(plan: KernelPlan, phases: list[Phase], stage_args: set[int]) -> list[Phase]:
+    """Each row phase takes the column sums that follow it (see ``accumulate_column_partials``)."""
     result: list[Phase] = []
     position = 0
     while position < len(phases):
         host = phases[position]
         result.append(host)
         position += 1
-        if host.serial or host.outer < 1 or host.block or host.split or host.kept or host.partials or host.chunks:
+        if not _can_host(host):
             continue
-        rows = math.prod(host.outer_shape[: host.outer])
-        if rows < 2:
-            continue
-        chunks = _chunk_count(rows)
+        rows, chunks = _rows_and_chunks(host)
         joined: list[ReduceStage] = []
         while position < len(phases) and _joins(plan, host, phases[position], rows, chunks, joined, stage_args):
             joined.append(phases[position].stages[0])  # type: ignore[arg-type]
@@ -179,6 +188,17 @@ def accumulate_column_partials(plan: KernelPlan, phases: list[Phase], stage_args
             host.stages.append(stage)
         result.append(combine)
     return result
+
+
+def _can_host(phase: Phase) -> bool:
+    """A parallel phase over whole rows (its outer dims) that column sums can join."""
+    plain = not (phase.serial or phase.block or phase.split or phase.kept or phase.partials or phase.chunks)
+    return plain and phase.outer >= 1 and math.prod(phase.outer_shape[: phase.outer]) >= 2
+
+
+def _rows_and_chunks(host: Phase) -> tuple[int, int]:
+    rows = math.prod(host.outer_shape[: host.outer])
+    return rows, _chunk_count(rows)
 
 
 def _chunk_count(rows: int) -> int:
@@ -208,15 +228,32 @@ def _joins(plan: KernelPlan, host: Phase, phase: Phase, rows: int, chunks: int, 
     written |= {t.arg for s in host.stages if isinstance(s, MapStage) for _, t in s.items}
     written &= stage_args
     unfinished = {s.target.arg for s in joined}  # complete only after the combining phase
-    same_rows = shape[:count] == host.outer_shape[: host.outer]
     for root, rank in stage.roots:
-        nowhere = tuple(-1 for _ in range(rank))
-        if not outer_dims_preserved(plan, root, nowhere, 1, unfinished, set()):
-            return False
-        if same_rows:
-            dims = tuple(d if d < count else -1 for d in range(rank))
-            if not outer_dims_preserved(plan, root, dims, count, written, set()):
-                return False
-        elif not outer_dims_preserved(plan, root, nowhere, 1, written, set()):
+        if not _reads_none(plan, root, unfinished) or \
+                not _rows_preserved(plan, root, count, host.outer_shape[: host.outer], written):
             return False
     return True
+
+
+def _reads_none(plan: KernelPlan, value: Value, args: set[int]) -> bool:
+    return outer_dims_preserved(plan, value, tuple(-1 for _ in value.type.shape), 1, args, set())
+
+
+def _rows_preserved(plan: KernelPlan, value: Value, count: int, rows: tuple[int, ...], written: set[int]) -> bool:
+    """Whether ``value``, whose first ``count`` dims enumerate the phase's flat row (row-major), reads the
+    buffers in ``written`` only at that row. Reshapes keep the flat row in the operand dims of the same
+    product (they are row-major); once the dims are the phase's own outer dims, the scheduler's dim flow
+    takes over."""
+    shape = value.type.shape
+    if shape[:count] == rows:
+        dims = tuple(d if d < count else -1 for d in range(len(shape)))
+        return outer_dims_preserved(plan, value, dims, count, written, set())
+    access = plan.access[value]
+    if isinstance(access, Computed) and access.op.name == "reshape":
+        (operand,) = access.op.operands
+        flat, total = math.prod(shape[:count]), 1
+        for width, size in enumerate(operand.type.shape):
+            if total == flat:
+                return _rows_preserved(plan, operand, width, rows, written)
+            total *= size
+    return _reads_none(plan, value, written)
