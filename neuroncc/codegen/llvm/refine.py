@@ -202,12 +202,12 @@ def _rows_and_chunks(host: Phase) -> tuple[int, int]:
 
 
 def _chunk_count(rows: int) -> int:
-    """At most CHUNKS_MAX chunks, preferably of equal size (a divisor of the rows)."""
+    """At most CHUNKS_MAX chunks, preferably of equal size (a divisor of the rows), none empty."""
     most = min(rows, CHUNKS_MAX)
     for count in range(most, (most + 1) // 2 - 1, -1):
         if rows % count == 0:
             return count
-    return most
+    return -(-rows // -(-rows // most))
 
 
 def _joins(plan: KernelPlan, host: Phase, phase: Phase, rows: int, chunks: int, joined: list[ReduceStage],
