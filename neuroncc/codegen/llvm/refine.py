@@ -48,7 +48,7 @@ _MERGEABLE = frozenset({"sum", "mean", "amax", "amin", "any", "all"})
 def split_full_reduction(plan: KernelPlan, phase: Phase) -> list[Phase]:
     """A lone reduction over all dims (losses, norms) becomes partial reductions over ranges of dim 0, in
     parallel, then a serial phase combining the partials."""
-    if phase.outer or len(phase.stages) != 1 or not isinstance(phase.stages[0], ReduceStage):
+    if phase.outer or phase.chunk_combine or len(phase.stages) != 1 or not isinstance(phase.stages[0], ReduceStage):
         return [phase]
     stage = phase.stages[0]
     shape = stage.shape
