@@ -3,6 +3,8 @@
 Each rule looks at one phase and, when it applies, changes how its outer loop is split or what it caches:
 blocking long rows of map-only phases, row caching of expensive reduction inputs, and the three ways a lone
 reduction without kept leading dims still gets a parallel outer loop (columns, kept middle dims, partials).
+One rule works across phases: a column sum over the rows of a row-parallel phase joins it, as per-chunk
+partials (``accumulate_column_partials``).
 """
 
 from __future__ import annotations
