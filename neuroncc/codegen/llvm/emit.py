@@ -9,6 +9,7 @@ indices folded while they are constants and common subexpressions memoized per l
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from llvmlite import ir
@@ -145,13 +146,46 @@ class KernelEmitter(IndexArithmetic):
             columns = (lo, hi)
             emit_reduce(self, phase.stages[0], [], columns)
             return
-        counts = phase.trip_counts
+        if phase.chunk_combine:
+            from neuroncc.codegen.llvm.stages import emit_column_combine
+
+            for number, stage in enumerate(phase.stages):
+                emit_column_combine(self, stage, phase.chunk_combine, phase.chunk_partials[number])
+            return
+        if phase.chunks:
+            from neuroncc.codegen.llvm.stages import emit_column_reset
+
+            rows = math.prod(phase.outer_shape[: phase.outer])
+            step = -(-rows // phase.chunks)
+            for position, slot in phase.chunk_partials.items():
+                emit_column_reset(self, phase.stages[position], flat, rows, slot)
+            lo = self.mul(flat, step)
+            hi = self.add(lo, step) if rows % step == 0 else self.min(self.add(lo, step), rows)
+            self.loop(lo, hi, lambda row: self._stages_at(phase, self._digits(row, phase.outer_shape[: phase.outer]),
+                                                          row, flat))
+            return
+        self._stages_at(phase, self._digits(flat, phase.trip_counts))
+
+    def _digits(self, flat: Any, counts: tuple[int, ...]) -> list[Any]:
+        """The indices of the flat (row-major) position ``flat`` in a grid of ``counts``."""
         outer: list[Any] = [0] * len(counts)
         remaining: Any = flat
         for d in range(len(counts) - 1, -1, -1):
             outer[d] = self.rem(remaining, counts[d]) if d else remaining
             remaining = self.div(remaining, counts[d])
+        return outer
+
+    def _stages_at(self, phase: Phase, outer: list[Any], row: Any = None, chunk: Any = None) -> None:
+        """Every stage of ``phase`` at its outer index ``outer`` (in a chunked phase: flat ``row`` of ``chunk``)."""
         for number, stage in enumerate(phase.stages):
+            if number in phase.chunk_partials:
+                from neuroncc.codegen.llvm.stages import emit_column_partial
+
+                self.stage_number = number
+                reduced = stage.shape[: len(stage.reduced)]  # type: ignore[union-attr]
+                rows = outer if reduced == phase.outer_shape[: phase.outer] else self._digits(row, reduced)
+                emit_column_partial(self, stage, rows, chunk, phase.chunk_partials[number])  # type: ignore[arg-type]
+                continue
             self.stage_number = number
             ranges: list[tuple[Any, Any]] = [(i, None) for i in outer]
             if phase.block:

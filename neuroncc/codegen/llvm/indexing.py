@@ -63,7 +63,8 @@ class IndexArithmetic:
                 self.cuts.setdefault(key, set()).add(amount)
                 changed = True
             elif kind == "unroll" and (key, amount) not in self.unrolled:
-                copies = math.prod(self.unroll_extents[u] for u in self.unrolled)
+                # copies multiply only along one nest: sibling loops (a map and a column sum of one row) do not
+                copies = math.prod(self.unroll_extents[u] for u in self.unrolled if _nested(u[0], key))
                 if copies * self.unroll_extents[(key, amount)] <= UNROLL_PRODUCT_MAX:
                     self.unrolled.add((key, amount))
                     changed = True
@@ -401,3 +402,17 @@ class IndexArithmetic:
             self.nest(rest, body, prefix + [lo])  # a size-1 dim needs no loop
             return
         self.loop(lo, hi, lambda i: self.nest(rest, body, prefix + [i]))
+
+
+def _nested(a: Any, b: Any) -> bool:
+    """Whether loop keys ``a`` and ``b`` are one loop or one lies inside the other (a key is (parent key,
+    position in the parent's body); the phase's frame is ("phase",))."""
+    return a == b or _inside(a, b) or _inside(b, a)
+
+
+def _inside(inner: Any, outer: Any) -> bool:
+    while len(inner) == 2:
+        inner = inner[0]
+        if inner == outer:
+            return True
+    return False

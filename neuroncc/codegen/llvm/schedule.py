@@ -129,12 +129,20 @@ class Phase:
     partials_arg: int = -1  # scratch slot of the partial results
     combine: bool = False  # this phase combines the partials of the previous one
     transposed: bool = False  # a transposing map phase: blocks of output rows, columns outside (``transpose``)
+    # column partials (see ``refine.accumulate_column_partials``): the outer loop iterates this many chunks of
+    # contiguous rows; the reduce stages at these positions accumulate their chunk's column sums into
+    # [chunks, columns] float64 partials in the scratch slot given, merged by a following ``chunk_combine`` phase
+    chunks: int = 0
+    chunk_partials: dict[int, int] = field(default_factory=dict)  # stage position -> scratch slot
+    chunk_combine: int = 0  # this phase merges that many chunk partials of each of its (reduce) stages
 
     @property
     def trip_counts(self) -> tuple[int, ...]:
         if self.partials:
             return (self.partials,)
-        if self.combine:
+        if self.chunks:
+            return (self.chunks,)
+        if self.combine or self.chunk_combine:
             return ()
         if self.kept:
             return (math.prod(self.stages[0].shape[d] for d in self.kept),)
@@ -151,12 +159,23 @@ class Phase:
 
     @property
     def serial(self) -> bool:
-        return self.combine or any(s.kind == "scatter" for s in self.stages)
+        return self.combine or bool(self.chunk_combine) or any(s.kind == "scatter" for s in self.stages)
 
     @property
     def work(self) -> int:
         """Elements touched per outer iteration (for the launcher's threading decision)."""
         per_outer = 0
+        if self.chunk_combine:
+            return sum(self.chunk_combine * max(math.prod(s.shape[d] for d in range(len(s.shape))
+                                                          if d not in s.reduced), 1)  # type: ignore[union-attr]
+                       for s in self.stages)
+        if self.chunks:
+            rows = math.prod(self.outer_shape[: self.outer])
+            for position, stage in enumerate(self.stages):
+                kept = math.prod(stage.shape) // rows if position in self.chunk_partials else \
+                    math.prod(stage.shape[self.outer:])
+                per_outer += max(kept, 1)
+            return per_outer * -(-rows // self.chunks)
         for stage in self.stages:
             per_outer += max(math.prod(stage.shape) // max(math.prod(stage.shape[: self.outer]), 1), 1)
         if self.transposed:
@@ -381,6 +400,7 @@ def _form_phases(plan: KernelPlan, stages: list[Stage], stage_args: set[int], bl
         refine.cache_rows(plan, phase)
         refine.split_columns(phase)
         refine.parallel_kept_dims(phase)
+    phases = refine.accumulate_column_partials(plan, phases, stage_args)
     return [split for phase in phases for split in refine.split_full_reduction(plan, phase)]
 
 

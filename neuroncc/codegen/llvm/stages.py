@@ -299,6 +299,55 @@ def emit_combine(em: Any, stage: ReduceStage, parts: int, slot: int) -> None:
     reducer._store([0] * len(stage.shape), [em.b.load(a) for a in accs])
 
 
+def _column_partials(em: Any, stage: ReduceStage, chunk: Any, slot: int, kept: list[Any]) -> ir.Value:
+    """Address of the float64 partial of ``chunk`` for the kept (column) index ``kept``."""
+    sizes = stage.shape[len(stage.reduced):]
+    flat: Any = em.mul(chunk, math.prod(sizes))
+    for i, stride in zip(kept, contiguous_strides(sizes)):
+        flat = em.add(flat, em.mul(i, stride))
+    return em.b.gep(em.ptrs[slot], [em.ir_index(flat)], source_etype=F64, inbounds=True)
+
+
+def _over_columns(em: Any, stage: ReduceStage, body: Any) -> None:
+    em.nest([(0, n) for n in stage.shape[len(stage.reduced):]], body)
+
+
+def emit_column_reset(em: Any, stage: ReduceStage, chunk: Any, rows: int, slot: int) -> None:
+    """Zero the column partials of ``chunk`` (a column reduction accumulated by a chunked row phase)."""
+    _over_columns(em, stage, lambda kept: em.b.store(ir.Constant(F64, 0.0),
+                                                     _column_partials(em, stage, chunk, slot, kept)))
+
+
+def emit_column_partial(em: Any, stage: ReduceStage, rows: list[Any], chunk: Any, slot: int) -> None:
+    """Add one row (reduced-dim index ``rows``) of a column sum's input to the partials of ``chunk``."""
+    def update(kept: list[Any]) -> None:
+        b = em.b
+        ptr = _column_partials(em, stage, chunk, slot, kept)
+        x = em.value_at(stage.op.operands[0], list(rows) + list(kept))
+        b.store(b.fadd(b.load(ptr, typ=F64), b.fpext(x, F64)), ptr)
+
+    _over_columns(em, stage, update)
+
+
+def emit_column_combine(em: Any, stage: ReduceStage, chunks: int, slot: int) -> None:
+    """Merge the chunks' column partials into chunk 0's, then finish (mean divides) and store each column."""
+    reducer = _Reducer(em, stage)
+    count = len(stage.reduced)
+
+    def merge(chunk: Any) -> None:
+        def add(kept: list[Any]) -> None:
+            b = em.b
+            total = _column_partials(em, stage, 0, slot, kept)
+            partial = b.load(_column_partials(em, stage, chunk, slot, kept), typ=F64)
+            b.store(b.fadd(b.load(total, typ=F64), partial), total)
+
+        _over_columns(em, stage, add)
+
+    em.loop(1, chunks, merge)
+    _over_columns(em, stage, lambda kept: reducer._store(
+        [0] * count + list(kept), [em.b.load(_column_partials(em, stage, 0, slot, kept), typ=F64)]))
+
+
 def emit_scatter(em: Any, stage: ScatterStage) -> None:
     """Serial loop writing (or accumulating) data-dependent positions of the stage's buffer."""
     op, target = stage.op, stage.target
@@ -337,4 +386,4 @@ def emit_scatter(em: Any, stage: ScatterStage) -> None:
                 lambda idx: em.store(target, positions(idx), round_to(em.b, em.load(target, positions(idx)), dtype)))
 
 
-__all__ = ["emit_combine", "emit_partial", "emit_reduce", "emit_scatter", "I1"]
+__all__ = ["emit_column_combine", "emit_column_partial", "emit_column_reset", "emit_combine", "emit_partial", "emit_reduce", "emit_scatter", "I1"]
