@@ -84,14 +84,12 @@ class AtenCompilers:
     name: str
 
     def forward(self, gm: fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
-        if self.options.fallback == "cpu":
-            return self._compile(gm, "forward")
         # The activations saved for the backward keep the layout our executable gives them, and AOTAutograd
         # compiles the backward graph for it (as for Inductor's layouts): copying them into eager's strides
-        # would cost a copy here and buy nothing, since only our backward graph reads them.
-        saved = saved_activations(gm)
-        stats.increment("forward_graphs")
-        compiled = compile_aten_graph(gm, f"{self.name}_forward", self.options, saved)
+        # would cost a copy here and buy nothing, since only our backward graph reads them. (A partitioned
+        # graph, fallback="cpu", returns what its pieces return: eager's layouts.)
+        saved = saved_activations(gm) if self.options.fallback != "cpu" else frozenset()
+        compiled = self._compile(gm, "forward", saved)
         report_output_strides(compiled, saved)
         return compiled
 
@@ -102,7 +100,7 @@ class AtenCompilers:
     def inference(self, gm: fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
         return self._compile(gm, "inference")
 
-    def _compile(self, gm: fx.GraphModule, kind: str) -> Callable[..., Any]:
+    def _compile(self, gm: fx.GraphModule, kind: str, free_layouts: frozenset[int] = frozenset()) -> Any:
         stats.increment(f"{kind}_graphs")
         name = f"{self.name}_{kind}"
         if self.options.fallback == "cpu":
@@ -110,7 +108,7 @@ class AtenCompilers:
                 return compile_aten_graph(submodule, partition_name, self.options)
 
             return make_boxed_func(partition_and_compile(gm, compile_partition, name).forward)
-        return compile_aten_graph(gm, name, self.options)
+        return compile_aten_graph(gm, name, self.options, free_layouts)
 
 
 def _graph_name() -> str:

@@ -33,9 +33,9 @@ from neuroncc.errors import DynamicShapeError, InputError, UnsupportedOpError
 from neuroncc.frontend.compiled import CompiledGraph
 from neuroncc.frontend.decompositions import REMOVED_DECOMPOSITIONS, decomposition_table
 from neuroncc.frontend.importer import ImportedGraph, import_graph
-from neuroncc.frontend.saved_layouts import report_output_strides, saved_activations, take_input_layouts
 from neuroncc.frontend.lower_attention import attention_tracing
 from neuroncc.frontend.pt2 import load_exported_program
+from neuroncc.frontend.saved_layouts import report_output_strides, saved_activations, take_input_layouts
 from neuroncc.runtime.driver import DEFAULT_TARGET
 from neuroncc.runtime.executable import Executable
 
