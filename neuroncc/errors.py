@@ -28,6 +28,10 @@ class TypeInferenceError(VerifyError):
     """An op's operands or attributes do not fit the op; the message names the op and the operand."""
 
 
+class InterpreterError(NeuronccError):
+    """A graph failed at run time in the reference interpreter (bad inputs, out-of-range index, ...)."""
+
+
 class PassError(NeuronccError):
     """A pass refused its input (for example static-shape on a graph it cannot prove static)."""
 

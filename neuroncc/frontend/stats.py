@@ -14,6 +14,8 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
+from neuroncc.ir import Category
+
 #: Every counter, with what it counts. ``stats()`` always returns all of them.
 COUNTERS: Mapping[str, str] = {
     "dynamo_graphs": "graphs handed to the backend by TorchDynamo (one per specialization)",
@@ -87,7 +89,7 @@ def record_executable(executable: Any, target: str) -> None:
     counts = Counter({k: v for k, v in reported.items() if isinstance(v, int) and not isinstance(v, bool)})
     if "kernels" not in counts:
         function = getattr(executable, "function", None)
-        fused = sum(op.name == "kernel" for op in function.ops) if function is not None else 0
+        fused = sum(op.opdef.category is Category.KERNEL for op in function.ops) if function is not None else 0
         counts["kernels"] = max(fused, 1)
     if "interpreted_kernels" not in counts and "native_kernels" not in counts:
         kind = "interpreted_kernels" if target == "interp" else "native_kernels"

@@ -27,7 +27,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 from neuroncc.errors import TypeInferenceError
-from neuroncc.ir import Builder, DenseAttr, DType, Function, TensorType, Value
+from neuroncc.ir import REGISTRY, Builder, DenseAttr, DType, Function, TensorType, Trait, Value
 
 FLOAT_UNARY = ("neg", "abs", "relu", "exp", "tanh", "sigmoid", "gelu", "sqrt", "log", "floor", "sin", "rsqrt")
 INT_UNARY = ("neg", "abs", "relu")
@@ -128,7 +128,8 @@ def _draw_binary(draw, state: GraphState) -> None:
     y = _broadcast_partner(draw, state, x)
     names = BINARY + (("div", "pow") if x.type.dtype.is_float else ())
     name = draw(st.sampled_from(names))
-    operands = (y, x) if draw(st.booleans()) and name in ("add", "mul", "maximum", "minimum") else (x, y)
+    commutative = REGISTRY.get(name).has(Trait.COMMUTATIVE)  # either order means the same
+    operands = (y, x) if draw(st.booleans()) and commutative else (x, y)
     state.add(state.builder.op(name, *operands))
 
 

@@ -15,15 +15,13 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from neuroncc.codegen.llvm import Layout, emit_kernel, plan_kernel, view_layout
-from neuroncc.codegen.llvm.regions import TOP_LEVEL_VIEWS
 from neuroncc.codegen.llvm.schedule import BLOCK
 from neuroncc.codegen.llvm.scalars import storage_itemsize
 from neuroncc.errors import ArtifactError, CodegenError
 from neuroncc.ir.dtypes import DType
-from neuroncc.ir.graph import Function, Value
-from neuroncc.ir.opdef import Category
+from neuroncc.ir.graph import Function, Value, print_function
+from neuroncc.ir.opdef import Category, Trait
 from neuroncc.ir.ops import REGISTRY
-from neuroncc.ir.printer import print_function
 from neuroncc.ir.types import contiguous_strides
 from neuroncc.codegen.llvm.extern_layouts import same_layout, supplied_strides
 
@@ -238,11 +236,11 @@ class _Planner:
             self.define(param, ValueSpec(buffer, 0, t.shape, strides, t.dtype.value))
         for op_index, op in enumerate(self.fn.ops):
             category = REGISTRY.get(op.name).category
-            if op.name == "constant":
+            if op.has(Trait.STORED):
                 t = op.result.type
                 buffer = self.add_buffer("constant", op_index, t.numel, t.dtype)
                 self.define(op.result, ValueSpec(buffer, 0, t.shape, contiguous_strides(t.shape), t.dtype.value))
-            elif op.name in TOP_LEVEL_VIEWS:
+            elif op.has(Trait.STRIDED_VIEW):
                 self.view(op_index, op)
             elif category is Category.KERNEL:
                 self.kernel(op_index, op)

@@ -19,9 +19,9 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 
-from neuroncc.ir import Op, Value
+from neuroncc.ir import Op, Trait, Value
 from neuroncc.ir.types import contiguous_strides
-from neuroncc.passes.strides import PURE_VIEWS, StridedView, apply_view
+from neuroncc.passes.strides import StridedView, apply_view
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,7 +122,7 @@ def view_window(value: Value, producers: dict[Value, Op]) -> tuple[Value, Stride
     contiguous (kernel arguments always are); None when a reshape of a non-contiguous window needs a copy."""
     chain: list[Op] = []
     root = value
-    while (op := producers.get(root)) is not None and op.name in PURE_VIEWS:
+    while (op := producers.get(root)) is not None and op.has(Trait.STRIDED_VIEW):
         chain.append(op)
         root = op.operands[0]
     window: StridedView | None = StridedView.contiguous(root.type.shape)

@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from neuroncc.ir.dtypes import DType
+from neuroncc.ir.opdef import Trait
 from neuroncc.ir.types import contiguous_strides
 from neuroncc.codegen.llvm.extern_layouts import same_layout
 from neuroncc.executors.cpu.buffers import aligned_empty, data_address, flat_view, storage_dtype, strided_view
@@ -120,7 +121,8 @@ class ScratchProduct:
     def slot_of(step: Any, op: Any) -> int | None:
         """The scratch slot holding the product of kernel step ``step``'s extern ``op``, where adoptable."""
         extern = step.extern
-        if op.name not in ("mm", "addmm") or len(extern.results) != 1 or op.results[0].type.dtype != DType.f32:
+        if not op.has(Trait.MATRIX_PRODUCT) or op.results[0].type.rank != 2 or len(extern.results) != 1 \
+                or op.results[0].type.dtype != DType.f32:  # a float32 mm or addmm
             return None
         layout = extern.results[0]
         slot = step.slots[layout.buffer] if layout.buffer < len(step.slots) else None

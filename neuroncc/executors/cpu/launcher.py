@@ -34,6 +34,7 @@ from neuroncc.codegen.llvm import jit
 from neuroncc.codegen.llvm.regions import wrap_remaining_ops
 from neuroncc.errors import ArtifactError, InputError, NeuronccError
 from neuroncc.ir.graph import Function
+from neuroncc.ir.opdef import Trait
 from neuroncc.ir.types import contiguous_strides
 from neuroncc.executors.cpu import blas
 from neuroncc.executors.cpu.adopt import ScratchProduct, SuppliedExtern
@@ -137,7 +138,7 @@ class CpuExecutable:
     def _direct_extern(self, step: StepSpec) -> Any:
         """A runner calling BLAS directly for a top-level float32 mm/addmm/bmm (see :mod:`blas`), or None."""
         op = self.function.ops[step.op_index]
-        if op.name not in BLAS_OPS:
+        if not op.has(Trait.MATRIX_PRODUCT):
             return None
         specs = [self.plan.values[i] for i in (*step.operands, *step.results)]
         call = _prepare_blas(op, specs)
@@ -325,8 +326,7 @@ class _NativeKernel:
             # Each block re-reads (and BLAS re-packs) the whole [K, N] weight and a short-M GEMM runs below
             # peak, while blocking saves about two passes over the block's [rows, N] output: it pays only
             # when a block has at least K rows (1024-4096-1024 MLP: 32-row blocks made the GEMM 3x slower).
-            contraction = _contraction_extent(self.exe.function.ops[step.op_index].regions[0]
-                                              .ops[step.extern.op_index].name, step.extern, self.rows)
+            contraction = _contraction_extent(step.extern, self.rows)
             if contraction <= block < self.rows:  # small outputs are already cache resident: one block
                 self.row_block = block
         # a float32 mm/addmm/bmm extern calls BLAS directly (pointers into this kernel's argument slots)
@@ -467,7 +467,7 @@ class _NativeKernel:
         operands, results = list(operands), list(results)
         if row_end is not None:
             rows = slice(row_start, row_end)
-            if op.name == "mm":
+            if len(operands) == 2:  # mm
                 operands[0] = operands[0][rows]
             else:  # addmm: bias [M, N] is sliced too; [N] and [1, N] broadcast
                 operands[1] = operands[1][rows]
@@ -478,18 +478,15 @@ class _NativeKernel:
         return None
 
 
-#: Extern ops a prepared BLAS call may run (see :mod:`neuroncc.executors.cpu.blas`).
-BLAS_OPS = ("mm", "addmm", "bmm")
-
-
 def _prepare_blas(op: Any, layouts: Any) -> blas.BlasMatmul | None:
     """The direct BLAS call of extern ``op`` over ``layouts`` (its operands' then its result's ValueSpecs), or
     None where ATen (or oneDNN, for big mm/addmm: see extern.py) runs it."""
-    if op.name not in BLAS_OPS or len(op.results) != 1:
+    if not op.has(Trait.MATRIX_PRODUCT) or len(op.results) != 1:  # BLAS runs mm, addmm, bmm
         return None
     *operands, result = layouts
+    batched = op.results[0].type.rank == 3  # bmm: oneDNN takes no batched products, so BLAS takes all sizes
     return blas.prepare(op.name, op.attrs, [(v.shape, v.strides) for v in operands], (result.shape, result.strides),
-                        [v.dtype for v in layouts], max_macs=None if op.name == "bmm" else ONEDNN_MIN_MACS)
+                        [v.dtype for v in layouts], max_macs=None if batched else ONEDNN_MIN_MACS)
 
 
 def _runs_inline(runner: Any, n_outer: int, work: int, serial: bool) -> bool:
@@ -497,9 +494,9 @@ def _runs_inline(runner: Any, n_outer: int, work: int, serial: bool) -> bool:
     return serial or runner.runs_inline(n_outer, work)
 
 
-def _contraction_extent(name: str, extern: Any, rows: int) -> int:
+def _contraction_extent(extern: Any, rows: int) -> int:
     """K of an extern mm/addmm computing [rows, K] x [K, N] (the first matrix operand's size over rows)."""
-    first = extern.operands[1 if name == "addmm" else 0]
+    first = extern.operands[-2]  # the first factor (addmm's operand 0 is its bias)
     return math.prod(first.shape) // max(rows, 1)
 
 
