@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ast
 import re
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -143,6 +144,13 @@ def test_the_checker_allows(source):
 RNG = np.random.default_rng(15)
 
 
+@pytest.fixture(autouse=True)
+def _seed_per_test(request):
+    """Each test draws the same inputs whatever the order tests run in (xdist)."""
+    global RNG
+    RNG = np.random.default_rng(zlib.crc32(request.node.nodeid.encode()))
+
+
 def run(name: str, *arrays: np.ndarray, **attrs) -> tuple[np.ndarray, ...]:
     """The op's results on ``arrays`` (its reference, run as the interpreter runs it)."""
     b = Builder("sample")
@@ -260,7 +268,7 @@ def test_transcendental_ops_evaluate_a_math_function_on_the_cpu(name):
 @pytest.mark.parametrize("opdef", REGISTRY.by_category(Category.REDUCTION), ids=lambda d: d.name)
 def test_sum_reductions_are_the_linear_ones(opdef):
     attrs = {"dim": 1} if "dim" in opdef.attrs else {"dims": (1,)}
-    x, y = _random((3, 5), DType.f32), _random((3, 5), DType.f32)
+    x, y = _random((6, 8), DType.f32), _random((6, 8), DType.f32)  # amax is linear only where x and y peak together
     result = run(opdef.name, x, **attrs)[0]
     if result.dtype.kind != "f":  # any/all give bools, argmax/argmin indices
         assert not opdef.has(Trait.SUM_REDUCTION)

@@ -245,6 +245,7 @@ def clone_function(fn: Function, name: str | None = None) -> Function:
 
 
 # ---- the text form ------------------------------------------------------------------------------------
+
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*\Z")
 
 

@@ -330,7 +330,7 @@ def plan_kernel(region: Function, params: list[Layout], outputs: list[Layout], b
 
 
 def _is_matrix_product_2d(op: Op) -> bool:
-    """mm, addmm: a matrix product without batch dims (the extern writes its result row by row)."""
+    """mm, addmm: a matrix product without batch dims."""
     return op.has(Trait.MATRIX_PRODUCT) and op.results[0].type.rank == 2
 
 
