@@ -31,6 +31,8 @@ hardware descriptions). Its modules, bottom up:
 - ``kernels``, ``calibration``: reference kernels in NKI 0.2+ style and the cost model's calibration runs.
 
 See docs/nki.md for the supported subset and the cost model.
+
+May import: errors, hardware (nothing of the compiler: kernel authors use it on its own).
 """
 
 from neuroncc.nki import isa, language
