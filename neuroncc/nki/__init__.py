@@ -35,15 +35,16 @@ See docs/nki.md for the supported subset and the cost model.
 
 from neuroncc.nki import isa, language
 from neuroncc.nki.errors import NKISimulationError
+from neuroncc.nki.dtypes import HostArray, host_array
 from neuroncc.nki.launch import (
-    BenchmarkResult, HostArray, Kernel, TensorSpec, benchmark, bfloat16_array, host_array, jit, simulate,
+    BenchmarkResult, Kernel, TensorSpec, baremetal, benchmark, bfloat16_array, jit, profile, simulate,
     simulate_kernel, trace_kernel,
 )
 from neuroncc.nki.profile import EngineUsage, KernelProfile
 from neuroncc.nki.target import TARGET_ENV_VAR, TARGETS, Target
 
 __all__ = [
-    "BenchmarkResult", "EngineUsage", "HostArray", "Kernel", "KernelProfile", "NKISimulationError", "TARGETS",
+    "BenchmarkResult", "EngineUsage", "baremetal", "profile", "HostArray", "Kernel", "KernelProfile", "NKISimulationError", "TARGETS",
     "TARGET_ENV_VAR", "Target", "TensorSpec", "benchmark", "bfloat16_array", "host_array", "isa", "jit",
     "language", "simulate", "simulate_kernel", "trace_kernel",
 ]

@@ -40,13 +40,9 @@ def test_load_from_sbuf_is_an_address_space_error():
     _fails(kernel, "Expected operand 'src' of 'load' to be in address space 'hbm', but got a tile in 'sbuf' instead.")
 
 
-def test_store_from_psum_and_dma_into_psum_are_rejected():
-    def store_psum(x):
-        nl.store(x, nl.ndarray((4, 4), dtype=nl.float32, buffer=nl.psum))
-
-    _fails(store_psum, "Expected operand 'value' of 'store' to be in address space 'sbuf', but got a tile in 'psum'",
-           np.zeros((4, 4), np.float32))
-
+def test_dma_into_psum_is_rejected():
+    # nl.store of a PSUM tile is accepted (NKI: "an extra copy will be performed", see tests/nki/public);
+    # a DMA itself never touches PSUM.
     def dma_psum(x):
         nisa.dma_copy(dst=nl.ndarray((4, 4), dtype=nl.float32, buffer=nl.psum), src=x)
 
@@ -171,17 +167,17 @@ def test_reductions_never_run_on_the_partition_axis():
     _fails(middle, "tensor_reduce axis (1,) must be the trailing free axes of the 3-D tile")
 
 
-def test_dst_shape_and_dma_dtype_must_match():
+def test_dst_shape_and_dma_element_count_must_match():
     def shape():
         a = nl.zeros((128, 512), dtype=nl.float32)
         nisa.tensor_tensor(dst=nl.ndarray((128, 256), dtype=nl.float32), data1=a, data2=a, op=nl.add)
 
     _fails(shape, "tensor_tensor dst shape (128, 256) does not match data1 shape (128, 512)")
 
-    def dtype(x):
-        nisa.dma_copy(dst=nl.ndarray((4, 4), dtype=nl.bfloat16), src=x)
+    def count(x):  # DMA converts dtypes (NKI's dma_copy docs) but never changes the number of elements
+        nisa.dma_copy(dst=nl.ndarray((4, 2), dtype=nl.bfloat16), src=x)
 
-    _fails(dtype, "dma_copy dst dtype bfloat16 does not match src dtype float32", np.zeros((4, 4), np.float32))
+    _fails(count, "dma_copy dst shape (4, 2) does not match src shape (4, 4)", np.zeros((4, 4), np.float32))
 
 
 def test_gpsimd_cannot_access_psum():
