@@ -33,7 +33,8 @@ hardware descriptions). Its modules, bottom up:
 See docs/nki.md for the supported subset and the cost model.
 """
 
-from neuroncc.nki import isa, language
+from neuroncc.nki import compiler, isa, language, typing
+from neuroncc.nki.aliases import install_import_aliases, uninstall_import_aliases
 from neuroncc.nki.errors import NKISimulationError
 from neuroncc.nki.dtypes import HostArray, host_array
 from neuroncc.nki.launch import (
@@ -42,9 +43,13 @@ from neuroncc.nki.launch import (
 )
 from neuroncc.nki.profile import EngineUsage, KernelProfile
 from neuroncc.nki.target import TARGET_ENV_VAR, TARGETS, Target
+from neuroncc.nki.tensor import Tensor as tensor
+
+__neuroncc_alias__ = True  # install_import_aliases: this package may stand in for `nki` / `neuronxcc.nki`
 
 __all__ = [
     "BenchmarkResult", "EngineUsage", "baremetal", "profile", "HostArray", "Kernel", "KernelProfile", "NKISimulationError", "TARGETS",
     "TARGET_ENV_VAR", "Target", "TensorSpec", "benchmark", "bfloat16_array", "host_array", "isa", "jit",
-    "language", "simulate", "simulate_kernel", "trace_kernel",
+    "language", "simulate", "simulate_kernel", "trace_kernel", "compiler", "typing", "tensor",
+    "install_import_aliases", "uninstall_import_aliases",
 ]

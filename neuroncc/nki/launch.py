@@ -271,8 +271,11 @@ def _slowest(profiles: list[KernelProfile]) -> KernelProfile:
 
 # --------------------------------------------------------------------------------- internals
 def _launch(kernel: Any, target: Target, numerics: bool, args: tuple[Any, ...],
-            kwargs: Mapping[str, Any]) -> tuple[Any, list[list[tr.Event]]]:
-    """Run every program of the grid; returns the outputs and one placed trace per physical core."""
+            kwargs: Mapping[str, Any], write_back: bool = True) -> tuple[Any, list[list[tr.Event]]]:
+    """Run every program of the grid; returns the outputs and one placed trace per physical core.
+
+    With ``write_back`` the numpy inputs the kernel wrote are updated in place (what NKI's simulator does).
+    """
     if isinstance(kernel, _Launcher):
         kernel = kernel.kernel
     kernel = kernel if isinstance(kernel, Kernel) else Kernel(kernel)
@@ -288,6 +291,8 @@ def _launch(kernel: Any, target: Target, numerics: bool, args: tuple[Any, ...],
             starts.append((len(context.events), kernel.core_of(program)))
             result = kernel.fn(*inputs, **named)
         outputs = _to_host(result, numerics)
+        if numerics and write_back:
+            _write_back(list(args) + list(kwargs.values()), inputs + list(named.values()), context)
     events = forward_results(context.events)
     cores = sorted({core for _, core in starts})
     if len(cores) <= 1:
@@ -327,6 +332,20 @@ def _to_device(value: Any, context: SimulationContext, name: str) -> Any:
     if isinstance(value, (list, tuple)):
         return type(value)(_to_device(v, context, f"{name}_{i}") for i, v in enumerate(value))
     return value
+
+
+def _write_back(hosts: list[Any], devices: list[Any], context: SimulationContext) -> None:
+    """Inputs the kernel wrote are updated in place, as NKI's simulator does (0.1 kernels write outputs passed
+    as arguments)."""
+    for host, device in zip(hosts, devices):
+        if isinstance(host, (list, tuple)) and isinstance(device, (list, tuple)):
+            _write_back(list(host), list(device), context)
+            continue
+        if not isinstance(device, Tensor) or device.storage.id not in context.producers:
+            continue
+        target = host.values if isinstance(host, HostArray) else host
+        if isinstance(target, np.ndarray) and target.flags.writeable:
+            target[...] = np.asarray(device.array()).astype(target.dtype, copy=False).reshape(target.shape)
 
 
 def _to_host(value: Any, numerics: bool) -> Any:

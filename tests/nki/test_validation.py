@@ -1,4 +1,5 @@
-"""Every limit violation raises NKISimulationError with its own assertion-style message."""
+"""Every NKI limit violation raises NKISimulationError with its own assertion-style message; the simulator's own
+rules that NKI does not have (on-chip capacity, which NKI's compiler meets by spilling) warn instead."""
 
 from __future__ import annotations
 
@@ -11,12 +12,19 @@ import neuroncc.nki as nki
 import neuroncc.nki.isa as nisa
 import neuroncc.nki.language as nl
 from neuroncc.nki import NKISimulationError
+from neuroncc.nki.errors import NKIRuleWarning
 
 from sim_helpers import run
 
 
 def _fails(kernel, message, *args, target=None):
     with pytest.raises(NKISimulationError, match=re.escape(message)):
+        run(kernel, *args, target=target)
+
+
+def _warns(kernel, message, *args, target=None):
+    """A rule NKI does not enforce (its compiler spills): reported as a warning, and the kernel still runs."""
+    with pytest.warns(NKIRuleWarning, match=re.escape(message)):
         run(kernel, *args, target=target)
 
 
@@ -128,7 +136,7 @@ def test_sbuf_capacity_is_tracked_over_live_tiles_per_target():
         nisa.tensor_tensor(dst=first, data1=first, data2=second, op=nl.add)
 
     run(bigger, target="trn2")  # 224 KiB: both fit exactly
-    _fails(bigger, "SBUF capacity exceeded on trn1 at instruction 1 (memset): tile 'sbuf1' (128, 28672) float32 "
+    _warns(bigger, "SBUF capacity exceeded on trn1 at instruction 1 (memset): tile 'sbuf1' (128, 28672) float32 "
            "needs 114688 bytes per partition, but 114688 of 196608 bytes per partition are live", target="trn1")
 
 
@@ -149,7 +157,7 @@ def test_psum_capacity_counts_banks():
         for tile in tiles:
             nisa.tensor_copy(dst=nl.ndarray((128, 512), dtype=nl.float32), src=tile)
 
-    _fails(kernel, "PSUM capacity exceeded on trn2 at instruction 8 (memset): tile 'psum8' (128, 512) float32 needs "
+    _warns(kernel, "PSUM capacity exceeded on trn2 at instruction 8 (memset): tile 'psum8' (128, 512) float32 needs "
            "2048 bytes per partition, but 16384 of 16384 bytes per partition are live")
 
 
