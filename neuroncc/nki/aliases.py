@@ -23,9 +23,12 @@ def _real_installation(name: str) -> bool:
     if existing is not None:
         return not getattr(existing, "__neuroncc_alias__", False)
     try:
-        return importlib.util.find_spec(name) is not None
+        spec = importlib.util.find_spec(name)
     except (ImportError, ValueError):
         return False
+    # A folder named like the package without an __init__ (say, tests/nki) is an implicit namespace package:
+    # not an installation of AWS's package.
+    return spec is not None and spec.origin not in (None, "namespace")
 
 
 def _alias(prefix: str) -> None:

@@ -62,7 +62,8 @@ def forward_results(events: list[tr.Event]) -> list[tr.Event]:
         writer, consumer = events[first], events[second]
         assert isinstance(writer, tr.Instruction) and isinstance(consumer, tr.Instruction)
         written = [o for o in writer.operands if o.tile == tile]
-        if len(written) != 1 or written[0].access != "w" or not _whole(written[0], shapes[tile]):
+        # A matmul's default accumulation records `rw`; on a fresh tile (W is its first use) that is a write.
+        if len(written) != 1 or not written[0].writes or not _whole(written[0], shapes[tile]):
             continue
         plan = _consumer_plan(consumer, tile, shapes[tile])
         if plan is None:

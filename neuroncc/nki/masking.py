@@ -88,10 +88,10 @@ def restriction(op: str, mask: object, shape: tuple[int, ...]) -> Restriction | 
     return Restriction(shape, box, None if inside.all() else np.ascontiguousarray(inside))
 
 
-def run_masked(op: str, mask: object, shape: tuple[int, ...], call: Callable[..., Any], result: Any,
+def run_masked(op_name: str, mask: object, shape: tuple[int, ...], call: Callable[..., Any], result: Any, /,
                **operands: Any) -> Any:
     """Run ``call(**operands)`` on the masked part of ``shape``; returns ``result`` (the full dst)."""
-    restricted = restriction(op, mask, shape)
+    restricted = restriction(op_name, mask, shape)
     assert restricted is not None
     if restricted.empty:
         return result

@@ -344,10 +344,16 @@ class Tensor:
         return view
 
     def broadcast_to(self, shape: tuple[int, ...] | list[int]) -> Tensor:
-        """A view repeating size-1 axes to ``shape`` (numpy broadcasting rules); nothing is copied."""
+        """``shape`` by repeating size-1 axes (numpy rules): a view along free axes (nothing is copied); an
+        on-chip tile broadcast across partitions (``(1, F)`` to ``(P, F)``) is a copy instruction, as in
+        hardware (NKI 0.1's ``tile.broadcast_to``)."""
         target = tuple(int(n) for n in shape)
         if len(target) < self.ndim:
             raise NKISimulationError(f"cannot broadcast tensor '{self.name}' of shape {self.shape} to {target}")
+        if self.buffer.on_chip and len(target) > self.ndim:
+            raise NKISimulationError(
+                f"broadcast_to of on-chip tile '{self.name}' cannot add leading dimensions (the partition dimension "
+                f"stays first)")
         axes = [Axis(1, (0,) * len(self.layout))] * (len(target) - self.ndim) + list(self.axes)
         out = []
         for axis, n in zip(axes, target):
@@ -357,10 +363,8 @@ class Tensor:
                 out.append(Axis(n, (0,) * len(self.layout)))
             else:
                 raise NKISimulationError(f"cannot broadcast tensor '{self.name}' of shape {self.shape} to {target}")
-        if self.buffer.on_chip and len(target) > self.ndim:
-            raise NKISimulationError(
-                f"broadcast_to of on-chip tile '{self.name}' cannot add leading dimensions (the partition dimension "
-                f"stays first)")
+        if self.buffer.on_chip and target[0] != self.shape[0]:
+            return current().api.broadcast_to(self, target)
         return Tensor(self.storage, self.layout, self.offset, tuple(out))
 
     def expand_dims(self, axis: int) -> Tensor:

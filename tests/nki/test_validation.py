@@ -168,11 +168,14 @@ def test_reductions_never_run_on_the_partition_axis():
 
     _fails(kernel, "tensor_reduce cannot reduce along the partition axis 0; reduce free axes only")
 
-    def middle():
-        tile = nl.zeros((128, 4, 8), dtype=nl.float32)
-        nisa.tensor_reduce(dst=nl.ndarray((128, 8), dtype=nl.float32), op=nl.add, data=tile, axis=1)
+    def middle(x):  # any free axes, also not the trailing ones (NKI's max-pool indexing example reduces [2, 4])
+        tile = nl.load(x)
+        out = nl.ndarray((128, 8), dtype=nl.float32, buffer=nl.shared_hbm)
+        nl.store(out, nisa.tensor_reduce(op=nl.add, data=tile, axis=1))
+        return out
 
-    _fails(middle, "tensor_reduce axis (1,) must be the trailing free axes of the 3-D tile")
+    x = np.arange(128 * 4 * 8, dtype=np.float32).reshape(128, 4, 8)
+    np.testing.assert_array_equal(run(middle, x), x.sum(axis=1))
 
 
 def test_dst_shape_and_dma_element_count_must_match():
@@ -210,11 +213,21 @@ def test_on_chip_tiles_have_at_least_two_dimensions():
 
     _fails(alloc, "ndarray sbuf tile must have at least 2 dimensions (partition, free), got shape (128,)")
 
-    def indexed():
+    def picked_partition():  # an integer index on the partition dimension leaves no partition dimension
+        tile = nl.zeros((128, 8), dtype=nl.float32)
+        nisa.memset(dst=tile[3], value=1.0)
+
+    _fails(picked_partition, "memset dst must have at least 2 dimensions (partition, free), got shape (8,)")
+
+    def column(x):  # t[:, j] keeps the partitions: a (P, 1) operand, as NKI 0.1's tutorials use it
         tile = nl.zeros((128, 8), dtype=nl.float32)
         nisa.memset(dst=tile[:, 3], value=1.0)
+        nl.store(x, tile)
+        return x
 
-    _fails(indexed, "memset dst must have at least 2 dimensions (partition, free), got shape (128,)")
+    expected = np.zeros((128, 8), np.float32)
+    expected[:, 3] = 1.0
+    np.testing.assert_array_equal(run(column, np.zeros((128, 8), np.float32)), expected)
 
 
 def test_partition_start_alignment():
