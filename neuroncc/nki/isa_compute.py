@@ -201,8 +201,9 @@ def _reduction_axes(op: str, axis: int | Sequence[int], ndim: int) -> tuple[int,
         raise NKISimulationError(f"{op} cannot reduce along the partition axis 0; reduce free axes only")
     if any(a >= ndim for a in axes):
         raise NKISimulationError(f"{op} axis {axes} out of range for a {ndim}-D tile")
-    if len(set(axes)) != len(axes):
-        raise NKISimulationError(f"{op} axis {axes} names an axis twice")
+    if axes != tuple(range(ndim - len(axes), ndim)):
+        # NKI's tensor_reduce docs: "the last contiguous free dimension(s) of the tile" (nl.sum & co. permute).
+        raise NKISimulationError(f"{op} axis {axes} must be the trailing free axes of the {ndim}-D tile")
     return axes
 
 
@@ -298,8 +299,6 @@ def activation(dst: Tensor | None = None, op: object = None, data: Tensor | None
         reduce_res = validate.tensor("activation", "reduce_res", reduce_res)
         if reduce_op is not None and ops.resolve_alu(reduce_op, "activation", "reduce_op").name != "add":
             raise NKISimulationError("activation reduce_op must be add: ScalarE's reduction registers only sum")
-        if reduce_res.buffer is Buffer.PSUM:
-            context.warn("activation-reduce-psum", "activation reduce_res in PSUM: NKI documents reduce_res in SBUF")
         validate.space("activation", "reduce_res", reduce_res, validate.ON_CHIP)
         validate.tile("activation", "reduce_res", reduce_res)
         validate.vector_operand("activation", "reduce_res", reduce_res, partitions)

@@ -248,14 +248,21 @@ cos = _make_unary("cos", "cos")
 # --------------------------------------------------------------------------------- reductions
 def _reduce(name: str, op_name: str, x: Tensor, axis: int | Sequence[int], dtype: object, keepdims: bool,
             buffer: object, mask: object = None) -> Tensor:
+    """One tensor_reduce. Reduced axes that are not the trailing ones (``nl.max(t, axis=[2, 4])``) are moved
+    last by a permuted view of ``x`` (no copy), since the instruction reduces trailing free axes only."""
     x = validate.tensor(name, "x", x)
     axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
-    axes = tuple(int(a) + x.ndim if int(a) < 0 else int(a) for a in axes)
+    axes = tuple(sorted(int(a) + x.ndim if int(a) < 0 else int(a) for a in axes))
     kept = tuple(1 if i in axes else n for i, n in enumerate(x.shape))
     if not keepdims:
         dropped = tuple(n for i, n in enumerate(x.shape) if i not in axes)
         kept = dropped if len(dropped) >= 2 else kept  # an on-chip tile keeps a free dim
     result = _new_tile(kept, x.dtype if dtype is None else dtype_of(dtype), buffer)
+    trailing = tuple(range(x.ndim - len(axes), x.ndim))
+    if axes != trailing and 0 not in axes and mask is None:
+        order = [i for i in range(x.ndim) if i not in axes] + list(axes)
+        x = Tensor(x.storage, x.layout, x.offset, tuple(x.axes[i] for i in order))
+        axes = trailing
     return isa_compute.tensor_reduce(result, ops.ALU_OPS[op_name], x, axis=axes, keepdims=keepdims, mask=mask)
 
 
