@@ -48,8 +48,8 @@ from neuroncc.nki.tensor import Tensor as tensor
 __neuroncc_alias__ = True  # install_import_aliases: this package may stand in for `nki` / `neuronxcc.nki`
 
 __all__ = [
-    "BenchmarkResult", "EngineUsage", "baremetal", "profile", "HostArray", "Kernel", "KernelProfile", "NKISimulationError", "TARGETS",
-    "TARGET_ENV_VAR", "Target", "TensorSpec", "benchmark", "bfloat16_array", "host_array", "isa", "jit",
-    "language", "simulate", "simulate_kernel", "trace_kernel", "compiler", "typing", "tensor",
-    "install_import_aliases", "uninstall_import_aliases",
+    "BenchmarkResult", "EngineUsage", "HostArray", "Kernel", "KernelProfile", "NKISimulationError", "TARGETS",
+    "TARGET_ENV_VAR", "Target", "TensorSpec", "baremetal", "benchmark", "bfloat16_array", "compiler", "host_array",
+    "install_import_aliases", "isa", "jit", "language", "profile", "simulate", "simulate_kernel", "tensor",
+    "trace_kernel", "typing", "uninstall_import_aliases",
 ]

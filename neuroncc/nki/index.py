@@ -106,7 +106,8 @@ class IndexExpr:
             return self._combine(other, op)
         if op == "sub":
             return (-self)._combine(other, "add")
-        return IndexExpr(self.shape, None, 0, _apply(op, np.int64(int(other)), self.values()))  # type: ignore[call-overload]
+        left = np.int64(int(other))  # type: ignore[call-overload]
+        return IndexExpr(self.shape, None, 0, _apply(op, left, self.values()))
 
     def __add__(self, other: object) -> IndexExpr:
         return self._combine(other, "add")

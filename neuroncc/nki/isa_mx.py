@@ -51,7 +51,8 @@ def scale_rows(partitions: int) -> np.ndarray:
 def _require_v4(op: str) -> None:
     target = current().target
     if target.core != "NC-v4":
-        raise NKISimulationError(f"{op} is available only on NeuronCore-v4 (trn3), not on {target.name} ({target.core})")
+        raise NKISimulationError(
+            f"{op} is available only on NeuronCore-v4 (trn3), not on {target.name} ({target.core})")
 
 
 def _check_scale(op: str, role: str, scale: Tensor, partitions: int, columns: int) -> None:
@@ -92,7 +93,8 @@ def nc_matmul_mx(dst: Tensor, stationary: Tensor, moving: Tensor, stationary_sca
         validate.tile(op, role, value)
         if not value.dtype.is_packed:
             raise NKISimulationError(
-                f"{op} {role} dtype must be float8_e5m2_x4, float8_e4m3fn_x4 or float4_e2m1fn_x4, got {value.dtype.name}")
+                f"{op} {role} dtype must be float8_e5m2_x4, float8_e4m3fn_x4 or float4_e2m1fn_x4, "
+                f"got {value.dtype.name}")
         if value.ndim != 2:
             raise NKISimulationError(f"{op} {role} must be 2-D, got shape {value.shape}")
     validate.space(op, "dst", dst, validate.PSUM)

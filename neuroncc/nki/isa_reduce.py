@@ -48,7 +48,8 @@ def tensor_scalar_reduce(dst: Tensor | None = None, data: Tensor | None = None, 
     if first.kind != "arith":
         raise NKISimulationError(f"tensor_scalar_reduce op0 must be an arithmetic operator, got {first.name}")
     if folding.name not in _IDENTITY:
-        raise NKISimulationError(f"tensor_scalar_reduce reduce_op must be add, multiply, max or min, got {folding.name}")
+        raise NKISimulationError(
+            f"tensor_scalar_reduce reduce_op must be add, multiply, max or min, got {folding.name}")
     for role, value in (("data", data), ("dst", dst)):
         validate.space("tensor_scalar_reduce", role, value, validate.ON_CHIP)
         validate.tile("tensor_scalar_reduce", role, value)
@@ -155,7 +156,8 @@ def bn_stats(dst: Tensor | None = None, data: Tensor | None = None, name: str | 
         validate.space("bn_stats", role, value, validate.ON_CHIP)
         validate.tile("bn_stats", role, value)
     if data.free_size > 512:
-        raise NKISimulationError(f"bn_stats data free size {data.free_size} exceeds maximum 512 (tile_size.bn_stats_fmax)")
+        raise NKISimulationError(
+            f"bn_stats data free size {data.free_size} exceeds maximum 512 (tile_size.bn_stats_fmax)")
     validate.same_free_size("bn_stats", "dst", dst, (data.shape[0], 6), "result")
     emit(context, "bn_stats", Engine.VECTOR, (operand("data", data, "r"), operand("dst", dst, "w")))
     if context.numerics:
