@@ -94,7 +94,9 @@ def tensor_tensor_scan(dst: Tensor | None = None, data0: Tensor | None = None, d
     """A scan along the free axis on VectorE: ``r[:, 0] = op1(op0(data0[:, 0], initial), data1[:, 0])`` and
     ``r[:, i] = op1(op0(data0[:, i], r[:, i - 1]), data1[:, i])`` (NKI 0.1: ``tensor_tensor_scan(data0, data1,
     initial, op0, op1)`` returns ``r``)."""
-    if isinstance(dst, Tensor) and (initial is None or callable(initial)):
+    if isinstance(dst, Tensor) and isinstance(data0, Tensor) and data1 is None:
+        dst, data0, data1 = None, dst, data0  # NKI 0.1: tensor_tensor_scan(data0, data1, initial=..., op0=...)
+    elif isinstance(dst, Tensor) and (initial is None or callable(initial)):
         # NKI 0.1 positional: (data0, data1, initial, op0, op1, ...) arrive one slot to the right (0.2+ always
         # passes `initial`, and never an operator in its place).
         shifted_op0, shifted_op1 = (initial, op0) if callable(initial) else (op0, op1)

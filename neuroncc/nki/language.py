@@ -148,11 +148,12 @@ def device_print(prefix: str, x: object, mask: object = None, **_hints: object) 
 def load(src: Tensor, dtype: object = None, mask: object = None, name: str = "", **_hints: object) -> Tensor:
     """Copy an HBM tensor into a new SBUF tile (one DMA, which converts to ``dtype`` if given).
 
-    A 1-D HBM tensor of ``n`` elements loads as a ``(1, n)`` tile.
+    A 1-D source of ``n`` elements loads as an ``(n, 1)`` tile: its dimension is the partition dimension, as
+    for every tile (NKI's tutorials reshape a vector to ``(1, n)`` when they want it as one row).
     """
     src = validate.tensor("load", "src", src)
     validate.space("load", "src", src, validate.HBM)
-    shape = src.shape if src.ndim >= 2 else (1, src.size)
+    shape = src.shape if src.ndim >= 2 else (src.size, 1)
     kind = src.dtype if dtype is None else dtype_of(dtype)
     result = allocate("load", shape, kind, Buffer.SBUF, name, transient=True)
     if mask is not None:

@@ -312,21 +312,25 @@ def matmul(x: Tensor, y: Tensor, transpose_x: bool = False, mask: object = None,
     """
     x = validate.tensor("matmul", "x", x)
     y = validate.tensor("matmul", "y", y)
+    # TensorE does not mix a 4-byte operand with a narrower one; the high-level call converts to the wider.
+    common = float32 if 4 in (x.dtype.itemsize, y.dtype.itemsize) else None
     stationary = x
     if not transpose_x:
         flipped = transpose(_in_sbuf(x) if x.buffer is Buffer.PSUM else x)
-        stationary = isa_movement.tensor_copy(_new_tile((x.free_size, x.shape[0]), x.dtype, Buffer.SBUF), flipped)
-    stationary = _in_sbuf(stationary)
-    moving = _in_sbuf(y)
+        stationary = isa_movement.tensor_copy(_new_tile((x.free_size, x.shape[0]), common or x.dtype, Buffer.SBUF),
+                                              flipped)
+    stationary = _in_sbuf(stationary, common)
+    moving = _in_sbuf(y, common)
     result = _new_tile((stationary.shape[-1], moving.shape[-1]), float32, Buffer.PSUM)
     return isa_tensor_engine.nc_matmul(result, stationary, moving, mask=mask)
 
 
-def _in_sbuf(x: Tensor) -> Tensor:
-    """``x`` itself in SBUF, else a copy of it there (the copy NKI's compiler adds for a PSUM operand)."""
-    if x.buffer is Buffer.SBUF:
+def _in_sbuf(x: Tensor, dtype: DType | None = None) -> Tensor:
+    """``x`` itself in SBUF (as ``dtype``), else a copy of it there (the copy NKI's compiler adds for a PSUM
+    operand, or a conversion)."""
+    if x.buffer is Buffer.SBUF and (dtype is None or x.dtype == dtype):
         return x
-    return isa_movement.tensor_copy(_new_tile(x.shape, x.dtype, Buffer.SBUF), x)
+    return isa_movement.tensor_copy(_new_tile(x.shape, dtype or x.dtype, Buffer.SBUF), x)
 
 
 def transpose(x: Tensor, dtype: object = None, mask: object = None, **_hints: object) -> Tensor:

@@ -105,10 +105,18 @@ def test_typing_and_compiler_hints_are_accepted_and_checked():
 
     @nki.jit
     def bad_sbuf_hint():
-        nl.ndarray((2, nl.par_dim(128), 64), dtype=nl.float32, buffer=ncc.sbuf.mod_alloc(base_addr=3))
+        nl.ndarray((2, nl.par_dim(128), 64 * 1024), dtype=nl.float32, buffer=ncc.sbuf.mod_alloc(base_addr=0))
 
-    with pytest.raises(AssertionError, match="base_addr 3 is not 64-byte aligned"):
-        bad_sbuf_hint()
+    with pytest.raises(AssertionError, match="exceed the 212992 bytes NKI leaves to kernels"):
+        bad_sbuf_hint.__class__(bad_sbuf_hint.fn, target="trn2")()
+
+    @nki.jit
+    def unaligned_sbuf_hint():  # NKI's attention tutorial uses 4-byte aligned base addresses: a warning here
+        nl.ndarray((2, nl.par_dim(128), 64), dtype=nl.float32, buffer=ncc.sbuf.mod_alloc(base_addr=4,
+                                                                                           num_free_tiles=(2,)))
+
+    with pytest.warns(UserWarning, match="base_addr 4 is not 64-byte aligned"):
+        unaligned_sbuf_hint()
     with ncc.no_reorder():
         pass
     assert ncc.multi_buffer(2).factor == 2
