@@ -35,17 +35,23 @@ See docs/nki.md for the supported subset and the cost model.
 May import: errors, hardware (nothing of the compiler: kernel authors use it on its own).
 """
 
-from neuroncc.nki import isa, language
+from neuroncc.nki import compiler, isa, language, typing
+from neuroncc.nki.aliases import install_import_aliases, uninstall_import_aliases
 from neuroncc.nki.errors import NKISimulationError
+from neuroncc.nki.dtypes import HostArray, host_array
 from neuroncc.nki.launch import (
-    BenchmarkResult, HostArray, Kernel, TensorSpec, benchmark, bfloat16_array, host_array, jit, simulate,
+    BenchmarkResult, Kernel, TensorSpec, baremetal, benchmark, bfloat16_array, jit, profile, simulate,
     simulate_kernel, trace_kernel,
 )
 from neuroncc.nki.profile import EngineUsage, KernelProfile
 from neuroncc.nki.target import TARGET_ENV_VAR, TARGETS, Target
+from neuroncc.nki.tensor import Tensor as tensor
+
+__neuroncc_alias__ = True  # install_import_aliases: this package may stand in for `nki` / `neuronxcc.nki`
 
 __all__ = [
     "BenchmarkResult", "EngineUsage", "HostArray", "Kernel", "KernelProfile", "NKISimulationError", "TARGETS",
-    "TARGET_ENV_VAR", "Target", "TensorSpec", "benchmark", "bfloat16_array", "host_array", "isa", "jit",
-    "language", "simulate", "simulate_kernel", "trace_kernel",
+    "TARGET_ENV_VAR", "Target", "TensorSpec", "baremetal", "benchmark", "bfloat16_array", "compiler", "host_array",
+    "install_import_aliases", "isa", "jit", "language", "profile", "simulate", "simulate_kernel", "tensor",
+    "trace_kernel", "typing", "uninstall_import_aliases",
 ]
