@@ -8,6 +8,8 @@
 - Kernel decorators (``skip_middle_end_transformations``, ``enable_stack_allocator``, ``force_auto_alloc``) and
   loop directives (``no_reorder()``, ``multi_buffer(factor)``): accepted, no effect on simulation or cost
   (the cost model's scheduler already fills gaps with later independent work, as the compiler does).
+
+May import: the rest of ``neuroncc.nki``.
 """
 
 from __future__ import annotations
