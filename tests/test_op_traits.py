@@ -36,7 +36,8 @@ RULE_MODULES = {
     "neuroncc/ir/ops": "the op definitions themselves (type rules name their op)",
     "neuroncc/frontend/lowering": "aten -> IR lowering rules, which name the ops they build",
     "neuroncc/nki": "the NKI simulator: `add`, `exp`, ... there are NKI language names, not IR ops",
-    "neuroncc/testing/graphs.py": "random graph strategies: the ops they draw",
+    "neuroncc/testing/graph_state.py": "random graph strategies: the ops they draw",
+    "neuroncc/testing/random_graphs.py": "random graph strategies: the ops they draw",
     "neuroncc/testing/graph_families.py": "random graph families: the ops they draw",
     "neuroncc/testing/opinfo_policy.py": "the OpInfo sweep's policy: torch OpInfo names, some spelled like IR ops",
     "neuroncc/passes/kernel_names.py": "how kernels are named: patterns of ops, and the ops a name leaves out",
@@ -45,6 +46,7 @@ RULE_MODULES = {
     "neuroncc/codegen/llvm/access.py": "the LLVM lowering per movement/index/creation op (and which check indices)",
     "neuroncc/codegen/nki/op_rules.py": "the NKI emission rule per op (the reductions share one rule)",
     "neuroncc/codegen/nki/host_ops.py": "the ops the NKI lowering leaves to the host, per op",
+    "neuroncc/codegen/nki/attention.py": "the fused attention lowering: the op pattern it matches (mm, softmax, mm)",
 }
 
 

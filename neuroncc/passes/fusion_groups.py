@@ -26,6 +26,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import networkx as nx
+
 from neuroncc.ir import REGISTRY, Category, Function, Op, Trait, Value
 
 VIEW, CONSTANT, MATMUL, OPAQUE, BARRIER, COMPUTE = "view", "constant", "matmul", "opaque", "barrier", "compute"
@@ -85,8 +87,6 @@ class FusionPlanner:
     """Partition the non-free ops of ``fn`` into groups (see the module docstring)."""
 
     def __init__(self, fn: Function, *, epilogues: bool = True):
-        import networkx as nx  # here, not at module level: it costs 0.3 s, and every `neuroncc` run imports passes
-
         self.nx = nx
         self.fn = fn
         self.position = {op: i for i, op in enumerate(fn.ops)}

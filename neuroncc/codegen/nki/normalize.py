@@ -10,6 +10,7 @@ Rules, applied in one walk (after convolutions are rewritten into pads, strided 
 
 from __future__ import annotations
 
+from neuroncc.codegen.nki.conv import decompose_convolutions
 from neuroncc.ir import REGISTRY, Category, Function, Op, Trait, Value
 from neuroncc.passes.rewrite import named
 from neuroncc.passes.strides import StridedView, apply_view
@@ -92,6 +93,5 @@ class _Normalizer:
 def normalize_region(region: Function) -> Function:
     """The normalized form of ``region`` (see the module docstring); convolutions are decomposed first
     (:mod:`neuroncc.codegen.nki.conv`)."""
-    from neuroncc.codegen.nki.conv import decompose_convolutions
 
     return _Normalizer(decompose_convolutions(region)).run()
