@@ -90,6 +90,8 @@ class OpDef:
     # the reference takes ``out_dtype=`` (the result's DType): for ops whose PyTorch kernels round an
     # intermediate to bf16/f16 (the reference otherwise sees float32 compute arrays only)
     wants_out_dtype: bool = False
+    # rules across attribute values (after each value's kind is checked); raises TypeInferenceError
+    check_attrs: Callable[[Attrs], None] | None = None
 
     def normalize_attrs(self, attrs: Mapping[str, Any]) -> Attrs:
         """Check attribute names and kinds and fill in defaults."""
@@ -110,7 +112,10 @@ class OpDef:
                     f"op '{self.name}': attribute '{key}' must be {spec.kind}, got {value!r}"
                 )
             values[key] = value
-        return Attrs(values)
+        normalized = Attrs(values)
+        if self.check_attrs is not None:
+            self.check_attrs(normalized)
+        return normalized
 
     def infer_types(self, operand_types: tuple[TensorType, ...], attrs: Attrs,
                     regions: tuple[Any, ...] = ()) -> tuple[TensorType, ...]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import builtins
 import math
 
+from neuroncc.hardware import neuron as hw
 from neuroncc.nki import isa_movement, validate
 from neuroncc.nki.allocate import allocate, buffer_of
 from neuroncc.nki.context import current
@@ -37,12 +38,12 @@ NkiTensor = Tensor  # NKI's name for the tensor class
 class tile_size:  # noqa: N801 - spelled as in NKI
     """Hardware tile limits, as ``nl.tile_size`` in NKI."""
 
-    pmax = 128  # partitions of SBUF / PSUM
-    psum_fmax = 512  # fp32 elements per partition in one PSUM bank
-    gemm_stationary_fmax = 128  # nc_matmul stationary free size (M)
-    gemm_moving_fmax = 512  # nc_matmul moving free size (N)
-    bn_stats_fmax = 512
-    psum_num_banks = 8
+    pmax = hw.PARTITIONS  # partitions of SBUF / PSUM
+    psum_fmax = hw.PSUM_FMAX  # fp32 elements per partition in one PSUM bank
+    gemm_stationary_fmax = hw.GEMM_STATIONARY_FMAX  # nc_matmul stationary free size (M)
+    gemm_moving_fmax = hw.GEMM_MOVING_FMAX  # nc_matmul moving free size (N)
+    bn_stats_fmax = hw.BN_STATS_FMAX
+    psum_num_banks = hw.PSUM_BANKS
 
 
 def ndarray(shape: tuple[int, ...] | list[int], dtype: object, buffer: object = None, name: str = "") -> Tensor:

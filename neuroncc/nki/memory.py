@@ -22,11 +22,10 @@ from __future__ import annotations
 import bisect
 from dataclasses import replace
 
+from neuroncc.hardware.neuron import SBUF_ALIGNMENT
 from neuroncc.nki import trace as tr
 from neuroncc.nki.errors import NKISimulationError
 from neuroncc.nki.target import Target
-
-SBUF_ALIGNMENT = 64
 
 
 class RovingAllocator:
