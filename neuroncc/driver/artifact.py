@@ -34,7 +34,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from neuroncc.errors import ArtifactError
 from neuroncc.hardware.host import host_cpu
 from neuroncc.ir import Function, TensorType, collect_resources, parse, print_function
-from neuroncc.executors.executable import Executable
+from neuroncc.executors.executable import Executable, load_interp_executable
+from neuroncc.executors.nki_sim.executable import load_nki_executable
 
 #: Bump when the directory layout or the manifest schema changes; older entries then read as misses.
 FORMAT_VERSION = 1
@@ -75,8 +76,6 @@ def _save_with_method(executable: Executable, directory: Path) -> Sequence[str]:
 
 
 def _load_interp(directory: Path, fn: Function) -> Executable:
-    from neuroncc.executors.executable import load_interp_executable
-
     return load_interp_executable(directory, fn)
 
 
@@ -87,8 +86,6 @@ def _load_cpu(directory: Path, fn: Function) -> Executable:
 
 
 def _load_nki(directory: Path, fn: Function) -> Executable:
-    from neuroncc.executors.nki_sim.executable import load_nki_executable
-
     return load_nki_executable(directory, fn)
 
 

@@ -18,8 +18,8 @@ from neuroncc.codegen.llvm.program import plan_launch
 from neuroncc.codegen.llvm.regions import fuse_whole_function, wrap_remaining_ops
 from neuroncc.executors.nki_sim.executable import nki_source
 from neuroncc.ir import Builder, DType, Function, TensorType
-from neuroncc.passes.manager import PassContext, run_pipeline
-from neuroncc.passes.pipeline import default_pipeline
+from neuroncc.passes.manager import PassContext
+from neuroncc.passes.pipeline import default_pipeline, run_pipeline
 from neuroncc.testing.models import layer_norm_graph, softmax_graph
 
 LLVM_IR = {

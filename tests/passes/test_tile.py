@@ -15,7 +15,7 @@ from neuroncc.passes import PassContext, Tile, run_pipeline
 from neuroncc.passes.pipeline import parse_pipeline
 from neuroncc.passes.tile import CPU_INNER_BLOCK, tile_kernel
 from neuroncc.testing import models
-from neuroncc.testing.graphs import graphs
+from neuroncc.testing.random_graphs import graphs
 from neuroncc.testing.semantics import assert_pass_preserves_semantics
 
 F32 = DType.f32
@@ -116,7 +116,8 @@ def test_retiling_for_another_target_replaces_every_decision():
     (trn2,) = kernels(fn)
     assert tile_kernel(trn2, "trn2") is trn2
     trn1 = tile_kernel(trn2, "trn1")
-    assert trn1.attrs["target"] == "trn1" and trn1.attrs["sbuf_budget"] == NEURON_CORES["trn1"].sbuf_partition_bytes // 2
+    assert trn1.attrs["target"] == "trn1"
+    assert trn1.attrs["sbuf_budget"] == NEURON_CORES["trn1"].sbuf_partition_bytes // 2
     cpu = tile_kernel(trn2, "cpu")
     assert cpu.attrs["tile"] == () and cpu.attrs["matmul_blocks"] == () and cpu.attrs["sbuf_budget"] == 0
     assert cpu.attrs["matmul_tile"] == (512, 1024, 256) and cpu.attrs["vector_width"] == host_cpu().f32_lanes

@@ -2,8 +2,8 @@
 
 A :class:`StageLayout` says how a stage's domain maps onto tiles: one dim on the partitions (blocks of the
 kernel's ``tile`` partitions, at most 128), the *tile dims* (every reduced dim, whole, plus the innermost other
-dim, in blocks of the kernel's free tile that fit its SBUF budget) on the free axes in domain order, and every other dim looped one index at a time. A value's
-tile has the block's extent on each axis the value varies along and 1 elsewhere, so broadcasting a row
+dim, in blocks of the kernel's free tile that fit its SBUF budget) on the free axes in domain order, and every
+other dim looped one index at a time. A value's tile has the block's extent on each axis the value varies along and 1 elsewhere, so broadcasting a row
 statistic over a row is just a ``(P, 1)`` operand. Tiles are allocated at their full block size; a partial
 last block only moves fewer rows in its DMAs (the rows past the end are computed and never stored).
 

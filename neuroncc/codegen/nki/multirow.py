@@ -54,9 +54,9 @@ def rows_per_partition(ctx: KernelContext, layout: StageLayout, instrs: list[Ins
 
     More than one when the stage is row-wise (tile dims whole and after the partition dim, no partition
     sum), every HBM tile it moves along the rows holds whole contiguous rows, the longest of them is under
-    ``DMA_FULL_RATE_BYTES``, the rows divide into ``k`` groups that still fill the kernel's partitions, and the
-    repeated body fits the kernel's SBUF budget. ``k`` is the power of two that makes the runs reach 4 KiB, or the largest
-    smaller one that divides the rows (at most :data:`MAX_ROWS_PER_PARTITION`)."""
+    ``DMA_FULL_RATE_BYTES``, the rows divide into ``k`` groups that still fill the kernel's partitions, and
+    the repeated body fits the kernel's SBUF budget. ``k`` is the power of two that makes the runs reach 4 KiB,
+    or the largest smaller one that divides the rows (at most :data:`MAX_ROWS_PER_PARTITION`)."""
     p = layout.partition
     if p is None or layout.partition_reduce or not layout.tile_dims or any(d < p for d in layout.tile_dims):
         return 1
