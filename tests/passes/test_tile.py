@@ -2,7 +2,8 @@
 
 NKI: partitions per block, the free block that fits the SBUF budget, matmul tiles and blocks. CPU: the
 vector width (the host's), the inner block of long map loops, the row block of matmul epilogues. That the
-code generators obey them is tested in tests/filecheck/tile-nki.nir and tile-llvm.nir (and test_tile_obeyed.py).
+code generators obey them is tested in tests/filecheck/tile-nki.nir and tile-llvm.nir, and with results in
+tests/codegen/test_tile_obeyed.py and tests/nki_emit/test_emit_tiles.py.
 """
 
 import pytest
