@@ -89,10 +89,16 @@ class Tile(Pass):
                   kernel.attrs.replace(**{**cleared, "target": self.target, **attrs}), kernel.regions)
 
 
+#: The decisions a kernel tiled for a target must carry (a matmul's blocks are also decided for NKI).
+REQUIRED = {"cpu": ("vector_width", "inner_block"), "nki": ("tile", "sbuf_budget")}
+
+
 def tile_kernel(kernel: Op, target: str) -> Op:
     """``kernel`` tiled for ``target`` unless the ``tile`` pass already did (the code generators call this for
-    kernels compiled without the pass, or tiled for another target)."""
-    if kernel.attrs["target"] == target:
+    kernels compiled without the pass, tiled for another target, or missing a decision)."""
+    a = kernel.attrs
+    required = REQUIRED["nki" if target in NEURON_CORES else "cpu"]
+    if a["target"] == target and all(a[key] for key in required):
         return kernel
     return Tile(target=target).tile_kernel(kernel)  # type: ignore[arg-type]
 

@@ -32,7 +32,7 @@ from neuroncc.hardware.neuron import (
 from neuroncc.errors import PassError
 from neuroncc.ir import Function, Op, Value
 from neuroncc.passes.kernels import contraction_size, is_free, reduced_domain_dims, region_matmul
-from neuroncc.passes.strides import PURE_VIEWS, StridedView, apply_view
+from neuroncc.passes.strides import StridedView, view_chain_layout
 
 #: Share of the SBUF one loop iteration's tiles may take (the rest lets the next iteration's loads run ahead).
 SBUF_SHARE = 0.5
@@ -204,17 +204,8 @@ def choose_matmul_blocks(m: int, n: int, k: int, itemsize: int, a_k_outer: bool,
 def _window(value: Value, producers: dict[Value, Op]) -> StridedView:
     """The window a matmul operand reads of its root tensor (kernel arguments are contiguous in HBM; a view
     chain that cannot read in place is copied first, so it reads a contiguous copy)."""
-    chain: list[Op] = []
-    root = value
-    while (op := producers.get(root)) is not None and op.name in PURE_VIEWS:
-        chain.append(op)
-        root = op.operands[0]
-    window: StridedView | None = StridedView.contiguous(root.type.shape)
-    for op in reversed(chain):
-        window = apply_view(op, window)
-        if window is None:
-            return StridedView.contiguous(value.type.shape)
-    return window
+    found = view_chain_layout(value, producers, contiguous_root=True)
+    return found[1] if found is not None else StridedView.contiguous(value.type.shape)
 
 
 def k_outer(matmul: Op, position: int, producers: dict[Value, Op]) -> bool:

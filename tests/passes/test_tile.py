@@ -11,7 +11,7 @@ from hypothesis import given
 
 from neuroncc.errors import PassError, PipelineError
 from neuroncc.hardware import NEURON_CORES, host_cpu
-from neuroncc.ir import Builder, DType, TensorType, verify
+from neuroncc.ir import Builder, DType, Op, TensorType, verify
 from neuroncc.passes import PassContext, Tile, run_pipeline
 from neuroncc.passes.pipeline import parse_pipeline
 from neuroncc.passes.tile import CPU_INNER_BLOCK, tile_kernel
@@ -124,6 +124,11 @@ def test_retiling_for_another_target_replaces_every_decision():
     assert cpu.attrs["matmul_tile"] == (512, 1024, 256) and cpu.attrs["vector_width"] == host_cpu().f32_lanes
     for kernel in (trn1, cpu):
         verify(fn.with_ops([kernel]))
+    # a kernel marked for a target but missing a decision (written by hand) gets every decision
+    bare = Op(trn2.name, trn2.operands, trn2.results, trn2.attrs.replace(target="cpu"), trn2.regions)
+    assert tile_kernel(bare, "cpu").attrs["inner_block"] == CPU_INNER_BLOCK
+    bare = Op(trn2.name, trn2.operands, trn2.results, trn2.attrs.replace(tile=()), trn2.regions)
+    assert tile_kernel(bare, "trn2").attrs["tile"] == trn2.attrs["tile"]
 
 
 @given(graphs())
