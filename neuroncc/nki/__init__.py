@@ -18,7 +18,7 @@ This package is the simulator itself (numpy only; it imports nothing of neuroncc
 hardware descriptions). Its modules, bottom up:
 
 - ``errors``, ``dtypes``, ``target``: the error type, NKI dtypes (bfloat16 stored as rounded float32),
-  per-generation hardware numbers.
+  choosing the NeuronCore generation (its numbers live in ``neuroncc.hardware``, shared with the compiler).
 - ``tensor``, ``context``, ``trace``: tensors and views, the state of a launch, and the instruction trace
   it records (the trace's docstring defines its format).
 - ``ops``, ``validate``, ``instructions``, ``isa_movement``, ``isa_tensor_engine``, ``isa_compute``,
