@@ -9,6 +9,8 @@
 
 Decisions made with these facts (tile sizes, SBUF budgets, vector widths) are the ``tile`` pass's
 (``neuroncc.passes.tile``), not this package's.
+
+May import: errors (llvmlite lazily, to read the host CPU). Imported by: every layer.
 """
 
 from neuroncc.hardware.host import CACHE_LINE_BYTES, HostCpu, available_cores, host_cpu

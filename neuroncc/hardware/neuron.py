@@ -24,14 +24,25 @@ PSUM_PARTITION_BYTES = 16 * KIB
 PSUM_BANKS = 8
 #: fp32 elements per partition in one PSUM bank (``nl.tile_size.psum_fmax``).
 PSUM_FMAX = PSUM_PARTITION_BYTES // PSUM_BANKS // 4
-#: On-chip tiles start at multiples of this many bytes per partition (as the NKI compiler allocates them).
+#: SBUF bytes per partition the NKI compiler keeps for itself (out of reach of direct allocation).
+SBUF_COMPILER_RESERVED = 16 * KIB
+#: SBUF tiles start at multiples of this many bytes per partition (as the NKI compiler allocates them), PSUM
+#: tiles at multiples of this many (``nl.tile_size.sbuf_min_align`` / ``psum_min_align``).
 SBUF_ALIGNMENT = 64
+PSUM_MIN_ALIGNMENT = 4
 
 #: Partition-start alignment of engine accesses (DMA has none): an access of more than ``ALIGN_WHOLE``
 #: partitions starts at partition 0, of more than ``ALIGN_HALF`` at 0 or ``ALIGN_WHOLE``, of fewer at a
 #: multiple of ``ALIGN_HALF``.
 ALIGN_WHOLE = 64
 ALIGN_HALF = 32
+
+
+def allowed_partition_starts(partitions: int) -> tuple[int, ...]:
+    """The partitions an engine access of ``partitions`` partitions may start at."""
+    if partitions > ALIGN_WHOLE:
+        return (0,)
+    return tuple(range(0, PARTITIONS, ALIGN_WHOLE if partitions > ALIGN_HALF else ALIGN_HALF))
 
 # ---- TensorE --------------------------------------------------------------------------------------------
 
@@ -41,6 +52,8 @@ GEMM_STATIONARY_FMAX = 128
 GEMM_MOVING_FMAX = 512
 #: ... and K (on partitions) <= this.
 GEMM_CONTRACTION_MAX = PARTITIONS
+#: ``nc_matmul_mx`` (NC-v4): the moving free size by destination dtype.
+MX_MOVING_FMAX = {"float32": 4096, "bfloat16": 8192}
 #: TensorE runs fp32 operands at a quarter of its bf16 rate.
 FP32_MATMUL_SLOWDOWN = 4
 #: ``nc_transpose`` on TensorE turns up to 128 x 128; on VectorE up to 32 x 32.

@@ -8,6 +8,8 @@ Modules: ``plan`` (which ops share a loop nest), ``shapes`` (affine maps of valu
 ``access`` (DMA expressions), ``body`` / ``op_rules`` / ``instructions`` (loop bodies, one rule per op,
 fusion), ``stages`` / ``matmul`` (loop nests), ``kernel`` / ``program`` (functions and the module),
 ``normalize`` and ``source`` (helpers). See docs/nki.md ("Emission").
+
+May import: errors, hardware, ir, passes. The emitted source imports ``neuroncc.nki`` when it runs.
 """
 
 from neuroncc.codegen.nki.op_rules import OP_RULES

@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections import Counter
 from dataclasses import dataclass
 
+from neuroncc.codegen.nki.attention import AttentionPattern, emit_attention, find_attention
 from neuroncc.codegen.nki.body import Tiling
 from neuroncc.codegen.nki.kernel import emit_segment
 from neuroncc.codegen.nki.plan import DeviceSegment, HostStep, RegionPlan, plan_region
@@ -145,9 +147,17 @@ class _ProgramEmitter:
         return len(self.slots) - 1
 
     def run(self) -> NkiProgram:
+        uses = Counter(v for op in self.fn.ops for v in op.operands) + Counter(self.fn.outputs)
+        fused: set[int] = set()  # ops already emitted inside a fused kernel (attention)
         for index, op in enumerate(self.fn.ops):
+            if index in fused:
+                continue
             category = REGISTRY.get(op.name).category
-            if any(v.type.numel == 0 for v in op.operands + op.results):  # nothing to compute on the device
+            attention = find_attention(self.fn.ops, index, uses, self.target) if op.name == "mm" else None
+            if attention is not None:
+                self.attention(attention, index)
+                fused.update((index + 1, index + 2))
+            elif any(v.type.numel == 0 for v in op.operands + op.results):  # nothing to compute on the device
                 self.host(f"{op.name}_{index}_empty", [op], list(dict.fromkeys(op.operands)), list(op.results),
                           self.slot_of)
             elif op.name == "kernel":
@@ -218,6 +228,16 @@ class _ProgramEmitter:
                                        tuple(local[v] for v in step.outputs)))
         for result, value in zip(kernel.results, plan.region.outputs):
             self.slot_of[result] = local[value]
+
+    def attention(self, pattern: AttentionPattern, index: int) -> None:
+        """One flash-attention kernel for the ``mm -> softmax -> mm`` ops starting at ``fn.ops[index]``."""
+        function = self.names.fresh(f"attention_{index}")
+        source, inputs = emit_attention(function, pattern, self.names)
+        self.functions.append(source)
+        result = pattern.output.result
+        self.slot_of[result] = self.new_slot(result)
+        self.steps.append(PlanStep("kernel", function, tuple(self.slot_of[v] for v in inputs),
+                                   (self.slot_of[result],)))
 
     def ensure_constant(self, plan: RegionPlan, value: Value, local: dict[Value, int]) -> None:
         """Constants a kernel reads arrive from the host: a host step materializes each one once."""
