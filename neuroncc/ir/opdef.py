@@ -160,6 +160,8 @@ class OpDef:
     def splat_value(self, attrs: Attrs) -> Any:
         """The one value every element of the result holds, when the attributes decide it; else None."""
         return self.splat(attrs) if self.splat is not None else None
+    # rules across attribute values (after each value's kind is checked); raises TypeInferenceError
+    check_attrs: Callable[[Attrs], None] | None = None
 
     def normalize_attrs(self, attrs: Mapping[str, Any]) -> Attrs:
         """Check attribute names and kinds and fill in defaults."""
@@ -180,7 +182,10 @@ class OpDef:
                     f"op '{self.name}': attribute '{key}' must be {spec.kind}, got {value!r}"
                 )
             values[key] = value
-        return Attrs(values)
+        normalized = Attrs(values)
+        if self.check_attrs is not None:
+            self.check_attrs(normalized)
+        return normalized
 
     def infer_types(self, operand_types: tuple[TensorType, ...], attrs: Attrs,
                     regions: tuple[Any, ...] = ()) -> tuple[TensorType, ...]:

@@ -18,7 +18,7 @@
   before the epilogue reads the operand).
 * Placement: greedy by size, largest first; each buffer goes in the smallest gap (best fit) between the
   buffers already placed whose lifetimes overlap its own, or after them. Offsets and sizes are multiples of
-  64 bytes.
+  a cache line (64 bytes: generated code reads and writes buffers with aligned vector accesses).
 """
 
 from __future__ import annotations
@@ -27,10 +27,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from neuroncc.hardware.host import CACHE_LINE_BYTES
 from neuroncc.ir import REGISTRY, Attrs, Category, Function, Op, Trait, Value
 from neuroncc.passes.manager import Pass, PassContext
 
-ALIGNMENT = 64
+ALIGNMENT = CACHE_LINE_BYTES
 
 
 def aligned(nbytes: int) -> int:

@@ -107,18 +107,21 @@ def apply_view(op: Op, src: StridedView) -> StridedView | None:
     return rule(op, src)
 
 
-def view_chain_layout(value: Value, producers: Mapping[Value, Op]) -> tuple[Value, StridedView] | None:
+def view_chain_layout(value: Value, producers: Mapping[Value, Op],
+                      contiguous_root: bool = False) -> tuple[Value, StridedView] | None:
     """The buffer ``value`` is a view of (the first non-view value up the chain) and the window on it.
 
-    The root buffer keeps the strides of its type (parameters may be strided; op results are contiguous).
-    None when some step of the chain needs a copy.
+    The root buffer keeps the strides of its type (parameters may be strided; op results are contiguous),
+    or is taken as contiguous with ``contiguous_root`` (NKI kernel arguments always are). None when some step
+    of the chain needs a copy.
     """
     chain: list[Op] = []
     root = value
     while (op := producers.get(root)) is not None and op.has(Trait.STRIDED_VIEW):
         chain.append(op)
         root = op.operands[0]
-    layout: StridedView | None = StridedView(root.type.shape, root.type.layout_strides, 0)
+    strides = contiguous_strides(root.type.shape) if contiguous_root else root.type.layout_strides
+    layout: StridedView | None = StridedView(root.type.shape, strides, 0)
     for op in reversed(chain):
         layout = apply_view(op, layout)
         if layout is None:

@@ -7,7 +7,7 @@ import ctypes
 
 import numpy as np
 
-from neuroncc.codegen.llvm.program import BufferKind
+from neuroncc.codegen.llvm.program import ALIGN, BufferKind
 from neuroncc.codegen.llvm.views import Layout
 from neuroncc.ir.dtypes import DType
 from neuroncc.ir.types import contiguous_strides
@@ -38,10 +38,11 @@ _CHAR_AT = ctypes.c_char.from_buffer
 
 
 def aligned_empty(extent: int, dtype: np.dtype) -> tuple[np.ndarray, int]:
-    """A fresh 1-d array whose data starts 64-byte aligned (the kernels' stores rely on it), and its address."""
-    raw = np.empty(extent * dtype.itemsize + 64, dtype=np.uint8)
+    """A fresh 1-d array whose data starts aligned to ``ALIGN`` (a cache line: the kernels' stores rely on it),
+    and its address."""
+    raw = np.empty(extent * dtype.itemsize + ALIGN, dtype=np.uint8)
     address = data_address(raw)
-    shift = -address % 64
+    shift = -address % ALIGN
     return raw[shift:shift + extent * dtype.itemsize].view(dtype), address + shift
 
 
