@@ -90,6 +90,13 @@ class OpDef:
     # the reference takes ``out_dtype=`` (the result's DType): for ops whose PyTorch kernels round an
     # intermediate to bf16/f16 (the reference otherwise sees float32 compute arrays only)
     wants_out_dtype: bool = False
+    # the op takes complex (c64) operands or results. Movement, indexing and kernel ops always do (they move
+    # elements whatever their type); elementwise ops, reductions and library ops say so one by one.
+    takes_complex: bool = False
+
+    @property
+    def accepts_complex(self) -> bool:
+        return self.takes_complex or self.category in (Category.MOVEMENT, Category.INDEX, Category.KERNEL)
 
     def normalize_attrs(self, attrs: Mapping[str, Any]) -> Attrs:
         """Check attribute names and kinds and fill in defaults."""
@@ -122,7 +129,10 @@ class OpDef:
         if self.category is Category.KERNEL:
             return _infer_kernel(self.name, operand_types, regions)
         result = self.infer(operand_types, attrs)
-        return result if isinstance(result, tuple) else (result,)
+        results = result if isinstance(result, tuple) else (result,)
+        if not self.accepts_complex and any(t.dtype.is_complex for t in operand_types + results):
+            raise TypeInferenceError(f"op '{self.name}' does not take complex (c64) operands")
+        return results
 
 
 def _infer_kernel(name: str, operand_types: tuple[TensorType, ...], regions: tuple[Any, ...]) -> tuple[TensorType, ...]:
@@ -213,7 +223,8 @@ def same_dtype(op: str, types: tuple[TensorType, ...]) -> DType:
 
 
 #: The largest finite value of each float type (bf16 keeps float32's exponent range with 8 significant bits).
-_FLOAT_MAX = {DType.f32: float(np.finfo(np.float32).max), DType.bf16: 3.3895313892515355e38, DType.f16: 65504.0}
+_FLOAT_MAX = {DType.f32: float(np.finfo(np.float32).max), DType.bf16: 3.3895313892515355e38, DType.f16: 65504.0,
+              DType.c64: float(np.finfo(np.float32).max)}
 
 
 def check_scalar(op: str, what: str, value: int | float, dtype: DType) -> None:

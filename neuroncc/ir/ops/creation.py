@@ -50,7 +50,7 @@ OPS = (
           {"value": AttrSpec("dense")}, "a constant tensor"),
     OpDef("full", Category.CONSTANT, (0, 0), _infer_full, _full,
           {"shape": AttrSpec("ints"), "dtype": AttrSpec("dtype"), "value": AttrSpec("number")},
-          "a tensor filled with one value"),
+          "a tensor filled with one value (c64: that real value, imaginary part 0)", takes_complex=True),
     OpDef("iota", Category.CONSTANT, (0, 0), _infer_iota, _iota,
           {"length": AttrSpec("int"), "start": AttrSpec("number", 0), "step": AttrSpec("number", 1),
            "dtype": AttrSpec("dtype")},
