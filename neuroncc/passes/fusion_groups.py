@@ -1,8 +1,8 @@
 """Fusion legality and grouping on the dataflow graph (networkx), independent of how kernels are built.
 
 Ops fall into kinds (:func:`op_kind`): *views* and *constants* are free and are re-materialized inside each
-kernel that reads them, so they never join a group; *matmuls*, *opaque* ops (existing kernels, extern calls)
-and *barriers* (data-dependent writes) are anchors; everything else is *compute*. The group graph has one node
+kernel that reads them, so they never join a group; *matmuls*, *opaque* ops (existing kernels, extern calls,
+views that change the element type) and *barriers* (data-dependent writes) are anchors; everything else is *compute*. The group graph has one node
 per group and an edge wherever a group reads what another computes (looking through views).
 
 Grouping is greedy in program order:
@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from neuroncc.ir import REGISTRY, Category, Function, Op, Value
-from neuroncc.passes.strides import PURE_VIEWS
+from neuroncc.passes.strides import PURE_VIEWS, REINTERPRETING_VIEWS
 
 VIEW, CONSTANT, MATMUL, OPAQUE, BARRIER, COMPUTE = "view", "constant", "matmul", "opaque", "barrier", "compute"
 
@@ -45,6 +45,8 @@ BARRIER_OPS = frozenset({"scatter", "index_put"})
 def op_kind(op: Op) -> str:
     if op.name in PURE_VIEWS:
         return VIEW
+    if op.name in REINTERPRETING_VIEWS:
+        return OPAQUE  # stays at the top level: kernels read f32 pairs, never c64
     category = REGISTRY.get(op.name).category
     if category is Category.CONSTANT:
         return CONSTANT

@@ -29,7 +29,10 @@ from typing import Any, ClassVar
 
 from neuroncc.ir import REGISTRY, Attrs, Category, Function, Op, Value
 from neuroncc.passes.manager import Pass, PassContext
-from neuroncc.passes.strides import PURE_VIEWS
+from neuroncc.passes.strides import PURE_VIEWS, REINTERPRETING_VIEWS
+
+#: Top-level ops whose result reads its operand's buffer (no buffer of its own).
+ALIASING = PURE_VIEWS | REINTERPRETING_VIEWS
 
 ALIGNMENT = 64
 
@@ -108,7 +111,7 @@ def plan(fn: Function) -> MemoryPlan:
     slot_of: dict[Value, _Slot] = {}
     in_place: list[tuple[int, int]] = []
     for position, op in enumerate(fn.ops):
-        if op.name in PURE_VIEWS:
+        if op.name in ALIASING:
             continue
         reusable = _in_place_candidates(op, position, root_of, last_read, slot_of, external)
         for result in op.results:
@@ -145,7 +148,7 @@ def _view_roots(fn: Function) -> dict[Value, Value]:
     """Each top-level view's root: the non-view value whose buffer it reads."""
     roots: dict[Value, Value] = {}
     for op in fn.ops:
-        if op.name in PURE_VIEWS:
+        if op.name in ALIASING:
             source = op.operands[0]
             roots[op.result] = roots.get(source, source)
     return roots

@@ -17,6 +17,23 @@ from neuroncc.ir.types import contiguous_strides
 #: The ops that only reinterpret their operand (no arithmetic, no data-dependent addressing).
 PURE_VIEWS = frozenset({"reshape", "permute", "expand", "slice", "select", "squeeze", "unsqueeze"})
 
+#: Views that change the element type (c64 <-> f32 pairs over the same storage). They stay at the top level
+#: (fusion keeps them out of kernels, whose code never sees c64), where the launcher reinterprets the buffer;
+#: like pure views, their result reads (and keeps alive) their operand's buffer.
+REINTERPRETING_VIEWS = frozenset({"view_as_real", "view_as_complex"})
+
+
+def reinterpreted_strides(op: Op, strides: tuple[int, ...]) -> tuple[int, ...] | None:
+    """The strides of a reinterpreting view's result, in its own elements, from its operand's; None when the
+    operand's layout cannot be reinterpreted in place (a complex view needs adjacent (re, im) pairs)."""
+    if op.name == "view_as_real":
+        return tuple(2 * s for s in strides) + (1,)
+    *outer, last = strides
+    shape = op.operands[0].type.shape
+    if (last != 1 and shape[-1] > 1) or any(s % 2 for s, n in zip(outer, shape) if n > 1):
+        return None
+    return tuple(s // 2 for s in outer)
+
 
 @dataclass(frozen=True)
 class StridedView:

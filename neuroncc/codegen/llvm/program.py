@@ -272,8 +272,9 @@ class _Planner:
             spec = self.plan.values[self.ids[value]]
             buffer = self.plan.buffers[spec.buffer]
             t = value.type
+            nbytes = Layout(0, 0, t.shape, t.layout_strides, t.dtype).extent * t.dtype.numpy.itemsize
             if buffer.kind not in ("arena", "call") or spec.offset != 0 or spec.strides != t.layout_strides \
-                    or Layout(0, 0, t.shape, t.layout_strides, t.dtype).extent != buffer.extent:
+                    or nbytes != buffer.extent * DType(buffer.dtype).numpy.itemsize:
                 continue
             self.plan.buffers[spec.buffer] = _replace(buffer, kind="output", index=position)
 

@@ -15,8 +15,10 @@ from neuroncc.ir.graph import Builder, Function, Op, Value
 from neuroncc.ir.opdef import Category
 from neuroncc.ir.ops import REGISTRY
 
-#: View ops the launcher executes as strided views at the top level.
-TOP_LEVEL_VIEWS = frozenset({"reshape", "permute", "expand", "slice", "select", "squeeze", "unsqueeze"})
+#: View ops the launcher executes as strided views at the top level (view_as_real/view_as_complex change the
+#: element type of the view: c64 <-> f32 pairs).
+TOP_LEVEL_VIEWS = frozenset({"reshape", "permute", "expand", "slice", "select", "squeeze", "unsqueeze",
+                             "view_as_real", "view_as_complex"})
 
 
 def is_top_level_op(op: Op) -> bool:

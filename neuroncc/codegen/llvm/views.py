@@ -1,7 +1,8 @@
 """Strided views: how view ops (reshape, permute, expand, slice, ...) act on a buffer's layout.
 
 A :class:`Layout` says where a tensor's elements are: argument slot, element offset, shape and strides (in
-elements; 0 for broadcast dims). A view op applied to a laid-out tensor gives another layout over the same
+elements of its dtype; 0 for broadcast dims). ``view_as_real``/``view_as_complex`` change the dtype of a
+layout over the same storage (a c64 element is two f32 elements). A view op applied to a laid-out tensor gives another layout over the same
 storage when it can (``view_layout``), so kernels read permuted, sliced and expanded inputs without copies.
 The launcher uses the same rules for top-level view ops.
 """
@@ -110,6 +111,14 @@ def view_layout(op: Op, source: Layout, result_index: int = 0) -> Layout | None:
         if not source.is_contiguous:
             return None
         return replace(source, offset=offset + attrs["offset"], shape=out.shape, strides=tuple(attrs["strides"]))
+    if name == "view_as_real":  # c64 -> f32 pairs: offsets and strides count half-size elements
+        return replace(source, offset=2 * offset, shape=out.shape, strides=tuple(2 * s for s in strides) + (1,),
+                       dtype=out.dtype)
+    if name == "view_as_complex":  # f32 pairs -> c64: needs adjacent pairs at even offsets
+        if (shape[-1] > 1 and strides[-1] != 1) or offset % 2 or any(s % 2 for s, n in zip(strides[:-1], shape) if n > 1):
+            return None
+        return replace(source, offset=offset // 2, shape=out.shape, strides=tuple(s // 2 for s in strides[:-1]),
+                       dtype=out.dtype)
     return None
 
 
