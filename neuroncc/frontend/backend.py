@@ -57,8 +57,8 @@ def neuron_backend(gm: fx.GraphModule, example_inputs: Sequence[Any], *, options
     config = BackendOptions.from_user(options, os.environ)
     check_graph_features(gm, example_inputs)
     if uses_float64(gm, example_inputs):
-        warnings.warn("neuroncc computes float64 tensors in float32 (outputs are cast back to float64); "
-                      "convert the model with .float() to silence this", Float64Warning, stacklevel=2)
+        warnings.warn("neuroncc computes float64 tensors in float32 and complex128 in complex64 (outputs are cast "
+                      "back); convert the model with .float() to silence this", Float64Warning, stacklevel=2)
     stats.increment("dynamo_graphs")
     name = _graph_name()
     if has_symbolic_sizes(gm, example_inputs):

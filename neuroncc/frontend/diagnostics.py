@@ -156,8 +156,6 @@ def _tensor_feature(value: Any) -> tuple[str, str] | None:
         return "nested tensors", "pad the sequences to one length (see neuroncc.pad_to_bucket) or run eagerly"
     if value.layout is not torch.strided:
         return f"sparse tensors (layout {value.layout})", "convert with .to_dense() outside the compiled region"
-    if value.is_complex():
-        return f"complex tensors ({value.dtype})", "keep real and imaginary parts as separate real tensors"
     if value.device.type not in ("cpu", "meta"):
         return f"tensors on device '{value.device}'", "neuroncc's torch backend computes CPU tensors"
     return None
@@ -194,10 +192,11 @@ def check_graph_features(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> N
 
 
 def uses_float64(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> bool:
-    """True if the graph reads or computes float64 tensors."""
-    if any(isinstance(v, torch.Tensor) and v.dtype is torch.float64 for v in example_inputs):
+    """True if the graph reads or computes float64 (or complex128) tensors."""
+    double = (torch.float64, torch.complex128)
+    if any(isinstance(v, torch.Tensor) and v.dtype in double for v in example_inputs):
         return True
-    return any(isinstance(_example(n), torch.Tensor) and _example(n).dtype is torch.float64 for n in gm.graph.nodes)
+    return any(isinstance(_example(n), torch.Tensor) and _example(n).dtype in double for n in gm.graph.nodes)
 
 
 # ---- data-dependent shapes -----------------------------------------------------------------------------

@@ -296,7 +296,7 @@ def _iota(ctx: LoweringContext, node: fx.Node, length: int, *, start: Any = 0, s
 def _empty(ctx: LoweringContext, node: fx.Node, *args: Any, **kwargs: Any) -> Value:
     """Uninitialized tensors (empty_permuted in backward graphs): zeros are a valid choice of contents."""
     dtype = ctx.out_dtype(node)
-    return ctx.emit("full", shape=ctx.out_shape(node), dtype=dtype, value=ctx.python_scalar(0, dtype))
+    return ctx.full(ctx.out_shape(node), dtype, 0)
 
 
 COVERAGE_LOWERINGS: dict[Any, Callable[..., Any]] = {
