@@ -96,27 +96,28 @@ class _Lowering:
         self.p = Parts(self.b)
         self.values: dict[Value, Value] = {}  # old value -> new value (real values, and c64 values kept whole)
         self.parts: dict[Value, tuple[Value, Value]] = {}  # old c64 value -> (re, im) in the new function
-        self.pairs_of: dict[Value, Value] = {}  # new view_as_complex result -> the f32 pairs it reinterprets
+        self.pairs: dict[Value, Value] = {}  # old c64 value -> its f32[..., 2] (re, im) pairs in the new function
 
     # ---- the two representations of a complex value ----------------------------------------------------
 
     def whole(self, value: Value) -> Value:
-        """``value`` in the new function: a c64 value is rebuilt from its parts if it has no storage yet."""
+        """``value`` in the new function: a c64 value is rebuilt from its pairs if it has no storage yet."""
         if value not in self.values:
-            pairs = self.interleaved(value)
-            self.values[value] = self.p.op("view_as_complex", pairs)
-            self.pairs_of[self.values[value]] = pairs
+            self.values[value] = self.p.op("view_as_complex", self.interleaved(value))
         return self.values[value]
 
     def interleaved(self, value: Value) -> Value:
         """The f32[..., 2] (real, imaginary) pairs of a c64 value: its storage reinterpreted if it has one,
         else its parts interleaved."""
-        stored = self.values.get(value)
-        if stored is not None:
-            return self.pairs_of.get(stored) or self.p.op("view_as_real", stored)
-        re, im = self.parts[value]
-        rank = value.type.rank
-        return self.p.op("cat", self.p.op("unsqueeze", re, dim=rank), self.p.op("unsqueeze", im, dim=rank), dim=rank)
+        if value not in self.pairs:
+            if value in self.values:
+                self.pairs[value] = self.p.op("view_as_real", self.values[value])
+            else:
+                re, im = self.parts[value]
+                rank = value.type.rank
+                self.pairs[value] = self.p.op("cat", self.p.op("unsqueeze", re, dim=rank),
+                                              self.p.op("unsqueeze", im, dim=rank), dim=rank)
+        return self.pairs[value]
 
     def split(self, value: Value) -> tuple[Value, Value]:
         """The (re, im) parts of a c64 value (of a stored one: selects on its pairs)."""
@@ -180,10 +181,8 @@ class _Lowering:
         (operand,), (result,) = op.operands, op.results
         if op.name == "view_as_real":  # the pairs: the storage reinterpreted, or the parts interleaved
             self.values[result] = self.interleaved(operand)
-            return
-        pairs = self.values[operand]
-        self.values[result] = self.p.op("view_as_complex", pairs)
-        self.pairs_of[self.values[result]] = pairs
+        else:  # view_as_complex: the pairs are the operand (the c64 view is made only if something needs it)
+            self.pairs[result] = self.values[operand]
 
     def _part_by_part(self, op: Op) -> None:
         """The op applied to the real parts and to the imaginary parts (real operands, e.g. indices, shared)."""

@@ -5,7 +5,8 @@ ordinary elementwise lowerings (add, mul, div, where, sum, ...; the importer cas
 PyTorch promotes them). This module holds what is specific to complex numbers:
 
 - ``view_as_real``/``view_as_complex`` (the IR ops of the same names), ``aten.complex(re, im)`` and
-  ``polar``, ``angle``, ``abs`` of a complex tensor (an f32 magnitude);
+  ``polar``, ``abs`` of a complex tensor (an f32 magnitude), ``exp`` of a complex tensor (from its
+  parts; ``angle`` is a decomposition, lowering/coverage.py); other transcendental functions of complex tensors are refused by the IR (a typed error);
 - ``_conj`` (PyTorch's lazily conjugated view) and ``conj_physical`` as the IR's ``conj``; ``resolve_conj``
   and ``resolve_neg`` are no-ops here (values are always materialized);
 - ``_fft_r2c``, ``_fft_c2r``, ``_fft_c2c`` (what every ``torch.fft`` function and their backward formulas
@@ -44,6 +45,8 @@ def _view_as_complex(ctx: LoweringContext, node: fx.Node, self: Any) -> Value:
 
 
 def _conj(ctx: LoweringContext, node: fx.Node, self: Any) -> Value:
+    if not isinstance(self, fx.Node):  # a Python scalar (autograd conjugates a scalar factor of mul)
+        return ctx.scalar(complex(self).conjugate(), ctx.out_dtype(node))
     x = ctx.value(self)
     return ctx.emit("conj", x) if x.type.dtype.is_complex else x  # conj of a real tensor is itself
 
@@ -84,23 +87,6 @@ def _parts(ctx: LoweringContext, x: Value) -> tuple[Value, Value]:
     return ctx.emit("select", pairs, dim=rank, index=0), ctx.emit("select", pairs, dim=rank, index=1)
 
 
-def _angle(ctx: LoweringContext, node: fx.Node, self: Any) -> Value:
-    x = ctx.value(self)
-    if not x.type.dtype.is_complex:
-        return _real_angle(ctx, node, self)
-    re, im = _parts(ctx, x)
-    return ctx.emit("atan2", im, re)
-
-
-def _real_angle(ctx: LoweringContext, node: fx.Node, self: Any) -> Value:
-    """angle of a real tensor: pi where it is negative, 0 elsewhere, NaN kept (torch.angle)."""
-    x = ctx.operand(self, ctx.out_dtype(node))
-    zero = ctx.scalar(0, x.type.dtype)
-    pi = ctx.scalar(3.141592653589793, x.type.dtype)
-    negative = ctx.emit("where", ctx.emit("lt", x, zero), pi, zero)
-    return ctx.emit("where", ctx.emit("isnan", x), x, negative)
-
-
 def _abs(ctx: LoweringContext, node: fx.Node, self: Any) -> Value:
     x = ctx.value(self)
     if x.type.dtype.is_complex:
@@ -109,6 +95,18 @@ def _abs(ctx: LoweringContext, node: fx.Node, self: Any) -> Value:
 
 
 _REAL_ABS = ELEMENTWISE_LOWERINGS[aten.abs.default]
+
+
+def _exp(ctx: LoweringContext, node: fx.Node, self: Any) -> Value:
+    """exp of a complex tensor: e^re (cos im + i sin im); of a real one, the real lowering."""
+    if not isinstance(self, fx.Node) or not ctx.value(self).type.dtype.is_complex:
+        return _REAL_EXP(ctx, node, self)
+    re, im = _parts(ctx, ctx.value(self))
+    scale = ctx.emit("exp", re)
+    return _from_parts(ctx, ctx.emit("mul", scale, ctx.emit("cos", im)), ctx.emit("mul", scale, ctx.emit("sin", im)))
+
+
+_REAL_EXP = ELEMENTWISE_LOWERINGS[aten.exp.default]
 
 
 def _fft_dims(node: fx.Node, x: Value, dim: Any) -> tuple[int, ...]:
@@ -143,8 +141,8 @@ COMPLEX_LOWERINGS: dict[Any, Lowering] = {
     aten.resolve_neg.default: _identity,
     aten.complex.default: _complex,  # re + i im
     aten.polar.default: _polar,  # r cos + i r sin
-    aten.angle.default: _angle,  # atan2(im, re); of a real tensor: pi where negative
     aten.abs.default: _abs,  # of a complex tensor: its magnitude (f32)
+    aten.exp.default: _exp,  # of a complex tensor: e^re (cos im + i sin im)
     aten._fft_r2c.default: _fft_r2c,  # -> fft_r2c
     aten._fft_c2r.default: _fft_c2r,  # -> fft_c2r
     aten._fft_c2c.default: _fft_c2c,  # -> fft_c2c
