@@ -126,7 +126,8 @@ FAMILIES: dict[str, Family] = {f.name: f for f in [
            {"embedding_size": 8, "hidden_sizes": [8, 16], "depths": [1, 1], "num_labels": 10}, _images(32)),
     # multimodal
     Family("clip", "multimodal", "CLIPModel", "CLIPConfig",
-           {"text_config": {**_VIT, "vocab_size": VOCAB, "max_position_embeddings": 64},
+           {"text_config": {**_VIT, "vocab_size": VOCAB, "max_position_embeddings": 64, "bos_token_id": 0,
+                            "eos_token_id": 1, "pad_token_id": 1},
             "vision_config": {**_VIT, "image_size": 16, "patch_size": 4}, "projection_dim": 16}, _clip),
 ]}
 
