@@ -1,6 +1,8 @@
 """neuroncc's intermediate representation: types, ops, graphs, text form, verifier, reference interpreter.
 
 Depends on numpy only (no torch), so the IR and the passes stay fast to import and usable without PyTorch.
+
+May import: errors, hardware. Imported by every layer above.
 """
 
 from neuroncc.ir.attrs import Attrs, DenseAttr

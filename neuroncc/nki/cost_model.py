@@ -109,6 +109,24 @@ def _iota(ins: Instruction, target: Target) -> float:
     return 150 + ins.operand("dst").free_size
 
 
+def _gpsimd_pass(ins: Instruction, target: Target) -> float:
+    return 150 + _streamed(ins).free_size
+
+
+def _one_pass_reduce(ins: Instruction, target: Target) -> float:
+    return max(MIN_II, _streamed(ins).free_size / _lanes(ins, target)) + MIN_II
+
+
+def _bn_aggr(ins: Instruction, target: Target) -> float:
+    return max(MIN_II, 13 * ins.operand("data").free_size / 3)
+
+
+def _matmul_mx(ins: Instruction, target: Target) -> float:
+    # Each moving element streams once, as for a bf16 matmul; it carries 4 contraction values.
+    stationary, moving = ins.operand("stationary"), ins.operand("moving")
+    return max(min(64, stationary.free_size), moving.free_size)
+
+
 # Engine cycles per instruction, one rule per op (NC-v2 formulas scaled by lanes; see module docstring).
 CYCLE_RULES: dict[str, Callable[[Instruction, Target], float]] = {
     "nc_matmul": _matmul,                        # max(min(64, M), N), x4 fp32
@@ -123,6 +141,13 @@ CYCLE_RULES: dict[str, Callable[[Instruction, Target], float]] = {
     "tensor_tensor": _two_inputs,                # max(64, 2N); max(64, N) with a PSUM input
     "scalar_tensor_tensor": _two_inputs,         # as tensor_tensor
     "iota": _iota,                               # 150 + N
+    "affine_select": _gpsimd_pass,               # 150 + N (GpSimdE)
+    "tensor_scalar_reduce": _one_pass_reduce,    # max(64, N) + 64
+    "tensor_tensor_scan": _two_inputs,           # as tensor_tensor (assumed: two streamed inputs)
+    "bn_stats": _one_pass,                       # max(64, N)
+    "bn_aggr": _bn_aggr,                         # max(64, 13 * N / 3)
+    "nc_matmul_mx": _matmul_mx,                  # max(min(64, M), N) (assumed: the bf16 rate per packed element)
+    "quantize_mx": _one_pass,                    # max(64, N) (assumed)
 }
 
 
@@ -159,9 +184,10 @@ def instruction_cost(ins: Instruction, target: Target) -> Cost:
     cycles = CYCLE_RULES[ins.op](ins, target)
     flops = 0
     elements = 0
-    if ins.op == "nc_matmul":
+    if ins.op in ("nc_matmul", "nc_matmul_mx"):
         stationary, moving = ins.operand("stationary"), ins.operand("moving")
-        flops = 2 * stationary.partitions * stationary.free_size * moving.free_size
+        packed = 4 if ins.op == "nc_matmul_mx" else 1
+        flops = 2 * stationary.partitions * packed * stationary.free_size * moving.free_size
     elif ins.engine is not Engine.TENSOR:
         streamed = _streamed(ins)
         elements = streamed.partitions * streamed.free_size

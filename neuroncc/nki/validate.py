@@ -53,9 +53,11 @@ def tile(op: str, role: str, value: Tensor, aligned: bool = True) -> None:
     64 partitions starts at partition 0, of 33-64 partitions at 0 or 64, of at most 32 at 0/32/64/96.
     """
     shape = value.shape
-    if len(shape) < 2:
+    if len(shape) < 1 or (len(shape) < 2 and not value.keeps_partition_dim):
         raise NKISimulationError(
             f"{op} {role} must have at least 2 dimensions (partition, free), got shape {shape}")
+    # A column picked with an integer (``t[:, j]``, NKI 0.1 tutorials) keeps the partition dimension and is a
+    # (P, 1) operand.
     if not value.keeps_partition_dim:
         raise NKISimulationError(
             f"{op} {role} indexes away the partition dimension of tile '{value.name}'; keep dimension 0 as a slice")

@@ -8,11 +8,13 @@ Modules: ``plan`` (which ops share a loop nest), ``shapes`` (affine maps of valu
 ``access`` (DMA expressions), ``body`` / ``op_rules`` / ``instructions`` (loop bodies, one rule per op,
 fusion), ``stages`` / ``matmul`` (loop nests), ``kernel`` / ``program`` (functions and the module),
 ``normalize`` and ``source`` (helpers). See docs/nki.md ("Emission").
+
+May import: errors, hardware, ir, passes. The emitted source imports ``neuroncc.nki`` when it runs.
 """
 
 from neuroncc.codegen.nki.op_rules import OP_RULES
 from neuroncc.codegen.nki.plan import HOST_OPS, TRANSFER_OPS, plan_region
-from neuroncc.codegen.nki.program import LaunchPlan, NkiProgram, PlanStep, SlotSpec, emit_program, graph_digest
+from neuroncc.codegen.nki.program import NkiLaunchPlan, NkiProgram, PlanStep, NkiSlot, emit_program, graph_digest
 
-__all__ = ["HOST_OPS", "LaunchPlan", "NkiProgram", "OP_RULES", "PlanStep", "SlotSpec", "TRANSFER_OPS",
+__all__ = ["HOST_OPS", "NkiLaunchPlan", "NkiProgram", "OP_RULES", "PlanStep", "NkiSlot", "TRANSFER_OPS",
            "emit_program", "graph_digest", "plan_region"]

@@ -10,7 +10,7 @@
   runtime runs with the reference interpreter (numpy);
 * any other op is wrapped in a single-op region first (pipelines without ``fuse``).
 
-The :class:`LaunchPlan` names every array the host handles as a *slot* (the function's parameters are
+The :class:`NkiLaunchPlan` names every array the host handles as a *slot* (the function's parameters are
 slots ``0..n-1``) and lists the steps with the slots they read and write.
 """
 
@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections import Counter
 from dataclasses import dataclass
 
+from neuroncc.codegen.nki.attention import AttentionPattern, emit_attention, find_attention
 from neuroncc.codegen.nki.kernel import emit_segment
 from neuroncc.codegen.nki.plan import DeviceSegment, HostStep, RegionPlan, plan_region
 from neuroncc.codegen.nki.source import Names, identifier
@@ -41,7 +43,7 @@ PLAN_FORMAT = 1
 
 
 @dataclass(frozen=True)
-class SlotSpec:
+class NkiSlot:
     shape: tuple[int, ...]
     dtype: str  # IR dtype spelling (f32, bf16, i64...)
 
@@ -58,10 +60,10 @@ class PlanStep:
 
 
 @dataclass(frozen=True)
-class LaunchPlan:
+class NkiLaunchPlan:
     function: str
     target: str
-    slots: tuple[SlotSpec, ...]
+    slots: tuple[NkiSlot, ...]
     params: tuple[int, ...]
     steps: tuple[PlanStep, ...]
     outputs: tuple[int, ...]
@@ -79,16 +81,16 @@ class LaunchPlan:
         }, indent=1) + "\n"
 
     @staticmethod
-    def from_json(text: str) -> LaunchPlan:
+    def from_json(text: str) -> NkiLaunchPlan:
         """Parse a plan; raises ValueError (or KeyError/TypeError) on anything malformed."""
         raw = json.loads(text)
         if not isinstance(raw, dict) or raw.get("format") != PLAN_FORMAT:
             raise ValueError(f"not an NKI launch plan of format {PLAN_FORMAT}")
-        slots = tuple(SlotSpec(tuple(int(n) for n in s["shape"]), str(s["dtype"])) for s in raw["slots"])
+        slots = tuple(NkiSlot(tuple(int(n) for n in s["shape"]), str(s["dtype"])) for s in raw["slots"])
         steps = tuple(PlanStep(str(s["kind"]), str(s["name"]), tuple(int(i) for i in s["inputs"]),
                                tuple(int(i) for i in s["outputs"]), str(s.get("program", "")))
                       for s in raw["steps"])
-        plan = LaunchPlan(str(raw["function"]), str(raw["target"]), slots, tuple(int(i) for i in raw["params"]),
+        plan = NkiLaunchPlan(str(raw["function"]), str(raw["target"]), slots, tuple(int(i) for i in raw["params"]),
                           steps, tuple(int(i) for i in raw["outputs"]), str(raw["source_sha256"]),
                           str(raw["graph_sha256"]))
         for step in plan.steps:
@@ -104,7 +106,7 @@ class NkiProgram:
     """The emitted module source, its launch plan, and the region plan of each kernel (for reports)."""
 
     source: str
-    plan: LaunchPlan
+    plan: NkiLaunchPlan
 
 
 def graph_digest(fn: Function) -> str:
@@ -126,7 +128,7 @@ class _ProgramEmitter:
         if target not in NKI_TARGETS:
             raise CodegenError(f"nki: unknown target '{target}' (known: {', '.join(NKI_TARGETS)})")
         self.fn, self.target = fn, NKI_TARGETS[target]
-        self.slots: list[SlotSpec] = []
+        self.slots: list[NkiSlot] = []
         self.slot_of: dict[Value, int] = {}
         self.steps: list[PlanStep] = []
         self.functions: list[str] = []
@@ -135,13 +137,21 @@ class _ProgramEmitter:
             self.slot_of[param] = self.new_slot(param)
 
     def new_slot(self, value: Value) -> int:
-        self.slots.append(SlotSpec(tuple(value.type.shape), value.type.dtype.value))
+        self.slots.append(NkiSlot(tuple(value.type.shape), value.type.dtype.value))
         return len(self.slots) - 1
 
     def run(self) -> NkiProgram:
+        uses = Counter(v for op in self.fn.ops for v in op.operands) + Counter(self.fn.outputs)
+        fused: set[int] = set()  # ops already emitted inside a fused kernel (attention)
         for index, op in enumerate(self.fn.ops):
+            if index in fused:
+                continue
             category = REGISTRY.get(op.name).category
-            if any(v.type.numel == 0 for v in op.operands + op.results):  # nothing to compute on the device
+            attention = find_attention(self.fn.ops, index, uses, self.target) if op.name == "mm" else None
+            if attention is not None:
+                self.attention(attention, index)
+                fused.update((index + 1, index + 2))
+            elif any(v.type.numel == 0 for v in op.operands + op.results):  # nothing to compute on the device
                 self.host(f"{op.name}_{index}_empty", [op], list(dict.fromkeys(op.operands)), list(op.results),
                           self.slot_of)
             elif op.name == "kernel":
@@ -159,7 +169,7 @@ class _ProgramEmitter:
                 name = f"{op.name}_{index}"
                 self.region(op, _single_op_region(op, name), name, (), None)
         source = HEADER.format(name=self.fn.name, target=self.target.name) + "\n\n" + "\n\n".join(self.functions)
-        plan = LaunchPlan(self.fn.name, self.target.name, tuple(self.slots),
+        plan = NkiLaunchPlan(self.fn.name, self.target.name, tuple(self.slots),
                           tuple(range(len(self.fn.params))), tuple(self.steps),
                           tuple(self.slot_of[v] for v in self.fn.outputs),
                           hashlib.sha256(source.encode()).hexdigest(), graph_digest(self.fn))
@@ -205,6 +215,16 @@ class _ProgramEmitter:
                                        tuple(local[v] for v in step.outputs)))
         for result, value in zip(op.results, plan.region.outputs):
             self.slot_of[result] = local[value]
+
+    def attention(self, pattern: AttentionPattern, index: int) -> None:
+        """One flash-attention kernel for the ``mm -> softmax -> mm`` ops starting at ``fn.ops[index]``."""
+        function = self.names.fresh(f"attention_{index}")
+        source, inputs = emit_attention(function, pattern, self.names)
+        self.functions.append(source)
+        result = pattern.output.result
+        self.slot_of[result] = self.new_slot(result)
+        self.steps.append(PlanStep("kernel", function, tuple(self.slot_of[v] for v in inputs),
+                                   (self.slot_of[result],)))
 
     def ensure_constant(self, plan: RegionPlan, value: Value, local: dict[Value, int]) -> None:
         """Constants a kernel reads arrive from the host: a host step materializes each one once."""
