@@ -133,8 +133,8 @@ class ShapeSpecializations:
         where = f"code at {self.where}" if self.where else "a graph"
         if number > self.limit:
             raise SpecializationLimitError(
-                f"neuroncc: {where} (graph {self.name}) was called with a {number}th input shape "
-                f"({self._describe(key)}), more than its {self.limit} specializations "
+                f"neuroncc: {where} (graph {self.name}) was called with one input shape more "
+                f"({self._describe(key)}) than its {self.limit} specializations "
                 f"(options={{'max_specializations': {self.limit}}}); shapes compiled: "
                 f"{'; '.join(self._describe(k) for k in self._compiled)}.\n  Pad variable sizes to a few "
                 "buckets outside the compiled region (neuroncc.pad_to_bucket / neuroncc.bucketed), or raise "
