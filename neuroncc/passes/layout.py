@@ -22,7 +22,7 @@ from neuroncc.ir import Category, Function, Op, TensorType, Trait, Value
 from neuroncc.passes.kernels import kernel_domain, reduced_domain_dims, region_matmul
 from neuroncc.passes.manager import Pass, PassContext
 from neuroncc.passes.rewrite import Replacement, Rule, Site, map_regions, rewrite_to_fixed_point
-from neuroncc.passes.strides import view_chain_layout
+from neuroncc.passes.strides import reinterpreted_strides, view_chain_layout
 
 
 def fold_transpose_into_matmul(site: Site) -> Replacement:
@@ -69,22 +69,27 @@ class ChooseLayouts(Pass):
 
 
 def annotate_view_strides(fn: Function) -> Function:
-    """Top-level views whose window on their source buffer is not contiguous get those strides in their type."""
+    """Top-level views whose window on their source buffer is not contiguous get those strides in their type
+    (views that change the element type count them in their own elements)."""
     producers = fn.producers()
     renamed: dict[Value, Value] = {}
     ops: list[Op] = []
     for op in fn.ops:
         operands = tuple(renamed.get(v, v) for v in op.operands)
         new = op if operands == op.operands else Op(op.name, operands, op.results, op.attrs, op.regions)
+        strides = None
         if op.has(Trait.STRIDED_VIEW):
             found = view_chain_layout(op.result, producers)
-            if found is not None:
-                t = op.result.type
-                strided = TensorType(t.shape, t.dtype, found[1].strides)
-                if strided != t:
-                    result = Value(strided, op.result.hint)
-                    renamed[op.result] = result
-                    new = Op(op.name, operands, (result,), op.attrs, op.regions)
+            strides = found[1].strides if found is not None else None
+        elif op.has(Trait.REINTERPRET):  # c64 <-> f32 pairs: strides in the result's own elements
+            strides = reinterpreted_strides(op, operands[0].type.layout_strides)
+        if strides is not None:
+            t = op.result.type
+            strided = TensorType(t.shape, t.dtype, strides)
+            if strided != t:
+                result = Value(strided, op.result.hint)
+                renamed[op.result] = result
+                new = Op(op.name, operands, (result,), op.attrs, op.regions)
         ops.append(new)
     if not renamed:
         return fn

@@ -16,6 +16,25 @@ from dataclasses import dataclass
 from neuroncc.ir import Op, Trait, Value
 from neuroncc.ir.types import contiguous_strides
 
+def aliases_operand(op: Op) -> bool:
+    """Whether ``op`` stays at the top level as an alias of operand 0's buffer (no buffer of its own): a strided
+    view (a window on the buffer) or a reinterpreting view (c64 <-> f32 pairs over the same storage; fusion
+    keeps those out of kernels, whose code never sees c64, and the launcher reinterprets the buffer)."""
+    return op.has(Trait.STRIDED_VIEW) or op.has(Trait.REINTERPRET)
+
+
+def reinterpreted_strides(op: Op, strides: tuple[int, ...]) -> tuple[int, ...] | None:
+    """The strides of a reinterpreting view's result (``Trait.REINTERPRET``), in its own elements, from its
+    operand's; None when the operand's layout cannot be reinterpreted in place (a complex view needs adjacent
+    (re, im) pairs)."""
+    if op.result.type.dtype.is_complex:  # view_as_complex: f32 pairs -> c64
+        *outer, last = strides
+        shape = op.operands[0].type.shape
+        if (last != 1 and shape[-1] > 1) or any(s % 2 for s, n in zip(outer, shape) if n > 1):
+            return None
+        return tuple(s // 2 for s in outer)
+    return tuple(2 * s for s in strides) + (1,)  # view_as_real: c64 -> f32 pairs
+
 
 @dataclass(frozen=True)
 class StridedView:

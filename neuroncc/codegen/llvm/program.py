@@ -25,6 +25,7 @@ from neuroncc.ir.opdef import Category, Trait
 from neuroncc.ir.ops import REGISTRY
 from neuroncc.ir.types import contiguous_strides
 from neuroncc.codegen.llvm.extern_layouts import same_layout, supplied_strides
+from neuroncc.passes.strides import aliases_operand
 from neuroncc.passes.tile import tile_kernel
 
 PLAN_VERSION = 4  # 3: BufferSpec.supplied, kind call; 4: StepSpec.row_block
@@ -270,7 +271,7 @@ class _LaunchPlanner:
                 t = op.result.type
                 buffer = self.add_buffer(BufferKind.CONSTANT, op_index, t.numel, t.dtype)
                 self.define(op.result, ValueSpec(buffer, 0, t.shape, contiguous_strides(t.shape), t.dtype.value))
-            elif op.has(Trait.STRIDED_VIEW):
+            elif aliases_operand(op):
                 self.view(op_index, op)
             elif category is Category.KERNEL:
                 self.kernel(op_index, op)
@@ -300,8 +301,9 @@ class _LaunchPlanner:
             spec = self.plan.values[self.ids[value]]
             buffer = self.plan.buffers[spec.buffer]
             t = value.type
-            if buffer.kind not in (BufferKind.ARENA, BufferKind.CALL) or spec.offset != 0 or spec.strides != t.layout_strides \
-                    or Layout(0, 0, t.shape, t.layout_strides, t.dtype).extent != buffer.extent:
+            nbytes = Layout(0, 0, t.shape, t.layout_strides, t.dtype).extent * t.dtype.numpy.itemsize
+            if buffer.kind not in (BufferKind.ARENA, BufferKind.CALL) or spec.offset != 0 \
+                    or spec.strides != t.layout_strides or nbytes != buffer.extent * DType(buffer.dtype).numpy.itemsize:
                 continue
             self.plan.buffers[spec.buffer] = _replace(buffer, kind=BufferKind.OUTPUT, index=position)
 

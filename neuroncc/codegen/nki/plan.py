@@ -33,8 +33,10 @@ INT32_RANGE = (-(2 ** 31), 2 ** 31 - 1)
 
 def is_transfer(op: Op) -> bool:
     """Data movement that is neither a strided view nor a copy (cat, pad, flip, scatter into slices, repeat,
-    as_strided) runs as DMA transfers between HBM tensors (normalization rewrote splits into slices)."""
-    return op.opdef.category is Category.MOVEMENT and not op.has(Trait.STRIDED_VIEW) and not op.has(Trait.POINTWISE)
+    as_strided) runs as DMA transfers between HBM tensors (normalization rewrote splits into slices). Views that
+    reinterpret the element type never reach a kernel (they stay at the top level)."""
+    return op.opdef.category is Category.MOVEMENT and not op.has(Trait.STRIDED_VIEW) \
+        and not op.has(Trait.POINTWISE) and not op.has(Trait.REINTERPRET)
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,13 @@ def storage_dtype(name: str) -> np.dtype:
 
 def strided_view(flat: np.ndarray, spec) -> np.ndarray:
     """The numpy view of ``spec`` (a ValueSpec: offset, shape, element strides) over its buffer's flat storage
-    (no copy)."""
+    (no copy). A spec of another element type than the buffer's (view_as_real/view_as_complex: c64 storage
+    seen as f32 pairs, or back) reinterprets the buffer's bytes."""
+    dtype = storage_dtype(spec.dtype)
+    if dtype != flat.dtype:
+        raw = flat.view(np.uint8)
+        raw = raw[: len(raw) - len(raw) % dtype.itemsize]
+        flat = raw.view(dtype)
     itemsize = flat.dtype.itemsize
     return np.lib.stride_tricks.as_strided(flat[spec.offset:], spec.shape, tuple(s * itemsize for s in spec.strides))
 

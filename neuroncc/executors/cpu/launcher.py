@@ -63,10 +63,10 @@ class KernelIndexError(NeuronccError):
     """A kernel read or wrote a data-dependent index out of range (gather/scatter/index/embedding)."""
 
 
-def _output_shaping(spec: ValueSpec) -> ValueSpec | tuple[int, ...]:
+def _output_shaping(spec: ValueSpec, buffer: Any) -> ValueSpec | tuple[int, ...]:
     """How a call turns an output buffer into the returned array: its shape (a reshape) when the value is the
-    whole contiguous buffer, else its spec (a strided view, dearer)."""
-    if spec.offset == 0 and spec.strides == contiguous_strides(spec.shape):
+    whole contiguous buffer in the buffer's own element type, else its spec (a strided view, dearer)."""
+    if spec.offset == 0 and spec.strides == contiguous_strides(spec.shape) and spec.dtype == buffer.dtype:
         return tuple(spec.shape)
     return spec
 
@@ -105,11 +105,11 @@ class CpuExecutable:
         self._params = [(p.type.shape, p.type.dtype.numpy,
                          tuple(st * p.type.dtype.numpy.itemsize for st in p.type.layout_strides),
                          p.type.layout_strides == contiguous_strides(p.type.shape)) for p in function.params]
-        self._call_buffers = [(n, b, _storage_dtype(b.dtype), _output_shaping(plan.values[plan.outputs[b.index]])
+        self._call_buffers = [(n, b, _storage_dtype(b.dtype), _output_shaping(plan.values[plan.outputs[b.index]], b)
                                if b.kind == BufferKind.OUTPUT else None)
                               for n, b in enumerate(plan.buffers) if b.kind in (BufferKind.INPUT, BufferKind.OUTPUT) and not b.supplied]
         # (output position, buffer number, shaping) of the outputs whose storage a step supplies (adopt.py)
-        self._supplied_outputs = [(b.index, n, _output_shaping(plan.values[plan.outputs[b.index]]))
+        self._supplied_outputs = [(b.index, n, _output_shaping(plan.values[plan.outputs[b.index]], b))
                                   for n, b in enumerate(plan.buffers) if b.kind == BufferKind.OUTPUT and b.supplied]
         # output position -> None (a C-order copy) or (extent, shape, strides) of the strided type it returns
         self._copy_layouts = copy_layouts(function)
