@@ -15,6 +15,7 @@ import torch
 from torch._decomp import _core_aten_decompositions_post_autograd, get_decompositions
 
 from neuroncc.frontend.coverage import coverage_decompositions
+from neuroncc.frontend.lower_foreach import foreach_decompositions
 from neuroncc.frontend.lower_library import library_decompositions
 
 aten = torch.ops.aten
@@ -56,6 +57,7 @@ def decomposition_table() -> dict[torch._ops.OperatorBase, Callable]:
     table.update(get_decompositions(list(EXTRA_DECOMPOSITIONS)))
     table.update(coverage_decompositions())  # ops added for OpInfo coverage (frontend/coverage.py)
     table.update(library_decompositions())  # pinv over svd/eigh (frontend/lower_library.py)
+    table.update(foreach_decompositions())  # multi-tensor optimizer steps, one op per tensor (lower_foreach.py)
     for op in REMOVED_DECOMPOSITIONS:
         table.pop(op, None)
     return table
