@@ -33,7 +33,7 @@ import torch  # noqa: E402
 
 from kernel_cases import Case, cases, check, implementations  # noqa: E402
 from neuroncc.ir import Builder, DType, TensorType  # noqa: E402
-from neuroncc.runtime.launcher import build_cpu_executable  # noqa: E402
+from neuroncc.executors.cpu.launcher import build_cpu_executable  # noqa: E402
 
 
 def launch_overhead(kernels: int = 20) -> float:

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from neuroncc.codegen.llvm.regions import fuse_whole_function
-from neuroncc.runtime.launcher import build_cpu_executable
+from neuroncc.executors.cpu.launcher import build_cpu_executable
 from neuroncc.ir import Builder, DType, Function, TensorType
 
 F = torch.nn.functional

@@ -25,7 +25,7 @@ from neuroncc.codegen.llvm import jit
 from neuroncc.codegen.llvm.cpu import CpuTarget
 from neuroncc.codegen.llvm.entries import add_team_entry
 from neuroncc.codegen.llvm.mathlib import POLYNOMIAL, math_call
-from neuroncc.runtime.threads import get_team
+from neuroncc.executors.cpu.threads import get_team
 
 F32 = ir.FloatType()
 I32 = ir.IntType(32)

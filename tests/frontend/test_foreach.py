@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from neuroncc.frontend.lower_foreach import foreach_decompositions
+from neuroncc.frontend.lowering.foreach import foreach_decompositions
 
 
 def _params(seed: int) -> list[torch.nn.Parameter]:
