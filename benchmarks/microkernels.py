@@ -23,7 +23,7 @@ from llvmlite import ir
 
 from neuroncc.codegen.llvm import jit
 from neuroncc.codegen.llvm.cpu import CpuTarget
-from neuroncc.codegen.llvm.entries import add_team_entry
+from neuroncc.codegen.llvm.entries import RECIPROCAL_ESTIMATES, add_team_entry
 from neuroncc.codegen.llvm.mathlib import POLYNOMIAL, math_call
 from neuroncc.executors.cpu.threads import get_team
 
@@ -71,7 +71,8 @@ def _arg(b: ir.IRBuilder, args: ir.Value, slot: int, t: ir.Type) -> ir.Value:
 
 def fma_module(target: CpuTarget) -> str:
     """``fma(args = {iterations, sink}, start, end)``: each outer iteration runs ``iterations`` rounds of
-    FMA_CHAINS independent vector FMAs (vector width: the target's)."""
+    FMA_CHAINS independent vector FMAs (vector width: the target's) and stores their sum, a whole vector, to
+    ``sink`` (16 floats)."""
     lanes = target.vector_bits // 32
     vector = ir.VectorType(F32, lanes)
     module = ir.Module("fma")
@@ -152,6 +153,7 @@ def math_module(name: str, target: CpuTarget) -> str:
     elements ``repeats`` times (x and y: per-thread blocks, MATH_BLOCK floats each)."""
     module = ir.Module(f"math_{name}")
     fn, b, args, start, end = _function(module, "math")
+    set.add(fn.attributes, RECIPROCAL_ESTIMATES)  # as on every generated phase (see ``entries``)
     x, y = _arg(b, args, 0, PTR), _arg(b, args, 1, PTR)
     repeats = _arg(b, args, 2, I64)
 
@@ -233,7 +235,7 @@ def fma_peak(target: CpuTarget, threads: int, clock: Callable[[], float], iterat
              repeats: int = 5) -> float:
     """FLOP/s of independent vector FMA chains on ``threads`` threads (median of ``repeats``)."""
     kernel = compile_kernel(fma_module(target), "fma")
-    sink = np.zeros(1, np.float32)
+    sink = np.zeros(16, np.float32)  # a whole vector (of up to 512 bits) is stored there
     args = (ctypes.c_int64 * 2)(iterations, sink.ctypes.data)
     n = max(threads, 1) * 4
     flops = 2 * (target.vector_bits // 32) * FMA_CHAINS * iterations * n

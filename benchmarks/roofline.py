@@ -78,7 +78,7 @@ class Machine:
             rows.append([name] + [f"{by_threads[t] / 1e9:.2f}" for t in self.peak] +
                         [f"{1e9 / by_threads[one]:.3f}", f"{count / elements:.1f}", f"{slots:.1f}"])
         header = ["function"] + [f"Gelem/s {t}T" for t in self.peak] + \
-            [f"ns/elem {one}T", "vector instr/elem", f"FMA slots/elem ({one}T)"]
+            [f"ns/elem {one}T", "vector instr/elem", f"time in FMAs/elem ({one}T)"]
         lines.append(table(rows, header))
         return "\n".join(lines)
 
