@@ -60,3 +60,21 @@ def test_the_host_target_is_the_code_the_executables_run():
     host = jit.host_target()
     assert (host.name, host.features) == jit.host_cpu()
     assert host.has("avx512f") == (host.vector_bits == 512)
+
+
+def test_a_libm_call_on_loop_invariant_operands_runs_once_not_per_element():
+    # AdamW's bias corrections, pow(beta, step) on 0-d tensors, broadcast into the update of every element:
+    # the C library's math functions are declared free of memory effects, so the call leaves the loop and
+    # the loop vectorizes (it ran 10M scalar powf calls per optimizer step).
+    b = Builder("hoist")
+    x = b.param(TensorType((64, 256), DType.f32), "x")
+    beta = b.param(TensorType((), DType.f32), "beta")
+    step = b.param(TensorType((), DType.f32), "step")
+    fn = b.build([b.op("mul", x, b.op("sin", b.op("pow", beta, step)))])
+    layouts = [Layout.of(0, x.type), Layout.of(1, beta.type), Layout.of(2, step.type)]
+    plan = plan_kernel(fn, layouts, [Layout.of(3, fn.outputs[0].type)])
+    texts, _ = emit_kernel(plan, "k", jit.host_target())
+    module, _ = jit.optimize(texts)
+    loop = str(module).split("vector.body:")[1].split("\n\n")[0]  # the vectorized loop's block
+    assert "@powf" not in loop and "@sinf" not in loop
+    assert "<8 x float>" in loop or "<16 x float>" in loop

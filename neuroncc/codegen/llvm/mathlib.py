@@ -220,13 +220,23 @@ LIBM: dict[str, str] = {
 }
 
 
+#: The C library's math functions read and write no memory we look at (errno aside, which nothing reads):
+#: declared so, a call on loop-invariant operands is hoisted out of the loop (AdamW's bias corrections,
+#: pow(beta, step) on 0-d tensors, ran once per element: 10M powf calls per optimizer step).
+LIBM_ATTRIBUTES = ("nounwind", "willreturn", "memory(none)")
+
+
 def math_call(b: ir.IRBuilder, name: str, *args: ir.Value, target: CpuTarget) -> ir.Value:
     """Call math function ``name`` on float32 arguments, defining it in the module on first use (a
     polynomial's body as ``target`` runs it best: a module's code is for one CPU)."""
     module = b.module
     if name in LIBM:
         symbol = LIBM[name]
-        fn = module.globals.get(symbol) or ir.Function(module, ir.FunctionType(F32, [F32] * len(args)), symbol)
+        fn = module.globals.get(symbol)
+        if fn is None:
+            fn = ir.Function(module, ir.FunctionType(F32, [F32] * len(args)), symbol)
+            for attribute in LIBM_ATTRIBUTES:  # raw strings: llvmlite's attribute set does not know memory(none)
+                set.add(fn.attributes, attribute)
         return b.call(fn, list(args))
     symbol = f"ncc.math.{name}"
     fn = module.globals.get(symbol)
