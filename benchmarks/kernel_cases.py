@@ -233,10 +233,15 @@ def _flat(result) -> list[torch.Tensor]:
 
 
 def check(case: Case, impls: dict[str, tuple], inputs: list[torch.Tensor]) -> None:
-    """Each implementation's first result against eager's (the stateful rows: after one step each)."""
+    """Each implementation's first result against eager's (the stateful rows: after one step each), at the
+    row's tolerance. Inductor computes bf16 chains in float32 and rounds once at the end, where eager (and
+    neuroncc, whose reference is eager's numerics) round after every op: its bf16 results are only checked
+    to be close (0.05 absolute)."""
     expected = _flat(case.eager(*inputs))
-    rtol, atol = case.tolerance
     for name, (call, current) in impls.items():
+        rtol, atol = case.tolerance
+        if name == "inductor" and any(t.dtype == torch.bfloat16 for t in expected):
+            atol = 0.05
         got = call()
         got = _flat(current() if current is not None else got)
         for g, e in zip(got, expected, strict=True):

@@ -7,7 +7,9 @@ The machine's limits are measured at run time with microkernels compiled for thi
   per second on L1-resident data, and the vector instructions per element of its loop;
 - memory: for each row, a stream kernel that reads and writes exactly the row's unavoidable bytes (inputs
   once, outputs once, at the user's dtype), timed *interleaved* with the implementations, so that it sees the
-  same cache state (L2/L3 residency of a working set that fits) and the same machine noise.
+  same cache state and the same machine noise; it reads the row's own largest input when that holds all the
+  reads (so an input that stays in L3 between the implementations' calls does for it too), with plain and
+  with non-temporal stores (the faster counts).
 
 A row's roofline time is max(memory time, compute time), compute time = sum over its polynomial functions
 of evaluations / throughput + other flops / FMA peak. The fraction is roofline time / neuroncc's time
@@ -115,7 +117,9 @@ def run_rows(machine: Machine, selected: list[Case], threads: int, repeats: int)
         inputs = case.make(rng)
         impls = implementations(case, inputs, threads)
         check(case, impls, inputs)
-        stream = mk.Stream(*machine.stream_kernels, case.work.reads, case.work.writes)
+        largest = max(inputs, key=lambda t: t.numel() * t.element_size())
+        source = (largest.data_ptr(), largest.numel() * largest.element_size())
+        stream = mk.Stream(*machine.stream_kernels, case.work.reads, case.work.writes, source)
         calls = {name: call for name, (call, _) in impls.items()}
         calls["memory (plain stores)"] = stream.runner("plain", threads)
         calls["memory (streaming stores)"] = stream.runner("streaming", threads)
