@@ -196,8 +196,13 @@ def _gelu(b: ir.IRBuilder, x: ir.Value, target: CpuTarget) -> ir.Value:
 
 
 def _gelu_tanh(b: ir.IRBuilder, x: ir.Value, target: CpuTarget) -> ir.Value:
-    inner = b.fmul(_c(math.sqrt(2.0 / math.pi)), b.fadd(x, b.fmul(_c(0.044715), b.fmul(x, b.fmul(x, x)))))
-    return b.fmul(b.fmul(x, _c(0.5)), b.fadd(_c(1.0), _tanh(b, inner, target)))
+    """0.5 x (1 + tanh(u)) = x sigmoid(2u) = x / (1 + e**-2u), u = sqrt(2/pi) (x + 0.044715 x**3): one exp and
+    one division instead of tanh's polynomial, exp and division (2.5x fewer instructions), and no
+    cancellation in 1 + tanh(u) for negative x. +-inf and NaN come out as eager's (-inf / inf is NaN)."""
+    scale = -2.0 * math.sqrt(2.0 / math.pi)
+    w = b.fmul(x, b.fadd(b.fmul(b.fmul(x, x), _c(scale * 0.044715), flags=FAST), _c(scale), flags=FAST))
+    e = _exp_in_range(b, _clamp_keeping_nan(b, w, -104.0, 88.8), target)
+    return b.fdiv(x, b.fadd(_c(1.0), e))  # a true division: 1 + e may be inf
 
 
 #: Polynomial functions by name: each body builder takes the builder, its float argument and the CPU target.
