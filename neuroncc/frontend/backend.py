@@ -40,6 +40,7 @@ from neuroncc.frontend.diagnostics import (
 from neuroncc.frontend.fallback import partition_and_compile
 from neuroncc.frontend.lower_attention import attention_tracing
 from neuroncc.frontend.options import BackendOptions
+from neuroncc.frontend.random_ops import regenerate_random_in_backward
 from neuroncc.frontend.saved_layouts import report_output_strides, saved_activations, take_input_layouts
 
 log = logging.getLogger("neuroncc.frontend")
@@ -65,7 +66,7 @@ def neuron_backend(gm: fx.GraphModule, example_inputs: Sequence[Any], *, options
         bw_compiler=compilers.backward,
         inference_compiler=compilers.inference,
         decompositions=decomposition_table(),
-        partition_fn=min_cut_rematerialization_partition,
+        partition_fn=_partition_fn(config),
         keep_inference_input_mutations=False,  # AOTAutograd writes mutated inputs (BatchNorm stats) back
     )
     # cpu/interp: attention stays ATen's flash kernel (one library op); nki-sim: the math SDPA backend.
@@ -109,6 +110,19 @@ class AtenCompilers:
 
             return make_boxed_func(partition_and_compile(gm, compile_partition, name).forward)
         return compile_aten_graph(gm, name, self.options, free_layouts)
+
+
+def _partition_fn(config: BackendOptions) -> Callable[..., Any]:
+    """AOTAutograd's min-cut partitioner; with ``random_masks="regenerate"``, after marking the generator ops
+    for recomputation (the backward regenerates dropout masks instead of reading saved ones)."""
+    if config.random_masks == "save":
+        return min_cut_rematerialization_partition
+
+    def partition(joint: fx.GraphModule, joint_inputs: Sequence[Any], **kwargs: Any) -> Any:
+        regenerate_random_in_backward(joint)
+        return min_cut_rematerialization_partition(joint, joint_inputs, **kwargs)
+
+    return partition
 
 
 def _graph_name() -> str:

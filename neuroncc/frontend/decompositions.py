@@ -16,6 +16,7 @@ from torch._decomp import _core_aten_decompositions_post_autograd, get_decomposi
 
 from neuroncc.frontend.coverage import coverage_decompositions
 from neuroncc.frontend.lower_library import library_decompositions
+from neuroncc.frontend.random_ops import random_decompositions
 
 aten = torch.ops.aten
 
@@ -56,6 +57,7 @@ def decomposition_table() -> dict[torch._ops.OperatorBase, Callable]:
     table.update(get_decompositions(list(EXTRA_DECOMPOSITIONS)))
     table.update(coverage_decompositions())  # ops added for OpInfo coverage (frontend/coverage.py)
     table.update(library_decompositions())  # pinv over svd/eigh (frontend/lower_library.py)
+    table.update(random_decompositions())  # random ops over the Philox generator (frontend/random_ops.py)
     for op in REMOVED_DECOMPOSITIONS:
         table.pop(op, None)
     return table

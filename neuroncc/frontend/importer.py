@@ -29,6 +29,7 @@ from neuroncc.frontend.lower_attention import ATTENTION_LOWERINGS
 from neuroncc.frontend.lower_elementwise import ELEMENTWISE_LOWERINGS
 from neuroncc.frontend.lower_library import LIBRARY_LOWERINGS
 from neuroncc.frontend.lower_movement import MOVEMENT_LOWERINGS
+from neuroncc.frontend.lower_random import RANDOM_LOWERINGS, GraphRandomness
 from neuroncc.frontend.lower_reductions import REDUCTION_LOWERINGS
 from neuroncc.frontend.lowering_context import LoweringBug, LoweringContext, ir_dtype, meta_value
 from neuroncc.ir import Builder, DenseAttr, Function, TensorType, Value
@@ -36,7 +37,7 @@ from neuroncc.ir import Builder, DenseAttr, Function, TensorType, Value
 #: aten op -> lowering. One entry per op; the tables live next to their lowerings.
 LOWERINGS: Mapping[Any, Callable[..., Any]] = {
     **ELEMENTWISE_LOWERINGS, **REDUCTION_LOWERINGS, **MOVEMENT_LOWERINGS, **COVERAGE_LOWERINGS,
-    **LIBRARY_LOWERINGS, **ATTENTION_LOWERINGS,
+    **LIBRARY_LOWERINGS, **ATTENTION_LOWERINGS, **RANDOM_LOWERINGS,
 }
 
 
@@ -71,13 +72,15 @@ class ImportedGraph:
 
     ``param_positions[i]`` is the graph input that IR parameter ``i`` reads (unused inputs are not passed);
     ``mutations`` lists ``(graph input, IR output)`` pairs for in-place updates of inputs (``copy_`` into a
-    placeholder), written back after the call as eager would.
+    placeholder), written back after the call as eager would. ``rng_key``: the function's last parameter is
+    the per-call random key (a graph with random ops; frontend/lower_random.py), which no graph input feeds.
     """
 
     function: Function
     param_positions: tuple[int, ...]
     outputs: tuple[GraphOutput, ...]
     mutations: tuple[tuple[int, int], ...] = ()
+    rng_key: bool = False
 
 
 def unsupported_nodes(gm: fx.GraphModule) -> list[fx.Node]:
@@ -98,6 +101,7 @@ class _Importer:
     def __init__(self, gm: fx.GraphModule, name: str):
         self.gm = gm
         self.ctx = LoweringContext(Builder(name))
+        self.ctx.randomness = GraphRandomness(self.ctx.builder)
         self.placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
         self.mutations: list[tuple[int, Value]] = []
 
@@ -122,8 +126,9 @@ class _Importer:
         builder = self.ctx.builder
         used = {v for op in builder.ops for v in op.operands} | set(ir_outputs)
         positions = tuple(p for p, value in enumerate(params) if value in used)  # unused inputs are not passed
-        builder.params = [params[p] for p in positions]
-        return ImportedGraph(builder.build(ir_outputs), positions, outputs, tuple(mutations))
+        key = self.ctx.randomness.key
+        builder.params = [params[p] for p in positions] + ([key] if key is not None else [])
+        return ImportedGraph(builder.build(ir_outputs), positions, outputs, tuple(mutations), key is not None)
 
     def _param(self, node: fx.Node) -> Value:
         meta = meta_value(node)

@@ -56,6 +56,7 @@ class LoweringContext:
     def __init__(self, builder: Builder):
         self.builder = builder
         self.env: dict[fx.Node, Any] = {}
+        self.randomness: Any = None  # the graph's GraphRandomness (frontend/lower_random.py), set by the importer
 
     # ---- types -----------------------------------------------------------------------------------------
 

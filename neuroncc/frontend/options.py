@@ -7,6 +7,8 @@ backend honours (``NEURONCC_DUMP``); everything below receives a :class:`Backend
               (default: neuroncc.runtime.driver.DEFAULT_TARGET)
     pipeline  a pass pipeline string overriding the target's default
     fallback  "none" (default: an unsupported op fails the compile) or "cpu" (run it on eager PyTorch)
+    random_masks  "save" (default: the forward saves dropout masks, 1 byte per element, for the backward) or
+              "regenerate" (the backward recomputes them from the saved 16-byte random state)
     dump_dir  write every compiled graph's IR there (default: $NEURONCC_DUMP)
 
 Other keys, and ``dump_dir`` when set (so the pass pipeline can dump its stages there too), are passed to
@@ -26,8 +28,9 @@ from neuroncc.runtime import driver
 from neuroncc.runtime.executable import TARGETS
 
 FALLBACK_MODES = ("none", "cpu")
+RANDOM_MASK_MODES = ("save", "regenerate")
 #: Options the front end consumes itself (target and pipeline reach compile_graph as its own arguments).
-FRONTEND_KEYS = frozenset({"target", "pipeline", "fallback"})
+FRONTEND_KEYS = frozenset({"target", "pipeline", "fallback", "random_masks"})
 DUMP_ENV_VAR = "NEURONCC_DUMP"
 
 
@@ -37,6 +40,7 @@ class BackendOptions:
     pipeline: str | None = None
     fallback: str = "none"
     dump_dir: str | None = None
+    random_masks: str = "save"
     #: the options for compile_graph: the user's, less FRONTEND_KEYS, plus dump_dir when set
     compile_options: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
 
@@ -50,6 +54,10 @@ class BackendOptions:
         fallback = given.get("fallback") or "none"
         if fallback not in FALLBACK_MODES:
             raise InputError(f"neuron backend: option fallback must be one of {FALLBACK_MODES}, got {fallback!r}")
+        random_masks = given.get("random_masks") or "save"
+        if random_masks not in RANDOM_MASK_MODES:
+            raise InputError(f"neuron backend: option random_masks must be one of {RANDOM_MASK_MODES}, "
+                             f"got {random_masks!r}")
         pipeline = given.get("pipeline")
         if pipeline is not None and not isinstance(pipeline, str):
             raise InputError(f"neuron backend: option pipeline must be a string, got {pipeline!r}")
@@ -57,4 +65,4 @@ class BackendOptions:
         compile_options = {k: v for k, v in given.items() if k not in FRONTEND_KEYS}
         if dump_dir is not None:
             dump_dir = compile_options["dump_dir"] = str(dump_dir)
-        return BackendOptions(target, pipeline, fallback, dump_dir, MappingProxyType(compile_options))
+        return BackendOptions(target, pipeline, fallback, dump_dir, random_masks, MappingProxyType(compile_options))
