@@ -191,11 +191,11 @@ def test_targets_draw_the_same_bits_for_the_same_seed():
 
     x = torch.randn(64, 130)
     results = []
-    for target in ("interp", "cpu"):
+    for target in ("interp", "cpu", "nki-sim"):
         torch._dynamo.reset()
         torch.manual_seed(2024)
         results.append(_compile(fn, target=target)(x))
-    assert torch.equal(results[0], results[1])
+    assert torch.equal(results[0], results[1]) and torch.equal(results[0], results[2])
 
 
 def test_sdpa_dropout_compiles_and_is_unbiased():

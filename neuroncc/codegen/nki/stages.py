@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from neuroncc.codegen.nki import philox_keys
 from neuroncc.codegen.nki.access import HbmSide, Index, transfer
 from neuroncc.codegen.nki.body import PMAX, Body, KernelContext, StageLayout, ceil_div, prod
 from neuroncc.codegen.nki.instructions import Instr, optimize, render
@@ -23,7 +24,7 @@ from neuroncc.codegen.nki.op_rules import emit_op
 from neuroncc.codegen.nki.plan import REDUCTIONS, Stage, stage_maps
 from neuroncc.codegen.nki.shapes import AffineMap, map_through_window, operand_grouping, view_window
 from neuroncc.codegen.nki.source import SourceWriter, nki_dtype
-from neuroncc.ir import Value
+from neuroncc.ir import REGISTRY, Category, Value
 from neuroncc.ir.types import contiguous_strides
 
 #: Fraction of SBUF one iteration's tiles may use (the rest lets the next iteration's loads run ahead).
@@ -119,7 +120,8 @@ def tile_layout(ctx: KernelContext, stage: Stage) -> tuple[StageLayout, list[Loo
         bounds[p] = min(PMAX, domain[p])
     if across is not None and inner is not None:
         bounds[inner] = min(bounds[inner], PSUM_FREE)  # each block's sum fills one PSUM bank at most
-    tiles = len(stage.ops) + sum(len(op.operands) for op in stage.ops)
+    tiles = len(stage.ops) + sum(len(op.operands) for op in stage.ops) + \
+        philox_keys.LIVE_TILES * sum(1 for op in stage.ops if REGISTRY.get(op.name).category is Category.RANDOM)
     budget = int(ctx.sbuf_partition_bytes * SBUF_SHARE)
 
     def footprint() -> int:
@@ -194,8 +196,8 @@ def hoist(instrs: list[Instr]) -> tuple[list[Instr], list[Instr]]:
             if instr.kind == "dma":
                 source = instr.args.get("src")
                 ok = bool(instr.args.get("loop_free")) and (source is None or source.tile in hoisted)
-            else:
-                ok = all(ref.tile in hoisted for ref in instr.reads())
+            else:  # an iota whose offset names loop variables says so with loop_free=False
+                ok = all(ref.tile in hoisted for ref in instr.reads()) and instr.args.get("loop_free", True)
             if instr.dst is not None and instr.dst.tile in pinned:
                 ok = False
             flags.append(ok)

@@ -18,8 +18,8 @@ from neuroncc.runtime.nki.dtypes import (
 from neuroncc.runtime.nki.errors import NKISimulationError
 from neuroncc.runtime.nki.language_math import (
     abs, add, bitwise_and, bitwise_or, bitwise_xor, broadcast_to, cos, divide, equal, exp, gelu, gelu_apprx_tanh,
-    greater, greater_equal, less, less_equal, log, matmul, max, maximum, mean, min, minimum, multiply, negative,
-    nki_op, not_equal, power, reciprocal, relu, rsqrt, sigmoid, silu, sin, sqrt, square, subtract, sum, tanh,
+    greater, greater_equal, left_shift, less, less_equal, log, matmul, max, maximum, mean, min, minimum, multiply,
+    negative, nki_op, not_equal, right_shift, power, reciprocal, relu, rsqrt, sigmoid, silu, sin, sqrt, square, subtract, sum, tanh,
     transpose,
 )
 from neuroncc.runtime.nki.tensor import Buffer, DynSlice, Tensor, ds
@@ -177,10 +177,10 @@ __all__ = [
     "ALL_DTYPES", "DType", "DynSlice", "NkiTensor", "Tensor", "abs", "add", "affine_range", "bfloat16",
     "bitwise_and", "bitwise_or", "bitwise_xor", "bool_",
     "broadcast_to", "copy", "cos", "divide", "ds", "empty_like", "equal", "exp", "float16", "float32", "fp32",
-    "full", "gelu", "gelu_apprx_tanh", "greater", "greater_equal", "hbm", "int8", "int16", "int32", "less",
-    "less_equal", "load", "log", "matmul", "max", "maximum", "mean", "min", "minimum", "multiply", "ndarray",
+    "full", "gelu", "gelu_apprx_tanh", "greater", "greater_equal", "hbm", "int8", "int16", "int32", "left_shift",
+    "less", "less_equal", "load", "log", "matmul", "max", "maximum", "mean", "min", "minimum", "multiply", "ndarray",
     "negative", "not_equal", "num_programs", "ones", "power", "private_hbm", "program_id", "program_ndim", "psum",
-    "reciprocal", "relu", "rsqrt", "sbuf", "sequential_range", "shared_hbm", "sigmoid", "silu", "sin", "sqrt",
+    "reciprocal", "relu", "right_shift", "rsqrt", "sbuf", "sequential_range", "shared_hbm", "sigmoid", "silu", "sin", "sqrt",
     "square", "static_range", "store", "subtract", "sum", "tanh", "tile_size", "transpose", "uint8", "uint16",
     "uint32", "zeros", "zeros_like",
 ]
