@@ -1,13 +1,15 @@
-"""The package's layering, checked on the source with ``ast``.
+"""The package's layering, checked on the source with ``ast`` (docs/architecture.md draws it).
 
-    neuroncc/ir -> passes -> codegen -> runtime -> frontend -> cli
+    errors, hardware -> ir, nki -> passes -> codegen -> executors -> driver -> frontend -> device
+        -> distributed -> cli
 
-Each layer imports only itself and the layers before it (any import statement, also inside functions).
+A module imports only its own package and packages of a lower rank (any import statement, also inside
+functions); packages of one rank do not import each other (``ir`` and the simulator ``nki`` are independent).
 ``neuroncc/errors.py`` imports nothing from neuroncc and may be imported by every layer; ``neuroncc/testing``
 (test helpers) may import errors, ir and passes at import time (anything inside functions), and no library
-module imports it. Nothing below the front end
-imports torch at module level: the only torch imports allowed there are lazy ones inside functions (the extern
-kernels the launcher calls). A subprocess confirms that importing the core does not load torch.
+module imports it. Nothing below the front end imports torch at module level: the only torch imports allowed
+there are lazy ones inside functions (the extern kernels the launcher calls). A subprocess confirms that
+importing the core does not load torch.
 """
 
 from __future__ import annotations
@@ -23,16 +25,20 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "neuroncc"
 
-#: Layer rank by the module's first component below ``neuroncc``; a module may import ranks <= its own.
-#: ``nki`` is the NKI API (``import neuroncc.nki as nki``): a re-export of the runtime's simulator, in the
-#: runtime's layer (the simulator's own kernels are written against it).
-LAYERS = {"ir": 0, "passes": 1, "codegen": 2, "runtime": 3, "nki": 3, "frontend": 4, "examples": 4, "cli": 5}
+#: Layer rank by the module's first component below ``neuroncc``: a module may import its own component and
+#: components of a lower rank, never one of the same rank (``ir`` and ``nki`` are independent of each other).
+LAYERS = {
+    "hardware": 0,  # hardware descriptions: NeuronCore generations and the host CPU (a leaf)
+    "ir": 1, "nki": 1,  # the IR; the NKI simulator and cost model (``import neuroncc.nki as nki``)
+    "passes": 2, "codegen": 3, "executors": 4, "driver": 5,
+    "frontend": 6, "examples": 7, "device": 7, "distributed": 8, "cli": 9,
+}
 #: Importable from everywhere, and importing nothing from neuroncc.
 BASE = {"errors"}
 #: Test helpers: may import these, and are imported by no library module.
 TESTING_MAY_IMPORT = {"errors", "ir", "passes"}
 #: The layers that must not import torch at module level.
-TORCH_FREE = {"errors", "ir", "passes", "codegen", "runtime"}
+TORCH_FREE = {"errors", "hardware", "ir", "nki", "passes", "codegen", "executors", "driver"}
 
 
 @dataclass(frozen=True)
@@ -124,6 +130,8 @@ def _violations(path: Path) -> list[str]:
                 problems.append(f"{where}: the package root imports only errors at import time")
         elif target in LAYERS and here in LAYERS and LAYERS[target] > LAYERS[here]:
             problems.append(f"{where}: layer '{here}' must not import the later layer '{target}'")
+        elif target in LAYERS and here in LAYERS and LAYERS[target] == LAYERS[here]:
+            problems.append(f"{where}: layer '{here}' must not import '{target}' (same rank: independent)")
     return problems
 
 
@@ -150,14 +158,15 @@ def _check_source(tmp_path: Path, relative: str, source: str) -> list[str]:
 
 @pytest.mark.parametrize("relative, source, fragment", [
     ("ir/bad.py", "from neuroncc.passes import x\n", "layer 'ir' must not import the later layer 'passes'"),
-    ("ir/bad.py", "def f():\n    import neuroncc.runtime.launcher\n", "later layer 'runtime'"),
+    ("ir/bad.py", "def f():\n    import neuroncc.executors.cpu.launcher\n", "later layer 'executors'"),
     ("ir/ops/bad.py", "from ...passes import x\n", "later layer 'passes'"),
     ("ir/bad.py", "from neuroncc import frontend\n", "later layer 'frontend'"),
-    ("runtime/bad.py", "import torch\n", "at module level"),
+    ("executors/bad.py", "import torch\n", "at module level"),
     ("passes/bad.py", "from torch.fx import GraphModule\n", "at module level"),
     ("errors.py", "from neuroncc.ir import Function\n", "errors.py must not import"),
     ("passes/bad.py", "from neuroncc.testing import helpers\n", "must not import the test helpers"),
-    ("testing/bad.py", "from neuroncc.runtime import driver\n", "may import only"),
+    ("testing/bad.py", "from neuroncc.driver import compile_graph\n", "may import only"),
+    ("nki/bad.py", "from neuroncc.ir import Function\n", "same rank"),
     ("nki/bad.py", "from neuroncc.frontend import backend\n", "layer 'nki' must not import the later layer"),
     ("__init__.py", "from neuroncc.frontend import backend\n", "package root imports only errors"),
 ])
@@ -167,9 +176,9 @@ def test_the_checker_catches(tmp_path, relative, source, fragment):
 
 
 @pytest.mark.parametrize("relative, source", [
-    ("runtime/ok.py", "def matmul(a, b):\n    import torch\n    return torch.mm(a, b)\n"),
-    ("runtime/ok.py", "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import torch\n"),
-    ("frontend/ok.py", "import torch\nfrom neuroncc.runtime import driver\n"),
+    ("executors/ok.py", "def matmul(a, b):\n    import torch\n    return torch.mm(a, b)\n"),
+    ("executors/ok.py", "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import torch\n"),
+    ("frontend/ok.py", "import torch\nfrom neuroncc.driver import compile_graph\n"),
     ("cli/ok.py", "from neuroncc.frontend import backend\nfrom ..ir import parse\n"),
     ("passes/ok.py", "from neuroncc.errors import PassError\nfrom neuroncc.ir import Function\n"),
     ("__init__.py", "from neuroncc.errors import NeuronccError\ndef f():\n    import neuroncc.frontend.stats\n"),

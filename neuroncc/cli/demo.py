@@ -55,7 +55,7 @@ def _demo(args: argparse.Namespace, directory: Path, keep: bool) -> int:
 
     from neuroncc.examples.classifier import ClassifierConfig, export_example
     from neuroncc.frontend.exported import load_program, trace_training
-    from neuroncc.runtime.cache import CacheStats, CompileCache
+    from neuroncc.driver.cache import CacheStats, CompileCache
 
     started = time.perf_counter()
     progress = Progress(enabled=not args.quiet, transient=True)
@@ -181,11 +181,11 @@ NKI_SLOWEST_SHOWN = 3
 
 def _nki_functions(args: argparse.Namespace, program, compiled) -> list:
     """(kind, IR) of the graphs nki-sim compiles: the cpu target keeps attention as one library op (a host
-    step on NKI), nki-sim traces it as matmuls and softmax (see frontend/lower_attention.py)."""
+    step on NKI), nki-sim traces it as matmuls and softmax (see frontend/lowering/attention.py)."""
     if args.target == "nki-sim":
         return [(c.kind, c.function) for c in compiled]
     from neuroncc.frontend.exported import trace_training
-    from neuroncc.runtime.executable import InterpreterExecutable
+    from neuroncc.executors.executable import InterpreterExecutable
 
     graphs = trace_training(program, "classifier", lambda kind, graph: InterpreterExecutable(graph.function),
                             "nki-sim")
@@ -195,8 +195,8 @@ def _nki_functions(args: argparse.Namespace, program, compiled) -> list:
 def _nki_costs(fn):
     """The cost table of ``fn`` emitted for NKI on trn2, or the one-line reason the emitter refused it."""
     from neuroncc.errors import UnsupportedOpError
-    from neuroncc.runtime.nki_costs import estimate_costs
-    from neuroncc.runtime.nki_target import nki_program
+    from neuroncc.executors.nki_sim.costs import estimate_costs
+    from neuroncc.executors.nki_sim.executable import nki_program
 
     try:
         return estimate_costs(nki_program(fn, NKI_DEMO_TARGET), NKI_DEMO_TARGET)
@@ -254,8 +254,8 @@ def _row(label: str, text: str, seconds: float | None = None) -> None:
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    from neuroncc.runtime.driver import DEFAULT_TARGET
-    from neuroncc.runtime.executable import TARGETS
+    from neuroncc.driver.compile import DEFAULT_TARGET
+    from neuroncc.executors.executable import TARGETS
 
     parser = subparsers.add_parser(
         "demo", help="export, compile, train and inspect the bundled example model (start here)",

@@ -15,9 +15,9 @@ import torch
 
 from neuroncc.frontend.convert import ParameterViews, TensorSpec, numpy_layout, to_torch, wrap_result
 from neuroncc.frontend.importer import ComputedOutput, ImportedGraph, InputOutput
-from neuroncc.frontend.random_ops import draw_key
+from neuroncc.frontend.lowering.random_ops import draw_key
 from neuroncc.ir.ops.library_linalg import LinalgInputError
-from neuroncc.runtime.executable import Executable
+from neuroncc.executors.executable import Executable
 
 
 class CompiledGraph:

@@ -23,15 +23,15 @@ from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from neuroncc.errors import TypeInferenceError, UnsupportedOpError
 from neuroncc.frontend.convert import TensorSpec, to_numpy
-from neuroncc.frontend.coverage import COVERAGE_LOWERINGS
+from neuroncc.frontend.lowering.coverage import COVERAGE_LOWERINGS
 from neuroncc.frontend.diagnostics import op_name, unsupported_op
-from neuroncc.frontend.lower_attention import ATTENTION_LOWERINGS
-from neuroncc.frontend.lower_elementwise import ELEMENTWISE_LOWERINGS
-from neuroncc.frontend.lower_library import LIBRARY_LOWERINGS
-from neuroncc.frontend.lower_movement import MOVEMENT_LOWERINGS
-from neuroncc.frontend.lower_random import RANDOM_LOWERINGS, GraphRandomness
-from neuroncc.frontend.lower_reductions import REDUCTION_LOWERINGS
-from neuroncc.frontend.lowering_context import LoweringBug, LoweringContext, ir_dtype, meta_value
+from neuroncc.frontend.lowering.attention import ATTENTION_LOWERINGS
+from neuroncc.frontend.lowering.context import LoweringBug, LoweringContext, ir_dtype, meta_value
+from neuroncc.frontend.lowering.elementwise import ELEMENTWISE_LOWERINGS
+from neuroncc.frontend.lowering.library import LIBRARY_LOWERINGS
+from neuroncc.frontend.lowering.movement import MOVEMENT_LOWERINGS
+from neuroncc.frontend.lowering.random import RANDOM_LOWERINGS, GraphRandomness
+from neuroncc.frontend.lowering.reductions import REDUCTION_LOWERINGS
 from neuroncc.ir import Builder, DenseAttr, Function, TensorType, Value
 
 #: aten op -> lowering. One entry per op; the tables live next to their lowerings.
@@ -73,7 +73,7 @@ class ImportedGraph:
     ``param_positions[i]`` is the graph input that IR parameter ``i`` reads (unused inputs are not passed);
     ``mutations`` lists ``(graph input, IR output)`` pairs for in-place updates of inputs (``copy_`` into a
     placeholder), written back after the call as eager would. ``rng_key``: the function's last parameter is
-    the per-call random key (a graph with random ops; frontend/lower_random.py), which no graph input feeds.
+    the per-call random key (a graph with random ops; frontend/lowering/random.py), which no graph input feeds.
     """
 
     function: Function

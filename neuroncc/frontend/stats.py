@@ -2,8 +2,8 @@
 
 The counters are process-wide (one torch.compile session is one process). The front end increments them as it
 compiles. Lower layers cannot import the front end, so they keep their own counters and these functions read
-them: the compile cache's process-wide ``neuroncc.runtime.cache.CACHE_STATS`` (hits and misses), and the
-``stats`` mapping of each :class:`~neuroncc.runtime.executable.Executable` (for example
+them: the compile cache's process-wide ``neuroncc.driver.cache.CACHE_STATS`` (hits and misses), and the
+``stats`` mapping of each :class:`~neuroncc.executors.executable.Executable` (for example
 ``{"kernels": 3, "native_kernels": 3}`` from a code generator), which :func:`record_executable` adds in.
 """
 
@@ -37,7 +37,7 @@ _fallback_ops: Counter[str] = Counter()
 
 def stats() -> dict[str, int]:
     """A snapshot of every counter (see :data:`COUNTERS`; runtime components may report extra ones)."""
-    from neuroncc.runtime.cache import CACHE_STATS  # imported here: `import neuroncc` stays cheap
+    from neuroncc.driver.cache import CACHE_STATS  # imported here: `import neuroncc` stays cheap
 
     cache = CACHE_STATS.snapshot()
     with _lock:
@@ -49,7 +49,7 @@ def stats() -> dict[str, int]:
 
 def reset_stats() -> None:
     """Zero every counter (the compile cache's too) and forget the recorded fallback ops."""
-    from neuroncc.runtime.cache import CACHE_STATS
+    from neuroncc.driver.cache import CACHE_STATS
 
     CACHE_STATS.reset()
     with _lock:

@@ -17,8 +17,8 @@ from pathlib import Path
 from neuroncc.testing.fuzz import FuzzConfig, FuzzStats, check_program, generate_program
 
 #: Where each target's implementation lives; a target whose module is missing has not landed yet.
-TARGET_MODULES = {"interp": "neuroncc.runtime.executable", "cpu": "neuroncc.runtime.launcher",
-                  "nki-sim": "neuroncc.runtime.nki_target"}
+TARGET_MODULES = {"interp": "neuroncc.executors.executable", "cpu": "neuroncc.executors.cpu.launcher",
+                  "nki-sim": "neuroncc.executors.nki_sim.executable"}
 
 
 def available_targets(requested: Sequence[str] | None = None) -> tuple[list[str], dict[str, str]]:

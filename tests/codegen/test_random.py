@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from neuroncc.ir import Builder, DType, TensorType, interpret
-from neuroncc.runtime.launcher import build_cpu_executable
+from neuroncc.executors.cpu.launcher import build_cpu_executable
 
 I64 = TensorType((), DType.i64)
 SEEDS = [(0, 0), (-123456789012345, 2**63 - 7), (2**62 + 12345, -3)]

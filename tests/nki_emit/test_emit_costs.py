@@ -11,7 +11,7 @@ import pytest
 
 from emit_helpers import BF16, F32, compile_nki, graph
 from neuroncc.ir.dtypes import DType
-from neuroncc.runtime.nki_costs import estimate_costs
+from neuroncc.executors.nki_sim.costs import estimate_costs
 from neuroncc.testing.models import layer_norm_graph, softmax_graph
 
 

@@ -5,7 +5,7 @@
     jit.compile_ir([texts]) -> JitModule (object code, symbol addresses) (jit.py: O3, host CPU, MCJIT)
 
 Per-op lowerings are tables: ``elementwise.ELEMENTWISE``, ``access.ACCESS`` (movement, indexing, creation)
-and ``reductions.COMBINERS``. The launcher (``neuroncc.runtime.launcher``) decides layouts and buffers, and
+and ``reductions.COMBINERS``. The launcher (``neuroncc.executors.cpu.launcher``) decides layouts and buffers, and
 runs the phases across threads.
 """
 

@@ -22,7 +22,7 @@ offset range, and a fresh seed per call drawn from PyTorch's generator (docs/tor
   PyTorch's CPU ``uniform_`` draws ``d`` bits per value.
 
 Distributions (normal by Box-Muller, bernoulli, randint, randperm, dropout) are compositions of these with
-ordinary IR ops, built by the front end (``neuroncc/frontend/lower_random.py``).
+ordinary IR ops, built by the front end (``neuroncc/frontend/lowering/random.py``).
 """
 
 from __future__ import annotations
