@@ -105,3 +105,40 @@ def check_discrete_uniform(values: np.ndarray, low: int, high: int, what: str) -
 
 def first_failure(*results: str | None) -> str | None:
     return next((r for r in results if r is not None), None)
+
+
+def ks_two_sample(a: np.ndarray, b: np.ndarray) -> float:
+    """sup |F_a - F_b| of two samples (ties allowed: the statistic is then conservative)."""
+    x = np.sort(np.asarray(a, dtype=np.float64).reshape(-1))
+    y = np.sort(np.asarray(b, dtype=np.float64).reshape(-1))
+    values = np.concatenate([x, y])
+    fx = np.searchsorted(x, values, side="right") / x.size
+    fy = np.searchsorted(y, values, side="right") / y.size
+    return float(np.max(np.abs(fx - fy)))
+
+
+def check_same_distribution(a: np.ndarray, b: np.ndarray, what: str, alpha: float = ALPHA,
+                            independent: tuple[int, int] | None = None) -> str | None:
+    """Two-sample Kolmogorov-Smirnov: None unless ``a`` and ``b`` differ in distribution at level ``alpha``
+    (NaNs must occur equally often; they are left out of the test).
+
+    ``independent``: how many independent draws each sample holds when its values are not all independent
+    (the pooled results of ``k`` calls of a random op: values of one call may share one random decision, as
+    a feature-map dropout's do). The critical value is then the one for ``k`` draws: the empirical CDF is an
+    average of ``k`` independent per-call fractions, each varying no more than one draw's indicator does."""
+    a, b = np.asarray(a, dtype=np.float64).reshape(-1), np.asarray(b, dtype=np.float64).reshape(-1)
+    if a.size == 0 or b.size == 0:
+        return None
+    nan_a, nan_b = int(np.isnan(a).sum()), int(np.isnan(b).sum())
+    if (nan_a == 0) != (nan_b == 0):
+        return f"{what}: {nan_a} NaN of {a.size} draws, eager {nan_b} of {b.size}"
+    a, b = a[~np.isnan(a)], b[~np.isnan(b)]
+    if a.size == 0 or b.size == 0:
+        return None
+    d = ks_two_sample(a, b)
+    n, m = independent or (a.size, b.size)
+    critical = math.sqrt(-math.log(alpha / 2) / 2) * math.sqrt((n + m) / (n * m))
+    if d <= critical:
+        return None
+    return (f"{what}: distribution differs from eager's (two-sample Kolmogorov-Smirnov D = {d:.3g} > {critical:.3g}, "
+            f"{a.size} and {b.size} draws{f' from {n} and {m} calls' if independent else ''})")
