@@ -73,3 +73,21 @@ def test_the_cost_model_sees_a_gpsimd_bound_kernel():
     host, kernel = compile_nki(fn).cost_report().to_dict()["steps"]
     assert host["kind"] == "host" and kernel["bound"] == "GpSimdE"
     assert 300 < kernel["instructions"] < 600  # ten rounds of ~40 limb instructions, for one 128-row tile
+
+
+def test_a_per_row_draw_broadcast_and_a_reduction_of_draws(rng):
+    b = Builder("rows")
+    key = b.param(I64, "rng_key")
+    x = b.param(TensorType((130, 48), DType.f32), "x")
+    zero = b.op("full", shape=(), dtype=DType.i64, value=0)
+    rows = b.op("philox_uniform", key, zero, shape=(130, 1), dtype=DType.f32)  # broadcast over the columns
+    scaled = b.op("mul", x, rows)
+    draws = b.op("philox_uniform", key, b.op("full", shape=(), dtype=DType.i64, value=1 << 40), shape=(130, 48),
+                 dtype=DType.f32, word=1)
+    total = b.op("sum", b.op("mul", draws, b.op("full", shape=(), dtype=DType.f32, value=4096.0)), dims=(1,))
+    fn = b.build([scaled, total])
+    exe = compile_nki(fn)
+    inputs = [np.int64(12345), rng.standard_normal((130, 48)).astype(np.float32)]
+    got, want = exe(*inputs), interpret(fn, inputs)
+    assert np.array_equal(got[0], want[0])
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-6)  # integers below 2^24 summed: float32 order aside
