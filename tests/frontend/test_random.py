@@ -228,3 +228,32 @@ def test_a_random_op_with_an_explicit_generator_is_refused_or_runs_eagerly():
     compiled = torch.compile(fn, backend="neuron", dynamic=False)
     out = compiled(torch.zeros(4))  # TorchDynamo does not put generator objects in graphs: it breaks there
     assert out.shape == (4,) and bool(((out >= 0) & (out < 1)).all())
+
+
+def test_multinomial_with_and_without_replacement_follow_the_weights():
+    weights = torch.tensor([[0.1, 0.0, 0.6, 0.3], [1.0, 1.0, 1.0, 1.0]])
+    draws = _compile(lambda w: torch.multinomial(w.expand(4096, 2, 4).reshape(8192, 4), 400, replacement=True))(weights)
+    first = draws.view(4096, 2, 400)[:, 0].reshape(-1).numpy()
+    counts = np.bincount(first, minlength=4)
+    assert counts[1] == 0  # a zero weight is never drawn
+    for index, p in ((0, 0.1), (2, 0.6), (3, 0.3)):
+        _ok(check_fraction(int(counts[index]), first.size, p, f"multinomial with replacement, index {index}"))
+    _ok(check_discrete_uniform(draws.view(4096, 2, 400)[:, 1].reshape(-1).numpy(), 0, 4, "uniform weights"))
+    # without replacement: the first pick follows the weights, the picks of a row are distinct
+    picks = _compile(lambda w: torch.multinomial(w.expand(20000, 2, 4).reshape(40000, 4), 3))(weights)
+    picks = picks.view(20000, 2, 3)
+    assert all(len(set(row)) == 3 for row in picks[:200, 1].tolist()) and not bool((picks[:, 0] == 1).any())
+    first_pick = np.bincount(picks[:, 0, 0].numpy(), minlength=4)
+    for index, p in ((0, 0.1), (2, 0.6), (3, 0.3)):
+        _ok(check_fraction(int(first_pick[index]), 20000, p, f"first pick without replacement, index {index}"))
+    # the second pick: P(2nd = 3) = P(1st = 2) * 0.3 / 0.4 + P(1st = 0) * 0.3 / 0.9 = 0.45 + 0.0333
+    _ok(check_fraction(int((picks[:, 0, 1] == 3).sum()), 20000, 0.45 + 0.1 / 3, "second pick"))
+
+
+def test_rrelu_in_training_draws_slopes_and_its_gradient_is_the_slope():
+    x = (-torch.rand(N) - 0.01).requires_grad_()
+    y = _compile(lambda x: F.rrelu(x, lower=0.1, upper=0.3, training=True))(x)
+    slopes = (y / x).detach().double().numpy()
+    _ok(check_ks(slopes, uniform_cdf(0.1, 0.3), "rrelu slopes", resolution=1e-6))
+    y.backward(torch.ones_like(y))
+    torch.testing.assert_close(x.grad, (y / x).detach())

@@ -2,7 +2,7 @@
 
 AOTAutograd traces with the decompositions below, which rewrite every random aten op (``native_dropout``,
 ``rand``, ``randn``, ``*_like``, ``bernoulli``, ``randint``, ``normal``, ``uniform``, ``exponential``, ``cauchy``,
-``log_normal``, ``geometric``, ``random_``, ``randperm``) into three ops of the ``neuroncc`` torch library:
+``log_normal``, ``geometric``, ``random_``, ``randperm``, ``multinomial``, training ``rrelu``) into three ops of the ``neuroncc`` torch library:
 
     state = neuroncc.philox_seed(stream)                 int64 [2]: (seed, offset) of one random op
     u     = neuroncc.philox_uniform(state, size, dtype, word)   Philox 4x32-10 uniforms, as the IR op
@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch._decomp import get_decompositions
 from torch._functorch.partitioners import CheckpointPolicy
 
 from neuroncc.ir import REGISTRY, DType
@@ -299,6 +300,36 @@ def _randperm(n, *, generator=None, dtype=None, layout=None, device=None, pin_me
     return torch.sort(keys, stable=True)[1].to(torch.int64 if dtype is None else dtype)
 
 
+def _rrelu_with_noise_functional(self, noise, lower=0.125, upper=1.0 / 3.0, training=False, generator=None):
+    """rrelu: a random slope in [lower, upper) for each element <= 0 in training (its noise, 1 elsewhere, is
+    what the backward multiplies by); the mean slope in eval."""
+    if generator is not None:
+        return NotImplemented
+    if not training:
+        return torch.where(self >= 0, self, self * ((lower + upper) / 2)), noise
+    slopes = (_uniform(self.shape) * (upper - lower) + lower).to(self.dtype)
+    noise_out = torch.where(self <= 0, slopes, torch.ones_like(slopes))
+    return self * noise_out, noise_out
+
+
+def _multinomial(self, num_samples, replacement=False, *, generator=None):
+    """Indices drawn in proportion to each row's weights. With replacement: the inverse CDF of a uniform per
+    sample (a search in the normalized cumulative weights). Without: the ``num_samples`` smallest exponential
+    clocks ``-ln(u) / w`` (a zero weight's clock is infinite), which picks in the order sequential draws do."""
+    if generator is not None:
+        return NotImplemented
+    weights = self.to(torch.float32)
+    rows = weights.shape[:-1]
+    if replacement:
+        cdf = torch.cumsum(weights, -1)
+        cdf = cdf / cdf[..., -1:]
+        u = _uniform((*rows, int(num_samples)))
+        picked = torch.searchsorted(cdf.contiguous(), u.contiguous(), right=True)
+        return torch.clamp(picked, max=weights.shape[-1] - 1)
+    clocks = -torch.log1p(-_uniform(weights.shape)) / weights
+    return torch.topk(clocks, int(num_samples), dim=-1, largest=False, sorted=True)[1]
+
+
 def random_decompositions() -> dict[Any, Callable[..., Any]]:
     """aten random op -> its rewrite over the generator (added to the front end's decomposition table)."""
     table: dict[Any, Callable[..., Any]] = {
@@ -329,7 +360,10 @@ def random_decompositions() -> dict[Any, Callable[..., Any]]:
         aten.log_normal.default: _log_normal,
         aten.geometric.default: _geometric,
         aten.randperm.default: _randperm,
+        aten.rrelu_with_noise_functional.default: _rrelu_with_noise_functional,
+        aten.multinomial.default: _multinomial,
     }
+    table.update(get_decompositions([aten.rrelu_with_noise_backward]))  # grad * noise in training
     return table
 
 
