@@ -14,6 +14,7 @@ and backward (gradients of the sum of the float outputs). A mismatch or crash is
 
 from __future__ import annotations
 
+import inspect
 import math
 import random
 import re
@@ -452,8 +453,6 @@ def check_regression(program: Callable[..., Any], inputs: Sequence[Spec], *, dat
     A clean refusal (UnsupportedOpError) also passes: the contract is "never wrong, refused clearly otherwise".
     ``draws``: how many random statements the program has; eager then replays the compiled run's draws.
     """
-    import inspect
-
     source = inspect.getsource(program)
     fn = function_from_source(source, program.__name__)
     tensors = make_inputs(list(inputs), data_seed, specials)

@@ -47,8 +47,12 @@ from neuroncc.executors.cpu.buffers import strided_view as _view
 from neuroncc.codegen.llvm.extern_layouts import ONEDNN_MIN_MACS
 from neuroncc.executors.cpu.extern import run_extern
 from neuroncc.executors.cpu.extern_library import LIBRARY_CALLS, run_library
-from neuroncc.codegen.llvm.program import LaunchPlan, StepSpec, ValueSpec, function_hash, plan_launch
+from neuroncc.codegen.llvm.program import (
+    BufferKind, CpuLaunchPlan, SlotKind, StepKind, StepSpec, ValueSpec, function_hash, plan_launch,
+)
 from neuroncc.executors.cpu.threads import default_threads, get_pool, get_team
+from neuroncc.ir.interpreter import run_op
+from neuroncc.ir.dtypes import to_storage
 
 PHASE_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
 #: kernels.a: the object files of the kernel phases in one ar archive (executors/cpu/ar_archive.py)
@@ -72,7 +76,7 @@ def _output_shaping(spec: ValueSpec) -> ValueSpec | tuple[int, ...]:
 class CpuExecutable:
     """The ``cpu`` target's executable: ``exe(*arrays) -> list of arrays``; see the module docstring."""
 
-    def __init__(self, function: Function, plan: LaunchPlan, module: jit.JitModule | None, threads: int,
+    def __init__(self, function: Function, plan: CpuLaunchPlan, module: jit.JitModule | None, threads: int,
                  compile_seconds: float = 0.0, threading_mode: str = "openmp"):
         self.function = function  # the top-level form actually run (kernels wrapped)
         self.plan = plan
@@ -88,10 +92,10 @@ class CpuExecutable:
         self._constants: dict[tuple[int, int], np.ndarray] = {}
         for number, buffer in enumerate(plan.buffers):
             dtype = _storage_dtype(buffer.dtype)
-            if buffer.kind == "arena":
+            if buffer.kind == BufferKind.ARENA:
                 self._static_flats[number] = self._arena[buffer.index:buffer.index + buffer.extent * dtype.itemsize] \
                     .view(dtype)
-            elif buffer.kind == "constant":
+            elif buffer.kind == BufferKind.CONSTANT:
                 array = np.array(function.ops[buffer.index].attrs["value"].array, copy=True, order="C")
                 self._static_flats[number] = array.reshape(-1)
         self._static_views: dict[int, np.ndarray] = {}  # value id -> its view over an arena/constant buffer
@@ -104,11 +108,11 @@ class CpuExecutable:
                          tuple(st * p.type.dtype.numpy.itemsize for st in p.type.layout_strides),
                          p.type.layout_strides == contiguous_strides(p.type.shape)) for p in function.params]
         self._call_buffers = [(n, b, _storage_dtype(b.dtype), _output_shaping(plan.values[plan.outputs[b.index]])
-                               if b.kind == "output" else None)
-                              for n, b in enumerate(plan.buffers) if b.kind in ("input", "output") and not b.supplied]
+                               if b.kind == BufferKind.OUTPUT else None)
+                              for n, b in enumerate(plan.buffers) if b.kind in (BufferKind.INPUT, BufferKind.OUTPUT) and not b.supplied]
         # (output position, buffer number, shaping) of the outputs whose storage a step supplies (adopt.py)
         self._supplied_outputs = [(b.index, n, _output_shaping(plan.values[plan.outputs[b.index]]))
-                                  for n, b in enumerate(plan.buffers) if b.kind == "output" and b.supplied]
+                                  for n, b in enumerate(plan.buffers) if b.kind == BufferKind.OUTPUT and b.supplied]
         # output position -> None (a C-order copy) or (extent, shape, strides) of the strided type it returns
         self._copy_layouts = copy_layouts(function)
         self.output_strides = returned_strides(plan, self._copy_layouts)
@@ -123,14 +127,14 @@ class CpuExecutable:
         return flats[buffer].__array_interface__["data"][0]
 
     def _runner(self, step: StepSpec) -> Any:
-        if step.kind == "extern":
+        if step.kind == StepKind.EXTERN:
             if any(self.plan.buffers[self.plan.values[r].buffer].supplied for r in step.results):
                 return SuppliedExtern(self, step)
             direct = self._direct_extern(step)
             if direct is not None:
                 return direct
             return lambda flats, addresses: self._run_extern(step, flats)
-        if step.kind == "view-copy" or not step.native:
+        if step.kind == StepKind.VIEW_COPY or not step.native:
             return lambda flats, addresses: self._run_interpreted(step, flats)
         return _NativeKernel(self, step)
 
@@ -149,9 +153,9 @@ class CpuExecutable:
         interpreted_ops: dict[str, int] = {}
         native = interpreted = externs = 0
         for step in self.plan.steps:
-            if step.kind == "extern" or (step.native and step.extern is not None):
+            if step.kind == StepKind.EXTERN or (step.native and step.extern is not None):
                 externs += 1
-            if step.kind != "kernel":
+            if step.kind != StepKind.KERNEL:
                 continue
             if step.native:
                 native += 1
@@ -161,7 +165,7 @@ class CpuExecutable:
                 interpreted_ops[op.name] = interpreted_ops.get(op.name, 0) + 1
         return {"native_kernels": native, "interpreted_kernels": interpreted, "interpreted_ops": interpreted_ops,
                 "extern_calls": externs, "compile_seconds": compile_seconds,
-                "interpreted_reasons": [s.reason for s in self.plan.steps if s.kind == "kernel" and not s.native]}
+                "interpreted_reasons": [s.reason for s in self.plan.steps if s.kind == StepKind.KERNEL and not s.native]}
 
     # ---- run -----------------------------------------------------------------------------------------------
 
@@ -202,8 +206,6 @@ class CpuExecutable:
         if array.shape != shape:
             raise InputError(f"input #{position} has shape {list(array.shape)}, the graph expects {list(shape)}")
         if array.dtype != dtype:
-            from neuroncc.ir.dtypes import to_storage
-
             array = to_storage(array, self.function.params[position].type.dtype)
         if array.strides != strides and any(n > 1 and have != want
                                             for n, have, want in zip(shape, array.strides, strides)):
@@ -253,8 +255,6 @@ class CpuExecutable:
             run_extern(op.name, op.attrs, operands, results, op.results[0].type.dtype)
 
     def _run_interpreted(self, step: StepSpec, flats: list[Any]) -> None:
-        from neuroncc.ir.interpreter import run_op
-
         op = self.function.ops[step.op_index]
         outs = run_op(op, self._arrays(step.operands, flats))
         for out, target in zip(outs, self._arrays(step.results, flats)):
@@ -298,16 +298,16 @@ class _NativeKernel:
         self.dynamic: list[tuple[int, int, int]] = []  # (slot, buffer, byte offset)
         plan = exe.plan
         for slot, spec in enumerate(step.slots):
-            if spec.kind == "value":
+            if spec.kind == SlotKind.VALUE:
                 value = plan.values[spec.ref]
                 byte_offset = value.offset * _storage_dtype(value.dtype).itemsize
                 if value.buffer in exe._static_flats:
                     self.args[slot] = exe._address(value.buffer, exe._static_flats) + byte_offset
                 else:
                     self.dynamic.append((slot, value.buffer, byte_offset))
-            elif spec.kind == "scratch":
+            elif spec.kind == SlotKind.SCRATCH:
                 self.args[slot] = exe._arena.ctypes.data + spec.ref
-            elif spec.kind == "constant":
+            elif spec.kind == SlotKind.CONSTANT:
                 region = exe.function.ops[step.op_index].regions[0]
                 array = np.array(region.ops[spec.ref].attrs["value"].array, copy=True, order="C")
                 exe._constants[(step.op_index, spec.ref)] = array
@@ -555,7 +555,7 @@ def load_cpu_executable(directory: str | Path, fn: Function, options: Mapping[st
     options = options or {}
     directory = Path(directory)
     try:
-        plan = LaunchPlan.from_json((directory / PLAN_FILE).read_text(encoding="utf-8"))
+        plan = CpuLaunchPlan.from_json((directory / PLAN_FILE).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError) as exc:
         raise ArtifactError(f"cannot read {directory / PLAN_FILE}: {exc}") from None
     top = wrap_remaining_ops(fn)
