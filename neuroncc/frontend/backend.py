@@ -40,7 +40,7 @@ from neuroncc.frontend.diagnostics import (
 from neuroncc.frontend.fallback import partition_and_compile
 from neuroncc.frontend.lowering.attention import attention_tracing
 from neuroncc.frontend.options import BackendOptions
-from neuroncc.frontend.lowering.random_ops import regenerate_random_in_backward
+from neuroncc.frontend.lowering.random_ops import regenerate_random_in_backward, save_random_states
 from neuroncc.frontend.saved_layouts import report_output_strides, saved_activations, take_input_layouts
 
 log = logging.getLogger("neuroncc.frontend")
@@ -113,13 +113,13 @@ class AtenCompilers:
 
 
 def _partition_fn(config: BackendOptions) -> Callable[..., Any]:
-    """AOTAutograd's min-cut partitioner; with ``random_masks="regenerate"``, after marking the generator ops
-    for recomputation (the backward regenerates dropout masks instead of reading saved ones)."""
-    if config.random_masks == "save":
-        return min_cut_rematerialization_partition
-
+    """AOTAutograd's min-cut partitioner, after marking the random states to be saved (a checkpointed region
+    would recompute them: a new key) and, with ``random_masks="regenerate"``, the generator ops to be
+    recomputed (the backward regenerates dropout masks instead of reading saved ones)."""
     def partition(joint: fx.GraphModule, joint_inputs: Sequence[Any], **kwargs: Any) -> Any:
-        regenerate_random_in_backward(joint)
+        save_random_states(joint)
+        if config.random_masks == "regenerate":
+            regenerate_random_in_backward(joint)
         return min_cut_rematerialization_partition(joint, joint_inputs, **kwargs)
 
     return partition

@@ -257,3 +257,25 @@ def test_rrelu_in_training_draws_slopes_and_its_gradient_is_the_slope():
     _ok(check_ks(slopes, uniform_cdf(0.1, 0.3), "rrelu slopes", resolution=1e-6))
     y.backward(torch.ones_like(y))
     torch.testing.assert_close(x.grad, (y / x).detach())
+
+
+@pytest.mark.parametrize("masks", ["save", "regenerate"])
+def test_dropout_inside_activation_checkpointing_recomputes_the_same_mask(masks):
+    from torch.utils.checkpoint import checkpoint
+
+    def block(x, w):
+        return F.dropout(x @ w, 0.5, training=True)
+
+    def fn(x, w):
+        return checkpoint(block, x, w, use_reentrant=False)
+
+    x = torch.randn(64, 32, requires_grad=True)
+    w = torch.randn(32, 48, requires_grad=True)
+    out = _compile(fn, random_masks=masks)(x, w)
+    grad_out = torch.randn_like(out)
+    (g_w,) = torch.autograd.grad(out, (w,), grad_out)
+    kept = (out != 0).float()  # x @ w is never exactly 0 here
+    assert 0.4 < float(kept.mean()) < 0.6
+    # the backward recomputed the region: its mask must be the forward's (a new key would drop others)
+    torch.testing.assert_close(g_w, x.detach().T @ (grad_out * kept * 2.0), rtol=1e-4, atol=1e-4)
+    assert neuroncc.stats()["fallback_ops"] == 0

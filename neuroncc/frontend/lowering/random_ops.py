@@ -367,6 +367,16 @@ def random_decompositions() -> dict[Any, Callable[..., Any]]:
     return table
 
 
+def save_random_states(joint: torch.fx.GraphModule) -> None:
+    """Mark every ``philox_seed`` of a joint graph to be saved, never recomputed: a checkpointed region
+    (``torch.utils.checkpoint``) asks to recompute all of its ops in the backward, and a recomputed seed would
+    draw a new key (AOTAutograd would wrap it in ``run_with_rng_state``, a CUDA-style replay of the generator).
+    Saving the 16-byte state lets the backward recompute everything after it, the masks included, exactly."""
+    for node in joint.graph.nodes:
+        if node.op == "call_function" and node.target is PHILOX_SEED:
+            node.meta["recompute"] = CheckpointPolicy.MUST_SAVE
+
+
 def regenerate_random_in_backward(joint: torch.fx.GraphModule) -> None:
     """Mark the generator ops of a joint graph for recomputation: the backward then regenerates a dropout mask
     from the saved (seed, offset) instead of reading the mask the forward saved (see docs/torch-backend.md
