@@ -12,6 +12,8 @@ from typing import Any
 from neuroncc.errors import (
     ArtifactError,
     CodegenError,
+    DeviceDisabledWarning,
+    DeviceFallbackError,
     DynamicShapeError,
     InputError,
     NeuronccError,
@@ -26,12 +28,33 @@ __version__ = "0.1.0"
 
 # Public names served lazily from the torch front end, so that `import neuroncc` never imports torch.
 _FRONTEND_EXPORTS = {
-    "stats": "neuroncc.frontend.stats",
-    "reset_stats": "neuroncc.frontend.stats",
-    "get_fallback_ops": "neuroncc.frontend.stats",
+    "stats": "neuroncc.device.tracking",
+    "reset_stats": "neuroncc.device.tracking",
+    "get_fallback_ops": "neuroncc.device.tracking",
+    "get_executed_ops": "neuroncc.device.tracking",
+    "clear_op_tracking": "neuroncc.device.tracking",
+    "set_fallback_mode": "neuroncc.device.tracking",
+    "get_fallback_mode": "neuroncc.device.tracking",
     "pad_to_bucket": "neuroncc.frontend.bucketing",
     "bucketed": "neuroncc.frontend.bucketing",
 }
+
+
+def _autoload_device() -> None:
+    """The ``torch.backends`` entry point: register the ``neuron`` device while torch is being imported.
+
+    Never raises (a broken install must not break ``import torch``): a failure disables the device with one
+    ``DeviceDisabledWarning``. Not called at all when ``TORCH_DEVICE_BACKEND_AUTOLOAD=0``."""
+    import importlib
+    import warnings
+
+    try:
+        importlib.import_module("neuroncc.device.registration").register()
+    except Exception as error:  # noqa: BLE001 - any failure, reported once, keeps torch importable
+        from neuroncc.errors import DeviceDisabledWarning
+
+        warnings.warn(f"neuroncc: the neuron device is disabled: {type(error).__name__}: {error}",
+                      DeviceDisabledWarning, stacklevel=2)
 
 
 def __getattr__(name: str) -> Any:
@@ -45,5 +68,5 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "ArtifactError", "CodegenError", "DynamicShapeError", "InputError", "NeuronccError", "ParseError", "PassError", "PipelineError",
-    "UnsupportedOpError", "VerifyError", "__version__", *_FRONTEND_EXPORTS,
+    "UnsupportedOpError", "VerifyError", "DeviceFallbackError", "DeviceDisabledWarning", "__version__", *_FRONTEND_EXPORTS,
 ]

@@ -63,6 +63,12 @@ def get_fallback_ops() -> dict[str, int]:
         return dict(_fallback_ops)
 
 
+def clear_fallback_ops() -> None:
+    """Forget the recorded fallback ops (their counter stays)."""
+    with _lock:
+        _fallback_ops.clear()
+
+
 def increment(name: str, amount: int = 1) -> None:
     """Add ``amount`` to counter ``name`` (one of :data:`COUNTERS`)."""
     if name not in COUNTERS:

@@ -1,0 +1,176 @@
+"""Making the entry for a new call signature: compile it, or decide how else it runs (see dispatch.py).
+
+This module holds the compiler's imports (the torch front end, the compile driver): dispatch.py imports it on
+the first op that needs an entry, so registering the device stays cheap.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from neuroncc.device import generators, memory
+from neuroncc.device.counters import COUNTS
+from neuroncc.device.fallback import HostFallback, HostRandom
+from neuroncc.device.kernels import CompiledKernel
+from neuroncc.device.op_forms import OpForm, argument
+from neuroncc.device.programs import CannotCompile, Program, build_program, expected_results
+from neuroncc.errors import NeuronccError
+from neuroncc.runtime.cache import CACHE_STATS
+from neuroncc.runtime.driver import compile_graph
+
+aten = torch.ops.aten
+
+
+def make_entry(handler: Any, args: tuple[Any, ...], kwargs: dict[str, Any], tensors: list[torch.Tensor],
+               floats: list[float], index: int, lookup: Any) -> Any:
+    """The entry for a new signature of ``handler``'s op; ``lookup(op)`` is the device kernel of another op."""
+    form: OpForm = handler.form
+    state = handler.state
+    redirect = REDIRECTS.get(form.op)
+    if redirect is not None:
+        return Redirect(lookup(redirect[0]), redirect[1])
+    custom = CUSTOM_ENTRIES.get(form.op)
+    if custom is not None:
+        return custom(form, index, state)
+    if form.random:
+        return HostRandom(form, index, state)
+    if form.out_arguments:
+        resizes = _out_resizes(form, args, kwargs, tensors, floats)
+        if resizes:
+            return ResizeOuts(handler, resizes)
+    try:
+        program = build_program(form, args, kwargs, tensors, floats)
+        kernel = compile_kernel(form, program, index, tensors, state)
+    except CannotCompile as error:
+        COUNTS["eager_fallback_signatures"] += 1
+        return HostFallback(form, error.reason, index, state)
+    if program.lifted or not floats:
+        return kernel
+    return ByFloatValue(form, kernel, floats, index, state)
+
+
+def compile_kernel(form: OpForm, program: Program, index: int, tensors: list[torch.Tensor], state: Any) -> CompiledKernel:
+    """Compile ``program`` for the cpu target through the compile cache (memory here, disk there)."""
+    before = CACHE_STATS.snapshot()
+    try:
+        executable = compile_graph(program.function, target="cpu")
+    except NeuronccError as error:
+        raise CannotCompile(f"compiling it failed: {str(error).splitlines()[0]}") from error
+    after = CACHE_STATS.snapshot()
+    if after["hits"] > before["hits"]:
+        COUNTS["eager_kernels_loaded"] += 1
+    else:
+        COUNTS["eager_kernels_compiled"] += 1
+    return CompiledKernel(form, program, executable, index, tensors, state)
+
+
+class ByFloatValue:
+    """Kernels of a signature whose program depends on its floats' values: one per distinct tuple of floats."""
+
+    holds_kernel = True
+
+    def __init__(self, form: OpForm, first: CompiledKernel, floats: list[float], index: int, state: Any):
+        self.form, self.index, self.state = form, index, state
+        self.kernels = {tuple(floats): first}
+        self.tick = 0
+
+    def __call__(self, args: tuple[Any, ...], kwargs: dict[str, Any], tensors: list[torch.Tensor],
+                 floats: list[float]) -> Any:
+        kernel = self.kernels.get(tuple(floats))
+        if kernel is None:
+            program = build_program(self.form, args, kwargs, tensors, floats, lift=False)
+            kernel = self.kernels[tuple(floats)] = compile_kernel(self.form, program, self.index, tensors, self.state)
+        return kernel(args, kwargs, tensors, floats)
+
+
+class ResizeOuts:
+    """``out=`` tensors of another shape than the result's: resized first (as eager resizes them), then the
+    call goes through the op's kernel again under its new signature."""
+
+    holds_kernel = False
+
+    def __init__(self, handler: Any, resizes: list[tuple[str, torch.Size]]):
+        self.handler, self.resizes = handler, resizes
+        self.tick = 0
+
+    def __call__(self, args: tuple[Any, ...], kwargs: dict[str, Any], tensors: list[torch.Tensor],
+                 floats: list[float]) -> Any:
+        for name, shape in self.resizes:
+            argument(self.handler.op, name, args, kwargs).resize_(shape)
+        return self.handler(None, *args, **kwargs)
+
+
+def _out_resizes(form: OpForm, args: tuple[Any, ...], kwargs: dict[str, Any], tensors: list[torch.Tensor],
+                 floats: list[float]) -> list[tuple[str, torch.Size]]:
+    try:
+        shapes = expected_results(form, args, kwargs, tensors, floats)
+    except CannotCompile:
+        return []
+    resizes = []
+    for name, shape in zip(form.out_arguments, shapes):
+        out = argument(form.op, name, args, kwargs)
+        if isinstance(out, torch.Tensor) and shape is not None and out.shape != shape:
+            resizes.append((name, shape))
+    return resizes
+
+
+class NativeDropout:
+    """``aten.native_dropout``: the mask drawn from the device's generator, the scaling compiled."""
+
+    holds_kernel = False
+
+    def __init__(self, form: OpForm, index: int, state: Any):
+        self.form, self.index, self.state = form, index, state
+        self.tick = 0
+
+    def __call__(self, args: tuple[Any, ...], kwargs: dict[str, Any], tensors: list[torch.Tensor],
+                 floats: list[float]) -> Any:
+        self.state.device_calls += 1
+        input, p = args[0], float(args[1]) if len(args) > 1 else float(kwargs["p"])
+        train = args[2] if len(args) > 2 else kwargs.get("train")
+        if train is False or p == 0.0:
+            return input.clone(), torch.ones_like(input, dtype=torch.bool)
+        mask = torch.empty(input.shape, dtype=torch.bool, device=input.device)
+        memory.host_view(mask).bernoulli_(1.0 - p, generator=generators.generator(self.index))
+        if p >= 1.0:
+            return input * mask, mask
+        return input * mask * (1.0 / (1.0 - p)), mask
+
+
+class Redirect:
+    """An op the device computes as another op, its arguments adapted (``convolution_overrideable``, which
+    ATen calls for convolutions on a backend it does not know, is ``convolution``)."""
+
+    holds_kernel = False
+
+    def __init__(self, target: Any, adapt: Any):
+        self.target, self.adapt = target, adapt
+        self.tick = 0
+
+    def __call__(self, args: tuple[Any, ...], kwargs: dict[str, Any], tensors: list[torch.Tensor],
+                 floats: list[float]) -> Any:
+        new_args, new_kwargs = self.adapt(args, kwargs)
+        return self.target(None, *new_args, **new_kwargs)
+
+
+def _same_arguments(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    return args, kwargs
+
+
+def _with_bias_sizes(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """convolution_backward_overrideable's arguments -> convolution_backward's (which takes the bias size)."""
+    grad_output, input, weight, *rest = args
+    transposed, groups = rest[3], rest[5]
+    channels = weight.shape[1] * groups if transposed else weight.shape[0]
+    return (grad_output, input, weight, [channels], *rest), kwargs
+
+
+#: op -> (the op computing it, argument adapter)
+REDIRECTS = {
+    aten.convolution_overrideable.default: (aten.convolution.default, _same_arguments),
+    aten.convolution_backward_overrideable.default: (aten.convolution_backward.default, _with_bias_sizes),
+}
+#: Ops with an entry of their own.
+CUSTOM_ENTRIES = {aten.native_dropout.default: NativeDropout}

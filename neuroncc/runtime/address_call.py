@@ -1,0 +1,100 @@
+"""Calling a cpu executable on raw addresses, for callers that own the memory (the ``neuron`` device).
+
+``CpuExecutable.__call__`` takes numpy arrays and returns fresh ones. A caller whose tensors already live in
+host memory it allocated (the eager device) wants neither: it passes each parameter's data address, laid out
+as the parameter's type says, and the address of memory for each output, laid out as
+``executable.output_strides`` says, and the kernels read and write there directly. On the common path (native
+kernels and BLAS steps) no numpy array is made at all; steps that need arrays (ATen externs, interpreted
+kernels, a BLAS call that declines) get numpy views over the addresses, made on first use in the call.
+Outputs the plan does not write into an output buffer of their own (views of an input, of the arena or of a
+constant, repeated outputs, results ATen supplied) are copied into the caller's memory at the end.
+
+This module works on the launcher's plan and buffers: it is the launcher's second calling convention, kept
+beside it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from neuroncc.runtime.buffers import storage_dtype
+
+
+class _CallFlats:
+    """The per-call list of flat buffer arrays (indexed by buffer number) that the launcher's steps read,
+    with the caller's buffers turned into numpy views only when a step asks for them."""
+
+    __slots__ = ("_items", "_pending")
+
+    def __init__(self, items: list[Any], pending: dict[int, tuple[int, int, np.dtype]]):
+        self._items = items
+        self._pending = pending  # buffer number -> (address, extent, dtype) not yet viewed
+
+    def __getitem__(self, number: int) -> Any:
+        pending = self._pending.pop(number, None)
+        if pending is not None:
+            address, extent, dtype = pending
+            self._items[number] = _array_at(address, extent, dtype)
+        return self._items[number]
+
+    def __setitem__(self, number: int, value: Any) -> None:
+        self._pending.pop(number, None)
+        self._items[number] = value
+
+
+def _array_at(address: int, extent: int, dtype: np.dtype) -> np.ndarray:
+    nbytes = max(extent, 0) * dtype.itemsize
+    if nbytes == 0:
+        return np.empty(0, dtype=dtype)
+    return np.frombuffer((ctypes.c_char * nbytes).from_address(address), dtype=dtype)
+
+
+class AddressCall:
+    """``call(inputs, outputs)``: run ``exe`` with parameter ``i`` at address ``inputs[i]`` and output ``j``
+    written to address ``outputs[j]`` (see the module docstring for the layouts)."""
+
+    def __init__(self, exe: Any):
+        plan = exe.plan
+        self.exe = exe
+        self._buffers: list[tuple[int, str, int, int, np.dtype]] = []  # (number, kind, position, extent, dtype)
+        for number, buffer, dtype, _ in exe._call_buffers:
+            self._buffers.append((number, buffer.kind, buffer.index, buffer.extent, dtype))
+        own = {buffer.index for buffer in plan.buffers if buffer.kind == "output" and not buffer.supplied}
+        # outputs copied at the end: (position, buffer number or None, extent, dtype, layout of the result)
+        self._copied: list[tuple[int, Any, np.dtype, Any]] = []
+        for position, value_id in enumerate(plan.outputs):
+            if position in own:
+                continue
+            spec = plan.values[value_id]
+            dtype = storage_dtype(spec.dtype)
+            strides = tuple(exe.output_strides[position])
+            extent = _extent(spec.shape, strides)
+            self._copied.append((position, value_id, dtype, (tuple(spec.shape), strides, extent)))
+
+    def __call__(self, inputs: Sequence[int], outputs: Sequence[int]) -> None:
+        exe = self.exe
+        with exe._lock:
+            addresses = exe._address_list.copy()
+            pending: dict[int, tuple[int, int, np.dtype]] = {}
+            for number, kind, position, extent, dtype in self._buffers:
+                address = inputs[position] if kind == "input" else outputs[position]
+                addresses[number] = address
+                pending[number] = (address, extent, dtype)
+            flats = _CallFlats(exe._flat_list.copy(), pending)
+            for run in exe._calls:
+                run(flats, addresses)
+            for position, value_id, dtype, (shape, strides, extent) in self._copied:
+                source = exe._arrays((value_id,), flats)[0]
+                target = _array_at(outputs[position], extent, dtype)
+                np.copyto(np.lib.stride_tricks.as_strided(target, shape, tuple(s * dtype.itemsize for s in strides)),
+                          source)
+
+
+def _extent(shape: Sequence[int], strides: Sequence[int]) -> int:
+    if any(size == 0 for size in shape):
+        return 0
+    return 1 + sum((size - 1) * stride for size, stride in zip(shape, strides))
