@@ -1,6 +1,6 @@
 """The package's layering, checked on the source with ``ast``.
 
-    neuroncc/ir -> passes -> codegen -> runtime -> frontend -> cli
+    neuroncc/ir -> passes -> codegen -> runtime -> frontend -> device -> cli
 
 Each layer imports only itself and the layers before it (any import statement, also inside functions).
 ``neuroncc/errors.py`` imports nothing from neuroncc and may be imported by every layer; ``neuroncc/testing``
@@ -26,7 +26,8 @@ PACKAGE = ROOT / "neuroncc"
 #: Layer rank by the module's first component below ``neuroncc``; a module may import ranks <= its own.
 #: ``nki`` is the NKI API (``import neuroncc.nki as nki``): a re-export of the runtime's simulator, in the
 #: runtime's layer (the simulator's own kernels are written against it).
-LAYERS = {"ir": 0, "passes": 1, "codegen": 2, "runtime": 3, "nki": 3, "frontend": 4, "examples": 4, "cli": 5}
+LAYERS = {"ir": 0, "passes": 1, "codegen": 2, "runtime": 3, "nki": 3, "frontend": 4, "examples": 4, "device": 5,
+          "cli": 6}
 #: Importable from everywhere, and importing nothing from neuroncc.
 BASE = {"errors"}
 #: Test helpers: may import these, and are imported by no library module.
@@ -159,6 +160,7 @@ def _check_source(tmp_path: Path, relative: str, source: str) -> list[str]:
     ("passes/bad.py", "from neuroncc.testing import helpers\n", "must not import the test helpers"),
     ("testing/bad.py", "from neuroncc.runtime import driver\n", "may import only"),
     ("nki/bad.py", "from neuroncc.frontend import backend\n", "layer 'nki' must not import the later layer"),
+    ("frontend/bad.py", "from neuroncc.device import dispatch\n", "layer 'frontend' must not import the later layer"),
     ("__init__.py", "from neuroncc.frontend import backend\n", "package root imports only errors"),
 ])
 def test_the_checker_catches(tmp_path, relative, source, fragment):
@@ -171,6 +173,7 @@ def test_the_checker_catches(tmp_path, relative, source, fragment):
     ("runtime/ok.py", "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import torch\n"),
     ("frontend/ok.py", "import torch\nfrom neuroncc.runtime import driver\n"),
     ("cli/ok.py", "from neuroncc.frontend import backend\nfrom ..ir import parse\n"),
+    ("device/ok.py", "import torch\nfrom neuroncc.frontend.importer import import_graph\n"),
     ("passes/ok.py", "from neuroncc.errors import PassError\nfrom neuroncc.ir import Function\n"),
     ("__init__.py", "from neuroncc.errors import NeuronccError\ndef f():\n    import neuroncc.frontend.stats\n"),
     ("testing/ok.py", "from neuroncc.ir import parse\ndef f():\n    from neuroncc.cli.opt import run_opt\n"),

@@ -15,7 +15,7 @@ from neuroncc.device.counters import COUNTS
 from neuroncc.device.fallback import HostFallback, HostRandom
 from neuroncc.device.kernels import CompiledKernel
 from neuroncc.device.op_forms import OpForm, argument
-from neuroncc.device.programs import CannotCompile, Program, build_program, expected_results
+from neuroncc.device.programs import CannotCompile, Program, build_program, out_shapes
 from neuroncc.errors import NeuronccError
 from neuroncc.runtime.cache import CACHE_STATS
 from neuroncc.runtime.driver import compile_graph
@@ -37,9 +37,8 @@ def make_entry(handler: Any, args: tuple[Any, ...], kwargs: dict[str, Any], tens
     if form.random:
         return HostRandom(form, index, state)
     if form.out_arguments:
-        resizes = _out_resizes(form, args, kwargs, tensors, floats)
-        if resizes:
-            return ResizeOuts(handler, resizes)
+        if _out_resizes(form, args, kwargs, tensors, floats):
+            return ResizeOuts(handler)
     try:
         program = build_program(form, args, kwargs, tensors, floats)
         kernel = compile_kernel(form, program, index, tensors, state)
@@ -87,17 +86,18 @@ class ByFloatValue:
 
 class ResizeOuts:
     """``out=`` tensors of another shape than the result's: resized first (as eager resizes them), then the
-    call goes through the op's kernel again under its new signature."""
+    call goes through the op's kernel again under its new signature. The shapes are worked out per call:
+    they can depend on the floats (``arange``), which are not in the signature."""
 
     holds_kernel = False
 
-    def __init__(self, handler: Any, resizes: list[tuple[str, torch.Size]]):
-        self.handler, self.resizes = handler, resizes
+    def __init__(self, handler: Any):
+        self.handler = handler
         self.tick = 0
 
     def __call__(self, args: tuple[Any, ...], kwargs: dict[str, Any], tensors: list[torch.Tensor],
                  floats: list[float]) -> Any:
-        for name, shape in self.resizes:
+        for name, shape in _out_resizes(self.handler.form, args, kwargs, tensors, floats):
             argument(self.handler.op, name, args, kwargs).resize_(shape)
         return self.handler(None, *args, **kwargs)
 
@@ -105,7 +105,7 @@ class ResizeOuts:
 def _out_resizes(form: OpForm, args: tuple[Any, ...], kwargs: dict[str, Any], tensors: list[torch.Tensor],
                  floats: list[float]) -> list[tuple[str, torch.Size]]:
     try:
-        shapes = expected_results(form, args, kwargs, tensors, floats)
+        shapes = out_shapes(form, args, kwargs, tensors, floats)
     except CannotCompile:
         return []
     resizes = []

@@ -13,6 +13,7 @@ read and write a neuron tensor in place: copies across devices, the CPU fallback
 
 from __future__ import annotations
 
+import ctypes
 import math
 
 import torch
@@ -56,9 +57,28 @@ def storage_for(block: Block, index: int, nbytes: int) -> torch.UntypedStorage:
 def on_storage(storage: torch.UntypedStorage, dtype: torch.dtype, shape: tuple[int, ...] | list[int],
                stride: tuple[int, ...] | list[int], offset: int = 0) -> torch.Tensor:
     """A new neuron tensor viewing ``storage``."""
-    tensor = _bare_tensor(_EMPTY_SHAPE, dtype)
+    index = storage.device.index
+    tensor = _bare_tensor(_EMPTY_SHAPE, dtype) if not index else _bare_on(index, dtype)
     _redispatch_set(CPU_KEYS, tensor, storage, offset, shape, stride)
     return tensor
+
+
+_VIEW_DTYPE = torch.ops.aten.view.dtype
+_redispatch_view_dtype = getattr(getattr(_VIEW_DTYPE, "_handle", None), "redispatch_boxed", None) or _VIEW_DTYPE.redispatch
+_templates: dict[int, torch.Tensor] = {}
+
+
+def _bare_on(index: int, dtype: torch.dtype) -> torch.Tensor:
+    """An empty tensor on ``neuron:index`` (index > 0) to point at a storage of that device.
+
+    ``create_empty_tensor`` only makes ``neuron:0`` tensors and CPU's ``set_`` refuses to move a tensor to a
+    storage of another device, so each device gets one empty template tensor (made through DLPack, whose
+    "ext_dev" device type PyTorch maps to PrivateUse1) and new tensors are views of it (a fresh TensorImpl
+    each)."""
+    template = _templates.get(index)
+    if template is None:
+        template = _templates[index] = dlpack_template(index)
+    return _redispatch_view_dtype(CPU_KEYS, template, dtype)
 
 
 def empty_strided(shape: tuple[int, ...] | list[int], stride: tuple[int, ...] | list[int], dtype: torch.dtype,
@@ -111,3 +131,41 @@ def to_device(cpu: torch.Tensor, index: int, dtype: torch.dtype | None = None) -
 
 def numel(shape: tuple[int, ...]) -> int:
     return math.prod(shape)
+
+
+class _DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int), ("device_id", ctypes.c_int)]
+
+
+class _DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class _DLTensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("device", _DLDevice), ("ndim", ctypes.c_int), ("dtype", _DLDataType),
+                ("shape", ctypes.POINTER(ctypes.c_int64)), ("strides", ctypes.POINTER(ctypes.c_int64)),
+                ("byte_offset", ctypes.c_uint64)]
+
+
+_DL_DELETER = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+
+
+class _DLManagedTensor(ctypes.Structure):
+    _fields_ = [("dl_tensor", _DLTensor), ("manager_ctx", ctypes.c_void_p), ("deleter", _DL_DELETER)]
+
+
+_DL_EXT_DEV, _DL_FLOAT = 12, 2
+_keep_alive: list[object] = []  # the templates live as long as the process: their DLPack structs too
+
+
+def dlpack_template(index: int) -> torch.Tensor:
+    """An empty float32 ``neuron:index`` tensor, made through DLPack (no storage of ours behind it)."""
+    shape, strides = (ctypes.c_int64 * 1)(0), (ctypes.c_int64 * 1)(1)
+    memory = (ctypes.c_char * 64)()
+    deleter = _DL_DELETER(lambda _: None)
+    managed = _DLManagedTensor(_DLTensor(ctypes.addressof(memory), _DLDevice(_DL_EXT_DEV, index), 1,
+                                         _DLDataType(_DL_FLOAT, 32, 1), shape, strides, 0), None, deleter)
+    _keep_alive.extend((shape, strides, memory, deleter, managed))
+    new_capsule = ctypes.pythonapi.PyCapsule_New
+    new_capsule.restype, new_capsule.argtypes = ctypes.py_object, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+    return torch.from_dlpack(new_capsule(ctypes.addressof(managed), b"dltensor", None))

@@ -106,15 +106,17 @@ def build_program(form: OpForm, args: tuple[Any, ...], kwargs: dict[str, Any], t
     return _program(build(floats), result_tree)
 
 
-def expected_results(form: OpForm, args: tuple[Any, ...], kwargs: dict[str, Any], tensors: list[torch.Tensor],
-                     floats: list[float]) -> list[torch.Size | None]:
-    """The shapes of the functional form's results (what ``out=`` tensors must have), flattened."""
-    if form.functional is None:
-        raise CannotCompile("no functional form")
+def out_shapes(form: OpForm, args: tuple[Any, ...], kwargs: dict[str, Any], tensors: list[torch.Tensor],
+               floats: list[float]) -> list[torch.Size | None]:
+    """The shapes the op gives its ``out=`` tensors (it resizes them when they differ, as eager does): run on
+    meta tensors, whose out tensors it resizes."""
     _, slot_args, slot_kwargs = _meta_call(args, kwargs, tensors, floats)
-    functional_kwargs = {k: v for k, v in slot_kwargs.items() if k not in form.out_arguments}
-    result = _run_on_meta(form.functional, slot_args, functional_kwargs, floats)
-    return [r.shape if isinstance(r, torch.Tensor) else None for r in tree_flatten(result)[0]]
+    _run_on_meta(form.op, slot_args, slot_kwargs, floats)
+    shapes = []
+    for name in form.out_arguments:
+        value = op_forms.argument(form.op, name, slot_args, slot_kwargs)
+        shapes.append(value.shape if isinstance(value, torch.Tensor) else None)
+    return shapes
 
 
 def _meta_call(args: tuple[Any, ...], kwargs: dict[str, Any], tensors: list[torch.Tensor],
