@@ -86,18 +86,19 @@ def unsupported_nodes(gm: fx.GraphModule) -> list[fx.Node]:
             and n.target not in LOWERINGS and n.target is not torch.ops.aten.copy_.default]
 
 
-def import_graph(gm: fx.GraphModule, name: str) -> ImportedGraph:
-    """Translate an aten-level FX graph to an IR function (raises UnsupportedOpError naming the op)."""
+def import_graph(gm: fx.GraphModule, name: str, host_devices: tuple[str, ...] = ("cpu",)) -> ImportedGraph:
+    """Translate an aten-level FX graph to an IR function (raises UnsupportedOpError naming the op).
+    ``host_devices``: the device types whose tensors the graph may hold (all in host memory)."""
     missing = unsupported_nodes(gm)
     if missing:
         raise unsupported_op(missing[0], "neuroncc has no lowering for this op", (op_name(n) for n in missing[1:]))
-    return _Importer(gm, name).run()
+    return _Importer(gm, name, host_devices).run()
 
 
 class _Importer:
-    def __init__(self, gm: fx.GraphModule, name: str):
+    def __init__(self, gm: fx.GraphModule, name: str, host_devices: tuple[str, ...] = ("cpu",)):
         self.gm = gm
-        self.ctx = LoweringContext(Builder(name))
+        self.ctx = LoweringContext(Builder(name), host_devices)
         self.placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
         self.mutations: list[tuple[int, Value]] = []
 
@@ -139,7 +140,7 @@ class _Importer:
             raise unsupported_op(node, f"attribute '{node.target}' is a {type(tensor).__name__}, not a tensor")
         dtype = ir_dtype(tensor.dtype)
         with unset_fake_temporarily():  # AOTAutograd calls compilers under its fake mode; this tensor is real
-            array = to_numpy(tensor.contiguous())
+            array = to_numpy(tensor.detach().cpu().contiguous())  # (a device tensor's values come to CPU)
         return self.ctx.emit("constant", value=DenseAttr(array, dtype))
 
     def _call(self, node: fx.Node) -> Any:
