@@ -44,7 +44,7 @@ def make_entry(handler: Any, args: tuple[Any, ...], kwargs: dict[str, Any], tens
         kernel = compile_kernel(form, program, index, tensors, state)
     except CannotCompile as error:
         COUNTS["eager_fallback_signatures"] += 1
-        return HostFallback(form, error.reason, index, state)
+        return HostFallback(form, error.reason, index, state, refused=error.refused)
     if program.lifted or not floats:
         return kernel
     return ByFloatValue(form, kernel, floats, index, state)

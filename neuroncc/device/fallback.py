@@ -89,20 +89,20 @@ class HostFallback:
 
     holds_kernel = False
 
-    def __init__(self, form: OpForm, reason: str, index: int, op_state: Any):
+    def __init__(self, form: OpForm, reason: str, index: int, op_state: Any, refused: bool = False):
         self.form, self.reason, self.index, self.op_state = form, reason, index, op_state
+        self.refused = refused  # the meta kernel raised: CPU's kernel raises the user's error as eager words it
         self.tick = 0
 
     def __call__(self, args: tuple[Any, ...], kwargs: dict[str, Any], tensors: list[torch.Tensor],
                  floats: list[float]) -> Any:
         state = self.op_state
-        if CONFIG.fallback == "error":
-            where = user_location()
-            raise DeviceFallbackError(
-                f"neuroncc cannot run {self.form.name} on the neuron device ({self.reason})"
-                f"{f' at {where}' if where else ''}, and CPU fallbacks are errors (fallback mode 'error')",
-                self.form.name)
-        result = run_on_host(self.form, args, kwargs, self.index)
+        error_mode = CONFIG.fallback == "error"
+        if error_mode and not self.refused:
+            raise self._error()
+        result = run_on_host(self.form, args, kwargs, self.index)  # raises eager's error for a user error
+        if error_mode:
+            raise self._error()
         state.fallback_calls += 1
         if not state.warned:
             state.warned = True
@@ -110,6 +110,13 @@ class HostFallback:
             warnings.warn(f"neuroncc: {self.form.name} runs on CPU{f' at {where}' if where else ''}: {self.reason} "
                           "(the result is copied back to the neuron device)", DeviceFallbackWarning, stacklevel=2)
         return result
+
+    def _error(self) -> DeviceFallbackError:
+        where = user_location()
+        return DeviceFallbackError(
+            f"neuroncc cannot run {self.form.name} on the neuron device ({self.reason})"
+            f"{f' at {where}' if where else ''}, and CPU fallbacks are errors (fallback mode 'error')",
+            self.form.name)
 
 
 class HostRandom:

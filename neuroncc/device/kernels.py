@@ -21,11 +21,13 @@ import torch
 from torch.utils._pytree import tree_unflatten
 
 from neuroncc.device import memory
+from neuroncc.device.fallback import run_on_host
 from neuroncc.device.op_forms import OpForm, argument
 from neuroncc.device.programs import Program
 from neuroncc.frontend.importer import ComputedOutput, InputOutput
 from neuroncc.ir import DType
 from neuroncc.runtime.address_call import AddressCall
+from neuroncc.runtime.launcher import KernelIndexError
 
 _STORAGE = {DType.f32: torch.float32, DType.bf16: torch.float32, DType.f16: torch.float16, DType.i64: torch.int64,
             DType.i32: torch.int32, DType.i16: torch.int16, DType.i8: torch.int8, DType.u8: torch.uint8,
@@ -158,7 +160,10 @@ class CompiledKernel:
         else:
             values = [tensors[s] if s >= 0 else floats[-1 - s] for s in self.sources]
         targets = {output: tensors[tensor] for output, tensor in self.writes.items()} if self.writes else None
-        made = self.binding(values, self.index, targets)
+        try:
+            made = self.binding(values, self.index, targets)
+        except KernelIndexError:  # an index out of range: CPU's kernel raises eager's own error for it
+            return run_on_host(self.form, args, kwargs, self.index)
         form = self.form
         if form.writes:
             written = [argument(form.op, name, args, kwargs) for name in form.returns]

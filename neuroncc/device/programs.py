@@ -38,11 +38,14 @@ aten = torch.ops.aten
 
 
 class CannotCompile(Exception):
-    """neuroncc cannot compile this call; ``reason`` says why (the device runs it on CPU instead)."""
+    """neuroncc cannot compile this call; ``reason`` says why (the device runs it on CPU instead).
+    ``refused``: the op's meta kernel raised, which is most often the user's error (CPU's kernel raises it
+    as eager words it)."""
 
-    def __init__(self, reason: str):
+    def __init__(self, reason: str, refused: bool = False):
         super().__init__(reason)
         self.reason = reason
+        self.refused = refused
 
 
 @dataclass(frozen=True)
@@ -138,6 +141,9 @@ def _run_on_meta(op: Any, args: list[Any], kwargs: dict[str, Any], floats: list[
     except (torch._subclasses.fake_tensor.DynamicOutputShapeException,
             torch._subclasses.fake_tensor.DataDependentOutputException) as error:
         raise CannotCompile("its output shape depends on the input values") from error
+    except (RuntimeError, TypeError, ValueError, IndexError) as error:
+        raise CannotCompile(f"its meta kernel refused these arguments ({str(error).splitlines()[0][:160]})",
+                            refused=True) from error
 
 
 def _concrete(value: Any, floats: list[float] | list[Any]) -> Any:
