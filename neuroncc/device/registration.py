@@ -4,7 +4,8 @@
       -> structural ops (factories, copies, views, resize, set_, item) for the PrivateUse1 key
       -> one boxed fallback for every other op: the eager compiler (dispatch.py), which on first use of an op
          registers a direct kernel for it so later calls skip the fallback
-      -> torch.accelerator routing, tensor printing through a CPU copy
+      -> torch.accelerator routing, tensor printing through a CPU copy, neuron UntypedStorages from the
+         device's allocator
 
 Cheap (a few milliseconds): the compiler behind the fallback is imported on the first op it compiles. Called
 by the ``torch.backends`` entry point (autoload.py) when torch is imported, by ``import neuroncc.device``, and
@@ -70,5 +71,6 @@ def register() -> None:
         fallback.fallback(dispatch.device_fallback, "PrivateUse1", with_keyset=True)
         dispatch.set_library(kernels)
         _libraries.extend((kernels, fallback))
+        structural.install_storage_constructor()
         route_accelerator()
         print_through_cpu()

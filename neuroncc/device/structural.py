@@ -132,6 +132,32 @@ def set_empty(self: torch.Tensor) -> torch.Tensor:
     return aten.set_.source_Storage_storage_offset(self, storage, 0, [0], [1])
 
 
+def install_storage_constructor() -> None:
+    """``torch.UntypedStorage(n, device="neuron")`` from the device's allocator.
+
+    PyTorch makes such a storage through the device's C++ allocator, which a Python-only backend cannot
+    register (torch 2.13 crashes on it); serialization (``torch.load`` onto the device) and
+    ``storage.to("neuron")`` go this way."""
+    storage_class = torch.UntypedStorage
+    if getattr(storage_class.__new__, "__neuroncc_routed__", False):
+        return
+    original = storage_class.__new__
+
+    def __new__(cls: type, *args: Any, device: Any = None, **kwargs: Any) -> Any:
+        if device is not None and torch.device(device).type == torch._C._get_privateuse1_backend_name():
+            if kwargs or len(args) > 1 or (args and not isinstance(args[0], int)):
+                raise TypeError("a neuron UntypedStorage is made from a size in bytes: "
+                                "torch.UntypedStorage(nbytes, device='neuron')")
+            nbytes, index = (args[0] if args else 0), device_index(device)
+            return memory.storage_for(ALLOCATOR.allocate(nbytes, index), index, nbytes)
+        if device is None:
+            return original(cls, *args, **kwargs)
+        return original(cls, *args, device=device, **kwargs)
+
+    __new__.__neuroncc_routed__ = True
+    storage_class.__new__ = staticmethod(__new__)
+
+
 def _redispatched_to_cpu(op: Any) -> Callable[..., Any]:
     handle = getattr(op, "_handle", None)
     call = handle.redispatch_boxed if handle is not None else op.redispatch
