@@ -52,80 +52,97 @@ class Block:
 
 
 class DevicePool:
-    """The blocks of one device: free lists by size, and the counters ``torch.neuron.memory_stats`` reports."""
+    """The blocks of one device: free lists by size, and the counters ``torch.neuron.memory_stats`` reports.
+
+    The counters are plain attributes updated on every allocation and release (the eager path makes and
+    frees a tensor per op); :meth:`stats` names them as CUDA's allocator does."""
 
     def __init__(self, index: int):
         self.index = index
         self._lock = threading.RLock()  # RLock: a block may die (and come back here) inside an allocation
         self._free: dict[int, list[tuple[np.ndarray, int]]] = defaultdict(list)
         self.cached_bytes = 0
-        self.counters: dict[str, int] = defaultdict(int)
+        self.allocated = self.allocated_peak = self.allocated_total = self.freed_total = 0
+        self.reserved = self.reserved_peak = self.reserved_total = self.released_total = 0
+        self.active = self.active_peak = self.allocations = self.frees = 0
+        self.segments = self.segments_peak = self.cache_hits = 0
 
     def allocate(self, nbytes: int) -> Block:
-        size = round_size(nbytes)
+        size = -(-max(nbytes, 1) // _SMALL_ROUND) * _SMALL_ROUND if nbytes < _SMALL_LIMIT else \
+            -(-nbytes // _LARGE_ROUND) * _LARGE_ROUND
         with self._lock:
             free = self._free.get(size)
             if free:
                 memory, address = free.pop()
                 self.cached_bytes -= size
-                self._count("cache_hits")
+                self.cache_hits += 1
             else:
                 memory, address = _fresh(size)
-                self._count_segment(size, +1)
-            self._count_active(size, +1)
+                self.reserved += size
+                self.reserved_total += size
+                self.segments += 1
+                if self.reserved > self.reserved_peak:
+                    self.reserved_peak = self.reserved
+                if self.segments > self.segments_peak:
+                    self.segments_peak = self.segments
+            self.allocated += size
+            self.allocated_total += size
+            self.active += 1
+            self.allocations += 1
+            if self.allocated > self.allocated_peak:
+                self.allocated_peak = self.allocated
+            if self.active > self.active_peak:
+                self.active_peak = self.active
         return Block(self, size, address, memory)
 
     def release(self, size: int, memory: np.ndarray, address: int) -> None:
         with self._lock:
-            self._count_active(size, -1)
+            self.allocated -= size
+            self.freed_total += size
+            self.active -= 1
+            self.frees += 1
             if self.cached_bytes + size <= CONFIG.cached_bytes:
                 self._free[size].append((memory, address))
                 self.cached_bytes += size
             else:
-                self._count_segment(size, -1)
+                self._drop(size)
+
+    def _drop(self, size: int) -> None:
+        self.reserved -= size
+        self.released_total += size
+        self.segments -= 1
 
     def empty_cache(self) -> None:
         """Free every cached (unused) block."""
         with self._lock:
             for size, blocks in self._free.items():
                 for _ in blocks:
-                    self._count_segment(size, -1)
+                    self._drop(size)
             self._free.clear()
             self.cached_bytes = 0
 
     def reset_peak(self) -> None:
         with self._lock:
-            for name in ("allocated_bytes", "reserved_bytes", "active", "segment"):
-                self.counters[f"{name}.all.peak"] = self.counters[f"{name}.all.current"]
+            self.allocated_peak, self.reserved_peak = self.allocated, self.reserved
+            self.active_peak, self.segments_peak = self.active, self.segments
 
     def reset_accumulated(self) -> None:
         with self._lock:
-            for name in list(self.counters):
-                if name.endswith((".allocated", ".freed")) or name == "num_cache_hits":
-                    self.counters[name] = 0
+            self.allocated_total = self.freed_total = self.reserved_total = self.released_total = 0
+            self.allocations = self.frees = self.cache_hits = 0
 
     def stats(self) -> dict[str, int]:
         with self._lock:
-            return dict(sorted(self.counters.items()))
-
-    def _count(self, name: str) -> None:
-        self.counters[f"num_{name}"] += 1
-
-    def _count_active(self, size: int, sign: int) -> None:
-        self._move("allocated_bytes", size, sign)
-        self._move("active", 1, sign)
-
-    def _count_segment(self, size: int, sign: int) -> None:
-        self._move("reserved_bytes", size, sign)
-        self._move("segment", 1, sign)
-
-    def _move(self, name: str, amount: int, sign: int) -> None:
-        counters = self.counters
-        current = counters[f"{name}.all.current"] + sign * amount
-        counters[f"{name}.all.current"] = current
-        counters[f"{name}.all.{'allocated' if sign > 0 else 'freed'}"] += amount
-        if current > counters[f"{name}.all.peak"]:
-            counters[f"{name}.all.peak"] = current
+            return {
+                "active.all.allocated": self.allocations, "active.all.current": self.active,
+                "active.all.freed": self.frees, "active.all.peak": self.active_peak,
+                "allocated_bytes.all.allocated": self.allocated_total, "allocated_bytes.all.current": self.allocated,
+                "allocated_bytes.all.freed": self.freed_total, "allocated_bytes.all.peak": self.allocated_peak,
+                "num_alloc_retries": 0, "num_cache_hits": self.cache_hits, "num_ooms": 0,
+                "reserved_bytes.all.allocated": self.reserved_total, "reserved_bytes.all.current": self.reserved,
+                "reserved_bytes.all.freed": self.released_total, "reserved_bytes.all.peak": self.reserved_peak,
+                "segment.all.current": self.segments, "segment.all.peak": self.segments_peak,
+            }
 
 
 def _fresh(size: int) -> tuple[np.ndarray, int]:
@@ -140,16 +157,20 @@ class Allocator:
     def __init__(self) -> None:
         self._pools: dict[int, DevicePool] = {}
         self._lock = threading.Lock()
+        self.by_index: list[DevicePool] = []  # pools by device index, for the hot path
 
     def pool(self, index: int) -> DevicePool:
         pool = self._pools.get(index)
         if pool is None:
             with self._lock:
                 pool = self._pools.setdefault(index, DevicePool(index))
+                while len(self.by_index) <= index:
+                    self.by_index.append(self._pools.setdefault(len(self.by_index), DevicePool(len(self.by_index))))
         return pool
 
     def allocate(self, nbytes: int, index: int) -> Block:
-        return self.pool(index).allocate(nbytes)
+        pools = self.by_index
+        return (pools[index] if index < len(pools) else self.pool(index)).allocate(nbytes)
 
     def pools(self) -> list[DevicePool]:
         return list(self._pools.values())

@@ -6,6 +6,7 @@ the first op that needs an entry, so registering the device stays cheap.
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import torch
@@ -17,6 +18,7 @@ from neuroncc.device.kernels import CompiledKernel
 from neuroncc.device.op_forms import OpForm, argument
 from neuroncc.device.programs import CannotCompile, Program, build_program, out_shapes
 from neuroncc.errors import NeuronccError
+from neuroncc.ir import print_function
 from neuroncc.runtime.cache import CACHE_STATS
 from neuroncc.runtime.driver import compile_graph
 
@@ -50,18 +52,24 @@ def make_entry(handler: Any, args: tuple[Any, ...], kwargs: dict[str, Any], tens
     return ByFloatValue(form, kernel, floats, index, state)
 
 
+#: executables by their program's canonical text, while some entry uses them: ops that compute the same
+#: program (``mul.out`` on eager's first call, ``mul.Tensor`` after it) share one executable
+_EXECUTABLES: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
+
+
 def compile_kernel(form: OpForm, program: Program, index: int, tensors: list[torch.Tensor], state: Any) -> CompiledKernel:
     """Compile ``program`` for the cpu target through the compile cache (memory here, disk there)."""
-    before = CACHE_STATS.snapshot()
-    try:
-        executable = compile_graph(program.function, target="cpu")
-    except NeuronccError as error:
-        raise CannotCompile(f"compiling it failed: {str(error).splitlines()[0]}") from error
-    after = CACHE_STATS.snapshot()
-    if after["hits"] > before["hits"]:
-        COUNTS["eager_kernels_loaded"] += 1
-    else:
-        COUNTS["eager_kernels_compiled"] += 1
+    text = print_function(program.function, canonical=True)
+    executable = _EXECUTABLES.get(text)
+    if executable is None:
+        before = CACHE_STATS.snapshot()
+        try:
+            executable = compile_graph(program.function, target="cpu")
+        except NeuronccError as error:
+            raise CannotCompile(f"compiling it failed: {str(error).splitlines()[0]}") from error
+        after = CACHE_STATS.snapshot()
+        COUNTS["eager_kernels_loaded" if after["hits"] > before["hits"] else "eager_kernels_compiled"] += 1
+        _EXECUTABLES[text] = executable
     return CompiledKernel(form, program, executable, index, tensors, state)
 
 

@@ -78,6 +78,8 @@ class Binding:
             else:
                 self.convert.append(None)
         self.plain_inputs = all(c is None for c in self.convert)
+        # tensors read in place and floats passed as buffers (no conversion): what the fast call handles
+        self.direct_inputs = all(c is None or c is ctypes.c_float for c in self.convert)
         # per IR output: (index, shape, strides, dtype, direct) for new tensors; ("write", shape, layout, dtype)
         self.outputs: list[tuple[Any, ...]] = []
         for position, value in enumerate(function.outputs):
@@ -91,14 +93,16 @@ class Binding:
                 kind = "write" if position in writes else "unused"
                 self.outputs.append((kind, tuple(value.type.shape), None, None, False, exec_strides, value.type.dtype))
         self.plain_outputs = all(o[0] == "new" and o[4] for o in self.outputs)
+        #: the common call (no conversion, no temporary): (bytes, shape, strides, dtype, contiguous) per output
+        self.fast = [(memory.extent_bytes(o[1], o[2], o[3].itemsize), tuple(o[1]), tuple(o[2]), o[3],
+                      tuple(o[2]) == memory.bare_strides(o[1])) for o in self.outputs] \
+            if self.direct_inputs and self.plain_outputs else None
 
     def __call__(self, values: Sequence[Any], index: int, targets: dict[int, torch.Tensor] | None = None
                  ) -> dict[int, torch.Tensor]:
         empty = memory.empty_strided
-        if self.plain_inputs and self.plain_outputs:  # the common eager call: no conversion, no temporary
-            made = [empty(o[1], o[2], o[3], index) for o in self.outputs]
-            self.run([v.data_ptr() for v in values], [t.data_ptr() for t in made])
-            return dict(enumerate(made))
+        if self.fast is not None:
+            return dict(enumerate(self.call_fast(values, index)))
         keep: list[Any] = []  # temporaries alive until the kernel has run
         addresses = []
         for value, convert in zip(values, self.convert):
@@ -133,6 +137,20 @@ class Binding:
                 memory.host_view(made[position]).copy_(temporary)
         return made
 
+    def call_fast(self, values: Sequence[Any], index: int) -> list[torch.Tensor]:
+        """The common call (``self.fast`` is set): the new tensors in output order."""
+        new = memory.new_tensor
+        made = [new(nbytes, shape, strides, dtype, index, contiguous)
+                for nbytes, shape, strides, dtype, contiguous in self.fast]
+        if self.plain_inputs:
+            self.run([v.data_ptr() for v in values], [t.data_ptr() for t in made])
+            return made
+        floats = [ctypes.c_float(v) if c is not None else v for v, c in zip(values, self.convert)]  # kept alive
+        addressof = ctypes.addressof
+        self.run([v.data_ptr() if c is None else addressof(v) for v, c in zip(floats, self.convert)],
+                 [t.data_ptr() for t in made])
+        return made
+
 
 class CompiledKernel:
     """The eager entry of a compiled op program: ``kernel(args, kwargs, tensors, floats)`` -> the op's result."""
@@ -151,10 +169,23 @@ class CompiledKernel:
         self.writes = {output: tensor for tensor, output in program.writes}
         self.binding = Binding(executable, inputs, results, list(self.writes))
         self.tensor_only = all(s >= 0 for s in self.sources)
+        # one new tensor returned as it is (most ops): the call needs no result assembly
+        self.single = (not form.writes and self.binding.fast is not None
+                       and len(program.outputs) == 1 and isinstance(program.outputs[0], ComputedOutput)
+                       and program.result_tree.is_leaf())
 
     def __call__(self, args: tuple[Any, ...], kwargs: dict[str, Any], tensors: list[torch.Tensor],
                  floats: list[float]) -> Any:
         self.state.device_calls += 1
+        if self.single:
+            if self.tensor_only:
+                values = [tensors[s] for s in self.sources]
+            else:
+                values = [tensors[s] if s >= 0 else floats[-1 - s] for s in self.sources]
+            try:
+                return self.binding.call_fast(values, self.index)[0]
+            except KernelIndexError:
+                return run_on_host(self.form, args, kwargs, self.index)
         if self.tensor_only:
             values = [tensors[s] for s in self.sources]
         else:

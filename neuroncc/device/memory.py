@@ -30,6 +30,7 @@ _CPU = torch.device("cpu")
 _EMPTY_SHAPE = (0,)
 
 _devices: list[torch.device] = []
+_DEVICE_0 = torch.device("privateuseone", 0)  # the same device whatever PrivateUse1 is named
 
 
 def device(index: int) -> torch.device:
@@ -84,8 +85,27 @@ def _bare_on(index: int, dtype: torch.dtype) -> torch.Tensor:
 def empty_strided(shape: tuple[int, ...] | list[int], stride: tuple[int, ...] | list[int], dtype: torch.dtype,
                   index: int) -> torch.Tensor:
     """A new neuron tensor on device ``index`` with fresh memory from the allocator."""
-    nbytes = extent_bytes(shape, stride, dtype.itemsize)
-    return on_storage(storage_for(ALLOCATOR.allocate(nbytes, index), index, nbytes), dtype, shape, stride)
+    return new_tensor(extent_bytes(shape, stride, dtype.itemsize), shape, stride, dtype, index)
+
+
+def new_tensor(nbytes: int, shape: tuple[int, ...] | list[int], stride: tuple[int, ...] | list[int],
+               dtype: torch.dtype, index: int, contiguous: bool = False) -> torch.Tensor:
+    """:func:`empty_strided` with its byte extent already known (the eager path's hot call: one block, one
+    storage, one tensor). ``contiguous``: the strides are the shape's contiguous ones."""
+    block = ALLOCATOR.allocate(nbytes, index)
+    if contiguous and index == 0:
+        # The cheapest way (~2x faster than set_): a bare tensor of the right shape, whose empty storage
+        # takes our block's data pointer and size (the swapped-out storage is empty and dies at once).
+        tensor = _bare_tensor(shape, dtype)
+        storage = tensor.untyped_storage()
+        storage._swap_data_ptr_(_storage_at(block.address, _DEVICE_0, nbytes))
+        storage._owner = block
+        return tensor
+    storage = _storage_at(block.address, _devices[index] if index < len(_devices) else device(index), nbytes)
+    storage._owner = block
+    tensor = _bare_tensor(_EMPTY_SHAPE, dtype) if index == 0 else _bare_on(index, dtype)
+    _redispatch_set(CPU_KEYS, tensor, storage, 0, shape, stride)
+    return tensor
 
 
 def empty(shape: tuple[int, ...] | list[int], dtype: torch.dtype, index: int) -> torch.Tensor:
@@ -98,6 +118,15 @@ def contiguous_strides(shape: tuple[int, ...] | list[int]) -> tuple[int, ...]:
     for size in reversed(shape):
         strides.append(step)
         step *= max(int(size), 1)
+    return tuple(reversed(strides))
+
+
+def bare_strides(shape: tuple[int, ...] | list[int]) -> tuple[int, ...]:
+    """The strides ``create_empty_tensor`` gives a shape (contiguous, a zero-size dim zeroing those before it)."""
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= int(size)
     return tuple(reversed(strides))
 
 

@@ -25,25 +25,37 @@ from neuroncc.runtime.buffers import storage_dtype
 
 
 class _CallFlats:
-    """The per-call list of flat buffer arrays (indexed by buffer number) that the launcher's steps read,
-    with the caller's buffers turned into numpy views only when a step asks for them."""
+    """The per-call list of flat buffer arrays (indexed by buffer number) that the launcher's steps read.
 
-    __slots__ = ("_items", "_pending")
+    Native kernels read addresses only, so the list is made on the first access: then the executable's
+    static arrays are copied in and the caller's buffers become numpy views when a step asks for them."""
 
-    def __init__(self, items: list[Any], pending: dict[int, tuple[int, int, np.dtype]]):
-        self._items = items
-        self._pending = pending  # buffer number -> (address, extent, dtype) not yet viewed
+    __slots__ = ("_call", "_addresses", "_items", "_pending")
+
+    def __init__(self, call: AddressCall, addresses: list[int]):
+        self._call, self._addresses = call, addresses
+        self._items: list[Any] | None = None
+        self._pending: dict[int, tuple[int, int, np.dtype]] = {}
+
+    def _materialize(self) -> list[Any]:
+        if self._items is None:
+            self._items = self._call.exe._flat_list.copy()
+            self._pending = {number: (self._addresses[number], extent, dtype)
+                             for number, _, _, extent, dtype in self._call._buffers}
+        return self._items
 
     def __getitem__(self, number: int) -> Any:
+        items = self._materialize()
         pending = self._pending.pop(number, None)
         if pending is not None:
             address, extent, dtype = pending
-            self._items[number] = _array_at(address, extent, dtype)
-        return self._items[number]
+            items[number] = _array_at(address, extent, dtype)
+        return items[number]
 
     def __setitem__(self, number: int, value: Any) -> None:
+        items = self._materialize()
         self._pending.pop(number, None)
-        self._items[number] = value
+        items[number] = value
 
 
 def _array_at(address: int, extent: int, dtype: np.dtype) -> np.ndarray:
@@ -60,9 +72,10 @@ class AddressCall:
     def __init__(self, exe: Any):
         plan = exe.plan
         self.exe = exe
-        self._buffers: list[tuple[int, str, int, int, np.dtype]] = []  # (number, kind, position, extent, dtype)
+        # (buffer number, is an input, param or output position, extent, dtype) of each per-call buffer
+        self._buffers: list[tuple[int, bool, int, int, np.dtype]] = []
         for number, buffer, dtype, _ in exe._call_buffers:
-            self._buffers.append((number, buffer.kind, buffer.index, buffer.extent, dtype))
+            self._buffers.append((number, buffer.kind == "input", buffer.index, buffer.extent, dtype))
         own = {buffer.index for buffer in plan.buffers if buffer.kind == "output" and not buffer.supplied}
         # outputs copied at the end: (position, buffer number or None, extent, dtype, layout of the result)
         self._copied: list[tuple[int, Any, np.dtype, Any]] = []
@@ -77,14 +90,11 @@ class AddressCall:
 
     def __call__(self, inputs: Sequence[int], outputs: Sequence[int]) -> None:
         exe = self.exe
+        addresses = exe._address_list.copy()
+        for number, is_input, position, _, _ in self._buffers:
+            addresses[number] = inputs[position] if is_input else outputs[position]
+        flats = _CallFlats(self, addresses)
         with exe._lock:
-            addresses = exe._address_list.copy()
-            pending: dict[int, tuple[int, int, np.dtype]] = {}
-            for number, kind, position, extent, dtype in self._buffers:
-                address = inputs[position] if kind == "input" else outputs[position]
-                addresses[number] = address
-                pending[number] = (address, extent, dtype)
-            flats = _CallFlats(exe._flat_list.copy(), pending)
             for run in exe._calls:
                 run(flats, addresses)
             for position, value_id, dtype, (shape, strides, extent) in self._copied:
