@@ -155,13 +155,20 @@ class DeviceOp:
             return entry
 
 
+#: Ops that take index tensors on CPU with their input on the device, as CUDA's do.
+CPU_INDICES = frozenset({"aten::index", "aten::index_put", "aten::index_put_", "aten::_index_put_impl_",
+                         "aten::_unsafe_index", "aten::_unsafe_index_put"})
+
+
 def check_devices(form: OpForm, tensors: list[torch.Tensor]) -> int:
-    """The device index of the call's neuron tensors; CPU tensors may only be 0-d (CUDA's rule and error)."""
+    """The device index of the call's neuron tensors; CPU tensors may only be 0-d (CUDA's rule and error),
+    or indices of an indexing op (the kernel reads them in host memory where they are)."""
     index, first = -1, None
+    cpu_indices = form.op._schema.name in CPU_INDICES
     for tensor in tensors:
         device = tensor.get_device()
         if device < 0:
-            if tensor.dim() == 0:
+            if tensor.dim() == 0 or cpu_indices:
                 continue
             device_name = "cpu"
         elif index < 0:

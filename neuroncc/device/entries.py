@@ -175,8 +175,14 @@ def _with_bias_sizes(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tup
     return (grad_output, input, weight, [channels], *rest), kwargs
 
 
+def _without_unsafe(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """_index_put_impl_(self, indices, values, accumulate, unsafe) -> index_put_(self, indices, values, accumulate)."""
+    return args[:4], {k: v for k, v in kwargs.items() if k != "unsafe"}
+
+
 #: op -> (the op computing it, argument adapter)
 REDIRECTS = {
+    aten._index_put_impl_.default: (aten.index_put_.default, _without_unsafe),
     aten.convolution_overrideable.default: (aten.convolution.default, _same_arguments),
     aten.convolution_backward_overrideable.default: (aten.convolution_backward.default, _with_bias_sizes),
 }

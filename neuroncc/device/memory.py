@@ -150,7 +150,7 @@ def host_view(tensor: torch.Tensor) -> torch.Tensor:
 def to_device(cpu: torch.Tensor, index: int, dtype: torch.dtype | None = None) -> torch.Tensor:
     """A neuron copy of a CPU tensor (same strides when they are dense, else contiguous), in ``dtype``."""
     dtype = dtype or cpu.dtype
-    if _dense(cpu):
+    if is_dense(cpu):
         result = empty_strided(tuple(cpu.shape), cpu.stride(), dtype, index)
     else:
         result = empty(tuple(cpu.shape), dtype, index)
@@ -158,7 +158,7 @@ def to_device(cpu: torch.Tensor, index: int, dtype: torch.dtype | None = None) -
     return result
 
 
-def _dense(tensor: torch.Tensor) -> bool:
+def is_dense(tensor: torch.Tensor) -> bool:
     """Its elements cover a contiguous range exactly once, in some dim order (a permuted contiguous layout)."""
     expected = 1
     for stride, size in sorted((st, s) for s, st in zip(tensor.shape, tensor.stride()) if s != 1):

@@ -89,6 +89,27 @@ def copy_from_and_resize(self: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
     return copy_from(self, dst)
 
 
+def to_copy(self: torch.Tensor, dtype: torch.dtype | None = None, layout: Any = None, device: Any = None,
+            pin_memory: bool | None = None, non_blocking: bool = False,
+            memory_format: torch.memory_format | None = None) -> torch.Tensor:
+    """``tensor.to(...)`` from a neuron tensor: a new tensor on the target device, filled through CPU's copy
+    kernel. (PyTorch's generic version pins the CPU result of a non-blocking copy, which needs a pinned-memory
+    allocator a Python backend cannot register; the device is synchronous, so there is nothing to pin.)"""
+    target = torch.device(device) if device is not None else self.device
+    dtype = dtype or self.dtype
+    if memory_format in (None, torch.preserve_format) and memory.is_dense(self):
+        shape, strides = tuple(self.shape), self.stride()
+    else:
+        format = self.suggest_memory_format() if memory_format in (None, torch.preserve_format) else memory_format
+        shape, strides = tuple(self.shape), strides_for(self.shape, format)
+    if target.type == "cpu":
+        result = torch.empty_strided(shape, strides, dtype=dtype)
+    else:
+        result = memory.empty_strided(shape, strides, device_dtype(dtype), device_index(target))
+    memory.host_view(result).copy_(memory.host_view(self))
+    return result
+
+
 def local_scalar_dense(self: torch.Tensor) -> Any:
     """``tensor.item()``."""
     return memory.host_view(self).item()
@@ -182,6 +203,7 @@ def register(library: torch.library.Library) -> None:
         "empty_strided": empty_strided,
         "_copy_from": copy_from,
         "_copy_from_and_resize": copy_from_and_resize,
+        "_to_copy": to_copy,
         "_local_scalar_dense": local_scalar_dense,
         "resize_": resize_,
         "set_.source_Storage": set_storage,

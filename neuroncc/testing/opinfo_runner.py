@@ -25,13 +25,21 @@ class Task:
     known: Mapping[str, str]  # mode -> letters from the previous table (may be empty)
 
 
-def _worker_main(connection: Connection, config: SweepConfig) -> None:
+#: What runs one (op, mode) in a worker: the torch.compile sweep's, or the device sweep's (opinfo_device).
+COMPILE_SWEEP = "neuroncc.testing.opinfo:run_mode"
+
+
+def _worker_main(connection: Connection, config: SweepConfig, mode_runner: str = COMPILE_SWEEP) -> None:
+    import importlib
     import logging
     import warnings
 
     import torch
 
-    from neuroncc.testing.opinfo import float32_opinfos, op_key, run_mode
+    from neuroncc.testing.opinfo import float32_opinfos, op_key
+
+    module, _, name = mode_runner.partition(":")
+    run_mode = getattr(importlib.import_module(module), name)
 
     warnings.simplefilter("ignore")
     logging.getLogger("torch").setLevel(logging.ERROR)
@@ -61,8 +69,10 @@ class _Worker:
 
 
 def run_ops(tasks: Sequence[Task], config: SweepConfig, *, jobs: int = 1, op_timeout_s: float = 900.0,
-            ops_per_worker: int = 40, on_result: Callable[[ModeResult], None] = lambda r: None) -> list[ModeResult]:
-    """Run every task in ``jobs`` worker processes; returns the results in completion order."""
+            ops_per_worker: int = 40, on_result: Callable[[ModeResult], None] = lambda r: None,
+            mode_runner: str = COMPILE_SWEEP) -> list[ModeResult]:
+    """Run every task in ``jobs`` worker processes; returns the results in completion order.
+    ``mode_runner`` (``module:function``) runs one (op, mode) in a worker."""
     context = multiprocessing.get_context("spawn")
     pending = list(reversed(tasks))
     results: list[ModeResult] = []
@@ -70,7 +80,7 @@ def run_ops(tasks: Sequence[Task], config: SweepConfig, *, jobs: int = 1, op_tim
 
     def start_worker() -> _Worker:
         parent_end, child_end = context.Pipe()
-        process = context.Process(target=_worker_main, args=(child_end, config), daemon=True)
+        process = context.Process(target=_worker_main, args=(child_end, config, mode_runner), daemon=True)
         process.start()
         child_end.close()
         return _Worker(process, parent_end)

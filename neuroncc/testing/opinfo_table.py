@@ -206,7 +206,10 @@ def render_ops_md(table: StatusTable) -> str:
             note = next((f"{m}: {notes[m]}" for m in MODES if m in notes), "")
         cells = " | ".join(_cell(by_mode.get(m)) for m in MODES)
         out.append(f"| `{key}` | {cells} | {_escape(note[:160])} |")
-    return "\n".join(out) + "\n"
+    from neuroncc.testing.opinfo_device_table import device_section  # the device sweep's section stays
+
+    section = device_section()
+    return "\n".join(out) + "\n" + (f"\n{section}" if section else "")
 
 
 def _gap_lines(table: StatusTable) -> list[str]:
