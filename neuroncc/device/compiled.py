@@ -50,7 +50,9 @@ def _binding(compiled: Any, args: list[Any]) -> Binding:
     inputs = [args[p].dtype for p in graph.param_positions]
     results = {o.index: (o.spec.shape, o.spec.stride, o.spec.dtype) for o, _ in compiled.outputs
                if isinstance(o, ComputedOutput)}
-    return Binding(compiled.executable, inputs, results, [output for _, output in graph.mutations])
+    writes = {output: (tuple(args[position].shape), tuple(args[position].stride()), args[position].dtype)
+              for position, output in graph.mutations}
+    return Binding(compiled.executable, inputs, results, writes)
 
 
 NEURON = NeuronDevice()

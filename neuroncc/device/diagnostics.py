@@ -44,3 +44,27 @@ def float64_demoted() -> None:
         warnings.warn(f"neuroncc: float64 tensors on the neuron device are stored and computed as float32"
                       f"{f' (first at {where})' if where else ''}; use float32 to silence this",
                       DeviceFloat64Warning, stacklevel=3)
+
+
+class DeviceAutogradWarning(UserWarning):
+    """Tensors that require grad on ``neuron:1`` and up: their backward cannot run (once per process)."""
+
+
+_warned_autograd = False
+
+
+def autograd_off_device_zero(index: int) -> None:
+    """Warn once that backward cannot run on ``neuron:index`` (index > 0).
+
+    PyTorch's autograd engine gives each device index a ready queue, sized by the device guards' device
+    counts, and the guard a Python-only backend registers (torch 2.13) always reports one device: a backward
+    pass over ``neuron:1`` tensors stops at an internal assert of the engine. Forward, inference, copies and
+    everything else work on every device; one device per process (``neuron:0``) trains."""
+    global _warned_autograd
+    if not _warned_autograd:
+        _warned_autograd = True
+        where = user_location()
+        warnings.warn(f"neuroncc: tensors on neuron:{index} require grad{f' (at {where})' if where else ''}, "
+                      "but backward can only run on neuron:0 (torch's autograd engine sees one device of a "
+                      "Python-registered backend); train on neuron:0, one device per process",
+                      DeviceAutogradWarning, stacklevel=3)

@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from neuroncc.device import memory
+from neuroncc.device import diagnostics, memory
 from neuroncc.device.config import CONFIG
 from neuroncc.device.counters import COUNTS
 from neuroncc.device.op_forms import OpForm, form_of
@@ -148,6 +148,8 @@ class DeviceOp:
 
         with _lock:
             index = check_devices(self.form, tensors)
+            if index > 0 and torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+                diagnostics.autograd_off_device_zero(index)
             entry = entries.make_entry(self, args, kwargs, tensors, floats, index, handler_for)
             self.entries[key] = entry
             if entry.holds_kernel:

@@ -54,18 +54,27 @@ def _address(buffer: Any) -> int:
     return ctypes.addressof(buffer) if isinstance(buffer, ctypes._SimpleCData) else buffer.ctypes.data
 
 
+_NEW, _NEW_VIA_CPU, _WRITE, _WRITE_VIA_CPU, _UNUSED = "new", "new via cpu", "write", "write via cpu", "unused"
+
+
 class Binding:
     """One executable over neuron tensors (see the module docstring).
 
     ``inputs[i]`` says what feeds parameter ``i``: the torch dtype of the tensor passed (``"float"`` for a
     Python float). ``results`` maps IR output index -> (shape, strides, torch dtype) of a new tensor;
-    ``writes`` lists the IR output indices written into existing tensors. ``binding(values, index, targets)``
-    takes one value per parameter, the device index for new tensors and the write targets (by output index),
-    and returns the new tensors by output index.
+    ``writes`` maps IR output index -> (shape, strides, torch dtype) of the existing tensor it is written
+    into. ``binding(values, index, targets)`` takes one value per parameter, the device index for new
+    tensors and the write targets (by output index), and returns the new tensors by output index.
+
+    A written value goes to fresh device memory first (an executable's outputs must not alias its inputs).
+    When the target is the whole of its storage, that storage then takes the fresh memory (its data pointer
+    and the block behind it are exchanged, O(1): every view of the storage sees the new values); otherwise
+    the bytes are copied in.
     """
 
     def __init__(self, executable: Any, inputs: Sequence[torch.dtype | str],
-                 results: dict[int, tuple[tuple[int, ...], tuple[int, ...], torch.dtype]], writes: Sequence[int]):
+                 results: dict[int, tuple[tuple[int, ...], tuple[int, ...], torch.dtype]],
+                 writes: dict[int, tuple[tuple[int, ...], tuple[int, ...], torch.dtype]]):
         self.run = AddressCall(executable)
         function = executable.function
         layouts = executable.output_strides
@@ -80,27 +89,30 @@ class Binding:
         self.plain_inputs = all(c is None for c in self.convert)
         # tensors read in place and floats passed as buffers (no conversion): what the fast call handles
         self.direct_inputs = all(c is None or c is ctypes.c_float for c in self.convert)
-        # per IR output: (index, shape, strides, dtype, direct) for new tensors; ("write", shape, layout, dtype)
-        self.outputs: list[tuple[Any, ...]] = []
+        # per IR output: (how, (bytes, shape, strides, dtype, bare-contiguous), the executable's layout)
+        self.outputs: list[tuple[str, tuple[Any, ...], tuple[Any, ...]]] = []
         for position, value in enumerate(function.outputs):
-            exec_strides = tuple(layouts[position])
+            exec_layout = (tuple(value.type.shape), tuple(layouts[position]), _STORAGE[value.type.dtype])
+            wanted = results.get(position) or writes.get(position)
+            if wanted is None:
+                self.outputs.append((_UNUSED, (), exec_layout))
+                continue
+            shape, strides, dtype = tuple(wanted[0]), tuple(wanted[1]), _ON_DEVICE.get(wanted[2], wanted[2])
+            in_place = value.type.dtype is not DType.bf16 and dtype == exec_layout[2] and \
+                _same_layout(shape, strides, exec_layout[1])
+            spec = (memory.extent_bytes(shape, strides, dtype.itemsize), shape, strides, dtype,
+                    strides == memory.bare_strides(shape))
             if position in results:
-                shape, strides, dtype = results[position]
-                dtype = _ON_DEVICE.get(dtype, dtype)
-                direct = value.type.dtype is not DType.bf16 and _same_layout(shape, strides, exec_strides)
-                self.outputs.append(("new", shape, strides, dtype, direct, exec_strides, value.type.dtype))
+                self.outputs.append((_NEW if in_place else _NEW_VIA_CPU, spec, exec_layout))
             else:
-                kind = "write" if position in writes else "unused"
-                self.outputs.append((kind, tuple(value.type.shape), None, None, False, exec_strides, value.type.dtype))
-        self.plain_outputs = all(o[0] == "new" and o[4] for o in self.outputs)
-        #: the common call (no conversion, no temporary): (bytes, shape, strides, dtype, contiguous) per output
-        self.fast = [(memory.extent_bytes(o[1], o[2], o[3].itemsize), tuple(o[1]), tuple(o[2]), o[3],
-                      tuple(o[2]) == memory.bare_strides(o[1])) for o in self.outputs] \
-            if self.direct_inputs and self.plain_outputs else None
+                dense = memory.dense_strides(shape, strides)
+                self.outputs.append((_WRITE if in_place and dense else _WRITE_VIA_CPU, spec, exec_layout))
+        #: the common call: no conversion, every output a new tensor written in place
+        self.fast = [spec for _, spec, _ in self.outputs] if self.direct_inputs and \
+            all(how == _NEW for how, _, _ in self.outputs) else None
 
     def __call__(self, values: Sequence[Any], index: int, targets: dict[int, torch.Tensor] | None = None
                  ) -> dict[int, torch.Tensor]:
-        empty = memory.empty_strided
         if self.fast is not None:
             return dict(enumerate(self.call_fast(values, index)))
         keep: list[Any] = []  # temporaries alive until the kernel has run
@@ -116,25 +128,26 @@ class Binding:
                 buffer = convert(value)
                 keep.append(buffer)
                 addresses.append(_address(buffer))
+        new = memory.new_tensor
+        buffers: list[torch.Tensor] = []
+        for how, spec, (shape, exec_strides, storage) in self.outputs:
+            if how in (_NEW, _WRITE):
+                nbytes, wanted_shape, strides, dtype, contiguous = spec
+                buffers.append(new(nbytes, wanted_shape, strides, dtype, index, contiguous))
+            else:
+                buffers.append(torch.empty_strided(shape, exec_strides, dtype=storage))
+        self.run(addresses, [b.data_ptr() for b in buffers])
         made: dict[int, torch.Tensor] = {}
-        outputs, later = [], []
-        for position, (kind, shape, strides, dtype, direct, exec_strides, ir_dtype) in enumerate(self.outputs):
-            if direct:
-                made[position] = empty(shape, strides, dtype, index)
-                outputs.append(made[position].data_ptr())
-                continue
-            temporary = torch.empty_strided(shape, exec_strides, dtype=_STORAGE[ir_dtype])
-            keep.append(temporary)
-            outputs.append(temporary.data_ptr())
-            later.append((position, temporary))
-        self.run(addresses, outputs)
-        for position, temporary in later:
-            kind, shape, strides, dtype = self.outputs[position][:4]
-            if kind == "write":
-                memory.host_view(targets[position]).copy_(temporary)
-            elif kind == "new":
-                made[position] = empty(shape, strides, dtype, index)
-                memory.host_view(made[position]).copy_(temporary)
+        for position, ((how, spec, _), buffer) in enumerate(zip(self.outputs, buffers)):
+            if how == _NEW:
+                made[position] = buffer
+            elif how == _NEW_VIA_CPU:
+                made[position] = memory.new_tensor(*spec[:4], index)
+                memory.host_view(made[position]).copy_(buffer)
+            elif how == _WRITE:
+                memory.commit(targets[position], buffer, spec[0])
+            elif how == _WRITE_VIA_CPU:
+                memory.host_view(targets[position]).copy_(buffer)
         return made
 
     def call_fast(self, values: Sequence[Any], index: int) -> list[torch.Tensor]:
@@ -167,7 +180,9 @@ class CompiledKernel:
         results = {o.index: (o.spec.shape, o.spec.stride, o.spec.dtype) for o in program.outputs
                    if isinstance(o, ComputedOutput)}
         self.writes = {output: tensor for tensor, output in program.writes}
-        self.binding = Binding(executable, inputs, results, list(self.writes))
+        writes = {output: (tuple(tensors[t].shape), tuple(tensors[t].stride()), tensors[t].dtype)
+                  for output, t in self.writes.items()}
+        self.binding = Binding(executable, inputs, results, writes)
         self.tensor_only = all(s >= 0 for s in self.sources)
         # one new tensor returned as it is (most ops): the call needs no result assembly
         self.single = (not form.writes and self.binding.fast is not None

@@ -158,14 +158,35 @@ def to_device(cpu: torch.Tensor, index: int, dtype: torch.dtype | None = None) -
     return result
 
 
-def is_dense(tensor: torch.Tensor) -> bool:
-    """Its elements cover a contiguous range exactly once, in some dim order (a permuted contiguous layout)."""
+def commit(target: torch.Tensor, source: torch.Tensor, nbytes: int) -> None:
+    """Make ``target`` hold ``source``'s values (same shape, strides and dtype; both dense; ``nbytes`` their
+    extent). When ``target`` is the whole of a storage of ours, the two storages exchange their memory: O(1),
+    and every tensor viewing ``target``'s storage sees the new values (its data pointer changes, as after a
+    storage swap on any device). Otherwise the bytes are copied."""
+    storage = target.untyped_storage()
+    if target.storage_offset() == 0 and storage.nbytes() == nbytes and getattr(storage, "_owner", None) is not None:
+        other = source.untyped_storage()
+        storage._swap_data_ptr_(other)
+        storage._owner, other._owner = other._owner, storage._owner
+        storage.__dict__.pop("_host", None)  # a CPU view of the old memory
+        other.__dict__.pop("_host", None)
+    else:
+        ctypes.memmove(target.data_ptr(), source.data_ptr(), nbytes)
+
+
+def dense_strides(shape: tuple[int, ...] | list[int], strides: tuple[int, ...] | list[int]) -> bool:
+    """Elements cover a contiguous range exactly once in some dim order (a permuted contiguous layout)."""
     expected = 1
-    for stride, size in sorted((st, s) for s, st in zip(tensor.shape, tensor.stride()) if s != 1):
+    for stride, size in sorted((st, n) for n, st in zip(shape, strides) if n != 1):
         if stride != expected:
             return False
         expected *= size
     return True
+
+
+def is_dense(tensor: torch.Tensor) -> bool:
+    """:func:`dense_strides` of a tensor."""
+    return dense_strides(tensor.shape, tensor.stride())
 
 
 def numel(shape: tuple[int, ...]) -> int:

@@ -17,6 +17,7 @@ import torch
 
 from neuroncc.device import memory
 from neuroncc.device.allocator import ALLOCATOR
+from neuroncc.device.config import CONFIG
 from neuroncc.device.diagnostics import float64_demoted
 from neuroncc.device.torch_module import current_device
 
@@ -43,10 +44,13 @@ def device_index(device: torch.device | str | int | None) -> int:
     """The neuron device index a factory's ``device=`` argument names (no index: the current device)."""
     if device is None:
         return current_device()
-    if isinstance(device, int):
-        return device
-    index = torch.device(device).index
-    return current_device() if index is None else index
+    index = device if isinstance(device, int) else torch.device(device).index
+    if index is None:
+        return current_device()
+    if not 0 <= index < CONFIG.device_count:
+        raise RuntimeError(f"neuron:{index} does not exist: torch.neuron.device_count() is {CONFIG.device_count} "
+                           "(set NEURONCC_DEVICE_COUNT for more devices)")
+    return index
 
 
 def strides_for(shape: list[int] | tuple[int, ...], memory_format: torch.memory_format | None) -> tuple[int, ...]:
@@ -100,7 +104,10 @@ def to_copy(self: torch.Tensor, dtype: torch.dtype | None = None, layout: Any = 
     if memory_format in (None, torch.preserve_format) and memory.is_dense(self):
         shape, strides = tuple(self.shape), self.stride()
     else:
-        format = self.suggest_memory_format() if memory_format in (None, torch.preserve_format) else memory_format
+        format = memory_format
+        if memory_format in (None, torch.preserve_format):
+            format = torch.channels_last if self.dim() == 4 and self.is_contiguous(
+                memory_format=torch.channels_last) else torch.contiguous_format
         shape, strides = tuple(self.shape), strides_for(self.shape, format)
     if target.type == "cpu":
         result = torch.empty_strided(shape, strides, dtype=dtype)

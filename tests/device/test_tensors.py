@@ -112,6 +112,24 @@ def test_several_devices():
         assert a.to("neuron:0").device.index == 0
         with pytest.raises(RuntimeError, match="neuron:1 and neuron:0"):
             a + torch.ones(3, device="neuron:0")
+        with pytest.raises(RuntimeError, match="neuron:5 does not exist"):
+            torch.ones(3, device="neuron:5")
+    finally:
+        neuroncc.device.set_device_count(count)
+
+
+def test_requires_grad_off_device_zero_warns_that_backward_cannot_run(monkeypatch):
+    from neuroncc.device import diagnostics
+
+    monkeypatch.setattr(diagnostics, "_warned_autograd", False)
+    count = torch.neuron.device_count()
+    neuroncc.device.set_device_count(2)
+    try:
+        w = torch.ones(3, device="neuron:1", requires_grad=True)
+        with pytest.warns(diagnostics.DeviceAutogradWarning, match="backward can only run on neuron:0"):
+            (w * 2.5).sum()
+        with torch.no_grad():
+            assert (w * 3.5).device.index == 1  # inference on another device is fine
     finally:
         neuroncc.device.set_device_count(count)
 
