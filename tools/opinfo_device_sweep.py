@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from neuroncc.testing.opinfo import ModeResult, SweepConfig  # noqa: E402
 from neuroncc.testing.opinfo_device import DEVICE_MODES, device_status  # noqa: E402
-from neuroncc.testing.opinfo_device_table import DEVICE_TABLE_PATH, write_device_docs  # noqa: E402
+from neuroncc.testing.opinfo_table import DEVICE_TABLE_PATH, write_device_docs  # noqa: E402
 from neuroncc.testing.opinfo_runner import Task, run_ops  # noqa: E402
 from neuroncc.testing.opinfo_table import StatusTable, letter_changes  # noqa: E402
 
