@@ -10,6 +10,7 @@
            HostFallback     the op cannot be compiled: CPU kernels on the device's memory, warned once
            HostRandom       random ops: CPU kernels, the device's generator
            ResizeOuts       out= tensors of the wrong shape: resized (as eager does), then called again
+         each entry's ``call(args, kwargs, tensors, floats)`` runs the op and returns its result
 
 Entries are kept per op; all of them together are bounded (``CONFIG.kernel_capacity``): past it, the least
 recently used half are dropped (a dropped kernel comes back from the disk cache without compiling).
@@ -140,7 +141,7 @@ class DeviceOp:
         if entry is None:
             entry = self._prepare(key, args, kwargs, tensors, floats)
         entry.tick = next(_ticks)
-        return entry(args, kwargs, tensors, floats)
+        return entry.call(args, kwargs, tensors, floats)
 
     def _prepare(self, key: tuple[Any, ...], args: tuple[Any, ...], kwargs: dict[str, Any],
                  tensors: list[torch.Tensor], floats: list[float]) -> Any:

@@ -83,13 +83,13 @@ class ByFloatValue:
         self.kernels = {tuple(floats): first}
         self.tick = 0
 
-    def __call__(self, args: tuple[Any, ...], kwargs: dict[str, Any], tensors: list[torch.Tensor],
-                 floats: list[float]) -> Any:
+    def call(self, args: tuple[Any, ...], kwargs: dict[str, Any], tensors: list[torch.Tensor],
+             floats: list[float]) -> Any:
         kernel = self.kernels.get(tuple(floats))
         if kernel is None:
             program = build_program(self.form, args, kwargs, tensors, floats, lift=False)
             kernel = self.kernels[tuple(floats)] = compile_kernel(self.form, program, self.index, tensors, self.state)
-        return kernel(args, kwargs, tensors, floats)
+        return kernel.call(args, kwargs, tensors, floats)
 
 
 class ResizeOuts:
@@ -103,8 +103,8 @@ class ResizeOuts:
         self.handler = handler
         self.tick = 0
 
-    def __call__(self, args: tuple[Any, ...], kwargs: dict[str, Any], tensors: list[torch.Tensor],
-                 floats: list[float]) -> Any:
+    def call(self, args: tuple[Any, ...], kwargs: dict[str, Any], tensors: list[torch.Tensor],
+             floats: list[float]) -> Any:
         for name, shape in _out_resizes(self.handler.form, args, kwargs, tensors, floats):
             argument(self.handler.op, name, args, kwargs).resize_(shape)
         return self.handler(None, *args, **kwargs)
@@ -133,8 +133,8 @@ class NativeDropout:
         self.form, self.index, self.state = form, index, state
         self.tick = 0
 
-    def __call__(self, args: tuple[Any, ...], kwargs: dict[str, Any], tensors: list[torch.Tensor],
-                 floats: list[float]) -> Any:
+    def call(self, args: tuple[Any, ...], kwargs: dict[str, Any], tensors: list[torch.Tensor],
+             floats: list[float]) -> Any:
         self.state.device_calls += 1
         input, p = args[0], float(args[1]) if len(args) > 1 else float(kwargs["p"])
         train = args[2] if len(args) > 2 else kwargs.get("train")
@@ -157,8 +157,8 @@ class Redirect:
         self.target, self.adapt = target, adapt
         self.tick = 0
 
-    def __call__(self, args: tuple[Any, ...], kwargs: dict[str, Any], tensors: list[torch.Tensor],
-                 floats: list[float]) -> Any:
+    def call(self, args: tuple[Any, ...], kwargs: dict[str, Any], tensors: list[torch.Tensor],
+             floats: list[float]) -> Any:
         new_args, new_kwargs = self.adapt(args, kwargs)
         return self.target(None, *new_args, **new_kwargs)
 

@@ -94,8 +94,8 @@ class HostFallback:
         self.refused = refused  # the meta kernel raised: CPU's kernel raises the user's error as eager words it
         self.tick = 0
 
-    def __call__(self, args: tuple[Any, ...], kwargs: dict[str, Any], tensors: list[torch.Tensor],
-                 floats: list[float]) -> Any:
+    def call(self, args: tuple[Any, ...], kwargs: dict[str, Any], tensors: list[torch.Tensor],
+             floats: list[float]) -> Any:
         state = self.op_state
         error_mode = CONFIG.fallback == "error"
         if error_mode and not self.refused:
@@ -128,7 +128,7 @@ class HostRandom:
         self.form, self.index, self.op_state = form, index, op_state
         self.tick = 0
 
-    def __call__(self, args: tuple[Any, ...], kwargs: dict[str, Any], tensors: list[torch.Tensor],
-                 floats: list[float]) -> Any:
+    def call(self, args: tuple[Any, ...], kwargs: dict[str, Any], tensors: list[torch.Tensor],
+             floats: list[float]) -> Any:
         self.op_state.device_calls += 1
         return run_on_host(self.form, args, kwargs, self.index, generators.generator(self.index))

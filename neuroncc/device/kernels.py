@@ -188,9 +188,29 @@ class CompiledKernel:
         self.single = (not form.writes and self.binding.fast is not None
                        and len(program.outputs) == 1 and isinstance(program.outputs[0], ComputedOutput)
                        and program.result_tree.is_leaf())
+        if self.single and self.tensor_only and self.binding.plain_inputs and len(self.binding.fast) == 1:
+            self.call = self._one_tensor_in_one_out()  # type: ignore[method-assign]
 
-    def __call__(self, args: tuple[Any, ...], kwargs: dict[str, Any], tensors: list[torch.Tensor],
-                 floats: list[float]) -> Any:
+    def _one_tensor_in_one_out(self) -> Any:
+        """The commonest call as one closure: tensors in, one new tensor out (instance attribute lookups and
+        the general path's branches cost more than the rest of the call)."""
+        (nbytes, shape, strides, dtype, contiguous), = self.binding.fast
+        new, run, sources, index, state = memory.new_tensor, self.binding.run, self.sources, self.index, self.state
+
+        def call(args: tuple[Any, ...], kwargs: dict[str, Any], tensors: list[torch.Tensor],
+                 floats: list[float]) -> torch.Tensor:
+            state.device_calls += 1
+            out = new(nbytes, shape, strides, dtype, index, contiguous)
+            try:
+                run([tensors[s].data_ptr() for s in sources], [out.data_ptr()])
+            except KernelIndexError:
+                return run_on_host(self.form, args, kwargs, index)
+            return out
+
+        return call
+
+    def call(self, args: tuple[Any, ...], kwargs: dict[str, Any], tensors: list[torch.Tensor],
+             floats: list[float]) -> Any:
         self.state.device_calls += 1
         if self.single:
             if self.tensor_only:
@@ -210,18 +230,21 @@ class CompiledKernel:
             made = self.binding(values, self.index, targets)
         except KernelIndexError:  # an index out of range: CPU's kernel raises eager's own error for it
             return run_on_host(self.form, args, kwargs, self.index)
-        form = self.form
-        if form.writes:
-            written = [argument(form.op, name, args, kwargs) for name in form.returns]
-            if not written:
-                return None
-            return written[0] if len(written) == 1 else tuple(written)
-        results = []
+        new = []  # the program's results, in order
         for output in self.program.outputs:
             if isinstance(output, ComputedOutput):
-                results.append(made[output.index])
+                new.append(made[output.index])
             elif isinstance(output, InputOutput):  # a new result equal to an input: still a new tensor
-                results.append(memory.to_device(memory.host_view(tensors[output.position]), self.index))
+                new.append(memory.to_device(memory.host_view(tensors[output.position]), self.index))
             else:
-                results.append(output.value)
-        return tree_unflatten(results, self.program.result_tree)
+                new.append(output.value)
+        form = self.form
+        if not form.writes:
+            return tree_unflatten(new, self.program.result_tree)
+        # The op writes arguments: each of its returns is a written argument or, in order, a new result
+        # (native_batch_norm returns new tensors and updates the running statistics).
+        fresh = iter(new)
+        returns = [argument(form.op, name, args, kwargs) if name is not None else next(fresh) for name in form.returns]
+        if not returns:
+            return None
+        return returns[0] if len(returns) == 1 else tuple(returns)

@@ -144,6 +144,10 @@ def host_view(tensor: torch.Tensor) -> torch.Tensor:
         storage._host = host
     view = torch.empty(0, dtype=tensor.dtype)
     view.set_(host, tensor.storage_offset(), tensor.size(), tensor.stride())
+    if tensor.is_conj():  # lazily conjugated / negated (complex) views keep their bit
+        view = view.conj()
+    if tensor.is_neg():
+        view = view._neg_view()
     return view
 
 

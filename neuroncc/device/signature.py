@@ -46,6 +46,12 @@ def describe(args: Sequence[Any], kwargs: dict[str, Any]) -> tuple[tuple[Any, ..
     tensors: list[torch.Tensor] = []
     floats: list[float] = []
     for value in args:
+        if type(value) is _Tensor:  # the commonest argument, inline (the rest of _walk's tensor case)
+            device = value.get_device()
+            if device >= 0 or value.dim() != 0 or value.dtype is not _float64:
+                tensors.append(value)
+                key.append((value.dtype, value.shape, value.stride(), device))
+                continue
         _walk(value, key, tensors, floats)
     if kwargs:
         for name, value in kwargs.items():

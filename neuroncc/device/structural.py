@@ -221,3 +221,9 @@ def register(library: torch.library.Library) -> None:
         kernels[name.removesuffix(".default")] = _redispatched_to_cpu(_overload(name))
     for name, kernel in kernels.items():
         library.impl(name, kernel, "PrivateUse1")
+    # Copies read a lazily conjugated or negated source through its bit (host_view keeps it): without these,
+    # PyTorch's fallback for those bits would materialize the source with clone, whose copy calls _copy_from
+    # again, forever.
+    for name in ("_copy_from", "_copy_from_and_resize"):
+        for key in ("Conjugate", "Negative"):
+            library.impl(name, torch.library.fallthrough_kernel, key)

@@ -87,9 +87,34 @@ class AddressCall:
             strides = tuple(exe.output_strides[position])
             extent = _extent(spec.shape, strides)
             self._copied.append((position, value_id, dtype, (tuple(spec.shape), strides, extent)))
+        self._single = self._single_kernel()
+
+    def _single_kernel(self) -> tuple[Any, ...] | None:
+        """For the commonest executable, one native kernel called straight (no extern, no index check, no
+        thread pool) whose per-call pointers are all inputs and outputs: (the kernel's argument array and its
+        address, its phases, and per per-call slot: (slot, is an input, position, byte offset))."""
+        exe = self.exe
+        if len(exe._runners) != 1 or self._copied:
+            return None
+        kernel = exe._runners[0]
+        if getattr(kernel, "fast", None) is None or kernel.step.extern is not None:
+            return None
+        places = {number: (is_input, position) for number, is_input, position, _, _ in self._buffers}
+        if any(buffer not in places for _, buffer, _ in kernel.dynamic):
+            return None
+        slots = tuple((slot, *places[buffer], offset) for slot, buffer, offset in kernel.dynamic)
+        return kernel.args, kernel.args_address, tuple(kernel.serial_calls), slots
 
     def __call__(self, inputs: Sequence[int], outputs: Sequence[int]) -> None:
         exe = self.exe
+        if self._single is not None:
+            args, address, calls, slots = self._single
+            with exe._lock:
+                for slot, is_input, position, offset in slots:
+                    args[slot] = (inputs if is_input else outputs)[position] + offset
+                for fn, n_outer in calls:
+                    fn(address, 0, n_outer)
+            return
         addresses = exe._address_list.copy()
         for number, is_input, position, _, _ in self._buffers:
             addresses[number] = inputs[position] if is_input else outputs[position]
