@@ -39,9 +39,19 @@ def run_on_host(form: OpForm, args: tuple[Any, ...], kwargs: dict[str, Any], ind
 
     host_args = tree_map(to_host, list(args))
     host_kwargs = tree_map(to_host, dict(kwargs))
+    # out= tensors: CPU kernels resize them as they need, which the device's memory (not resizable from CPU)
+    # cannot follow; they get CPU tensors, copied into the neuron ones (resized as eager would) afterwards.
+    outs = {name: host_kwargs[name] for name in form.out_arguments if isinstance(host_kwargs.get(name), torch.Tensor)}
+    for name, view in outs.items():
+        host_kwargs[name] = torch.empty(0, dtype=view.dtype)
     if generator is not None:
         _use_generator(form, host_args, host_kwargs, generator)
     result = form.op(*host_args, **host_kwargs)
+    for name in outs:
+        target, computed = kwargs[name], host_kwargs[name]
+        if target.shape != computed.shape:
+            target.resize_(computed.shape)
+        memory.host_view(target).copy_(computed)
     if form.writes:  # returns the written arguments: the neuron tensors themselves
         written = [args[i] if (i := _position(form, name)) < len(args) else kwargs[name] for name in form.returns]
         if not written:
