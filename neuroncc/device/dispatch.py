@@ -64,12 +64,37 @@ def handler_for(op: Any) -> DeviceOp:
         with _lock:
             handler = _handlers.get(op)
             if handler is None:
-                handler = _handlers[op] = DeviceOp(op)
+                if not _foreach_registered:
+                    _register_foreach_ops()
+                handler = _handlers.get(op) or DeviceOp(op)
+                _handlers[op] = handler
                 for member in _family(op):
                     if member not in _handlers:
                         _handlers[member] = DeviceOp(member)
                     _register(member)
     return handler
+
+
+_foreach_registered = False
+
+
+def _register_foreach_ops() -> None:
+    """Give every ``_foreach_*`` op a device kernel (once, with the first op the device sees).
+
+    PyTorch's generic foreach kernels (CompositeExplicitAutograd, used for backends without their own) loop
+    over the lists calling the per-tensor op, so an optimizer step would be one kernel call per parameter
+    and op. The device's own foreach kernel compiles the whole list into one program instead."""
+    global _foreach_registered
+    _foreach_registered = True
+    for name in torch._C._dispatch_get_all_op_names():
+        if not name.startswith("aten::_foreach_"):
+            continue
+        packet, _, overload = name.removeprefix("aten::").partition(".")
+        op = getattr(getattr(torch.ops.aten, packet, None), overload or "default", None)
+        if op is None or op in _handlers:
+            continue
+        _handlers[op] = DeviceOp(op)
+        _register(op)
 
 
 def _register(op: Any) -> None:
@@ -130,10 +155,14 @@ class DeviceOp:
 
     def __init__(self, op: Any):
         self.op = op
-        self.form: OpForm = form_of(op)
         self.entries: dict[tuple[Any, ...], Any] = {}
         self.state = OpState()
         self.__name__ = f"neuron_{op}"
+
+    @property
+    def form(self) -> OpForm:
+        """What the op does to its arguments (read from its schema on first use)."""
+        return form_of(self.op)
 
     def __call__(self, keyset: Any, *args: Any, **kwargs: Any) -> Any:
         key, tensors, floats = describe(args, kwargs)

@@ -103,15 +103,38 @@ def element_calls(form: OpForm, args: list[Any], kwargs: dict[str, Any],
         return [(form.functional, functional_args, functional_kwargs)]
     schema = form.op._schema
     element_name = schema.name.split("::")[1].removeprefix("_foreach_").removesuffix("_")
-    lists = [i for i, a in enumerate(schema.arguments) if str(a.type).endswith("[]") and i < len(functional_args)]
+    lists = [i for i, a in enumerate(schema.arguments)
+             if isinstance(a.type, torch._C.ListType) and i < len(functional_args)]
     length = len(functional_args[lists[0]])
     calls = []
     for index in range(length):
         element_args = [value[index] if position in lists else value for position, value in enumerate(functional_args)]
-        overload = resolve_overload(element_name, _mapped(element_args, concrete),
-                                    {k: _mapped(v, concrete) for k, v in functional_kwargs.items()})
-        calls.append((overload, element_args, dict(functional_kwargs)))
+        element_kwargs = dict(functional_kwargs)
+        try:
+            overload = resolve_overload(element_name, _mapped(element_args, concrete),
+                                        {k: _mapped(v, concrete) for k, v in element_kwargs.items()})
+        except RuntimeError:
+            # a foreach op passes positionally what its element op takes by keyword (_foreach_addcmul's
+            # value, _foreach_addcdiv's scalars -> addcdiv(..., value=))
+            element_args, element_kwargs = _keywords_of(element_name, element_args, element_kwargs)
+            overload = resolve_overload(element_name, _mapped(element_args, concrete),
+                                        {k: _mapped(v, concrete) for k, v in element_kwargs.items()})
+        calls.append((overload, element_args, element_kwargs))
     return calls
+
+
+def _keywords_of(name: str, args: list[Any], kwargs: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
+    """``args`` past the element op's positional parameters, as its keyword-only ones (first overload that
+    has enough)."""
+    packet = getattr(aten, name)
+    for overload in packet.overloads():
+        parameters = getattr(packet, overload)._schema.arguments
+        positional = [p for p in parameters if not p.kwarg_only]
+        keywords = [p.name for p in parameters if p.kwarg_only and p.name not in kwargs]
+        extra = len(args) - len(positional)
+        if 0 < extra <= len(keywords):
+            return args[:len(positional)], {**kwargs, **dict(zip(keywords, args[len(positional):]))}
+    return args, kwargs
 
 
 def _mapped(value: Any, concrete: Any) -> Any:

@@ -158,7 +158,11 @@ def _element_calls(form: OpForm, args: list[Any], kwargs: dict[str, Any],
                    floats: list[float]) -> list[tuple[Any, list[Any], dict[str, Any], Any]]:
     """(op, args with slots, kwargs with slots, meta result) per element call."""
     calls = []
-    for op, call_args, call_kwargs in op_forms.element_calls(form, args, kwargs, lambda v: _concrete(v, floats)):
+    try:
+        elements = op_forms.element_calls(form, args, kwargs, lambda v: _concrete(v, floats))
+    except (RuntimeError, AttributeError, TypeError, IndexError) as error:
+        raise CannotCompile(f"no element op for it ({str(error).splitlines()[0][:120]})") from error
+    for op, call_args, call_kwargs in elements:
         try:
             result = op(*_concrete(call_args, floats), **{k: _concrete(v, floats) for k, v in call_kwargs.items()})
         except NotImplementedError as error:

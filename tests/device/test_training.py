@@ -101,3 +101,15 @@ def test_a_model_runs_wholly_on_the_device_in_error_mode():
     neuroncc.set_fallback_mode("error")
     _check("layernorm", "adamw", compiled=False)
     assert neuroncc.get_executed_ops()
+
+
+def test_foreach_optimizer_steps_are_one_device_kernel_per_list_op():
+    """PyTorch's generic foreach kernels would loop per tensor; the device compiles each list op whole."""
+    model = models.MLP().to("neuron")
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.01, foreach=True)
+    for _ in range(2):
+        model(torch.randn(4, 8, device="neuron")).sum().backward()
+        optimizer.step()
+    executed = neuroncc.get_executed_ops()
+    assert executed.get("aten._foreach_addcdiv_.ScalarList") == 2, executed
+    assert executed.get("aten._foreach_lerp_.Scalar") == 2, executed
