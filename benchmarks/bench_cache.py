@@ -24,10 +24,10 @@ if any(os.environ.get(k) != v for k, v in _MALLOC.items()):
 import numpy as np  # noqa: E402
 
 from neuroncc.ir import Builder, DenseAttr, DType, Function, TensorType  # noqa: E402
-from neuroncc.runtime.artifact import ARTIFACT_CODECS, read_artifact, verify_artifact  # noqa: E402
-from neuroncc.runtime.cache import CacheStats, CompileCache  # noqa: E402
-from neuroncc.runtime.cache_key import compute_key  # noqa: E402
-from neuroncc.runtime.driver import compile_graph, make_request  # noqa: E402
+from neuroncc.driver.artifact import ARTIFACT_CODECS, read_artifact, verify_artifact  # noqa: E402
+from neuroncc.driver.cache import CacheStats, CompileCache  # noqa: E402
+from neuroncc.driver.cache_key import compute_key  # noqa: E402
+from neuroncc.driver.compile import compile_graph, make_request  # noqa: E402
 
 
 def mlp(layers: int, width: int, elementwise: int) -> Function:

@@ -28,7 +28,7 @@ import torch  # noqa: E402
 
 from neuroncc.codegen.llvm.regions import fuse_whole_function  # noqa: E402
 from neuroncc.ir import Builder, DType, TensorType  # noqa: E402
-from neuroncc.runtime.launcher import build_cpu_executable  # noqa: E402
+from neuroncc.executors.cpu.launcher import build_cpu_executable  # noqa: E402
 
 
 def gelu_graph(rows, cols):

@@ -52,7 +52,7 @@ def chain_graph():
 def bench_chain(repeat: int, clock) -> list[list[str]]:
     import torch
 
-    from neuroncc.runtime.driver import compile_graph
+    from neuroncc.driver.compile import compile_graph
 
     x, w = torch.randn(8, 16), torch.randn(16, 16) * 0.3
     ours = torch.compile(chain, backend="neuron", dynamic=False)

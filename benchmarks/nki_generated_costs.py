@@ -13,7 +13,7 @@ import argparse
 import time
 
 from neuroncc.ir import Builder, DType, TensorType
-from neuroncc.runtime.nki_costs import estimate_costs
+from neuroncc.executors.nki_sim.costs import estimate_costs
 from neuroncc.testing.models import layer_norm_graph, softmax_graph
 
 

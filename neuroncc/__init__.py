@@ -7,6 +7,8 @@
 
 from __future__ import annotations
 
+import importlib
+import warnings
 from typing import Any
 
 from neuroncc.errors import (
@@ -28,9 +30,9 @@ __version__ = "0.1.0"
 
 # Public names served lazily from the torch front end, so that `import neuroncc` never imports torch.
 _FRONTEND_EXPORTS = {
-    "stats": "neuroncc.device.tracking",
-    "reset_stats": "neuroncc.device.tracking",
-    "get_fallback_ops": "neuroncc.device.tracking",
+    "stats": "neuroncc.frontend.stats",
+    "reset_stats": "neuroncc.frontend.stats",
+    "get_fallback_ops": "neuroncc.frontend.stats",
     "get_executed_ops": "neuroncc.device.tracking",
     "clear_op_tracking": "neuroncc.device.tracking",
     "set_fallback_mode": "neuroncc.device.tracking",
@@ -45,14 +47,9 @@ def _autoload_device() -> None:
 
     Never raises (a broken install must not break ``import torch``): a failure disables the device with one
     ``DeviceDisabledWarning``. Not called at all when ``TORCH_DEVICE_BACKEND_AUTOLOAD=0``."""
-    import importlib
-    import warnings
-
     try:
         importlib.import_module("neuroncc.device.registration").register()
     except Exception as error:  # noqa: BLE001 - any failure, reported once, keeps torch importable
-        from neuroncc.errors import DeviceDisabledWarning
-
         warnings.warn(f"neuroncc: the neuron device is disabled: {type(error).__name__}: {error}",
                       DeviceDisabledWarning, stacklevel=2)
 
@@ -61,8 +58,6 @@ def __getattr__(name: str) -> Any:
     module_name = _FRONTEND_EXPORTS.get(name)
     if module_name is None:
         raise AttributeError(f"module 'neuroncc' has no attribute '{name}'")
-    import importlib
-
     return getattr(importlib.import_module(module_name), name)
 
 

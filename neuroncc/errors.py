@@ -1,7 +1,7 @@
 """Every error neuroncc raises on purpose derives from :class:`NeuronccError`.
 
-This module imports nothing from the rest of the package so every layer (ir, passes, codegen, runtime,
-front end, CLI) can raise and catch the same types. The CLI turns any ``NeuronccError`` into one line and
+This module imports nothing from the rest of the package so every layer (hardware, ir, nki, passes, codegen,
+executors, driver, front end, device, CLI) can raise and catch the same types. The CLI turns any ``NeuronccError`` into one line and
 a non-zero exit; anything else is a bug in neuroncc.
 """
 
@@ -26,6 +26,10 @@ class VerifyError(NeuronccError):
 
 class TypeInferenceError(VerifyError):
     """An op's operands or attributes do not fit the op; the message names the op and the operand."""
+
+
+class InterpreterError(NeuronccError):
+    """A graph failed at run time in the reference interpreter (bad inputs, out-of-range index, ...)."""
 
 
 class PassError(NeuronccError):

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Regenerate neuroncc/frontend/special_coefficients.py from PyTorch's ATen/native/Math.h.
+"""Regenerate neuroncc/frontend/lowering/special_coefficients.py from PyTorch's ATen/native/Math.h.
 
 The coefficient tables of PyTorch's special functions (Cephes-derived, BSD-licensed; see the note in Math.h)
 are copied verbatim, keyed by the C++ function that holds them, so the front end's decompositions evaluate
@@ -14,7 +14,7 @@ import re
 import sys
 from pathlib import Path
 
-OUT = Path(__file__).resolve().parents[1] / "neuroncc" / "frontend" / "special_coefficients.py"
+OUT = Path(__file__).resolve().parents[1] / "neuroncc" / "frontend" / "lowering" / "special_coefficients.py"
 _FUNCTION = re.compile(r"^\s*(?:inline|static inline|C10_HOST_DEVICE inline|\[\[maybe_unused\]\] inline)?[^(;=]*?\b(\w+)\s*\([^;]*\)\s*(?:__\w+__\s*)?\{\s*$")
 _ARRAY = re.compile(r"static const (?:T|float|double|acc_t) (\w+)\[\d*\]\s*=\s*\{([^}]*)\}", re.S)
 _NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")

@@ -13,6 +13,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import neuroncc
+
 #: The same tolerance the demo's compiled training uses (float32 noise over a few AdamW steps).
 PARAMETER_TOLERANCE = 1e-4
 
@@ -21,7 +23,6 @@ def train_on_device(steps: int, seed: int, learning_rate: float, cache_dir: Path
     """Train on CPU and on ``neuron`` side by side; print the comparison; True when they agree."""
     import torch
 
-    import neuroncc
     from neuroncc.device import register
     from neuroncc.examples.classifier import ClassifierConfig, build_example, make_batch
 

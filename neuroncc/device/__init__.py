@@ -13,9 +13,16 @@ Modules: registration (what torch is told), torch_module (``torch.neuron``), acc
 functions that answer for the device), allocator and memory (host memory and tensors over it), structural
 (factories, copies, views), dispatch (every other op), signature, op_forms, programs, entries, kernels
 (per-op compilation), fallback (CPU), generators (RNG), tracking and counters (what ran where), config.
+
+May import: errors, hardware, ir, passes, codegen, executors, driver, frontend, torch. Imported by:
+distributed, cli (and ``neuroncc._autoload_device``, the entry point torch calls).
 """
 
 from __future__ import annotations
+
+# torch first: when a device module is the first thing imported, torch's autoload (which registers the device
+# through neuroncc.device.registration) then runs before any device module is half-initialized.
+import torch  # noqa: F401
 
 from neuroncc.device.config import set_device_count
 

@@ -1,6 +1,9 @@
-"""The eager path's counters (a leaf module: the dispatcher and the compiler count, tracking.py reports)."""
+"""The eager path's counters and per-op counts (a leaf module: the dispatcher and the compiler count,
+tracking.py reports)."""
 
 from __future__ import annotations
+
+from typing import Any
 
 #: counter -> what it counts; ``neuroncc.stats()`` includes every one.
 DESCRIPTIONS = {
@@ -13,3 +16,26 @@ DESCRIPTIONS = {
 }
 
 COUNTS: dict[str, int] = dict.fromkeys(DESCRIPTIONS, 0)
+
+
+class OpState:
+    """One op's counts on the device (what tracking.py reports) and whether its fallback has been warned about."""
+
+    __slots__ = ("device_calls", "fallback_calls", "warned")
+
+    def __init__(self) -> None:
+        self.device_calls = 0
+        self.fallback_calls = 0
+        self.warned = False
+
+
+#: aten op -> its state, for every op the device has a handler for.
+OP_STATES: dict[Any, OpState] = {}
+
+
+def op_state(op: Any) -> OpState:
+    """``op``'s state (made on first use)."""
+    state = OP_STATES.get(op)
+    if state is None:
+        state = OP_STATES[op] = OpState()
+    return state

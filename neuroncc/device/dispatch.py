@@ -5,7 +5,7 @@
          out= and functional overloads of its family that have no real PrivateUse1 kernel), so that later
          calls skip the fallback's boxing
       -> DeviceOp(keyset, *args): signature.describe -> the entry for that signature, made on first use:
-           CompiledKernel   programs.build_program -> runtime.driver.compile_graph (memory + disk cache)
+           CompiledKernel   programs.build_program -> driver.compile.compile_graph (memory + disk cache)
            ByFloatValue     the same, keyed by the float values too (the kernel depends on them)
            HostFallback     the op cannot be compiled: CPU kernels on the device's memory, warned once
            HostRandom       random ops: CPU kernels, the device's generator
@@ -26,7 +26,7 @@ import torch
 
 from neuroncc.device import diagnostics, memory
 from neuroncc.device.config import CONFIG
-from neuroncc.device.counters import COUNTS
+from neuroncc.device.counters import COUNTS, op_state
 from neuroncc.device.op_forms import OpForm, form_of
 from neuroncc.device.signature import describe
 
@@ -139,24 +139,13 @@ def _takes_device_kernel(qualified: str) -> bool:
         return False
 
 
-class OpState:
-    """Per-op counts (what tracking.py reports) and whether its fallback has been warned about."""
-
-    __slots__ = ("device_calls", "fallback_calls", "warned")
-
-    def __init__(self) -> None:
-        self.device_calls = 0
-        self.fallback_calls = 0
-        self.warned = False
-
-
 class DeviceOp:
     """The PrivateUse1 kernel of one aten overload; see the module docstring."""
 
     def __init__(self, op: Any):
         self.op = op
         self.entries: dict[tuple[Any, ...], Any] = {}
-        self.state = OpState()
+        self.state = op_state(op)
         self.__name__ = f"neuron_{op}"
 
     @property

@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from neuroncc.device import generators, memory
+from neuroncc.device import generators, memory, tracking
 from neuroncc.device.counters import COUNTS
 from neuroncc.device.fallback import HostFallback, HostRandom
 from neuroncc.device.kernels import CompiledKernel
@@ -19,8 +19,8 @@ from neuroncc.device.op_forms import OpForm, argument
 from neuroncc.device.programs import CannotCompile, Program, build_program, out_shapes
 from neuroncc.errors import NeuronccError
 from neuroncc.ir import print_function
-from neuroncc.runtime.cache import CACHE_STATS
-from neuroncc.runtime.driver import compile_graph
+from neuroncc.driver.cache import CACHE_STATS
+from neuroncc.driver.compile import compile_graph
 
 aten = torch.ops.aten
 
@@ -28,6 +28,7 @@ aten = torch.ops.aten
 def make_entry(handler: Any, args: tuple[Any, ...], kwargs: dict[str, Any], tensors: list[torch.Tensor],
                floats: list[float], index: int, lookup: Any) -> Any:
     """The entry for a new signature of ``handler``'s op; ``lookup(op)`` is the device kernel of another op."""
+    tracking.report_to_stats()  # cheap and idempotent; before any op of this process runs on the device
     form: OpForm = handler.form
     state = handler.state
     redirect = REDIRECTS.get(form.op)

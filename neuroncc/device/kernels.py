@@ -7,7 +7,7 @@ and lets the executable write it in place when its output layout is those stride
 through a temporary. Results the call writes into existing tensors (``add_``, ``out=``, a compiled graph's
 input mutations) come back in a temporary and are copied in: the executable's outputs must not alias its
 inputs. Dtypes an executable stores differently (bfloat16 travels as float32, see
-neuroncc.runtime.executable) are converted on the way.
+neuroncc.executors.executable) are converted on the way.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from neuroncc.device.op_forms import OpForm, argument
 from neuroncc.device.programs import Program
 from neuroncc.frontend.importer import ComputedOutput, InputOutput
 from neuroncc.ir import DType
-from neuroncc.runtime.address_call import AddressCall
-from neuroncc.runtime.launcher import KernelIndexError
+from neuroncc.executors.cpu.address_call import AddressCall
+from neuroncc.executors.cpu.launcher import KernelIndexError
 
 _STORAGE = {DType.f32: torch.float32, DType.bf16: torch.float32, DType.f16: torch.float16, DType.i64: torch.int64,
             DType.i32: torch.int32, DType.i16: torch.int16, DType.i8: torch.int8, DType.u8: torch.uint8,

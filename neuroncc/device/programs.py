@@ -29,9 +29,9 @@ from neuroncc.device import op_forms
 from neuroncc.device.op_forms import OpForm
 from neuroncc.device.signature import rebuild
 from neuroncc.errors import NeuronccError, TypeInferenceError, UnsupportedOpError
-from neuroncc.frontend.decompositions import decomposition_table
+from neuroncc.frontend.lowering.decompositions import decomposition_table
 from neuroncc.frontend.importer import LOWERINGS, GraphOutput, import_graph
-from neuroncc.frontend.lowering_context import LoweringBug
+from neuroncc.frontend.lowering.context import LoweringBug
 from neuroncc.ir import Function, TensorType, Value, print_function
 
 aten = torch.ops.aten

@@ -8,6 +8,7 @@ finished when a call returns, so ``synchronize`` only has to flush what the lazy
 
 from __future__ import annotations
 
+import os
 import threading
 from collections import OrderedDict
 from typing import Any
@@ -181,8 +182,6 @@ def empty_cache() -> None:
 
 def mem_get_info(device: Any = None) -> tuple[int, int]:
     """(free, total) bytes of host memory (the device's memory is the host's)."""
-    import os
-
     _index(device)
     pages, free_pages, size = os.sysconf("SC_PHYS_PAGES"), os.sysconf("SC_AVPHYS_PAGES"), os.sysconf("SC_PAGE_SIZE")
     return free_pages * size, pages * size

@@ -1,6 +1,6 @@
 """Compile one aten-level FX graph: import to IR, dump it if asked, compile it for the target, count it.
 
-    compile_aten_graph(gm, name, options) = import_graph -> [dump .nir] -> runtime.driver.compile_graph
+    compile_aten_graph(gm, name, options) = import_graph -> [dump .nir] -> driver.compile_graph
                                             -> stats -> CompiledGraph
 
 with Python's cyclic GC paused meanwhile (see :func:`cyclic_gc_paused`).
@@ -23,7 +23,7 @@ from neuroncc.frontend.compiled import CompiledGraph
 from neuroncc.frontend.importer import import_graph
 from neuroncc.frontend.options import BackendOptions
 from neuroncc.ir import Function, collect_resources, print_function
-from neuroncc.runtime.driver import compile_graph
+from neuroncc.driver.compile import compile_graph
 
 log = logging.getLogger("neuroncc.frontend")
 

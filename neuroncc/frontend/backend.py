@@ -29,7 +29,7 @@ from neuroncc.errors import InputError
 from neuroncc.frontend import stats
 from neuroncc.frontend.aten_compiler import compile_aten_graph
 from neuroncc.frontend.boundary import HostDevice
-from neuroncc.frontend.decompositions import decomposition_table
+from neuroncc.frontend.lowering.decompositions import decomposition_table
 from neuroncc.frontend.diagnostics import (
     DATA_DEPENDENT_ERRORS,
     Float64Warning,
@@ -39,7 +39,7 @@ from neuroncc.frontend.diagnostics import (
     uses_float64,
 )
 from neuroncc.frontend.fallback import partition_and_compile
-from neuroncc.frontend.lower_attention import attention_tracing
+from neuroncc.frontend.lowering.attention import attention_tracing
 from neuroncc.frontend.options import BackendOptions
 from neuroncc.frontend.saved_layouts import report_output_strides, saved_activations, take_input_layouts
 

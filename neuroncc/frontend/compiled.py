@@ -16,7 +16,7 @@ from neuroncc.frontend.boundary import HostDevice
 from neuroncc.frontend.convert import ParameterViews, TensorSpec, numpy_layout, to_torch, wrap_result
 from neuroncc.frontend.importer import ComputedOutput, ImportedGraph, InputOutput
 from neuroncc.ir.ops.library_linalg import LinalgInputError
-from neuroncc.runtime.executable import Executable
+from neuroncc.executors.executable import Executable
 
 
 class CompiledGraph:

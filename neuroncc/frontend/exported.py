@@ -5,8 +5,8 @@
     trace_training(program, name, ...)   AOTAutograd joint export (aot_export_joint_with_descriptors) ->
                                          min-cut partition -> forward and backward graphs -> importer
 
-Both paths decompose with the torch backend's table (:mod:`neuroncc.frontend.decompositions`) under the SDPA
-backend the target wants (:func:`neuroncc.frontend.lower_attention.attention_tracing`: ATen's flash attention as
+Both paths decompose with the torch backend's table (:mod:`neuroncc.frontend.lowering.decompositions`) under the SDPA
+backend the target wants (:func:`neuroncc.frontend.lowering.attention.attention_tracing`: ATen's flash attention as
 one op for cpu/interp, the math backend for nki-sim), so an exported model lowers to the same IR as the same
 model under ``torch.compile``.
 Parameters, buffers and lifted constants stay graph *inputs* (fed from the program's state at run time), as
@@ -31,13 +31,13 @@ from torch.export.graph_signature import InputKind, OutputKind, TensorArgument
 
 from neuroncc.errors import DynamicShapeError, InputError, UnsupportedOpError
 from neuroncc.frontend.compiled import CompiledGraph
-from neuroncc.frontend.decompositions import REMOVED_DECOMPOSITIONS, decomposition_table
+from neuroncc.frontend.lowering.decompositions import REMOVED_DECOMPOSITIONS, decomposition_table
 from neuroncc.frontend.importer import ImportedGraph, import_graph
-from neuroncc.frontend.lower_attention import attention_tracing
+from neuroncc.frontend.lowering.attention import attention_tracing
 from neuroncc.frontend.pt2 import load_exported_program
 from neuroncc.frontend.saved_layouts import report_output_strides, saved_activations, take_input_layouts
-from neuroncc.runtime.driver import DEFAULT_TARGET
-from neuroncc.runtime.executable import Executable
+from neuroncc.driver.compile import DEFAULT_TARGET
+from neuroncc.executors.executable import Executable
 
 #: User inputs larger than this (all together) are refused before anything is allocated for them.
 MAX_INPUT_BYTES = 4 << 30
@@ -179,7 +179,7 @@ def trace_training(program: ExportedProgram, name: str,
     ``compile_imported(kind, imported)`` ("forward"/"backward", the imported graph named ``<name>_<kind>``)
     returns the executable each graph runs with. The returned step must be called after this function
     returns: AOTAutograd's export context (an ExitStack) is closed by then, as its API requires. ``target``
-    decides how attention is traced (see :func:`neuroncc.frontend.lower_attention.attention_tracing`).
+    decides how attention is traced (see :func:`neuroncc.frontend.lowering.attention.attention_tracing`).
     """
     from functorch.compile import min_cut_rematerialization_partition
     from torch._functorch.aot_autograd import (

@@ -23,7 +23,7 @@ from neuroncc.errors import TypeInferenceError, UnsupportedOpError
 from neuroncc.frontend import stats
 from neuroncc.frontend.diagnostics import describe_call, op_name, user_location
 from neuroncc.frontend.importer import LOWERINGS
-from neuroncc.frontend.lowering_context import LoweringContext, ir_dtype, meta_value
+from neuroncc.frontend.lowering.context import LoweringContext, ir_dtype, meta_value
 from neuroncc.ir import Builder, TensorType
 
 class FallbackWarning(UserWarning):

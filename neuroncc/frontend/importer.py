@@ -23,14 +23,14 @@ from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from neuroncc.errors import TypeInferenceError, UnsupportedOpError
 from neuroncc.frontend.convert import TensorSpec, to_numpy
-from neuroncc.frontend.coverage import COVERAGE_LOWERINGS
+from neuroncc.frontend.lowering.coverage import COVERAGE_LOWERINGS
 from neuroncc.frontend.diagnostics import op_name, unsupported_op
-from neuroncc.frontend.lower_attention import ATTENTION_LOWERINGS
-from neuroncc.frontend.lower_elementwise import ELEMENTWISE_LOWERINGS
-from neuroncc.frontend.lower_library import LIBRARY_LOWERINGS
-from neuroncc.frontend.lower_movement import MOVEMENT_LOWERINGS
-from neuroncc.frontend.lower_reductions import REDUCTION_LOWERINGS
-from neuroncc.frontend.lowering_context import LoweringBug, LoweringContext, ir_dtype, meta_value
+from neuroncc.frontend.lowering.attention import ATTENTION_LOWERINGS
+from neuroncc.frontend.lowering.elementwise import ELEMENTWISE_LOWERINGS
+from neuroncc.frontend.lowering.library import LIBRARY_LOWERINGS
+from neuroncc.frontend.lowering.movement import MOVEMENT_LOWERINGS
+from neuroncc.frontend.lowering.reductions import REDUCTION_LOWERINGS
+from neuroncc.frontend.lowering.context import LoweringBug, LoweringContext, ir_dtype, meta_value
 from neuroncc.ir import Builder, DenseAttr, Function, TensorType, Value
 
 #: aten op -> lowering. One entry per op; the tables live next to their lowerings.

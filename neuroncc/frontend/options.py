@@ -4,13 +4,13 @@ Read once, at the API boundary (the backend entry point), together with the one 
 backend honours (``NEURONCC_DUMP``); everything below receives a :class:`BackendOptions` value.
 
     target    where graphs run: "interp" (reference interpreter), "cpu" (LLVM), "nki-sim"
-              (default: neuroncc.runtime.driver.DEFAULT_TARGET)
+              (default: neuroncc.driver.compile.DEFAULT_TARGET)
     pipeline  a pass pipeline string overriding the target's default
     fallback  "none" (default: an unsupported op fails the compile) or "cpu" (run it on eager PyTorch)
     dump_dir  write every compiled graph's IR there (default: $NEURONCC_DUMP)
 
 Other keys, and ``dump_dir`` when set (so the pass pipeline can dump its stages there too), are passed to
-``neuroncc.runtime.driver.compile_graph`` as its ``options`` (they belong to the passes and code generators
+``neuroncc.driver.compile.compile_graph`` as its ``options`` (they belong to the passes and code generators
 and are part of the compile cache's key).
 """
 
@@ -22,8 +22,8 @@ from types import MappingProxyType
 from typing import Any
 
 from neuroncc.errors import InputError
-from neuroncc.runtime import driver
-from neuroncc.runtime.executable import TARGETS
+from neuroncc.driver import compile as driver
+from neuroncc.executors.executable import TARGETS
 
 FALLBACK_MODES = ("none", "cpu")
 #: Options the front end consumes itself (target and pipeline reach compile_graph as its own arguments).

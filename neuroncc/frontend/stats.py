@@ -2,17 +2,24 @@
 
 The counters are process-wide (one torch.compile session is one process). The front end increments them as it
 compiles. Lower layers cannot import the front end, so they keep their own counters and these functions read
-them: the compile cache's process-wide ``neuroncc.runtime.cache.CACHE_STATS`` (hits and misses), and the
-``stats`` mapping of each :class:`~neuroncc.runtime.executable.Executable` (for example
+them: the compile cache's process-wide ``neuroncc.driver.cache.CACHE_STATS`` (hits and misses), and the
+``stats`` mapping of each :class:`~neuroncc.executors.executable.Executable` (for example
 ``{"kernels": 3, "native_kernels": 3}`` from a code generator), which :func:`record_executable` adds in.
+Upper layers that count on their own (the ``neuron`` device's eager counters) add a :class:`StatsSource` when
+they start, so ``neuroncc.stats()`` stays importable without torch and reports them once they exist.
 """
 
 from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
+
+from neuroncc.driver.cache import CACHE_STATS
+
+from neuroncc.ir import Category
 
 #: Every counter, with what it counts. ``stats()`` always returns all of them.
 COUNTERS: Mapping[str, str] = {
@@ -35,32 +42,57 @@ _counters: Counter[str] = Counter()
 _fallback_ops: Counter[str] = Counter()
 
 
+@dataclass(frozen=True)
+class StatsSource:
+    """Counters an upper layer keeps: read by ``stats()``, zeroed by ``reset_stats()``, and the ops it ran on CPU
+    (merged into ``get_fallback_ops()``)."""
+
+    stats: Callable[[], Mapping[str, int]]
+    reset: Callable[[], None]
+    fallback_ops: Callable[[], Mapping[str, int]]
+
+
+_sources: dict[str, StatsSource] = {}
+
+
+def add_source(name: str, source: StatsSource) -> None:
+    """Report ``source``'s counters from now on (idempotent per ``name``)."""
+    _sources[name] = source
+
+
 def stats() -> dict[str, int]:
     """A snapshot of every counter (see :data:`COUNTERS`; runtime components may report extra ones)."""
-    from neuroncc.runtime.cache import CACHE_STATS  # imported here: `import neuroncc` stays cheap
 
     cache = CACHE_STATS.snapshot()
     with _lock:
         counts = {**dict.fromkeys(COUNTERS, 0), **_counters}
     counts["cache_hits"] += int(cache["hits"])
     counts["cache_misses"] += int(cache["misses"])
+    for source in list(_sources.values()):
+        counts.update(source.stats())
     return counts
 
 
 def reset_stats() -> None:
     """Zero every counter (the compile cache's too) and forget the recorded fallback ops."""
-    from neuroncc.runtime.cache import CACHE_STATS
 
     CACHE_STATS.reset()
     with _lock:
         _counters.clear()
         _fallback_ops.clear()
+    for source in list(_sources.values()):
+        source.reset()
 
 
 def get_fallback_ops() -> dict[str, int]:
-    """The aten ops that ran on eager PyTorch in fallback mode: op name -> number of graph nodes."""
+    """The aten ops that ran on eager PyTorch: op name -> graph nodes (torch.compile's fallback mode) plus calls
+    (an upper layer's, such as the ``neuron`` device's CPU fallback)."""
     with _lock:
-        return dict(_fallback_ops)
+        found = dict(_fallback_ops)
+    for source in list(_sources.values()):
+        for name, count in source.fallback_ops().items():
+            found[name] = found.get(name, 0) + count
+    return found
 
 
 def clear_fallback_ops() -> None:
@@ -93,7 +125,7 @@ def record_executable(executable: Any, target: str) -> None:
     counts = Counter({k: v for k, v in reported.items() if isinstance(v, int) and not isinstance(v, bool)})
     if "kernels" not in counts:
         function = getattr(executable, "function", None)
-        fused = sum(op.name == "kernel" for op in function.ops) if function is not None else 0
+        fused = sum(op.opdef.category is Category.KERNEL for op in function.ops) if function is not None else 0
         counts["kernels"] = max(fused, 1)
     if "interpreted_kernels" not in counts and "native_kernels" not in counts:
         kind = "interpreted_kernels" if target == "interp" else "native_kernels"

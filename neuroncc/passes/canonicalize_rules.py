@@ -14,7 +14,8 @@ import numpy as np
 from neuroncc.ir import REGISTRY, Category, DenseAttr, DType, Function, Op, TensorType, Value
 from neuroncc.ir.dtypes import to_storage
 from neuroncc.ir.interpreter import InterpreterError, run_op
-from neuroncc.passes.rewrite import Replacement, Rule, Site, array_splat, is_constant, scalar_attr, splat_value
+from neuroncc.ir.ops.creation import array_splat
+from neuroncc.passes.rewrite import Replacement, Rule, Site, is_constant, scalar_attr, splat_value
 
 # ---- arithmetic ------------------------------------------------------------------------------------------
 

@@ -26,17 +26,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from neuroncc.ir import REGISTRY, Category, Function, Op, Value
-from neuroncc.passes.strides import PURE_VIEWS
+import networkx as nx
+
+from neuroncc.ir import REGISTRY, Category, Function, Op, Trait, Value
 
 VIEW, CONSTANT, MATMUL, OPAQUE, BARRIER, COMPUTE = "view", "constant", "matmul", "opaque", "barrier", "compute"
 
-#: Ops that write through data-dependent indices: always a kernel of their own.
-BARRIER_OPS = frozenset({"scatter", "index_put"})
-
 
 def op_kind(op: Op) -> str:
-    if op.name in PURE_VIEWS:
+    if op.has(Trait.STRIDED_VIEW):
         return VIEW
     category = REGISTRY.get(op.name).category
     if category is Category.CONSTANT:
@@ -45,19 +43,19 @@ def op_kind(op: Op) -> str:
         return MATMUL
     if category in (Category.KERNEL, Category.EXTERN) or op.regions:
         return OPAQUE
-    return BARRIER if op.name in BARRIER_OPS else COMPUTE
+    return BARRIER if op.has(Trait.INDEXED_WRITE) else COMPUTE  # data-dependent writes: a kernel of their own
 
 
 def is_epilogue_op(op: Op) -> bool:
     """Ops a matmul kernel may apply to its output while it is hot: elementwise maps and copies."""
-    return REGISTRY.get(op.name).category is Category.ELEMENTWISE or op.name == "copy"
+    return op.has(Trait.POINTWISE)
 
 
 def domain_size(op: Op) -> int:
     """The number of points an op iterates over: its largest operand or result (for gathers, which read a
     few rows of a possibly huge table, the result and the indices)."""
     values = op.operands + op.results
-    if REGISTRY.get(op.name).category is Category.INDEX and op.name not in BARRIER_OPS:
+    if REGISTRY.get(op.name).category is Category.INDEX and not op.has(Trait.INDEXED_WRITE):
         values = op.operands[1:] + op.results
     return max((v.type.numel for v in values), default=1)
 
@@ -89,8 +87,6 @@ class FusionPlanner:
     """Partition the non-free ops of ``fn`` into groups (see the module docstring)."""
 
     def __init__(self, fn: Function, *, epilogues: bool = True):
-        import networkx as nx  # here, not at module level: it costs 0.3 s, and every `neuroncc` run imports passes
-
         self.nx = nx
         self.fn = fn
         self.position = {op: i for i, op in enumerate(fn.ops)}

@@ -17,17 +17,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
-from neuroncc.ir import Function, Op, TensorType, Value
+from neuroncc.ir import Category, Function, Op, TensorType, Trait, Value
 from neuroncc.passes.kernels import kernel_domain, reduced_domain_dims, region_matmul
 from neuroncc.passes.manager import Pass, PassContext
 from neuroncc.passes.rewrite import Replacement, Rule, Site, map_regions, rewrite_to_fixed_point
-from neuroncc.passes.strides import PURE_VIEWS, view_chain_layout
+from neuroncc.passes.strides import view_chain_layout
 from neuroncc.passes.targets import NKI_TARGETS
 
 
 def fold_transpose_into_matmul(site: Site) -> Replacement:
     op = site.op
-    first = 1 if op.name == "addmm" else 0  # addmm's operand 0 is the bias
+    first = len(op.operands) - 2  # the factors are the last two operands (addmm's operand 0 is the bias)
     for flag, index in (("transpose_a", first), ("transpose_b", first + 1)):
         operand = op.operands[index]
         rank = operand.type.rank
@@ -48,7 +48,7 @@ LAYOUT_RULES: tuple[Rule, ...] = (
 
 
 @dataclass(frozen=True)
-class Layout(Pass):
+class ChooseLayouts(Pass):
     """Fold transposes into matmuls, give top-level views their strides, pick NKI partition dims."""
 
     name: ClassVar[str] = "layout"
@@ -60,7 +60,8 @@ class Layout(Pass):
             fn = self.fold(fn)
         fn = annotate_view_strides(fn)
         if self.target in NKI_TARGETS:
-            fn = fn.with_ops(_with_partition_dim(op) if op.regions and op.name == "kernel" else op for op in fn.ops)
+            fn = fn.with_ops(_with_partition_dim(op) if op.regions and op.opdef.category is Category.KERNEL else op
+                             for op in fn.ops)
         return fn
 
     def fold(self, fn: Function) -> Function:
@@ -75,7 +76,7 @@ def annotate_view_strides(fn: Function) -> Function:
     for op in fn.ops:
         operands = tuple(renamed.get(v, v) for v in op.operands)
         new = op if operands == op.operands else Op(op.name, operands, op.results, op.attrs, op.regions)
-        if op.name in PURE_VIEWS:
+        if op.has(Trait.STRIDED_VIEW):
             found = view_chain_layout(op.result, producers)
             if found is not None:
                 t = op.result.type
@@ -113,4 +114,4 @@ def _with_partition_dim(kernel: Op) -> Op:
     return Op(kernel.name, kernel.operands, kernel.results, attrs, kernel.regions)
 
 
-__all__ = ["LAYOUT_RULES", "Layout", "annotate_view_strides", "choose_partition_dim"]
+__all__ = ["LAYOUT_RULES", "ChooseLayouts", "annotate_view_strides", "choose_partition_dim"]

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import ClassVar, Literal
 
 from neuroncc.errors import PassError
-from neuroncc.ir import Function, Op, Value
+from neuroncc.ir import Category, Function, Op, Value
 from neuroncc.passes.kernels import contraction_size, kernel_domain, reduced_domain_dims, region_matmul
 from neuroncc.passes.layout import choose_partition_dim
 from neuroncc.passes.manager import Pass, PassContext
@@ -53,7 +53,8 @@ class Tile(Pass):
             raise ValueError(f"vector_width must be positive, got {self.vector_width}")
 
     def apply(self, fn: Function, ctx: PassContext) -> Function:
-        return fn.with_ops(self.tile_kernel(op) if op.name == "kernel" else op for op in fn.ops)
+        return fn.with_ops(self.tile_kernel(op) if op.opdef.category is Category.KERNEL else op
+                           for op in fn.ops)
 
     def tile_kernel(self, kernel: Op) -> Op:
         (region,) = kernel.regions

@@ -22,6 +22,7 @@ from typing import Any
 import torch
 from torch.utils._pytree import tree_flatten, tree_leaves, tree_map, tree_unflatten
 
+import neuroncc
 from neuroncc.testing.opinfo import (
     CRASH,
     EAGER_FAILS,
@@ -160,8 +161,6 @@ def run_device_sample(op: Any, sample: Any, mode: str, index: int, config: Sweep
 
 def run_device_mode(op: Any, mode: str, config: SweepConfig, known: str | None = None) -> ModeResult:
     """Every sample of ``op`` in ``mode`` (up to ``config.max_samples``) on the device."""
-    import neuroncc
-
     start = time.monotonic()
     letters: list[str] = []
     notes: dict[str, str] = {}

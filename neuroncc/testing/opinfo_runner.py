@@ -8,6 +8,7 @@ worker. Workers are also recycled every ``ops_per_worker`` ops to bound memory g
 
 from __future__ import annotations
 
+import importlib
 import multiprocessing
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -16,6 +17,8 @@ from multiprocessing.connection import Connection, wait
 from typing import Any
 
 from neuroncc.testing.opinfo import TIMEOUT, ModeResult, SweepConfig
+import logging
+import warnings
 
 
 @dataclass(frozen=True)
@@ -30,10 +33,6 @@ COMPILE_SWEEP = "neuroncc.testing.opinfo:run_mode"
 
 
 def _worker_main(connection: Connection, config: SweepConfig, mode_runner: str = COMPILE_SWEEP) -> None:
-    import importlib
-    import logging
-    import warnings
-
     import torch
 
     from neuroncc.testing.opinfo import float32_opinfos, op_key

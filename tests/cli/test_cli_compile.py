@@ -6,8 +6,8 @@ import re
 from cli_testing import run_in_process
 
 from neuroncc.ir import parse
-from neuroncc.runtime.artifact import read_manifest
-from neuroncc.runtime.driver import DEFAULT_TARGET
+from neuroncc.driver.artifact import read_manifest
+from neuroncc.driver.compile import DEFAULT_TARGET
 
 KEY = re.compile(r"key\s+([0-9a-f]{64})")
 

@@ -5,7 +5,7 @@ import torch
 from neuroncc.examples.classifier import ClassifierConfig, build_example, make_batch
 from neuroncc.frontend.exported import call_eager, import_inference, load_program, program_inputs, trace_training
 from neuroncc.ir import print_function
-from neuroncc.runtime.executable import InterpreterExecutable
+from neuroncc.executors.executable import InterpreterExecutable
 
 
 def _interp(kind, imported):
@@ -79,7 +79,7 @@ def test_training_on_cpu_keeps_saved_activations_in_our_layout(classifier_pt2, m
     """The forward's saved activations keep the executable's layout (no copies into eager's strides); the
     backward graph is compiled for that layout, and the gradients still match eager's."""
     from neuroncc.frontend import exported
-    from neuroncc.runtime.executable import build_executable
+    from neuroncc.executors.executable import build_executable
 
     compiled = {}
     compiled_graph = exported.CompiledGraph

@@ -8,7 +8,7 @@ from cli_testing import run_in_process
 
 from neuroncc.ir import parse, print_function
 from neuroncc.passes.pipeline import default_pipeline
-from neuroncc.runtime.nki_costs import ENGINES
+from neuroncc.executors.nki_sim.costs import ENGINES
 
 
 def _sections(text):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from neuroncc.ir import DType, Function, interpret
-from neuroncc.runtime.launcher import build_cpu_executable
+from neuroncc.executors.cpu.launcher import build_cpu_executable
 
 # torch.testing.assert_close defaults per dtype
 TOLERANCES = {DType.f32: (1.3e-6, 1e-5), DType.bf16: (1.6e-2, 1e-5), DType.f16: (1e-3, 1e-5)}

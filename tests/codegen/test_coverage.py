@@ -4,7 +4,7 @@ from neuroncc.codegen.llvm.access import ACCESS
 from neuroncc.codegen.llvm.elementwise import ELEMENTWISE
 from neuroncc.codegen.llvm.reductions import COMBINERS
 from neuroncc.ir import REGISTRY, Category
-from neuroncc.runtime.extern_library import LIBRARY_CALLS
+from neuroncc.executors.cpu.extern_library import LIBRARY_CALLS
 
 EXTERN = {"mm", "bmm", "addmm", "convolution", "convolution_backward"}
 SCATTER_STAGES = {"scatter", "index_put"}

@@ -7,7 +7,7 @@ import torch
 
 from neuroncc.codegen.llvm.regions import make_kernel
 from neuroncc.ir import Builder, DType, TensorType, verify
-from neuroncc.runtime.driver import compile_graph
+from neuroncc.driver.compile import compile_graph
 
 N, D, H, C = 64, 128, 256, 10
 

@@ -10,7 +10,7 @@ from codegen_helpers import run_both
 from neuroncc.codegen.llvm import Layout, plan_kernel
 from neuroncc.codegen.llvm.regions import fuse_whole_function, make_kernel
 from neuroncc.ir import Builder, DType, TensorType, round_to_bf16, verify
-from neuroncc.runtime.launcher import build_cpu_executable
+from neuroncc.executors.cpu.launcher import build_cpu_executable
 
 
 def softmax_graph(shape, dtype=DType.f32):
@@ -158,7 +158,7 @@ def test_softmax_computes_exp_once_per_element(rng):
 
 @pytest.mark.parametrize(("op", "k", "blocked"), [("mm", 8, True), ("addmm", 8, True), ("addmm", 32, False)])
 def test_matmul_epilogue_runs_row_block_by_row_block(op, k, blocked, monkeypatch, rng):
-    from neuroncc.runtime import launcher
+    from neuroncc.executors.cpu import launcher
 
     monkeypatch.setattr(launcher, "ROW_BLOCK_BYTES", 64 * 4 * 8)  # 8 rows per block: several blocks
     b = Builder(op)

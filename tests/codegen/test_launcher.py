@@ -11,9 +11,9 @@ from codegen_helpers import run_both
 from neuroncc.codegen.llvm.regions import wrap_remaining_ops
 from neuroncc.errors import ArtifactError, InputError
 from neuroncc.ir import Builder, DType, TensorType, interpret, parse, print_function
-from neuroncc.runtime.driver import DEFAULT_TARGET, compile_graph
-from neuroncc.runtime.launch_plan import PLAN_VERSION
-from neuroncc.runtime.launcher import CpuExecutable, build_cpu_executable, load_cpu_executable
+from neuroncc.driver.compile import DEFAULT_TARGET, compile_graph
+from neuroncc.codegen.llvm.program import PLAN_VERSION
+from neuroncc.executors.cpu.launcher import CpuExecutable, build_cpu_executable, load_cpu_executable
 
 
 def mlp_like():

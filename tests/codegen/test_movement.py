@@ -7,7 +7,7 @@ import pytest
 from codegen_helpers import run_both
 
 from neuroncc.ir import Builder, DenseAttr, DType, TensorType
-from neuroncc.runtime.launcher import KernelIndexError, build_cpu_executable
+from neuroncc.executors.cpu.launcher import KernelIndexError, build_cpu_executable
 
 
 @pytest.mark.parametrize("computed", [False, True])

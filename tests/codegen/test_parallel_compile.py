@@ -12,8 +12,8 @@ from neuroncc.errors import ArtifactError, CodegenError, InputError
 from neuroncc.ir import Builder, DType, TensorType, interpret
 from neuroncc.passes import run_pipeline
 from neuroncc.passes.pipeline import default_pipeline
-from neuroncc.runtime.ar_archive import read_archive, write_archive
-from neuroncc.runtime.launcher import build_cpu_executable, load_cpu_executable
+from neuroncc.executors.cpu.ar_archive import read_archive, write_archive
+from neuroncc.executors.cpu.launcher import build_cpu_executable, load_cpu_executable
 
 
 def many_kernels():

@@ -85,7 +85,7 @@ def test_reduction_of_computed_and_strided_input(rng):
 
 
 def test_column_reductions_are_split_across_threads(rng):
-    from neuroncc.runtime.launcher import build_cpu_executable
+    from neuroncc.executors.cpu.launcher import build_cpu_executable
 
     b = Builder("bias_grad")
     g = b.param(TensorType((300, 1000), DType.f32), "g")

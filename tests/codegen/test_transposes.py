@@ -14,7 +14,7 @@ import pytest
 from neuroncc.codegen.llvm import Layout, emit_kernel, plan_kernel
 from neuroncc.codegen.llvm.regions import fuse_whole_function
 from neuroncc.ir import Builder, DType, TensorType, interpret, round_to_bf16
-from neuroncc.runtime.launcher import build_cpu_executable
+from neuroncc.executors.cpu.launcher import build_cpu_executable
 
 
 def _plan(fn):

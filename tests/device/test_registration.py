@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import torch
 
 from device.conftest import run_python
@@ -17,9 +18,18 @@ def test_a_fresh_process_knows_the_device_without_importing_neuroncc():
     assert result.stdout.split() == ["neuron:0", "[1.0,", "1.0]", "True"]
 
 
+@pytest.mark.parametrize("first", ["neuroncc.device.dispatch", "neuroncc.device.registration"])
+def test_importing_a_device_module_before_torch_still_registers(first):
+    """The module's own ``import torch`` runs the autoload hook, which must not meet it half-initialized."""
+    result = run_python(f"import {first}, torch; print(torch.ones(1, device='neuron').device)")
+    assert result.returncode == 0, result.stderr
+    assert "disabled" not in result.stderr, result.stderr
+    assert result.stdout.split() == ["neuron:0"]
+
+
 def test_autoload_stays_cheap_it_loads_no_compiler():
     code = ("import sys, json, torch; print(json.dumps(sorted(m for m in sys.modules if m.startswith("
-            "('neuroncc.frontend', 'neuroncc.runtime', 'neuroncc.passes', 'llvmlite', 'torch._dynamo', "
+            "('neuroncc.frontend', 'neuroncc.driver', 'neuroncc.executors', 'neuroncc.passes', 'llvmlite', 'torch._dynamo', "
             "'torch._inductor')))))")
     result = run_python(code)
     assert result.returncode == 0, result.stderr

@@ -1,4 +1,4 @@
-"""Scatter/index ops added for OpInfo coverage (neuroncc/frontend/coverage_indexing.py) against eager on every
+"""Scatter/index ops added for OpInfo coverage (neuroncc/frontend/lowering/coverage_indexing.py) against eager on every
 target: duplicate indices, untouched slots, include_self both ways, NaN propagation, empty segments."""
 
 import math

@@ -1,4 +1,4 @@
-"""Ops added for OpInfo coverage (neuroncc/frontend/coverage.py), at their hard points: poles, tails,
+"""Ops added for OpInfo coverage (neuroncc/frontend/lowering/coverage.py), at their hard points: poles, tails,
 infinities, NaN, huge arguments, integer inputs. Accuracy is checked in relative terms (rtol only), which is
 stricter than the OpInfo sweep's tolerances for values near zero."""
 

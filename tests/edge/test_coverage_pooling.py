@@ -1,4 +1,4 @@
-"""Pooling ops added for OpInfo coverage (neuroncc/frontend/coverage_pooling.py) against eager on every target:
+"""Pooling ops added for OpInfo coverage (neuroncc/frontend/lowering/coverage_pooling.py) against eager on every target:
 ceil_mode overhangs, padding counted or not, divisor_override, uneven adaptive windows, and the gradients."""
 
 import pytest

@@ -1,4 +1,4 @@
-"""cdist, pdist and bilinear (neuroncc/frontend/coverage_products.py) against eager on every target, for every
+"""cdist, pdist and bilinear (neuroncc/frontend/lowering/coverage_products.py) against eager on every target, for every
 kind of p (0, 1, 2, inf, fractional, large) and with the gradients ATen defines at ties."""
 
 import math

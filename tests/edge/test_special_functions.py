@@ -1,4 +1,4 @@
-"""Special functions (neuroncc/frontend/special_gamma.py, special_bessel.py, special_polynomials.py) against
+"""Special functions (neuroncc/frontend/lowering/special_gamma.py, special_bessel.py, special_polynomials.py) against
 eager at their hard points: poles, branch boundaries of ATen's piecewise algorithms, tails, huge arguments,
 infinities and NaN. Each family compiles as one function per target (one kernel), to keep the tests fast."""
 

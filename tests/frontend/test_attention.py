@@ -1,6 +1,6 @@
 """Scaled dot-product attention through torch.compile: ATen's CPU flash kernel as one library op on the cpu
 target (forward and backward equal to eager's), the references on interp, the math decomposition on nki-sim
-and wherever ATen itself would not run its flash kernel (see neuroncc/frontend/lower_attention.py)."""
+and wherever ATen itself would not run its flash kernel (see neuroncc/frontend/lowering/attention.py)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from neuroncc.frontend.decompositions import decomposition_table
+from neuroncc.frontend.lowering.decompositions import decomposition_table
 from neuroncc.ir import parse
-from neuroncc.runtime.driver import compile_graph
+from neuroncc.driver.compile import compile_graph
 
 aten = torch.ops.aten
 

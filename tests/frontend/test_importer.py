@@ -11,7 +11,7 @@ import neuroncc
 from neuroncc.frontend.compiled import CompiledGraph
 from neuroncc.frontend.importer import LOWERINGS, import_graph
 from neuroncc.ir import DType, parse, print_function, verify
-from neuroncc.runtime.executable import build_executable
+from neuroncc.executors.executable import build_executable
 
 aten = torch.ops.aten
 

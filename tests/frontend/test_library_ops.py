@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from neuroncc.ir import REGISTRY, Category
-from neuroncc.runtime.extern_library import LIBRARY_CALLS
+from neuroncc.executors.cpu.extern_library import LIBRARY_CALLS
 
 TARGETS = ("interp", "cpu", "nki-sim")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from neuroncc.runtime.nki.target import TARGET_ENV_VAR
+from neuroncc.nki.target import TARGET_ENV_VAR
 
 
 @pytest.fixture(autouse=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 import neuroncc.nki as nki
-from neuroncc.runtime.nki.dtypes import round_to_bfloat16
+from neuroncc.nki.dtypes import round_to_bfloat16
 
 
 def run(fn, *args, target=None, **kwargs):

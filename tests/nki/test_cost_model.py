@@ -8,10 +8,10 @@ import pytest
 import neuroncc.nki as nki
 import neuroncc.nki.isa as nisa
 import neuroncc.nki.language as nl
-from neuroncc.runtime.nki import kernels
-from neuroncc.runtime.nki.cost_model import dma_efficiency, instruction_cost
-from neuroncc.runtime.nki.target import TARGETS
-from neuroncc.runtime.nki.trace import Engine, instructions
+from neuroncc.nki import kernels
+from neuroncc.nki.cost_model import dma_efficiency, instruction_cost
+from neuroncc.nki.target import TARGETS
+from neuroncc.nki.trace import Engine, instructions
 
 TRN1, TRN2, TRN3 = TARGETS["trn1"], TARGETS["trn2"], TARGETS["trn3"]
 

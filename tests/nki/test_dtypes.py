@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from neuroncc.runtime.nki import dtypes
-from neuroncc.runtime.nki.errors import NKISimulationError
+from neuroncc.nki import dtypes
+from neuroncc.nki.errors import NKISimulationError
 
 
 def test_bfloat16_rounds_to_nearest_even():

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import neuroncc.nki as nki
-from neuroncc.runtime.nki import kernels
+from neuroncc.nki import kernels
 
 from sim_helpers import TOLERANCE, bf16
 

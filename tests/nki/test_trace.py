@@ -9,10 +9,10 @@ import pytest
 import neuroncc.nki as nki
 import neuroncc.nki.isa as nisa
 import neuroncc.nki.language as nl
-from neuroncc.runtime.nki import trace as tr
-from neuroncc.runtime.nki.memory import RovingAllocator, place
-from neuroncc.runtime.nki.scheduler import _Timeline, schedule
-from neuroncc.runtime.nki.target import TARGETS
+from neuroncc.nki import trace as tr
+from neuroncc.nki.memory import RovingAllocator, place
+from neuroncc.nki.scheduler import _Timeline, schedule
+from neuroncc.nki.target import TARGETS
 
 
 @nki.jit

@@ -6,9 +6,10 @@ import numpy as np
 
 from neuroncc.ir import Builder, Function, TensorType, interpret, verify
 from neuroncc.ir.dtypes import DType, to_storage
-from neuroncc.passes.manager import PassContext, run_pipeline
+from neuroncc.passes.manager import PassContext
+from neuroncc.passes.pipeline import run_pipeline
 from neuroncc.passes.pipeline import default_pipeline
-from neuroncc.runtime.nki_target import NkiExecutable, build_nki_executable
+from neuroncc.executors.nki_sim.executable import NkiExecutable, build_nki_executable
 
 TOLERANCE = {DType.f32: dict(rtol=1e-4, atol=1e-5), DType.bf16: dict(rtol=1e-2, atol=1e-2),
              DType.f16: dict(rtol=1e-3, atol=1e-3)}

@@ -10,9 +10,9 @@ import pytest
 from emit_helpers import F32, I64, graph, lower, random_inputs
 from neuroncc.errors import ArtifactError
 from neuroncc.ir import interpret
-from neuroncc.runtime.cache import CacheStats, CompileCache
-from neuroncc.runtime.driver import compile_graph
-from neuroncc.runtime.nki_target import PLAN_FILE, SOURCE_FILE, build_nki_executable, load_nki_executable
+from neuroncc.driver.cache import CacheStats, CompileCache
+from neuroncc.driver.compile import compile_graph
+from neuroncc.executors.nki_sim.executable import PLAN_FILE, SOURCE_FILE, build_nki_executable, load_nki_executable
 
 
 def _function():

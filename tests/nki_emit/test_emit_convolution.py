@@ -6,7 +6,7 @@ import pytest
 
 from emit_helpers import F32, check_against_interpreter, graph
 from neuroncc.errors import UnsupportedOpError
-from neuroncc.runtime.nki_target import NkiUnsupportedError
+from neuroncc.executors.nki_sim.executable import NkiUnsupportedError
 
 CASES = {  # stride, padding, dilation, groups
     "plain": ([1, 1], [1, 1], [1, 1], 1),

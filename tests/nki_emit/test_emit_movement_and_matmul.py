@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from emit_helpers import BF16, F32, I64, check_against_interpreter, graph
-from neuroncc.runtime.nki_target import NkiUnsupportedError
+from neuroncc.executors.nki_sim.executable import NkiUnsupportedError
 
 
 def test_views_read_in_place(rng):

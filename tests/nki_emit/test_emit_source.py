@@ -9,7 +9,7 @@ import pytest
 from emit_helpers import F32, graph, lower
 from neuroncc.codegen.nki import emit_program
 from neuroncc.errors import CodegenError, UnsupportedOpError
-from neuroncc.runtime.nki_target import NkiUnsupportedError, load_module, nki_source
+from neuroncc.executors.nki_sim.executable import NkiUnsupportedError, load_module, nki_source
 from neuroncc.testing.models import layer_norm_graph, softmax_graph
 
 

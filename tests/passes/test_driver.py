@@ -1,10 +1,10 @@
-"""runtime.driver.compile_graph runs the target's pipeline; NEURONCC_DUMP writes every stage."""
+"""driver.compile_graph runs the target's pipeline; NEURONCC_DUMP writes every stage."""
 
 import numpy as np
 
 from neuroncc.ir import parse
 from neuroncc.passes import kernel_summary
-from neuroncc.runtime.driver import compile_graph
+from neuroncc.driver.compile import compile_graph
 from neuroncc.testing import models
 from neuroncc.testing.semantics import random_inputs
 

@@ -19,7 +19,7 @@ import pytest
 from neuroncc.cli import main
 from neuroncc.ir import parse
 from neuroncc.passes import parse_pipeline, pass_registry, run_pipeline
-from neuroncc.runtime.cache_key import _plugin_source, pipeline_fingerprint
+from neuroncc.driver.cache_key import _plugin_source, pipeline_fingerprint
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "neuroncc-example-pass"

@@ -5,8 +5,10 @@
     jit.compile_ir([texts]) -> JitModule (object code, symbol addresses) (jit.py: O3, host CPU, MCJIT)
 
 Per-op lowerings are tables: ``elementwise.ELEMENTWISE``, ``access.ACCESS`` (movement, indexing, creation)
-and ``reductions.COMBINERS``. The launcher (``neuroncc.runtime.launcher``) decides layouts and buffers, and
-runs the phases across threads.
+and ``reductions.COMBINERS``. ``program.plan_launch`` plans a whole graph (buffers, arena, value layouts, steps);
+the launcher (``neuroncc.executors.cpu.launcher``) runs the plan's phases across threads.
+
+May import: errors, hardware, ir, passes, llvmlite.
 """
 
 from __future__ import annotations

@@ -25,6 +25,7 @@ from neuroncc.codegen.llvm.schedule import Computed, KernelPlan, MapStage, Phase
 from neuroncc.codegen.llvm.views import Layout
 from neuroncc.errors import CodegenError
 from neuroncc.ir.graph import Op, Value
+from neuroncc.ir.opdef import Trait
 
 
 #: Map-stage outputs at least this large are written with non-temporal stores ...
@@ -33,8 +34,6 @@ STREAM_MIN_BYTES = 1 << 22
 #: the stack-buffer round trip costs more than the read-for-ownership it saves (gelu(x*w+b)*sigmoid(x) on
 #: [4096, 1024], 2 threads: 1.96 ms streamed, 1.76 ms with plain stores).
 STREAM_MAX_TRANSCENDENTALS = 2
-TRANSCENDENTAL = frozenset({"exp", "exp2", "expm1", "log", "log2", "log1p", "tanh", "sigmoid", "erf", "gelu",
-                            "sin", "cos", "tan", "atan", "atan2", "pow"})
 
 
 class KernelEmitter(IndexArithmetic):
@@ -277,7 +276,7 @@ class KernelEmitter(IndexArithmetic):
             producer = self.phase.row_cache.get(value)
             if access is None or isinstance(access, Layout) or (producer is not None and self.stage_number > producer):
                 continue
-            count += access.op.name in TRANSCENDENTAL
+            count += access.op.has(Trait.TRANSCENDENTAL)
             pending += access.op.operands
         return count
 

@@ -9,11 +9,13 @@ The launcher uses the same rules for top-level view ops.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from neuroncc.ir.dtypes import DType
 from neuroncc.ir.graph import Op
 from neuroncc.ir.types import TensorType, contiguous_strides
+from neuroncc.passes.strides import reshape_strides
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,77 +44,84 @@ class Layout:
         return 1 + sum((n - 1) * s for n, s in zip(self.shape, self.strides))
 
 
-def reshape_strides(shape: tuple[int, ...], strides: tuple[int, ...],
-                    new_shape: tuple[int, ...]) -> tuple[int, ...] | None:
-    """Strides that view (shape, strides) as new_shape without copying, or None (PyTorch's computeStride)."""
-    if math.prod(shape) <= 1 or math.prod(new_shape) == 0:
-        return contiguous_strides(new_shape)
-    new_strides = [0] * len(new_shape)
-    view_d = len(new_shape) - 1
-    chunk_base = strides[-1]
-    tensor_numel = view_numel = 1
-    for d in range(len(shape) - 1, -1, -1):
-        tensor_numel *= shape[d]
-        if d == 0 or (shape[d - 1] != 1 and strides[d - 1] != tensor_numel * chunk_base):
-            while view_d >= 0 and (view_numel < tensor_numel or new_shape[view_d] == 1):
-                new_strides[view_d] = view_numel * chunk_base
-                view_numel *= new_shape[view_d]
-                view_d -= 1
-            if view_numel != tensor_numel:
-                return None
-            if d > 0:
-                chunk_base = strides[d - 1]
-                tensor_numel = view_numel = 1
-    return tuple(new_strides) if view_d == -1 else None
-
-
 def _split_offsets(op: Op) -> list[int]:
     sizes = op.attrs["sizes"]
     return [sum(sizes[:i]) for i in range(len(sizes))]
 
 
+def _reshape(op: Op, source: Layout, index: int, out: TensorType) -> Layout | None:
+    new = reshape_strides(source.shape, source.strides, out.shape)
+    return None if new is None else replace(source, shape=out.shape, strides=new)
+
+
+def _permute(op: Op, source: Layout, index: int, out: TensorType) -> Layout:
+    return replace(source, shape=out.shape, strides=tuple(source.strides[d] for d in op.attrs["dims"]))
+
+
+def _expand(op: Op, source: Layout, index: int, out: TensorType) -> Layout:
+    pad = len(out.shape) - len(source.shape)
+    padded_shape, padded_strides = [1] * pad + list(source.shape), [0] * pad + list(source.strides)
+    new = tuple(0 if have == 1 and want != 1 else st for have, want, st in zip(padded_shape, out.shape, padded_strides))
+    return replace(source, shape=out.shape, strides=new)
+
+
+def _window(source: Layout, out: TensorType, dim: int, start: int, step: int) -> Layout:
+    """Every ``step``-th element along ``dim`` from ``start`` (slice, and each piece of a split)."""
+    strides = list(source.strides)
+    offset = source.offset + (start * strides[dim] if out.shape[dim] else 0)
+    strides[dim] *= step
+    return replace(source, offset=offset, shape=out.shape, strides=tuple(strides))
+
+
+def _slice(op: Op, source: Layout, index: int, out: TensorType) -> Layout:
+    return _window(source, out, op.attrs["dim"] % len(source.shape), op.attrs["start"], op.attrs["step"])
+
+
+def _split(op: Op, source: Layout, index: int, out: TensorType) -> Layout:
+    return _window(source, out, op.attrs["dim"] % len(source.shape), _split_offsets(op)[index], 1)
+
+
+def _select(op: Op, source: Layout, index: int, out: TensorType) -> Layout:
+    strides = source.strides
+    dim = op.attrs["dim"] % len(source.shape)
+    return replace(source, offset=source.offset + op.attrs["index"] * strides[dim], shape=out.shape,
+                   strides=tuple(strides[:dim] + strides[dim + 1:]))
+
+
+def _squeeze(op: Op, source: Layout, index: int, out: TensorType) -> Layout:
+    dropped = {d % len(source.shape) for d in op.attrs["dims"]} if source.shape else set()
+    return replace(source, shape=out.shape, strides=tuple(s for d, s in enumerate(source.strides) if d not in dropped))
+
+
+def _unsqueeze(op: Op, source: Layout, index: int, out: TensorType) -> Layout:
+    strides = list(source.strides)
+    dim = op.attrs["dim"] % (len(source.shape) + 1)
+    return replace(source, shape=out.shape, strides=tuple(strides[:dim] + [0] + strides[dim:]))
+
+
+def _as_strided(op: Op, source: Layout, index: int, out: TensorType) -> Layout | None:
+    if not source.is_contiguous:  # it indexes the logical row-major order
+        return None
+    return replace(source, offset=source.offset + op.attrs["offset"], shape=out.shape,
+                   strides=tuple(op.attrs["strides"]))
+
+
+#: The layout each view op (``Trait.VIEW``) gives its result ``index`` over its operand's layout, or None when
+#: no layout expresses it (a reshape merging dims that are not contiguous): one rule per op.
+VIEW_LAYOUTS: dict[str, Callable[[Op, Layout, int, TensorType], Layout | None]] = {
+    "reshape": _reshape,
+    "permute": _permute,
+    "expand": _expand,
+    "slice": _slice,
+    "split": _split,
+    "select": _select,
+    "squeeze": _squeeze,
+    "unsqueeze": _unsqueeze,
+    "as_strided": _as_strided,
+}
+
+
 def view_layout(op: Op, source: Layout, result_index: int = 0) -> Layout | None:
     """The layout of ``op``'s result ``result_index`` when ``op`` is a view of ``source``, else None."""
-    out = op.results[result_index].type
-    attrs = op.attrs
-    shape, strides, offset = list(source.shape), list(source.strides), source.offset
-    name = op.name
-    if name == "reshape":
-        new = reshape_strides(source.shape, source.strides, out.shape)
-        return None if new is None else replace(source, shape=out.shape, strides=new)
-    if name == "permute":
-        return replace(source, shape=out.shape, strides=tuple(strides[d] for d in attrs["dims"]))
-    if name == "expand":
-        pad = len(out.shape) - len(shape)
-        padded_shape, padded_strides = [1] * pad + shape, [0] * pad + strides
-        new = tuple(0 if have == 1 and want != 1 else st
-                    for have, want, st in zip(padded_shape, out.shape, padded_strides))
-        return replace(source, shape=out.shape, strides=new)
-    if name in ("slice", "split"):
-        if name == "slice":
-            dim, start, step = attrs["dim"] % len(shape), attrs["start"], attrs["step"]
-        else:
-            dim, start, step = attrs["dim"] % len(shape), _split_offsets(op)[result_index], 1
-        offset += start * strides[dim] if out.shape[dim] else 0
-        strides[dim] *= step
-        return replace(source, offset=offset, shape=out.shape, strides=tuple(strides))
-    if name == "select":
-        dim = attrs["dim"] % len(shape)
-        offset += attrs["index"] * strides[dim]
-        return replace(source, offset=offset, shape=out.shape, strides=tuple(strides[:dim] + strides[dim + 1:]))
-    if name == "squeeze":
-        dropped = {d % len(shape) for d in attrs["dims"]} if shape else set()
-        return replace(source, shape=out.shape, strides=tuple(s for d, s in enumerate(strides) if d not in dropped))
-    if name == "unsqueeze":
-        dim = attrs["dim"] % (len(shape) + 1)
-        return replace(source, shape=out.shape, strides=tuple(strides[:dim] + [0] + strides[dim:]))
-    if name == "as_strided":
-        if not source.is_contiguous:
-            return None
-        return replace(source, offset=offset + attrs["offset"], shape=out.shape, strides=tuple(attrs["strides"]))
-    return None
-
-
-#: View ops whose result can always be expressed by ``view_layout`` except reshape/as_strided on some layouts.
-VIEW_OPS = frozenset({"reshape", "permute", "expand", "slice", "split", "select", "squeeze", "unsqueeze",
-                      "as_strided"})
+    rule = VIEW_LAYOUTS.get(op.name)
+    return rule(op, source, result_index, op.results[result_index].type) if rule is not None else None

@@ -199,11 +199,11 @@ class _MatmulEmitter:
         self.ctx, self.stage, self.writer, self.in_hbm = ctx, stage, writer, in_hbm
         self.op = op = stage.ops[0]
         self.names = ctx.names
-        first = 1 if op.name == "addmm" else 0
+        first = len(op.operands) - 2  # the factors are the last two operands (addmm's first is its bias)
         self.a = _operand(ctx, op, first, op.attrs["transpose_a"], moving=False)
         self.b = _operand(ctx, op, first + 1, op.attrs["transpose_b"], moving=True)
         self.domain = op.result.type.shape
-        self.batch = self.domain[0] if op.name == "bmm" else 1
+        self.batch = self.domain[0] if len(self.domain) == 3 else 1  # bmm
         self.m, self.n = self.domain[-2], self.domain[-1]
         a_type = op.operands[first].type
         self.k = a_type.shape[-2] if op.attrs["transpose_a"] else a_type.shape[-1]
@@ -383,7 +383,7 @@ class _MatmulEmitter:
         op = self.op
         dtype = nki_dtype(op.result.type.dtype)
         result = body.new(op.result.hint or op.name, product.shape, dtype)
-        if op.name != "addmm":
+        if len(op.operands) == 2:  # no bias
             body.add("tensor_copy", result, src=product)
             return result
         alpha, beta = float(op.attrs["alpha"]), float(op.attrs["beta"])

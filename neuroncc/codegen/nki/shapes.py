@@ -19,20 +19,20 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 
-from neuroncc.ir import Op, Value
+from neuroncc.ir import Op, Trait, Value
 from neuroncc.ir.types import contiguous_strides
-from neuroncc.passes.strides import PURE_VIEWS, StridedView, apply_view
+from neuroncc.passes.strides import StridedView, apply_view
 
 
 @dataclass(frozen=True, slots=True)
-class Group:
+class DimGroup:
     """The domain dims one dim of an iteration shape covers; ``full`` unless it is a broadcast size-1 dim."""
 
     dims: tuple[int, ...]
     full: bool
 
 
-Grouping = tuple[Group, ...]
+Grouping = tuple[DimGroup, ...]
 
 
 def find_grouping(shape: tuple[int, ...], domain: tuple[int, ...]) -> Grouping | None:
@@ -64,7 +64,7 @@ def _match(shape: tuple[int, ...], domain: tuple[int, ...], i: int, j: int) -> G
     for start, full in candidates:
         rest = _match(shape, domain, i - 1, start)
         if rest is not None:
-            return rest + (Group(tuple(range(start, j)), full),)
+            return rest + (DimGroup(tuple(range(start, j)), full),)
     return None
 
 
@@ -103,7 +103,7 @@ def operand_grouping(op_grouping: Grouping, op_shape: tuple[int, ...], operand_s
     groups = []
     for j, size in enumerate(operand_shape):
         group = op_grouping[lead + j]
-        groups.append(Group(group.dims, group.full and size == op_shape[lead + j]))
+        groups.append(DimGroup(group.dims, group.full and size == op_shape[lead + j]))
     return tuple(groups)
 
 
@@ -122,7 +122,7 @@ def view_window(value: Value, producers: dict[Value, Op]) -> tuple[Value, Stride
     contiguous (kernel arguments always are); None when a reshape of a non-contiguous window needs a copy."""
     chain: list[Op] = []
     root = value
-    while (op := producers.get(root)) is not None and op.name in PURE_VIEWS:
+    while (op := producers.get(root)) is not None and op.has(Trait.STRIDED_VIEW):
         chain.append(op)
         root = op.operands[0]
     window: StridedView | None = StridedView.contiguous(root.type.shape)

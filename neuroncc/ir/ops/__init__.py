@@ -1,4 +1,7 @@
-"""The op registry: every op of the IR, gathered in one place from the op modules."""
+"""The op registry: every op of the IR, gathered in one place from the op modules.
+
+Each op module defines its ops' definitions (types, attributes, traits) and numpy references. May import: errors,
+the rest of ``neuroncc.ir``."""
 
 from neuroncc.ir.opdef import Category, OpDef, OpRegistry
 from neuroncc.ir.ops import (

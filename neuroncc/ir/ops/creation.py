@@ -12,15 +12,28 @@ tile pass. Empty / zero / none means "not chosen".
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from neuroncc.ir.attrs import Attrs
-from neuroncc.ir.opdef import AttrSpec, Category, OpDef, check_scalar, fail
+from neuroncc.ir.opdef import AttrSpec, Category, OpDef, Trait, check_scalar, fail
 from neuroncc.ir.types import TensorType
 
 
 def _infer_constant(types: tuple[TensorType, ...], attrs: Attrs) -> TensorType:
     return attrs["value"].type
+
+
+def array_splat(array: np.ndarray) -> Any:
+    """The one value all elements of ``array`` hold (NaN counts as equal to NaN), or None."""
+    if array.size == 0:
+        return None
+    first = array.reshape(-1)[0]
+    same = array == first
+    if array.dtype.kind == "f" and np.isnan(first):
+        same = np.isnan(array)
+    return first.item() if bool(np.all(same)) else None
 
 
 def _infer_full(types: tuple[TensorType, ...], attrs: Attrs) -> TensorType:
@@ -45,16 +58,22 @@ def _iota(length, start, step, dtype):
     return (start + step * np.arange(length, dtype=np.float64)).astype(dtype.compute)
 
 
+def _iota_splat(attrs: Attrs) -> Any:
+    """The one element of a length-1 iota (its start, in its element type)."""
+    return _iota(1, attrs["start"], attrs["step"], attrs["dtype"])[0].item() if attrs["length"] == 1 else None
+
+
 OPS = (
     OpDef("constant", Category.CONSTANT, (0, 0), _infer_constant, lambda value: value.array,
-          {"value": AttrSpec("dense")}, "a constant tensor"),
+          {"value": AttrSpec("dense")}, "a constant tensor", traits=frozenset({Trait.STORED}),
+          splat=lambda attrs: array_splat(attrs["value"].array)),
     OpDef("full", Category.CONSTANT, (0, 0), _infer_full, _full,
           {"shape": AttrSpec("ints"), "dtype": AttrSpec("dtype"), "value": AttrSpec("number")},
-          "a tensor filled with one value"),
+          "a tensor filled with one value", splat=lambda attrs: attrs["value"]),
     OpDef("iota", Category.CONSTANT, (0, 0), _infer_iota, _iota,
           {"length": AttrSpec("int"), "start": AttrSpec("number", 0), "step": AttrSpec("number", 1),
            "dtype": AttrSpec("dtype")},
-          "start + step * [0, 1, ..., length-1] (torch.arange)"),
+          "start + step * [0, 1, ..., length-1] (torch.arange)", splat=_iota_splat),
     OpDef("kernel", Category.KERNEL, (0, None), lambda types, attrs: (), None,
           {"name": AttrSpec("str"), "target": AttrSpec("str", "any"),
            "domain": AttrSpec("ints", ()), "partition_dim": AttrSpec("optional-int", None),

@@ -13,7 +13,7 @@ that the backward reads. A row whose scores are all masked (-inf) gives zeros an
 saved output and logsumexp (FlashAttention's formulas: ``P = exp(s - lse)``, ``dS = P * (dO v^T - rowsum(dO
 * out))``), k's and v's summed over the query heads of their group.
 
-The cpu target calls ATen (:mod:`neuroncc.runtime.extern_library`), so neuroncc's attention is eager's to the
+The cpu target calls ATen (:mod:`neuroncc.executors.cpu.extern_library`), so neuroncc's attention is eager's to the
 bit; the numpy references compute in float64 (bf16/f16 kernels round intermediates, hence the per-dtype
 tolerances of the tests). Dropout, 3-d operands, a value head size different from the query's and masks
 that need a gradient are not this op: ATen itself picks its math path for them, which the front end

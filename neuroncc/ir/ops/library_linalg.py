@@ -2,7 +2,7 @@
 
 These are the ops a CPU compiler hands to a library (LAPACK through ATen) rather than generating code for:
 they are left unfused at the top level, the cpu launcher calls ATen for each (see
-:mod:`neuroncc.runtime.extern_library`) and nki-sim runs them as host steps. Each follows the ``aten`` op of
+:mod:`neuroncc.executors.cpu.extern_library`) and nki-sim runs them as host steps. Each follows the ``aten`` op of
 the same name: operands ``[..., m, n]`` with any batch dims, float32 only (ATen has no bf16/f16 LAPACK),
 pivots and ``info`` as int32 like LAPACK's. The numpy references compute in float64, one matrix at a time
 (numpy's LAPACK for QR/SVD/eigh, a textbook partial-pivoting LU where numpy has none); sign-ambiguous
@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from neuroncc.ir.interpreter import InterpreterError
+from neuroncc.errors import InterpreterError
 from neuroncc.ir.dtypes import DType
 from neuroncc.ir.opdef import AttrSpec, Category, OpDef, broadcast_shapes, fail
 from neuroncc.ir.types import TensorType

@@ -1,0 +1,401 @@
+"""The CPU launch plan: buffers, value layouts and steps of a compiled graph, as plain JSON-able data.
+
+``plan_launch(fn)`` decides where every top-level value lives (a user input, a fresh output array, a slot in
+the reused arena, a constant, or a strided view of one of those), plans each kernel's loop nests and emits its
+LLVM IR. The plan is what an artifact stores (``plan.json``, no pickle) beside the object code: loading it
+rebuilds the launcher without recompiling. Value ids number the top-level values: params, then op results.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from neuroncc.codegen.llvm import Layout, emit_kernel, plan_kernel, view_layout
+from neuroncc.codegen.llvm.schedule import BLOCK
+from neuroncc.codegen.llvm.scalars import storage_itemsize
+from neuroncc.errors import ArtifactError, CodegenError
+from neuroncc.ir.dtypes import DType
+from neuroncc.ir.graph import Function, Value, print_function
+from neuroncc.ir.opdef import Category, Trait
+from neuroncc.ir.ops import REGISTRY
+from neuroncc.ir.types import contiguous_strides
+from neuroncc.codegen.llvm.extern_layouts import same_layout, supplied_strides
+
+PLAN_VERSION = 3  # 3: BufferSpec.supplied, kind call
+ALIGN = 64
+
+
+class BufferKind(enum.StrEnum):
+    """Where a buffer's storage comes from."""
+
+    INPUT = "input"  # a user input (index: param position)
+    OUTPUT = "output"  # a fresh array returned to the caller (index: output position)
+    ARENA = "arena"  # a slot of the arena every call reuses (index: byte offset)
+    CONSTANT = "constant"  # a constant of the graph (index: op index)
+    CALL = "call"  # a per-call intermediate (index: the id of the value it holds)
+
+
+class SlotKind(enum.StrEnum):
+    """What a kernel's argument slot points at."""
+
+    VALUE = "value"  # a top-level value (ref: value id)
+    SCRATCH = "scratch"  # kernel scratch in the arena (ref: byte offset)
+    CONSTANT = "constant"  # a constant inside the region (ref: region op index)
+    ERROR = "error"  # the kernel's error flag (ref: 0)
+
+
+class StepKind(enum.StrEnum):
+    """What one step of a launch runs."""
+
+    KERNEL = "kernel"  # a compiled kernel (its phases), or the interpreter where it could not compile
+    EXTERN = "extern"  # an extern call (BLAS, ATen)
+    VIEW_COPY = "view-copy"  # a view that must be copied into its own buffer
+
+
+@dataclass(frozen=True)
+class BufferSpec:
+    kind: BufferKind
+    index: int  # input: param position; output: output position; arena: byte offset; constant: op index;
+    #             call: the id of the value it holds
+    extent: int  # elements of storage
+    dtype: str
+    supplied: bool = False  # the step computing it supplies the storage each call (executors/cpu/adopt.py)
+
+
+@dataclass(frozen=True)
+class ValueSpec:
+    buffer: int
+    offset: int
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+    dtype: str
+
+
+@dataclass(frozen=True)
+class PhaseSpec:
+    symbol: str
+    n_outer: int
+    work: int
+    serial: bool
+
+
+@dataclass(frozen=True)
+class CpuSlot:
+    kind: SlotKind
+    ref: int  # value id | arena byte offset | region op index | 0
+
+
+@dataclass(frozen=True)
+class ExternSpec:
+    op_index: int  # in the region
+    operands: tuple[ValueSpec, ...]  # buffer = kernel argument slot, relative to that slot's pointer
+    results: tuple[ValueSpec, ...]
+
+
+@dataclass(frozen=True)
+class StepSpec:
+    kind: StepKind
+    op_index: int
+    operands: tuple[int, ...]
+    results: tuple[int, ...]
+    native: bool = False
+    phases: tuple[PhaseSpec, ...] = ()
+    slots: tuple[CpuSlot, ...] = ()
+    extern: ExternSpec | None = None
+    may_fail: bool = False
+    row_blocked: bool = False  # extern mm/addmm and epilogue phases run block of rows by block of rows
+    reason: str = ""  # why a kernel runs in the interpreter
+
+
+@dataclass
+class CpuLaunchPlan:
+    function_hash: str
+    cpu: str
+    features: str
+    buffers: list[BufferSpec] = field(default_factory=list)
+    values: list[ValueSpec] = field(default_factory=list)
+    steps: list[StepSpec] = field(default_factory=list)
+    outputs: list[int] = field(default_factory=list)
+    arena_bytes: int = 0
+    object_sha256: str = ""  # of kernels.a: a truncated or foreign object file must never reach LLVM
+    version: int = PLAN_VERSION
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=1, sort_keys=True)
+
+    @staticmethod
+    def from_json(text: str) -> CpuLaunchPlan:
+        try:
+            data = json.loads(text)
+            if data.get("version") != PLAN_VERSION:
+                raise ArtifactError(f"launch plan version {data.get('version')} is not {PLAN_VERSION}")
+            return CpuLaunchPlan(
+                data["function_hash"], data["cpu"], data["features"],
+                [BufferSpec(**{**b, "kind": BufferKind(b["kind"])}) for b in data["buffers"]],
+                [_value(v) for v in data["values"]],
+                [_step(s) for s in data["steps"]],
+                list(data["outputs"]), data["arena_bytes"], data["object_sha256"], data["version"],
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ArtifactError(f"malformed launch plan: {exc}") from None
+
+
+def _value(data: Mapping[str, Any]) -> ValueSpec:
+    return ValueSpec(data["buffer"], data["offset"], tuple(data["shape"]), tuple(data["strides"]), data["dtype"])
+
+
+def _step(data: Mapping[str, Any]) -> StepSpec:
+    extern = data["extern"]
+    return StepSpec(
+        StepKind(data["kind"]), data["op_index"], tuple(data["operands"]), tuple(data["results"]), data["native"],
+        tuple(PhaseSpec(**p) for p in data["phases"]),
+        tuple(CpuSlot(SlotKind(s["kind"]), s["ref"]) for s in data["slots"]),
+        None if extern is None else ExternSpec(extern["op_index"], tuple(_value(v) for v in extern["operands"]),
+                                               tuple(_value(v) for v in extern["results"])),
+        data["may_fail"], data["row_blocked"], data["reason"],
+    )
+
+
+def function_hash(fn: Function) -> str:
+    return hashlib.sha256(print_function(fn, canonical=True).encode()).hexdigest()
+
+
+def _align(n: int) -> int:
+    return -(-n // ALIGN) * ALIGN
+
+
+def _layout_spec(layout: Layout) -> ValueSpec:
+    return ValueSpec(layout.arg, layout.offset, layout.shape, layout.strides, layout.dtype.value)
+
+
+class _LaunchPlanner:
+    def __init__(self, fn: Function, cpu: str, features: str, memory_plan: Any,
+                 on_kernel: Callable[[str], None] | None = None):
+        self.fn = fn
+        self.on_kernel = on_kernel
+        self.plan = CpuLaunchPlan(function_hash(fn), cpu, features)
+        self.ids: dict[Value, int] = {}
+        self.memory_offsets: Mapping[Any, int] = getattr(memory_plan, "offsets", None) or {}
+        self.memory_sizes: Mapping[Any, int] = getattr(memory_plan, "sizes", None) or {}
+        # values the plan does not place (or that do not fit its slot) go after the planned arena
+        self.arena_end = int(getattr(memory_plan, "arena_bytes", 0) or 0)
+        if self.memory_offsets and not self.arena_end:
+            self.arena_end = max(self.memory_offsets.values()) + max(self.memory_sizes.values(), default=0)
+        self.scratch_bytes = 0
+        self.unclaimed_outputs: dict[Value, int] = {}
+        for position, value in enumerate(fn.outputs):
+            self.unclaimed_outputs.setdefault(value, position)
+        self.ir_texts: list[str] = []
+
+    def define(self, value: Value, spec: ValueSpec) -> int:
+        self.ids[value] = len(self.plan.values)
+        self.plan.values.append(spec)
+        return self.ids[value]
+
+    def add_buffer(self, kind: BufferKind, index: int, extent: int, dtype: DType, supplied: bool = False) -> int:
+        self.plan.buffers.append(BufferSpec(kind, index, extent, dtype.value, supplied))
+        return len(self.plan.buffers) - 1
+
+    def own_buffer(self, value: Value, avoid: tuple[Value, ...] = ()) -> int:
+        """A buffer for an op result: the fresh output array of its first output position, else the arena.
+
+        A memory plan's slot is used unless it overlaps the arena storage of ``avoid`` (the op's operands):
+        kernels assume their outputs never alias their inputs.
+        """
+        t = value.type
+        position = self.unclaimed_outputs.pop(value, None)
+        if position is not None:
+            strides = t.layout_strides
+            extent = Layout(0, 0, t.shape, strides, t.dtype).extent
+            buffer = self.add_buffer(BufferKind.OUTPUT, position, extent, t.dtype)
+            return self.define(value, ValueSpec(buffer, 0, t.shape, strides, t.dtype.value))
+        nbytes = t.numel * storage_itemsize(t.dtype)
+        offset = _align(self.arena_end)
+        number = len(self.plan.values)  # the memory planner names values by the same numbering
+        key = value if value in self.memory_offsets else number
+        if key in self.memory_offsets:
+            planned = self.memory_offsets[key]
+            fits = nbytes <= self.memory_sizes.get(key, nbytes)  # bf16 is stored in 4 bytes, not 2
+            if fits and planned % ALIGN == 0 and not any(self._overlaps(planned, nbytes, v) for v in avoid):
+                offset = planned
+        self.arena_end = max(self.arena_end, offset + _align(max(nbytes, 1)))
+        buffer = self.add_buffer(BufferKind.ARENA, offset, t.numel, t.dtype)
+        return self.define(value, ValueSpec(buffer, 0, t.shape, contiguous_strides(t.shape), t.dtype.value))
+
+    def supplied_buffer(self, value: Value, strides: tuple[int, ...]) -> bool:
+        """Lay ``value`` out with ``strides`` in a buffer its extern step supplies each call (ATen's result
+        adopted: executors/cpu/adopt.py). False where it cannot: an output whose type asks for another layout."""
+        t = value.type
+        position = self.unclaimed_outputs.get(value)
+        if position is not None:
+            if not same_layout(t.shape, strides, t.layout_strides):
+                return False
+            strides = t.layout_strides  # returned arrays carry their type's strides exactly
+            del self.unclaimed_outputs[value]
+        extent = Layout(0, 0, t.shape, strides, t.dtype).extent
+        if position is None:
+            buffer = self.add_buffer(BufferKind.CALL, len(self.plan.values), extent, t.dtype, supplied=True)
+        else:
+            buffer = self.add_buffer(BufferKind.OUTPUT, position, extent, t.dtype, supplied=True)
+        self.define(value, ValueSpec(buffer, 0, t.shape, strides, t.dtype.value))
+        return True
+
+    def _overlaps(self, offset: int, nbytes: int, value: Value) -> bool:
+        spec = self.plan.values[self.ids[value]]
+        buffer = self.plan.buffers[spec.buffer]
+        if buffer.kind != BufferKind.ARENA:
+            return False
+        size = buffer.extent * DType(buffer.dtype).numpy.itemsize
+        return offset < buffer.index + max(size, 1) and buffer.index < offset + max(nbytes, 1)
+
+    def layout(self, value: Value, slot: int) -> Layout:
+        spec = self.plan.values[self.ids[value]]
+        return Layout(slot, 0, spec.shape, spec.strides, DType(spec.dtype))
+
+    def run(self) -> CpuLaunchPlan:
+        for position, param in enumerate(self.fn.params):
+            t = param.type
+            strides = t.layout_strides
+            buffer = self.add_buffer(BufferKind.INPUT, position, Layout(0, 0, t.shape, strides, t.dtype).extent, t.dtype)
+            self.define(param, ValueSpec(buffer, 0, t.shape, strides, t.dtype.value))
+        for op_index, op in enumerate(self.fn.ops):
+            category = REGISTRY.get(op.name).category
+            if op.has(Trait.STORED):
+                t = op.result.type
+                buffer = self.add_buffer(BufferKind.CONSTANT, op_index, t.numel, t.dtype)
+                self.define(op.result, ValueSpec(buffer, 0, t.shape, contiguous_strides(t.shape), t.dtype.value))
+            elif op.has(Trait.STRIDED_VIEW):
+                self.view(op_index, op)
+            elif category is Category.KERNEL:
+                self.kernel(op_index, op)
+            elif category in (Category.MATMUL, Category.EXTERN):  # one ATen call each
+                layouts = supplied_strides(op, [self.plan.values[self.ids[v]] for v in op.operands])
+                for number, (result, strides) in enumerate(zip(op.results, layouts)):
+                    if strides is None or not self.supplied_buffer(result, strides):
+                        self.own_buffer(result, avoid=op.operands + op.results[:number])
+                self.plan.steps.append(StepSpec(StepKind.EXTERN, op_index, self._ids(op.operands), self._ids(op.results)))
+            else:
+                raise CodegenError(f"op '{op.name}' must be inside a kernel at the top level of a CPU graph")
+        self.plan.outputs = [self.ids[v] for v in self.fn.outputs]
+        self._return_views_of_intermediates()
+        self.plan.arena_bytes = _align(self.arena_end) + self.scratch_bytes
+        return self.plan
+
+    def _return_views_of_intermediates(self) -> None:
+        """Give an output that is a view of an intermediate (``%o = reshape %k``, %k also read by other
+        steps) the storage of that intermediate: %k's arena (or per-call) buffer becomes the output's fresh
+        per-call buffer, so the call returns the view instead of copying it out of the arena.
+
+        Only where the view is all of %k's storage in the layout the output's type asks for (a call
+        returns outputs in their type's layout) and no other output already returned that storage (outputs
+        never alias each other). %k's arena slot stays unused: values sharing it are unaffected.
+        """
+        for position, value in enumerate(self.fn.outputs):  # a second view of the same storage: copied
+            spec = self.plan.values[self.ids[value]]
+            buffer = self.plan.buffers[spec.buffer]
+            t = value.type
+            if buffer.kind not in (BufferKind.ARENA, BufferKind.CALL) or spec.offset != 0 or spec.strides != t.layout_strides \
+                    or Layout(0, 0, t.shape, t.layout_strides, t.dtype).extent != buffer.extent:
+                continue
+            self.plan.buffers[spec.buffer] = _replace(buffer, kind=BufferKind.OUTPUT, index=position)
+
+    def _ids(self, values: tuple[Value, ...]) -> tuple[int, ...]:
+        return tuple(self.ids[v] for v in values)
+
+    def view(self, op_index: int, op: Any) -> None:
+        source = self.plan.values[self.ids[op.operands[0]]]
+        layout = Layout(source.buffer, source.offset, source.shape, source.strides, DType(source.dtype))
+        viewed = view_layout(op, layout)
+        if viewed is not None:
+            self.define(op.result, _layout_spec(viewed))
+            return
+        self.own_buffer(op.result)  # a reshape that no strides express: copy
+        self.plan.steps.append(StepSpec(StepKind.VIEW_COPY, op_index, self._ids(op.operands), self._ids(op.results)))
+
+    def _aligned_slots(self, op: Any, kplan: Any) -> list[int]:
+        slots = []
+        for i, result in enumerate(op.results):
+            spec = self.plan.values[self.ids[result]]
+            if spec.offset == 0 and _aligned_buffer(self.plan.buffers[spec.buffer]):
+                slots.append(len(op.operands) + i)
+        first_extra = len(op.operands) + len(op.results)
+        slots += [first_extra + i for i, extra in enumerate(kplan.extra) if extra.kind == "scratch"]
+        return slots
+
+    def kernel(self, op_index: int, op: Any) -> None:
+        for result in op.results:
+            self.own_buffer(result, avoid=op.operands + op.results[:op.results.index(result)])
+        region = op.regions[0]
+        params = [self.layout(v, i) for i, v in enumerate(op.operands)]
+        outputs = [self.layout(v, len(params) + i) for i, v in enumerate(op.results)]
+        step = StepSpec(StepKind.KERNEL, op_index, self._ids(op.operands), self._ids(op.results))
+        try:
+            block = op.attrs.get("block")  # tiling attribute, when the tiling pass sets one
+            kplan = plan_kernel(region, params, outputs, block=block if isinstance(block, int) and block > 0 else BLOCK)
+            kplan.aligned_args = frozenset(self._aligned_slots(op, kplan))
+            texts, symbols = emit_kernel(kplan, f"k{op_index}")
+        except CodegenError as exc:
+            self.plan.steps.append(_replace(step, reason=str(exc)))
+            return
+        self.ir_texts += texts
+        if self.on_kernel is not None:
+            for text in texts:
+                self.on_kernel(text)
+        slots = [CpuSlot(SlotKind.VALUE, self.ids[v]) for v in op.operands + op.results]
+        scratch_cursor = 0
+        for extra in kplan.extra:
+            if extra.kind == "scratch":
+                slots.append(CpuSlot(SlotKind.SCRATCH, scratch_cursor))
+                scratch_cursor += _align(extra.nbytes)
+            else:
+                slots.append(CpuSlot(SlotKind.CONSTANT, extra.op_index))
+        slots.append(CpuSlot(SlotKind.ERROR, 0))
+        self.scratch_bytes = max(self.scratch_bytes, scratch_cursor)
+        phases = tuple(PhaseSpec(sym, ph.n_outer, ph.work, ph.serial) for sym, ph in zip(symbols, kplan.phases))
+        extern = None
+        if kplan.extern is not None:
+            extern = ExternSpec(kplan.extern.op_index, tuple(_layout_spec(a) for a in kplan.extern.operands),
+                                tuple(_layout_spec(a) for a in kplan.extern.results))
+        self.plan.steps.append(_replace(step, native=True, phases=phases, slots=tuple(slots), extern=extern,
+                                        may_fail=kplan.may_fail, row_blocked=kplan.row_blocked))
+
+
+def _aligned_buffer(buffer: BufferSpec) -> bool:
+    """Output arrays and the arena are allocated 64-byte aligned; arena slots are aligned unless a memory
+    plan placed them otherwise."""
+    return buffer.kind == BufferKind.OUTPUT or (buffer.kind == BufferKind.ARENA and buffer.index % ALIGN == 0)
+
+
+def _replace(step: StepSpec, **changes: Any) -> StepSpec:
+    from dataclasses import replace
+
+    return replace(step, **changes)
+
+
+def plan_launch(fn: Function, cpu: str, features: str, memory_plan: Any = None,
+                on_kernel: Callable[[str], None] | None = None) -> tuple[CpuLaunchPlan, list[str]]:
+    """The launch plan of ``fn`` (already in top-level form) and the LLVM IR of its native kernels.
+
+    ``on_kernel(text)`` is called with each LLVM module (one per kernel phase) as soon as it is generated (the
+    launcher starts compiling it while the next kernel is planned).
+
+    ``memory_plan`` (``neuroncc.passes.plan_memory.MemoryPlan`` or anything with ``offsets`` keyed by value
+    number or Value, optionally ``sizes`` and ``arena_bytes``) places arena values. A planned slot is not used
+    when the value's storage does not fit it (bf16 is stored as float32) or when it overlaps the same op's
+    operands (the plan's in-place reuse: kernels recompute shared values from their inputs, so an output may
+    not overwrite an input); such values, and values the plan omits, get fresh slots after the planned arena.
+    Scratch buffers of kernels share one region after the values (kernels run one at a time).
+    """
+    planner = _LaunchPlanner(fn, cpu, features, memory_plan, on_kernel)
+    plan = planner.run()
+    # scratch offsets are relative to the scratch region, which starts after the values
+    base = _align(planner.arena_end)
+    plan.steps = [_replace(s, slots=tuple(CpuSlot(x.kind, x.ref + base) if x.kind == SlotKind.SCRATCH else x
+                                          for x in s.slots)) for s in plan.steps]
+    return plan, planner.ir_texts
+

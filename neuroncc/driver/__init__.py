@@ -1,0 +1,16 @@
+"""The compile driver and its artifact cache: one call from an IR graph to something that runs.
+
+    compile_graph(fn, target="cpu") = verify -> compile cache (key -> artifact) -> pass pipeline for the target
+                                      -> the target's executable (neuroncc.executors)
+
+- ``compile``: :func:`compile_graph`, the API boundary where the environment is read (cache directory, dumps).
+- ``cache`` / ``cache_key``: the on-disk compile cache (per-key locks, atomic publish) and its explained key.
+- ``artifact``: the artifact directory format (manifest, graph text, constants, the target's own files); no
+  pickle anywhere.
+
+May import: errors, hardware, ir, passes, codegen, executors. Imported by: frontend, device, cli.
+"""
+
+from neuroncc.driver.compile import DEFAULT_TARGET, compile_graph
+
+__all__ = ["DEFAULT_TARGET", "compile_graph"]

@@ -1,0 +1,375 @@
+"""The on-disk form of a compiled graph: an *artifact directory* and its ``manifest.json``.
+
+    <artifact>/
+      manifest.json        what is here: key and key components, target, input/output types, options,
+                           pipeline, per-stage timings, versions, and the sha256 and size of every other file
+      graph.nir            the graph the executable runs (after the pipeline), as text
+      constants.npz        its large constants, by resource name (np.load(allow_pickle=False); absent if none)
+      stages/NN-NAME.nir   the IR text after each pipeline stage (for reading; not needed to load)
+      ...                  the target's own files (cpu: .ll LLVM IR, .o object code, launch plan .json;
+                           nki-sim: the NKI kernel sources)
+
+Nothing here is pickled: text, JSON and ``.npz`` only. Every file is checked against its recorded sha256 when
+the artifact is read, and the manifest carries a checksum of itself, so a flipped bit anywhere is caught.
+
+Targets plug in through :data:`ARTIFACT_CODECS`: a saver that writes the executable's own files into the
+directory and a loader that rebuilds the executable from the directory and the graph.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from neuroncc.errors import ArtifactError
+from neuroncc.ir import Function, TensorType, collect_resources, parse, print_function
+from neuroncc.executors.executable import Executable, load_interp_executable
+from neuroncc.executors.nki_sim.executable import load_nki_executable
+
+#: Bump when the directory layout or the manifest schema changes; older entries then read as misses.
+FORMAT_VERSION = 1
+
+MANIFEST_NAME = "manifest.json"
+GRAPH_NAME = "graph.nir"
+CONSTANTS_NAME = "constants.npz"
+STAGES_DIR = "stages"
+
+# ---- the target protocol ---------------------------------------------------------------------------------
+
+Saver = Callable[[Executable, Path], Sequence[str]]
+Loader = Callable[[Path, Function], Executable]
+
+
+def _no_host_dependence() -> str:
+    return ""
+
+
+@dataclass(frozen=True, slots=True)
+class ArtifactCodec:
+    """How one target's executable is written into an artifact directory and read back.
+
+    ``save(executable, directory)`` writes the target's own files (the graph is written for every target by
+    :func:`write_artifact`) and returns their names relative to ``directory``. ``load(directory, fn)``
+    rebuilds the executable from those files and the graph ``fn`` read from ``graph.nir``.
+    ``host_fingerprint()`` names what on this machine the saved code depends on (cpu: the host CPU and its
+    features); it is part of the cache key, so object code is never loaded on a machine it was not built for.
+    """
+
+    save: Saver
+    load: Loader
+    host_fingerprint: Callable[[], str] = _no_host_dependence
+
+
+def _save_with_method(executable: Executable, directory: Path) -> Sequence[str]:
+    return executable.save(directory)  # type: ignore[attr-defined]
+
+
+def _load_interp(directory: Path, fn: Function) -> Executable:
+    return load_interp_executable(directory, fn)
+
+
+def _load_cpu(directory: Path, fn: Function) -> Executable:
+    from neuroncc.executors.cpu.launcher import load_cpu_executable  # type: ignore[import-not-found]
+
+    return load_cpu_executable(directory, fn)
+
+
+def _load_nki(directory: Path, fn: Function) -> Executable:
+    return load_nki_executable(directory, fn)
+
+
+def _host_cpu_fingerprint() -> str:
+    import llvmlite.binding as llvm
+
+    return f"{llvm.get_process_triple()} {llvm.get_host_cpu_name()} {llvm.get_host_cpu_features().flatten()}"
+
+
+#: Every target whose executables can be cached, by target name. A target missing here compiles uncached.
+ARTIFACT_CODECS: dict[str, ArtifactCodec] = {
+    "interp": ArtifactCodec(save=_save_with_method, load=_load_interp),
+    "cpu": ArtifactCodec(save=_save_with_method, load=_load_cpu, host_fingerprint=_host_cpu_fingerprint),
+    # nki-sim: the generated kernel module (nki_kernels.py) and its launch plan (nki_plan.json)
+    "nki-sim": ArtifactCodec(save=_save_with_method, load=_load_nki),
+}
+
+# ---- the manifest ----------------------------------------------------------------------------------------
+
+
+class FileRecord(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    size: int = Field(ge=0)
+
+
+class TensorRecord(BaseModel):
+    """An input's or output's type as the artifact was compiled for it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    dtype: str
+    shape: list[int]
+    strides: list[int]
+
+    @classmethod
+    def of(cls, t: TensorType) -> TensorRecord:
+        return cls(dtype=t.dtype.value, shape=list(t.shape), strides=list(t.layout_strides))
+
+
+class ComponentRecord(BaseModel):
+    """One named part of the cache key: its digest and a short human-readable summary."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    digest: str = Field(pattern=r"^[0-9a-f]{64}$")
+    summary: str
+
+
+class Manifest(BaseModel):
+    """``manifest.json``. ``created_at`` and ``timings`` describe this build and are not part of the key."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    format_version: int
+    key: str = Field(pattern=r"^[0-9a-f]{64}$")
+    key_components: dict[str, ComponentRecord]
+    target: str
+    graph_name: str
+    inputs: list[TensorRecord]
+    outputs: list[TensorRecord]
+    options: dict[str, Any]
+    pipeline: str
+    stages: list[str]  # file names under stages/, in pipeline order
+    target_files: list[str]
+    timings: dict[str, float]
+    neuroncc_version: str
+    created_at: str  # ISO 8601, UTC
+    files: dict[str, FileRecord]  # every file of the artifact except manifest.json
+
+
+def _checksum(fields: Mapping[str, Any]) -> str:
+    canonical = json.dumps(fields, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def manifest_bytes(manifest: Manifest) -> bytes:
+    """The manifest as written: its fields plus ``manifest_sha256``, a checksum of the fields themselves."""
+    fields = manifest.model_dump(mode="json")
+    fields["manifest_sha256"] = _checksum(fields)
+    return (json.dumps(fields, indent=1) + "\n").encode()  # field order kept: key components in key order
+
+
+def read_manifest(directory: Path) -> Manifest:
+    """Read and check ``manifest.json`` (schema, self-checksum, format version) without touching other files."""
+    path = directory / MANIFEST_NAME
+    try:
+        raw = json.loads(path.read_bytes().decode("utf-8"))
+    except FileNotFoundError:
+        raise ArtifactError(f"{path}: missing") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ArtifactError(f"{path}: unreadable ({exc})") from None
+    if not isinstance(raw, dict):
+        raise ArtifactError(f"{path}: not a JSON object")
+    version = raw.get("format_version")
+    if version != FORMAT_VERSION:
+        raise ArtifactError(f"{path}: artifact format version {version!r}, this neuroncc reads {FORMAT_VERSION}")
+    stored_checksum = raw.pop("manifest_sha256", None)
+    if stored_checksum != _checksum(raw):
+        raise ArtifactError(f"{path}: manifest checksum mismatch (the file was modified or damaged)")
+    try:
+        return Manifest.model_validate(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise ArtifactError(f"{path}: invalid manifest ({where}: {first['msg']})") from None
+
+
+def file_digest(path: Path) -> FileRecord:
+    h = hashlib.sha256()
+    size = 0
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+            size += len(chunk)
+    return FileRecord(sha256=h.hexdigest(), size=size)
+
+
+def verify_files(directory: Path, manifest: Manifest) -> None:
+    """Raise :class:`ArtifactError` unless every recorded file exists with its recorded size and sha256."""
+    for name, record in manifest.files.items():
+        path = _inside(directory, name)
+        try:
+            size = path.stat().st_size
+        except FileNotFoundError:
+            raise ArtifactError(f"{path}: missing") from None
+        if size != record.size:
+            raise ArtifactError(f"{path}: {size} bytes, the manifest says {record.size}")
+        if file_digest(path).sha256 != record.sha256:
+            raise ArtifactError(f"{path}: sha256 mismatch (the file was modified or damaged)")
+
+
+def verify_artifact(directory: Path) -> Manifest:
+    """The manifest of a fully intact artifact; :class:`ArtifactError` naming the first problem otherwise."""
+    manifest = read_manifest(directory)
+    if manifest.key != directory.name:
+        raise ArtifactError(f"{directory}: holds key {manifest.key[:16]}..., not its directory name")
+    verify_files(directory, manifest)
+    return manifest
+
+
+def _inside(directory: Path, name: str) -> Path:
+    """``directory / name``, refusing names that would leave the artifact (absolute, ``..``)."""
+    path = Path(name)
+    if path.is_absolute() or ".." in path.parts or not path.parts:
+        raise ArtifactError(f"{directory}: file name {name!r} leaves the artifact directory")
+    return directory / path
+
+# ---- writing and reading ---------------------------------------------------------------------------------
+
+
+def write_bytes_durably(path: Path, data: bytes) -> None:
+    """Write ``data`` to a new file and fsync it (the directory entry is synced by whoever renames)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_tree(directory: Path) -> None:
+    """fsync every file and directory under ``directory`` (the target's saver writes without syncing)."""
+    for root, _dirs, files in os.walk(directory):
+        for name in files:
+            fd = os.open(os.path.join(root, name), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        fsync_directory(Path(root))
+
+
+def fsync_directory(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _stage_file_name(index: int, stage: str) -> str:
+    safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", stage).strip("._") or "stage"
+    return f"{index:02d}-{safe}.nir"
+
+
+def write_graph(fn: Function, directory: Path) -> None:
+    """``graph.nir`` plus ``constants.npz`` (when ``fn`` has large constants)."""
+    write_bytes_durably(directory / GRAPH_NAME, print_function(fn).encode())
+    resources = collect_resources(fn)
+    if resources:
+        with os.fdopen(os.open(directory / CONSTANTS_NAME, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as f:
+            np.savez(f, **{name: np.ascontiguousarray(array) for name, array in resources.items()})
+
+
+def read_graph(directory: Path) -> Function:
+    resources: dict[str, np.ndarray] = {}
+    constants = directory / CONSTANTS_NAME
+    if constants.exists():
+        with np.load(constants, allow_pickle=False) as archive:
+            resources = {name: archive[name] for name in archive.files}
+    text = (directory / GRAPH_NAME).read_text(encoding="utf-8")
+    # The graph was verified when it was compiled and its sha256 was checked before we got here; verifying
+    # it again would nearly double the warm-load time of a large graph.
+    return parse(text, source=str(directory / GRAPH_NAME), resources=resources, verify=False)
+
+
+@dataclass(frozen=True, slots=True)
+class ArtifactContents:
+    """Everything :func:`write_artifact` needs besides the executable: the manifest's descriptive fields."""
+
+    key: str
+    key_components: Mapping[str, ComponentRecord]
+    target: str
+    input_function: Function
+    options: Mapping[str, Any]
+    pipeline: str
+    stages: Mapping[str, str]  # stage name -> IR text after that stage, in pipeline order
+    timings: Mapping[str, float]
+    neuroncc_version: str
+    created_at: str
+
+
+def write_artifact(directory: Path, executable: Executable, contents: ArtifactContents, codec: ArtifactCodec,
+                   checkpoint: Callable[[str], None] = lambda step: None) -> Manifest:
+    """Fill the empty ``directory`` with the artifact of ``executable``; the manifest is written last.
+
+    ``checkpoint("graph-written")`` is called halfway (tests kill the process there).
+    """
+    start = time.perf_counter()
+    write_graph(executable.function, directory)
+    checkpoint("graph-written")
+    stage_names = []
+    if contents.stages:
+        (directory / STAGES_DIR).mkdir(mode=0o700)
+        for index, (stage, text) in enumerate(contents.stages.items()):
+            name = _stage_file_name(index, stage)
+            write_bytes_durably(directory / STAGES_DIR / name, text.encode())
+            stage_names.append(name)
+    target_files = [str(name) for name in codec.save(executable, directory)]
+    for name in target_files:
+        if not _inside(directory, name).is_file():
+            raise ArtifactError(f"target '{contents.target}' reported saving {name!r} but did not write it")
+    fsync_tree(directory)
+    files = {
+        path.relative_to(directory).as_posix(): file_digest(path)
+        for path in sorted(directory.rglob("*")) if path.is_file()
+    }
+    manifest = Manifest(
+        format_version=FORMAT_VERSION,
+        key=contents.key,
+        key_components=dict(contents.key_components),
+        target=contents.target,
+        graph_name=contents.input_function.name,
+        inputs=[TensorRecord.of(t) for t in contents.input_function.input_types],
+        outputs=[TensorRecord.of(t) for t in contents.input_function.output_types],
+        options=json.loads(json.dumps(dict(contents.options), sort_keys=True)),
+        pipeline=contents.pipeline,
+        stages=stage_names,
+        target_files=target_files,
+        timings={**contents.timings, "save": time.perf_counter() - start},
+        neuroncc_version=contents.neuroncc_version,
+        created_at=contents.created_at,
+        files=files,
+    )
+    write_bytes_durably(directory / MANIFEST_NAME, manifest_bytes(manifest))
+    return manifest
+
+
+def read_artifact(directory: Path, codec: ArtifactCodec) -> tuple[Manifest, Executable]:
+    """Verify ``directory`` completely, then load its executable. Raises :class:`ArtifactError` if damaged."""
+    manifest = verify_artifact(directory)
+    return manifest, codec.load(directory, read_graph(directory))
+
+
+def artifact_size(directory: Path) -> int:
+    """Bytes used by the files of an artifact (0 for a directory that vanished meanwhile)."""
+    total = 0
+    for root, _dirs, files in os.walk(directory):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(root, name)).st_size
+            except FileNotFoundError:
+                pass
+    return total

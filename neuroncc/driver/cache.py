@@ -1,0 +1,425 @@
+"""The compile cache: same request (graph, input types, target, options, pipeline, versions) -> same artifact.
+
+    <cache dir>/              mode 0700; $NEURONCC_CACHE_DIR, default ~/.cache/neuroncc (read by the caller)
+      entries/<key>/          one artifact per key (see neuroncc.driver.artifact)
+      locks/<key>.lock        flock'ed while a process looks up, compiles and publishes that key
+      tmp/<key16>.<pid>.*     artifacts being written, and old entries being deleted
+
+A lookup reads ``entries/<key>`` without locking and checks every file's sha256; on a miss the process takes
+the key's lock, looks again (another process may have just published it), compiles, writes the artifact into
+``tmp/``, fsyncs it and renames it into place. So concurrent processes compile a key once, a reader sees a
+whole artifact or none, and a process killed at any point leaves no entry behind (its lock dies with it; its
+temp dir is collected later). A damaged or foreign-version entry is a miss with one :class:`CacheWarning`,
+recompiled and replaced; nothing in the cache can crash a compile or change a result.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import fcntl
+import os
+import shutil
+import tempfile
+import threading
+import time
+import warnings
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from neuroncc.errors import ArtifactError, NeuronccError
+from neuroncc.driver.artifact import (
+    ARTIFACT_CODECS,
+    ArtifactCodec,
+    ArtifactContents,
+    ComponentRecord,
+    Manifest,
+    artifact_size,
+    fsync_directory,
+    read_artifact,
+    read_manifest,
+    verify_artifact,
+    write_artifact,
+)
+from neuroncc.driver.cache_key import (
+    BuildEnvironment,
+    CacheKey,
+    CompileRequest,
+    UncacheableRequestError,
+    compute_key,
+)
+from neuroncc.executors.executable import Executable
+
+CACHE_DIR_VARIABLE = "NEURONCC_CACHE_DIR"
+DISABLE_VARIABLE = "NEURONCC_DISABLE_CACHE"
+DEFAULT_CACHE_DIR = "~/.cache/neuroncc"
+
+#: Temp dirs of processes that are gone are collected at once; any older than this are collected regardless.
+STALE_TEMP_SECONDS = 24 * 3600
+
+
+class CacheWarning(UserWarning):
+    """The cache could not be used for one compile (a damaged entry, an unwritable directory); the compile
+    went ahead without it."""
+
+
+@dataclass(frozen=True, slots=True)
+class CompileResult:
+    """What a compile function returns to the cache: the executable plus what the manifest records about it."""
+
+    executable: Executable
+    stages: Mapping[str, str] = field(default_factory=dict)  # stage name -> IR text after it, in order
+    timings: Mapping[str, float] = field(default_factory=dict)  # stage name -> seconds
+
+
+CompileFunction = Callable[[CompileRequest], CompileResult]
+
+
+@dataclass
+class CacheStats:
+    """Counters of cache events. Observability only: nothing reads them to decide anything.
+
+    ``hits`` + ``misses`` = cached lookups; ``compiles`` = compiles run on a miss; ``bad_entries`` = damaged or
+    foreign-version entries met (each also warned about); ``uncached`` = compiles that bypassed the cache (no
+    artifact support for the target, options without a JSON form, an unusable cache directory).
+    """
+
+    hits: int = 0
+    misses: int = 0
+    compiles: int = 0
+    bad_entries: int = 0
+    publish_failures: int = 0
+    uncached: int = 0
+    load_seconds: float = 0.0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def add(self, counter: str, amount: float = 1) -> None:
+        with self._lock:
+            setattr(self, counter, getattr(self, counter) + amount)
+
+    def snapshot(self) -> dict[str, float]:
+        with self._lock:
+            return {name: getattr(self, name) for name in _COUNTERS}
+
+    def reset(self) -> None:
+        with self._lock:
+            for name in _COUNTERS:
+                setattr(self, name, type(getattr(self, name))())
+
+
+_COUNTERS = ("hits", "misses", "compiles", "bad_entries", "publish_failures", "uncached", "load_seconds")
+
+#: Process-wide counters that caches report into unless given their own (the front end's ``neuroncc.stats()``
+#: reads these).
+CACHE_STATS = CacheStats()
+
+
+@dataclass(frozen=True, slots=True)
+class CacheEntry:
+    """One entry as ``neuroncc cache list/verify`` sees it; ``problem`` is None for a readable manifest."""
+
+    key: str
+    directory: Path
+    manifest: Manifest | None
+    problem: str | None
+    size: int
+    modified: float  # st_mtime of the entry directory
+
+
+class LockTimeoutError(ArtifactError):
+    pass
+
+
+class CompileCache:
+    """A compile cache rooted at ``directory``.
+
+    ``checkpoint(step)`` (tests only) is called at each step of a miss: ``compile`` (lock held, before
+    compiling), ``compiled``, ``graph-written``, ``artifact-written`` (before the rename), ``published``; a
+    test kills or stalls the process there.
+    """
+
+    def __init__(self, directory: str | os.PathLike[str], *, environment: BuildEnvironment | None = None,
+                 stats: CacheStats | None = None, lock_timeout_s: float = 600.0,
+                 checkpoint: Callable[[str], None] | None = None):
+        self.root = Path(directory).expanduser()
+        self.entries_dir = self.root / "entries"
+        self.locks_dir = self.root / "locks"
+        self.tmp_dir = self.root / "tmp"
+        self.environment = environment
+        self.stats = stats if stats is not None else CACHE_STATS
+        self.lock_timeout_s = lock_timeout_s
+        self._checkpoint = checkpoint or (lambda step: None)
+        self._usable: bool | None = None
+
+    @staticmethod
+    def directory_from_environ(environ: Mapping[str, str]) -> Path:
+        return Path(environ.get(CACHE_DIR_VARIABLE) or DEFAULT_CACHE_DIR).expanduser()
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str], **kwargs: Any) -> CompileCache | None:
+        """The cache that ``environ`` asks for (``$NEURONCC_CACHE_DIR``), or None if
+        ``$NEURONCC_DISABLE_CACHE`` is set to anything but ``0`` or empty."""
+        if environ.get(DISABLE_VARIABLE, "0") not in ("", "0"):
+            return None
+        return cls(cls.directory_from_environ(environ), **kwargs)
+
+    def key_of(self, request: CompileRequest) -> CacheKey:
+        return compute_key(request, self.environment)
+
+    def entry_dir(self, key: str) -> Path:
+        return self.entries_dir / key
+
+    # ---- compile through the cache ---------------------------------------------------------------------
+
+    def get_or_compile(self, request: CompileRequest, compile_fn: CompileFunction) -> Executable:
+        """The executable for ``request``: loaded from the cache, or compiled by ``compile_fn`` and published."""
+        codec = ARTIFACT_CODECS.get(request.target)
+        try:
+            key = self.key_of(request)
+        except UncacheableRequestError:
+            key = None
+        if codec is None or key is None or not self._ensure_usable():
+            self.stats.add("uncached")
+            return compile_fn(request).executable
+        executable, problem = self._load(key.key, request.target, codec)
+        if executable is not None:
+            return executable
+        warned = problem is not None
+        try:
+            with self._key_lock(key.key):
+                executable, problem = self._load(key.key, request.target, codec, warn=not warned)
+                if executable is not None:
+                    return executable
+                self.stats.add("misses")
+                self._checkpoint("compile")
+                self.stats.add("compiles")
+                result = compile_fn(request)
+                self._checkpoint("compiled")
+                self._publish(key, request, result, codec)
+                return result.executable
+        except LockTimeoutError as exc:
+            self.stats.add("misses")
+            self._warn(f"{exc}; compiling without the cache")
+            self.stats.add("compiles")
+            return compile_fn(request).executable
+
+    def _load(self, key: str, target: str, codec: ArtifactCodec,
+              warn: bool = True) -> tuple[Executable | None, str | None]:
+        """(executable, None) on a hit; (None, None) if there is no entry; (None, problem) if it is bad."""
+        directory = self.entry_dir(key)
+        if not directory.exists():
+            return None, None
+        start = time.perf_counter()
+        try:
+            manifest, executable = read_artifact(directory, codec)
+            if manifest.target != target:
+                raise ArtifactError(f"{directory}: built for target '{manifest.target}', not '{target}'")
+        except Exception as exc:  # any failure to read an entry is a miss, never a crash
+            problem = str(exc) if isinstance(exc, NeuronccError) else f"{type(exc).__name__}: {exc}"
+            if warn:
+                self.stats.add("bad_entries")
+                self._warn(f"ignoring damaged cache entry {key[:16]} ({problem}); recompiling")
+            return None, problem
+        self.stats.add("load_seconds", time.perf_counter() - start)
+        self.stats.add("hits")
+        return executable, None
+
+    def _publish(self, key: CacheKey, request: CompileRequest, result: CompileResult, codec: ArtifactCodec) -> None:
+        self._collect_garbage()
+        temp = Path(tempfile.mkdtemp(prefix=f"{key.key[:16]}.{os.getpid()}.", dir=self.tmp_dir))
+        try:
+            env = self.environment or BuildEnvironment.current()
+            contents = ArtifactContents(
+                key=key.key,
+                key_components={c.name: ComponentRecord(digest=c.digest, summary=c.summary) for c in key.components},
+                target=request.target, input_function=request.function, options=request.options,
+                pipeline=request.pipeline, stages=result.stages,
+                timings=result.timings, neuroncc_version=env.neuroncc_version,
+                created_at=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+            )
+            write_artifact(temp, result.executable, contents, codec, checkpoint=self._checkpoint)
+            fsync_directory(temp)
+            self._checkpoint("artifact-written")
+            final = self.entry_dir(key.key)
+            if final.exists():  # a damaged entry we are replacing (we hold the key's lock)
+                self._discard(final)
+            os.rename(temp, final)
+            fsync_directory(self.entries_dir)
+            self._checkpoint("published")
+        except (OSError, NeuronccError) as exc:
+            self.stats.add("publish_failures")
+            self._warn(f"could not save cache entry {key.key[:16]} ({exc}); the compiled code is used uncached")
+        finally:
+            if temp.exists():
+                shutil.rmtree(temp, ignore_errors=True)
+
+    # ---- the directory ---------------------------------------------------------------------------------
+
+    def _ensure_usable(self) -> bool:
+        """Create the cache directories (mode 0700) once; refuse a directory others could write into."""
+        if self._usable is None:
+            self._usable = self._prepare_directories()
+        return self._usable
+
+    def _prepare_directories(self) -> bool:
+        try:
+            created = not self.root.exists()
+            self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+            if created:
+                os.chmod(self.root, 0o700)  # whatever the umask
+            info = self.root.stat()
+            if info.st_uid != os.geteuid() or info.st_mode & 0o022:
+                self._warn(f"not using compile cache {self.root}: it is owned by another user or writable by "
+                           "others (cached code is loaded and run)")
+                return False
+            for sub in (self.entries_dir, self.locks_dir, self.tmp_dir):
+                sub.mkdir(mode=0o700, exist_ok=True)
+        except OSError as exc:
+            self._warn(f"not using compile cache {self.root}: {exc}")
+            return False
+        return True
+
+    @contextlib.contextmanager
+    def _key_lock(self, key: str) -> Iterator[None]:
+        """Hold an exclusive flock on ``locks/<key>.lock``. The kernel drops it if this process dies."""
+        path = self.locks_dir / f"{key}.lock"
+        deadline = time.monotonic() + self.lock_timeout_s
+        while True:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+            try:
+                _flock_until(fd, deadline, path)
+                with contextlib.suppress(FileNotFoundError):
+                    if os.stat(path).st_ino == os.fstat(fd).st_ino:
+                        break  # still the lock file at that path (cache clear did not replace it meanwhile)
+            except BaseException:
+                os.close(fd)
+                raise
+            os.close(fd)
+        try:
+            yield
+        finally:
+            os.close(fd)
+
+    def _discard(self, directory: Path) -> None:
+        """Move ``directory`` out of the way atomically, then delete it."""
+        trash = Path(tempfile.mkdtemp(prefix=f"trash.{os.getpid()}.", dir=self.tmp_dir))
+        os.rename(directory, trash / "entry")
+        shutil.rmtree(trash, ignore_errors=True)
+
+    def _collect_garbage(self) -> None:
+        """Delete temp dirs left by processes that died mid-write (or that are very old)."""
+        with contextlib.suppress(OSError):
+            for path in self.tmp_dir.iterdir():
+                if _temp_is_stale(path):
+                    shutil.rmtree(path, ignore_errors=True)
+
+    def _warn(self, message: str) -> None:
+        warnings.warn(message, CacheWarning, stacklevel=4)
+
+    # ---- inspection and maintenance (the ``neuroncc cache`` CLI) ----------------------------------------
+
+    def list_entries(self) -> list[CacheEntry]:
+        """Every entry, its manifest read and checked (files are not hashed: see :meth:`verify_entry`)."""
+        found = []
+        with contextlib.suppress(FileNotFoundError):
+            for directory in sorted(self.entries_dir.iterdir()):
+                try:
+                    manifest, problem = read_manifest(directory), None
+                except ArtifactError as exc:
+                    manifest, problem = None, str(exc)
+                with contextlib.suppress(FileNotFoundError):
+                    found.append(CacheEntry(directory.name, directory, manifest, problem, artifact_size(directory),
+                                            directory.stat().st_mtime))
+        return found
+
+    def verify_entry(self, entry: CacheEntry) -> str | None:
+        """None if ``entry`` is intact (manifest and every file's size and sha256); the problem otherwise."""
+        try:
+            verify_artifact(entry.directory)
+        except ArtifactError as exc:
+            return str(exc)
+        return None
+
+    def resolve_key(self, prefix: str) -> str:
+        """The full key of the one entry whose key starts with ``prefix``."""
+        if len(prefix) < 4:
+            raise ArtifactError(f"key prefix '{prefix}' is too short (give at least 4 characters)")
+        matches = [e.name for e in self._entry_dirs() if e.name.startswith(prefix.lower())]
+        if not matches:
+            raise ArtifactError(f"no cache entry with key {prefix} in {self.root}")
+        if len(matches) > 1:
+            raise ArtifactError(f"key prefix {prefix} matches {len(matches)} entries; give more characters")
+        return matches[0]
+
+    def clear(self, older_than_s: float | None = None, now: float | None = None) -> tuple[int, int]:
+        """Delete entries (all, or those created more than ``older_than_s`` ago) and leftovers of dead
+        processes. Returns (entries removed, bytes freed)."""
+        now = time.time() if now is None else now
+        removed = freed = 0
+        if not self.root.exists():
+            return 0, 0
+        self.tmp_dir.mkdir(mode=0o700, exist_ok=True)
+        for entry in self.list_entries():
+            if older_than_s is not None and now - _created_timestamp(entry) < older_than_s:
+                continue
+            with contextlib.suppress(FileNotFoundError):
+                self._discard(entry.directory)
+                removed, freed = removed + 1, freed + entry.size
+        self._collect_garbage()
+        if older_than_s is None:
+            self._remove_idle_locks()
+        return removed, freed
+
+    def _entry_dirs(self) -> list[Path]:
+        with contextlib.suppress(FileNotFoundError):
+            return sorted(self.entries_dir.iterdir())
+        return []
+
+    def _remove_idle_locks(self) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            for path in self.locks_dir.iterdir():
+                with contextlib.suppress(OSError), open(path, "rb") as f:
+                    fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)  # skip locks someone holds
+                    path.unlink()
+
+
+def _flock_until(fd: int, deadline: float, path: Path) -> None:
+    delay = 0.001
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                raise LockTimeoutError(f"timed out waiting for compile lock {path}") from None
+            time.sleep(delay)
+            delay = min(delay * 2, 0.05)
+
+
+def _created_timestamp(entry: CacheEntry) -> float:
+    if entry.manifest is not None:
+        with contextlib.suppress(ValueError):
+            return datetime.datetime.fromisoformat(entry.manifest.created_at).timestamp()
+    return entry.modified
+
+
+def _temp_is_stale(path: Path) -> bool:
+    """A temp dir is named ``<prefix>.<pid>.<random>``; stale once that process is gone, or when very old."""
+    try:
+        pid = int(path.name.split(".")[1])
+        age = time.time() - path.lstat().st_mtime
+    except (IndexError, ValueError, OSError):
+        return False
+    return (pid != os.getpid() and not _process_alive(pid)) or age > STALE_TEMP_SECONDS
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

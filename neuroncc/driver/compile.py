@@ -1,0 +1,98 @@
+"""The compile driver: one function from an IR graph to something that runs.
+
+    compile_graph(fn, target=...) = verify -> [compile cache] -> pass pipeline for the target
+                                    -> build the target's executable
+
+Both the torch front end and the CLI call this. This is an API boundary, so it is where the environment is
+read: ``NEURONCC_CACHE_DIR`` / ``NEURONCC_DISABLE_CACHE`` choose the cache, and ``NEURONCC_DUMP`` (a directory)
+writes each pipeline stage's IR under ``$NEURONCC_DUMP/<function>-<hash>/NN-<pass>.nir``.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from neuroncc.ir import Function, print_function, verify
+from neuroncc.passes.manager import PassContext, Pipeline
+from neuroncc.passes.pipeline import default_pipeline, parse_pipeline, run_pipeline
+from neuroncc.driver.cache import CompileCache, CompileRequest, CompileResult
+from neuroncc.executors.executable import Executable, build_executable
+
+DEFAULT_TARGET = "cpu"
+
+#: ``compile_graph(cache=FROM_ENVIRONMENT)``: the cache that $NEURONCC_CACHE_DIR / $NEURONCC_DISABLE_CACHE name.
+FROM_ENVIRONMENT = "environment"
+
+
+def compile_graph(fn: Function, *, target: str = DEFAULT_TARGET, pipeline: str | None = None,
+                  options: Mapping[str, Any] | None = None,
+                  cache: CompileCache | None | str = FROM_ENVIRONMENT) -> Executable:
+    """Compile ``fn`` for ``target``.
+
+    ``pipeline`` (or ``options["pipeline"]``, as the torch backend passes it) overrides the target's default
+    pass pipeline (:data:`neuroncc.passes.pipeline.DEFAULT_PIPELINES`); ``options["verify_each"]`` runs the
+    verifier after every pass. ``cache`` is a :class:`CompileCache`, None (compile without caching), or
+    :data:`FROM_ENVIRONMENT`.
+    """
+    verify(fn)
+    request = make_request(fn, target=target, pipeline=pipeline, options=options)
+    if cache == FROM_ENVIRONMENT:
+        cache = CompileCache.from_environ(os.environ)
+    if cache is None:
+        return compile_uncached(request).executable
+    assert isinstance(cache, CompileCache)
+    return cache.get_or_compile(request, compile_uncached)
+
+
+def make_request(fn: Function, *, target: str = DEFAULT_TARGET, pipeline: str | None = None,
+                 options: Mapping[str, Any] | None = None) -> CompileRequest:
+    """The request (and so the cache key) that ``compile_graph`` uses: the one place the pipeline is settled."""
+    options = dict(options or {})
+    if pipeline is None:
+        pipeline = options.pop("pipeline", None)
+    else:
+        options.pop("pipeline", None)
+    if pipeline is None:
+        pipeline = default_pipeline(target)
+    return CompileRequest(fn, target, pipeline, options)
+
+
+def compile_uncached(request: CompileRequest) -> CompileResult:
+    """Run the pipeline and build the executable, recording the IR text and time of every stage."""
+    stages: dict[str, str] = {}
+    timings: dict[str, float] = {}
+
+    def record(stage: str, fn: Function, seconds: float) -> None:
+        stages[stage] = print_function(fn)
+        timings[stage] = seconds
+
+    ctx = PassContext(verify_each=bool(request.options.get("verify_each", False)),
+                      dump_dir=dump_dir_for(request.function), on_stage=record)
+    lowered = run_pipeline(_parsed_pipeline(request.pipeline), request.function, ctx)
+    verify(lowered)  # once, cheaply, even when not after every pass: codegen never sees invalid IR
+    start = time.perf_counter()
+    executable = build_executable(lowered, request.target, request.options)
+    timings["build"] = time.perf_counter() - start
+    return CompileResult(executable, stages=stages, timings=timings)
+
+
+@functools.lru_cache(maxsize=64)
+def _parsed_pipeline(text: str) -> Pipeline:
+    """A pipeline string parsed once per process: parsing looks plug-in passes up in the installed packages'
+    entry points (~30 ms), which the eager device would pay on every op it compiles."""
+    return parse_pipeline(text)
+
+
+def dump_dir_for(fn: Function) -> Path | None:
+    """``$NEURONCC_DUMP/<name>-<hash of the graph>``, or None when ``NEURONCC_DUMP`` is not set."""
+    root = os.environ.get("NEURONCC_DUMP")
+    if not root:
+        return None
+    digest = hashlib.sha256(print_function(fn, canonical=True).encode()).hexdigest()[:12]
+    return Path(root) / f"{fn.name}-{digest}"

@@ -1,0 +1,12 @@
+"""The ``cpu`` target's host launcher: runs a graph's LLVM-compiled kernels on numpy buffers.
+
+- ``launcher``: build (plan, compile each kernel phase, load object code) and call (inputs, arena, steps).
+- ``threads``: the OpenMP team and the Python pool the phases run across.
+- ``blas``, ``extern``, ``extern_library``, ``adopt``: matmul/conv and library ops through MKL and ATen,
+  zero-copy, and adopting ATen's fresh result tensors as the call's buffers.
+- ``buffers``: flat numpy storage, views and addresses; ``ar_archive``: the object files as one ``ar`` file.
+
+The launch plan itself (buffers, layouts, steps) is code generation's: :mod:`neuroncc.codegen.llvm.program`.
+
+May import: what ``neuroncc.executors`` may import.
+"""

@@ -1,0 +1,76 @@
+"""Flat numpy storage of the launcher's buffers: views over it, data addresses, aligned fresh arrays, and the
+layouts the arrays a call returns have."""
+
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+
+from neuroncc.codegen.llvm.program import BufferKind
+from neuroncc.codegen.llvm.views import Layout
+from neuroncc.ir.dtypes import DType
+from neuroncc.ir.types import contiguous_strides
+
+
+def storage_dtype(name: str) -> np.dtype:
+    """The numpy dtype a buffer of IR dtype ``name`` is stored in (bf16 as float32)."""
+    return DType(name).numpy
+
+
+def strided_view(flat: np.ndarray, spec) -> np.ndarray:
+    """The numpy view of ``spec`` (a ValueSpec: offset, shape, element strides) over its buffer's flat storage
+    (no copy)."""
+    itemsize = flat.dtype.itemsize
+    return np.lib.stride_tricks.as_strided(flat[spec.offset:], spec.shape, tuple(s * itemsize for s in spec.strides))
+
+
+def data_address(array: np.ndarray) -> int:
+    """The address of ``array``'s first element: through the buffer protocol (~0.2 us) when the array is
+    writable and contiguous, else ``__array_interface__`` (~1 us)."""
+    try:
+        return ctypes.addressof(_CHAR_AT(array))
+    except (TypeError, ValueError, BufferError):
+        return array.__array_interface__["data"][0]
+
+
+_CHAR_AT = ctypes.c_char.from_buffer
+
+
+def aligned_empty(extent: int, dtype: np.dtype) -> tuple[np.ndarray, int]:
+    """A fresh 1-d array whose data starts 64-byte aligned (the kernels' stores rely on it), and its address."""
+    raw = np.empty(extent * dtype.itemsize + 64, dtype=np.uint8)
+    address = data_address(raw)
+    shift = -address % 64
+    return raw[shift:shift + extent * dtype.itemsize].view(dtype), address + shift
+
+
+def flat_view(array: np.ndarray, extent: int) -> np.ndarray:
+    """A 1-d view of ``extent`` elements starting at ``array``'s first element (keeps ``array`` alive)."""
+    return np.lib.stride_tricks.as_strided(array, (extent,), (array.dtype.itemsize,))
+
+
+def copy_layouts(function) -> list[tuple[int, tuple[int, ...], tuple[int, ...]] | None]:
+    """Per output of ``function``: None (an output copied is copied in C order) or (extent, shape, strides)
+    of the strided type it is copied into."""
+    return [None if v.type.strides is None else
+            (Layout(0, 0, v.type.shape, v.type.strides, v.type.dtype).extent, v.type.shape, v.type.strides)
+            for v in function.outputs]
+
+
+def returned_strides(plan, copies: list) -> list[tuple[int, ...]]:
+    """The element strides of each array a call returns, fixed at build time: an output with a buffer of its
+    own (fresh or supplied by an extern step, which falls back to a copy in the planned layout) is returned in
+    its planned layout, any other output is a copy (``copies``: from :func:`copy_layouts`). The torch front end
+    reports them to AOTAutograd for saved activations."""
+    own = {buffer.index for buffer in plan.buffers if buffer.kind == BufferKind.OUTPUT}
+    strides = []
+    for position, value_id in enumerate(plan.outputs):
+        spec = plan.values[value_id]
+        if position in own:
+            strides.append(tuple(spec.strides))
+        elif copies[position] is not None:
+            strides.append(tuple(copies[position][2]))
+        else:
+            strides.append(contiguous_strides(tuple(spec.shape)))
+    return strides

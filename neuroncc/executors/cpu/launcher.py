@@ -1,0 +1,594 @@
+"""The host launcher: ``build_cpu_executable(fn, options)`` -> a callable running native kernels in order.
+
+Build: wrap leftover top-level ops in kernels, plan buffers and loop nests (:mod:`launch_plan`), compile each
+kernel phase (O3, host CPU) on ``compile_threads`` LLVM workers while the planner emits the next, load the
+object code. Call: check and place inputs, allocate fresh output arrays, then for each step patch the few
+argument slots that change per call (inputs, outputs) into a prebuilt ctypes argument array and call the phase
+functions, across the thread pool when the work is big enough. Intermediates live in one arena reused by every
+call; returned arrays never alias it. Extern results ATen returns as fresh tensors are adopted instead of
+copied: their buffers are supplied per call by their step (:mod:`neuroncc.executors.cpu.adopt`).
+
+Options (all optional): ``threads`` (default: torch's thread count if torch is loaded, else the CPU count),
+``compile_threads`` (LLVM compile workers; default: ``threads``), ``threading`` (``openmp``, the default:
+ATen's own OpenMP team through torch's libgomp, so neuroncc's kernels and ATen's matmuls share one set of
+threads; ``python``: a persistent pool of Python threads, used when libgomp is not found, and better on a
+machine oversubscribed by other processes, where OpenMP's spinning barriers degrade badly),
+``memory_plan`` (``neuroncc.passes.plan_memory.plan(fn)``'s MemoryPlan, or any object with ``offsets`` by value
+number or Value; see :func:`neuroncc.codegen.llvm.program.plan_launch`).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import math
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from neuroncc.codegen.llvm import jit
+from neuroncc.codegen.llvm.regions import wrap_remaining_ops
+from neuroncc.errors import ArtifactError, InputError, NeuronccError
+from neuroncc.ir.graph import Function
+from neuroncc.ir.opdef import Trait
+from neuroncc.ir.types import contiguous_strides
+from neuroncc.executors.cpu import blas
+from neuroncc.executors.cpu.adopt import ScratchProduct, SuppliedExtern
+from neuroncc.executors.cpu.ar_archive import read_archive, write_archive
+from neuroncc.executors.cpu.buffers import aligned_empty as _aligned_empty
+from neuroncc.executors.cpu.buffers import copy_layouts, returned_strides
+from neuroncc.executors.cpu.buffers import data_address as _data_address
+from neuroncc.executors.cpu.buffers import flat_view as _flat
+from neuroncc.executors.cpu.buffers import storage_dtype as _storage_dtype
+from neuroncc.executors.cpu.buffers import strided_view as _view
+from neuroncc.codegen.llvm.extern_layouts import ONEDNN_MIN_MACS
+from neuroncc.executors.cpu.extern import run_extern
+from neuroncc.executors.cpu.extern_library import LIBRARY_CALLS, run_library
+from neuroncc.codegen.llvm.program import (
+    BufferKind, CpuLaunchPlan, SlotKind, StepKind, StepSpec, ValueSpec, function_hash, plan_launch,
+)
+from neuroncc.executors.cpu.threads import default_threads, get_pool, get_team
+from neuroncc.ir.interpreter import run_op
+from neuroncc.ir.dtypes import to_storage
+
+PHASE_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
+#: kernels.a: the object files of the kernel phases in one ar archive (executors/cpu/ar_archive.py)
+PLAN_FILE, IR_FILE, OBJECT_FILE = "plan.json", "kernels.ll", "kernels.a"
+#: Matmul epilogues run on blocks of rows whose output fits comfortably in L2.
+ROW_BLOCK_BYTES = 1 << 19
+
+
+class KernelIndexError(NeuronccError):
+    """A kernel read or wrote a data-dependent index out of range (gather/scatter/index/embedding)."""
+
+
+def _output_shaping(spec: ValueSpec) -> ValueSpec | tuple[int, ...]:
+    """How a call turns an output buffer into the returned array: its shape (a reshape) when the value is the
+    whole contiguous buffer, else its spec (a strided view, dearer)."""
+    if spec.offset == 0 and spec.strides == contiguous_strides(spec.shape):
+        return tuple(spec.shape)
+    return spec
+
+
+class CpuExecutable:
+    """The ``cpu`` target's executable: ``exe(*arrays) -> list of arrays``; see the module docstring."""
+
+    def __init__(self, function: Function, plan: CpuLaunchPlan, module: jit.JitModule | None, threads: int,
+                 compile_seconds: float = 0.0, threading_mode: str = "openmp"):
+        self.function = function  # the top-level form actually run (kernels wrapped)
+        self.plan = plan
+        self.module = module
+        self.pool = get_pool(threads)
+        self.team = get_team(threads) if threading_mode == "openmp" else None
+        self._lock = threading.Lock()
+        self._arena = np.empty(plan.arena_bytes + 64, dtype=np.uint8)
+        shift = (-self._arena.ctypes.data) % 64
+        self._arena = self._arena[shift:shift + plan.arena_bytes]
+        self._error = np.zeros(1, dtype=np.int32)
+        self._static_flats: dict[int, np.ndarray] = {}
+        self._constants: dict[tuple[int, int], np.ndarray] = {}
+        for number, buffer in enumerate(plan.buffers):
+            dtype = _storage_dtype(buffer.dtype)
+            if buffer.kind == BufferKind.ARENA:
+                self._static_flats[number] = self._arena[buffer.index:buffer.index + buffer.extent * dtype.itemsize] \
+                    .view(dtype)
+            elif buffer.kind == BufferKind.CONSTANT:
+                array = np.array(function.ops[buffer.index].attrs["value"].array, copy=True, order="C")
+                self._static_flats[number] = array.reshape(-1)
+        self._static_views: dict[int, np.ndarray] = {}  # value id -> its view over an arena/constant buffer
+        # per call: lists indexed by buffer number (static entries prefilled) and the buffers to place
+        self._flat_list: list[Any] = [self._static_flats.get(n) for n in range(len(plan.buffers))]
+        self._address_list: list[int] = [self._address(n, self._static_flats) if n in self._static_flats else 0
+                                         for n in range(len(plan.buffers))]
+        # param position -> (shape, numpy dtype, byte strides of its layout, whether that layout is contiguous)
+        self._params = [(p.type.shape, p.type.dtype.numpy,
+                         tuple(st * p.type.dtype.numpy.itemsize for st in p.type.layout_strides),
+                         p.type.layout_strides == contiguous_strides(p.type.shape)) for p in function.params]
+        self._call_buffers = [(n, b, _storage_dtype(b.dtype), _output_shaping(plan.values[plan.outputs[b.index]])
+                               if b.kind == BufferKind.OUTPUT else None)
+                              for n, b in enumerate(plan.buffers) if b.kind in (BufferKind.INPUT, BufferKind.OUTPUT) and not b.supplied]
+        # (output position, buffer number, shaping) of the outputs whose storage a step supplies (adopt.py)
+        self._supplied_outputs = [(b.index, n, _output_shaping(plan.values[plan.outputs[b.index]]))
+                                  for n, b in enumerate(plan.buffers) if b.kind == BufferKind.OUTPUT and b.supplied]
+        # output position -> None (a C-order copy) or (extent, shape, strides) of the strided type it returns
+        self._copy_layouts = copy_layouts(function)
+        self.output_strides = returned_strides(plan, self._copy_layouts)
+        self._runners = [self._runner(step) for step in plan.steps]
+        self._calls = [getattr(r, "fast", None) or r for r in self._runners]  # what a call runs, step by step
+        self.stats = self._stats(compile_seconds)
+        self.stats["blas_calls"] = sum(getattr(r, "blas", None) is not None for r in self._runners)
+
+    # ---- build ---------------------------------------------------------------------------------------------
+
+    def _address(self, buffer: int, flats: dict[int, np.ndarray]) -> int:
+        return flats[buffer].__array_interface__["data"][0]
+
+    def _runner(self, step: StepSpec) -> Any:
+        if step.kind == StepKind.EXTERN:
+            if any(self.plan.buffers[self.plan.values[r].buffer].supplied for r in step.results):
+                return SuppliedExtern(self, step)
+            direct = self._direct_extern(step)
+            if direct is not None:
+                return direct
+            return lambda flats, addresses: self._run_extern(step, flats)
+        if step.kind == StepKind.VIEW_COPY or not step.native:
+            return lambda flats, addresses: self._run_interpreted(step, flats)
+        return _NativeKernel(self, step)
+
+    def _direct_extern(self, step: StepSpec) -> Any:
+        """A runner calling BLAS directly for a top-level float32 mm/addmm/bmm (see :mod:`blas`), or None."""
+        op = self.function.ops[step.op_index]
+        if not op.has(Trait.MATRIX_PRODUCT):
+            return None
+        specs = [self.plan.values[i] for i in (*step.operands, *step.results)]
+        call = _prepare_blas(op, specs)
+        if call is None:
+            return None
+        return _BlasStep(self, step, call, [(s.buffer, s.offset * _storage_dtype(s.dtype).itemsize) for s in specs])
+
+    def _stats(self, compile_seconds: float) -> dict[str, Any]:
+        interpreted_ops: dict[str, int] = {}
+        native = interpreted = externs = 0
+        for step in self.plan.steps:
+            if step.kind == StepKind.EXTERN or (step.native and step.extern is not None):
+                externs += 1
+            if step.kind != StepKind.KERNEL:
+                continue
+            if step.native:
+                native += 1
+                continue
+            interpreted += 1
+            for op in self.function.ops[step.op_index].regions[0].ops:
+                interpreted_ops[op.name] = interpreted_ops.get(op.name, 0) + 1
+        return {"native_kernels": native, "interpreted_kernels": interpreted, "interpreted_ops": interpreted_ops,
+                "extern_calls": externs, "compile_seconds": compile_seconds,
+                "interpreted_reasons": [s.reason for s in self.plan.steps if s.kind == StepKind.KERNEL and not s.native]}
+
+    # ---- run -----------------------------------------------------------------------------------------------
+
+    def __call__(self, *inputs: Any) -> list[np.ndarray]:
+        plan = self.plan
+        if len(inputs) != len(self.function.params):
+            raise InputError(f"func @{self.function.name} takes {len(self.function.params)} inputs, got {len(inputs)}")
+        with self._lock:
+            # buffer number -> flat array and its data address; arena and constant entries are prefilled
+            flats, addresses = self._flat_list.copy(), self._address_list.copy()
+            returned: dict[int, np.ndarray] = {}
+            for number, buffer, dtype, spec in self._call_buffers:
+                if spec is None:
+                    flats[number], addresses[number] = self._input(buffer.index, inputs[buffer.index], buffer.extent)
+                else:
+                    storage, addresses[number] = _aligned_empty(buffer.extent, dtype)
+                    flats[number] = storage
+                    returned[buffer.index] = storage.reshape(spec) if type(spec) is tuple else _view(storage, spec)
+            for run in self._calls:
+                run(flats, addresses)
+            for position, number, spec in self._supplied_outputs:
+                storage = flats[number]
+                returned[position] = storage.reshape(spec) if type(spec) is tuple else _view(storage, spec)
+            results = []
+            for position, value_id in enumerate(plan.outputs):
+                if position in returned:
+                    results.append(returned[position])
+                else:  # a view of an input, the arena or a constant, or an output repeated: copied
+                    results.append(self._fresh_copy(position, self._arrays((value_id,), flats)[0]))
+            return results
+
+    def _input(self, position: int, array: Any, extent: int) -> tuple[np.ndarray, int]:
+        """The flat storage of input ``position`` in the graph's dtype and layout (the caller's memory when it
+        already is), and its data address."""
+        shape, dtype, strides, contiguous = self._params[position]
+        if type(array) is not np.ndarray:
+            array = np.asarray(array)
+        if array.shape != shape:
+            raise InputError(f"input #{position} has shape {list(array.shape)}, the graph expects {list(shape)}")
+        if array.dtype != dtype:
+            array = to_storage(array, self.function.params[position].type.dtype)
+        if array.strides != strides and any(n > 1 and have != want
+                                            for n, have, want in zip(shape, array.strides, strides)):
+            storage = np.empty(extent, dtype=dtype)
+            view = np.lib.stride_tricks.as_strided(storage, shape, strides)
+            np.copyto(view, array)
+            return storage, _data_address(storage)
+        if extent == 0:
+            storage = np.empty(0, dtype=dtype)
+            return storage, _data_address(storage)
+        address = _data_address(array)
+        if contiguous:
+            return array.reshape(-1), address  # a view (the layout is contiguous), cheaper than as_strided
+        return _flat(array, extent), address
+
+    def _fresh_copy(self, position: int, view: np.ndarray) -> np.ndarray:
+        layout = self._copy_layouts[position]
+        if layout is None:
+            return view.copy(order="C")
+        extent, shape, strides = layout
+        storage = np.empty(extent, dtype=view.dtype)
+        out = np.lib.stride_tricks.as_strided(storage, shape, tuple(s * view.dtype.itemsize for s in strides))
+        np.copyto(out, view)
+        return out
+
+    def _arrays(self, ids: tuple[int, ...], flats: list[Any]) -> list[np.ndarray]:
+        """Views of values ``ids`` over this call's buffers. Views of arena and constant buffers are the same
+        on every call and built once; views of inputs and outputs are not kept (they would keep the caller's
+        arrays alive after the call)."""
+        views = []
+        for i in ids:
+            view = self._static_views.get(i)
+            if view is None:
+                spec = self.plan.values[i]
+                view = _view(flats[spec.buffer], spec)
+                if spec.buffer in self._static_flats:
+                    self._static_views[i] = view
+            views.append(view)
+        return views
+
+    def _run_extern(self, step: StepSpec, flats: list[Any]) -> None:
+        op = self.function.ops[step.op_index]
+        operands, results = self._arrays(step.operands, flats), self._arrays(step.results, flats)
+        if op.name in LIBRARY_CALLS:
+            run_library(op.name, op.attrs, operands, results, [r.type.dtype for r in op.results])
+        else:
+            run_extern(op.name, op.attrs, operands, results, op.results[0].type.dtype)
+
+    def _run_interpreted(self, step: StepSpec, flats: list[Any]) -> None:
+        op = self.function.ops[step.op_index]
+        outs = run_op(op, self._arrays(step.operands, flats))
+        for out, target in zip(outs, self._arrays(step.results, flats)):
+            np.copyto(target, out)
+
+    # ---- artifacts -----------------------------------------------------------------------------------------
+
+    def save(self, directory: str | Path) -> list[str]:
+        """Write plan.json, kernels.ll and kernels.a into ``directory``; returns the file names (relative to
+        ``directory``) written. The graph itself is not written: the artifact layer stores it."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / PLAN_FILE).write_text(self.plan.to_json(), encoding="utf-8")
+        files = [PLAN_FILE]
+        if self.module is not None:
+            modules = (m if m.endswith("\n") else m + "\n" for m in self.module.llvm_ir)
+            (directory / IR_FILE).write_text("".join(modules), encoding="utf-8")
+            (directory / OBJECT_FILE).write_bytes(write_archive(self.module.objects))
+            files += [IR_FILE, OBJECT_FILE]
+        return files
+
+
+class _BlasStep:
+    """A top-level extern mm/addmm/bmm step run by a prepared BLAS call on its buffers' addresses."""
+
+    def __init__(self, exe: CpuExecutable, step: StepSpec, call: blas.BlasMatmul, places: list[tuple[int, int]]):
+        self.exe, self.step, self.blas, self.places = exe, step, call, places
+
+    def __call__(self, flats: list[Any], addresses: list[int]) -> None:
+        if not self.blas([addresses[buffer] + offset for buffer, offset in self.places]):
+            self.exe._run_extern(self.step, flats)
+
+
+class _NativeKernel:
+    """One native kernel step: a prebuilt argument array and its phase functions."""
+
+    def __init__(self, exe: CpuExecutable, step: StepSpec):
+        self.exe, self.step = exe, step
+        self.args = (ctypes.c_void_p * len(step.slots))()
+        self.args_address = ctypes.addressof(self.args)
+        self.dynamic: list[tuple[int, int, int]] = []  # (slot, buffer, byte offset)
+        plan = exe.plan
+        for slot, spec in enumerate(step.slots):
+            if spec.kind == SlotKind.VALUE:
+                value = plan.values[spec.ref]
+                byte_offset = value.offset * _storage_dtype(value.dtype).itemsize
+                if value.buffer in exe._static_flats:
+                    self.args[slot] = exe._address(value.buffer, exe._static_flats) + byte_offset
+                else:
+                    self.dynamic.append((slot, value.buffer, byte_offset))
+            elif spec.kind == SlotKind.SCRATCH:
+                self.args[slot] = exe._arena.ctypes.data + spec.ref
+            elif spec.kind == SlotKind.CONSTANT:
+                region = exe.function.ops[step.op_index].regions[0]
+                array = np.array(region.ops[spec.ref].attrs["value"].array, copy=True, order="C")
+                exe._constants[(step.op_index, spec.ref)] = array
+                self.args[slot] = array.ctypes.data
+            else:
+                self.args[slot] = exe._error.ctypes.data
+        self.phases = [(PHASE_FN(exe.module.address(p.symbol)), exe.module.address(p.symbol + "_team"), p.n_outer,
+                        p.work, p.serial) for p in step.phases]
+        self._view_cache: dict[int, tuple[int, np.ndarray]] = {}  # extern layout -> (address, view)
+        self.rows, self.row_block = 0, 0
+        if step.row_blocked:
+            self.rows = step.extern.results[0].shape[0]
+            row_bytes = max(math.prod(step.extern.results[0].shape[1:]), 1) * 4
+            block = max(ROW_BLOCK_BYTES // row_bytes, 8)
+            # Each block re-reads (and BLAS re-packs) the whole [K, N] weight and a short-M GEMM runs below
+            # peak, while blocking saves about two passes over the block's [rows, N] output: it pays only
+            # when a block has at least K rows (1024-4096-1024 MLP: 32-row blocks made the GEMM 3x slower).
+            contraction = _contraction_extent(step.extern, self.rows)
+            if contraction <= block < self.rows:  # small outputs are already cache resident: one block
+                self.row_block = block
+        # a float32 mm/addmm/bmm extern calls BLAS directly (pointers into this kernel's argument slots)
+        self.blas = None
+        if step.extern is not None and not self.row_block:
+            op = exe.function.ops[step.op_index].regions[0].ops[step.extern.op_index]
+            layouts = (*step.extern.operands, *step.extern.results)
+            self.blas = _prepare_blas(op, layouts)
+            self.blas_places = [(layout.buffer, layout.offset * _storage_dtype(layout.dtype).itemsize)
+                                for layout in layouts]
+        # a product big enough for oneDNN: its tensor becomes the scratch slot's memory for the call
+        self.scratch_product = None
+        if self.blas is None and step.extern is not None and not self.row_block:
+            op = exe.function.ops[step.op_index].regions[0].ops[step.extern.op_index]
+            slot = ScratchProduct.slot_of(step, op)
+            if slot is not None:
+                self.scratch_product = ScratchProduct(self.args, slot, op, step.extern.results[0])
+        # phases too small to split (or one thread): called straight, without the pool's bookkeeping
+        self.serial_calls = None
+        if all(_runs_inline(exe.team or exe.pool, n_outer, work, serial) for _, _, n_outer, work, serial in self.phases):
+            self.serial_calls = [(fn, n_outer) for fn, _, n_outer, _, _ in self.phases if n_outer > 0]
+        self.fast = self._fast_path()
+
+    def _fast_path(self) -> Any:
+        """The common step (no row blocks, phases called straight, no index check) as one closure over
+        locals: the same work as :meth:`__call__` with fewer lookups per launch."""
+        if self.row_block or self.serial_calls is None or self.step.may_fail:
+            return None
+        args, dynamic, calls, address = self.args, self.dynamic, self.serial_calls, self.args_address
+        gemm, places, extern = self.blas, getattr(self, "blas_places", ()), self._extern
+        needs_extern = self.step.extern is not None and gemm is None
+
+        def run(flats: list[Any], addresses: list[int]) -> None:
+            for slot, buffer, byte_offset in dynamic:
+                args[slot] = addresses[buffer] + byte_offset
+            product = None  # an adopted product: alive until the phases have read it
+            if gemm is not None:
+                if not gemm([args[slot] + offset for slot, offset in places]):
+                    product = extern()
+            elif needs_extern:
+                product = extern()
+            for fn, n_outer in calls:
+                fn(address, 0, n_outer)
+            del product
+        return run
+
+    def __call__(self, flats: list[Any], addresses: list[int]) -> None:
+        args = self.args
+        for slot, buffer, byte_offset in self.dynamic:
+            args[slot] = addresses[buffer] + byte_offset
+        product = None  # an adopted product: alive until the phases have read it
+        if self.row_block:
+            self._row_blocked()
+        else:
+            if self.blas is not None:
+                if not self.blas([args[slot] + offset for slot, offset in self.blas_places]):
+                    product = self._extern()
+            elif self.step.extern is not None:
+                product = self._extern()
+            if self.serial_calls is not None:
+                address = self.args_address
+                for fn, n_outer in self.serial_calls:
+                    fn(address, 0, n_outer)
+            else:
+                self._phases(0, None)
+        del product  # the phases have read it
+        if self.step.may_fail and self.exe._error[0]:
+            self.exe._error[0] = 0
+            op = self.exe.function.ops[self.step.op_index]
+            names = sorted({o.name for o in op.regions[0].ops})
+            raise KernelIndexError(f"kernel '{op.attrs['name']}' ({', '.join(names)}): index out of range")
+
+    def _phases(self, row_start: int, row_end: int | None) -> None:
+        """Run every phase, on all outer iterations or on those of rows [row_start, row_end)."""
+        pool, team = self.exe.pool, self.exe.team
+        for fn, team_fn, n_outer, work, serial in self.phases:
+            start, end = 0, n_outer
+            if row_end is not None:
+                per_row = n_outer // self.rows
+                start, end = row_start * per_row, row_end * per_row
+            if serial:
+                fn(self.args_address, start, end)
+            elif team is not None:
+                team.run(fn, team_fn, self.args_address, start, end, work)
+            elif start == 0:
+                pool.parallel_for(fn, self.args_address, end, work)
+            else:
+                pool.parallel_for(lambda a, s, e, fn=fn: fn(a, s + start, e + start), self.args_address,
+                                  end - start, work)
+
+    def _row_blocked(self) -> None:
+        """mm/addmm a block of rows at a time, each block's epilogue right after (its output still cached)."""
+        views = self._extern_views()
+        for start in range(0, self.rows, self.row_block):
+            end = min(start + self.row_block, self.rows)
+            self._extern(start, end, views)
+            self._phases(start, end)
+
+    def _extern_views(self) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """numpy views of the extern's operands and results over this call's argument pointers.
+
+        Building a view costs ~4 us of Python (ctypes array, as_strided) and most arguments (arena, scratch,
+        constants) sit at the same address on every call, so each layout keeps its last view and reuses it
+        while its argument pointer is unchanged: same address and layout is the same view."""
+        spec = self.step.extern
+        cache = self._view_cache
+
+        def view(position: int, layout: ValueSpec) -> np.ndarray:
+            base = self.args[layout.buffer]
+            cached = cache.get(position)
+            if cached is not None and cached[0] == base:
+                return cached[1]
+            dtype = _storage_dtype(layout.dtype)
+            extent = 1 + layout.offset + sum((n - 1) * s for n, s in zip(layout.shape, layout.strides)) \
+                if all(layout.shape) else 0
+            flat = np.ctypeslib.as_array((ctypes.c_byte * (max(extent, 1) * dtype.itemsize)).from_address(base)) \
+                .view(dtype)
+            made = _view(flat, layout)
+            cache[position] = (base, made)
+            return made
+
+        layouts = (*spec.operands, *spec.results)
+        views = [view(position, layout) for position, layout in enumerate(layouts)]
+        return views[:len(spec.operands)], views[len(spec.operands):]
+
+    def _extern(self, row_start: int = 0, row_end: int | None = None, views: Any = None) -> Any:
+        """Run the kernel's extern op (on rows [row_start, row_end) when given); returns what must stay alive
+        until the phases ran (an adopted product), if anything."""
+        region = self.exe.function.ops[self.step.op_index].regions[0]
+        op = region.ops[self.step.extern.op_index]
+        if self.scratch_product is not None:
+            self.scratch_product.reset()
+        operands, results = views if views is not None else self._extern_views()
+        if self.scratch_product is not None:
+            product = self.scratch_product.run(operands, results[0])
+            if product is not None:
+                return product
+        operands, results = list(operands), list(results)
+        if row_end is not None:
+            rows = slice(row_start, row_end)
+            if len(operands) == 2:  # mm
+                operands[0] = operands[0][rows]
+            else:  # addmm: bias [M, N] is sliced too; [N] and [1, N] broadcast
+                operands[1] = operands[1][rows]
+                if operands[0].ndim == 2 and operands[0].shape[0] == self.rows > 1:
+                    operands[0] = operands[0][rows]
+            results = [r[rows] for r in results]
+        run_extern(op.name, op.attrs, operands, results, op.results[0].type.dtype)
+        return None
+
+
+def _prepare_blas(op: Any, layouts: Any) -> blas.BlasMatmul | None:
+    """The direct BLAS call of extern ``op`` over ``layouts`` (its operands' then its result's ValueSpecs), or
+    None where ATen (or oneDNN, for big mm/addmm: see extern.py) runs it."""
+    if not op.has(Trait.MATRIX_PRODUCT) or len(op.results) != 1:  # BLAS runs mm, addmm, bmm
+        return None
+    *operands, result = layouts
+    batched = op.results[0].type.rank == 3  # bmm: oneDNN takes no batched products, so BLAS takes all sizes
+    return blas.prepare(op.name, op.attrs, [(v.shape, v.strides) for v in operands], (result.shape, result.strides),
+                        [v.dtype for v in layouts], max_macs=None if batched else ONEDNN_MIN_MACS)
+
+
+def _runs_inline(runner: Any, n_outer: int, work: int, serial: bool) -> bool:
+    """Whether the thread runner (OpenMP team or pool) would run this phase on the calling thread in one piece."""
+    return serial or runner.runs_inline(n_outer, work)
+
+
+def _contraction_extent(extern: Any, rows: int) -> int:
+    """K of an extern mm/addmm computing [rows, K] x [K, N] (the first matrix operand's size over rows)."""
+    first = extern.operands[-2]  # the first factor (addmm's operand 0 is its bias)
+    return math.prod(first.shape) // max(rows, 1)
+
+
+def _count_option(options: Mapping[str, Any], name: str, default: int) -> int:
+    """A positive thread count option (``default`` when absent); anything else is an InputError."""
+    value = options.get(name)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InputError(f"option {name} must be a positive integer, got {value!r}")
+    return value
+
+
+def _threads(options: Mapping[str, Any]) -> int:
+    return _count_option(options, "threads", default_threads())
+
+
+def _threading(options: Mapping[str, Any]) -> str:
+    """``openmp`` (ATen's thread team, the default) or ``python`` (neuroncc's persistent pool)."""
+    mode = options.get("threading", "openmp")
+    if mode not in ("openmp", "python"):
+        raise InputError(f"option threading must be 'openmp' or 'python', got {mode!r}")
+    return mode
+
+
+def _memory_plan(options: Mapping[str, Any]) -> Any:
+    return options.get("memory_plan")
+
+
+def build_cpu_executable(fn: Function, options: Mapping[str, Any] | None = None) -> CpuExecutable:
+    """Compile ``fn`` (after the pass pipeline) to native code; see the module docstring."""
+    options = options or {}
+    start = time.perf_counter()
+    top = wrap_remaining_ops(fn)
+    cpu, features = jit.host_cpu()
+    compiler = jit.KernelCompiler(_count_option(options, "compile_threads", _threads(options)))
+    try:
+        plan, _ = plan_launch(top, cpu, features, _memory_plan(options), on_kernel=compiler.submit)
+    except BaseException:
+        compiler.close()
+        raise
+    module = compiler.finish()
+    if module is not None:
+        plan.object_sha256 = hashlib.sha256(write_archive(module.objects)).hexdigest()
+    return CpuExecutable(top, plan, module, _threads(options), time.perf_counter() - start, _threading(options))
+
+
+def load_cpu_executable(directory: str | Path, fn: Function, options: Mapping[str, Any] | None = None) -> CpuExecutable:
+    """Load an executable saved by :meth:`CpuExecutable.save` for ``fn`` without recompiling.
+
+    Raises ArtifactError when the files are missing or corrupt, or were built for another graph or CPU.
+    """
+    options = options or {}
+    directory = Path(directory)
+    try:
+        plan = CpuLaunchPlan.from_json((directory / PLAN_FILE).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ArtifactError(f"cannot read {directory / PLAN_FILE}: {exc}") from None
+    top = wrap_remaining_ops(fn)
+    if plan.function_hash != function_hash(top):
+        raise ArtifactError(f"{directory}: the saved executable was compiled for a different graph")
+    cpu, features = jit.host_cpu()
+    if (plan.cpu, plan.features) != (cpu, features):
+        raise ArtifactError(f"{directory}: compiled for CPU '{plan.cpu}', this is '{cpu}'")
+    module = None
+    if any(step.native for step in plan.steps):
+        try:
+            archive = (directory / OBJECT_FILE).read_bytes()
+        except OSError as exc:
+            raise ArtifactError(f"cannot read kernel object code in {directory}: {exc}") from None
+        if hashlib.sha256(archive).hexdigest() != plan.object_sha256:
+            raise ArtifactError(f"{directory / OBJECT_FILE} is corrupt (checksum mismatch)")
+        objects = read_archive(archive, str(directory / OBJECT_FILE))
+        try:
+            llvm_ir = (directory / IR_FILE).read_text(encoding="utf-8") if (directory / IR_FILE).exists() else ""
+        except (OSError, UnicodeDecodeError):
+            llvm_ir = ""  # for inspection only: the object files are what runs
+        module = jit.load_objects(objects, _split_modules(llvm_ir))
+    return CpuExecutable(top, plan, module, _threads(options), threading_mode=_threading(options))
+
+
+def _split_modules(text: str) -> list[str]:
+    """kernels.ll back into its modules (each starts with its "; ModuleID" line)."""
+    modules, current = [], []
+    for line in text.splitlines(keepends=True):
+        if line.startswith("; ModuleID") and current:
+            modules.append("".join(current))
+            current = []
+        current.append(line)
+    if current:
+        modules.append("".join(current))
+    return modules
+
+
+__all__ = ["CpuExecutable", "KernelIndexError", "build_cpu_executable", "load_cpu_executable"]

@@ -1,0 +1,61 @@
+"""The decomposition table AOTAutograd traces with: aten ops down to the primitives neuroncc's IR has.
+
+The base is PyTorch's post-autograd core-ATen table (what Inductor and export use). On top of it we decompose
+the composite ops the IR deliberately lacks (softmax, normalizations, var_mean, ...) so that the fusion pass
+sees plain elementwise ops and reductions, and we keep the ops the IR has natively (gelu, sigmoid, tanh,
+mm/addmm/bmm, convolution and its backward, embedding, var). Every rule below says why in one comment.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+
+import torch
+from torch._decomp import _core_aten_decompositions_post_autograd, get_decompositions
+
+from neuroncc.frontend.lowering.coverage import coverage_decompositions
+from neuroncc.frontend.lowering.library import library_decompositions
+
+aten = torch.ops.aten
+
+#: Ops the core table keeps but our IR has no op for: decompose them into exp/sum/mean/rsqrt/... .
+EXTRA_DECOMPOSITIONS = (
+    aten._softmax,  # exp(x - amax) / sum: the fusion pass fuses it, no softmax op in the IR
+    aten._log_softmax,  # x - amax - log(sum(exp(.)))
+    aten.native_layer_norm,  # mean/var/rsqrt; its backward is already decomposed by the core table
+    aten.native_group_norm,  # same, per group
+    aten._native_batch_norm_legit_functional,  # training BatchNorm: returns the updated running stats
+    aten._native_batch_norm_legit_no_training,  # eval BatchNorm
+    aten._native_batch_norm_legit,  # BatchNorm without running stats
+    aten.native_batch_norm,  # legacy entry point of the above
+    aten.hardtanh,  # clamp
+    aten.leaky_relu,  # where(x > 0, x, x * slope)
+    aten.elu,  # where + expm1
+    aten.linalg_vector_norm,  # abs/pow/sum
+    aten.logsumexp,  # amax + log(sum(exp(x - amax)))
+    aten._adaptive_avg_pool2d,  # mean over the spatial dims (1x1 output) or avg_pool2d
+    aten.max_pool2d_with_indices,  # strided slices + amax/argmax over the window
+    aten.max_pool2d_with_indices_backward,  # scatter-add of the gradient at the argmax positions
+    aten.upsample_nearest2d,  # index with computed source rows/columns
+)
+
+#: Decompositions from the core table that we drop, so the op reaches the importer (or fails loudly).
+REMOVED_DECOMPOSITIONS = (
+    # The CPU flash-attention decomposition returns the attention probabilities where the op returns the
+    # logsumexp, which autograd's formula (the ATen flash backward) then reads: wrong gradients. Kept as one
+    # op instead, with its backward (frontend/lowering/attention.py), as Inductor does.
+    aten._scaled_dot_product_flash_attention_for_cpu.default,
+)
+
+
+@functools.cache
+def decomposition_table() -> dict[torch._ops.OperatorBase, Callable]:
+    """The table passed to AOTAutograd (built once; the dict is shared, do not mutate it)."""
+    table = dict(_core_aten_decompositions_post_autograd())
+    table.update(get_decompositions(list(EXTRA_DECOMPOSITIONS)))
+    table.update(coverage_decompositions())  # ops added for OpInfo coverage (frontend/lowering/coverage.py)
+    table.update(library_decompositions())  # pinv over svd/eigh (frontend/lowering/library.py)
+    for op in REMOVED_DECOMPOSITIONS:
+        table.pop(op, None)
+    return table

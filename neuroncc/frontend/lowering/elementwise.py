@@ -1,0 +1,300 @@
+"""Lowerings of elementwise aten ops: unary math, binary arithmetic, comparisons, where, clamp, casts.
+
+Binary ops cast both operands to one dtype first: the result dtype PyTorch computed (``node.meta``) for
+arithmetic, the promoted operand dtype for comparisons. A bf16/f16 result with a scalar operand follows what
+PyTorch's CPU kernels read the scalar as (measured on torch 2.13, see :data:`SCALAR_PRECISION`): some read it
+at full precision and round the result once, others narrow it to the result dtype first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.fx as fx
+
+from neuroncc.errors import UnsupportedOpError
+from neuroncc.frontend.lowering.context import LoweringContext
+from neuroncc.ir import DType, Value
+
+aten = torch.ops.aten
+Lowering = Callable[..., Any]
+
+
+#: How PyTorch's CPU kernels read a scalar operand (a Python number, or a 0-dim tensor, which does not take
+#: part in type promotion) when the result is bf16/f16; measured on torch 2.13 against both readings.
+SCALAR_PRECISION = {
+    # mul_kernel / div_*_kernel: `iter.is_scalar(2)` reads the second operand with
+    # `original_scalar_value<float>` (a Python number or a 0-dim float32 tensor, unrounded); a first-operand
+    # scalar goes through the common dtype like any tensor.
+    "mul": "wide-second",
+    "div": "wide-second",
+    # add/sub, remainder/fmod: the scalar is cast to the common dtype first (bf16 + 0.3 adds 0.30078125).
+    "add": "narrow",
+    "sub": "narrow",
+    "remainder": "narrow",
+    "fmod": "narrow",
+}
+
+
+def _wide_scalar(ctx: LoweringContext, ir_name: str, a: Any, b: Any) -> bool:
+    """Whether ``ir_name(a, b)`` with a bf16/f16 result computes in f32 with a full-precision scalar."""
+    rule = SCALAR_PRECISION.get(ir_name, "wide-python")
+    if rule == "narrow":
+        return False
+    if rule == "wide-second":
+        return not isinstance(b, fx.Node) or ctx.out_meta(b).dim() == 0
+    return not isinstance(a, fx.Node) or not isinstance(b, fx.Node)  # the other ops: Python scalars only
+
+
+def _arith(ctx: LoweringContext, ir_name: str, dtype: DType, a: Any, b: Any, **attrs: Any) -> Value:
+    """``ir_name(a, b)`` with both operands in ``dtype``; low-precision floats with a scalar read at full
+    precision (see :data:`SCALAR_PRECISION`) computed in f32 and rounded once."""
+    if dtype in (DType.bf16, DType.f16) and _wide_scalar(ctx, ir_name, a, b):
+        result = ctx.emit(ir_name, ctx.operand(a, DType.f32), ctx.operand(b, DType.f32), **attrs)
+        return ctx.cast(result, dtype)
+    return ctx.emit(ir_name, ctx.operand(a, dtype), ctx.operand(b, dtype), **attrs)
+
+
+def _scaled(ctx: LoweringContext, other: Any, alpha: Any, dtype: DType) -> Any:
+    """``alpha * other`` for add/sub's alpha argument (a Python scalar stays a scalar)."""
+    if alpha == 1:
+        return other
+    if not isinstance(other, fx.Node):
+        return other * alpha
+    return _arith(ctx, "mul", dtype, other, alpha)
+
+
+# ---- rule makers ---------------------------------------------------------------------------------------
+
+
+def unary(ir_name: str) -> Lowering:
+    """``x -> ir_name(x)`` in the result dtype (an integer input of a float function is cast first)."""
+    def lower(ctx: LoweringContext, node: fx.Node, self: Any) -> Value:
+        return ctx.emit(ir_name, ctx.operand(self, ctx.out_dtype(node)))
+
+    return lower
+
+
+def predicate(ir_name: str) -> Lowering:
+    """``x -> ir_name(x)`` returning bool, on the input's own dtype."""
+    def lower(ctx: LoweringContext, node: fx.Node, self: Any) -> Value:
+        return ctx.emit(ir_name, ctx.value(self))
+
+    return lower
+
+
+def binary(ir_name: str) -> Lowering:
+    """``(a, b) -> ir_name(a, b)`` with both operands cast to the result dtype."""
+    def lower(ctx: LoweringContext, node: fx.Node, self: Any, other: Any) -> Value:
+        return _arith(ctx, ir_name, ctx.out_dtype(node), self, other)
+
+    return lower
+
+
+def compare(ir_name: str) -> Lowering:
+    """``(a, b) -> ir_name(a, b)`` (bool) with both operands cast to their promoted dtype."""
+    def lower(ctx: LoweringContext, node: fx.Node, self: Any, other: Any) -> Value:
+        dtype = ctx.promoted_dtype(self, other)
+        return ctx.emit(ir_name, ctx.operand(self, dtype), ctx.operand(other, dtype))
+
+    return lower
+
+
+def logical(ir_name: str) -> Lowering:
+    """``(a, b) -> ir_name(a != 0, b != 0)``: logical ops look only at truthiness."""
+    def lower(ctx: LoweringContext, node: fx.Node, self: Any, other: Any) -> Value:
+        return ctx.emit(ir_name, ctx.operand(self, DType.bool), ctx.operand(other, DType.bool))
+
+    return lower
+
+
+# ---- ops with extra arguments --------------------------------------------------------------------------
+
+
+def _add(ctx: LoweringContext, node: fx.Node, self: Any, other: Any, *, alpha: Any = 1) -> Value:
+    dtype = ctx.out_dtype(node)
+    return _arith(ctx, "add", dtype, self, _scaled(ctx, other, alpha, dtype))
+
+
+def _sub(ctx: LoweringContext, node: fx.Node, self: Any, other: Any, *, alpha: Any = 1) -> Value:
+    dtype = ctx.out_dtype(node)
+    return _arith(ctx, "sub", dtype, self, _scaled(ctx, other, alpha, dtype))
+
+
+def _rsub(ctx: LoweringContext, node: fx.Node, self: Any, other: Any, *, alpha: Any = 1) -> Value:
+    dtype = ctx.out_dtype(node)
+    return _arith(ctx, "sub", dtype, other, _scaled(ctx, self, alpha, dtype))
+
+
+def _div(ctx: LoweringContext, node: fx.Node, self: Any, other: Any, *, rounding_mode: str | None = None) -> Value:
+    return _arith(ctx, "div", ctx.out_dtype(node), self, other, rounding_mode=rounding_mode or "none")
+
+
+def _pow_tensor_scalar(ctx: LoweringContext, node: fx.Node, self: Any, exponent: Any) -> Value:
+    """``x ** exponent``. PyTorch's bf16 kernel spells x**3 as x*x*x and x**-2 as 1/(x*x) in bf16 arithmetic
+    (each product rounded; measured on torch 2.13), so a single rounding of f32 pow is an ulp off there (found by
+    the fuzzer: amplified in rsqrt's gradient, which is -0.5 * g * rsqrt(x)**3). Other exponents and dtypes:
+    one rounding of the f32 power."""
+    dtype = ctx.out_dtype(node)
+    if dtype is DType.bf16 and exponent in (3, -2) and not isinstance(exponent, bool):
+        x = ctx.operand(self, dtype)
+        square = ctx.emit("mul", x, x)
+        if exponent == 3:
+            return ctx.emit("mul", square, x)
+        return ctx.emit("div", ctx.scalar(1.0, dtype), square, rounding_mode="none")
+    return _arith(ctx, "pow", dtype, self, exponent)
+
+
+def _floor_divide(ctx: LoweringContext, node: fx.Node, self: Any, other: Any) -> Value:
+    return _arith(ctx, "div", ctx.out_dtype(node), self, other, rounding_mode="floor")
+
+
+def _gelu(ctx: LoweringContext, node: fx.Node, self: Any, *, approximate: str = "none") -> Value:
+    return ctx.emit("gelu", ctx.operand(self, ctx.out_dtype(node)), approximate=approximate)
+
+
+def _where(ctx: LoweringContext, node: fx.Node, condition: Any, self: Any, other: Any) -> Value:
+    dtype = ctx.out_dtype(node)
+    return ctx.emit("where", ctx.operand(condition, DType.bool), ctx.operand(self, dtype), ctx.operand(other, dtype))
+
+
+def _clamp(ctx: LoweringContext, node: fx.Node, self: Any, min: Any = None, max: Any = None) -> Value:
+    dtype = ctx.out_dtype(node)
+    if isinstance(min, fx.Node) or isinstance(max, fx.Node):  # clamp.Tensor: elementwise bounds
+        result = ctx.operand(self, dtype)
+        if min is not None:
+            result = ctx.emit("maximum", result, ctx.operand(min, dtype))
+        if max is not None:
+            result = ctx.emit("minimum", result, ctx.operand(max, dtype))
+        return result
+    return ctx.emit("clamp", ctx.operand(self, dtype), min=min, max=max)
+
+
+def _clamp_min(ctx: LoweringContext, node: fx.Node, self: Any, min: Any) -> Value:
+    return _clamp(ctx, node, self, min=min)
+
+
+def _clamp_max(ctx: LoweringContext, node: fx.Node, self: Any, max: Any) -> Value:
+    return _clamp(ctx, node, self, max=max)
+
+
+def _to_copy(ctx: LoweringContext, node: fx.Node, self: Any, **kwargs: Any) -> Value:
+    device = kwargs.get("device")
+    if device is not None and torch.device(device).type not in ctx.host_devices:
+        raise UnsupportedOpError(f"copy to device '{device}' (neuroncc's torch backend computes tensors in host "
+                                 f"memory: {', '.join(ctx.host_devices)})")
+    return ctx.cast(ctx.value(self), ctx.out_dtype(node))
+
+
+def _copy(ctx: LoweringContext, node: fx.Node, self: Any, src: Any, non_blocking: bool = False) -> Value:
+    """aten.copy(self, src): src in self's dtype, broadcast to self's shape (functional copy_)."""
+    result = ctx.operand(src, ctx.out_dtype(node))
+    shape = ctx.out_shape(node)
+    return result if result.type.shape == shape else ctx.emit("expand", result, shape=shape)
+
+
+def _fill(ctx: LoweringContext, node: fx.Node, self: Any, value: Any) -> Value:
+    dtype = ctx.out_dtype(node)
+    if isinstance(value, fx.Node):  # fill.Tensor: a 0-dim tensor value
+        return ctx.emit("expand", ctx.operand(value, dtype), shape=ctx.out_shape(node))
+    return ctx.emit("full", shape=ctx.out_shape(node), dtype=dtype, value=ctx.python_scalar(value, dtype))
+
+
+def _identity(ctx: LoweringContext, node: fx.Node, self: Any, *args: Any, **kwargs: Any) -> Value:
+    """Ops that only change aliasing or memory format (clone, alias, detach): the same logical tensor."""
+    return ctx.value(self)
+
+
+_UNARY = {
+    aten.abs.default: unary("abs"),
+    aten.neg.default: unary("neg"),
+    aten.sign.default: unary("sign"),
+    aten.relu.default: unary("relu"),
+    aten.exp.default: unary("exp"),
+    aten.exp2.default: unary("exp2"),
+    aten.expm1.default: unary("expm1"),
+    aten.log.default: unary("log"),
+    aten.log2.default: unary("log2"),
+    aten.log1p.default: unary("log1p"),
+    aten.sqrt.default: unary("sqrt"),
+    aten.rsqrt.default: unary("rsqrt"),
+    aten.reciprocal.default: unary("reciprocal"),
+    aten.sin.default: unary("sin"),
+    aten.cos.default: unary("cos"),
+    aten.tan.default: unary("tan"),
+    aten.tanh.default: unary("tanh"),
+    aten.atan.default: unary("atan"),
+    aten.sigmoid.default: unary("sigmoid"),
+    aten.erf.default: unary("erf"),
+    aten.floor.default: unary("floor"),
+    aten.ceil.default: unary("ceil"),
+    aten.round.default: unary("round"),
+    aten.trunc.default: unary("trunc"),
+    aten.bitwise_not.default: unary("bitwise_not"),
+    aten.isnan.default: predicate("isnan"),
+    aten.isinf.default: predicate("isinf"),
+    aten.logical_not.default: predicate("logical_not"),
+    aten.gelu.default: _gelu,
+}
+
+_BINARY = {
+    aten.add.Tensor: _add,
+    aten.add.Scalar: _add,
+    aten.sub.Tensor: _sub,
+    aten.sub.Scalar: _sub,
+    aten.rsub.Tensor: _rsub,
+    aten.rsub.Scalar: _rsub,
+    aten.mul.Tensor: binary("mul"),
+    aten.mul.Scalar: binary("mul"),
+    aten.div.Tensor: _div,
+    aten.div.Scalar: _div,
+    aten.div.Tensor_mode: _div,
+    aten.div.Scalar_mode: _div,
+    aten.floor_divide.default: _floor_divide,
+    aten.floor_divide.Scalar: _floor_divide,
+    aten.pow.Tensor_Tensor: binary("pow"),
+    aten.pow.Tensor_Scalar: _pow_tensor_scalar,
+    aten.pow.Scalar: binary("pow"),
+    aten.maximum.default: binary("maximum"),
+    aten.minimum.default: binary("minimum"),
+    aten.remainder.Tensor: binary("remainder"),
+    aten.remainder.Scalar: binary("remainder"),
+    aten.fmod.Tensor: binary("fmod"),
+    aten.fmod.Scalar: binary("fmod"),
+    aten.atan2.default: binary("atan2"),
+    aten.bitwise_and.Tensor: binary("bitwise_and"),
+    aten.bitwise_and.Scalar: binary("bitwise_and"),
+    aten.bitwise_or.Tensor: binary("bitwise_or"),
+    aten.bitwise_or.Scalar: binary("bitwise_or"),
+    aten.bitwise_xor.Tensor: binary("bitwise_xor"),
+    aten.bitwise_xor.Scalar: binary("bitwise_xor"),
+    aten.logical_and.default: logical("logical_and"),
+    aten.logical_or.default: logical("logical_or"),
+    aten.logical_xor.default: logical("logical_xor"),
+}
+
+_COMPARE = {
+    overload: compare(name)
+    for name in ("eq", "ne", "lt", "le", "gt", "ge")
+    for overload in (getattr(aten, name).Tensor, getattr(aten, name).Scalar)
+}
+
+_OTHER = {
+    aten.where.self: _where,
+    aten.clamp.default: _clamp,
+    aten.clamp.Tensor: _clamp,
+    aten.clamp_min.default: _clamp_min,
+    aten.clamp_max.default: _clamp_max,
+    aten._to_copy.default: _to_copy,
+    aten.copy.default: _copy,
+    aten.fill.Scalar: _fill,
+    aten.fill.Tensor: _fill,
+    aten.clone.default: _identity,
+    aten.alias.default: _identity,
+    aten.detach.default: _identity,
+    aten.lift_fresh_copy.default: _identity,
+}
+
+ELEMENTWISE_LOWERINGS: dict[Any, Lowering] = {**_UNARY, **_BINARY, **_COMPARE, **_OTHER}

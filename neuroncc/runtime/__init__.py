@@ -1,1 +1,0 @@
-"""Runtime: executables for each target, the host launcher, artifacts and cache, the NKI simulator."""

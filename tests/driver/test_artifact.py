@@ -1,0 +1,165 @@
+"""The artifact directory: write, verify, read back, for every target with an artifact codec."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from cache_testing import sample_function, sample_inputs
+
+from neuroncc.errors import ArtifactError
+from neuroncc.ir import DType, interpret
+from neuroncc.driver.artifact import (
+    ARTIFACT_CODECS,
+    FORMAT_VERSION,
+    ArtifactCodec,
+    ArtifactContents,
+    ComponentRecord,
+    file_digest,
+    manifest_bytes,
+    read_artifact,
+    read_graph,
+    read_manifest,
+    verify_artifact,
+    write_artifact,
+)
+from neuroncc.executors.executable import build_executable
+
+KEY = "ab" * 32
+
+
+def _contents(fn, target, **changes) -> ArtifactContents:
+    fields = dict(key=KEY, key_components={"graph": ComponentRecord(digest="0" * 64, summary="g")}, target=target,
+                  input_function=fn, options={"tile": [8, 16]}, pipeline="", stages={}, timings={"build": 0.5},
+                  neuroncc_version="0.1.0", created_at="2026-01-02T03:04:05+00:00")
+    return ArtifactContents(**(fields | changes))
+
+
+def _write(tmp_path: Path, target: str, fn=None, **changes) -> Path:
+    fn = fn if fn is not None else sample_function()
+    directory = tmp_path / KEY
+    directory.mkdir()
+    write_artifact(directory, build_executable(fn, target), _contents(fn, target, **changes), ARTIFACT_CODECS[target])
+    return directory
+
+
+def test_round_trip_runs_like_the_graph(tmp_path, target):
+    fn = sample_function()
+    directory = _write(tmp_path, target, fn)
+    manifest, executable = read_artifact(directory, ARTIFACT_CODECS[target])
+    inputs = sample_inputs(fn)
+    for out, ref in zip(executable(*inputs), interpret(fn, inputs)):
+        np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)
+    assert manifest.target == target and manifest.key == KEY and manifest.format_version == FORMAT_VERSION
+    assert manifest.graph_name == "mlp"
+    assert [(r.dtype, r.shape, r.strides) for r in manifest.inputs] == [("f32", [4, 32], [32, 1]), ("f32", [8], [1])]
+    assert [(r.dtype, r.shape) for r in manifest.outputs] == [("f32", [4, 8]), ("f32", [4])]
+    assert manifest.options == {"tile": [8, 16]} and manifest.timings["build"] == 0.5 and "save" in manifest.timings
+
+
+def test_every_file_is_recorded_with_its_sha256(tmp_path, target):
+    directory = _write(tmp_path, target)
+    manifest = read_manifest(directory)
+    on_disk = {p.relative_to(directory).as_posix() for p in directory.rglob("*") if p.is_file()}
+    assert set(manifest.files) == on_disk - {"manifest.json"}
+    assert {"graph.nir", "constants.npz"} <= set(manifest.files)
+    for name, record in manifest.files.items():
+        assert file_digest(directory / name) == record
+    assert all(name in manifest.files for name in manifest.target_files)
+
+
+def test_constants_are_a_plain_npz_and_the_graph_is_text(tmp_path, target):
+    directory = _write(tmp_path, target)
+    with np.load(directory / "constants.npz", allow_pickle=False) as archive:
+        assert [archive[name].shape for name in archive.files] == [(32, 8)]
+    assert "resource<32x8xf32" in (directory / "graph.nir").read_text()
+
+
+def test_bf16_constants_round_trip(tmp_path):
+    fn = sample_function(dtype=DType.bf16)
+    directory = _write(tmp_path, "interp", fn)
+    again = read_graph(directory)
+    assert again == fn
+
+
+def test_stages_are_saved_in_order_with_safe_names(tmp_path):
+    stages = {"input": "func @a() -> () {\n  return\n}\n", "fuse{max=4}": "// fused\n", "../escape": "x"}
+    directory = _write(tmp_path, "interp", stages=stages)
+    manifest = read_manifest(directory)
+    assert manifest.stages == ["00-input.nir", "01-fuse_max_4.nir", "02-escape.nir"]
+    assert (directory / "stages" / "01-fuse_max_4.nir").read_text() == "// fused\n"
+    assert "stages/02-escape.nir" in manifest.files
+
+
+def test_object_arrays_are_never_unpickled(tmp_path):
+    directory = _write(tmp_path, "interp")
+    (directory / "constants.npz").unlink()
+    np.savez(directory / "constants.npz", **{"c_x": np.array([{"evil": 1}], dtype=object)})
+    with pytest.raises(ValueError, match="pickle"):
+        read_graph(directory)
+
+
+def _rewrite_manifest(directory: Path, **changes) -> None:
+    """Change manifest fields and re-seal it with a valid checksum (so only the change itself is wrong)."""
+    fields = json.loads((directory / "manifest.json").read_text())
+    fields.pop("manifest_sha256")
+    fields.update(changes)
+    from neuroncc.driver.artifact import _checksum
+
+    fields["manifest_sha256"] = _checksum(fields)
+    (directory / "manifest.json").write_text(json.dumps(fields))
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"format_version": FORMAT_VERSION + 1}, "format version"),
+    ({"surprise": 1}, "invalid manifest"),
+    ({"inputs": "x"}, "invalid manifest"),
+    ({"files": {"../../etc/passwd": {"sha256": "0" * 64, "size": 1}}}, "leaves the artifact"),
+    ({"key": "cd" * 32}, "not its directory name"),
+])
+def test_bad_manifests_are_artifact_errors(tmp_path, changes, message):
+    directory = _write(tmp_path, "interp")
+    _rewrite_manifest(directory, **changes)
+    with pytest.raises(ArtifactError, match=message):
+        verify_artifact(directory)
+
+
+def test_any_edit_to_the_manifest_breaks_its_checksum(tmp_path):
+    directory = _write(tmp_path, "interp")
+    text = (directory / "manifest.json").read_text()
+    (directory / "manifest.json").write_text(text.replace('"pipeline": ""', '"pipeline": "x"'))
+    with pytest.raises(ArtifactError, match="checksum"):
+        read_manifest(directory)
+
+
+def test_manifest_bytes_are_json_with_a_self_checksum(tmp_path):
+    directory = _write(tmp_path, "interp")
+    manifest = read_manifest(directory)
+    assert manifest_bytes(manifest) == (directory / "manifest.json").read_bytes()
+
+
+def test_a_saver_that_lies_about_its_files_is_an_error(tmp_path):
+    codec = ArtifactCodec(save=lambda exe, directory: ["kernel.ll"], load=ARTIFACT_CODECS["interp"].load)
+    fn = sample_function()
+    (tmp_path / KEY).mkdir()
+    with pytest.raises(ArtifactError, match="kernel.ll"):
+        write_artifact(tmp_path / KEY, build_executable(fn, "interp"), _contents(fn, "interp"), codec)
+
+
+def test_target_files_are_recorded_and_checked(tmp_path):
+    def save(executable, directory):
+        (directory / "plan.json").write_text('{"launch": []}')
+        (directory / "kernels").mkdir()
+        (directory / "kernels" / "k0.py").write_text("def k0(): pass\n")
+        return ["plan.json", "kernels/k0.py"]
+
+    codec = ArtifactCodec(save=save, load=ARTIFACT_CODECS["interp"].load)
+    fn = sample_function()
+    (tmp_path / KEY).mkdir()
+    manifest = write_artifact(tmp_path / KEY, build_executable(fn, "interp"), _contents(fn, "interp"), codec)
+    assert manifest.target_files == ["plan.json", "kernels/k0.py"]
+    (tmp_path / KEY / "kernels" / "k0.py").write_text("def k1(): pass\n")  # same size
+    with pytest.raises(ArtifactError, match="k0.py: sha256 mismatch"):
+        verify_artifact(tmp_path / KEY)
