@@ -13,7 +13,7 @@ import torch
 
 from neuroncc.device import generators, memory, tracking
 from neuroncc.device.counters import COUNTS
-from neuroncc.device.fallback import HostFallback, HostRandom
+from neuroncc.device.fallback import HostFallback, HostRandom, run_on_host
 from neuroncc.device.kernels import CompiledKernel
 from neuroncc.device.op_forms import OpForm, argument
 from neuroncc.device.programs import CannotCompile, Program, build_program, out_shapes
@@ -148,6 +148,29 @@ class NativeDropout:
         return input * mask * (1.0 / (1.0 - p)), mask
 
 
+class Equal:
+    """``aten.equal`` (``torch.equal``): a Python bool, so its value is needed at once: the same sizes, then a
+    compiled ``eq`` and ``all`` on the device, read back. Tensors CPU's kernel refuses go to it for its error."""
+
+    holds_kernel = False
+
+    def __init__(self, form: OpForm, index: int, state: Any):
+        self.form, self.index, self.state = form, index, state
+        self.tick = 0
+
+    def call(self, args: tuple[Any, ...], kwargs: dict[str, Any], tensors: list[torch.Tensor],
+             floats: list[float]) -> Any:
+        a, b = argument(self.form.op, "self", args, kwargs), argument(self.form.op, "other", args, kwargs)
+        if a.dtype != b.dtype or a.device != b.device:
+            return run_on_host(self.form, args, kwargs, self.index)
+        self.state.device_calls += 1
+        if a.shape != b.shape:
+            return False
+        if a.numel() == 0:
+            return True
+        return bool(torch.eq(a, b).all().item())
+
+
 class Redirect:
     """An op the device computes as another op, its arguments adapted (``convolution_overrideable``, which
     ATen calls for convolutions on a backend it does not know, is ``convolution``)."""
@@ -176,6 +199,15 @@ def _with_bias_sizes(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tup
     return (grad_output, input, weight, [channels], *rest), kwargs
 
 
+def _native_batch_norm_backward(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """batch_norm_backward(..., update, eps, output_mask, reserve) -> native_batch_norm_backward(..., train=update,
+    eps, output_mask): CPU's kernel for it is the same computation (the reserve buffer is cuDNN's)."""
+    named = ("grad_out", "input", "weight", "running_mean", "running_var", "save_mean", "save_var", "update", "eps",
+             "output_mask", "reserve")
+    values = {**dict(zip(named, args)), **kwargs}
+    return tuple(values[name] for name in named[:10]), {}
+
+
 def _without_unsafe(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
     """_index_put_impl_(self, indices, values, accumulate, unsafe) -> index_put_(self, indices, values, accumulate)."""
     return args[:4], {k: v for k, v in kwargs.items() if k != "unsafe"}
@@ -184,8 +216,9 @@ def _without_unsafe(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tupl
 #: op -> (the op computing it, argument adapter)
 REDIRECTS = {
     aten._index_put_impl_.default: (aten.index_put_.default, _without_unsafe),
+    aten.batch_norm_backward.default: (aten.native_batch_norm_backward.default, _native_batch_norm_backward),
     aten.convolution_overrideable.default: (aten.convolution.default, _same_arguments),
     aten.convolution_backward_overrideable.default: (aten.convolution_backward.default, _with_bias_sizes),
 }
 #: Ops with an entry of their own.
-CUSTOM_ENTRIES = {aten.native_dropout.default: NativeDropout}
+CUSTOM_ENTRIES = {aten.native_dropout.default: NativeDropout, aten.equal.default: Equal}

@@ -172,3 +172,32 @@ def test_bfloat16_and_half_ops():
         x = torch.randn(4, 6).to(dtype)
         torch.testing.assert_close((x.to("neuron") * 1.5 + 1).cpu(), x * 1.5 + 1)
         torch.testing.assert_close(x.to("neuron").float().sum(0).cpu(), x.float().sum(0))
+
+
+def test_torch_equal_runs_on_the_device():
+    a = torch.randn(3, 4)
+    n = a.to("neuron")
+    nan = torch.tensor([float("nan"), 1.0])
+    cases = [(n, n.clone()), (n, n + 1), (n, n[:2]), (n[:0], n[:0].clone()), (nan.to("neuron"), nan.to("neuron")),
+             (torch.arange(4).to("neuron"), torch.arange(4).to("neuron"))]
+    for x, y in cases:
+        assert torch.equal(x, y) == torch.equal(x.cpu(), y.cpu())
+    assert neuroncc.get_fallback_ops() == {}
+    assert neuroncc.get_executed_ops()["aten.equal.default"] == len(cases)
+
+
+def test_batch_norm_backward_of_the_new_batch_norm_op_runs_on_the_device():
+    """aten._batch_norm_with_update's derivative is aten.batch_norm_backward: computed as native_batch_norm_backward."""
+    weight, bias = torch.rand(3) + 0.5, torch.randn(3)
+    x = torch.randn(2, 3, 4, 4)
+    grads = {}
+    for device in ("cpu", "neuron"):
+        inputs = [t.detach().to(device).requires_grad_() for t in (x, weight, bias)]
+        out = torch.ops.aten._batch_norm_with_update(*inputs, torch.zeros(3, device=device),
+                                                     torch.ones(3, device=device), 0.1, 1e-5)[0]
+        out.square().sum().backward()
+        grads[device] = [t.grad.cpu() for t in inputs]
+    for expected, actual in zip(grads["cpu"], grads["neuron"]):
+        torch.testing.assert_close(actual, expected, rtol=1e-4, atol=1e-4)
+    assert neuroncc.get_fallback_ops() == {}
+    assert "aten.native_batch_norm_backward.default" in neuroncc.get_executed_ops()
