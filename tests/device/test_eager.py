@@ -28,6 +28,7 @@ OPS = {
     "max_dim": lambda x, y: x.max(1), "layer_norm": lambda x, y: F.layer_norm(x, (5,)),
     "int_floor_div": lambda x, y: x.to(torch.int32) // 2, "atan2": lambda x, y: torch.atan2(x, y),
     "transposed_contiguous": lambda x, y: x.t().contiguous() + 1,
+    "max_dim_of_bools": lambda x, y: (x > y).max(1),
 }
 
 
