@@ -17,12 +17,14 @@ kernel is keyed by them.
 
 from __future__ import annotations
 
+import functools
 import operator
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.fx as fx
+from torch._decomp import decomposition_table as torch_decompositions
 from torch.utils._pytree import tree_flatten
 
 from neuroncc.device import op_forms
@@ -242,15 +244,26 @@ def _traced_graph(form: OpForm, metas: list[torch.Tensor], args: list[Any], kwar
             target.copy_(new)
         return ()
 
+    table = _tracing_table(tuple(op for op in (form.op, form.functional) if op is not None))
     try:
         with mode:
             return make_fx(torch.func.functionalize(run, remove="mutations_and_views"),
-                           decomposition_table=decomposition_table())(*fakes)
+                           decomposition_table=table)(*fakes)
     except CannotCompile:
         raise
     except Exception as error:  # a decomposition or functionalization that does not apply to this call
         raise CannotCompile(f"tracing it failed: {type(error).__name__}: {str(error).splitlines()[0][:200]}") \
             from error
+
+
+@functools.lru_cache(maxsize=256)
+def _tracing_table(ops: tuple[Any, ...]) -> dict[Any, Any]:
+    """The front end's decomposition table, plus PyTorch's own decomposition of the call's op where that table
+    has none. torch.compile sees the user's Python-level call, which often decomposes before it reaches such
+    an op (``interpolate`` through the ``.vec`` overloads); the device is handed the op itself."""
+    base = decomposition_table()
+    extra = {op: torch_decompositions[op] for op in ops if op not in base and op in torch_decompositions}
+    return {**base, **extra} if extra else base
 
 
 def _program(gm: fx.GraphModule, result_tree: Any, sentinel_values: list[float] | None = None) -> Program:

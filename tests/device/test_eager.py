@@ -202,3 +202,13 @@ def test_batch_norm_backward_of_the_new_batch_norm_op_runs_on_the_device():
         torch.testing.assert_close(actual, expected, rtol=1e-4, atol=1e-4)
     assert neuroncc.get_fallback_ops() == {}
     assert "aten.native_batch_norm_backward.default" in neuroncc.get_executed_ops()
+
+
+@pytest.mark.parametrize("mode", ["bilinear", "bicubic", "nearest-exact"])
+def test_ops_torch_decomposes_but_the_front_end_table_does_not_run_on_the_device(mode):
+    """torch.compile sees interpolate's .vec overloads, decomposed early; the device is handed the op itself."""
+    x = torch.randn(2, 3, 5, 6)
+    expected = F.interpolate(x, scale_factor=1.5, mode=mode)
+    actual = F.interpolate(x.to("neuron"), scale_factor=1.5, mode=mode)
+    torch.testing.assert_close(actual.cpu(), expected, rtol=1e-4, atol=1e-4)
+    assert neuroncc.get_fallback_ops() == {}
