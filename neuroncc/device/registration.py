@@ -18,7 +18,7 @@ import threading
 
 import torch
 
-from neuroncc.device import config, structural, torch_module
+from neuroncc.device import autograd_decomposed, config, structural, torch_module
 from neuroncc.device.accelerator import route_accelerator
 from neuroncc.device.printing import print_through_cpu
 
@@ -67,6 +67,7 @@ def register() -> None:
 
         kernels = torch.library.Library("aten", "IMPL")
         structural.register(kernels)
+        autograd_decomposed.register(kernels)
         fallback = torch.library.Library("_", "IMPL")
         fallback.fallback(dispatch.device_fallback, "PrivateUse1", with_keyset=True)
         dispatch.set_library(kernels)

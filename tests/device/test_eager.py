@@ -212,3 +212,27 @@ def test_ops_torch_decomposes_but_the_front_end_table_does_not_run_on_the_device
     actual = F.interpolate(x.to("neuron"), scale_factor=1.5, mode=mode)
     torch.testing.assert_close(actual.cpu(), expected, rtol=1e-4, atol=1e-4)
     assert neuroncc.get_fallback_ops() == {}
+
+
+@pytest.mark.parametrize("name, fn", [
+    ("bilinear", lambda t: F.interpolate(t, scale_factor=1.5, mode="bilinear")),
+    ("nearest", lambda t: F.interpolate(t, size=(7, 9), mode="nearest")),
+    ("replicate_pad", lambda t: F.pad(t, (1, 2, 2, 1), mode="replicate")),
+    ("hardshrink", lambda t: F.hardshrink(t, 0.3)),
+    ("softshrink", lambda t: F.softshrink(t, 0.3)),
+])
+def test_ops_whose_backward_op_neuroncc_lacks_are_differentiated_through_their_decomposition(name, fn):
+    x = torch.randn(2, 3, 5, 6)
+    cpu, neuron = x.clone().requires_grad_(), x.to("neuron").requires_grad_()
+    expected, actual = fn(cpu), fn(neuron)
+    grad = torch.randn_like(expected)
+    expected.backward(grad)
+    actual.backward(grad.to("neuron"))
+    torch.testing.assert_close(actual.cpu(), expected.detach(), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(neuron.grad.cpu(), cpu.grad, rtol=1e-5, atol=1e-5)
+    assert neuroncc.get_fallback_ops() == {}
+    neuroncc.clear_op_tracking()
+    with torch.no_grad():  # nothing to differentiate: the op itself, one kernel
+        torch.testing.assert_close(fn(x.to("neuron")).cpu(), fn(x))
+    assert neuroncc.get_fallback_ops() == {}
+    assert len(neuroncc.get_executed_ops()) == 1, neuroncc.get_executed_ops()
