@@ -217,6 +217,8 @@ def _without_unsafe(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tupl
 REDIRECTS = {
     aten._index_put_impl_.default: (aten.index_put_.default, _without_unsafe),
     aten.batch_norm_backward.default: (aten.native_batch_norm_backward.default, _native_batch_norm_backward),
+    # autograd's zero gradients (sgn, ...): memory-less on CPU, plain zeros on the device
+    aten._efficientzerotensor.default: (aten.zeros.default, _same_arguments),
     aten.convolution_overrideable.default: (aten.convolution.default, _same_arguments),
     aten.convolution_backward_overrideable.default: (aten.convolution_backward.default, _with_bias_sizes),
 }

@@ -35,6 +35,8 @@ def run_on_host(form: OpForm, args: tuple[Any, ...], kwargs: dict[str, Any], ind
         if isinstance(value, torch.Tensor) and value.device.type != "cpu":
             sources.setdefault(value.untyped_storage().data_ptr(), value)
             return memory.host_view(value)
+        if isinstance(value, torch.device) and value.type != "cpu":  # a factory's device=: made on CPU, moved
+            return _CPU
         return value
 
     host_args = tree_map(to_host, list(args))
@@ -52,18 +54,25 @@ def run_on_host(form: OpForm, args: tuple[Any, ...], kwargs: dict[str, Any], ind
         if target.shape != computed.shape:
             target.resize_(computed.shape)
         memory.host_view(target).copy_(computed)
-    if form.writes:  # returns the written arguments: the neuron tensors themselves
-        written = [args[i] if (i := _position(form, name)) < len(args) else kwargs[name] for name in form.returns]
-        if not written:
+    if form.writes:  # each return is a written argument (the neuron tensor itself) or a new result
+        if not form.returns:
             return None
-        if len(written) == len(form.returns) and all(n is not None for n in form.returns):
-            return written[0] if len(written) == 1 else tuple(written)
+        results = result if isinstance(result, tuple) else (result,)
+        returned = [_to_device(value, sources, index) if name is None else
+                    args[i] if (i := _position(form, name)) < len(args) else kwargs[name]
+                    for name, value in zip(form.returns, results)]
+        return returned[0] if len(returned) == 1 else tuple(returned)
     return tree_map(lambda value: _to_device(value, sources, index), result)
+
+
+_CPU = torch.device("cpu")
 
 
 def _to_device(value: Any, sources: dict[int, torch.Tensor], index: int) -> Any:
     if not isinstance(value, torch.Tensor) or value.device.type != "cpu":
         return value
+    if value._is_zerotensor():  # autograd's zero gradients have no memory: real zeros on the device
+        value = torch.zeros(value.shape, dtype=value.dtype)
     if value.numel() and value.layout == torch.strided:
         source = sources.get(value.untyped_storage().data_ptr())
         if source is not None:  # a view of an argument's memory: the same view of the neuron storage

@@ -132,6 +132,9 @@ def _meta_call(args: tuple[Any, ...], kwargs: dict[str, Any], tensors: list[torc
     return metas, slot_args, slot_kwargs
 
 
+_META = torch.device("meta")
+
+
 def _run_on_meta(op: Any, args: list[Any], kwargs: dict[str, Any], floats: list[float]) -> Any:
     """Run ``op`` on meta tensors with the real floats: shape and dtype errors are the user's, raised as eager
     raises them; an op without a meta kernel, or whose output shape depends on values, cannot be compiled."""
@@ -149,8 +152,11 @@ def _run_on_meta(op: Any, args: list[Any], kwargs: dict[str, Any], floats: list[
 
 
 def _concrete(value: Any, floats: list[float] | list[Any]) -> Any:
+    """``value`` for a meta run: floats in their slots, a factory's device meta (not back onto the device)."""
     if isinstance(value, _FloatSlot):
         return floats[value.index]
+    if isinstance(value, torch.device) and value.type != "cpu":
+        return _META
     if isinstance(value, list):
         return [_concrete(item, floats) for item in value]
     return value

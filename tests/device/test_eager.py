@@ -236,3 +236,14 @@ def test_ops_whose_backward_op_neuroncc_lacks_are_differentiated_through_their_d
         torch.testing.assert_close(fn(x.to("neuron")).cpu(), fn(x))
     assert neuroncc.get_fallback_ops() == {}
     assert len(neuroncc.get_executed_ops()) == 1, neuroncc.get_executed_ops()
+
+
+def test_autograd_zero_gradients_and_ops_that_write_an_argument_and_return_a_new_tensor():
+    x = torch.randn(3, 4)
+    on_device = x.to("neuron").requires_grad_()
+    torch.sgn(on_device).sum().backward()  # sgn's derivative is an _efficientzerotensor on the device
+    torch.testing.assert_close(on_device.grad.cpu(), torch.zeros(3, 4))
+    torch.manual_seed(0)
+    expected = F.rrelu(x, training=True)  # rrelu_with_noise writes its noise argument and returns a new tensor
+    torch.manual_seed(0)
+    torch.testing.assert_close(F.rrelu(x.to("neuron"), training=True).cpu(), expected)
