@@ -31,6 +31,8 @@ def make_entry(handler: Any, args: tuple[Any, ...], kwargs: dict[str, Any], tens
     tracking.report_to_stats()  # cheap and idempotent; before any op of this process runs on the device
     form: OpForm = handler.form
     state = handler.state
+    if _numbers_for_tensors(form, args, kwargs):
+        return WrapNumbers(handler)
     redirect = REDIRECTS.get(form.op)
     if redirect is not None:
         return Redirect(lookup(redirect[0]), redirect[1])
@@ -169,6 +171,44 @@ class Equal:
         if a.numel() == 0:
             return True
         return bool(torch.eq(a, b).all().item())
+
+
+def _tensor_parameters(op: Any) -> list[tuple[int, str]]:
+    return [(position, a.name) for position, a in enumerate(op._schema.arguments)
+            if isinstance(a.type, torch._C.TensorType) or
+            (isinstance(a.type, torch._C.OptionalType) and isinstance(a.type.getElementType(), torch._C.TensorType))]
+
+
+def _numbers_for_tensors(form: OpForm, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """Whether the call passes a Python number for a Tensor parameter (the dispatcher boxes a wrapped-number
+    0-d tensor, ``remainder(int_tensor, 12)``'s 12, as a Python number; no kernel can be called so)."""
+    for position, name in _tensor_parameters(form.op):
+        value = args[position] if position < len(args) else kwargs.get(name)
+        if isinstance(value, int | float | bool):
+            return True
+    return False
+
+
+class WrapNumbers:
+    """A call with Python numbers in Tensor parameters: each becomes the 0-d CPU tensor it stood for (as
+    eager's wrapped numbers are), and the call goes through the op's kernel again under that signature."""
+
+    holds_kernel = False
+
+    def __init__(self, handler: Any):
+        self.handler = handler
+        self.parameters = _tensor_parameters(handler.op)
+        self.tick = 0
+
+    def call(self, args: tuple[Any, ...], kwargs: dict[str, Any], tensors: list[torch.Tensor],
+             floats: list[float]) -> Any:
+        new_args, new_kwargs = list(args), dict(kwargs)
+        for position, name in self.parameters:
+            if position < len(new_args) and isinstance(new_args[position], int | float | bool):
+                new_args[position] = torch.tensor(new_args[position])
+            elif isinstance(new_kwargs.get(name), int | float | bool):
+                new_kwargs[name] = torch.tensor(new_kwargs[name])
+        return self.handler(None, *new_args, **new_kwargs)
 
 
 class Redirect:

@@ -247,3 +247,13 @@ def test_autograd_zero_gradients_and_ops_that_write_an_argument_and_return_a_new
     expected = F.rrelu(x, training=True)  # rrelu_with_noise writes its noise argument and returns a new tensor
     torch.manual_seed(0)
     torch.testing.assert_close(F.rrelu(x.to("neuron"), training=True).cpu(), expected)
+
+
+def test_python_numbers_the_dispatcher_passes_for_tensor_parameters():
+    """remainder(int tensor, 12) reaches the device as remainder.Tensor_out(self, 12): 12 stood for a 0-d tensor."""
+    index = torch.tensor([0, 5, -1, 7])
+    torch.testing.assert_close(torch.remainder(index.to("neuron"), 3).cpu(), torch.remainder(index, 3))
+    x, where = torch.randn(3, 4), torch.tensor([[0], [1], [-1]])
+    torch.testing.assert_close(torch.take_along_dim(x.to("neuron"), where.to("neuron"), dim=1).cpu(),
+                               torch.take_along_dim(x, where, dim=1))
+    assert neuroncc.get_fallback_ops() == {}
