@@ -22,6 +22,7 @@ from neuroncc.errors import (
     ParseError,
     PassError,
     PipelineError,
+    SpecializationLimitError,
     UnsupportedOpError,
     VerifyError,
 )
@@ -63,5 +64,6 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "ArtifactError", "CodegenError", "DynamicShapeError", "InputError", "NeuronccError", "ParseError", "PassError", "PipelineError",
-    "UnsupportedOpError", "VerifyError", "DeviceFallbackError", "DeviceDisabledWarning", "__version__", *_FRONTEND_EXPORTS,
+    "SpecializationLimitError", "UnsupportedOpError", "VerifyError", "DeviceFallbackError", "DeviceDisabledWarning",
+    "__version__", *_FRONTEND_EXPORTS,
 ]

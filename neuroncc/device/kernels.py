@@ -31,7 +31,7 @@ from neuroncc.executors.cpu.launcher import KernelIndexError
 
 _STORAGE = {DType.f32: torch.float32, DType.bf16: torch.float32, DType.f16: torch.float16, DType.i64: torch.int64,
             DType.i32: torch.int32, DType.i16: torch.int16, DType.i8: torch.int8, DType.u8: torch.uint8,
-            DType.bool: torch.bool}
+            DType.bool: torch.bool, DType.c64: torch.complex64}
 #: what a float64 result is on the device
 _ON_DEVICE = {torch.float64: torch.float32}
 

@@ -275,7 +275,7 @@ def _tracing_table(ops: tuple[Any, ...]) -> dict[Any, Any]:
 def _program(gm: fx.GraphModule, result_tree: Any, sentinel_values: list[float] | None = None) -> Program:
     """Import ``gm``; with ``sentinel_values``, lift the constants holding them into parameters."""
     try:
-        imported = import_graph(gm, "eager", ("cpu", torch._C._get_privateuse1_backend_name()))
+        imported = import_graph(gm, "eager", host_devices=("cpu", torch._C._get_privateuse1_backend_name()))
     except (UnsupportedOpError, TypeInferenceError, LoweringBug) as error:
         raise CannotCompile(str(error).splitlines()[0] if isinstance(error, UnsupportedOpError) and
                             "reason:" not in str(error) else _reason(error)) from error

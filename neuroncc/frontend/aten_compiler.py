@@ -33,7 +33,10 @@ def compile_aten_graph(gm: fx.GraphModule, name: str, options: BackendOptions,
     """Compile ``gm``; ``free_layouts``: output positions that may keep the executable's layout (see
     :class:`CompiledGraph`); ``device``: the host-memory device its tensors live on, if not CPU."""
     with cyclic_gc_paused():
-        imported = import_graph(gm, name, ("cpu",) if device is None else ("cpu", device.device_type))
+        # the cpu target's kernels convert bf16 bits themselves; the NKI simulator keeps float32 copies (and so
+        # does a host device's boundary, whose Binding converts bf16 itself)
+        imported = import_graph(gm, name, bf16_bits=options.target == "cpu" and device is None,
+                                host_devices=("cpu",) if device is None else ("cpu", device.device_type))
         if options.dump_dir:
             dump_function(imported.function, Path(options.dump_dir))
         executable = compile_graph(imported.function, target=options.target, pipeline=options.pipeline,
