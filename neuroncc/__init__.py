@@ -8,11 +8,14 @@
 from __future__ import annotations
 
 import importlib
+import warnings
 from typing import Any
 
 from neuroncc.errors import (
     ArtifactError,
     CodegenError,
+    DeviceDisabledWarning,
+    DeviceFallbackError,
     DynamicShapeError,
     InputError,
     NeuronccError,
@@ -31,9 +34,25 @@ _FRONTEND_EXPORTS = {
     "stats": "neuroncc.frontend.stats",
     "reset_stats": "neuroncc.frontend.stats",
     "get_fallback_ops": "neuroncc.frontend.stats",
+    "get_executed_ops": "neuroncc.device.tracking",
+    "clear_op_tracking": "neuroncc.device.tracking",
+    "set_fallback_mode": "neuroncc.device.tracking",
+    "get_fallback_mode": "neuroncc.device.tracking",
     "pad_to_bucket": "neuroncc.frontend.bucketing",
     "bucketed": "neuroncc.frontend.bucketing",
 }
+
+
+def _autoload_device() -> None:
+    """The ``torch.backends`` entry point: register the ``neuron`` device while torch is being imported.
+
+    Never raises (a broken install must not break ``import torch``): a failure disables the device with one
+    ``DeviceDisabledWarning``. Not called at all when ``TORCH_DEVICE_BACKEND_AUTOLOAD=0``."""
+    try:
+        importlib.import_module("neuroncc.device.registration").register()
+    except Exception as error:  # noqa: BLE001 - any failure, reported once, keeps torch importable
+        warnings.warn(f"neuroncc: the neuron device is disabled: {type(error).__name__}: {error}",
+                      DeviceDisabledWarning, stacklevel=2)
 
 
 def __getattr__(name: str) -> Any:
@@ -45,5 +64,6 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "ArtifactError", "CodegenError", "DynamicShapeError", "InputError", "NeuronccError", "ParseError", "PassError", "PipelineError",
-    "SpecializationLimitError", "UnsupportedOpError", "VerifyError", "__version__", *_FRONTEND_EXPORTS,
+    "SpecializationLimitError", "UnsupportedOpError", "VerifyError", "DeviceFallbackError", "DeviceDisabledWarning",
+    "__version__", *_FRONTEND_EXPORTS,
 ]

@@ -164,6 +164,7 @@ def _check_source(tmp_path: Path, relative: str, source: str) -> list[str]:
     ("passes/bad.py", "from neuroncc.testing import helpers\n", "must not import the test helpers"),
     ("nki/bad.py", "from neuroncc.ir import Function\n", "same rank"),
     ("nki/bad.py", "from neuroncc.frontend import backend\n", "layer 'nki' must not import the later layer"),
+    ("frontend/bad.py", "from neuroncc.device import dispatch\n", "layer 'frontend' must not import the later layer"),
     ("__init__.py", "from neuroncc.frontend import backend\n", "package root imports only errors"),
 ])
 def test_the_checker_catches(tmp_path, relative, source, fragment):
@@ -176,6 +177,7 @@ def test_the_checker_catches(tmp_path, relative, source, fragment):
     ("executors/ok.py", "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import torch\n"),
     ("frontend/ok.py", "import torch\nfrom neuroncc.driver import compile_graph\n"),
     ("cli/ok.py", "from neuroncc.frontend import backend\nfrom ..ir import parse\n"),
+    ("device/ok.py", "import torch\nfrom neuroncc.frontend.importer import import_graph\n"),
     ("passes/ok.py", "from neuroncc.errors import PassError\nfrom neuroncc.ir import Function\n"),
     ("__init__.py", "from neuroncc.errors import NeuronccError\ndef f():\n    import neuroncc.frontend.stats\n"),
     ("testing/ok.py", "from neuroncc.ir import parse\nfrom neuroncc.cli.opt import run_opt\n"),

@@ -30,6 +30,7 @@ from torch._dynamo.backends.common import aot_autograd
 from neuroncc.errors import InputError
 from neuroncc.frontend import stats
 from neuroncc.frontend.aten_compiler import compile_aten_graph
+from neuroncc.frontend.boundary import HostDevice
 from neuroncc.frontend.lowering.decompositions import decomposition_table
 from neuroncc.frontend.diagnostics import (
     DATA_DEPENDENT_ERRORS,
@@ -51,12 +52,14 @@ _unnamed_graphs = itertools.count()
 
 
 def neuron_backend(gm: fx.GraphModule, example_inputs: Sequence[Any], *, options: dict[str, Any] | None = None,
-                   **unexpected: Any) -> Callable[..., Any]:
-    """TorchDynamo backend entry point: compile ``gm`` for ``example_inputs``' shapes; returns the callable."""
+                   device: HostDevice | None = None, **unexpected: Any) -> Callable[..., Any]:
+    """TorchDynamo backend entry point: compile ``gm`` for ``example_inputs``' shapes; returns the callable.
+
+    ``device``: the host-memory device the inputs live on, when not CPU (see boundary.py)."""
     if unexpected:
         raise InputError(f"neuron backend: unexpected arguments {sorted(unexpected)} (use options={{...}})")
     config = BackendOptions.from_user(options, os.environ)
-    check_graph_features(gm, example_inputs)
+    check_graph_features(gm, example_inputs, ("cpu", "meta") if device is None else ("cpu", "meta", device.device_type))
     if uses_float64(gm, example_inputs):
         warnings.warn("neuroncc computes float64 tensors in float32 and complex128 in complex64 (outputs are cast "
                       "back); convert the model with .float() to silence this", Float64Warning, stacklevel=2)
@@ -64,16 +67,17 @@ def neuron_backend(gm: fx.GraphModule, example_inputs: Sequence[Any], *, options
     name = _graph_name()
     if has_symbolic_sizes(gm, example_inputs):
         # Symbolic sizes: one static compile per concrete shape seen at run time (the first one now).
-        return ShapeSpecializations(gm, example_inputs, functools.partial(compile_static, config=config), name,
-                                    config.max_specializations, _first_location(gm))
+        return ShapeSpecializations(gm, example_inputs, functools.partial(compile_static, config=config, device=device),
+                                    name, config.max_specializations, _first_location(gm))
     _log_specialization(gm, example_inputs, name)
-    return compile_static(gm, list(example_inputs), name, config=config)
+    return compile_static(gm, list(example_inputs), name, config=config, device=device)
 
 
 def compile_static(gm: fx.GraphModule, example_inputs: list[Any], name: str, *,
-                   config: BackendOptions) -> Callable[..., Any]:
-    """AOTAutograd with neuroncc's compilers, for a TorchDynamo graph with static sizes."""
-    compilers = AtenCompilers(config, name)
+                   config: BackendOptions, device: HostDevice | None = None) -> Callable[..., Any]:
+    """AOTAutograd with neuroncc's compilers, for a TorchDynamo graph with static sizes (``device``: the
+    host-memory device its tensors live on, when not CPU)."""
+    compilers = AtenCompilers(config, name, device)
     compile_with_aot = aot_autograd(
         fw_compiler=compilers.forward,
         bw_compiler=compilers.backward,
@@ -96,6 +100,7 @@ class AtenCompilers:
 
     options: BackendOptions
     name: str
+    device: HostDevice | None = None
 
     def forward(self, gm: fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
         # The activations saved for the backward keep the layout our executable gives them, and AOTAutograd
@@ -119,10 +124,10 @@ class AtenCompilers:
         name = f"{self.name}_{kind}"
         if self.options.fallback == "cpu":
             def compile_partition(submodule: fx.GraphModule, partition_name: str) -> Any:
-                return compile_aten_graph(submodule, partition_name, self.options)
+                return compile_aten_graph(submodule, partition_name, self.options, device=self.device)
 
             return make_boxed_func(partition_and_compile(gm, compile_partition, name).forward)
-        return compile_aten_graph(gm, name, self.options, free_layouts)
+        return compile_aten_graph(gm, name, self.options, free_layouts, self.device)
 
 
 def _partition_fn(config: BackendOptions) -> Callable[..., Any]:

@@ -5,14 +5,18 @@ compiles. Lower layers cannot import the front end, so they keep their own count
 them: the compile cache's process-wide ``neuroncc.driver.cache.CACHE_STATS`` (hits and misses), and the
 ``stats`` mapping of each :class:`~neuroncc.executors.executable.Executable` (for example
 ``{"kernels": 3, "native_kernels": 3}`` from a code generator), which :func:`record_executable` adds in.
+Upper layers that count on their own (the ``neuron`` device's eager counters) add a :class:`StatsSource` when
+they start, so ``neuroncc.stats()`` stays importable without torch and reports them once they exist.
 """
 
 from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
+
 from neuroncc.driver.cache import CACHE_STATS
 
 from neuroncc.ir import Category
@@ -39,6 +43,24 @@ _counters: Counter[str] = Counter()
 _fallback_ops: Counter[str] = Counter()
 
 
+@dataclass(frozen=True)
+class StatsSource:
+    """Counters an upper layer keeps: read by ``stats()``, zeroed by ``reset_stats()``, and the ops it ran on CPU
+    (merged into ``get_fallback_ops()``)."""
+
+    stats: Callable[[], Mapping[str, int]]
+    reset: Callable[[], None]
+    fallback_ops: Callable[[], Mapping[str, int]]
+
+
+_sources: dict[str, StatsSource] = {}
+
+
+def add_source(name: str, source: StatsSource) -> None:
+    """Report ``source``'s counters from now on (idempotent per ``name``)."""
+    _sources[name] = source
+
+
 def stats() -> dict[str, int]:
     """A snapshot of every counter (see :data:`COUNTERS`; runtime components may report extra ones)."""
 
@@ -47,6 +69,8 @@ def stats() -> dict[str, int]:
         counts = {**dict.fromkeys(COUNTERS, 0), **_counters}
     counts["cache_hits"] += int(cache["hits"])
     counts["cache_misses"] += int(cache["misses"])
+    for source in list(_sources.values()):
+        counts.update(source.stats())
     return counts
 
 
@@ -57,12 +81,25 @@ def reset_stats() -> None:
     with _lock:
         _counters.clear()
         _fallback_ops.clear()
+    for source in list(_sources.values()):
+        source.reset()
 
 
 def get_fallback_ops() -> dict[str, int]:
-    """The aten ops that ran on eager PyTorch in fallback mode: op name -> number of graph nodes."""
+    """The aten ops that ran on eager PyTorch: op name -> graph nodes (torch.compile's fallback mode) plus calls
+    (an upper layer's, such as the ``neuron`` device's CPU fallback)."""
     with _lock:
-        return dict(_fallback_ops)
+        found = dict(_fallback_ops)
+    for source in list(_sources.values()):
+        for name, count in source.fallback_ops().items():
+            found[name] = found.get(name, 0) + count
+    return found
+
+
+def clear_fallback_ops() -> None:
+    """Forget the recorded fallback ops (their counter stays)."""
+    with _lock:
+        _fallback_ops.clear()
 
 
 def increment(name: str, amount: int = 1) -> None:
