@@ -3,11 +3,16 @@
 The scheduler follows a stage's loop dims down through computed ops to the buffers they read; a buffer
 written earlier in the same phase may only be read at the reader's own outer index. One rule per op kind;
 -1 marks a dim whose index is not the result's (offset, strided, data-dependent or unknown).
+:func:`outer_dims_preserved` is that walk.
 """
 
 from __future__ import annotations
 
-from neuroncc.ir.graph import Op
+from collections.abc import Mapping
+
+from neuroncc.codegen.llvm.kernel_plan import Computed
+from neuroncc.codegen.llvm.views import Layout
+from neuroncc.ir.graph import Op, Value
 from neuroncc.ir.opdef import Category
 from neuroncc.ir.ops import REGISTRY
 from neuroncc.ir.types import TensorType
@@ -97,3 +102,24 @@ def _moved_dims(op: Op, index: int) -> set[int]:
         offset = len(repeats) - rank
         return {d for d in range(rank) if repeats[d + offset] != 1}
     return set(range(rank))
+
+
+def outer_dims_preserved(access: Mapping[Value, Layout | Computed], value: Value, dims: tuple[int, ...], k: int,
+                         written: set[int], visited: set) -> bool:
+    """Whether ``value`` reads the buffers in ``written`` only at its own outer index: follows the outer dim
+    ids (``dims[d]`` = outer dim carried by dim d of ``value``, or -1) down through the computed ops of
+    ``access`` to the buffers, where each of the first ``k`` outer dims must be read by its own dim."""
+    key = (value, dims)
+    if key in visited:
+        return True
+    visited.add(key)
+    where = access[value]
+    if isinstance(where, Layout):
+        if where.arg not in written:
+            return True
+        return all(j < len(dims) and dims[j] == j for j in range(k))
+    op = where.op
+    for operand, operand_dims in zip(op.operands, operand_dim_maps(op, where.index, dims)):
+        if not outer_dims_preserved(access, operand, operand_dims, k, written, visited):
+            return False
+    return True

@@ -18,6 +18,8 @@ affect speed.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from llvmlite import ir
@@ -38,7 +40,16 @@ class IndexArithmetic:
     """Index arithmetic, affine forms and (factored, unrolled) loops; see the module docstring."""
 
     b: ir.IRBuilder
-    memo: list[dict]
+    memo: list[dict]  # scopes of values generated so far (index -> IR value), innermost last
+
+    @contextmanager
+    def fresh_values(self) -> Iterator[None]:
+        """A scope whose generated values are not reused after it (a loop body, one side of a branch)."""
+        self.memo.append({})
+        try:
+            yield
+        finally:
+            self.memo.pop()
 
     def _reset_indexing(self) -> None:
         """Per emission of a phase: forget forms and loop positions (granted wishes stay)."""
@@ -253,9 +264,8 @@ class IndexArithmetic:
         i.add_incoming(lo, pre)
         b.cbranch(b.icmp_signed("<", i, hi), inner, done)
         b.position_at_end(inner)
-        self.memo.append({})
-        body(i)
-        self.memo.pop()
+        with self.fresh_values():
+            body(i)
         i.add_incoming(b.add(i, ir.Constant(I64, 1), flags=("nsw",)), b.block)
         b.branch(head)
         b.position_at_end(done)
@@ -308,9 +318,8 @@ class IndexArithmetic:
             stride, size = factors[k]
             if (key, stride) in self.unrolled:
                 for j in range(size):
-                    self.memo.append({})
-                    level(k + 1, index + Affine((), j * stride))
-                    self.memo.pop()
+                    with self.fresh_values():
+                        level(k + 1, index + Affine((), j * stride))
                 return
 
             def counter(i: ir.Value) -> None:
@@ -372,9 +381,8 @@ class IndexArithmetic:
             if j + 1 < size:
                 switch.add_case(ir.Constant(I64, j), case)
             b.position_at_end(case)
-            self.memo.append({})
-            self._switch(rest, {**fixed, var: j}, body)
-            self.memo.pop()
+            with self.fresh_values():
+                self._switch(rest, {**fixed, var: j}, body)
             b.branch(done)
         b.position_at_end(done)
 

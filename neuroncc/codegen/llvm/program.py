@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from neuroncc.codegen.llvm import Layout, emit_kernel, plan_kernel, view_layout
@@ -310,7 +310,7 @@ class _Planner:
         try:
             block = op.attrs.get("block")  # tiling attribute, when the tiling pass sets one
             kplan = plan_kernel(region, params, outputs, block=block if isinstance(block, int) and block > 0 else BLOCK)
-            kplan.aligned_args = frozenset(self._aligned_slots(op, kplan))
+            kplan = replace(kplan, aligned_args=frozenset(self._aligned_slots(op, kplan)))
             texts, symbols = emit_kernel(kplan, f"k{op_index}")
         except CodegenError as exc:
             self.plan.steps.append(_replace(step, reason=str(exc)))
@@ -345,8 +345,6 @@ def _aligned_buffer(buffer: BufferSpec) -> bool:
 
 
 def _replace(step: StepSpec, **changes: Any) -> StepSpec:
-    from dataclasses import replace
-
     return replace(step, **changes)
 
 
