@@ -159,9 +159,9 @@ def test_softmax_computes_exp_once_per_element(rng):
 
 @pytest.mark.parametrize(("op", "k", "blocked"), [("mm", 8, True), ("addmm", 8, True), ("addmm", 32, False)])
 def test_matmul_epilogue_runs_row_block_by_row_block(op, k, blocked, monkeypatch, rng):
-    from neuroncc.executors.cpu import launcher
+    from neuroncc.executors.cpu import steps
 
-    monkeypatch.setattr(launcher, "ROW_BLOCK_BYTES", 64 * 4 * 8)  # 8 rows per block: several blocks
+    monkeypatch.setattr(steps, "ROW_BLOCK_BYTES", 64 * 4 * 8)  # 8 rows per block: several blocks
     b = Builder(op)
     x = b.param(TensorType((50, k), DType.f32), "x")
     w = b.param(TensorType((k, 64), DType.f32), "w")
