@@ -151,9 +151,8 @@ class KernelEmitter(IndexArithmetic):
                 return lambda flat: self._blocked(phase, self._digits(flat, phase.trip_counts))
             case TransposedMap():
                 return lambda flat: self._transposed(phase, self._digits(flat, phase.trip_counts))
-            case SplitColumns():
-                return lambda flat: emit_reduce(self, phase.stage, [], self._block_range(flat, phase.width,
-                                                                                         phase.stage.shape[-1]))
+            case SplitColumns(stage=stage, width=width):
+                return lambda flat: emit_reduce(self, stage, [], self._block_range(flat, width, stage.shape[-1]))
             case KeptDims():
                 return lambda flat: self._kept_dims(phase, flat)
             case PartialReduce():
@@ -162,8 +161,8 @@ class KernelEmitter(IndexArithmetic):
                 return lambda flat: emit_combine(self, phase)
             case CombineColumns():
                 return lambda flat: self._combine_columns(phase)
-            case ScatterLoop():
-                return lambda flat: emit_scatter(self, phase.stage)
+            case ScatterLoop(stage=stage):
+                return lambda flat: emit_scatter(self, stage)
             case _:
                 assert_never(phase)
 
@@ -219,8 +218,7 @@ class KernelEmitter(IndexArithmetic):
             self._stage_number = number
             ranges: list[tuple[Any, Any]] = [(i, None) for i in outer]
             ranges[-1] = self._block_range(outer[-1], phase.block, stage.shape[-2])
-            emit_transposed(self, phase, stage, ranges + [(0, stage.shape[-1])])  # plain stores: a block
-            # writes parts of many lines
+            emit_transposed(self, phase, stage, ranges + [(0, stage.shape[-1])])
 
     def _kept_dims(self, phase: KeptDims, flat: ir.Value) -> None:
         stage = phase.stage
@@ -317,7 +315,8 @@ class KernelEmitter(IndexArithmetic):
             seen.add(value)
             access = self.plan.access.get(value)
             producer = self._row_cache.get(value)
-            if access is None or isinstance(access, Layout) or (producer is not None and self._stage_number > producer):
+            if access is None or isinstance(access, Layout) or \
+                    (producer is not None and self._stage_number > producer):
                 continue
             count += access.op.name in TRANSCENDENTAL
             pending += access.op.operands

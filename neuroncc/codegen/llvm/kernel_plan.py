@@ -25,7 +25,7 @@ refinements (``refine.py``, ``transpose.py``) turn them into the other shapes, e
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
 from neuroncc.codegen.llvm.views import Layout
@@ -135,7 +135,7 @@ class ScatterStage:
 Stage = MapStage | ReduceStage | ScatterStage
 
 
-def written_by(stages: tuple[Stage, ...] | list[Stage]) -> set[int]:
+def written_by(stages: Iterable[Stage]) -> set[int]:
     """The argument slots ``stages`` write."""
     return {arg for stage in stages for arg in stage.written}
 

@@ -24,8 +24,9 @@ from neuroncc.ir.opdef import Category
 from neuroncc.ir.ops import REGISTRY
 
 
-def _each_phase(plan: KernelPlan, refine: Callable[[Phase], Phase]) -> KernelPlan:
-    return replace(plan, phases=tuple(refine(phase) for phase in plan.phases))
+def _each_phase(plan: KernelPlan, rule: Callable[[Phase], Phase]) -> KernelPlan:
+    """``plan`` with ``rule`` applied to each of its phases (a rule returns its phase when it does not apply)."""
+    return replace(plan, phases=tuple(rule(phase) for phase in plan.phases))
 
 
 def _lone_reduction(phase: Phase) -> ReduceStage | None:
@@ -38,7 +39,7 @@ def _lone_reduction(phase: Phase) -> ReduceStage | None:
 
 def block_long_rows(plan: KernelPlan, block: int) -> KernelPlan:
     """Map-only phases over one shape iterate all dims in the outer loop, blocking the last (parallel 1-d)."""
-    def refine(phase: Phase) -> Phase:
+    def rule(phase: Phase) -> Phase:
         if not isinstance(phase, RowLoop) or not all(isinstance(s, MapStage) for s in phase.stages):
             return phase
         shapes = {s.shape for s in phase.stages}
@@ -49,13 +50,13 @@ def block_long_rows(plan: KernelPlan, block: int) -> KernelPlan:
             return phase
         return BlockedMap(phase.stages, shape, block)  # type: ignore[arg-type]  # map stages only
 
-    return _each_phase(plan, refine)
+    return _each_phase(plan, rule)
 
 
 def parallel_kept_dims(plan: KernelPlan) -> KernelPlan:
     """A reduction over leading dims that keeps dims in the middle and reduces the last (batch-norm
     statistics: [N, C, H, W] over (0, 2, 3)) iterates its kept dims in the parallel outer loop."""
-    def refine(phase: Phase) -> Phase:
+    def rule(phase: Phase) -> Phase:
         stage = _lone_reduction(phase)
         if stage is None:
             return phase
@@ -65,7 +66,7 @@ def parallel_kept_dims(plan: KernelPlan) -> KernelPlan:
             return KeptDims(stage, kept)
         return phase
 
-    return _each_phase(plan, refine)
+    return _each_phase(plan, rule)
 
 
 PARTIALS_MAX = 64
@@ -98,7 +99,7 @@ SPLIT_MIN = 64
 def split_columns(plan: KernelPlan) -> KernelPlan:
     """A reduction over leading dims that keeps only the last dim (bias gradients, column sums) has no outer
     dims to parallelize; split its columns instead."""
-    def refine(phase: Phase) -> Phase:
+    def rule(phase: Phase) -> Phase:
         stage = _lone_reduction(phase)
         if stage is None:
             return phase
@@ -116,7 +117,7 @@ def split_columns(plan: KernelPlan) -> KernelPlan:
             split = aligned
         return SplitColumns(stage, split) if columns >= 2 * split else phase
 
-    return _each_phase(plan, refine)
+    return _each_phase(plan, rule)
 
 
 #: Ops worth computing once per row rather than once per stage that reads them.
@@ -128,7 +129,7 @@ ROW_CACHE_MAX = 16384  # elements of one cached row (kept on the stack)
 def cache_rows(plan: KernelPlan) -> KernelPlan:
     """Row caching: a reduction input that a later stage of the phase reads again (softmax's exp(x - max))
     is stored into a per-row stack buffer while reducing, and loaded, not recomputed, by the later stage."""
-    def refine(phase: Phase) -> Phase:
+    def rule(phase: Phase) -> Phase:
         if not isinstance(phase, RowLoop) or not phase.outer:
             return phase
         k = len(phase.outer)
@@ -148,7 +149,7 @@ def cache_rows(plan: KernelPlan) -> KernelPlan:
                     break
         return replace(phase, row_cache=row_cache) if row_cache else phase
 
-    return _each_phase(plan, refine)
+    return _each_phase(plan, rule)
 
 
 def _expensive(plan: KernelPlan, value: Value, seen: set) -> bool:

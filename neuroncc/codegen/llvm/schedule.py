@@ -161,7 +161,8 @@ def lay_out(region: Function, params: list[Layout], outputs: list[Layout]) -> tu
             _append_map_items(stages, pending_outputs)
             pending_outputs.clear()
     _append_map_items(stages, pending_outputs)
-    plan = KernelPlan(region, access, (), n_params, n_outputs, tuple(extra), extern, may_fail, frozenset(written))
+    plan = KernelPlan(region, access, phases=(), n_params=n_params, n_outputs=n_outputs, extra=tuple(extra),
+                      extern=extern, may_fail=may_fail, written=frozenset(written))
     return plan, stages
 
 
