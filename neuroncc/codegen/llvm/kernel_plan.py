@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from typing import Literal
 
 from neuroncc.codegen.llvm.views import Layout
 from neuroncc.ir.graph import Function, Op, Value
@@ -397,7 +398,7 @@ Phase = (RowLoop | BlockedMap | TransposedMap | SplitColumns | KeptDims | Partia
 class ExtraArg:
     """An argument slot after params and outputs: a scratch buffer or a region constant."""
 
-    kind: str  # "scratch" | "constant"
+    kind: Literal["scratch", "constant"]
     nbytes: int = 0
     op_index: int = -1  # for constants: index of the constant op in the region
 
