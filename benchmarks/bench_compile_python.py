@@ -35,7 +35,8 @@ from neuroncc.codegen.llvm import jit  # noqa: E402
 from neuroncc.frontend import backend  # noqa: E402
 from neuroncc.frontend.importer import import_graph  # noqa: E402
 from neuroncc.ir import print_function, verify  # noqa: E402
-from neuroncc.passes.manager import PassContext, run_pipeline  # noqa: E402
+from neuroncc.passes.manager import PassContext
+from neuroncc.passes.pipeline import run_pipeline  # noqa: E402
 from neuroncc.driver.cache_key import compute_key  # noqa: E402
 from neuroncc.driver.compile import make_request  # noqa: E402
 from neuroncc.codegen.llvm.program import plan_launch  # noqa: E402

@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 from neuroncc.errors import (
@@ -38,8 +39,6 @@ def __getattr__(name: str) -> Any:
     module_name = _FRONTEND_EXPORTS.get(name)
     if module_name is None:
         raise AttributeError(f"module 'neuroncc' has no attribute '{name}'")
-    import importlib
-
     return getattr(importlib.import_module(module_name), name)
 
 

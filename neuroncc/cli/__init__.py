@@ -13,6 +13,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from neuroncc import __version__
 from neuroncc.errors import NeuronccError
 
 EXIT_OK, EXIT_CHECK_FAILED, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
@@ -36,21 +37,13 @@ class _Parser(argparse.ArgumentParser):
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The command-line parser; with ``only``, just that subcommand's module is imported (``neuroncc opt`` runs
     hundreds of times in a pass test suite and should not pay for importing the others)."""
-    from neuroncc import __version__
-
     parser = _Parser(prog="neuroncc", description="neuroncc: a tensor-program compiler for PyTorch")
     parser.add_argument("--version", action="version", version=f"neuroncc {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name, module_name in SUBCOMMANDS.items():
         if only is not None and name != only:
             continue
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name == module_name:
-                continue  # subcommand not built yet
-            raise
-        module.add_parser(subparsers)
+        importlib.import_module(module_name).add_parser(subparsers)
     return parser
 
 

@@ -24,8 +24,14 @@ from pathlib import Path
 import numpy as np
 
 from neuroncc.cli.opt import read_source
-from neuroncc.errors import ArtifactError, InputError
+from neuroncc.errors import InputError
 from neuroncc.ir import parse_module
+from neuroncc.driver.cache import CompileCache
+from neuroncc.driver.cache_key import component_differences, compute_key
+from neuroncc.driver.compile import DEFAULT_TARGET, make_request
+from neuroncc.cli import programs
+from neuroncc.executors.executable import InterpreterExecutable
+from neuroncc.driver.artifact import read_manifest
 
 EXIT_OK, EXIT_CHECK_FAILED = 0, 1
 
@@ -43,8 +49,6 @@ def _count(n: int, one: str, many: str) -> str:
 
 
 def _open_cache(args: argparse.Namespace):
-    from neuroncc.driver.cache import CompileCache
-
     if args.cache_dir:
         return CompileCache(Path(args.cache_dir).expanduser())
     return CompileCache(CompileCache.directory_from_environ(os.environ))
@@ -117,8 +121,6 @@ def _parse_option(text: str) -> tuple[str, object]:
 
 def _file_components(args: argparse.Namespace) -> list[tuple[str, str, dict[str, tuple[str, str]]]]:
     """(title, key, {component: (digest, summary)}) for each function of ``args.file``."""
-    from neuroncc.driver.cache_key import compute_key
-    from neuroncc.driver.compile import DEFAULT_TARGET, make_request
 
     options = dict(_parse_option(o) for o in args.option)
     target = args.target or DEFAULT_TARGET
@@ -137,10 +139,7 @@ def _file_components(args: argparse.Namespace) -> list[tuple[str, str, dict[str,
 
 def _exported_functions(args: argparse.Namespace) -> list:
     """The IR functions ``neuroncc compile MODEL.pt2 [--train]`` compiles (imported the same way)."""
-    from neuroncc.cli import programs
     from neuroncc.frontend.exported import import_inference, load_program, trace_training
-    from neuroncc.driver.compile import DEFAULT_TARGET
-    from neuroncc.executors.executable import InterpreterExecutable
 
     with programs.one_line_warnings():
         program = load_program(args.file, args.program)
@@ -167,8 +166,6 @@ def _sibling_resources(path: str) -> dict[str, np.ndarray]:
 
 
 def _stored_components(cache, prefix: str) -> tuple[str, str, dict[str, tuple[str, str]]]:
-    from neuroncc.driver.artifact import read_manifest
-
     key = cache.resolve_key(prefix)
     manifest = read_manifest(cache.entry_dir(key))
     title = f"cache entry @{manifest.graph_name}, target {manifest.target}, created {manifest.created_at}"
@@ -183,8 +180,6 @@ def _print_components(title: str, key: str, components: dict[str, tuple[str, str
 
 
 def _print_comparison(left: tuple[str, str, dict], right: tuple[str, str, dict]) -> None:
-    from neuroncc.driver.cache_key import component_differences
-
     (left_title, left_key, left_parts), (right_title, right_key, right_parts) = left, right
     print(f"A: key {left_key}  ({left_title})")
     print(f"B: key {right_key}  ({right_title})")

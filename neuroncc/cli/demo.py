@@ -30,7 +30,14 @@ from neuroncc.cli import programs
 from neuroncc.cli.cache import human_size
 from neuroncc.cli.progress import Progress, format_seconds
 from neuroncc.cli.summary import summarize
-from neuroncc.errors import InputError
+from neuroncc.errors import InputError, UnsupportedOpError
+from neuroncc.driver.cache import CacheStats, CompileCache
+import statistics
+from neuroncc.executors.executable import InterpreterExecutable, TARGETS
+from neuroncc.executors.nki_sim.costs import estimate_costs
+from neuroncc.executors.nki_sim.executable import nki_program
+import neuroncc
+from neuroncc.driver.compile import DEFAULT_TARGET
 
 EXIT_OK, EXIT_CHECK_FAILED = 0, 1
 MAX_STEPS = 1000
@@ -55,7 +62,6 @@ def _demo(args: argparse.Namespace, directory: Path, keep: bool) -> int:
 
     from neuroncc.examples.classifier import ClassifierConfig, export_example
     from neuroncc.frontend.exported import load_program, trace_training
-    from neuroncc.driver.cache import CacheStats, CompileCache
 
     started = time.perf_counter()
     progress = Progress(enabled=not args.quiet, transient=True)
@@ -115,7 +121,6 @@ def _demo(args: argparse.Namespace, directory: Path, keep: bool) -> int:
 
 def _train(args: argparse.Namespace, graphs, config) -> bool:
     """AdamW steps on the same batches with the compiled step and the eager model; prints the comparison."""
-    import statistics
 
     import torch
 
@@ -185,7 +190,6 @@ def _nki_functions(args: argparse.Namespace, program, compiled) -> list:
     if args.target == "nki-sim":
         return [(c.kind, c.function) for c in compiled]
     from neuroncc.frontend.exported import trace_training
-    from neuroncc.executors.executable import InterpreterExecutable
 
     graphs = trace_training(program, "classifier", lambda kind, graph: InterpreterExecutable(graph.function),
                             "nki-sim")
@@ -194,9 +198,6 @@ def _nki_functions(args: argparse.Namespace, program, compiled) -> list:
 
 def _nki_costs(fn):
     """The cost table of ``fn`` emitted for NKI on trn2, or the one-line reason the emitter refused it."""
-    from neuroncc.errors import UnsupportedOpError
-    from neuroncc.executors.nki_sim.costs import estimate_costs
-    from neuroncc.executors.nki_sim.executable import nki_program
 
     try:
         return estimate_costs(nki_program(fn, NKI_DEMO_TARGET), NKI_DEMO_TARGET)
@@ -224,7 +225,6 @@ def _print_nki_costs(tables, seconds: float) -> None:
 
 def _rerun(args: argparse.Namespace, model_path: Path, cache_dir: Path) -> None:
     """``neuroncc compile --train`` in a fresh Python process, on the same cache: report its hits."""
-    import neuroncc
 
     command = [sys.executable, "-m", "neuroncc.cli", "compile", str(model_path), "--train", "--target",
                args.target, "--cache-dir", str(cache_dir), "--json", "-q"]
@@ -254,9 +254,6 @@ def _row(label: str, text: str, seconds: float | None = None) -> None:
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    from neuroncc.driver.compile import DEFAULT_TARGET
-    from neuroncc.executors.executable import TARGETS
-
     parser = subparsers.add_parser(
         "demo", help="export, compile, train and inspect the bundled example model (start here)",
         description="The neuroncc tour: export a tiny transformer classifier, compile its forward and backward "

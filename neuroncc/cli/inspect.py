@@ -24,6 +24,11 @@ from neuroncc.cli import programs
 from neuroncc.cli.summary import summarize
 from neuroncc.errors import InputError
 from neuroncc.ir import Function, print_function
+from neuroncc.executors.nki_sim.costs import estimate_costs
+from neuroncc.executors.nki_sim.executable import nki_program
+from neuroncc.passes.manager import PassContext
+from neuroncc.passes.pipeline import as_pipeline, run_pipeline
+from neuroncc.driver.compile import make_request
 
 EXIT_OK = 0
 NKI_TARGET_CHOICES = ("trn1", "trn2", "trn3")
@@ -72,8 +77,6 @@ def _imported_functions(args: argparse.Namespace, program, progress) -> list[tup
 
 def _nki_sections(args: argparse.Namespace, kind: str, fn: Function, progress) -> list[tuple[str, list[str]]]:
     """The emitted NKI module and/or its cost table for one graph (emitted once for both views)."""
-    from neuroncc.executors.nki_sim.costs import estimate_costs
-    from neuroncc.executors.nki_sim.executable import nki_program
 
     target = args.nki_target
     with progress.step(f"emit NKI kernels of {kind} for {target}"):
@@ -91,8 +94,6 @@ def _nki_sections(args: argparse.Namespace, kind: str, fn: Function, progress) -
 def _after_sections(args: argparse.Namespace, kind: str, fn: Function, progress) -> list[tuple[str, list[str]]]:
     """The IR after the requested pass (or every pass) of the target's pipeline, through the pass manager's
     per-stage hook (the same pipeline string the compile driver, and so the cache key, uses)."""
-    from neuroncc.passes.manager import PassContext, as_pipeline, run_pipeline
-    from neuroncc.driver.compile import make_request
 
     pipeline = make_request(fn, target=args.target, pipeline=args.pipeline).pipeline
     names = [p.name for p in as_pipeline(pipeline).passes]

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import re
 import sys
 from dataclasses import dataclass
 from importlib import metadata
@@ -28,6 +27,7 @@ from pathlib import Path
 from neuroncc.cli.diagnostics import Diagnostic, check_expected, expected_errors, locate
 from neuroncc.errors import InputError, NeuronccError, PipelineError
 from neuroncc.ir import Function, parse_module, print_module
+from neuroncc.ir.cases import has_code, split_input
 from neuroncc.passes.manager import PassContext, Pipeline, format_option
 from neuroncc.passes.pipeline import ENTRY_POINT_GROUP, IN_TREE_PASSES, parse_pipeline, pass_registry
 
@@ -51,20 +51,6 @@ def read_source(path: str) -> tuple[str, str]:
         raise InputError(f"{path}: is a directory, expected a .nir file") from None
     except UnicodeDecodeError:
         raise InputError(f"{path}: not a UTF-8 text file") from None
-
-
-def split_input(text: str) -> list[str]:
-    """Split at ``// -----`` lines; each chunk is padded with newlines so its line numbers stay those of the file."""
-    chunks, lines_before = [], 0
-    for chunk in re.split(r"^//\s*-----\s*$", text, flags=re.MULTILINE):
-        chunks.append("\n" * lines_before + chunk)
-        lines_before += chunk.count("\n")
-    return chunks
-
-
-def has_code(text: str) -> bool:
-    """Whether ``text`` holds anything but blank lines and ``//`` comments."""
-    return any(line.strip() and not line.strip().startswith("//") for line in text.splitlines())
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,10 @@ from pathlib import Path
 from neuroncc.cli.progress import Progress
 from neuroncc.errors import InputError
 from neuroncc.ir import Function
+from neuroncc.driver.compile import DEFAULT_TARGET, compile_graph, make_request
+from neuroncc.executors.executable import InterpreterExecutable, TARGETS
+from neuroncc.driver.cache import CacheStats, CompileCache
+from neuroncc.driver.artifact import write_graph
 
 TARGET_HELP = ("where the code runs: cpu (LLVM, native code), nki-sim (NKI kernels in the bundled simulator), "
                "interp (the reference interpreter); default: {default}")
@@ -33,8 +37,6 @@ TARGET_HELP = ("where the code runs: cpu (LLVM, native code), nki-sim (NKI kerne
 
 def add_model_arguments(parser: argparse.ArgumentParser, *, train: bool = True) -> None:
     """MODEL.pt2 and the flags every model command takes."""
-    from neuroncc.driver.compile import DEFAULT_TARGET
-    from neuroncc.executors.executable import TARGETS
 
     parser.add_argument("model", metavar="MODEL.pt2", help="a program saved with torch.export.save")
     parser.add_argument("--program", metavar="NAME", default=None,
@@ -65,7 +67,6 @@ def progress_for(args: argparse.Namespace) -> Progress:
 
 def open_cache(args: argparse.Namespace):
     """The cache the flags and environment ask for (a CompileCache with its own counters), or None."""
-    from neuroncc.driver.cache import CacheStats, CompileCache
 
     if getattr(args, "no_cache", False):
         return None
@@ -148,7 +149,6 @@ class CompiledFunction:
 def compile_function(fn: Function, kind: str, *, target: str, pipeline: str | None, cache,
                      progress: Progress) -> CompiledFunction:
     """Compile ``fn`` through the compile cache (``cache`` None: uncached) and say what happened."""
-    from neuroncc.driver.compile import compile_graph, make_request
 
     key = cache.key_of(make_request(fn, target=target, pipeline=pipeline)).key if cache is not None else None
     before = cache.stats.snapshot() if cache is not None else {}
@@ -184,7 +184,6 @@ def training_graphs(args: argparse.Namespace, program, *, cache, progress: Progr
     """Forward and backward graphs of ``program``; compiled through the cache unless ``compile_graphs`` is
     False (then they run on the reference interpreter, for ``inspect``). Returns (TrainingGraphs, compiled)."""
     from neuroncc.frontend.exported import trace_training
-    from neuroncc.executors.executable import InterpreterExecutable
 
     compiled: list[CompiledFunction] = []
 
@@ -204,7 +203,6 @@ def training_graphs(args: argparse.Namespace, program, *, cache, progress: Progr
 
 def copy_artifact(compiled: CompiledFunction, directory: Path) -> Path:
     """Copy ``compiled``'s cache entry to ``directory/<graph name>``; without one, write its IR there."""
-    from neuroncc.driver.artifact import write_graph
 
     destination = directory / compiled.function.name
     if destination.exists():

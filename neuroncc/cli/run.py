@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 from neuroncc.cli import programs
 from neuroncc.cli.progress import format_seconds
 from neuroncc.errors import InputError
+import numpy as np
 
 if TYPE_CHECKING:
     import torch
@@ -125,7 +126,6 @@ def _describe(tensor: torch.Tensor) -> str:
 
 
 def _values(tensor: torch.Tensor) -> str:
-    import numpy as np
     import torch
 
     tensor = tensor.detach()
@@ -147,7 +147,6 @@ def _cache_words(compiled: programs.CompiledFunction) -> str:
 
 
 def _save_outputs(path: str, names: tuple[str, ...], outputs: list[torch.Tensor]) -> None:
-    import numpy as np
     import torch
 
     arrays = {}

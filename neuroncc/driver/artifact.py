@@ -33,7 +33,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from neuroncc.errors import ArtifactError
 from neuroncc.ir import Function, TensorType, collect_resources, parse, print_function
-from neuroncc.executors.executable import Executable
+from neuroncc.executors.executable import Executable, load_interp_executable
+from neuroncc.executors.nki_sim.executable import load_nki_executable
 
 #: Bump when the directory layout or the manifest schema changes; older entries then read as misses.
 FORMAT_VERSION = 1
@@ -74,8 +75,6 @@ def _save_with_method(executable: Executable, directory: Path) -> Sequence[str]:
 
 
 def _load_interp(directory: Path, fn: Function) -> Executable:
-    from neuroncc.executors.executable import load_interp_executable
-
     return load_interp_executable(directory, fn)
 
 
@@ -86,8 +85,6 @@ def _load_cpu(directory: Path, fn: Function) -> Executable:
 
 
 def _load_nki(directory: Path, fn: Function) -> Executable:
-    from neuroncc.executors.nki_sim.executable import load_nki_executable
-
     return load_nki_executable(directory, fn)
 
 

@@ -32,6 +32,9 @@ from typing import Any
 
 from neuroncc.ir import DenseAttr, Function, print_function
 from neuroncc.driver.artifact import ARTIFACT_CODECS, FORMAT_VERSION
+from neuroncc.errors import PipelineError
+from neuroncc.passes.pipeline import IN_TREE_PASSES, PassRegistry, parse_pipeline
+import neuroncc
 
 _SUMMARY_LIMIT = 96
 
@@ -119,8 +122,6 @@ def pipeline_fingerprint(pipeline: str) -> str:
     who edits their pass would keep getting the artifacts the old code compiled. A pipeline of in-tree passes
     only is its own fingerprint (a plug-in that takes an in-tree name is refused when the pipeline runs).
     """
-    from neuroncc.errors import PipelineError
-    from neuroncc.passes.pipeline import IN_TREE_PASSES, PassRegistry, parse_pipeline
 
     try:  # the usual case, without a scan of the installed distributions' entry points (~1 ms)
         parse_pipeline(pipeline, PassRegistry({cls.name: cls for cls in IN_TREE_PASSES}, {}))
@@ -221,8 +222,6 @@ def package_source_digest(package_dir: Path) -> tuple[str, int]:
 
 @functools.cache
 def _current_environment() -> BuildEnvironment:
-    import neuroncc
-
     source, count = package_source_digest(Path(neuroncc.__file__).resolve().parent)
     return BuildEnvironment(
         neuroncc_version=neuroncc.__version__,

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from neuroncc.ir import Function, print_function, verify
-from neuroncc.passes.manager import PassContext, run_pipeline
+from neuroncc.passes.manager import PassContext
+from neuroncc.passes.pipeline import run_pipeline
 from neuroncc.passes.pipeline import default_pipeline
 from neuroncc.driver.cache import CompileCache, CompileRequest, CompileResult
 from neuroncc.executors.executable import Executable, build_executable

@@ -19,6 +19,7 @@ import numpy as np
 
 from neuroncc.errors import NeuronccError
 from neuroncc.ir import Function, interpret
+from neuroncc.executors.nki_sim.executable import build_nki_executable
 
 
 class Executable(Protocol):
@@ -64,8 +65,6 @@ def _build_cpu(fn: Function, options: Mapping[str, Any]) -> Executable:
 
 
 def _build_nki_sim(fn: Function, options: Mapping[str, Any]) -> Executable:
-    from neuroncc.executors.nki_sim.executable import build_nki_executable
-
     return build_nki_executable(fn, options)
 
 

@@ -13,6 +13,7 @@ import threading
 from collections import Counter
 from collections.abc import Mapping
 from typing import Any
+from neuroncc.driver.cache import CACHE_STATS
 
 #: Every counter, with what it counts. ``stats()`` always returns all of them.
 COUNTERS: Mapping[str, str] = {
@@ -37,7 +38,6 @@ _fallback_ops: Counter[str] = Counter()
 
 def stats() -> dict[str, int]:
     """A snapshot of every counter (see :data:`COUNTERS`; runtime components may report extra ones)."""
-    from neuroncc.driver.cache import CACHE_STATS  # imported here: `import neuroncc` stays cheap
 
     cache = CACHE_STATS.snapshot()
     with _lock:
@@ -49,7 +49,6 @@ def stats() -> dict[str, int]:
 
 def reset_stats() -> None:
     """Zero every counter (the compile cache's too) and forget the recorded fallback ops."""
-    from neuroncc.driver.cache import CACHE_STATS
 
     CACHE_STATS.reset()
     with _lock:

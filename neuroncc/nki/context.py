@@ -21,7 +21,7 @@ from neuroncc.nki.dtypes import DType, uninitialised_fill
 from neuroncc.nki.errors import NKISimulationError
 from neuroncc.nki.memory import footprint
 from neuroncc.nki.target import Target
-from neuroncc.nki.tensor import Buffer, Storage, Tensor
+from neuroncc.nki.tensor import Buffer, Storage, Tensor, TileOperators
 
 _ACTIVE: contextvars.ContextVar[SimulationContext | None] = contextvars.ContextVar("nki_simulation", default=None)
 
@@ -29,8 +29,9 @@ _ACTIVE: contextvars.ContextVar[SimulationContext | None] = contextvars.ContextV
 class SimulationContext:
     """One kernel launch (all programs of its grid): allocations, the trace and the grid position."""
 
-    def __init__(self, target: Target, numerics: bool, grid: tuple[int, ...] = ()):
+    def __init__(self, target: Target, numerics: bool, operators: TileOperators, grid: tuple[int, ...] = ()):
         self.target = target
+        self.operators = operators  # what Python operators on this launch's tiles do (nki.language)
         self.numerics = numerics
         self.grid = grid
         self.program_id: tuple[int, ...] = tuple(0 for _ in grid)
@@ -67,7 +68,7 @@ class SimulationContext:
                 array = data
             else:
                 array = np.full(shape, uninitialised_fill(dtype) if fill is None else fill, dtype=dtype.storage)
-        storage = Storage(storage_id, buffer, dtype, shape, name, array)
+        storage = Storage(storage_id, buffer, dtype, shape, name, array, self.operators)
         if buffer.on_chip:
             # Where the tile lives is decided after the launch, from its live range (memory.place).
             size = footprint(buffer.value, storage.bytes_per_partition, self.target)

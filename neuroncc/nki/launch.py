@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from neuroncc.nki import language
 from neuroncc.nki import trace as tr
 from neuroncc.nki.context import SimulationContext, activate, active
 from neuroncc.nki.dtypes import DType, bfloat16, cast, dtype_of
@@ -153,7 +154,7 @@ def trace_kernel(kernel: Kernel | Callable[..., Any], *args: Any, target: str | 
 def _launch(kernel: Kernel | Callable[..., Any], target: Target, numerics: bool, args: tuple[Any, ...],
             kwargs: Mapping[str, Any]) -> tuple[Any, list[tr.Event]]:
     fn, grid = (kernel.fn, kernel.grid) if isinstance(kernel, Kernel) else (kernel, ())
-    context = SimulationContext(target, numerics, grid)
+    context = SimulationContext(target, numerics, language, grid)
     with activate(context):
         inputs = [_to_device(arg, context, f"arg{i}") for i, arg in enumerate(args)]
         named = {key: _to_device(value, context, key) for key, value in kwargs.items()}

@@ -15,7 +15,7 @@ from __future__ import annotations
 import enum
 import math
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
@@ -64,6 +64,19 @@ class Span(NamedTuple):
     size: int
 
 
+class TileOperators(Protocol):
+    """What Python's operators on tiles do (``a + b`` is ``nl.add(a, b)``, ``t[i] = v`` is ``nl`` assignment):
+    the ``nki.language`` of the launch that allocated the tile, handed to its storage by the launch
+    (:mod:`neuroncc.nki.launch`), since the instruction set lives above this module."""
+
+    def add(self, x: Any, y: Any) -> Tensor: ...
+    def subtract(self, x: Any, y: Any) -> Tensor: ...
+    def multiply(self, x: Any, y: Any) -> Tensor: ...
+    def divide(self, x: Any, y: Any) -> Tensor: ...
+    def negative(self, x: Any) -> Tensor: ...
+    def assign(self, target: Tensor, value: Any) -> None: ...
+
+
 class Storage:
     """One allocation: buffer, dtype, shape and (unless cost-only) the numpy array holding its values.
 
@@ -71,10 +84,11 @@ class Storage:
     time it is written after allocation and adds to it afterwards, so each element's written state is kept.
     """
 
-    __slots__ = ("id", "buffer", "dtype", "shape", "name", "data", "written")
+    __slots__ = ("id", "buffer", "dtype", "shape", "name", "data", "written", "operators")
 
     def __init__(self, id: int, buffer: Buffer, dtype: DType, shape: tuple[int, ...], name: str,
-                 data: np.ndarray | None):
+                 data: np.ndarray | None, operators: TileOperators):
+        self.operators = operators
         self.id = id
         self.buffer = buffer
         self.dtype = dtype
@@ -213,10 +227,7 @@ class Tensor:
         return Span(span.start + start * span.step, span.step * step, count)
 
     def __setitem__(self, key: Any, value: Any) -> None:
-        # Assignment is a copy instruction; the instruction set lives above this module, hence the late import.
-        from neuroncc.nki import language
-
-        language.assign(self[key], value)
+        self.storage.operators.assign(self[key], value)  # a copy instruction (DMA, tensor_copy or memset)
 
     def reshape(self, shape: tuple[int, ...] | list[int]) -> Tensor:
         """The same storage seen with a new shape; only whole, unsliced tensors can be reshaped."""
@@ -280,37 +291,28 @@ class Tensor:
     # ----------------------------------------------------------------------------- arithmetic sugar
     # Python operators lower to the nl.* functions, as in NKI (`a + b` is `nl.add(a, b)`).
     def __add__(self, other: Any) -> Tensor:
-        from neuroncc.nki import language
-        return language.add(self, other)
+        return self.storage.operators.add(self, other)
 
     def __radd__(self, other: Any) -> Tensor:
-        from neuroncc.nki import language
-        return language.add(other, self)
+        return self.storage.operators.add(other, self)
 
     def __sub__(self, other: Any) -> Tensor:
-        from neuroncc.nki import language
-        return language.subtract(self, other)
+        return self.storage.operators.subtract(self, other)
 
     def __rsub__(self, other: Any) -> Tensor:
-        from neuroncc.nki import language
-        return language.subtract(other, self)
+        return self.storage.operators.subtract(other, self)
 
     def __mul__(self, other: Any) -> Tensor:
-        from neuroncc.nki import language
-        return language.multiply(self, other)
+        return self.storage.operators.multiply(self, other)
 
     def __rmul__(self, other: Any) -> Tensor:
-        from neuroncc.nki import language
-        return language.multiply(other, self)
+        return self.storage.operators.multiply(other, self)
 
     def __truediv__(self, other: Any) -> Tensor:
-        from neuroncc.nki import language
-        return language.divide(self, other)
+        return self.storage.operators.divide(self, other)
 
     def __rtruediv__(self, other: Any) -> Tensor:
-        from neuroncc.nki import language
-        return language.divide(other, self)
+        return self.storage.operators.divide(other, self)
 
     def __neg__(self) -> Tensor:
-        from neuroncc.nki import language
-        return language.negative(self)
+        return self.storage.operators.negative(self)

@@ -10,17 +10,18 @@ default pipeline of each target.
 from neuroncc.passes.canonicalize import Canonicalize
 from neuroncc.passes.fuse import Fuse
 from neuroncc.passes.kernels import KernelSummary, check_kernel_contract, kernel_domain, kernel_summary
-from neuroncc.passes.layout import Layout
-from neuroncc.passes.manager import Pass, PassContext, Pipeline, run_pipeline
+from neuroncc.passes.layout import ChooseLayouts
+from neuroncc.passes.manager import Pass, PassContext, Pipeline
 from neuroncc.passes.pipeline import (
     DEFAULT_PIPELINES, ENTRY_POINT_GROUP, IN_TREE_PASSES, default_pipeline, parse_pipeline, pass_registry,
+    run_pipeline,
 )
 from neuroncc.passes.plan_memory import MemoryPlan, PlanMemory, plan, value_indices
 from neuroncc.passes.static_shape import StaticShape
 from neuroncc.passes.tile import Tile
 
 __all__ = [
-    "Canonicalize", "DEFAULT_PIPELINES", "ENTRY_POINT_GROUP", "Fuse", "IN_TREE_PASSES", "KernelSummary", "Layout",
+    "Canonicalize", "ChooseLayouts", "DEFAULT_PIPELINES", "ENTRY_POINT_GROUP", "Fuse", "IN_TREE_PASSES", "KernelSummary",
     "MemoryPlan", "Pass", "PassContext", "Pipeline", "PlanMemory", "StaticShape", "Tile", "check_kernel_contract",
     "default_pipeline", "kernel_domain", "kernel_summary", "parse_pipeline", "pass_registry", "plan",
     "run_pipeline", "value_indices",

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 
 from neuroncc.ir import REGISTRY, Category, Function, Op, Value
 from neuroncc.passes.strides import PURE_VIEWS
+import networkx as nx
 
 VIEW, CONSTANT, MATMUL, OPAQUE, BARRIER, COMPUTE = "view", "constant", "matmul", "opaque", "barrier", "compute"
 
@@ -89,8 +90,6 @@ class FusionPlanner:
     """Partition the non-free ops of ``fn`` into groups (see the module docstring)."""
 
     def __init__(self, fn: Function, *, epilogues: bool = True):
-        import networkx as nx  # here, not at module level: it costs 0.3 s, and every `neuroncc` run imports passes
-
         self.nx = nx
         self.fn = fn
         self.position = {op: i for i, op in enumerate(fn.ops)}

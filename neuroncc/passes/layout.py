@@ -48,7 +48,7 @@ LAYOUT_RULES: tuple[Rule, ...] = (
 
 
 @dataclass(frozen=True)
-class Layout(Pass):
+class ChooseLayouts(Pass):
     """Fold transposes into matmuls, give top-level views their strides, pick NKI partition dims."""
 
     name: ClassVar[str] = "layout"
@@ -113,4 +113,4 @@ def _with_partition_dim(kernel: Op) -> Op:
     return Op(kernel.name, kernel.operands, kernel.results, attrs, kernel.regions)
 
 
-__all__ = ["LAYOUT_RULES", "Layout", "annotate_view_strides", "choose_partition_dim"]
+__all__ = ["LAYOUT_RULES", "ChooseLayouts", "annotate_view_strides", "choose_partition_dim"]

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, TextIO
@@ -106,22 +106,3 @@ class Pipeline:
             ctx.ir_stream.write(dump_header(pass_.name) + "\n" + print_function(fn) + "\n")
         if ctx.dump_dir is not None:
             (ctx.dump_dir / f"{index:02d}-{pass_.name}.nir").write_text(print_function(fn), encoding="utf-8")
-
-
-def as_pipeline(spec: str | Pipeline | Pass | Sequence[Pass]) -> Pipeline:
-    """A :class:`Pipeline` from a pipeline string, a pass, a list of passes or a pipeline."""
-    if isinstance(spec, Pipeline):
-        return spec
-    if isinstance(spec, Pass):
-        return Pipeline((spec,))
-    if isinstance(spec, str):
-        from neuroncc.passes.pipeline import parse_pipeline
-
-        return parse_pipeline(spec)
-    return Pipeline(tuple(spec))
-
-
-def run_pipeline(spec: str | Pipeline | Pass | Sequence[Pass], fn: Function,
-                 ctx: PassContext | None = None) -> Function:
-    """Run a pipeline (given as a string, a pass, passes or a :class:`Pipeline`) on ``fn``."""
-    return as_pipeline(spec).run(fn, ctx)

@@ -18,21 +18,22 @@ import dataclasses
 import re
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from importlib import metadata
 from typing import Any, Literal
 
 from neuroncc.errors import PipelineError
+from neuroncc.ir import Function
 from neuroncc.passes.canonicalize import Canonicalize
 from neuroncc.passes.fuse import Fuse
-from neuroncc.passes.layout import Layout
-from neuroncc.passes.manager import Pass, Pipeline
+from neuroncc.passes.layout import ChooseLayouts
+from neuroncc.passes.manager import Pass, PassContext, Pipeline
 from neuroncc.passes.plan_memory import PlanMemory
 from neuroncc.passes.static_shape import StaticShape
 from neuroncc.passes.tile import Tile
 
 #: Every pass that ships with neuroncc, in the order a full pipeline runs them.
-IN_TREE_PASSES: tuple[type[Pass], ...] = (Canonicalize, StaticShape, Fuse, Layout, Tile, PlanMemory)
+IN_TREE_PASSES: tuple[type[Pass], ...] = (Canonicalize, StaticShape, Fuse, ChooseLayouts, Tile, PlanMemory)
 
 #: Entry-point group through which other distributions add passes (entry name = pass name).
 ENTRY_POINT_GROUP = "neuroncc.passes"
@@ -232,3 +233,20 @@ def convert_option(pass_name: str, key: str, annotation: Any, raw: Any) -> Any:
     if annotation is str:
         return raw[1:-1].encode().decode("unicode_escape") if raw.startswith('"') else raw
     raise PipelineError(f"{where} has an unsupported type {annotation}")
+
+
+def as_pipeline(spec: str | Pipeline | Pass | Sequence[Pass]) -> Pipeline:
+    """A :class:`Pipeline` from a pipeline string, a pass, a list of passes or a pipeline."""
+    if isinstance(spec, Pipeline):
+        return spec
+    if isinstance(spec, Pass):
+        return Pipeline((spec,))
+    if isinstance(spec, str):
+        return parse_pipeline(spec)
+    return Pipeline(tuple(spec))
+
+
+def run_pipeline(spec: str | Pipeline | Pass | Sequence[Pass], fn: Function,
+                 ctx: PassContext | None = None) -> Function:
+    """Run a pipeline (given as a string, a pass, passes or a :class:`Pipeline`) on ``fn``."""
+    return as_pipeline(spec).run(fn, ctx)

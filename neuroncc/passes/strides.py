@@ -8,6 +8,8 @@ at the top level, and the layout pass records their strides in their types.
 
 from __future__ import annotations
 
+import math
+
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -33,11 +35,11 @@ class StridedView:
 
 def reshape_strides(shape: tuple[int, ...], strides: tuple[int, ...],
                     new_shape: tuple[int, ...]) -> tuple[int, ...] | None:
-    """Strides that view ``shape``/``strides`` data as ``new_shape`` in place, or None (PyTorch's rule)."""
-    if 0 in shape or 0 in new_shape:
+    """Strides that view ``shape``/``strides`` data as ``new_shape`` in place, or None (PyTorch's computeStride).
+
+    With at most one element (or none) every layout addresses the same data, so the result is contiguous."""
+    if math.prod(shape) <= 1 or math.prod(new_shape) == 0:
         return contiguous_strides(new_shape)
-    if not shape:
-        return tuple(1 for _ in new_shape)
     new_strides = [0] * len(new_shape)
     view_d = len(new_shape) - 1
     chunk_base_stride = strides[-1]

@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from neuroncc.errors import UnsupportedOpError
 from neuroncc.testing.compare import float64_judgement, special_positions_differ
 from neuroncc.testing.fuzz_ops import OPS, OPS_BY_NAME, Ctx, Spec, render
+import inspect
 
 __all__ = [
     "FuzzConfig", "Finding", "Input", "Program", "Spec", "Stmt", "check_program", "check_regression",
@@ -397,7 +398,6 @@ def check_regression(program: Callable[..., Any], inputs: Sequence[Spec], *, dat
 
     A clean refusal (UnsupportedOpError) also passes: the contract is "never wrong, refused clearly otherwise".
     """
-    import inspect
 
     source = inspect.getsource(program)
     fn = function_from_source(source, program.__name__)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from neuroncc.testing.fuzz import FuzzConfig, FuzzStats, check_program, generate_program
+import warnings
 
 #: Where each target's implementation lives; a target whose module is missing has not landed yet.
 TARGET_MODULES = {"interp": "neuroncc.executors.executable", "cpu": "neuroncc.executors.cpu.launcher",
@@ -58,7 +59,6 @@ def _signature(program_ops: Sequence[str], target: str, status: str, detail: str
 
 def run_range(campaign: Campaign, start: int, stop: int) -> FuzzStats:
     """Programs ``start..stop-1``: check, shrink failures, write regression tests."""
-    import warnings
 
     from neuroncc.testing.fuzz_shrink import shrink, write_regression
 

@@ -1,4 +1,4 @@
-"""More op families for the random graphs of :mod:`neuroncc.testing.graphs`.
+"""More op families for the random graphs of :mod:`neuroncc.testing.random_graphs`.
 
 Advanced indexing and scatters with in-range constant indices (random inputs could not be), concatenation of
 different tensors, padding and cropping, slice/select scatters, repeat, clamp, multi-result ``split``,
@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from neuroncc.ir import REGISTRY, Category, DenseAttr, DType, TensorType, Value
 from neuroncc.ir.ops.indexing import index_result_shape
-from neuroncc.testing.graphs import SPLATS, GraphState, _broadcast_partner, _pick, _splat
+from neuroncc.testing.graph_state import SPLATS, GraphState, broadcast_partner, pick, splat
 
 MORE_FLOAT_UNARY = ("erf", "expm1", "log1p", "sign", "round", "reciprocal", "ceil", "trunc", "cos", "atan",
                     "exp2", "log2", "isnan", "isinf")
@@ -31,7 +31,7 @@ FOCUS_SPLATS = SPLATS + (3.0, -4.0, 0.1, 8.0, 1e-3, 65536.0)
 
 def _same_shape_value(draw, state: GraphState, shape: tuple[int, ...], dtype: DType) -> Value:
     """A value of exactly this shape and dtype: from the pool when there is one, else a new parameter."""
-    found = _pick(draw, state, lambda v: v.type.shape == shape and v.type.dtype == dtype)
+    found = pick(draw, state, lambda v: v.type.shape == shape and v.type.dtype == dtype)
     if found is not None and draw(st.booleans()):
         return found
     param = state.builder.param(TensorType(shape, dtype))
@@ -61,7 +61,7 @@ def _index_tensors(draw, state: GraphState, x: Value) -> tuple[tuple[int, ...], 
 
 def _draw_indexing(draw, state: GraphState) -> None:
     """Advanced indexing, index_put (set or accumulate) and scatter (set or add)."""
-    x = _pick(draw, state, lambda v: v.type.rank >= 1 and v.type.numel > 0)
+    x = pick(draw, state, lambda v: v.type.rank >= 1 and v.type.numel > 0)
     if x is None:
         return
     b, t = state.builder, x.type
@@ -88,7 +88,7 @@ def _draw_indexing(draw, state: GraphState) -> None:
 
 def _draw_combine(draw, state: GraphState) -> None:
     """cat of different tensors, pads and crops, slice/select scatters, repeat, flips over several dims."""
-    x = _pick(draw, state, lambda v: v.type.rank > 0)
+    x = pick(draw, state, lambda v: v.type.rank > 0)
     if x is None:
         return
     b, t = state.builder, x.type
@@ -129,7 +129,7 @@ def _draw_combine(draw, state: GraphState) -> None:
 
 def _draw_clamp(draw, state: GraphState) -> None:
     """clamp with a lower bound, an upper bound or both (possibly crossing: max wins, as in PyTorch)."""
-    x = _pick(draw, state, lambda v: not v.type.dtype.is_bool)
+    x = pick(draw, state, lambda v: not v.type.dtype.is_bool)
     if x is None:
         return
     bounds = (-1.0, -0.0, 0.0, 0.5, 1.0) if x.type.dtype.is_float else (-2, 0, 1, 3)
@@ -140,7 +140,7 @@ def _draw_clamp(draw, state: GraphState) -> None:
 
 def _draw_multi_result(draw, state: GraphState) -> None:
     """split (several results), argmax / argmin (i64 results) and var."""
-    x = _pick(draw, state, lambda v: v.type.rank > 0 and not v.type.dtype.is_bool)
+    x = pick(draw, state, lambda v: v.type.rank > 0 and not v.type.dtype.is_bool)
     if x is None:
         return
     b, t = state.builder, x.type
@@ -161,12 +161,12 @@ def _draw_multi_result(draw, state: GraphState) -> None:
 def _draw_more_elementwise(draw, state: GraphState) -> None:
     """Rounding, reciprocal, predicates, divisions (by -3 too: inexact reciprocals), remainders, bitwise and
     logical ops."""
-    x = _pick(draw, state)
+    x = pick(draw, state)
     if x is None:
         return
     b, dtype = state.builder, x.type.dtype
     if dtype.is_bool:
-        other = _pick(draw, state, lambda v: v.type.dtype.is_bool and v is not x) or x
+        other = pick(draw, state, lambda v: v.type.dtype.is_bool and v is not x) or x
         name = draw(st.sampled_from(LOGICAL + ("logical_not",)))
         state.add(b.op(name, x) if name == "logical_not" else b.op(name, x, other))
         return
@@ -174,7 +174,7 @@ def _draw_more_elementwise(draw, state: GraphState) -> None:
         state.add(b.op(draw(st.sampled_from(MORE_FLOAT_UNARY if dtype.is_float else MORE_INT_UNARY)), x))
         return
     other = _same_shape_value(draw, state, x.type.shape, dtype) if draw(st.booleans()) else \
-        _splat(b, draw(st.sampled_from((2.0, -3.0, 0.5))) if dtype.is_float else draw(st.sampled_from((2, -3, 0))),
+        splat(b, draw(st.sampled_from((2.0, -3.0, 0.5))) if dtype.is_float else draw(st.sampled_from((2, -3, 0))),
                dtype)
     if draw(st.booleans()):
         mode = draw(st.sampled_from(("floor", "trunc") + (("none",) if dtype.is_float else ())))
@@ -185,7 +185,7 @@ def _draw_more_elementwise(draw, state: GraphState) -> None:
 
 def _draw_addmm(draw, state: GraphState) -> None:
     """addmm(bias, x, w) with a broadcast bias and non-default alpha / beta."""
-    x = _pick(draw, state, lambda v: v.type.rank == 2 and v.type.dtype in (DType.f32, DType.bf16))
+    x = pick(draw, state, lambda v: v.type.rank == 2 and v.type.dtype in (DType.f32, DType.bf16))
     if x is None:
         return
     b, (m, k) = state.builder, x.type.shape
@@ -196,7 +196,7 @@ def _draw_addmm(draw, state: GraphState) -> None:
                    beta=draw(st.sampled_from((1.0, 0.0, 2.0)))))
 
 
-#: The families of this module with their relative weights (see :data:`neuroncc.testing.graphs.FAMILIES`).
+#: The families of this module with their relative weights (see :data:`neuroncc.testing.random_graphs.FAMILIES`).
 MORE_FAMILIES: tuple[tuple[Callable, int], ...] = (
     (_draw_indexing, 1), (_draw_combine, 2), (_draw_clamp, 1), (_draw_multi_result, 1),
     (_draw_more_elementwise, 2), (_draw_addmm, 1),
@@ -213,12 +213,12 @@ def focused_family(names: Sequence[str]) -> Callable:
 
     def _draw_focused(draw, state: GraphState) -> None:
         name = draw(st.sampled_from(names))
-        x = _pick(draw, state, lambda v: not v.type.dtype.is_bool)
+        x = pick(draw, state, lambda v: not v.type.dtype.is_bool)
         if x is None:
             return
         if REGISTRY.get(name).arity[0] == 1:
             state.add(state.builder.op(name, x))
         else:
-            state.add(state.builder.op(name, x, _broadcast_partner(draw, state, x, FOCUS_SPLATS)))
+            state.add(state.builder.op(name, x, broadcast_partner(draw, state, x, FOCUS_SPLATS)))
 
     return _draw_focused

@@ -23,6 +23,8 @@ import lit.formats
 import lit.Test
 
 from neuroncc.errors import NeuronccError
+from neuroncc.ir import parse_module, print_module
+from neuroncc.ir.cases import has_code, split_input
 
 #: The neuroncc checkout (or installation) this module belongs to: RUN lines run this copy of neuroncc.
 NEURONCC_ROOT = Path(__file__).resolve().parents[2]
@@ -30,9 +32,6 @@ NEURONCC_ROOT = Path(__file__).resolve().parents[2]
 
 def round_trip_problem(path: str) -> str | None:
     """None if every case of ``path`` prints, re-parses and prints again to the same text."""
-    from neuroncc.cli.opt import has_code, split_input
-    from neuroncc.ir import parse_module, print_module
-
     with open(path, encoding="utf-8") as handle:
         text = handle.read()
     if "// NO-ROUNDTRIP" in text:

@@ -16,6 +16,8 @@ from multiprocessing.connection import Connection, wait
 from typing import Any
 
 from neuroncc.testing.opinfo import TIMEOUT, ModeResult, SweepConfig
+import logging
+import warnings
 
 
 @dataclass(frozen=True)
@@ -26,9 +28,6 @@ class Task:
 
 
 def _worker_main(connection: Connection, config: SweepConfig) -> None:
-    import logging
-    import warnings
-
     import torch
 
     from neuroncc.testing.opinfo import float32_opinfos, op_key, run_mode

@@ -1,6 +1,6 @@
 """Differential checks of passes against the reference interpreter.
 
-    from neuroncc.testing.graphs import graphs
+    from neuroncc.testing.random_graphs import graphs
     from neuroncc.testing.semantics import assert_pass_preserves_semantics
 
     def test_my_pass_preserves_semantics():
@@ -24,7 +24,8 @@ from hypothesis import strategies as st
 
 from neuroncc.errors import NeuronccError
 from neuroncc.ir import DType, Function, interpret, print_function, verify
-from neuroncc.passes.manager import Pass, PassContext, Pipeline, as_pipeline
+from neuroncc.passes.manager import Pass, PassContext, Pipeline
+from neuroncc.passes.pipeline import as_pipeline
 from neuroncc.testing.reduce import reduce_graph, size
 
 #: Hypothesis settings for pass property tests: 500 small graphs per pass, no per-example deadline (CI
@@ -153,7 +154,7 @@ def assert_pass_preserves_semantics(pipeline: str | Pass | Pipeline | Sequence[P
     """Check that ``pipeline`` keeps what graphs compute, bit for bit unless tolerances are given.
 
     ``graphs`` is one :class:`Function` (returns the function after the pipeline) or a hypothesis strategy
-    of functions such as :func:`neuroncc.testing.graphs.graphs` (runs under ``settings``, default
+    of functions such as :func:`neuroncc.testing.random_graphs.graphs` (runs under ``settings``, default
     :data:`PROPERTY_SETTINGS`; returns how many graphs were checked). The verifier runs after every pass;
     each graph is interpreted on ``inputs`` or on :func:`random_inputs` for each of ``seeds``, before and
     after. A failure raises :class:`PassSemanticsError` holding the failing graph as ``.nir`` text ready to

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from neuroncc.ir import Builder, DType, TensorType, interpret
-from neuroncc.passes.manager import PassContext, run_pipeline
+from neuroncc.passes.manager import PassContext
+from neuroncc.passes.pipeline import run_pipeline
 from neuroncc.passes.pipeline import default_pipeline
 from neuroncc.executors.executable import build_executable
 from neuroncc.executors.cpu.launcher import load_cpu_executable

@@ -6,7 +6,8 @@ import numpy as np
 
 from neuroncc.ir import Builder, Function, TensorType, interpret, verify
 from neuroncc.ir.dtypes import DType, to_storage
-from neuroncc.passes.manager import PassContext, run_pipeline
+from neuroncc.passes.manager import PassContext
+from neuroncc.passes.pipeline import run_pipeline
 from neuroncc.passes.pipeline import default_pipeline
 from neuroncc.executors.nki_sim.executable import NkiExecutable, build_nki_executable
 

@@ -7,7 +7,7 @@ from hypothesis import given
 from neuroncc.ir import Builder, DenseAttr, DType, TensorType, interpret, parse
 from neuroncc.passes import Canonicalize, PassContext
 from neuroncc.passes.rewrite import Rule, rewrite_to_fixed_point
-from neuroncc.testing.graphs import graphs
+from neuroncc.testing.random_graphs import graphs
 from neuroncc.testing.semantics import assert_pass_preserves_semantics
 
 F32 = DType.f32

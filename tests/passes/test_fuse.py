@@ -8,7 +8,7 @@ from neuroncc.errors import PassError
 from neuroncc.ir import Builder, DenseAttr, DType, TensorType, parse
 from neuroncc.passes import Fuse, PassContext, check_kernel_contract, kernel_summary, run_pipeline
 from neuroncc.testing import models
-from neuroncc.testing.graphs import graphs
+from neuroncc.testing.random_graphs import graphs
 from neuroncc.testing.semantics import assert_pass_preserves_semantics
 
 F32 = DType.f32

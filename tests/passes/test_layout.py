@@ -5,10 +5,10 @@ import pytest
 from hypothesis import given
 
 from neuroncc.ir import Builder, DType, TensorType, parse
-from neuroncc.passes import Layout, run_pipeline
+from neuroncc.passes import ChooseLayouts, run_pipeline
 from neuroncc.passes.strides import StridedView, apply_view, reshape_strides
 from neuroncc.testing import models
-from neuroncc.testing.graphs import graphs
+from neuroncc.testing.random_graphs import graphs
 from neuroncc.testing.semantics import assert_pass_preserves_semantics
 
 F32 = DType.f32
@@ -25,7 +25,7 @@ def test_permutes_fold_into_matmul_flags():
   %2 = addmm %bias, %at, %bt : tensor<4x5xf32>
   return %0, %1, %2
 }""")
-    out = assert_pass_preserves_semantics(Layout(), fn)
+    out = assert_pass_preserves_semantics(ChooseLayouts(), fn)
     flags = {op.name: (op.attrs["transpose_a"], op.attrs["transpose_b"]) for op in out.ops if "mm" in op.name}
     assert flags == {"mm": (True, True), "bmm": (True, True), "addmm": (True, True)}
     assert [op.operands for op in out.ops if op.name == "mm"] == [fn.params[:2]]

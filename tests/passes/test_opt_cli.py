@@ -1,7 +1,7 @@
 """`neuroncc opt`: pipelines, IR dumps on stderr, split input files, exit codes."""
 
 from neuroncc.cli import main
-from neuroncc.cli.opt import split_input
+from neuroncc.ir.cases import split_input
 
 GOOD = """func @f(%x: tensor<4xf32>) -> (tensor<4xf32>) {
   %0 = exp %x : tensor<4xf32>

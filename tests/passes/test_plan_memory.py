@@ -10,7 +10,7 @@ from neuroncc.ir.interpreter import coerce_input, run_op
 from neuroncc.passes import MemoryPlan, PassContext, PlanMemory, plan, run_pipeline, value_indices
 from neuroncc.passes.plan_memory import ALIGNMENT
 from neuroncc.testing import models
-from neuroncc.testing.graphs import graphs
+from neuroncc.testing.random_graphs import graphs
 from neuroncc.testing.semantics import assert_same_results, random_inputs
 
 F32 = DType.f32

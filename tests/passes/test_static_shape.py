@@ -7,7 +7,7 @@ from hypothesis import given
 from neuroncc.errors import PassError, VerifyError
 from neuroncc.ir import Builder, DType, Function, TensorType, interpret, parse
 from neuroncc.passes import PassContext, StaticShape
-from neuroncc.testing.graphs import graphs
+from neuroncc.testing.random_graphs import graphs
 from neuroncc.testing.semantics import assert_pass_preserves_semantics
 
 F32 = DType.f32

@@ -11,7 +11,7 @@ from neuroncc.passes import PassContext, Tile, run_pipeline
 from neuroncc.passes.targets import NKI_TARGETS
 from neuroncc.passes.tile import live_tile_bytes
 from neuroncc.testing import models
-from neuroncc.testing.graphs import graphs
+from neuroncc.testing.random_graphs import graphs
 from neuroncc.testing.semantics import assert_pass_preserves_semantics
 
 F32 = DType.f32

@@ -1,14 +1,14 @@
 """Every in-tree pass keeps what random graphs compute: >= 500 generated graphs per pass, bit for bit.
 
 The graphs are small (at most 8 ops, dims up to 4) and mix dtypes, broadcasts, reductions, views, matmuls,
-indexing, scatters, multi-result ops, size-0 dims and 0-d tensors (neuroncc.testing.graphs). Passes that
+indexing, scatters, multi-result ops, size-0 dims and 0-d tensors (neuroncc.testing.random_graphs). Passes that
 act on fused kernels run after ``fuse``. The whole file takes about a minute on one core.
 """
 
 import pytest
 
 from neuroncc.passes import IN_TREE_PASSES
-from neuroncc.testing.graphs import graphs
+from neuroncc.testing.random_graphs import graphs
 from neuroncc.testing.semantics import PROPERTY_SETTINGS, assert_pass_preserves_semantics
 
 #: The pipelines that exercise each in-tree pass (a pass missing here fails test_every_pass_is_covered).

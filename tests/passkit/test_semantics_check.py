@@ -10,7 +10,7 @@ from neuroncc.errors import PassError
 from neuroncc.ir import Function, parse
 from neuroncc.passes import Pass, PassContext
 from neuroncc.passes.rewrite import Rule, rewrite_to_fixed_point
-from neuroncc.testing.graphs import graphs
+from neuroncc.testing.random_graphs import graphs
 from neuroncc.testing.semantics import PassSemanticsError, assert_pass_preserves_semantics
 
 FAST = settings(max_examples=200, deadline=None, database=None, derandomize=True)
@@ -96,7 +96,7 @@ def test_a_crashing_pass_is_reported_with_its_graph():
 
 
 def test_a_pass_error_on_a_valid_graph_is_a_failure():
-    from neuroncc.testing.graphs import _draw_matmul
+    from neuroncc.testing.random_graphs import _draw_matmul
 
     message, _ = failure(RefuseMatmuls(), graphs(families=((_draw_matmul, 1),)))
     assert "failed on this valid graph: PassError: refuse-matmuls: no matmuls here" in message

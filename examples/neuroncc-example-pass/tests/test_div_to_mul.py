@@ -1,4 +1,4 @@
-from neuroncc.testing.graphs import graphs
+from neuroncc.testing.random_graphs import graphs
 from neuroncc.testing.semantics import assert_pass_preserves_semantics
 
 from neuroncc_example_pass import DivToMul

@@ -23,8 +23,8 @@ from neuroncc.codegen.llvm.elementwise import ELEMENTWISE, EXACT
 from neuroncc.codegen.llvm.entries import RECIPROCAL_ESTIMATES, add_phase_entry, add_team_entry
 from neuroncc.codegen.llvm.indexing import ROUNDS, IndexArithmetic
 from neuroncc.codegen.llvm.kernel_plan import (
-    BlockedMap, ChunkedRows, CombineColumns, CombinePartials, Computed, KernelPlan, KeptDims, MapStage,
-    PartialReduce, Phase, ReduceStage, RowLoop, ScatterLoop, SplitColumns, Stage, TransposedMap,
+    BlockedMap, ChunkedRows, CombineColumns, CombinePartials, Computed, ExtraKind, KernelPlan, KeptDims,
+    MapStage, PartialReduce, Phase, ReduceStage, RowLoop, ScatterLoop, SplitColumns, Stage, TransposedMap,
 )
 from neuroncc.codegen.llvm.scalars import (
     I32, I64, PTR, VOID, compute_type, constant, load, round_to, storage_itemsize, storage_type, store,
@@ -75,7 +75,7 @@ class KernelEmitter(IndexArithmetic):
         self._streamed = False  # the current phase wrote non-temporal stores
         # argument slot -> the region constant's data (a read at a constant index folds to its value)
         self._constant_data = {plan.n_params + plan.n_outputs + k: plan.region.ops[extra.op_index].attrs["value"]
-                               for k, extra in enumerate(plan.extra) if extra.kind == "constant"}
+                               for k, extra in enumerate(plan.extra) if extra.kind == ExtraKind.CONSTANT}
 
     def emit(self) -> list[tuple[str, ir.Module]]:
         """Emit every phase; returns (symbol, module) of each in run order."""

@@ -24,10 +24,10 @@ refinements (``refine.py``, ``transpose.py``) turn them into the other shapes, e
 
 from __future__ import annotations
 
+import enum
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Literal
 
 from neuroncc.codegen.llvm.views import Layout
 from neuroncc.ir.graph import Function, Op, Value
@@ -394,11 +394,18 @@ Phase = (RowLoop | BlockedMap | TransposedMap | SplitColumns | KeptDims | Partia
 # ---- the plan ------------------------------------------------------------------------------------------
 
 
+class ExtraKind(enum.StrEnum):
+    """What an argument slot after the params and outputs holds."""
+
+    SCRATCH = "scratch"  # a scratch buffer of the kernel (in the launcher's arena)
+    CONSTANT = "constant"  # a constant of the region (its data)
+
+
 @dataclass(frozen=True)
 class ExtraArg:
     """An argument slot after params and outputs: a scratch buffer or a region constant."""
 
-    kind: Literal["scratch", "constant"]
+    kind: ExtraKind
     nbytes: int = 0
     op_index: int = -1  # for constants: index of the constant op in the region
 
@@ -442,4 +449,4 @@ class KernelPlan:
 
     def with_scratch(self, nbytes: int) -> tuple[KernelPlan, int]:
         """This plan with one more scratch buffer of ``nbytes``, and its argument slot."""
-        return replace(self, extra=(*self.extra, ExtraArg("scratch", nbytes=nbytes))), self.error_slot
+        return replace(self, extra=(*self.extra, ExtraArg(ExtraKind.SCRATCH, nbytes=nbytes))), self.error_slot

@@ -8,6 +8,7 @@ rebuilds the launcher without recompiling. Value ids number the top-level values
 
 from __future__ import annotations
 
+import enum
 import hashlib
 import json
 from collections.abc import Callable, Mapping
@@ -16,6 +17,7 @@ from typing import Any
 
 from neuroncc.codegen.llvm import Layout, emit_kernel, plan_kernel, view_layout
 from neuroncc.codegen.llvm.regions import TOP_LEVEL_VIEWS
+from neuroncc.codegen.llvm.kernel_plan import ExtraKind
 from neuroncc.codegen.llvm.schedule import BLOCK
 from neuroncc.codegen.llvm.scalars import storage_itemsize
 from neuroncc.errors import ArtifactError, CodegenError
@@ -31,9 +33,36 @@ PLAN_VERSION = 3  # 3: BufferSpec.supplied, kind call
 ALIGN = 64
 
 
+class BufferKind(enum.StrEnum):
+    """Where a buffer's storage comes from."""
+
+    INPUT = "input"  # a user input (index: param position)
+    OUTPUT = "output"  # a fresh array returned to the caller (index: output position)
+    ARENA = "arena"  # a slot of the arena every call reuses (index: byte offset)
+    CONSTANT = "constant"  # a constant of the graph (index: op index)
+    CALL = "call"  # a per-call intermediate (index: the id of the value it holds)
+
+
+class SlotKind(enum.StrEnum):
+    """What a kernel's argument slot points at."""
+
+    VALUE = "value"  # a top-level value (ref: value id)
+    SCRATCH = "scratch"  # kernel scratch in the arena (ref: byte offset)
+    CONSTANT = "constant"  # a constant inside the region (ref: region op index)
+    ERROR = "error"  # the kernel's error flag (ref: 0)
+
+
+class StepKind(enum.StrEnum):
+    """What one step of a launch runs."""
+
+    KERNEL = "kernel"  # a compiled kernel (its phases), or the interpreter where it could not compile
+    EXTERN = "extern"  # an extern call (BLAS, ATen)
+    VIEW_COPY = "view-copy"  # a view that must be copied into its own buffer
+
+
 @dataclass(frozen=True)
 class BufferSpec:
-    kind: str  # "input" | "output" | "arena" | "constant" | "call" (a per-call intermediate)
+    kind: BufferKind
     index: int  # input: param position; output: output position; arena: byte offset; constant: op index;
     #             call: the id of the value it holds
     extent: int  # elements of storage
@@ -59,8 +88,8 @@ class PhaseSpec:
 
 
 @dataclass(frozen=True)
-class SlotSpec:
-    kind: str  # "value" | "scratch" | "constant" | "error"
+class CpuSlot:
+    kind: SlotKind
     ref: int  # value id | arena byte offset | region op index | 0
 
 
@@ -73,13 +102,13 @@ class ExternSpec:
 
 @dataclass(frozen=True)
 class StepSpec:
-    kind: str  # "kernel" | "extern" | "view-copy"
+    kind: StepKind
     op_index: int
     operands: tuple[int, ...]
     results: tuple[int, ...]
     native: bool = False
     phases: tuple[PhaseSpec, ...] = ()
-    slots: tuple[SlotSpec, ...] = ()
+    slots: tuple[CpuSlot, ...] = ()
     extern: ExternSpec | None = None
     may_fail: bool = False
     row_blocked: bool = False  # extern mm/addmm and epilogue phases run block of rows by block of rows
@@ -87,7 +116,7 @@ class StepSpec:
 
 
 @dataclass
-class LaunchPlan:
+class CpuLaunchPlan:
     function_hash: str
     cpu: str
     features: str
@@ -103,14 +132,14 @@ class LaunchPlan:
         return json.dumps(asdict(self), indent=1, sort_keys=True)
 
     @staticmethod
-    def from_json(text: str) -> LaunchPlan:
+    def from_json(text: str) -> CpuLaunchPlan:
         try:
             data = json.loads(text)
             if data.get("version") != PLAN_VERSION:
                 raise ArtifactError(f"launch plan version {data.get('version')} is not {PLAN_VERSION}")
-            return LaunchPlan(
+            return CpuLaunchPlan(
                 data["function_hash"], data["cpu"], data["features"],
-                [BufferSpec(**b) for b in data["buffers"]],
+                [BufferSpec(**{**b, "kind": BufferKind(b["kind"])}) for b in data["buffers"]],
                 [_value(v) for v in data["values"]],
                 [_step(s) for s in data["steps"]],
                 list(data["outputs"]), data["arena_bytes"], data["object_sha256"], data["version"],
@@ -126,8 +155,9 @@ def _value(data: Mapping[str, Any]) -> ValueSpec:
 def _step(data: Mapping[str, Any]) -> StepSpec:
     extern = data["extern"]
     return StepSpec(
-        data["kind"], data["op_index"], tuple(data["operands"]), tuple(data["results"]), data["native"],
-        tuple(PhaseSpec(**p) for p in data["phases"]), tuple(SlotSpec(**s) for s in data["slots"]),
+        StepKind(data["kind"]), data["op_index"], tuple(data["operands"]), tuple(data["results"]), data["native"],
+        tuple(PhaseSpec(**p) for p in data["phases"]),
+        tuple(CpuSlot(SlotKind(s["kind"]), s["ref"]) for s in data["slots"]),
         None if extern is None else ExternSpec(extern["op_index"], tuple(_value(v) for v in extern["operands"]),
                                                tuple(_value(v) for v in extern["results"])),
         data["may_fail"], data["row_blocked"], data["reason"],
@@ -146,12 +176,12 @@ def _layout_spec(layout: Layout) -> ValueSpec:
     return ValueSpec(layout.arg, layout.offset, layout.shape, layout.strides, layout.dtype.value)
 
 
-class _Planner:
+class _LaunchPlanner:
     def __init__(self, fn: Function, cpu: str, features: str, memory_plan: Any,
                  on_kernel: Callable[[str], None] | None = None):
         self.fn = fn
         self.on_kernel = on_kernel
-        self.plan = LaunchPlan(function_hash(fn), cpu, features)
+        self.plan = CpuLaunchPlan(function_hash(fn), cpu, features)
         self.ids: dict[Value, int] = {}
         self.memory_offsets: Mapping[Any, int] = getattr(memory_plan, "offsets", None) or {}
         self.memory_sizes: Mapping[Any, int] = getattr(memory_plan, "sizes", None) or {}
@@ -170,7 +200,7 @@ class _Planner:
         self.plan.values.append(spec)
         return self.ids[value]
 
-    def add_buffer(self, kind: str, index: int, extent: int, dtype: DType, supplied: bool = False) -> int:
+    def add_buffer(self, kind: BufferKind, index: int, extent: int, dtype: DType, supplied: bool = False) -> int:
         self.plan.buffers.append(BufferSpec(kind, index, extent, dtype.value, supplied))
         return len(self.plan.buffers) - 1
 
@@ -185,7 +215,7 @@ class _Planner:
         if position is not None:
             strides = t.layout_strides
             extent = Layout(0, 0, t.shape, strides, t.dtype).extent
-            buffer = self.add_buffer("output", position, extent, t.dtype)
+            buffer = self.add_buffer(BufferKind.OUTPUT, position, extent, t.dtype)
             return self.define(value, ValueSpec(buffer, 0, t.shape, strides, t.dtype.value))
         nbytes = t.numel * storage_itemsize(t.dtype)
         offset = _align(self.arena_end)
@@ -197,7 +227,7 @@ class _Planner:
             if fits and planned % ALIGN == 0 and not any(self._overlaps(planned, nbytes, v) for v in avoid):
                 offset = planned
         self.arena_end = max(self.arena_end, offset + _align(max(nbytes, 1)))
-        buffer = self.add_buffer("arena", offset, t.numel, t.dtype)
+        buffer = self.add_buffer(BufferKind.ARENA, offset, t.numel, t.dtype)
         return self.define(value, ValueSpec(buffer, 0, t.shape, contiguous_strides(t.shape), t.dtype.value))
 
     def supplied_buffer(self, value: Value, strides: tuple[int, ...]) -> bool:
@@ -212,16 +242,16 @@ class _Planner:
             del self.unclaimed_outputs[value]
         extent = Layout(0, 0, t.shape, strides, t.dtype).extent
         if position is None:
-            buffer = self.add_buffer("call", len(self.plan.values), extent, t.dtype, supplied=True)
+            buffer = self.add_buffer(BufferKind.CALL, len(self.plan.values), extent, t.dtype, supplied=True)
         else:
-            buffer = self.add_buffer("output", position, extent, t.dtype, supplied=True)
+            buffer = self.add_buffer(BufferKind.OUTPUT, position, extent, t.dtype, supplied=True)
         self.define(value, ValueSpec(buffer, 0, t.shape, strides, t.dtype.value))
         return True
 
     def _overlaps(self, offset: int, nbytes: int, value: Value) -> bool:
         spec = self.plan.values[self.ids[value]]
         buffer = self.plan.buffers[spec.buffer]
-        if buffer.kind != "arena":
+        if buffer.kind != BufferKind.ARENA:
             return False
         size = buffer.extent * DType(buffer.dtype).numpy.itemsize
         return offset < buffer.index + max(size, 1) and buffer.index < offset + max(nbytes, 1)
@@ -230,17 +260,17 @@ class _Planner:
         spec = self.plan.values[self.ids[value]]
         return Layout(slot, 0, spec.shape, spec.strides, DType(spec.dtype))
 
-    def run(self) -> LaunchPlan:
+    def run(self) -> CpuLaunchPlan:
         for position, param in enumerate(self.fn.params):
             t = param.type
             strides = t.layout_strides
-            buffer = self.add_buffer("input", position, Layout(0, 0, t.shape, strides, t.dtype).extent, t.dtype)
+            buffer = self.add_buffer(BufferKind.INPUT, position, Layout(0, 0, t.shape, strides, t.dtype).extent, t.dtype)
             self.define(param, ValueSpec(buffer, 0, t.shape, strides, t.dtype.value))
         for op_index, op in enumerate(self.fn.ops):
             category = REGISTRY.get(op.name).category
             if op.name == "constant":
                 t = op.result.type
-                buffer = self.add_buffer("constant", op_index, t.numel, t.dtype)
+                buffer = self.add_buffer(BufferKind.CONSTANT, op_index, t.numel, t.dtype)
                 self.define(op.result, ValueSpec(buffer, 0, t.shape, contiguous_strides(t.shape), t.dtype.value))
             elif op.name in TOP_LEVEL_VIEWS:
                 self.view(op_index, op)
@@ -251,7 +281,7 @@ class _Planner:
                 for number, (result, strides) in enumerate(zip(op.results, layouts)):
                     if strides is None or not self.supplied_buffer(result, strides):
                         self.own_buffer(result, avoid=op.operands + op.results[:number])
-                self.plan.steps.append(StepSpec("extern", op_index, self._ids(op.operands), self._ids(op.results)))
+                self.plan.steps.append(StepSpec(StepKind.EXTERN, op_index, self._ids(op.operands), self._ids(op.results)))
             else:
                 raise CodegenError(f"op '{op.name}' must be inside a kernel at the top level of a CPU graph")
         self.plan.outputs = [self.ids[v] for v in self.fn.outputs]
@@ -272,10 +302,10 @@ class _Planner:
             spec = self.plan.values[self.ids[value]]
             buffer = self.plan.buffers[spec.buffer]
             t = value.type
-            if buffer.kind not in ("arena", "call") or spec.offset != 0 or spec.strides != t.layout_strides \
+            if buffer.kind not in (BufferKind.ARENA, BufferKind.CALL) or spec.offset != 0 or spec.strides != t.layout_strides \
                     or Layout(0, 0, t.shape, t.layout_strides, t.dtype).extent != buffer.extent:
                 continue
-            self.plan.buffers[spec.buffer] = _replace(buffer, kind="output", index=position)
+            self.plan.buffers[spec.buffer] = _replace(buffer, kind=BufferKind.OUTPUT, index=position)
 
     def _ids(self, values: tuple[Value, ...]) -> tuple[int, ...]:
         return tuple(self.ids[v] for v in values)
@@ -288,7 +318,7 @@ class _Planner:
             self.define(op.result, _layout_spec(viewed))
             return
         self.own_buffer(op.result)  # a reshape that no strides express: copy
-        self.plan.steps.append(StepSpec("view-copy", op_index, self._ids(op.operands), self._ids(op.results)))
+        self.plan.steps.append(StepSpec(StepKind.VIEW_COPY, op_index, self._ids(op.operands), self._ids(op.results)))
 
     def _aligned_slots(self, op: Any, kplan: Any) -> list[int]:
         slots = []
@@ -297,7 +327,7 @@ class _Planner:
             if spec.offset == 0 and _aligned_buffer(self.plan.buffers[spec.buffer]):
                 slots.append(len(op.operands) + i)
         first_extra = len(op.operands) + len(op.results)
-        slots += [first_extra + i for i, extra in enumerate(kplan.extra) if extra.kind == "scratch"]
+        slots += [first_extra + i for i, extra in enumerate(kplan.extra) if extra.kind == ExtraKind.SCRATCH]
         return slots
 
     def kernel(self, op_index: int, op: Any) -> None:
@@ -306,7 +336,7 @@ class _Planner:
         region = op.regions[0]
         params = [self.layout(v, i) for i, v in enumerate(op.operands)]
         outputs = [self.layout(v, len(params) + i) for i, v in enumerate(op.results)]
-        step = StepSpec("kernel", op_index, self._ids(op.operands), self._ids(op.results))
+        step = StepSpec(StepKind.KERNEL, op_index, self._ids(op.operands), self._ids(op.results))
         try:
             block = op.attrs.get("block")  # tiling attribute, when the tiling pass sets one
             kplan = plan_kernel(region, params, outputs, block=block if isinstance(block, int) and block > 0 else BLOCK)
@@ -319,15 +349,15 @@ class _Planner:
         if self.on_kernel is not None:
             for text in texts:
                 self.on_kernel(text)
-        slots = [SlotSpec("value", self.ids[v]) for v in op.operands + op.results]
+        slots = [CpuSlot(SlotKind.VALUE, self.ids[v]) for v in op.operands + op.results]
         scratch_cursor = 0
         for extra in kplan.extra:
-            if extra.kind == "scratch":
-                slots.append(SlotSpec("scratch", scratch_cursor))
+            if extra.kind == ExtraKind.SCRATCH:
+                slots.append(CpuSlot(SlotKind.SCRATCH, scratch_cursor))
                 scratch_cursor += _align(extra.nbytes)
             else:
-                slots.append(SlotSpec("constant", extra.op_index))
-        slots.append(SlotSpec("error", 0))
+                slots.append(CpuSlot(SlotKind.CONSTANT, extra.op_index))
+        slots.append(CpuSlot(SlotKind.ERROR, 0))
         self.scratch_bytes = max(self.scratch_bytes, scratch_cursor)
         phases = tuple(PhaseSpec(sym, ph.n_outer, ph.work, ph.serial) for sym, ph in zip(symbols, kplan.phases))
         extern = None
@@ -341,7 +371,7 @@ class _Planner:
 def _aligned_buffer(buffer: BufferSpec) -> bool:
     """Output arrays and the arena are allocated 64-byte aligned; arena slots are aligned unless a memory
     plan placed them otherwise."""
-    return buffer.kind == "output" or (buffer.kind == "arena" and buffer.index % ALIGN == 0)
+    return buffer.kind == BufferKind.OUTPUT or (buffer.kind == BufferKind.ARENA and buffer.index % ALIGN == 0)
 
 
 def _replace(step: StepSpec, **changes: Any) -> StepSpec:
@@ -349,7 +379,7 @@ def _replace(step: StepSpec, **changes: Any) -> StepSpec:
 
 
 def plan_launch(fn: Function, cpu: str, features: str, memory_plan: Any = None,
-                on_kernel: Callable[[str], None] | None = None) -> tuple[LaunchPlan, list[str]]:
+                on_kernel: Callable[[str], None] | None = None) -> tuple[CpuLaunchPlan, list[str]]:
     """The launch plan of ``fn`` (already in top-level form) and the LLVM IR of its native kernels.
 
     ``on_kernel(text)`` is called with each LLVM module (one per kernel phase) as soon as it is generated (the
@@ -362,11 +392,11 @@ def plan_launch(fn: Function, cpu: str, features: str, memory_plan: Any = None,
     not overwrite an input); such values, and values the plan omits, get fresh slots after the planned arena.
     Scratch buffers of kernels share one region after the values (kernels run one at a time).
     """
-    planner = _Planner(fn, cpu, features, memory_plan, on_kernel)
+    planner = _LaunchPlanner(fn, cpu, features, memory_plan, on_kernel)
     plan = planner.run()
     # scratch offsets are relative to the scratch region, which starts after the values
     base = _align(planner.arena_end)
-    plan.steps = [_replace(s, slots=tuple(SlotSpec(x.kind, x.ref + base) if x.kind == "scratch" else x
+    plan.steps = [_replace(s, slots=tuple(CpuSlot(x.kind, x.ref + base) if x.kind == SlotKind.SCRATCH else x
                                           for x in s.slots)) for s in plan.steps]
     return plan, planner.ir_texts
 

@@ -29,8 +29,8 @@ from neuroncc.codegen.llvm.access import ACCESS
 from neuroncc.codegen.llvm.dimflow import outer_dims_preserved
 from neuroncc.codegen.llvm.elementwise import ELEMENTWISE
 from neuroncc.codegen.llvm.kernel_plan import (
-    BlockedMap, Computed, ExternCall, ExtraArg, KernelPlan, MapStage, Phase, ReduceStage, RowLoop, ScatterLoop,
-    ScatterStage, Stage, TransposedMap, written_by,
+    BlockedMap, Computed, ExternCall, ExtraArg, ExtraKind, KernelPlan, MapStage, Phase, ReduceStage, RowLoop,
+    ScatterLoop, ScatterStage, Stage, TransposedMap, written_by,
 )
 from neuroncc.codegen.llvm.scalars import storage_itemsize
 from neuroncc.codegen.llvm.views import VIEW_OPS, Layout, view_layout
@@ -92,7 +92,7 @@ def lay_out(region: Function, params: list[Layout], outputs: list[Layout]) -> tu
                 output_slots[value] = slots[1:]
                 return layout
         t = value.type
-        extra.append(ExtraArg("scratch", nbytes=max(t.numel * storage_itemsize(t.dtype), 1)))
+        extra.append(ExtraArg(ExtraKind.SCRATCH, nbytes=max(t.numel * storage_itemsize(t.dtype), 1)))
         slot = n_params + n_outputs + len(extra) - 1
         return Layout(slot, 0, t.shape, contiguous_strides(t.shape), t.dtype)
 
@@ -130,7 +130,7 @@ def lay_out(region: Function, params: list[Layout], outputs: list[Layout]) -> tu
                     else None
                 access[result] = view if view is not None else Computed(op, index)
         elif op.name == "constant" and op.result.type.numel > 1:
-            extra.append(ExtraArg("constant", op_index=op_index))
+            extra.append(ExtraArg(ExtraKind.CONSTANT, op_index=op_index))
             slot = n_params + n_outputs + len(extra) - 1
             access[op.result] = Layout.of(slot, op.result.type)
         elif category is Category.REDUCTION:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from neuroncc.ir.dtypes import DType
 from neuroncc.ir.graph import Op
 from neuroncc.ir.types import TensorType, contiguous_strides
+from neuroncc.passes.strides import reshape_strides
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,30 +41,6 @@ class Layout:
         if math.prod(self.shape) == 0:
             return 0
         return 1 + sum((n - 1) * s for n, s in zip(self.shape, self.strides))
-
-
-def reshape_strides(shape: tuple[int, ...], strides: tuple[int, ...],
-                    new_shape: tuple[int, ...]) -> tuple[int, ...] | None:
-    """Strides that view (shape, strides) as new_shape without copying, or None (PyTorch's computeStride)."""
-    if math.prod(shape) <= 1 or math.prod(new_shape) == 0:
-        return contiguous_strides(new_shape)
-    new_strides = [0] * len(new_shape)
-    view_d = len(new_shape) - 1
-    chunk_base = strides[-1]
-    tensor_numel = view_numel = 1
-    for d in range(len(shape) - 1, -1, -1):
-        tensor_numel *= shape[d]
-        if d == 0 or (shape[d - 1] != 1 and strides[d - 1] != tensor_numel * chunk_base):
-            while view_d >= 0 and (view_numel < tensor_numel or new_shape[view_d] == 1):
-                new_strides[view_d] = view_numel * chunk_base
-                view_numel *= new_shape[view_d]
-                view_d -= 1
-            if view_numel != tensor_numel:
-                return None
-            if d > 0:
-                chunk_base = strides[d - 1]
-                tensor_numel = view_numel = 1
-    return tuple(new_strides) if view_d == -1 else None
 
 
 def _split_offsets(op: Op) -> list[int]:

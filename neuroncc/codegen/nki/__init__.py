@@ -12,7 +12,7 @@ fusion), ``stages`` / ``matmul`` (loop nests), ``kernel`` / ``program`` (functio
 
 from neuroncc.codegen.nki.op_rules import OP_RULES
 from neuroncc.codegen.nki.plan import HOST_OPS, TRANSFER_OPS, plan_region
-from neuroncc.codegen.nki.program import LaunchPlan, NkiProgram, PlanStep, SlotSpec, emit_program, graph_digest
+from neuroncc.codegen.nki.program import NkiLaunchPlan, NkiProgram, PlanStep, NkiSlot, emit_program, graph_digest
 
-__all__ = ["HOST_OPS", "LaunchPlan", "NkiProgram", "OP_RULES", "PlanStep", "SlotSpec", "TRANSFER_OPS",
+__all__ = ["HOST_OPS", "NkiLaunchPlan", "NkiProgram", "OP_RULES", "PlanStep", "NkiSlot", "TRANSFER_OPS",
            "emit_program", "graph_digest", "plan_region"]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from neuroncc.ir import REGISTRY, Category, Function, Op, Value
 from neuroncc.passes.strides import PURE_VIEWS, StridedView, apply_view
+from neuroncc.codegen.nki.conv import decompose_convolutions
 
 
 def _slice(source: Value, result: Value, dim: int, start: int, size: int) -> Op:
@@ -90,6 +91,5 @@ class _Normalizer:
 def normalize_region(region: Function) -> Function:
     """The normalized form of ``region`` (see the module docstring); convolutions are decomposed first
     (:mod:`neuroncc.codegen.nki.conv`)."""
-    from neuroncc.codegen.nki.conv import decompose_convolutions
 
     return _Normalizer(decompose_convolutions(region)).run()

@@ -23,7 +23,7 @@ import numpy as np
 
 from neuroncc.codegen.nki.normalize import normalize_region
 from neuroncc.codegen.nki.shapes import (
-    AffineMap, Group, Grouping, find_grouping, map_through_window, operand_grouping, row_major_map, view_window,
+    AffineMap, DimGroup, Grouping, find_grouping, map_through_window, operand_grouping, row_major_map, view_window,
 )
 from neuroncc.errors import CodegenError
 from neuroncc.ir import REGISTRY, Category, Function, Op, Value
@@ -130,7 +130,7 @@ def _immediate(op: Op) -> float | int | bool | None:
     return None
 
 
-class _Planner:
+class _NestPlanner:
     def __init__(self, region: Function, kernel_domain: tuple[int, ...], partition_hint: int | None, name: str):
         self.region = region
         self.name = name
@@ -234,7 +234,7 @@ class _Planner:
         domain = op.result.type.shape
         stage = self.new_stage("matmul", domain)
         stage.ops.append(op)
-        grouping = tuple(Group((d,), True) for d in range(len(domain)))
+        grouping = tuple(DimGroup((d,), True) for d in range(len(domain)))
         stage.groupings[op] = grouping
         stage.placements[op.result] = row_major_map(grouping, domain, domain)
         self.homes[op.result] = Home("stage", stage.index)
@@ -290,7 +290,7 @@ class _Planner:
         if op.name in REDUCTIONS:
             dims = set(op.attrs["dims"])
             keep = op.attrs["keepdim"]
-            groups = [Group(g.dims, False) if j in dims else g for j, g in enumerate(grouping) if keep or j not in dims]
+            groups = [DimGroup(g.dims, False) if j in dims else g for j, g in enumerate(grouping) if keep or j not in dims]
             stage.placements[result] = row_major_map(tuple(groups), stage.domain, result.type.shape)
         else:
             stage.placements[result] = row_major_map(grouping, stage.domain, result.type.shape)
@@ -377,7 +377,7 @@ def plan_region(region: Function, name: str, kernel_domain: tuple[int, ...] = ()
     """Plan ``region`` (the body of kernel ``name``) for NKI; see the module docstring."""
     normalized = normalize_region(region)
     domain = kernel_domain or _largest_shape(normalized)
-    return _Planner(normalized, tuple(domain), partition_hint, name).run()
+    return _NestPlanner(normalized, tuple(domain), partition_hint, name).run()
 
 
 def _largest_shape(region: Function) -> tuple[int, ...]:

@@ -10,7 +10,7 @@
   runtime runs with the reference interpreter (numpy);
 * any other op is wrapped in a single-op region first (pipelines without ``fuse``).
 
-The :class:`LaunchPlan` names every array the host handles as a *slot* (the function's parameters are
+The :class:`NkiLaunchPlan` names every array the host handles as a *slot* (the function's parameters are
 slots ``0..n-1``) and lists the steps with the slots they read and write.
 """
 
@@ -41,7 +41,7 @@ PLAN_FORMAT = 1
 
 
 @dataclass(frozen=True)
-class SlotSpec:
+class NkiSlot:
     shape: tuple[int, ...]
     dtype: str  # IR dtype spelling (f32, bf16, i64...)
 
@@ -58,10 +58,10 @@ class PlanStep:
 
 
 @dataclass(frozen=True)
-class LaunchPlan:
+class NkiLaunchPlan:
     function: str
     target: str
-    slots: tuple[SlotSpec, ...]
+    slots: tuple[NkiSlot, ...]
     params: tuple[int, ...]
     steps: tuple[PlanStep, ...]
     outputs: tuple[int, ...]
@@ -79,16 +79,16 @@ class LaunchPlan:
         }, indent=1) + "\n"
 
     @staticmethod
-    def from_json(text: str) -> LaunchPlan:
+    def from_json(text: str) -> NkiLaunchPlan:
         """Parse a plan; raises ValueError (or KeyError/TypeError) on anything malformed."""
         raw = json.loads(text)
         if not isinstance(raw, dict) or raw.get("format") != PLAN_FORMAT:
             raise ValueError(f"not an NKI launch plan of format {PLAN_FORMAT}")
-        slots = tuple(SlotSpec(tuple(int(n) for n in s["shape"]), str(s["dtype"])) for s in raw["slots"])
+        slots = tuple(NkiSlot(tuple(int(n) for n in s["shape"]), str(s["dtype"])) for s in raw["slots"])
         steps = tuple(PlanStep(str(s["kind"]), str(s["name"]), tuple(int(i) for i in s["inputs"]),
                                tuple(int(i) for i in s["outputs"]), str(s.get("program", "")))
                       for s in raw["steps"])
-        plan = LaunchPlan(str(raw["function"]), str(raw["target"]), slots, tuple(int(i) for i in raw["params"]),
+        plan = NkiLaunchPlan(str(raw["function"]), str(raw["target"]), slots, tuple(int(i) for i in raw["params"]),
                           steps, tuple(int(i) for i in raw["outputs"]), str(raw["source_sha256"]),
                           str(raw["graph_sha256"]))
         for step in plan.steps:
@@ -104,7 +104,7 @@ class NkiProgram:
     """The emitted module source, its launch plan, and the region plan of each kernel (for reports)."""
 
     source: str
-    plan: LaunchPlan
+    plan: NkiLaunchPlan
 
 
 def graph_digest(fn: Function) -> str:
@@ -126,7 +126,7 @@ class _ProgramEmitter:
         if target not in NKI_TARGETS:
             raise CodegenError(f"nki: unknown target '{target}' (known: {', '.join(NKI_TARGETS)})")
         self.fn, self.target = fn, NKI_TARGETS[target]
-        self.slots: list[SlotSpec] = []
+        self.slots: list[NkiSlot] = []
         self.slot_of: dict[Value, int] = {}
         self.steps: list[PlanStep] = []
         self.functions: list[str] = []
@@ -135,7 +135,7 @@ class _ProgramEmitter:
             self.slot_of[param] = self.new_slot(param)
 
     def new_slot(self, value: Value) -> int:
-        self.slots.append(SlotSpec(tuple(value.type.shape), value.type.dtype.value))
+        self.slots.append(NkiSlot(tuple(value.type.shape), value.type.dtype.value))
         return len(self.slots) - 1
 
     def run(self) -> NkiProgram:
@@ -159,7 +159,7 @@ class _ProgramEmitter:
                 name = f"{op.name}_{index}"
                 self.region(op, _single_op_region(op, name), name, (), None)
         source = HEADER.format(name=self.fn.name, target=self.target.name) + "\n\n" + "\n\n".join(self.functions)
-        plan = LaunchPlan(self.fn.name, self.target.name, tuple(self.slots),
+        plan = NkiLaunchPlan(self.fn.name, self.target.name, tuple(self.slots),
                           tuple(range(len(self.fn.params))), tuple(self.steps),
                           tuple(self.slot_of[v] for v in self.fn.outputs),
                           hashlib.sha256(source.encode()).hexdigest(), graph_digest(self.fn))

@@ -25,14 +25,14 @@ from neuroncc.passes.strides import PURE_VIEWS, StridedView, apply_view
 
 
 @dataclass(frozen=True, slots=True)
-class Group:
+class DimGroup:
     """The domain dims one dim of an iteration shape covers; ``full`` unless it is a broadcast size-1 dim."""
 
     dims: tuple[int, ...]
     full: bool
 
 
-Grouping = tuple[Group, ...]
+Grouping = tuple[DimGroup, ...]
 
 
 def find_grouping(shape: tuple[int, ...], domain: tuple[int, ...]) -> Grouping | None:
@@ -64,7 +64,7 @@ def _match(shape: tuple[int, ...], domain: tuple[int, ...], i: int, j: int) -> G
     for start, full in candidates:
         rest = _match(shape, domain, i - 1, start)
         if rest is not None:
-            return rest + (Group(tuple(range(start, j)), full),)
+            return rest + (DimGroup(tuple(range(start, j)), full),)
     return None
 
 
@@ -103,7 +103,7 @@ def operand_grouping(op_grouping: Grouping, op_shape: tuple[int, ...], operand_s
     groups = []
     for j, size in enumerate(operand_shape):
         group = op_grouping[lead + j]
-        groups.append(Group(group.dims, group.full and size == op_shape[lead + j]))
+        groups.append(DimGroup(group.dims, group.full and size == op_shape[lead + j]))
     return tuple(groups)
 
 

@@ -34,7 +34,7 @@ import numpy as np
 from neuroncc.ir.dtypes import DType
 from neuroncc.ir.types import contiguous_strides
 from neuroncc.codegen.llvm.extern_layouts import same_layout
-from neuroncc.codegen.llvm.program import StepSpec
+from neuroncc.codegen.llvm.program import SlotKind, StepSpec
 from neuroncc.executors.cpu.buffers import aligned_empty, data_address, flat_view, storage_dtype, strided_view
 from neuroncc.executors.cpu.extern import onednn_product
 from neuroncc.executors.cpu.extern_library import LIBRARY_CALLS, library_results, write_result
@@ -126,7 +126,7 @@ class ScratchProduct:
             return None
         layout = extern.results[0]
         slot = step.slots[layout.buffer] if layout.buffer < len(step.slots) else None
-        if slot is None or slot.kind != "scratch" or layout.offset != 0 or layout.dtype != "f32" \
+        if slot is None or slot.kind != SlotKind.SCRATCH or layout.offset != 0 or layout.dtype != "f32" \
                 or tuple(layout.strides) != contiguous_strides(layout.shape):
             return None
         return layout.buffer

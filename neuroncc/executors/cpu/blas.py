@@ -23,6 +23,8 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Callable
+from neuroncc.ir.types import contiguous_strides
+import numpy as np
 
 #: ATen's bmm computes batches of fewer multiply-adds each with its own naive loop, not BLAS.
 BMM_NAIVE_BELOW = 400
@@ -150,8 +152,6 @@ class BlasMatmul:
     and then the result; see the module docstring. Build with :func:`prepare`."""
 
     def __init__(self, name: str, plan: GemmPlan, alpha: float, beta: float, bias: Any, batch: Any) -> None:
-        import numpy as np
-
         self.name, self.plan = name, plan
         lib = library()
         c_int, c_float = ctypes.c_int, ctypes.c_float
@@ -303,7 +303,6 @@ def _bmm_batch(operands: Sequence[tuple[Sequence[int], Sequence[int]]], attrs: M
     """(plan, (batch, (a, b, c) batch strides in bytes)) when ATen's bmm calls MKL's batched gemm, else
     None: at least :data:`BMM_NAIVE_BELOW` multiply-adds per batch, every batch item contiguous or
     transposed, a contiguous result, more than one batch (ATen makes one batch a plain gemm)."""
-    from neuroncc.ir.types import contiguous_strides
 
     count, rows, cols = out_shape
     a = _matrix(*operands[0], attrs.get("transpose_a", False))

@@ -7,6 +7,7 @@ import ctypes
 
 import numpy as np
 
+from neuroncc.codegen.llvm.program import BufferKind
 from neuroncc.codegen.llvm.views import Layout
 from neuroncc.ir.dtypes import DType
 from neuroncc.ir.types import contiguous_strides
@@ -62,7 +63,7 @@ def returned_strides(plan, copies: list) -> list[tuple[int, ...]]:
     own (fresh or supplied by an extern step, which falls back to a copy in the planned layout) is returned in
     its planned layout, any other output is a copy (``copies``: from :func:`copy_layouts`). The torch front end
     reports them to AOTAutograd for saved activations."""
-    own = {buffer.index for buffer in plan.buffers if buffer.kind == "output"}
+    own = {buffer.index for buffer in plan.buffers if buffer.kind == BufferKind.OUTPUT}
     strides = []
     for position, value_id in enumerate(plan.outputs):
         spec = plan.values[value_id]

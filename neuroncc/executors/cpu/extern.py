@@ -15,6 +15,7 @@ import numpy as np
 
 from neuroncc.codegen.llvm.extern_layouts import onednn_shapes_eligible
 from neuroncc.ir.dtypes import DType, round_to_bf16
+from neuroncc.ir.ops import REGISTRY
 
 
 def _spatial(values: Sequence[int], n: int, fill: int) -> list[int]:
@@ -157,7 +158,6 @@ def _onednn_matmul(torch: Any, name: str, args: list[Any], out: Any) -> Any:
 def _run_numpy(name: str, attrs: Mapping[str, Any], operands: Sequence[np.ndarray],
                results: Sequence[np.ndarray]) -> None:
     """Integer contractions (rare; ATen has no integer BLAS either): the op's numpy reference."""
-    from neuroncc.ir.ops import REGISTRY
 
     out = REGISTRY.get(name).reference(*operands, **dict(attrs))
     outs = out if isinstance(out, tuple) else (out,)

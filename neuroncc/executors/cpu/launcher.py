@@ -43,10 +43,14 @@ from neuroncc.executors.cpu.buffers import storage_dtype as _storage_dtype
 from neuroncc.executors.cpu.buffers import strided_view as _view
 from neuroncc.executors.cpu.extern import run_extern
 from neuroncc.executors.cpu.extern_library import LIBRARY_CALLS, run_library
-from neuroncc.codegen.llvm.program import LaunchPlan, StepSpec, ValueSpec, function_hash, plan_launch
+from neuroncc.codegen.llvm.program import (
+    BufferKind, CpuLaunchPlan, StepKind, StepSpec, ValueSpec, function_hash, plan_launch,
+)
 from neuroncc.executors.cpu.step_host import ErrorFlag
 from neuroncc.executors.cpu.steps import BLAS_OPS, BlasStep, KernelIndexError, NativeKernel, prepare_blas
 from neuroncc.executors.cpu.threads import default_threads, get_pool, get_team
+from neuroncc.ir.interpreter import run_op
+from neuroncc.ir.dtypes import to_storage
 
 #: kernels.a: the object files of the kernel phases in one ar archive (executors/cpu/ar_archive.py)
 PLAN_FILE, IR_FILE, OBJECT_FILE = "plan.json", "kernels.ll", "kernels.a"
@@ -61,7 +65,7 @@ def _output_shaping(spec: ValueSpec) -> ValueSpec | tuple[int, ...]:
 class CpuExecutable:
     """The ``cpu`` target's executable: ``exe(*arrays) -> list of arrays``; see the module docstring."""
 
-    def __init__(self, function: Function, plan: LaunchPlan, module: jit.JitModule | None, threads: int,
+    def __init__(self, function: Function, plan: CpuLaunchPlan, module: jit.JitModule | None, threads: int,
                  compile_seconds: float = 0.0, threading_mode: str = "openmp"):
         self.function = function  # the top-level form actually run (kernels wrapped)
         self.plan = plan
@@ -77,10 +81,10 @@ class CpuExecutable:
         self._constants: dict[tuple[int, int], np.ndarray] = {}
         for number, buffer in enumerate(plan.buffers):
             dtype = _storage_dtype(buffer.dtype)
-            if buffer.kind == "arena":
+            if buffer.kind == BufferKind.ARENA:
                 self._static_flats[number] = self._arena[buffer.index:buffer.index + buffer.extent * dtype.itemsize] \
                     .view(dtype)
-            elif buffer.kind == "constant":
+            elif buffer.kind == BufferKind.CONSTANT:
                 array = np.array(function.ops[buffer.index].attrs["value"].array, copy=True, order="C")
                 self._static_flats[number] = array.reshape(-1)
         self._static_views: dict[int, np.ndarray] = {}  # value id -> its view over an arena/constant buffer
@@ -93,11 +97,11 @@ class CpuExecutable:
                          tuple(st * p.type.dtype.numpy.itemsize for st in p.type.layout_strides),
                          p.type.layout_strides == contiguous_strides(p.type.shape)) for p in function.params]
         self._call_buffers = [(n, b, _storage_dtype(b.dtype), _output_shaping(plan.values[plan.outputs[b.index]])
-                               if b.kind == "output" else None)
-                              for n, b in enumerate(plan.buffers) if b.kind in ("input", "output") and not b.supplied]
+                               if b.kind == BufferKind.OUTPUT else None)
+                              for n, b in enumerate(plan.buffers) if b.kind in (BufferKind.INPUT, BufferKind.OUTPUT) and not b.supplied]
         # (output position, buffer number, shaping) of the outputs whose storage a step supplies (adopt.py)
         self._supplied_outputs = [(b.index, n, _output_shaping(plan.values[plan.outputs[b.index]]))
-                                  for n, b in enumerate(plan.buffers) if b.kind == "output" and b.supplied]
+                                  for n, b in enumerate(plan.buffers) if b.kind == BufferKind.OUTPUT and b.supplied]
         # output position -> None (a C-order copy) or (extent, shape, strides) of the strided type it returns
         self._copy_layouts = copy_layouts(function)
         self.output_strides = returned_strides(plan, self._copy_layouts)
@@ -127,14 +131,14 @@ class CpuExecutable:
         return array
 
     def _runner(self, step: StepSpec) -> Any:
-        if step.kind == "extern":
+        if step.kind == StepKind.EXTERN:
             if any(self.plan.buffers[self.plan.values[r].buffer].supplied for r in step.results):
                 return SuppliedExtern(self, step)
             direct = self._direct_extern(step)
             if direct is not None:
                 return direct
             return lambda flats, addresses: self.run_extern(step, flats)
-        if step.kind == "view-copy" or not step.native:
+        if step.kind == StepKind.VIEW_COPY or not step.native:
             return lambda flats, addresses: self._run_interpreted(step, flats)
         return NativeKernel(self, step)
 
@@ -153,9 +157,9 @@ class CpuExecutable:
         interpreted_ops: dict[str, int] = {}
         native = interpreted = externs = 0
         for step in self.plan.steps:
-            if step.kind == "extern" or (step.native and step.extern is not None):
+            if step.kind == StepKind.EXTERN or (step.native and step.extern is not None):
                 externs += 1
-            if step.kind != "kernel":
+            if step.kind != StepKind.KERNEL:
                 continue
             if step.native:
                 native += 1
@@ -165,7 +169,7 @@ class CpuExecutable:
                 interpreted_ops[op.name] = interpreted_ops.get(op.name, 0) + 1
         return {"native_kernels": native, "interpreted_kernels": interpreted, "interpreted_ops": interpreted_ops,
                 "extern_calls": externs, "compile_seconds": compile_seconds,
-                "interpreted_reasons": [s.reason for s in self.plan.steps if s.kind == "kernel" and not s.native]}
+                "interpreted_reasons": [s.reason for s in self.plan.steps if s.kind == StepKind.KERNEL and not s.native]}
 
     # ---- run -----------------------------------------------------------------------------------------------
 
@@ -206,8 +210,6 @@ class CpuExecutable:
         if array.shape != shape:
             raise InputError(f"input #{position} has shape {list(array.shape)}, the graph expects {list(shape)}")
         if array.dtype != dtype:
-            from neuroncc.ir.dtypes import to_storage
-
             array = to_storage(array, self.function.params[position].type.dtype)
         if array.strides != strides and any(n > 1 and have != want
                                             for n, have, want in zip(shape, array.strides, strides)):
@@ -258,8 +260,6 @@ class CpuExecutable:
             run_extern(op.name, op.attrs, operands, results, op.results[0].type.dtype)
 
     def _run_interpreted(self, step: StepSpec, flats: list[Any]) -> None:
-        from neuroncc.ir.interpreter import run_op
-
         op = self.function.ops[step.op_index]
         outs = run_op(op, self.arrays(step.operands, flats))
         for out, target in zip(outs, self.arrays(step.results, flats)):
@@ -334,7 +334,7 @@ def load_cpu_executable(directory: str | Path, fn: Function, options: Mapping[st
     options = options or {}
     directory = Path(directory)
     try:
-        plan = LaunchPlan.from_json((directory / PLAN_FILE).read_text(encoding="utf-8"))
+        plan = CpuLaunchPlan.from_json((directory / PLAN_FILE).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError) as exc:
         raise ArtifactError(f"cannot read {directory / PLAN_FILE}: {exc}") from None
     top = wrap_remaining_ops(fn)

@@ -12,7 +12,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from neuroncc.codegen.llvm.jit import JitModule
-from neuroncc.codegen.llvm.program import LaunchPlan, StepSpec
+from neuroncc.codegen.llvm.program import CpuLaunchPlan, StepSpec
 from neuroncc.executors.cpu.threads import OpenMPTeam, ThreadPool
 from neuroncc.ir.graph import Function
 
@@ -40,7 +40,7 @@ class StepHost(Protocol):
     """The executable as its step runners see it."""
 
     function: Function  # the top-level graph run (kernels wrapped); steps index its ops
-    plan: LaunchPlan
+    plan: CpuLaunchPlan
     module: JitModule | None  # the loaded kernel phases (None when nothing is native)
     pool: ThreadPool
     team: OpenMPTeam | None  # None when threading is "python" (or libgomp is not found)

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from neuroncc.codegen.llvm.extern_layouts import ONEDNN_MIN_MACS
-from neuroncc.codegen.llvm.program import StepSpec, ValueSpec
+from neuroncc.codegen.llvm.program import SlotKind, StepSpec, ValueSpec
 from neuroncc.errors import NeuronccError
 from neuroncc.executors.cpu import blas
 from neuroncc.executors.cpu.adopt import ScratchProduct
@@ -54,7 +54,7 @@ class NativeKernel:
         self.dynamic: list[tuple[int, int, int]] = []  # (slot, buffer, byte offset)
         plan = exe.plan
         for slot, spec in enumerate(step.slots):
-            if spec.kind == "value":
+            if spec.kind == SlotKind.VALUE:
                 value = plan.values[spec.ref]
                 byte_offset = value.offset * _storage_dtype(value.dtype).itemsize
                 address = exe.static_address(value.buffer)
@@ -62,9 +62,9 @@ class NativeKernel:
                     self.args[slot] = address + byte_offset
                 else:
                     self.dynamic.append((slot, value.buffer, byte_offset))
-            elif spec.kind == "scratch":
+            elif spec.kind == SlotKind.SCRATCH:
                 self.args[slot] = exe.scratch_address(spec.ref)
-            elif spec.kind == "constant":
+            elif spec.kind == SlotKind.CONSTANT:
                 self.args[slot] = exe.region_constant(step.op_index, spec.ref).ctypes.data
             else:
                 self.args[slot] = exe.error.address

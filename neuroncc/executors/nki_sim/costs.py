@@ -11,10 +11,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import neuroncc.nki as nki
 from neuroncc.codegen.nki import NkiProgram, emit_program
+from neuroncc.executors.nki_sim.executable import (
+    NkiExecutable,
+    load_module,
+    lower_for_nki,
+)
 from neuroncc.ir import Function
 from neuroncc.ir.dtypes import DType
-from neuroncc.executors.nki_sim.executable import NkiExecutable, load_module, lower_for_nki
 
 #: NKI dtype of each IR dtype for cost-only arguments (int64 travels as int32, as the executable passes it).
 _SPEC_DTYPES = {DType.f32: "float32", DType.bf16: "bfloat16", DType.f16: "float16", DType.i64: "int32",
@@ -109,8 +114,6 @@ def estimate_costs(subject: Function | NkiExecutable | NkiProgram, target: str =
     ``subject`` is a function (before or after the ``nki`` pipeline), an nki-sim executable or an emitted
     program.
     """
-    import neuroncc.nki as nki
-
     name, program, module = _program(subject, target)
     plan = program.plan
     steps = []

@@ -24,10 +24,29 @@ from typing import Any
 
 import numpy as np
 
-from neuroncc.codegen.nki import LaunchPlan, NkiProgram, SlotSpec, emit_program, graph_digest
-from neuroncc.errors import ArtifactError, CodegenError, InputError, UnsupportedOpError
+import neuroncc.nki as nki
+from neuroncc.codegen.nki import (
+    NkiLaunchPlan,
+    NkiProgram,
+    NkiSlot,
+    emit_program,
+    graph_digest,
+)
+from neuroncc.errors import (
+    ArtifactError,
+    CodegenError,
+    InputError,
+    PassError,
+    UnsupportedOpError,
+)
 from neuroncc.ir import Function, collect_resources, interpret, parse
 from neuroncc.ir.dtypes import DType, to_storage
+from neuroncc.nki import trace
+from neuroncc.nki.launch import _launch  # simulate() plus the trace, for the counters
+from neuroncc.nki.target import resolve_target
+from neuroncc.passes.kernels import check_kernel_contract
+from neuroncc.passes.manager import PassContext
+from neuroncc.passes.pipeline import default_pipeline, run_pipeline
 
 SOURCE_FILE, PLAN_FILE = "nki_kernels.py", "nki_plan.json"
 DEFAULT_NKI_TARGET = "trn2"
@@ -58,7 +77,7 @@ class NkiExecutable:
     def __init__(self, function: Function, program: NkiProgram):
         self.function = function
         self.program = program
-        self.plan: LaunchPlan = program.plan
+        self.plan: NkiLaunchPlan = program.plan
         self.target = program.plan.target
         self.module = load_module(program.source)
         self.kernels = {step.name: getattr(self.module, step.name) for step in self.plan.steps if step.kind == "kernel"}
@@ -109,14 +128,9 @@ class NkiExecutable:
             seen.add(slot)
         return returned
 
-    def _launch(self, name: str, arguments: list[np.ndarray], inputs: list[SlotSpec],
-                outputs: list[SlotSpec]) -> list[np.ndarray]:
+    def _launch(self, name: str, arguments: list[np.ndarray], inputs: list[NkiSlot],
+                outputs: list[NkiSlot]) -> list[np.ndarray]:
         """Simulate kernel ``name``; bf16 arguments travel as bfloat16 host arrays, int64 as int32."""
-        import neuroncc.nki as nki
-        from neuroncc.nki import trace
-        from neuroncc.nki.launch import _launch  # simulate() plus the trace, for the counters
-        from neuroncc.nki.target import resolve_target
-
         for position, (array, spec) in enumerate(zip(arguments, inputs)):
             if spec.dtype == DType.i64.value and array.size and (array.min() < INT32_MIN or array.max() > INT32_MAX):
                 raise NkiRangeError(f"kernel '{name}' argument #{position}: int64 values in [{array.min()}, "
@@ -127,12 +141,6 @@ class NkiExecutable:
         self.stats["kernel_launches"] += 1
         self.stats["simulated_instructions"] += sum(1 for e in events if isinstance(e, trace.Instruction))
         return [to_storage(np.asarray(array), DType(spec.dtype)) for array, spec in zip(results, outputs)]
-
-    def cost_report(self, target: str | None = None) -> Any:
-        """The cost model's estimate of every kernel on ``target`` (default: the emitted one); cost-only."""
-        from neuroncc.executors.nki_sim.costs import estimate_costs
-
-        return estimate_costs(self, target or self.target)
 
     def save(self, directory: str | Path) -> list[str]:
         """Write the kernel module and the launch plan into ``directory``; returns the names written."""
@@ -150,11 +158,6 @@ def _nki_target(options: Mapping[str, Any]) -> str:
 def lower_for_nki(fn: Function, target: str = DEFAULT_NKI_TARGET) -> Function:
     """``fn`` after the ``nki`` pipeline for ``target`` (trn1/trn2/trn3), unless it already is in kernel form
     (the output of the pipeline: only kernels, matmuls, extern calls and views at the top level)."""
-    from neuroncc.errors import PassError
-    from neuroncc.passes.kernels import check_kernel_contract
-    from neuroncc.passes.manager import PassContext, run_pipeline
-    from neuroncc.passes.pipeline import default_pipeline
-
     try:
         check_kernel_contract(fn)
         return fn
@@ -196,7 +199,7 @@ def load_nki_executable(directory: str | Path, fn: Function) -> NkiExecutable:
     directory = Path(directory)
     try:
         source = (directory / SOURCE_FILE).read_text(encoding="utf-8")
-        plan = LaunchPlan.from_json((directory / PLAN_FILE).read_text(encoding="utf-8"))
+        plan = NkiLaunchPlan.from_json((directory / PLAN_FILE).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError) as exc:
         raise ArtifactError(f"cannot read the NKI kernels in {directory}: {exc}") from None
     except (ValueError, KeyError, TypeError) as exc:

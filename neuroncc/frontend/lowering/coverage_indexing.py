@@ -18,7 +18,6 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
 import torch
 
 aten = torch.ops.aten

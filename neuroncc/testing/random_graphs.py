@@ -1,7 +1,7 @@
 """Hypothesis strategies for random well-typed IR graphs (for property tests of passes and backends).
 
     from hypothesis import given
-    from neuroncc.testing.graphs import graphs
+    from neuroncc.testing.random_graphs import graphs
 
     @given(graphs())
     def test_my_pass(fn): ...
@@ -21,100 +21,21 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 
 import numpy as np
 from hypothesis import strategies as st
 
 from neuroncc.errors import TypeInferenceError
-from neuroncc.ir import Builder, DenseAttr, DType, Function, TensorType, Value
-
-FLOAT_UNARY = ("neg", "abs", "relu", "exp", "tanh", "sigmoid", "gelu", "sqrt", "log", "floor", "sin", "rsqrt")
-INT_UNARY = ("neg", "abs", "relu")
-BINARY = ("add", "sub", "mul", "maximum", "minimum")
-COMPARISONS = ("lt", "le", "gt", "ge", "eq", "ne")
-SPLATS = (0.0, -0.0, 1.0, 2.0, 0.5, 0.1)  # 0.1 is not exact in any float type: rounding must agree
-REDUCTIONS = ("sum", "amax", "amin", "mean", "prod")
-
-
-@dataclass
-class GraphState:
-    """A graph under construction: its builder and the values new ops may read."""
-
-    builder: Builder
-    pool: list[Value] = field(default_factory=list)
-    empty_dims: bool = True
-
-    def add(self, value: Value | tuple) -> None:
-        if isinstance(value, tuple):
-            self.pool.extend(value)
-        else:
-            self.pool.append(value)
-
-
-def _sizes(allow_empty: bool) -> st.SearchStrategy[int]:
-    """Small dims; 0 about one time in ten when allowed (an empty param empties most of a graph)."""
-    return st.sampled_from((2, 3, 1, 4, 2, 3, 4, 1, 3) + ((0,) if allow_empty else ()))
-
-
-def shapes(allow_empty: bool = True, max_rank: int = 3) -> st.SearchStrategy[tuple[int, ...]]:
-    return st.lists(_sizes(allow_empty), min_size=0, max_size=max_rank).map(tuple)
-
-
-def dtypes(mixed: bool = True) -> st.SearchStrategy[DType]:
-    if not mixed:
-        return st.just(DType.f32)
-    return st.sampled_from((DType.f32, DType.f32, DType.f32, DType.bf16, DType.f16, DType.i32, DType.i64, DType.bool))
-
-
-def _pick(draw, state: GraphState, predicate: Callable[[Value], bool] = lambda v: True) -> Value | None:
-    candidates = [v for v in state.pool if predicate(v)]
-    if not candidates:
-        return None
-    # favour recent values so graphs grow into chains rather than stars
-    index = draw(st.integers(0, len(candidates) - 1).map(lambda i: i if i % 3 else len(candidates) - 1))
-    return candidates[min(index, len(candidates) - 1)]
-
-
-def _splat(b: Builder, value: float, dtype: DType, shape: tuple[int, ...] = ()) -> Value:
-    if dtype.is_bool:
-        return b.op("full", shape=shape, dtype=dtype, value=int(value != 0))
-    if not dtype.is_float:
-        return b.op("full", shape=shape, dtype=dtype, value=int(value))
-    return b.op("full", shape=shape, dtype=dtype, value=value)
-
-
-def _broadcast_partner(draw, state: GraphState, x: Value, splats: Sequence[float] = SPLATS) -> Value:
-    """A value of x's dtype whose shape broadcasts with x's: a pool value, a new parameter or a splat."""
-    t = x.type
-    choice = draw(st.sampled_from(("param", "pool", "splat", "splat")))  # a fresh parameter shrinks best
-    if choice == "pool":
-        found = _pick(draw, state, lambda v: v is not x and v.type.dtype == t.dtype and _broadcasts(v.type.shape, t.shape))
-        if found is not None:
-            return found
-    if choice == "splat" or choice == "pool":
-        value = draw(st.sampled_from(splats))
-        shape = draw(st.sampled_from(((), t.shape, tuple(1 for _ in t.shape))))
-        return _splat(state.builder, value, t.dtype, shape)
-    drop = draw(st.integers(0, t.rank))
-    shape = tuple(s if draw(st.booleans()) else 1 for s in t.shape[drop:])
-    param = state.builder.param(TensorType(shape, t.dtype))
-    state.pool.append(param)
-    return param
-
-
-def _broadcasts(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
-    for x, y in zip(reversed(a), reversed(b)):
-        if x != y and x != 1 and y != 1:
-            return False
-    return True
-
-
-# ---- op families --------------------------------------------------------------------------------------
+from neuroncc.ir import Builder, DenseAttr, DType, Function, TensorType
+from neuroncc.testing.graph_families import MORE_FAMILIES, focused_family
+from neuroncc.testing.graph_state import (
+    BINARY, COMPARISONS, FLOAT_UNARY, INT_UNARY, REDUCTIONS, SPLATS, GraphState, broadcast_partner, dtypes,
+    pick, shapes, splat,
+)
 
 
 def _draw_unary(draw, state: GraphState) -> None:
-    x = _pick(draw, state, lambda v: not v.type.dtype.is_bool)
+    x = pick(draw, state, lambda v: not v.type.dtype.is_bool)
     if x is None:
         return
     names = FLOAT_UNARY if x.type.dtype.is_float else INT_UNARY
@@ -122,10 +43,10 @@ def _draw_unary(draw, state: GraphState) -> None:
 
 
 def _draw_binary(draw, state: GraphState) -> None:
-    x = _pick(draw, state, lambda v: not v.type.dtype.is_bool)
+    x = pick(draw, state, lambda v: not v.type.dtype.is_bool)
     if x is None:
         return
-    y = _broadcast_partner(draw, state, x)
+    y = broadcast_partner(draw, state, x)
     names = BINARY + (("div", "pow") if x.type.dtype.is_float else ())
     name = draw(st.sampled_from(names))
     operands = (y, x) if draw(st.booleans()) and name in ("add", "mul", "maximum", "minimum") else (x, y)
@@ -133,18 +54,18 @@ def _draw_binary(draw, state: GraphState) -> None:
 
 
 def _draw_where(draw, state: GraphState) -> None:
-    x = _pick(draw, state, lambda v: not v.type.dtype.is_bool)
+    x = pick(draw, state, lambda v: not v.type.dtype.is_bool)
     if x is None:
         return
     b = state.builder
-    condition = b.op(draw(st.sampled_from(COMPARISONS)), x, _broadcast_partner(draw, state, x))
+    condition = b.op(draw(st.sampled_from(COMPARISONS)), x, broadcast_partner(draw, state, x))
     state.add(condition)
-    other = _broadcast_partner(draw, state, x)
+    other = broadcast_partner(draw, state, x)
     state.add(b.op("where", condition, x, other) if draw(st.booleans()) else b.op("where", condition, other, x))
 
 
 def _draw_cast(draw, state: GraphState) -> None:
-    x = _pick(draw, state)
+    x = pick(draw, state)
     if x is None:
         return
     target = draw(dtypes())
@@ -152,7 +73,7 @@ def _draw_cast(draw, state: GraphState) -> None:
 
 
 def _draw_reduction(draw, state: GraphState) -> None:
-    x = _pick(draw, state, lambda v: v.type.rank > 0 and not v.type.dtype.is_bool)
+    x = pick(draw, state, lambda v: v.type.rank > 0 and not v.type.dtype.is_bool)
     if x is None:
         return
     name = draw(st.sampled_from(REDUCTIONS))
@@ -173,7 +94,7 @@ def _reshape_target(draw, shape: tuple[int, ...]) -> tuple[int, ...]:
 
 
 def _draw_view(draw, state: GraphState) -> None:
-    x = _pick(draw, state)
+    x = pick(draw, state)
     if x is None:
         return
     b, t = state.builder, x.type
@@ -203,7 +124,7 @@ def _draw_view(draw, state: GraphState) -> None:
 
 
 def _draw_movement(draw, state: GraphState) -> None:
-    x = _pick(draw, state, lambda v: v.type.rank > 0)
+    x = pick(draw, state, lambda v: v.type.rank > 0)
     if x is None:
         return
     b = state.builder
@@ -224,14 +145,14 @@ def _draw_constant(draw, state: GraphState) -> None:
     dtype = draw(dtypes())
     shape = draw(shapes(state.empty_dims, max_rank=2))
     if draw(st.booleans()):
-        state.add(_splat(b, draw(st.sampled_from(SPLATS)), dtype, shape))
+        state.add(splat(b, draw(st.sampled_from(SPLATS)), dtype, shape))
     else:
         state.add(b.op("iota", length=draw(st.integers(0, 6)), dtype=DType.i64 if not dtype.is_float else dtype))
 
 
 def _draw_index(draw, state: GraphState) -> None:
     """index_select / gather / embedding with in-range constant indices (random inputs could not be)."""
-    x = _pick(draw, state, lambda v: v.type.rank >= 1 and v.type.numel > 0)
+    x = pick(draw, state, lambda v: v.type.rank >= 1 and v.type.numel > 0)
     if x is None:
         return
     b, t = state.builder, x.type
@@ -252,7 +173,7 @@ def _draw_index(draw, state: GraphState) -> None:
 
 
 def _draw_matmul(draw, state: GraphState) -> None:
-    x = _pick(draw, state, lambda v: v.type.rank in (2, 3) and v.type.dtype in (DType.f32, DType.bf16, DType.i32))
+    x = pick(draw, state, lambda v: v.type.rank in (2, 3) and v.type.dtype in (DType.f32, DType.bf16, DType.i32))
     if x is None:
         return
     b, t = state.builder, x.type
@@ -276,8 +197,6 @@ FAMILIES: tuple[tuple[Callable, int], ...] = (
 
 def all_families() -> tuple[tuple[Callable, int], ...]:
     """:data:`FAMILIES` and the families of :mod:`neuroncc.testing.graph_families`."""
-    from neuroncc.testing.graph_families import MORE_FAMILIES
-
     return FAMILIES + MORE_FAMILIES
 
 
@@ -292,8 +211,6 @@ def graphs(draw, *, min_ops: int = 1, max_ops: int = 8, mixed_dtypes: bool = Tru
     """
     families = all_families() if families is None else families
     if focus:
-        from neuroncc.testing.graph_families import focused_family
-
         families = tuple(families) + ((focused_family(focus), 10),)
     b = Builder("random")
     state = GraphState(b, empty_dims=allow_empty)
