@@ -304,3 +304,11 @@ def test_imports_inside_functions_only_keep_heavy_imports_lazy():
                 continue
             problems.append(f"{path.relative_to(ROOT)}:{imp.line} imports {imp.module} inside a function")
     assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize("path", sorted(PACKAGE.rglob("__init__.py")), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_every_package_says_what_it_owns_and_may_import(path):
+    doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8")))
+    assert doc, f"{path.relative_to(ROOT)} opens with no docstring saying what the package owns"
+    if path.parent != PACKAGE:
+        assert "May import" in doc, f"{path.relative_to(ROOT)}'s docstring does not say what the package may import"

@@ -3,6 +3,8 @@
 Exit codes: 0 success; 1 a check failed (``run --check`` mismatch, ``cache verify`` found bad entries);
 2 bad input or a typed neuroncc error (one line on stderr, no traceback); 3 an internal error (a bug: the
 message asks for a report; ``NEURONCC_TRACEBACK=1`` shows the traceback).
+
+May import: everything in neuroncc (the front end only inside the commands that need torch).
 """
 
 from __future__ import annotations

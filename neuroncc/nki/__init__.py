@@ -17,33 +17,47 @@
 This package is the simulator itself (numpy only; it imports nothing of neuroncc but ``errors`` and the
 hardware descriptions). Its modules, bottom up:
 
-- ``errors``, ``dtypes``, ``target``: the error type, NKI dtypes (bfloat16 stored as rounded float32),
-  per-generation hardware numbers.
-- ``tensor``, ``context``, ``trace``: tensors and views, the state of a launch, and the instruction trace
-  it records (the trace's docstring defines its format).
+- ``errors``, ``dtypes``, ``minifloat``, ``target``: the error type, NKI dtypes (bfloat16 stored as rounded
+  float32; fp8/fp4/MX with reference rounding), choosing the
+  NeuronCore generation (its numbers live in ``neuroncc.hardware``, shared with the compiler).
+- ``tensor``, ``blocked``, ``active``, ``context``, ``trace``: tensors and views (NKI 0.1 block dimensions too),
+  which launch is running, the state of a launch, and the instruction trace it records (the trace's docstring
+  defines its format).
+- ``index``, ``masking``: NKI 0.1 index expressions (``nl.arange``/``nl.mgrid``) and ``mask=`` predicates.
 - ``ops``, ``validate``, ``instructions``, ``isa_movement``, ``isa_tensor_engine``, ``isa_compute``,
-  ``isa``: the instruction set (``nki.isa``).
-- ``allocate``, ``language``, ``language_math``: ``nki.language``.
-- ``memory``: after a launch, places on-chip tiles by live range and checks SBUF / PSUM capacity.
-- ``cost_model``, ``scheduler``, ``profile``: per-instruction costs, a dependency-aware list schedule of
-  the placed trace, and the report. They read only the trace, never the simulator's objects.
-- ``launch``: ``jit``, ``simulate``, ``benchmark``, ``trace_kernel`` - the API boundary.
+  ``isa_reduce``, ``isa_mx``, ``isa``: the instruction set (``nki.isa``).
+- ``allocate``, ``language``, ``language_math``, ``language_grid``: ``nki.language``; ``typing`` and
+  ``compiler``: ``nki.typing`` and ``nki.compiler``.
+- ``memory``, ``forwarding``: after a launch, places on-chip tiles by live range and checks SBUF / PSUM
+  capacity; drops the copies NKI's compiler elides.
+- ``cost_model``, ``scheduler``, ``profile``, ``timeline``: per-instruction costs, a dependency-aware list
+  schedule of the placed trace, the report and the trace file. They read only the trace.
+- ``launch``: ``jit``, ``simulate``, ``benchmark``, ``baremetal``, ``profile``, ``trace_kernel`` - the API
+  boundary; ``aliases``: ``import nki`` / ``neuronxcc.nki`` for unchanged kernel files (opt-in).
 - ``kernels``, ``calibration``: reference kernels in NKI 0.2+ style and the cost model's calibration runs.
 
 See docs/nki.md for the supported subset and the cost model.
+
+May import: errors, hardware (nothing of the compiler: kernel authors use it on its own).
 """
 
-from neuroncc.nki import isa, language
+from neuroncc.nki import compiler, isa, language, typing
+from neuroncc.nki.aliases import install_import_aliases, uninstall_import_aliases
 from neuroncc.nki.errors import NKISimulationError
+from neuroncc.nki.dtypes import HostArray, host_array
 from neuroncc.nki.launch import (
-    BenchmarkResult, HostArray, Kernel, TensorSpec, benchmark, bfloat16_array, host_array, jit, simulate,
+    BenchmarkResult, Kernel, TensorSpec, baremetal, benchmark, bfloat16_array, jit, profile, simulate,
     simulate_kernel, trace_kernel,
 )
 from neuroncc.nki.profile import EngineUsage, KernelProfile
 from neuroncc.nki.target import TARGET_ENV_VAR, TARGETS, Target
+from neuroncc.nki.tensor import Tensor as tensor
+
+__neuroncc_alias__ = True  # install_import_aliases: this package may stand in for `nki` / `neuronxcc.nki`
 
 __all__ = [
     "BenchmarkResult", "EngineUsage", "HostArray", "Kernel", "KernelProfile", "NKISimulationError", "TARGETS",
-    "TARGET_ENV_VAR", "Target", "TensorSpec", "benchmark", "bfloat16_array", "host_array", "isa", "jit",
-    "language", "simulate", "simulate_kernel", "trace_kernel",
+    "TARGET_ENV_VAR", "Target", "TensorSpec", "baremetal", "benchmark", "bfloat16_array", "compiler", "host_array",
+    "install_import_aliases", "isa", "jit", "language", "profile", "simulate", "simulate_kernel", "tensor",
+    "trace_kernel", "typing", "uninstall_import_aliases",
 ]

@@ -2,36 +2,36 @@
 
 NKI's API is module-level functions (``nl.ndarray``, ``nisa.nc_matmul``) with no context argument, so the
 running launch has to be found somewhere: ``simulate`` activates a ``SimulationContext`` for the duration
-of the kernel and the API functions look it up with ``current()``. That is the only ambient state; the
-context itself is an ordinary object built from explicit arguments (the target is resolved before it
-exists).
+of the kernel and the API functions look it up with ``current()`` (``active``). That is the only ambient
+state; the context itself is an ordinary object built from explicit arguments (the target is resolved
+before it exists).
 """
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import itertools
-from collections.abc import Iterator
+import warnings
+from typing import Any
 
 import numpy as np
 
 from neuroncc.nki import trace as tr
+from neuroncc.nki.active import activate, active, current
 from neuroncc.nki.dtypes import DType, uninitialised_fill
-from neuroncc.nki.errors import NKISimulationError
+from neuroncc.nki.errors import NKIRuleWarning, NKISimulationError
 from neuroncc.nki.memory import footprint
 from neuroncc.nki.target import Target
-from neuroncc.nki.tensor import Buffer, Storage, Tensor, TileOperators
+from neuroncc.nki.tensor import Buffer, Storage, Tensor
 
-_ACTIVE: contextvars.ContextVar[SimulationContext | None] = contextvars.ContextVar("nki_simulation", default=None)
+__all__ = ["SimulationContext", "activate", "active", "current"]
 
 
 class SimulationContext:
     """One kernel launch (all programs of its grid): allocations, the trace and the grid position."""
 
-    def __init__(self, target: Target, numerics: bool, operators: TileOperators, grid: tuple[int, ...] = ()):
+    def __init__(self, target: Target, numerics: bool, grid: tuple[int, ...] = (), api: Any = None):
         self.target = target
-        self.operators = operators  # what Python operators on this launch's tiles do (nki.language)
+        self.api = api  # the nki.language module: what tensor operators (`a + b`, `t[...] = v`) call
         self.numerics = numerics
         self.grid = grid
         self.program_id: tuple[int, ...] = tuple(0 for _ in grid)
@@ -42,6 +42,12 @@ class SimulationContext:
         self._shared_outputs: list[Storage] = []
         self._shared_ordinal = 0
         self.instruction_count = 0
+        # The op that last wrote each tile (how `psum += nisa.nc_matmul(...)` knows it accumulates a matmul).
+        self.producers: dict[int, str] = {}
+        # NKI 0.1 masks that are not rectangles: which elements of the current instruction's dst are written.
+        self.write_mask: np.ndarray | None = None
+        # Rules NKI does not enforce but a careful kernel should follow: reported once each, never raised.
+        self.warned: set[str] = set()
 
     # ----------------------------------------------------------------------------- grid
     def begin_program(self, program_id: tuple[int, ...]) -> None:
@@ -50,11 +56,12 @@ class SimulationContext:
 
     # ----------------------------------------------------------------------------- allocation
     def new_tensor(self, shape: tuple[int, ...], dtype: DType, buffer: Buffer, name: str = "",
-                   fill: object = None, data: np.ndarray | None = None) -> Tensor:
+                   fill: object = None, data: np.ndarray | None = None, transient: bool = False) -> Tensor:
         """Allocate a storage and return a view of all of it.
 
         ``fill`` initialises the values (default: the uninitialised pattern, NaN for floats); ``data``
-        adopts an existing array instead (kernel inputs). Both are ignored in cost-only mode.
+        adopts an existing array instead (kernel inputs). Both are ignored in cost-only mode. ``transient``
+        marks the result tile of a value-returning call (see ``forwarding``).
         """
         if buffer is Buffer.SHARED_HBM:
             reused = self._reuse_shared(shape, dtype, name)
@@ -68,7 +75,8 @@ class SimulationContext:
                 array = data
             else:
                 array = np.full(shape, uninitialised_fill(dtype) if fill is None else fill, dtype=dtype.storage)
-        storage = Storage(storage_id, buffer, dtype, shape, name, array, self.operators)
+        storage = Storage(storage_id, buffer, dtype, shape, name, array)
+        storage.transient = transient
         if buffer.on_chip:
             # Where the tile lives is decided after the launch, from its live range (memory.place).
             size = footprint(buffer.value, storage.bytes_per_partition, self.target)
@@ -81,7 +89,7 @@ class SimulationContext:
                 raise NKISimulationError(
                     f"sbuf tile '{name}' {shape} {dtype.name} needs {storage.bytes_per_partition} bytes per "
                     f"partition, more than SBUF's {self.target.sbuf_partition_bytes} on {self.target.name}")
-            self.events.append(tr.Allocate(storage_id, buffer.value, name, shape, dtype.name, 0, size))
+            self.events.append(tr.Allocate(storage_id, buffer.value, name, shape, dtype.name, 0, size, transient))
         else:
             self.events.append(tr.Allocate(storage_id, buffer.value, name, shape, dtype.name))
         if buffer is Buffer.SHARED_HBM:
@@ -107,27 +115,14 @@ class SimulationContext:
         instruction = tr.Instruction(self.instruction_count, op, engine, operands, params)
         self.instruction_count += 1
         self.events.append(instruction)
+        for operand in operands:
+            if operand.writes:
+                self.producers[operand.tile] = op
         return instruction
 
-
-def current() -> SimulationContext:
-    """The launch being simulated; NKI API calls outside a kernel launch are an error."""
-    context = _ACTIVE.get()
-    if context is None:
-        raise NKISimulationError(
-            "NKI language and ISA calls must run inside a kernel launched with nki.simulate / nki.benchmark "
-            "(or a call of an @nki.jit kernel)")
-    return context
-
-
-def active() -> SimulationContext | None:
-    return _ACTIVE.get()
-
-
-@contextlib.contextmanager
-def activate(context: SimulationContext) -> Iterator[SimulationContext]:
-    token = _ACTIVE.set(context)
-    try:
-        yield context
-    finally:
-        _ACTIVE.reset(token)
+    def warn(self, rule: str, message: str) -> None:
+        """Report a rule NKI itself does not enforce (once per rule and launch), as a ``NKIRuleWarning``."""
+        if rule in self.warned:
+            return
+        self.warned.add(rule)
+        warnings.warn(NKIRuleWarning(message), stacklevel=3)

@@ -30,12 +30,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from neuroncc.hardware.neuron import FP32_MATMUL_SLOWDOWN, MIN_ISSUE_CYCLES, dma_efficiency
 from neuroncc.nki.target import Target
 from neuroncc.nki.trace import Engine, Instruction, Operand
 
-MIN_II = 64  # minimum instruction issue interval, engine cycles
-FULL_RATE_CHUNK = 4096  # contiguous bytes per descriptor for full DMA bandwidth
-EFFICIENT_CHUNK = 2048  # below this DMA efficiency falls off steeply
+MIN_II = MIN_ISSUE_CYCLES  # minimum instruction issue interval, engine cycles
+#: iota's fixed cost on GpSimdE, cycles (the published ``150 + N``).
+IOTA_CYCLES = 150
+
+__all__ = ["CYCLE_RULES", "Cost", "MIN_II", "dma_efficiency", "instruction_cost"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,15 +81,15 @@ def _lanes(ins: Instruction, target: Target) -> int:
 
 def _matmul(ins: Instruction, target: Target) -> float:
     stationary, moving = ins.operand("stationary"), ins.operand("moving")
-    cycles = max(min(64, stationary.free_size), moving.free_size)
+    cycles = max(min(MIN_II, stationary.free_size), moving.free_size)
     fp32 = stationary.dtype == "float32" or moving.dtype == "float32"
-    return cycles * (4 if fp32 else 1)
+    return cycles * (FP32_MATMUL_SLOWDOWN if fp32 else 1)
 
 
 def _transpose(ins: Instruction, target: Target) -> float:
     data = ins.operand("data")
     if ins.engine is Engine.TENSOR:
-        return max(data.partitions, min(64, data.free_size))
+        return max(data.partitions, min(MIN_II, data.free_size))
     return max(MIN_II, data.free_size / _lanes(ins, target))
 
 
@@ -106,7 +109,25 @@ def _activation(ins: Instruction, target: Target) -> float:
 
 
 def _iota(ins: Instruction, target: Target) -> float:
-    return 150 + ins.operand("dst").free_size
+    return IOTA_CYCLES + ins.operand("dst").free_size
+
+
+def _gpsimd_pass(ins: Instruction, target: Target) -> float:
+    return 150 + _streamed(ins).free_size
+
+
+def _one_pass_reduce(ins: Instruction, target: Target) -> float:
+    return max(MIN_II, _streamed(ins).free_size / _lanes(ins, target)) + MIN_II
+
+
+def _bn_aggr(ins: Instruction, target: Target) -> float:
+    return max(MIN_II, 13 * ins.operand("data").free_size / 3)
+
+
+def _matmul_mx(ins: Instruction, target: Target) -> float:
+    # Each moving element streams once, as for a bf16 matmul; it carries 4 contraction values.
+    stationary, moving = ins.operand("stationary"), ins.operand("moving")
+    return max(min(64, stationary.free_size), moving.free_size)
 
 
 # Engine cycles per instruction, one rule per op (NC-v2 formulas scaled by lanes; see module docstring).
@@ -123,6 +144,13 @@ CYCLE_RULES: dict[str, Callable[[Instruction, Target], float]] = {
     "tensor_tensor": _two_inputs,                # max(64, 2N); max(64, N) with a PSUM input
     "scalar_tensor_tensor": _two_inputs,         # as tensor_tensor
     "iota": _iota,                               # 150 + N
+    "affine_select": _gpsimd_pass,               # 150 + N (GpSimdE)
+    "tensor_scalar_reduce": _one_pass_reduce,    # max(64, N) + 64
+    "tensor_tensor_scan": _two_inputs,           # as tensor_tensor (assumed: two streamed inputs)
+    "bn_stats": _one_pass,                       # max(64, N)
+    "bn_aggr": _bn_aggr,                         # max(64, 13 * N / 3)
+    "nc_matmul_mx": _matmul_mx,                  # max(min(64, M), N) (assumed: the bf16 rate per packed element)
+    "quantize_mx": _one_pass,                    # max(64, N) (assumed)
 }
 
 
@@ -135,20 +163,6 @@ def _clock_ghz(engine: Engine, target: Target) -> float:
     }[engine]
 
 
-def dma_efficiency(contiguous_bytes: int) -> float:
-    """Fraction of DMA bandwidth a transfer gets, from its contiguous run per descriptor.
-
-    Published guidance: transfers need >= 2 KiB per partition to be efficient and >= 4 KiB to reach
-    full bandwidth. The curve between those points (75% at 2 KiB, linear below, floored at 64-byte runs)
-    is our assumption.
-    """
-    if contiguous_bytes >= FULL_RATE_CHUNK:
-        return 1.0
-    if contiguous_bytes >= EFFICIENT_CHUNK:
-        return 0.75 + 0.25 * (contiguous_bytes - EFFICIENT_CHUNK) / (FULL_RATE_CHUNK - EFFICIENT_CHUNK)
-    return 0.75 * max(contiguous_bytes, 64) / EFFICIENT_CHUNK
-
-
 def instruction_cost(ins: Instruction, target: Target) -> Cost:
     """Engine time and work of one traced instruction on ``target``."""
     if ins.engine is Engine.DMA:
@@ -159,9 +173,10 @@ def instruction_cost(ins: Instruction, target: Target) -> Cost:
     cycles = CYCLE_RULES[ins.op](ins, target)
     flops = 0
     elements = 0
-    if ins.op == "nc_matmul":
+    if ins.op in ("nc_matmul", "nc_matmul_mx"):
         stationary, moving = ins.operand("stationary"), ins.operand("moving")
-        flops = 2 * stationary.partitions * stationary.free_size * moving.free_size
+        packed = 4 if ins.op == "nc_matmul_mx" else 1
+        flops = 2 * stationary.partitions * packed * stationary.free_size * moving.free_size
     elif ins.engine is not Engine.TENSOR:
         streamed = _streamed(ins)
         elements = streamed.partitions * streamed.free_size

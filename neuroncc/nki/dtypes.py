@@ -2,8 +2,13 @@
 
 numpy has no bfloat16, so a bfloat16 tensor is stored as float32 whose values are always exactly
 representable in bfloat16: every write rounds to the nearest bfloat16 (ties to even) by clearing the low 16
-bits of the float32 pattern. float16 uses numpy's own float16. The engines compute in float32 (ScalarE and
-VectorE always do), so reading a tile gives float32 for every float dtype.
+bits of the float32 pattern. The 8-bit floats (float8_e4m3, float8_e5m2, float8_e4m3fn) and tfloat32 are kept
+the same way, rounded by ``minifloat``. float16 uses numpy's own float16. The engines compute in float32
+(ScalarE and VectorE always do), so reading a tile gives float32 for every float dtype.
+
+Two kinds keep raw bits instead: the MX scale type float8_e8m0fnu (one uint8 exponent code) and the 4-packed
+MX data types (float8_e5m2_x4, float8_e4m3fn_x4: four fp8 codes in a uint32; float4_e2m1fn_x4: four fp4 codes
+in a uint16). Only the MX instructions read their values; copies move their bits.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from neuroncc.nki import minifloat
 from neuroncc.nki.errors import NKISimulationError
 
 
@@ -22,11 +28,21 @@ class DType:
     name: str
     itemsize: int  # bytes per element on the device (bfloat16 is 2 even though we store float32)
     storage: np.dtype
-    kind: str  # "float" | "int" | "uint" | "bool"
+    kind: str  # "float" | "int" | "uint" | "bool" | "scale" (e8m0 codes) | "packed" (_x4 MX data)
+    element: minifloat.MiniFloat | None = None  # the rounding of a narrow float, or the packed element format
 
     @property
     def is_float(self) -> bool:
-        return self.kind == "float"
+        return self.kind in ("float", "scale")
+
+    @property
+    def is_packed(self) -> bool:
+        return self.kind == "packed"
+
+    @property
+    def exact_bits(self) -> bool:
+        """Whether the numpy storage holds the device's exact bits (so the bytes may be reinterpreted)."""
+        return (self.storage.itemsize == self.itemsize and self.element is None) or self.kind in ("packed", "scale")
 
     @property
     def is_integer(self) -> bool:
@@ -49,8 +65,19 @@ uint8 = DType("uint8", 1, np.dtype(np.uint8), "uint")
 uint16 = DType("uint16", 2, np.dtype(np.uint16), "uint")
 uint32 = DType("uint32", 4, np.dtype(np.uint32), "uint")
 bool_ = DType("bool_", 1, np.dtype(np.bool_), "bool")
+tfloat32 = DType("tfloat32", 4, np.dtype(np.float32), "float", minifloat.TFLOAT32)
+float8_e4m3 = DType("float8_e4m3", 1, np.dtype(np.float32), "float", minifloat.FLOAT8_E4M3)
+float8_e5m2 = DType("float8_e5m2", 1, np.dtype(np.float32), "float", minifloat.FLOAT8_E5M2)
+float8_e4m3fn = DType("float8_e4m3fn", 1, np.dtype(np.float32), "float", minifloat.FLOAT8_E4M3FN)
+float8_e8m0fnu = DType("float8_e8m0fnu", 1, np.dtype(np.uint8), "scale")
+float8_e5m2_x4 = DType("float8_e5m2_x4", 4, np.dtype(np.uint32), "packed", minifloat.FLOAT8_E5M2)
+float8_e4m3fn_x4 = DType("float8_e4m3fn_x4", 4, np.dtype(np.uint32), "packed", minifloat.FLOAT8_E4M3FN)
+float4_e2m1fn_x4 = DType("float4_e2m1fn_x4", 2, np.dtype(np.uint16), "packed", minifloat.FLOAT4_E2M1FN)
 
-ALL_DTYPES: tuple[DType, ...] = (float32, bfloat16, float16, int8, int16, int32, uint8, uint16, uint32, bool_)
+ALL_DTYPES: tuple[DType, ...] = (
+    float32, bfloat16, float16, int8, int16, int32, uint8, uint16, uint32, bool_, tfloat32, float8_e4m3,
+    float8_e5m2, float8_e4m3fn, float8_e8m0fnu, float8_e5m2_x4, float8_e4m3fn_x4, float4_e2m1fn_x4,
+)
 _BY_NAME = {d.name: d for d in ALL_DTYPES} | {"bool": bool_, "fp32": float32, "bf16": bfloat16, "fp16": float16}
 
 # numpy dtypes that map one-to-one onto an NKI dtype (float32 maps to float32, never to bfloat16).
@@ -86,6 +113,8 @@ def dtype_of(value: object) -> DType:
         return int32
     if numpy_dtype in _BY_NUMPY:
         return _BY_NUMPY[numpy_dtype]
+    if numpy_dtype.name in _BY_NAME:  # ml_dtypes' bfloat16 / float8_* arrays, when that library is installed
+        return _BY_NAME[numpy_dtype.name]
     raise NKISimulationError(f"numpy dtype {numpy_dtype} has no NKI equivalent")
 
 
@@ -110,6 +139,14 @@ def cast(values: np.ndarray | float | int, dtype: DType) -> np.ndarray:
     array = np.asarray(values)
     if dtype is bfloat16:
         return round_to_bfloat16(array)
+    if dtype.element is not None and dtype.kind == "float":
+        return minifloat.round_to(array, dtype.element)
+    if dtype.kind == "scale":
+        return minifloat.e8m0_encode(array)
+    if dtype.kind == "packed":
+        raise NKISimulationError(
+            f"values cannot be converted to {dtype.name}: packed MX data is written by nisa.quantize_mx or copied "
+            f"bit for bit from a tensor of the same type")
     if dtype.kind == "float":
         with np.errstate(over="ignore", invalid="ignore"):
             return array.astype(dtype.storage)
@@ -120,6 +157,16 @@ def cast(values: np.ndarray | float | int, dtype: DType) -> np.ndarray:
         with np.errstate(invalid="ignore"):
             array = np.nan_to_num(np.rint(array.astype(np.float64)), nan=0.0)
     return np.clip(array, info.min, info.max).astype(dtype.storage)
+
+
+def values_of(raw: np.ndarray, dtype: DType) -> np.ndarray:
+    """The numbers a stored array means: e8m0 codes become powers of two; packed data has no single value."""
+    if dtype.kind == "scale":
+        return minifloat.e8m0_decode(raw)
+    if dtype.kind == "packed":
+        raise NKISimulationError(
+            f"{dtype.name} holds four packed values per element; only nisa.nc_matmul_mx and copies can read it")
+    return raw
 
 
 def compute_dtype(*dtypes: DType) -> np.dtype:
@@ -137,6 +184,8 @@ def promote(a: DType, b: DType) -> DType:
     """
     if a == b:
         return a
+    if a.is_packed or b.is_packed:
+        raise NKISimulationError(f"no elementwise arithmetic on packed MX data ({a.name}, {b.name})")
     if a.is_float or b.is_float:
         floats = [d for d in (a, b) if d.is_float]
         return floats[0] if len(floats) == 1 else float32
@@ -156,7 +205,30 @@ def uninitialised_fill(dtype: DType) -> object:
     """
     if dtype.kind == "float":
         return np.nan
+    if dtype.kind in ("scale", "packed"):
+        return np.iinfo(dtype.storage).max  # all ones: NaN codes
     if dtype.kind == "bool":
         return True
     info = np.iinfo(dtype.storage)
     return info.min if dtype.kind == "int" else info.max
+
+
+@dataclass(frozen=True, slots=True)
+class HostArray:
+    """Host values with an explicit NKI dtype; how to pass bfloat16 / fp8 inputs, which numpy cannot hold."""
+
+    values: np.ndarray
+    dtype: DType
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.values.shape)
+
+    def __array__(self, dtype: object = None, copy: object = None) -> np.ndarray:
+        return self.values if dtype is None else self.values.astype(dtype)
+
+
+def host_array(values: np.ndarray, dtype: object) -> HostArray:
+    """``values`` as a kernel input of ``dtype`` (e.g. ``nl.bfloat16``; values are rounded to it)."""
+    kind = dtype_of(dtype)
+    return HostArray(cast(np.asarray(values), kind), kind)

@@ -15,6 +15,11 @@ class NKISimulationError(NeuronccError, AssertionError):
     """A kernel broke an NKI rule: a shape, dtype, memory-space, engine or capacity limit."""
 
 
+class NKIRuleWarning(UserWarning):
+    """A kernel broke a rule of the simulator's own that NKI does not have (e.g. SBUF capacity, which NKI's
+    compiler meets by spilling): reported, never raised, so every kernel NKI accepts still runs."""
+
+
 def require(condition: bool, message: str) -> None:
     """Raise ``NKISimulationError(message)`` unless ``condition`` holds."""
     if not condition:

@@ -15,7 +15,7 @@ import numpy as np
 
 from neuroncc.nki import trace as tr
 from neuroncc.nki.context import SimulationContext, current
-from neuroncc.nki.dtypes import DType, cast, float32
+from neuroncc.nki.dtypes import DType, cast, float32, values_of
 from neuroncc.nki.errors import NKISimulationError
 from neuroncc.nki.tensor import Buffer, Tensor
 
@@ -29,6 +29,16 @@ class engine(enum.Enum):  # noqa: N801 - spelled as in NKI (``nisa.engine.vector
     scalar = "scalar"
     gpsimd = "gpsimd"
     sync = "sync"
+    activation = "scalar"  # NKI 0.2+'s name for ScalarE (an alias of scalar)
+    dma = "dma"
+
+
+# NKI 0.1's module-level engine constants (``nisa.vector_engine`` ...), the same values as ``nisa.engine.*``.
+unknown_engine = engine.unknown
+tensor_engine = engine.tensor
+vector_engine = engine.vector
+scalar_engine = engine.scalar
+gpsimd_engine = engine.gpsimd
 
 
 class reduce_cmd(enum.Enum):  # noqa: N801 - spelled as in NKI
@@ -38,6 +48,7 @@ class reduce_cmd(enum.Enum):  # noqa: N801 - spelled as in NKI
     reset = "reset"
     reduce = "reduce"
     reset_reduce = "reset_reduce"
+    load_reduce = "load_reduce"
 
 
 ENGINE_OF = {
@@ -60,11 +71,12 @@ def pick_engine(requested: object, default: tr.Engine, allowed: tuple[tr.Engine,
 
 
 def operand(role: str, value: Tensor, access: str, dma: bool = False) -> tr.Operand:
-    """The trace record of one tensor argument; DMA operands also carry their contiguous run length."""
+    """The trace record of one tensor argument, with its contiguous run length (what DMA efficiency needs;
+    kept for every operand, since ``forwarding`` may turn a copy's destination into a DMA's)."""
     return tr.Operand(
         role=role, tile=value.storage.id, buffer=value.buffer.value, access=access, shape=value.shape,
         dtype=value.dtype.name, itemsize=value.dtype.itemsize, region=value.region(), layout=value.layout,
-        contiguous_bytes=value.contiguous_bytes() if dma else 0,
+        contiguous_bytes=value.contiguous_bytes(),
     )
 
 
@@ -85,8 +97,8 @@ def compute_type(*values: Tensor | float | int | None) -> np.dtype:
 
 
 def read(value: Tensor, as_type: np.dtype) -> np.ndarray:
-    """The tensor's values as ``as_type`` (float32 or int64)."""
-    return value.array().astype(as_type, copy=False)
+    """The tensor's values as ``as_type`` (float32 or int64); e8m0 scale codes read as powers of two."""
+    return values_of(value.array(), value.dtype).astype(as_type, copy=False)
 
 
 def scalar_or_vector(value: Tensor | float | int, partitions: int, as_type: np.dtype) -> np.ndarray:
@@ -97,20 +109,30 @@ def scalar_or_vector(value: Tensor | float | int, partitions: int, as_type: np.d
 
 
 def write(dst: Tensor, values: np.ndarray) -> None:
-    """Store computed values into ``dst`` (cast to its dtype); PSUM elements become 'written'."""
+    """Store computed values into ``dst`` (cast to its dtype); PSUM elements become 'written'.
+
+    Under a non-rectangular NKI 0.1 mask (``context.write_mask``, shaped like the instruction's dst) only the
+    selected elements change.
+    """
     target = dst.array()
+    values = np.asarray(values)
     if values.shape != target.shape:
         values = np.broadcast_to(values, target.shape) if values.size != target.size else values.reshape(target.shape)
-    target[...] = cast(values, dst.dtype)
+    keep = current().write_mask
+    converted = cast(values, dst.dtype)
+    if keep is not None and keep.shape == target.shape:
+        target[...] = np.where(keep, converted, target)
+        if dst.buffer is Buffer.PSUM:
+            dst.written_mask()[...] |= keep
+        return
+    target[...] = converted
     if dst.buffer is Buffer.PSUM:
         dst.written_mask()[...] = True
 
 
 def new_result(shape: tuple[int, ...], dtype: DType | None, buffer: Buffer = Buffer.SBUF) -> Tensor:
-    """A fresh tile for NKI 0.1-style calls that return their result instead of taking ``dst``."""
-    return current().new_tensor(tuple(shape), dtype or float32, buffer)
-
-
-def reject_mask(op: str, mask: object) -> None:
-    if mask is not None:
-        raise NKISimulationError(f"{op}: masks (NKI 0.1) are not supported; slice the operands instead")
+    """A fresh (transient) tile for NKI 0.1-style calls that return their result instead of taking ``dst``."""
+    shape = tuple(shape)
+    if len(shape) < 2:
+        shape = (shape[0] if shape else 1, 1)
+    return current().new_tensor(shape, dtype or float32, buffer, transient=True)

@@ -3,6 +3,10 @@
 tensor_tensor, tensor_scalar, scalar_tensor_tensor, tensor_reduce, activation (+ activation_reduce) and
 reciprocal. ``op`` arguments take nl functions (``nl.add``, ``nl.exp``), numpy ufuncs or the op objects of
 ``neuroncc.nki.ops``.
+
+Each takes NKI 0.2+'s arguments (``dst`` first) and NKI 0.1's (no ``dst``: the call returns a fresh result
+tile, ``dtype=`` picks its type, ``mask=`` restricts it; see ``masking``). A 0.1 call is recognised by its
+arguments - an operator or a missing ``dst`` where 0.2+ has a tile - and normalised before anything runs.
 """
 
 from __future__ import annotations
@@ -11,13 +15,12 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from neuroncc.nki import instructions, ops, validate
+from neuroncc.nki import instructions, masking, ops, validate
 from neuroncc.nki.context import current
 from neuroncc.nki.dtypes import dtype_of, promote
 from neuroncc.nki.errors import NKISimulationError
 from neuroncc.nki.instructions import (
-    compute_type, emit, engine, new_result, operand, pick_engine, read, reduce_cmd, reject_mask,
-    scalar_or_vector, write,
+    compute_type, emit, engine, new_result, operand, pick_engine, read, reduce_cmd, scalar_or_vector, write,
 )
 from neuroncc.nki.tensor import Buffer, Tensor
 from neuroncc.nki.trace import Engine
@@ -57,10 +60,15 @@ def tensor_tensor(dst: Tensor | None = None, data1: Tensor | None = None, data2:
                   op: object = None, engine: engine = engine.unknown, name: str | None = None,
                   dtype: object = None, mask: object = None) -> Tensor:
     """``dst = data1 <op> data2`` elementwise on VectorE (or GpSimdE); operands have the same shape."""
-    reject_mask("tensor_tensor", mask)
     if op is None and callable(data2):  # NKI 0.1: tensor_tensor(data1, data2, op, dtype=None)
         dst, data1, data2, op = None, dst, data1, data2
+    elif data2 is None and isinstance(dst, Tensor) and isinstance(data1, Tensor) and op is not None:
+        dst, data1, data2 = None, dst, data1  # NKI 0.1: tensor_tensor(a, b, op=...)
+    if dst is None and isinstance(data1, Tensor) and isinstance(data2, Tensor):
         dst = new_result(data1.shape, dtype_of(dtype) if dtype else promote(data1.dtype, data2.dtype))
+    if mask is not None:
+        return masking.run_masked("tensor_tensor", mask, dst.shape, tensor_tensor, dst, dst=dst, data1=data1,
+                                  data2=data2, op=op, engine=engine)
     context = current()
     dst = validate.tensor("tensor_tensor", "dst", dst)
     data1 = validate.tensor("tensor_tensor", "data1", data1)
@@ -96,10 +104,16 @@ def tensor_scalar(dst: Tensor | None = None, data: Tensor | None = None, op0: ob
     ``reverse0`` computes ``operand0 <op0> data`` instead (likewise ``reverse1``). VectorE unless
     ``engine`` picks ScalarE or GpSimdE; one or two operators cost the same.
     """
-    reject_mask("tensor_scalar", mask)
     if callable(data) and not isinstance(data, Tensor):  # NKI 0.1: tensor_scalar(data, op0, operand0, ...)
-        dst, data, op0, operand0 = None, dst, data, op0
+        # Only the leading arguments can have arrived positionally; the rest are keywords already in place.
+        shifted_reverse = operand0 if isinstance(operand0, bool) else reverse0
+        dst, data, op0, operand0, reverse0 = None, dst, data, op0, shifted_reverse
+    if dst is None and isinstance(data, Tensor):
         dst = new_result(data.shape, dtype_of(dtype) if dtype else data.dtype)
+    if mask is not None:
+        return masking.run_masked("tensor_scalar", mask, dst.shape, tensor_scalar, dst, dst=dst, data=data, op0=op0,
+                                  operand0=operand0, reverse0=reverse0, op1=op1, operand1=operand1,
+                                  reverse1=reverse1, engine=engine)
     context = current()
     dst = validate.tensor("tensor_scalar", "dst", dst)
     data = validate.tensor("tensor_scalar", "data", data)
@@ -134,11 +148,18 @@ def tensor_scalar(dst: Tensor | None = None, data: Tensor | None = None, op0: ob
     return dst
 
 
-def scalar_tensor_tensor(dst: Tensor, data: Tensor, op0: object, operand0: Tensor | float, op1: object,
-                         operand1: Tensor, reverse0: bool = False, reverse1: bool = False,
-                         name: str | None = None) -> Tensor:
+def scalar_tensor_tensor(dst: Tensor | None = None, data: Tensor | None = None, op0: object = None,
+                         operand0: Tensor | float | None = None, op1: object = None, operand1: Tensor | None = None,
+                         reverse0: bool = False, reverse1: bool = False, name: str | None = None,
+                         dtype: object = None, mask: object = None) -> Tensor:
     """``dst = (data <op0> operand0) <op1> operand1`` on VectorE: operand0 a number or ``(P, 1)`` tile,
     operand1 a full tile shaped like ``data``. Costs about one tensor_tensor."""
+    if dst is None and isinstance(data, Tensor):  # NKI 0.1: keyword arguments, returns the result
+        dst = new_result(data.shape, dtype_of(dtype) if dtype else data.dtype)
+    if mask is not None:
+        return masking.run_masked("scalar_tensor_tensor", mask, dst.shape, scalar_tensor_tensor, dst, dst=dst,
+                                  data=data, op0=op0, operand0=operand0, op1=op1, operand1=operand1,
+                                  reverse0=reverse0, reverse1=reverse1)
     context = current()
     dst = validate.tensor("scalar_tensor_tensor", "dst", dst)
     data = validate.tensor("scalar_tensor_tensor", "data", data)
@@ -181,6 +202,7 @@ def _reduction_axes(op: str, axis: int | Sequence[int], ndim: int) -> tuple[int,
     if any(a >= ndim for a in axes):
         raise NKISimulationError(f"{op} axis {axes} out of range for a {ndim}-D tile")
     if axes != tuple(range(ndim - len(axes), ndim)):
+        # NKI's tensor_reduce docs: "the last contiguous free dimension(s) of the tile" (nl.sum & co. permute).
         raise NKISimulationError(f"{op} axis {axes} must be the trailing free axes of the {ndim}-D tile")
     return axes
 
@@ -189,17 +211,30 @@ def tensor_reduce(dst: Tensor | None = None, op: object = None, data: Tensor | N
                   axis: int | Sequence[int] = 1, negate: bool = False, keepdims: bool = False,
                   name: str | None = None, dtype: object = None, mask: object = None) -> Tensor:
     """Reduce ``data`` along trailing free ``axis`` with ``op`` (add, maximum, minimum, ...) on VectorE."""
-    reject_mask("tensor_reduce", mask)
     if callable(dst) and not isinstance(dst, Tensor):
         # NKI 0.1: tensor_reduce(op, data, axis, ...) returns the result; positional arguments arrive
         # shifted one slot to the right.
         shifted_axis = data if data is not None else axis
-        op, data, axis = dst, op, shifted_axis
+        op, data, axis, dst = dst, op, shifted_axis, None
+    if dst is None and isinstance(data, Tensor):  # NKI 0.1 (also its keyword form op=, data=, axis=)
         axes = _reduction_axes("tensor_reduce", axis, data.ndim)
         kept = tuple(n for i, n in enumerate(data.shape) if i not in axes)
         if keepdims or len(kept) < 2:  # an on-chip result keeps a free dimension
             kept = tuple(1 if i in axes else n for i, n in enumerate(data.shape))
         dst = new_result(kept, dtype_of(dtype) if dtype else data.dtype)
+    if mask is not None:
+        restricted = masking.restriction("tensor_reduce", mask, data.shape)
+        if restricted is None or restricted.empty:
+            return dst
+        if restricted.keep is not None:
+            raise NKISimulationError("tensor_reduce: the mask must select a rectangle of the input (slice it instead)")
+        reduced = tuple(1 if i in _reduction_axes("tensor_reduce", axis, data.ndim) else n
+                        for i, n in enumerate(data.shape))
+        part = masking.Restriction(reduced, tuple(slice(0, 1) if n == 1 else s
+                                                  for s, n in zip(restricted.box, reduced)), None)
+        target = dst[(part.box[0],) + (slice(None),) * (dst.ndim - 1)] if dst.shape != reduced else dst[part.box]
+        tensor_reduce(dst=target, op=op, data=restricted.trim(data), axis=axis, negate=negate, keepdims=keepdims)
+        return dst
     context = current()
     dst = validate.tensor("tensor_reduce", "dst", dst)
     data = validate.tensor("tensor_reduce", "data", data)
@@ -233,14 +268,18 @@ def activation(dst: Tensor | None = None, op: object = None, data: Tensor | None
     it in the same instruction (``reduce_op`` must be add); ``reduce_cmd=reduce_cmd.reduce`` adds that sum to
     what ``reduce_res`` holds instead of overwriting it. The simulator keeps no hidden ScalarE registers.
     """
-    reject_mask("activation", mask)
     if callable(dst) and not isinstance(dst, Tensor):
         # NKI 0.1: activation(op, data, bias=None, scale=1.0, dtype=None) returns the result; positional
         # arguments arrive shifted one slot to the right.
         shifted_bias = data if data is not None else bias
         shifted_scale = bias if (data is not None and bias is not None) else scale
-        op, data, bias, scale = dst, op, shifted_bias, shifted_scale
+        op, data, bias, scale, dst = dst, op, shifted_bias, shifted_scale, None
+    if dst is None and isinstance(data, Tensor):  # NKI 0.1 (also its keyword form op=, data=)
         dst = new_result(data.shape, dtype_of(dtype) if dtype else data.dtype)
+    if mask is not None:
+        return masking.run_masked("activation", mask, dst.shape, activation, dst, dst=dst, op=op, data=data,
+                                  bias=bias, scale=scale, reduce_op=reduce_op, reduce_res=reduce_res,
+                                  reduce_cmd=reduce_cmd)
     context = current()
     dst = validate.tensor("activation", "dst", dst)
     data = validate.tensor("activation", "data", data)
@@ -284,16 +323,29 @@ def activation(dst: Tensor | None = None, op: object = None, data: Tensor | None
     return dst
 
 
-def activation_reduce(dst: Tensor, op: object, data: Tensor, reduce_op: object, reduce_res: Tensor,
+def activation_reduce(dst: Tensor | None = None, op: object = None, data: Tensor | None = None,
+                      reduce_op: object = None, reduce_res: Tensor | None = None,
                       bias: Tensor | float | None = None, scale: Tensor | float = 1.0,
-                      name: str | None = None) -> Tensor:
-    """``activation`` that also sums the activated values into ``reduce_res`` (kept for compatibility)."""
+                      name: str | None = None, dtype: object = None, mask: object = None) -> Tensor:
+    """``activation`` that also sums the activated values into ``reduce_res``.
+
+    NKI 0.1 calls it ``activation_reduce(op, data, reduce_op=, reduce_res=)`` and gets the result back.
+    """
+    if callable(dst) and not isinstance(dst, Tensor):
+        op, data, dst = dst, op, None
     return activation(dst, op, data, bias=bias, scale=scale, reduce_op=reduce_op, reduce_res=reduce_res,
-                      reduce_cmd=reduce_cmd.reset_reduce)
+                      reduce_cmd=reduce_cmd.reset_reduce, dtype=dtype, mask=mask)
 
 
-def reciprocal(dst: Tensor, data: Tensor, name: str | None = None) -> Tensor:
-    """``dst = 1 / data`` on VectorE."""
+def reciprocal(dst: Tensor | None = None, data: Tensor | None = None, name: str | None = None,
+               dtype: object = None, mask: object = None) -> Tensor:
+    """``dst = 1 / data`` on VectorE (NKI 0.1: ``reciprocal(data)`` returns the result)."""
+    if data is None and isinstance(dst, Tensor):
+        dst, data = None, dst
+    if dst is None and isinstance(data, Tensor):
+        dst = new_result(data.shape, dtype_of(dtype) if dtype else data.dtype)
+    if mask is not None:
+        return masking.run_masked("reciprocal", mask, dst.shape, reciprocal, dst, dst=dst, data=data)
     context = current()
     dst = validate.tensor("reciprocal", "dst", dst)
     data = validate.tensor("reciprocal", "data", data)

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from neuroncc.nki import instructions, validate
+from neuroncc.hardware.neuron import (
+    GEMM_MOVING_FMAX, GEMM_STATIONARY_FMAX, TENSOR_TRANSPOSE_MAX, VECTOR_TRANSPOSE_MAX,
+)
+from neuroncc.nki import instructions, masking, validate
 from neuroncc.nki.context import current
 from neuroncc.nki.dtypes import float32
 from neuroncc.nki.errors import NKISimulationError
@@ -12,9 +15,6 @@ from neuroncc.nki.instructions import emit, engine, new_result, operand, pick_en
 from neuroncc.nki.tensor import Buffer, Tensor
 from neuroncc.nki.trace import Engine
 
-GEMM_STATIONARY_FMAX = 128
-GEMM_MOVING_FMAX = 512
-VECTOR_TRANSPOSE_MAX = 32  # VectorE transposes 32x32 blocks
 
 
 def _psum_byte_range(value: Tensor) -> tuple[int, int]:
@@ -59,7 +59,20 @@ def nc_matmul(dst: Tensor | None = None, stationary: Tensor | None = None, movin
     stationary = validate.tensor("nc_matmul", "stationary", stationary)
     moving = validate.tensor("nc_matmul", "moving", moving)
     if mask is not None:
-        raise NKISimulationError("nc_matmul: masks (NKI 0.1) are not supported; slice the operands instead")
+        # A mask selects part of the [M, N] result: the matmul runs on those stationary / moving columns.
+        restricted = masking.restriction("nc_matmul", mask, dst.shape)
+        if restricted is None or restricted.empty:
+            return dst
+        if restricted.keep is not None:
+            raise NKISimulationError("nc_matmul: the mask must select a rectangle of the result")
+        rows, cols = restricted.box
+        nc_matmul(dst[rows, cols], stationary[:, rows], moving[:, cols], accumulate=accumulate)
+        return dst
+    for role, value in (("stationary", stationary), ("moving", moving)):
+        if value.dtype.is_packed or not value.dtype.is_float or value.dtype.kind == "scale":
+            raise NKISimulationError(
+                f"nc_matmul {role} dtype {value.dtype.name} is not supported; TensorE multiplies float8, bfloat16, "
+                f"float16, tfloat32 and float32 (packed MX data goes through nisa.nc_matmul_mx)")
     validate.space("nc_matmul", "stationary", stationary, validate.SBUF)
     validate.space("nc_matmul", "moving", moving, validate.SBUF)
     validate.space("nc_matmul", "dst", dst, validate.PSUM)
@@ -81,7 +94,7 @@ def nc_matmul(dst: Tensor | None = None, stationary: Tensor | None = None, movin
         raise NKISimulationError(
             f"nc_matmul dst dtype {dst.dtype.name} is not supported on {context.target.name}; PSUM results "
             f"must be {' or '.join(context.target.matmul_dst_dtypes)}")
-    if (stationary.dtype == float32) != (moving.dtype == float32):
+    if (stationary.dtype.itemsize == 4) != (moving.dtype.itemsize == 4):
         raise NKISimulationError(
             f"nc_matmul stationary dtype {stationary.dtype.name} and moving dtype {moving.dtype.name} cannot be "
             f"mixed: a float32 operand needs a float32 partner")
@@ -118,7 +131,14 @@ def nc_transpose(dst: Tensor | None = None, data: Tensor | None = None, engine: 
     dst = validate.tensor("nc_transpose", "dst", dst)
     data = validate.tensor("nc_transpose", "data", data)
     if mask is not None:
-        raise NKISimulationError("nc_transpose: masks (NKI 0.1) are not supported; slice the operands instead")
+        restricted = masking.restriction("nc_transpose", mask, data.shape)
+        if restricted is None or restricted.empty:
+            return dst
+        if restricted.keep is not None or data.ndim != 2:
+            raise NKISimulationError("nc_transpose: the mask must select a rectangle of a 2-D input")
+        rows, cols = restricted.box
+        nc_transpose(dst[cols, rows], data[rows, cols], engine=engine)
+        return dst
     default = Engine.TENSOR if dst.buffer is Buffer.PSUM and data.buffer is Buffer.SBUF else Engine.VECTOR
     unit = pick_engine(engine, default, (Engine.TENSOR, Engine.VECTOR), "nc_transpose")
     validate.tile("nc_transpose", "data", data)
@@ -127,9 +147,9 @@ def nc_transpose(dst: Tensor | None = None, data: Tensor | None = None, engine: 
     if unit is Engine.TENSOR:
         validate.space("nc_transpose", "data", data, validate.SBUF)
         validate.space("nc_transpose", "dst", dst, validate.PSUM)
-        if free > GEMM_STATIONARY_FMAX:
+        if free > TENSOR_TRANSPOSE_MAX:
             raise NKISimulationError(
-                f"nc_transpose data free dimension {free} exceeds maximum {GEMM_STATIONARY_FMAX}")
+                f"nc_transpose data free dimension {free} exceeds maximum {TENSOR_TRANSPOSE_MAX}")
         _require_one_bank("nc_transpose", dst)
     else:
         validate.space("nc_transpose", "data", data, validate.ON_CHIP)

@@ -41,7 +41,7 @@ def nki_op(name: str) -> Callable[[F], F]:
 
 
 def _new_tile(shape: tuple[int, ...], dtype: DType, buffer: object) -> Tensor:
-    return allocate("ndarray", shape, dtype, buffer)
+    return allocate("ndarray", shape, dtype, buffer, transient=True)
 
 
 def _is_number(value: object) -> bool:
@@ -53,7 +53,8 @@ def _is_column(value: Tensor, partitions: int) -> bool:
 
 
 # --------------------------------------------------------------------------------- binary
-def _binary(name: str, x: TileOrNumber, y: TileOrNumber, dtype: object, buffer: object) -> Tensor | float:
+def _binary(name: str, x: TileOrNumber, y: TileOrNumber, dtype: object, buffer: object,
+            mask: object = None) -> Tensor | float:
     alu = ops.ALU_OPS[name]
     if not isinstance(x, Tensor) and not isinstance(y, Tensor):
         return float(alu.apply(np.float32(x), np.float32(y)))
@@ -70,19 +71,25 @@ def _binary(name: str, x: TileOrNumber, y: TileOrNumber, dtype: object, buffer: 
     result_dtype = natural if dtype is None else dtype_of(dtype)
     if isinstance(x, Tensor) and isinstance(y, Tensor):
         if x.shape == y.shape:
-            return isa_compute.tensor_tensor(_new_tile(x.shape, result_dtype, buffer), x, y, op=alu)
+            return isa_compute.tensor_tensor(_new_tile(x.shape, result_dtype, buffer), x, y, op=alu, mask=mask)
         if x.ndim == y.ndim and _is_column(y, x.shape[0]):
-            return isa_compute.tensor_scalar(_new_tile(x.shape, result_dtype, buffer), x, alu, y)
+            return isa_compute.tensor_scalar(_new_tile(x.shape, result_dtype, buffer), x, alu, y, mask=mask)
         if x.ndim == y.ndim and _is_column(x, y.shape[0]):
-            return isa_compute.tensor_scalar(_new_tile(y.shape, result_dtype, buffer), y, alu, x, reverse0=True)
+            return isa_compute.tensor_scalar(_new_tile(y.shape, result_dtype, buffer), y, alu, x, reverse0=True,
+                                             mask=mask)
+        if x.shape[0] == y.shape[0] and x.free_size == 1 and y.ndim != x.ndim:
+            return isa_compute.tensor_scalar(_new_tile(y.shape, result_dtype, buffer), y, alu, x, reverse0=True,
+                                             mask=mask)
+        if x.shape[0] == y.shape[0] and y.free_size == 1 and y.ndim != x.ndim:
+            return isa_compute.tensor_scalar(_new_tile(x.shape, result_dtype, buffer), x, alu, y, mask=mask)
         shape = _broadcast_shape(name, x.shape, y.shape)
         x = x if x.shape == shape else broadcast_to(x, shape)
         y = y if y.shape == shape else broadcast_to(y, shape)
-        return isa_compute.tensor_tensor(_new_tile(shape, result_dtype, buffer), x, y, op=alu)
+        return isa_compute.tensor_tensor(_new_tile(shape, result_dtype, buffer), x, y, op=alu, mask=mask)
     if isinstance(x, Tensor):
-        return isa_compute.tensor_scalar(_new_tile(x.shape, result_dtype, buffer), x, alu, y)
+        return isa_compute.tensor_scalar(_new_tile(x.shape, result_dtype, buffer), x, alu, y, mask=mask)
     assert isinstance(y, Tensor)
-    return isa_compute.tensor_scalar(_new_tile(y.shape, result_dtype, buffer), y, alu, x, reverse0=True)
+    return isa_compute.tensor_scalar(_new_tile(y.shape, result_dtype, buffer), y, alu, x, reverse0=True, mask=mask)
 
 
 def _broadcast_shape(name: str, a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
@@ -93,111 +100,128 @@ def _broadcast_shape(name: str, a: tuple[int, ...], b: tuple[int, ...]) -> tuple
 
 
 @nki_op("add")
-def add(x: TileOrNumber, y: TileOrNumber, dtype: object = None, buffer: object = None) -> Tensor:
+def add(x: TileOrNumber, y: TileOrNumber, dtype: object = None, buffer: object = None, mask: object = None,
+        **_hints: object) -> Tensor:
     """``x + y`` elementwise."""
-    return _binary("add", x, y, dtype, buffer)  # type: ignore[return-value]
+    return _binary("add", x, y, dtype, buffer, mask)  # type: ignore[return-value]
 
 
 @nki_op("subtract")
-def subtract(x: TileOrNumber, y: TileOrNumber, dtype: object = None, buffer: object = None) -> Tensor:
+def subtract(x: TileOrNumber, y: TileOrNumber, dtype: object = None, buffer: object = None, mask: object = None,
+        **_hints: object) -> Tensor:
     """``x - y`` elementwise."""
-    return _binary("subtract", x, y, dtype, buffer)  # type: ignore[return-value]
+    return _binary("subtract", x, y, dtype, buffer, mask)  # type: ignore[return-value]
 
 
 @nki_op("multiply")
-def multiply(x: TileOrNumber, y: TileOrNumber, dtype: object = None, buffer: object = None) -> Tensor:
+def multiply(x: TileOrNumber, y: TileOrNumber, dtype: object = None, buffer: object = None, mask: object = None,
+        **_hints: object) -> Tensor:
     """``x * y`` elementwise."""
-    return _binary("multiply", x, y, dtype, buffer)  # type: ignore[return-value]
+    return _binary("multiply", x, y, dtype, buffer, mask)  # type: ignore[return-value]
 
 
 @nki_op("divide")
-def divide(x: TileOrNumber, y: TileOrNumber, dtype: object = None, buffer: object = None) -> Tensor:
+def divide(x: TileOrNumber, y: TileOrNumber, dtype: object = None, buffer: object = None, mask: object = None,
+        **_hints: object) -> Tensor:
     """``x / y`` elementwise."""
-    return _binary("divide", x, y, dtype, buffer)  # type: ignore[return-value]
+    return _binary("divide", x, y, dtype, buffer, mask)  # type: ignore[return-value]
 
 
 @nki_op("maximum")
-def maximum(x: TileOrNumber, y: TileOrNumber, dtype: object = None, buffer: object = None) -> Tensor:
+def maximum(x: TileOrNumber, y: TileOrNumber, dtype: object = None, buffer: object = None, mask: object = None,
+        **_hints: object) -> Tensor:
     """``max(x, y)`` elementwise."""
-    return _binary("maximum", x, y, dtype, buffer)  # type: ignore[return-value]
+    return _binary("maximum", x, y, dtype, buffer, mask)  # type: ignore[return-value]
 
 
 @nki_op("minimum")
-def minimum(x: TileOrNumber, y: TileOrNumber, dtype: object = None, buffer: object = None) -> Tensor:
+def minimum(x: TileOrNumber, y: TileOrNumber, dtype: object = None, buffer: object = None, mask: object = None,
+        **_hints: object) -> Tensor:
     """``min(x, y)`` elementwise."""
-    return _binary("minimum", x, y, dtype, buffer)  # type: ignore[return-value]
+    return _binary("minimum", x, y, dtype, buffer, mask)  # type: ignore[return-value]
 
 
 @nki_op("power")
-def power(x: TileOrNumber, y: TileOrNumber, dtype: object = None, buffer: object = None) -> Tensor:
+def power(x: TileOrNumber, y: TileOrNumber, dtype: object = None, buffer: object = None, mask: object = None,
+        **_hints: object) -> Tensor:
     """``x ** y`` elementwise."""
-    return _binary("power", x, y, dtype, buffer)  # type: ignore[return-value]
+    return _binary("power", x, y, dtype, buffer, mask)  # type: ignore[return-value]
 
 
 @nki_op("equal")
-def equal(x: TileOrNumber, y: TileOrNumber, dtype: object = None, buffer: object = None) -> Tensor:
+def equal(x: TileOrNumber, y: TileOrNumber, dtype: object = None, buffer: object = None, mask: object = None,
+        **_hints: object) -> Tensor:
     """``x == y`` elementwise (bool_ tile unless ``dtype`` is given)."""
-    return _binary("equal", x, y, dtype, buffer)  # type: ignore[return-value]
+    return _binary("equal", x, y, dtype, buffer, mask)  # type: ignore[return-value]
 
 
 @nki_op("not_equal")
-def not_equal(x: TileOrNumber, y: TileOrNumber, dtype: object = None, buffer: object = None) -> Tensor:
+def not_equal(x: TileOrNumber, y: TileOrNumber, dtype: object = None, buffer: object = None, mask: object = None,
+        **_hints: object) -> Tensor:
     """``x != y`` elementwise."""
-    return _binary("not_equal", x, y, dtype, buffer)  # type: ignore[return-value]
+    return _binary("not_equal", x, y, dtype, buffer, mask)  # type: ignore[return-value]
 
 
 @nki_op("greater")
-def greater(x: TileOrNumber, y: TileOrNumber, dtype: object = None, buffer: object = None) -> Tensor:
+def greater(x: TileOrNumber, y: TileOrNumber, dtype: object = None, buffer: object = None, mask: object = None,
+        **_hints: object) -> Tensor:
     """``x > y`` elementwise."""
-    return _binary("greater", x, y, dtype, buffer)  # type: ignore[return-value]
+    return _binary("greater", x, y, dtype, buffer, mask)  # type: ignore[return-value]
 
 
 @nki_op("greater_equal")
-def greater_equal(x: TileOrNumber, y: TileOrNumber, dtype: object = None, buffer: object = None) -> Tensor:
+def greater_equal(x: TileOrNumber, y: TileOrNumber, dtype: object = None, buffer: object = None, mask: object = None,
+        **_hints: object) -> Tensor:
     """``x >= y`` elementwise."""
-    return _binary("greater_equal", x, y, dtype, buffer)  # type: ignore[return-value]
+    return _binary("greater_equal", x, y, dtype, buffer, mask)  # type: ignore[return-value]
 
 
 @nki_op("less")
-def less(x: TileOrNumber, y: TileOrNumber, dtype: object = None, buffer: object = None) -> Tensor:
+def less(x: TileOrNumber, y: TileOrNumber, dtype: object = None, buffer: object = None, mask: object = None,
+        **_hints: object) -> Tensor:
     """``x < y`` elementwise."""
-    return _binary("less", x, y, dtype, buffer)  # type: ignore[return-value]
+    return _binary("less", x, y, dtype, buffer, mask)  # type: ignore[return-value]
 
 
 @nki_op("less_equal")
-def less_equal(x: TileOrNumber, y: TileOrNumber, dtype: object = None, buffer: object = None) -> Tensor:
+def less_equal(x: TileOrNumber, y: TileOrNumber, dtype: object = None, buffer: object = None, mask: object = None,
+        **_hints: object) -> Tensor:
     """``x <= y`` elementwise."""
-    return _binary("less_equal", x, y, dtype, buffer)  # type: ignore[return-value]
+    return _binary("less_equal", x, y, dtype, buffer, mask)  # type: ignore[return-value]
 
 
 @nki_op("bitwise_and")
-def bitwise_and(x: TileOrNumber, y: TileOrNumber, dtype: object = None, buffer: object = None) -> Tensor:
+def bitwise_and(x: TileOrNumber, y: TileOrNumber, dtype: object = None, buffer: object = None, mask: object = None,
+        **_hints: object) -> Tensor:
     """``x & y`` elementwise on integer tiles."""
-    return _binary("bitwise_and", x, y, dtype, buffer)  # type: ignore[return-value]
+    return _binary("bitwise_and", x, y, dtype, buffer, mask)  # type: ignore[return-value]
 
 
 @nki_op("bitwise_or")
-def bitwise_or(x: TileOrNumber, y: TileOrNumber, dtype: object = None, buffer: object = None) -> Tensor:
+def bitwise_or(x: TileOrNumber, y: TileOrNumber, dtype: object = None, buffer: object = None, mask: object = None,
+        **_hints: object) -> Tensor:
     """``x | y`` elementwise on integer tiles."""
-    return _binary("bitwise_or", x, y, dtype, buffer)  # type: ignore[return-value]
+    return _binary("bitwise_or", x, y, dtype, buffer, mask)  # type: ignore[return-value]
 
 
 @nki_op("bitwise_xor")
-def bitwise_xor(x: TileOrNumber, y: TileOrNumber, dtype: object = None, buffer: object = None) -> Tensor:
+def bitwise_xor(x: TileOrNumber, y: TileOrNumber, dtype: object = None, buffer: object = None, mask: object = None,
+        **_hints: object) -> Tensor:
     """``x ^ y`` elementwise on integer tiles."""
-    return _binary("bitwise_xor", x, y, dtype, buffer)  # type: ignore[return-value]
+    return _binary("bitwise_xor", x, y, dtype, buffer, mask)  # type: ignore[return-value]
 
 
 # --------------------------------------------------------------------------------- unary (ScalarE)
-def _unary(name: str, x: Tensor, dtype: object, buffer: object) -> Tensor:
+def _unary(name: str, x: Tensor, dtype: object, buffer: object, mask: object = None) -> Tensor:
     x = validate.tensor(name, "x", x)
     result = _new_tile(x.shape, x.dtype if dtype is None else dtype_of(dtype), buffer)
-    return isa_compute.activation(result, ops.ACTIVATIONS[name], x)
+    return isa_compute.activation(result, ops.ACTIVATIONS[name], x, mask=mask)
 
 
 def _make_unary(name: str, doc: str) -> Callable[..., Tensor]:
-    def unary(x: Tensor, dtype: object = None, buffer: object = None) -> Tensor:
-        return _unary(name, x, dtype, buffer)
+    def unary(x: Tensor, dtype: object = None, buffer: object = None, mask: object = None,
+              **_hints: object) -> Tensor:
+        return _unary(name, x, dtype, buffer, mask)
     unary.__name__ = unary.__qualname__ = name
     unary.__doc__ = f"{doc} elementwise (an activation instruction on ScalarE)."
     return nki_op(name)(unary)
@@ -223,45 +247,52 @@ cos = _make_unary("cos", "cos")
 
 # --------------------------------------------------------------------------------- reductions
 def _reduce(name: str, op_name: str, x: Tensor, axis: int | Sequence[int], dtype: object, keepdims: bool,
-            buffer: object) -> Tensor:
+            buffer: object, mask: object = None) -> Tensor:
+    """One tensor_reduce. Reduced axes that are not the trailing ones (``nl.max(t, axis=[2, 4])``) are moved
+    last by a permuted view of ``x`` (no copy), since the instruction reduces trailing free axes only."""
     x = validate.tensor(name, "x", x)
     axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
-    axes = tuple(int(a) + x.ndim if int(a) < 0 else int(a) for a in axes)
+    axes = tuple(sorted(int(a) + x.ndim if int(a) < 0 else int(a) for a in axes))
     kept = tuple(1 if i in axes else n for i, n in enumerate(x.shape))
     if not keepdims:
         dropped = tuple(n for i, n in enumerate(x.shape) if i not in axes)
         kept = dropped if len(dropped) >= 2 else kept  # an on-chip tile keeps a free dim
     result = _new_tile(kept, x.dtype if dtype is None else dtype_of(dtype), buffer)
-    return isa_compute.tensor_reduce(result, ops.ALU_OPS[op_name], x, axis=axes, keepdims=keepdims)
+    trailing = tuple(range(x.ndim - len(axes), x.ndim))
+    if axes != trailing and 0 not in axes and mask is None:
+        order = [i for i in range(x.ndim) if i not in axes] + list(axes)
+        x = Tensor(x.storage, x.layout, x.offset, tuple(x.axes[i] for i in order))
+        axes = trailing
+    return isa_compute.tensor_reduce(result, ops.ALU_OPS[op_name], x, axis=axes, keepdims=keepdims, mask=mask)
 
 
 @nki_op("add")
 def sum(x: Tensor, axis: int | Sequence[int], dtype: object = None, keepdims: bool = False,  # noqa: A001
-        buffer: object = None) -> Tensor:
+        buffer: object = None, mask: object = None, **_hints: object) -> Tensor:
     """Sum along free ``axis`` (tensor_reduce). A 2-D tile reduced to one column stays ``(P, 1)``."""
-    return _reduce("sum", "add", x, axis, dtype, keepdims, buffer)
+    return _reduce("sum", "add", x, axis, dtype, keepdims, buffer, mask)
 
 
 @nki_op("maximum")
 def max(x: Tensor, axis: int | Sequence[int], dtype: object = None, keepdims: bool = False,  # noqa: A001
-        buffer: object = None) -> Tensor:
+        buffer: object = None, mask: object = None, **_hints: object) -> Tensor:
     """Maximum along free ``axis`` (tensor_reduce)."""
-    return _reduce("max", "maximum", x, axis, dtype, keepdims, buffer)
+    return _reduce("max", "maximum", x, axis, dtype, keepdims, buffer, mask)
 
 
 @nki_op("minimum")
 def min(x: Tensor, axis: int | Sequence[int], dtype: object = None, keepdims: bool = False,  # noqa: A001
-        buffer: object = None) -> Tensor:
+        buffer: object = None, mask: object = None, **_hints: object) -> Tensor:
     """Minimum along free ``axis`` (tensor_reduce)."""
-    return _reduce("min", "minimum", x, axis, dtype, keepdims, buffer)
+    return _reduce("min", "minimum", x, axis, dtype, keepdims, buffer, mask)
 
 
 def mean(x: Tensor, axis: int | Sequence[int], dtype: object = None, keepdims: bool = False,
-         buffer: object = None) -> Tensor:
+         buffer: object = None, mask: object = None, **_hints: object) -> Tensor:
     """Mean along free ``axis``: a tensor_reduce sum, then a tensor_scalar multiply by 1/n."""
     x = validate.tensor("mean", "x", x)
     result_dtype = (x.dtype if x.dtype.is_float else float32) if dtype is None else dtype_of(dtype)
-    total = _reduce("mean", "add", x, axis, float32, keepdims, buffer)
+    total = _reduce("mean", "add", x, axis, float32, keepdims, buffer, mask)
     axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
     count = 1
     for a in axes:
@@ -271,34 +302,49 @@ def mean(x: Tensor, axis: int | Sequence[int], dtype: object = None, keepdims: b
 
 
 # --------------------------------------------------------------------------------- matmul, layout
-def matmul(x: Tensor, y: Tensor, transpose_x: bool = False) -> Tensor:
+def matmul(x: Tensor, y: Tensor, transpose_x: bool = False, mask: object = None, **_hints: object) -> Tensor:
     """``x @ y`` (``x.T @ y`` with ``transpose_x=True``) into a new float32 PSUM tile.
 
-    TensorE contracts over partitions, so without ``transpose_x`` the simulator first transposes ``x``
-    (nc_transpose to PSUM, tensor_copy back to SBUF), as NKI's compiler does; pass ``x`` pre-transposed
-    with ``transpose_x=True`` to skip that.
+    TensorE contracts over partitions and reads SBUF only, so this high-level call arranges its operands
+    the way NKI's compiler does: without ``transpose_x`` it first transposes ``x`` (nc_transpose to PSUM,
+    tensor_copy back to SBUF), and an operand still in PSUM (say, the result of ``nl.transpose``) is copied
+    to SBUF first. Pass ``x`` pre-transposed in SBUF with ``transpose_x=True`` to skip all of that.
     """
     x = validate.tensor("matmul", "x", x)
     y = validate.tensor("matmul", "y", y)
+    # TensorE does not mix a 4-byte operand with a narrower one; the high-level call converts to the wider.
+    common = float32 if 4 in (x.dtype.itemsize, y.dtype.itemsize) else None
     stationary = x
     if not transpose_x:
-        stationary = isa_movement.tensor_copy(_new_tile((x.free_size, x.shape[0]), x.dtype, Buffer.SBUF),
-                                              transpose(x))
-    result = _new_tile((stationary.shape[-1], y.shape[-1]), float32, Buffer.PSUM)
-    return isa_tensor_engine.nc_matmul(result, stationary, y)
+        flipped = transpose(_in_sbuf(x) if x.buffer is Buffer.PSUM else x)
+        stationary = isa_movement.tensor_copy(_new_tile((x.free_size, x.shape[0]), common or x.dtype, Buffer.SBUF),
+                                              flipped)
+    stationary = _in_sbuf(stationary, common)
+    moving = _in_sbuf(y, common)
+    result = _new_tile((stationary.shape[-1], moving.shape[-1]), float32, Buffer.PSUM)
+    return isa_tensor_engine.nc_matmul(result, stationary, moving, mask=mask)
 
 
-def transpose(x: Tensor, dtype: object = None) -> Tensor:
+def _in_sbuf(x: Tensor, dtype: DType | None = None) -> Tensor:
+    """``x`` itself in SBUF (as ``dtype``), else a copy of it there (the copy NKI's compiler adds for a PSUM
+    operand, or a conversion)."""
+    if x.buffer is Buffer.SBUF and (dtype is None or x.dtype == dtype):
+        return x
+    return isa_movement.tensor_copy(_new_tile(x.shape, dtype or x.dtype, Buffer.SBUF), x)
+
+
+def transpose(x: Tensor, dtype: object = None, mask: object = None, **_hints: object) -> Tensor:
     """Swap partition and free axes of a 2-D tile: TensorE into PSUM for an SBUF tile (up to 128 x 128),
     VectorE into SBUF for a PSUM tile of at most 32 x 32."""
     x = validate.tensor("transpose", "x", x)
     on_tensor_engine = x.buffer is Buffer.SBUF
     result = _new_tile((x.free_size, x.shape[0]), x.dtype if dtype is None else dtype_of(dtype),
                        Buffer.PSUM if on_tensor_engine else Buffer.SBUF)
-    return isa_tensor_engine.nc_transpose(result, x)
+    return isa_tensor_engine.nc_transpose(result, x, mask=mask)
 
 
-def broadcast_to(x: Tensor, shape: tuple[int, ...] | list[int], dtype: object = None, buffer: object = None) -> Tensor:
+def broadcast_to(x: Tensor, shape: tuple[int, ...] | list[int], dtype: object = None, buffer: object = None,
+                 **_hints: object) -> Tensor:
     """Copy ``x`` into a new tile of ``shape``, repeating its size-1 dimensions (numpy broadcasting).
 
     Costed as one tensor_copy of the result. Broadcasting across partitions (a ``(1, F)`` row to
@@ -319,3 +365,27 @@ def broadcast_to(x: Tensor, shape: tuple[int, ...] | list[int], dtype: object = 
         write(result, np.broadcast_to(x.array(), target))
     return result
 
+
+
+def where(condition: Tensor, x: TileOrNumber, y: TileOrNumber, dtype: object = None, mask: object = None,
+          **_hints: object) -> Tensor:
+    """``x`` where ``condition`` is non-zero, else ``y`` (tiles or numbers): ``y`` is copied into the result,
+    then ``tensor_copy_predicated`` copies ``x`` over it where the condition holds."""
+    condition = validate.tensor("where", "condition", condition)
+    tiles = [v for v in (x, y) if isinstance(v, Tensor)]
+    natural = tiles[0].dtype if tiles else float32
+    kind = natural if dtype is None else dtype_of(dtype)
+    result = _new_tile(condition.shape, kind, None)
+    if isinstance(y, Tensor):
+        isa_movement.tensor_copy(result, y if y.shape == condition.shape else broadcast_to(y, condition.shape),
+                                 mask=mask)
+    else:
+        isa_movement.memset(result, y, mask=mask)
+    source: TileOrNumber = x
+    if isinstance(x, Tensor) and (x.dtype != kind or x.shape != condition.shape):
+        source = isa_movement.tensor_copy(_new_tile(condition.shape, kind, None),
+                                          x if x.shape == condition.shape else broadcast_to(x, condition.shape))
+    predicate = condition
+    if condition.dtype.kind not in ("uint", "bool"):
+        predicate = isa_movement.tensor_copy(_new_tile(condition.shape, bool_, None), condition)
+    return isa_movement.tensor_copy_predicated(result, source, predicate, mask=mask)

@@ -19,13 +19,17 @@ import numpy as np
 
 from neuroncc.nki import language
 from neuroncc.nki import trace as tr
+from neuroncc.nki.blocked import BlockedTensor
 from neuroncc.nki.context import SimulationContext, activate, active
-from neuroncc.nki.dtypes import DType, bfloat16, cast, dtype_of
+from neuroncc.nki.dtypes import DType, HostArray, bfloat16, cast, dtype_of, host_array
 from neuroncc.nki.errors import NKISimulationError
+from neuroncc.nki.forwarding import forward_results
+from neuroncc.nki.language_grid import SpmdDim
 from neuroncc.nki.memory import place
 from neuroncc.nki.profile import KernelProfile, build_profile
 from neuroncc.nki.target import Target, resolve_target
 from neuroncc.nki.tensor import Buffer, Tensor
+from neuroncc.nki.timeline import write_profile
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,67 +44,108 @@ class TensorSpec:
         return TensorSpec(tuple(int(n) for n in shape), dtype_of(dtype))
 
 
-@dataclass(frozen=True, slots=True)
-class HostArray:
-    """Host values with an explicit NKI dtype; how to pass bfloat16 inputs, which numpy cannot hold."""
-
-    values: np.ndarray
-    dtype: DType
-
-
-def host_array(values: np.ndarray, dtype: object) -> HostArray:
-    """``values`` as a kernel input of ``dtype`` (e.g. ``nl.bfloat16``; values are rounded to it)."""
-    kind = dtype_of(dtype)
-    return HostArray(cast(np.asarray(values), kind), kind)
-
-
 def bfloat16_array(values: np.ndarray) -> HostArray:
     """``values`` rounded to bfloat16, as a bfloat16 kernel input."""
     return host_array(values, bfloat16)
 
 
 class Kernel:
-    """An ``@nki.jit`` kernel, optionally bound to a launch grid with ``kernel[gx, gy]``."""
+    """An ``@nki.jit`` kernel, optionally bound to a launch grid with ``kernel[gx, gy]``.
 
-    def __init__(self, fn: Callable[..., Any], grid: tuple[int, ...] = ()):
+    Grid dimensions are ints or NKI 0.1's ``nl.nc(n)`` / ``nl.spmd_dim(...)``, which also say which physical
+    NeuronCore runs each program (programs on different cores run in parallel in the cost model; otherwise
+    programs run back to back on one core). ``platform_target`` (``nki.jit(platform_target="trn2")``) fixes
+    the target of every launch of this kernel.
+    """
+
+    def __init__(self, fn: Callable[..., Any], grid: tuple[Any, ...] = (), target: str | Target | None = None):
         self.fn = fn
-        self.grid = grid
+        self.grid_dims = grid
+        self.target = target
         functools.update_wrapper(self, fn)
 
-    def __getitem__(self, grid: int | tuple[int, ...]) -> Kernel:
+    @property
+    def grid(self) -> tuple[int, ...]:
+        return tuple(d.size if isinstance(d, SpmdDim) else d for d in self.grid_dims)
+
+    def core_of(self, program: tuple[int, ...]) -> int:
+        """The physical core that runs ``program`` (row-major over the ``nl.nc`` dimensions)."""
+        core = 0
+        for dim, index in zip(self.grid_dims, program):
+            if isinstance(dim, SpmdDim):
+                core = core * dim.cores + dim.core_of(index)
+        return core
+
+    def __getitem__(self, grid: Any) -> Kernel:
         dims = grid if isinstance(grid, tuple) else (grid,)
-        if not dims or any(not isinstance(n, int) or n <= 0 for n in dims):
-            raise NKISimulationError(f"launch grid must be positive integers, got {grid!r}")
-        return Kernel(self.fn, tuple(dims))
+        if not dims or any(not (isinstance(n, SpmdDim) or (isinstance(n, int) and n > 0)) for n in dims):
+            raise NKISimulationError(f"launch grid must be positive integers or nl.nc / nl.spmd_dim, got {grid!r}")
+        return Kernel(self.fn, tuple(dims), self.target)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if active() is not None:  # a kernel calling a kernel: just Python
             return self.fn(*args, **kwargs)
-        return simulate(self)(*args, **kwargs)
+        return simulate(self, target=self.target)(*args, **kwargs)
 
     def __repr__(self) -> str:
         grid = f"[{', '.join(map(str, self.grid))}]" if self.grid else ""
         return f"<nki kernel {self.fn.__name__}{grid}>"
 
 
-def jit(fn: Callable[..., Any] | None = None, **options: Any) -> Any:
-    """Mark a function as an NKI kernel; ``@nki.jit`` or ``@nki.jit(...)`` (options are accepted and ignored)."""
-    if fn is None:
-        return lambda f: Kernel(f)
-    return fn if isinstance(fn, Kernel) else Kernel(fn)
+def jit(fn: Callable[..., Any] | None = None, mode: str = "auto", platform_target: str | None = None,
+        **options: Any) -> Any:
+    """Mark a function as an NKI kernel: ``@nki.jit``, ``@nki.jit(...)`` or ``nki.jit(fn, mode=...)``.
+
+    Every mode (NKI 0.1's ``"simulation"``, ``"baremetal"``, ... and ``"auto"``) simulates on numpy inputs;
+    ``platform_target`` picks the target. Other options (compiler flags) are accepted and have no effect.
+    """
+    if mode not in _MODES:
+        raise NKISimulationError(f"nki.jit mode {mode!r} is not one of {', '.join(_MODES)}")
+
+    def wrap(f: Callable[..., Any]) -> Kernel:
+        if isinstance(f, Kernel):
+            return Kernel(f.fn, f.grid_dims, platform_target or f.target)
+        return Kernel(f, (), platform_target)
+    return wrap if fn is None else wrap(fn)
+
+
+_MODES = ("auto", "simulation", "baremetal", "benchmark", "jax", "torchxla", "torch", "profile")
+
+
+class LatencyPercentiles:
+    """NKI 0.1's ``benchmark_result.nc_latency``: latency percentiles in microseconds.
+
+    The cost model is deterministic, so every percentile is its one estimate.
+    """
+
+    PERCENTILES = (0, 1, 10, 25, 50, 90, 99, 100)
+
+    def __init__(self, latency_us: float):
+        self._latency_us = latency_us
+
+    def get_latency_percentile(self, percentile: int) -> float:
+        if percentile not in self.PERCENTILES:
+            raise NKISimulationError(f"latency percentile {percentile} is not one of {self.PERCENTILES}")
+        return self._latency_us
 
 
 @dataclass(frozen=True)
 class BenchmarkResult:
-    """A launch's outputs with the cost model's estimate."""
+    """A launch's outputs with the cost model's estimate (the slowest core's, for a multi-core grid)."""
 
     outputs: Any
     profile: KernelProfile
     trace: tuple[tr.Event, ...]
+    core_profiles: tuple[KernelProfile, ...] = ()
 
     @property
     def latency_us(self) -> float:
         return self.profile.latency_us
+
+    @property
+    def nc_latency(self) -> LatencyPercentiles:
+        """The estimate in the shape of NKI's benchmark report (``get_latency_percentile(p)``, microseconds)."""
+        return LatencyPercentiles(self.profile.latency_us)
 
     def report(self) -> str:
         return self.profile.report()
@@ -110,16 +155,16 @@ def simulate(kernel: Kernel | Callable[..., Any], *, target: str | Target | None
              profile: bool = False) -> Callable[..., Any]:
     """Return a function that runs ``kernel`` on numpy inputs and returns numpy outputs.
 
-    ``target`` defaults to ``NEURON_PLATFORM_TARGET_OVERRIDE`` (read now, once) or trn2. With
-    ``numerics=False`` nothing is computed (inputs may be ``TensorSpec``; outputs come back as
-    ``TensorSpec``). With ``profile=True`` the function returns ``(outputs, KernelProfile)``.
+    ``target`` defaults to the kernel's ``platform_target``, then ``NEURON_PLATFORM_TARGET_OVERRIDE`` (read
+    now, once), then trn2. With ``numerics=False`` nothing is computed (inputs may be ``TensorSpec``; outputs
+    come back as ``TensorSpec``). With ``profile=True`` the function returns ``(outputs, KernelProfile)``.
     """
-    resolved = resolve_target(target, os.environ)
+    resolved = resolve_target(_target_of(kernel, target), os.environ)
 
     def run(*args: Any, **kwargs: Any) -> Any:
-        outputs, events = _launch(kernel, resolved, numerics, args, kwargs)
+        outputs, cores = _launch(kernel, resolved, numerics, args, kwargs)
         if profile:
-            return outputs, build_profile(events, resolved)
+            return outputs, _slowest([build_profile(events, resolved) for events in cores])
         return outputs
     return run
 
@@ -129,41 +174,146 @@ def simulate_kernel(kernel: Kernel | Callable[..., Any], *args: Any, **kwargs: A
     return simulate(kernel)(*args, **kwargs)
 
 
-def benchmark(kernel: Kernel | Callable[..., Any], *, target: str | Target | None = None,
-              execute: bool = True) -> Callable[..., BenchmarkResult]:
-    """Return a function that launches ``kernel`` and returns a ``BenchmarkResult`` (outputs + estimate).
+class _Launcher:
+    """What ``nki.baremetal`` / ``nki.benchmark`` / ``nki.profile`` return: a kernel plus how to launch it."""
 
-    ``execute=False`` is cost-only: the kernel's control flow runs and every instruction is traced with
-    its shapes, but no values are computed, so large problems estimate in seconds.
+    def __init__(self, kernel: Kernel | Callable[..., Any], action: Callable[..., Any], target: Target):
+        self.kernel = kernel
+        self._action = action
+        self.target = target  # resolved when the launcher was made: the environment is read once, there
+        self.benchmark_result: BenchmarkResult | None = None
+        functools.update_wrapper(self, kernel.fn if isinstance(kernel, Kernel) else kernel)
+
+    def __getitem__(self, grid: Any) -> _Launcher:
+        base = self.kernel if isinstance(self.kernel, Kernel) else Kernel(self.kernel)
+        return _Launcher(base[grid], self._action, self.target)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._action(self, *args, **kwargs)
+
+
+def _decorator(kernel: Any, action: Callable[..., Any], target: str | Target | None) -> Any:
+    def wrap(k: Any) -> _Launcher:
+        return _Launcher(k, action, resolve_target(_target_of(k, target), os.environ))
+    return wrap if kernel is None else wrap(kernel)
+
+
+def baremetal(kernel: Kernel | Callable[..., Any] | None = None, **options: Any) -> Any:
+    """NKI 0.1's ``@nki.baremetal(...)``: run the kernel on numpy inputs and return numpy outputs.
+
+    There is no device here: the kernel is simulated. Compiler and artifact options (``save_neff_name``,
+    ``artifacts_dir``, ``additional_compile_opt``) are accepted and have no effect.
     """
-    resolved = resolve_target(target, os.environ)
+    def run(launcher: _Launcher, *args: Any, **kwargs: Any) -> Any:
+        return simulate(launcher.kernel, target=launcher.target)(*args, **kwargs)
+    return _decorator(kernel, run, options.get("target"))
 
-    def run(*args: Any, **kwargs: Any) -> BenchmarkResult:
-        outputs, events = _launch(kernel, resolved, execute, args, kwargs)
-        return BenchmarkResult(outputs, build_profile(events, resolved), tuple(events))
-    return run
+
+def benchmark(kernel: Kernel | Callable[..., Any] | None = None, *, target: str | Target | None = None,
+              execute: bool = True, **options: Any) -> Any:
+    """Launch ``kernel`` and estimate it with the cost model; returns a callable giving a ``BenchmarkResult``.
+
+    ``nki.benchmark(kernel, target="trn1")(*inputs)`` returns outputs + estimate. NKI 0.1's decorator form
+    ``nki.benchmark(warmup=10, iters=100)(kernel)`` works too: after a call, ``.benchmark_result.nc_latency
+    .get_latency_percentile(50)`` is the estimate in microseconds (every percentile is the one estimate;
+    ``warmup``/``iters`` have nothing to repeat). ``execute=False`` is cost-only: the kernel's control flow
+    runs and every instruction is traced with its shapes, but no values are computed, so large problems
+    estimate in seconds.
+    """
+    def run(launcher: _Launcher, *args: Any, **kwargs: Any) -> BenchmarkResult:
+        outputs, cores = _launch(launcher.kernel, launcher.target, execute, args, kwargs)
+        profiles = tuple(build_profile(events, launcher.target) for events in cores)
+        slowest = _slowest(list(profiles))
+        result = BenchmarkResult(outputs, slowest, tuple(cores[profiles.index(slowest)]), profiles)
+        launcher.benchmark_result = result
+        return result
+    return _decorator(kernel, run, target)
+
+
+def profile(func: Kernel | Callable[..., Any] | None = None, *, working_directory: str | None = None,
+            save_trace_name: str = "profile.json", target: str | Target | None = None, **options: Any) -> Any:
+    """NKI 0.1's ``@nki.profile(working_directory=...)``: run the kernel and write its simulated timeline.
+
+    Writes ``save_trace_name`` (a Chrome trace-event JSON file: open it in Perfetto or chrome://tracing;
+    an ``.ntff`` name is written as ``.json`` beside it, since NTFF is the device profiler's format) and
+    ``profile_summary.json`` (the cost-model report) into ``working_directory``, and returns the outputs.
+    """
+    def run(launcher: _Launcher, *args: Any, **kwargs: Any) -> Any:
+        if not working_directory:
+            raise NKISimulationError("nki.profile needs working_directory=")
+        outputs, cores = _launch(launcher.kernel, launcher.target, True, args, kwargs)
+        name = getattr(launcher.kernel, "__name__", "kernel")
+        write_profile(working_directory, save_trace_name, name, cores, launcher.target,
+                      overwrite=bool(options.get("overwrite", True)))
+        return outputs
+    return _decorator(func, run, target)
 
 
 def trace_kernel(kernel: Kernel | Callable[..., Any], *args: Any, target: str | Target | None = None,
                  numerics: bool = False, **kwargs: Any) -> list[tr.Event]:
-    """The placed instruction trace of one launch (cost-only by default); see ``trace`` for the format."""
-    return _launch(kernel, resolve_target(target, os.environ), numerics, args, kwargs)[1]
+    """The placed instruction trace of one launch (cost-only by default); see ``trace`` for the format.
+
+    For a grid spread over several cores (``nl.nc``), the trace of core 0.
+    """
+    return _launch(kernel, resolve_target(_target_of(kernel, target), os.environ), numerics, args, kwargs)[1][0]
+
+
+def _target_of(kernel: Any, explicit: str | Target | None) -> str | Target | None:
+    if explicit is not None:
+        return explicit
+    inner = kernel.kernel if isinstance(kernel, _Launcher) else kernel
+    return inner.target if isinstance(inner, Kernel) else None
+
+
+def _slowest(profiles: list[KernelProfile]) -> KernelProfile:
+    return max(profiles, key=lambda p: p.latency_us)
 
 
 # --------------------------------------------------------------------------------- internals
-def _launch(kernel: Kernel | Callable[..., Any], target: Target, numerics: bool, args: tuple[Any, ...],
-            kwargs: Mapping[str, Any]) -> tuple[Any, list[tr.Event]]:
-    fn, grid = (kernel.fn, kernel.grid) if isinstance(kernel, Kernel) else (kernel, ())
-    context = SimulationContext(target, numerics, language, grid)
+def _launch(kernel: Any, target: Target, numerics: bool, args: tuple[Any, ...],
+            kwargs: Mapping[str, Any], write_back: bool = True) -> tuple[Any, list[list[tr.Event]]]:
+    """Run every program of the grid; returns the outputs and one placed trace per physical core.
+
+    With ``write_back`` the numpy inputs the kernel wrote are updated in place (what NKI's simulator does).
+    """
+    if isinstance(kernel, _Launcher):
+        kernel = kernel.kernel
+    kernel = kernel if isinstance(kernel, Kernel) else Kernel(kernel)
+    grid = kernel.grid
+    context = SimulationContext(target, numerics, grid, api=language)
+    starts: list[tuple[int, int]] = []  # (first event of the program, its core)
     with activate(context):
         inputs = [_to_device(arg, context, f"arg{i}") for i, arg in enumerate(args)]
         named = {key: _to_device(value, context, key) for key, value in kwargs.items()}
         result = None
         for program in itertools.product(*(range(n) for n in grid)):
             context.begin_program(program)
-            result = fn(*inputs, **named)
+            starts.append((len(context.events), kernel.core_of(program)))
+            result = kernel.fn(*inputs, **named)
         outputs = _to_host(result, numerics)
-    return outputs, place(context.events, target)
+        if numerics and write_back:
+            _write_back(list(args) + list(kwargs.values()), inputs + list(named.values()), context)
+    events = forward_results(context.events)
+    cores = sorted({core for _, core in starts})
+    if len(cores) <= 1:
+        return outputs, [place(events, target)]
+    return outputs, [place(trace, target) for trace in _split_by_core(context.events, starts, cores)]
+
+
+def _split_by_core(events: list[tr.Event], starts: list[tuple[int, int]], cores: list[int]) -> list[list[tr.Event]]:
+    """Each core's events: its programs' instructions, with every HBM allocation (HBM is shared)."""
+    owner = [0] * len(events)
+    bounds = starts + [(len(events), -1)]
+    for (first, core), (end, _) in zip(bounds, bounds[1:]):
+        for position in range(first, end):
+            owner[position] = core
+    hbm = [e for e in events if isinstance(e, tr.Allocate) and e.buffer not in ("sbuf", "psum")]
+    traces = []
+    for core in cores:
+        own = [e for e, o in zip(events, owner)
+               if o == core and not (isinstance(e, tr.Allocate) and e.buffer not in ("sbuf", "psum"))]
+        traces.append(forward_results(hbm + own))
+    return traces
 
 
 def _to_device(value: Any, context: SimulationContext, name: str) -> Any:
@@ -171,7 +321,9 @@ def _to_device(value: Any, context: SimulationContext, name: str) -> Any:
         return context.new_tensor(value.values.shape, value.dtype, Buffer.HBM, name, data=value.values.copy())
     if isinstance(value, np.ndarray):
         kind = dtype_of(value.dtype)
-        data = cast(value, kind) if context.numerics else None
+        source = value.astype(np.float32) if value.dtype.name in ("bfloat16",) or value.dtype.name.startswith(
+            "float8") else value  # ml_dtypes arrays: their values, then rounded to the type again (exact)
+        data = cast(source, kind) if context.numerics else None
         return context.new_tensor(value.shape, kind, Buffer.HBM, name, data=data)
     if isinstance(value, TensorSpec):
         if context.numerics:
@@ -182,7 +334,23 @@ def _to_device(value: Any, context: SimulationContext, name: str) -> Any:
     return value
 
 
+def _write_back(hosts: list[Any], devices: list[Any], context: SimulationContext) -> None:
+    """Inputs the kernel wrote are updated in place, as NKI's simulator does (0.1 kernels write outputs passed
+    as arguments)."""
+    for host, device in zip(hosts, devices):
+        if isinstance(host, (list, tuple)) and isinstance(device, (list, tuple)):
+            _write_back(list(host), list(device), context)
+            continue
+        if not isinstance(device, Tensor) or device.storage.id not in context.producers:
+            continue
+        target = host.values if isinstance(host, HostArray) else host
+        if isinstance(target, np.ndarray) and target.flags.writeable:
+            target[...] = np.asarray(device.array()).astype(target.dtype, copy=False).reshape(target.shape)
+
+
 def _to_host(value: Any, numerics: bool) -> Any:
+    if isinstance(value, BlockedTensor):
+        raise NKISimulationError(f"kernel returned blocked on-chip tensor '{value.name}'; return HBM tensors")
     if isinstance(value, Tensor):
         if value.buffer.on_chip:
             raise NKISimulationError(

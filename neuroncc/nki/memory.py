@@ -15,18 +15,23 @@ buffer, and its load and compute serialise.
 
 Model: an SBUF tile occupies the same byte range on all 128 partitions (64-byte aligned); a PSUM tile
 occupies whole 2 KiB banks.
+
+Running out of SBUF or PSUM is not an error in NKI - its compiler spills to HBM - so here it is a
+``NKIRuleWarning`` naming the instruction, the tile and the largest live tiles; the tile is placed past the
+end of the buffer (a spill area that shares no bytes with anything), and the spill traffic itself is not
+costed.
 """
 
 from __future__ import annotations
 
 import bisect
+import warnings
 from dataclasses import replace
 
+from neuroncc.hardware.neuron import SBUF_ALIGNMENT
 from neuroncc.nki import trace as tr
-from neuroncc.nki.errors import NKISimulationError
+from neuroncc.nki.errors import NKIRuleWarning
 from neuroncc.nki.target import Target
-
-SBUF_ALIGNMENT = 64
 
 
 class RovingAllocator:
@@ -87,7 +92,7 @@ def footprint(buffer: str, bytes_per_partition: int, target: Target) -> int:
 def place(events: list[tr.Event], target: Target) -> list[tr.Event]:
     """Place every on-chip tile of a trace and return the placed trace (see the module docstring).
 
-    Raises ``NKISimulationError`` naming the instruction, the tile and the live tiles when SBUF or PSUM
+    Warns (``NKIRuleWarning``) naming the instruction, the tile and the live tiles when SBUF or PSUM
     overflows. HBM ``Allocate`` events and instructions pass through unchanged.
     """
     allocations: dict[int, tr.Allocate] = {}
@@ -102,6 +107,9 @@ def place(events: list[tr.Event], target: Target) -> list[tr.Event]:
 
     allocators = {"sbuf": RovingAllocator(target.sbuf_partition_bytes),
                   "psum": RovingAllocator(target.psum_partition_bytes)}
+    spills = {name: RovingAllocator(1 << 40) for name in allocators}
+    spilled: set[int] = set()
+    warned: set[str] = set()
     live: dict[int, tr.Allocate] = {}
     placed: list[tr.Event] = []
     for event in events:
@@ -116,26 +124,39 @@ def place(events: list[tr.Event], target: Target) -> list[tr.Event]:
                     allocation = allocations[tile]
                     offset = allocators[allocation.buffer].allocate(allocation.size)
                     if offset is None:
-                        raise _capacity_error(event, allocation, allocators[allocation.buffer], live, target)
+                        if allocation.buffer not in warned:
+                            warned.add(allocation.buffer)
+                            message = _capacity_message(event, allocation, allocators[allocation.buffer], live, target)
+                            warnings.warn(NKIRuleWarning(f"{message} (NKI's compiler would spill; the simulator "
+                                                         f"places it in a spill area and does not cost the spill)"),
+                                          stacklevel=4)
+                        spill = spills[allocation.buffer].allocate(allocation.size)
+                        assert spill is not None
+                        offset = allocators[allocation.buffer].capacity + spill
+                        spilled.add(tile)
                     live[tile] = replace(allocation, offset=offset)
                     placed.append(live[tile])
             placed.append(event)
             for tile in dict.fromkeys(operand.tile for operand in event.operands):
                 if last_use.get(tile) == event.index:
                     allocation = live.pop(tile)
-                    allocators[allocation.buffer].release(allocation.offset, allocation.size)
+                    if tile in spilled:
+                        spills[allocation.buffer].release(allocation.offset - allocators[allocation.buffer].capacity,
+                                                          allocation.size)
+                    else:
+                        allocators[allocation.buffer].release(allocation.offset, allocation.size)
                     placed.append(tr.Release(tile))
             continue
         placed.append(event)
     return placed
 
 
-def _capacity_error(event: tr.Instruction, allocation: tr.Allocate, allocator: RovingAllocator,
-                    live: dict[int, tr.Allocate], target: Target) -> NKISimulationError:
+def _capacity_message(event: tr.Instruction, allocation: tr.Allocate, allocator: RovingAllocator,
+                    live: dict[int, tr.Allocate], target: Target) -> str:
     same_buffer = sorted((a for a in live.values() if a.buffer == allocation.buffer), key=lambda a: -a.size)
     biggest = ", ".join(f"'{a.name}' {a.size} B" for a in same_buffer[:4])
     name = "SBUF" if allocation.buffer == "sbuf" else "PSUM"
-    return NKISimulationError(
+    return (
         f"{name} capacity exceeded on {target.name} at instruction {event.index} ({event.op}): tile "
         f"'{allocation.name}' {allocation.shape} {allocation.dtype} needs {allocation.size} bytes per partition, "
         f"but {allocator.live_bytes} of {allocator.capacity} bytes per partition are live (largest free block "

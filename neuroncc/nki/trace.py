@@ -3,10 +3,12 @@
 A trace is a flat, ordered list of plain-data events (frozen dataclasses of ints, strings and tuples; no
 references to live tensors or numpy arrays), in program order:
 
-``Allocate(tile, buffer, name, shape, dtype, offset, size)``
+``Allocate(tile, buffer, name, shape, dtype, offset, size, transient)``
     A tensor came to life. ``tile`` is a storage id, unique within the trace. For SBUF / PSUM, ``size`` is
     the bytes it occupies on every partition (PSUM: whole 2 KiB banks) and ``offset`` where they start.
-    HBM tensors have both 0.
+    HBM tensors have both 0. ``transient`` marks the result tile of a value-returning call
+    (``y = nl.exp(x)``, NKI 0.1's ``nisa.nc_matmul(a, b)``); ``forwarding`` lets its producer write straight
+    into the tensor it is assigned to.
 ``Release(tile)``
     An on-chip tile's bytes are free again.
 
@@ -131,6 +133,7 @@ class Allocate:
     dtype: str
     offset: int = 0
     size: int = 0
+    transient: bool = False
 
 
 @dataclass(frozen=True, slots=True)

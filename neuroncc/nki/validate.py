@@ -8,10 +8,11 @@ These run on every instruction, also in cost-only mode, so they avoid building s
 
 from __future__ import annotations
 
+from neuroncc.hardware.neuron import PARTITIONS, allowed_partition_starts
 from neuroncc.nki.errors import NKISimulationError
 from neuroncc.nki.tensor import Buffer, Tensor
 
-PMAX = 128
+PMAX = PARTITIONS
 
 HBM = (Buffer.HBM, Buffer.SHARED_HBM)
 SBUF = (Buffer.SBUF,)
@@ -53,9 +54,11 @@ def tile(op: str, role: str, value: Tensor, aligned: bool = True) -> None:
     64 partitions starts at partition 0, of 33-64 partitions at 0 or 64, of at most 32 at 0/32/64/96.
     """
     shape = value.shape
-    if len(shape) < 2:
+    if len(shape) < 1 or (len(shape) < 2 and not value.keeps_partition_dim):
         raise NKISimulationError(
             f"{op} {role} must have at least 2 dimensions (partition, free), got shape {shape}")
+    # A column picked with an integer (``t[:, j]``, NKI 0.1 tutorials) keeps the partition dimension and is a
+    # (P, 1) operand.
     if not value.keeps_partition_dim:
         raise NKISimulationError(
             f"{op} {role} indexes away the partition dimension of tile '{value.name}'; keep dimension 0 as a slice")
@@ -71,19 +74,12 @@ def tile(op: str, role: str, value: Tensor, aligned: bool = True) -> None:
 
 
 def _aligned_start(start: int, partitions: int) -> bool:
-    if partitions > 64:
-        return start == 0
-    if partitions > 32:
-        return start in (0, 64) and start + partitions <= PMAX
-    return start in (0, 32, 64, 96) and start + partitions <= PMAX
+    return start in allowed_partition_starts(partitions)
 
 
 def _allowed_starts(partitions: int) -> str:
-    if partitions > 64:
-        return "0"
-    if partitions > 32:
-        return "0 or 64"
-    return "0, 32, 64 or 96"
+    starts = [str(start) for start in allowed_partition_starts(partitions)]
+    return starts[0] if len(starts) == 1 else ", ".join(starts[:-1]) + " or " + starts[-1]
 
 
 def same_shape(op: str, role: str, value: Tensor, expected: tuple[int, ...], what: str) -> None:

@@ -5,6 +5,8 @@
 
 See docs/passes.md for what each pass does and :mod:`neuroncc.passes.pipeline` for the registry and the
 default pipeline of each target.
+
+May import: errors, hardware, ir. Imported by: codegen and above.
 """
 
 from neuroncc.passes.canonicalize import Canonicalize

@@ -11,6 +11,8 @@ growing from ``graph_state`` with the families of ``graph_families``), semantic 
 graphs (``models``), graph reduction (``reduce``), the lit/FileCheck format (``lit_format``). Torch level
 (imported on their own): the OpInfo sweep (``opinfo*``) and the differential fuzzer (``fuzz*``), which drive
 ``torch.compile``. Nothing in the compiler imports this package.
+
+May import: everything in neuroncc (it sits above every layer).
 """
 
 from neuroncc.testing.random_graphs import graphs

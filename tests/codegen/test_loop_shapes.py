@@ -23,8 +23,10 @@ from neuroncc.codegen.llvm.kernel_plan import (
     SplitColumns, TransposedMap,
 )
 from neuroncc.codegen.llvm.regions import fuse_whole_function
-from neuroncc.codegen.llvm.schedule import BLOCK, block_matmul_rows, form_phases, lay_out
+from neuroncc.codegen.llvm.schedule import block_matmul_rows, form_phases, lay_out
+from neuroncc.hardware.host import host_cpu
 from neuroncc.ir import Builder, DType, TensorType
+from neuroncc.passes.tile import CPU_INNER_BLOCK
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -86,7 +88,7 @@ CASES = {
     "softmax: one row loop, three passes per row, exp cached": (
         softmax, [((64, 300), F32)], [RowLoop], [(64, False)]),
     "1-d map: blocks of the only dim": (
-        long_vector, [((100000,), F32)], [BlockedMap], [(-(-100000 // BLOCK), False)]),
+        long_vector, [((100000,), F32)], [BlockedMap], [(-(-100000 // CPU_INNER_BLOCK), False)]),
     "bias gradient: column partials per chunk of rows, merged": (
         bias_gradient, [((96, 40), DType.bool), ((96, 40), F32)], [ChunkedRows, CombineColumns],
         [(16, False), (1, True)]),
@@ -141,7 +143,7 @@ def test_the_launcher_answers_follow_the_loop_shape():
 
 def _planner_steps():
     """The planner's steps after ``form_phases``, in ``plan_kernel``'s order."""
-    return [lambda p: refine.block_long_rows(p, BLOCK), refine.cache_rows, refine.split_columns,
+    return [lambda p: refine.block_long_rows(p, CPU_INNER_BLOCK), refine.cache_rows, refine.split_columns,
             refine.parallel_kept_dims, refine.accumulate_column_partials, refine.split_full_reductions,
             transpose.block_transposed_rows, block_matmul_rows]
 
@@ -168,9 +170,9 @@ def test_plans_and_loop_shapes_cannot_be_changed():
 
 
 def test_the_emitter_implements_the_emission_context():
-    emitter = KernelEmitter(_plan(_graph("softmax", [((64, 300), F32)], softmax)), "k")
+    emitter = KernelEmitter(_plan(_graph("softmax", [((64, 300), F32)], softmax)), "k", host_cpu())
     members = {name for name in vars(EmitContext) if not name.startswith("_")} | set(EmitContext.__annotations__)
-    assert members >= {"b", "ptrs", "value_at", "alloca", "fresh_values", "loop", "nest"}
+    assert members >= {"b", "ptrs", "target", "value_at", "alloca", "fresh_values", "loop", "nest"}
     assert [name for name in sorted(members) if not hasattr(emitter, name)] == []
 
 

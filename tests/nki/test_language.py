@@ -167,17 +167,23 @@ def test_load_and_store_convert_dtypes(rng):
     np.testing.assert_array_equal(run(kernel, x), bf16(x))
 
 
-def test_load_of_a_vector_gives_a_row_tile(rng):
+def test_load_of_a_vector_puts_it_on_the_partitions(rng):
+    """A vector's only dimension is its partition dimension, as for every tile: NKI's mamba tutorial loads
+    ``A[c0:c1, i]`` as a per-partition scale; a row is ``v.reshape((1, n))``, as its LayerNorm tutorial does."""
     v = rng.standard_normal(50).astype(np.float32)
 
     def kernel(v):
-        tile = nl.load(v)
-        assert tile.shape == (1, 50)
-        out = nl.ndarray((1, 50), dtype=nl.float32, buffer=nl.shared_hbm)
-        nl.store(out, tile)
+        column = nl.load(v)
+        assert column.shape == (50, 1)
+        row = nl.load(v.reshape((1, 50)))
+        out = nl.ndarray((2, 50), dtype=nl.float32, buffer=nl.shared_hbm)
+        nl.store(out[0:1, :], row)
+        nl.store(out[1, :], column)
         return out
 
-    np.testing.assert_array_equal(run(kernel, v)[0], v)
+    result = run(kernel, v)
+    np.testing.assert_array_equal(result[0], v)
+    np.testing.assert_array_equal(result[1], v)
 
 
 def test_loop_helpers_are_ranges():

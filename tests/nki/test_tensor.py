@@ -106,16 +106,19 @@ def test_reshape_views_the_same_storage(rng):
     np.testing.assert_array_equal(run(kernel, x), x.reshape(4, 128))
 
 
-def test_inputs_are_copied_not_mutated(rng):
+def test_inputs_the_kernel_writes_are_updated_in_place_as_nki_simulate_does(rng):
     x = rng.standard_normal((128, 4)).astype(np.float32)
-    before = x.copy()
+    y = rng.standard_normal((128, 4)).astype(np.float32)
+    before = y.copy()
 
-    def kernel(x):
+    def kernel(x, y):
         nisa.dma_copy(dst=x, src=nl.zeros((128, 4), dtype=nl.float32))
+        nl.store(nl.ndarray((128, 4), dtype=nl.float32, buffer=nl.shared_hbm), nl.load(y))
         return x
 
-    assert np.all(run(kernel, x) == 0)
-    np.testing.assert_array_equal(x, before)
+    assert np.all(run(kernel, x, y) == 0)
+    assert np.all(x == 0)  # written: updated in place
+    np.testing.assert_array_equal(y, before)  # only read: untouched
 
 
 def test_bfloat16_inputs_outputs_and_writes_are_rounded(rng):

@@ -42,7 +42,7 @@ def _record(key_text: str, texts: list[str], kind: str = "kernel") -> None:
 
 
 def _patch(module) -> None:
-    from neuroncc.ir.printer import print_function
+    from neuroncc.ir import print_function
 
     plan_kernel, emit_kernel, plan_launch = module.plan_kernel, module.emit_kernel, module.plan_launch
 
@@ -51,11 +51,11 @@ def _patch(module) -> None:
                                 repr(sorted(kwargs.items()))])
         return plan_kernel(region, params, outputs, *args, **kwargs)
 
-    def recording_emit_kernel(plan, symbol):
-        texts, symbols = emit_kernel(plan, symbol)
+    def recording_emit_kernel(plan, symbol, *args, **kwargs):
+        texts, symbols = emit_kernel(plan, symbol, *args, **kwargs)
         key = getattr(_local, "key", None)
         if key is not None:
-            _record(f"{key}\n{symbol}\n{sorted(plan.aligned_args)}", texts)
+            _record(f"{key}\n{symbol}\n{sorted(plan.aligned_args)}\n{args!r}\n{sorted(kwargs.items())!r}", texts)
         return texts, symbols
 
     def recording_plan_launch(fn, cpu, features, *args, **kwargs):

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 from llvmlite import ir
 
 from neuroncc.codegen.llvm.views import Layout
+from neuroncc.hardware.host import CpuTarget
 from neuroncc.ir.graph import Value
 
 #: An index into a tensor: one entry per dim, each a Python int or an i64 IR value.
@@ -28,6 +29,8 @@ class EmitContext(Protocol):
     b: ir.IRBuilder
     #: The phase function's argument pointers, by argument slot.
     ptrs: Sequence[ir.Value]
+    #: The CPU the code is for (the math library's choices depend on it).
+    target: CpuTarget
 
     # ---- values and buffers ---------------------------------------------------------------------------
 

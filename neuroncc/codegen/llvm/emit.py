@@ -20,7 +20,9 @@ from llvmlite import ir
 from neuroncc.codegen.llvm.access import ACCESS, broadcast_index
 from neuroncc.codegen.llvm.context import Index
 from neuroncc.codegen.llvm.elementwise import ELEMENTWISE, EXACT
-from neuroncc.codegen.llvm.entries import RECIPROCAL_ESTIMATES, add_phase_entry, add_team_entry
+from neuroncc.codegen.llvm.entries import (
+    RECIPROCAL_ESTIMATES, add_phase_entry, add_team_entry, vector_width_attribute,
+)
 from neuroncc.codegen.llvm.indexing import ROUNDS, IndexArithmetic
 from neuroncc.codegen.llvm.kernel_plan import (
     BlockedMap, ChunkedRows, CombineColumns, CombinePartials, Computed, ExtraKind, KernelPlan, KeptDims,
@@ -36,7 +38,9 @@ from neuroncc.codegen.llvm.stages import (
 from neuroncc.codegen.llvm.transpose import emit_transposed
 from neuroncc.codegen.llvm.views import Layout
 from neuroncc.errors import CodegenError
+from neuroncc.hardware.host import CACHE_LINE_BYTES, CpuTarget
 from neuroncc.ir.graph import Op, Value
+from neuroncc.ir.opdef import Trait
 from neuroncc.ir.types import contiguous_strides
 
 #: Map-stage outputs at least this large are written with non-temporal stores ...
@@ -45,8 +49,6 @@ STREAM_MIN_BYTES = 1 << 22
 #: the stack-buffer round trip costs more than the read-for-ownership it saves (gelu(x*w+b)*sigmoid(x) on
 #: [4096, 1024], 2 threads: 1.96 ms streamed, 1.76 ms with plain stores).
 STREAM_MAX_TRANSCENDENTALS = 2
-TRANSCENDENTAL = frozenset({"exp", "exp2", "expm1", "log", "log2", "log1p", "tanh", "sigmoid", "erf", "gelu",
-                            "sin", "cos", "tan", "atan", "atan2", "pow"})
 
 
 class KernelEmitter(IndexArithmetic):
@@ -56,7 +58,8 @@ class KernelEmitter(IndexArithmetic):
     One module per phase, not per kernel: modules are the unit of parallel LLVM compilation, and the phases
     of one big kernel (a LayerNorm backward: six) are what balances the compile workers."""
 
-    def __init__(self, plan: KernelPlan, symbol: str):
+    def __init__(self, plan: KernelPlan, symbol: str, target: CpuTarget):
+        self.target = target  # the CPU the code is for (the math library's choices depend on it)
         self.module: ir.Module = None  # type: ignore[assignment]  # the current phase's
         self.modules: list[ir.Module] = []
         self.plan = plan
@@ -105,10 +108,14 @@ class KernelEmitter(IndexArithmetic):
         for slot, arg in enumerate(body_fn.args[:n_args]):
             arg.add_attribute("noalias")
             if slot in self.plan.aligned_args:
-                arg.attributes.align = 64  # lets the backend use aligned (and non-temporal) vector stores
-        # a string attribute, which llvmlite's attribute set does not know: added to the underlying set directly
+                # lets the backend use aligned (and non-temporal) vector stores
+                arg.attributes.align = CACHE_LINE_BYTES
+        # string attributes, which llvmlite's attribute set does not know: added to the underlying set directly
         set.add(body_fn.attributes, RECIPROCAL_ESTIMATES)
-        add_phase_entry(self.module, symbol, n_args)
+        vector_width = vector_width_attribute(self.plan.vector_width)
+        if vector_width is not None:
+            set.add(body_fn.attributes, vector_width)
+        add_phase_entry(self.module, symbol, n_args, (vector_width,) if vector_width is not None else ())
         add_team_entry(self.module, symbol)
 
         entry = body_fn.append_basic_block("entry")
@@ -265,7 +272,7 @@ class KernelEmitter(IndexArithmetic):
         rows = {}
         for target in streamed:
             row = self._entry.alloca(ir.ArrayType(storage_type(target.dtype), length))
-            row.align = 64
+            row.align = CACHE_LINE_BYTES
             rows[target.arg] = row
 
         def body(prefix: Index) -> None:
@@ -287,8 +294,8 @@ class KernelEmitter(IndexArithmetic):
                 self.store(target, idx, result)
 
     def _stream_row(self, row: ir.Value, target: Layout, idx: Index, count: Any) -> None:
-        """Copy ``count`` elements (a multiple of 64 bytes) from ``row`` to ``target`` at ``idx``."""
-        lanes = 64 // storage_itemsize(target.dtype)
+        """Copy ``count`` elements (whole cache lines) from ``row`` to ``target`` at ``idx``, a line per store."""
+        lanes = CACHE_LINE_BYTES // storage_itemsize(target.dtype)
         vector = ir.VectorType(storage_type(target.dtype), lanes)
         destination = self.address(target, idx)
         nontemporal = self.module.add_metadata([ir.Constant(I32, 1)])
@@ -298,8 +305,8 @@ class KernelEmitter(IndexArithmetic):
             src = self.b.gep(row, [ir.Constant(I64, 0), self.ir_index(offset)], inbounds=True)
             dst = self.b.gep(destination, [self.ir_index(offset)], source_etype=storage_type(target.dtype),
                              inbounds=True)
-            value = self.b.load(src, typ=vector, align=64)
-            self.b.store(value, dst, align=64).set_metadata("nontemporal", nontemporal)
+            value = self.b.load(src, typ=vector, align=CACHE_LINE_BYTES)
+            self.b.store(value, dst, align=CACHE_LINE_BYTES).set_metadata("nontemporal", nontemporal)
 
         self.loop(0, self.div(count, lanes), copy)
 
@@ -318,7 +325,7 @@ class KernelEmitter(IndexArithmetic):
             if access is None or isinstance(access, Layout) or \
                     (producer is not None and self._stage_number > producer):
                 continue
-            count += access.op.name in TRANSCENDENTAL
+            count += access.op.has(Trait.TRANSCENDENTAL)
             pending += access.op.operands
         return count
 
@@ -328,7 +335,8 @@ class KernelEmitter(IndexArithmetic):
         itemsize = storage_itemsize(target.dtype)
         return (target.arg in self.plan.aligned_args and target.is_contiguous and target.offset == 0
                 and math.prod(target.shape) * itemsize >= STREAM_MIN_BYTES and bool(target.shape)
-                and (target.shape[-1] * itemsize) % 64 == 0 and (block * itemsize) % 64 == 0)
+                and (target.shape[-1] * itemsize) % CACHE_LINE_BYTES == 0
+                and (block * itemsize) % CACHE_LINE_BYTES == 0)
 
     # ---- values ---------------------------------------------------------------------------------------
 

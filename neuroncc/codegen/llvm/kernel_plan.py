@@ -31,7 +31,6 @@ from dataclasses import dataclass, field, replace
 
 from neuroncc.codegen.llvm.views import Layout
 from neuroncc.ir.graph import Function, Op, Value
-from neuroncc.ir.ops.indexing import index_result_shape
 
 # ---- stages -------------------------------------------------------------------------------------------
 
@@ -81,10 +80,7 @@ class ReduceStage:
 
     @property
     def reduced(self) -> tuple[int, ...]:
-        attrs, rank = self.op.attrs, len(self.shape)
-        if self.op.name in ("argmax", "argmin"):
-            return tuple(range(rank)) if attrs["dim"] is None else ((attrs["dim"] % rank,) if rank else ())
-        return tuple(attrs["dims"])
+        return self.op.opdef.reduced_dims(self.op.attrs, len(self.shape))
 
     @property
     def kept_size(self) -> int:
@@ -113,16 +109,10 @@ class ScatterStage:
 
     op: Op
     target: Layout
+    shape: tuple[int, ...]  # the points written (access.SCATTERS[op].domain)
 
     kind = "scatter"
     max_outer = 0
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        if self.op.name == "scatter":
-            return self.op.operands[1].type.shape
-        x, _, *indices = (v.type for v in self.op.operands)
-        return index_result_shape("index_put", x, self.op.attrs["dims"], tuple(indices))
 
     @property
     def roots(self) -> tuple[tuple[Value, int], ...]:
@@ -438,6 +428,7 @@ class KernelPlan:
     written: frozenset[int] = frozenset()  # argument slots written inside the kernel (stages, the extern)
     row_blocked: bool = False  # the extern matmul can run block of rows by block, each followed by the phases
     aligned_args: frozenset[int] = frozenset()  # argument slots whose buffers start 64-byte aligned
+    vector_width: int = 0  # the kernel's tile decision: at most this many float32 lanes per vector (0: no cap)
 
     @property
     def error_slot(self) -> int:

@@ -16,7 +16,7 @@ from typing import Any
 
 from llvmlite import ir
 
-from neuroncc.codegen.llvm.scalars import F32, F64, I1, I64, call, compute_type, intrinsic, is_unsigned, type_suffix
+from neuroncc.codegen.llvm.scalars import F32, F64, I1, I32, I64, call, compute_type, intrinsic, is_unsigned, type_suffix
 from neuroncc.ir.dtypes import DType
 
 REASSOC = ("reassoc", "contract")
@@ -30,6 +30,8 @@ class Combiner:
     finish: Callable[[ir.IRBuilder, DType, list[ir.Value], int, Any], ir.Value]
     float_sum: bool = False  # float32 chunk partials + float64 total (for float inputs)
     two_pass: bool = False  # var: a first pass computes the mean
+    merges_partials: bool = False  # ``update`` merges another partial accumulator (collapsed): parallel partials
+    column_split: bool = True  # the column-split refinement may divide the kept columns among threads
     collapse: Callable[[ir.IRBuilder, DType, list[ir.Value]], ir.Value] = lambda b, dtype, accs: accs[0]
     """One value of slot 0's type standing for all accumulators (a partial result that ``update`` can merge)."""
 
@@ -81,8 +83,8 @@ def _extreme(which: str) -> tuple[Callable, Callable]:
     """init and update for amax (which='max') / amin ('min')."""
 
     def init(dtype):
-        if dtype.is_float:  # the running max/min and "seen a NaN"
-            return [ir.Constant(F32, -math.inf if which == "max" else math.inf), ir.Constant(I1, 0)]
+        if dtype.is_float:  # the running max/min and the largest magnitude bits (see ``_extreme_slots``)
+            return [ir.Constant(F32, -math.inf if which == "max" else math.inf), ir.Constant(I32, 0)]
         if dtype.is_bool:
             return [ir.Constant(I1, 0 if which == "max" else 1)]
         low, high = _int_limits(dtype)
@@ -96,7 +98,9 @@ def _extreme(which: str) -> tuple[Callable, Callable]:
             # maxnum with nnan vectorizes to plain vmaxps (llvm.maximum needs ~6 ops per vector); NaN is
             # tracked on the side, and the poisoned max it may leave is discarded by ``_extreme_finish``.
             fn = intrinsic(b.module, f"llvm.{which}num.f32", F32, [F32, F32])
-            return [b.call(fn, [acc, x], fastmath=("nnan", "nsz")), b.or_(accs[1], b.fcmp_unordered("uno", x, x))]
+            magnitude = b.and_(b.bitcast(x, I32), ir.Constant(I32, 0x7FFFFFFF))
+            largest = call(b, "llvm.umax.i32", [accs[1], magnitude])
+            return [b.call(fn, [acc, x], fastmath=("nnan", "nsz")), largest]
         if dtype.is_bool:
             return [b.or_(acc, x) if which == "max" else b.and_(acc, x)]
         prefix = "u" if is_unsigned(dtype) else "s"
@@ -136,7 +140,7 @@ def _arg(which: str) -> Combiner:
     def finish(b, dtype, accs, count, attrs):
         return accs[1]
 
-    return Combiner(slots, init, update, finish)
+    return Combiner(slots, init, update, finish, column_split=False)  # (value, index) pairs stay whole
 
 
 def _identity_finish(b, dtype, accs, count, attrs):
@@ -149,12 +153,18 @@ def _extreme_finish(b, dtype, accs, count, attrs):
 
 def _extreme_collapse(b, dtype, accs):
     if dtype.is_float:
-        return b.select(accs[1], ir.Constant(F32, math.nan), accs[0])
+        return b.select(b.icmp_unsigned(">", accs[1], _INF_BITS), ir.Constant(F32, math.nan), accs[0])
     return accs[0]
 
 
+_INF_BITS = ir.Constant(I32, 0x7F800000)
+
+
 def _extreme_slots(dtype: DType) -> list[ir.Type]:
-    return [F32, I1] if dtype.is_float else [compute_type(dtype)]
+    """A float amax/amin keeps its running max and the largest magnitude bits seen (``bits & 0x7fffffff`` as an
+    unsigned i32): a NaN was seen when they exceed infinity's. Two integer instructions per vector beside the
+    vmaxps (and, umax); an i1 "seen NaN" flag vector was narrowed and packed every iteration on AVX2 (four)."""
+    return [F32, I32] if dtype.is_float else [compute_type(dtype)]
 
 
 _MAX_INIT, _MAX_UPDATE = _extreme("max")
@@ -162,16 +172,20 @@ _MIN_INIT, _MIN_UPDATE = _extreme("min")
 
 #: Reduction op -> combiner (one entry per op).
 COMBINERS: dict[str, Combiner] = {
-    "sum": Combiner(_sum_slots, _zero, _sum_update, _sum_finish, float_sum=True),
-    "mean": Combiner(_sum_slots, _zero, _sum_update, _mean_finish, float_sum=True),
+    "sum": Combiner(_sum_slots, _zero, _sum_update, _sum_finish, float_sum=True, merges_partials=True),
+    "mean": Combiner(_sum_slots, _zero, _sum_update, _mean_finish, float_sum=True, merges_partials=True),
     "var": Combiner(_sum_slots, _zero, _sum_update, _var_finish, float_sum=True, two_pass=True),
     "prod": Combiner(_sum_slots, _prod_init, _prod_update, _sum_finish),
-    "amax": Combiner(_extreme_slots, _MAX_INIT, _MAX_UPDATE, _extreme_finish, collapse=_extreme_collapse),
-    "amin": Combiner(_extreme_slots, _MIN_INIT, _MIN_UPDATE, _extreme_finish, collapse=_extreme_collapse),
+    "amax": Combiner(_extreme_slots, _MAX_INIT, _MAX_UPDATE, _extreme_finish, collapse=_extreme_collapse,
+                     merges_partials=True),
+    "amin": Combiner(_extreme_slots, _MIN_INIT, _MIN_UPDATE, _extreme_finish, collapse=_extreme_collapse,
+                     merges_partials=True),
     "any": Combiner(lambda d: [I1], lambda d: [ir.Constant(I1, 0)],
-                    lambda b, d, accs, x, pos: [b.or_(accs[0], _truthy(b, d, x))], _identity_finish),
+                    lambda b, d, accs, x, pos: [b.or_(accs[0], _truthy(b, d, x))], _identity_finish,
+                    merges_partials=True),
     "all": Combiner(lambda d: [I1], lambda d: [ir.Constant(I1, 1)],
-                    lambda b, d, accs, x, pos: [b.and_(accs[0], _truthy(b, d, x))], _identity_finish),
+                    lambda b, d, accs, x, pos: [b.and_(accs[0], _truthy(b, d, x))], _identity_finish,
+                    merges_partials=True),
     "argmax": _arg("max"),
     "argmin": _arg("min"),
 }

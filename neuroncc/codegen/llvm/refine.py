@@ -19,8 +19,9 @@ from neuroncc.codegen.llvm.kernel_plan import (
     BlockedMap, ChunkedRows, ColumnSum, CombineColumns, CombinePartials, Computed, KernelPlan, KeptDims,
     MapStage, PartialReduce, Phase, ReduceStage, RowLoop, SplitColumns, written_by,
 )
+from neuroncc.codegen.llvm.reductions import COMBINERS
 from neuroncc.ir.graph import Value
-from neuroncc.ir.opdef import Category
+from neuroncc.ir.opdef import Category, Trait
 from neuroncc.ir.ops import REGISTRY
 
 
@@ -70,8 +71,6 @@ def parallel_kept_dims(plan: KernelPlan) -> KernelPlan:
 
 
 PARTIALS_MAX = 64
-#: Reductions whose accumulator can be merged with another partial accumulator by the update itself.
-_MERGEABLE = frozenset({"sum", "mean", "amax", "amin", "any", "all"})
 
 
 def split_full_reductions(plan: KernelPlan) -> KernelPlan:
@@ -82,7 +81,7 @@ def split_full_reductions(plan: KernelPlan) -> KernelPlan:
         stage = _lone_reduction(phase)
         shape = stage.shape if stage is not None else ()
         total = math.prod(shape)
-        if stage is None or stage.op.name not in _MERGEABLE or not shape or \
+        if stage is None or not COMBINERS[stage.op.name].merges_partials or not shape or \
                 stage.reduced != tuple(range(len(shape))) or total < 1 << 16 or shape[0] < 2:
             phases.append(phase)
             continue
@@ -105,7 +104,7 @@ def split_columns(plan: KernelPlan) -> KernelPlan:
             return phase
         rank = len(stage.shape)
         kept = [d for d in range(rank) if d not in stage.reduced]
-        if not stage.reduced or kept != [rank - 1] or stage.op.name in ("argmax", "argmin"):
+        if not stage.reduced or kept != [rank - 1] or not COMBINERS[stage.op.name].column_split:
             return phase
         columns = stage.shape[-1]
         split = min(max(SPLIT_MIN, -(-columns // 8 // 16) * 16), 4096)
@@ -120,9 +119,6 @@ def split_columns(plan: KernelPlan) -> KernelPlan:
     return _each_phase(plan, rule)
 
 
-#: Ops worth computing once per row rather than once per stage that reads them.
-EXPENSIVE = frozenset({"exp", "exp2", "expm1", "log", "log2", "log1p", "tanh", "sigmoid", "erf", "gelu", "sin", "cos",
-                       "tan", "atan", "atan2", "pow"})
 ROW_CACHE_MAX = 16384  # elements of one cached row (kept on the stack)
 
 
@@ -157,7 +153,8 @@ def _expensive(plan: KernelPlan, value: Value, seen: set) -> bool:
     if not isinstance(access, Computed) or value in seen:
         return False
     seen.add(value)
-    return access.op.name in EXPENSIVE or any(_expensive(plan, v, seen) for v in access.op.operands)
+    # transcendental functions are worth computing once per row rather than once per stage that reads them
+    return access.op.has(Trait.TRANSCENDENTAL) or any(_expensive(plan, v, seen) for v in access.op.operands)
 
 
 def _reads_in_place(plan: KernelPlan, root: Value, target: Value, shape: tuple[int, ...], seen: set) -> bool:
@@ -177,8 +174,6 @@ def _reads_in_place(plan: KernelPlan, root: Value, target: Value, shape: tuple[i
 CHUNKS_MAX = 16
 #: ... and at most this many bytes of float64 partials per column reduction.
 CHUNK_PARTIALS_MAX_BYTES = 1 << 21
-#: Reductions whose column partials are float64 sums (finished by the combining phase: mean divides).
-_COLUMN_SUMS = frozenset({"sum", "mean"})
 
 
 def accumulate_column_partials(plan: KernelPlan) -> KernelPlan:
@@ -259,7 +254,8 @@ def _column_sum(plan: KernelPlan, host: RowLoop, phase: Phase, rows: int, chunks
         return None
     shape, reduced = stage.shape, stage.reduced
     count = len(reduced)
-    if stage.op.name not in _COLUMN_SUMS or not stage.op.operands[0].type.dtype.is_float or not count \
+    # column partials are float64 sums (the combining phase finishes them: mean divides)
+    if not stage.op.has(Trait.SUM_REDUCTION) or not stage.op.operands[0].type.dtype.is_float or not count \
             or reduced != tuple(range(count)) or count >= len(shape) or math.prod(shape[:count]) != rows:
         return None
     if chunks * (math.prod(shape) // rows) * 8 > CHUNK_PARTIALS_MAX_BYTES:
@@ -286,7 +282,7 @@ def _rows_preserved(plan: KernelPlan, value: Value, count: int, rows: tuple[int,
         dims = tuple(d if d < count else -1 for d in range(len(shape)))
         return outer_dims_preserved(plan.access, value, dims, count, written, set())
     access = plan.access[value]
-    if isinstance(access, Computed) and access.op.name == "reshape":
+    if isinstance(access, Computed) and access.op.has(Trait.RESHAPE):
         (operand,) = access.op.operands
         flat, total = math.prod(shape[:count]), 1
         for width, size in enumerate(operand.type.shape):

@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from neuroncc.codegen.llvm import refine, transpose
-from neuroncc.codegen.llvm.access import ACCESS
+from neuroncc.codegen.llvm.access import ACCESS, CHECKED_INDEX_OPS, NEED_A_DIM, SCATTERS
 from neuroncc.codegen.llvm.dimflow import outer_dims_preserved
 from neuroncc.codegen.llvm.elementwise import ELEMENTWISE
 from neuroncc.codegen.llvm.kernel_plan import (
@@ -33,27 +33,28 @@ from neuroncc.codegen.llvm.kernel_plan import (
     ScatterLoop, ScatterStage, Stage, TransposedMap, written_by,
 )
 from neuroncc.codegen.llvm.scalars import storage_itemsize
-from neuroncc.codegen.llvm.views import VIEW_OPS, Layout, view_layout
+from neuroncc.codegen.llvm.views import Layout, view_layout
 from neuroncc.errors import CodegenError
-from neuroncc.ir.graph import Function, Value
-from neuroncc.ir.opdef import Category
+from neuroncc.ir.graph import Function, Op, Value
+from neuroncc.ir.opdef import Category, Trait
 from neuroncc.ir.ops import REGISTRY
 from neuroncc.ir.types import contiguous_strides
-
-#: Map-only phases over a long last dim split it into blocks of this many elements (parallelism for 1-d).
-BLOCK = 16384
+from neuroncc.passes.tile import CPU_INNER_BLOCK
 
 
-def plan_kernel(region: Function, params: list[Layout], outputs: list[Layout], block: int = BLOCK) -> KernelPlan:
+def plan_kernel(region: Function, params: list[Layout], outputs: list[Layout], block: int = CPU_INNER_BLOCK,
+                vector_width: int = 0) -> KernelPlan:
     """Plan the loop nests of ``region`` given the layouts of its parameters and output buffers.
 
-    ``block`` (a tiling attribute of the kernel op when present) is the inner block length of map-only
-    phases over a long last dim.
+    ``block`` and ``vector_width`` are the kernel's tile decisions (``inner_block``, ``vector_width``; the tile
+    pass's defaults when a kernel has none): map-only phases over a longer last dim run it in blocks of
+    ``block`` elements, and the loop vectorizer uses at most ``vector_width`` float32 lanes.
 
     Raises CodegenError for anything the native code generator does not handle (the launcher then runs the
     region in the reference interpreter).
     """
     plan, stages = lay_out(region, params, outputs)  # values -> buffers or inline; the stages writing buffers
+    plan = replace(plan, vector_width=vector_width)   # the loop vectorizer's lane cap, for the emitter
     plan = form_phases(plan, stages)                  # stages -> row loops over the outer dims they share
     plan = refine.block_long_rows(plan, block)        # map-only over a long last dim: blocks of it in parallel
     plan = refine.cache_rows(plan)                    # a transcendental reduction input read again: row cache
@@ -63,9 +64,6 @@ def plan_kernel(region: Function, params: list[Layout], outputs: list[Layout], b
     plan = refine.split_full_reductions(plan)         # a lone full reduction: parallel partials, combined
     plan = transpose.block_transposed_rows(plan)      # a transposing map: blocks of output rows via a tile
     return block_matmul_rows(plan)                    # whether the epilogue can follow the matmul by row blocks
-
-
-_CHECKED_INDEX_OPS = frozenset({"index_select", "embedding", "index", "scatter", "index_put"})
 
 
 def lay_out(region: Function, params: list[Layout], outputs: list[Layout]) -> tuple[KernelPlan, list[Stage]]:
@@ -108,7 +106,7 @@ def lay_out(region: Function, params: list[Layout], outputs: list[Layout]) -> tu
         if op.name not in REGISTRY:
             raise CodegenError(f"unknown op '{op.name}' in kernel region")
         category = REGISTRY.get(op.name).category
-        if op.name in ("scatter", "index_put", "gather") and op.operands[0].type.rank == 0:
+        if op.name in NEED_A_DIM and op.operands[0].type.rank == 0:
             # 0-dim data tensors (e.g. the backward of max over dim 0 of a scalar) have no dimension to index
             raise CodegenError(f"op '{op.name}' on a 0-dim tensor has no native lowering")
         if category is Category.MATMUL:
@@ -123,13 +121,13 @@ def lay_out(region: Function, params: list[Layout], outputs: list[Layout]) -> tu
                 access[result] = layout
                 written.add(layout.arg)
             seen_compute = True
-        elif op.name in VIEW_OPS:
+        elif op.has(Trait.VIEW):
             source = access[op.operands[0]]
             for index, result in enumerate(op.results):
                 view = view_layout(op, source, index) if isinstance(source, Layout) and source.arg not in written \
                     else None
                 access[result] = view if view is not None else Computed(op, index)
-        elif op.name == "constant" and op.result.type.numel > 1:
+        elif op.has(Trait.STORED) and op.result.type.numel > 1:
             extra.append(ExtraArg(ExtraKind.CONSTANT, op_index=op_index))
             slot = n_params + n_outputs + len(extra) - 1
             access[op.result] = Layout.of(slot, op.result.type)
@@ -139,10 +137,10 @@ def lay_out(region: Function, params: list[Layout], outputs: list[Layout]) -> tu
             access[op.result] = target
             written.add(target.arg)
             seen_compute = True
-        elif op.name in ("scatter", "index_put"):
+        elif op.has(Trait.INDEXED_WRITE):
             target = buffer_for(op.result)
             stages.append(MapStage(op.result.type.shape, ((op.operands[0], target),)))
-            stages.append(ScatterStage(op, target))
+            stages.append(ScatterStage(op, target, SCATTERS[op.name].domain(op)))
             access[op.result] = target
             written.add(target.arg)
             seen_compute = True
@@ -154,7 +152,7 @@ def lay_out(region: Function, params: list[Layout], outputs: list[Layout]) -> tu
             for index, result in enumerate(op.results):
                 access[result] = Computed(op, index)
             seen_compute = seen_compute or category is not Category.CONSTANT
-        may_fail = may_fail or op.name in _CHECKED_INDEX_OPS
+        may_fail = may_fail or op.name in CHECKED_INDEX_OPS
         for result in op.results:
             queue_outputs(result)
         if pending_outputs:
@@ -221,9 +219,14 @@ def block_matmul_rows(plan: KernelPlan) -> KernelPlan:
     return replace(plan, row_blocked=_row_blockable(plan))
 
 
+def _is_matrix_product_2d(op: Op) -> bool:
+    """mm, addmm: a matrix product without batch dims."""
+    return op.has(Trait.MATRIX_PRODUCT) and op.results[0].type.rank == 2
+
+
 def _row_blockable(plan: KernelPlan) -> bool:
     extern = plan.extern
-    if extern is None or plan.region.ops[extern.op_index].name not in ("mm", "addmm"):
+    if extern is None or not _is_matrix_product_2d(plan.region.ops[extern.op_index]):
         return False
     rows = extern.results[0].shape[0]
     for phase in plan.phases:

@@ -9,4 +9,6 @@
 - ``buffers``: flat numpy storage, views and addresses; ``ar_archive``: the object files as one ``ar`` file.
 
 The launch plan itself (buffers, layouts, steps) is code generation's: :mod:`neuroncc.codegen.llvm.program`.
+
+May import: what ``neuroncc.executors`` may import.
 """

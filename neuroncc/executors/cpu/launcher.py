@@ -32,6 +32,7 @@ from neuroncc.codegen.llvm import jit
 from neuroncc.codegen.llvm.regions import wrap_remaining_ops
 from neuroncc.errors import ArtifactError, InputError
 from neuroncc.ir.graph import Function
+from neuroncc.ir.opdef import Trait
 from neuroncc.ir.types import contiguous_strides
 from neuroncc.executors.cpu.adopt import SuppliedExtern
 from neuroncc.executors.cpu.ar_archive import read_archive, write_archive
@@ -44,20 +45,22 @@ from neuroncc.executors.cpu.buffers import strided_view as _view
 from neuroncc.executors.cpu.extern import run_extern
 from neuroncc.executors.cpu.extern_library import LIBRARY_CALLS, run_library
 from neuroncc.codegen.llvm.program import (
-    BufferKind, CpuLaunchPlan, StepKind, StepSpec, ValueSpec, function_hash, plan_launch,
+    ALIGN, BufferKind, CpuLaunchPlan, StepKind, StepSpec, ValueSpec, function_hash, plan_launch,
 )
 from neuroncc.executors.cpu.step_host import ErrorFlag
-from neuroncc.executors.cpu.steps import BLAS_OPS, BlasStep, KernelIndexError, NativeKernel, prepare_blas
+from neuroncc.executors.cpu.steps import BlasStep, KernelIndexError, NativeKernel, prepare_blas
 from neuroncc.executors.cpu.threads import default_threads, get_pool, get_team
 from neuroncc.ir.interpreter import run_op
 from neuroncc.ir.dtypes import to_storage
 
 #: kernels.a: the object files of the kernel phases in one ar archive (executors/cpu/ar_archive.py)
 PLAN_FILE, IR_FILE, OBJECT_FILE = "plan.json", "kernels.ll", "kernels.a"
-def _output_shaping(spec: ValueSpec) -> ValueSpec | tuple[int, ...]:
+
+
+def _output_shaping(spec: ValueSpec, buffer: Any) -> ValueSpec | tuple[int, ...]:
     """How a call turns an output buffer into the returned array: its shape (a reshape) when the value is the
-    whole contiguous buffer, else its spec (a strided view, dearer)."""
-    if spec.offset == 0 and spec.strides == contiguous_strides(spec.shape):
+    whole contiguous buffer in the buffer's own element type, else its spec (a strided view, dearer)."""
+    if spec.offset == 0 and spec.strides == contiguous_strides(spec.shape) and spec.dtype == buffer.dtype:
         return tuple(spec.shape)
     return spec
 
@@ -73,8 +76,8 @@ class CpuExecutable:
         self.pool = get_pool(threads)
         self.team = get_team(threads) if threading_mode == "openmp" else None
         self._lock = threading.Lock()
-        self._arena = np.empty(plan.arena_bytes + 64, dtype=np.uint8)
-        shift = (-self._arena.ctypes.data) % 64
+        self._arena = np.empty(plan.arena_bytes + ALIGN, dtype=np.uint8)
+        shift = (-self._arena.ctypes.data) % ALIGN
         self._arena = self._arena[shift:shift + plan.arena_bytes]
         self.error = ErrorFlag()
         self._static_flats: dict[int, np.ndarray] = {}
@@ -96,11 +99,11 @@ class CpuExecutable:
         self._params = [(p.type.shape, p.type.dtype.numpy,
                          tuple(st * p.type.dtype.numpy.itemsize for st in p.type.layout_strides),
                          p.type.layout_strides == contiguous_strides(p.type.shape)) for p in function.params]
-        self._call_buffers = [(n, b, _storage_dtype(b.dtype), _output_shaping(plan.values[plan.outputs[b.index]])
+        self._call_buffers = [(n, b, _storage_dtype(b.dtype), _output_shaping(plan.values[plan.outputs[b.index]], b)
                                if b.kind == BufferKind.OUTPUT else None)
                               for n, b in enumerate(plan.buffers) if b.kind in (BufferKind.INPUT, BufferKind.OUTPUT) and not b.supplied]
         # (output position, buffer number, shaping) of the outputs whose storage a step supplies (adopt.py)
-        self._supplied_outputs = [(b.index, n, _output_shaping(plan.values[plan.outputs[b.index]]))
+        self._supplied_outputs = [(b.index, n, _output_shaping(plan.values[plan.outputs[b.index]], b))
                                   for n, b in enumerate(plan.buffers) if b.kind == BufferKind.OUTPUT and b.supplied]
         # output position -> None (a C-order copy) or (extent, shape, strides) of the strided type it returns
         self._copy_layouts = copy_layouts(function)
@@ -145,7 +148,7 @@ class CpuExecutable:
     def _direct_extern(self, step: StepSpec) -> Any:
         """A runner calling BLAS directly for a top-level float32 mm/addmm/bmm (see :mod:`blas`), or None."""
         op = self.function.ops[step.op_index]
-        if op.name not in BLAS_OPS:
+        if not op.has(Trait.MATRIX_PRODUCT):
             return None
         specs = [self.plan.values[i] for i in (*step.operands, *step.results)]
         call = prepare_blas(op, specs)

@@ -9,7 +9,6 @@ prepared BLAS call. Both see their executable as a :class:`~neuroncc.executors.c
 from __future__ import annotations
 
 import ctypes
-import math
 from typing import Any
 
 import numpy as np
@@ -23,10 +22,9 @@ from neuroncc.executors.cpu.buffers import storage_dtype as _storage_dtype
 from neuroncc.executors.cpu.buffers import strided_view as _view
 from neuroncc.executors.cpu.extern import run_extern
 from neuroncc.executors.cpu.step_host import StepHost
+from neuroncc.ir.opdef import Trait
 
 PHASE_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
-#: Matmul epilogues run on blocks of rows whose output fits comfortably in L2.
-ROW_BLOCK_BYTES = 1 << 19
 
 
 class KernelIndexError(NeuronccError):
@@ -71,18 +69,9 @@ class NativeKernel:
         self.phases = [(PHASE_FN(exe.module.address(p.symbol)), exe.module.address(p.symbol + "_team"), p.n_outer,
                         p.work, p.serial) for p in step.phases]
         self._view_cache: dict[int, tuple[int, np.ndarray]] = {}  # extern layout -> (address, view)
-        self.rows, self.row_block = 0, 0
-        if step.row_blocked:
+        self.rows, self.row_block = 0, step.row_block  # the tile pass's matmul_tile (rows per block)
+        if self.row_block:
             self.rows = step.extern.results[0].shape[0]
-            row_bytes = max(math.prod(step.extern.results[0].shape[1:]), 1) * 4
-            block = max(ROW_BLOCK_BYTES // row_bytes, 8)
-            # Each block re-reads (and BLAS re-packs) the whole [K, N] weight and a short-M GEMM runs below
-            # peak, while blocking saves about two passes over the block's [rows, N] output: it pays only
-            # when a block has at least K rows (1024-4096-1024 MLP: 32-row blocks made the GEMM 3x slower).
-            contraction = _contraction_extent(self.exe.function.ops[step.op_index].regions[0]
-                                              .ops[step.extern.op_index].name, step.extern, self.rows)
-            if contraction <= block < self.rows:  # small outputs are already cache resident: one block
-                self.row_block = block
         # a float32 mm/addmm/bmm extern calls BLAS directly (pointers into this kernel's argument slots)
         self.blas = None
         if step.extern is not None and not self.row_block:
@@ -220,7 +209,7 @@ class NativeKernel:
         operands, results = list(operands), list(results)
         if row_end is not None:
             rows = slice(row_start, row_end)
-            if op.name == "mm":
+            if len(operands) == 2:  # mm
                 operands[0] = operands[0][rows]
             else:  # addmm: bias [M, N] is sliced too; [N] and [1, N] broadcast
                 operands[1] = operands[1][rows]
@@ -231,26 +220,17 @@ class NativeKernel:
         return None
 
 
-#: Extern ops a prepared BLAS call may run (see :mod:`neuroncc.executors.cpu.blas`).
-BLAS_OPS = ("mm", "addmm", "bmm")
-
-
 def prepare_blas(op: Any, layouts: Any) -> blas.BlasMatmul | None:
     """The direct BLAS call of extern ``op`` over ``layouts`` (its operands' then its result's ValueSpecs), or
     None where ATen (or oneDNN, for big mm/addmm: see extern.py) runs it."""
-    if op.name not in BLAS_OPS or len(op.results) != 1:
+    if not op.has(Trait.MATRIX_PRODUCT) or len(op.results) != 1:  # BLAS runs mm, addmm, bmm
         return None
     *operands, result = layouts
+    batched = op.results[0].type.rank == 3  # bmm: oneDNN takes no batched products, so BLAS takes all sizes
     return blas.prepare(op.name, op.attrs, [(v.shape, v.strides) for v in operands], (result.shape, result.strides),
-                        [v.dtype for v in layouts], max_macs=None if op.name == "bmm" else ONEDNN_MIN_MACS)
+                        [v.dtype for v in layouts], max_macs=None if batched else ONEDNN_MIN_MACS)
 
 
 def _runs_inline(runner: Any, n_outer: int, work: int, serial: bool) -> bool:
     """Whether the thread runner (OpenMP team or pool) would run this phase on the calling thread in one piece."""
     return serial or runner.runs_inline(n_outer, work)
-
-
-def _contraction_extent(name: str, extern: Any, rows: int) -> int:
-    """K of an extern mm/addmm computing [rows, K] x [K, N] (the first matrix operand's size over rows)."""
-    first = extern.operands[1 if name == "addmm" else 0]
-    return math.prod(first.shape) // max(rows, 1)

@@ -137,9 +137,11 @@ class NkiExecutable:
                                     f"{array.max()}] do not fit the int32 the NKI device holds int64 in")
         device = [nki.bfloat16_array(array) if spec.dtype == DType.bf16.value else np.ascontiguousarray(array)
                   for array, spec in zip(arguments, inputs)]
-        results, events = _launch(self.kernels[name], resolve_target(self.target, {}), True, tuple(device), {})
+        results, cores = _launch(self.kernels[name], resolve_target(self.target, {}), True, tuple(device), {},
+                                 write_back=False)
         self.stats["kernel_launches"] += 1
-        self.stats["simulated_instructions"] += sum(1 for e in events if isinstance(e, trace.Instruction))
+        self.stats["simulated_instructions"] += sum(1 for events in cores for e in events
+                                                    if isinstance(e, trace.Instruction))
         return [to_storage(np.asarray(array), DType(spec.dtype)) for array, spec in zip(results, outputs)]
 
     def save(self, directory: str | Path) -> list[str]:

@@ -8,4 +8,6 @@ dispatches on.
   backend traces with.
 - ``special_*``: the special functions (gamma family, Bessel, orthogonal polynomials, bit tricks) and their
   coefficients, generated from PyTorch's Math.h by tools/gen_special_coefficients.py.
+
+May import: what the front end may import (torch, ir).
 """
