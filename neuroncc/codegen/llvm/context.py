@@ -8,7 +8,7 @@ kernel emitter (:class:`~neuroncc.codegen.llvm.emit.KernelEmitter`) implements i
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
@@ -54,6 +54,11 @@ class EmitContext(Protocol):
         """Stack slot(s) in the function's entry block (promoted to registers by SROA when scalar)."""
         ...
 
+    def memoized(self, key: Hashable, make: Callable[[], Any]) -> Any:
+        """What was generated for ``key`` in the current scope or an enclosing one, else ``make()``,
+        remembered in the current scope (values shared by several lowerings at one index: a Philox block)."""
+        ...
+
     def fresh_values(self) -> AbstractContextManager[None]:
         """A scope whose generated values are not reused after it (code on one side of a branch)."""
         ...
@@ -62,6 +67,10 @@ class EmitContext(Protocol):
 
     def ir_index(self, i: Any) -> ir.Value:
         """``i`` as an i64 IR value."""
+        ...
+
+    def form(self, i: Any) -> Hashable:
+        """The affine form of index ``i``: equal for indices known to be equal (a memoization key)."""
         ...
 
     def add(self, a: Any, c: Any) -> Any: ...

@@ -18,7 +18,8 @@ affect speed.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+import operator
+from collections.abc import Callable, Hashable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -27,6 +28,8 @@ from llvmlite import ir
 from neuroncc.codegen.llvm.affine import Affine, Var, fold_divmod, split_wishes
 from neuroncc.codegen.llvm.scalars import I1, I32, I64
 
+#: Index comparisons folded when both sides are Python ints.
+_COMPARISONS = {"<": operator.lt, ">=": operator.ge, "==": operator.eq}
 #: Emissions of one phase at most (each grants the wishes of the previous one; a reshape chain that splits a
 #: dim twice, 1536 -> 3 x 512 -> 3 x 8 x 64, needs three).
 ROUNDS = 4
@@ -86,6 +89,16 @@ class IndexArithmetic:
     def _new_var(self, value: Any, **bounds: Any) -> Var:
         self._serial += 1
         return Var(value, self._serial, **bounds)
+
+    def memoized(self, key: Hashable, make: Callable[[], Any]) -> Any:
+        """What was generated for ``key`` in the current memo scope or an enclosing one, else ``make()``,
+        remembered in the current scope (so code on one side of a branch is not reused after it)."""
+        for scope in reversed(self.memo):
+            if key in scope:
+                return scope[key]
+        value = make()
+        self.memo[-1][key] = value
+        return value
 
     def form(self, i: Any) -> Affine:
         """The affine form of index ``i`` (an opaque var for an IR value computed elsewhere)."""
@@ -214,10 +227,7 @@ class IndexArithmetic:
 
     def _compare(self, predicate: str, a: Any, c: Any) -> ir.Value:
         if isinstance(a, int) and isinstance(c, int):
-            import operator
-
-            ops = {"<": operator.lt, ">=": operator.ge, "==": operator.eq}
-            return ir.Constant(I1, int(ops[predicate](a, c)))
+            return ir.Constant(I1, int(_COMPARISONS[predicate](a, c)))
         return self.b.icmp_signed(predicate, self.ir_index(a), self.ir_index(c))
 
     def lt(self, a: Any, c: Any) -> ir.Value:
