@@ -70,6 +70,9 @@ def compile_kernel(form: OpForm, program: Program, index: int, tensors: list[tor
             executable = compile_graph(program.function, target="cpu")
         except NeuronccError as error:
             raise CannotCompile(f"compiling it failed: {str(error).splitlines()[0]}") from error
+        except Exception as error:  # noqa: BLE001 - a compiler bug: the op still runs (on CPU), the warning says it
+            raise CannotCompile(f"neuroncc failed compiling it (a compiler bug: {type(error).__name__}: "
+                                f"{str(error).splitlines()[0] if str(error) else ''})") from error
         after = CACHE_STATS.snapshot()
         COUNTS["eager_kernels_loaded" if after["hits"] > before["hits"] else "eager_kernels_compiled"] += 1
         _EXECUTABLES[text] = executable
