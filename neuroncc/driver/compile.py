@@ -11,9 +11,10 @@ writes each pipeline stage's IR under ``$NEURONCC_DUMP/<function>-<hash>/NN-<pas
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -21,10 +22,12 @@ from neuroncc.ir import Function, print_function, verify
 from neuroncc.passes.manager import PassContext
 from neuroncc.passes.pipeline import run_pipeline
 from neuroncc.passes.pipeline import default_pipeline
-from neuroncc.driver.cache import CompileCache, CompileRequest, CompileResult
+from neuroncc.driver.cache import CacheOutcome, CompileCache, CompileRequest, CompileResult
+from neuroncc.driver.records import CompileRecord, make_record
 from neuroncc.executors.executable import Executable, build_executable
 
 DEFAULT_TARGET = "cpu"
+log = logging.getLogger("neuroncc.driver")
 
 #: ``compile_graph(cache=FROM_ENVIRONMENT)``: the cache that $NEURONCC_CACHE_DIR / $NEURONCC_DISABLE_CACHE name.
 FROM_ENVIRONMENT = "environment"
@@ -32,22 +35,39 @@ FROM_ENVIRONMENT = "environment"
 
 def compile_graph(fn: Function, *, target: str = DEFAULT_TARGET, pipeline: str | None = None,
                   options: Mapping[str, Any] | None = None,
-                  cache: CompileCache | None | str = FROM_ENVIRONMENT) -> Executable:
+                  cache: CompileCache | None | str = FROM_ENVIRONMENT,
+                  on_compiled: Callable[[CompileRecord], None] | None = None) -> Executable:
     """Compile ``fn`` for ``target``.
 
     ``pipeline`` (or ``options["pipeline"]``, as the torch backend passes it) overrides the target's default
     pass pipeline (:data:`neuroncc.passes.pipeline.DEFAULT_PIPELINES`); ``options["verify_each"]`` runs the
     verifier after every pass. ``cache`` is a :class:`CompileCache`, None (compile without caching), or
-    :data:`FROM_ENVIRONMENT`.
+    :data:`FROM_ENVIRONMENT`. ``on_compiled`` receives the :class:`CompileRecord` of this compile, which is
+    also logged (one line on the ``neuroncc.driver`` logger at INFO; see :mod:`neuroncc.driver.records`).
     """
+    start = time.perf_counter()
     verify(fn)
     request = make_request(fn, target=target, pipeline=pipeline, options=options)
     if cache == FROM_ENVIRONMENT:
         cache = CompileCache.from_environ(os.environ)
+    timings: dict[str, float] = {}
+
+    def compile_and_time(request: CompileRequest) -> CompileResult:
+        result = compile_uncached(request)
+        timings.update(result.timings)
+        return result
+
+    outcome = CacheOutcome(explain_miss=log.isEnabledFor(logging.INFO))
     if cache is None:
-        return compile_uncached(request).executable
-    assert isinstance(cache, CompileCache)
-    return cache.get_or_compile(request, compile_uncached)
+        executable = compile_and_time(request).executable
+    else:
+        assert isinstance(cache, CompileCache)
+        executable = cache.get_or_compile(request, compile_and_time, outcome)
+    record = make_record(request, executable, outcome, timings, time.perf_counter() - start)
+    log.info("%s", record.line())
+    if on_compiled is not None:
+        on_compiled(record)
+    return executable
 
 
 def make_request(fn: Function, *, target: str = DEFAULT_TARGET, pipeline: str | None = None,

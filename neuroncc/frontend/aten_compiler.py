@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import logging
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -32,11 +33,14 @@ def compile_aten_graph(gm: fx.GraphModule, name: str, options: BackendOptions,
     """Compile ``gm``; ``free_layouts``: output positions that may keep the executable's layout (see
     :class:`CompiledGraph`)."""
     with cyclic_gc_paused():
+        start = time.perf_counter()
         imported = import_graph(gm, name)
+        import_seconds = time.perf_counter() - start
         if options.dump_dir:
             dump_function(imported.function, Path(options.dump_dir))
         executable = compile_graph(imported.function, target=options.target, pipeline=options.pipeline,
-                                   options=options.compile_options)
+                                   options=options.compile_options,
+                                   on_compiled=lambda record: stats.record_compile(record, import_seconds))
     stats.increment("graphs_compiled")
     stats.record_executable(executable, options.target)
     log.debug("neuroncc: compiled %s (%d ops) for target %s", name, len(imported.function.ops), options.target)

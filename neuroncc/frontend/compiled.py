@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from neuroncc.frontend.convert import ParameterViews, TensorSpec, numpy_layout, to_torch, wrap_result
+from neuroncc.frontend.profiling import ensure_installed
 from neuroncc.frontend.importer import ComputedOutput, ImportedGraph, InputOutput
 from neuroncc.ir.ops.library_linalg import LinalgInputError
 from neuroncc.executors.executable import Executable
@@ -31,6 +32,7 @@ class CompiledGraph:
     def __init__(self, graph: ImportedGraph, executable: Executable, free_layouts: frozenset[int] = frozenset()):
         self.graph = graph
         self.executable = executable
+        ensure_installed()  # torch.profiler sees the executable's kernels (frontend/profiling.py)
         # AOTAutograd passes the arguments as one list that we may clear. An instance attribute, not a class
         # one: TorchDynamo's disable() wrapper around the backward copies the instance __dict__ only.
         self._boxed_call = True
