@@ -32,6 +32,7 @@ _FRONTEND_EXPORTS = {
     "get_fallback_ops": "neuroncc.frontend.stats",
     "pad_to_bucket": "neuroncc.frontend.bucketing",
     "bucketed": "neuroncc.frontend.bucketing",
+    "evaluate": "neuroncc.evaluation.runner",
 }
 
 

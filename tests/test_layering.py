@@ -1,7 +1,7 @@
 """The package's layering, checked on the source with ``ast`` (docs/architecture.md draws it).
 
     errors, hardware -> ir, nki -> passes -> codegen -> executors -> driver -> frontend -> device
-        -> distributed, evaluate -> cli
+        -> distributed, evaluation -> cli
 
 A module imports only its own package and packages of a lower rank (any import statement, also inside
 functions); packages of one rank do not import each other (``ir`` and the simulator ``nki`` are independent).
@@ -31,7 +31,7 @@ LAYERS = {
     "hardware": 0,  # hardware descriptions: NeuronCore generations and the host CPU (a leaf)
     "ir": 1, "nki": 1,  # the IR; the NKI simulator and cost model (``import neuroncc.nki as nki``)
     "passes": 2, "codegen": 3, "executors": 4, "driver": 5,
-    "frontend": 6, "examples": 7, "device": 7, "distributed": 8, "evaluate": 8, "cli": 9,
+    "frontend": 6, "examples": 7, "device": 7, "distributed": 8, "evaluation": 8, "cli": 9,
 }
 #: Importable from everywhere, and importing nothing from neuroncc.
 BASE = {"errors"}

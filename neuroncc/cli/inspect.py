@@ -26,7 +26,7 @@ from neuroncc.cli import programs
 from neuroncc.cli.summary import summarize
 from neuroncc.errors import InputError
 from neuroncc.ir import Function, print_function
-from neuroncc.evaluate.plots import check_plot_path, plot_costs, save
+from neuroncc.evaluation.plots import check_plot_path, plot_costs, save
 from neuroncc.executors.nki_sim.costs import CostTable, estimate_costs
 from neuroncc.executors.nki_sim.timeline import cost_trace
 from neuroncc.executors.nki_sim.executable import nki_program

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from neuroncc.cli import programs
 from neuroncc.cli.progress import format_seconds
 from neuroncc.errors import InputError
-from neuroncc.evaluate.plots import check_plot_path, plot_timeline, save
+from neuroncc.evaluation.plots import check_plot_path, plot_timeline, save
 from neuroncc.executors.tracing import TimelineRecorder, installed
 import numpy as np
 

@@ -5,6 +5,8 @@
   the TensorE peak-rate time) as a tick: a bar far right of its tick is latency-bound.
 - :func:`plot_timeline`: measured wall time per kernel of one call (``neuroncc run --plot``).
 - :func:`plot_steady_state`: time per call, neuroncc against eager, with the spread of the samples.
+- :func:`plot_errors`: how much of the numeric tolerance each output or gradient uses.
+- :func:`plot_compile_split`: where the first call's time went (tracing, passes, code generation, cache).
 
 matplotlib is imported inside each function, with the non-interactive Agg backend (no display needed).
 Each returns the figure; :func:`save` writes it as SVG or PNG by the file's suffix.
@@ -107,20 +109,36 @@ def plot_steady_state(samples: Mapping[str, Sequence[float]], title: str) -> Any
     return figure
 
 
-def plot_errors(errors: Mapping[str, float], title: str, tolerance: float | None = None) -> Any:
-    """Max relative error per output / gradient on a log scale, with the tolerance marked."""
+def plot_errors(used: Mapping[str, float], title: str) -> Any:
+    """How much of the tolerance each output / gradient uses (max |diff| / (atol + rtol |eager|)), log scale,
+    with the limit (1) marked: a bar past the line is outside the tolerance."""
     plt = _pyplot()
-    names = list(errors)
+    names = list(used)
     figure, ax = plt.subplots(figsize=(8, max(2.0, 0.3 * len(names) + 1.2)))
-    values = [max(errors[n], 1e-12) for n in names]
-    ax.barh(names[::-1], values[::-1], color="#4C72B0", height=0.6)
-    if tolerance is not None:
-        ax.axvline(tolerance, color="#d62728", linestyle="--", label=f"tolerance {tolerance:g}")
-        ax.legend(fontsize=7, loc="lower right")
+    values = [min(max(used[n], 1e-6), 1e6) for n in names]
+    ax.barh(names[::-1], values[::-1], color=["#C44E52" if v > 1 else "#4C72B0" for v in values][::-1], height=0.6)
+    ax.axvline(1.0, color="#d62728", linestyle="--", label="tolerance")
+    ax.legend(fontsize=7, loc="lower right")
     ax.set_xscale("log")
-    ax.set_xlabel("max relative error vs eager (log scale)")
+    ax.set_xlabel("max |neuroncc - eager float32| / (atol + rtol |eager float32|)   (log scale; 0 drawn at 1e-6)")
     ax.set_title(title, fontsize=10)
     ax.tick_params(axis="y", labelsize=7)
+    figure.tight_layout()
+    return figure
+
+
+def plot_compile_split(parts: Mapping[str, float], title: str) -> Any:
+    """One stacked bar: where the first call's compile time went (``{"tracing": s, "passes": s, ...}``)."""
+    plt = _pyplot()
+    figure, ax = plt.subplots(figsize=(8, 1.8))
+    left = 0.0
+    colours = ["#4C72B0", "#55A868", "#C44E52", "#CCB974", "#8172B2"]
+    for (name, seconds), colour in zip(parts.items(), colours):
+        ax.barh(["compile"], [seconds * 1e3], left=left, color=colour, label=f"{name} {seconds * 1e3:.0f} ms")
+        left += seconds * 1e3
+    ax.set_xlabel("milliseconds")
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.45), ncol=len(parts))
     figure.tight_layout()
     return figure
 
