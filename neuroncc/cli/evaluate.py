@@ -67,9 +67,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
             inputs = read_npz_inputs(args.inputs, expected)
         else:
             inputs = random_inputs(expected, args.seed, args.model)
-        module = program.module()
-        if not args.train:
-            module.eval()
+        module = program.module()  # its train/eval behaviour is baked in at export (module.eval() is refused)
         _cache_environment(args)
         options = {"pipeline": args.pipeline} if args.pipeline else {}
         report = evaluate(module, tuple(inputs[spec.target] for spec in expected), train=args.train,

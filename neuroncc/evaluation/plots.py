@@ -101,7 +101,7 @@ def plot_steady_state(samples: Mapping[str, Sequence[float]], title: str) -> Any
     plt = _pyplot()
     figure, ax = plt.subplots(figsize=(7, 2.2 + 0.4 * len(samples)))
     labels = list(samples)
-    ax.boxplot([[s * 1e3 for s in samples[label]] for label in labels], vert=False, showfliers=True)
+    ax.boxplot([[s * 1e3 for s in samples[label]] for label in labels], orientation="horizontal", showfliers=True)
     ax.set_yticks(range(1, len(labels) + 1), labels)
     ax.set_xlabel("milliseconds per call")
     ax.set_title(title, fontsize=10)
