@@ -48,9 +48,19 @@ class UnsupportedOpError(NeuronccError):
 
 
 class DynamicShapeError(UnsupportedOpError):
-    """A graph with symbolic sizes (``torch.compile(dynamic=True)`` or automatic dynamic shapes).
+    """Symbolic sizes neuroncc cannot specialize (an exported program's dynamic dimensions).
 
-    neuroncc compiles static shapes; the message tells the user to pass ``dynamic=False``.
+    neuroncc compiles static shapes; the message says which sizes to fix. (TorchDynamo's symbolic sizes are
+    specialized per call instead: see :mod:`neuroncc.frontend.specializations`.)
+    """
+
+
+class SpecializationLimitError(NeuronccError):
+    """A graph with symbolic sizes was called with more input shapes than it may compile specializations for.
+
+    neuroncc compiles one static specialization per input shape (``options={"max_specializations": N}``
+    bounds them); the message lists the shapes compiled and suggests padding to buckets
+    (``neuroncc.pad_to_bucket``).
     """
 
 

@@ -164,7 +164,7 @@ def run(name: str, *arrays: np.ndarray, **attrs) -> tuple[np.ndarray, ...]:
 
 def _dtype(array: np.ndarray) -> DType:
     return {np.dtype(np.float32): DType.f32, np.dtype(np.int64): DType.i64, np.dtype(np.bool_): DType.bool,
-            np.dtype(np.int32): DType.i32}[array.dtype]
+            np.dtype(np.int32): DType.i32, np.dtype(np.complex64): DType.c64}[array.dtype]
 
 
 def _random(shape: tuple[int, ...], dtype: DType) -> np.ndarray:
@@ -173,6 +173,8 @@ def _random(shape: tuple[int, ...], dtype: DType) -> np.ndarray:
     if dtype.is_int:
         values = RNG.integers(1, 7, shape) * RNG.choice([-1, 1], shape)  # no zero divisors
         return values.astype(dtype.numpy)
+    if dtype.is_complex:
+        return (RNG.normal(0.0, 2.0, shape) + 1j * RNG.normal(0.0, 2.0, shape)).astype(np.complex64)
     return RNG.normal(0.0, 2.0, shape).astype(np.float32)
 
 
@@ -224,7 +226,7 @@ def _pointwise_operands(name: str, dtype: DType, shape: tuple[int, ...]) -> list
 @pytest.mark.parametrize("name", sorted(REGISTRY.having(Trait.POINTWISE)))
 def test_pointwise_ops_compute_each_element_from_the_same_element_of_each_operand(name):
     attrs = _ELEMENTWISE_ATTRS.get(name, {})
-    dtype = next(d for d in DTYPES if _accepts(name, d))
+    dtype = next(d for d in DTYPES + (DType.c64,) if _accepts(name, d))  # conj takes only c64
     operands = _pointwise_operands(name, dtype, (12,))
     order = RNG.permutation(12)  # permuting the elements of every operand permutes the result the same way
     assert _same(run(name, *[x[order] for x in operands], **attrs)[0], run(name, *operands, **attrs)[0][order])
@@ -300,11 +302,35 @@ MOVEMENT_SAMPLES = {
     "select_scatter": ((X, np.ones((2, 4), np.float32)), {"dim": 1, "index": 0}),
     "repeat": ((X,), {"repeats": (1, 2, 1)}),
 }
-VIEWS = sorted(REGISTRY.having(Trait.VIEW))
+#: (operand, attributes) of a sample of each view that reinterprets the element type.
+REINTERPRET_SAMPLES = {
+    "view_as_real": (X.reshape(2, 3, 2, 2).copy().view(np.complex64)[..., 0], {}),
+    "view_as_complex": (X.reshape(2, 3, 2, 2).copy(), {}),
+}
+#: The views of elements of the operand's type (the element-type views have a test of their own).
+VIEWS = sorted(REGISTRY.having(Trait.VIEW) - REGISTRY.having(Trait.REINTERPRET))
 
 
 def test_every_movement_op_has_a_sample():
-    assert set(MOVEMENT_SAMPLES) == {d.name for d in REGISTRY.by_category(Category.MOVEMENT)}
+    assert set(MOVEMENT_SAMPLES) | set(REINTERPRET_SAMPLES) == {d.name for d in REGISTRY.by_category(Category.MOVEMENT)}
+
+
+@pytest.mark.parametrize("name", sorted(REINTERPRET_SAMPLES))
+def test_reinterpreting_views_read_their_operands_bytes_as_another_element_type(name):
+    operand, attrs = REINTERPRET_SAMPLES[name]
+    (result,) = run(name, operand, **attrs)
+    assert REGISTRY.get(name).has(Trait.REINTERPRET) and REGISTRY.get(name).has(Trait.VIEW)
+    assert np.shares_memory(result, operand) and result.dtype != operand.dtype
+    assert result.tobytes() == operand.tobytes()  # the same bytes in the same order
+    copied = run(name, np.ascontiguousarray(operand[::-1]), **attrs)[0]  # and not a fixed answer
+    assert not _same(copied, result)
+
+
+def test_only_the_element_type_views_change_the_element_type():
+    for name in sorted(MOVEMENT_SAMPLES):
+        operands, attrs = MOVEMENT_SAMPLES[name]
+        assert all(r.dtype == operands[0].dtype for r in run(name, *operands, **attrs))
+        assert not REGISTRY.get(name).has(Trait.REINTERPRET)
 
 
 @pytest.mark.parametrize("name", sorted(MOVEMENT_SAMPLES))

@@ -34,7 +34,8 @@ def compile_aten_graph(gm: fx.GraphModule, name: str, options: BackendOptions,
     :class:`CompiledGraph`)."""
     with cyclic_gc_paused():
         start = time.perf_counter()
-        imported = import_graph(gm, name)
+        # the cpu target's kernels convert bf16 bits themselves; the NKI simulator keeps float32 copies
+        imported = import_graph(gm, name, bf16_bits=options.target == "cpu")
         import_seconds = time.perf_counter() - start
         if options.dump_dir:
             dump_function(imported.function, Path(options.dump_dir))

@@ -2,7 +2,7 @@
 
 Inputs: a CPU tensor is handed over as ``tensor.numpy()``, a view of the same memory with the same strides
 (no copy). bfloat16 has no numpy dtype and crosses as float32 holding bf16 values (the IR's convention);
-float64 crosses as float32 (neuroncc computes it in float32). Outputs: ``torch.from_numpy`` wraps the
+float64 crosses as float32 (neuroncc computes it in float32), complex128 as complex64. Outputs: ``torch.from_numpy`` wraps the
 executable's fresh array (no copy), then the tensor is given the dtype and strides eager PyTorch would give.
 """
 
@@ -14,8 +14,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-#: dtypes that cross as float32 (a copy, unavoidable: numpy has no bfloat16, and f64 computes as f32).
-_VIA_FLOAT32 = (torch.bfloat16, torch.float64)
+#: dtypes that cross as another (a copy, unavoidable: numpy has no bfloat16, f64 computes as f32 and complex128
+#: as complex64).
+_CROSSING = {torch.bfloat16: torch.float32, torch.float64: torch.float32, torch.complex128: torch.complex64}
+_VIA_FLOAT32 = tuple(_CROSSING)
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,16 +33,20 @@ class TensorSpec:
         return TensorSpec(tuple(int(s) for s in tensor.shape), tuple(int(s) for s in tensor.stride()), tensor.dtype)
 
 
-def to_numpy(tensor: torch.Tensor) -> np.ndarray:
-    """A numpy view of a CPU tensor (a float32 copy for bf16 and f64)."""
+def to_numpy(tensor: torch.Tensor, bf16_bits: bool = False) -> np.ndarray:
+    """A numpy view of a CPU tensor (a float32 copy for bf16 and f64, a complex64 copy for complex128; with
+    ``bf16_bits``, a bf16 tensor's bits as an int16 view, no copy: see :func:`neuroncc.frontend.importer.
+    import_graph`)."""
+    if bf16_bits and tensor.dtype is torch.bfloat16:
+        return tensor.detach().view(torch.int16).numpy()
     if tensor.dtype not in _VIA_FLOAT32:
         try:
             return tensor.detach().numpy()  # the common case, in one call
         except RuntimeError:  # a conjugate or negative bit to resolve first
             pass
     tensor = tensor.detach()
-    if tensor.dtype in _VIA_FLOAT32:
-        return tensor.to(torch.float32).numpy()
+    if tensor.dtype in _CROSSING:
+        return tensor.to(_CROSSING[tensor.dtype]).resolve_conj().resolve_neg().numpy()
     return tensor.resolve_conj().resolve_neg().numpy()
 
 
@@ -54,8 +60,9 @@ class ParameterViews:
     whole run anyway; keeping activations would hold them past their last use), and only real views (not the
     float32 copies of bf16/f64 tensors)."""
 
-    def __init__(self, count: int):
+    def __init__(self, count: int, bf16_bits: bool = False):
         self._kept: list[tuple[weakref.ref, int, tuple[int, ...], tuple[int, ...], np.ndarray] | None] = [None] * count
+        self._bf16_bits = bf16_bits
 
     def arrays(self, args: list[torch.Tensor], positions: list[int]) -> list[np.ndarray]:
         kept, arrays = self._kept, []
@@ -66,9 +73,9 @@ class ParameterViews:
                     tensor.shape == entry[2] and tensor.stride() == entry[3]:
                 arrays.append(entry[4])
                 continue
-            array = to_numpy(tensor)
-            if tensor.requires_grad and tensor.is_leaf and tensor.dtype not in _VIA_FLOAT32 and \
-                    not tensor.is_conj() and not tensor.is_neg():
+            array = to_numpy(tensor, self._bf16_bits)
+            viewed = tensor.dtype not in _VIA_FLOAT32 or (self._bf16_bits and tensor.dtype is torch.bfloat16)
+            if tensor.requires_grad and tensor.is_leaf and viewed and not tensor.is_conj() and not tensor.is_neg():
                 kept[slot] = (weakref.ref(tensor), tensor.data_ptr(), tensor.shape, tensor.stride(), array)
             else:
                 kept[slot] = None
@@ -87,7 +94,8 @@ def numpy_layout(spec: TensorSpec) -> tuple[np.dtype, tuple[int, ...]] | None:
 
 _NUMPY_DTYPES = {torch.float32: np.dtype(np.float32), torch.float16: np.dtype(np.float16),
                  torch.int64: np.dtype(np.int64), torch.int32: np.dtype(np.int32), torch.int16: np.dtype(np.int16),
-                 torch.int8: np.dtype(np.int8), torch.uint8: np.dtype(np.uint8), torch.bool: np.dtype(np.bool_)}
+                 torch.int8: np.dtype(np.int8), torch.uint8: np.dtype(np.uint8), torch.bool: np.dtype(np.bool_),
+                 torch.complex64: np.dtype(np.complex64)}
 
 
 def wrap_result(array: np.ndarray, spec: TensorSpec, layout: tuple[np.dtype, tuple[int, ...]] | None) -> torch.Tensor:
@@ -105,7 +113,9 @@ def to_torch(array: np.ndarray, spec: TensorSpec) -> torch.Tensor:
     if not array.flags.writeable:  # torch.from_numpy needs writable memory; executables may return views
         array = array.copy()
     tensor = torch.from_numpy(array)
-    if tensor.dtype != spec.dtype:
+    if spec.dtype is torch.bfloat16 and tensor.dtype is torch.int16:
+        tensor = tensor.view(torch.bfloat16)  # a bf16 result's bits (see to_numpy)
+    elif tensor.dtype != spec.dtype:
         tensor = tensor.to(spec.dtype)
     if tuple(tensor.shape) != spec.shape:
         raise ValueError(f"executable returned shape {list(tensor.shape)}, the graph says {list(spec.shape)}")

@@ -23,6 +23,7 @@ from neuroncc.ir import Category
 #: Every counter, with what it counts. ``stats()`` always returns all of them.
 COUNTERS: Mapping[str, str] = {
     "dynamo_graphs": "graphs handed to the backend by TorchDynamo (one per specialization)",
+    "shape_specializations": "static specializations compiled from graphs with symbolic sizes (one per shape)",
     "graphs_compiled": "aten graphs compiled to an executable (forward + backward + inference + fallback pieces)",
     "forward_graphs": "training forward graphs compiled",
     "backward_graphs": "backward graphs compiled",

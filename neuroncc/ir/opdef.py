@@ -72,6 +72,11 @@ class Trait(enum.Enum):
     #: Result element ``i`` is operand 0's element at the broadcast of ``i``: operand 0 broadcast to the
     #: result's shape (expand).
     BROADCAST = "broadcast"
+    #: A VIEW that reads operand 0's storage as another element type (view_as_real: c64 as f32 (re, im) pairs;
+    #: view_as_complex: back). It stays at the top level (kernels never see c64), where the launcher
+    #: reinterprets the buffer; its strides count its own elements (:func:`neuroncc.passes.strides.
+    #: reinterpreted_strides`).
+    REINTERPRET = "reinterpret"
     #: A (batched) matrix product of the last two operands, [b,] m x k @ k x n, each read transposed when
     #: ``transpose_a`` / ``transpose_b`` is set; a third, leading operand is a bias added to the product
     #: (addmm: beta * bias + alpha * product). What BLAS gemm and TensorE compute.
@@ -160,6 +165,16 @@ class OpDef:
     def splat_value(self, attrs: Attrs) -> Any:
         """The one value every element of the result holds, when the attributes decide it; else None."""
         return self.splat(attrs) if self.splat is not None else None
+    # rules across attribute values (after each value's kind is checked); raises TypeInferenceError
+    check_attrs: Callable[[Attrs], None] | None = None
+
+    #: the op takes complex (c64) operands or results. Movement, indexing and kernel ops always do (they move
+    # elements whatever their type); elementwise ops, reductions and library ops say so one by one.
+    takes_complex: bool = False
+
+    @property
+    def accepts_complex(self) -> bool:
+        return self.takes_complex or self.category in (Category.MOVEMENT, Category.INDEX, Category.KERNEL)
 
     def normalize_attrs(self, attrs: Mapping[str, Any]) -> Attrs:
         """Check attribute names and kinds and fill in defaults."""
@@ -180,7 +195,10 @@ class OpDef:
                     f"op '{self.name}': attribute '{key}' must be {spec.kind}, got {value!r}"
                 )
             values[key] = value
-        return Attrs(values)
+        normalized = Attrs(values)
+        if self.check_attrs is not None:
+            self.check_attrs(normalized)
+        return normalized
 
     def infer_types(self, operand_types: tuple[TensorType, ...], attrs: Attrs,
                     regions: tuple[Any, ...] = ()) -> tuple[TensorType, ...]:
@@ -192,7 +210,10 @@ class OpDef:
         if self.category is Category.KERNEL:
             return _infer_kernel(self.name, operand_types, regions)
         result = self.infer(operand_types, attrs)
-        return result if isinstance(result, tuple) else (result,)
+        results = result if isinstance(result, tuple) else (result,)
+        if not self.accepts_complex and any(t.dtype.is_complex for t in operand_types + results):
+            raise TypeInferenceError(f"op '{self.name}' does not take complex (c64) operands")
+        return results
 
 
 def _infer_kernel(name: str, operand_types: tuple[TensorType, ...], regions: tuple[Any, ...]) -> tuple[TensorType, ...]:
@@ -287,7 +308,8 @@ def same_dtype(op: str, types: tuple[TensorType, ...]) -> DType:
 
 
 #: The largest finite value of each float type (bf16 keeps float32's exponent range with 8 significant bits).
-_FLOAT_MAX = {DType.f32: float(np.finfo(np.float32).max), DType.bf16: 3.3895313892515355e38, DType.f16: 65504.0}
+_FLOAT_MAX = {DType.f32: float(np.finfo(np.float32).max), DType.bf16: 3.3895313892515355e38, DType.f16: 65504.0,
+              DType.c64: float(np.finfo(np.float32).max)}
 
 
 def check_scalar(op: str, what: str, value: int | float, dtype: DType) -> None:

@@ -291,6 +291,8 @@ def fold_constants(site: Site) -> Replacement:
     category = REGISTRY.get(op.name).category
     if category in (Category.CONSTANT, Category.KERNEL, Category.EXTERN) or op.regions or not op.results:
         return None
+    if any(v.type.dtype.is_complex for v in op.operands + op.results):
+        return None  # a complex result has no ``full`` form (its value attribute is real); lower-complex folds parts
     producers = [site.producer(v) for v in op.operands]
     if not all(is_constant(p) for p in producers):
         return None

@@ -33,15 +33,17 @@ from neuroncc.passes.strides import view_chain_layout
 class Fuse(Pass):
     """Fuse elementwise ops, reductions and matmul epilogues into kernels.
 
-    ``epilogues=false`` keeps every matmul at the top level (no epilogue fusion).
+    ``epilogues=false`` keeps every matmul at the top level (no epilogue fusion); ``horizontal=false`` keeps
+    independent elementwise kernels of one shape apart (no horizontal fusion).
     """
 
     name: ClassVar[str] = "fuse"
     epilogues: bool = True
+    horizontal: bool = True
 
     def apply(self, fn: Function, ctx: PassContext) -> Function:
         fn = copy_views_that_cannot_stay(transpose_after_elementwise(dce(fn)))
-        fused = _Outliner(fn, FusionPlanner(fn, epilogues=self.epilogues)).build()
+        fused = _Outliner(fn, FusionPlanner(fn, epilogues=self.epilogues, horizontal=self.horizontal)).build()
         check_kernel_contract(fused)
         return fused
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from neuroncc.errors import PassError
 from neuroncc.ir import REGISTRY, Category, Function, Op, Trait
-from neuroncc.passes.strides import view_chain_layout
+from neuroncc.passes.strides import aliases_operand, view_chain_layout
 
 
 def _category(op: Op) -> Category:
@@ -44,9 +44,9 @@ def check_kernel_contract(fn: Function) -> None:
         category = _category(op)
         if category is Category.KERNEL:
             _check_region(op)
-        elif category not in (Category.MATMUL, Category.EXTERN) and not op.has(Trait.STRIDED_VIEW):
+        elif category not in (Category.MATMUL, Category.EXTERN) and not aliases_operand(op):
             raise PassError(f"kernel contract: func @{fn.name} has op '{op.name}' at the top level "
-                            "(only kernels, matmuls, extern calls and pure views may stay there)")
+                            "(only kernels, matmuls, extern calls and views may stay there)")
 
 
 def _check_region(kernel: Op) -> None:
@@ -57,7 +57,7 @@ def _check_region(kernel: Op) -> None:
     compute = [op for op in region.ops if not is_free(op)]
     matmuls = [op for op in compute if _category(op) is Category.MATMUL]
     for op in region.ops:
-        if op.regions or _category(op) in (Category.KERNEL, Category.EXTERN):
+        if op.regions or _category(op) in (Category.KERNEL, Category.EXTERN) or op.has(Trait.REINTERPRET):
             raise PassError(f"kernel contract: kernel '{name}' contains '{op.name}'")
     if len(matmuls) > 1:
         raise PassError(f"kernel contract: kernel '{name}' holds {len(matmuls)} matmuls (at most one)")

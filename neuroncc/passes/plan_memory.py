@@ -18,7 +18,7 @@
   before the epilogue reads the operand).
 * Placement: greedy by size, largest first; each buffer goes in the smallest gap (best fit) between the
   buffers already placed whose lifetimes overlap its own, or after them. Offsets and sizes are multiples of
-  64 bytes.
+  a cache line (64 bytes: generated code reads and writes buffers with aligned vector accesses).
 """
 
 from __future__ import annotations
@@ -27,10 +27,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from neuroncc.hardware.host import CACHE_LINE_BYTES
 from neuroncc.ir import REGISTRY, Attrs, Category, Function, Op, Trait, Value
 from neuroncc.passes.manager import Pass, PassContext
+from neuroncc.passes.strides import aliases_operand
 
-ALIGNMENT = 64
+ALIGNMENT = CACHE_LINE_BYTES
 
 
 def aligned(nbytes: int) -> int:
@@ -107,7 +109,7 @@ def plan(fn: Function) -> MemoryPlan:
     slot_of: dict[Value, _Slot] = {}
     in_place: list[tuple[int, int]] = []
     for position, op in enumerate(fn.ops):
-        if op.has(Trait.STRIDED_VIEW):
+        if aliases_operand(op):
             continue
         reusable = _in_place_candidates(op, position, root_of, last_read, slot_of, external)
         for result in op.results:
@@ -144,7 +146,7 @@ def _view_roots(fn: Function) -> dict[Value, Value]:
     """Each top-level view's root: the non-view value whose buffer it reads."""
     roots: dict[Value, Value] = {}
     for op in fn.ops:
-        if op.has(Trait.STRIDED_VIEW):
+        if aliases_operand(op):
             source = op.operands[0]
             roots[op.result] = roots.get(source, source)
     return roots

@@ -16,6 +16,25 @@ from dataclasses import dataclass
 from neuroncc.ir import Op, Trait, Value
 from neuroncc.ir.types import contiguous_strides
 
+def aliases_operand(op: Op) -> bool:
+    """Whether ``op`` stays at the top level as an alias of operand 0's buffer (no buffer of its own): a strided
+    view (a window on the buffer) or a reinterpreting view (c64 <-> f32 pairs over the same storage; fusion
+    keeps those out of kernels, whose code never sees c64, and the launcher reinterprets the buffer)."""
+    return op.has(Trait.STRIDED_VIEW) or op.has(Trait.REINTERPRET)
+
+
+def reinterpreted_strides(op: Op, strides: tuple[int, ...]) -> tuple[int, ...] | None:
+    """The strides of a reinterpreting view's result (``Trait.REINTERPRET``), in its own elements, from its
+    operand's; None when the operand's layout cannot be reinterpreted in place (a complex view needs adjacent
+    (re, im) pairs)."""
+    if op.result.type.dtype.is_complex:  # view_as_complex: f32 pairs -> c64
+        *outer, last = strides
+        shape = op.operands[0].type.shape
+        if (last != 1 and shape[-1] > 1) or any(s % 2 for s, n in zip(outer, shape) if n > 1):
+            return None
+        return tuple(s // 2 for s in outer)
+    return tuple(2 * s for s in strides) + (1,)  # view_as_real: c64 -> f32 pairs
+
 
 @dataclass(frozen=True)
 class StridedView:
@@ -107,18 +126,21 @@ def apply_view(op: Op, src: StridedView) -> StridedView | None:
     return rule(op, src)
 
 
-def view_chain_layout(value: Value, producers: Mapping[Value, Op]) -> tuple[Value, StridedView] | None:
+def view_chain_layout(value: Value, producers: Mapping[Value, Op],
+                      contiguous_root: bool = False) -> tuple[Value, StridedView] | None:
     """The buffer ``value`` is a view of (the first non-view value up the chain) and the window on it.
 
-    The root buffer keeps the strides of its type (parameters may be strided; op results are contiguous).
-    None when some step of the chain needs a copy.
+    The root buffer keeps the strides of its type (parameters may be strided; op results are contiguous),
+    or is taken as contiguous with ``contiguous_root`` (NKI kernel arguments always are). None when some step
+    of the chain needs a copy.
     """
     chain: list[Op] = []
     root = value
     while (op := producers.get(root)) is not None and op.has(Trait.STRIDED_VIEW):
         chain.append(op)
         root = op.operands[0]
-    layout: StridedView | None = StridedView(root.type.shape, root.type.layout_strides, 0)
+    strides = contiguous_strides(root.type.shape) if contiguous_root else root.type.layout_strides
+    layout: StridedView | None = StridedView(root.type.shape, strides, 0)
     for op in reversed(chain):
         layout = apply_view(op, layout)
         if layout is None:

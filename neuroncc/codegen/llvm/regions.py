@@ -14,13 +14,14 @@ from collections.abc import Sequence
 from neuroncc.ir.graph import Builder, Function, Op, Value
 from neuroncc.ir.opdef import Category, Trait
 from neuroncc.ir.ops import REGISTRY
+from neuroncc.passes.strides import aliases_operand
 
 
 def is_top_level_op(op: Op) -> bool:
-    """Whether the launcher runs ``op`` as it is (no kernel needed): kernels, ATen calls, strided views (it
-    executes them as views of their source's buffer) and stored constants."""
+    """Whether the launcher runs ``op`` as it is (no kernel needed): kernels, ATen calls, views aliasing their
+    operand's buffer (it executes them as views of their source's buffer) and stored constants."""
     category = REGISTRY.get(op.name).category
-    return category in (Category.KERNEL, Category.MATMUL, Category.EXTERN) or op.has(Trait.STRIDED_VIEW) \
+    return category in (Category.KERNEL, Category.MATMUL, Category.EXTERN) or aliases_operand(op) \
         or op.has(Trait.STORED)
 
 

@@ -31,9 +31,7 @@ from neuroncc.ir.graph import Function, Op, Value
 from neuroncc.ir.opdef import Category, Trait
 from neuroncc.ir.ops import REGISTRY
 from neuroncc.ir.types import contiguous_strides
-
-#: Map-only phases over a long last dim split it into blocks of this many elements (parallelism for 1-d).
-BLOCK = 16384
+from neuroncc.passes.tile import CPU_INNER_BLOCK
 
 
 @dataclass(frozen=True)
@@ -213,6 +211,7 @@ class KernelPlan:
     may_fail: bool = False  # reads data-dependent indices that may be out of range
     row_blocked: bool = False  # the extern matmul can run block of rows by block, each followed by the phases
     aligned_args: frozenset[int] = frozenset()  # argument slots whose buffers start 64-byte aligned
+    vector_width: int = 0  # the kernel's tile decision: at most this many float32 lanes per vector (0: no cap)
 
     @property
     def error_slot(self) -> int:
@@ -223,16 +222,18 @@ class KernelPlan:
         return self.error_slot + 1
 
 
-def plan_kernel(region: Function, params: list[Layout], outputs: list[Layout], block: int = BLOCK) -> KernelPlan:
+def plan_kernel(region: Function, params: list[Layout], outputs: list[Layout], block: int = CPU_INNER_BLOCK,
+                vector_width: int = 0) -> KernelPlan:
     """Plan the loop nests of ``region`` given the layouts of its parameters and output buffers.
 
-    ``block`` (a tiling attribute of the kernel op when present) is the inner block length of map-only
-    phases over a long last dim.
+    ``block`` and ``vector_width`` are the kernel's tile decisions (``inner_block``, ``vector_width``; the tile
+    pass's defaults when a kernel has none): map-only phases over a longer last dim run it in blocks of
+    ``block`` elements, and the loop vectorizer uses at most ``vector_width`` float32 lanes.
 
     Raises CodegenError for anything the native code generator does not handle (the launcher then runs the
     region in the reference interpreter).
     """
-    plan = KernelPlan(region, {}, [], len(params), len(outputs))
+    plan = KernelPlan(region, {}, [], len(params), len(outputs), vector_width=vector_width)
     stage_args: set[int] = set()  # argument slots written by stages (their views stay computed)
     output_slots: dict[Value, list[int]] = {}
     for position, value in enumerate(region.outputs):

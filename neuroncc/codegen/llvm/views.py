@@ -1,7 +1,8 @@
 """Strided views: how view ops (reshape, permute, expand, slice, ...) act on a buffer's layout.
 
 A :class:`Layout` says where a tensor's elements are: argument slot, element offset, shape and strides (in
-elements; 0 for broadcast dims). A view op applied to a laid-out tensor gives another layout over the same
+elements of its dtype; 0 for broadcast dims). ``view_as_real``/``view_as_complex`` change the dtype of a
+layout over the same storage (a c64 element is two f32 elements). A view op applied to a laid-out tensor gives another layout over the same
 storage when it can (``view_layout``), so kernels read permuted, sliced and expanded inputs without copies.
 The launcher uses the same rules for top-level view ops.
 """
@@ -106,6 +107,22 @@ def _as_strided(op: Op, source: Layout, index: int, out: TensorType) -> Layout |
                    strides=tuple(op.attrs["strides"]))
 
 
+def _view_as_real(op: Op, source: Layout, index: int, out: TensorType) -> Layout:
+    """c64 -> f32 (re, im) pairs: offsets and strides count half-size elements."""
+    return replace(source, offset=2 * source.offset, shape=out.shape, strides=tuple(2 * s for s in source.strides) + (1,),
+                   dtype=out.dtype)
+
+
+def _view_as_complex(op: Op, source: Layout, index: int, out: TensorType) -> Layout | None:
+    """f32 (re, im) pairs -> c64: needs adjacent pairs at even offsets."""
+    shape, strides = source.shape, source.strides
+    if (shape[-1] > 1 and strides[-1] != 1) or source.offset % 2 \
+            or any(s % 2 for s, n in zip(strides[:-1], shape) if n > 1):
+        return None
+    return replace(source, offset=source.offset // 2, shape=out.shape, strides=tuple(s // 2 for s in strides[:-1]),
+                   dtype=out.dtype)
+
+
 #: The layout each view op (``Trait.VIEW``) gives its result ``index`` over its operand's layout, or None when
 #: no layout expresses it (a reshape merging dims that are not contiguous): one rule per op.
 VIEW_LAYOUTS: dict[str, Callable[[Op, Layout, int, TensorType], Layout | None]] = {
@@ -118,6 +135,8 @@ VIEW_LAYOUTS: dict[str, Callable[[Op, Layout, int, TensorType], Layout | None]] 
     "squeeze": _squeeze,
     "unsqueeze": _unsqueeze,
     "as_strided": _as_strided,
+    "view_as_real": _view_as_real,
+    "view_as_complex": _view_as_complex,
 }
 
 

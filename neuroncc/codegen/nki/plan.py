@@ -33,8 +33,10 @@ INT32_RANGE = (-(2 ** 31), 2 ** 31 - 1)
 
 def is_transfer(op: Op) -> bool:
     """Data movement that is neither a strided view nor a copy (cat, pad, flip, scatter into slices, repeat,
-    as_strided) runs as DMA transfers between HBM tensors (normalization rewrote splits into slices)."""
-    return op.opdef.category is Category.MOVEMENT and not op.has(Trait.STRIDED_VIEW) and not op.has(Trait.POINTWISE)
+    as_strided) runs as DMA transfers between HBM tensors (normalization rewrote splits into slices). Views that
+    reinterpret the element type never reach a kernel (they stay at the top level)."""
+    return op.opdef.category is Category.MOVEMENT and not op.has(Trait.STRIDED_VIEW) \
+        and not op.has(Trait.POINTWISE) and not op.has(Trait.REINTERPRET)
 
 
 @dataclass(frozen=True)
@@ -58,7 +60,6 @@ class Stage:
     groupings: dict[Op, Grouping] = field(default_factory=dict)
     placements: dict[Value, AffineMap] = field(default_factory=dict)  # values computed here, on chip
     reduced: set[int] = field(default_factory=set)
-    partition: int | None = None
 
     def candidates(self, reduced: set[int]) -> list[int]:
         return [d for d, n in enumerate(self.domain) if n > 1 and d not in reduced]
@@ -100,11 +101,10 @@ def iteration_shape(op: Op) -> tuple[int, ...]:
 
 
 class _NestPlanner:
-    def __init__(self, region: Function, kernel_domain: tuple[int, ...], partition_hint: int | None, name: str):
+    def __init__(self, region: Function, kernel_domain: tuple[int, ...], name: str):
         self.region = region
         self.name = name
         self.kernel_domain = kernel_domain
-        self.partition_hint = partition_hint
         self.producers = region.producers()
         self.homes: dict[Value, Home] = {p: Home("param", i) for i, p in enumerate(region.params)}
         self.stages: list[Stage] = []
@@ -177,8 +177,6 @@ class _NestPlanner:
                 self.add_compute(op)
             else:
                 raise self.fail(op, "is not supported by the NKI emitter")
-        for stage in self.stages:
-            self.choose_partition(stage)
         self.assign_tensors()
         return RegionPlan(self.region, self.steps, self.homes, self.producers)
 
@@ -266,19 +264,6 @@ class _NestPlanner:
             stage.placements[result] = row_major_map(grouping, stage.domain, result.type.shape)
         self.homes[result] = Home("stage", stage.index)
 
-    def choose_partition(self, stage: Stage) -> None:
-        if stage.kind == "matmul":
-            stage.partition = len(stage.domain) - 2
-            return
-        candidates = stage.candidates(stage.reduced)
-        if not candidates:
-            stage.partition = None
-        elif stage.domain == self.kernel_domain and self.partition_hint in candidates:
-            stage.partition = self.partition_hint
-        else:
-            large = [d for d in candidates if stage.domain[d] >= 128]
-            stage.partition = large[0] if large else max(candidates, key=lambda d: (stage.domain[d], -d))
-
     # ---- HBM tensors of each segment ----------------------------------------------------------------
 
     def assign_tensors(self) -> None:
@@ -342,18 +327,7 @@ def stage_maps(plan: RegionPlan, stage: Stage) -> list[AffineMap]:
     return maps
 
 
-def plan_region(region: Function, name: str, kernel_domain: tuple[int, ...] = (),
-                partition_hint: int | None = None) -> RegionPlan:
-    """Plan ``region`` (the body of kernel ``name``) for NKI; see the module docstring."""
-    normalized = normalize_region(region)
-    domain = kernel_domain or _largest_shape(normalized)
-    return _NestPlanner(normalized, tuple(domain), partition_hint, name).run()
-
-
-def _largest_shape(region: Function) -> tuple[int, ...]:
-    best: tuple[int, ...] = ()
-    size = -1
-    for value in list(region.params) + [r for op in region.ops for r in op.results]:
-        if value.type.numel > size:
-            best, size = value.type.shape, value.type.numel
-    return best
+def plan_region(region: Function, name: str, kernel_domain: tuple[int, ...]) -> RegionPlan:
+    """Plan ``region`` (the body of kernel ``name``, whose iteration space is ``kernel_domain``) for NKI; see
+    the module docstring."""
+    return _NestPlanner(normalize_region(region), tuple(kernel_domain), name).run()

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from neuroncc.codegen.nki.access import HbmSide, Index, transfer
-from neuroncc.codegen.nki.body import PMAX, Body, KernelContext, StageLayout, ceil_div, prod
+from neuroncc.codegen.nki.body import Body, KernelContext, StageLayout, ceil_div, prod
 from neuroncc.codegen.nki.instructions import Instr, optimize, render
 from neuroncc.codegen.nki.multirow import rows_per_partition, split_rows
 from neuroncc.codegen.nki.op_rules import emit_op, is_plain_copy
@@ -26,11 +26,8 @@ from neuroncc.codegen.nki.shapes import AffineMap, map_through_window, operand_g
 from neuroncc.codegen.nki.source import SourceWriter, nki_dtype
 from neuroncc.ir import Category, Op, Trait, Value
 from neuroncc.ir.types import contiguous_strides
-
-#: Fraction of SBUF one iteration's tiles may use (the rest lets the next iteration's loads run ahead).
-SBUF_SHARE = 0.5
-#: fp32 elements per partition in one PSUM bank (a partition sum's accumulator).
-PSUM_FREE = 512
+from neuroncc.passes.layout import partition_among
+from neuroncc.passes.tile_nki import footprint
 
 
 @dataclass
@@ -97,16 +94,23 @@ def _partition_reduction(ctx: KernelContext, stage: Stage, domain: tuple[int, ..
 
 
 def tile_layout(ctx: KernelContext, stage: Stage) -> tuple[StageLayout, list[Loop]]:
-    """Choose the tiles of a tile stage: merged dims, partitions, tile dims and their blocks, loops (module
-    docstring of :mod:`neuroncc.codegen.nki.body`)."""
+    """Lay a tile stage out as the kernel's ``tile`` decisions say: merged dims, partitions, tile dims and
+    their blocks, loops (module docstring of :mod:`neuroncc.codegen.nki.body`).
+
+    A loop nest over the kernel's domain puts the kernel's ``partition_dim`` on the partitions and takes its
+    free block; one whose dims merge, or over another domain (a reshaped value), picks its partition dim by
+    the layout pass's rule (:func:`~neuroncc.passes.layout.partition_among`). A float sum over the rows that
+    nothing in the stage reads back puts the rows on the partitions and sums them on TensorE."""
+    tiling = ctx.tiling
     groups = merge_groups(ctx, stage)
     domain = tuple(prod([stage.domain[d] for d in group]) for group in groups)
     reduced = {i for i, group in enumerate(groups) if any(d in stage.reduced and stage.domain[d] > 1 for d in group)}
     candidates = [d for d, n in enumerate(domain) if n > 1 and d not in reduced]
-    large = [d for d in candidates if domain[d] >= PMAX]
-    p = (large[0] if large else max(candidates, key=lambda d: (domain[d], -d))) if candidates else None
-    if stage.partition is not None and len(groups) == len(stage.domain) and stage.partition in candidates:
-        p = stage.partition  # the layout pass's choice when nothing merged
+    over_kernel = stage.domain == tiling.domain
+    if over_kernel and len(groups) == len(stage.domain) and tiling.partition_dim in candidates:
+        p = tiling.partition_dim
+    else:
+        p = partition_among(domain, candidates)
     across = _partition_reduction(ctx, stage, domain, reduced)
     if across is not None:
         p, reduced = across, set()  # summed on TensorE across the row blocks, not in the free axes
@@ -117,20 +121,23 @@ def tile_layout(ctx: KernelContext, stage: Stage) -> tuple[StageLayout, list[Loo
     tile_dims = tuple(sorted(reduced | ({inner} if inner is not None else set())))
     bounds = {d: domain[d] for d in tile_dims}
     if p is not None:
-        bounds[p] = min(PMAX, domain[p])
+        bounds[p] = min(tiling.partitions, domain[p])
+    if inner is not None and over_kernel and tiling.free:
+        bounds[inner] = min(bounds[inner], tiling.free)
     if across is not None and inner is not None:
-        bounds[inner] = min(bounds[inner], PSUM_FREE)  # each block's sum fills one PSUM bank at most
+        bounds[inner] = min(bounds[inner], ctx.core.psum_free_fp32)  # each block's sum fills one PSUM bank at most
     tiles = len(stage.ops) + sum(len(op.operands) for op in stage.ops)
-    budget = int(ctx.sbuf_partition_bytes * SBUF_SHARE)
 
-    def footprint() -> int:
-        return tiles * prod([bounds[d] for d in tile_dims]) * 4
+    def need() -> int:
+        return footprint(tiles, prod([bounds[d] for d in tile_dims]))
 
-    while inner is not None and footprint() > budget and bounds[inner] > 1:
+    # A stage holding more tiles than the pass counted (copies added by normalization) still keeps to the
+    # budget.
+    while inner is not None and need() > tiling.sbuf_budget and bounds[inner] > 1:
         bounds[inner] = 1 << ((bounds[inner] - 1).bit_length() - 1)
-    if footprint() > ctx.sbuf_partition_bytes:
+    if need() > ctx.core.sbuf_partition_bytes:
         raise ctx.fail(f"a loop nest over {list(domain)} reducing dims {sorted(reduced)} needs about "
-                       f"{footprint()} bytes of SBUF per partition (the reduced dims stay whole in a tile)")
+                       f"{need()} bytes of SBUF per partition (the reduced dims stay whole in a tile)")
     loops: list[Loop] = []
     indexes: list[Index] = []
     varying: set[int] = set()

@@ -160,7 +160,7 @@ def _infer_pad(types: tuple[TensorType, ...], attrs: Attrs) -> TensorType:
         shape[d] += before + after
         if shape[d] < 0:
             raise fail("constant_pad", f"pad {list(pad)} leaves dimension {d} with negative size")
-    if isinstance(attrs["value"], float) and not t.dtype.is_float:
+    if isinstance(attrs["value"], float) and not (t.dtype.is_float or t.dtype.is_complex):
         raise fail("constant_pad", f"float pad value {attrs['value']} for {t.dtype.value} tensor")
     check_scalar("constant_pad", "pad value", attrs["value"], t.dtype)
     return TensorType(tuple(shape), t.dtype)

@@ -46,7 +46,8 @@ def _arg_dims(attrs: Attrs, rank: int) -> tuple[int, ...]:
 
 def _reduction(name: str, fn: Callable[..., np.ndarray], *, result: str = "same", nonempty: bool = False,
                extra_attrs: dict[str, AttrSpec] | None = None, doc: str = "",
-               traits: frozenset[Trait] = frozenset()) -> OpDef:
+               traits: frozenset[Trait] = frozenset(),
+               complex: bool = False) -> OpDef:
     def infer(types: tuple[TensorType, ...], attrs: Attrs) -> TensorType:
         (t,) = types
         dims = check_dims(name, t, attrs["dims"])
@@ -56,17 +57,19 @@ def _reduction(name: str, fn: Callable[..., np.ndarray], *, result: str = "same"
             raise fail(name, f"cannot reduce over a dimension of size 0 (shape {list(t.shape)})")
         if result == "same" and t.dtype.is_bool and name not in ("amax", "amin"):
             raise fail(name, "operand #0 is bool; cast it to a numeric type first")
-        if result == "float" and not t.dtype.is_float:
+        if result == "float" and not (t.dtype.is_float or (complex and t.dtype.is_complex)):
             raise fail(name, f"operand #0 must be a float type, got {t.dtype.value}")
         dtype = DType.bool if result == "bool" else t.dtype
         return TensorType(reduced_shape(t.shape, dims, attrs["keepdim"]), dtype)
 
     attrs = {"dims": AttrSpec("ints"), "keepdim": AttrSpec("bool", False), **(extra_attrs or {})}
     return OpDef(name, Category.REDUCTION, (1, 1), infer, fn, attrs, doc or f"{name} over dims", traits=traits,
-                 reduces=_listed_dims)
+                 reduces=_listed_dims, takes_complex=complex)
 
 
 def _wide(x: np.ndarray) -> np.ndarray:
+    if x.dtype.kind == "c":
+        return x.astype(np.complex128)
     return x.astype(np.float64) if x.dtype.kind == "f" else x
 
 
@@ -149,8 +152,8 @@ def _arg(np_fn: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
 _ARG_ATTRS = {"dim": AttrSpec("optional-int", None), "keepdim": AttrSpec("bool", False)}
 
 OPS = (
-    _reduction("sum", _sum, traits=frozenset({Trait.SUM_REDUCTION})),
-    _reduction("mean", _mean, result="float", traits=frozenset({Trait.SUM_REDUCTION})),
+    _reduction("sum", _sum, traits=frozenset({Trait.SUM_REDUCTION}), complex=True),
+    _reduction("mean", _mean, result="float", traits=frozenset({Trait.SUM_REDUCTION}), complex=True),
     _reduction("prod", _prod),
     _reduction("amax", _amax, nonempty=True, doc="max over dims, NaN propagates"),
     _reduction("amin", _amin, nonempty=True, doc="min over dims, NaN propagates"),
