@@ -156,7 +156,8 @@ def compile_function(fn: Function, kind: str, *, target: str, pipeline: str | No
     with progress.step(f"compile {kind} for {target}", log=True) as step:
         start = time.perf_counter()
         try:
-            executable = compile_graph(fn, target=target, pipeline=pipeline, cache=cache)
+            executable = compile_graph(fn, target=target, pipeline=pipeline, cache=cache,
+                                       on_progress=lambda status: setattr(step, "status", status))
         except ModuleNotFoundError as exc:
             if not (exc.name or "").startswith("neuroncc"):
                 raise

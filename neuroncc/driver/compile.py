@@ -20,7 +20,7 @@ from typing import Any
 
 from neuroncc.ir import Function, print_function, verify
 from neuroncc.passes.manager import PassContext
-from neuroncc.passes.pipeline import run_pipeline
+from neuroncc.passes.pipeline import as_pipeline, run_pipeline
 from neuroncc.passes.pipeline import default_pipeline
 from neuroncc.driver.cache import CacheOutcome, CompileCache, CompileRequest, CompileResult
 from neuroncc.driver.records import CompileRecord, make_record
@@ -36,7 +36,8 @@ FROM_ENVIRONMENT = "environment"
 def compile_graph(fn: Function, *, target: str = DEFAULT_TARGET, pipeline: str | None = None,
                   options: Mapping[str, Any] | None = None,
                   cache: CompileCache | None | str = FROM_ENVIRONMENT,
-                  on_compiled: Callable[[CompileRecord], None] | None = None) -> Executable:
+                  on_compiled: Callable[[CompileRecord], None] | None = None,
+                  on_progress: Callable[[str], None] | None = None) -> Executable:
     """Compile ``fn`` for ``target``.
 
     ``pipeline`` (or ``options["pipeline"]``, as the torch backend passes it) overrides the target's default
@@ -44,6 +45,7 @@ def compile_graph(fn: Function, *, target: str = DEFAULT_TARGET, pipeline: str |
     verifier after every pass. ``cache`` is a :class:`CompileCache`, None (compile without caching), or
     :data:`FROM_ENVIRONMENT`. ``on_compiled`` receives the :class:`CompileRecord` of this compile, which is
     also logged (one line on the ``neuroncc.driver`` logger at INFO; see :mod:`neuroncc.driver.records`).
+    ``on_progress`` hears what a compile is doing (``passes 3/9: fuse``, ``code generation``) as it goes.
     """
     start = time.perf_counter()
     verify(fn)
@@ -53,7 +55,7 @@ def compile_graph(fn: Function, *, target: str = DEFAULT_TARGET, pipeline: str |
     timings: dict[str, float] = {}
 
     def compile_and_time(request: CompileRequest) -> CompileResult:
-        result = compile_uncached(request)
+        result = compile_uncached(request, on_progress)
         timings.update(result.timings)
         return result
 
@@ -83,19 +85,26 @@ def make_request(fn: Function, *, target: str = DEFAULT_TARGET, pipeline: str | 
     return CompileRequest(fn, target, pipeline, options)
 
 
-def compile_uncached(request: CompileRequest) -> CompileResult:
-    """Run the pipeline and build the executable, recording the IR text and time of every stage."""
+def compile_uncached(request: CompileRequest, on_progress: Callable[[str], None] | None = None) -> CompileResult:
+    """Run the pipeline and build the executable, recording the IR text and time of every stage; ``on_progress``
+    hears each pass as it finishes and the start of code generation."""
     stages: dict[str, str] = {}
     timings: dict[str, float] = {}
+    passes = len(as_pipeline(request.pipeline).passes) if on_progress is not None else 0
 
     def record(stage: str, fn: Function, seconds: float) -> None:
         stages[stage] = print_function(fn)
         timings[stage] = seconds
+        if on_progress is not None:
+            number, _, name = stage.partition("-")
+            on_progress(f"passes {int(number) if number.isdigit() else len(stages)}/{passes}: {name or stage} done")
 
     ctx = PassContext(verify_each=bool(request.options.get("verify_each", False)),
                       dump_dir=dump_dir_for(request.function), on_stage=record)
     lowered = run_pipeline(request.pipeline, request.function, ctx)
     verify(lowered)  # once, cheaply, even when not after every pass: codegen never sees invalid IR
+    if on_progress is not None:
+        on_progress("code generation")
     start = time.perf_counter()
     executable = build_executable(lowered, request.target, request.options)
     timings["build"] = time.perf_counter() - start
