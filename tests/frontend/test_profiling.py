@@ -105,3 +105,35 @@ def test_fallback_ops_appear_as_fallback_ranges_inside_the_graph():
     graph = next(e for name, e in events.items() if name.startswith("neuroncc::graph::") and "part" not in name)
     assert graph in list(_ancestors(fallback))
     assert any("part" in name for name in events)  # the compiled pieces are graphs of their own
+
+
+def test_nki_sim_kernels_are_profiled():
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU())
+    compiled = torch.compile(model, backend="neuron", dynamic=False, options={"target": "nki-sim"})
+    x = torch.randn(4, 8)
+    with torch.no_grad():
+        compiled(x)
+        with torch.profiler.profile(record_shapes=True) as prof:
+            compiled(x)
+    events = [e for e in prof.events() if e.name.startswith("neuroncc::")]
+    graph = next(e for e in events if e.name.startswith("neuroncc::graph::"))
+    kernels = [e for e in events if e is not graph]
+    assert kernels and all(graph in list(_ancestors(k)) for k in kernels), [e.name for e in events]
+    assert any(k.input_shapes and [4, 8] in k.input_shapes for k in kernels)
+
+
+def test_timeline_recorder_records_steps_without_torch_profiler():
+    compiled = torch.compile(Block(), backend="neuron", dynamic=False)
+    x = torch.randn(8, 16)
+    with torch.no_grad():
+        compiled(x)
+        recorder = tracing.TimelineRecorder()
+        with tracing.installed(recorder):
+            compiled(x)
+        compiled(x)  # after the block: not recorded
+    graphs = [s for s in recorder.steps if s.info.kind == "graph"]
+    assert len(graphs) == 1
+    steps = [s for s in recorder.steps if s.info.kind != "graph"]
+    assert steps and all(graphs[0].start_us <= s.start_us for s in steps)
+    document = recorder.chrome_trace()
+    assert {e["ph"] for e in document["traceEvents"]} == {"M", "X"}
