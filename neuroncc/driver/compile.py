@@ -4,7 +4,8 @@
                                     -> build the target's executable
 
 Both the torch front end and the CLI call this. This is an API boundary, so it is where the environment is
-read: ``NEURONCC_CACHE_DIR`` / ``NEURONCC_DISABLE_CACHE`` choose the cache, and ``NEURONCC_DUMP`` (a directory)
+read: ``NEURONCC_CACHE_DIR`` / ``NEURONCC_DISABLE_CACHE`` choose the cache, ``NEURONCC_LOG`` sends the log lines
+to stderr, and ``NEURONCC_DUMP`` (a directory)
 writes each pipeline stage's IR under ``$NEURONCC_DUMP/<function>-<hash>/NN-<pass>.nir``.
 """
 
@@ -23,7 +24,7 @@ from neuroncc.passes.manager import PassContext
 from neuroncc.passes.pipeline import as_pipeline, run_pipeline
 from neuroncc.passes.pipeline import default_pipeline
 from neuroncc.driver.cache import CacheOutcome, CompileCache, CompileRequest, CompileResult
-from neuroncc.driver.records import CompileRecord, make_record
+from neuroncc.driver.records import CompileRecord, configure_log_from_environ, make_record
 from neuroncc.executors.executable import Executable, build_executable
 
 DEFAULT_TARGET = "cpu"
@@ -48,6 +49,7 @@ def compile_graph(fn: Function, *, target: str = DEFAULT_TARGET, pipeline: str |
     ``on_progress`` hears what a compile is doing (``passes 3/9: fuse``, ``code generation``) as it goes.
     """
     start = time.perf_counter()
+    configure_log_from_environ(os.environ)  # NEURONCC_LOG=info|debug: the log lines on stderr
     verify(fn)
     request = make_request(fn, target=target, pipeline=pipeline, options=options)
     if cache == FROM_ENVIRONMENT:

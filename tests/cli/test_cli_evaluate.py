@@ -47,3 +47,16 @@ def test_bad_shapes_are_one_line_errors(good_pt2, capsys):
     result = run_in_process(capsys, "evaluate", str(good_pt2), "--shapes", "2xfour")
     assert result.returncode == 2
     assert result.stderr.strip().count("\n") == 0 and "sizes joined by 'x'" in result.stderr
+
+
+def test_neuroncc_log_prints_the_compile_lines_of_cli_commands(good_pt2, tmp_path):
+    from cli_testing import process_environment
+    import subprocess
+    import sys
+
+    env = process_environment(tmp_path, tmp_path / "cache") | {"NEURONCC_LOG": "info"}
+    done = subprocess.run([sys.executable, "-m", "neuroncc.cli", "compile", str(good_pt2), "-q"], env=env,
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    (line,) = [l for l in done.stderr.splitlines() if l.startswith("neuroncc: compiled @small for cpu: ")]
+    assert "cache miss (the cache is empty)" in line and "codegen" in line
