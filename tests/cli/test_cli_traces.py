@@ -41,7 +41,9 @@ def test_inspect_cost_trace_has_a_track_per_engine_and_dma_queue(classifier_pt2,
         for event in instructions:
             start, end = spans[event["args"]["kernel"]]
             assert start - 1e-6 <= event["ts"] and event["ts"] + event["dur"] <= end + 1e-6
-    # the table's total is the last kernel's end on each track
+        # the kernels track ends where the cost table's total does
+        table_total = sum(k["dur"] for k in kernels)
+        assert kernels[-1]["ts"] + kernels[-1]["dur"] == pytest.approx(kernels[0]["ts"] + table_total)
     svg = plot.read_text()
     assert svg.lstrip().startswith("<?xml") and "<svg" in svg and "classifier_forward" in svg
 
