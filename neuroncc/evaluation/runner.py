@@ -46,6 +46,8 @@ def evaluate(model: torch.nn.Module | Callable[..., Any], inputs: Any, *, train:
     stage = progress or (lambda title: contextlib.nullcontext())
     if repeat < 1:
         raise InputError(f"evaluate: repeat must be at least 1, got {repeat}")
+    if not (rtol >= 0 and atol >= 0):
+        raise InputError(f"evaluate: tolerances must be non-negative, got rtol={rtol}, atol={atol}")
     args = tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
     if not any(isinstance(a, torch.Tensor) for a in args):
         raise InputError("evaluate: inputs must hold at least one tensor")

@@ -105,3 +105,5 @@ def test_bad_arguments_are_input_errors():
         neuroncc.evaluate(Block(), 3)
     with pytest.raises(neuroncc.InputError, match="repeat"):
         neuroncc.evaluate(Block(), torch.randn(8, 16), repeat=0)
+    with pytest.raises(neuroncc.InputError, match="non-negative"):
+        neuroncc.evaluate(Block(), torch.randn(8, 16), atol=-1.0)
