@@ -65,14 +65,16 @@ def ensure_installed() -> None:
 
 
 def graph_range(forward: Callable[..., Any], name: str) -> Callable[..., Any]:
-    """``forward`` (a graph run partly on eager PyTorch) inside a ``neuroncc::graph::<name>`` range."""
+    """``forward`` (a graph run partly on eager PyTorch) inside a ``neuroncc::graph::<name>`` range (of the
+    active tracer: torch.profiler's, or a timeline recorder)."""
     info = StepInfo(name, "graph", name)
 
     @functools.wraps(forward)
     def run(*args: Any, **kwargs: Any) -> Any:
-        if not autograd_profiler._is_profiler_enabled:
+        tracer = tracing.active_tracer()
+        if tracer is None:
             return forward(*args, **kwargs)
-        with TRACER.step(info):
+        with tracer.step(info):
             return forward(*args, **kwargs)
     return run
 
@@ -92,15 +94,17 @@ FALLBACK_CALLS = FallbackCounter()
 
 def fallback_call(op: Callable[..., Any], name: str, graph: str) -> Callable[..., Any]:
     """``op`` (an ATen op a partitioned graph runs eagerly) counted per call, and inside a
-    ``neuroncc::fallback::<name>`` range while a profiler runs. A plain function, so FX code can call it."""
+    ``neuroncc::fallback::<name>`` range while a tracer is active (torch.profiler, a timeline recorder). A
+    plain function, so FX code can call it."""
     info = StepInfo(name, "fallback", graph)
     calls = FALLBACK_CALLS.calls
 
     def run(*args: Any, **kwargs: Any) -> Any:
         calls[name] = calls.get(name, 0) + 1
-        if not autograd_profiler._is_profiler_enabled:
+        tracer = tracing.active_tracer()
+        if tracer is None:
             return op(*args, **kwargs)
-        with TRACER.step(info):
+        with tracer.step(info):
             return op(*args, **kwargs)
 
     run.__name__ = run.__qualname__ = "fallback_" + "".join(c if c.isalnum() else "_" for c in name)

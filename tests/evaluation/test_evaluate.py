@@ -71,6 +71,10 @@ def test_fallback_ops_are_reported_with_counts_and_source_lines():
     assert report.passed
     text = report.text()
     assert "neuroncc_evaluate.running_total.default: 2 node(s)" in text and "fallbacks" in text
+    # the measured call shows the fallback op between the compiled pieces, forward and backward
+    ran = [(k.kind, k.name) for k in report.kernels]
+    assert ran.count(("fallback", "neuroncc_evaluate.running_total.default")) == 2
+    assert sum(kind == "graph" for kind, _ in ran) >= 4  # the two partitioned graphs and their compiled parts
 
 
 def test_numerics_compile_split_steady_state_and_shapes():
