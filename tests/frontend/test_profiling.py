@@ -72,8 +72,8 @@ def test_no_profiler_no_ranges_and_tracer_inactive():
     compiled(x)
     assert TRACER in tracing._tracers
     assert tracing.active_tracer() is None  # the launcher then runs its plain step list
-    with torch.profiler.profile() as prof:
-        pass
+    with torch.profiler.profile():
+        assert tracing.active_tracer() is TRACER
     assert tracing.active_tracer() is None
 
 
