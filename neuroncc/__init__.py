@@ -40,6 +40,7 @@ _FRONTEND_EXPORTS = {
     "get_fallback_mode": "neuroncc.device.tracking",
     "pad_to_bucket": "neuroncc.frontend.bucketing",
     "bucketed": "neuroncc.frontend.bucketing",
+    "evaluate": "neuroncc.evaluation.runner",
 }
 
 

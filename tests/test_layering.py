@@ -1,7 +1,7 @@
 """The package's layering, checked on the source with ``ast`` (docs/architecture.md draws it).
 
     errors, hardware -> ir, nki -> passes -> codegen -> executors -> driver -> frontend -> device
-        -> distributed -> cli
+        -> distributed, evaluation -> cli
 
 A module imports only its own package and packages of a lower rank (any import statement, also inside
 functions); packages of one rank do not import each other (``ir`` and the simulator ``nki`` are independent).
@@ -31,7 +31,7 @@ LAYERS = {
     "hardware": 0,  # hardware descriptions: NeuronCore generations and the host CPU (a leaf)
     "ir": 1, "nki": 1,  # the IR; the NKI simulator and cost model (``import neuroncc.nki as nki``)
     "passes": 2, "codegen": 3, "executors": 4, "driver": 5,
-    "frontend": 6, "examples": 7, "device": 7, "distributed": 8, "cli": 9,
+    "frontend": 6, "examples": 7, "device": 7, "distributed": 8, "evaluation": 8, "cli": 9,
 }
 #: Importable from everywhere, and importing nothing from neuroncc.
 BASE = {"errors"}
@@ -198,7 +198,7 @@ def test_importing_the_core_does_not_load_torch():
 # ---- no import cycles; imports inside functions only where they keep a heavy import lazy -------------------
 
 #: Third-party packages heavy or optional enough that the core imports them inside the functions that need them.
-HEAVY = {"torch", "functorch", "llvmlite"}
+HEAVY = {"torch", "functorch", "llvmlite", "matplotlib"}
 
 #: Packages whose modules still import each other in a cycle (none left: keep it empty).
 KNOWN_CYCLES: set[str] = set()

@@ -5,6 +5,8 @@
 
 - ``compile``: :func:`compile_graph`, the API boundary where the environment is read (cache directory, dumps).
 - ``cache`` / ``cache_key``: the on-disk compile cache (per-key locks, atomic publish) and its explained key.
+- ``records``: :class:`CompileRecord`, what one compile did (cache hit or miss and why, time per pass and for
+  code generation), logged as one line on the ``neuroncc.driver`` logger.
 - ``artifact``: the artifact directory format (manifest, graph text, constants, the target's own files); no
   pickle anywhere.
 

@@ -15,6 +15,7 @@ import torch
 
 from neuroncc.frontend.boundary import HostDevice
 from neuroncc.frontend.convert import ParameterViews, TensorSpec, numpy_layout, to_torch, wrap_result
+from neuroncc.frontend.profiling import ensure_installed
 from neuroncc.frontend.importer import ComputedOutput, ImportedGraph, InputOutput
 from neuroncc.frontend.lowering.random_ops import draw_key
 from neuroncc.ir.ops.library_linalg import LinalgInputError
@@ -38,6 +39,7 @@ class CompiledGraph:
         self.graph = graph
         self.executable = executable
         self.device = device  # a host-memory device whose tensors this graph reads and returns (boundary.py)
+        ensure_installed()  # torch.profiler sees the executable's kernels (frontend/profiling.py)
         # AOTAutograd passes the arguments as one list that we may clear. An instance attribute, not a class
         # one: TorchDynamo's disable() wrapper around the backward copies the instance __dict__ only.
         self._boxed_call = True

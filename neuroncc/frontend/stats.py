@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from neuroncc.driver.cache import CACHE_STATS
+from neuroncc.driver.records import CompileRecord
 
 from neuroncc.ir import Category
 
@@ -41,6 +42,16 @@ COUNTERS: Mapping[str, str] = {
 _lock = threading.Lock()
 _counters: Counter[str] = Counter()
 _fallback_ops: Counter[str] = Counter()
+_fallback_sites: dict[str, list[str]] = {}  # op -> the user's file:line of each node (as far as known)
+_compiles: list[CompiledGraphRecord] = []
+
+
+@dataclass(frozen=True)
+class CompiledGraphRecord:
+    """A graph the front end compiled: the driver's record plus the time spent importing the FX graph to IR."""
+
+    record: CompileRecord
+    import_seconds: float
 
 
 @dataclass(frozen=True)
@@ -81,6 +92,8 @@ def reset_stats() -> None:
     with _lock:
         _counters.clear()
         _fallback_ops.clear()
+        _fallback_sites.clear()
+        _compiles.clear()
     for source in list(_sources.values()):
         source.reset()
 
@@ -110,13 +123,35 @@ def increment(name: str, amount: int = 1) -> None:
         _counters[name] += amount
 
 
-def record_fallback_op(op_name: str) -> bool:
-    """Count one graph node of ``op_name`` run by eager PyTorch; True the first time the op is seen."""
+def record_fallback_op(op_name: str, where: str | None = None) -> bool:
+    """Count one graph node of ``op_name`` run by eager PyTorch (at the user's ``where``, when known); True the
+    first time the op is seen."""
     with _lock:
         first = op_name not in _fallback_ops
         _fallback_ops[op_name] += 1
         _counters["fallback_ops"] += 1
+        sites = _fallback_sites.setdefault(op_name, [])
+        if where is not None and where not in sites:
+            sites.append(where)
         return first
+
+
+def get_fallback_sites() -> dict[str, list[str]]:
+    """Op name -> the user's source lines (``file:line``) of the fallen-back nodes, where the graph knew them."""
+    with _lock:
+        return {op: list(sites) for op, sites in _fallback_sites.items()}
+
+
+def record_compile(record: CompileRecord, import_seconds: float) -> None:
+    """Keep the driver's record of one compiled graph (``compile_records()`` returns them)."""
+    with _lock:
+        _compiles.append(CompiledGraphRecord(record, import_seconds))
+
+
+def compile_records() -> list[CompiledGraphRecord]:
+    """Every graph compiled since the last ``reset_stats()``, in order."""
+    with _lock:
+        return list(_compiles)
 
 
 def record_executable(executable: Any, target: str) -> None:

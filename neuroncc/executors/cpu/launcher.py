@@ -35,7 +35,7 @@ from neuroncc.ir.graph import Function
 from neuroncc.ir.opdef import Trait
 from neuroncc.ir.types import contiguous_strides
 from neuroncc.executors.cpu.adopt import SuppliedExtern
-from neuroncc.executors.cpu.ar_archive import read_archive, write_archive
+from neuroncc.executors.cpu.ar_archive import read_archive, split_modules, write_archive
 from neuroncc.executors.cpu.buffers import aligned_empty as _aligned_empty
 from neuroncc.executors.cpu.buffers import copy_layouts, returned_strides
 from neuroncc.executors.cpu.buffers import data_address as _data_address
@@ -48,8 +48,10 @@ from neuroncc.codegen.llvm.program import (
     ALIGN, BufferKind, CpuLaunchPlan, StepKind, StepSpec, ValueSpec, function_hash, plan_launch,
 )
 from neuroncc.executors.cpu.step_host import ErrorFlag
+from neuroncc.executors.cpu.step_names import graph_info, step_infos
 from neuroncc.executors.cpu.steps import BlasStep, KernelIndexError, NativeKernel, prepare_blas
 from neuroncc.executors.cpu.threads import default_threads, get_pool, get_team
+from neuroncc.executors.tracing import active_tracer, traced_steps
 from neuroncc.ir.interpreter import run_op
 from neuroncc.ir.dtypes import to_storage
 
@@ -110,6 +112,7 @@ class CpuExecutable:
         self.output_strides = returned_strides(plan, self._copy_layouts)
         self._runners = [self._runner(step) for step in plan.steps]
         self._calls = [getattr(r, "fast", None) or r for r in self._runners]  # what a call runs, step by step
+        self._traced: tuple[Any, list[Any], Any] | None = None  # (tracer, its wrapped calls, graph info)
         self.stats = self._stats(compile_seconds)
         self.stats["blas_calls"] = sum(getattr(r, "blas", None) is not None for r in self._runners)
 
@@ -177,6 +180,16 @@ class CpuExecutable:
     # ---- run -----------------------------------------------------------------------------------------------
 
     def __call__(self, *inputs: Any) -> list[np.ndarray]:
+        tracer = active_tracer()  # None unless a profiler or recorder is watching (see executors/tracing.py)
+        if tracer is None:
+            return self._call(inputs, self._calls)
+        if self._traced is None or self._traced[0] is not tracer:
+            self._traced = (tracer, traced_steps(tracer, self._calls, step_infos(self.function, self.plan)),
+                            graph_info(self.function))
+        with tracer.step(self._traced[2]):
+            return self._call(inputs, self._traced[1])
+
+    def _call(self, inputs: tuple[Any, ...], calls: list[Any]) -> list[np.ndarray]:
         plan = self.plan
         if len(inputs) != len(self.function.params):
             raise InputError(f"func @{self.function.name} takes {len(self.function.params)} inputs, got {len(inputs)}")
@@ -191,7 +204,7 @@ class CpuExecutable:
                     storage, addresses[number] = _aligned_empty(buffer.extent, dtype)
                     flats[number] = storage
                     returned[buffer.index] = storage.reshape(spec) if type(spec) is tuple else _view(storage, spec)
-            for run in self._calls:
+            for run in calls:
                 run(flats, addresses)
             for position, number, spec in self._supplied_outputs:
                 storage = flats[number]
@@ -359,21 +372,8 @@ def load_cpu_executable(directory: str | Path, fn: Function, options: Mapping[st
             llvm_ir = (directory / IR_FILE).read_text(encoding="utf-8") if (directory / IR_FILE).exists() else ""
         except (OSError, UnicodeDecodeError):
             llvm_ir = ""  # for inspection only: the object files are what runs
-        module = jit.load_objects(objects, _split_modules(llvm_ir))
+        module = jit.load_objects(objects, split_modules(llvm_ir))
     return CpuExecutable(top, plan, module, _threads(options), threading_mode=_threading(options))
-
-
-def _split_modules(text: str) -> list[str]:
-    """kernels.ll back into its modules (each starts with its "; ModuleID" line)."""
-    modules, current = [], []
-    for line in text.splitlines(keepends=True):
-        if line.startswith("; ModuleID") and current:
-            modules.append("".join(current))
-            current = []
-        current.append(line)
-    if current:
-        modules.append("".join(current))
-    return modules
 
 
 __all__ = ["CpuExecutable", "KernelIndexError", "build_cpu_executable", "load_cpu_executable"]
