@@ -62,6 +62,7 @@ class LoweringContext:
         self.env: dict[fx.Node, Any] = {}
         #: device types whose tensors live in host memory: a copy between them is only a dtype cast
         self.host_devices = host_devices
+        self.randomness: Any = None  # the graph's GraphRandomness (frontend/lowering/random.py), set by the importer
 
     # ---- types -----------------------------------------------------------------------------------------
 
