@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import importlib
+import sys
 import warnings
 from typing import Any
 
@@ -56,10 +57,16 @@ def _autoload_device() -> None:
                       DeviceDisabledWarning, stacklevel=2)
 
 
+#: Counter functions that report the neuron device's counters too, once the device is registered.
+_DEVICE_REPORTED = ("stats", "reset_stats", "get_fallback_ops")
+
+
 def __getattr__(name: str) -> Any:
     module_name = _FRONTEND_EXPORTS.get(name)
     if module_name is None:
         raise AttributeError(f"module 'neuroncc' has no attribute '{name}'")
+    if name in _DEVICE_REPORTED and "neuroncc.device.dispatch" in sys.modules:
+        importlib.import_module("neuroncc.device.tracking").report_to_stats()  # idempotent
     return getattr(importlib.import_module(module_name), name)
 
 

@@ -257,3 +257,9 @@ def test_python_numbers_the_dispatcher_passes_for_tensor_parameters():
     torch.testing.assert_close(torch.take_along_dim(x.to("neuron"), where.to("neuron"), dim=1).cpu(),
                                torch.take_along_dim(x, where, dim=1))
     assert neuroncc.get_fallback_ops() == {}
+
+
+def test_stats_name_the_eager_counters_before_the_first_op(tmp_path):
+    result = run_python("import torch, neuroncc; print(neuroncc.stats()['eager_kernels_compiled'])")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["0"]
