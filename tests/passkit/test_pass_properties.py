@@ -19,6 +19,7 @@ PIPELINES = {
     "layout": ["layout", "fuse,layout{target=trn2}"],
     "tile": ["fuse,layout{target=cpu},tile{target=cpu}", "fuse,layout{target=trn2},tile{target=trn2}"],
     "plan-memory": ["fuse,plan-memory"],
+    "lower-complex": ["lower-complex", "lower-complex{fft=dft},fuse"],
 }
 CASES = [(name, pipeline) for name, pipelines in PIPELINES.items() for pipeline in pipelines]
 
