@@ -196,7 +196,7 @@ def test_importing_the_core_does_not_load_torch():
 # ---- no import cycles; imports inside functions only where they keep a heavy import lazy -------------------
 
 #: Third-party packages heavy or optional enough that the core imports them inside the functions that need them.
-HEAVY = {"torch", "functorch", "llvmlite"}
+HEAVY = {"torch", "functorch", "llvmlite", "redis"}
 
 #: Packages whose modules still import each other in a cycle (being untangled on their own branches).
 KNOWN_CYCLES = {"neuroncc.ir", "neuroncc.codegen.llvm"}

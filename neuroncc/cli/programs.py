@@ -6,7 +6,8 @@
     compile_function(fn, kind, ...)       one IR function through driver.compile_graph and the cache,
                                           reporting its key and whether it was a hit
 
-Environment variables (``NEURONCC_CACHE_DIR``, ``NEURONCC_DISABLE_CACHE``) are read here, at the boundary.
+Environment variables (``NEURONCC_CACHE_DIR``, ``NEURONCC_DISABLE_CACHE``, ``NEURONCC_REMOTE_CACHE*``) are read
+here, at the boundary.
 """
 
 from __future__ import annotations
@@ -26,9 +27,10 @@ from pathlib import Path
 from neuroncc.cli.progress import Progress
 from neuroncc.errors import InputError
 from neuroncc.ir import Function
-from neuroncc.driver.compile import DEFAULT_TARGET, compile_graph, make_request
+from neuroncc.driver.compile import (DEFAULT_TARGET, cache_from_environ, compile_graph, make_request,
+                                     remote_tier_from_environ)
 from neuroncc.executors.executable import InterpreterExecutable, TARGETS
-from neuroncc.driver.cache import CacheStats, CompileCache
+from neuroncc.driver.cache import PROCESS_MEMORY, CacheStats, CompileCache
 from neuroncc.driver.artifact import write_graph
 
 TARGET_HELP = ("where the code runs: cpu (LLVM, native code), nki-sim (NKI kernels in the bundled simulator), "
@@ -71,8 +73,9 @@ def open_cache(args: argparse.Namespace):
     if getattr(args, "no_cache", False):
         return None
     if getattr(args, "cache_dir", None):
-        return CompileCache(Path(args.cache_dir).expanduser(), stats=CacheStats())
-    return CompileCache.from_environ(os.environ, stats=CacheStats())
+        return CompileCache(Path(args.cache_dir).expanduser(), stats=CacheStats(), memory=PROCESS_MEMORY,
+                            remote=remote_tier_from_environ(os.environ))
+    return cache_from_environ(os.environ, stats=CacheStats())
 
 
 def graph_name(model_path: str) -> str:

@@ -39,7 +39,7 @@ def test_second_lookup_hits_without_compiling(cache, compiler, request_for):
     assert compiler.calls == 1
     assert cache.stats.snapshot() | {"load_seconds": 0} == {
         "hits": 1, "misses": 1, "compiles": 1, "bad_entries": 0, "publish_failures": 0, "uncached": 0,
-        "load_seconds": 0}
+        "load_seconds": 0, "memory_hits": 0, "remote_hits": 0, "remote_bad_entries": 0, "remote_stores": 0}
     _assert_runs_like_reference(first)
     _assert_runs_like_reference(second)
 
