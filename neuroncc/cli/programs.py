@@ -37,10 +37,14 @@ TARGET_HELP = ("where the code runs: cpu (LLVM, native code), nki-sim (NKI kerne
                "interp (the reference interpreter); default: {default}")
 
 
-def add_model_arguments(parser: argparse.ArgumentParser, *, train: bool = True) -> None:
-    """MODEL.pt2 and the flags every model command takes."""
+def add_model_arguments(parser: argparse.ArgumentParser, *, train: bool = True, several: bool = False) -> None:
+    """MODEL.pt2 (``several``: one or more, into ``args.models``) and the flags every model command takes."""
 
-    parser.add_argument("model", metavar="MODEL.pt2", help="a program saved with torch.export.save")
+    if several:
+        parser.add_argument("models", nargs="+", metavar="MODEL.pt2",
+                            help="programs saved with torch.export.save, or directories of them")
+    else:
+        parser.add_argument("model", metavar="MODEL.pt2", help="a program saved with torch.export.save")
     parser.add_argument("--program", metavar="NAME", default=None,
                         help="which program of an archive holding several (default: its only one)")
     parser.add_argument("--target", choices=sorted(TARGETS), default=DEFAULT_TARGET,
