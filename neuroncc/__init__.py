@@ -19,6 +19,7 @@ from neuroncc.errors import (
     ParseError,
     PassError,
     PipelineError,
+    SpecializationLimitError,
     UnsupportedOpError,
     VerifyError,
 )
@@ -44,5 +45,5 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "ArtifactError", "CodegenError", "DynamicShapeError", "InputError", "NeuronccError", "ParseError", "PassError", "PipelineError",
-    "UnsupportedOpError", "VerifyError", "__version__", *_FRONTEND_EXPORTS,
+    "SpecializationLimitError", "UnsupportedOpError", "VerifyError", "__version__", *_FRONTEND_EXPORTS,
 ]

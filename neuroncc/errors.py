@@ -28,6 +28,10 @@ class TypeInferenceError(VerifyError):
     """An op's operands or attributes do not fit the op; the message names the op and the operand."""
 
 
+class InterpreterError(NeuronccError):
+    """A graph failed at run time in the reference interpreter (bad inputs, out-of-range index, ...)."""
+
+
 class PassError(NeuronccError):
     """A pass refused its input (for example static-shape on a graph it cannot prove static)."""
 
@@ -44,9 +48,19 @@ class UnsupportedOpError(NeuronccError):
 
 
 class DynamicShapeError(UnsupportedOpError):
-    """A graph with symbolic sizes (``torch.compile(dynamic=True)`` or automatic dynamic shapes).
+    """Symbolic sizes neuroncc cannot specialize (an exported program's dynamic dimensions).
 
-    neuroncc compiles static shapes; the message tells the user to pass ``dynamic=False``.
+    neuroncc compiles static shapes; the message says which sizes to fix. (TorchDynamo's symbolic sizes are
+    specialized per call instead: see :mod:`neuroncc.frontend.specializations`.)
+    """
+
+
+class SpecializationLimitError(NeuronccError):
+    """A graph with symbolic sizes was called with more input shapes than it may compile specializations for.
+
+    neuroncc compiles one static specialization per input shape (``options={"max_specializations": N}``
+    bounds them); the message lists the shapes compiled and suggests padding to buckets
+    (``neuroncc.pad_to_bucket``).
     """
 
 

@@ -26,13 +26,20 @@ def _operands(arity: tuple[int, int | None]) -> str:
 
 
 def _attrs(opdef) -> str:
-    from neuroncc.ir.printer import format_attr
+    from neuroncc.ir.graph import format_attr
 
     parts = []
     for key, spec in opdef.attrs.items():
         text = f"`{key}: {spec.kind}`" if spec.required else f"`{key}: {spec.kind} = {format_attr(spec.default)}`"
         parts.append(text)
     return ", ".join(parts) or "-"
+
+
+def _traits(opdef) -> str:
+    """The op's traits, in the order :class:`neuroncc.ir.Trait` declares them."""
+    from neuroncc.ir import Trait
+
+    return ", ".join(trait.value for trait in Trait if opdef.has(trait)) or "-"
 
 
 def _element_types(opdef) -> str:
@@ -69,12 +76,13 @@ def ops_table() -> str:
         elementwise = category is Category.ELEMENTWISE
         lines += [f"#### {category.value} ({len(opdefs)})", "",
                   "| op | operands | " + ("element types | " if elementwise else "")
-                  + "attributes (`name: kind = default`) | semantics |",
-                  "|---|---|---|---|" + ("---|" if elementwise else "")]
+                  + "attributes (`name: kind = default`) | traits | semantics |",
+                  "|---|---|---|---|---|" + ("---|" if elementwise else "")]
         for opdef in opdefs:
-            doc = opdef.doc.replace("|", "\\|") + (" *(view)*" if opdef.is_view else "")
+            doc = opdef.doc.replace("|", "\\|")
             types = f" {_element_types(opdef) if 'dtype' not in opdef.attrs else 'any'} |" if elementwise else ""
-            lines.append(f"| `{opdef.name}` | {_operands(opdef.arity)} |{types} {_attrs(opdef)} | {doc} |")
+            lines.append(f"| `{opdef.name}` | {_operands(opdef.arity)} |{types} {_attrs(opdef)} | {_traits(opdef)} "
+                         f"| {doc} |")
         lines.append("")
     lines.append(END)
     return "\n".join(lines)

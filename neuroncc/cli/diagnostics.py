@@ -24,6 +24,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from neuroncc.errors import InputError, NeuronccError, ParseError
+from neuroncc.ir import REGISTRY, Category
 
 
 @dataclass(frozen=True)
@@ -98,7 +99,8 @@ class SourceIndex:
                     self.values.setdefault((current, name.group(0)), _Definition(number, results.start(1) + 1))
                 op_name = results.group(2)
                 self.ops.setdefault((current, op_name), []).append(_Definition(number, results.start(1) + 1))
-                kernel_name = re.search(r'\bname\s*=\s*"([\w.]+)"', code) if op_name == "kernel" else None
+                is_kernel = op_name in REGISTRY and REGISTRY.get(op_name).category is Category.KERNEL
+                kernel_name = re.search(r'\bname\s*=\s*"([\w.]+)"', code) if is_kernel else None
                 if kernel_name:
                     self.kernels.setdefault(kernel_name.group(1), _Definition(number, results.start(1) + 1))
 

@@ -2,6 +2,7 @@
 
     neuroncc opt f.nir -p 'canonicalize,fuse,tile{target=trn2}' --print-ir-after-all
     neuroncc opt f.nir -p static-shape --split-input-file --verify-diagnostics
+    neuroncc opt f.nir -p 'fuse,tile{target=cpu}' --emit llvm      the generated code instead of the IR
     neuroncc opt --list-passes
 
 The verifier runs after every pass. ``--print-ir-after-all`` / ``--print-ir-after=PASS`` print the IR to
@@ -10,6 +11,9 @@ stderr under MLIR-style ``// -----// IR Dump After PASS //----- //`` headers. ``
 reported (on stderr, at its line in the whole file) and the others still run, as in MLIR's tests.
 ``--verify-diagnostics`` checks the errors against ``// expected-error@+1 {{...}}`` annotations instead of
 reporting them (see :mod:`neuroncc.cli.diagnostics`): exit 0 if they agree, 1 with a report if not.
+``--emit llvm`` prints, instead of the IR, the LLVM IR the cpu code generator makes of it (one module per
+kernel phase, before LLVM optimizes it), ``--emit nki`` the NKI kernel module for ``--nki-target``: the code
+follows the kernels' tile decisions, so a test can change one and see the code change.
 
 Exit codes: 0 success; 1 ``--verify-diagnostics`` found a mismatch; 2 bad input or an error in the IR (one
 line per error on stderr). This module must not import torch: pass developers run it hundreds of times.
@@ -25,7 +29,10 @@ from importlib import metadata
 from pathlib import Path
 
 from neuroncc.cli.diagnostics import Diagnostic, check_expected, expected_errors, locate
+from neuroncc.codegen.llvm.regions import wrap_remaining_ops
+from neuroncc.codegen.nki import emit_program
 from neuroncc.errors import InputError, NeuronccError, PipelineError
+from neuroncc.hardware.host import host_cpu
 from neuroncc.ir import Function, parse_module, print_module
 from neuroncc.ir.cases import has_code, split_input
 from neuroncc.passes.manager import PassContext, Pipeline, format_option
@@ -62,12 +69,35 @@ class CaseResult:
     diagnostic: Diagnostic | None
 
 
-def run_case(text: str, first_line: int, source: str, pipeline: Pipeline, ctx: PassContext) -> CaseResult:
+def run_case(text: str, first_line: int, source: str, pipeline: Pipeline, ctx: PassContext,
+             emit: str = "nir", nki_target: str = "trn2") -> CaseResult:
     try:
         functions: list[Function] = [pipeline.run(fn, ctx) for fn in parse_module(text, source=source)]
+        output = print_module(functions) if emit == "nir" else "".join(generated_code(fn, emit, nki_target)
+                                                                       for fn in functions)
     except NeuronccError as exc:
         return CaseResult(first_line, None, locate(exc, text, source, first_line))
-    return CaseResult(first_line, print_module(functions), None)
+    return CaseResult(first_line, output, None)
+
+
+def generated_code(fn: Function, emit: str, nki_target: str) -> str:
+    """The code a target's code generator makes of ``fn`` (after the pipeline): ``llvm`` (the cpu target's LLVM
+    IR, one module per kernel phase; kernels it cannot compile run in the interpreter, said in a comment) or
+    ``nki`` (the NKI kernel module for ``nki_target``)."""
+    if emit == "nki":
+        return emit_program(fn, nki_target).source
+    from neuroncc.codegen.llvm.program import plan_launch  # llvmlite: only when LLVM IR is asked for
+
+    host = host_cpu()
+    plan, texts = plan_launch(wrap_remaining_ops(fn), host.name, host.features)
+    notes = [f"; func @{fn.name} (LLVM IR of its kernels, before optimization)\n"]
+    for step in plan.steps:
+        if step.reason:
+            notes.append(f"; op #{step.op_index} ({step.kind}) runs in the interpreter: {step.reason}\n")
+        if step.row_block:
+            notes.append(f"; op #{step.op_index} ({step.kind}): its matmul and epilogue run in blocks of "
+                         f"{step.row_block} rows\n")
+    return "".join(notes) + "".join(texts)
 
 
 def run_opt(args: argparse.Namespace) -> int:
@@ -91,7 +121,7 @@ def run_opt(args: argparse.Namespace) -> int:
         if args.split_input_file and not has_code(case):
             results.append(CaseResult(first_line, None, None))
             continue
-        results.append(run_case(case, first_line, source, pipeline, ctx))
+        results.append(run_case(case, first_line, source, pipeline, ctx, args.emit, args.nki_target))
     outputs = [r.output for r in results if r.output is not None]
     write_output(f"{SPLIT_MARKER}\n".join(outputs), args.output)
     diagnostics = [r.diagnostic for r in results if r.diagnostic is not None]
@@ -152,6 +182,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         help="check errors against '// expected-error@+1 {{text}}' annotations in the input "
                              "(exit 1 on a mismatch)")
     parser.add_argument("--no-verify-each", action="store_true", help="do not verify the IR after every pass")
+    parser.add_argument("--emit", choices=("nir", "llvm", "nki"), default="nir",
+                        help="print the IR (nir, the default), or the code generated from it: the cpu target's LLVM "
+                             "IR (llvm) or the NKI kernels for --nki-target (nki)")
+    parser.add_argument("--nki-target", choices=("trn1", "trn2", "trn3"), default="trn2",
+                        help="the NeuronCore generation --emit nki generates for (default trn2)")
     parser.add_argument("--list-passes", action="store_true",
                         help="list every available pass (plug-ins included) with its options")
     parser.set_defaults(func=run_opt)

@@ -32,6 +32,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from neuroncc.errors import ArtifactError
+from neuroncc.hardware.host import host_cpu
 from neuroncc.ir import Function, TensorType, collect_resources, parse, print_function
 from neuroncc.executors.executable import Executable, load_interp_executable
 from neuroncc.executors.nki_sim.executable import load_nki_executable
@@ -89,9 +90,7 @@ def _load_nki(directory: Path, fn: Function) -> Executable:
 
 
 def _host_cpu_fingerprint() -> str:
-    import llvmlite.binding as llvm
-
-    return f"{llvm.get_process_triple()} {llvm.get_host_cpu_name()} {llvm.get_host_cpu_features().flatten()}"
+    return host_cpu().fingerprint
 
 
 #: Every target whose executables can be cached, by target name. A target missing here compiles uncached.

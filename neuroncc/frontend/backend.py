@@ -1,9 +1,10 @@
-"""The ``neuron`` torch.compile backend: ``torch.compile(model, backend="neuron", dynamic=False)``.
+"""The ``neuron`` torch.compile backend: ``torch.compile(model, backend="neuron")``.
 
 Registered only through the ``torch_dynamo_backends`` entry point in pyproject.toml (registering it again at
 import would trip TorchDynamo's duplicate-name assertion). The backend is a thin adapter:
 
-    TorchDynamo graph -> feature checks (static shapes, no complex/sparse/nested, no torch.func/distributions)
+    TorchDynamo graph -> feature checks (no sparse/nested, no torch.func/distributions)
+      -> symbolic sizes? one static specialization per concrete shape at run time (specializations.py)
       -> AOTAutograd (our decomposition table, min-cut partitioner; SDPA backend per target: lower_attention)
       -> forward / backward / inference aten graphs -> compile_aten_graph (FX -> IR -> runtime.driver)
 
@@ -12,6 +13,7 @@ Options (``options={...}``) are described in :mod:`neuroncc.frontend.options`.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import os
@@ -41,6 +43,7 @@ from neuroncc.frontend.fallback import has_communication, partition_and_compile
 from neuroncc.frontend.lowering.attention import attention_tracing
 from neuroncc.frontend.options import BackendOptions
 from neuroncc.frontend.saved_layouts import report_output_strides, saved_activations, take_input_layouts
+from neuroncc.frontend.specializations import ShapeSpecializations, has_symbolic_sizes
 
 log = logging.getLogger("neuroncc.frontend")
 _unnamed_graphs = itertools.count()
@@ -54,11 +57,21 @@ def neuron_backend(gm: fx.GraphModule, example_inputs: Sequence[Any], *, options
     config = BackendOptions.from_user(options, os.environ)
     check_graph_features(gm, example_inputs)
     if uses_float64(gm, example_inputs):
-        warnings.warn("neuroncc computes float64 tensors in float32 (outputs are cast back to float64); "
-                      "convert the model with .float() to silence this", Float64Warning, stacklevel=2)
+        warnings.warn("neuroncc computes float64 tensors in float32 and complex128 in complex64 (outputs are cast "
+                      "back); convert the model with .float() to silence this", Float64Warning, stacklevel=2)
     stats.increment("dynamo_graphs")
     name = _graph_name()
+    if has_symbolic_sizes(gm, example_inputs):
+        # Symbolic sizes: one static compile per concrete shape seen at run time (the first one now).
+        return ShapeSpecializations(gm, example_inputs, functools.partial(compile_static, config=config), name,
+                                    config.max_specializations, _first_location(gm))
     _log_specialization(gm, example_inputs, name)
+    return compile_static(gm, list(example_inputs), name, config=config)
+
+
+def compile_static(gm: fx.GraphModule, example_inputs: list[Any], name: str, *,
+                   config: BackendOptions) -> Callable[..., Any]:
+    """AOTAutograd with neuroncc's compilers, for a TorchDynamo graph with static sizes."""
     compilers = AtenCompilers(config, name)
     compile_with_aot = aot_autograd(
         fw_compiler=compilers.forward,
@@ -129,7 +142,7 @@ def _log_specialization(gm: fx.GraphModule, example_inputs: Sequence[Any], name:
     if not log.isEnabledFor(logging.INFO):
         return
     shapes = [list(t.shape) for t in example_inputs if isinstance(t, torch.Tensor)]
-    where = next((loc for loc in map(user_location, gm.graph.nodes) if loc is not None), None)
+    where = _first_location(gm)
     source = f"code at {where}" if where else "a graph"
     compile_id = torch._guards.CompileContext.current_compile_id()
     if compile_id is not None and compile_id.frame_compile_id:
@@ -138,6 +151,12 @@ def _log_specialization(gm: fx.GraphModule, example_inputs: Sequence[Any], name:
                  compile_id.frame_compile_id, source, name, shapes, _recompile_reason())
     else:
         log.info("neuroncc: compiling %s (graph %s) for input shapes %s", source, name, shapes)
+
+
+def _first_location(gm: fx.GraphModule) -> str | None:
+    """The user's ``file:line`` of the graph's first node that has one."""
+    where = next((loc for loc in map(user_location, gm.graph.nodes) if loc is not None), None)
+    return str(where) if where is not None else None
 
 
 def _recompile_reason() -> str:

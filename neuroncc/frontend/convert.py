@@ -2,7 +2,7 @@
 
 Inputs: a CPU tensor is handed over as ``tensor.numpy()``, a view of the same memory with the same strides
 (no copy). bfloat16 has no numpy dtype and crosses as float32 holding bf16 values (the IR's convention);
-float64 crosses as float32 (neuroncc computes it in float32). Outputs: ``torch.from_numpy`` wraps the
+float64 crosses as float32 (neuroncc computes it in float32), complex128 as complex64. Outputs: ``torch.from_numpy`` wraps the
 executable's fresh array (no copy), then the tensor is given the dtype and strides eager PyTorch would give.
 """
 
@@ -14,8 +14,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-#: dtypes that cross as float32 (a copy, unavoidable: numpy has no bfloat16, and f64 computes as f32).
-_VIA_FLOAT32 = (torch.bfloat16, torch.float64)
+#: dtypes that cross as another (a copy, unavoidable: numpy has no bfloat16, f64 computes as f32 and complex128
+#: as complex64).
+_CROSSING = {torch.bfloat16: torch.float32, torch.float64: torch.float32, torch.complex128: torch.complex64}
+_VIA_FLOAT32 = tuple(_CROSSING)
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,15 +34,15 @@ class TensorSpec:
 
 
 def to_numpy(tensor: torch.Tensor) -> np.ndarray:
-    """A numpy view of a CPU tensor (a float32 copy for bf16 and f64)."""
+    """A numpy view of a CPU tensor (a float32 copy for bf16 and f64, a complex64 copy for complex128)."""
     if tensor.dtype not in _VIA_FLOAT32:
         try:
             return tensor.detach().numpy()  # the common case, in one call
         except RuntimeError:  # a conjugate or negative bit to resolve first
             pass
     tensor = tensor.detach()
-    if tensor.dtype in _VIA_FLOAT32:
-        return tensor.to(torch.float32).numpy()
+    if tensor.dtype in _CROSSING:
+        return tensor.to(_CROSSING[tensor.dtype]).resolve_conj().resolve_neg().numpy()
     return tensor.resolve_conj().resolve_neg().numpy()
 
 
@@ -87,7 +89,8 @@ def numpy_layout(spec: TensorSpec) -> tuple[np.dtype, tuple[int, ...]] | None:
 
 _NUMPY_DTYPES = {torch.float32: np.dtype(np.float32), torch.float16: np.dtype(np.float16),
                  torch.int64: np.dtype(np.int64), torch.int32: np.dtype(np.int32), torch.int16: np.dtype(np.int16),
-                 torch.int8: np.dtype(np.int8), torch.uint8: np.dtype(np.uint8), torch.bool: np.dtype(np.bool_)}
+                 torch.int8: np.dtype(np.int8), torch.uint8: np.dtype(np.uint8), torch.bool: np.dtype(np.bool_),
+                 torch.complex64: np.dtype(np.complex64)}
 
 
 def wrap_result(array: np.ndarray, spec: TensorSpec, layout: tuple[np.dtype, tuple[int, ...]] | None) -> torch.Tensor:

@@ -3,7 +3,8 @@
 Every refusal names the problem (the aten op and its input types, or the feature), the user's ``file:line``
 (the innermost frame of ``node.meta["stack_trace"]`` outside PyTorch's own sources) and what to do about it.
 The checks in :func:`check_graph_features` run on TorchDynamo's graph, before AOTAutograd, because that is
-where ``torch.func`` and ``torch.distributions`` are still visible and where symbolic sizes arrive.
+where ``torch.func`` and ``torch.distributions`` are still visible. (Symbolic sizes are not refused: they are
+specialized per call, see :mod:`neuroncc.frontend.specializations`.)
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import torch.fx as fx
 from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException
 from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
 
-from neuroncc.errors import DynamicShapeError, UnsupportedOpError
+from neuroncc.errors import UnsupportedOpError
 
 FALLBACK_HINT = 'to run unsupported ops on eager PyTorch instead, pass options={"fallback": "cpu"} to torch.compile'
 
@@ -155,19 +156,9 @@ def _tensor_feature(value: Any) -> tuple[str, str] | None:
         return "nested tensors", "pad the sequences to one length (see neuroncc.pad_to_bucket) or run eagerly"
     if value.layout is not torch.strided:
         return f"sparse tensors (layout {value.layout})", "convert with .to_dense() outside the compiled region"
-    if value.is_complex():
-        return f"complex tensors ({value.dtype})", "keep real and imaginary parts as separate real tensors"
     if value.device.type not in ("cpu", "meta"):
         return f"tensors on device '{value.device}'", "neuroncc's torch backend computes CPU tensors"
     return None
-
-
-def _is_symbolic(value: Any) -> bool:
-    if isinstance(value, torch.SymInt | torch.SymFloat | torch.SymBool):
-        return True
-    if isinstance(value, torch.Tensor) and not value.is_nested:
-        return any(isinstance(s, torch.SymInt) for s in (*value.shape, *value.stride()))
-    return False
 
 
 def _functorch_target(node: fx.Node) -> bool:
@@ -198,23 +189,14 @@ def check_graph_features(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> N
             raise unsupported_feature(
                 "torch.distributions", node,
                 "compute the log-probability or sample outside the compiled region, or write the formula out")
-    symbolic = [n for n in placeholders if _is_symbolic(_example(n))]
-    if symbolic or any(_is_symbolic(v) for v in example_inputs):
-        where = next((user_location(n) for n in nodes if user_location(n)), None)
-        names = ", ".join(n.name for n in symbolic) or "graph inputs"
-        raise DynamicShapeError(
-            f"neuroncc compiles static shapes only, but this graph has symbolic sizes ({names})"
-            f"{f' from {where}' if where else ''}.\n  Pass dynamic=False: torch.compile(model, backend=\"neuron\", "
-            "dynamic=False). Each new input shape then compiles its own specialization; to bound how many, pad "
-            "inputs to a few sizes with neuroncc.bucketed / neuroncc.pad_to_bucket."
-        )
 
 
 def uses_float64(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> bool:
-    """True if the graph reads or computes float64 tensors."""
-    if any(isinstance(v, torch.Tensor) and v.dtype is torch.float64 for v in example_inputs):
+    """True if the graph reads or computes float64 (or complex128) tensors."""
+    double = (torch.float64, torch.complex128)
+    if any(isinstance(v, torch.Tensor) and v.dtype in double for v in example_inputs):
         return True
-    return any(isinstance(_example(n), torch.Tensor) and _example(n).dtype is torch.float64 for n in gm.graph.nodes)
+    return any(isinstance(_example(n), torch.Tensor) and _example(n).dtype in double for n in gm.graph.nodes)
 
 
 # ---- data-dependent shapes -----------------------------------------------------------------------------

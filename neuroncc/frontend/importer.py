@@ -26,17 +26,18 @@ from neuroncc.frontend.convert import TensorSpec, to_numpy
 from neuroncc.frontend.lowering.coverage import COVERAGE_LOWERINGS
 from neuroncc.frontend.diagnostics import op_name, unsupported_op
 from neuroncc.frontend.lowering.attention import ATTENTION_LOWERINGS
+from neuroncc.frontend.lowering.complex import COMPLEX_LOWERINGS
 from neuroncc.frontend.lowering.elementwise import ELEMENTWISE_LOWERINGS
 from neuroncc.frontend.lowering.library import LIBRARY_LOWERINGS
 from neuroncc.frontend.lowering.movement import MOVEMENT_LOWERINGS
 from neuroncc.frontend.lowering.reductions import REDUCTION_LOWERINGS
 from neuroncc.frontend.lowering.context import LoweringBug, LoweringContext, ir_dtype, meta_value
-from neuroncc.ir import Builder, DenseAttr, Function, TensorType, Value
+from neuroncc.ir import Builder, DenseAttr, DType, Function, TensorType, Value
 
 #: aten op -> lowering. One entry per op; the tables live next to their lowerings.
 LOWERINGS: Mapping[Any, Callable[..., Any]] = {
     **ELEMENTWISE_LOWERINGS, **REDUCTION_LOWERINGS, **MOVEMENT_LOWERINGS, **COVERAGE_LOWERINGS,
-    **LIBRARY_LOWERINGS, **ATTENTION_LOWERINGS,
+    **LIBRARY_LOWERINGS, **ATTENTION_LOWERINGS, **COMPLEX_LOWERINGS,  # complex abs overrides the real one
 }
 
 
@@ -139,6 +140,9 @@ class _Importer:
             raise unsupported_op(node, f"attribute '{node.target}' is a {type(tensor).__name__}, not a tensor")
         dtype = ir_dtype(tensor.dtype)
         with unset_fake_temporarily():  # AOTAutograd calls compilers under its fake mode; this tensor is real
+            if dtype.is_complex:  # constants hold real numbers: the (re, im) pairs, viewed as complex
+                pairs = to_numpy(torch.view_as_real(tensor.resolve_conj().to(torch.complex64)).contiguous())
+                return self.ctx.emit("view_as_complex", self.ctx.emit("constant", value=DenseAttr(pairs, DType.f32)))
             array = to_numpy(tensor.contiguous())
         return self.ctx.emit("constant", value=DenseAttr(array, dtype))
 

@@ -8,6 +8,9 @@ backend honours (``NEURONCC_DUMP``); everything below receives a :class:`Backend
     pipeline  a pass pipeline string overriding the target's default
     fallback  "none" (default: an unsupported op fails the compile) or "cpu" (run it on eager PyTorch)
     dump_dir  write every compiled graph's IR there (default: $NEURONCC_DUMP)
+    max_specializations
+              how many input shapes a graph with symbolic sizes may compile (default 8; see
+              neuroncc.frontend.specializations)
 
 Other keys, and ``dump_dir`` when set (so the pass pipeline can dump its stages there too), are passed to
 ``neuroncc.driver.compile.compile_graph`` as its ``options`` (they belong to the passes and code generators
@@ -27,7 +30,9 @@ from neuroncc.executors.executable import TARGETS
 
 FALLBACK_MODES = ("none", "cpu")
 #: Options the front end consumes itself (target and pipeline reach compile_graph as its own arguments).
-FRONTEND_KEYS = frozenset({"target", "pipeline", "fallback"})
+FRONTEND_KEYS = frozenset({"target", "pipeline", "fallback", "max_specializations"})
+#: The default of ``max_specializations`` (TorchDynamo's own ``recompile_limit`` is 8 too).
+DEFAULT_MAX_SPECIALIZATIONS = 8
 DUMP_ENV_VAR = "NEURONCC_DUMP"
 
 
@@ -37,6 +42,7 @@ class BackendOptions:
     pipeline: str | None = None
     fallback: str = "none"
     dump_dir: str | None = None
+    max_specializations: int = DEFAULT_MAX_SPECIALIZATIONS
     #: the options for compile_graph: the user's, less FRONTEND_KEYS, plus dump_dir when set
     compile_options: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
 
@@ -53,8 +59,11 @@ class BackendOptions:
         pipeline = given.get("pipeline")
         if pipeline is not None and not isinstance(pipeline, str):
             raise InputError(f"neuron backend: option pipeline must be a string, got {pipeline!r}")
+        limit = given.get("max_specializations", DEFAULT_MAX_SPECIALIZATIONS)
+        if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+            raise InputError(f"neuron backend: option max_specializations must be a positive int, got {limit!r}")
         dump_dir = given.get("dump_dir") or environ.get(DUMP_ENV_VAR) or None
         compile_options = {k: v for k, v in given.items() if k not in FRONTEND_KEYS}
         if dump_dir is not None:
             dump_dir = compile_options["dump_dir"] = str(dump_dir)
-        return BackendOptions(target, pipeline, fallback, dump_dir, MappingProxyType(compile_options))
+        return BackendOptions(target, pipeline, fallback, dump_dir, limit, MappingProxyType(compile_options))

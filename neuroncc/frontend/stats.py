@@ -15,9 +15,12 @@ from collections.abc import Mapping
 from typing import Any
 from neuroncc.driver.cache import CACHE_STATS
 
+from neuroncc.ir import Category
+
 #: Every counter, with what it counts. ``stats()`` always returns all of them.
 COUNTERS: Mapping[str, str] = {
     "dynamo_graphs": "graphs handed to the backend by TorchDynamo (one per specialization)",
+    "shape_specializations": "static specializations compiled from graphs with symbolic sizes (one per shape)",
     "graphs_compiled": "aten graphs compiled to an executable (forward + backward + inference + fallback pieces)",
     "forward_graphs": "training forward graphs compiled",
     "backward_graphs": "backward graphs compiled",
@@ -86,7 +89,7 @@ def record_executable(executable: Any, target: str) -> None:
     counts = Counter({k: v for k, v in reported.items() if isinstance(v, int) and not isinstance(v, bool)})
     if "kernels" not in counts:
         function = getattr(executable, "function", None)
-        fused = sum(op.name == "kernel" for op in function.ops) if function is not None else 0
+        fused = sum(op.opdef.category is Category.KERNEL for op in function.ops) if function is not None else 0
         counts["kernels"] = max(fused, 1)
     if "interpreted_kernels" not in counts and "native_kernels" not in counts:
         kind = "interpreted_kernels" if target == "interp" else "native_kernels"

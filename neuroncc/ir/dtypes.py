@@ -1,5 +1,8 @@
 """Element types of the IR and their numpy representations.
 
+complex64 (``c64``) is stored interleaved, (real, imaginary) float32 pairs, which is numpy's complex64 and
+PyTorch's layout: ``view_as_real`` reinterprets it as float32 with a trailing dimension of 2.
+
 bfloat16 has no numpy dtype. The reference interpreter stores bf16 tensors as float32 arrays whose values
 are exactly representable in bf16 (rounded to nearest-even after every op), which is also how PyTorch's CPU
 kernels compute bf16: widen to float32, compute, round once.
@@ -24,6 +27,7 @@ class DType(enum.Enum):
     i8 = "i8"
     u8 = "u8"
     bool = "bool"
+    c64 = "c64"
 
     @property
     def is_float(self) -> bool:
@@ -36,6 +40,10 @@ class DType(enum.Enum):
     @property
     def is_bool(self) -> bool:
         return self is DType.bool
+
+    @property
+    def is_complex(self) -> bool:
+        return self is DType.c64
 
     @property
     def itemsize(self) -> int:
@@ -62,22 +70,23 @@ _FLOATS = frozenset({DType.f32, DType.bf16, DType.f16})
 _INTS = frozenset({DType.i64, DType.i32, DType.i16, DType.i8, DType.u8})
 _ITEMSIZE = {
     DType.f32: 4, DType.bf16: 2, DType.f16: 2, DType.i64: 8, DType.i32: 4,
-    DType.i16: 2, DType.i8: 1, DType.u8: 1, DType.bool: 1,
+    DType.i16: 2, DType.i8: 1, DType.u8: 1, DType.bool: 1, DType.c64: 8,
 }
 _STORAGE = {
     DType.f32: np.dtype(np.float32), DType.bf16: np.dtype(np.float32), DType.f16: np.dtype(np.float16),
     DType.i64: np.dtype(np.int64), DType.i32: np.dtype(np.int32), DType.i16: np.dtype(np.int16),
     DType.i8: np.dtype(np.int8), DType.u8: np.dtype(np.uint8), DType.bool: np.dtype(np.bool_),
+    DType.c64: np.dtype(np.complex64),
 }
 _FROM_NUMPY = {
     np.dtype(np.float32): DType.f32, np.dtype(np.float16): DType.f16, np.dtype(np.int64): DType.i64,
     np.dtype(np.int32): DType.i32, np.dtype(np.int16): DType.i16, np.dtype(np.int8): DType.i8,
-    np.dtype(np.uint8): DType.u8, np.dtype(np.bool_): DType.bool,
+    np.dtype(np.uint8): DType.u8, np.dtype(np.bool_): DType.bool, np.dtype(np.complex64): DType.c64,
 }
 
 
 def dtype_from_numpy(dtype: np.dtype) -> DType:
-    """The IR type of a numpy array (float64 is not a device type and is refused)."""
+    """The IR type of a numpy array (float64 and complex128 are not device types and are refused)."""
     try:
         return _FROM_NUMPY[np.dtype(dtype)]
     except KeyError:

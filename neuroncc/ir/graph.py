@@ -8,15 +8,38 @@ represented after the fusion pass.
 
 Graphs are immutable values. Passes build new graphs with :class:`Builder` (or ``dataclasses.replace``), so a
 graph handed to a pass is never changed behind anyone's back.
+
+The text form (``.nir``) lives here too, because it is a function's identity: two functions are equal when
+they print to the same text, and the compile cache hashes the canonical text. :mod:`neuroncc.ir.parser`
+reads it back::
+
+    func @mlp(%x: tensor<8x16xf32>, %w: tensor<16x32xf32>) -> (tensor<8x32xf32>) {
+      %0 = mm %x, %w : tensor<8x32xf32>
+      %1 = relu %0 : tensor<8x32xf32>
+      return %1
+    }
+
+Values print as ``%hint`` when they carry a usable hint and ``%N`` otherwise. ``canonical=True`` ignores hints
+and numbers every value in definition order, so two graphs that differ only in names print the same.
+Attributes print sorted by name; those equal to their op's declared default are left out (the parser fills
+them back in). Dense constants of up to ``INLINE_ELEMENT_LIMIT`` elements print inline; larger ones print as
+``resource<2048x2048xf32: "c_<sha>">`` and their data travels beside the text (see :func:`collect_resources`).
 """
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from neuroncc.ir.attrs import EMPTY_ATTRS, Attrs
+import numpy as np
+
+from neuroncc.ir.attrs import EMPTY_ATTRS, Attrs, AttrValue, DenseAttr
+from neuroncc.ir.dtypes import DType
+from neuroncc.ir.opdef import OpDef, Trait
+from neuroncc.ir.ops import REGISTRY
 from neuroncc.ir.types import TensorType
 
 
@@ -52,6 +75,15 @@ class Op:
         if len(self.results) != 1:
             raise ValueError(f"op {self.name} has {len(self.results)} results, not 1")
         return self.results[0]
+
+    @property
+    def opdef(self) -> OpDef:
+        """The op's definition: category, attributes, traits, type rule and numpy reference."""
+        return REGISTRY.get(self.name)
+
+    def has(self, trait: Trait) -> bool:
+        """Whether the op's definition declares ``trait``: ``op.has(Trait.STRIDED_VIEW)``."""
+        return trait in REGISTRY.get(self.name).traits
 
     def __repr__(self) -> str:
         return f"Op({self.name}, {len(self.operands)} operands, {len(self.results)} results)"
@@ -133,18 +165,12 @@ class Function:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Function):
             return NotImplemented
-        from neuroncc.ir.printer import print_function
-
         return print_function(self) == print_function(other)
 
     def __hash__(self) -> int:
-        from neuroncc.ir.printer import print_function
-
         return hash(print_function(self, canonical=True))
 
     def __str__(self) -> str:
-        from neuroncc.ir.printer import print_function
-
         return print_function(self)
 
 
@@ -181,8 +207,6 @@ class Builder:
              regions: Sequence[Function] = (), result_types: Sequence[TensorType] | None = None,
              hint: str | None = None) -> Op:
         """Append an op and return it. Result types are inferred unless given (for ops like ``kernel``)."""
-        from neuroncc.ir.ops import REGISTRY
-
         opdef = REGISTRY.get(name)
         attrs = opdef.normalize_attrs(attrs)
         operand_types = tuple(v.type for v in operands)
@@ -218,3 +242,173 @@ def clone_function(fn: Function, name: str | None = None) -> Function:
         regions = tuple(clone_function(r) for r in op.regions)
         ops.append(Op(op.name, operands, results, op.attrs, regions))
     return Function(name or fn.name, params, tuple(ops), tuple(mapping[v] for v in fn.outputs), fn.metadata)
+
+
+# ---- the text form ------------------------------------------------------------------------------------
+
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*\Z")
+
+
+def format_float(value: float) -> str:
+    """Shortest text that reads back as the same float (repr), with inf/nan spelled as keywords."""
+    return repr(float(value))  # 'inf', '-inf', 'nan', '1e-05', '0.5'
+
+
+def format_type(t: TensorType) -> str:
+    return str(t)
+
+
+def format_shape_dtype(shape: tuple[int, ...], dtype: DType) -> str:
+    return "".join(f"{s}x" for s in shape) + dtype.value
+
+
+def _format_scalar(value: object, dtype: DType) -> str:
+    if dtype.is_bool:
+        return "true" if value else "false"
+    if dtype.is_float:
+        return format_float(float(value))  # type: ignore[arg-type]
+    return str(int(value))  # type: ignore[call-overload]
+
+
+def format_dense(attr: DenseAttr) -> str:
+    head = format_shape_dtype(attr.array.shape, attr.dtype)
+    if not attr.is_inline:
+        return f'resource<{head}: "{attr.resource_name}">'
+    values = ", ".join(_format_scalar(v, attr.dtype) for v in attr.array.reshape(-1).tolist())
+    return f"dense<{head}: [{values}]>"
+
+
+def format_attr(value: AttrValue) -> str:
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return format_float(value)
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, DType):
+        return value.value
+    if isinstance(value, DenseAttr):
+        return format_dense(value)
+    if isinstance(value, tuple):
+        return "[" + ", ".join(format_attr(v) for v in value) + "]"
+    raise TypeError(f"cannot print attribute value {value!r}")
+
+
+def format_symbol(name: str) -> str:
+    """A function name or attribute key: bare when it is an identifier, else a quoted string."""
+    return name if _IDENTIFIER.match(name) else json.dumps(name)
+
+
+def format_attrs(attrs) -> str:
+    if not attrs:
+        return ""
+    return " {" + ", ".join(f"{format_symbol(k)} = {format_attr(v)}" for k, v in attrs.items()) + "}"
+
+
+def _non_default_attrs(op: Op) -> dict:
+    """The op's attributes minus those equal to their declared default (the parser fills those back in)."""
+    if op.name not in REGISTRY:
+        return dict(op.attrs)
+    specs = REGISTRY.get(op.name).attrs
+    return {
+        key: value for key, value in op.attrs.items()
+        if key not in specs or specs[key].required or not _same_attr(specs[key].default, value)
+    }
+
+
+def _same_attr(default: object, value: object) -> bool:
+    return type(default) is type(value) and default == value
+
+
+class _Namer:
+    def __init__(self, canonical: bool):
+        self.canonical = canonical
+        self.names: dict[Value, str] = {}
+        self.used: set[str] = set()
+        self.counter = 0
+
+    def define(self, value: Value) -> str:
+        name = None
+        hint = value.hint
+        if not self.canonical and hint and _IDENTIFIER.match(hint):
+            name, suffix = hint, 1
+            while name in self.used:
+                name, suffix = f"{hint}_{suffix}", suffix + 1
+        if name is None:
+            name = str(self.counter)
+            self.counter += 1
+        self.used.add(name)
+        self.names[value] = name
+        return "%" + name
+
+    def use(self, value: Value) -> str:
+        try:
+            return "%" + self.names[value]
+        except KeyError:
+            return f"%<undefined {value.type}>"
+
+
+def _print_body(fn: Function, namer: _Namer, indent: str, lines: list[str]) -> None:
+    for op in fn.ops:
+        _print_op(op, namer, indent, lines)
+    lines.append(f"{indent}return " + ", ".join(namer.use(v) for v in fn.outputs) if fn.outputs else f"{indent}return")
+
+
+def _print_op(op: Op, namer: _Namer, indent: str, lines: list[str]) -> None:
+    operands = ", ".join(namer.use(v) for v in op.operands)
+    results = ", ".join(namer.define(v) for v in op.results)
+    types = ", ".join(format_type(v.type) for v in op.results)
+    head = f"{results} = " if op.results else ""
+    text = f"{indent}{head}{op.name}"
+    if operands:
+        text += " " + operands
+    text += format_attrs(_non_default_attrs(op))
+    if op.results:
+        text += " : " + types
+    if not op.regions:
+        lines.append(text)
+        return
+    for region in op.regions:
+        params = ", ".join(f"{namer.define(p)}: {format_type(p.type)}" for p in region.params)
+        lines.append(f"{text} region({params}) {{")
+        _print_body(region, namer, indent + "  ", lines)
+        text = f"{indent}}}"
+    lines.append(text)
+
+
+def print_function(fn: Function, *, canonical: bool = False) -> str:
+    namer = _Namer(canonical)
+    params = ", ".join(f"{namer.define(p)}: {format_type(p.type)}" for p in fn.params)
+    outputs = ", ".join(format_type(v.type) for v in fn.outputs)
+    meta = f" attributes{format_attrs(fn.metadata)}" if fn.metadata else ""
+    lines = [f"func @{format_symbol(fn.name)}({params}) -> ({outputs}){meta} {{"]
+    _print_body(fn, namer, "  ", lines)
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def print_module(functions: list[Function] | tuple[Function, ...], *, canonical: bool = False) -> str:
+    return "\n".join(print_function(fn, canonical=canonical) for fn in functions)
+
+
+def collect_resources(fn: Function) -> dict[str, np.ndarray]:
+    """The large constants that print as resources, by resource name (to be saved beside the text)."""
+    found: dict[str, np.ndarray] = {}
+    for op in fn.walk():
+        for value in op.attrs.values():
+            if isinstance(value, DenseAttr) and not value.is_inline:
+                found[value.resource_name] = value.array
+    return found
+
+
+def value_names(fn: Function) -> dict[Value, str]:
+    """The ``%name`` each value of ``fn`` (regions included) gets when ``fn`` is printed."""
+    namer = _Namer(canonical=False)
+    for p in fn.params:
+        namer.define(p)
+    _print_body(fn, namer, "", [])
+    return {v: "%" + n for v, n in namer.names.items()}

@@ -10,13 +10,12 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from neuroncc.errors import NeuronccError
+from neuroncc.errors import InterpreterError
 from neuroncc.ir.dtypes import DType, to_storage
 from neuroncc.ir.graph import Function, Op, Value
+from neuroncc.ir.ops import REGISTRY
 
-
-class InterpreterError(NeuronccError):
-    """A graph failed at run time in the reference interpreter (bad inputs, out-of-range index, ...)."""
+__all__ = ["InterpreterError", "coerce_input", "interpret", "run_op"]
 
 
 def _compute_form(array: np.ndarray, dtype: DType) -> np.ndarray:
@@ -35,8 +34,6 @@ def coerce_input(value: Value, array: object, position: int) -> np.ndarray:
 
 def run_op(op: Op, args: Sequence[np.ndarray]) -> tuple[np.ndarray, ...]:
     """Run one op on storage-form arrays and return storage-form results."""
-    from neuroncc.ir.ops import REGISTRY
-
     if op.regions:
         outs: tuple = tuple(interpret(op.regions[0], args))
     else:

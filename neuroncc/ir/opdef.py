@@ -1,9 +1,10 @@
-"""Op definitions: what an op takes, what it returns, and what it means.
+"""Op definitions: what an op takes, what it returns, what it means, and what it is.
 
 Every op is one :class:`OpDef` value: its operands (arity), its attributes (:class:`AttrSpec`), a type rule
-(``infer``: operand types + attributes -> result types) and a numpy reference (``reference``: arrays +
-attributes -> arrays) that is the op's semantics. The reference interpreter, the verifier and every backend
-test read these definitions; nothing else defines what an op does.
+(``infer``: operand types + attributes -> result types), a numpy reference (``reference``: arrays +
+attributes -> arrays) that is the op's semantics, and its :class:`Trait` s: the properties passes and code
+generators ask about (``op.has(Trait.STRIDED_VIEW)``). The reference interpreter, the verifier, every pass
+and every backend read these definitions; nothing else defines what an op does or is.
 
 Op modules export a tuple ``OPS``; :mod:`neuroncc.ir.ops` gathers them into one :class:`OpRegistry` in one
 visible place (no registration by import side effect).
@@ -34,6 +35,58 @@ class Category(enum.Enum):
     CONSTANT = "constant"  # constant, full, iota
     EXTERN = "extern"
     KERNEL = "kernel"  # an op owning a fused region
+
+
+class Trait(enum.Enum):
+    """A property of an op, declared once on its :class:`OpDef` and asked by its consumers.
+
+    A pass or code generator asks the op (``op.has(Trait.VIEW)``, ``REGISTRY.get(name).has(...)``,
+    ``REGISTRY.having(trait)`` for the set) and keeps no list of op names of its own. Each trait is one
+    question some consumer asks; ``tests/test_op_traits.py`` checks each against the ops' numpy references.
+    """
+
+    #: Result element ``i`` reads each operand at the broadcast of ``i`` only (numpy broadcasting) and is
+    #: computed from those elements alone: every ELEMENTWISE op, and ``copy``. It fuses into any loop nest
+    #: over its result (a matmul epilogue, a tile stage).
+    POINTWISE = "pointwise"
+    #: A binary op whose result does not change when its two operands swap (add, mul, maximum, eq, ...).
+    COMMUTATIVE = "commutative"
+    #: Evaluates a transcendental function per element (exp, log, tanh, erf, sin, pow, ...): a polynomial or
+    #: a libm call, tens of instructions where an add is one. Cost decisions count these (stores that
+    #: bypass the cache, values worth caching per row instead of recomputing).
+    TRANSCENDENTAL = "transcendental"
+    #: A reduction whose result is the sum of the reduced elements, possibly times a constant (sum, mean):
+    #: partial results over pieces of the reduced dims add up, so they can be accumulated piece by piece.
+    SUM_REDUCTION = "sum-reduction"
+    #: The result may share storage with operand 0 in PyTorch's semantics (an aliasing view): its elements
+    #: are operand 0's elements at positions the attributes alone fix (reshape, permute, slice, split, ...).
+    VIEW = "view"
+    #: A VIEW with one result that is a strided window (shape, strides, offset) on any strided operand,
+    #: unless a reshape merges dims that are not laid out contiguously (:mod:`neuroncc.passes.strides`).
+    #: These stay at the top level and in kernel operands as views. (split has several results;
+    #: as_strided indexes the operand's logical row-major order, so only a contiguous operand is a window.)
+    STRIDED_VIEW = "strided-view"
+    #: The result holds operand 0's elements in the same row-major order, only the dims regrouped (reshape,
+    #: squeeze, unsqueeze): flat element ``i`` of the result is flat element ``i`` of the operand.
+    RESHAPE = "reshape"
+    #: Result element ``i`` is operand 0's element at the broadcast of ``i``: operand 0 broadcast to the
+    #: result's shape (expand).
+    BROADCAST = "broadcast"
+    #: A VIEW that reads operand 0's storage as another element type (view_as_real: c64 as f32 (re, im) pairs;
+    #: view_as_complex: back). It stays at the top level (kernels never see c64), where the launcher
+    #: reinterprets the buffer; its strides count its own elements (:func:`neuroncc.passes.strides.
+    #: reinterpreted_strides`).
+    REINTERPRET = "reinterpret"
+    #: A (batched) matrix product of the last two operands, [b,] m x k @ k x n, each read transposed when
+    #: ``transpose_a`` / ``transpose_b`` is set; a third, leading operand is a bias added to the product
+    #: (addmm: beta * bias + alpha * product). What BLAS gemm and TensorE compute.
+    MATRIX_PRODUCT = "matrix-product"
+    #: The result is operand 0 with elements written or accumulated at data-dependent positions (scatter,
+    #: index_put): every element may depend on any input element, and the writes happen in an order.
+    INDEXED_WRITE = "indexed-write"
+    #: The result is data held in an attribute (``constant``'s dense value): stored with the compiled program
+    #: and read from memory, not computed.
+    STORED = "stored"
 
 
 _REQUIRED = object()
@@ -73,6 +126,10 @@ _KIND_CHECKS: dict[str, Callable[[Any], bool]] = {
 
 InferFn = Callable[[tuple[TensorType, ...], Attrs], "TensorType | tuple[TensorType, ...]"]
 ReferenceFn = Callable[..., Any]
+#: A reduction's rule: (attributes, rank of operand 0) -> the operand dims it reduces over, sorted.
+ReducedDimsFn = Callable[[Attrs, int], tuple[int, ...]]
+#: A creation op's rule: attributes -> the one value every element of the result holds, or None.
+SplatFn = Callable[[Attrs], Any]
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,10 +143,38 @@ class OpDef:
     reference: ReferenceFn | None
     attrs: Mapping[str, AttrSpec] = field(default_factory=dict)
     doc: str = ""
-    is_view: bool = False  # the result may share storage with operand 0 in PyTorch's semantics
+    traits: frozenset[Trait] = frozenset()
     # the reference takes ``out_dtype=`` (the result's DType): for ops whose PyTorch kernels round an
     # intermediate to bf16/f16 (the reference otherwise sees float32 compute arrays only)
     wants_out_dtype: bool = False
+    #: reductions: which operand dims the op reduces over (``dims``, or argmax's ``dim``)
+    reduces: ReducedDimsFn | None = None
+    #: creation ops: the one value every element holds, when the attributes decide it (else None)
+    splat: SplatFn | None = None
+
+    def has(self, trait: Trait) -> bool:
+        """Whether the op declares ``trait``."""
+        return trait in self.traits
+
+    def reduced_dims(self, attrs: Attrs, rank: int) -> tuple[int, ...]:
+        """The dims of operand 0 (of rank ``rank``) that this reduction reduces over, sorted."""
+        if self.reduces is None:
+            raise TypeError(f"op '{self.name}' is not a reduction")
+        return self.reduces(attrs, rank)
+
+    def splat_value(self, attrs: Attrs) -> Any:
+        """The one value every element of the result holds, when the attributes decide it; else None."""
+        return self.splat(attrs) if self.splat is not None else None
+    # rules across attribute values (after each value's kind is checked); raises TypeInferenceError
+    check_attrs: Callable[[Attrs], None] | None = None
+
+    #: the op takes complex (c64) operands or results. Movement, indexing and kernel ops always do (they move
+    # elements whatever their type); elementwise ops, reductions and library ops say so one by one.
+    takes_complex: bool = False
+
+    @property
+    def accepts_complex(self) -> bool:
+        return self.takes_complex or self.category in (Category.MOVEMENT, Category.INDEX, Category.KERNEL)
 
     def normalize_attrs(self, attrs: Mapping[str, Any]) -> Attrs:
         """Check attribute names and kinds and fill in defaults."""
@@ -110,7 +195,10 @@ class OpDef:
                     f"op '{self.name}': attribute '{key}' must be {spec.kind}, got {value!r}"
                 )
             values[key] = value
-        return Attrs(values)
+        normalized = Attrs(values)
+        if self.check_attrs is not None:
+            self.check_attrs(normalized)
+        return normalized
 
     def infer_types(self, operand_types: tuple[TensorType, ...], attrs: Attrs,
                     regions: tuple[Any, ...] = ()) -> tuple[TensorType, ...]:
@@ -122,7 +210,10 @@ class OpDef:
         if self.category is Category.KERNEL:
             return _infer_kernel(self.name, operand_types, regions)
         result = self.infer(operand_types, attrs)
-        return result if isinstance(result, tuple) else (result,)
+        results = result if isinstance(result, tuple) else (result,)
+        if not self.accepts_complex and any(t.dtype.is_complex for t in operand_types + results):
+            raise TypeInferenceError(f"op '{self.name}' does not take complex (c64) operands")
+        return results
 
 
 def _infer_kernel(name: str, operand_types: tuple[TensorType, ...], regions: tuple[Any, ...]) -> tuple[TensorType, ...]:
@@ -171,6 +262,10 @@ class OpRegistry:
     def by_category(self, category: Category) -> list[OpDef]:
         return [d for d in self._ops.values() if d.category is category]
 
+    def having(self, trait: Trait) -> frozenset[str]:
+        """The names of the ops that declare ``trait`` (a named group of ops, for a consumer that needs the set)."""
+        return frozenset(name for name, d in self._ops.items() if trait in d.traits)
+
 
 # ---- helpers shared by the op modules' type rules ------------------------------------------------------
 
@@ -213,7 +308,8 @@ def same_dtype(op: str, types: tuple[TensorType, ...]) -> DType:
 
 
 #: The largest finite value of each float type (bf16 keeps float32's exponent range with 8 significant bits).
-_FLOAT_MAX = {DType.f32: float(np.finfo(np.float32).max), DType.bf16: 3.3895313892515355e38, DType.f16: 65504.0}
+_FLOAT_MAX = {DType.f32: float(np.finfo(np.float32).max), DType.bf16: 3.3895313892515355e38, DType.f16: 65504.0,
+              DType.c64: float(np.finfo(np.float32).max)}
 
 
 def check_scalar(op: str, what: str, value: int | float, dtype: DType) -> None:

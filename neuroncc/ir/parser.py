@@ -1,4 +1,4 @@
-"""Reads the ``.nir`` text form (see :mod:`neuroncc.ir.printer`) back into functions.
+"""Reads the ``.nir`` text form (see :mod:`neuroncc.ir.graph`) back into functions.
 
 A hand-written recursive-descent parser over the raw text; every error is a :class:`ParseError` naming the
 line and column. ``//`` starts a comment (lit ``RUN:`` and FileCheck ``CHECK:`` lines live in comments).
@@ -17,7 +17,9 @@ from neuroncc.errors import ParseError, TypeInferenceError, VerifyError
 from neuroncc.ir.attrs import Attrs, DenseAttr
 from neuroncc.ir.dtypes import DType
 from neuroncc.ir.graph import Function, Op, Value
+from neuroncc.ir.ops import REGISTRY
 from neuroncc.ir.types import TensorType
+from neuroncc.ir.verifier import verify as verify_function
 
 _DTYPES = {d.value: d for d in DType}
 _NAME = re.compile(r"[A-Za-z0-9_.]+")
@@ -178,8 +180,6 @@ class _Parser:
         self.skip()
         name_pos = self.pos
         op_name = self.match(_IDENT, "an op name")
-        from neuroncc.ir.ops import REGISTRY
-
         if op_name not in REGISTRY:
             raise self.error(f"unknown op '{op_name}'", name_pos)
         operands: list[Value] = []
@@ -397,8 +397,6 @@ def parse_module(text: str, *, source: str = "<nir>", resources: Mapping[str, np
     """Parse every function in ``text``. Raises :class:`ParseError` (or a located :class:`VerifyError`)."""
     parser = _Parser(text, source, resources or {})
     functions = parser.parse_module()
-    from neuroncc.ir.verifier import verify as verify_function
-
     for index, fn in enumerate(functions):
         if verify:
             try:

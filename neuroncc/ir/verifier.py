@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from neuroncc.errors import TypeInferenceError, VerifyError
-from neuroncc.ir.graph import Function, Op, Value
-from neuroncc.ir.printer import value_names
+from neuroncc.ir.graph import Function, Op, Value, value_names
+from neuroncc.ir.ops import REGISTRY
 
 
 class OpVerifyError(VerifyError):
@@ -47,8 +47,6 @@ def _verify(fn: Function, names: _Names, defined: set[Value], where: Callable[[]
     """``defined``: the values visible in this scope; ``everywhere``: every value defined so far, regions included
     (a value is defined exactly once in the whole function, or printing gives two definitions one name);
     ``where()``: the scope as error messages name it (built only for a message)."""
-    from neuroncc.ir.ops import REGISTRY
-
     def define(value: Value, op: Op | None) -> None:
         if value in everywhere:
             raise OpVerifyError(f"{where()}: value {names(value)} is defined twice", op)

@@ -18,7 +18,8 @@ This package is the simulator itself (numpy only; it imports nothing of neuroncc
 hardware descriptions). Its modules, bottom up:
 
 - ``errors``, ``dtypes``, ``minifloat``, ``target``: the error type, NKI dtypes (bfloat16 stored as rounded
-  float32; fp8/fp4/MX with reference rounding), per-generation hardware numbers.
+  float32; fp8/fp4/MX with reference rounding), choosing the
+  NeuronCore generation (its numbers live in ``neuroncc.hardware``, shared with the compiler).
 - ``tensor``, ``blocked``, ``active``, ``context``, ``trace``: tensors and views (NKI 0.1 block dimensions too),
   which launch is running, the state of a launch, and the instruction trace it records (the trace's docstring
   defines its format).

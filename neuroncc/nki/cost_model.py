@@ -30,12 +30,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from neuroncc.hardware.neuron import FP32_MATMUL_SLOWDOWN, MIN_ISSUE_CYCLES, dma_efficiency
 from neuroncc.nki.target import Target
 from neuroncc.nki.trace import Engine, Instruction, Operand
 
-MIN_II = 64  # minimum instruction issue interval, engine cycles
-FULL_RATE_CHUNK = 4096  # contiguous bytes per descriptor for full DMA bandwidth
-EFFICIENT_CHUNK = 2048  # below this DMA efficiency falls off steeply
+MIN_II = MIN_ISSUE_CYCLES  # minimum instruction issue interval, engine cycles
+#: iota's fixed cost on GpSimdE, cycles (the published ``150 + N``).
+IOTA_CYCLES = 150
+
+__all__ = ["CYCLE_RULES", "Cost", "MIN_II", "dma_efficiency", "instruction_cost"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,15 +81,15 @@ def _lanes(ins: Instruction, target: Target) -> int:
 
 def _matmul(ins: Instruction, target: Target) -> float:
     stationary, moving = ins.operand("stationary"), ins.operand("moving")
-    cycles = max(min(64, stationary.free_size), moving.free_size)
+    cycles = max(min(MIN_II, stationary.free_size), moving.free_size)
     fp32 = stationary.dtype == "float32" or moving.dtype == "float32"
-    return cycles * (4 if fp32 else 1)
+    return cycles * (FP32_MATMUL_SLOWDOWN if fp32 else 1)
 
 
 def _transpose(ins: Instruction, target: Target) -> float:
     data = ins.operand("data")
     if ins.engine is Engine.TENSOR:
-        return max(data.partitions, min(64, data.free_size))
+        return max(data.partitions, min(MIN_II, data.free_size))
     return max(MIN_II, data.free_size / _lanes(ins, target))
 
 
@@ -106,7 +109,7 @@ def _activation(ins: Instruction, target: Target) -> float:
 
 
 def _iota(ins: Instruction, target: Target) -> float:
-    return 150 + ins.operand("dst").free_size
+    return IOTA_CYCLES + ins.operand("dst").free_size
 
 
 def _gpsimd_pass(ins: Instruction, target: Target) -> float:
@@ -158,20 +161,6 @@ def _clock_ghz(engine: Engine, target: Target) -> float:
         Engine.SCALAR: target.scalar_ghz,
         Engine.GPSIMD: target.gpsimd_ghz,
     }[engine]
-
-
-def dma_efficiency(contiguous_bytes: int) -> float:
-    """Fraction of DMA bandwidth a transfer gets, from its contiguous run per descriptor.
-
-    Published guidance: transfers need >= 2 KiB per partition to be efficient and >= 4 KiB to reach
-    full bandwidth. The curve between those points (75% at 2 KiB, linear below, floored at 64-byte runs)
-    is our assumption.
-    """
-    if contiguous_bytes >= FULL_RATE_CHUNK:
-        return 1.0
-    if contiguous_bytes >= EFFICIENT_CHUNK:
-        return 0.75 + 0.25 * (contiguous_bytes - EFFICIENT_CHUNK) / (FULL_RATE_CHUNK - EFFICIENT_CHUNK)
-    return 0.75 * max(contiguous_bytes, 64) / EFFICIENT_CHUNK
 
 
 def instruction_cost(ins: Instruction, target: Target) -> Cost:

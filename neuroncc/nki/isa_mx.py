@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from neuroncc.hardware.neuron import GEMM_STATIONARY_FMAX, MX_MOVING_FMAX
 from neuroncc.nki import minifloat, validate
 from neuroncc.nki.context import current
 from neuroncc.nki.dtypes import DType
@@ -104,11 +105,11 @@ def nc_matmul_mx(dst: Tensor, stationary: Tensor, moving: Tensor, stationary_sca
         raise NKISimulationError(f"{op} stationary and moving partition dimensions must match, got {k} and {k_moving}")
     if k % 32:
         raise NKISimulationError(f"{op} partition dimension {k} must be a multiple of 32")
-    if m > 128 or m % 2:
-        raise NKISimulationError(f"{op} stationary free dimension {m} must be even and at most 128")
+    if m > GEMM_STATIONARY_FMAX or m % 2:
+        raise NKISimulationError(f"{op} stationary free dimension {m} must be even and at most {GEMM_STATIONARY_FMAX}")
     if dst.dtype.name not in ("float32", "bfloat16"):
         raise NKISimulationError(f"{op} dst dtype must be float32 or bfloat16, got {dst.dtype.name}")
-    limit = 4096 if dst.dtype.name == "float32" else 8192
+    limit = MX_MOVING_FMAX[dst.dtype.name]
     if n > limit:
         raise NKISimulationError(f"{op} moving free dimension {n} exceeds maximum {limit} for a {dst.dtype.name} dst")
     validate.same_shape(op, "dst", dst, (m, n), "result")

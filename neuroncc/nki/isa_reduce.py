@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from neuroncc.hardware.neuron import BN_STATS_FMAX
 from neuroncc.nki import masking, ops, validate
 from neuroncc.nki.context import current
 from neuroncc.nki.dtypes import dtype_of
@@ -157,9 +158,9 @@ def bn_stats(dst: Tensor | None = None, data: Tensor | None = None, name: str | 
     for role, value in (("data", data), ("dst", dst)):
         validate.space("bn_stats", role, value, validate.ON_CHIP)
         validate.tile("bn_stats", role, value)
-    if data.free_size > 512:
+    if data.free_size > BN_STATS_FMAX:
         raise NKISimulationError(
-            f"bn_stats data free size {data.free_size} exceeds maximum 512 (tile_size.bn_stats_fmax)")
+            f"bn_stats data free size {data.free_size} exceeds maximum {BN_STATS_FMAX} (tile_size.bn_stats_fmax)")
     validate.same_free_size("bn_stats", "dst", dst, (data.shape[0], 6), "result")
     emit(context, "bn_stats", Engine.VECTOR, (operand("data", data, "r"), operand("dst", dst, "w")))
     if context.numerics:

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from neuroncc.hardware.neuron import (
+    GEMM_MOVING_FMAX, GEMM_STATIONARY_FMAX, TENSOR_TRANSPOSE_MAX, VECTOR_TRANSPOSE_MAX,
+)
 from neuroncc.nki import instructions, masking, validate
 from neuroncc.nki.context import current
 from neuroncc.nki.dtypes import float32
@@ -12,9 +15,6 @@ from neuroncc.nki.instructions import emit, engine, new_result, operand, pick_en
 from neuroncc.nki.tensor import Buffer, Tensor
 from neuroncc.nki.trace import Engine
 
-GEMM_STATIONARY_FMAX = 128
-GEMM_MOVING_FMAX = 512
-VECTOR_TRANSPOSE_MAX = 32  # VectorE transposes 32x32 blocks
 
 
 def _psum_byte_range(value: Tensor) -> tuple[int, int]:
@@ -147,9 +147,9 @@ def nc_transpose(dst: Tensor | None = None, data: Tensor | None = None, engine: 
     if unit is Engine.TENSOR:
         validate.space("nc_transpose", "data", data, validate.SBUF)
         validate.space("nc_transpose", "dst", dst, validate.PSUM)
-        if free > GEMM_STATIONARY_FMAX:
+        if free > TENSOR_TRANSPOSE_MAX:
             raise NKISimulationError(
-                f"nc_transpose data free dimension {free} exceeds maximum {GEMM_STATIONARY_FMAX}")
+                f"nc_transpose data free dimension {free} exceeds maximum {TENSOR_TRANSPOSE_MAX}")
         _require_one_bank("nc_transpose", dst)
     else:
         validate.space("nc_transpose", "data", data, validate.ON_CHIP)

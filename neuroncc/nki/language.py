@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from neuroncc.hardware import neuron as hw
 from neuroncc.nki import isa_compute, isa_movement, masking, ops, validate
 from neuroncc.nki.allocate import ParDim, allocate, buffer_of, par_dim
 from neuroncc.nki.blocked import BlockedTensor
@@ -58,15 +59,15 @@ class fp32:  # noqa: N801 - spelled as in NKI 0.1
 class tile_size:  # noqa: N801 - spelled as in NKI
     """Hardware tile limits, as ``nl.tile_size`` in NKI."""
 
-    pmax = 128  # partitions of SBUF / PSUM
-    psum_fmax = 512  # fp32 elements per partition in one PSUM bank
-    psum_bank_fmax = 512
-    gemm_stationary_fmax = 128  # nc_matmul stationary free size (M)
-    gemm_moving_fmax = 512  # nc_matmul moving free size (N)
-    bn_stats_fmax = 512
-    psum_num_banks = 8
-    sbuf_min_align = 64  # bytes; the simulator places SBUF tiles on 64-byte boundaries
-    psum_min_align = 4
+    pmax = hw.PARTITIONS  # partitions of SBUF / PSUM
+    psum_fmax = hw.PSUM_FMAX  # fp32 elements per partition in one PSUM bank
+    psum_bank_fmax = hw.PSUM_FMAX
+    gemm_stationary_fmax = hw.GEMM_STATIONARY_FMAX  # nc_matmul stationary free size (M)
+    gemm_moving_fmax = hw.GEMM_MOVING_FMAX  # nc_matmul moving free size (N)
+    bn_stats_fmax = hw.BN_STATS_FMAX
+    psum_num_banks = hw.PSUM_BANKS
+    sbuf_min_align = hw.SBUF_ALIGNMENT  # bytes; the simulator places SBUF tiles on these boundaries
+    psum_min_align = hw.PSUM_MIN_ALIGNMENT
 
 
 def ndarray(shape: tuple[int, ...] | list[int], dtype: object, buffer: object = None, name: str = "",

@@ -28,11 +28,10 @@ import bisect
 import warnings
 from dataclasses import replace
 
+from neuroncc.hardware.neuron import SBUF_ALIGNMENT
 from neuroncc.nki import trace as tr
 from neuroncc.nki.errors import NKIRuleWarning
 from neuroncc.nki.target import Target
-
-SBUF_ALIGNMENT = 64
 
 
 class RovingAllocator:

@@ -8,10 +8,11 @@ These run on every instruction, also in cost-only mode, so they avoid building s
 
 from __future__ import annotations
 
+from neuroncc.hardware.neuron import PARTITIONS, allowed_partition_starts
 from neuroncc.nki.errors import NKISimulationError
 from neuroncc.nki.tensor import Buffer, Tensor
 
-PMAX = 128
+PMAX = PARTITIONS
 
 HBM = (Buffer.HBM, Buffer.SHARED_HBM)
 SBUF = (Buffer.SBUF,)
@@ -73,19 +74,12 @@ def tile(op: str, role: str, value: Tensor, aligned: bool = True) -> None:
 
 
 def _aligned_start(start: int, partitions: int) -> bool:
-    if partitions > 64:
-        return start == 0
-    if partitions > 32:
-        return start in (0, 64) and start + partitions <= PMAX
-    return start in (0, 32, 64, 96) and start + partitions <= PMAX
+    return start in allowed_partition_starts(partitions)
 
 
 def _allowed_starts(partitions: int) -> str:
-    if partitions > 64:
-        return "0"
-    if partitions > 32:
-        return "0 or 64"
-    return "0, 32, 64 or 96"
+    starts = [str(start) for start in allowed_partition_starts(partitions)]
+    return starts[0] if len(starts) == 1 else ", ".join(starts[:-1]) + " or " + starts[-1]
 
 
 def same_shape(op: str, role: str, value: Tensor, expected: tuple[int, ...], what: str) -> None:

@@ -14,7 +14,8 @@ import numpy as np
 from neuroncc.ir import REGISTRY, Category, DenseAttr, DType, Function, Op, TensorType, Value
 from neuroncc.ir.dtypes import to_storage
 from neuroncc.ir.interpreter import InterpreterError, run_op
-from neuroncc.passes.rewrite import Replacement, Rule, Site, array_splat, is_constant, scalar_attr, splat_value
+from neuroncc.ir.ops.creation import array_splat
+from neuroncc.passes.rewrite import Replacement, Rule, Site, is_constant, scalar_attr, splat_value
 
 # ---- arithmetic ------------------------------------------------------------------------------------------
 
@@ -290,6 +291,8 @@ def fold_constants(site: Site) -> Replacement:
     category = REGISTRY.get(op.name).category
     if category in (Category.CONSTANT, Category.KERNEL, Category.EXTERN) or op.regions or not op.results:
         return None
+    if any(v.type.dtype.is_complex for v in op.operands + op.results):
+        return None  # a complex result has no ``full`` form (its value attribute is real); lower-complex folds parts
     producers = [site.producer(v) for v in op.operands]
     if not all(is_constant(p) for p in producers):
         return None

@@ -20,11 +20,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from neuroncc.ir import REGISTRY, Attrs, Category, Function, Op, TensorType, Value
+from neuroncc.ir import REGISTRY, Attrs, Category, Function, Op, TensorType, Trait, Value
 from neuroncc.passes.fusion_groups import CONSTANT, MATMUL, OPAQUE, VIEW, FusionPlanner, Group, op_kind
+from neuroncc.passes.kernel_names import describe
 from neuroncc.passes.kernels import check_kernel_contract
 from neuroncc.passes.manager import Pass, PassContext
-from neuroncc.passes.rewrite import dce
+from neuroncc.passes.rewrite import dce, named
 from neuroncc.passes.strides import view_chain_layout
 
 
@@ -32,15 +33,17 @@ from neuroncc.passes.strides import view_chain_layout
 class Fuse(Pass):
     """Fuse elementwise ops, reductions and matmul epilogues into kernels.
 
-    ``epilogues=false`` keeps every matmul at the top level (no epilogue fusion).
+    ``epilogues=false`` keeps every matmul at the top level (no epilogue fusion); ``horizontal=false`` keeps
+    independent elementwise kernels of one shape apart (no horizontal fusion).
     """
 
     name: ClassVar[str] = "fuse"
     epilogues: bool = True
+    horizontal: bool = True
 
     def apply(self, fn: Function, ctx: PassContext) -> Function:
         fn = copy_views_that_cannot_stay(transpose_after_elementwise(dce(fn)))
-        fused = _Outliner(fn, FusionPlanner(fn, epilogues=self.epilogues)).build()
+        fused = _Outliner(fn, FusionPlanner(fn, epilogues=self.epilogues, horizontal=self.horizontal)).build()
         check_kernel_contract(fused)
         return fused
 
@@ -56,15 +59,15 @@ def transpose_after_elementwise(fn: Function) -> Function:
     outputs = set(fn.outputs)
     moved: dict[Value, tuple[Op, Op]] = {}  # elementwise result -> (its op on the source, the transpose)
     for op in fn.ops:
-        for position in TRANSPOSABLE.get(op.name, ()):
+        for position in _factor_positions(op):
             value = op.operands[position]
             elementwise = producers.get(value)
             if (value in moved or value in outputs or elementwise is None or len(users.get(value, ())) != 1
                     or REGISTRY.get(elementwise.name).category is not Category.ELEMENTWISE):
                 continue
             tensors = [v for v in elementwise.operands if v.type.rank > 0]
-            permute = producers.get(tensors[0]) if len(tensors) == 1 else None
-            if permute is None or permute.name != "permute" or not _swaps_last_two(permute.attrs["dims"]):
+            permute = named(producers.get(tensors[0]), "permute") if len(tensors) == 1 else None
+            if permute is None or not _swaps_last_two(permute.attrs["dims"]):
                 continue
             source = permute.operands[0]
             operands = tuple(source if v is tensors[0] else v for v in elementwise.operands)
@@ -98,9 +101,8 @@ def copy_views_that_cannot_stay(fn: Function) -> Function:
         """The value to copy for operand ``position``: a transposed matrix operand copies the untransposed
         value, written in its own order (the layout pass then folds the transpose into the matmul's
         transpose flag), instead of writing the transpose element by element across rows."""
-        permute = producers.get(value)
-        if (op.name in TRANSPOSABLE and position in TRANSPOSABLE[op.name] and permute is not None
-                and permute.name == "permute" and _swaps_last_two(permute.attrs["dims"])
+        permute = named(producers.get(value), "permute")
+        if (position in _factor_positions(op) and permute is not None and _swaps_last_two(permute.attrs["dims"])
                 and needs_copy(permute.operands[0])):
             return permute.operands[0]
         return value
@@ -115,7 +117,7 @@ def copy_views_that_cannot_stay(fn: Function) -> Function:
     for op in fn.ops:
         if op_kind(op) in (MATMUL, OPAQUE):
             op = Op(op.name, tuple(copies.get(v, v) for v in op.operands), op.results, op.attrs, op.regions)
-        elif op.name == "permute" and op.operands[0] in copies:  # a transpose of a copy: a view of it
+        elif named(op, "permute") and op.operands[0] in copies:  # a transpose of a copy: a view of it
             op = Op(op.name, (copies[op.operands[0]],), op.results, op.attrs, op.regions)
         ops.append(op)
         for result in op.results:
@@ -126,8 +128,11 @@ def copy_views_that_cannot_stay(fn: Function) -> Function:
     return Function(fn.name, fn.params, tuple(ops), tuple(copies.get(v, v) for v in fn.outputs), fn.metadata)
 
 
-#: Matmul operands that a transpose flag can read transposed (addmm's operand 0 is the bias).
-TRANSPOSABLE = {"mm": (0, 1), "bmm": (0, 1), "addmm": (1, 2)}
+def _factor_positions(op: Op) -> tuple[int, ...]:
+    """The operands a matrix product's transpose flags can read transposed: its two factors, the last two
+    operands (addmm's operand 0 is the bias); none for other ops."""
+    count = len(op.operands)
+    return (count - 2, count - 1) if op.has(Trait.MATRIX_PRODUCT) else ()
 
 
 def _swaps_last_two(dims: tuple[int, ...]) -> bool:
@@ -224,27 +229,3 @@ class _Outliner:
         attrs = REGISTRY.get("kernel").normalize_attrs({"name": name})
         self.ops.append(Op("kernel", tuple(operands), results, attrs, (region,)))
         self.top.update(zip(escaping, results))
-
-
-#: Recognized patterns, most specific first: (name, ops that must all appear in the region).
-_PATTERNS = (
-    ("log_softmax", frozenset({"amax", "exp", "sum", "log"})),
-    ("softmax", frozenset({"amax", "exp", "sum"})),
-    ("layer_norm", frozenset({"mean", "rsqrt"})),
-    ("layer_norm", frozenset({"var", "rsqrt"})),
-)
-
-
-def describe(ops: list[Op]) -> str:
-    """A short name for a kernel body: its matmul, a recognized pattern, or its first distinct compute ops."""
-    names = [op.name for op in ops if op_kind(op) not in (VIEW, CONSTANT)]
-    parts = [n for n in names if REGISTRY.get(n).category is Category.MATMUL]
-    present = set(names)
-    pattern = next((label for label, needed in _PATTERNS if needed <= present), None)
-    if pattern is not None:
-        parts.append(pattern)
-    else:
-        for n in names:
-            if n not in parts and n not in ("copy", "cast") and len(parts) < 3:
-                parts.append(n)
-    return "_".join(parts) or (names[0] if names else "empty")

@@ -1,8 +1,8 @@
 """Fusion legality and grouping on the dataflow graph (networkx), independent of how kernels are built.
 
 Ops fall into kinds (:func:`op_kind`): *views* and *constants* are free and are re-materialized inside each
-kernel that reads them, so they never join a group; *matmuls*, *opaque* ops (existing kernels, extern calls)
-and *barriers* (data-dependent writes) are anchors; everything else is *compute*. The group graph has one node
+kernel that reads them, so they never join a group; *matmuls*, *opaque* ops (existing kernels, extern calls,
+views that change the element type) and *barriers* (data-dependent writes) are anchors; everything else is *compute*. The group graph has one node
 per group and an edge wherever a group reads what another computes (looking through views).
 
 Grouping is greedy in program order:
@@ -14,7 +14,11 @@ Grouping is greedy in program order:
    size (its epilogue: bias, activation, residual add, a relayout copy), under the same acyclicity condition;
    a group holds at most one matmul;
 3. compute groups without a matmul that stream the same input (at least as large as their domains) merge
-   when their domains are compatible and neither depends on the other, so the input is read once.
+   when their domains are compatible and neither depends on the other, so the input is read once;
+4. (horizontal) elementwise groups that read only the function's parameters and constants (sources of the
+   group graph: nothing can depend on a path into them) merge when they iterate over the same shape, up to
+   :data:`HORIZONTAL_MAX_OPS` ops per kernel: an optimizer step's per-parameter update chains become one
+   kernel per parameter shape instead of one per parameter, as a fused multi-tensor kernel does in eager.
 
 Acyclicity: contracting producer group ``a`` into consumer group ``b`` makes a cycle exactly when some other
 path leads from ``a`` to ``b``; merging two groups with no path between them never does. The search for a
@@ -26,19 +30,21 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from neuroncc.ir import REGISTRY, Category, Function, Op, Value
-from neuroncc.passes.strides import PURE_VIEWS
 import networkx as nx
+
+from neuroncc.ir import REGISTRY, Category, Function, Op, Trait, Value
 
 VIEW, CONSTANT, MATMUL, OPAQUE, BARRIER, COMPUTE = "view", "constant", "matmul", "opaque", "barrier", "compute"
 
-#: Ops that write through data-dependent indices: always a kernel of their own.
-BARRIER_OPS = frozenset({"scatter", "index_put"})
+#: The largest kernel horizontal fusion builds (ops in its region): bounds the size of one generated loop body.
+HORIZONTAL_MAX_OPS = 512
 
 
 def op_kind(op: Op) -> str:
-    if op.name in PURE_VIEWS:
+    if op.has(Trait.STRIDED_VIEW):
         return VIEW
+    if op.has(Trait.REINTERPRET):
+        return OPAQUE  # stays at the top level: kernels read f32 pairs, never c64
     category = REGISTRY.get(op.name).category
     if category is Category.CONSTANT:
         return CONSTANT
@@ -46,21 +52,32 @@ def op_kind(op: Op) -> str:
         return MATMUL
     if category in (Category.KERNEL, Category.EXTERN) or op.regions:
         return OPAQUE
-    return BARRIER if op.name in BARRIER_OPS else COMPUTE
+    return BARRIER if op.has(Trait.INDEXED_WRITE) else COMPUTE  # data-dependent writes: a kernel of their own
 
 
 def is_epilogue_op(op: Op) -> bool:
     """Ops a matmul kernel may apply to its output while it is hot: elementwise maps and copies."""
-    return REGISTRY.get(op.name).category is Category.ELEMENTWISE or op.name == "copy"
+    return op.has(Trait.POINTWISE)
 
 
 def domain_size(op: Op) -> int:
     """The number of points an op iterates over: its largest operand or result (for gathers, which read a
     few rows of a possibly huge table, the result and the indices)."""
     values = op.operands + op.results
-    if REGISTRY.get(op.name).category is Category.INDEX and op.name not in BARRIER_OPS:
+    if REGISTRY.get(op.name).category is Category.INDEX and not op.has(Trait.INDEXED_WRITE):
         values = op.operands[1:] + op.results
     return max((v.type.numel for v in values), default=1)
+
+
+def _horizontal_member(group: Group) -> bool:
+    """A group horizontal fusion may merge: elementwise ops and copies only (no matmul, reduction, scatter)."""
+    return all(op_kind(op) == COMPUTE and is_epilogue_op(op) for op in group.ops)
+
+
+def _domain_shape(group: Group) -> tuple[int, ...]:
+    """The shape a group iterates over: its largest result's (the first of that size)."""
+    largest = max((r.type for op in group.ops for r in op.results), key=lambda t: t.numel)
+    return largest.shape
 
 
 def domains_compatible(a: int, b: int) -> bool:
@@ -89,7 +106,7 @@ class Group:
 class FusionPlanner:
     """Partition the non-free ops of ``fn`` into groups (see the module docstring)."""
 
-    def __init__(self, fn: Function, *, epilogues: bool = True):
+    def __init__(self, fn: Function, *, epilogues: bool = True, horizontal: bool = True):
         self.nx = nx
         self.fn = fn
         self.position = {op: i for i, op in enumerate(fn.ops)}
@@ -110,6 +127,8 @@ class FusionPlanner:
         if epilogues:
             self._fuse_epilogues()
         self._fuse_siblings()
+        if horizontal:
+            self._fuse_horizontal()
 
     # ---- the dataflow graph seen through views ------------------------------------------------------
 
@@ -216,6 +235,22 @@ class FusionPlanner:
                     continue
                 if not self._reaches([first], other) and not self._reaches([other], first):
                     self._merge(first, other)
+
+    def _fuse_horizontal(self) -> None:
+        """Merge source groups of elementwise ops iterating over one shape (sweep 4 of the module docstring)."""
+        open_groups: dict[tuple[int, ...], list[int]] = {}  # domain shape -> groups still taking members
+        for gid in sorted(self.groups):
+            group = self.groups.get(gid)
+            if group is None or self.graph.in_degree(gid) or not _horizontal_member(group):
+                continue
+            shape = _domain_shape(group)
+            candidates = open_groups.setdefault(shape, [])
+            target = next((c for c in candidates
+                           if len(self.groups[c].ops) + len(group.ops) <= HORIZONTAL_MAX_OPS), None)
+            if target is None:
+                candidates.append(gid)
+            else:
+                self._merge(target, gid)
 
     def _consumer_nodes(self, value: Value, users) -> list[Op]:
         found: list[Op] = []

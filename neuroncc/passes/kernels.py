@@ -12,8 +12,8 @@ import math
 from dataclasses import dataclass
 
 from neuroncc.errors import PassError
-from neuroncc.ir import REGISTRY, Category, Function, Op
-from neuroncc.passes.strides import PURE_VIEWS, view_chain_layout
+from neuroncc.ir import REGISTRY, Category, Function, Op, Trait
+from neuroncc.passes.strides import aliases_operand, view_chain_layout
 
 
 def _category(op: Op) -> Category:
@@ -22,7 +22,7 @@ def _category(op: Op) -> Category:
 
 def is_free(op: Op) -> bool:
     """Views and constants: they compute nothing a kernel has to schedule."""
-    return op.name in PURE_VIEWS or _category(op) is Category.CONSTANT
+    return op.has(Trait.STRIDED_VIEW) or _category(op) is Category.CONSTANT
 
 
 def region_matmul(region: Function) -> Op | None:
@@ -31,8 +31,8 @@ def region_matmul(region: Function) -> Op | None:
 
 def contraction_size(matmul: Op) -> int:
     """K of a matmul op: the extent summed over (for a convolution, input channels per group x kernel taps)."""
-    if matmul.name in ("mm", "bmm", "addmm"):
-        a = matmul.operands[1 if matmul.name == "addmm" else 0]
+    if matmul.has(Trait.MATRIX_PRODUCT):
+        a = matmul.operands[-2]  # the first factor (a bias comes before the factors)
         return a.type.shape[-2] if matmul.attrs["transpose_a"] else a.type.shape[-1]
     weight = matmul.operands[1]
     return math.prod(weight.type.shape[1:])
@@ -44,9 +44,9 @@ def check_kernel_contract(fn: Function) -> None:
         category = _category(op)
         if category is Category.KERNEL:
             _check_region(op)
-        elif category not in (Category.MATMUL, Category.EXTERN) and op.name not in PURE_VIEWS:
+        elif category not in (Category.MATMUL, Category.EXTERN) and not aliases_operand(op):
             raise PassError(f"kernel contract: func @{fn.name} has op '{op.name}' at the top level "
-                            "(only kernels, matmuls, extern calls and pure views may stay there)")
+                            "(only kernels, matmuls, extern calls and views may stay there)")
 
 
 def _check_region(kernel: Op) -> None:
@@ -57,7 +57,7 @@ def _check_region(kernel: Op) -> None:
     compute = [op for op in region.ops if not is_free(op)]
     matmuls = [op for op in compute if _category(op) is Category.MATMUL]
     for op in region.ops:
-        if op.regions or _category(op) in (Category.KERNEL, Category.EXTERN):
+        if op.regions or _category(op) in (Category.KERNEL, Category.EXTERN) or op.has(Trait.REINTERPRET):
             raise PassError(f"kernel contract: kernel '{name}' contains '{op.name}'")
     if len(matmuls) > 1:
         raise PassError(f"kernel contract: kernel '{name}' holds {len(matmuls)} matmuls (at most one)")
@@ -113,7 +113,7 @@ def kernel_summary(fn: Function) -> KernelSummary:
                 fused += 1
         elif category is Category.MATMUL:
             matmuls += 1
-        elif op.name in PURE_VIEWS:
+        elif op.has(Trait.STRIDED_VIEW):
             views += 1
         else:
             other += 1
@@ -165,11 +165,7 @@ def reduced_domain_dims(region: Function, domain: tuple[int, ...]) -> ReducedDim
         if _category(op) is not Category.REDUCTION:
             continue
         shape = op.operands[0].type.shape
-        if op.name in ("argmax", "argmin"):
-            # dim=0 of a 0-dim operand names no dimension: there is nothing to reduce
-            dims = tuple(range(len(shape))) if op.attrs["dim"] is None or not shape else (op.attrs["dim"] % len(shape),)
-        else:
-            dims = op.attrs["dims"]
+        dims = op.opdef.reduced_dims(op.attrs, len(shape))
         lead = len(domain) - len(shape)
         aligned = lead >= 0 and all(s in (1, domain[lead + i]) for i, s in enumerate(shape))
         found = {lead + d for d in dims if shape[d] != 1} if aligned else set(range(len(domain)))

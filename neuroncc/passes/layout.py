@@ -17,17 +17,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
-from neuroncc.ir import Function, Op, TensorType, Value
+from neuroncc.hardware.neuron import NEURON_CORES, PARTITIONS
+from neuroncc.ir import Category, Function, Op, TensorType, Trait, Value
 from neuroncc.passes.kernels import kernel_domain, reduced_domain_dims, region_matmul
 from neuroncc.passes.manager import Pass, PassContext
 from neuroncc.passes.rewrite import Replacement, Rule, Site, map_regions, rewrite_to_fixed_point
-from neuroncc.passes.strides import PURE_VIEWS, view_chain_layout
-from neuroncc.passes.targets import NKI_TARGETS
+from neuroncc.passes.strides import reinterpreted_strides, view_chain_layout
 
 
 def fold_transpose_into_matmul(site: Site) -> Replacement:
     op = site.op
-    first = 1 if op.name == "addmm" else 0  # addmm's operand 0 is the bias
+    first = len(op.operands) - 2  # the factors are the last two operands (addmm's operand 0 is the bias)
     for flag, index in (("transpose_a", first), ("transpose_b", first + 1)):
         operand = op.operands[index]
         rank = operand.type.rank
@@ -59,8 +59,9 @@ class ChooseLayouts(Pass):
         if self.fold_transposes:
             fn = self.fold(fn)
         fn = annotate_view_strides(fn)
-        if self.target in NKI_TARGETS:
-            fn = fn.with_ops(_with_partition_dim(op) if op.regions and op.name == "kernel" else op for op in fn.ops)
+        if self.target in NEURON_CORES:
+            fn = fn.with_ops(_with_partition_dim(op) if op.regions and op.opdef.category is Category.KERNEL else op
+                             for op in fn.ops)
         return fn
 
     def fold(self, fn: Function) -> Function:
@@ -68,22 +69,27 @@ class ChooseLayouts(Pass):
 
 
 def annotate_view_strides(fn: Function) -> Function:
-    """Top-level views whose window on their source buffer is not contiguous get those strides in their type."""
+    """Top-level views whose window on their source buffer is not contiguous get those strides in their type
+    (views that change the element type count them in their own elements)."""
     producers = fn.producers()
     renamed: dict[Value, Value] = {}
     ops: list[Op] = []
     for op in fn.ops:
         operands = tuple(renamed.get(v, v) for v in op.operands)
         new = op if operands == op.operands else Op(op.name, operands, op.results, op.attrs, op.regions)
-        if op.name in PURE_VIEWS:
+        strides = None
+        if op.has(Trait.STRIDED_VIEW):
             found = view_chain_layout(op.result, producers)
-            if found is not None:
-                t = op.result.type
-                strided = TensorType(t.shape, t.dtype, found[1].strides)
-                if strided != t:
-                    result = Value(strided, op.result.hint)
-                    renamed[op.result] = result
-                    new = Op(op.name, operands, (result,), op.attrs, op.regions)
+            strides = found[1].strides if found is not None else None
+        elif op.has(Trait.REINTERPRET):  # c64 <-> f32 pairs: strides in the result's own elements
+            strides = reinterpreted_strides(op, operands[0].type.layout_strides)
+        if strides is not None:
+            t = op.result.type
+            strided = TensorType(t.shape, t.dtype, strides)
+            if strided != t:
+                result = Value(strided, op.result.hint)
+                renamed[op.result] = result
+                new = Op(op.name, operands, (result,), op.attrs, op.regions)
         ops.append(new)
     if not renamed:
         return fn
@@ -99,9 +105,16 @@ def choose_partition_dim(region: Function) -> int | None:
     candidates = [d for d in range(len(domain)) if d not in reduced.all and domain[d] > 1]
     if not candidates:  # dims only terminal reductions reduce can be summed across partitions (TensorE)
         candidates = [d for d in range(len(domain)) if d not in reduced.whole and domain[d] > 1]
+    return partition_among(domain, candidates)
+
+
+def partition_among(domain: tuple[int, ...], candidates: list[int]) -> int | None:
+    """The dim of ``domain`` among ``candidates`` to lay on the partitions: the outermost that fills them all,
+    else the largest (the outermost on ties); None without candidates. The one partition rule: the NKI emitter
+    applies it too, to loop nests whose dims it lays out differently from the kernel's domain."""
     if not candidates:
         return None
-    large = [d for d in candidates if domain[d] >= 128]
+    large = [d for d in candidates if domain[d] >= PARTITIONS]
     if large:
         return large[0]
     return max(candidates, key=lambda d: (domain[d], -d))
@@ -113,4 +126,4 @@ def _with_partition_dim(kernel: Op) -> Op:
     return Op(kernel.name, kernel.operands, kernel.results, attrs, kernel.regions)
 
 
-__all__ = ["LAYOUT_RULES", "ChooseLayouts", "annotate_view_strides", "choose_partition_dim"]
+__all__ = ["LAYOUT_RULES", "ChooseLayouts", "annotate_view_strides", "choose_partition_dim", "partition_among"]

@@ -18,7 +18,7 @@
   before the epilogue reads the operand).
 * Placement: greedy by size, largest first; each buffer goes in the smallest gap (best fit) between the
   buffers already placed whose lifetimes overlap its own, or after them. Offsets and sizes are multiples of
-  64 bytes.
+  a cache line (64 bytes: generated code reads and writes buffers with aligned vector accesses).
 """
 
 from __future__ import annotations
@@ -27,11 +27,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from neuroncc.ir import REGISTRY, Attrs, Category, Function, Op, Value
+from neuroncc.hardware.host import CACHE_LINE_BYTES
+from neuroncc.ir import REGISTRY, Attrs, Category, Function, Op, Trait, Value
 from neuroncc.passes.manager import Pass, PassContext
-from neuroncc.passes.strides import PURE_VIEWS
+from neuroncc.passes.strides import aliases_operand
 
-ALIGNMENT = 64
+ALIGNMENT = CACHE_LINE_BYTES
 
 
 def aligned(nbytes: int) -> int:
@@ -108,7 +109,7 @@ def plan(fn: Function) -> MemoryPlan:
     slot_of: dict[Value, _Slot] = {}
     in_place: list[tuple[int, int]] = []
     for position, op in enumerate(fn.ops):
-        if op.name in PURE_VIEWS:
+        if aliases_operand(op):
             continue
         reusable = _in_place_candidates(op, position, root_of, last_read, slot_of, external)
         for result in op.results:
@@ -145,7 +146,7 @@ def _view_roots(fn: Function) -> dict[Value, Value]:
     """Each top-level view's root: the non-view value whose buffer it reads."""
     roots: dict[Value, Value] = {}
     for op in fn.ops:
-        if op.name in PURE_VIEWS:
+        if aliases_operand(op):
             source = op.operands[0]
             roots[op.result] = roots.get(source, source)
     return roots
@@ -162,7 +163,7 @@ def _same_footprint(donor: Value, result: Value) -> bool:
 
 def _in_place_candidates(op: Op, position: int, root_of, last_read, slot_of, external) -> list[Value]:
     """Operands of a pointwise kernel whose buffers die at this op and may take one of its results."""
-    if op.name != "kernel" or not op.results:
+    if op.opdef.category is not Category.KERNEL or not op.results:
         return []
     (region,) = op.regions
     numel = max(r.type.numel for r in op.results)
@@ -187,15 +188,15 @@ def _is_pointwise_region(region: Function, numel: int) -> bool:
     def broadcast_source(v: Value) -> bool:
         """A parameter or constant, possibly reshaped or expanded: never a value computed from the donor."""
         source = producers.get(v)
-        while source is not None and source.name in ("expand", "reshape"):
+        while source is not None and (source.has(Trait.BROADCAST) or source.has(Trait.RESHAPE)):
             v, source = source.operands[0], producers.get(source.operands[0])
         return v in params or (source is not None and REGISTRY.get(source.name).category is Category.CONSTANT)
 
     for o in region.ops:
         category = REGISTRY.get(o.name).category
-        if category is Category.CONSTANT or o.name == "reshape":
+        if category is Category.CONSTANT or o.has(Trait.RESHAPE):
             continue
-        if o.name == "expand" and broadcast_source(o.operands[0]):
+        if o.has(Trait.BROADCAST) and broadcast_source(o.operands[0]):
             continue
         if category is Category.REDUCTION and not any(r in read for r in o.results):
             continue
@@ -220,11 +221,11 @@ def _read_pointwise(region: Function, param: Value) -> bool:
         for o in region.ops:
             if value in o.operands:
                 readers.append(o)
-                if o.name == "reshape":
+                if o.has(Trait.RESHAPE):
                     stack.append(o.result)
     if not readers or param in region.outputs:
         return False
-    if not all(REGISTRY.get(o.name).category is Category.ELEMENTWISE or o.name == "reshape" for o in readers):
+    if not all(REGISTRY.get(o.name).category is Category.ELEMENTWISE or o.has(Trait.RESHAPE) for o in readers):
         return False
     same_size = [v for v in region.outputs if v.type.numel == param.type.numel]
     if any(v not in producers for v in same_size):

@@ -22,6 +22,13 @@ from neuroncc.ir import REGISTRY, Builder, Category, Function, Op, Value, print_
 Replacement = Value | tuple[Value, ...] | None
 
 
+def named(op: Op | None, name: str) -> Op | None:
+    """``op`` when it is an op ``name``, else None: how a rewrite matches the specific op of its pattern (the
+    permute a matmul's transpose flag absorbs). A property shared by ops (a view, pointwise, a matrix product)
+    is asked of the op as a trait instead (``op.has(Trait.VIEW)``)."""
+    return op if op is not None and op.name == name else None
+
+
 @dataclass(frozen=True)
 class Rule:
     """One local rewrite: ``rewrite(site)`` for ops named ``op`` (``"*"``: any op)."""
@@ -69,8 +76,8 @@ class Site:
         return self.producers.get(value)
 
     def producer_named(self, value: Value, name: str) -> Op | None:
-        op = self.producers.get(value)
-        return op if op is not None and op.name == name else None
+        """The op defining ``value`` when it is an op ``name`` (see :func:`named`)."""
+        return named(self.producers.get(value), name)
 
     def splat(self, value: Value) -> Any:
         """The scalar every element of ``value`` equals, when ``value`` is a constant; otherwise None."""
@@ -103,26 +110,9 @@ def _sign_bit(x: float) -> bool:
 
 
 def splat_value(op: Op | None) -> Any:
-    """The single value of a ``full`` op or of a ``constant`` whose elements are all equal."""
-    if op is None:
-        return None
-    if op.name == "full":
-        return op.attrs["value"]
-    if op.name == "constant":
-        array = op.attrs["value"].array
-        return array_splat(array)
-    return None
-
-
-def array_splat(array: np.ndarray) -> Any:
-    """The one value all elements of ``array`` hold (NaN counts as equal to NaN), or None."""
-    if array.size == 0:
-        return None
-    first = array.reshape(-1)[0]
-    same = array == first
-    if array.dtype.kind == "f" and np.isnan(first):
-        same = np.isnan(array)
-    return first.item() if bool(np.all(same)) else None
+    """The single value every element of ``op``'s result holds, when its op and attributes say so (``full``, a
+    ``constant`` whose elements are all equal, a one-element ``iota``); None for other ops and parameters."""
+    return op.opdef.splat_value(op.attrs) if op is not None else None
 
 
 def scalar_attr(value: Any, dtype) -> int | float:

@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 
 from neuroncc.errors import PassError
 from neuroncc.ir import REGISTRY, Category, Function, Value, verify
-from neuroncc.ir.printer import format_attr, value_names
+from neuroncc.ir.graph import format_attr, value_names
 from neuroncc.passes.manager import Pass, PassContext
 from neuroncc.passes.rewrite import Replacement, Rule, Site, map_regions, rewrite_to_fixed_point, scalar_attr
 

@@ -1,23 +1,39 @@
 """Strided views: when a chain of view ops can read its source buffer in place.
 
-A view op (reshape, permute, expand, slice, select, squeeze, unsqueeze) of a buffer with known strides is
-itself a strided window on that buffer (shape, strides, element offset) unless a reshape merges dimensions
-that are not laid out contiguously; then the data must be copied. The fusion pass keeps only in-place views
-at the top level, and the layout pass records their strides in their types.
+A strided view op (``Trait.STRIDED_VIEW``: reshape, permute, expand, slice, select, squeeze, unsqueeze) of a
+buffer with known strides is itself a strided window on that buffer (shape, strides, element offset) unless a
+reshape merges dimensions that are not laid out contiguously; then the data must be copied. The fusion pass
+keeps only in-place views at the top level, and the layout pass records their strides in their types. How each
+op windows its operand is one rule per op (:data:`WINDOW_RULES`).
 """
 
 from __future__ import annotations
 
 import math
-
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from neuroncc.ir import Op, Value
+from neuroncc.ir import Op, Trait, Value
 from neuroncc.ir.types import contiguous_strides
 
-#: The ops that only reinterpret their operand (no arithmetic, no data-dependent addressing).
-PURE_VIEWS = frozenset({"reshape", "permute", "expand", "slice", "select", "squeeze", "unsqueeze"})
+def aliases_operand(op: Op) -> bool:
+    """Whether ``op`` stays at the top level as an alias of operand 0's buffer (no buffer of its own): a strided
+    view (a window on the buffer) or a reinterpreting view (c64 <-> f32 pairs over the same storage; fusion
+    keeps those out of kernels, whose code never sees c64, and the launcher reinterprets the buffer)."""
+    return op.has(Trait.STRIDED_VIEW) or op.has(Trait.REINTERPRET)
+
+
+def reinterpreted_strides(op: Op, strides: tuple[int, ...]) -> tuple[int, ...] | None:
+    """The strides of a reinterpreting view's result (``Trait.REINTERPRET``), in its own elements, from its
+    operand's; None when the operand's layout cannot be reinterpreted in place (a complex view needs adjacent
+    (re, im) pairs)."""
+    if op.result.type.dtype.is_complex:  # view_as_complex: f32 pairs -> c64
+        *outer, last = strides
+        shape = op.operands[0].type.shape
+        if (last != 1 and shape[-1] > 1) or any(s % 2 for s, n in zip(outer, shape) if n > 1):
+            return None
+        return tuple(s // 2 for s in outer)
+    return tuple(2 * s for s in strides) + (1,)  # view_as_real: c64 -> f32 pairs
 
 
 @dataclass(frozen=True)
@@ -61,45 +77,70 @@ def reshape_strides(shape: tuple[int, ...], strides: tuple[int, ...],
     return tuple(new_strides) if view_d == -1 else None
 
 
-def apply_view(op: Op, src: StridedView) -> StridedView | None:
-    """The window ``op`` (a pure view) makes of ``src``, or None if it needs a copy."""
-    a, shape, strides = op.attrs, src.shape, src.strides
+def _reshape_window(op: Op, src: StridedView) -> StridedView | None:
     out_shape = op.result.type.shape
-    if op.name == "reshape":
-        new = reshape_strides(shape, strides, out_shape)
-        return StridedView(out_shape, new, src.offset) if new is not None else None
-    if op.name == "permute":
-        return StridedView(out_shape, tuple(strides[d] for d in a["dims"]), src.offset)
-    if op.name == "expand":
-        lead = len(out_shape) - len(shape)
-        kept = tuple(0 if have == 1 and want != 1 else stride
-                     for have, want, stride in zip(shape, out_shape[lead:], strides))
-        return StridedView(out_shape, (0,) * lead + kept, src.offset)
-    if op.name == "slice":
-        d = a["dim"]
-        new_strides = strides[:d] + (strides[d] * a["step"],) + strides[d + 1:]
-        return StridedView(out_shape, new_strides, src.offset + a["start"] * strides[d])
-    if op.name == "select":
-        d = a["dim"]
-        return StridedView(out_shape, strides[:d] + strides[d + 1:], src.offset + a["index"] * strides[d])
-    if op.name in ("squeeze", "unsqueeze"):
-        new = reshape_strides(shape, strides, out_shape)  # only size-1 dims change: always in place
-        return StridedView(out_shape, new, src.offset) if new is not None else None
-    raise ValueError(f"'{op.name}' is not a pure view op")
+    new = reshape_strides(src.shape, src.strides, out_shape)  # squeeze/unsqueeze change only size-1 dims:
+    return StridedView(out_shape, new, src.offset) if new is not None else None  # always in place
 
 
-def view_chain_layout(value: Value, producers: Mapping[Value, Op]) -> tuple[Value, StridedView] | None:
+def _permute_window(op: Op, src: StridedView) -> StridedView:
+    return StridedView(op.result.type.shape, tuple(src.strides[d] for d in op.attrs["dims"]), src.offset)
+
+
+def _expand_window(op: Op, src: StridedView) -> StridedView:
+    out_shape = op.result.type.shape
+    lead = len(out_shape) - len(src.shape)
+    kept = tuple(0 if have == 1 and want != 1 else stride
+                 for have, want, stride in zip(src.shape, out_shape[lead:], src.strides))
+    return StridedView(out_shape, (0,) * lead + kept, src.offset)
+
+
+def _slice_window(op: Op, src: StridedView) -> StridedView:
+    d, strides = op.attrs["dim"], src.strides
+    new_strides = strides[:d] + (strides[d] * op.attrs["step"],) + strides[d + 1:]
+    return StridedView(op.result.type.shape, new_strides, src.offset + op.attrs["start"] * strides[d])
+
+
+def _select_window(op: Op, src: StridedView) -> StridedView:
+    d, strides = op.attrs["dim"], src.strides
+    return StridedView(op.result.type.shape, strides[:d] + strides[d + 1:], src.offset + op.attrs["index"] * strides[d])
+
+
+#: The window each strided view op (``Trait.STRIDED_VIEW``) makes of its operand's (one rule per op).
+WINDOW_RULES: dict[str, Callable[[Op, StridedView], StridedView | None]] = {
+    "reshape": _reshape_window,
+    "permute": _permute_window,
+    "expand": _expand_window,
+    "slice": _slice_window,
+    "select": _select_window,
+    "squeeze": _reshape_window,
+    "unsqueeze": _reshape_window,
+}
+
+
+def apply_view(op: Op, src: StridedView) -> StridedView | None:
+    """The window ``op`` (a strided view) makes of ``src``, or None if it needs a copy."""
+    rule = WINDOW_RULES.get(op.name)
+    if rule is None:
+        raise ValueError(f"'{op.name}' is not a strided view op")
+    return rule(op, src)
+
+
+def view_chain_layout(value: Value, producers: Mapping[Value, Op],
+                      contiguous_root: bool = False) -> tuple[Value, StridedView] | None:
     """The buffer ``value`` is a view of (the first non-view value up the chain) and the window on it.
 
-    The root buffer keeps the strides of its type (parameters may be strided; op results are contiguous).
-    None when some step of the chain needs a copy.
+    The root buffer keeps the strides of its type (parameters may be strided; op results are contiguous),
+    or is taken as contiguous with ``contiguous_root`` (NKI kernel arguments always are). None when some step
+    of the chain needs a copy.
     """
     chain: list[Op] = []
     root = value
-    while (op := producers.get(root)) is not None and op.name in PURE_VIEWS:
+    while (op := producers.get(root)) is not None and op.has(Trait.STRIDED_VIEW):
         chain.append(op)
         root = op.operands[0]
-    layout: StridedView | None = StridedView(root.type.shape, root.type.layout_strides, 0)
+    strides = contiguous_strides(root.type.shape) if contiguous_root else root.type.layout_strides
+    layout: StridedView | None = StridedView(root.type.shape, strides, 0)
     for op in reversed(chain):
         layout = apply_view(op, layout)
         if layout is None:

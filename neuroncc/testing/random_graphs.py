@@ -26,7 +26,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 from neuroncc.errors import TypeInferenceError
-from neuroncc.ir import Builder, DenseAttr, DType, Function, TensorType
+from neuroncc.ir import REGISTRY, Builder, DenseAttr, DType, Function, TensorType, Trait
 from neuroncc.testing.graph_families import MORE_FAMILIES, focused_family
 from neuroncc.testing.graph_state import (
     BINARY, COMPARISONS, FLOAT_UNARY, INT_UNARY, REDUCTIONS, SPLATS, GraphState, broadcast_partner, dtypes,
@@ -49,7 +49,8 @@ def _draw_binary(draw, state: GraphState) -> None:
     y = broadcast_partner(draw, state, x)
     names = BINARY + (("div", "pow") if x.type.dtype.is_float else ())
     name = draw(st.sampled_from(names))
-    operands = (y, x) if draw(st.booleans()) and name in ("add", "mul", "maximum", "minimum") else (x, y)
+    commutative = REGISTRY.get(name).has(Trait.COMMUTATIVE)  # either order means the same
+    operands = (y, x) if draw(st.booleans()) and commutative else (x, y)
     state.add(state.builder.op(name, *operands))
 
 

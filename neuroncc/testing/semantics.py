@@ -49,13 +49,16 @@ class PassSemanticsError(AssertionError):
 
 
 def random_inputs(fn: Function, seed: int = 0) -> list[np.ndarray]:
-    """Inputs for ``fn`` in the interpreter's storage form: floats ~ N(0, 1), small ints, random bools."""
+    """Inputs for ``fn`` in the interpreter's storage form: floats (and both parts of complex numbers) ~ N(0, 1),
+    small ints, random bools."""
     rng = np.random.default_rng(seed)
     arrays = []
     for param in fn.params:
         t = param.type
         if t.dtype.is_float:
             array = rng.standard_normal(t.shape)
+        elif t.dtype.is_complex:
+            array = rng.standard_normal(t.shape) + 1j * rng.standard_normal(t.shape)
         elif t.dtype.is_bool:
             array = rng.random(t.shape) < 0.5
         elif t.dtype is DType.u8:

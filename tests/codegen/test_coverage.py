@@ -8,13 +8,16 @@ from neuroncc.executors.cpu.extern_library import LIBRARY_CALLS
 
 EXTERN = {"mm", "bmm", "addmm", "convolution", "convolution_backward"}
 SCATTER_STAGES = {"scatter", "index_put"}
+#: Complex-only ops never reach a kernel: lower-complex rewrites conj into f32 arithmetic, and the views that
+#: change the element type stay at the top level, where the launcher reinterprets the buffer.
+NOT_IN_KERNELS = {"conj", "view_as_real", "view_as_complex"}
 
 
 def test_every_op_has_a_lowering():
     missing = []
     for opdef in REGISTRY:
         name, category = opdef.name, opdef.category
-        if category is Category.KERNEL:
+        if category is Category.KERNEL or name in NOT_IN_KERNELS:
             continue
         tables = {
             Category.ELEMENTWISE: ELEMENTWISE, Category.REDUCTION: COMBINERS, Category.MATMUL: EXTERN,

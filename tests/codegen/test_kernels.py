@@ -9,8 +9,9 @@ from codegen_helpers import run_both
 
 from neuroncc.codegen.llvm import Layout, plan_kernel
 from neuroncc.codegen.llvm.regions import fuse_whole_function, make_kernel
-from neuroncc.ir import Builder, DType, TensorType, round_to_bf16, verify
+from neuroncc.ir import Builder, DType, Op, TensorType, round_to_bf16, verify
 from neuroncc.executors.cpu.launcher import build_cpu_executable
+from neuroncc.passes.tile import tile_kernel
 
 
 def softmax_graph(shape, dtype=DType.f32):
@@ -156,37 +157,44 @@ def test_softmax_computes_exp_once_per_element(rng):
     run_both(fn, [rng.standard_normal((8, 50)).astype(np.float32)])
 
 
-@pytest.mark.parametrize(("op", "k", "blocked"), [("mm", 8, True), ("addmm", 8, True), ("addmm", 32, False)])
-def test_matmul_epilogue_runs_row_block_by_row_block(op, k, blocked, monkeypatch, rng):
-    from neuroncc.executors.cpu import launcher
+def _with_matmul_rows(kernel, rows: int):
+    """``kernel`` tiled for the cpu, with its matmul and epilogue run in blocks of ``rows`` output rows."""
+    tiled = tile_kernel(kernel, "cpu")
+    attrs = tiled.attrs.replace(matmul_tile=(rows, *tiled.attrs["matmul_tile"][1:]))
+    return Op(tiled.name, tiled.operands, tiled.results, attrs, tiled.regions)
 
-    monkeypatch.setattr(launcher, "ROW_BLOCK_BYTES", 64 * 4 * 8)  # 8 rows per block: several blocks
+
+@pytest.mark.parametrize(("op", "rows", "blocks"), [("mm", 8, 8), ("addmm", 8, 8), ("addmm", 16, 16),
+                                                    ("mm", 50, 0)])
+def test_matmul_epilogue_runs_row_block_by_row_block(op, rows, blocks, rng):
+    """The kernel's matmul_tile decision (rows per block) is what the launcher runs: blocks of it, or one block
+    when it covers every row."""
     b = Builder(op)
-    x = b.param(TensorType((50, k), DType.f32), "x")
-    w = b.param(TensorType((k, 64), DType.f32), "w")
+    x = b.param(TensorType((50, 8), DType.f32), "x")
+    w = b.param(TensorType((8, 64), DType.f32), "w")
     bias = b.param(TensorType((64,), DType.f32), "bias")
     h = b.op("mm", x, w) if op == "mm" else b.op("addmm", bias, x, w, beta=0.5)
     y = b.op("sigmoid", h)
     outs = [y, b.op("sum", b.op("mul", y, h), dims=(1,), keepdim=True)]
-    kernel = make_kernel(b.ops, [x, w, bias], outs, "epilogue")
+    kernel = _with_matmul_rows(make_kernel(b.ops, [x, w, bias], outs, "epilogue"), rows)
     b.ops = [kernel]
     fn = b.build(list(kernel.results))
-    exe, _ = run_both(fn, [rng.standard_normal(s).astype(np.float32) for s in [(50, k), (k, 64), (64,)]])
+    exe, _ = run_both(fn, [rng.standard_normal(s).astype(np.float32) for s in [(50, 8), (8, 64), (64,)]])
     (step,) = exe.plan.steps
-    # blocks shorter than K would re-read the whole weight per block for little gain: one block then
-    assert step.row_blocked and exe._runners[0].row_block == (8 if blocked else 0)
+    assert step.row_block == blocks and exe._runners[0].row_block == blocks
 
 
 def test_column_reduction_epilogue_is_not_row_blocked(rng):
+    """A column sum needs every row before it is complete: even a kernel tiled in row blocks runs one block."""
     b = Builder("colsum")
     x = b.param(TensorType((40, 16), DType.f32), "x")
     w = b.param(TensorType((16, 24), DType.f32), "w")
     h = b.op("mm", x, w)
-    kernel = make_kernel(b.ops, [x, w], [b.op("sum", b.op("exp", h), dims=(0,))], "colsum")
+    kernel = _with_matmul_rows(make_kernel(b.ops, [x, w], [b.op("sum", b.op("exp", h), dims=(0,))], "colsum"), 8)
     b.ops = [kernel]
     exe, _ = run_both(b.build(list(kernel.results)), [rng.standard_normal((40, 16)).astype(np.float32),
                                                      rng.standard_normal((16, 24)).astype(np.float32)])
-    assert not exe.plan.steps[0].row_blocked
+    assert exe.plan.steps[0].row_block == 0
 
 
 def test_large_outputs_are_streamed_with_nontemporal_stores(rng):

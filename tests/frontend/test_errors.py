@@ -113,26 +113,6 @@ def test_fallback_warns_once_per_op():
     assert neuroncc.get_fallback_ops() == {OP: 2}
 
 
-def test_symbolic_shapes_are_refused_with_dynamic_false_hint():
-    compiled = torch.compile(lambda x: x.sin() * 2, backend="neuron", dynamic=True)
-    with pytest.raises(BackendCompilerFailed) as info:
-        compiled(torch.randn(3, 4))
-    assert isinstance(_inner(info.value), neuroncc.DynamicShapeError)
-    assert "dynamic=False" in str(info.value)
-
-
-def test_automatic_dynamic_shapes_are_refused_too():
-    compiled = torch.compile(lambda x: x.cos() + 1, backend="neuron")  # dynamic=None: dynamo goes symbolic
-    compiled(torch.randn(3, 4))
-    with pytest.raises(BackendCompilerFailed) as info:
-        compiled(torch.randn(5, 4))  # the second size makes dim 0 symbolic
-    assert isinstance(_inner(info.value), neuroncc.DynamicShapeError)
-
-
-def _complex_abs(x):
-    return torch.view_as_complex(x).abs()
-
-
 def _vmapped(x):
     return torch.func.vmap(torch.sin)(x)
 
@@ -154,13 +134,11 @@ def _jagged():
 
 
 @pytest.mark.parametrize(("fn", "make_input", "feature"), [
-    (lambda x: x * 2, lambda: torch.randn(3, dtype=torch.complex64), "complex tensors"),
-    (_complex_abs, lambda: torch.randn(3, 2), "complex tensors"),
     (_vmapped, lambda: torch.randn(2, 3), "torch.func"),
     (_grad_of_sin, lambda: torch.randn(3), "torch.func"),
     (_log_prob, lambda: torch.randn(3), "torch.distributions"),
     (_nested_sin, _jagged, "nested tensors"),
-], ids=["complex-input", "complex-inside", "vmap", "grad", "torch.distributions", "nested"])
+], ids=["vmap", "grad", "torch.distributions", "nested"])
 def test_unsupported_features_raise_typed_errors(fn, make_input, feature):
     compiled = torch.compile(fn, backend="neuron", dynamic=False)
     with pytest.raises(BackendCompilerFailed) as info:

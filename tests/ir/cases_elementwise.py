@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -12,7 +14,7 @@ from neuroncc.ir.dtypes import to_storage
 
 from .spec import OpSpec
 from .support import (
-    FLOATS, INTEGRAL, MAIN, NARROW_INTS, NUMERIC, SPECIALS, TORCH_DTYPES, Case, Tol, broadcast_pair, operand,
+    COMPLEX, FLOATS, INTEGRAL, MAIN, NARROW_INTS, NUMERIC, SPECIALS, TORCH_DTYPES, Case, Tol, broadcast_pair, operand,
     random_array, rngs, shapes,
 )
 
@@ -30,6 +32,13 @@ def t(shape: tuple[int, ...], dtype: DType) -> TensorType:
 
 
 F32, I64, BOOL = DType.f32, DType.i64, DType.bool
+
+#: Elementwise ops that also take complex operands (drawn with c64 too).
+COMPLEX_OPS = frozenset({"neg", "abs", "add", "sub", "mul", "div", "eq", "ne"})
+
+
+def _dtypes(name: str, kind: str) -> tuple[DType, ...]:
+    return KINDS[kind] + (COMPLEX if name in COMPLEX_OPS else ())
 
 # ---- unary ---------------------------------------------------------------------------------------------
 
@@ -71,7 +80,7 @@ def _unary_cases(name: str, kind: str):
     @st.composite
     def cases(draw: st.DrawFn) -> Case:
         rng = draw(rngs())
-        dtype = draw(st.sampled_from(KINDS[kind]))
+        dtype = draw(st.sampled_from(_dtypes(name, kind)))
         shape = draw(shapes())
         attrs = {}
         if name == "gelu" and draw(st.booleans()):
@@ -79,7 +88,8 @@ def _unary_cases(name: str, kind: str):
         if name == "round" and draw(st.booleans()):  # exact .5 ties: round half to even
             data = (rng.integers(-16, 16, size=shape) / 2).astype(np.float32)
             return Case([(to_storage(data, dtype), t(shape, dtype))], attrs)
-        specials = draw(st.booleans()) and (MODERATE_SPECIALS if name == "gelu" else True)
+        wants_specials = draw(st.booleans()) and not dtype.is_complex
+        specials = (MODERATE_SPECIALS if name == "gelu" else True) if wants_specials else False
         return Case([operand(rng, shape, dtype, specials=specials)], attrs)
 
     return cases
@@ -145,14 +155,17 @@ def _binary_cases(name: str, kind: str):
     @st.composite
     def cases(draw: st.DrawFn) -> Case:
         rng = draw(rngs())
-        dtype = draw(st.sampled_from(KINDS[kind]))
+        dtype = draw(st.sampled_from(_dtypes(name, kind)))
         attrs = {}
-        if name == "div":
+        if name == "div" and dtype.is_complex:
+            attrs["rounding_mode"] = "none"
+        elif name == "div":
             mode = draw(st.sampled_from(["none", "floor", "trunc"] if dtype.is_float else ["floor", "trunc"]))
             if mode != "none" or draw(st.booleans()):
                 attrs["rounding_mode"] = mode
         sa, sb = draw(broadcast_pair())
-        specials = draw(st.booleans())
+        # complex NaN/inf results differ between formulas (torch's vectorized complex kernels vs numpy)
+        specials = draw(st.booleans()) and not dtype.is_complex
         if name == "pow" and dtype.is_int:
             a = random_array(rng, sa, dtype, low=-3, high=3)
             b = random_array(rng, sb, dtype, low=-2 if dtype != DType.u8 else 0, high=4)
@@ -239,7 +252,7 @@ BINARY_SPECS = {
 @st.composite
 def _where_cases(draw: st.DrawFn) -> Case:
     rng = draw(rngs())
-    dtype = draw(st.sampled_from(KINDS["any"]))
+    dtype = draw(st.sampled_from(KINDS["any"] + COMPLEX))
     full = draw(shapes())
     derived = [tuple(1 if draw(st.booleans()) else s for s in full[draw(st.integers(0, len(full))):]) for _ in range(2)]
     sc, sa, sb = draw(st.permutations([full, *derived]))
@@ -274,6 +287,8 @@ def _cast_cases(draw: st.DrawFn) -> Case:
     rng = draw(rngs())
     source = draw(st.sampled_from(KINDS["any"]))
     target = draw(st.sampled_from(KINDS["any"]))
+    if draw(st.integers(0, 4)) == 0:  # real <-> complex (complex to real keeps the real part)
+        source, target = draw(st.permutations([draw(st.sampled_from(FLOATS)), DType.c64]))
     shape = draw(shapes())
     if source.is_float and target.is_int:
         # Out-of-range float->int conversion is undefined in C++ (and so in PyTorch); wrap-around of
@@ -293,6 +308,12 @@ def _bitcast_cases(draw: st.DrawFn) -> Case:
     return Case([data], {"dtype": DType.i32 if source is F32 else F32})
 
 
+def _torch_cast(x: torch.Tensor, dtype: DType) -> torch.Tensor:
+    with warnings.catch_warnings():  # "casting complex values to real discards the imaginary part": tested
+        warnings.simplefilter("ignore", UserWarning)
+        return x.to(TORCH_DTYPES[dtype])
+
+
 OTHER_SPECS = {
     "where": OpSpec(_where_cases, lambda xs, attrs: torch.where(*xs), invalid=(
         ((t((2,), F32), t((2,), F32), t((2,), F32)), {}),  # condition must be bool
@@ -303,7 +324,7 @@ OTHER_SPECS = {
         ((t((2,), BOOL),), {"min": 0}),
         ((t((2,), F32),), {"min": "zero"}),
     )),
-    "cast": OpSpec(_cast_cases, lambda xs, attrs: xs[0].to(TORCH_DTYPES[attrs["dtype"]]), invalid=(
+    "cast": OpSpec(_cast_cases, lambda xs, attrs: _torch_cast(xs[0], attrs["dtype"]), invalid=(
         ((t((2,), F32),), {}),  # dtype is required
         ((t((2,), F32),), {"dtype": "f32"}),
     )),

@@ -127,6 +127,7 @@ _REDUCTION_INVALID = (
 )
 _FLOAT_ONLY = (((t((2, 3), I64),), {"dims": (0,)}),)
 _NO_BOOL = (((t((2, 3), BOOL),), {"dims": (0,)}),)
+_NO_COMPLEX = (((t((2, 3), DType.c64),), {"dims": (0,)}),)
 _NONEMPTY = (((t((0, 3), F32),), {"dims": (0,)}),)
 _ARG_INVALID = (
     ((t((2, 3), BOOL),), {}),
@@ -137,11 +138,12 @@ _ARG_INVALID = (
 )
 
 SPECS = {
-    "sum": OpSpec(_reduction_cases("sum", KINDS["numeric"]), _native(torch.sum, keep_type=True), Tol(4, 4),
-                  _REDUCTION_INVALID + _NO_BOOL),
-    "mean": OpSpec(_reduction_cases("mean", FLOATS), _native(torch.mean), Tol(4, 4),
+    "sum": OpSpec(_reduction_cases("sum", KINDS["numeric"] + (DType.c64,)), _native(torch.sum, keep_type=True),
+                  Tol(4, 4), _REDUCTION_INVALID + _NO_BOOL),
+    "mean": OpSpec(_reduction_cases("mean", FLOATS + (DType.c64,)), _native(torch.mean), Tol(4, 4),
                    _REDUCTION_INVALID + _FLOAT_ONLY),
-    "prod": OpSpec(_reduction_cases("prod", KINDS["numeric"]), _prod, Tol(4, 4), _REDUCTION_INVALID + _NO_BOOL),
+    "prod": OpSpec(_reduction_cases("prod", KINDS["numeric"]), _prod, Tol(4, 4),
+                   _REDUCTION_INVALID + _NO_BOOL + _NO_COMPLEX),
     "amax": OpSpec(_reduction_cases("amax", KINDS["any"], nonempty=True), _native(torch.amax), Tol(),
                    _REDUCTION_INVALID + _NONEMPTY),
     "amin": OpSpec(_reduction_cases("amin", KINDS["any"], nonempty=True), _native(torch.amin), Tol(),

@@ -24,7 +24,7 @@ from neuroncc.ir.dtypes import to_storage
 TORCH_DTYPES: dict[DType, torch.dtype] = {
     DType.f32: torch.float32, DType.bf16: torch.bfloat16, DType.f16: torch.float16, DType.i64: torch.int64,
     DType.i32: torch.int32, DType.i16: torch.int16, DType.i8: torch.int8, DType.u8: torch.uint8,
-    DType.bool: torch.bool,
+    DType.bool: torch.bool, DType.c64: torch.complex64,
 }
 FROM_TORCH = {v: k for k, v in TORCH_DTYPES.items()}
 
@@ -36,10 +36,12 @@ NUMERIC = FLOATS + INTS
 INTEGRAL = INTS + (DType.bool,)
 #: The narrow integer types, exercised where wrap-around semantics matter (cast, bitwise ops).
 NARROW_INTS = (DType.i16, DType.i8, DType.u8)
+#: complex64, drawn by the ops that take it (``OpDef.accepts_complex``).
+COMPLEX = (DType.c64,)
 
 #: torch.testing.assert_close's own defaults per dtype (rtol, atol); ops scale them with ``Tol``.
 DEFAULT_TOLERANCE = {
-    DType.f32: (1.3e-6, 1e-5), DType.bf16: (1.6e-2, 1e-5), DType.f16: (1e-3, 1e-5),
+    DType.f32: (1.3e-6, 1e-5), DType.bf16: (1.6e-2, 1e-5), DType.f16: (1e-3, 1e-5), DType.c64: (1.3e-6, 1e-5),
 }
 
 SPECIALS = np.array([np.nan, np.inf, -np.inf, -0.0, 0.0, 1e-45, 1e-40, 3.0e38, -3.0e38, 0.5, -2.5],
@@ -61,7 +63,7 @@ class Tol:
 
     def for_dtype(self, dtype: torch.dtype) -> tuple[float, float]:
         ir = FROM_TORCH.get(dtype)
-        if ir is None or not ir.is_float:
+        if ir is None or not (ir.is_float or ir.is_complex):
             return (0.0, 0.0)
         rtol, atol = DEFAULT_TOLERANCE[ir]
         if ir is not DType.f32 and self.half_atol is not None:
@@ -100,6 +102,12 @@ def random_array(rng: np.random.Generator, shape: Sequence[int], dtype: DType, *
     """Random storage-form data. ``specials`` sprinkles NaN, +-inf, -0.0, subnormals and huge values (or the
     values of the array given)."""
     shape = tuple(shape)
+    if dtype.is_complex:
+        real = random_array(rng, shape, DType.f32, low=low, high=high, specials=specials)
+        imag = random_array(rng, shape, DType.f32, low=low, high=high, specials=specials)
+        out = np.empty(shape, dtype=np.complex64)
+        out.real, out.imag = real, imag
+        return out
     if dtype.is_bool:
         return rng.random(shape) < 0.5
     if dtype.is_int:
@@ -194,7 +202,7 @@ def run_ir(fn: Function, case: Case) -> list[np.ndarray]:
 TorchFn = Callable[[list[torch.Tensor], Mapping[str, Any]], Any]
 
 __all__ = [
-    "Case", "FLOATS", "FROM_TORCH", "INTEGRAL", "INTS", "MAIN", "NARROW_INTS", "NUMERIC", "TORCH_DTYPES", "Tol",
+    "COMPLEX", "Case", "FLOATS", "FROM_TORCH", "INTEGRAL", "INTS", "MAIN", "NARROW_INTS", "NUMERIC", "TORCH_DTYPES", "Tol",
     "TorchFn", "as_tuple", "fuzz_settings", "assert_close_to_torch", "assert_types_match", "broadcast_pair", "one_op_graph",
     "operand", "random_array", "rngs", "round_to_bf16", "round_trip", "run_ir", "shapes", "to_torch",
 ]

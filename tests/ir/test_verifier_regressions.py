@@ -30,13 +30,13 @@ def test_a_value_that_is_both_an_outer_and_a_region_parameter_is_refused():
 
 def test_value_names_are_found_only_for_an_error_message(monkeypatch):
     # naming every value costs as much as printing the graph: a valid graph must not pay for it
-    from neuroncc.ir import printer, verifier
+    from neuroncc.ir import graph, verifier
 
     x, a, r, y = Value(T, "x"), Value(T, "a"), Value(T, "r"), Value(T, "y")
     region = Function("r", (a,), (Op("relu", (a,), (r,)),), (r,))
     valid = Function("f", (x,), (Op("kernel", (x,), (y,), KERNEL_ATTRS, (region,)),), (y,))
     calls = []
-    monkeypatch.setattr(verifier, "value_names", lambda fn: calls.append(fn) or printer.value_names(fn))
+    monkeypatch.setattr(verifier, "value_names", lambda fn: calls.append(fn) or graph.value_names(fn))
     verify(valid)
     assert calls == []
     broken = Function("r", (a,), (Op("relu", (x,), (r,)),), (r,))  # reads the outer %x

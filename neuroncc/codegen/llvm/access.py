@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from llvmlite import ir
@@ -106,10 +107,14 @@ def _expand(ctx, op, index, idx):
 def _slice(ctx, op, index, idx):
     dim = op.attrs["dim"] % len(idx)
     out = list(idx)
-    if op.name == "slice":
-        out[dim] = ctx.add(ctx.mul(idx[dim], op.attrs["step"]), op.attrs["start"])
-    else:  # split: result ``index`` starts after the earlier pieces
-        out[dim] = ctx.add(idx[dim], sum(op.attrs["sizes"][:index]))
+    out[dim] = ctx.add(ctx.mul(idx[dim], op.attrs["step"]), op.attrs["start"])
+    return _operand(ctx, op, 0, out)
+
+
+def _split(ctx, op, index, idx):
+    dim = op.attrs["dim"] % len(idx)
+    out = list(idx)
+    out[dim] = ctx.add(idx[dim], sum(op.attrs["sizes"][:index]))  # result ``index`` starts after the earlier pieces
     return _operand(ctx, op, 0, out)
 
 
@@ -278,6 +283,49 @@ def _index(ctx, op, index, idx):
     return _operand(ctx, op, 0, advanced_positions(ctx, op, idx, 1))
 
 
+# ---- indexed writes: scatter, index_put ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ScatterLowering:
+    """How an indexed write (``Trait.INDEXED_WRITE``) stores into its result, which already holds operand 0:
+    one store per point of ``domain(op)``, at ``position(ctx, op, idx)`` (checked), of ``value(ctx, op,
+    idx)``, added to what is there when ``accumulates(op)``."""
+
+    domain: Callable[[Op], tuple[int, ...]]
+    accumulates: Callable[[Op], bool]
+    position: Callable[[Any, Op, Index], Index]
+    value: Callable[[Any, Op, Index], ir.Value]
+
+
+def _scatter_position(ctx, op: Op, idx: Index) -> Index:
+    x = op.operands[0].type
+    dim = op.attrs["dim"] % x.rank
+    raw = to_index(ctx.b, ctx.value_at(op.operands[1], idx), op.operands[1].type.dtype)
+    return list(idx[:dim]) + [ctx.checked_index(raw, x.shape[dim])] + list(idx[dim + 1:])
+
+
+def _index_put_domain(op: Op) -> tuple[int, ...]:
+    x, _, *indices = (v.type for v in op.operands)
+    return index_result_shape("index_put", x, op.attrs["dims"], tuple(indices))
+
+
+def _index_put_value(ctx, op: Op, idx: Index) -> ir.Value:
+    values = op.operands[1]
+    return ctx.value_at(values, _broadcast(ctx, idx, _index_put_domain(op), values.type.shape))
+
+
+#: Indexed write op -> how it stores (one entry per op).
+SCATTERS: dict[str, ScatterLowering] = {
+    # x with src[i] written at x[..., index[i], ...] along dim, over index's shape
+    "scatter": ScatterLowering(lambda op: op.operands[1].type.shape, lambda op: op.attrs["reduce"] == "add",
+                               _scatter_position, lambda ctx, op, idx: ctx.value_at(op.operands[2], idx)),
+    # x with values (broadcast) written at the advanced indices, over the indexed shape
+    "index_put": ScatterLowering(_index_put_domain, lambda op: op.attrs["accumulate"],
+                                 lambda ctx, op, idx: advanced_positions(ctx, op, idx, 2), _index_put_value),
+}
+
+
 def _iota(ctx, op, index, idx):
     attrs = op.attrs
     i = ctx.b.sitofp(ctx.ir_index(idx[0]), F64)
@@ -308,13 +356,19 @@ def _scalar_constant(ctx, op, index, idx):
     return constant(attr.dtype, attr.array.reshape(-1)[0].item())
 
 
+#: Index lowerings that check their indices (``ctx.checked_index``: an out-of-range one sets the kernel's error
+#: flag, and the launcher raises). gather wraps instead.
+CHECKED_INDEX_OPS = frozenset({"index_select", "embedding", "index", "scatter", "index_put"})
+#: Index lowerings that need operand 0 to have a dimension to index (a 0-dim operand has no native lowering).
+NEED_A_DIM = frozenset({"gather", "scatter", "index_put"})
+
 #: Movement / index / creation op -> lowering (one entry per op).
 ACCESS: dict[str, AccessLowering] = {
     "reshape": _reshape,
     "permute": _permute,
     "expand": _expand,
     "slice": _slice,
-    "split": _slice,
+    "split": _split,
     "select": _select,
     "squeeze": _squeeze,
     "unsqueeze": _unsqueeze,

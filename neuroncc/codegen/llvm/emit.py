@@ -16,7 +16,9 @@ from llvmlite import ir
 
 from neuroncc.codegen.llvm.access import ACCESS, Index
 from neuroncc.codegen.llvm.elementwise import ELEMENTWISE, EXACT
-from neuroncc.codegen.llvm.entries import RECIPROCAL_ESTIMATES, add_phase_entry, add_team_entry
+from neuroncc.codegen.llvm.entries import (
+    RECIPROCAL_ESTIMATES, add_phase_entry, add_team_entry, vector_width_attribute,
+)
 from neuroncc.codegen.llvm.indexing import ROUNDS, IndexArithmetic
 from neuroncc.codegen.llvm.scalars import (
     I32, I64, PTR, VOID, compute_type, constant, load, round_to, storage_type, store,
@@ -24,7 +26,9 @@ from neuroncc.codegen.llvm.scalars import (
 from neuroncc.codegen.llvm.schedule import Computed, KernelPlan, MapStage, Phase
 from neuroncc.codegen.llvm.views import Layout
 from neuroncc.errors import CodegenError
+from neuroncc.hardware.host import CACHE_LINE_BYTES
 from neuroncc.ir.graph import Op, Value
+from neuroncc.ir.opdef import Trait
 
 
 #: Map-stage outputs at least this large are written with non-temporal stores ...
@@ -33,8 +37,6 @@ STREAM_MIN_BYTES = 1 << 22
 #: the stack-buffer round trip costs more than the read-for-ownership it saves (gelu(x*w+b)*sigmoid(x) on
 #: [4096, 1024], 2 threads: 1.96 ms streamed, 1.76 ms with plain stores).
 STREAM_MAX_TRANSCENDENTALS = 2
-TRANSCENDENTAL = frozenset({"exp", "exp2", "expm1", "log", "log2", "log1p", "tanh", "sigmoid", "erf", "gelu",
-                            "sin", "cos", "tan", "atan", "atan2", "pow"})
 
 
 class KernelEmitter(IndexArithmetic):
@@ -85,10 +87,14 @@ class KernelEmitter(IndexArithmetic):
         for slot, arg in enumerate(body_fn.args[:n_args]):
             arg.add_attribute("noalias")
             if slot in self.plan.aligned_args:
-                arg.attributes.align = 64  # lets the backend use aligned (and non-temporal) vector stores
-        # a string attribute, which llvmlite's attribute set does not know: added to the underlying set directly
+                # lets the backend use aligned (and non-temporal) vector stores
+                arg.attributes.align = CACHE_LINE_BYTES
+        # string attributes, which llvmlite's attribute set does not know: added to the underlying set directly
         set.add(body_fn.attributes, RECIPROCAL_ESTIMATES)
-        add_phase_entry(self.module, symbol, n_args)
+        vector_width = vector_width_attribute(self.plan.vector_width)
+        if vector_width is not None:
+            set.add(body_fn.attributes, vector_width)
+        add_phase_entry(self.module, symbol, n_args, (vector_width,) if vector_width is not None else ())
         add_team_entry(self.module, symbol)
 
         entry = body_fn.append_basic_block("entry")
@@ -223,7 +229,7 @@ class KernelEmitter(IndexArithmetic):
         rows = {}
         for target in streamed:
             row = self._entry.alloca(ir.ArrayType(storage_type(target.dtype), length))
-            row.align = 64
+            row.align = CACHE_LINE_BYTES
             rows[target.arg] = row
 
         def body(prefix: Index) -> None:
@@ -245,10 +251,10 @@ class KernelEmitter(IndexArithmetic):
                 self.store(target, idx, result)
 
     def _stream_row(self, row: ir.Value, target: Layout, idx: Index, count: Any) -> None:
-        """Copy ``count`` elements (a multiple of 64 bytes) from ``row`` to ``target`` at ``idx``."""
+        """Copy ``count`` elements (whole cache lines) from ``row`` to ``target`` at ``idx``, a line per store."""
         from neuroncc.codegen.llvm.scalars import storage_itemsize
 
-        lanes = 64 // storage_itemsize(target.dtype)
+        lanes = CACHE_LINE_BYTES // storage_itemsize(target.dtype)
         vector = ir.VectorType(storage_type(target.dtype), lanes)
         destination = self.address(target, idx)
         nontemporal = self.module.add_metadata([ir.Constant(I32, 1)])
@@ -258,8 +264,8 @@ class KernelEmitter(IndexArithmetic):
             src = self.b.gep(row, [ir.Constant(I64, 0), self.ir_index(offset)], inbounds=True)
             dst = self.b.gep(destination, [self.ir_index(offset)], source_etype=storage_type(target.dtype),
                              inbounds=True)
-            value = self.b.load(src, typ=vector, align=64)
-            self.b.store(value, dst, align=64).set_metadata("nontemporal", nontemporal)
+            value = self.b.load(src, typ=vector, align=CACHE_LINE_BYTES)
+            self.b.store(value, dst, align=CACHE_LINE_BYTES).set_metadata("nontemporal", nontemporal)
 
         self.loop(0, self.div(count, lanes), copy)
 
@@ -277,7 +283,7 @@ class KernelEmitter(IndexArithmetic):
             producer = self.phase.row_cache.get(value)
             if access is None or isinstance(access, Layout) or (producer is not None and self.stage_number > producer):
                 continue
-            count += access.op.name in TRANSCENDENTAL
+            count += access.op.has(Trait.TRANSCENDENTAL)
             pending += access.op.operands
         return count
 
@@ -291,7 +297,8 @@ class KernelEmitter(IndexArithmetic):
         itemsize = storage_itemsize(target.dtype)
         return (target.arg in self.plan.aligned_args and target.is_contiguous and target.offset == 0
                 and math.prod(target.shape) * itemsize >= STREAM_MIN_BYTES and bool(target.shape)
-                and (target.shape[-1] * itemsize) % 64 == 0 and (self.phase.block * itemsize) % 64 == 0)
+                and (target.shape[-1] * itemsize) % CACHE_LINE_BYTES == 0
+                and (self.phase.block * itemsize) % CACHE_LINE_BYTES == 0)
 
     # ---- values ---------------------------------------------------------------------------------------
 

@@ -10,12 +10,23 @@ from __future__ import annotations
 from llvmlite import ir
 
 from neuroncc.codegen.llvm.scalars import I64, PTR, VOID
+from neuroncc.hardware.host import host_cpu
 
 #: fdivs flagged arcp (polynomial math, true division) may use the hardware reciprocal estimate plus one
 #: Newton step: ~1 ulp, several times the throughput of vdivps. The square-root estimate stays off: with it,
 #: x / sqrt(y) becomes x * rsqrt-estimate(y), whose Newton step is NaN at y = 0 and y = inf (eager: +-inf and
 #: 0) and -inf for denormal y (found by the fuzzer).
 RECIPROCAL_ESTIMATES = '"reciprocal-estimates"="vec-divf:1,divf:1,!vec-sqrtf,!sqrtf"'
+
+
+def vector_width_attribute(vector_width: int) -> str | None:
+    """The function attribute that holds the loop and SLP vectorizers to ``vector_width`` float32 lanes (the
+    kernel's tile decision), or None when that is no narrower than the host's widest vectors: LLVM's own
+    choice for the CPU then stands."""
+    bits = vector_width * 32
+    if not vector_width or bits >= host_cpu().vector_bits:
+        return None
+    return f'"prefer-vector-width"="{bits}"'
 
 
 class FunctionText(ir.Function):
@@ -29,11 +40,13 @@ class FunctionText(ir.Function):
         buf.append(self.text)
 
 
-def add_phase_entry(module: ir.Module, symbol: str, n_args: int) -> None:
+def add_phase_entry(module: ir.Module, symbol: str, n_args: int, attributes: tuple[str, ...] = ()) -> None:
     """``void {symbol}(ptr args, i64 start, i64 end)``: loads the ``n_args`` buffer pointers from ``args`` and
-    runs outer iterations [start, end) of the phase (``{symbol}.body``). ``noinline``: the ``_team`` entry
-    calls it too, so the loop nest exists once."""
-    lines = [f'define void @"{symbol}"(ptr %args, i64 %start, i64 %end) {RECIPROCAL_ESTIMATES} noinline', "{",
+    runs outer iterations [start, end) of the phase (``{symbol}.body``, which is inlined here, so it carries the
+    body's string ``attributes`` too). ``noinline``: the ``_team`` entry calls it too, so the loop nest exists
+    once."""
+    extra = "".join(f" {attribute}" for attribute in attributes)
+    lines = [f'define void @"{symbol}"(ptr %args, i64 %start, i64 %end) {RECIPROCAL_ESTIMATES}{extra} noinline', "{",
              "entry:"]
     for slot in range(n_args):
         lines.append(f"  %slot{slot} = getelementptr ptr, ptr %args, i64 {slot}")

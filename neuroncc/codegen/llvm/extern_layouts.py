@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from neuroncc.ir.dtypes import DType
-from neuroncc.ir.opdef import Category
+from neuroncc.ir.opdef import Category, Trait
 from neuroncc.ir.ops import REGISTRY
 from neuroncc.ir.types import contiguous_strides
 
@@ -26,13 +26,13 @@ def onednn_shapes_eligible(name: str, attrs: Mapping[str, Any], shapes: Sequence
     """The part of the oneDNN choice that the op, its attributes and its operands' logical shapes (after
     transpose_a/_b) decide, known when the launch is planned (float32 operands assumed; see
     :func:`_onednn_eligible` for the rest)."""
-    if name not in ("mm", "addmm") or attrs.get("transpose_a"):
+    if not REGISTRY.get(name).has(Trait.MATRIX_PRODUCT) or attrs.get("transpose_a"):
         return False
-    first = 1 if name == "addmm" else 0
+    first = len(shapes) - 2  # the factors are the last two operands
     a, b = shapes[first], shapes[first + 1]
-    if len(a) != 2 or len(b) != 2 or a[0] * a[1] * b[1] < ONEDNN_MIN_MACS:
+    if len(a) != 2 or len(b) != 2 or a[0] * a[1] * b[1] < ONEDNN_MIN_MACS:  # mm, addmm: no batch dims
         return False
-    if name == "addmm":
+    if first == 1:  # addmm: its first operand is the bias
         bias = shapes[0]
         if attrs["alpha"] != 1 or attrs["beta"] != 1 or math.prod(bias) != b[1]:
             return False
@@ -90,9 +90,10 @@ def supplied_strides(op: Any, operands: Sequence[Any]) -> tuple[tuple[int, ...] 
         predicted = none if predict is None else predict([(s.shape, s.strides) for s in operands],
                                                          [r.type.shape for r in results])
         return tuple(contiguous_strides(r.type.shape) if p is None else tuple(p) for p, r in zip(predicted, results))
-    if op.name not in ("mm", "addmm") or any(s.dtype != "f32" for s in operands) or results[0].type.dtype != DType.f32:
+    if not op.has(Trait.MATRIX_PRODUCT) or results[0].type.rank != 2 or any(s.dtype != "f32" for s in operands) \
+            or results[0].type.dtype != DType.f32:  # mm, addmm of float32
         return none
-    first = 1 if op.name == "addmm" else 0
+    first = len(op.operands) - 2  # the factors are the last two operands
     shapes = [tuple(s.shape) for s in operands]
     for flag, position in (("transpose_a", first), ("transpose_b", first + 1)):
         if op.attrs.get(flag):

@@ -24,6 +24,7 @@ import llvmlite.binding as llvm
 from llvmlite.binding import ffi
 
 from neuroncc.errors import ArtifactError, CodegenError
+from neuroncc.hardware.host import host_cpu as _host
 
 _LOCK = threading.Lock()
 _STATE: dict[str, object] = {}
@@ -38,11 +39,8 @@ def _initialize() -> None:
 
 def host_cpu() -> tuple[str, str]:
     """The host CPU's name and feature string (part of the artifact's identity: code is CPU-specific)."""
-    with _LOCK:
-        _initialize()
-        if "cpu" not in _STATE:
-            _STATE["cpu"] = (llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten())
-    return _STATE["cpu"]  # type: ignore[return-value]
+    host = _host()
+    return host.name, host.features
 
 
 def target_machine() -> llvm.TargetMachine:
@@ -52,6 +50,8 @@ def target_machine() -> llvm.TargetMachine:
     worker must not share one with another thread.
     """
     cpu, features = host_cpu()
+    with _LOCK:
+        _initialize()
     target = _STATE["target"]
     return target.create_target_machine(cpu=cpu, features=features, opt=3, reloc="pic", codemodel="default")
 

@@ -16,20 +16,20 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from neuroncc.codegen.llvm import Layout, emit_kernel, plan_kernel, view_layout
-from neuroncc.codegen.llvm.regions import TOP_LEVEL_VIEWS
-from neuroncc.codegen.llvm.schedule import BLOCK
 from neuroncc.codegen.llvm.scalars import storage_itemsize
 from neuroncc.errors import ArtifactError, CodegenError
+from neuroncc.hardware.host import CACHE_LINE_BYTES
 from neuroncc.ir.dtypes import DType
-from neuroncc.ir.graph import Function, Value
-from neuroncc.ir.opdef import Category
+from neuroncc.ir.graph import Function, Value, print_function
+from neuroncc.ir.opdef import Category, Trait
 from neuroncc.ir.ops import REGISTRY
-from neuroncc.ir.printer import print_function
 from neuroncc.ir.types import contiguous_strides
 from neuroncc.codegen.llvm.extern_layouts import same_layout, supplied_strides
+from neuroncc.passes.strides import aliases_operand
+from neuroncc.passes.tile import tile_kernel
 
-PLAN_VERSION = 3  # 3: BufferSpec.supplied, kind call
-ALIGN = 64
+PLAN_VERSION = 4  # 3: BufferSpec.supplied, kind call; 4: StepSpec.row_block
+ALIGN = CACHE_LINE_BYTES  # buffers and arena slots start on a cache line
 
 
 class BufferKind(enum.StrEnum):
@@ -110,7 +110,7 @@ class StepSpec:
     slots: tuple[CpuSlot, ...] = ()
     extern: ExternSpec | None = None
     may_fail: bool = False
-    row_blocked: bool = False  # extern mm/addmm and epilogue phases run block of rows by block of rows
+    row_block: int = 0  # extern mm/addmm and epilogue phases run blocks of this many rows (0: all at once)
     reason: str = ""  # why a kernel runs in the interpreter
 
 
@@ -159,7 +159,7 @@ def _step(data: Mapping[str, Any]) -> StepSpec:
         tuple(CpuSlot(SlotKind(s["kind"]), s["ref"]) for s in data["slots"]),
         None if extern is None else ExternSpec(extern["op_index"], tuple(_value(v) for v in extern["operands"]),
                                                tuple(_value(v) for v in extern["results"])),
-        data["may_fail"], data["row_blocked"], data["reason"],
+        data["may_fail"], data["row_block"], data["reason"],
     )
 
 
@@ -267,11 +267,11 @@ class _LaunchPlanner:
             self.define(param, ValueSpec(buffer, 0, t.shape, strides, t.dtype.value))
         for op_index, op in enumerate(self.fn.ops):
             category = REGISTRY.get(op.name).category
-            if op.name == "constant":
+            if op.has(Trait.STORED):
                 t = op.result.type
                 buffer = self.add_buffer(BufferKind.CONSTANT, op_index, t.numel, t.dtype)
                 self.define(op.result, ValueSpec(buffer, 0, t.shape, contiguous_strides(t.shape), t.dtype.value))
-            elif op.name in TOP_LEVEL_VIEWS:
+            elif aliases_operand(op):
                 self.view(op_index, op)
             elif category is Category.KERNEL:
                 self.kernel(op_index, op)
@@ -301,8 +301,9 @@ class _LaunchPlanner:
             spec = self.plan.values[self.ids[value]]
             buffer = self.plan.buffers[spec.buffer]
             t = value.type
-            if buffer.kind not in (BufferKind.ARENA, BufferKind.CALL) or spec.offset != 0 or spec.strides != t.layout_strides \
-                    or Layout(0, 0, t.shape, t.layout_strides, t.dtype).extent != buffer.extent:
+            nbytes = Layout(0, 0, t.shape, t.layout_strides, t.dtype).extent * t.dtype.numpy.itemsize
+            if buffer.kind not in (BufferKind.ARENA, BufferKind.CALL) or spec.offset != 0 \
+                    or spec.strides != t.layout_strides or nbytes != buffer.extent * DType(buffer.dtype).numpy.itemsize:
                 continue
             self.plan.buffers[spec.buffer] = _replace(buffer, kind=BufferKind.OUTPUT, index=position)
 
@@ -336,9 +337,10 @@ class _LaunchPlanner:
         params = [self.layout(v, i) for i, v in enumerate(op.operands)]
         outputs = [self.layout(v, len(params) + i) for i, v in enumerate(op.results)]
         step = StepSpec(StepKind.KERNEL, op_index, self._ids(op.operands), self._ids(op.results))
+        tiled = tile_kernel(op, "cpu")  # the tile pass's decisions (made here for a kernel compiled without it)
         try:
-            block = op.attrs.get("block")  # tiling attribute, when the tiling pass sets one
-            kplan = plan_kernel(region, params, outputs, block=block if isinstance(block, int) and block > 0 else BLOCK)
+            kplan = plan_kernel(region, params, outputs, block=tiled.attrs["inner_block"],
+                                vector_width=tiled.attrs["vector_width"])
             kplan.aligned_args = frozenset(self._aligned_slots(op, kplan))
             texts, symbols = emit_kernel(kplan, f"k{op_index}")
         except CodegenError as exc:
@@ -364,7 +366,16 @@ class _LaunchPlanner:
             extern = ExternSpec(kplan.extern.op_index, tuple(_layout_spec(a) for a in kplan.extern.operands),
                                 tuple(_layout_spec(a) for a in kplan.extern.results))
         self.plan.steps.append(_replace(step, native=True, phases=phases, slots=tuple(slots), extern=extern,
-                                        may_fail=kplan.may_fail, row_blocked=kplan.row_blocked))
+                                        may_fail=kplan.may_fail, row_block=_row_block(kplan, tiled)))
+
+
+def _row_block(kplan: Any, kernel: Any) -> int:
+    """Rows per block of the kernel's matmul and epilogue (its ``matmul_tile`` decision), when its phases can
+    run block by block; 0 for one block."""
+    tile = kernel.attrs["matmul_tile"]
+    if not kplan.row_blocked or not tile or kplan.extern is None:
+        return 0
+    return tile[0] if 0 < tile[0] < kplan.extern.results[0].shape[0] else 0
 
 
 def _aligned_buffer(buffer: BufferSpec) -> bool:

@@ -30,6 +30,8 @@ class Combiner:
     finish: Callable[[ir.IRBuilder, DType, list[ir.Value], int, Any], ir.Value]
     float_sum: bool = False  # float32 chunk partials + float64 total (for float inputs)
     two_pass: bool = False  # var: a first pass computes the mean
+    merges_partials: bool = False  # ``update`` merges another partial accumulator (collapsed): parallel partials
+    column_split: bool = True  # the column-split refinement may divide the kept columns among threads
     collapse: Callable[[ir.IRBuilder, DType, list[ir.Value]], ir.Value] = lambda b, dtype, accs: accs[0]
     """One value of slot 0's type standing for all accumulators (a partial result that ``update`` can merge)."""
 
@@ -136,7 +138,7 @@ def _arg(which: str) -> Combiner:
     def finish(b, dtype, accs, count, attrs):
         return accs[1]
 
-    return Combiner(slots, init, update, finish)
+    return Combiner(slots, init, update, finish, column_split=False)  # (value, index) pairs stay whole
 
 
 def _identity_finish(b, dtype, accs, count, attrs):
@@ -162,16 +164,20 @@ _MIN_INIT, _MIN_UPDATE = _extreme("min")
 
 #: Reduction op -> combiner (one entry per op).
 COMBINERS: dict[str, Combiner] = {
-    "sum": Combiner(_sum_slots, _zero, _sum_update, _sum_finish, float_sum=True),
-    "mean": Combiner(_sum_slots, _zero, _sum_update, _mean_finish, float_sum=True),
+    "sum": Combiner(_sum_slots, _zero, _sum_update, _sum_finish, float_sum=True, merges_partials=True),
+    "mean": Combiner(_sum_slots, _zero, _sum_update, _mean_finish, float_sum=True, merges_partials=True),
     "var": Combiner(_sum_slots, _zero, _sum_update, _var_finish, float_sum=True, two_pass=True),
     "prod": Combiner(_sum_slots, _prod_init, _prod_update, _sum_finish),
-    "amax": Combiner(_extreme_slots, _MAX_INIT, _MAX_UPDATE, _extreme_finish, collapse=_extreme_collapse),
-    "amin": Combiner(_extreme_slots, _MIN_INIT, _MIN_UPDATE, _extreme_finish, collapse=_extreme_collapse),
+    "amax": Combiner(_extreme_slots, _MAX_INIT, _MAX_UPDATE, _extreme_finish, collapse=_extreme_collapse,
+                     merges_partials=True),
+    "amin": Combiner(_extreme_slots, _MIN_INIT, _MIN_UPDATE, _extreme_finish, collapse=_extreme_collapse,
+                     merges_partials=True),
     "any": Combiner(lambda d: [I1], lambda d: [ir.Constant(I1, 0)],
-                    lambda b, d, accs, x, pos: [b.or_(accs[0], _truthy(b, d, x))], _identity_finish),
+                    lambda b, d, accs, x, pos: [b.or_(accs[0], _truthy(b, d, x))], _identity_finish,
+                    merges_partials=True),
     "all": Combiner(lambda d: [I1], lambda d: [ir.Constant(I1, 1)],
-                    lambda b, d, accs, x, pos: [b.and_(accs[0], _truthy(b, d, x))], _identity_finish),
+                    lambda b, d, accs, x, pos: [b.and_(accs[0], _truthy(b, d, x))], _identity_finish,
+                    merges_partials=True),
     "argmax": _arg("max"),
     "argmin": _arg("min"),
 }

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import math
 
+from neuroncc.codegen.llvm.reductions import COMBINERS
 from neuroncc.codegen.llvm.schedule import (
     Computed, ExtraArg, KernelPlan, MapStage, Phase, ReduceStage, outer_dims_preserved,
 )
 from neuroncc.ir.graph import Value
-from neuroncc.ir.opdef import Category
+from neuroncc.ir.opdef import Category, Trait
 from neuroncc.ir.ops import REGISTRY
 
 
@@ -43,8 +44,6 @@ def parallel_kept_dims(phase: Phase) -> None:
 
 
 PARTIALS_MAX = 64
-#: Reductions whose accumulator can be merged with another partial accumulator by the update itself.
-_MERGEABLE = frozenset({"sum", "mean", "amax", "amin", "any", "all"})
 
 
 def split_full_reduction(plan: KernelPlan, phase: Phase) -> list[Phase]:
@@ -55,7 +54,7 @@ def split_full_reduction(plan: KernelPlan, phase: Phase) -> list[Phase]:
     stage = phase.stages[0]
     shape = stage.shape
     total = math.prod(shape)
-    if stage.op.name not in _MERGEABLE or not shape or stage.reduced != tuple(range(len(shape))) \
+    if not COMBINERS[stage.op.name].merges_partials or not shape or stage.reduced != tuple(range(len(shape))) \
             or total < 1 << 16 or shape[0] < 2:
         return [phase]
     parts = min(shape[0], PARTIALS_MAX, max(2, total >> 15))
@@ -77,7 +76,7 @@ def split_columns(phase: Phase) -> None:
     stage = phase.stages[0]
     rank = len(stage.shape)
     kept = [d for d in range(rank) if d not in stage.reduced]
-    if not stage.reduced or kept != [rank - 1] or stage.op.name in ("argmax", "argmin"):
+    if not stage.reduced or kept != [rank - 1] or not COMBINERS[stage.op.name].column_split:
         return
     columns = stage.shape[-1]
     split = min(max(SPLIT_MIN, -(-columns // 8 // 16) * 16), 4096)
@@ -91,9 +90,6 @@ def split_columns(phase: Phase) -> None:
         phase.split = split
 
 
-#: Ops worth computing once per row rather than once per stage that reads them.
-EXPENSIVE = frozenset({"exp", "exp2", "expm1", "log", "log2", "log1p", "tanh", "sigmoid", "erf", "gelu", "sin", "cos",
-                       "tan", "atan", "atan2", "pow"})
 ROW_CACHE_MAX = 16384  # elements of one cached row (kept on the stack)
 
 
@@ -123,7 +119,8 @@ def _expensive(plan: KernelPlan, value: Value, seen: set) -> bool:
     if not isinstance(access, Computed) or value in seen:
         return False
     seen.add(value)
-    return access.op.name in EXPENSIVE or any(_expensive(plan, v, seen) for v in access.op.operands)
+    # transcendental functions are worth computing once per row rather than once per stage that reads them
+    return access.op.has(Trait.TRANSCENDENTAL) or any(_expensive(plan, v, seen) for v in access.op.operands)
 
 
 def _reads_in_place(plan: KernelPlan, root: Value, target: Value, shape: tuple[int, ...], seen: set) -> bool:
@@ -143,8 +140,6 @@ def _reads_in_place(plan: KernelPlan, root: Value, target: Value, shape: tuple[i
 CHUNKS_MAX = 16
 #: ... and at most this many bytes of float64 partials per column reduction.
 CHUNK_PARTIALS_MAX_BYTES = 1 << 21
-#: Reductions whose column partials are float64 sums (finished by the combining phase: mean divides).
-_COLUMN_SUMS = frozenset({"sum", "mean"})
 
 
 def accumulate_column_partials(plan: KernelPlan, phases: list[Phase], stage_args: set[int]) -> list[Phase]:
@@ -221,7 +216,8 @@ def _joins(plan: KernelPlan, host: Phase, phase: Phase, rows: int, chunks: int, 
     stage = phase.stages[0]
     shape, reduced = stage.shape, stage.reduced
     count = len(reduced)
-    if stage.op.name not in _COLUMN_SUMS or not stage.op.operands[0].type.dtype.is_float or not count \
+    # column partials are float64 sums (the combining phase finishes them: mean divides)
+    if not stage.op.has(Trait.SUM_REDUCTION) or not stage.op.operands[0].type.dtype.is_float or not count \
             or reduced != tuple(range(count)) or count >= len(shape) or math.prod(shape[:count]) != rows:
         return False
     if chunks * (math.prod(shape) // rows) * 8 > CHUNK_PARTIALS_MAX_BYTES:
@@ -251,7 +247,7 @@ def _rows_preserved(plan: KernelPlan, value: Value, count: int, rows: tuple[int,
         dims = tuple(d if d < count else -1 for d in range(len(shape)))
         return outer_dims_preserved(plan, value, dims, count, written, set())
     access = plan.access[value]
-    if isinstance(access, Computed) and access.op.name == "reshape":
+    if isinstance(access, Computed) and access.op.has(Trait.RESHAPE):
         (operand,) = access.op.operands
         flat, total = math.prod(shape[:count]), 1
         for width, size in enumerate(operand.type.shape):

@@ -12,17 +12,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from neuroncc.ir.graph import Builder, Function, Op, Value
-from neuroncc.ir.opdef import Category
+from neuroncc.ir.opdef import Category, Trait
 from neuroncc.ir.ops import REGISTRY
-
-#: View ops the launcher executes as strided views at the top level.
-TOP_LEVEL_VIEWS = frozenset({"reshape", "permute", "expand", "slice", "select", "squeeze", "unsqueeze"})
+from neuroncc.passes.strides import aliases_operand
 
 
 def is_top_level_op(op: Op) -> bool:
-    """Whether the launcher runs ``op`` as it is (no kernel needed)."""
+    """Whether the launcher runs ``op`` as it is (no kernel needed): kernels, ATen calls, views aliasing their
+    operand's buffer (it executes them as views of their source's buffer) and stored constants."""
     category = REGISTRY.get(op.name).category
-    return category in (Category.KERNEL, Category.MATMUL, Category.EXTERN) or op.name in TOP_LEVEL_VIEWS or op.name == "constant"
+    return category in (Category.KERNEL, Category.MATMUL, Category.EXTERN) or aliases_operand(op) \
+        or op.has(Trait.STORED)
 
 
 def make_kernel(ops: Sequence[Op], inputs: Sequence[Value], outputs: Sequence[Value], name: str) -> Op:

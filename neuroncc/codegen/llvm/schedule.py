@@ -22,17 +22,16 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from neuroncc.codegen.llvm.access import ACCESS, CHECKED_INDEX_OPS, NEED_A_DIM, SCATTERS
 from neuroncc.codegen.llvm.dimflow import operand_dim_maps
-from neuroncc.codegen.llvm.views import VIEW_OPS, Layout, view_layout
+from neuroncc.codegen.llvm.elementwise import ELEMENTWISE
+from neuroncc.codegen.llvm.views import Layout, view_layout
 from neuroncc.errors import CodegenError
 from neuroncc.ir.graph import Function, Op, Value
-from neuroncc.ir.opdef import Category
+from neuroncc.ir.opdef import Category, Trait
 from neuroncc.ir.ops import REGISTRY
-from neuroncc.ir.ops.indexing import index_result_shape
 from neuroncc.ir.types import contiguous_strides
-
-#: Map-only phases over a long last dim split it into blocks of this many elements (parallelism for 1-d).
-BLOCK = 16384
+from neuroncc.passes.tile import CPU_INNER_BLOCK
 
 
 @dataclass(frozen=True)
@@ -76,10 +75,7 @@ class ReduceStage:
 
     @property
     def reduced(self) -> tuple[int, ...]:
-        attrs, rank = self.op.attrs, len(self.shape)
-        if self.op.name in ("argmax", "argmin"):
-            return tuple(range(rank)) if attrs["dim"] is None else ((attrs["dim"] % rank,) if rank else ())
-        return tuple(attrs["dims"])
+        return self.op.opdef.reduced_dims(self.op.attrs, len(self.shape))
 
     @property
     def max_outer(self) -> int:
@@ -97,16 +93,10 @@ class ReduceStage:
 class ScatterStage:
     op: Op
     target: Layout
+    shape: tuple[int, ...]  # the points written (access.SCATTERS[op].domain)
 
     kind = "scatter"
     max_outer = 0
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        if self.op.name == "scatter":
-            return self.op.operands[1].type.shape
-        x, _, *indices = (v.type for v in self.op.operands)
-        return index_result_shape("index_put", x, self.op.attrs["dims"], tuple(indices))
 
     @property
     def roots(self) -> list[tuple[Value, int]]:
@@ -221,6 +211,7 @@ class KernelPlan:
     may_fail: bool = False  # reads data-dependent indices that may be out of range
     row_blocked: bool = False  # the extern matmul can run block of rows by block, each followed by the phases
     aligned_args: frozenset[int] = frozenset()  # argument slots whose buffers start 64-byte aligned
+    vector_width: int = 0  # the kernel's tile decision: at most this many float32 lanes per vector (0: no cap)
 
     @property
     def error_slot(self) -> int:
@@ -231,19 +222,18 @@ class KernelPlan:
         return self.error_slot + 1
 
 
-_CHECKED_INDEX_OPS = frozenset({"index_select", "embedding", "index", "scatter", "index_put"})
-
-
-def plan_kernel(region: Function, params: list[Layout], outputs: list[Layout], block: int = BLOCK) -> KernelPlan:
+def plan_kernel(region: Function, params: list[Layout], outputs: list[Layout], block: int = CPU_INNER_BLOCK,
+                vector_width: int = 0) -> KernelPlan:
     """Plan the loop nests of ``region`` given the layouts of its parameters and output buffers.
 
-    ``block`` (a tiling attribute of the kernel op when present) is the inner block length of map-only
-    phases over a long last dim.
+    ``block`` and ``vector_width`` are the kernel's tile decisions (``inner_block``, ``vector_width``; the tile
+    pass's defaults when a kernel has none): map-only phases over a longer last dim run it in blocks of
+    ``block`` elements, and the loop vectorizer uses at most ``vector_width`` float32 lanes.
 
     Raises CodegenError for anything the native code generator does not handle (the launcher then runs the
     region in the reference interpreter).
     """
-    plan = KernelPlan(region, {}, [], len(params), len(outputs))
+    plan = KernelPlan(region, {}, [], len(params), len(outputs), vector_width=vector_width)
     stage_args: set[int] = set()  # argument slots written by stages (their views stay computed)
     output_slots: dict[Value, list[int]] = {}
     for position, value in enumerate(region.outputs):
@@ -278,7 +268,7 @@ def plan_kernel(region: Function, params: list[Layout], outputs: list[Layout], b
         if op.name not in REGISTRY:
             raise CodegenError(f"unknown op '{op.name}' in kernel region")
         category = REGISTRY.get(op.name).category
-        if op.name in ("scatter", "index_put", "gather") and op.operands[0].type.rank == 0:
+        if op.name in NEED_A_DIM and op.operands[0].type.rank == 0:
             # 0-dim data tensors (e.g. the backward of max over dim 0 of a scalar) have no dimension to index
             raise CodegenError(f"op '{op.name}' on a 0-dim tensor has no native lowering")
         if category is Category.MATMUL:
@@ -293,13 +283,13 @@ def plan_kernel(region: Function, params: list[Layout], outputs: list[Layout], b
                 plan.access[result] = layout
                 stage_args.add(layout.arg)
             seen_compute = True
-        elif op.name in VIEW_OPS:
+        elif op.has(Trait.VIEW):
             source = plan.access[op.operands[0]]
             for index, result in enumerate(op.results):
                 view = view_layout(op, source, index) if isinstance(source, Layout) and source.arg not in stage_args \
                     else None
                 plan.access[result] = view if view is not None else Computed(op, index)
-        elif op.name == "constant" and op.result.type.numel > 1:
+        elif op.has(Trait.STORED) and op.result.type.numel > 1:
             plan.extra.append(ExtraArg("constant", op_index=op_index))
             slot = plan.n_params + plan.n_outputs + len(plan.extra) - 1
             plan.access[op.result] = Layout.of(slot, op.result.type)
@@ -309,25 +299,22 @@ def plan_kernel(region: Function, params: list[Layout], outputs: list[Layout], b
             plan.access[op.result] = target
             stage_args.add(target.arg)
             seen_compute = True
-        elif op.name in ("scatter", "index_put"):
+        elif op.has(Trait.INDEXED_WRITE):
             target = buffer_for(op.result)
             stages.append(MapStage(op.result.type.shape, [(op.operands[0], target)]))
-            stages.append(ScatterStage(op, target))
+            stages.append(ScatterStage(op, target, SCATTERS[op.name].domain(op)))
             plan.access[op.result] = target
             stage_args.add(target.arg)
             seen_compute = True
         elif category is Category.KERNEL:
             raise CodegenError("nested kernel ops are not supported in a kernel region")
         else:
-            from neuroncc.codegen.llvm.access import ACCESS
-            from neuroncc.codegen.llvm.elementwise import ELEMENTWISE
-
             if op.name not in ELEMENTWISE and op.name not in ACCESS:
                 raise CodegenError(f"no native lowering for op '{op.name}'")
             for index, result in enumerate(op.results):
                 plan.access[result] = Computed(op, index)
             seen_compute = seen_compute or category is not Category.CONSTANT
-        plan.may_fail = plan.may_fail or op.name in _CHECKED_INDEX_OPS
+        plan.may_fail = plan.may_fail or op.name in CHECKED_INDEX_OPS
         for result in op.results:
             queue_outputs(result)
         if pending_outputs:
@@ -343,11 +330,16 @@ def plan_kernel(region: Function, params: list[Layout], outputs: list[Layout], b
     return plan
 
 
+def _is_matrix_product_2d(op: Op) -> bool:
+    """mm, addmm: a matrix product without batch dims."""
+    return op.has(Trait.MATRIX_PRODUCT) and op.results[0].type.rank == 2
+
+
 def _row_blockable(plan: KernelPlan, stage_args: set[int]) -> bool:
     """Whether every phase reads the mm/addmm result only at its own outer row, so the epilogue can run on
     each block of rows right after the matmul writes it (while it is in cache)."""
     extern = plan.extern
-    if extern is None or plan.region.ops[extern.op_index].name not in ("mm", "addmm"):
+    if extern is None or not _is_matrix_product_2d(plan.region.ops[extern.op_index]):
         return False
     rows = extern.results[0].shape[0]
     extern_args = {r.arg for r in extern.results}

@@ -13,9 +13,9 @@ from typing import Any
 
 from llvmlite import ir
 
-from neuroncc.codegen.llvm.access import _broadcast, advanced_positions
+from neuroncc.codegen.llvm.access import SCATTERS
 from neuroncc.codegen.llvm.reductions import COMBINERS, REASSOC, Combiner
-from neuroncc.codegen.llvm.scalars import F32, F64, I1, I64, round_to, to_index
+from neuroncc.codegen.llvm.scalars import F32, F64, I1, I64, round_to
 from neuroncc.codegen.llvm.schedule import ReduceStage, ScatterStage
 from neuroncc.ir.types import contiguous_strides
 
@@ -351,24 +351,17 @@ def emit_column_combine(em: Any, stage: ReduceStage, chunks: int, slot: int) -> 
 def emit_scatter(em: Any, stage: ScatterStage) -> None:
     """Serial loop writing (or accumulating) data-dependent positions of the stage's buffer."""
     op, target = stage.op, stage.target
-    accumulate = op.attrs["reduce"] == "add" if op.name == "scatter" else op.attrs["accumulate"]
+    scatter = SCATTERS[op.name]
+    accumulate = scatter.accumulates(op)
     dtype = target.dtype
 
     def positions(idx: list[Any]) -> list[Any]:
-        if op.name == "scatter":
-            x = op.operands[0].type
-            dim = op.attrs["dim"] % x.rank
-            raw = to_index(em.b, em.value_at(op.operands[1], idx), op.operands[1].type.dtype)
-            return list(idx[:dim]) + [em.checked_index(raw, x.shape[dim])] + list(idx[dim + 1:])
-        return advanced_positions(em, op, idx, 2)
+        return scatter.position(em, op, idx)
 
     def write(idx: list[Any]) -> None:
         b = em.b
         where = positions(idx)
-        if op.name == "scatter":
-            value = em.value_at(op.operands[2], idx)
-        else:
-            value = em.value_at(op.operands[1], _broadcast(em, idx, stage.shape, op.operands[1].type.shape))
+        value = scatter.value(em, op, idx)
         if accumulate:
             old = em.load(target, where)
             if dtype.is_float:

@@ -8,7 +8,7 @@ traffic that a plain copy moves in 0.7 ms.
 
 Such a phase (:func:`block_transposed_rows`, at scheduling) takes a block of output rows per parallel
 iteration: ``SQUARES`` squares of ``lanes`` rows (fewer when the phase would have under ``MIN_BLOCKS``
-blocks), ``lanes`` being one 64-byte line of the narrowest transposed source. Its stage
+blocks), ``lanes`` being one cache line of the narrowest transposed source. Its stage
 (:func:`emit_transposed`) runs per chunk of ``CHUNK`` output columns:
 
 1. compute: columns outside, the block's rows inside, into an L1 stack tile stored column-major (tile
@@ -30,11 +30,11 @@ from neuroncc.codegen.llvm.dimflow import operand_dim_maps
 from neuroncc.codegen.llvm.schedule import KernelPlan, MapStage, Phase
 from neuroncc.codegen.llvm.scalars import storage_itemsize
 from neuroncc.codegen.llvm.views import Layout
+from neuroncc.hardware.host import CACHE_LINE_BYTES
 from neuroncc.ir.graph import Value
 
-#: Rows of a transposed square (vector lanes): one 64-byte source line's worth, within these bounds.
+#: Rows of a transposed square (vector lanes): one cache line of the source, within these bounds.
 MIN_LANES, MAX_LANES = 8, 32
-LINE_BYTES = 64
 #: Squares per block of output rows: a block reads this many lines of each source row it visits, which
 #: amortizes the page walk of the visit (2048 x 2048 f32, one thread: 4.6 ms with 1, 3.2 with 2, 2.3 with 4).
 SQUARES = 4
@@ -76,7 +76,7 @@ def transposed_reads(plan: KernelPlan, stage: MapStage) -> list[Layout]:
 def lanes(sources: list[Layout]) -> int:
     """Rows of a transposed square: a source line's worth of its narrowest transposed read (8 .. 32)."""
     itemsize = min(storage_itemsize(layout.dtype) for layout in sources)
-    return max(MIN_LANES, min(MAX_LANES, LINE_BYTES // itemsize))
+    return max(MIN_LANES, min(MAX_LANES, CACHE_LINE_BYTES // itemsize))
 
 
 def block_transposed_rows(plan: KernelPlan, phase: Phase) -> None:
@@ -120,7 +120,7 @@ def emit_transposed(em: Any, stage: MapStage, ranges: list[tuple[Any, Any]]) -> 
     for _, target in stage.items:
         pitch = block
         tile = em._entry.alloca(ir.ArrayType(storage_type(target.dtype), chunk * pitch))
-        tile.align = 64
+        tile.align = CACHE_LINE_BYTES
         tiles[target.arg] = (tile, pitch)
 
     def slot(target: Layout, r: Any, c: Any) -> Any:
@@ -195,7 +195,7 @@ def _copy_transposed(em: Any, stage: MapStage, prefix: list, lo: Any, c0: Any, c
         rows = []
         for k in range(block):
             pointer = slot(target, lo, em.add(cb, k))
-            rows.append(b.load(pointer, typ=vector, align=min(64, block * itemsize)))
+            rows.append(b.load(pointer, typ=vector, align=min(CACHE_LINE_BYTES, block * itemsize)))
         half = 1
         while half < block:
             low_mask = [j if j & half == 0 else block + j - half for j in range(block)]

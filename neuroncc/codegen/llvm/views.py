@@ -1,7 +1,8 @@
 """Strided views: how view ops (reshape, permute, expand, slice, ...) act on a buffer's layout.
 
 A :class:`Layout` says where a tensor's elements are: argument slot, element offset, shape and strides (in
-elements; 0 for broadcast dims). A view op applied to a laid-out tensor gives another layout over the same
+elements of its dtype; 0 for broadcast dims). ``view_as_real``/``view_as_complex`` change the dtype of a
+layout over the same storage (a c64 element is two f32 elements). A view op applied to a laid-out tensor gives another layout over the same
 storage when it can (``view_layout``), so kernels read permuted, sliced and expanded inputs without copies.
 The launcher uses the same rules for top-level view ops.
 """
@@ -9,6 +10,7 @@ The launcher uses the same rules for top-level view ops.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from neuroncc.ir.dtypes import DType
@@ -48,48 +50,97 @@ def _split_offsets(op: Op) -> list[int]:
     return [sum(sizes[:i]) for i in range(len(sizes))]
 
 
+def _reshape(op: Op, source: Layout, index: int, out: TensorType) -> Layout | None:
+    new = reshape_strides(source.shape, source.strides, out.shape)
+    return None if new is None else replace(source, shape=out.shape, strides=new)
+
+
+def _permute(op: Op, source: Layout, index: int, out: TensorType) -> Layout:
+    return replace(source, shape=out.shape, strides=tuple(source.strides[d] for d in op.attrs["dims"]))
+
+
+def _expand(op: Op, source: Layout, index: int, out: TensorType) -> Layout:
+    pad = len(out.shape) - len(source.shape)
+    padded_shape, padded_strides = [1] * pad + list(source.shape), [0] * pad + list(source.strides)
+    new = tuple(0 if have == 1 and want != 1 else st for have, want, st in zip(padded_shape, out.shape, padded_strides))
+    return replace(source, shape=out.shape, strides=new)
+
+
+def _window(source: Layout, out: TensorType, dim: int, start: int, step: int) -> Layout:
+    """Every ``step``-th element along ``dim`` from ``start`` (slice, and each piece of a split)."""
+    strides = list(source.strides)
+    offset = source.offset + (start * strides[dim] if out.shape[dim] else 0)
+    strides[dim] *= step
+    return replace(source, offset=offset, shape=out.shape, strides=tuple(strides))
+
+
+def _slice(op: Op, source: Layout, index: int, out: TensorType) -> Layout:
+    return _window(source, out, op.attrs["dim"] % len(source.shape), op.attrs["start"], op.attrs["step"])
+
+
+def _split(op: Op, source: Layout, index: int, out: TensorType) -> Layout:
+    return _window(source, out, op.attrs["dim"] % len(source.shape), _split_offsets(op)[index], 1)
+
+
+def _select(op: Op, source: Layout, index: int, out: TensorType) -> Layout:
+    strides = source.strides
+    dim = op.attrs["dim"] % len(source.shape)
+    return replace(source, offset=source.offset + op.attrs["index"] * strides[dim], shape=out.shape,
+                   strides=tuple(strides[:dim] + strides[dim + 1:]))
+
+
+def _squeeze(op: Op, source: Layout, index: int, out: TensorType) -> Layout:
+    dropped = {d % len(source.shape) for d in op.attrs["dims"]} if source.shape else set()
+    return replace(source, shape=out.shape, strides=tuple(s for d, s in enumerate(source.strides) if d not in dropped))
+
+
+def _unsqueeze(op: Op, source: Layout, index: int, out: TensorType) -> Layout:
+    strides = list(source.strides)
+    dim = op.attrs["dim"] % (len(source.shape) + 1)
+    return replace(source, shape=out.shape, strides=tuple(strides[:dim] + [0] + strides[dim:]))
+
+
+def _as_strided(op: Op, source: Layout, index: int, out: TensorType) -> Layout | None:
+    if not source.is_contiguous:  # it indexes the logical row-major order
+        return None
+    return replace(source, offset=source.offset + op.attrs["offset"], shape=out.shape,
+                   strides=tuple(op.attrs["strides"]))
+
+
+def _view_as_real(op: Op, source: Layout, index: int, out: TensorType) -> Layout:
+    """c64 -> f32 (re, im) pairs: offsets and strides count half-size elements."""
+    return replace(source, offset=2 * source.offset, shape=out.shape, strides=tuple(2 * s for s in source.strides) + (1,),
+                   dtype=out.dtype)
+
+
+def _view_as_complex(op: Op, source: Layout, index: int, out: TensorType) -> Layout | None:
+    """f32 (re, im) pairs -> c64: needs adjacent pairs at even offsets."""
+    shape, strides = source.shape, source.strides
+    if (shape[-1] > 1 and strides[-1] != 1) or source.offset % 2 \
+            or any(s % 2 for s, n in zip(strides[:-1], shape) if n > 1):
+        return None
+    return replace(source, offset=source.offset // 2, shape=out.shape, strides=tuple(s // 2 for s in strides[:-1]),
+                   dtype=out.dtype)
+
+
+#: The layout each view op (``Trait.VIEW``) gives its result ``index`` over its operand's layout, or None when
+#: no layout expresses it (a reshape merging dims that are not contiguous): one rule per op.
+VIEW_LAYOUTS: dict[str, Callable[[Op, Layout, int, TensorType], Layout | None]] = {
+    "reshape": _reshape,
+    "permute": _permute,
+    "expand": _expand,
+    "slice": _slice,
+    "split": _split,
+    "select": _select,
+    "squeeze": _squeeze,
+    "unsqueeze": _unsqueeze,
+    "as_strided": _as_strided,
+    "view_as_real": _view_as_real,
+    "view_as_complex": _view_as_complex,
+}
+
+
 def view_layout(op: Op, source: Layout, result_index: int = 0) -> Layout | None:
     """The layout of ``op``'s result ``result_index`` when ``op`` is a view of ``source``, else None."""
-    out = op.results[result_index].type
-    attrs = op.attrs
-    shape, strides, offset = list(source.shape), list(source.strides), source.offset
-    name = op.name
-    if name == "reshape":
-        new = reshape_strides(source.shape, source.strides, out.shape)
-        return None if new is None else replace(source, shape=out.shape, strides=new)
-    if name == "permute":
-        return replace(source, shape=out.shape, strides=tuple(strides[d] for d in attrs["dims"]))
-    if name == "expand":
-        pad = len(out.shape) - len(shape)
-        padded_shape, padded_strides = [1] * pad + shape, [0] * pad + strides
-        new = tuple(0 if have == 1 and want != 1 else st
-                    for have, want, st in zip(padded_shape, out.shape, padded_strides))
-        return replace(source, shape=out.shape, strides=new)
-    if name in ("slice", "split"):
-        if name == "slice":
-            dim, start, step = attrs["dim"] % len(shape), attrs["start"], attrs["step"]
-        else:
-            dim, start, step = attrs["dim"] % len(shape), _split_offsets(op)[result_index], 1
-        offset += start * strides[dim] if out.shape[dim] else 0
-        strides[dim] *= step
-        return replace(source, offset=offset, shape=out.shape, strides=tuple(strides))
-    if name == "select":
-        dim = attrs["dim"] % len(shape)
-        offset += attrs["index"] * strides[dim]
-        return replace(source, offset=offset, shape=out.shape, strides=tuple(strides[:dim] + strides[dim + 1:]))
-    if name == "squeeze":
-        dropped = {d % len(shape) for d in attrs["dims"]} if shape else set()
-        return replace(source, shape=out.shape, strides=tuple(s for d, s in enumerate(strides) if d not in dropped))
-    if name == "unsqueeze":
-        dim = attrs["dim"] % (len(shape) + 1)
-        return replace(source, shape=out.shape, strides=tuple(strides[:dim] + [0] + strides[dim:]))
-    if name == "as_strided":
-        if not source.is_contiguous:
-            return None
-        return replace(source, offset=offset + attrs["offset"], shape=out.shape, strides=tuple(attrs["strides"]))
-    return None
-
-
-#: View ops whose result can always be expressed by ``view_layout`` except reshape/as_strided on some layouts.
-VIEW_OPS = frozenset({"reshape", "permute", "expand", "slice", "split", "select", "squeeze", "unsqueeze",
-                      "as_strided"})
+    rule = VIEW_LAYOUTS.get(op.name)
+    return rule(op, source, result_index, op.results[result_index].type) if rule is not None else None

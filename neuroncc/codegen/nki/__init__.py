@@ -4,17 +4,20 @@
     print(program.source)                       # the module: one @nki.jit function per kernel
     program.plan                                # the launch plan: slots and steps (kernels, host steps)
 
-Modules: ``plan`` (which ops share a loop nest), ``shapes`` (affine maps of values onto loop nests),
-``access`` (DMA expressions), ``body`` / ``op_rules`` / ``instructions`` (loop bodies, one rule per op,
-fusion), ``stages`` / ``matmul`` (loop nests), ``kernel`` / ``program`` (functions and the module),
-``normalize`` and ``source`` (helpers). See docs/nki.md ("Emission").
+Modules: ``plan`` (which ops share a loop nest; ``host_ops``: the ops it leaves to the host), ``shapes``
+(affine maps of values onto loop nests), ``access`` (DMA expressions), ``body`` / ``op_rules`` /
+``instructions`` (loop bodies, one rule per op, fusion), ``stages`` / ``matmul`` (loop nests; ``TRANSFERS``: one
+DMA rule per data-movement op), ``kernel`` / ``program`` (functions and the module), ``normalize`` and
+``source`` (helpers). See docs/nki.md ("Emission").
 
 May import: errors, hardware, ir, passes. The emitted source imports ``neuroncc.nki`` when it runs.
 """
 
+from neuroncc.codegen.nki.host_ops import HOST_OPS
 from neuroncc.codegen.nki.op_rules import OP_RULES
-from neuroncc.codegen.nki.plan import HOST_OPS, TRANSFER_OPS, plan_region
-from neuroncc.codegen.nki.program import NkiLaunchPlan, NkiProgram, PlanStep, NkiSlot, emit_program, graph_digest
+from neuroncc.codegen.nki.plan import plan_region
+from neuroncc.codegen.nki.program import NkiLaunchPlan, NkiProgram, NkiSlot, PlanStep, emit_program, graph_digest
+from neuroncc.codegen.nki.stages import TRANSFERS
 
-__all__ = ["HOST_OPS", "NkiLaunchPlan", "NkiProgram", "OP_RULES", "PlanStep", "NkiSlot", "TRANSFER_OPS",
+__all__ = ["HOST_OPS", "NkiLaunchPlan", "NkiProgram", "NkiSlot", "OP_RULES", "PlanStep", "TRANSFERS",
            "emit_program", "graph_digest", "plan_region"]

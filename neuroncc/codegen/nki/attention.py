@@ -27,12 +27,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from neuroncc.codegen.nki.source import Names, SourceWriter, identifier, nki_dtype
+from neuroncc.errors import PassError
+from neuroncc.hardware.neuron import PARTITIONS, NeuronCore
 from neuroncc.ir import Op, Value
 from neuroncc.ir.dtypes import DType
-from neuroncc.passes.targets import NkiTarget
+from neuroncc.passes.tile import tile_kernel
 
 SOFTMAX_CHAIN = ("amax", "sub", "exp", "sum", "div")
-P = 128
+P = PARTITIONS
 
 
 @dataclass(frozen=True)
@@ -53,11 +55,7 @@ class AttentionPattern:
     d: int
     dv: int
     dtype: DType
-
-    @property
-    def block(self) -> int:
-        """Keys per block: one 2 KiB PSUM bank of fp32 scores when ``Sk`` allows."""
-        return 512 if self.sk % 512 == 0 else P
+    block: int  # keys per block: one PSUM bank of fp32 scores when ``Sk`` allows, else 128
 
 
 def _is_softmax_region(op: Op) -> bool:
@@ -76,8 +74,10 @@ def _is_softmax_region(op: Op) -> bool:
             and region.outputs == (div.result,))
 
 
-def find_attention(ops: tuple[Op, ...], index: int, uses: Mapping[Value, int], target: NkiTarget) -> AttentionPattern | None:
-    """The attention pattern starting at ``ops[index]``, or None (see the module docstring)."""
+def find_attention(ops: tuple[Op, ...], index: int, uses: Mapping[Value, int],
+                   target: NeuronCore) -> AttentionPattern | None:
+    """The attention pattern starting at ``ops[index]``, or None (see the module docstring). The resident
+    operands must fit the SBUF budget the tile pass gives the softmax kernel."""
     if index + 2 >= len(ops):
         return None
     first, middle, last = ops[index], ops[index + 1], ops[index + 2]
@@ -100,11 +100,16 @@ def find_attention(ops: tuple[Op, ...], index: int, uses: Mapping[Value, int], t
     dv = last.result.type.shape[1]
     if d > P or dv > P or sq % P or sk % P:
         return None
+    block = target.psum_free_fp32 if sk % target.psum_free_fp32 == 0 else P
     pattern = AttentionPattern(first, middle, last, a, b, c, q_rows_major, k_rows_major, v_keys_major,
-                               sq, sk, d, dv, dtype)
+                               sq, sk, d, dv, dtype, block)
     itemsize = 2 if dtype is DType.bf16 else 4
     resident = (sq + sk + sk // P * dv) * itemsize + 4 * pattern.block * 4 + 16 * dv
-    if resident > target.sbuf_partition_bytes // 2:
+    try:
+        budget = tile_kernel(middle, target.name).attrs["sbuf_budget"]
+    except PassError:
+        return None
+    if resident > budget:
         return None
     return pattern
 

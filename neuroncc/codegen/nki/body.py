@@ -1,9 +1,9 @@
 """One loop body of a stage: where each domain dim is in the tiles, loads, stores and operand plumbing.
 
-A :class:`StageLayout` says how a stage's domain maps onto tiles: one dim on the partitions (blocks of at
-most 128), the *tile dims* (every reduced dim, whole, plus the innermost other dim, in blocks that fit the
-SBUF budget) on the free axes in domain order, and every other dim looped one index at a time. A value's
-tile has the block's extent on each axis the value varies along and 1 elsewhere, so broadcasting a row
+A :class:`StageLayout` says how a stage's domain maps onto tiles: one dim on the partitions (blocks of the
+kernel's ``tile`` partitions, at most 128), the *tile dims* (every reduced dim, whole, plus the innermost other
+dim, in blocks of the kernel's free tile that fit its SBUF budget) on the free axes in domain order, and every
+other dim looped one index at a time. A value's tile has the block's extent on each axis the value varies along and 1 elsewhere, so broadcasting a row
 statistic over a row is just a ``(P, 1)`` operand. Tiles are allocated at their full block size; a partial
 last block only moves fewer rows in its DMAs (the rows past the end are computed and never stored).
 
@@ -23,23 +23,51 @@ from neuroncc.codegen.nki.plan import RegionPlan, Stage, iteration_shape
 from neuroncc.codegen.nki.shapes import AffineMap, map_through_window, operand_grouping, view_window
 from neuroncc.codegen.nki.source import Names, SourceWriter, nki_dtype
 from neuroncc.errors import CodegenError
+from neuroncc.hardware.neuron import NeuronCore
 from neuroncc.ir import Op, Value
 from neuroncc.ir.dtypes import DType
+from neuroncc.passes.tile_nki import MatmulBlocks
 
-PMAX = 128
 FLOAT_DTYPES = ("float32", "bfloat16", "float16")
+
+
+@dataclass(frozen=True)
+class Tiling:
+    """The ``tile`` pass's decisions for one kernel (docs/passes.md), which every loop nest obeys.
+
+    ``partitions``: rows on the partitions per block, in every loop nest; ``free``: elements of the innermost
+    free dim per tile in the loop nests over the kernel's ``domain`` (0: not split); ``sbuf_budget``: SBUF
+    bytes per partition one iteration's tiles may take; ``matmul``: the tiles and blocks of the kernel's own
+    matmul (None: a matmul the pass did not see, e.g. one a convolution becomes, is blocked by the pass's
+    rule here)."""
+
+    domain: tuple[int, ...]
+    partition_dim: int | None
+    partitions: int
+    free: int
+    sbuf_budget: int
+    matmul: MatmulBlocks | None = None
+
+    @staticmethod
+    def of(kernel: Op) -> Tiling:
+        """The decisions recorded on a tiled ``kernel`` op."""
+        a = kernel.attrs
+        partitions, free = a["tile"] or (0, 0)
+        matmul = MatmulBlocks(*a["matmul_tile"], *a["matmul_blocks"]) if a["matmul_blocks"] else None
+        return Tiling(tuple(a["domain"]), a["partition_dim"], partitions, free, a["sbuf_budget"], matmul)
 
 
 @dataclass
 class KernelContext:
-    """What every stage of one emitted kernel shares: names, the HBM tensor of each value, the target."""
+    """What every stage of one emitted kernel shares: names, the HBM tensor of each value, the target and the
+    tile pass's decisions."""
 
     name: str
     plan: RegionPlan
     names: Names
+    core: NeuronCore
+    tiling: Tiling
     hbm: dict[Value, str] = field(default_factory=dict)
-    sbuf_partition_bytes: int = 224 * 1024
-    target_name: str = "trn2"
     fills: dict[Value, float | int] = field(default_factory=dict)  # outputs allocated pre-filled (padding)
 
     def fail(self, message: str) -> CodegenError:
@@ -335,4 +363,4 @@ def prod(values: tuple[int, ...] | list[int]) -> int:
     return math.prod(values)
 
 
-__all__ = ["Body", "FLOAT_DTYPES", "KernelContext", "PMAX", "StageLayout", "ceil_div", "prod", "typed_number"]
+__all__ = ["Body", "FLOAT_DTYPES", "KernelContext", "StageLayout", "Tiling", "ceil_div", "prod", "typed_number"]

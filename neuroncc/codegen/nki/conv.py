@@ -12,6 +12,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from neuroncc.errors import CodegenError
 from neuroncc.ir import Builder, Function, Op, Value
 
@@ -133,9 +135,27 @@ class _Lowering:
         return b.op("reshape", out, shape=[n, c, wd]) if spatial == 1 else out
 
 
+def _forward(lowering: _Lowering, op: Op, operands: tuple[Value, ...]) -> list[Value]:
+    if op.attrs["transposed"]:
+        raise CodegenError("nki: op 'convolution' with transposed=true (a transposed convolution) is not "
+                           "emitted for NKI")
+    return [lowering.forward(operands[0], operands[1], operands[2] if len(operands) > 2 else None, op.attrs)]
+
+
+def _backward(lowering: _Lowering, op: Op, operands: tuple[Value, ...]) -> list[Value]:
+    return lowering.backward(*operands, op.attrs)
+
+
+#: Convolution op -> its rewrite into pads, strided reads and matmuls (one entry per op).
+DECOMPOSITIONS: dict[str, Callable[[_Lowering, Op, tuple[Value, ...]], list[Value]]] = {
+    "convolution": _forward,
+    "convolution_backward": _backward,
+}
+
+
 def decompose_convolutions(region: Function) -> Function:
     """``region`` with every convolution and convolution_backward rewritten (see the module docstring)."""
-    if not any(op.name in ("convolution", "convolution_backward") for op in region.ops):
+    if not any(op.name in DECOMPOSITIONS for op in region.ops):
         return region
     b = Builder(region.name)
     b.params = list(region.params)
@@ -143,20 +163,14 @@ def decompose_convolutions(region: Function) -> Function:
     lowering = _Lowering(b)
     for op in region.ops:
         operands = tuple(mapping.get(v, v) for v in op.operands)
-        if op.name in ("convolution", "convolution_backward") and operands[0].type.rank == 5:
-            raise CodegenError(f"nki: op '{op.name}' with 3 spatial dims (a 3-d convolution) is not emitted for "
-                               "NKI; compile it for the cpu target")
-        if op.name == "convolution":
-            if op.attrs["transposed"]:
-                raise CodegenError("nki: op 'convolution' with transposed=true (a transposed convolution) is not "
-                                   "emitted for NKI")
-            results = [lowering.forward(operands[0], operands[1], operands[2] if len(operands) > 2 else None,
-                                        op.attrs)]
-        elif op.name == "convolution_backward":
-            results = lowering.backward(*operands, op.attrs)
-        else:
+        decompose = DECOMPOSITIONS.get(op.name)
+        if decompose is None:
             b.append(Op(op.name, operands, op.results, op.attrs, op.regions))
             continue
+        if operands[0].type.rank == 5:
+            raise CodegenError(f"nki: op '{op.name}' with 3 spatial dims (a 3-d convolution) is not emitted for "
+                               "NKI; compile it for the cpu target")
+        results = decompose(lowering, op, operands)
         for old, new in zip(op.results, results):
             if new.type.shape != old.type.shape or new.type.dtype != old.type.dtype:
                 raise CodegenError(f"nki: decomposing '{op.name}' gave {new.type}, expected {old.type}")

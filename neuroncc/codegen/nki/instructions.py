@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from neuroncc.codegen.nki.source import SourceWriter, literal, shape_tuple
+from neuroncc.hardware.neuron import DEFAULT_NEURON_CORE, MIN_ISSUE_CYCLES, NEURON_CORES
 
 Number = float | int | bool
 
@@ -384,11 +385,14 @@ def optimize(instrs: list[Instr], fresh: Callable[[str], str]) -> list[Instr]:
 
 # ---- engine balance ----------------------------------------------------------------------------------
 
-#: Elements per partition per nanosecond (trn2-like: VectorE 2 fp32 / 4 16-bit lanes at 0.96 GHz, ScalarE
-#: 1 lane at 1.2 GHz) and the minimum issue interval in cycles; only used to compare the two engines.
-VECTOR_RATE = {4: 2 * 0.96, 2: 4 * 0.96}
-SCALAR_RATE = 1.2
-MIN_CYCLES = 64
+#: Elements per partition per nanosecond of VectorE (by operand width) and ScalarE, and the minimum issue
+#: interval in cycles; only used to compare the two engines, with the default generation's (trn2) rates on
+#: every target (per-generation balancing would change trn1 / trn3 kernels: an open item in docs/nki.md).
+_BALANCE_CORE = NEURON_CORES[DEFAULT_NEURON_CORE]
+VECTOR_RATE = {4: _BALANCE_CORE.vector_lanes_fp32 * _BALANCE_CORE.vector_ghz,
+               2: _BALANCE_CORE.vector_lanes_16bit * _BALANCE_CORE.vector_ghz}
+SCALAR_RATE = _BALANCE_CORE.scalar_lanes_fp32 * _BALANCE_CORE.scalar_ghz
+MIN_CYCLES = MIN_ISSUE_CYCLES
 _VECTOR_PASSES = {"tensor_tensor": 2, "stt": 2, "predicated": 2, "tensor_scalar": 1, "tensor_copy": 1,
                   "memset": 1, "tensor_reduce": 1, "broadcast": 1, "reduce_loop": 1}
 _WIDTH = {"float32": 4, "int32": 4, "uint32": 4, "bfloat16": 2, "float16": 2, "int16": 2, "uint16": 2,
@@ -401,7 +405,7 @@ def _vector_ns(instr: Instr) -> float:
     passes = _VECTOR_PASSES[instr.kind]
     if passes == 2 and any(isinstance(v, Ref) and v.buffer == "psum" for v in instr.args.values()):
         passes = 1
-    return max(MIN_CYCLES / 0.96, passes * data.free / VECTOR_RATE[width])
+    return max(MIN_CYCLES / _BALANCE_CORE.vector_ghz, passes * data.free / VECTOR_RATE[width])
 
 
 def _scalar_ns(free: int) -> float:

@@ -14,23 +14,13 @@ tensors (``nl.hbm``).
 
 from __future__ import annotations
 
-from neuroncc.codegen.nki.body import KernelContext
+from neuroncc.codegen.nki.body import KernelContext, Tiling
 from neuroncc.codegen.nki.matmul import emit_matmul_stage
 from neuroncc.codegen.nki.plan import DeviceSegment, RegionPlan
-from neuroncc.codegen.nki.shapes import view_window
 from neuroncc.codegen.nki.source import Names, SourceWriter, identifier, literal, nki_dtype, shape_tuple
-from neuroncc.codegen.nki.stages import emit_tile_stage, emit_transfer_stage
+from neuroncc.codegen.nki.stages import TRANSFERS, emit_tile_stage, emit_transfer_stage
+from neuroncc.hardware.neuron import NeuronCore
 from neuroncc.ir import Value
-from neuroncc.passes.targets import NkiTarget
-
-
-def immediate_root(plan: RegionPlan, value: Value) -> float | int | None:
-    """The number every element of ``value`` holds when it is (a view of) a constant, else None."""
-    found = view_window(value, plan.producers)
-    if found is None:
-        return None
-    home = plan.homes[found[0]]
-    return home.number if home.kind == "immediate" else None
 
 
 def _allocation(value: Value, name: str, buffer: str, fill: float | int | None) -> str:
@@ -41,25 +31,22 @@ def _allocation(value: Value, name: str, buffer: str, fill: float | int | None) 
     return f"{name} = nl.ndarray({shape}, dtype={dtype}, buffer=nl.{buffer})"
 
 
-def emit_segment(function_name: str, plan: RegionPlan, segment: DeviceSegment, target: NkiTarget,
+def emit_segment(function_name: str, plan: RegionPlan, segment: DeviceSegment, core: NeuronCore, tiling: Tiling,
                  names: Names) -> str:
-    """The source of ``@nki.jit def function_name(...)`` computing ``segment``; ``names`` holds the module's
-    names (the kernel's own names are kept apart from other kernels')."""
+    """The source of ``@nki.jit def function_name(...)`` computing ``segment`` on ``core`` as ``tiling`` (the
+    kernel's tile decisions) says; ``names`` holds the module's names (the kernel's own names are kept apart
+    from other kernels')."""
     local = Names(set(names.taken))
-    ctx = KernelContext(function_name, plan, local, sbuf_partition_bytes=target.sbuf_partition_bytes,
-                        target_name=target.name)
+    ctx = KernelContext(function_name, plan, local, core, tiling)
     arguments = []
     for value in segment.inputs:
         ctx.hbm[value] = local.fresh(identifier(value.hint or "x"))
         arguments.append(ctx.hbm[value])
     for stage in segment.stages:
         for op in stage.ops:
-            if op.name == "constant_pad":
-                ctx.fills[op.result] = op.attrs["value"]
-            elif op.name in ("slice_scatter", "select_scatter"):
-                base = immediate_root(plan, op.operands[0])
-                if base is not None:
-                    ctx.fills[op.result] = base  # scattering into a constant: allocate it filled
+            fill = TRANSFERS[op.name].fill(plan, op) if op.name in TRANSFERS else None
+            if fill is not None:
+                ctx.fills[op.result] = fill  # the output is allocated filled
     writer = SourceWriter()
     writer.line("@nki.jit")
     writer.open(f"def {function_name}({', '.join(arguments)}):")

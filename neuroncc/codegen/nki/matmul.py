@@ -6,7 +6,9 @@ and the moving operand (``B``, K on partitions) are brought into SBUF once and e
 the block multiplies from there, accumulating K tiles in PSUM and K blocks in an fp32 SBUF accumulator.
 An operand stored with K innermost (``A`` of ``x @ w``, ``B`` of ``x @ w.T``) is loaded with rows on the
 partitions and turned by TensorE transposes (four 128 x 128 blocks per PSUM tile, one copy back to SBUF).
-Block sizes are chosen by :func:`choose_blocks` to fit SBUF and keep TensorE, not DMA, the bottleneck.
+The tiles and blocks are the ``tile`` pass's (``matmul_tile``, ``matmul_blocks``: chosen to fit SBUF and keep
+TensorE, not DMA, the bottleneck); a matmul the pass did not see (one a convolution becomes) is blocked by
+the pass's rule, :func:`~neuroncc.passes.tile_nki.choose_matmul_blocks`.
 
 The epilogue (bias, activation, residual...) runs per ``[128, 512]`` output tile through the tile-stage
 machinery (:class:`~neuroncc.codegen.nki.body.Body`), reading the accumulated tile straight from PSUM or
@@ -18,17 +20,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from neuroncc.codegen.nki.access import HbmSide, Index, TileSide, transfer
-from neuroncc.codegen.nki.body import PMAX, Body, KernelContext, StageLayout, ceil_div
+from neuroncc.codegen.nki.body import Body, KernelContext, StageLayout, ceil_div
 from neuroncc.codegen.nki.instructions import Ref, optimize, render
 from neuroncc.codegen.nki.op_rules import emit_op
 from neuroncc.codegen.nki.plan import Stage
 from neuroncc.codegen.nki.shapes import AffineMap, view_window
 from neuroncc.codegen.nki.source import SourceWriter, nki_dtype
 from neuroncc.codegen.nki.stages import hoist
+from neuroncc.errors import PassError
+from neuroncc.hardware.neuron import PARTITIONS
 from neuroncc.ir import Op, Value
-
-MOVING_MAX = 512  # gemm_moving_fmax: one fp32 PSUM bank
-TRANSPOSES_PER_COPY = 4  # 128 x 128 transposes gathered in one PSUM tile before the copy back to SBUF
+from neuroncc.passes.tile_nki import TRANSPOSES_PER_COPY, MatmulBlocks, choose_matmul_blocks
 
 
 @dataclass(frozen=True)
@@ -45,28 +47,6 @@ class Operand:
     def k_outer(self) -> bool:
         """K is the slower-moving dim: the operand loads with K on partitions directly."""
         return self.k > self.outer
-
-
-@dataclass(frozen=True)
-class Blocks:
-    tm: int
-    tn: int
-    tk: int
-    tiles_m: int
-    tiles_n: int
-    tiles_k: int
-
-    @property
-    def block_m(self) -> int:
-        return self.tm * self.tiles_m
-
-    @property
-    def block_n(self) -> int:
-        return self.tn * self.tiles_n
-
-    @property
-    def block_k(self) -> int:
-        return self.tk * self.tiles_k
 
 
 def _operand(ctx: KernelContext, op: Op, position: int, transposed: bool, moving: bool) -> Operand:
@@ -92,80 +72,6 @@ def _loop(w: SourceWriter, var: str, count: str | int) -> None:
 def _end(w: SourceWriter, var: str) -> None:
     if var != "0":
         w.close()
-
-
-@dataclass(frozen=True)
-class Rates:
-    """Engine rates of a NeuronCore for choosing blocks (docs/nki-reference.md); only their ratios matter."""
-
-    tensor_ghz: float
-    vector_ghz: float
-    dma_bytes_per_ns: float
-
-
-RATES = {"trn1": Rates(2.8, 1.12, 272.0), "trn2": Rates(2.4, 0.96, 368.0), "trn3": Rates(2.4, 1.2, 528.0)}
-
-
-def _dma_efficiency(run_bytes: int) -> float:
-    """DMA bandwidth share of transfers with ``run_bytes`` contiguous per descriptor (as the cost model)."""
-    if run_bytes >= 4096:
-        return 1.0
-    if run_bytes >= 2048:
-        return 0.75 + 0.25 * (run_bytes - 2048) / 2048
-    return 0.75 * max(run_bytes, 64) / 2048
-
-
-def estimate_ns(m: int, n: int, k: int, itemsize: int, a: Operand, b: Operand, blocks: Blocks,
-                rates: Rates = RATES["trn2"]) -> float:
-    """Estimated time of the blocked loop nest: the busiest of TensorE, VectorE and DMA."""
-    tiles_m, tiles_n, tiles_k = ceil_div(m, blocks.tm), ceil_div(n, blocks.tn), ceil_div(k, blocks.tk)
-    m_blocks, n_blocks, k_blocks = ceil_div(m, blocks.block_m), ceil_div(n, blocks.block_n), ceil_div(k, blocks.block_k)
-    fp32 = 4 if itemsize == 4 else 1
-    tensor = tiles_m * tiles_n * tiles_k * max(64, blocks.tn) * fp32
-    vector = 0.0
-    lanes = 2 if itemsize == 4 else 4
-    if not a.k_outer:  # A re-transposed for every block of N
-        pieces = n_blocks * tiles_m * tiles_k
-        tensor += pieces * PMAX
-        vector += pieces / TRANSPOSES_PER_COPY * max(64, TRANSPOSES_PER_COPY * PMAX / lanes)
-    if not b.k_outer:
-        pieces = m_blocks * ceil_div(n, PMAX) * tiles_k
-        tensor += pieces * PMAX
-        vector += pieces / TRANSPOSES_PER_COPY * max(64, TRANSPOSES_PER_COPY * PMAX / lanes)
-    if k_blocks > 1:  # accumulate each K block's PSUM tile into SBUF
-        vector += tiles_m * tiles_n * k_blocks * max(64, blocks.tn / 2)
-    vector += tiles_m * tiles_n * max(64, blocks.tn / 2)  # the epilogue's copy out of PSUM
-    a_run = (blocks.block_m if a.k_outer else blocks.block_k) * itemsize
-    b_run = (blocks.block_n if b.k_outer else blocks.block_k) * itemsize
-    dma = (m * k * itemsize * n_blocks / _dma_efficiency(a_run) + k * n * itemsize * m_blocks / _dma_efficiency(b_run)
-           + m * n * itemsize / _dma_efficiency(blocks.tn * itemsize))
-    tensor_ns, vector_ns, dma_ns = tensor / rates.tensor_ghz, vector / rates.vector_ghz, dma / rates.dma_bytes_per_ns
-    # The busiest engine sets the pace; work hidden behind it still costs some (PSUM tiles wait for their
-    # accumulation, DMA queues contend), which breaks ties towards less of it.
-    return max(tensor_ns, vector_ns, dma_ns) + 0.2 * vector_ns + 0.05 * dma_ns
-
-
-def choose_blocks(m: int, n: int, k: int, itemsize: int, a: Operand, b: Operand, sbuf_bytes: int,
-                  rates: Rates = RATES["trn2"]) -> Blocks:
-    """The block sizes with the lowest :func:`estimate_ns` whose working set fits SBUF (two iterations of the
-    operand blocks in flight, so the next block loads while TensorE works on this one)."""
-    tm, tn, tk = min(PMAX, m), min(MOVING_MAX, n), min(PMAX, k)
-    best: tuple[float, Blocks] | None = None
-    for tiles_m in (1, 2, 4, 8, 16):
-        for tiles_n in (1, 2, 4, 8):
-            for tiles_k in (1, 2, 4, 8, 16):
-                blocks = Blocks(tm, tn, tk, min(tiles_m, ceil_div(m, tm)), min(tiles_n, ceil_div(n, tn)),
-                                min(tiles_k, ceil_div(k, tk)))
-                acc = 4 * blocks.tiles_m * blocks.block_n if ceil_div(k, blocks.block_k) > 1 else 0
-                operands = itemsize * blocks.tiles_k * (blocks.block_m + blocks.block_n)
-                staging = itemsize * TRANSPOSES_PER_COPY * blocks.block_k * ((not a.k_outer) + (not b.k_outer))
-                if acc + 2 * (operands + staging) > sbuf_bytes * 0.85:
-                    continue
-                score = estimate_ns(m, n, k, itemsize, a, b, blocks, rates) * (1 + 1e-3 * (tiles_m + tiles_n + tiles_k))
-                if best is None or score < best[0]:
-                    best = (score, blocks)
-    assert best is not None, "even one tile per block does not fit SBUF"
-    return best[1]
 
 
 def _count(total: int, block: int, tile: int, start: str) -> str:
@@ -199,17 +105,24 @@ class _MatmulEmitter:
         self.ctx, self.stage, self.writer, self.in_hbm = ctx, stage, writer, in_hbm
         self.op = op = stage.ops[0]
         self.names = ctx.names
-        first = 1 if op.name == "addmm" else 0
+        first = len(op.operands) - 2  # the factors are the last two operands (addmm's first is its bias)
         self.a = _operand(ctx, op, first, op.attrs["transpose_a"], moving=False)
         self.b = _operand(ctx, op, first + 1, op.attrs["transpose_b"], moving=True)
         self.domain = op.result.type.shape
-        self.batch = self.domain[0] if op.name == "bmm" else 1
+        self.batch = self.domain[0] if len(self.domain) == 3 else 1  # bmm
         self.m, self.n = self.domain[-2], self.domain[-1]
         a_type = op.operands[first].type
         self.k = a_type.shape[-2] if op.attrs["transpose_a"] else a_type.shape[-1]
         self.dtype = nki_dtype(a_type.dtype)
-        self.blocks = choose_blocks(self.m, self.n, self.k, a_type.dtype.itemsize, self.a, self.b,
-                                    ctx.sbuf_partition_bytes, RATES.get(ctx.target_name, RATES["trn2"]))
+        self.blocks: MatmulBlocks = ctx.tiling.matmul or self.own_blocks(a_type.dtype.itemsize)
+
+    def own_blocks(self, itemsize: int) -> MatmulBlocks:
+        """Blocks for a matmul the tile pass did not see (the kernel's is another op), by the pass's rule."""
+        try:
+            return choose_matmul_blocks(self.m, self.n, self.k, itemsize, self.a.k_outer, self.b.k_outer,
+                                        self.ctx.core)
+        except PassError as error:
+            raise self.ctx.fail(str(error)) from None
 
     def fresh(self, base: str) -> str:
         return self.names.fresh(base)
@@ -236,7 +149,7 @@ class _MatmulEmitter:
         """Fill ``block`` ([k, tiles_k, block_outer]) from an operand stored with K innermost: DMA groups of
         row tiles with rows on partitions, transpose 128 x 128 pieces on TensorE into PSUM, copy back."""
         w, blocks = self.writer, self.blocks
-        tile_rows = min(PMAX, block_outer)
+        tile_rows = min(PARTITIONS, block_outer)
         block_tiles = ceil_div(block_outer, tile_rows)
         group = max(g for g in range(1, TRANSPOSES_PER_COPY + 1) if block_tiles % g == 0)
         block_k = blocks.block_k
@@ -334,7 +247,7 @@ class _MatmulEmitter:
         for name, operand, start, block, total in ((lhs, self.a, m0, blocks.block_m, self.m),
                                                    (rhs, self.b, n0, blocks.block_n, self.n)):
             # transposed loads fill whole 128-row pieces: round the block up to them
-            width = block if operand.k_outer else ceil_div(block, min(PMAX, block)) * min(PMAX, block)
+            width = block if operand.k_outer else ceil_div(block, min(PARTITIONS, block)) * min(PARTITIONS, block)
             w.line(f"{name} = nl.ndarray(({blocks.tk}, {blocks.tiles_k}, {width}), dtype=nl.{self.dtype}, "
                    f"buffer=nl.sbuf)")
             if operand.k_outer:
@@ -383,7 +296,7 @@ class _MatmulEmitter:
         op = self.op
         dtype = nki_dtype(op.result.type.dtype)
         result = body.new(op.result.hint or op.name, product.shape, dtype)
-        if op.name != "addmm":
+        if len(op.operands) == 2:  # no bias
             body.add("tensor_copy", result, src=product)
             return result
         alpha, beta = float(op.attrs["alpha"]), float(op.attrs["beta"])

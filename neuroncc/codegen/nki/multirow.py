@@ -1,14 +1,14 @@
 """Several rows per partition: short rows move ``k`` at a time, so every DMA run reaches 4 KiB.
 
 A row-wise tile stage (softmax, LayerNorm, a row sum) puts one row on each partition. A bf16 row of 1024
-elements is a 2 KiB run per partition, and DMA runs under 4 KiB move at 75% of the bandwidth at best (the
-cost model's ``FULL_RATE_CHUNK``). When the rows are short, :func:`split_rows` maps ``k`` consecutive rows to
-one partition, as the hand-written kernels do: each load and store moves a ``[128, k, row]`` tile (one
-contiguous run of ``k * row`` elements per partition; the HBM view is the tensor reshaped to
+elements is a 2 KiB run per partition, and DMA runs under 4 KiB move at 75% of the bandwidth at best
+(``neuroncc.hardware.neuron.dma_efficiency``). When the rows are short, :func:`split_rows` maps ``k``
+consecutive rows to one partition, as the hand-written kernels do: each load and store moves a ``[128, k,
+row]`` tile (one contiguous run of ``k * row`` elements per partition; the HBM view is the tensor reshaped to
 ``[rows / k, k, row]``), and the loop body is repeated for the ``k`` row segments ``tile[:, j]``. Every row
 statistic stays a per-partition column, so the fused forms of the body (an activation's bias and row sum, a
 tensor_scalar with a column operand) still apply to each segment. The partition loop steps over blocks of
-128 of the ``rows / k`` row groups.
+the kernel's partitions (``tile[0]``, 128) of the ``rows / k`` row groups.
 
 The rewrite works on the optimized instruction list of a stage (:func:`neuroncc.codegen.nki.instructions.
 optimize`), after the layout is chosen, and declines (returns None) whenever the body holds something it
@@ -21,16 +21,13 @@ import itertools
 from dataclasses import replace
 
 from neuroncc.codegen.nki.access import HbmSide, Index, TileSide, transfer
-from neuroncc.codegen.nki.body import PMAX, KernelContext, StageLayout, ceil_div, prod
+from neuroncc.codegen.nki.body import KernelContext, StageLayout, ceil_div, prod
 from neuroncc.codegen.nki.instructions import Instr, Ref
 from neuroncc.codegen.nki.shapes import AffineMap
+from neuroncc.hardware.neuron import DMA_FULL_RATE_BYTES
 
-#: Contiguous bytes per partition a DMA needs for the full bandwidth (the cost model's FULL_RATE_CHUNK).
-FULL_RATE_BYTES = 4096
 #: At most this many rows per partition: the loop body is repeated once per row segment.
 MAX_ROWS_PER_PARTITION = 8
-#: Fraction of SBUF per partition the repeated body's tiles may use.
-SBUF_SHARE = 0.5
 _ITEMSIZE = {"float32": 4, "int32": 4, "uint32": 4, "bfloat16": 2, "float16": 2, "int16": 2, "uint16": 2,
              "int8": 1, "uint8": 1, "bool_": 1}
 
@@ -57,9 +54,9 @@ def rows_per_partition(ctx: KernelContext, layout: StageLayout, instrs: list[Ins
 
     More than one when the stage is row-wise (tile dims whole and after the partition dim, no partition
     sum), every HBM tile it moves along the rows holds whole contiguous rows, the longest of them is under
-    :data:`FULL_RATE_BYTES`, the rows divide into ``k`` groups that still fill the 128 partitions, and the
-    repeated body fits in SBUF. ``k`` is the power of two that makes the runs reach 4 KiB, or the largest
-    smaller one that divides the rows (at most :data:`MAX_ROWS_PER_PARTITION`)."""
+    ``DMA_FULL_RATE_BYTES``, the rows divide into ``k`` groups that still fill the kernel's partitions, and
+    the repeated body fits the kernel's SBUF budget. ``k`` is the power of two that makes the runs reach 4 KiB,
+    or the largest smaller one that divides the rows (at most :data:`MAX_ROWS_PER_PARTITION`)."""
     p = layout.partition
     if p is None or layout.partition_reduce or not layout.tile_dims or any(d < p for d in layout.tile_dims):
         return 1
@@ -75,19 +72,19 @@ def rows_per_partition(ctx: KernelContext, layout: StageLayout, instrs: list[Ins
         if run is None:
             return 1
         runs.append(run * _ITEMSIZE.get(tile.dtype, 4))
-    if not runs or max(runs) >= FULL_RATE_BYTES:
+    if not runs or max(runs) >= DMA_FULL_RATE_BYTES:
         return 1
     k = 1
-    while max(runs) * k < FULL_RATE_BYTES:
+    while max(runs) * k < DMA_FULL_RATE_BYTES:
         k *= 2
     rows = layout.domain[p]
     k = min(k, MAX_ROWS_PER_PARTITION)
-    while k > 1 and (rows % k or rows // k < PMAX):
+    while k > 1 and (rows % k or rows // k < ctx.tiling.partitions):
         k //= 2  # fewer rows per partition still lengthen the runs
     if k == 1:
         return 1
     tile_bytes = sum(prod(i.dst.shape[1:]) * _ITEMSIZE.get(i.dst.dtype, 4) for i in instrs if i.dst is not None)
-    if tile_bytes * k > ctx.sbuf_partition_bytes * SBUF_SHARE:
+    if tile_bytes * k > ctx.tiling.sbuf_budget:
         return 1
     return k
 
@@ -101,14 +98,15 @@ class _Splitter:
         groups = layout.domain[p] // k
         var = _partition_loop_var(layout)
         (loop,) = [loop for loop in loops if loop.var == var]
-        size = "128"
-        new_loop = replace(loop, count=ceil_div(groups, PMAX), size_var=None, size_expr="")
-        if groups % PMAX:
+        block = ctx.tiling.partitions
+        size = str(block)
+        new_loop = replace(loop, count=ceil_div(groups, block), size_var=None, size_expr="")
+        if groups % block:
             size = loop.size_var or ctx.names.fresh("rows")
-            new_loop = replace(new_loop, size_var=size, size_expr=f"min({PMAX}, {groups} - {var} * {PMAX})")
-        self.limit = size if groups % PMAX else None
+            new_loop = replace(new_loop, size_var=size, size_expr=f"min({block}, {groups} - {var} * {block})")
+        self.limit = size if groups % block else None
         self.loops = [new_loop if item is loop else item for item in loops]
-        rows = Index.span(f"{var} * {PMAX}", size, PMAX, groups)
+        rows = Index.span(f"{var} * {block}", size, block, groups)
         if new_loop.count == 1:  # exactly 128 row groups: no partition loop
             self.loops.remove(new_loop)
             rows = Index.span("0", str(groups), groups, groups)

@@ -10,9 +10,10 @@ Rules, applied in one walk (after convolutions are rewritten into pads, strided 
 
 from __future__ import annotations
 
-from neuroncc.ir import REGISTRY, Category, Function, Op, Value
-from neuroncc.passes.strides import PURE_VIEWS, StridedView, apply_view
 from neuroncc.codegen.nki.conv import decompose_convolutions
+from neuroncc.ir import REGISTRY, Category, Function, Op, Trait, Value
+from neuroncc.passes.rewrite import named
+from neuroncc.passes.strides import StridedView, apply_view
 
 
 def _slice(source: Value, result: Value, dim: int, start: int, size: int) -> Op:
@@ -37,14 +38,15 @@ class _Normalizer:
 
     def run(self) -> Function:
         for op in self.region.ops:
-            if op.name == "split":
+            split = named(op, "split")
+            if split is not None:  # each result is a slice of the operand
                 start = 0
-                dim = op.attrs["dim"] % op.operands[0].type.rank
-                for result, size in zip(op.results, op.attrs["sizes"]):
-                    self.emit(_slice(op.operands[0], result, dim, start, size))
+                dim = split.attrs["dim"] % split.operands[0].type.rank
+                for result, size in zip(split.results, split.attrs["sizes"]):
+                    self.emit(_slice(split.operands[0], result, dim, start, size))
                     start += size
                 continue
-            if op.name in PURE_VIEWS:
+            if op.has(Trait.STRIDED_VIEW):
                 self.emit(op)
                 continue
             operands = tuple(self.readable(v) for v in op.operands)
@@ -54,7 +56,7 @@ class _Normalizer:
 
     def chain(self, value: Value) -> tuple[Value, list[Op]]:
         views: list[Op] = []
-        while (op := self.producers.get(value)) is not None and op.name in PURE_VIEWS:
+        while (op := self.producers.get(value)) is not None and op.has(Trait.STRIDED_VIEW):
             views.append(op)
             value = op.operands[0]
         return value, list(reversed(views))
@@ -81,7 +83,7 @@ class _Normalizer:
 
     def written(self, value: Value) -> Value:
         op = self.producers.get(value)
-        if op is None or op.name in PURE_VIEWS or REGISTRY.get(op.name).category is Category.CONSTANT:
+        if op is None or op.has(Trait.STRIDED_VIEW) or REGISTRY.get(op.name).category is Category.CONSTANT:
             copy = _copy(self.readable(value))
             self.emit(copy)
             return copy.result

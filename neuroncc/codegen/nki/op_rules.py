@@ -17,7 +17,6 @@ import numpy as np
 
 from neuroncc.codegen.nki.body import Body, typed_number
 from neuroncc.codegen.nki.instructions import Instr, Operand, Ref
-from neuroncc.codegen.nki.plan import REDUCTIONS
 from neuroncc.errors import CodegenError
 from neuroncc.ir import REGISTRY, Category, Op
 
@@ -465,14 +464,19 @@ OP_RULES: dict[str, Rule] = {
 }
 
 
+def is_plain_copy(op: Op) -> bool:
+    """Whether ``op``'s rule is a plain copy of its operand in its own element type (a stage of these is a
+    relayout that DMA does alone)."""
+    return OP_RULES.get(op.name) is _copy and op.operands[0].type.dtype == op.result.type.dtype
+
+
 def emit_op(body: Body, op: Op) -> None:
     """Emit ``op`` into ``body`` and record its result."""
     rule = OP_RULES.get(op.name)
     if rule is None:
         raise CodegenError(f"nki: kernel '{body.ctx.name}': op '{op.name}' has no NKI emission rule")
     operands = [body.operand(op, i) for i in range(len(op.operands))]
-    if not any(isinstance(x, Ref) for x in operands) and op.name not in REDUCTIONS \
-            and REGISTRY.get(op.name).category is Category.ELEMENTWISE:
+    if not any(isinstance(x, Ref) for x in operands) and REGISTRY.get(op.name).category is Category.ELEMENTWISE:
         body.values[op.results[0]] = _fold(op, operands)
         return
     body.values[op.results[0]] = rule(body, op, operands)

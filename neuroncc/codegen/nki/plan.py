@@ -19,44 +19,24 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import numpy as np
-
+from neuroncc.codegen.nki.host_ops import HOST_OPS, INT64_HOST_OPS
 from neuroncc.codegen.nki.normalize import normalize_region
 from neuroncc.codegen.nki.shapes import (
     AffineMap, DimGroup, Grouping, find_grouping, map_through_window, operand_grouping, row_major_map, view_window,
 )
 from neuroncc.errors import CodegenError
-from neuroncc.ir import REGISTRY, Category, Function, Op, Value
+from neuroncc.ir import REGISTRY, Category, Function, Op, Trait, Value
 from neuroncc.ir.dtypes import DType
-from neuroncc.passes.strides import PURE_VIEWS
 
-#: Ops run on the host (numpy, as the reference interpreter computes them), and why.
-HOST_OPS: dict[str, str] = {
-    "embedding": "rows picked by data-dependent indices (an indirect DMA, outside the simulated NKI subset)",
-    "gather": "data-dependent indices (indirect DMA)",
-    "index_select": "data-dependent indices (indirect DMA)",
-    "index": "data-dependent indices (indirect DMA)",
-    "scatter": "writes through data-dependent indices (indirect DMA)",
-    "index_put": "writes through data-dependent indices (indirect DMA)",
-    "bitcast": "reinterprets bits (no bitcast between engine dtypes in the simulated NKI subset)",
-    "argmax": "needs an index reduction (max8/find_index8 are outside the simulated NKI subset)",
-    "argmin": "needs an index reduction (max8/find_index8 are outside the simulated NKI subset)",
-}
-
-#: int64 ops whose results can leave the int32 range the device holds int64 in: they run on the host, where
-#: int64 arithmetic is exact (comparisons, selects, max / min and bitwise ops on in-range values stay on the
-#: device; the executable checks that int64 kernel arguments fit int32).
-INT64_HOST_OPS = frozenset({"add", "sub", "mul", "div", "pow", "remainder", "fmod", "neg", "abs", "sum", "prod",
-                            "cast"})
 INT32_RANGE = (-(2 ** 31), 2 ** 31 - 1)
 
-#: Movement ops that become DMA transfers between HBM tensors.
-TRANSFER_OPS = frozenset({"cat", "constant_pad", "flip", "slice_scatter", "select_scatter", "repeat", "as_strided"})
 
-#: Contractions TensorE runs (convolutions are not emitted; see docs/nki.md).
-MATMUL_OPS = frozenset({"mm", "bmm", "addmm"})
-
-REDUCTIONS = frozenset({"sum", "mean", "prod", "amax", "amin", "any", "all", "var"})
+def is_transfer(op: Op) -> bool:
+    """Data movement that is neither a strided view nor a copy (cat, pad, flip, scatter into slices, repeat,
+    as_strided) runs as DMA transfers between HBM tensors (normalization rewrote splits into slices). Views that
+    reinterpret the element type never reach a kernel (they stay at the top level)."""
+    return op.opdef.category is Category.MOVEMENT and not op.has(Trait.STRIDED_VIEW) \
+        and not op.has(Trait.POINTWISE) and not op.has(Trait.REINTERPRET)
 
 
 @dataclass(frozen=True)
@@ -80,7 +60,6 @@ class Stage:
     groupings: dict[Op, Grouping] = field(default_factory=dict)
     placements: dict[Value, AffineMap] = field(default_factory=dict)  # values computed here, on chip
     reduced: set[int] = field(default_factory=set)
-    partition: int | None = None
 
     def candidates(self, reduced: set[int]) -> list[int]:
         return [d for d, n in enumerate(self.domain) if n > 1 and d not in reduced]
@@ -113,29 +92,19 @@ class RegionPlan:
     producers: dict[Value, Op]
 
 
+def _reduces(op: Op) -> bool:
+    return op.opdef.category is Category.REDUCTION
+
+
 def iteration_shape(op: Op) -> tuple[int, ...]:
-    return op.operands[0].type.shape if op.name in REDUCTIONS else op.results[0].type.shape
-
-
-def _immediate(op: Op) -> float | int | bool | None:
-    """The single number every element of a constant op holds, if there is one."""
-    if op.name == "full":
-        return op.attrs["value"]
-    if op.name == "constant":
-        array = op.attrs["value"].array
-        if array.size >= 1 and np.all(array == array.reshape(-1)[0]):
-            return array.reshape(-1)[0].item()
-    if op.name == "iota" and op.attrs["length"] == 1:
-        return op.attrs["start"]
-    return None
+    return op.operands[0].type.shape if _reduces(op) else op.results[0].type.shape
 
 
 class _NestPlanner:
-    def __init__(self, region: Function, kernel_domain: tuple[int, ...], partition_hint: int | None, name: str):
+    def __init__(self, region: Function, kernel_domain: tuple[int, ...], name: str):
         self.region = region
         self.name = name
         self.kernel_domain = kernel_domain
-        self.partition_hint = partition_hint
         self.producers = region.producers()
         self.homes: dict[Value, Home] = {p: Home("param", i) for i, p in enumerate(region.params)}
         self.stages: list[Stage] = []
@@ -143,14 +112,15 @@ class _NestPlanner:
 
     def on_host(self, op: Op) -> bool:
         """Whether ``op`` runs on the host: data-dependent addressing (:data:`HOST_OPS`), integer matmuls
-        (TensorE multiplies floats), int64 arithmetic (:data:`INT64_HOST_OPS`), or int64 constants beyond
-        int32."""
+        (TensorE multiplies floats), int64 arithmetic (:data:`INT64_HOST_OPS`) or an int64 result of float
+        operands (a cast), or int64 constants beyond int32."""
         if op.name in HOST_OPS:
             return True
         if REGISTRY.get(op.name).category is Category.MATMUL:
             return not op.results[0].type.dtype.is_float
-        if any(r.type.dtype is DType.i64 for r in op.results) and op.name in INT64_HOST_OPS:
-            return op.name != "cast" or op.operands[0].type.dtype.is_float
+        if any(r.type.dtype is DType.i64 for r in op.results) and \
+                (op.name in INT64_HOST_OPS or any(v.type.dtype.is_float for v in op.operands)):
+            return True
         for value in op.operands:
             found = view_window(value, self.producers)
             home = self.homes.get(found[0]) if found is not None else None
@@ -190,25 +160,23 @@ class _NestPlanner:
     def run(self) -> RegionPlan:
         for op in self.region.ops:
             category = REGISTRY.get(op.name).category
-            if op.name in PURE_VIEWS:
+            if op.has(Trait.STRIDED_VIEW):
                 continue
             if category is Category.CONSTANT:
-                number = _immediate(op)
+                number = op.opdef.splat_value(op.attrs)  # the one number every element holds, if any
                 self.homes[op.result] = Home("immediate", number=number) if number is not None else Home("constant")
             elif self.on_host(op):
                 self.steps.append(self.host_step(op))
-            elif op.name in TRANSFER_OPS:
+            elif is_transfer(op):
                 stage = self.new_stage("transfer", op.result.type.shape)
                 stage.ops.append(op)
                 self.homes[op.result] = Home("stage", stage.index)
             elif category is Category.MATMUL:
                 self.add_matmul(op)
-            elif category in (Category.ELEMENTWISE, Category.REDUCTION) or op.name == "copy":
+            elif op.has(Trait.POINTWISE) or category is Category.REDUCTION:
                 self.add_compute(op)
             else:
                 raise self.fail(op, "is not supported by the NKI emitter")
-        for stage in self.stages:
-            self.choose_partition(stage)
         self.assign_tensors()
         return RegionPlan(self.region, self.steps, self.homes, self.producers)
 
@@ -216,7 +184,7 @@ class _NestPlanner:
         roots, views = [], []
         for value in op.operands:
             chain = []
-            while (producer := self.producers.get(value)) is not None and producer.name in PURE_VIEWS:
+            while (producer := self.producers.get(value)) is not None and producer.has(Trait.STRIDED_VIEW):
                 chain.append(producer)
                 value = producer.operands[0]
             roots.append(value)
@@ -227,7 +195,7 @@ class _NestPlanner:
         return step
 
     def add_matmul(self, op: Op) -> None:
-        if op.name not in MATMUL_OPS:
+        if not op.has(Trait.MATRIX_PRODUCT):
             raise self.fail(op, "(a convolution) is not emitted for NKI; compile it for the cpu target")
         if not op.result.type.dtype.is_float:
             raise self.fail(op, f"on {op.result.type.dtype.value} operands: TensorE multiplies floats only")
@@ -256,7 +224,7 @@ class _NestPlanner:
     def try_join(self, stage: Stage, op: Op) -> tuple[Grouping, set[int]] | None:
         if stage.kind == "transfer":
             return None
-        if stage.kind == "matmul" and not (REGISTRY.get(op.name).category is Category.ELEMENTWISE or op.name == "copy"):
+        if stage.kind == "matmul" and not op.has(Trait.POINTWISE):
             return None
         shape = iteration_shape(op)
         grouping = find_grouping(shape, stage.domain)
@@ -273,7 +241,7 @@ class _NestPlanner:
                 if wanted != stage.placements[root]:
                     return None  # read in another arrangement than the tile holds it
         reduced = set(stage.reduced)
-        if op.name in REDUCTIONS:
+        if _reduces(op):
             for d in op.attrs["dims"]:
                 if grouping[d].full:
                     reduced.update(grouping[d].dims)
@@ -287,7 +255,7 @@ class _NestPlanner:
         stage.groupings[op] = grouping
         stage.reduced = reduced
         result = op.result
-        if op.name in REDUCTIONS:
+        if _reduces(op):
             dims = set(op.attrs["dims"])
             keep = op.attrs["keepdim"]
             groups = [DimGroup(g.dims, False) if j in dims else g for j, g in enumerate(grouping) if keep or j not in dims]
@@ -295,19 +263,6 @@ class _NestPlanner:
         else:
             stage.placements[result] = row_major_map(grouping, stage.domain, result.type.shape)
         self.homes[result] = Home("stage", stage.index)
-
-    def choose_partition(self, stage: Stage) -> None:
-        if stage.kind == "matmul":
-            stage.partition = len(stage.domain) - 2
-            return
-        candidates = stage.candidates(stage.reduced)
-        if not candidates:
-            stage.partition = None
-        elif stage.domain == self.kernel_domain and self.partition_hint in candidates:
-            stage.partition = self.partition_hint
-        else:
-            large = [d for d in candidates if stage.domain[d] >= 128]
-            stage.partition = large[0] if large else max(candidates, key=lambda d: (stage.domain[d], -d))
 
     # ---- HBM tensors of each segment ----------------------------------------------------------------
 
@@ -333,7 +288,7 @@ class _NestPlanner:
                 for op in stage.ops:
                     for value in op.operands:
                         root, _, _ = self.root(value, op)
-                        if root not in stage.placements or stage.kind == "transfer" or op.name in MATMUL_OPS:
+                        if root not in stage.placements or stage.kind == "transfer" or op.has(Trait.MATRIX_PRODUCT):
                             read(root, number, stage.index)
         outputs = set(self.region.outputs)
         for number, step in enumerate(self.steps):
@@ -372,18 +327,7 @@ def stage_maps(plan: RegionPlan, stage: Stage) -> list[AffineMap]:
     return maps
 
 
-def plan_region(region: Function, name: str, kernel_domain: tuple[int, ...] = (),
-                partition_hint: int | None = None) -> RegionPlan:
-    """Plan ``region`` (the body of kernel ``name``) for NKI; see the module docstring."""
-    normalized = normalize_region(region)
-    domain = kernel_domain or _largest_shape(normalized)
-    return _NestPlanner(normalized, tuple(domain), partition_hint, name).run()
-
-
-def _largest_shape(region: Function) -> tuple[int, ...]:
-    best: tuple[int, ...] = ()
-    size = -1
-    for value in list(region.params) + [r for op in region.ops for r in op.results]:
-        if value.type.numel > size:
-            best, size = value.type.shape, value.type.numel
-    return best
+def plan_region(region: Function, name: str, kernel_domain: tuple[int, ...]) -> RegionPlan:
+    """Plan ``region`` (the body of kernel ``name``, whose iteration space is ``kernel_domain``) for NKI; see
+    the module docstring."""
+    return _NestPlanner(normalize_region(region), tuple(kernel_domain), name).run()

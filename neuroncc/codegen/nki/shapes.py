@@ -21,7 +21,7 @@ from functools import lru_cache
 
 from neuroncc.ir import Op, Value
 from neuroncc.ir.types import contiguous_strides
-from neuroncc.passes.strides import PURE_VIEWS, StridedView, apply_view
+from neuroncc.passes.strides import StridedView, view_chain_layout
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,17 +120,7 @@ def row_major_map(grouping: Grouping, domain: tuple[int, ...], shape: tuple[int,
 def view_window(value: Value, producers: dict[Value, Op]) -> tuple[Value, StridedView] | None:
     """The non-view value ``value`` reads (through pure views) and the window it reads, the root taken as
     contiguous (kernel arguments always are); None when a reshape of a non-contiguous window needs a copy."""
-    chain: list[Op] = []
-    root = value
-    while (op := producers.get(root)) is not None and op.name in PURE_VIEWS:
-        chain.append(op)
-        root = op.operands[0]
-    window: StridedView | None = StridedView.contiguous(root.type.shape)
-    for op in reversed(chain):
-        window = apply_view(op, window)
-        if window is None:
-            return None
-    return root, window
+    return view_chain_layout(value, producers, contiguous_root=True)
 
 
 def numel(shape: tuple[int, ...]) -> int:

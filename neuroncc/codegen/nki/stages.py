@@ -13,23 +13,21 @@ record whose inputs do not change between iterations moves to the prologue.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from neuroncc.codegen.nki.access import HbmSide, Index, transfer
-from neuroncc.codegen.nki.body import PMAX, Body, KernelContext, StageLayout, ceil_div, prod
+from neuroncc.codegen.nki.body import Body, KernelContext, StageLayout, ceil_div, prod
 from neuroncc.codegen.nki.instructions import Instr, optimize, render
 from neuroncc.codegen.nki.multirow import rows_per_partition, split_rows
-from neuroncc.codegen.nki.op_rules import emit_op
-from neuroncc.codegen.nki.plan import REDUCTIONS, Stage, stage_maps
+from neuroncc.codegen.nki.op_rules import emit_op, is_plain_copy
+from neuroncc.codegen.nki.plan import RegionPlan, Stage, stage_maps
 from neuroncc.codegen.nki.shapes import AffineMap, map_through_window, operand_grouping, view_window
 from neuroncc.codegen.nki.source import SourceWriter, nki_dtype
-from neuroncc.ir import Value
+from neuroncc.ir import Category, Op, Trait, Value
 from neuroncc.ir.types import contiguous_strides
-
-#: Fraction of SBUF one iteration's tiles may use (the rest lets the next iteration's loads run ahead).
-SBUF_SHARE = 0.5
-#: fp32 elements per partition in one PSUM bank (a partition sum's accumulator).
-PSUM_FREE = 512
+from neuroncc.passes.layout import partition_among
+from neuroncc.passes.tile_nki import footprint
 
 
 @dataclass
@@ -83,8 +81,8 @@ def _partition_reduction(ctx: KernelContext, stage: Stage, domain: tuple[int, ..
     busy = [d for d, n in enumerate(domain) if n > 1]
     if len(reduced) != 1 or len(busy) < 2 or min(busy) not in reduced:
         return None
-    reductions = [op for op in stage.ops if op.name in REDUCTIONS]
-    if any(op.name not in ("sum", "mean") or not op.result.type.dtype.is_float for op in reductions):
+    reductions = [op for op in stage.ops if op.opdef.category is Category.REDUCTION]
+    if any(not op.has(Trait.SUM_REDUCTION) or not op.result.type.dtype.is_float for op in reductions):
         return None
     results = {op.result for op in reductions}
     for op in stage.ops:
@@ -96,16 +94,23 @@ def _partition_reduction(ctx: KernelContext, stage: Stage, domain: tuple[int, ..
 
 
 def tile_layout(ctx: KernelContext, stage: Stage) -> tuple[StageLayout, list[Loop]]:
-    """Choose the tiles of a tile stage: merged dims, partitions, tile dims and their blocks, loops (module
-    docstring of :mod:`neuroncc.codegen.nki.body`)."""
+    """Lay a tile stage out as the kernel's ``tile`` decisions say: merged dims, partitions, tile dims and
+    their blocks, loops (module docstring of :mod:`neuroncc.codegen.nki.body`).
+
+    A loop nest over the kernel's domain puts the kernel's ``partition_dim`` on the partitions and takes its
+    free block; one whose dims merge, or over another domain (a reshaped value), picks its partition dim by
+    the layout pass's rule (:func:`~neuroncc.passes.layout.partition_among`). A float sum over the rows that
+    nothing in the stage reads back puts the rows on the partitions and sums them on TensorE."""
+    tiling = ctx.tiling
     groups = merge_groups(ctx, stage)
     domain = tuple(prod([stage.domain[d] for d in group]) for group in groups)
     reduced = {i for i, group in enumerate(groups) if any(d in stage.reduced and stage.domain[d] > 1 for d in group)}
     candidates = [d for d, n in enumerate(domain) if n > 1 and d not in reduced]
-    large = [d for d in candidates if domain[d] >= PMAX]
-    p = (large[0] if large else max(candidates, key=lambda d: (domain[d], -d))) if candidates else None
-    if stage.partition is not None and len(groups) == len(stage.domain) and stage.partition in candidates:
-        p = stage.partition  # the layout pass's choice when nothing merged
+    over_kernel = stage.domain == tiling.domain
+    if over_kernel and len(groups) == len(stage.domain) and tiling.partition_dim in candidates:
+        p = tiling.partition_dim
+    else:
+        p = partition_among(domain, candidates)
     across = _partition_reduction(ctx, stage, domain, reduced)
     if across is not None:
         p, reduced = across, set()  # summed on TensorE across the row blocks, not in the free axes
@@ -116,20 +121,23 @@ def tile_layout(ctx: KernelContext, stage: Stage) -> tuple[StageLayout, list[Loo
     tile_dims = tuple(sorted(reduced | ({inner} if inner is not None else set())))
     bounds = {d: domain[d] for d in tile_dims}
     if p is not None:
-        bounds[p] = min(PMAX, domain[p])
+        bounds[p] = min(tiling.partitions, domain[p])
+    if inner is not None and over_kernel and tiling.free:
+        bounds[inner] = min(bounds[inner], tiling.free)
     if across is not None and inner is not None:
-        bounds[inner] = min(bounds[inner], PSUM_FREE)  # each block's sum fills one PSUM bank at most
+        bounds[inner] = min(bounds[inner], ctx.core.psum_free_fp32)  # each block's sum fills one PSUM bank at most
     tiles = len(stage.ops) + sum(len(op.operands) for op in stage.ops)
-    budget = int(ctx.sbuf_partition_bytes * SBUF_SHARE)
 
-    def footprint() -> int:
-        return tiles * prod([bounds[d] for d in tile_dims]) * 4
+    def need() -> int:
+        return footprint(tiles, prod([bounds[d] for d in tile_dims]))
 
-    while inner is not None and footprint() > budget and bounds[inner] > 1:
+    # A stage holding more tiles than the pass counted (copies added by normalization) still keeps to the
+    # budget.
+    while inner is not None and need() > tiling.sbuf_budget and bounds[inner] > 1:
         bounds[inner] = 1 << ((bounds[inner] - 1).bit_length() - 1)
-    if footprint() > ctx.sbuf_partition_bytes:
+    if need() > ctx.core.sbuf_partition_bytes:
         raise ctx.fail(f"a loop nest over {list(domain)} reducing dims {sorted(reduced)} needs about "
-                       f"{footprint()} bytes of SBUF per partition (the reduced dims stay whole in a tile)")
+                       f"{need()} bytes of SBUF per partition (the reduced dims stay whole in a tile)")
     loops: list[Loop] = []
     indexes: list[Index] = []
     varying: set[int] = set()
@@ -216,7 +224,7 @@ def hoist(instrs: list[Instr]) -> tuple[list[Instr], list[Instr]]:
 def _pure_copies(ctx: KernelContext, stage: Stage, in_hbm: set[Value]) -> list[tuple[Value, Value, AffineMap]] | None:
     """A stage of ``copy`` ops reading HBM (a relayout: a permute or reshape materialised) as (destination,
     source root, source map over the stage domain) per stored value; None for any other stage."""
-    if any(op.name != "copy" or op.operands[0].type.dtype != op.result.type.dtype for op in stage.ops):
+    if not all(is_plain_copy(op) for op in stage.ops):
         return None
     sources: dict[Value, tuple[Value, AffineMap]] = {}
     moves = []
@@ -335,51 +343,101 @@ def _copy_piece(ctx: KernelContext, writer: SourceWriter, shape: tuple[int, ...]
 
 def emit_transfer_stage(ctx: KernelContext, stage: Stage, writer: SourceWriter) -> None:
     (op,) = stage.ops
-    out = op.result
-    shape = out.type.shape
-    strides = contiguous_strides(shape)
+    shape = op.result.type.shape
     writer.comment(f"{op.name} into {list(shape)}: DMA between HBM tensors")
-    rank = len(shape)
-    if op.name == "cat":
-        dim = op.attrs["dim"] % rank
-        start = 0
-        for value in op.operands:
-            piece = value.type.shape
-            _copy_piece(ctx, writer, piece, out, AffineMap(start * strides[dim], strides), value)
-            start += piece[dim]
-    elif op.name == "constant_pad":
-        _pad(ctx, writer, op, strides)
-    elif op.name == "flip":
-        root, window = _window_map(ctx, op.operands[0])
-        coeffs, offset = list(window.coeffs), window.offset
-        for d in op.attrs["dims"]:
-            d %= rank
-            offset += (shape[d] - 1) * coeffs[d]
-            coeffs[d] = -coeffs[d]
-        _direct(ctx, writer, shape, out, AffineMap(0, strides), root, AffineMap(offset, tuple(coeffs)))
-    elif op.name in ("slice_scatter", "select_scatter"):
-        base, source = op.operands
+    rule = TRANSFERS.get(op.name)
+    if rule is None:
+        raise ctx.fail(f"op '{op.name}' is not a transfer")
+    rule.emit(ctx, writer, op, contiguous_strides(shape))
+
+
+def immediate_root(plan: RegionPlan, value: Value) -> float | int | None:
+    """The number every element of ``value`` holds when it is (a view of) a constant, else None."""
+    found = view_window(value, plan.producers)
+    if found is None:
+        return None
+    home = plan.homes[found[0]]
+    return home.number if home.kind == "immediate" else None
+
+
+def _cat(ctx: KernelContext, writer: SourceWriter, op: Op, strides: tuple[int, ...]) -> None:
+    """Each piece copied to its offset along ``dim``."""
+    dim = op.attrs["dim"] % op.result.type.rank
+    start = 0
+    for value in op.operands:
+        piece = value.type.shape
+        _copy_piece(ctx, writer, piece, op.result, AffineMap(start * strides[dim], strides), value)
+        start += piece[dim]
+
+
+def _flip(ctx: KernelContext, writer: SourceWriter, op: Op, strides: tuple[int, ...]) -> None:
+    """The input read with negated coefficients along the flipped dims, from their last element."""
+    shape = op.result.type.shape
+    root, window = _window_map(ctx, op.operands[0])
+    coeffs, offset = list(window.coeffs), window.offset
+    for d in op.attrs["dims"]:
+        d %= len(shape)
+        offset += (shape[d] - 1) * coeffs[d]
+        coeffs[d] = -coeffs[d]
+    _direct(ctx, writer, shape, op.result, AffineMap(0, strides), root, AffineMap(offset, tuple(coeffs)))
+
+
+def _scatter_into(target: Callable[[Op, tuple[int, ...], tuple[int, ...], int], tuple[int, tuple[int, ...]]]):
+    """slice_scatter / select_scatter: the base copied (unless it was allocated filled), then the source written
+    through ``target(op, shape, strides, dim)``: its (offset, strides) in the output."""
+    def emit(ctx: KernelContext, writer: SourceWriter, op: Op, strides: tuple[int, ...]) -> None:
+        out, (base, source) = op.result, op.operands
+        shape = out.type.shape
         if out not in ctx.fills:  # a constant base was allocated filled
             _copy_piece(ctx, writer, shape, out, AffineMap(0, strides), base)
-        dim = op.attrs["dim"] % rank
-        if op.name == "slice_scatter":
-            step = op.attrs["step"]
-            dst_strides = strides[:dim] + (strides[dim] * step,) + strides[dim + 1:]
-            offset = _clamped_start(op.attrs["start"], shape[dim]) * strides[dim]
-        else:
-            dst_strides = strides[:dim] + strides[dim + 1:]
-            offset = (op.attrs["index"] % shape[dim]) * strides[dim]
+        offset, dst_strides = target(op, shape, strides, op.attrs["dim"] % len(shape))
         _copy_piece(ctx, writer, source.type.shape, out, AffineMap(offset, dst_strides), source)
-    elif op.name == "repeat":
-        _repeat(ctx, writer, op, strides)
-    elif op.name == "as_strided":
-        root, window = _window_map(ctx, op.operands[0])
-        if window.coeffs != contiguous_strides(op.operands[0].type.shape) or window.offset:
-            raise ctx.fail("as_strided of a strided view is not emitted (copy its operand first)")
-        src = AffineMap(op.attrs["offset"], tuple(op.attrs["strides"]))
-        _direct(ctx, writer, shape, out, AffineMap(0, strides), root, src)
-    else:
-        raise ctx.fail(f"op '{op.name}' is not a transfer")
+
+    return emit
+
+
+def _slice_target(op: Op, shape: tuple[int, ...], strides: tuple[int, ...], dim: int) -> tuple[int, tuple[int, ...]]:
+    dst_strides = strides[:dim] + (strides[dim] * op.attrs["step"],) + strides[dim + 1:]
+    return _clamped_start(op.attrs["start"], shape[dim]) * strides[dim], dst_strides
+
+
+def _select_target(op: Op, shape: tuple[int, ...], strides: tuple[int, ...], dim: int) -> tuple[int, tuple[int, ...]]:
+    return (op.attrs["index"] % shape[dim]) * strides[dim], strides[:dim] + strides[dim + 1:]
+
+
+def _as_strided(ctx: KernelContext, writer: SourceWriter, op: Op, strides: tuple[int, ...]) -> None:
+    """A direct copy through the op's own strides (of a contiguous operand only)."""
+    root, window = _window_map(ctx, op.operands[0])
+    if window.coeffs != contiguous_strides(op.operands[0].type.shape) or window.offset:
+        raise ctx.fail("as_strided of a strided view is not emitted (copy its operand first)")
+    src = AffineMap(op.attrs["offset"], tuple(op.attrs["strides"]))
+    _direct(ctx, writer, op.result.type.shape, op.result, AffineMap(0, strides), root, src)
+
+
+def _base_fill(plan: RegionPlan, op: Op) -> float | int | None:
+    return immediate_root(plan, op.operands[0])  # scattering into a constant: allocate it filled
+
+
+@dataclass(frozen=True)
+class Transfer:
+    """How a data-movement op runs as DMA between HBM tensors: ``emit(ctx, writer, op, output strides)``, and
+    the number its output is allocated filled with first, if any (``fill(plan, op)``)."""
+
+    emit: Callable[[KernelContext, SourceWriter, Op, tuple[int, ...]], None]
+    fill: Callable[[RegionPlan, Op], float | int | None] = lambda plan, op: None
+
+
+#: Data-movement op -> its DMA rule (one entry per op; :func:`~neuroncc.codegen.nki.plan.is_transfer` ops).
+TRANSFERS: dict[str, Transfer] = {
+    "cat": Transfer(_cat),
+    "constant_pad": Transfer(lambda ctx, writer, op, strides: _pad(ctx, writer, op, strides),
+                             fill=lambda plan, op: op.attrs["value"]),  # allocated filled with the pad value
+    "flip": Transfer(_flip),
+    "slice_scatter": Transfer(_scatter_into(_slice_target), fill=_base_fill),
+    "select_scatter": Transfer(_scatter_into(_select_target), fill=_base_fill),
+    "repeat": Transfer(lambda ctx, writer, op, strides: _repeat(ctx, writer, op, strides)),
+    "as_strided": Transfer(_as_strided),
+}
 
 
 def _clamped_start(start: int, size: int) -> int:

@@ -32,9 +32,10 @@ from typing import Any
 import numpy as np
 
 from neuroncc.ir.dtypes import DType
+from neuroncc.ir.opdef import Trait
 from neuroncc.ir.types import contiguous_strides
 from neuroncc.codegen.llvm.extern_layouts import same_layout
-from neuroncc.codegen.llvm.program import SlotKind
+from neuroncc.codegen.llvm.program import ALIGN, SlotKind
 from neuroncc.executors.cpu.buffers import aligned_empty, data_address, flat_view, storage_dtype, strided_view
 from neuroncc.executors.cpu.extern import onednn_product
 from neuroncc.executors.cpu.extern_library import LIBRARY_CALLS, library_results, write_result
@@ -59,7 +60,7 @@ def adopt(tensor: Any, spec: Any, dtype: np.dtype, taken: Sequence[np.ndarray]) 
     if not same_layout(shape, [s // itemsize for s in array.strides], spec.strides) \
             or any(s % itemsize for s in array.strides):
         return None
-    if array.size and data_address(array) % 64:
+    if array.size and data_address(array) % ALIGN:
         return None  # kernels may read and write their scratch with aligned vector accesses
     if any(np.may_share_memory(array, other) for other in taken):
         return None
@@ -121,7 +122,8 @@ class ScratchProduct:
     def slot_of(step: Any, op: Any) -> int | None:
         """The scratch slot holding the product of kernel step ``step``'s extern ``op``, where adoptable."""
         extern = step.extern
-        if op.name not in ("mm", "addmm") or len(extern.results) != 1 or op.results[0].type.dtype != DType.f32:
+        if not op.has(Trait.MATRIX_PRODUCT) or op.results[0].type.rank != 2 or len(extern.results) != 1 \
+                or op.results[0].type.dtype != DType.f32:  # a float32 mm or addmm
             return None
         layout = extern.results[0]
         slot = step.slots[layout.buffer] if layout.buffer < len(step.slots) else None

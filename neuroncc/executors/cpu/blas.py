@@ -26,6 +26,8 @@ from typing import Any, Callable
 from neuroncc.ir.types import contiguous_strides
 import numpy as np
 
+from neuroncc.ir import REGISTRY, Trait
+
 #: ATen's bmm computes batches of fewer multiply-adds each with its own naive loop, not BLAS.
 BMM_NAIVE_BELOW = 400
 INT_MAX = 2**31 - 1
@@ -163,7 +165,7 @@ class BlasMatmul:
         ta, tb, m, n, k, a, lda, ldb, b, ldc, groups, size = (ctypes.addressof(x) for x in self._owned)
         self._precision = lib.precision
         self._bias = bias  # addmm: (row bytes, rows, bias row stride bytes) of the copy into the result
-        first = 1 if name == "addmm" else 0
+        first = 0 if bias is None else 1  # addmm's operand 0 is its bias; the factors follow
         i, j = (first + 1, first) if plan.swap else (first, first + 1)  # pointer positions of A and B
         if batch:
             # one array of 3 x count pointers (A's, B's, C's); refilled only when a base address moves
@@ -246,40 +248,41 @@ def prepare(name: str, attrs: Mapping[str, Any], operands: Sequence[tuple[Sequen
     ``operands``/``result``: (shape, element strides) of each stored operand (op order) and of the result;
     ``dtypes``: their dtype names (all must be f32); ``max_macs``: products this big or bigger stay on the
     extern module's path (it sends large ones to oneDNN)."""
-    if name not in ("mm", "addmm", "bmm") or any(d != "f32" for d in dtypes):
+    if not REGISTRY.get(name).has(Trait.MATRIX_PRODUCT) or any(d != "f32" for d in dtypes):
         return None
+    batched = len(result[0]) == 3  # bmm: [batch, m, n]
     lib = library()
-    if (lib.sgemm_batch if name == "bmm" else lib.sgemm) is None or lib.precision() != "highest":
+    if (lib.sgemm_batch if batched else lib.sgemm) is None or lib.precision() != "highest":
         return None
-    first = 1 if name == "addmm" else 0
+    first = len(operands) - 2  # the factors are the last two operands (addmm's first is its bias)
     a = _matrix(*operands[first], attrs.get("transpose_a", False))
     b = _matrix(*operands[first + 1], attrs.get("transpose_b", False))
     out_shape, out_strides = result
     rows, cols, depth = out_shape[-2], out_shape[-1], a.shape[1]
-    batch = out_shape[0] if name == "bmm" else 1
+    batch = out_shape[0] if batched else 1
     if rows * cols * batch == 0 or depth == 0:
         return None  # no gemm call in ATen either; rare, cheap
     if max_macs is not None and rows * cols * depth * batch >= max_macs:
         return None
-    batched = None
-    if name == "bmm":
+    batch_steps = None
+    if batched:
         planned = _bmm_batch(operands, attrs, out_shape, out_strides)
         if planned is None:
             return None
-        plan, batched = planned
+        plan, batch_steps = planned
     else:
         plan = plan_gemm(a, b, Matrix((rows, cols), (out_strides[-2], out_strides[-1])))
     if plan is None:
         return None
     alpha, beta, bias = 1.0, 0.0, None
-    if name == "addmm":
+    if first == 1:  # addmm: beta * bias + alpha * product
         alpha, beta = float(attrs["alpha"]), float(attrs["beta"])
         if beta == 0 or tuple(out_strides) != (cols, 1) and rows > 1:
             return None  # beta 0: ATen skips the bias copy (NaN in it must not leak); keep ATen for that
         bias = _bias_copy(*operands[0], rows, cols)
         if bias is None:
             return None
-    return BlasMatmul(name, plan, alpha, beta, bias, batched)
+    return BlasMatmul(name, plan, alpha, beta, bias, batch_steps)
 
 
 def plan_bmm(first: Matrix, second: Matrix, result_row_stride: int) -> GemmPlan | None:

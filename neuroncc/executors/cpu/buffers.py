@@ -7,7 +7,7 @@ import ctypes
 
 import numpy as np
 
-from neuroncc.codegen.llvm.program import BufferKind
+from neuroncc.codegen.llvm.program import ALIGN, BufferKind
 from neuroncc.codegen.llvm.views import Layout
 from neuroncc.ir.dtypes import DType
 from neuroncc.ir.types import contiguous_strides
@@ -20,7 +20,13 @@ def storage_dtype(name: str) -> np.dtype:
 
 def strided_view(flat: np.ndarray, spec) -> np.ndarray:
     """The numpy view of ``spec`` (a ValueSpec: offset, shape, element strides) over its buffer's flat storage
-    (no copy)."""
+    (no copy). A spec of another element type than the buffer's (view_as_real/view_as_complex: c64 storage
+    seen as f32 pairs, or back) reinterprets the buffer's bytes."""
+    dtype = storage_dtype(spec.dtype)
+    if dtype != flat.dtype:
+        raw = flat.view(np.uint8)
+        raw = raw[: len(raw) - len(raw) % dtype.itemsize]
+        flat = raw.view(dtype)
     itemsize = flat.dtype.itemsize
     return np.lib.stride_tricks.as_strided(flat[spec.offset:], spec.shape, tuple(s * itemsize for s in spec.strides))
 
@@ -38,10 +44,11 @@ _CHAR_AT = ctypes.c_char.from_buffer
 
 
 def aligned_empty(extent: int, dtype: np.dtype) -> tuple[np.ndarray, int]:
-    """A fresh 1-d array whose data starts 64-byte aligned (the kernels' stores rely on it), and its address."""
-    raw = np.empty(extent * dtype.itemsize + 64, dtype=np.uint8)
+    """A fresh 1-d array whose data starts aligned to ``ALIGN`` (a cache line: the kernels' stores rely on it),
+    and its address."""
+    raw = np.empty(extent * dtype.itemsize + ALIGN, dtype=np.uint8)
     address = data_address(raw)
-    shift = -address % 64
+    shift = -address % ALIGN
     return raw[shift:shift + extent * dtype.itemsize].view(dtype), address + shift
 
 

@@ -8,12 +8,13 @@ it (the only place below the front end allowed to). bf16 values are float32 arra
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from neuroncc.codegen.llvm.extern_layouts import onednn_shapes_eligible
+from neuroncc.ir import REGISTRY, Trait
 from neuroncc.ir.dtypes import DType, round_to_bf16
 from neuroncc.ir.ops import REGISTRY
 
@@ -40,31 +41,15 @@ def run_extern(name: str, attrs: Mapping[str, Any], operands: Sequence[np.ndarra
         _run_numpy(name, attrs, operands, results)
         return
     direct = dtype is not DType.f16 and all(r.flags.writeable and r.flags.c_contiguous for r in results)
-    if name in ("mm", "bmm", "addmm"):
+    if REGISTRY.get(name).has(Trait.MATRIX_PRODUCT):
         args = [_tensor(a) for a in operands]
         if direct:
             out = torch.from_numpy(results[0])
             _matmul(torch, name, attrs, args, out)
         else:
             results[0][...] = _matmul(torch, name, attrs, args, None).numpy()
-    elif name == "convolution":
-        x, w = _tensor(operands[0]), _tensor(operands[1])
-        bias = _tensor(operands[2]) if len(operands) > 2 else None
-        n = x.dim() - 2
-        out = torch.convolution(x, w, bias, _spatial(attrs["stride"], n, 1), _spatial(attrs["padding"], n, 0),
-                                _spatial(attrs["dilation"], n, 1), attrs["transposed"],
-                                _spatial(attrs["output_padding"], n, 0), attrs["groups"])
-        results[0][...] = out.numpy()
-    elif name == "convolution_backward":
-        grad, x, w = (_tensor(a) for a in operands)
-        n = x.dim() - 2
-        mask = [bool(m) for m in attrs["output_mask"]]
-        grads = torch.ops.aten.convolution_backward(
-            grad, x, w, [w.shape[0]] if mask[2] else None, _spatial(attrs["stride"], n, 1),
-            _spatial(attrs["padding"], n, 0), _spatial(attrs["dilation"], n, 1), attrs["transposed"],
-            _spatial(attrs["output_padding"], n, 0), attrs["groups"], mask)
-        for result, tensor in zip(results, [g for g, wanted in zip(grads, mask) if wanted]):
-            result[...] = tensor.numpy()
+    elif name in _CONVOLUTIONS:
+        _CONVOLUTIONS[name](torch, attrs, operands, results)
     else:
         raise ValueError(f"'{name}' is not an extern kernel")
     if dtype is DType.bf16:
@@ -72,10 +57,41 @@ def run_extern(name: str, attrs: Mapping[str, Any], operands: Sequence[np.ndarra
             result[...] = round_to_bf16(result)
 
 
+def _convolution(torch: Any, attrs: Mapping[str, Any], operands: Sequence[np.ndarray],
+                 results: Sequence[np.ndarray]) -> None:
+    x, w = _tensor(operands[0]), _tensor(operands[1])
+    bias = _tensor(operands[2]) if len(operands) > 2 else None
+    n = x.dim() - 2
+    out = torch.convolution(x, w, bias, _spatial(attrs["stride"], n, 1), _spatial(attrs["padding"], n, 0),
+                            _spatial(attrs["dilation"], n, 1), attrs["transposed"],
+                            _spatial(attrs["output_padding"], n, 0), attrs["groups"])
+    results[0][...] = out.numpy()
+
+
+def _convolution_backward(torch: Any, attrs: Mapping[str, Any], operands: Sequence[np.ndarray],
+                          results: Sequence[np.ndarray]) -> None:
+    grad, x, w = (_tensor(a) for a in operands)
+    n = x.dim() - 2
+    mask = [bool(m) for m in attrs["output_mask"]]
+    grads = torch.ops.aten.convolution_backward(
+        grad, x, w, [w.shape[0]] if mask[2] else None, _spatial(attrs["stride"], n, 1),
+        _spatial(attrs["padding"], n, 0), _spatial(attrs["dilation"], n, 1), attrs["transposed"],
+        _spatial(attrs["output_padding"], n, 0), attrs["groups"], mask)
+    for result, tensor in zip(results, [g for g, wanted in zip(grads, mask) if wanted]):
+        result[...] = tensor.numpy()
+
+
+#: Convolution op -> its ATen call (one entry per op).
+_CONVOLUTIONS: dict[str, Callable[[Any, Mapping[str, Any], Sequence[np.ndarray], Sequence[np.ndarray]], None]] = {
+    "convolution": _convolution,
+    "convolution_backward": _convolution_backward,
+}
+
+
 def _logical(name: str, attrs: Mapping[str, Any], args: list[Any]) -> list[Any]:
     """The operands as the product reads them: transpose_a/transpose_b (set by the layout pass) mean the
     operand is stored transposed; a transposed view is free, and BLAS reads it transposed without a copy."""
-    first = 1 if name == "addmm" else 0
+    first = len(args) - 2  # the factors are the last two operands (addmm's first is its bias)
     if attrs.get("transpose_a"):
         args[first] = args[first].transpose(-1, -2)
     if attrs.get("transpose_b"):
@@ -90,7 +106,8 @@ def onednn_product(name: str, attrs: Mapping[str, Any], operands: Sequence[np.nd
     rounded after the product (:func:`run_extern`), so they never come from here."""
     import torch
 
-    if dtype is not DType.f32 or name not in ("mm", "addmm") or any(a.dtype != np.float32 for a in operands):
+    if dtype is not DType.f32 or not REGISTRY.get(name).has(Trait.MATRIX_PRODUCT) or operands[-1].ndim != 2 \
+            or any(a.dtype != np.float32 for a in operands):  # mm, addmm
         return None
     args = _logical(name, attrs, [torch.from_numpy(a) for a in operands])
     if not _onednn_eligible(torch, name, attrs, args):
@@ -103,11 +120,16 @@ def _matmul(torch: Any, name: str, attrs: Mapping[str, Any], args: list[Any], ou
     args = _logical(name, attrs, args)
     if _onednn_eligible(torch, name, attrs, args):
         return _onednn_matmul(torch, name, args, out)
-    if name == "mm":
-        return torch.mm(args[0], args[1], **kwargs)
-    if name == "bmm":
-        return torch.bmm(args[0], args[1], **kwargs)
-    return torch.addmm(args[0], args[1], args[2], beta=attrs["beta"], alpha=attrs["alpha"], **kwargs)
+    return _ATEN_PRODUCTS[name](torch, attrs, args, kwargs)
+
+
+#: Matrix product op -> its ATen call on the logical operands (one entry per op).
+_ATEN_PRODUCTS: dict[str, Callable[[Any, Mapping[str, Any], list[Any], dict[str, Any]], Any]] = {
+    "mm": lambda torch, attrs, args, kwargs: torch.mm(args[0], args[1], **kwargs),
+    "bmm": lambda torch, attrs, args, kwargs: torch.bmm(args[0], args[1], **kwargs),
+    "addmm": lambda torch, attrs, args, kwargs: torch.addmm(args[0], args[1], args[2], beta=attrs["beta"],
+                                                            alpha=attrs["alpha"], **kwargs),
+}
 
 
 def _onednn_eligible(torch: Any, name: str, attrs: Mapping[str, Any], args: list[Any]) -> bool:
@@ -146,9 +168,8 @@ _ONEDNN: bool | None = None
 
 def _onednn_matmul(torch: Any, name: str, args: list[Any], out: Any) -> Any:
     """a @ b (+ bias) as oneDNN's linear: y = a @ w^T + bias with w = b^T ([N, K], a free view)."""
-    first = 1 if name == "addmm" else 0
-    a, b = args[first], args[first + 1]
-    bias = args[0].reshape(-1) if name == "addmm" else None
+    a, b = args[-2], args[-1]
+    bias = args[0].reshape(-1) if len(args) == 3 else None  # addmm
     product = torch.ops.mkldnn._linear_pointwise(a, b.t(), bias, "none", [], "")
     if out is None:
         return product

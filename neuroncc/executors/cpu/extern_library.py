@@ -1,4 +1,5 @@
-"""Library kernels: each Category.EXTERN op of the IR as one ATen call (LAPACK, sort and scans, flash attention).
+"""Library kernels: each Category.EXTERN op of the IR as one ATen call (LAPACK, sort and scans, flash attention,
+FFTs: pocketfft through ``aten._fft_*``, on the interleaved complex64 buffers as they are).
 
 :data:`LIBRARY_CALLS` maps an op name to ``call(torch, operands, attrs) -> tuple of tensors``, the results in
 the op's result order. :func:`run_library` wraps the operand views (zero-copy), calls ATen and writes the
@@ -18,6 +19,9 @@ import numpy as np
 from neuroncc.ir.dtypes import DType, round_to_bf16
 
 Call = Callable[[Any, list[Any], Mapping[str, Any]], tuple[Any, ...]]
+
+#: The IR's FFT ``norm`` -> ATen's normalization code (fft_norm_mode: none, by_root_n, by_n).
+FFT_NORMS = {"none": 0, "by_root_n": 1, "by_n": 2}
 
 
 def _aten(torch: Any) -> Any:
@@ -78,6 +82,11 @@ LIBRARY_CALLS: dict[str, Call] = {
         x[0], x[1], x[2], 0.0, a["is_causal"], attn_mask=x[3] if len(x) > 3 else None, scale=a["scale"])),
     "flash_attention_backward": lambda t, x, a: tuple(_aten(t)._scaled_dot_product_flash_attention_for_cpu_backward(
         *x[:6], 0.0, a["is_causal"], attn_mask=x[6] if len(x) > 6 else None, scale=a["scale"])),
+    # ---- FFTs: ATen's pocketfft; complex operands and results are the launcher's complex64 buffers ----------
+    "fft_r2c": lambda t, x, a: (_aten(t)._fft_r2c(x[0], list(a["dims"]), FFT_NORMS[a["norm"]], a["onesided"]),),
+    "fft_c2r": lambda t, x, a: (_aten(t)._fft_c2r(x[0], list(a["dims"]), FFT_NORMS[a["norm"]],
+                                                  a["last_dim_size"]),),
+    "fft_c2c": lambda t, x, a: (_aten(t)._fft_c2c(x[0], list(a["dims"]), FFT_NORMS[a["norm"]], a["forward"]),),
 }
 
 #: Ops whose bf16 kernels ATen runs in bf16 (not on the float32 arrays that hold bf16 values): op -> the operand

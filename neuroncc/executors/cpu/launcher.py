@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
-import math
 import threading
 import time
 from collections.abc import Mapping
@@ -34,6 +33,7 @@ from neuroncc.codegen.llvm import jit
 from neuroncc.codegen.llvm.regions import wrap_remaining_ops
 from neuroncc.errors import ArtifactError, InputError, NeuronccError
 from neuroncc.ir.graph import Function
+from neuroncc.ir.opdef import Trait
 from neuroncc.ir.types import contiguous_strides
 from neuroncc.executors.cpu import blas
 from neuroncc.executors.cpu.adopt import ScratchProduct, SuppliedExtern
@@ -48,7 +48,7 @@ from neuroncc.codegen.llvm.extern_layouts import ONEDNN_MIN_MACS
 from neuroncc.executors.cpu.extern import run_extern
 from neuroncc.executors.cpu.extern_library import LIBRARY_CALLS, run_library
 from neuroncc.codegen.llvm.program import (
-    BufferKind, CpuLaunchPlan, SlotKind, StepKind, StepSpec, ValueSpec, function_hash, plan_launch,
+    ALIGN, BufferKind, CpuLaunchPlan, SlotKind, StepKind, StepSpec, ValueSpec, function_hash, plan_launch,
 )
 from neuroncc.executors.cpu.threads import default_threads, get_pool, get_team
 from neuroncc.ir.interpreter import run_op
@@ -57,18 +57,16 @@ from neuroncc.ir.dtypes import to_storage
 PHASE_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
 #: kernels.a: the object files of the kernel phases in one ar archive (executors/cpu/ar_archive.py)
 PLAN_FILE, IR_FILE, OBJECT_FILE = "plan.json", "kernels.ll", "kernels.a"
-#: Matmul epilogues run on blocks of rows whose output fits comfortably in L2.
-ROW_BLOCK_BYTES = 1 << 19
 
 
 class KernelIndexError(NeuronccError):
     """A kernel read or wrote a data-dependent index out of range (gather/scatter/index/embedding)."""
 
 
-def _output_shaping(spec: ValueSpec) -> ValueSpec | tuple[int, ...]:
+def _output_shaping(spec: ValueSpec, buffer: Any) -> ValueSpec | tuple[int, ...]:
     """How a call turns an output buffer into the returned array: its shape (a reshape) when the value is the
-    whole contiguous buffer, else its spec (a strided view, dearer)."""
-    if spec.offset == 0 and spec.strides == contiguous_strides(spec.shape):
+    whole contiguous buffer in the buffer's own element type, else its spec (a strided view, dearer)."""
+    if spec.offset == 0 and spec.strides == contiguous_strides(spec.shape) and spec.dtype == buffer.dtype:
         return tuple(spec.shape)
     return spec
 
@@ -84,8 +82,8 @@ class CpuExecutable:
         self.pool = get_pool(threads)
         self.team = get_team(threads) if threading_mode == "openmp" else None
         self._lock = threading.Lock()
-        self._arena = np.empty(plan.arena_bytes + 64, dtype=np.uint8)
-        shift = (-self._arena.ctypes.data) % 64
+        self._arena = np.empty(plan.arena_bytes + ALIGN, dtype=np.uint8)
+        shift = (-self._arena.ctypes.data) % ALIGN
         self._arena = self._arena[shift:shift + plan.arena_bytes]
         self._error = np.zeros(1, dtype=np.int32)
         self._static_flats: dict[int, np.ndarray] = {}
@@ -107,11 +105,11 @@ class CpuExecutable:
         self._params = [(p.type.shape, p.type.dtype.numpy,
                          tuple(st * p.type.dtype.numpy.itemsize for st in p.type.layout_strides),
                          p.type.layout_strides == contiguous_strides(p.type.shape)) for p in function.params]
-        self._call_buffers = [(n, b, _storage_dtype(b.dtype), _output_shaping(plan.values[plan.outputs[b.index]])
+        self._call_buffers = [(n, b, _storage_dtype(b.dtype), _output_shaping(plan.values[plan.outputs[b.index]], b)
                                if b.kind == BufferKind.OUTPUT else None)
                               for n, b in enumerate(plan.buffers) if b.kind in (BufferKind.INPUT, BufferKind.OUTPUT) and not b.supplied]
         # (output position, buffer number, shaping) of the outputs whose storage a step supplies (adopt.py)
-        self._supplied_outputs = [(b.index, n, _output_shaping(plan.values[plan.outputs[b.index]]))
+        self._supplied_outputs = [(b.index, n, _output_shaping(plan.values[plan.outputs[b.index]], b))
                                   for n, b in enumerate(plan.buffers) if b.kind == BufferKind.OUTPUT and b.supplied]
         # output position -> None (a C-order copy) or (extent, shape, strides) of the strided type it returns
         self._copy_layouts = copy_layouts(function)
@@ -141,7 +139,7 @@ class CpuExecutable:
     def _direct_extern(self, step: StepSpec) -> Any:
         """A runner calling BLAS directly for a top-level float32 mm/addmm/bmm (see :mod:`blas`), or None."""
         op = self.function.ops[step.op_index]
-        if op.name not in BLAS_OPS:
+        if not op.has(Trait.MATRIX_PRODUCT):
             return None
         specs = [self.plan.values[i] for i in (*step.operands, *step.results)]
         call = _prepare_blas(op, specs)
@@ -317,18 +315,9 @@ class _NativeKernel:
         self.phases = [(PHASE_FN(exe.module.address(p.symbol)), exe.module.address(p.symbol + "_team"), p.n_outer,
                         p.work, p.serial) for p in step.phases]
         self._view_cache: dict[int, tuple[int, np.ndarray]] = {}  # extern layout -> (address, view)
-        self.rows, self.row_block = 0, 0
-        if step.row_blocked:
+        self.rows, self.row_block = 0, step.row_block  # the tile pass's matmul_tile (rows per block)
+        if self.row_block:
             self.rows = step.extern.results[0].shape[0]
-            row_bytes = max(math.prod(step.extern.results[0].shape[1:]), 1) * 4
-            block = max(ROW_BLOCK_BYTES // row_bytes, 8)
-            # Each block re-reads (and BLAS re-packs) the whole [K, N] weight and a short-M GEMM runs below
-            # peak, while blocking saves about two passes over the block's [rows, N] output: it pays only
-            # when a block has at least K rows (1024-4096-1024 MLP: 32-row blocks made the GEMM 3x slower).
-            contraction = _contraction_extent(self.exe.function.ops[step.op_index].regions[0]
-                                              .ops[step.extern.op_index].name, step.extern, self.rows)
-            if contraction <= block < self.rows:  # small outputs are already cache resident: one block
-                self.row_block = block
         # a float32 mm/addmm/bmm extern calls BLAS directly (pointers into this kernel's argument slots)
         self.blas = None
         if step.extern is not None and not self.row_block:
@@ -467,7 +456,7 @@ class _NativeKernel:
         operands, results = list(operands), list(results)
         if row_end is not None:
             rows = slice(row_start, row_end)
-            if op.name == "mm":
+            if len(operands) == 2:  # mm
                 operands[0] = operands[0][rows]
             else:  # addmm: bias [M, N] is sliced too; [N] and [1, N] broadcast
                 operands[1] = operands[1][rows]
@@ -478,29 +467,20 @@ class _NativeKernel:
         return None
 
 
-#: Extern ops a prepared BLAS call may run (see :mod:`neuroncc.executors.cpu.blas`).
-BLAS_OPS = ("mm", "addmm", "bmm")
-
-
 def _prepare_blas(op: Any, layouts: Any) -> blas.BlasMatmul | None:
     """The direct BLAS call of extern ``op`` over ``layouts`` (its operands' then its result's ValueSpecs), or
     None where ATen (or oneDNN, for big mm/addmm: see extern.py) runs it."""
-    if op.name not in BLAS_OPS or len(op.results) != 1:
+    if not op.has(Trait.MATRIX_PRODUCT) or len(op.results) != 1:  # BLAS runs mm, addmm, bmm
         return None
     *operands, result = layouts
+    batched = op.results[0].type.rank == 3  # bmm: oneDNN takes no batched products, so BLAS takes all sizes
     return blas.prepare(op.name, op.attrs, [(v.shape, v.strides) for v in operands], (result.shape, result.strides),
-                        [v.dtype for v in layouts], max_macs=None if op.name == "bmm" else ONEDNN_MIN_MACS)
+                        [v.dtype for v in layouts], max_macs=None if batched else ONEDNN_MIN_MACS)
 
 
 def _runs_inline(runner: Any, n_outer: int, work: int, serial: bool) -> bool:
     """Whether the thread runner (OpenMP team or pool) would run this phase on the calling thread in one piece."""
     return serial or runner.runs_inline(n_outer, work)
-
-
-def _contraction_extent(name: str, extern: Any, rows: int) -> int:
-    """K of an extern mm/addmm computing [rows, K] x [K, N] (the first matrix operand's size over rows)."""
-    first = extern.operands[1 if name == "addmm" else 0]
-    return math.prod(first.shape) // max(rows, 1)
 
 
 def _count_option(options: Mapping[str, Any], name: str, default: int) -> int:

@@ -23,11 +23,12 @@ from __future__ import annotations
 import ctypes
 import importlib.util
 import itertools
-import os
 import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
+
+from neuroncc.hardware.host import available_cores
 
 #: Below this many elements of work a phase runs on one thread. Waking a pool worker costs 40-50 us on this
 #: 2-core host (the worker needs the GIL before its ctypes call releases it again): exp+add over 8K..1M f32
@@ -43,10 +44,7 @@ def default_threads() -> int:
     torch = sys.modules.get("torch")
     if torch is not None:
         return max(int(torch.get_num_threads()), 1)
-    try:
-        return max(len(os.sched_getaffinity(0)), 1)
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
+    return available_cores()
 
 
 #: Chunks per thread: threads take chunks from a shared counter, so one descheduled thread (a busy or

@@ -20,12 +20,14 @@ from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dty
 from neuroncc.errors import UnsupportedOpError
 from neuroncc.ir import Builder, DType, Value
 
-#: torch dtypes that have an IR element type (float64 is handled by demotion, see ``ir_dtype``).
+#: torch dtypes that have an IR element type (float64 and complex128 are handled by demotion, see ``ir_dtype``).
 TORCH_TO_IR: dict[torch.dtype, DType] = {
     torch.float32: DType.f32, torch.bfloat16: DType.bf16, torch.float16: DType.f16, torch.int64: DType.i64,
     torch.int32: DType.i32, torch.int16: DType.i16, torch.int8: DType.i8, torch.uint8: DType.u8,
-    torch.bool: DType.bool,
+    torch.bool: DType.bool, torch.complex64: DType.c64,
 }
+#: Double-precision dtypes computed in single precision (the backend warns once per graph).
+DEMOTED = {torch.float64: DType.f32, torch.complex128: DType.c64}
 
 
 class LoweringBug(RuntimeError):
@@ -33,14 +35,16 @@ class LoweringBug(RuntimeError):
 
 
 def ir_dtype(dtype: torch.dtype, *, demote_float64: bool = True) -> DType:
-    """The IR element type for a torch dtype; float64 computes as float32 (the backend warns once)."""
-    if dtype is torch.float64 and demote_float64:
-        return DType.f32
+    """The IR element type for a torch dtype; float64 computes as float32 and complex128 as complex64 (the
+    backend warns once)."""
+    if dtype in DEMOTED and demote_float64:
+        return DEMOTED[dtype]
     try:
         return TORCH_TO_IR[dtype]
     except KeyError:
         raise UnsupportedOpError(f"dtype {dtype} has no neuroncc element type "
-                                 f"(supported: {', '.join(str(d) for d in TORCH_TO_IR)}, float64 as float32)") from None
+                                 f"(supported: {', '.join(str(d) for d in TORCH_TO_IR)}, float64 as float32, "
+                                 "complex128 as complex64)") from None
 
 
 def meta_value(node: fx.Node) -> Any:
@@ -99,16 +103,27 @@ class LoweringContext:
 
     def scalar(self, value: Any, dtype: DType) -> Value:
         """A Python scalar as a 0-dim constant of ``dtype``."""
-        return self.emit("full", shape=(), dtype=dtype, value=self.python_scalar(value, dtype))
+        return self.full((), dtype, value)
+
+    def full(self, shape: tuple[int, ...], dtype: DType, value: Any) -> Value:
+        """A tensor of ``shape`` filled with the Python scalar ``value`` (a complex one: its two parts)."""
+        if dtype.is_complex and isinstance(value, complex) and value.imag != 0:
+            rank = len(shape)
+            parts = [self.emit("unsqueeze", self.emit("full", shape=shape, dtype=DType.f32, value=part), dim=rank)
+                     for part in (float(value.real), float(value.imag))]
+            return self.emit("view_as_complex", self.emit("cat", *parts, dim=rank))
+        return self.emit("full", shape=shape, dtype=dtype, value=self.python_scalar(value, dtype))
 
     @staticmethod
     def python_scalar(value: Any, dtype: DType) -> int | float:
         """``value`` converted as PyTorch converts a scalar argument to a tensor of ``dtype``."""
         if isinstance(value, torch.SymInt | torch.SymFloat | torch.SymBool):
             raise UnsupportedOpError("a symbolic scalar reached the importer; compile with dynamic=False")
+        if isinstance(value, complex) and dtype.is_complex and value.imag == 0:
+            value = value.real
         if not isinstance(value, bool | int | float):
             raise UnsupportedOpError(f"scalar argument {value!r} of type {type(value).__name__}")
-        if dtype.is_float:
+        if dtype.is_float or dtype.is_complex:
             return float(value)
         return int(bool(value)) if dtype.is_bool else int(value)
 

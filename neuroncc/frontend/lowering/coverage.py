@@ -104,9 +104,16 @@ def _log10(x: torch.Tensor) -> torch.Tensor:
 
 
 @_float_math
-def _angle(x: torch.Tensor) -> torch.Tensor:
+def _real_angle(x: torch.Tensor) -> torch.Tensor:
     # Real inputs: pi for negatives, 0 otherwise, NaN kept (as at::angle for real types).
     return torch.where(torch.isnan(x), x, torch.where(x < 0, math.pi, 0.0))
+
+
+def _angle(x: torch.Tensor) -> torch.Tensor:
+    if x.is_complex():  # atan2(im, re), a real tensor (the _float_math cast would drop the imaginary part)
+        pairs = torch.view_as_real(x)
+        return torch.atan2(pairs[..., 1], pairs[..., 0])
+    return _real_angle(x)
 
 
 def _nan_aware(pick: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> Callable[..., torch.Tensor]:
@@ -239,7 +246,7 @@ FORMULAS: dict[Any, Callable[..., torch.Tensor]] = {
     aten.sinh.default: _sinh,  # expm1 form below 1, exp(a-ln2) past float32's exp overflow
     aten.cosh.default: _cosh,  # (exp(a)+exp(-a))/2, exp(a-ln2) past exp's overflow
     aten.log10.default: _log10,  # log(x)/ln(10): one extra rounding
-    aten.angle.default: _angle,  # real inputs only reach here (complex is refused earlier)
+    aten.angle.default: _angle,  # real: pi for negatives; complex: atan2(im, re)
     aten.fmax.default: _nan_aware(torch.maximum),  # NaN-ignoring maximum
     aten.fmin.default: _nan_aware(torch.minimum),  # NaN-ignoring minimum
     aten.hypot.default: _hypot,  # scaled: max * sqrt(1 + (min/max)^2)
@@ -296,7 +303,7 @@ def _iota(ctx: LoweringContext, node: fx.Node, length: int, *, start: Any = 0, s
 def _empty(ctx: LoweringContext, node: fx.Node, *args: Any, **kwargs: Any) -> Value:
     """Uninitialized tensors (empty_permuted in backward graphs): zeros are a valid choice of contents."""
     dtype = ctx.out_dtype(node)
-    return ctx.emit("full", shape=ctx.out_shape(node), dtype=dtype, value=ctx.python_scalar(0, dtype))
+    return ctx.full(ctx.out_shape(node), dtype, 0)
 
 
 COVERAGE_LOWERINGS: dict[Any, Callable[..., Any]] = {

@@ -12,9 +12,11 @@ import functools
 from collections.abc import Callable
 
 import torch
+import torch._inductor.inductor_prims  # noqa: F401  (defines prims.fma, which TorchDynamo puts in graphs)
 from torch._decomp import _core_aten_decompositions_post_autograd, get_decompositions
 
 from neuroncc.frontend.lowering.coverage import coverage_decompositions
+from neuroncc.frontend.lowering.foreach import foreach_decompositions
 from neuroncc.frontend.lowering.library import library_decompositions
 
 aten = torch.ops.aten
@@ -56,6 +58,15 @@ def decomposition_table() -> dict[torch._ops.OperatorBase, Callable]:
     table.update(get_decompositions(list(EXTRA_DECOMPOSITIONS)))
     table.update(coverage_decompositions())  # ops added for OpInfo coverage (frontend/lowering/coverage.py)
     table.update(library_decompositions())  # pinv over svd/eigh (frontend/lowering/library.py)
+    table.update(foreach_decompositions())  # _foreach_* -> one aten call per tensor (frontend/lowering/foreach.py)
+    table[torch.ops.prims.fma.default] = _fma
     for op in REMOVED_DECOMPOSITIONS:
         table.pop(op, None)
     return table
+
+
+def _fma(a: torch.Tensor, b: torch.Tensor | float, c: torch.Tensor) -> torch.Tensor:
+    """``prims.fma(a, b, c) = a * b + c``, which TorchDynamo writes for ``addcmul_``/``addcdiv_`` with a value
+    and ``add_`` with a tensor alpha (torch/optim's Adam): rounded after the product and after the sum, as
+    eager's unfused addcmul kernel rounds (Inductor emits one fused rounding instead)."""
+    return a * b + c

@@ -198,7 +198,7 @@ def _fill(ctx: LoweringContext, node: fx.Node, self: Any, value: Any) -> Value:
     dtype = ctx.out_dtype(node)
     if isinstance(value, fx.Node):  # fill.Tensor: a 0-dim tensor value
         return ctx.emit("expand", ctx.operand(value, dtype), shape=ctx.out_shape(node))
-    return ctx.emit("full", shape=ctx.out_shape(node), dtype=dtype, value=ctx.python_scalar(value, dtype))
+    return ctx.full(ctx.out_shape(node), dtype, value)
 
 
 def _identity(ctx: LoweringContext, node: fx.Node, self: Any, *args: Any, **kwargs: Any) -> Value:

@@ -233,7 +233,7 @@ def _filled(value_position: int | None, default: float = 0) -> Lowering:
         if value_position is not None:
             given = [kwargs[n] for n in names if n in kwargs]
             value = given[0] if given else args[value_position]
-        return ctx.emit("full", shape=ctx.out_shape(node), dtype=dtype, value=ctx.python_scalar(value, dtype))
+        return ctx.full(ctx.out_shape(node), dtype, value)
 
     return lower
 

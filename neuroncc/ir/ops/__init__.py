@@ -5,13 +5,13 @@ the rest of ``neuroncc.ir``."""
 
 from neuroncc.ir.opdef import Category, OpDef, OpRegistry
 from neuroncc.ir.ops import (
-    creation, elementwise, indexing, library_attention, library_ldl, library_linalg, library_sort, linalg, movement,
-    reduction,
+    complex, creation, elementwise, indexing, library_attention, library_fft, library_ldl, library_linalg,
+    library_sort, linalg, movement, reduction,
 )
 
 REGISTRY = OpRegistry(
-    elementwise.OPS + reduction.OPS + linalg.OPS + movement.OPS + indexing.OPS + creation.OPS
-    + library_linalg.OPS + library_ldl.OPS + library_sort.OPS + library_attention.OPS
+    elementwise.OPS + reduction.OPS + linalg.OPS + movement.OPS + complex.OPS + indexing.OPS + creation.OPS
+    + library_linalg.OPS + library_ldl.OPS + library_sort.OPS + library_attention.OPS + library_fft.OPS
 )
 
 __all__ = ["REGISTRY", "Category", "OpDef", "OpRegistry"]

@@ -2,6 +2,8 @@
 
 Binary ops take operands of one element type (the front end inserts casts for PyTorch's type promotion);
 comparisons and logical ops return ``bool``. References compute floats in float32, as PyTorch's CPU kernels do.
+Complex (c64) operands are taken by the arithmetic PyTorch defines on them: add, sub, mul, div, neg, abs (a
+float32 result), conj, where, eq, ne and cast (real <-> complex; complex to real keeps the real part).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import numpy as np
 
 from neuroncc.ir.attrs import Attrs
 from neuroncc.ir.dtypes import DType, to_storage
-from neuroncc.ir.opdef import AttrSpec, Category, OpDef, broadcast_shapes, check_scalar, fail, same_dtype
+from neuroncc.ir.opdef import AttrSpec, Category, OpDef, Trait, broadcast_shapes, check_scalar, fail, same_dtype
 from neuroncc.ir.types import TensorType
 
 _erf = np.frompyfunc(math.erf, 1, 1)
@@ -40,6 +42,12 @@ def _round_half_even(x: np.ndarray) -> np.ndarray:
     return np.round(x)  # numpy rounds half to even, as torch.round does
 
 
+# ---- traits --------------------------------------------------------------------------------------------
+
+POINTWISE = frozenset({Trait.POINTWISE})  # every op of this module
+TRANSCENDENTAL = frozenset({Trait.TRANSCENDENTAL})
+COMMUTATIVE = frozenset({Trait.COMMUTATIVE})
+
 # ---- unary ---------------------------------------------------------------------------------------------
 
 _ANY = "any"  # numeric or bool
@@ -60,15 +68,21 @@ def _check_kind(op: str, t: TensorType, kind: str) -> None:
 
 
 def _unary(name: str, fn: Callable[..., np.ndarray], kind: str, *, to_bool: bool = False,
-           attrs: dict[str, AttrSpec] | None = None, doc: str = "") -> OpDef:
+           attrs: dict[str, AttrSpec] | None = None, doc: str = "", traits: frozenset[Trait] = frozenset(),
+           complex: bool = False) -> OpDef:
     def infer(types: tuple[TensorType, ...], attrs: Attrs) -> TensorType:
         (t,) = types
         _check_kind(name, t, kind)
         if name == "gelu" and attrs["approximate"] not in ("none", "tanh"):
             raise fail(name, f"approximate must be none or tanh, got {attrs['approximate']!r}")
+        if name == "conj" and not t.dtype.is_complex:
+            raise fail(name, f"operand #0 must be complex, got {t.dtype.value}")
+        if name == "abs" and t.dtype.is_complex:
+            return TensorType(t.shape, DType.f32)  # |re + i im|
         return TensorType(t.shape, DType.bool if to_bool else t.dtype)
 
-    return OpDef(name, Category.ELEMENTWISE, (1, 1), infer, fn, attrs or {}, doc or f"elementwise {name}")
+    return OpDef(name, Category.ELEMENTWISE, (1, 1), infer, fn, attrs or {}, doc or f"elementwise {name}",
+                 traits=POINTWISE | traits, takes_complex=complex)
 
 
 def _sign(x: np.ndarray) -> np.ndarray:
@@ -81,28 +95,29 @@ def _relu(x: np.ndarray) -> np.ndarray:
 
 
 UNARY = (
-    _unary("neg", np.negative, _NUMERIC, doc="-x"),
-    _unary("abs", np.abs, _NUMERIC, doc="|x|"),
+    _unary("neg", np.negative, _NUMERIC, doc="-x", complex=True),
+    _unary("abs", np.abs, _NUMERIC, doc="|x| (of a complex number: its magnitude, as f32)", complex=True),
+    _unary("conj", np.conjugate, _ANY, doc="complex conjugate re - i im (c64 only)", complex=True),
     _unary("sign", _sign, _NUMERIC, doc="sign of x: -1, 0 or 1 (0 at +-0 and at NaN, as torch.sign)"),
     _unary("relu", _relu, _NUMERIC, doc="max(x, 0), NaN kept"),
-    _unary("exp", np.exp, _FLOAT),
-    _unary("exp2", np.exp2, _FLOAT),
-    _unary("expm1", np.expm1, _FLOAT),
-    _unary("log", np.log, _FLOAT),
-    _unary("log2", np.log2, _FLOAT),
-    _unary("log1p", np.log1p, _FLOAT),
+    _unary("exp", np.exp, _FLOAT, traits=TRANSCENDENTAL),
+    _unary("exp2", np.exp2, _FLOAT, traits=TRANSCENDENTAL),
+    _unary("expm1", np.expm1, _FLOAT, traits=TRANSCENDENTAL),
+    _unary("log", np.log, _FLOAT, traits=TRANSCENDENTAL),
+    _unary("log2", np.log2, _FLOAT, traits=TRANSCENDENTAL),
+    _unary("log1p", np.log1p, _FLOAT, traits=TRANSCENDENTAL),
     _unary("sqrt", np.sqrt, _FLOAT),
     _unary("rsqrt", lambda x: 1.0 / np.sqrt(np.asarray(x, dtype=np.float64)), _FLOAT, doc="1/sqrt(x)"),
     _unary("reciprocal", lambda x: 1.0 / np.asarray(x, dtype=np.float64), _FLOAT, doc="1/x"),
-    _unary("sin", np.sin, _FLOAT),
-    _unary("cos", np.cos, _FLOAT),
-    _unary("tan", np.tan, _FLOAT),
-    _unary("tanh", np.tanh, _FLOAT),
-    _unary("atan", np.arctan, _FLOAT),
-    _unary("sigmoid", sigmoid, _FLOAT, doc="1/(1+exp(-x))"),
-    _unary("erf", erf, _FLOAT),
+    _unary("sin", np.sin, _FLOAT, traits=TRANSCENDENTAL),
+    _unary("cos", np.cos, _FLOAT, traits=TRANSCENDENTAL),
+    _unary("tan", np.tan, _FLOAT, traits=TRANSCENDENTAL),
+    _unary("tanh", np.tanh, _FLOAT, traits=TRANSCENDENTAL),
+    _unary("atan", np.arctan, _FLOAT, traits=TRANSCENDENTAL),
+    _unary("sigmoid", sigmoid, _FLOAT, doc="1/(1+exp(-x))", traits=TRANSCENDENTAL),
+    _unary("erf", erf, _FLOAT, traits=TRANSCENDENTAL),
     _unary("gelu", gelu, _FLOAT, attrs={"approximate": AttrSpec("str", "none")},
-           doc="x*Phi(x); approximate='tanh' uses the tanh formula"),
+           doc="x*Phi(x); approximate='tanh' uses the tanh formula", traits=TRANSCENDENTAL),
     _unary("floor", np.floor, _FLOAT),
     _unary("ceil", np.ceil, _FLOAT),
     _unary("round", _round_half_even, _FLOAT, doc="round half to even"),
@@ -118,19 +133,22 @@ UNARY = (
 
 
 def _binary(name: str, fn: Callable[..., np.ndarray], kind: str, *, to_bool: bool = False,
-            attrs: dict[str, AttrSpec] | None = None, doc: str = "") -> OpDef:
+            attrs: dict[str, AttrSpec] | None = None, doc: str = "", traits: frozenset[Trait] = frozenset(),
+            complex: bool = False) -> OpDef:
     def infer(types: tuple[TensorType, ...], attrs: Attrs) -> TensorType:
         a, b = types
         dtype = same_dtype(name, types)
         _check_kind(name, a, kind)
-        if name == "div" and attrs["rounding_mode"] == "none" and not dtype.is_float:
+        if name == "div" and attrs["rounding_mode"] == "none" and not (dtype.is_float or dtype.is_complex):
             raise fail(name, "true division needs a float element type (cast integer operands first)")
+        if name == "div" and attrs["rounding_mode"] != "none" and dtype.is_complex:
+            raise fail(name, "complex division has no rounding mode")
         if name == "div" and attrs["rounding_mode"] not in ("none", "floor", "trunc"):
             raise fail(name, f"rounding_mode must be none, floor or trunc, got {attrs['rounding_mode']!r}")
         return TensorType(broadcast_shapes(name, a.shape, b.shape), DType.bool if to_bool else dtype)
 
     return OpDef(name, Category.ELEMENTWISE, (2, 2), infer, fn, attrs or {}, doc or f"elementwise {name}",
-                 wants_out_dtype=name == "div")
+                 traits=POINTWISE | traits, wants_out_dtype=name == "div", takes_complex=complex)
 
 
 def _div(a: np.ndarray, b: np.ndarray, rounding_mode: str = "none", out_dtype: DType = DType.f32) -> np.ndarray:
@@ -215,25 +233,26 @@ def _pow_float(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 BINARY = (
-    _binary("add", np.add, _ANY),
-    _binary("sub", np.subtract, _NUMERIC),
-    _binary("mul", np.multiply, _ANY),
+    _binary("add", np.add, _ANY, traits=COMMUTATIVE, complex=True),
+    _binary("sub", np.subtract, _NUMERIC, complex=True),
+    _binary("mul", np.multiply, _ANY, traits=COMMUTATIVE, complex=True),
     _binary("div", _div, _NUMERIC, attrs={"rounding_mode": AttrSpec("str", "none")},
-            doc="a/b; rounding_mode floor or trunc rounds the quotient"),
-    _binary("pow", _pow, _NUMERIC, doc="a ** b (integers: a negative exponent gives 1, -1 or 0, as torch.pow)"),
-    _binary("maximum", np.maximum, _ANY, doc="elementwise max, NaN propagates"),
-    _binary("minimum", np.minimum, _ANY, doc="elementwise min, NaN propagates"),
+            doc="a/b; rounding_mode floor or trunc rounds the quotient", complex=True),
+    _binary("pow", _pow, _NUMERIC, doc="a ** b (integers: a negative exponent gives 1, -1 or 0, as torch.pow)",
+            traits=TRANSCENDENTAL),
+    _binary("maximum", np.maximum, _ANY, doc="elementwise max, NaN propagates", traits=COMMUTATIVE),
+    _binary("minimum", np.minimum, _ANY, doc="elementwise min, NaN propagates", traits=COMMUTATIVE),
     _binary("remainder", np.mod, _NUMERIC, doc="a - floor(a/b)*b (sign of b)"),
     _binary("fmod", np.fmod, _NUMERIC, doc="C fmod (sign of a)"),
-    _binary("atan2", np.arctan2, _FLOAT),
-    _binary("bitwise_and", np.bitwise_and, _INTEGRAL),
-    _binary("bitwise_or", np.bitwise_or, _INTEGRAL),
-    _binary("bitwise_xor", np.bitwise_xor, _INTEGRAL),
-    _binary("logical_and", np.logical_and, _ANY, to_bool=True),
-    _binary("logical_or", np.logical_or, _ANY, to_bool=True),
-    _binary("logical_xor", np.logical_xor, _ANY, to_bool=True),
-    _binary("eq", np.equal, _ANY, to_bool=True),
-    _binary("ne", np.not_equal, _ANY, to_bool=True),
+    _binary("atan2", np.arctan2, _FLOAT, traits=TRANSCENDENTAL),
+    _binary("bitwise_and", np.bitwise_and, _INTEGRAL, traits=COMMUTATIVE),
+    _binary("bitwise_or", np.bitwise_or, _INTEGRAL, traits=COMMUTATIVE),
+    _binary("bitwise_xor", np.bitwise_xor, _INTEGRAL, traits=COMMUTATIVE),
+    _binary("logical_and", np.logical_and, _ANY, to_bool=True, traits=COMMUTATIVE),
+    _binary("logical_or", np.logical_or, _ANY, to_bool=True, traits=COMMUTATIVE),
+    _binary("logical_xor", np.logical_xor, _ANY, to_bool=True, traits=COMMUTATIVE),
+    _binary("eq", np.equal, _ANY, to_bool=True, traits=COMMUTATIVE, complex=True),
+    _binary("ne", np.not_equal, _ANY, to_bool=True, traits=COMMUTATIVE, complex=True),
     _binary("lt", np.less, _ANY, to_bool=True),
     _binary("le", np.less_equal, _ANY, to_bool=True),
     _binary("gt", np.greater, _ANY, to_bool=True),
@@ -284,6 +303,8 @@ def _infer_cast(types: tuple[TensorType, ...], attrs: Attrs) -> TensorType:
 def _cast(x: np.ndarray, dtype: DType) -> np.ndarray:
     if dtype.is_bool:
         return x != 0
+    if x.dtype.kind == "c" and not dtype.is_complex:
+        x = x.real  # PyTorch discards the imaginary part (with a warning)
     if (dtype.is_int) and x.dtype.kind == "f":
         # Truncate toward zero; wrap into the narrow types through int64 as PyTorch does (a direct float ->
         # uint8/int8/int16 conversion is undefined in C: x86 wraps, ARM saturates). Out-of-range values are
@@ -311,15 +332,18 @@ def _bitcast(x: np.ndarray, dtype: DType) -> np.ndarray:
 
 
 OTHER = (
-    OpDef("where", Category.ELEMENTWISE, (3, 3), _infer_where, np.where, {}, "cond ? a : b"),
+    OpDef("where", Category.ELEMENTWISE, (3, 3), _infer_where, np.where, {}, "cond ? a : b", traits=POINTWISE,
+          takes_complex=True),
     OpDef("clamp", Category.ELEMENTWISE, (1, 1), _infer_clamp, _clamp,
           {"min": AttrSpec("optional-number", None), "max": AttrSpec("optional-number", None)},
-          "min(max(x, min), max), NaN propagates; bounds fit the element type (integer bounds for integers)"),
+          "min(max(x, min), max), NaN propagates; bounds fit the element type (integer bounds for integers)",
+          traits=POINTWISE),
     OpDef("cast", Category.ELEMENTWISE, (1, 1), _infer_cast, _cast, {"dtype": AttrSpec("dtype")},
-          "convert element type (float to int truncates toward zero)"),
+          "convert element type (float to int truncates toward zero; complex to real keeps the real part)",
+          traits=POINTWISE, takes_complex=True),
     OpDef("bitcast", Category.ELEMENTWISE, (1, 1), _infer_bitcast, _bitcast, {"dtype": AttrSpec("dtype")},
           "reinterpret the bits of each element as another type of the same width (f32 <-> i32): sign bits, "
-          "exponents and neighbouring floats (signbit, copysign, nextafter, frexp)"),
+          "exponents and neighbouring floats (signbit, copysign, nextafter, frexp)", traits=POINTWISE),
 )
 
 OPS = UNARY + BINARY + OTHER

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from neuroncc.ir.attrs import Attrs
-from neuroncc.ir.opdef import AttrSpec, Category, OpDef, broadcast_shapes, fail, normalize_dim, same_dtype
+from neuroncc.ir.opdef import AttrSpec, Category, OpDef, Trait, broadcast_shapes, fail, normalize_dim, same_dtype
 from neuroncc.ir.types import TensorType
 
 
@@ -165,19 +165,21 @@ def _infer_embedding(types: tuple[TensorType, ...], attrs: Attrs) -> TensorType:
     return TensorType(index.shape + weight.shape[1:], weight.dtype)
 
 
+_WRITE = frozenset({Trait.INDEXED_WRITE})
+
 OPS = (
     OpDef("gather", Category.INDEX, (2, 2), _infer_gather, _gather, {"dim": AttrSpec("int")},
           "out[i][j] = x[index[i][j]][j] (dim 0), as torch.gather"),
     OpDef("scatter", Category.INDEX, (3, 3), _infer_scatter, _scatter,
           {"dim": AttrSpec("int"), "reduce": AttrSpec("str", "none")},
-          "copy of x with src written (or added, reduce=add) at index along dim"),
+          "copy of x with src written (or added, reduce=add) at index along dim", traits=_WRITE),
     OpDef("index_select", Category.INDEX, (2, 2), _infer_index_select, _index_select, {"dim": AttrSpec("int")},
           "rows of x along dim picked by a 1-d index"),
     OpDef("index", Category.INDEX, (2, None), _infer_index, _index, {"dims": AttrSpec("ints")},
           "advanced indexing x[..., i0, ..., i1, ...] (aten.index.Tensor)"),
     OpDef("index_put", Category.INDEX, (3, None), _infer_index_put, _index_put,
           {"dims": AttrSpec("ints"), "accumulate": AttrSpec("bool", False)},
-          "copy of x with values written (or accumulated) at advanced indices"),
+          "copy of x with values written (or accumulated) at advanced indices", traits=_WRITE),
     OpDef("embedding", Category.INDEX, (2, 2), _infer_embedding,
           lambda w, idx: w[idx.astype(np.int64)], {}, "weight[indices] (embedding lookup)"),
 )

@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from neuroncc.ir.interpreter import InterpreterError
+from neuroncc.errors import InterpreterError
 from neuroncc.ir.dtypes import DType
 from neuroncc.ir.opdef import AttrSpec, Category, OpDef, broadcast_shapes, fail
 from neuroncc.ir.types import TensorType

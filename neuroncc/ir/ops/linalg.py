@@ -18,7 +18,7 @@ import numpy as np
 
 from neuroncc.ir.attrs import Attrs
 from neuroncc.ir.dtypes import DType
-from neuroncc.ir.opdef import AttrSpec, Category, OpDef, fail, same_dtype
+from neuroncc.ir.opdef import AttrSpec, Category, OpDef, Trait, broadcast_shapes, fail, same_dtype
 from neuroncc.ir.types import TensorType
 
 
@@ -72,8 +72,6 @@ def _infer_addmm(types: tuple[TensorType, ...], attrs: Attrs) -> TensorType:
         raise fail("addmm", f"beta and alpha must be integers for {dtype.value} operands, "
                             f"got {attrs['beta']} and {attrs['alpha']}")
     out = _infer_mm((a, b), attrs, "addmm")
-    from neuroncc.ir.opdef import broadcast_shapes
-
     if broadcast_shapes("addmm", bias.shape, out.shape) != out.shape:
         raise fail("addmm", f"bias {list(bias.shape)} does not broadcast to {list(out.shape)}")
     return out
@@ -281,14 +279,18 @@ def _conv_backward(grad, x, w, *, stride, padding, dilation, transposed, output_
     return tuple(results)
 
 
+_PRODUCT = frozenset({Trait.MATRIX_PRODUCT})
+
 OPS = (
     OpDef("mm", Category.MATMUL, (2, 2), _infer_mm, _mm, _TRANSPOSE_ATTRS,
-          "matrix product [M,K] @ [K,N] (transpose_a: a is stored [K,M]; transpose_b: b is stored [N,K])"),
+          "matrix product [M,K] @ [K,N] (transpose_a: a is stored [K,M]; transpose_b: b is stored [N,K])",
+          traits=_PRODUCT),
     OpDef("bmm", Category.MATMUL, (2, 2), _infer_bmm, _mm, _TRANSPOSE_ATTRS,
-          "batched matrix product [B,M,K] @ [B,K,N] (transpose flags swap an operand's last two dims)"),
+          "batched matrix product [B,M,K] @ [B,K,N] (transpose flags swap an operand's last two dims)",
+          traits=_PRODUCT),
     OpDef("addmm", Category.MATMUL, (3, 3), _infer_addmm, _addmm,
           {"beta": AttrSpec("float", 1.0), "alpha": AttrSpec("float", 1.0), **_TRANSPOSE_ATTRS},
-          "beta*bias + alpha*(a @ b) (transpose flags as for mm)"),
+          "beta*bias + alpha*(a @ b) (transpose flags as for mm)", traits=_PRODUCT),
     OpDef("convolution", Category.MATMUL, (2, 3), _infer_conv, _conv, _CONV_ATTRS,
           "N-d convolution as aten.convolution (1-d, 2-d and 3-d), optional bias operand"),
     OpDef("convolution_backward", Category.MATMUL, (3, 3), _infer_conv_backward, _conv_backward,

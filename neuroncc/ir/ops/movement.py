@@ -2,7 +2,8 @@
 constant_pad, copy, flip, slice_scatter, select_scatter, as_strided, repeat.
 
 Values are logical tensors: a view op produces a value, and whether it shares storage is a backend decision
-(``OpDef.is_view`` records PyTorch's aliasing so the front end can honour it). Attributes are normalized:
+(``Trait.VIEW`` records PyTorch's aliasing; ``Trait.STRIDED_VIEW`` marks the views that are a strided window
+on any laid-out operand, ``Trait.RESHAPE`` those that keep the row-major order). Attributes are normalized:
 dims are non-negative and slice bounds are clamped by the front end.
 """
 
@@ -13,7 +14,7 @@ import math
 import numpy as np
 
 from neuroncc.ir.attrs import Attrs
-from neuroncc.ir.opdef import AttrSpec, Category, OpDef, check_scalar, fail, normalize_dim, same_dtype
+from neuroncc.ir.opdef import AttrSpec, Category, OpDef, Trait, check_scalar, fail, normalize_dim, same_dtype
 from neuroncc.ir.types import TensorType, contiguous_strides
 
 
@@ -89,7 +90,9 @@ def _infer_select(types: tuple[TensorType, ...], attrs: Attrs) -> TensorType:
 
 
 def _select(x, dim, index):
-    return np.take(x, index, axis=dim)
+    window = [slice(None)] * x.ndim
+    window[dim] = slice(index, index + 1)
+    return x[tuple(window)].squeeze(dim)  # a view of x (a 0-dim one when x is 1-d), as torch.select
 
 
 def _infer_squeeze(types: tuple[TensorType, ...], attrs: Attrs) -> TensorType:
@@ -157,7 +160,7 @@ def _infer_pad(types: tuple[TensorType, ...], attrs: Attrs) -> TensorType:
         shape[d] += before + after
         if shape[d] < 0:
             raise fail("constant_pad", f"pad {list(pad)} leaves dimension {d} with negative size")
-    if isinstance(attrs["value"], float) and not t.dtype.is_float:
+    if isinstance(attrs["value"], float) and not (t.dtype.is_float or t.dtype.is_complex):
         raise fail("constant_pad", f"float pad value {attrs['value']} for {t.dtype.value} tensor")
     check_scalar("constant_pad", "pad value", attrs["value"], t.dtype)
     return TensorType(tuple(shape), t.dtype)
@@ -192,7 +195,8 @@ def _infer_flip(types: tuple[TensorType, ...], attrs: Attrs) -> TensorType:
 
 
 def _flip(x, dims):
-    return np.flip(x, dims) if x.ndim else x.copy()  # a 0-dim tensor accepts dim 0/-1 but np.flip does not
+    # a copy, as torch.flip (np.flip is a view); a 0-dim tensor accepts dim 0/-1 but np.flip does not
+    return np.flip(x, dims).copy() if x.ndim else x.copy()
 
 
 def _infer_slice_scatter(types: tuple[TensorType, ...], attrs: Attrs) -> TensorType:
@@ -247,12 +251,13 @@ def _infer_as_strided(types: tuple[TensorType, ...], attrs: Attrs) -> TensorType
 
 
 def _as_strided(x, shape, strides, offset):
-    """Index the operand's contiguous storage as PyTorch's as_strided does."""
+    """Index the operand's contiguous storage as PyTorch's as_strided does (a view of it, read-only: windows
+    may overlap)."""
     flat = np.ascontiguousarray(x).reshape(-1)
-    index = np.full(shape, offset, dtype=np.int64)
-    for axis, stride in enumerate(strides):
-        index = index + stride * np.arange(shape[axis]).reshape([-1 if i == axis else 1 for i in range(len(shape))])
-    return flat[index]
+    if not shape or 0 in shape:
+        return flat[offset:offset + 1].reshape(shape) if not shape else np.empty(shape, flat.dtype)
+    return np.lib.stride_tricks.as_strided(flat[offset:], shape, [stride * flat.itemsize for stride in strides],
+                                           writeable=False)
 
 
 def _infer_repeat(types: tuple[TensorType, ...], attrs: Attrs) -> TensorType:
@@ -271,30 +276,37 @@ def _repeat(x, repeats):
 _SLICE_ATTRS = {"dim": AttrSpec("int"), "start": AttrSpec("int"), "end": AttrSpec("int"), "step": AttrSpec("int", 1)}
 _SELECT_ATTRS = {"dim": AttrSpec("int"), "index": AttrSpec("int")}
 
+#: A strided window on operand 0 (see Trait.STRIDED_VIEW) ...
+_WINDOW = frozenset({Trait.VIEW, Trait.STRIDED_VIEW})
+#: ... that keeps the row-major order.
+_REGROUPING = _WINDOW | {Trait.RESHAPE}
+
 OPS = (
     OpDef("reshape", Category.MOVEMENT, (1, 1), _infer_reshape, lambda x, shape: x.reshape(shape),
-          {"shape": AttrSpec("ints")}, "row-major reshape", is_view=True),
+          {"shape": AttrSpec("ints")}, "row-major reshape", traits=_REGROUPING),
     OpDef("permute", Category.MOVEMENT, (1, 1), _infer_permute, lambda x, dims: np.transpose(x, dims),
-          {"dims": AttrSpec("ints")}, "reorder dimensions", is_view=True),
+          {"dims": AttrSpec("ints")}, "reorder dimensions", traits=_WINDOW),
     OpDef("expand", Category.MOVEMENT, (1, 1), _infer_expand, lambda x, shape: np.broadcast_to(x, shape),
-          {"shape": AttrSpec("ints")}, "broadcast to a shape (stride-0 view)", is_view=True),
+          {"shape": AttrSpec("ints")}, "broadcast to a shape (stride-0 view)",
+          traits=_WINDOW | {Trait.BROADCAST}),
     OpDef("slice", Category.MOVEMENT, (1, 1), _infer_slice, _slice, _SLICE_ATTRS, "x[start:end:step] along dim",
-          is_view=True),
+          traits=_WINDOW),
     OpDef("select", Category.MOVEMENT, (1, 1), _infer_select, _select, _SELECT_ATTRS,
-          "x[index] along dim (drops dim)", is_view=True),
+          "x[index] along dim (drops dim)", traits=_WINDOW),
     OpDef("squeeze", Category.MOVEMENT, (1, 1), _infer_squeeze, _squeeze, {"dims": AttrSpec("ints")},
-          "drop size-1 dims", is_view=True),
+          "drop size-1 dims", traits=_REGROUPING),
     OpDef("unsqueeze", Category.MOVEMENT, (1, 1), _infer_unsqueeze, lambda x, dim: np.expand_dims(x, dim),
-          {"dim": AttrSpec("int")}, "insert a size-1 dim", is_view=True),
+          {"dim": AttrSpec("int")}, "insert a size-1 dim", traits=_REGROUPING),
     OpDef("cat", Category.MOVEMENT, (1, None), _infer_cat, lambda *xs, dim: np.concatenate(xs, axis=dim),
           {"dim": AttrSpec("int")}, "concatenate along dim"),
     OpDef("split", Category.MOVEMENT, (1, 1), _infer_split, _split, {"dim": AttrSpec("int"), "sizes": AttrSpec("ints")},
-          "split into pieces of the given sizes along dim", is_view=True),
+          "split into pieces of the given sizes along dim", traits=frozenset({Trait.VIEW})),
     OpDef("constant_pad", Category.MOVEMENT, (1, 1), _infer_pad, _constant_pad,
           {"pad": AttrSpec("ints"), "value": AttrSpec("number", 0.0)},
           "pad (or crop, with negative pads) with a constant, last dim first"),
     OpDef("copy", Category.MOVEMENT, (1, 1), _infer_same("copy"), lambda x: np.array(x, copy=True), {},
-          "a fresh contiguous copy"),
+          "a fresh contiguous copy",
+          traits=frozenset({Trait.POINTWISE})),
     OpDef("flip", Category.MOVEMENT, (1, 1), _infer_flip, _flip, {"dims": AttrSpec("ints")},
           "reverse along dims"),
     OpDef("slice_scatter", Category.MOVEMENT, (2, 2), _infer_slice_scatter, _slice_scatter, _SLICE_ATTRS,
@@ -303,7 +315,8 @@ OPS = (
           "base with base[index] along dim replaced by src"),
     OpDef("as_strided", Category.MOVEMENT, (1, 1), _infer_as_strided, _as_strided,
           {"shape": AttrSpec("ints"), "strides": AttrSpec("ints"), "offset": AttrSpec("int", 0)},
-          "a strided window on the operand's contiguous storage", is_view=True),
+          "a strided window on the operand's contiguous storage",
+          traits=frozenset({Trait.VIEW})),
     OpDef("repeat", Category.MOVEMENT, (1, 1), _infer_repeat, _repeat, {"repeats": AttrSpec("ints")},
           "tile the tensor (torch.Tensor.repeat)"),
 )

@@ -13,7 +13,7 @@ import numpy as np
 
 from neuroncc.ir.attrs import Attrs
 from neuroncc.ir.dtypes import DType
-from neuroncc.ir.opdef import AttrSpec, Category, OpDef, fail, normalize_dim
+from neuroncc.ir.opdef import AttrSpec, Category, OpDef, Trait, fail, normalize_dim
 from neuroncc.ir.types import TensorType
 
 
@@ -32,8 +32,22 @@ def check_dims(op: str, t: TensorType, dims: tuple[int, ...]) -> tuple[int, ...]
     return normalized
 
 
+def _listed_dims(attrs: Attrs, rank: int) -> tuple[int, ...]:
+    """The dims a reduction with a ``dims`` attribute reduces (sorted and non-negative, as its type rule checks)."""
+    return tuple(attrs["dims"])
+
+
+def _arg_dims(attrs: Attrs, rank: int) -> tuple[int, ...]:
+    """argmax/argmin reduce ``dim``, or every dim when it is None (dim 0 of a 0-dim operand names none)."""
+    if attrs["dim"] is None or rank == 0:
+        return tuple(range(rank))
+    return (attrs["dim"] % rank,)
+
+
 def _reduction(name: str, fn: Callable[..., np.ndarray], *, result: str = "same", nonempty: bool = False,
-               extra_attrs: dict[str, AttrSpec] | None = None, doc: str = "") -> OpDef:
+               extra_attrs: dict[str, AttrSpec] | None = None, doc: str = "",
+               traits: frozenset[Trait] = frozenset(),
+               complex: bool = False) -> OpDef:
     def infer(types: tuple[TensorType, ...], attrs: Attrs) -> TensorType:
         (t,) = types
         dims = check_dims(name, t, attrs["dims"])
@@ -43,16 +57,19 @@ def _reduction(name: str, fn: Callable[..., np.ndarray], *, result: str = "same"
             raise fail(name, f"cannot reduce over a dimension of size 0 (shape {list(t.shape)})")
         if result == "same" and t.dtype.is_bool and name not in ("amax", "amin"):
             raise fail(name, "operand #0 is bool; cast it to a numeric type first")
-        if result == "float" and not t.dtype.is_float:
+        if result == "float" and not (t.dtype.is_float or (complex and t.dtype.is_complex)):
             raise fail(name, f"operand #0 must be a float type, got {t.dtype.value}")
         dtype = DType.bool if result == "bool" else t.dtype
         return TensorType(reduced_shape(t.shape, dims, attrs["keepdim"]), dtype)
 
     attrs = {"dims": AttrSpec("ints"), "keepdim": AttrSpec("bool", False), **(extra_attrs or {})}
-    return OpDef(name, Category.REDUCTION, (1, 1), infer, fn, attrs, doc or f"{name} over dims")
+    return OpDef(name, Category.REDUCTION, (1, 1), infer, fn, attrs, doc or f"{name} over dims", traits=traits,
+                 reduces=_listed_dims, takes_complex=complex)
 
 
 def _wide(x: np.ndarray) -> np.ndarray:
+    if x.dtype.kind == "c":
+        return x.astype(np.complex128)
     return x.astype(np.float64) if x.dtype.kind == "f" else x
 
 
@@ -135,8 +152,8 @@ def _arg(np_fn: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
 _ARG_ATTRS = {"dim": AttrSpec("optional-int", None), "keepdim": AttrSpec("bool", False)}
 
 OPS = (
-    _reduction("sum", _sum),
-    _reduction("mean", _mean, result="float"),
+    _reduction("sum", _sum, traits=frozenset({Trait.SUM_REDUCTION}), complex=True),
+    _reduction("mean", _mean, result="float", traits=frozenset({Trait.SUM_REDUCTION}), complex=True),
     _reduction("prod", _prod),
     _reduction("amax", _amax, nonempty=True, doc="max over dims, NaN propagates"),
     _reduction("amin", _amin, nonempty=True, doc="min over dims, NaN propagates"),
@@ -145,7 +162,7 @@ OPS = (
     _reduction("var", _var, result="float", extra_attrs={"correction": AttrSpec("float", 1.0)},
                doc="variance over dims with Bessel correction"),
     OpDef("argmax", Category.REDUCTION, (1, 1), _infer_arg("argmax"), _arg(np.argmax), _ARG_ATTRS,
-          "index of the max along dim (first one; NaN counts as max)"),
+          "index of the max along dim (first one; NaN counts as max)", reduces=_arg_dims),
     OpDef("argmin", Category.REDUCTION, (1, 1), _infer_arg("argmin"), _arg(np.argmin), _ARG_ATTRS,
-          "index of the min along dim (first one; NaN counts as min)"),
+          "index of the min along dim (first one; NaN counts as min)", reduces=_arg_dims),
 )

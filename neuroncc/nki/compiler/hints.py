@@ -7,13 +7,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from neuroncc.hardware.neuron import SBUF_ALIGNMENT, SBUF_COMPILER_RESERVED, allowed_partition_starts
 from neuroncc.nki.active import current
 from neuroncc.nki.dtypes import DType
 from neuroncc.nki.errors import NKISimulationError
 from neuroncc.nki.tensor import Buffer
 
-SBUF_COMPILER_RESERVED = 16 * 1024  # NKI: "16KiB is allocated for compiler internal usage" per partition
-SBUF_ALIGN = 64
+SBUF_ALIGN = SBUF_ALIGNMENT
 
 
 @dataclass(frozen=True)
@@ -87,7 +87,7 @@ class AllocationHint:
                     raise NKISimulationError(f"{where}: bank {bank} of block {index} does not exist")
             else:
                 start, address = place
-                allowed = (0,) if partitions > 64 else (0, 64) if partitions > 32 else (0, 32, 64, 96)
+                allowed = allowed_partition_starts(partitions)
                 if start not in allowed:
                     raise NKISimulationError(
                         f"{where}: block {index} of {partitions} partitions must start at partition "

@@ -1,0 +1,219 @@
+"""Symbolic sizes from TorchDynamo, compiled as one static specialization per concrete shape seen at run time.
+
+TorchDynamo hands the backend a graph with symbolic sizes when ``dynamic=True``, when ``torch._dynamo.
+mark_dynamic`` marked a dimension, or (the default, ``dynamic=None``) once it has seen a dimension change.
+neuroncc compiles static shapes, so such a graph becomes a :class:`ShapeSpecializations`: a callable that looks
+at the sizes of each call's inputs and runs the static compile for them, compiling it the first time a shape is
+seen. The symbolic graph is specialized before AOTAutograd sees it (its ``SymInt`` inputs replaced by their
+values), so the forward, backward and inference graphs of a specialization are all static: the rest of the
+backend is the same as for ``dynamic=False``.
+
+    call with sizes S -> key(S) -> compiled before? run it
+                                -> else: log why (input, dimension, old -> new size), specialize the graph
+                                   to S, compile (AOTAutograd + neuroncc), remember it, run it
+
+The number of specializations per graph is bounded (``options={"max_specializations": N}``, default
+:data:`DEFAULT_MAX_SPECIALIZATIONS`); one more raises :class:`~neuroncc.errors.SpecializationLimitError`, which
+says to pad inputs to a few sizes (``neuroncc.pad_to_bucket``) or raise the bound.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+import torch.fx as fx
+
+from neuroncc.errors import SpecializationLimitError
+from neuroncc.frontend import stats
+from neuroncc.frontend.options import DEFAULT_MAX_SPECIALIZATIONS
+
+log = logging.getLogger("neuroncc.frontend")
+
+#: From this many specializations on, the recompile log is a warning that suggests buckets.
+SUGGEST_BUCKETS_AFTER = 3
+
+_SYMBOLIC = (torch.SymInt, torch.SymFloat, torch.SymBool)
+_LOCAL = re.compile(r"^L\['(?P<name>[A-Za-z_]\w*)'\]$")
+_LOCAL_PREFIX = re.compile(r"^L\['(?P<name>[A-Za-z_]\w*)'\]")
+
+#: Compiles a static graph for concrete inputs: (graph, inputs, specialization name) -> callable(*inputs).
+StaticCompiler = Callable[[fx.GraphModule, list[Any], str], Callable[..., Any]]
+
+
+def has_symbolic_sizes(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> bool:
+    """True if TorchDynamo handed over symbolic sizes (SymInt inputs, or tensors with symbolic sizes)."""
+    return any(_is_symbolic(v) for v in example_inputs) or any(
+        _is_symbolic(_example(n)) for n in gm.graph.nodes if n.op == "placeholder")
+
+
+class ShapeSpecializations:
+    """A symbolic TorchDynamo graph: one static compile per concrete input shape (see the module docstring)."""
+
+    def __init__(self, gm: fx.GraphModule, example_inputs: Sequence[Any], compile_static: StaticCompiler,
+                 name: str, limit: int = DEFAULT_MAX_SPECIALIZATIONS, where: str | None = None):
+        self.gm = gm
+        self.name = name
+        self.limit = limit
+        self.where = where
+        self._compile_static = compile_static
+        placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        if len(placeholders) != len(example_inputs):
+            raise AssertionError(f"{len(placeholders)} placeholders for {len(example_inputs)} inputs")
+        self._placeholders = placeholders
+        #: positions of scalar (SymInt/SymFloat/SymBool) inputs: replaced by their values, not passed on
+        self._scalar_positions = tuple(i for i, v in enumerate(example_inputs) if isinstance(v, _SYMBOLIC))
+        #: positions of tensors with a symbolic size or stride: their sizes and strides are part of the key
+        self._tensor_positions = tuple(
+            i for i, n in enumerate(placeholders)
+            if i not in self._scalar_positions and _is_symbolic(_example(n)))
+        self._passed_positions = tuple(i for i in range(len(placeholders)) if i not in self._scalar_positions)
+        # read now: TorchDynamo drops the placeholders' source metadata once the frame is compiled
+        self._labels = [_input_label(n) for n in placeholders]
+        self._compiled: dict[tuple[Any, ...], Callable[..., Any]] = {}
+        self._last_key: tuple[Any, ...] | None = None
+        self._lock = threading.Lock()
+        concrete = [_concrete(v) for v in example_inputs]
+        self._specialize(self._key(concrete), concrete)
+
+    @property
+    def specializations(self) -> int:
+        return len(self._compiled)
+
+    def __call__(self, *args: Any) -> Any:
+        key = self._key(args)
+        compiled = self._compiled.get(key)
+        if compiled is None:
+            with self._lock:
+                compiled = self._compiled.get(key) or self._specialize(key, args)
+        self._last_key = key
+        return compiled(*[args[i] for i in self._passed_positions])
+
+    # ---- keys and their differences ---------------------------------------------------------------------
+
+    def _key(self, args: Sequence[Any]) -> tuple[Any, ...]:
+        scalars = tuple(args[i] for i in self._scalar_positions)
+        tensors = tuple((tuple(args[i].shape), args[i].stride()) for i in self._tensor_positions)
+        return scalars + tensors
+
+    def _changes(self, old: tuple[Any, ...], new: tuple[Any, ...]) -> list[str]:
+        """What differs between two keys: ``input 'x' dimension 1: 3 -> 5`` (sizes first, then strides)."""
+        count = len(self._scalar_positions)
+        changes: list[str] = []
+        for position, (before, after) in zip(self._tensor_positions, zip(old[count:], new[count:])):
+            label = self._label(position)
+            if len(before[0]) != len(after[0]):
+                changes.append(f"input {label} rank {len(before[0])} -> {len(after[0])}")
+                continue
+            changes += [f"input {label} dimension {d}: {a} -> {b}"
+                        for d, (a, b) in enumerate(zip(before[0], after[0])) if a != b]
+            if before[0] == after[0] and before[1] != after[1]:
+                changes.append(f"input {label} strides {list(before[1])} -> {list(after[1])}")
+        if not changes:  # only scalars changed (an int argument, or sizes of tensors that are not inputs)
+            changes = [f"{self._label(position)}: {a} -> {b}"
+                       for position, a, b in zip(self._scalar_positions, old[:count], new[:count]) if a != b]
+        return changes
+
+    def _label(self, position: int) -> str:
+        return self._labels[position]
+
+    def _describe(self, key: tuple[Any, ...]) -> str:
+        count = len(self._scalar_positions)
+        shapes = [f"{self._label(p)} {list(shape)}" for p, (shape, _) in zip(self._tensor_positions, key[count:])]
+        return ", ".join(shapes) or ", ".join(map(str, key[:count]))
+
+    # ---- compiling one specialization --------------------------------------------------------------------
+
+    def _specialize(self, key: tuple[Any, ...], args: Sequence[Any]) -> Callable[..., Any]:
+        number = len(self._compiled) + 1
+        where = f"code at {self.where}" if self.where else "a graph"
+        if number > self.limit:
+            raise SpecializationLimitError(
+                f"neuroncc: {where} (graph {self.name}) was called with one input shape more "
+                f"({self._describe(key)}) than its {self.limit} specializations "
+                f"(options={{'max_specializations': {self.limit}}}); shapes compiled: "
+                f"{'; '.join(self._describe(k) for k in self._compiled)}.\n  Pad variable sizes to a few "
+                "buckets outside the compiled region (neuroncc.pad_to_bucket / neuroncc.bucketed), or raise "
+                "the bound with options={'max_specializations': N}")
+        self._log(number, key)
+        specialized = specialize_graph(self.gm, {p: args[p] for p in self._scalar_positions})
+        passed = [args[i] for i in self._passed_positions]
+        # Outside TorchDynamo's tracing context: AOTAutograd must fake the concrete inputs with static sizes,
+        # not reuse the symbolic fake mode of the frame being compiled.
+        with torch._guards.tracing(None):
+            compiled = self._compile_static(specialized, passed, f"{self.name}_s{number}")
+        stats.increment("shape_specializations")
+        self._compiled[key] = compiled
+        return compiled
+
+    def _log(self, number: int, key: tuple[Any, ...]) -> None:
+        where = f"code at {self.where}" if self.where else "a graph"
+        if number == 1 or self._last_key is None:
+            log.info("neuroncc: %s (graph %s) has symbolic sizes; compiling specialization #1 for %s "
+                     "(one per input shape, at most %d)", where, self.name, self._describe(key), self.limit)
+            return
+        reason = "; ".join(self._changes(self._last_key, key)) or "a new input shape"
+        suggest = number >= SUGGEST_BUCKETS_AFTER
+        hint = (f" ({number} shapes so far: pad inputs to a few sizes with neuroncc.pad_to_bucket to bound "
+                "compiles)") if suggest else ""
+        log.log(logging.WARNING if suggest else logging.INFO,
+                "neuroncc: recompiling %s (graph %s) for a new shape, specialization #%d of at most %d: %s%s",
+                where, self.name, number, self.limit, reason, hint)
+
+
+def specialize_graph(gm: fx.GraphModule, values: dict[int, Any]) -> fx.GraphModule:
+    """A copy of ``gm`` whose placeholders at ``values``' positions are replaced by those constants."""
+    graph = fx.Graph()
+    env: dict[fx.Node, Any] = {}
+    position = 0
+    for node in gm.graph.nodes:
+        if node.op == "placeholder":
+            if position in values:
+                env[node] = values[position]
+            else:
+                env[node] = graph.node_copy(node, lambda n: env[n])
+            position += 1
+            continue
+        env[node] = graph.node_copy(node, lambda n: env[n])
+    specialized = fx.GraphModule(gm, graph, gm.__class__.__name__)
+    specialized.meta.update(getattr(gm, "meta", {}))
+    return specialized
+
+
+def _input_label(node: fx.Node) -> str:
+    """How the user names a graph input: ``'x'`` for a local ``x``, ``args[0]``, ``self.weight``."""
+    source = getattr(node.meta.get("grapharg"), "source", None) or node.meta.get("_dynamo_source")
+    text = getattr(source, "name", None)
+    text = text() if callable(text) else text
+    if not isinstance(text, str):
+        return f"'{node.name}'"
+    local = _LOCAL.match(text)
+    if local:
+        return f"'{local['name']}'"
+    return _LOCAL_PREFIX.sub(r"\g<name>", text)
+
+
+def _concrete(value: Any) -> Any:
+    """A symbolic scalar's value on the call that TorchDynamo is compiling (its hint); others unchanged."""
+    if isinstance(value, _SYMBOLIC):
+        hint = value.node.hint
+        if hint is None:
+            raise AssertionError(f"symbolic input {value} has no value")
+        return hint
+    return value
+
+
+def _example(node: fx.Node) -> Any:
+    return node.meta.get("example_value", node.meta.get("val"))
+
+
+def _is_symbolic(value: Any) -> bool:
+    if isinstance(value, _SYMBOLIC):
+        return True
+    if isinstance(value, torch.Tensor) and not value.is_nested:
+        return any(isinstance(s, torch.SymInt) for s in (*value.shape, *value.stride()))
+    return False

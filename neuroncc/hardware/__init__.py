@@ -1,0 +1,20 @@
+"""Facts about the machines neuroncc compiles for, each defined once (a leaf: imports only ``neuroncc.errors``).
+
+- :mod:`~neuroncc.hardware.neuron`: NeuronCore generations (trn1, trn2, trn3): partitions, SBUF and PSUM
+  sizes and banks, matmul tile limits, engine clocks and lanes, DMA bandwidth and efficiency, matmul
+  destination dtypes. The layout and tile passes, the NKI emitter, the simulator (``neuroncc.nki``) and its
+  cost model all read them from here.
+- :mod:`~neuroncc.hardware.host`: the host CPU as LLVM sees it (name, features, vector width, cores) and the
+  cache line the CPU code generator assumes.
+
+Decisions made with these facts (tile sizes, SBUF budgets, vector widths) are the ``tile`` pass's
+(``neuroncc.passes.tile``), not this package's.
+
+May import: errors (llvmlite lazily, to read the host CPU). Imported by: every layer.
+"""
+
+from neuroncc.hardware.host import CACHE_LINE_BYTES, HostCpu, available_cores, host_cpu
+from neuroncc.hardware.neuron import DEFAULT_NEURON_CORE, NEURON_CORES, PARTITIONS, NeuronCore, dma_efficiency
+
+__all__ = ["CACHE_LINE_BYTES", "DEFAULT_NEURON_CORE", "HostCpu", "NEURON_CORES", "NeuronCore", "PARTITIONS",
+           "available_cores", "dma_efficiency", "host_cpu"]

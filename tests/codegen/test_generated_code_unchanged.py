@@ -1,0 +1,109 @@
+"""The code generated for the benchmark kernels is the code of before the tile decisions moved into the tile
+pass (recorded on main at c823aba): the pass's default decisions are the code generators' former choices.
+
+The hashes are of the LLVM IR text (the cpu target: benchmarks/bench_kernels.py's graphs, one kernel each as the
+benchmark builds them and through the default pipeline) and of the NKI module (benchmarks/nki_generated_costs.py's
+kernels on each generation). Neither depends on the host (a kernel's vector width reaches the IR only when it is
+narrower than the host's widest vectors). A change here must be deliberate: say why in the commit, then update
+the hashes (``python tests/codegen/test_generated_code_unchanged.py`` prints them).
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+
+from neuroncc.codegen.llvm.program import plan_launch
+from neuroncc.codegen.llvm.regions import fuse_whole_function, wrap_remaining_ops
+from neuroncc.executors.nki_sim.executable import nki_source
+from neuroncc.ir import Builder, DType, Function, TensorType
+from neuroncc.passes.manager import PassContext
+from neuroncc.passes.pipeline import default_pipeline, run_pipeline
+from neuroncc.testing.models import layer_norm_graph, softmax_graph
+
+LLVM_IR = {
+    ("gelu", "whole"): "bcf344c077575ce4",
+    ("gelu", "pipeline"): "bcf344c077575ce4",
+    ("softmax", "whole"): "55184d11b80badcb",
+    ("softmax", "pipeline"): "55184d11b80badcb",
+    ("layernorm", "whole"): "38dfb3c8ac19a26d",
+    ("layernorm", "pipeline"): "fa247e932b87c6b4",
+    ("stream", "whole"): "614567675012fc09",
+    ("stream", "pipeline"): "614567675012fc09",
+}
+
+NKI_SOURCE = {
+    ("softmax", "f32", "trn1"): "28937839ab9f4c0c",
+    ("layernorm", "f32", "trn1"): "c887fbfdb700bf68",
+    ("softmax", "bf16", "trn1"): "2e3351e667538774",
+    ("layernorm", "bf16", "trn1"): "7b5bd4c3e66ce689",
+    ("mm", "bf16", "trn1"): "f5b3b273b969bdfe",
+    ("softmax", "f32", "trn2"): "ae3d0cdecc07dedc",
+    ("layernorm", "f32", "trn2"): "dca0c9bcf593f9f9",
+    ("softmax", "bf16", "trn2"): "1b26395fa665c177",
+    ("layernorm", "bf16", "trn2"): "481723566c5a4ede",
+    ("mm", "bf16", "trn2"): "b95d2e9c5b6a48a7",
+    ("softmax", "f32", "trn3"): "93ab363d6cf34b03",
+    ("layernorm", "f32", "trn3"): "91dbe86392c0cda7",
+    ("softmax", "bf16", "trn3"): "02d4029fd118ff68",
+    ("layernorm", "bf16", "trn3"): "1504cd1eedcb5500",
+    ("mm", "bf16", "trn3"): "79c68a108d4a28e1",
+}
+
+
+def _affine(name: str, rows: int, cols: int, gelu: bool) -> Function:
+    """x*w+b over [rows, cols]; with ``gelu``, gelu(x*w+b)*sigmoid(x) (bench_kernels (a) and (c'))."""
+    b = Builder(name)
+    x = b.param(TensorType((rows, cols), DType.f32), "x")
+    w = b.param(TensorType((cols,), DType.f32), "w")
+    bias = b.param(TensorType((cols,), DType.f32), "b")
+    y = b.op("add", b.op("mul", x, w), bias)
+    if gelu:
+        y = b.op("mul", b.op("gelu", y), b.op("sigmoid", x))
+    return b.build([y])
+
+
+def _matmul() -> Function:
+    b = Builder("mm")
+    x = b.param(TensorType((4096, 8192), DType.bf16), "x")
+    w = b.param(TensorType((8192, 8192), DType.bf16), "w")
+    return b.build([b.op("mm", x, w)])
+
+
+CPU_GRAPHS = {"gelu": lambda: _affine("gelu_sigmoid", 4096, 1024, True), "softmax": lambda: softmax_graph(4096, 1024),
+              "layernorm": lambda: layer_norm_graph(8192, 1024), "stream": lambda: _affine("stream", 8192, 1024, False)}
+NKI_GRAPHS = {"softmax": lambda dtype: softmax_graph(4096, 1024, dtype),
+              "layernorm": lambda dtype: layer_norm_graph(4096, 1024, dtype), "mm": lambda dtype: _matmul()}
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def llvm_ir(name: str, how: str) -> str:
+    fn = CPU_GRAPHS[name]()
+    lowered = fuse_whole_function(fn) if how == "whole" else run_pipeline(default_pipeline("cpu"), fn, PassContext())
+    _, texts = plan_launch(wrap_remaining_ops(lowered), "cpu", "features")
+    return "".join(texts)
+
+
+def nki_module(name: str, dtype: str, target: str) -> str:
+    return nki_source(NKI_GRAPHS[name](DType(dtype)), target)
+
+
+@pytest.mark.parametrize(("name", "how"), sorted(LLVM_IR))
+def test_llvm_ir_of_the_benchmark_kernels_is_unchanged(name, how):
+    assert _digest(llvm_ir(name, how)) == LLVM_IR[name, how]
+
+
+@pytest.mark.parametrize(("name", "dtype", "target"), sorted(NKI_SOURCE))
+def test_nki_kernels_of_the_benchmarks_are_unchanged(name, dtype, target):
+    assert _digest(nki_module(name, dtype, target)) == NKI_SOURCE[name, dtype, target]
+
+
+if __name__ == "__main__":
+    for key in sorted(LLVM_IR):
+        print(f"    {key!r}: {_digest(llvm_ir(*key))!r},")
+    for key in sorted(NKI_SOURCE):
+        print(f"    {key!r}: {_digest(nki_module(*key))!r},")
