@@ -32,7 +32,8 @@ def compile_aten_graph(gm: fx.GraphModule, name: str, options: BackendOptions,
     """Compile ``gm``; ``free_layouts``: output positions that may keep the executable's layout (see
     :class:`CompiledGraph`)."""
     with cyclic_gc_paused():
-        imported = import_graph(gm, name)
+        # the cpu target's kernels convert bf16 bits themselves; the NKI simulator keeps float32 copies
+        imported = import_graph(gm, name, bf16_bits=options.target == "cpu")
         if options.dump_dir:
             dump_function(imported.function, Path(options.dump_dir))
         executable = compile_graph(imported.function, target=options.target, pipeline=options.pipeline,

@@ -34,7 +34,7 @@ class CompiledGraph:
         # AOTAutograd passes the arguments as one list that we may clear. An instance attribute, not a class
         # one: TorchDynamo's disable() wrapper around the backward copies the instance __dict__ only.
         self._boxed_call = True
-        self._parameters = ParameterViews(len(graph.param_positions))
+        self._parameters = ParameterViews(len(graph.param_positions), graph.bf16_bits)
         # per graph output: how to build it (computed outputs with the result layout that needs no conversion)
         returned = getattr(executable, "output_strides", None)
         self._outputs: list[tuple[Any, Any]] = []

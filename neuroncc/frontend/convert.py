@@ -33,8 +33,12 @@ class TensorSpec:
         return TensorSpec(tuple(int(s) for s in tensor.shape), tuple(int(s) for s in tensor.stride()), tensor.dtype)
 
 
-def to_numpy(tensor: torch.Tensor) -> np.ndarray:
-    """A numpy view of a CPU tensor (a float32 copy for bf16 and f64, a complex64 copy for complex128)."""
+def to_numpy(tensor: torch.Tensor, bf16_bits: bool = False) -> np.ndarray:
+    """A numpy view of a CPU tensor (a float32 copy for bf16 and f64, a complex64 copy for complex128; with
+    ``bf16_bits``, a bf16 tensor's bits as an int16 view, no copy: see :func:`neuroncc.frontend.importer.
+    import_graph`)."""
+    if bf16_bits and tensor.dtype is torch.bfloat16:
+        return tensor.detach().view(torch.int16).numpy()
     if tensor.dtype not in _VIA_FLOAT32:
         try:
             return tensor.detach().numpy()  # the common case, in one call
@@ -56,8 +60,9 @@ class ParameterViews:
     whole run anyway; keeping activations would hold them past their last use), and only real views (not the
     float32 copies of bf16/f64 tensors)."""
 
-    def __init__(self, count: int):
+    def __init__(self, count: int, bf16_bits: bool = False):
         self._kept: list[tuple[weakref.ref, int, tuple[int, ...], tuple[int, ...], np.ndarray] | None] = [None] * count
+        self._bf16_bits = bf16_bits
 
     def arrays(self, args: list[torch.Tensor], positions: list[int]) -> list[np.ndarray]:
         kept, arrays = self._kept, []
@@ -68,9 +73,9 @@ class ParameterViews:
                     tensor.shape == entry[2] and tensor.stride() == entry[3]:
                 arrays.append(entry[4])
                 continue
-            array = to_numpy(tensor)
-            if tensor.requires_grad and tensor.is_leaf and tensor.dtype not in _VIA_FLOAT32 and \
-                    not tensor.is_conj() and not tensor.is_neg():
+            array = to_numpy(tensor, self._bf16_bits)
+            viewed = tensor.dtype not in _VIA_FLOAT32 or (self._bf16_bits and tensor.dtype is torch.bfloat16)
+            if tensor.requires_grad and tensor.is_leaf and viewed and not tensor.is_conj() and not tensor.is_neg():
                 kept[slot] = (weakref.ref(tensor), tensor.data_ptr(), tensor.shape, tensor.stride(), array)
             else:
                 kept[slot] = None
@@ -108,7 +113,9 @@ def to_torch(array: np.ndarray, spec: TensorSpec) -> torch.Tensor:
     if not array.flags.writeable:  # torch.from_numpy needs writable memory; executables may return views
         array = array.copy()
     tensor = torch.from_numpy(array)
-    if tensor.dtype != spec.dtype:
+    if spec.dtype is torch.bfloat16 and tensor.dtype is torch.int16:
+        tensor = tensor.view(torch.bfloat16)  # a bf16 result's bits (see to_numpy)
+    elif tensor.dtype != spec.dtype:
         tensor = tensor.to(spec.dtype)
     if tuple(tensor.shape) != spec.shape:
         raise ValueError(f"executable returned shape {list(tensor.shape)}, the graph says {list(spec.shape)}")

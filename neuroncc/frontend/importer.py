@@ -72,13 +72,15 @@ class ImportedGraph:
 
     ``param_positions[i]`` is the graph input that IR parameter ``i`` reads (unused inputs are not passed);
     ``mutations`` lists ``(graph input, IR output)`` pairs for in-place updates of inputs (``copy_`` into a
-    placeholder), written back after the call as eager would.
+    placeholder), written back after the call as eager would. With ``bf16_bits`` every bf16 graph input is an
+    i16 parameter holding the tensor's bits, and every bf16 result an i16 output (see :func:`import_graph`).
     """
 
     function: Function
     param_positions: tuple[int, ...]
     outputs: tuple[GraphOutput, ...]
     mutations: tuple[tuple[int, int], ...] = ()
+    bf16_bits: bool = False
 
 
 def unsupported_nodes(gm: fx.GraphModule) -> list[fx.Node]:
@@ -87,24 +89,31 @@ def unsupported_nodes(gm: fx.GraphModule) -> list[fx.Node]:
             and n.target not in LOWERINGS and n.target is not torch.ops.aten.copy_.default]
 
 
-def import_graph(gm: fx.GraphModule, name: str) -> ImportedGraph:
-    """Translate an aten-level FX graph to an IR function (raises UnsupportedOpError naming the op)."""
+def import_graph(gm: fx.GraphModule, name: str, bf16_bits: bool = False) -> ImportedGraph:
+    """Translate an aten-level FX graph to an IR function (raises UnsupportedOpError naming the op).
+
+    ``bf16_bits``: bf16 tensors cross the boundary as their 16-bit patterns (i16 parameters and outputs, the
+    tensors' own memory, no copy) and the function converts them to and from bf16 values itself (a few
+    integer instructions that fuse into the first and last kernels). Without it a bf16 tensor crosses as a
+    float32 copy (numpy has no bfloat16): a conversion pass over every bf16 input and output, which made a
+    bf16 softmax move 4.5 times the bytes of its data (the cpu target's torch backend turns it on)."""
     missing = unsupported_nodes(gm)
     if missing:
         raise unsupported_op(missing[0], "neuroncc has no lowering for this op", (op_name(n) for n in missing[1:]))
-    return _Importer(gm, name).run()
+    return _Importer(gm, name, bf16_bits).run()
 
 
 class _Importer:
-    def __init__(self, gm: fx.GraphModule, name: str):
+    def __init__(self, gm: fx.GraphModule, name: str, bf16_bits: bool = False):
         self.gm = gm
         self.ctx = LoweringContext(Builder(name))
         self.placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
         self.mutations: list[tuple[int, Value]] = []
+        self.bf16_bits = bf16_bits
 
     def run(self) -> ImportedGraph:
         params = [self._param(node) for node in self.placeholders]
-        self.ctx.env.update(zip(self.placeholders, params))
+        self.ctx.env.update(zip(self.placeholders, (self._from_bits(p) for p in params)))
         outputs: tuple[GraphOutput, ...] = ()
         ir_outputs: list[Value] = []
         for node in self.gm.graph.nodes:
@@ -120,11 +129,12 @@ class _Importer:
         for position, value in self.mutations:
             mutations.append((position, len(ir_outputs)))
             ir_outputs.append(value)
+        ir_outputs = [self._to_bits(value) for value in ir_outputs]
         builder = self.ctx.builder
         used = {v for op in builder.ops for v in op.operands} | set(ir_outputs)
         positions = tuple(p for p, value in enumerate(params) if value in used)  # unused inputs are not passed
         builder.params = [params[p] for p in positions]
-        return ImportedGraph(builder.build(ir_outputs), positions, outputs, tuple(mutations))
+        return ImportedGraph(builder.build(ir_outputs), positions, outputs, tuple(mutations), self.bf16_bits)
 
     def _param(self, node: fx.Node) -> Value:
         meta = meta_value(node)
@@ -132,7 +142,29 @@ class _Importer:
             raise unsupported_op(node, f"graph input of type {type(meta).__name__} (only tensors are supported)")
         shape = tuple(int(s) for s in meta.shape)
         strides = tuple(int(s) for s in meta.stride())
-        return self.ctx.builder.param(TensorType(shape, ir_dtype(meta.dtype), strides), hint=node.name)
+        dtype = ir_dtype(meta.dtype)
+        if self.bf16_bits and dtype is DType.bf16:
+            dtype = DType.i16  # the tensor's bits (see import_graph)
+        return self.ctx.builder.param(TensorType(shape, dtype, strides), hint=node.name)
+
+    def _from_bits(self, param: Value) -> Value:
+        """A bf16 input's value from its i16 bits: zero-extended, shifted into a float32's high half, exact."""
+        if not (self.bf16_bits and param.type.dtype is DType.i16):
+            return param
+        ctx = self.ctx
+        word = ctx.emit("bitwise_and", ctx.emit("cast", param, dtype=DType.i32), _scalar(ctx, DType.i32, 0xFFFF))
+        word = ctx.emit("mul", word, _scalar(ctx, DType.i32, 1 << 16))  # wraps into the sign bit: the same bits
+        return ctx.emit("cast", ctx.emit("bitcast", word, dtype=DType.f32), dtype=DType.bf16)
+
+    def _to_bits(self, value: Value) -> Value:
+        """A bf16 result's i16 bits: a bf16 value's float32 has zero low bits, so dividing them by 2**16
+        is exact, and the low 16 bits of the quotient are the value's bits."""
+        if not (self.bf16_bits and value.type.dtype is DType.bf16):
+            return value
+        ctx = self.ctx
+        word = ctx.emit("bitcast", ctx.emit("cast", value, dtype=DType.f32), dtype=DType.i32)
+        word = ctx.emit("div", word, _scalar(ctx, DType.i32, 1 << 16), rounding_mode="trunc")
+        return ctx.emit("cast", word, dtype=DType.i16)
 
     def _constant(self, node: fx.Node) -> Value:
         tensor = getattr(self.gm, str(node.target))
@@ -204,6 +236,10 @@ class _Importer:
                     ir_outputs.append(value)
                 outputs.append(ComputedOutput(index_of[value], TensorSpec.of(meta_value(item))))
         return tuple(outputs)
+
+
+def _scalar(ctx: LoweringContext, dtype: DType, value: int) -> Value:
+    return ctx.emit("full", shape=(), dtype=dtype, value=value)
 
 
 def _flatten(returned: Any) -> list[Any]:

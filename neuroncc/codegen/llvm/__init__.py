@@ -13,17 +13,20 @@ May import: errors, hardware, ir, passes, llvmlite.
 
 from __future__ import annotations
 
+from neuroncc.hardware.host import CpuTarget, host_cpu
 from neuroncc.codegen.llvm.emit import KernelEmitter
 from neuroncc.codegen.llvm.schedule import ExternCall, ExtraArg, KernelPlan, plan_kernel
 from neuroncc.codegen.llvm.views import Layout, reshape_strides, view_layout
 
 
-def emit_kernel(plan: KernelPlan, symbol: str) -> tuple[list[str], list[str]]:
-    """One kernel's phase functions (``{symbol}_p{i}``): the LLVM IR text of each phase's module and their
-    symbols, in run order."""
-    phases = KernelEmitter(plan, symbol).emit()
+def emit_kernel(plan: KernelPlan, symbol: str, target: CpuTarget | None = None) -> tuple[list[str], list[str]]:
+    """One kernel's phase functions (``{symbol}_p{i}``) for ``target`` (default: the host CPU): the LLVM IR
+    text of each phase's module and their symbols, in run order."""
+    if target is None:
+        target = host_cpu()
+    phases = KernelEmitter(plan, symbol, target).emit()
     return [str(module) for _, module in phases], [name for name, _ in phases]
 
 
-__all__ = ["ExternCall", "ExtraArg", "KernelPlan", "Layout", "emit_kernel", "plan_kernel", "reshape_strides",
+__all__ = ["CpuTarget", "ExternCall", "ExtraArg", "KernelPlan", "Layout", "emit_kernel", "plan_kernel", "reshape_strides",
            "view_layout"]

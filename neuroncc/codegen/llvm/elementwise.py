@@ -33,7 +33,7 @@ def _zero(v: ir.Value) -> ir.Constant:
 
 
 def _float_math(name: str) -> Lowering:
-    return lambda ctx, op, args: math_call(ctx.b, name, *args)
+    return lambda ctx, op, args: math_call(ctx.b, name, *args, target=ctx.target)
 
 
 def _intrinsic(name: str) -> Lowering:
@@ -86,7 +86,7 @@ def _reciprocal(ctx, op, args):
 
 
 def _gelu(ctx, op, args):
-    return math_call(ctx.b, "gelu_tanh" if op.attrs["approximate"] == "tanh" else "gelu", *args)
+    return math_call(ctx.b, "gelu_tanh" if op.attrs["approximate"] == "tanh" else "gelu", *args, target=ctx.target)
 
 
 def _isnan(ctx, op, args):
@@ -182,7 +182,7 @@ def _float_floor_div(ctx, a: ir.Value, c: ir.Value, quotient: ir.Value) -> ir.Va
     """
     b = ctx.b
     zero = _zero(a)
-    mod = math_call(b, "fmod", a, c)
+    mod = math_call(b, "fmod", a, c, target=ctx.target)
     inf = ir.Constant(F32, float("inf"))
     quotient_inf = b.fcmp_ordered("==", call(b, "llvm.fabs.f32", [quotient]), inf)
     a_inf = b.fcmp_ordered("==", call(b, "llvm.fabs.f32", [a]), inf)
@@ -217,7 +217,7 @@ def _remainder(ctx, op, args):
     if a.type != F32:
         return _int_rem(ctx, op, a, c, python_sign=True)
     b = ctx.b
-    r = math_call(b, "fmod", a, c)
+    r = math_call(b, "fmod", a, c, target=ctx.target)
     fix = b.and_(b.fcmp_ordered("!=", r, _zero(r)),
                  b.icmp_unsigned("!=", b.fcmp_ordered("<", r, _zero(r)), b.fcmp_ordered("<", c, _zero(c))))
     return b.select(fix, b.fadd(r, c), r)
@@ -227,13 +227,13 @@ def _fmod(ctx, op, args):
     a, c = args
     if a.type != F32:
         return _int_rem(ctx, op, a, c, python_sign=False)
-    return math_call(ctx.b, "fmod", a, c)
+    return math_call(ctx.b, "fmod", a, c, target=ctx.target)
 
 
 def _pow(ctx, op, args):
     a, c = args
     if a.type == F32:
-        return math_call(ctx.b, "pow", a, c)
+        return math_call(ctx.b, "pow", a, c, target=ctx.target)
     return _int_pow(ctx, a, c)
 
 
@@ -311,7 +311,7 @@ def _compare(name: str) -> Lowering:
 
 
 def _atan2(ctx, op, args):
-    return math_call(ctx.b, "atan2", *args)
+    return math_call(ctx.b, "atan2", *args, target=ctx.target)
 
 
 def _where(ctx, op, args):

@@ -15,6 +15,7 @@ from typing import Any
 from llvmlite import ir
 
 from neuroncc.codegen.llvm.access import ACCESS, Index
+from neuroncc.hardware.host import CpuTarget
 from neuroncc.codegen.llvm.elementwise import ELEMENTWISE, EXACT
 from neuroncc.codegen.llvm.entries import (
     RECIPROCAL_ESTIMATES, add_phase_entry, add_team_entry, vector_width_attribute,
@@ -45,7 +46,8 @@ class KernelEmitter(IndexArithmetic):
     One module per phase, not per kernel: modules are the unit of parallel LLVM compilation, and the phases
     of one big kernel (a LayerNorm backward: six) are what balances the compile workers."""
 
-    def __init__(self, plan: KernelPlan, symbol: str):
+    def __init__(self, plan: KernelPlan, symbol: str, target: CpuTarget):
+        self.target = target  # the CPU the code is for (the math library's choices depend on it)
         self.module: ir.Module = None  # type: ignore[assignment]  # the current phase's
         self.modules: list[ir.Module] = []
         self.plan = plan

@@ -24,6 +24,7 @@ import llvmlite.binding as llvm
 from llvmlite.binding import ffi
 
 from neuroncc.errors import ArtifactError, CodegenError
+from neuroncc.hardware.host import CpuTarget
 from neuroncc.hardware.host import host_cpu as _host
 
 _LOCK = threading.Lock()
@@ -43,17 +44,23 @@ def host_cpu() -> tuple[str, str]:
     return host.name, host.features
 
 
-def target_machine() -> llvm.TargetMachine:
-    """A fresh target machine for the host CPU with all of its features, at -O3.
+def host_target() -> CpuTarget:
+    """The host CPU as the code generator sees it (see :mod:`neuroncc.hardware.host`)."""
+    return _host()
+
+
+def target_machine(target: CpuTarget | None = None) -> llvm.TargetMachine:
+    """A fresh target machine for ``target`` (default: the host CPU with all of its features), at -O3, with
+    the vector width the target says (``CpuTarget.machine_features``).
 
     Fresh per use: an MCJIT engine takes ownership of the target machine it is created with, and a compile
     worker must not share one with another thread.
     """
-    cpu, features = host_cpu()
     with _LOCK:
         _initialize()
-    target = _STATE["target"]
-    return target.create_target_machine(cpu=cpu, features=features, opt=3, reloc="pic", codemodel="default")
+    target = target or host_target()
+    return _STATE["target"].create_target_machine(  # type: ignore[attr-defined]
+        cpu=target.name, features=target.machine_features, opt=3, reloc="pic", codemodel="default")
 
 
 def _unlocked(name: str) -> Any:
@@ -126,17 +133,19 @@ def _emit_object(tm: llvm.TargetMachine, module: llvm.ModuleRef) -> bytes:
         ffi.lib.LLVMPY_DisposeMemoryBuffer(buffer)
 
 
-def optimize(ir_texts: list[str]) -> tuple[llvm.ModuleRef, llvm.TargetMachine]:
-    """Parse, verify, link and optimize the modules as one (tests and :func:`assembly`)."""
+def optimize(ir_texts: list[str], target: CpuTarget | None = None) -> tuple[llvm.ModuleRef, llvm.TargetMachine]:
+    """Parse, verify, link and optimize the modules as one for ``target`` (default: the host; tests and
+    :func:`assembly`)."""
     module = parse_and_link(ir_texts)
-    tm = target_machine()
+    tm = target_machine(target)
     _run_o3(module, tm)
     return module, tm
 
 
-def assembly(ir_texts: list[str]) -> str:
-    """The optimized modules' assembly (tests check it for vector registers)."""
-    module, tm = optimize(ir_texts)
+def assembly(ir_texts: list[str], target: CpuTarget | None = None) -> str:
+    """The optimized modules' assembly for ``target`` (default: the host). Tests check it for vector
+    registers, and read the code another CPU would get (a ``CpuTarget`` of that CPU's name and features)."""
+    module, tm = optimize(ir_texts, target)
     return tm.emit_assembly(module)
 
 

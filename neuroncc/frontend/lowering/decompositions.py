@@ -51,6 +51,38 @@ REMOVED_DECOMPOSITIONS = (
 )
 
 
+def nll_loss_backward_one_hot(grad_output: torch.Tensor, self: torch.Tensor, target: torch.Tensor,
+                              weight: torch.Tensor | None, reduction: int, ignore_index: int,
+                              total_weight: torch.Tensor) -> torch.Tensor:
+    """``aten.nll_loss_backward`` of a [N, C] input: PyTorch's core decomposition with its one-hot built as
+    ``where(class == target, -1, 0)`` instead of a scatter into zeros. Elementwise in the input's row, the
+    one-hot fuses into the log-softmax backward that reads it (cross-entropy's backward); the scatter was a
+    [N, C] buffer written and read back (two passes over the logits' size: 130 MB per step at a 32k vocabulary
+    and 512 rows). Other ranks keep the core decomposition."""
+    if self.dim() != 2 or target.dim() != 1:
+        return _CORE_NLL_LOSS_BACKWARD(grad_output, self, target, weight, reduction, ignore_index, total_weight)
+    if reduction == 1:  # mean
+        grad_output = grad_output / total_weight
+    target = target.unsqueeze(1)
+    safe_target = torch.where(target != ignore_index, target, 0)  # ignored rows: -1 at class 0, times 0, as core
+    classes = torch.arange(self.shape[1], device=self.device).unsqueeze(0)
+    grad_input = torch.where(classes == safe_target, -1.0, 0.0).to(self.dtype)
+    if grad_output.dim() > 0:  # reduction none: one gradient per row
+        grad_output = grad_output.unsqueeze(1)
+    if weight is not None:
+        grad_output = grad_output * weight.reshape(1, weight.shape[0])
+    grad_output = torch.where(target != ignore_index, grad_output, 0)
+    return grad_input * grad_output
+
+
+_CORE_NLL_LOSS_BACKWARD = _core_aten_decompositions_post_autograd()[aten.nll_loss_backward.default]
+
+#: Our own decompositions of ops the core table decomposes less well for fusion.
+OWN_DECOMPOSITIONS = {
+    aten.nll_loss_backward.default: nll_loss_backward_one_hot,  # one-hot by where, not scatter (fuses)
+}
+
+
 @functools.cache
 def decomposition_table() -> dict[torch._ops.OperatorBase, Callable]:
     """The table passed to AOTAutograd (built once; the dict is shared, do not mutate it)."""
@@ -60,6 +92,7 @@ def decomposition_table() -> dict[torch._ops.OperatorBase, Callable]:
     table.update(library_decompositions())  # pinv over svd/eigh (frontend/lowering/library.py)
     table.update(foreach_decompositions())  # _foreach_* -> one aten call per tensor (frontend/lowering/foreach.py)
     table[torch.ops.prims.fma.default] = _fma
+    table.update(OWN_DECOMPOSITIONS)
     for op in REMOVED_DECOMPOSITIONS:
         table.pop(op, None)
     return table

@@ -21,6 +21,8 @@ aten = torch.ops.aten
 
 #: foreach op -> the per-tensor aten op it applies (same name unless listed here).
 _PER_TENSOR_NAMES = {"norm": "linalg_vector_norm", "zero": "zeros_like"}
+#: aten.maximum / minimum take two tensors; their foreach forms with a scalar bound are clamps.
+_SCALAR_BOUNDS = {"maximum": "clamp_min", "minimum": "clamp_max"}
 
 #: Every functional foreach op decomposed (``_foreach_<name>``): elementwise math, binary ops with a list, a
 #: scalar, a scalar list or one tensor, the optimizers' addcmul/addcdiv/lerp, copies and norms.
@@ -51,6 +53,8 @@ def foreach_decompositions() -> dict[torch._ops.OpOverload, Callable[..., Any]]:
 def _per_tensor(name: str, overload: torch._ops.OpOverload) -> Callable[..., Any]:
     schema = overload._schema
     per_tensor = getattr(aten, _PER_TENSOR_NAMES.get(name, name))
+    if name in _SCALAR_BOUNDS and overload._overloadname in ("Scalar", "ScalarList"):
+        per_tensor = getattr(aten, _SCALAR_BOUNDS[name])
     listed = [str(a.type) in ("List[Tensor]", "List[number]", "Tensor[]", "Scalar[]") for a in schema.arguments]
     positional = [a.name for a in schema.arguments if not a.kwarg_only]
     scalar_tensor = name in _VALUE_OPS and overload._overloadname == "Tensor"  # one value per tensor, as a tensor

@@ -1,0 +1,248 @@
+"""The kernel rows of ``bench_kernels.py`` and ``roofline.py``: what each computes, on what inputs, and the
+work its roofline is made of.
+
+Rows (a)-(c') run neuroncc as a hand-built one-kernel graph through ``build_cpu_executable`` (as the fusion
+pass would make it; the same numbers as earlier sessions measured). The other rows are what a user meets:
+the same Python function through ``torch.compile(backend="neuron")``, tensor boundary included, against eager
+and ``torch.compile`` (Inductor).
+
+Work per call, for the roofline: ``reads``/``writes`` are the bytes a kernel cannot avoid moving (each input
+read once, each output written once, at the user's dtype), ``math`` the polynomial function evaluations,
+``flops`` the other float operations.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from neuroncc.codegen.llvm.regions import fuse_whole_function
+from neuroncc.executors.cpu.launcher import build_cpu_executable
+from neuroncc.ir import Builder, DType, Function, TensorType
+
+F = torch.nn.functional
+
+
+@dataclass
+class Work:
+    reads: int  # bytes
+    writes: int  # bytes
+    math: dict[str, int] = field(default_factory=dict)  # polynomial function -> evaluations per call
+    flops: int = 0  # other float operations per call
+
+
+@dataclass
+class Case:
+    """One kernel row. ``make(rng)`` returns the inputs (torch tensors); ``eager(*inputs)`` is the reference
+    and what Inductor compiles; ``graph`` (rows (a)-(c')) is neuroncc's hand-built kernel graph, else neuroncc
+    compiles ``eager`` through torch.compile. A row with ``setup`` (the optimizer step) builds one closure per
+    implementation over its own copy of the state: ``setup(compile_with, inputs) -> (step, current values)``,
+    ``compile_with`` None (eager) or a wrapper into torch.compile."""
+
+    key: str
+    title: str
+    make: Callable[[np.random.Generator], list[torch.Tensor]]
+    eager: Callable[..., Any]
+    work: Work
+    graph: Function | None = None
+    setup: Callable[..., tuple[Callable[[], Any], Callable[[], list[torch.Tensor]]]] | None = None
+    tolerance: tuple[float, float] = (1.3e-6, 1e-5)
+
+
+# ---- hand-built graphs of rows (a)-(c') ---------------------------------------------------------------------
+
+def gelu_graph(rows: int, cols: int) -> Function:
+    b = Builder("gelu_sigmoid")
+    x = b.param(TensorType((rows, cols), DType.f32), "x")
+    w = b.param(TensorType((cols,), DType.f32), "w")
+    bias = b.param(TensorType((cols,), DType.f32), "b")
+    y = b.op("mul", b.op("gelu", b.op("add", b.op("mul", x, w), bias)), b.op("sigmoid", x))
+    return fuse_whole_function(b.build([y]))
+
+
+def softmax_graph(rows: int, cols: int) -> Function:
+    b = Builder("softmax")
+    x = b.param(TensorType((rows, cols), DType.f32), "x")
+    e = b.op("exp", b.op("sub", x, b.op("amax", x, dims=(1,), keepdim=True)))
+    return fuse_whole_function(b.build([b.op("div", e, b.op("sum", e, dims=(1,), keepdim=True))]))
+
+
+def layernorm_graph(rows: int, cols: int) -> Function:
+    b = Builder("layernorm")
+    x = b.param(TensorType((rows, cols), DType.f32), "x")
+    w = b.param(TensorType((cols,), DType.f32), "w")
+    bias = b.param(TensorType((cols,), DType.f32), "b")
+    centered = b.op("sub", x, b.op("mean", x, dims=(1,), keepdim=True))
+    var = b.op("mean", b.op("mul", centered, centered), dims=(1,), keepdim=True)
+    rstd = b.op("rsqrt", b.op("add", var, b.op("full", shape=(), dtype=DType.f32, value=1e-5)))
+    return fuse_whole_function(b.build([b.op("add", b.op("mul", b.op("mul", centered, rstd), w), bias)]))
+
+
+def stream_graph(rows: int, cols: int) -> Function:
+    """x*w+b: LayerNorm's bytes (read x, write y) without its row reductions."""
+    b = Builder("stream")
+    x = b.param(TensorType((rows, cols), DType.f32), "x")
+    w = b.param(TensorType((cols,), DType.f32), "w")
+    bias = b.param(TensorType((cols,), DType.f32), "b")
+    return fuse_whole_function(b.build([b.op("add", b.op("mul", x, w), bias)]))
+
+
+# ---- the functions every implementation runs ------------------------------------------------------------------
+
+def gelu_sigmoid(x, w, b):
+    return F.gelu(x * w + b) * torch.sigmoid(x)
+
+
+def softmax(x):
+    return torch.softmax(x, dim=-1)
+
+
+def layernorm(x, w, b):
+    return F.layer_norm(x, (x.shape[-1],), w, b, 1e-5)
+
+
+def affine(x, w, b):
+    return torch.addcmul(b, x, w)
+
+
+def rmsnorm(x, w):
+    return F.rms_norm(x, (x.shape[-1],), w, 1e-6)
+
+
+def cross_entropy_step(logits, target):
+    """Forward and backward of the mean cross-entropy: the loss and d loss / d logits."""
+    logits = logits.detach().requires_grad_()
+    loss = F.cross_entropy(logits, target)
+    loss.backward()
+    return loss.detach(), logits.grad
+
+
+def _inputs(*shapes: tuple[int, ...], dtype: torch.dtype = torch.float32) -> Callable[[np.random.Generator], list]:
+    def make(rng: np.random.Generator) -> list[torch.Tensor]:
+        return [torch.from_numpy(rng.standard_normal(s).astype(np.float32)).to(dtype) for s in shapes]
+
+    return make
+
+
+def _cross_entropy_inputs(rows: int, vocab: int) -> Callable[[np.random.Generator], list]:
+    def make(rng: np.random.Generator) -> list[torch.Tensor]:
+        logits = torch.from_numpy((rng.standard_normal((rows, vocab)) * 2).astype(np.float32))
+        return [logits, torch.from_numpy(rng.integers(0, vocab, rows))]
+
+    return make
+
+
+# ---- the AdamW step over a transformer's parameter list -------------------------------------------------------
+
+#: 10.1M parameters in the shapes of a 3-layer d=768 transformer's weights (40 tensors), as an optimizer sees them.
+ADAMW_SHAPES = [shape for _ in range(3) for shape in [
+    (2304, 768), (2304,), (768, 768), (768,), (768,), (768,), (3072, 768), (3072,), (768, 3072), (768,), (768,),
+    (768,)]] + [(768,), (768,), (768, 768), (768,)]
+
+
+def _adamw_inputs(rng: np.random.Generator) -> list[torch.Tensor]:
+    params = [torch.from_numpy((rng.standard_normal(s) * 0.02).astype(np.float32)) for s in ADAMW_SHAPES]
+    grads = [torch.from_numpy((rng.standard_normal(s) * 1e-3).astype(np.float32)) for s in ADAMW_SHAPES]
+    return params + grads
+
+
+def adamw_setup(compile_with: Callable[[Callable], Callable] | None, inputs: list[torch.Tensor]):
+    """Fresh parameters (copies of ``inputs``' first half) with their gradients (the second half), an AdamW
+    optimizer over them (foreach, PyTorch's default on CPU), and its step (compiled by ``compile_with``, or
+    eager). Returns the step and a function giving the parameters' current values."""
+    count = len(inputs) // 2
+    params = [torch.nn.Parameter(t.clone()) for t in inputs[:count]]
+    for p, g in zip(params, inputs[count:]):
+        p.grad = g.clone()
+    optimizer = torch.optim.AdamW(params, lr=1e-3, weight_decay=1e-2, foreach=True)
+
+    def step() -> None:
+        optimizer.step()
+
+    run = compile_with(step) if compile_with is not None else step
+    return run, lambda: [p.detach() for p in params]
+
+
+def adamw_eager(*inputs):
+    """The AdamW row's reference: one eager step from the inputs' state (the row itself runs ``adamw_setup``)."""
+    step, result = adamw_setup(None, list(inputs))
+    step()
+    return result()
+
+
+def _elements(*shapes: tuple[int, ...]) -> int:
+    return sum(int(np.prod(s)) for s in shapes)
+
+
+def cases() -> list[Case]:
+    n_a, n_c = 4096 * 1024, 8192 * 1024
+    rows_ce, vocab = 512, 32000
+    n_ce = rows_ce * vocab
+    n_adamw = _elements(*ADAMW_SHAPES)
+    return [
+        Case("a", "(a) gelu(x*w+b)*sigmoid(x) [4096,1024]", _inputs((4096, 1024), (1024,), (1024,)), gelu_sigmoid,
+             Work(4 * n_a + 8192, 4 * n_a, {"gelu": n_a, "sigmoid": n_a}, 3 * n_a), graph=gelu_graph(4096, 1024)),
+        Case("b", "(b) softmax [4096,1024]", _inputs((4096, 1024)), softmax,
+             Work(4 * n_a, 4 * n_a, {"exp": n_a}, 4 * n_a), graph=softmax_graph(4096, 1024)),
+        Case("c", "(c) LayerNorm [8192,1024]", _inputs((8192, 1024), (1024,), (1024,)), layernorm,
+             Work(4 * n_c + 8192, 4 * n_c, {}, 8 * n_c), graph=layernorm_graph(8192, 1024)),
+        Case("c'", "(c') x*w+b [8192,1024]: (c)'s bytes, no reductions", _inputs((8192, 1024), (1024,), (1024,)),
+             affine, Work(4 * n_c + 8192, 4 * n_c, {}, 2 * n_c), graph=stream_graph(8192, 1024)),
+        Case("a16", "(a) bf16 gelu(x*w+b)*sigmoid(x) [4096,1024]",
+             _inputs((4096, 1024), (1024,), (1024,), dtype=torch.bfloat16), gelu_sigmoid,
+             Work(2 * n_a + 4096, 2 * n_a, {"gelu": n_a, "sigmoid": n_a}, 3 * n_a), tolerance=(1.6e-2, 1e-5)),
+        Case("b16", "(b) bf16 softmax [4096,1024]", _inputs((4096, 1024), dtype=torch.bfloat16), softmax,
+             Work(2 * n_a, 2 * n_a, {"exp": n_a}, 4 * n_a), tolerance=(1.6e-2, 1e-5)),
+        Case("c16", "(c) bf16 LayerNorm [8192,1024]", _inputs((8192, 1024), (1024,), (1024,), dtype=torch.bfloat16),
+             layernorm, Work(2 * n_c + 4096, 2 * n_c, {}, 8 * n_c), tolerance=(1.6e-2, 1e-5)),
+        Case("rms", "RMSNorm [8192,1024]", _inputs((8192, 1024), (1024,)), rmsnorm,
+             Work(4 * n_c + 4096, 4 * n_c, {}, 4 * n_c)),
+        Case("ce", "cross-entropy fwd+bwd [512,32000]", _cross_entropy_inputs(rows_ce, vocab), cross_entropy_step,
+             Work(2 * 4 * n_ce + 8 * rows_ce, 4 * n_ce, {"exp": 2 * n_ce}, 6 * n_ce)),
+        Case("adamw", f"AdamW step, {n_adamw / 1e6:.1f}M params in {len(ADAMW_SHAPES)} tensors", _adamw_inputs,
+             adamw_eager, Work(4 * 4 * n_adamw, 3 * 4 * n_adamw, {}, 14 * n_adamw), setup=adamw_setup),
+    ]
+
+
+def implementations(case: Case, inputs: list[torch.Tensor], threads: int) -> dict[str, tuple]:
+    """name -> (call, result) for eager, Inductor and neuroncc, built for ``threads`` threads."""
+    torch._dynamo.reset()
+    neuron = lambda f: torch.compile(f, backend="neuron", dynamic=False)  # noqa: E731
+    inductor = lambda f: torch.compile(f, dynamic=False)  # noqa: E731
+    if case.setup is not None:
+        return {"eager": case.setup(None, inputs), "inductor": case.setup(inductor, inputs),
+                "neuroncc": case.setup(neuron, inputs)}
+    impls = {"eager": case.eager, "inductor": inductor(case.eager)}
+    if case.graph is not None:
+        exe = build_cpu_executable(case.graph, {"threads": threads})
+        arrays = [t.numpy() for t in inputs]
+        impls["neuroncc"] = lambda *_: [torch.from_numpy(a) for a in exe(*arrays)]
+    else:
+        impls["neuroncc"] = neuron(case.eager)
+    return {name: ((lambda f=f: f(*inputs)), None) for name, f in impls.items()}
+
+
+def _flat(result) -> list[torch.Tensor]:
+    if isinstance(result, torch.Tensor):
+        return [result]
+    return [t for item in result for t in _flat(item)] if isinstance(result, (list, tuple)) else []
+
+
+def check(case: Case, impls: dict[str, tuple], inputs: list[torch.Tensor]) -> None:
+    """Each implementation's first result against eager's (the stateful rows: after one step each), at the
+    row's tolerance. Inductor computes bf16 chains in float32 and rounds once at the end, where eager (and
+    neuroncc, whose reference is eager's numerics) round after every op: its bf16 results are only checked
+    to be close (0.05 absolute)."""
+    expected = _flat(case.eager(*inputs))
+    for name, (call, current) in impls.items():
+        rtol, atol = case.tolerance
+        if name == "inductor" and any(t.dtype == torch.bfloat16 for t in expected):
+            atol = 0.05
+        got = call()
+        got = _flat(current() if current is not None else got)
+        for g, e in zip(got, expected, strict=True):
+            torch.testing.assert_close(g.float(), e.float(), rtol=rtol, atol=atol, msg=lambda m: f"{name}: {m}")

@@ -1,0 +1,301 @@
+"""Machine-limit microkernels for ``roofline.py``, written in LLVM IR and compiled for the host like neuroncc's
+kernels (same target machine, same O3 pipeline), each run on 1 thread or on ATen's OpenMP team.
+
+- ``fma``: independent chains of vector FMAs in registers: the floating-point peak (FLOP/s).
+- ``stream``: reads ``n_read`` floats and writes ``n_write`` (the first min(n_read, n_write) copied, the rest
+  of the reads summed, the rest of the writes filled), 64-byte vectors, plain or non-temporal stores: the
+  memory traffic of a kernel with nothing else in the way, at the kernel's working-set size.
+- ``math``: ``y[i] = f(x[i])`` over an L1-resident block, repeated: the throughput of each polynomial function
+  exactly as neuroncc's math library emits it (``neuroncc.codegen.llvm.mathlib``), vectorized by O3.
+
+Every kernel is a phase-style function ``void f(ptr args, i64 start, i64 end)`` plus its OpenMP ``_team``
+entry, so it runs under the same thread runner as the generated kernels.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+from llvmlite import ir
+
+from neuroncc.codegen.llvm import jit
+from neuroncc.hardware.host import CpuTarget
+from neuroncc.codegen.llvm.entries import RECIPROCAL_ESTIMATES, add_team_entry
+from neuroncc.codegen.llvm.mathlib import POLYNOMIAL, math_call
+from neuroncc.executors.cpu.threads import get_team
+
+F32 = ir.FloatType()
+I32 = ir.IntType(32)
+I64 = ir.IntType(64)
+PTR = ir.PointerType()
+VOID = ir.VoidType()
+PHASE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
+
+#: Floats per block of the stream kernel (the unit its parallel loop hands out): 32 KiB read per block.
+STREAM_BLOCK = 8192
+#: FMA chains: enough independent accumulators to cover FMA latency (4-5 cycles) times 2 FMA pipes.
+FMA_CHAINS = 12
+#: Elements of the math kernel's block: 8 KiB in + 8 KiB out, resident in L1 across repetitions.
+MATH_BLOCK = 2048
+
+
+def _function(module: ir.Module, name: str) -> tuple[ir.Function, ir.IRBuilder, ir.Value, ir.Value, ir.Value]:
+    fn = ir.Function(module, ir.FunctionType(VOID, [PTR, I64, I64]), name)
+    builder = ir.IRBuilder(fn.append_basic_block("entry"))
+    args, start, end = fn.args
+    return fn, builder, args, start, end
+
+
+def _loop(b: ir.IRBuilder, lo: ir.Value, hi: ir.Value, body: Callable[[ir.Value], None], step: int = 1) -> None:
+    """for (i = lo; i < hi; i += step) body(i), with the bounds check first."""
+    head, loop, done = (b.append_basic_block(n) for n in ("head", "body", "done"))
+    entry = b.block
+    b.branch(head)
+    b.position_at_end(head)
+    i = b.phi(I64)
+    i.add_incoming(lo, entry)
+    b.cbranch(b.icmp_signed("<", i, hi), loop, done)
+    b.position_at_end(loop)
+    body(i)
+    i.add_incoming(b.add(i, ir.Constant(I64, step)), b.block)
+    b.branch(head)
+    b.position_at_end(done)
+
+
+def _arg(b: ir.IRBuilder, args: ir.Value, slot: int, t: ir.Type) -> ir.Value:
+    return b.load(b.gep(args, [ir.Constant(I64, slot)], source_etype=I64), typ=t)
+
+
+def fma_module(target: CpuTarget) -> str:
+    """``fma(args = {iterations, sink}, start, end)``: each outer iteration runs ``iterations`` rounds of
+    FMA_CHAINS independent vector FMAs (vector width: the target's) and stores their sum, a whole vector, to
+    ``sink`` (16 floats)."""
+    lanes = target.vector_bits // 32
+    vector = ir.VectorType(F32, lanes)
+    module = ir.Module("fma")
+    fma = ir.Function(module, ir.FunctionType(vector, [vector] * 3), f"llvm.fma.v{lanes}f32")
+    fn, b, args, start, end = _function(module, "fma")
+    iterations = _arg(b, args, 0, I64)
+    sink = _arg(b, args, 1, PTR)
+    a = ir.Constant(vector, [ir.Constant(F32, 0.999999)] * lanes)
+    c = ir.Constant(vector, [ir.Constant(F32, 1e-7)] * lanes)
+
+    def outer(_: ir.Value) -> None:
+        accs = [b.alloca(vector) for _ in range(FMA_CHAINS)]
+        for k, slot in enumerate(accs):
+            b.store(ir.Constant(vector, [ir.Constant(F32, 1.0 + k)] * lanes), slot)
+
+        def round_(_: ir.Value) -> None:
+            for slot in accs:
+                b.store(b.call(fma, [b.load(slot), a, c]), slot)
+
+        _loop(b, ir.Constant(I64, 0), iterations, round_)
+        total = b.load(accs[0])
+        for slot in accs[1:]:
+            total = b.fadd(total, b.load(slot))
+        b.store(total, sink, align=4)
+
+    _loop(b, start, end, outer)
+    b.ret_void()
+    add_team_entry(module, "fma")
+    return str(module)
+
+
+def stream_module(nontemporal: bool) -> str:
+    """``stream(args = {src, dst, n_read, n_write, sink}, start, end)`` over blocks of STREAM_BLOCK floats."""
+    vector = ir.VectorType(F32, 16)  # 64 bytes: one cache line per load and store
+    module = ir.Module("stream")
+    fn, b, args, start, end = _function(module, "stream")
+    src, dst = _arg(b, args, 0, PTR), _arg(b, args, 1, PTR)
+    n_read, n_write = _arg(b, args, 2, I64), _arg(b, args, 3, I64)
+    sink = _arg(b, args, 4, PTR)
+    marker = module.add_metadata([ir.Constant(I32, 1)])
+    acc = b.alloca(vector)
+    b.store(ir.Constant(vector, [ir.Constant(F32, 0.0)] * 16), acc)
+
+    def smin(x: ir.Value, y: ir.Value) -> ir.Value:
+        return b.select(b.icmp_signed("<", x, y), x, y)
+
+    def smax(x: ir.Value, y: ir.Value) -> ir.Value:
+        return b.select(b.icmp_signed(">", x, y), x, y)
+
+    def store(value: ir.Value, i: ir.Value) -> None:
+        instruction = b.store(value, b.gep(dst, [i], source_etype=F32), align=64)
+        if nontemporal:
+            instruction.set_metadata("nontemporal", marker)
+
+    def block(k: ir.Value) -> None:
+        lo = b.mul(k, ir.Constant(I64, STREAM_BLOCK))
+        hi = b.add(lo, ir.Constant(I64, STREAM_BLOCK))
+        both = smin(n_read, n_write)
+        # loads assume 4-byte alignment only: ``src`` may be a kernel's own input (a torch tensor's memory)
+        _loop(b, lo, smin(hi, both),
+              lambda i: store(b.load(b.gep(src, [i], source_etype=F32), typ=vector, align=4), i), step=16)
+        _loop(b, smax(lo, both), smin(hi, n_read), lambda i: b.store(
+            b.fadd(b.load(acc), b.load(b.gep(src, [i], source_etype=F32), typ=vector, align=4)), acc), step=16)
+        _loop(b, smax(lo, both), smin(hi, n_write),
+              lambda i: store(ir.Constant(vector, [ir.Constant(F32, 0.0)] * 16), i), step=16)
+
+    _loop(b, start, end, block)
+    total = b.load(acc)
+    b.store(b.extract_element(total, ir.Constant(I32, 0)), sink, align=4)
+    if nontemporal:
+        b.fence("seq_cst")
+    b.ret_void()
+    add_team_entry(module, "stream")
+    return str(module)
+
+
+def math_module(name: str, target: CpuTarget) -> str:
+    """``math(args = {x, y, repeats}, start, end)``: each outer iteration computes y = f(x) over MATH_BLOCK
+    elements ``repeats`` times (x and y: per-thread blocks, MATH_BLOCK floats each)."""
+    module = ir.Module(f"math_{name}")
+    fn, b, args, start, end = _function(module, "math")
+    set.add(fn.attributes, RECIPROCAL_ESTIMATES)  # as on every generated phase (see ``entries``)
+    x, y = _arg(b, args, 0, PTR), _arg(b, args, 1, PTR)
+    repeats = _arg(b, args, 2, I64)
+
+    def outer(k: ir.Value) -> None:
+        offset = b.mul(b.and_(k, ir.Constant(I64, 1)), ir.Constant(I64, MATH_BLOCK))  # two threads: two blocks
+        xs = b.gep(x, [offset], source_etype=F32)
+        ys = b.gep(y, [offset], source_etype=F32)
+
+        def repeat(_: ir.Value) -> None:
+            def element(i: ir.Value) -> None:
+                value = b.load(b.gep(xs, [i], source_etype=F32, inbounds=True), typ=F32)
+                b.store(math_call(b, name, value, target=target), b.gep(ys, [i], source_etype=F32, inbounds=True))
+
+            _loop(b, ir.Constant(I64, 0), ir.Constant(I64, MATH_BLOCK), element)
+
+        _loop(b, ir.Constant(I64, 0), repeats, repeat)
+
+    _loop(b, start, end, outer)
+    b.ret_void()
+    add_team_entry(module, "math")
+    return str(module)  # x and y may alias as far as LLVM knows: one runtime check per block of 2048
+
+
+@dataclass
+class Compiled:
+    """A microkernel's entry points and the engine that keeps them alive."""
+
+    jit_module: jit.JitModule
+    fn: Callable[[int, int, int], None]
+    team_fn: int
+
+
+def compile_kernel(text: str, symbol: str) -> Compiled:
+    module = jit.compile_ir([text])
+    return Compiled(module, PHASE(module.address(symbol)), module.address(symbol + "_team"))
+
+
+def run(kernel: Compiled, args: ctypes.Array, n: int, threads: int) -> None:
+    """Run outer iterations [0, n) on ``threads`` threads (1: the calling thread)."""
+    address = ctypes.addressof(args)
+    if threads <= 1:
+        kernel.fn(address, 0, n)
+        return
+    team = get_team(threads)
+    if team is None:
+        raise RuntimeError("libgomp (bundled with torch) not found: cannot run on several threads")
+    team.run(kernel.fn, kernel.team_fn, address, 0, n, 1 << 30)
+
+
+def aligned_empty(count: int) -> np.ndarray:
+    """A float32 array of ``count`` elements whose data starts 64-byte aligned."""
+    raw = np.empty(count + 16, np.float32)
+    offset = (-raw.ctypes.data // 4) % 16
+    return raw[offset: offset + count]
+
+
+class Stream:
+    """The memory traffic of a kernel: read ``read_bytes``, write ``write_bytes`` (see the module docstring).
+
+    ``source`` (an address and its size in bytes), when it holds (nearly) all the reads, is read instead of
+    a buffer of the stream's own: the kernel's own input, so that the stream sees the cache residency the
+    implementations see (they read the same input one after the other)."""
+
+    def __init__(self, plain: Compiled, streaming: Compiled, read_bytes: int, write_bytes: int,
+                 source: tuple[int, int] | None = None):
+        self.n_read = read_bytes // 64 * 16
+        self.n_write = -(-write_bytes // 64) * 16
+        self.src = None
+        if source is not None and source[1] >= 0.99 * read_bytes:  # the small inputs (weights) aside
+            address = source[0]
+            self.n_read = min(self.n_read, source[1] // 64 * 16)
+        else:
+            self.src = aligned_empty(max(self.n_read, 16))
+            self.src[:] = 1.0
+            address = self.src.ctypes.data
+        self.dst = aligned_empty(max(self.n_write, 16))
+        self.dst[:] = 0.0
+        self.sink = np.zeros(1, np.float32)
+        self.args = (ctypes.c_int64 * 5)(address, self.dst.ctypes.data, self.n_read, self.n_write,
+                                         self.sink.ctypes.data)
+        self.blocks = -(-max(self.n_read, self.n_write) // STREAM_BLOCK)
+        self.kernels = {"plain": plain, "streaming": streaming}
+
+    def runner(self, stores: str, threads: int) -> Callable[[], None]:
+        kernel = self.kernels[stores]
+        return lambda: run(kernel, self.args, self.blocks, threads)
+
+
+def fma_peak(target: CpuTarget, threads: int, clock: Callable[[], float], iterations: int = 200_000,
+             repeats: int = 5) -> float:
+    """FLOP/s of independent vector FMA chains on ``threads`` threads (median of ``repeats``)."""
+    kernel = compile_kernel(fma_module(target), "fma")
+    sink = np.zeros(16, np.float32)  # a whole vector (of up to 512 bits) is stored there
+    args = (ctypes.c_int64 * 2)(iterations, sink.ctypes.data)
+    n = max(threads, 1) * 4
+    flops = 2 * (target.vector_bits // 32) * FMA_CHAINS * iterations * n
+    run(kernel, args, n, threads)
+    times = []
+    for _ in range(repeats):
+        begin = clock()
+        run(kernel, args, n, threads)
+        times.append(clock() - begin)
+    return flops / float(np.median(times))
+
+
+def math_throughput(name: str, target: CpuTarget, threads: int, clock: Callable[[], float], repeats: int = 200,
+                    samples: int = 7) -> float:
+    """Elements per second of polynomial function ``name`` on L1-resident data, on ``threads`` threads."""
+    kernel = compile_kernel(math_module(name, target), "math")
+    rng = np.random.default_rng(0)
+    x = aligned_empty(2 * MATH_BLOCK)
+    x[:] = rng.uniform(0.01, 8.0, x.size) if name.startswith("log") else rng.uniform(-6.0, 6.0, x.size)
+    y = aligned_empty(2 * MATH_BLOCK)
+    args = (ctypes.c_int64 * 3)(x.ctypes.data, y.ctypes.data, repeats)
+    n = max(threads, 1) * 2
+    run(kernel, args, n, threads)
+    times = []
+    for _ in range(samples):
+        begin = clock()
+        run(kernel, args, n, threads)
+        times.append(clock() - begin)
+    return MATH_BLOCK * repeats * n / float(np.median(times))
+
+
+def loop_instructions(name: str, target: CpuTarget) -> tuple[int, int]:
+    """(vector instructions, elements) of the hottest loop of the math kernel for ``name`` in the assembly
+    LLVM emits for ``target``: the instruction count per element that the throughput comes from."""
+    asm = jit.assembly([math_module(name, target)], target)
+    body = asm.split("\nmath:")[1].split(".Lfunc_end")[0]
+    blocks: list[list[str]] = [[]]
+    for line in body.splitlines():
+        if line.startswith(".LBB"):
+            blocks.append([])
+        elif line.startswith("\t") and not line.startswith("\t."):
+            blocks[-1].append(line.strip())
+    best = max(blocks, key=lambda lines: sum(1 for line in lines if line.startswith("v")))
+    count = sum(1 for line in best if line.startswith("v") and "vzeroupper" not in line)
+    stores = [line for line in best if line.split()[0] in ("vmovups", "vmovaps") and line.endswith(")")
+              and "(%rsp" not in line and "(%rbp" not in line]  # y's vector stores, not spills
+    return count, max(len(stores), 1) * target.vector_bits // 32
+
+
+__all__ = ["Stream", "aligned_empty", "compile_kernel", "fma_peak", "math_throughput", "stream_module",
+           "POLYNOMIAL"]

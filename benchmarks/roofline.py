@@ -1,0 +1,171 @@
+"""Every kernel row as a fraction of this machine's own roofline, next to eager PyTorch and Inductor.
+
+The machine's limits are measured at run time with microkernels compiled for this CPU (``microkernels.py``):
+
+- FMA peak: independent vector FMA chains in registers (FLOP/s, 1 and 2 threads);
+- each polynomial function neuroncc's math library emits (exp, erf, tanh, sigmoid, log, gelu, ...): elements
+  per second on L1-resident data, and the vector instructions per element of its loop;
+- memory: for each row, a stream kernel that reads and writes exactly the row's unavoidable bytes (inputs
+  once, outputs once, at the user's dtype), timed *interleaved* with the implementations, so that it sees the
+  same cache state and the same machine noise; it reads the row's own largest input when that holds all the
+  reads (so an input that stays in L3 between the implementations' calls does for it too), with plain and
+  with non-temporal stores (the faster counts).
+
+A row's roofline time is max(memory time, compute time), compute time = sum over its polynomial functions
+of evaluations / throughput + other flops / FMA peak. The fraction is roofline time / neuroncc's time
+(100% = at the machine's limit). 2 threads: wall-clock medians; 1 thread: the calling thread's CPU time.
+
+Run: ``python benchmarks/roofline.py [--rows a,b,c] [--threads 2,1] [--repeats 15] [--no-machine]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import ensure_environment, interleaved, table  # noqa: E402
+
+ensure_environment(threads=2)
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+import microkernels as mk  # noqa: E402
+from kernel_cases import Case, cases, check, implementations  # noqa: E402
+from neuroncc.codegen.llvm import jit  # noqa: E402
+from neuroncc.codegen.llvm.mathlib import POLYNOMIAL  # noqa: E402
+
+THREAD_CLOCK = {1: time.thread_time}  # 1 thread: CPU time of the calling thread; else wall clock
+
+
+def clock_for(threads: int):
+    return THREAD_CLOCK.get(threads, time.perf_counter)
+
+
+class Machine:
+    """The limits measured on this machine (see the module docstring)."""
+
+    def __init__(self, threads: list[int]):
+        self.target = jit.host_target()
+        self.peak = {t: mk.fma_peak(self.target, t, clock_for(t)) for t in threads}
+        self.math = {name: {t: mk.math_throughput(name, self.target, t, clock_for(t)) for t in threads}
+                     for name in POLYNOMIAL}
+        self.instructions = {name: mk.loop_instructions(name, self.target) for name in POLYNOMIAL}
+        plain, streaming = mk.compile_kernel(mk.stream_module(False), "stream"), \
+            mk.compile_kernel(mk.stream_module(True), "stream")
+        self.stream_kernels = (plain, streaming)
+
+    def compute_seconds(self, work, threads: int) -> float:
+        seconds = work.flops / self.peak[threads]
+        for name, count in work.math.items():
+            seconds += count / self.math[name][threads]
+        return seconds
+
+    def describe(self) -> str:
+        lines = [f"CPU: {cpu_model()} ({self.target.name} to LLVM); vector width used: {self.target.vector_bits} "
+                 f"bits; FMA: {'yes' if self.target.has('fma') else 'no'}; AVX-512: "
+                 f"{'yes' if self.target.has('avx512f') else 'no'}; {cache_sizes()}"]
+        lines.append("FMA peak: " + ", ".join(f"{t} thread{'s' if t > 1 else ''} {p / 1e9:.1f} GFLOP/s"
+                                              for t, p in self.peak.items()))
+        rows = []
+        one = min(self.peak)
+        for name, by_threads in self.math.items():
+            count, elements = self.instructions[name]
+            slots = self.peak[one] / 2 / by_threads[one]
+            rows.append([name] + [f"{by_threads[t] / 1e9:.2f}" for t in self.peak] +
+                        [f"{1e9 / by_threads[one]:.3f}", f"{count / elements:.1f}", f"{slots:.1f}"])
+        header = ["function"] + [f"Gelem/s {t}T" for t in self.peak] + \
+            [f"ns/elem {one}T", "vector instr/elem", f"time in FMAs/elem ({one}T)"]
+        lines.append(table(rows, header))
+        return "\n".join(lines)
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown CPU"
+
+
+def cache_sizes() -> str:
+    sizes = {}
+    for index in sorted(Path("/sys/devices/system/cpu/cpu0/cache").glob("index*")):
+        try:
+            level = (index / "level").read_text().strip()
+            kind = (index / "type").read_text().strip()
+            size = (index / "size").read_text().strip()
+        except OSError:
+            continue
+        if kind != "Instruction":
+            sizes[f"L{level}"] = size
+    return ", ".join(f"{k} {v}" for k, v in sizes.items()) + " (per core for L1/L2)"
+
+
+def run_rows(machine: Machine, selected: list[Case], threads: int, repeats: int) -> list[list[str]]:
+    torch.set_num_threads(threads)
+    rng = np.random.default_rng(0)
+    rows = []
+    for case in selected:
+        inputs = case.make(rng)
+        impls = implementations(case, inputs, threads)
+        check(case, impls, inputs)
+        largest = max(inputs, key=lambda t: t.numel() * t.element_size())
+        source = (largest.data_ptr(), largest.numel() * largest.element_size())
+        stream = mk.Stream(*machine.stream_kernels, case.work.reads, case.work.writes, source)
+        calls = {name: call for name, (call, _) in impls.items()}
+        calls["memory (plain stores)"] = stream.runner("plain", threads)
+        calls["memory (streaming stores)"] = stream.runner("streaming", threads)
+        times = interleaved(calls, repeats=repeats, clock=clock_for(threads))
+        memory = min(times["memory (plain stores)"], times["memory (streaming stores)"])
+        compute = machine.compute_seconds(case.work, threads)
+        roof = max(memory, compute)
+        ours = times["neuroncc"]
+        bound = "memory" if memory >= compute else "compute"
+        rows.append([case.title, str(threads), f"{times['eager'] * 1e3:.2f}", f"{times['inductor'] * 1e3:.2f}",
+                     f"{ours * 1e3:.2f}", f"{times['eager'] / ours:.2f}x", f"{times['inductor'] / ours:.2f}x",
+                     f"{memory * 1e3:.2f}", f"{compute * 1e3:.2f}", bound,
+                     f"{(case.work.reads + case.work.writes) / memory / 1e9:.1f}", f"{roof / ours:.0%}"])
+        print(" | ".join(rows[-1]), flush=True)
+    return rows
+
+
+HEADER = ["kernel", "threads", "eager ms", "Inductor ms", "neuroncc ms", "vs eager", "vs Inductor",
+          "memory roof ms", "compute roof ms", "bound", "roof GB/s", "of roofline"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", default="", help="comma-separated row keys (default: all): "
+                        + ", ".join(c.key for c in cases()))
+    parser.add_argument("--threads", default="2,1")
+    parser.add_argument("--repeats", type=int, default=15)
+    args = parser.parse_args()
+    threads = [int(t) for t in args.threads.split(",")]
+    keys = [k for k in args.rows.split(",") if k]
+    selected = [c for c in cases() if not keys or c.key in keys]
+    with open("/proc/loadavg") as f:
+        load = f.read().split()[0]
+    started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    machine = Machine(sorted(set(threads) | {1}))
+    print(f"{started}, load average {load} at start")
+    print(machine.describe(), flush=True)
+    rows = []
+    for t in threads:
+        rows += run_rows(machine, selected, t, args.repeats)
+    with open("/proc/loadavg") as f:
+        load_end = f.read().split()[0]
+    print(f"\nload average {load} at start, {load_end} at the end; {len(threads)} thread setting(s), medians of "
+          f"{args.repeats} interleaved calls (2 threads: wall clock; 1 thread: CPU time of the calling thread)")
+    print(table(rows, HEADER))
+
+
+if __name__ == "__main__":
+    main()

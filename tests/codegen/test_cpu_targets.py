@@ -1,0 +1,80 @@
+"""The code other CPUs get: kernels emitted and compiled for named LLVM CPU models (any host can compile for
+them; nothing here runs the code), checked in the assembly: vector width, and no C library calls in the
+polynomial math (LLVM lowers a vector ``llvm.ldexp`` to one ``ldexpf`` call per lane without AVX-512)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from neuroncc.codegen.llvm import Layout, emit_kernel, jit, plan_kernel
+from neuroncc.hardware.host import CpuTarget
+from neuroncc.ir import Builder, DType, TensorType
+
+AVX2 = "+avx,+avx2,+fma,+f16c,+bmi,+bmi2,+popcnt,+sse4.2,-avx512f,-avx512vl,-avx512bw,-avx512dq"
+AVX512 = "+avx,+avx2,+fma,+f16c,+bmi,+bmi2,+popcnt,+sse4.2,+avx512f,+avx512vl,+avx512bw,+avx512dq,+avx512cd"
+TARGETS = {
+    "zen3": CpuTarget("znver3", AVX2),
+    "haswell": CpuTarget("haswell", AVX2),
+    "zen4": CpuTarget("znver4", AVX512 + ",+avx512bf16"),
+    "skylake-sp": CpuTarget("skylake-avx512", AVX512),  # LLVM's model prefers 256-bit vectors here
+    "sapphire-rapids": CpuTarget("sapphirerapids", AVX512 + ",+avx512bf16,+avx512fp16"),
+}
+
+
+def _kernel_assembly(target: CpuTarget, ops: list[str]) -> str:
+    b = Builder("math")
+    x = b.param(TensorType((64, 256), DType.f32), "x")
+    fn = b.build([b.op(name, x) for name in ops])
+    plan = plan_kernel(fn, [Layout.of(0, x.type)], [Layout.of(1 + k, v.type) for k, v in enumerate(fn.outputs)])
+    texts, _ = emit_kernel(plan, "k", target)
+    asm = jit.assembly(texts, target)
+    return asm.split("k_p0:")[1].split(".Lfunc_end")[0]
+
+
+@pytest.mark.parametrize("name", sorted(TARGETS))
+def test_polynomial_math_is_inline_vector_code_on_every_cpu(name):
+    target = TARGETS[name]
+    body = _kernel_assembly(target, ["exp", "sigmoid", "tanh", "gelu", "erf", "exp2", "log"])
+    assert "call" not in body, re.findall(r"call\w*\s+\S+", body)[:4]  # no ldexpf (or any libm) per lane
+    register = "zmm" if target.vector_bits == 512 else "ymm"
+    assert register in body
+    if target.vector_bits == 512:
+        assert "vscalefps" in body  # ldexp is one instruction with AVX-512
+    else:
+        assert "zmm" not in body
+
+
+def test_vector_width_follows_the_cpu_not_llvms_tuning_model():
+    assert TARGETS["skylake-sp"].vector_bits == TARGETS["zen4"].vector_bits == 512
+    assert TARGETS["zen3"].vector_bits == 256
+    assert "-prefer-256-bit" in TARGETS["skylake-sp"].machine_features
+    assert TARGETS["zen3"].machine_features == AVX2
+    # an elementwise loop: 512-bit on Skylake-SP too, where LLVM's own tuning would pick 256
+    body = _kernel_assembly(TARGETS["skylake-sp"], ["neg"])
+    assert re.search(r"vxorps\s+.*zmm", body) or "zmm" in body
+
+
+def test_the_host_target_is_the_code_the_executables_run():
+    host = jit.host_target()
+    assert (host.name, host.features) == jit.host_cpu()
+    assert host.has("avx512f") == (host.vector_bits == 512)
+
+
+def test_a_libm_call_on_loop_invariant_operands_runs_once_not_per_element():
+    # AdamW's bias corrections, pow(beta, step) on 0-d tensors, broadcast into the update of every element:
+    # the C library's math functions are declared free of memory effects, so the call leaves the loop and
+    # the loop vectorizes (it ran 10M scalar powf calls per optimizer step).
+    b = Builder("hoist")
+    x = b.param(TensorType((64, 256), DType.f32), "x")
+    beta = b.param(TensorType((), DType.f32), "beta")
+    step = b.param(TensorType((), DType.f32), "step")
+    fn = b.build([b.op("mul", x, b.op("sin", b.op("pow", beta, step)))])
+    layouts = [Layout.of(0, x.type), Layout.of(1, beta.type), Layout.of(2, step.type)]
+    plan = plan_kernel(fn, layouts, [Layout.of(3, fn.outputs[0].type)])
+    texts, _ = emit_kernel(plan, "k", jit.host_target())
+    module, _ = jit.optimize(texts)
+    loop = str(module).split("vector.body:")[1].split("\n\n")[0]  # the vectorized loop's block
+    assert "@powf" not in loop and "@sinf" not in loop
+    assert "<8 x float>" in loop or "<16 x float>" in loop
