@@ -42,6 +42,7 @@ from neuroncc.frontend.diagnostics import (
 from neuroncc.frontend.fallback import has_communication, partition_and_compile
 from neuroncc.frontend.lowering.attention import attention_tracing
 from neuroncc.frontend.options import BackendOptions
+from neuroncc.frontend.lowering.random_ops import regenerate_random_in_backward, save_random_states
 from neuroncc.frontend.saved_layouts import report_output_strides, saved_activations, take_input_layouts
 from neuroncc.frontend.specializations import ShapeSpecializations, has_symbolic_sizes
 
@@ -78,7 +79,7 @@ def compile_static(gm: fx.GraphModule, example_inputs: list[Any], name: str, *,
         bw_compiler=compilers.backward,
         inference_compiler=compilers.inference,
         decompositions=decomposition_table(),
-        partition_fn=min_cut_rematerialization_partition,
+        partition_fn=_partition_fn(config),
         keep_inference_input_mutations=False,  # AOTAutograd writes mutated inputs (BatchNorm stats) back
     )
     # cpu/interp: attention stays ATen's flash kernel (one library op); nki-sim: the math SDPA backend.
@@ -124,10 +125,22 @@ class AtenCompilers:
             return make_boxed_func(partition_and_compile(gm, compile_partition, name, fallback=fallback).forward)
         return compile_aten_graph(gm, name, self.options, free_layouts)
 
-
     def _partitioned(self, gm: fx.GraphModule) -> bool:
         """Compiled in pieces: in fallback mode, or around the collectives of a distributed graph."""
         return self.options.fallback == "cpu" or has_communication(gm)
+
+
+def _partition_fn(config: BackendOptions) -> Callable[..., Any]:
+    """AOTAutograd's min-cut partitioner, after marking the random states to be saved (a checkpointed region
+    would recompute them: a new key) and, with ``random_masks="regenerate"``, the generator ops to be
+    recomputed (the backward regenerates dropout masks instead of reading saved ones)."""
+    def partition(joint: fx.GraphModule, joint_inputs: Sequence[Any], **kwargs: Any) -> Any:
+        save_random_states(joint)
+        if config.random_masks == "regenerate":
+            regenerate_random_in_backward(joint)
+        return min_cut_rematerialization_partition(joint, joint_inputs, **kwargs)
+
+    return partition
 
 
 def _graph_name() -> str:

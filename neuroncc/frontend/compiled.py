@@ -10,10 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import torch
 
 from neuroncc.frontend.convert import ParameterViews, TensorSpec, numpy_layout, to_torch, wrap_result
 from neuroncc.frontend.importer import ComputedOutput, ImportedGraph, InputOutput
+from neuroncc.frontend.lowering.random_ops import draw_key
 from neuroncc.ir.ops.library_linalg import LinalgInputError
 from neuroncc.executors.executable import Executable
 
@@ -52,6 +54,8 @@ class CompiledGraph:
     def __call__(self, args: list[Any]) -> list[Any]:
         graph = self.graph
         arrays = self._parameters.arrays(args, graph.param_positions)
+        if graph.rng_key:  # a fresh key from PyTorch's generator: manual_seed / get_rng_state govern it
+            arrays = [*arrays, np.array(draw_key(), dtype=np.int64)]
         try:
             results = self.executable(*arrays)
         except LinalgInputError as error:

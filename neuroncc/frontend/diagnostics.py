@@ -36,8 +36,6 @@ _FASTPATH_HINT = ("nn.TransformerEncoderLayer / nn.MultiheadAttention took PyTor
 OP_HINTS = {
     "aten._transformer_encoder_layer_fwd.default": _FASTPATH_HINT,
     "aten._native_multi_head_attention.default": _FASTPATH_HINT,
-    "aten.native_dropout.default": "dropout draws random numbers, which neuroncc does not generate; "
-                                   "train with fallback='cpu' (dropout then runs on eager PyTorch) or p=0",
 }
 
 

@@ -27,17 +27,19 @@ from neuroncc.frontend.lowering.coverage import COVERAGE_LOWERINGS
 from neuroncc.frontend.diagnostics import op_name, unsupported_op
 from neuroncc.frontend.lowering.attention import ATTENTION_LOWERINGS
 from neuroncc.frontend.lowering.complex import COMPLEX_LOWERINGS
+from neuroncc.frontend.lowering.context import LoweringBug, LoweringContext, ir_dtype, meta_value
 from neuroncc.frontend.lowering.elementwise import ELEMENTWISE_LOWERINGS
 from neuroncc.frontend.lowering.library import LIBRARY_LOWERINGS
 from neuroncc.frontend.lowering.movement import MOVEMENT_LOWERINGS
+from neuroncc.frontend.lowering.random import RANDOM_LOWERINGS, GraphRandomness
 from neuroncc.frontend.lowering.reductions import REDUCTION_LOWERINGS
-from neuroncc.frontend.lowering.context import LoweringBug, LoweringContext, ir_dtype, meta_value
 from neuroncc.ir import Builder, DenseAttr, DType, Function, TensorType, Value
 
 #: aten op -> lowering. One entry per op; the tables live next to their lowerings.
 LOWERINGS: Mapping[Any, Callable[..., Any]] = {
     **ELEMENTWISE_LOWERINGS, **REDUCTION_LOWERINGS, **MOVEMENT_LOWERINGS, **COVERAGE_LOWERINGS,
-    **LIBRARY_LOWERINGS, **ATTENTION_LOWERINGS, **COMPLEX_LOWERINGS,  # complex abs overrides the real one
+    **LIBRARY_LOWERINGS, **ATTENTION_LOWERINGS, **RANDOM_LOWERINGS,
+    **COMPLEX_LOWERINGS,  # complex abs overrides the real one
 }
 
 
@@ -74,6 +76,8 @@ class ImportedGraph:
     ``mutations`` lists ``(graph input, IR output)`` pairs for in-place updates of inputs (``copy_`` into a
     placeholder), written back after the call as eager would. With ``bf16_bits`` every bf16 graph input is an
     i16 parameter holding the tensor's bits, and every bf16 result an i16 output (see :func:`import_graph`).
+    ``rng_key``: the function's last parameter is the per-call random key (a graph with random ops;
+    frontend/lowering/random.py), which no graph input feeds.
     """
 
     function: Function
@@ -81,6 +85,7 @@ class ImportedGraph:
     outputs: tuple[GraphOutput, ...]
     mutations: tuple[tuple[int, int], ...] = ()
     bf16_bits: bool = False
+    rng_key: bool = False
 
 
 def unsupported_nodes(gm: fx.GraphModule) -> list[fx.Node]:
@@ -107,6 +112,7 @@ class _Importer:
     def __init__(self, gm: fx.GraphModule, name: str, bf16_bits: bool = False):
         self.gm = gm
         self.ctx = LoweringContext(Builder(name))
+        self.ctx.randomness = GraphRandomness(self.ctx.builder)
         self.placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
         self.mutations: list[tuple[int, Value]] = []
         self.bf16_bits = bf16_bits
@@ -133,8 +139,10 @@ class _Importer:
         builder = self.ctx.builder
         used = {v for op in builder.ops for v in op.operands} | set(ir_outputs)
         positions = tuple(p for p, value in enumerate(params) if value in used)  # unused inputs are not passed
-        builder.params = [params[p] for p in positions]
-        return ImportedGraph(builder.build(ir_outputs), positions, outputs, tuple(mutations), self.bf16_bits)
+        key = self.ctx.randomness.key
+        builder.params = [params[p] for p in positions] + ([key] if key is not None else [])
+        return ImportedGraph(builder.build(ir_outputs), positions, outputs, tuple(mutations), self.bf16_bits,
+                             key is not None)
 
     def _param(self, node: fx.Node) -> Value:
         meta = meta_value(node)

@@ -7,6 +7,8 @@ backend honours (``NEURONCC_DUMP``); everything below receives a :class:`Backend
               (default: neuroncc.driver.compile.DEFAULT_TARGET)
     pipeline  a pass pipeline string overriding the target's default
     fallback  "none" (default: an unsupported op fails the compile) or "cpu" (run it on eager PyTorch)
+    random_masks  "save" (default: the forward saves dropout masks, 1 byte per element, for the backward) or
+              "regenerate" (the backward recomputes them from the saved 16-byte random state)
     dump_dir  write every compiled graph's IR there (default: $NEURONCC_DUMP)
     max_specializations
               how many input shapes a graph with symbolic sizes may compile (default 8; see
@@ -29,8 +31,9 @@ from neuroncc.driver import compile as driver
 from neuroncc.executors.executable import TARGETS
 
 FALLBACK_MODES = ("none", "cpu")
+RANDOM_MASK_MODES = ("save", "regenerate")
 #: Options the front end consumes itself (target and pipeline reach compile_graph as its own arguments).
-FRONTEND_KEYS = frozenset({"target", "pipeline", "fallback", "max_specializations"})
+FRONTEND_KEYS = frozenset({"target", "pipeline", "fallback", "max_specializations", "random_masks"})
 #: The default of ``max_specializations`` (TorchDynamo's own ``recompile_limit`` is 8 too).
 DEFAULT_MAX_SPECIALIZATIONS = 8
 DUMP_ENV_VAR = "NEURONCC_DUMP"
@@ -43,6 +46,7 @@ class BackendOptions:
     fallback: str = "none"
     dump_dir: str | None = None
     max_specializations: int = DEFAULT_MAX_SPECIALIZATIONS
+    random_masks: str = "save"
     #: the options for compile_graph: the user's, less FRONTEND_KEYS, plus dump_dir when set
     compile_options: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
 
@@ -56,6 +60,10 @@ class BackendOptions:
         fallback = given.get("fallback") or "none"
         if fallback not in FALLBACK_MODES:
             raise InputError(f"neuron backend: option fallback must be one of {FALLBACK_MODES}, got {fallback!r}")
+        random_masks = given.get("random_masks") or "save"
+        if random_masks not in RANDOM_MASK_MODES:
+            raise InputError(f"neuron backend: option random_masks must be one of {RANDOM_MASK_MODES}, "
+                             f"got {random_masks!r}")
         pipeline = given.get("pipeline")
         if pipeline is not None and not isinstance(pipeline, str):
             raise InputError(f"neuron backend: option pipeline must be a string, got {pipeline!r}")
@@ -66,4 +74,5 @@ class BackendOptions:
         compile_options = {k: v for k, v in given.items() if k not in FRONTEND_KEYS}
         if dump_dir is not None:
             dump_dir = compile_options["dump_dir"] = str(dump_dir)
-        return BackendOptions(target, pipeline, fallback, dump_dir, limit, MappingProxyType(compile_options))
+        return BackendOptions(target, pipeline, fallback, dump_dir, limit, random_masks,
+                              MappingProxyType(compile_options))

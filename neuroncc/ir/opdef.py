@@ -34,6 +34,7 @@ class Category(enum.Enum):
     INDEX = "index"  # data-dependent addressing: gather, scatter, index_select, index_put, ...
     CONSTANT = "constant"  # constant, full, iota
     EXTERN = "extern"
+    RANDOM = "random"  # counter-based random numbers: a pure function of (seed, offset, element index)
     KERNEL = "kernel"  # an op owning a fused region
 
 

@@ -32,9 +32,9 @@ from neuroncc.nki.language_grid import (
 )
 from neuroncc.nki.language_math import (
     abs, add, bitwise_and, bitwise_or, bitwise_xor, broadcast_to, cos, divide, equal, exp, gelu, gelu_apprx_tanh,
-    greater, greater_equal, less, less_equal, log, matmul, max, maximum, mean, min, minimum, multiply, negative,
-    nki_op, not_equal, power, reciprocal, relu, rsqrt, sigmoid, silu, sin, sqrt, square, subtract, sum, tanh,
-    transpose, where,
+    greater, greater_equal, left_shift, less, less_equal, log, matmul, max, maximum, mean, min, minimum, multiply,
+    negative, nki_op, not_equal, power, reciprocal, relu, right_shift, rsqrt, sigmoid, silu, sin, sqrt, square,
+    subtract, sum, tanh, transpose, where,
 )
 from neuroncc.nki.tensor import Buffer, DynSlice, Tensor, ds
 from neuroncc.nki.trace import Engine
@@ -306,10 +306,10 @@ __all__ = [
     "buffer_of", "copy", "cos", "device_print", "divide", "ds", "empty_like", "equal", "exp", "float4_e2m1fn_x4",
     "float8_e4m3", "float8_e4m3fn", "float8_e4m3fn_x4", "float8_e5m2", "float8_e5m2_x4", "float8_e8m0fnu",
     "float16", "float32", "fp32", "full", "gelu", "gelu_apprx_tanh", "greater", "greater_equal", "hbm", "int8",
-    "int16", "int32", "less", "less_equal", "load", "load_transpose2d", "log", "loop_reduce", "matmul", "max",
+    "int16", "int32", "left_shift", "less", "less_equal", "load", "load_transpose2d", "log", "loop_reduce", "matmul", "max",
     "maximum", "mean", "mgrid", "min", "minimum", "multiply", "nc", "ndarray", "negative", "not_equal",
     "num_programs", "ones", "par_dim", "power", "private_hbm", "program_id", "program_ndim", "psum", "reciprocal",
-    "relu", "rsqrt", "sbuf", "sequential_range", "shared_constant", "shared_hbm", "shared_identity_matrix",
+    "relu", "right_shift", "rsqrt", "sbuf", "sequential_range", "shared_constant", "shared_hbm", "shared_identity_matrix",
     "sigmoid", "silu", "sin", "spmd_dim", "sqrt", "square", "static_cast", "static_range", "store", "subtract",
     "sum", "tanh", "tfloat32", "tile", "tile_size", "transpose", "uint8", "uint16", "uint32", "where", "zeros",
     "zeros_like",

@@ -211,6 +211,18 @@ def bitwise_xor(x: TileOrNumber, y: TileOrNumber, dtype: object = None, buffer: 
     return _binary("bitwise_xor", x, y, dtype, buffer, mask)  # type: ignore[return-value]
 
 
+@nki_op("left_shift")
+def left_shift(x: TileOrNumber, y: TileOrNumber, dtype: object = None, buffer: object = None) -> Tensor:
+    """``x << y`` elementwise on integer tiles."""
+    return _binary("left_shift", x, y, dtype, buffer)  # type: ignore[return-value]
+
+
+@nki_op("right_shift")
+def right_shift(x: TileOrNumber, y: TileOrNumber, dtype: object = None, buffer: object = None) -> Tensor:
+    """``x >> y`` elementwise on integer tiles (arithmetic: a negative value stays negative)."""
+    return _binary("right_shift", x, y, dtype, buffer)  # type: ignore[return-value]
+
+
 # --------------------------------------------------------------------------------- unary (ScalarE)
 def _unary(name: str, x: Tensor, dtype: object, buffer: object, mask: object = None) -> Tensor:
     x = validate.tensor(name, "x", x)

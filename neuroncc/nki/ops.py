@@ -52,6 +52,8 @@ ALU_OPS: dict[str, AluOp] = {op.name: op for op in (
     AluOp("bitwise_and", np.bitwise_and, np.bitwise_and.reduce, "bitvec"),  # x & y (integers only)
     AluOp("bitwise_or", np.bitwise_or, np.bitwise_or.reduce, "bitvec"),     # x | y
     AluOp("bitwise_xor", np.bitwise_xor, np.bitwise_xor.reduce, "bitvec"),  # x ^ y
+    AluOp("left_shift", np.left_shift, None, "bitvec"),            # x << y (integers only)
+    AluOp("right_shift", np.right_shift, None, "bitvec"),          # x >> y (arithmetic: sign-filling)
 )}
 
 

@@ -8,7 +8,8 @@
 
 IR level (numpy only, importing this package does not load torch): random graph strategies (``graphs``,
 growing from ``graph_state`` with the families of ``graph_families``), semantic checks (``semantics``), model
-graphs (``models``), graph reduction (``reduce``), the lit/FileCheck format (``lit_format``). Torch level
+graphs (``models``), graph reduction (``reduce``), the lit/FileCheck format (``lit_format``), statistical checks of
+random draws (``distributions``: moments, Kolmogorov-Smirnov, chi-square). Torch level
 (imported on their own): the OpInfo sweep (``opinfo*``) and the differential fuzzer (``fuzz*``), which drive
 ``torch.compile``. Nothing in the compiler imports this package.
 

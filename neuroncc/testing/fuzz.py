@@ -14,6 +14,7 @@ and backward (gradients of the sum of the float outputs). A mismatch or crash is
 
 from __future__ import annotations
 
+import inspect
 import math
 import random
 import re
@@ -27,11 +28,12 @@ import torch.nn.functional as F
 
 from neuroncc.errors import UnsupportedOpError
 from neuroncc.testing.compare import float64_judgement, special_positions_differ
+from neuroncc.testing.distributions import check_same_distribution
 from neuroncc.testing.fuzz_ops import OPS, OPS_BY_NAME, Ctx, Spec, render
-import inspect
+from neuroncc.testing.fuzz_random import DRAW_ALPHA, Draw, RandomStmt, Replay, add_randomness, draws_of
 
 __all__ = [
-    "FuzzConfig", "Finding", "Input", "Program", "Spec", "Stmt", "check_program", "check_regression",
+    "FuzzConfig", "Finding", "Input", "Program", "RandomStmt", "Spec", "Stmt", "check_program", "check_regression",
     "generate_program", "make_inputs",
 ]
 
@@ -63,27 +65,35 @@ class Stmt:
 
 @dataclass(frozen=True, slots=True)
 class Program:
-    """A random program: inputs, statements in order, the returned values, and its input data's seed."""
+    """A random program: inputs, statements in order, the returned values, and its input data's seed.
+
+    ``randoms`` run first (:mod:`neuroncc.testing.fuzz_random`); their draws are returned after ``outputs``."""
 
     inputs: tuple[Input, ...]
     stmts: tuple[Stmt, ...]
     outputs: tuple[str, ...]
     data_seed: int = 0
     specials: bool = False  # plant NaN and +-inf in the first float input
+    randoms: tuple[RandomStmt, ...] = ()
 
     def source(self, name: str = "program", float64: bool = False) -> str:
         dtype_name = (lambda d: "float64" if d in ("float32", "bfloat16") else d) if float64 else (lambda d: d)
         lines = [f"def {name}({', '.join(i.name for i in self.inputs)}):"]
+        lines += [f"    {r.line()}" for r in self.randoms]
         lines += [f"    {s.name} = {s.expression(dtype_name)}" for s in self.stmts]
-        lines.append(f"    return ({', '.join(self.outputs)},)")
+        lines.append(f"    return ({', '.join([*self.outputs, *(r.draw for r in self.randoms)])},)")
         return "\n".join(lines) + "\n"
 
-    def function(self, float64: bool = False) -> Callable[..., tuple[torch.Tensor, ...]]:
-        return function_from_source(self.source(float64=float64), "program")
+    def function(self, float64: bool = False, replay: Sequence[torch.Tensor] | None = None
+                 ) -> Callable[..., tuple[torch.Tensor, ...]]:
+        """The program as a Python function; ``replay``: draws its random statements hand back instead of
+        drawing (the eager replay of a compiled run)."""
+        return function_from_source(self.source(float64=float64), "program",
+                                    Replay(replay) if replay is not None else Draw)
 
 
-def function_from_source(source: str, name: str) -> Callable[..., Any]:
-    namespace: dict[str, Any] = {"torch": torch, "F": F}
+def function_from_source(source: str, name: str, random_source: Any = Draw) -> Callable[..., Any]:
+    namespace: dict[str, Any] = {"torch": torch, "F": F, "_random": random_source}
     exec(compile(source, f"<fuzz program {name}>", "exec"), namespace)
     return namespace[name]
 
@@ -96,6 +106,7 @@ class FuzzConfig:
     bf16_probability: float = 0.15
     specials_probability: float = 0.1
     int_input_probability: float = 0.1
+    random_probability: float = 0.3  # a random statement on an input (fuzz_random.py)
 
 
 # ---- generation ----------------------------------------------------------------------------------------
@@ -168,8 +179,17 @@ def generate_program(seed: int, index: int, config: FuzzConfig = FuzzConfig()) -
     used = {operand for s in stmts for operand in s.operands()}
     sinks = [s.name for s in stmts[:-1] if s.name not in used]
     outputs = [stmts[-1].name] + rng.sample(sinks, min(len(sinks), rng.randint(0, 2)))
+    randoms = add_randomness([s.operands() for s in stmts], [i.name for i in inputs if i.spec.is_float], seed,
+                             index, config.random_probability)
+    for random_stmt in randoms:  # later statements read the random value in place of the input
+        stmts = [rename_operand(s, random_stmt.source, random_stmt.name) for s in stmts]
     return Program(tuple(inputs), tuple(stmts), tuple(outputs), data_seed=rng.randrange(2**31),
-                   specials=rng.random() < config.specials_probability)
+                   specials=rng.random() < config.specials_probability, randoms=randoms)
+
+
+def rename_operand(stmt: Stmt, old: str, new: str) -> Stmt:
+    keys = OPS_BY_NAME[stmt.op].operands
+    return replace(stmt, fields=tuple((k, new if k in keys and v == old else v) for k, v in stmt.fields))
 
 
 def make_inputs(inputs: Sequence[Input] | Sequence[Spec], data_seed: int, specials: bool = False) -> list[torch.Tensor]:
@@ -338,9 +358,43 @@ def check_program(program: Program, targets: Sequence[str] = ("interp",), *, bac
         phase, got = "fwd+bwd" if backward else "fwd", _run_compiled(fn, inputs, backend, target, backward)
         if isinstance(got, Exception) and backward and _refusal(got):
             phase, got = "fwd", _run_compiled(fn, inputs, backend, target, False)  # forward alone
+        if program.randoms and isinstance(got, Outcome):
+            findings.append(_judge_random(program, fn, inputs, target, backend, phase, got, eager))
+            continue
         findings.append(_judge(fn, inputs, target, backend, phase, got, eager_forward if phase == "fwd" else eager,
                                ref64))
     return findings
+
+
+def _replay(program: Program, inputs: list[torch.Tensor], draws: list[torch.Tensor],
+            backward: bool) -> tuple[Outcome, Outcome | None]:
+    """Eager's outcome of ``program`` fed the draws of a compiled run, and its float64 reference."""
+    replayed = execute(program.function(replay=draws), inputs, backward)
+    try:
+        inputs64 = [t.double() if t.is_floating_point() else t for t in inputs]
+        return replayed, execute(program.function(float64=True, replay=draws), inputs64, backward)
+    except Exception:
+        return replayed, None
+
+
+def _judge_random(program: Program, fn: Callable[..., Any], inputs: list[torch.Tensor], target: str, backend: str,
+                  phase: str, got: Outcome, eager: Outcome) -> Finding:
+    """A program with random statements: exact against the eager replay of its draws, and each draw against
+    eager's own by distribution (:mod:`neuroncc.testing.fuzz_random`)."""
+    count = len(program.randoms)
+    draws = draws_of(got.outputs, count)
+    replayed, ref64 = _replay(program, inputs, draws, phase == "fwd+bwd")
+    if ref64 is not None and phase == "fwd":
+        ref64 = replace(ref64, grads=None)
+    finding = _judge(fn, inputs, target, backend, phase, got, replayed, ref64)
+    if finding.status != "pass":
+        return finding
+    for stmt, ours, theirs in zip(program.randoms, draws, draws_of(eager.outputs, count)):
+        problem = check_same_distribution(ours.double().numpy(), theirs.double().numpy(), f"draw of {stmt.line()}",
+                                          alpha=DRAW_ALPHA)
+        if problem:
+            return Finding(target, "mismatch", problem, phase)
+    return finding
 
 
 def _refusal(exc: BaseException) -> UnsupportedOpError | None:
@@ -393,25 +447,27 @@ def aot_core_backend() -> Callable[..., Any]:
 
 
 def check_regression(program: Callable[..., Any], inputs: Sequence[Spec], *, data_seed: int, specials: bool,
-                     target: str, backward: bool, backend: str = "neuron") -> None:
+                     target: str, backward: bool, backend: str = "neuron", draws: int = 0) -> None:
     """The body of a fuzzer regression test: fail (AssertionError or the crash) unless compiled == eager.
 
     A clean refusal (UnsupportedOpError) also passes: the contract is "never wrong, refused clearly otherwise".
+    ``draws``: how many random statements the program has; eager then replays the compiled run's draws.
     """
-
     source = inspect.getsource(program)
     fn = function_from_source(source, program.__name__)
     tensors = make_inputs(list(inputs), data_seed, specials)
-    eager = execute(fn, tensors, backward)
     f64_source = re.sub(r"torch\.(float32|bfloat16)\b", "torch.float64", source)
     inputs64 = [t.double() if t.is_floating_point() else t for t in tensors]
-    ref64 = execute(function_from_source(f64_source, program.__name__), inputs64, backward)
     try:
         got = execute(compile_for(fn, backend, target), tensors, backward)
     except Exception as error:
         if _refusal(error) is not None:
             return
         raise
+    replay = Replay(draws_of(got.outputs, draws)) if draws else Draw
+    replay64 = Replay(draws_of(got.outputs, draws)) if draws else Draw
+    eager = execute(function_from_source(source, program.__name__, replay), tensors, backward)
+    ref64 = execute(function_from_source(f64_source, program.__name__, replay64), inputs64, backward)
     problem = compare_outcomes(got, eager, ref64)
     assert problem is None, f"target {target}: {problem}"
 

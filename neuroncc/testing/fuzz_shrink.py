@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 
-from neuroncc.testing.fuzz import Finding, Input, Program, Stmt, check_program, infer_spec
+from neuroncc.testing.fuzz import Finding, Input, Program, Stmt, check_program, infer_spec, rename_operand
 from neuroncc.testing.fuzz_ops import OPS_BY_NAME, Spec
 
 _MAX_NUMEL = 1 << 16
@@ -48,8 +48,10 @@ def prune(program: Program) -> Program:
         if stmt.name in live:
             kept.append(stmt)
             live.update(stmt.operands())
+    randoms = tuple(r for r in program.randoms if r.name in live)
+    live.update(r.source for r in randoms)
     inputs = tuple(i for i in program.inputs if i.name in live)
-    return replace(program, inputs=inputs, stmts=tuple(reversed(kept)))
+    return replace(program, inputs=inputs, stmts=tuple(reversed(kept)), randoms=randoms)
 
 
 def _rename_uses(program: Program, old: str, new: str) -> Program:
@@ -71,6 +73,10 @@ def _candidates(program: Program, backward: bool) -> Iterator[tuple[Program, boo
     if len(program.outputs) > 1:
         for output in program.outputs:
             yield replace(program, outputs=(output,)), backward
+    for position, random_stmt in enumerate(program.randoms):  # the failure without a random statement?
+        derandomized = replace(program, randoms=program.randoms[:position] + program.randoms[position + 1:])
+        yield replace(derandomized, stmts=tuple(rename_operand(s, random_stmt.name, random_stmt.source)
+                                                for s in program.stmts)), backward
     values = {i.name: i.spec for i in program.inputs} | {s.name: s.spec for s in program.stmts}
     for stmt in reversed(program.stmts):
         same_type = [o for o in dict.fromkeys(stmt.operands()) if values[o] == stmt.spec]
@@ -133,7 +139,8 @@ def regression_test_source(program: Program, finding: Finding, *, backward: bool
         f"{program.source()}\n\n"
         f"def {test_name}():\n"
         f"    check_regression(program, INPUTS, data_seed={program.data_seed}, specials={program.specials}, "
-        f"target={finding.target!r}, backward={backward}, backend={backend!r})\n"
+        f"target={finding.target!r}, backward={backward}, backend={backend!r}"
+        f"{f', draws={len(program.randoms)}' if program.randoms else ''})\n"
     )
 
 

@@ -26,15 +26,20 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import torch
 from torch.utils._pytree import tree_flatten, tree_leaves, tree_unflatten
 
 from neuroncc.errors import UnsupportedOpError
 from neuroncc.testing.compare import float64_judgement, special_positions_differ
+from neuroncc.testing.distributions import check_same_distribution
 from neuroncc.testing.opinfo_policy import (
     BF16_EXTRA_OPS,
     BF16_OPINFO_CLASSES,
+    RANDOM_ALPHA,
+    RANDOM_CALLS,
     metadata_only_reason,
+    random_reason,
     tolerance_for,
 )
 
@@ -171,7 +176,9 @@ def _detach(tree: Any) -> Any:
     return tree_unflatten([x.detach() if isinstance(x, torch.Tensor) else x for x in leaves], spec)
 
 
-def _call(fn: Callable[..., Any], tensors: Sequence[torch.Tensor], sample: Any, mode: str, seed: int) -> _Run:
+def _call(fn: Callable[..., Any], tensors: Sequence[torch.Tensor], sample: Any, mode: str, seed: int,
+          grad_seed: int | None = None) -> _Run:
+    """One run; the output gradients come from a generator seeded with ``grad_seed`` (default ``seed``)."""
     inputs = [_fresh_copy(t) for t in tensors]
     torch.manual_seed(seed)
     outputs = fn(*inputs)
@@ -181,7 +188,7 @@ def _call(fn: Callable[..., Any], tensors: Sequence[torch.Tensor], sample: Any, 
                           if isinstance(o, torch.Tensor) and o.requires_grad]
         wrt = [t for t in inputs if t.requires_grad]
         if differentiable and wrt:
-            generator = torch.Generator().manual_seed(seed)
+            generator = torch.Generator().manual_seed(seed if grad_seed is None else grad_seed)
             grad_outputs = [torch.randn(o.shape, generator=generator).to(o.dtype) for o in differentiable]
             grads = list(torch.autograd.grad(differentiable, wrt, grad_outputs, allow_unused=True))
         else:
@@ -243,7 +250,7 @@ def compare_runs(got: _Run, want: _Run, key: str, dtype: torch.dtype, exact: _Ru
     as close to the float64 answer as eager's is (:mod:`neuroncc.testing.compare`).
     """
     tolerance = tolerance_for(key, dtype)
-    metadata_only = metadata_only_reason(key) is not None
+    metadata_only = metadata_only_reason(key) is not None or random_reason(key) is not None
     parts = [("output", got.outputs, want.outputs, exact and exact.outputs),
              ("input after the call", got.inputs_after, want.inputs_after, exact and exact.inputs_after)]
     if want.grads is not None:
@@ -260,6 +267,32 @@ def compare_runs(got: _Run, want: _Run, key: str, dtype: torch.dtype, exact: _Ru
         except AssertionError as exc:
             if exact_part is None or not _as_close_as_eager(actual, expected, exact_part, tolerance):
                 return f"{what}: {_one_line(str(exc))}"
+    return None
+
+
+def distribution_difference(compiled: Callable[..., Any], eager: Callable[..., Any], tensors: Sequence[torch.Tensor],
+                            sample: Any, mode: str, seed: int) -> str | None:
+    """For a random op: None when the compiled function's draws follow eager's distribution, else why not.
+
+    Both sides are called ``RANDOM_CALLS`` times with the same sequence of seeds; each result's (output or
+    gradient) values are pooled over the calls and compared with a two-sample Kolmogorov-Smirnov test whose
+    critical value counts calls, not values (values of one call may share a random decision). The output
+    gradients come from another seed than the op's draws: seeded alike, eager's gradients would be correlated
+    with its draws (one Mersenne Twister stream), which is no property of the op."""
+    pools: list[list[list[np.ndarray]]] = [[], []]
+    for side, fn in enumerate((compiled, eager)):
+        for call in range(RANDOM_CALLS):
+            run = _call(fn, tensors, sample, mode, seed + 7919 * call, grad_seed=seed + 7919 * call + 104729)
+            leaves = [t for t in [*tree_leaves(run.outputs), *(run.grads or [])] if isinstance(t, torch.Tensor)]
+            if not pools[side]:
+                pools[side] = [[] for _ in leaves]
+            for pool, leaf in zip(pools[side], leaves):
+                pool.append(leaf.detach().reshape(-1).to(torch.float64).numpy())
+    for index, (ours, theirs) in enumerate(zip(*pools)):
+        failure = check_same_distribution(np.concatenate(ours), np.concatenate(theirs), f"result #{index}",
+                                          alpha=RANDOM_ALPHA, independent=(RANDOM_CALLS, RANDOM_CALLS))
+        if failure:
+            return failure
     return None
 
 
@@ -381,7 +414,11 @@ def run_sample(op: Any, sample: Any, mode: str, index: int, config: SweepConfig,
         return NOT_APPLICABLE, ""
     try:
         with time_limit(config.sample_timeout_s):
-            result = _call(_compiled(fn, config.backend, config.options), tensors, sample, mode, seed)
+            compiled = _compiled(fn, config.backend, config.options)
+            result = _call(compiled, tensors, sample, mode, seed)
+            difference = compare_runs(result, reference, key, _MODE_DTYPE[mode])
+            if not difference and random_reason(key) is not None:
+                difference = distribution_difference(compiled, fn, tensors, sample, mode, seed)
     except SampleTimeout as exc:
         return TIMEOUT, str(exc)
     except Exception as exc:
@@ -391,8 +428,7 @@ def run_sample(op: Any, sample: Any, mode: str, index: int, config: SweepConfig,
         return CRASH, describe(exc)
     finally:
         torch._dynamo.reset()
-    difference = compare_runs(result, reference, key, _MODE_DTYPE[mode])
-    if difference and metadata_only_reason(key) is None:  # a rounding difference, or a wrong result?
+    if difference and metadata_only_reason(key) is None and random_reason(key) is None:  # rounding, or wrong?
         exact = _float64_run(fn, tensors, sample, mode, seed)
         if exact is not None:
             difference = compare_runs(result, reference, key, _MODE_DTYPE[mode], exact)

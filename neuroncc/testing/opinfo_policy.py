@@ -10,9 +10,10 @@ from dataclasses import dataclass
 
 import torch
 
-#: Ops whose output values are random draws: compiled and run, but only shapes and dtypes are compared
-#: (neuroncc's RNG is not PyTorch's Philox/MT stream, so equal values cannot be expected). They are left
-#: out of the pass-rate denominator.
+#: Ops whose output values are random draws: neuroncc's generator (Philox 4x32-10) is not eager's stream
+#: (mt19937), so values cannot be equal. They are judged by distribution instead: shapes and dtypes as
+#: eager's, and the draws of many calls (outputs and gradients, pooled per result) against eager's with a
+#: two-sample Kolmogorov-Smirnov test (:func:`distribution_difference`).
 RANDOM_OPS: dict[str, str] = {
     "bernoulli": "draws from torch's RNG",
     "cauchy": "draws from torch's RNG",
@@ -48,17 +49,25 @@ UNINITIALIZED_OPS: dict[str, str] = {
 }
 
 
-def metadata_only_reason(key: str) -> str | None:
-    """Why ``key`` ("name" or "name:variant") is compared by shape/dtype only, or None.
+def _reason(table: dict[str, str], key: str) -> str | None:
+    """The entry of ``table`` for ``key`` ("name" or "name:variant"); one without a variant covers them all."""
+    return table.get(key) or table.get(key.split(":", 1)[0])
 
-    A table entry without a variant covers every variant of that name.
-    """
-    name = key.split(":", 1)[0]
-    for table in (RANDOM_OPS, UNINITIALIZED_OPS):
-        reason = table.get(key) or table.get(name)
-        if reason:
-            return reason
-    return None
+
+def metadata_only_reason(key: str) -> str | None:
+    """Why ``key``'s values mean nothing (uninitialized memory), so only shapes and dtypes are compared."""
+    return _reason(UNINITIALIZED_OPS, key)
+
+
+def random_reason(key: str) -> str | None:
+    """Why ``key``'s values are random draws, judged by distribution, or None."""
+    return _reason(RANDOM_OPS, key)
+
+
+#: Calls each side makes for the distribution test (with the same sequence of seeds).
+RANDOM_CALLS = 1000
+#: The test's false-alarm rate per result (fixed seeds make each verdict reproducible).
+RANDOM_ALPHA = 1e-4
 
 
 @dataclass(frozen=True, slots=True)

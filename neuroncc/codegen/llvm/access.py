@@ -16,6 +16,7 @@ from typing import Any
 
 from llvmlite import ir
 
+from neuroncc.codegen.llvm.philox import RANDOM
 from neuroncc.codegen.llvm.scalars import F32, F64, I1, I64, call, compute_type, constant, round_to, to_index
 from neuroncc.ir.dtypes import DType
 from neuroncc.ir.graph import Op
@@ -387,4 +388,5 @@ ACCESS: dict[str, AccessLowering] = {
     "iota": _iota,
     "full": _full,
     "constant": _scalar_constant,
+    **RANDOM,  # philox_bits, philox_uniform (philox.py)
 }

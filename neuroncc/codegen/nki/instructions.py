@@ -104,8 +104,9 @@ def _call(name: str, instr: Instr, keys: tuple[str, ...]) -> str:
 
 
 _KEYS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "tensor_tensor": ("tensor_tensor", ("data1", "data2", "op")),
-    "tensor_scalar": ("tensor_scalar", ("data", "op0", "operand0", "reverse0", "op1", "operand1", "reverse1")),
+    "tensor_tensor": ("tensor_tensor", ("data1", "data2", "op", "engine")),
+    "tensor_scalar": ("tensor_scalar", ("data", "op0", "operand0", "reverse0", "op1", "operand1", "reverse1",
+                                        "engine")),
     "stt": ("scalar_tensor_tensor", ("data", "op0", "operand0", "op1", "operand1", "reverse0", "reverse1")),
     "activation": ("activation", ("op", "data", "bias", "scale", "reduce_op", "reduce_res")),
     "tensor_reduce": ("tensor_reduce", ("op", "data", "axis", "negate", "keepdims")),
@@ -163,6 +164,12 @@ def _whole(ref: Any) -> bool:
 
 def _single_op_scalar(instr: Instr) -> bool:
     return instr.kind == "tensor_scalar" and instr.args.get("op1") is None and instr.fresh
+
+
+def _pinned(*instrs: Instr) -> bool:
+    """Records pinned to an engine (the exact integer steps of the random generator, on GpSimdE) are not fused
+    into instructions of another engine (scalar_tensor_tensor runs on VectorE, which computes in float32)."""
+    return any(instr.args.get("engine") is not None for instr in instrs)
 
 
 _NEGATE = {"nl.add": "nl.subtract", "nl.subtract": "nl.add"}
@@ -297,6 +304,8 @@ def _fuse_scalar_then_tensor(instrs: list[Instr], counts: dict[str, int], produc
                 continue
             if "bool" in (instr.dst.dtype, first.dst.dtype) or instr.args["op"].startswith("nl.bitwise"):
                 continue
+            if _pinned(instr, first):
+                continue
             instrs[index] = Instr("stt", instr.dst, {
                 "data": first.args["data"], "op0": first.args["op0"], "operand0": first.args["operand0"],
                 "reverse0": first.args.get("reverse0", False) or None, "op1": instr.args["op"],
@@ -320,10 +329,13 @@ def _fuse_scalar_pairs(instrs: list[Instr], counts: dict[str, int], producers: d
             continue
         if "bool_" in (first.dst.dtype,) or first.dst.dtype != instr.dst.dtype:
             continue
+        if first.args.get("engine") != instr.args.get("engine"):
+            continue
         instrs[index] = Instr("tensor_scalar", instr.dst, {
             "data": first.args["data"], "op0": first.args["op0"], "operand0": first.args["operand0"],
             "reverse0": first.args.get("reverse0") or None, "op1": instr.args["op0"],
-            "operand1": instr.args["operand0"], "reverse1": instr.args.get("reverse0") or None})
+            "operand1": instr.args["operand0"], "reverse1": instr.args.get("reverse0") or None,
+            "engine": instr.args.get("engine")})
         del instrs[producers[data.tile]]
         return True
     return False

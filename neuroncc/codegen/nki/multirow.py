@@ -60,6 +60,8 @@ def rows_per_partition(ctx: KernelContext, layout: StageLayout, instrs: list[Ins
     p = layout.partition
     if p is None or layout.partition_reduce or not layout.tile_dims or any(d < p for d in layout.tile_dims):
         return 1
+    if any(instr.kind == "iota" for instr in instrs):  # its index pattern is the one-row-per-partition layout's
+        return 1
     if any(layout.bounds[d] != layout.domain[d] for d in layout.tile_dims):
         return 1
     runs = []

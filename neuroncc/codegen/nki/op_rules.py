@@ -17,6 +17,8 @@ import numpy as np
 
 from neuroncc.codegen.nki.body import Body, typed_number
 from neuroncc.codegen.nki.instructions import Instr, Operand, Ref
+from neuroncc.codegen.nki.philox import emit_random
+from neuroncc.codegen.nki.shapes import view_window
 from neuroncc.errors import CodegenError
 from neuroncc.ir import REGISTRY, Category, Op
 
@@ -472,6 +474,9 @@ def is_plain_copy(op: Op) -> bool:
 
 def emit_op(body: Body, op: Op) -> None:
     """Emit ``op`` into ``body`` and record its result."""
+    if REGISTRY.get(op.name).category is Category.RANDOM:  # its operand is the key schedule (plan.py)
+        body.values[op.results[0]] = emit_random(body, op, view_window(op.operands[0], body.ctx.plan.producers)[0])
+        return
     rule = OP_RULES.get(op.name)
     if rule is None:
         raise CodegenError(f"nki: kernel '{body.ctx.name}': op '{op.name}' has no NKI emission rule")

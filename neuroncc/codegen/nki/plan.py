@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 from neuroncc.codegen.nki.host_ops import HOST_OPS, INT64_HOST_OPS
 from neuroncc.codegen.nki.normalize import normalize_region
+from neuroncc.codegen.nki.philox_keys import key_schedule, on_device
 from neuroncc.codegen.nki.shapes import (
     AffineMap, DimGroup, Grouping, find_grouping, map_through_window, operand_grouping, row_major_map, view_window,
 )
@@ -77,11 +78,13 @@ class DeviceSegment:
 
 @dataclass
 class HostStep:
-    """A host op: its operands are roots in HBM read through the view chains ``views[i]``."""
+    """A host op: its operands are roots in HBM read through the view chains ``views[i]``; ``prologue`` ops
+    run before it on the host (a random op's key schedule: its last op is ``op``)."""
 
     op: Op
     roots: list[Value]
     views: list[list[Op]]
+    prologue: list[Op] = field(default_factory=list)
 
 
 @dataclass
@@ -116,6 +119,8 @@ class _NestPlanner:
         operands (a cast), or int64 constants beyond int32."""
         if op.name in HOST_OPS:
             return True
+        if REGISTRY.get(op.name).category is Category.RANDOM:
+            return not on_device(op)
         if REGISTRY.get(op.name).category is Category.MATMUL:
             return not op.results[0].type.dtype.is_float
         if any(r.type.dtype is DType.i64 for r in op.results) and \
@@ -173,6 +178,8 @@ class _NestPlanner:
                 self.homes[op.result] = Home("stage", stage.index)
             elif category is Category.MATMUL:
                 self.add_matmul(op)
+            elif category is Category.RANDOM:
+                self.add_compute(self.add_key_schedule(op))
             elif op.has(Trait.POINTWISE) or category is Category.REDUCTION:
                 self.add_compute(op)
             else:
@@ -180,9 +187,20 @@ class _NestPlanner:
         self.assign_tensors()
         return RegionPlan(self.region, self.steps, self.homes, self.producers)
 
-    def host_step(self, op: Op) -> HostStep:
+    def add_key_schedule(self, op: Op) -> Op:
+        """A host step computing random op ``op``'s key schedule from its seed and offset (NKI holds no 64-bit
+        integers; :mod:`neuroncc.codegen.nki.philox`), and the op as the device computes it: reading the key
+        schedule (its only operand) instead of the seed and offset."""
+        ops, words = key_schedule(*op.operands)
+        step = self.host_step(ops[-1], operands=op.operands)
+        step.prologue = ops[:-1]
+        self.steps.append(step)
+        return Op(op.name, (words,), op.results, op.attrs)
+
+    def host_step(self, op: Op, operands: tuple[Value, ...] | None = None) -> HostStep:
+        """The host step running ``op``; ``operands``: the region values it reads (default: ``op``'s)."""
         roots, views = [], []
-        for value in op.operands:
+        for value in op.operands if operands is None else operands:
             chain = []
             while (producer := self.producers.get(value)) is not None and producer.has(Trait.STRIDED_VIEW):
                 chain.append(producer)
@@ -317,7 +335,7 @@ def stage_maps(plan: RegionPlan, stage: Stage) -> list[AffineMap]:
     for op in stage.ops:
         grouping = stage.groupings[op]
         shape = iteration_shape(op)
-        for value in op.operands:
+        for value in op.operands if REGISTRY.get(op.name).category is not Category.RANDOM else ():
             found = view_window(value, plan.producers)
             if found is None or plan.homes[found[0]].kind == "immediate":
                 continue

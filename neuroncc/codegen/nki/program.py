@@ -214,7 +214,8 @@ class _ProgramEmitter:
                 for root in step.roots:
                     self.ensure_constant(plan, root, local)
                 views = list({id(v): v for chain in step.views for v in chain}.values())
-                self.host(f"{name}_{step.op.name}", [*views, step.op], list(dict.fromkeys(step.roots)),
+                label = f"{name}_{step.op.name}" if not step.prologue else f"{name}_philox_key_schedule"
+                self.host(label, [*views, *step.prologue, step.op], list(dict.fromkeys(step.roots)),
                           list(step.op.results), local)
                 continue
             function = self.names.fresh(identifier(name if len(segments) == 1 else

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from neuroncc.codegen.nki import philox_keys
 from neuroncc.codegen.nki.access import HbmSide, Index, transfer
 from neuroncc.codegen.nki.body import Body, KernelContext, StageLayout, ceil_div, prod
 from neuroncc.codegen.nki.instructions import Instr, optimize, render
@@ -126,7 +127,9 @@ def tile_layout(ctx: KernelContext, stage: Stage) -> tuple[StageLayout, list[Loo
         bounds[inner] = min(bounds[inner], tiling.free)
     if across is not None and inner is not None:
         bounds[inner] = min(bounds[inner], ctx.core.psum_free_fp32)  # each block's sum fills one PSUM bank at most
-    tiles = len(stage.ops) + sum(len(op.operands) for op in stage.ops)
+    # a random op's Philox rounds keep more tiles live than its operands and result
+    tiles = len(stage.ops) + sum(len(op.operands) for op in stage.ops) + \
+        philox_keys.LIVE_TILES * sum(1 for op in stage.ops if op.opdef.category is Category.RANDOM)
 
     def need() -> int:
         return footprint(tiles, prod([bounds[d] for d in tile_dims]))
@@ -202,8 +205,8 @@ def hoist(instrs: list[Instr]) -> tuple[list[Instr], list[Instr]]:
             if instr.kind == "dma":
                 source = instr.args.get("src")
                 ok = bool(instr.args.get("loop_free")) and (source is None or source.tile in hoisted)
-            else:
-                ok = all(ref.tile in hoisted for ref in instr.reads())
+            else:  # an iota whose offset names loop variables says so with loop_free=False
+                ok = all(ref.tile in hoisted for ref in instr.reads()) and instr.args.get("loop_free", True)
             if instr.dst is not None and instr.dst.tile in pinned:
                 ok = False
             flags.append(ok)

@@ -60,6 +60,7 @@ class LoweringContext:
     def __init__(self, builder: Builder):
         self.builder = builder
         self.env: dict[fx.Node, Any] = {}
+        self.randomness: Any = None  # the graph's GraphRandomness (frontend/lowering/random.py), set by the importer
 
     # ---- types -----------------------------------------------------------------------------------------
 

@@ -18,6 +18,7 @@ from torch._decomp import _core_aten_decompositions_post_autograd, get_decomposi
 from neuroncc.frontend.lowering.coverage import coverage_decompositions
 from neuroncc.frontend.lowering.foreach import foreach_decompositions
 from neuroncc.frontend.lowering.library import library_decompositions
+from neuroncc.frontend.lowering.random_ops import random_decompositions
 
 aten = torch.ops.aten
 
@@ -93,6 +94,7 @@ def decomposition_table() -> dict[torch._ops.OperatorBase, Callable]:
     table.update(foreach_decompositions())  # _foreach_* -> one aten call per tensor (frontend/lowering/foreach.py)
     table[torch.ops.prims.fma.default] = _fma
     table.update(OWN_DECOMPOSITIONS)
+    table.update(random_decompositions())  # random ops over the Philox generator (frontend/lowering/random_ops.py)
     for op in REMOVED_DECOMPOSITIONS:
         table.pop(op, None)
     return table
