@@ -74,3 +74,9 @@ class ArtifactError(NeuronccError):
 
 class InputError(NeuronccError):
     """A user-supplied file or argument is unusable (not a .pt2, wrong inputs, absurd shapes, ...)."""
+
+
+class CollectiveError(NeuronccError):
+    """A collective or point-to-point operation of the ``neuron`` process group failed: a peer died or closed
+    its connection, or the operation did not complete within the group's timeout. The message names the
+    operation, the rank and the group."""
