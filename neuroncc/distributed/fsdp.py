@@ -2,8 +2,9 @@
 
 FSDP2 frees an unsharded parameter's memory after use with ``storage.resize_(0)`` and gets it back with
 ``storage.resize_(size)``; PyTorch sends ``resize_`` of a PrivateUse1 storage to a C++ hook that a
-Python-registered device cannot provide. :func:`install` (called when a neuron process group is made) wraps FSDP2's two helpers so neuron tensors resize
-through ``device.resize.resize_storage`` (everything else goes to FSDP2's own code).
+Python-registered device cannot provide. :func:`install` (called when a neuron process group is made) wraps
+FSDP2's two helpers so that neuron tensors resize through ``device.resize.resize_storage`` (everything else goes
+to FSDP2's own code).
 """
 
 from __future__ import annotations

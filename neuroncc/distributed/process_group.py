@@ -18,7 +18,16 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import (
-    AllToAllOptions, AllgatherOptions, AllreduceCoalescedOptions, AllreduceOptions, BarrierOptions, BroadcastOptions, GatherOptions, ReduceOptions, ReduceScatterOptions, ScatterOptions,
+    AllgatherOptions,
+    AllreduceCoalescedOptions,
+    AllreduceOptions,
+    AllToAllOptions,
+    BarrierOptions,
+    BroadcastOptions,
+    GatherOptions,
+    ReduceOptions,
+    ReduceScatterOptions,
+    ScatterOptions,
 )
 from torch.distributed import ReduceOp
 

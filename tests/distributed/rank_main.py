@@ -31,6 +31,7 @@ SCENARIOS = {
     "pipeline": "scenarios_training:pipeline",
     "checkpoint_save": "scenarios_training:checkpoint_save",
     "checkpoint_load": "scenarios_training:checkpoint_load",
+    "all_apis": "scenarios_training:all_apis",
 }
 
 

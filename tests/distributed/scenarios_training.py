@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import traceback
+
 import torch
 import torch.distributed as dist
 
@@ -209,3 +211,22 @@ def checkpoint_load(rank: int, world: int, directory: str) -> dict[str, object]:
     model.load_state_dict(state)
     return {"params": {name: p.detach().cpu().tolist() for name, p in model.named_parameters()},
             "device": str(next(model.parameters()).device)}
+
+
+def all_apis(rank: int, world: int, directory: str) -> dict[str, object]:
+    """Every API above in one group of processes (process start-up and the device's kernel compiles are most
+    of a run's cost): each one's report, or its error. DDP(torch.compile) goes last: it changes DDP's first
+    bucket size for the rest of the process."""
+    runs = {"ddp": lambda: ddp(rank, world), "fsdp": lambda: fsdp(rank, world),
+            "tensor_parallel": lambda: tensor_parallel(rank, world), "dtensor": lambda: dtensor(rank, world),
+            "pipeline": lambda: pipeline(rank, world),
+            "checkpoint_save": lambda: checkpoint_save(rank, world, directory),
+            "ddp_compiled": lambda: ddp(rank, world, "compiled")}
+    results: dict[str, object] = {}
+    for name, run in runs.items():
+        try:
+            results[name] = run()
+        except Exception:  # reported per API; the test names it
+            results[name] = {"error": traceback.format_exc(limit=6)[-3000:]}
+        dist.barrier()
+    return results

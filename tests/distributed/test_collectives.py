@@ -24,7 +24,7 @@ def test_every_collective_matches_the_single_process_result(world):
 def test_a_rank_that_dies_or_hangs_fails_the_others_clearly_within_the_timeout(mode):
     timeout_s = 4.0
     start = time.monotonic()
-    outputs = finish(start_ranks("dead_rank", 3, mode, extra_env={"TEST_PG_TIMEOUT": str(timeout_s)}), 180)
+    outputs = finish(start_ranks("dead_rank", 2, mode, extra_env={"TEST_PG_TIMEOUT": str(timeout_s)}), 180)
     *survivors, (dead_code, _, _) = outputs
     assert dead_code == 17
     for code, stdout, stderr in survivors:
