@@ -4,7 +4,9 @@
 
 1. ``chain``: 20 tiny ``x = tanh(x @ w)`` steps (x [8, 16], w [16, 16]): eager, Inductor and neuroncc through
    ``torch.compile``, and neuroncc's executable called directly on numpy arrays (the launcher alone: each step
-   is one native kernel that starts with an extern mm). Microseconds per 20 steps and per launch.
+   is one native kernel that starts with an extern mm). Microseconds per 20 steps and per launch. The last row
+   calls the executable past its profiler hook (``executors/tracing.py``: with the front end's torch.profiler
+   tracer installed and no profiler running); its difference from the row above is the hook's cost.
 2. ``classifier``: the demo's classifier (neuroncc/examples/classifier.py) forward + backward, eager vs
    Inductor vs neuroncc, at each thread count.
 
@@ -63,7 +65,8 @@ def bench_chain(repeat: int, clock) -> list[list[str]]:
         torch.testing.assert_close(ours(x, w), chain(x, w), rtol=1e-5, atol=1e-5)
         inductor(x, w)
         times = interleaved({"eager": lambda: chain(x, w), "inductor": lambda: inductor(x, w),
-                             "neuroncc": lambda: ours(x, w), "neuroncc executable": lambda: exe(xn, wn)},
+                             "neuroncc": lambda: ours(x, w), "neuroncc executable": lambda: exe(xn, wn),
+                             "executable, no tracer hook": lambda: exe._call((xn, wn), exe._calls)},
                             repeats=repeat, warmup=20, clock=clock)
     eager = times["eager"]
     return [[name, f"{t * 1e6:.1f}", f"{t * 1e6 / STEPS:.2f}", f"{t / eager:.2f}"] for name, t in times.items()]

@@ -76,6 +76,20 @@ class InputError(NeuronccError):
     """A user-supplied file or argument is unusable (not a .pt2, wrong inputs, absurd shapes, ...)."""
 
 
+class DeviceFallbackError(UnsupportedOpError):
+    """An op on ``neuron`` tensors that neuroncc cannot compile, while CPU fallbacks are turned into errors
+    (``neuroncc.set_fallback_mode("error")`` / ``NEURONCC_DEVICE_FALLBACK=error``). Carries the op's name."""
+
+    def __init__(self, message: str, op: str):
+        self.op = op
+        super().__init__(message)
+
+
+class DeviceDisabledWarning(UserWarning):
+    """The ``neuron`` device could not register when torch loaded it (the message says why); torch works
+    without it. A warning, not an error: a broken neuroncc install must never break ``import torch``."""
+
+
 class CollectiveError(NeuronccError):
     """A collective or point-to-point operation of the ``neuron`` process group failed: a peer died or closed
     its connection, or the operation did not complete within the group's timeout. The message names the

@@ -94,4 +94,4 @@ def test_host_cpu_as_llvm_sees_it():
     assert host.fingerprint == f"{host.triple} {host.name} {host.features}"
     widths = {"+avx,+avx2,-avx512f": 256, "+avx,+avx512f": 512, "+sse2,-avx": 128, "+neon": 128}
     for features, bits in widths.items():
-        assert HostCpu("t", "cpu", features, 2).vector_bits == bits
+        assert HostCpu(name="cpu", features=features, triple="t", cores=2).vector_bits == bits

@@ -19,6 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from neuroncc.cli.progress import format_eta  # noqa: E402
 from neuroncc.testing.fuzz import FuzzConfig, FuzzStats  # noqa: E402
 from neuroncc.testing.fuzz_campaign import (  # noqa: E402
     Campaign,
@@ -64,7 +65,8 @@ def main(argv: list[str] | None = None) -> int:
 
     def progress(stats: FuzzStats, seconds: float) -> None:
         counts = ", ".join(f"{t}/{s}={n}" for (t, s), n in sorted(stats.counts.items()))
-        print(f"[{stats.programs}/{args.n} {seconds:6.0f}s] {counts}", flush=True)
+        print(f"[{stats.programs}/{args.n} {seconds:6.0f}s, {format_eta(stats.programs, args.n, seconds)}] {counts}",
+              flush=True)
 
     print(f"fuzzing {args.n} programs (seed {args.seed}) on {', '.join(targets)} with backend={args.backend}, "
           f"{'forward only' if args.no_backward else 'forward and backward'}", flush=True)

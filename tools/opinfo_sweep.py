@@ -20,6 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from neuroncc.cli.progress import format_eta  # noqa: E402
 from neuroncc.testing.opinfo import MODES, ModeResult, SweepConfig, op_status  # noqa: E402
 from neuroncc.testing.opinfo_runner import Task, run_ops  # noqa: E402
 from neuroncc.testing.opinfo_table import (  # noqa: E402
@@ -111,7 +112,9 @@ def main(argv: list[str] | None = None) -> int:
         done[0] += 1
         expected = table.letters.get(result.key, {}).get(result.mode)
         changed = "" if expected is None or expected == result.letters else f"  (was {expected})"
-        print(f"[{done[0]}/{total_modes} {time.monotonic() - start:6.0f}s] {result.key} {result.mode} "
+        elapsed = time.monotonic() - start
+        print(f"[{done[0]}/{total_modes} {elapsed:6.0f}s, {format_eta(done[0], total_modes, elapsed)}] "
+              f"{result.key} {result.mode} "
               f"{result.letters} {op_status(result.letters)} {result.seconds:.1f}s{changed}"
               f"{'  ' + result.note[:150] if result.note and op_status(result.letters) != 'pass' else ''}",
               flush=True)

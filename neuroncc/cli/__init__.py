@@ -27,6 +27,7 @@ SUBCOMMANDS = {
     "compile": "neuroncc.cli.compile",
     "run": "neuroncc.cli.run",
     "inspect": "neuroncc.cli.inspect",
+    "evaluate": "neuroncc.cli.evaluate",
     "cache": "neuroncc.cli.cache",
 }
 

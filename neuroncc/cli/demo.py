@@ -10,6 +10,8 @@
     5 cache    ``neuroncc compile --train`` again in a fresh process: every graph is a cache hit
     6 NKI      the forward and backward graphs emitted as NKI kernels for trn2, and the cost model's estimate
                (total, DMA- vs compute-bound, the slowest kernels); ``neuroncc inspect --cost`` has the table
+    7 device   the same model trained eagerly on the ``neuron`` device (``model.to("neuron")``), side by side
+               with CPU: each op compiled on first use, what ran where (neuroncc/cli/demo_device.py)
 
 Everything is written to ``-o DIR`` (a temporary directory, removed at the end, by default): the .pt2, and the
 compile cache unless ``--cache-dir`` names another. Your own cache and working directory are left alone.
@@ -28,6 +30,7 @@ from pathlib import Path
 
 from neuroncc.cli import programs
 from neuroncc.cli.cache import human_size
+from neuroncc.cli.demo_device import train_on_device
 from neuroncc.cli.progress import Progress, format_seconds
 from neuroncc.cli.summary import summarize
 from neuroncc.errors import InputError, UnsupportedOpError
@@ -113,6 +116,9 @@ def _demo(args: argparse.Namespace, directory: Path, keep: bool) -> int:
         with progress.step("estimate the NKI kernels' cost on trn2") as step:
             tables = [(kind, _nki_costs(fn)) for kind, fn in _nki_functions(args, program, compiled)]
         _print_nki_costs(tables, step.seconds)
+        print()
+        with progress.step(f"train {args.steps} steps on the neuron device"):
+            agreed &= train_on_device(args.steps, args.seed, LEARNING_RATE, cache_dir, _row, INDENT)
     print()
     verdict = "neuroncc and eager PyTorch agree" if agreed else "neuroncc and eager PyTorch DISAGREE (see above)"
     print(f"done in {format_seconds(time.perf_counter() - started)}: {verdict}")

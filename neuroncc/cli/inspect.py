@@ -8,6 +8,8 @@
     neuroncc inspect model.pt2 --nki             the generated NKI kernels (Python source, for trn2)
     neuroncc inspect model.pt2 --cost            the per-kernel NKI cost-model estimate on trn2
     neuroncc inspect model.pt2 --cost --nki-target trn3   ... on another NeuronCore (trn1, trn2, trn3)
+    neuroncc inspect model.pt2 --cost --trace cost.json --plot cost.svg
+                                                 ... and its timeline (Perfetto) and per-kernel picture
 
 IR is printed in the .nir text form that ``neuroncc opt`` reads; large constants print as resources.
 --nki and --cost trace the graphs as the nki-sim target does (attention as matmuls and softmax, not the cpu
@@ -24,7 +26,9 @@ from neuroncc.cli import programs
 from neuroncc.cli.summary import summarize
 from neuroncc.errors import InputError
 from neuroncc.ir import Function, print_function
-from neuroncc.executors.nki_sim.costs import estimate_costs
+from neuroncc.evaluation.plots import check_plot_path, plot_costs, save
+from neuroncc.executors.nki_sim.costs import CostTable, estimate_costs
+from neuroncc.executors.nki_sim.timeline import cost_trace
 from neuroncc.executors.nki_sim.executable import nki_program
 from neuroncc.passes.manager import PassContext
 from neuroncc.passes.pipeline import as_pipeline, run_pipeline
@@ -35,8 +39,15 @@ NKI_TARGET_CHOICES = ("trn1", "trn2", "trn3")
 
 
 def run_inspect(args: argparse.Namespace) -> int:
+    if (args.trace or args.plot) and not args.cost:
+        raise InputError("inspect --trace/--plot draw the cost model's estimate: add --cost")
+    for path in filter(None, (args.trace, args.plot)):
+        programs.check_output_file(path)
+    if args.plot:
+        check_plot_path(args.plot)
     show_ir = args.ir or not (args.after or args.kernels or args.nki or args.cost)
     progress = programs.progress_for(args)
+    tables: list[CostTable] = []
     with programs.one_line_warnings():
         program = programs.load_model(args, progress)
         functions = _imported_functions(args, program, progress)
@@ -58,7 +69,11 @@ def run_inspect(args: argparse.Namespace) -> int:
                 nki_args = argparse.Namespace(**{**vars(args), "target": "nki-sim"})
                 functions = _imported_functions(nki_args, program, progress)
             for kind, fn in functions:
-                sections += _nki_sections(args, kind, fn, progress)
+                sections += _nki_sections(args, kind, fn, progress, tables)
+        if args.trace:
+            programs.write_json(args.trace, cost_trace(tables))
+        if args.plot:
+            save(plot_costs(tables), args.plot)
     for index, (title, lines) in enumerate(sections):
         if index:
             print()
@@ -75,7 +90,8 @@ def _imported_functions(args: argparse.Namespace, program, progress) -> list[tup
     return [("inference", programs.inference_graph(args, program, progress).imported.function)]
 
 
-def _nki_sections(args: argparse.Namespace, kind: str, fn: Function, progress) -> list[tuple[str, list[str]]]:
+def _nki_sections(args: argparse.Namespace, kind: str, fn: Function, progress,
+                  tables: list[CostTable]) -> list[tuple[str, list[str]]]:
     """The emitted NKI module and/or its cost table for one graph (emitted once for both views)."""
 
     target = args.nki_target
@@ -87,6 +103,7 @@ def _nki_sections(args: argparse.Namespace, kind: str, fn: Function, progress) -
     if args.cost:
         with progress.step(f"estimate NKI kernel costs of {kind} on {target}"):
             table = estimate_costs(program, target)
+        tables.append(table)
         sections.append((f"NKI cost of {kind} @{fn.name} (nki-target {target})", str(table).splitlines()))
     return sections
 
@@ -124,4 +141,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         help="print the per-kernel NKI cost estimate (latency, engine use, DMA/compute bound)")
     parser.add_argument("--nki-target", choices=NKI_TARGET_CHOICES, default="trn2",
                         help="the NeuronCore generation --nki/--cost emit and estimate for (default trn2)")
+    parser.add_argument("--trace", metavar="FILE.json",
+                        help="with --cost: write the cost model's timeline (kernels back to back; one track per "
+                             "engine and DMA queue) as Chrome trace JSON for Perfetto or chrome://tracing")
+    parser.add_argument("--plot", metavar="FILE.svg|png",
+                        help="with --cost: draw each kernel's engine busy times, latency and roofline bound")
     parser.set_defaults(func=run_inspect)

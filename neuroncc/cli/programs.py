@@ -13,6 +13,7 @@ here, at the boundary.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shutil
@@ -162,7 +163,8 @@ def compile_function(fn: Function, kind: str, *, target: str, pipeline: str | No
     with progress.step(f"compile {kind} for {target}", log=True) as step:
         start = time.perf_counter()
         try:
-            executable = compile_graph(fn, target=target, pipeline=pipeline, cache=cache)
+            executable = compile_graph(fn, target=target, pipeline=pipeline, cache=cache,
+                                       on_progress=lambda status: setattr(step, "status", status))
         except ModuleNotFoundError as exc:
             if not (exc.name or "").startswith("neuroncc"):
                 raise
@@ -237,6 +239,14 @@ def check_output_file(path: str) -> None:
         raise InputError(f"{path}: is a directory, expected a file name to write")
     if not file.parent.is_dir():
         raise InputError(f"{path}: no such directory '{file.parent}'")
+
+
+def write_json(path: str, document: object) -> None:
+    """Write ``document`` as JSON to ``path`` (checked beforehand with :func:`check_output_file`)."""
+    try:
+        Path(path).expanduser().write_text(json.dumps(document) + "\n", encoding="utf-8")
+    except OSError as exc:
+        raise InputError(f"{path}: cannot write it ({exc.strerror or exc})") from None
 
 
 def ensure_output_directory(path: str) -> Path:

@@ -1,6 +1,7 @@
 """Progress of long commands on stderr: a live step list on a terminal, plain lines otherwise.
 
-On a terminal the innermost running step shows a spinner and its running time; a finished step stays as a
+On a terminal the innermost running step shows a spinner, what it is doing now (``Step.status``: a compile
+shows its pass and then code generation) and its running time; a finished step stays as a
 line (``  done  compile forward for cpu (cache hit)  41.0 ms``) unless the display is ``transient``; a failing
 step's line is erased, so the error message stands alone. When stderr is not a terminal (a log, a pipe, a
 test), only steps marked ``log=True`` (compiles, the slow part) print one plain line when they end, and
@@ -30,6 +31,7 @@ class Step:
     started: float = field(default_factory=time.perf_counter)
     detail: str = ""
     seconds: float = 0.0
+    status: str = ""  # what the step is doing now (``passes 3/9: fuse``), shown beside the spinner while it runs
 
     def line(self) -> str:
         return f"{self.title}{f' ({self.detail})' if self.detail else ''}  {format_seconds(self.seconds)}"
@@ -106,7 +108,9 @@ class Progress:
                 if self._active:
                     step = self._active[-1]
                     elapsed = format_seconds(time.perf_counter() - step.started)
-                    self.stream.write(f"{_CLEAR_LINE}  {_SPINNER[tick % len(_SPINNER)]}     {step.title}  {elapsed}")
+                    status = f": {step.status}" if step.status else ""
+                    self.stream.write(f"{_CLEAR_LINE}  {_SPINNER[tick % len(_SPINNER)]}     {step.title}{status}  "
+                                      f"{elapsed}")
                     self.stream.flush()
             tick += 1
             self._stop.wait(_TICK_SECONDS)
@@ -117,6 +121,14 @@ def format_seconds(seconds: float) -> str:
     if seconds < 1:
         return f"{seconds * 1000:.1f} ms" if seconds < 0.1 else f"{seconds * 1000:.0f} ms"
     return f"{seconds:.2f} s" if seconds < 10 else f"{seconds:.1f} s"
+
+
+def format_eta(done: int, total: int, elapsed: float) -> str:
+    """``about 2.3 min left`` from the rate so far (long batch tools print it on each progress line)."""
+    if done <= 0 or total <= done:
+        return "done" if total <= done else "estimating"
+    left = elapsed / done * (total - done)
+    return f"about {format_seconds(left) if left < 120 else f'{left / 60:.1f} min'} left"
 
 
 class ProgressBar:

@@ -3,6 +3,7 @@
     neuroncc run model.pt2 --random --check             random inputs; compare with eager PyTorch
     neuroncc run model.pt2 --inputs x.npz --repeat 20   inputs from numpy.savez(x=..., ...); time 20 calls
     neuroncc run model.pt2 --random --save-outputs y.npz
+    neuroncc run model.pt2 --trace run.json --plot run.svg   the measured timeline of one call, and a picture
 
 Inputs are named as the program's inputs (the exported forward's argument names); ``--random`` draws floats
 from N(0, 1), integers from {0, 1} (valid indices for any table) and bools at random, shaped as the graph says.
@@ -21,6 +22,8 @@ from typing import TYPE_CHECKING
 from neuroncc.cli import programs
 from neuroncc.cli.progress import format_seconds
 from neuroncc.errors import InputError
+from neuroncc.evaluation.plots import check_plot_path, plot_timeline, save
+from neuroncc.executors.tracing import TimelineRecorder, installed
 import numpy as np
 
 if TYPE_CHECKING:
@@ -40,6 +43,10 @@ def run_run(args: argparse.Namespace) -> int:
         programs.check_readable_file(args.inputs, "an .npz file (numpy.savez)")
     if args.save_outputs:
         programs.check_output_file(args.save_outputs)
+    for path in filter(None, (args.trace, args.plot)):
+        programs.check_output_file(path)
+    if args.plot:
+        check_plot_path(args.plot)
     progress = programs.progress_for(args)
     with programs.one_line_warnings():
         program = programs.load_model(args, progress)
@@ -53,6 +60,12 @@ def run_run(args: argparse.Namespace) -> int:
                                              pipeline=args.pipeline, cache=programs.open_cache(args),
                                              progress=progress)
         state = graph.initial_state()
+        if args.trace or args.plot:  # one more call, recorded step by step (after the timed ones' warm-up)
+            graph.call(compiled.executable, state, inputs)
+            recorder = TimelineRecorder()
+            with progress.step("record one call's timeline"), installed(recorder):
+                graph.call(compiled.executable, state, inputs)
+            _write_timeline(args, recorder, compiled)
         with progress.step("run"):
             start = time.perf_counter()
             outputs = graph.call(compiled.executable, state, inputs)
@@ -80,6 +93,16 @@ def run_run(args: argparse.Namespace) -> int:
     if eager is None:
         return EXIT_OK
     return _check(outputs, eager, graph.output_names)
+
+
+def _write_timeline(args: argparse.Namespace, recorder: TimelineRecorder,
+                    compiled: programs.CompiledFunction) -> None:
+    """``--trace``: the recorded call as Chrome trace JSON; ``--plot``: its per-step times as a picture."""
+    title = f"{args.model}: one call on target {args.target} (measured)"
+    if args.trace:
+        programs.write_json(args.trace, recorder.chrome_trace(f"neuroncc run {args.model}"))
+    if args.plot:
+        save(plot_timeline(recorder.steps, title), args.plot)
 
 
 def _check(outputs: list[torch.Tensor], eager: list[torch.Tensor], names: tuple[str, ...]) -> int:
@@ -178,4 +201,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--repeat", type=int, default=0, metavar="N",
                         help="after the first call, time N more and report their median (default 0)")
     parser.add_argument("--save-outputs", metavar="Y.npz", help="write the outputs to an .npz")
+    parser.add_argument("--trace", metavar="FILE.json",
+                        help="write the measured timeline of one call (every kernel, extern call and host step) "
+                             "as Chrome trace JSON (open it in Perfetto or chrome://tracing)")
+    parser.add_argument("--plot", metavar="FILE.svg|png", help="draw the measured time of each step of one call")
     parser.set_defaults(func=run_run)

@@ -8,6 +8,8 @@
   remote) and its explained key.
 - ``remote`` / ``bundle`` / ``notices``: the remote tier (a Redis server shared by many machines) and its
   signed artifact values; the warning every tier gives.
+- ``records``: :class:`CompileRecord`, what one compile did (cache hit or miss and why, time per pass and for
+  code generation), logged as one line on the ``neuroncc.driver`` logger.
 - ``artifact``: the artifact directory format (manifest, graph text, constants, the target's own files); no
   pickle anywhere.
 

@@ -57,6 +57,7 @@ from neuroncc.driver.cache_key import (
     CacheKey,
     CompileRequest,
     UncacheableRequestError,
+    component_differences,
     compute_key,
 )
 from neuroncc.executors.executable import Executable
@@ -79,6 +80,28 @@ class CompileResult:
 
 
 CompileFunction = Callable[[CompileRequest], CompileResult]
+
+
+@dataclass
+class CacheOutcome:
+    """What one :meth:`CompileCache.get_or_compile` did, filled in when the caller passes one.
+
+    ``status``: ``hit``, ``miss`` (compiled and stored) or ``uncached``; ``key``: the cache key. With
+    ``explain_miss`` set, a miss also says why: ``differing`` lists the key components in which the closest
+    stored entry (``closest``: its graph name; one of the same name when there is one) differs
+    (``neuroncc_source`` after editing neuroncc, ``graph`` and ``inputs`` for a new input shape, ...);
+    ``closest`` is None for an empty cache.
+    """
+
+    explain_miss: bool = False
+    status: str = "uncached"
+    key: str | None = None
+    closest: str | None = None
+    differing: tuple[str, ...] | None = None
+
+
+#: How many stored entries of a graph name a miss is compared with, newest first (explain_miss only).
+EXPLAIN_MISS_ENTRIES = 64
 
 
 @dataclass
@@ -225,9 +248,12 @@ class CompileCache:
 
     # ---- compile through the cache ---------------------------------------------------------------------
 
-    def get_or_compile(self, request: CompileRequest, compile_fn: CompileFunction) -> Executable:
+    def get_or_compile(self, request: CompileRequest, compile_fn: CompileFunction,
+                       outcome: CacheOutcome | None = None) -> Executable:
         """The executable for ``request``: from memory, the local directory or the remote server, or compiled
-        by ``compile_fn`` and published to every tier."""
+        by ``compile_fn`` and published to every tier. ``outcome``, when given, is filled in with what
+        happened."""
+        outcome = outcome if outcome is not None else CacheOutcome()
         codec = ARTIFACT_CODECS.get(request.target)
         try:
             key = self.key_of(request)
@@ -236,34 +262,43 @@ class CompileCache:
         if codec is None or key is None or not self._ensure_usable():
             self.stats.add("uncached")
             return compile_fn(request).executable
+        outcome.key = key.key
         if self.memory is not None and (executable := self.memory.get((self.root, key.key))) is not None:
             self.stats.add("hits")
             self.stats.add("memory_hits")
+            outcome.status = "hit"
             return executable
-        executable = self._lookup_and_compile(key, request, compile_fn, codec)
+        executable = self._lookup_and_compile(key, request, compile_fn, codec, outcome)
         if self.memory is not None:
             self.memory.put((self.root, key.key), executable)
         return executable
 
     def _lookup_and_compile(self, key: CacheKey, request: CompileRequest, compile_fn: CompileFunction,
-                            codec: ArtifactCodec) -> Executable:
+                            codec: ArtifactCodec, outcome: CacheOutcome) -> Executable:
         executable, problem = self._load(key.key, request.target, codec)
         if executable is not None:
+            outcome.status = "hit"
             return executable
         warned = problem is not None
         try:
             with self._key_lock(key.key):
                 executable, problem = self._load(key.key, request.target, codec, warn=not warned)
                 if executable is not None:
+                    outcome.status = "hit"
                     return executable
                 executable, refused = self._fetch_remote(key.key, request.target, codec)
                 if executable is not None:
+                    outcome.status = "hit"
                     return executable
+                outcome.status = "miss"
+                if outcome.explain_miss:
+                    outcome.closest, outcome.differing = self.explain_miss(key, request.function.name)
                 self.stats.add("misses")
-                with self._remote_compile_lock(key.key, refused) as outcome:
-                    if outcome is LockOutcome.PUBLISHED:  # another machine compiled it while we waited
+                with self._remote_compile_lock(key.key, refused) as lock:
+                    if lock is LockOutcome.PUBLISHED:  # another machine compiled it while we waited
                         executable, _ = self._fetch_remote(key.key, request.target, codec)
                         if executable is not None:
+                            outcome.status = "hit"
                             return executable
                     self._checkpoint("compile")
                     self.stats.add("compiles")
@@ -343,6 +378,28 @@ class CompileCache:
         if self.remote.store(key, value):
             self.stats.add("remote_stores")
             self._checkpoint("stored-remote")
+
+    def explain_miss(self, key: CacheKey, graph_name: str) -> tuple[str | None, tuple[str, ...]]:
+        """(the closest stored entry's graph name, the key components in which it differs from ``key``).
+
+        Entries of the same graph name are compared first, then any entry (a new specialization has a new
+        name); the newest :data:`EXPLAIN_MISS_ENTRIES` of each are read. ``(None, ())`` for an empty cache."""
+        mine = {c.name: c.digest for c in key.components}
+        manifests = []
+        with contextlib.suppress(OSError):
+            for directory in sorted(self.entries_dir.iterdir(), key=_modified, reverse=True)[:4 * EXPLAIN_MISS_ENTRIES]:
+                with contextlib.suppress(ArtifactError):
+                    manifest = read_manifest(directory)
+                    if manifest.key != key.key:
+                        manifests.append(manifest)
+        same_name = [m for m in manifests if m.graph_name == graph_name][:EXPLAIN_MISS_ENTRIES]
+        best: tuple[str | None, tuple[str, ...]] = (None, ())
+        for manifest in same_name or manifests[:EXPLAIN_MISS_ENTRIES]:
+            theirs = {name: record.digest for name, record in manifest.key_components.items()}
+            differing = tuple(component_differences(mine, theirs))
+            if best[0] is None or len(differing) < len(best[1]):
+                best = (manifest.graph_name, differing)
+        return best
 
     def _load(self, key: str, target: str, codec: ArtifactCodec,
               warn: bool = True) -> tuple[Executable | None, str | None]:
@@ -525,6 +582,13 @@ class CompileCache:
                 with contextlib.suppress(OSError), open(path, "rb") as f:
                     fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)  # skip locks someone holds
                     path.unlink()
+
+
+def _modified(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
 
 
 def _flock_until(fd: int, deadline: float, path: Path) -> None:

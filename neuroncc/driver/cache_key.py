@@ -122,14 +122,21 @@ def pipeline_fingerprint(pipeline: str) -> str:
     who edits their pass would keep getting the artifacts the old code compiled. A pipeline of in-tree passes
     only is its own fingerprint (a plug-in that takes an in-tree name is refused when the pipeline runs).
     """
-
-    try:  # the usual case, without a scan of the installed distributions' entry points (~1 ms)
-        parse_pipeline(pipeline, PassRegistry({cls.name: cls for cls in IN_TREE_PASSES}, {}))
+    if _in_tree_only(pipeline):  # the usual case, without a scan of the installed distributions' entry points
         return pipeline
-    except PipelineError:
-        pass  # it names a plug-in (or is invalid: the full parse says so)
     plugins = [type(p) for p in parse_pipeline(pipeline).passes if type(p) not in IN_TREE_PASSES]
     return "\n".join([pipeline, *(f"{cls.name}: {_plugin_source(cls)}" for cls in dict.fromkeys(plugins))])
+
+
+@functools.lru_cache(maxsize=256)
+def _in_tree_only(pipeline: str) -> bool:
+    """Whether ``pipeline`` parses with neuroncc's own passes alone (remembered: the eager device keys every
+    op it compiles, and a parse costs ~1 ms)."""
+    try:
+        parse_pipeline(pipeline, PassRegistry({cls.name: cls for cls in IN_TREE_PASSES}, {}))
+        return True
+    except PipelineError:
+        return False  # it names a plug-in (or is invalid: the full parse says so)
 
 
 @functools.cache

@@ -20,6 +20,7 @@ import numpy as np
 from neuroncc.errors import NeuronccError
 from neuroncc.ir import Function, interpret
 from neuroncc.executors.nki_sim.executable import build_nki_executable
+from neuroncc.executors.tracing import StepInfo, active_tracer
 
 
 class Executable(Protocol):
@@ -38,7 +39,11 @@ class InterpreterExecutable:
     stats: dict[str, int] = field(default_factory=dict)
 
     def __call__(self, *inputs: np.ndarray) -> list[np.ndarray]:
-        return interpret(self.function, inputs)
+        tracer = active_tracer()
+        if tracer is None:
+            return interpret(self.function, inputs)
+        with tracer.step(StepInfo(self.function.name, "graph", self.function.name)):
+            return interpret(self.function, inputs)
 
     def save(self, directory: Path) -> list[str]:
         """Write this executable's own artifact files into ``directory``; returns their names.

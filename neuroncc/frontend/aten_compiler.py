@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import logging
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +19,7 @@ import numpy as np
 import torch.fx as fx
 
 from neuroncc.frontend import stats
+from neuroncc.frontend.boundary import HostDevice
 from neuroncc.frontend.compiled import CompiledGraph
 from neuroncc.frontend.importer import import_graph
 from neuroncc.frontend.options import BackendOptions
@@ -28,20 +30,25 @@ log = logging.getLogger("neuroncc.frontend")
 
 
 def compile_aten_graph(gm: fx.GraphModule, name: str, options: BackendOptions,
-                       free_layouts: frozenset[int] = frozenset()) -> CompiledGraph:
+                       free_layouts: frozenset[int] = frozenset(), device: HostDevice | None = None) -> CompiledGraph:
     """Compile ``gm``; ``free_layouts``: output positions that may keep the executable's layout (see
-    :class:`CompiledGraph`)."""
+    :class:`CompiledGraph`); ``device``: the host-memory device its tensors live on, if not CPU."""
     with cyclic_gc_paused():
-        # the cpu target's kernels convert bf16 bits themselves; the NKI simulator keeps float32 copies
-        imported = import_graph(gm, name, bf16_bits=options.target == "cpu")
+        start = time.perf_counter()
+        # the cpu target's kernels convert bf16 bits themselves; the NKI simulator keeps float32 copies (and so
+        # does a host device's boundary, whose Binding converts bf16 itself)
+        imported = import_graph(gm, name, bf16_bits=options.target == "cpu" and device is None,
+                                host_devices=("cpu",) if device is None else ("cpu", device.device_type))
+        import_seconds = time.perf_counter() - start
         if options.dump_dir:
             dump_function(imported.function, Path(options.dump_dir))
         executable = compile_graph(imported.function, target=options.target, pipeline=options.pipeline,
-                                   options=options.compile_options)
+                                   options=options.compile_options,
+                                   on_compiled=lambda record: stats.record_compile(record, import_seconds))
     stats.increment("graphs_compiled")
     stats.record_executable(executable, options.target)
     log.debug("neuroncc: compiled %s (%d ops) for target %s", name, len(imported.function.ops), options.target)
-    return CompiledGraph(imported, executable, free_layouts)
+    return CompiledGraph(imported, executable, free_layouts, device)
 
 
 @contextlib.contextmanager

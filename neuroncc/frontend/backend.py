@@ -27,9 +27,11 @@ import torch.fx as fx
 from functorch.compile import make_boxed_func, min_cut_rematerialization_partition
 from torch._dynamo.backends.common import aot_autograd
 
+from neuroncc.driver.records import configure_log_from_environ
 from neuroncc.errors import InputError
 from neuroncc.frontend import stats
 from neuroncc.frontend.aten_compiler import compile_aten_graph
+from neuroncc.frontend.boundary import HostDevice
 from neuroncc.frontend.lowering.decompositions import decomposition_table
 from neuroncc.frontend.diagnostics import (
     DATA_DEPENDENT_ERRORS,
@@ -43,20 +45,26 @@ from neuroncc.frontend.fallback import has_communication, partition_and_compile
 from neuroncc.frontend.lowering.attention import attention_tracing
 from neuroncc.frontend.options import BackendOptions
 from neuroncc.frontend.lowering.random_ops import regenerate_random_in_backward, save_random_states
+from neuroncc.frontend.profiling import graph_range
 from neuroncc.frontend.saved_layouts import report_output_strides, saved_activations, take_input_layouts
 from neuroncc.frontend.specializations import ShapeSpecializations, has_symbolic_sizes
 
 log = logging.getLogger("neuroncc.frontend")
+# TORCH_LOGS="neuroncc" / "+neuroncc" and torch._logging.set_logs(neuroncc=logging.INFO) control neuroncc's loggers
+torch._logging._internal.register_log("neuroncc", ["neuroncc"])
 _unnamed_graphs = itertools.count()
 
 
 def neuron_backend(gm: fx.GraphModule, example_inputs: Sequence[Any], *, options: dict[str, Any] | None = None,
-                   **unexpected: Any) -> Callable[..., Any]:
-    """TorchDynamo backend entry point: compile ``gm`` for ``example_inputs``' shapes; returns the callable."""
+                   device: HostDevice | None = None, **unexpected: Any) -> Callable[..., Any]:
+    """TorchDynamo backend entry point: compile ``gm`` for ``example_inputs``' shapes; returns the callable.
+
+    ``device``: the host-memory device the inputs live on, when not CPU (see boundary.py)."""
     if unexpected:
         raise InputError(f"neuron backend: unexpected arguments {sorted(unexpected)} (use options={{...}})")
     config = BackendOptions.from_user(options, os.environ)
-    check_graph_features(gm, example_inputs)
+    configure_log_from_environ(os.environ)
+    check_graph_features(gm, example_inputs, ("cpu", "meta") if device is None else ("cpu", "meta", device.device_type))
     if uses_float64(gm, example_inputs):
         warnings.warn("neuroncc computes float64 tensors in float32 and complex128 in complex64 (outputs are cast "
                       "back); convert the model with .float() to silence this", Float64Warning, stacklevel=2)
@@ -64,16 +72,17 @@ def neuron_backend(gm: fx.GraphModule, example_inputs: Sequence[Any], *, options
     name = _graph_name()
     if has_symbolic_sizes(gm, example_inputs):
         # Symbolic sizes: one static compile per concrete shape seen at run time (the first one now).
-        return ShapeSpecializations(gm, example_inputs, functools.partial(compile_static, config=config), name,
-                                    config.max_specializations, _first_location(gm))
+        return ShapeSpecializations(gm, example_inputs, functools.partial(compile_static, config=config, device=device),
+                                    name, config.max_specializations, _first_location(gm))
     _log_specialization(gm, example_inputs, name)
-    return compile_static(gm, list(example_inputs), name, config=config)
+    return compile_static(gm, list(example_inputs), name, config=config, device=device)
 
 
 def compile_static(gm: fx.GraphModule, example_inputs: list[Any], name: str, *,
-                   config: BackendOptions) -> Callable[..., Any]:
-    """AOTAutograd with neuroncc's compilers, for a TorchDynamo graph with static sizes."""
-    compilers = AtenCompilers(config, name)
+                   config: BackendOptions, device: HostDevice | None = None) -> Callable[..., Any]:
+    """AOTAutograd with neuroncc's compilers, for a TorchDynamo graph with static sizes (``device``: the
+    host-memory device its tensors live on, when not CPU)."""
+    compilers = AtenCompilers(config, name, device)
     compile_with_aot = aot_autograd(
         fw_compiler=compilers.forward,
         bw_compiler=compilers.backward,
@@ -96,6 +105,7 @@ class AtenCompilers:
 
     options: BackendOptions
     name: str
+    device: HostDevice | None = None
 
     def forward(self, gm: fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
         # The activations saved for the backward keep the layout our executable gives them, and AOTAutograd
@@ -119,11 +129,12 @@ class AtenCompilers:
         name = f"{self.name}_{kind}"
         if self._partitioned(gm):
             def compile_partition(submodule: fx.GraphModule, partition_name: str) -> Any:
-                return compile_aten_graph(submodule, partition_name, self.options)
+                return compile_aten_graph(submodule, partition_name, self.options, device=self.device)
 
             fallback = self.options.fallback == "cpu"
-            return make_boxed_func(partition_and_compile(gm, compile_partition, name, fallback=fallback).forward)
-        return compile_aten_graph(gm, name, self.options, free_layouts)
+            return make_boxed_func(graph_range(partition_and_compile(gm, compile_partition, name,
+                                                                     fallback=fallback).forward, name))
+        return compile_aten_graph(gm, name, self.options, free_layouts, self.device)
 
     def _partitioned(self, gm: fx.GraphModule) -> bool:
         """Compiled in pieces: in fallback mode, or around the collectives of a distributed graph."""
@@ -151,17 +162,48 @@ def _graph_name() -> str:
     return f"g{compile_id.frame_id}_{compile_id.frame_compile_id}"
 
 
+#: The input signature (name, shape, dtype per tensor input) of the last specialization of each frame.
+_last_signatures: dict[int, tuple[tuple[str, tuple[int, ...], str], ...]] = {}
+
+
+def _signature(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> tuple[tuple[str, tuple[int, ...], str], ...]:
+    names = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
+    return tuple((names[i] if i < len(names) else f"input {i}", tuple(t.shape), str(t.dtype).removeprefix("torch."))
+                 for i, t in enumerate(example_inputs) if isinstance(t, torch.Tensor))
+
+
+def changed_inputs(before: Sequence[tuple[str, tuple[int, ...], str]],
+                   after: Sequence[tuple[str, tuple[int, ...], str]]) -> str:
+    """What differs between two input signatures: ``input 'l_x_' shape [2, 3] -> [2, 5]``, ...; '' if nothing."""
+    if len(before) != len(after):
+        return f"{len(before)} -> {len(after)} tensor inputs"
+    changes = []
+    for (name, shape, dtype), (_, new_shape, new_dtype) in zip(before, after):
+        if shape != new_shape:
+            changes.append(f"input '{name}' shape {list(shape)} -> {list(new_shape)}")
+        if dtype != new_dtype:
+            changes.append(f"input '{name}' dtype {dtype} -> {new_dtype}")
+    return "; ".join(changes)
+
+
 def _log_specialization(gm: fx.GraphModule, example_inputs: Sequence[Any], name: str) -> None:
+    compile_id = torch._guards.CompileContext.current_compile_id()
+    signature = _signature(gm, example_inputs)
+    frame = compile_id.frame_id if compile_id is not None and compile_id.frame_id is not None else None
+    previous = _last_signatures.get(frame) if frame is not None else None
+    if frame is not None:
+        _last_signatures[frame] = signature
     if not log.isEnabledFor(logging.INFO):
         return
-    shapes = [list(t.shape) for t in example_inputs if isinstance(t, torch.Tensor)]
+    shapes = [list(shape) for _, shape, _ in signature]
     where = _first_location(gm)
     source = f"code at {where}" if where else "a graph"
-    compile_id = torch._guards.CompileContext.current_compile_id()
     if compile_id is not None and compile_id.frame_compile_id:
-        log.info("neuroncc: compiling specialization #%d of %s (graph %s) for input shapes %s; TorchDynamo "
+        changed = changed_inputs(previous, signature) if previous is not None else ""
+        log.info("neuroncc: recompiling: specialization #%d of %s (graph %s) for input shapes %s; %sTorchDynamo "
                  "recompiled because: %s (TORCH_LOGS=recompiles lists every failed guard)",
-                 compile_id.frame_compile_id, source, name, shapes, _recompile_reason())
+                 compile_id.frame_compile_id, source, name, shapes,
+                 f"changed since the last specialization: {changed}; " if changed else "", _recompile_reason())
     else:
         log.info("neuroncc: compiling %s (graph %s) for input shapes %s", source, name, shapes)
 

@@ -13,7 +13,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from neuroncc.frontend.boundary import HostDevice
 from neuroncc.frontend.convert import ParameterViews, TensorSpec, numpy_layout, to_torch, wrap_result
+from neuroncc.frontend.profiling import ensure_installed
 from neuroncc.frontend.importer import ComputedOutput, ImportedGraph, InputOutput
 from neuroncc.frontend.lowering.random_ops import draw_key
 from neuroncc.ir.ops.library_linalg import LinalgInputError
@@ -28,30 +30,39 @@ class CompiledGraph:
     returns them in, when it says which (``executable.output_strides``) and it is a dense one, instead of being
     copied into eager's. ``output_strides`` lists every output's strides (None for non-computed outputs), for
     AOTAutograd, which compiles the backward graph for them (as it does for Inductor's layouts).
+    ``outputs`` pairs each graph output with its numpy layout (for computed ones); ``device`` runs the call
+    instead when the graph's tensors live on a host-memory device.
     """
 
-    def __init__(self, graph: ImportedGraph, executable: Executable, free_layouts: frozenset[int] = frozenset()):
+    def __init__(self, graph: ImportedGraph, executable: Executable, free_layouts: frozenset[int] = frozenset(),
+                 device: HostDevice | None = None):
         self.graph = graph
         self.executable = executable
+        self.device = device  # a host-memory device whose tensors this graph reads and returns (boundary.py)
+        ensure_installed()  # torch.profiler sees the executable's kernels (frontend/profiling.py)
         # AOTAutograd passes the arguments as one list that we may clear. An instance attribute, not a class
         # one: TorchDynamo's disable() wrapper around the backward copies the instance __dict__ only.
         self._boxed_call = True
         self._parameters = ParameterViews(len(graph.param_positions), graph.bf16_bits)
         # per graph output: how to build it (computed outputs with the result layout that needs no conversion)
         returned = getattr(executable, "output_strides", None)
-        self._outputs: list[tuple[Any, Any]] = []
+        self.outputs: list[tuple[Any, Any]] = []
         self.output_strides: list[tuple[int, ...] | None] = []
         for position, output in enumerate(graph.outputs):
             if not isinstance(output, ComputedOutput):
-                self._outputs.append((output, None))
+                self.outputs.append((output, None))
                 self.output_strides.append(None)
                 continue
             if position in free_layouts and returned is not None:
                 output = ComputedOutput(output.index, _own_layout(output.spec, returned[output.index]))
-            self._outputs.append((output, numpy_layout(output.spec)))
+            self.outputs.append((output, numpy_layout(output.spec)))
             self.output_strides.append(output.spec.stride)
 
     def __call__(self, args: list[Any]) -> list[Any]:
+        if self.device is not None:
+            outputs = self.device.run(self, args)
+            args.clear()
+            return outputs
         graph = self.graph
         arrays = self._parameters.arrays(args, graph.param_positions)
         if graph.rng_key:  # a fresh key from PyTorch's generator: manual_seed / get_rng_state govern it
@@ -63,7 +74,7 @@ class CompiledGraph:
             # the IR's. Users catch what eager raises, whatever the target: the IR's error stays the cause.
             raise torch.linalg.LinAlgError(str(error)) from error
         outputs: list[Any] = []
-        for output, layout in self._outputs:
+        for output, layout in self.outputs:
             if isinstance(output, ComputedOutput):
                 outputs.append(wrap_result(results[output.index], output.spec, layout))
             elif isinstance(output, InputOutput):

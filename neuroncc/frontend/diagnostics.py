@@ -146,7 +146,7 @@ def _example(node: fx.Node) -> Any:
     return node.meta.get("example_value", node.meta.get("val"))
 
 
-def _tensor_feature(value: Any) -> tuple[str, str] | None:
+def _tensor_feature(value: Any, devices: tuple[str, ...] = ("cpu", "meta")) -> tuple[str, str] | None:
     """(feature, hint) if a tensor uses something neuroncc refuses, else None."""
     if not isinstance(value, torch.Tensor):
         return None
@@ -154,7 +154,7 @@ def _tensor_feature(value: Any) -> tuple[str, str] | None:
         return "nested tensors", "pad the sequences to one length (see neuroncc.pad_to_bucket) or run eagerly"
     if value.layout is not torch.strided:
         return f"sparse tensors (layout {value.layout})", "convert with .to_dense() outside the compiled region"
-    if value.device.type not in ("cpu", "meta"):
+    if value.device.type not in devices:
         return f"tensors on device '{value.device}'", "neuroncc's torch backend computes CPU tensors"
     return None
 
@@ -165,17 +165,19 @@ def _functorch_target(node: fx.Node) -> bool:
     return module.startswith(("torch._functorch", "torch._C._functorch"))
 
 
-def check_graph_features(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> None:
-    """Refuse TorchDynamo graphs that use a feature neuroncc does not compile, naming it and the user's line."""
+def check_graph_features(gm: fx.GraphModule, example_inputs: Sequence[Any],
+                         devices: tuple[str, ...] = ("cpu", "meta")) -> None:
+    """Refuse TorchDynamo graphs that use a feature neuroncc does not compile, naming it and the user's line;
+    tensors may live on ``devices``."""
     nodes = list(gm.graph.nodes)
     placeholders = [n for n in nodes if n.op == "placeholder"]
     for index, value in enumerate(example_inputs):
-        found = _tensor_feature(value)
+        found = _tensor_feature(value, devices)
         if found:
             placeholder = placeholders[index] if index < len(placeholders) else None
             raise unsupported_feature(f"{found[0]} as graph inputs", placeholder, found[1])
     for node in nodes:
-        found = _tensor_feature(_example(node))
+        found = _tensor_feature(_example(node), devices)
         if found and node.op != "placeholder":
             raise unsupported_feature(found[0], node, found[1])
         frames = stack_frames(node)

@@ -4,11 +4,14 @@ The aten graph is split with PyTorch's :class:`CapabilityBasedPartitioner`: maxi
 become submodules compiled by neuroncc, and the nodes left outside run as ordinary FX code on CPU. A node is
 supported when it lowers on its own (tried in isolation, so an op refused only for some arguments, such as a
 3-d convolution, falls back too). Each fallen-back op is counted in ``neuroncc.get_fallback_ops()`` and warns
-the first time it is counted (once per op until ``neuroncc.reset_stats()``).
+the first time it is counted (once per op until ``neuroncc.reset_stats()``); at run time it is called through
+:func:`~neuroncc.frontend.profiling.fallback_call` (counted per call, a ``neuroncc::fallback::<op>`` range
+under ``torch.profiler``).
 """
 
 from __future__ import annotations
 
+import logging
 import operator
 import warnings
 from collections.abc import Callable
@@ -23,8 +26,11 @@ from neuroncc.errors import TypeInferenceError, UnsupportedOpError
 from neuroncc.frontend import stats
 from neuroncc.frontend.diagnostics import FALLBACK_HINT, describe_call, op_name, user_location
 from neuroncc.frontend.importer import LOWERINGS
+from neuroncc.frontend.profiling import fallback_call
 from neuroncc.frontend.lowering.context import LoweringContext, ir_dtype, meta_value
 from neuroncc.ir import Builder, TensorType
+
+log = logging.getLogger("neuroncc.frontend")
 
 #: Operator namespaces of communication (torch.distributed's functional collectives, what TorchDynamo traces
 #: for ``dist`` calls and DTensor): never compiled, always run by PyTorch between compiled pieces, in any
@@ -94,7 +100,9 @@ def partition_and_compile(gm: fx.GraphModule, compile_partition: Callable[[fx.Gr
         setattr(fused, str(node.target), CompiledPartition(compiled, single=not isinstance(returned, list | tuple)))
     for node in fused.graph.nodes:
         if node.op == "call_function" and node.target is not operator.getitem and not is_communication(node):
-            _record_fallback(node)
+            _record_fallback(node, name)
+            node.target = fallback_call(node.target, op_name(node), name)  # counted, and seen by profilers
+    fused.recompile()
     return fused
 
 
@@ -131,8 +139,10 @@ def _fill_placeholder_meta(submodule: fx.GraphModule, call: fx.Node) -> None:
             placeholder.meta["val"] = meta_value(arg)
 
 
-def _record_fallback(node: fx.Node) -> None:
-    if stats.record_fallback_op(op_name(node)):
-        where = user_location(node)
+def _record_fallback(node: fx.Node, graph: str) -> None:
+    where = user_location(node)
+    log.info("neuroncc: fallback in graph %s: %s%s runs on eager PyTorch (fallback='cpu')", graph,
+             describe_call(node), f" at {where}" if where else "")
+    if stats.record_fallback_op(op_name(node), str(where) if where else None):
         warnings.warn(f"neuroncc: {describe_call(node)}{f' at {where}' if where else ''} runs on eager PyTorch "
                       "(fallback='cpu'); it is not compiled", FallbackWarning, stacklevel=2)

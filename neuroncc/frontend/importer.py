@@ -94,24 +94,27 @@ def unsupported_nodes(gm: fx.GraphModule) -> list[fx.Node]:
             and n.target not in LOWERINGS and n.target is not torch.ops.aten.copy_.default]
 
 
-def import_graph(gm: fx.GraphModule, name: str, bf16_bits: bool = False) -> ImportedGraph:
+def import_graph(gm: fx.GraphModule, name: str, bf16_bits: bool = False,
+                 host_devices: tuple[str, ...] = ("cpu",)) -> ImportedGraph:
     """Translate an aten-level FX graph to an IR function (raises UnsupportedOpError naming the op).
 
     ``bf16_bits``: bf16 tensors cross the boundary as their 16-bit patterns (i16 parameters and outputs, the
     tensors' own memory, no copy) and the function converts them to and from bf16 values itself (a few
     integer instructions that fuse into the first and last kernels). Without it a bf16 tensor crosses as a
     float32 copy (numpy has no bfloat16): a conversion pass over every bf16 input and output, which made a
-    bf16 softmax move 4.5 times the bytes of its data (the cpu target's torch backend turns it on)."""
+    bf16 softmax move 4.5 times the bytes of its data (the cpu target's torch backend turns it on).
+    ``host_devices``: the device types whose tensors the graph may hold (all in host memory)."""
     missing = unsupported_nodes(gm)
     if missing:
         raise unsupported_op(missing[0], "neuroncc has no lowering for this op", (op_name(n) for n in missing[1:]))
-    return _Importer(gm, name, bf16_bits).run()
+    return _Importer(gm, name, bf16_bits, host_devices).run()
 
 
 class _Importer:
-    def __init__(self, gm: fx.GraphModule, name: str, bf16_bits: bool = False):
+    def __init__(self, gm: fx.GraphModule, name: str, bf16_bits: bool = False,
+                 host_devices: tuple[str, ...] = ("cpu",)):
         self.gm = gm
-        self.ctx = LoweringContext(Builder(name))
+        self.ctx = LoweringContext(Builder(name), host_devices)
         self.ctx.randomness = GraphRandomness(self.ctx.builder)
         self.placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
         self.mutations: list[tuple[int, Value]] = []
@@ -181,9 +184,10 @@ class _Importer:
         dtype = ir_dtype(tensor.dtype)
         with unset_fake_temporarily():  # AOTAutograd calls compilers under its fake mode; this tensor is real
             if dtype.is_complex:  # constants hold real numbers: the (re, im) pairs, viewed as complex
-                pairs = to_numpy(torch.view_as_real(tensor.resolve_conj().to(torch.complex64)).contiguous())
+                pairs = to_numpy(torch.view_as_real(tensor.detach().cpu().resolve_conj().to(torch.complex64))
+                                 .contiguous())
                 return self.ctx.emit("view_as_complex", self.ctx.emit("constant", value=DenseAttr(pairs, DType.f32)))
-            array = to_numpy(tensor.contiguous())
+            array = to_numpy(tensor.detach().cpu().contiguous())  # (a device tensor's values come to CPU)
         return self.ctx.emit("constant", value=DenseAttr(array, dtype))
 
     def _call(self, node: fx.Node) -> Any:

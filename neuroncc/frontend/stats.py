@@ -5,15 +5,20 @@ compiles. Lower layers cannot import the front end, so they keep their own count
 them: the compile cache's process-wide ``neuroncc.driver.cache.CACHE_STATS`` (hits and misses), and the
 ``stats`` mapping of each :class:`~neuroncc.executors.executable.Executable` (for example
 ``{"kernels": 3, "native_kernels": 3}`` from a code generator), which :func:`record_executable` adds in.
+Upper layers that count on their own (the ``neuron`` device's eager counters) add a :class:`StatsSource` when
+they start, so ``neuroncc.stats()`` stays importable without torch and reports them once they exist.
 """
 
 from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
+
 from neuroncc.driver.cache import CACHE_STATS
+from neuroncc.driver.records import CompileRecord
 
 from neuroncc.ir import Category
 
@@ -37,6 +42,34 @@ COUNTERS: Mapping[str, str] = {
 _lock = threading.Lock()
 _counters: Counter[str] = Counter()
 _fallback_ops: Counter[str] = Counter()
+_fallback_sites: dict[str, list[str]] = {}  # op -> the user's file:line of each node (as far as known)
+_compiles: list[CompiledGraphRecord] = []
+
+
+@dataclass(frozen=True)
+class CompiledGraphRecord:
+    """A graph the front end compiled: the driver's record plus the time spent importing the FX graph to IR."""
+
+    record: CompileRecord
+    import_seconds: float
+
+
+@dataclass(frozen=True)
+class StatsSource:
+    """Counters an upper layer keeps: read by ``stats()``, zeroed by ``reset_stats()``, and the ops it ran on CPU
+    (merged into ``get_fallback_ops()``)."""
+
+    stats: Callable[[], Mapping[str, int]]
+    reset: Callable[[], None]
+    fallback_ops: Callable[[], Mapping[str, int]]
+
+
+_sources: dict[str, StatsSource] = {}
+
+
+def add_source(name: str, source: StatsSource) -> None:
+    """Report ``source``'s counters from now on (idempotent per ``name``)."""
+    _sources[name] = source
 
 
 def stats() -> dict[str, int]:
@@ -47,6 +80,8 @@ def stats() -> dict[str, int]:
         counts = {**dict.fromkeys(COUNTERS, 0), **_counters}
     counts["cache_hits"] += int(cache["hits"])
     counts["cache_misses"] += int(cache["misses"])
+    for source in list(_sources.values()):
+        counts.update(source.stats())
     return counts
 
 
@@ -57,12 +92,27 @@ def reset_stats() -> None:
     with _lock:
         _counters.clear()
         _fallback_ops.clear()
+        _fallback_sites.clear()
+        _compiles.clear()
+    for source in list(_sources.values()):
+        source.reset()
 
 
 def get_fallback_ops() -> dict[str, int]:
-    """The aten ops that ran on eager PyTorch in fallback mode: op name -> number of graph nodes."""
+    """The aten ops that ran on eager PyTorch: op name -> graph nodes (torch.compile's fallback mode) plus calls
+    (an upper layer's, such as the ``neuron`` device's CPU fallback)."""
     with _lock:
-        return dict(_fallback_ops)
+        found = dict(_fallback_ops)
+    for source in list(_sources.values()):
+        for name, count in source.fallback_ops().items():
+            found[name] = found.get(name, 0) + count
+    return found
+
+
+def clear_fallback_ops() -> None:
+    """Forget the recorded fallback ops (their counter stays)."""
+    with _lock:
+        _fallback_ops.clear()
 
 
 def increment(name: str, amount: int = 1) -> None:
@@ -73,13 +123,35 @@ def increment(name: str, amount: int = 1) -> None:
         _counters[name] += amount
 
 
-def record_fallback_op(op_name: str) -> bool:
-    """Count one graph node of ``op_name`` run by eager PyTorch; True the first time the op is seen."""
+def record_fallback_op(op_name: str, where: str | None = None) -> bool:
+    """Count one graph node of ``op_name`` run by eager PyTorch (at the user's ``where``, when known); True the
+    first time the op is seen."""
     with _lock:
         first = op_name not in _fallback_ops
         _fallback_ops[op_name] += 1
         _counters["fallback_ops"] += 1
+        sites = _fallback_sites.setdefault(op_name, [])
+        if where is not None and where not in sites:
+            sites.append(where)
         return first
+
+
+def get_fallback_sites() -> dict[str, list[str]]:
+    """Op name -> the user's source lines (``file:line``) of the fallen-back nodes, where the graph knew them."""
+    with _lock:
+        return {op: list(sites) for op, sites in _fallback_sites.items()}
+
+
+def record_compile(record: CompileRecord, import_seconds: float) -> None:
+    """Keep the driver's record of one compiled graph (``compile_records()`` returns them)."""
+    with _lock:
+        _compiles.append(CompiledGraphRecord(record, import_seconds))
+
+
+def compile_records() -> list[CompiledGraphRecord]:
+    """Every graph compiled since the last ``reset_stats()``, in order."""
+    with _lock:
+        return list(_compiles)
 
 
 def record_executable(executable: Any, target: str) -> None:

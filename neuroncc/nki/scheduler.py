@@ -44,6 +44,7 @@ class Timing:
     engine: Engine
     start_ns: float
     finish_ns: float
+    queue: int = 0  # the DMA queue a transfer took (DMA instructions only)
 
 
 @dataclass(slots=True)
@@ -199,6 +200,7 @@ def schedule(events: list[tr.Event] | tuple[tr.Event, ...], target: Target) -> S
         ready = 0.0
         for operand in event.operands:
             ready = max(ready, tiles[operand.tile].ready_time(operand, unit, target.sync_ns))
+        queue = 0
         if unit is Engine.DMA:
             queue = min(range(len(queue_free)), key=queue_free.__getitem__)
             start = max(ready, queue_free[queue])
@@ -210,7 +212,7 @@ def schedule(events: list[tr.Event] | tuple[tr.Event, ...], target: Target) -> S
         for operand in event.operands:
             tiles[operand.tile].record(operand, finish, unit)
 
-        result.timings.append(Timing(event.index, unit, start, finish))
+        result.timings.append(Timing(event.index, unit, start, finish, queue))
         result.makespan_ns = max(result.makespan_ns, finish)
         result.busy_ns[unit] += cost.ns
         result.counts[unit] += 1

@@ -37,7 +37,7 @@ from neuroncc.ir import REGISTRY, Category, Function, Op, Trait, Value
 VIEW, CONSTANT, MATMUL, OPAQUE, BARRIER, COMPUTE = "view", "constant", "matmul", "opaque", "barrier", "compute"
 
 #: The largest kernel horizontal fusion builds (ops in its region): bounds the size of one generated loop body.
-HORIZONTAL_MAX_OPS = 512
+HORIZONTAL_MAX_OPS = 500  # a policy bound on the loop body, not a hardware number
 
 
 def op_kind(op: Op) -> str:

@@ -15,6 +15,7 @@ the ``neuroncc.passes`` entry-point group, whose entry names are pass names and 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 import types
 import typing
@@ -187,9 +188,15 @@ def parse_pipeline(text: str, registry: PassRegistry | None = None) -> Pipeline:
     return _PipelineParser(text, registry or pass_registry()).parse()
 
 
+@functools.cache
+def _type_hints(cls: type[Pass]) -> dict[str, Any]:
+    """A pass class's resolved annotations (resolving them evaluates strings: worth doing once per class)."""
+    return typing.get_type_hints(cls)
+
+
 def make_pass(cls: type[Pass], raw_options: Mapping[str, Any]) -> Pass:
     """Instantiate ``cls`` from option values as written in a pipeline (strings and lists of strings)."""
-    hints = typing.get_type_hints(cls)
+    hints = _type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}
     values = {}
     for key, raw in raw_options.items():

@@ -8,6 +8,7 @@ worker. Workers are also recycled every ``ops_per_worker`` ops to bound memory g
 
 from __future__ import annotations
 
+import importlib
 import multiprocessing
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -27,10 +28,17 @@ class Task:
     known: Mapping[str, str]  # mode -> letters from the previous table (may be empty)
 
 
-def _worker_main(connection: Connection, config: SweepConfig) -> None:
+#: What runs one (op, mode) in a worker: the torch.compile sweep's, or the device sweep's (opinfo_device).
+COMPILE_SWEEP = "neuroncc.testing.opinfo:run_mode"
+
+
+def _worker_main(connection: Connection, config: SweepConfig, mode_runner: str = COMPILE_SWEEP) -> None:
     import torch
 
-    from neuroncc.testing.opinfo import float32_opinfos, op_key, run_mode
+    from neuroncc.testing.opinfo import float32_opinfos, op_key
+
+    module, _, name = mode_runner.partition(":")
+    run_mode = getattr(importlib.import_module(module), name)
 
     warnings.simplefilter("ignore")
     logging.getLogger("torch").setLevel(logging.ERROR)
@@ -60,8 +68,10 @@ class _Worker:
 
 
 def run_ops(tasks: Sequence[Task], config: SweepConfig, *, jobs: int = 1, op_timeout_s: float = 900.0,
-            ops_per_worker: int = 40, on_result: Callable[[ModeResult], None] = lambda r: None) -> list[ModeResult]:
-    """Run every task in ``jobs`` worker processes; returns the results in completion order."""
+            ops_per_worker: int = 40, on_result: Callable[[ModeResult], None] = lambda r: None,
+            mode_runner: str = COMPILE_SWEEP) -> list[ModeResult]:
+    """Run every task in ``jobs`` worker processes; returns the results in completion order.
+    ``mode_runner`` (``module:function``) runs one (op, mode) in a worker."""
     context = multiprocessing.get_context("spawn")
     pending = list(reversed(tasks))
     results: list[ModeResult] = []
@@ -69,7 +79,7 @@ def run_ops(tasks: Sequence[Task], config: SweepConfig, *, jobs: int = 1, op_tim
 
     def start_worker() -> _Worker:
         parent_end, child_end = context.Pipe()
-        process = context.Process(target=_worker_main, args=(child_end, config), daemon=True)
+        process = context.Process(target=_worker_main, args=(child_end, config, mode_runner), daemon=True)
         process.start()
         child_end.close()
         return _Worker(process, parent_end)

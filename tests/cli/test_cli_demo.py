@@ -27,10 +27,18 @@ def test_demo_trains_like_eager_and_hits_the_cache_on_a_rerun(tmp_path):
         assert sum(int(n) for n in re.findall(r"(\d+) \S+-bound", match[3])) == int(match[1])
     assert len(re.findall(r"^\s+\w+\s+\d+\.\d\d us  \S+-bound$", text, re.M)) == 6
     assert "not available" not in text
+    # 7 device: the same model trained eagerly on the neuron device agrees with CPU, nothing falls back
+    assert re.search(r"^7 device\s+the same model trained eagerly on the neuron device", text, re.M)
+    device_rows = re.findall(r"^\s+(\d+)\s+(\d+\.\d+)\s+(\d+\.\d+)\s+(\S+)\s+\d+\.\d ms$", text, re.M)
+    assert [int(step) for step, *_ in device_rows] == [1, 2, 3]
+    assert re.search(r"max \|parameter difference\|: \S+ \(\S+\): ok", text)
+    assert re.search(r"aten ops ran on the device \(\d+ calls\): \d+ kernels compiled on first use, \d+ loaded "
+                     r"from the cache; 0 ops fell back to CPU", text)
     assert text.rstrip().splitlines()[-1].endswith("neuroncc and eager PyTorch agree")
     assert result.stderr == ""  # no warnings, no progress (stderr is not a terminal)
-    # Everything went to -o DIR: the exported model and the demo's cache (not $NEURONCC_CACHE_DIR, not HOME).
+    # Everything went to -o DIR: the exported model and the demo's cache (not $NEURONCC_CACHE_DIR, not HOME):
+    # the two compiled graphs and the device's op kernels.
     assert (out / "classifier.pt2").is_file()
-    assert len(list((out / "cache" / "entries").iterdir())) == 2
+    assert len(list((out / "cache" / "entries").iterdir())) > 2
     assert files_under(cwd) == [] and files_under(home) == []
     assert not (tmp_path / "env-cache").exists()

@@ -64,6 +64,39 @@ def test_format_seconds(seconds, text):
     assert format_seconds(seconds) == text
 
 
+def test_a_running_step_shows_its_status_beside_the_spinner():
+    stream = Terminal()
+    progress = Progress(stream)
+    with progress.step("compile forward for cpu") as step:
+        step.status = "passes 3/9: fuse done"
+        time.sleep(0.35)  # a few spinner ticks
+    assert "compile forward for cpu: passes 3/9: fuse done" in stream.getvalue()
+
+
+def test_a_compile_reports_each_pass_then_code_generation():
+    from neuroncc.driver.compile import compile_graph
+    from neuroncc.ir import Builder, DType, TensorType
+    from neuroncc.passes.pipeline import as_pipeline, default_pipeline
+
+    b = Builder("f")
+    x = b.param(TensorType((4, 8), DType.f32), "x")
+    fn = b.build([b.op("tanh", b.op("exp", x))])
+    heard: list[str] = []
+    compile_graph(fn, target="interp", cache=None, on_progress=heard.append)
+    names = [p.name for p in as_pipeline(default_pipeline("interp")).passes]
+    assert heard == [f"passes {i}/{len(names)}: {name} done" for i, name in enumerate(names, 1)] + ["code generation"]
+
+
+@pytest.mark.parametrize("done, total, elapsed, text", [
+    (0, 10, 0.0, "estimating"), (5, 10, 2.0, "about 2.00 s left"), (1, 61, 2.0, "about 2.0 min left"),
+    (10, 10, 9.0, "done"),
+])
+def test_format_eta(done, total, elapsed, text):
+    from neuroncc.cli.progress import format_eta
+
+    assert format_eta(done, total, elapsed) == text
+
+
 def test_progress_bar_on_a_terminal_and_on_a_log():
     from neuroncc.cli.progress import ProgressBar
 

@@ -13,6 +13,7 @@ import numpy as np
 from codegen_helpers import run_both
 
 from neuroncc.codegen.llvm import Layout, plan_kernel
+from neuroncc.codegen.llvm.kernel_plan import ChunkedRows, CombineColumns
 from neuroncc.codegen.llvm.regions import fuse_whole_function
 from neuroncc.ir import Builder, DType, TensorType
 from neuroncc.ir.dtypes import round_to_bf16
@@ -31,11 +32,11 @@ def _chunked(fn) -> list[tuple[int, int]]:
     phases = _phases(fn)
     found = []
     for position, phase in enumerate(phases):
-        if getattr(phase, "chunks", 0):
-            joined = len(phase.chunk_partials)
+        if isinstance(phase, ChunkedRows):
             combine = phases[position + 1]
-            assert combine.chunk_combine == phase.chunks and combine.serial and len(combine.stages) == joined
-            found.append((phase.chunks, joined))
+            assert isinstance(combine, CombineColumns) and combine.serial
+            assert combine.chunks == phase.chunks and combine.sums == phase.sums
+            found.append((phase.chunks, len(phase.sums)))
     return found
 
 

@@ -13,21 +13,3 @@ def _isolated_cache(_shared_compile_cache, monkeypatch):
     cache's per-key locks are for). Overrides the suite's per-test cache."""
     monkeypatch.setenv("NEURONCC_CACHE_DIR", str(_shared_compile_cache))
 
-
-def _device_is_present() -> bool:
-    import importlib.util
-
-    try:
-        return importlib.util.find_spec("neuroncc.device.registration") is not None
-    except ModuleNotFoundError:
-        return False
-
-
-def pytest_collection_modifyitems(config, items):
-    """Until the neuron device (branch ``device``) is merged, these tests have nothing to run on."""
-    if _device_is_present():
-        return
-    skip = pytest.mark.skip(reason="the neuron device (neuroncc.device.registration) is not in this tree yet")
-    for item in items:
-        if "tests/distributed/" in str(item.fspath):
-            item.add_marker(skip)

@@ -4,13 +4,12 @@ frees and re-allocates parameter memory that way)."""
 
 from __future__ import annotations
 
-import pytest
 import torch
 
-device = pytest.importorskip("neuroncc.device.registration", reason="the neuron device is not in this tree yet")
-from neuroncc.device.resize import resize_storage  # noqa: E402
+import neuroncc.device
+from neuroncc.device.resize import resize_storage
 
-device.register()
+neuroncc.device.register()
 
 
 def test_streams_and_events_behave_as_torch_cuda_s():

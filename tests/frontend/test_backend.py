@@ -17,7 +17,10 @@ from neuroncc.ir import parse, verify
 
 def test_backend_is_found_through_the_entry_point():
     assert "neuron" in torch._dynamo.list_backends()
-    assert torch._dynamo.lookup_backend("neuron") is neuron_backend
+    # the device's entry point: the front end's backend, also taking neuron tensors (neuroncc/device/compiled.py)
+    from neuroncc.device import compiled
+
+    assert torch._dynamo.lookup_backend("neuron") is compiled.neuron_backend
 
 
 def test_set_default_backend_makes_plain_torch_compile_use_neuron():

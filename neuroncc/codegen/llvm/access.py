@@ -16,6 +16,7 @@ from typing import Any
 
 from llvmlite import ir
 
+from neuroncc.codegen.llvm.context import EmitContext, Index
 from neuroncc.codegen.llvm.philox import RANDOM
 from neuroncc.codegen.llvm.scalars import F32, F64, I1, I64, call, compute_type, constant, round_to, to_index
 from neuroncc.ir.dtypes import DType
@@ -23,11 +24,11 @@ from neuroncc.ir.graph import Op
 from neuroncc.ir.ops.indexing import index_result_shape
 from neuroncc.ir.types import contiguous_strides
 
-Index = list  # of ir.Value (i64) or int
-AccessLowering = Callable[[Any, Op, int, Index], ir.Value]
+AccessLowering = Callable[[EmitContext, Op, int, Index], ir.Value]
 
 
-def _broadcast(ctx, idx: Index, result_shape: tuple[int, ...], shape: tuple[int, ...]) -> Index:
+def broadcast_index(ctx: EmitContext, idx: Index, result_shape: tuple[int, ...], shape: tuple[int, ...]) -> Index:
+    """The index of an operand of ``shape`` broadcast to ``result_shape`` at the result's index ``idx``."""
     offset = len(result_shape) - len(shape)
     return [idx[d + offset] if shape[d] != 1 else 0 for d in range(len(shape))]
 
@@ -102,7 +103,7 @@ def _permute(ctx, op, index, idx):
 
 
 def _expand(ctx, op, index, idx):
-    return _operand(ctx, op, 0, _broadcast(ctx, idx, op.result.type.shape, op.operands[0].type.shape))
+    return _operand(ctx, op, 0, broadcast_index(ctx, idx, op.result.type.shape, op.operands[0].type.shape))
 
 
 def _slice(ctx, op, index, idx):
@@ -273,7 +274,7 @@ def advanced_positions(ctx, op: Op, idx: Index, first_index_operand: int) -> Ind
         if d in dims:
             j = dims.index(d)
             t = indices[j]
-            raw = _index_value(ctx, op, first_index_operand + j, _broadcast(ctx, b_idx, b_shape, t.shape))
+            raw = _index_value(ctx, op, first_index_operand + j, broadcast_index(ctx, b_idx, b_shape, t.shape))
             out.append(ctx.checked_index(raw, x.shape[d]))
         else:
             out.append(next(rest))
@@ -295,8 +296,8 @@ class ScatterLowering:
 
     domain: Callable[[Op], tuple[int, ...]]
     accumulates: Callable[[Op], bool]
-    position: Callable[[Any, Op, Index], Index]
-    value: Callable[[Any, Op, Index], ir.Value]
+    position: Callable[[EmitContext, Op, Index], Index]
+    value: Callable[[EmitContext, Op, Index], ir.Value]
 
 
 def _scatter_position(ctx, op: Op, idx: Index) -> Index:
@@ -313,7 +314,7 @@ def _index_put_domain(op: Op) -> tuple[int, ...]:
 
 def _index_put_value(ctx, op: Op, idx: Index) -> ir.Value:
     values = op.operands[1]
-    return ctx.value_at(values, _broadcast(ctx, idx, _index_put_domain(op), values.type.shape))
+    return ctx.value_at(values, broadcast_index(ctx, idx, _index_put_domain(op), values.type.shape))
 
 
 #: Indexed write op -> how it stores (one entry per op).

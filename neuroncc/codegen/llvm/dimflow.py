@@ -3,14 +3,16 @@
 The scheduler follows a stage's loop dims down through computed ops to the buffers they read; a buffer
 written earlier in the same phase may only be read at the reader's own outer index. One rule per op
 (:data:`DIM_FLOW`; pointwise ops share the broadcast rule); -1 marks a dim whose index is not the result's
-(offset, strided, data-dependent or unknown).
+(offset, strided, data-dependent or unknown). :func:`outer_dims_preserved` is that walk.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
-from neuroncc.ir.graph import Op
+from neuroncc.codegen.llvm.kernel_plan import Computed
+from neuroncc.codegen.llvm.views import Layout
+from neuroncc.ir.graph import Op, Value
 from neuroncc.ir.opdef import Trait
 from neuroncc.ir.types import TensorType
 
@@ -159,3 +161,24 @@ def operand_dim_maps(op: Op, index: int, dims: tuple[int, ...]) -> list[tuple[in
     if rule is None:
         return [tuple([-1] * t.rank) for t in types]
     return rule(op, index, dims, types)
+
+
+def outer_dims_preserved(access: Mapping[Value, Layout | Computed], value: Value, dims: tuple[int, ...], k: int,
+                         written: set[int], visited: set) -> bool:
+    """Whether ``value`` reads the buffers in ``written`` only at its own outer index: follows the outer dim
+    ids (``dims[d]`` = outer dim carried by dim d of ``value``, or -1) down through the computed ops of
+    ``access`` to the buffers, where each of the first ``k`` outer dims must be read by its own dim."""
+    key = (value, dims)
+    if key in visited:
+        return True
+    visited.add(key)
+    where = access[value]
+    if isinstance(where, Layout):
+        if where.arg not in written:
+            return True
+        return all(j < len(dims) and dims[j] == j for j in range(k))
+    op = where.op
+    for operand, operand_dims in zip(op.operands, operand_dim_maps(op, where.index, dims)):
+        if not outer_dims_preserved(access, operand, operand_dims, k, written, visited):
+            return False
+    return True

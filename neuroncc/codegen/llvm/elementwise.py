@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any
 
 from llvmlite import ir
 
+from neuroncc.codegen.llvm.context import EmitContext
 from neuroncc.codegen.llvm.mathlib import math_call
 from neuroncc.codegen.llvm.scalars import (
     F32, I1, call, compute_type, constant, convert, is_unsigned, round_to, type_suffix,
@@ -21,7 +21,7 @@ from neuroncc.codegen.llvm.scalars import (
 from neuroncc.ir.dtypes import DType
 from neuroncc.ir.graph import Op
 
-Lowering = Callable[[Any, Op, list[ir.Value]], ir.Value]
+Lowering = Callable[[EmitContext, Op, list[ir.Value]], ir.Value]
 
 
 def _dtype(op: Op) -> DType:

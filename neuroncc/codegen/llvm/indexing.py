@@ -18,6 +18,9 @@ affect speed.
 from __future__ import annotations
 
 import math
+import operator
+from collections.abc import Callable, Hashable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from llvmlite import ir
@@ -25,6 +28,8 @@ from llvmlite import ir
 from neuroncc.codegen.llvm.affine import Affine, Var, fold_divmod, split_wishes
 from neuroncc.codegen.llvm.scalars import I1, I32, I64
 
+#: Index comparisons folded when both sides are Python ints.
+_COMPARISONS = {"<": operator.lt, ">=": operator.ge, "==": operator.eq}
 #: Emissions of one phase at most (each grants the wishes of the previous one; a reshape chain that splits a
 #: dim twice, 1536 -> 3 x 512 -> 3 x 8 x 64, needs three).
 ROUNDS = 4
@@ -38,7 +43,16 @@ class IndexArithmetic:
     """Index arithmetic, affine forms and (factored, unrolled) loops; see the module docstring."""
 
     b: ir.IRBuilder
-    memo: list[dict]
+    memo: list[dict]  # scopes of values generated so far (index -> IR value), innermost last
+
+    @contextmanager
+    def fresh_values(self) -> Iterator[None]:
+        """A scope whose generated values are not reused after it (a loop body, one side of a branch)."""
+        self.memo.append({})
+        try:
+            yield
+        finally:
+            self.memo.pop()
 
     def _reset_indexing(self) -> None:
         """Per emission of a phase: forget forms and loop positions (granted wishes stay)."""
@@ -75,6 +89,16 @@ class IndexArithmetic:
     def _new_var(self, value: Any, **bounds: Any) -> Var:
         self._serial += 1
         return Var(value, self._serial, **bounds)
+
+    def memoized(self, key: Hashable, make: Callable[[], Any]) -> Any:
+        """What was generated for ``key`` in the current memo scope or an enclosing one, else ``make()``,
+        remembered in the current scope (so code on one side of a branch is not reused after it)."""
+        for scope in reversed(self.memo):
+            if key in scope:
+                return scope[key]
+        value = make()
+        self.memo[-1][key] = value
+        return value
 
     def form(self, i: Any) -> Affine:
         """The affine form of index ``i`` (an opaque var for an IR value computed elsewhere)."""
@@ -203,10 +227,7 @@ class IndexArithmetic:
 
     def _compare(self, predicate: str, a: Any, c: Any) -> ir.Value:
         if isinstance(a, int) and isinstance(c, int):
-            import operator
-
-            ops = {"<": operator.lt, ">=": operator.ge, "==": operator.eq}
-            return ir.Constant(I1, int(ops[predicate](a, c)))
+            return ir.Constant(I1, int(_COMPARISONS[predicate](a, c)))
         return self.b.icmp_signed(predicate, self.ir_index(a), self.ir_index(c))
 
     def lt(self, a: Any, c: Any) -> ir.Value:
@@ -253,9 +274,8 @@ class IndexArithmetic:
         i.add_incoming(lo, pre)
         b.cbranch(b.icmp_signed("<", i, hi), inner, done)
         b.position_at_end(inner)
-        self.memo.append({})
-        body(i)
-        self.memo.pop()
+        with self.fresh_values():
+            body(i)
         i.add_incoming(b.add(i, ir.Constant(I64, 1), flags=("nsw",)), b.block)
         b.branch(head)
         b.position_at_end(done)
@@ -308,9 +328,8 @@ class IndexArithmetic:
             stride, size = factors[k]
             if (key, stride) in self.unrolled:
                 for j in range(size):
-                    self.memo.append({})
-                    level(k + 1, index + Affine((), j * stride))
-                    self.memo.pop()
+                    with self.fresh_values():
+                        level(k + 1, index + Affine((), j * stride))
                 return
 
             def counter(i: ir.Value) -> None:
@@ -372,9 +391,8 @@ class IndexArithmetic:
             if j + 1 < size:
                 switch.add_case(ir.Constant(I64, j), case)
             b.position_at_end(case)
-            self.memo.append({})
-            self._switch(rest, {**fixed, var: j}, body)
-            self.memo.pop()
+            with self.fresh_values():
+                self._switch(rest, {**fixed, var: j}, body)
             b.branch(done)
         b.position_at_end(done)
 

@@ -15,22 +15,21 @@ from typing import Any
 
 from llvmlite import ir
 
+from neuroncc.codegen.llvm.context import EmitContext, Index
 from neuroncc.codegen.llvm.scalars import F32, I32, I64, compute_type, round_to
 from neuroncc.ir.dtypes import DType
-from neuroncc.ir.graph import Op
+from neuroncc.ir.graph import Op, Value
 from neuroncc.ir.ops.random import (
     PHILOX_M0, PHILOX_M1, PHILOX_ROUNDS, PHILOX_W0, PHILOX_W1, UNIFORM_BITS,
 )
 from neuroncc.ir.types import contiguous_strides
-
-Index = list
 
 
 def _i32(value: int) -> ir.Constant:
     return ir.Constant(I32, value & 0xFFFFFFFF)
 
 
-def philox_block(ctx: Any, op: Op, idx: Index) -> tuple[ir.Value, ...]:
+def philox_block(ctx: EmitContext, op: Op, idx: Index) -> tuple[ir.Value, ...]:
     """The four i32 output words of ``op``'s element at ``idx`` (memoized per loop body and operands)."""
     shape = op.results[0].type.shape
     flat: Any = 0
@@ -38,9 +37,11 @@ def philox_block(ctx: Any, op: Op, idx: Index) -> tuple[ir.Value, ...]:
         flat = ctx.add(flat, ctx.mul(i, stride))
     seed_value, offset_value = op.operands
     key = ("philox", seed_value, offset_value, ctx.form(flat))  # one block per element, whichever op asks
-    for scope in reversed(ctx.memo):
-        if key in scope:
-            return scope[key]
+    return ctx.memoized(key, lambda: _philox_words(ctx, seed_value, offset_value, flat))
+
+
+def _philox_words(ctx: EmitContext, seed_value: Value, offset_value: Value, flat: Any) -> tuple[ir.Value, ...]:
+    """Philox 4x32-10 of the seed and counter ``offset + flat``: the block's four i32 words."""
     b = ctx.b
     seed, offset = ctx.value_at(seed_value, []), ctx.value_at(offset_value, [])
     n = b.add(offset, ctx.ir_index(flat))  # wraps modulo 2^64, as the reference's counter does
@@ -53,9 +54,7 @@ def philox_block(ctx: Any, op: Op, idx: Index) -> tuple[ir.Value, ...]:
         hi0, lo0 = _mulhilo(b, PHILOX_M0, c0)
         hi1, lo1 = _mulhilo(b, PHILOX_M1, c2)
         c0, c1, c2, c3 = b.xor(b.xor(hi1, c1), k0), lo1, b.xor(b.xor(hi0, c3), k1), lo0
-    words = (c0, c1, c2, c3)
-    ctx.memo[-1][key] = words
-    return words
+    return c0, c1, c2, c3
 
 
 def _mulhilo(b: ir.IRBuilder, multiplier: int, value: ir.Value) -> tuple[ir.Value, ir.Value]:
@@ -65,7 +64,7 @@ def _mulhilo(b: ir.IRBuilder, multiplier: int, value: ir.Value) -> tuple[ir.Valu
     return b.trunc(b.lshr(product, ir.Constant(I64, 32)), I32), b.trunc(product, I32)
 
 
-def _bits(ctx: Any, op: Op, index: int, idx: Index) -> ir.Value:
+def _bits(ctx: EmitContext, op: Op, index: int, idx: Index) -> ir.Value:
     words = philox_block(ctx, op, idx)
     word = op.attrs["word"]
     if op.attrs["dtype"] is DType.i32:
@@ -75,7 +74,7 @@ def _bits(ctx: Any, op: Op, index: int, idx: Index) -> ir.Value:
     return b.or_(high, b.zext(words[word], I64))
 
 
-def _uniform(ctx: Any, op: Op, index: int, idx: Index) -> ir.Value:
+def _uniform(ctx: EmitContext, op: Op, index: int, idx: Index) -> ir.Value:
     dtype: DType = op.attrs["dtype"]
     bits = UNIFORM_BITS[dtype]
     b = ctx.b
@@ -86,7 +85,7 @@ def _uniform(ctx: Any, op: Op, index: int, idx: Index) -> ir.Value:
 
 
 #: Random op -> lowering (the ACCESS table's signature: the value of the result at an index).
-RANDOM: dict[str, Callable[[Any, Op, int, Index], ir.Value]] = {
+RANDOM: dict[str, Callable[[EmitContext, Op, int, Index], ir.Value]] = {
     "philox_bits": _bits,
     "philox_uniform": _uniform,
 }

@@ -12,10 +12,11 @@ import enum
 import hashlib
 import json
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from neuroncc.codegen.llvm import Layout, emit_kernel, plan_kernel, view_layout
+from neuroncc.codegen.llvm.kernel_plan import ExtraKind
 from neuroncc.codegen.llvm.scalars import storage_itemsize
 from neuroncc.errors import ArtifactError, CodegenError
 from neuroncc.hardware.host import CACHE_LINE_BYTES
@@ -327,7 +328,7 @@ class _LaunchPlanner:
             if spec.offset == 0 and _aligned_buffer(self.plan.buffers[spec.buffer]):
                 slots.append(len(op.operands) + i)
         first_extra = len(op.operands) + len(op.results)
-        slots += [first_extra + i for i, extra in enumerate(kplan.extra) if extra.kind == "scratch"]
+        slots += [first_extra + i for i, extra in enumerate(kplan.extra) if extra.kind == ExtraKind.SCRATCH]
         return slots
 
     def kernel(self, op_index: int, op: Any) -> None:
@@ -341,7 +342,7 @@ class _LaunchPlanner:
         try:
             kplan = plan_kernel(region, params, outputs, block=tiled.attrs["inner_block"],
                                 vector_width=tiled.attrs["vector_width"])
-            kplan.aligned_args = frozenset(self._aligned_slots(op, kplan))
+            kplan = replace(kplan, aligned_args=frozenset(self._aligned_slots(op, kplan)))
             texts, symbols = emit_kernel(kplan, f"k{op_index}")
         except CodegenError as exc:
             self.plan.steps.append(_replace(step, reason=str(exc)))
@@ -353,7 +354,7 @@ class _LaunchPlanner:
         slots = [CpuSlot(SlotKind.VALUE, self.ids[v]) for v in op.operands + op.results]
         scratch_cursor = 0
         for extra in kplan.extra:
-            if extra.kind == "scratch":
+            if extra.kind == ExtraKind.SCRATCH:
                 slots.append(CpuSlot(SlotKind.SCRATCH, scratch_cursor))
                 scratch_cursor += _align(extra.nbytes)
             else:
@@ -385,8 +386,6 @@ def _aligned_buffer(buffer: BufferSpec) -> bool:
 
 
 def _replace(step: StepSpec, **changes: Any) -> StepSpec:
-    from dataclasses import replace
-
     return replace(step, **changes)
 
 

@@ -1,117 +1,151 @@
 """Phase refinements: how a phase's loops are shaped once the scheduler has formed it.
 
-Each rule looks at one phase and, when it applies, changes how its outer loop is split or what it caches:
-blocking long rows of map-only phases, row caching of expensive reduction inputs, and the three ways a lone
-reduction without kept leading dims still gets a parallel outer loop (columns, kept middle dims, partials).
-One rule works across phases: a column sum over the rows of a row-parallel phase joins it, as per-chunk
-partials (``accumulate_column_partials``).
+Each step takes a plan and returns a new one, turning a phase into another loop shape (``kernel_plan.py``)
+where its rule applies: blocking long rows of map-only phases, row caching of expensive reduction inputs, and
+the three ways a lone reduction without kept leading dims still gets a parallel outer loop (columns, kept
+middle dims, partials). One rule works across phases: a column sum over the rows of a row-parallel phase
+joins it, as per-chunk partials (``accumulate_column_partials``). A step only matches the shapes it refines,
+so refinements cannot undo or stack on each other.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from dataclasses import replace
 
-from neuroncc.codegen.llvm.reductions import COMBINERS
-from neuroncc.codegen.llvm.schedule import (
-    Computed, ExtraArg, KernelPlan, MapStage, Phase, ReduceStage, outer_dims_preserved,
+from neuroncc.codegen.llvm.dimflow import outer_dims_preserved
+from neuroncc.codegen.llvm.kernel_plan import (
+    BlockedMap, ChunkedRows, ColumnSum, CombineColumns, CombinePartials, Computed, KernelPlan, KeptDims,
+    MapStage, PartialReduce, Phase, ReduceStage, RowLoop, SplitColumns, written_by,
 )
+from neuroncc.codegen.llvm.reductions import COMBINERS
 from neuroncc.ir.graph import Value
 from neuroncc.ir.opdef import Category, Trait
 from neuroncc.ir.ops import REGISTRY
 
 
-def block_long_rows(phase: Phase, block: int) -> None:
+def _each_phase(plan: KernelPlan, rule: Callable[[Phase], Phase]) -> KernelPlan:
+    """``plan`` with ``rule`` applied to each of its phases (a rule returns its phase when it does not apply)."""
+    return replace(plan, phases=tuple(rule(phase) for phase in plan.phases))
+
+
+def _lone_reduction(phase: Phase) -> ReduceStage | None:
+    """The reduce stage of a row loop without outer dims that runs only it."""
+    if isinstance(phase, RowLoop) and not phase.outer and len(phase.stages) == 1 and \
+            isinstance(phase.stages[0], ReduceStage):
+        return phase.stages[0]
+    return None
+
+
+def block_long_rows(plan: KernelPlan, block: int) -> KernelPlan:
     """Map-only phases over one shape iterate all dims in the outer loop, blocking the last (parallel 1-d)."""
-    shapes = {s.shape for s in phase.stages}
-    if len(shapes) != 1 or any(s.kind != "map" for s in phase.stages):
-        return
-    (shape,) = shapes
-    if not shape or shape[-1] <= block or phase.outer != len(shape) - 1:
-        return
-    phase.outer, phase.outer_shape, phase.block = len(shape), shape, block
+    def rule(phase: Phase) -> Phase:
+        if not isinstance(phase, RowLoop) or not all(isinstance(s, MapStage) for s in phase.stages):
+            return phase
+        shapes = {s.shape for s in phase.stages}
+        if len(shapes) != 1:
+            return phase
+        (shape,) = shapes
+        if not shape or shape[-1] <= block or len(phase.outer) != len(shape) - 1:
+            return phase
+        return BlockedMap(phase.stages, shape, block)  # type: ignore[arg-type]  # map stages only
+
+    return _each_phase(plan, rule)
 
 
-def parallel_kept_dims(phase: Phase) -> None:
+def parallel_kept_dims(plan: KernelPlan) -> KernelPlan:
     """A reduction over leading dims that keeps dims in the middle and reduces the last (batch-norm
     statistics: [N, C, H, W] over (0, 2, 3)) iterates its kept dims in the parallel outer loop."""
-    if phase.outer or phase.split or len(phase.stages) != 1 or not isinstance(phase.stages[0], ReduceStage):
-        return
-    stage = phase.stages[0]
-    rank = len(stage.shape)
-    kept = tuple(d for d in range(rank) if d not in stage.reduced)
-    if kept and rank - 1 in stage.reduced and math.prod(stage.shape[d] for d in kept) >= 2:
-        phase.kept = kept
+    def rule(phase: Phase) -> Phase:
+        stage = _lone_reduction(phase)
+        if stage is None:
+            return phase
+        rank = len(stage.shape)
+        kept = tuple(d for d in range(rank) if d not in stage.reduced)
+        if kept and rank - 1 in stage.reduced and math.prod(stage.shape[d] for d in kept) >= 2:
+            return KeptDims(stage, kept)
+        return phase
+
+    return _each_phase(plan, rule)
 
 
 PARTIALS_MAX = 64
 
 
-def split_full_reduction(plan: KernelPlan, phase: Phase) -> list[Phase]:
+def split_full_reductions(plan: KernelPlan) -> KernelPlan:
     """A lone reduction over all dims (losses, norms) becomes partial reductions over ranges of dim 0, in
     parallel, then a serial phase combining the partials."""
-    if phase.outer or phase.chunk_combine or len(phase.stages) != 1 or not isinstance(phase.stages[0], ReduceStage):
-        return [phase]
-    stage = phase.stages[0]
-    shape = stage.shape
-    total = math.prod(shape)
-    if not COMBINERS[stage.op.name].merges_partials or not shape or stage.reduced != tuple(range(len(shape))) \
-            or total < 1 << 16 or shape[0] < 2:
-        return [phase]
-    parts = min(shape[0], PARTIALS_MAX, max(2, total >> 15))
-    plan.extra.append(ExtraArg("scratch", nbytes=parts * 8))
-    slot = plan.n_params + plan.n_outputs + len(plan.extra) - 1
-    return [Phase([stage], 0, (), partials=parts, partials_arg=slot),
-            Phase([stage], 0, (), partials=0, partials_arg=slot, combine=True)]
+    phases: list[Phase] = []
+    for phase in plan.phases:
+        stage = _lone_reduction(phase)
+        shape = stage.shape if stage is not None else ()
+        total = math.prod(shape)
+        if stage is None or not COMBINERS[stage.op.name].merges_partials or not shape or \
+                stage.reduced != tuple(range(len(shape))) or total < 1 << 16 or shape[0] < 2:
+            phases.append(phase)
+            continue
+        parts = min(shape[0], PARTIALS_MAX, max(2, total >> 15))
+        plan, slot = plan.with_scratch(parts * 8)
+        phases += [PartialReduce(stage, parts, slot), CombinePartials(stage, parts, slot)]
+    return replace(plan, phases=tuple(phases))
 
 
 #: Column splits: at least this many columns per outer iteration (whole vectors), at most 8 per thread pair.
 SPLIT_MIN = 64
 
 
-def split_columns(phase: Phase) -> None:
+def split_columns(plan: KernelPlan) -> KernelPlan:
     """A reduction over leading dims that keeps only the last dim (bias gradients, column sums) has no outer
     dims to parallelize; split its columns instead."""
-    if phase.outer or len(phase.stages) != 1 or not isinstance(phase.stages[0], ReduceStage):
-        return
-    stage = phase.stages[0]
-    rank = len(stage.shape)
-    kept = [d for d in range(rank) if d not in stage.reduced]
-    if not stage.reduced or kept != [rank - 1] or not COMBINERS[stage.op.name].column_split:
-        return
-    columns = stage.shape[-1]
-    split = min(max(SPLIT_MIN, -(-columns // 8 // 16) * 16), 4096)
-    # A power of two dividing the columns, when there is one in range: every block then has the same static
-    # width, and a block never straddles a reshape's split of the dim (c // 512: 3 x 8 x 64 columns of a
-    # QKV bias gradient), so the emitter's index division folds per block instead of per element.
-    aligned = 1 << (split.bit_length() - 1)
-    if aligned >= SPLIT_MIN and columns % aligned == 0:
-        split = aligned
-    if columns >= 2 * split:
-        phase.split = split
+    def rule(phase: Phase) -> Phase:
+        stage = _lone_reduction(phase)
+        if stage is None:
+            return phase
+        rank = len(stage.shape)
+        kept = [d for d in range(rank) if d not in stage.reduced]
+        if not stage.reduced or kept != [rank - 1] or not COMBINERS[stage.op.name].column_split:
+            return phase
+        columns = stage.shape[-1]
+        split = min(max(SPLIT_MIN, -(-columns // 8 // 16) * 16), 4096)
+        # A power of two dividing the columns, when there is one in range: every block then has the same
+        # static width, and a block never straddles a reshape's split of the dim (c // 512: 3 x 8 x 64
+        # columns of a QKV bias gradient), so the emitter's index division folds per block, not per element.
+        aligned = 1 << (split.bit_length() - 1)
+        if aligned >= SPLIT_MIN and columns % aligned == 0:
+            split = aligned
+        return SplitColumns(stage, split) if columns >= 2 * split else phase
+
+    return _each_phase(plan, rule)
 
 
 ROW_CACHE_MAX = 16384  # elements of one cached row (kept on the stack)
 
 
-def cache_rows(plan: KernelPlan, phase: Phase) -> None:
+def cache_rows(plan: KernelPlan) -> KernelPlan:
     """Row caching: a reduction input that a later stage of the phase reads again (softmax's exp(x - max))
     is stored into a per-row stack buffer while reducing, and loaded, not recomputed, by the later stage."""
-    k = phase.outer
-    if phase.block or k == 0:
-        return
-    for position, stage in enumerate(phase.stages):
-        if not isinstance(stage, ReduceStage) or stage.reduced != tuple(range(k, len(stage.shape))):
-            continue
-        value = stage.op.operands[0]
-        if value in phase.row_cache or not _expensive(plan, value, set()):
-            continue
-        if math.prod(stage.shape[k:]) > ROW_CACHE_MAX:
-            continue
-        for later in phase.stages[position + 1:]:
-            if later.shape == stage.shape and any(_reads_in_place(plan, root, value, stage.shape, set())
-                                                  for root, _ in later.roots):
-                phase.row_cache[value] = position
-                break
+    def rule(phase: Phase) -> Phase:
+        if not isinstance(phase, RowLoop) or not phase.outer:
+            return phase
+        k = len(phase.outer)
+        row_cache: dict[Value, int] = {}
+        for position, stage in enumerate(phase.stages):
+            if not isinstance(stage, ReduceStage) or stage.reduced != tuple(range(k, len(stage.shape))):
+                continue
+            value = stage.op.operands[0]
+            if value in row_cache or not _expensive(plan, value, set()):
+                continue
+            if math.prod(stage.shape[k:]) > ROW_CACHE_MAX:
+                continue
+            for later in phase.stages[position + 1:]:
+                if later.shape == stage.shape and any(_reads_in_place(plan, root, value, stage.shape, set())
+                                                      for root, _ in later.roots):
+                    row_cache[value] = position
+                    break
+        return replace(phase, row_cache=row_cache) if row_cache else phase
+
+    return _each_phase(plan, rule)
 
 
 def _expensive(plan: KernelPlan, value: Value, seen: set) -> bool:
@@ -142,59 +176,60 @@ CHUNKS_MAX = 16
 CHUNK_PARTIALS_MAX_BYTES = 1 << 21
 
 
-def accumulate_column_partials(plan: KernelPlan, phases: list[Phase], stage_args: set[int]) -> list[Phase]:
+def accumulate_column_partials(plan: KernelPlan) -> KernelPlan:
     """A column reduction (bias gradients, LayerNorm weight gradients: a sum over the leading dims that keeps
     the rest) right after a row-parallel phase whose rows are exactly its reduced dims joins that phase: the
     phase's parallel loop then iterates chunks of contiguous rows, and each chunk accumulates the column sums
     of its rows into float64 partials while the rows are in cache; a small serial phase merges the partials.
     Without this the reduction is a phase of its own that recomputes (or re-reads) every row."""
-    phases = _join_following(plan, phases, stage_args)
+    plan = _join_following(plan)
+    phases = list(plan.phases)
     for position in range(len(phases) - 1):  # a column sum right before a row phase that does not read it
         before, host = phases[position], phases[position + 1]
-        if _can_host(host) and _joins(plan, host, before, *_rows_and_chunks(host), [], stage_args) and \
-                all(_reads_none(plan, root, {before.stages[0].target.arg})  # type: ignore[union-attr]
+        if isinstance(host, RowLoop) and _can_host(host) and \
+                _column_sum(plan, host, before, *_rows_and_chunks(host), []) is not None and \
+                all(_reads_none(plan, root, set(before.stages[0].written))
                     for stage in host.stages for root, _ in stage.roots):
             phases[position], phases[position + 1] = host, before
-    return _join_following(plan, phases, stage_args)
+    return _join_following(replace(plan, phases=tuple(phases)))
 
 
-def _join_following(plan: KernelPlan, phases: list[Phase], stage_args: set[int]) -> list[Phase]:
+def _join_following(plan: KernelPlan) -> KernelPlan:
     """Each row phase takes the column sums that follow it (see ``accumulate_column_partials``)."""
-    result: list[Phase] = []
+    phases: list[Phase] = []
     position = 0
-    while position < len(phases):
-        host = phases[position]
-        result.append(host)
+    while position < len(plan.phases):
+        host = plan.phases[position]
         position += 1
-        if not _can_host(host):
+        if not isinstance(host, RowLoop) or not _can_host(host):
+            phases.append(host)
             continue
         rows, chunks = _rows_and_chunks(host)
         joined: list[ReduceStage] = []
-        while position < len(phases) and _joins(plan, host, phases[position], rows, chunks, joined, stage_args):
-            joined.append(phases[position].stages[0])  # type: ignore[arg-type]
+        while position < len(plan.phases):
+            stage = _column_sum(plan, host, plan.phases[position], rows, chunks, joined)
+            if stage is None:
+                break
+            joined.append(stage)
             position += 1
         if not joined:
+            phases.append(host)
             continue
-        host.chunks = chunks
-        combine = Phase(list(joined), 0, (), chunk_combine=chunks)
-        for number, stage in enumerate(joined):
-            plan.extra.append(ExtraArg("scratch", nbytes=chunks * (math.prod(stage.shape) // rows) * 8))
-            slot = plan.n_params + plan.n_outputs + len(plan.extra) - 1
-            host.chunk_partials[len(host.stages)] = slot
-            combine.chunk_partials[number] = slot
-            host.stages.append(stage)
-        result.append(combine)
-    return result
+        sums: list[ColumnSum] = []
+        for stage in joined:
+            plan, slot = plan.with_scratch(chunks * (math.prod(stage.shape) // rows) * 8)
+            sums.append(ColumnSum(stage, slot))
+        phases += [ChunkedRows(host, tuple(sums), chunks), CombineColumns(tuple(sums), chunks)]
+    return replace(plan, phases=tuple(phases))
 
 
-def _can_host(phase: Phase) -> bool:
+def _can_host(phase: RowLoop) -> bool:
     """A parallel phase over whole rows (its outer dims) that column sums can join."""
-    plain = not (phase.serial or phase.block or phase.split or phase.kept or phase.partials or phase.chunks)
-    return plain and phase.outer >= 1 and math.prod(phase.outer_shape[: phase.outer]) >= 2
+    return len(phase.outer) >= 1 and math.prod(phase.outer) >= 2
 
 
-def _rows_and_chunks(host: Phase) -> tuple[int, int]:
-    rows = math.prod(host.outer_shape[: host.outer])
+def _rows_and_chunks(host: RowLoop) -> tuple[int, int]:
+    rows = math.prod(host.outer)
     return rows, _chunk_count(rows)
 
 
@@ -207,34 +242,34 @@ def _chunk_count(rows: int) -> int:
     return -(-rows // -(-rows // most))
 
 
-def _joins(plan: KernelPlan, host: Phase, phase: Phase, rows: int, chunks: int, joined: list[ReduceStage],
-           stage_args: set[int]) -> bool:
-    """Whether ``phase`` is a lone float column sum over ``rows`` that reads the buffers written by ``host``
-    (and by the column sums already joined) only at its own row."""
-    if phase.outer or len(phase.stages) != 1 or not isinstance(phase.stages[0], ReduceStage):
-        return False
-    stage = phase.stages[0]
+def _column_sum(plan: KernelPlan, host: RowLoop, phase: Phase, rows: int, chunks: int,
+                joined: list[ReduceStage]) -> ReduceStage | None:
+    """The reduce stage of ``phase`` when it is a lone float column sum over ``rows`` that reads the buffers
+    written by ``host`` (and by the column sums already joined) only at its own row, else None."""
+    stage = _lone_reduction(phase) if isinstance(phase, RowLoop) else \
+        phase.stage if isinstance(phase, (SplitColumns, KeptDims)) else None
+    if isinstance(phase, CombineColumns) and len(phase.sums) == 1:  # kept from the flag-based planner (same code)
+        stage = phase.sums[0].stage
+    if stage is None:
+        return None
     shape, reduced = stage.shape, stage.reduced
     count = len(reduced)
     # column partials are float64 sums (the combining phase finishes them: mean divides)
     if not stage.op.has(Trait.SUM_REDUCTION) or not stage.op.operands[0].type.dtype.is_float or not count \
             or reduced != tuple(range(count)) or count >= len(shape) or math.prod(shape[:count]) != rows:
-        return False
+        return None
     if chunks * (math.prod(shape) // rows) * 8 > CHUNK_PARTIALS_MAX_BYTES:
-        return False
-    written = {s.target.arg for s in host.stages if not isinstance(s, MapStage)}
-    written |= {t.arg for s in host.stages if isinstance(s, MapStage) for _, t in s.items}
-    written &= stage_args
-    unfinished = {s.target.arg for s in joined}  # complete only after the combining phase
+        return None
+    written = written_by(host.stages) & plan.written
+    unfinished = written_by(joined)  # complete only after the combining phase
     for root, rank in stage.roots:
-        if not _reads_none(plan, root, unfinished) or \
-                not _rows_preserved(plan, root, count, host.outer_shape[: host.outer], written):
-            return False
-    return True
+        if not _reads_none(plan, root, unfinished) or not _rows_preserved(plan, root, count, host.outer, written):
+            return None
+    return stage
 
 
 def _reads_none(plan: KernelPlan, value: Value, args: set[int]) -> bool:
-    return outer_dims_preserved(plan, value, tuple(-1 for _ in value.type.shape), 1, args, set())
+    return outer_dims_preserved(plan.access, value, tuple(-1 for _ in value.type.shape), 1, args, set())
 
 
 def _rows_preserved(plan: KernelPlan, value: Value, count: int, rows: tuple[int, ...], written: set[int]) -> bool:
@@ -245,7 +280,7 @@ def _rows_preserved(plan: KernelPlan, value: Value, count: int, rows: tuple[int,
     shape = value.type.shape
     if shape[:count] == rows:
         dims = tuple(d if d < count else -1 for d in range(len(shape)))
-        return outer_dims_preserved(plan, value, dims, count, written, set())
+        return outer_dims_preserved(plan.access, value, dims, count, written, set())
     access = plan.access[value]
     if isinstance(access, Computed) and access.op.has(Trait.RESHAPE):
         (operand,) = access.op.operands

@@ -8,9 +8,10 @@ Every op producing a bf16/f16 value rounds to that precision (``round_to``), as 
 
 from __future__ import annotations
 
+import numpy as np
 from llvmlite import ir
 
-from neuroncc.ir.dtypes import DType
+from neuroncc.ir.dtypes import DType, to_storage
 
 F16 = ir.HalfType()
 F32 = ir.FloatType()
@@ -72,10 +73,6 @@ def constant(dtype: DType, value: float | int | bool) -> ir.Constant:
     """A compute-typed constant (float values are rounded to the dtype's precision like the reference)."""
     t = compute_type(dtype)
     if dtype.is_float:
-        import numpy as np
-
-        from neuroncc.ir.dtypes import to_storage
-
         stored = to_storage(np.asarray([float(value)], dtype=np.float32), dtype)
         return ir.Constant(F32, float(np.float32(stored[0])))
     if dtype.is_bool:

@@ -14,21 +14,21 @@ from typing import Any
 from llvmlite import ir
 
 from neuroncc.codegen.llvm.access import SCATTERS
+from neuroncc.codegen.llvm.context import EmitContext
+from neuroncc.codegen.llvm.kernel_plan import ColumnSum, CombinePartials, PartialReduce, ReduceStage, ScatterStage
 from neuroncc.codegen.llvm.reductions import COMBINERS, REASSOC, Combiner
 from neuroncc.codegen.llvm.scalars import F32, F64, I1, I64, round_to
-from neuroncc.codegen.llvm.schedule import ReduceStage, ScatterStage
 from neuroncc.ir.types import contiguous_strides
 
 CHUNK = 4096  # float sums: elements per float32 partial before it is added to the float64 total
 TRAILING_MAX = 4096  # kept trailing elements accumulated together
 
 
-def emit_reduce(em: Any, stage: ReduceStage, outer: list[Any], columns: tuple[Any, Any] | None = None,
+def emit_reduce(em: EmitContext, stage: ReduceStage, outer: list[Any], columns: tuple[Any, Any] | None = None,
                 fixed: dict[int, Any] | None = None) -> None:
     """Emit one reduce stage for the outer index ``outer`` (or, for a split column reduction, for the last-dim
     columns [lo, hi) given by ``columns``; or with the kept dims in ``fixed`` set by the outer loop)."""
     fixed = fixed or {}
-    op = stage.op
     shape, reduced = stage.shape, stage.reduced
     rank, k = len(shape), len(outer)
     kept = [d for d in range(rank) if d not in reduced]
@@ -56,7 +56,7 @@ def emit_reduce(em: Any, stage: ReduceStage, outer: list[Any], columns: tuple[An
 
 
 class _Reducer:
-    def __init__(self, em: Any, stage: ReduceStage):
+    def __init__(self, em: EmitContext, stage: ReduceStage):
         self.em, self.stage, self.op = em, stage, stage.op
         self.combiner: Combiner = COMBINERS[self.op.name]
         self.dtype = self.op.operands[0].type.dtype
@@ -257,8 +257,9 @@ def _partial_type(reducer: _Reducer) -> ir.Type:
     return F64 if reducer.float_sum else reducer.combiner.slots(reducer.dtype)[0]
 
 
-def emit_partial(em: Any, stage: ReduceStage, part: Any, parts: int, slot: int) -> None:
+def emit_partial(em: EmitContext, loop: PartialReduce, part: Any) -> None:
     """Partial ``part`` of a full reduction: dim 0 restricted to its share, accumulator to partials[part]."""
+    stage, parts, slot = loop.stage, loop.parts, loop.slot
     reducer = _Reducer(em, stage)
     rows = stage.shape[0]
     step = -(-rows // parts)
@@ -272,8 +273,9 @@ def emit_partial(em: Any, stage: ReduceStage, part: Any, parts: int, slot: int) 
     em.b.store(acc, em.b.gep(em.ptrs[slot], [em.ir_index(part)], source_etype=_partial_type(reducer)))
 
 
-def emit_combine(em: Any, stage: ReduceStage, parts: int, slot: int) -> None:
+def emit_combine(em: EmitContext, loop: CombinePartials) -> None:
     """Merge the partial accumulators of a full reduction and store its result."""
+    stage, parts, slot = loop.stage, loop.parts, loop.slot
     reducer = _Reducer(em, stage)
     t = _partial_type(reducer)
     if reducer.float_sum:
@@ -299,7 +301,7 @@ def emit_combine(em: Any, stage: ReduceStage, parts: int, slot: int) -> None:
     reducer._store([0] * len(stage.shape), [em.b.load(a) for a in accs])
 
 
-def _column_partials(em: Any, stage: ReduceStage, chunk: Any, slot: int, kept: list[Any]) -> ir.Value:
+def _column_partials(em: EmitContext, stage: ReduceStage, chunk: Any, slot: int, kept: list[Any]) -> ir.Value:
     """Address of the float64 partial of ``chunk`` for the kept (column) index ``kept``."""
     sizes = stage.shape[len(stage.reduced):]
     flat: Any = em.mul(chunk, math.prod(sizes))
@@ -308,18 +310,21 @@ def _column_partials(em: Any, stage: ReduceStage, chunk: Any, slot: int, kept: l
     return em.b.gep(em.ptrs[slot], [em.ir_index(flat)], source_etype=F64, inbounds=True)
 
 
-def _over_columns(em: Any, stage: ReduceStage, body: Any) -> None:
+def _over_columns(em: EmitContext, stage: ReduceStage, body: Any) -> None:
     em.nest([(0, n) for n in stage.shape[len(stage.reduced):]], body)
 
 
-def emit_column_reset(em: Any, stage: ReduceStage, chunk: Any, rows: int, slot: int) -> None:
+def emit_column_reset(em: EmitContext, column_sum: ColumnSum, chunk: Any) -> None:
     """Zero the column partials of ``chunk`` (a column reduction accumulated by a chunked row phase)."""
+    stage, slot = column_sum.stage, column_sum.slot
     _over_columns(em, stage, lambda kept: em.b.store(ir.Constant(F64, 0.0),
                                                      _column_partials(em, stage, chunk, slot, kept)))
 
 
-def emit_column_partial(em: Any, stage: ReduceStage, rows: list[Any], chunk: Any, slot: int) -> None:
+def emit_column_partial(em: EmitContext, column_sum: ColumnSum, rows: list[Any], chunk: Any) -> None:
     """Add one row (reduced-dim index ``rows``) of a column sum's input to the partials of ``chunk``."""
+    stage, slot = column_sum.stage, column_sum.slot
+
     def update(kept: list[Any]) -> None:
         b = em.b
         ptr = _column_partials(em, stage, chunk, slot, kept)
@@ -329,8 +334,9 @@ def emit_column_partial(em: Any, stage: ReduceStage, rows: list[Any], chunk: Any
     _over_columns(em, stage, update)
 
 
-def emit_column_combine(em: Any, stage: ReduceStage, chunks: int, slot: int) -> None:
+def emit_column_combine(em: EmitContext, column_sum: ColumnSum, chunks: int) -> None:
     """Merge the chunks' column partials into chunk 0's, then finish (mean divides) and store each column."""
+    stage, slot = column_sum.stage, column_sum.slot
     reducer = _Reducer(em, stage)
     count = len(stage.reduced)
 
@@ -348,7 +354,7 @@ def emit_column_combine(em: Any, stage: ReduceStage, chunks: int, slot: int) -> 
         [0] * count + list(kept), [em.b.load(_column_partials(em, stage, 0, slot, kept), typ=F64)]))
 
 
-def emit_scatter(em: Any, stage: ScatterStage) -> None:
+def emit_scatter(em: EmitContext, stage: ScatterStage) -> None:
     """Serial loop writing (or accumulating) data-dependent positions of the stage's buffer."""
     op, target = stage.op, stage.target
     scatter = SCATTERS[op.name]

@@ -6,9 +6,9 @@ buffer with a non-unit stride along that dim while another output dim reads it w
 row comes from a different source line: a 2048 x 2048 f32 transpose took 24 ms on one thread for 32 MB of
 traffic that a plain copy moves in 0.7 ms.
 
-Such a phase (:func:`block_transposed_rows`, at scheduling) takes a block of output rows per parallel
-iteration: ``SQUARES`` squares of ``lanes`` rows (fewer when the phase would have under ``MIN_BLOCKS``
-blocks), ``lanes`` being one cache line of the narrowest transposed source. Its stage
+Such a phase (:func:`block_transposed_rows`, at scheduling: a :class:`TransposedMap`) takes a block of output
+rows per parallel iteration: ``SQUARES`` squares of ``lanes`` rows (fewer when the phase would have under
+``MIN_BLOCKS`` blocks), ``lanes`` being one cache line of the narrowest transposed source. Its stage
 (:func:`emit_transposed`) runs per chunk of ``CHUNK`` output columns:
 
 1. compute: columns outside, the block's rows inside, into an L1 stack tile stored column-major (tile
@@ -24,11 +24,15 @@ copy takes the scalar route when a chunk is not whole squares or a block of rows
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any
 
+from llvmlite import ir
+
+from neuroncc.codegen.llvm.context import EmitContext, Index
 from neuroncc.codegen.llvm.dimflow import operand_dim_maps
-from neuroncc.codegen.llvm.schedule import KernelPlan, MapStage, Phase
-from neuroncc.codegen.llvm.scalars import storage_itemsize
+from neuroncc.codegen.llvm.kernel_plan import BlockedMap, KernelPlan, MapStage, Phase, RowLoop, TransposedMap
+from neuroncc.codegen.llvm.scalars import I64, storage_itemsize, storage_type, store
 from neuroncc.codegen.llvm.views import Layout
 from neuroncc.hardware.host import CACHE_LINE_BYTES
 from neuroncc.ir.graph import Value
@@ -79,47 +83,47 @@ def lanes(sources: list[Layout]) -> int:
     return max(MIN_LANES, min(MAX_LANES, CACHE_LINE_BYTES // itemsize))
 
 
-def block_transposed_rows(plan: KernelPlan, phase: Phase) -> None:
-    """Iterate a map-only phase that transposes in blocks of output rows (see the module docstring): all dims
-    but the last two in the parallel loop, and the second-to-last in blocks of ``SQUARES * lanes`` rows."""
+def block_transposed_rows(plan: KernelPlan) -> KernelPlan:
+    """Iterate each map-only phase that transposes in blocks of output rows (see the module docstring): all
+    dims but the last two in the parallel loop, and the second-to-last in blocks of ``SQUARES * lanes`` rows."""
+    return replace(plan, phases=tuple(_transposed(plan, phase) for phase in plan.phases))
+
+
+def _transposed(plan: KernelPlan, phase: Phase) -> Phase:
+    if not isinstance(phase, (RowLoop, BlockedMap)):
+        return phase
     stages = phase.stages
-    if not stages or not all(isinstance(s, MapStage) for s in stages) or phase.row_cache or phase.split \
-            or phase.kept or phase.partials or phase.combine:
-        return
+    if not stages or not all(isinstance(s, MapStage) for s in stages):
+        return phase
     shape = stages[0].shape
     rank = len(shape)
-    if rank < 2 or any(s.shape != shape for s in stages) or phase.outer < rank - 1 or 0 in shape:
-        return
-    sources = [layout for s in stages for layout in transposed_reads(plan, s)]
+    depth = len(phase.outer) if isinstance(phase, RowLoop) else len(phase.shape)
+    if rank < 2 or any(s.shape != shape for s in stages) or depth < rank - 1 or 0 in shape:
+        return phase
+    sources = [layout for s in stages for layout in transposed_reads(plan, s)]  # type: ignore[arg-type]
     if not sources:
-        return
+        return phase
     if shape[-2] < 2 or shape[-1] < 2:
-        return
+        return phase
     square = lanes(sources)
     squares = SQUARES
     while squares > 1 and math.prod(shape[:-2]) * -(-shape[-2] // (square * squares)) < MIN_BLOCKS:
         squares //= 2  # few output rows: smaller blocks keep the threads busy
-    phase.outer, phase.outer_shape, phase.block = rank - 1, shape[:-1], square * squares
-    phase.transposed = True
+    return TransposedMap(stages, shape, square * squares, square)  # type: ignore[arg-type]  # map stages only
 
 
-def emit_transposed(em: Any, stage: MapStage, ranges: list[tuple[Any, Any]]) -> None:
-    """The nest of a transposed phase's stage (see the module docstring): ``ranges`` ends with the block's
-    rows and all columns."""
-    from llvmlite import ir
-
-    from neuroncc.codegen.llvm.scalars import I64, storage_type, store
-
+def emit_transposed(em: EmitContext, loop: TransposedMap, stage: MapStage, ranges: list[tuple[Any, Any]]) -> None:
+    """The nest of one stage of the transposed phase ``loop`` (see the module docstring): ``ranges`` ends with
+    the block's rows and all columns."""
     (lo, hi), (_, n) = ranges[-2], ranges[-1]
-    block = em.phase.block
-    square = lanes([layout for s in em.phase.stages for layout in transposed_reads(em.plan, s)])
+    block, square = loop.block, loop.lanes
     chunk = min(CHUNK, n)
     # the squares are stored as vectors along the output rows: only into rows of unit stride
     rows_contiguous = all(target.strides[-1] == 1 for _, target in stage.items)
     tiles = {}
     for _, target in stage.items:
         pitch = block
-        tile = em._entry.alloca(ir.ArrayType(storage_type(target.dtype), chunk * pitch))
+        tile = em.alloca(storage_type(target.dtype), chunk * pitch)
         tile.align = CACHE_LINE_BYTES
         tiles[target.arg] = (tile, pitch)
 
@@ -128,7 +132,7 @@ def emit_transposed(em: Any, stage: MapStage, ranges: list[tuple[Any, Any]]) -> 
         offset = em.add(em.mul(c, pitch), em.sub(r, lo))
         return em.b.gep(tile, [ir.Constant(I64, 0), em.ir_index(offset)], inbounds=True)
 
-    def columns(prefix: list) -> None:
+    def columns(prefix: Index) -> None:
         def piece(k: Any) -> None:
             c0 = em.mul(k, chunk)
             c1 = em.add(c0, chunk) if n % chunk == 0 else em.min(em.add(c0, chunk), n)
@@ -162,31 +166,23 @@ def emit_transposed(em: Any, stage: MapStage, ranges: list[tuple[Any, Any]]) -> 
             else:  # the last block of rows may be short: vectors for the whole blocks only
                 full = em.eq(em.sub(hi, lo), block)
                 with em.b.if_else(full) as (then, otherwise):
-                    with then:
-                        em.memo.append({})
+                    with then, em.fresh_values():
                         vector_copy()
-                        em.memo.pop()
-                    with otherwise:
-                        em.memo.append({})
+                    with otherwise, em.fresh_values():
                         scalar_copy()
-                        em.memo.pop()
 
         em.loop(0, -(-n // chunk), piece)
 
     em.nest(ranges[:-2], columns)
 
 
-def _copy_transposed(em: Any, stage: MapStage, prefix: list, lo: Any, c0: Any, cb: Any, block: int,
+def _copy_transposed(em: EmitContext, stage: MapStage, prefix: Index, lo: Any, c0: Any, cb: Any, block: int,
                      slot: Any) -> None:
     """Copy the tile's ``block`` x ``block`` square of rows [lo, lo + block) and (tile-relative) columns
     [cb, cb + block) to the output: ``block`` vector loads (one per column: the square's rows), an
     in-register transpose, ``block`` vector stores (one per output row). The transpose swaps one bit of the
     row and column numbers per round: log2(block) rounds of two-source shuffles (one ``vpermt2*`` each on
     x86 with AVX-512)."""
-    from llvmlite import ir
-
-    from neuroncc.codegen.llvm.scalars import storage_itemsize, storage_type
-
     b = em.b
     for _, target in stage.items:
         etype = storage_type(target.dtype)

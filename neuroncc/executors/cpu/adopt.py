@@ -35,10 +35,11 @@ from neuroncc.ir.dtypes import DType
 from neuroncc.ir.opdef import Trait
 from neuroncc.ir.types import contiguous_strides
 from neuroncc.codegen.llvm.extern_layouts import same_layout
-from neuroncc.codegen.llvm.program import ALIGN, SlotKind
+from neuroncc.codegen.llvm.program import ALIGN, SlotKind, StepSpec
 from neuroncc.executors.cpu.buffers import aligned_empty, data_address, flat_view, storage_dtype, strided_view
 from neuroncc.executors.cpu.extern import onednn_product
 from neuroncc.executors.cpu.extern_library import LIBRARY_CALLS, library_results, write_result
+from neuroncc.executors.cpu.step_host import StepHost
 
 def adopt(tensor: Any, spec: Any, dtype: np.dtype, taken: Sequence[np.ndarray]) -> np.ndarray | None:
     """``tensor``'s memory as a writable numpy array in ValueSpec ``spec``'s layout (``dtype`` its storage
@@ -70,7 +71,7 @@ def adopt(tensor: Any, spec: Any, dtype: np.dtype, taken: Sequence[np.ndarray]) 
 class SuppliedExtern:
     """A top-level extern step supplying the buffers of its results marked ``supplied`` in the plan."""
 
-    def __init__(self, exe: Any, step: Any):
+    def __init__(self, exe: StepHost, step: StepSpec):
         plan = exe.plan
         self.exe, self.step = exe, step
         self.op = exe.function.ops[step.op_index]
@@ -86,7 +87,7 @@ class SuppliedExtern:
 
     def __call__(self, flats: list[Any], addresses: list[int]) -> None:
         op = self.op
-        operands = self.exe._arrays(self.step.operands, flats)
+        operands = self.exe.arrays(self.step.operands, flats)
         if self.library:
             tensors = library_results(op.name, op.attrs, operands, self.dtypes)
         else:
@@ -96,7 +97,7 @@ class SuppliedExtern:
             for _, number, dtype, extent in self.results:
                 if extent is not None:
                     flats[number], addresses[number] = aligned_empty(extent, dtype)
-            self.exe._run_extern(self.step, flats)
+            self.exe.run_extern(self.step, flats)
             return
         taken = list(operands)
         for (spec, number, dtype, extent), tensor, ir_dtype in zip(self.results, tensors, self.dtypes):

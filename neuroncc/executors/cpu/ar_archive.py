@@ -49,3 +49,16 @@ def read_archive(blob: bytes, source: str = "archive") -> list[bytes]:
         members.append(blob[start:start + size])
         position = start + size + size % 2
     return members
+
+
+def split_modules(text: str) -> list[str]:
+    """kernels.ll back into its modules (each starts with its "; ModuleID" line)."""
+    modules, current = [], []
+    for line in text.splitlines(keepends=True):
+        if line.startswith("; ModuleID") and current:
+            modules.append("".join(current))
+            current = []
+        current.append(line)
+    if current:
+        modules.append("".join(current))
+    return modules

@@ -19,7 +19,6 @@ number or Value; see :func:`neuroncc.codegen.llvm.program.plan_launch`).
 
 from __future__ import annotations
 
-import ctypes
 import hashlib
 import threading
 import time
@@ -31,36 +30,33 @@ import numpy as np
 
 from neuroncc.codegen.llvm import jit
 from neuroncc.codegen.llvm.regions import wrap_remaining_ops
-from neuroncc.errors import ArtifactError, InputError, NeuronccError
+from neuroncc.errors import ArtifactError, InputError
 from neuroncc.ir.graph import Function
 from neuroncc.ir.opdef import Trait
 from neuroncc.ir.types import contiguous_strides
-from neuroncc.executors.cpu import blas
-from neuroncc.executors.cpu.adopt import ScratchProduct, SuppliedExtern
-from neuroncc.executors.cpu.ar_archive import read_archive, write_archive
+from neuroncc.executors.cpu.adopt import SuppliedExtern
+from neuroncc.executors.cpu.ar_archive import read_archive, split_modules, write_archive
 from neuroncc.executors.cpu.buffers import aligned_empty as _aligned_empty
 from neuroncc.executors.cpu.buffers import copy_layouts, returned_strides
 from neuroncc.executors.cpu.buffers import data_address as _data_address
 from neuroncc.executors.cpu.buffers import flat_view as _flat
 from neuroncc.executors.cpu.buffers import storage_dtype as _storage_dtype
 from neuroncc.executors.cpu.buffers import strided_view as _view
-from neuroncc.codegen.llvm.extern_layouts import ONEDNN_MIN_MACS
 from neuroncc.executors.cpu.extern import run_extern
 from neuroncc.executors.cpu.extern_library import LIBRARY_CALLS, run_library
 from neuroncc.codegen.llvm.program import (
-    ALIGN, BufferKind, CpuLaunchPlan, SlotKind, StepKind, StepSpec, ValueSpec, function_hash, plan_launch,
+    ALIGN, BufferKind, CpuLaunchPlan, StepKind, StepSpec, ValueSpec, function_hash, plan_launch,
 )
+from neuroncc.executors.cpu.step_host import ErrorFlag
+from neuroncc.executors.cpu.step_names import graph_info, step_infos
+from neuroncc.executors.cpu.steps import BlasStep, KernelIndexError, NativeKernel, prepare_blas
 from neuroncc.executors.cpu.threads import default_threads, get_pool, get_team
+from neuroncc.executors.tracing import active_tracer, traced_steps
 from neuroncc.ir.interpreter import run_op
 from neuroncc.ir.dtypes import to_storage
 
-PHASE_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
 #: kernels.a: the object files of the kernel phases in one ar archive (executors/cpu/ar_archive.py)
 PLAN_FILE, IR_FILE, OBJECT_FILE = "plan.json", "kernels.ll", "kernels.a"
-
-
-class KernelIndexError(NeuronccError):
-    """A kernel read or wrote a data-dependent index out of range (gather/scatter/index/embedding)."""
 
 
 def _output_shaping(spec: ValueSpec, buffer: Any) -> ValueSpec | tuple[int, ...]:
@@ -85,7 +81,7 @@ class CpuExecutable:
         self._arena = np.empty(plan.arena_bytes + ALIGN, dtype=np.uint8)
         shift = (-self._arena.ctypes.data) % ALIGN
         self._arena = self._arena[shift:shift + plan.arena_bytes]
-        self._error = np.zeros(1, dtype=np.int32)
+        self.error = ErrorFlag()
         self._static_flats: dict[int, np.ndarray] = {}
         self._constants: dict[tuple[int, int], np.ndarray] = {}
         for number, buffer in enumerate(plan.buffers):
@@ -116,13 +112,29 @@ class CpuExecutable:
         self.output_strides = returned_strides(plan, self._copy_layouts)
         self._runners = [self._runner(step) for step in plan.steps]
         self._calls = [getattr(r, "fast", None) or r for r in self._runners]  # what a call runs, step by step
+        self._traced: tuple[Any, list[Any], Any] | None = None  # (tracer, its wrapped calls, graph info)
         self.stats = self._stats(compile_seconds)
         self.stats["blas_calls"] = sum(getattr(r, "blas", None) is not None for r in self._runners)
 
-    # ---- build ---------------------------------------------------------------------------------------------
+    # ---- build (the StepHost interface of step_host.py, for the step runners) --------------------------------
 
     def _address(self, buffer: int, flats: dict[int, np.ndarray]) -> int:
         return flats[buffer].__array_interface__["data"][0]
+
+    def static_address(self, buffer: int) -> int | None:
+        """The address of buffer ``buffer`` when it is the same on every call (arena, constant), else None."""
+        return self._address(buffer, self._static_flats) if buffer in self._static_flats else None
+
+    def scratch_address(self, offset: int) -> int:
+        """The address of arena byte ``offset`` (kernels' scratch slots)."""
+        return self._arena.ctypes.data + offset
+
+    def region_constant(self, op_index: int, ref: int) -> np.ndarray:
+        """The data of constant op ``ref`` of the region of kernel op ``op_index``, kept alive here."""
+        region = self.function.ops[op_index].regions[0]
+        array = np.array(region.ops[ref].attrs["value"].array, copy=True, order="C")
+        self._constants[(op_index, ref)] = array
+        return array
 
     def _runner(self, step: StepSpec) -> Any:
         if step.kind == StepKind.EXTERN:
@@ -131,10 +143,10 @@ class CpuExecutable:
             direct = self._direct_extern(step)
             if direct is not None:
                 return direct
-            return lambda flats, addresses: self._run_extern(step, flats)
+            return lambda flats, addresses: self.run_extern(step, flats)
         if step.kind == StepKind.VIEW_COPY or not step.native:
             return lambda flats, addresses: self._run_interpreted(step, flats)
-        return _NativeKernel(self, step)
+        return NativeKernel(self, step)
 
     def _direct_extern(self, step: StepSpec) -> Any:
         """A runner calling BLAS directly for a top-level float32 mm/addmm/bmm (see :mod:`blas`), or None."""
@@ -142,10 +154,10 @@ class CpuExecutable:
         if not op.has(Trait.MATRIX_PRODUCT):
             return None
         specs = [self.plan.values[i] for i in (*step.operands, *step.results)]
-        call = _prepare_blas(op, specs)
+        call = prepare_blas(op, specs)
         if call is None:
             return None
-        return _BlasStep(self, step, call, [(s.buffer, s.offset * _storage_dtype(s.dtype).itemsize) for s in specs])
+        return BlasStep(self, step, call, [(s.buffer, s.offset * _storage_dtype(s.dtype).itemsize) for s in specs])
 
     def _stats(self, compile_seconds: float) -> dict[str, Any]:
         interpreted_ops: dict[str, int] = {}
@@ -168,6 +180,16 @@ class CpuExecutable:
     # ---- run -----------------------------------------------------------------------------------------------
 
     def __call__(self, *inputs: Any) -> list[np.ndarray]:
+        tracer = active_tracer()  # None unless a profiler or recorder is watching (see executors/tracing.py)
+        if tracer is None:
+            return self._call(inputs, self._calls)
+        if self._traced is None or self._traced[0] is not tracer:
+            self._traced = (tracer, traced_steps(tracer, self._calls, step_infos(self.function, self.plan)),
+                            graph_info(self.function))
+        with tracer.step(self._traced[2]):
+            return self._call(inputs, self._traced[1])
+
+    def _call(self, inputs: tuple[Any, ...], calls: list[Any]) -> list[np.ndarray]:
         plan = self.plan
         if len(inputs) != len(self.function.params):
             raise InputError(f"func @{self.function.name} takes {len(self.function.params)} inputs, got {len(inputs)}")
@@ -182,7 +204,7 @@ class CpuExecutable:
                     storage, addresses[number] = _aligned_empty(buffer.extent, dtype)
                     flats[number] = storage
                     returned[buffer.index] = storage.reshape(spec) if type(spec) is tuple else _view(storage, spec)
-            for run in self._calls:
+            for run in calls:
                 run(flats, addresses)
             for position, number, spec in self._supplied_outputs:
                 storage = flats[number]
@@ -192,7 +214,7 @@ class CpuExecutable:
                 if position in returned:
                     results.append(returned[position])
                 else:  # a view of an input, the arena or a constant, or an output repeated: copied
-                    results.append(self._fresh_copy(position, self._arrays((value_id,), flats)[0]))
+                    results.append(self._fresh_copy(position, self.arrays((value_id,), flats)[0]))
             return results
 
     def _input(self, position: int, array: Any, extent: int) -> tuple[np.ndarray, int]:
@@ -229,7 +251,7 @@ class CpuExecutable:
         np.copyto(out, view)
         return out
 
-    def _arrays(self, ids: tuple[int, ...], flats: list[Any]) -> list[np.ndarray]:
+    def arrays(self, ids: tuple[int, ...], flats: list[Any]) -> list[np.ndarray]:
         """Views of values ``ids`` over this call's buffers. Views of arena and constant buffers are the same
         on every call and built once; views of inputs and outputs are not kept (they would keep the caller's
         arrays alive after the call)."""
@@ -244,9 +266,10 @@ class CpuExecutable:
             views.append(view)
         return views
 
-    def _run_extern(self, step: StepSpec, flats: list[Any]) -> None:
+    def run_extern(self, step: StepSpec, flats: list[Any]) -> None:
+        """Run top-level extern step ``step`` through ATen into its result buffers."""
         op = self.function.ops[step.op_index]
-        operands, results = self._arrays(step.operands, flats), self._arrays(step.results, flats)
+        operands, results = self.arrays(step.operands, flats), self.arrays(step.results, flats)
         if op.name in LIBRARY_CALLS:
             run_library(op.name, op.attrs, operands, results, [r.type.dtype for r in op.results])
         else:
@@ -254,8 +277,8 @@ class CpuExecutable:
 
     def _run_interpreted(self, step: StepSpec, flats: list[Any]) -> None:
         op = self.function.ops[step.op_index]
-        outs = run_op(op, self._arrays(step.operands, flats))
-        for out, target in zip(outs, self._arrays(step.results, flats)):
+        outs = run_op(op, self.arrays(step.operands, flats))
+        for out, target in zip(outs, self.arrays(step.results, flats)):
             np.copyto(target, out)
 
     # ---- artifacts -----------------------------------------------------------------------------------------
@@ -273,214 +296,6 @@ class CpuExecutable:
             (directory / OBJECT_FILE).write_bytes(write_archive(self.module.objects))
             files += [IR_FILE, OBJECT_FILE]
         return files
-
-
-class _BlasStep:
-    """A top-level extern mm/addmm/bmm step run by a prepared BLAS call on its buffers' addresses."""
-
-    def __init__(self, exe: CpuExecutable, step: StepSpec, call: blas.BlasMatmul, places: list[tuple[int, int]]):
-        self.exe, self.step, self.blas, self.places = exe, step, call, places
-
-    def __call__(self, flats: list[Any], addresses: list[int]) -> None:
-        if not self.blas([addresses[buffer] + offset for buffer, offset in self.places]):
-            self.exe._run_extern(self.step, flats)
-
-
-class _NativeKernel:
-    """One native kernel step: a prebuilt argument array and its phase functions."""
-
-    def __init__(self, exe: CpuExecutable, step: StepSpec):
-        self.exe, self.step = exe, step
-        self.args = (ctypes.c_void_p * len(step.slots))()
-        self.args_address = ctypes.addressof(self.args)
-        self.dynamic: list[tuple[int, int, int]] = []  # (slot, buffer, byte offset)
-        plan = exe.plan
-        for slot, spec in enumerate(step.slots):
-            if spec.kind == SlotKind.VALUE:
-                value = plan.values[spec.ref]
-                byte_offset = value.offset * _storage_dtype(value.dtype).itemsize
-                if value.buffer in exe._static_flats:
-                    self.args[slot] = exe._address(value.buffer, exe._static_flats) + byte_offset
-                else:
-                    self.dynamic.append((slot, value.buffer, byte_offset))
-            elif spec.kind == SlotKind.SCRATCH:
-                self.args[slot] = exe._arena.ctypes.data + spec.ref
-            elif spec.kind == SlotKind.CONSTANT:
-                region = exe.function.ops[step.op_index].regions[0]
-                array = np.array(region.ops[spec.ref].attrs["value"].array, copy=True, order="C")
-                exe._constants[(step.op_index, spec.ref)] = array
-                self.args[slot] = array.ctypes.data
-            else:
-                self.args[slot] = exe._error.ctypes.data
-        self.phases = [(PHASE_FN(exe.module.address(p.symbol)), exe.module.address(p.symbol + "_team"), p.n_outer,
-                        p.work, p.serial) for p in step.phases]
-        self._view_cache: dict[int, tuple[int, np.ndarray]] = {}  # extern layout -> (address, view)
-        self.rows, self.row_block = 0, step.row_block  # the tile pass's matmul_tile (rows per block)
-        if self.row_block:
-            self.rows = step.extern.results[0].shape[0]
-        # a float32 mm/addmm/bmm extern calls BLAS directly (pointers into this kernel's argument slots)
-        self.blas = None
-        if step.extern is not None and not self.row_block:
-            op = exe.function.ops[step.op_index].regions[0].ops[step.extern.op_index]
-            layouts = (*step.extern.operands, *step.extern.results)
-            self.blas = _prepare_blas(op, layouts)
-            self.blas_places = [(layout.buffer, layout.offset * _storage_dtype(layout.dtype).itemsize)
-                                for layout in layouts]
-        # a product big enough for oneDNN: its tensor becomes the scratch slot's memory for the call
-        self.scratch_product = None
-        if self.blas is None and step.extern is not None and not self.row_block:
-            op = exe.function.ops[step.op_index].regions[0].ops[step.extern.op_index]
-            slot = ScratchProduct.slot_of(step, op)
-            if slot is not None:
-                self.scratch_product = ScratchProduct(self.args, slot, op, step.extern.results[0])
-        # phases too small to split (or one thread): called straight, without the pool's bookkeeping
-        self.serial_calls = None
-        if all(_runs_inline(exe.team or exe.pool, n_outer, work, serial) for _, _, n_outer, work, serial in self.phases):
-            self.serial_calls = [(fn, n_outer) for fn, _, n_outer, _, _ in self.phases if n_outer > 0]
-        self.fast = self._fast_path()
-
-    def _fast_path(self) -> Any:
-        """The common step (no row blocks, phases called straight, no index check) as one closure over
-        locals: the same work as :meth:`__call__` with fewer lookups per launch."""
-        if self.row_block or self.serial_calls is None or self.step.may_fail:
-            return None
-        args, dynamic, calls, address = self.args, self.dynamic, self.serial_calls, self.args_address
-        gemm, places, extern = self.blas, getattr(self, "blas_places", ()), self._extern
-        needs_extern = self.step.extern is not None and gemm is None
-
-        def run(flats: list[Any], addresses: list[int]) -> None:
-            for slot, buffer, byte_offset in dynamic:
-                args[slot] = addresses[buffer] + byte_offset
-            product = None  # an adopted product: alive until the phases have read it
-            if gemm is not None:
-                if not gemm([args[slot] + offset for slot, offset in places]):
-                    product = extern()
-            elif needs_extern:
-                product = extern()
-            for fn, n_outer in calls:
-                fn(address, 0, n_outer)
-            del product
-        return run
-
-    def __call__(self, flats: list[Any], addresses: list[int]) -> None:
-        args = self.args
-        for slot, buffer, byte_offset in self.dynamic:
-            args[slot] = addresses[buffer] + byte_offset
-        product = None  # an adopted product: alive until the phases have read it
-        if self.row_block:
-            self._row_blocked()
-        else:
-            if self.blas is not None:
-                if not self.blas([args[slot] + offset for slot, offset in self.blas_places]):
-                    product = self._extern()
-            elif self.step.extern is not None:
-                product = self._extern()
-            if self.serial_calls is not None:
-                address = self.args_address
-                for fn, n_outer in self.serial_calls:
-                    fn(address, 0, n_outer)
-            else:
-                self._phases(0, None)
-        del product  # the phases have read it
-        if self.step.may_fail and self.exe._error[0]:
-            self.exe._error[0] = 0
-            op = self.exe.function.ops[self.step.op_index]
-            names = sorted({o.name for o in op.regions[0].ops})
-            raise KernelIndexError(f"kernel '{op.attrs['name']}' ({', '.join(names)}): index out of range")
-
-    def _phases(self, row_start: int, row_end: int | None) -> None:
-        """Run every phase, on all outer iterations or on those of rows [row_start, row_end)."""
-        pool, team = self.exe.pool, self.exe.team
-        for fn, team_fn, n_outer, work, serial in self.phases:
-            start, end = 0, n_outer
-            if row_end is not None:
-                per_row = n_outer // self.rows
-                start, end = row_start * per_row, row_end * per_row
-            if serial:
-                fn(self.args_address, start, end)
-            elif team is not None:
-                team.run(fn, team_fn, self.args_address, start, end, work)
-            elif start == 0:
-                pool.parallel_for(fn, self.args_address, end, work)
-            else:
-                pool.parallel_for(lambda a, s, e, fn=fn: fn(a, s + start, e + start), self.args_address,
-                                  end - start, work)
-
-    def _row_blocked(self) -> None:
-        """mm/addmm a block of rows at a time, each block's epilogue right after (its output still cached)."""
-        views = self._extern_views()
-        for start in range(0, self.rows, self.row_block):
-            end = min(start + self.row_block, self.rows)
-            self._extern(start, end, views)
-            self._phases(start, end)
-
-    def _extern_views(self) -> tuple[list[np.ndarray], list[np.ndarray]]:
-        """numpy views of the extern's operands and results over this call's argument pointers.
-
-        Building a view costs ~4 us of Python (ctypes array, as_strided) and most arguments (arena, scratch,
-        constants) sit at the same address on every call, so each layout keeps its last view and reuses it
-        while its argument pointer is unchanged: same address and layout is the same view."""
-        spec = self.step.extern
-        cache = self._view_cache
-
-        def view(position: int, layout: ValueSpec) -> np.ndarray:
-            base = self.args[layout.buffer]
-            cached = cache.get(position)
-            if cached is not None and cached[0] == base:
-                return cached[1]
-            dtype = _storage_dtype(layout.dtype)
-            extent = 1 + layout.offset + sum((n - 1) * s for n, s in zip(layout.shape, layout.strides)) \
-                if all(layout.shape) else 0
-            flat = np.ctypeslib.as_array((ctypes.c_byte * (max(extent, 1) * dtype.itemsize)).from_address(base)) \
-                .view(dtype)
-            made = _view(flat, layout)
-            cache[position] = (base, made)
-            return made
-
-        layouts = (*spec.operands, *spec.results)
-        views = [view(position, layout) for position, layout in enumerate(layouts)]
-        return views[:len(spec.operands)], views[len(spec.operands):]
-
-    def _extern(self, row_start: int = 0, row_end: int | None = None, views: Any = None) -> Any:
-        """Run the kernel's extern op (on rows [row_start, row_end) when given); returns what must stay alive
-        until the phases ran (an adopted product), if anything."""
-        region = self.exe.function.ops[self.step.op_index].regions[0]
-        op = region.ops[self.step.extern.op_index]
-        if self.scratch_product is not None:
-            self.scratch_product.reset()
-        operands, results = views if views is not None else self._extern_views()
-        if self.scratch_product is not None:
-            product = self.scratch_product.run(operands, results[0])
-            if product is not None:
-                return product
-        operands, results = list(operands), list(results)
-        if row_end is not None:
-            rows = slice(row_start, row_end)
-            if len(operands) == 2:  # mm
-                operands[0] = operands[0][rows]
-            else:  # addmm: bias [M, N] is sliced too; [N] and [1, N] broadcast
-                operands[1] = operands[1][rows]
-                if operands[0].ndim == 2 and operands[0].shape[0] == self.rows > 1:
-                    operands[0] = operands[0][rows]
-            results = [r[rows] for r in results]
-        run_extern(op.name, op.attrs, operands, results, op.results[0].type.dtype)
-        return None
-
-
-def _prepare_blas(op: Any, layouts: Any) -> blas.BlasMatmul | None:
-    """The direct BLAS call of extern ``op`` over ``layouts`` (its operands' then its result's ValueSpecs), or
-    None where ATen (or oneDNN, for big mm/addmm: see extern.py) runs it."""
-    if not op.has(Trait.MATRIX_PRODUCT) or len(op.results) != 1:  # BLAS runs mm, addmm, bmm
-        return None
-    *operands, result = layouts
-    batched = op.results[0].type.rank == 3  # bmm: oneDNN takes no batched products, so BLAS takes all sizes
-    return blas.prepare(op.name, op.attrs, [(v.shape, v.strides) for v in operands], (result.shape, result.strides),
-                        [v.dtype for v in layouts], max_macs=None if batched else ONEDNN_MIN_MACS)
-
-
-def _runs_inline(runner: Any, n_outer: int, work: int, serial: bool) -> bool:
-    """Whether the thread runner (OpenMP team or pool) would run this phase on the calling thread in one piece."""
-    return serial or runner.runs_inline(n_outer, work)
 
 
 def _count_option(options: Mapping[str, Any], name: str, default: int) -> int:
@@ -557,21 +372,8 @@ def load_cpu_executable(directory: str | Path, fn: Function, options: Mapping[st
             llvm_ir = (directory / IR_FILE).read_text(encoding="utf-8") if (directory / IR_FILE).exists() else ""
         except (OSError, UnicodeDecodeError):
             llvm_ir = ""  # for inspection only: the object files are what runs
-        module = jit.load_objects(objects, _split_modules(llvm_ir))
+        module = jit.load_objects(objects, split_modules(llvm_ir))
     return CpuExecutable(top, plan, module, _threads(options), threading_mode=_threading(options))
-
-
-def _split_modules(text: str) -> list[str]:
-    """kernels.ll back into its modules (each starts with its "; ModuleID" line)."""
-    modules, current = [], []
-    for line in text.splitlines(keepends=True):
-        if line.startswith("; ModuleID") and current:
-            modules.append("".join(current))
-            current = []
-        current.append(line)
-    if current:
-        modules.append("".join(current))
-    return modules
 
 
 __all__ = ["CpuExecutable", "KernelIndexError", "build_cpu_executable", "load_cpu_executable"]

@@ -43,6 +43,7 @@ class KernelCost:
     tensor_peak_fraction: float = 0.0
     instructions: int = 0
     profile: Any = None  # the simulator's KernelProfile (kernels only)
+    trace: tuple[Any, ...] = ()  # the placed instruction trace the estimate scheduled (the slowest core's)
 
     @property
     def dma_bound(self) -> bool:
@@ -123,12 +124,13 @@ def estimate_costs(subject: Function | NkiExecutable | NkiProgram, target: str =
             continue
         specs = [nki.TensorSpec.of(plan.slots[i].shape, _SPEC_DTYPES[DType(plan.slots[i].dtype)])
                  for i in step.inputs]
-        profile = nki.benchmark(getattr(module, step.name), target=target, execute=False)(*specs).profile
+        result = nki.benchmark(getattr(module, step.name), target=target, execute=False)(*specs)
+        profile = result.profile
         steps.append(KernelCost(
             step.name, "kernel", profile.latency_us, profile.bound,
             tuple((usage.engine, usage.utilisation) for usage in profile.engines), profile.dma_bytes,
             profile.dma_bound_us, profile.tensor_flops, profile.tensor_peak_fraction, profile.instruction_count,
-            profile))
+            profile, result.trace))
     return CostTable(name, target, tuple(steps))
 
 

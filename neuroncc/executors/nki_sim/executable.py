@@ -15,6 +15,7 @@ and ``nki_plan.json`` (the launch plan); nothing pickled.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import threading
 from collections.abc import Mapping
@@ -39,6 +40,7 @@ from neuroncc.errors import (
     PassError,
     UnsupportedOpError,
 )
+from neuroncc.executors.tracing import StepInfo, active_tracer
 from neuroncc.ir import Function, collect_resources, interpret, parse
 from neuroncc.ir.dtypes import DType, to_storage
 from neuroncc.nki import trace
@@ -85,6 +87,12 @@ class NkiExecutable:
         self.host_programs = {index: parse(step.program, source=f"<host step {step.name}>", resources=resources)
                               for index, step in enumerate(self.plan.steps) if step.kind == "host"}
         self._lock = threading.Lock()
+        self._graph_info = StepInfo(function.name, "graph", function.name,
+                                    tuple((p.type.shape, p.type.layout_strides, p.type.dtype.value) for p in function.params))
+        self._step_infos = [StepInfo(step.name, "kernel" if step.kind == "kernel" else "host", function.name,
+                                     tuple((tuple(self.plan.slots[i].shape), (), self.plan.slots[i].dtype)
+                                           for i in step.inputs))
+                            for step in self.plan.steps]
         self.stats: dict[str, int] = {
             "kernels": len(self.kernels),
             "host_steps": len(self.host_programs),
@@ -108,15 +116,17 @@ class NkiExecutable:
                 raise InputError(f"input #{position} has shape {list(array.shape)}, the graph expects "
                                  f"{list(param.type.shape)}")
             slots[plan.params[position]] = to_storage(array, param.type.dtype)
-        with self._lock:
+        tracer = active_tracer()  # None unless a profiler or recorder is watching (executors/tracing.py)
+        with self._lock, (tracer.step(self._graph_info) if tracer else contextlib.nullcontext()):
             self.stats["calls"] += 1
             for index, step in enumerate(plan.steps):
                 arguments = [slots[i] for i in step.inputs]
-                if step.kind == "kernel":
-                    results = self._launch(step.name, arguments, [plan.slots[i] for i in step.inputs],
-                                           [plan.slots[i] for i in step.outputs])
-                else:
-                    results = interpret(self.host_programs[index], arguments)
+                with tracer.step(self._step_infos[index]) if tracer else contextlib.nullcontext():
+                    if step.kind == "kernel":
+                        results = self._launch(step.name, arguments, [plan.slots[i] for i in step.inputs],
+                                               [plan.slots[i] for i in step.outputs])
+                    else:
+                        results = interpret(self.host_programs[index], arguments)
                 for slot, array in zip(step.outputs, results):
                     slots[slot] = array
         returned: list[np.ndarray] = []

@@ -57,10 +57,12 @@ def meta_value(node: fx.Node) -> Any:
 class LoweringContext:
     """Builder + the map from FX nodes to IR values for one graph."""
 
-    def __init__(self, builder: Builder):
+    def __init__(self, builder: Builder, host_devices: tuple[str, ...] = ("cpu",)):
         self.builder = builder
         self.env: dict[fx.Node, Any] = {}
         self.randomness: Any = None  # the graph's GraphRandomness (frontend/lowering/random.py), set by the importer
+        #: device types whose tensors live in host memory: a copy between them is only a dtype cast
+        self.host_devices = host_devices
 
     # ---- types -----------------------------------------------------------------------------------------
 

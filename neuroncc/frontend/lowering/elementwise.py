@@ -182,8 +182,9 @@ def _clamp_max(ctx: LoweringContext, node: fx.Node, self: Any, max: Any) -> Valu
 
 def _to_copy(ctx: LoweringContext, node: fx.Node, self: Any, **kwargs: Any) -> Value:
     device = kwargs.get("device")
-    if device is not None and torch.device(device).type != "cpu":
-        raise UnsupportedOpError(f"copy to device '{device}' (neuroncc's torch backend computes on CPU tensors)")
+    if device is not None and torch.device(device).type not in ctx.host_devices:
+        raise UnsupportedOpError(f"copy to device '{device}' (neuroncc's torch backend computes tensors in host "
+                                 f"memory: {', '.join(ctx.host_devices)})")
     return ctx.cast(ctx.value(self), ctx.out_dtype(node))
 
 

@@ -16,7 +16,7 @@ import torch.fx as fx
 
 from neuroncc.errors import UnsupportedOpError
 from neuroncc.frontend.lowering.context import LoweringContext, normalize_dim, normalize_dims
-from neuroncc.ir import DenseAttr, Value
+from neuroncc.ir import DenseAttr, DType, Value
 from neuroncc.ir.ops.linalg import conv_output_size
 
 aten = torch.ops.aten
@@ -45,7 +45,7 @@ def truth_reduction(ir_name: str) -> Lowering:
 def arg_reduction(ir_name: str) -> Lowering:
     """argmax/argmin along ``dim`` (None = over the flattened tensor)."""
     def lower(ctx: LoweringContext, node: fx.Node, self: Any, dim: int | None = None, keepdim: bool = False) -> Value:
-        x = ctx.value(self)
+        x = _arg_operand(ctx, ctx.value(self))
         if dim is not None:
             dim = normalize_dim(dim, x.type.rank)
         return ctx.emit(ir_name, x, dim=dim, keepdim=keepdim)
@@ -59,9 +59,15 @@ def value_and_index(reduce_name: str, arg_name: str) -> Lowering:
         x = ctx.value(self)
         d = normalize_dim(dim, x.type.rank)
         dims = (d,) if x.type.rank else ()
-        return ctx.emit(reduce_name, x, dims=dims, keepdim=keepdim), ctx.emit(arg_name, x, dim=d, keepdim=keepdim)
+        return (ctx.emit(reduce_name, x, dims=dims, keepdim=keepdim),
+                ctx.emit(arg_name, _arg_operand(ctx, x), dim=d, keepdim=keepdim))
 
     return lower
+
+
+def _arg_operand(ctx: LoweringContext, x: Value) -> Value:
+    """argmax/argmin take numbers: a bool tensor as u8 (same order, same first maximum)."""
+    return ctx.cast(x, DType.u8) if x.type.dtype is DType.bool else x
 
 
 def _correction(correction: Any, unbiased: Any) -> float:

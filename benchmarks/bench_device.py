@@ -1,0 +1,226 @@
+"""The neuron device against CPU eager: per-op overhead, a training step, compile times, warm processes.
+
+    flock -x /work/heavy.lock env MALLOC_MMAP_THRESHOLD_=1073741824 MALLOC_TRIM_THRESHOLD_=4294967296 \\
+        python benchmarks/bench_device.py [--rows overhead,mlp,compile,processes,autoload] [--repeat 30]
+
+Rows (2 threads, interleaved medians, benchmarks/common.py; compare ratios within one run, the machine is
+shared and the load average is printed):
+
+* ``overhead``: small eager ops (16 elements) on CPU and on the device, microseconds per op (each sample
+  times a loop of 200 calls). The device's number is its whole cost per op: dispatch, signature, kernel
+  lookup, allocation, the kernel call.
+* ``mlp``: one training step (forward, backward, AdamW) of a 512-2048-512 MLP at batch 128: CPU eager, the
+  device eager, and the device under ``torch.compile(backend="neuron")``.
+* ``compile``: the first use of 24 ops of different kinds on a fresh compile cache (each a new signature),
+  minus a warm call of the same op: milliseconds to compile one op (trace or build the one-op graph, import,
+  pass pipeline, LLVM), median and spread.
+* ``processes``: the MLP step in two fresh processes sharing a fresh cache: ops compiled in each (the second
+  must compile none), the first step's time in each.
+* ``autoload``: what the device's ``torch.backends`` hook adds to ``import torch`` (fresh processes,
+  interleaved with the hook off).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from common import ensure_environment, interleaved, table  # noqa: E402
+
+LOOP = 200
+ROWS = ("overhead", "mlp", "compile", "processes", "autoload")
+
+
+def load() -> str:
+    return ", ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def bench_overhead(repeat: int) -> str:
+    import torch
+
+    cases = {
+        "add": lambda x, y: x + y,
+        "mul by a float": lambda x, y: x * 0.5,
+        "relu": lambda x, y: x.relu(),
+        "sum": lambda x, y: x.sum(),
+        "in-place add_": lambda x, y: x.add_(y, alpha=1e-3),
+        "view": lambda x, y: x.view(4, 4),
+    }
+    rows = []
+    for name, op in cases.items():
+        tensors = {"cpu": (torch.randn(16), torch.randn(16))}
+        tensors["neuron"] = tuple(t.to("neuron") for t in tensors["cpu"])
+
+        def loop(device: str, op=op) -> None:
+            x, y = tensors[device]
+            for _ in range(LOOP):
+                op(x, y)
+
+        times = interleaved({d: (lambda d=d: loop(d)) for d in ("cpu", "neuron")}, repeats=repeat)
+        cpu, neuron = (times[d] / LOOP * 1e6 for d in ("cpu", "neuron"))
+        rows.append([name, f"{cpu:.2f}", f"{neuron:.2f}", f"{neuron / cpu:.1f}x"])
+    return table(rows, ["op (16 elements)", "CPU eager us", "neuron us", "ratio"])
+
+
+def _mlp(device: str):
+    import torch
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(512, 2048), torch.nn.GELU(), torch.nn.Linear(2048, 512)).to(device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    x = torch.randn(128, 512).to(device)
+    target = torch.randn(128, 512).to(device)
+    return model, optimizer, x, target
+
+
+def _step(model, optimizer, x, target) -> None:
+    import torch
+
+    loss = torch.nn.functional.mse_loss(model(x), target)
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    optimizer.step()
+
+
+def bench_mlp(repeat: int) -> str:
+    import torch
+
+    setups = {"CPU eager": _mlp("cpu"), "neuron eager": _mlp("neuron"), "neuron compiled": _mlp("neuron")}
+    model, optimizer, x, target = setups["neuron compiled"]
+    compiled = torch.compile(model, backend="neuron", dynamic=False)
+    setups["neuron compiled"] = (compiled, optimizer, x, target)
+    for setup in setups.values():  # compile everything before timing
+        for _ in range(2):
+            _step(*setup)
+    times = interleaved({name: (lambda s=s: _step(*s)) for name, s in setups.items()}, repeats=repeat)
+    base = times["CPU eager"]
+    rows = [[name, f"{t * 1e3:.2f}", f"{t / base:.2f}x"] for name, t in times.items()]
+    return table(rows, ["MLP 512-2048-512, batch 128, AdamW step", "ms", "vs CPU eager"])
+
+
+def bench_compile() -> str:
+    import torch
+
+    import neuroncc
+
+    os.environ["NEURONCC_CACHE_DIR"] = tempfile.mkdtemp(prefix="bench-device-cache-")  # nothing seen before
+    x, y = torch.randn(4, 8, device="neuron"), torch.randn(4, 8, device="neuron")
+    (x + y).exp()  # LLVM and the front end loaded before timing
+    ops = [
+        lambda n: x[:, :n] * y[:, :n], lambda n: x[:, :n].exp(), lambda n: x[:, :n].sum(1),
+        lambda n: x[:, :n].amax(0), lambda n: torch.tanh(x[:, :n]), lambda n: x[:, :n].sigmoid() + 1.5,
+        lambda n: torch.where(x[:, :n] > 0, x[:, :n], y[:, :n]), lambda n: x[:, :n].softmax(-1),
+        lambda n: torch.nn.functional.gelu(x[:, :n]), lambda n: x[:, :n] @ y[:, :n].t(),
+        lambda n: torch.nn.functional.layer_norm(x[:, :n], (n,)), lambda n: x[:, :n].mean(0, keepdim=True),
+        lambda n: torch.clamp(x[:, :n], -0.5, 0.5), lambda n: x[:, :n].pow(3), lambda n: x[:, :n].abs().sqrt(),
+        lambda n: torch.cat([x[:, :n], y[:, :n]]), lambda n: x[:, :n].t().contiguous(),
+        lambda n: torch.addcmul(x[:, :n], x[:, :n], y[:, :n], value=0.1), lambda n: x[:, :n].log_softmax(1),
+        lambda n: (x[:, :n] > y[:, :n]).float(), lambda n: torch.maximum(x[:, :n], y[:, :n]),
+        lambda n: x[:, :n].cumsum(1), lambda n: torch.erf(x[:, :n]), lambda n: x[:, :n].var(1),
+    ]
+    seconds = []
+    for index, op in enumerate(ops):
+        n = 3 + index % 5  # a signature no earlier op used
+        before = neuroncc.stats()["eager_kernels_compiled"]
+        start = time.perf_counter()
+        op(n)
+        first = time.perf_counter() - start
+        start = time.perf_counter()
+        op(n)
+        warm = time.perf_counter() - start
+        if neuroncc.stats()["eager_kernels_compiled"] > before:
+            seconds.append((first - warm) / (neuroncc.stats()["eager_kernels_compiled"] - before))
+    ms = sorted(s * 1e3 for s in seconds)
+    quartiles = statistics.quantiles(ms, n=4)
+    rows = [[len(ms), f"{statistics.median(ms):.1f}", f"{quartiles[0]:.1f}", f"{quartiles[2]:.1f}", f"{ms[-1]:.1f}"]]
+    return table(rows, ["ops compiled", "median ms", "p25", "p75", "max"])
+
+
+_PROCESS_SCRIPT = """
+import json, time, torch, neuroncc
+torch.set_num_threads(2)
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(512, 2048), torch.nn.GELU(), torch.nn.Linear(2048, 512)).to("neuron")
+optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+x, target = torch.randn(128, 512, device="neuron"), torch.randn(128, 512, device="neuron")
+start = time.perf_counter()
+loss = torch.nn.functional.mse_loss(model(x), target)
+optimizer.zero_grad(); loss.backward(); optimizer.step()
+first = time.perf_counter() - start
+s = neuroncc.stats()
+print(json.dumps({"compiled": s["eager_kernels_compiled"], "loaded": s["eager_kernels_loaded"], "first_s": first}))
+"""
+
+
+def bench_processes() -> str:
+    rows = []
+    with tempfile.TemporaryDirectory() as cache:
+        env = dict(os.environ, NEURONCC_CACHE_DIR=cache)
+        for name in ("first process", "second process"):
+            out = subprocess.run([sys.executable, "-c", _PROCESS_SCRIPT], env=env, capture_output=True, text=True,
+                                 check=True, timeout=900)
+            result = json.loads(out.stdout.strip().splitlines()[-1])
+            rows.append([name, result["compiled"], result["loaded"], f"{result['first_s']:.2f}"])
+    return table(rows, ["MLP step in", "ops compiled", "loaded from the cache", "first step s"])
+
+
+_IMPORT_SCRIPT = "import time; t = time.perf_counter(); import torch; print(time.perf_counter() - t)"
+_HOOK_SCRIPT = ("import os, time; os.environ['TORCH_DEVICE_BACKEND_AUTOLOAD'] = '0'; import torch; "
+                "t = time.perf_counter(); import neuroncc; neuroncc._autoload_device(); "
+                "torch.ones(1, device='neuron'); print(time.perf_counter() - t)")
+
+
+def bench_autoload(repeat: int) -> str:
+    def run(script: str, autoload: str) -> float:
+        env = dict(os.environ, TORCH_DEVICE_BACKEND_AUTOLOAD=autoload)
+        out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
+        return float(out.stdout.strip().splitlines()[-1])
+
+    with_hook, without, hook = [], [], []
+    for _ in range(max(repeat // 3, 5)):
+        without.append(run(_IMPORT_SCRIPT, "0"))
+        with_hook.append(run(_IMPORT_SCRIPT, "1"))
+        hook.append(run(_HOOK_SCRIPT, "0"))
+    rows = [[f"{statistics.median(without) * 1e3:.0f}", f"{statistics.median(with_hook) * 1e3:.0f}",
+             f"{(statistics.median(with_hook) - statistics.median(without)) * 1e3:.0f}",
+             f"{statistics.median(hook) * 1e3:.1f}"]]
+    return table(rows, ["import torch, hook off (ms)", "hook on (ms)", "difference (ms)",
+                        "the hook alone, in-process (ms)"])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rows", default=",".join(ROWS))
+    parser.add_argument("--repeat", type=int, default=30)
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+    ensure_environment(args.threads)
+    import torch
+
+    print(f"torch {torch.__version__}, {args.threads} threads, load average {load()}")
+    for row in args.rows.split(","):
+        if row == "overhead":
+            print(bench_overhead(args.repeat))
+        elif row == "mlp":
+            print(bench_mlp(args.repeat))
+        elif row == "compile":
+            print(bench_compile())
+        elif row == "processes":
+            print(bench_processes())
+        elif row == "autoload":
+            print(bench_autoload(args.repeat))
+        else:
+            raise SystemExit(f"unknown row {row!r} (known: {', '.join(ROWS)})")
+        print(f"load average {load()}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,108 @@
+"""The emission context: what per-op lowerings and stage emitters may ask of the kernel emitter.
+
+The per-op tables (``elementwise.ELEMENTWISE``, ``access.ACCESS``), the reduce and scatter nests
+(``stages.py``) and the transposed copy (``transpose.py``) generate code through this interface only; the
+kernel emitter (:class:`~neuroncc.codegen.llvm.emit.KernelEmitter`) implements it. Indices are Python ints
+(which fold) or i64 IR values; index arithmetic folds while it can (``indexing.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Sequence
+from contextlib import AbstractContextManager
+from typing import Any, Protocol
+
+from llvmlite import ir
+
+from neuroncc.codegen.llvm.views import Layout
+from neuroncc.hardware.host import CpuTarget
+from neuroncc.ir.graph import Value
+
+#: An index into a tensor: one entry per dim, each a Python int or an i64 IR value.
+Index = list
+
+
+class EmitContext(Protocol):
+    """The kernel emitter as the per-op lowerings and stage emitters see it."""
+
+    #: The builder at the current point of the phase function.
+    b: ir.IRBuilder
+    #: The phase function's argument pointers, by argument slot.
+    ptrs: Sequence[ir.Value]
+    #: The CPU the code is for (the math library's choices depend on it).
+    target: CpuTarget
+
+    # ---- values and buffers ---------------------------------------------------------------------------
+
+    def value_at(self, value: Value, idx: Index) -> ir.Value:
+        """The compute-typed value of ``value`` at ``idx`` (loaded, or generated from its op)."""
+        ...
+
+    def address(self, layout: Layout, idx: Index) -> ir.Value:
+        """Pointer to the element of ``layout`` at ``idx``."""
+        ...
+
+    def load(self, layout: Layout, idx: Index) -> ir.Value:
+        """The compute-typed element of ``layout`` at ``idx``."""
+        ...
+
+    def store(self, layout: Layout, idx: Index, value: ir.Value) -> ir.Instruction:
+        """Store the compute-typed ``value`` into the element of ``layout`` at ``idx``."""
+        ...
+
+    def alloca(self, t: ir.Type, count: int = 1) -> ir.AllocaInstr:
+        """Stack slot(s) in the function's entry block (promoted to registers by SROA when scalar)."""
+        ...
+
+    def memoized(self, key: Hashable, make: Callable[[], Any]) -> Any:
+        """What was generated for ``key`` in the current scope or an enclosing one, else ``make()``,
+        remembered in the current scope (values shared by several lowerings at one index: a Philox block)."""
+        ...
+
+    def fresh_values(self) -> AbstractContextManager[None]:
+        """A scope whose generated values are not reused after it (code on one side of a branch)."""
+        ...
+
+    # ---- index arithmetic -----------------------------------------------------------------------------
+
+    def ir_index(self, i: Any) -> ir.Value:
+        """``i`` as an i64 IR value."""
+        ...
+
+    def form(self, i: Any) -> Hashable:
+        """The affine form of index ``i``: equal for indices known to be equal (a memoization key)."""
+        ...
+
+    def add(self, a: Any, c: Any) -> Any: ...
+
+    def sub(self, a: Any, c: Any) -> Any: ...
+
+    def mul(self, a: Any, n: int) -> Any: ...
+
+    def div(self, a: Any, n: int) -> Any: ...
+
+    def rem(self, a: Any, n: int) -> Any: ...
+
+    def min(self, a: Any, c: Any) -> Any: ...
+
+    def lt(self, a: Any, c: Any) -> ir.Value: ...
+
+    def ge(self, a: Any, c: Any) -> ir.Value: ...
+
+    def eq(self, a: Any, c: Any) -> ir.Value: ...
+
+    def clamp(self, a: Any, lo: int, hi: int | None) -> Any: ...
+
+    def checked_index(self, raw: ir.Value, size: int) -> ir.Value:
+        """A data-dependent index, wrapped if negative; out of range sets the kernel's error flag."""
+        ...
+
+    # ---- loops ----------------------------------------------------------------------------------------
+
+    def loop(self, lo: Any, hi: Any, body: Callable[[Any], None]) -> None:
+        """for i in [lo, hi): body(i)."""
+        ...
+
+    def nest(self, ranges: list[tuple[Any, Any]], body: Callable[[Index], None], prefix: list | None = None) -> None:
+        """Nested loops over ``ranges`` (outermost first; ``(i, None)`` is a fixed index); body gets the index."""
+        ...

@@ -1,0 +1,70 @@
+"""``torch.compile(model, backend="neuron")`` on neuron tensors: inputs read in place, outputs in device memory.
+
+The ``neuron`` TorchDynamo backend (the ``torch_dynamo_backends`` entry point) is the front end's
+``neuron_backend``; when the graph's tensors are on the neuron device, it is given :data:`NEURON` as its host
+device, and each compiled graph call goes through :meth:`NeuronDevice.run`: the executable reads the inputs'
+memory, writes new outputs into memory from the device's allocator (no copy when its layout is the wanted
+one), and input mutations (BatchNorm's running statistics) are written back. Pieces that run on eager ATen
+(``options={"fallback": "cpu"}``) run as the device's eager ops.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from neuroncc.device.kernels import Binding
+from neuroncc.frontend import backend as frontend_backend
+from neuroncc.frontend.importer import ComputedOutput, InputOutput
+
+
+class NeuronDevice:
+    """The front end's :class:`~neuroncc.frontend.boundary.HostDevice` for neuron tensors."""
+
+    device_type = "neuron"
+
+    def run(self, compiled: Any, args: list[Any]) -> list[Any]:
+        binding = compiled.__dict__.get("_neuron_binding")
+        if binding is None:
+            binding = compiled._neuron_binding = _binding(compiled, args)
+        graph = compiled.graph
+        values = [args[p] for p in graph.param_positions]
+        index = next((a.get_device() for a in args if isinstance(a, torch.Tensor) and a.get_device() >= 0), 0)
+        targets = {output: args[position] for position, output in graph.mutations}
+        made = binding(values, index, targets)
+        outputs = []
+        for output, _ in compiled.outputs:
+            if isinstance(output, ComputedOutput):
+                outputs.append(made[output.index])
+            elif isinstance(output, InputOutput):
+                outputs.append(args[output.position])
+            else:
+                outputs.append(output.value)
+        return outputs
+
+
+def _binding(compiled: Any, args: list[Any]) -> Binding:
+    graph = compiled.graph
+    inputs = [args[p].dtype for p in graph.param_positions]
+    results = {o.index: (o.spec.shape, o.spec.stride, o.spec.dtype) for o, _ in compiled.outputs
+               if isinstance(o, ComputedOutput)}
+    writes = {output: (tuple(args[position].shape), tuple(args[position].stride()), args[position].dtype)
+              for position, output in graph.mutations}
+    return Binding(compiled.executable, inputs, results, writes)
+
+
+NEURON = NeuronDevice()
+
+
+def neuron_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **kwargs: Any) -> Callable[..., Any]:
+    """The ``neuron`` torch.compile backend: the front end's, told about the device when the graph's tensors
+    are on it."""
+    on_device = any(isinstance(t, torch.Tensor) and t.device.type == NEURON.device_type for t in example_inputs)
+    if on_device:
+        from neuroncc.device.registration import register
+
+        register()
+        kwargs["device"] = NEURON
+    return frontend_backend.neuron_backend(gm, example_inputs, **kwargs)

@@ -1,0 +1,218 @@
+"""Every non-structural op on ``neuron`` tensors: compiled per call signature on first use, or run on CPU.
+
+    device_fallback(keyset, op, ...)     the boxed PrivateUse1 fallback: the first call of each op lands here
+      -> handler_for(op): a DeviceOp, registered as the op's own PrivateUse1 kernel (and for the in-place,
+         out= and functional overloads of its family that have no real PrivateUse1 kernel), so that later
+         calls skip the fallback's boxing
+      -> DeviceOp(keyset, *args): signature.describe -> the entry for that signature, made on first use:
+           CompiledKernel   programs.build_program -> driver.compile.compile_graph (memory + disk cache)
+           ByFloatValue     the same, keyed by the float values too (the kernel depends on them)
+           HostFallback     the op cannot be compiled: CPU kernels on the device's memory, warned once
+           HostRandom       random ops: CPU kernels, the device's generator
+           ResizeOuts       out= tensors of the wrong shape: resized (as eager does), then called again
+         each entry's ``call(args, kwargs, tensors, floats)`` runs the op and returns its result
+
+Entries are kept per op; all of them together are bounded (``CONFIG.kernel_capacity``): past it, the least
+recently used half are dropped (a dropped kernel comes back from the disk cache without compiling).
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from typing import Any
+
+import torch
+
+from neuroncc.device import diagnostics, memory
+from neuroncc.device.config import CONFIG
+from neuroncc.device.counters import COUNTS, op_state
+from neuroncc.device.op_forms import OpForm, form_of
+from neuroncc.device.signature import describe
+
+_library: torch.library.Library | None = None
+_handlers: dict[Any, DeviceOp] = {}
+_lock = threading.RLock()
+_ticks = itertools.count(1)
+
+
+#: Ops whose PrivateUse1 entry is a generic kernel that only raises (so they never reach the fallback):
+#: registered with the library at once. ATen calls them for convolutions on a backend it does not know.
+REGISTERED_AT_ONCE = ("convolution_overrideable", "convolution_backward_overrideable")
+
+
+def set_library(library: torch.library.Library) -> None:
+    """The ``aten`` IMPL library direct kernels are registered on (kept alive by registration.py)."""
+    global _library
+    _library = library
+    for name in REGISTERED_AT_ONCE:
+        handler_for(getattr(torch.ops.aten, name).default)
+
+
+def device_fallback(keyset: Any, op: Any, *args: Any, **kwargs: Any) -> Any:
+    """The boxed fallback for every PrivateUse1 op without a kernel of its own."""
+    return handler_for(op)(keyset, *args, **kwargs)
+
+
+def handlers() -> list[DeviceOp]:
+    return list(_handlers.values())
+
+
+def handler_for(op: Any) -> DeviceOp:
+    handler = _handlers.get(op)
+    if handler is None:
+        with _lock:
+            handler = _handlers.get(op)
+            if handler is None:
+                if not _foreach_registered:
+                    _register_foreach_ops()
+                handler = _handlers.get(op) or DeviceOp(op)
+                _handlers[op] = handler
+                for member in _family(op):
+                    if member not in _handlers:
+                        _handlers[member] = DeviceOp(member)
+                    _register(member)
+    return handler
+
+
+_foreach_registered = False
+
+
+def _register_foreach_ops() -> None:
+    """Give every ``_foreach_*`` op a device kernel (once, with the first op the device sees).
+
+    PyTorch's generic foreach kernels (CompositeExplicitAutograd, used for backends without their own) loop
+    over the lists calling the per-tensor op, so an optimizer step would be one kernel call per parameter
+    and op. The device's own foreach kernel compiles the whole list into one program instead."""
+    global _foreach_registered
+    _foreach_registered = True
+    for name in torch._C._dispatch_get_all_op_names():
+        if not name.startswith("aten::_foreach_"):
+            continue
+        packet, _, overload = name.removeprefix("aten::").partition(".")
+        op = getattr(getattr(torch.ops.aten, packet, None), overload or "default", None)
+        if op is None or op in _handlers:
+            continue
+        _handlers[op] = DeviceOp(op)
+        _register(op)
+
+
+def _register(op: Any) -> None:
+    if _library is None:
+        return
+    try:
+        _library.impl(op._schema.name.split("::")[1] + (f".{op._overloadname}" if op._overloadname != "default"
+                                                         else ""), _handlers[op], "PrivateUse1", with_keyset=True)
+    except RuntimeError:  # already has a kernel for this key (registered elsewhere): keep using the fallback
+        pass
+
+
+def _family(op: Any) -> list[Any]:
+    """``op`` and the overloads of its functional, in-place and out= relatives that would otherwise reach the
+    device through a generic kernel (CompositeExplicitAutogradNonFunctional's functional-via-out, or our
+    fallback), never one with a decomposition of its own (CompositeImplicitAutograd / CompositeExplicitAutograd)."""
+    name = op._schema.name.split("::")[1]
+    base = name.removesuffix("_")
+    members = [op]
+    for packet_name in {base, base + "_"}:
+        packet = getattr(torch.ops.aten, packet_name, None)
+        if packet is None:
+            continue
+        for overload in packet.overloads():
+            member = getattr(packet, overload)
+            qualified = member._schema.name + (f".{overload}" if overload != "default" else "")
+            if member is op or member in members:
+                continue
+            if _takes_device_kernel(qualified):
+                members.append(member)
+    return members
+
+
+def _takes_device_kernel(qualified: str) -> bool:
+    has = torch._C._dispatch_has_kernel_for_dispatch_key
+    try:
+        if has(qualified, "CompositeImplicitAutograd") or has(qualified, "CompositeExplicitAutograd"):
+            return False
+        # a real PrivateUse1 kernel (structural.py's, or another library's) stays
+        return not has(qualified, "PrivateUse1") or has(qualified, "CompositeExplicitAutogradNonFunctional")
+    except RuntimeError:  # a TorchScript-only overload (aten::add.t): not a dispatcher op
+        return False
+
+
+class DeviceOp:
+    """The PrivateUse1 kernel of one aten overload; see the module docstring."""
+
+    def __init__(self, op: Any):
+        self.op = op
+        self.entries: dict[tuple[Any, ...], Any] = {}
+        self.state = op_state(op)
+        self.__name__ = f"neuron_{op}"
+
+    @property
+    def form(self) -> OpForm:
+        """What the op does to its arguments (read from its schema on first use)."""
+        return form_of(self.op)
+
+    def __call__(self, keyset: Any, *args: Any, **kwargs: Any) -> Any:
+        key, tensors, floats = describe(args, kwargs)
+        entry = self.entries.get(key)
+        if entry is None:
+            entry = self._prepare(key, args, kwargs, tensors, floats)
+        entry.tick = next(_ticks)
+        return entry.call(args, kwargs, tensors, floats)
+
+    def _prepare(self, key: tuple[Any, ...], args: tuple[Any, ...], kwargs: dict[str, Any],
+                 tensors: list[torch.Tensor], floats: list[float]) -> Any:
+        from neuroncc.device import entries  # the compiler: imported on the first op (keeps registration cheap)
+
+        with _lock:
+            index = check_devices(self.form, tensors)
+            if index > 0 and torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+                diagnostics.autograd_off_device_zero(index)
+            entry = entries.make_entry(self, args, kwargs, tensors, floats, index, handler_for)
+            self.entries[key] = entry
+            if entry.holds_kernel:
+                _evict_if_full()
+            return entry
+
+
+#: Ops that take index tensors on CPU with their input on the device, as CUDA's do.
+CPU_INDICES = frozenset({"aten::index", "aten::index_put", "aten::index_put_", "aten::_index_put_impl_",
+                         "aten::_unsafe_index", "aten::_unsafe_index_put"})
+
+
+def check_devices(form: OpForm, tensors: list[torch.Tensor]) -> int:
+    """The device index of the call's neuron tensors; CPU tensors may only be 0-d (CUDA's rule and error),
+    or indices of an indexing op (the kernel reads them in host memory where they are)."""
+    index, first = -1, None
+    cpu_indices = form.op._schema.name in CPU_INDICES
+    for tensor in tensors:
+        device = tensor.get_device()
+        if device < 0:
+            if tensor.dim() == 0 or cpu_indices:
+                continue
+            device_name = "cpu"
+        elif index < 0:
+            index, first = device, tensor
+            continue
+        elif device == index:
+            continue
+        else:
+            device_name = str(tensor.device)
+        here = str(first.device) if first is not None else str(memory.device(0))
+        raise RuntimeError(f"Expected all tensors to be on the same device, but found at least two devices, "
+                           f"{here} and {device_name}!")
+    if index < 0:  # only CPU scalars (an out= tensor decides): the op's written argument
+        index = 0
+    return index
+
+
+def _evict_if_full() -> None:
+    compiled = [(entry.tick, handler, key) for handler in _handlers.values() for key, entry in handler.entries.items()
+                if entry.holds_kernel]
+    if len(compiled) <= CONFIG.kernel_capacity:
+        return
+    compiled.sort(key=lambda item: item[0])
+    for _, handler, key in compiled[: len(compiled) // 2]:
+        del handler.entries[key]
+        COUNTS["eager_kernels_evicted"] += 1

@@ -1,0 +1,269 @@
+"""Making the entry for a new call signature: compile it, or decide how else it runs (see dispatch.py).
+
+This module holds the compiler's imports (the torch front end, the compile driver): dispatch.py imports it on
+the first op that needs an entry, so registering the device stays cheap.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+import torch
+
+from neuroncc.device import generators, memory, tracking
+from neuroncc.device.counters import COUNTS
+from neuroncc.device.fallback import HostFallback, HostRandom, run_on_host
+from neuroncc.device.kernels import CompiledKernel
+from neuroncc.device.op_forms import OpForm, argument
+from neuroncc.device.programs import CannotCompile, Program, build_program, out_shapes
+from neuroncc.errors import NeuronccError
+from neuroncc.ir import print_function
+from neuroncc.driver.cache import CACHE_STATS
+from neuroncc.driver.compile import compile_graph
+
+aten = torch.ops.aten
+
+
+def make_entry(handler: Any, args: tuple[Any, ...], kwargs: dict[str, Any], tensors: list[torch.Tensor],
+               floats: list[float], index: int, lookup: Any) -> Any:
+    """The entry for a new signature of ``handler``'s op; ``lookup(op)`` is the device kernel of another op."""
+    tracking.report_to_stats()  # cheap and idempotent; before any op of this process runs on the device
+    form: OpForm = handler.form
+    state = handler.state
+    if _numbers_for_tensors(form, args, kwargs):
+        return WrapNumbers(handler)
+    redirect = REDIRECTS.get(form.op)
+    if redirect is not None:
+        return Redirect(lookup(redirect[0]), redirect[1])
+    custom = CUSTOM_ENTRIES.get(form.op)
+    if custom is not None:
+        return custom(form, index, state)
+    if form.random:
+        return HostRandom(form, index, state)
+    if form.out_arguments:
+        if _out_resizes(form, args, kwargs, tensors, floats):
+            return ResizeOuts(handler)
+    try:
+        program = build_program(form, args, kwargs, tensors, floats)
+        kernel = compile_kernel(form, program, index, tensors, state)
+    except CannotCompile as error:
+        COUNTS["eager_fallback_signatures"] += 1
+        return HostFallback(form, error.reason, index, state, refused=error.refused)
+    if program.lifted or not floats:
+        return kernel
+    return ByFloatValue(form, kernel, floats, index, state)
+
+
+#: executables by their program's canonical text, while some entry uses them: ops that compute the same
+#: program (``mul.out`` on eager's first call, ``mul.Tensor`` after it) share one executable
+_EXECUTABLES: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
+
+
+def compile_kernel(form: OpForm, program: Program, index: int, tensors: list[torch.Tensor], state: Any) -> CompiledKernel:
+    """Compile ``program`` for the cpu target through the compile cache (memory here, disk there)."""
+    text = print_function(program.function, canonical=True)
+    executable = _EXECUTABLES.get(text)
+    if executable is None:
+        before = CACHE_STATS.snapshot()
+        try:
+            executable = compile_graph(program.function, target="cpu")
+        except NeuronccError as error:
+            raise CannotCompile(f"compiling it failed: {str(error).splitlines()[0]}") from error
+        except Exception as error:  # noqa: BLE001 - a compiler bug: the op still runs (on CPU), the warning says it
+            raise CannotCompile(f"neuroncc failed compiling it (a compiler bug: {type(error).__name__}: "
+                                f"{str(error).splitlines()[0] if str(error) else ''})") from error
+        after = CACHE_STATS.snapshot()
+        COUNTS["eager_kernels_loaded" if after["hits"] > before["hits"] else "eager_kernels_compiled"] += 1
+        _EXECUTABLES[text] = executable
+    return CompiledKernel(form, program, executable, index, tensors, state)
+
+
+class ByFloatValue:
+    """Kernels of a signature whose program depends on its floats' values: one per distinct tuple of floats."""
+
+    holds_kernel = True
+
+    def __init__(self, form: OpForm, first: CompiledKernel, floats: list[float], index: int, state: Any):
+        self.form, self.index, self.state = form, index, state
+        self.kernels = {tuple(floats): first}
+        self.tick = 0
+
+    def call(self, args: tuple[Any, ...], kwargs: dict[str, Any], tensors: list[torch.Tensor],
+             floats: list[float]) -> Any:
+        kernel = self.kernels.get(tuple(floats))
+        if kernel is None:
+            program = build_program(self.form, args, kwargs, tensors, floats, lift=False)
+            kernel = self.kernels[tuple(floats)] = compile_kernel(self.form, program, self.index, tensors, self.state)
+        return kernel.call(args, kwargs, tensors, floats)
+
+
+class ResizeOuts:
+    """``out=`` tensors of another shape than the result's: resized first (as eager resizes them), then the
+    call goes through the op's kernel again under its new signature. The shapes are worked out per call:
+    they can depend on the floats (``arange``), which are not in the signature."""
+
+    holds_kernel = False
+
+    def __init__(self, handler: Any):
+        self.handler = handler
+        self.tick = 0
+
+    def call(self, args: tuple[Any, ...], kwargs: dict[str, Any], tensors: list[torch.Tensor],
+             floats: list[float]) -> Any:
+        for name, shape in _out_resizes(self.handler.form, args, kwargs, tensors, floats):
+            argument(self.handler.op, name, args, kwargs).resize_(shape)
+        return self.handler(None, *args, **kwargs)
+
+
+def _out_resizes(form: OpForm, args: tuple[Any, ...], kwargs: dict[str, Any], tensors: list[torch.Tensor],
+                 floats: list[float]) -> list[tuple[str, torch.Size]]:
+    try:
+        shapes = out_shapes(form, args, kwargs, tensors, floats)
+    except CannotCompile:
+        return []
+    resizes = []
+    for name, shape in zip(form.out_arguments, shapes):
+        out = argument(form.op, name, args, kwargs)
+        if isinstance(out, torch.Tensor) and shape is not None and out.shape != shape:
+            resizes.append((name, shape))
+    return resizes
+
+
+class NativeDropout:
+    """``aten.native_dropout``: the mask drawn from the device's generator, the scaling compiled."""
+
+    holds_kernel = False
+
+    def __init__(self, form: OpForm, index: int, state: Any):
+        self.form, self.index, self.state = form, index, state
+        self.tick = 0
+
+    def call(self, args: tuple[Any, ...], kwargs: dict[str, Any], tensors: list[torch.Tensor],
+             floats: list[float]) -> Any:
+        self.state.device_calls += 1
+        input, p = args[0], float(args[1]) if len(args) > 1 else float(kwargs["p"])
+        train = args[2] if len(args) > 2 else kwargs.get("train")
+        if train is False or p == 0.0:
+            return input.clone(), torch.ones_like(input, dtype=torch.bool)
+        mask = torch.empty(input.shape, dtype=torch.bool, device=input.device)
+        memory.host_view(mask).bernoulli_(1.0 - p, generator=generators.generator(self.index))
+        if p >= 1.0:
+            return input * mask, mask
+        return input * mask * (1.0 / (1.0 - p)), mask
+
+
+class Equal:
+    """``aten.equal`` (``torch.equal``): a Python bool, so its value is needed at once: the same sizes, then a
+    compiled ``eq`` and ``all`` on the device, read back. Tensors CPU's kernel refuses go to it for its error."""
+
+    holds_kernel = False
+
+    def __init__(self, form: OpForm, index: int, state: Any):
+        self.form, self.index, self.state = form, index, state
+        self.tick = 0
+
+    def call(self, args: tuple[Any, ...], kwargs: dict[str, Any], tensors: list[torch.Tensor],
+             floats: list[float]) -> Any:
+        a, b = argument(self.form.op, "self", args, kwargs), argument(self.form.op, "other", args, kwargs)
+        if a.dtype != b.dtype or a.device != b.device:
+            return run_on_host(self.form, args, kwargs, self.index)
+        self.state.device_calls += 1
+        if a.shape != b.shape:
+            return False
+        if a.numel() == 0:
+            return True
+        return bool(torch.eq(a, b).all().item())
+
+
+def _tensor_parameters(op: Any) -> list[tuple[int, str]]:
+    return [(position, a.name) for position, a in enumerate(op._schema.arguments)
+            if isinstance(a.type, torch._C.TensorType) or
+            (isinstance(a.type, torch._C.OptionalType) and isinstance(a.type.getElementType(), torch._C.TensorType))]
+
+
+def _numbers_for_tensors(form: OpForm, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """Whether the call passes a Python number for a Tensor parameter (the dispatcher boxes a wrapped-number
+    0-d tensor, ``remainder(int_tensor, 12)``'s 12, as a Python number; no kernel can be called so)."""
+    for position, name in _tensor_parameters(form.op):
+        value = args[position] if position < len(args) else kwargs.get(name)
+        if isinstance(value, int | float | bool):
+            return True
+    return False
+
+
+class WrapNumbers:
+    """A call with Python numbers in Tensor parameters: each becomes the 0-d CPU tensor it stood for (as
+    eager's wrapped numbers are), and the call goes through the op's kernel again under that signature."""
+
+    holds_kernel = False
+
+    def __init__(self, handler: Any):
+        self.handler = handler
+        self.parameters = _tensor_parameters(handler.op)
+        self.tick = 0
+
+    def call(self, args: tuple[Any, ...], kwargs: dict[str, Any], tensors: list[torch.Tensor],
+             floats: list[float]) -> Any:
+        new_args, new_kwargs = list(args), dict(kwargs)
+        for position, name in self.parameters:
+            if position < len(new_args) and isinstance(new_args[position], int | float | bool):
+                new_args[position] = torch.tensor(new_args[position])
+            elif isinstance(new_kwargs.get(name), int | float | bool):
+                new_kwargs[name] = torch.tensor(new_kwargs[name])
+        return self.handler(None, *new_args, **new_kwargs)
+
+
+class Redirect:
+    """An op the device computes as another op, its arguments adapted (``convolution_overrideable``, which
+    ATen calls for convolutions on a backend it does not know, is ``convolution``)."""
+
+    holds_kernel = False
+
+    def __init__(self, target: Any, adapt: Any):
+        self.target, self.adapt = target, adapt
+        self.tick = 0
+
+    def call(self, args: tuple[Any, ...], kwargs: dict[str, Any], tensors: list[torch.Tensor],
+             floats: list[float]) -> Any:
+        new_args, new_kwargs = self.adapt(args, kwargs)
+        return self.target(None, *new_args, **new_kwargs)
+
+
+def _same_arguments(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    return args, kwargs
+
+
+def _with_bias_sizes(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """convolution_backward_overrideable's arguments -> convolution_backward's (which takes the bias size)."""
+    grad_output, input, weight, *rest = args
+    transposed, groups = rest[3], rest[5]
+    channels = weight.shape[1] * groups if transposed else weight.shape[0]
+    return (grad_output, input, weight, [channels], *rest), kwargs
+
+
+def _native_batch_norm_backward(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """batch_norm_backward(..., update, eps, output_mask, reserve) -> native_batch_norm_backward(..., train=update,
+    eps, output_mask): CPU's kernel for it is the same computation (the reserve buffer is cuDNN's)."""
+    named = ("grad_out", "input", "weight", "running_mean", "running_var", "save_mean", "save_var", "update", "eps",
+             "output_mask", "reserve")
+    values = {**dict(zip(named, args)), **kwargs}
+    return tuple(values[name] for name in named[:10]), {}
+
+
+def _without_unsafe(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """_index_put_impl_(self, indices, values, accumulate, unsafe) -> index_put_(self, indices, values, accumulate)."""
+    return args[:4], {k: v for k, v in kwargs.items() if k != "unsafe"}
+
+
+#: op -> (the op computing it, argument adapter)
+REDIRECTS = {
+    aten._index_put_impl_.default: (aten.index_put_.default, _without_unsafe),
+    aten.batch_norm_backward.default: (aten.native_batch_norm_backward.default, _native_batch_norm_backward),
+    # autograd's zero gradients (sgn, ...): memory-less on CPU, plain zeros on the device
+    aten._efficientzerotensor.default: (aten.zeros.default, _same_arguments),
+    aten.convolution_overrideable.default: (aten.convolution.default, _same_arguments),
+    aten.convolution_backward_overrideable.default: (aten.convolution_backward.default, _with_bias_sizes),
+}
+#: Ops with an entry of their own.
+CUSTOM_ENTRIES = {aten.native_dropout.default: NativeDropout, aten.equal.default: Equal}

@@ -1,0 +1,153 @@
+"""Ops neuroncc cannot compile run on CPU, on the device's own memory.
+
+The device's memory is host memory, so "copying the inputs out" costs nothing: each neuron tensor argument is
+passed to the CPU kernel as a CPU tensor over the same bytes (memory.host_view). What the kernel writes into
+its arguments (in-place and ``out=`` ops) lands in the neuron tensors directly; results that view an
+argument's memory become neuron views of that argument's storage; fresh results are copied into new device
+memory. The first fallback of each op warns once, naming the op, why, and the user's ``file:line``; with the
+fallback mode ``error`` it raises :class:`neuroncc.errors.DeviceFallbackError` instead.
+
+Random ops (a ``Generator`` argument) run the same way, drawing from the device's generator, and are device
+ops, not fallbacks: the device's random numbers are made on the host.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import torch
+from torch.utils._pytree import tree_map
+
+from neuroncc.device import generators, memory
+from neuroncc.device.config import CONFIG
+from neuroncc.device.diagnostics import DeviceFallbackWarning, user_location
+from neuroncc.device.op_forms import OpForm
+from neuroncc.errors import DeviceFallbackError
+
+
+def run_on_host(form: OpForm, args: tuple[Any, ...], kwargs: dict[str, Any], index: int,
+                generator: torch.Generator | None = None) -> Any:
+    """Run ``form.op`` with CPU kernels over the neuron tensors' memory; results back as neuron tensors."""
+    sources: dict[int, torch.Tensor] = {}  # storage address -> a neuron tensor over that storage
+
+    def to_host(value: Any) -> Any:
+        if isinstance(value, torch.Tensor) and value.device.type != "cpu":
+            sources.setdefault(value.untyped_storage().data_ptr(), value)
+            return memory.host_view(value)
+        if isinstance(value, torch.device) and value.type != "cpu":  # a factory's device=: made on CPU, moved
+            return _CPU
+        return value
+
+    host_args = tree_map(to_host, list(args))
+    host_kwargs = tree_map(to_host, dict(kwargs))
+    # out= tensors: CPU kernels resize them as they need, which the device's memory (not resizable from CPU)
+    # cannot follow; they get CPU tensors, copied into the neuron ones (resized as eager would) afterwards.
+    outs = {name: host_kwargs[name] for name in form.out_arguments if isinstance(host_kwargs.get(name), torch.Tensor)}
+    for name, view in outs.items():
+        host_kwargs[name] = torch.empty(0, dtype=view.dtype)
+    if generator is not None:
+        _use_generator(form, host_args, host_kwargs, generator)
+    result = form.op(*host_args, **host_kwargs)
+    for name in outs:
+        target, computed = kwargs[name], host_kwargs[name]
+        if target.shape != computed.shape:
+            target.resize_(computed.shape)
+        memory.host_view(target).copy_(computed)
+    if form.writes:  # each return is a written argument (the neuron tensor itself) or a new result
+        if not form.returns:
+            return None
+        results = result if isinstance(result, tuple) else (result,)
+        returned = [_to_device(value, sources, index) if name is None else
+                    args[i] if (i := _position(form, name)) < len(args) else kwargs[name]
+                    for name, value in zip(form.returns, results)]
+        return returned[0] if len(returned) == 1 else tuple(returned)
+    return tree_map(lambda value: _to_device(value, sources, index), result)
+
+
+_CPU = torch.device("cpu")
+
+
+def _to_device(value: Any, sources: dict[int, torch.Tensor], index: int) -> Any:
+    if not isinstance(value, torch.Tensor) or value.device.type != "cpu":
+        return value
+    if value._is_zerotensor():  # autograd's zero gradients have no memory: real zeros on the device
+        value = torch.zeros(value.shape, dtype=value.dtype)
+    if value.numel() and value.layout == torch.strided:
+        source = sources.get(value.untyped_storage().data_ptr())
+        if source is not None:  # a view of an argument's memory: the same view of the neuron storage
+            return memory.on_storage(source.untyped_storage(), value.dtype, value.size(), value.stride(),
+                                     value.storage_offset())
+    if value.layout != torch.strided:
+        return value
+    dtype = torch.float32 if value.dtype is torch.float64 else value.dtype
+    return memory.to_device(value, index, dtype)
+
+
+def _position(form: OpForm, name: str) -> int:
+    for position, argument in enumerate(form.op._schema.arguments):
+        if argument.name == name:
+            return position if not argument.kwarg_only else 1 << 30
+    return 1 << 30
+
+
+def _use_generator(form: OpForm, args: list[Any], kwargs: dict[str, Any], generator: torch.Generator) -> None:
+    """Give a random op the device's generator where the caller passed none."""
+    for position, argument in enumerate(form.op._schema.arguments):
+        if "Generator" not in str(argument.type):
+            continue
+        if argument.kwarg_only or position >= len(args):
+            if kwargs.get(argument.name) is None:
+                kwargs[argument.name] = generator
+        elif args[position] is None:
+            args[position] = generator
+
+
+class HostFallback:
+    """The entry of a call signature that runs on CPU (see the module docstring)."""
+
+    holds_kernel = False
+
+    def __init__(self, form: OpForm, reason: str, index: int, op_state: Any, refused: bool = False):
+        self.form, self.reason, self.index, self.op_state = form, reason, index, op_state
+        self.refused = refused  # the meta kernel raised: CPU's kernel raises the user's error as eager words it
+        self.tick = 0
+
+    def call(self, args: tuple[Any, ...], kwargs: dict[str, Any], tensors: list[torch.Tensor],
+             floats: list[float]) -> Any:
+        state = self.op_state
+        error_mode = CONFIG.fallback == "error"
+        if error_mode and not self.refused:
+            raise self._error()
+        result = run_on_host(self.form, args, kwargs, self.index)  # raises eager's error for a user error
+        if error_mode:
+            raise self._error()
+        state.fallback_calls += 1
+        if not state.warned:
+            state.warned = True
+            where = user_location()
+            warnings.warn(f"neuroncc: {self.form.name} runs on CPU{f' at {where}' if where else ''}: {self.reason} "
+                          "(the result is copied back to the neuron device)", DeviceFallbackWarning, stacklevel=2)
+        return result
+
+    def _error(self) -> DeviceFallbackError:
+        where = user_location()
+        return DeviceFallbackError(
+            f"neuroncc cannot run {self.form.name} on the neuron device ({self.reason})"
+            f"{f' at {where}' if where else ''}, and CPU fallbacks are errors (fallback mode 'error')",
+            self.form.name)
+
+
+class HostRandom:
+    """A random op's entry: CPU's kernel on the device's memory, drawing from the device's generator."""
+
+    holds_kernel = False
+
+    def __init__(self, form: OpForm, index: int, op_state: Any):
+        self.form, self.index, self.op_state = form, index, op_state
+        self.tick = 0
+
+    def call(self, args: tuple[Any, ...], kwargs: dict[str, Any], tensors: list[torch.Tensor],
+             floats: list[float]) -> Any:
+        self.op_state.device_calls += 1
+        return run_on_host(self.form, args, kwargs, self.index, generators.generator(self.index))

@@ -1,0 +1,250 @@
+"""Running an executable on neuron tensors where they are, and the eager path's compiled kernel entry.
+
+:class:`Binding` is one executable call over the device's memory. It passes the executable the data address
+of each input tensor (device memory is host memory; CPU 0-d tensors are host memory too) and each lifted
+float as a 0-d buffer, allocates each new result from the device's allocator with the strides wanted (eager's)
+and lets the executable write it in place when its output layout is those strides (the common case), else
+through a temporary. Results the call writes into existing tensors (``add_``, ``out=``, a compiled graph's
+input mutations) come back in a temporary and are copied in: the executable's outputs must not alias its
+inputs. Dtypes an executable stores differently (bfloat16 travels as float32, see
+neuroncc.executors.executable) are converted on the way.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils._pytree import tree_unflatten
+
+from neuroncc.device import memory
+from neuroncc.device.fallback import run_on_host
+from neuroncc.device.op_forms import OpForm, argument
+from neuroncc.device.programs import Program
+from neuroncc.frontend.importer import ComputedOutput, InputOutput
+from neuroncc.ir import DType
+from neuroncc.executors.cpu.address_call import AddressCall
+from neuroncc.executors.cpu.launcher import KernelIndexError
+
+_STORAGE = {DType.f32: torch.float32, DType.bf16: torch.float32, DType.f16: torch.float16, DType.i64: torch.int64,
+            DType.i32: torch.int32, DType.i16: torch.int16, DType.i8: torch.int8, DType.u8: torch.uint8,
+            DType.bool: torch.bool, DType.c64: torch.complex64}
+#: what a float64 result is on the device
+_ON_DEVICE = {torch.float64: torch.float32}
+
+
+def _same_layout(shape: Sequence[int], a: Sequence[int], b: Sequence[int]) -> bool:
+    return all(size == 1 or x == y for size, x, y in zip(shape, a, b))
+
+
+def _scalar_maker(dtype: DType) -> Any:
+    """A lifted float -> a 0-d buffer of the parameter's storage type (fresh per call: thread safe)."""
+    if dtype is DType.f32:
+        return ctypes.c_float
+    if dtype is DType.bf16:  # bf16 travels as float32 holding a bf16 value
+        return lambda value: ctypes.c_float(float(torch.tensor(value, dtype=torch.bfloat16)))
+    storage = dtype.numpy
+    return lambda value: np.array(value, dtype=storage)
+
+
+def _address(buffer: Any) -> int:
+    return ctypes.addressof(buffer) if isinstance(buffer, ctypes._SimpleCData) else buffer.ctypes.data
+
+
+_NEW, _NEW_VIA_CPU, _WRITE, _WRITE_VIA_CPU, _UNUSED = "new", "new via cpu", "write", "write via cpu", "unused"
+
+
+class Binding:
+    """One executable over neuron tensors (see the module docstring).
+
+    ``inputs[i]`` says what feeds parameter ``i``: the torch dtype of the tensor passed (``"float"`` for a
+    Python float). ``results`` maps IR output index -> (shape, strides, torch dtype) of a new tensor;
+    ``writes`` maps IR output index -> (shape, strides, torch dtype) of the existing tensor it is written
+    into. ``binding(values, index, targets)`` takes one value per parameter, the device index for new
+    tensors and the write targets (by output index), and returns the new tensors by output index.
+
+    A written value goes to fresh device memory first (an executable's outputs must not alias its inputs).
+    When the target is the whole of its storage, that storage then takes the fresh memory (its data pointer
+    and the block behind it are exchanged, O(1): every view of the storage sees the new values); otherwise
+    the bytes are copied in.
+    """
+
+    def __init__(self, executable: Any, inputs: Sequence[torch.dtype | str],
+                 results: dict[int, tuple[tuple[int, ...], tuple[int, ...], torch.dtype]],
+                 writes: dict[int, tuple[tuple[int, ...], tuple[int, ...], torch.dtype]]):
+        self.run = AddressCall(executable)
+        function = executable.function
+        layouts = executable.output_strides
+        self.convert: list[Any] = []  # per parameter: None (address as is), "float32", or a scalar maker
+        for param, given in zip(function.params, inputs):
+            if given == "float":
+                self.convert.append(_scalar_maker(param.type.dtype))
+            elif param.type.dtype is DType.bf16 or given is torch.float64:
+                self.convert.append("float32")
+            else:
+                self.convert.append(None)
+        self.plain_inputs = all(c is None for c in self.convert)
+        # tensors read in place and floats passed as buffers (no conversion): what the fast call handles
+        self.direct_inputs = all(c is None or c is ctypes.c_float for c in self.convert)
+        # per IR output: (how, (bytes, shape, strides, dtype, bare-contiguous), the executable's layout)
+        self.outputs: list[tuple[str, tuple[Any, ...], tuple[Any, ...]]] = []
+        for position, value in enumerate(function.outputs):
+            exec_layout = (tuple(value.type.shape), tuple(layouts[position]), _STORAGE[value.type.dtype])
+            wanted = results.get(position) or writes.get(position)
+            if wanted is None:
+                self.outputs.append((_UNUSED, (), exec_layout))
+                continue
+            shape, strides, dtype = tuple(wanted[0]), tuple(wanted[1]), _ON_DEVICE.get(wanted[2], wanted[2])
+            in_place = value.type.dtype is not DType.bf16 and dtype == exec_layout[2] and \
+                _same_layout(shape, strides, exec_layout[1])
+            spec = (memory.extent_bytes(shape, strides, dtype.itemsize), shape, strides, dtype,
+                    strides == memory.bare_strides(shape))
+            if position in results:
+                self.outputs.append((_NEW if in_place else _NEW_VIA_CPU, spec, exec_layout))
+            else:
+                dense = memory.dense_strides(shape, strides)
+                self.outputs.append((_WRITE if in_place and dense else _WRITE_VIA_CPU, spec, exec_layout))
+        #: the common call: no conversion, every output a new tensor written in place
+        self.fast = [spec for _, spec, _ in self.outputs] if self.direct_inputs and \
+            all(how == _NEW for how, _, _ in self.outputs) else None
+
+    def __call__(self, values: Sequence[Any], index: int, targets: dict[int, torch.Tensor] | None = None
+                 ) -> dict[int, torch.Tensor]:
+        if self.fast is not None:
+            return dict(enumerate(self.call_fast(values, index)))
+        keep: list[Any] = []  # temporaries alive until the kernel has run
+        addresses = []
+        for value, convert in zip(values, self.convert):
+            if convert is None:
+                addresses.append(value.data_ptr())
+            elif convert == "float32":
+                converted = memory.host_view(value).to(torch.float32)
+                keep.append(converted)
+                addresses.append(converted.data_ptr())
+            else:
+                buffer = convert(value)
+                keep.append(buffer)
+                addresses.append(_address(buffer))
+        new = memory.new_tensor
+        buffers: list[torch.Tensor] = []
+        for how, spec, (shape, exec_strides, storage) in self.outputs:
+            if how in (_NEW, _WRITE):
+                nbytes, wanted_shape, strides, dtype, contiguous = spec
+                buffers.append(new(nbytes, wanted_shape, strides, dtype, index, contiguous))
+            else:
+                buffers.append(torch.empty_strided(shape, exec_strides, dtype=storage))
+        self.run(addresses, [b.data_ptr() for b in buffers])
+        made: dict[int, torch.Tensor] = {}
+        for position, ((how, spec, _), buffer) in enumerate(zip(self.outputs, buffers)):
+            if how == _NEW:
+                made[position] = buffer
+            elif how == _NEW_VIA_CPU:
+                made[position] = memory.new_tensor(*spec[:4], index)
+                memory.host_view(made[position]).copy_(buffer)
+            elif how == _WRITE:
+                memory.commit(targets[position], buffer, spec[0])
+            elif how == _WRITE_VIA_CPU:
+                memory.host_view(targets[position]).copy_(buffer)
+        return made
+
+    def call_fast(self, values: Sequence[Any], index: int) -> list[torch.Tensor]:
+        """The common call (``self.fast`` is set): the new tensors in output order."""
+        new = memory.new_tensor
+        made = [new(nbytes, shape, strides, dtype, index, contiguous)
+                for nbytes, shape, strides, dtype, contiguous in self.fast]
+        if self.plain_inputs:
+            self.run([v.data_ptr() for v in values], [t.data_ptr() for t in made])
+            return made
+        floats = [ctypes.c_float(v) if c is not None else v for v, c in zip(values, self.convert)]  # kept alive
+        addressof = ctypes.addressof
+        self.run([v.data_ptr() if c is None else addressof(v) for v, c in zip(floats, self.convert)],
+                 [t.data_ptr() for t in made])
+        return made
+
+
+class CompiledKernel:
+    """The eager entry of a compiled op program: ``kernel(args, kwargs, tensors, floats)`` -> the op's result."""
+
+    holds_kernel = True
+
+    def __init__(self, form: OpForm, program: Program, executable: Any, device_index: int,
+                 tensors: list[torch.Tensor], state: Any):
+        self.form, self.program, self.executable, self.state = form, program, executable, state
+        self.index = device_index
+        self.tick = 0
+        self.sources = program.inputs  # per parameter: call tensor index, or -1 - k for float k
+        inputs = [tensors[s].dtype if s >= 0 else "float" for s in program.inputs]
+        results = {o.index: (o.spec.shape, o.spec.stride, o.spec.dtype) for o in program.outputs
+                   if isinstance(o, ComputedOutput)}
+        self.writes = {output: tensor for tensor, output in program.writes}
+        writes = {output: (tuple(tensors[t].shape), tuple(tensors[t].stride()), tensors[t].dtype)
+                  for output, t in self.writes.items()}
+        self.binding = Binding(executable, inputs, results, writes)
+        self.tensor_only = all(s >= 0 for s in self.sources)
+        # one new tensor returned as it is (most ops): the call needs no result assembly
+        self.single = (not form.writes and self.binding.fast is not None
+                       and len(program.outputs) == 1 and isinstance(program.outputs[0], ComputedOutput)
+                       and program.result_tree.is_leaf())
+        if self.single and self.tensor_only and self.binding.plain_inputs and len(self.binding.fast) == 1:
+            self.call = self._one_tensor_in_one_out()  # type: ignore[method-assign]
+
+    def _one_tensor_in_one_out(self) -> Any:
+        """The commonest call as one closure: tensors in, one new tensor out (instance attribute lookups and
+        the general path's branches cost more than the rest of the call)."""
+        (nbytes, shape, strides, dtype, contiguous), = self.binding.fast
+        new, run, sources, index, state = memory.new_tensor, self.binding.run, self.sources, self.index, self.state
+
+        def call(args: tuple[Any, ...], kwargs: dict[str, Any], tensors: list[torch.Tensor],
+                 floats: list[float]) -> torch.Tensor:
+            state.device_calls += 1
+            out = new(nbytes, shape, strides, dtype, index, contiguous)
+            try:
+                run([tensors[s].data_ptr() for s in sources], [out.data_ptr()])
+            except KernelIndexError:
+                return run_on_host(self.form, args, kwargs, index)
+            return out
+
+        return call
+
+    def call(self, args: tuple[Any, ...], kwargs: dict[str, Any], tensors: list[torch.Tensor],
+             floats: list[float]) -> Any:
+        self.state.device_calls += 1
+        if self.single:
+            if self.tensor_only:
+                values = [tensors[s] for s in self.sources]
+            else:
+                values = [tensors[s] if s >= 0 else floats[-1 - s] for s in self.sources]
+            try:
+                return self.binding.call_fast(values, self.index)[0]
+            except KernelIndexError:
+                return run_on_host(self.form, args, kwargs, self.index)
+        if self.tensor_only:
+            values = [tensors[s] for s in self.sources]
+        else:
+            values = [tensors[s] if s >= 0 else floats[-1 - s] for s in self.sources]
+        targets = {output: tensors[tensor] for output, tensor in self.writes.items()} if self.writes else None
+        try:
+            made = self.binding(values, self.index, targets)
+        except KernelIndexError:  # an index out of range: CPU's kernel raises eager's own error for it
+            return run_on_host(self.form, args, kwargs, self.index)
+        new = []  # the program's results, in order
+        for output in self.program.outputs:
+            if isinstance(output, ComputedOutput):
+                new.append(made[output.index])
+            elif isinstance(output, InputOutput):  # a new result equal to an input: still a new tensor
+                new.append(memory.to_device(memory.host_view(tensors[output.position]), self.index))
+            else:
+                new.append(output.value)
+        form = self.form
+        if not form.writes:
+            return tree_unflatten(new, self.program.result_tree)
+        # The op writes arguments: each of its returns is a written argument or, in order, a new result
+        # (native_batch_norm returns new tensors and updates the running statistics).
+        fresh = iter(new)
+        returns = [argument(form.op, name, args, kwargs) if name is not None else next(fresh) for name in form.returns]
+        if not returns:
+            return None
+        return returns[0] if len(returns) == 1 else tuple(returns)

@@ -1,0 +1,340 @@
+"""One op call as an IR program: the one-op FX graph, imported through the front end, floats lifted.
+
+    call (op, dtypes, shapes, strides, non-float arguments)
+      -> meta run of the op (the user's errors surface here, as eager raises them)
+      -> FX graph: built directly when every (element) op has a lowering, else traced with make_fx through
+         the decomposition table and functionalization (in-place and out= ops become a functional op plus
+         copies into the written arguments)
+      -> neuroncc IR (frontend.importer) -> Python floats lifted into parameters
+
+Lifting: the graph is built twice, with two different sentinel values in the place of each Python float
+(exactly representable in float32, unlikely anywhere else). Where the imported IR holds a sentinel as a 0-d
+``full`` constant, that constant becomes a parameter; if the two lifted programs print the same, the kernel
+provably does not depend on the floats' values (no lowering derived another constant from one), and it is
+compiled once for every value. Otherwise the program is built again with the call's real floats, and the
+kernel is keyed by them.
+"""
+
+from __future__ import annotations
+
+import functools
+import operator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.fx as fx
+from torch._decomp import decomposition_table as torch_decompositions
+from torch.utils._pytree import tree_flatten
+
+from neuroncc.device import op_forms
+from neuroncc.device.op_forms import OpForm
+from neuroncc.device.signature import rebuild
+from neuroncc.errors import NeuronccError, TypeInferenceError, UnsupportedOpError
+from neuroncc.frontend.lowering.decompositions import decomposition_table
+from neuroncc.frontend.importer import LOWERINGS, GraphOutput, import_graph
+from neuroncc.frontend.lowering.context import LoweringBug
+from neuroncc.ir import Category, Function, TensorType, Trait, Value, print_function
+
+aten = torch.ops.aten
+
+
+class CannotCompile(Exception):
+    """neuroncc cannot compile this call; ``reason`` says why (the device runs it on CPU instead).
+    ``refused``: the op's meta kernel raised, which is most often the user's error (CPU's kernel raises it
+    as eager words it)."""
+
+    def __init__(self, reason: str, refused: bool = False):
+        super().__init__(reason)
+        self.reason = reason
+        self.refused = refused
+
+
+@dataclass(frozen=True)
+class Program:
+    """An op call's IR program and how a call's values bind to it.
+
+    ``inputs[i]`` feeds IR parameter ``i``: a call tensor index (>= 0) or ``-1 - k`` for lifted float ``k``.
+    ``outputs`` are the new results (flattened; ``result_tree`` rebuilds the op's return value from them).
+    ``writes`` pairs a call tensor index with the IR output holding its new value (in-place and out= ops).
+    ``lifted`` says the floats are parameters (else the program holds their values).
+    """
+
+    function: Function
+    inputs: tuple[int, ...]
+    outputs: tuple[GraphOutput, ...]
+    result_tree: Any
+    writes: tuple[tuple[int, int], ...]
+    lifted: bool
+
+
+class _FloatSlot:
+    """Stands for the ``index``-th float of a call while the graph's arguments are assembled."""
+
+    __slots__ = ("index",)
+
+    def __init__(self, index: int):
+        self.index = index
+
+
+def sentinels(count: int, which: int) -> list[float]:
+    """Float32-exact values, distinct per position: 1.x for the first build, 3.x for the second."""
+    base = 1.0 if which == 0 else 3.0
+    return [base + (2 * k + 1) * 2.0 ** -20 for k in range(count)]
+
+
+def build_program(form: OpForm, args: tuple[Any, ...], kwargs: dict[str, Any], tensors: list[torch.Tensor],
+                  floats: list[float], lift: bool = True) -> Program:
+    """The program for a call (raises CannotCompile, or the user's error from the meta run). ``lift=False``
+    builds it with the call's floats as constants."""
+    metas, slot_args, slot_kwargs = _meta_call(args, kwargs, tensors, floats)
+    meta_result = _run_on_meta(form.op, slot_args, slot_kwargs, floats)
+    result_tree = tree_flatten(meta_result)[1]
+    if form.writes:
+        direct = form.functional is not None and all(r is not None for r in form.returns)
+    else:
+        direct = form.functional is not None
+    calls = []
+    if direct:
+        calls = _element_calls(form, slot_args, slot_kwargs, floats)
+        direct = all(op in LOWERINGS for op, _, _, _ in calls)
+
+    def build(values: list[float]) -> fx.GraphModule:
+        if direct:
+            return _direct_graph(form, metas, slot_args, slot_kwargs, calls, values)
+        return _traced_graph(form, metas, slot_args, slot_kwargs, values)
+
+    if floats and lift:
+        lifted = _lifted(build, len(floats), result_tree)
+        if lifted is not None:
+            return lifted
+    return _program(build(floats), result_tree)
+
+
+def out_shapes(form: OpForm, args: tuple[Any, ...], kwargs: dict[str, Any], tensors: list[torch.Tensor],
+               floats: list[float]) -> list[torch.Size | None]:
+    """The shapes the op gives its ``out=`` tensors (it resizes them when they differ, as eager does): run on
+    meta tensors, whose out tensors it resizes."""
+    _, slot_args, slot_kwargs = _meta_call(args, kwargs, tensors, floats)
+    _run_on_meta(form.op, slot_args, slot_kwargs, floats)
+    shapes = []
+    for name in form.out_arguments:
+        value = op_forms.argument(form.op, name, slot_args, slot_kwargs)
+        shapes.append(value.shape if isinstance(value, torch.Tensor) else None)
+    return shapes
+
+
+def _meta_call(args: tuple[Any, ...], kwargs: dict[str, Any], tensors: list[torch.Tensor],
+               floats: list[float]) -> tuple[list[torch.Tensor], list[Any], dict[str, Any]]:
+    """Meta tensors of the call's tensors, and its arguments over them with float slots."""
+    metas = [torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta") for t in tensors]
+    slot_args, slot_kwargs = rebuild(args, kwargs, lambda i, t: metas[i], [_FloatSlot(k) for k in range(len(floats))])
+    return metas, slot_args, slot_kwargs
+
+
+_META = torch.device("meta")
+
+
+def _run_on_meta(op: Any, args: list[Any], kwargs: dict[str, Any], floats: list[float]) -> Any:
+    """Run ``op`` on meta tensors with the real floats: shape and dtype errors are the user's, raised as eager
+    raises them; an op without a meta kernel, or whose output shape depends on values, cannot be compiled."""
+    real_args, real_kwargs = _concrete(args, floats), {k: _concrete(v, floats) for k, v in kwargs.items()}
+    try:
+        return op(*real_args, **real_kwargs)
+    except NotImplementedError as error:
+        raise CannotCompile(f"it has no meta kernel ({str(error).splitlines()[0][:120]})") from error
+    except (torch._subclasses.fake_tensor.DynamicOutputShapeException,
+            torch._subclasses.fake_tensor.DataDependentOutputException) as error:
+        raise CannotCompile("its output shape depends on the input values") from error
+    except (RuntimeError, TypeError, ValueError, IndexError) as error:
+        raise CannotCompile(f"its meta kernel refused these arguments ({str(error).splitlines()[0][:160]})",
+                            refused=True) from error
+
+
+def _concrete(value: Any, floats: list[float] | list[Any]) -> Any:
+    """``value`` for a meta run: floats in their slots, a factory's device meta (not back onto the device)."""
+    if isinstance(value, _FloatSlot):
+        return floats[value.index]
+    if isinstance(value, torch.device) and value.type != "cpu":
+        return _META
+    if isinstance(value, list):
+        return [_concrete(item, floats) for item in value]
+    return value
+
+
+def _element_calls(form: OpForm, args: list[Any], kwargs: dict[str, Any],
+                   floats: list[float]) -> list[tuple[Any, list[Any], dict[str, Any], Any]]:
+    """(op, args with slots, kwargs with slots, meta result) per element call."""
+    calls = []
+    try:
+        elements = op_forms.element_calls(form, args, kwargs, lambda v: _concrete(v, floats))
+    except (RuntimeError, AttributeError, TypeError, IndexError) as error:
+        raise CannotCompile(f"no element op for it ({str(error).splitlines()[0][:120]})") from error
+    for op, call_args, call_kwargs in elements:
+        try:
+            result = op(*_concrete(call_args, floats), **{k: _concrete(v, floats) for k, v in call_kwargs.items()})
+        except NotImplementedError as error:
+            raise CannotCompile(f"no meta kernel for {op}") from error
+        calls.append((op, call_args, call_kwargs, result))
+    return calls
+
+
+def _direct_graph(form: OpForm, metas: list[torch.Tensor], args: list[Any], kwargs: dict[str, Any],
+                  calls: list[tuple[Any, list[Any], dict[str, Any], Any]], floats: list[float]) -> fx.GraphModule:
+    graph = fx.Graph()
+    nodes: dict[int, fx.Node] = {}
+    for index, meta in enumerate(metas):
+        placeholder = graph.placeholder(f"t{index}")
+        placeholder.meta["val"] = meta
+        nodes[id(meta)] = placeholder
+
+    def arg(value: Any) -> Any:
+        if isinstance(value, torch.Tensor):
+            return nodes[id(value)]
+        if isinstance(value, _FloatSlot):
+            return floats[value.index]
+        if isinstance(value, list):
+            return [arg(item) for item in value]
+        return value
+
+    leaves: list[fx.Node] = []
+    for op, call_args, call_kwargs, result in calls:
+        node = graph.call_function(op, tuple(arg(a) for a in call_args), {k: arg(v) for k, v in call_kwargs.items()})
+        node.meta["val"] = result
+        if isinstance(result, list | tuple):
+            for position, item in enumerate(result):
+                item_node = graph.call_function(operator.getitem, (node, position))
+                item_node.meta["val"] = item
+                leaves.append(item_node)
+        else:
+            leaves.append(node)
+    if form.writes:
+        for target, value in zip(op_forms.writes_results(form, args, kwargs), leaves, strict=True):
+            graph.call_function(aten.copy_.default, (nodes[id(target)], value))
+        leaves = []
+    graph.output(tuple(leaves))
+    return fx.GraphModule(torch.nn.Module(), graph)
+
+
+def _traced_graph(form: OpForm, metas: list[torch.Tensor], args: list[Any], kwargs: dict[str, Any],
+                  floats: list[float]) -> fx.GraphModule:
+    """make_fx through the decomposition table, functionalized, on CPU fake tensors of the call's layout."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    mode = FakeTensorMode()
+    with mode:
+        fakes = [torch.empty_strided(m.shape, m.stride(), dtype=m.dtype) for m in metas]
+    positions = {id(meta): index for index, meta in enumerate(metas)}
+
+    def run(*inputs: torch.Tensor) -> Any:
+        def value(item: Any) -> Any:
+            if isinstance(item, torch.Tensor):
+                return inputs[positions[id(item)]]
+            if isinstance(item, _FloatSlot):
+                return floats[item.index]
+            if isinstance(item, list):
+                return [value(x) for x in item]
+            return item
+
+        call_args, call_kwargs = [value(a) for a in args], {k: value(v) for k, v in kwargs.items()}
+        if form.functional is None:
+            result = form.op(*call_args, **call_kwargs)
+            results = result if isinstance(result, tuple) else (result,)
+            return tuple(r for r, written in zip(results, form.returns) if written is None)
+        results = [op(*a, **k) for op, a, k in op_forms.element_calls(form, call_args, call_kwargs)]
+        if not form.writes:
+            return results if form.foreach else results[0]
+        flat, _ = tree_flatten(results)
+        for target, new in zip(op_forms.writes_results(form, call_args, call_kwargs), flat, strict=True):
+            target.copy_(new)
+        return ()
+
+    table = _tracing_table(tuple(op for op in (form.op, form.functional) if op is not None))
+    try:
+        with mode:
+            return make_fx(torch.func.functionalize(run, remove="mutations_and_views"),
+                           decomposition_table=table)(*fakes)
+    except CannotCompile:
+        raise
+    except Exception as error:  # a decomposition or functionalization that does not apply to this call
+        raise CannotCompile(f"tracing it failed: {type(error).__name__}: {str(error).splitlines()[0][:200]}") \
+            from error
+
+
+@functools.lru_cache(maxsize=256)
+def _tracing_table(ops: tuple[Any, ...]) -> dict[Any, Any]:
+    """The front end's decomposition table, plus PyTorch's own decomposition of the call's op where that table
+    has none. torch.compile sees the user's Python-level call, which often decomposes before it reaches such
+    an op (``interpolate`` through the ``.vec`` overloads); the device is handed the op itself."""
+    base = decomposition_table()
+    extra = {op: torch_decompositions[op] for op in ops if op not in base and op in torch_decompositions}
+    return {**base, **extra} if extra else base
+
+
+def _program(gm: fx.GraphModule, result_tree: Any, sentinel_values: list[float] | None = None) -> Program:
+    """Import ``gm``; with ``sentinel_values``, lift the constants holding them into parameters."""
+    try:
+        imported = import_graph(gm, "eager", host_devices=("cpu", torch._C._get_privateuse1_backend_name()))
+    except (UnsupportedOpError, TypeInferenceError, LoweringBug) as error:
+        raise CannotCompile(str(error).splitlines()[0] if isinstance(error, UnsupportedOpError) and
+                            "reason:" not in str(error) else _reason(error)) from error
+    inputs = tuple(imported.param_positions)
+    function = imported.function
+    if sentinel_values is not None:
+        function, lifted_inputs = _lift(function, sentinel_values)
+        inputs += lifted_inputs
+    return Program(function, inputs, imported.outputs, result_tree, tuple(imported.mutations),
+                   lifted=sentinel_values is not None)
+
+
+def _reason(error: Exception) -> str:
+    text = str(error)
+    for line in text.splitlines():
+        if line.strip().startswith("reason:"):
+            return line.strip().removeprefix("reason:").strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+def _lifted(build: Any, count: int, result_tree: Any) -> Program | None:
+    """The program with the floats as parameters, if both sentinel builds agree (see the module docstring)."""
+    programs = []
+    for which in (0, 1):
+        values = sentinels(count, which)
+        try:
+            program = _program(build(values), result_tree, values)
+        except (CannotCompile, NeuronccError, RuntimeError, ValueError, TypeError):
+            return None
+        programs.append(program)
+    first, second = programs
+    if first.inputs != second.inputs or print_function(first.function, canonical=True) != \
+            print_function(second.function, canonical=True):
+        return None
+    if not any(i < 0 for i in first.inputs):
+        return None
+    return first
+
+
+def _lift(fn: Function, values: list[float]) -> tuple[Function, tuple[int, ...]]:
+    """``fn`` with every 0-d ``full`` whose value is a sentinel replaced by a new parameter (appended), and
+    the program inputs of those parameters (``-1 - k`` for float ``k``)."""
+    index_of = {value: k for k, value in enumerate(values)}
+    params: dict[tuple[int, Any], Value] = {}
+    replaced: dict[Value, Value] = {}
+    kept = []
+    for op in fn.ops:
+        # a fill (full): the one value the attributes give every element (constants are stored data, not lifted)
+        value = op.opdef.splat_value(op.attrs) if op.opdef.category is Category.CONSTANT and not op.has(Trait.STORED) \
+            else None
+        result_type = op.results[0].type if op.results else None
+        if isinstance(value, float) and value in index_of and result_type is not None and result_type.shape == ():
+            slot = (index_of[value], result_type.dtype)
+            if slot not in params:
+                params[slot] = Value(TensorType((), result_type.dtype), f"scalar{slot[0]}")
+            replaced[op.results[0]] = params[slot]
+        else:
+            kept.append(op)
+    if not replaced:
+        return fn, ()
+    lifted = Function(fn.name, fn.params + tuple(params.values()), tuple(kept), fn.outputs, fn.metadata)
+    return lifted.replace_uses(replaced), tuple(-1 - k for k, _ in params)

@@ -1,0 +1,77 @@
+"""Making ``neuron`` a PyTorch device: :func:`register`.
+
+    PrivateUse1 renamed "neuron" -> torch.neuron (device module), hooks, device guard
+      -> structural ops (factories, copies, views, resize, set_, item) for the PrivateUse1 key
+      -> one boxed fallback for every other op: the eager compiler (dispatch.py), which on first use of an op
+         registers a direct kernel for it so later calls skip the fallback
+      -> torch.accelerator routing, tensor printing through a CPU copy, neuron UntypedStorages from the
+         device's allocator
+
+Cheap (a few milliseconds): the compiler behind the fallback is imported on the first op it compiles. Called
+by the ``torch.backends`` entry point (autoload.py) when torch is imported, by ``import neuroncc.device``, and
+safe to call again.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import torch
+
+from neuroncc.device import autograd_decomposed, config, structural, torch_module
+from neuroncc.device.accelerator import route_accelerator
+from neuroncc.device.printing import print_through_cpu
+
+DEVICE_NAME = "neuron"
+
+_lock = threading.Lock()
+_libraries: list[torch.library.Library] = []  # kept alive: dropping a Library unregisters its kernels
+
+
+class _Hooks(torch._C._acc.PrivateUse1Hooks):
+    def is_available(self) -> bool:
+        return True
+
+    def has_primary_context(self, device_index: int) -> bool:
+        return True
+
+    def is_built(self) -> bool:
+        return True
+
+
+class _Guard(torch._C._acc.DeviceGuard):
+    def type_(self) -> torch._C._autograd.DeviceType:
+        return torch._C._autograd.DeviceType.PrivateUse1
+
+
+def is_registered() -> bool:
+    return bool(_libraries)
+
+
+def register() -> None:
+    """Register the ``neuron`` device with PyTorch (idempotent)."""
+    with _lock:
+        if _libraries:
+            return
+        current = torch._C._get_privateuse1_backend_name()
+        if current not in ("privateuseone", DEVICE_NAME):
+            raise RuntimeError(f"cannot register the neuron device: PyTorch's PrivateUse1 backend is already "
+                               f"'{current}' (one process can host one PrivateUse1 device)")
+        config.load_from_environment()
+        if current == "privateuseone":
+            from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
+
+            _setup_privateuseone_for_python_backend(DEVICE_NAME, backend_module=torch_module, hook=_Hooks(),
+                                                    device_guard=_Guard())
+        from neuroncc.device import dispatch
+
+        kernels = torch.library.Library("aten", "IMPL")
+        structural.register(kernels)
+        autograd_decomposed.register(kernels)
+        fallback = torch.library.Library("_", "IMPL")
+        fallback.fallback(dispatch.device_fallback, "PrivateUse1", with_keyset=True)
+        dispatch.set_library(kernels)
+        _libraries.extend((kernels, fallback))
+        structural.install_storage_constructor()
+        route_accelerator()
+        print_through_cpu()

@@ -1,0 +1,135 @@
+"""Calling a cpu executable on raw addresses, for callers that own the memory (the ``neuron`` device).
+
+``CpuExecutable.__call__`` takes numpy arrays and returns fresh ones. A caller whose tensors already live in
+host memory it allocated (the eager device) wants neither: it passes each parameter's data address, laid out
+as the parameter's type says, and the address of memory for each output, laid out as
+``executable.output_strides`` says, and the kernels read and write there directly. On the common path (native
+kernels and BLAS steps) no numpy array is made at all; steps that need arrays (ATen externs, interpreted
+kernels, a BLAS call that declines) get numpy views over the addresses, made on first use in the call.
+Outputs the plan does not write into an output buffer of their own (views of an input, of the arena or of a
+constant, repeated outputs, results ATen supplied) are copied into the caller's memory at the end.
+
+This module works on the launcher's plan and buffers: it is the launcher's second calling convention, kept
+beside it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from neuroncc.executors.cpu.buffers import storage_dtype
+
+
+class _CallFlats:
+    """The per-call list of flat buffer arrays (indexed by buffer number) that the launcher's steps read.
+
+    Native kernels read addresses only, so the list is made on the first access: then the executable's
+    static arrays are copied in and the caller's buffers become numpy views when a step asks for them."""
+
+    __slots__ = ("_call", "_addresses", "_items", "_pending")
+
+    def __init__(self, call: AddressCall, addresses: list[int]):
+        self._call, self._addresses = call, addresses
+        self._items: list[Any] | None = None
+        self._pending: dict[int, tuple[int, int, np.dtype]] = {}
+
+    def _materialize(self) -> list[Any]:
+        if self._items is None:
+            self._items = self._call.exe._flat_list.copy()
+            self._pending = {number: (self._addresses[number], extent, dtype)
+                             for number, _, _, extent, dtype in self._call._buffers}
+        return self._items
+
+    def __getitem__(self, number: int) -> Any:
+        items = self._materialize()
+        pending = self._pending.pop(number, None)
+        if pending is not None:
+            address, extent, dtype = pending
+            items[number] = _array_at(address, extent, dtype)
+        return items[number]
+
+    def __setitem__(self, number: int, value: Any) -> None:
+        items = self._materialize()
+        self._pending.pop(number, None)
+        items[number] = value
+
+
+def _array_at(address: int, extent: int, dtype: np.dtype) -> np.ndarray:
+    nbytes = max(extent, 0) * dtype.itemsize
+    if nbytes == 0:
+        return np.empty(0, dtype=dtype)
+    return np.frombuffer((ctypes.c_char * nbytes).from_address(address), dtype=dtype)
+
+
+class AddressCall:
+    """``call(inputs, outputs)``: run ``exe`` with parameter ``i`` at address ``inputs[i]`` and output ``j``
+    written to address ``outputs[j]`` (see the module docstring for the layouts)."""
+
+    def __init__(self, exe: Any):
+        plan = exe.plan
+        self.exe = exe
+        # (buffer number, is an input, param or output position, extent, dtype) of each per-call buffer
+        self._buffers: list[tuple[int, bool, int, int, np.dtype]] = []
+        for number, buffer, dtype, _ in exe._call_buffers:
+            self._buffers.append((number, buffer.kind == "input", buffer.index, buffer.extent, dtype))
+        own = {buffer.index for buffer in plan.buffers if buffer.kind == "output" and not buffer.supplied}
+        # outputs copied at the end: (position, buffer number or None, extent, dtype, layout of the result)
+        self._copied: list[tuple[int, Any, np.dtype, Any]] = []
+        for position, value_id in enumerate(plan.outputs):
+            if position in own:
+                continue
+            spec = plan.values[value_id]
+            dtype = storage_dtype(spec.dtype)
+            strides = tuple(exe.output_strides[position])
+            extent = _extent(spec.shape, strides)
+            self._copied.append((position, value_id, dtype, (tuple(spec.shape), strides, extent)))
+        self._single = self._single_kernel()
+
+    def _single_kernel(self) -> tuple[Any, ...] | None:
+        """For the commonest executable, one native kernel called straight (no extern, no index check, no
+        thread pool) whose per-call pointers are all inputs and outputs: (the kernel's argument array and its
+        address, its phases, and per per-call slot: (slot, is an input, position, byte offset))."""
+        exe = self.exe
+        if len(exe._runners) != 1 or self._copied:
+            return None
+        kernel = exe._runners[0]
+        if getattr(kernel, "fast", None) is None or kernel.step.extern is not None:
+            return None
+        places = {number: (is_input, position) for number, is_input, position, _, _ in self._buffers}
+        if any(buffer not in places for _, buffer, _ in kernel.dynamic):
+            return None
+        slots = tuple((slot, *places[buffer], offset) for slot, buffer, offset in kernel.dynamic)
+        return kernel.args, kernel.args_address, tuple(kernel.serial_calls), slots
+
+    def __call__(self, inputs: Sequence[int], outputs: Sequence[int]) -> None:
+        exe = self.exe
+        if self._single is not None:
+            args, address, calls, slots = self._single
+            with exe._lock:
+                for slot, is_input, position, offset in slots:
+                    args[slot] = (inputs if is_input else outputs)[position] + offset
+                for fn, n_outer in calls:
+                    fn(address, 0, n_outer)
+            return
+        addresses = exe._address_list.copy()
+        for number, is_input, position, _, _ in self._buffers:
+            addresses[number] = inputs[position] if is_input else outputs[position]
+        flats = _CallFlats(self, addresses)
+        with exe._lock:
+            for run in exe._calls:
+                run(flats, addresses)
+            for position, value_id, dtype, (shape, strides, extent) in self._copied:
+                source = exe._arrays((value_id,), flats)[0]
+                target = _array_at(outputs[position], extent, dtype)
+                np.copyto(np.lib.stride_tricks.as_strided(target, shape, tuple(s * dtype.itemsize for s in strides)),
+                          source)
+
+
+def _extent(shape: Sequence[int], strides: Sequence[int]) -> int:
+    if any(size == 0 for size in shape):
+        return 0
+    return 1 + sum((size - 1) * stride for size, stride in zip(shape, strides))

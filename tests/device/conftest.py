@@ -1,0 +1,33 @@
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import neuroncc
+import neuroncc.device
+
+neuroncc.device.register()  # normally done by torch's autoload; explicit so the tests also run without it
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(autouse=True)
+def _fresh_tracking():
+    """Every test starts with zeroed counters, forgotten op tracking, the default fallback mode and seed."""
+    neuroncc.reset_stats()
+    neuroncc.set_fallback_mode("cpu")
+    torch.manual_seed(0)
+    yield
+    neuroncc.set_fallback_mode("cpu")
+
+
+def run_python(code: str, env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    """Run ``code`` in a fresh interpreter (this venv, the worktree's neuroncc) and return the finished process."""
+    import os
+
+    environment = {k: v for k, v in os.environ.items() if not k.startswith(("NEURONCC_", "TORCH_DEVICE"))}
+    environment.update(env or {})
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout,
+                          cwd=ROOT, env=environment)

@@ -1,0 +1,265 @@
+"""Eager per-op compilation: signature keys, lifted floats, the kernel caches, CPU fallback and tracking."""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import neuroncc
+from neuroncc.device import dispatch
+from neuroncc.device.config import CONFIG
+from neuroncc.device.diagnostics import DeviceFallbackWarning
+from device.conftest import run_python
+
+
+def _compiled() -> int:
+    return neuroncc.stats()["eager_kernels_compiled"] + neuroncc.stats()["eager_kernels_loaded"]
+
+
+OPS = {
+    "add": lambda x, y: x + y, "mul_sub": lambda x, y: x * y - 2.5,
+    "maximum_relu": lambda x, y: torch.maximum(x, y).relu(), "matmul_softmax": lambda x, y: (x @ y.t()).softmax(-1),
+    "where_exp": lambda x, y: torch.where(x > y, x, y.exp()), "sum_div_mean": lambda x, y: x.sum(1, keepdim=True) / y.mean(),
+    "cat_tanh": lambda x, y: torch.cat([x, y], 0).tanh(), "gelu_sigmoid": lambda x, y: F.gelu(x) * torch.sigmoid(y),
+    "max_dim": lambda x, y: x.max(1), "layer_norm": lambda x, y: F.layer_norm(x, (5,)),
+    "int_floor_div": lambda x, y: x.to(torch.int32) // 2, "atan2": lambda x, y: torch.atan2(x, y),
+    "transposed_contiguous": lambda x, y: x.t().contiguous() + 1,
+    "max_dim_of_bools": lambda x, y: (x > y).max(1),
+}
+
+
+@pytest.mark.parametrize("fn", OPS.values(), ids=OPS.keys())
+def test_ops_match_cpu(fn):
+    x, y = torch.randn(4, 5), torch.randn(4, 5)
+    expected = fn(x, y)
+    actual = fn(x.to("neuron"), y.to("neuron"))
+    expected, actual = (expected, actual) if isinstance(expected, tuple) else ((expected,), (actual,))
+    for e, a in zip(expected, actual):
+        assert a.device.type == "neuron" and a.dtype == e.dtype and a.shape == e.shape and a.stride() == e.stride()
+        torch.testing.assert_close(a.cpu(), e)
+    assert neuroncc.get_fallback_ops() == {}
+
+
+def test_a_signature_compiles_once_and_floats_are_kernel_arguments():
+    x = torch.randn(8, device="neuron")
+    (x * 0.5).add_(x, alpha=0.25)
+    compiled = _compiled()
+    for step in range(5):  # a learning rate and an alpha that change every step: no new kernels
+        y = (x * (0.1 + step)).add_(x, alpha=step * 0.01)
+        torch.testing.assert_close(y.cpu(), x.cpu() * (0.1 + step) + x.cpu() * (step * 0.01))
+    assert _compiled() == compiled
+    x.reshape(2, 4) * 0.5  # another shape: a new kernel
+    assert _compiled() == compiled + 1
+
+
+def test_adam_steps_compile_nothing_after_the_first():
+    model = torch.nn.Linear(8, 4).to("neuron")
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.01)
+    x = torch.randn(16, 8, device="neuron")
+
+    def step():
+        loss = model(x).square().mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+    step()
+    step()
+    compiled = _compiled()
+    for _ in range(3):
+        step()
+    assert _compiled() == compiled
+
+
+def test_memory_cache_is_bounded(monkeypatch):
+    monkeypatch.setattr(CONFIG, "kernel_capacity", 8)
+    x = torch.randn(3, device="neuron")
+    for n in range(20):
+        x.expand(n + 1, 3).exp()
+    kept = sum(entry.holds_kernel for h in dispatch.handlers() for entry in h.entries.values())
+    assert kept <= 8
+    assert neuroncc.stats()["eager_kernels_evicted"] > 0
+
+
+def test_a_second_process_compiles_nothing_it_has_seen(tmp_path):
+    code = ("import json, torch, neuroncc\n"
+            "x = torch.randn(16, 32, device='neuron'); w = torch.randn(8, 32, device='neuron', requires_grad=True)\n"
+            "loss = torch.nn.functional.linear(x, w).relu().sum(); loss.backward(); w.grad.mul_(0.5).exp()\n"
+            "s = neuroncc.stats(); print(json.dumps([s['eager_kernels_compiled'], s['eager_kernels_loaded']]))")
+    env = {"NEURONCC_CACHE_DIR": str(tmp_path / "cache")}
+    first = run_python(code, env)
+    assert first.returncode == 0, first.stderr
+    compiled, loaded = json.loads(first.stdout.strip().splitlines()[-1])
+    assert compiled > 3 and loaded == 0
+    second = run_python(code, env)
+    assert second.returncode == 0, second.stderr
+    assert json.loads(second.stdout.strip().splitlines()[-1]) == [0, compiled]
+
+
+def test_an_op_neuroncc_cannot_compile_falls_back_with_one_warning():
+    x = torch.tensor([0.0, 1.5, 0.0, -2.0], device="neuron")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        first = torch.nonzero(x)
+        second = torch.nonzero(x * 2)
+    assert first.device.type == "neuron" and first.cpu().flatten().tolist() == [1, 3]
+    assert second.cpu().flatten().tolist() == [1, 3]
+    fallbacks = [w for w in caught if w.category is DeviceFallbackWarning]
+    assert len(fallbacks) == 1
+    message = str(fallbacks[0].message)
+    assert "aten.nonzero.default" in message and f"{__file__}:" in message
+    assert neuroncc.get_fallback_ops() == {"aten.nonzero.default": 2}
+    assert neuroncc.get_executed_ops()["aten.mul.Tensor"] == 1
+    assert neuroncc.stats()["eager_fallback_calls"] == 2
+    neuroncc.clear_op_tracking()
+    assert neuroncc.get_fallback_ops() == {} and neuroncc.get_executed_ops() == {}
+
+
+def test_fallback_writes_in_place_results_into_device_memory():
+    x = torch.randn(6, device="neuron")
+    expected = x.cpu().cumsum(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeviceFallbackWarning)
+        out = torch.empty(6, device="neuron")
+        torch.cumsum(x, 0, out=out)
+        x.cumsum_(0)
+    torch.testing.assert_close(out.cpu(), expected)
+    torch.testing.assert_close(x.cpu(), expected)
+
+
+def test_fallback_can_be_an_error():
+    neuroncc.set_fallback_mode("error")
+    x = torch.tensor([1.0, 0.0], device="neuron")
+    with pytest.raises(neuroncc.DeviceFallbackError, match="aten.nonzero.default") as error:
+        torch.nonzero(x)
+    assert error.value.op == "aten.nonzero.default" and __file__ in str(error.value)
+    with pytest.raises(neuroncc.InputError):
+        neuroncc.set_fallback_mode("gpu")
+
+
+def test_fallback_mode_from_the_environment():
+    code = ("import torch\ntry:\n    torch.nonzero(torch.ones(2, device='neuron'))\n"
+            "except Exception as e:\n    print(type(e).__name__)")
+    result = run_python(code, {"NEURONCC_DEVICE_FALLBACK": "error"})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "DeviceFallbackError"
+
+
+def test_user_errors_are_eagers_errors():
+    x, y = torch.randn(3, device="neuron"), torch.randn(4, device="neuron")
+    with pytest.raises(RuntimeError, match="must match the size"):
+        x + y
+    with pytest.raises(RuntimeError, match="result type Float can't be cast"):
+        torch.ones(2, dtype=torch.int64, device="neuron").add_(1.5)
+    with pytest.raises(IndexError):
+        torch.nn.functional.embedding(torch.tensor([7], device="neuron"), torch.randn(3, 2, device="neuron"))
+
+
+def test_stats_report_the_eager_counters():
+    x = torch.randn(5, device="neuron")
+    (x + 1).neg()
+    counts = neuroncc.stats()
+    assert counts["eager_device_calls"] >= 2 and "eager_kernels_compiled" in counts
+    neuroncc.reset_stats()
+    assert neuroncc.stats()["eager_device_calls"] == 0
+
+
+def test_bfloat16_and_half_ops():
+    for dtype in (torch.bfloat16, torch.float16):
+        x = torch.randn(4, 6).to(dtype)
+        torch.testing.assert_close((x.to("neuron") * 1.5 + 1).cpu(), x * 1.5 + 1)
+        torch.testing.assert_close(x.to("neuron").float().sum(0).cpu(), x.float().sum(0))
+
+
+def test_torch_equal_runs_on_the_device():
+    a = torch.randn(3, 4)
+    n = a.to("neuron")
+    nan = torch.tensor([float("nan"), 1.0])
+    cases = [(n, n.clone()), (n, n + 1), (n, n[:2]), (n[:0], n[:0].clone()), (nan.to("neuron"), nan.to("neuron")),
+             (torch.arange(4).to("neuron"), torch.arange(4).to("neuron"))]
+    for x, y in cases:
+        assert torch.equal(x, y) == torch.equal(x.cpu(), y.cpu())
+    assert neuroncc.get_fallback_ops() == {}
+    assert neuroncc.get_executed_ops()["aten.equal.default"] == len(cases)
+
+
+def test_batch_norm_backward_of_the_new_batch_norm_op_runs_on_the_device():
+    """aten._batch_norm_with_update's derivative is aten.batch_norm_backward: computed as native_batch_norm_backward."""
+    weight, bias = torch.rand(3) + 0.5, torch.randn(3)
+    x = torch.randn(2, 3, 4, 4)
+    grads = {}
+    for device in ("cpu", "neuron"):
+        inputs = [t.detach().to(device).requires_grad_() for t in (x, weight, bias)]
+        out = torch.ops.aten._batch_norm_with_update(*inputs, torch.zeros(3, device=device),
+                                                     torch.ones(3, device=device), 0.1, 1e-5)[0]
+        out.square().sum().backward()
+        grads[device] = [t.grad.cpu() for t in inputs]
+    for expected, actual in zip(grads["cpu"], grads["neuron"]):
+        torch.testing.assert_close(actual, expected, rtol=1e-4, atol=1e-4)
+    assert neuroncc.get_fallback_ops() == {}
+    assert "aten.native_batch_norm_backward.default" in neuroncc.get_executed_ops()
+
+
+@pytest.mark.parametrize("mode", ["bilinear", "bicubic", "nearest-exact"])
+def test_ops_torch_decomposes_but_the_front_end_table_does_not_run_on_the_device(mode):
+    """torch.compile sees interpolate's .vec overloads, decomposed early; the device is handed the op itself."""
+    x = torch.randn(2, 3, 5, 6)
+    expected = F.interpolate(x, scale_factor=1.5, mode=mode)
+    actual = F.interpolate(x.to("neuron"), scale_factor=1.5, mode=mode)
+    torch.testing.assert_close(actual.cpu(), expected, rtol=1e-4, atol=1e-4)
+    assert neuroncc.get_fallback_ops() == {}
+
+
+@pytest.mark.parametrize("name, fn", [
+    ("bilinear", lambda t: F.interpolate(t, scale_factor=1.5, mode="bilinear")),
+    ("nearest", lambda t: F.interpolate(t, size=(7, 9), mode="nearest")),
+    ("replicate_pad", lambda t: F.pad(t, (1, 2, 2, 1), mode="replicate")),
+    ("hardshrink", lambda t: F.hardshrink(t, 0.3)),
+    ("softshrink", lambda t: F.softshrink(t, 0.3)),
+])
+def test_ops_whose_backward_op_neuroncc_lacks_are_differentiated_through_their_decomposition(name, fn):
+    x = torch.randn(2, 3, 5, 6)
+    cpu, neuron = x.clone().requires_grad_(), x.to("neuron").requires_grad_()
+    expected, actual = fn(cpu), fn(neuron)
+    grad = torch.randn_like(expected)
+    expected.backward(grad)
+    actual.backward(grad.to("neuron"))
+    torch.testing.assert_close(actual.cpu(), expected.detach(), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(neuron.grad.cpu(), cpu.grad, rtol=1e-5, atol=1e-5)
+    assert neuroncc.get_fallback_ops() == {}
+    neuroncc.clear_op_tracking()
+    with torch.no_grad():  # nothing to differentiate: the op itself, one kernel
+        torch.testing.assert_close(fn(x.to("neuron")).cpu(), fn(x))
+    assert neuroncc.get_fallback_ops() == {}
+    assert len(neuroncc.get_executed_ops()) == 1, neuroncc.get_executed_ops()
+
+
+def test_autograd_zero_gradients_and_ops_that_write_an_argument_and_return_a_new_tensor():
+    x = torch.randn(3, 4)
+    on_device = x.to("neuron").requires_grad_()
+    torch.sgn(on_device).sum().backward()  # sgn's derivative is an _efficientzerotensor on the device
+    torch.testing.assert_close(on_device.grad.cpu(), torch.zeros(3, 4))
+    torch.manual_seed(0)
+    expected = F.rrelu(x, training=True)  # rrelu_with_noise writes its noise argument and returns a new tensor
+    torch.manual_seed(0)
+    torch.testing.assert_close(F.rrelu(x.to("neuron"), training=True).cpu(), expected)
+
+
+def test_python_numbers_the_dispatcher_passes_for_tensor_parameters():
+    """remainder(int tensor, 12) reaches the device as remainder.Tensor_out(self, 12): 12 stood for a 0-d tensor."""
+    index = torch.tensor([0, 5, -1, 7])
+    torch.testing.assert_close(torch.remainder(index.to("neuron"), 3).cpu(), torch.remainder(index, 3))
+    x, where = torch.randn(3, 4), torch.tensor([[0], [1], [-1]])
+    torch.testing.assert_close(torch.take_along_dim(x.to("neuron"), where.to("neuron"), dim=1).cpu(),
+                               torch.take_along_dim(x, where, dim=1))
+    assert neuroncc.get_fallback_ops() == {}
+
+
+def test_stats_name_the_eager_counters_before_the_first_op(tmp_path):
+    result = run_python("import torch, neuroncc; print(neuroncc.stats()['eager_kernels_compiled'])")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["0"]

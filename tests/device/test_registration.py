@@ -1,0 +1,68 @@
+"""The device registers through torch's autoload entry point, cheaply, and never breaks ``import torch``."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from device.conftest import run_python
+
+
+def test_a_fresh_process_knows_the_device_without_importing_neuroncc():
+    code = ("import sys, torch; t = torch.ones(2, device='neuron'); "
+            "print(t.device, t.cpu().tolist(), torch.neuron.is_available())")
+    result = run_python(code)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["neuron:0", "[1.0,", "1.0]", "True"]
+
+
+@pytest.mark.parametrize("first", ["neuroncc.device.dispatch", "neuroncc.device.registration"])
+def test_importing_a_device_module_before_torch_still_registers(first):
+    """The module's own ``import torch`` runs the autoload hook, which must not meet it half-initialized."""
+    result = run_python(f"import {first}, torch; print(torch.ones(1, device='neuron').device)")
+    assert result.returncode == 0, result.stderr
+    assert "disabled" not in result.stderr, result.stderr
+    assert result.stdout.split() == ["neuron:0"]
+
+
+def test_autoload_stays_cheap_it_loads_no_compiler():
+    code = ("import sys, json, torch; print(json.dumps(sorted(m for m in sys.modules if m.startswith("
+            "('neuroncc.frontend', 'neuroncc.driver', 'neuroncc.executors', 'neuroncc.passes', 'llvmlite', 'torch._dynamo', "
+            "'torch._inductor')))))")
+    result = run_python(code)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == []
+
+
+def test_autoload_can_be_turned_off():
+    code = "import torch\ntry:\n    torch.ones(1, device='neuron')\nexcept RuntimeError as e:\n    print('refused')"
+    result = run_python(code, env={"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "refused"
+
+
+def test_a_broken_install_disables_the_device_with_one_warning_and_torch_still_imports():
+    code = "import torch; print(torch.ones(2).sum().item())"
+    result = run_python(code, env={"NEURONCC_DEVICE_COUNT": "many"})  # a bad setting makes registration fail
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "2.0"
+    assert result.stderr.count("DeviceDisabledWarning") == 1
+    assert "NEURONCC_DEVICE_COUNT must be an integer" in result.stderr
+
+
+def test_registration_is_idempotent():
+    import neuroncc.device
+
+    neuroncc.device.register()
+    neuroncc.device.register()
+    assert torch._C._get_privateuse1_backend_name() == "neuron"
+    assert torch.get_device_module("neuron") is torch.neuron
+
+
+def test_tensor_and_module_methods_exist():
+    t = torch.ones(3).neuron()
+    assert t.is_neuron and t.device.type == "neuron"
+    module = torch.nn.Linear(2, 2).neuron()
+    assert module.weight.device.type == "neuron"

@@ -1,0 +1,102 @@
+"""neuroncc's log lines: TORCH_LOGS="neuroncc" (through PyTorch's logging registry) and NEURONCC_LOG print one
+line per compiled graph (ops, launches, cache hit/miss and why, time per stage), per recompile with the input
+that changed, and per fallback op."""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+import neuroncc  # noqa: F401
+from neuroncc.driver.records import configure_log_from_environ
+from neuroncc.errors import InputError
+from neuroncc.frontend.backend import changed_inputs
+
+SCRIPT = textwrap.dedent("""
+    import torch
+    import neuroncc
+
+    def f(x):
+        return torch.nn.functional.layer_norm(x, x.shape[-1:]).relu()
+
+    compiled = torch.compile(f, backend="neuron", dynamic=False)
+    compiled(torch.randn(2, 3))
+    compiled(torch.randn(2, 5))
+    compiled(torch.randn(2, 5, dtype=torch.float64))
+""")
+
+
+def _run(tmp_path, **env) -> str:
+    script = tmp_path / "model.py"
+    script.write_text(SCRIPT)
+    environment = {k: v for k, v in os.environ.items() if k not in ("TORCH_LOGS", "NEURONCC_LOG")}
+    environment.update(env, NEURONCC_CACHE_DIR=str(tmp_path / "cache"))
+    done = subprocess.run([sys.executable, str(script)], env=environment, capture_output=True, text=True,
+                          timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stderr
+
+
+@pytest.mark.parametrize("env", [{"TORCH_LOGS": "neuroncc"}, {"NEURONCC_LOG": "info"}], ids=["TORCH_LOGS", "NEURONCC_LOG"])
+def test_compile_and_recompile_lines(tmp_path, env):
+    err = _run(tmp_path, **env)
+    compiled = [line for line in err.splitlines() if "neuroncc: compiled @" in line]
+    assert len(compiled) == 3, err
+    assert "@g0_0_inference for cpu: " in compiled[0] and " ops -> 1 kernel;" in compiled[0]
+    assert "cache miss (the cache is empty)" in compiled[0]
+    assert "passes " in compiled[0] and "fuse " in compiled[0] and "codegen " in compiled[0]
+    # the second specialization: the closest stored entry is the first one, which differs in graph and inputs
+    assert "closest stored entry, @g0_0_inference, differs in: graph, inputs" in compiled[1], compiled[1]
+    recompiles = [line for line in err.splitlines() if "neuroncc: recompiling" in line]
+    assert len(recompiles) == 2, err
+    assert "input 'l_x_' shape [2, 3] -> [2, 5]" in recompiles[0]
+    assert "input 'l_x_' dtype float32 -> float64" in recompiles[1]
+
+
+def test_second_process_logs_cache_hits(tmp_path):
+    _run(tmp_path, NEURONCC_LOG="info")
+    err = _run(tmp_path, NEURONCC_LOG="info")
+    compiled = [line for line in err.splitlines() if "neuroncc: compiled @" in line]
+    assert len(compiled) == 3 and all("cache hit" in line for line in compiled), err
+
+
+def test_nothing_logged_without_a_setting(tmp_path):
+    assert "neuroncc: compiled" not in _run(tmp_path)
+
+
+def test_changed_inputs_names_the_input():
+    before = (("x", (2, 3), "float32"), ("w", (3, 3), "float32"))
+    assert changed_inputs(before, (("x", (2, 3), "float32"), ("w", (3, 4), "float32"))) == \
+        "input 'w' shape [3, 3] -> [3, 4]"
+    assert changed_inputs(before, before[:1]) == "2 -> 1 tensor inputs"
+
+
+def test_bad_neuroncc_log_value_is_an_input_error():
+    with pytest.raises(InputError, match="NEURONCC_LOG='loud'"):
+        configure_log_from_environ({"NEURONCC_LOG": "loud"})
+
+
+@torch.library.custom_op("neuroncc_logging::running_total", mutates_args=())
+def running_total(x: torch.Tensor, dim: int) -> torch.Tensor:
+    return torch.cumsum(x, dim=dim)
+
+
+@running_total.register_fake
+def _(x, dim):
+    return torch.empty_like(x)
+
+
+def test_fallback_op_is_logged(caplog):
+    compiled = torch.compile(lambda x: running_total(x * 2, 1), backend="neuron", dynamic=False,
+                             options={"fallback": "cpu"})
+    with caplog.at_level(logging.INFO, logger="neuroncc"), pytest.warns(UserWarning):
+        compiled(torch.randn(3, 4))
+    lines = [r.getMessage() for r in caplog.records if "fallback in graph" in r.getMessage()]
+    assert len(lines) == 1 and "neuroncc_logging.running_total.default(float32[3, 4], 1)" in lines[0], lines
+    assert "runs on eager PyTorch" in lines[0]
