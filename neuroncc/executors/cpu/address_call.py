@@ -123,7 +123,7 @@ class AddressCall:
             for run in exe._calls:
                 run(flats, addresses)
             for position, value_id, dtype, (shape, strides, extent) in self._copied:
-                source = exe._arrays((value_id,), flats)[0]
+                source = exe.arrays((value_id,), flats)[0]
                 target = _array_at(outputs[position], extent, dtype)
                 np.copyto(np.lib.stride_tricks.as_strided(target, shape, tuple(s * dtype.itemsize for s in strides)),
                           source)
