@@ -58,7 +58,7 @@ def find_programs(paths: list[str]) -> list[Path]:
         if path.is_dir():
             below = sorted(p for p in path.rglob("*.pt2") if p.is_file())
             if not below:
-                raise InputError(f"{text}: a directory with no .pt2 files in it")
+                raise InputError(f"{text}: is a directory with no .pt2 files in it")
         elif not path.exists():
             raise InputError(f"{text}: no such file")
         else:
