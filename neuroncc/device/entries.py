@@ -21,6 +21,7 @@ from neuroncc.errors import NeuronccError
 from neuroncc.ir import print_function
 from neuroncc.driver.cache import CACHE_STATS
 from neuroncc.driver.compile import compile_graph
+from neuroncc.frontend import profiling
 
 aten = torch.ops.aten
 
@@ -29,6 +30,7 @@ def make_entry(handler: Any, args: tuple[Any, ...], kwargs: dict[str, Any], tens
                floats: list[float], index: int, lookup: Any) -> Any:
     """The entry for a new signature of ``handler``'s op; ``lookup(op)`` is the device kernel of another op."""
     tracking.report_to_stats()  # cheap and idempotent; before any op of this process runs on the device
+    profiling.ensure_installed()  # torch.profiler sees the device's kernels and CPU fallbacks (idempotent)
     form: OpForm = handler.form
     state = handler.state
     if _numbers_for_tensors(form, args, kwargs):

@@ -24,6 +24,7 @@ from neuroncc.device.config import CONFIG
 from neuroncc.device.diagnostics import DeviceFallbackWarning, user_location
 from neuroncc.device.op_forms import OpForm
 from neuroncc.errors import DeviceFallbackError
+from neuroncc.executors.tracing import StepInfo, active_tracer
 
 
 def run_on_host(form: OpForm, args: tuple[Any, ...], kwargs: dict[str, Any], index: int,
@@ -119,7 +120,12 @@ class HostFallback:
         error_mode = CONFIG.fallback == "error"
         if error_mode and not self.refused:
             raise self._error()
-        result = run_on_host(self.form, args, kwargs, self.index)  # raises eager's error for a user error
+        tracer = active_tracer()  # torch.profiler (or a timeline recorder) sees the op as a fallback range
+        if tracer is None:
+            result = run_on_host(self.form, args, kwargs, self.index)  # raises eager's error for a user error
+        else:
+            with tracer.step(StepInfo(self.form.name, "fallback", "neuron device")):
+                result = run_on_host(self.form, args, kwargs, self.index)
         if error_mode:
             raise self._error()
         state.fallback_calls += 1

@@ -109,6 +109,16 @@ def get_fallback_ops() -> dict[str, int]:
     return found
 
 
+def fallback_ops_by_source() -> dict[str, dict[str, int]]:
+    """Who ran which ops on eager PyTorch: ``{"graph": {op: graph nodes}, "<source>": {op: calls}, ...}`` (the
+    torch.compile fallback mode's nodes, then each added source's calls, e.g. the ``neuron device``'s)."""
+    with _lock:
+        found = {"graph": dict(_fallback_ops)}
+    for name, source in list(_sources.items()):
+        found[name] = dict(source.fallback_ops())
+    return found
+
+
 def clear_fallback_ops() -> None:
     """Forget the recorded fallback ops (their counter stays)."""
     with _lock:

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from neuroncc.executors.cpu.buffers import storage_dtype
+from neuroncc.executors.tracing import active_tracer
 
 
 class _CallFlats:
@@ -106,8 +107,16 @@ class AddressCall:
         return kernel.args, kernel.args_address, tuple(kernel.serial_calls), slots
 
     def __call__(self, inputs: Sequence[int], outputs: Sequence[int]) -> None:
+        tracer = active_tracer()  # a profiler or recorder watching: the launcher's traced steps, in its range
+        if tracer is not None:
+            calls, graph = self.exe.traced_calls(tracer)
+            with tracer.step(graph):
+                return self._run(inputs, outputs, calls, single=False)
+        return self._run(inputs, outputs, self.exe._calls, single=True)
+
+    def _run(self, inputs: Sequence[int], outputs: Sequence[int], calls: list[Any], single: bool) -> None:
         exe = self.exe
-        if self._single is not None:
+        if single and self._single is not None:
             args, address, calls, slots = self._single
             with exe._lock:
                 for slot, is_input, position, offset in slots:
@@ -120,7 +129,7 @@ class AddressCall:
             addresses[number] = inputs[position] if is_input else outputs[position]
         flats = _CallFlats(self, addresses)
         with exe._lock:
-            for run in exe._calls:
+            for run in calls:
                 run(flats, addresses)
             for position, value_id, dtype, (shape, strides, extent) in self._copied:
                 source = exe.arrays((value_id,), flats)[0]

@@ -183,11 +183,16 @@ class CpuExecutable:
         tracer = active_tracer()  # None unless a profiler or recorder is watching (see executors/tracing.py)
         if tracer is None:
             return self._call(inputs, self._calls)
+        calls, graph = self.traced_calls(tracer)
+        with tracer.step(graph):
+            return self._call(inputs, calls)
+
+    def traced_calls(self, tracer: Any) -> tuple[list[Any], Any]:
+        """The step calls wrapped in ``tracer``'s ranges, and the graph's StepInfo (built once per tracer)."""
         if self._traced is None or self._traced[0] is not tracer:
             self._traced = (tracer, traced_steps(tracer, self._calls, step_infos(self.function, self.plan)),
                             graph_info(self.function))
-        with tracer.step(self._traced[2]):
-            return self._call(inputs, self._traced[1])
+        return self._traced[1], self._traced[2]
 
     def _call(self, inputs: tuple[Any, ...], calls: list[Any]) -> list[np.ndarray]:
         plan = self.plan
