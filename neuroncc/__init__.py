@@ -52,6 +52,8 @@ def _autoload_device() -> None:
     ``DeviceDisabledWarning``. Not called at all when ``TORCH_DEVICE_BACKEND_AUTOLOAD=0``."""
     try:
         importlib.import_module("neuroncc.device.registration").register()
+        # the torch.distributed backend for the device: cheap (no process group is made until asked for)
+        importlib.import_module("neuroncc.distributed.registration").register()
     except Exception as error:  # noqa: BLE001 - any failure, reported once, keeps torch importable
         warnings.warn(f"neuroncc: the neuron device is disabled: {type(error).__name__}: {error}",
                       DeviceDisabledWarning, stacklevel=2)

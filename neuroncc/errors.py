@@ -88,3 +88,9 @@ class DeviceFallbackError(UnsupportedOpError):
 class DeviceDisabledWarning(UserWarning):
     """The ``neuron`` device could not register when torch loaded it (the message says why); torch works
     without it. A warning, not an error: a broken neuroncc install must never break ``import torch``."""
+
+
+class CollectiveError(NeuronccError):
+    """A collective or point-to-point operation of the ``neuron`` process group failed: a peer died or closed
+    its connection, or the operation did not complete within the group's timeout. The message names the
+    operation, the rank and the group."""

@@ -198,7 +198,7 @@ def test_importing_the_core_does_not_load_torch():
 # ---- no import cycles; imports inside functions only where they keep a heavy import lazy -------------------
 
 #: Third-party packages heavy or optional enough that the core imports them inside the functions that need them.
-HEAVY = {"torch", "functorch", "llvmlite", "matplotlib"}
+HEAVY = {"torch", "functorch", "llvmlite", "matplotlib", "redis"}
 
 #: Packages whose modules still import each other in a cycle (none left: keep it empty).
 KNOWN_CYCLES: set[str] = set()

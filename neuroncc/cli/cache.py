@@ -7,6 +7,7 @@
     neuroncc cache explain --key KEY [--key KEY2]    a stored entry's components (or two entries compared)
     neuroncc cache verify                            check every entry's files; exit 1 listing the bad ones
     neuroncc cache clear [--older-than DAYS]         delete entries (all, or the old ones)
+    ... --remote                                     the same for the remote tier ($NEURONCC_REMOTE_CACHE)
 
 The cache directory is ``--cache-dir``, else ``$NEURONCC_CACHE_DIR``, else ``~/.cache/neuroncc``. Keys may be
 abbreviated to any unique prefix of 4 or more characters.
@@ -29,7 +30,7 @@ from neuroncc.ir import parse_module
 from neuroncc.driver.cache import CompileCache
 from neuroncc.driver.cache_key import component_differences, compute_key
 from neuroncc.driver.compile import DEFAULT_TARGET, make_request
-from neuroncc.cli import programs
+from neuroncc.cli import cache_remote, programs
 from neuroncc.executors.executable import InterpreterExecutable
 from neuroncc.driver.artifact import read_manifest
 
@@ -65,26 +66,41 @@ def _created(entry) -> str:
     return stamp.astimezone(datetime.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
-def run_list(args: argparse.Namespace) -> int:
-    cache = _open_cache(args)
-    entries = cache.list_entries()
-    rows = [("KEY", "TARGET", "SIZE", "CREATED", "GRAPH")]
-    for entry in sorted(entries, key=lambda e: _created(e)):
-        if entry.manifest is None:
-            rows.append((entry.key[:16], "?", human_size(entry.size), _created(entry), f"(damaged: {entry.problem})"))
-        else:
-            rows.append((entry.key[:16], entry.manifest.target, human_size(entry.size), _created(entry),
-                         entry.manifest.graph_name))
-    if entries:
-        widths = [max(len(row[i]) for row in rows) for i in range(4)]
-        for row in rows:
+def _print_entries(rows: list[tuple[str, str, int, str, str]], where: object) -> None:
+    """``rows`` of (key, target, size, created, graph) as ``cache list`` prints them, then the total."""
+    table = [("KEY", "TARGET", "SIZE", "CREATED", "GRAPH")]
+    table += [(key[:16], target, human_size(size), created, graph) for key, target, size, created, graph in rows]
+    if rows:
+        widths = [max(len(row[i]) for row in table) for i in range(4)]
+        for row in table:
             print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)) + "  " + row[4])
-    total = sum(e.size for e in entries)
-    print(f"{_count(len(entries), 'entry', 'entries')}, {human_size(total)} in {cache.root}")
+    total = sum(row[2] for row in rows)
+    print(f"{_count(len(rows), 'entry', 'entries')}, {human_size(total)} in {where}")
+
+
+def run_list(args: argparse.Namespace) -> int:
+    if args.remote:
+        where, rows = cache_remote.list_remote()
+        _print_entries(rows, where)
+        return EXIT_OK
+    cache = _open_cache(args)
+    rows = []
+    for entry in sorted(cache.list_entries(), key=lambda e: _created(e)):
+        if entry.manifest is None:
+            rows.append((entry.key, "?", entry.size, _created(entry), f"(damaged: {entry.problem})"))
+        else:
+            rows.append((entry.key, entry.manifest.target, entry.size, _created(entry), entry.manifest.graph_name))
+    _print_entries(rows, cache.root)
     return EXIT_OK
 
 
 def run_verify(args: argparse.Namespace) -> int:
+    if args.remote:
+        where, checked, problems = cache_remote.verify_remote()
+        for key, problem in problems:
+            print(f"BAD {key[:16]}  {problem}")
+        print(f"{_count(checked, 'entry', 'entries')} checked, {len(problems)} bad, in {where}")
+        return EXIT_CHECK_FAILED if problems else EXIT_OK
     cache = _open_cache(args)
     entries = cache.list_entries()
     bad = 0
@@ -100,10 +116,14 @@ def run_verify(args: argparse.Namespace) -> int:
 def run_clear(args: argparse.Namespace) -> int:
     if args.older_than is not None and not (args.older_than >= 0 and math.isfinite(args.older_than)):
         raise InputError(f"--older-than must be a non-negative number of days, got {args.older_than}")
-    cache = _open_cache(args)
     older_than_s = None if args.older_than is None else args.older_than * 86400
-    removed, freed = cache.clear(older_than_s)
-    print(f"removed {_count(removed, 'entry', 'entries')} ({human_size(freed)}) from {cache.root}")
+    if args.remote:
+        where, removed, freed = cache_remote.clear_remote(older_than_s)
+    else:
+        cache = _open_cache(args)
+        removed, freed = cache.clear(older_than_s)
+        where = cache.root
+    print(f"removed {_count(removed, 'entry', 'entries')} ({human_size(freed)}) from {where}")
     return EXIT_OK
 
 
@@ -204,9 +224,12 @@ def run_explain(args: argparse.Namespace) -> int:
     keys = list(args.key)
     if len(keys) > (1 if args.file else 2):
         raise InputError("cache explain compares two things at most: FILE --key KEY, or --key KEY --key KEY")
-    cache = _open_cache(args) if keys else None
     sides = _file_components(args) if args.file is not None else []
-    stored = [_stored_components(cache, k) for k in keys]
+    if args.remote:
+        stored = [cache_remote.stored_components(k) for k in keys]
+    else:
+        cache = _open_cache(args) if keys else None
+        stored = [_stored_components(cache, k) for k in keys]
     if args.file is not None and stored:
         for side in sides:
             _print_comparison(side, stored[0])
@@ -229,6 +252,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     def command(name: str, help: str, func) -> argparse.ArgumentParser:
         sub = commands.add_parser(name, help=help)
         sub.add_argument("--cache-dir", help="the cache directory (default: $NEURONCC_CACHE_DIR or ~/.cache/neuroncc)")
+        sub.add_argument("--remote", action="store_true",
+                         help="the remote tier ($NEURONCC_REMOTE_CACHE) instead of the local directory")
         sub.set_defaults(func=func)
         return sub
 

@@ -5,6 +5,9 @@
     neuroncc compile model.pt2 --target nki-sim -o build/
                                                     ... and copy each graph's artifact into build/<graph>/
     neuroncc compile model.pt2 --json               the same facts as one JSON object on stdout
+    neuroncc compile models/ a.pt2 b.pt2 --jobs 4   precompile many programs (a directory: every .pt2 in it)
+                                                    in 4 worker processes into the (local + remote) cache,
+                                                    with a progress bar; exit 2 if any failed
 
 For each graph it prints the cache key, whether the cache had it (a hit loads the stored artifact; a miss
 compiles and stores it), the time taken and a kernel summary: kernels, extern matmuls, each kernel's ops.
@@ -17,8 +20,8 @@ import json
 import time
 from pathlib import Path
 
-from neuroncc.cli import programs
-from neuroncc.cli.progress import format_seconds
+from neuroncc.cli import precompile, programs
+from neuroncc.cli.progress import Progress, format_seconds
 from neuroncc.cli.summary import summarize
 
 EXIT_OK = 0
@@ -27,27 +30,45 @@ EXIT_OK = 0
 def run_compile(args: argparse.Namespace) -> int:
     if args.output:
         programs.check_output_directory(args.output)
+    if len(args.models) > 1 or args.jobs is not None or Path(args.models[0]).is_dir():
+        return precompile.run_precompile(args, compile_in_worker)
+    args.model = args.models[0]
     progress = programs.progress_for(args)
     started = time.perf_counter()
     with programs.one_line_warnings():
-        program = programs.load_model(args, progress)
-        cache = programs.open_cache(args)
-        if args.train:
-            _graphs, compiled = programs.training_graphs(args, program, cache=cache, progress=progress)
-        else:
-            graph = programs.inference_graph(args, program, progress)
-            compiled = [programs.compile_function(graph.imported.function, "inference", target=args.target,
-                                                  pipeline=args.pipeline, cache=cache, progress=progress)]
-        copies = []
-        if args.output:
-            directory = programs.ensure_output_directory(args.output)
-            copies = [programs.copy_artifact(c, directory) for c in compiled]
+        compiled, copies, cache = compile_model(args, progress)
     total = time.perf_counter() - started
     if args.json:
         print(json.dumps(compile_report(args, compiled, copies, cache, total), indent=2))
     else:
         print_report(args, compiled, copies, cache, total)
     return EXIT_OK
+
+
+def compile_model(args: argparse.Namespace, progress) -> tuple[list[programs.CompiledFunction], list[Path], object]:
+    """Compile ``args.model`` (its inference graph, or forward + backward with ``--train``) through the cache;
+    copy the artifacts to ``--output``. Returns (compiled graphs, copies, the cache)."""
+    program = programs.load_model(args, progress)
+    cache = programs.open_cache(args)
+    if args.train:
+        _graphs, compiled = programs.training_graphs(args, program, cache=cache, progress=progress)
+    else:
+        graph = programs.inference_graph(args, program, progress)
+        compiled = [programs.compile_function(graph.imported.function, "inference", target=args.target,
+                                              pipeline=args.pipeline, cache=cache, progress=progress)]
+    copies = []
+    if args.output:
+        directory = programs.ensure_output_directory(args.output)
+        copies = [programs.copy_artifact(c, directory) for c in compiled]
+    return compiled, copies, cache
+
+
+def compile_in_worker(task: precompile.Task) -> dict[str, object]:
+    """One program of ``neuroncc compile ... --jobs N``, in its worker process: the ``--json`` report."""
+    args = argparse.Namespace(model=task.model, quiet=True, **task.options)
+    started = time.perf_counter()
+    compiled, copies, cache = compile_model(args, Progress(enabled=False))
+    return compile_report(args, compiled, copies, cache, time.perf_counter() - started)
 
 
 def compile_report(args: argparse.Namespace, compiled: list[programs.CompiledFunction], copies: list[Path],
@@ -104,8 +125,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         epilog=programs.help_epilog(__doc__, "0 ok, 2 bad input or a graph neuroncc cannot compile (one line on "
                                              "stderr), 3 internal error"),
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    programs.add_model_arguments(parser)
+    programs.add_model_arguments(parser, several=True)
     parser.add_argument("-o", "--output", metavar="DIR",
-                        help="copy each compiled graph's artifact (manifest, IR, code) to DIR/<graph name>/")
+                        help="copy each compiled graph's artifact (manifest, IR, code) to DIR/<graph name>/ "
+                             "(several programs: DIR/<program file name>/<graph name>/)")
+    parser.add_argument("-j", "--jobs", type=int, metavar="N", default=None,
+                        help="compile several programs in N worker processes (default: the CPU count)")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.set_defaults(func=run_compile)

@@ -6,7 +6,8 @@
     compile_function(fn, kind, ...)       one IR function through driver.compile_graph and the cache,
                                           reporting its key and whether it was a hit
 
-Environment variables (``NEURONCC_CACHE_DIR``, ``NEURONCC_DISABLE_CACHE``) are read here, at the boundary.
+Environment variables (``NEURONCC_CACHE_DIR``, ``NEURONCC_DISABLE_CACHE``, ``NEURONCC_REMOTE_CACHE*``) are read
+here, at the boundary.
 """
 
 from __future__ import annotations
@@ -27,19 +28,24 @@ from pathlib import Path
 from neuroncc.cli.progress import Progress
 from neuroncc.errors import InputError
 from neuroncc.ir import Function
-from neuroncc.driver.compile import DEFAULT_TARGET, compile_graph, make_request
+from neuroncc.driver.compile import (DEFAULT_TARGET, cache_from_environ, compile_graph, make_request,
+                                     remote_tier_from_environ)
 from neuroncc.executors.executable import InterpreterExecutable, TARGETS
-from neuroncc.driver.cache import CacheStats, CompileCache
+from neuroncc.driver.cache import PROCESS_MEMORY, CacheStats, CompileCache
 from neuroncc.driver.artifact import write_graph
 
 TARGET_HELP = ("where the code runs: cpu (LLVM, native code), nki-sim (NKI kernels in the bundled simulator), "
                "interp (the reference interpreter); default: {default}")
 
 
-def add_model_arguments(parser: argparse.ArgumentParser, *, train: bool = True) -> None:
-    """MODEL.pt2 and the flags every model command takes."""
+def add_model_arguments(parser: argparse.ArgumentParser, *, train: bool = True, several: bool = False) -> None:
+    """MODEL.pt2 (``several``: one or more, into ``args.models``) and the flags every model command takes."""
 
-    parser.add_argument("model", metavar="MODEL.pt2", help="a program saved with torch.export.save")
+    if several:
+        parser.add_argument("models", nargs="+", metavar="MODEL.pt2",
+                            help="programs saved with torch.export.save, or directories of them")
+    else:
+        parser.add_argument("model", metavar="MODEL.pt2", help="a program saved with torch.export.save")
     parser.add_argument("--program", metavar="NAME", default=None,
                         help="which program of an archive holding several (default: its only one)")
     parser.add_argument("--target", choices=sorted(TARGETS), default=DEFAULT_TARGET,
@@ -72,8 +78,9 @@ def open_cache(args: argparse.Namespace):
     if getattr(args, "no_cache", False):
         return None
     if getattr(args, "cache_dir", None):
-        return CompileCache(Path(args.cache_dir).expanduser(), stats=CacheStats())
-    return CompileCache.from_environ(os.environ, stats=CacheStats())
+        return CompileCache(Path(args.cache_dir).expanduser(), stats=CacheStats(), memory=PROCESS_MEMORY,
+                            remote=remote_tier_from_environ(os.environ))
+    return cache_from_environ(os.environ, stats=CacheStats())
 
 
 def graph_name(model_path: str) -> str:

@@ -129,3 +129,62 @@ def format_eta(done: int, total: int, elapsed: float) -> str:
         return "done" if total <= done else "estimating"
     left = elapsed / done * (total - done)
     return f"about {format_seconds(left) if left < 120 else f'{left / 60:.1f} min'} left"
+
+
+class ProgressBar:
+    """Progress over ``total`` items finishing in any order, on ``stream``: on a terminal one live line
+    (``[#########-----------]  3/8  12.3 s  running: a.pt2, b.pt2``) redrawn as items start and finish, with a
+    line per finished item above it; on a log only the finished items' lines (``neuroncc: [3/8] a.pt2 ...``)."""
+
+    WIDTH = 24
+
+    def __init__(self, total: int, stream: TextIO | None = None, *, enabled: bool = True,
+                 interactive: bool | None = None):
+        self.total = total
+        self.done = 0
+        self.stream = stream if stream is not None else sys.stderr
+        self.enabled = enabled
+        if interactive is None:
+            isatty = getattr(self.stream, "isatty", None)
+            interactive = bool(isatty and isatty())
+        self.interactive = interactive
+        self.running: list[str] = []
+        self.started = time.perf_counter()
+
+    def bar(self) -> str:
+        filled = self.WIDTH * self.done // max(self.total, 1)
+        running = f"  running: {', '.join(self.running)}" if self.running else ""
+        elapsed = format_seconds(time.perf_counter() - self.started)
+        return f"[{'#' * filled}{'-' * (self.WIDTH - filled)}]  {self.done}/{self.total}  {elapsed}{running}"
+
+    def start(self, name: str) -> None:
+        self.running.append(name)
+        self._draw()
+
+    def finish(self, name: str, line: str) -> None:
+        """``name`` is done; ``line`` says how it went."""
+        if name in self.running:
+            self.running.remove(name)
+        self.done += 1
+        if not self.enabled:
+            return
+        if self.interactive:
+            self.stream.write(f"{_CLEAR_LINE}  {line}\n")
+        else:
+            self.stream.write(f"neuroncc: [{self.done}/{self.total}] {line}\n")
+        self._draw()
+
+    def tick(self) -> None:
+        """Redraw (the elapsed time) on a terminal."""
+        self._draw()
+
+    def close(self) -> None:
+        if self.enabled and self.interactive:
+            self.stream.write(_CLEAR_LINE)
+            self.stream.flush()
+
+    def _draw(self) -> None:
+        if self.enabled and self.interactive:
+            self.stream.write(f"{_CLEAR_LINE}{self.bar()}")
+        if self.enabled:
+            self.stream.flush()

@@ -18,6 +18,7 @@ import torch
 from neuroncc.device import generators
 from neuroncc.device.allocator import ALLOCATOR
 from neuroncc.device.config import CONFIG
+from neuroncc.device.streams import Event, Stream, current_stream, default_stream, set_stream, stream  # noqa: F401
 
 _state = threading.local()  # the current device is per thread, as CUDA's is
 

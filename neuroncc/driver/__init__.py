@@ -4,7 +4,10 @@
                                       -> the target's executable (neuroncc.executors)
 
 - ``compile``: :func:`compile_graph`, the API boundary where the environment is read (cache directory, dumps).
-- ``cache`` / ``cache_key``: the on-disk compile cache (per-key locks, atomic publish) and its explained key.
+- ``cache`` / ``cache_key``: the compile cache (memory, local disk with per-key locks and atomic publish,
+  remote) and its explained key.
+- ``remote`` / ``bundle`` / ``notices``: the remote tier (a Redis server shared by many machines) and its
+  signed artifact values; the warning every tier gives.
 - ``records``: :class:`CompileRecord`, what one compile did (cache hit or miss and why, time per pass and for
   code generation), logged as one line on the ``neuroncc.driver`` logger.
 - ``artifact``: the artifact directory format (manifest, graph text, constants, the target's own files); no

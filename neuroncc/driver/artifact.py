@@ -206,7 +206,7 @@ def file_digest(path: Path) -> FileRecord:
 def verify_files(directory: Path, manifest: Manifest) -> None:
     """Raise :class:`ArtifactError` unless every recorded file exists with its recorded size and sha256."""
     for name, record in manifest.files.items():
-        path = _inside(directory, name)
+        path = inside_artifact(directory, name)
         try:
             size = path.stat().st_size
         except FileNotFoundError:
@@ -226,7 +226,7 @@ def verify_artifact(directory: Path) -> Manifest:
     return manifest
 
 
-def _inside(directory: Path, name: str) -> Path:
+def inside_artifact(directory: Path, name: str) -> Path:
     """``directory / name``, refusing names that would leave the artifact (absolute, ``..``)."""
     path = Path(name)
     if path.is_absolute() or ".." in path.parts or not path.parts:
@@ -328,7 +328,7 @@ def write_artifact(directory: Path, executable: Executable, contents: ArtifactCo
             stage_names.append(name)
     target_files = [str(name) for name in codec.save(executable, directory)]
     for name in target_files:
-        if not _inside(directory, name).is_file():
+        if not inside_artifact(directory, name).is_file():
             raise ArtifactError(f"target '{contents.target}' reported saving {name!r} but did not write it")
     fsync_tree(directory)
     files = {

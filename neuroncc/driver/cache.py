@@ -1,5 +1,10 @@
 """The compile cache: same request (graph, input types, target, options, pipeline, versions) -> same artifact.
 
+Three tiers, looked up in order: this process's memory (executables already loaded, when the cache is given a
+:class:`MemoryTier`), the local directory below, and a remote Redis server shared by many machines (when given
+a :class:`neuroncc.driver.remote.RemoteTier`). A hit in a lower tier is copied into the ones above it; a
+compile is published to all of them.
+
     <cache dir>/              mode 0700; $NEURONCC_CACHE_DIR, default ~/.cache/neuroncc (read by the caller)
       entries/<key>/          one artifact per key (see neuroncc.driver.artifact)
       locks/<key>.lock        flock'ed while a process looks up, compiles and publishes that key
@@ -15,6 +20,7 @@ recompiled and replaced; nothing in the cache can crash a compile or change a re
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import datetime
 import fcntl
@@ -30,6 +36,9 @@ from pathlib import Path
 from typing import Any
 
 from neuroncc.errors import ArtifactError, NeuronccError
+from neuroncc.driver.bundle import BadBundleError, open_bundle, pack_bundle
+from neuroncc.driver.notices import CacheWarning
+from neuroncc.driver.remote import LockOutcome, RemoteTier
 from neuroncc.driver.artifact import (
     ARTIFACT_CODECS,
     ArtifactCodec,
@@ -59,11 +68,6 @@ DEFAULT_CACHE_DIR = "~/.cache/neuroncc"
 
 #: Temp dirs of processes that are gone are collected at once; any older than this are collected regardless.
 STALE_TEMP_SECONDS = 24 * 3600
-
-
-class CacheWarning(UserWarning):
-    """The cache could not be used for one compile (a damaged entry, an unwritable directory); the compile
-    went ahead without it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,9 +108,11 @@ EXPLAIN_MISS_ENTRIES = 64
 class CacheStats:
     """Counters of cache events. Observability only: nothing reads them to decide anything.
 
-    ``hits`` + ``misses`` = cached lookups; ``compiles`` = compiles run on a miss; ``bad_entries`` = damaged or
-    foreign-version entries met (each also warned about); ``uncached`` = compiles that bypassed the cache (no
-    artifact support for the target, options without a JSON form, an unusable cache directory).
+    ``hits`` + ``misses`` = cached lookups; ``hits`` counts every tier, ``memory_hits`` and ``remote_hits`` the
+    hits found in memory and on the remote server; ``compiles`` = compiles run on a miss; ``bad_entries`` =
+    damaged or foreign-version local entries met, ``remote_bad_entries`` refused remote values (each also warned
+    about); ``remote_stores`` = artifacts sent to the remote server; ``uncached`` = compiles that bypassed the
+    cache (no artifact support for the target, options without a JSON form, an unusable cache directory).
     """
 
     hits: int = 0
@@ -116,6 +122,10 @@ class CacheStats:
     publish_failures: int = 0
     uncached: int = 0
     load_seconds: float = 0.0
+    memory_hits: int = 0
+    remote_hits: int = 0
+    remote_bad_entries: int = 0
+    remote_stores: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def add(self, counter: str, amount: float = 1) -> None:
@@ -132,11 +142,49 @@ class CacheStats:
                 setattr(self, name, type(getattr(self, name))())
 
 
-_COUNTERS = ("hits", "misses", "compiles", "bad_entries", "publish_failures", "uncached", "load_seconds")
+_COUNTERS = ("hits", "misses", "compiles", "bad_entries", "publish_failures", "uncached", "load_seconds",
+             "memory_hits", "remote_hits", "remote_bad_entries", "remote_stores")
 
 #: Process-wide counters that caches report into unless given their own (the front end's ``neuroncc.stats()``
 #: reads these).
 CACHE_STATS = CacheStats()
+
+
+class MemoryTier:
+    """Executables already loaded in this process, by cache directory and key (the most recently used
+    ``capacity``; each directory is its own namespace, so pointing ``$NEURONCC_CACHE_DIR`` elsewhere starts
+    afresh).
+
+    An executable is safe to share: it serializes its own calls. Memory is trusted (whatever is here was
+    verified when it was loaded or compiled by this process).
+    """
+
+    def __init__(self, capacity: int = 512):
+        self.capacity = capacity
+        self._executables: collections.OrderedDict[tuple[Path, str], Executable] = collections.OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple[Path, str]) -> Executable | None:
+        with self._lock:
+            executable = self._executables.get(key)
+            if executable is not None:
+                self._executables.move_to_end(key)
+            return executable
+
+    def put(self, key: tuple[Path, str], executable: Executable) -> None:
+        with self._lock:
+            self._executables[key] = executable
+            self._executables.move_to_end(key)
+            while len(self._executables) > self.capacity:
+                self._executables.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._executables.clear()
+
+
+#: The memory tier of the caches that ``driver.compile_graph`` opens from the environment.
+PROCESS_MEMORY = MemoryTier()
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,16 +204,20 @@ class LockTimeoutError(ArtifactError):
 
 
 class CompileCache:
-    """A compile cache rooted at ``directory``.
+    """A compile cache rooted at ``directory``, with an optional ``memory`` tier in front of it and an optional
+    ``remote`` tier behind it.
 
     ``checkpoint(step)`` (tests only) is called at each step of a miss: ``compile`` (lock held, before
-    compiling), ``compiled``, ``graph-written``, ``artifact-written`` (before the rename), ``published``; a
-    test kills or stalls the process there.
+    compiling), ``compiled``, ``graph-written``, ``artifact-written`` (before the rename), ``published``,
+    ``stored-remote``; a test kills or stalls the process there.
     """
 
     def __init__(self, directory: str | os.PathLike[str], *, environment: BuildEnvironment | None = None,
                  stats: CacheStats | None = None, lock_timeout_s: float = 600.0,
-                 checkpoint: Callable[[str], None] | None = None):
+                 checkpoint: Callable[[str], None] | None = None, memory: MemoryTier | None = None,
+                 remote: RemoteTier | None = None):
+        self.memory = memory
+        self.remote = remote
         self.root = Path(directory).expanduser()
         self.entries_dir = self.root / "entries"
         self.locks_dir = self.root / "locks"
@@ -198,8 +250,9 @@ class CompileCache:
 
     def get_or_compile(self, request: CompileRequest, compile_fn: CompileFunction,
                        outcome: CacheOutcome | None = None) -> Executable:
-        """The executable for ``request``: loaded from the cache, or compiled by ``compile_fn`` and published.
-        ``outcome``, when given, is filled in with what happened."""
+        """The executable for ``request``: from memory, the local directory or the remote server, or compiled
+        by ``compile_fn`` and published to every tier. ``outcome``, when given, is filled in with what
+        happened."""
         outcome = outcome if outcome is not None else CacheOutcome()
         codec = ARTIFACT_CODECS.get(request.target)
         try:
@@ -210,6 +263,18 @@ class CompileCache:
             self.stats.add("uncached")
             return compile_fn(request).executable
         outcome.key = key.key
+        if self.memory is not None and (executable := self.memory.get((self.root, key.key))) is not None:
+            self.stats.add("hits")
+            self.stats.add("memory_hits")
+            outcome.status = "hit"
+            return executable
+        executable = self._lookup_and_compile(key, request, compile_fn, codec, outcome)
+        if self.memory is not None:
+            self.memory.put((self.root, key.key), executable)
+        return executable
+
+    def _lookup_and_compile(self, key: CacheKey, request: CompileRequest, compile_fn: CompileFunction,
+                            codec: ArtifactCodec, outcome: CacheOutcome) -> Executable:
         executable, problem = self._load(key.key, request.target, codec)
         if executable is not None:
             outcome.status = "hit"
@@ -221,21 +286,98 @@ class CompileCache:
                 if executable is not None:
                     outcome.status = "hit"
                     return executable
+                executable, refused = self._fetch_remote(key.key, request.target, codec)
+                if executable is not None:
+                    outcome.status = "hit"
+                    return executable
                 outcome.status = "miss"
                 if outcome.explain_miss:
                     outcome.closest, outcome.differing = self.explain_miss(key, request.function.name)
                 self.stats.add("misses")
-                self._checkpoint("compile")
-                self.stats.add("compiles")
-                result = compile_fn(request)
-                self._checkpoint("compiled")
-                self._publish(key, request, result, codec)
-                return result.executable
+                with self._remote_compile_lock(key.key, refused) as lock:
+                    if lock is LockOutcome.PUBLISHED:  # another machine compiled it while we waited
+                        executable, _ = self._fetch_remote(key.key, request.target, codec)
+                        if executable is not None:
+                            outcome.status = "hit"
+                            return executable
+                    self._checkpoint("compile")
+                    self.stats.add("compiles")
+                    result = compile_fn(request)
+                    self._checkpoint("compiled")
+                    if self._publish(key, request, result, codec):
+                        self._store_remote(key.key)
+                    return result.executable
         except LockTimeoutError as exc:
             self.stats.add("misses")
             self._warn(f"{exc}; compiling without the cache")
             self.stats.add("compiles")
             return compile_fn(request).executable
+
+    # ---- the remote tier -------------------------------------------------------------------------------
+
+    def _remote_compile_lock(self, key: str, refused: bytes | None) -> contextlib.AbstractContextManager[LockOutcome]:
+        if self.remote is None:
+            return contextlib.nullcontext(LockOutcome.UNAVAILABLE)
+        return self.remote.compile_lock(key, refused)
+
+    def _fetch_remote(self, key: str, target: str, codec: ArtifactCodec) -> tuple[Executable | None, bytes | None]:
+        """Load ``key`` from the remote tier into the local directory and from there (the key's local lock is
+        held): (executable, None) on a hit; (None, the value) if a value was refused, with one warning (nothing
+        in it is run); (None, None) if there is none."""
+        if self.remote is None:
+            return None, None
+        value = self.remote.fetch(key)
+        if value is None:
+            return None, None
+        try:
+            self._install_bundle(key, value)
+        except (BadBundleError, ArtifactError) as exc:
+            self.stats.add("remote_bad_entries")
+            reason = exc.reason if isinstance(exc, BadBundleError) else str(exc)
+            self._warn(f"refusing remote cache entry {key[:16]} from {self.remote.settings.display_url} "
+                       f"({reason}); recompiling")
+            return None, value
+        except OSError as exc:
+            self._warn(f"could not save remote cache entry {key[:16]} locally ({exc}); recompiling")
+            return None, None
+        executable, _problem = self._load(key, target, codec)
+        if executable is not None:
+            self.stats.add("remote_hits")
+        return executable, None
+
+    def _install_bundle(self, key: str, value: bytes) -> None:
+        """Check ``value``'s signature, unpack it into ``tmp/``, verify it as an artifact, rename it into
+        ``entries/<key>``."""
+        assert self.remote is not None
+        bundle = open_bundle(value, key, self.remote.settings.secret)
+        self._collect_garbage()
+        temp = Path(tempfile.mkdtemp(prefix=f"{key[:16]}.{os.getpid()}.", dir=self.tmp_dir))
+        try:
+            staged = temp / key  # verify_artifact checks that the directory is named after the key
+            staged.mkdir(mode=0o700)
+            bundle.extract(staged)
+            verify_artifact(staged)
+            fsync_directory(staged)
+            final = self.entry_dir(key)
+            if final.exists():
+                self._discard(final)
+            os.rename(staged, final)
+            fsync_directory(self.entries_dir)
+        finally:
+            shutil.rmtree(temp, ignore_errors=True)
+
+    def _store_remote(self, key: str) -> None:
+        """Send the just-published local entry to the remote tier (replacing whatever was refused there)."""
+        if self.remote is None or not self.remote.available:
+            return
+        try:
+            value = pack_bundle(self.entry_dir(key), self.remote.settings.secret)
+        except (OSError, ArtifactError) as exc:
+            self._warn(f"could not bundle cache entry {key[:16]} for the remote cache ({exc})")
+            return
+        if self.remote.store(key, value):
+            self.stats.add("remote_stores")
+            self._checkpoint("stored-remote")
 
     def explain_miss(self, key: CacheKey, graph_name: str) -> tuple[str | None, tuple[str, ...]]:
         """(the closest stored entry's graph name, the key components in which it differs from ``key``).
@@ -280,7 +422,8 @@ class CompileCache:
         self.stats.add("hits")
         return executable, None
 
-    def _publish(self, key: CacheKey, request: CompileRequest, result: CompileResult, codec: ArtifactCodec) -> None:
+    def _publish(self, key: CacheKey, request: CompileRequest, result: CompileResult, codec: ArtifactCodec) -> bool:
+        """Write the local entry; False (with one warning) if it could not be written."""
         self._collect_garbage()
         temp = Path(tempfile.mkdtemp(prefix=f"{key.key[:16]}.{os.getpid()}.", dir=self.tmp_dir))
         try:
@@ -302,9 +445,11 @@ class CompileCache:
             os.rename(temp, final)
             fsync_directory(self.entries_dir)
             self._checkpoint("published")
+            return True
         except (OSError, NeuronccError) as exc:
             self.stats.add("publish_failures")
             self._warn(f"could not save cache entry {key.key[:16]} ({exc}); the compiled code is used uncached")
+            return False
         finally:
             if temp.exists():
                 shutil.rmtree(temp, ignore_errors=True)

@@ -4,9 +4,10 @@
                                     -> build the target's executable
 
 Both the torch front end and the CLI call this. This is an API boundary, so it is where the environment is
-read: ``NEURONCC_CACHE_DIR`` / ``NEURONCC_DISABLE_CACHE`` choose the cache, ``NEURONCC_LOG`` sends the log lines
-to stderr, and ``NEURONCC_DUMP`` (a directory)
-writes each pipeline stage's IR under ``$NEURONCC_DUMP/<function>-<hash>/NN-<pass>.nir``.
+read: ``NEURONCC_CACHE_DIR`` / ``NEURONCC_DISABLE_CACHE`` choose the cache, ``NEURONCC_REMOTE_CACHE`` /
+``NEURONCC_REMOTE_CACHE_KEY`` / ``NEURONCC_REMOTE_CACHE_TIMEOUT`` its remote tier (``driver.remote``),
+``NEURONCC_LOG`` sends the log lines to stderr, and ``NEURONCC_DUMP`` (a directory) writes each pipeline
+stage's IR under ``$NEURONCC_DUMP/<function>-<hash>/NN-<pass>.nir``.
 """
 
 from __future__ import annotations
@@ -23,14 +24,15 @@ from typing import Any
 from neuroncc.ir import Function, print_function, verify
 from neuroncc.passes.manager import PassContext, Pipeline
 from neuroncc.passes.pipeline import as_pipeline, default_pipeline, parse_pipeline, run_pipeline
-from neuroncc.driver.cache import CacheOutcome, CompileCache, CompileRequest, CompileResult
+from neuroncc.driver.cache import PROCESS_MEMORY, CacheOutcome, CompileCache, CompileRequest, CompileResult
 from neuroncc.driver.records import CompileRecord, configure_log_from_environ, make_record
+from neuroncc.driver.remote import RemoteTier, settings_from_environ, tier_for
 from neuroncc.executors.executable import Executable, build_executable
 
 DEFAULT_TARGET = "cpu"
 log = logging.getLogger("neuroncc.driver")
 
-#: ``compile_graph(cache=FROM_ENVIRONMENT)``: the cache that $NEURONCC_CACHE_DIR / $NEURONCC_DISABLE_CACHE name.
+#: ``compile_graph(cache=FROM_ENVIRONMENT)``: the cache that the environment names (:func:`cache_from_environ`).
 FROM_ENVIRONMENT = "environment"
 
 
@@ -53,7 +55,7 @@ def compile_graph(fn: Function, *, target: str = DEFAULT_TARGET, pipeline: str |
     verify(fn)
     request = make_request(fn, target=target, pipeline=pipeline, options=options)
     if cache == FROM_ENVIRONMENT:
-        cache = CompileCache.from_environ(os.environ)
+        cache = cache_from_environ(os.environ)
     timings: dict[str, float] = {}
 
     def compile_and_time(request: CompileRequest) -> CompileResult:
@@ -72,6 +74,24 @@ def compile_graph(fn: Function, *, target: str = DEFAULT_TARGET, pipeline: str |
     if on_compiled is not None:
         on_compiled(record)
     return executable
+
+
+def cache_from_environ(environ: Mapping[str, str], **kwargs: Any) -> CompileCache | None:
+    """The cache ``environ`` asks for: the directory ``$NEURONCC_CACHE_DIR`` (None if
+    ``$NEURONCC_DISABLE_CACHE``), this process's memory tier in front of it, and behind it the remote tier
+    :func:`remote_tier_from_environ` names. ``kwargs`` go to :class:`CompileCache`."""
+    kwargs.setdefault("memory", PROCESS_MEMORY)
+    cache = CompileCache.from_environ(environ, **kwargs)
+    if cache is not None and "remote" not in kwargs:
+        cache.remote = remote_tier_from_environ(environ)
+    return cache
+
+
+def remote_tier_from_environ(environ: Mapping[str, str]) -> RemoteTier | None:
+    """The process's tier for ``$NEURONCC_REMOTE_CACHE`` if ``$NEURONCC_REMOTE_CACHE_KEY`` is set (without the
+    key: None, and one notice per process)."""
+    settings = settings_from_environ(environ)
+    return tier_for(settings) if settings is not None else None
 
 
 def make_request(fn: Function, *, target: str = DEFAULT_TARGET, pipeline: str | None = None,

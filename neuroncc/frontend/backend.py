@@ -41,7 +41,7 @@ from neuroncc.frontend.diagnostics import (
     user_location,
     uses_float64,
 )
-from neuroncc.frontend.fallback import partition_and_compile
+from neuroncc.frontend.fallback import has_communication, partition_and_compile
 from neuroncc.frontend.lowering.attention import attention_tracing
 from neuroncc.frontend.options import BackendOptions
 from neuroncc.frontend.lowering.random_ops import regenerate_random_in_backward, save_random_states
@@ -112,7 +112,7 @@ class AtenCompilers:
         # compiles the backward graph for it (as for Inductor's layouts): copying them into eager's strides
         # would cost a copy here and buy nothing, since only our backward graph reads them. (A partitioned
         # graph, fallback="cpu", returns what its pieces return: eager's layouts.)
-        saved = saved_activations(gm) if self.options.fallback != "cpu" else frozenset()
+        saved = saved_activations(gm) if not self._partitioned(gm) else frozenset()
         compiled = self._compile(gm, "forward", saved)
         report_output_strides(compiled, saved)
         return compiled
@@ -127,12 +127,18 @@ class AtenCompilers:
     def _compile(self, gm: fx.GraphModule, kind: str, free_layouts: frozenset[int] = frozenset()) -> Any:
         stats.increment(f"{kind}_graphs")
         name = f"{self.name}_{kind}"
-        if self.options.fallback == "cpu":
+        if self._partitioned(gm):
             def compile_partition(submodule: fx.GraphModule, partition_name: str) -> Any:
                 return compile_aten_graph(submodule, partition_name, self.options, device=self.device)
 
-            return make_boxed_func(graph_range(partition_and_compile(gm, compile_partition, name).forward, name))
+            fallback = self.options.fallback == "cpu"
+            return make_boxed_func(graph_range(partition_and_compile(gm, compile_partition, name,
+                                                                     fallback=fallback).forward, name))
         return compile_aten_graph(gm, name, self.options, free_layouts, self.device)
+
+    def _partitioned(self, gm: fx.GraphModule) -> bool:
+        """Compiled in pieces: in fallback mode, or around the collectives of a distributed graph."""
+        return self.options.fallback == "cpu" or has_communication(gm)
 
 
 def _partition_fn(config: BackendOptions) -> Callable[..., Any]:

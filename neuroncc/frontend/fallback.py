@@ -24,13 +24,28 @@ from torch.fx.passes.operator_support import OperatorSupportBase
 
 from neuroncc.errors import TypeInferenceError, UnsupportedOpError
 from neuroncc.frontend import stats
-from neuroncc.frontend.diagnostics import describe_call, op_name, user_location
+from neuroncc.frontend.diagnostics import FALLBACK_HINT, describe_call, op_name, user_location
 from neuroncc.frontend.importer import LOWERINGS
 from neuroncc.frontend.profiling import fallback_call
 from neuroncc.frontend.lowering.context import LoweringContext, ir_dtype, meta_value
 from neuroncc.ir import Builder, TensorType
 
 log = logging.getLogger("neuroncc.frontend")
+
+#: Operator namespaces of communication (torch.distributed's functional collectives, what TorchDynamo traces
+#: for ``dist`` calls and DTensor): never compiled, always run by PyTorch between compiled pieces, in any
+#: fallback mode and without a fallback warning (they move bytes between processes, not compute).
+COMMUNICATION_NAMESPACES = frozenset({"_c10d_functional", "_c10d_functional_autograd", "c10d"})
+
+
+def is_communication(node: fx.Node) -> bool:
+    return (node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload)
+            and node.target.namespace in COMMUNICATION_NAMESPACES)
+
+
+def has_communication(gm: fx.GraphModule) -> bool:
+    """True if ``gm`` calls a collective: it is then compiled in pieces split at the collectives."""
+    return any(is_communication(node) for node in gm.graph.nodes)
 
 
 class FallbackWarning(UserWarning):
@@ -66,8 +81,12 @@ class _NeuronccSupport(OperatorSupportBase):
 
 
 def partition_and_compile(gm: fx.GraphModule, compile_partition: Callable[[fx.GraphModule, str], Any],
-                          name: str) -> fx.GraphModule:
-    """``gm`` with each supported partition replaced by ``compile_partition(submodule, name)``'s callable."""
+                          name: str, *, fallback: bool = True) -> fx.GraphModule:
+    """``gm`` with each supported partition replaced by ``compile_partition(submodule, name)``'s callable.
+    Without ``fallback`` only communication ops may stay outside the partitions (anything else unsupported
+    fails the compile, as it does unpartitioned)."""
+    if not fallback:
+        _refuse_unsupported(gm)
     partitioner = CapabilityBasedPartitioner(gm, _NeuronccSupport(), allows_single_node_partition=True)
     partitions = partitioner.propose_partitions()
     fused = partitioner.fuse_partitions(partitions)
@@ -80,11 +99,23 @@ def partition_and_compile(gm: fx.GraphModule, compile_partition: Callable[[fx.Gr
         (returned,) = next(n for n in submodule.graph.nodes if n.op == "output").args
         setattr(fused, str(node.target), CompiledPartition(compiled, single=not isinstance(returned, list | tuple)))
     for node in fused.graph.nodes:
-        if node.op == "call_function" and node.target is not operator.getitem:
+        if node.op == "call_function" and node.target is not operator.getitem and not is_communication(node):
             _record_fallback(node, name)
             node.target = fallback_call(node.target, op_name(node), name)  # counted, and seen by profilers
     fused.recompile()
     return fused
+
+
+def _refuse_unsupported(gm: fx.GraphModule) -> None:
+    unsupported = [n for n in gm.graph.nodes if n.op == "call_function" and n.target is not operator.getitem
+                   and not is_communication(n) and not lowers_in_isolation(n)]
+    if unsupported:
+        node = unsupported[0]
+        where = user_location(node)
+        others = sorted({op_name(n) for n in unsupported[1:]} - {op_name(node)})
+        raise UnsupportedOpError(f"neuroncc cannot compile {describe_call(node)}{f' at {where}' if where else ''}"
+                                 + (f"\n  other unsupported ops in this graph: {', '.join(others)}" if others else "")
+                                 + f"\n  {FALLBACK_HINT}")
 
 
 class CompiledPartition(torch.nn.Module):

@@ -95,3 +95,22 @@ def test_format_eta(done, total, elapsed, text):
     from neuroncc.cli.progress import format_eta
 
     assert format_eta(done, total, elapsed) == text
+
+
+def test_progress_bar_on_a_terminal_and_on_a_log():
+    from neuroncc.cli.progress import ProgressBar
+
+    terminal = Terminal()
+    bar = ProgressBar(4, terminal)
+    bar.start("a.pt2")
+    bar.start("b.pt2")
+    assert terminal.getvalue().endswith("running: a.pt2, b.pt2")
+    bar.finish("a.pt2", "a.pt2: 1 graph")
+    assert "  a.pt2: 1 graph\n" in terminal.getvalue()
+    assert terminal.getvalue().rsplit("\r\x1b[2K", 1)[1].startswith("[######------------------]  1/4  ")
+    bar.close()
+    log = io.StringIO()
+    bar = ProgressBar(2, log)
+    bar.start("a.pt2")
+    bar.finish("a.pt2", "a.pt2: done")
+    assert log.getvalue() == "neuroncc: [1/2] a.pt2: done\n"

@@ -5,10 +5,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
 import stat
 import subprocess
 import sys
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,7 +18,7 @@ from cache_testing import sample_function, sample_inputs
 
 from neuroncc.ir import interpret
 from neuroncc.driver import artifact
-from neuroncc.driver.cache import CACHE_STATS, CacheStats, CacheWarning, CompileCache
+from neuroncc.driver.cache import CACHE_STATS, CacheStats, CacheWarning, CompileCache, MemoryTier
 from neuroncc.driver.cache_key import BuildEnvironment
 from neuroncc.driver.compile import compile_graph
 
@@ -39,7 +41,7 @@ def test_second_lookup_hits_without_compiling(cache, compiler, request_for):
     assert compiler.calls == 1
     assert cache.stats.snapshot() | {"load_seconds": 0} == {
         "hits": 1, "misses": 1, "compiles": 1, "bad_entries": 0, "publish_failures": 0, "uncached": 0,
-        "load_seconds": 0}
+        "load_seconds": 0, "memory_hits": 0, "remote_hits": 0, "remote_bad_entries": 0, "remote_stores": 0}
     _assert_runs_like_reference(first)
     _assert_runs_like_reference(second)
 
@@ -299,3 +301,27 @@ def test_stats_reset_and_snapshot():
     assert stats.snapshot()["hits"] == 1 and stats.snapshot()["load_seconds"] == 0.25
     stats.reset()
     assert stats.snapshot() == dict.fromkeys(stats.snapshot(), 0)
+
+
+# ---- the memory tier -------------------------------------------------------------------------------------
+
+
+def test_the_memory_tier_returns_the_loaded_executable_without_reading_the_disk(tmp_path, compiler, request_for):
+    memory = MemoryTier()
+    first_cache = CompileCache(tmp_path / "cache", stats=CacheStats(), memory=memory)
+    first = first_cache.get_or_compile(request_for(), compiler)
+    shutil.rmtree(tmp_path / "cache" / "entries")  # nothing left on disk to load
+    again = CompileCache(tmp_path / "cache", stats=CacheStats(), memory=memory)
+    assert again.get_or_compile(request_for(), compiler) is first
+    assert compiler.calls == 1 and again.stats.memory_hits == again.stats.hits == 1
+    # another directory is another namespace: it compiles (or loads) on its own
+    other = CompileCache(tmp_path / "other", stats=CacheStats(), memory=memory)
+    assert other.get_or_compile(request_for(), compiler) is not first and compiler.calls == 2
+
+
+def test_the_memory_tier_keeps_the_most_recently_used():
+    memory = MemoryTier(capacity=2)
+    for name in "abc":
+        memory.put((Path("/d"), name), name)
+        memory.get((Path("/d"), "a"))  # keep "a" in use
+    assert [memory.get((Path("/d"), n)) for n in "abc"] == ["a", None, "c"]
