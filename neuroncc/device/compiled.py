@@ -5,7 +5,9 @@ The ``neuron`` TorchDynamo backend (the ``torch_dynamo_backends`` entry point) i
 device, and each compiled graph call goes through :meth:`NeuronDevice.run`: the executable reads the inputs'
 memory, writes new outputs into memory from the device's allocator (no copy when its layout is the wanted
 one), and input mutations (BatchNorm's running statistics) are written back. Pieces that run on eager ATen
-(``options={"fallback": "cpu"}``) run as the device's eager ops.
+(``options={"fallback": "cpu"}``) run as the device's eager ops. A graph that draws random numbers (dropout,
+``rand``...) takes its per-call Philox key from the device's generator (``neuroncc.device.generators``), as the
+device's eager random ops do, so ``torch.manual_seed`` makes compiled runs on the device reproducible.
 """
 
 from __future__ import annotations
@@ -15,7 +17,9 @@ from typing import Any
 
 import torch
 
+from neuroncc.device import generators
 from neuroncc.device.kernels import Binding
+from neuroncc.frontend.lowering.random_ops import draw_key
 from neuroncc.frontend import backend as frontend_backend
 from neuroncc.frontend.importer import ComputedOutput, InputOutput
 
@@ -32,6 +36,8 @@ class NeuronDevice:
         graph = compiled.graph
         values = [args[p] for p in graph.param_positions]
         index = next((a.get_device() for a in args if isinstance(a, torch.Tensor) and a.get_device() >= 0), 0)
+        if graph.rng_key:  # the last parameter: a fresh key from the device's generator
+            values.append(draw_key(generators.generator(index)))
         targets = {output: args[position] for position, output in graph.mutations}
         made = binding(values, index, targets)
         outputs = []
@@ -47,7 +53,9 @@ class NeuronDevice:
 
 def _binding(compiled: Any, args: list[Any]) -> Binding:
     graph = compiled.graph
-    inputs = [args[p].dtype for p in graph.param_positions]
+    inputs: list[Any] = [args[p].dtype for p in graph.param_positions]
+    if graph.rng_key:
+        inputs.append("float")  # a Python scalar (the random key) made into the parameter's 0-dim i64 buffer
     results = {o.index: (o.spec.shape, o.spec.stride, o.spec.dtype) for o, _ in compiled.outputs
                if isinstance(o, ComputedOutput)}
     writes = {output: (tuple(args[position].shape), tuple(args[position].stride()), args[position].dtype)

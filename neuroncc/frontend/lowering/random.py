@@ -54,7 +54,7 @@ class GraphRandomness:
         return b.op("select", state, dim=0, index=0), b.op("select", state, dim=0, index=1)
 
 
-def _philox_seed(ctx: LoweringContext, node: fx.Node, stream: int) -> Value:
+def _philox_seed(ctx: LoweringContext, node: fx.Node, stream: int, device: Any = None) -> Value:
     return ctx.randomness.new_state()
 
 

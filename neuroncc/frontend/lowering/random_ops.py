@@ -44,7 +44,7 @@ aten = torch.ops.aten
 OFFSET_SHIFT = 40
 
 _LIBRARY = torch.library.Library("neuroncc", "DEF")
-_LIBRARY.define("philox_seed(int stream) -> Tensor", tags=(torch.Tag.nondeterministic_seeded,))
+_LIBRARY.define("philox_seed(int stream, Device? device=None) -> Tensor", tags=(torch.Tag.nondeterministic_seeded,))
 _LIBRARY.define("philox_uniform(Tensor state, SymInt[] size, ScalarType dtype, int word=0) -> Tensor")
 _LIBRARY.define("philox_bits(Tensor state, SymInt[] size, ScalarType dtype, int word=0) -> Tensor")
 
@@ -59,8 +59,8 @@ def draw_key(generator: torch.Generator | None = None) -> int:
     return int(torch.randint(-(2**63), 2**63 - 1, (), dtype=torch.int64, generator=generator))
 
 
-def _philox_seed(stream: int) -> torch.Tensor:
-    return torch.tensor([draw_key(), 0], dtype=torch.int64)
+def _philox_seed(stream: int, device: torch.device | None = None) -> torch.Tensor:
+    return torch.tensor([draw_key(), 0], dtype=torch.int64, device=device)
 
 
 def _reference(name: str, state: torch.Tensor, size: Sequence[int], dtype: torch.dtype, word: int) -> torch.Tensor:
@@ -68,7 +68,7 @@ def _reference(name: str, state: torch.Tensor, size: Sequence[int], dtype: torch
     ir_dtype = DType(_UNIFORM_IR[dtype]) if dtype.is_floating_point else DType.i64 if dtype is torch.int64 else DType.i32
     array = REGISTRY.get(name).reference(np.int64(seed), np.int64(offset), tuple(size), ir_dtype, word)
     result = torch.from_numpy(np.ascontiguousarray(array))
-    return result.to(dtype)
+    return result.to(device=state.device, dtype=dtype)
 
 
 def _philox_uniform(state, size, dtype, word=0):
@@ -85,8 +85,8 @@ _LIBRARY.impl("philox_bits", _philox_bits, "CompositeExplicitAutograd")
 
 
 @torch.library.register_fake("neuroncc::philox_seed")
-def _philox_seed_fake(stream):
-    return torch.empty((2,), dtype=torch.int64)
+def _philox_seed_fake(stream, device=None):
+    return torch.empty((2,), dtype=torch.int64, device=device)
 
 
 @torch.library.register_fake("neuroncc::philox_uniform")
@@ -109,18 +109,20 @@ PHILOX_BITS = torch.ops.neuroncc.philox_bits.default
 # ---- the distributions, written over the generator -----------------------------------------------------
 
 
-def _state() -> torch.Tensor:
-    return PHILOX_SEED(next(_streams))
+def _state(device: torch.device | None) -> torch.Tensor:
+    """A random op's (seed, offset), on the device its numbers are made on (a ``neuron`` graph's tensors all
+    live there; ``None``: the default device)."""
+    return PHILOX_SEED(next(_streams), device=device)
 
 
 def _uniform(size: Sequence[int], dtype: torch.dtype = torch.float32, *, state: torch.Tensor | None = None,
-             word: int = 0) -> torch.Tensor:
-    return PHILOX_UNIFORM(_state() if state is None else state, list(size), dtype, word)
+             word: int = 0, device: torch.device | None = None) -> torch.Tensor:
+    return PHILOX_UNIFORM(_state(device) if state is None else state, list(size), dtype, word)
 
 
-def _standard_normal(size: Sequence[int]) -> torch.Tensor:
+def _standard_normal(size: Sequence[int], device: torch.device | None = None) -> torch.Tensor:
     """Box-Muller on two words of one block, in float32: sqrt(-2 ln(1 - u1)) cos(2 pi u2) (1 - u1 > 0)."""
-    state = _state()
+    state = _state(device)
     u1, u2 = _uniform(size, state=state, word=0), _uniform(size, state=state, word=1)
     return torch.sqrt(torch.log1p(-u1) * -2.0) * torch.cos(u2 * (2.0 * math.pi))
 
@@ -133,18 +135,19 @@ def _rand(size, *, generator=None, dtype=None, layout=None, device=None, pin_mem
     if generator is not None:
         return NotImplemented
     dtype = _float_dtype(dtype)
-    return _uniform(size, dtype) if dtype.is_floating_point else NotImplemented
+    return _uniform(size, dtype, device=device) if dtype.is_floating_point else NotImplemented
 
 
 def _randn(size, *, generator=None, dtype=None, layout=None, device=None, pin_memory=None):
     if generator is not None:
         return NotImplemented
-    return _standard_normal(size).to(_float_dtype(dtype))
+    return _standard_normal(size, device).to(_float_dtype(dtype))
 
 
 def _like(fn: Callable[..., torch.Tensor]) -> Callable[..., Any]:
     def like(self, *, generator=None, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
-        result = fn(self.shape, generator=generator, dtype=self.dtype if dtype is None else dtype)
+        result = fn(self.shape, generator=generator, dtype=self.dtype if dtype is None else dtype,
+                    device=self.device if device is None else device)
         if result is NotImplemented or memory_format not in (None, torch.preserve_format, torch.contiguous_format):
             return NotImplemented if result is NotImplemented else result.contiguous(memory_format=memory_format)
         return result
@@ -158,37 +161,37 @@ def _native_dropout(input, p, train):
         return torch.zeros_like(input), torch.zeros_like(input, dtype=torch.bool)
     if not input.dtype.is_floating_point:
         return NotImplemented
-    keep = _uniform(input.shape) >= p  # P(u >= p) = 1 - p on the 2^-24 grid
+    keep = _uniform(input.shape, device=input.device) >= p  # P(u >= p) = 1 - p on the 2^-24 grid
     return keep * input * float(1.0 / (1.0 - p)), keep
 
 
 def _bernoulli_p(self, p=0.5, *, generator=None):
     if generator is not None:
         return NotImplemented
-    return (_uniform(self.shape) < p).to(self.dtype)
+    return (_uniform(self.shape, device=self.device) < p).to(self.dtype)
 
 
 def _bernoulli_tensor(self, p, *, generator=None):
     if generator is not None:
         return NotImplemented
-    return (_uniform(self.shape) < p.to(torch.float32)).to(self.dtype)  # p broadcasts to self's shape
+    return (_uniform(self.shape, device=self.device) < p.to(torch.float32)).to(self.dtype)  # p broadcasts to self's shape
 
 
-def _random_below(size: Sequence[int], low: int, high: int) -> torch.Tensor:
+def _random_below(size: Sequence[int], low: int, high: int, device: torch.device | None = None) -> torch.Tensor:
     """int64 values in [low, high): 64 random bits modulo the range (bias below 2^-64 x range)."""
     torch._check(low < high, lambda: f"random_ expects 'from' to be less than 'to', but got from={low} >= to={high}")
-    bits = PHILOX_BITS(_state(), list(size), torch.int64, 0)
+    bits = PHILOX_BITS(_state(device), list(size), torch.int64, 0)
     return torch.remainder(bits, high - low) + low
 
 
 def _randint_low(low, high, size, *, generator=None, dtype=None, layout=None, device=None, pin_memory=None):
     if generator is not None:
         return NotImplemented
-    return _random_below(size, int(low), int(high)).to(torch.int64 if dtype is None else dtype)
+    return _random_below(size, int(low), int(high), device).to(torch.int64 if dtype is None else dtype)
 
 
 def _randint(high, size, *, generator=None, dtype=None, layout=None, device=None, pin_memory=None):
-    return _randint_low(0, high, size, generator=generator, dtype=dtype)
+    return _randint_low(0, high, size, generator=generator, dtype=dtype, device=device)
 
 
 def _randint_like(self, high, *, generator=None, dtype=None, layout=None, device=None, pin_memory=None,
@@ -200,7 +203,7 @@ def _randint_like_low(self, low, high, *, generator=None, dtype=None, layout=Non
                       memory_format=None):
     if generator is not None:
         return NotImplemented
-    return _random_below(self.shape, int(low), int(high)).to(self.dtype if dtype is None else dtype)
+    return _random_below(self.shape, int(low), int(high), self.device).to(self.dtype if dtype is None else dtype)
 
 
 def _random_bound(dtype: torch.dtype) -> int:
@@ -216,13 +219,14 @@ def _random_bound(dtype: torch.dtype) -> int:
 def _random(self, *, generator=None):
     if generator is not None:
         return NotImplemented
-    return _random_below(self.shape, 0, _random_bound(self.dtype)).to(self.dtype)
+    return _random_below(self.shape, 0, _random_bound(self.dtype), self.device).to(self.dtype)
 
 
 def _random_from(self, from_, to=None, *, generator=None):
     if generator is not None:
         return NotImplemented
-    return _random_below(self.shape, int(from_), _random_bound(self.dtype) if to is None else int(to)).to(self.dtype)
+    high = _random_bound(self.dtype) if to is None else int(to)
+    return _random_below(self.shape, int(from_), high, self.device).to(self.dtype)
 
 
 def _random_to(self, to, *, generator=None):
@@ -232,63 +236,63 @@ def _random_to(self, to, *, generator=None):
 def _normal_tensor_float(mean, std=1.0, *, generator=None):
     if generator is not None:
         return NotImplemented
-    return (_standard_normal(mean.shape) * std + mean).to(mean.dtype)
+    return (_standard_normal(mean.shape, mean.device) * std + mean).to(mean.dtype)
 
 
 def _normal_float_tensor(mean, std, *, generator=None):
     if generator is not None:
         return NotImplemented
-    return (_standard_normal(std.shape) * std + mean).to(std.dtype)
+    return (_standard_normal(std.shape, std.device) * std + mean).to(std.dtype)
 
 
 def _normal_tensor_tensor(mean, std, *, generator=None):
     if generator is not None:
         return NotImplemented
     shape = torch.broadcast_shapes(mean.shape, std.shape)
-    return (_standard_normal(shape) * std + mean).to(torch.promote_types(mean.dtype, std.dtype))
+    return (_standard_normal(shape, mean.device) * std + mean).to(torch.promote_types(mean.dtype, std.dtype))
 
 
 def _normal_float_float(mean, std, size, *, generator=None, dtype=None, layout=None, device=None, pin_memory=None):
     if generator is not None:
         return NotImplemented
-    return (_standard_normal(size) * std + mean).to(_float_dtype(dtype))
+    return (_standard_normal(size, device) * std + mean).to(_float_dtype(dtype))
 
 
 def _normal_functional(self, mean=0.0, std=1.0, *, generator=None):
     if generator is not None:
         return NotImplemented
-    return (_standard_normal(self.shape) * std + mean).to(self.dtype)
+    return (_standard_normal(self.shape, self.device) * std + mean).to(self.dtype)
 
 
 def _uniform_range(self, from_=0.0, to=1.0, *, generator=None):
     if generator is not None:
         return NotImplemented
-    return (_uniform(self.shape) * (to - from_) + from_).to(self.dtype)
+    return (_uniform(self.shape, device=self.device) * (to - from_) + from_).to(self.dtype)
 
 
 def _exponential(self, lambd=1.0, *, generator=None):
     if generator is not None:
         return NotImplemented
-    return (torch.log1p(-_uniform(self.shape)) * (-1.0 / lambd)).to(self.dtype)
+    return (torch.log1p(-_uniform(self.shape, device=self.device)) * (-1.0 / lambd)).to(self.dtype)
 
 
 def _cauchy(self, median=0.0, sigma=1.0, *, generator=None):
     if generator is not None:
         return NotImplemented
-    return (torch.tan((_uniform(self.shape) - 0.5) * math.pi) * sigma + median).to(self.dtype)
+    return (torch.tan((_uniform(self.shape, device=self.device) - 0.5) * math.pi) * sigma + median).to(self.dtype)
 
 
 def _log_normal(self, mean=1.0, std=2.0, *, generator=None):
     if generator is not None:
         return NotImplemented
-    return torch.exp(_standard_normal(self.shape) * std + mean).to(self.dtype)
+    return torch.exp(_standard_normal(self.shape, self.device) * std + mean).to(self.dtype)
 
 
 def _geometric(self, p, *, generator=None):
     """The number of Bernoulli(p) trials to the first success: ceil(ln(1 - u) / ln(1 - p)), at least 1."""
     if generator is not None:
         return NotImplemented
-    trials = torch.ceil(torch.log1p(-_uniform(self.shape)) / math.log1p(-p))
+    trials = torch.ceil(torch.log1p(-_uniform(self.shape, device=self.device)) / math.log1p(-p))
     return torch.clamp(trials, min=1.0).to(self.dtype)
 
 
@@ -296,7 +300,7 @@ def _randperm(n, *, generator=None, dtype=None, layout=None, device=None, pin_me
     """The permutation sorting ``n`` random 64-bit keys (ties, at probability ~ n^2 / 2^65, keep index order)."""
     if generator is not None:
         return NotImplemented
-    keys = PHILOX_BITS(_state(), [int(n)], torch.int64, 0)
+    keys = PHILOX_BITS(_state(device), [int(n)], torch.int64, 0)
     return torch.sort(keys, stable=True)[1].to(torch.int64 if dtype is None else dtype)
 
 
@@ -307,7 +311,7 @@ def _rrelu_with_noise_functional(self, noise, lower=0.125, upper=1.0 / 3.0, trai
         return NotImplemented
     if not training:
         return torch.where(self >= 0, self, self * ((lower + upper) / 2)), noise
-    slopes = (_uniform(self.shape) * (upper - lower) + lower).to(self.dtype)
+    slopes = (_uniform(self.shape, device=self.device) * (upper - lower) + lower).to(self.dtype)
     noise_out = torch.where(self <= 0, slopes, torch.ones_like(slopes))
     return self * noise_out, noise_out
 
@@ -323,10 +327,10 @@ def _multinomial(self, num_samples, replacement=False, *, generator=None):
     if replacement:
         cdf = torch.cumsum(weights, -1)
         cdf = cdf / cdf[..., -1:]
-        u = _uniform((*rows, int(num_samples)))
+        u = _uniform((*rows, int(num_samples)), device=self.device)
         picked = torch.searchsorted(cdf.contiguous(), u.contiguous(), right=True)
         return torch.clamp(picked, max=weights.shape[-1] - 1)
-    clocks = -torch.log1p(-_uniform(weights.shape)) / weights
+    clocks = -torch.log1p(-_uniform(weights.shape, device=self.device)) / weights
     return torch.topk(clocks, int(num_samples), dim=-1, largest=False, sorted=True)[1]
 
 
