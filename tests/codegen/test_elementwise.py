@@ -170,3 +170,16 @@ def test_a_chain_of_many_elementwise_ops_compiles():
         p, q = q, b.op("sub", b.op("mul", x, q), p)
     fn = b.build([q])
     run_both(fn, [np.linspace(-1, 1, 15, dtype=np.float32).reshape(3, 5)])
+
+
+def test_a_complex_value_without_lower_complex_is_a_typed_error():
+    """A c64 constant reaching LLVM code generation (a pipeline without lower-complex, e.g. ``neuroncc opt -p
+    canonicalize --emit llvm``) is a CodegenError naming the pass, not a KeyError from the type tables."""
+    from neuroncc.codegen.llvm import Layout, emit_kernel, plan_kernel
+    from neuroncc.errors import CodegenError
+
+    b = Builder("complex_full")
+    x = b.param(TensorType((3,), DType.c64), "x")
+    fn = b.build([b.op("add", x, b.op("full", shape=(3,), dtype=DType.c64, value=2.0))])
+    with pytest.raises(CodegenError, match="c64 value reached LLVM code generation.*lower-complex"):
+        emit_kernel(plan_kernel(fn, [Layout.of(0, x.type)], [Layout.of(1, fn.outputs[0].type)]), "complex_full")

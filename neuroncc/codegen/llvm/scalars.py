@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 from llvmlite import ir
 
+from neuroncc.errors import CodegenError
 from neuroncc.ir.dtypes import DType, to_storage
 
 F16 = ir.HalfType()
@@ -32,11 +33,18 @@ _STORAGE = {**_COMPUTE, DType.f16: F16, DType.bool: I8}
 
 
 def compute_type(dtype: DType) -> ir.Type:
-    return _COMPUTE[dtype]
+    return _COMPUTE.get(dtype) or _no_llvm_type(dtype)
 
 
 def storage_type(dtype: DType) -> ir.Type:
-    return _STORAGE[dtype]
+    return _STORAGE.get(dtype) or _no_llvm_type(dtype)
+
+
+def _no_llvm_type(dtype: DType) -> ir.Type:
+    if dtype.is_complex:  # kernels compute on real numbers; lower-complex (in the cpu pipeline) splits c64 values
+        raise CodegenError(f"a {dtype.value} value reached LLVM code generation: complex values are lowered to "
+                           f"float32 parts by the lower-complex pass first (add it to the pipeline, before fuse)")
+    raise CodegenError(f"LLVM code generation has no type for {dtype.value} values")
 
 
 def storage_itemsize(dtype: DType) -> int:
