@@ -57,6 +57,13 @@ def _autoload_device() -> None:
     except Exception as error:  # noqa: BLE001 - any failure, reported once, keeps torch importable
         warnings.warn(f"neuroncc: the neuron device is disabled: {type(error).__name__}: {error}",
                       DeviceDisabledWarning, stacklevel=2)
+    try:
+        # torch.compiler.load_cache_artifacts() refuses a whole payload whose artifact types it does not know, and
+        # is usually called before the backend is first used: know neuroncc's from `import torch` on
+        importlib.import_module("neuroncc.frontend.cache_artifacts").register()
+    except Exception as error:  # noqa: BLE001 - likewise
+        warnings.warn(f"neuroncc: torch.compiler.load_cache_artifacts() will not know neuroncc's artifacts: "
+                      f"{type(error).__name__}: {error}", DeviceDisabledWarning, stacklevel=2)
 
 
 #: Counter functions that report the neuron device's counters too, once the device is registered.

@@ -8,6 +8,8 @@
   remote) and its explained key.
 - ``remote`` / ``bundle`` / ``notices``: the remote tier (a Redis server shared by many machines) and its
   signed artifact values; the warning every tier gives.
+- ``portable``: entries exported and imported as signed bundles for ``torch.compiler.save_cache_artifacts()`` /
+  ``load_cache_artifacts()`` (the torch side is ``frontend.cache_artifacts``).
 - ``records``: :class:`CompileRecord`, what one compile did (cache hit or miss and why, time per pass and for
   code generation), logged as one line on the ``neuroncc.driver`` logger.
 - ``artifact``: the artifact directory format (manifest, graph text, constants, the target's own files); no

@@ -9,6 +9,10 @@
         end-32  32 bytes   HMAC-SHA256 over everything before it, keyed by the shared secret
                            (NEURONCC_REMOTE_CACHE_KEY), prefixed by a domain string and the artifact's key
 
+The same bundle, signed under another domain (:data:`PORTABLE_DOMAIN`, keyed by
+NEURONCC_CACHE_ARTIFACTS_KEY), is what ``torch.compiler.save_cache_artifacts()`` carries for neuroncc
+(``driver.portable``); a value signed for one use is refused by the other.
+
 No pickle, no archive library: a length-prefixed list of files. An artifact holds native code, so nothing in a
 bundle is parsed before its signature is checked (only the fixed 16-byte header is read first, to name a
 version skew or a foreign value in the warning). The signature binds the key, so a value copied to another key
@@ -23,6 +27,7 @@ import hashlib
 import hmac
 import json
 import os
+import re
 import struct
 import tempfile
 from dataclasses import dataclass
@@ -38,11 +43,17 @@ MAGIC = b"\x89NCCART\n"
 BUNDLE_VERSION = 1
 HEADER = struct.Struct(">8sII")  # magic, bundle version, head length
 MAC_SIZE = hashlib.sha256().digest_size
-_DOMAIN = b"neuroncc remote artifact\0"
+KEY_PATTERN = re.compile(r"^[0-9a-f]{64}$")
+#: What a signature is for, hashed in front of everything it covers.
+REMOTE_DOMAIN = b"neuroncc remote artifact\0"
+PORTABLE_DOMAIN = b"neuroncc portable artifact\0"
+#: The environment variable holding each domain's secret, named when a signature does not check out.
+_SECRET_VARIABLES = {REMOTE_DOMAIN: "NEURONCC_REMOTE_CACHE_KEY", PORTABLE_DOMAIN: "NEURONCC_CACHE_ARTIFACTS_KEY"}
 
 
 class BadBundleError(ArtifactError):
-    """A remote value that must not be used: not a bundle, truncated, a bad signature, another version, or a
+    """A bundle (a remote value, or an artifact loaded from ``torch.compiler.load_cache_artifacts``) that must not
+    be used: not a bundle, truncated, a bad signature, another version, or a
     damaged artifact inside. ``reason`` is a short phrase for the warning."""
 
     def __init__(self, reason: str):
@@ -63,7 +74,7 @@ class BundleHead(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    key: str = Field(pattern=r"^[0-9a-f]{64}$")
+    key: str = Field(pattern=KEY_PATTERN.pattern)
     format_version: int
     target: str
     graph_name: str
@@ -76,14 +87,14 @@ class BundleHead(BaseModel):
         return sum(f.size for f in self.files)
 
 
-def sign(secret: bytes, key: str, body: bytes | memoryview) -> bytes:
-    """HMAC-SHA256 of ``body`` as stored under ``key``."""
-    mac = hmac.new(secret, _DOMAIN + key.encode("ascii") + b"\0", hashlib.sha256)
+def sign(secret: bytes, key: str, body: bytes | memoryview, domain: bytes = REMOTE_DOMAIN) -> bytes:
+    """HMAC-SHA256 of ``body`` as stored under ``key`` for ``domain``'s use."""
+    mac = hmac.new(secret, domain + key.encode("ascii") + b"\0", hashlib.sha256)
     mac.update(body)
     return mac.digest()
 
 
-def pack_bundle(directory: Path, secret: bytes) -> bytes:
+def pack_bundle(directory: Path, secret: bytes, domain: bytes = REMOTE_DOMAIN) -> bytes:
     """The signed bundle of the artifact in ``directory`` (checked intact first: a damaged local entry is never
     shared)."""
     manifest = verify_artifact(directory)
@@ -95,7 +106,7 @@ def pack_bundle(directory: Path, secret: bytes) -> bytes:
                       files=[BundleFile(name=n, size=len(c)) for n, c in zip(names, contents)])
     head_bytes = head.model_dump_json().encode()
     body = b"".join([HEADER.pack(MAGIC, BUNDLE_VERSION, len(head_bytes)), head_bytes, *contents])
-    return body + sign(secret, manifest.key, body)
+    return body + sign(secret, manifest.key, body, domain)
 
 
 def _check_header(value: bytes | memoryview) -> int:
@@ -136,16 +147,18 @@ class Bundle:
             offset += record.size
 
 
-def open_bundle(value: bytes, key: str, secret: bytes) -> Bundle:
+def open_bundle(value: bytes, key: str, secret: bytes, domain: bytes = REMOTE_DOMAIN) -> Bundle:
     """Check ``value`` as the bundle stored under ``key``: header, signature, then the head. Raises
     :class:`BadBundleError` naming the problem (truncated, tampered or foreign-key, version skew, wrong key)."""
+    if not KEY_PATTERN.fullmatch(key):  # it names a directory: never let a value choose a path
+        raise BadBundleError(f"'{key[:80]}' is not a cache key (64 hex digits)")
     head_length = _check_header(value)
     if len(value) < HEADER.size + head_length + MAC_SIZE:
         raise BadBundleError(f"truncated value ({len(value)} bytes, the header alone needs "
                              f"{HEADER.size + head_length + MAC_SIZE})")
     body, mac = memoryview(value)[:-MAC_SIZE], bytes(value[-MAC_SIZE:])
-    if not hmac.compare_digest(mac, sign(secret, key, body)):
-        raise BadBundleError(_diagnose_bad_signature(value, head_length))
+    if not hmac.compare_digest(mac, sign(secret, key, body, domain)):
+        raise BadBundleError(_diagnose_bad_signature(value, head_length, domain))
     head = _parse_head(bytes(body[HEADER.size:HEADER.size + head_length]))
     if head.key != key:
         raise BadBundleError(f"holds key {head.key[:16]}, not {key[:16]}")
@@ -165,7 +178,7 @@ def _parse_head(data: bytes) -> BundleHead:
         raise BadBundleError(f"unreadable head ({type(exc).__name__})") from None
 
 
-def _diagnose_bad_signature(value: bytes, head_length: int) -> str:
+def _diagnose_bad_signature(value: bytes, head_length: int, domain: bytes) -> str:
     """Why the signature failed, as far as the (untrusted, only measured) head tells: a value cut short reads
     as truncated; anything else is tampering or another key."""
     try:
@@ -176,7 +189,7 @@ def _diagnose_bad_signature(value: bytes, head_length: int) -> str:
         expected = HEADER.size + head_length + head.payload_size + MAC_SIZE
         if len(value) < expected:
             return f"truncated value ({len(value)} of {expected} bytes)"
-    return ("bad signature (the value was modified, or signed with another NEURONCC_REMOTE_CACHE_KEY, "
+    return (f"bad signature (the value was modified, or signed with another {_SECRET_VARIABLES.get(domain, 'key')}, "
             "or stored under another key)")
 
 

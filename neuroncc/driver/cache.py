@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from neuroncc.errors import ArtifactError, NeuronccError
-from neuroncc.driver.bundle import BadBundleError, open_bundle, pack_bundle
+from neuroncc.driver.bundle import BadBundleError, Bundle, open_bundle, pack_bundle
 from neuroncc.driver.notices import CacheWarning
 from neuroncc.driver.remote import LockOutcome, RemoteTier
 from neuroncc.driver.artifact import (
@@ -259,7 +259,7 @@ class CompileCache:
             key = self.key_of(request)
         except UncacheableRequestError:
             key = None
-        if codec is None or key is None or not self._ensure_usable():
+        if codec is None or key is None or not self.ensure_usable():
             self.stats.add("uncached")
             return compile_fn(request).executable
         outcome.key = key.key
@@ -281,7 +281,7 @@ class CompileCache:
             return executable
         warned = problem is not None
         try:
-            with self._key_lock(key.key):
+            with self.key_lock(key.key):
                 executable, problem = self._load(key.key, request.target, codec, warn=not warned)
                 if executable is not None:
                     outcome.status = "hit"
@@ -330,7 +330,7 @@ class CompileCache:
         if value is None:
             return None, None
         try:
-            self._install_bundle(key, value)
+            self.install_bundle(key, open_bundle(value, key, self.remote.settings.secret))
         except (BadBundleError, ArtifactError) as exc:
             self.stats.add("remote_bad_entries")
             reason = exc.reason if isinstance(exc, BadBundleError) else str(exc)
@@ -345,11 +345,10 @@ class CompileCache:
             self.stats.add("remote_hits")
         return executable, None
 
-    def _install_bundle(self, key: str, value: bytes) -> None:
-        """Check ``value``'s signature, unpack it into ``tmp/``, verify it as an artifact, rename it into
-        ``entries/<key>``."""
-        assert self.remote is not None
-        bundle = open_bundle(value, key, self.remote.settings.secret)
+    def install_bundle(self, key: str, bundle: Bundle) -> None:
+        """Unpack ``bundle`` (whose signature checked out) into ``tmp/``, verify it as an artifact, rename it
+        into ``entries/<key>`` (replacing what is there). The caller holds the key's lock. Raises
+        :class:`ArtifactError` (nothing is installed) if the artifact inside is damaged."""
         self._collect_garbage()
         temp = Path(tempfile.mkdtemp(prefix=f"{key[:16]}.{os.getpid()}.", dir=self.tmp_dir))
         try:
@@ -456,8 +455,9 @@ class CompileCache:
 
     # ---- the directory ---------------------------------------------------------------------------------
 
-    def _ensure_usable(self) -> bool:
-        """Create the cache directories (mode 0700) once; refuse a directory others could write into."""
+    def ensure_usable(self) -> bool:
+        """Create the cache directories (mode 0700) once; refuse a directory others could write into (False, with
+        one warning)."""
         if self._usable is None:
             self._usable = self._prepare_directories()
         return self._usable
@@ -481,7 +481,7 @@ class CompileCache:
         return True
 
     @contextlib.contextmanager
-    def _key_lock(self, key: str) -> Iterator[None]:
+    def key_lock(self, key: str) -> Iterator[None]:
         """Hold an exclusive flock on ``locks/<key>.lock``. The kernel drops it if this process dies."""
         path = self.locks_dir / f"{key}.lock"
         deadline = time.monotonic() + self.lock_timeout_s

@@ -1,7 +1,8 @@
 """Compile one aten-level FX graph: import to IR, dump it if asked, compile it for the target, count it.
 
     compile_aten_graph(gm, name, options) = import_graph -> [dump .nir] -> driver.compile_graph
-                                            -> stats -> CompiledGraph
+                                            -> stats, the entry recorded for save_cache_artifacts()
+                                            -> CompiledGraph
 
 with Python's cyclic GC paused meanwhile (see :func:`cyclic_gc_paused`).
 """
@@ -18,13 +19,14 @@ from pathlib import Path
 import numpy as np
 import torch.fx as fx
 
-from neuroncc.frontend import stats
+from neuroncc.frontend import cache_artifacts, stats
 from neuroncc.frontend.boundary import HostDevice
 from neuroncc.frontend.compiled import CompiledGraph
 from neuroncc.frontend.importer import import_graph
 from neuroncc.frontend.options import BackendOptions
 from neuroncc.ir import Function, collect_resources, print_function
 from neuroncc.driver.compile import compile_graph
+from neuroncc.driver.records import CompileRecord
 
 log = logging.getLogger("neuroncc.frontend")
 
@@ -44,11 +46,17 @@ def compile_aten_graph(gm: fx.GraphModule, name: str, options: BackendOptions,
             dump_function(imported.function, Path(options.dump_dir))
         executable = compile_graph(imported.function, target=options.target, pipeline=options.pipeline,
                                    options=options.compile_options,
-                                   on_compiled=lambda record: stats.record_compile(record, import_seconds))
+                                   on_compiled=lambda record: _compiled(record, import_seconds))
     stats.increment("graphs_compiled")
     stats.record_executable(executable, options.target)
     log.debug("neuroncc: compiled %s (%d ops) for target %s", name, len(imported.function.ops), options.target)
     return CompiledGraph(imported, executable, free_layouts, device)
+
+
+def _compiled(record: CompileRecord, import_seconds: float) -> None:
+    stats.record_compile(record, import_seconds)
+    if record.key is not None and record.cache != "uncached":  # an entry in the cache: portable
+        cache_artifacts.record(record.key)
 
 
 @contextlib.contextmanager

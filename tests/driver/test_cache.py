@@ -227,15 +227,15 @@ def test_target_without_codec_compiles_uncached(cache, compiler, request_for, mo
 def test_lock_held_too_long_compiles_without_the_cache(tmp_path, compiler, request_for):
     cache = CompileCache(tmp_path / "cache", stats=CacheStats(), lock_timeout_s=0.05)
     request = request_for()
-    assert cache._ensure_usable()
-    with cache._key_lock(cache.key_of(request).key):  # another holder (a separate open file description)
+    assert cache.ensure_usable()
+    with cache.key_lock(cache.key_of(request).key):  # another holder (a separate open file description)
         with pytest.warns(CacheWarning, match="timed out"):
             _assert_runs_like_reference(cache.get_or_compile(request, compiler))
     assert cache.list_entries() == [] and compiler.calls == 1
 
 
 def test_leftovers_of_dead_processes_are_collected(cache, compiler, request_for):
-    assert cache._ensure_usable()
+    assert cache.ensure_usable()
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     dead_pid = int(dead.stdout)
     (cache.tmp_dir / f"0123456789abcdef.{dead_pid}.xyz").mkdir()
@@ -250,7 +250,7 @@ def test_leftovers_of_dead_processes_are_collected(cache, compiler, request_for)
 def test_clear_keeps_held_locks(cache, compiler, request_for):
     cache.get_or_compile(request_for(), compiler)
     key = cache.key_of(request_for()).key
-    with cache._key_lock(key):
+    with cache.key_lock(key):
         assert cache.clear()[0] == 1
         assert (cache.locks_dir / f"{key}.lock").exists()
     cache.clear()

@@ -1,0 +1,133 @@
+"""Warm starts: the first call of a compiled training step in a fresh process, against the TorchDynamo floor.
+
+    python benchmarks/bench_warm_start.py [--row f2] [--rounds 3]
+
+Each measurement is a fresh process timing ``torch.compile`` + the first full step (after ``import
+torch._dynamo``, torch's own import, paid alike by all), as ``bench_models.py --first-call`` does:
+
+    eager       backend="eager": TorchDynamo tracing plus the step itself (the floor)
+    aot_eager   backend="aot_eager": the floor plus AOTAutograd's tracing and partitioning
+    cold        neuroncc from an empty compile cache (then ``torch.compiler.save_cache_artifacts()``, untimed)
+    warm        neuroncc over the cache the cold run filled
+    prewarmed   neuroncc from another empty cache, after ``torch.compiler.load_cache_artifacts()`` of the cold
+                run's bytes (the load is timed apart: "load s")
+
+"own s" is the time in neuroncc's ``compile_aten_graph`` (FX import to IR, cache lookup and load, or the
+compile), summed over the forward and backward graphs; the rest of a neuroncc first call beyond the floor is
+AOTAutograd. The modes run interleaved, round by round; the table shows medians and minimums.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import MALLOC_ENV, ensure_environment, table  # noqa: E402
+
+ensure_environment(threads=2)
+
+MODES = ("eager", "aot_eager", "cold", "warm", "prewarmed")
+SECRET = "bench-warm-start-secret-0123456789"
+
+
+def first_call(row: str, mode: str, artifacts: Path) -> dict[str, float]:
+    """In this fresh process: seconds of compile + first step (and, for neuroncc, in compile_aten_graph)."""
+    import torch._dynamo  # noqa: F401 - torch.compile's own import, the same for every backend
+
+    from bench_models import ROWS
+
+    from neuroncc.frontend import backend as neuron_backend
+
+    result = {"own": 0.0, "load": 0.0}
+    if mode == "prewarmed":
+        begin = time.perf_counter()
+        torch.compiler.load_cache_artifacts(artifacts.read_bytes())
+        result["load"] = time.perf_counter() - begin
+    compile_aten_graph = neuron_backend.compile_aten_graph
+
+    def timed(*args: object, **kwargs: object) -> object:
+        begin = time.perf_counter()
+        try:
+            return compile_aten_graph(*args, **kwargs)
+        finally:
+            result["own"] += time.perf_counter() - begin
+
+    neuron_backend.compile_aten_graph = timed
+    _, factory, make_input, _ = ROWS[row]
+    torch.manual_seed(0)
+    model = factory().train(True)
+    x = make_input()
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+    start = time.perf_counter()
+    backend = mode if mode in ("eager", "aot_eager") else "neuron"
+    run = torch.compile(model, backend=backend, dynamic=False)
+    optimizer.zero_grad(set_to_none=True)
+    run(x).pow(2).mean().backward()
+    optimizer.step()
+    result["seconds"] = time.perf_counter() - start
+    if mode == "cold":
+        import neuroncc
+
+        saved = torch.compiler.save_cache_artifacts()
+        assert saved is not None, "nothing saved"
+        artifacts.write_bytes(saved[0])
+        result["compiled"] = neuroncc.stats()["cache_misses"]
+    elif mode != "eager" and mode != "aot_eager":
+        import neuroncc
+
+        result["compiled"] = neuroncc.stats()["cache_misses"]
+    return result
+
+
+def spawn(row: str, mode: str, cache: Path, artifacts: Path) -> dict[str, float]:
+    env = {**os.environ, **MALLOC_ENV, "NEURONCC_CACHE_DIR": str(cache), "NEURONCC_CACHE_ARTIFACTS_KEY": SECRET}
+    env.pop("NEURONCC_DISABLE_CACHE", None)
+    out = subprocess.run([sys.executable, __file__, "--first-call", row, mode, str(artifacts)], env=env, check=True,
+                         capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--row", default="f2")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--first-call", nargs=3, metavar=("ROW", "MODE", "ARTIFACTS"))
+    args = parser.parse_args()
+    if args.first_call:
+        row, mode, artifacts = args.first_call
+        print(json.dumps(first_call(row, mode, Path(artifacts))))
+        return
+    runs: dict[str, list[dict[str, float]]] = {mode: [] for mode in MODES}
+    for _ in range(args.rounds):
+        with tempfile.TemporaryDirectory() as root:
+            artifacts = Path(root) / "artifacts.bin"
+            for mode in MODES:
+                cache = Path(root) / ("prewarmed" if mode == "prewarmed" else "cache")
+                runs[mode].append(spawn(args.row, mode, cache, artifacts))
+                print(mode, json.dumps(runs[mode][-1]), flush=True)
+    floor = statistics.median(r["seconds"] for r in runs["eager"])
+    rows = []
+    for mode in MODES:
+        seconds = [r["seconds"] for r in runs[mode]]
+        median = statistics.median(seconds)
+        rows.append([mode, f"{median:.2f}", f"{min(seconds):.2f}", f"{median - floor:+.2f}",
+                     f"{statistics.median(r['own'] for r in runs[mode]):.2f}",
+                     f"{statistics.median(r['load'] for r in runs[mode]):.2f}",
+                     str(runs[mode][-1].get("compiled", "-"))])
+    print(f"row {args.row}, {args.rounds} rounds of fresh processes; load {os.getloadavg()[0]:.1f}")
+    print(table(rows, ["mode", "first call s (median)", "min s", "vs eager floor s", "own s", "load s",
+                       "graphs compiled"]))
+
+
+if __name__ == "__main__":
+    main()
