@@ -10,7 +10,7 @@ from neuroncc.testing.fuzz import check_program, generate_program
 from neuroncc.testing.fuzz_campaign import available_targets
 
 SEED = 0
-CHUNKS, PER_CHUNK = 8, 25  # programs 0..199, in chunks so that pytest-xdist can spread them
+CHUNKS, PER_CHUNK = 6, 20  # programs 0..119, in chunks so that pytest-xdist can spread them
 TARGETS = tuple(available_targets()[0])
 
 
