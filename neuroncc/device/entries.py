@@ -210,10 +210,16 @@ class WrapNumbers:
         new_args, new_kwargs = list(args), dict(kwargs)
         for position, name in self.parameters:
             if position < len(new_args) and isinstance(new_args[position], int | float | bool):
-                new_args[position] = torch.tensor(new_args[position])
+                new_args[position] = _wrapped_number(new_args[position])
             elif isinstance(new_kwargs.get(name), int | float | bool):
-                new_kwargs[name] = torch.tensor(new_kwargs[name])
+                new_kwargs[name] = _wrapped_number(new_kwargs[name])
         return self.handler(None, *new_args, **new_kwargs)
+
+
+def _wrapped_number(value: int | float | bool) -> torch.Tensor:
+    # floats become float32 whatever the default dtype: under torch.set_default_dtype(torch.float64) a float64
+    # scalar gives the call a signature the device runs as float32, i.e. this very entry again (RecursionError)
+    return torch.tensor(value, dtype=torch.float32) if type(value) is float else torch.tensor(value)
 
 
 class Redirect:
