@@ -102,6 +102,10 @@ def test_a_second_process_compiles_nothing_it_has_seen(tmp_path):
 
 def test_an_op_neuroncc_cannot_compile_falls_back_with_one_warning():
     x = torch.tensor([0.0, 1.5, 0.0, -2.0], device="neuron")
+    # a process's first mul on the device reaches it as aten.mul.out (see device/entries.py's _EXECUTABLES), the
+    # later ones as aten.mul.Tensor: make this test's mul a later one whatever ran before it in the process
+    x * 2
+    neuroncc.clear_op_tracking()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         first = torch.nonzero(x)
@@ -113,9 +117,7 @@ def test_an_op_neuroncc_cannot_compile_falls_back_with_one_warning():
     message = str(fallbacks[0].message)
     assert "aten.nonzero.default" in message and f"{__file__}:" in message
     assert neuroncc.get_fallback_ops() == {"aten.nonzero.default": 2}
-    # x * 2 ran once on the device. The overload recorded for it is aten.mul.out when this test runs alone and
-    # aten.mul.Tensor inside the whole suite (not investigated yet); this test is about the fallback, not that
-    assert sum(n for op, n in neuroncc.get_executed_ops().items() if op.startswith("aten.mul.")) == 1
+    assert neuroncc.get_executed_ops() == {"aten.mul.Tensor": 1}
     assert neuroncc.stats()["eager_fallback_calls"] == 2
     neuroncc.clear_op_tracking()
     assert neuroncc.get_fallback_ops() == {} and neuroncc.get_executed_ops() == {}
