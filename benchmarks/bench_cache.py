@@ -25,7 +25,8 @@ import numpy as np  # noqa: E402
 
 from neuroncc.ir import Builder, DenseAttr, DType, Function, TensorType  # noqa: E402
 from neuroncc.driver.artifact import ARTIFACT_CODECS, read_artifact, verify_artifact  # noqa: E402
-from neuroncc.driver.cache import CacheStats, CompileCache  # noqa: E402
+from neuroncc.driver.cache import CompileCache  # noqa: E402
+from neuroncc.driver.process_cache import CacheStats  # noqa: E402
 from neuroncc.driver.cache_key import compute_key  # noqa: E402
 from neuroncc.driver.compile import compile_graph, make_request  # noqa: E402
 

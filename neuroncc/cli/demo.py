@@ -34,7 +34,8 @@ from neuroncc.cli.demo_device import train_on_device
 from neuroncc.cli.progress import Progress, format_seconds
 from neuroncc.cli.summary import summarize
 from neuroncc.errors import InputError, UnsupportedOpError
-from neuroncc.driver.cache import CacheStats, CompileCache
+from neuroncc.driver.cache import CompileCache
+from neuroncc.driver.process_cache import CacheStats
 import statistics
 from neuroncc.executors.executable import InterpreterExecutable, TARGETS
 from neuroncc.executors.nki_sim.costs import estimate_costs

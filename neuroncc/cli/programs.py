@@ -31,7 +31,8 @@ from neuroncc.ir import Function
 from neuroncc.driver.compile import (DEFAULT_TARGET, cache_from_environ, compile_graph, make_request,
                                      remote_tier_from_environ)
 from neuroncc.executors.executable import InterpreterExecutable, TARGETS
-from neuroncc.driver.cache import PROCESS_MEMORY, CacheStats, CompileCache
+from neuroncc.driver.cache import CompileCache
+from neuroncc.driver.process_cache import PROCESS_MEMORY, CacheStats
 from neuroncc.driver.artifact import write_graph
 
 TARGET_HELP = ("where the code runs: cpu (LLVM, native code), nki-sim (NKI kernels in the bundled simulator), "

@@ -19,7 +19,7 @@ from neuroncc.device.op_forms import OpForm, argument
 from neuroncc.device.programs import CannotCompile, Program, build_program, out_shapes
 from neuroncc.errors import NeuronccError
 from neuroncc.ir import print_function
-from neuroncc.driver.cache import CACHE_STATS
+from neuroncc.driver.process_cache import CACHE_STATS
 from neuroncc.driver.compile import compile_graph
 from neuroncc.frontend import profiling
 

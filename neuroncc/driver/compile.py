@@ -24,7 +24,8 @@ from typing import Any
 from neuroncc.ir import Function, print_function, verify
 from neuroncc.passes.manager import PassContext, Pipeline
 from neuroncc.passes.pipeline import as_pipeline, default_pipeline, parse_pipeline, run_pipeline
-from neuroncc.driver.cache import PROCESS_MEMORY, CacheOutcome, CompileCache, CompileRequest, CompileResult
+from neuroncc.driver.cache import CacheOutcome, CompileCache, CompileRequest, CompileResult
+from neuroncc.driver.process_cache import PROCESS_MEMORY
 from neuroncc.driver.records import CompileRecord, configure_log_from_environ, make_record
 from neuroncc.driver.remote import RemoteTier, settings_from_environ, tier_for
 from neuroncc.executors.executable import Executable, build_executable

@@ -2,7 +2,7 @@
 
 The counters are process-wide (one torch.compile session is one process). The front end increments them as it
 compiles. Lower layers cannot import the front end, so they keep their own counters and these functions read
-them: the compile cache's process-wide ``neuroncc.driver.cache.CACHE_STATS`` (hits and misses), and the
+them: the compile cache's process-wide ``neuroncc.driver.process_cache.CACHE_STATS`` (hits and misses), and the
 ``stats`` mapping of each :class:`~neuroncc.executors.executable.Executable` (for example
 ``{"kernels": 3, "native_kernels": 3}`` from a code generator), which :func:`record_executable` adds in.
 Upper layers that count on their own (the ``neuron`` device's eager counters) add a :class:`StatsSource` when
@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from neuroncc.driver.cache import CACHE_STATS
+from neuroncc.driver.process_cache import CACHE_STATS
 from neuroncc.driver.records import CompileRecord
 
 from neuroncc.ir import Category

@@ -22,7 +22,8 @@ import numpy as np
 
 from cache_testing import read_nir, sample_inputs
 from neuroncc.ir import interpret
-from neuroncc.driver.cache import CACHE_STATS, CompileCache
+from neuroncc.driver.cache import CompileCache
+from neuroncc.driver.process_cache import CACHE_STATS
 from neuroncc.driver.compile import FROM_ENVIRONMENT, compile_graph
 
 

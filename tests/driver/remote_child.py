@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from cache_testing import read_nir, sample_inputs
-from neuroncc.driver.cache import CACHE_STATS
+from neuroncc.driver.process_cache import CACHE_STATS
 from neuroncc.driver.compile import cache_from_environ, compile_graph
 from neuroncc.ir import interpret
 

@@ -18,7 +18,8 @@ from cache_testing import sample_function, sample_inputs
 
 from neuroncc.ir import interpret
 from neuroncc.driver import artifact
-from neuroncc.driver.cache import CACHE_STATS, CacheStats, CacheWarning, CompileCache, MemoryTier
+from neuroncc.driver.cache import CacheWarning, CompileCache
+from neuroncc.driver.process_cache import CACHE_STATS, CacheStats, MemoryTier
 from neuroncc.driver.cache_key import BuildEnvironment
 from neuroncc.driver.compile import compile_graph
 

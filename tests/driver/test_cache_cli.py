@@ -7,7 +7,8 @@ from cache_testing import sample_function, write_nir
 
 from neuroncc.cli import main
 from neuroncc.cli.cache import human_size
-from neuroncc.driver.cache import CacheStats, CompileCache
+from neuroncc.driver.cache import CompileCache
+from neuroncc.driver.process_cache import CacheStats
 from neuroncc.driver.compile import compile_uncached, make_request
 
 

@@ -9,7 +9,8 @@ import pytest
 from cache_testing import sample_function, sample_inputs
 
 from neuroncc.driver.bundle import BadBundleError, pack_bundle
-from neuroncc.driver.cache import CacheStats, CompileCache
+from neuroncc.driver.cache import CompileCache
+from neuroncc.driver.process_cache import CacheStats
 from neuroncc.driver.compile import compile_graph, make_request
 from neuroncc.driver.portable import KEY_VARIABLE, export_entry, import_entry, require_secret, secret_from_environ
 from neuroncc.errors import InputError

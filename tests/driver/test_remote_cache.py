@@ -19,7 +19,8 @@ from redis_testing import redis_server
 
 from neuroncc.driver.artifact import verify_artifact
 from neuroncc.driver.bundle import BUNDLE_VERSION, HEADER, MAC_SIZE, sign
-from neuroncc.driver.cache import CacheStats, CompileCache
+from neuroncc.driver.cache import CompileCache
+from neuroncc.driver.process_cache import CacheStats
 from neuroncc.driver.compile import compile_graph, make_request
 from neuroncc.driver.notices import CacheWarning
 from neuroncc.driver.remote import ARTIFACT_PREFIX, LOCK_PREFIX, RemoteSettings, RemoteTier

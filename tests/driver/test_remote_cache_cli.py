@@ -7,7 +7,8 @@ from cache_testing import sample_function
 from redis_testing import free_port, redis_server
 
 from neuroncc.cli import main
-from neuroncc.driver.cache import CacheStats, CompileCache
+from neuroncc.driver.cache import CompileCache
+from neuroncc.driver.process_cache import CacheStats
 from neuroncc.driver.compile import compile_graph, make_request
 from neuroncc.driver.remote import ARTIFACT_PREFIX, RemoteSettings, RemoteTier
 

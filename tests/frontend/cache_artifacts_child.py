@@ -14,7 +14,7 @@ from pathlib import Path
 import torch  # the torch.backends entry point registers neuroncc's artifact type here
 
 import neuroncc
-from neuroncc.driver.cache import CACHE_STATS
+from neuroncc.driver.process_cache import CACHE_STATS
 
 
 def _model() -> torch.nn.Module:

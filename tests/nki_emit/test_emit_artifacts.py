@@ -10,7 +10,8 @@ import pytest
 from emit_helpers import F32, I64, graph, lower, random_inputs
 from neuroncc.errors import ArtifactError
 from neuroncc.ir import interpret
-from neuroncc.driver.cache import CacheStats, CompileCache
+from neuroncc.driver.cache import CompileCache
+from neuroncc.driver.process_cache import CacheStats
 from neuroncc.driver.compile import compile_graph
 from neuroncc.executors.nki_sim.executable import PLAN_FILE, SOURCE_FILE, build_nki_executable, load_nki_executable
 
