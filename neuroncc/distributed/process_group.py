@@ -196,23 +196,24 @@ class ProcessGroupNeuron(dist.ProcessGroup):
 
     # ---- reduce-scatter -----------------------------------------------------------------------------------
 
-    def reduce_scatter(self, outputs: list[torch.Tensor], input_lists: list[list[torch.Tensor]],
-                       opts: Any = None) -> NeuronWork:
-        opts = opts or ReduceScatterOptions()
-        staging, op = self._staging_for(_reduce_op(opts))
-        host_outputs = staging.hosts(outputs, output=True)
-        host_inputs = [staging.hosts(inputs, output=False) for inputs in input_lists]
+    def _reduce_scatter_staging(self, opts: Any) -> tuple[Staging, Any]:
+        """The staging for a reduce-scatter's reduction and the gloo options that perform it."""
+        staging, op = self._staging_for(_reduce_op(opts or ReduceScatterOptions()))
         gloo_opts = ReduceScatterOptions()
         gloo_opts.reduceOp = op
+        return staging, gloo_opts
+
+    def reduce_scatter(self, outputs: list[torch.Tensor], input_lists: list[list[torch.Tensor]],
+                       opts: Any = None) -> NeuronWork:
+        staging, gloo_opts = self._reduce_scatter_staging(opts)
+        host_outputs = staging.hosts(outputs, output=True)
+        host_inputs = [staging.hosts(inputs, output=False) for inputs in input_lists]
         return self._run("reduce_scatter", staging, list(outputs),
                          lambda: self._gloo.reduce_scatter(host_outputs, host_inputs, gloo_opts))
 
     def reduce_scatter_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> NeuronWork:
-        opts = opts or ReduceScatterOptions()
-        staging, op = self._staging_for(_reduce_op(opts))
+        staging, gloo_opts = self._reduce_scatter_staging(opts)
         host_output, host_input = staging.host(output, output=True), staging.host(input, output=False)
-        gloo_opts = ReduceScatterOptions()
-        gloo_opts.reduceOp = op
         return self._run("reduce_scatter_tensor", staging, [output],
                          lambda: self._gloo._reduce_scatter_base(host_output, host_input, gloo_opts))
 
@@ -220,11 +221,8 @@ class ProcessGroupNeuron(dist.ProcessGroup):
 
     def reduce_scatter_single_coalesced(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor],
                                         opts: Any = None) -> NeuronWork:
-        opts = opts or ReduceScatterOptions()
-        staging, op = self._staging_for(_reduce_op(opts))
+        staging, gloo_opts = self._reduce_scatter_staging(opts)
         pairs = [(staging.host(o, output=True), staging.host(i, output=False)) for o, i in zip(outputs, inputs)]
-        gloo_opts = ReduceScatterOptions()
-        gloo_opts.reduceOp = op
         return self._run("reduce_scatter_tensor (coalesced)", staging, list(outputs),
                          lambda: [self._gloo._reduce_scatter_base(o, i, gloo_opts) for o, i in pairs])
 
