@@ -177,9 +177,14 @@ def _detach(tree: Any) -> Any:
 
 
 def _call(fn: Callable[..., Any], tensors: Sequence[torch.Tensor], sample: Any, mode: str, seed: int,
-          grad_seed: int | None = None) -> _Run:
-    """One run; the output gradients come from a generator seeded with ``grad_seed`` (default ``seed``)."""
-    inputs = [_fresh_copy(t) for t in tensors]
+          grad_seed: int | None = None, place: Callable[[torch.Tensor], torch.Tensor] = _fresh_copy,
+          collect: Callable[[Any], Any] = _detach) -> _Run:
+    """One run; the output gradients come from a generator seeded with ``grad_seed`` (default ``seed``).
+
+    ``place`` makes each input the op sees (a fresh CPU copy; the device sweep puts it on the device), and
+    ``collect`` turns what the run produced into what is compared (detached; the device sweep moves it to CPU).
+    """
+    inputs = [place(t) for t in tensors]
     torch.manual_seed(seed)
     outputs = fn(*inputs)
     grads = None
@@ -189,11 +194,11 @@ def _call(fn: Callable[..., Any], tensors: Sequence[torch.Tensor], sample: Any, 
         wrt = [t for t in inputs if t.requires_grad]
         if differentiable and wrt:
             generator = torch.Generator().manual_seed(seed if grad_seed is None else grad_seed)
-            grad_outputs = [torch.randn(o.shape, generator=generator).to(o.dtype) for o in differentiable]
-            grads = list(torch.autograd.grad(differentiable, wrt, grad_outputs, allow_unused=True))
+            grad_outputs = [torch.randn(o.shape, generator=generator).to(o.dtype).to(o.device) for o in differentiable]
+            grads = collect(list(torch.autograd.grad(differentiable, wrt, grad_outputs, allow_unused=True)))
         else:
             grads = []
-    return _Run(_detach(outputs), grads, [t.detach() for t in inputs])
+    return _Run(collect(outputs), grads, [collect(t) for t in inputs])
 
 
 def sample_callable(op: Any, sample: Any) -> tuple[Callable[..., Any], list[torch.Tensor]]:

@@ -85,22 +85,8 @@ def _to_cpu(tree: Any) -> Any:
 
 
 def _device_call(fn: Callable[..., Any], tensors: Sequence[torch.Tensor], sample: Any, mode: str, seed: int) -> _Run:
-    inputs = [to_device(t) for t in tensors]
-    torch.manual_seed(seed)
-    outputs = fn(*inputs)
-    grads = None
-    if mode == "bwd":
-        differentiable = [o for o in tree_leaves(sample.output_process_fn_grad(outputs))
-                          if isinstance(o, torch.Tensor) and o.requires_grad]
-        wrt = [t for t in inputs if t.requires_grad]
-        if differentiable and wrt:
-            generator = torch.Generator().manual_seed(seed)
-            grad_outputs = [torch.randn(o.shape, generator=generator).to(o.dtype).to(o.device) for o in differentiable]
-            grads = [None if g is None else g.cpu() for g in
-                     torch.autograd.grad(differentiable, wrt, grad_outputs, allow_unused=True)]
-        else:
-            grads = []
-    return _Run(_to_cpu(outputs), grads, [t.detach().cpu() for t in inputs])
+    """One run of the sample on the device (inputs moved there), its results brought back to CPU."""
+    return _call(fn, tensors, sample, mode, seed, place=to_device, collect=_to_cpu)
 
 
 def _as_stored(reference: _Run, result: _Run) -> _Run:
