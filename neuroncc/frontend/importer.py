@@ -20,6 +20,7 @@ from typing import Any
 import torch
 import torch.fx as fx
 from torch._subclasses.fake_tensor import unset_fake_temporarily
+from torch.multiprocessing.reductions import StorageWeakRef
 
 from neuroncc.errors import TypeInferenceError, UnsupportedOpError
 from neuroncc.frontend.convert import TensorSpec, to_numpy
@@ -228,6 +229,16 @@ class _Importer:
                 raise LoweringBug(f"{op_name(node)} lowered to {value.type}, PyTorch computed "
                                   f"{list(want[0])} {want[1]} (node {node.name})")
 
+    def _aliased_input(self, node: fx.Node, value: Value) -> int | None:
+        """The graph input an output node is, when it is a view of that input covering it exactly (``detach``,
+        ``alias``, a same-shape ``view``): eager returns the input's own memory, so the output is the input
+        tensor, not a copy the kernels write (cross-entropy's ``logits.detach()`` copied 64 MB per step).
+        ``clone`` or ``contiguous`` results lower to the same IR value but own their storage: still computed."""
+        for position, placeholder in enumerate(self.placeholders):
+            if self.ctx.env.get(placeholder) is value and _same_view(meta_value(node), meta_value(placeholder)):
+                return position
+        return None
+
     def _outputs(self, node: fx.Node, ir_outputs: list[Value]) -> tuple[GraphOutput, ...]:
         (returned,) = node.args
         returned = _flatten(returned)
@@ -243,11 +254,24 @@ class _Importer:
                 if not isinstance(value, Value):
                     outputs.append(ConstantOutput(value))
                     continue
+                position = self._aliased_input(item, value)
+                if position is not None:
+                    outputs.append(InputOutput(position))
+                    continue
                 if value not in index_of:
                     index_of[value] = len(ir_outputs)
                     ir_outputs.append(value)
                 outputs.append(ComputedOutput(index_of[value], TensorSpec.of(meta_value(item))))
         return tuple(outputs)
+
+
+def _same_view(a: Any, b: Any) -> bool:
+    """Whether two (fake) tensors are the same view of the same storage: same dtype, shape, strides, offset."""
+    if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
+        return False
+    return (a.dtype == b.dtype and a.shape == b.shape and a.stride() == b.stride()
+            and a.storage_offset() == b.storage_offset()
+            and StorageWeakRef(a.untyped_storage()) == StorageWeakRef(b.untyped_storage()))
 
 
 def _scalar(ctx: LoweringContext, dtype: DType, value: int) -> Value:
