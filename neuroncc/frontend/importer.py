@@ -160,23 +160,16 @@ class _Importer:
         return self.ctx.builder.param(TensorType(shape, dtype, strides), hint=node.name)
 
     def _from_bits(self, param: Value) -> Value:
-        """A bf16 input's value from its i16 bits: zero-extended, shifted into a float32's high half, exact."""
+        """A bf16 input's value from its i16 bits (exact: the bits are the high half of its float32)."""
         if not (self.bf16_bits and param.type.dtype is DType.i16):
             return param
-        ctx = self.ctx
-        word = ctx.emit("bitwise_and", ctx.emit("cast", param, dtype=DType.i32), _scalar(ctx, DType.i32, 0xFFFF))
-        word = ctx.emit("mul", word, _scalar(ctx, DType.i32, 1 << 16))  # wraps into the sign bit: the same bits
-        return ctx.emit("cast", ctx.emit("bitcast", word, dtype=DType.f32), dtype=DType.bf16)
+        return self.ctx.emit("bitcast", param, dtype=DType.bf16)
 
     def _to_bits(self, value: Value) -> Value:
-        """A bf16 result's i16 bits: a bf16 value's float32 has zero low bits, so dividing them by 2**16
-        is exact, and the low 16 bits of the quotient are the value's bits."""
+        """A bf16 result's i16 bits (every op producing bf16 rounds to it: the float32's low half is zero)."""
         if not (self.bf16_bits and value.type.dtype is DType.bf16):
             return value
-        ctx = self.ctx
-        word = ctx.emit("bitcast", ctx.emit("cast", value, dtype=DType.f32), dtype=DType.i32)
-        word = ctx.emit("div", word, _scalar(ctx, DType.i32, 1 << 16), rounding_mode="trunc")
-        return ctx.emit("cast", word, dtype=DType.i16)
+        return self.ctx.emit("bitcast", value, dtype=DType.i16)
 
     def _constant(self, node: fx.Node) -> Value:
         tensor = getattr(self.gm, str(node.target))
@@ -272,10 +265,6 @@ def _same_view(a: Any, b: Any) -> bool:
     return (a.dtype == b.dtype and a.shape == b.shape and a.stride() == b.stride()
             and a.storage_offset() == b.storage_offset()
             and StorageWeakRef(a.untyped_storage()) == StorageWeakRef(b.untyped_storage()))
-
-
-def _scalar(ctx: LoweringContext, dtype: DType, value: int) -> Value:
-    return ctx.emit("full", shape=(), dtype=dtype, value=value)
 
 
 def _flatten(returned: Any) -> list[Any]:
