@@ -29,12 +29,19 @@ softmax into the softmax's kernel region, so it is that region's prologue):
   (the fill a predicated copy), and the first block's max is clamped to a finite value so that a row whose first
   block is wholly masked (``-inf``) does not turn into NaN (a row masked everywhere is NaN, as in eager).
 
+The pattern follows values, not positions: the softmax kernel is the first matmul's only user and the second
+matmul reads its result, directly or through single-use reshapes. That is how torch.compile hands over
+``[B, H, L, E]`` attention: ``bmm`` of ``[B * H, ...]`` views, a softmax region that starts by viewing the
+scores as ``[B, H, Sq, Sk]`` (a mask may then be ``[B, H, Sq, Sk]`` too), a reshape back, and ``v``'s own view
+in between; the kernel is emitted where the second matmul was, when ``v`` and the mask exist.
+
 Otherwise: ``D, Dv <= 128``; ``Sq`` and ``Sk`` multiples of 128; bf16 or fp32; anything else is emitted as
 before (three kernels).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -86,7 +93,8 @@ class AttentionPattern:
     block: int  # keys per block: one PSUM bank of fp32 scores when ``Sk`` allows, else 128
     batch: int = 1  # bmm: the batch size (0 for mm)
     prologue: SoftmaxPrologue = SoftmaxPrologue()
-    mask: Value | None = None  # the mask the prologue reads ([Sq, Sk] or [B, Sq, Sk])
+    mask: Value | None = None  # the mask the prologue reads ([Sq, Sk], or one [Sq, Sk] per batch)
+    positions: tuple[int, ...] = ()  # where the softmax kernel, the reshapes after it and the last matmul are
 
     @property
     def inputs(self) -> list[Value]:
@@ -120,9 +128,15 @@ def _softmax_prologue(kernel: Op, scores_position: int) -> SoftmaxPrologue | Non
         return None
     scale, mask_position, mask_kind, fill = 1.0, None, "", 0.0
     current = x
+    if body[0].name == "reshape" and body[0].operands == (x,) and \
+            _splits_batch(x.type.shape, body[0].result.type.shape):
+        current, body = body[0].result, body[1:]  # torch's heads: [B * H, Sq, Sk] viewed as [B, H, Sq, Sk]
+        if len(body) < len(SOFTMAX_CHAIN):
+            return None
+    shape = current.type.shape
     for op in body[:-len(SOFTMAX_CHAIN)]:
         others = [v for v in op.operands if v is not current]
-        if current not in op.operands or op.result.type.shape != x.type.shape:
+        if current not in op.operands or op.result.type.shape != shape:
             return None
         if op.name in ("mul", "div") and mask_position is None and len(others) == 1 and others[0] in constants:
             if op.name == "div" and op.operands[0] is not current:
@@ -144,7 +158,7 @@ def _softmax_prologue(kernel: Op, scores_position: int) -> SoftmaxPrologue | Non
     if not (scale > 0 and scale != float("inf")) or len(region.params) != 1 + (mask_position is not None):
         return None
     amax, sub, exp, total, div = body[-len(SOFTMAX_CHAIN):]
-    last = (x.type.rank - 1,)
+    last = (len(shape) - 1,)
     chain = (tuple(o.name for o in (amax, sub, exp, total, div)) == SOFTMAX_CHAIN
              and tuple(amax.attrs.get("dims", ())) == last and amax.attrs.get("keepdim")
              and amax.operands == (current,) and sub.operands == (current, amax.result)
@@ -154,18 +168,41 @@ def _softmax_prologue(kernel: Op, scores_position: int) -> SoftmaxPrologue | Non
     return SoftmaxPrologue(scale, mask_position, mask_kind, fill) if chain else None
 
 
+def _splits_batch(flat: tuple[int, ...], split: tuple[int, ...]) -> bool:
+    """``split`` is ``flat`` ([N, Sq, Sk]) with its leading dim split in several ([B, H, Sq, Sk])."""
+    return len(flat) == 3 and len(split) > 3 and split[-2:] == flat[-2:] and math.prod(split[:-2]) == flat[0]
+
+
+def _user(ops: tuple[Op, ...], start: int, value: Value) -> int | None:
+    """The position of the first op after ``start`` reading ``value``."""
+    return next((j for j in range(start + 1, len(ops)) if value in ops[j].operands), None)
+
+
 def find_attention(ops: tuple[Op, ...], index: int, uses: Mapping[Value, int],
                    target: NeuronCore) -> AttentionPattern | None:
-    """The attention pattern starting at ``ops[index]``, or None (see the module docstring). The resident
-    operands must fit the SBUF budget the tile pass gives the softmax kernel."""
-    if index + 2 >= len(ops):
+    """The attention pattern whose first matmul is ``ops[index]``, or None (see the module docstring). The
+    softmax kernel is the matmul's only user, the second matmul its result's (through reshapes that only
+    merge the leading dims back, as torch's multi-head graphs have); ``positions`` says where they are. The
+    resident operands must fit the SBUF budget the tile pass gives the softmax kernel."""
+    first = ops[index]
+    if first.name not in ("mm", "bmm") or uses.get(first.result, 0) != 1:
         return None
-    first, middle, last = ops[index], ops[index + 1], ops[index + 2]
-    if first.name not in ("mm", "bmm") or last.name != first.name or middle.name != "kernel":
+    middle_at = _user(ops, index, first.result)
+    if middle_at is None or ops[middle_at].name != "kernel" or len(ops[middle_at].results) != 1:
         return None
-    if first.result not in middle.operands or last.operands[0] != middle.result or len(middle.results) != 1:
-        return None
-    if uses.get(first.result, 0) != 1 or uses.get(middle.result, 0) != 1 or last.attrs.get("transpose_a"):
+    middle = ops[middle_at]
+    positions, value, at = [middle_at], middle.result, middle_at
+    while True:  # the softmax's result, back to the scores' shape through single-use reshapes
+        user_at = _user(ops, at, value)
+        if user_at is None or uses.get(value, 0) != 1:
+            return None
+        positions.append(user_at)
+        if ops[user_at].name != "reshape":
+            break
+        value, at = ops[user_at].result, user_at
+    last = ops[positions[-1]]
+    if last.name != first.name or last.operands[0] is not value or value.type.shape != first.result.type.shape \
+            or last.attrs.get("transpose_a") or last.operands[1] is value:
         return None
     prologue = _softmax_prologue(middle, middle.operands.index(first.result))
     if prologue is None:
@@ -187,13 +224,14 @@ def find_attention(ops: tuple[Op, ...], index: int, uses: Mapping[Value, int],
     mask = None
     if prologue.mask_position is not None:
         mask = middle.operands[prologue.mask_position]
-        if mask.type.shape not in ((sq, sk), first.result.type.shape) or \
+        whole = mask.type.shape[-2:] == (sq, sk) and mask.type.numel == first.result.type.numel
+        if (mask.type.shape != (sq, sk) and not (batched and whole)) or \
                 mask.type.dtype not in ((DType.bool,) if prologue.mask_kind != "add" else (dtype, DType.f32)):
             return None
     block = target.psum_free_fp32 if sk % target.psum_free_fp32 == 0 else P
     pattern = AttentionPattern(first, middle, last, a, b, c, q_rows_major, k_rows_major, v_keys_major,
                                sq, sk, d, dv, dtype, block, first.result.type.shape[0] if batched else 0,
-                               prologue, mask)
+                               prologue, mask, tuple(positions))
     itemsize = 2 if dtype is DType.bf16 else 4
     resident = (sq + sk + sk // P * dv) * itemsize + 4 * pattern.block * 4 + 16 * dv
     if mask is not None:  # the masked scores of two blocks in flight, the mask rows of two query tiles
@@ -252,9 +290,11 @@ def emit_attention(function_name: str, pattern: AttentionPattern, names: Names) 
     mask_index = None
     if mask:
         # the query tile's mask rows in one DMA (whole rows: long runs), sliced per block of keys
-        shared = pattern.mask.type.rank == 2  # one [Sq, Sk] mask for every batch
+        shared = pattern.mask.type.shape == (sq, sk)  # one [Sq, Sk] mask for every batch
+        source = mask if shared or pattern.mask.type.rank == 3 else \
+            f"{mask}.reshape(({pattern.batch}, {sq}, {sk}))"  # [B, H, Sq, Sk]: batch b is head b % H of b // H
         w.line(f"mask_rows = nl.ndarray(({P}, {sk}), dtype=nl.{nki_dtype(pattern.mask.type.dtype)}, buffer=nl.sbuf)")
-        w.line(f"nisa.dma_copy(dst=mask_rows, src={mask}[{'' if shared else batch}nl.ds(i * {P}, {P}), :])")
+        w.line(f"nisa.dma_copy(dst=mask_rows, src={source}[{'' if shared else batch}nl.ds(i * {P}, {P}), :])")
         mask_index = f"mask_rows[:, nl.ds({{j}} * {block}, {block})]"
     _block(w, pattern, dt, mask_index, first=True)
     if sk // block > 1:
