@@ -196,7 +196,11 @@ def _numbers_for_tensors(form: OpForm, args: tuple[Any, ...], kwargs: dict[str, 
 
 class WrapNumbers:
     """A call with Python numbers in Tensor parameters: each becomes the 0-d CPU tensor it stood for (as
-    eager's wrapped numbers are), and the call goes through the op's kernel again under that signature."""
+    eager's wrapped numbers are), and the call goes through the op's kernel again under that signature.
+
+    The places and kinds of the numbers are part of this entry's signature, so they are found on the first
+    call. The 0-d tensors are shared by value (:func:`wrapped_number`): making one costs as much as the rest
+    of a small op (``x * 0.5``)."""
 
     holds_kernel = False
 
@@ -204,22 +208,47 @@ class WrapNumbers:
         self.handler = handler
         self.parameters = _tensor_parameters(handler.op)
         self.tick = 0
+        self.places: tuple[list[int], list[str]] | None = None
 
     def call(self, args: tuple[Any, ...], kwargs: dict[str, Any], tensors: list[torch.Tensor],
              floats: list[float]) -> Any:
-        new_args, new_kwargs = list(args), dict(kwargs)
-        for position, name in self.parameters:
-            if position < len(new_args) and isinstance(new_args[position], int | float | bool):
-                new_args[position] = _wrapped_number(new_args[position])
-            elif isinstance(new_kwargs.get(name), int | float | bool):
-                new_kwargs[name] = _wrapped_number(new_kwargs[name])
-        return self.handler(None, *new_args, **new_kwargs)
+        places = self.places
+        if places is None:
+            positions = [p for p, _ in self.parameters if p < len(args) and isinstance(args[p], int | float | bool)]
+            names = [n for p, n in self.parameters if p >= len(args) and isinstance(kwargs.get(n), int | float | bool)]
+            places = self.places = (positions, names)
+        positions, names = places
+        new_args = list(args)
+        for position in positions:
+            new_args[position] = wrapped_number(new_args[position])
+        if names:
+            kwargs = dict(kwargs)
+            for name in names:
+                kwargs[name] = wrapped_number(kwargs[name])
+        return self.handler(None, *new_args, **kwargs)
 
 
-def _wrapped_number(value: int | float | bool) -> torch.Tensor:
+#: (type, value) -> (the 0-d CPU tensor holding it, its version when made); bounded
+_WRAPPED: dict[tuple[type, Any], tuple[torch.Tensor, int]] = {}
+_WRAPPED_CAPACITY = 256
+
+
+def wrapped_number(value: Any) -> torch.Tensor:
+    """``torch.tensor(value)``, shared between calls passing the same number. Floats are keyed by their bits
+    (``-0.0`` is not ``0.0``; a NaN finds its own), bools and ints by type too (``True == 1``). A tensor some
+    kernel wrote into (its version moved) is not handed out again."""
+    kind = type(value)
+    key = (kind, value.hex() if kind is float else value)
+    cached = _WRAPPED.get(key)
+    if cached is not None and cached[0]._version == cached[1]:
+        return cached[0]
     # floats become float32 whatever the default dtype: under torch.set_default_dtype(torch.float64) a float64
     # scalar gives the call a signature the device runs as float32, i.e. this very entry again (RecursionError)
-    return torch.tensor(value, dtype=torch.float32) if type(value) is float else torch.tensor(value)
+    tensor = torch.tensor(value, dtype=torch.float32) if kind is float else torch.tensor(value)
+    if len(_WRAPPED) >= _WRAPPED_CAPACITY:
+        _WRAPPED.clear()
+    _WRAPPED[key] = (tensor, tensor._version)
+    return tensor
 
 
 class Redirect:

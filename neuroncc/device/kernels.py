@@ -190,6 +190,55 @@ class CompiledKernel:
                        and program.result_tree.is_leaf())
         if self.single and self.tensor_only and self.binding.plain_inputs and len(self.binding.fast) == 1:
             self.call = self._one_tensor_in_one_out()  # type: ignore[method-assign]
+        elif self._writes_in_place(form, program):
+            self.call = self._in_place()  # type: ignore[method-assign]
+
+    def _writes_in_place(self, form: OpForm, program: Program) -> bool:
+        """An in-place or out= op at its commonest: it returns only the arguments it writes (positionally
+        passed or by keyword), every output is written straight into its argument's fresh memory, and the
+        inputs are tensors or floats passed as float32 buffers."""
+        binding = self.binding
+        return (form.writes and not program.outputs and all(r is not None for r in form.returns)
+                and binding.direct_inputs and bool(binding.outputs)
+                and all(how == _WRITE for how, _, _ in binding.outputs))
+
+    def _in_place(self) -> Any:
+        """The in-place call as one closure (``x.add_(y, alpha=a)``, an optimizer's update): the kernel writes
+        fresh blocks, each then becomes (or is copied into) its argument, and the written arguments are
+        returned as the op returns them."""
+        binding, form = self.binding, self.form
+        new, run, index, state, commit = memory.new_tensor, binding.run, self.index, self.state, memory.commit
+        sources = tuple(self.sources)
+        floats_at = tuple(-1 - s for s in sources if s < 0)
+        outputs = tuple((spec, self.writes[position]) for position, (_, spec, _) in enumerate(binding.outputs))
+        op = form.op
+        positions = {a.name: p for p, a in enumerate(op._schema.arguments)}
+        returned = tuple((positions[name], name) for name in form.returns)
+        c_float, addressof = ctypes.c_float, ctypes.addressof
+
+        def call(args: tuple[Any, ...], kwargs: dict[str, Any], tensors: list[torch.Tensor],
+                 floats: list[float]) -> Any:
+            state.device_calls += 1
+            if floats_at:
+                buffers = [c_float(floats[k]) for k in floats_at]  # alive until the kernel has run
+                lifted = iter(buffers)
+                addresses = [tensors[s].data_ptr() if s >= 0 else addressof(next(lifted)) for s in sources]
+            else:
+                addresses = [tensors[s].data_ptr() for s in sources]
+            fresh = [new(nbytes, shape, strides, dtype, index, contiguous)
+                     for (nbytes, shape, strides, dtype, contiguous), _ in outputs]
+            try:
+                run(addresses, [t.data_ptr() for t in fresh])
+            except KernelIndexError:
+                return run_on_host(form, args, kwargs, index)
+            for (spec, target), made in zip(outputs, fresh):
+                commit(tensors[target], made, spec[0])
+            if not returned:
+                return None
+            values = [args[p] if p < len(args) else argument(op, name, args, kwargs) for p, name in returned]
+            return values[0] if len(values) == 1 else tuple(values)
+
+        return call
 
     def _one_tensor_in_one_out(self) -> Any:
         """The commonest call as one closure: tensors in, one new tensor out (instance attribute lookups and

@@ -1,0 +1,97 @@
+"""The eager path's per-call shortcuts (kernels.py's in-place closure, entries.py's shared wrapped numbers)
+give eager's results whatever the call varies: values of floats, layouts, views, argument places."""
+
+import math
+
+import torch
+
+from neuroncc.device import dispatch, entries
+from neuroncc.device.kernels import CompiledKernel
+from neuroncc.device.signature import describe
+
+
+def _entry(op, args, kwargs=None):
+    key, _, _ = describe(args, kwargs or {})
+    return dispatch._handlers[op].entries[key]
+
+
+def test_in_place_add_takes_the_closure_and_matches_cpu_as_alpha_changes():
+    x_cpu, y_cpu = torch.randn(16), torch.randn(16)
+    x, y = x_cpu.to("neuron"), y_cpu.to("neuron")
+    alias = x.view(4, 4)  # shares x's storage: sees the swapped-in memory
+    for step in range(4):
+        alpha = 1e-3 * (step + 1)
+        returned = x.add_(y, alpha=alpha)
+        x_cpu.add_(y_cpu, alpha=alpha)
+        assert returned is x
+        torch.testing.assert_close(x.cpu(), x_cpu)
+        torch.testing.assert_close(alias.cpu(), x_cpu.view(4, 4))
+    entry = _entry(torch.ops.aten.add_.Tensor, (x, y), {"alpha": 0.5})
+    assert isinstance(entry, CompiledKernel)
+    assert getattr(entry.call, "__func__", None) is not CompiledKernel.call  # the in-place closure
+
+
+def test_in_place_on_views_and_other_layouts_is_not_served_by_the_contiguous_kernel():
+    base_cpu = torch.randn(8, 8)
+    other_cpu = torch.randn(8, 8)
+    base, other = base_cpu.to("neuron"), other_cpu.to("neuron")
+    base.add_(other, alpha=0.25)  # whole storage, contiguous
+    base_cpu.add_(other_cpu, alpha=0.25)
+    base.t().add_(other, alpha=0.5)  # the same shape, transposed strides
+    base_cpu.t().add_(other_cpu, alpha=0.5)
+    base[2:6].add_(other[:4], alpha=-1.5)  # part of the storage: copied in, the rest untouched
+    base_cpu[2:6].add_(other_cpu[:4], alpha=-1.5)
+    torch.testing.assert_close(base.cpu(), base_cpu)
+    half = base.to(torch.float16)
+    half_cpu = base_cpu.to(torch.float16)
+    half.mul_(0.5)
+    half_cpu.mul_(0.5)
+    torch.testing.assert_close(half.cpu(), half_cpu)
+
+
+def test_out_variant_returns_its_out_tensor():
+    x_cpu, y_cpu = torch.randn(5), torch.randn(5)
+    out = torch.empty(5, device="neuron")
+    returned = torch.add(x_cpu.to("neuron"), y_cpu.to("neuron"), alpha=2.0, out=out)
+    assert returned is out
+    torch.testing.assert_close(out.cpu(), torch.add(x_cpu, y_cpu, alpha=2.0))
+
+
+def test_foreach_in_place_updates_every_tensor():
+    cpu = [torch.randn(3), torch.randn(4, 2)]
+    device = [t.to("neuron") for t in cpu]
+    for step in range(3):
+        torch._foreach_mul_(device, 0.9 + step)
+        torch._foreach_mul_(cpu, 0.9 + step)
+    for d, c in zip(device, cpu):
+        torch.testing.assert_close(d.cpu(), c)
+
+
+def test_numbers_for_tensors_match_cpu_by_value_sign_and_type():
+    x_cpu = torch.rand(8) + 0.5
+    x = x_cpu.to("neuron")
+    i_cpu = torch.arange(8, dtype=torch.int32)
+    i = i_cpu.to("neuron")
+    for value in (0.5, 0.0, -0.0, 2.0, 2, True, False, -3, math.inf):
+        for a, a_cpu in ((x, x_cpu), (i, i_cpu)):
+            got, want = a * value, a_cpu * value
+            assert got.dtype == want.dtype, (value, a.dtype)
+            torch.testing.assert_close(got.cpu(), want, equal_nan=True)
+            if isinstance(value, float) and value == 0.0 and a is x:  # the sign of the zeros too
+                assert torch.equal(torch.signbit(got.cpu()), torch.signbit(want))
+    # the number by keyword: another signature, the same result
+    torch.testing.assert_close(torch.mul(x, other=0.25).cpu(), x_cpu * 0.25)
+    torch.testing.assert_close(torch.mul(x, 0.25).cpu(), x_cpu * 0.25)
+
+
+def test_wrapped_numbers_are_shared_by_bits_and_never_reused_once_written():
+    assert entries.wrapped_number(0.5) is entries.wrapped_number(0.5)
+    assert entries.wrapped_number(0.0) is not entries.wrapped_number(-0.0)
+    assert entries.wrapped_number(1) is not entries.wrapped_number(True)
+    assert entries.wrapped_number(1).dtype == torch.int64 and entries.wrapped_number(True).dtype == torch.bool
+    shared = entries.wrapped_number(0.75)
+    shared.add_(1.0)  # someone wrote into it: its value is no longer 0.75
+    fresh = entries.wrapped_number(0.75)
+    assert fresh is not shared and fresh.item() == 0.75
+    x_cpu = torch.randn(6)
+    torch.testing.assert_close((x_cpu.to("neuron") * 0.75).cpu(), x_cpu * 0.75)
