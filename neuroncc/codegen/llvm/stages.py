@@ -50,13 +50,14 @@ def shared_means(stages: tuple[Stage, ...]) -> dict[int, SharedMean]:
     shared: dict[int, SharedMean] = {}
     stored: set[int] = set()  # mean stages a variance before them stores
     for number, stage in enumerate(stages):
-        if not (isinstance(stage, ReduceStage) and stage.op.name == "var" and _registers_path(stage)):
+        if not (isinstance(stage, ReduceStage) and COMBINERS[stage.op.name].two_pass and _registers_path(stage)):
             continue
         operand = stage.op.operands[0]
         if operand.type.dtype is not DType.f32 or math.prod(stage.shape[d] for d in stage.reduced) == 0:
             continue
         for other, mean in enumerate(stages):
-            if (isinstance(mean, ReduceStage) and mean.op.name == "mean" and mean.op.operands[0] is operand
+            if (isinstance(mean, ReduceStage) and COMBINERS[mean.op.name].is_first_pass
+                    and mean.op.operands[0] is operand
                     and mean.reduced == stage.reduced and mean.op.result.type.dtype is DType.f32):
                 stores = other > number and other not in stored  # else the mean is there when this var runs
                 stored.update({other} if stores else set())
