@@ -20,6 +20,7 @@ from typing import Any
 import torch
 import torch.fx as fx
 from torch._subclasses.fake_tensor import unset_fake_temporarily
+from torch.multiprocessing.reductions import StorageWeakRef
 
 from neuroncc.errors import TypeInferenceError, UnsupportedOpError
 from neuroncc.frontend.convert import TensorSpec, to_numpy
@@ -159,23 +160,16 @@ class _Importer:
         return self.ctx.builder.param(TensorType(shape, dtype, strides), hint=node.name)
 
     def _from_bits(self, param: Value) -> Value:
-        """A bf16 input's value from its i16 bits: zero-extended, shifted into a float32's high half, exact."""
+        """A bf16 input's value from its i16 bits (exact: the bits are the high half of its float32)."""
         if not (self.bf16_bits and param.type.dtype is DType.i16):
             return param
-        ctx = self.ctx
-        word = ctx.emit("bitwise_and", ctx.emit("cast", param, dtype=DType.i32), _scalar(ctx, DType.i32, 0xFFFF))
-        word = ctx.emit("mul", word, _scalar(ctx, DType.i32, 1 << 16))  # wraps into the sign bit: the same bits
-        return ctx.emit("cast", ctx.emit("bitcast", word, dtype=DType.f32), dtype=DType.bf16)
+        return self.ctx.emit("bitcast", param, dtype=DType.bf16)
 
     def _to_bits(self, value: Value) -> Value:
-        """A bf16 result's i16 bits: a bf16 value's float32 has zero low bits, so dividing them by 2**16
-        is exact, and the low 16 bits of the quotient are the value's bits."""
+        """A bf16 result's i16 bits (every op producing bf16 rounds to it: the float32's low half is zero)."""
         if not (self.bf16_bits and value.type.dtype is DType.bf16):
             return value
-        ctx = self.ctx
-        word = ctx.emit("bitcast", ctx.emit("cast", value, dtype=DType.f32), dtype=DType.i32)
-        word = ctx.emit("div", word, _scalar(ctx, DType.i32, 1 << 16), rounding_mode="trunc")
-        return ctx.emit("cast", word, dtype=DType.i16)
+        return self.ctx.emit("bitcast", value, dtype=DType.i16)
 
     def _constant(self, node: fx.Node) -> Value:
         tensor = getattr(self.gm, str(node.target))
@@ -228,6 +222,16 @@ class _Importer:
                 raise LoweringBug(f"{op_name(node)} lowered to {value.type}, PyTorch computed "
                                   f"{list(want[0])} {want[1]} (node {node.name})")
 
+    def _aliased_input(self, node: fx.Node, value: Value) -> int | None:
+        """The graph input an output node is, when it is a view of that input covering it exactly (``detach``,
+        ``alias``, a same-shape ``view``): eager returns the input's own memory, so the output is the input
+        tensor, not a copy the kernels write (cross-entropy's ``logits.detach()`` copied 64 MB per step).
+        ``clone`` or ``contiguous`` results lower to the same IR value but own their storage: still computed."""
+        for position, placeholder in enumerate(self.placeholders):
+            if self.ctx.env.get(placeholder) is value and _same_view(meta_value(node), meta_value(placeholder)):
+                return position
+        return None
+
     def _outputs(self, node: fx.Node, ir_outputs: list[Value]) -> tuple[GraphOutput, ...]:
         (returned,) = node.args
         returned = _flatten(returned)
@@ -243,6 +247,10 @@ class _Importer:
                 if not isinstance(value, Value):
                     outputs.append(ConstantOutput(value))
                     continue
+                position = self._aliased_input(item, value)
+                if position is not None:
+                    outputs.append(InputOutput(position))
+                    continue
                 if value not in index_of:
                     index_of[value] = len(ir_outputs)
                     ir_outputs.append(value)
@@ -250,8 +258,13 @@ class _Importer:
         return tuple(outputs)
 
 
-def _scalar(ctx: LoweringContext, dtype: DType, value: int) -> Value:
-    return ctx.emit("full", shape=(), dtype=dtype, value=value)
+def _same_view(a: Any, b: Any) -> bool:
+    """Whether two (fake) tensors are the same view of the same storage: same dtype, shape, strides, offset."""
+    if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
+        return False
+    return (a.dtype == b.dtype and a.shape == b.shape and a.stride() == b.stride()
+            and a.storage_offset() == b.storage_offset()
+            and StorageWeakRef(a.untyped_storage()) == StorageWeakRef(b.untyped_storage()))
 
 
 def _flatten(returned: Any) -> list[Any]:

@@ -78,3 +78,44 @@ def test_a_libm_call_on_loop_invariant_operands_runs_once_not_per_element():
     loop = str(module).split("vector.body:")[1].split("\n\n")[0]  # the vectorized loop's block
     assert "@powf" not in loop and "@sinf" not in loop
     assert "<8 x float>" in loop or "<16 x float>" in loop
+
+
+def _graph_assembly(target: CpuTarget, fn) -> str:
+    layouts = [Layout.of(k, p.type) for k, p in enumerate(fn.params)]
+    outputs = [Layout.of(len(layouts) + k, v.type) for k, v in enumerate(fn.outputs)]
+    texts, _ = emit_kernel(plan_kernel(fn, layouts, outputs), "k", target)
+    asm = jit.assembly(texts, target)
+    return asm.split("k_p0:")[1].split(".Lfunc_end")[0]
+
+
+@pytest.mark.parametrize("name", ["zen3", "haswell"])
+def test_an_integer_iota_is_integer_vector_code_without_avx512(name):
+    # cross-entropy's backward: the one-hot of the targets compares an int64 iota with each row's label. The
+    # iota went through float64 (int64 -> double -> int64), which has no vector instruction without AVX-512:
+    # the loop over the 32k-wide rows ran one scalar conversion pair per element.
+    b = Builder("onehot")
+    logits = b.param(TensorType((16, 1000), DType.f32), "logits")
+    labels = b.param(TensorType((16, 1), DType.i64), "labels")
+    hot = b.op("eq", b.op("reshape", b.op("iota", length=1000, dtype=DType.i64), shape=(1, 1000)), labels)
+    minus_one = b.op("where", hot, b.op("full", shape=(), dtype=DType.f32, value=-1.0),
+                     b.op("full", shape=(), dtype=DType.f32, value=0.0))
+    fn = b.build([b.op("add", b.op("exp", logits), minus_one)])
+    body = _graph_assembly(TARGETS[name], fn)
+    conversions = re.findall(r"vcvt\w*si2sd|vcvtt?sd2si", body)
+    assert not conversions, conversions
+    assert "vpcmpeqq" in body and "ymm" in body
+
+
+@pytest.mark.parametrize("name", sorted(TARGETS))
+def test_bf16_bits_convert_with_vector_integer_instructions(name):
+    # bf16 tensors cross the cpu target's boundary as int16 bits (the torch backend's bf16_bits): in, a zero
+    # extension and a shift by 16 per vector; out, a shift back and a pack. No float compare or blend (the
+    # rounding of an already-bf16 value with its NaN select, which the conversion used to carry).
+    b = Builder("bits")
+    x = b.param(TensorType((64, 256), DType.i16), "x")
+    fn = b.build([b.op("bitcast", b.op("neg", b.op("bitcast", x, dtype=DType.bf16)), dtype=DType.i16)])
+    body = _graph_assembly(TARGETS[name], fn)
+    register = "zmm" if TARGETS[name].vector_bits == 512 else "ymm"
+    assert re.search(rf"vpmovzxwd\s+\S+, %{register}", body), body
+    assert re.search(rf"vpslld\s+\$16, %{register}", body)
+    assert "vcmpunordps" not in body and "vblendv" not in body

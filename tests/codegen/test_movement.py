@@ -88,6 +88,10 @@ def test_creation_ops_and_constants():
     big = DenseAttr(np.arange(210, dtype=np.float32).reshape(3, 70) / 7)
     outs = [b.op("iota", length=11, start=2, step=3, dtype=DType.i64),
             b.op("iota", length=5, start=0.5, step=0.25, dtype=DType.f32),
+            b.op("iota", length=9, start=4, step=-3, dtype=DType.i32),  # integer arithmetic, negative values
+            b.op("iota", length=4, start=-1, step=1, dtype=DType.bool),
+            b.op("iota", length=6, start=0.5, step=1.5, dtype=DType.i64),  # not integral: through float64
+            b.op("iota", length=7, start=3, step=2, dtype=DType.f32),
             b.op("full", shape=(2, 3), dtype=DType.bool, value=1),
             b.op("add", x, b.op("constant", value=big)),
             b.op("mul", x, b.op("constant", value=DenseAttr(np.array(2.5, np.float32)))),

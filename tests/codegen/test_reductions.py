@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from codegen_helpers import run_both, special_floats
 
+from neuroncc.codegen.llvm import Layout, emit_kernel, jit, plan_kernel
+from neuroncc.executors.cpu.launcher import build_cpu_executable
 from neuroncc.ir import Builder, DType, TensorType, round_to_bf16
 
 DIMS = [(), (0,), (1,), (2,), (0, 2), (1, 2), (0, 1, 2)]
@@ -123,3 +127,31 @@ def test_batchnorm_statistics_iterate_channels_in_parallel(rng):
                   b.op("amax", x, dims=(0, 3))])
     exe, _ = run_both(fn, [rng.standard_normal((8, 16, 10, 12)).astype(np.float32)])
     assert [step.phases[0].n_outer for step in exe.plan.steps] == [16, 16, 160]
+
+
+@pytest.mark.parametrize("mean_first", [False, True])
+def test_a_variance_shares_the_mean_of_the_same_rows(mean_first, rng):
+    # var_mean (LayerNorm's statistics) is a var and a mean of the same rows: the variance's first pass is that
+    # mean, so the row is read twice, not three times, and both results are bit for bit the separate kernels'.
+    def graph(outputs):
+        b = Builder("stats")
+        x = b.param(TensorType((6, 300), DType.f32), "x")
+        y = b.op("exp", x)
+        made = {"var": lambda: b.op("var", y, dims=(1,), correction=0.0, keepdim=True),
+                "mean": lambda: b.op("mean", y, dims=(1,)),
+                "var1": lambda: b.op("var", y, dims=(1,), correction=1.0)}
+        return b.build([made[name]() for name in outputs])
+
+    xs = special_floats(rng, (6, 300), scale=1.0)
+    xs[3] = np.linspace(-2, 2, 300)  # a row without specials
+    order = ["mean", "var", "var1"] if mean_first else ["var", "var1", "mean"]
+    fn = graph(order)
+    exe, got = run_both(fn, [xs])
+    for name, value in zip(order, got):
+        (alone,) = build_cpu_executable(graph([name]), {"threads": 2})(xs)
+        np.testing.assert_array_equal(value, alone)
+    # one pass for the mean (the first variance stores it, the second reads it), one per variance: 3 loops, not 5
+    plan = plan_kernel(fn, [Layout.of(0, fn.params[0].type)],
+                       [Layout.of(1 + k, v.type) for k, v in enumerate(fn.outputs)])
+    module, _ = jit.optimize(emit_kernel(plan, "k", jit.host_target())[0])
+    assert len(re.findall(r"^vector\.body\d*:", str(module), re.M)) == 3

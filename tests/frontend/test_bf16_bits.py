@@ -9,6 +9,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 from neuroncc.frontend.convert import ParameterViews, TensorSpec, to_numpy, to_torch
 from neuroncc.frontend.importer import import_graph
+from neuroncc.executors.executable import build_executable
 from neuroncc.ir import DType, interpret, parse, print_function, verify
 
 F = torch.nn.functional
@@ -65,3 +66,30 @@ def test_compiled_bf16_matches_eager_with_strided_inputs_and_in_place_updates():
         assert g.dtype == torch.bfloat16 and g.stride() == w.stride()
         torch.testing.assert_close(g, w, rtol=1.6e-2, atol=1e-5)
     assert torch.equal(got_inputs[3], want_inputs[3])
+
+
+def test_the_bits_convert_with_one_bitcast_each_way_exactly_for_every_pattern():
+    # i16 -> bf16 is the bits in a float32's high half, bf16 -> i16 that half back: one IR bitcast each way.
+    # They were cast/and/mul/bitcast/cast chains whose cast to bf16 rounded a value that is already bf16 (a
+    # NaN select per element on every kernel input) and quieted signalling NaNs that eager passes through.
+    every = torch.arange(-(2**15), 2**15, dtype=torch.int32).to(torch.int16).view(torch.bfloat16)
+    gm = make_fx(lambda x: (-x, x.view(torch.int16)), tracing_mode="fake")(every)
+    graph = import_graph(gm, "bits", bf16_bits=True)
+    assert [op.name for op in graph.function.ops] == ["bitcast", "neg", "bitcast", "bitcast"]
+    executable = build_executable(graph.function, "cpu")
+    negated, bits = executable(to_numpy(every, bf16_bits=True))
+    assert np.array_equal(negated, (-every).view(torch.int16).numpy())  # NaN payloads kept, sign flipped
+    assert np.array_equal(bits, every.view(torch.int16).numpy())
+    # the numpy reference agrees (it quiets signalling NaNs, as its bf16 storage does after every op)
+    def values(bits):
+        return (bits.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
+
+    for ref, ours in zip(interpret(graph.function, [to_numpy(every, bf16_bits=True)]), (negated, bits)):
+        np.testing.assert_array_equal(values(ref), values(ours))
+
+
+def test_a_bf16_int16_view_is_a_bitcast():
+    x = torch.randn(5, 6).to(torch.bfloat16)
+    got = torch.compile(lambda t: (t.view(torch.int16) + 1, (t * 2).view(torch.int16)), backend="neuron",
+                        dynamic=False)(x)
+    assert torch.equal(got[0], x.view(torch.int16) + 1) and torch.equal(got[1], (x * 2).view(torch.int16))

@@ -127,6 +127,24 @@ def test_input_mutation_via_copy_is_written_back():
     torch.testing.assert_close(out, x + 1)
 
 
+def test_an_exact_view_of_an_input_is_that_input_not_a_copy():
+    # logits.detach() (cross-entropy's training step) was a computed output: the kernels copied the whole
+    # input into a new buffer. A view covering the input exactly is the input; a clone still owns its memory.
+    x = torch.randn(4, 8)
+    gm = make_fx(lambda t: (t.detach(), aten.alias(t), t.view(4, 8), t.clone(), t.view(8, 4)),
+                 tracing_mode="fake")(x)
+    imported = import_graph(gm, "views")
+    kinds = [type(output).__name__ for output in imported.outputs]
+    assert kinds == ["InputOutput", "InputOutput", "InputOutput", "ComputedOutput", "ComputedOutput"]
+    assert len(imported.function.outputs) == 2  # the clone and the reshape
+    compiled = CompiledGraph(imported, build_executable(imported.function, "interp"))
+    detached, aliased, same, cloned, reshaped = compiled([x])
+    assert detached is x and aliased is x and same is x
+    assert cloned.data_ptr() != x.data_ptr()
+    torch.testing.assert_close(cloned, x)
+    torch.testing.assert_close(reshaped, x.view(8, 4))
+
+
 def test_bool_mask_indexing_is_refused_by_name():
     gm = make_fx(lambda t, m: aten.index.Tensor(t, [m]), tracing_mode="real")(torch.randn(4), torch.tensor([True, False, True, False]))
     with pytest.raises(neuroncc.UnsupportedOpError, match=r"(?s)aten.index.Tensor\(float32\[4\], \[bool\[4\]\]\).*boolean-mask"):

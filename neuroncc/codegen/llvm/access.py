@@ -18,7 +18,7 @@ from llvmlite import ir
 
 from neuroncc.codegen.llvm.context import EmitContext, Index
 from neuroncc.codegen.llvm.philox import RANDOM
-from neuroncc.codegen.llvm.scalars import F32, F64, I1, I64, call, compute_type, constant, round_to, to_index
+from neuroncc.codegen.llvm.scalars import F32, F64, I1, I32, I64, call, compute_type, constant, round_to, to_index
 from neuroncc.ir.dtypes import DType
 from neuroncc.ir.graph import Op
 from neuroncc.ir.ops.indexing import index_result_shape
@@ -330,14 +330,34 @@ SCATTERS: dict[str, ScatterLowering] = {
 
 def _iota(ctx, op, index, idx):
     attrs = op.attrs
-    i = ctx.b.sitofp(ctx.ir_index(idx[0]), F64)
-    value = ctx.b.fadd(ir.Constant(F64, float(attrs["start"])), ctx.b.fmul(ir.Constant(F64, float(attrs["step"])), i))
-    dtype = attrs["dtype"]
+    dtype, start, step, length = attrs["dtype"], attrs["start"], attrs["step"], attrs["length"]
+    if not dtype.is_float and _exact_in_i64(start, step, length):
+        # torch.arange over integers (the one-hot of cross-entropy's backward compares against one): integer
+        # arithmetic, equal to the float64 reference for every value below 2**53. The int64 <-> float64
+        # conversions have no vector instruction without AVX-512, and kept the loops around it scalar.
+        value = ctx.b.add(ir.Constant(I64, int(start)), ctx.b.mul(ir.Constant(I64, int(step)), ctx.ir_index(idx[0])))
+        if dtype.is_bool:
+            return ctx.b.icmp_signed("!=", value, ir.Constant(I64, 0))
+        target = compute_type(dtype)
+        return value if target == I64 else ctx.b.trunc(value, target)
+    i = ctx.ir_index(idx[0])
+    # an int32 position converts with one vector instruction (vcvtdq2pd); an int64 one only with AVX-512
+    i = ctx.b.sitofp(ctx.b.trunc(i, I32) if length <= 2**31 else i, F64)
+    value = ctx.b.fadd(ir.Constant(F64, float(start)), ctx.b.fmul(ir.Constant(F64, float(step)), i))
     if dtype.is_float:
         return round_to(ctx.b, ctx.b.fptrunc(value, F32), dtype)
     if dtype.is_bool:
         return ctx.b.fcmp_unordered("!=", value, ir.Constant(F64, 0.0))
     return _f64_to_int(ctx, value, dtype)
+
+
+def _exact_in_i64(start: float, step: float, length: int) -> bool:
+    """Whether every element of an iota is an integer that float64 holds exactly (so integer arithmetic gives
+    the reference's values)."""
+    if not all(isinstance(v, int) or (isinstance(v, float) and v.is_integer()) for v in (start, step)):
+        return False
+    last = int(start) + int(step) * max(length - 1, 0)
+    return max(abs(int(start)), abs(last)) < 2**53
 
 
 def _f64_to_int(ctx, value: ir.Value, dtype: DType) -> ir.Value:

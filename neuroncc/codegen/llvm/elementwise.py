@@ -16,7 +16,7 @@ from llvmlite import ir
 from neuroncc.codegen.llvm.context import EmitContext
 from neuroncc.codegen.llvm.mathlib import math_call
 from neuroncc.codegen.llvm.scalars import (
-    F32, I1, call, compute_type, constant, convert, is_unsigned, round_to, type_suffix,
+    F32, I1, I16, I32, call, compute_type, constant, convert, is_unsigned, round_to, type_suffix,
 )
 from neuroncc.ir.dtypes import DType
 from neuroncc.ir.graph import Op
@@ -343,7 +343,13 @@ def _cast(ctx, op, args):
 
 
 def _bitcast(ctx, op, args):
-    return ctx.b.bitcast(args[0], compute_type(op.attrs["dtype"]))
+    b, (x,) = ctx.b, args
+    target = op.attrs["dtype"]
+    if target is DType.bf16:  # i16 bits -> the float32 holding the bf16 value: the bits in the high half
+        return b.bitcast(b.shl(b.zext(x, I32), ir.Constant(I32, 16)), F32)
+    if target is DType.i16 and x.type == F32:  # a bf16 value (its low half is zero): the high half
+        return b.trunc(b.lshr(b.bitcast(x, I32), ir.Constant(I32, 16)), I16)
+    return b.bitcast(x, compute_type(target))
 
 
 #: Elementwise op -> lowering (one entry per op).
@@ -402,7 +408,7 @@ ELEMENTWISE: dict[str, Lowering] = {
     "where": _where,
     "clamp": _clamp,
     "cast": _cast,
-    "bitcast": _bitcast,  # f32 <-> i32: the same bits
+    "bitcast": _bitcast,  # f32 <-> i32, bf16 <-> i16: the same bits
 }
 
 #: Ops whose float results are exact (no bf16/f16 rounding needed after them).

@@ -32,7 +32,8 @@ from neuroncc.codegen.llvm.scalars import (
     I32, I64, PTR, VOID, compute_type, constant, load, round_to, storage_itemsize, storage_type, store,
 )
 from neuroncc.codegen.llvm.stages import (
-    emit_column_combine, emit_column_partial, emit_column_reset, emit_combine, emit_partial, emit_reduce,
+    SharedMean, emit_column_combine, emit_column_partial, emit_column_reset, emit_combine, emit_partial,
+    emit_reduce, shared_means,
     emit_scatter,
 )
 from neuroncc.codegen.llvm.transpose import emit_transposed
@@ -180,19 +181,24 @@ class KernelEmitter(IndexArithmetic):
                       for value in phase.row_cache}
 
     def _rows_at(self, phase: RowLoop, outer: Index) -> None:
-        """Every stage of the row loop at its outer index ``outer``, in turn."""
+        """Every stage of the row loop at its outer index ``outer``, in turn (a mean that a variance's first
+        pass computes is stored by that pass, not computed again)."""
         depth = len(phase.outer)
+        means = shared_means(phase.stages)
+        skipped = {phase.stages.index(shared.stage) for shared in means.values() if shared.stores}  # stored
         for number, stage in enumerate(phase.stages):
+            if number in skipped:
+                continue
             self._stage_number = number
-            self._stage_at(stage, outer, depth)
+            self._stage_at(stage, outer, depth, means.get(number))
 
-    def _stage_at(self, stage: Stage, outer: Index, depth: int) -> None:
+    def _stage_at(self, stage: Stage, outer: Index, depth: int, mean: SharedMean | None = None) -> None:
         if isinstance(stage, MapStage):
             ranges: list[tuple[Any, Any]] = [(i, None) for i in outer]
             self._map_stage(stage, ranges + [(0, n) for n in stage.shape[depth:]], 0)
         else:
             assert isinstance(stage, ReduceStage)  # (a scatter is a loop shape of its own)
-            emit_reduce(self, stage, list(outer[:depth]))
+            emit_reduce(self, stage, list(outer[:depth]), shared_mean=mean)
 
     def _chunk(self, phase: ChunkedRows, chunk: ir.Value) -> None:
         """One chunk of contiguous rows: zero its column partials, then run each row's stages and add its

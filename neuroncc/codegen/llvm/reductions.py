@@ -30,6 +30,7 @@ class Combiner:
     finish: Callable[[ir.IRBuilder, DType, list[ir.Value], int, Any], ir.Value]
     float_sum: bool = False  # float32 chunk partials + float64 total (for float inputs)
     two_pass: bool = False  # var: a first pass computes the mean
+    is_first_pass: bool = False  # mean: its float32 result is exactly a two-pass combiner's first pass
     merges_partials: bool = False  # ``update`` merges another partial accumulator (collapsed): parallel partials
     column_split: bool = True  # the column-split refinement may divide the kept columns among threads
     collapse: Callable[[ir.IRBuilder, DType, list[ir.Value]], ir.Value] = lambda b, dtype, accs: accs[0]
@@ -173,7 +174,8 @@ _MIN_INIT, _MIN_UPDATE = _extreme("min")
 #: Reduction op -> combiner (one entry per op).
 COMBINERS: dict[str, Combiner] = {
     "sum": Combiner(_sum_slots, _zero, _sum_update, _sum_finish, float_sum=True, merges_partials=True),
-    "mean": Combiner(_sum_slots, _zero, _sum_update, _mean_finish, float_sum=True, merges_partials=True),
+    "mean": Combiner(_sum_slots, _zero, _sum_update, _mean_finish, float_sum=True, merges_partials=True,
+                     is_first_pass=True),
     "var": Combiner(_sum_slots, _zero, _sum_update, _var_finish, float_sum=True, two_pass=True),
     "prod": Combiner(_sum_slots, _prod_init, _prod_update, _sum_finish),
     "amax": Combiner(_extreme_slots, _MAX_INIT, _MAX_UPDATE, _extreme_finish, collapse=_extreme_collapse,

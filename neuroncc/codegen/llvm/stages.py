@@ -9,25 +9,68 @@ most ``TRAILING_MAX`` elements that the innermost loop updates with unit stride,
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 from llvmlite import ir
 
 from neuroncc.codegen.llvm.access import SCATTERS
 from neuroncc.codegen.llvm.context import EmitContext
-from neuroncc.codegen.llvm.kernel_plan import ColumnSum, CombinePartials, PartialReduce, ReduceStage, ScatterStage
+from neuroncc.codegen.llvm.kernel_plan import (
+    ColumnSum, CombinePartials, PartialReduce, ReduceStage, ScatterStage, Stage,
+)
 from neuroncc.codegen.llvm.reductions import COMBINERS, REASSOC, Combiner
 from neuroncc.codegen.llvm.scalars import F32, F64, I1, I64, round_to
+from neuroncc.ir.dtypes import DType
 from neuroncc.ir.types import contiguous_strides
 
 CHUNK = 4096  # float sums: elements per float32 partial before it is added to the float64 total
 TRAILING_MAX = 4096  # kept trailing elements accumulated together
 
 
+@dataclass(frozen=True)
+class SharedMean:
+    """A row loop's ``mean`` stage that a variance over the same rows shares: the variance's first pass
+    computes exactly that mean (same float32 chunks, same float64 total, same division), so it either stores
+    it for the mean stage (``stores``: the mean comes later, and is not emitted) or reads what the mean stage
+    stored (it came first) instead of passing over the rows once more. LayerNorm's var_mean is a var and a
+    mean of one row: three passes over it become two."""
+
+    stage: ReduceStage
+    stores: bool
+
+
+def _registers_path(stage: ReduceStage) -> bool:
+    """Whether ``emit_reduce`` keeps the stage's accumulators in registers (its last dim is reduced)."""
+    return bool(stage.reduced) and max(stage.reduced) == len(stage.shape) - 1
+
+
+def shared_means(stages: tuple[Stage, ...]) -> dict[int, SharedMean]:
+    """Stage number of each variance -> the mean stage it shares (see :class:`SharedMean`)."""
+    shared: dict[int, SharedMean] = {}
+    stored: set[int] = set()  # mean stages a variance before them stores
+    for number, stage in enumerate(stages):
+        if not (isinstance(stage, ReduceStage) and COMBINERS[stage.op.name].two_pass and _registers_path(stage)):
+            continue
+        operand = stage.op.operands[0]
+        if operand.type.dtype is not DType.f32 or math.prod(stage.shape[d] for d in stage.reduced) == 0:
+            continue
+        for other, mean in enumerate(stages):
+            if (isinstance(mean, ReduceStage) and COMBINERS[mean.op.name].is_first_pass
+                    and mean.op.operands[0] is operand
+                    and mean.reduced == stage.reduced and mean.op.result.type.dtype is DType.f32):
+                stores = other > number and other not in stored  # else the mean is there when this var runs
+                stored.update({other} if stores else set())
+                shared[number] = SharedMean(mean, stores)
+                break
+    return shared
+
+
 def emit_reduce(em: EmitContext, stage: ReduceStage, outer: list[Any], columns: tuple[Any, Any] | None = None,
-                fixed: dict[int, Any] | None = None) -> None:
+                fixed: dict[int, Any] | None = None, shared_mean: SharedMean | None = None) -> None:
     """Emit one reduce stage for the outer index ``outer`` (or, for a split column reduction, for the last-dim
-    columns [lo, hi) given by ``columns``; or with the kept dims in ``fixed`` set by the outer loop)."""
+    columns [lo, hi) given by ``columns``; or with the kept dims in ``fixed`` set by the outer loop).
+    ``shared_mean``: a variance's mean stage (from :func:`shared_means`; only on the registers path)."""
     fixed = fixed or {}
     shape, reduced = stage.shape, stage.reduced
     rank, k = len(shape), len(outer)
@@ -38,6 +81,8 @@ def emit_reduce(em: EmitContext, stage: ReduceStage, outer: list[Any], columns: 
     while len(trailing) > 1 and math.prod(shape[d] for d in trailing) > TRAILING_MAX:
         looped.append(trailing.pop(0))
     reducer = _Reducer(em, stage)
+    assert shared_mean is None or (columns is None and not trailing), "a shared mean is on the registers path"
+    reducer.shared_mean = shared_mean
 
     def body(values: list[Any]) -> None:
         idx: list[Any] = list(outer) + [None] * (rank - k)
@@ -65,6 +110,7 @@ class _Reducer:
         self.count = math.prod(self.shape[d] for d in self.reduced)
         self.float_sum = self.combiner.float_sum and self.dtype.is_float
         self.bounds: dict[int, tuple[Any, Any]] = {}  # restricted [lo, hi) of some reduced dims
+        self.shared_mean: SharedMean | None = None
 
     # -- helpers ----------------------------------------------------------------------------------------
 
@@ -83,8 +129,9 @@ class _Reducer:
             position = self.em.add(position, self.em.mul(idx[d], stride))
         return self.em.ir_index(position)
 
-    def _out_index(self, idx: list[Any]) -> list[Any]:
-        if self.op.attrs["keepdim"]:
+    def _out_index(self, idx: list[Any], op: Any = None) -> list[Any]:
+        """Where the result of ``op`` (this stage's by default; the same reduced dims) goes for ``idx``."""
+        if (op or self.op).attrs["keepdim"]:
             return [0 if d in self.reduced else idx[d] for d in range(len(self.shape))]
         return [idx[d] for d in range(len(self.shape)) if d not in self.reduced]
 
@@ -109,9 +156,14 @@ class _Reducer:
 
     def registers(self, idx: list[Any]) -> None:
         mean = None
-        if self.combiner.two_pass:
+        shared = self.shared_mean
+        if self.combiner.two_pass and shared is not None and not shared.stores:
+            mean = self.em.load(shared.stage.target, self._out_index(idx, shared.stage.op))
+        elif self.combiner.two_pass:
             total = self._float_total(idx, None)
             mean = self.em.b.fptrunc(self.em.b.fdiv(total, ir.Constant(F64, float(max(self.count, 1)))), F32)
+            if shared is not None:
+                self.em.store(shared.stage.target, self._out_index(idx, shared.stage.op), mean)
         if self.float_sum:
             accs = [self._float_total(idx, mean)]
         else:
@@ -385,4 +437,4 @@ def emit_scatter(em: EmitContext, stage: ScatterStage) -> None:
                 lambda idx: em.store(target, positions(idx), round_to(em.b, em.load(target, positions(idx)), dtype)))
 
 
-__all__ = ["emit_column_combine", "emit_column_partial", "emit_column_reset", "emit_combine", "emit_partial", "emit_reduce", "emit_scatter", "I1"]
+__all__ = ["SharedMean", "shared_means", "emit_column_combine", "emit_column_partial", "emit_column_reset", "emit_combine", "emit_partial", "emit_reduce", "emit_scatter", "I1"]

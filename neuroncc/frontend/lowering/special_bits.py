@@ -102,14 +102,14 @@ BIT_FORMULAS: dict[Any, Any] = {
 
 
 def _view_dtype(ctx: LoweringContext, node: Any, self: Any, dtype: Any) -> Value:
-    """aten.view.dtype: a same-width reinterpretation, the IR's bitcast (float32 <-> int32 only)."""
+    """aten.view.dtype: a same-width reinterpretation, the IR's bitcast (float32 <-> int32, bfloat16 <-> int16)."""
     source = ctx.value(self)
     target = ctx.out_dtype(node)
     if source.type.dtype is target:
         return source
     if (source.type.dtype, target) not in BITCAST_PAIRS:
         raise UnsupportedOpError(f"viewing a {source.type.dtype.value} tensor as {target.value} "
-                                 "(only float32 <-> int32 bit views)")
+                                 "(only float32 <-> int32 and bfloat16 <-> int16 bit views)")
     return ctx.emit("bitcast", source, dtype=target)
 
 

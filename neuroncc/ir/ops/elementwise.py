@@ -316,19 +316,27 @@ def _cast(x: np.ndarray, dtype: DType) -> np.ndarray:
     return x.astype(dtype.compute)
 
 
-#: bitcast's allowed (source, target) element types: same width, both stored as themselves in numpy.
-BITCAST_PAIRS = frozenset({(DType.f32, DType.i32), (DType.i32, DType.f32)})
+#: bitcast's allowed (source, target) element types: same width. bf16 is stored as float32 holding a bf16 value
+#: (dtypes.py), whose bits are the int16's in the high half and zeros in the low half.
+BITCAST_PAIRS = frozenset({(DType.f32, DType.i32), (DType.i32, DType.f32), (DType.i16, DType.bf16),
+                           (DType.bf16, DType.i16)})
 
 
 def _infer_bitcast(types: tuple[TensorType, ...], attrs: Attrs) -> TensorType:
     source, target = types[0].dtype, attrs["dtype"]
     if (source, target) not in BITCAST_PAIRS:
-        raise fail("bitcast", f"cannot reinterpret {source.value} as {target.value} (only f32 <-> i32)")
+        raise fail("bitcast", f"cannot reinterpret {source.value} as {target.value} "
+                              "(only f32 <-> i32 and bf16 <-> i16)")
     return TensorType(types[0].shape, target)
 
 
 def _bitcast(x: np.ndarray, dtype: DType) -> np.ndarray:
-    return np.array(x, order="C", copy=True).view(dtype.numpy)  # (ascontiguousarray would make 0-d 1-d)
+    x = np.array(x, order="C", copy=True)  # (ascontiguousarray would make 0-d 1-d)
+    if dtype is DType.bf16:  # int16 bits -> the float32 whose high half they are
+        return (x.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
+    if dtype is DType.i16 and x.dtype == np.float32:  # a bf16 value's high half
+        return (x.view(np.uint32) >> 16).astype(np.uint16).view(np.int16)
+    return x.view(dtype.numpy)
 
 
 OTHER = (
@@ -342,8 +350,9 @@ OTHER = (
           "convert element type (float to int truncates toward zero; complex to real keeps the real part)",
           traits=POINTWISE, takes_complex=True),
     OpDef("bitcast", Category.ELEMENTWISE, (1, 1), _infer_bitcast, _bitcast, {"dtype": AttrSpec("dtype")},
-          "reinterpret the bits of each element as another type of the same width (f32 <-> i32): sign bits, "
-          "exponents and neighbouring floats (signbit, copysign, nextafter, frexp)", traits=POINTWISE),
+          "reinterpret the bits of each element as another type of the same width (f32 <-> i32, bf16 <-> i16): "
+          "sign bits, exponents and neighbouring floats (signbit, copysign, nextafter, frexp), bf16 tensors "
+          "crossing the cpu target's boundary as their bits", traits=POINTWISE),
 )
 
 OPS = UNARY + BINARY + OTHER
