@@ -7,6 +7,9 @@
    is one native kernel that starts with an extern mm). Microseconds per 20 steps and per launch. The last row
    calls the executable past its profiler hook (``executors/tracing.py``: with the front end's torch.profiler
    tracer installed and no profiler running); its difference from the row above is the hook's cost.
+   ``--only hook`` measures that difference against the noise: the executable twice under the same name
+   (a control pair: any gap between them is noise) beside the hook-free call, and the hook's check alone
+   (``active_tracer()``, timed in a tight loop) in nanoseconds.
 2. ``classifier``: the demo's classifier (neuroncc/examples/classifier.py) forward + backward, eager vs
    Inductor vs neuroncc, at each thread count.
 
@@ -72,6 +75,33 @@ def bench_chain(repeat: int, clock) -> list[list[str]]:
     return [[name, f"{t * 1e6:.1f}", f"{t * 1e6 / STEPS:.2f}", f"{t / eager:.2f}"] for name, t in times.items()]
 
 
+def bench_hook(repeat: int, clock) -> tuple[list[list[str]], float]:
+    """The executable called through its profiler hook, twice under different names (the control pair),
+    and past the hook; and the hook's own check in ns per call (the front end's tracer installed, no
+    profiler running)."""
+    import timeit
+
+    import torch
+
+    from neuroncc.driver.compile import compile_graph
+    from neuroncc.executors.tracing import active_tracer
+    from neuroncc.frontend import profiling
+
+    profiling.ensure_installed()
+    x, w = torch.randn(8, 16), torch.randn(16, 16) * 0.3
+    exe = compile_graph(chain_graph(), target="cpu", cache=None)
+    xn, wn = x.numpy(), w.numpy()
+    assert active_tracer() is None
+    times = interleaved({"executable (A)": lambda: exe(xn, wn), "executable (A, again)": lambda: exe(xn, wn),
+                         "executable, no tracer hook": lambda: exe._call((xn, wn), exe._calls)},
+                        repeats=repeat, warmup=20, clock=clock)
+    number = 200_000
+    check_ns = min(timeit.repeat(active_tracer, number=number, repeat=5)) / number * 1e9
+    base = times["executable (A)"]
+    return [[name, f"{t * 1e6:.2f}", f"{(t - base) * 1e6:+.2f}", f"{(t / base - 1) * 100:+.2f}%"]
+            for name, t in times.items()], check_ns
+
+
 def bench_classifier(repeat: int, clock) -> list[list[str]]:
     import torch
 
@@ -107,7 +137,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeat", type=int, default=200)
     parser.add_argument("--threads", default="1,2")
-    parser.add_argument("--only", choices=["chain", "classifier"], default=None)
+    parser.add_argument("--only", choices=["chain", "hook", "classifier"], default=None)
     parser.add_argument("--cpu-time", action="store_true",
                         help="time 1-thread runs by the calling thread's CPU time (time.thread_time), which leaves "
                              "out the time a loaded machine keeps the process descheduled")
@@ -116,12 +146,19 @@ def main() -> None:
     import torch
 
     os.environ.setdefault("NEURONCC_DISABLE_CACHE", "1")
-    if args.only != "classifier":
+    if args.only in (None, "chain"):
         torch.set_num_threads(1)
         rows = bench_chain(args.repeat, _clock(args, 1))
         print(f"\n{STEPS} x tanh([8,16] @ [16,16]), 1 thread, {_clock_name(args, 1)}, load {load()}")
         print(table(rows, ["", "us / call", "us / step", "x eager"]))
-    if args.only == "chain":
+    if args.only in (None, "hook"):
+        torch.set_num_threads(1)
+        rows, check_ns = bench_hook(args.repeat * 5, _clock(args, 1))
+        print(f"\nprofiler hook, no profiler running: the chain's executable, 1 thread, {_clock_name(args, 1)}, "
+              f"load {load()}")
+        print(table(rows, ["", "us / call", "vs (A)", "vs (A)"]))
+        print(f"the hook's check alone (active_tracer(), front end's tracer installed): {check_ns:.0f} ns per call")
+    if args.only in ("chain", "hook"):
         return
     for threads in (int(t) for t in args.threads.split(",")):
         torch.set_num_threads(threads)

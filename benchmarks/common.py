@@ -7,6 +7,7 @@ Numbers come from here, never from unit tests. Every run interleaves the impleme
 from __future__ import annotations
 
 import os
+import random
 import statistics
 import sys
 import time
@@ -29,10 +30,11 @@ def interleaved(impls: dict[str, Callable[[], object]], repeats: int = 30, warmu
                 clock: Callable[[], float] = time.perf_counter) -> dict[str, float]:
     """Median seconds per call of each implementation, calls interleaved round-robin.
 
-    The round's order rotates, so every implementation runs in every position (first after the clock
-    starts, right after another's call) equally often: a call that follows a different program pays for the
-    caches that program evicted, and with a fixed order that cost always fell on the same implementation
-    (it showed up as a 10% "overhead" of the profiler hook between two calls of one executable).
+    Each round runs the implementations in a fresh random order (seeded: runs repeat), so every one runs
+    in every position and after every other equally often. A call that follows a different program pays
+    for the caches that program evicted: with a fixed order that cost always fell on the same
+    implementation, and with a rotated order each implementation still always followed the same one (both
+    showed up as a 6-15% "overhead" of the profiler hook between two calls of one executable).
 
     ``clock=time.thread_time`` measures CPU time of the calling thread: for single-threaded runs on a
     shared, oversubscribed machine it leaves out the time the process spends descheduled.
@@ -41,10 +43,11 @@ def interleaved(impls: dict[str, Callable[[], object]], repeats: int = 30, warmu
         for fn in impls.values():
             fn()
     names = list(impls)
+    order = random.Random(0x5EED)
     samples: dict[str, list[float]] = {name: [] for name in impls}
-    for round_number in range(repeats):
-        shift = round_number % len(names)
-        for name in names[shift:] + names[:shift]:
+    for _ in range(repeats):
+        order.shuffle(names)
+        for name in names:
             fn = impls[name]
             start = clock()
             fn()

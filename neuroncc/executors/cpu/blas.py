@@ -149,6 +149,19 @@ def _keep(*objects: Any) -> tuple[Any, ...]:
     return objects
 
 
+@dataclass(frozen=True)
+class NativeGemm:
+    """A prepared non-batched :class:`BlasMatmul` as addresses: ``sgemm_``'s, its fixed by-reference parameters
+    (ta, tb, m, n, k, alpha, lda, ldb, beta, ldc: owned by the BlasMatmul), which operand pointers are A and B,
+    and addmm's bias copy (row bytes, rows, source row stride bytes) or None."""
+
+    function: int
+    parameters: tuple[int, ...]
+    a: int
+    b: int
+    bias: tuple[int, int, int] | None
+
+
 class BlasMatmul:
     """A prepared float32 mm/addmm/bmm: ``call(pointers)`` with the data addresses of the operands (op order)
     and then the result; see the module docstring. Build with :func:`prepare`."""
@@ -191,6 +204,9 @@ class BlasMatmul:
             def gemm(pointers: Sequence[int]) -> None:
                 sgemm(ta, tb, m, n, k, a, pointers[i], lda, pointers[j], ldb, b, pointers[-1], ldc)
         self._gemm = gemm
+        #: the same call as data, for native launch sequences (executors/cpu/native_sequence.py); not batched
+        self.native = None if batch else NativeGemm(
+            ctypes.cast(lib.sgemm, _VOID_P).value, (ta, tb, m, n, k, a, lda, ldb, b, ldc), i, j, bias)
 
     def __call__(self, pointers: Sequence[int]) -> bool:
         """Run it on ``pointers``; False (nothing done) when ATen must run it instead (a float32 matmul

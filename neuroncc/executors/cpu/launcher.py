@@ -44,6 +44,7 @@ from neuroncc.executors.cpu.buffers import storage_dtype as _storage_dtype
 from neuroncc.executors.cpu.buffers import strided_view as _view
 from neuroncc.executors.cpu.extern import run_extern
 from neuroncc.executors.cpu.extern_library import LIBRARY_CALLS, run_library
+from neuroncc.executors.cpu.native_sequence import sequence_calls
 from neuroncc.codegen.llvm.program import (
     ALIGN, BufferKind, CpuLaunchPlan, StepKind, StepSpec, ValueSpec, function_hash, plan_launch,
 )
@@ -111,7 +112,10 @@ class CpuExecutable:
         self._copy_layouts = copy_layouts(function)
         self.output_strides = returned_strides(plan, self._copy_layouts)
         self._runners = [self._runner(step) for step in plan.steps]
-        self._calls = [getattr(r, "fast", None) or r for r in self._runners]  # what a call runs, step by step
+        # what a call runs: step by step (traced calls wrap these), and with runs of native steps as one native
+        # call each (native_sequence.py), the untraced path
+        self._step_calls = [getattr(r, "fast", None) or r for r in self._runners]
+        self._calls = sequence_calls(self._runners, self._step_calls, len(plan.buffers))
         self._traced: tuple[Any, list[Any], Any] | None = None  # (tracer, its wrapped calls, graph info)
         self.stats = self._stats(compile_seconds)
         self.stats["blas_calls"] = sum(getattr(r, "blas", None) is not None for r in self._runners)
@@ -190,7 +194,7 @@ class CpuExecutable:
     def traced_calls(self, tracer: Any) -> tuple[list[Any], Any]:
         """The step calls wrapped in ``tracer``'s ranges, and the graph's StepInfo (built once per tracer)."""
         if self._traced is None or self._traced[0] is not tracer:
-            self._traced = (tracer, traced_steps(tracer, self._calls, step_infos(self.function, self.plan)),
+            self._traced = (tracer, traced_steps(tracer, self._step_calls, step_infos(self.function, self.plan)),
                             graph_info(self.function))
         return self._traced[1], self._traced[2]
 
