@@ -6,7 +6,9 @@
    ``torch.compile``, and neuroncc's executable called directly on numpy arrays (the launcher alone: each step
    is one native kernel that starts with an extern mm). Microseconds per 20 steps and per launch. The last row
    calls the executable past its profiler hook (``executors/tracing.py``: with the front end's torch.profiler
-   tracer installed and no profiler running); its difference from the row above is the hook's cost.
+   tracer installed and no profiler running); its difference from the row above is the hook's cost. The
+   last row runs the steps one by one in Python, as before native launch sequences
+   (``executors/cpu/native_sequence.py``) ran them in one native call.
    ``--only hook`` measures that difference against the noise: the executable twice under the same name
    (a control pair: any gap between them is noise) beside the hook-free call, and the hook's check alone
    (``active_tracer()``, timed in a tight loop) in nanoseconds.
@@ -69,7 +71,8 @@ def bench_chain(repeat: int, clock) -> list[list[str]]:
         inductor(x, w)
         times = interleaved({"eager": lambda: chain(x, w), "inductor": lambda: inductor(x, w),
                              "neuroncc": lambda: ours(x, w), "neuroncc executable": lambda: exe(xn, wn),
-                             "executable, no tracer hook": lambda: exe._call((xn, wn), exe._calls)},
+                             "executable, no tracer hook": lambda: exe._call((xn, wn), exe._calls),
+                             "executable, Python step loop": lambda: exe._call((xn, wn), exe._step_calls)},
                             repeats=repeat, warmup=20, clock=clock)
     eager = times["eager"]
     return [[name, f"{t * 1e6:.1f}", f"{t * 1e6 / STEPS:.2f}", f"{t / eager:.2f}"] for name, t in times.items()]

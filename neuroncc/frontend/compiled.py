@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from neuroncc.frontend.boundary import HostDevice
+from neuroncc.frontend.direct_call import DirectCall
 from neuroncc.frontend.convert import ParameterViews, TensorSpec, numpy_layout, to_torch, wrap_result
 from neuroncc.frontend.profiling import ensure_installed
 from neuroncc.frontend.importer import ComputedOutput, ImportedGraph, InputOutput
@@ -57,6 +58,8 @@ class CompiledGraph:
                 output = ComputedOutput(output.index, _own_layout(output.spec, returned[output.index]))
             self.outputs.append((output, numpy_layout(output.spec)))
             self.output_strides.append(output.spec.stride)
+        # the common CPU call on data pointers, when no tensor of this graph needs converting (direct_call.py)
+        self._direct = DirectCall.of(executable, graph, self.outputs) if device is None else None
 
     def __call__(self, args: list[Any]) -> list[Any]:
         if self.device is not None:
@@ -64,6 +67,10 @@ class CompiledGraph:
             args.clear()
             return outputs
         graph = self.graph
+        if self._direct is not None:
+            outputs = self._call_direct(args)
+            if outputs is not None:
+                return outputs
         arrays = self._parameters.arrays(args, graph.param_positions)
         if graph.rng_key:  # a fresh key from PyTorch's generator: manual_seed / get_rng_state govern it
             arrays = [*arrays, np.array(draw_key(), dtype=np.int64)]
@@ -83,6 +90,29 @@ class CompiledGraph:
                 outputs.append(output.value)
         if graph.mutations:
             self._write_back(args, results)
+        args.clear()
+        return outputs
+
+    def _call_direct(self, args: list[Any]) -> list[Any] | None:
+        """The call on data pointers (direct_call.py), or None when this call's tensors do not qualify."""
+        try:
+            made = self._direct(args)
+        except LinalgInputError as error:
+            raise torch.linalg.LinAlgError(str(error)) from error
+        if made is None:
+            return None
+        outputs: list[Any] = []
+        for output, _ in self.outputs:
+            if isinstance(output, ComputedOutput):
+                outputs.append(made[output.index])
+            elif isinstance(output, InputOutput):
+                outputs.append(args[output.position])
+            else:
+                outputs.append(output.value)
+        if self.graph.mutations:
+            with torch.no_grad():
+                for position, index in self.graph.mutations:
+                    args[position].copy_(made[index])
         args.clear()
         return outputs
 

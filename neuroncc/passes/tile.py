@@ -46,8 +46,8 @@ ROW_BLOCK_BYTES = 1 << 19
 MIN_ROW_BLOCK = 8
 
 #: The attributes this pass writes (cleared before a kernel is tiled again, e.g. for another target).
-TILE_ATTRS = ("target", "domain", "tile", "sbuf_budget", "matmul_tile", "matmul_blocks", "vector_width",
-              "inner_block")
+TILE_ATTRS = ("target", "domain", "tile", "sbuf_budget", "matmul_tile", "matmul_blocks", "matmul_k_group",
+              "vector_width", "inner_block")
 
 
 @dataclass(frozen=True)

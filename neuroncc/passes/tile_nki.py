@@ -18,15 +18,26 @@ tiles_n, tiles_k]``: the loop nest of AWS's matmul tutorial computes output bloc
 those with the lowest estimated time (:func:`estimate_matmul_ns`: the busiest of TensorE, VectorE and DMA,
 with the generation's clocks and DMA bandwidth) whose double-buffered operand blocks and accumulator fit in
 ``MATMUL_SBUF_SHARE`` of the SBUF.
+
+``matmul_k_group`` (``g``; 0 or 1: K in order): both operands are stored K-major (``lhsT [K, M]``,
+``rhs [K, N]``: K is the slower-moving dim, so K lands on the partitions with no TensorE transpose) and each
+group of ``g`` K tiles (``128 g`` K rows) is laid partition-major: element ``p * g + j`` of the group sits
+on partition ``p`` of the group's K tile ``j``. The sum over K does not care which K index meets which
+partition as long as both operands agree, and this order makes each partition's share of a group ``g``
+consecutive HBM rows: one DMA per group whose per-partition run is ``g`` rows long instead of one row (a
+512-wide bf16 row is 1 KiB, a quarter of the 4 KiB the DMA engines need for full bandwidth; see
+:func:`~neuroncc.hardware.neuron.dma_efficiency`). ``g`` is the smallest that brings the runs of operand
+blocks spanning whole rows to ``DMA_FULL_RATE_BYTES`` (larger groups only make TensorE wait longer for its
+first tile), and is used when the estimate says it is faster; it needs K to divide into whole blocks.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from neuroncc.hardware.neuron import (
-    DEFAULT_NEURON_CORE, FP32_MATMUL_SLOWDOWN, MIN_ISSUE_CYCLES, NEURON_CORES, PARTITIONS, PSUM_FMAX, NeuronCore,
+    DEFAULT_NEURON_CORE, DMA_FULL_RATE_BYTES, FP32_MATMUL_SLOWDOWN, MIN_ISSUE_CYCLES, NEURON_CORES, PARTITIONS, PSUM_FMAX, NeuronCore,
     dma_efficiency,
 )
 from neuroncc.errors import PassError
@@ -42,6 +53,11 @@ MATMUL_SBUF_SHARE = 0.85
 TILE_ITEMSIZE = 4
 #: 128 x 128 transposes gathered in one PSUM tile (one bank of fp32) before one copy back to SBUF.
 TRANSPOSES_PER_COPY = PSUM_FMAX // PARTITIONS
+#: Share of the first operand blocks' load time the matmul estimate counts as exposed (TensorE starts on the
+#: first K tiles while the rest of the block arrives). Chosen on the simulator's cost model over mm shapes from
+#: [128, 512, 512] to [2048, 4096, 2048], bf16 and fp32, both operand layouts: with 0.5 no shape got slower
+#: blocks than with the fill left out, with 1.0 some did (a 1024^3 bf16 matmul 20% slower).
+FILL_EXPOSED = 0.5
 #: The blocks tried per dim: tiles per output block along M, N, and per K block.
 BLOCK_CHOICES_M, BLOCK_CHOICES_N, BLOCK_CHOICES_K = (1, 2, 4, 8, 16), (1, 2, 4, 8), (1, 2, 4, 8, 16)
 #: VectorE lanes in the matmul estimate: the default generation's on every target (the estimate compares
@@ -116,6 +132,7 @@ class MatmulBlocks:
     tiles_m: int
     tiles_n: int
     tiles_k: int
+    k_group: int = 1  # K tiles per partition-major group (1: K in order; see the module docstring)
 
     @property
     def block_m(self) -> int:
@@ -138,12 +155,45 @@ class MatmulBlocks:
         return self.tiles_m, self.tiles_n, self.tiles_k
 
 
+def operand_run_bytes(extent: int, block: int, k_outer: bool, blocks: MatmulBlocks, itemsize: int) -> int:
+    """Contiguous bytes per partition of one DMA loading an operand block (``block`` of the operand's
+    ``extent`` along M or N): K-major, one row of the block per K tile, or ``tiles_k`` whole rows when the
+    K block is interleaved and the block spans the full row; rows-major, the K block of one row."""
+    if not k_outer:
+        return blocks.block_k * itemsize
+    rows = blocks.k_group if block >= extent else 1
+    return rows * block * itemsize
+
+
+def can_group_k(k: int, a_k_outer: bool, b_k_outer: bool, blocks: MatmulBlocks) -> bool:
+    """Whether the K blocks may be laid partition-major in groups: both operands K-major (a transposed
+    operand's K tiles come out of TensorE in K order), K a whole number of full blocks, and the groups
+    dividing the block."""
+    return (a_k_outer and b_k_outer and blocks.tk == PARTITIONS and k % blocks.block_k == 0
+            and blocks.k_group >= 1 and blocks.tiles_k % blocks.k_group == 0)
+
+
+def full_rate_k_group(m: int, n: int, itemsize: int, blocks: MatmulBlocks) -> int:
+    """The smallest group of K tiles (a divisor of ``tiles_k``) that brings every operand block spanning
+    whole rows to full-rate DMA runs (1 when no block spans whole rows: grouping lengthens no run)."""
+    rows = [block * itemsize for block, extent in ((blocks.block_m, m), (blocks.block_n, n)) if block >= extent]
+    if not rows:
+        return 1
+    for group in range(1, blocks.tiles_k + 1):
+        if blocks.tiles_k % group == 0 and all(group * row >= DMA_FULL_RATE_BYTES for row in rows):
+            return group
+    return blocks.tiles_k
+
+
 def estimate_matmul_ns(m: int, n: int, k: int, itemsize: int, a_k_outer: bool, b_k_outer: bool,
                        blocks: MatmulBlocks, core: NeuronCore) -> float:
     """Estimated time of the blocked loop nest: the busiest of TensorE, VectorE and DMA.
 
     ``a_k_outer`` / ``b_k_outer``: the operand is stored with K as its slower-moving dim, so it loads with K on
     the partitions directly; otherwise every block of it is turned by TensorE transposes."""
+    if blocks.k_group > 1 and not can_group_k(k, a_k_outer, b_k_outer, blocks):
+        raise PassError(f"matmul K blocks of {blocks.block_k} cannot be laid in groups of {blocks.k_group} "
+                        f"K tiles for K = {k}")
     tiles_m, tiles_n, tiles_k = _ceil_div(m, blocks.tm), _ceil_div(n, blocks.tn), _ceil_div(k, blocks.tk)
     m_blocks, n_blocks = _ceil_div(m, blocks.block_m), _ceil_div(n, blocks.block_n)
     k_blocks = _ceil_div(k, blocks.block_k)
@@ -165,14 +215,26 @@ def estimate_matmul_ns(m: int, n: int, k: int, itemsize: int, a_k_outer: bool, b
     if k_blocks > 1:  # accumulate each K block's PSUM tile into SBUF
         vector += tiles_m * tiles_n * k_blocks * max(issue, blocks.tn / 2)
     vector += tiles_m * tiles_n * max(issue, blocks.tn / 2)  # the epilogue's copy out of PSUM
-    a_run = (blocks.block_m if a_k_outer else blocks.block_k) * itemsize
-    b_run = (blocks.block_n if b_k_outer else blocks.block_k) * itemsize
+    a_run = operand_run_bytes(m, blocks.block_m, a_k_outer, blocks, itemsize)
+    b_run = operand_run_bytes(n, blocks.block_n, b_k_outer, blocks, itemsize)
     dma = (m * k * itemsize * n_blocks / dma_efficiency(a_run) + k * n * itemsize * m_blocks / dma_efficiency(b_run)
            + m * n * itemsize / dma_efficiency(blocks.tn * itemsize))
-    tensor_ns, vector_ns, dma_ns = tensor / core.tensor_ghz, vector / core.vector_ghz, dma / core.dma_bytes_per_ns
+    # Every transfer also pays the fixed descriptor cost, spread over the DMA queues: per operand block, one
+    # per group of K tiles or, transposed, one per 128-row piece; one per output tile.
+    k_major_loads = blocks.tiles_k // blocks.k_group
+    a_loads = k_major_loads if a_k_outer else _ceil_div(blocks.block_m, piece)
+    b_loads = k_major_loads if b_k_outer else _ceil_div(blocks.block_n, piece)
+    transfers = m_blocks * n_blocks * k_blocks * (a_loads + b_loads) + tiles_m * tiles_n
+    tensor_ns, vector_ns = tensor / core.tensor_ghz, vector / core.vector_ghz
+    dma_ns = dma / core.dma_bytes_per_ns + transfers * core.dma_fixed_us * 1e3 / core.dma_queues
+    # TensorE waits for the first block of both operands: the first K tiles (or groups) let it start, the
+    # first output tile completes when the whole block is in (FILL_EXPOSED of that load is not hidden).
+    fill = (min(m, blocks.block_m) * min(k, blocks.block_k) * itemsize / dma_efficiency(a_run)
+            + min(k, blocks.block_k) * min(n, blocks.block_n) * itemsize / dma_efficiency(b_run))
+    fill_ns = fill / core.dma_bytes_per_ns
     # The busiest engine sets the pace; work hidden behind it still costs some (PSUM tiles wait for their
     # accumulation, DMA queues contend), which breaks ties towards less of it.
-    return max(tensor_ns, vector_ns, dma_ns) + 0.2 * vector_ns + 0.05 * dma_ns
+    return max(tensor_ns, vector_ns, dma_ns) + FILL_EXPOSED * fill_ns + 0.2 * vector_ns + 0.05 * dma_ns
 
 
 def choose_matmul_blocks(m: int, n: int, k: int, itemsize: int, a_k_outer: bool, b_k_outer: bool,
@@ -192,10 +254,15 @@ def choose_matmul_blocks(m: int, n: int, k: int, itemsize: int, a_k_outer: bool,
                 staging = itemsize * TRANSPOSES_PER_COPY * blocks.block_k * ((not a_k_outer) + (not b_k_outer))
                 if acc + 2 * (operands + staging) > core.sbuf_partition_bytes * MATMUL_SBUF_SHARE:
                     continue
-                score = estimate_matmul_ns(m, n, k, itemsize, a_k_outer, b_k_outer, blocks, core) * \
-                    (1 + 1e-3 * (tiles_m + tiles_n + tiles_k))
-                if best is None or score < best[0]:
-                    best = (score, blocks)
+                options = [blocks]
+                grouped = replace(blocks, k_group=full_rate_k_group(m, n, itemsize, blocks))
+                if grouped.k_group > 1 and can_group_k(k, a_k_outer, b_k_outer, grouped):
+                    options.append(grouped)
+                for option in options:  # grouped K only when strictly faster (ties keep K in order)
+                    score = estimate_matmul_ns(m, n, k, itemsize, a_k_outer, b_k_outer, option, core) * \
+                        (1 + 1e-3 * (tiles_m + tiles_n + tiles_k) + 1e-6 * (option.k_group > 1))
+                    if best is None or score < best[0]:
+                        best = (score, option)
     if best is None:
         raise PassError(f"no matmul block of tile [{tm}, {tn}, {tk}] fits {core.name}'s SBUF")
     return best[1]
@@ -240,9 +307,10 @@ def matmul_tiles(core: NeuronCore, region: Function, fixed: tuple[int, ...]) -> 
     producers = region.producers()
     blocks = choose_matmul_blocks(m, n, k, matmul.operands[first].type.dtype.itemsize,
                                   k_outer(matmul, first, producers), k_outer(matmul, first + 1, producers), core, tile)
-    return {"matmul_tile": blocks.tile, "matmul_blocks": blocks.blocks}
+    grouped = {"matmul_k_group": blocks.k_group} if blocks.k_group > 1 else {}  # default 0: K in order
+    return {"matmul_tile": blocks.tile, "matmul_blocks": blocks.blocks, **grouped}
 
 
-__all__ = ["MATMUL_SBUF_SHARE", "MatmulBlocks", "SBUF_SHARE", "TRANSPOSES_PER_COPY", "choose_matmul_blocks",
-           "estimate_matmul_ns", "fit_free_block", "footprint", "innermost_free_dim", "k_outer", "loop_tiles",
-           "matmul_tiles", "vector_tiles"]
+__all__ = ["MATMUL_SBUF_SHARE", "MatmulBlocks", "SBUF_SHARE", "TRANSPOSES_PER_COPY", "can_group_k",
+           "choose_matmul_blocks", "estimate_matmul_ns", "fit_free_block", "footprint", "full_rate_k_group",
+           "innermost_free_dim", "k_outer", "loop_tiles", "matmul_tiles", "operand_run_bytes", "vector_tiles"]

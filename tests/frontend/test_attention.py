@@ -180,3 +180,30 @@ def test_exported_programs_trace_attention_per_target(target, fused):
     args = tuple(torch.randn(1, 2, 4, 8) for _ in range(3))
     graph = import_inference(torch.export.export(Attention(), args), "attention", target)
     assert ("flash_attention" in [op.name for op in graph.imported.function.ops]) == fused
+
+
+def _written_attention(q, k, v, mask):
+    """Multi-head attention as models write it by hand: scores scaled, masked, softmax, times v."""
+    scores = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5
+    scores = scores.masked_fill(mask, float("-inf")) if mask.dtype == torch.bool else scores + mask
+    return torch.softmax(scores, dim=-1) @ v
+
+
+@pytest.mark.parametrize("mask_dtype, mask_shape", [(torch.float32, (256, 256)), (torch.bool, (256, 256)),
+                                                    (torch.float32, (2, 2, 256, 256))])
+def test_nki_sim_written_attention_is_one_flash_kernel(mask_dtype, mask_shape, tmp_path):
+    """[B, H, L, E] attention through torch.compile: the graph (4-d scores viewed as 3-d bmm operands, the scale
+    and the mask (shared, or one per batch and head) in the softmax kernel) reaches the flash-attention kernel,
+    and equals eager."""
+    from neuroncc.executors.nki_sim.executable import nki_source
+
+    q, k, v = (torch.randn(2, 2, 256, 32) for _ in range(3))
+    drop = torch.rand(mask_shape) < 0.25
+    mask = drop if mask_dtype is torch.bool else torch.where(drop, float("-inf"), 0.0)
+    compiled = torch.compile(_written_attention, backend="neuron", fullgraph=True, dynamic=False,
+                             options={"target": "nki-sim", "dump_dir": str(tmp_path)})
+    torch.testing.assert_close(compiled(q, k, v, mask), _written_attention(q, k, v, mask), rtol=1e-4, atol=1e-5)
+    (forward,) = [parse(path.read_text()) for path in tmp_path.glob("*forward*.nir")] or \
+        [parse(path.read_text()) for path in tmp_path.glob("*.nir")]
+    source = nki_source(forward, target="trn2")
+    assert source.count("@nki.jit") == 1 and "def attention_" in source, source

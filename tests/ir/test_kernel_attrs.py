@@ -44,6 +44,8 @@ def test_scheduling_attributes_round_trip_and_do_not_change_results():
     (("tile = [128, 64]", "tile = [128]"), "tile must be 2 non-negative sizes, got [128]"),
     (("partition_dim = 0", "partition_dim = 2"), "partition_dim 2 is not a dim of domain [256, 64]"),
     (("vector_width = 8", "vector_width = -8"), "vector_width must not be negative"),
+    (("matmul_blocks = [1, 1, 1]", "matmul_blocks = [1, 1, 3], matmul_k_group = 2"),
+     "matmul_k_group 2 does not divide the K block's [3] tiles"),
 ])
 def test_decisions_beyond_the_hardware_do_not_verify(change, message):
     with pytest.raises(ParseError, match=re.escape(message)):

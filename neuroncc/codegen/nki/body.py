@@ -53,7 +53,8 @@ class Tiling:
         """The decisions recorded on a tiled ``kernel`` op."""
         a = kernel.attrs
         partitions, free = a["tile"] or (0, 0)
-        matmul = MatmulBlocks(*a["matmul_tile"], *a["matmul_blocks"]) if a["matmul_blocks"] else None
+        matmul = MatmulBlocks(*a["matmul_tile"], *a["matmul_blocks"], max(a["matmul_k_group"], 1)) \
+            if a["matmul_blocks"] else None
         return Tiling(tuple(a["domain"]), a["partition_dim"], partitions, free, a["sbuf_budget"], matmul)
 
 

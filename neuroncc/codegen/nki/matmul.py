@@ -6,6 +6,11 @@ and the moving operand (``B``, K on partitions) are brought into SBUF once and e
 the block multiplies from there, accumulating K tiles in PSUM and K blocks in an fp32 SBUF accumulator.
 An operand stored with K innermost (``A`` of ``x @ w``, ``B`` of ``x @ w.T``) is loaded with rows on the
 partitions and turned by TensorE transposes (four 128 x 128 blocks per PSUM tile, one copy back to SBUF).
+When both operands are K-major (``lhsT.T @ rhs``: the layout pass folds the transpose into ``transpose_a``)
+and the tile pass set ``matmul_k_group = g``, each group of ``g`` K tiles loads partition-major in one DMA
+per operand: partition ``p`` holds the group's K rows ``p * g .. p * g + g - 1``, one contiguous run of ``g``
+rows, and K tile ``j`` of the group is every partition's ``j``-th row (both operands agree, so the sum over K
+is the same).
 The tiles and blocks are the ``tile`` pass's (``matmul_tile``, ``matmul_blocks``: chosen to fit SBUF and keep
 TensorE, not DMA, the bottleneck); a matmul the pass did not see (one a convolution becomes) is blocked by
 the pass's rule, :func:`~neuroncc.passes.tile_nki.choose_matmul_blocks`.
@@ -144,6 +149,30 @@ class _MatmulEmitter:
         side = self._hbm(operand, batch, outer, k)
         transfer(self.writer, self.names, tile, side, side.indexes)
 
+    def load_grouped(self, operand: Operand, dst: str, start: str, block: int, total: int, k2: str) -> None:
+        """DMA a K-major operand's K block into ``dst`` ([128, tiles_k, block]) in partition-major groups of
+        ``g = k_group`` K tiles: K index ``k2 * block_k + q * 128 g + p * g + j`` on partition ``p`` of tile
+        ``q * g + j``, so partition ``p`` reads ``g`` consecutive rows per DMA (one run when the block spans
+        whole rows). The domain of one DMA is (batch, outer, K partition, K tile of the group)."""
+        blocks, w = self.blocks, self.writer
+        group, parts = blocks.k_group, blocks.tk
+        groups = blocks.tiles_k // group
+        q = self.var("kg", groups)
+        _loop(w, q, groups)
+        amap = AffineMap(operand.offset, (operand.batch, operand.outer, operand.k * group, operand.k))
+        outer = Index.span(start, _size(total, block, start), block, total)
+        first = _plus(f"{k2} * {blocks.tiles_k // group * parts}" if k2 != "0" else "0",
+                      f"{q} * {parts}" if q != "0" else "0")
+        k_part = Index.span(first, str(parts), parts, self.k // group)
+        k_tile = Index.span("0", str(group), group, group)
+        indexes = (Index.point(self.batch_var, self.batch), outer, k_part, k_tile)
+        side = HbmSide(self.ctx.hbm_name(operand.root), operand.root.type.shape, amap, indexes)
+        tiles = ":" if groups == 1 else f"nl.ds({q} * {group}, {group})"
+        tile = TileSide(f"{dst}[:, {tiles}, :]" if groups > 1 else dst, (2, 3, 1), (True, True, True),
+                        (None, None, _limit(outer)))
+        transfer(w, self.names, tile, side, indexes)
+        _end(w, q)
+
     def load_transposed(self, operand: Operand, block: str, block_outer: int, start: str, total: int,
                         k2: str) -> None:
         """Fill ``block`` ([k, tiles_k, block_outer]) from an operand stored with K innermost: DMA groups of
@@ -250,7 +279,9 @@ class _MatmulEmitter:
             width = block if operand.k_outer else ceil_div(block, min(PARTITIONS, block)) * min(PARTITIONS, block)
             w.line(f"{name} = nl.ndarray(({blocks.tk}, {blocks.tiles_k}, {width}), dtype=nl.{self.dtype}, "
                    f"buffer=nl.sbuf)")
-            if operand.k_outer:
+            if blocks.k_group > 1:
+                self.load_grouped(operand, name, start, block, total, k2)
+            elif operand.k_outer:
                 count = _count(self.k, blocks.block_k, blocks.tk, k0)
                 bk = self.var("bk", count)
                 _loop(w, bk, count)

@@ -148,15 +148,19 @@ class _ProgramEmitter:
 
     def run(self) -> NkiProgram:
         uses = Counter(v for op in self.fn.ops for v in op.operands) + Counter(self.fn.outputs)
-        fused: set[int] = set()  # ops already emitted inside a fused kernel (attention)
+        fused: set[int] = set()  # ops emitted inside a fused kernel (attention)
+        pending: dict[int, tuple[AttentionPattern, int]] = {}  # attention kernels by the position of their last op
         for index, op in enumerate(self.fn.ops):
+            if index in pending:  # emitted where its last matmul was: v and the mask exist by then
+                self.attention(*pending.pop(index))
+                continue
             if index in fused:
                 continue
             category = REGISTRY.get(op.name).category
             attention = find_attention(self.fn.ops, index, uses, self.target)  # mm -> softmax -> mm
             if attention is not None:
-                self.attention(attention, index)
-                fused.update((index + 1, index + 2))
+                fused.update(attention.positions[:-1])
+                pending[attention.positions[-1]] = (attention, index)
             elif any(v.type.numel == 0 for v in op.operands + op.results):  # nothing to compute on the device
                 self.host(f"{op.name}_{index}_empty", [op], list(dict.fromkeys(op.operands)), list(op.results),
                           self.slot_of)

@@ -31,6 +31,7 @@ import ctypes
 import threading
 from typing import Any
 
+from neuroncc.codegen.llvm import jit
 from neuroncc.executors.cpu import blas
 from neuroncc.executors.cpu.steps import BlasStep, NativeKernel
 
@@ -164,8 +165,6 @@ class _Interpreter:
     def function(cls) -> Any:
         with cls._lock:
             if cls._loaded is None:
-                from neuroncc.codegen.llvm import jit
-
                 module = jit.compile_ir([_interpreter_ir()])
                 cls._loaded = (module, _SEQUENCE_FN(module.address("neuroncc_run_sequence")))
             return cls._loaded[1]

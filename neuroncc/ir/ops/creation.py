@@ -8,7 +8,9 @@ generators (docs/passes.md): ``target`` and ``domain`` (the iteration space: the
 largest value); NKI: ``partition_dim`` (the domain dim on the partitions), ``tile`` (``[partitions, free]``:
 partitions per block, elements of the innermost free dim per tile), ``sbuf_budget`` (SBUF bytes per
 partition one loop iteration's tiles may take), ``matmul_tile`` (``[m, n, k]``, the TensorE tile) and
-``matmul_blocks`` (``[tiles_m, tiles_n, tiles_k]`` per SBUF block); CPU: ``vector_width`` (float32 lanes of
+``matmul_blocks`` (``[tiles_m, tiles_n, tiles_k]`` per SBUF block), ``matmul_k_group`` (``g``: each group of ``g`` K
+tiles laid partition-major, its element ``p * g + j`` on partition ``p`` of K tile ``j``; 0 or 1: K in
+order); CPU: ``vector_width`` (float32 lanes of
 the widest vectors), ``inner_block`` (elements of a long innermost dim per parallel iteration) and
 ``matmul_tile`` (``[rows, n, k]``: output rows per block of a matmul and its epilogue). Empty / zero / none
 means "not chosen". NKI values beyond the target's hardware limits do not verify.
@@ -74,9 +76,12 @@ def _check_kernel(attrs: Attrs) -> None:
         value = attrs[key]
         if value and (len(value) != count or min(value) < 0):
             raise fail("kernel", f"{key} must be {count} non-negative sizes, got {list(value)}")
-    for key in ("vector_width", "inner_block", "sbuf_budget"):
+    for key in ("vector_width", "inner_block", "sbuf_budget", "matmul_k_group"):
         if attrs[key] < 0:
             raise fail("kernel", f"{key} must not be negative, got {attrs[key]}")
+    group, blocks = attrs["matmul_k_group"], attrs["matmul_blocks"]
+    if group > 1 and (not blocks or blocks[2] % group):
+        raise fail("kernel", f"matmul_k_group {group} does not divide the K block's {list(blocks)[2:]} tiles")
     partition, domain = attrs["partition_dim"], attrs["domain"]
     if partition is not None and domain and not 0 <= partition < len(domain):
         raise fail("kernel", f"partition_dim {partition} is not a dim of domain {list(domain)}")
@@ -111,6 +116,7 @@ OPS = (
            "domain": AttrSpec("ints", ()), "partition_dim": AttrSpec("optional-int", None),
            "tile": AttrSpec("ints", ()), "sbuf_budget": AttrSpec("int", 0),
            "matmul_tile": AttrSpec("ints", ()), "matmul_blocks": AttrSpec("ints", ()),
+           "matmul_k_group": AttrSpec("int", 0),
            "vector_width": AttrSpec("int", 0), "inner_block": AttrSpec("int", 0)},
           "a fused kernel: runs its region on the operands", check_attrs=_check_kernel),
 )

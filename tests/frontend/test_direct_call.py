@@ -1,0 +1,107 @@
+"""The CPU boundary's call on data pointers (frontend/direct_call.py): taken when no tensor needs converting,
+equal to eager, and stepped around per call when a tensor does not have the layout the decision assumed."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from neuroncc.frontend import backend, direct_call
+
+
+@pytest.fixture
+def compiled_graphs(monkeypatch):
+    """The CompiledGraph of every graph the backend compiles, by kind (forward, backward, inference)."""
+    graphs = {}
+    compile_aten_graph = backend.compile_aten_graph
+
+    def recording(gm, name, options, *args, **kwargs):
+        graphs[name.rsplit("_", 1)[-1]] = compiled = compile_aten_graph(gm, name, options, *args, **kwargs)
+        return compiled
+
+    monkeypatch.setattr(backend, "compile_aten_graph", recording)
+    return graphs
+
+
+@pytest.fixture
+def direct_calls(monkeypatch):
+    """How many calls went through DirectCall on data pointers (returned tensors rather than None)."""
+    counts = {"direct": 0, "declined": 0}
+    call = direct_call.DirectCall.__call__
+
+    def counting(self, args):
+        made = call(self, args)
+        counts["direct" if made is not None else "declined"] += 1
+        return made
+
+    monkeypatch.setattr(direct_call.DirectCall, "__call__", counting)
+    return counts
+
+
+def _mlp():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 8))
+
+
+def test_a_training_step_runs_both_graphs_on_data_pointers_and_matches_eager(compiled_graphs, direct_calls):
+    model = _mlp()
+    x = torch.randn(4, 16)
+    expected = model(x)
+    expected.square().mean().backward()
+    grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad(set_to_none=True)
+    compiled = torch.compile(model, backend="neuron", dynamic=False)
+    for _ in range(2):
+        model.zero_grad(set_to_none=True)
+        out = compiled(x)
+        out.square().mean().backward()
+        torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+        for p, g in zip(model.parameters(), grads):
+            torch.testing.assert_close(p.grad, g, rtol=1e-5, atol=1e-5)
+    assert compiled_graphs["forward"]._direct is not None and compiled_graphs["backward"]._direct is not None
+    assert direct_calls == {"direct": 4, "declined": 0}
+
+
+def test_in_place_updates_are_written_back(direct_calls):
+    def step(p, g):
+        p.mul_(0.5).add_(g)
+        return p.sum()
+
+    p, g = torch.randn(64), torch.randn(64)
+    expected_p, expected_sum = p.clone().mul_(0.5).add_(g), None
+    expected_sum = expected_p.sum()
+    compiled = torch.compile(step, backend="neuron", dynamic=False)
+    total = compiled(p, g)
+    torch.testing.assert_close(p, expected_p)
+    torch.testing.assert_close(total, expected_sum)
+    assert direct_calls["direct"] == 1
+
+
+def test_bf16_tensors_cross_as_their_bits(compiled_graphs, direct_calls):
+    x = torch.randn(8, 32).to(torch.bfloat16)
+    fn = torch.compile(lambda t: torch.softmax(t, -1) * 2, backend="neuron", dynamic=False)
+    got = fn(x)
+    assert got.dtype is torch.bfloat16
+    torch.testing.assert_close(got, torch.softmax(x, -1) * 2, rtol=2e-2, atol=2e-2)
+    assert direct_calls["direct"] == 1
+
+
+def test_float64_takes_the_converting_path():
+    x = torch.randn(8, 8, dtype=torch.float64)
+    with pytest.warns(UserWarning, match="float64"):
+        got = torch.compile(lambda t: t.exp() + 1, backend="neuron", dynamic=False)(x)
+    assert got.dtype is torch.float64
+    torch.testing.assert_close(got, x.exp() + 1, rtol=1e-5, atol=1e-5)
+
+
+def test_a_call_whose_input_layout_differs_takes_the_numpy_path(compiled_graphs, direct_calls):
+    fn = torch.compile(lambda a, b: (a @ b).tanh(), backend="neuron", dynamic=False)
+    a, b = torch.randn(8, 16), torch.randn(16, 4)
+    fn(a, b)
+    graph = next(iter(compiled_graphs.values()))
+    assert graph._direct is not None and direct_calls["direct"] == 1
+    # the graph called straight with a transposed copy of the same shape (dynamo would recompile for it)
+    a_t = a.t().contiguous().t()
+    got = graph([a_t, b])
+    assert direct_calls["declined"] == 1
+    torch.testing.assert_close(got[0], (a @ b).tanh(), rtol=1e-5, atol=1e-5)
