@@ -74,7 +74,7 @@ def __getattr__(name: str) -> Any:
     module_name = _FRONTEND_EXPORTS.get(name)
     if module_name is None:
         raise AttributeError(f"module 'neuroncc' has no attribute '{name}'")
-    if name in _DEVICE_REPORTED and "neuroncc.device.dispatch" in sys.modules:
+    if name in _DEVICE_REPORTED and "neuroncc.device.registration" in sys.modules:  # the device may be in use
         importlib.import_module("neuroncc.device.tracking").report_to_stats()  # idempotent
     return getattr(importlib.import_module(module_name), name)
 

@@ -7,14 +7,16 @@
       -> torch.accelerator routing, tensor printing through a CPU copy, neuron UntypedStorages from the
          device's allocator
 
-Cheap (a few milliseconds): the compiler behind the fallback is imported on the first op it compiles. Called
-by the ``torch.backends`` entry point (autoload.py) when torch is imported, by ``import neuroncc.device``, and
-safe to call again.
+Cheap: the eager dispatcher behind the fallback (dispatch.py and what it imports) is imported on the first op
+that reaches the fallback, the compiler on the first op it compiles. Called by the ``torch.backends`` entry
+point (autoload.py) when torch is imported, by ``import neuroncc.device``, and safe to call again.
 """
 
 from __future__ import annotations
 
+import importlib
 import threading
+from typing import Any
 
 import torch
 
@@ -63,15 +65,27 @@ def register() -> None:
 
             _setup_privateuseone_for_python_backend(DEVICE_NAME, backend_module=torch_module, hook=_Hooks(),
                                                     device_guard=_Guard())
-        from neuroncc.device import dispatch
-
         kernels = torch.library.Library("aten", "IMPL")
         structural.register(kernels)
         autograd_decomposed.register(kernels)
         fallback = torch.library.Library("_", "IMPL")
-        fallback.fallback(dispatch.device_fallback, "PrivateUse1", with_keyset=True)
-        dispatch.set_library(kernels)
+        fallback.fallback(_device_fallback, "PrivateUse1", with_keyset=True)
         _libraries.extend((kernels, fallback))
         structural.install_storage_constructor()
         route_accelerator()
         print_through_cpu()
+
+
+_fallback: list[Any] = []  # dispatch.device_fallback, once imported
+
+
+def _device_fallback(keyset: Any, op: Any, *args: Any, **kwargs: Any) -> Any:
+    """The boxed fallback as registered: the eager dispatcher's, imported by the first op that reaches it (it
+    registers direct kernels for the ops it sees, so most later calls do not come through here)."""
+    if not _fallback:
+        with _lock:
+            if not _fallback:
+                dispatch = importlib.import_module("neuroncc.device.dispatch")
+                dispatch.set_library(_libraries[0])
+                _fallback.append(dispatch.device_fallback)
+    return _fallback[0](keyset, op, *args, **kwargs)

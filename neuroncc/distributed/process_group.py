@@ -32,10 +32,13 @@ from torch._C._distributed_c10d import (
 from torch.distributed import ReduceOp
 
 from neuroncc.distributed import fsdp
+from neuroncc.device.registration import DEVICE_NAME
 from neuroncc.distributed.host import Staging
 from neuroncc.distributed.work import NeuronWork, completed, explain
 
-BACKEND_NAME = "neuron"
+#: The backend's name is the device's (``init_process_group("neuron")``, ``"cpu:gloo,neuron:neuron"``).
+BACKEND_NAME = DEVICE_NAME
+
 _AVG = ReduceOp.AVG
 _SUPPORTED_OPS = {ReduceOp.SUM, ReduceOp.AVG, ReduceOp.MAX, ReduceOp.MIN, ReduceOp.PRODUCT, ReduceOp.BAND,
                   ReduceOp.BOR, ReduceOp.BXOR}

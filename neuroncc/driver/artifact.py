@@ -236,28 +236,16 @@ def inside_artifact(directory: Path, name: str) -> Path:
 # ---- writing and reading ---------------------------------------------------------------------------------
 
 
-def write_bytes_durably(path: Path, data: bytes) -> None:
-    """Write ``data`` to a new file and fsync it (the directory entry is synced by whoever renames)."""
+def write_new_file(path: Path, data: bytes) -> None:
+    """Write ``data`` to a new file (not synced: the cache publishes an entry with one fsync, see
+    :mod:`neuroncc.driver.cache`)."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view):]
-        os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def fsync_tree(directory: Path) -> None:
-    """fsync every file and directory under ``directory`` (the target's saver writes without syncing)."""
-    for root, _dirs, files in os.walk(directory):
-        for name in files:
-            fd = os.open(os.path.join(root, name), os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        fsync_directory(Path(root))
 
 
 def fsync_directory(directory: Path) -> None:
@@ -275,7 +263,7 @@ def _stage_file_name(index: int, stage: str) -> str:
 
 def write_graph(fn: Function, directory: Path) -> None:
     """``graph.nir`` plus ``constants.npz`` (when ``fn`` has large constants)."""
-    write_bytes_durably(directory / GRAPH_NAME, print_function(fn).encode())
+    write_new_file(directory / GRAPH_NAME, print_function(fn).encode())
     resources = collect_resources(fn)
     if resources:
         with os.fdopen(os.open(directory / CONSTANTS_NAME, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as f:
@@ -324,13 +312,12 @@ def write_artifact(directory: Path, executable: Executable, contents: ArtifactCo
         (directory / STAGES_DIR).mkdir(mode=0o700)
         for index, (stage, text) in enumerate(contents.stages.items()):
             name = _stage_file_name(index, stage)
-            write_bytes_durably(directory / STAGES_DIR / name, text.encode())
+            write_new_file(directory / STAGES_DIR / name, text.encode())
             stage_names.append(name)
     target_files = [str(name) for name in codec.save(executable, directory)]
     for name in target_files:
         if not inside_artifact(directory, name).is_file():
             raise ArtifactError(f"target '{contents.target}' reported saving {name!r} but did not write it")
-    fsync_tree(directory)
     files = {
         path.relative_to(directory).as_posix(): file_digest(path)
         for path in sorted(directory.rglob("*")) if path.is_file()
@@ -352,7 +339,7 @@ def write_artifact(directory: Path, executable: Executable, contents: ArtifactCo
         created_at=contents.created_at,
         files=files,
     )
-    write_bytes_durably(directory / MANIFEST_NAME, manifest_bytes(manifest))
+    write_new_file(directory / MANIFEST_NAME, manifest_bytes(manifest))
     return manifest
 
 

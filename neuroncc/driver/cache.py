@@ -12,10 +12,20 @@ compile is published to all of them.
 
 A lookup reads ``entries/<key>`` without locking and checks every file's sha256; on a miss the process takes
 the key's lock, looks again (another process may have just published it), compiles, writes the artifact into
-``tmp/``, fsyncs it and renames it into place. So concurrent processes compile a key once, a reader sees a
-whole artifact or none, and a process killed at any point leaves no entry behind (its lock dies with it; its
-temp dir is collected later). A damaged or foreign-version entry is a miss with one :class:`CacheWarning`,
-recompiled and replaced; nothing in the cache can crash a compile or change a result.
+``tmp/``, renames it into place and releases the lock. So concurrent processes compile a key once, a reader
+sees a whole artifact or none, and a process killed at any point leaves no entry behind (its lock dies with
+it; its temp dir is collected later). A damaged or foreign-version entry is a miss with one
+:class:`CacheWarning`, recompiled and replaced; nothing in the cache can crash a compile or change a result.
+
+With ``publish_in_background`` (the caches that ``driver.compile`` opens from the environment) the write,
+rename and unlock happen on the process's writer thread (:mod:`neuroncc.driver.publisher`) while the caller
+runs the executable it already has; this process waits for that write before it reads the key from the disk,
+and the interpreter waits for it at exit.
+
+Durability: one fsync per entry, of ``entries/`` after the rename (the files themselves are not synced: a
+dozen fsyncs cost more than the rest of a one-op compile). A power loss soon after a publish can therefore
+leave an entry whose files did not reach the disk; the sha256 check finds it on the next lookup, which then
+is a miss with one warning, recompiled and replaced, as for any damaged entry.
 """
 
 from __future__ import annotations
@@ -60,6 +70,7 @@ from neuroncc.driver.cache_key import (
 )
 from neuroncc.executors.executable import Executable
 from neuroncc.driver.process_cache import CACHE_STATS, CacheStats, MemoryTier
+from neuroncc.driver.publisher import PUBLISHER
 
 CACHE_DIR_VARIABLE = "NEURONCC_CACHE_DIR"
 DISABLE_VARIABLE = "NEURONCC_DISABLE_CACHE"
@@ -125,14 +136,16 @@ class CompileCache:
 
     ``checkpoint(step)`` (tests only) is called at each step of a miss: ``compile`` (lock held, before
     compiling), ``compiled``, ``graph-written``, ``artifact-written`` (before the rename), ``published``,
-    ``stored-remote``; a test kills or stalls the process there.
+    ``stored-remote``; a test kills or stalls the process there. With ``publish_in_background`` the steps from
+    ``graph-written`` on run on the writer thread.
     """
 
     def __init__(self, directory: str | os.PathLike[str], *, environment: BuildEnvironment | None = None,
                  stats: CacheStats | None = None, lock_timeout_s: float = 600.0,
                  checkpoint: Callable[[str], None] | None = None, memory: MemoryTier | None = None,
-                 remote: RemoteTier | None = None):
+                 remote: RemoteTier | None = None, publish_in_background: bool = False):
         self.memory = memory
+        self.publish_in_background = publish_in_background
         self.remote = remote
         self.root = Path(directory).expanduser()
         self.entries_dir = self.root / "entries"
@@ -160,6 +173,8 @@ class CompileCache:
         return compute_key(request, self.environment)
 
     def entry_dir(self, key: str) -> Path:
+        """The directory of ``key``'s entry, once this process's write of it (if one is under way) is done."""
+        PUBLISHER.wait((self.root, key))
         return self.entries_dir / key
 
     # ---- compile through the cache ---------------------------------------------------------------------
@@ -191,43 +206,53 @@ class CompileCache:
 
     def _lookup_and_compile(self, key: CacheKey, request: CompileRequest, compile_fn: CompileFunction,
                             codec: ArtifactCodec, outcome: CacheOutcome) -> Executable:
+        PUBLISHER.wait((self.root, key.key))  # this process's own write of the key, if one is under way
         executable, problem = self._load(key.key, request.target, codec)
         if executable is not None:
             outcome.status = "hit"
             return executable
         warned = problem is not None
         try:
-            with self.key_lock(key.key):
-                executable, problem = self._load(key.key, request.target, codec, warn=not warned)
-                if executable is not None:
-                    outcome.status = "hit"
-                    return executable
-                executable, refused = self._fetch_remote(key.key, request.target, codec)
-                if executable is not None:
-                    outcome.status = "hit"
-                    return executable
-                outcome.status = "miss"
-                if outcome.explain_miss:
-                    outcome.closest, outcome.differing = self.explain_miss(key, request.function.name)
-                self.stats.add("misses")
-                with self._remote_compile_lock(key.key, refused) as lock:
-                    if lock is LockOutcome.PUBLISHED:  # another machine compiled it while we waited
-                        executable, _ = self._fetch_remote(key.key, request.target, codec)
-                        if executable is not None:
-                            outcome.status = "hit"
-                            return executable
-                    self._checkpoint("compile")
-                    self.stats.add("compiles")
-                    result = compile_fn(request)
-                    self._checkpoint("compiled")
-                    if self._publish(key, request, result, codec):
-                        self._store_remote(key.key)
-                    return result.executable
+            lock_fd = self._acquire_key_lock(key.key)
         except LockTimeoutError as exc:
             self.stats.add("misses")
             self._warn(f"{exc}; compiling without the cache")
             self.stats.add("compiles")
             return compile_fn(request).executable
+        try:
+            executable, problem = self._load(key.key, request.target, codec, warn=not warned)
+            if executable is not None:
+                outcome.status = "hit"
+                return executable
+            executable, refused = self._fetch_remote(key.key, request.target, codec)
+            if executable is not None:
+                outcome.status = "hit"
+                return executable
+            outcome.status = "miss"
+            if outcome.explain_miss:
+                outcome.closest, outcome.differing = self.explain_miss(key, request.function.name)
+            self.stats.add("misses")
+            with self._remote_compile_lock(key.key, refused) as lock:
+                if lock is LockOutcome.PUBLISHED:  # another machine compiled it while we waited
+                    executable, _ = self._fetch_remote(key.key, request.target, codec)
+                    if executable is not None:
+                        outcome.status = "hit"
+                        return executable
+                self._checkpoint("compile")
+                self.stats.add("compiles")
+                result = compile_fn(request)
+                self._checkpoint("compiled")
+                if self.publish_in_background and self.remote is None:
+                    # the writer publishes, then closes the lock file (releasing the lock)
+                    PUBLISHER.submit((self.root, key.key), lambda: self._publish(key, request, result, codec),
+                                     lock_fd)
+                    lock_fd = -1
+                elif self._publish(key, request, result, codec):
+                    self._store_remote(key.key)
+                return result.executable
+        finally:
+            if lock_fd >= 0:
+                os.close(lock_fd)
 
     # ---- the remote tier -------------------------------------------------------------------------------
 
@@ -273,7 +298,7 @@ class CompileCache:
             bundle.extract(staged)
             verify_artifact(staged)
             fsync_directory(staged)
-            final = self.entry_dir(key)
+            final = self.entries_dir / key
             if final.exists():
                 self._discard(final)
             os.rename(staged, final)
@@ -286,7 +311,7 @@ class CompileCache:
         if self.remote is None or not self.remote.available:
             return
         try:
-            value = pack_bundle(self.entry_dir(key), self.remote.settings.secret)
+            value = pack_bundle(self.entries_dir / key, self.remote.settings.secret)
         except (OSError, ArtifactError) as exc:
             self._warn(f"could not bundle cache entry {key[:16]} for the remote cache ({exc})")
             return
@@ -319,7 +344,7 @@ class CompileCache:
     def _load(self, key: str, target: str, codec: ArtifactCodec,
               warn: bool = True) -> tuple[Executable | None, str | None]:
         """(executable, None) on a hit; (None, None) if there is no entry; (None, problem) if it is bad."""
-        directory = self.entry_dir(key)
+        directory = self.entries_dir / key
         if not directory.exists():
             return None, None
         start = time.perf_counter()
@@ -352,13 +377,12 @@ class CompileCache:
                 created_at=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
             )
             write_artifact(temp, result.executable, contents, codec, checkpoint=self._checkpoint)
-            fsync_directory(temp)
             self._checkpoint("artifact-written")
-            final = self.entry_dir(key.key)
+            final = self.entries_dir / key.key
             if final.exists():  # a damaged entry we are replacing (we hold the key's lock)
                 self._discard(final)
             os.rename(temp, final)
-            fsync_directory(self.entries_dir)
+            fsync_directory(self.entries_dir)  # the one fsync (see "Durability" in the module docstring)
             self._checkpoint("published")
             return True
         except (OSError, NeuronccError) as exc:
@@ -399,22 +423,26 @@ class CompileCache:
     @contextlib.contextmanager
     def key_lock(self, key: str) -> Iterator[None]:
         """Hold an exclusive flock on ``locks/<key>.lock``. The kernel drops it if this process dies."""
+        fd = self._acquire_key_lock(key)
+        try:
+            yield
+        finally:
+            os.close(fd)
+
+    def _acquire_key_lock(self, key: str) -> int:
+        """An open fd of ``locks/<key>.lock`` holding its exclusive flock (closing the fd releases it)."""
         path = self.locks_dir / f"{key}.lock"
         deadline = time.monotonic() + self.lock_timeout_s
         while True:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
             try:
                 _flock_until(fd, deadline, path)
                 with contextlib.suppress(FileNotFoundError):
                     if os.stat(path).st_ino == os.fstat(fd).st_ino:
-                        break  # still the lock file at that path (cache clear did not replace it meanwhile)
+                        return fd  # still the lock file at that path (cache clear did not replace it meanwhile)
             except BaseException:
                 os.close(fd)
                 raise
-            os.close(fd)
-        try:
-            yield
-        finally:
             os.close(fd)
 
     def _discard(self, directory: Path) -> None:
@@ -437,6 +465,7 @@ class CompileCache:
 
     def list_entries(self) -> list[CacheEntry]:
         """Every entry, its manifest read and checked (files are not hashed: see :meth:`verify_entry`)."""
+        PUBLISHER.flush()  # this process's entries still being written are listed too
         found = []
         with contextlib.suppress(FileNotFoundError):
             for directory in sorted(self.entries_dir.iterdir()):
@@ -471,6 +500,7 @@ class CompileCache:
     def clear(self, older_than_s: float | None = None, now: float | None = None) -> tuple[int, int]:
         """Delete entries (all, or those created more than ``older_than_s`` ago) and leftovers of dead
         processes. Returns (entries removed, bytes freed)."""
+        PUBLISHER.flush()  # an entry still being written would otherwise appear after the clear
         now = time.time() if now is None else now
         removed = freed = 0
         if not self.root.exists():
@@ -488,6 +518,7 @@ class CompileCache:
         return removed, freed
 
     def _entry_dirs(self) -> list[Path]:
+        PUBLISHER.flush()
         with contextlib.suppress(FileNotFoundError):
             return sorted(self.entries_dir.iterdir())
         return []

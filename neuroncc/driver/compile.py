@@ -80,8 +80,11 @@ def compile_graph(fn: Function, *, target: str = DEFAULT_TARGET, pipeline: str |
 def cache_from_environ(environ: Mapping[str, str], **kwargs: Any) -> CompileCache | None:
     """The cache ``environ`` asks for: the directory ``$NEURONCC_CACHE_DIR`` (None if
     ``$NEURONCC_DISABLE_CACHE``), this process's memory tier in front of it, and behind it the remote tier
-    :func:`remote_tier_from_environ` names. ``kwargs`` go to :class:`CompileCache`."""
+    :func:`remote_tier_from_environ` names. It publishes new entries in the background (a compile returns
+    before its artifact is on the disk; see :mod:`neuroncc.driver.publisher`). ``kwargs`` go to
+    :class:`CompileCache`."""
     kwargs.setdefault("memory", PROCESS_MEMORY)
+    kwargs.setdefault("publish_in_background", True)
     cache = CompileCache.from_environ(environ, **kwargs)
     if cache is not None and "remote" not in kwargs:
         cache.remote = remote_tier_from_environ(environ)

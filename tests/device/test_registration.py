@@ -41,6 +41,20 @@ def test_autoload_stays_cheap_it_loads_no_compiler():
     assert json.loads(result.stdout) == IMPORTED_AT_AUTOLOAD
 
 
+def test_autoload_defers_the_eager_dispatcher_and_the_process_group_to_their_first_use():
+    """Both cost ``import torch`` tens of milliseconds (issue #16 allows the hook 30 ms in all)."""
+    deferred = ("neuroncc.device.dispatch", "neuroncc.distributed.process_group")
+    code = ("import sys, json, torch\n"
+            f"loaded = lambda: [m for m in {deferred!r} if m in sys.modules]\n"
+            "at_import = loaded()\n"
+            "t = torch.ones(3, device='neuron')\n"
+            "value = (t + t).sum().item()\n"
+            "print(json.dumps([at_import, loaded(), value]))")
+    result = run_python(code)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == [[], ["neuroncc.device.dispatch"], 6.0]
+
+
 def test_autoload_can_be_turned_off():
     code = "import torch\ntry:\n    torch.ones(1, device='neuron')\nexcept RuntimeError as e:\n    print('refused')"
     result = run_python(code, env={"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"})

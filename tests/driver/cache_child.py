@@ -1,10 +1,12 @@
 """A separate process for the cache tests: compile a .nir through the cache, run it, report as JSON.
 
     python cache_child.py FILE.nir TARGET [--crash-at STEP] [--stall-at STEP:SECONDS] [--barrier DIR:COUNT]
+                          [--background]
 
 The cache directory comes from $NEURONCC_CACHE_DIR. Without --crash-at/--stall-at the compile goes through
 ``compile_graph``'s environment path (as the front end's does); with them, through an explicit CompileCache whose
-checkpoint kills (SIGKILL) or stalls this process at that step of a miss.
+checkpoint kills (SIGKILL) or stalls this process at that step of a miss; ``--background`` makes that cache
+publish on the writer thread (as the environment's does), so the later steps happen there.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ def main() -> None:
     parser.add_argument("--crash-at")
     parser.add_argument("--stall-at")
     parser.add_argument("--barrier")
+    parser.add_argument("--background", action="store_true")
     args = parser.parse_args()
     fn = read_nir(Path(args.nir))
     inputs = sample_inputs(fn)
@@ -49,7 +52,8 @@ def main() -> None:
 
     cache = FROM_ENVIRONMENT
     if args.crash_at or args.stall_at:
-        cache = CompileCache(CompileCache.directory_from_environ(os.environ), checkpoint=checkpoint)
+        cache = CompileCache(CompileCache.directory_from_environ(os.environ), checkpoint=checkpoint,
+                             publish_in_background=args.background)
     if args.barrier:  # start all processes' compiles together
         directory, _, count = args.barrier.partition(":")
         Path(directory, f"ready.{os.getpid()}").touch()

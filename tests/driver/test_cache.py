@@ -20,6 +20,7 @@ from neuroncc.ir import interpret
 from neuroncc.driver import artifact
 from neuroncc.driver.cache import CacheWarning, CompileCache
 from neuroncc.driver.process_cache import CACHE_STATS, CacheStats, MemoryTier
+from neuroncc.driver.publisher import PUBLISHER
 from neuroncc.driver.cache_key import BuildEnvironment
 from neuroncc.driver.compile import compile_graph
 
@@ -277,6 +278,7 @@ def test_compile_graph_caches_in_neuroncc_cache_dir(tmp_path, monkeypatch, targe
     _assert_runs_like_reference(compile_graph(sample_function(hints=False), target=target))
     after = CACHE_STATS.snapshot()
     assert (after["compiles"] - before["compiles"], after["hits"] - before["hits"]) == (1, 1)
+    PUBLISHER.flush()  # the environment's cache publishes in the background
     assert len(list((tmp_path / "from-env" / "entries").iterdir())) == 1
 
 

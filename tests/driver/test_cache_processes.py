@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 from cache_testing import sample_function, write_nir
 
+from neuroncc.driver import artifact
+
 HERE = Path(__file__).parent
 CHILD = HERE / "cache_child.py"
 
@@ -94,3 +96,29 @@ def test_process_killed_while_publishing(nir_file, cache_dir, target, step, publ
                      "bad_entries": 0, "warnings": []}
     if not published:  # publishing collected the dead process's half-written temp dir
         assert list((cache_dir / "tmp").iterdir()) == []
+
+
+@pytest.mark.parametrize("step, published", [
+    ("graph-written", False),  # the writer thread killed halfway through the artifact
+    ("artifact-written", False),  # all written, not yet renamed into place
+    ("published", True),  # renamed into place, the writer still holds the lock
+])
+def test_process_killed_while_its_writer_thread_publishes(nir_file, cache_dir, step, published):
+    killed = _run_child(nir_file, "cpu", cache_dir, "--background", "--crash-at", step)
+    assert killed.returncode == -signal.SIGKILL
+    assert len(list((cache_dir / "entries").iterdir())) == (1 if published else 0)
+    after = _report(_run_child(nir_file, "cpu", cache_dir))
+    assert after == {"ok": True, "compiles": 0 if published else 1, "hits": 1 if published else 0,
+                     "bad_entries": 0, "warnings": []}
+
+
+def test_a_process_exits_only_after_its_writer_has_published(nir_file, cache_dir):
+    """The child is done (result checked, report printed) while its writer still stalls before the rename;
+    the interpreter waits for the writer, so the entry is whole on the disk when the process is gone."""
+    first = _report(_run_child(nir_file, "cpu", cache_dir, "--background", "--stall-at", "artifact-written:1"))
+    assert first == {"ok": True, "compiles": 1, "hits": 0, "bad_entries": 0, "warnings": []}
+    (entry,) = (cache_dir / "entries").iterdir()
+    artifact.verify_artifact(entry)
+    assert list((cache_dir / "tmp").iterdir()) == []
+    second = _report(_run_child(nir_file, "cpu", cache_dir))
+    assert second == {"ok": True, "compiles": 0, "hits": 1, "bad_entries": 0, "warnings": []}
