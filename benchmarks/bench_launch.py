@@ -14,6 +14,9 @@
    (``active_tracer()``, timed in a tight loop) in nanoseconds.
 2. ``classifier``: the demo's classifier (neuroncc/examples/classifier.py) forward + backward, eager vs
    Inductor vs neuroncc, at each thread count.
+3. ``small``: issue #18's two small models, eager vs TorchDynamo alone (``backend="eager"``: the floor every
+   backend pays per call) vs Inductor vs neuroncc: a tiny MLP's inference call (8x64 -> 256 -> 10) and the
+   classifier's whole AdamW step (forward + backward + ``AdamW.step()``, the optimizer eager in every column).
 
 Interleaved medians (benchmarks/common.py); the load average is printed with the results: the machine is
 shared, so compare ratios within one run.
@@ -95,8 +98,12 @@ def bench_hook(repeat: int, clock) -> tuple[list[list[str]], float]:
     exe = compile_graph(chain_graph(), target="cpu", cache=None)
     xn, wn = x.numpy(), w.numpy()
     assert active_tracer() is None
+
+    def unhooked(*inputs):  # CpuExecutable.__call__ without its tracer check: the same frames otherwise
+        return exe._call(inputs, exe._calls)
+
     times = interleaved({"executable (A)": lambda: exe(xn, wn), "executable (A, again)": lambda: exe(xn, wn),
-                         "executable, no tracer hook": lambda: exe._call((xn, wn), exe._calls)},
+                         "executable, no tracer hook": lambda: unhooked(xn, wn)},
                         repeats=repeat, warmup=20, clock=clock)
     number = 200_000
     check_ns = min(timeit.repeat(active_tracer, number=number, repeat=5)) / number * 1e9
@@ -128,6 +135,43 @@ def bench_classifier(repeat: int, clock) -> list[list[str]]:
     return [[name, f"{t * 1e3:.3f}", f"{t / eager:.2f}"] for name, t in times.items()]
 
 
+def bench_small(repeat: int, clock) -> list[list[str]]:
+    """The tiny MLP's inference call and the classifier's AdamW step, per implementation."""
+    import torch
+
+    from neuroncc.examples.classifier import ClassifierConfig, build_example, make_batch
+
+    torch.manual_seed(0)
+    mlp = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10)).eval()
+    x = torch.randn(8, 64)
+    backends = {"eager": None, "dynamo floor": "eager", "inductor": "inductor", "neuroncc": "neuron"}
+    rows = []
+    with torch.no_grad():
+        impls = {name: (mlp if b is None else torch.compile(mlp, backend=b, dynamic=False)) for name, b in backends.items()}
+        torch.testing.assert_close(impls["neuroncc"](x), mlp(x), rtol=1e-5, atol=1e-5)
+        times = interleaved({name: (lambda f=f: f(x)) for name, f in impls.items()}, repeats=repeat * 5, warmup=20,
+                            clock=clock)
+    rows += [["MLP 8x64->256->10 inference", name, f"{t * 1e6:.1f} us", f"{t / times['eager']:.2f}"]
+             for name, t in times.items()]
+    config = ClassifierConfig()
+    tokens, labels = make_batch(config, torch.Generator().manual_seed(1))
+    steps = {}
+    for name, b in backends.items():
+        model = build_example(0, config)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        run = model if b is None else torch.compile(model, backend=b, dynamic=False)
+
+        def step(run=run, model=model, optimizer=optimizer):
+            optimizer.zero_grad(set_to_none=True)
+            run(tokens, labels).backward()
+            optimizer.step()
+        steps[name] = step
+    times = interleaved(steps, repeats=max(repeat // 4, 20), warmup=5, clock=clock)
+    rows += [["classifier AdamW step", name, f"{t * 1e3:.3f} ms", f"{t / times['eager']:.2f}"]
+             for name, t in times.items()]
+    return rows
+
+
 def _clock(args: argparse.Namespace, threads: int):
     return time.thread_time if args.cpu_time and threads == 1 else time.perf_counter
 
@@ -140,7 +184,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeat", type=int, default=200)
     parser.add_argument("--threads", default="1,2")
-    parser.add_argument("--only", choices=["chain", "hook", "classifier"], default=None)
+    parser.add_argument("--only", choices=["chain", "hook", "classifier", "small"], default=None)
     parser.add_argument("--cpu-time", action="store_true",
                         help="time 1-thread runs by the calling thread's CPU time (time.thread_time), which leaves "
                              "out the time a loaded machine keeps the process descheduled")
@@ -161,7 +205,14 @@ def main() -> None:
               f"load {load()}")
         print(table(rows, ["", "us / call", "vs (A)", "vs (A)"]))
         print(f"the hook's check alone (active_tracer(), front end's tracer installed): {check_ns:.0f} ns per call")
-    if args.only in ("chain", "hook"):
+    if args.only in (None, "small"):
+        for threads in (int(t) for t in args.threads.split(",")):
+            torch.set_num_threads(threads)
+            torch._dynamo.reset()
+            rows = bench_small(args.repeat, _clock(args, threads))
+            print(f"\nsmall models (issue #18), {threads} thread(s), {_clock_name(args, threads)}, load {load()}")
+            print(table(rows, ["model", "", "time", "x eager"]))
+    if args.only in ("chain", "hook", "small"):
         return
     for threads in (int(t) for t in args.threads.split(",")):
         torch.set_num_threads(threads)
