@@ -48,6 +48,10 @@ def _meta_inputs(info: StepInfo) -> tuple[torch.Tensor, ...]:
 class TorchProfilerTracer:
     """Opens a ``torch.profiler`` range per traced step while a profiler is running."""
 
+    def __init__(self) -> None:
+        # torch.autograd.profiler's own flag, which every profiler start/stop sets: read by a C-level call
+        self.watching = functools.partial(getattr, autograd_profiler, "_is_profiler_enabled")
+
     def active(self) -> bool:
         return autograd_profiler._is_profiler_enabled
 

@@ -10,7 +10,7 @@ import torch.nn as nn
 
 import neuroncc  # noqa: F401
 from neuroncc.executors import tracing
-from neuroncc.frontend.profiling import TRACER
+from neuroncc.frontend.profiling import TRACER, ensure_installed
 
 
 class Block(nn.Module):
@@ -72,9 +72,31 @@ def test_no_profiler_no_ranges_and_tracer_inactive():
     compiled(x)
     assert TRACER in tracing._tracers
     assert tracing.active_tracer() is None  # the launcher then runs its plain step list
+    assert not tracing.watching()
     with torch.profiler.profile():
-        assert tracing.active_tracer() is TRACER
-    assert tracing.active_tracer() is None
+        assert tracing.watching() and tracing.active_tracer() is TRACER
+    assert tracing.active_tracer() is None and not tracing.watching()
+
+
+def test_the_per_call_check_has_no_python_frame_and_follows_every_tracer():
+    """``tracing.watching`` is what every executable call asks first: a C-level callable when one tracer (or
+    none) is installed, and with two it asks both."""
+    import types
+
+    ensure_installed()  # as binding any compiled graph does
+    assert not isinstance(tracing.watching, types.FunctionType | types.MethodType)  # no Python frame per call
+    recorder = tracing.TimelineRecorder()
+    with tracing.installed(recorder):
+        assert tracing.watching()  # a recorder is always active: the two-tracer check asks it too
+    assert not tracing.watching()
+    saved = tracing._tracers
+    try:
+        for tracer in saved:
+            tracing.uninstall(tracer)
+        assert tracing.watching is bool and not tracing.watching()
+    finally:
+        for tracer in reversed(saved):
+            tracing.install(tracer)
 
 
 @torch.library.custom_op("neuroncc_profiling::running_total", mutates_args=())

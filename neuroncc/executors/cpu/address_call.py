@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from neuroncc.executors.cpu.buffers import storage_dtype
+from neuroncc.executors import tracing
 from neuroncc.executors.tracing import active_tracer
 
 
@@ -107,7 +108,8 @@ class AddressCall:
         return kernel.args, kernel.args_address, tuple(kernel.serial_calls), slots
 
     def __call__(self, inputs: Sequence[int], outputs: Sequence[int]) -> None:
-        tracer = active_tracer()  # a profiler or recorder watching: the launcher's traced steps, in its range
+        # a profiler or recorder watching: the launcher's traced steps, in its range
+        tracer = active_tracer() if tracing.watching() else None
         if tracer is not None:
             calls, graph = self.exe.traced_calls(tracer)
             with tracer.step(graph):
