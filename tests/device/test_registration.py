@@ -55,6 +55,19 @@ def test_autoload_defers_the_eager_dispatcher_and_the_process_group_to_their_fir
     assert json.loads(result.stdout) == [[], ["neuroncc.device.dispatch"], 6.0]
 
 
+def test_the_eager_device_modules_do_not_import_torchdynamo_or_inductor():
+    """Importing TorchDynamo and Inductor costs a process ~2 s; the eager device's first op used to pay it
+    through two module-level imports of the front end (``prims.fma``'s definition, ``CheckpointPolicy``)."""
+    modules = ("neuroncc.device.entries", "neuroncc.device.kernels", "neuroncc.device.programs",
+               "neuroncc.frontend.lowering.decompositions", "neuroncc.frontend.lowering.random_ops")
+    code = ("import sys, json, importlib, torch\n"
+            f"for name in {modules!r}: importlib.import_module(name)\n"
+            "print(json.dumps([m for m in ('torch._dynamo', 'torch._inductor') if m in sys.modules]))")
+    result = run_python(code)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == []
+
+
 def test_autoload_can_be_turned_off():
     code = "import torch\ntry:\n    torch.ones(1, device='neuron')\nexcept RuntimeError as e:\n    print('refused')"
     result = run_python(code, env={"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"})

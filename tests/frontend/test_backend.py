@@ -165,3 +165,23 @@ def test_second_compile_of_the_same_graph_hits_the_compile_cache():
     torch.testing.assert_close(out, model(x))
     counts = neuroncc.stats()
     assert counts["cache_hits"] == 1 and counts["cache_misses"] == 1 and counts["inference_graphs"] == 2
+
+
+def test_prims_fma_decomposes_when_the_table_was_built_before_torchdynamo_loaded():
+    """``addcmul_(value=...)`` reaches the backend as ``prims.fma``, an op Inductor's module defines. The
+    decomposition table does not import that module (it would load TorchDynamo into eager-only processes), so
+    the entry must join a table built earlier, once TorchDynamo has loaded it."""
+    code = (
+        "import sys, torch\n"
+        "from neuroncc.frontend.lowering.decompositions import decomposition_table\n"
+        "decomposition_table()\n"
+        "assert 'torch._inductor.inductor_prims' not in sys.modules\n"
+        "def f(p, a, b):\n"
+        "    p.addcmul_(a, b, value=0.5)\n"
+        "    return p * 2\n"
+        "p, a, b = torch.randn(16), torch.randn(16), torch.randn(16)\n"
+        "want_p = p.clone(); want = f(want_p, a, b)\n"
+        "got = torch.compile(f, backend='neuron', dynamic=False)(p, a, b)\n"
+        "torch.testing.assert_close(got, want); torch.testing.assert_close(p, want_p)\n"
+        "assert torch.ops.prims.fma.default in decomposition_table()\n")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=300)

@@ -11,8 +11,9 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 
+import sys
+
 import torch
-import torch._inductor.inductor_prims  # noqa: F401  (defines prims.fma, which TorchDynamo puts in graphs)
 from torch._decomp import _core_aten_decompositions_post_autograd, get_decompositions
 
 from neuroncc.frontend.lowering.coverage import coverage_decompositions
@@ -84,15 +85,26 @@ OWN_DECOMPOSITIONS = {
 }
 
 
-@functools.cache
 def decomposition_table() -> dict[torch._ops.OperatorBase, Callable]:
-    """The table passed to AOTAutograd (built once; the dict is shared, do not mutate it)."""
+    """The table passed to AOTAutograd (built once; the dict is shared, do not mutate it).
+
+    ``prims.fma`` is defined by ``torch._inductor.inductor_prims``, which TorchDynamo imports before it writes
+    the op into a graph (``addcmul_``/``addcdiv_`` with a value). Importing it here would import all of
+    TorchDynamo and Inductor (~2 s) into processes that never trace (the eager device's first op), so its
+    entry joins the table once that module is loaded, which every graph holding the op implies."""
+    table = _table()
+    if "torch._inductor.inductor_prims" in sys.modules:
+        table.setdefault(torch.ops.prims.fma.default, _fma)
+    return table
+
+
+@functools.cache
+def _table() -> dict[torch._ops.OperatorBase, Callable]:
     table = dict(_core_aten_decompositions_post_autograd())
     table.update(get_decompositions(list(EXTRA_DECOMPOSITIONS)))
     table.update(coverage_decompositions())  # ops added for OpInfo coverage (frontend/lowering/coverage.py)
     table.update(library_decompositions())  # pinv over svd/eigh (frontend/lowering/library.py)
     table.update(foreach_decompositions())  # _foreach_* -> one aten call per tensor (frontend/lowering/foreach.py)
-    table[torch.ops.prims.fma.default] = _fma
     table.update(OWN_DECOMPOSITIONS)
     table.update(random_decompositions())  # random ops over the Philox generator (frontend/lowering/random_ops.py)
     for op in REMOVED_DECOMPOSITIONS:

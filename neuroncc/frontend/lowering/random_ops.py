@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 import torch
 from torch._decomp import get_decompositions
-from torch._functorch.partitioners import CheckpointPolicy
+from torch.utils.checkpoint import CheckpointPolicy  # the partitioners module imports Inductor (~2 s)
 
 from neuroncc.ir import REGISTRY, DType
 
