@@ -9,9 +9,8 @@ mm/addmm/bmm, convolution and its backward, embedding, var). Every rule below sa
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
-
 import sys
+from collections.abc import Callable
 
 import torch
 from torch._decomp import _core_aten_decompositions_post_autograd, get_decompositions
