@@ -21,7 +21,7 @@ from neuroncc.device import generators
 from neuroncc.device.kernels import Binding
 from neuroncc.frontend.lowering.random_ops import draw_key
 from neuroncc.frontend import backend as frontend_backend
-from neuroncc.frontend.importer import ComputedOutput, InputOutput
+from neuroncc.frontend.importer import ComputedOutput
 
 
 class NeuronDevice:
@@ -40,15 +40,7 @@ class NeuronDevice:
             values.append(draw_key(generators.generator(index)))
         targets = {output: args[position] for position, output in graph.mutations}
         made = binding(values, index, targets)
-        outputs = []
-        for output, _ in compiled.outputs:
-            if isinstance(output, ComputedOutput):
-                outputs.append(made[output.index])
-            elif isinstance(output, InputOutput):
-                outputs.append(args[output.position])
-            else:
-                outputs.append(output.value)
-        return outputs
+        return compiled.graph_outputs(args, lambda output, _: made[output.index])
 
 
 def _binding(compiled: Any, args: list[Any]) -> Binding:

@@ -80,17 +80,24 @@ class CompiledGraph:
             # The cpu target's ATen call raises torch's own error; the numpy references (interp, nki-sim) raise
             # the IR's. Users catch what eager raises, whatever the target: the IR's error stays the cause.
             raise torch.linalg.LinAlgError(str(error)) from error
+        outputs = self.graph_outputs(args, lambda output, layout: wrap_result(results[output.index], output.spec,
+                                                                             layout))
+        if graph.mutations:
+            self._write_back(args, results)
+        args.clear()
+        return outputs
+
+    def graph_outputs(self, args: list[Any], computed: Any) -> list[Any]:
+        """The graph's outputs in order: ``computed(output, numpy layout)`` for computed ones, the input tensor
+        itself for inputs returned unchanged, the constant for the rest (every calling convention shares this)."""
         outputs: list[Any] = []
         for output, layout in self.outputs:
             if isinstance(output, ComputedOutput):
-                outputs.append(wrap_result(results[output.index], output.spec, layout))
+                outputs.append(computed(output, layout))
             elif isinstance(output, InputOutput):
                 outputs.append(args[output.position])
             else:
                 outputs.append(output.value)
-        if graph.mutations:
-            self._write_back(args, results)
-        args.clear()
         return outputs
 
     def _call_direct(self, args: list[Any]) -> list[Any] | None:
@@ -101,14 +108,7 @@ class CompiledGraph:
             raise torch.linalg.LinAlgError(str(error)) from error
         if made is None:
             return None
-        outputs: list[Any] = []
-        for output, _ in self.outputs:
-            if isinstance(output, ComputedOutput):
-                outputs.append(made[output.index])
-            elif isinstance(output, InputOutput):
-                outputs.append(args[output.position])
-            else:
-                outputs.append(output.value)
+        outputs = self.graph_outputs(args, lambda output, _: made[output.index])
         if self.graph.mutations:
             with torch.no_grad():
                 for position, index in self.graph.mutations:
