@@ -28,7 +28,7 @@ needs_blas = pytest.mark.skipif(blas.library().sgemm is None, reason="torch's li
 def _run(words, addresses):
     program = (ctypes.c_int64 * len(words))(*words)
     table = (ctypes.c_int64 * len(addresses))(*addresses)
-    native_sequence._Interpreter.function()(program, len(words), table)
+    native_sequence.interpreter()(program, len(words), table)
 
 
 def test_set_writes_a_buffer_address_plus_offset_into_a_slot():

@@ -28,7 +28,7 @@ in Python, as without it.
 from __future__ import annotations
 
 import ctypes
-import threading
+import functools
 from typing import Any
 
 from neuroncc.codegen.llvm import jit
@@ -155,19 +155,14 @@ def _interpreter_ir() -> str:
     return "\n".join(lines) + "\n"
 
 
-class _Interpreter:
-    """The compiled interpreter, built on first use (one small LLVM module per process)."""
-
-    _lock = threading.Lock()
-    _loaded: tuple[Any, Any] | None = None  # (its JitModule: keeps the code mapped, the ctypes function)
-
-    @classmethod
-    def function(cls) -> Any:
-        with cls._lock:
-            if cls._loaded is None:
-                module = jit.compile_ir([_interpreter_ir()])
-                cls._loaded = (module, _SEQUENCE_FN(module.address("neuroncc_run_sequence")))
-            return cls._loaded[1]
+@functools.cache
+def interpreter() -> Any:
+    """The compiled interpreter as a ctypes function, built on first use (one small LLVM module per process;
+    two threads racing here compile it twice, harmlessly). The cache keeps its JitModule alive with it."""
+    module = jit.compile_ir([_interpreter_ir()])
+    function = _SEQUENCE_FN(module.address("neuroncc_run_sequence"))
+    function.module = module  # the code stays mapped while the function is reachable
+    return function
 
 
 def kernel_words(kernel: Any) -> list[int] | None:
@@ -222,7 +217,7 @@ class NativeSequence:
         self.words = len(words)
         self.addresses = (ctypes.c_int64 * max(buffers, 1))()
         self.precision = precision  # torch's float32 matmul precision getter, when a GEMM is in the program
-        self.run = _Interpreter.function()
+        self.run = interpreter()
 
     def __call__(self, flats: list[Any], addresses: list[int]) -> None:
         if self.precision is not None and self.precision() != "highest":
