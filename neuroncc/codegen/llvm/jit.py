@@ -192,6 +192,30 @@ def assembly(ir_texts: list[str], target: CpuTarget | None = None) -> str:
     return tm.emit_assembly(module)
 
 
+def _compile_module(text: str, context: Any, tm: llvm.TargetMachine, tier: Tier) -> bytes:
+    """One module's object code: parsed and verified in ``context``, optimized and emitted at ``tier``."""
+    module = _parse(text, context)
+    try:
+        _run_o3(module, tm, tier)
+        return _emit_object(tm, module)
+    finally:
+        module.close()
+
+
+#: per thread: its target machine per tier (a target machine is reusable for any number of modules, by one
+#: thread at a time)
+_MACHINES = threading.local()
+
+
+def _thread_machine(tier: Tier) -> llvm.TargetMachine:
+    machines = getattr(_MACHINES, "by_tier", None)
+    if machines is None:
+        machines = _MACHINES.by_tier = {}
+    if tier not in machines:
+        machines[tier] = target_machine(tier=tier)
+    return machines[tier]
+
+
 class _Worker(threading.Thread):
     """Takes (index, module text) from the shared inbox until None, compiling each in its own LLVM context."""
 
@@ -209,10 +233,7 @@ class _Worker(threading.Thread):
                 if context is None:
                     context, tm = llvm.create_context(), target_machine(tier=self.tier)
                 index, text = task
-                module = _parse(text, context)
-                _run_o3(module, tm, self.tier)
-                self.objects[index] = _emit_object(tm, module)
-                module.close()
+                self.objects[index] = _compile_module(text, context, tm, self.tier)
             except BaseException as exc:  # re-raised on the compiling thread by KernelCompiler.finish
                 self.error = exc
 
@@ -265,7 +286,17 @@ class KernelCompiler:
 
 
 def compile_ir(ir_texts: list[str], workers: int = 1, tier: Tier = Tier.OPTIMIZED) -> JitModule:
-    """Verify, optimize (at ``tier``), emit object code and load it. Raises CodegenError on invalid IR."""
+    """Verify, optimize (at ``tier``), emit object code and load it. Raises CodegenError on invalid IR.
+
+    One module, or one worker, compiles on the calling thread: starting and joining a worker thread costs
+    more than a quick-tier module's compile on a busy machine."""
+    if workers <= 1 or len(ir_texts) == 1:
+        with _LOCK:
+            _initialize()
+        if not ir_texts:
+            raise CodegenError("no LLVM modules to compile")
+        context, tm = llvm.create_context(), _thread_machine(tier)  # a fresh context: its uniqued types go with it
+        return load_objects([_compile_module(text, context, tm, tier) for text in ir_texts], ir_texts)
     compiler = KernelCompiler(workers, tier)
     for text in ir_texts:
         compiler.submit(text)
