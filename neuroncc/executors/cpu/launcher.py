@@ -366,10 +366,7 @@ def build_cpu_executable(fn: Function, options: Mapping[str, Any] | None = None)
             quick.optimized = OPTIMIZER.submit(
                 lambda: _executable(top, copy.copy(plan), jit.compile_ir(texts, 1), options, time.perf_counter()))
             return quick
-        compiler = jit.KernelCompiler(workers)
-        for text in texts:
-            compiler.submit(text)
-        return _executable(top, plan, compiler.finish(), options, start)
+        return _executable(top, plan, jit.compile_ir(texts, workers) if texts else None, options, start)
     compiler = jit.KernelCompiler(workers)
     try:
         plan, _ = plan_launch(top, cpu, features, _memory_plan(options), on_kernel=compiler.submit)

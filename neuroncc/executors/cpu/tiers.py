@@ -13,6 +13,11 @@ results at both tiers (``jit.tier_independent``: no reassociated sums, no assump
 reciprocals), so a kernel's results never depend on which code ran, and when the executable's work is small
 (``QUICK_MAX_WORK``), so the slower code costs less on the calls it runs than the compile it saves.
 
+The optimizer works when the compiler is idle: it starts a build only once no quick build has been queued for
+``QUIET_SECONDS``. A burst of first calls (a model's first step) thus compiles quick code back to back, without
+the optimizer's LLVM calls and Python work taking turns with it (llvmlite's process-wide lock, the GIL), and
+the optimized code follows the burst.
+
 The background thread is not a daemon and exits when it has nothing left to do: the interpreter waits for
 pending optimizations at exit (the cache writer waits for them anyway, and LLVM must not be torn down under a
 running compile). After ``fork`` the child runs the jobs the parent had not finished again.
@@ -23,6 +28,7 @@ from __future__ import annotations
 import collections
 import os
 import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import Any
@@ -34,6 +40,8 @@ from neuroncc.codegen.llvm.program import CpuLaunchPlan, StepKind
 #: have to run at the quick tier first. Unvectorized O0 code runs elementwise kernels several times slower:
 #: at this size that is tens of microseconds a call, against ~15 ms of compile the quick tier saves.
 QUICK_MAX_WORK = 1 << 18
+#: Seconds without a new quick build before the optimizer starts its next build (see the module docstring).
+QUIET_SECONDS = 0.05
 
 
 def plan_work(plan: CpuLaunchPlan) -> int:
@@ -68,11 +76,13 @@ class BackgroundOptimizer:
         self._queue: collections.deque[_Job] = collections.deque()
         self._running: _Job | None = None
         self._thread: threading.Thread | None = None
+        self._quiet_at = 0.0  # time.monotonic() from which the compiler counts as idle
 
     def submit(self, build: Callable[[], Any]) -> Future:
         """Run ``build()`` in the background; its result (or exception) becomes the returned future's."""
         job = _Job(build, Future())
         with self._lock:
+            self._quiet_at = time.monotonic() + QUIET_SECONDS
             self._queue.append(job)
             self._start_locked()
         return job.future
@@ -102,6 +112,8 @@ class BackgroundOptimizer:
 
     def _drain(self) -> None:
         while True:
+            while (idle_in := self._quiet_at - time.monotonic()) > 0:
+                time.sleep(idle_in)
             with self._lock:
                 if not self._queue:
                     self._thread = None
