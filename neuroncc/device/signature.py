@@ -61,7 +61,11 @@ def describe(args: Sequence[Any], kwargs: dict[str, Any]) -> tuple[tuple[Any, ..
     if kwargs:
         for name, value in kwargs.items():
             key.append(name)
-            _walk(value, key, tensors, floats)
+            if type(value) is float:  # alpha=, lr=
+                floats.append(value)
+                key.append(FLOAT)
+            else:
+                _walk(value, key, tensors, floats)
     return tuple(key), tensors, floats
 
 
