@@ -191,6 +191,7 @@ class CompiledKernel:
                   for output, t in self.writes.items()}
         self.binding = Binding(executable, inputs, results, writes)
         self.tensor_only = all(s >= 0 for s in self.sources)
+        self.call_tensors = len(tensors)
         # one new tensor returned as it is (most ops): the call needs no result assembly
         self.single = (not form.writes and self.binding.fast is not None
                        and len(program.outputs) == 1 and isinstance(program.outputs[0], ComputedOutput)
@@ -267,13 +268,16 @@ class CompiledKernel:
         the general path's branches cost more than the rest of the call)."""
         make = memory.tensor_maker(*self.binding.fast[0][:4], self.index, self.binding.fast[0][4])
         run, sources, index, state = self.binding.run, self.sources, self.index, self.state
+        data_ptr = torch.Tensor.data_ptr
+        in_order = list(sources) == list(range(self.call_tensors))  # the call's tensors are the parameters
 
         def call(args: tuple[Any, ...], kwargs: dict[str, Any], tensors: list[torch.Tensor],
                  floats: list[float]) -> torch.Tensor:
             state.device_calls += 1
             out = make()
             try:
-                run([tensors[s].data_ptr() for s in sources], [out.data_ptr()])
+                run(list(map(data_ptr, tensors)) if in_order else [tensors[s].data_ptr() for s in sources],
+                    [out.data_ptr()])
             except KernelIndexError:
                 return run_on_host(self.form, args, kwargs, index)
             return out
