@@ -122,3 +122,19 @@ def test_the_optimizer_thread_runs_jobs_in_order_and_reports_errors():
     assert (first.result(), last.result(), order) == ("one", "three", [1, 3])
     assert isinstance(failing.exception(), ZeroDivisionError)
     assert tiers.OPTIMIZER.pending() == 0
+
+
+def test_why_arcp_is_tier_dependent(rng, monkeypatch):
+    """x / y with y broadcast along rows: O3 hoists y's reciprocal out of the row loop and multiplies, the quick
+    tier divides each element by estimate (the numerator folded into the Newton step): other bits. So a module
+    with ``arcp`` never starts quick."""
+    b = Builder("row_divisor")
+    x = b.param(TensorType(SHAPE, DType.f32), "x")
+    y = b.param(TensorType((SHAPE[0], 1), DType.f32), "y")
+    fn = run_pipeline(default_pipeline("cpu"), b.build([b.op("div", x, y)]))
+    assert build_cpu_executable(fn, {"quick_first": True}).optimized is None
+    monkeypatch.setattr(jit, "tier_independent", lambda text: True)  # what a quick start would compute
+    quick = build_cpu_executable(fn, {"quick_first": True})
+    optimized = quick.optimized.result(timeout=120)
+    args = [_special_inputs(rng, 1)[0], (rng.standard_normal((SHAPE[0], 1)) * 3).astype(np.float32)]
+    assert (_bits(quick(*args))[0] != _bits(optimized(*args))[0]).any()
