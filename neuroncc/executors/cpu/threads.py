@@ -154,8 +154,9 @@ def _team_module() -> jit.JitModule:
     return jit.compile_ir([team_entry_ir()])
 
 
+@functools.cache
 def team_entry() -> int:
-    """The address of the team entry (``neuroncc_team``, see codegen/llvm/entries.py)."""
+    """The address of the team entry (``neuroncc_team``, see codegen/llvm/entries.py), looked up once."""
     return _team_module().address(TEAM_ENTRY)
 
 
