@@ -241,7 +241,9 @@ class WrapNumbers:
         kernel = self.handler.entries.get(key)
         if isinstance(kernel, CompiledKernel) and not wrapped_floats:
             self.direct = kernel.fed_by_numbers(self._feed(new_args, positions, wrapped_tensors))
-            self.holds_kernel = self.direct is not None
+            if self.direct is not None:
+                self.holds_kernel = True
+                self.call = self.direct  # type: ignore[method-assign]  # the dispatcher calls it straight
         return result
 
     @staticmethod

@@ -299,6 +299,21 @@ class CompiledKernel:
         run, index, state, form = self.binding.run, self.index, self.state, self.form
         params = tuple(feed[s] for s in self.sources)
         addressof = ctypes.addressof
+        if len(params) == 2 and params[0][2] is None and params[1][2] is not None:  # x * 0.5: one tensor, one number
+            (tensor, _, _), (_, position, number_type) = params
+
+            def tensor_and_number(args: tuple[Any, ...], kwargs: dict[str, Any], tensors: list[torch.Tensor],
+                                  floats: list[float]) -> torch.Tensor:
+                state.device_calls += 1
+                number = number_type(args[position])
+                out = make()
+                try:
+                    run([tensors[tensor].data_ptr(), addressof(number)], [out.data_ptr()])
+                except KernelIndexError:
+                    return run_on_host(form, args, kwargs, index)
+                return out
+
+            return tensor_and_number
 
         def call(args: tuple[Any, ...], kwargs: dict[str, Any], tensors: list[torch.Tensor],
                  floats: list[float]) -> torch.Tensor:
