@@ -212,6 +212,21 @@ def test_large_outputs_are_streamed_with_nontemporal_stores(rng):
     assert "movnt" in jit.assembly(exe.module.llvm_ir)
 
 
+def test_long_streamed_rows_go_through_an_l1_sized_buffer(rng):
+    # cross-entropy's gradient rows (32000 classes): each was computed into a 128 KB stack buffer (L2) before
+    # its non-temporal copy; now in pieces of at most 16 KiB, the last one shorter (32000 = 7 * 4096 + 3328)
+    import re
+
+    b = Builder("long_rows")
+    x = b.param(TensorType((48, 32000), DType.f32), "x")
+    fn = b.build([b.op("exp", b.op("sub", x, b.op("amax", x, dims=(1,), keepdim=True)))])
+    exe, _ = run_both(fn, [rng.standard_normal((48, 32000)).astype(np.float32)])
+    ir_text = "".join(exe.module.llvm_ir)
+    buffers = [int(n) for n in re.findall(r"alloca \[(\d+) x float\]", ir_text)]
+    assert buffers and max(buffers) * 4 <= 16384, buffers
+    assert ir_text.count("!nontemporal") >= 1
+
+
 @pytest.mark.parametrize("heavy", [True, False])
 def test_compute_bound_outputs_are_not_streamed(rng, heavy):
     # two transcendentals per element: the stage is compute-bound, plain stores beat the stack-buffer round trip

@@ -46,6 +46,9 @@ from neuroncc.ir.types import contiguous_strides
 
 #: Map-stage outputs at least this large are written with non-temporal stores ...
 STREAM_MIN_BYTES = 1 << 22
+#: ... through a stack buffer of at most this many bytes per output, half of L1: a longer row is streamed in
+#: pieces (cross-entropy's 32000-class rows went through a 128 KB buffer, written to L2 and read back)
+STREAM_BUFFER_BYTES = 1 << 14
 #: ... unless each element computes this many transcendental functions: such a stage is compute-bound, and
 #: the stack-buffer round trip costs more than the read-for-ownership it saves (gelu(x*w+b)*sigmoid(x) on
 #: [4096, 1024], 2 threads: 1.96 ms streamed, 1.76 ms with plain stores).
@@ -275,16 +278,28 @@ class KernelEmitter(IndexArithmetic):
         # the output with aligned non-temporal vector stores: no read-for-ownership of the output lines.
         lo, hi = ranges[-1]
         length = block or stage.shape[-1]
+        # a long row goes through the buffer in pieces that stay in L1 (whole cache lines of every output)
+        piece = min(length, STREAM_BUFFER_BYTES // max(storage_itemsize(t.dtype) for t in streamed))
         rows = {}
         for target in streamed:
-            row = self._entry.alloca(ir.ArrayType(storage_type(target.dtype), length))
+            row = self._entry.alloca(ir.ArrayType(storage_type(target.dtype), piece))
             row.align = CACHE_LINE_BYTES
             rows[target.arg] = row
 
-        def body(prefix: Index) -> None:
-            self.loop(lo, hi, lambda i: self._map_body(stage, prefix + [i], rows, lo))
+        def stream(prefix: Index, start: Any, stop: Any) -> None:
+            self.loop(start, stop, lambda i: self._map_body(stage, prefix + [i], rows, start))
             for target in streamed:
-                self._stream_row(rows[target.arg], target, prefix + [lo], self.sub(hi, lo))
+                self._stream_row(rows[target.arg], target, prefix + [start], self.sub(stop, start))
+
+        def body(prefix: Index) -> None:
+            if piece == length:
+                stream(prefix, lo, hi)
+            else:
+                def one_piece(k: Any) -> None:
+                    start = self.add(lo, self.mul(k, piece))
+                    stream(prefix, start, self.min(self.add(start, piece), hi))
+
+                self.loop(0, -(-length // piece), one_piece)
             self._streamed = True
 
         self.nest(ranges[:-1], body)
