@@ -227,6 +227,28 @@ def test_long_streamed_rows_go_through_an_l1_sized_buffer(rng):
     assert ir_text.count("!nontemporal") >= 1
 
 
+@pytest.mark.parametrize(("cols", "passes", "prefetched"), [(1024, 3, True), (8192, 3, False), (1024, 1, False)])
+def test_row_loops_prefetch_the_next_row_of_their_input(cols, passes, prefetched, rng):
+    # softmax's later passes over a row run from L1 and miss nothing, so no hardware prefetcher fetches the next
+    # row meanwhile: each row prefetches the next one's lines (rows up to 16 KiB; a one-pass loop streams alone)
+    from neuroncc.codegen.llvm import jit
+
+    b = Builder("prefetch")
+    x = b.param(TensorType((64, cols), DType.f32), "x")
+    if passes == 3:
+        e = b.op("exp", b.op("sub", x, b.op("amax", x, dims=(1,), keepdim=True)))
+        y = b.op("div", e, b.op("sum", e, dims=(1,), keepdim=True))
+    else:
+        y = b.op("exp", x)
+    from neuroncc.codegen.llvm.regions import fuse_whole_function
+
+    exe, _ = run_both(fuse_whole_function(b.build([y])), [rng.standard_normal((64, cols)).astype(np.float32)])
+    ir_text = "".join(exe.module.llvm_ir)
+    assert ("llvm.prefetch" in ir_text) == prefetched
+    if prefetched:
+        assert "prefetcht0" in jit.assembly(exe.module.llvm_ir)
+
+
 @pytest.mark.parametrize("heavy", [True, False])
 def test_compute_bound_outputs_are_not_streamed(rng, heavy):
     # two transcendentals per element: the stage is compute-bound, plain stores beat the stack-buffer round trip
