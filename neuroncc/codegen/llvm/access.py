@@ -18,7 +18,9 @@ from llvmlite import ir
 
 from neuroncc.codegen.llvm.context import EmitContext, Index
 from neuroncc.codegen.llvm.philox import RANDOM
-from neuroncc.codegen.llvm.scalars import F32, F32_EXACT_BITS, F64, I1, I32, I64, call, compute_type, constant, round_to, to_index
+from neuroncc.codegen.llvm.scalars import (
+    F32, F32_EXACT_BITS, F64, I1, I32, I64, call, compute_type, constant, round_to, to_index,
+)
 from neuroncc.ir.dtypes import DType
 from neuroncc.ir.graph import Op
 from neuroncc.ir.ops.indexing import index_result_shape
