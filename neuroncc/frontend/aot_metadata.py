@@ -25,6 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+import torch._dynamo  # noqa: F401 - first: AOTAutograd's modules import each other in TorchDynamo's order
 from torch._C import _functionalization
 from torch._functorch._aot_autograd import descriptors
 from torch._functorch._aot_autograd.functional_utils import MetadataKey, ViewMetaSequence

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+import torch._dynamo  # noqa: F401 - first: AOTAutograd's modules import each other in TorchDynamo's order
 import torch.fx as fx
 from torch._functorch._aot_autograd.runtime_wrappers import (
     AOTDispatchAutograd,
