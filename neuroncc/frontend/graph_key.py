@@ -215,6 +215,7 @@ def _global_state_text() -> str:
                 for device in torch._C._autocast_supported_devices() if torch.is_autocast_enabled(device)}
     state = {
         "grad_enabled": torch.is_grad_enabled(),
+        "inference_mode": torch.is_inference_mode_enabled(),
         "autocast": autocast,
         "deterministic": torch.are_deterministic_algorithms_enabled(),
         "deterministic_warn_only": torch.is_deterministic_algorithms_warn_only_enabled(),

@@ -26,7 +26,7 @@ from neuroncc.frontend import graph_cache
 def _mlp_train() -> list[torch.Tensor]:
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.LayerNorm(16),
-                                torch.nn.Linear(16, 4))
+                                torch.nn.Dropout(0.25), torch.nn.Linear(16, 4))
     x = torch.randn(6, 8)
     compiled = torch.compile(model, backend="neuron")
     loss = compiled(x).square().mean()
