@@ -95,12 +95,15 @@ def lookup(gm: fx.GraphModule, example_inputs: Sequence[Any], name: str, options
     except Uncacheable as reason:
         _uncacheable(name, str(reason))
         return Lookup()
+    except Exception as exc:  # noqa: BLE001 - keying must never break a compile: the graph is compiled as before
+        _uncacheable(name, f"internal error while keying the graph ({type(exc).__name__}: {exc})")
+        return Lookup()
     payload = read_graph_entry(cache, key.key, options.target)
     if payload is not None:
         start = time.perf_counter()
         try:
             runtime = _rebuild(payload, cache, options.target, gm, aot_config, params_buffers)
-        except (BadMetadata, _StaleEntry, KeyError, TypeError, ValueError) as exc:
+        except Exception as exc:  # noqa: BLE001 - a bad entry is a miss, never a crash (BadMetadata, a stale entry, ...)
             warnings.warn(f"ignoring graph cache entry {key.key[:16]} of {name} ({exc}); recompiling",
                           CacheWarning, stacklevel=2)
             runtime = None

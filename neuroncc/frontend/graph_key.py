@@ -159,7 +159,7 @@ def _tensor_text(tensor: torch.Tensor, with_data: bool) -> str:
         if nbytes > MAX_HASHED_CONSTANT_BYTES:
             raise Uncacheable(f"a constant tensor of {nbytes} bytes")
         data = tensor.detach().resolve_conj().resolve_neg().contiguous().cpu()
-        text += ":" + hashlib.sha256(data.view(torch.uint8).numpy().tobytes() if data.numel() else b"").hexdigest()
+        text += ":" + hashlib.sha256(data.reshape(-1).view(torch.uint8).numpy().tobytes()).hexdigest()
     return text
 
 
