@@ -1,7 +1,8 @@
 """The graph cache in front of AOTAutograd (neuroncc/frontend/graph_cache.py): a second, fresh process runs a
 TorchDynamo graph it has seen before without AOTAutograd (the child makes AOTAutograd unusable, and counts its
 runs), bit for bit as the first process did, for training graphs with input mutations (BatchNorm's running
-statistics) and aliased outputs (a view of an input, a view of an intermediate) and for an inference graph. A
+statistics) and aliased outputs (a view of an input, a view of an intermediate), an inference graph and a
+compiled AdamW step (parameters and optimizer state updated in place). A
 damaged or tampered entry, or one whose artifacts are gone, is a miss with one warning and a recompile, never a
 crash; a graph the key cannot describe is compiled as before, with its reason counted."""
 
@@ -23,7 +24,7 @@ from neuroncc.driver.graph_entries import PAYLOAD_NAME, TARGET_PREFIX
 from neuroncc.frontend import graph_cache
 
 CHILD = Path(__file__).parent / "graph_cache_child.py"
-SCENARIOS = ("mlp_train", "batchnorm_train", "view_output", "inference")
+SCENARIOS = ("mlp_train", "batchnorm_train", "view_output", "inference", "adamw_step")
 
 
 def _run(scenario: str, mode: str, cache_dir: Path, path: Path | None = None) -> dict:
