@@ -89,6 +89,8 @@ def write_graph_entry(cache: CompileCache, key: CacheKey, *, graph_name: str, ta
     try:
         data = (json.dumps(payload, sort_keys=True, separators=(",", ":"), allow_nan=False) + "\n").encode()
         with cache.key_lock(key.key):
+            if _intact(cache.entries_dir / key.key):
+                return True  # another process published it meanwhile: keep it (a reader may be loading it)
             temp = Path(tempfile.mkdtemp(prefix=f"{key.key[:16]}.{os.getpid()}.", dir=cache.tmp_dir))
             try:
                 write_new_file(temp / PAYLOAD_NAME, data)
@@ -142,3 +144,13 @@ def read_graph_entry(cache: CompileCache, key: str, target: str) -> Mapping[str,
                       stacklevel=3)
         return None
     return payload
+
+
+def _intact(directory: Path) -> bool:
+    if not directory.exists():
+        return False
+    try:
+        verify_artifact(directory)
+    except ArtifactError:
+        return False
+    return True
