@@ -81,15 +81,17 @@ def is_graph_entry(manifest: Manifest) -> bool:
 
 def write_graph_entry(cache: CompileCache, key: CacheKey, *, graph_name: str, target: str,
                       inputs: Sequence[tuple[str, Sequence[int], Sequence[int]]], options: Mapping[str, Any],
-                      payload: Mapping[str, Any], timings: Mapping[str, float], neuroncc_version: str) -> bool:
-    """Publish the graph entry ``key`` (replacing a damaged one); False, with one warning, if it could not be
-    written. ``inputs``: (dtype, shape, strides) of each graph input, for ``neuroncc cache list``."""
+                      payload: Mapping[str, Any], timings: Mapping[str, float], neuroncc_version: str,
+                      replace: bool = False) -> bool:
+    """Publish the graph entry ``key`` (replacing a damaged one, or with ``replace`` any one: an entry whose
+    payload did not decode); False, with one warning, if it could not be written. ``inputs``: (dtype, shape,
+    strides) of each graph input, for ``neuroncc cache list``."""
     if not cache.ensure_usable():
         return False
     try:
         data = (json.dumps(payload, sort_keys=True, separators=(",", ":"), allow_nan=False) + "\n").encode()
         with cache.key_lock(key.key):
-            if _intact(cache.entries_dir / key.key):
+            if not replace and _intact(cache.entries_dir / key.key):
                 return True  # another process published it meanwhile: keep it (a reader may be loading it)
             temp = Path(tempfile.mkdtemp(prefix=f"{key.key[:16]}.{os.getpid()}.", dir=cache.tmp_dir))
             try:

@@ -99,6 +99,7 @@ def lookup(gm: fx.GraphModule, example_inputs: Sequence[Any], name: str, options
         _uncacheable(name, f"internal error while keying the graph ({type(exc).__name__}: {exc})")
         return Lookup()
     payload = read_graph_entry(cache, key.key, options.target)
+    replace = False  # an entry whose payload does not rebuild is replaced by this compile's
     if payload is not None:
         start = time.perf_counter()
         try:
@@ -106,7 +107,7 @@ def lookup(gm: fx.GraphModule, example_inputs: Sequence[Any], name: str, options
         except Exception as exc:  # noqa: BLE001 - a bad entry is a miss, never a crash (BadMetadata, a stale entry, ...)
             warnings.warn(f"ignoring graph cache entry {key.key[:16]} of {name} ({exc}); recompiling",
                           CacheWarning, stacklevel=2)
-            runtime = None
+            runtime, replace = None, True
         if runtime is not None:
             stats.increment("graph_cache_hits")
             for artifact in (key.key, *_artifact_keys(payload)):
@@ -121,7 +122,7 @@ def lookup(gm: fx.GraphModule, example_inputs: Sequence[Any], name: str, options
                  f"; the stored entry of {closest} differs in: {', '.join(differing)}" if closest else "")
     inputs = [(str(t.dtype).removeprefix("torch."), list(t.shape), list(t.stride()))
               for t in [*params_buffers, *example_inputs]]
-    return Lookup(recorder=GraphRecorder(cache, key, name, options, inputs))
+    return Lookup(recorder=GraphRecorder(cache, key, name, options, inputs, replace))
 
 
 def _uncacheable(name: str, reason: str) -> None:
@@ -276,8 +277,9 @@ class GraphRecorder:
     """Collects one graph's entry while AOTAutograd and neuroncc compile it; publishes it when complete."""
 
     def __init__(self, cache: CompileCache, key: CacheKey, name: str, options: BackendOptions,
-                 inputs: list[tuple[str, list[int], list[int]]]):
+                 inputs: list[tuple[str, list[int], list[int]]], replace: bool = False):
         self.cache, self.key, self.name, self.options, self.inputs = cache, key, name, options, inputs
+        self.replace = replace
         self.kind: str | None = None
         self.forward: dict[str, Any] | None = None
         self.backward: dict[str, Any] | None = None
@@ -347,6 +349,6 @@ class GraphRecorder:
         if write_graph_entry(self.cache, self.key, graph_name=self.name, target=self.options.target,
                              inputs=self.inputs, options={"target": self.options.target}, payload=payload,
                              timings={"compile": time.perf_counter() - self.start},
-                             neuroncc_version=neuroncc.__version__):
+                             neuroncc_version=neuroncc.__version__, replace=self.replace):
             stats.increment("graph_cache_stores")
             cache_artifacts.record(self.key.key)
