@@ -18,7 +18,8 @@ torch._dynamo``, torch's own import, paid alike by all), as ``bench_models.py --
 "aot runs" counts the graphs AOTAutograd traced (``neuroncc.stats()["aot_autograd_runs"]``). "own s" is the
 time in neuroncc's ``compile_aten_graph`` (FX import to IR, cache lookup and load, or the
 compile), summed over the forward and backward graphs; the rest of a neuroncc first call beyond the floor is
-AOTAutograd. The modes run interleaved, round by round; the table shows medians and minimums.
+AOTAutograd. "lookup s" is the graph cache's part (``graph_cache.lookup``: the key, and on a hit reading the
+entry, loading both artifacts and building AOTAutograd's runtime wrappers). The modes run interleaved, round by round; the table shows medians and minimums.
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ def first_call(row: str, mode: str, artifacts: Path) -> dict[str, float]:
 
     from neuroncc.frontend import backend as neuron_backend
 
-    result = {"own": 0.0, "load": 0.0}
+    result = {"own": 0.0, "load": 0.0, "lookup": 0.0}
     if mode == "prewarmed":
         begin = time.perf_counter()
         torch.compiler.load_cache_artifacts(artifacts.read_bytes())
@@ -67,6 +68,16 @@ def first_call(row: str, mode: str, artifacts: Path) -> dict[str, float]:
             result["own"] += time.perf_counter() - begin
 
     neuron_backend.compile_aten_graph = timed
+    lookup = neuron_backend.graph_cache.lookup
+
+    def timed_lookup(*args: object, **kwargs: object) -> object:
+        begin = time.perf_counter()
+        try:
+            return lookup(*args, **kwargs)
+        finally:
+            result["lookup"] += time.perf_counter() - begin
+
+    neuron_backend.graph_cache.lookup = timed_lookup
     _, factory, make_input, _ = ROWS[row]
     torch.manual_seed(0)
     model = factory().train(True)
@@ -134,9 +145,10 @@ def main() -> None:
         rows.append([mode, f"{median:.2f}", f"{min(seconds):.2f}", f"{median - floor:+.2f}",
                      f"{statistics.median(r['own'] for r in runs[mode]):.2f}",
                      f"{statistics.median(r['load'] for r in runs[mode]):.2f}",
+                     f"{statistics.median(r.get('lookup', 0.0) for r in runs[mode]):.3f}",
                      str(runs[mode][-1].get("compiled", "-")), str(runs[mode][-1].get("aot_runs", "-"))])
     print(f"row {args.row}, {args.rounds} rounds of fresh processes; load {os.getloadavg()[0]:.1f}")
-    print(table(rows, ["mode", "first call s (median)", "min s", "vs eager floor s", "own s", "load s",
+    print(table(rows, ["mode", "first call s (median)", "min s", "vs eager floor s", "own s", "load s", "lookup s",
                        "graphs compiled", "aot runs"]))
 
 
