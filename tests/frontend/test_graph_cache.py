@@ -178,3 +178,15 @@ def test_the_graph_cache_can_be_turned_off(monkeypatch):
         torch.compile(model, backend="neuron")(torch.randn(3, 4)).sum().backward()
     stats = neuroncc.stats()
     assert stats["aot_autograd_runs"] == 2 and stats["graph_cache_hits"] == stats["graph_cache_misses"] == 0
+
+
+def test_a_miss_names_the_key_components_that_changed(caplog):
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(x) * 2
+
+    with caplog.at_level("INFO", logger="neuroncc.frontend"):
+        torch.compile(f, backend="neuron", dynamic=False)(torch.randn(2, 3))
+        torch._dynamo.reset()
+        torch.compile(f, backend="neuron", dynamic=False)(torch.randn(2, 4))
+    misses = [r.getMessage() for r in caplog.records if "graph cache miss" in r.getMessage()]
+    assert len(misses) == 2 and misses[1].endswith("differs in: inputs"), misses
