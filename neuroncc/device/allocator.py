@@ -54,18 +54,32 @@ class Block:
 class DevicePool:
     """The blocks of one device: free lists by size, and the counters ``torch.neuron.memory_stats`` reports.
 
-    The counters are plain attributes updated on every allocation and release (the eager path makes and
-    frees a tensor per op); :meth:`stats` names them as CUDA's allocator does."""
+    The eager path makes and frees a tensor per op, so the hot path keeps the fewest counters (current bytes
+    and blocks, their peaks, allocations and cache hits, bytes allocated in all); the counters of frees are
+    derived from them (what was allocated and is no longer), with an offset taken when they are reset."""
+
+    __slots__ = ("index", "_lock", "_free", "cached_bytes", "allocated", "allocated_peak", "allocated_total",
+                 "active", "active_peak", "allocations", "cache_hits", "reserved", "reserved_peak",
+                 "reserved_total", "released_total", "segments", "segments_peak", "_freed_base", "_frees_base")
 
     def __init__(self, index: int):
         self.index = index
         self._lock = threading.RLock()  # RLock: a block may die (and come back here) inside an allocation
         self._free: dict[int, list[tuple[np.ndarray, int]]] = defaultdict(list)
         self.cached_bytes = 0
-        self.allocated = self.allocated_peak = self.allocated_total = self.freed_total = 0
+        self.allocated = self.allocated_peak = self.allocated_total = 0
+        self.active = self.active_peak = self.allocations = self.cache_hits = 0
         self.reserved = self.reserved_peak = self.reserved_total = self.released_total = 0
-        self.active = self.active_peak = self.allocations = self.frees = 0
-        self.segments = self.segments_peak = self.cache_hits = 0
+        self.segments = self.segments_peak = 0
+        self._freed_base = self._frees_base = 0  # allocated bytes / blocks when the accumulated counts restarted
+
+    @property
+    def freed_total(self) -> int:
+        return self.allocated_total - self.allocated + self._freed_base
+
+    @property
+    def frees(self) -> int:
+        return self.allocations - self.active + self._frees_base
 
     def allocate(self, nbytes: int) -> Block:
         size = -(-max(nbytes, 1) // _SMALL_ROUND) * _SMALL_ROUND if nbytes < _SMALL_LIMIT else \
@@ -77,30 +91,33 @@ class DevicePool:
                 self.cached_bytes -= size
                 self.cache_hits += 1
             else:
-                memory, address = _fresh(size)
-                self.reserved += size
-                self.reserved_total += size
-                self.segments += 1
-                if self.reserved > self.reserved_peak:
-                    self.reserved_peak = self.reserved
-                if self.segments > self.segments_peak:
-                    self.segments_peak = self.segments
-            self.allocated += size
+                memory, address = self._grow(size)
+            allocated = self.allocated = self.allocated + size
+            active = self.active = self.active + 1
             self.allocated_total += size
-            self.active += 1
             self.allocations += 1
-            if self.allocated > self.allocated_peak:
-                self.allocated_peak = self.allocated
-            if self.active > self.active_peak:
-                self.active_peak = self.active
+            if allocated > self.allocated_peak:
+                self.allocated_peak = allocated
+            if active > self.active_peak:
+                self.active_peak = active
         return Block(self, size, address, memory)
+
+    def _grow(self, size: int) -> tuple[np.ndarray, int]:
+        """A new segment of ``size`` bytes (the free list had none of that size)."""
+        memory, address = _fresh(size)
+        self.reserved += size
+        self.reserved_total += size
+        self.segments += 1
+        if self.reserved > self.reserved_peak:
+            self.reserved_peak = self.reserved
+        if self.segments > self.segments_peak:
+            self.segments_peak = self.segments
+        return memory, address
 
     def release(self, size: int, memory: np.ndarray, address: int) -> None:
         with self._lock:
             self.allocated -= size
-            self.freed_total += size
             self.active -= 1
-            self.frees += 1
             if self.cached_bytes + size <= CONFIG.cached_bytes:
                 self._free[size].append((memory, address))
                 self.cached_bytes += size
@@ -128,8 +145,9 @@ class DevicePool:
 
     def reset_accumulated(self) -> None:
         with self._lock:
-            self.allocated_total = self.freed_total = self.reserved_total = self.released_total = 0
-            self.allocations = self.frees = self.cache_hits = 0
+            self.allocated_total = self.reserved_total = self.released_total = 0
+            self.allocations = self.cache_hits = 0
+            self._freed_base, self._frees_base = self.allocated, self.active
 
     def stats(self) -> dict[str, int]:
         with self._lock:
@@ -143,6 +161,12 @@ class DevicePool:
                 "reserved_bytes.all.freed": self.released_total, "reserved_bytes.all.peak": self.reserved_peak,
                 "segment.all.current": self.segments, "segment.all.peak": self.segments_peak,
             }
+
+
+def scratch_block(nbytes: int) -> tuple[np.ndarray, int]:
+    """Host memory of ``nbytes`` (at least 1) aligned as blocks are, outside every pool (a kernel's scratch
+    output, owned by its caller): (the memory to keep alive, its aligned address)."""
+    return _fresh(max(nbytes, 1))
 
 
 def _fresh(size: int) -> tuple[np.ndarray, int]:

@@ -6,6 +6,7 @@ the first op that needs an entry, so registering the device stays cheap.
 
 from __future__ import annotations
 
+import math
 import weakref
 from typing import Any
 
@@ -234,11 +235,12 @@ _WRAPPED_CAPACITY = 256
 
 
 def wrapped_number(value: Any) -> torch.Tensor:
-    """``torch.tensor(value)``, shared between calls passing the same number. Floats are keyed by their bits
-    (``-0.0`` is not ``0.0``; a NaN finds its own), bools and ints by type too (``True == 1``). A tensor some
+    """``torch.tensor(value)``, shared between calls passing the same number. Keys hold the type (``True == 1``)
+    and a zero's sign (``-0.0 == 0.0``); a NaN is never found again (``nan != nan``), so each makes a tensor. A tensor some
     kernel wrote into (its version moved) is not handed out again."""
     kind = type(value)
-    key = (kind, value.hex() if kind is float else value)
+    # a zero carries its sign (0.0 == -0.0 as keys); a NaN never finds itself and makes a fresh tensor
+    key = (kind, value) if value else (kind, value, math.copysign(1.0, value))
     cached = _WRAPPED.get(key)
     if cached is not None and cached[0]._version == cached[1]:
         return cached[0]

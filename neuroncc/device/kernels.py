@@ -5,14 +5,16 @@ of each input tensor (device memory is host memory; CPU 0-d tensors are host mem
 float as a 0-d buffer, allocates each new result from the device's allocator with the strides wanted (eager's)
 and lets the executable write it in place when its output layout is those strides (the common case), else
 through a temporary. Results the call writes into existing tensors (``add_``, ``out=``, a compiled graph's
-input mutations) come back in a temporary and are copied in: the executable's outputs must not alias its
-inputs. Dtypes an executable stores differently (bfloat16 travels as float32, see
+input mutations) come back in a temporary and are copied in (or, for a whole storage, exchange memory with
+it; small ones use the entry's own scratch memory, cheaper than a fresh block per call): the executable's
+outputs must not alias its inputs (the kernels' pointers are ``noalias``). Dtypes an executable stores differently (bfloat16 travels as float32, see
 neuroncc.executors.executable) are converted on the way.
 """
 
 from __future__ import annotations
 
 import ctypes
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -21,6 +23,7 @@ import torch
 from torch.utils._pytree import tree_unflatten
 
 from neuroncc.device import memory
+from neuroncc.device.allocator import scratch_block
 from neuroncc.device.fallback import run_on_host
 from neuroncc.device.op_forms import OpForm, argument
 from neuroncc.device.programs import Program
@@ -75,7 +78,7 @@ class Binding:
     def __init__(self, executable: Any, inputs: Sequence[torch.dtype | str],
                  results: dict[int, tuple[tuple[int, ...], tuple[int, ...], torch.dtype]],
                  writes: dict[int, tuple[tuple[int, ...], tuple[int, ...], torch.dtype]]):
-        self.run = AddressCall(executable)
+        self.run = AddressCall(executable).runner()
         function = executable.function
         layouts = executable.output_strides
         self.convert: list[Any] = []  # per parameter: None (address as is), "float32", or a scalar maker
@@ -165,6 +168,10 @@ class Binding:
         return made
 
 
+#: In-place calls writing at most this many bytes in all write through a scratch buffer and a copy
+SMALL_WRITE_BYTES = 16 << 10
+
+
 class CompiledKernel:
     """The eager entry of a compiled op program: ``kernel(args, kwargs, tensors, floats)`` -> the op's result."""
 
@@ -184,6 +191,7 @@ class CompiledKernel:
                   for output, t in self.writes.items()}
         self.binding = Binding(executable, inputs, results, writes)
         self.tensor_only = all(s >= 0 for s in self.sources)
+        self.call_tensors = len(tensors)
         # one new tensor returned as it is (most ops): the call needs no result assembly
         self.single = (not form.writes and self.binding.fast is not None
                        and len(program.outputs) == 1 and isinstance(program.outputs[0], ComputedOutput)
@@ -207,14 +215,21 @@ class CompiledKernel:
         fresh blocks, each then becomes (or is copied into) its argument, and the written arguments are
         returned as the op returns them."""
         binding, form = self.binding, self.form
-        new, run, index, state, commit = memory.new_tensor, binding.run, self.index, self.state, memory.commit
+        run, index, state, commit = binding.run, self.index, self.state, memory.commit
         sources = tuple(self.sources)
         floats_at = tuple(-1 - s for s in sources if s < 0)
         outputs = tuple((spec, self.writes[position]) for position, (_, spec, _) in enumerate(binding.outputs))
+        makers = tuple(memory.tensor_maker(*spec[:4], index, spec[4]) for spec, _ in outputs)
         op = form.op
         positions = {a.name: p for p, a in enumerate(op._schema.arguments)}
         returned = tuple((positions[name], name) for name in form.returns)
-        c_float, addressof = ctypes.c_float, ctypes.addressof
+        c_float, addressof, memmove = ctypes.c_float, ctypes.addressof, ctypes.memmove
+        # small results (a bias's optimizer update, a step counter): through this entry's scratch memory
+        scratch, scratch_lock = None, threading.Lock()
+        if sum(spec[0] for spec, _ in outputs) <= SMALL_WRITE_BYTES:
+            memory_and_addresses = [scratch_block(spec[0]) for spec, _ in outputs]
+            self._scratch = [m for m, _ in memory_and_addresses]  # kept alive with the entry
+            scratch = [address for _, address in memory_and_addresses]
 
         def call(args: tuple[Any, ...], kwargs: dict[str, Any], tensors: list[torch.Tensor],
                  floats: list[float]) -> Any:
@@ -225,14 +240,22 @@ class CompiledKernel:
                 addresses = [tensors[s].data_ptr() if s >= 0 else addressof(next(lifted)) for s in sources]
             else:
                 addresses = [tensors[s].data_ptr() for s in sources]
-            fresh = [new(nbytes, shape, strides, dtype, index, contiguous)
-                     for (nbytes, shape, strides, dtype, contiguous), _ in outputs]
-            try:
-                run(addresses, [t.data_ptr() for t in fresh])
-            except KernelIndexError:
-                return run_on_host(form, args, kwargs, index)
-            for (spec, target), made in zip(outputs, fresh):
-                commit(tensors[target], made, spec[0])
+            if scratch is not None:
+                with scratch_lock:
+                    try:
+                        run(addresses, scratch)
+                    except KernelIndexError:
+                        return run_on_host(form, args, kwargs, index)
+                    for ((nbytes, *_), target), address in zip(outputs, scratch):
+                        memmove(tensors[target].data_ptr(), address, nbytes)
+            else:
+                fresh = [make() for make in makers]
+                try:
+                    run(addresses, [t.data_ptr() for t in fresh])
+                except KernelIndexError:
+                    return run_on_host(form, args, kwargs, index)
+                for (spec, target), made in zip(outputs, fresh):
+                    commit(tensors[target], made, spec[0])
             if not returned:
                 return None
             values = [args[p] if p < len(args) else argument(op, name, args, kwargs) for p, name in returned]
@@ -243,15 +266,18 @@ class CompiledKernel:
     def _one_tensor_in_one_out(self) -> Any:
         """The commonest call as one closure: tensors in, one new tensor out (instance attribute lookups and
         the general path's branches cost more than the rest of the call)."""
-        (nbytes, shape, strides, dtype, contiguous), = self.binding.fast
-        new, run, sources, index, state = memory.new_tensor, self.binding.run, self.sources, self.index, self.state
+        make = memory.tensor_maker(*self.binding.fast[0][:4], self.index, self.binding.fast[0][4])
+        run, sources, index, state = self.binding.run, self.sources, self.index, self.state
+        data_ptr = torch.Tensor.data_ptr
+        in_order = list(sources) == list(range(self.call_tensors))  # the call's tensors are the parameters
 
         def call(args: tuple[Any, ...], kwargs: dict[str, Any], tensors: list[torch.Tensor],
                  floats: list[float]) -> torch.Tensor:
             state.device_calls += 1
-            out = new(nbytes, shape, strides, dtype, index, contiguous)
+            out = make()
             try:
-                run([tensors[s].data_ptr() for s in sources], [out.data_ptr()])
+                run(list(map(data_ptr, tensors)) if in_order else [tensors[s].data_ptr() for s in sources],
+                    [out.data_ptr()])
             except KernelIndexError:
                 return run_on_host(self.form, args, kwargs, index)
             return out

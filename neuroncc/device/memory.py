@@ -14,7 +14,9 @@ read and write a neuron tensor in place: copies across devices, the CPU fallback
 from __future__ import annotations
 
 import ctypes
+import functools
 import math
+from collections.abc import Callable
 
 import torch
 
@@ -106,6 +108,25 @@ def new_tensor(nbytes: int, shape: tuple[int, ...] | list[int], stride: tuple[in
     tensor = _bare_tensor(_EMPTY_SHAPE, dtype) if index == 0 else _bare_on(index, dtype)
     _redispatch_set(CPU_KEYS, tensor, storage, 0, shape, stride)
     return tensor
+
+
+def tensor_maker(nbytes: int, shape: tuple[int, ...] | list[int], stride: tuple[int, ...] | list[int],
+                 dtype: torch.dtype, index: int, contiguous: bool = False) -> Callable[[], torch.Tensor]:
+    """``make()`` -> a new tensor as :func:`new_tensor` makes it, for a caller that makes tensors of one layout
+    over and over (a compiled op's result): the pool and the branches are settled once, here."""
+    if not (contiguous and index == 0):
+        return functools.partial(new_tensor, nbytes, shape, stride, dtype, index, contiguous)
+    allocate = ALLOCATOR.pool(0).allocate
+
+    def make() -> torch.Tensor:
+        block = allocate(nbytes)
+        tensor = _bare_tensor(shape, dtype)
+        storage = tensor.untyped_storage()
+        storage._swap_data_ptr_(_storage_at(block.address, _DEVICE_0, nbytes))
+        storage._owner = block
+        return tensor
+
+    return make
 
 
 def empty(shape: tuple[int, ...] | list[int], dtype: torch.dtype, index: int) -> torch.Tensor:

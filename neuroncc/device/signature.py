@@ -46,17 +46,26 @@ def describe(args: Sequence[Any], kwargs: dict[str, Any]) -> tuple[tuple[Any, ..
     tensors: list[torch.Tensor] = []
     floats: list[float] = []
     for value in args:
-        if type(value) is _Tensor:  # the commonest argument, inline (the rest of _walk's tensor case)
+        kind = type(value)
+        if kind is _Tensor:  # the commonest arguments inline (the rest of _walk's tensor and float cases)
             device = value.get_device()
             if device >= 0 or value.dim() != 0 or value.dtype is not _float64:
                 tensors.append(value)
                 key.append((value.dtype, value.shape, value.stride(), device))
                 continue
+        elif kind is float:
+            floats.append(value)
+            key.append(FLOAT)
+            continue
         _walk(value, key, tensors, floats)
     if kwargs:
         for name, value in kwargs.items():
             key.append(name)
-            _walk(value, key, tensors, floats)
+            if type(value) is float:  # alpha=, lr=
+                floats.append(value)
+                key.append(FLOAT)
+            else:
+                _walk(value, key, tensors, floats)
     return tuple(key), tensors, floats
 
 

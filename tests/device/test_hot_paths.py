@@ -95,3 +95,54 @@ def test_wrapped_numbers_are_shared_by_bits_and_never_reused_once_written():
     assert fresh is not shared and fresh.item() == 0.75
     x_cpu = torch.randn(6)
     torch.testing.assert_close((x_cpu.to("neuron") * 0.75).cpu(), x_cpu * 0.75)
+
+
+def test_small_in_place_results_are_copied_in_from_the_entry_scratch_memory():
+    """A small in-place result is written into the tensor's own memory (its data pointer stays), a large one
+    exchanges storage memory; both match eager, also from several threads sharing one entry."""
+    import threading
+
+    small_cpu, large_cpu = torch.randn(16), torch.randn(64, 128)  # 64 bytes; 32 KiB > SMALL_WRITE_BYTES
+    small, large = small_cpu.to("neuron"), large_cpu.to("neuron")
+    small_address = small.data_ptr()
+    small.mul_(0.5)
+    large.mul_(0.5)
+    assert small.data_ptr() == small_address
+    torch.testing.assert_close(small.cpu(), small_cpu * 0.5)
+    torch.testing.assert_close(large.cpu(), large_cpu * 0.5)
+
+    rows_cpu = [torch.randn(16) for _ in range(4)]
+    rows = [r.to("neuron") for r in rows_cpu]
+    errors = []
+
+    def update(row: torch.Tensor, row_cpu: torch.Tensor) -> None:
+        try:
+            for step in range(200):
+                row.add_(row, alpha=1e-3 * (step % 3))
+                row_cpu.add_(row_cpu, alpha=1e-3 * (step % 3))
+        except Exception as error:  # noqa: BLE001 - reported below
+            errors.append(error)
+
+    threads = [threading.Thread(target=update, args=pair) for pair in zip(rows, rows_cpu)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors
+    for row, row_cpu in zip(rows, rows_cpu):
+        torch.testing.assert_close(row.cpu(), row_cpu)
+
+
+def test_freed_counters_follow_a_reset_of_the_accumulated_statistics():
+    keep = torch.empty(64, device="neuron")
+    torch.neuron.reset_accumulated_memory_stats()
+    stats = torch.neuron.memory_stats()
+    assert stats["active.all.allocated"] == stats["active.all.freed"] == 0
+    assert stats["allocated_bytes.all.freed"] == 0
+    made = [torch.empty(100, device="neuron") for _ in range(3)]
+    del made[:2]
+    stats = torch.neuron.memory_stats()
+    assert stats["active.all.allocated"] == 3 and stats["active.all.freed"] == 2
+    assert stats["allocated_bytes.all.freed"] == 2 * 512 and stats["allocated_bytes.all.allocated"] == 3 * 512
+    del made, keep
+    assert torch.neuron.memory_stats()["active.all.freed"] == 4  # keep was allocated before the reset

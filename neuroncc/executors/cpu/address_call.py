@@ -107,6 +107,30 @@ class AddressCall:
         slots = tuple((slot, *places[buffer], offset) for slot, buffer, offset in kernel.dynamic)
         return kernel.args, kernel.args_address, tuple(kernel.serial_calls), slots
 
+    def runner(self) -> Any:
+        """``run(inputs, outputs)``, the same call as this object's, made for a caller that calls it per op:
+        for the single-kernel executable a closure that sets the kernel's pointers and calls it (two Python
+        frames fewer than ``__call__``: a third of the call on a 16-element op), else this object."""
+        if self._single is None:
+            return self
+        args, address, calls, slots = self._single
+        lock, traced = self.exe._lock, self.__call__
+        inputs_only = tuple((slot, position, offset) for slot, is_input, position, offset in slots if is_input)
+        outputs_only = tuple((slot, position, offset) for slot, is_input, position, offset in slots if not is_input)
+
+        def run(inputs: Sequence[int], outputs: Sequence[int]) -> None:
+            if tracing.watching():
+                return traced(inputs, outputs)
+            with lock:
+                for slot, position, offset in inputs_only:
+                    args[slot] = inputs[position] + offset
+                for slot, position, offset in outputs_only:
+                    args[slot] = outputs[position] + offset
+                for fn, n_outer in calls:
+                    fn(address, 0, n_outer)
+
+        return run
+
     def __call__(self, inputs: Sequence[int], outputs: Sequence[int]) -> None:
         # a profiler or recorder watching: the launcher's traced steps, in its range
         tracer = active_tracer() if tracing.watching() else None
