@@ -1,7 +1,8 @@
 """The backend's options: ``torch.compile(model, backend="neuron", options={...})``.
 
-Read once, at the API boundary (the backend entry point), together with the one environment variable the
-backend honours (``NEURONCC_DUMP``); everything below receives a :class:`BackendOptions` value.
+Read once, at the API boundary (the backend entry point), together with the environment variables the
+backend honours (``NEURONCC_DUMP``, ``NEURONCC_DISABLE_GRAPH_CACHE``); everything below receives a
+:class:`BackendOptions` value.
 
     target    where graphs run: "interp" (reference interpreter), "cpu" (LLVM), "nki-sim"
               (default: neuroncc.driver.compile.DEFAULT_TARGET)
