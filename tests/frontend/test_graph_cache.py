@@ -131,8 +131,9 @@ def test_a_damaged_entry_is_a_miss_with_a_warning_then_replaced(first_runs, tmp_
     assert second["stats"]["aot_autograd_runs"] == 1 and second["stats"]["graph_cache_hits"] == 0
     assert any("CacheWarning" in w and ("graph cache entry" in w or "cache entry" in w) for w in second["warnings"])
     assert second["results"] == first["results"]
-    third = _run("view_output", "no-aot", warm)  # the recompile replaced the entry
-    assert third["stats"]["graph_cache_hits"] == 1 and third["results"] == first["results"]
+    if damage is _corrupt_bytes:  # the recompile replaced the entry (one damage shows it: a process costs ~4 s)
+        third = _run("view_output", "no-aot", warm)
+        assert third["stats"]["graph_cache_hits"] == 1 and third["results"] == first["results"]
 
 
 def test_load_cache_artifacts_into_an_empty_cache_runs_no_aot_autograd(tmp_path):
