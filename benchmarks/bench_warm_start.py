@@ -8,13 +8,18 @@ torch._dynamo``, torch's own import, paid alike by all), as ``bench_models.py --
     eager       backend="eager": TorchDynamo tracing plus the step itself (the floor)
     aot_eager   backend="aot_eager": the floor plus AOTAutograd's tracing and partitioning
     cold        neuroncc from an empty compile cache (then ``torch.compiler.save_cache_artifacts()``, untimed)
-    warm        neuroncc over the cache the cold run filled
+    warm        neuroncc over the cache the cold run filled: the graph cache (frontend/graph_cache.py) runs
+                the graph without AOTAutograd
+    warm_aot    the same with the graph cache off (NEURONCC_DISABLE_GRAPH_CACHE=1): AOTAutograd runs, every
+                compile is a compile-cache hit (the warm start before the graph cache)
     prewarmed   neuroncc from another empty cache, after ``torch.compiler.load_cache_artifacts()`` of the cold
                 run's bytes (the load is timed apart: "load s")
 
-"own s" is the time in neuroncc's ``compile_aten_graph`` (FX import to IR, cache lookup and load, or the
+"aot runs" counts the graphs AOTAutograd traced (``neuroncc.stats()["aot_autograd_runs"]``). "own s" is the
+time in neuroncc's ``compile_aten_graph`` (FX import to IR, cache lookup and load, or the
 compile), summed over the forward and backward graphs; the rest of a neuroncc first call beyond the floor is
-AOTAutograd. The modes run interleaved, round by round; the table shows medians and minimums.
+AOTAutograd. "lookup s" is the graph cache's part (``graph_cache.lookup``: the key, and on a hit reading the
+entry, loading both artifacts and building AOTAutograd's runtime wrappers). The modes run interleaved, round by round; the table shows medians and minimums.
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ from common import MALLOC_ENV, ensure_environment, table  # noqa: E402
 
 ensure_environment(threads=2)
 
-MODES = ("eager", "aot_eager", "cold", "warm", "prewarmed")
+MODES = ("eager", "aot_eager", "cold", "warm", "warm_aot", "prewarmed")
 SECRET = "bench-warm-start-secret-0123456789"
 
 
@@ -48,7 +53,7 @@ def first_call(row: str, mode: str, artifacts: Path) -> dict[str, float]:
 
     from neuroncc.frontend import backend as neuron_backend
 
-    result = {"own": 0.0, "load": 0.0}
+    result = {"own": 0.0, "load": 0.0, "lookup": 0.0}
     if mode == "prewarmed":
         begin = time.perf_counter()
         torch.compiler.load_cache_artifacts(artifacts.read_bytes())
@@ -63,6 +68,16 @@ def first_call(row: str, mode: str, artifacts: Path) -> dict[str, float]:
             result["own"] += time.perf_counter() - begin
 
     neuron_backend.compile_aten_graph = timed
+    lookup = neuron_backend.graph_cache.lookup
+
+    def timed_lookup(*args: object, **kwargs: object) -> object:
+        begin = time.perf_counter()
+        try:
+            return lookup(*args, **kwargs)
+        finally:
+            result["lookup"] += time.perf_counter() - begin
+
+    neuron_backend.graph_cache.lookup = timed_lookup
     _, factory, make_input, _ = ROWS[row]
     torch.manual_seed(0)
     model = factory().train(True)
@@ -86,12 +101,19 @@ def first_call(row: str, mode: str, artifacts: Path) -> dict[str, float]:
         import neuroncc
 
         result["compiled"] = neuroncc.stats()["cache_misses"]
+    if mode not in ("eager", "aot_eager"):
+        import neuroncc
+
+        result["aot_runs"] = neuroncc.stats()["aot_autograd_runs"]
     return result
 
 
 def spawn(row: str, mode: str, cache: Path, artifacts: Path) -> dict[str, float]:
     env = {**os.environ, **MALLOC_ENV, "NEURONCC_CACHE_DIR": str(cache), "NEURONCC_CACHE_ARTIFACTS_KEY": SECRET}
     env.pop("NEURONCC_DISABLE_CACHE", None)
+    env.pop("NEURONCC_DISABLE_GRAPH_CACHE", None)
+    if mode == "warm_aot":
+        env["NEURONCC_DISABLE_GRAPH_CACHE"] = "1"
     out = subprocess.run([sys.executable, __file__, "--first-call", row, mode, str(artifacts)], env=env, check=True,
                          capture_output=True, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])
@@ -123,10 +145,11 @@ def main() -> None:
         rows.append([mode, f"{median:.2f}", f"{min(seconds):.2f}", f"{median - floor:+.2f}",
                      f"{statistics.median(r['own'] for r in runs[mode]):.2f}",
                      f"{statistics.median(r['load'] for r in runs[mode]):.2f}",
-                     str(runs[mode][-1].get("compiled", "-"))])
+                     f"{statistics.median(r.get('lookup', 0.0) for r in runs[mode]):.3f}",
+                     str(runs[mode][-1].get("compiled", "-")), str(runs[mode][-1].get("aot_runs", "-"))])
     print(f"row {args.row}, {args.rounds} rounds of fresh processes; load {os.getloadavg()[0]:.1f}")
-    print(table(rows, ["mode", "first call s (median)", "min s", "vs eager floor s", "own s", "load s",
-                       "graphs compiled"]))
+    print(table(rows, ["mode", "first call s (median)", "min s", "vs eager floor s", "own s", "load s", "lookup s",
+                       "graphs compiled", "aot runs"]))
 
 
 if __name__ == "__main__":

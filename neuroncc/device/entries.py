@@ -6,6 +6,7 @@ the first op that needs an entry, so registering the device stays cheap.
 
 from __future__ import annotations
 
+import ctypes
 import math
 import weakref
 from typing import Any
@@ -18,6 +19,7 @@ from neuroncc.device.fallback import HostFallback, HostRandom, run_on_host
 from neuroncc.device.kernels import CompiledKernel
 from neuroncc.device.op_forms import OpForm, argument
 from neuroncc.device.programs import CannotCompile, Program, build_program, out_shapes
+from neuroncc.device.signature import describe
 from neuroncc.errors import NeuronccError
 from neuroncc.ir import print_function
 from neuroncc.driver.process_cache import CACHE_STATS
@@ -206,18 +208,24 @@ class WrapNumbers:
 
     The places and kinds of the numbers are part of this entry's signature, so they are found on the first
     call. The 0-d tensors are shared by value (:func:`wrapped_number`): making one costs as much as the rest
-    of a small op (``x * 0.5``)."""
+    of a small op (``x * 0.5``). After the first call, when that signature's kernel is the one-result kind
+    and the numbers are positional, later calls go to it straight with each number in a buffer of the
+    0-d tensor's bytes (:meth:`CompiledKernel.fed_by_numbers`): no tensor, no second signature."""
 
-    holds_kernel = False
+    holds_kernel = False  # until it holds the other signature's kernel (then evicted with the kernels)
 
     def __init__(self, handler: Any):
         self.handler = handler
         self.parameters = _tensor_parameters(handler.op)
         self.tick = 0
         self.places: tuple[list[int], list[str]] | None = None
+        self.direct: Any = None
 
     def call(self, args: tuple[Any, ...], kwargs: dict[str, Any], tensors: list[torch.Tensor],
              floats: list[float]) -> Any:
+        direct = self.direct
+        if direct is not None:
+            return direct(args, kwargs, tensors, floats)
         places = self.places
         if places is None:
             positions = [p for p, _ in self.parameters if p < len(args) and isinstance(args[p], int | float | bool)]
@@ -231,7 +239,35 @@ class WrapNumbers:
             kwargs = dict(kwargs)
             for name in names:
                 kwargs[name] = wrapped_number(kwargs[name])
-        return self.handler(None, *new_args, **kwargs)
+        if names:
+            return self.handler(None, *new_args, **kwargs)
+        key, wrapped_tensors, wrapped_floats = describe(new_args, kwargs)
+        result = self.handler(None, *new_args, **kwargs)
+        kernel = self.handler.entries.get(key)
+        if isinstance(kernel, CompiledKernel) and not wrapped_floats:
+            self.direct = kernel.fed_by_numbers(self._feed(new_args, positions, wrapped_tensors))
+            if self.direct is not None:
+                self.holds_kernel = True
+                self.call = self.direct  # type: ignore[method-assign]  # the dispatcher calls it straight
+        return result
+
+    @staticmethod
+    def _feed(new_args: list[Any], positions: list[int], wrapped_tensors: list[torch.Tensor]) -> list[Any]:
+        """Where each tensor of the wrapped call comes from (see CompiledKernel.fed_by_numbers): the numbers'
+        0-d tensors by their argument positions, the others in order from the original call's tensors."""
+        feed, original = [], 0
+        for tensor in wrapped_tensors:
+            position = next((p for p in positions if new_args[p] is tensor), None)
+            if position is None:
+                feed.append((original, -1, None))
+                original += 1
+            else:
+                feed.append((-1, position, _NUMBER_BUFFERS[tensor.dtype]))
+        return feed
+
+
+#: the ctypes type holding a wrapped number's 0-d tensor's bytes, by its dtype (wrapped_number's three)
+_NUMBER_BUFFERS = {torch.float32: ctypes.c_float, torch.int64: ctypes.c_int64, torch.bool: ctypes.c_bool}
 
 
 #: (type, value) -> (the 0-d CPU tensor holding it, its version when made); bounded

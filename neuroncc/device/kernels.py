@@ -211,7 +211,9 @@ class CompiledKernel:
                        and len(program.outputs) == 1 and isinstance(program.outputs[0], ComputedOutput)
                        and program.result_tree.is_leaf())
         self.executable, self.binding = executable, binding
-        if self.single and self.tensor_only and binding.plain_inputs and len(binding.fast) == 1:
+        #: tensors in, one new tensor out, every input read where it is: most ops (their own closure)
+        self.one_result = self.single and self.tensor_only and binding.plain_inputs and len(binding.fast) == 1
+        if self.one_result:
             self.call = self._one_tensor_in_one_out()  # type: ignore[method-assign]
         elif self._writes_in_place(form, program):
             self.call = self._in_place()  # type: ignore[method-assign]
@@ -303,6 +305,55 @@ class CompiledKernel:
                     [out.data_ptr()])
             except KernelIndexError:
                 return run_on_host(self.form, args, kwargs, index)
+            return out
+
+        return call
+
+    def fed_by_numbers(self, feed: Sequence[tuple[int, int, Any]]) -> Any:
+        """This kernel's call for another signature of its op, one whose Python numbers stand for some of this
+        signature's tensors (entries.WrapNumbers: ``x * 0.5`` reaches the device with 0.5, which eager wraps
+        into a 0-d tensor). ``feed[i]`` says where this signature's call tensor ``i`` comes from:
+        ``(j, -1, None)`` the other call's tensor ``j``, ``(-1, p, ctype)`` the number at argument position
+        ``p``, passed in a ctypes buffer holding the 0-d tensor's bytes (no tensor made). Only for the
+        one-result kind of kernel (``one_result``); None otherwise."""
+        if not self.one_result:
+            return None
+        make = memory.tensor_maker(*self.binding.fast[0][:4], self.index, self.binding.fast[0][4])
+        run, index, state, form = self.binding.run, self.index, self.state, self.form
+        params = tuple(feed[s] for s in self.sources)
+        addressof = ctypes.addressof
+        if len(params) == 2 and params[0][2] is None and params[1][2] is not None:  # x * 0.5: one tensor, one number
+            (tensor, _, _), (_, position, number_type) = params
+
+            def tensor_and_number(args: tuple[Any, ...], kwargs: dict[str, Any], tensors: list[torch.Tensor],
+                                  floats: list[float]) -> torch.Tensor:
+                state.device_calls += 1
+                number = number_type(args[position])
+                out = make()
+                try:
+                    run([tensors[tensor].data_ptr(), addressof(number)], [out.data_ptr()])
+                except KernelIndexError:
+                    return run_on_host(form, args, kwargs, index)
+                return out
+
+            return tensor_and_number
+
+        def call(args: tuple[Any, ...], kwargs: dict[str, Any], tensors: list[torch.Tensor],
+                 floats: list[float]) -> torch.Tensor:
+            state.device_calls += 1
+            numbers = []  # alive until the kernel has run
+            addresses = []
+            for tensor, position, number_type in params:
+                if number_type is None:
+                    addresses.append(tensors[tensor].data_ptr())
+                else:
+                    numbers.append(number_type(args[position]))
+                    addresses.append(addressof(numbers[-1]))
+            out = make()
+            try:
+                run(addresses, [out.data_ptr()])
+            except KernelIndexError:
+                return run_on_host(form, args, kwargs, index)
             return out
 
         return call

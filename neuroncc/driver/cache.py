@@ -204,6 +204,23 @@ class CompileCache:
             self.memory.put((self.root, key.key), executable)
         return executable
 
+    def load_entry(self, key: str, target: str) -> Executable | None:
+        """The executable of the stored entry ``key`` built for ``target`` (memory tier, then the local
+        directory), or None when there is none or it is damaged (then one warning). For callers that recorded
+        the keys of the artifacts they compiled (the torch front end's graph cache)."""
+        codec = ARTIFACT_CODECS.get(target)
+        if codec is None or not self.ensure_usable():
+            return None
+        if self.memory is not None and (executable := self.memory.get((self.root, key))) is not None:
+            self.stats.add("hits")
+            self.stats.add("memory_hits")
+            return executable
+        PUBLISHER.wait((self.root, key))
+        executable, _problem = self._load(key, target, codec)
+        if executable is not None and self.memory is not None:
+            self.memory.put((self.root, key), executable)
+        return executable
+
     def _lookup_and_compile(self, key: CacheKey, request: CompileRequest, compile_fn: CompileFunction,
                             codec: ArtifactCodec, outcome: CacheOutcome) -> Executable:
         PUBLISHER.wait((self.root, key.key))  # this process's own write of the key, if one is under way

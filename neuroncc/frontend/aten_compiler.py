@@ -44,13 +44,16 @@ def compile_aten_graph(gm: fx.GraphModule, name: str, options: BackendOptions,
         import_seconds = time.perf_counter() - start
         if options.dump_dir:
             dump_function(imported.function, Path(options.dump_dir))
+        records: list[CompileRecord] = []
         executable = compile_graph(imported.function, target=options.target, pipeline=options.pipeline,
                                    options=options.compile_options,
-                                   on_compiled=lambda record: _compiled(record, import_seconds))
+                                   on_compiled=lambda record: (records.append(record),
+                                                               _compiled(record, import_seconds)))
     stats.increment("graphs_compiled")
     stats.record_executable(executable, options.target)
     log.debug("neuroncc: compiled %s (%d ops) for target %s", name, len(imported.function.ops), options.target)
-    return CompiledGraph(imported, executable, free_layouts, device)
+    artifact_key = records[0].key if records and records[0].cache != "uncached" else None
+    return CompiledGraph(imported, executable, free_layouts, device, artifact_key)
 
 
 def _compiled(record: CompileRecord, import_seconds: float) -> None:

@@ -5,6 +5,7 @@ import would trip TorchDynamo's duplicate-name assertion). The backend is a thin
 
     TorchDynamo graph -> feature checks (no sparse/nested, no torch.func/distributions)
       -> symbolic sizes? one static specialization per concrete shape at run time (specializations.py)
+      -> the graph cache (graph_cache.py): a graph seen before runs from its entry, without what follows
       -> AOTAutograd (our decomposition table, min-cut partitioner; SDPA backend per target: lower_attention)
       -> forward / backward / inference aten graphs -> compile_aten_graph (FX -> IR -> runtime.driver)
 
@@ -29,7 +30,7 @@ from torch._dynamo.backends.common import aot_autograd
 
 from neuroncc.driver.records import configure_log_from_environ
 from neuroncc.errors import InputError
-from neuroncc.frontend import stats
+from neuroncc.frontend import graph_cache, stats
 from neuroncc.frontend.aten_compiler import compile_aten_graph
 from neuroncc.frontend.boundary import HostDevice
 from neuroncc.frontend.lowering.decompositions import decomposition_table
@@ -81,8 +82,11 @@ def neuron_backend(gm: fx.GraphModule, example_inputs: Sequence[Any], *, options
 def compile_static(gm: fx.GraphModule, example_inputs: list[Any], name: str, *,
                    config: BackendOptions, device: HostDevice | None = None) -> Callable[..., Any]:
     """AOTAutograd with neuroncc's compilers, for a TorchDynamo graph with static sizes (``device``: the
-    host-memory device its tensors live on, when not CPU)."""
-    compilers = AtenCompilers(config, name, device)
+    host-memory device its tensors live on, when not CPU), unless the graph cache has the result."""
+    cached = graph_cache.lookup(gm, example_inputs, name, config, device)
+    if cached.runtime is not None:
+        return cached.runtime
+    compilers = AtenCompilers(config, name, device, cached.recorder)
     compile_with_aot = aot_autograd(
         fw_compiler=compilers.forward,
         bw_compiler=compilers.backward,
@@ -92,11 +96,15 @@ def compile_static(gm: fx.GraphModule, example_inputs: list[Any], name: str, *,
         keep_inference_input_mutations=False,  # AOTAutograd writes mutated inputs (BatchNorm stats) back
     )
     # cpu/interp: attention stays ATen's flash kernel (one library op); nki-sim: the math SDPA backend.
+    stats.increment("aot_autograd_runs")
     with attention_tracing(config.target):
         try:
-            return compile_with_aot(gm, example_inputs)
+            compiled = compile_with_aot(gm, example_inputs)
         except DATA_DEPENDENT_ERRORS as error:
             raise data_dependent_refusal(gm, error) from error
+    if cached.recorder is not None:
+        cached.recorder.aot_returned()
+    return compiled
 
 
 @dataclass(frozen=True)
@@ -106,6 +114,7 @@ class AtenCompilers:
     options: BackendOptions
     name: str
     device: HostDevice | None = None
+    recorder: graph_cache.GraphRecorder | None = None  # collects the graph cache's entry on a miss
 
     def forward(self, gm: fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
         # The activations saved for the backward keep the layout our executable gives them, and AOTAutograd
@@ -115,14 +124,22 @@ class AtenCompilers:
         saved = saved_activations(gm) if not self._partitioned(gm) else frozenset()
         compiled = self._compile(gm, "forward", saved)
         report_output_strides(compiled, saved)
+        if self.recorder is not None:
+            self.recorder.forward_compiled(gm, compiled, saved, "autograd")
         return compiled
 
     def backward(self, gm: fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
         take_input_layouts(gm, example_inputs)
-        return self._compile(gm, "backward")
+        compiled = self._compile(gm, "backward")
+        if self.recorder is not None:
+            self.recorder.backward_compiled(gm, compiled)
+        return compiled
 
     def inference(self, gm: fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
-        return self._compile(gm, "inference")
+        compiled = self._compile(gm, "inference")
+        if self.recorder is not None:
+            self.recorder.forward_compiled(gm, compiled, frozenset(), "inference")
+        return compiled
 
     def _compile(self, gm: fx.GraphModule, kind: str, free_layouts: frozenset[int] = frozenset()) -> Any:
         stats.increment(f"{kind}_graphs")

@@ -36,8 +36,9 @@ class CompiledGraph:
     """
 
     def __init__(self, graph: ImportedGraph, executable: Executable, free_layouts: frozenset[int] = frozenset(),
-                 device: HostDevice | None = None):
+                 device: HostDevice | None = None, artifact_key: str | None = None):
         self.graph = graph
+        self.artifact_key = artifact_key  # the compile cache's key of the executable (None: compiled uncached)
         self.executable = executable
         self.device = device  # a host-memory device whose tensors this graph reads and returns (boundary.py)
         ensure_installed()  # torch.profiler sees the executable's kernels (frontend/profiling.py)

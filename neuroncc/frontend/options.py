@@ -1,7 +1,8 @@
 """The backend's options: ``torch.compile(model, backend="neuron", options={...})``.
 
-Read once, at the API boundary (the backend entry point), together with the one environment variable the
-backend honours (``NEURONCC_DUMP``); everything below receives a :class:`BackendOptions` value.
+Read once, at the API boundary (the backend entry point), together with the environment variables the
+backend honours (``NEURONCC_DUMP``, ``NEURONCC_DISABLE_GRAPH_CACHE``); everything below receives a
+:class:`BackendOptions` value.
 
     target    where graphs run: "interp" (reference interpreter), "cpu" (LLVM), "nki-sim"
               (default: neuroncc.driver.compile.DEFAULT_TARGET)
@@ -10,6 +11,10 @@ backend honours (``NEURONCC_DUMP``); everything below receives a :class:`Backend
     random_masks  "save" (default: the forward saves dropout masks, 1 byte per element, for the backward) or
               "regenerate" (the backward recomputes them from the saved 16-byte random state)
     dump_dir  write every compiled graph's IR there (default: $NEURONCC_DUMP)
+    graph_cache
+              False: always run AOTAutograd and look each graph up in the compile cache, instead of running a
+              graph seen before from the graph cache (default True; $NEURONCC_DISABLE_GRAPH_CACHE=1 too; see
+              neuroncc.frontend.graph_cache)
     max_specializations
               how many input shapes a graph with symbolic sizes may compile (default 8; see
               neuroncc.frontend.specializations)
@@ -33,10 +38,11 @@ from neuroncc.executors.executable import TARGETS
 FALLBACK_MODES = ("none", "cpu")
 RANDOM_MASK_MODES = ("save", "regenerate")
 #: Options the front end consumes itself (target and pipeline reach compile_graph as its own arguments).
-FRONTEND_KEYS = frozenset({"target", "pipeline", "fallback", "max_specializations", "random_masks"})
+FRONTEND_KEYS = frozenset({"target", "pipeline", "fallback", "max_specializations", "random_masks", "graph_cache"})
 #: The default of ``max_specializations`` (TorchDynamo's own ``recompile_limit`` is 8 too).
 DEFAULT_MAX_SPECIALIZATIONS = 8
 DUMP_ENV_VAR = "NEURONCC_DUMP"
+DISABLE_GRAPH_CACHE_VAR = "NEURONCC_DISABLE_GRAPH_CACHE"
 
 
 @dataclass(frozen=True)
@@ -47,6 +53,7 @@ class BackendOptions:
     dump_dir: str | None = None
     max_specializations: int = DEFAULT_MAX_SPECIALIZATIONS
     random_masks: str = "save"
+    graph_cache: bool = True
     #: the options for compile_graph: the user's, less FRONTEND_KEYS, plus dump_dir when set
     compile_options: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
 
@@ -70,9 +77,13 @@ class BackendOptions:
         limit = given.get("max_specializations", DEFAULT_MAX_SPECIALIZATIONS)
         if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
             raise InputError(f"neuron backend: option max_specializations must be a positive int, got {limit!r}")
+        graph_cache = given.get("graph_cache", True)
+        if not isinstance(graph_cache, bool):
+            raise InputError(f"neuron backend: option graph_cache must be True or False, got {graph_cache!r}")
+        graph_cache = graph_cache and environ.get(DISABLE_GRAPH_CACHE_VAR, "0") in ("", "0")
         dump_dir = given.get("dump_dir") or environ.get(DUMP_ENV_VAR) or None
         compile_options = {k: v for k, v in given.items() if k not in FRONTEND_KEYS}
         if dump_dir is not None:
             dump_dir = compile_options["dump_dir"] = str(dump_dir)
-        return BackendOptions(target, pipeline, fallback, dump_dir, limit, random_masks,
+        return BackendOptions(target, pipeline, fallback, dump_dir, limit, random_masks, graph_cache,
                               MappingProxyType(compile_options))

@@ -37,6 +37,12 @@ COUNTERS: Mapping[str, str] = {
     "cache_misses": "compiled artifacts not found in the compile cache",
     "fallback_ops": "aten op nodes run by eager PyTorch on CPU (fallback='cpu')",
     "fallback_partitions": "graph pieces compiled by neuroncc in fallback mode",
+    "aot_autograd_runs": "TorchDynamo graphs traced and partitioned by AOTAutograd (graph cache misses)",
+    "graph_cache_hits": "TorchDynamo graphs run from the graph cache, without AOTAutograd or a compile",
+    "graph_cache_misses": "TorchDynamo graphs looked up in the graph cache and not found",
+    "graph_cache_stores": "graph cache entries written",
+    "graph_cache_uncacheable": "TorchDynamo graphs the graph cache cannot key or record (see graph_cache."
+                               "uncacheable_reasons())",
 }
 
 _lock = threading.Lock()

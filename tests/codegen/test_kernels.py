@@ -212,6 +212,50 @@ def test_large_outputs_are_streamed_with_nontemporal_stores(rng):
     assert "movnt" in jit.assembly(exe.module.llvm_ir)
 
 
+def test_long_streamed_rows_go_through_an_l1_sized_buffer(rng):
+    # cross-entropy's gradient rows (32000 classes): each was computed into a 128 KB stack buffer (L2) before
+    # its non-temporal copy; now in pieces of at most 16 KiB, the last one shorter (32000 = 7 * 4096 + 3328)
+    import re
+
+    b = Builder("long_rows")
+    x = b.param(TensorType((48, 32000), DType.f32), "x")
+    fn = b.build([b.op("exp", b.op("sub", x, b.op("amax", x, dims=(1,), keepdim=True)))])
+    exe, _ = run_both(fn, [rng.standard_normal((48, 32000)).astype(np.float32)])
+    ir_text = "".join(exe.module.llvm_ir)
+    buffers = [int(n) for n in re.findall(r"alloca \[(\d+) x float\]", ir_text)]
+    assert buffers and max(buffers) * 4 <= 16384, buffers
+    assert ir_text.count("!nontemporal") >= 1
+
+
+@pytest.mark.parametrize(("cols", "kind", "prefetched"), [(1024, "layernorm", True), (8192, "layernorm", False),
+                                                          (1024, "softmax", False), (1024, "one pass", False)])
+def test_row_loops_prefetch_the_next_row_of_their_input(cols, kind, prefetched, rng):
+    # LayerNorm's later passes over a row run from L1 and miss nothing, so no hardware prefetcher fetches the next
+    # row meanwhile: each row prefetches the next one's lines (rows up to 16 KiB; a one-pass loop streams alone,
+    # softmax's exp per element makes it compute-bound, where the prefetches cost more than they save)
+    from neuroncc.codegen.llvm import jit
+
+    b = Builder("prefetch")
+    x = b.param(TensorType((64, cols), DType.f32), "x")
+    if kind == "layernorm":
+        centered = b.op("sub", x, b.op("mean", x, dims=(1,), keepdim=True))
+        variance = b.op("mean", b.op("mul", centered, centered), dims=(1,), keepdim=True)
+        y = b.op("mul", centered, b.op("rsqrt", b.op("add", variance, b.op("full", shape=(), dtype=DType.f32,
+                                                                              value=1e-5))))
+    elif kind == "softmax":
+        e = b.op("exp", b.op("sub", x, b.op("amax", x, dims=(1,), keepdim=True)))
+        y = b.op("div", e, b.op("sum", e, dims=(1,), keepdim=True))
+    else:
+        y = b.op("exp", x)
+    from neuroncc.codegen.llvm.regions import fuse_whole_function
+
+    exe, _ = run_both(fuse_whole_function(b.build([y])), [rng.standard_normal((64, cols)).astype(np.float32)])
+    ir_text = "".join(exe.module.llvm_ir)
+    assert ("llvm.prefetch" in ir_text) == prefetched
+    if prefetched:
+        assert "prefetcht0" in jit.assembly(exe.module.llvm_ir)
+
+
 @pytest.mark.parametrize("heavy", [True, False])
 def test_compute_bound_outputs_are_not_streamed(rng, heavy):
     # two transcendentals per element: the stage is compute-bound, plain stores beat the stack-buffer round trip

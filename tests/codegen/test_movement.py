@@ -97,3 +97,28 @@ def test_creation_ops_and_constants():
             b.op("mul", x, b.op("constant", value=DenseAttr(np.array(2.5, np.float32)))),
             b.op("constant", value=DenseAttr(np.array([True, False, True])))]
     run_both(b.build(outs), [np.ones((3, 70), np.float32)])
+
+
+def test_one_hot_compares_of_an_iota_hold_for_every_label():
+    # an integer iota whose values f32 holds exactly is compared with an int64 as floats (8 lanes on AVX2, see
+    # elementwise.narrow_equality): labels outside the iota's range (negative, at its length, at 2**24, beyond
+    # 2**32 with the iota's low bits) must compare unequal, labels inside equal at their one position
+    labels = np.array([0, 3, 999, 1000, -1, -100, 2**24, 2**24 + 5, 2**32 + 5, 2**63 - 1, -(2**63), 998],
+                      np.int64).reshape(-1, 1)
+    b = Builder("one_hot")
+    target = b.param(TensorType(labels.shape, DType.i64), "target")
+    scale = b.param(TensorType((labels.shape[0], 1), DType.f32), "scale")
+    classes = b.op("unsqueeze", b.op("iota", length=1000, dtype=DType.i64), dim=0)
+    shifted = b.op("unsqueeze", b.op("iota", length=1000, start=5, step=3, dtype=DType.i64), dim=0)
+    wide = b.op("unsqueeze", b.op("iota", length=8, start=2**24 - 4, dtype=DType.i64), dim=0)  # not exact in f32
+    hot = b.op("eq", classes, target)
+    minus = b.op("where", hot, b.op("full", shape=(), dtype=DType.f32, value=-1.0),
+                 b.op("full", shape=(), dtype=DType.f32, value=0.0))
+    outs = [hot, b.op("ne", target, classes), b.op("eq", shifted, target), b.op("ne", shifted, target),
+            b.op("eq", wide, target), b.op("sum", b.op("mul", minus, scale), dims=(1,))]
+    scales = np.linspace(0.5, 2.0, labels.shape[0], dtype=np.float32).reshape(-1, 1)
+    _, got = run_both(b.build(outs), [labels, scales])
+    classes_np = np.arange(1000)
+    np.testing.assert_array_equal(got[0], classes_np == labels)  # 0, 3, 999 and 517 at their positions
+    np.testing.assert_array_equal(got[2], 5 + 3 * classes_np == labels)
+    assert got[0].sum() == 4 and got[2].sum() == 1 and got[4].sum() == 1  # 998 = 5 + 3 * 331; 2**24

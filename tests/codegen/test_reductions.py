@@ -155,3 +155,41 @@ def test_a_variance_shares_the_mean_of_the_same_rows(mean_first, rng):
                        [Layout.of(1 + k, v.type) for k, v in enumerate(fn.outputs)])
     module, _ = jit.optimize(emit_kernel(plan, "k", jit.host_target())[0])
     assert len(re.findall(r"^vector\.body\d*:", str(module), re.M)) == 3
+
+
+def _log_sum_exp_graph(rows: int, cols: int, softmax: bool = False):
+    """log_softmax (cross-entropy's forward) over [rows, cols]; with ``softmax``, softmax (its exp row-cached)."""
+    b = Builder("lse")
+    x = b.param(TensorType((rows, cols), DType.f32), "x")
+    m = b.op("amax", x, dims=(1,), keepdim=True)
+    e = b.op("exp", b.op("sub", x, m))
+    s = b.op("sum", e, dims=(1,), keepdim=True)
+    if softmax:
+        return b.build([b.op("div", e, s)])
+    return b.build([b.op("sub", b.op("sub", x, m), b.op("log", s)), m])
+
+
+def test_log_sum_exp_takes_the_max_online_in_one_pass(rng):
+    # the sum of exp(x - max) computes the max block by block (online.py): the max stage is not emitted, the
+    # row is read once for both; rows with specials (NaN, +-inf, all -inf, -inf before finite values, a max
+    # growing from block to block, a partial last block) give what the two passes give
+    from neuroncc.codegen.llvm.online import BLOCK, online_maxima
+    from neuroncc.codegen.llvm.regions import fuse_whole_function
+
+    cols = 2 * BLOCK + 300
+    xs = (rng.standard_normal((8, cols)) * 4).astype(np.float32)
+    xs[0, 17] = np.nan
+    xs[1, 5] = np.inf
+    xs[2] = -np.inf
+    xs[3, : BLOCK + 10] = -np.inf
+    xs[4] = np.linspace(-30, 60, cols)
+    xs[5, -1] = 80.0
+    fn = fuse_whole_function(_log_sum_exp_graph(8, cols))
+    run_both(fn, [xs])
+    plan = plan_kernel(fn.ops[0].regions[0], [Layout.of(0, fn.params[0].type)],
+                       [Layout.of(1 + k, v.type) for k, v in enumerate(fn.outputs)])
+    (phase,) = plan.phases
+    assert list(online_maxima(plan, phase)) == [1]  # the sum (stage 1) takes the max of stage 0
+    softmax = _log_sum_exp_graph(8, cols, softmax=True)
+    plan = plan_kernel(softmax, [Layout.of(0, softmax.params[0].type)], [Layout.of(1, softmax.outputs[0].type)])
+    assert not online_maxima(plan, plan.phases[0])  # its exp is row-cached for the write pass: two passes

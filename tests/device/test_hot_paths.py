@@ -146,3 +146,24 @@ def test_freed_counters_follow_a_reset_of_the_accumulated_statistics():
     assert stats["allocated_bytes.all.freed"] == 2 * 512 and stats["allocated_bytes.all.allocated"] == 3 * 512
     del made, keep
     assert torch.neuron.memory_stats()["active.all.freed"] == 4  # keep was allocated before the reset
+
+
+def test_numbers_reach_the_wrapped_signature_kernel_directly_after_the_first_call():
+    """``x * 0.5`` after its first call: the number goes to the kernel of ``mul(x, tensor(0.5))`` in a buffer,
+    with eager's float32 rounding, integer and bool values, and no 0-d tensor made per call."""
+    x_cpu = torch.randn(8)
+    x = x_cpu.to("neuron")
+    for value in (0.1, 1e-40, 3.4e39, -0.0, float("nan"), 7, True):  # rounding, subnormal, overflow, sign
+        for _ in range(3):
+            got, want = x * value, x_cpu * value
+            assert got.dtype == want.dtype
+            torch.testing.assert_close(got.cpu(), want, equal_nan=True, rtol=0, atol=0)
+    entry = _entry(torch.ops.aten.mul.Tensor, (x, 0.25))
+    x * 0.25
+    assert isinstance(entry, entries.WrapNumbers) and entry.direct is not None and entry.holds_kernel
+    before = len(entries._WRAPPED)
+    entries._WRAPPED.clear()
+    for step in range(5):
+        torch.testing.assert_close((x * (0.25 + step)).cpu(), x_cpu * (0.25 + step), rtol=0, atol=0)
+    assert not entries._WRAPPED  # no wrapped tensor was made for these calls
+    assert before > 0

@@ -45,7 +45,9 @@ def main(mode: str, path: Path) -> dict:
     report["max_difference"] = max(float((a - b).abs().max()) for a, b in zip(eager, compiled, strict=True))
     counters = CACHE_STATS.snapshot()
     report["compiles"] = int(counters["compiles"])
-    report["stats"] = {name: neuroncc.stats()[name] for name in ("cache_hits", "cache_misses", "graphs_compiled")}
+    report["stats"] = {name: neuroncc.stats()[name] for name in ("cache_hits", "cache_misses", "graphs_compiled",
+                                                             "aot_autograd_runs", "graph_cache_hits",
+                                                             "graph_cache_stores")}
     report["entries"] = _entries()
     if mode == "save":
         saved = torch.compiler.save_cache_artifacts()

@@ -61,7 +61,10 @@ def test_compile_and_recompile_lines(tmp_path, env):
 
 def test_second_process_logs_cache_hits(tmp_path):
     _run(tmp_path, NEURONCC_LOG="info")
-    err = _run(tmp_path, NEURONCC_LOG="info")
+    err = _run(tmp_path, NEURONCC_LOG="info")  # every graph runs from the graph cache: nothing is compiled
+    hits = [line for line in err.splitlines() if "neuroncc: graph cache hit for" in line]
+    assert len(hits) == 3 and "neuroncc: compiled @" not in err, err
+    err = _run(tmp_path, NEURONCC_LOG="info", NEURONCC_DISABLE_GRAPH_CACHE="1")  # AOTAutograd, compile-cache hits
     compiled = [line for line in err.splitlines() if "neuroncc: compiled @" in line]
     assert len(compiled) == 3 and all("cache hit" in line for line in compiled), err
 

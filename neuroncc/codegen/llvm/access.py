@@ -18,7 +18,9 @@ from llvmlite import ir
 
 from neuroncc.codegen.llvm.context import EmitContext, Index
 from neuroncc.codegen.llvm.philox import RANDOM
-from neuroncc.codegen.llvm.scalars import F32, F64, I1, I32, I64, call, compute_type, constant, round_to, to_index
+from neuroncc.codegen.llvm.scalars import (
+    F32, F32_EXACT_BITS, F64, I1, I32, I64, call, compute_type, constant, round_to, to_index,
+)
 from neuroncc.ir.dtypes import DType
 from neuroncc.ir.graph import Op
 from neuroncc.ir.ops.indexing import index_result_shape
@@ -335,7 +337,17 @@ def _iota(ctx, op, index, idx):
         # torch.arange over integers (the one-hot of cross-entropy's backward compares against one): integer
         # arithmetic, equal to the float64 reference for every value below 2**53. The int64 <-> float64
         # conversions have no vector instruction without AVX-512, and kept the loops around it scalar.
-        value = ctx.b.add(ir.Constant(I64, int(start)), ctx.b.mul(ir.Constant(I64, int(step)), ctx.ir_index(idx[0])))
+        if _exact_in_f32(start, step, length):
+            # computed in an i24 (every value and position is below 2**24) and zero-extended: the type says that
+            # f32 holds the value exactly, so a compare against it runs on 8 float lanes (see
+            # ``elementwise.narrow_equality``) where an i64 compare runs on 4 and is packed down again
+            narrow = ir.IntType(F32_EXACT_BITS)
+            position = ctx.b.trunc(ctx.ir_index(idx[0]), narrow)
+            value = ctx.b.zext(ctx.b.add(ir.Constant(narrow, int(start)),
+                                         ctx.b.mul(ir.Constant(narrow, int(step)), position)), I64)
+        else:
+            value = ctx.b.add(ir.Constant(I64, int(start)),
+                              ctx.b.mul(ir.Constant(I64, int(step)), ctx.ir_index(idx[0])))
         if dtype.is_bool:
             return ctx.b.icmp_signed("!=", value, ir.Constant(I64, 0))
         target = compute_type(dtype)
@@ -358,6 +370,13 @@ def _exact_in_i64(start: float, step: float, length: int) -> bool:
         return False
     last = int(start) + int(step) * max(length - 1, 0)
     return max(abs(int(start)), abs(last)) < 2**53
+
+
+def _exact_in_f32(start: float, step: float, length: int) -> bool:
+    """Whether every element of an integer iota, and every position, is a non-negative integer below 2**24."""
+    last = int(start) + int(step) * max(length - 1, 0)
+    bound = 1 << F32_EXACT_BITS
+    return length <= bound and 0 <= min(int(start), last) and max(int(start), last) < bound
 
 
 def _f64_to_int(ctx, value: ir.Value, dtype: DType) -> ir.Value:

@@ -59,6 +59,10 @@ class EmitContext(Protocol):
         remembered in the current scope (values shared by several lowerings at one index: a Philox block)."""
         ...
 
+    def bind(self, value: Value, idx: Index, result: ir.Value) -> None:
+        """``value`` at ``idx`` is ``result`` in the current scope (generated code reading it gets ``result``)."""
+        ...
+
     def fresh_values(self) -> AbstractContextManager[None]:
         """A scope whose generated values are not reused after it (code on one side of a branch)."""
         ...

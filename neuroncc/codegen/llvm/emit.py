@@ -28,6 +28,8 @@ from neuroncc.codegen.llvm.kernel_plan import (
     BlockedMap, ChunkedRows, CombineColumns, CombinePartials, Computed, ExtraKind, KernelPlan, KeptDims,
     MapStage, PartialReduce, Phase, ReduceStage, RowLoop, ScatterLoop, SplitColumns, Stage, TransposedMap,
 )
+from neuroncc.codegen.llvm.online import OnlineMax, online_maxima
+from neuroncc.codegen.llvm.prefetch import emit_prefetch_next_row, rows_to_prefetch
 from neuroncc.codegen.llvm.scalars import (
     I32, I64, PTR, VOID, compute_type, constant, load, round_to, storage_itemsize, storage_type, store,
 )
@@ -46,6 +48,9 @@ from neuroncc.ir.types import contiguous_strides
 
 #: Map-stage outputs at least this large are written with non-temporal stores ...
 STREAM_MIN_BYTES = 1 << 22
+#: ... through a stack buffer of at most this many bytes per output, half of L1: a longer row is streamed in
+#: pieces (cross-entropy's 32000-class rows went through a 128 KB buffer, written to L2 and read back)
+STREAM_BUFFER_BYTES = 1 << 14
 #: ... unless each element computes this many transcendental functions: such a stage is compute-bound, and
 #: the stack-buffer round trip costs more than the read-for-ownership it saves (gelu(x*w+b)*sigmoid(x) on
 #: [4096, 1024], 2 threads: 1.96 ms streamed, 1.76 ms with plain stores).
@@ -73,6 +78,7 @@ class KernelEmitter(IndexArithmetic):
         # the current phase's row caches: value -> stage position storing its row; the rows' stack buffers;
         # how many leading (outer) dims index the row
         self._row_cache: dict[Value, int] = {}
+        self._prefetched: tuple[Layout, ...] = ()  # the current row loop's inputs whose next row it prefetches
         self._rows: dict[Value, ir.AllocaInstr] = {}
         self._row_depth = 0
         self._stage_number = 0  # position of the stage being emitted in its phase (row caches key on it)
@@ -125,7 +131,7 @@ class KernelEmitter(IndexArithmetic):
         self.ptrs = list(body_fn.args[:n_args])
         self.memo = [{}]
         self._stage_number = 0
-        self._row_cache, self._rows, self._row_depth = {}, {}, 0
+        self._row_cache, self._rows, self._row_depth, self._prefetched = {}, {}, 0, ()
         body = self._phase_body(phase)
         start, end = body_fn.args[n_args], body_fn.args[n_args + 1]
         self._streamed = False
@@ -174,7 +180,9 @@ class KernelEmitter(IndexArithmetic):
                 assert_never(phase)
 
     def _cache_rows(self, phase: RowLoop) -> None:
-        """Stack buffers for the rows the phase caches (see ``refine.cache_rows``)."""
+        """Stack buffers for the rows the phase caches (see ``refine.cache_rows``), and the inputs whose next row
+        each row prefetches (``prefetch.rows_to_prefetch``)."""
+        self._prefetched = rows_to_prefetch(self.plan, phase)
         self._row_cache, self._row_depth = dict(phase.row_cache), len(phase.outer)
         self._rows = {value: self._entry.alloca(ir.ArrayType(compute_type(value.type.dtype), self._row_size(value)))
                       for value in phase.row_cache}
@@ -183,21 +191,26 @@ class KernelEmitter(IndexArithmetic):
         """Every stage of the row loop at its outer index ``outer``, in turn (a mean that a variance's first
         pass computes is stored by that pass, not computed again)."""
         depth = len(phase.outer)
+        for layout in self._prefetched:
+            emit_prefetch_next_row(self, layout, outer[:depth])
         means = shared_means(phase.stages)
+        maxima = online_maxima(self.plan, phase)
         skipped = {phase.stages.index(shared.stage) for shared in means.values() if shared.stores}  # stored
+        skipped |= {phase.stages.index(online.stage) for online in maxima.values()}  # stored by their sums
         for number, stage in enumerate(phase.stages):
             if number in skipped:
                 continue
             self._stage_number = number
-            self._stage_at(stage, outer, depth, means.get(number))
+            self._stage_at(stage, outer, depth, means.get(number), maxima.get(number))
 
-    def _stage_at(self, stage: Stage, outer: Index, depth: int, mean: SharedMean | None = None) -> None:
+    def _stage_at(self, stage: Stage, outer: Index, depth: int, mean: SharedMean | None = None,
+                  online: OnlineMax | None = None) -> None:
         if isinstance(stage, MapStage):
             ranges: list[tuple[Any, Any]] = [(i, None) for i in outer]
             self._map_stage(stage, ranges + [(0, n) for n in stage.shape[depth:]], 0)
         else:
             assert isinstance(stage, ReduceStage)  # (a scatter is a loop shape of its own)
-            emit_reduce(self, stage, list(outer[:depth]), shared_mean=mean)
+            emit_reduce(self, stage, list(outer[:depth]), shared_mean=mean, online=online)
 
     def _chunk(self, phase: ChunkedRows, chunk: ir.Value) -> None:
         """One chunk of contiguous rows: zero its column partials, then run each row's stages and add its
@@ -274,16 +287,28 @@ class KernelEmitter(IndexArithmetic):
         # the output with aligned non-temporal vector stores: no read-for-ownership of the output lines.
         lo, hi = ranges[-1]
         length = block or stage.shape[-1]
+        # a long row goes through the buffer in pieces that stay in L1 (whole cache lines of every output)
+        piece = min(length, STREAM_BUFFER_BYTES // max(storage_itemsize(t.dtype) for t in streamed))
         rows = {}
         for target in streamed:
-            row = self._entry.alloca(ir.ArrayType(storage_type(target.dtype), length))
+            row = self._entry.alloca(ir.ArrayType(storage_type(target.dtype), piece))
             row.align = CACHE_LINE_BYTES
             rows[target.arg] = row
 
-        def body(prefix: Index) -> None:
-            self.loop(lo, hi, lambda i: self._map_body(stage, prefix + [i], rows, lo))
+        def stream(prefix: Index, start: Any, stop: Any) -> None:
+            self.loop(start, stop, lambda i: self._map_body(stage, prefix + [i], rows, start))
             for target in streamed:
-                self._stream_row(rows[target.arg], target, prefix + [lo], self.sub(hi, lo))
+                self._stream_row(rows[target.arg], target, prefix + [start], self.sub(stop, start))
+
+        def body(prefix: Index) -> None:
+            if piece == length:
+                stream(prefix, lo, hi)
+            else:
+                def one_piece(k: Any) -> None:
+                    start = self.add(lo, self.mul(k, piece))
+                    stream(prefix, start, self.min(self.add(start, piece), hi))
+
+                self.loop(0, -(-length // piece), one_piece)
             self._streamed = True
 
         self.nest(ranges[:-1], body)
@@ -367,8 +392,16 @@ class KernelEmitter(IndexArithmetic):
         assert result is not None
         return result
 
+    @staticmethod
+    def _memo_key(value: Value, idx: Index) -> tuple:
+        return value, tuple(i if isinstance(i, int) else id(i) for i in idx)
+
+    def bind(self, value: Value, idx: Index, result: ir.Value) -> None:
+        """``value`` at ``idx`` is ``result`` in the current memo scope (the online max: see ``online.py``)."""
+        self.memo[-1][self._memo_key(value, idx)] = result
+
     def _memoized(self, value: Value, idx: Index) -> ir.Value | None:
-        key = (value, tuple(i if isinstance(i, int) else id(i) for i in idx))
+        key = self._memo_key(value, idx)
         for scope in reversed(self.memo):
             if key in scope:
                 return scope[key]
@@ -383,7 +416,7 @@ class KernelEmitter(IndexArithmetic):
         return access.op if access.op.name in ELEMENTWISE else None
 
     def _value_at_once(self, value: Value, idx: Index) -> ir.Value:
-        key = (value, tuple(i if isinstance(i, int) else id(i) for i in idx))
+        key = self._memo_key(value, idx)
         access = self.plan.access[value]
         producer = self._row_cache.get(value)
         if producer is not None and self._stage_number > producer:

@@ -24,6 +24,9 @@ I32 = ir.IntType(32)
 I64 = ir.IntType(64)
 PTR = ir.PointerType()
 VOID = ir.VoidType()
+#: f32's significand bits: an integer below 2**24 converts to f32 exactly (an integer of at most this many bits
+#: compares as floats without loss)
+F32_EXACT_BITS = 24
 
 _COMPUTE = {
     DType.f32: F32, DType.bf16: F32, DType.f16: F32, DType.i64: I64, DType.i32: I32, DType.i16: I16,

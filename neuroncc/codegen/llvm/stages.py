@@ -19,6 +19,7 @@ from neuroncc.codegen.llvm.context import EmitContext
 from neuroncc.codegen.llvm.kernel_plan import (
     ColumnSum, CombinePartials, PartialReduce, ReduceStage, ScatterStage, Stage,
 )
+from neuroncc.codegen.llvm.online import OnlineMax, online_total
 from neuroncc.codegen.llvm.reductions import COMBINERS, REASSOC, Combiner
 from neuroncc.codegen.llvm.scalars import F32, F64, I1, I64, round_to
 from neuroncc.ir.dtypes import DType
@@ -67,10 +68,12 @@ def shared_means(stages: tuple[Stage, ...]) -> dict[int, SharedMean]:
 
 
 def emit_reduce(em: EmitContext, stage: ReduceStage, outer: list[Any], columns: tuple[Any, Any] | None = None,
-                fixed: dict[int, Any] | None = None, shared_mean: SharedMean | None = None) -> None:
+                fixed: dict[int, Any] | None = None, shared_mean: SharedMean | None = None,
+                online: OnlineMax | None = None) -> None:
     """Emit one reduce stage for the outer index ``outer`` (or, for a split column reduction, for the last-dim
     columns [lo, hi) given by ``columns``; or with the kept dims in ``fixed`` set by the outer loop).
-    ``shared_mean``: a variance's mean stage (from :func:`shared_means`; only on the registers path)."""
+    ``shared_mean``: a variance's mean stage (from :func:`shared_means`; only on the registers path);
+    ``online``: the max stage a sum of exp(x - max) computes online (``online.online_maxima``; the same)."""
     fixed = fixed or {}
     shape, reduced = stage.shape, stage.reduced
     rank, k = len(shape), len(outer)
@@ -83,6 +86,8 @@ def emit_reduce(em: EmitContext, stage: ReduceStage, outer: list[Any], columns: 
     reducer = _Reducer(em, stage)
     assert shared_mean is None or (columns is None and not trailing), "a shared mean is on the registers path"
     reducer.shared_mean = shared_mean
+    assert online is None or (columns is None and not trailing), "an online max is on the registers path"
+    reducer.online = online
 
     def body(values: list[Any]) -> None:
         idx: list[Any] = list(outer) + [None] * (rank - k)
@@ -111,6 +116,7 @@ class _Reducer:
         self.float_sum = self.combiner.float_sum and self.dtype.is_float
         self.bounds: dict[int, tuple[Any, Any]] = {}  # restricted [lo, hi) of some reduced dims
         self.shared_mean: SharedMean | None = None
+        self.online: OnlineMax | None = None
 
     # -- helpers ----------------------------------------------------------------------------------------
 
@@ -155,6 +161,10 @@ class _Reducer:
     # -- accumulators in registers (last dim reduced) -----------------------------------------------------
 
     def registers(self, idx: list[Any]) -> None:
+        if self.online is not None:
+            out_index = self._out_index(idx, self.online.stage.op)
+            self._store(idx, [online_total(self.em, self.online, idx, out_index, self._x)])
+            return
         mean = None
         shared = self.shared_mean
         if self.combiner.two_pass and shared is not None and not shared.stores:

@@ -1,0 +1,132 @@
+"""The max and the sum of exp(x - max) of a row in one pass over it, a block at a time (log-sum-exp).
+
+Cross-entropy's forward and log_softmax reduce each row twice: its max, then the sum of exp(x - max). The first
+pass reads the row from memory and computes almost nothing; the second computes an exponential per element
+from cache; one waits for the other. For rows longer than L1 (a 32000-class row is 128 KB) the second pass
+also reads the row again from L2. Here the sum's pass computes the max itself, block by block: the max of a
+block of ``BLOCK`` elements (read from memory), then the block's exponentials against the running max while
+the block is in L1; when the running max grows, the total so far is scaled by exp(old - new) (once per block,
+not per element). The total is then exactly as accurate as the two-pass one (the scaled partial totals carry
+one more rounding each), the max is the same value (max is exact in any order), and the max stage itself is
+not emitted: the sum stores its result (like :class:`stages.SharedMean`).
+
+Softmax keeps two passes: its write pass reads exp(x - max) again, which the sum pass row-caches, and cached
+values computed against a running max would be wrong.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from llvmlite import ir
+
+from neuroncc.codegen.llvm.context import EmitContext
+from neuroncc.codegen.llvm.kernel_plan import Computed, KernelPlan, ReduceStage, RowLoop
+from neuroncc.codegen.llvm.mathlib import math_call
+from neuroncc.codegen.llvm.reductions import COMBINERS, REASSOC
+from neuroncc.codegen.llvm.scalars import F32, F64
+from neuroncc.ir.dtypes import DType
+
+#: Elements of a block: 4 KB of float32, in L1 between the block's max and its exponentials.
+BLOCK = 1024
+
+
+@dataclass(frozen=True)
+class OnlineMax:
+    """The max stage ``stage`` of a row loop whose result the sum of exp(x - max) computes (and stores)."""
+
+    stage: ReduceStage
+
+
+def online_maxima(plan: KernelPlan, phase: RowLoop) -> dict[int, OnlineMax]:
+    """Stage number of each float32 ``sum(exp(x - amax(x)))`` over a row loop's rows (the last dims, the amax
+    stage earlier in the phase, keepdim, the exp not row-cached) -> that amax stage."""
+    found: dict[int, OnlineMax] = {}
+    depth = len(phase.outer)
+    maxima = {stage.op.results[0]: stage for stage in phase.stages
+              if isinstance(stage, ReduceStage) and stage.op.name == "amax"}
+    for number, stage in enumerate(phase.stages):
+        if not (isinstance(stage, ReduceStage) and stage.op.name == "sum" and depth
+                and stage.reduced == (depth,) == (len(stage.shape) - 1,)
+                and stage.op.operands[0].type.dtype is DType.f32 and math.prod(stage.shape[depth:]) > 0):
+            continue
+        exp_value = stage.op.operands[0]
+        if exp_value in phase.row_cache:
+            continue
+        exponent = plan.access.get(exp_value)
+        if not (isinstance(exponent, Computed) and exponent.op.name == "exp"):
+            continue
+        difference = plan.access.get(exponent.op.operands[0])
+        if not (isinstance(difference, Computed) and difference.op.name == "sub"):
+            continue
+        x, subtracted = difference.op.operands
+        amax = maxima.get(subtracted)
+        if amax is not None and amax.op.operands[0] is x and amax.reduced == stage.reduced \
+                and amax.op.attrs["keepdim"] and x.type.shape == stage.shape \
+                and phase.stages.index(amax) == number - 1:  # nothing between them reads the max
+            found[number] = OnlineMax(amax)
+    return found
+
+
+def online_total(em: EmitContext, online: OnlineMax, idx: list[Any], out_index: list[Any],
+                 summand: Any) -> ir.Value:
+    """The float64 total of ``summand(full index)`` (the sum stage's input, exp(x - max)) over the last dim of
+    the row at ``idx``, with the max computed online (see the module docstring) and stored into the max stage's
+    target at ``out_index``. Returns the total."""
+    b = em.b
+    stage = online.stage
+    x_value, max_value = stage.op.operands[0], stage.op.results[0]
+    combiner = COMBINERS["amax"]
+    n = stage.shape[-1]
+    total, running = em.alloca(F64), em.alloca(F32)
+    b.store(ir.Constant(F64, 0.0), total)
+    b.store(ir.Constant(F32, -math.inf), running)
+    minus_inf = ir.Constant(F32, -math.inf)
+
+    def block(lo: Any, hi: Any) -> None:
+        with em.fresh_values():
+            b = em.b
+            slots = [em.alloca(t) for t in combiner.slots(DType.f32)]
+            for slot, value in zip(slots, combiner.init(DType.f32)):
+                b.store(value, slot)
+
+            def update(i: Any) -> None:
+                accs = [em.b.load(s) for s in slots]
+                x = em.value_at(x_value, idx[:-1] + [i])
+                for slot, value in zip(slots, combiner.update(em.b, DType.f32, accs, x, None)):
+                    em.b.store(value, slot)
+
+            em.loop(lo, hi, update)
+            b = em.b
+            block_max = combiner.collapse(b, DType.f32, [b.load(s) for s in slots])  # NaN when one was seen
+            old = b.load(running)
+            either_nan = b.fcmp_unordered("uno", old, block_max)
+            new = b.select(either_nan, ir.Constant(F32, math.nan),
+                           b.select(b.fcmp_ordered(">", block_max, old), block_max, old))
+            b.store(new, running)
+            # the total so far was taken against the old max: scale it (old < new only when the max grew)
+            grew = b.fcmp_ordered("<", old, new)
+            factor = b.select(grew, b.fpext(math_call(b, "exp", b.fsub(old, new), target=em.target), F64),
+                              ir.Constant(F64, 1.0))
+            b.store(b.fmul(b.load(total), factor), total)
+            em.bind(max_value, out_index, new)  # the summand's max is the running one
+            partial = em.alloca(F32)
+            b.store(ir.Constant(F32, 0.0), partial)
+
+            def add(i: Any) -> None:
+                em.b.store(em.b.fadd(em.b.load(partial), summand(idx[:-1] + [i]), flags=REASSOC), partial)
+
+            em.loop(lo, hi, add)
+            b = em.b
+            # while every element so far is -inf, exp(x - max) is NaN; the two-pass sum counts them as 0 against
+            # a finite max and is NaN when the max stays -inf (fixed below)
+            value = b.select(b.fcmp_ordered("==", new, minus_inf), ir.Constant(F32, 0.0), b.load(partial))
+            b.store(b.fadd(b.load(total), b.fpext(value, F64)), total)
+
+    em.loop(0, -(-n // BLOCK), lambda k: block(em.mul(k, BLOCK), em.min(em.add(em.mul(k, BLOCK), BLOCK), n)))
+    b = em.b
+    final = b.load(running)
+    em.store(stage.target, out_index, final)
+    return b.select(b.fcmp_ordered("==", final, minus_inf), ir.Constant(F64, math.nan), b.load(total))

@@ -1,0 +1,158 @@
+"""Graph entries: what the torch front end's graph cache stores beside the compiled artifacts it points to.
+
+A graph entry is an ordinary cache entry (``entries/<key>/``, the artifact format of
+:mod:`neuroncc.driver.artifact`: a ``manifest.json`` with the key's components and the sha256 of every file,
+plus a self-checksum), whose one file is ``aot_graph.json``: JSON data the front end wrote (which compiled
+artifacts, by their keys, a TorchDynamo graph became, and what AOTAutograd's runtime needs to run them). Its
+manifest's target is ``aot:<target>`` (``aot:cpu``), so ``neuroncc cache list / verify / explain --key /
+clear``, the remote tier's bundles and ``torch.compiler.save_cache_artifacts()`` handle it as any entry.
+
+    write_graph_entry(cache, key, ...)   under the key's lock: written into tmp/, renamed into entries/<key>
+    read_graph_entry(cache, key)         -> the JSON payload, after the full check of the entry (manifest,
+                                            format version, key, every file's size and sha256); a damaged
+                                            entry is a miss with one CacheWarning
+    is_graph_entry(manifest)             a graph entry, not a compiled artifact
+
+No pickle: the payload is JSON, and this module only checks and moves bytes; the front end decodes the
+payload field by field. Nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import warnings
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from neuroncc.driver.artifact import (
+    FORMAT_VERSION,
+    MANIFEST_NAME,
+    ComponentRecord,
+    Manifest,
+    TensorRecord,
+    file_digest,
+    fsync_directory,
+    manifest_bytes,
+    verify_artifact,
+    write_new_file,
+)
+from neuroncc.driver.cache import CompileCache
+from neuroncc.driver.cache_key import BuildEnvironment, CacheKey, _component, host_fingerprint
+from neuroncc.driver.notices import CacheWarning
+from neuroncc.driver.publisher import PUBLISHER
+from neuroncc.errors import ArtifactError, NeuronccError
+
+#: Bump when the payload's layout changes: entries of another version are never found (the key includes it).
+GRAPH_FORMAT_VERSION = 1
+#: A graph entry's manifest target is this prefix plus the target its artifacts were built for.
+TARGET_PREFIX = "aot:"
+PAYLOAD_NAME = "aot_graph.json"
+
+
+def graph_key(parts: Sequence[tuple[str, str, str | None]], target: str) -> CacheKey:
+    """The key of a graph entry: a sha256 over the caller's named components (name, canonical text, summary),
+    then the target, its host fingerprint and the build environment, each hashed on its own as in
+    :func:`neuroncc.driver.cache_key.compute_key` (so ``neuroncc cache explain --key A --key B`` compares
+    two graph entries component by component)."""
+    env = BuildEnvironment.current()
+    components = (
+        *(_component(name, canonical, summary) for name, canonical, summary in parts),
+        _component("target", target),
+        _component("host", host_fingerprint(target), " ".join(host_fingerprint(target).split()[:2]) or "-"),
+        _component("neuroncc_version", env.neuroncc_version),
+        _component("neuroncc_source", env.neuroncc_source, f"{env.neuroncc_source_files} files"),
+        _component("torch_version", env.torch_version),
+        _component("llvmlite_version", env.llvmlite_version),
+        _component("format_version", f"{FORMAT_VERSION}/{GRAPH_FORMAT_VERSION}"),
+    )
+    text = "neuroncc-graph-key\n" + "".join(f"{c.name}={c.digest}\n" for c in components)
+    return CacheKey(hashlib.sha256(text.encode()).hexdigest(), components)
+
+
+def is_graph_entry(manifest: Manifest) -> bool:
+    return manifest.target.startswith(TARGET_PREFIX)
+
+
+def write_graph_entry(cache: CompileCache, key: CacheKey, *, graph_name: str, target: str,
+                      inputs: Sequence[tuple[str, Sequence[int], Sequence[int]]], options: Mapping[str, Any],
+                      payload: Mapping[str, Any], timings: Mapping[str, float], neuroncc_version: str,
+                      replace: bool = False) -> bool:
+    """Publish the graph entry ``key`` (replacing a damaged one, or with ``replace`` any one: an entry whose
+    payload did not decode); False, with one warning, if it could not be written. ``inputs``: (dtype, shape,
+    strides) of each graph input, for ``neuroncc cache list``."""
+    if not cache.ensure_usable():
+        return False
+    try:
+        data = (json.dumps(payload, sort_keys=True, separators=(",", ":"), allow_nan=False) + "\n").encode()
+        with cache.key_lock(key.key):
+            if not replace and _intact(cache.entries_dir / key.key):
+                return True  # another process published it meanwhile: keep it (a reader may be loading it)
+            temp = Path(tempfile.mkdtemp(prefix=f"{key.key[:16]}.{os.getpid()}.", dir=cache.tmp_dir))
+            try:
+                write_new_file(temp / PAYLOAD_NAME, data)
+                manifest = Manifest(
+                    format_version=FORMAT_VERSION, key=key.key,
+                    key_components={c.name: ComponentRecord(digest=c.digest, summary=c.summary)
+                                    for c in key.components},
+                    target=TARGET_PREFIX + target, graph_name=graph_name,
+                    inputs=[TensorRecord(dtype=d, shape=list(s), strides=list(t)) for d, s, t in inputs],
+                    outputs=[], options=json.loads(json.dumps(dict(options), sort_keys=True, default=str)),
+                    pipeline="", stages=[], target_files=[PAYLOAD_NAME], timings=dict(timings),
+                    neuroncc_version=neuroncc_version,
+                    created_at=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+                    files={PAYLOAD_NAME: file_digest(temp / PAYLOAD_NAME)},
+                )
+                write_new_file(temp / MANIFEST_NAME, manifest_bytes(manifest))
+                final = cache.entries_dir / key.key
+                if final.exists():
+                    shutil.rmtree(final, ignore_errors=True)
+                os.rename(temp, final)
+                fsync_directory(cache.entries_dir)
+            finally:
+                if temp.exists():
+                    shutil.rmtree(temp, ignore_errors=True)
+    except (OSError, ValueError, NeuronccError) as exc:
+        cache.stats.add("publish_failures")
+        warnings.warn(f"could not save graph cache entry {key.key[:16]} ({exc}); the graph is compiled again "
+                      "next time", CacheWarning, stacklevel=3)
+        return False
+    return True
+
+
+def read_graph_entry(cache: CompileCache, key: str, target: str) -> Mapping[str, Any] | None:
+    """The payload of the graph entry ``key`` for ``target``; None if there is none, or (with one warning)
+    if it is damaged or not a graph entry for ``target``."""
+    directory = cache.entries_dir / key
+    PUBLISHER.wait((cache.root, key))
+    if not directory.exists():
+        return None
+    try:
+        manifest = verify_artifact(directory)
+        if manifest.target != TARGET_PREFIX + target:
+            raise ArtifactError(f"{directory}: an entry of target '{manifest.target}', not a graph entry for "
+                                f"'{target}'")
+        payload = json.loads((directory / PAYLOAD_NAME).read_bytes().decode("utf-8"))
+        if not isinstance(payload, dict):
+            raise ArtifactError(f"{directory / PAYLOAD_NAME}: not a JSON object")
+    except (ArtifactError, OSError, UnicodeDecodeError, ValueError) as exc:
+        cache.stats.add("bad_entries")
+        warnings.warn(f"ignoring damaged graph cache entry {key[:16]} ({exc}); recompiling", CacheWarning,
+                      stacklevel=3)
+        return None
+    return payload
+
+
+def _intact(directory: Path) -> bool:
+    if not directory.exists():
+        return False
+    try:
+        verify_artifact(directory)
+    except ArtifactError:
+        return False
+    return True
