@@ -245,11 +245,16 @@ class WrapNumbers:
         result = self.handler(None, *new_args, **kwargs)
         kernel = self.handler.entries.get(key)
         if isinstance(kernel, CompiledKernel) and not wrapped_floats:
-            self.direct = kernel.fed_by_numbers(self._feed(new_args, positions, wrapped_tensors))
-            if self.direct is not None:
-                self.holds_kernel = True
-                self.call = self.direct  # type: ignore[method-assign]  # the dispatcher calls it straight
+            feed = self._feed(new_args, positions, wrapped_tensors)
+            kernel.rebound.append(lambda: self._go_direct(kernel, feed))  # the optimized code, once swapped in
+            self._go_direct(kernel, feed)
         return result
+
+    def _go_direct(self, kernel: CompiledKernel, feed: list[Any]) -> None:
+        self.direct = kernel.fed_by_numbers(feed)
+        if self.direct is not None:
+            self.holds_kernel = True
+            self.call = self.direct  # type: ignore[method-assign]  # the dispatcher calls it straight
 
     @staticmethod
     def _feed(new_args: list[Any], positions: list[int], wrapped_tensors: list[torch.Tensor]) -> list[Any]:

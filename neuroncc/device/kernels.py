@@ -197,6 +197,8 @@ class CompiledKernel:
         self._layouts = (inputs, results, writes)
         self.tensor_only = all(s >= 0 for s in self.sources)
         self.call_tensors = len(tensors)
+        #: what other entries built from this kernel's binding: each is run again once it is rebound
+        self.rebound: list[Any] = []
         final = getattr(executable, "final", None)
         self._bind(final() if final is not None else executable)
         pending = getattr(executable, "optimized", None)
@@ -225,6 +227,8 @@ class CompiledKernel:
             # a call of the quick code under way may still be writing its scratch memory: kept with the entry
             self._quick_scratch = getattr(self, "_scratch", None)
             self._bind(optimized.result())
+            for rebuild in self.rebound:
+                rebuild()
 
     def _writes_in_place(self, form: OpForm, program: Program) -> bool:
         """An in-place or out= op at its commonest: it returns only the arguments it writes (positionally

@@ -101,3 +101,23 @@ def test_a_second_process_loads_the_optimized_code_of_a_process_that_exited_at_o
     second = run_python(code, env)
     assert second.returncode == 0, second.stderr
     assert json.loads(second.stdout.strip().splitlines()[-1]) == [0, compiled, 0]
+
+
+def test_an_op_called_with_a_number_takes_the_optimized_code_too():
+    """``x * 0.5`` goes straight to the kernel of ``x * tensor(0.5)`` (entries.WrapNumbers): that direct call
+    is rebuilt when the kernel's optimized code is swapped in."""
+    from neuroncc.device.entries import WrapNumbers
+
+    x = torch.randn(3, 143, device="neuron")
+    handler = dispatch.handler_for(aten.mul.Tensor)
+    before = set(handler.entries)
+    first = x * 0.5
+    x * 0.5  # the direct call from here on
+    (entry,) = [e for k, e in handler.entries.items() if k not in before and isinstance(e, WrapNumbers)]
+    (kernel,) = [e for k, e in handler.entries.items() if k not in before and isinstance(e, CompiledKernel)]
+    quick_call = entry.direct
+    assert quick_call is not None and kernel.executable.optimized is not None
+    OPTIMIZER.wait()
+    assert kernel.executable.optimized is None  # swapped
+    assert entry.direct is not quick_call and entry.call is entry.direct  # and the direct call rebuilt over it
+    assert torch.equal(_bits(x * 0.5), _bits(first))
