@@ -117,6 +117,9 @@ class AddressCall:
         lock, traced = self.exe._lock, self.__call__
         inputs_only = tuple((slot, position, offset) for slot, is_input, position, offset in slots if is_input)
         outputs_only = tuple((slot, position, offset) for slot, is_input, position, offset in slots if not is_input)
+        if (len(calls) == 1 and len(outputs_only) == 1 and 1 <= len(inputs_only) <= 2
+                and not any(offset for *_, offset in slots)):
+            return self._binary_runner(args, address, calls[0], inputs_only, outputs_only[0])
 
         def run(inputs: Sequence[int], outputs: Sequence[int]) -> None:
             if tracing.watching():
@@ -128,6 +131,26 @@ class AddressCall:
                     args[slot] = outputs[position] + offset
                 for fn, n_outer in calls:
                     fn(address, 0, n_outer)
+
+        return run
+
+    def _binary_runner(self, args: Any, address: int, call: tuple[Any, int], inputs: tuple[tuple[int, int, int], ...],
+                       output: tuple[int, int, int]) -> Any:
+        """:meth:`runner`'s closure for the commonest kernel, unrolled: one phase, one or two inputs and one
+        output at their buffers' starts (an elementwise op or a reduction on the eager device)."""
+        lock, traced = self.exe._lock, self.__call__
+        fn, n_outer = call
+        (slot_a, a, _), (slot_b, b, _) = inputs if len(inputs) == 2 else inputs * 2
+        slot_out, out, _ = output
+
+        def run(inputs: Sequence[int], outputs: Sequence[int]) -> None:
+            if tracing.watching():
+                return traced(inputs, outputs)
+            with lock:
+                args[slot_a] = inputs[a]
+                args[slot_b] = inputs[b]
+                args[slot_out] = outputs[out]
+                fn(address, 0, n_outer)
 
         return run
 
