@@ -8,8 +8,8 @@ kernels (same target machine, same O3 pipeline), each run on 1 thread or on ATen
 - ``math``: ``y[i] = f(x[i])`` over an L1-resident block, repeated: the throughput of each polynomial function
   exactly as neuroncc's math library emits it (``neuroncc.codegen.llvm.mathlib``), vectorized by O3.
 
-Every kernel is a phase-style function ``void f(ptr args, i64 start, i64 end)`` plus its OpenMP ``_team``
-entry, so it runs under the same thread runner as the generated kernels.
+Every kernel is a phase-style function ``void f(ptr args, i64 start, i64 end)``, so it runs under the same
+thread runner (and OpenMP team entry) as the generated kernels.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from llvmlite import ir
 
 from neuroncc.codegen.llvm import jit
 from neuroncc.hardware.host import CpuTarget
-from neuroncc.codegen.llvm.entries import RECIPROCAL_ESTIMATES, add_team_entry
+from neuroncc.codegen.llvm.entries import RECIPROCAL_ESTIMATES
 from neuroncc.codegen.llvm.mathlib import POLYNOMIAL, math_call
 from neuroncc.executors.cpu.threads import get_team
 
@@ -100,7 +100,6 @@ def fma_module(target: CpuTarget) -> str:
 
     _loop(b, start, end, outer)
     b.ret_void()
-    add_team_entry(module, "fma")
     return str(module)
 
 
@@ -145,7 +144,6 @@ def stream_module(nontemporal: bool) -> str:
     if nontemporal:
         b.fence("seq_cst")
     b.ret_void()
-    add_team_entry(module, "stream")
     return str(module)
 
 
@@ -174,7 +172,6 @@ def math_module(name: str, target: CpuTarget) -> str:
 
     _loop(b, start, end, outer)
     b.ret_void()
-    add_team_entry(module, "math")
     return str(module)  # x and y may alias as far as LLVM knows: one runtime check per block of 2048
 
 
@@ -184,12 +181,13 @@ class Compiled:
 
     jit_module: jit.JitModule
     fn: Callable[[int, int, int], None]
-    team_fn: int
+    address: int
 
 
 def compile_kernel(text: str, symbol: str) -> Compiled:
     module = jit.compile_ir([text])
-    return Compiled(module, PHASE(module.address(symbol)), module.address(symbol + "_team"))
+    address = module.address(symbol)
+    return Compiled(module, PHASE(address), address)
 
 
 def run(kernel: Compiled, args: ctypes.Array, n: int, threads: int) -> None:
@@ -201,7 +199,7 @@ def run(kernel: Compiled, args: ctypes.Array, n: int, threads: int) -> None:
     team = get_team(threads)
     if team is None:
         raise RuntimeError("libgomp (bundled with torch) not found: cannot run on several threads")
-    team.run(kernel.fn, kernel.team_fn, address, 0, n, 1 << 30)
+    team.run(kernel.fn, kernel.address, address, 0, n, 1 << 30)
 
 
 def aligned_empty(count: int) -> np.ndarray:

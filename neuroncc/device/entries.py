@@ -65,6 +65,11 @@ def make_entry(handler: Any, args: tuple[Any, ...], kwargs: dict[str, Any], tens
 _EXECUTABLES: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
 
 
+#: The call that compiles an op waits for it: LLVM's quick tier first where it computes the same bits, the
+#: optimized code swapped in from the background (neuroncc.executors.cpu.tiers; the disk cache stores that)
+COMPILE_OPTIONS = {"quick_first": True}
+
+
 def compile_kernel(form: OpForm, program: Program, index: int, tensors: list[torch.Tensor], state: Any) -> CompiledKernel:
     """Compile ``program`` for the cpu target through the compile cache (memory here, disk there)."""
     text = print_function(program.function, canonical=True)
@@ -72,7 +77,7 @@ def compile_kernel(form: OpForm, program: Program, index: int, tensors: list[tor
     if executable is None:
         before = CACHE_STATS.snapshot()
         try:
-            executable = compile_graph(program.function, target="cpu")
+            executable = compile_graph(program.function, target="cpu", options=COMPILE_OPTIONS)
         except NeuronccError as error:
             raise CannotCompile(f"compiling it failed: {str(error).splitlines()[0]}") from error
         except Exception as error:  # noqa: BLE001 - a compiler bug: the op still runs (on CPU), the warning says it
@@ -240,11 +245,16 @@ class WrapNumbers:
         result = self.handler(None, *new_args, **kwargs)
         kernel = self.handler.entries.get(key)
         if isinstance(kernel, CompiledKernel) and not wrapped_floats:
-            self.direct = kernel.fed_by_numbers(self._feed(new_args, positions, wrapped_tensors))
-            if self.direct is not None:
-                self.holds_kernel = True
-                self.call = self.direct  # type: ignore[method-assign]  # the dispatcher calls it straight
+            feed = self._feed(new_args, positions, wrapped_tensors)
+            kernel.rebound.append(lambda: self._go_direct(kernel, feed))  # the optimized code, once swapped in
+            self._go_direct(kernel, feed)
         return result
+
+    def _go_direct(self, kernel: CompiledKernel, feed: list[Any]) -> None:
+        self.direct = kernel.fed_by_numbers(feed)
+        if self.direct is not None:
+            self.holds_kernel = True
+            self.call = self.direct  # type: ignore[method-assign]  # the dispatcher calls it straight
 
     @staticmethod
     def _feed(new_args: list[Any], positions: list[int], wrapped_tensors: list[torch.Tensor]) -> list[Any]:

@@ -173,13 +173,18 @@ SMALL_WRITE_BYTES = 16 << 10
 
 
 class CompiledKernel:
-    """The eager entry of a compiled op program: ``kernel(args, kwargs, tensors, floats)`` -> the op's result."""
+    """The eager entry of a compiled op program: ``kernel(args, kwargs, tensors, floats)`` -> the op's result.
+
+    An executable built at LLVM's quick tier first (``executable.optimized``, see
+    neuroncc.executors.cpu.tiers) is swapped for its optimized build when that is done: the optimizer's thread
+    rebinds the kernel (a new binding and call, each assigned whole, so a call under way finishes on the code
+    it started with). Both compute the same bits."""
 
     holds_kernel = True
 
     def __init__(self, form: OpForm, program: Program, executable: Any, device_index: int,
                  tensors: list[torch.Tensor], state: Any):
-        self.form, self.program, self.executable, self.state = form, program, executable, state
+        self.form, self.program, self.state = form, program, state
         self.index = device_index
         self.tick = 0
         self.sources = program.inputs  # per parameter: call tensor index, or -1 - k for float k
@@ -189,19 +194,41 @@ class CompiledKernel:
         self.writes = {output: tensor for tensor, output in program.writes}
         writes = {output: (tuple(tensors[t].shape), tuple(tensors[t].stride()), tensors[t].dtype)
                   for output, t in self.writes.items()}
-        self.binding = Binding(executable, inputs, results, writes)
+        self._layouts = (inputs, results, writes)
         self.tensor_only = all(s >= 0 for s in self.sources)
         self.call_tensors = len(tensors)
+        #: what other entries built from this kernel's binding: each is run again once it is rebound
+        self.rebound: list[Any] = []
+        final = getattr(executable, "final", None)
+        self._bind(final() if final is not None else executable)
+        pending = getattr(executable, "optimized", None)
+        if pending is not None and self.executable is executable:  # still the quick code: swapped when done
+            pending.add_done_callback(self._swap_in)
+
+    def _bind(self, executable: Any) -> None:
+        binding = Binding(executable, *self._layouts)
+        form, program = self.form, self.program
         # one new tensor returned as it is (most ops): the call needs no result assembly
-        self.single = (not form.writes and self.binding.fast is not None
+        self.single = (not form.writes and binding.fast is not None
                        and len(program.outputs) == 1 and isinstance(program.outputs[0], ComputedOutput)
                        and program.result_tree.is_leaf())
+        self.executable, self.binding = executable, binding
         #: tensors in, one new tensor out, every input read where it is: most ops (their own closure)
-        self.one_result = self.single and self.tensor_only and self.binding.plain_inputs and len(self.binding.fast) == 1
+        self.one_result = self.single and self.tensor_only and binding.plain_inputs and len(binding.fast) == 1
         if self.one_result:
             self.call = self._one_tensor_in_one_out()  # type: ignore[method-assign]
         elif self._writes_in_place(form, program):
             self.call = self._in_place()  # type: ignore[method-assign]
+
+    def _swap_in(self, optimized: Any) -> None:
+        """The optimized executable is built (on the optimizer's thread): run it from the next call on. If its
+        build failed, the quick code stays (the same results, slower; saving the executable reports the error)."""
+        if optimized.exception() is None:
+            # a call of the quick code under way may still be writing its scratch memory: kept with the entry
+            self._quick_scratch = getattr(self, "_scratch", None)
+            self._bind(optimized.result())
+            for rebuild in self.rebound:
+                rebuild()
 
     def _writes_in_place(self, form: OpForm, program: Program) -> bool:
         """An in-place or out= op at its commonest: it returns only the arguments it writes (positionally

@@ -17,7 +17,7 @@ import hashlib
 import logging
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -114,12 +114,12 @@ def make_request(fn: Function, *, target: str = DEFAULT_TARGET, pipeline: str | 
 def compile_uncached(request: CompileRequest, on_progress: Callable[[str], None] | None = None) -> CompileResult:
     """Run the pipeline and build the executable, recording the IR text and time of every stage; ``on_progress``
     hears each pass as it finishes and the start of code generation."""
-    stages: dict[str, str] = {}
+    stages = StageTexts()
     timings: dict[str, float] = {}
     passes = len(as_pipeline(request.pipeline).passes) if on_progress is not None else 0
 
     def record(stage: str, fn: Function, seconds: float) -> None:
-        stages[stage] = print_function(fn)
+        stages.graphs[stage] = fn
         timings[stage] = seconds
         if on_progress is not None:
             number, _, name = stage.partition("-")
@@ -135,6 +135,28 @@ def compile_uncached(request: CompileRequest, on_progress: Callable[[str], None]
     executable = build_executable(lowered, request.target, request.options)
     timings["build"] = time.perf_counter() - start
     return CompileResult(executable, stages=stages, timings=timings)
+
+
+class StageTexts(Mapping[str, str]):
+    """Stage name -> the IR text after it, in order: the graphs are kept and printed when read. The texts go
+    into the cache entry, which is written on the cache's background thread (driver/publisher.py), so the
+    compile that waits does not print every stage (IR is immutable: a kept graph prints the same later)."""
+
+    def __init__(self) -> None:
+        self.graphs: dict[str, Function] = {}
+        self._texts: dict[str, str] = {}
+
+    def __getitem__(self, stage: str) -> str:
+        text = self._texts.get(stage)
+        if text is None:
+            text = self._texts[stage] = print_function(self.graphs[stage])
+        return text
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.graphs)
+
+    def __len__(self) -> int:
+        return len(self.graphs)
 
 
 @functools.lru_cache(maxsize=64)

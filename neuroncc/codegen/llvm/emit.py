@@ -21,7 +21,7 @@ from neuroncc.codegen.llvm.access import ACCESS, broadcast_index
 from neuroncc.codegen.llvm.context import Index
 from neuroncc.codegen.llvm.elementwise import ELEMENTWISE, EXACT
 from neuroncc.codegen.llvm.entries import (
-    RECIPROCAL_ESTIMATES, add_phase_entry, add_team_entry, vector_width_attribute,
+    RECIPROCAL_ESTIMATES, add_phase_entry, vector_width_attribute,
 )
 from neuroncc.codegen.llvm.indexing import ROUNDS, IndexArithmetic
 from neuroncc.codegen.llvm.kernel_plan import (
@@ -123,7 +123,6 @@ class KernelEmitter(IndexArithmetic):
         if vector_width is not None:
             set.add(body_fn.attributes, vector_width)
         add_phase_entry(self.module, symbol, n_args, (vector_width,) if vector_width is not None else ())
-        add_team_entry(self.module, symbol)
 
         entry = body_fn.append_basic_block("entry")
         self._entry = ir.IRBuilder(entry)

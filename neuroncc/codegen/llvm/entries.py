@@ -1,8 +1,10 @@
-"""The entry points of a phase, as LLVM IR text: ``{symbol}`` (the launcher's) and ``{symbol}_team`` (OpenMP's).
+"""The entry points of phases, as LLVM IR text: ``{symbol}`` (each phase's) and ``neuroncc_team`` (OpenMP's).
 
-Both are fixed boilerplate around the phase's loop nest (``{symbol}.body``, built by :mod:`emit`): writing
-them as text costs a fraction of building them instruction by instruction with llvmlite objects and printing
-those back, which was a third of a kernel's emission time (they are a third of its instructions).
+The phase entry is fixed boilerplate around the phase's loop nest (``{symbol}.body``, built by :mod:`emit`):
+writing it as text costs a fraction of building it instruction by instruction with llvmlite objects and
+printing it back. The OpenMP team's entry is one function per process (:func:`team_entry_ir`), which calls the
+phase through a pointer in its task: a copy per phase module was a fifth of every kernel's LLVM time (its O3
+pipeline and code generation), for code that runs once per chunk of a parallel loop.
 """
 
 from __future__ import annotations
@@ -43,8 +45,8 @@ class FunctionText(ir.Function):
 def add_phase_entry(module: ir.Module, symbol: str, n_args: int, attributes: tuple[str, ...] = ()) -> None:
     """``void {symbol}(ptr args, i64 start, i64 end)``: loads the ``n_args`` buffer pointers from ``args`` and
     runs outer iterations [start, end) of the phase (``{symbol}.body``, which is inlined here, so it carries the
-    body's string ``attributes`` too). ``noinline``: the ``_team`` entry calls it too, so the loop nest exists
-    once."""
+    body's string ``attributes`` too). ``noinline``: the loop nest exists once, in this function, whoever calls
+    it (the launcher, or the team entry through a pointer)."""
     extra = "".join(f" {attribute}" for attribute in attributes)
     lines = [f'define void @"{symbol}"(ptr %args, i64 %start, i64 %end) {RECIPROCAL_ESTIMATES}{extra} noinline', "{",
              "entry:"]
@@ -56,26 +58,35 @@ def add_phase_entry(module: ir.Module, symbol: str, n_args: int, attributes: tup
     FunctionText(module, ir.FunctionType(VOID, [PTR, I64, I64]), symbol, "\n".join(lines))
 
 
-def add_team_entry(module: ir.Module, symbol: str) -> None:
-    """``void {symbol}_team(ptr task)``: the body an OpenMP team runs (GOMP_parallel) for the phase ``symbol``.
+#: The team entry's symbol, and its task's fields (64-bit words): what the thread runner fills in.
+TEAM_ENTRY = "neuroncc_team"
+TEAM_TASK_FIELDS = ("phase", "args", "start", "end", "chunk", "next")
 
-    ``task`` is {ptr args, i64 start, i64 end, i64 chunk, i64 next}; every thread of the team takes chunks of
-    [start, end) from the shared counter ``next`` until none is left (dynamic schedule).
+
+def team_entry_ir() -> str:
+    """``void neuroncc_team(ptr task)``: the body an OpenMP team runs (GOMP_parallel) for any phase.
+
+    ``task`` is {ptr phase, ptr args, i64 start, i64 end, i64 chunk, i64 next}; every thread of the team takes
+    chunks of [start, end) from the shared counter ``next`` until none is left (dynamic schedule) and runs
+    ``phase(args, lo, hi)`` on each.
     """
-    text = f"""define void @"{symbol}_team"(ptr %task)
+    field = {name: index for index, name in enumerate(TEAM_TASK_FIELDS)}
+    return f"""define void @"{TEAM_ENTRY}"(ptr %task)
 {{
 entry:
-  %args.field = getelementptr ptr, ptr %task, i64 0
+  %phase.field = getelementptr ptr, ptr %task, i64 {field["phase"]}
+  %phase = load ptr, ptr %phase.field
+  %args.field = getelementptr ptr, ptr %task, i64 {field["args"]}
   %args = load ptr, ptr %args.field
-  %start.field = getelementptr i64, ptr %task, i64 1
+  %start.field = getelementptr i64, ptr %task, i64 {field["start"]}
   %start = load i64, ptr %start.field
-  %end.field = getelementptr i64, ptr %task, i64 2
+  %end.field = getelementptr i64, ptr %task, i64 {field["end"]}
   %end = load i64, ptr %end.field
-  %chunk.field = getelementptr i64, ptr %task, i64 3
+  %chunk.field = getelementptr i64, ptr %task, i64 {field["chunk"]}
   %chunk = load i64, ptr %chunk.field
   br label %next
 next:
-  %next.field = getelementptr i64, ptr %task, i64 4
+  %next.field = getelementptr i64, ptr %task, i64 {field["next"]}
   %taken = atomicrmw add ptr %next.field, i64 1 monotonic
   %offset = mul i64 %taken, %chunk
   %lo = add i64 %start, %offset
@@ -85,10 +96,9 @@ work:
   %lo.next = add i64 %lo, %chunk
   %short = icmp slt i64 %lo.next, %end
   %hi = select i1 %short, i64 %lo.next, i64 %end
-  call void @"{symbol}"(ptr %args, i64 %lo, i64 %hi)
+  call void %phase(ptr %args, i64 %lo, i64 %hi)
   br label %next
 done:
   ret void
 }}
 """
-    FunctionText(module, ir.FunctionType(VOID, [PTR]), f"{symbol}_team", text)

@@ -10,12 +10,23 @@ would serialize the workers; the two calls that take the time (running the O3 pi
 only touch the worker's own context and target machine, so they are made through the unlocked ctypes function
 behind llvmlite's wrapper. Everything else (parsing, verifying, linking) keeps the lock. ctypes releases the
 GIL during those calls, so workers also run while the launch planner emits the next kernel's IR in Python.
+
+Two tiers (:class:`Tier`): ``OPTIMIZED`` (the O3 pipeline with the vectorizers, O3 code generation: the code
+every artifact holds) and ``QUICK`` (no IR optimization beyond always-inline, code generation at O0 through
+SelectionDAG with the fast register allocator: ~6x cheaper to make, several times slower to run). For a module
+without fast-math flags other than ``contract`` (:func:`tier_independent`) both tiers compute bitwise the same
+results: every other instruction is IEEE-exact whatever the optimizer does, and ``contract`` takes effect in
+instruction selection (fused multiply-adds), which both tiers run through SelectionDAG. That is why the process
+turns LLVM's FastISel off (``-fast-isel=false``, set once at initialization): FastISel would select a ``contract``
+multiply and add as two instructions. Only O0 code generation uses FastISel, so the optimized tier is unchanged.
 """
 
 from __future__ import annotations
 
 import ctypes
+import enum
 import queue
+import re
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,7 +46,37 @@ def _initialize() -> None:
     if "target" not in _STATE:
         llvm.initialize_native_target()  # llvm.initialize() raises in llvmlite >= 0.45
         llvm.initialize_native_asmprinter()
+        llvm.set_option("neuroncc", "-fast-isel=false")  # the quick tier selects as the optimized one (see above)
         _STATE["target"] = llvm.Target.from_triple(llvm.get_process_triple())
+
+
+class Tier(enum.Enum):
+    """How much LLVM does to a module: (IR pipeline speed level, code generation level); see the docstring."""
+
+    OPTIMIZED = (3, 3)
+    QUICK = (0, 0)
+
+    @property
+    def ir_level(self) -> int:
+        return self.value[0]
+
+    @property
+    def codegen_level(self) -> int:
+        return self.value[1]
+
+
+#: quoted names and strings (``@"k0_p0.body"``, attribute values): never flags
+_QUOTED = re.compile(r'"[^"]*"')
+#: a fast-math flag other than ``contract``, the one both tiers honour alike (in instruction selection)
+_TIER_DEPENDENT_FLAG = re.compile(r"(?<= )(?:reassoc|nnan|ninf|nsz|arcp|afn|fast)(?= )")
+
+
+def tier_independent(text: str) -> bool:
+    """Whether LLVM module ``text`` computes bitwise the same results at every :class:`Tier`: it carries no
+    fast-math flag but ``contract``. ``reassoc`` lets the vectorizer reorder a sum, ``nnan``/``ninf``/``nsz``
+    let the optimizer assume values away, ``arcp``/``afn`` let it rewrite divisions and math calls: what the
+    O3 pipeline then makes differs from what the quick tier makes."""
+    return _TIER_DEPENDENT_FLAG.search(_QUOTED.sub('""', text)) is None
 
 
 def host_cpu() -> tuple[str, str]:
@@ -49,9 +90,9 @@ def host_target() -> CpuTarget:
     return _host()
 
 
-def target_machine(target: CpuTarget | None = None) -> llvm.TargetMachine:
-    """A fresh target machine for ``target`` (default: the host CPU with all of its features), at -O3, with
-    the vector width the target says (``CpuTarget.machine_features``).
+def target_machine(target: CpuTarget | None = None, tier: Tier = Tier.OPTIMIZED) -> llvm.TargetMachine:
+    """A fresh target machine for ``target`` (default: the host CPU with all of its features), generating code
+    at ``tier``'s level (O3 by default), with the vector width the target says (``CpuTarget.machine_features``).
 
     Fresh per use: an MCJIT engine takes ownership of the target machine it is created with, and a compile
     worker must not share one with another thread.
@@ -60,7 +101,7 @@ def target_machine(target: CpuTarget | None = None) -> llvm.TargetMachine:
         _initialize()
     target = target or host_target()
     return _STATE["target"].create_target_machine(  # type: ignore[attr-defined]
-        cpu=target.name, features=target.machine_features, opt=3, reloc="pic", codemodel="default")
+        cpu=target.name, features=target.machine_features, opt=tier.codegen_level, reloc="pic", codemodel="default")
 
 
 def _unlocked(name: str) -> Any:
@@ -108,15 +149,17 @@ def parse_and_link(ir_texts: list[str]) -> llvm.ModuleRef:
     return linked
 
 
-def _run_o3(module: llvm.ModuleRef, tm: llvm.TargetMachine) -> None:
-    """O3 for the host CPU with the loop and SLP vectorizers (loop unrolling off: the vectorizer interleaves)."""
+def _run_o3(module: llvm.ModuleRef, tm: llvm.TargetMachine, tier: Tier = Tier.OPTIMIZED) -> None:
+    """O3 for the host CPU with the loop and SLP vectorizers (loop unrolling off: the vectorizer interleaves);
+    at the quick tier, the O0 pipeline (always-inline only)."""
     module.triple = tm.triple
     module.data_layout = str(tm.target_data)
-    tuning = llvm.create_pipeline_tuning_options(speed_level=3)
-    tuning.loop_vectorization = True
-    tuning.slp_vectorization = True
-    tuning.loop_unrolling = False
-    tuning.loop_interleaving = True
+    tuning = llvm.create_pipeline_tuning_options(speed_level=tier.ir_level)
+    if tier is Tier.OPTIMIZED:
+        tuning.loop_vectorization = True
+        tuning.slp_vectorization = True
+        tuning.loop_unrolling = False
+        tuning.loop_interleaving = True
     builder = llvm.create_pass_builder(tm, tuning)  # one per module: its analysis managers key on module address
     _unlocked("LLVMPY_RunNewModulePassManager")(builder.getModulePassManager(), module, builder)
 
@@ -149,12 +192,36 @@ def assembly(ir_texts: list[str], target: CpuTarget | None = None) -> str:
     return tm.emit_assembly(module)
 
 
+def _compile_module(text: str, context: Any, tm: llvm.TargetMachine, tier: Tier) -> bytes:
+    """One module's object code: parsed and verified in ``context``, optimized and emitted at ``tier``."""
+    module = _parse(text, context)
+    try:
+        _run_o3(module, tm, tier)
+        return _emit_object(tm, module)
+    finally:
+        module.close()
+
+
+#: per thread: its target machine per tier (a target machine is reusable for any number of modules, by one
+#: thread at a time)
+_MACHINES = threading.local()
+
+
+def _thread_machine(tier: Tier) -> llvm.TargetMachine:
+    machines = getattr(_MACHINES, "by_tier", None)
+    if machines is None:
+        machines = _MACHINES.by_tier = {}
+    if tier not in machines:
+        machines[tier] = target_machine(tier=tier)
+    return machines[tier]
+
+
 class _Worker(threading.Thread):
     """Takes (index, module text) from the shared inbox until None, compiling each in its own LLVM context."""
 
-    def __init__(self, inbox: queue.SimpleQueue, objects: dict[int, bytes]) -> None:
+    def __init__(self, inbox: queue.SimpleQueue, objects: dict[int, bytes], tier: Tier) -> None:
         super().__init__(name="neuroncc-llvm", daemon=True)
-        self.inbox, self.objects = inbox, objects
+        self.inbox, self.objects, self.tier = inbox, objects, tier
         self.error: BaseException | None = None
 
     def run(self) -> None:
@@ -164,12 +231,9 @@ class _Worker(threading.Thread):
                 continue  # keep draining: the producer queues until finish()
             try:
                 if context is None:
-                    context, tm = llvm.create_context(), target_machine()
+                    context, tm = llvm.create_context(), target_machine(tier=self.tier)
                 index, text = task
-                module = _parse(text, context)
-                _run_o3(module, tm)
-                self.objects[index] = _emit_object(tm, module)
-                module.close()
+                self.objects[index] = _compile_module(text, context, tm, self.tier)
             except BaseException as exc:  # re-raised on the compiling thread by KernelCompiler.finish
                 self.error = exc
 
@@ -179,12 +243,13 @@ class KernelCompiler:
 
     Up to ``workers`` threads take modules from one queue as they become free; every module becomes one
     object file, and the objects are kept in submission order, so the result does not depend on the number
-    of workers or on which worker compiled what.
+    of workers or on which worker compiled what. ``tier``: how much LLVM optimizes (:class:`Tier`).
     """
 
-    def __init__(self, workers: int = 1):
+    def __init__(self, workers: int = 1, tier: Tier = Tier.OPTIMIZED):
         with _LOCK:
             _initialize()
+        self.tier = tier
         self.max_workers = max(int(workers), 1)
         self.workers: list[_Worker] = []
         self.inbox: queue.SimpleQueue = queue.SimpleQueue()
@@ -193,7 +258,7 @@ class KernelCompiler:
 
     def submit(self, text: str) -> None:
         if len(self.workers) < min(self.max_workers, len(self.texts) + 1):
-            worker = _Worker(self.inbox, self.objects)
+            worker = _Worker(self.inbox, self.objects, self.tier)
             worker.start()
             self.workers.append(worker)
         self.inbox.put((len(self.texts), text))
@@ -220,9 +285,19 @@ class KernelCompiler:
         return load_objects([self.objects[i] for i in range(len(self.texts))], self.texts)
 
 
-def compile_ir(ir_texts: list[str], workers: int = 1) -> JitModule:
-    """Verify, optimize, emit object code and load it. Raises CodegenError on invalid IR."""
-    compiler = KernelCompiler(workers)
+def compile_ir(ir_texts: list[str], workers: int = 1, tier: Tier = Tier.OPTIMIZED) -> JitModule:
+    """Verify, optimize (at ``tier``), emit object code and load it. Raises CodegenError on invalid IR.
+
+    One module, or one worker, compiles on the calling thread: starting and joining a worker thread costs
+    more than a quick-tier module's compile on a busy machine."""
+    if workers <= 1 or len(ir_texts) == 1:
+        with _LOCK:
+            _initialize()
+        if not ir_texts:
+            raise CodegenError("no LLVM modules to compile")
+        context, tm = llvm.create_context(), _thread_machine(tier)  # a fresh context: its uniqued types go with it
+        return load_objects([_compile_module(text, context, tm, tier) for text in ir_texts], ir_texts)
+    compiler = KernelCompiler(workers, tier)
     for text in ir_texts:
         compiler.submit(text)
     module = compiler.finish()

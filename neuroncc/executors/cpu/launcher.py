@@ -14,11 +14,14 @@ ATen's own OpenMP team through torch's libgomp, so neuroncc's kernels and ATen's
 threads; ``python``: a persistent pool of Python threads, used when libgomp is not found, and better on a
 machine oversubscribed by other processes, where OpenMP's spinning barriers degrade badly),
 ``memory_plan`` (``neuroncc.passes.plan_memory.plan(fn)``'s MemoryPlan, or any object with ``offsets`` by value
-number or Value; see :func:`neuroncc.codegen.llvm.program.plan_launch`).
+number or Value; see :func:`neuroncc.codegen.llvm.program.plan_launch`), ``quick_first`` (False; True for a
+caller that waits on the compile, the eager device: kernels start at LLVM's quick tier when
+:mod:`neuroncc.executors.cpu.tiers` says so, and ``executable.optimized`` brings the optimized code).
 """
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import threading
 import time
@@ -45,6 +48,7 @@ from neuroncc.executors.cpu.buffers import strided_view as _view
 from neuroncc.executors.cpu.extern import run_extern
 from neuroncc.executors.cpu.extern_library import LIBRARY_CALLS, run_library
 from neuroncc.executors.cpu.native_sequence import sequence_calls
+from neuroncc.executors.cpu.tiers import OPTIMIZER, quick_tier_applies
 from neuroncc.codegen.llvm.program import (
     ALIGN, BufferKind, CpuLaunchPlan, StepKind, StepSpec, ValueSpec, function_hash, plan_launch,
 )
@@ -118,6 +122,9 @@ class CpuExecutable:
         self._step_calls = [getattr(r, "fast", None) or r for r in self._runners]
         self._calls = sequence_calls(self._runners, self._step_calls, len(plan.buffers))
         self._traced: tuple[Any, list[Any], Any] | None = None  # (tracer, its wrapped calls, graph info)
+        #: None, or while this executable runs LLVM's quick-tier code: the future of the same executable with
+        #: optimized code (executors/cpu/tiers.py); saving waits for it
+        self.optimized: Any = None
         self.stats = self._stats(compile_seconds)
         self.stats["blas_calls"] = sum(getattr(r, "blas", None) is not None for r in self._runners)
 
@@ -294,9 +301,19 @@ class CpuExecutable:
 
     # ---- artifacts -----------------------------------------------------------------------------------------
 
+    def final(self) -> CpuExecutable:
+        """The executable with the best code available now: the optimized one once it is built, else this."""
+        optimized = self.optimized
+        if optimized is not None and optimized.done() and optimized.exception() is None:
+            return optimized.result()
+        return self
+
     def save(self, directory: str | Path) -> list[str]:
         """Write plan.json, kernels.ll and kernels.a into ``directory``; returns the file names (relative to
-        ``directory``) written. The graph itself is not written: the artifact layer stores it."""
+        ``directory``) written. The graph itself is not written: the artifact layer stores it. A quick-tier
+        executable saves its optimized executable (waiting for it): artifacts hold optimized code only."""
+        if self.optimized is not None:
+            return self.optimized.result().save(directory)
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         (directory / PLAN_FILE).write_text(self.plan.to_json(), encoding="utf-8")
@@ -341,16 +358,37 @@ def build_cpu_executable(fn: Function, options: Mapping[str, Any] | None = None)
     start = time.perf_counter()
     top = wrap_remaining_ops(fn)
     cpu, features = jit.host_cpu()
-    compiler = jit.KernelCompiler(_count_option(options, "compile_threads", _threads(options)))
+    workers = _count_option(options, "compile_threads", _threads(options))
+    if _quick_first(options):
+        plan, texts = plan_launch(top, cpu, features, _memory_plan(options))
+        if quick_tier_applies(plan, texts):
+            quick = _executable(top, plan, jit.compile_ir(texts, workers, jit.Tier.QUICK), options, start)
+            quick.optimized = OPTIMIZER.submit(
+                lambda: _executable(top, copy.copy(plan), jit.compile_ir(texts, 1), options, time.perf_counter()))
+            return quick
+        return _executable(top, plan, jit.compile_ir(texts, workers) if texts else None, options, start)
+    compiler = jit.KernelCompiler(workers)
     try:
         plan, _ = plan_launch(top, cpu, features, _memory_plan(options), on_kernel=compiler.submit)
     except BaseException:
         compiler.close()
         raise
-    module = compiler.finish()
+    return _executable(top, plan, compiler.finish(), options, start)
+
+
+def _executable(top: Function, plan: CpuLaunchPlan, module: jit.JitModule | None, options: Mapping[str, Any],
+                start: float) -> CpuExecutable:
+    """The executable of ``plan`` running ``module``'s code (``plan`` records the code's checksum)."""
     if module is not None:
         plan.object_sha256 = hashlib.sha256(write_archive(module.objects)).hexdigest()
     return CpuExecutable(top, plan, module, _threads(options), time.perf_counter() - start, _threading(options))
+
+
+def _quick_first(options: Mapping[str, Any]) -> bool:
+    value = options.get("quick_first", False)
+    if not isinstance(value, bool):
+        raise InputError(f"option quick_first must be True or False, got {value!r}")
+    return value
 
 
 def load_cpu_executable(directory: str | Path, fn: Function, options: Mapping[str, Any] | None = None) -> CpuExecutable:

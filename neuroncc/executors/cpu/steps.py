@@ -66,8 +66,9 @@ class NativeKernel:
                 self.args[slot] = exe.region_constant(step.op_index, spec.ref).ctypes.data
             else:
                 self.args[slot] = exe.error.address
-        self.phases = [(PHASE_FN(exe.module.address(p.symbol)), exe.module.address(p.symbol + "_team"), p.n_outer,
-                        p.work, p.serial) for p in step.phases]
+        addresses = [exe.module.address(p.symbol) for p in step.phases]
+        self.phases = [(PHASE_FN(address), address, p.n_outer, p.work, p.serial)
+                       for address, p in zip(addresses, step.phases)]
         self._view_cache: dict[int, tuple[int, np.ndarray]] = {}  # extern layout -> (address, view)
         self.rows, self.row_block = 0, step.row_block  # the tile pass's matmul_tile (rows per block)
         if self.row_block:
@@ -144,7 +145,7 @@ class NativeKernel:
     def _phases(self, row_start: int, row_end: int | None) -> None:
         """Run every phase, on all outer iterations or on those of rows [row_start, row_end)."""
         pool, team = self.exe.pool, self.exe.team
-        for fn, team_fn, n_outer, work, serial in self.phases:
+        for fn, address, n_outer, work, serial in self.phases:
             start, end = 0, n_outer
             if row_end is not None:
                 per_row = n_outer // self.rows
@@ -152,7 +153,7 @@ class NativeKernel:
             if serial:
                 fn(self.args_address, start, end)
             elif team is not None:
-                team.run(fn, team_fn, self.args_address, start, end, work)
+                team.run(fn, address, self.args_address, start, end, work)
             elif start == 0:
                 pool.parallel_for(fn, self.args_address, end, work)
             else:

@@ -3,8 +3,9 @@
 Generated phase functions take ``(args, start, end)``. Two runners split [0, n) across threads:
 
 - :class:`OpenMPTeam` (the default, option ``threading="openmp"``): the OpenMP runtime that ATen itself uses
-  (the ``libgomp`` bundled with torch, found without importing torch). ``GOMP_parallel`` runs the phase's
-  generated ``_team`` entry on ATen's own thread team, so neuroncc kernels and ATen matmuls share one set of
+  (the ``libgomp`` bundled with torch, found without importing torch). ``GOMP_parallel`` runs the process's
+  team entry (``neuroncc_team``, compiled once: codegen/llvm/entries.py), which calls the phase, on ATen's own
+  thread team, so neuroncc kernels and ATen matmuls share one set of
   threads instead of oversubscribing the cores, and waking the team costs about a microsecond. Measured on a
   quiet machine (2 threads, kernels interleaved with eager calls as in a model): softmax [4096, 1024] 1.09 ms
   vs 2.22 ms with the pool, whose second thread competes with ATen's OpenMP workers still spinning after the
@@ -21,6 +22,7 @@ small loops run on the calling thread alone.
 from __future__ import annotations
 
 import ctypes
+import functools
 import importlib.util
 import itertools
 import sys
@@ -28,6 +30,8 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
+from neuroncc.codegen.llvm import jit
+from neuroncc.codegen.llvm.entries import TEAM_ENTRY, team_entry_ir
 from neuroncc.hardware.host import available_cores
 
 #: Below this many elements of work a phase runs on one thread. Waking a pool worker costs 40-50 us on this
@@ -143,8 +147,22 @@ def find_libgomp() -> str | None:
     return str(matches[0]) if matches else None
 
 
+@functools.cache
+def _team_module() -> jit.JitModule:
+    """The compiled team entry: one small LLVM module per process, built on first use (two threads racing here
+    compile it twice, harmlessly); the cache keeps it, so its code stays mapped."""
+    return jit.compile_ir([team_entry_ir()])
+
+
+@functools.cache
+def team_entry() -> int:
+    """The address of the team entry (``neuroncc_team``, see codegen/llvm/entries.py), looked up once."""
+    return _team_module().address(TEAM_ENTRY)
+
+
 class OpenMPTeam:
-    """Runs a phase's ``_team`` entry with ``GOMP_parallel`` (see the module docstring)."""
+    """Runs a phase on ATen's OpenMP team through the team entry and ``GOMP_parallel`` (see the module
+    docstring)."""
 
     def __init__(self, library: str, threads: int):
         self.threads = max(threads, 1)
@@ -156,9 +174,10 @@ class OpenMPTeam:
         """Whether :meth:`run` runs this loop on the calling thread in one piece."""
         return self.threads <= 1 or n < 2 or n * max(work_per_item, 1) < TEAM_MIN_WORK
 
-    def run(self, fn: Callable[[int, int, int], None], team_fn: int, args: int, start: int, end: int,
+    def run(self, fn: Callable[[int, int, int], None], fn_address: int, args: int, start: int, end: int,
             work_per_item: int = 1) -> None:
-        """Run fn(args, lo, hi) over [start, end): on the team when big enough, else on this thread."""
+        """Run fn(args, lo, hi) over [start, end): on the team when big enough, else on this thread.
+        ``fn_address``: the address of ``fn``'s code (the team entry calls it)."""
         n = end - start
         total = n * max(work_per_item, 1)
         if self.runs_inline(n, work_per_item):
@@ -166,8 +185,8 @@ class OpenMPTeam:
                 fn(args, start, end)
             return
         chunks = min(n, self.threads * CHUNKS_PER_THREAD, max(total // (TEAM_MIN_WORK // 2), 2))
-        task = (ctypes.c_int64 * 5)(args, start, end, -(-n // chunks), 0)
-        self._gomp_parallel(team_fn, ctypes.addressof(task), min(self.threads, chunks), 0)
+        task = (ctypes.c_int64 * 6)(fn_address, args, start, end, -(-n // chunks), 0)  # entries.TEAM_TASK_FIELDS
+        self._gomp_parallel(team_entry(), ctypes.addressof(task), min(self.threads, chunks), 0)
 
 
 _TEAMS: dict[int, OpenMPTeam | None] = {}

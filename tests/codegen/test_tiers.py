@@ -1,0 +1,140 @@
+"""LLVM's quick tier first, optimized code from the background (codegen/llvm/jit.py Tier, executors/cpu/tiers.py).
+
+A ``quick_first`` build runs quick-tier code until its optimized build is done; both must compute the same bits,
+and what is saved (the compile cache's artifact) is the optimized code.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from neuroncc.codegen.llvm import jit
+from neuroncc.errors import InputError
+from neuroncc.executors.cpu import tiers
+from neuroncc.executors.cpu.ar_archive import read_archive
+from neuroncc.executors.cpu.launcher import build_cpu_executable, load_cpu_executable
+from neuroncc.ir import Builder, DType, TensorType
+from neuroncc.passes import run_pipeline
+from neuroncc.passes.pipeline import default_pipeline
+
+SHAPE = (37, 129)  # odd sizes: vector bodies and scalar remainders both run
+
+
+def _graph(name, build, shape=SHAPE, inputs=1):
+    b = Builder(name)
+    params = [b.param(TensorType(shape, DType.f32), f"x{i}") for i in range(inputs)]
+    return run_pipeline(default_pipeline("cpu"), b.build([build(b, *params)]))
+
+
+#: graphs whose kernels carry no fast-math flag but ``contract`` (polynomial math: fused multiply-adds)
+TIER_INDEPENDENT = {
+    "exp": lambda: _graph("exp", lambda b, x: b.op("exp", x)),
+    "sigmoid": lambda: _graph("sigmoid", lambda b, x: b.op("sigmoid", x)),
+    "log": lambda: _graph("log", lambda b, x: b.op("log", b.op("abs", x))),
+    "sin": lambda: _graph("sin", lambda b, x: b.op("sin", x)),
+    "silu": lambda: _graph("silu", lambda b, x: b.op("mul", x, b.op("sigmoid", x))),
+    "where_max_sqrt": lambda: _graph("wms", lambda b, x, y: b.op(
+        "where", b.op("gt", x, y), b.op("maximum", x, y), b.op("sqrt", b.op("abs", y))), inputs=2),
+    "pow_mul_add": lambda: _graph("pma", lambda b, x, y: b.op("add", b.op("mul", b.op("mul", x, x), x), y), inputs=2),
+}
+
+
+def _special_inputs(rng, count):
+    """Normal values with the special ones mixed in: infinities, NaN, signed zeros, denormals, large values."""
+    arrays = []
+    for _ in range(count):
+        x = (rng.standard_normal(SHAPE) * 4).astype(np.float32)
+        flat = x.reshape(-1)
+        specials = np.array([np.inf, -np.inf, np.nan, 0.0, -0.0, 1e-40, -1e-40, 88.5, -104.0, 1e30], np.float32)
+        flat[rng.choice(flat.size, 200, replace=False)] = np.resize(specials, 200)
+        arrays.append(x)
+    return arrays
+
+
+def _bits(arrays):
+    return [np.ascontiguousarray(a).view(np.uint8) for a in arrays]
+
+
+@pytest.mark.parametrize("name", sorted(TIER_INDEPENDENT))
+def test_quick_code_computes_the_optimized_codes_bits(rng, name):
+    fn = TIER_INDEPENDENT[name]()
+    quick = build_cpu_executable(fn, {"quick_first": True})
+    assert quick.optimized is not None, "this graph's kernels are tier independent: it starts at the quick tier"
+    optimized = quick.optimized.result(timeout=120)
+    assert optimized.optimized is None and optimized.module.objects != quick.module.objects  # other code
+    args = _special_inputs(rng, len(fn.params))
+    for got, want in zip(_bits(quick(*args)), _bits(optimized(*args))):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_kernels_with_tier_dependent_flags_are_optimized_at_once():
+    """A sum (``reassoc``: the vectorizer reorders it) and tanh (``ninf``/``arcp``) start optimized."""
+    for fn in (_graph("sum", lambda b, x: b.op("sum", x, dims=(1,))), _graph("tanh", lambda b, x: b.op("tanh", x))):
+        exe = build_cpu_executable(fn, {"quick_first": True})
+        assert exe.optimized is None and exe.final() is exe
+        assert not all(jit.tier_independent(text) for text in exe.module.llvm_ir)
+
+
+def test_large_work_is_optimized_at_once():
+    """Past QUICK_MAX_WORK the slower code would cost more than the compile it saves."""
+    rows = tiers.QUICK_MAX_WORK // 256 + 1
+    exe = build_cpu_executable(_graph("big", lambda b, x: b.op("exp", x), shape=(rows, 256)), {"quick_first": True})
+    assert exe.optimized is None
+    assert tiers.plan_work(exe.plan) > tiers.QUICK_MAX_WORK
+
+
+def test_without_the_option_a_build_is_optimized(rng):
+    exe = build_cpu_executable(TIER_INDEPENDENT["exp"]())
+    assert exe.optimized is None
+    with pytest.raises(InputError, match="quick_first"):
+        build_cpu_executable(TIER_INDEPENDENT["exp"](), {"quick_first": "yes"})
+
+
+def test_saving_a_quick_executable_saves_the_optimized_code(rng, tmp_path):
+    fn = TIER_INDEPENDENT["sigmoid"]()
+    quick = build_cpu_executable(fn, {"quick_first": True})
+    quick.save(tmp_path)  # waits for the optimized build
+    optimized = quick.optimized.result()
+    assert quick.final() is optimized
+    assert read_archive((tmp_path / "kernels.a").read_bytes()) == optimized.module.objects
+    loaded = load_cpu_executable(tmp_path, fn)  # its checksum is the optimized code's
+    assert loaded.module.objects == optimized.module.objects != quick.module.objects
+    args = _special_inputs(rng, 1)
+    np.testing.assert_array_equal(_bits(loaded(*args))[0], _bits(quick(*args))[0])
+
+
+def test_tier_independence_reads_instruction_flags_only():
+    assert jit.tier_independent('%"a" = fmul contract float %"x", %"y"\n')
+    assert not jit.tier_independent('%"a" = fadd reassoc contract float %"x", %"y"\n')
+    assert not jit.tier_independent('%"m" = call nnan nsz float @"llvm.maxnum.f32"(float %"x", float %"y")\n')
+    assert not jit.tier_independent('%"q" = fdiv arcp float %"x", %"y"\n')
+    # names and string attributes that spell a flag are not flags
+    assert jit.tier_independent('define void @"fast reassoc"() "x"="nnan arcp" {\n  ret void\n}\n')
+
+
+def test_the_optimizer_thread_runs_jobs_in_order_and_reports_errors():
+    order = []
+    first = tiers.OPTIMIZER.submit(lambda: order.append(1) or "one")
+    failing = tiers.OPTIMIZER.submit(lambda: 1 / 0)
+    last = tiers.OPTIMIZER.submit(lambda: order.append(3) or "three")
+    tiers.OPTIMIZER.wait()
+    assert (first.result(), last.result(), order) == ("one", "three", [1, 3])
+    assert isinstance(failing.exception(), ZeroDivisionError)
+    assert tiers.OPTIMIZER.pending() == 0
+
+
+def test_why_arcp_is_tier_dependent(rng, monkeypatch):
+    """x / y with y broadcast along rows: O3 hoists y's reciprocal out of the row loop and multiplies, the quick
+    tier divides each element by estimate (the numerator folded into the Newton step): other bits. So a module
+    with ``arcp`` never starts quick."""
+    b = Builder("row_divisor")
+    x = b.param(TensorType(SHAPE, DType.f32), "x")
+    y = b.param(TensorType((SHAPE[0], 1), DType.f32), "y")
+    fn = run_pipeline(default_pipeline("cpu"), b.build([b.op("div", x, y)]))
+    assert build_cpu_executable(fn, {"quick_first": True}).optimized is None
+    monkeypatch.setattr(jit, "tier_independent", lambda text: True)  # what a quick start would compute
+    quick = build_cpu_executable(fn, {"quick_first": True})
+    optimized = quick.optimized.result(timeout=120)
+    args = [_special_inputs(rng, 1)[0], (rng.standard_normal((SHAPE[0], 1)) * 3).astype(np.float32)]
+    assert (_bits(quick(*args))[0] != _bits(optimized(*args))[0]).any()
