@@ -44,6 +44,7 @@ RULE_MODULES = {
     "neuroncc/passes/canonicalize_rules.py": "the canonicalization rule table (one rule registered per op)",
     "neuroncc/codegen/llvm/elementwise.py": "the LLVM lowering per elementwise op (and which need no rounding)",
     "neuroncc/codegen/llvm/access.py": "the LLVM lowering per movement/index/creation op (and which check indices)",
+    "neuroncc/codegen/llvm/online.py": "one pattern of four named ops, sum(exp(x - amax(x))), emitted as one pass",
     "neuroncc/codegen/nki/op_rules.py": "the NKI emission rule per op (the reductions share one rule)",
     "neuroncc/codegen/nki/host_ops.py": "the ops the NKI lowering leaves to the host, per op",
     "neuroncc/codegen/nki/attention.py": "the fused attention lowering: the op pattern it matches (mm, softmax, mm)",

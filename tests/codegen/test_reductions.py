@@ -193,3 +193,12 @@ def test_log_sum_exp_takes_the_max_online_in_one_pass(rng):
     softmax = _log_sum_exp_graph(8, cols, softmax=True)
     plan = plan_kernel(softmax, [Layout.of(0, softmax.params[0].type)], [Layout.of(1, softmax.outputs[0].type)])
     assert not online_maxima(plan, plan.phases[0])  # its exp is row-cached for the write pass: two passes
+
+
+def test_log_sum_exp_of_a_row_computed_in_the_kernel_matches_eager():
+    """The fuzzer's program (seed 0, #61): a fused randn -> log_softmax -> a strided slice. Its rows are
+    computed in the kernel, which the online max must leave to the two-pass form (it gave NaN rows)."""
+    from neuroncc.testing.fuzz import check_program, generate_program
+
+    findings = check_program(generate_program(0, 61), ("cpu",))
+    assert not [f for f in findings if f.is_bug], [(f.status, f.detail) for f in findings]

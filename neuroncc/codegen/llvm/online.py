@@ -62,6 +62,11 @@ def online_maxima(plan: KernelPlan, phase: RowLoop) -> dict[int, OnlineMax]:
         if not (isinstance(difference, Computed) and difference.op.name == "sub"):
             continue
         x, subtracted = difference.op.operands
+        if isinstance(plan.access.get(x), Computed):
+            # x computed in the kernel (a fused randn, logits scaled in place): the online path gave NaN rows
+            # (fuzz seed 0 program 61: randn -> log_softmax; CLIP's loss), not yet understood; it keeps to
+            # rows read from memory (tests/codegen/test_reductions.py has both)
+            continue
         amax = maxima.get(subtracted)
         if amax is not None and amax.op.operands[0] is x and amax.reduced == stage.reduced \
                 and amax.op.attrs["keepdim"] and x.type.shape == stage.shape \
