@@ -6,8 +6,9 @@ a quarter of neuroncc's own time. So the digest is stored in the cache directory
 file was when it was hashed, and a process whose files match that list takes the digest from there:
 
     <cache dir>/source/<sha256(package path)[:16]>.json
-        {"version", "package", "files": [[path, size, mtime_ns, ctime_ns, inode], ...], "digest", "count",
-         "checksum"}
+        {"version", "package", "stats_sha256", "digest", "count", "checksum"}
+
+where ``stats_sha256`` is a sha256 over each file's (path, size, mtime_ns, ctime_ns, inode), in path order.
 
 Why a matching list cannot hide a change: a write to a file (or a truncation) sets its ctime, which only the
 kernel sets (no system call puts a chosen ctime on a file); a file replaced by a rename has another inode; a
@@ -42,20 +43,28 @@ FileStat = tuple[str, int, int, int, int]
 def source_files(package_dir: Path) -> list[str]:
     """The package's ``.py`` files, as sorted posix paths relative to ``package_dir`` (``__pycache__`` and
     symbolic links to directories left out)."""
-    found: list[str] = []
-    for root, dirs, files in os.walk(package_dir):
-        dirs[:] = [d for d in dirs if d != "__pycache__"]
-        relative = Path(root).relative_to(package_dir)
-        found.extend((relative / name).as_posix() for name in files if name.endswith(".py"))
-    return sorted(found)
+    return sorted(name for name, _ in _scan(str(package_dir)))
 
 
-def stat_list(package_dir: Path, files: list[str]) -> list[FileStat]:
-    stats = []
-    for name in files:
-        st = os.stat(package_dir / name)
-        stats.append((name, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino))
-    return stats
+def stat_list(package_dir: Path) -> list[FileStat]:
+    """(path, size, mtime_ns, ctime_ns, inode) of each of the package's ``.py`` files, sorted by path."""
+    return sorted((name, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino) for name, st in _scan(str(package_dir)))
+
+
+def _scan(root: str, prefix: str = "") -> list[tuple[str, os.stat_result]]:
+    found = []
+    with os.scandir(root) as entries:
+        for entry in entries:
+            if entry.is_dir(follow_symlinks=False):
+                if entry.name != "__pycache__":
+                    found.extend(_scan(entry.path, f"{prefix}{entry.name}/"))
+            elif entry.name.endswith(".py"):
+                found.append((prefix + entry.name, entry.stat()))
+    return found
+
+
+def _stats_digest(stats: list[FileStat]) -> str:
+    return hashlib.sha256("\n".join(" ".join(map(str, s)) for s in stats).encode()).hexdigest()
 
 
 def hash_files(package_dir: Path, files: list[str]) -> str:
@@ -73,8 +82,8 @@ def package_digest(package_dir: Path, stamp_root: Path | None = None, settle_ns:
     are unchanged since it was written, else hashed (and the stamp written, when ``stamp_root`` is given and
     no file changed in the last ``settle_ns``)."""
     package_dir = package_dir.resolve()
-    files = source_files(package_dir)
-    stats = stat_list(package_dir, files)  # before hashing: see the module docstring
+    stats = stat_list(package_dir)  # before hashing: see the module docstring
+    files = [s[0] for s in stats]
     now = time.time_ns()
     settled = all(max(s[2], s[3]) < now - settle_ns for s in stats)
     path = None if stamp_root is None else stamp_path(stamp_root, package_dir)
@@ -106,7 +115,7 @@ def read_stamp(path: Path, package_dir: Path, stats: list[FileStat]) -> str | No
         return None
     digest = fields.get("digest")
     if fields.get("version") != STAMP_VERSION or fields.get("package") != str(package_dir) \
-            or fields.get("files") != [list(s) for s in stats] or fields.get("count") != len(stats) \
+            or fields.get("stats_sha256") != _stats_digest(stats) or fields.get("count") != len(stats) \
             or type(digest) is not str or len(digest) != 64:
         return None
     return digest
@@ -115,7 +124,7 @@ def read_stamp(path: Path, package_dir: Path, stats: list[FileStat]) -> str | No
 def write_stamp(path: Path, package_dir: Path, stats: list[FileStat], digest: str) -> bool:
     """Write the stamp (a temp file renamed into place: readers see a whole stamp or none); False on failure."""
     fields: dict[str, Any] = {"version": STAMP_VERSION, "package": str(package_dir),
-                              "files": [list(s) for s in stats], "digest": digest, "count": len(stats)}
+                              "stats_sha256": _stats_digest(stats), "digest": digest, "count": len(stats)}
     fields["checksum"] = _checksum(fields)
     try:
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)

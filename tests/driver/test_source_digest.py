@@ -95,7 +95,7 @@ def test_a_damaged_stamp_is_ignored_and_rewritten(tmp_path, damage):
         path.write_text(json.dumps(fields))
     elif damage == "digest":  # well formed, but for another list of files
         fields["digest"] = "0" * 64
-        fields["files"][0][1] += 1
+        fields["stats_sha256"] = "0" * 64
         del fields["checksum"]
         fields["checksum"] = source_digest._checksum(fields)
         path.write_text(json.dumps(fields))
