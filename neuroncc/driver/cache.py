@@ -171,8 +171,11 @@ class CompileCache:
 
     def build_environment(self) -> BuildEnvironment:
         """The environment the keys include: the one given, else this process's (its source digest remembered
-        in this cache's directory, see :mod:`neuroncc.driver.source_digest`)."""
-        return self.environment or BuildEnvironment.current(self.root)
+        in this cache's directory when it exists and is one we trust, see :mod:`neuroncc.driver.source_digest`)."""
+        if self.environment is not None:
+            return self.environment
+        trusted = self._usable if self._usable is not None else self.root.is_dir() and self.ensure_usable()
+        return BuildEnvironment.current(self.root if trusted else None)
 
     def key_of(self, request: CompileRequest) -> CacheKey:
         return compute_key(request, self.build_environment())

@@ -127,7 +127,7 @@ def write_stamp(path: Path, package_dir: Path, stats: list[FileStat], digest: st
                               "stats_sha256": _stats_digest(stats), "digest": digest, "count": len(stats)}
     fields["checksum"] = _checksum(fields)
     try:
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        path.parent.mkdir(mode=0o700, exist_ok=True)  # in the cache directory, which the cache created (0700)
         fd, temp = tempfile.mkstemp(prefix=path.name, dir=path.parent)
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as f:

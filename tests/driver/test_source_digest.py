@@ -21,6 +21,8 @@ SETTLED = 0
 
 
 def _digest(package: Path, cache: Path | None) -> tuple[str, int]:
+    if cache is not None and not cache.exists():
+        cache.mkdir(mode=0o700)  # as the compile cache makes it (the stamp goes into an existing cache directory)
     return package_digest(package, cache, settle_ns=SETTLED)
 
 
@@ -119,3 +121,31 @@ def test_neuroncc_digest_matches_the_full_hash(tmp_path):
     package = Path(neuroncc.__file__).resolve().parent
     assert BuildEnvironment.current().neuroncc_source == package_source_digest(package)[0]
     assert _digest(package, tmp_path)[0] == package_source_digest(package)[0]
+
+
+@pytest.mark.parametrize("trusted", [True, False])
+def test_the_cache_stamps_only_in_a_directory_it_trusts(tmp_path, monkeypatch, trusted):
+    """A directory others can write into is not used as a cache (cached code is run), nor for the stamp."""
+    import warnings
+
+    from neuroncc.driver import cache_key
+    from neuroncc.driver.cache import CompileCache
+
+    root = tmp_path / "cache"
+    root.mkdir(mode=0o700)
+    if not trusted:
+        os.chmod(root, 0o777)
+    seen = []
+    monkeypatch.setattr(cache_key, "_ENVIRONMENT", None)
+    monkeypatch.setattr(cache_key, "package_digest",
+                        lambda package, stamp_root: seen.append(stamp_root) or ("0" * 64, 1))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        CompileCache(root).build_environment()
+    assert seen == [root if trusted else None]
+
+
+def test_no_stamp_without_the_cache_directory(tmp_path):
+    package = _package(tmp_path)
+    assert package_digest(package, tmp_path / "missing", settle_ns=SETTLED) == (_full(package), 2)
+    assert not (tmp_path / "missing").exists()  # never created here: the cache creates it, mode 0700
