@@ -8,8 +8,8 @@ artifact carries their object code, ``runtime.json``:
     {"version": 1, "helpers": {"team": {"ir_sha256": ..., "object": base64}, "sequence": {...}}}
 
 and loading an artifact *offers* them (:func:`offer`); a helper first needed afterwards loads the offered
-object (~1.5 ms, an MCJIT engine) instead of compiling, provided it was compiled from the very IR this process generates (its
-``ir_sha256``). The artifact's files are checked against its manifest before anything is loaded, and its key
+object (~1.5 ms, an MCJIT engine) instead of compiling, provided it was compiled from the very IR this process
+generates (its ``ir_sha256``). The artifact's files are checked against its manifest before anything is loaded, and its key
 includes neuroncc's sources and the host CPU (driver/cache_key.py), so the code is this version's, built for
 this machine; the IR check keeps that true for any caller. A helper missing or unusable in the file is
 compiled as before: ``runtime.json`` can only save time.
