@@ -98,7 +98,7 @@ def test_save_and_load_without_recompiling(tmp_path, rng, monkeypatch):
     fn = mlp_like()
     exe = build_cpu_executable(fn, {})
     files = exe.save(tmp_path / "artifact")
-    assert sorted(files) == ["kernels.a", "kernels.ll", "plan.json"]  # names relative to the directory
+    assert sorted(files) == ["kernels.a", "kernels.ll", "plan.json", "runtime.json"]  # names relative to the directory
     json.loads((tmp_path / "artifact" / "plan.json").read_text())
     from neuroncc.codegen.llvm import jit
 
