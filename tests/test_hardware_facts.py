@@ -91,7 +91,27 @@ def test_host_cpu_as_llvm_sees_it():
     host = host_cpu()
     assert host is host_cpu()  # read once
     assert host.name and host.cores >= 1 and host.f32_lanes * 32 == host.vector_bits
-    assert host.fingerprint == f"{host.triple} {host.name} {host.features}"
+    assert host.fingerprint == f"{host.triple} {host.name} {host.features} llc={host.last_level_cache_bytes}"
     widths = {"+avx,+avx2,-avx512f": 256, "+avx,+avx512f": 512, "+sse2,-avx": 128, "+neon": 128}
     for features, bits in widths.items():
         assert HostCpu(name="cpu", features=features, triple="t", cores=2).vector_bits == bits
+
+
+def test_the_last_level_cache_size_is_read_from_sysfs(tmp_path):
+    from neuroncc.hardware.host import last_level_cache_bytes
+
+    for index, (kind, size) in enumerate([("Data", "48K"), ("Instruction", "32K"), ("Unified", "2048K"),
+                                          ("Unified", "491520K")]):
+        (tmp_path / f"index{index}").mkdir()
+        (tmp_path / f"index{index}" / "type").write_text(kind + "\n")
+        (tmp_path / f"index{index}" / "size").write_text(size + "\n")
+    assert last_level_cache_bytes(tmp_path) == 491520 * 1024
+    assert last_level_cache_bytes(tmp_path / "absent") == 0  # the OS does not say: unknown
+
+
+def test_outputs_are_streamed_only_when_the_kernels_data_fills_a_quarter_of_the_last_level_cache():
+    mb = 1 << 20
+    assert HostCpu(name="cpu", features="", last_level_cache_bytes=32 * mb).streams_outputs(33 * mb)
+    assert not HostCpu(name="cpu", features="", last_level_cache_bytes=480 * mb).streams_outputs(64 * mb)
+    assert HostCpu(name="cpu", features="", last_level_cache_bytes=480 * mb).streams_outputs(128 * mb)
+    assert HostCpu(name="cpu", features="").streams_outputs(1)  # unknown size: the emitter's threshold decides

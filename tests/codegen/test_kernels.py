@@ -198,6 +198,17 @@ def test_column_reduction_epilogue_is_not_row_blocked(rng):
     assert exe.plan.steps[0].row_block == 0
 
 
+@pytest.fixture
+def small_last_level_cache(monkeypatch):
+    """The host as one whose last-level cache (1 MB) the tests' kernels outgrow, so their large outputs stream."""
+    import dataclasses
+
+    from neuroncc.hardware import host
+
+    monkeypatch.setattr(host, "_HOST", [dataclasses.replace(host.host_cpu(), last_level_cache_bytes=1 << 20)])
+
+
+@pytest.mark.usefixtures("small_last_level_cache")
 def test_large_outputs_are_streamed_with_nontemporal_stores(rng):
     b = Builder("stream")
     x = b.param(TensorType((1024, 1024), DType.f32), "x")
@@ -212,6 +223,7 @@ def test_large_outputs_are_streamed_with_nontemporal_stores(rng):
     assert "movnt" in jit.assembly(exe.module.llvm_ir)
 
 
+@pytest.mark.usefixtures("small_last_level_cache")
 def test_long_streamed_rows_go_through_an_l1_sized_buffer(rng):
     # cross-entropy's gradient rows (32000 classes): each was computed into a 128 KB stack buffer (L2) before
     # its non-temporal copy; now in pieces of at most 16 KiB, the last one shorter (32000 = 7 * 4096 + 3328)
@@ -256,6 +268,7 @@ def test_row_loops_prefetch_the_next_row_of_their_input(cols, kind, prefetched, 
         assert "prefetcht0" in jit.assembly(exe.module.llvm_ir)
 
 
+@pytest.mark.usefixtures("small_last_level_cache")
 @pytest.mark.parametrize("heavy", [True, False])
 def test_compute_bound_outputs_are_not_streamed(rng, heavy):
     # two transcendentals per element: the stage is compute-bound, plain stores beat the stack-buffer round trip
@@ -267,6 +280,22 @@ def test_compute_bound_outputs_are_not_streamed(rng, heavy):
     fn = fuse_whole_function(b.build([y]))
     exe, _ = run_both(fn, [rng.standard_normal((1024, 1024)).astype(np.float32)])
     assert "".join(exe.module.llvm_ir).count("!nontemporal") == (0 if heavy else 1)
+
+
+@pytest.mark.parametrize("llc_mb", [1, 64])
+def test_outputs_stay_in_the_last_level_cache_when_the_kernels_data_fits_there(rng, monkeypatch, llc_mb):
+    # softmax over [1024, 1024]: 8 MB in and out; plain stores keep the result in a 64 MB cache for its reader
+    import dataclasses
+
+    from neuroncc.hardware import host
+
+    monkeypatch.setattr(host, "_HOST", [dataclasses.replace(host.host_cpu(), last_level_cache_bytes=llc_mb << 20)])
+    b = Builder("softmax")
+    x = b.param(TensorType((1024, 1024), DType.f32), "x")
+    e = b.op("exp", b.op("sub", x, b.op("amax", x, dims=(1,), keepdim=True)))
+    fn = fuse_whole_function(b.build([b.op("div", e, b.op("sum", e, dims=(1,), keepdim=True))]))
+    exe, _ = run_both(fn, [rng.standard_normal((1024, 1024)).astype(np.float32)])
+    assert ("!nontemporal" in "".join(exe.module.llvm_ir)) == (llc_mb == 1)
 
 
 @pytest.mark.parametrize("dtype", [DType.bf16, DType.f16, DType.i64])

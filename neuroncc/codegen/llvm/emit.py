@@ -360,13 +360,20 @@ class KernelEmitter(IndexArithmetic):
         return count
 
     def _streaming(self, target: Layout, block: int) -> bool:
-        """Large, aligned, contiguous outputs are written with non-temporal stores: no read-for-ownership
-        traffic, and they would not stay in cache anyway (``block``: as in :meth:`_map_stage`)."""
+        """Large, aligned, contiguous outputs are written with non-temporal stores when the kernel's data does
+        not fit in the last-level cache (``CpuTarget.streams_outputs``): no read-for-ownership traffic, and
+        they would not stay in cache anyway (``block``: as in :meth:`_map_stage`)."""
         itemsize = storage_itemsize(target.dtype)
-        return (target.arg in self.plan.aligned_args and target.is_contiguous and target.offset == 0
+        return (self.target.streams_outputs(self._footprint_bytes())
+                and target.arg in self.plan.aligned_args and target.is_contiguous and target.offset == 0
                 and math.prod(target.shape) * itemsize >= STREAM_MIN_BYTES and bool(target.shape)
                 and (target.shape[-1] * itemsize) % CACHE_LINE_BYTES == 0
                 and (block * itemsize) % CACHE_LINE_BYTES == 0)
+
+    def _footprint_bytes(self) -> int:
+        """Bytes of the kernel region's parameters and results: the data one call touches."""
+        values = [*self.plan.region.params, *self.plan.region.outputs]
+        return sum(math.prod(v.type.shape) * storage_itemsize(v.type.dtype) for v in values)
 
     # ---- values ---------------------------------------------------------------------------------------
 
