@@ -12,7 +12,8 @@ reported (on stderr, at its line in the whole file) and the others still run, as
 ``--verify-diagnostics`` checks the errors against ``// expected-error@+1 {{...}}`` annotations instead of
 reporting them (see :mod:`neuroncc.cli.diagnostics`): exit 0 if they agree, 1 with a report if not.
 ``--emit llvm`` prints, instead of the IR, the LLVM IR the cpu code generator makes of it (one module per
-kernel phase, before LLVM optimizes it), ``--emit nki`` the NKI kernel module for ``--nki-target``: the code
+kernel phase, before LLVM optimizes it, after comments saying which donated outputs it computes in place),
+``--emit nki`` the NKI kernel module for ``--nki-target``: the code
 follows the kernels' tile decisions, so a test can change one and see the code change.
 
 Exit codes: 0 success; 1 ``--verify-diagnostics`` found a mismatch; 2 bad input or an error in the IR (one
@@ -97,6 +98,10 @@ def generated_code(fn: Function, emit: str, nki_target: str) -> str:
         if step.row_block:
             notes.append(f"; op #{step.op_index} ({step.kind}): its matmul and epilogue run in blocks of "
                          f"{step.row_block} rows\n")
+    in_place = set(plan.in_place)
+    for output, param in fn.metadata.get("donated", ()):
+        done = "computed in place in" if (output, param) in in_place else "kept apart from (then copied into)"
+        notes.append(f"; output #{output} is {done} parameter #{param}'s buffer\n")
     return "".join(notes) + "".join(texts)
 
 

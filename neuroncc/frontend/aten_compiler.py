@@ -32,15 +32,19 @@ log = logging.getLogger("neuroncc.frontend")
 
 
 def compile_aten_graph(gm: fx.GraphModule, name: str, options: BackendOptions,
-                       free_layouts: frozenset[int] = frozenset(), device: HostDevice | None = None) -> CompiledGraph:
+                       free_layouts: frozenset[int] = frozenset(), device: HostDevice | None = None,
+                       donate: bool = False) -> CompiledGraph:
     """Compile ``gm``; ``free_layouts``: output positions that may keep the executable's layout (see
-    :class:`CompiledGraph`); ``device``: the host-memory device its tensors live on, if not CPU."""
+    :class:`CompiledGraph`); ``device``: the host-memory device its tensors live on, if not CPU; ``donate``:
+    mutated inputs' buffers may take their new values (see :func:`import_graph`; CPU tensors only: a host
+    device's boundary writes mutations through its own temporaries)."""
     with cyclic_gc_paused():
         start = time.perf_counter()
         # the cpu target's kernels convert bf16 bits themselves; the NKI simulator keeps float32 copies (and so
         # does a host device's boundary, whose Binding converts bf16 itself)
         imported = import_graph(gm, name, bf16_bits=options.target == "cpu" and device is None,
-                                host_devices=("cpu",) if device is None else ("cpu", device.device_type))
+                                host_devices=("cpu",) if device is None else ("cpu", device.device_type),
+                                donate=donate and device is None)
         import_seconds = time.perf_counter() - start
         if options.dump_dir:
             dump_function(imported.function, Path(options.dump_dir))

@@ -61,6 +61,12 @@ class CompiledGraph:
             self.output_strides.append(output.spec.stride)
         # the common CPU call on data pointers, when no tensor of this graph needs converting (direct_call.py)
         self._direct = DirectCall.of(executable, graph, self.outputs) if device is None else None
+        #: IR outputs of mutations the executable computes in the mutated input's own storage (the function's
+        #: ``donated`` metadata, where its launch plan allowed it): no write-back when the input was passed
+        #: as it is (the direct call always; the numpy path unless the input crossed as a converted copy)
+        in_place = getattr(executable, "in_place", None) or {}
+        self.in_place = frozenset(index for position, index in graph.mutations
+                                  if index in in_place and graph.param_positions[in_place[index]] == position)
 
     def __call__(self, args: list[Any]) -> list[Any]:
         if self.device is not None:
@@ -113,7 +119,8 @@ class CompiledGraph:
         if self.graph.mutations:
             with torch.no_grad():
                 for position, index in self.graph.mutations:
-                    args[position].copy_(made[index])
+                    if index not in self.in_place:
+                        args[position].copy_(made[index])
         args.clear()
         return outputs
 
@@ -121,7 +128,14 @@ class CompiledGraph:
         """In-place updates of inputs, copied into the caller's tensors."""
         with torch.no_grad():
             for position, index in self.graph.mutations:
+                if index in self.in_place and _in_memory_of(results[index], args[position]):
+                    continue  # the kernels wrote it there
                 args[position].copy_(to_torch(results[index], TensorSpec.of(args[position])))
+
+
+def _in_memory_of(array: Any, tensor: torch.Tensor) -> bool:
+    """Whether an executable's result is a view starting at ``tensor``'s data (the input crossed as itself)."""
+    return isinstance(array, np.ndarray) and array.__array_interface__["data"][0] == tensor.data_ptr()
 
 
 def _own_layout(spec: TensorSpec, strides: tuple[int, ...]) -> TensorSpec:

@@ -45,6 +45,8 @@ class DirectCall:
             # with bf16_bits an i16 parameter holds an int16 tensor or a bf16 tensor's bits: the same bytes
             other = torch.bfloat16 if graph.bf16_bits and dtype is torch.int16 else dtype
             self.inputs.append((position, dtype, other, tuple(param.type.shape), tuple(param.type.layout_strides)))
+        #: IR outputs the kernels write into their donated input's tensor: nothing is made for them
+        self.in_place = frozenset(getattr(executable, "in_place", {}))
         #: per IR output: (shape, strides, dtype) of the tensor made for it
         self.results: list[tuple[tuple[int, ...], tuple[int, ...], torch.dtype]] = []
         for value, strides in zip(executable.function.outputs, executable.output_strides, strict=True):
@@ -74,7 +76,9 @@ class DirectCall:
         except (_NotDirect, KeyError):  # KeyError: a dtype without a torch equivalent here
             return None
 
-    def __call__(self, args: list[Any]) -> list[torch.Tensor] | None:
+    def __call__(self, args: list[Any]) -> list[torch.Tensor | None] | None:
+        """The outputs by IR output index (None for those computed in place: in their input's tensor), or None
+        when this call's tensors do not qualify."""
         addresses = []
         for position, dtype, other, shape, strides in self.inputs:
             tensor = args[position]
@@ -85,8 +89,13 @@ class DirectCall:
                     tensor.is_conj() or tensor.is_neg() or not tensor.is_cpu:
                 return None
             addresses.append(tensor.data_ptr())
-        made = [torch.empty_strided(shape, strides, dtype=dtype) for shape, strides, dtype in self.results]
-        self.run(addresses, [t.data_ptr() for t in made])
+        if not self.in_place:
+            made = [torch.empty_strided(shape, strides, dtype=dtype) for shape, strides, dtype in self.results]
+            self.run(addresses, [t.data_ptr() for t in made])
+            return made
+        made = [None if index in self.in_place else torch.empty_strided(shape, strides, dtype=dtype)
+                for index, (shape, strides, dtype) in enumerate(self.results)]
+        self.run(addresses, [0 if t is None else t.data_ptr() for t in made])
         return made
 
 

@@ -48,6 +48,14 @@ def has_communication(gm: fx.GraphModule) -> bool:
     return any(is_communication(node) for node in gm.graph.nodes)
 
 
+def is_input_mutation(node: fx.Node) -> bool:
+    """``copy_(input, new)``: AOTAutograd's write of a mutated graph input (the graph's last nodes). Partitioned
+    graphs keep it as plain FX code, where it stands (after every read of the input's old value): it is not an
+    op neuroncc computes, so neither a fallback nor unsupported."""
+    return (node.op == "call_function" and node.target is torch.ops.aten.copy_.default
+            and isinstance(node.args[0], fx.Node) and node.args[0].op == "placeholder")
+
+
 class FallbackWarning(UserWarning):
     """An aten op runs on eager PyTorch because neuroncc cannot compile it (fallback mode)."""
 
@@ -99,7 +107,8 @@ def partition_and_compile(gm: fx.GraphModule, compile_partition: Callable[[fx.Gr
         (returned,) = next(n for n in submodule.graph.nodes if n.op == "output").args
         setattr(fused, str(node.target), CompiledPartition(compiled, single=not isinstance(returned, list | tuple)))
     for node in fused.graph.nodes:
-        if node.op == "call_function" and node.target is not operator.getitem and not is_communication(node):
+        if node.op == "call_function" and node.target is not operator.getitem and not is_communication(node) \
+                and not is_input_mutation(node):
             _record_fallback(node, name)
             node.target = fallback_call(node.target, op_name(node), name)  # counted, and seen by profilers
     fused.recompile()
@@ -108,7 +117,7 @@ def partition_and_compile(gm: fx.GraphModule, compile_partition: Callable[[fx.Gr
 
 def _refuse_unsupported(gm: fx.GraphModule) -> None:
     unsupported = [n for n in gm.graph.nodes if n.op == "call_function" and n.target is not operator.getitem
-                   and not is_communication(n) and not lowers_in_isolation(n)]
+                   and not is_communication(n) and not is_input_mutation(n) and not lowers_in_isolation(n)]
     if unsupported:
         node = unsupported[0]
         where = user_location(node)

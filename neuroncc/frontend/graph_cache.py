@@ -132,6 +132,12 @@ def _uncacheable(name: str, reason: str) -> None:
     log.info("neuroncc: graph cache: not caching %s: %s", name, reason)
 
 
+#: AOTAutograd's ``keep_inference_input_mutations`` as the backend configures it (backend.compile_static): the
+#: key says it, and a hit's runtime wrapper bumps the version counters of the inputs the graph mutates as a
+#: miss's does
+KEEP_INFERENCE_INPUT_MUTATIONS = True
+
+
 def _aot_config(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> tuple[Any, list[Any]]:
     """AOTAutograd's configuration for ``gm`` as ``aot_module_simplified`` makes it (the parameter count,
     static inputs from TorchDynamo), and the graph module's own parameters and buffers."""
@@ -139,7 +145,8 @@ def _aot_config(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> tuple[Any,
 
     if any(not isinstance(x, torch.Tensor) for x in example_inputs):
         raise Uncacheable("a non-tensor input")
-    params_buffers, _, _, _, _, aot_config = prepare_aot_config(gm, example_inputs, None, False, False)
+    params_buffers, _, _, _, _, aot_config = prepare_aot_config(gm, example_inputs, None,
+                                                                KEEP_INFERENCE_INPUT_MUTATIONS, False)
     return aot_config, list(params_buffers)
 
 

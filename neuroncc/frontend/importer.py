@@ -75,8 +75,10 @@ class ImportedGraph:
 
     ``param_positions[i]`` is the graph input that IR parameter ``i`` reads (unused inputs are not passed);
     ``mutations`` lists ``(graph input, IR output)`` pairs for in-place updates of inputs (``copy_`` into a
-    placeholder), written back after the call as eager would. With ``bf16_bits`` every bf16 graph input is an
-    i16 parameter holding the tensor's bits, and every bf16 result an i16 output (see :func:`import_graph`).
+    placeholder), written back after the call as eager would (unless the executable computed the output in
+    the input's own memory: imported with ``donate``, see :func:`import_graph`). With ``bf16_bits`` every bf16
+    graph input is an i16 parameter holding the tensor's bits, and every bf16 result an i16 output (see
+    :func:`import_graph`).
     ``rng_key``: the function's last parameter is the per-call random key (a graph with random ops;
     frontend/lowering/random.py), which no graph input feeds.
     """
@@ -96,7 +98,7 @@ def unsupported_nodes(gm: fx.GraphModule) -> list[fx.Node]:
 
 
 def import_graph(gm: fx.GraphModule, name: str, bf16_bits: bool = False,
-                 host_devices: tuple[str, ...] = ("cpu",)) -> ImportedGraph:
+                 host_devices: tuple[str, ...] = ("cpu",), donate: bool = False) -> ImportedGraph:
     """Translate an aten-level FX graph to an IR function (raises UnsupportedOpError naming the op).
 
     ``bf16_bits``: bf16 tensors cross the boundary as their 16-bit patterns (i16 parameters and outputs, the
@@ -104,22 +106,27 @@ def import_graph(gm: fx.GraphModule, name: str, bf16_bits: bool = False,
     integer instructions that fuse into the first and last kernels). Without it a bf16 tensor crosses as a
     float32 copy (numpy has no bfloat16): a conversion pass over every bf16 input and output, which made a
     bf16 softmax move 4.5 times the bytes of its data (the cpu target's torch backend turns it on).
-    ``host_devices``: the device types whose tensors the graph may hold (all in host memory)."""
+    ``host_devices``: the device types whose tensors the graph may hold (all in host memory).
+    ``donate``: the caller writes each mutated input's new value into the input tensor it passed (the
+    ``copy_`` at the end of the graph), so the function's metadata donates that input's buffer to the output
+    (``donated``, see :class:`neuroncc.ir.Function`), for an input that shares storage with no other input:
+    the executable may then compute it in place (the optimizer step's parameters and moments)."""
     missing = unsupported_nodes(gm)
     if missing:
         raise unsupported_op(missing[0], "neuroncc has no lowering for this op", (op_name(n) for n in missing[1:]))
-    return _Importer(gm, name, bf16_bits, host_devices).run()
+    return _Importer(gm, name, bf16_bits, host_devices, donate).run()
 
 
 class _Importer:
     def __init__(self, gm: fx.GraphModule, name: str, bf16_bits: bool = False,
-                 host_devices: tuple[str, ...] = ("cpu",)):
+                 host_devices: tuple[str, ...] = ("cpu",), donate: bool = False):
         self.gm = gm
         self.ctx = LoweringContext(Builder(name), host_devices)
         self.ctx.randomness = GraphRandomness(self.ctx.builder)
         self.placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
         self.mutations: list[tuple[int, Value]] = []
         self.bf16_bits = bf16_bits
+        self.donate = donate
 
     def run(self) -> ImportedGraph:
         params = [self._param(node) for node in self.placeholders]
@@ -145,8 +152,30 @@ class _Importer:
         positions = tuple(p for p, value in enumerate(params) if value in used)  # unused inputs are not passed
         key = self.ctx.randomness.key
         builder.params = [params[p] for p in positions] + ([key] if key is not None else [])
+        if self.donate:
+            donated = self._donated(mutations, positions, params, ir_outputs)
+            if donated:
+                builder.metadata = builder.metadata.replace(donated=donated)
         return ImportedGraph(builder.build(ir_outputs), positions, outputs, tuple(mutations), self.bf16_bits,
                              key is not None)
+
+    def _donated(self, mutations: list[tuple[int, int]], positions: tuple[int, ...], params: list[Value],
+                 ir_outputs: list[Value]) -> tuple[tuple[int, int], ...]:
+        """``(IR output, IR parameter)`` for each mutated input whose buffer the output may take: an input the
+        function reads (a parameter), of the output's shape and dtype, sharing storage with no other input
+        (AOTAutograd gives aliased mutated inputs a synthetic base, but a view passed beside its base is
+        still two inputs over one storage)."""
+        storages = [StorageWeakRef(m.untyped_storage()) if isinstance(m := meta_value(n), torch.Tensor) else None
+                    for n in self.placeholders]
+        donated = []
+        for position, index in mutations:
+            if position not in positions or storages[position] is None or \
+                    storages.count(storages[position]) != 1:
+                continue
+            param, value = params[position], ir_outputs[index]
+            if (param.type.shape, param.type.dtype) == (value.type.shape, value.type.dtype):
+                donated.append((index, positions.index(position)))
+        return tuple(donated)
 
     def _param(self, node: fx.Node) -> Value:
         meta = meta_value(node)

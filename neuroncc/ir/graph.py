@@ -93,7 +93,12 @@ class Op:
 class Function:
     """A graph: typed parameters, ops in topological order, and the values it returns.
 
-    Equality is structural: two functions are equal when they print to the same text.
+    Equality is structural: two functions are equal when they print to the same text. ``metadata`` holds
+    facts about the whole function; one of them changes what an executable may do: ``donated = ((o, p),
+    ...)`` says the caller stores output ``o`` into parameter ``p``'s tensor after the call and never reads
+    ``p``'s old value again (an optimizer's ``param.copy_(new)``), so an executable may compute ``o`` straight
+    into ``p``'s buffer (the cpu launch plan does where its kernels allow: ``codegen/llvm/in_place.py``). The
+    verifier checks each pair names an output and a parameter of one shape and dtype, each at most once.
     """
 
     name: str

@@ -26,6 +26,29 @@ class OpVerifyError(VerifyError):
 def verify(fn: Function) -> None:
     """Raise :class:`VerifyError` if ``fn`` breaks an IR rule; return None otherwise."""
     _verify(fn, _Names(fn), defined=set(), where=lambda: f"func @{fn.name}", everywhere=set())
+    _verify_donated(fn)
+
+
+def _verify_donated(fn: Function) -> None:
+    """``donated = ((output, param), ...)``: each output and each parameter at most once, of one shape and
+    dtype (the output is stored into the parameter's tensor; see :class:`Function`)."""
+    pairs = fn.metadata.get("donated", ())
+    if not isinstance(pairs, tuple):
+        raise VerifyError(f"func @{fn.name}: donated must be a list of (output, parameter) pairs")
+    for pair in pairs:
+        if not isinstance(pair, tuple) or len(pair) != 2 or not all(type(i) is int for i in pair):
+            raise VerifyError(f"func @{fn.name}: donated pair {pair} is not (output, parameter)")
+    outputs, params = [pair[0] for pair in pairs], [pair[1] for pair in pairs]
+    for pair in pairs:
+        output, param = pair
+        if not (0 <= output < len(fn.outputs) and 0 <= param < len(fn.params)):
+            raise VerifyError(f"func @{fn.name}: donated pair {pair} names no output or no parameter")
+        have, want = fn.outputs[output].type, fn.params[param].type
+        if (have.shape, have.dtype) != (want.shape, want.dtype):
+            raise VerifyError(f"func @{fn.name}: output #{output} ({have}) cannot be donated parameter #{param}'s "
+                              f"buffer ({want})")
+        if outputs.count(output) > 1 or params.count(param) > 1:
+            raise VerifyError(f"func @{fn.name}: donated pair {pair}: an output or a parameter appears twice")
 
 
 class _Names:

@@ -30,8 +30,8 @@ def compiled_graphs(monkeypatch):
     graphs = {}
     compile_aten_graph = backend.compile_aten_graph
 
-    def recording(gm, name, options, *args):
-        graphs[name.rsplit("_", 1)[-1]] = compiled = compile_aten_graph(gm, name, options, *args)
+    def recording(gm, name, options, *args, **kwargs):
+        graphs[name.rsplit("_", 1)[-1]] = compiled = compile_aten_graph(gm, name, options, *args, **kwargs)
         return compiled
 
     monkeypatch.setattr(backend, "compile_aten_graph", recording)

@@ -2,8 +2,10 @@
 
 ``plan_launch(fn)`` decides where every top-level value lives (a user input, a fresh output array, a slot in
 the reused arena, a constant, or a strided view of one of those), plans each kernel's loop nests and emits its
-LLVM IR. The plan is what an artifact stores (``plan.json``, no pickle) beside the object code: loading it
-rebuilds the launcher without recompiling. Value ids number the top-level values: params, then op results.
+LLVM IR. An output computed into a donated input's buffer (the function's ``donated`` metadata) lives in that
+input: ``in_place`` lists those (output, parameter) pairs, which a caller then need not copy. The plan is what
+an artifact stores (``plan.json``, no pickle) beside the object code: loading it rebuilds the launcher without
+recompiling. Value ids number the top-level values: params, then op results.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from neuroncc.codegen.llvm import Layout, emit_kernel, plan_kernel, view_layout
+from neuroncc.codegen.llvm.in_place import writes_in_place
 from neuroncc.codegen.llvm.kernel_plan import ExtraKind
 from neuroncc.codegen.llvm.scalars import storage_itemsize
 from neuroncc.errors import ArtifactError, CodegenError
@@ -29,7 +32,7 @@ from neuroncc.codegen.llvm.extern_layouts import same_layout, supplied_strides
 from neuroncc.passes.strides import aliases_operand
 from neuroncc.passes.tile import tile_kernel
 
-PLAN_VERSION = 4  # 3: BufferSpec.supplied, kind call; 4: StepSpec.row_block
+PLAN_VERSION = 5  # 3: BufferSpec.supplied, kind call; 4: StepSpec.row_block; 5: in_place
 ALIGN = CACHE_LINE_BYTES  # buffers and arena slots start on a cache line
 
 
@@ -127,6 +130,8 @@ class CpuLaunchPlan:
     arena_bytes: int = 0
     object_sha256: str = ""  # of kernels.a: a truncated or foreign object file must never reach LLVM
     version: int = PLAN_VERSION
+    #: (output position, param position): the output is computed in the param's buffer (the caller's memory)
+    in_place: list[tuple[int, int]] = field(default_factory=list)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1, sort_keys=True)
@@ -143,6 +148,7 @@ class CpuLaunchPlan:
                 [_value(v) for v in data["values"]],
                 [_step(s) for s in data["steps"]],
                 list(data["outputs"]), data["arena_bytes"], data["object_sha256"], data["version"],
+                [(int(o), int(p)) for o, p in data["in_place"]],
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ArtifactError(f"malformed launch plan: {exc}") from None
@@ -194,6 +200,9 @@ class _LaunchPlanner:
         for position, value in enumerate(fn.outputs):
             self.unclaimed_outputs.setdefault(value, position)
         self.ir_texts: list[str] = []
+        #: output position -> the param whose buffer it may take (the function's ``donated`` metadata)
+        self.donated: dict[int, int] = dict(fn.metadata.get("donated", ()))
+        self.last_read = _last_reads(fn) if self.donated else {}
 
     def define(self, value: Value, spec: ValueSpec) -> int:
         self.ids[value] = len(self.plan.values)
@@ -321,6 +330,20 @@ class _LaunchPlanner:
         self.own_buffer(op.result)  # a reshape that no strides express: copy
         self.plan.steps.append(StepSpec(StepKind.VIEW_COPY, op_index, self._ids(op.operands), self._ids(op.results)))
 
+    def _keep_donations(self, op: Any, candidates: dict[int, int], kept: dict[int, int]) -> None:
+        """Results in ``kept`` stay in their param's buffer (recorded in ``plan.in_place``); the other
+        candidates get their own output buffer, in the same layout (so the kernel's plan stands)."""
+        for number, param in candidates.items():
+            result = op.results[number]
+            position = self.unclaimed_outputs.pop(result)
+            if number in kept:
+                self.plan.in_place.append((position, param))
+                continue
+            t = result.type
+            extent = Layout(0, 0, t.shape, t.layout_strides, t.dtype).extent
+            buffer = self.add_buffer(BufferKind.OUTPUT, position, extent, t.dtype)
+            self.plan.values[self.ids[result]] = ValueSpec(buffer, 0, t.shape, t.layout_strides, t.dtype.value)
+
     def _aligned_slots(self, op: Any, kplan: Any) -> list[int]:
         slots = []
         for i, result in enumerate(op.results):
@@ -331,9 +354,36 @@ class _LaunchPlanner:
         slots += [first_extra + i for i, extra in enumerate(kplan.extra) if extra.kind == ExtraKind.SCRATCH]
         return slots
 
+    def donation_candidates(self, op_index: int, op: Any) -> dict[int, int]:
+        """Result number -> param position, for the results of kernel ``op`` that may be computed in a donated
+        param's buffer as far as the launch can tell (the kernel's own plan decides the rest): the result is
+        that output's first position; the param has its layout, does not overlap itself, is read by this
+        kernel once, directly and through no view, and by no later step or output."""
+        found: dict[int, int] = {}
+        for number, result in enumerate(op.results):
+            position = self.unclaimed_outputs.get(result)
+            param_position = self.donated.get(position) if position is not None else None
+            if param_position is None or param_position in found.values():
+                continue
+            param = self.fn.params[param_position]
+            spec, t = self.plan.values[self.ids[param]], result.type
+            if (spec.shape, spec.strides, spec.dtype) != (t.shape, t.layout_strides, t.dtype.value) or \
+                    not _non_overlapping(spec.shape, spec.strides) or self.last_read.get(param, -1) > op_index or \
+                    op.operands.count(param) != 1:
+                continue
+            if any(v is not param and self.plan.values[self.ids[v]].buffer == spec.buffer for v in op.operands):
+                continue
+            found[number] = param_position
+        return found
+
     def kernel(self, op_index: int, op: Any) -> None:
-        for result in op.results:
-            self.own_buffer(result, avoid=op.operands + op.results[:op.results.index(result)])
+        candidates = self.donation_candidates(op_index, op) if self.donated else {}
+        for number, result in enumerate(op.results):
+            if number in candidates:  # in the param's buffer for now: the kernel's plan decides below
+                param = self.fn.params[candidates[number]]
+                self.define(result, self.plan.values[self.ids[param]])
+            else:
+                self.own_buffer(result, avoid=op.operands + op.results[:number])
         region = op.regions[0]
         params = [self.layout(v, i) for i, v in enumerate(op.operands)]
         outputs = [self.layout(v, len(params) + i) for i, v in enumerate(op.results)]
@@ -342,6 +392,14 @@ class _LaunchPlanner:
         try:
             kplan = plan_kernel(region, params, outputs, block=tiled.attrs["inner_block"],
                                 vector_width=tiled.attrs["vector_width"])
+        except CodegenError as exc:
+            self._keep_donations(op, candidates, {})
+            self.plan.steps.append(_replace(step, reason=str(exc)))
+            return
+        self._keep_donations(op, candidates, {number: param for number, param in candidates.items() if
+                                              writes_in_place(kplan, op.operands.index(self.fn.params[param]),
+                                                              number)})
+        try:
             kplan = replace(kplan, aligned_args=frozenset(self._aligned_slots(op, kplan)))
             texts, symbols = emit_kernel(kplan, f"k{op_index}")
         except CodegenError as exc:
@@ -368,6 +426,32 @@ class _LaunchPlanner:
                                 tuple(_layout_spec(a) for a in kplan.extern.results))
         self.plan.steps.append(_replace(step, native=True, phases=phases, slots=tuple(slots), extern=extern,
                                         may_fail=kplan.may_fail, row_block=_row_block(kplan, tiled)))
+
+
+def _last_reads(fn: Function) -> dict[Value, int]:
+    """The last top-level op reading each buffer-owning value, directly or through views (len(ops): a
+    function output reads it, i.e. the caller does after the call)."""
+    root: dict[Value, Value] = {}
+    last: dict[Value, int] = {}
+    for index, op in enumerate(fn.ops):
+        for v in op.operands:
+            last[root.get(v, v)] = index
+        if aliases_operand(op):
+            for result in op.results:
+                root[result] = root.get(op.operands[0], op.operands[0])
+    for v in fn.outputs:
+        last[root.get(v, v)] = len(fn.ops)
+    return last
+
+
+def _non_overlapping(shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:
+    """No two elements of the layout share memory (a kernel writing it in place writes each once)."""
+    span = 1
+    for size, stride in sorted(((n, st) for n, st in zip(shape, strides) if n > 1), key=lambda pair: pair[1]):
+        if stride < span:
+            return False
+        span += (size - 1) * stride
+    return True
 
 
 def _row_block(kplan: Any, kernel: Any) -> int:

@@ -7,7 +7,8 @@ as the parameter's type says, and the address of memory for each output, laid ou
 kernels and BLAS steps) no numpy array is made at all; steps that need arrays (ATen externs, interpreted
 kernels, a BLAS call that declines) get numpy views over the addresses, made on first use in the call.
 Outputs the plan does not write into an output buffer of their own (views of an input, of the arena or of a
-constant, repeated outputs, results ATen supplied) are copied into the caller's memory at the end.
+constant, repeated outputs, results ATen supplied) are copied into the caller's memory at the end; outputs
+computed in a donated input (``exe.in_place``) are in that input's memory, and their output address is unused.
 
 This module works on the launcher's plan and buffers: it is the launcher's second calling convention, kept
 beside it.
@@ -82,7 +83,7 @@ class AddressCall:
         # outputs copied at the end: (position, buffer number or None, extent, dtype, layout of the result)
         self._copied: list[tuple[int, Any, np.dtype, Any]] = []
         for position, value_id in enumerate(plan.outputs):
-            if position in own:
+            if position in own or position in exe.in_place:  # in place: already in the input's memory
                 continue
             spec = plan.values[value_id]
             dtype = storage_dtype(spec.dtype)

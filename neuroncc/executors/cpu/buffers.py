@@ -71,6 +71,7 @@ def returned_strides(plan, copies: list) -> list[tuple[int, ...]]:
     its planned layout, any other output is a copy (``copies``: from :func:`copy_layouts`). The torch front end
     reports them to AOTAutograd for saved activations."""
     own = {buffer.index for buffer in plan.buffers if buffer.kind == BufferKind.OUTPUT}
+    own |= {position for position, _ in plan.in_place}  # in the input's storage, in the input's layout
     strides = []
     for position, value_id in enumerate(plan.outputs):
         spec = plan.values[value_id]

@@ -120,6 +120,10 @@ class CpuExecutable:
         # output position -> None (a C-order copy) or (extent, shape, strides) of the strided type it returns
         self._copy_layouts = copy_layouts(function)
         self.output_strides = returned_strides(plan, self._copy_layouts)
+        #: output position -> param position: outputs the kernels wrote into a donated input's storage (the
+        #: function's ``donated`` metadata, where the launch plan allowed it); a call returns them as views of
+        #: the input's storage as passed (the caller's array, or the converted copy the call made of it)
+        self.in_place: dict[int, int] = dict(plan.in_place)
         self._runners = [self._runner(step) for step in plan.steps]
         # what a call runs: step by step (traced calls wrap these), and with runs of native steps as one native
         # call each (native_sequence.py), the untraced path
@@ -235,6 +239,8 @@ class CpuExecutable:
             for position, value_id in enumerate(plan.outputs):
                 if position in returned:
                     results.append(returned[position])
+                elif position in self.in_place:  # computed in its donated input's storage: returned there
+                    results.append(self.arrays((value_id,), flats)[0])
                 else:  # a view of an input, the arena or a constant, or an output repeated: copied
                     results.append(self._fresh_copy(position, self.arrays((value_id,), flats)[0]))
             return results
