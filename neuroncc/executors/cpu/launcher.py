@@ -16,7 +16,8 @@ machine oversubscribed by other processes, where OpenMP's spinning barriers degr
 ``memory_plan`` (``neuroncc.passes.plan_memory.plan(fn)``'s MemoryPlan, or any object with ``offsets`` by value
 number or Value; see :func:`neuroncc.codegen.llvm.program.plan_launch`), ``quick_first`` (False; True for a
 caller that waits on the compile, the eager device: kernels start at LLVM's quick tier when
-:mod:`neuroncc.executors.cpu.tiers` says so, and ``executable.optimized`` brings the optimized code).
+:mod:`neuroncc.executors.cpu.tiers` says so, and ``executable.optimized`` brings the optimized code;
+``"modules"``, torch.compile's graphs: the decision is made per module, see that module).
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ from neuroncc.executors.cpu.buffers import strided_view as _view
 from neuroncc.executors.cpu.extern import run_extern
 from neuroncc.executors.cpu.extern_library import LIBRARY_CALLS, run_library
 from neuroncc.executors.cpu.native_sequence import sequence_calls
-from neuroncc.executors.cpu.tiers import OPTIMIZER, quick_tier_applies
+from neuroncc.executors.cpu.tiers import GRAPH_QUIET_SECONDS, OPTIMIZER, quick_tier_applies
 from neuroncc.codegen.llvm.program import (
     ALIGN, BufferKind, CpuLaunchPlan, StepKind, StepSpec, ValueSpec, function_hash, plan_launch,
 )
@@ -359,7 +360,7 @@ def build_cpu_executable(fn: Function, options: Mapping[str, Any] | None = None)
     top = wrap_remaining_ops(fn)
     cpu, features = jit.host_cpu()
     workers = _count_option(options, "compile_threads", _threads(options))
-    if _quick_first(options):
+    if _quick_first(options) is True:
         plan, texts = plan_launch(top, cpu, features, _memory_plan(options))
         if quick_tier_applies(plan, texts):
             quick = _executable(top, plan, jit.compile_ir(texts, workers, jit.Tier.QUICK), options, start)
@@ -367,13 +368,20 @@ def build_cpu_executable(fn: Function, options: Mapping[str, Any] | None = None)
                 lambda: _executable(top, copy.copy(plan), jit.compile_ir(texts, 1), options, time.perf_counter()))
             return quick
         return _executable(top, plan, jit.compile_ir(texts, workers) if texts else None, options, start)
-    compiler = jit.KernelCompiler(workers)
+    compiler = jit.KernelCompiler(workers, quick_when_independent=_quick_first(options) == QUICK_MODULES)
     try:
         plan, _ = plan_launch(top, cpu, features, _memory_plan(options), on_kernel=compiler.submit)
     except BaseException:
         compiler.close()
         raise
-    return _executable(top, plan, compiler.finish(), options, start)
+    module = compiler.finish()
+    executable = _executable(top, plan, module, options, start)
+    if module is not None and jit.Tier.QUICK in compiler.tiers:
+        tiers = compiler.tiers
+        executable.optimized = OPTIMIZER.submit(
+            lambda: _executable(top, copy.copy(plan), jit.reoptimize(module, tiers), options, time.perf_counter()),
+            quiet=GRAPH_QUIET_SECONDS)
+    return executable
 
 
 def _executable(top: Function, plan: CpuLaunchPlan, module: jit.JitModule | None, options: Mapping[str, Any],
@@ -384,10 +392,15 @@ def _executable(top: Function, plan: CpuLaunchPlan, module: jit.JitModule | None
     return CpuExecutable(top, plan, module, _threads(options), time.perf_counter() - start, _threading(options))
 
 
-def _quick_first(options: Mapping[str, Any]) -> bool:
+#: ``quick_first`` value of torch.compile's graphs: each module that computes the same bits at both tiers
+#: starts at the quick tier, whatever the work (executors/cpu/tiers.py)
+QUICK_MODULES = "modules"
+
+
+def _quick_first(options: Mapping[str, Any]) -> bool | str:
     value = options.get("quick_first", False)
-    if not isinstance(value, bool):
-        raise InputError(f"option quick_first must be True or False, got {value!r}")
+    if not isinstance(value, bool) and value != QUICK_MODULES:
+        raise InputError(f"option quick_first must be True, False or {QUICK_MODULES!r}, got {value!r}")
     return value
 
 
