@@ -142,13 +142,19 @@ def test_why_arcp_is_tier_dependent(rng, monkeypatch):
 
 # ---- quick_first="modules": torch.compile's graphs decide per module -------------------------------------------
 
-def _exp_then_sum():
-    """Two kernels: exp (tier independent) feeding a matmul, and a row sum (``reassoc``: tier dependent)."""
-    b = Builder("exp_sum")
+def _exp_then(last: str):
+    """Two kernels: exp (tier independent) feeding a matmul, then ``last`` of the product (a row sum:
+    ``reassoc``, tier dependent; sigmoid: tier independent). exp's result lives in the arena."""
+    b = Builder("exp_" + last)
     x = b.param(TensorType(SHAPE, DType.f32), "x")
     y = b.param(TensorType((SHAPE[1], 16), DType.f32), "y")
     product = b.op("mm", b.op("exp", x), y)
-    return run_pipeline(default_pipeline("cpu"), b.build([b.op("sum", product, dims=(1,))]))
+    result = b.op("sum", product, dims=(1,)) if last == "sum" else b.op(last, product)
+    return run_pipeline(default_pipeline("cpu"), b.build([result]))
+
+
+def _exp_then_sum():
+    return _exp_then("sum")
 
 
 def _exp_sum_inputs(rng):
@@ -207,3 +213,15 @@ def test_a_quiet_period_delays_the_optimizer_and_a_shorter_one_never_shortens_it
     second = tiers.OPTIMIZER.submit(lambda: started.append(time.monotonic()), quiet=0.0)
     first.result(timeout=30), second.result(timeout=30)
     assert min(started) - submitted >= 0.39
+
+
+@pytest.mark.parametrize("mode", [True, "modules"])
+def test_the_optimized_build_shares_the_quick_executables_arena_and_lock(rng, mode):
+    """Its pages are touched already, and the process keeps one arena per graph, not two; one lock, so a call
+    of the quick code still under way and the first call of the optimized code never overlap in it."""
+    quick = build_cpu_executable(_exp_then("sigmoid" if mode is True else "sum"), {"quick_first": mode})
+    optimized = quick.optimized.result(timeout=120)
+    assert quick.plan.arena_bytes > 0
+    assert optimized._arena.ctypes.data == quick._arena.ctypes.data and optimized._lock is quick._lock
+    args = _exp_sum_inputs(rng)
+    np.testing.assert_array_equal(_bits(quick(*args))[0], _bits(optimized(*args))[0])
