@@ -13,15 +13,17 @@ device's eager random ops do, so ``torch.manual_seed`` makes compiled runs on th
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from neuroncc.device import generators
-from neuroncc.device.kernels import Binding
 from neuroncc.frontend.lowering.random_ops import draw_key
 from neuroncc.frontend import backend as frontend_backend
 from neuroncc.frontend.importer import ComputedOutput
+
+if TYPE_CHECKING:
+    from neuroncc.device.kernels import Binding
 
 
 class NeuronDevice:
@@ -44,6 +46,10 @@ class NeuronDevice:
 
 
 def _binding(compiled: Any, args: list[Any]) -> Binding:
+    # imported here: the device's eager-op machinery (kernels, programs, the fallback) costs ~15 ms to import,
+    # which torch.compile on CPU tensors (this module is the backend's entry point) would pay on a warm start
+    from neuroncc.device.kernels import Binding
+
     graph = compiled.graph
     inputs: list[Any] = [args[p].dtype for p in graph.param_positions]
     if graph.rng_key:

@@ -6,7 +6,8 @@
       graph.nir            the graph the executable runs (after the pipeline), as text
       constants.npz        its large constants, by resource name (np.load(allow_pickle=False); absent if none)
       stages/NN-NAME.nir   the IR text after each pipeline stage (for reading; not needed to load)
-      ...                  the target's own files (cpu: .ll LLVM IR, .o object code, launch plan .json;
+      ...                  the target's own files (cpu: .ll LLVM IR, .o object code, launch plan .json, the
+                           launcher's process-wide helpers' object code runtime.json;
                            nki-sim: the NKI kernel sources)
 
 Nothing here is pickled: text, JSON and ``.npz`` only. Every file is checked against its recorded sha256 when

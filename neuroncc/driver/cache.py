@@ -169,8 +169,16 @@ class CompileCache:
             return None
         return cls(cls.directory_from_environ(environ), **kwargs)
 
+    def build_environment(self) -> BuildEnvironment:
+        """The environment the keys include: the one given, else this process's (its source digest remembered
+        in this cache's directory when it exists and is one we trust, see :mod:`neuroncc.driver.source_digest`)."""
+        if self.environment is not None:
+            return self.environment
+        trusted = self._usable if self._usable is not None else self.root.is_dir() and self.ensure_usable()
+        return BuildEnvironment.current(self.root if trusted else None)
+
     def key_of(self, request: CompileRequest) -> CacheKey:
-        return compute_key(request, self.environment)
+        return compute_key(request, self.build_environment())
 
     def entry_dir(self, key: str) -> Path:
         """The directory of ``key``'s entry, once this process's write of it (if one is under way) is done."""
@@ -384,7 +392,7 @@ class CompileCache:
         self._collect_garbage()
         temp = Path(tempfile.mkdtemp(prefix=f"{key.key[:16]}.{os.getpid()}.", dir=self.tmp_dir))
         try:
-            env = self.environment or BuildEnvironment.current()
+            env = self.build_environment()
             contents = ArtifactContents(
                 key=key.key,
                 key_components={c.name: ComponentRecord(digest=c.digest, summary=c.summary) for c in key.components},

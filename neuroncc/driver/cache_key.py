@@ -9,7 +9,8 @@
     pipeline          the pass pipeline string, and for each out-of-tree pass it names (``neuroncc.passes``
                       entry points) the plug-in's distribution, version and a hash of its package's sources
     neuroncc_version  neuroncc's version
-    neuroncc_source   a hash of all of neuroncc's .py files (so any compiler change is a miss)
+    neuroncc_source   a hash of all of neuroncc's .py files (so any compiler change is a miss; remembered in the
+                      cache directory while the files are unchanged: driver/source_digest.py)
     torch_version     torch's installed version (read from package metadata; torch is not imported)
     llvmlite_version  llvmlite's installed version
     format_version    the artifact format version
@@ -32,6 +33,7 @@ from typing import Any
 
 from neuroncc.ir import DenseAttr, Function, print_function
 from neuroncc.driver.artifact import ARTIFACT_CODECS, FORMAT_VERSION
+from neuroncc.driver.source_digest import package_digest
 from neuroncc.errors import PipelineError
 from neuroncc.passes.pipeline import IN_TREE_PASSES, PassRegistry, parse_pipeline
 import neuroncc
@@ -60,9 +62,13 @@ class BuildEnvironment:
     llvmlite_version: str
 
     @staticmethod
-    def current() -> BuildEnvironment:
-        """This process's environment (computed once per process)."""
-        return _current_environment()
+    def current(stamp_root: Path | None = None) -> BuildEnvironment:
+        """This process's environment (computed once per process). ``stamp_root``: a cache directory where the
+        source digest is remembered between processes (:mod:`neuroncc.driver.source_digest`)."""
+        global _ENVIRONMENT
+        if _ENVIRONMENT is None:
+            _ENVIRONMENT = _environment(stamp_root)
+        return _ENVIRONMENT
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,18 +224,14 @@ def _installed_version(distribution: str) -> str:
 
 def package_source_digest(package_dir: Path) -> tuple[str, int]:
     """sha256 over every ``.py`` file under ``package_dir`` (relative path and bytes, sorted by path)."""
-    h = hashlib.sha256()
-    files = sorted(p for p in package_dir.rglob("*.py") if "__pycache__" not in p.parts)
-    for path in files:
-        h.update(path.relative_to(package_dir).as_posix().encode() + b"\0")
-        data = path.read_bytes()
-        h.update(len(data).to_bytes(8, "little") + data)
-    return h.hexdigest(), len(files)
+    return package_digest(package_dir)
 
 
-@functools.cache
-def _current_environment() -> BuildEnvironment:
-    source, count = package_source_digest(Path(neuroncc.__file__).resolve().parent)
+_ENVIRONMENT: BuildEnvironment | None = None
+
+
+def _environment(stamp_root: Path | None) -> BuildEnvironment:
+    source, count = package_digest(Path(neuroncc.__file__).resolve().parent, stamp_root)
     return BuildEnvironment(
         neuroncc_version=neuroncc.__version__,
         neuroncc_source=source,

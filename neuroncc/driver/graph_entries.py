@@ -55,12 +55,14 @@ TARGET_PREFIX = "aot:"
 PAYLOAD_NAME = "aot_graph.json"
 
 
-def graph_key(parts: Sequence[tuple[str, str, str | None]], target: str) -> CacheKey:
+def graph_key(parts: Sequence[tuple[str, str, str | None]], target: str,
+              environment: BuildEnvironment | None = None) -> CacheKey:
     """The key of a graph entry: a sha256 over the caller's named components (name, canonical text, summary),
-    then the target, its host fingerprint and the build environment, each hashed on its own as in
+    then the target, its host fingerprint and the build environment (``environment``, default this
+    process's: pass the cache's, ``CompileCache.build_environment()``), each hashed on its own as in
     :func:`neuroncc.driver.cache_key.compute_key` (so ``neuroncc cache explain --key A --key B`` compares
     two graph entries component by component)."""
-    env = BuildEnvironment.current()
+    env = environment or BuildEnvironment.current()
     components = (
         *(_component(name, canonical, summary) for name, canonical, summary in parts),
         _component("target", target),

@@ -91,7 +91,8 @@ def lookup(gm: fx.GraphModule, example_inputs: Sequence[Any], name: str, options
         if torch._dynamo.compiled_autograd.compiled_autograd_enabled or torch._dynamo.config.compiled_autograd:
             raise Uncacheable("compiled autograd retraces the backward graph, which the entry does not keep")
         aot_config, params_buffers = _aot_config(gm, example_inputs)
-        key = graph_key(key_parts(gm, [*params_buffers, *example_inputs], aot_config, options), options.target)
+        key = graph_key(key_parts(gm, [*params_buffers, *example_inputs], aot_config, options), options.target,
+                        cache.build_environment())
     except Uncacheable as reason:
         _uncacheable(name, str(reason))
         return Lookup()

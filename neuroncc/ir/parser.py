@@ -28,6 +28,7 @@ _NUMBER = re.compile(r"-?(?:inf|nan|\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|\.\d+(?:[eE][
 _SHAPE_DTYPE = re.compile(r"((?:\d+x)*)([a-z][a-z0-9]*)")
 _STRING = re.compile(r'"(?:[^"\\\n]|\\.)*"')
 _BLANK = re.compile(r"(?:[ \t\r\n]+|//[^\n]*)*")
+_BLANK_START = frozenset(" \t\r\n/")  # the characters _BLANK can start with
 #: How deeply attribute lists and regions may nest (deeper input is refused instead of exhausting Python's stack).
 MAX_NESTING = 64
 
@@ -54,7 +55,10 @@ class _Parser:
 
     def skip(self) -> None:
         """Skip whitespace and ``//`` comments."""
-        self.pos = _BLANK.match(self.text, self.pos).end()
+        pos = self.pos
+        if pos < len(self.text) and self.text[pos] not in _BLANK_START:
+            return  # most tokens follow one another directly: no regex match (a third of a parse's time)
+        self.pos = _BLANK.match(self.text, pos).end()
 
     def peek(self, token: str) -> bool:
         self.skip()

@@ -23,6 +23,17 @@ def test_backend_is_found_through_the_entry_point():
     assert torch._dynamo.lookup_backend("neuron") is compiled.neuron_backend
 
 
+def test_the_entry_point_leaves_the_device_kernels_unimported():
+    """A CPU warm start resolves the backend without importing the device's eager-op machinery (~15 ms)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, torch, neuroncc.device.compiled; "
+            "print('neuroncc.device.kernels' in sys.modules, 'neuroncc.device.programs' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
+    assert out.split() == ["False", "False"]
+
+
 def test_set_default_backend_makes_plain_torch_compile_use_neuron():
     torch.compiler.set_default_backend("neuron")
     try:

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from neuroncc.codegen.llvm import jit
+from neuroncc.codegen.llvm.entries import team_entry_ir
 from neuroncc.codegen.llvm.regions import wrap_remaining_ops
 from neuroncc.errors import ArtifactError, InputError
 from neuroncc.ir.graph import Function
@@ -48,7 +49,8 @@ from neuroncc.executors.cpu.buffers import storage_dtype as _storage_dtype
 from neuroncc.executors.cpu.buffers import strided_view as _view
 from neuroncc.executors.cpu.extern import run_extern
 from neuroncc.executors.cpu.extern_library import LIBRARY_CALLS, run_library
-from neuroncc.executors.cpu.native_sequence import sequence_calls
+from neuroncc.executors.cpu.helpers import RUNTIME_FILE, SEQUENCE, TEAM, offer, runtime_json, wants_offers
+from neuroncc.executors.cpu.native_sequence import interpreter_ir, sequence_calls
 from neuroncc.executors.cpu.tiers import GRAPH_QUIET_SECONDS, OPTIMIZER, quick_tier_applies
 from neuroncc.codegen.llvm.program import (
     ALIGN, BufferKind, CpuLaunchPlan, StepKind, StepSpec, ValueSpec, function_hash, plan_launch,
@@ -64,6 +66,8 @@ from neuroncc.ir.dtypes import to_storage
 
 #: kernels.a: the object files of the kernel phases in one ar archive (executors/cpu/ar_archive.py)
 PLAN_FILE, IR_FILE, OBJECT_FILE = "plan.json", "kernels.ll", "kernels.a"
+#: The process-wide helpers an artifact carries (runtime.json, helpers.py), with their IR generators.
+HELPERS = {TEAM: team_entry_ir, SEQUENCE: interpreter_ir}
 
 
 def _output_shaping(spec: ValueSpec, buffer: Any) -> ValueSpec | tuple[int, ...]:
@@ -315,8 +319,8 @@ class CpuExecutable:
         return self
 
     def save(self, directory: str | Path) -> list[str]:
-        """Write plan.json, kernels.ll and kernels.a into ``directory``; returns the file names (relative to
-        ``directory``) written. The graph itself is not written: the artifact layer stores it. A quick-tier
+        """Write plan.json, kernels.ll, kernels.a and runtime.json (the process-wide helpers' code, helpers.py)
+        into ``directory``; returns the file names (relative to ``directory``) written. The graph itself is not written: the artifact layer stores it. A quick-tier
         executable saves its optimized executable (waiting for it): artifacts hold optimized code only."""
         if self.optimized is not None:
             return self.optimized.result().save(directory)
@@ -328,7 +332,9 @@ class CpuExecutable:
             modules = (m if m.endswith("\n") else m + "\n" for m in self.module.llvm_ir)
             (directory / IR_FILE).write_text("".join(modules), encoding="utf-8")
             (directory / OBJECT_FILE).write_bytes(write_archive(self.module.objects))
-            files += [IR_FILE, OBJECT_FILE]
+            # the process-wide helpers' code, so a process that loads this needs not compile them (helpers.py)
+            (directory / RUNTIME_FILE).write_text(runtime_json(HELPERS), encoding="utf-8")
+            files += [IR_FILE, OBJECT_FILE, RUNTIME_FILE]
         return files
 
 
@@ -442,6 +448,11 @@ def load_cpu_executable(directory: str | Path, fn: Function, options: Mapping[st
         except (OSError, UnicodeDecodeError):
             llvm_ir = ""  # for inspection only: the object files are what runs
         module = jit.load_objects(objects, split_modules(llvm_ir))
+        if wants_offers(tuple(HELPERS)):
+            try:
+                offer((directory / RUNTIME_FILE).read_text(encoding="utf-8"))
+            except (OSError, UnicodeDecodeError):
+                pass  # an artifact without the helpers (older, or none written): they are compiled when needed
     return CpuExecutable(top, plan, module, _threads(options), threading_mode=_threading(options))
 
 

@@ -31,8 +31,8 @@ import ctypes
 import functools
 from typing import Any
 
-from neuroncc.codegen.llvm import jit
 from neuroncc.executors.cpu import blas
+from neuroncc.executors.cpu.helpers import SEQUENCE, helper_module
 from neuroncc.executors.cpu.steps import BlasStep, NativeKernel
 
 SET, CALL, GEMM, ROWS = 0, 1, 2, 3
@@ -45,7 +45,7 @@ MIN_STEPS = 2
 _SEQUENCE_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p)
 
 
-def _interpreter_ir() -> str:
+def interpreter_ir() -> str:
     """The interpreter's LLVM IR: ``neuroncc_run_sequence(ptr program, i64 words, ptr addresses)``."""
     lines: list[str] = []
     emit = lines.append
@@ -157,9 +157,9 @@ def _interpreter_ir() -> str:
 
 @functools.cache
 def interpreter() -> Any:
-    """The compiled interpreter as a ctypes function, built on first use (one small LLVM module per process;
-    two threads racing here compile it twice, harmlessly). The cache keeps its JitModule alive with it."""
-    module = jit.compile_ir([_interpreter_ir()])
+    """The compiled interpreter as a ctypes function, built on first use (one small LLVM module per process,
+    compiled or taken from a loaded artifact: helpers.py). The cache keeps its JitModule alive with it."""
+    module = helper_module(SEQUENCE, interpreter_ir)
     function = _SEQUENCE_FN(module.address("neuroncc_run_sequence"))
     function.module = module  # the code stays mapped while the function is reachable
     return function

@@ -4,7 +4,7 @@ Generated phase functions take ``(args, start, end)``. Two runners split [0, n) 
 
 - :class:`OpenMPTeam` (the default, option ``threading="openmp"``): the OpenMP runtime that ATen itself uses
   (the ``libgomp`` bundled with torch, found without importing torch). ``GOMP_parallel`` runs the process's
-  team entry (``neuroncc_team``, compiled once: codegen/llvm/entries.py), which calls the phase, on ATen's own
+  team entry (``neuroncc_team``, compiled once: codegen/llvm/entries.py, or from an artifact: helpers.py), which calls the phase, on ATen's own
   thread team, so neuroncc kernels and ATen matmuls share one set of
   threads instead of oversubscribing the cores, and waking the team costs about a microsecond. Measured on a
   quiet machine (2 threads, kernels interleaved with eager calls as in a model): softmax [4096, 1024] 1.09 ms
@@ -32,6 +32,7 @@ from pathlib import Path
 
 from neuroncc.codegen.llvm import jit
 from neuroncc.codegen.llvm.entries import TEAM_ENTRY, team_entry_ir
+from neuroncc.executors.cpu.helpers import TEAM, helper_module
 from neuroncc.hardware.host import available_cores
 
 #: Below this many elements of work a phase runs on one thread. Waking a pool worker costs 40-50 us on this
@@ -147,13 +148,10 @@ def find_libgomp() -> str | None:
     return str(matches[0]) if matches else None
 
 
-@functools.cache
 def _team_module() -> jit.JitModule:
-    """The compiled team entry: one small LLVM module per process, built on first use (two threads racing here
-    compile it twice, harmlessly); the cache keeps it, so its code stays mapped. At the quick tier: it hands out
-    chunks and calls the phase through a pointer (integer code, no vector loop to make), and O3 took ~10 ms of
-    the first call of every process's first parallel kernel."""
-    return jit.compile_ir([team_entry_ir()], tier=jit.Tier.QUICK)
+    """The team entry's code: one small LLVM module per process, compiled on first use or taken from a loaded
+    artifact (helpers.py), kept mapped for the process."""
+    return helper_module(TEAM, team_entry_ir)
 
 
 @functools.cache

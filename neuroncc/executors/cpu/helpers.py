@@ -1,0 +1,95 @@
+"""The launcher's process-wide native helpers: compiled once per process, or taken from a loaded artifact.
+
+Two small LLVM modules serve every cpu executable of a process: the OpenMP team entry (``threads.py``) and the
+native sequence interpreter (``native_sequence.py``). Compiling them at O3 costs ~25 ms of CPU, which a warm
+start (executables loaded from the compile cache, nothing else compiled) paid on its first call. So an
+artifact carries their object code, ``runtime.json``:
+
+    {"version": 1, "helpers": {"team": {"ir_sha256": ..., "object": base64}, "sequence": {...}}}
+
+and loading an artifact *offers* them (:func:`offer`); a helper first needed afterwards loads the offered
+object (~1.5 ms, an MCJIT engine) instead of compiling, provided it was compiled from the very IR this process
+generates (its ``ir_sha256``). The artifact's files are checked against its manifest before anything is loaded, and its key
+includes neuroncc's sources and the host CPU (driver/cache_key.py), so the code is this version's, built for
+this machine; the IR check keeps that true for any caller. A helper missing or unusable in the file is
+compiled as before: ``runtime.json`` can only save time.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+import threading
+from collections.abc import Callable
+
+from neuroncc.codegen.llvm import jit
+from neuroncc.errors import NeuronccError
+
+RUNTIME_FILE = "runtime.json"
+RUNTIME_VERSION = 1
+TEAM, SEQUENCE = "team", "sequence"  # the helpers' names (threads.py, native_sequence.py)
+
+_LOCK = threading.Lock()
+_MODULES: dict[str, jit.JitModule] = {}  # helper name -> its loaded code, kept mapped for the process
+_OFFERED: dict[str, tuple[str, bytes]] = {}  # helper name -> (sha256 of its IR, object code) from an artifact
+
+
+def helper_module(name: str, ir: Callable[[], str]) -> jit.JitModule:
+    """The loaded code of helper ``name`` whose LLVM IR ``ir()`` gives: an offered object compiled from that IR,
+    else compiled now (once per process; two threads racing here may both compile, harmlessly)."""
+    module = _MODULES.get(name)
+    if module is not None:
+        return module
+    text = ir()
+    with _LOCK:
+        offered = _OFFERED.pop(name, None)
+    module = None
+    if offered is not None and offered[0] == _digest(text):
+        try:
+            module = jit.load_objects([offered[1]], [text])
+        except NeuronccError:
+            module = None  # unusable object code: compiled below
+    if module is None:
+        module = jit.compile_ir([text])
+    with _LOCK:
+        return _MODULES.setdefault(name, module)
+
+
+def offer(text: str) -> None:
+    """Offer the helpers of an artifact's ``runtime.json`` ``text`` to the helpers not yet loaded; anything
+    malformed is ignored (those helpers are compiled when needed)."""
+    try:
+        data = json.loads(text)
+        if data.get("version") != RUNTIME_VERSION:
+            return
+        found = {name: (entry["ir_sha256"], base64.b64decode(entry["object"], validate=True))
+                 for name, entry in data["helpers"].items()}
+    except (ValueError, TypeError, KeyError, AttributeError, binascii.Error):
+        return
+    with _LOCK:
+        for name, (digest, code) in found.items():
+            if name not in _MODULES and type(digest) is str:
+                _OFFERED.setdefault(name, (digest, code))
+
+
+def runtime_json(helpers: dict[str, Callable[[], str]]) -> str:
+    """The ``runtime.json`` text of ``helpers`` (name -> IR generator), compiling any not loaded yet."""
+    entries = {}
+    for name, ir in helpers.items():
+        module = helper_module(name, ir)
+        entries[name] = {"ir_sha256": _digest(ir()), "object": base64.b64encode(module.objects[0]).decode()}
+    return json.dumps({"version": RUNTIME_VERSION, "helpers": entries}, sort_keys=True) + "\n"
+
+
+def wants_offers(names: tuple[str, ...] = (TEAM, SEQUENCE)) -> bool:
+    """Whether some of the helpers ``names`` is still to be loaded (a loader reads ``runtime.json`` only then)."""
+    return any(name not in _MODULES and name not in _OFFERED for name in names)
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+__all__ = ["RUNTIME_FILE", "SEQUENCE", "TEAM", "helper_module", "offer", "runtime_json", "wants_offers"]
