@@ -13,8 +13,9 @@ import contextlib
 import gc
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch.fx as fx
@@ -27,6 +28,7 @@ from neuroncc.frontend.options import BackendOptions
 from neuroncc.ir import Function, collect_resources, print_function
 from neuroncc.driver.compile import compile_graph
 from neuroncc.driver.records import CompileRecord
+from neuroncc.executors.cpu.launcher import QUICK_MODULES
 
 log = logging.getLogger("neuroncc.frontend")
 
@@ -50,7 +52,7 @@ def compile_aten_graph(gm: fx.GraphModule, name: str, options: BackendOptions,
             dump_function(imported.function, Path(options.dump_dir))
         records: list[CompileRecord] = []
         executable = compile_graph(imported.function, target=options.target, pipeline=options.pipeline,
-                                   options=options.compile_options,
+                                   options=graph_compile_options(options),
                                    on_compiled=lambda record: (records.append(record),
                                                                _compiled(record, import_seconds)))
     stats.increment("graphs_compiled")
@@ -58,6 +60,15 @@ def compile_aten_graph(gm: fx.GraphModule, name: str, options: BackendOptions,
     log.debug("neuroncc: compiled %s (%d ops) for target %s", name, len(imported.function.ops), options.target)
     artifact_key = records[0].key if records and records[0].cache != "uncached" else None
     return CompiledGraph(imported, executable, free_layouts, device, artifact_key)
+
+
+def graph_compile_options(options: BackendOptions) -> Mapping[str, Any]:
+    """The options a graph compiles with: the user's, and on the cpu target unless the user set it,
+    ``quick_first="modules"``: the kernels whose bits do not depend on LLVM's tier start at its quick tier and
+    the optimized code follows from the background (executors/cpu/tiers.py; the cache stores optimized code)."""
+    if options.target != "cpu" or "quick_first" in options.compile_options:
+        return options.compile_options
+    return {**options.compile_options, "quick_first": QUICK_MODULES}
 
 
 def _compiled(record: CompileRecord, import_seconds: float) -> None:

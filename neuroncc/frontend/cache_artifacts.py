@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import os
+from typing import Any
 
 from torch.compiler._cache import CacheArtifact, CacheArtifactFactory, CacheArtifactManager
 
@@ -32,11 +33,38 @@ log = logging.getLogger("neuroncc.frontend")
 
 
 class NeuronccCacheArtifact(CacheArtifact):
-    """One compile-cache entry (``key``: its cache key) as a signed bundle (``content``)."""
+    """One compile-cache entry (``key``: its cache key) as a signed bundle (``content``).
+
+    A compile records its entry before the entry is on the disk: the cache's writer publishes it in the
+    background, after the graph's optimized code is built (executors/cpu/tiers.py). Exporting it at once made
+    every compile wait for both (~1-2 s a graph of the transformer step). So ``content`` may be recorded as a
+    function that exports it, called when ``save_cache_artifacts()`` first reads it; the artifact is equal to
+    another by key (PyTorch's set of seen artifacts would otherwise read the content to hash it)."""
 
     @staticmethod
     def type() -> str:
         return ARTIFACT_TYPE
+
+    @staticmethod
+    def encode(content: Any) -> Any:
+        return content  # bytes, or a function returning them (see the class docstring)
+
+    @property  # type: ignore[override]
+    def content(self) -> bytes:
+        value = self.__dict__["_content"]
+        if callable(value):
+            value = self.__dict__["_content"] = value()
+        return value
+
+    @content.setter
+    def content(self, value: Any) -> None:
+        self.__dict__["_content"] = value  # the frozen dataclass's __init__ sets it through object.__setattr__
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and other.key == self.key  # type: ignore[attr-defined]
+
+    def __hash__(self) -> int:
+        return hash((ARTIFACT_TYPE, self.key))
 
     def populate_cache(self) -> None:
         load_artifact(self.key, self.content)
@@ -62,16 +90,25 @@ def record(key: str) -> None:
     try:
         secret = secret_from_environ(os.environ)
         cache = CompileCache.from_environ(os.environ)
-        if secret is None or cache is None:
-            log.debug("neuroncc: not recording cache entry %s for save_cache_artifacts(): %s", key[:16],
-                      "no compile cache" if cache is None else "NEURONCC_CACHE_ARTIFACTS_KEY is not set")
-            return
-        content = export_entry(cache, key, secret)
     except (OSError, NeuronccError) as exc:
         log.warning("neuroncc: cache entry %s is left out of save_cache_artifacts(): %s", key[:16], exc)
         return
+    if secret is None or cache is None:
+        log.debug("neuroncc: not recording cache entry %s for save_cache_artifacts(): %s", key[:16],
+                  "no compile cache" if cache is None else "NEURONCC_CACHE_ARTIFACTS_KEY is not set")
+        return
+
+    def export() -> bytes:
+        """The signed entry, once the cache's writer has published it; empty (left out on loading) if it
+        cannot be exported: ``save_cache_artifacts()`` must not fail for one entry."""
+        try:
+            return export_entry(cache, key, secret)
+        except (OSError, NeuronccError) as exc:
+            log.warning("neuroncc: cache entry %s is left out of save_cache_artifacts(): %s", key[:16], exc)
+            return b""
+
     register()
-    CacheArtifactManager.record_artifact(ARTIFACT_TYPE, key, content)
+    CacheArtifactManager.record_artifact(ARTIFACT_TYPE, key, export)
 
 
 def load_artifact(key: str, content: bytes) -> bool:
@@ -82,6 +119,10 @@ def load_artifact(key: str, content: bytes) -> bool:
     from neuroncc.driver.cache import CompileCache
     from neuroncc.driver.portable import import_entry, require_secret
 
+    if not content:  # an entry the saving process could not export (see record)
+        log.warning("neuroncc: cache entry %s from load_cache_artifacts() is empty (the saving process could not "
+                    "export it); it is compiled when used", key[:16])
+        return False
     cache = CompileCache.from_environ(os.environ)
     if cache is None:
         log.warning("neuroncc: NEURONCC_DISABLE_CACHE is set; cache entry %s from load_cache_artifacts() is "

@@ -39,7 +39,12 @@ class CompiledGraph:
                  device: HostDevice | None = None, artifact_key: str | None = None):
         self.graph = graph
         self.artifact_key = artifact_key  # the compile cache's key of the executable (None: compiled uncached)
-        self.executable = executable
+        # An executable with quick-tier code (executors/cpu/tiers.py) brings its optimized build as a future:
+        # a call takes that build once it is done (on the caller's thread: a call under way keeps the code it
+        # started with). Both compute the same bits, and have the same plan, so outputs and strides stay.
+        final = getattr(executable, "final", None)
+        self.executable = final() if final is not None else executable
+        self._pending = getattr(self.executable, "optimized", None)
         self.device = device  # a host-memory device whose tensors this graph reads and returns (boundary.py)
         ensure_installed()  # torch.profiler sees the executable's kernels (frontend/profiling.py)
         # AOTAutograd passes the arguments as one list that we may clear. An instance attribute, not a class
@@ -60,7 +65,7 @@ class CompiledGraph:
             self.outputs.append((output, numpy_layout(output.spec)))
             self.output_strides.append(output.spec.stride)
         # the common CPU call on data pointers, when no tensor of this graph needs converting (direct_call.py)
-        self._direct = DirectCall.of(executable, graph, self.outputs) if device is None else None
+        self._direct = DirectCall.of(self.executable, graph, self.outputs) if device is None else None
         #: IR outputs of mutations the executable computes in the mutated input's own storage (the function's
         #: ``donated`` metadata, where its launch plan allowed it): no write-back when the input was passed
         #: as it is (the direct call always; the numpy path unless the input crossed as a converted copy)
@@ -69,6 +74,8 @@ class CompiledGraph:
                                   if index in in_place and graph.param_positions[in_place[index]] == position)
 
     def __call__(self, args: list[Any]) -> list[Any]:
+        if self._pending is not None and self._pending.done():
+            self._take_optimized()
         if self.device is not None:
             outputs = self.device.run(self, args)
             args.clear()
@@ -93,6 +100,15 @@ class CompiledGraph:
             self._write_back(args, results)
         args.clear()
         return outputs
+
+    def _take_optimized(self) -> None:
+        """Run the optimized build from now on (if it failed, the quick code stays: the same results, slower;
+        saving the executable reports the error)."""
+        pending, self._pending = self._pending, None
+        if pending.exception() is None:
+            self.executable = pending.result()
+            if self._direct is not None:
+                self._direct = DirectCall.of(self.executable, self.graph, self.outputs)
 
     def graph_outputs(self, args: list[Any], computed: Any) -> list[Any]:
         """The graph's outputs in order: ``computed(output, numpy layout)`` for computed ones, the input tensor

@@ -138,3 +138,90 @@ def test_why_arcp_is_tier_dependent(rng, monkeypatch):
     optimized = quick.optimized.result(timeout=120)
     args = [_special_inputs(rng, 1)[0], (rng.standard_normal((SHAPE[0], 1)) * 3).astype(np.float32)]
     assert (_bits(quick(*args))[0] != _bits(optimized(*args))[0]).any()
+
+
+# ---- quick_first="modules": torch.compile's graphs decide per module -------------------------------------------
+
+def _exp_then(last: str):
+    """Two kernels: exp (tier independent) feeding a matmul, then ``last`` of the product (a row sum:
+    ``reassoc``, tier dependent; sigmoid: tier independent). exp's result lives in the arena."""
+    b = Builder("exp_" + last)
+    x = b.param(TensorType(SHAPE, DType.f32), "x")
+    y = b.param(TensorType((SHAPE[1], 16), DType.f32), "y")
+    product = b.op("mm", b.op("exp", x), y)
+    result = b.op("sum", product, dims=(1,)) if last == "sum" else b.op(last, product)
+    return run_pipeline(default_pipeline("cpu"), b.build([result]))
+
+
+def _exp_then_sum():
+    return _exp_then("sum")
+
+
+def _exp_sum_inputs(rng):
+    return [_special_inputs(rng, 1)[0], rng.standard_normal((SHAPE[1], 16)).astype(np.float32)]
+
+
+def test_modules_mode_starts_only_the_tier_independent_modules_quick(rng):
+    fn = _exp_then_sum()
+    optimized_only = build_cpu_executable(fn)
+    quick = build_cpu_executable(fn, {"quick_first": "modules"})
+    assert quick.optimized is not None, "the exp kernel is tier independent"
+    texts = quick.module.llvm_ir
+    independent = [jit.tier_independent(t) for t in texts]
+    assert any(independent) and not all(independent), "one module of each kind"
+    for text, same, obj, ref in zip(texts, independent, quick.module.objects, optimized_only.module.objects):
+        assert (obj == ref) != same, "the tier dependent module is optimized at once, the other is quick code"
+    optimized = quick.optimized.result(timeout=120)
+    assert optimized.module.objects == optimized_only.module.objects  # reoptimize: the optimized build's code
+    args = _exp_sum_inputs(rng)
+    np.testing.assert_array_equal(_bits(quick(*args))[0], _bits(optimized(*args))[0])
+
+
+def test_modules_mode_ignores_the_work_limit_and_has_nothing_to_follow_without_quick_modules():
+    rows = tiers.QUICK_MAX_WORK // 256 + 1
+    big = build_cpu_executable(_graph("big", lambda b, x: b.op("exp", x), shape=(rows, 256)),
+                               {"quick_first": "modules"})
+    assert big.optimized is not None
+    summed = build_cpu_executable(_graph("sum", lambda b, x: b.op("sum", x, dims=(1,))), {"quick_first": "modules"})
+    assert summed.optimized is None and summed.final() is summed
+
+
+def test_modules_mode_saves_the_optimized_code(tmp_path):
+    fn = _exp_then_sum()
+    quick = build_cpu_executable(fn, {"quick_first": "modules"})
+    quick.save(tmp_path)
+    assert read_archive((tmp_path / "kernels.a").read_bytes()) == quick.optimized.result().module.objects
+
+
+def test_reoptimize_compiles_only_the_quick_objects_again():
+    texts = build_cpu_executable(_exp_then_sum()).module.llvm_ir
+    tiers_ = [jit.Tier.QUICK if jit.tier_independent(t) else jit.Tier.OPTIMIZED for t in texts]
+    quick = jit.compile_ir(texts, tier=jit.Tier.QUICK)
+    mixed = jit.reoptimize(quick, tiers_)
+    optimized = jit.compile_ir(texts)
+    for tier, before, after, want in zip(tiers_, quick.objects, mixed.objects, optimized.objects):
+        assert after == (want if tier is jit.Tier.QUICK else before)
+    assert jit.reoptimize(optimized, [jit.Tier.OPTIMIZED] * len(texts)) is optimized
+
+
+def test_a_quiet_period_delays_the_optimizer_and_a_shorter_one_never_shortens_it():
+    import time
+
+    started = []
+    submitted = time.monotonic()
+    first = tiers.OPTIMIZER.submit(lambda: started.append(time.monotonic()), quiet=0.4)
+    second = tiers.OPTIMIZER.submit(lambda: started.append(time.monotonic()), quiet=0.0)
+    first.result(timeout=30), second.result(timeout=30)
+    assert min(started) - submitted >= 0.39
+
+
+@pytest.mark.parametrize("mode", [True, "modules"])
+def test_the_optimized_build_shares_the_quick_executables_arena_and_lock(rng, mode):
+    """Its pages are touched already, and the process keeps one arena per graph, not two; one lock, so a call
+    of the quick code still under way and the first call of the optimized code never overlap in it."""
+    quick = build_cpu_executable(_exp_then("sigmoid" if mode is True else "sum"), {"quick_first": mode})
+    optimized = quick.optimized.result(timeout=120)
+    assert quick.plan.arena_bytes > 0
+    assert optimized._arena.ctypes.data == quick._arena.ctypes.data and optimized._lock is quick._lock
+    args = _exp_sum_inputs(rng)
+    np.testing.assert_array_equal(_bits(quick(*args))[0], _bits(optimized(*args))[0])

@@ -57,6 +57,8 @@ def main(mode: str, path: Path) -> dict:
             data, info = saved
             path.write_bytes(data)
             report["saved"] = sorted(info.artifacts.get("neuroncc", []))
+        # the cache's writer publishes entries in the background; saving waited for every one it exports
+        report["entries"] = _entries()
     return report
 
 

@@ -139,3 +139,31 @@ def test_cache_hits_are_recorded_too(fresh_manager):
         assert neuroncc.stats()["cache_hits"] == 1 and neuroncc.stats()["cache_misses"] == 0
         again = torch.compiler.save_cache_artifacts()
     assert again is not None and again[1].artifacts[ARTIFACT_TYPE] == first[1].artifacts[ARTIFACT_TYPE]
+
+
+def test_a_compile_records_its_entry_without_exporting_it(fresh_manager, monkeypatch, tmp_path):
+    """The export waits for the cache's background writer (and the optimized code): it happens when
+    save_cache_artifacts() reads the artifact, not inside the compile; an entry that cannot be exported then is
+    saved empty and left out on loading, and the rest of the payload still loads."""
+    from neuroncc.driver import portable
+
+    exported = []
+    export_entry = portable.export_entry
+
+    def counting(cache, key, secret):
+        exported.append(key)
+        if len(exported) == 1:
+            raise OSError("the disk went away")
+        return export_entry(cache, key, secret)
+
+    monkeypatch.setattr(portable, "export_entry", counting)
+    torch.compile(torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Sigmoid()), backend="neuron")(
+        torch.randn(2, 4)).sum().backward()
+    assert neuroncc.stats()["graphs_compiled"] >= 2 and exported == []
+    saved = torch.compiler.save_cache_artifacts()
+    assert saved is not None and len(exported) == len(saved[1].artifacts[ARTIFACT_TYPE]) >= 3
+    monkeypatch.setenv("NEURONCC_CACHE_DIR", str(tmp_path / "another-machine"))
+    with CacheArtifactManager.with_fresh_cache():
+        torch.compiler.load_cache_artifacts(saved[0])  # the empty entry is skipped with a warning
+    installed = {p.name for p in (tmp_path / "another-machine" / "entries").iterdir()}
+    assert installed == set(exported[1:])

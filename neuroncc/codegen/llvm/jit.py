@@ -217,23 +217,26 @@ def _thread_machine(tier: Tier) -> llvm.TargetMachine:
 
 
 class _Worker(threading.Thread):
-    """Takes (index, module text) from the shared inbox until None, compiling each in its own LLVM context."""
+    """Takes (index, module text, tier) from the shared inbox until None, compiling each in its own LLVM context."""
 
-    def __init__(self, inbox: queue.SimpleQueue, objects: dict[int, bytes], tier: Tier) -> None:
+    def __init__(self, inbox: queue.SimpleQueue, objects: dict[int, bytes]) -> None:
         super().__init__(name="neuroncc-llvm", daemon=True)
-        self.inbox, self.objects, self.tier = inbox, objects, tier
+        self.inbox, self.objects = inbox, objects
         self.error: BaseException | None = None
 
     def run(self) -> None:
-        context = tm = None
+        context = None
+        machines: dict[Tier, llvm.TargetMachine] = {}
         while (task := self.inbox.get()) is not None:
             if self.error is not None:
                 continue  # keep draining: the producer queues until finish()
             try:
+                index, text, tier = task
                 if context is None:
-                    context, tm = llvm.create_context(), target_machine(tier=self.tier)
-                index, text = task
-                self.objects[index] = _compile_module(text, context, tm, self.tier)
+                    context = llvm.create_context()
+                if tier not in machines:
+                    machines[tier] = target_machine(tier=tier)
+                self.objects[index] = _compile_module(text, context, machines[tier], tier)
             except BaseException as exc:  # re-raised on the compiling thread by KernelCompiler.finish
                 self.error = exc
 
@@ -244,25 +247,32 @@ class KernelCompiler:
     Up to ``workers`` threads take modules from one queue as they become free; every module becomes one
     object file, and the objects are kept in submission order, so the result does not depend on the number
     of workers or on which worker compiled what. ``tier``: how much LLVM optimizes (:class:`Tier`).
+    ``quick_when_independent``: a module that computes the same bits at every tier (:func:`tier_independent`)
+    compiles at the quick tier instead; ``tiers`` records each module's (:func:`reoptimize` makes the
+    optimized objects of the quick ones later).
     """
 
-    def __init__(self, workers: int = 1, tier: Tier = Tier.OPTIMIZED):
+    def __init__(self, workers: int = 1, tier: Tier = Tier.OPTIMIZED, quick_when_independent: bool = False):
         with _LOCK:
             _initialize()
         self.tier = tier
+        self.quick_when_independent = quick_when_independent
         self.max_workers = max(int(workers), 1)
         self.workers: list[_Worker] = []
         self.inbox: queue.SimpleQueue = queue.SimpleQueue()
         self.objects: dict[int, bytes] = {}
         self.texts: list[str] = []
+        self.tiers: list[Tier] = []
 
     def submit(self, text: str) -> None:
         if len(self.workers) < min(self.max_workers, len(self.texts) + 1):
-            worker = _Worker(self.inbox, self.objects, self.tier)
+            worker = _Worker(self.inbox, self.objects)
             worker.start()
             self.workers.append(worker)
-        self.inbox.put((len(self.texts), text))
+        tier = Tier.QUICK if self.quick_when_independent and tier_independent(text) else self.tier
+        self.inbox.put((len(self.texts), text, tier))
         self.texts.append(text)
+        self.tiers.append(tier)
 
     def close(self) -> None:
         """Stop the workers (after the modules already queued); no effect after the first call."""
@@ -304,6 +314,20 @@ def compile_ir(ir_texts: list[str], workers: int = 1, tier: Tier = Tier.OPTIMIZE
     if module is None:
         raise CodegenError("no LLVM modules to compile")
     return module
+
+
+def reoptimize(module: JitModule, tiers: list[Tier]) -> JitModule:
+    """``module`` with every object that ``tiers`` says was compiled at the quick tier compiled again at the
+    optimized one (on the calling thread), the others reused: the code an optimized build of the same modules
+    makes, since a module's object code depends only on its text and its tier."""
+    if not any(tier is Tier.QUICK for tier in tiers):
+        return module
+    with _LOCK:
+        _initialize()
+    context, tm = llvm.create_context(), _thread_machine(Tier.OPTIMIZED)
+    objects = [_compile_module(text, context, tm, Tier.OPTIMIZED) if tier is Tier.QUICK else obj
+               for obj, text, tier in zip(module.objects, module.llvm_ir, tiers)]
+    return load_objects(objects, module.llvm_ir)
 
 
 def load_objects(objects: list[bytes], llvm_ir: list[str] | None = None) -> JitModule:

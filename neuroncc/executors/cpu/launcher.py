@@ -16,7 +16,8 @@ machine oversubscribed by other processes, where OpenMP's spinning barriers degr
 ``memory_plan`` (``neuroncc.passes.plan_memory.plan(fn)``'s MemoryPlan, or any object with ``offsets`` by value
 number or Value; see :func:`neuroncc.codegen.llvm.program.plan_launch`), ``quick_first`` (False; True for a
 caller that waits on the compile, the eager device: kernels start at LLVM's quick tier when
-:mod:`neuroncc.executors.cpu.tiers` says so, and ``executable.optimized`` brings the optimized code).
+:mod:`neuroncc.executors.cpu.tiers` says so, and ``executable.optimized`` brings the optimized code;
+``"modules"``, torch.compile's graphs: the decision is made per module, see that module).
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ from neuroncc.executors.cpu.extern import run_extern
 from neuroncc.executors.cpu.extern_library import LIBRARY_CALLS, run_library
 from neuroncc.executors.cpu.helpers import RUNTIME_FILE, SEQUENCE, TEAM, offer, runtime_json, wants_offers
 from neuroncc.executors.cpu.native_sequence import interpreter_ir, sequence_calls
-from neuroncc.executors.cpu.tiers import OPTIMIZER, quick_tier_applies
+from neuroncc.executors.cpu.tiers import GRAPH_QUIET_SECONDS, OPTIMIZER, quick_tier_applies
 from neuroncc.codegen.llvm.program import (
     ALIGN, BufferKind, CpuLaunchPlan, StepKind, StepSpec, ValueSpec, function_hash, plan_launch,
 )
@@ -81,16 +82,21 @@ class CpuExecutable:
     """The ``cpu`` target's executable: ``exe(*arrays) -> list of arrays``; see the module docstring."""
 
     def __init__(self, function: Function, plan: CpuLaunchPlan, module: jit.JitModule | None, threads: int,
-                 compile_seconds: float = 0.0, threading_mode: str = "openmp"):
+                 compile_seconds: float = 0.0, threading_mode: str = "openmp", arena_of: CpuExecutable | None = None):
         self.function = function  # the top-level form actually run (kernels wrapped)
         self.plan = plan
         self.module = module
         self.pool = get_pool(threads)
         self.team = get_team(threads) if threading_mode == "openmp" else None
-        self._lock = threading.Lock()
-        self._arena = np.empty(plan.arena_bytes + ALIGN, dtype=np.uint8)
-        shift = (-self._arena.ctypes.data) % ALIGN
-        self._arena = self._arena[shift:shift + plan.arena_bytes]
+        if arena_of is not None and arena_of.plan.arena_bytes == plan.arena_bytes:
+            # the optimized build of a quick executable (tiers.py): the same plan, so the same arena, whose pages
+            # the quick code's calls have touched already; one lock, so their calls never overlap in it
+            self._lock, self._arena = arena_of._lock, arena_of._arena
+        else:
+            self._lock = threading.Lock()
+            self._arena = np.empty(plan.arena_bytes + ALIGN, dtype=np.uint8)
+            shift = (-self._arena.ctypes.data) % ALIGN
+            self._arena = self._arena[shift:shift + plan.arena_bytes]
         self.error = ErrorFlag()
         self._static_flats: dict[int, np.ndarray] = {}
         self._constants: dict[tuple[int, int], np.ndarray] = {}
@@ -371,35 +377,49 @@ def build_cpu_executable(fn: Function, options: Mapping[str, Any] | None = None)
     top = wrap_remaining_ops(fn)
     cpu, features = jit.host_cpu()
     workers = _count_option(options, "compile_threads", _threads(options))
-    if _quick_first(options):
+    if _quick_first(options) is True:
         plan, texts = plan_launch(top, cpu, features, _memory_plan(options))
         if quick_tier_applies(plan, texts):
             quick = _executable(top, plan, jit.compile_ir(texts, workers, jit.Tier.QUICK), options, start)
-            quick.optimized = OPTIMIZER.submit(
-                lambda: _executable(top, copy.copy(plan), jit.compile_ir(texts, 1), options, time.perf_counter()))
+            quick.optimized = OPTIMIZER.submit(lambda: _executable(
+                top, copy.copy(plan), jit.compile_ir(texts, 1), options, time.perf_counter(), arena_of=quick))
             return quick
         return _executable(top, plan, jit.compile_ir(texts, workers) if texts else None, options, start)
-    compiler = jit.KernelCompiler(workers)
+    compiler = jit.KernelCompiler(workers, quick_when_independent=_quick_first(options) == QUICK_MODULES)
     try:
         plan, _ = plan_launch(top, cpu, features, _memory_plan(options), on_kernel=compiler.submit)
     except BaseException:
         compiler.close()
         raise
-    return _executable(top, plan, compiler.finish(), options, start)
+    module = compiler.finish()
+    executable = _executable(top, plan, module, options, start)
+    if module is not None and jit.Tier.QUICK in compiler.tiers:
+        tiers = compiler.tiers
+        executable.optimized = OPTIMIZER.submit(lambda: _executable(
+            top, copy.copy(plan), jit.reoptimize(module, tiers), options, time.perf_counter(), arena_of=executable),
+            quiet=GRAPH_QUIET_SECONDS)
+    return executable
 
 
 def _executable(top: Function, plan: CpuLaunchPlan, module: jit.JitModule | None, options: Mapping[str, Any],
-                start: float) -> CpuExecutable:
-    """The executable of ``plan`` running ``module``'s code (``plan`` records the code's checksum)."""
+                start: float, arena_of: CpuExecutable | None = None) -> CpuExecutable:
+    """The executable of ``plan`` running ``module``'s code (``plan`` records the code's checksum); the optimized
+    build of a quick executable shares its arena (``arena_of``)."""
     if module is not None:
         plan.object_sha256 = hashlib.sha256(write_archive(module.objects)).hexdigest()
-    return CpuExecutable(top, plan, module, _threads(options), time.perf_counter() - start, _threading(options))
+    return CpuExecutable(top, plan, module, _threads(options), time.perf_counter() - start, _threading(options),
+                         arena_of)
 
 
-def _quick_first(options: Mapping[str, Any]) -> bool:
+#: ``quick_first`` value of torch.compile's graphs: each module that computes the same bits at both tiers
+#: starts at the quick tier, whatever the work (executors/cpu/tiers.py)
+QUICK_MODULES = "modules"
+
+
+def _quick_first(options: Mapping[str, Any]) -> bool | str:
     value = options.get("quick_first", False)
-    if not isinstance(value, bool):
-        raise InputError(f"option quick_first must be True or False, got {value!r}")
+    if not isinstance(value, bool) and value != QUICK_MODULES:
+        raise InputError(f"option quick_first must be True, False or {QUICK_MODULES!r}, got {value!r}")
     return value
 
 
