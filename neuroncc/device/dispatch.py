@@ -28,6 +28,7 @@ from neuroncc.device import diagnostics, memory
 from neuroncc.device.config import CONFIG
 from neuroncc.device.counters import COUNTS, op_state
 from neuroncc.device.op_forms import OpForm, form_of
+from neuroncc.device.registration import REGISTERED_AT_ONCE
 from neuroncc.device.signature import describe
 
 _library: torch.library.Library | None = None
@@ -36,16 +37,11 @@ _lock = threading.RLock()
 _ticks = itertools.count(1)
 
 
-#: Ops whose PrivateUse1 entry is a generic kernel that only raises (so they never reach the fallback):
-#: registered with the library at once. ATen calls them for convolutions on a backend it does not know.
-REGISTERED_AT_ONCE = ("convolution_overrideable", "convolution_backward_overrideable")
-
-
 def set_library(library: torch.library.Library) -> None:
     """The ``aten`` IMPL library direct kernels are registered on (kept alive by registration.py)."""
     global _library
     _library = library
-    for name in REGISTERED_AT_ONCE:
+    for name in REGISTERED_AT_ONCE:  # their kernels are registration.py's; their handlers are made here
         handler_for(getattr(torch.ops.aten, name).default)
 
 

@@ -66,6 +66,9 @@ def register() -> None:
             _setup_privateuseone_for_python_backend(DEVICE_NAME, backend_module=torch_module, hook=_Hooks(),
                                                     device_guard=_Guard())
         kernels = torch.library.Library("aten", "IMPL")
+        for name in REGISTERED_AT_ONCE:
+            kernels.impl(name, _through_fallback(getattr(torch.ops.aten, name).default), "PrivateUse1",
+                         with_keyset=True)
         structural.register(kernels)
         autograd_decomposed.register(kernels)
         fallback = torch.library.Library("_", "IMPL")
@@ -76,7 +79,17 @@ def register() -> None:
         print_through_cpu()
 
 
+#: Ops whose PrivateUse1 entry PyTorch fills with a kernel that only raises, so they never reach the fallback:
+#: ATen calls them for convolutions on a backend it does not know. They get a kernel here, at registration,
+#: that goes where the fallback goes (a process whose first device op is a convolution reached PyTorch's
+#: raising kernel when they were registered only once the dispatcher was imported).
+REGISTERED_AT_ONCE = ("convolution_overrideable", "convolution_backward_overrideable")
+
 _fallback: list[Any] = []  # dispatch.device_fallback, once imported
+
+
+def _through_fallback(op: Any) -> Any:
+    return lambda keyset, *args, **kwargs: _device_fallback(keyset, op, *args, **kwargs)
 
 
 def _device_fallback(keyset: Any, op: Any, *args: Any, **kwargs: Any) -> Any:

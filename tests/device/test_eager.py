@@ -281,3 +281,24 @@ def test_a_python_float_under_a_float64_default_dtype_computes_like_cpu():
         torch.testing.assert_close(got.cpu(), x * 0.5)
     finally:
         torch.set_default_dtype(previous)
+
+
+def test_a_process_whose_first_device_op_is_a_convolution_trains_it(tmp_path):
+    # ATen sends a convolution on an unknown backend to convolution_overrideable, whose PrivateUse1 entry in
+    # PyTorch only raises; its kernel was registered when the first op reached the device's fallback, so a
+    # process that ran a convolution (with grad) before any such op raised NotImplementedError
+    code = """
+import torch
+torch.manual_seed(0)
+conv = torch.nn.Conv2d(3, 4, 3, padding=1, bias=False)
+x = torch.randn(2, 3, 6, 6)
+ours = torch.nn.Conv2d(3, 4, 3, padding=1, bias=False).to("neuron")
+ours.load_state_dict(conv.state_dict())
+y, expected = ours(x.to("neuron")), conv(x)
+y.square().sum().backward(); expected.square().sum().backward()
+torch.testing.assert_close(y.cpu(), expected, rtol=1e-5, atol=1e-5)
+torch.testing.assert_close(ours.weight.grad.cpu(), conv.weight.grad, rtol=1e-4, atol=1e-4)
+print("ok")
+"""
+    done = run_python(code, {"NEURONCC_CACHE_DIR": str(tmp_path / "cache")})
+    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-2000:]
