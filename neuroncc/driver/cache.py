@@ -255,7 +255,7 @@ class CompileCache:
                 return executable
             outcome.status = "miss"
             if outcome.explain_miss:
-                outcome.closest, outcome.differing = self.explain_miss(key, request.function.name)
+                outcome.closest, outcome.differing = self.explain_miss(key, request.function.name, request.target)
             self.stats.add("misses")
             with self._remote_compile_lock(key.key, refused) as lock:
                 if lock is LockOutcome.PUBLISHED:  # another machine compiled it while we waited
@@ -344,18 +344,21 @@ class CompileCache:
             self.stats.add("remote_stores")
             self._checkpoint("stored-remote")
 
-    def explain_miss(self, key: CacheKey, graph_name: str) -> tuple[str | None, tuple[str, ...]]:
+    def explain_miss(self, key: CacheKey, graph_name: str, target: str | None = None) -> tuple[str | None,
+                                                                                          tuple[str, ...]]:
         """(the closest stored entry's graph name, the key components in which it differs from ``key``).
 
         Entries of the same graph name are compared first, then any entry (a new specialization has a new
-        name); the newest :data:`EXPLAIN_MISS_ENTRIES` of each are read. ``(None, ())`` for an empty cache."""
+        name); the newest :data:`EXPLAIN_MISS_ENTRIES` of each are read, only those built for ``target`` when
+        given (an entry of another kind, such as a graph cache entry, differs in every component and explains
+        nothing). ``(None, ())`` when there is none."""
         mine = {c.name: c.digest for c in key.components}
         manifests = []
         with contextlib.suppress(OSError):
             for directory in sorted(self.entries_dir.iterdir(), key=_modified, reverse=True)[:4 * EXPLAIN_MISS_ENTRIES]:
                 with contextlib.suppress(ArtifactError):
                     manifest = read_manifest(directory)
-                    if manifest.key != key.key:
+                    if manifest.key != key.key and target in (None, manifest.target):
                         manifests.append(manifest)
         same_name = [m for m in manifests if m.graph_name == graph_name][:EXPLAIN_MISS_ENTRIES]
         best: tuple[str | None, tuple[str, ...]] = (None, ())

@@ -64,7 +64,7 @@ class CompileRecord:
         cache = {"hit": "cache hit", "miss": "cache miss", "uncached": "not cached"}[self.cache]
         if self.cache == "miss" and self.differing is not None:
             cache += (f" (closest stored entry, @{self.closest}, differs in: {', '.join(self.differing)})"
-                      if self.closest else " (the cache is empty)")
+                      if self.closest else " (no stored entry of this target to compare)")
         times = []
         if self.pass_seconds:
             slowest = sorted(self.pass_seconds.items(), key=lambda item: -item[1])[:3]

@@ -59,4 +59,4 @@ def test_neuroncc_log_prints_the_compile_lines_of_cli_commands(good_pt2, tmp_pat
                           capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     (line,) = [l for l in done.stderr.splitlines() if l.startswith("neuroncc: compiled @small for cpu: ")]
-    assert "cache miss (the cache is empty)" in line and "codegen" in line
+    assert "cache miss (no stored entry of this target to compare)" in line and "codegen" in line

@@ -328,3 +328,11 @@ def test_the_memory_tier_keeps_the_most_recently_used():
         memory.put((Path("/d"), name), name)
         memory.get((Path("/d"), "a"))  # keep "a" in use
     assert [memory.get((Path("/d"), n)) for n in "abc"] == ["a", None, "c"]
+
+
+def test_a_miss_is_explained_by_the_closest_entry_of_its_own_target(cache, compiler, request_for, target):
+    cache.get_or_compile(request_for(), compiler)
+    key = cache.key_of(request_for(sample_function(batch=3)))
+    assert cache.explain_miss(key, "mlp", target) == (_only_entry(cache).manifest.graph_name, ("graph", "inputs"))
+    # an entry of another kind (a graph cache entry is "aot:<target>") differs in everything: never the closest
+    assert cache.explain_miss(key, "mlp", "aot:" + target) == (None, ())
