@@ -41,8 +41,9 @@ def set_library(library: torch.library.Library) -> None:
     """The ``aten`` IMPL library direct kernels are registered on (kept alive by registration.py)."""
     global _library
     _library = library
-    for name in REGISTERED_AT_ONCE:  # their kernels are registration.py's; their handlers are made here
-        handler_for(getattr(torch.ops.aten, name).default)
+    for name in REGISTERED_AT_ONCE:  # their kernels are registration.py's (through the fallback): handlers only
+        op = getattr(torch.ops.aten, name).default
+        _handlers.setdefault(op, DeviceOp(op))
 
 
 def device_fallback(keyset: Any, op: Any, *args: Any, **kwargs: Any) -> Any:
