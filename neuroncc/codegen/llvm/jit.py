@@ -96,12 +96,20 @@ def target_machine(target: CpuTarget | None = None, tier: Tier = Tier.OPTIMIZED)
 
     Fresh per use: an MCJIT engine takes ownership of the target machine it is created with, and a compile
     worker must not share one with another thread.
+
+    The large code model: MCJIT maps each object's code and data sections wherever the OS gives it room, and
+    the small model's 32-bit PC-relative references between them cannot reach past 2 GB. In a big process (a
+    test worker at the end of the suite) one did not, and LLVM aborted the process in
+    ``RuntimeDyldELF::resolveX86_64Relocation`` (``isInt<32>(RealOffset)``). The large model addresses with
+    64 bits; its extra cost is in loading a constant's address, which the loops hoist. Static relocations with
+    it (absolute 64-bit addresses, which RuntimeDyld fills in when it loads an object, from the cache too):
+    MCJIT ran the large model's position-independent code (GOT-relative forms) into crashes.
     """
     with _LOCK:
         _initialize()
     target = target or host_target()
     return _STATE["target"].create_target_machine(  # type: ignore[attr-defined]
-        cpu=target.name, features=target.machine_features, opt=tier.codegen_level, reloc="pic", codemodel="default")
+        cpu=target.name, features=target.machine_features, opt=tier.codegen_level, reloc="static", codemodel="large")
 
 
 def _unlocked(name: str) -> Any:
