@@ -60,12 +60,12 @@ from neuroncc.driver.artifact import (
     verify_artifact,
     write_artifact,
 )
+from neuroncc.driver.miss_explanation import closest_entry
 from neuroncc.driver.cache_key import (
     BuildEnvironment,
     CacheKey,
     CompileRequest,
     UncacheableRequestError,
-    component_differences,
     compute_key,
 )
 from neuroncc.executors.executable import Executable
@@ -110,8 +110,6 @@ class CacheOutcome:
     differing: tuple[str, ...] | None = None
 
 
-#: How many stored entries of a graph name a miss is compared with, newest first (explain_miss only).
-EXPLAIN_MISS_ENTRIES = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -346,28 +344,9 @@ class CompileCache:
 
     def explain_miss(self, key: CacheKey, graph_name: str, target: str | None = None) -> tuple[str | None,
                                                                                           tuple[str, ...]]:
-        """(the closest stored entry's graph name, the key components in which it differs from ``key``).
-
-        Entries of the same graph name are compared first, then any entry (a new specialization has a new
-        name); the newest :data:`EXPLAIN_MISS_ENTRIES` of each are read, only those built for ``target`` when
-        given (an entry of another kind, such as a graph cache entry, differs in every component and explains
-        nothing). ``(None, ())`` when there is none."""
-        mine = {c.name: c.digest for c in key.components}
-        manifests = []
-        with contextlib.suppress(OSError):
-            for directory in sorted(self.entries_dir.iterdir(), key=_modified, reverse=True)[:4 * EXPLAIN_MISS_ENTRIES]:
-                with contextlib.suppress(ArtifactError):
-                    manifest = read_manifest(directory)
-                    if manifest.key != key.key and target in (None, manifest.target):
-                        manifests.append(manifest)
-        same_name = [m for m in manifests if m.graph_name == graph_name][:EXPLAIN_MISS_ENTRIES]
-        best: tuple[str | None, tuple[str, ...]] = (None, ())
-        for manifest in same_name or manifests[:EXPLAIN_MISS_ENTRIES]:
-            theirs = {name: record.digest for name, record in manifest.key_components.items()}
-            differing = tuple(component_differences(mine, theirs))
-            if best[0] is None or len(differing) < len(best[1]):
-                best = (manifest.graph_name, differing)
-        return best
+        """(the closest stored entry's graph name, the key components in which it differs from ``key``):
+        :func:`neuroncc.driver.miss_explanation.closest_entry` over this cache's entries."""
+        return closest_entry(self.entries_dir, key, graph_name, target)
 
     def _load(self, key: str, target: str, codec: ArtifactCodec,
               warn: bool = True) -> tuple[Executable | None, str | None]:
@@ -557,13 +536,6 @@ class CompileCache:
                 with contextlib.suppress(OSError), open(path, "rb") as f:
                     fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)  # skip locks someone holds
                     path.unlink()
-
-
-def _modified(path: Path) -> float:
-    try:
-        return path.stat().st_mtime
-    except OSError:
-        return 0.0
 
 
 def _flock_until(fd: int, deadline: float, path: Path) -> None:
