@@ -12,3 +12,20 @@ def _fresh_dynamo():
     torch.manual_seed(0)
     yield
     torch._dynamo.reset()
+
+
+@pytest.fixture
+def compiled_graphs(monkeypatch):
+    """The CompiledGraph of every graph the backend compiles, by kind (forward, backward, inference; the last
+    of each kind)."""
+    from neuroncc.frontend import backend
+
+    graphs = {}
+    compile_aten_graph = backend.compile_aten_graph
+
+    def recording(gm, name, options, *args, **kwargs):
+        graphs[name.rsplit("_", 1)[-1]] = compiled = compile_aten_graph(gm, name, options, *args, **kwargs)
+        return compiled
+
+    monkeypatch.setattr(backend, "compile_aten_graph", recording)
+    return graphs

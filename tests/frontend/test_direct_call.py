@@ -6,21 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from neuroncc.frontend import backend, direct_call
+from neuroncc.frontend import direct_call
 
-
-@pytest.fixture
-def compiled_graphs(monkeypatch):
-    """The CompiledGraph of every graph the backend compiles, by kind (forward, backward, inference)."""
-    graphs = {}
-    compile_aten_graph = backend.compile_aten_graph
-
-    def recording(gm, name, options, *args, **kwargs):
-        graphs[name.rsplit("_", 1)[-1]] = compiled = compile_aten_graph(gm, name, options, *args, **kwargs)
-        return compiled
-
-    monkeypatch.setattr(backend, "compile_aten_graph", recording)
-    return graphs
 
 
 @pytest.fixture

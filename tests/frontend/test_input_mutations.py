@@ -13,8 +13,8 @@ from neuroncc.frontend import backend
 
 
 @pytest.fixture
-def compiled_graphs(monkeypatch):
-    """Every CompiledGraph the backend makes, in order."""
+def compiled_in_order(monkeypatch):
+    """Every CompiledGraph the backend makes, in order (conftest's compiled_in_order keeps the last per kind)."""
     graphs = []
     compile_aten_graph = backend.compile_aten_graph
 
@@ -38,19 +38,19 @@ def _same_after(fn, make_args, calls: int = 2) -> tuple[list, list]:
     return our_args, eager_args
 
 
-def test_add_in_place_is_computed_in_the_input_and_matches_eager(compiled_graphs):
+def test_add_in_place_is_computed_in_the_input_and_matches_eager(compiled_in_order):
     def f(x, y):
         x.add_(y)
         return x * 2
 
     (x, _), _ = _same_after(f, lambda: [torch.ones(64, 32), torch.full((64, 32), 0.5)], calls=3)
-    (graph,) = compiled_graphs
+    (graph,) = compiled_in_order
     assert graph.graph.mutations and graph.in_place == {index for _, index in graph.graph.mutations}
     # the graph's output is x * 2, and x itself was written where it lives
     torch.testing.assert_close(x, torch.full((64, 32), 2.5))
 
 
-def test_the_old_value_read_before_the_write_stays_the_old_value(compiled_graphs):
+def test_the_old_value_read_before_the_write_stays_the_old_value(compiled_in_order):
     def f(x):
         before = x * 3
         x.mul_(2)
@@ -59,17 +59,17 @@ def test_the_old_value_read_before_the_write_stays_the_old_value(compiled_graphs
     _same_after(f, lambda: [torch.arange(48.0).reshape(6, 8)])
 
 
-def test_a_mutated_input_read_transposed_is_copied_in_after_the_call(compiled_graphs):
+def test_a_mutated_input_read_transposed_is_copied_in_after_the_call(compiled_in_order):
     def f(x):
         x.add_(x.t() * 1.0)
         return x.sum()
 
     _same_after(f, lambda: [torch.randn(256, 256, generator=torch.Generator().manual_seed(3))])
-    (graph,) = compiled_graphs
+    (graph,) = compiled_in_order
     assert graph.graph.mutations and not graph.in_place  # the transposed read keeps a separate buffer
 
 
-def test_a_non_contiguous_input_view_is_updated_in_place(compiled_graphs):
+def test_a_non_contiguous_input_view_is_updated_in_place(compiled_in_order):
     def f(x, y):
         x.sub_(y)
 
@@ -81,7 +81,7 @@ def test_a_non_contiguous_input_view_is_updated_in_place(compiled_graphs):
     torch.testing.assert_close(base_ours, base_eager)
 
 
-def test_a_slice_of_an_input_updated_in_place(compiled_graphs):
+def test_a_slice_of_an_input_updated_in_place(compiled_in_order):
     def f(x, y):
         x[:, :4].mul_(y)
         return x.sum()
@@ -160,7 +160,7 @@ def _params():
 
 
 @pytest.mark.parametrize("foreach", [True, False], ids=["foreach", "for_loop"])
-def test_the_adamw_step_writes_parameters_and_moments_in_place(foreach, compiled_graphs):
+def test_the_adamw_step_writes_parameters_and_moments_in_place(foreach, compiled_in_order):
     """The step's graph returns nothing: every parameter and both moments are computed in their own memory
     (3 tensors per parameter, no fresh output for them); only the 0-dim step counters get fresh outputs
     (the kernel reads the counter again after writing it)."""
@@ -175,7 +175,7 @@ def test_the_adamw_step_writes_parameters_and_moments_in_place(foreach, compiled
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
         for key in ("exp_avg", "exp_avg_sq", "step"):
             torch.testing.assert_close(ours.state[a][key], eager.state[b][key], rtol=1e-5, atol=1e-6)
-    (graph,) = [g for g in compiled_graphs if g.graph.mutations]
+    (graph,) = [g for g in compiled_in_order if g.graph.mutations]
     n = len(SHAPES)
     assert not graph.outputs  # nothing returned to AOTAutograd: it copies nothing in
     assert len(graph.graph.mutations) == 4 * n  # param, exp_avg, exp_avg_sq, step of each
@@ -187,7 +187,7 @@ def test_the_adamw_step_writes_parameters_and_moments_in_place(foreach, compiled
 
 @pytest.mark.parametrize("name", ["sgd", "adam"])
 @pytest.mark.parametrize("foreach", [True, False], ids=["foreach", "for_loop"])
-def test_sgd_and_adam_steps_are_in_place_and_match_eager(name, foreach, compiled_graphs):
+def test_sgd_and_adam_steps_are_in_place_and_match_eager(name, foreach, compiled_in_order):
     def make(params):
         if name == "sgd":
             return torch.optim.SGD(params, lr=0.1, momentum=0.9, foreach=foreach)
@@ -203,7 +203,7 @@ def test_sgd_and_adam_steps_are_in_place_and_match_eager(name, foreach, compiled
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
         for key, value in eager.state[b].items():
             torch.testing.assert_close(ours.state[a][key], value, rtol=1e-5, atol=1e-6)
-    in_place = sum(len(g.in_place) for g in compiled_graphs)
+    in_place = sum(len(g.in_place) for g in compiled_in_order)
     assert in_place >= 2 * len(SHAPES)  # each parameter and its momentum / first moment at least
 
 

@@ -7,21 +7,10 @@ from __future__ import annotations
 import torch
 
 from neuroncc.executors.cpu import tiers
-from neuroncc.frontend import backend
 from neuroncc.frontend.aten_compiler import graph_compile_options
 from neuroncc.frontend.options import BackendOptions
 
 
-def _compiled_graphs(monkeypatch):
-    graphs = {}
-    compile_aten_graph = backend.compile_aten_graph
-
-    def recording(gm, name, options, *args, **kwargs):
-        graphs[name.rsplit("_", 1)[-1]] = compiled = compile_aten_graph(gm, name, options, *args, **kwargs)
-        return compiled
-
-    monkeypatch.setattr(backend, "compile_aten_graph", recording)
-    return graphs
 
 
 def _model():
@@ -29,8 +18,8 @@ def _model():
     return torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.SiLU(), torch.nn.Linear(32, 8), torch.nn.Sigmoid())
 
 
-def test_a_graph_runs_quick_code_first_then_the_optimized_build(monkeypatch):
-    graphs = _compiled_graphs(monkeypatch)
+def test_a_graph_runs_quick_code_first_then_the_optimized_build(compiled_graphs):
+    graphs = compiled_graphs
     model = _model()
     x = torch.randn(64, 16)
     with torch.no_grad():
@@ -50,8 +39,8 @@ def test_a_graph_runs_quick_code_first_then_the_optimized_build(monkeypatch):
     assert torch.equal(first, second) and first.stride() == second.stride()
 
 
-def test_a_training_step_on_quick_code_matches_eager(monkeypatch):
-    graphs = _compiled_graphs(monkeypatch)
+def test_a_training_step_on_quick_code_matches_eager(compiled_graphs):
+    graphs = compiled_graphs
     eager, ours = _model(), _model()
     x = torch.randn(64, 16)
     eager(x).square().mean().backward()

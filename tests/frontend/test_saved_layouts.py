@@ -5,11 +5,9 @@ them contiguously. Copying them into eager's strides after every forward would b
 backward graph reads them: the forward reports its layouts to AOTAutograd, which compiles the backward for them.
 """
 
-import pytest
 import torch
 import torch.nn.functional as F
 
-from neuroncc.frontend import backend
 
 
 class Attention(torch.nn.Module):
@@ -23,19 +21,6 @@ class Attention(torch.nn.Module):
         q, k, v = self.qkv(x).view(b, s, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
         return F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(b, s, d)
 
-
-@pytest.fixture
-def compiled_graphs(monkeypatch):
-    """The CompiledGraph of every graph the backend compiles, by kind."""
-    graphs = {}
-    compile_aten_graph = backend.compile_aten_graph
-
-    def recording(gm, name, options, *args, **kwargs):
-        graphs[name.rsplit("_", 1)[-1]] = compiled = compile_aten_graph(gm, name, options, *args, **kwargs)
-        return compiled
-
-    monkeypatch.setattr(backend, "compile_aten_graph", recording)
-    return graphs
 
 
 def _train_step(module, x):
