@@ -240,12 +240,15 @@ def test_long_streamed_rows_go_through_an_l1_sized_buffer(rng):
 
 
 @pytest.mark.parametrize(("cols", "kind", "prefetched"), [(1024, "layernorm", True), (8192, "layernorm", False),
-                                                          (1024, "softmax", False), (1024, "one pass", False)])
+                                                          (1024, "softmax", True), (1024, "one pass", False)])
 def test_row_loops_prefetch_the_next_row_of_their_input(cols, kind, prefetched, rng):
     # LayerNorm's later passes over a row run from L1 and miss nothing, so no hardware prefetcher fetches the next
-    # row meanwhile: each row prefetches the next one's lines (rows up to 16 KiB; a one-pass loop streams alone,
-    # softmax's exp per element makes it compute-bound, where the prefetches cost more than they save)
+    # row meanwhile: each row prefetches the next one's lines (rows up to 16 KiB; a one-pass loop streams alone).
+    # LayerNorm's passes are cheap: the whole row at the row's start (one loop of prefetches). Softmax's exp pass
+    # is compute-bound: there the prefetches are spread through it, a burst of lines per group of elements, after
+    # the max pass (which then reads the row from L1), not at the row's start
     from neuroncc.codegen.llvm import jit
+    from neuroncc.hardware.host import MEMORY_BURST_LINES
 
     b = Builder("prefetch")
     x = b.param(TensorType((64, cols), DType.f32), "x")
@@ -266,6 +269,38 @@ def test_row_loops_prefetch_the_next_row_of_their_input(cols, kind, prefetched, 
     assert ("llvm.prefetch" in ir_text) == prefetched
     if prefetched:
         assert "prefetcht0" in jit.assembly(exe.module.llvm_ir)
+    calls = ir_text.count("call void @\"llvm.prefetch.p0\"")
+    if kind == "softmax":
+        assert calls == MEMORY_BURST_LINES  # one group's lines, written out, in the exp pass's group loop
+        assert ir_text.index("@\"llvm.maxnum.f32\"(") < ir_text.index("@\"llvm.prefetch.p0\"(") < \
+            ir_text.index("@\"ncc.math.exp\"(")
+    elif prefetched:
+        assert calls == 1  # a loop over the row's lines, at the row's start
+
+
+@pytest.mark.usefixtures("small_last_level_cache")
+@pytest.mark.parametrize(("exp", "rows"), [(True, True), (False, True), (True, False), (False, False)])
+def test_streamed_rows_of_a_compute_bound_stage_go_out_a_burst_at_a_time(rng, exp, rows):
+    # cross-entropy's gradient computes an exp per element: its rows are streamed through MEMORY_BURST_LINES
+    # lines of stack buffer at a time (1 KiB), which the core sends to memory while the next piece is computed;
+    # other stages keep 16 KiB pieces. A map alone over [64, 20384] runs in blocks of 16384 columns, the last
+    # block of a row 4000: it needs fewer pieces than a whole block (it ran pieces past the row's end, into
+    # memory it does not own)
+    import re
+
+    from neuroncc.codegen.llvm.regions import fuse_whole_function
+    from neuroncc.hardware.host import CACHE_LINE_BYTES, MEMORY_BURST_LINES
+
+    shape = (48, 32000) if rows else (64, 20384)
+    b = Builder("burst")
+    x = b.param(TensorType(shape, DType.f32), "x")
+    shifted = b.op("sub", x, b.op("amax", x, dims=(1,), keepdim=True)) if rows else x
+    fn = fuse_whole_function(b.build([b.op("exp", shifted) if exp else b.op("add", shifted, shifted)]))
+    exe, _ = run_both(fn, [rng.standard_normal(shape).astype(np.float32)])
+    ir_text = "".join(exe.module.llvm_ir)
+    streamed = [m for m in ir_text.split("; ModuleID") if "!nontemporal" in m]
+    buffers = [int(n) for m in streamed for n in re.findall(r"alloca \[(\d+) x float\]", m)]
+    assert buffers == [MEMORY_BURST_LINES * CACHE_LINE_BYTES // 4 if exp else 4096], buffers
 
 
 @pytest.mark.usefixtures("small_last_level_cache")

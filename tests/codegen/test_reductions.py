@@ -195,6 +195,24 @@ def test_log_sum_exp_takes_the_max_online_in_one_pass(rng):
     assert not online_maxima(plan, plan.phases[0])  # its exp is row-cached for the write pass: two passes
 
 
+@pytest.mark.parametrize("cols", [1000, 2 * 1024 + 300])
+def test_online_log_sum_exp_prefetches_the_next_block_while_it_computes_exp(rng, cols):
+    # each block's max loop reads it from memory, its exponentials from L1: those are spread with prefetches of
+    # the block after it (the next row's first block after a row's last), one burst of lines per group of
+    # elements, after the block's max loop and before its exponentials, so that the next max loop reads from L1
+    from neuroncc.codegen.llvm import jit
+    from neuroncc.codegen.llvm.regions import fuse_whole_function
+    from neuroncc.hardware.host import MEMORY_BURST_LINES
+
+    fn = fuse_whole_function(_log_sum_exp_graph(16, cols))
+    exe, _ = run_both(fn, [(rng.standard_normal((16, cols)) * 4).astype(np.float32)])
+    ir_text = "".join(exe.module.llvm_ir)
+    assert ir_text.count('call void @"llvm.prefetch.p0"') == MEMORY_BURST_LINES
+    assert ir_text.index('@"llvm.maxnum.f32"(') < ir_text.index('@"llvm.prefetch.p0"(') < \
+        ir_text.rindex('@"ncc.math.exp"(')  # (the first exp scales the total when the max grows)
+    assert "prefetcht0" in jit.assembly(exe.module.llvm_ir)
+
+
 def test_log_sum_exp_of_a_row_computed_in_the_kernel_matches_eager():
     """The fuzzer's program (seed 0, #61): a fused randn -> log_softmax -> a strided slice. Its rows are
     computed in the kernel, which the online max must leave to the two-pass form (it gave NaN rows)."""

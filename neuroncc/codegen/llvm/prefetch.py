@@ -1,33 +1,44 @@
-"""Software prefetch of the next row in row loops that pass over each row more than once, cheaply.
+"""Software prefetch of the next row in row loops that pass over each row more than once.
 
 A row loop runs its stages one after the other on a row while it is in L1 (softmax: max, sum of exp, write;
 LayerNorm: mean and variance, write). Only the first pass reads the row from memory; while the later passes
 compute, no load misses, so the hardware prefetchers (which follow demand misses) do not fetch the next row
 and the memory system idles, and during the first pass of the next row the cores wait for it. Prefetching
-every line of the next row at the start of a row overlaps the two: the next row arrives while this one is
-computed. (A one-pass loop streams without help; rows longer than ``ROW_MAX_BYTES`` would evict the row being
-worked on from L1 and are left to the hardware.) Only where the passes are cheap: a loop computing a
-transcendental function per element is compute-bound, and there the prefetches only took load slots (softmax
-[4096, 1024]: 4-5% slower with them at 1 and 2 threads; bf16 LayerNorm [8192, 1024]: 13% faster at 1 thread,
-within noise at 2, where both cores' own misses keep memory busy; session 7 in docs/performance.md).
+the next row while this one is computed overlaps the two. (A one-pass loop streams without help; rows longer
+than ``ROW_MAX_BYTES`` would evict the row being worked on from L1 and are left to the hardware.)
 
-:func:`rows_to_prefetch` is the decision (which inputs of a phase, from its plan), :func:`emit_prefetch_next_row`
-its code.
+Where the prefetches go depends on the passes:
+
+- cheap passes (no transcendental function per element: LayerNorm, RMSNorm): every line of the next row at the
+  start of each row (:func:`emit_prefetch_next_row`; bf16 LayerNorm [8192, 1024]: 13% faster at 1 thread);
+- a compute-bound pass (a transcendental per element: softmax's sum of exp): spread through that pass's loop,
+  ``MEMORY_BURST_LINES`` lines before each group of its elements (:func:`spread_loop`), so that the row arrives
+  while exp is computed. All of a row's prefetches at once (at the row's start, or at the start of the exp pass)
+  wait for the core's miss buffers with the pass's own loads queued behind them: softmax [4096, 1024] was 4-5%
+  slower with them than with none, and spread it is 13% faster at 2 threads and 24% at 1 (Zen 3, session 9).
+  The pass that carries them is :func:`carrier_stage`: a float sum over the row (the row caches the exponentials
+  there, as softmax does). The online log-sum-exp prefetches its next block in its blocks' loops the same way
+  (``online.py``): for rows of up to a block, that is the next row.
+
+:func:`rows_to_prefetch` and :func:`carrier_stage` are the decision (which inputs of a phase, which stage's loop
+carries them, from its plan), :func:`emit_prefetch_next_row` and :func:`spread_loop` its code.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from llvmlite import ir
 
-from neuroncc.codegen.llvm.context import EmitContext, Index
+from neuroncc.codegen.llvm.context import Ahead, EmitContext, Index
 from neuroncc.codegen.llvm.elementwise import ELEMENTWISE
-from neuroncc.codegen.llvm.kernel_plan import Computed, KernelPlan, RowLoop
+from neuroncc.codegen.llvm.kernel_plan import Computed, KernelPlan, ReduceStage, RowLoop, Stage
+from neuroncc.codegen.llvm.reductions import COMBINERS
 from neuroncc.codegen.llvm.scalars import I32, I64, I8, PTR, VOID, storage_itemsize, storage_type
 from neuroncc.codegen.llvm.views import Layout
-from neuroncc.hardware.host import CACHE_LINE_BYTES
+from neuroncc.hardware.host import CACHE_LINE_BYTES, MEMORY_BURST_LINES
 from neuroncc.ir.graph import Value
 from neuroncc.ir.opdef import Trait
 
@@ -38,34 +49,60 @@ ROW_MAX_BYTES = 1 << 14
 def rows_to_prefetch(plan: KernelPlan, phase: RowLoop) -> tuple[Layout, ...]:
     """The kernel inputs whose next row ``phase`` prefetches: read at the phase's own index through elementwise
     ops by its first stage, contiguous (the next row follows this one), with rows of at most ``ROW_MAX_BYTES``;
-    none unless the phase has several stages (passes over the row)."""
+    none unless the phase has several stages (passes over the row). A phase with a transcendental per element
+    prefetches only through a :func:`carrier_stage`, and only rows of one dim as long as the carrier's."""
     depth = len(phase.outer)
-    if depth == 0 or len(phase.stages) < 2 or _transcendental_per_element(plan, phase):
+    if depth == 0 or len(phase.stages) < 2:
         return ()
+    carrier = None
+    if _transcendental_per_element(plan, phase):
+        carrier = carrier_stage(plan, phase)
+        if carrier is None:
+            return ()
     first = phase.stages[0]
     found: dict[int, Layout] = {}
     for root, _ in first.roots:
         for layout in _read_in_place(plan, root, first.shape, set()):
             row_bytes = math.prod(layout.shape[depth:]) * storage_itemsize(layout.dtype)
             if layout.arg < plan.n_params and layout.is_contiguous and layout.shape[:depth] == phase.outer \
-                    and 0 < row_bytes <= ROW_MAX_BYTES:
+                    and 0 < row_bytes <= ROW_MAX_BYTES and (carrier is None or layout.shape[depth:] ==
+                                                            phase.stages[carrier].shape[depth:]):
                 found.setdefault(layout.arg, layout)
     return tuple(found.values())
 
 
+def carrier_stage(plan: KernelPlan, phase: RowLoop) -> int | None:
+    """The stage of a compute-bound row loop whose loop carries the next row's prefetches (see the module
+    docstring): its first stage with a transcendental per element, when that is a float sum over the phase's
+    rows, one dim (the loop ``stages._Reducer`` runs through :func:`spread_loop`); None otherwise."""
+    depth = len(phase.outer)
+    for number, stage in enumerate(phase.stages):
+        if not _computes_transcendental(plan, stage):
+            continue
+        if isinstance(stage, ReduceStage) and COMBINERS[stage.op.name].float_sum \
+                and stage.op.operands[0].type.dtype.is_float and stage.reduced == (depth,) == (len(stage.shape) - 1,):
+            return number
+        return None
+    return None
+
+
 def _transcendental_per_element(plan: KernelPlan, phase: RowLoop) -> bool:
     """Whether a stage of ``phase`` computes a transcendental function at each of its elements."""
-    for stage in phase.stages:
-        pending, seen = [root for root, _ in stage.roots], set()
-        while pending:
-            value = pending.pop()
-            access = plan.access.get(value)
-            if value in seen or value.type.shape != stage.shape or not isinstance(access, Computed):
-                continue
-            seen.add(value)
-            if access.op.has(Trait.TRANSCENDENTAL):
-                return True
-            pending += access.op.operands
+    return any(_computes_transcendental(plan, stage) for stage in phase.stages)
+
+
+def _computes_transcendental(plan: KernelPlan, stage: Stage) -> bool:
+    """Whether ``stage`` computes a transcendental function at each of its elements."""
+    pending, seen = [root for root, _ in stage.roots], set()
+    while pending:
+        value = pending.pop()
+        access = plan.access.get(value)
+        if value in seen or value.type.shape != stage.shape or not isinstance(access, Computed):
+            continue
+        seen.add(value)
+        if access.op.has(Trait.TRANSCENDENTAL):
+            return True
+        pending += access.op.operands
     return False
 
 
@@ -98,6 +135,39 @@ def emit_prefetch_next_row(em: EmitContext, layout: Layout, outer: Index) -> Non
         em.b.call(prefetch, [address, ir.Constant(I32, 0), ir.Constant(I32, 3), ir.Constant(I32, 1)])
 
     em.loop(0, lines, line)
+
+
+def spread_loop(em: EmitContext, lo: Any, hi: Any, body: Callable[[Any], None], ahead: Sequence[Ahead]) -> None:
+    """for i in [lo, hi): body(i), in groups of elements each preceded by the prefetches of the lines of its
+    elements in every stream of ``ahead`` (``MEMORY_BURST_LINES`` lines of the widest); a plain loop without
+    streams. A reduction over the loop keeps a vector accumulator per group (one horizontal add per group)."""
+    if not ahead:
+        em.loop(lo, hi, body)
+        return
+    group = MEMORY_BURST_LINES * CACHE_LINE_BYTES // max(stream.itemsize for stream in ahead)
+    prefetch = _prefetch_intrinsic(em.b.module)
+
+    def one_group(g: Any) -> None:
+        start = em.add(lo, em.mul(g, group))
+        for stream in ahead:
+            first = stream.at(start)
+            for line in range(group * stream.itemsize // CACHE_LINE_BYTES):
+                address = em.b.gep(first, [ir.Constant(I64, line * CACHE_LINE_BYTES)], source_etype=I8)
+                em.b.call(prefetch, [address, ir.Constant(I32, 0), ir.Constant(I32, 3), ir.Constant(I32, 1)])
+        em.loop(start, em.min(em.add(start, group), hi), body)
+
+    em.loop(0, em.div(em.add(em.sub(hi, lo), group - 1), group), one_group)
+
+
+def next_row(em: EmitContext, layout: Layout, outer: Index) -> Ahead:
+    """The stream of ``layout``'s row after the one at the outer index ``outer`` (rows of one dim, contiguous)."""
+    row = math.prod(layout.shape[len(outer):])
+
+    def at(i: Any) -> ir.Value:
+        element = em.address(layout, list(outer) + [i])
+        return em.b.gep(element, [ir.Constant(I64, row)], source_etype=storage_type(layout.dtype), inbounds=False)
+
+    return Ahead(at, storage_itemsize(layout.dtype))
 
 
 def _prefetch_intrinsic(module: ir.Module) -> ir.Function:

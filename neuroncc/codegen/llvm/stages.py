@@ -20,6 +20,7 @@ from neuroncc.codegen.llvm.kernel_plan import (
     ColumnSum, CombinePartials, PartialReduce, ReduceStage, ScatterStage, Stage,
 )
 from neuroncc.codegen.llvm.online import OnlineMax, online_total
+from neuroncc.codegen.llvm.prefetch import spread_loop
 from neuroncc.codegen.llvm.reductions import COMBINERS, REASSOC, Combiner
 from neuroncc.codegen.llvm.scalars import F32, F64, I1, I64, round_to
 from neuroncc.ir.dtypes import DType
@@ -215,7 +216,7 @@ class _Reducer:
                 inner[innermost] = i
                 em.b.store(em.b.fadd(em.b.load(partial), self._x(inner, mean), flags=REASSOC), partial)
 
-            em.loop(lo, hi, add)
+            spread_loop(em, lo, hi, add, em.carried_prefetches())
             em.b.store(em.b.fadd(em.b.load(total), em.b.fpext(em.b.load(partial), F64)), total)
 
         def outer_dims(full: list[Any]) -> None:
