@@ -6,7 +6,8 @@ kernels (same target machine, same O3 pipeline), each run on 1 thread or on ATen
   of the reads summed, the rest of the writes filled), 64-byte vectors, plain or non-temporal stores: the
   memory traffic of a kernel with nothing else in the way, at the kernel's working-set size.
 - ``math``: ``y[i] = f(x[i])`` over an L1-resident block, repeated: the throughput of each polynomial function
-  exactly as neuroncc's math library emits it (``neuroncc.codegen.llvm.mathlib``), vectorized by O3.
+  exactly as neuroncc's math library emits it (``neuroncc.codegen.llvm.mathlib``), vectorized by O3 with the
+  loop hints neuroncc's kernels give such loops (``neuroncc.codegen.llvm.loop_hints``).
 
 Every kernel is a phase-style function ``void f(ptr args, i64 start, i64 end)``, so it runs under the same
 thread runner (and OpenMP team entry) as the generated kernels.
@@ -24,6 +25,7 @@ from llvmlite import ir
 from neuroncc.codegen.llvm import jit
 from neuroncc.hardware.host import CpuTarget
 from neuroncc.codegen.llvm.entries import RECIPROCAL_ESTIMATES
+from neuroncc.codegen.llvm.loop_hints import hint_math_loop
 from neuroncc.codegen.llvm.mathlib import POLYNOMIAL, math_call
 from neuroncc.executors.cpu.threads import get_team
 
@@ -49,8 +51,9 @@ def _function(module: ir.Module, name: str) -> tuple[ir.Function, ir.IRBuilder, 
     return fn, builder, args, start, end
 
 
-def _loop(b: ir.IRBuilder, lo: ir.Value, hi: ir.Value, body: Callable[[ir.Value], None], step: int = 1) -> None:
-    """for (i = lo; i < hi; i += step) body(i), with the bounds check first."""
+def _loop(b: ir.IRBuilder, lo: ir.Value, hi: ir.Value, body: Callable[[ir.Value], None],
+          step: int = 1) -> ir.Instruction:
+    """for (i = lo; i < hi; i += step) body(i), with the bounds check first; returns the back-edge branch."""
     head, loop, done = (b.append_basic_block(n) for n in ("head", "body", "done"))
     entry = b.block
     b.branch(head)
@@ -61,8 +64,9 @@ def _loop(b: ir.IRBuilder, lo: ir.Value, hi: ir.Value, body: Callable[[ir.Value]
     b.position_at_end(loop)
     body(i)
     i.add_incoming(b.add(i, ir.Constant(I64, step)), b.block)
-    b.branch(head)
+    latch = b.branch(head)
     b.position_at_end(done)
+    return latch
 
 
 def _arg(b: ir.IRBuilder, args: ir.Value, slot: int, t: ir.Type) -> ir.Value:
@@ -149,10 +153,28 @@ def stream_module(nontemporal: bool) -> str:
 
 def math_module(name: str, target: CpuTarget) -> str:
     """``math(args = {x, y, repeats}, start, end)``: each outer iteration computes y = f(x) over MATH_BLOCK
-    elements ``repeats`` times (x and y: per-thread blocks, MATH_BLOCK floats each)."""
+    elements ``repeats`` times (x and y: per-thread blocks, MATH_BLOCK floats each). The element loop is a
+    function of its own whose pointers are ``noalias``, like a kernel phase's (``emit.py``): no runtime alias
+    check, and LLVM's vectorizer takes the loop's hints (it ignores an interleave count where it must check)."""
     module = ir.Module(f"math_{name}")
+    block = ir.Function(module, ir.FunctionType(VOID, [PTR, PTR]), "math.block")
+    block.linkage = "internal"
+    set.add(block.attributes, RECIPROCAL_ESTIMATES)  # as on every generated phase (see ``entries``)
+    for pointer in block.args:
+        pointer.add_attribute("noalias")
+    xs, ys = block.args
+    b = ir.IRBuilder(block.append_basic_block("entry"))
+
+    def element(i: ir.Value) -> None:
+        value = b.load(b.gep(xs, [i], source_etype=F32, inbounds=True), typ=F32)
+        b.store(math_call(b, name, value, target=target), b.gep(ys, [i], source_etype=F32, inbounds=True))
+
+    # the loop hints neuroncc's kernels give their math loops (interleaved vectors: loop_hints.py)
+    hint_math_loop(_loop(b, ir.Constant(I64, 0), ir.Constant(I64, MATH_BLOCK), element), target)
+    b.ret_void()
+
     fn, b, args, start, end = _function(module, "math")
-    set.add(fn.attributes, RECIPROCAL_ESTIMATES)  # as on every generated phase (see ``entries``)
+    set.add(fn.attributes, RECIPROCAL_ESTIMATES)
     x, y = _arg(b, args, 0, PTR), _arg(b, args, 1, PTR)
     repeats = _arg(b, args, 2, I64)
 
@@ -160,19 +182,11 @@ def math_module(name: str, target: CpuTarget) -> str:
         offset = b.mul(b.and_(k, ir.Constant(I64, 1)), ir.Constant(I64, MATH_BLOCK))  # two threads: two blocks
         xs = b.gep(x, [offset], source_etype=F32)
         ys = b.gep(y, [offset], source_etype=F32)
-
-        def repeat(_: ir.Value) -> None:
-            def element(i: ir.Value) -> None:
-                value = b.load(b.gep(xs, [i], source_etype=F32, inbounds=True), typ=F32)
-                b.store(math_call(b, name, value, target=target), b.gep(ys, [i], source_etype=F32, inbounds=True))
-
-            _loop(b, ir.Constant(I64, 0), ir.Constant(I64, MATH_BLOCK), element)
-
-        _loop(b, ir.Constant(I64, 0), repeats, repeat)
+        _loop(b, ir.Constant(I64, 0), repeats, lambda _: b.call(block, [xs, ys]))
 
     _loop(b, start, end, outer)
     b.ret_void()
-    return str(module)  # x and y may alias as far as LLVM knows: one runtime check per block of 2048
+    return str(module)
 
 
 @dataclass

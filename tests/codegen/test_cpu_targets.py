@@ -121,3 +121,39 @@ def test_bf16_bits_convert_with_vector_integer_instructions(name):
     assert re.search(rf"vpmovzxwd\s+\S+, %{register}", body), body
     assert re.search(rf"vpslld\s+\$16, %{register}", body)
     assert "vcmpunordps" not in body and "vblendv" not in body
+
+
+@pytest.mark.parametrize("name", ["zen3", "zen4"])
+def test_loops_computing_polynomial_math_interleave_vectors(name):
+    # gelu(x*w+b)*sigmoid(x) (issue #19's row (a)): LLVM's own interleave count for it was 1 with AVX2's 16
+    # registers; such a loop is bound by its dependent chains, so it runs math_interleave(target) vector
+    # iterations side by side (loop_hints.py): that many vector stores per iteration of its loop. The loops of
+    # the max pass and the write pass of a softmax, which compute no polynomial, keep LLVM's choice (no hint).
+    from neuroncc.codegen.llvm.loop_hints import math_interleave
+
+    target = TARGETS[name]
+    b = Builder("row_a")
+    x = b.param(TensorType((64, 1024), DType.f32), "x")
+    w = b.param(TensorType((1024,), DType.f32), "w")
+    bias = b.param(TensorType((1024,), DType.f32), "b")
+    y = b.op("mul", b.op("gelu", b.op("add", b.op("mul", x, w), bias)), b.op("sigmoid", x))
+    fn = b.build([y])
+    layouts = [Layout.of(k, p.type) for k, p in enumerate(fn.params)]
+    plan = plan_kernel(fn, layouts, [Layout.of(3, y.type)])
+    texts, _ = emit_kernel(plan, "k", target)
+    count = math_interleave(target)
+    assert f'!"llvm.loop.interleave.count", i32 {count}' in "".join(texts)
+    body = jit.assembly(texts, target).split("k_p0:")[1].split(".Lfunc_end")[0]
+    register = "zmm" if target.vector_bits == 512 else "ymm"
+    blocks = re.split(r"\n\.LBB\d+_\d+:", body)
+    stores = [len(re.findall(rf"vmovups\t%{register}\d+, [^(]*\(%r\w+,%r\w+", block)) for block in blocks]
+    assert max(stores) == count, stores
+
+
+def test_loops_without_polynomial_math_get_no_hint():
+    b = Builder("plain")
+    x = b.param(TensorType((64, 1024), DType.f32), "x")
+    fn = b.build([b.op("div", x, b.op("sum", x, dims=(1,), keepdim=True))])
+    plan = plan_kernel(fn, [Layout.of(0, x.type)], [Layout.of(1, fn.outputs[0].type)])
+    texts, _ = emit_kernel(plan, "k", TARGETS["zen3"])
+    assert "llvm.loop" not in "".join(texts)

@@ -126,6 +126,21 @@ def test_strided_inputs_and_zero_size_and_scalars(rng):
     run_both(b.build(outs), [np.ascontiguousarray(x), np.zeros((0, 5), np.float32), np.float32(2.0)])
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_silu_of_a_nan_is_that_nan(threads):
+    # sigmoid(NaN) is the same NaN (its -x is 0 - x: fneg flipped the NaN's sign), so x * sigmoid(x) multiplies a
+    # NaN by itself and its bits do not depend on the multiply's operand order (which the register allocator
+    # chooses: the quick and the optimized code of silu had given NaNs of opposite signs)
+    b = Builder("silu")
+    x = b.param(TensorType((4, 256), DType.f32), "x")
+    fn = b.build([b.op("mul", x, b.op("sigmoid", x)), b.op("sigmoid", x)])
+    nans = np.array([0x7FC00000, 0xFFC00000, 0x7FC12345, 0xFFC54321], np.uint32).view(np.float32)
+    xs = np.resize(nans, (4, 256))
+    silu, sigmoid = run_both(fn, [xs], threads=threads)[1]
+    np.testing.assert_array_equal(silu.view(np.uint32), xs.view(np.uint32))
+    np.testing.assert_array_equal(sigmoid.view(np.uint32), xs.view(np.uint32))
+
+
 def test_vectorized_assembly():
     from neuroncc.codegen.llvm import Layout, emit_kernel, jit, plan_kernel
 

@@ -24,6 +24,7 @@ from neuroncc.codegen.llvm.entries import (
     RECIPROCAL_ESTIMATES, add_phase_entry, vector_width_attribute,
 )
 from neuroncc.codegen.llvm.indexing import ROUNDS, IndexArithmetic
+from neuroncc.codegen.llvm.loop_hints import computes_polynomial_math, hint_math_loop
 from neuroncc.codegen.llvm.kernel_plan import (
     BlockedMap, ChunkedRows, CombineColumns, CombinePartials, Computed, ExtraKind, KernelPlan, KeptDims,
     MapStage, PartialReduce, Phase, ReduceStage, RowLoop, ScatterLoop, SplitColumns, Stage, TransposedMap,
@@ -146,6 +147,10 @@ class KernelEmitter(IndexArithmetic):
         self.b.ret_void()
         self._entry.branch(start_block)
         return symbol
+
+    def innermost_loop(self, latch: ir.Instruction, blocks: list[ir.Block]) -> None:
+        if computes_polynomial_math(blocks):
+            hint_math_loop(latch, self.target)
 
     def alloca(self, t: ir.Type, count: int = 1) -> ir.AllocaInstr:
         """Stack slot(s) in the entry block (promoted to registers by SROA when scalar)."""

@@ -60,6 +60,7 @@ class IndexArithmetic:
         self._serial = 0
         self._frames: list[list[Any]] = [[("phase",), 0]]  # [loop key, children so far] of the open loop bodies
         self._active: list[Var] = []  # counters of the open IR loops, innermost last
+        self._ir_loops = 0  # IR loops emitted so far (a loop whose body adds none is innermost)
         self._parallel_keys: set[Any] = set()  # keys of the phase's parallel loop
         self.wishes: set[tuple[str, Any, int]] = set()
 
@@ -274,12 +275,20 @@ class IndexArithmetic:
         i.add_incoming(lo, pre)
         b.cbranch(b.icmp_signed("<", i, hi), inner, done)
         b.position_at_end(inner)
+        blocks, loops = len(b.function.blocks), self._ir_loops
         with self.fresh_values():
             body(i)
         i.add_incoming(b.add(i, ir.Constant(I64, 1), flags=("nsw",)), b.block)
-        b.branch(head)
+        latch = b.branch(head)
+        if self._ir_loops == loops:  # innermost
+            self.innermost_loop(latch, [inner] + b.function.blocks[blocks:])
+        self._ir_loops += 1
         b.position_at_end(done)
         return i
+
+    def innermost_loop(self, latch: ir.Instruction, blocks: list[ir.Block]) -> None:
+        """An innermost loop was emitted: its back-edge branch ``latch`` and its body's ``blocks`` (the emitter's
+        loop hints: ``loop_hints.py``)."""
 
     def _static_extent(self, lo: Any, hi: Any) -> int | None:
         if isinstance(lo, int) and isinstance(hi, int):

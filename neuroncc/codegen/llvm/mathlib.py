@@ -153,7 +153,10 @@ def _tanh(b: ir.IRBuilder, x: ir.Value, target: CpuTarget) -> ir.Value:
 
 def _sigmoid(b: ir.IRBuilder, x: ir.Value, target: CpuTarget) -> ir.Value:
     # exp(-x) overflows to inf below x = -88.72 as eager's does, so sigmoid is exactly 0 there (not 6e-39).
-    e = _exp_in_range(b, _clamp_keeping_nan(b, b.fneg(x), -104.0, 88.8), target)  # NaN stays NaN
+    # -x as 0 - x (the same for every x but NaN; exp(+-0) is 1): a NaN comes out as the same NaN, where fneg
+    # flipped its sign, and x * sigmoid(x) (silu) then gave a NaN whose sign depended on which operand of the
+    # multiply the register allocator put first (the quick and optimized tiers' bits differed)
+    e = _exp_in_range(b, _clamp_keeping_nan(b, b.fsub(_c(0.0), x), -104.0, 88.8), target)
     # A true division, not the reciprocal estimate: the estimate makes 1 / 1 0.99999994, so sigmoid(+inf)
     # and sigmoid(0) were off by an ulp and silu's gradient x * (1 - sigmoid(x)) at +inf was inf, not
     # eager's NaN (found by the fuzzer).
