@@ -36,7 +36,6 @@ from neuroncc.errors import ArtifactError
 from neuroncc.hardware.host import host_cpu
 from neuroncc.ir import Function, TensorType, collect_resources, parse, print_function
 from neuroncc.executors.executable import Executable, load_interp_executable
-from neuroncc.executors.nki_sim.executable import load_nki_executable
 
 #: Bump when the directory layout or the manifest schema changes; older entries then read as misses.
 FORMAT_VERSION = 1
@@ -87,6 +86,9 @@ def _load_cpu(directory: Path, fn: Function) -> Executable:
 
 
 def _load_nki(directory: Path, fn: Function) -> Executable:
+    # the NKI simulator: imported for an nki-sim artifact only (~60 ms, which loading a cpu artifact never needs)
+    from neuroncc.executors.nki_sim.executable import load_nki_executable
+
     return load_nki_executable(directory, fn)
 
 
