@@ -8,7 +8,9 @@ import re
 
 import pytest
 
-from neuroncc.codegen.llvm import Layout, emit_kernel, jit, plan_kernel
+from neuroncc.codegen.llvm import Layout, jit
+from neuroncc.codegen.llvm.emit import emit_kernel
+from neuroncc.codegen.llvm.schedule import plan_kernel
 from neuroncc.hardware.host import CpuTarget
 from neuroncc.ir import Builder, DType, TensorType
 

@@ -7,7 +7,8 @@ import pytest
 import torch
 from codegen_helpers import run_both
 
-from neuroncc.codegen.llvm import Layout, plan_kernel
+from neuroncc.codegen.llvm import Layout
+from neuroncc.codegen.llvm.schedule import plan_kernel
 from neuroncc.codegen.llvm.kernel_plan import RowLoop
 from neuroncc.codegen.llvm.regions import fuse_whole_function, make_kernel
 from neuroncc.ir import Builder, DType, Op, TensorType, round_to_bf16, verify

@@ -41,7 +41,7 @@ from neuroncc.codegen.llvm.stages import (
 from neuroncc.codegen.llvm.transpose import emit_transposed
 from neuroncc.codegen.llvm.views import Layout
 from neuroncc.errors import CodegenError
-from neuroncc.hardware.host import CACHE_LINE_BYTES, CpuTarget
+from neuroncc.hardware.host import CACHE_LINE_BYTES, CpuTarget, host_cpu
 from neuroncc.ir.graph import Op, Value
 from neuroncc.ir.opdef import Trait
 from neuroncc.ir.types import contiguous_strides
@@ -484,3 +484,12 @@ class KernelEmitter(IndexArithmetic):
 
     def store(self, layout: Layout, idx: Index, value: ir.Value) -> ir.Instruction:
         return store(self.b, value, self.address(layout, idx), layout.dtype)
+
+
+def emit_kernel(plan: KernelPlan, symbol: str, target: CpuTarget | None = None) -> tuple[list[str], list[str]]:
+    """One kernel's phase functions (``{symbol}_p{i}``) for ``target`` (default: the host CPU): the LLVM IR
+    text of each phase's module and their symbols, in run order."""
+    if target is None:
+        target = host_cpu()
+    phases = KernelEmitter(plan, symbol, target).emit()
+    return [str(module) for _, module in phases], [name for name, _ in phases]

@@ -7,7 +7,7 @@ import ctypes
 
 import numpy as np
 
-from neuroncc.codegen.llvm.program import ALIGN, BufferKind
+from neuroncc.codegen.llvm.launch_plan import ALIGN, BufferKind
 from neuroncc.codegen.llvm.views import Layout
 from neuroncc.ir.dtypes import DType
 from neuroncc.ir.types import contiguous_strides

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from neuroncc.codegen.llvm.program import SlotKind, StepSpec, ValueSpec
+from neuroncc.codegen.llvm.launch_plan import SlotKind, StepSpec, ValueSpec
 from neuroncc.errors import NeuronccError
 from neuroncc.executors.cpu import blas
 from neuroncc.executors.cpu.adopt import ScratchProduct
