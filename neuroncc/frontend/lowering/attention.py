@@ -30,13 +30,12 @@ import math
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import numpy as np
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from neuroncc.errors import UnsupportedOpError
 from neuroncc.frontend.lowering.context import LoweringContext
-from neuroncc.ir import DenseAttr, DType, Value
+from neuroncc.ir import DType, Value
 
 aten = torch.ops.aten
 
@@ -124,8 +123,9 @@ def _scores(ctx: LoweringContext, q: Value, k: Value, scale: float, is_causal: b
     if not is_causal:
         return scores
     length, keys = scores.type.shape[1:]
-    mask = np.where(np.tril(np.ones((length, keys), dtype=bool)), np.float32(0), np.float32(-np.inf))
-    return ctx.emit("add", scores, ctx.emit("constant", value=DenseAttr(mask.astype(np.float32), DType.f32)))
+    rows = ctx.emit("reshape", ctx.emit("iota", length=length, dtype=DType.i32), shape=(length, 1))
+    seen = ctx.emit("le", ctx.emit("iota", length=keys, dtype=DType.i32), rows)  # [L, S]: key j <= query i
+    return ctx.emit("where", seen, scores, ctx.scalar(float("-inf"), DType.f32))
 
 
 def _math_forward(ctx: LoweringContext, query: Value, key: Value, value: Value, scale: float,
