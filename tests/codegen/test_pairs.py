@@ -96,3 +96,25 @@ def test_bf16_bits_need_no_widening_or_packing_shuffles_on_avx2(cpu):
     for shuffle in ("vpmovzxwd", "vpackusdw", "vpermq"):
         assert shuffle not in asm, re.findall(rf"{shuffle}.*", asm)[:3]
     assert re.search(r"vpslld\s+\$16", asm) and "vpblendw" in asm
+
+
+def test_a_streamed_bf16_output_is_stored_from_the_registers_that_computed_it(rng, monkeypatch):
+    # the non-temporal stores of a streamed output: one vector of words per piece, so that the loop vectorizer's
+    # one iteration computes it and LLVM keeps the piece in registers; pieces of a cache line (32 elements) made
+    # bf16 LayerNorm's heavy write loop two vector iterations through a stack buffer, then a copy
+    import dataclasses
+
+    from neuroncc.hardware import host
+
+    monkeypatch.setattr(host, "_HOST", [dataclasses.replace(host.host_cpu(), last_level_cache_bytes=1 << 20)])
+    fn = fuse_whole_function(layernorm_graph(2048, 1024))  # a 4 MB output: streamed
+    inputs = [to_bits(rng.standard_normal(s).astype(np.float32)) for s in ((2048, 1024), (1024,), (1024,))]
+    exe = build_cpu_executable(fn, {"threads": 2})
+    (got,) = exe(*inputs)
+    assert_matches(from_bits(got), from_bits(interpret(fn, inputs)[0]), DType.bf16, "layernorm")
+    assembly = jit.assembly(exe.module.llvm_ir)
+    stores = [block for block in re.split(r"\n\S+:", assembly) if re.search(r"vmovnt\w+", block)]
+    assert stores
+    for block in stores:
+        assert "vpblendw" in block or "vpermt2w" in block, block  # the loop that computes the words
+        assert not re.search(r"vmovaps\s+-?\d*\(%rsp", block), block  # no reload from a stack buffer

@@ -50,7 +50,7 @@ from neuroncc.ir.types import contiguous_strides
 
 #: Map-stage outputs at least this large are written with non-temporal stores ...
 STREAM_MIN_BYTES = 1 << 22
-#: ... a piece of this many bytes of the narrowest output at a time: a cache line (see ``_map_stage``) ...
+#: ... a piece of at most this many bytes of the narrowest output at a time, one vector (see ``_map_stage``) ...
 STREAM_PIECE_BYTES = CACHE_LINE_BYTES
 #: ... unless each element computes this many transcendental functions: such a stage is compute-bound, and
 #: the stack-buffer round trip costs more than the read-for-ownership it saves (gelu(x*w+b)*sigmoid(x) on
@@ -285,17 +285,18 @@ class KernelEmitter(IndexArithmetic):
         if not streamed or not ranges or ranges[-1][1] is None:
             self._stage_nest(stage, ranges, lambda idx: self._map_body(stage, idx, {}))
             return
-        # Each piece of a row, one cache line of the narrowest streamed output (whole lines of every output), is
+        # Each piece of a row, one vector of the narrowest streamed output (whole vectors of every output), is
         # computed into a stack buffer with plain stores, then stored to the output with aligned non-temporal
-        # vector stores: no read-for-ownership of the output lines. A piece of one line is a vector or two:
-        # LLVM keeps the buffer in registers and the loop stores its results with `vmovntps` directly, each line
-        # as soon as it is computed. (Pieces of up to 16 KiB, as before, wrote bursts of non-temporal lines
-        # between the compute loops, which stalled the core on its write-combining buffers while the memory
-        # bus idled: on Zen 3, [8192, 1024] x*w+b went from 71% to 90% of the copy roofline, LayerNorm from 60%
-        # to 67%, RMSNorm from 75% to 83%, 2 threads; docs/performance.md, session 9.)
+        # vector stores: no read-for-ownership of the output lines. The piece is one vector iteration of the
+        # loop vectorizer, so LLVM keeps the buffer in registers and the loop stores its results with `vmovntps`
+        # directly, as soon as they are computed. (Pieces of up to 16 KiB, as before, wrote bursts of
+        # non-temporal lines between the compute loops, which stalled the core on its write-combining buffers
+        # while the memory bus idled: on Zen 3, [8192, 1024] x*w+b went from 71% to 90% of the copy roofline,
+        # LayerNorm from 60% to 67%, RMSNorm from 75% to 83%, 2 threads. Pieces of a cache line were a loop of
+        # two vector iterations through the stack where a loop body is heavy: bf16 LayerNorm's rounding.)
         lo, hi = ranges[-1]
         length = block or stage.shape[-1]
-        piece = min(length, STREAM_PIECE_BYTES // min(storage_itemsize(t.dtype) for t in streamed))
+        piece = min(length, self._stream_bytes() // min(storage_itemsize(t.dtype) for t in streamed))
         rows = {}
         for target in streamed:
             row = self._entry.alloca(ir.ArrayType(storage_type(target.dtype), piece))
@@ -337,9 +338,14 @@ class KernelEmitter(IndexArithmetic):
             else:
                 self.store(target, idx, result)
 
+    def _stream_bytes(self) -> int:
+        """Bytes of one non-temporal store: a vector (half a line with AVX2: the write-combining buffer joins
+        the two halves, stored one after the other), at most a cache line."""
+        return min(STREAM_PIECE_BYTES, self.target.vector_bits // 8)
+
     def _stream_row(self, row: ir.Value, target: Layout, idx: Index, count: Any) -> None:
-        """Copy ``count`` elements (whole cache lines) from ``row`` to ``target`` at ``idx``, a line per store."""
-        lanes = CACHE_LINE_BYTES // storage_itemsize(target.dtype)
+        """Copy ``count`` elements (whole vectors) from ``row`` to ``target`` at ``idx``, a vector per store."""
+        lanes = self._stream_bytes() // storage_itemsize(target.dtype)
         vector = ir.VectorType(storage_type(target.dtype), lanes)
         destination = self.address(target, idx)
         nontemporal = self.module.add_metadata([ir.Constant(I32, 1)])
@@ -349,8 +355,8 @@ class KernelEmitter(IndexArithmetic):
             src = self.b.gep(row, [ir.Constant(I64, 0), self.ir_index(offset)], inbounds=True)
             dst = self.b.gep(destination, [self.ir_index(offset)], source_etype=storage_type(target.dtype),
                              inbounds=True)
-            value = self.b.load(src, typ=vector, align=CACHE_LINE_BYTES)
-            self.b.store(value, dst, align=CACHE_LINE_BYTES).set_metadata("nontemporal", nontemporal)
+            value = self.b.load(src, typ=vector, align=self._stream_bytes())
+            self.b.store(value, dst, align=self._stream_bytes()).set_metadata("nontemporal", nontemporal)
 
         self.loop(0, self.div(count, lanes), copy)
 
