@@ -215,7 +215,7 @@ class _Reducer:
                 inner[innermost] = i
                 em.b.store(em.b.fadd(em.b.load(partial), self._x(inner, mean), flags=REASSOC), partial)
 
-            em.loop(lo, hi, add)
+            em.innermost_loop(lo, hi, add, self.stage)
             em.b.store(em.b.fadd(em.b.load(total), em.b.fpext(em.b.load(partial), F64)), total)
 
         def outer_dims(full: list[Any]) -> None:
