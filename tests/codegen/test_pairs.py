@@ -10,8 +10,10 @@ import numpy as np
 import pytest
 from codegen_helpers import assert_matches, run_both, special_floats
 
-from neuroncc.codegen.llvm import Layout, emit_kernel, jit, plan_kernel
+from neuroncc.codegen.llvm import Layout, jit
+from neuroncc.codegen.llvm.emit import emit_kernel
 from neuroncc.codegen.llvm.regions import fuse_whole_function
+from neuroncc.codegen.llvm.schedule import plan_kernel
 from neuroncc.executors.cpu.launcher import build_cpu_executable
 from neuroncc.hardware.host import CpuTarget
 from neuroncc.ir import Builder, DType, Function, TensorType, interpret, round_to_bf16
