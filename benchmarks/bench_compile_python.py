@@ -32,7 +32,7 @@ ensure_environment(threads=2)
 import bench_models  # noqa: E402
 
 from neuroncc.codegen.llvm import jit  # noqa: E402
-from neuroncc.frontend import backend  # noqa: E402
+from neuroncc.frontend import aot_compile  # noqa: E402
 from neuroncc.frontend.importer import import_graph  # noqa: E402
 from neuroncc.ir import print_function, verify  # noqa: E402
 from neuroncc.passes.manager import PassContext
@@ -46,17 +46,17 @@ from neuroncc.codegen.llvm.regions import wrap_remaining_ops  # noqa: E402
 def capture(row: str) -> list[tuple[object, str]]:
     """The (FX graph module, name) pairs the neuron backend compiles for one step of ``row``."""
     graphs: list[tuple[object, str]] = []
-    compile_aten_graph = backend.compile_aten_graph
+    compile_aten_graph = aot_compile.compile_aten_graph
 
     def keep(gm: object, name: str, options: object) -> object:
         graphs.append((gm, name))
         return compile_aten_graph(gm, name, options)
 
-    backend.compile_aten_graph = keep
+    aot_compile.compile_aten_graph = keep
     try:
         bench_models.make_step(row, "neuron")()
     finally:
-        backend.compile_aten_graph = compile_aten_graph
+        aot_compile.compile_aten_graph = compile_aten_graph
     return graphs
 
 

@@ -16,7 +16,8 @@
    Inductor vs neuroncc, at each thread count.
 3. ``small``: issue #18's two small models, eager vs TorchDynamo alone (``backend="eager"``: the floor every
    backend pays per call) vs Inductor vs neuroncc: a tiny MLP's inference call (8x64 -> 256 -> 10) and the
-   classifier's whole AdamW step (forward + backward + ``AdamW.step()``, the optimizer eager in every column).
+   classifier's whole AdamW step at the issue's size (d=64, 4 heads, batch 32 x 16 tokens; forward + backward
+   + ``AdamW.step()``, the optimizer eager in every column).
 
 Interleaved medians (benchmarks/common.py); the load average is printed with the results: the machine is
 shared, so compare ratios within one run.
@@ -34,6 +35,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import ensure_environment, interleaved, table  # noqa: E402
 
 STEPS = 20
+#: issue #18's tiny transformer classifier: d=64, 4 heads, batch 32 x 16 tokens (the demo's model is smaller)
+ISSUE_CLASSIFIER_SHAPE = {"width": 64, "heads": 4, "length": 16, "batch": 32}
 
 
 def load() -> str:
@@ -155,7 +158,7 @@ def bench_small(repeat: int, clock) -> list[list[str]]:
                             clock=clock)
     rows += [["MLP 8x64->256->10 inference", name, f"{t * 1e6:.1f} us", f"{t / times['eager']:.2f}"]
              for name, t in times.items()]
-    config = ClassifierConfig()
+    config = ClassifierConfig(**ISSUE_CLASSIFIER_SHAPE)
     tokens, labels = make_batch(config, torch.Generator().manual_seed(1))
     steps = {}
     for name, b in backends.items():
@@ -169,7 +172,7 @@ def bench_small(repeat: int, clock) -> list[list[str]]:
             optimizer.step()
         steps[name] = step
     times = interleaved(steps, repeats=max(repeat // 4, 20), warmup=5, clock=clock)
-    rows += [["classifier AdamW step", name, f"{t * 1e3:.3f} ms", f"{t / times['eager']:.2f}"]
+    rows += [["classifier d=64 h=4 32x16 AdamW step", name, f"{t * 1e3:.3f} ms", f"{t / times['eager']:.2f}"]
              for name, t in times.items()]
     return rows
 

@@ -17,12 +17,14 @@ torch._dynamo``, torch's own import, paid alike by all), as ``bench_models.py --
 
 "aot runs" counts the graphs AOTAutograd traced (``neuroncc.stats()["aot_autograd_runs"]``). "own s" is the
 time in neuroncc's ``compile_aten_graph`` (FX import to IR, cache lookup and load, or the
-compile), summed over the forward and backward graphs; the rest of a neuroncc first call beyond the floor is
+compile), summed over the forward and backward graphs (in the warm and prewarmed modes, which never import the
+miss path, the same from neuroncc's compile records: 0 on graph cache hits); the rest of a neuroncc first call beyond the floor is
 AOTAutograd. "lookup s" is the graph cache's part (``graph_cache.lookup``: the key, and on a hit reading the
 entry, loading both artifacts and building AOTAutograd's runtime wrappers). "import s" is the import of
 neuroncc's torch.compile backend, which a user's first ``torch.compile(backend="neuron")`` call pays: it is timed
 in the neuroncc modes and counted in their first call, and the eager and aot_eager modes never import it (before
 session 8 every mode imported it untimed, which gave the neuroncc modes the torch modules it loads for free).
+The cold and warm_aot modes import the graph cache's miss path (``frontend/aot_compile.py``) there too.
 The modes run interleaved, round by round; the table shows medians and minimums.
 
 neuroncc's bytecode is compiled first (``compileall``, into the tree's ``__pycache__``), as an installed package
@@ -37,6 +39,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -52,6 +55,8 @@ from common import MALLOC_ENV, ensure_environment, table  # noqa: E402
 ensure_environment(threads=2)
 
 MODES = ("eager", "aot_eager", "cold", "warm", "warm_aot", "prewarmed")
+#: The neuroncc modes that run AOTAutograd (the graph cache's miss path, frontend/aot_compile.py).
+COMPILING_MODES = ("cold", "warm_aot")
 SECRET = "bench-warm-start-secret-0123456789"
 
 
@@ -68,21 +73,25 @@ def first_call(row: str, mode: str, artifacts: Path) -> dict[str, float]:
     begin = time.perf_counter()
     from neuroncc.frontend import backend as neuron_backend
 
+    if mode in COMPILING_MODES:  # they run AOTAutograd: the miss path's import is part of their first call
+        from neuroncc.frontend import aot_compile
+
     result["import"] = time.perf_counter() - begin
     if mode == "prewarmed":
         begin = time.perf_counter()
         torch.compiler.load_cache_artifacts(artifacts.read_bytes())
         result["load"] = time.perf_counter() - begin
-    compile_aten_graph = neuron_backend.compile_aten_graph
+    if mode in COMPILING_MODES:
+        compile_aten_graph = aot_compile.compile_aten_graph
 
-    def timed(*args: object, **kwargs: object) -> object:
-        begin = time.perf_counter()
-        try:
-            return compile_aten_graph(*args, **kwargs)
-        finally:
-            result["own"] += time.perf_counter() - begin
+        def timed(*args: object, **kwargs: object) -> object:
+            begin = time.perf_counter()
+            try:
+                return compile_aten_graph(*args, **kwargs)
+            finally:
+                result["own"] += time.perf_counter() - begin
 
-    neuron_backend.compile_aten_graph = timed
+        aot_compile.compile_aten_graph = timed
     lookup = neuron_backend.graph_cache.lookup
 
     def timed_lookup(*args: object, **kwargs: object) -> object:
@@ -138,6 +147,10 @@ def _after_first_step(mode: str, artifacts: Path, result: dict[str, float]) -> d
         import neuroncc
 
         result["aot_runs"] = neuroncc.stats()["aot_autograd_runs"]
+    if mode in ("warm", "prewarmed"):  # compile_aten_graph's time from neuroncc's records (none on a hit)
+        from neuroncc.frontend.stats import compile_records
+
+        result["own"] = sum(r.import_seconds + r.record.seconds for r in compile_records())
     return result
 
 
@@ -158,6 +171,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--first-call", nargs=3, metavar=("ROW", "MODE", "ARTIFACTS"))
     parser.add_argument("--no-bytecode", action="store_true", help="do not compile neuroncc's bytecode first")
+    parser.add_argument("--modes", default=",".join(MODES),
+                        help="the modes to time (comma-separated; the cold run that fills the cache always runs)")
+    parser.add_argument("--shuffle", action="store_true",
+                        help="a fresh order of the modes each round (seeded), cold first: a mode's time depends "
+                             "on the process before it by 30-60 ms")
     args = parser.parse_args()
     if args.first_call:
         row, mode, artifacts = args.first_call
@@ -169,20 +187,27 @@ def main() -> None:
         import neuroncc
 
         compileall.compile_dir(Path(neuroncc.__file__).parent, quiet=1)
-    runs: dict[str, list[dict[str, float]]] = {mode: [] for mode in MODES}
+    modes = [mode for mode in MODES if mode in args.modes.split(",") or mode == "cold"]
+    order = random.Random(0x5EED)
+    runs: dict[str, list[dict[str, float]]] = {mode: [] for mode in modes}
     for _ in range(args.rounds):
         with tempfile.TemporaryDirectory() as root:
             artifacts = Path(root) / "artifacts.bin"
-            for mode in MODES:
+            rest = [mode for mode in modes if mode != "cold"]
+            if args.shuffle:
+                order.shuffle(rest)
+            for mode in ["cold", *rest]:
                 cache = Path(root) / ("prewarmed" if mode == "prewarmed" else "cache")
                 runs[mode].append(spawn(args.row, mode, cache, artifacts))
                 print(mode, json.dumps(runs[mode][-1]), flush=True)
-    floor = statistics.median(r["seconds"] for r in runs["eager"])
+    floor = statistics.median(r["seconds"] for r in runs["eager"]) if "eager" in runs else 0.0
     rows = []
-    for mode in MODES:
+    for mode in modes:
         seconds = [r["seconds"] for r in runs[mode]]
         median = statistics.median(seconds)
-        rows.append([mode, f"{median:.2f}", f"{min(seconds):.2f}", f"{median - floor:+.2f}",
+        paired = (statistics.median(r["seconds"] - e["seconds"] for r, e in zip(runs[mode], runs["eager"]))
+                  if "eager" in runs else 0.0)  # the same round's eager run: less of the machine's drift
+        rows.append([mode, f"{median:.2f}", f"{min(seconds):.2f}", f"{median - floor:+.2f}", f"{paired:+.2f}",
                      f"{statistics.median(r['own'] for r in runs[mode]):.2f}",
                      f"{statistics.median(r['load'] for r in runs[mode]):.2f}",
                      f"{statistics.median(r.get('lookup', 0.0) for r in runs[mode]):.3f}",
@@ -190,7 +215,7 @@ def main() -> None:
                      str(runs[mode][-1].get("compiled", "-")), str(runs[mode][-1].get("aot_runs", "-"))])
     print(f"row {args.row}, {args.rounds} rounds of fresh processes; load {os.getloadavg()[0]:.1f}; "
           f"neuroncc bytecode {'not ' if args.no_bytecode else ''}compiled first")
-    print(table(rows, ["mode", "first call s (median)", "min s", "vs eager floor s", "own s", "load s", "lookup s",
+    print(table(rows, ["mode", "first call s (median)", "min s", "vs eager floor s", "per round vs eager s", "own s", "load s", "lookup s",
                        "import s", "graphs compiled", "aot runs"]))
 
 

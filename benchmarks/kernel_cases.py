@@ -211,7 +211,11 @@ def cases() -> list[Case]:
 def implementations(case: Case, inputs: list[torch.Tensor], threads: int) -> dict[str, tuple]:
     """name -> (call, result) for eager, Inductor and neuroncc, built for ``threads`` threads."""
     torch._dynamo.reset()
-    neuron = lambda f: torch.compile(f, backend="neuron", dynamic=False)  # noqa: E731
+    # threads as an option: without it a graph runs with torch's thread count at its first compile, and the
+    # 1-thread rows reused the 2-thread rows' executables from the graph cache (their CPU time was the calling
+    # thread's share of a 2-thread run: RMSNorm at "110%" of its roofline)
+    neuron = lambda f: torch.compile(f, backend="neuron", dynamic=False,  # noqa: E731
+                                     options={"threads": threads})
     inductor = lambda f: torch.compile(f, dynamic=False)  # noqa: E731
     if case.setup is not None:
         return {"eager": case.setup(None, inputs), "inductor": case.setup(inductor, inputs),

@@ -115,3 +115,11 @@ def test_outputs_are_streamed_only_when_the_kernels_data_fills_a_quarter_of_the_
     assert not HostCpu(name="cpu", features="", last_level_cache_bytes=480 * mb).streams_outputs(64 * mb)
     assert HostCpu(name="cpu", features="", last_level_cache_bytes=480 * mb).streams_outputs(128 * mb)
     assert HostCpu(name="cpu", features="").streams_outputs(1)  # unknown size: the emitter's threshold decides
+
+
+def test_onednn_takes_products_from_2m_multiply_adds_with_avx512_and_from_512m_without():
+    avx512 = HostCpu(name="znver4", features="+avx2,+fma,+avx512f")
+    avx2 = HostCpu(name="znver3", features="+avx2,+fma,-avx512f")
+    assert avx512.onednn_min_macs == 1 << 21
+    assert avx2.onednn_min_macs == 1 << 29  # MKL is as fast or faster below that on AVX2 (hardware/host.py)
+

@@ -255,7 +255,9 @@ def test_ops_that_are_not_pointwise_depend_on_where_elements_are(name, attrs):
 @pytest.mark.parametrize("name", sorted(REGISTRY.having(Trait.TRANSCENDENTAL)))
 def test_transcendental_ops_evaluate_a_math_function_on_the_cpu(name):
     # the trait's reason: tens of instructions (a polynomial) or a libm call per element, where an add is one
-    from neuroncc.codegen.llvm import Layout, emit_kernel, plan_kernel
+    from neuroncc.codegen.llvm import Layout
+    from neuroncc.codegen.llvm.emit import emit_kernel
+    from neuroncc.codegen.llvm.schedule import plan_kernel
 
     b = Builder("k")
     params = [b.param(TensorType((64,), DType.f32)) for _ in range(REGISTRY.get(name).arity[0])]
@@ -354,7 +356,7 @@ def _strided(buffer: np.ndarray, offset: int, shape: tuple[int, ...], strides: t
 
 @pytest.mark.parametrize("name", VIEWS)
 def test_strided_views_are_a_window_on_any_layout_of_their_operand(name):
-    from neuroncc.passes.strides import StridedView, apply_view
+    from neuroncc.ir.strides import StridedView, apply_view
 
     operands, attrs = MOVEMENT_SAMPLES[name]
     x = operands[0]
@@ -497,7 +499,7 @@ def test_the_consumers_rule_tables_cover_the_ops_of_their_trait():
     from neuroncc.codegen.llvm.views import VIEW_LAYOUTS
     from neuroncc.codegen.nki.plan import is_transfer
     from neuroncc.codegen.nki.stages import TRANSFERS
-    from neuroncc.passes.strides import WINDOW_RULES
+    from neuroncc.ir.strides import WINDOW_RULES
 
     assert set(WINDOW_RULES) == REGISTRY.having(Trait.STRIDED_VIEW)
     assert set(VIEW_LAYOUTS) == REGISTRY.having(Trait.VIEW)

@@ -28,8 +28,9 @@ from pathlib import Path
 from neuroncc.cli.progress import Progress
 from neuroncc.errors import InputError
 from neuroncc.ir import Function
-from neuroncc.driver.compile import (DEFAULT_TARGET, cache_from_environ, compile_graph, make_request,
-                                     remote_tier_from_environ)
+from neuroncc.driver.cache import cache_from_environ
+from neuroncc.driver.compile import DEFAULT_TARGET, compile_graph, make_request
+from neuroncc.driver.remote import remote_tier_from_environ
 from neuroncc.executors.executable import InterpreterExecutable, TARGETS
 from neuroncc.driver.cache import CompileCache
 from neuroncc.driver.process_cache import PROCESS_MEMORY, CacheStats

@@ -18,9 +18,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from neuroncc.device import generators
-from neuroncc.frontend.lowering.random_ops import draw_key
 from neuroncc.frontend import backend as frontend_backend
-from neuroncc.frontend.importer import ComputedOutput
+from neuroncc.frontend.imported import ComputedOutput, draw_key
 
 if TYPE_CHECKING:
     from neuroncc.device.kernels import Binding

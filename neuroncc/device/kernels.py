@@ -27,7 +27,7 @@ from neuroncc.device.allocator import scratch_block
 from neuroncc.device.fallback import run_on_host
 from neuroncc.device.op_forms import OpForm, argument
 from neuroncc.device.programs import Program
-from neuroncc.frontend.importer import ComputedOutput, InputOutput
+from neuroncc.frontend.imported import ComputedOutput, InputOutput
 from neuroncc.ir import DType
 from neuroncc.executors.cpu.address_call import AddressCall
 from neuroncc.executors.cpu.launcher import KernelIndexError

@@ -15,9 +15,9 @@
 - ``artifact``: the artifact directory format (manifest, graph text, constants, the target's own files); no
   pickle anywhere.
 
+Import the modules themselves (``from neuroncc.driver.compile import compile_graph``): this package imports
+none of them, so that loading an artifact (``cache``, ``artifact``) does not import the pass pipeline that
+``compile`` runs.
+
 May import: errors, hardware, ir, passes, codegen, executors. Imported by: frontend, device, cli.
 """
-
-from neuroncc.driver.compile import DEFAULT_TARGET, compile_graph
-
-__all__ = ["DEFAULT_TARGET", "compile_graph"]

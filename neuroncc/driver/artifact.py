@@ -25,18 +25,17 @@ import os
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from neuroncc.driver.strict_json import SchemaError, decode, encode, minimum, pattern
 from neuroncc.errors import ArtifactError
 from neuroncc.hardware.host import host_cpu
 from neuroncc.ir import Function, TensorType, collect_resources, parse, print_function
 from neuroncc.executors.executable import Executable, load_interp_executable
-from neuroncc.executors.nki_sim.executable import load_nki_executable
 
 #: Bump when the directory layout or the manifest schema changes; older entries then read as misses.
 FORMAT_VERSION = 1
@@ -87,6 +86,9 @@ def _load_cpu(directory: Path, fn: Function) -> Executable:
 
 
 def _load_nki(directory: Path, fn: Function) -> Executable:
+    # the NKI simulator: imported for an nki-sim artifact only (~60 ms, which loading a cpu artifact never needs)
+    from neuroncc.executors.nki_sim.executable import load_nki_executable
+
     return load_nki_executable(directory, fn)
 
 
@@ -105,17 +107,15 @@ ARTIFACT_CODECS: dict[str, ArtifactCodec] = {
 # ---- the manifest ----------------------------------------------------------------------------------------
 
 
-class FileRecord(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+@dataclass(frozen=True, slots=True)
+class FileRecord:
+    sha256: str = field(metadata=pattern(r"[0-9a-f]{64}"))
+    size: int = field(metadata=minimum(0))
 
-    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
-    size: int = Field(ge=0)
 
-
-class TensorRecord(BaseModel):
+@dataclass(frozen=True, slots=True)
+class TensorRecord:
     """An input's or output's type as the artifact was compiled for it."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     dtype: str
     shape: list[int]
@@ -126,22 +126,21 @@ class TensorRecord(BaseModel):
         return cls(dtype=t.dtype.value, shape=list(t.shape), strides=list(t.layout_strides))
 
 
-class ComponentRecord(BaseModel):
+@dataclass(frozen=True, slots=True)
+class ComponentRecord:
     """One named part of the cache key: its digest and a short human-readable summary."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    digest: str = Field(pattern=r"^[0-9a-f]{64}$")
+    digest: str = field(metadata=pattern(r"[0-9a-f]{64}"))
     summary: str
 
 
-class Manifest(BaseModel):
-    """``manifest.json``. ``created_at`` and ``timings`` describe this build and are not part of the key."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
+@dataclass(frozen=True, slots=True)
+class Manifest:
+    """``manifest.json``. ``created_at`` and ``timings`` describe this build and are not part of the key.
+    Checked field by field when read (``strict_json``: exact JSON types, no unknown or missing field)."""
 
     format_version: int
-    key: str = Field(pattern=r"^[0-9a-f]{64}$")
+    key: str = field(metadata=pattern(r"[0-9a-f]{64}"))
     key_components: dict[str, ComponentRecord]
     target: str
     graph_name: str
@@ -164,7 +163,7 @@ def _checksum(fields: Mapping[str, Any]) -> str:
 
 def manifest_bytes(manifest: Manifest) -> bytes:
     """The manifest as written: its fields plus ``manifest_sha256``, a checksum of the fields themselves."""
-    fields = manifest.model_dump(mode="json")
+    fields = encode(manifest)
     fields["manifest_sha256"] = _checksum(fields)
     return (json.dumps(fields, indent=1) + "\n").encode()  # field order kept: key components in key order
 
@@ -187,11 +186,9 @@ def read_manifest(directory: Path) -> Manifest:
     if stored_checksum != _checksum(raw):
         raise ArtifactError(f"{path}: manifest checksum mismatch (the file was modified or damaged)")
     try:
-        return Manifest.model_validate(raw)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        raise ArtifactError(f"{path}: invalid manifest ({where}: {first['msg']})") from None
+        return decode(Manifest, raw)
+    except SchemaError as exc:
+        raise ArtifactError(f"{path}: invalid manifest ({exc.where}: {exc.message})") from None
 
 
 def file_digest(path: Path) -> FileRecord:

@@ -30,12 +30,11 @@ import os
 import re
 import struct
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
-
 from neuroncc.driver.artifact import FORMAT_VERSION, MANIFEST_NAME, Manifest, inside_artifact, verify_artifact
+from neuroncc.driver.strict_json import SchemaError, decode, encode, minimum, pattern
 from neuroncc.errors import ArtifactError
 
 MAGIC = b"\x89NCCART\n"
@@ -61,20 +60,18 @@ class BadBundleError(ArtifactError):
         self.reason = reason
 
 
-class BundleFile(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
+@dataclass(frozen=True, slots=True)
+class BundleFile:
     name: str
-    size: int = Field(ge=0)
+    size: int = field(metadata=minimum(0))
 
 
-class BundleHead(BaseModel):
+@dataclass(frozen=True, slots=True)
+class BundleHead:
     """What a bundle holds; ``target`` .. ``neuroncc_version`` repeat the manifest's so that ``neuroncc cache
-    list --remote`` can show an entry from its first bytes."""
+    list --remote`` can show an entry from its first bytes. Checked field by field when read (``strict_json``)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    key: str = Field(pattern=KEY_PATTERN.pattern)
+    key: str = field(metadata=pattern(KEY_PATTERN.pattern))
     format_version: int
     target: str
     graph_name: str
@@ -104,7 +101,7 @@ def pack_bundle(directory: Path, secret: bytes, domain: bytes = REMOTE_DOMAIN) -
                       graph_name=manifest.graph_name, created_at=manifest.created_at,
                       neuroncc_version=manifest.neuroncc_version,
                       files=[BundleFile(name=n, size=len(c)) for n, c in zip(names, contents)])
-    head_bytes = head.model_dump_json().encode()
+    head_bytes = json.dumps(encode(head), separators=(",", ":")).encode()
     body = b"".join([HEADER.pack(MAGIC, BUNDLE_VERSION, len(head_bytes)), head_bytes, *contents])
     return body + sign(secret, manifest.key, body, domain)
 
@@ -173,8 +170,8 @@ def open_bundle(value: bytes, key: str, secret: bytes, domain: bytes = REMOTE_DO
 
 def _parse_head(data: bytes) -> BundleHead:
     try:
-        return BundleHead.model_validate(json.loads(data.decode("utf-8")))
-    except (UnicodeDecodeError, json.JSONDecodeError, ValidationError) as exc:
+        return decode(BundleHead, json.loads(data.decode("utf-8")))
+    except (UnicodeDecodeError, json.JSONDecodeError, SchemaError) as exc:
         raise BadBundleError(f"unreadable head ({type(exc).__name__})") from None
 
 

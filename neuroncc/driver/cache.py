@@ -46,7 +46,7 @@ from typing import Any
 from neuroncc.errors import ArtifactError, NeuronccError
 from neuroncc.driver.bundle import BadBundleError, Bundle, open_bundle, pack_bundle
 from neuroncc.driver.notices import CacheWarning
-from neuroncc.driver.remote import LockOutcome, RemoteTier
+from neuroncc.driver.remote import LockOutcome, RemoteTier, remote_tier_from_environ
 from neuroncc.driver.artifact import (
     ARTIFACT_CODECS,
     ArtifactCodec,
@@ -69,7 +69,7 @@ from neuroncc.driver.cache_key import (
     compute_key,
 )
 from neuroncc.executors.executable import Executable
-from neuroncc.driver.process_cache import CACHE_STATS, CacheStats, MemoryTier
+from neuroncc.driver.process_cache import CACHE_STATS, PROCESS_MEMORY, CacheStats, MemoryTier
 from neuroncc.driver.publisher import PUBLISHER
 
 CACHE_DIR_VARIABLE = "NEURONCC_CACHE_DIR"
@@ -576,3 +576,17 @@ def _process_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def cache_from_environ(environ: Mapping[str, str], **kwargs: Any) -> CompileCache | None:
+    """The cache ``environ`` asks for: the directory ``$NEURONCC_CACHE_DIR`` (None if
+    ``$NEURONCC_DISABLE_CACHE``), this process's memory tier in front of it, and behind it the remote tier
+    :func:`~neuroncc.driver.remote.remote_tier_from_environ` names. It publishes new entries in the background
+    (a compile returns before its artifact is on the disk; see :mod:`neuroncc.driver.publisher`). ``kwargs``
+    go to :class:`CompileCache`."""
+    kwargs.setdefault("memory", PROCESS_MEMORY)
+    kwargs.setdefault("publish_in_background", True)
+    cache = CompileCache.from_environ(environ, **kwargs)
+    if cache is not None and "remote" not in kwargs:
+        cache.remote = remote_tier_from_environ(environ)
+    return cache

@@ -35,7 +35,6 @@ from neuroncc.ir import DenseAttr, Function, print_function
 from neuroncc.driver.artifact import ARTIFACT_CODECS, FORMAT_VERSION
 from neuroncc.driver.source_digest import package_digest
 from neuroncc.errors import PipelineError
-from neuroncc.passes.pipeline import IN_TREE_PASSES, PassRegistry, parse_pipeline
 import neuroncc
 
 _SUMMARY_LIMIT = 96
@@ -130,6 +129,9 @@ def pipeline_fingerprint(pipeline: str) -> str:
     """
     if _in_tree_only(pipeline):  # the usual case, without a scan of the installed distributions' entry points
         return pipeline
+    # the passes (and networkx, which the fusion pass imports): only to key a compile, never to load an artifact
+    from neuroncc.passes.pipeline import IN_TREE_PASSES, parse_pipeline
+
     plugins = [type(p) for p in parse_pipeline(pipeline).passes if type(p) not in IN_TREE_PASSES]
     return "\n".join([pipeline, *(f"{cls.name}: {_plugin_source(cls)}" for cls in dict.fromkeys(plugins))])
 
@@ -138,6 +140,8 @@ def pipeline_fingerprint(pipeline: str) -> str:
 def _in_tree_only(pipeline: str) -> bool:
     """Whether ``pipeline`` parses with neuroncc's own passes alone (remembered: the eager device keys every
     op it compiles, and a parse costs ~1 ms)."""
+    from neuroncc.passes.pipeline import IN_TREE_PASSES, PassRegistry, parse_pipeline  # see pipeline_fingerprint
+
     try:
         parse_pipeline(pipeline, PassRegistry({cls.name: cls for cls in IN_TREE_PASSES}, {}))
         return True

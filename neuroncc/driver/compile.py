@@ -24,13 +24,10 @@ from typing import Any
 from neuroncc.ir import Function, print_function, verify
 from neuroncc.passes.manager import PassContext, Pipeline
 from neuroncc.passes.pipeline import as_pipeline, default_pipeline, parse_pipeline, run_pipeline
-from neuroncc.driver.cache import CacheOutcome, CompileCache, CompileRequest, CompileResult
-from neuroncc.driver.process_cache import PROCESS_MEMORY
+from neuroncc.driver.cache import CacheOutcome, CompileCache, CompileRequest, CompileResult, cache_from_environ
 from neuroncc.driver.records import CompileRecord, configure_log_from_environ, make_record
-from neuroncc.driver.remote import RemoteTier, settings_from_environ, tier_for
-from neuroncc.executors.executable import Executable, build_executable
+from neuroncc.executors.executable import DEFAULT_TARGET, Executable, build_executable
 
-DEFAULT_TARGET = "cpu"
 log = logging.getLogger("neuroncc.driver")
 
 #: ``compile_graph(cache=FROM_ENVIRONMENT)``: the cache that the environment names (:func:`cache_from_environ`).
@@ -75,27 +72,6 @@ def compile_graph(fn: Function, *, target: str = DEFAULT_TARGET, pipeline: str |
     if on_compiled is not None:
         on_compiled(record)
     return executable
-
-
-def cache_from_environ(environ: Mapping[str, str], **kwargs: Any) -> CompileCache | None:
-    """The cache ``environ`` asks for: the directory ``$NEURONCC_CACHE_DIR`` (None if
-    ``$NEURONCC_DISABLE_CACHE``), this process's memory tier in front of it, and behind it the remote tier
-    :func:`remote_tier_from_environ` names. It publishes new entries in the background (a compile returns
-    before its artifact is on the disk; see :mod:`neuroncc.driver.publisher`). ``kwargs`` go to
-    :class:`CompileCache`."""
-    kwargs.setdefault("memory", PROCESS_MEMORY)
-    kwargs.setdefault("publish_in_background", True)
-    cache = CompileCache.from_environ(environ, **kwargs)
-    if cache is not None and "remote" not in kwargs:
-        cache.remote = remote_tier_from_environ(environ)
-    return cache
-
-
-def remote_tier_from_environ(environ: Mapping[str, str]) -> RemoteTier | None:
-    """The process's tier for ``$NEURONCC_REMOTE_CACHE`` if ``$NEURONCC_REMOTE_CACHE_KEY`` is set (without the
-    key: None, and one notice per process)."""
-    settings = settings_from_environ(environ)
-    return tier_for(settings) if settings is not None else None
 
 
 def make_request(fn: Function, *, target: str = DEFAULT_TARGET, pipeline: str | None = None,

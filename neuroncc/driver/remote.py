@@ -413,3 +413,10 @@ def tier_for(settings: RemoteSettings) -> RemoteTier:
         if tier is None:
             tier = _TIERS[settings] = RemoteTier(settings)
         return tier
+
+
+def remote_tier_from_environ(environ: Mapping[str, str]) -> RemoteTier | None:
+    """The process's tier for ``$NEURONCC_REMOTE_CACHE`` if ``$NEURONCC_REMOTE_CACHE_KEY`` is set (without the
+    key: None, and one notice per process)."""
+    settings = settings_from_environ(environ)
+    return tier_for(settings) if settings is not None else None

@@ -5,7 +5,8 @@ arrays in the function's parameter order and returning fresh numpy arrays in out
 this boundary as float32 arrays holding bf16-representable values (the reference interpreter's convention).
 
 Targets are looked up by name in :data:`TARGETS`; each entry is a factory ``(Function, options) ->
-Executable`` so that importing this module stays cheap (llvmlite is imported only when the cpu target builds).
+Executable`` so that importing this module stays cheap (llvmlite is imported only when the cpu target builds,
+the NKI simulator and code generator only when the nki-sim target does).
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ import numpy as np
 
 from neuroncc.errors import NeuronccError
 from neuroncc.ir import Function, interpret
-from neuroncc.executors.nki_sim.executable import build_nki_executable
 from neuroncc.executors.tracing import StepInfo, active_tracer
 
 
@@ -70,10 +70,16 @@ def _build_cpu(fn: Function, options: Mapping[str, Any]) -> Executable:
 
 
 def _build_nki_sim(fn: Function, options: Mapping[str, Any]) -> Executable:
+    # the NKI simulator and its code generator: ~60 ms to import, which no cpu compile or load needs
+    from neuroncc.executors.nki_sim.executable import build_nki_executable
+
     return build_nki_executable(fn, options)
 
 
 TargetFactory = Callable[[Function, Mapping[str, Any]], Executable]
+
+#: The target a compile is for when no one says (``compile_graph``, the ``neuron`` backend's ``target``).
+DEFAULT_TARGET = "cpu"
 
 #: Every compilation target by name. ``cpu`` (LLVM) is the default once available.
 TARGETS: dict[str, TargetFactory] = {

@@ -1,7 +1,7 @@
 """The callable AOTAutograd runs: tensors in, executable, tensors out.
 
 It follows AOTAutograd's boxed calling convention (one list argument, cleared once read so inputs can be
-freed early) and builds every graph output the way :class:`~neuroncc.frontend.importer.ImportedGraph` says:
+freed early) and builds every graph output the way :class:`~neuroncc.frontend.imported.ImportedGraph` says:
 computed outputs get eager's dtype and strides, inputs returned unchanged are the same tensor objects, and
 missing gradients are ``None``. In-place updates of inputs are written back before returning.
 """
@@ -17,8 +17,7 @@ from neuroncc.frontend.boundary import HostDevice
 from neuroncc.frontend.direct_call import DirectCall
 from neuroncc.frontend.convert import ParameterViews, TensorSpec, numpy_layout, to_torch, wrap_result
 from neuroncc.frontend.profiling import ensure_installed
-from neuroncc.frontend.importer import ComputedOutput, ImportedGraph, InputOutput
-from neuroncc.frontend.lowering.random_ops import draw_key
+from neuroncc.frontend.imported import ComputedOutput, ImportedGraph, InputOutput, draw_key
 from neuroncc.ir.ops.library_linalg import LinalgInputError
 from neuroncc.executors.executable import Executable
 

@@ -21,7 +21,7 @@ import torch
 
 from neuroncc.executors.cpu.address_call import AddressCall
 from neuroncc.frontend.convert import _NUMPY_DTYPES
-from neuroncc.frontend.importer import ComputedOutput, ImportedGraph
+from neuroncc.frontend.imported import ComputedOutput, ImportedGraph
 from neuroncc.ir.dtypes import DType
 
 

@@ -45,8 +45,7 @@ from torch._functorch._aot_autograd.runtime_wrappers import (
     post_compile,
 )
 
-from neuroncc.driver.cache import CompileCache
-from neuroncc.driver.compile import cache_from_environ
+from neuroncc.driver.cache import CompileCache, cache_from_environ
 from neuroncc.driver.graph_entries import GRAPH_FORMAT_VERSION, graph_key, read_graph_entry, write_graph_entry
 from neuroncc.driver.cache_key import CacheKey
 from neuroncc.driver.notices import CacheWarning
@@ -55,7 +54,7 @@ from neuroncc.frontend.aot_metadata import BadMetadata, UnsupportedMetadata, dec
 from neuroncc.frontend.compiled import CompiledGraph
 from neuroncc.frontend.convert import TensorSpec
 from neuroncc.frontend.graph_key import Uncacheable, key_parts
-from neuroncc.frontend.importer import ComputedOutput, ConstantOutput, ImportedGraph, InputOutput
+from neuroncc.frontend.imported import ComputedOutput, ConstantOutput, ImportedGraph, InputOutput
 from neuroncc.frontend.options import BackendOptions
 import neuroncc
 

@@ -7,14 +7,14 @@ output, whether it is computed by the IR function, is a graph input handed back 
 (a gradient that does not exist); nested output tuples are flattened. A lowered value whose shape or dtype disagrees with what PyTorch computed
 is a neuroncc bug and is reported as one.
 
-The result, :class:`ImportedGraph`, is a description; :mod:`neuroncc.frontend.compiled` runs it.
+The result, :class:`~neuroncc.frontend.imported.ImportedGraph`, is a description;
+:mod:`neuroncc.frontend.compiled` runs it.
 """
 
 from __future__ import annotations
 
 import operator
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -26,6 +26,7 @@ from neuroncc.errors import TypeInferenceError, UnsupportedOpError
 from neuroncc.frontend.convert import TensorSpec, to_numpy
 from neuroncc.frontend.lowering.coverage import COVERAGE_LOWERINGS
 from neuroncc.frontend.diagnostics import op_name, unsupported_op
+from neuroncc.frontend.imported import ComputedOutput, ConstantOutput, GraphOutput, ImportedGraph, InputOutput
 from neuroncc.frontend.lowering.attention import ATTENTION_LOWERINGS
 from neuroncc.frontend.lowering.complex import COMPLEX_LOWERINGS
 from neuroncc.frontend.lowering.context import LoweringBug, LoweringContext, ir_dtype, meta_value
@@ -34,7 +35,7 @@ from neuroncc.frontend.lowering.library import LIBRARY_LOWERINGS
 from neuroncc.frontend.lowering.movement import MOVEMENT_LOWERINGS
 from neuroncc.frontend.lowering.random import RANDOM_LOWERINGS, GraphRandomness
 from neuroncc.frontend.lowering.reductions import REDUCTION_LOWERINGS
-from neuroncc.ir import Builder, DenseAttr, DType, Function, TensorType, Value
+from neuroncc.ir import Builder, DenseAttr, DType, TensorType, Value
 
 #: aten op -> lowering. One entry per op; the tables live next to their lowerings.
 LOWERINGS: Mapping[Any, Callable[..., Any]] = {
@@ -42,53 +43,6 @@ LOWERINGS: Mapping[Any, Callable[..., Any]] = {
     **LIBRARY_LOWERINGS, **ATTENTION_LOWERINGS, **RANDOM_LOWERINGS,
     **COMPLEX_LOWERINGS,  # complex abs overrides the real one
 }
-
-
-@dataclass(frozen=True, slots=True)
-class ComputedOutput:
-    """Graph output computed by the IR function: its output number and eager's layout for it."""
-
-    index: int
-    spec: TensorSpec
-
-
-@dataclass(frozen=True, slots=True)
-class InputOutput:
-    """Graph output that is graph input ``position`` itself (returned as the same tensor object)."""
-
-    position: int
-
-
-@dataclass(frozen=True, slots=True)
-class ConstantOutput:
-    """Graph output that is not a tensor (``None`` for a missing gradient, or a Python number)."""
-
-    value: Any
-
-
-GraphOutput = ComputedOutput | InputOutput | ConstantOutput
-
-
-@dataclass(frozen=True, slots=True)
-class ImportedGraph:
-    """An IR function plus how to feed it from, and return its results to, the FX graph's calling convention.
-
-    ``param_positions[i]`` is the graph input that IR parameter ``i`` reads (unused inputs are not passed);
-    ``mutations`` lists ``(graph input, IR output)`` pairs for in-place updates of inputs (``copy_`` into a
-    placeholder), written back after the call as eager would (unless the executable computed the output in
-    the input's own memory: imported with ``donate``, see :func:`import_graph`). With ``bf16_bits`` every bf16
-    graph input is an i16 parameter holding the tensor's bits, and every bf16 result an i16 output (see
-    :func:`import_graph`).
-    ``rng_key``: the function's last parameter is the per-call random key (a graph with random ops;
-    frontend/lowering/random.py), which no graph input feeds.
-    """
-
-    function: Function
-    param_positions: tuple[int, ...]
-    outputs: tuple[GraphOutput, ...]
-    mutations: tuple[tuple[int, int], ...] = ()
-    bf16_bits: bool = False
-    rng_key: bool = False
 
 
 def unsupported_nodes(gm: fx.GraphModule) -> list[fx.Node]:

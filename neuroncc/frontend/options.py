@@ -5,7 +5,7 @@ backend honours (``NEURONCC_DUMP``, ``NEURONCC_DISABLE_GRAPH_CACHE``); everythin
 :class:`BackendOptions` value.
 
     target    where graphs run: "interp" (reference interpreter), "cpu" (LLVM), "nki-sim"
-              (default: neuroncc.driver.compile.DEFAULT_TARGET)
+              (default: neuroncc.executors.executable.DEFAULT_TARGET)
     pipeline  a pass pipeline string overriding the target's default
     fallback  "none" (default: an unsupported op fails the compile) or "cpu" (run it on eager PyTorch)
     random_masks  "save" (default: the forward saves dropout masks, 1 byte per element, for the backward) or
@@ -32,8 +32,7 @@ from types import MappingProxyType
 from typing import Any
 
 from neuroncc.errors import InputError
-from neuroncc.driver import compile as driver
-from neuroncc.executors.executable import TARGETS
+from neuroncc.executors.executable import DEFAULT_TARGET, TARGETS
 
 FALLBACK_MODES = ("none", "cpu")
 RANDOM_MASK_MODES = ("save", "regenerate")
@@ -47,7 +46,7 @@ DISABLE_GRAPH_CACHE_VAR = "NEURONCC_DISABLE_GRAPH_CACHE"
 
 @dataclass(frozen=True)
 class BackendOptions:
-    target: str = driver.DEFAULT_TARGET
+    target: str = DEFAULT_TARGET
     pipeline: str | None = None
     fallback: str = "none"
     dump_dir: str | None = None
@@ -61,7 +60,7 @@ class BackendOptions:
     def from_user(options: Mapping[str, Any] | None, environ: Mapping[str, str]) -> BackendOptions:
         """Validate the user's options; ``environ`` supplies NEURONCC_DUMP when dump_dir is not given."""
         given = dict(options or {})
-        target = given.get("target") or driver.DEFAULT_TARGET
+        target = given.get("target") or DEFAULT_TARGET
         if target not in TARGETS:
             raise InputError(f"neuron backend: unknown target '{target}' (known: {', '.join(sorted(TARGETS))})")
         fallback = given.get("fallback") or "none"

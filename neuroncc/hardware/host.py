@@ -89,6 +89,17 @@ class CpuTarget:
         return self.has("avx512f")
 
     @property
+    def onednn_min_macs(self) -> int:
+        """The fewest multiply-adds for which a float32 mm/addmm runs as oneDNN's linear rather than MKL's sgemm
+        (called directly, ``executors/cpu/blas.py``). oneDNN pays ~10-50 us per call for its primitive, and
+        its advantage is its AVX-512 kernels: on the Zen 4 of sessions 1-4 MKL stayed far below them from 2M
+        multiply-adds up. Without AVX-512 (Zen 3, 1 and 2 threads, 2026-12-02) MKL is as fast or faster up to
+        ~270M: [512, 64] x [64, 192] 199 us against oneDNN's 247 (1 thread), [1024, 256] x [256, 256] 1.06 ms
+        against 1.78 (2 threads), [256, 1024] x [1024, 1024] 6.1 ms against 8.8; oneDNN wins from ~1G ([4096,
+        256] x [256, 1024] 16.9 ms against 24.2)."""
+        return 1 << 21 if self.has("avx512f") else 1 << 29
+
+    @property
     def machine_features(self) -> str:
         """The feature string for LLVM's target machine: the CPU's features with the vector width above
         made explicit (``prefer-256-bit`` is a tuning flag LLVM sets per CPU model)."""

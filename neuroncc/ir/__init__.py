@@ -1,5 +1,5 @@
 """neuroncc's intermediate representation: types, ops and their traits, graphs, text form, verifier, reference
-interpreter.
+interpreter, and how view ops window a buffer (``strides``).
 
 Depends on numpy only (no torch), so the IR and the passes stay fast to import and usable without PyTorch.
 

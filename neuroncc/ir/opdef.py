@@ -63,7 +63,7 @@ class Trait(enum.Enum):
     #: are operand 0's elements at positions the attributes alone fix (reshape, permute, slice, split, ...).
     VIEW = "view"
     #: A VIEW with one result that is a strided window (shape, strides, offset) on any strided operand,
-    #: unless a reshape merges dims that are not laid out contiguously (:mod:`neuroncc.passes.strides`).
+    #: unless a reshape merges dims that are not laid out contiguously (:mod:`neuroncc.ir.strides`).
     #: These stay at the top level and in kernel operands as views. (split has several results;
     #: as_strided indexes the operand's logical row-major order, so only a contiguous operand is a window.)
     STRIDED_VIEW = "strided-view"
@@ -75,7 +75,7 @@ class Trait(enum.Enum):
     BROADCAST = "broadcast"
     #: A VIEW that reads operand 0's storage as another element type (view_as_real: c64 as f32 (re, im) pairs;
     #: view_as_complex: back). It stays at the top level (kernels never see c64), where the launcher
-    #: reinterprets the buffer; its strides count its own elements (:func:`neuroncc.passes.strides.
+    #: reinterprets the buffer; its strides count its own elements (:func:`neuroncc.ir.strides.
     #: reinterpreted_strides`).
     REINTERPRET = "reinterpret"
     #: A (batched) matrix product of the last two operands, [b,] m x k @ k x n, each read transposed when

@@ -26,7 +26,7 @@ from neuroncc.passes.kernel_names import describe
 from neuroncc.passes.kernels import check_kernel_contract
 from neuroncc.passes.manager import Pass, PassContext
 from neuroncc.passes.rewrite import dce, named
-from neuroncc.passes.strides import view_chain_layout
+from neuroncc.ir.strides import view_chain_layout
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from typing import Any, ClassVar
 from neuroncc.hardware.host import CACHE_LINE_BYTES
 from neuroncc.ir import REGISTRY, Attrs, Category, Function, Op, Trait, Value
 from neuroncc.passes.manager import Pass, PassContext
-from neuroncc.passes.strides import aliases_operand
+from neuroncc.ir.strides import aliases_operand
 
 ALIGNMENT = CACHE_LINE_BYTES
 

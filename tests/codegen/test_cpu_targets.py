@@ -8,7 +8,9 @@ import re
 
 import pytest
 
-from neuroncc.codegen.llvm import Layout, emit_kernel, jit, plan_kernel
+from neuroncc.codegen.llvm import Layout, jit
+from neuroncc.codegen.llvm.emit import emit_kernel
+from neuroncc.codegen.llvm.schedule import plan_kernel
 from neuroncc.hardware.host import CpuTarget
 from neuroncc.ir import Builder, DType, TensorType
 
@@ -110,16 +112,19 @@ def test_an_integer_iota_is_integer_vector_code_without_avx512(name):
 
 @pytest.mark.parametrize("name", sorted(TARGETS))
 def test_bf16_bits_convert_with_vector_integer_instructions(name):
-    # bf16 tensors cross the cpu target's boundary as int16 bits (the torch backend's bf16_bits): in, a zero
-    # extension and a shift by 16 per vector; out, a shift back and a pack. No float compare or blend (the
-    # rounding of an already-bf16 value with its NaN select, which the conversion used to carry).
+    # bf16 tensors cross the cpu target's boundary as int16 bits (the torch backend's bf16_bits), read and
+    # written as pairs of a 32-bit word (codegen/llvm/pairs.py): in, a shift by 16 (and the word itself, its low
+    # half cleared) per vector of words; out, a shift back and a word blend. No zero extension (vpmovzxwd) or
+    # pack (vpackusdw, vpermq), as element by element; no float compare or blend (the rounding of an
+    # already-bf16 value with its NaN select, which the conversion used to carry).
     b = Builder("bits")
     x = b.param(TensorType((64, 256), DType.i16), "x")
     fn = b.build([b.op("bitcast", b.op("neg", b.op("bitcast", x, dtype=DType.bf16)), dtype=DType.i16)])
     body = _graph_assembly(TARGETS[name], fn)
     register = "zmm" if TARGETS[name].vector_bits == 512 else "ymm"
-    assert re.search(rf"vpmovzxwd\s+\S+, %{register}", body), body
-    assert re.search(rf"vpslld\s+\$16, %{register}", body)
+    assert re.search(rf"vpslld\s+\$16, %{register}", body), body
+    for shuffle in ("vpmovzxwd", "vpackusdw", "vpermq"):
+        assert shuffle not in body, body
     assert "vcmpunordps" not in body and "vblendv" not in body
 
 

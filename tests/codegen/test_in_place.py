@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from neuroncc.codegen.llvm import program
-from neuroncc.codegen.llvm.program import CpuLaunchPlan
+from neuroncc.codegen.llvm.launch_plan import CpuLaunchPlan
 from neuroncc.driver.compile import compile_graph
 from neuroncc.errors import VerifyError
 from neuroncc.executors.cpu.address_call import AddressCall

@@ -7,7 +7,8 @@ import pytest
 import torch
 from codegen_helpers import run_both
 
-from neuroncc.codegen.llvm import Layout, plan_kernel
+from neuroncc.codegen.llvm import Layout
+from neuroncc.codegen.llvm.schedule import plan_kernel
 from neuroncc.codegen.llvm.kernel_plan import RowLoop
 from neuroncc.codegen.llvm.regions import fuse_whole_function, make_kernel
 from neuroncc.ir import Builder, DType, Op, TensorType, round_to_bf16, verify
@@ -224,9 +225,9 @@ def test_large_outputs_are_streamed_with_nontemporal_stores(rng):
 
 
 @pytest.mark.usefixtures("small_last_level_cache")
-def test_long_streamed_rows_go_through_an_l1_sized_buffer(rng):
+def test_long_streamed_rows_go_out_a_cache_line_at_a_time(rng):
     # cross-entropy's gradient rows (32000 classes): each was computed into a 128 KB stack buffer (L2) before
-    # its non-temporal copy; now in pieces of at most 16 KiB, the last one shorter (32000 = 7 * 4096 + 3328)
+    # its non-temporal copy, then in pieces of 16 KiB; now a cache line at a time
     import re
 
     b = Builder("long_rows")
@@ -235,8 +236,36 @@ def test_long_streamed_rows_go_through_an_l1_sized_buffer(rng):
     exe, _ = run_both(fn, [rng.standard_normal((48, 32000)).astype(np.float32)])
     ir_text = "".join(exe.module.llvm_ir)
     buffers = [int(n) for n in re.findall(r"alloca \[(\d+) x float\]", ir_text)]
-    assert buffers and max(buffers) * 4 <= 16384, buffers
+    assert buffers and max(buffers) * 4 <= 16384, buffers  # (the row cache of exp, 32000 floats, is not here)
     assert ir_text.count("!nontemporal") >= 1
+
+
+def _blocks_with(assembly: str, instruction: str) -> list[str]:
+    """The basic blocks (between labels) of ``assembly`` that contain ``instruction``."""
+    import re
+
+    return [block for block in re.split(r"\n\S+:", assembly) if instruction in block]
+
+
+@pytest.mark.usefixtures("small_last_level_cache")
+def test_streamed_lines_are_stored_from_the_registers_that_computed_them(rng):
+    # LayerNorm's write pass computed a whole row into a stack buffer, then copied it out with one burst of
+    # non-temporal stores (the core stalled on its write-combining buffers while the memory bus idled); each
+    # vector now goes out of the compute loop itself: a one-vector buffer, which LLVM keeps in registers
+    import re
+
+    from neuroncc.codegen.llvm import jit
+
+    fn = layernorm_graph(1024, 1024)  # a 4 MB output: streamed
+    inputs = [rng.standard_normal(s).astype(np.float32) for s in ((1024, 1024), (1024,), (1024,))]
+    exe, _ = run_both(fn, inputs)
+    buffers = re.findall(r"alloca \[(\d+) x float\]", "".join(exe.module.llvm_ir))
+    assert buffers == [str(jit.host_target().f32_lanes)]
+    stores = _blocks_with(jit.assembly(exe.module.llvm_ir), "vmovntps")
+    assert stores
+    for block in stores:
+        assert re.search(r"v(sub|mul|add|fmadd\w*)ps", block), block  # the loop that computes the values
+        assert not re.search(r"vmovaps\s+-?\d*\(%rsp", block), block  # no reload from a stack buffer
 
 
 @pytest.mark.parametrize(("cols", "kind", "prefetched"), [(1024, "layernorm", True), (8192, "layernorm", False),
@@ -282,12 +311,13 @@ def test_row_loops_prefetch_the_next_row_of_their_input(cols, kind, prefetched, 
 @pytest.mark.parametrize(("exp", "rows"), [(True, True), (False, True), (True, False), (False, False)])
 def test_streamed_rows_of_a_compute_bound_stage_go_out_a_burst_at_a_time(rng, exp, rows):
     # cross-entropy's gradient computes an exp per element: its rows are streamed through MEMORY_BURST_LINES
-    # lines of stack buffer at a time (1 KiB), which the core sends to memory while the next piece is computed;
-    # other stages keep 16 KiB pieces. A map alone over [64, 20384] runs in blocks of 16384 columns, the last
-    # block of a row 4000: it needs fewer pieces than a whole block (it ran pieces past the row's end, into
-    # memory it does not own)
+    # lines of stack buffer at a time (1 KiB), a loop of several vectors that the math's interleave count can
+    # interleave; other stages go out a vector at a time (a one-vector buffer: registers). A map alone over
+    # [64, 20384] runs in blocks of 16384 columns, the last block of a row 4000: it needs fewer pieces than a whole
+    # block (it ran pieces past the row's end, into memory it does not own)
     import re
 
+    from neuroncc.codegen.llvm import jit
     from neuroncc.codegen.llvm.regions import fuse_whole_function
     from neuroncc.hardware.host import CACHE_LINE_BYTES, MEMORY_BURST_LINES
 
@@ -300,7 +330,7 @@ def test_streamed_rows_of_a_compute_bound_stage_go_out_a_burst_at_a_time(rng, ex
     ir_text = "".join(exe.module.llvm_ir)
     streamed = [m for m in ir_text.split("; ModuleID") if "!nontemporal" in m]
     buffers = [int(n) for m in streamed for n in re.findall(r"alloca \[(\d+) x float\]", m)]
-    assert buffers == [MEMORY_BURST_LINES * CACHE_LINE_BYTES // 4 if exp else 4096], buffers
+    assert buffers == [MEMORY_BURST_LINES * CACHE_LINE_BYTES // 4 if exp else jit.host_target().f32_lanes], buffers
 
 
 @pytest.mark.usefixtures("small_last_level_cache")

@@ -12,7 +12,7 @@ from neuroncc.codegen.llvm.regions import wrap_remaining_ops
 from neuroncc.errors import ArtifactError, InputError
 from neuroncc.ir import Builder, DType, TensorType, interpret, parse, print_function
 from neuroncc.driver.compile import DEFAULT_TARGET, compile_graph
-from neuroncc.codegen.llvm.program import PLAN_VERSION
+from neuroncc.codegen.llvm.launch_plan import PLAN_VERSION
 from neuroncc.executors.cpu.launcher import CpuExecutable, build_cpu_executable, load_cpu_executable
 
 

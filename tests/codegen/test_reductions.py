@@ -8,7 +8,9 @@ import numpy as np
 import pytest
 from codegen_helpers import run_both, special_floats
 
-from neuroncc.codegen.llvm import Layout, emit_kernel, jit, plan_kernel
+from neuroncc.codegen.llvm import Layout, jit
+from neuroncc.codegen.llvm.emit import emit_kernel
+from neuroncc.codegen.llvm.schedule import plan_kernel
 from neuroncc.executors.cpu.launcher import build_cpu_executable
 from neuroncc.ir import Builder, DType, TensorType, round_to_bf16
 

@@ -11,7 +11,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from neuroncc.codegen.llvm import Layout, emit_kernel, plan_kernel
+from neuroncc.codegen.llvm import Layout
+from neuroncc.codegen.llvm.emit import emit_kernel
+from neuroncc.codegen.llvm.schedule import plan_kernel
 from neuroncc.codegen.llvm.kernel_plan import TransposedMap
 from neuroncc.codegen.llvm.regions import fuse_whole_function
 from neuroncc.ir import Builder, DType, TensorType, interpret, round_to_bf16

@@ -22,7 +22,8 @@ import numpy as np
 
 from cache_testing import read_nir, sample_inputs
 from neuroncc.driver.process_cache import CACHE_STATS
-from neuroncc.driver.compile import cache_from_environ, compile_graph
+from neuroncc.driver.cache import cache_from_environ
+from neuroncc.driver.compile import compile_graph
 from neuroncc.ir import interpret
 
 

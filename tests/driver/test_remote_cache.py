@@ -230,7 +230,7 @@ def test_a_dead_lock_holder_delays_others_by_its_lease_at_most(tmp_path, server)
 
 def test_without_a_key_the_remote_tier_is_off_with_one_notice(tmp_path, server, monkeypatch):
     from neuroncc.driver import remote
-    from neuroncc.driver.compile import cache_from_environ
+    from neuroncc.driver.cache import cache_from_environ
 
     monkeypatch.setattr(remote, "_NOTICES", set())
     environ = {"NEURONCC_CACHE_DIR": str(tmp_path / "cache"), "NEURONCC_REMOTE_CACHE": server.url}

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from neuroncc.ir import Builder, DType, TensorType, interpret
+from neuroncc.hardware.host import CpuTarget
 from neuroncc.executors.cpu import adopt, extern
 from neuroncc.driver.compile import compile_graph
 from neuroncc.executors.cpu.extern_library import LIBRARY_CALLS
@@ -78,7 +79,13 @@ def test_two_views_of_one_intermediate_do_not_share_it(rng):
 
 # ---- ATen results adopted -------------------------------------------------------------------------------------
 
-N = 128  # 128^3 multiply-adds: big enough for oneDNN (extern.ONEDNN_MIN_MACS)
+N = 128  # 128^3 multiply-adds: big enough for oneDNN (onednn_from_2m_macs)
+
+
+@pytest.fixture(autouse=True)
+def onednn_from_2m_macs(monkeypatch):
+    """oneDNN from 2M multiply-adds (AVX-512's threshold) on any host, so these products take it here too."""
+    monkeypatch.setattr(CpuTarget, "onednn_min_macs", property(lambda self: 1 << 21))
 requires_onednn = pytest.mark.skipif(not extern._onednn_available(torch), reason="torch built without oneDNN")
 
 

@@ -8,6 +8,7 @@ IR differs, or a damaged runtime.json, is ignored and the helpers are compiled a
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import subprocess
 import sys
@@ -63,7 +64,7 @@ def _rewrite(directory: Path, text: str) -> None:
     (directory / helpers.RUNTIME_FILE).write_text(text)
     manifest = read_manifest(directory)
     files = {**manifest.files, helpers.RUNTIME_FILE: file_digest(directory / helpers.RUNTIME_FILE)}
-    (directory / "manifest.json").write_bytes(manifest_bytes(manifest.model_copy(update={"files": files})))
+    (directory / "manifest.json").write_bytes(manifest_bytes(dataclasses.replace(manifest, files=files)))
 
 
 @pytest.fixture(scope="module")

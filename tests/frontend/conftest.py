@@ -18,14 +18,14 @@ def _fresh_dynamo():
 def compiled_graphs(monkeypatch):
     """The CompiledGraph of every graph the backend compiles, by kind (forward, backward, inference; the last
     of each kind)."""
-    from neuroncc.frontend import backend
+    from neuroncc.frontend import aot_compile
 
     graphs = {}
-    compile_aten_graph = backend.compile_aten_graph
+    compile_aten_graph = aot_compile.compile_aten_graph
 
     def recording(gm, name, options, *args, **kwargs):
         graphs[name.rsplit("_", 1)[-1]] = compiled = compile_aten_graph(gm, name, options, *args, **kwargs)
         return compiled
 
-    monkeypatch.setattr(backend, "compile_aten_graph", recording)
+    monkeypatch.setattr(aot_compile, "compile_aten_graph", recording)
     return graphs

@@ -8,6 +8,7 @@ crash; a graph the key cannot describe is compiled as before, with its reason co
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -92,7 +93,7 @@ def _rewrite_payload(entry: Path, edit) -> None:
     edit(payload)
     (entry / PAYLOAD_NAME).write_text(json.dumps(payload))
     manifest = read_manifest(entry)
-    fixed = manifest.model_copy(update={"files": {PAYLOAD_NAME: file_digest(entry / PAYLOAD_NAME)}})
+    fixed = dataclasses.replace(manifest, files={PAYLOAD_NAME: file_digest(entry / PAYLOAD_NAME)})
     (entry / MANIFEST_NAME).write_bytes(manifest_bytes(fixed))
 
 

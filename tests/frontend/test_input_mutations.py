@@ -9,20 +9,20 @@ import pytest
 import torch
 
 import neuroncc
-from neuroncc.frontend import backend
+from neuroncc.frontend import aot_compile
 
 
 @pytest.fixture
 def compiled_in_order(monkeypatch):
     """Every CompiledGraph the backend makes, in order (conftest's compiled_in_order keeps the last per kind)."""
     graphs = []
-    compile_aten_graph = backend.compile_aten_graph
+    compile_aten_graph = aot_compile.compile_aten_graph
 
     def recording(gm, name, options, *args, **kwargs):
         graphs.append(compile_aten_graph(gm, name, options, *args, **kwargs))
         return graphs[-1]
 
-    monkeypatch.setattr(backend, "compile_aten_graph", recording)
+    monkeypatch.setattr(aot_compile, "compile_aten_graph", recording)
     return graphs
 
 

@@ -122,6 +122,11 @@ class EmitContext(Protocol):
         """for i in [lo, hi): body(i)."""
         ...
 
+    def innermost_loop(self, lo: Any, hi: Any, body: Callable[[Any], None], stage: Any) -> None:
+        """for i in [lo, hi): body(i), the loop over ``stage``'s last dim (over element pairs where the stage
+        reads or writes 16-bit data along it: ``pairs.py``)."""
+        ...
+
     def nest(self, ranges: list[tuple[Any, Any]], body: Callable[[Index], None], prefix: list | None = None) -> None:
         """Nested loops over ``ranges`` (outermost first; ``(i, None)`` is a fixed index); body gets the index."""
         ...

@@ -30,9 +30,10 @@ from neuroncc.codegen.llvm.kernel_plan import (
     MapStage, PartialReduce, Phase, ReduceStage, RowLoop, ScatterLoop, SplitColumns, Stage, TransposedMap,
 )
 from neuroncc.codegen.llvm.online import OnlineMax, online_maxima
+from neuroncc.codegen.llvm.pairs import Pair, half_of, halfwords, pairs_halfwords, word_of
 from neuroncc.codegen.llvm.prefetch import carrier_stage, emit_prefetch_next_row, next_row, rows_to_prefetch
 from neuroncc.codegen.llvm.scalars import (
-    I32, I64, PTR, VOID, compute_type, constant, load, round_to, storage_itemsize, storage_type, store,
+    I16, I32, I64, PTR, VOID, compute_type, constant, load, round_to, storage_itemsize, storage_type, store,
 )
 from neuroncc.codegen.llvm.stages import (
     SharedMean, emit_column_combine, emit_column_partial, emit_column_reset, emit_combine, emit_partial,
@@ -42,18 +43,17 @@ from neuroncc.codegen.llvm.stages import (
 from neuroncc.codegen.llvm.transpose import emit_transposed
 from neuroncc.codegen.llvm.views import Layout
 from neuroncc.errors import CodegenError
-from neuroncc.hardware.host import CACHE_LINE_BYTES, MEMORY_BURST_LINES, CpuTarget
+from neuroncc.hardware.host import CACHE_LINE_BYTES, MEMORY_BURST_LINES, CpuTarget, host_cpu
+from neuroncc.ir.dtypes import DType
 from neuroncc.ir.graph import Op, Value
 from neuroncc.ir.opdef import Trait
 from neuroncc.ir.types import contiguous_strides
 
 #: Map-stage outputs at least this large are written with non-temporal stores ...
 STREAM_MIN_BYTES = 1 << 22
-#: ... through a stack buffer of at most this many bytes per output, half of L1: a longer row is streamed in
-#: pieces (cross-entropy's 32000-class rows went through a 128 KB buffer, written to L2 and read back); a stage
-#: computing a transcendental per element streams pieces of ``MEMORY_BURST_LINES`` lines (cross-entropy's
-#: gradient [512, 32000]: 13% faster than 16 KiB pieces, as fast as plain stores with half the traffic)
-STREAM_BUFFER_BYTES = 1 << 14
+#: ... a piece of at most this many bytes of the narrowest output at a time, one vector (see ``_map_stage``); a
+#: stage computing a transcendental per element, ``MEMORY_BURST_LINES`` lines of its widest output ...
+STREAM_PIECE_BYTES = CACHE_LINE_BYTES
 #: ... unless each element computes this many transcendental functions: such a stage is compute-bound, and
 #: the stack-buffer round trip costs more than the read-for-ownership it saves (gelu(x*w+b)*sigmoid(x) on
 #: [4096, 1024], 2 threads: 1.96 ms streamed, 1.76 ms with plain stores).
@@ -88,6 +88,7 @@ class KernelEmitter(IndexArithmetic):
         self._row_depth = 0
         self._stage_number = 0  # position of the stage being emitted in its phase (row caches key on it)
         self._streamed = False  # the current phase wrote non-temporal stores
+        self._pair: Pair | None = None  # the element pair of the innermost loop being emitted (``pairs.py``)
         # argument slot -> the region constant's data (a read at a constant index folds to its value)
         self._constant_data = {plan.n_params + plan.n_outputs + k: plan.region.ops[extra.op_index].attrs["value"]
                                for k, extra in enumerate(plan.extra) if extra.kind == ExtraKind.CONSTANT}
@@ -148,7 +149,7 @@ class KernelEmitter(IndexArithmetic):
         self._entry.branch(start_block)
         return symbol
 
-    def innermost_loop(self, latch: ir.Instruction, blocks: list[ir.Block]) -> None:
+    def innermost_loop_emitted(self, latch: ir.Instruction, blocks: list[ir.Block]) -> None:
         if computes_polynomial_math(blocks):
             hint_math_loop(latch, self.target)
 
@@ -299,17 +300,27 @@ class KernelEmitter(IndexArithmetic):
         if transcendentals >= STREAM_MAX_TRANSCENDENTALS:
             streamed = []
         if not streamed or not ranges or ranges[-1][1] is None:
-            self.nest(ranges, lambda idx: self._map_body(stage, idx, {}))
+            self._stage_nest(stage, ranges, lambda idx: self._map_body(stage, idx, {}))
             return
-        # Each row is computed into an L1-resident stack buffer (plain vectorized stores), then streamed to
-        # the output with aligned non-temporal vector stores: no read-for-ownership of the output lines.
+        # Each piece of a row, one vector of the narrowest streamed output (whole vectors of every output), is
+        # computed into a stack buffer with plain stores, then stored to the output with aligned non-temporal
+        # vector stores: no read-for-ownership of the output lines. The piece is one vector iteration of the
+        # loop vectorizer, so LLVM keeps the buffer in registers and the loop stores its results with `vmovntps`
+        # directly, as soon as they are computed. (Pieces of up to 16 KiB, as before, wrote bursts of
+        # non-temporal lines between the compute loops, which stalled the core on its write-combining buffers
+        # while the memory bus idled: on Zen 3, [8192, 1024] x*w+b went from 71% to 90% of the copy roofline,
+        # LayerNorm from 60% to 67%, RMSNorm from 75% to 83%, 2 threads. Pieces of a cache line were a loop of
+        # two vector iterations through the stack where a loop body is heavy: bf16 LayerNorm's rounding.)
         lo, hi = ranges[-1]
         length = block or stage.shape[-1]
-        # a long row goes through the buffer in pieces that stay in L1 (whole cache lines of every output); a
-        # compute-bound stage's in pieces of one burst, which the core's buffers take at once and send to memory
-        # while the next piece is computed (a larger piece waits for them to drain, the core computing nothing)
-        buffer_bytes = MEMORY_BURST_LINES * CACHE_LINE_BYTES if transcendentals else STREAM_BUFFER_BYTES
-        piece = min(length, buffer_bytes // max(storage_itemsize(t.dtype) for t in streamed))
+        # A stage computing a transcendental per element streams pieces of one burst, ``MEMORY_BURST_LINES`` lines:
+        # its loop is compute-bound, a one-vector piece left it one vector iteration, with nothing for the math's
+        # interleaving (``loop_hints.py``) to interleave (Zen 3, cross-entropy fwd+bwd [512, 32000], one process:
+        # one-vector pieces 6% slower at 2 threads, 19% at 1); the core's buffers drain a burst meanwhile.
+        burst = transcendentals > 0
+        itemsizes = [storage_itemsize(t.dtype) for t in streamed]
+        piece = min(length, MEMORY_BURST_LINES * CACHE_LINE_BYTES // max(itemsizes) if burst
+                    else self._stream_bytes() // min(itemsizes))
         rows = {}
         for target in streamed:
             row = self._entry.alloca(ir.ArrayType(storage_type(target.dtype), piece))
@@ -317,7 +328,7 @@ class KernelEmitter(IndexArithmetic):
             rows[target.arg] = row
 
         def stream(prefix: Index, start: Any, stop: Any) -> None:
-            self.loop(start, stop, lambda i: self._map_body(stage, prefix + [i], rows, start))
+            self.innermost_loop(start, stop, lambda i: self._map_body(stage, prefix + [i], rows, start), stage)
             for target in streamed:
                 self._stream_row(rows[target.arg], target, prefix + [start], self.sub(stop, start))
 
@@ -327,10 +338,11 @@ class KernelEmitter(IndexArithmetic):
             else:
                 def one_piece(k: Any) -> None:
                     start = self.add(lo, self.mul(k, piece))
-                    stream(prefix, start, self.min(self.add(start, piece), hi))
+                    stream(prefix, start, self.min(self.add(start, piece), hi) if burst else self.add(start, piece))
 
-                # as many pieces as this row or block has (the last block of a row may be shorter)
-                self.loop(0, self.div(self.add(self.sub(hi, lo), piece - 1), piece), one_piece)
+                # whole vector pieces: every output's rows (and blocks, the last one too) are whole lines; bursts:
+                # as many as the row or block has (a row's last block may end in a shorter one)
+                self.loop(0, self.div(self.add(self.sub(hi, lo), piece - 1 if burst else 0), piece), one_piece)
             self._streamed = True
 
         self.nest(ranges[:-1], body)
@@ -339,15 +351,26 @@ class KernelEmitter(IndexArithmetic):
         for value, target in stage.items:
             result = self.value_at(value, idx)
             if target.arg in rows:
-                slot = self.b.gep(rows[target.arg], [ir.Constant(I64, 0), self.ir_index(self.sub(idx[-1], lo))],
-                                  inbounds=True)
-                store(self.b, result, slot, target.dtype)
+                def slot(i: Any, row: ir.Value = rows[target.arg]) -> ir.Value:
+                    return self.b.gep(row, [ir.Constant(I64, 0), self.ir_index(self.sub(i, lo))], inbounds=True)
+
+                pair = self._pair
+                half = pair.half(self.form(idx[-1])) if pair is not None and target.dtype is DType.i16 else None
+                if half is None:
+                    store(self.b, result, slot(idx[-1]), target.dtype)
+                else:  # (the row buffer: contiguous, one pair of it per iteration)
+                    self._store_half(("row", target.arg), slot(pair.even), result, half)
             else:
                 self.store(target, idx, result)
 
+    def _stream_bytes(self) -> int:
+        """Bytes of one non-temporal store: a vector (half a line with AVX2: the write-combining buffer joins
+        the two halves, stored one after the other), at most a cache line."""
+        return min(STREAM_PIECE_BYTES, self.target.vector_bits // 8)
+
     def _stream_row(self, row: ir.Value, target: Layout, idx: Index, count: Any) -> None:
-        """Copy ``count`` elements (whole cache lines) from ``row`` to ``target`` at ``idx``, a line per store."""
-        lanes = CACHE_LINE_BYTES // storage_itemsize(target.dtype)
+        """Copy ``count`` elements (whole vectors) from ``row`` to ``target`` at ``idx``, a vector per store."""
+        lanes = self._stream_bytes() // storage_itemsize(target.dtype)
         vector = ir.VectorType(storage_type(target.dtype), lanes)
         destination = self.address(target, idx)
         nontemporal = self.module.add_metadata([ir.Constant(I32, 1)])
@@ -357,10 +380,54 @@ class KernelEmitter(IndexArithmetic):
             src = self.b.gep(row, [ir.Constant(I64, 0), self.ir_index(offset)], inbounds=True)
             dst = self.b.gep(destination, [self.ir_index(offset)], source_etype=storage_type(target.dtype),
                              inbounds=True)
-            value = self.b.load(src, typ=vector, align=CACHE_LINE_BYTES)
-            self.b.store(value, dst, align=CACHE_LINE_BYTES).set_metadata("nontemporal", nontemporal)
+            value = self.b.load(src, typ=vector, align=self._stream_bytes())
+            self.b.store(value, dst, align=self._stream_bytes()).set_metadata("nontemporal", nontemporal)
 
         self.loop(0, self.div(count, lanes), copy)
+
+    def _stage_nest(self, stage: Stage, ranges: list[tuple[Any, Any]], body: Callable[[Index], None]) -> None:
+        """``nest(ranges, body)`` whose innermost loop is the stage's :meth:`innermost_loop` when that runs over
+        element pairs (else the same nest as ever)."""
+        if not ranges or ranges[-1][1] is None or not pairs_halfwords(self.plan, stage):
+            self.nest(ranges, body)
+            return
+        lo, hi = ranges[-1]
+        self.nest(ranges[:-1], lambda prefix: self.innermost_loop(lo, hi, lambda i: body(prefix + [i]), stage))
+
+    def innermost_loop(self, lo: Any, hi: Any, body: Callable[[Any], None], stage: Stage) -> None:
+        """for i in [lo, hi): body(i), the loop over ``stage``'s last dim: over element pairs, body(2k) then
+        body(2k + 1) per iteration, when the stage reads or writes 16-bit data along that dim and the extent is
+        even (``pairs.py``; the loads and stores of a pair's halves then share 32-bit words)."""
+        extent = self._static_extent(lo, hi)
+        if self._pair is not None or not extent or extent % 2 or not pairs_halfwords(self.plan, stage):
+            self.loop(lo, hi, body)
+            return
+
+        def pair(k: Any) -> None:
+            even = self.add(lo, self.mul(k, 2))
+            odd = self.add(even, 1)
+            self._pair = Pair(even, odd, self.form(even), self.form(odd))
+            body(even)
+            body(odd)
+            for pointer, value in self._pair.pending.values():  # an even half whose odd half was not stored
+                self.b.store(value, pointer)
+            self._pair = None
+
+        self.loop(0, extent // 2, pair)
+
+    def _store_half(self, key: Any, even_pointer: ir.Value, value: ir.Value, half: int) -> None:
+        """Store 16-bit ``value`` as ``half`` of the current pair at the word of ``even_pointer`` (``key``: the
+        buffer and the word's offset): the even half waits for the odd one, which stores both as one word."""
+        assert self._pair is not None
+        pending = self._pair.pending
+        if half == 0:
+            pending[key] = (even_pointer, value)
+        elif key in pending:
+            even = pending.pop(key)[1]
+            word_pointer = self.b.bitcast(even_pointer, I32.as_pointer())  # (a row buffer element: typed i16*)
+            self.b.store(word_of(self.b, even, value), word_pointer, align=2)
+        else:
+            self.b.store(value, self.b.gep(even_pointer, [ir.Constant(I64, 1)], source_etype=I16, inbounds=True))
 
     def _transcendentals(self, values: list[Value]) -> int:
         """How many transcendental functions computing ``values`` at one index evaluates (shared operands
@@ -483,26 +550,56 @@ class KernelEmitter(IndexArithmetic):
             return ACCESS[op.name](self, op, access.index, idx)
         raise CodegenError(f"no native lowering for op '{op.name}'")
 
-    def address(self, layout: Layout, idx: Index) -> ir.Value:
+    def _offset(self, layout: Layout, idx: Index) -> Any:
+        """The element offset of ``idx`` in ``layout``'s buffer."""
         offset: Any = layout.offset
         for i, size, stride in zip(idx, layout.shape, layout.strides):
             if size != 1 and stride != 0:
                 offset = self.add(offset, self.mul(i, stride))
-        return self.b.gep(self.ptrs[layout.arg], [self.ir_index(offset)], source_etype=storage_type(layout.dtype),
-                          inbounds=True)
+        return offset
+
+    def address(self, layout: Layout, idx: Index) -> ir.Value:
+        return self.b.gep(self.ptrs[layout.arg], [self.ir_index(self._offset(layout, idx))],
+                          source_etype=storage_type(layout.dtype), inbounds=True)
+
+    def _pair_half(self, layout: Layout, idx: Index) -> int | None:
+        """Which half of the current pair ``layout`` is read or written at by ``idx`` (None: not paired)."""
+        if self._pair is None or not halfwords(layout):
+            return None
+        return self._pair.half(self.form(idx[-1]))
 
     def load(self, layout: Layout, idx: Index) -> ir.Value:
         data = self._constant_data.get(layout.arg)
         if data is not None:
-            offset: Any = layout.offset
-            for i, size, stride in zip(idx, layout.shape, layout.strides):
-                if size != 1 and stride != 0:
-                    offset = self.add(offset, self.mul(i, stride))
+            offset = self._offset(layout, idx)
             if isinstance(offset, int):  # a constant read at a constant index is that element
                 return constant(layout.dtype, data.array.reshape(-1)[offset].item())
             if layout.dtype.is_bool:
                 self.wish_unrolled(self.form(offset))
+        half = self._pair_half(layout, idx)
+        if half is not None:  # both halves of the pair from one 32-bit load (``pairs.py``)
+            assert self._pair is not None
+            even = list(idx[:-1]) + [self._pair.even]
+            word = self.memoized(("pair", layout.arg, self.form(self._offset(layout, even))),
+                                 lambda: self.b.load(self.address(layout, even), typ=I32, align=2))
+            return half_of(self.b, word, half)
         return load(self.b, self.address(layout, idx), layout.dtype)
 
-    def store(self, layout: Layout, idx: Index, value: ir.Value) -> ir.Instruction:
-        return store(self.b, value, self.address(layout, idx), layout.dtype)
+    def store(self, layout: Layout, idx: Index, value: ir.Value) -> ir.Instruction | None:
+        half = self._pair_half(layout, idx)
+        if half is None:
+            return store(self.b, value, self.address(layout, idx), layout.dtype)
+        assert self._pair is not None
+        even = list(idx[:-1]) + [self._pair.even]
+        self._store_half(("pair", layout.arg, self.form(self._offset(layout, even))), self.address(layout, even),
+                         value, half)
+        return None
+
+
+def emit_kernel(plan: KernelPlan, symbol: str, target: CpuTarget | None = None) -> tuple[list[str], list[str]]:
+    """One kernel's phase functions (``{symbol}_p{i}``) for ``target`` (default: the host CPU): the LLVM IR
+    text of each phase's module and their symbols, in run order."""
+    if target is None:
+        target = host_cpu()
+    phases = KernelEmitter(plan, symbol, target).emit()
+    return [str(module) for _, module in phases], [name for name, _ in phases]

@@ -13,24 +13,22 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from neuroncc.hardware.host import host_cpu
 from neuroncc.ir.dtypes import DType
 from neuroncc.ir.opdef import Category, Trait
 from neuroncc.ir.ops import REGISTRY
 from neuroncc.ir.types import contiguous_strides
 
-#: Products with fewer multiply-adds run through ATen's BLAS call (oneDNN's per-call overhead is ~10-50 us).
-ONEDNN_MIN_MACS = 1 << 21
-
 
 def onednn_shapes_eligible(name: str, attrs: Mapping[str, Any], shapes: Sequence[Sequence[int]]) -> bool:
-    """The part of the oneDNN choice that the op, its attributes and its operands' logical shapes (after
-    transpose_a/_b) decide, known when the launch is planned (float32 operands assumed; see
-    :func:`_onednn_eligible` for the rest)."""
+    """The part of the oneDNN choice that the op, its attributes, its operands' logical shapes (after
+    transpose_a/_b) and the host (:attr:`CpuTarget.onednn_min_macs`) decide, known when the launch is planned
+    (float32 operands assumed; see :func:`_onednn_eligible` for the rest)."""
     if not REGISTRY.get(name).has(Trait.MATRIX_PRODUCT) or attrs.get("transpose_a"):
         return False
     first = len(shapes) - 2  # the factors are the last two operands
     a, b = shapes[first], shapes[first + 1]
-    if len(a) != 2 or len(b) != 2 or a[0] * a[1] * b[1] < ONEDNN_MIN_MACS:  # mm, addmm: no batch dims
+    if len(a) != 2 or len(b) != 2 or a[0] * a[1] * b[1] < host_cpu().onednn_min_macs:  # mm, addmm: no batch dims
         return False
     if first == 1:  # addmm: its first operand is the bias
         bias = shapes[0]

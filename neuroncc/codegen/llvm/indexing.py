@@ -281,12 +281,12 @@ class IndexArithmetic:
         i.add_incoming(b.add(i, ir.Constant(I64, 1), flags=("nsw",)), b.block)
         latch = b.branch(head)
         if self._ir_loops == loops:  # innermost
-            self.innermost_loop(latch, [inner] + b.function.blocks[blocks:])
+            self.innermost_loop_emitted(latch, [inner] + b.function.blocks[blocks:])
         self._ir_loops += 1
         b.position_at_end(done)
         return i
 
-    def innermost_loop(self, latch: ir.Instruction, blocks: list[ir.Block]) -> None:
+    def innermost_loop_emitted(self, latch: ir.Instruction, blocks: list[ir.Block]) -> None:
         """An innermost loop was emitted: its back-edge branch ``latch`` and its body's ``blocks`` (the emitter's
         loop hints: ``loop_hints.py``)."""
 

@@ -137,14 +137,19 @@ def emit_prefetch_next_row(em: EmitContext, layout: Layout, outer: Index) -> Non
     em.loop(0, lines, line)
 
 
-def spread_loop(em: EmitContext, lo: Any, hi: Any, body: Callable[[Any], None], ahead: Sequence[Ahead]) -> None:
+def spread_loop(em: EmitContext, lo: Any, hi: Any, body: Callable[[Any], None], ahead: Sequence[Ahead],
+                inner: Callable[[Any, Any, Callable[[Any], None]], None] | None = None) -> None:
     """for i in [lo, hi): body(i), in groups of elements each preceded by the prefetches of the lines of its
     elements in every stream of ``ahead`` (``MEMORY_BURST_LINES`` lines of the widest); a plain loop without
-    streams. A reduction over the loop keeps a vector accumulator per group (one horizontal add per group)."""
+    streams. A reduction over the loop keeps a vector accumulator per group (one horizontal add per group).
+    ``inner(lo, hi, body)`` emits the element loop (default ``em.loop``; the loop over a stage's element pairs:
+    ``EmitContext.innermost_loop``), over a group of constant length where the groups divide the range."""
+    loop = inner if inner is not None else em.loop
     if not ahead:
-        em.loop(lo, hi, body)
+        loop(lo, hi, body)
         return
     group = MEMORY_BURST_LINES * CACHE_LINE_BYTES // max(stream.itemsize for stream in ahead)
+    whole = isinstance(lo, int) and isinstance(hi, int) and (hi - lo) % group == 0
     prefetch = _prefetch_intrinsic(em.b.module)
 
     def one_group(g: Any) -> None:
@@ -154,7 +159,7 @@ def spread_loop(em: EmitContext, lo: Any, hi: Any, body: Callable[[Any], None], 
             for line in range(group * stream.itemsize // CACHE_LINE_BYTES):
                 address = em.b.gep(first, [ir.Constant(I64, line * CACHE_LINE_BYTES)], source_etype=I8)
                 em.b.call(prefetch, [address, ir.Constant(I32, 0), ir.Constant(I32, 3), ir.Constant(I32, 1)])
-        em.loop(start, em.min(em.add(start, group), hi), body)
+        loop(start, em.add(start, group) if whole else em.min(em.add(start, group), hi), body)
 
     em.loop(0, em.div(em.add(em.sub(hi, lo), group - 1), group), one_group)
 

@@ -1,177 +1,37 @@
-"""The CPU launch plan: buffers, value layouts and steps of a compiled graph, as plain JSON-able data.
+"""The CPU launch planner: ``plan_launch(fn)`` makes a compiled graph's launch plan (``launch_plan.py``).
 
-``plan_launch(fn)`` decides where every top-level value lives (a user input, a fresh output array, a slot in
-the reused arena, a constant, or a strided view of one of those), plans each kernel's loop nests and emits its
-LLVM IR. An output computed into a donated input's buffer (the function's ``donated`` metadata) lives in that
-input: ``in_place`` lists those (output, parameter) pairs, which a caller then need not copy. The plan is what
-an artifact stores (``plan.json``, no pickle) beside the object code: loading it rebuilds the launcher without
-recompiling. Value ids number the top-level values: params, then op results.
+It decides where every top-level value lives (a user input, a fresh output array, a slot in the reused arena, a
+constant, or a strided view of one of those), plans each kernel's loop nests and emits its LLVM IR. An output
+computed into a donated input's buffer (the function's ``donated`` metadata) lives in that input: ``in_place``
+lists those (output, parameter) pairs, which a caller then need not copy. The plan is what an artifact stores
+(``plan.json``, no pickle) beside the object code: loading it rebuilds the launcher without recompiling.
 """
 
 from __future__ import annotations
 
-import enum
-import hashlib
-import json
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
-from neuroncc.codegen.llvm import Layout, emit_kernel, plan_kernel, view_layout
+from neuroncc.codegen.llvm import Layout, view_layout
+from neuroncc.codegen.llvm.emit import emit_kernel
 from neuroncc.codegen.llvm.in_place import writes_in_place
 from neuroncc.codegen.llvm.kernel_plan import ExtraKind
+from neuroncc.codegen.llvm.launch_plan import (
+    ALIGN, BufferKind, BufferSpec, CpuLaunchPlan, CpuSlot, ExternSpec, PhaseSpec, SlotKind, StepKind, StepSpec,
+    ValueSpec, function_hash,
+)
 from neuroncc.codegen.llvm.scalars import storage_itemsize
-from neuroncc.errors import ArtifactError, CodegenError
-from neuroncc.hardware.host import CACHE_LINE_BYTES
+from neuroncc.codegen.llvm.schedule import plan_kernel
+from neuroncc.errors import CodegenError
 from neuroncc.ir.dtypes import DType
-from neuroncc.ir.graph import Function, Value, print_function
+from neuroncc.ir.graph import Function, Value
 from neuroncc.ir.opdef import Category, Trait
 from neuroncc.ir.ops import REGISTRY
 from neuroncc.ir.types import contiguous_strides
 from neuroncc.codegen.llvm.extern_layouts import same_layout, supplied_strides
-from neuroncc.passes.strides import aliases_operand
+from neuroncc.ir.strides import aliases_operand
 from neuroncc.passes.tile import tile_kernel
-
-PLAN_VERSION = 5  # 3: BufferSpec.supplied, kind call; 4: StepSpec.row_block; 5: in_place
-ALIGN = CACHE_LINE_BYTES  # buffers and arena slots start on a cache line
-
-
-class BufferKind(enum.StrEnum):
-    """Where a buffer's storage comes from."""
-
-    INPUT = "input"  # a user input (index: param position)
-    OUTPUT = "output"  # a fresh array returned to the caller (index: output position)
-    ARENA = "arena"  # a slot of the arena every call reuses (index: byte offset)
-    CONSTANT = "constant"  # a constant of the graph (index: op index)
-    CALL = "call"  # a per-call intermediate (index: the id of the value it holds)
-
-
-class SlotKind(enum.StrEnum):
-    """What a kernel's argument slot points at."""
-
-    VALUE = "value"  # a top-level value (ref: value id)
-    SCRATCH = "scratch"  # kernel scratch in the arena (ref: byte offset)
-    CONSTANT = "constant"  # a constant inside the region (ref: region op index)
-    ERROR = "error"  # the kernel's error flag (ref: 0)
-
-
-class StepKind(enum.StrEnum):
-    """What one step of a launch runs."""
-
-    KERNEL = "kernel"  # a compiled kernel (its phases), or the interpreter where it could not compile
-    EXTERN = "extern"  # an extern call (BLAS, ATen)
-    VIEW_COPY = "view-copy"  # a view that must be copied into its own buffer
-
-
-@dataclass(frozen=True)
-class BufferSpec:
-    kind: BufferKind
-    index: int  # input: param position; output: output position; arena: byte offset; constant: op index;
-    #             call: the id of the value it holds
-    extent: int  # elements of storage
-    dtype: str
-    supplied: bool = False  # the step computing it supplies the storage each call (executors/cpu/adopt.py)
-
-
-@dataclass(frozen=True)
-class ValueSpec:
-    buffer: int
-    offset: int
-    shape: tuple[int, ...]
-    strides: tuple[int, ...]
-    dtype: str
-
-
-@dataclass(frozen=True)
-class PhaseSpec:
-    symbol: str
-    n_outer: int
-    work: int
-    serial: bool
-
-
-@dataclass(frozen=True)
-class CpuSlot:
-    kind: SlotKind
-    ref: int  # value id | arena byte offset | region op index | 0
-
-
-@dataclass(frozen=True)
-class ExternSpec:
-    op_index: int  # in the region
-    operands: tuple[ValueSpec, ...]  # buffer = kernel argument slot, relative to that slot's pointer
-    results: tuple[ValueSpec, ...]
-
-
-@dataclass(frozen=True)
-class StepSpec:
-    kind: StepKind
-    op_index: int
-    operands: tuple[int, ...]
-    results: tuple[int, ...]
-    native: bool = False
-    phases: tuple[PhaseSpec, ...] = ()
-    slots: tuple[CpuSlot, ...] = ()
-    extern: ExternSpec | None = None
-    may_fail: bool = False
-    row_block: int = 0  # extern mm/addmm and epilogue phases run blocks of this many rows (0: all at once)
-    reason: str = ""  # why a kernel runs in the interpreter
-
-
-@dataclass
-class CpuLaunchPlan:
-    function_hash: str
-    cpu: str
-    features: str
-    buffers: list[BufferSpec] = field(default_factory=list)
-    values: list[ValueSpec] = field(default_factory=list)
-    steps: list[StepSpec] = field(default_factory=list)
-    outputs: list[int] = field(default_factory=list)
-    arena_bytes: int = 0
-    object_sha256: str = ""  # of kernels.a: a truncated or foreign object file must never reach LLVM
-    version: int = PLAN_VERSION
-    #: (output position, param position): the output is computed in the param's buffer (the caller's memory)
-    in_place: list[tuple[int, int]] = field(default_factory=list)
-
-    def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=1, sort_keys=True)
-
-    @staticmethod
-    def from_json(text: str) -> CpuLaunchPlan:
-        try:
-            data = json.loads(text)
-            if data.get("version") != PLAN_VERSION:
-                raise ArtifactError(f"launch plan version {data.get('version')} is not {PLAN_VERSION}")
-            return CpuLaunchPlan(
-                data["function_hash"], data["cpu"], data["features"],
-                [BufferSpec(**{**b, "kind": BufferKind(b["kind"])}) for b in data["buffers"]],
-                [_value(v) for v in data["values"]],
-                [_step(s) for s in data["steps"]],
-                list(data["outputs"]), data["arena_bytes"], data["object_sha256"], data["version"],
-                [(int(o), int(p)) for o, p in data["in_place"]],
-            )
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ArtifactError(f"malformed launch plan: {exc}") from None
-
-
-def _value(data: Mapping[str, Any]) -> ValueSpec:
-    return ValueSpec(data["buffer"], data["offset"], tuple(data["shape"]), tuple(data["strides"]), data["dtype"])
-
-
-def _step(data: Mapping[str, Any]) -> StepSpec:
-    extern = data["extern"]
-    return StepSpec(
-        StepKind(data["kind"]), data["op_index"], tuple(data["operands"]), tuple(data["results"]), data["native"],
-        tuple(PhaseSpec(**p) for p in data["phases"]),
-        tuple(CpuSlot(SlotKind(s["kind"]), s["ref"]) for s in data["slots"]),
-        None if extern is None else ExternSpec(extern["op_index"], tuple(_value(v) for v in extern["operands"]),
-                                               tuple(_value(v) for v in extern["results"])),
-        data["may_fail"], data["row_block"], data["reason"],
-    )
-
-
-def function_hash(fn: Function) -> str:
-    return hashlib.sha256(print_function(fn, canonical=True).encode()).hexdigest()
 
 
 def _align(n: int) -> int:

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from neuroncc.ir.graph import Builder, Function, Op, Value
 from neuroncc.ir.opdef import Category, Trait
 from neuroncc.ir.ops import REGISTRY
-from neuroncc.passes.strides import aliases_operand
+from neuroncc.ir.strides import aliases_operand
 
 
 def is_top_level_op(op: Op) -> bool:

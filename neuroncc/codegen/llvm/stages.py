@@ -216,7 +216,8 @@ class _Reducer:
                 inner[innermost] = i
                 em.b.store(em.b.fadd(em.b.load(partial), self._x(inner, mean), flags=REASSOC), partial)
 
-            spread_loop(em, lo, hi, add, em.carried_prefetches())
+            spread_loop(em, lo, hi, add, em.carried_prefetches(),
+                        lambda start, stop, body: em.innermost_loop(start, stop, body, self.stage))
             em.b.store(em.b.fadd(em.b.load(total), em.b.fpext(em.b.load(partial), F64)), total)
 
         def outer_dims(full: list[Any]) -> None:

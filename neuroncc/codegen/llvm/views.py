@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from neuroncc.ir.dtypes import DType
 from neuroncc.ir.graph import Op
 from neuroncc.ir.types import TensorType, contiguous_strides
-from neuroncc.passes.strides import reshape_strides
+from neuroncc.ir.strides import reshape_strides
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,7 +35,7 @@ from neuroncc.ir.dtypes import DType
 from neuroncc.ir.opdef import Trait
 from neuroncc.ir.types import contiguous_strides
 from neuroncc.codegen.llvm.extern_layouts import same_layout
-from neuroncc.codegen.llvm.program import ALIGN, SlotKind, StepSpec
+from neuroncc.codegen.llvm.launch_plan import ALIGN, SlotKind, StepSpec
 from neuroncc.executors.cpu.buffers import aligned_empty, data_address, flat_view, storage_dtype, strided_view
 from neuroncc.executors.cpu.extern import onednn_product
 from neuroncc.executors.cpu.extern_library import LIBRARY_CALLS, library_results, write_result

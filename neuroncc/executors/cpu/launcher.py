@@ -52,8 +52,8 @@ from neuroncc.executors.cpu.extern_library import LIBRARY_CALLS, run_library
 from neuroncc.executors.cpu.helpers import RUNTIME_FILE, SEQUENCE, TEAM, offer, runtime_json, wants_offers
 from neuroncc.executors.cpu.native_sequence import interpreter_ir, sequence_calls
 from neuroncc.executors.cpu.tiers import GRAPH_QUIET_SECONDS, OPTIMIZER, quick_tier_applies
-from neuroncc.codegen.llvm.program import (
-    ALIGN, BufferKind, CpuLaunchPlan, StepKind, StepSpec, ValueSpec, function_hash, plan_launch,
+from neuroncc.codegen.llvm.launch_plan import (
+    ALIGN, BufferKind, CpuLaunchPlan, StepKind, StepSpec, ValueSpec, function_hash,
 )
 from neuroncc.executors.cpu.step_host import ErrorFlag
 from neuroncc.executors.cpu.step_names import graph_info, step_infos
@@ -372,6 +372,9 @@ def _memory_plan(options: Mapping[str, Any]) -> Any:
 
 def build_cpu_executable(fn: Function, options: Mapping[str, Any] | None = None) -> CpuExecutable:
     """Compile ``fn`` (after the pass pipeline) to native code; see the module docstring."""
+    # the planner, the kernel emitters and the passes they use: a build's only (loading an artifact needs none)
+    from neuroncc.codegen.llvm.program import plan_launch
+
     options = options or {}
     start = time.perf_counter()
     top = wrap_remaining_ops(fn)

@@ -12,7 +12,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from neuroncc.codegen.llvm.jit import JitModule
-from neuroncc.codegen.llvm.program import CpuLaunchPlan, StepSpec
+from neuroncc.codegen.llvm.launch_plan import CpuLaunchPlan, StepSpec
 from neuroncc.executors.cpu.threads import OpenMPTeam, ThreadPool
 from neuroncc.ir.graph import Function
 

@@ -7,7 +7,7 @@ operands' shapes, strides and dtypes, which ``torch.profiler(record_shapes=True)
 
 from __future__ import annotations
 
-from neuroncc.codegen.llvm.program import CpuLaunchPlan, StepKind, StepSpec
+from neuroncc.codegen.llvm.launch_plan import CpuLaunchPlan, StepKind, StepSpec
 from neuroncc.executors.tracing import StepInfo
 from neuroncc.ir.graph import Function
 

@@ -13,8 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from neuroncc.codegen.llvm.extern_layouts import ONEDNN_MIN_MACS
-from neuroncc.codegen.llvm.program import SlotKind, StepSpec, ValueSpec
+from neuroncc.codegen.llvm.launch_plan import SlotKind, StepSpec, ValueSpec
 from neuroncc.errors import NeuronccError
 from neuroncc.executors.cpu import blas
 from neuroncc.executors.cpu.adopt import ScratchProduct
@@ -22,6 +21,7 @@ from neuroncc.executors.cpu.buffers import storage_dtype as _storage_dtype
 from neuroncc.executors.cpu.buffers import strided_view as _view
 from neuroncc.executors.cpu.extern import run_extern
 from neuroncc.executors.cpu.step_host import StepHost
+from neuroncc.hardware.host import host_cpu
 from neuroncc.ir.opdef import Trait
 
 PHASE_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
@@ -229,7 +229,7 @@ def prepare_blas(op: Any, layouts: Any) -> blas.BlasMatmul | None:
     *operands, result = layouts
     batched = op.results[0].type.rank == 3  # bmm: oneDNN takes no batched products, so BLAS takes all sizes
     return blas.prepare(op.name, op.attrs, [(v.shape, v.strides) for v in operands], (result.shape, result.strides),
-                        [v.dtype for v in layouts], max_macs=None if batched else ONEDNN_MIN_MACS)
+                        [v.dtype for v in layouts], max_macs=None if batched else host_cpu().onednn_min_macs)
 
 
 def _runs_inline(runner: Any, n_outer: int, work: int, serial: bool) -> bool:

@@ -41,7 +41,7 @@ from concurrent.futures import Future
 from typing import Any
 
 from neuroncc.codegen.llvm import jit
-from neuroncc.codegen.llvm.program import CpuLaunchPlan, StepKind
+from neuroncc.codegen.llvm.launch_plan import CpuLaunchPlan, StepKind
 
 #: Most work (sum over native phases of outer iterations x work per iteration, ~elements) an executable may
 #: have to run at the quick tier first. Unvectorized O0 code runs elementwise kernels several times slower:

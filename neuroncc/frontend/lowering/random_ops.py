@@ -36,6 +36,7 @@ import torch
 from torch._decomp import get_decompositions
 from torch.utils.checkpoint import CheckpointPolicy  # the partitioners module imports Inductor (~2 s)
 
+from neuroncc.frontend.imported import draw_key
 from neuroncc.ir import REGISTRY, DType
 
 aten = torch.ops.aten
@@ -52,11 +53,6 @@ _streams = itertools.count()
 
 #: The torch dtype -> IR dtype map without importing the lowering context (numpy reference's uniform widths).
 _UNIFORM_IR = {torch.float32: "f32", torch.float64: "f32", torch.bfloat16: "bf16", torch.float16: "f16"}
-
-
-def draw_key(generator: torch.Generator | None = None) -> int:
-    """A fresh 64-bit key from PyTorch's (default) CPU generator: what each call of a compiled graph reads."""
-    return int(torch.randint(-(2**63), 2**63 - 1, (), dtype=torch.int64, generator=generator))
 
 
 def _philox_seed(stream: int, device: torch.device | None = None) -> torch.Tensor:

@@ -5,6 +5,9 @@ buffer with known strides is itself a strided window on that buffer (shape, stri
 reshape merges dimensions that are not laid out contiguously; then the data must be copied. The fusion pass
 keeps only in-place views at the top level, and the layout pass records their strides in their types. How each
 op windows its operand is one rule per op (:data:`WINDOW_RULES`).
+
+A fact about the view ops, read by the passes, both code generators and the cpu launcher (which loads an artifact
+without importing the passes), so it lives with the IR.
 """
 
 from __future__ import annotations
@@ -13,8 +16,10 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from neuroncc.ir import Op, Trait, Value
+from neuroncc.ir.graph import Op, Value
+from neuroncc.ir.opdef import Trait
 from neuroncc.ir.types import contiguous_strides
+
 
 def aliases_operand(op: Op) -> bool:
     """Whether ``op`` stays at the top level as an alias of operand 0's buffer (no buffer of its own): a strided

@@ -1,0 +1,142 @@
+"""bf16 tensors as their 16-bit patterns (how torch.compile's bf16 tensors cross the CPU boundary) in innermost
+loops over element pairs, one 32-bit word per pair (``codegen/llvm/pairs.py``): the same values as element by
+element, and the code without AVX2's widening and packing shuffles."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+from codegen_helpers import assert_matches, run_both, special_floats
+
+from neuroncc.codegen.llvm import Layout, jit
+from neuroncc.codegen.llvm.emit import emit_kernel
+from neuroncc.codegen.llvm.regions import fuse_whole_function
+from neuroncc.codegen.llvm.schedule import plan_kernel
+from neuroncc.executors.cpu.launcher import build_cpu_executable
+from neuroncc.hardware.host import CpuTarget
+from neuroncc.ir import Builder, DType, Function, TensorType, interpret, round_to_bf16
+
+AVX2 = "+avx,+avx2,+fma,+f16c,+bmi,+bmi2,+popcnt,+sse4.2,-avx512f,-avx512vl,-avx512bw,-avx512dq"
+
+
+def to_bits(values: np.ndarray) -> np.ndarray:
+    """The bf16 patterns (int16) of float32 ``values`` rounded to bf16."""
+    return (round_to_bf16(values).view(np.uint32) >> 16).astype(np.uint16).view(np.int16)
+
+
+def from_bits(bits: np.ndarray) -> np.ndarray:
+    return (bits.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
+
+
+def _bf16(b: Builder, bits) -> object:
+    return b.op("cast", b.op("bitcast", bits, dtype=DType.bf16), dtype=DType.f32)
+
+
+def _bits(b: Builder, value) -> object:
+    return b.op("bitcast", b.op("cast", value, dtype=DType.bf16), dtype=DType.i16)
+
+
+def affine_graph(rows: int, cols: int, start: int = 0) -> Function:
+    """x*w+b on bf16 bits (torch.compile's addcmul on bf16 tensors); ``start``: x is a column slice from there."""
+    b = Builder("affine_bits")
+    x = b.param(TensorType((rows, cols + start), DType.i16), "x")
+    w = b.param(TensorType((cols,), DType.i16), "w")
+    bias = b.param(TensorType((cols,), DType.i16), "b")
+    if start:
+        x = b.op("slice", x, dim=1, start=start, end=start + cols)
+    y = b.op("add", b.op("mul", _bf16(b, x), _bf16(b, w)), _bf16(b, bias))
+    return b.build([_bits(b, y)])
+
+
+def layernorm_graph(rows: int, cols: int) -> Function:
+    """F.layer_norm on bf16 tensors as AOTAutograd hands it to neuroncc's importer (bf16 bits in and out)."""
+    b = Builder("layernorm_bits")
+    x = b.param(TensorType((rows, cols), DType.i16), "x")
+    w = b.param(TensorType((cols,), DType.i16), "w")
+    bias = b.param(TensorType((cols,), DType.i16), "b")
+    xf = _bf16(b, x)
+    var = b.op("var", xf, dims=(1,), keepdim=True, correction=0.0)
+    mean = b.op("mean", xf, dims=(1,), keepdim=True)
+    rstd = b.op("rsqrt", b.op("add", var, b.op("full", shape=(), dtype=DType.f32, value=1e-5)))
+    y = b.op("add", b.op("mul", b.op("mul", b.op("sub", xf, mean), rstd), _bf16(b, w)), _bf16(b, bias))
+    return b.build([_bits(b, y)])
+
+
+@pytest.mark.parametrize(("cols", "start"), [(1024, 0), (2, 0), (1023, 0), (1024, 1), (96, 3)])
+def test_pairs_compute_the_elementwise_values_bit_for_bit(rng, cols, start):
+    # even rows run over pairs (a sliced x from an odd column: its words are unaligned), odd rows element by
+    # element; NaN, infinities, zeros and ties in the data
+    fn = fuse_whole_function(affine_graph(16, cols, start))
+    x = special_floats(rng, (16, cols + start))
+    x.reshape(-1)[-4:] = np.array([1.00390625, 1.01171875, -3.0078125, 255.5], np.float32)  # bf16 ties
+    w, bias = special_floats(rng, (cols,)), rng.standard_normal(cols).astype(np.float32)
+    _, (got,) = run_both(fn, [to_bits(x), to_bits(w), to_bits(bias)])  # int16 results: compared exactly
+    assert got.dtype == np.int16
+
+
+def test_layernorm_on_bf16_bits_matches_the_interpreter(rng):
+    fn = fuse_whole_function(layernorm_graph(64, 1024))
+    inputs = [rng.standard_normal(s).astype(np.float32) * 3 for s in ((64, 1024), (1024,), (1024,))]
+    bits = [to_bits(a) for a in inputs]
+    (got,) = build_cpu_executable(fn, {"threads": 2})(*bits)
+    (want,) = interpret(fn, bits)
+    # the rows' sums are reassociated (vector partial sums): a result may round to the neighbouring bf16
+    assert_matches(from_bits(got), from_bits(want), DType.bf16, "layernorm")
+
+
+@pytest.mark.parametrize("cpu", ["znver3", "haswell"])
+def test_bf16_bits_need_no_widening_or_packing_shuffles_on_avx2(cpu):
+    # element by element, LLVM widened 8 bf16 values with vpmovzxwd + vpslld and narrowed 8 results with
+    # vpsrld + vpackusdw + vpermq; over pairs of a 32-bit word: a shift or a blend each way, no cross-lane shuffle
+    fn = layernorm_graph(64, 1024)
+    plan = plan_kernel(fn, [Layout.of(k, p.type) for k, p in enumerate(fn.params)],
+                       [Layout.of(len(fn.params) + k, v.type) for k, v in enumerate(fn.outputs)])
+    texts, _ = emit_kernel(plan, "k", CpuTarget(cpu, AVX2))
+    asm = jit.assembly(texts, CpuTarget(cpu, AVX2)).split("k_p0:")[1]
+    for shuffle in ("vpmovzxwd", "vpackusdw", "vpermq"):
+        assert shuffle not in asm, re.findall(rf"{shuffle}.*", asm)[:3]
+    assert re.search(r"vpslld\s+\$16", asm) and "vpblendw" in asm
+
+
+def test_a_streamed_bf16_output_is_stored_from_the_registers_that_computed_it(rng, monkeypatch):
+    # the non-temporal stores of a streamed output: one vector of words per piece, so that the loop vectorizer's
+    # one iteration computes it and LLVM keeps the piece in registers; pieces of a cache line (32 elements) made
+    # bf16 LayerNorm's heavy write loop two vector iterations through a stack buffer, then a copy
+    import dataclasses
+
+    from neuroncc.hardware import host
+
+    monkeypatch.setattr(host, "_HOST", [dataclasses.replace(host.host_cpu(), last_level_cache_bytes=1 << 20)])
+    fn = fuse_whole_function(layernorm_graph(2048, 1024))  # a 4 MB output: streamed
+    inputs = [to_bits(rng.standard_normal(s).astype(np.float32)) for s in ((2048, 1024), (1024,), (1024,))]
+    exe = build_cpu_executable(fn, {"threads": 2})
+    (got,) = exe(*inputs)
+    assert_matches(from_bits(got), from_bits(interpret(fn, inputs)[0]), DType.bf16, "layernorm")
+    assembly = jit.assembly(exe.module.llvm_ir)
+    stores = [block for block in re.split(r"\n\S+:", assembly) if re.search(r"vmovnt\w+", block)]
+    assert stores
+    for block in stores:
+        assert "vpblendw" in block or "vpermt2w" in block, block  # the loop that computes the words
+        assert not re.search(r"vmovaps\s+-?\d*\(%rsp", block), block  # no reload from a stack buffer
+
+
+def test_a_compute_bound_pass_over_bf16_pairs_prefetches_the_next_row(rng):
+    # softmax's exp pass carries the next row's prefetches (``prefetch.spread_loop``) and, on bf16 bits, runs over
+    # element pairs too: each group of elements is a paired loop (two exp calls per iteration), not an element
+    # loop that widens each bf16 value on its own
+    from neuroncc.hardware.host import MEMORY_BURST_LINES
+
+    b = Builder("softmax_bits")
+    x = _bf16(b, b.param(TensorType((64, 1024), DType.i16), "x"))
+    e = b.op("exp", b.op("sub", x, b.op("amax", x, dims=(1,), keepdim=True)))
+    fn = b.build([_bits(b, b.op("div", e, b.op("sum", e, dims=(1,), keepdim=True)))])
+    plan = plan_kernel(fn, [Layout.of(k, p.type) for k, p in enumerate(fn.params)],
+                       [Layout.of(len(fn.params) + k, v.type) for k, v in enumerate(fn.outputs)])
+    ir_text = "".join(emit_kernel(plan, "k", CpuTarget("znver3", AVX2))[0])
+    assert ir_text.count('call void @"llvm.prefetch.p0"') == MEMORY_BURST_LINES
+    assert ir_text.count('@"ncc.math.exp"(') == 1 + 2  # its declaration, then the pair's two calls
+    inputs = [to_bits(rng.standard_normal((64, 1024)).astype(np.float32) * 3)]
+    (got,) = build_cpu_executable(fuse_whole_function(fn), {"threads": 2})(*inputs)
+    assert_matches(from_bits(got), from_bits(interpret(fn, inputs)[0]), DType.bf16, "softmax")

@@ -1,0 +1,62 @@
+"""A warm start imports only what it runs: importing the backend loads no compiler, and a fresh process whose graph
+is a graph cache hit loads neither AOTAutograd's partitioner (its CSE imports Inductor's pattern matcher) nor
+neuroncc's importer, passes, kernel emitters or NKI simulator (each import costs the first call time, and a full
+garbage collection falls due sooner the more objects the imports leave behind).
+
+torch.compile itself loads AOTAutograd's modules and networkx for every backend (TorchDynamo's debug backends,
+imported when a backend is looked up), so a warm process is checked for what only a compile would load."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+CHILD = Path(__file__).parent / "warm_imports_child.py"
+
+#: Modules a compile loads and a graph cache hit must not: the miss path (AOTAutograd and neuroncc's compilers,
+#: frontend/aot_compile.py), the compiler below it, the NKI target, and the partitioner's CSE.
+COMPILE_ONLY = (
+    "neuroncc.frontend.aot_compile", "neuroncc.frontend.importer", "neuroncc.frontend.lowering.random_ops",
+    "neuroncc.driver.compile", "neuroncc.passes", "neuroncc.codegen.llvm.emit", "neuroncc.codegen.llvm.schedule",
+    "neuroncc.codegen.llvm.program", "torch._inductor.pattern_matcher",
+)
+#: Loaded by no cpu run at all.
+NEVER_ON_CPU = ("neuroncc.nki", "neuroncc.executors.nki_sim", "neuroncc.codegen.nki", "pydantic")
+#: What importing the backend must not load beyond TorchDynamo: AOTAutograd's tracing and partitioners, networkx
+#: (the fusion pass's), LLVM (the first artifact load brings it).
+NOT_AT_IMPORT = ("torch._functorch.aot_autograd", "torch._functorch.partitioners", "networkx", "llvmlite")
+
+
+def _run(mode: str, cache_dir: Path) -> dict:
+    environ = {k: v for k, v in os.environ.items()
+               if k not in ("NEURONCC_DISABLE_CACHE", "NEURONCC_DISABLE_GRAPH_CACHE", "NEURONCC_REMOTE_CACHE")}
+    environ["NEURONCC_CACHE_DIR"] = str(cache_dir)
+    completed = subprocess.run([sys.executable, str(CHILD), mode], env=environ, capture_output=True, text=True,
+                               timeout=300)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    return json.loads(completed.stdout.strip().splitlines()[-1])
+
+
+def _loaded(report: dict, names: tuple[str, ...]) -> list[str]:
+    """The modules of ``names`` (or below them) that the child had loaded."""
+    modules = report["modules"]
+    return [name for name in names if any(m == name or m.startswith(name + ".") for m in modules)]
+
+
+def test_importing_the_backend_loads_no_compiler(tmp_path):
+    report = _run("backend", tmp_path)
+    assert _loaded(report, NOT_AT_IMPORT + COMPILE_ONLY + NEVER_ON_CPU) == []
+
+
+def test_a_graph_cache_hit_loads_no_compiler(tmp_path):
+    cold = _run("step", tmp_path)
+    assert cold["stats"]["aot_autograd_runs"] == 1 and cold["stats"]["graph_cache_stores"] == 1
+    assert _loaded(cold, COMPILE_ONLY) == list(COMPILE_ONLY)  # what the warm process is checked for is real
+    warm = _run("step", tmp_path)
+    assert warm["stats"]["graph_cache_hits"] == 1 and warm["stats"]["aot_autograd_runs"] == 0
+    assert warm["stats"]["cache_misses"] == 0
+    assert _loaded(warm, COMPILE_ONLY + NEVER_ON_CPU) == []
+    assert _loaded(cold, NEVER_ON_CPU) == []

@@ -1,0 +1,27 @@
+"""One process of test_warm_imports.py: ``MODE`` is ``backend`` (import TorchDynamo, then neuroncc's backend) or
+``step`` (torch.compile(backend="neuron") of a small training step, one forward and backward). Prints one JSON
+line: the modules loaded, and neuroncc's counters (``step`` only)."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import torch
+import torch._dynamo  # noqa: F401 - what every torch.compile loads before a backend is looked up
+
+mode = sys.argv[1]
+if mode == "backend":
+    import neuroncc.frontend.backend  # noqa: F401
+
+    print(json.dumps({"modules": sorted(sys.modules)}))
+    sys.exit(0)
+
+import neuroncc  # noqa: E402
+
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.LayerNorm(16), torch.nn.Linear(16, 4))
+x = torch.randn(6, 8)
+loss = torch.compile(model, backend="neuron")(x).square().mean()
+loss.backward()
+print(json.dumps({"modules": sorted(sys.modules), "stats": neuroncc.stats()}))
