@@ -51,8 +51,7 @@ from neuroncc.ir.types import contiguous_strides
 
 #: Map-stage outputs at least this large are written with non-temporal stores ...
 STREAM_MIN_BYTES = 1 << 22
-#: ... a piece of at most this many bytes of the narrowest output at a time, one vector (see ``_map_stage``); a
-#: stage computing a transcendental per element, ``MEMORY_BURST_LINES`` lines of its widest output ...
+#: ... a piece of at most this many bytes of the narrowest output at a time, one vector (see ``_map_stage``) ...
 STREAM_PIECE_BYTES = CACHE_LINE_BYTES
 #: ... unless each element computes this many transcendental functions: such a stage is compute-bound, and
 #: the stack-buffer round trip costs more than the read-for-ownership it saves (gelu(x*w+b)*sigmoid(x) on
@@ -302,21 +301,18 @@ class KernelEmitter(IndexArithmetic):
         if not streamed or not ranges or ranges[-1][1] is None:
             self._stage_nest(stage, ranges, lambda idx: self._map_body(stage, idx, {}))
             return
+        lo, hi = ranges[-1]
+        length = block or stage.shape[-1]
         # Each piece of a row, one vector of the narrowest streamed output (whole vectors of every output), is
         # computed into a stack buffer with plain stores, then stored to the output with aligned non-temporal
         # vector stores: no read-for-ownership of the output lines. The piece is one vector iteration of the
-        # loop vectorizer, so LLVM keeps the buffer in registers and the loop stores its results with `vmovntps`
-        # directly, as soon as they are computed. (Pieces of up to 16 KiB, as before, wrote bursts of
-        # non-temporal lines between the compute loops, which stalled the core on its write-combining buffers
-        # while the memory bus idled: on Zen 3, [8192, 1024] x*w+b went from 71% to 90% of the copy roofline,
-        # LayerNorm from 60% to 67%, RMSNorm from 75% to 83%, 2 threads. Pieces of a cache line were a loop of
-        # two vector iterations through the stack where a loop body is heavy: bf16 LayerNorm's rounding.)
-        lo, hi = ranges[-1]
-        length = block or stage.shape[-1]
-        # A stage computing a transcendental per element streams pieces of one burst, ``MEMORY_BURST_LINES`` lines:
-        # its loop is compute-bound, a one-vector piece left it one vector iteration, with nothing for the math's
-        # interleaving (``loop_hints.py``) to interleave (Zen 3, cross-entropy fwd+bwd [512, 32000], one process:
-        # one-vector pieces 6% slower at 2 threads, 19% at 1); the core's buffers drain a burst meanwhile.
+        # loop vectorizer, so LLVM keeps the buffer in registers and stores each result with `vmovntps` as it is
+        # computed. (16 KiB pieces, before, wrote bursts of lines between the compute loops and stalled the core on
+        # its write-combining buffers: Zen 3 [8192, 1024] x*w+b 71% -> 90% of the copy roofline, LayerNorm 60% ->
+        # 67%, RMSNorm 75% -> 83%, 2 threads; pieces of a line went through the stack in bf16 LayerNorm's loop.)
+        # A stage computing a transcendental per element streams pieces of ``MEMORY_BURST_LINES`` lines: its loop
+        # is compute-bound, and a one-vector piece left nothing for the math's interleaving (``loop_hints.py``) to
+        # interleave (Zen 3, cross-entropy fwd+bwd [512, 32000]: 6% slower at 2 threads, 19% at 1).
         burst = transcendentals > 0
         itemsizes = [storage_itemsize(t.dtype) for t in streamed]
         piece = min(length, MEMORY_BURST_LINES * CACHE_LINE_BYTES // max(itemsizes) if burst
@@ -340,8 +336,7 @@ class KernelEmitter(IndexArithmetic):
                     start = self.add(lo, self.mul(k, piece))
                     stream(prefix, start, self.min(self.add(start, piece), hi) if burst else self.add(start, piece))
 
-                # whole vector pieces: every output's rows (and blocks, the last one too) are whole lines; bursts:
-                # as many as the row or block has (a row's last block may end in a shorter one)
+                # whole vector pieces (rows and blocks are whole lines); a row's last block may end in a shorter burst
                 self.loop(0, self.div(self.add(self.sub(hi, lo), piece - 1 if burst else 0), piece), one_piece)
             self._streamed = True
 
