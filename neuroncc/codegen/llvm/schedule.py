@@ -62,6 +62,7 @@ def plan_kernel(region: Function, params: list[Layout], outputs: list[Layout], b
     plan = refine.parallel_kept_dims(plan)            # a lone reduction keeping middle dims: those in parallel
     plan = refine.accumulate_column_partials(plan)    # column sums join the row loop over their rows
     plan = refine.split_full_reductions(plan)         # a lone full reduction: parallel partials, combined
+    plan = refine.cache_written_rows(plan)            # a written transcendental value read again: row cache
     plan = transpose.block_transposed_rows(plan)      # a transposing map: blocks of output rows via a tile
     return block_matmul_rows(plan)                    # whether the epilogue can follow the matmul by row blocks
 
