@@ -19,6 +19,9 @@
    classifier's whole AdamW step at the issue's size (d=64, 4 heads, batch 32 x 16 tokens; forward + backward
    + ``AdamW.step()``, the optimizer eager in every column).
 
+``--profile`` prints ``small``'s AdamW step per launcher step instead (``profile_steps.py``: each kernel's time,
+bytes and fraction of a copy roofline, eager's ATen ops for the same step, the hot kernels head to head).
+
 Interleaved medians (benchmarks/common.py); the load average is printed with the results: the machine is
 shared, so compare ratios within one run.
 """
@@ -190,6 +193,8 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=200)
     parser.add_argument("--threads", default="1,2")
     parser.add_argument("--only", choices=["chain", "hook", "classifier", "small"], default=None)
+    parser.add_argument("--profile", action="store_true",
+                        help="the issue #18 classifier step per launcher step, at each thread count (profile_steps.py)")
     parser.add_argument("--cpu-time", action="store_true",
                         help="time 1-thread runs by the calling thread's CPU time (time.thread_time), which leaves "
                              "out the time a loaded machine keeps the process descheduled")
@@ -198,6 +203,11 @@ def main() -> None:
     import torch
 
     os.environ.setdefault("NEURONCC_DISABLE_CACHE", "1")
+    if args.profile:
+        from profile_steps import profile
+
+        profile([int(t) for t in args.threads.split(",")], max(args.repeat // 4, 20), load)
+        return
     if args.only in (None, "chain"):
         torch.set_num_threads(1)
         rows = bench_chain(args.repeat, _clock(args, 1))

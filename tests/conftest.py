@@ -8,6 +8,21 @@ settings.register_profile("dev", max_examples=30, deadline=None, suppress_health
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
+def pytest_configure(config):
+    """Under pytest-xdist, each worker's OpenMP team gets its share of the cores, not all of them.
+
+    ATen and neuroncc's kernels run on torch's OpenMP team, which defaults to one thread per core. Two workers
+    on two cores thus ran two 2-thread teams, whose spinning barriers take turns on the cores (the zoo's
+    training tests: 118 -> 107 s with one thread per worker, 2 cores). Set before any test module imports torch
+    (libgomp reads it once); subprocesses the tests start inherit it. Tests of the thread split choose their
+    thread counts explicitly (``torch.set_num_threads``, the ``threads`` option), so they still run 2 threads.
+    An explicit OMP_NUM_THREADS wins."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0") or 0)
+    if workers > 1 and "OMP_NUM_THREADS" not in os.environ:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        os.environ["OMP_NUM_THREADS"] = str(max(cores // workers, 1))
+
+
 @pytest.fixture(autouse=True)
 def _isolated_cache(tmp_path, monkeypatch):
     """Every test gets its own compile cache so tests never see each other's artifacts."""

@@ -34,6 +34,7 @@ class StepInfo:
     kind: str  # one of STEP_KINDS
     graph: str  # the function (graph) the step belongs to
     operands: tuple[tuple[tuple[int, ...], tuple[int, ...], str], ...] = ()  # (shape, strides, dtype) per input
+    results: tuple[tuple[tuple[int, ...], tuple[int, ...], str], ...] = ()  # ... per result (bytes written)
 
     @property
     def label(self) -> str:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import math
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,11 @@ TOL = {"rtol": 1e-4, "atol": 1e-4}
 #: The families whose models ship dropout (or stochastic depth) as configured: their training draws random
 #: numbers (ALBERT's only in its classification head).
 SHIPPED_DROPOUT = ("gpt2", "opt", "bert", "roberta", "distilbert", "albert", "t5", "bart", "swin")
+#: The shipped-dropout families CI trains (each ~20-30 s on 2 cores): one per way the zoo draws random numbers
+#: (a decoder LM's dropout, an encoder's, a classification head's only, an encoder-decoder's, stochastic depth).
+#: Their siblings (OPT as GPT-2, RoBERTa and DistilBERT as BERT, BART as T5) run with NEURONCC_FULL_ZOO=1.
+DROPOUT_IN_CI = ("gpt2", "bert", "albert", "t5", "swin")
+FULL_ZOO = os.environ.get("NEURONCC_FULL_ZOO") == "1"
 
 
 def _optimizer(model: torch.nn.Module) -> torch.optim.Optimizer:
@@ -143,7 +149,9 @@ def _standard_errors_apart(ours: torch.Tensor, eager: torch.Tensor) -> tuple[flo
     return float(mean), float(spread)
 
 
-@pytest.mark.parametrize("name", SHIPPED_DROPOUT)
+@pytest.mark.parametrize("name", [name if name in DROPOUT_IN_CI else pytest.param(name, marks=pytest.mark.skipif(
+    not FULL_ZOO, reason="a sibling of a family CI trains with its dropout; NEURONCC_FULL_ZOO=1 runs it"))
+    for name in SHIPPED_DROPOUT])
 def test_shipped_dropout_trains(name, tmp_path):
     """Two AdamW steps compile with no fallback; then, at the trained parameters, the loss of a training-mode
     forward has eager's distribution over dropout masks (mean and spread within Z_BOUND standard errors over

@@ -30,7 +30,7 @@ from neuroncc.codegen.llvm.kernel_plan import (
     MapStage, PartialReduce, Phase, ReduceStage, RowLoop, ScatterLoop, SplitColumns, Stage, TransposedMap,
 )
 from neuroncc.codegen.llvm.online import OnlineMax, online_maxima
-from neuroncc.codegen.llvm.pairs import Pair, half_of, halfwords, pairs_halfwords, word_of
+from neuroncc.codegen.llvm.pairs import WORD_ALIGN, Pair, half_of, halfwords, pairs_halfwords, word_of
 from neuroncc.codegen.llvm.prefetch import carrier_stage, emit_prefetch_next_row, next_row, rows_to_prefetch
 from neuroncc.codegen.llvm.scalars import (
     I16, I32, I64, PTR, VOID, compute_type, constant, load, round_to, storage_itemsize, storage_type, store,
@@ -420,7 +420,7 @@ class KernelEmitter(IndexArithmetic):
         elif key in pending:
             even = pending.pop(key)[1]
             word_pointer = self.b.bitcast(even_pointer, I32.as_pointer())  # (a row buffer element: typed i16*)
-            self.b.store(word_of(self.b, even, value), word_pointer, align=2)
+            self.b.store(word_of(self.b, even, value), word_pointer, align=WORD_ALIGN)
         else:
             self.b.store(value, self.b.gep(even_pointer, [ir.Constant(I64, 1)], source_etype=I16, inbounds=True))
 
@@ -576,7 +576,7 @@ class KernelEmitter(IndexArithmetic):
             assert self._pair is not None
             even = list(idx[:-1]) + [self._pair.even]
             word = self.memoized(("pair", layout.arg, self.form(self._offset(layout, even))),
-                                 lambda: self.b.load(self.address(layout, even), typ=I32, align=2))
+                                 lambda: self.b.load(self.address(layout, even), typ=I32, align=WORD_ALIGN))
             return half_of(self.b, word, half)
         return load(self.b, self.address(layout, idx), layout.dtype)
 

@@ -34,6 +34,8 @@ from neuroncc.ir.dtypes import DType
 
 #: The bits in a half of a word.
 HALF_BITS = 16
+#: A pair's word is only as aligned as its even element (a 16-bit element's 2 bytes), not as a 32-bit word.
+WORD_ALIGN = HALF_BITS // 8
 
 
 def halfwords(layout: Layout) -> bool:

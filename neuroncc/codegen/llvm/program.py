@@ -17,6 +17,7 @@ from neuroncc.codegen.llvm import Layout, view_layout
 from neuroncc.codegen.llvm.emit import emit_kernel
 from neuroncc.codegen.llvm.in_place import writes_in_place
 from neuroncc.codegen.llvm.kernel_plan import ExtraKind
+from neuroncc.codegen.llvm.launch_cost import launch_work
 from neuroncc.codegen.llvm.launch_plan import (
     ALIGN, BufferKind, BufferSpec, CpuLaunchPlan, CpuSlot, ExternSpec, PhaseSpec, SlotKind, StepKind, StepSpec,
     ValueSpec, function_hash,
@@ -279,7 +280,8 @@ class _LaunchPlanner:
                 slots.append(CpuSlot(SlotKind.CONSTANT, extra.op_index))
         slots.append(CpuSlot(SlotKind.ERROR, 0))
         self.scratch_bytes = max(self.scratch_bytes, scratch_cursor)
-        phases = tuple(PhaseSpec(sym, ph.n_outer, ph.work, ph.serial) for sym, ph in zip(symbols, kplan.phases))
+        phases = tuple(PhaseSpec(sym, ph.n_outer, launch_work(kplan, ph), ph.serial)
+                       for sym, ph in zip(symbols, kplan.phases))
         extern = None
         if kplan.extern is not None:
             extern = ExternSpec(kplan.extern.op_index, tuple(_layout_spec(a) for a in kplan.extern.operands),

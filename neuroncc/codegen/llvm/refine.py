@@ -1,7 +1,8 @@
 """Phase refinements: how a phase's loops are shaped once the scheduler has formed it.
 
 Each step takes a plan and returns a new one, turning a phase into another loop shape (``kernel_plan.py``)
-where its rule applies: blocking long rows of map-only phases, row caching of expensive reduction inputs, and
+where its rule applies: blocking long rows of map-only phases, row caching of expensive reduction inputs (and
+of expensive written values that a later stage reads again), and
 the three ways a lone reduction without kept leading dims still gets a parallel outer loop (columns, kept
 middle dims, partials). One rule works across phases: a column sum over the rows of a row-parallel phase
 joins it, as per-chunk partials (``accumulate_column_partials``). A step only matches the shapes it refines,
@@ -17,8 +18,10 @@ from dataclasses import replace
 from neuroncc.codegen.llvm.dimflow import outer_dims_preserved
 from neuroncc.codegen.llvm.kernel_plan import (
     BlockedMap, ChunkedRows, ColumnSum, CombineColumns, CombinePartials, Computed, KernelPlan, KeptDims,
-    MapStage, PartialReduce, Phase, ReduceStage, RowLoop, SplitColumns, written_by,
+    MapStage, PartialReduce, Phase, ReduceStage, RowLoop, SplitColumns, Stage, written_by,
 )
+from neuroncc.codegen.llvm.views import Layout
+from neuroncc.ir.types import contiguous_strides
 from neuroncc.codegen.llvm.reductions import COMBINERS
 from neuroncc.ir.graph import Value
 from neuroncc.ir.opdef import Category, Trait
@@ -146,6 +149,68 @@ def cache_rows(plan: KernelPlan) -> KernelPlan:
         return replace(phase, row_cache=row_cache) if row_cache else phase
 
     return _each_phase(plan, rule)
+
+
+def cache_written_rows(plan: KernelPlan) -> KernelPlan:
+    """Row caching of written values: an expensive value that a map stage of a row phase writes (an output)
+    and a later stage of the phase reads again at the same row (the bias gradient's column sum of GELU's
+    gradient, ``fused_2_mul_erf_add``: erf and exp computed twice per element, the second time 4 lanes wide
+    beside the float64 partials) is also stored into the per-row stack buffer as the map stage computes it,
+    and loaded, not recomputed, by the later stages (the emitter's row cache, as in :func:`cache_rows`).
+    Runs after the column sums have joined their row phases."""
+    def rule(phase: Phase) -> Phase:
+        if isinstance(phase, ChunkedRows):
+            rows = phase.rows
+            later_sums = [(len(rows.stages) + n, s.stage) for n, s in enumerate(phase.sums)]
+            cache = _written_row_cache(plan, rows, later_sums)
+            return replace(phase, rows=replace(rows, row_cache={**rows.row_cache, **cache})) if cache else phase
+        if isinstance(phase, RowLoop):
+            cache = _written_row_cache(plan, phase, [])
+            return replace(phase, row_cache={**phase.row_cache, **cache}) if cache else phase
+        return phase
+
+    return _each_phase(plan, rule)
+
+
+def _written_row_cache(plan: KernelPlan, phase: RowLoop, sums: list[tuple[int, ReduceStage]]) -> dict[Value, int]:
+    """Values written by map stages of ``phase`` (row loop, its stages numbered from 0, then the column
+    ``sums`` with their numbers) that a later stage reads only at the row being computed."""
+    k = len(phase.outer)
+    if not k:
+        return {}
+    later: list[tuple[int, Stage]] = [*enumerate(phase.stages), *sums]
+    cache: dict[Value, int] = {}
+    for number, stage in enumerate(phase.stages):
+        if not isinstance(stage, MapStage) or stage.shape[:k] != phase.outer:
+            continue
+        for value, _ in stage.items:
+            if value in phase.row_cache or value in cache or value.type.shape != stage.shape or \
+                    math.prod(stage.shape[k:]) > ROW_CACHE_MAX or not _expensive(plan, value, set()):
+                continue
+            readers = [(n, s) for n, s in later if n > number and _reads_value(plan, s, value)]
+            if readers and all(_reads_row_only(plan, phase, s, value, (n, s) in sums) for n, s in readers):
+                cache[value] = number
+    return cache
+
+
+def _reads_value(plan: KernelPlan, stage: Stage, value: Value) -> bool:
+    marker = Layout(-1, 0, value.type.shape, contiguous_strides(value.type.shape), value.type.dtype)
+    access = {**plan.access, value: marker}
+    return not all(outer_dims_preserved(access, root, tuple(-1 for _ in root.type.shape), 1, {-1}, set())
+                   for root, _ in stage.roots)
+
+
+def _reads_row_only(plan: KernelPlan, phase: RowLoop, stage: Stage, value: Value, column_sum: bool) -> bool:
+    """Whether ``stage`` reads ``value`` only at the phase's current outer index (a column sum: at its row)."""
+    marker = Layout(-1, 0, value.type.shape, contiguous_strides(value.type.shape), value.type.dtype)
+    marked = replace(plan, access={**plan.access, value: marker})
+    k = len(phase.outer)
+    if column_sum:
+        assert isinstance(stage, ReduceStage)
+        count = len(stage.reduced)
+        return _rows_preserved(marked, stage.op.operands[0], count, phase.outer, {-1})
+    return all(outer_dims_preserved(marked.access, root, tuple(d if d < k else -1 for d in range(rank)), k, {-1},
+                                    set()) for root, rank in stage.roots)
 
 
 def _expensive(plan: KernelPlan, value: Value, seen: set) -> bool:

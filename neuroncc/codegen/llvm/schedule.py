@@ -62,6 +62,7 @@ def plan_kernel(region: Function, params: list[Layout], outputs: list[Layout], b
     plan = refine.parallel_kept_dims(plan)            # a lone reduction keeping middle dims: those in parallel
     plan = refine.accumulate_column_partials(plan)    # column sums join the row loop over their rows
     plan = refine.split_full_reductions(plan)         # a lone full reduction: parallel partials, combined
+    plan = refine.cache_written_rows(plan)            # a written transcendental value read again: row cache
     plan = transpose.block_transposed_rows(plan)      # a transposing map: blocks of output rows via a tile
     return block_matmul_rows(plan)                    # whether the epilogue can follow the matmul by row blocks
 
@@ -96,7 +97,7 @@ def lay_out(region: Function, params: list[Layout], outputs: list[Layout]) -> tu
 
     def queue_outputs(value: Value) -> None:
         for slot in output_slots.pop(value, []):
-            pending_outputs.append((value, outputs[slot]))
+            pending_outputs.extend(cat_pieces(access, value, outputs[slot]))
 
     for param, layout in zip(region.params, params):
         access[param] = layout
@@ -162,6 +163,37 @@ def lay_out(region: Function, params: list[Layout], outputs: list[Layout]) -> tu
     plan = KernelPlan(region, access, phases=(), n_params=n_params, n_outputs=n_outputs, extra=tuple(extra),
                       extern=extern, may_fail=may_fail, written=frozenset(written))
     return plan, stages
+
+
+#: A concatenation written as an output is written piece by piece up to this many pieces (each piece is a
+#: loop nest of its own; past this, one nest that selects the piece per element is the smaller code).
+MAX_CAT_PIECES = 16
+
+
+def cat_pieces(access: dict[Value, Layout | Computed], value: Value, target: Layout) -> list[tuple[Value, Layout]]:
+    """The (value, layout) items that write ``value`` into ``target``: an output computed by ``cat`` is its
+    pieces, each written into its slice of ``target`` (nested concatenations too).
+
+    Computed inline, a concatenation reads every piece at a clamped index and selects one per element: each
+    element costs a load of every piece, and the clamp hides the index's form, so a piece's reshape after a
+    permute divides per element (the attention backward's dq/dk/dv into the in_proj gradient's [B, L, 3 * H *
+    E], ``fused_7_mul_cat``: 4% of a copy). A piece written into its slice reads only itself, along a loop
+    whose reshapes fold into factor loops (``affine.py``)."""
+    computed = access.get(value)
+    if not isinstance(computed, Computed) or computed.op.name != "cat":
+        return [(value, target)]
+    op = computed.op
+    dim = op.attrs["dim"] % max(value.type.rank, 1)
+    if len(op.operands) > MAX_CAT_PIECES or any(p.type.dtype != value.type.dtype for p in op.operands):
+        return [(value, target)]
+    items, start = [], 0
+    for piece in op.operands:
+        size = piece.type.shape[dim]
+        if size:
+            offset = target.offset + start * target.strides[dim]
+            items += cat_pieces(access, piece, replace(target, offset=offset, shape=piece.type.shape))
+        start += size
+    return items
 
 
 def _append_map_items(stages: list[Stage], items: list[tuple[Value, Layout]]) -> None:

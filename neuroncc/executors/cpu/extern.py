@@ -16,7 +16,6 @@ import numpy as np
 from neuroncc.codegen.llvm.extern_layouts import onednn_shapes_eligible
 from neuroncc.ir import REGISTRY, Trait
 from neuroncc.ir.dtypes import DType, round_to_bf16
-from neuroncc.ir.ops import REGISTRY
 
 
 def _spatial(values: Sequence[int], n: int, fill: int) -> list[int]:

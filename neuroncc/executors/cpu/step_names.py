@@ -2,7 +2,8 @@
 
 A kernel step is named after its kernel (``fused_3_layer_norm``, the name the fuse pass gave it), a top-level
 extern after its op and position (``mm_4``), a view copy ``copy_<op>_<position>``; every step lists its
-operands' shapes, strides and dtypes, which ``torch.profiler(record_shapes=True)`` shows as input shapes.
+operands' shapes, strides and dtypes, which ``torch.profiler(record_shapes=True)`` shows as input shapes, and
+its results' (what a profile counts as bytes written: ``benchmarks/profile_steps.py``).
 """
 
 from __future__ import annotations
@@ -29,12 +30,11 @@ def step_kind(step: StepSpec) -> str:
 
 def step_infos(function: Function, plan: CpuLaunchPlan) -> list[StepInfo]:
     """One :class:`StepInfo` per step of ``plan``, in order."""
-    infos = []
-    for step in plan.steps:
-        operands = tuple((tuple(plan.values[i].shape), tuple(plan.values[i].strides), plan.values[i].dtype)
-                         for i in step.operands)
-        infos.append(StepInfo(step_name(function, step), step_kind(step), function.name, operands))
-    return infos
+    def described(ids: tuple[int, ...]) -> tuple:
+        return tuple((tuple(plan.values[i].shape), tuple(plan.values[i].strides), plan.values[i].dtype) for i in ids)
+
+    return [StepInfo(step_name(function, step), step_kind(step), function.name, described(step.operands),
+                     described(step.results)) for step in plan.steps]
 
 
 def graph_info(function: Function) -> StepInfo:

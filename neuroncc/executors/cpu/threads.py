@@ -35,13 +35,17 @@ from neuroncc.codegen.llvm.entries import TEAM_ENTRY, team_entry_ir
 from neuroncc.executors.cpu.helpers import TEAM, helper_module
 from neuroncc.hardware.host import available_cores
 
-#: Below this many elements of work a phase runs on one thread. Waking a pool worker costs 40-50 us on this
+#: Below this much work a phase runs on one thread. Work is elements touched, times 8 for a phase that computes
+#: a transcendental function (``codegen/llvm/launch_cost.py``). Waking a pool worker costs 40-50 us on this
 #: 2-core host (the worker needs the GIL before its ctypes call releases it again): exp+add over 8K..1M f32
 #: elements, load ~4, 1 vs 2 threads: 9 vs 51 us (8K), 32 vs 79 us (64K), 106 vs 159 us (256K), 528 vs 590
 #: us (1M). At 32K elements (the former bound) the demo classifier's layer norms ran 4x slower on 2 threads.
-PARALLEL_MIN_WORK = 1 << 18
-#: The OpenMP team wakes in about a microsecond, so it splits loops from this much work on.
-TEAM_MIN_WORK = 1 << 15
+#: (256K transcendental elements, as before the weighting; plain phases from 2M elements.)
+PARALLEL_MIN_WORK = 1 << 21
+#: The OpenMP team wakes in about a microsecond, so it splits loops from this much work on: 32K elements of a
+#: transcendental phase (GELU's gradient over [512, 128]: 455 vs 219 us on 1 vs 2 threads), 256K of a plain
+#: one (a layer norm over [512, 64], 131K: 94 vs 111 us).
+TEAM_MIN_WORK = 1 << 18
 
 
 def default_threads() -> int:

@@ -41,7 +41,7 @@ def _check_qkv(op: str, q: TensorType, k: TensorType, v: TensorType) -> None:
             raise fail(op, f"query, key and value need one dtype of f32/bf16/f16, got {q}, {k}, {v}")
         if 0 in t.shape:
             raise fail(op, f"{what} {t} is empty (ATen's flash kernel needs non-empty operands)")
-    (batch, heads, _, dim), (kb, kv_heads, seq, kdim) = q.shape, k.shape
+    (batch, heads, _, dim), (kb, kv_heads, _, kdim) = q.shape, k.shape
     if v.shape != k.shape or kb != batch or kdim != dim:
         raise fail(op, f"key {list(k.shape)} and value {list(v.shape)} must be [{batch}, kv_heads, seq, {dim}] "
                        f"for query {list(q.shape)}")
