@@ -17,7 +17,8 @@
 3. ``small``: issue #18's two small models, eager vs TorchDynamo alone (``backend="eager"``: the floor every
    backend pays per call) vs Inductor vs neuroncc: a tiny MLP's inference call (8x64 -> 256 -> 10) and the
    classifier's whole AdamW step at the issue's size (d=64, 4 heads, batch 32 x 16 tokens; forward + backward
-   + ``AdamW.step()``, the optimizer eager in every column).
+   + ``AdamW.step()``, the optimizer eager in every column). ``--ab-bmm`` adds neuroncc with its small bmm
+   on MKL's sgemm_batch instead of generated code (``CpuTarget.small_bmm_max_macs`` 0 while it compiles).
 
 ``--profile`` prints ``small``'s AdamW step per launcher step instead (``profile_steps.py``: each kernel's time,
 bytes and fraction of a copy roofline, eager's ATen ops for the same step, the hot kernels head to head).
@@ -29,6 +30,7 @@ shared, so compare ratios within one run.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import time
@@ -143,8 +145,23 @@ def bench_classifier(repeat: int, clock) -> list[list[str]]:
     return [[name, f"{t * 1e3:.3f}", f"{t / eager:.2f}"] for name, t in times.items()]
 
 
-def bench_small(repeat: int, clock) -> list[list[str]]:
-    """The tiny MLP's inference call and the classifier's AdamW step, per implementation."""
+@contextlib.contextmanager
+def bmm_on_blas():
+    """Compile with every bmm on sgemm_batch (CpuTarget.small_bmm_max_macs 0): the A side of an A/B of
+    generated small bmm (codegen/llvm/small_matmul.py). The launch plans made inside keep the decision."""
+    from neuroncc.hardware.host import CpuTarget
+
+    saved = CpuTarget.__dict__["small_bmm_max_macs"]
+    CpuTarget.small_bmm_max_macs = property(lambda self: 0)
+    try:
+        yield
+    finally:
+        CpuTarget.small_bmm_max_macs = saved
+
+
+def bench_small(repeat: int, clock, ab_bmm: bool = False) -> list[list[str]]:
+    """The tiny MLP's inference call and the classifier's AdamW step, per implementation (``ab_bmm``: and
+    neuroncc with its bmm on BLAS, compiled under :func:`bmm_on_blas`)."""
     import torch
 
     from neuroncc.examples.classifier import ClassifierConfig, build_example, make_batch
@@ -164,6 +181,8 @@ def bench_small(repeat: int, clock) -> list[list[str]]:
     config = ClassifierConfig(**ISSUE_CLASSIFIER_SHAPE)
     tokens, labels = make_batch(config, torch.Generator().manual_seed(1))
     steps = {}
+    if ab_bmm:
+        backends["neuroncc, bmm on BLAS"] = "neuron"
     for name, b in backends.items():
         model = build_example(0, config)
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
@@ -173,6 +192,9 @@ def bench_small(repeat: int, clock) -> list[list[str]]:
             optimizer.zero_grad(set_to_none=True)
             run(tokens, labels).backward()
             optimizer.step()
+        if name == "neuroncc, bmm on BLAS":
+            with bmm_on_blas():
+                step()  # compiles the forward and backward graphs
         steps[name] = step
     times = interleaved(steps, repeats=max(repeat // 4, 20), warmup=5, clock=clock)
     rows += [["classifier d=64 h=4 32x16 AdamW step", name, f"{t * 1e3:.3f} ms", f"{t / times['eager']:.2f}"]
@@ -195,6 +217,8 @@ def main() -> None:
     parser.add_argument("--only", choices=["chain", "hook", "classifier", "small"], default=None)
     parser.add_argument("--profile", action="store_true",
                         help="the issue #18 classifier step per launcher step, at each thread count (profile_steps.py)")
+    parser.add_argument("--ab-bmm", action="store_true",
+                        help="small: add neuroncc with every bmm on sgemm_batch (generated small bmm off)")
     parser.add_argument("--cpu-time", action="store_true",
                         help="time 1-thread runs by the calling thread's CPU time (time.thread_time), which leaves "
                              "out the time a loaded machine keeps the process descheduled")
@@ -224,7 +248,7 @@ def main() -> None:
         for threads in (int(t) for t in args.threads.split(",")):
             torch.set_num_threads(threads)
             torch._dynamo.reset()
-            rows = bench_small(args.repeat, _clock(args, threads))
+            rows = bench_small(args.repeat, _clock(args, threads), args.ab_bmm)
             print(f"\nsmall models (issue #18), {threads} thread(s), {_clock_name(args, threads)}, load {load()}")
             print(table(rows, ["model", "", "time", "x eager"]))
     if args.only in ("chain", "hook", "small"):

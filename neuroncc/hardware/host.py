@@ -100,6 +100,23 @@ class CpuTarget:
         return 1 << 21 if self.has("avx512f") else 1 << 29
 
     @property
+    def vector_registers(self) -> int:
+        """Vector registers the code generator can keep values in (16 ymm with AVX2, 32 zmm with AVX-512)."""
+        return 32 if self.has("avx512f") else 16
+
+    @property
+    def small_bmm_max_macs(self) -> int:
+        """The most multiply-adds per batch item for which a float32 bmm runs as generated code
+        (``codegen/llvm/small_matmul.py``) instead of MKL's ``sgemm_batch``, whose fixed cost per product
+        dominates small ones. Zen 3, 2026-12-02, ``benchmarks/bench_smallbmm.py``, us per bmm, generated vs
+        sgemm_batch (1 thread / 2 threads): 128 x 16^3 24 vs 71 / 26 vs 47 (A@B; A@B^T 38 vs 86 / 29 vs 49);
+        64 x 32^3 57 vs 83 / 74 vs 94; 48 x 48^3 141 vs 179 / 113 vs 163; 32 x 64^3 282 vs 333 / 184 vs 243
+        (A^T@B: 314 vs 324 / 217 vs 220, even); from 96^3 MKL's blocked kernels win (16 x 96^3 489 vs 475 /
+        378 vs 358, 8 x 128^3 853 vs 587 / 504 vs 405). So up to 64^3. Not measured with AVX-512 (twice the
+        lanes and registers: the generated tiles scale, MKL's kernels too): the same bound."""
+        return 64 * 64 * 64
+
+    @property
     def machine_features(self) -> str:
         """The feature string for LLVM's target machine: the CPU's features with the vector width above
         made explicit (``prefer-256-bit`` is a tuning flag LLVM sets per CPU model)."""

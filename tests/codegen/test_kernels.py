@@ -97,8 +97,8 @@ def test_matmul_with_fused_epilogue(rng):
 @pytest.mark.parametrize("op", ["bmm", "addmm", "convolution", "convolution_backward"])
 def test_top_level_extern_ops(op, rng):
     b = Builder(op)
-    if op == "bmm":
-        shapes = [(3, 5, 7), (3, 7, 4)]
+    if op == "bmm":  # past CpuTarget.small_bmm_max_macs per item (smaller ones are generated code)
+        shapes = [(2, 72, 72), (2, 72, 72)]
         args = [b.param(TensorType(s, DType.f32)) for s in shapes]
         outs = [b.op("bmm", *args)]
     elif op == "addmm":

@@ -130,6 +130,8 @@ def test_small_heads_are_generated_code_forward_and_backward(name, tmp_path):
         exe = compile_graph(imported, target="cpu")
         assert [s for s in exe.plan.steps if s.kind == "extern" and "flash" in exe.function.ops[s.op_index].name] \
             == []
+        # their bmm are generated code too (codegen/llvm/small_matmul.py): no BLAS or ATen call at all
+        assert exe.stats["extern_calls"] == 0 and exe.stats["blas_calls"] == 0
 
 
 def test_small_heads_with_a_mask_or_in_half_precision_keep_the_library_op(tmp_path):

@@ -24,7 +24,9 @@ from neuroncc.codegen.llvm.launch_plan import (
 )
 from neuroncc.codegen.llvm.scalars import storage_itemsize
 from neuroncc.codegen.llvm.schedule import plan_kernel
+from neuroncc.codegen.llvm.small_matmul import emit_small_matmul, plan_small_matmul
 from neuroncc.errors import CodegenError
+from neuroncc.hardware.host import host_cpu
 from neuroncc.ir.dtypes import DType
 from neuroncc.ir.graph import Function, Value
 from neuroncc.ir.opdef import Category, Trait
@@ -151,7 +153,8 @@ class _LaunchPlanner:
                 for number, (result, strides) in enumerate(zip(op.results, layouts)):
                     if strides is None or not self.supplied_buffer(result, strides):
                         self.own_buffer(result, avoid=op.operands + op.results[:number])
-                self.plan.steps.append(StepSpec(StepKind.EXTERN, op_index, self._ids(op.operands), self._ids(op.results)))
+                step = StepSpec(StepKind.EXTERN, op_index, self._ids(op.operands), self._ids(op.results))
+                self.plan.steps.append(self.generated_matmul(step, op) or step)
             else:
                 raise CodegenError(f"op '{op.name}' must be inside a kernel at the top level of a CPU graph")
         self.plan.outputs = [self.ids[v] for v in self.fn.outputs]
@@ -190,6 +193,36 @@ class _LaunchPlanner:
             return
         self.own_buffer(op.result)  # a reshape that no strides express: copy
         self.plan.steps.append(StepSpec(StepKind.VIEW_COPY, op_index, self._ids(op.operands), self._ids(op.results)))
+
+    def add_module(self, text: str) -> None:
+        """One more LLVM module of the plan's native code (compiled as soon as the caller asks)."""
+        self.ir_texts.append(text)
+        if self.on_kernel is not None:
+            self.on_kernel(text)
+
+    def matmul_phase(self, op: Any, operands: tuple[Layout, ...], result: Layout, symbol: str,
+                     n_args: int) -> PhaseSpec | None:
+        """The phase running matmul ``op`` as generated code (``small_matmul.py`` decides), its module added;
+        None where BLAS or ATen runs it."""
+        matmul = plan_small_matmul(op, operands, result, host_cpu())
+        if matmul is None:
+            return None
+        self.add_module(emit_small_matmul(matmul, symbol, n_args))
+        return PhaseSpec(symbol, matmul.batch, matmul.work, False)
+
+    def generated_matmul(self, step: StepSpec, op: Any) -> StepSpec | None:
+        """Top-level extern ``step`` of ``op`` as a native kernel step of one generated matmul phase (slots:
+        the operands, the result, the error flag), or None where it stays an extern."""
+        if not op.has(Trait.MATRIX_PRODUCT) or len(op.results) != 1 or \
+                self.plan.buffers[self.plan.values[self.ids[op.result]].buffer].supplied:
+            return None
+        values = (*op.operands, op.result)
+        layouts = [self.layout(v, slot) for slot, v in enumerate(values)]
+        phase = self.matmul_phase(op, tuple(layouts[:-1]), layouts[-1], f"k{step.op_index}_mm", len(values) + 1)
+        if phase is None:
+            return None
+        slots = (*(CpuSlot(SlotKind.VALUE, self.ids[v]) for v in values), CpuSlot(SlotKind.ERROR, 0))
+        return _replace(step, kind=StepKind.KERNEL, native=True, phases=(phase,), slots=slots)
 
     def _keep_donations(self, op: Any, candidates: dict[int, int], kept: dict[int, int]) -> None:
         """Results in ``kept`` stay in their param's buffer (recorded in ``plan.in_place``); the other
@@ -266,10 +299,8 @@ class _LaunchPlanner:
         except CodegenError as exc:
             self.plan.steps.append(_replace(step, reason=str(exc)))
             return
-        self.ir_texts += texts
-        if self.on_kernel is not None:
-            for text in texts:
-                self.on_kernel(text)
+        for text in texts:
+            self.add_module(text)
         slots = [CpuSlot(SlotKind.VALUE, self.ids[v]) for v in op.operands + op.results]
         scratch_cursor = 0
         for extra in kplan.extra:
@@ -284,10 +315,17 @@ class _LaunchPlanner:
                        for sym, ph in zip(symbols, kplan.phases))
         extern = None
         if kplan.extern is not None:
-            extern = ExternSpec(kplan.extern.op_index, tuple(_layout_spec(a) for a in kplan.extern.operands),
-                                tuple(_layout_spec(a) for a in kplan.extern.results))
+            # a small bmm runs as the kernel's first phase, else the launcher calls BLAS or ATen before the phases
+            matmul = self.matmul_phase(region.ops[kplan.extern.op_index], kplan.extern.operands,
+                                       kplan.extern.results[0], f"k{op_index}_mm", kplan.n_args)
+            if matmul is not None:
+                phases = (matmul, *phases)
+            else:
+                extern = ExternSpec(kplan.extern.op_index, tuple(_layout_spec(a) for a in kplan.extern.operands),
+                                    tuple(_layout_spec(a) for a in kplan.extern.results))
         self.plan.steps.append(_replace(step, native=True, phases=phases, slots=tuple(slots), extern=extern,
-                                        may_fail=kplan.may_fail, row_block=_row_block(kplan, tiled)))
+                                        may_fail=kplan.may_fail,
+                                        row_block=_row_block(kplan, tiled) if extern is not None else 0))
 
 
 def _last_reads(fn: Function) -> dict[Value, int]:

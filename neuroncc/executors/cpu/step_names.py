@@ -1,9 +1,10 @@
 """What the cpu launcher tells a tracer about each step of its plan (see :mod:`neuroncc.executors.tracing`).
 
 A kernel step is named after its kernel (``fused_3_layer_norm``, the name the fuse pass gave it), a top-level
-extern after its op and position (``mm_4``), a view copy ``copy_<op>_<position>``; every step lists its
-operands' shapes, strides and dtypes, which ``torch.profiler(record_shapes=True)`` shows as input shapes, and
-its results' (what a profile counts as bytes written: ``benchmarks/profile_steps.py``).
+extern after its op and position (``mm_4``; so is a top-level matmul run as generated code), a view copy
+``copy_<op>_<position>``; every step lists its operands' shapes, strides and dtypes, which
+``torch.profiler(record_shapes=True)`` shows as input shapes, and its results' (what a profile counts as bytes
+written: ``benchmarks/profile_steps.py``).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from neuroncc.ir.graph import Function
 def step_name(function: Function, step: StepSpec) -> str:
     op = function.ops[step.op_index]
     if step.kind == StepKind.KERNEL:
-        return str(op.attrs.get("name") or f"kernel_{step.op_index}")
+        return str(op.attrs.get("name") or f"{op.name}_{step.op_index}")  # bmm_4: a matmul run as generated code
     if step.kind == StepKind.EXTERN:
         return f"{op.name}_{step.op_index}"
     return f"copy_{op.name}_{step.op_index}"

@@ -1,0 +1,154 @@
+"""Small batched float32 matmuls as generated code (codegen/llvm/small_matmul.py): numerics against float64
+numpy within the error bound of a K-term float32 sum, every operand layout, odd sizes, 1 and 2 threads; and
+which products take it (the planner's one decision: CpuTarget.small_bmm_max_macs), which stay on BLAS."""
+
+from __future__ import annotations
+
+import itertools
+import re
+
+import numpy as np
+import pytest
+
+from neuroncc.codegen.llvm import jit
+from neuroncc.codegen.llvm.launch_plan import StepKind
+from neuroncc.codegen.llvm.regions import make_kernel
+from neuroncc.codegen.llvm.small_matmul import emit_small_matmul, plan_small_matmul
+from neuroncc.codegen.llvm.views import Layout
+from neuroncc.executors.cpu.launcher import build_cpu_executable
+from neuroncc.hardware.host import CpuTarget, host_cpu
+from neuroncc.ir import Builder, DType, TensorType
+from neuroncc.ir.types import contiguous_strides
+
+EPS = float(np.finfo(np.float32).eps)
+FORMS = list(itertools.product([False, True], repeat=2))  # (transpose_a, transpose_b)
+
+
+def _stored(rng, batch, rows, cols, transposed, scale=1.0):
+    shape = (batch, cols, rows) if transposed else (batch, rows, cols)
+    return (rng.standard_normal(shape) * scale).astype(np.float32)
+
+
+def _logical(x, transposed):
+    return x.transpose(0, 2, 1) if transposed else x
+
+
+def assert_within_sum_bound(got, a, b):
+    """|got - A@B| <= K * eps * (|A| @ |B|) elementwise: the bound of a K-term float32 dot product (one
+    rounding per fused multiply-add, each at most eps/2 relative to the partial sum), twice over."""
+    exact = np.matmul(a.astype(np.float64), b.astype(np.float64))
+    bound = a.shape[-1] * EPS * np.matmul(np.abs(a).astype(np.float64), np.abs(b).astype(np.float64))
+    excess = np.abs(got - exact) - bound
+    assert excess.max() <= 0, f"worst excess over the bound {excess.max():.3g} at {np.unravel_index(excess.argmax(), excess.shape)}"
+
+
+def bmm_graph(batch, m, k, n, ta, tb, epilogue=False):
+    """A top-level bmm (or, with ``epilogue``, a kernel of bmm * 0.25 + its row max, the attention form)."""
+    b = Builder("bmm")
+    x = b.param(TensorType((batch, k, m) if ta else (batch, m, k), DType.f32), "a")
+    y = b.param(TensorType((batch, n, k) if tb else (batch, k, n), DType.f32), "b")
+    product = b.op("bmm", x, y, transpose_a=ta, transpose_b=tb)
+    if not epilogue:
+        return b.build([product])
+    scaled = b.op("mul", product, b.op("full", shape=(), dtype=DType.f32, value=0.25))
+    kernel = make_kernel(b.ops, [x, y], [scaled, b.op("amax", scaled, dims=(2,), keepdim=True)], "scores")
+    b.ops = [kernel]
+    return b.build(list(kernel.results))
+
+
+def _matmul_steps(exe):
+    """(generated matmul phases, extern steps) of an executable's plan."""
+    generated = [p for s in exe.plan.steps for p in s.phases if p.symbol.endswith("_mm")]
+    externs = [s for s in exe.plan.steps if s.kind == StepKind.EXTERN or s.extern is not None]
+    return generated, externs
+
+
+SHAPES = [(128, 16, 16, 16), (3, 5, 7, 9), (4, 17, 1, 33), (2, 1, 6, 1), (5, 9, 3, 8), (2, 13, 16, 24),
+          (64, 16, 8, 16)]
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_generated_bmm_numerics_every_layout(shape, threads, rng):
+    batch, m, k, n = shape
+    for ta, tb in FORMS:
+        a, b = _stored(rng, batch, m, k, ta, 3.0), _stored(rng, batch, k, n, tb)
+        exe = build_cpu_executable(bmm_graph(batch, m, k, n, ta, tb), {"threads": threads})
+        generated, externs = _matmul_steps(exe)
+        assert len(generated) == 1 and not externs, (shape, ta, tb)
+        (got,) = exe(a, b)
+        assert_within_sum_bound(got, _logical(a, ta), _logical(b, tb))
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_generated_bmm_as_the_first_phase_of_its_kernel(threads, rng):
+    batch, m, k, n = 128, 16, 16, 16
+    for ta, tb in FORMS:
+        a, b = _stored(rng, batch, m, k, ta), _stored(rng, batch, k, n, tb, 100.0)
+        exe = build_cpu_executable(bmm_graph(batch, m, k, n, ta, tb, epilogue=True), {"threads": threads})
+        (step,) = exe.plan.steps
+        matmul = step.phases[0]
+        assert step.extern is None and matmul.symbol.endswith("_mm") and len(step.phases) >= 2
+        scaled, row_max = exe(a, b)
+        assert_within_sum_bound(scaled / 0.25, _logical(a, ta), _logical(b, tb))
+        np.testing.assert_array_equal(row_max, scaled.max(axis=2, keepdims=True))
+        # the batch is the parallel loop: split across the team at 2 threads (128 items of 512 vector FMAs)
+        assert (matmul.n_outer, matmul.work) == (128, 512)
+        assert (exe.team or exe.pool).runs_inline(matmul.n_outer, matmul.work) == (threads == 1)
+
+
+def test_strided_operands_and_batch_broadcast(rng):
+    """Operands read through views: a permuted [L, B, E] input as [B, L, E] and a batch-broadcast B."""
+    b = Builder("views")
+    x = b.param(TensorType((16, 4, 8), DType.f32), "x")
+    w = b.param(TensorType((1, 8, 12), DType.f32), "w")
+    heads = b.op("permute", x, dims=(1, 0, 2))  # strides (8, 32, 1)
+    weights = b.op("expand", w, shape=(4, 8, 12))  # batch stride 0
+    fn = b.build([b.op("bmm", heads, weights)])
+    exe = build_cpu_executable(fn, {"threads": 1})
+    assert len(_matmul_steps(exe)[0]) == 1
+    xs, ws = rng.standard_normal((16, 4, 8)).astype(np.float32), rng.standard_normal((1, 8, 12)).astype(np.float32)
+    (got,) = exe(xs, ws)
+    assert_within_sum_bound(got, xs.transpose(1, 0, 2), np.broadcast_to(ws, (4, 8, 12)))
+
+
+def test_classifier_heads_are_generated_and_large_products_stay_on_blas():
+    """Issue #18's attention (32 x 4 heads of 16 x 16, head size 16): every form of its bmm is generated
+    code; a product past CpuTarget.small_bmm_max_macs per item stays on sgemm_batch."""
+    for ta, tb in FORMS:
+        exe = build_cpu_executable(bmm_graph(128, 16, 16, 16, ta, tb), {"threads": 1})
+        assert len(_matmul_steps(exe)[0]) == 1 and exe.stats["blas_calls"] == 0 and exe.stats["extern_calls"] == 0
+    side = round(host_cpu().small_bmm_max_macs ** (1 / 3)) + 8
+    exe = build_cpu_executable(bmm_graph(4, side, side, side, False, False), {"threads": 1})
+    assert _matmul_steps(exe)[0] == [] and exe.stats["blas_calls"] == 1
+
+
+def _layout(slot, shape, strides=None):
+    return Layout(slot, 0, shape, strides or contiguous_strides(shape), DType.f32)
+
+
+def test_the_decision():
+    op = bmm_graph(8, 16, 16, 16, False, True).ops[0]
+    operands, result = [_layout(0, (8, 16, 16)), _layout(1, (8, 16, 16))], _layout(2, (8, 16, 16))
+    target = host_cpu()
+    assert plan_small_matmul(op, operands, result, target) is not None
+    assert plan_small_matmul(op, operands, result, target, max_macs=16 ** 3 - 1) is None
+    assert plan_small_matmul(op, operands, _layout(2, (8, 16, 16), (256, 1, 16)), target) is None  # column-major C
+    empty = bmm_graph(0, 16, 16, 16, False, False).ops[0]
+    assert plan_small_matmul(empty, [_layout(0, (0, 16, 16))] * 2, _layout(2, (0, 16, 16)), target) is None
+    bf16 = [Layout(0, 0, (8, 16, 16), (256, 16, 1), DType.bf16)] * 2
+    assert plan_small_matmul(op, bf16, _layout(2, (8, 16, 16)), target) is None
+    # B transposed is copied to the stack per item: only while that copy is small
+    wide = bmm_graph(2, 4, 128, 128, False, True).ops[0]
+    assert plan_small_matmul(wide, [_layout(0, (2, 4, 128)), _layout(1, (2, 128, 128))], _layout(2, (2, 4, 128)),
+                             target, max_macs=1 << 30) is None
+
+
+def test_code_is_vector_fmas_for_avx2_and_avx512():
+    op = bmm_graph(8, 16, 16, 16, False, False).ops[0]
+    layouts = [_layout(0, (8, 16, 16)), _layout(1, (8, 16, 16)), _layout(2, (8, 16, 16))]
+    for name, features, register in (("znver3", "+avx,+avx2,+fma", "ymm"),
+                                     ("skylake-avx512", "+avx,+avx2,+fma,+avx512f", "zmm")):
+        target = CpuTarget(name, features)
+        text = emit_small_matmul(plan_small_matmul(op, layouts[:2], layouts[2], target), "smm", 4)
+        assert re.search(rf"vfmadd\d+ps\s[^\n]*%{register}", jit.assembly([text], target)), name
