@@ -272,6 +272,20 @@ def test_transcendental_ops_evaluate_a_math_function_on_the_cpu(name):
     assert math, called
 
 
+@pytest.mark.parametrize("name", sorted(REGISTRY.having(Trait.CONCATENATION)))
+@pytest.mark.parametrize("dim", [0, 1, -1])
+def test_concatenations_lay_their_operands_end_to_end_along_dim(name, dim):
+    pieces = [_random((2, n, 3), DType.f32) for n in (1, 4, 2)] if dim == 1 else \
+        [_random((2, 4, 3), DType.f32) for _ in range(3)]
+    result = run(name, *pieces, dim=dim)[0]
+    start = 0
+    for piece in pieces:  # each operand is the result's slice along dim, in operand order
+        size = piece.shape[dim]
+        assert _same(np.take(result, range(start, start + size), axis=dim), piece)
+        start += size
+    assert result.shape[dim] == start
+
+
 @pytest.mark.parametrize("opdef", REGISTRY.by_category(Category.REDUCTION), ids=lambda d: d.name)
 def test_sum_reductions_are_the_linear_ones(opdef):
     attrs = {"dim": 1} if "dim" in opdef.attrs else {"dims": (1,)}

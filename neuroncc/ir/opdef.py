@@ -85,6 +85,10 @@ class Trait(enum.Enum):
     #: The result is operand 0 with elements written or accumulated at data-dependent positions (scatter,
     #: index_put): every element may depend on any input element, and the writes happen in an order.
     INDEXED_WRITE = "indexed-write"
+    #: The result is the operands laid end to end along attribute ``dim`` (cat): each operand is a slice of the
+    #: result, so a kernel writing the result can write each operand into its slice instead of selecting one
+    #: operand per element.
+    CONCATENATION = "concatenation"
     #: The result is data held in an attribute (``constant``'s dense value): stored with the compiled program
     #: and read from memory, not computed.
     STORED = "stored"

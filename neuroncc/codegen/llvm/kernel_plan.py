@@ -31,6 +31,7 @@ from dataclasses import dataclass, field, replace
 
 from neuroncc.codegen.llvm.views import Layout
 from neuroncc.ir.graph import Function, Op, Value
+from neuroncc.ir.opdef import Trait
 
 # ---- stages -------------------------------------------------------------------------------------------
 
@@ -441,3 +442,20 @@ class KernelPlan:
     def with_scratch(self, nbytes: int) -> tuple[KernelPlan, int]:
         """This plan with one more scratch buffer of ``nbytes``, and its argument slot."""
         return replace(self, extra=(*self.extra, ExtraArg(ExtraKind.SCRATCH, nbytes=nbytes))), self.error_slot
+
+    def computes_transcendental(self, value: Value, seen: set[Value] | None = None) -> bool:
+        """Whether computing ``value`` inline calls a transcendental function (exp, erf, log, tanh, ...): not
+        counting values in ``seen``, which it extends. An explicit stack: unrolled recurrences (Hermite
+        polynomials) run hundreds of ops deep, past Python's recursion limit."""
+        seen = set() if seen is None else seen
+        pending = [value]
+        while pending:
+            v = pending.pop()
+            access = self.access.get(v)
+            if v in seen or not isinstance(access, Computed):
+                continue
+            seen.add(v)
+            if access.op.has(Trait.TRANSCENDENTAL):
+                return True
+            pending += access.op.operands
+        return False

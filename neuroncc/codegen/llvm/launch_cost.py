@@ -14,9 +14,8 @@ elements they did.
 
 from __future__ import annotations
 
-from neuroncc.codegen.llvm.kernel_plan import Computed, KernelPlan, Phase
+from neuroncc.codegen.llvm.kernel_plan import KernelPlan, Phase
 from neuroncc.ir.graph import Value
-from neuroncc.ir.opdef import Trait
 
 #: Work units per element touched by a phase that computes a transcendental function (1 otherwise).
 TRANSCENDENTAL_WEIGHT = 8
@@ -26,22 +25,7 @@ def launch_work(plan: KernelPlan, phase: Phase) -> int:
     """``phase.work`` in the launcher's units (see the module docstring)."""
     roots = [root for stage in phase.stages for root, _ in stage.roots]
     seen: set[Value] = set()
-    if any(_transcendental(plan, root, seen) for root in roots):
+    if any(plan.computes_transcendental(root, seen) for root in roots):
         return phase.work * TRANSCENDENTAL_WEIGHT
     return phase.work
 
-
-def _transcendental(plan: KernelPlan, value: Value, seen: set[Value]) -> bool:
-    """Whether computing ``value`` inline calls a transcendental function (an explicit stack: unrolled
-    recurrences run hundreds of ops deep)."""
-    pending = [value]
-    while pending:
-        v = pending.pop()
-        access = plan.access.get(v)
-        if v in seen or not isinstance(access, Computed):
-            continue
-        seen.add(v)
-        if access.op.has(Trait.TRANSCENDENTAL):
-            return True
-        pending += access.op.operands
-    return False

@@ -137,7 +137,8 @@ def cache_rows(plan: KernelPlan) -> KernelPlan:
             if not isinstance(stage, ReduceStage) or stage.reduced != tuple(range(k, len(stage.shape))):
                 continue
             value = stage.op.operands[0]
-            if value in row_cache or not _expensive(plan, value, set()):
+            # transcendental functions are worth computing once per row rather than once per stage reading them
+            if value in row_cache or not plan.computes_transcendental(value):
                 continue
             if math.prod(stage.shape[k:]) > ROW_CACHE_MAX:
                 continue
@@ -185,7 +186,7 @@ def _written_row_cache(plan: KernelPlan, phase: RowLoop, sums: list[tuple[int, R
             continue
         for value, _ in stage.items:
             if value in phase.row_cache or value in cache or value.type.shape != stage.shape or \
-                    math.prod(stage.shape[k:]) > ROW_CACHE_MAX or not _expensive(plan, value, set()):
+                    math.prod(stage.shape[k:]) > ROW_CACHE_MAX or not plan.computes_transcendental(value):
                 continue
             readers = [(n, s) for n, s in later if n > number and _reads_value(plan, s, value)]
             if readers and all(_reads_row_only(plan, phase, s, value, (n, s) in sums) for n, s in readers):
@@ -211,15 +212,6 @@ def _reads_row_only(plan: KernelPlan, phase: RowLoop, stage: Stage, value: Value
         return _rows_preserved(marked, stage.op.operands[0], count, phase.outer, {-1})
     return all(outer_dims_preserved(marked.access, root, tuple(d if d < k else -1 for d in range(rank)), k, {-1},
                                     set()) for root, rank in stage.roots)
-
-
-def _expensive(plan: KernelPlan, value: Value, seen: set) -> bool:
-    access = plan.access[value]
-    if not isinstance(access, Computed) or value in seen:
-        return False
-    seen.add(value)
-    # transcendental functions are worth computing once per row rather than once per stage that reads them
-    return access.op.has(Trait.TRANSCENDENTAL) or any(_expensive(plan, v, seen) for v in access.op.operands)
 
 
 def _reads_in_place(plan: KernelPlan, root: Value, target: Value, shape: tuple[int, ...], seen: set) -> bool:

@@ -180,7 +180,7 @@ def cat_pieces(access: dict[Value, Layout | Computed], value: Value, target: Lay
     E], ``fused_7_mul_cat``: 4% of a copy). A piece written into its slice reads only itself, along a loop
     whose reshapes fold into factor loops (``affine.py``)."""
     computed = access.get(value)
-    if not isinstance(computed, Computed) or computed.op.name != "cat":
+    if not isinstance(computed, Computed) or not computed.op.has(Trait.CONCATENATION):
         return [(value, target)]
     op = computed.op
     dim = op.attrs["dim"] % max(value.type.rank, 1)

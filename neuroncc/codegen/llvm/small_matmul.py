@@ -33,6 +33,10 @@ from neuroncc.codegen.llvm.views import Layout
 from neuroncc.hardware.host import CACHE_LINE_BYTES, CpuTarget
 from neuroncc.ir.dtypes import DType
 from neuroncc.ir.graph import Op
+from neuroncc.ir.opdef import Trait
+
+#: Vector loads and stores of rows are only as aligned as one float32 element (rows start anywhere).
+ELEMENT_ALIGN = DType.f32.itemsize
 
 #: The largest stack buffer (bytes) an item's B is packed into: it stays in L1 with A's rows and the output.
 MAX_PACKED_BYTES = 16 << 10
@@ -113,7 +117,7 @@ def plan_small_matmul(op: Op, operands: Sequence[Layout], result: Layout, target
     stride in the result, a packed B of at most :data:`MAX_PACKED_BYTES`."""
     if max_macs is None:
         max_macs = target.small_bmm_max_macs
-    if op.name != "bmm" or len(operands) != 2 or len(result.shape) != 3:
+    if not op.has(Trait.MATRIX_PRODUCT) or len(operands) != 2 or len(result.shape) != 3:
         return None
     if any(layout.dtype is not DType.f32 for layout in (*operands, result)):
         return None
@@ -284,7 +288,7 @@ class _Emitter:
         row, stride_n = plan.vectors * lanes, plan.b.strides[2]
         n0, k0 = b.mul(n, ir.Constant(I64, lanes)), b.mul(k, ir.Constant(I64, lanes))
         vectors = [b.load(self._pointer(source, self._affine(0, (n0, stride_n), (j, stride_n), (k0, 1))),
-                          typ=self.vector, align=4) for j in range(lanes)]
+                          typ=self.vector, align=ELEMENT_ALIGN) for j in range(lanes)]
         half = 1
         while half < lanes:
             low = ir.Constant(ir.VectorType(I32, lanes), [j if j & half == 0 else lanes + j - half
@@ -298,7 +302,7 @@ class _Emitter:
             half *= 2
         for j in range(lanes):
             target = self._pointer(packed, self._affine(0, (k0, row), (j, row), (n0, 1)))
-            b.store(vectors[j], b.bitcast(target, self.vector.as_pointer()), align=4)
+            b.store(vectors[j], b.bitcast(target, self.vector.as_pointer()), align=ELEMENT_ALIGN)
 
     def _tile(self, a_base: ir.Value, b_base: ir.Value, b_strides: tuple[int, int], c_base: ir.Value,
               row0: ir.Value | int, rows: int, first: int, vectors: int) -> None:
@@ -340,7 +344,7 @@ class _Emitter:
     def _load(self, source: ir.Value, remaining: int) -> ir.Value:
         """A vector of a row of B, its lanes past the row's end (the last ``remaining`` < lanes) zero."""
         if remaining >= self.plan.lanes:
-            return self.b.load(source, typ=self.vector, align=4)
+            return self.b.load(source, typ=self.vector, align=ELEMENT_ALIGN)
         load = intrinsic(self.b.module, f"llvm.masked.load.v{self.plan.lanes}f32.p0", self.vector,
                          [PTR, I32, self._mask(remaining).type, self.vector])
         return self.b.call(load, [source, ir.Constant(I32, 4), self._mask(remaining), self.zero])
@@ -349,7 +353,7 @@ class _Emitter:
         """Store a vector of an output row, only its first ``remaining`` lanes when the row ends inside it."""
         lanes = self.plan.lanes
         if remaining >= lanes:
-            self.b.store(value, target, align=4)
+            self.b.store(value, target, align=ELEMENT_ALIGN)
             return
         store = intrinsic(self.b.module, f"llvm.masked.store.v{lanes}f32.p0", VOID,
                           [self.vector, PTR, I32, self._mask(remaining).type])

@@ -298,7 +298,7 @@ OPS = (
     OpDef("unsqueeze", Category.MOVEMENT, (1, 1), _infer_unsqueeze, lambda x, dim: np.expand_dims(x, dim),
           {"dim": AttrSpec("int")}, "insert a size-1 dim", traits=_REGROUPING),
     OpDef("cat", Category.MOVEMENT, (1, None), _infer_cat, lambda *xs, dim: np.concatenate(xs, axis=dim),
-          {"dim": AttrSpec("int")}, "concatenate along dim"),
+          {"dim": AttrSpec("int")}, "concatenate along dim", traits=frozenset({Trait.CONCATENATION})),
     OpDef("split", Category.MOVEMENT, (1, 1), _infer_split, _split, {"dim": AttrSpec("int"), "sizes": AttrSpec("ints")},
           "split into pieces of the given sizes along dim", traits=frozenset({Trait.VIEW})),
     OpDef("constant_pad", Category.MOVEMENT, (1, 1), _infer_pad, _constant_pad,
