@@ -31,6 +31,7 @@ from neuroncc.codegen.llvm.kernel_plan import (
 )
 from neuroncc.codegen.llvm.online import OnlineMax, online_maxima
 from neuroncc.codegen.llvm.pairs import WORD_ALIGN, Pair, half_of, halfwords, pairs_halfwords, word_of
+from neuroncc.codegen.llvm.pairs import pair_ordered_rows, pair_position
 from neuroncc.codegen.llvm.prefetch import carrier_stage, emit_prefetch_next_row, next_row, rows_to_prefetch
 from neuroncc.codegen.llvm.scalars import (
     I16, I32, I64, PTR, VOID, compute_type, constant, load, round_to, storage_itemsize, storage_type, store,
@@ -78,13 +79,13 @@ class KernelEmitter(IndexArithmetic):
         self._constants: dict[int, ir.Constant] = {}
         self._entry: ir.IRBuilder = None  # type: ignore[assignment]
         # the current phase's row caches: value -> stage position storing its row; the rows' stack buffers;
-        # how many leading (outer) dims index the row
+        # how many leading (outer) dims index the row; those kept in pair order (``pairs.py``)
         self._row_cache: dict[Value, int] = {}
         self._prefetched: tuple[Layout, ...] = ()  # the current row loop's inputs whose next row it prefetches
         self._carrier: int | None = None  # the stage whose loop carries those prefetches (None: the row's start)
         self._ahead: tuple[Ahead, ...] = ()  # the current row's prefetch streams, for the carrier stage
         self._rows: dict[Value, ir.AllocaInstr] = {}
-        self._row_depth = 0
+        self._row_depth, self._pair_rows = 0, frozenset()
         self._stage_number = 0  # position of the stage being emitted in its phase (row caches key on it)
         self._streamed = False  # the current phase wrote non-temporal stores
         self._pair: Pair | None = None  # the element pair of the innermost loop being emitted (``pairs.py``)
@@ -136,7 +137,7 @@ class KernelEmitter(IndexArithmetic):
         self.ptrs = list(body_fn.args[:n_args])
         self.memo = [{}]
         self._stage_number = 0
-        self._row_cache, self._rows, self._row_depth, self._prefetched = {}, {}, 0, ()
+        self._row_cache, self._rows, self._row_depth, self._prefetched, self._pair_rows = {}, {}, 0, (), frozenset()
         self._carrier, self._ahead = None, ()
         body = self._phase_body(phase)
         start, end = body_fn.args[n_args], body_fn.args[n_args + 1]
@@ -154,9 +155,7 @@ class KernelEmitter(IndexArithmetic):
 
     def alloca(self, t: ir.Type, count: int = 1) -> ir.AllocaInstr:
         """Stack slot(s) in the entry block (promoted to registers by SROA when scalar)."""
-        if count == 1:
-            return self._entry.alloca(t)
-        return self._entry.alloca(ir.ArrayType(t, count))
+        return self._entry.alloca(t if count == 1 else ir.ArrayType(t, count))
 
     # ---- the loop shapes -------------------------------------------------------------------------------
 
@@ -168,7 +167,7 @@ class KernelEmitter(IndexArithmetic):
                 self._cache_rows(phase)
                 return lambda flat: self._rows_at(phase, self._digits(flat, phase.outer))
             case ChunkedRows():
-                self._cache_rows(phase.rows)
+                self._cache_rows(phase.rows, [column_sum.stage for column_sum in phase.sums])
                 return lambda flat: self._chunk(phase, flat)
             case BlockedMap():
                 return lambda flat: self._blocked(phase, self._digits(flat, phase.trip_counts))
@@ -189,13 +188,15 @@ class KernelEmitter(IndexArithmetic):
             case _:
                 assert_never(phase)
 
-    def _cache_rows(self, phase: RowLoop) -> None:
-        """Stack buffers for the rows the phase caches (see ``refine.cache_rows``), and the inputs whose next row
-        each row prefetches (``prefetch.rows_to_prefetch``)."""
+    def _cache_rows(self, phase: RowLoop, sums: list[Stage] | None = None) -> None:
+        """Stack buffers for the rows the phase caches (see ``refine.cache_rows``; ``sums``: the column sums' stages,
+        which read them too), and the inputs whose next row each row prefetches (``prefetch.rows_to_prefetch``)."""
         self._prefetched = rows_to_prefetch(self.plan, phase)
         self._carrier = carrier_stage(self.plan, phase) if self._prefetched else None
         self._row_cache, self._row_depth = dict(phase.row_cache), len(phase.outer)
-        self._rows = {value: self._entry.alloca(ir.ArrayType(compute_type(value.type.dtype), self._row_size(value)))
+        self._pair_rows = pair_ordered_rows(self.plan, phase.row_cache, list(phase.stages) + (sums or []))
+        self._rows = {value: self._entry.alloca(ir.ArrayType(compute_type(value.type.dtype),
+                                                             max(math.prod(value.type.shape[len(phase.outer):]), 1)))
                       for value in phase.row_cache}
 
     def _rows_at(self, phase: RowLoop, outer: Index) -> None:
@@ -521,14 +522,12 @@ class KernelEmitter(IndexArithmetic):
         self.memo[-1][key] = result
         return result
 
-    def _row_size(self, value: Value) -> int:
-        return max(math.prod(value.type.shape[self._row_depth:]), 1)
-
     def _row_slot(self, value: Value, idx: Index) -> ir.Value:
         """The element of ``value``'s row cache for ``idx`` (the dims after the phase's outer dims)."""
-        shape = value.type.shape[self._row_depth:]
+        shape, row = value.type.shape[self._row_depth:], list(idx[self._row_depth:])
+        row[-1] = pair_position(self, row[-1], shape[-1]) if value in self._pair_rows else row[-1]
         flat: Any = 0
-        for i, stride in zip(idx[self._row_depth:], contiguous_strides(shape)):
+        for i, stride in zip(row, contiguous_strides(shape)):
             flat = self.add(flat, self.mul(i, stride))
         return self.b.gep(self._rows[value], [ir.Constant(I64, 0), self.ir_index(flat)], inbounds=True)
 
