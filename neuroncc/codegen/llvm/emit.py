@@ -31,10 +31,10 @@ from neuroncc.codegen.llvm.kernel_plan import (
 )
 from neuroncc.codegen.llvm.online import OnlineMax, online_maxima
 from neuroncc.codegen.llvm.pairs import WORD_ALIGN, Pair, half_of, halfwords, pairs_halfwords, word_of
-from neuroncc.codegen.llvm.pairs import pair_ordered_rows, pair_position
+from neuroncc.codegen.llvm.pairs import pair_ordered_rows
 from neuroncc.codegen.llvm.prefetch import carrier_stage, emit_prefetch_next_row, next_row, rows_to_prefetch
 from neuroncc.codegen.llvm.scalars import (
-    I16, I32, I64, PTR, VOID, compute_type, constant, load, round_to, storage_itemsize, storage_type, store,
+    I16, I32, I64, PTR, VOID, constant, load, round_to, storage_itemsize, storage_type, store,
 )
 from neuroncc.codegen.llvm.stages import (
     SharedMean, emit_column_combine, emit_column_partial, emit_column_reset, emit_combine, emit_partial,
@@ -43,12 +43,12 @@ from neuroncc.codegen.llvm.stages import (
 )
 from neuroncc.codegen.llvm.transpose import emit_transposed
 from neuroncc.codegen.llvm.views import Layout
+from neuroncc.codegen.llvm.row_buffers import BEFORE_THE_ROWS, allocate_rows, emit_widened, row_slot, widened_rows
 from neuroncc.errors import CodegenError
 from neuroncc.hardware.host import CACHE_LINE_BYTES, MEMORY_BURST_LINES, CpuTarget, host_cpu
 from neuroncc.ir.dtypes import DType
 from neuroncc.ir.graph import Op, Value
 from neuroncc.ir.opdef import Trait
-from neuroncc.ir.types import contiguous_strides
 
 #: Map-stage outputs at least this large are written with non-temporal stores ...
 STREAM_MIN_BYTES = 1 << 22
@@ -194,10 +194,10 @@ class KernelEmitter(IndexArithmetic):
         self._prefetched = rows_to_prefetch(self.plan, phase)
         self._carrier = carrier_stage(self.plan, phase) if self._prefetched else None
         self._row_cache, self._row_depth = dict(phase.row_cache), len(phase.outer)
-        self._pair_rows = pair_ordered_rows(self.plan, phase.row_cache, list(phase.stages) + (sums or []))
-        self._rows = {value: self._entry.alloca(ir.ArrayType(compute_type(value.type.dtype),
-                                                             max(math.prod(value.type.shape[len(phase.outer):]), 1)))
-                      for value in phase.row_cache}
+        widened = widened_rows(self.plan, phase)  # (filled here, before the row loop, then read as row caches)
+        self._pair_rows = pair_ordered_rows(self.plan, phase.row_cache, [*phase.stages, *(sums or [])]) | set(widened)
+        self._rows = allocate_rows(self, phase) | emit_widened(self, widened)
+        self._row_cache.update(dict.fromkeys(widened, BEFORE_THE_ROWS))
 
     def _rows_at(self, phase: RowLoop, outer: Index) -> None:
         """Every stage of the row loop at its outer index ``outer``, in turn (a mean that a variance's first
@@ -512,24 +512,15 @@ class KernelEmitter(IndexArithmetic):
         access = self.plan.access[value]
         producer = self._row_cache.get(value)
         if producer is not None and self._stage_number > producer:
-            result = self.b.load(self._row_slot(value, idx))
+            result = self.b.load(row_slot(self, value, idx))
         elif isinstance(access, Layout):
             result = self.load(access, idx)
         else:
             result = self._generate(access, idx)
             if producer == self._stage_number:
-                self.b.store(result, self._row_slot(value, idx))
+                self.b.store(result, row_slot(self, value, idx))
         self.memo[-1][key] = result
         return result
-
-    def _row_slot(self, value: Value, idx: Index) -> ir.Value:
-        """The element of ``value``'s row cache for ``idx`` (the dims after the phase's outer dims)."""
-        shape, row = value.type.shape[self._row_depth:], list(idx[self._row_depth:])
-        row[-1] = pair_position(self, row[-1], shape[-1]) if value in self._pair_rows else row[-1]
-        flat: Any = 0
-        for i, stride in zip(row, contiguous_strides(shape)):
-            flat = self.add(flat, self.mul(i, stride))
-        return self.b.gep(self._rows[value], [ir.Constant(I64, 0), self.ir_index(flat)], inbounds=True)
 
     def _generate(self, access: Computed, idx: Index) -> ir.Value:
         op = access.op
