@@ -140,3 +140,76 @@ def test_a_compute_bound_pass_over_bf16_pairs_prefetches_the_next_row(rng):
     inputs = [to_bits(rng.standard_normal((64, 1024)).astype(np.float32) * 3)]
     (got,) = build_cpu_executable(fuse_whole_function(fn), {"threads": 2})(*inputs)
     assert_matches(from_bits(got), from_bits(interpret(fn, inputs)[0]), DType.bf16, "softmax")
+
+
+def _softmax_bits(rows: int, cols: int) -> Function:
+    b = Builder("softmax_bits")
+    x = _bf16(b, b.param(TensorType((rows, cols), DType.i16), "x"))
+    e = b.op("exp", b.op("sub", x, b.op("amax", x, dims=(1,), keepdim=True)))
+    return b.build([_bits(b, b.op("div", e, b.op("sum", e, dims=(1,), keepdim=True)))])
+
+
+def test_a_row_cache_between_paired_loops_is_kept_in_pair_order(rng, monkeypatch):
+    # softmax's exponentials, stored by the paired exp pass and loaded by the paired write pass: in element order
+    # the vectorized loops interleaved the even and odd halves on the way in (vunpcklps/vunpckhps + vperm2f128)
+    # and separated them on the way out (vshufps + vpermpd); in pair order each is one contiguous vector
+    from neuroncc.codegen.llvm import emit
+
+    fn = _softmax_bits(64, 1024)
+    plan = plan_kernel(fn, [Layout.of(k, p.type) for k, p in enumerate(fn.params)],
+                       [Layout.of(len(fn.params) + k, v.type) for k, v in enumerate(fn.outputs)])
+    target = CpuTarget("znver3", AVX2)
+    asm = jit.assembly(emit_kernel(plan, "k", target)[0], target).split("k_p0:")[1]
+    for shuffle in ("vunpcklps", "vunpckhps", "vperm2f128", "vshufps", "vpermpd"):
+        assert shuffle not in asm, re.findall(rf"{shuffle}.*", asm)[:3]
+    # the same bits as the row in element order (only where the exponentials are kept changed)
+    inputs = [to_bits(special_floats(rng, (64, 1024)))]
+    (got,) = build_cpu_executable(fuse_whole_function(fn), {"threads": 2})(*inputs)
+    monkeypatch.setattr(emit, "pair_ordered_rows", lambda *args: frozenset())
+    (element_order,) = build_cpu_executable(fuse_whole_function(fn), {"threads": 2})(*inputs)
+    np.testing.assert_array_equal(got, element_order)
+
+
+def test_a_row_cache_read_by_an_unpaired_loop_stays_in_element_order():
+    # float32 in, bf16 out: the exp pass reads float32 (element by element), only the write pass is paired
+    b = Builder("softmax_f32_to_bits")
+    x = b.param(TensorType((8, 64), DType.f32), "x")
+    e = b.op("exp", b.op("sub", x, b.op("amax", x, dims=(1,), keepdim=True)))
+    fn = b.build([_bits(b, b.op("div", e, b.op("sum", e, dims=(1,), keepdim=True)))])
+    from neuroncc.codegen.llvm.kernel_plan import RowLoop
+    from neuroncc.codegen.llvm.pairs import pair_ordered_rows
+    plan = plan_kernel(fn, [Layout.of(0, x.type)], [Layout.of(1, fn.outputs[0].type)])
+    (phase,) = [p for p in plan.phases if isinstance(p, RowLoop) and p.row_cache]
+    assert pair_ordered_rows(plan, phase.row_cache, phase.stages) == frozenset()
+    softmax = _softmax_bits(8, 64)
+    plan = plan_kernel(softmax, [Layout.of(0, softmax.params[0].type)], [Layout.of(1, softmax.outputs[0].type)])
+    (phase,) = [p for p in plan.phases if isinstance(p, RowLoop) and p.row_cache]
+    assert pair_ordered_rows(plan, phase.row_cache, phase.stages) == frozenset(phase.row_cache)
+
+
+def _layernorm_assembly(fn: Function) -> str:
+    plan = plan_kernel(fn, [Layout.of(k, p.type) for k, p in enumerate(fn.params)],
+                       [Layout.of(len(fn.params) + k, v.type) for k, v in enumerate(fn.outputs)])
+    target = CpuTarget("znver3", AVX2)
+    return jit.assembly(emit_kernel(plan, "k", target)[0], target).split("k_p0:")[1]
+
+
+def test_the_bf16_weight_and_bias_are_widened_once_not_in_every_row(rng, monkeypatch):
+    # LayerNorm's write loop widened its weight and bias (a load, a shift and a blend each per 8 words) in every
+    # row: 6 of its 30 vector instructions per 16 elements went to widening its three inputs. Widened once per
+    # thread into a buffer in pair order, the loop widens only x and reads the two halves of w and b as floats
+    from neuroncc.codegen.llvm import emit
+
+    fn = layernorm_graph(64, 1024)
+    blocks = re.split(r"\n\.LBB\d+_\d+:", _layernorm_assembly(fn))
+    (write,) = [block for block in blocks if "vcmpunordps" in block]  # the loop that rounds to bf16
+    assert len(re.findall(r"vpslld\s+\$16", write)) == 1, write
+    inputs = [to_bits(special_floats(rng, s) * 3) for s in ((64, 1024), (1024,), (1024,))]
+    inputs[0][5] = to_bits(np.full(1024, 2.5, np.float32))  # a constant row: variance 0
+    (got,) = build_cpu_executable(fuse_whole_function(fn), {"threads": 2})(*inputs)
+    monkeypatch.setattr(emit, "widened_rows", lambda *args: ())
+    (before,) = build_cpu_executable(fuse_whole_function(fn), {"threads": 2})(*inputs)
+    np.testing.assert_array_equal(got, before)
+    blocks = re.split(r"\n\.LBB\d+_\d+:", _layernorm_assembly(fn))
+    (write,) = [block for block in blocks if "vcmpunordps" in block]
+    assert len(re.findall(r"vpslld\s+\$16", write)) == 3  # (x, w and b: what the check above tells apart)

@@ -31,9 +31,10 @@ from neuroncc.codegen.llvm.kernel_plan import (
 )
 from neuroncc.codegen.llvm.online import OnlineMax, online_maxima
 from neuroncc.codegen.llvm.pairs import WORD_ALIGN, Pair, half_of, halfwords, pairs_halfwords, word_of
+from neuroncc.codegen.llvm.pairs import pair_ordered_rows
 from neuroncc.codegen.llvm.prefetch import carrier_stage, emit_prefetch_next_row, next_row, rows_to_prefetch
 from neuroncc.codegen.llvm.scalars import (
-    I16, I32, I64, PTR, VOID, compute_type, constant, load, round_to, storage_itemsize, storage_type, store,
+    I16, I32, I64, PTR, VOID, constant, load, round_to, storage_itemsize, storage_type, store,
 )
 from neuroncc.codegen.llvm.stages import (
     SharedMean, emit_column_combine, emit_column_partial, emit_column_reset, emit_combine, emit_partial,
@@ -42,12 +43,12 @@ from neuroncc.codegen.llvm.stages import (
 )
 from neuroncc.codegen.llvm.transpose import emit_transposed
 from neuroncc.codegen.llvm.views import Layout
+from neuroncc.codegen.llvm.row_buffers import BEFORE_THE_ROWS, allocate_rows, emit_widened, row_slot, widened_rows
 from neuroncc.errors import CodegenError
 from neuroncc.hardware.host import CACHE_LINE_BYTES, MEMORY_BURST_LINES, CpuTarget, host_cpu
 from neuroncc.ir.dtypes import DType
 from neuroncc.ir.graph import Op, Value
 from neuroncc.ir.opdef import Trait
-from neuroncc.ir.types import contiguous_strides
 
 #: Map-stage outputs at least this large are written with non-temporal stores ...
 STREAM_MIN_BYTES = 1 << 22
@@ -78,13 +79,13 @@ class KernelEmitter(IndexArithmetic):
         self._constants: dict[int, ir.Constant] = {}
         self._entry: ir.IRBuilder = None  # type: ignore[assignment]
         # the current phase's row caches: value -> stage position storing its row; the rows' stack buffers;
-        # how many leading (outer) dims index the row
+        # how many leading (outer) dims index the row; those kept in pair order (``pairs.py``)
         self._row_cache: dict[Value, int] = {}
         self._prefetched: tuple[Layout, ...] = ()  # the current row loop's inputs whose next row it prefetches
         self._carrier: int | None = None  # the stage whose loop carries those prefetches (None: the row's start)
         self._ahead: tuple[Ahead, ...] = ()  # the current row's prefetch streams, for the carrier stage
         self._rows: dict[Value, ir.AllocaInstr] = {}
-        self._row_depth = 0
+        self._row_depth, self._pair_rows = 0, frozenset()
         self._stage_number = 0  # position of the stage being emitted in its phase (row caches key on it)
         self._streamed = False  # the current phase wrote non-temporal stores
         self._pair: Pair | None = None  # the element pair of the innermost loop being emitted (``pairs.py``)
@@ -136,7 +137,7 @@ class KernelEmitter(IndexArithmetic):
         self.ptrs = list(body_fn.args[:n_args])
         self.memo = [{}]
         self._stage_number = 0
-        self._row_cache, self._rows, self._row_depth, self._prefetched = {}, {}, 0, ()
+        self._row_cache, self._rows, self._row_depth, self._prefetched, self._pair_rows = {}, {}, 0, (), frozenset()
         self._carrier, self._ahead = None, ()
         body = self._phase_body(phase)
         start, end = body_fn.args[n_args], body_fn.args[n_args + 1]
@@ -154,9 +155,7 @@ class KernelEmitter(IndexArithmetic):
 
     def alloca(self, t: ir.Type, count: int = 1) -> ir.AllocaInstr:
         """Stack slot(s) in the entry block (promoted to registers by SROA when scalar)."""
-        if count == 1:
-            return self._entry.alloca(t)
-        return self._entry.alloca(ir.ArrayType(t, count))
+        return self._entry.alloca(t if count == 1 else ir.ArrayType(t, count))
 
     # ---- the loop shapes -------------------------------------------------------------------------------
 
@@ -168,7 +167,7 @@ class KernelEmitter(IndexArithmetic):
                 self._cache_rows(phase)
                 return lambda flat: self._rows_at(phase, self._digits(flat, phase.outer))
             case ChunkedRows():
-                self._cache_rows(phase.rows)
+                self._cache_rows(phase.rows, [column_sum.stage for column_sum in phase.sums])
                 return lambda flat: self._chunk(phase, flat)
             case BlockedMap():
                 return lambda flat: self._blocked(phase, self._digits(flat, phase.trip_counts))
@@ -189,14 +188,16 @@ class KernelEmitter(IndexArithmetic):
             case _:
                 assert_never(phase)
 
-    def _cache_rows(self, phase: RowLoop) -> None:
-        """Stack buffers for the rows the phase caches (see ``refine.cache_rows``), and the inputs whose next row
-        each row prefetches (``prefetch.rows_to_prefetch``)."""
+    def _cache_rows(self, phase: RowLoop, sums: list[Stage] | None = None) -> None:
+        """Stack buffers for the rows the phase caches (see ``refine.cache_rows``; ``sums``: the column sums' stages,
+        which read them too), and the inputs whose next row each row prefetches (``prefetch.rows_to_prefetch``)."""
         self._prefetched = rows_to_prefetch(self.plan, phase)
         self._carrier = carrier_stage(self.plan, phase) if self._prefetched else None
         self._row_cache, self._row_depth = dict(phase.row_cache), len(phase.outer)
-        self._rows = {value: self._entry.alloca(ir.ArrayType(compute_type(value.type.dtype), self._row_size(value)))
-                      for value in phase.row_cache}
+        widened = widened_rows(self.plan, phase)  # (filled here, before the row loop, then read as row caches)
+        self._pair_rows = pair_ordered_rows(self.plan, phase.row_cache, [*phase.stages, *(sums or [])]) | set(widened)
+        self._rows = allocate_rows(self, phase) | emit_widened(self, widened)
+        self._row_cache.update(dict.fromkeys(widened, BEFORE_THE_ROWS))
 
     def _rows_at(self, phase: RowLoop, outer: Index) -> None:
         """Every stage of the row loop at its outer index ``outer``, in turn (a mean that a variance's first
@@ -511,26 +512,15 @@ class KernelEmitter(IndexArithmetic):
         access = self.plan.access[value]
         producer = self._row_cache.get(value)
         if producer is not None and self._stage_number > producer:
-            result = self.b.load(self._row_slot(value, idx))
+            result = self.b.load(row_slot(self, value, idx))
         elif isinstance(access, Layout):
             result = self.load(access, idx)
         else:
             result = self._generate(access, idx)
             if producer == self._stage_number:
-                self.b.store(result, self._row_slot(value, idx))
+                self.b.store(result, row_slot(self, value, idx))
         self.memo[-1][key] = result
         return result
-
-    def _row_size(self, value: Value) -> int:
-        return max(math.prod(value.type.shape[self._row_depth:]), 1)
-
-    def _row_slot(self, value: Value, idx: Index) -> ir.Value:
-        """The element of ``value``'s row cache for ``idx`` (the dims after the phase's outer dims)."""
-        shape = value.type.shape[self._row_depth:]
-        flat: Any = 0
-        for i, stride in zip(idx[self._row_depth:], contiguous_strides(shape)):
-            flat = self.add(flat, self.mul(i, stride))
-        return self.b.gep(self._rows[value], [ir.Constant(I64, 0), self.ir_index(flat)], inbounds=True)
 
     def _generate(self, access: Computed, idx: Index) -> ir.Value:
         op = access.op

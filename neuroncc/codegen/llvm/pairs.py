@@ -16,11 +16,18 @@ dim runs that loop over pairs: ``KernelEmitter.innermost_loop``), :class:`Pair` 
 the loads of both halves share one word (``KernelEmitter.load``), and the even half's stores wait for the odd
 half's to go out as one word (``KernelEmitter.store``). Loads and stores elsewhere, and loops over odd extents,
 are as before; every value is exactly the one element-wise code computes.
+
+A row cache (``refine.cache_rows``: softmax's exponentials, stored by one pass and loaded by a later one) that
+only paired loops touch is kept in pair order (:func:`pair_ordered_rows`, :func:`pair_position`): the even
+elements of the row first, then the odd ones, so that each pass's vector of even (or odd) halves is one
+contiguous load or store. In element order, the vectorized loops interleaved the two halves on the way in
+(``vunpcklps``/``vunpckhps`` + ``vperm2f128``) and separated them on the way out (``vshufps`` + ``vpermpd``):
+bf16 softmax's exp pass and write pass, 8 shuffles per 16 elements on Zen 3's two shuffle pipes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +38,7 @@ from neuroncc.codegen.llvm.kernel_plan import Computed, KernelPlan, MapStage, St
 from neuroncc.codegen.llvm.scalars import I16, I32
 from neuroncc.codegen.llvm.views import Layout
 from neuroncc.ir.dtypes import DType
+from neuroncc.ir.graph import Value
 
 #: The bits in a half of a word.
 HALF_BITS = 16
@@ -62,6 +70,22 @@ def pairs_halfwords(plan: KernelPlan, stage: Stage) -> bool:
         elif isinstance(access, Computed):
             pending += access.op.operands
     return any(halfwords(layout) and layout.shape[-1] == n for layout in layouts)
+
+
+def pair_ordered_rows(plan: KernelPlan, row_cache: Iterable[Value], stages: Iterable[Stage]) -> frozenset[Value]:
+    """The row caches kept in pair order: those over an even last dim whose every stage of that shape (its
+    producer and its readers among ``stages``, all of the row loop's) runs its innermost loop over pairs."""
+    stages = list(stages)
+    return frozenset(value for value in row_cache
+                     if value.type.shape and value.type.shape[-1] % 2 == 0
+                     and all(pairs_halfwords(plan, stage) for stage in stages if stage.shape == value.type.shape))
+
+
+def pair_position(em: Any, i: Any, n: int) -> Any:
+    """Where element ``i`` of a pair-ordered row of ``n`` (even) elements is: the evens, then the odds. In a
+    paired loop, ``i`` = 2k or 2k + 1 and this folds to k or n/2 + k (``affine``); anywhere else it is still
+    the same place, only computed."""
+    return em.add(em.mul(em.rem(i, 2), n // 2), em.div(i, 2))
 
 
 @dataclass

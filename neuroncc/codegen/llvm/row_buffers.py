@@ -1,0 +1,104 @@
+"""A row loop's stack buffers: row caches (``refine.cache_rows``; the emitter allocates them, :func:`row_slot` says
+where an element is), and bf16 inputs that every row reads alike, widened to float32 once, before the row loop.
+
+LayerNorm's weight and bias are one row of bf16 bits that each row reads again (``cast`` to float32 of a 16-bit
+parameter of the row's shape, broadcast along the rows). Widened at each use, bf16 LayerNorm [8192, 1024]'s
+write loop spent 6 of its 30 vector instructions per 16 elements on AVX2 (Zen 3: all four vector pipes busy,
+7.5 cycles) widening its three inputs, 4 of them on the weight and the bias, for every row. Widened once per
+thread into a stack buffer before the row loop, they are one contiguous float32 load per half of a pair: the
+buffer is a row cache whose producer comes before the loop's stages (the emitter's row caches: ``emit.py``),
+kept in pair order (``pairs.py``), so only rows that paired loops read are widened. The values are the same
+float32 values the casts compute.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from llvmlite import ir
+
+from neuroncc.codegen.llvm.elementwise import ELEMENTWISE
+from neuroncc.codegen.llvm.kernel_plan import Computed, KernelPlan, RowLoop
+from neuroncc.codegen.llvm.pairs import pair_position, pairs_halfwords
+from neuroncc.codegen.llvm.scalars import F32, I64, compute_type
+from neuroncc.codegen.llvm.views import Layout
+from neuroncc.ir.dtypes import DType
+from neuroncc.ir.graph import Value
+from neuroncc.ir.types import contiguous_strides
+
+#: The row cache position of a row widened before the row loop (before the first stage, position 0).
+BEFORE_THE_ROWS = -1
+
+
+def widened_rows(plan: KernelPlan, phase: RowLoop) -> tuple[Value, ...]:
+    """The bf16 -> float32 casts of ``phase`` to widen once: of the shape of its rows, one even dim (no row
+    dims: the same at every row), in a row loop whose every stage runs its innermost loop over pairs."""
+    if not phase.outer or not phase.stages or not all(pairs_halfwords(plan, stage) for stage in phase.stages):
+        return ()
+    row_shape = phase.stages[0].shape[len(phase.outer):]
+    if len(row_shape) != 1 or row_shape[0] % 2:
+        return ()
+    found: dict[Value, None] = {}
+    pending, seen = [root for stage in phase.stages for root, _ in stage.roots], set()
+    while pending:
+        value = pending.pop()
+        access = plan.access.get(value)
+        if value in seen or not isinstance(access, Computed):
+            continue
+        seen.add(value)
+        operands = access.op.operands
+        if access.op.name == "cast" and value.type.dtype is DType.f32 and operands[0].type.dtype is DType.bf16 \
+                and value.type.shape == row_shape and _of_params(plan, operands[0]):
+            found[value] = None
+        else:
+            pending += operands
+    return tuple(found)
+
+
+def _of_params(plan: KernelPlan, value: Value) -> bool:
+    """Whether ``value`` is computed by elementwise ops from the kernel's parameters alone (not from anything the
+    kernel writes: it is read before the row loop)."""
+    access = plan.access.get(value)
+    if isinstance(access, Layout):
+        return access.arg < plan.n_params
+    return isinstance(access, Computed) and access.op.name in ELEMENTWISE and \
+        all(_of_params(plan, operand) for operand in access.op.operands)
+
+
+def emit_widened(em: Any, values: tuple[Value, ...]) -> dict[Value, ir.AllocaInstr]:
+    """A float32 stack buffer per value of ``values`` (:func:`widened_rows`), filled here in pair order."""
+    buffers = {}
+    for value in values:
+        (n,) = value.type.shape
+        buffer = buffers[value] = em._entry.alloca(ir.ArrayType(F32, n))
+
+        def pair(k: Any, value: Value = value, buffer: ir.AllocaInstr = buffer, n: int = n) -> None:
+            for half in (0, 1):
+                i = em.add(em.mul(k, 2), half)
+                slot = em.b.gep(buffer, [ir.Constant(I64, 0), em.ir_index(pair_position(em, i, n))], inbounds=True)
+                em.b.store(em.value_at(value, [i]), slot)
+
+        em.loop(0, n // 2, pair)
+    return buffers
+
+
+def allocate_rows(em: Any, phase: RowLoop) -> dict[Value, ir.AllocaInstr]:
+    """A stack buffer per row cache of ``phase`` (one row: the dims after its outer dims)."""
+    buffers = {}
+    for value in phase.row_cache:
+        row = max(math.prod(value.type.shape[len(phase.outer):]), 1)
+        buffers[value] = em._entry.alloca(ir.ArrayType(compute_type(value.type.dtype), row))
+    return buffers
+
+
+def row_slot(em: Any, value: Value, idx: list) -> ir.Value:
+    """The element of ``value``'s row buffer for ``idx``: its dims after the phase's outer dims (a widened row
+    has none), the last in pair order where the row is kept so (``pairs.py``)."""
+    depth = 0 if em._row_cache[value] == BEFORE_THE_ROWS else em._row_depth
+    shape, row = value.type.shape[depth:], list(idx[depth:])
+    row[-1] = pair_position(em, row[-1], shape[-1]) if value in em._pair_rows else row[-1]
+    flat: Any = 0
+    for i, stride in zip(row, contiguous_strides(shape)):
+        flat = em.add(flat, em.mul(i, stride))
+    return em.b.gep(em._rows[value], [ir.Constant(I64, 0), em.ir_index(flat)], inbounds=True)
