@@ -25,6 +25,7 @@ from neuroncc.codegen.llvm.scalars import F32, I64, compute_type
 from neuroncc.codegen.llvm.views import Layout
 from neuroncc.ir.dtypes import DType
 from neuroncc.ir.graph import Value
+from neuroncc.ir.opdef import Trait
 from neuroncc.ir.types import contiguous_strides
 
 #: The row cache position of a row widened before the row loop (before the first stage, position 0).
@@ -48,7 +49,10 @@ def widened_rows(plan: KernelPlan, phase: RowLoop) -> tuple[Value, ...]:
             continue
         seen.add(value)
         operands = access.op.operands
-        if access.op.name == "cast" and value.type.dtype is DType.f32 and operands[0].type.dtype is DType.bf16 \
+        # a widening: one bf16 operand, a float32 result, element by element (``cast``; the buffer holds the values
+        # the op computes, so any such op is right)
+        if access.op.has(Trait.POINTWISE) and len(operands) == 1 and value.type.dtype is DType.f32 \
+                and operands[0].type.dtype is DType.bf16 \
                 and value.type.shape == row_shape and _of_params(plan, operands[0]):
             found[value] = None
         else:
