@@ -24,7 +24,7 @@ from neuroncc.testing.opinfo_table import (
     summarize,
 )
 
-CI_OPS, CI_SEED = 60, 0
+CI_OPS, CI_SEED = 45, 0  # a seeded subset (CI time: ~2.3 s an op on 2 cores)
 CI_SAMPLES = {"fwd": 3, "bwd": 2, "bf16": 2}  # the first samples of each mode
 
 TABLE = StatusTable.load(TABLE_PATH)
