@@ -29,6 +29,7 @@ from llvmlite import ir
 
 from neuroncc.codegen.llvm.entries import add_phase_entry
 from neuroncc.codegen.llvm.scalars import F32, I1, I32, I64, PTR, VOID, intrinsic
+from neuroncc.codegen.llvm.transpose import transpose_in_registers
 from neuroncc.codegen.llvm.views import Layout
 from neuroncc.hardware.host import CACHE_LINE_BYTES, CpuTarget
 from neuroncc.ir.dtypes import DType
@@ -289,17 +290,7 @@ class _Emitter:
         n0, k0 = b.mul(n, ir.Constant(I64, lanes)), b.mul(k, ir.Constant(I64, lanes))
         vectors = [b.load(self._pointer(source, self._affine(0, (n0, stride_n), (j, stride_n), (k0, 1))),
                           typ=self.vector, align=ELEMENT_ALIGN) for j in range(lanes)]
-        half = 1
-        while half < lanes:
-            low = ir.Constant(ir.VectorType(I32, lanes), [j if j & half == 0 else lanes + j - half
-                                                          for j in range(lanes)])
-            high = ir.Constant(ir.VectorType(I32, lanes), [j + half if j & half == 0 else lanes + j
-                                                           for j in range(lanes)])
-            for i in range(lanes):
-                if i & half == 0:
-                    x, y = vectors[i], vectors[i + half]
-                    vectors[i], vectors[i + half] = b.shuffle_vector(x, y, low), b.shuffle_vector(x, y, high)
-            half *= 2
+        transpose_in_registers(b, vectors)
         for j in range(lanes):
             target = self._pointer(packed, self._affine(0, (k0, row), (j, row), (n0, 1)))
             b.store(vectors[j], b.bitcast(target, self.vector.as_pointer()), align=ELEMENT_ALIGN)

@@ -192,17 +192,23 @@ def _copy_transposed(em: EmitContext, stage: MapStage, prefix: Index, lo: Any, c
         for k in range(block):
             pointer = slot(target, lo, em.add(cb, k))
             rows.append(b.load(pointer, typ=vector, align=min(CACHE_LINE_BYTES, block * itemsize)))
-        half = 1
-        while half < block:
-            low_mask = [j if j & half == 0 else block + j - half for j in range(block)]
-            high_mask = [j + half if j & half == 0 else block + j for j in range(block)]
-            low = ir.Constant(ir.VectorType(ir.IntType(32), block), low_mask)
-            high = ir.Constant(ir.VectorType(ir.IntType(32), block), high_mask)
-            for i in range(block):
-                if i & half == 0:
-                    a, c = rows[i], rows[i + half]
-                    rows[i], rows[i + half] = b.shuffle_vector(a, c, low), b.shuffle_vector(a, c, high)
-            half *= 2
+        transpose_in_registers(b, rows)
         for r in range(block):
             destination = em.address(target, prefix + [em.add(lo, r), em.add(c0, cb)])
             b.store(rows[r], destination, align=itemsize)
+
+
+def transpose_in_registers(b: ir.IRBuilder, rows: list[ir.Value]) -> None:
+    """Transpose the square of ``rows`` (n vectors of n lanes, n a power of two) in place: log2(n) rounds of
+    two-source shuffles, each exchanging one bit of the row and lane numbers."""
+    block, half = len(rows), 1
+    while half < block:
+        low_mask = [j if j & half == 0 else block + j - half for j in range(block)]
+        high_mask = [j + half if j & half == 0 else block + j for j in range(block)]
+        low = ir.Constant(ir.VectorType(ir.IntType(32), block), low_mask)
+        high = ir.Constant(ir.VectorType(ir.IntType(32), block), high_mask)
+        for i in range(block):
+            if i & half == 0:
+                a, c = rows[i], rows[i + half]
+                rows[i], rows[i + half] = b.shuffle_vector(a, c, low), b.shuffle_vector(a, c, high)
+        half *= 2
