@@ -134,7 +134,7 @@ class CompiledGraph:
         if self.graph.mutations:
             with torch.no_grad():
                 for position, index in self.graph.mutations:
-                    if index not in self.in_place:
+                    if index not in self.in_place and made[index] is not None:  # None: the call moved it there
                         args[position].copy_(made[index])
         args.clear()
         return outputs
