@@ -136,3 +136,26 @@ def test_a_classifier_trained_with_its_step_compiled_matches_eager_and_compiles_
         # the step counts: computed apart (their kernels read the old count after writing the new) and moved
         # into the optimizer's tensors by the call, not copied by torch
         assert len(step_graph.moved) == len(list(our_model.parameters()))
+
+
+def test_a_scheduled_tensor_learning_rate_is_an_input_not_a_guard():
+    """PyTorch's recipe for an LR scheduler with a compiled step (a float lr is a constant of the graph: each
+    change would recompile): the lr as a tensor is read by the graph, which compiles once and follows it."""
+    def setup():
+        params = _params()
+        optimizer = torch.optim.AdamW(params, lr=torch.tensor(0.01), weight_decay=0.1)
+        return params, optimizer, torch.optim.lr_scheduler.LinearLR(optimizer, 1.0, 0.1, total_iters=4)
+
+    eager_params, eager, eager_schedule = setup()
+    our_params, ours, our_schedule = setup()
+    compiled_step = torch.compile(ours.step, backend="neuron")
+    for step in range(4):
+        _set_grads(eager_params, step)
+        _set_grads(our_params, step)
+        eager.step()
+        compiled_step()
+        eager_schedule.step()
+        our_schedule.step()
+    assert neuroncc.stats()["graphs_compiled"] == 1
+    for p_eager, p_ours in zip(eager_params, our_params):
+        torch.testing.assert_close(p_ours, p_eager, **TOL)
