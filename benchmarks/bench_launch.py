@@ -17,8 +17,12 @@
 3. ``small``: issue #18's two small models, eager vs TorchDynamo alone (``backend="eager"``: the floor every
    backend pays per call) vs Inductor vs neuroncc: a tiny MLP's inference call (8x64 -> 256 -> 10) and the
    classifier's whole AdamW step at the issue's size (d=64, 4 heads, batch 32 x 16 tokens; forward + backward
-   + ``AdamW.step()``, the optimizer eager in every column). ``--ab-bmm`` adds neuroncc with its small bmm
-   on MKL's sgemm_batch instead of generated code (``CpuTarget.small_bmm_max_macs`` 0 while it compiles).
+   + ``AdamW.step()``), twice: with the optimizer step eager in every column, and with it compiled by each
+   compiled column's own backend (``torch.compile(optimizer.step)``, PyTorch's "Compiling the optimizer"; the
+   eager column stays eager, a control for the first row's eager; TorchDynamo's eager backend has no such
+   row: it runs the traced per-parameter ops one by one). Both rows' ratios are to the first row's eager.
+   ``--ab-bmm`` adds neuroncc with its small bmm on MKL's sgemm_batch instead of generated code
+   (``CpuTarget.small_bmm_max_macs`` 0 while it compiles).
 
 ``--profile`` prints ``small``'s AdamW step per launcher step instead (``profile_steps.py``: each kernel's time,
 bytes and fraction of a copy roofline, eager's ATen ops for the same step, the hot kernels head to head).
@@ -164,7 +168,7 @@ def bench_small(repeat: int, clock, ab_bmm: bool = False) -> list[list[str]]:
     neuroncc with its bmm on BLAS, compiled under :func:`bmm_on_blas`)."""
     import torch
 
-    from neuroncc.examples.classifier import ClassifierConfig, build_example, make_batch
+    from neuroncc.examples.classifier import ClassifierConfig
 
     torch.manual_seed(0)
     mlp = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10)).eval()
@@ -179,27 +183,50 @@ def bench_small(repeat: int, clock, ab_bmm: bool = False) -> list[list[str]]:
     rows += [["MLP 8x64->256->10 inference", name, f"{t * 1e6:.1f} us", f"{t / times['eager']:.2f}"]
              for name, t in times.items()]
     config = ClassifierConfig(**ISSUE_CLASSIFIER_SHAPE)
-    tokens, labels = make_batch(config, torch.Generator().manual_seed(1))
     steps = {}
     if ab_bmm:
         backends["neuroncc, bmm on BLAS"] = "neuron"
-    for name, b in backends.items():
-        model = build_example(0, config)
-        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-        run = model if b is None else torch.compile(model, backend=b, dynamic=False)
-
-        def step(run=run, model=model, optimizer=optimizer):
-            optimizer.zero_grad(set_to_none=True)
-            run(tokens, labels).backward()
-            optimizer.step()
-        if name == "neuroncc, bmm on BLAS":
-            with bmm_on_blas():
-                step()  # compiles the forward and backward graphs
-        steps[name] = step
+    for compile_optimizer in (False, True):
+        for name, b in backends.items():
+            # TorchDynamo's eager backend runs a compiled optimizer step's per-parameter ops one by one (slower
+            # than eager's foreach kernels): no floor there
+            if compile_optimizer and name in ("dynamo floor", "neuroncc, bmm on BLAS"):
+                continue
+            step = classifier_step(config, b, compile_optimizer)
+            if name == "neuroncc, bmm on BLAS":
+                with bmm_on_blas():
+                    step()  # compiles the forward and backward graphs
+            steps[(compile_optimizer, name)] = step
     times = interleaved(steps, repeats=max(repeat // 4, 20), warmup=5, clock=clock)
-    rows += [["classifier d=64 h=4 32x16 AdamW step", name, f"{t * 1e3:.3f} ms", f"{t / times['eager']:.2f}"]
-             for name, t in times.items()]
+    for compile_optimizer, label in ((False, "AdamW step, optimizer eager"), (True, "AdamW step, optimizer compiled")):
+        eager = times[(False, "eager")]
+        rows += [[f"classifier d=64 h=4 32x16 {label}", name, f"{t * 1e3:.3f} ms", f"{t / eager:.2f}"]
+                 for (compiled, name), t in times.items() if compiled == compile_optimizer]
     return rows
+
+
+def classifier_step(config, backend: str | None, compile_optimizer: bool):
+    """One AdamW training step of issue #18's classifier (``tokens, labels`` of :data:`ISSUE_CLASSIFIER_SHAPE`):
+    the model compiled by ``backend`` (None: eager), and with ``compile_optimizer`` its ``optimizer.step()``
+    too, by the same backend, as PyTorch's "Compiling the optimizer" tutorial does. Two of these share one
+    interleaved run: each has its own model, optimizer and compiled graphs."""
+    import torch
+
+    from neuroncc.examples.classifier import build_example, make_batch
+
+    tokens, labels = make_batch(config, torch.Generator().manual_seed(1))
+    model = build_example(0, config)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    run = model if backend is None else torch.compile(model, backend=backend, dynamic=False)
+    update = optimizer.step
+    if compile_optimizer and backend is not None:
+        update = torch.compile(optimizer.step, backend=backend, dynamic=False)
+
+    def step():
+        optimizer.zero_grad(set_to_none=True)
+        run(tokens, labels).backward()
+        update()
+    return step
 
 
 def _clock(args: argparse.Namespace, threads: int):

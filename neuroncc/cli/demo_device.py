@@ -8,8 +8,10 @@ the parameters' largest difference, and what ran where.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,9 +29,7 @@ def train_on_device(steps: int, seed: int, learning_rate: float, cache_dir: Path
     from neuroncc.examples.classifier import ClassifierConfig, build_example, make_batch
 
     register()  # torch's autoload has done it, unless TORCH_DEVICE_BACKEND_AUTOLOAD=0
-    previous = os.environ.get("NEURONCC_CACHE_DIR")
-    os.environ["NEURONCC_CACHE_DIR"] = str(cache_dir)  # the device's kernels go to the demo's cache
-    try:
+    with compile_cache_at(cache_dir):  # the device's kernels go to the demo's cache
         config = ClassifierConfig()
         before = neuroncc.stats()
         neuroncc.clear_op_tracking()
@@ -71,6 +71,16 @@ def train_on_device(steps: int, seed: int, learning_rate: float, cache_dir: Path
               f"{len(fallbacks)} ops fell back to CPU{': ' + ', '.join(sorted(fallbacks)) if fallbacks else ''}")
         print(f"{indent}(the first step compiles each op; later steps reuse the kernels: see the step times)")
         return agree
+
+
+@contextlib.contextmanager
+def compile_cache_at(cache_dir: Path) -> Iterator[None]:
+    """Graphs compiled inside (by the ``neuron`` device, or by ``torch.compile``'s ``neuron`` backend) go to
+    ``cache_dir``, the demo's cache, not the user's."""
+    previous = os.environ.get("NEURONCC_CACHE_DIR")
+    os.environ["NEURONCC_CACHE_DIR"] = str(cache_dir)
+    try:
+        yield
     finally:
         if previous is None:
             os.environ.pop("NEURONCC_CACHE_DIR", None)

@@ -71,6 +71,7 @@ class CompiledGraph:
         in_place = getattr(executable, "in_place", None) or {}
         self.in_place = frozenset(index for position, index in graph.mutations
                                   if index in in_place and graph.param_positions[in_place[index]] == position)
+        self._direct_copies = self._copies_after_direct_calls()
 
     def __call__(self, args: list[Any]) -> list[Any]:
         if self._pending is not None and self._pending.done():
@@ -108,6 +109,16 @@ class CompiledGraph:
             self.executable = pending.result()
             if self._direct is not None:
                 self._direct = DirectCall.of(self.executable, self.graph, self.outputs)
+                self._direct_copies = self._copies_after_direct_calls()
+
+    def _copies_after_direct_calls(self) -> list[tuple[int, int]]:
+        """(graph input, IR output) of the input updates a direct call leaves to a ``copy_``: neither computed
+        in the input's memory nor moved there by the call (a list made once: an optimizer step updates dozens)."""
+        if self._direct is None:
+            return []
+        moved = {index for index, *_ in self._direct.moved}
+        return [(position, index) for position, index in self.graph.mutations
+                if index not in self.in_place and index not in moved]
 
     def graph_outputs(self, args: list[Any], computed: Any) -> list[Any]:
         """The graph's outputs in order: ``computed(output, numpy layout)`` for computed ones, the input tensor
@@ -131,11 +142,10 @@ class CompiledGraph:
         if made is None:
             return None
         outputs = self.graph_outputs(args, lambda output, _: made[output.index])
-        if self.graph.mutations:
+        if self._direct_copies:
             with torch.no_grad():
-                for position, index in self.graph.mutations:
-                    if index not in self.in_place:
-                        args[position].copy_(made[index])
+                for position, index in self._direct_copies:
+                    args[position].copy_(made[index])
         args.clear()
         return outputs
 

@@ -17,6 +17,10 @@ def test_demo_trains_like_eager_and_hits_the_cache_on_a_rerun(tmp_path):
     for _, ours, eager, difference in rows:
         assert abs(float(ours) - float(eager)) <= 1e-4 and float(difference) <= 1e-4
     assert re.search(r"max \|parameter difference\| after 3 steps: \S+ \(\S+\): ok", text)
+    # our optimizer step is compiled as a user would, on step 1: the medians leave that step out on both sides
+    assert "our optimizer.step compiled by torch.compile" in text
+    assert re.search(r"time per step \(median of steps 2-3, forward \+ backward \+ AdamW\): neuroncc \S+ \S+, "
+                     r"eager \S+ \S+\n\s+\(our step 1 took \S+ \S+: it compiled the optimizer step\)", text)
     assert re.search(r"forward: \d+ ops -> \d+ launches", text) and re.search(r"backward: \d+ ops", text)
     assert "2 cache hits, 0 compiles" in text
     # 6 NKI: both graphs emitted for trn2 and estimated, kernel by kernel (the slowest few shown)

@@ -77,3 +77,85 @@ def test_without_horizontal_fusion_each_parameter_is_a_kernel():
     _set_grads(params, 0)
     compiled_step()
     assert neuroncc.stats()["kernels"] == len(SHAPES)
+
+
+SMALL_CLASSIFIER = {"width": 32, "heads": 2, "length": 8, "batch": 8}
+
+
+def _classifier_training(make_optimizer, compile_with: str | None):
+    """(step, model, optimizer) of a small transformer classifier (neuroncc/examples/classifier.py): each step
+    zeroes the gradients, runs forward and backward and the optimizer step; with ``compile_with`` the model
+    and ``optimizer.step`` are each compiled by that backend, as PyTorch's "Compiling the optimizer" does."""
+    from neuroncc.examples.classifier import ClassifierConfig, build_example, make_batch
+
+    config = ClassifierConfig(**SMALL_CLASSIFIER)
+    tokens, labels = make_batch(config, torch.Generator().manual_seed(1))
+    model = build_example(0, config)
+    optimizer = make_optimizer(model.parameters())
+    run, update = model, optimizer.step
+    if compile_with is not None:
+        run = torch.compile(model, backend=compile_with, dynamic=False)
+        update = torch.compile(optimizer.step, backend=compile_with, dynamic=False)
+
+    def step() -> None:
+        optimizer.zero_grad(set_to_none=True)
+        run(tokens, labels).backward()
+        update()
+    return step, model, optimizer
+
+
+@pytest.mark.parametrize("make, settled", [
+    (lambda ps: torch.optim.AdamW(ps, lr=1e-2, weight_decay=0.1), 0),
+    (lambda ps: torch.optim.Adam(ps, lr=1e-2), 0),
+    # SGD's first step makes the momentum buffers (a copy of the gradients), later ones update them: two step
+    # graphs, as with Inductor
+    (lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9), 1),
+], ids=["adamw", "adam", "sgd"])
+def test_a_classifier_trained_with_its_step_compiled_matches_eager_and_compiles_once(make, settled,
+                                                                                     compiled_graphs):
+    from torch._dynamo.utils import counters
+
+    eager_step, eager_model, eager_optimizer = _classifier_training(make, None)
+    our_step, our_model, our_optimizer = _classifier_training(make, "neuron")
+    for step in range(settled + 3):
+        eager_step()
+        our_step()
+        if step == settled:  # every graph compiled by now: the lr and the step counts are no guards
+            graphs, frames = neuroncc.stats()["graphs_compiled"], dict(counters["stats"])
+    assert neuroncc.stats()["graphs_compiled"] == graphs == 3 + settled  # forward, backward, the step(s)
+    assert dict(counters["stats"]).get("unique_graphs") == frames.get("unique_graphs")
+    for index, (p_eager, p_ours) in enumerate(zip(eager_model.parameters(), our_model.parameters())):
+        torch.testing.assert_close(p_ours, p_eager, rtol=2e-5, atol=2e-6, msg=lambda m, i=index: f"parameter {i}: {m}")
+        for key, value in eager_optimizer.state[p_eager].items():
+            torch.testing.assert_close(our_optimizer.state[p_ours][key], value, rtol=2e-5, atol=2e-6,
+                                       msg=lambda m, i=index, k=key: f"parameter {i} state {k}: {m}")
+    assert neuroncc.stats()["fallback_ops"] == 0
+    step_graph = compiled_graphs["inference"]._direct
+    assert step_graph is not None  # the step ran on data pointers, not through numpy
+    if isinstance(eager_optimizer, torch.optim.Adam):
+        # the step counts: computed apart (their kernels read the old count after writing the new) and moved
+        # into the optimizer's tensors by the call, not copied by torch
+        assert len(step_graph.moved) == len(list(our_model.parameters()))
+
+
+def test_a_scheduled_tensor_learning_rate_is_an_input_not_a_guard():
+    """PyTorch's recipe for an LR scheduler with a compiled step (a float lr is a constant of the graph: each
+    change would recompile): the lr as a tensor is read by the graph, which compiles once and follows it."""
+    def setup():
+        params = _params()
+        optimizer = torch.optim.AdamW(params, lr=torch.tensor(0.01), weight_decay=0.1)
+        return params, optimizer, torch.optim.lr_scheduler.LinearLR(optimizer, 1.0, 0.1, total_iters=4)
+
+    eager_params, eager, eager_schedule = setup()
+    our_params, ours, our_schedule = setup()
+    compiled_step = torch.compile(ours.step, backend="neuron")
+    for step in range(4):
+        _set_grads(eager_params, step)
+        _set_grads(our_params, step)
+        eager.step()
+        compiled_step()
+        eager_schedule.step()
+        our_schedule.step()
+    assert neuroncc.stats()["graphs_compiled"] == 1
+    for p_eager, p_ours in zip(eager_params, our_params):
+        torch.testing.assert_close(p_ours, p_eager, **TOL)

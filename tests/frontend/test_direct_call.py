@@ -92,3 +92,23 @@ def test_a_call_whose_input_layout_differs_takes_the_numpy_path(compiled_graphs,
     got = graph([a_t, b])
     assert direct_calls["declined"] == 1
     torch.testing.assert_close(got[0], (a @ b).tanh(), rtol=1e-5, atol=1e-5)
+
+
+def test_later_calls_are_checked_against_the_first_in_cpp_and_in_python_when_they_differ(compiled_graphs,
+                                                                                       monkeypatch):
+    checked = []
+    qualify = direct_call.DirectCall._qualify
+    monkeypatch.setattr(direct_call.DirectCall, "_qualify", lambda self, tensors: checked.append(1) or
+                        qualify(self, tensors))
+    fn = torch.compile(lambda a, b: (a @ b).tanh(), backend="neuron", dynamic=False)
+    a, b = torch.randn(8, 16), torch.randn(16, 4)
+    for _ in range(3):
+        torch.testing.assert_close(fn(a, b), (a @ b).tanh(), rtol=1e-5, atol=1e-5)
+    assert len(checked) == 1  # the first call in Python, the next two by TensorGuards
+    graph = next(iter(compiled_graphs.values()))
+    # another tensor type, or requires_grad, than the first call's: the Python check decides (and takes it)
+    got = graph([torch.nn.Parameter(a.clone()), b])
+    assert len(checked) == 2
+    torch.testing.assert_close(got[0], (a @ b).tanh(), rtol=1e-5, atol=1e-5)
+    # a layout the executable does not take: declined by both checks
+    assert graph._direct([a.t().contiguous().t(), b]) is None and len(checked) == 3
