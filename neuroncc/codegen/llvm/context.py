@@ -122,6 +122,11 @@ class EmitContext(Protocol):
         """for i in [lo, hi): body(i)."""
         ...
 
+    def pair_half(self, i: Any) -> int | None:
+        """0 or 1 if ``i`` is the even or odd index of the element pair being emitted (``innermost_loop`` over
+        pairs), else None."""
+        ...
+
     def innermost_loop(self, lo: Any, hi: Any, body: Callable[[Any], None], stage: Any) -> None:
         """for i in [lo, hi): body(i), the loop over ``stage``'s last dim (over element pairs where the stage
         reads or writes 16-bit data along it: ``pairs.py``)."""

@@ -205,16 +205,16 @@ class KernelEmitter(IndexArithmetic):
         depth = len(phase.outer)
         means = shared_means(phase.stages)
         maxima = online_maxima(self.plan, phase)
-        if self._carrier is None:
-            for layout in self._prefetched:
-                emit_prefetch_next_row(self, layout, outer[:depth])
-        elif self._carrier not in maxima:  # an online sum prefetches its next block itself, the next row included
+        if self._carrier is not None and self._carrier not in maxima:  # (an online sum prefetches its next block
+            # itself, the next row included)
             self._ahead = tuple(next_row(self, layout, outer[:depth]) for layout in self._prefetched)
         skipped = {phase.stages.index(shared.stage) for shared in means.values() if shared.stores}  # stored
         skipped |= {phase.stages.index(online.stage) for online in maxima.values()}  # stored by their sums
-        for number, stage in enumerate(phase.stages):
-            if number in skipped:
-                continue
+        passes = [number for number in range(len(phase.stages)) if number not in skipped]
+        for part, number in enumerate(passes):
+            stage = phase.stages[number]
+            for layout in self._prefetched if self._carrier is None else ():  # (cheap passes: a burst before each)
+                emit_prefetch_next_row(self, layout, outer[:depth], part, len(passes))
             self._stage_number = number
             self._stage_at(stage, outer, depth, means.get(number), maxima.get(number))
 
@@ -547,11 +547,12 @@ class KernelEmitter(IndexArithmetic):
         return self.b.gep(self.ptrs[layout.arg], [self.ir_index(self._offset(layout, idx))],
                           source_etype=storage_type(layout.dtype), inbounds=True)
 
+    def pair_half(self, i: Any) -> int | None:
+        return None if self._pair is None else self._pair.half(self.form(i))
+
     def _pair_half(self, layout: Layout, idx: Index) -> int | None:
         """Which half of the current pair ``layout`` is read or written at by ``idx`` (None: not paired)."""
-        if self._pair is None or not halfwords(layout):
-            return None
-        return self._pair.half(self.form(idx[-1]))
+        return self.pair_half(idx[-1]) if halfwords(layout) else None
 
     def load(self, layout: Layout, idx: Index) -> ir.Value:
         data = self._constant_data.get(layout.arg)
