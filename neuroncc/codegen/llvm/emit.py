@@ -25,6 +25,7 @@ from neuroncc.codegen.llvm.entries import (
 )
 from neuroncc.codegen.llvm.indexing import ROUNDS, IndexArithmetic
 from neuroncc.codegen.llvm.loop_hints import computes_polynomial_math, hint_math_loop
+from neuroncc.codegen.llvm.nan_payloads import NanPayloads
 from neuroncc.codegen.llvm.kernel_plan import (
     BlockedMap, ChunkedRows, CombineColumns, CombinePartials, Computed, ExtraKind, KernelPlan, KeptDims,
     MapStage, PartialReduce, Phase, ReduceStage, RowLoop, ScatterLoop, SplitColumns, Stage, TransposedMap,
@@ -89,6 +90,7 @@ class KernelEmitter(IndexArithmetic):
         self._stage_number = 0  # position of the stage being emitted in its phase (row caches key on it)
         self._streamed = False  # the current phase wrote non-temporal stores
         self._pair: Pair | None = None  # the element pair of the innermost loop being emitted (``pairs.py``)
+        self._nan_payloads: NanPayloads | None = None  # (for ``rounding_needs_nan_case``)
         # argument slot -> the region constant's data (a read at a constant index folds to its value)
         self._constant_data = {plan.n_params + plan.n_outputs + k: plan.region.ops[extra.op_index].attrs["value"]
                                for k, extra in enumerate(plan.extra) if extra.kind == ExtraKind.CONSTANT}
@@ -217,6 +219,11 @@ class KernelEmitter(IndexArithmetic):
                 emit_prefetch_next_row(self, layout, outer[:depth], part, len(passes))
             self._stage_number = number
             self._stage_at(stage, outer, depth, means.get(number), maxima.get(number))
+
+    def rounding_needs_nan_case(self, op: Op) -> bool:
+        if self._nan_payloads is None:
+            self._nan_payloads = NanPayloads(self.plan.region)
+        return self._nan_payloads.needs_nan_case(op)
 
     def carried_prefetches(self) -> tuple[Ahead, ...]:
         return self._ahead if self._stage_number == self._carrier else ()
