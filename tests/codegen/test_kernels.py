@@ -273,7 +273,8 @@ def test_streamed_lines_are_stored_from_the_registers_that_computed_them(rng):
 def test_row_loops_prefetch_the_next_row_of_their_input(cols, kind, prefetched, rng):
     # LayerNorm's later passes over a row run from L1 and miss nothing, so no hardware prefetcher fetches the next
     # row meanwhile: each row prefetches the next one's lines (rows up to 16 KiB; a one-pass loop streams alone).
-    # LayerNorm's passes are cheap: the whole row at the row's start (one loop of prefetches). Softmax's exp pass
+    # LayerNorm's passes are cheap: the row's lines in bursts, one before each pass (a loop of prefetches each: all
+    # of a row's lines at once are more than the core's miss buffers, ``prefetch.row_bursts``). Softmax's exp pass
     # is compute-bound: there the prefetches are spread through it, a burst of lines per group of elements, after
     # the max pass (which then reads the row from L1), not at the row's start
     from neuroncc.codegen.llvm import jit
@@ -304,7 +305,19 @@ def test_row_loops_prefetch_the_next_row_of_their_input(cols, kind, prefetched, 
         assert ir_text.index("@\"llvm.maxnum.f32\"(") < ir_text.index("@\"llvm.prefetch.p0\"(") < \
             ir_text.index("@\"ncc.math.exp\"(")
     elif prefetched:
-        assert calls == 1  # a loop over the row's lines, at the row's start
+        assert calls == 3  # a loop over a third of the row's lines before each of its passes (mean, variance, write)
+
+
+@pytest.mark.parametrize(("lines", "passes", "bursts"), [
+    (32, 2, [(0, 16), (16, 32)]),  # bf16 LayerNorm [*, 1024]: two passes (mean and variance, write)
+    (64, 3, [(0, 22), (22, 44), (44, 64)]),  # float32 LayerNorm's three passes (mean, mean of squares, write)
+    (64, 2, [(0, 32), (32, 64)]), (8, 3, [(0, 8), (8, 8), (8, 8)]), (20, 1, [(0, 20)])])
+def test_a_cheap_row_loop_prefetches_the_next_row_in_bursts_one_before_each_pass(lines, passes, bursts):
+    from neuroncc.codegen.llvm.prefetch import row_bursts
+
+    got = row_bursts(lines, passes)
+    assert [(burst.start, burst.stop) for burst in got] == bursts
+    assert [line for burst in got for line in burst] == list(range(lines))  # every line once, in order
 
 
 @pytest.mark.usefixtures("small_last_level_cache")

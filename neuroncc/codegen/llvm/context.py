@@ -77,6 +77,10 @@ class EmitContext(Protocol):
         """A scope whose generated values are not reused after it (code on one side of a branch)."""
         ...
 
+    def rounding_needs_nan_case(self, op: Any) -> bool:
+        """Whether rounding ``op``'s float32 value to bf16 needs the NaN case (``nan_payloads.needs_nan_case``)."""
+        ...
+
     def carried_prefetches(self) -> Sequence[Ahead]:
         """What the current stage's compute-bound loop prefetches as it goes (``prefetch.spread_loop``): the next
         row of the row loop's inputs when this stage carries them (``prefetch.carrier_stage``), else nothing."""
@@ -120,6 +124,11 @@ class EmitContext(Protocol):
 
     def loop(self, lo: Any, hi: Any, body: Callable[[Any], None]) -> None:
         """for i in [lo, hi): body(i)."""
+        ...
+
+    def pair_half(self, i: Any) -> int | None:
+        """0 or 1 if ``i`` is the even or odd index of the element pair being emitted (``innermost_loop`` over
+        pairs), else None."""
         ...
 
     def innermost_loop(self, lo: Any, hi: Any, body: Callable[[Any], None], stage: Any) -> None:

@@ -374,7 +374,7 @@ def _clamp(ctx, op, args):
 
 
 def _cast(ctx, op, args):
-    return convert(ctx.b, args[0], _dtype(op), op.attrs["dtype"])
+    return convert(ctx.b, args[0], _dtype(op), op.attrs["dtype"], ctx.rounding_needs_nan_case(op))
 
 
 def _bitcast(ctx, op, args):

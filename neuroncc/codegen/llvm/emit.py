@@ -25,6 +25,7 @@ from neuroncc.codegen.llvm.entries import (
 )
 from neuroncc.codegen.llvm.indexing import ROUNDS, IndexArithmetic
 from neuroncc.codegen.llvm.loop_hints import computes_polynomial_math, hint_math_loop
+from neuroncc.codegen.llvm.nan_payloads import NanPayloads
 from neuroncc.codegen.llvm.kernel_plan import (
     BlockedMap, ChunkedRows, CombineColumns, CombinePartials, Computed, ExtraKind, KernelPlan, KeptDims,
     MapStage, PartialReduce, Phase, ReduceStage, RowLoop, ScatterLoop, SplitColumns, Stage, TransposedMap,
@@ -89,6 +90,7 @@ class KernelEmitter(IndexArithmetic):
         self._stage_number = 0  # position of the stage being emitted in its phase (row caches key on it)
         self._streamed = False  # the current phase wrote non-temporal stores
         self._pair: Pair | None = None  # the element pair of the innermost loop being emitted (``pairs.py``)
+        self._nan_payloads: NanPayloads | None = None  # (for ``rounding_needs_nan_case``)
         # argument slot -> the region constant's data (a read at a constant index folds to its value)
         self._constant_data = {plan.n_params + plan.n_outputs + k: plan.region.ops[extra.op_index].attrs["value"]
                                for k, extra in enumerate(plan.extra) if extra.kind == ExtraKind.CONSTANT}
@@ -205,18 +207,23 @@ class KernelEmitter(IndexArithmetic):
         depth = len(phase.outer)
         means = shared_means(phase.stages)
         maxima = online_maxima(self.plan, phase)
-        if self._carrier is None:
-            for layout in self._prefetched:
-                emit_prefetch_next_row(self, layout, outer[:depth])
-        elif self._carrier not in maxima:  # an online sum prefetches its next block itself, the next row included
+        if self._carrier is not None and self._carrier not in maxima:  # (an online sum prefetches its next block
+            # itself, the next row included)
             self._ahead = tuple(next_row(self, layout, outer[:depth]) for layout in self._prefetched)
         skipped = {phase.stages.index(shared.stage) for shared in means.values() if shared.stores}  # stored
         skipped |= {phase.stages.index(online.stage) for online in maxima.values()}  # stored by their sums
-        for number, stage in enumerate(phase.stages):
-            if number in skipped:
-                continue
+        passes = [number for number in range(len(phase.stages)) if number not in skipped]
+        for part, number in enumerate(passes):
+            stage = phase.stages[number]
+            for layout in self._prefetched if self._carrier is None else ():  # (cheap passes: a burst before each)
+                emit_prefetch_next_row(self, layout, outer[:depth], part, len(passes))
             self._stage_number = number
             self._stage_at(stage, outer, depth, means.get(number), maxima.get(number))
+
+    def rounding_needs_nan_case(self, op: Op) -> bool:
+        if self._nan_payloads is None:
+            self._nan_payloads = NanPayloads(self.plan.region)
+        return self._nan_payloads.needs_nan_case(op)
 
     def carried_prefetches(self) -> tuple[Ahead, ...]:
         return self._ahead if self._stage_number == self._carrier else ()
@@ -547,11 +554,12 @@ class KernelEmitter(IndexArithmetic):
         return self.b.gep(self.ptrs[layout.arg], [self.ir_index(self._offset(layout, idx))],
                           source_etype=storage_type(layout.dtype), inbounds=True)
 
+    def pair_half(self, i: Any) -> int | None:
+        return None if self._pair is None else self._pair.half(self.form(i))
+
     def _pair_half(self, layout: Layout, idx: Index) -> int | None:
         """Which half of the current pair ``layout`` is read or written at by ``idx`` (None: not paired)."""
-        if self._pair is None or not halfwords(layout):
-            return None
-        return self._pair.half(self.form(idx[-1]))
+        return self.pair_half(idx[-1]) if halfwords(layout) else None
 
     def load(self, layout: Layout, idx: Index) -> ir.Value:
         data = self._constant_data.get(layout.arg)

@@ -112,8 +112,9 @@ def store(b: ir.IRBuilder, value: ir.Value, ptr: ir.Value, dtype: DType) -> ir.I
     return b.store(value, ptr)
 
 
-def round_to(b: ir.IRBuilder, value: ir.Value, dtype: DType) -> ir.Value:
-    """Round a float32 value to bf16/f16 precision (identity for other types)."""
+def round_to(b: ir.IRBuilder, value: ir.Value, dtype: DType, nan_case: bool = True) -> ir.Value:
+    """Round a float32 value to bf16/f16 precision (identity for other types). Without ``nan_case``, a NaN
+    ``value`` must be quiet with a zero low half (``nan_payloads.py``): it is left as it is."""
     if dtype is DType.f16:
         return b.fpext(b.fptrunc(value, F16), F32)
     if dtype is not DType.bf16:
@@ -121,14 +122,16 @@ def round_to(b: ir.IRBuilder, value: ir.Value, dtype: DType) -> ir.Value:
     bits = b.bitcast(value, I32)
     lsb = b.and_(b.lshr(bits, ir.Constant(I32, 16)), ir.Constant(I32, 1))
     rounded = b.and_(b.add(bits, b.add(lsb, ir.Constant(I32, 0x7FFF))), ir.Constant(I32, 0xFFFF0000 - (1 << 32)))
+    if not nan_case:
+        return b.bitcast(rounded, F32)
     quiet_nan = b.or_(b.and_(bits, ir.Constant(I32, 0xFFFF0000 - (1 << 32))), ir.Constant(I32, 0x00400000))
     is_nan = b.fcmp_unordered("uno", value, value)
     return b.bitcast(b.select(is_nan, quiet_nan, rounded), F32)
 
 
-def convert(b: ir.IRBuilder, value: ir.Value, src: DType, dst: DType) -> ir.Value:
+def convert(b: ir.IRBuilder, value: ir.Value, src: DType, dst: DType, nan_case: bool = True) -> ir.Value:
     """The ``cast`` op: float->int truncates toward zero (NaN/out of range: the host's minimum, never poison),
-    ->bool tests != 0."""
+    ->bool tests != 0; float->bf16 rounds (``nan_case``: see :func:`round_to`)."""
     if src is dst:
         return value
     if dst.is_bool:
@@ -137,7 +140,7 @@ def convert(b: ir.IRBuilder, value: ir.Value, src: DType, dst: DType) -> ir.Valu
         return b.icmp_unsigned("!=", value, ir.Constant(value.type, 0))
     target = compute_type(dst)
     if src.is_float and dst.is_float:
-        return round_to(b, value, dst)
+        return round_to(b, value, dst, nan_case)
     if src.is_float:
         # NaN and out-of-range values are undefined in C++ (and so in PyTorch); the host's conversion (x86's
         # cvtt*2si), which eager and the reference interpreter use, gives the "integer indefinite" minimum. Same
