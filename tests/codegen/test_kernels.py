@@ -301,7 +301,10 @@ def test_row_loops_prefetch_the_next_row_of_their_input(cols, kind, prefetched, 
         assert "prefetcht0" in jit.assembly(exe.module.llvm_ir)
     calls = ir_text.count("call void @\"llvm.prefetch.p0\"")
     if kind == "softmax":
-        assert calls == MEMORY_BURST_LINES  # one group's lines, written out, in the exp pass's group loop
+        # one group's lines of the next row, written out, in the exp pass's group loop; as many of this row's
+        # output, for writing (see test_a_compute_bound_pass_prefetches_the_lines_its_write_pass_stores)
+        assert ir_text.count(", i32 0, i32 3, i32 1)") == MEMORY_BURST_LINES
+        assert ir_text.count(", i32 1, i32 3, i32 1)") == MEMORY_BURST_LINES
         assert ir_text.index("@\"llvm.maxnum.f32\"(") < ir_text.index("@\"llvm.prefetch.p0\"(") < \
             ir_text.index("@\"ncc.math.exp\"(")
     elif prefetched:
@@ -362,18 +365,44 @@ def test_compute_bound_outputs_are_not_streamed(rng, heavy):
 
 @pytest.mark.parametrize("llc_mb", [1, 64])
 def test_outputs_stay_in_the_last_level_cache_when_the_kernels_data_fits_there(rng, monkeypatch, llc_mb):
-    # softmax over [1024, 1024]: 8 MB in and out; plain stores keep the result in a 64 MB cache for its reader
+    # x - amax(x) over [1024, 1024]: 8 MB in and out; plain stores keep the result in a 64 MB cache for its reader
+    # (softmax's write pass stores plainly whatever the cache: see the test below)
     import dataclasses
 
     from neuroncc.hardware import host
 
     monkeypatch.setattr(host, "_HOST", [dataclasses.replace(host.host_cpu(), last_level_cache_bytes=llc_mb << 20)])
-    b = Builder("softmax")
+    b = Builder("centered")
     x = b.param(TensorType((1024, 1024), DType.f32), "x")
-    e = b.op("exp", b.op("sub", x, b.op("amax", x, dims=(1,), keepdim=True)))
-    fn = fuse_whole_function(b.build([b.op("div", e, b.op("sum", e, dims=(1,), keepdim=True))]))
+    fn = fuse_whole_function(b.build([b.op("sub", x, b.op("amax", x, dims=(1,), keepdim=True))]))
     exe, _ = run_both(fn, [rng.standard_normal((1024, 1024)).astype(np.float32)])
     assert ("!nontemporal" in "".join(exe.module.llvm_ir)) == (llc_mb == 1)
+
+
+@pytest.mark.usefixtures("small_last_level_cache")
+@pytest.mark.parametrize(("rows", "cols", "threads"), [(1024, 1024, 2), (37, 1000, 2), (5, 3000, 1), (1, 256, 1)])
+def test_a_compute_bound_pass_prefetches_the_lines_its_write_pass_stores(rng, rows, cols, threads):
+    # softmax's write pass was a burst of non-temporal stores at each row's end, waiting for the write-combining
+    # buffers with nothing left to compute; now the exp pass prefetches the row's output lines for writing, a
+    # group's lines with each group of its elements (as it prefetches the next row's input), and the write pass
+    # stores plainly into them: no non-temporal stores even where the kernel's data exceeds the cache
+    from neuroncc.codegen.llvm import jit
+    from neuroncc.hardware.host import MEMORY_BURST_LINES
+
+    b = Builder("softmax")
+    x = b.param(TensorType((rows, cols), DType.f32), "x")
+    e = b.op("exp", b.op("sub", x, b.op("amax", x, dims=(1,), keepdim=True)))
+    fn = fuse_whole_function(b.build([b.op("div", e, b.op("sum", e, dims=(1,), keepdim=True))]))
+    values = (rng.standard_normal((rows, cols)) * 4).astype(np.float32)
+    exe, (got,) = run_both(fn, [values], threads)
+    ir_text = "".join(exe.module.llvm_ir)
+    assert "!nontemporal" not in ir_text
+    assert ir_text.count(", i32 1, i32 3, i32 1)") == MEMORY_BURST_LINES
+    exp_call = ir_text.index('@"ncc.math.exp"(')
+    assert ir_text.index("@\"llvm.maxnum.f32\"(") < ir_text.index(", i32 1, i32 3, i32 1)") < exp_call
+    assert "prefetchw" in jit.assembly(exe.module.llvm_ir)
+    shifted = np.exp(values.astype(np.float64) - values.max(axis=1, keepdims=True))
+    np.testing.assert_allclose(got, shifted / shifted.sum(axis=1, keepdims=True), rtol=1e-5, atol=1e-7)
 
 
 @pytest.mark.parametrize("dtype", [DType.bf16, DType.f16, DType.i64])

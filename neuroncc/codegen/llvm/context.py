@@ -26,10 +26,12 @@ Index = list
 @dataclass(frozen=True)
 class Ahead:
     """Memory a compute-bound loop prefetches as it goes (``prefetch.spread_loop``): for its element ``i``, the
-    element at ``at(i)`` (of ``itemsize`` bytes: the next row's, or the next block's, element ``i``)."""
+    element at ``at(i)`` (of ``itemsize`` bytes: the next row's, or the next block's, element ``i``; with
+    ``write``, the element a later pass writes: prefetched for writing, ``prefetchw``)."""
 
     at: Callable[[Any], ir.Value]
     itemsize: int
+    write: bool = False
 
 
 class EmitContext(Protocol):

@@ -20,9 +20,7 @@ from llvmlite import ir
 from neuroncc.codegen.llvm.access import ACCESS, broadcast_index
 from neuroncc.codegen.llvm.context import Ahead, Index
 from neuroncc.codegen.llvm.elementwise import ELEMENTWISE, EXACT
-from neuroncc.codegen.llvm.entries import (
-    RECIPROCAL_ESTIMATES, add_phase_entry, vector_width_attribute,
-)
+from neuroncc.codegen.llvm.entries import RECIPROCAL_ESTIMATES, add_phase_entry, vector_width_attribute
 from neuroncc.codegen.llvm.indexing import ROUNDS, IndexArithmetic
 from neuroncc.codegen.llvm.loop_hints import computes_polynomial_math, hint_math_loop
 from neuroncc.codegen.llvm.nan_payloads import NanPayloads
@@ -31,16 +29,16 @@ from neuroncc.codegen.llvm.kernel_plan import (
     MapStage, PartialReduce, Phase, ReduceStage, RowLoop, ScatterLoop, SplitColumns, Stage, TransposedMap,
 )
 from neuroncc.codegen.llvm.online import OnlineMax, online_maxima
-from neuroncc.codegen.llvm.pairs import WORD_ALIGN, Pair, half_of, halfwords, pairs_halfwords, word_of
-from neuroncc.codegen.llvm.pairs import pair_ordered_rows
+from neuroncc.codegen.llvm.pairs import WORD_ALIGN, Pair, half_of, halfwords, pair_ordered_rows, pairs_halfwords
+from neuroncc.codegen.llvm.pairs import word_of
 from neuroncc.codegen.llvm.prefetch import carrier_stage, emit_prefetch_next_row, next_row, rows_to_prefetch
+from neuroncc.codegen.llvm.prefetch import rows_written_by_carried_pass, this_row
 from neuroncc.codegen.llvm.scalars import (
     I16, I32, I64, PTR, VOID, constant, load, round_to, storage_itemsize, storage_type, store,
 )
 from neuroncc.codegen.llvm.stages import (
     SharedMean, emit_column_combine, emit_column_partial, emit_column_reset, emit_combine, emit_partial,
-    emit_reduce, shared_means,
-    emit_scatter,
+    emit_reduce, emit_scatter, shared_means,
 )
 from neuroncc.codegen.llvm.transpose import emit_transposed
 from neuroncc.codegen.llvm.views import Layout
@@ -85,6 +83,7 @@ class KernelEmitter(IndexArithmetic):
         self._prefetched: tuple[Layout, ...] = ()  # the current row loop's inputs whose next row it prefetches
         self._carrier: int | None = None  # the stage whose loop carries those prefetches (None: the row's start)
         self._ahead: tuple[Ahead, ...] = ()  # the current row's prefetch streams, for the carrier stage
+        self._owned: tuple[Layout, ...] = ()  # outputs whose row the carrier prefetches for writing: plain stores
         self._rows: dict[Value, ir.AllocaInstr] = {}
         self._row_depth, self._pair_rows = 0, frozenset()
         self._stage_number = 0  # position of the stage being emitted in its phase (row caches key on it)
@@ -140,7 +139,7 @@ class KernelEmitter(IndexArithmetic):
         self.memo = [{}]
         self._stage_number = 0
         self._row_cache, self._rows, self._row_depth, self._prefetched, self._pair_rows = {}, {}, 0, (), frozenset()
-        self._carrier, self._ahead = None, ()
+        self._carrier, self._ahead, self._owned = None, (), ()
         body = self._phase_body(phase)
         start, end = body_fn.args[n_args], body_fn.args[n_args + 1]
         self._streamed = False
@@ -195,6 +194,8 @@ class KernelEmitter(IndexArithmetic):
         which read them too), and the inputs whose next row each row prefetches (``prefetch.rows_to_prefetch``)."""
         self._prefetched = rows_to_prefetch(self.plan, phase)
         self._carrier = carrier_stage(self.plan, phase) if self._prefetched else None
+        if self._carrier not in online_maxima(self.plan, phase):  # (an online sum carries its own prefetches)
+            self._owned = rows_written_by_carried_pass(self.plan, phase, self._carrier)
         self._row_cache, self._row_depth = dict(phase.row_cache), len(phase.outer)
         widened = widened_rows(self.plan, phase)  # (filled here, before the row loop, then read as row caches)
         self._pair_rows = pair_ordered_rows(self.plan, phase.row_cache, [*phase.stages, *(sums or [])]) | set(widened)
@@ -207,9 +208,9 @@ class KernelEmitter(IndexArithmetic):
         depth = len(phase.outer)
         means = shared_means(phase.stages)
         maxima = online_maxima(self.plan, phase)
-        if self._carrier is not None and self._carrier not in maxima:  # (an online sum prefetches its next block
-            # itself, the next row included)
-            self._ahead = tuple(next_row(self, layout, outer[:depth]) for layout in self._prefetched)
+        if self._carrier is not None and self._carrier not in maxima:  # (an online sum prefetches for itself)
+            self._ahead = tuple(next_row(self, layout, outer[:depth]) for layout in self._prefetched) + \
+                tuple(this_row(self, layout, outer[:depth]) for layout in self._owned)
         skipped = {phase.stages.index(shared.stage) for shared in means.values() if shared.stores}  # stored
         skipped |= {phase.stages.index(online.stage) for online in maxima.values()}  # stored by their sums
         passes = [number for number in range(len(phase.stages)) if number not in skipped]
@@ -454,9 +455,10 @@ class KernelEmitter(IndexArithmetic):
     def _streaming(self, target: Layout, block: int) -> bool:
         """Large, aligned, contiguous outputs are written with non-temporal stores when the kernel's data does
         not fit in the last-level cache (``CpuTarget.streams_outputs``): no read-for-ownership traffic, and
-        they would not stay in cache anyway (``block``: as in :meth:`_map_stage`)."""
+        they would not stay in cache anyway (``block``: as in :meth:`_map_stage`). Not the rows a compute-bound
+        pass prefetched for writing (``prefetch.rows_written_by_carried_pass``): those are owned in L1."""
         itemsize = storage_itemsize(target.dtype)
-        return (self.target.streams_outputs(self._footprint_bytes())
+        return (target not in self._owned and self.target.streams_outputs(self._footprint_bytes())
                 and target.arg in self.plan.aligned_args and target.is_contiguous and target.offset == 0
                 and math.prod(target.shape) * itemsize >= STREAM_MIN_BYTES and bool(target.shape)
                 and (target.shape[-1] * itemsize) % CACHE_LINE_BYTES == 0
