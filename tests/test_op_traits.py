@@ -44,6 +44,8 @@ RULE_MODULES = {
     "neuroncc/passes/canonicalize_rules.py": "the canonicalization rule table (one rule registered per op)",
     "neuroncc/codegen/llvm/elementwise.py": "the LLVM lowering per elementwise op (and which need no rounding)",
     "neuroncc/codegen/llvm/access.py": "the LLVM lowering per movement/index/creation op (and which check indices)",
+    "neuroncc/codegen/llvm/nan_payloads.py": "which ops' x86 lowering returns a NaN operand quieted, payload kept "
+                                             "(IEEE arithmetic, sums), and which pass it through (a per-op fact)",
     "neuroncc/codegen/llvm/online.py": "one pattern of four named ops, sum(exp(x - amax(x))), emitted as one pass",
     "neuroncc/codegen/nki/op_rules.py": "the NKI emission rule per op (the reductions share one rule)",
     "neuroncc/codegen/nki/host_ops.py": "the ops the NKI lowering leaves to the host, per op",
