@@ -20,7 +20,11 @@ time in neuroncc's ``compile_aten_graph`` (FX import to IR, cache lookup and loa
 compile), summed over the forward and backward graphs (in the warm and prewarmed modes, which never import the
 miss path, the same from neuroncc's compile records: 0 on graph cache hits); the rest of a neuroncc first call beyond the floor is
 AOTAutograd. "lookup s" is the graph cache's part (``graph_cache.lookup``: the key, and on a hit reading the
-entry, loading both artifacts and building AOTAutograd's runtime wrappers). "import s" is the import of
+entry, loading both artifacts and building AOTAutograd's runtime wrappers), of which "key s" is the key
+(``key_parts``, ``graph_key``; its host fingerprint loads LLVM's bindings on first use, ~25 ms, which loading
+object code needs anyway) and "artifacts s" the two artifacts (``graph_cache._load_graph``: the entries read
+and checked, the IR parsed, the object code loaded, and on first use the import of the cpu launcher); the rest
+is the entry's payload and AOTAutograd's runtime wrappers. "import s" is the import of
 neuroncc's torch.compile backend, which a user's first ``torch.compile(backend="neuron")`` call pays: it is timed
 in the neuroncc modes and counted in their first call, and the eager and aot_eager modes never import it (before
 session 8 every mode imported it untimed, which gave the neuroncc modes the torch modules it loads for free).
@@ -64,7 +68,7 @@ def first_call(row: str, mode: str, artifacts: Path) -> dict[str, float]:
     """In this fresh process: seconds of compile + first step (and, for neuroncc, in compile_aten_graph)."""
     import torch._dynamo  # noqa: F401 - torch.compile's own import, the same for every backend
 
-    result = {"own": 0.0, "load": 0.0, "lookup": 0.0, "import": 0.0}
+    result = {"own": 0.0, "load": 0.0, "lookup": 0.0, "key": 0.0, "artifacts": 0.0, "import": 0.0}
     if mode in ("eager", "aot_eager"):
         return _first_step(row, mode, result)
     # A user's first torch.compile(backend="neuron") imports the backend (the torch_dynamo_backends entry
@@ -92,19 +96,26 @@ def first_call(row: str, mode: str, artifacts: Path) -> dict[str, float]:
                 result["own"] += time.perf_counter() - begin
 
         aot_compile.compile_aten_graph = timed
-    lookup = neuron_backend.graph_cache.lookup
-
-    def timed_lookup(*args: object, **kwargs: object) -> object:
-        begin = time.perf_counter()
-        try:
-            return lookup(*args, **kwargs)
-        finally:
-            result["lookup"] += time.perf_counter() - begin
-
-    neuron_backend.graph_cache.lookup = timed_lookup
+    timed_parts = (("lookup", "lookup"), ("key_parts", "key"), ("graph_key", "key"), ("_load_graph", "artifacts"))
+    for name, column in timed_parts:
+        _time_calls(neuron_backend.graph_cache, name, result, column)
     _first_step(row, mode, result)
     result["seconds"] += result["import"]
     return _after_first_step(mode, artifacts, result)
+
+
+def _time_calls(module: object, name: str, result: dict[str, float], column: str) -> None:
+    """Add the seconds spent in ``module.name`` (called through the module's global) to ``result[column]``."""
+    function = getattr(module, name)
+
+    def timed(*args: object, **kwargs: object) -> object:
+        begin = time.perf_counter()
+        try:
+            return function(*args, **kwargs)
+        finally:
+            result[column] += time.perf_counter() - begin
+
+    setattr(module, name, timed)
 
 
 def _first_step(row: str, mode: str, result: dict[str, float]) -> dict[str, float]:
@@ -211,12 +222,14 @@ def main() -> None:
                      f"{statistics.median(r['own'] for r in runs[mode]):.2f}",
                      f"{statistics.median(r['load'] for r in runs[mode]):.2f}",
                      f"{statistics.median(r.get('lookup', 0.0) for r in runs[mode]):.3f}",
+                     f"{statistics.median(r.get('key', 0.0) for r in runs[mode]):.3f}",
+                     f"{statistics.median(r.get('artifacts', 0.0) for r in runs[mode]):.3f}",
                      f"{statistics.median(r.get('import', 0.0) for r in runs[mode]):.3f}",
                      str(runs[mode][-1].get("compiled", "-")), str(runs[mode][-1].get("aot_runs", "-"))])
     print(f"row {args.row}, {args.rounds} rounds of fresh processes; load {os.getloadavg()[0]:.1f}; "
           f"neuroncc bytecode {'not ' if args.no_bytecode else ''}compiled first")
     print(table(rows, ["mode", "first call s (median)", "min s", "vs eager floor s", "per round vs eager s", "own s", "load s", "lookup s",
-                       "import s", "graphs compiled", "aot runs"]))
+                       "key s", "artifacts s", "import s", "graphs compiled", "aot runs"]))
 
 
 if __name__ == "__main__":

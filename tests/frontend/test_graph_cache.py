@@ -192,3 +192,27 @@ def test_a_miss_names_the_key_components_that_changed(caplog):
         torch.compile(f, backend="neuron", dynamic=False)(torch.randn(2, 4))
     misses = [r.getMessage() for r in caplog.records if "graph cache miss" in r.getMessage()]
     assert len(misses) == 2 and misses[1].endswith("differs in: inputs"), misses
+
+
+def test_another_host_cpu_misses_and_names_the_host(monkeypatch, caplog):
+    """The key's host fingerprint (computed once per process) is the target's: a graph cached on one CPU is a
+    miss on a CPU with other features, never object code loaded where it was not built."""
+    from neuroncc.driver import artifact
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(x) * 2
+
+    x = torch.randn(2, 3)
+    with caplog.at_level("INFO", logger="neuroncc.frontend"):
+        torch.compile(f, backend="neuron", dynamic=False)(x)
+        torch._dynamo.reset()
+        host = artifact.ARTIFACT_CODECS["cpu"].host_fingerprint()
+        flipped = host.replace("+", "-", 1) if "+" in host else host + " +feature"  # one CPU feature differs
+        other = dataclasses.replace(artifact.ARTIFACT_CODECS["cpu"], host_fingerprint=lambda: flipped)
+        assert other.host_fingerprint() != host
+        monkeypatch.setitem(artifact.ARTIFACT_CODECS, "cpu", other)
+        out = torch.compile(f, backend="neuron", dynamic=False)(x)
+    torch.testing.assert_close(out, f(x))
+    misses = [r.getMessage() for r in caplog.records if "graph cache miss" in r.getMessage()]
+    assert len(misses) == 2 and misses[1].endswith("differs in: host"), misses
+    assert neuroncc.stats()["graph_cache_hits"] == 0 and neuroncc.stats()["aot_autograd_runs"] == 2
