@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import threading
 
 import numpy as np
@@ -99,3 +100,52 @@ def test_compile_threads_run_llvm_outside_llvmlites_lock():
 def test_bad_thread_counts_are_input_errors_naming_the_option(name, value):
     with pytest.raises(InputError, match=f"option {name} must be a positive integer"):
         build_cpu_executable(many_kernels(), {name: value})
+
+
+def _module(name: str, flags: str = "") -> str:
+    return (f'define float @"{name}"(float %".1") {{\nentry:\n  %".2" = fadd {flags}float %".1", %".1"\n'
+            f'  ret float %".2"\n}}\n')
+
+
+def test_optimized_modules_jump_the_queue_and_objects_keep_submission_order(monkeypatch):
+    """A worker takes the queued optimized modules (the long ones) before the quick ones queued earlier."""
+    started, release, order = threading.Event(), threading.Event(), []
+    real = jit._compile_module
+
+    def compile_module(text, context, tm, tier):
+        order.append(text.split('@"')[1].split('"')[0])
+        started.set()
+        release.wait(10)
+        return real(text, context, tm, tier)
+
+    monkeypatch.setattr(jit, "_compile_module", compile_module)
+    compiler = jit.KernelCompiler(1, quick_when_independent=True)
+    compiler.submit(_module("first"))  # the one worker takes it at once and waits for the release
+    assert started.wait(10)
+    for name, flags in [("quick1", ""), ("sum", "reassoc "), ("quick2", "contract "), ("div", "arcp ")]:
+        compiler.submit(_module(name, flags))
+    release.set()
+    module = compiler.finish()
+    assert order == ["first", "sum", "div", "quick1", "quick2"]
+    assert compiler.tiers == [jit.Tier.QUICK, jit.Tier.QUICK, jit.Tier.OPTIMIZED, jit.Tier.QUICK, jit.Tier.OPTIMIZED]
+    serial = jit.KernelCompiler(1, quick_when_independent=True)
+    for text in compiler.texts:
+        serial.submit(text)
+    assert module.objects == serial.finish().objects  # in submission order, whichever ran first
+
+
+def test_the_gil_switch_interval_is_short_while_workers_run_and_restored_after():
+    default = sys.getswitchinterval()
+    outer, inner = jit.KernelCompiler(2), jit.KernelCompiler(2)
+    assert sys.getswitchinterval() == default  # no worker yet
+    outer.submit(_module("a"))
+    assert sys.getswitchinterval() == min(default, jit.WORKER_SWITCH_INTERVAL)
+    inner.submit(_module("b"))
+    outer.finish()
+    assert sys.getswitchinterval() == min(default, jit.WORKER_SWITCH_INTERVAL)  # inner's workers still run
+    inner.submit("define void @broken( {")
+    with pytest.raises(CodegenError):
+        inner.finish()
+    assert sys.getswitchinterval() == default
+    inner.close()  # a second close changes nothing
+    assert sys.getswitchinterval() == default
