@@ -11,13 +11,16 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from llvmlite import ir
 
 from neuroncc.codegen.llvm.views import Layout
 from neuroncc.hardware.host import CpuTarget
 from neuroncc.ir.graph import Value
+
+if TYPE_CHECKING:
+    from neuroncc.codegen.llvm.kernel_plan import KernelPlan
 
 #: An index into a tensor: one entry per dim, each a Python int or an i64 IR value.
 Index = list
@@ -43,6 +46,8 @@ class EmitContext(Protocol):
     ptrs: Sequence[ir.Value]
     #: The CPU the code is for (the math library's choices depend on it).
     target: CpuTarget
+    #: The plan being emitted: its region's ops say what each value is computed from (``signs.py`` asks).
+    plan: KernelPlan
 
     # ---- values and buffers ---------------------------------------------------------------------------
 
