@@ -11,16 +11,14 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from llvmlite import ir
 
+from neuroncc.codegen.llvm.kernel_plan import KernelPlan
 from neuroncc.codegen.llvm.views import Layout
 from neuroncc.hardware.host import CpuTarget
 from neuroncc.ir.graph import Value
-
-if TYPE_CHECKING:
-    from neuroncc.codegen.llvm.kernel_plan import KernelPlan
 
 #: An index into a tensor: one entry per dim, each a Python int or an i64 IR value.
 Index = list
