@@ -24,8 +24,8 @@ from neuroncc.passes.static_shape import StaticShape
 from neuroncc.passes.tile import Tile
 
 __all__ = [
-    "Canonicalize", "ChooseLayouts", "DEFAULT_PIPELINES", "ENTRY_POINT_GROUP", "FoldOneHotSums", "Fuse", "IN_TREE_PASSES", "KernelSummary",
-    "MemoryPlan", "Pass", "PassContext", "Pipeline", "PlanMemory", "StaticShape", "Tile", "check_kernel_contract",
+    "Canonicalize", "ChooseLayouts", "DEFAULT_PIPELINES", "ENTRY_POINT_GROUP", "FoldOneHotSums", "Fuse", "IN_TREE_PASSES",
+    "KernelSummary", "MemoryPlan", "Pass", "PassContext", "Pipeline", "PlanMemory", "StaticShape", "Tile", "check_kernel_contract",
     "default_pipeline", "kernel_domain", "kernel_summary", "parse_pipeline", "pass_registry", "plan",
     "run_pipeline", "value_indices",
 ]

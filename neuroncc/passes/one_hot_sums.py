@@ -70,7 +70,8 @@ def _one_hot(site: Site, value: Value, dim: int, rank: int) -> tuple[Value, Valu
     condition, picked, other = where.operands
     equal = site.producer_named(condition, "eq")
     found = site.splat(other)
-    if equal is None or found is None or isinstance(found, bool) or found != 0 or not _constant_along(picked, dim, rank):
+    if equal is None or found is None or isinstance(found, bool) or found != 0 \
+            or not _constant_along(picked, dim, rank):
         return None
     for counter, target in (equal.operands, reversed(equal.operands)):
         axis = _counting_axis(site, counter)
@@ -94,7 +95,8 @@ def fold_one_hot_sum(site: Site) -> Replacement:
         x, y = product.operands
         candidates += [(x, y), (y, x)]
     for one_hot_value, scale in candidates:
-        if scale is not None and (not _constant_along(scale, dim, rank) or one_hot_value.type.shape != summed.type.shape):
+        if scale is not None and (not _constant_along(scale, dim, rank)
+                                  or one_hot_value.type.shape != summed.type.shape):
             continue
         found = _one_hot(site, one_hot_value, dim, rank)
         if found is not None:
