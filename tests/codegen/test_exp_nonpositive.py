@@ -11,10 +11,14 @@ import pytest
 from llvmlite import ir
 
 from neuroncc.codegen.llvm import jit
+from neuroncc.codegen.llvm.emit import emit_kernel
 from neuroncc.codegen.llvm.mathlib import math_call
 from neuroncc.codegen.llvm.program import plan_launch
 from neuroncc.codegen.llvm.regions import fuse_whole_function, wrap_remaining_ops
 from neuroncc.codegen.llvm.scalars import F32, I32, I64
+from neuroncc.codegen.llvm.schedule import plan_kernel
+from neuroncc.codegen.llvm.views import Layout
+from neuroncc.hardware.host import CpuTarget
 from neuroncc.ir import Builder, DType, TensorType
 
 from codegen_helpers import run_both, special_floats
@@ -93,3 +97,17 @@ def test_only_x_minus_its_max_gets_the_nonpositive_exp(subtracted, keepdim, expe
     x[4, 7] = np.inf
     x[5, :] = rng.standard_normal(33).astype(np.float32) * 60  # exponentials down to denormals and 0
     run_both(fn, [x, special_floats(rng, (8, 33)).astype(np.float32)])
+
+
+@pytest.mark.parametrize("features", ["+avx,+avx2,+fma,-avx512f",
+                                      "+avx,+avx2,+fma,+avx512f,+avx512vl,+avx512bw,+avx512dq"])
+def test_the_nonpositive_exp_is_inline_vector_code_with_and_without_avx512(features):
+    fn = _softmax_like("x")
+    target = CpuTarget("znver4" if "avx512f," in features else "znver3", features)
+    plan = plan_kernel(fn, [Layout.of(k, p.type) for k, p in enumerate(fn.params)],
+                       [Layout.of(len(fn.params) + k, v.type) for k, v in enumerate(fn.outputs)])
+    texts, _ = emit_kernel(plan, "k", target)
+    assert "ncc.math.exp_nonpositive" in "".join(texts)
+    body = jit.assembly(texts, target).split("k_p0:")[1].split(".Lfunc_end")[0]
+    assert "call" not in body
+    assert ("vscalefps" in body) == target.scalef  # AVX-512 scales by any n in one instruction
