@@ -278,7 +278,8 @@ def math_throughput(name: str, target: CpuTarget, threads: int, clock: Callable[
     kernel = compile_kernel(math_module(name, target), "math")
     rng = np.random.default_rng(0)
     x = aligned_empty(2 * MATH_BLOCK)
-    x[:] = rng.uniform(0.01, 8.0, x.size) if name.startswith("log") else rng.uniform(-6.0, 6.0, x.size)
+    x[:] = rng.uniform(0.01, 8.0, x.size) if name.startswith("log") else \
+        rng.uniform(-12.0, 0.0, x.size) if name.endswith("nonpositive") else rng.uniform(-6.0, 6.0, x.size)
     y = aligned_empty(2 * MATH_BLOCK)
     args = (ctypes.c_int64 * 3)(x.ctypes.data, y.ctypes.data, repeats)
     n = max(threads, 1) * 2

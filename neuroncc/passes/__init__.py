@@ -14,6 +14,7 @@ from neuroncc.passes.fuse import Fuse
 from neuroncc.passes.kernels import KernelSummary, check_kernel_contract, kernel_domain, kernel_summary
 from neuroncc.passes.layout import ChooseLayouts
 from neuroncc.passes.manager import Pass, PassContext, Pipeline
+from neuroncc.passes.one_hot_sums import FoldOneHotSums
 from neuroncc.passes.pipeline import (
     DEFAULT_PIPELINES, ENTRY_POINT_GROUP, IN_TREE_PASSES, default_pipeline, parse_pipeline, pass_registry,
     run_pipeline,
@@ -23,8 +24,8 @@ from neuroncc.passes.static_shape import StaticShape
 from neuroncc.passes.tile import Tile
 
 __all__ = [
-    "Canonicalize", "ChooseLayouts", "DEFAULT_PIPELINES", "ENTRY_POINT_GROUP", "Fuse", "IN_TREE_PASSES", "KernelSummary",
-    "MemoryPlan", "Pass", "PassContext", "Pipeline", "PlanMemory", "StaticShape", "Tile", "check_kernel_contract",
+    "Canonicalize", "ChooseLayouts", "DEFAULT_PIPELINES", "ENTRY_POINT_GROUP", "FoldOneHotSums", "Fuse", "IN_TREE_PASSES",
+    "KernelSummary", "MemoryPlan", "Pass", "PassContext", "Pipeline", "PlanMemory", "StaticShape", "Tile", "check_kernel_contract",
     "default_pipeline", "kernel_domain", "kernel_summary", "parse_pipeline", "pass_registry", "plan",
     "run_pipeline", "value_indices",
 ]

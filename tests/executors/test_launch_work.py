@@ -54,3 +54,15 @@ def test_thresholds_keep_transcendental_phases_where_they_were():
     # before the weighting: the team split from 32K elements, the pool from 256K, whatever the phase computed
     assert TEAM_MIN_WORK // TRANSCENDENTAL_WEIGHT == 1 << 15
     assert PARALLEL_MIN_WORK // TRANSCENDENTAL_WEIGHT == 1 << 18
+
+
+def test_a_map_over_long_rows_counts_every_element_of_its_blocks():
+    # rows longer than the block are mapped a block at a time (kernel_plan.BlockedMap): each outer iteration
+    # touches a block of elements per stage, not none (it was 0 and such kernels never split; cross-entropy's
+    # gradient over [512, 32000] once its sum over the classes is folded away: 1.8x slower on 2 threads)
+    b = Builder("long_rows")
+    x = b.param(TensorType((8, 40000), DType.f32), "x")
+    exe, (phase,) = _phases(b.build([b.op("add", b.op("mul", x, x), x)]))
+    assert phase.n_outer > 8  # blocked
+    assert phase.n_outer * phase.work >= 8 * 40000
+    assert not _Team().runs_inline(phase.n_outer, phase.work)

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 from llvmlite import ir
 
+from neuroncc.codegen.llvm.kernel_plan import KernelPlan
 from neuroncc.codegen.llvm.views import Layout
 from neuroncc.hardware.host import CpuTarget
 from neuroncc.ir.graph import Value
@@ -43,6 +44,8 @@ class EmitContext(Protocol):
     ptrs: Sequence[ir.Value]
     #: The CPU the code is for (the math library's choices depend on it).
     target: CpuTarget
+    #: The plan being emitted: its region's ops say what each value is computed from (``signs.py`` asks).
+    plan: KernelPlan
 
     # ---- values and buffers ---------------------------------------------------------------------------
 

@@ -18,6 +18,7 @@ from neuroncc.codegen.llvm.mathlib import math_call
 from neuroncc.codegen.llvm.scalars import (
     F32, F32_EXACT_BITS, I1, I16, I32, I64, call, compute_type, constant, convert, is_unsigned, round_to, type_suffix,
 )
+from neuroncc.codegen.llvm.signs import at_most_zero
 from neuroncc.ir.dtypes import DType
 from neuroncc.ir.graph import Op
 
@@ -34,6 +35,12 @@ def _zero(v: ir.Value) -> ir.Constant:
 
 def _float_math(name: str) -> Lowering:
     return lambda ctx, op, args: math_call(ctx.b, name, *args, target=ctx.target)
+
+
+def _exp(ctx, op, args):
+    # x - max(x) (softmax, log-sum-exp) needs neither exp's upper clamp nor its two-step scale
+    name = "exp_nonpositive" if at_most_zero(ctx.plan.region, op.operands[0]) else "exp"
+    return math_call(ctx.b, name, *args, target=ctx.target)
 
 
 def _intrinsic(name: str) -> Lowering:
@@ -393,7 +400,7 @@ ELEMENTWISE: dict[str, Lowering] = {
     "abs": _abs,
     "sign": _sign,
     "relu": _relu,
-    "exp": _float_math("exp"),
+    "exp": _exp,
     "exp2": _float_math("exp2"),
     "expm1": _float_math("expm1"),
     "log": _float_math("log"),

@@ -189,7 +189,9 @@ class BlockedMap(_Loop):
 
     @property
     def work(self) -> int:
-        return _row_work(self.stages, len(self.shape)) // max(self.shape[-1], 1) * self.block
+        # elements per row (the last dim) // the row's length * a block: ``block`` per stage (with every dim in
+        # the outer loop, the per-index count was 1 per stage and this product 0: such kernels ran on one thread)
+        return _row_work(self.stages, len(self.shape) - 1) // max(self.shape[-1], 1) * self.block
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,113 @@
+"""exp of x - max(x): the math library's non-positive exp (``mathlib._exp_nonpositive``), where ``signs.at_most_zero``
+says the argument is <= 0, gives exp's bits for every such float, and only such arguments get it."""
+
+from __future__ import annotations
+
+import ctypes
+import struct
+
+import numpy as np
+import pytest
+from llvmlite import ir
+
+from neuroncc.codegen.llvm import jit
+from neuroncc.codegen.llvm.emit import emit_kernel
+from neuroncc.codegen.llvm.mathlib import math_call
+from neuroncc.codegen.llvm.program import plan_launch
+from neuroncc.codegen.llvm.regions import fuse_whole_function, wrap_remaining_ops
+from neuroncc.codegen.llvm.scalars import F32, I32, I64
+from neuroncc.codegen.llvm.schedule import plan_kernel
+from neuroncc.codegen.llvm.views import Layout
+from neuroncc.hardware.host import CpuTarget
+from neuroncc.ir import Builder, DType, TensorType
+
+from codegen_helpers import run_both, special_floats
+
+
+def _bits(value: float) -> int:
+    return struct.unpack("<I", struct.pack("<f", value))[0]
+
+
+def _mismatch_counter() -> ctypes.CFUNCTYPE:
+    """``mismatches(lo, hi)``: how many float bit patterns in [lo, hi) give exp and exp_nonpositive different bits."""
+    module = ir.Module("exp_nonpositive_check")
+    fn = ir.Function(module, ir.FunctionType(I64, [I32, I32]), "mismatches")
+    entry, loop, done = (fn.append_basic_block(name) for name in ("entry", "loop", "done"))
+    b = ir.IRBuilder(entry)
+    b.branch(loop)
+    b.position_at_end(loop)
+    i, count = b.phi(I32), b.phi(I64)
+    i.add_incoming(fn.args[0], entry)
+    count.add_incoming(ir.Constant(I64, 0), entry)
+    x = b.bitcast(i, F32)
+    target = jit.host_target()
+    plain = b.bitcast(math_call(b, "exp", x, target=target), I32)
+    nonpositive = b.bitcast(math_call(b, "exp_nonpositive", x, target=target), I32)
+    counted = b.add(count, b.zext(b.icmp_unsigned("!=", plain, nonpositive), I64))
+    following = b.add(i, ir.Constant(I32, 1))
+    i.add_incoming(following, loop)
+    count.add_incoming(counted, loop)
+    b.cbranch(b.icmp_unsigned("<", following, fn.args[1]), loop, done)
+    b.position_at_end(done)
+    b.ret(counted)
+    compiled = jit.compile_ir([str(module)])
+    counter = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_uint32, ctypes.c_uint32)(compiled.address("mismatches"))
+    counter.module = compiled  # keep the code loaded while the function is in use
+    return counter
+
+
+def test_exp_nonpositive_is_exp_on_every_nonpositive_float():
+    counter = _mismatch_counter()
+    # -0.0 up to -105 (below -104 both clamp), every float32 (1.1e9 of them, ~3 s), and +0.0 and a NaN
+    assert counter(_bits(-0.0), _bits(-105.0) + 1) == 0
+    assert counter(_bits(0.0), _bits(0.0) + 1) == 0
+    assert counter(_bits(float("-inf")), _bits(float("-inf")) + 1) == 0
+
+
+def _softmax_like(subtracted: str, keepdim: bool = True) -> tuple:
+    b = Builder("exp_of_difference")
+    x = b.param(TensorType((8, 33), DType.f32), "x")
+    y = b.param(TensorType((8, 33), DType.f32), "y")
+    of = {"x": x, "y": y}[subtracted]
+    maximum = b.op("amax", of, dims=(1,), keepdim=keepdim)
+    if not keepdim:
+        maximum = b.op("unsqueeze", maximum, dim=1)
+    e = b.op("exp", b.op("sub", x, maximum))
+    return b.build([b.op("div", e, b.op("sum", e, dims=(1,), keepdim=True))])
+
+
+def _uses_nonpositive_exp(fn) -> bool:
+    _, texts = plan_launch(wrap_remaining_ops(fuse_whole_function(fn)), "cpu", "features")
+    text = "".join(texts)
+    assert "ncc.math.exp" in text
+    return "ncc.math.exp_nonpositive" in text
+
+
+@pytest.mark.parametrize(("subtracted", "keepdim", "expected"), [
+    ("x", True, True),  # x - amax(x): <= 0
+    ("y", True, False),  # x - amax(y): either sign
+    ("x", False, False),  # amax without keepdim, then unsqueezed: not the pattern (left to the general exp)
+])
+def test_only_x_minus_its_max_gets_the_nonpositive_exp(subtracted, keepdim, expected, rng):
+    fn = _softmax_like(subtracted, keepdim)
+    assert _uses_nonpositive_exp(fn) is expected
+    x = special_floats(rng, (8, 33)).astype(np.float32)
+    x[2, :] = -np.inf  # an all -inf row: NaN, as eager's
+    x[3, 5] = np.nan
+    x[4, 7] = np.inf
+    x[5, :] = rng.standard_normal(33).astype(np.float32) * 60  # exponentials down to denormals and 0
+    run_both(fn, [x, special_floats(rng, (8, 33)).astype(np.float32)])
+
+
+@pytest.mark.parametrize("features", ["+avx,+avx2,+fma,-avx512f",
+                                      "+avx,+avx2,+fma,+avx512f,+avx512vl,+avx512bw,+avx512dq"])
+def test_the_nonpositive_exp_is_inline_vector_code_with_and_without_avx512(features):
+    fn = _softmax_like("x")
+    target = CpuTarget("znver4" if "avx512f," in features else "znver3", features)
+    plan = plan_kernel(fn, [Layout.of(k, p.type) for k, p in enumerate(fn.params)],
+                       [Layout.of(len(fn.params) + k, v.type) for k, v in enumerate(fn.outputs)])
+    texts, _ = emit_kernel(plan, "k", target)
+    assert "ncc.math.exp_nonpositive" in "".join(texts)
+    body = jit.assembly(texts, target).split("k_p0:")[1].split(".Lfunc_end")[0]
+    assert "call" not in body
+    assert ("vscalefps" in body) == target.scalef  # AVX-512 scales by any n in one instruction
