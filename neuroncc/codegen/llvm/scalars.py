@@ -121,12 +121,13 @@ def round_to(b: ir.IRBuilder, value: ir.Value, dtype: DType, nan_case: bool = Tr
         return value
     bits = b.bitcast(value, I32)
     lsb = b.and_(b.lshr(bits, ir.Constant(I32, 16)), ir.Constant(I32, 1))
-    rounded = b.and_(b.add(bits, b.add(lsb, ir.Constant(I32, 0x7FFF))), ir.Constant(I32, 0xFFFF0000 - (1 << 32)))
-    if not nan_case:
-        return b.bitcast(rounded, F32)
-    quiet_nan = b.or_(b.and_(bits, ir.Constant(I32, 0xFFFF0000 - (1 << 32))), ir.Constant(I32, 0x00400000))
-    is_nan = b.fcmp_unordered("uno", value, value)
-    return b.bitcast(b.select(is_nan, quiet_nan, rounded), F32)
+    carried = b.add(bits, b.add(lsb, ir.Constant(I32, 0x7FFF)))
+    if nan_case:
+        # the quiet bit set before the low half is cleared: one clearing serves both cases (a vector and
+        # fewer per rounding than clearing each case's low half on its own)
+        is_nan = b.fcmp_unordered("uno", value, value)
+        carried = b.select(is_nan, b.or_(bits, ir.Constant(I32, 0x00400000)), carried)
+    return b.bitcast(b.and_(carried, ir.Constant(I32, 0xFFFF0000 - (1 << 32))), F32)
 
 
 def convert(b: ir.IRBuilder, value: ir.Value, src: DType, dst: DType, nan_case: bool = True) -> ir.Value:
