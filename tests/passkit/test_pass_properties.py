@@ -14,6 +14,7 @@ from neuroncc.testing.semantics import PROPERTY_SETTINGS, assert_pass_preserves_
 #: The pipelines that exercise each in-tree pass (a pass missing here fails test_every_pass_is_covered).
 PIPELINES = {
     "canonicalize": ["canonicalize"],
+    "fold-one-hot-sums": ["fold-one-hot-sums", "canonicalize,fold-one-hot-sums"],
     "static-shape": ["static-shape"],
     "fuse": ["fuse"],
     "layout": ["layout", "fuse,layout{target=trn2}"],
