@@ -2,7 +2,7 @@
 
 Cross-entropy's gradient (AOTAutograd's decomposition of ``nll_loss_backward``) builds the one-hot rows
 ``where(iota == target, -1, 0) * scale`` over the classes and sums each row again; over a 32000-class vocabulary
-that sum is a pass over every element of every row (~14% of the gradient kernel's compute, docs/performance.md,
+that sum is a pass over every element of every row (~14% of the gradient kernel's compute, docs/performance-history.md,
 session 11) for what is one term. Along the summed dim the iota takes each value once, so at most one element
 of a row is picked; the others are all the same value (``0 * scale``: a zero, or NaN when the scale is inf or
 NaN). So, for a sum over the iota's dim of length ``n``:

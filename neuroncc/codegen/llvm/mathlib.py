@@ -125,7 +125,7 @@ def _exp_nonpositive(b: ir.IRBuilder, x: ir.Value, target: CpuTarget) -> ir.Valu
     x <= 0 (tests/codegen/test_exp_nonpositive.py checks all of them). 14 vector instructions per element
     against exp's 21 (no upper clamp, two integer ops instead of seven, one multiply instead of two), which also
     shortens each element's dependency chain: softmax [4096, 1024] ran 18-24% faster at 1 and 2 threads, cross-
-    entropy's forward 19-21% (Zen 3, docs/performance.md, session 12). (The result is still exact up to
+    entropy's forward 19-21% (Zen 3, docs/performance-history.md, session 12). (The result is still exact up to
     x = 71: n + 24 stays a normal exponent.)"""
     xc = _raised_keeping_nan(b, x, -104.0)
     if target.scalef:  # (one vscalefps scales by any n)

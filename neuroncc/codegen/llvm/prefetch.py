@@ -28,8 +28,8 @@ carrier also prefetches, for writing (``prefetchw``), the lines of the current r
 (:func:`rows_written_by_carried_pass`): their reads for ownership overlap the exponentials like the next row's
 loads do, and the write pass stores plainly into lines it owns in L1, from where they are written back to memory
 as they are evicted, while the later rows compute (softmax [4096, 1024] float32, Zen 3: 7-13% faster at 1 thread
-and 20-24% at 2 than with non-temporal stores; prefetchw before non-temporal stores: 14-53% slower; docs/performance.md,
-session 11).
+and 20-24% at 2 than with non-temporal stores; prefetchw before non-temporal stores: 14-53% slower;
+docs/performance-history.md, session 11).
 
 :func:`rows_to_prefetch`, :func:`carrier_stage` and :func:`rows_written_by_carried_pass` are the decision (which
 inputs and outputs of a phase, which stage's loop carries them, from its plan), :func:`emit_prefetch_next_row`,
