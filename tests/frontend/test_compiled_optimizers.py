@@ -36,6 +36,17 @@ def _set_grads(params: list[torch.Tensor], step: int) -> None:
         p.grad = torch.randn(p.shape, generator=generator)
 
 
+def _steps_side_by_side(steps: int, eager_params, eager_step, our_params, our_step, *after_each) -> None:
+    """``steps`` optimizer steps on both sides with the same gradients (then each ``after_each`` callable)."""
+    for step in range(steps):
+        _set_grads(eager_params, step)
+        _set_grads(our_params, step)
+        eager_step()
+        our_step()
+        for after in after_each:
+            after()
+
+
 @pytest.mark.parametrize("foreach", [True, False], ids=["foreach", "single_tensor"])
 @pytest.mark.parametrize("name", OPTIMIZERS)
 def test_compiled_step_matches_eager_after_three_steps(name, foreach):
@@ -43,11 +54,7 @@ def test_compiled_step_matches_eager_after_three_steps(name, foreach):
     eager = OPTIMIZERS[name](eager_params, foreach)
     ours = OPTIMIZERS[name](our_params, foreach)
     compiled_step = torch.compile(ours.step, backend="neuron")
-    for step in range(3):
-        _set_grads(eager_params, step)
-        _set_grads(our_params, step)
-        eager.step()
-        compiled_step()
+    _steps_side_by_side(3, eager_params, eager.step, our_params, compiled_step)
     for index, (p_eager, p_ours) in enumerate(zip(eager_params, our_params)):
         torch.testing.assert_close(p_ours, p_eager, **TOL, msg=lambda m, i=index: f"parameter {i}: {m}")
         for key, value in eager.state[p_eager].items():
@@ -149,13 +156,8 @@ def test_a_scheduled_tensor_learning_rate_is_an_input_not_a_guard():
     eager_params, eager, eager_schedule = setup()
     our_params, ours, our_schedule = setup()
     compiled_step = torch.compile(ours.step, backend="neuron")
-    for step in range(4):
-        _set_grads(eager_params, step)
-        _set_grads(our_params, step)
-        eager.step()
-        compiled_step()
-        eager_schedule.step()
-        our_schedule.step()
+    _steps_side_by_side(4, eager_params, eager.step, our_params, compiled_step, eager_schedule.step,
+                        our_schedule.step)
     assert neuroncc.stats()["graphs_compiled"] == 1
     for p_eager, p_ours in zip(eager_params, our_params):
         torch.testing.assert_close(p_ours, p_eager, **TOL)
