@@ -7,7 +7,7 @@ the region's ops alone and errs on the side of no.
 
 from __future__ import annotations
 
-from neuroncc.ir.graph import Function, Op, Value
+from neuroncc.ir.graph import Function, Value
 
 
 def at_most_zero(region: Function, value: Value) -> bool:
@@ -15,14 +15,11 @@ def at_most_zero(region: Function, value: Value) -> bool:
     each element meets its own max; the max is at least every element it covers and float subtraction is
     monotone, so the difference rounds to <= 0 too; an online max, ``online.py``, covers the elements it is
     subtracted from as well)."""
-    difference = _producer(region, value)
+    producers = region.producers()
+    difference = producers.get(value)
     if difference is None or difference.name != "sub" or not value.type.dtype.is_float:
         return False
     x, subtracted = difference.operands
-    maximum = _producer(region, subtracted)
+    maximum = producers.get(subtracted)
     return maximum is not None and maximum.name == "amax" and maximum.operands[0] is x \
         and bool(maximum.attrs["keepdim"])
-
-
-def _producer(region: Function, value: Value) -> Op | None:
-    return next((op for op in region.ops if value in op.results), None)
