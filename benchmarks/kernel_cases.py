@@ -8,7 +8,10 @@ and ``torch.compile`` (Inductor).
 
 Work per call, for the roofline: ``reads``/``writes`` are the bytes a kernel cannot avoid moving (each input
 read once, each output written once, at the user's dtype), ``math`` the polynomial function evaluations,
-``flops`` the other float operations.
+``flops`` the other float operations, and for bf16 rows the conversions the dtype's semantics ask for:
+``widened`` bf16 elements read as float32 (each input element once), ``rounded`` results rounded to bf16 and
+written (each output element once), ``rounded_kept`` results of bf16 ops that the next op reads (eager rounds
+after every op: gelu(x*w+b)*sigmoid(x) rounds x*w, +b, gelu and sigmoid before its last product).
 """
 
 from __future__ import annotations
@@ -33,6 +36,9 @@ class Work:
     writes: int  # bytes
     math: dict[str, int] = field(default_factory=dict)  # polynomial function -> evaluations per call
     flops: int = 0  # other float operations per call
+    widened: int = 0  # bf16 elements widened to float32 (inputs, once each)
+    rounded: int = 0  # float32 results rounded to bf16 and written (outputs, once each)
+    rounded_kept: int = 0  # float32 results rounded to bf16 precision that the next op reads
 
 
 @dataclass
@@ -194,11 +200,13 @@ def cases() -> list[Case]:
              affine, Work(4 * n_c + 8192, 4 * n_c, {}, 2 * n_c), graph=stream_graph(8192, 1024)),
         Case("a16", "(a) bf16 gelu(x*w+b)*sigmoid(x) [4096,1024]",
              _inputs((4096, 1024), (1024,), (1024,), dtype=torch.bfloat16), gelu_sigmoid,
-             Work(2 * n_a + 4096, 2 * n_a, {"gelu": n_a, "sigmoid": n_a}, 3 * n_a), tolerance=(1.6e-2, 1e-5)),
+             Work(2 * n_a + 4096, 2 * n_a, {"gelu": n_a, "sigmoid": n_a}, 3 * n_a, widened=n_a + 2048,
+                  rounded=n_a, rounded_kept=4 * n_a), tolerance=(1.6e-2, 1e-5)),
         Case("b16", "(b) bf16 softmax [4096,1024]", _inputs((4096, 1024), dtype=torch.bfloat16), softmax,
-             Work(2 * n_a, 2 * n_a, {"exp": n_a}, 4 * n_a), tolerance=(1.6e-2, 1e-5)),
+             Work(2 * n_a, 2 * n_a, {"exp": n_a}, 4 * n_a, widened=n_a, rounded=n_a), tolerance=(1.6e-2, 1e-5)),
         Case("c16", "(c) bf16 LayerNorm [8192,1024]", _inputs((8192, 1024), (1024,), (1024,), dtype=torch.bfloat16),
-             layernorm, Work(2 * n_c + 4096, 2 * n_c, {}, 8 * n_c), tolerance=(1.6e-2, 1e-5)),
+             layernorm, Work(2 * n_c + 4096, 2 * n_c, {}, 8 * n_c, widened=n_c + 2048, rounded=n_c),
+             tolerance=(1.6e-2, 1e-5)),
         Case("rms", "RMSNorm [8192,1024]", _inputs((8192, 1024), (1024,)), rmsnorm,
              Work(4 * n_c + 4096, 4 * n_c, {}, 4 * n_c)),
         Case("ce", "cross-entropy fwd+bwd [512,32000]", _cross_entropy_inputs(rows_ce, vocab), cross_entropy_step,

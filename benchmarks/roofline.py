@@ -12,8 +12,20 @@ The machine's limits are measured at run time with microkernels compiled for thi
   with non-temporal stores (the faster counts).
 
 A row's roofline time is max(memory time, compute time), compute time = sum over its polynomial functions
-of evaluations / throughput + other flops / FMA peak. The fraction is roofline time / neuroncc's time
-(100% = at the machine's limit). 2 threads: wall-clock medians; 1 thread: the calling thread's CPU time.
+of evaluations / throughput + (other flops + bf16 conversions) / FMA peak. The fraction is roofline time /
+neuroncc's time (100% = at the machine's limit). 2 threads: wall-clock medians; 1 thread: the calling thread's
+CPU time.
+
+bf16 conversions: a CPU without bf16 conversion instructions (AVX2) widens and rounds with integer vector
+instructions, work the bf16 dtype asks for as surely as its flops (``kernel_cases.Work``: each input element
+widened once, each output rounded once, and each intermediate result of a bf16 op rounded, as eager rounds
+after every op). They count at the fewest instructions known (:data:`CONVERSION_INSTRUCTIONS`), each
+instruction per vector of elements as one flop per element: a vector instruction takes one of the core's 4
+vector pipes for a cycle, where the FMA peak counts 2 FMAs of 2 flops per lane (Zen 3 and Zen 4; Intel's cores
+have 3 vector ALU ports, so there the count is less than their time; shifts run on 2 of Zen 3's 4 pipes, not
+counted either). Without them bf16 LayerNorm [8192, 1024]'s roof was its memory time alone, below what the
+fewest known instructions reach: 8 flops and 5.5 conversion instructions per element, on Zen 3 at 1 thread 0.7
+ms of flops and 0.5 ms of conversions, against 0.8-1.5 ms of memory.
 
 Run: ``python benchmarks/roofline.py [--rows a,b,c] [--threads 2,1] [--repeats 15] [--no-machine]``.
 """
@@ -40,6 +52,17 @@ from kernel_cases import Case, cases, check, implementations  # noqa: E402
 from neuroncc.codegen.llvm import jit  # noqa: E402
 from neuroncc.codegen.llvm.mathlib import POLYNOMIAL  # noqa: E402
 
+#: Vector instructions per vector of elements that bf16 conversions take without bf16 conversion instructions
+#: (AVX2), the fewest known: widening one (a pair of elements is one 32-bit word: a shift gives the even one,
+#: clearing the low half the odd one); rounding to nearest even and packing a result for the output 4.5 (9 per
+#: pair of vectors in 16-bit lanes: the high and low halves apart, 2 shifts and 2 blends; the parity or'ed into
+#: the low half, and, or; the carry out of the low half, vpavgw with 0x7FFE and a shift; its add); rounding a
+#: result kept as float32 5 (a shift and an and for the parity, two adds, the clearing of the low half). NaNs are
+#: left out (they cost 3 more per rounding where an op's NaN payload is not known to be quiet).
+CONVERSION_INSTRUCTIONS = {"widened": 1.0, "rounded": 4.5, "rounded_kept": 5.0}
+#: With AVX-512 BF16: vcvtne2ps2bf16 rounds and packs two vectors; a kept result is widened back (a shift).
+CONVERSION_INSTRUCTIONS_AVX512BF16 = {"widened": 1.0, "rounded": 0.5, "rounded_kept": 1.5}
+
 THREAD_CLOCK = {1: time.thread_time}  # 1 thread: CPU time of the calling thread; else wall clock
 
 
@@ -61,10 +84,15 @@ class Machine:
         self.stream_kernels = (plain, streaming)
 
     def compute_seconds(self, work, threads: int) -> float:
-        seconds = work.flops / self.peak[threads]
+        seconds = (work.flops + self.conversion_flops(work)) / self.peak[threads]
         for name, count in work.math.items():
             seconds += count / self.math[name][threads]
         return seconds
+
+    def conversion_flops(self, work) -> float:
+        """``work``'s bf16 conversions as flops at the FMA peak's rate (see the module docstring)."""
+        counts = CONVERSION_INSTRUCTIONS_AVX512BF16 if self.target.has("avx512bf16") else CONVERSION_INSTRUCTIONS
+        return sum(getattr(work, kind) * instructions for kind, instructions in counts.items())
 
     def describe(self) -> str:
         lines = [f"CPU: {cpu_model()} ({self.target.name} to LLVM); vector width used: {self.target.vector_bits} "
@@ -126,19 +154,20 @@ def run_rows(machine: Machine, selected: list[Case], threads: int, repeats: int)
         times = interleaved(calls, repeats=repeats, clock=clock_for(threads))
         memory = min(times["memory (plain stores)"], times["memory (streaming stores)"])
         compute = machine.compute_seconds(case.work, threads)
+        conversions = machine.conversion_flops(case.work) / machine.peak[threads]
         roof = max(memory, compute)
         ours = times["neuroncc"]
         bound = "memory" if memory >= compute else "compute"
         rows.append([case.title, str(threads), f"{times['eager'] * 1e3:.2f}", f"{times['inductor'] * 1e3:.2f}",
                      f"{ours * 1e3:.2f}", f"{times['eager'] / ours:.2f}x", f"{times['inductor'] / ours:.2f}x",
-                     f"{memory * 1e3:.2f}", f"{compute * 1e3:.2f}", bound,
+                     f"{memory * 1e3:.2f}", f"{compute * 1e3:.2f}", f"{conversions * 1e3:.2f}", bound,
                      f"{(case.work.reads + case.work.writes) / memory / 1e9:.1f}", f"{roof / ours:.0%}"])
         print(" | ".join(rows[-1]), flush=True)
     return rows
 
 
 HEADER = ["kernel", "threads", "eager ms", "Inductor ms", "neuroncc ms", "vs eager", "vs Inductor",
-          "memory roof ms", "compute roof ms", "bound", "roof GB/s", "of roofline"]
+          "memory roof ms", "compute roof ms", "of it bf16 conversions ms", "bound", "roof GB/s", "of roofline"]
 
 
 def main() -> None:
