@@ -27,6 +27,10 @@ CACHE_LINE_BYTES = 64
 #: slower than 1 KiB (cross-entropy's gradient [512, 32000]).
 MEMORY_BURST_LINES = 16
 
+#: Bytes of the low address bits by which a load is matched against the core's earlier stores still in flight: a load
+#: whose address agrees with such a store's in them waits for it though the two differ (x86's "4K aliasing").
+ALIASING_BYTES = 4096
+
 #: A kernel whose inputs and outputs fill at least 1/STREAM_LLC_SHARE of the last-level cache writes its large
 #: outputs past the caches (:meth:`CpuTarget.streams_outputs`).
 STREAM_LLC_SHARE = 4

@@ -86,9 +86,24 @@ class EmitContext(Protocol):
         """Whether rounding ``op``'s float32 value to bf16 needs the NaN case (``nan_payloads.needs_nan_case``)."""
         ...
 
+    def writes_row_cache(self, value: Value) -> bool:
+        """Whether the current stage stores ``value`` into a row cache as it generates it (``refine.cache_rows``:
+        later stages of the row loop read it there)."""
+        ...
+
+    def row_cached(self, value: Value, idx: Index) -> ir.Value:
+        """``value`` at ``idx`` loaded from the row cache the current stage writes (:meth:`writes_row_cache`)."""
+        ...
+
     def carried_prefetches(self) -> Sequence[Ahead]:
         """What the current stage's compute-bound loop prefetches as it goes (``prefetch.spread_loop``): the next
         row of the row loop's inputs when this stage carries them (``prefetch.carrier_stage``), else nothing."""
+        ...
+
+    def carried_writes(self) -> Callable[[Any, Any, int], None] | None:
+        """What the current stage's compute-bound loop writes after each of its groups of elements
+        (``prefetch.spread_loop``'s ``after``): the previous row's write pass when this stage carries it
+        (``delayed_writes.py``), else None."""
         ...
 
     # ---- index arithmetic -----------------------------------------------------------------------------

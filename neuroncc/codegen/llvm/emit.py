@@ -19,6 +19,7 @@ from llvmlite import ir
 
 from neuroncc.codegen.llvm.access import ACCESS, broadcast_index
 from neuroncc.codegen.llvm.context import Ahead, Index
+from neuroncc.codegen.llvm.delayed_writes import delayed_write_stage, emit_delayed_group, emit_last_row
 from neuroncc.codegen.llvm.elementwise import ELEMENTWISE, EXACT
 from neuroncc.codegen.llvm.entries import RECIPROCAL_ESTIMATES, add_phase_entry, vector_width_attribute
 from neuroncc.codegen.llvm.indexing import ROUNDS, IndexArithmetic
@@ -40,6 +41,7 @@ from neuroncc.codegen.llvm.stages import (
     SharedMean, emit_column_combine, emit_column_partial, emit_column_reset, emit_combine, emit_partial,
     emit_reduce, emit_scatter, shared_means,
 )
+from neuroncc.codegen.llvm.streams import emit_stream_row, stream_bytes, streams
 from neuroncc.codegen.llvm.transpose import emit_transposed
 from neuroncc.codegen.llvm.views import Layout
 from neuroncc.codegen.llvm.row_buffers import BEFORE_THE_ROWS, allocate_rows, emit_widened, row_slot, widened_rows
@@ -49,11 +51,8 @@ from neuroncc.ir.dtypes import DType
 from neuroncc.ir.graph import Op, Value
 from neuroncc.ir.opdef import Trait
 
-#: Map-stage outputs at least this large are written with non-temporal stores ...
-STREAM_MIN_BYTES = 1 << 22
-#: ... a piece of at most this many bytes of the narrowest output at a time, one vector (see ``_map_stage``) ...
-STREAM_PIECE_BYTES = CACHE_LINE_BYTES
-#: ... unless each element computes this many transcendental functions: such a stage is compute-bound, and
+#: Outputs that ``streams.streams`` would write with non-temporal stores are written so unless each element of
+#: the map stage computes this many transcendental functions: such a stage is compute-bound, and
 #: the stack-buffer round trip costs more than the read-for-ownership it saves (gelu(x*w+b)*sigmoid(x) on
 #: [4096, 1024], 2 threads: 1.96 ms streamed, 1.76 ms with plain stores).
 STREAM_MAX_TRANSCENDENTALS = 2
@@ -85,7 +84,10 @@ class KernelEmitter(IndexArithmetic):
         self._ahead: tuple[Ahead, ...] = ()  # the current row's prefetch streams, for the carrier stage
         self._owned: tuple[Layout, ...] = ()  # outputs whose row the carrier prefetches for writing: plain stores
         self._rows: dict[Value, ir.AllocaInstr] = {}
-        self._row_depth, self._pair_rows = 0, frozenset()
+        self._row_depth, self._pair_rows, self._row_copies = 0, frozenset(), 1
+        self._delayed: int | None = None  # the row loop's stage written one row late (``delayed_writes.py``)
+        self._after_group: Any = None  # its code for a group of the carrier's elements, at the current row
+        self._range: tuple[ir.Value, ir.Value] = None  # type: ignore[assignment]  # the phase's [start, end)
         self._stage_number = 0  # position of the stage being emitted in its phase (row caches key on it)
         self._streamed = False  # the current phase wrote non-temporal stores
         self._pair: Pair | None = None  # the element pair of the innermost loop being emitted (``pairs.py``)
@@ -140,10 +142,15 @@ class KernelEmitter(IndexArithmetic):
         self._stage_number = 0
         self._row_cache, self._rows, self._row_depth, self._prefetched, self._pair_rows = {}, {}, 0, (), frozenset()
         self._carrier, self._ahead, self._owned = None, (), ()
-        body = self._phase_body(phase)
+        self._delayed, self._after_group, self._row_copies = None, None, 1
         start, end = body_fn.args[n_args], body_fn.args[n_args + 1]
+        self._range = (start, end)
+        body = self._phase_body(phase)
         self._streamed = False
         self.outer_loop(start, end, phase.n_outer, body)
+        if self._delayed is not None:
+            assert isinstance(phase, RowLoop)
+            emit_last_row(self, phase, self._delayed, start, end)
         if self._streamed:
             self.b.fence("seq_cst")  # order non-temporal stores before another thread reads the buffer
         self.b.ret_void()
@@ -165,8 +172,8 @@ class KernelEmitter(IndexArithmetic):
         the loop shape. (Row caches are allocated here, before the loop.)"""
         match phase:
             case RowLoop():
-                self._cache_rows(phase)
-                return lambda flat: self._rows_at(phase, self._digits(flat, phase.outer))
+                self._cache_rows(phase, delays=True)
+                return lambda flat: self._rows_at(phase, self._digits(flat, phase.outer), flat)
             case ChunkedRows():
                 self._cache_rows(phase.rows, [column_sum.stage for column_sum in phase.sums])
                 return lambda flat: self._chunk(phase, flat)
@@ -189,22 +196,27 @@ class KernelEmitter(IndexArithmetic):
             case _:
                 assert_never(phase)
 
-    def _cache_rows(self, phase: RowLoop, sums: list[Stage] | None = None) -> None:
+    def _cache_rows(self, phase: RowLoop, sums: list[Stage] | None = None, delays: bool = False) -> None:
         """Stack buffers for the rows the phase caches (see ``refine.cache_rows``; ``sums``: the column sums' stages,
-        which read them too), and the inputs whose next row each row prefetches (``prefetch.rows_to_prefetch``)."""
+        which read them too), the inputs whose next row each row prefetches (``prefetch.rows_to_prefetch``), and
+        the stage written one row late (``delays``: the phase is a plain row loop; ``delayed_writes.py``)."""
         self._prefetched = rows_to_prefetch(self.plan, phase)
         self._carrier = carrier_stage(self.plan, phase) if self._prefetched else None
         if self._carrier not in online_maxima(self.plan, phase):  # (an online sum carries its own prefetches)
-            self._owned = rows_written_by_carried_pass(self.plan, phase, self._carrier)
+            self._delayed = delayed_write_stage(self, phase, self._carrier) if delays else None
+            if self._delayed is None:
+                self._owned = rows_written_by_carried_pass(self.plan, phase, self._carrier)
+        self._row_copies = 1 if self._delayed is None else 2
         self._row_cache, self._row_depth = dict(phase.row_cache), len(phase.outer)
         widened = widened_rows(self.plan, phase)  # (filled here, before the row loop, then read as row caches)
         self._pair_rows = pair_ordered_rows(self.plan, phase.row_cache, [*phase.stages, *(sums or [])]) | set(widened)
-        self._rows = allocate_rows(self, phase) | emit_widened(self, widened)
+        self._rows = allocate_rows(self, phase, self._row_copies) | emit_widened(self, widened)
         self._row_cache.update(dict.fromkeys(widened, BEFORE_THE_ROWS))
 
-    def _rows_at(self, phase: RowLoop, outer: Index) -> None:
-        """Every stage of the row loop at its outer index ``outer``, in turn (a mean that a variance's first
-        pass computes is stored by that pass, not computed again)."""
+    def _rows_at(self, phase: RowLoop, outer: Index, flat: Any = None) -> None:
+        """Every stage of the row loop at its outer index ``outer`` (``flat``: as one number), in turn (a mean that
+        a variance's first pass computes is stored by that pass, not computed again; a delayed write pass is
+        carried by the next row's)."""
         depth = len(phase.outer)
         means = shared_means(phase.stages)
         maxima = online_maxima(self.plan, phase)
@@ -213,6 +225,11 @@ class KernelEmitter(IndexArithmetic):
                 tuple(this_row(self, layout, outer[:depth]) for layout in self._owned)
         skipped = {phase.stages.index(shared.stage) for shared in means.values() if shared.stores}  # stored
         skipped |= {phase.stages.index(online.stage) for online in maxima.values()}  # stored by their sums
+        if self._delayed is not None:
+            skipped.add(self._delayed)
+            previous = self._digits(self.sub(flat, 1), phase.outer)
+            self._after_group = lambda start, stop, length: emit_delayed_group(
+                self, phase, self._delayed, flat, self._range[0], previous, start, stop, length)
         passes = [number for number in range(len(phase.stages)) if number not in skipped]
         for part, number in enumerate(passes):
             stage = phase.stages[number]
@@ -225,6 +242,16 @@ class KernelEmitter(IndexArithmetic):
         if self._nan_payloads is None:
             self._nan_payloads = NanPayloads(self.plan.region)
         return self._nan_payloads.needs_nan_case(op)
+
+    def writes_row_cache(self, value: Value) -> bool:
+        return self._row_cache.get(value) == self._stage_number
+
+    def row_cached(self, value: Value, idx: Index) -> ir.Value:
+        assert self.writes_row_cache(value)
+        return self.b.load(row_slot(self, value, idx))
+
+    def carried_writes(self) -> Any:
+        return self._after_group if self._stage_number == self._carrier else None
 
     def carried_prefetches(self) -> tuple[Ahead, ...]:
         return self._ahead if self._stage_number == self._carrier else ()
@@ -303,7 +330,7 @@ class KernelEmitter(IndexArithmetic):
     def _map_stage(self, stage: MapStage, ranges: list[tuple[Any, Any]], block: int) -> None:
         """The nest of a map stage over ``ranges``; ``block``: the length of its last range when it is a block
         of the last dim (0: the whole dim)."""
-        streamed = [t for _, t in stage.items if self._streaming(t, block)]
+        streamed = [t for _, t in stage.items if streams(self, t, block)]
         transcendentals = self._transcendentals([v for v, _ in stage.items]) if streamed else 0
         if transcendentals >= STREAM_MAX_TRANSCENDENTALS:
             streamed = []
@@ -325,7 +352,7 @@ class KernelEmitter(IndexArithmetic):
         burst = transcendentals > 0
         itemsizes = [storage_itemsize(t.dtype) for t in streamed]
         piece = min(length, MEMORY_BURST_LINES * CACHE_LINE_BYTES // max(itemsizes) if burst
-                    else self._stream_bytes() // min(itemsizes))
+                    else stream_bytes(self.target) // min(itemsizes))
         rows = {}
         for target in streamed:
             row = self._entry.alloca(ir.ArrayType(storage_type(target.dtype), piece))
@@ -335,7 +362,7 @@ class KernelEmitter(IndexArithmetic):
         def stream(prefix: Index, start: Any, stop: Any) -> None:
             self.innermost_loop(start, stop, lambda i: self._map_body(stage, prefix + [i], rows, start), stage)
             for target in streamed:
-                self._stream_row(rows[target.arg], target, prefix + [start], self.sub(stop, start))
+                emit_stream_row(self, rows[target.arg], target, prefix + [start], self.sub(stop, start))
 
         def body(prefix: Index) -> None:
             if piece == length:
@@ -366,28 +393,6 @@ class KernelEmitter(IndexArithmetic):
                     self._store_half(("row", target.arg), slot(pair.even), result, half)
             else:
                 self.store(target, idx, result)
-
-    def _stream_bytes(self) -> int:
-        """Bytes of one non-temporal store: a vector (half a line with AVX2: the write-combining buffer joins
-        the two halves, stored one after the other), at most a cache line."""
-        return min(STREAM_PIECE_BYTES, self.target.vector_bits // 8)
-
-    def _stream_row(self, row: ir.Value, target: Layout, idx: Index, count: Any) -> None:
-        """Copy ``count`` elements (whole vectors) from ``row`` to ``target`` at ``idx``, a vector per store."""
-        lanes = self._stream_bytes() // storage_itemsize(target.dtype)
-        vector = ir.VectorType(storage_type(target.dtype), lanes)
-        destination = self.address(target, idx)
-        nontemporal = self.module.add_metadata([ir.Constant(I32, 1)])
-
-        def copy(j: ir.Value) -> None:
-            offset = self.mul(j, lanes)
-            src = self.b.gep(row, [ir.Constant(I64, 0), self.ir_index(offset)], inbounds=True)
-            dst = self.b.gep(destination, [self.ir_index(offset)], source_etype=storage_type(target.dtype),
-                             inbounds=True)
-            value = self.b.load(src, typ=vector, align=self._stream_bytes())
-            self.b.store(value, dst, align=self._stream_bytes()).set_metadata("nontemporal", nontemporal)
-
-        self.loop(0, self.div(count, lanes), copy)
 
     def _stage_nest(self, stage: Stage, ranges: list[tuple[Any, Any]], body: Callable[[Index], None]) -> None:
         """``nest(ranges, body)`` whose innermost loop is the stage's :meth:`innermost_loop` when that runs over
@@ -451,23 +456,6 @@ class KernelEmitter(IndexArithmetic):
             count += access.op.has(Trait.TRANSCENDENTAL)
             pending += access.op.operands
         return count
-
-    def _streaming(self, target: Layout, block: int) -> bool:
-        """Large, aligned, contiguous outputs are written with non-temporal stores when the kernel's data does
-        not fit in the last-level cache (``CpuTarget.streams_outputs``): no read-for-ownership traffic, and
-        they would not stay in cache anyway (``block``: as in :meth:`_map_stage`). Not the rows a compute-bound
-        pass prefetched for writing (``prefetch.rows_written_by_carried_pass``): those are owned in L1."""
-        itemsize = storage_itemsize(target.dtype)
-        return (target not in self._owned and self.target.streams_outputs(self._footprint_bytes())
-                and target.arg in self.plan.aligned_args and target.is_contiguous and target.offset == 0
-                and math.prod(target.shape) * itemsize >= STREAM_MIN_BYTES and bool(target.shape)
-                and (target.shape[-1] * itemsize) % CACHE_LINE_BYTES == 0
-                and (block * itemsize) % CACHE_LINE_BYTES == 0)
-
-    def _footprint_bytes(self) -> int:
-        """Bytes of the kernel region's parameters and results: the data one call touches."""
-        values = [*self.plan.region.params, *self.plan.region.outputs]
-        return sum(math.prod(v.type.shape) * storage_itemsize(v.type.dtype) for v in values)
 
     # ---- values ---------------------------------------------------------------------------------------
 

@@ -176,17 +176,20 @@ def emit_prefetch_next_row(em: EmitContext, layout: Layout, outer: Index, part: 
 
 
 def spread_loop(em: EmitContext, lo: Any, hi: Any, body: Callable[[Any], None], ahead: Sequence[Ahead],
-                inner: Callable[[Any, Any, Callable[[Any], None]], None] | None = None) -> None:
+                inner: Callable[[Any, Any, Callable[[Any], None]], None] | None = None,
+                after: Callable[[Any, Any, int], None] | None = None) -> None:
     """for i in [lo, hi): body(i), in groups of elements each preceded by the prefetches of the lines of its
     elements in every stream of ``ahead`` (``MEMORY_BURST_LINES`` lines of the widest); a plain loop without
     streams. A reduction over the loop keeps a vector accumulator per group (one horizontal add per group).
     ``inner(lo, hi, body)`` emits the element loop (default ``em.loop``; the loop over a stage's element pairs:
-    ``EmitContext.innermost_loop``), over a group of constant length where the groups divide the range."""
+    ``EmitContext.innermost_loop``), over a group of constant length where the groups divide the range.
+    ``after(start, stop, length)`` is emitted after each group's loop (``length``: the group's, 0 when not
+    constant): the delayed write of the previous row's elements (``delayed_writes.py``)."""
     loop = inner if inner is not None else em.loop
-    if not ahead:
+    if not ahead and after is None:
         loop(lo, hi, body)
         return
-    group = MEMORY_BURST_LINES * CACHE_LINE_BYTES // max(stream.itemsize for stream in ahead)
+    group = MEMORY_BURST_LINES * CACHE_LINE_BYTES // max((stream.itemsize for stream in ahead), default=4)
     whole = isinstance(lo, int) and isinstance(hi, int) and (hi - lo) % group == 0
     prefetch = _prefetch_intrinsic(em.b.module)
 
@@ -198,7 +201,10 @@ def spread_loop(em: EmitContext, lo: Any, hi: Any, body: Callable[[Any], None], 
                 address = em.b.gep(first, [ir.Constant(I64, line * CACHE_LINE_BYTES)], source_etype=I8)
                 em.b.call(prefetch, [address, ir.Constant(I32, int(stream.write)), ir.Constant(I32, 3),
                                      ir.Constant(I32, 1)])
-        loop(start, em.add(start, group) if whole else em.min(em.add(start, group), hi), body)
+        stop = em.add(start, group) if whole else em.min(em.add(start, group), hi)
+        loop(start, stop, body)
+        if after is not None:
+            after(start, stop, group if whole else 0)
 
     em.loop(0, em.div(em.add(em.sub(hi, lo), group - 1), group), one_group)
 

@@ -23,6 +23,7 @@ from neuroncc.codegen.llvm.kernel_plan import Computed, KernelPlan, RowLoop
 from neuroncc.codegen.llvm.pairs import pair_position, pairs_halfwords
 from neuroncc.codegen.llvm.scalars import F32, I64, compute_type
 from neuroncc.codegen.llvm.views import Layout
+from neuroncc.hardware.host import ALIASING_BYTES
 from neuroncc.ir.dtypes import DType
 from neuroncc.ir.graph import Value
 from neuroncc.ir.opdef import Trait
@@ -87,13 +88,37 @@ def emit_widened(em: Any, values: tuple[Value, ...]) -> dict[Value, ir.AllocaIns
     return buffers
 
 
-def allocate_rows(em: Any, phase: RowLoop) -> dict[Value, ir.AllocaInstr]:
-    """A stack buffer per row cache of ``phase`` (one row: the dims after its outer dims)."""
+def allocate_rows(em: Any, phase: RowLoop, copies: int = 1) -> dict[Value, ir.AllocaInstr]:
+    """A stack buffer per row cache of ``phase`` (one row: the dims after its outer dims; ``copies`` rows, used in
+    turn by consecutive rows, :func:`copy_stride` apart: a row written one row late, ``delayed_writes.py``, reads
+    its cache while the next row's is written). Each starts on an ``ALIASING_BYTES`` boundary: where it lies
+    relative to the rows the loop reads and writes then does not depend on where the thread's stack happens to be.
+    Its stores and those rows' loads and stores alias in the low 12 bits (4K aliasing) for some placements: softmax
+    [4096, 1024] at 1 thread, over ten placements of its input and output, 2-16% slower with the stack's (random)
+    placement than with the cache page-aligned (session 13, docs/performance-history.md)."""
     buffers = {}
     for value in phase.row_cache:
         row = max(math.prod(value.type.shape[len(phase.outer):]), 1)
-        buffers[value] = em._entry.alloca(ir.ArrayType(compute_type(value.type.dtype), row))
+        length = row if copies == 1 else copy_stride(row, _itemsize(value)) * (copies - 1) + row
+        buffers[value] = em._entry.alloca(ir.ArrayType(compute_type(value.type.dtype), length))
+        buffers[value].align = ALIASING_BYTES
     return buffers
+
+
+def copy_stride(row: int, itemsize: int) -> int:
+    """Elements (of ``itemsize`` bytes) from one copy of a row cache to the next: the row, then padding that puts
+    the copies half of ``ALIASING_BYTES`` apart modulo it. Copies a whole number of 4 KiB apart (a row of 1024
+    floats) alias: a delayed write loads the previous row's element i right after the next row's element i was
+    stored, with the same low 12 bits, and waits for that store (4K aliasing)."""
+    page = ALIASING_BYTES // itemsize
+    half = page // 2
+    return row + (half - row % page) % page
+
+
+def _itemsize(value: Value) -> int:
+    """Bytes of an element of ``value``'s row cache (its compute type)."""
+    t = compute_type(value.type.dtype)
+    return t.width // 8 if isinstance(t, ir.IntType) else (8 if isinstance(t, ir.DoubleType) else 4)
 
 
 def row_slot(em: Any, value: Value, idx: list) -> ir.Value:
@@ -105,4 +130,10 @@ def row_slot(em: Any, value: Value, idx: list) -> ir.Value:
     flat: Any = 0
     for i, stride in zip(row, contiguous_strides(shape)):
         flat = em.add(flat, em.mul(i, stride))
+    if em._row_copies > 1 and depth:  # consecutive rows in turn (see :func:`allocate_rows`)
+        outer: Any = 0
+        for i, stride in zip(idx[:depth], contiguous_strides(tuple(value.type.shape[:depth]))):
+            outer = em.add(outer, em.mul(i, stride))
+        stride = copy_stride(math.prod(shape), _itemsize(value))
+        flat = em.add(flat, em.mul(em.rem(outer, em._row_copies), stride))
     return em.b.gep(em._rows[value], [ir.Constant(I64, 0), em.ir_index(flat)], inbounds=True)

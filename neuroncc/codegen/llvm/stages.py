@@ -20,6 +20,7 @@ from neuroncc.codegen.llvm.kernel_plan import (
     ColumnSum, CombinePartials, PartialReduce, ReduceStage, ScatterStage, Stage,
 )
 from neuroncc.codegen.llvm.online import OnlineMax, online_total
+from neuroncc.codegen.llvm.pairs import pairs_halfwords
 from neuroncc.codegen.llvm.prefetch import spread_loop
 from neuroncc.codegen.llvm.reductions import COMBINERS, REASSOC, Combiner
 from neuroncc.codegen.llvm.scalars import F32, F64, I1, I64, round_to
@@ -28,6 +29,8 @@ from neuroncc.ir.types import contiguous_strides
 
 CHUNK = 4096  # float sums: elements per float32 partial before it is added to the float64 total
 TRAILING_MAX = 4096  # kept trailing elements accumulated together
+#: A float sum of row-cached terms adds them in a loop of their own (see ``_Reducer._sums_row_cache_apart``).
+SUM_ROW_CACHE_APART = True
 
 
 @dataclass(frozen=True)
@@ -228,8 +231,23 @@ class _Reducer:
                     pair = em.b.fadd(even.pop(), self._x(inner, mean), flags=REASSOC)
                     em.b.store(em.b.fadd(em.b.load(partial), pair, flags=REASSOC), partial)
 
-            spread_loop(em, lo, hi, add, em.carried_prefetches(),
-                        lambda start, stop, body: em.innermost_loop(start, stop, body, self.stage))
+            def cache(i: Any) -> None:  # (the summand is stored into its row cache as it is generated)
+                inner = list(full)
+                inner[innermost] = i
+                self._x(inner)
+
+            def add_cached(i: Any) -> None:
+                inner = list(full)
+                inner[innermost] = i
+                term = em.row_cached(self.op.operands[0], inner)
+                em.b.store(em.b.fadd(em.b.load(partial), term, flags=REASSOC), partial)
+
+            elements = lambda start, stop, body: em.innermost_loop(start, stop, body, self.stage)  # noqa: E731
+            if self._sums_row_cache_apart(mean):
+                spread_loop(em, lo, hi, cache, em.carried_prefetches(), elements, em.carried_writes())
+                em.loop(lo, hi, add_cached)
+            else:
+                spread_loop(em, lo, hi, add, em.carried_prefetches(), elements, em.carried_writes())
             em.b.store(em.b.fadd(em.b.load(total), em.b.fpext(em.b.load(partial), F64)), total)
 
         def outer_dims(full: list[Any]) -> None:
@@ -246,6 +264,14 @@ class _Reducer:
 
         self._reduced_loops(idx, outer_dims, self.reduced[:-1])
         return em.b.load(total)
+
+    def _sums_row_cache_apart(self, mean: Any) -> bool:
+        """Whether the float sum adds its terms in a loop of its own over the row cache they are stored into
+        (``SUM_ROW_CACHE_APART``), after the loop that computes them: a sum of transcendental terms (softmax's
+        exp(x - max)) is computed by a loop that has its polynomial's constants and chains to keep in registers,
+        and its partial sums spilled there (AVX2's 16 registers); the second loop reads the row from L1."""
+        return SUM_ROW_CACHE_APART and mean is None and self.em.writes_row_cache(self.op.operands[0]) \
+            and not pairs_halfwords(self.em.plan, self.stage)
 
     # -- accumulator arrays (last dim kept) --------------------------------------------------------------
 
