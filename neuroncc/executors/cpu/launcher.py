@@ -86,12 +86,14 @@ class CpuExecutable:
         self.function = function  # the top-level form actually run (kernels wrapped)
         self.plan = plan
         self.module = module
+        self.threads, self.threading_mode = threads, threading_mode
         self.pool = get_pool(threads)
         self.team = get_team(threads) if threading_mode == "openmp" else None
-        if arena_of is not None and arena_of.plan.arena_bytes == plan.arena_bytes:
-            # the optimized build of a quick executable (tiers.py): the same plan, so the same arena, whose pages
-            # the quick code's calls have touched already; one lock, so their calls never overlap in it
-            self._lock, self._arena = arena_of._lock, arena_of._arena
+        if arena_of is not None and arena_of._arena.nbytes >= plan.arena_bytes:
+            # another executable's arena, whose pages its calls touch (or have touched) already: the optimized
+            # build of a quick executable (tiers.py), or one whose calls follow the other's (sharing_arena);
+            # one lock, so their calls never overlap in it
+            self._lock, self._arena = arena_of._lock, arena_of._arena[:plan.arena_bytes]
         else:
             self._lock = threading.Lock()
             self._arena = np.empty(plan.arena_bytes + ALIGN, dtype=np.uint8)
@@ -141,6 +143,28 @@ class CpuExecutable:
         self.optimized: Any = None
         self.stats = self._stats(compile_seconds)
         self.stats["blas_calls"] = sum(getattr(r, "blas", None) is not None for r in self._runners)
+
+    def sharing_arena(self, other: Any) -> tuple[CpuExecutable, Any]:
+        """``(self, other)`` with one arena: the one of the two with the smaller arena rebuilt over the larger's
+        (and its lock), when ``other`` is a cpu executable too; else both unchanged.
+
+        For executables whose calls follow one another, a training graph's forward and backward: the process
+        keeps one arena instead of two (38 MB less for the transformer block's training step). Their calls then
+        take turns (one lock), as calls of one executable from two threads do. Executables with quick-tier code
+        waiting for its optimized build are left alone (that build shares the quick code's arena already).
+        (It does not make a first step's page faults fewer: the arena given up was never touched, and the
+        step's other allocations take its memory; docs/performance-history.md, session 13.)"""
+        if not isinstance(other, CpuExecutable) or other is self or self.optimized is not None \
+                or other.optimized is not None or self._lock is other._lock:
+            return self, other
+        if self._arena.nbytes >= other._arena.nbytes:
+            return self, other._over_arena_of(self)
+        return self._over_arena_of(other), other
+
+    def _over_arena_of(self, other: CpuExecutable) -> CpuExecutable:
+        """This executable rebuilt over ``other``'s arena (the same plan, code and options)."""
+        return CpuExecutable(self.function, self.plan, self.module, self.threads, self.stats["compile_seconds"],
+                             self.threading_mode, arena_of=other)
 
     # ---- build (the StepHost interface of step_host.py, for the step runners) --------------------------------
 
