@@ -82,7 +82,8 @@ def _load_interp(directory: Path, fn: Function) -> Executable:
 def _load_cpu(directory: Path, fn: Function) -> Executable:
     from neuroncc.executors.cpu.launcher import load_cpu_executable  # type: ignore[import-not-found]
 
-    return load_cpu_executable(directory, fn)
+    # the codec's contract: every file, the plan and graph.nir among them, was checked against its sha256
+    return load_cpu_executable(directory, fn, graph_checked=True)
 
 
 def _load_nki(directory: Path, fn: Function) -> Executable:

@@ -33,6 +33,7 @@ from typing import Any
 
 from neuroncc.ir import DenseAttr, Function, print_function
 from neuroncc.driver.artifact import ARTIFACT_CODECS, FORMAT_VERSION
+from neuroncc.driver.installed_versions import NOT_INSTALLED, installed_versions
 from neuroncc.driver.source_digest import package_digest
 from neuroncc.errors import PipelineError
 import neuroncc
@@ -223,7 +224,7 @@ def _installed_version(distribution: str) -> str:
     try:
         return importlib.metadata.version(distribution)
     except importlib.metadata.PackageNotFoundError:
-        return "not installed"
+        return NOT_INSTALLED
 
 
 def package_source_digest(package_dir: Path) -> tuple[str, int]:
@@ -236,12 +237,13 @@ _ENVIRONMENT: BuildEnvironment | None = None
 
 def _environment(stamp_root: Path | None) -> BuildEnvironment:
     source, count = package_digest(Path(neuroncc.__file__).resolve().parent, stamp_root)
+    versions = installed_versions(("torch", "llvmlite"), stamp_root)
     return BuildEnvironment(
         neuroncc_version=neuroncc.__version__,
         neuroncc_source=source,
         neuroncc_source_files=count,
-        torch_version=_installed_version("torch"),
-        llvmlite_version=_installed_version("llvmlite"),
+        torch_version=versions["torch"],
+        llvmlite_version=versions["llvmlite"],
     )
 
 

@@ -49,6 +49,7 @@ from neuroncc.driver.cache import CompileCache, cache_from_environ
 from neuroncc.driver.graph_entries import GRAPH_FORMAT_VERSION, graph_key, read_graph_entry, write_graph_entry
 from neuroncc.driver.cache_key import CacheKey
 from neuroncc.driver.notices import CacheWarning
+from neuroncc.executors.executable import Executable
 from neuroncc.frontend import cache_artifacts, stats
 from neuroncc.frontend.aot_metadata import BadMetadata, UnsupportedMetadata, decode_metadata, encode_metadata
 from neuroncc.frontend.compiled import CompiledGraph
@@ -168,7 +169,14 @@ def _rebuild(payload: Any, cache: CompileCache, target: str, gm: fx.GraphModule,
         raise BadMetadata(f"payload format {payload.get('format')!r} / kind {payload.get('kind')!r}")
     meta = decode_metadata(payload["metadata"])
     training = payload["kind"] == "autograd"
-    forward = _load_graph(payload["forward"], cache, target)
+    forward_executable = _load_graph(payload["forward"], cache, target)
+    if training:
+        backward_executable = _load_graph(payload["backward"], cache, target)
+        # their calls follow one another: one arena for both (the cpu launcher's sharing_arena), one less kept
+        share = getattr(forward_executable, "sharing_arena", None)
+        if share is not None:
+            forward_executable, backward_executable = share(backward_executable)
+    forward = _compiled_graph(payload["forward"], forward_executable, target)
     if (context := torch._guards.TracingContext.try_get()) is not None:
         context.fw_metadata = meta  # as AOTAutograd leaves it (read by the DDP optimizer's buckets)
     fw = AOTDispatchSubclassWrapper(trace_joint=training, fw_only=None, maybe_subclass_meta=None,
@@ -180,7 +188,7 @@ def _rebuild(payload: Any, cache: CompileCache, target: str, gm: fx.GraphModule,
     disable_amp = torch._C._is_any_autocast_enabled()
     detach = _int_list(payload["indices_of_inps_to_detach"])
     if training:
-        backward = torch._dynamo.disable(_load_graph(payload["backward"], cache, target),
+        backward = torch._dynamo.disable(_compiled_graph(payload["backward"], backward_executable, target),
                                          reason="do not trace generated backwards pass")
         symints = payload["num_symints_saved_for_bw"]
         if type(symints) is not int:
@@ -211,8 +219,8 @@ def _module_call(compiled: Callable[..., Any], params_buffers: list[Any], gm: fx
     return torch._dynamo.disable(forward, reason="do not trace AOT-compiled graph")
 
 
-def _load_graph(part: Any, cache: CompileCache, target: str) -> CompiledGraph:
-    """A CompiledGraph from its description and the executable stored under its artifact key."""
+def _load_graph(part: Any, cache: CompileCache, target: str) -> Executable:
+    """The executable stored under the artifact key of a graph's description."""
     if type(part) is not dict:
         raise BadMetadata("graph description")
     artifact = part["artifact"]
@@ -221,6 +229,12 @@ def _load_graph(part: Any, cache: CompileCache, target: str) -> CompiledGraph:
     executable = cache.load_entry(artifact, target)
     if executable is None:
         raise _StaleEntry(f"artifact {artifact[:16]} is not in the cache")
+    return executable
+
+
+def _compiled_graph(part: dict[str, Any], executable: Executable, target: str) -> CompiledGraph:
+    """A CompiledGraph from a graph's description and its loaded executable."""
+    artifact = part["artifact"]
     outputs = tuple(_decode_output(o) for o in part["outputs"])
     mutations = tuple((p, i) for p, i in (_int_list(pair) for pair in part["mutations"]))
     if type(part["bf16_bits"]) is not bool or type(part["rng_key"]) is not bool:

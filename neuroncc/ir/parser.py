@@ -40,6 +40,10 @@ class _Parser:
         self.region_depth = 0
         self.op_positions: dict[int, int] = {}  # id(op) -> offset of its text; line:col computed on error only
         self.declared_outputs: list[tuple[tuple[TensorType, ...], int]] = []
+        #: the text of each type parsed (``tensor<...>``, nothing else in it) -> the type: a graph spells its few
+        #: types over and over (142 types, 30 distinct, in the transformer block's backward), and types are
+        #: immutable, so a repeat is a lookup (a fifth of parsing a stored graph when a warm start loads it)
+        self.types: dict[str, TensorType] = {}
 
     # ---- low-level scanning --------------------------------------------------------------------------
 
@@ -255,6 +259,17 @@ class _Parser:
     def parse_type(self) -> TensorType:
         self.skip()
         start = self.pos
+        end = self.text.find(">", start) + 1
+        known = self.types.get(self.text[start:end]) if end else None
+        if known is not None:
+            self.pos = end
+            return known
+        parsed = self._parse_type(start)
+        if self.pos == end:
+            self.types[self.text[start:end]] = parsed
+        return parsed
+
+    def _parse_type(self, start: int) -> TensorType:
         if not self.keyword("tensor"):
             raise self.error(f"expected a tensor type, found {self.describe_next()}")
         self.expect("<")

@@ -162,6 +162,23 @@ def test_same_size_edit_that_still_parses_is_caught(cache, compiler, request_for
     _recompiles_with_one_warning(cache, compiler, request_for(), match="sha256 mismatch")
 
 
+def test_a_cpu_hit_takes_the_plans_function_hash_from_the_checked_artifact(cache, compiler, monkeypatch):
+    """The plan's hash of the graph is not computed again on a hit (the sha256 checks above stand for it);
+    loading an executable's files outside an artifact still computes it (tests/codegen/test_launcher.py)."""
+    from neuroncc.driver.compile import make_request
+    from neuroncc.executors.cpu import launcher
+
+    cache.get_or_compile(make_request(sample_function(), target="cpu"), compiler)
+
+    def refuse(fn):
+        raise AssertionError("function_hash computed on a hit")
+
+    monkeypatch.setattr(launcher, "function_hash", refuse)
+    again = CompileCache(cache.root, stats=CacheStats())  # no memory tier: loaded from the disk
+    _assert_runs_like_reference(again.get_or_compile(make_request(sample_function(), target="cpu"), compiler))
+    assert compiler.calls == 1 and again.stats.hits == 1 and again.stats.bad_entries == 0
+
+
 def test_other_format_version_is_a_miss_with_one_warning(cache, compiler, request_for):
     cache.get_or_compile(request_for(), compiler)
     manifest = _only_entry(cache).directory / "manifest.json"

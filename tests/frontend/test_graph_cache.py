@@ -161,6 +161,37 @@ def test_the_same_graph_compiled_again_in_one_process_is_a_hit():
     assert all(torch.equal(a, p.grad) for a, p in zip(first, model.parameters()))
 
 
+def test_a_hit_gives_the_forward_and_backward_one_arena(monkeypatch):
+    """Loaded from the disk, a training graph's two executables share one arena (and its lock), so the process
+    keeps one instead of two; their calls take turns in it, and gradients stay bit for bit those of the compile."""
+    from neuroncc.driver.process_cache import PROCESS_MEMORY
+
+    loaded = []
+    compiled_graph = graph_cache._compiled_graph
+    monkeypatch.setattr(graph_cache, "_compiled_graph",
+                        lambda part, executable, target: loaded.append(executable) or compiled_graph(
+                            part, executable, target))
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.GELU(), torch.nn.LayerNorm(256),
+                                torch.nn.Linear(256, 8))
+    x = torch.randn(32, 64)
+    grads = []
+    for _ in range(2):  # compiled (a miss), then loaded from the disk (a hit), two steps each
+        torch._dynamo.reset()
+        PROCESS_MEMORY.clear()  # not the executables compiled here: the ones the artifacts load
+        run = torch.compile(model, backend="neuron", dynamic=False)
+        for _ in range(2):
+            model.zero_grad()
+            run(x).pow(2).sum().backward()
+            grads.append([p.grad.clone() for p in model.parameters()])
+    assert neuroncc.stats()["graph_cache_hits"] == 1 and neuroncc.stats()["cache_misses"] == 2
+    forward, backward = loaded
+    assert forward._lock is backward._lock and forward.plan.arena_bytes > 0 and backward.plan.arena_bytes > 0
+    larger = max(forward, backward, key=lambda e: e.plan.arena_bytes)
+    assert forward._arena.ctypes.data == backward._arena.ctypes.data == larger._arena.ctypes.data
+    assert all(torch.equal(a, b) for step in grads[1:] for a, b in zip(grads[0], step))
+
+
 def test_inputs_sharing_memory_are_compiled_every_time_with_the_reason_counted():
     def f(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         return a * 2 + b.sum()

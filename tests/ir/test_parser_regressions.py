@@ -104,3 +104,15 @@ def test_parsing_computes_line_and_column_only_for_errors(monkeypatch):
     with pytest.raises(Exception, match=r"<nir>:51:3: "):
         parse(text.replace("%49 = relu %48 : tensor<2xf32>", "%49 = relu %48 : tensor<3xf32>"))
     assert len(calls) == 1
+
+
+def test_a_type_spelled_again_is_the_same_type_and_a_bad_one_still_an_error():
+    """Each type's text is parsed once per parse (a repeat is looked up); an error in a later, different
+    spelling is reported where it is."""
+    fn = parse("func @f(%a: tensor<2x3xf32>, %b: tensor<2x3xf32>, %c: tensor<2x3xf32, strides = [1, 2]>)"
+               " -> (tensor<2x3xf32>) {\n  %0 = add %a, %b : tensor<2x3xf32>\n  return %0\n}\n")
+    a, b, c = (p.type for p in fn.params)
+    assert a is b is fn.ops[0].results[0].type and c is not a and c.strides == (1, 2)
+    with pytest.raises(ParseError, match=r"2:32: unknown element type 'f31'"):
+        parse("func @f(%a: tensor<2x3xf32>) -> (tensor<2x3xf32>) {\n"
+              "  %0 = add %a, %a : tensor<2x3xf31>\n  return %0\n}\n")

@@ -86,12 +86,14 @@ class CpuExecutable:
         self.function = function  # the top-level form actually run (kernels wrapped)
         self.plan = plan
         self.module = module
+        self.threads, self.threading_mode = threads, threading_mode
         self.pool = get_pool(threads)
         self.team = get_team(threads) if threading_mode == "openmp" else None
-        if arena_of is not None and arena_of.plan.arena_bytes == plan.arena_bytes:
-            # the optimized build of a quick executable (tiers.py): the same plan, so the same arena, whose pages
-            # the quick code's calls have touched already; one lock, so their calls never overlap in it
-            self._lock, self._arena = arena_of._lock, arena_of._arena
+        if arena_of is not None and arena_of._arena.nbytes >= plan.arena_bytes:
+            # another executable's arena, whose pages its calls touch (or have touched) already: the optimized
+            # build of a quick executable (tiers.py), or one whose calls follow the other's (sharing_arena);
+            # one lock, so their calls never overlap in it
+            self._lock, self._arena = arena_of._lock, arena_of._arena[:plan.arena_bytes]
         else:
             self._lock = threading.Lock()
             self._arena = np.empty(plan.arena_bytes + ALIGN, dtype=np.uint8)
@@ -141,6 +143,28 @@ class CpuExecutable:
         self.optimized: Any = None
         self.stats = self._stats(compile_seconds)
         self.stats["blas_calls"] = sum(getattr(r, "blas", None) is not None for r in self._runners)
+
+    def sharing_arena(self, other: Any) -> tuple[CpuExecutable, Any]:
+        """``(self, other)`` with one arena: the one of the two with the smaller arena rebuilt over the larger's
+        (and its lock), when ``other`` is a cpu executable too; else both unchanged.
+
+        For executables whose calls follow one another, a training graph's forward and backward: the process
+        keeps one arena instead of two (38 MB less for the transformer block's training step). Their calls then
+        take turns (one lock), as calls of one executable from two threads do. Executables with quick-tier code
+        waiting for its optimized build are left alone (that build shares the quick code's arena already).
+        (It does not make a first step's page faults fewer: the arena given up was never touched, and the
+        step's other allocations take its memory; docs/performance-history.md, session 13.)"""
+        if not isinstance(other, CpuExecutable) or other is self or self.optimized is not None \
+                or other.optimized is not None or self._lock is other._lock:
+            return self, other
+        if self._arena.nbytes >= other._arena.nbytes:
+            return self, other._over_arena_of(self)
+        return self._over_arena_of(other), other
+
+    def _over_arena_of(self, other: CpuExecutable) -> CpuExecutable:
+        """This executable rebuilt over ``other``'s arena (the same plan, code and options)."""
+        return CpuExecutable(self.function, self.plan, self.module, self.threads, self.stats["compile_seconds"],
+                             self.threading_mode, arena_of=other)
 
     # ---- build (the StepHost interface of step_host.py, for the step runners) --------------------------------
 
@@ -426,10 +450,15 @@ def _quick_first(options: Mapping[str, Any]) -> bool | str:
     return value
 
 
-def load_cpu_executable(directory: str | Path, fn: Function, options: Mapping[str, Any] | None = None) -> CpuExecutable:
+def load_cpu_executable(directory: str | Path, fn: Function, options: Mapping[str, Any] | None = None, *,
+                        graph_checked: bool = False) -> CpuExecutable:
     """Load an executable saved by :meth:`CpuExecutable.save` for ``fn`` without recompiling.
 
     Raises ArtifactError when the files are missing or corrupt, or were built for another graph or CPU.
+    ``graph_checked``: the caller read ``fn`` and the plan from one artifact whose files it checked against
+    their recorded sha256 (:func:`neuroncc.driver.artifact.read_artifact`), so the plan's ``function_hash``
+    is the hash of ``fn``'s text as it was saved, and is not computed again (printing the graph and hashing it,
+    ~1-1.5 ms per graph of a warm start).
     """
     options = options or {}
     directory = Path(directory)
@@ -438,7 +467,7 @@ def load_cpu_executable(directory: str | Path, fn: Function, options: Mapping[st
     except (OSError, UnicodeDecodeError) as exc:
         raise ArtifactError(f"cannot read {directory / PLAN_FILE}: {exc}") from None
     top = wrap_remaining_ops(fn)
-    if plan.function_hash != function_hash(top):
+    if not (graph_checked and top is fn) and plan.function_hash != function_hash(top):
         raise ArtifactError(f"{directory}: the saved executable was compiled for a different graph")
     cpu, features = jit.host_cpu()
     if (plan.cpu, plan.features) != (cpu, features):
