@@ -79,7 +79,7 @@ def _compiled(record: CompileRecord, import_seconds: float) -> None:
 
 @contextlib.contextmanager
 def cyclic_gc_paused() -> Iterator[None]:
-    """Pause Python's cyclic GC (when it is on), then make one young collection.
+    """Pause Python's cyclic GC (when it is on), then make one young collection and age what survived.
 
     A compile allocates many objects that live a while and then die (each pass's IR, each kernel's llvmlite
     module). With the GC running, young collections promote them to the oldest generation, and in a process
@@ -87,6 +87,16 @@ def cyclic_gc_paused() -> Iterator[None]:
     transformer step's compile. Paused, they die young: one collection of the young generation at the end
     (~20 ms) frees the cyclic ones, and no full collection happened in the first call or the 8 steps after
     it (it did in every first call before: 5 pairs of runs, first call 2.93 -> 2.71 s of CPU).
+
+    What survives that collection (the compiled graph, its kernels and launch plan: long-lived by nature) then
+    moves straight to the oldest generation (``gc.freeze()`` and ``gc.unfreeze()``, nothing stays frozen)
+    instead of being promoted there by later young collections, which count each promoted object toward the
+    next full collection (it falls due when they exceed a quarter of the old generation). Counted, the
+    survivors of the forward and backward compiles made a second full collection (~0.15-0.3 s of torch's
+    ~410k objects) fall due in the transformer step's first call, where aot_eager's has one (docs/
+    performance-history.md, session 13). The aged objects are still collected by the next full collection;
+    only that collection's timing moves. A process that froze objects itself (``gc.get_freeze_count()``) is
+    left as it is: unfreezing would release its frozen objects.
     """
     if not gc.isenabled():  # the caller's choice stands
         yield
@@ -96,6 +106,9 @@ def cyclic_gc_paused() -> Iterator[None]:
         yield
     finally:
         gc.collect(0)
+        if gc.get_freeze_count() == 0:
+            gc.freeze()
+            gc.unfreeze()
         gc.enable()
 
 

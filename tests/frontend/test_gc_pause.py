@@ -42,3 +42,23 @@ def test_a_caller_that_disabled_the_gc_keeps_it_disabled():
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+def test_what_survives_the_compile_moves_to_the_oldest_generation():
+    with cyclic_gc_paused():
+        survivor = Node()  # a tracked object made by the compile and kept by its caller
+    assert any(o is survivor for o in gc.get_objects(generation=2))
+    assert gc.get_freeze_count() == 0  # nothing stays frozen
+
+
+def test_objects_the_process_froze_stay_frozen():
+    frozen = Node()
+    gc.freeze()
+    try:
+        count = gc.get_freeze_count()
+        with cyclic_gc_paused():
+            Node()
+        assert gc.get_freeze_count() == count
+        assert not any(o is frozen for o in gc.get_objects(generation=2))
+    finally:
+        gc.unfreeze()
