@@ -79,7 +79,7 @@ def _compiled(record: CompileRecord, import_seconds: float) -> None:
 
 @contextlib.contextmanager
 def cyclic_gc_paused() -> Iterator[None]:
-    """Pause Python's cyclic GC (when it is on), then make one young collection.
+    """Pause Python's cyclic GC (when it is on), then collect the young generations and restart the clock.
 
     A compile allocates many objects that live a while and then die (each pass's IR, each kernel's llvmlite
     module). With the GC running, young collections promote them to the oldest generation, and in a process
@@ -87,6 +87,16 @@ def cyclic_gc_paused() -> Iterator[None]:
     transformer step's compile. Paused, they die young: one collection of the young generation at the end
     (~20 ms) frees the cyclic ones, and no full collection happened in the first call or the 8 steps after
     it (it did in every first call before: 5 pairs of runs, first call 2.93 -> 2.71 s of CPU).
+
+    The collection at the end covers both young generations, so what the compile leaves is freed or old, and
+    ``gc.freeze()`` then ``gc.unfreeze()`` (nothing stays frozen; CPython's freeze zeroes the generations'
+    counts) restart the clock of the next full collection: it can come only after 11 more collections of the
+    middle generation (~85k net allocations), as after a full collection. Before, the forward and backward
+    compiles' survivors, with what TorchDynamo and AOTAutograd promote, made a second full collection (0.15-0.4 s
+    of torch's ~410k objects) fall due in the transformer step's first call, where aot_eager's has one; now it
+    has one, and none came in the 10 steps after (docs/performance-history.md, session 13). Nothing escapes a
+    collection: only the next full collection's timing moves, once per compiled graph. A process that froze
+    objects itself (``gc.get_freeze_count()``) is left as it is: unfreezing would release its frozen objects.
     """
     if not gc.isenabled():  # the caller's choice stands
         yield
@@ -95,7 +105,12 @@ def cyclic_gc_paused() -> Iterator[None]:
     try:
         yield
     finally:
-        gc.collect(0)
+        if gc.get_freeze_count() == 0:
+            gc.collect(1)  # both young generations
+            gc.freeze()  # every generation's count to zero: the full collection's clock restarts
+            gc.unfreeze()
+        else:
+            gc.collect(0)
         gc.enable()
 
 

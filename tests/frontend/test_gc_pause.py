@@ -1,4 +1,5 @@
-"""compile_aten_graph runs with Python's cyclic GC paused and collects the young generation at the end."""
+"""compile_aten_graph runs with Python's cyclic GC paused, collects the young generations at the end and restarts
+the clock of the next full collection."""
 
 from __future__ import annotations
 
@@ -42,3 +43,45 @@ def test_a_caller_that_disabled_the_gc_keeps_it_disabled():
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+def test_what_survives_the_compile_moves_to_the_oldest_generation():
+    with cyclic_gc_paused():
+        survivor = Node()  # a tracked object made by the compile and kept by its caller
+    assert any(o is survivor for o in gc.get_objects(generation=2))
+    assert gc.get_freeze_count() == 0  # nothing stays frozen
+
+
+def test_the_full_collection_clock_restarts():
+    for _ in range(3):
+        gc.collect(1)  # each counts toward the next full collection
+    assert gc.get_count()[2] >= 3
+    with cyclic_gc_paused():
+        pass
+    assert gc.get_count()[2] == 0
+
+
+def test_objects_the_process_froze_stay_frozen():
+    frozen = Node()
+    gc.freeze()
+    try:
+        count = gc.get_freeze_count()
+        with cyclic_gc_paused():
+            Node()
+        assert gc.get_freeze_count() == count
+        assert not any(o is frozen for o in gc.get_objects(generation=2))
+    finally:
+        gc.unfreeze()
+
+
+def test_no_young_garbage_cycle_is_aged():
+    gc.collect()
+    older = Node()
+    older.other = Node()
+    older.other.other = older  # a cycle made before the compile, garbage by its end
+    gc.collect(0)  # in the middle generation now: a young collection of the first generation alone keeps it
+    alive = weakref.ref(older)
+    del older
+    with cyclic_gc_paused():
+        pass
+    assert alive() is None
