@@ -62,6 +62,14 @@ def placement_shift(base: int, inputs: Iterable[int]) -> int:
     return 0
 
 
+def block_alignment(nbytes: int) -> int:
+    """The alignment of a fresh block of ``nbytes`` from an allocator that does not know which memory the kernels
+    writing it will read (the ``neuron`` device's): a large block starts on an alias period, so that all of them
+    start at the same page offset, 0 bytes from each other (not aliased: :func:`placement_shift`); a small one
+    on a cache line (the kernels' vector stores rely on it)."""
+    return ALIAS_PERIOD_BYTES if nbytes >= PLACED_OUTPUT_MIN_BYTES else CACHE_LINE_BYTES
+
+
 @dataclass(frozen=True, slots=True)
 class CpuTarget:
     """An x86-64 CPU as LLVM names it: ``name`` ("znver3", "znver4", "skylake-avx512") and ``features``, LLVM's
