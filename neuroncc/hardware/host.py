@@ -53,11 +53,17 @@ def placement_shift(base: int, inputs: Iterable[int]) -> int:
     an output starting there is not 4K-aliased with any of ``inputs`` (the data addresses its kernels read: the
     call's inputs and the outputs placed before it): it starts 0 or at least ALIAS_WINDOW_BYTES bytes past each
     modulo ALIAS_PERIOD_BYTES. A multiple of CACHE_LINE_BYTES below ALIAS_PERIOD_BYTES: the smallest that
-    works, 0 when none does (more than 15 inputs at unlucky offsets)."""
-    inputs = [address % ALIAS_PERIOD_BYTES for address in inputs]
-    for shift in range(0, ALIAS_PERIOD_BYTES, CACHE_LINE_BYTES):
-        start = (base + shift) % ALIAS_PERIOD_BYTES
-        if all(not 0 < (start - address) % ALIAS_PERIOD_BYTES < ALIAS_WINDOW_BYTES for address in inputs):
+    works, 0 when none does (more than 15 inputs at unlucky offsets). 0 for an output that is fine where it is:
+    an allocator may check first and allocate the longer memory only when needed.
+
+    The smallest shift that works is 0 or the first cache line past the end of some input's window (the shift
+    a cache line before it is in some window, and it is not), so only those are tried (~1 us for a few inputs)."""
+    period, window = ALIAS_PERIOD_BYTES, ALIAS_WINDOW_BYTES
+    past = [(base - address) % period for address in inputs]  # how far past each input the output would start
+    if all(not 0 < d < window for d in past):
+        return 0
+    for shift in sorted({-(-((window - d) % period) // CACHE_LINE_BYTES) * CACHE_LINE_BYTES for d in past}):
+        if shift < period and all(not 0 < (d + shift) % period < window for d in past):
             return shift
     return 0
 

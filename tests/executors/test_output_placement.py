@@ -60,3 +60,13 @@ def test_small_outputs_are_left_where_the_allocator_puts_them():
     exe = build_cpu_executable(_scale_shift(4, 8), {"threads": 1})
     first, _ = exe(np.ones((4, 8), np.float32), np.ones(8, np.float32))
     assert first.base.nbytes < 4 * 8 * 4 + ALIAS_PERIOD_BYTES  # not one alias period longer
+
+
+def test_the_shift_is_the_smallest_of_all_cache_line_shifts():
+    """Against trying every cache-line shift, for random inputs (1-16 of them)."""
+    rng = np.random.default_rng(0)
+    for _ in range(3000):
+        base = int(rng.integers(0, 1 << 30)) * CACHE_LINE_BYTES
+        inputs = [int(a) for a in rng.integers(0, 1 << 36, size=int(rng.integers(1, 17))) * 16]
+        valid = [s for s in range(0, ALIAS_PERIOD_BYTES, CACHE_LINE_BYTES) if not aliased(base + s, inputs)]
+        assert placement_shift(base, inputs) == (valid[0] if valid else 0)

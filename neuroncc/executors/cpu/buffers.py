@@ -68,18 +68,19 @@ def aligned_empty(extent: int, dtype: np.dtype) -> tuple[np.ndarray, int]:
 
 def placed_empty(extent: int, dtype: np.dtype, near: list[int]) -> tuple[np.ndarray, int]:
     """:func:`aligned_empty` for an output the kernels write while they read the memory at ``near`` (data
-    addresses): one of at least PLACED_OUTPUT_MIN_BYTES starts where :func:`~neuroncc.hardware.host.placement_shift`
-    puts it (not 4K-aliased with any of them); its address is appended to ``near``."""
+    addresses): one of at least PLACED_OUTPUT_MIN_BYTES is not 4K-aliased with any of them
+    (:func:`~neuroncc.hardware.host.placement_shift`: where it was allocated when it is not, else in memory one
+    alias period longer at the shift); its address is appended to ``near``."""
+    array, address = aligned_empty(extent, dtype)
     nbytes = extent * dtype.itemsize
-    if nbytes < PLACED_OUTPUT_MIN_BYTES:
-        return aligned_empty(extent, dtype)
-    raw = np.empty(nbytes + ALIGN + ALIAS_PERIOD_BYTES, dtype=np.uint8)
-    address = data_address(raw)
-    address += -address % ALIGN
-    address += placement_shift(address, near)
-    near.append(address)
-    start = address - data_address(raw)
-    return raw[start:start + nbytes].view(dtype), address
+    if nbytes >= PLACED_OUTPUT_MIN_BYTES:
+        if placement_shift(address, near):
+            raw = np.empty(nbytes + ALIGN + ALIAS_PERIOD_BYTES, dtype=np.uint8)
+            start = -data_address(raw) % ALIGN
+            start += placement_shift(data_address(raw) + start, near)
+            array, address = raw[start:start + nbytes].view(dtype), data_address(raw) + start
+        near.append(address)
+    return array, address
 
 
 def flat_view(array: np.ndarray, extent: int) -> np.ndarray:
