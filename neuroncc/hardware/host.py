@@ -39,8 +39,9 @@ STREAM_LLC_SHARE = 4
 ALIAS_PERIOD_BYTES = 4096
 
 #: An output that starts 1 to ALIAS_WINDOW_BYTES - 1 bytes past an input modulo ALIAS_PERIOD_BYTES is 4K-aliased
-#: with it (:func:`placement_shift`). Measured on Zen 3 (RMSNorm [8192, 1024], 1 thread, the output at a chosen
-#: distance d past the input): d = 32 52% slower than d = 0, 64 22%, 128 10%, 256 and more within 5%.
+#: with it (:func:`placement_shift`). Measured on Zen 3 (RMSNorm and LayerNorm [8192, 1024], the output at a chosen
+#: distance d past the input, 1 and 2 threads; docs/performance-history.md, session 13): d = 32 9-33% slower than
+#: d = 0, 64 4-15%, 128 and 192 up to 7%, 256 to 3072 and outputs before their input within 3%.
 ALIAS_WINDOW_BYTES = 256
 
 #: Outputs of at least this many bytes are placed by :func:`placement_shift` (their memory is allocated one
