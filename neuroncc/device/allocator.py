@@ -9,8 +9,9 @@ frees it.
 
 Sizes are rounded up like CUDA's caching allocator (512 bytes below 1 MiB, 64 KiB above), so a training loop
 that frees and reallocates the same shapes every step hits the cache. Blocks start 64-byte aligned (the
-kernels' vector stores rely on it). The counters follow ``torch.cuda.memory_stats()``' names; "allocated"
-bytes are block sizes (rounded), "reserved" bytes are allocated plus cached.
+kernels' vector stores rely on it), large ones on a page (``hardware.host.block_alignment``: 4K aliasing). The
+counters follow ``torch.cuda.memory_stats()``' names; "allocated" bytes are block sizes (rounded), "reserved"
+bytes are allocated plus cached.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from collections import defaultdict
 import numpy as np
 
 from neuroncc.device.config import CONFIG
+from neuroncc.hardware.host import block_alignment
 
 ALIGNMENT = 64
 _SMALL_LIMIT = 1 << 20
@@ -170,9 +172,10 @@ def scratch_block(nbytes: int) -> tuple[np.ndarray, int]:
 
 
 def _fresh(size: int) -> tuple[np.ndarray, int]:
-    memory = np.empty(size + ALIGNMENT, dtype=np.uint8)
+    alignment = block_alignment(size)  # large blocks: a page, so that a kernel's output is not 4K-aliased with its inputs
+    memory = np.empty(size + alignment, dtype=np.uint8)
     address = memory.ctypes.data
-    return memory, address + (-address % ALIGNMENT)
+    return memory, address + (-address % alignment)
 
 
 class Allocator:

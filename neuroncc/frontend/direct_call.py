@@ -34,7 +34,7 @@ import torch
 from neuroncc.executors.cpu.address_call import AddressCall
 from neuroncc.frontend.convert import _NUMPY_DTYPES
 from neuroncc.frontend.imported import ComputedOutput, ImportedGraph
-from neuroncc.hardware.host import CACHE_LINE_BYTES
+from neuroncc.hardware.host import ALIAS_PERIOD_BYTES, CACHE_LINE_BYTES, PLACED_OUTPUT_MIN_BYTES, placement_shift
 from neuroncc.ir.dtypes import DType
 
 
@@ -96,7 +96,11 @@ class DirectCall:
             self._block_bytes += -(-max(nbytes, 1) // CACHE_LINE_BYTES) * CACHE_LINE_BYTES  # each output starts on a cache line
         #: IR outputs :meth:`__call__` leaves None: computed in their input, or moved into it
         self.not_made = self.in_place | {index for index, *_ in self.moved}
-        self._made = [(index, *result) for index, result in enumerate(self.results) if index not in self.not_made]
+        made = [(index, *result) for index, result in enumerate(self.results) if index not in self.not_made]
+        #: outputs made by ``torch.empty_strided``, and the large ones placed off their inputs (:func:`_placed`)
+        self._made = [entry for entry in made if _extent_bytes(*entry[1:]) < PLACED_OUTPUT_MIN_BYTES]
+        self._placed = [(*entry, _extent_bytes(*entry[1:])) for entry in made
+                        if _extent_bytes(*entry[1:]) >= PLACED_OUTPUT_MIN_BYTES]
 
     @staticmethod
     def of(executable: Any, graph: ImportedGraph, outputs: list[tuple[Any, Any]]) -> DirectCall | None:
@@ -128,6 +132,11 @@ class DirectCall:
         for index, shape, strides, dtype in self._made:
             made[index] = tensor = torch.empty_strided(shape, strides, dtype=dtype)
             pointers[index] = tensor.data_ptr()
+        if self._placed:
+            near = addresses.copy()
+            for index, shape, strides, dtype, nbytes in self._placed:
+                made[index] = tensor = _placed(nbytes, shape, strides, dtype, near)
+                pointers[index] = tensor.data_ptr()
         if self.moved:
             # the block of the last call, taken (one atomic swap: a call on another thread meanwhile makes its
             # own); torch's CPU allocations start on a cache line, as the launch plan assumes of output buffers
@@ -170,6 +179,31 @@ def _same_as(tensors: tuple[torch.Tensor, ...]) -> Any:
                             dynamic_dims_strides=[list(t.stride()) for t in tensors])
     except (ImportError, TypeError, RuntimeError):
         return None
+
+
+def _placed(nbytes: int, shape: tuple[int, ...], strides: tuple[int, ...], dtype: torch.dtype,
+            near: list[int]) -> torch.Tensor:
+    """A new tensor for a large output that is not 4K-aliased with the memory at ``near`` (the call's inputs and
+    the outputs placed before it; ``placement_shift``), to which its address is appended. Made as usual when it
+    is not (~1 us to check); else in a storage one alias period longer, at the shift (3-5 us more; set_, not a
+    view: the tensor has no base, and the caller may modify it in place as any fresh result). torch's CPU
+    allocations start on a cache line."""
+    tensor = torch.empty_strided(shape, strides, dtype=dtype)
+    base = tensor.data_ptr()
+    if placement_shift(base, near):
+        raw = torch.empty(nbytes + ALIAS_PERIOD_BYTES, dtype=torch.uint8)
+        base = raw.data_ptr()
+        shift = placement_shift(base, near)
+        tensor = torch.empty(0, dtype=dtype).set_(raw.untyped_storage(), shift // dtype.itemsize, shape, strides)
+        base += shift
+    near.append(base)
+    return tensor
+
+
+def _extent_bytes(shape: tuple[int, ...], strides: tuple[int, ...], dtype: torch.dtype) -> int:
+    if 0 in shape:
+        return 0
+    return (1 + sum((size - 1) * stride for size, stride in zip(shape, strides))) * dtype.itemsize
 
 
 def _dense(shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,13 +28,55 @@ CACHE_LINE_BYTES = 64
 #: slower than 1 KiB (cross-entropy's gradient [512, 32000]).
 MEMORY_BURST_LINES = 16
 
-#: Bytes of the low address bits by which a load is matched against the core's earlier stores still in flight: a load
-#: whose address agrees with such a store's in them waits for it though the two differ (x86's "4K aliasing").
-ALIASING_BYTES = 4096
-
 #: A kernel whose inputs and outputs fill at least 1/STREAM_LLC_SHARE of the last-level cache writes its large
 #: outputs past the caches (:meth:`CpuTarget.streams_outputs`).
 STREAM_LLC_SHARE = 4
+
+#: 4K aliasing: a load is first checked against the older stores still in the store buffer by the low 12 bits
+#: of its address only, and one that matches waits as if it depended on the store. A kernel whose output starts
+#: a little past one of its inputs modulo this period meets it on every load of that input in the loop that
+#: writes the output (the load of x[j] matches the store to out[j - k] issued just before it). The same holds
+#: between a kernel's stack buffers (row caches) and the rows it reads and writes (``row_buffers.allocate_rows``).
+ALIAS_PERIOD_BYTES = 4096
+
+#: An output that starts 1 to ALIAS_WINDOW_BYTES - 1 bytes past an input modulo ALIAS_PERIOD_BYTES is 4K-aliased
+#: with it (:func:`placement_shift`). Measured on Zen 3 (RMSNorm and LayerNorm [8192, 1024], the output at a chosen
+#: distance d past the input, 1 and 2 threads; docs/performance-history.md, session 13): d = 32 9-33% slower than
+#: d = 0, 64 4-15%, 128 and 192 up to 7%, 256 to 3072 and outputs before their input within 3%.
+ALIAS_WINDOW_BYTES = 256
+
+#: Outputs of at least this many bytes are placed by :func:`placement_shift` (their memory is allocated one
+#: alias period longer, so the shift fits); smaller ones are left where the allocator puts them.
+PLACED_OUTPUT_MIN_BYTES = 1 << 16
+
+
+def placement_shift(base: int, inputs: Iterable[int]) -> int:
+    """Bytes to skip from ``base`` (a cache-line-aligned allocation one alias period longer than needed) so that
+    an output starting there is not 4K-aliased with any of ``inputs`` (the data addresses its kernels read: the
+    call's inputs and the outputs placed before it): it starts 0 or at least ALIAS_WINDOW_BYTES bytes past each
+    modulo ALIAS_PERIOD_BYTES. A multiple of CACHE_LINE_BYTES below ALIAS_PERIOD_BYTES: the smallest that
+    works, 0 when none does (more than 15 inputs at unlucky offsets). 0 for an output that is fine where it is:
+    an allocator may check first and allocate the longer memory only when needed.
+
+    The smallest shift that works is 0 or the first cache line past the end of some input's window (the shift
+    a cache line before it is in some window, and it is not), so only those are tried (~1 us for a few inputs)."""
+    period, window = ALIAS_PERIOD_BYTES, ALIAS_WINDOW_BYTES
+    past = [(base - address) % period for address in inputs]  # how far past each input the output would start
+    if all(not 0 < d < window for d in past):
+        return 0
+    for shift in sorted({-(-((window - d) % period) // CACHE_LINE_BYTES) * CACHE_LINE_BYTES for d in past}):
+        if shift < period and all(not 0 < (d + shift) % period < window for d in past):
+            return shift
+    return 0
+
+
+def block_alignment(nbytes: int) -> int:
+    """The alignment of a fresh block of ``nbytes`` from an allocator that does not know which memory the kernels
+    writing it will read (the ``neuron`` device's): a large block starts on an alias period, so that all of them
+    start at the same page offset, 0 bytes from each other (not aliased: :func:`placement_shift`); a small one
+    on a cache line (the kernels' vector stores rely on it)."""
+    return ALIAS_PERIOD_BYTES if nbytes >= PLACED_OUTPUT_MIN_BYTES else CACHE_LINE_BYTES
+
 
 @dataclass(frozen=True, slots=True)
 class CpuTarget:

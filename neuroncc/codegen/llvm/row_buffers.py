@@ -23,7 +23,7 @@ from neuroncc.codegen.llvm.kernel_plan import Computed, KernelPlan, RowLoop
 from neuroncc.codegen.llvm.pairs import pair_position, pairs_halfwords
 from neuroncc.codegen.llvm.scalars import F32, I64, compute_type
 from neuroncc.codegen.llvm.views import Layout
-from neuroncc.hardware.host import ALIASING_BYTES
+from neuroncc.hardware.host import ALIAS_PERIOD_BYTES
 from neuroncc.ir.dtypes import DType
 from neuroncc.ir.graph import Value
 from neuroncc.ir.opdef import Trait
@@ -91,7 +91,7 @@ def emit_widened(em: Any, values: tuple[Value, ...]) -> dict[Value, ir.AllocaIns
 def allocate_rows(em: Any, phase: RowLoop, copies: int = 1) -> dict[Value, ir.AllocaInstr]:
     """A stack buffer per row cache of ``phase`` (one row: the dims after its outer dims; ``copies`` rows, used in
     turn by consecutive rows, :func:`copy_stride` apart: a row written one row late, ``delayed_writes.py``, reads
-    its cache while the next row's is written). Each starts on an ``ALIASING_BYTES`` boundary: where it lies
+    its cache while the next row's is written). Each starts on an ``ALIAS_PERIOD_BYTES`` boundary: where it lies
     relative to the rows the loop reads and writes then does not depend on where the thread's stack happens to be.
     Its stores and those rows' loads and stores alias in the low 12 bits (4K aliasing) for some placements: softmax
     [4096, 1024] at 1 thread, over ten placements of its input and output, 2-16% slower with the stack's (random)
@@ -101,16 +101,16 @@ def allocate_rows(em: Any, phase: RowLoop, copies: int = 1) -> dict[Value, ir.Al
         row = max(math.prod(value.type.shape[len(phase.outer):]), 1)
         length = row if copies == 1 else copy_stride(row, _itemsize(value)) * (copies - 1) + row
         buffers[value] = em._entry.alloca(ir.ArrayType(compute_type(value.type.dtype), length))
-        buffers[value].align = ALIASING_BYTES
+        buffers[value].align = ALIAS_PERIOD_BYTES
     return buffers
 
 
 def copy_stride(row: int, itemsize: int) -> int:
     """Elements (of ``itemsize`` bytes) from one copy of a row cache to the next: the row, then padding that puts
-    the copies half of ``ALIASING_BYTES`` apart modulo it. Copies a whole number of 4 KiB apart (a row of 1024
+    the copies half of ``ALIAS_PERIOD_BYTES`` apart modulo it. Copies a whole number of 4 KiB apart (a row of 1024
     floats) alias: a delayed write loads the previous row's element i right after the next row's element i was
     stored, with the same low 12 bits, and waits for that store (4K aliasing)."""
-    page = ALIASING_BYTES // itemsize
+    page = ALIAS_PERIOD_BYTES // itemsize
     half = page // 2
     return row + (half - row % page) % page
 

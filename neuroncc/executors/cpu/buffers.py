@@ -9,6 +9,7 @@ import numpy as np
 
 from neuroncc.codegen.llvm.launch_plan import ALIGN, BufferKind
 from neuroncc.codegen.llvm.views import Layout
+from neuroncc.hardware.host import ALIAS_PERIOD_BYTES, PLACED_OUTPUT_MIN_BYTES, placement_shift
 from neuroncc.ir.dtypes import DType
 from neuroncc.ir.types import contiguous_strides
 
@@ -63,6 +64,23 @@ def aligned_empty(extent: int, dtype: np.dtype) -> tuple[np.ndarray, int]:
     address = data_address(raw)
     shift = -address % ALIGN
     return raw[shift:shift + extent * dtype.itemsize].view(dtype), address + shift
+
+
+def placed_empty(extent: int, dtype: np.dtype, near: list[int]) -> tuple[np.ndarray, int]:
+    """:func:`aligned_empty` for an output the kernels write while they read the memory at ``near`` (data
+    addresses): one of at least PLACED_OUTPUT_MIN_BYTES is not 4K-aliased with any of them
+    (:func:`~neuroncc.hardware.host.placement_shift`: where it was allocated when it is not, else in memory one
+    alias period longer at the shift); its address is appended to ``near``."""
+    array, address = aligned_empty(extent, dtype)
+    nbytes = extent * dtype.itemsize
+    if nbytes >= PLACED_OUTPUT_MIN_BYTES:
+        if placement_shift(address, near):
+            raw = np.empty(nbytes + ALIGN + ALIAS_PERIOD_BYTES, dtype=np.uint8)
+            start = -data_address(raw) % ALIGN
+            start += placement_shift(data_address(raw) + start, near)
+            array, address = raw[start:start + nbytes].view(dtype), data_address(raw) + start
+        near.append(address)
+    return array, address
 
 
 def flat_view(array: np.ndarray, extent: int) -> np.ndarray:

@@ -41,10 +41,10 @@ from neuroncc.ir.opdef import Trait
 from neuroncc.ir.types import contiguous_strides
 from neuroncc.executors.cpu.adopt import SuppliedExtern
 from neuroncc.executors.cpu.ar_archive import read_archive, split_modules, write_archive
-from neuroncc.executors.cpu.buffers import aligned_empty as _aligned_empty
 from neuroncc.executors.cpu.buffers import copy_layouts, returned_strides
 from neuroncc.executors.cpu.buffers import data_address as _data_address
 from neuroncc.executors.cpu.buffers import flat_view as _flat
+from neuroncc.executors.cpu.buffers import placed_empty as _placed_empty
 from neuroncc.executors.cpu.buffers import storage_dtype as _storage_dtype
 from neuroncc.executors.cpu.buffers import strided_view as _view
 from neuroncc.executors.cpu.extern import run_extern
@@ -122,6 +122,7 @@ class CpuExecutable:
         self._call_buffers = [(n, b, _storage_dtype(b.dtype), _output_shaping(plan.values[plan.outputs[b.index]], b)
                                if b.kind == BufferKind.OUTPUT else None)
                               for n, b in enumerate(plan.buffers) if b.kind in (BufferKind.INPUT, BufferKind.OUTPUT) and not b.supplied]
+        self._call_buffers.sort(key=lambda entry: entry[3] is not None)  # inputs first: outputs are placed by them
         # (output position, buffer number, shaping) of the outputs whose storage a step supplies (adopt.py)
         self._supplied_outputs = [(b.index, n, _output_shaping(plan.values[plan.outputs[b.index]], b))
                                   for n, b in enumerate(plan.buffers) if b.kind == BufferKind.OUTPUT and b.supplied]
@@ -253,11 +254,13 @@ class CpuExecutable:
             # buffer number -> flat array and its data address; arena and constant entries are prefilled
             flats, addresses = self._flat_list.copy(), self._address_list.copy()
             returned: dict[int, np.ndarray] = {}
-            for number, buffer, dtype, spec in self._call_buffers:
+            near: list[int] = []  # the inputs' data addresses, then the placed outputs' (buffers.placed_empty)
+            for number, buffer, dtype, spec in self._call_buffers:  # inputs first
                 if spec is None:
                     flats[number], addresses[number] = self._input(buffer.index, inputs[buffer.index], buffer.extent)
+                    near.append(addresses[number])
                 else:
-                    storage, addresses[number] = _aligned_empty(buffer.extent, dtype)
+                    storage, addresses[number] = _placed_empty(buffer.extent, dtype, near)
                     flats[number] = storage
                     returned[buffer.index] = storage.reshape(spec) if type(spec) is tuple else _view(storage, spec)
             for run in calls:

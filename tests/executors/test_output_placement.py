@@ -1,0 +1,72 @@
+"""Large outputs start where they are not 4K-aliased with their inputs (``hardware/host.py``:
+``placement_shift``): 0 or at least ALIAS_WINDOW_BYTES past each input modulo ALIAS_PERIOD_BYTES. An output a
+little past its input there made RMSNorm [8192, 1024] up to 52% slower (docs/performance-history.md)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from neuroncc.codegen.llvm.regions import fuse_whole_function
+from neuroncc.executors.cpu.launcher import build_cpu_executable
+from neuroncc.hardware.host import (ALIAS_PERIOD_BYTES, ALIAS_WINDOW_BYTES, CACHE_LINE_BYTES,
+                                    PLACED_OUTPUT_MIN_BYTES, placement_shift)
+from neuroncc.ir import Builder, DType, TensorType
+
+ROWS, COLS = 64, 512  # 128 KiB of float32: a placed output
+
+
+def aliased(output: int, inputs: list[int]) -> list[int]:
+    """The inputs ``output`` starts 1 to ALIAS_WINDOW_BYTES - 1 bytes past, modulo the alias period."""
+    return [a for a in inputs if 0 < (output - a) % ALIAS_PERIOD_BYTES < ALIAS_WINDOW_BYTES]
+
+
+def test_the_shift_is_the_smallest_cache_line_multiple_off_every_input():
+    base = 1 << 20  # page-aligned
+    assert placement_shift(base, []) == 0
+    assert placement_shift(base, [base]) == 0  # the same page offset: the loads never meet older stores
+    assert placement_shift(base, [base - 48]) == 256  # 48 bytes past: the first cache line 256 past
+    assert placement_shift(base, [base - 48, base + 200 - 4096]) == 512  # 200 + 256, to a cache line
+    for inputs in ([base + 16 * k for k in range(5)], [base - 64 * k - 8 for k in range(15)]):
+        shift = placement_shift(base, inputs)
+        assert shift % CACHE_LINE_BYTES == 0 and shift < ALIAS_PERIOD_BYTES
+        assert not aliased(base + shift, inputs)
+    assert PLACED_OUTPUT_MIN_BYTES <= ROWS * COLS * 4
+
+
+def _scale_shift(rows: int, cols: int):
+    b = Builder("scale_shift")
+    x = b.param(TensorType((rows, cols), DType.f32), "x")
+    w = b.param(TensorType((cols,), DType.f32), "w")
+    return fuse_whole_function(b.build([b.op("add", b.op("mul", x, w), x), b.op("mul", x, w)]))
+
+
+def test_the_numpy_path_places_each_large_output_off_its_inputs_at_every_input_offset():
+    exe = build_cpu_executable(_scale_shift(ROWS, COLS), {"threads": 1})
+    memory = np.zeros(ROWS * COLS + ALIAS_PERIOD_BYTES, dtype=np.float32)
+    w = np.linspace(-1, 1, COLS, dtype=np.float32)
+    for offset in range(0, ALIAS_PERIOD_BYTES // 4, 4):  # x at every 16-byte page offset
+        x = memory[offset:offset + ROWS * COLS].reshape(ROWS, COLS)
+        x[0, 0] = offset
+        first, second = exe(x, w)
+        np.testing.assert_array_equal(first, x * w + x)
+        np.testing.assert_array_equal(second, x * w)
+        inputs = [x.ctypes.data, w.ctypes.data]
+        assert not aliased(first.ctypes.data, inputs), offset
+        assert not aliased(second.ctypes.data, inputs + [first.ctypes.data]), offset
+        assert first.ctypes.data % CACHE_LINE_BYTES == 0 and second.ctypes.data % CACHE_LINE_BYTES == 0
+
+
+def test_small_outputs_are_left_where_the_allocator_puts_them():
+    exe = build_cpu_executable(_scale_shift(4, 8), {"threads": 1})
+    first, _ = exe(np.ones((4, 8), np.float32), np.ones(8, np.float32))
+    assert first.base.nbytes < 4 * 8 * 4 + ALIAS_PERIOD_BYTES  # not one alias period longer
+
+
+def test_the_shift_is_the_smallest_of_all_cache_line_shifts():
+    """Against trying every cache-line shift, for random inputs (1-16 of them)."""
+    rng = np.random.default_rng(0)
+    for _ in range(3000):
+        base = int(rng.integers(0, 1 << 30)) * CACHE_LINE_BYTES
+        inputs = [int(a) for a in rng.integers(0, 1 << 36, size=int(rng.integers(1, 17))) * 16]
+        valid = [s for s in range(0, ALIAS_PERIOD_BYTES, CACHE_LINE_BYTES) if not aliased(base + s, inputs)]
+        assert placement_shift(base, inputs) == (valid[0] if valid else 0)
