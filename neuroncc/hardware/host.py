@@ -78,6 +78,11 @@ def block_alignment(nbytes: int) -> int:
     return ALIAS_PERIOD_BYTES if nbytes >= PLACED_OUTPUT_MIN_BYTES else CACHE_LINE_BYTES
 
 
+#: Without AVX-512, a float32 product goes to oneDNN only when its second factor has at least this many bytes
+#: (:meth:`CpuTarget.onednn_takes`).
+ONEDNN_MIN_WEIGHT_BYTES = 8 << 20
+
+
 @dataclass(frozen=True, slots=True)
 class CpuTarget:
     """An x86-64 CPU as LLVM names it: ``name`` ("znver3", "znver4", "skylake-avx512") and ``features``, LLVM's
@@ -135,16 +140,22 @@ class CpuTarget:
         powers of two built from exponent bits instead."""
         return self.has("avx512f")
 
-    @property
-    def onednn_min_macs(self) -> int:
-        """The fewest multiply-adds for which a float32 mm/addmm runs as oneDNN's linear rather than MKL's sgemm
-        (called directly, ``executors/cpu/blas.py``). oneDNN pays ~10-50 us per call for its primitive, and
-        its advantage is its AVX-512 kernels: on the Zen 4 of sessions 1-4 MKL stayed far below them from 2M
-        multiply-adds up. Without AVX-512 (Zen 3, 1 and 2 threads, 2026-12-02) MKL is as fast or faster up to
-        ~270M: [512, 64] x [64, 192] 199 us against oneDNN's 247 (1 thread), [1024, 256] x [256, 256] 1.06 ms
-        against 1.78 (2 threads), [256, 1024] x [1024, 1024] 6.1 ms against 8.8; oneDNN wins from ~1G ([4096,
-        256] x [256, 1024] 16.9 ms against 24.2)."""
-        return 1 << 21 if self.has("avx512f") else 1 << 29
+    def onednn_takes(self, rows: int, depth: int, cols: int) -> bool:
+        """Whether a float32 mm/addmm of ``[rows, depth] x [depth, cols]`` (logical shapes) runs as oneDNN's
+        linear rather than MKL's sgemm (called directly, ``executors/cpu/blas.py``). oneDNN pays ~10-50 us per
+        call for its primitive, and its advantage is its AVX-512 kernels: on the Zen 4 of sessions 1-4 MKL
+        stayed far below them from 2M multiply-adds up. Without AVX-512 MKL is as fast or faster at up to ~270M
+        multiply-adds (Zen 3, 2026-12-02: [1024, 256] x [256, 256] 1.06 ms against oneDNN's 1.78, 2 threads),
+        and from there on the second factor (a linear's weight) decides (Zen 3, 2 threads, 2026-12-03,
+        interleaved in one process): with a 1-4 MB one MKL wins, [2048, 2048] x [2048, 512] 23.9 ms against
+        31.4, [2048, 512] x [512, 2048] 24.8 against 26.6, [2048, 512] x [512, 512] 6.1 against 6.9 (the
+        transformer block of bench_models.py: 0.91x -> 0.99x eager); with a 16 MB one oneDNN wins on a busy
+        host, [256, 1024] x [1024, 4096] 32.0 ms against 46.4, [256, 4096] x [4096, 1024] 32.2 against 40.0
+        (quiet: 15.6 against 15.2, 14.3 against 13.3). :data:`ONEDNN_MIN_WEIGHT_BYTES` lies between the two."""
+        macs = rows * depth * cols
+        if self.has("avx512f"):
+            return macs >= 1 << 21
+        return macs >= 1 << 29 and depth * cols * 4 >= ONEDNN_MIN_WEIGHT_BYTES
 
     @property
     def vector_registers(self) -> int:

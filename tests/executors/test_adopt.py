@@ -85,7 +85,7 @@ N = 128  # 128^3 multiply-adds: big enough for oneDNN (onednn_from_2m_macs)
 @pytest.fixture(autouse=True)
 def onednn_from_2m_macs(monkeypatch):
     """oneDNN from 2M multiply-adds (AVX-512's threshold) on any host, so these products take it here too."""
-    monkeypatch.setattr(CpuTarget, "onednn_min_macs", property(lambda self: 1 << 21))
+    monkeypatch.setattr(CpuTarget, "onednn_takes", lambda self, rows, depth, cols: rows * depth * cols >= 1 << 21)
 requires_onednn = pytest.mark.skipif(not extern._onednn_available(torch), reason="torch built without oneDNN")
 
 

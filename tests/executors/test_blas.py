@@ -92,11 +92,11 @@ def test_bmm_is_bitwise_torch(batch, m, k, n, threads):
             a, b = a.copy() * 0.5, b.copy()
 
 
-def _prepared(name, shapes, dtypes=("f32",) * 4, max_macs=None, **attrs):
+def _prepared(name, shapes, dtypes=("f32",) * 4, onednn_takes=None, **attrs):
     *operands, result = shapes
     attrs = {"alpha": 1.0, "beta": 1.0, **attrs} if name == "addmm" else attrs
     return blas.prepare(name, attrs, [(s, contiguous_strides(s)) for s in operands],
-                        (result, contiguous_strides(result)), list(dtypes[:len(shapes)]), max_macs=max_macs)
+                        (result, contiguous_strides(result)), list(dtypes[:len(shapes)]), onednn_takes=onednn_takes)
 
 
 def test_direct_path_only_where_aten_calls_blas(monkeypatch):
@@ -115,9 +115,10 @@ def test_direct_path_only_where_aten_calls_blas(monkeypatch):
     # bmm: ATen's naive loop below 400 multiply-adds per batch; one batch is a plain gemm there
     assert _prepared("bmm", [(3, 4, 4), (3, 4, 4), (3, 4, 4)]) is None
     assert _prepared("bmm", [(1, 8, 16), (1, 16, 8), (1, 8, 8)]) is None
-    # big products stay on the extern path (oneDNN)
-    assert _prepared("mm", [(64, 64), (64, 64), (64, 64)], max_macs=64 ** 3) is None
-    assert _prepared("mm", [(64, 64), (64, 64), (64, 64)], max_macs=64 ** 3 + 1) is not None
+    # the products oneDNN takes stay on the extern path (asked with the logical rows, depth, cols)
+    assert _prepared("mm", [(32, 64), (64, 16), (32, 16)], onednn_takes=lambda m, k, n: (m, k, n) == (32, 64, 16)) is None
+    assert _prepared("mm", [(32, 64), (64, 16), (32, 16)], onednn_takes=lambda m, k, n: (m, k, n) != (32, 64, 16)) \
+        is not None
     # a strided operand BLAS cannot read (ATen clones it first)
     assert blas.prepare("mm", {}, [((4, 5), (10, 2)), ((5, 6), (6, 1))], ((4, 6), (6, 1)), ["f32"] * 3) is None
     assert blas.prepare("mm", {}, [((4, 5), (1, 8)), ((5, 6), (6, 1))], ((4, 6), (6, 1)), ["f32"] * 3) is not None

@@ -22,13 +22,13 @@ from neuroncc.ir.types import contiguous_strides
 
 def onednn_shapes_eligible(name: str, attrs: Mapping[str, Any], shapes: Sequence[Sequence[int]]) -> bool:
     """The part of the oneDNN choice that the op, its attributes, its operands' logical shapes (after
-    transpose_a/_b) and the host (:attr:`CpuTarget.onednn_min_macs`) decide, known when the launch is planned
+    transpose_a/_b) and the host (:meth:`CpuTarget.onednn_takes`) decide, known when the launch is planned
     (float32 operands assumed; see :func:`_onednn_eligible` for the rest)."""
     if not REGISTRY.get(name).has(Trait.MATRIX_PRODUCT) or attrs.get("transpose_a"):
         return False
     first = len(shapes) - 2  # the factors are the last two operands
     a, b = shapes[first], shapes[first + 1]
-    if len(a) != 2 or len(b) != 2 or a[0] * a[1] * b[1] < host_cpu().onednn_min_macs:  # mm, addmm: no batch dims
+    if len(a) != 2 or len(b) != 2 or not host_cpu().onednn_takes(a[0], a[1], b[1]):  # mm, addmm: no batch dims
         return False
     if first == 1:  # addmm: its first operand is the bias
         bias = shapes[0]

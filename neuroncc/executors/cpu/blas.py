@@ -258,12 +258,12 @@ def _bias_copy(bias_shape: Sequence[int], bias_strides: Sequence[int], rows: int
 
 def prepare(name: str, attrs: Mapping[str, Any], operands: Sequence[tuple[Sequence[int], Sequence[int]]],
             result: tuple[Sequence[int], Sequence[int]], dtypes: Sequence[str],
-            max_macs: int | None = None) -> BlasMatmul | None:
+            onednn_takes: Callable[[int, int, int], bool] | None = None) -> BlasMatmul | None:
     """A prepared BLAS call computing op ``name`` like ATen, or None when ATen must run it.
 
     ``operands``/``result``: (shape, element strides) of each stored operand (op order) and of the result;
-    ``dtypes``: their dtype names (all must be f32); ``max_macs``: products this big or bigger stay on the
-    extern module's path (it sends large ones to oneDNN)."""
+    ``dtypes``: their dtype names (all must be f32); ``onednn_takes(rows, depth, cols)``: whether a product
+    stays on the extern module's path (it sends those to oneDNN: :meth:`CpuTarget.onednn_takes`)."""
     if not REGISTRY.get(name).has(Trait.MATRIX_PRODUCT) or any(d != "f32" for d in dtypes):
         return None
     batched = len(result[0]) == 3  # bmm: [batch, m, n]
@@ -278,7 +278,7 @@ def prepare(name: str, attrs: Mapping[str, Any], operands: Sequence[tuple[Sequen
     batch = out_shape[0] if batched else 1
     if rows * cols * batch == 0 or depth == 0:
         return None  # no gemm call in ATen either; rare, cheap
-    if max_macs is not None and rows * cols * depth * batch >= max_macs:
+    if onednn_takes is not None and not batched and onednn_takes(rows, depth, cols):
         return None
     batch_steps = None
     if batched:

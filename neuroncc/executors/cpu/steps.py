@@ -229,7 +229,7 @@ def prepare_blas(op: Any, layouts: Any) -> blas.BlasMatmul | None:
     *operands, result = layouts
     batched = op.results[0].type.rank == 3  # bmm: oneDNN takes no batched products, so BLAS takes all sizes
     return blas.prepare(op.name, op.attrs, [(v.shape, v.strides) for v in operands], (result.shape, result.strides),
-                        [v.dtype for v in layouts], max_macs=None if batched else host_cpu().onednn_min_macs)
+                        [v.dtype for v in layouts], onednn_takes=None if batched else host_cpu().onednn_takes)
 
 
 def _runs_inline(runner: Any, n_outer: int, work: int, serial: bool) -> bool:
