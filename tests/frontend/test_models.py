@@ -98,3 +98,25 @@ def test_attention_gradients_match_eager(causal):
     torch.testing.assert_close(out, reference, **TOL)
     for ours, eager in zip(inputs, eager_inputs):
         torch.testing.assert_close(ours.grad, eager.grad, **TOL)
+
+
+def test_transformer_block_training_steps_match_eager():
+    """benchmarks' row f2 (SGD) at a small size: its graphs' arenas reuse the slots of dead intermediates."""
+    torch.manual_seed(0)
+    eager_model = torch.nn.TransformerEncoderLayer(16, 2, dim_feedforward=32, dropout=0.0, batch_first=True)
+    our_model = copy.deepcopy(eager_model)
+    compiled = torch.compile(our_model, backend="neuron", dynamic=False)
+    eager_opt, our_opt = (torch.optim.SGD(m.parameters(), lr=0.1) for m in (eager_model, our_model))
+    x = _randn(2, 8, 16)
+    for _ in range(3):
+        outputs = []
+        for fn, opt in ((eager_model, eager_opt), (compiled, our_opt)):
+            opt.zero_grad()
+            out = fn(x)
+            _loss(out).backward()
+            opt.step()
+            outputs.append(out.detach())
+        torch.testing.assert_close(outputs[1], outputs[0], **TOL)
+    ours = our_model.state_dict()
+    for key, value in eager_model.state_dict().items():
+        torch.testing.assert_close(ours[key], value, **TOL, msg=lambda m, key=key: f"{key}: {m}")

@@ -34,6 +34,7 @@ from neuroncc.ir.ops import REGISTRY
 from neuroncc.ir.types import contiguous_strides
 from neuroncc.codegen.llvm.extern_layouts import same_layout, supplied_strides
 from neuroncc.ir.strides import aliases_operand
+from neuroncc.passes.plan_memory import plan as plan_memory
 from neuroncc.passes.tile import tile_kernel
 
 
@@ -65,7 +66,7 @@ class _LaunchPlanner:
         self.ir_texts: list[str] = []
         #: output position -> the param whose buffer it may take (the function's ``donated`` metadata)
         self.donated: dict[int, int] = dict(fn.metadata.get("donated", ()))
-        self.last_read = _last_reads(fn) if self.donated else {}
+        self.last_read = _last_reads(fn)
 
     def define(self, value: Value, spec: ValueSpec) -> int:
         self.ids[value] = len(self.plan.values)
@@ -76,11 +77,13 @@ class _LaunchPlanner:
         self.plan.buffers.append(BufferSpec(kind, index, extent, dtype.value, supplied))
         return len(self.plan.buffers) - 1
 
-    def own_buffer(self, value: Value, avoid: tuple[Value, ...] = ()) -> int:
+    def own_buffer(self, value: Value, avoid: tuple[Value, ...] = (), shares: tuple[Value, ...] = ()) -> int:
         """A buffer for an op result: the fresh output array of its first output position, else the arena.
 
         A memory plan's slot is used unless it overlaps the arena storage of ``avoid`` (the op's operands):
-        kernels assume their outputs never alias their inputs.
+        kernels assume their outputs never alias their inputs. It may be exactly the slot of one of ``shares``
+        (the plan's in-place reuse of a dying operand): the caller then checks the kernel's plan
+        (:meth:`_keep_in_place`).
         """
         t = value.type
         position = self.unclaimed_outputs.pop(value, None)
@@ -93,10 +96,13 @@ class _LaunchPlanner:
         offset = _align(self.arena_end)
         number = len(self.plan.values)  # the memory planner names values by the same numbering
         key = value if value in self.memory_offsets else number
-        if key in self.memory_offsets:
+        # a plan's views have their root's offset but no slot (sizes): a view copied into a buffer of its own
+        if key in self.memory_offsets and (key in self.memory_sizes or not self.memory_sizes):
             planned = self.memory_offsets[key]
             fits = nbytes <= self.memory_sizes.get(key, nbytes)  # bf16 is stored in 4 bytes, not 2
-            if fits and planned % ALIGN == 0 and not any(self._overlaps(planned, nbytes, v) for v in avoid):
+            if fits and planned % ALIGN == 0 and not any(self._overlaps(planned, nbytes, v) for v in avoid) \
+                    and not any(self._overlaps(planned, nbytes, v) and self._arena_offset(v) != planned
+                                for v in shares):
                 offset = planned
         self.arena_end = max(self.arena_end, offset + _align(max(nbytes, 1)))
         buffer = self.add_buffer(BufferKind.ARENA, offset, t.numel, t.dtype)
@@ -120,12 +126,40 @@ class _LaunchPlanner:
         self.define(value, ValueSpec(buffer, 0, t.shape, strides, t.dtype.value))
         return True
 
+    def _arena_offset(self, value: Value) -> int | None:
+        """The arena offset ``value`` starts at, when it is the whole start of an arena buffer."""
+        spec = self.plan.values[self.ids[value]]
+        buffer = self.plan.buffers[spec.buffer]
+        return buffer.index if buffer.kind == BufferKind.ARENA and spec.offset == 0 else None
+
+    def _fresh_slot(self, value: Value) -> None:
+        """Move arena value ``value`` (in the same layout) to a slot of its own after the arena's end."""
+        spec = self.plan.values[self.ids[value]]
+        buffer = self.plan.buffers[spec.buffer]
+        offset = _align(self.arena_end)
+        self.arena_end = offset + _align(max(buffer.extent * storage_itemsize(DType(buffer.dtype)), 1))
+        number = self.add_buffer(BufferKind.ARENA, offset, buffer.extent, DType(buffer.dtype))
+        self.plan.values[self.ids[value]] = replace(spec, buffer=number)
+
+    def _keep_in_place(self, op_index: int, op: Any, kplan: Any) -> None:
+        """Results of kernel ``op`` that a memory plan put in a dying operand's slot (a value, not a view, read
+        by no later step or output) stay there only where the kernel's plan reads each element of that operand
+        before writing it (``in_place.writes_in_place``; no plan: the interpreter runs it); the others move to fresh slots, in the same layout (the plan stands)."""
+        for number, result in enumerate(op.results):
+            offset = self._arena_offset(result)
+            if offset is None:
+                continue
+            donors = [i for i, v in enumerate(op.operands) if self._arena_offset(v) == offset]
+            if donors and (kplan is None or len(donors) > 1 or not writes_in_place(kplan, donors[0], number)
+                           or self.last_read.get(op.operands[donors[0]], len(self.fn.ops)) > op_index):
+                self._fresh_slot(result)
+
     def _overlaps(self, offset: int, nbytes: int, value: Value) -> bool:
         spec = self.plan.values[self.ids[value]]
         buffer = self.plan.buffers[spec.buffer]
         if buffer.kind != BufferKind.ARENA:
             return False
-        size = buffer.extent * DType(buffer.dtype).numpy.itemsize
+        size = buffer.extent * storage_itemsize(DType(buffer.dtype))  # bf16 is stored in 4 bytes
         return offset < buffer.index + max(size, 1) and buffer.index < offset + max(nbytes, 1)
 
     def layout(self, value: Value, slot: int) -> Layout:
@@ -159,6 +193,7 @@ class _LaunchPlanner:
                 raise CodegenError(f"op '{op.name}' must be inside a kernel at the top level of a CPU graph")
         self.plan.outputs = [self.ids[v] for v in self.fn.outputs]
         self._return_views_of_intermediates()
+        self._close_arena_gaps()
         self.plan.arena_bytes = _align(self.arena_end) + self.scratch_bytes
         return self.plan
 
@@ -181,6 +216,20 @@ class _LaunchPlanner:
                 continue
             self.plan.buffers[spec.buffer] = _replace(buffer, kind=BufferKind.OUTPUT, index=position)
 
+    def _close_arena_gaps(self) -> None:
+        """Shift arena buffers down over the ranges no arena buffer uses (the slots of values returned in
+        the end: ``_return_views_of_intermediates``), by multiples of the alignment: every two buffers
+        overlap after it exactly when they did before, and the kernels' plans do not depend on offsets."""
+        arena = sorted((b.index, n) for n, b in enumerate(self.plan.buffers) if b.kind == BufferKind.ARENA)
+        removed, covered = 0, 0
+        for start, number in arena:
+            buffer = self.plan.buffers[number]
+            if start >= _align(covered):
+                removed += start - _align(covered)
+            covered = max(covered, start + max(buffer.extent * storage_itemsize(DType(buffer.dtype)), 1))
+            self.plan.buffers[number] = _replace(buffer, index=start - removed)
+        self.arena_end = _align(covered) - removed
+
     def _ids(self, values: tuple[Value, ...]) -> tuple[int, ...]:
         return tuple(self.ids[v] for v in values)
 
@@ -191,7 +240,7 @@ class _LaunchPlanner:
         if viewed is not None:
             self.define(op.result, _layout_spec(viewed))
             return
-        self.own_buffer(op.result)  # a reshape that no strides express: copy
+        self.own_buffer(op.result, avoid=op.operands)  # a reshape that no strides express: copy
         self.plan.steps.append(StepSpec(StepKind.VIEW_COPY, op_index, self._ids(op.operands), self._ids(op.results)))
 
     def add_module(self, text: str) -> None:
@@ -277,7 +326,7 @@ class _LaunchPlanner:
                 param = self.fn.params[candidates[number]]
                 self.define(result, self.plan.values[self.ids[param]])
             else:
-                self.own_buffer(result, avoid=op.operands + op.results[:number])
+                self.own_buffer(result, avoid=op.results[:number], shares=op.operands)
         region = op.regions[0]
         params = [self.layout(v, i) for i, v in enumerate(op.operands)]
         outputs = [self.layout(v, len(params) + i) for i, v in enumerate(op.results)]
@@ -288,8 +337,10 @@ class _LaunchPlanner:
                                 vector_width=tiled.attrs["vector_width"])
         except CodegenError as exc:
             self._keep_donations(op, candidates, {})
+            self._keep_in_place(op_index, op, None)
             self.plan.steps.append(_replace(step, reason=str(exc)))
             return
+        self._keep_in_place(op_index, op, kplan)
         self._keep_donations(op, candidates, {number: param for number, param in candidates.items() if
                                               writes_in_place(kplan, op.operands.index(self.fn.params[param]),
                                                               number)})
@@ -381,12 +432,19 @@ def plan_launch(fn: Function, cpu: str, features: str, memory_plan: Any = None,
     launcher starts compiling it while the next kernel is planned).
 
     ``memory_plan`` (``neuroncc.passes.plan_memory.MemoryPlan`` or anything with ``offsets`` keyed by value
-    number or Value, optionally ``sizes`` and ``arena_bytes``) places arena values. A planned slot is not used
+    number or Value, optionally ``sizes`` and ``arena_bytes``) places arena values; by default the plan-memory
+    pass's plan of ``fn``, so intermediates that are never live together share arena space (without one every
+    intermediate had a slot of its own: arenas of the naive size, and as many fresh pages on a first call).
+    A planned slot is not used
     when the value's storage does not fit it (bf16 is stored as float32) or when it overlaps the same op's
-    operands (the plan's in-place reuse: kernels recompute shared values from their inputs, so an output may
-    not overwrite an input); such values, and values the plan omits, get fresh slots after the planned arena.
+    operands (kernels recompute shared values from their inputs, so an output may not overwrite an input),
+    except a kernel result in exactly the slot of a dying operand that the kernel's plan reads element by
+    element before writing (the plan's in-place reuse, ``in_place.writes_in_place``); such values, and values
+    the plan omits, get fresh slots after the planned arena.
     Scratch buffers of kernels share one region after the values (kernels run one at a time).
     """
+    if memory_plan is None:
+        memory_plan = plan_memory(fn)
     planner = _LaunchPlanner(fn, cpu, features, memory_plan, on_kernel)
     plan = planner.run()
     # scratch offsets are relative to the scratch region, which starts after the values
