@@ -115,7 +115,7 @@ def test_large_blocks_start_on_a_page_so_outputs_are_not_4k_aliased_with_inputs(
     ``hardware.host.placement_shift`` allows (0 bytes apart: the loads never meet the output's older stores)."""
     from neuroncc.hardware.host import ALIAS_PERIOD_BYTES, PLACED_OUTPUT_MIN_BYTES
 
-    x = torch.randn(256, 256).to("neuron")
+    x = torch.randn(512, 512).to("neuron")
     y = x * 2.0 + 1.0
     for tensor in (x, y, torch.empty(PLACED_OUTPUT_MIN_BYTES // 4 + 3, device="neuron")):
         assert tensor.data_ptr() % ALIAS_PERIOD_BYTES == 0

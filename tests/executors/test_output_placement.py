@@ -12,7 +12,7 @@ from neuroncc.hardware.host import (ALIAS_PERIOD_BYTES, ALIAS_WINDOW_BYTES, CACH
                                     PLACED_OUTPUT_MIN_BYTES, placement_shift)
 from neuroncc.ir import Builder, DType, TensorType
 
-ROWS, COLS = 64, 512  # 128 KiB of float32: a placed output
+ROWS, COLS = 512, 512  # 1 MiB of float32: a placed output
 
 
 def aliased(output: int, inputs: list[int]) -> list[int]:

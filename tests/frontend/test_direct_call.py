@@ -122,7 +122,7 @@ def test_large_outputs_start_off_their_inputs_modulo_4k(direct_calls):
     def f(x, w):
         return x * w + 1.0
 
-    rows, cols = 64, 512  # 128 KiB: placed
+    rows, cols = 512, 512  # 1 MiB: placed
     memory = torch.zeros(rows * cols + ALIAS_PERIOD_BYTES // 4)
     w = torch.linspace(-1, 1, cols)
     compiled = torch.compile(f, backend="neuron", dynamic=False)
