@@ -24,15 +24,13 @@ from __future__ import annotations
 import hashlib
 import importlib.machinery
 import importlib.metadata
-import json
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from neuroncc.driver.source_digest import SETTLE_NS, STAMP_DIR
+from neuroncc.driver.source_digest import SETTLE_NS, STAMP_DIR, read_checked, write_checked
 
 STAMP_VERSION = 1
 NOT_INSTALLED = "not installed"
@@ -94,17 +92,10 @@ def _stats(distributions: dict[str, str | None]) -> tuple[str, int]:
     return hashlib.sha256("\n".join(lines).encode()).hexdigest(), newest
 
 
-def _checksum(fields: dict[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(fields, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
-
-
 def _read_stamp(path: Path, names: tuple[str, ...]) -> tuple[dict[str, str], dict[str, str | None], str] | None:
     """(the versions, their metadata directories, the digest of the stats they depended on), or None."""
-    try:
-        fields = json.loads(path.read_bytes().decode("utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError):
-        return None
-    if not isinstance(fields, dict) or fields.pop("checksum", None) != _checksum(fields):
+    fields = read_checked(path)
+    if fields is None:
         return None
     versions, distributions, stats = fields.get("versions"), fields.get("distributions"), fields.get("stats_sha256")
     if fields.get("version") != STAMP_VERSION or fields.get("names") != list(names) or type(stats) is not str \
@@ -121,19 +112,7 @@ def _write_stamp(path: Path, names: tuple[str, ...], versions: dict[str, str], d
     """Write the stamp (a temp file renamed into place); failing to only costs the next process the reading."""
     fields: dict[str, Any] = {"version": STAMP_VERSION, "names": list(names), "stats_sha256": stats,
                               "versions": versions, "distributions": distributions}
-    fields["checksum"] = _checksum(fields)
-    try:
-        path.parent.mkdir(mode=0o700, exist_ok=True)
-        fd, temp = tempfile.mkstemp(prefix=path.name, dir=path.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump(fields, f, separators=(",", ":"))
-            os.replace(temp, path)
-        except BaseException:
-            os.unlink(temp)
-            raise
-    except OSError:
-        pass
+    write_checked(path, fields)
 
 
 __all__ = ["NOT_INSTALLED", "installed_versions"]

@@ -107,11 +107,8 @@ def _checksum(fields: dict[str, Any]) -> str:
 
 def read_stamp(path: Path, package_dir: Path, stats: list[FileStat]) -> str | None:
     """The digest the stamp at ``path`` records for exactly ``stats`` of ``package_dir``, else None."""
-    try:
-        fields = json.loads(path.read_bytes().decode("utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError):
-        return None
-    if not isinstance(fields, dict) or fields.pop("checksum", None) != _checksum(fields):
+    fields = read_checked(path)
+    if fields is None:
         return None
     digest = fields.get("digest")
     if fields.get("version") != STAMP_VERSION or fields.get("package") != str(package_dir) \
@@ -125,7 +122,25 @@ def write_stamp(path: Path, package_dir: Path, stats: list[FileStat], digest: st
     """Write the stamp (a temp file renamed into place: readers see a whole stamp or none); False on failure."""
     fields: dict[str, Any] = {"version": STAMP_VERSION, "package": str(package_dir),
                               "stats_sha256": _stats_digest(stats), "digest": digest, "count": len(stats)}
-    fields["checksum"] = _checksum(fields)
+    return write_checked(path, fields)
+
+
+def read_checked(path: Path) -> dict[str, Any] | None:
+    """The fields of the stamp at ``path`` (a JSON object with its own checksum), or None when it is missing,
+    unreadable or damaged."""
+    try:
+        fields = json.loads(path.read_bytes().decode("utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    if not isinstance(fields, dict) or fields.pop("checksum", None) != _checksum(fields):
+        return None
+    return fields
+
+
+def write_checked(path: Path, fields: dict[str, Any]) -> bool:
+    """Write ``fields`` with their checksum as the stamp at ``path`` (a temp file renamed into place: readers see
+    a whole stamp or none); False on failure, which only costs the next process the work the stamp saves."""
+    fields = {**fields, "checksum": _checksum(fields)}
     try:
         path.parent.mkdir(mode=0o700, exist_ok=True)  # in the cache directory, which the cache created (0700)
         fd, temp = tempfile.mkstemp(prefix=path.name, dir=path.parent)
