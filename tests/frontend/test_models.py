@@ -63,20 +63,7 @@ def test_three_training_steps_match_eager(name, optimizer):
     compiled = torch.compile(our_model, backend="neuron", dynamic=False)
     eager_opt = OPTIMIZERS[optimizer](eager_model.parameters())
     our_opt = OPTIMIZERS[optimizer](our_model.parameters())
-    inputs = make_inputs()
-    for _ in range(3):
-        outputs = []
-        for fn, opt in ((eager_model, eager_opt), (compiled, our_opt)):
-            opt.zero_grad()
-            out = fn(*inputs)
-            _loss(out).backward()
-            opt.step()
-            outputs.append(out.detach())
-        torch.testing.assert_close(outputs[1], outputs[0], **TOL)
-    # Parameters after 3 steps, and buffers (BatchNorm running statistics, updated in place as in eager).
-    ours = our_model.state_dict()
-    for key, value in eager_model.state_dict().items():
-        torch.testing.assert_close(ours[key], value, **TOL, msg=lambda m, key=key: f"{key}: {m}")
+    _train_side_by_side(eager_model, eager_opt, our_model, compiled, our_opt, make_inputs())
     counts = neuroncc.stats()
     assert counts["forward_graphs"] == 1 and counts["backward_graphs"] == 1
 
@@ -107,12 +94,18 @@ def test_transformer_block_training_steps_match_eager():
     our_model = copy.deepcopy(eager_model)
     compiled = torch.compile(our_model, backend="neuron", dynamic=False)
     eager_opt, our_opt = (torch.optim.SGD(m.parameters(), lr=0.1) for m in (eager_model, our_model))
-    x = _randn(2, 8, 16)
-    for _ in range(3):
+    _train_side_by_side(eager_model, eager_opt, our_model, compiled, our_opt, (_randn(2, 8, 16),))
+
+
+def _train_side_by_side(eager_model, eager_opt, our_model, compiled, our_opt, inputs, steps=3):
+    """``steps`` training steps of the eager model and the compiled copy on the same inputs: each step's outputs,
+    then the parameters and buffers after them (BatchNorm running statistics, updated in place as in eager),
+    compared to eager's."""
+    for _ in range(steps):
         outputs = []
         for fn, opt in ((eager_model, eager_opt), (compiled, our_opt)):
             opt.zero_grad()
-            out = fn(x)
+            out = fn(*inputs)
             _loss(out).backward()
             opt.step()
             outputs.append(out.detach())
