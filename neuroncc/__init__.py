@@ -42,6 +42,8 @@ _FRONTEND_EXPORTS = {
     "pad_to_bucket": "neuroncc.frontend.bucketing",
     "bucketed": "neuroncc.frontend.bucketing",
     "evaluate": "neuroncc.evaluation.runner",
+    "compile_program": "neuroncc.frontend.serving",
+    "CompiledProgram": "neuroncc.frontend.serving",
 }
 
 

@@ -54,7 +54,7 @@ def compile_aten_graph(gm: fx.GraphModule, name: str, options: BackendOptions,
         executable = compile_graph(imported.function, target=options.target, pipeline=options.pipeline,
                                    options=graph_compile_options(options),
                                    on_compiled=lambda record: (records.append(record),
-                                                               _compiled(record, import_seconds)))
+                                                               record_compiled(record, import_seconds)))
     stats.increment("graphs_compiled")
     stats.record_executable(executable, options.target)
     log.debug("neuroncc: compiled %s (%d ops) for target %s", name, len(imported.function.ops), options.target)
@@ -71,7 +71,9 @@ def graph_compile_options(options: BackendOptions) -> Mapping[str, Any]:
     return {**options.compile_options, "quick_first": QUICK_MODULES}
 
 
-def _compiled(record: CompileRecord, import_seconds: float) -> None:
+def record_compiled(record: CompileRecord, import_seconds: float) -> None:
+    """Count a compiled graph in ``neuroncc.stats()`` and, when it is in the cache, keep its key for
+    ``torch.compiler.save_cache_artifacts()``."""
     stats.record_compile(record, import_seconds)
     if record.key is not None and record.cache != "uncached":  # an entry in the cache: portable
         cache_artifacts.record(record.key)

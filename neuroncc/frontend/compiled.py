@@ -101,6 +101,12 @@ class CompiledGraph:
         args.clear()
         return outputs
 
+    @property
+    def direct(self) -> DirectCall | None:
+        """The call on data pointers of this graph's final executable, or None: some tensor crosses converted,
+        the executable is not the cpu target's, or its optimized build is still to come."""
+        return self._direct if self._pending is None else None
+
     def _take_optimized(self) -> None:
         """Run the optimized build from now on (if it failed, the quick code stays: the same results, slower;
         saving the executable reports the error)."""

@@ -126,7 +126,12 @@ class DirectCall:
         if self._seen is None or not self._seen.check(*tensors):
             if not self._qualify(tensors):
                 return None
-        addresses = [tensor.data_ptr() for tensor in tensors]
+        return self.launch([tensor.data_ptr() for tensor in tensors])
+
+    def launch(self, addresses: list[int]) -> list[torch.Tensor | None]:
+        """The call on the data addresses of its parameters' tensors (in parameter order: :attr:`inputs`), which
+        the caller has checked have the dtypes, shapes and strides the executable takes; the outputs as
+        :meth:`__call__` returns them. ``addresses`` is read during the call only (placed outputs copy it)."""
         made: list[Any] = [None] * len(self.results)
         pointers = [0] * len(self.results)
         for index, shape, strides, dtype in self._made:
@@ -165,11 +170,11 @@ class DirectCall:
                     tensor.is_conj() or tensor.is_neg() or not tensor.is_cpu:
                 return False
         if self._seen is None:
-            self._seen = _same_as(tensors)
+            self._seen = exact_match_guard(tensors)
         return True
 
 
-def _same_as(tensors: tuple[torch.Tensor, ...]) -> Any:
+def exact_match_guard(tensors: tuple[torch.Tensor, ...]) -> Any:
     """A C++ check that tensors have the Python type, dispatch keys, dtype, device, requires_grad, sizes and
     strides of ``tensors`` (TorchDynamo's own tensor guard), or None where this torch has none."""
     try:
