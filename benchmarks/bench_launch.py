@@ -15,9 +15,11 @@
 2. ``classifier``: the demo's classifier (neuroncc/examples/classifier.py) forward + backward, eager vs
    Inductor vs neuroncc, at each thread count.
 3. ``small``: issue #18's two small models, eager vs TorchDynamo alone (``backend="eager"``: the floor every
-   backend pays per call) vs Inductor vs neuroncc: a tiny MLP's inference call (8x64 -> 256 -> 10) and the
-   classifier's whole AdamW step at the issue's size (d=64, 4 heads, batch 32 x 16 tokens; forward + backward
-   + ``AdamW.step()``), twice: with the optimizer step eager in every column, and with it compiled by each
+   backend pays per call) vs Inductor vs neuroncc: a tiny MLP's inference call (8x64 -> 256 -> 10; also its
+   exported program served without TorchDynamo, by ``neuroncc.compile_program`` and by AOTInductor's
+   ``aoti_compile_and_package`` + ``aoti_load_package``, built before timing; ``--only mlp``: these rows
+   alone) and the classifier's whole AdamW step at the issue's size (d=64, 4 heads, batch 32 x 16 tokens;
+   forward + backward + ``AdamW.step()``), twice: with the optimizer step eager in every column, and with it compiled by each
    compiled column's own backend (``torch.compile(optimizer.step)``, PyTorch's "Compiling the optimizer"; the
    eager column stays eager, a control for the first row's eager; TorchDynamo's eager backend has no such
    row: it runs the traced per-parameter ops one by one). Both rows' ratios are to the first row's eager.
@@ -163,25 +165,70 @@ def bmm_on_blas():
         CpuTarget.small_bmm_max_macs = saved
 
 
-def bench_small(repeat: int, clock, ab_bmm: bool = False) -> list[list[str]]:
-    """The tiny MLP's inference call and the classifier's AdamW step, per implementation (``ab_bmm``: and
-    neuroncc with its bmm on BLAS, compiled under :func:`bmm_on_blas`)."""
+def bench_small_mlp(repeat: int, clock, aoti: dict[str, object]) -> list[list[str]]:
+    """The tiny MLP's inference call: eager, through torch.compile (TorchDynamo's floor, Inductor, neuroncc), and
+    the exported program served without TorchDynamo (``neuroncc.compile_program``; AOTInductor's
+    ``aoti_compile_and_package`` + ``aoti_load_package``). ``aoti`` keeps AOTInductor's loaded model (or why
+    it could not be built) between thread counts: its C++ build is slow, and stays out of the timed loop."""
     import torch
 
-    from neuroncc.examples.classifier import ClassifierConfig
+    import neuroncc
 
     torch.manual_seed(0)
     mlp = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10)).eval()
     x = torch.randn(8, 64)
     backends = {"eager": None, "dynamo floor": "eager", "inductor": "inductor", "neuroncc": "neuron"}
-    rows = []
     with torch.no_grad():
         impls = {name: (mlp if b is None else torch.compile(mlp, backend=b, dynamic=False)) for name, b in backends.items()}
-        torch.testing.assert_close(impls["neuroncc"](x), mlp(x), rtol=1e-5, atol=1e-5)
+        program = torch.export.export(mlp, (x,))
+        impls["neuroncc compile_program (no TorchDynamo)"] = neuroncc.compile_program(program)
+        if "model" not in aoti and "error" not in aoti:
+            aoti.update(aoti_model(program))
+        if "model" in aoti:
+            impls["AOTInductor (aoti_load_package)"] = aoti["model"]
+        for name in ("neuroncc", "neuroncc compile_program (no TorchDynamo)", *(("AOTInductor (aoti_load_package)",)
+                                                                             if "model" in aoti else ())):
+            torch.testing.assert_close(impls[name](x), mlp(x), rtol=1e-5, atol=1e-5)
         times = interleaved({name: (lambda f=f: f(x)) for name, f in impls.items()}, repeats=repeat * 5, warmup=20,
                             clock=clock)
-    rows += [["MLP 8x64->256->10 inference", name, f"{t * 1e6:.1f} us", f"{t / times['eager']:.2f}"]
-             for name, t in times.items()]
+    rows = [["MLP 8x64->256->10 inference", name, f"{t * 1e6:.1f} us", f"{t / times['eager']:.2f}"]
+            for name, t in times.items()]
+    if "error" in aoti:
+        rows.append(["MLP 8x64->256->10 inference", "AOTInductor (aoti_load_package)", "not built here",
+                     str(aoti["error"])[:60]])
+    return rows
+
+
+def aoti_model(program) -> dict[str, object]:
+    """``{"model": AOTInductor's loaded package}`` of ``program``, built with the system C++ compiler (and the
+    seconds it took), or ``{"error": why}`` when it cannot be built here."""
+    import tempfile
+
+    import torch
+
+    start = time.perf_counter()
+    try:
+        directory = tempfile.mkdtemp(prefix="bench-aoti-")
+        path = torch._inductor.aoti_compile_and_package(program, package_path=os.path.join(directory, "mlp.pt2"))
+        model = torch._inductor.aoti_load_package(path)
+    except Exception as error:  # noqa: BLE001 - no compiler, no headers, an Inductor failure: reported, not fatal
+        message = " ".join(str(error).split())[:200] or type(error).__name__
+        print(f"AOTInductor could not build the MLP here: {type(error).__name__}: {message}", file=sys.stderr)
+        return {"error": f"{type(error).__name__}: {message}"}
+    print(f"AOTInductor built the MLP in {time.perf_counter() - start:.1f} s (not timed)", file=sys.stderr)
+    return {"model": model}
+
+
+def bench_small(repeat: int, clock, ab_bmm: bool = False, aoti: dict[str, object] | None = None,
+                mlp_only: bool = False) -> list[list[str]]:
+    """The tiny MLP's inference call (:func:`bench_small_mlp`) and the classifier's AdamW step, per
+    implementation (``ab_bmm``: and neuroncc with its bmm on BLAS, compiled under :func:`bmm_on_blas`)."""
+    from neuroncc.examples.classifier import ClassifierConfig
+
+    rows = bench_small_mlp(repeat, clock, aoti if aoti is not None else {})
+    if mlp_only:
+        return rows
+    backends = {"eager": None, "dynamo floor": "eager", "inductor": "inductor", "neuroncc": "neuron"}
     config = ClassifierConfig(**ISSUE_CLASSIFIER_SHAPE)
     steps = {}
     if ab_bmm:
@@ -241,7 +288,8 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeat", type=int, default=200)
     parser.add_argument("--threads", default="1,2")
-    parser.add_argument("--only", choices=["chain", "hook", "classifier", "small"], default=None)
+    parser.add_argument("--only", choices=["chain", "hook", "classifier", "small", "mlp"], default=None,
+                        help="one section (mlp: small's MLP rows alone)")
     parser.add_argument("--profile", action="store_true",
                         help="the issue #18 classifier step per launcher step, at each thread count (profile_steps.py)")
     parser.add_argument("--ab-bmm", action="store_true",
@@ -271,14 +319,15 @@ def main() -> None:
               f"load {load()}")
         print(table(rows, ["", "us / call", "vs (A)", "vs (A)"]))
         print(f"the hook's check alone (tracing.watching(), front end's tracer installed): {check_ns:.0f} ns per call")
-    if args.only in (None, "small"):
+    if args.only in (None, "small", "mlp"):
+        aoti: dict[str, object] = {}
         for threads in (int(t) for t in args.threads.split(",")):
             torch.set_num_threads(threads)
             torch._dynamo.reset()
-            rows = bench_small(args.repeat, _clock(args, threads), args.ab_bmm)
+            rows = bench_small(args.repeat, _clock(args, threads), args.ab_bmm, aoti, mlp_only=args.only == "mlp")
             print(f"\nsmall models (issue #18), {threads} thread(s), {_clock_name(args, threads)}, load {load()}")
             print(table(rows, ["model", "", "time", "x eager"]))
-    if args.only in ("chain", "hook", "small"):
+    if args.only in ("chain", "hook", "small", "mlp"):
         return
     for threads in (int(t) for t in args.threads.split(",")):
         torch.set_num_threads(threads)
