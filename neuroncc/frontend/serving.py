@@ -115,14 +115,14 @@ class CompiledProgram:
         self._updates = tuple((index, fqn, slot_of[fqn]) for index, fqn in graph.buffer_mutations)
         self._guard: Any = None  # the C++ check of a call's user inputs (exact_match_guard), once one passed
         self._direct = _DirectProgram.of(self._compiled, self._arguments, self._user_positions, user_outputs,
-                                         self._updates)
+                                         graph.program.call_spec.out_spec, self._updates)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         signature = self._signature
         flat = args if not kwargs and signature.flat_positional == len(args) else signature.bind(args, kwargs)
         guard = self._guard
         if guard is not None and guard.check(*flat):  # tensors of the kind a call before passed in Python
-            return self._returned(self._direct(flat, self.state))
+            return self._direct(flat, self.state)
         flat = self._checked(flat)
         arguments = self._arguments.copy()
         for position, tensor in zip(self._user_positions, flat):
@@ -154,7 +154,7 @@ class _DirectProgram:
     state's addresses are kept between calls (a buffer update replaces one), each call adds its inputs'."""
 
     def __init__(self, direct: DirectCall, arguments: list[Any], user_positions: tuple[int, ...],
-                 computed: list[int], updates: tuple[tuple[int, int, int], ...]):
+                 computed: list[int], out_spec: pytree.TreeSpec | None, updates: tuple[tuple[int, int, int], ...]):
         self.launch = direct.launch
         self.arguments = arguments  # the program's (shared): a buffer update replaces its tensor there too
         number_of = {position: number for number, (position, *_) in enumerate(direct.inputs)}
@@ -167,16 +167,23 @@ class _DirectProgram:
                                  if position in number_of)
         #: the layouts the executable takes user inputs in, by index in the flat inputs
         self.user_layouts = {index: direct.inputs[number][3:] for number, index in self.user_params}
-        if len(computed) == 1:
+        #: the outputs made -> what the program returns
+        if len(computed) == 1 and out_spec is not None and out_spec.is_leaf():
             only = computed[0]
-            self.results: Any = lambda made: (made[only],)
+            self.results: Any = lambda made: made[only]
         else:
-            self.results = itemgetter(*computed) if computed else (lambda made: ())
+            returned = _returner(out_spec)
+            if len(computed) == 1:
+                only = computed[0]
+                self.results = lambda made: returned((made[only],))
+            else:
+                pick = itemgetter(*computed) if computed else (lambda made: ())
+                self.results = lambda made: returned(pick(made))
         self.updates = updates
 
     @staticmethod
     def of(compiled: CompiledGraph, arguments: list[Any], user_positions: tuple[int, ...], user_outputs: list[int],
-           updates: tuple[tuple[int, str, int], ...]) -> _DirectProgram | None:
+           out_spec: pytree.TreeSpec | None, updates: tuple[tuple[int, str, int], ...]) -> _DirectProgram | None:
         """The direct call when every output the program returns or updates is computed (not an input returned
         as it is, nor a constant), else None (every call then takes :class:`CompiledGraph`'s path)."""
         direct = compiled.direct
@@ -187,6 +194,7 @@ class _DirectProgram:
         if not wanted or not all(isinstance(outputs[index], ComputedOutput) for index in wanted):
             return None
         return _DirectProgram(direct, arguments, user_positions, [outputs[index].index for index in user_outputs],
+                              out_spec,
                               tuple((outputs[index].index, fqn, position) for index, fqn, position in updates))
 
     def takes(self, tensors: list[torch.Tensor]) -> bool:

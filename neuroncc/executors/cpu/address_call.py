@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from neuroncc.executors.cpu.buffers import storage_dtype
+from neuroncc.executors.cpu.native_sequence import NativeSequence
 from neuroncc.executors import tracing
 from neuroncc.executors.tracing import active_tracer
 
@@ -91,6 +92,7 @@ class AddressCall:
             extent = _extent(spec.shape, strides)
             self._copied.append((position, value_id, dtype, (tuple(spec.shape), strides, extent)))
         self._single = self._single_kernel()
+        self._sequence = self._whole_sequence() if self._single is None else None
 
     def _single_kernel(self) -> tuple[Any, ...] | None:
         """For the commonest executable, one native kernel called straight (no extern, no index check, no
@@ -108,10 +110,24 @@ class AddressCall:
         slots = tuple((slot, *places[buffer], offset) for slot, buffer, offset in kernel.dynamic)
         return kernel.args, kernel.args_address, tuple(kernel.serial_calls), slots
 
+    def _whole_sequence(self) -> tuple[NativeSequence, tuple[tuple[int, bool, int], ...]] | None:
+        """For an executable whose steps all run as one native sequence (native_sequence.py) with no output
+        copied at the end: the sequence, and per per-call buffer (its number, is an input, position). Its address
+        array's static entries (arena, constants) are written here once: every call writes the same values."""
+        exe = self.exe
+        if len(exe._calls) != 1 or not isinstance(exe._calls[0], NativeSequence) or self._copied:
+            return None
+        sequence = exe._calls[0]
+        with exe._lock:
+            sequence.addresses[:len(exe._address_list)] = exe._address_list
+        return sequence, tuple((number, is_input, position) for number, is_input, position, _, _ in self._buffers)
+
     def runner(self) -> Any:
         """``run(inputs, outputs)``, the same call as this object's, made for a caller that calls it per op:
         for the single-kernel executable a closure that sets the kernel's pointers and calls it (two Python
         frames fewer than ``__call__``: a third of the call on a 16-element op), else this object."""
+        if self._sequence is not None:
+            return self._sequence_runner(*self._sequence)
         if self._single is None:
             return self
         args, address, calls, slots = self._single
@@ -134,6 +150,26 @@ class AddressCall:
                     fn(address, 0, n_outer)
 
         return run
+
+    def _sequence_runner(self, sequence: NativeSequence, slots: tuple[tuple[int, bool, int], ...]) -> Any:
+        """:meth:`runner`'s closure for an executable run by one native sequence: the call's addresses written
+        into the sequence's array, one native call (the steps one by one when a BLAS step would decline)."""
+        lock, traced, words = self.exe._lock, self.__call__, sequence.words
+        program, array, run, precision = sequence.program, sequence.addresses, sequence.run, sequence.precision
+        inputs_only = tuple((number, position) for number, is_input, position in slots if is_input)
+        outputs_only = tuple((number, position) for number, is_input, position in slots if not is_input)
+
+        def run_sequence(inputs: Sequence[int], outputs: Sequence[int]) -> None:
+            if tracing.watching() or (precision is not None and precision() != "highest"):
+                return traced(inputs, outputs)
+            with lock:
+                for number, position in inputs_only:
+                    array[number] = inputs[position]
+                for number, position in outputs_only:
+                    array[number] = outputs[position]
+                run(program, words, array)
+
+        return run_sequence
 
     def _binary_runner(self, args: Any, address: int, call: tuple[Any, int], inputs: tuple[tuple[int, int, int], ...],
                        output: tuple[int, int, int]) -> Any:
