@@ -29,6 +29,7 @@ import os
 from collections.abc import Mapping
 from operator import itemgetter
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import torch
@@ -40,11 +41,13 @@ from neuroncc.driver.compile import DEFAULT_TARGET, compile_graph
 from neuroncc.driver.records import CompileRecord
 from neuroncc.errors import InputError
 from neuroncc.executors.executable import TARGETS, Executable
+from neuroncc.frontend import stats
 from neuroncc.frontend.aten_compiler import cyclic_gc_paused, record_compiled
 from neuroncc.frontend.compiled import CompiledGraph
 from neuroncc.frontend.direct_call import DirectCall, exact_match_guard
 from neuroncc.frontend.imported import ComputedOutput
 from neuroncc.frontend.exported import InferenceGraph, ProgramInput, import_inference, load_program
+from neuroncc.ir.ops.library_linalg import LinalgInputError
 
 #: Tensor types a program takes as they are (a Parameter is a plain tensor to the executable).
 _PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
@@ -75,6 +78,8 @@ def compile_program(program: ExportedProgram | str | os.PathLike[str], *, target
     with cyclic_gc_paused():
         executable = compile_graph(graph.imported.function, target=target, pipeline=pipeline, options=options,
                                    on_compiled=lambda record: (records.append(record), record_compiled(record, 0.0)))
+    stats.increment("graphs_compiled")  # counted as the torch backend counts its graphs (aten_compiler.py)
+    stats.record_executable(executable, target)
     return CompiledProgram(graph, executable, records[0] if records else None)
 
 
@@ -87,8 +92,8 @@ def _function_name(stem: str) -> str:
 class CompiledProgram:
     """An exported program's compiled inference graph with its state, called as the exported module is.
 
-    ``state`` maps each parameter, buffer and constant (by fully qualified name) to the tensor the program reads;
-    a buffer the program updates (BatchNorm's running statistics in train mode) is replaced there by its new
+    ``state`` maps each parameter, buffer and constant (by fully qualified name) to the tensor the program reads
+    (a copy of the program's, made here); a buffer the program updates (BatchNorm's running statistics in train mode) is replaced there by its new
     value after each call. ``cache`` says how the executable was obtained: ``"hit"`` (loaded from the compile
     cache), ``"miss"`` (compiled, now stored) or ``"uncached"``.
     """
@@ -96,14 +101,14 @@ class CompiledProgram:
     def __init__(self, graph: InferenceGraph, executable: Executable, record: CompileRecord | None = None):
         self.graph = graph
         self.cache = record.cache if record is not None else "uncached"
-        self.state: dict[str, torch.Tensor] = graph.initial_state()
+        self._state: dict[str, torch.Tensor] = graph.initial_state()
         self._compiled = CompiledGraph(graph.imported, executable,
                                        artifact_key=record.key if record and record.cache != "uncached" else None)
         self.executable = self._compiled.executable
         self._inputs: tuple[ProgramInput, ...] = graph.user_inputs
         self._signature = _Signature(graph.program)
         #: the graph's arguments with the state in place; a call fills in the user inputs' positions
-        self._arguments: list[Any] = [None if spec.kind == "input" else self.state[spec.target]
+        self._arguments: list[Any] = [None if spec.kind == "input" else self._state[spec.target]
                                       for spec in graph.inputs]
         self._user_positions = tuple(position for position, spec in enumerate(graph.inputs) if spec.kind == "input")
         user_outputs = [index for index, spec in enumerate(graph.program.graph_signature.output_specs)
@@ -122,17 +127,23 @@ class CompiledProgram:
         flat = args if not kwargs and signature.flat_positional == len(args) else signature.bind(args, kwargs)
         guard = self._guard
         if guard is not None and guard.check(*flat):  # tensors of the kind a call before passed in Python
-            return self._direct(flat, self.state)
+            return self._direct(flat, self._state)
         flat = self._checked(flat)
         arguments = self._arguments.copy()
         for position, tensor in zip(self._user_positions, flat):
             arguments[position] = tensor
         outputs = self._compiled(arguments)
         for index, fqn, position in self._updates:
-            self.state[fqn] = self._arguments[position] = outputs[index]
+            self._state[fqn] = self._arguments[position] = outputs[index]
             if self._direct is not None:  # its addresses too
                 self._direct.moved_state(position, outputs[index])
         return self._returned(self._user_outputs(outputs))
+
+    @property
+    def state(self) -> Mapping[str, torch.Tensor]:
+        """The tensors the program reads, by fully qualified name (read-only: edit a tensor in place, e.g.
+        ``copy_``, to change a weight; the calls read these tensors' memory)."""
+        return MappingProxyType(self._state)
 
     def _checked(self, flat: tuple[Any, ...] | list[Any]) -> list[torch.Tensor]:
         """The call's user inputs checked in Python (InputError names the first wrong one). When the direct
@@ -216,7 +227,10 @@ class _DirectProgram:
         addresses = self.addresses.copy()
         for number, index in self.user_params:
             addresses[number] = flat[index].data_ptr()
-        made = self.launch(addresses)
+        try:
+            made = self.launch(addresses)
+        except LinalgInputError as error:  # what eager raises, as CompiledGraph's calls do
+            raise torch.linalg.LinAlgError(str(error)) from error
         for index, fqn, position in self.updates:
             state[fqn] = tensor = made[index]
             self.moved_state(position, tensor)
@@ -257,7 +271,8 @@ class _Signature:
         self.in_spec = spec
         self.args_count = spec.child(0).num_children
         self.kwarg_names = tuple(spec.child(1).context)
-        names = program.module_call_graph[0].signature.forward_arg_names if program.module_call_graph else None
+        signature = program.module_call_graph[0].signature if program.module_call_graph else None
+        names = getattr(signature, "forward_arg_names", None)
         if not names or len(names) != self.args_count + len(self.kwarg_names) or \
                 set(names[self.args_count:]) != set(self.kwarg_names):
             names = [f"arg_{i}" for i in range(self.args_count)] + list(self.kwarg_names)

@@ -95,6 +95,20 @@ def test_buffer_updates_kwargs_and_pytree_outputs_follow_eager(normalized):
     assert int(served.state["norm.num_batches_tracked"]) == 4
 
 
+def test_the_state_is_the_programs_own_copy_and_edits_in_place_show():
+    torch.manual_seed(0)
+    model, x = _tiny_mlp(), torch.randn(8, 64)
+    served = neuroncc.compile_program(torch.export.export(model, (x,)))
+    with torch.no_grad():
+        served(x)
+        model[2].bias.zero_()  # the model's weights are not the program's
+        assert not torch.equal(served(x), model(x))
+        served.state["2.bias"].zero_()  # the program's, edited in place: the next call reads them
+        torch.testing.assert_close(served(x), model(x))
+    with pytest.raises(TypeError):
+        served.state["2.bias"] = torch.zeros(10)
+
+
 def _wrong_calls(x: torch.Tensor) -> list[tuple[str, tuple, dict, str]]:
     return [
         ("dtype", (x.double(),), {}, r"input 'input': expected a CPU tensor float32\[8, 64\], got float64\[8, 64\]"),
