@@ -69,6 +69,39 @@ def test_the_tiny_mlp_gives_eagers_results_on_every_call(tiny):
     assert not served(x).requires_grad
 
 
+def test_after_the_first_call_inputs_are_checked_by_the_guard_alone(tiny, monkeypatch):
+    from neuroncc.frontend import serving
+
+    model, x, served = tiny
+    checked = []
+    check = serving._checked_input
+    monkeypatch.setattr(serving, "_checked_input", lambda *args: checked.append(args[1].target) or check(*args))
+    with torch.no_grad():
+        served(x)
+        count = len(checked)
+        for _ in range(3):
+            served(torch.randn(8, 64))
+        assert len(checked) == count  # no Python check: the C++ guard passed them
+        served(x.double().float()[:, :].t().contiguous().t())  # another layout: checked in Python again
+        assert len(checked) == count + 1
+
+
+def test_bf16_and_the_general_path_of_other_targets():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 4)).eval()
+    x = torch.randn(8, 16)
+    model_bf16 = copy.deepcopy(model).bfloat16()
+    bf16 = neuroncc.compile_program(torch.export.export(model_bf16, (x.bfloat16(),)))
+    interp = neuroncc.compile_program(torch.export.export(model, (x,)), target="interp")
+    assert bf16._direct is not None and interp._direct is None  # bf16 crosses as its bits; interp as arrays
+    with torch.no_grad():
+        for _ in range(2):
+            torch.testing.assert_close(bf16(x.bfloat16()), model_bf16(x.bfloat16()))
+            torch.testing.assert_close(interp(x), model(x))
+        with pytest.raises(neuroncc.InputError, match="expected a CPU tensor float32"):
+            interp(x.bfloat16())
+
+
 def test_inputs_of_another_layout_or_mode_give_the_same_results(tiny):
     model, x, served = tiny
     transposed = torch.randn(64, 8).t()  # the right shape, strides the executable does not take
