@@ -19,10 +19,10 @@
    exported program served without TorchDynamo, by ``neuroncc.compile_program`` and by AOTInductor's
    ``aoti_compile_and_package`` + ``aoti_load_package``, built before timing; ``--only mlp``: these rows
    alone) and the classifier's whole AdamW step at the issue's size (d=64, 4 heads, batch 32 x 16 tokens;
-   forward + backward + ``AdamW.step()``), twice: with the optimizer step eager in every column, and with it compiled by each
-   compiled column's own backend (``torch.compile(optimizer.step)``, PyTorch's "Compiling the optimizer"; the
-   eager column stays eager, a control for the first row's eager; TorchDynamo's eager backend has no such
-   row: it runs the traced per-parameter ops one by one). Both rows' ratios are to the first row's eager.
+   forward + backward + ``AdamW.step()``), twice: with the optimizer step eager in every column, and with it
+   compiled by each compiled column's own backend (``torch.compile(optimizer.step)``, PyTorch's "Compiling the
+   optimizer"; the eager column stays eager, a control for the first row's eager; TorchDynamo's eager backend
+   has no such row: it runs the traced per-parameter ops one by one). Both rows' ratios are to the first row's eager.
    ``--ab-bmm`` adds neuroncc with its small bmm on MKL's sgemm_batch instead of generated code
    (``CpuTarget.small_bmm_max_macs`` 0 while it compiles).
 

@@ -10,8 +10,9 @@ process loads the executable and compiles nothing). The :class:`CompiledProgram`
 state (parameters, buffers, constants) and is called like the exported module: positional and keyword inputs,
 pytrees in and out (the program's in/out specs), buffer updates kept in its state.
 
-A call costs what TorchDynamo's guards and AOTAutograd's wrappers would not: everything that does not depend
-on the call's tensors is decided once, here. Per call (:meth:`CompiledProgram.__call__`): the user inputs are
+A call pays for neither TorchDynamo's guards nor AOTAutograd's wrappers (their floor alone is 2.2-2.4x eager's
+time on issue #18's tiny MLP, which this path runs at 0.43-0.58x): everything that does not depend on the
+call's tensors is decided once, here. Per call (:meth:`CompiledProgram.__call__`): the user inputs are
 bound (a tuple as it is, when the program takes tensors positionally), checked by one C++ tensor guard
 (TorchDynamo's ``TensorGuards``: Python type, dispatch keys, dtype, device, requires_grad, sizes, strides of
 the last call that passed the check in Python), and the executable is called on data pointers
@@ -93,8 +94,8 @@ class CompiledProgram:
     """An exported program's compiled inference graph with its state, called as the exported module is.
 
     ``state`` maps each parameter, buffer and constant (by fully qualified name) to the tensor the program reads
-    (a copy of the program's, made here); a buffer the program updates (BatchNorm's running statistics in train mode) is replaced there by its new
-    value after each call. ``cache`` says how the executable was obtained: ``"hit"`` (loaded from the compile
+    (a copy of the program's, made here); a buffer the program updates (BatchNorm's running statistics in train
+    mode) is replaced there by its new value after each call. ``cache`` says how the executable was obtained: ``"hit"`` (loaded from the compile
     cache), ``"miss"`` (compiled, now stored) or ``"uncached"``.
     """
 
