@@ -13,7 +13,7 @@ runs (``tests/frontend/test_warm_imports.py``).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch.fx as fx
@@ -24,6 +24,7 @@ from torch._functorch.partitioners import min_cut_rematerialization_partition
 from neuroncc.frontend import graph_cache, stats
 from neuroncc.frontend.aten_compiler import compile_aten_graph
 from neuroncc.frontend.boundary import HostDevice
+from neuroncc.frontend.compiled import CompiledGraph
 from neuroncc.frontend.diagnostics import DATA_DEPENDENT_ERRORS, data_dependent_refusal
 from neuroncc.frontend.fallback import has_communication, partition_and_compile
 from neuroncc.frontend.lowering.attention import attention_tracing
@@ -73,6 +74,8 @@ class AtenCompilers:
     name: str
     device: HostDevice | None = None
     recorder: graph_cache.GraphRecorder | None = None  # collects the graph cache's entry on a miss
+    #: the forward graph compiled (its backward shares its arena)
+    compiled_forward: list[Any] = field(default_factory=list)
 
     def forward(self, gm: fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
         # The activations saved for the backward keep the layout our executable gives them, and AOTAutograd
@@ -81,6 +84,7 @@ class AtenCompilers:
         # graph, fallback="cpu", returns what its pieces return: eager's layouts.)
         saved = saved_activations(gm) if not self._partitioned(gm) else frozenset()
         compiled = self._compile(gm, "forward", saved)
+        self.compiled_forward.append(compiled)
         report_output_strides(compiled, saved)
         if self.recorder is not None:
             self.recorder.forward_compiled(gm, compiled, saved, "autograd")
@@ -89,6 +93,9 @@ class AtenCompilers:
     def backward(self, gm: fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
         take_input_layouts(gm, example_inputs)
         compiled = self._compile(gm, "backward")
+        forward = self.compiled_forward[-1] if self.compiled_forward else None
+        if isinstance(forward, CompiledGraph) and isinstance(compiled, CompiledGraph):
+            forward.share_arena_with(compiled)  # their calls follow one another: one arena (as on a hit)
         if self.recorder is not None:
             self.recorder.backward_compiled(gm, compiled)
         return compiled

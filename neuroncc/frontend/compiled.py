@@ -72,6 +72,34 @@ class CompiledGraph:
         self.in_place = frozenset(index for position, index in graph.mutations
                                   if index in in_place and graph.param_positions[in_place[index]] == position)
         self._direct_copies = self._copies_after_direct_calls()
+        self._arena_partner: CompiledGraph | None = None
+
+    def share_arena_with(self, other: CompiledGraph) -> None:
+        """A training graph's forward and backward, whose calls follow one another, keep one arena (the cpu
+        launcher's ``sharing_arena``: the process holds the larger of the two, not both). The one rule of a
+        compile (``aot_compile.AtenCompilers``) and a graph-cache hit alike. Shared once both run their final
+        code: an executable whose optimized build is pending keeps its arena, which that build is made over,
+        and the two share when the second takes its build (:meth:`_take_optimized`)."""
+        self._arena_partner, other._arena_partner = other, self
+        self._share_arena()
+
+    def _share_arena(self) -> None:
+        partner = self._arena_partner
+        share = getattr(self.executable, "sharing_arena", None)
+        if partner is None or share is None or self._pending is not None or partner._pending is not None:
+            return
+        mine, theirs = share(partner.executable)
+        self._run(mine)
+        partner._run(theirs)
+
+    def _run(self, executable: Executable) -> None:
+        """Call ``executable`` from now on (the same plan and code: outputs and strides stay)."""
+        if executable is self.executable:
+            return
+        self.executable = executable
+        if self._direct is not None:
+            self._direct = DirectCall.of(self.executable, self.graph, self.outputs)
+            self._direct_copies = self._copies_after_direct_calls()
 
     def __call__(self, args: list[Any]) -> list[Any]:
         if self._pending is not None and self._pending.done():
@@ -112,10 +140,8 @@ class CompiledGraph:
         saving the executable reports the error)."""
         pending, self._pending = self._pending, None
         if pending.exception() is None:
-            self.executable = pending.result()
-            if self._direct is not None:
-                self._direct = DirectCall.of(self.executable, self.graph, self.outputs)
-                self._direct_copies = self._copies_after_direct_calls()
+            self._run(pending.result())
+        self._share_arena()
 
     def _copies_after_direct_calls(self) -> list[tuple[int, int]]:
         """(graph input, IR output) of the input updates a direct call leaves to a ``copy_``: neither computed

@@ -172,10 +172,6 @@ def _rebuild(payload: Any, cache: CompileCache, target: str, gm: fx.GraphModule,
     forward_executable = _load_graph(payload["forward"], cache, target)
     if training:
         backward_executable = _load_graph(payload["backward"], cache, target)
-        # their calls follow one another: one arena for both (the cpu launcher's sharing_arena), one less kept
-        share = getattr(forward_executable, "sharing_arena", None)
-        if share is not None:
-            forward_executable, backward_executable = share(backward_executable)
     forward = _compiled_graph(payload["forward"], forward_executable, target)
     if (context := torch._guards.TracingContext.try_get()) is not None:
         context.fw_metadata = meta  # as AOTAutograd leaves it (read by the DDP optimizer's buckets)
@@ -188,8 +184,9 @@ def _rebuild(payload: Any, cache: CompileCache, target: str, gm: fx.GraphModule,
     disable_amp = torch._C._is_any_autocast_enabled()
     detach = _int_list(payload["indices_of_inps_to_detach"])
     if training:
-        backward = torch._dynamo.disable(_compiled_graph(payload["backward"], backward_executable, target),
-                                         reason="do not trace generated backwards pass")
+        backward_graph = _compiled_graph(payload["backward"], backward_executable, target)
+        forward.share_arena_with(backward_graph)  # their calls follow one another: one arena (as on a compile)
+        backward = torch._dynamo.disable(backward_graph, reason="do not trace generated backwards pass")
         symints = payload["num_symints_saved_for_bw"]
         if type(symints) is not int:
             raise BadMetadata("num_symints_saved_for_bw")

@@ -15,7 +15,11 @@
   the operand is read only elementwise by ops that come no later than the first op writing an output of its
   size. So each element is read before it is overwritten whether codegen runs the region as one loop or
   as one loop per op in region order. Matmul kernels never run in place (the matmul may write its output
-  before the epilogue reads the operand).
+  before the epilogue reads the operand). That is what the region says; whether the code a target generates
+  for the kernel keeps that order is the target's to say: :func:`plan`'s ``may_write_over`` asks it of each
+  pair the region allows (the cpu launch planner answers from the kernel's loop plan, ``codegen/llvm/
+  in_place.py``), and a refused result gets a buffer of its own. The launch then places every value where
+  the plan does: the decision is made here, once.
 * Placement: greedy by size, largest first; each buffer goes in the smallest gap (best fit) between the
   buffers already placed whose lifetimes overlap its own, or after them. Offsets and sizes are multiples of
   a cache line (64 bytes: generated code reads and writes buffers with aligned vector accesses).
@@ -23,7 +27,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -97,8 +101,18 @@ class _Slot:
         return self.start <= other.end and other.start <= self.end
 
 
-def plan(fn: Function) -> MemoryPlan:
-    """Plan the arena for ``fn``'s top-level intermediate buffers (see the module docstring)."""
+#: ``may_write_over(op_position, result_number, operand_number)``: may that kernel's result be computed into
+#: the buffer of that operand (which dies at the op)? The target's answer (see the module docstring).
+WriteOver = Callable[[int, int, int], bool]
+
+
+def _region_only(op_position: int, result_number: int, operand_number: int) -> bool:
+    return True
+
+
+def plan(fn: Function, may_write_over: WriteOver = _region_only) -> MemoryPlan:
+    """Plan the arena for ``fn``'s top-level intermediate buffers (see the module docstring); a kernel result
+    takes a dying operand's buffer where the region allows it and ``may_write_over`` agrees."""
     index = value_indices(fn)
     root_of = _view_roots(fn)
     external = _external_roots(fn, root_of)
@@ -112,11 +126,12 @@ def plan(fn: Function) -> MemoryPlan:
         if aliases_operand(op):
             continue
         reusable = _in_place_candidates(op, position, root_of, last_read, slot_of, external)
-        for result in op.results:
+        for number, result in enumerate(op.results):
             if result in external:
                 continue
             end = max(last_read.get(result, position), position)
-            donor = next((d for d in reusable if _same_footprint(d, result)), None)
+            donor = next((d for d in reusable if _same_footprint(d, result)
+                          and may_write_over(position, number, op.operands.index(d))), None)
             if donor is not None:
                 reusable.remove(donor)
                 slot = slot_of[donor]
@@ -262,7 +277,8 @@ def _peak(slots: list[_Slot], op_count: int) -> int:
 
 @dataclass(frozen=True)
 class PlanMemory(Pass):
-    """Record the memory plan's summary (peak_bytes, arena_bytes, naive_bytes) in the function metadata."""
+    """Record the memory plan's summary (peak_bytes, arena_bytes, naive_bytes) in the function metadata: the
+    region's answer to the in-place question (no target asked), an upper bound on the reuse a launch plan makes."""
 
     name: ClassVar[str] = "plan-memory"
 

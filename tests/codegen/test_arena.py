@@ -5,12 +5,14 @@ values returned in the end leave no gap."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
-from neuroncc.codegen.llvm import jit
-from neuroncc.codegen.llvm.program import plan_launch
+from neuroncc.codegen.llvm import jit, refine
+from neuroncc.codegen.llvm.program import memory_plan_for_launch, plan_launch
 from neuroncc.codegen.llvm.regions import wrap_remaining_ops
 from neuroncc.executors.cpu.launcher import build_cpu_executable
-from neuroncc.ir import Builder, DType, TensorType, interpret
+from neuroncc.hardware.host import host_cpu
+from neuroncc.ir import Attrs, Builder, DType, TensorType, interpret
 from neuroncc.passes.plan_memory import plan as plan_memory
 from neuroncc.passes.plan_memory import value_indices
 
@@ -77,3 +79,74 @@ def test_the_slot_of_a_value_returned_in_the_end_leaves_no_gap(rng):
     xs = rng.standard_normal((16, 16)).astype(np.float32)
     for got, want in zip(build_cpu_executable(fn, {"threads": 1})(xs), interpret(fn, [xs])):
         np.testing.assert_allclose(got, want, rtol=1.3e-6, atol=1e-6)
+
+
+def _relu_backward(rows: int = 32, cols: int = 64):
+    """mm -> kernel[mask, product] -> [where(mask, 0, product), its column sum] -> mm: the transformer training
+    step's ReLU backward between its matmuls (``fused_1_where_sum``)."""
+    r = Builder("fused_where_sum")
+    batched = (4, rows // 4, cols)
+    mask, product = r.param(TensorType(batched, DType.bool), "mask"), r.param(TensorType((rows, cols), DType.f32))
+    zero = r.op("full", shape=(), dtype=DType.f32, value=0.0)
+    grad = r.op("where", mask, zero, r.op("reshape", product, shape=batched))
+    region = r.build([grad, r.op("sum", r.op("reshape", grad, shape=(rows, cols)), dims=(0,), keepdim=True)])
+    b = Builder("relu_backward")
+    a, w = b.param(TensorType((rows, 16), DType.f32), "a"), b.param(TensorType((16, cols), DType.f32), "w")
+    mask, c = b.param(TensorType(batched, DType.bool), "mask"), b.param(TensorType((cols, 8), DType.f32), "c")
+    grad, bias = b.emit("kernel", [mask, b.op("mm", a, w)], Attrs(name="fused_where_sum"), regions=[region]).results
+    return wrap_remaining_ops(b.build([b.op("mm", b.op("reshape", grad, shape=(rows, cols)), c), bias]))
+
+
+def _honoured(launch, fn):
+    """(result, operand) pairs of kernels whose result starts where that operand does in the launch plan."""
+    index = value_indices(fn)
+
+    def start(value):
+        spec = launch.values[index[value]]
+        buffer = launch.buffers[spec.buffer]
+        return (buffer.kind, buffer.index) if spec.offset == 0 and buffer.kind == "arena" else None
+
+    return tuple((index[r], index[v]) for op in fn.ops if op.name == "kernel" for r in op.results
+                 for v in op.operands if start(r) is not None and start(r) == start(v))
+
+
+@pytest.mark.parametrize("row_cache", [True, False])
+def test_plan_memory_decides_in_place_and_the_launch_plan_honours_exactly_its_pairs(row_cache, rng, monkeypatch):
+    """The region lets the gradient take the dying product's slot. The kernel's plan agrees when the column sum
+    loads the gradient from the row cache; without that cache (the code of before) the sum recomputes it from
+    the product after the product was overwritten, so the kernel's plan says no, and then the memory plan has
+    no such pair either (it had, and the launch moved the gradient to a slot after the arena)."""
+    if not row_cache:
+        monkeypatch.setattr(refine, "_reads_a_param_of_its_size", lambda plan, value: False)
+    fn = _relu_backward()
+    kernel = next(op for op in fn.ops if op.name == "kernel")
+    index = value_indices(fn)
+    pair = (index[kernel.results[0]], index[kernel.operands[1]])
+    assert plan_memory(fn).in_place == (pair,)  # the region's answer
+    launch, _ = plan_launch(fn, *jit.host_cpu())
+    asked = memory_plan_for_launch(fn, *jit.host_cpu())
+    assert asked.in_place == _honoured(launch, fn) == ((pair,) if row_cache else ())
+    apart = plan_memory(fn, lambda *pair: False)  # every value in a slot of its own
+    saved = plan_launch(fn, *jit.host_cpu(), apart)[0].arena_bytes - launch.arena_bytes
+    assert saved == (asked.sizes[pair[1]] if row_cache else 0)
+    inputs = [rng.standard_normal((32, 16)).astype(np.float32), rng.standard_normal((16, 64)).astype(np.float32),
+              rng.random((4, 8, 64)) < 0.5, rng.standard_normal((64, 8)).astype(np.float32)]
+    got = build_cpu_executable(fn, {"threads": 1})(*inputs)
+    for a, want in zip(got, interpret(fn, inputs)):
+        np.testing.assert_allclose(a, want, rtol=1e-5, atol=1e-5)
+    for a, b in zip(got, build_cpu_executable(fn, {"threads": 1, "memory_plan": apart})(*inputs)):  # same bits
+        assert np.array_equal(a.view(np.uint8), b.view(np.uint8))
+
+
+def test_a_result_computed_over_its_operand_is_not_streamed():
+    """Non-temporal stores would evict each line the kernel has just read (ReLU's backward in place: 15% slower
+    than with plain stores); the same kernel into a slot of its own streams its large output."""
+    fn = _relu_backward(2048, 1024)  # mask 2 MiB, product and gradient 8 MiB each
+    if not host_cpu().streams_outputs(18 << 20):
+        pytest.skip("this host's last-level cache holds the kernel: nothing is streamed")
+    cpu = jit.host_cpu()
+    launch, texts = plan_launch(fn, *cpu)
+    assert memory_plan_for_launch(fn, *cpu).in_place == _honoured(launch, fn) != ()
+    _, apart = plan_launch(fn, *cpu, plan_memory(fn, lambda *pair: False))
+    assert not any("!nontemporal" in text for text in texts)
+    assert any("!nontemporal" in text for text in apart)

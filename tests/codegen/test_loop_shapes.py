@@ -146,7 +146,7 @@ def _planner_steps():
     """The planner's steps after ``form_phases``, in ``plan_kernel``'s order."""
     return [lambda p: refine.block_long_rows(p, CPU_INNER_BLOCK), refine.cache_rows, refine.split_columns,
             refine.parallel_kept_dims, refine.accumulate_column_partials, refine.split_full_reductions,
-            transpose.block_transposed_rows, block_matmul_rows]
+            refine.cache_written_rows, transpose.block_transposed_rows, block_matmul_rows]
 
 
 @pytest.mark.parametrize("case", CASES, ids=list(CASES))

@@ -14,6 +14,7 @@ import pytest
 from codegen_helpers import run_both
 
 from neuroncc.codegen.llvm import Layout
+from neuroncc.codegen.llvm.in_place import writes_in_place
 from neuroncc.codegen.llvm.kernel_plan import ChunkedRows, RowLoop
 from neuroncc.codegen.llvm.regions import fuse_whole_function
 from neuroncc.codegen.llvm.schedule import plan_kernel
@@ -95,10 +96,23 @@ def test_a_stage_reading_another_row_recomputes(rng):
 
 
 def test_cheap_written_values_are_recomputed(rng):
-    # no transcendental function: recomputing x * 2 costs less than storing and loading it
+    # no transcendental function, and built from broadcast rows and columns: recomputing it costs less than
+    # storing and loading it, and reads no buffer the output could be computed over
     b = Builder("cheap")
+    col, row = b.param(TensorType((12, 1), DType.f32), "col"), b.param(TensorType((1, 33), DType.f32), "row")
+    y = b.op("mul", col, row)
+    fn = fuse_whole_function(b.build([y, b.op("sum", y, dims=(1,))]))
+    run_both(fn, _inputs(rng, fn))
+    assert _cached(fn) == []
+
+
+def test_a_cheap_value_recomputed_from_a_parameter_of_its_size_is_cached(rng):
+    # x * 2 and its row sum: recomputed, the sum would read x again, so x's buffer could not take the output
+    # (the plan-memory pass's in-place reuse: in_place.writes_in_place); cached, the sum reads the row cache
+    b = Builder("over_x")
     x = b.param(TensorType((12, 33), DType.f32), "x")
     y = b.op("mul", x, b.op("full", dtype=DType.f32, shape=(), value=2.0))
     fn = fuse_whole_function(b.build([y, b.op("sum", y, dims=(1,))]))
     run_both(fn, _inputs(rng, fn))
-    assert _cached(fn) == []
+    assert _cached(fn) == ["mul"]
+    assert writes_in_place(_plan(fn), 0, 0)

@@ -169,8 +169,8 @@ def test_a_hit_gives_the_forward_and_backward_one_arena(monkeypatch):
     loaded = []
     compiled_graph = graph_cache._compiled_graph
     monkeypatch.setattr(graph_cache, "_compiled_graph",
-                        lambda part, executable, target: loaded.append(executable) or compiled_graph(
-                            part, executable, target))
+                        lambda part, executable, target: loaded.append(compiled_graph(part, executable, target))
+                        or loaded[-1])
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.GELU(), torch.nn.LayerNorm(256),
                                 torch.nn.Linear(256, 8))
@@ -185,11 +185,43 @@ def test_a_hit_gives_the_forward_and_backward_one_arena(monkeypatch):
             run(x).pow(2).sum().backward()
             grads.append([p.grad.clone() for p in model.parameters()])
     assert neuroncc.stats()["graph_cache_hits"] == 1 and neuroncc.stats()["cache_misses"] == 2
-    forward, backward = loaded
+    forward, backward = (graph.executable for graph in loaded)
     assert forward._lock is backward._lock and forward.plan.arena_bytes > 0 and backward.plan.arena_bytes > 0
     larger = max(forward, backward, key=lambda e: e.plan.arena_bytes)
     assert forward._arena.ctypes.data == backward._arena.ctypes.data == larger._arena.ctypes.data
     assert all(torch.equal(a, b) for step in grads[1:] for a, b in zip(grads[0], step))
+
+
+@pytest.mark.parametrize("quick_first", [False, "modules"])
+def test_a_compile_gives_the_forward_and_backward_one_arena_as_a_hit_does(quick_first, monkeypatch):
+    """The same rule on a miss: one arena once both graphs run their final code (with quick-tier code first,
+    once each has taken its optimized build, which is made over the quick code's own arena)."""
+    from neuroncc.frontend.compiled import CompiledGraph
+
+    pairs = []
+    share = CompiledGraph.share_arena_with
+    monkeypatch.setattr(CompiledGraph, "share_arena_with", lambda self, other: pairs.append((self, other)) or
+                        share(self, other))
+    monkeypatch.setenv("NEURONCC_DISABLE_GRAPH_CACHE", "1")
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.GELU(), torch.nn.LayerNorm(256),
+                                torch.nn.Linear(256, 8))
+    x = torch.randn(32, 64)
+    run = torch.compile(model, backend="neuron", dynamic=False, options={"quick_first": quick_first})
+    grads = []
+    for _ in range(3):
+        model.zero_grad()
+        run(x).pow(2).sum().backward()
+        grads.append([p.grad.clone() for p in model.parameters()])
+        for graph in (graph for pair in pairs for graph in pair):
+            if graph._pending is not None:
+                graph._pending.result()  # the optimized build: taken on the next call
+    ((forward, backward),) = pairs
+    assert forward._pending is None and backward._pending is None
+    assert forward.executable._lock is backward.executable._lock
+    assert forward.executable._arena.ctypes.data == backward.executable._arena.ctypes.data
+    assert all(torch.equal(a, b) for step in grads[1:] for a, b in zip(grads[0], step))  # quick and optimized
 
 
 def test_inputs_sharing_memory_are_compiled_every_time_with_the_reason_counted():

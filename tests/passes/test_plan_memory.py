@@ -97,6 +97,29 @@ def test_a_chain_of_pointwise_kernels_runs_in_place():
     assert_same_results(interpret(fn, inputs), run_in_arena(fn, memory, inputs))
 
 
+def test_a_refused_pair_gets_a_buffer_of_its_own_and_the_others_stay_in_place():
+    """The target's answer is part of the decision (``may_write_over``): asked exactly the pairs the region
+    allows, with the kernel's op position, result and operand numbers; a refused result gets its own buffer."""
+    b = Builder("chain")
+    h = b.param(TensorType((64, 64), F32), "x")
+    for name in ("relu", "exp", "tanh", "neg"):
+        h = kernel(b, h, f"k_{name}", pointwise_region(name))
+    fn = b.build([h])
+    asked = []
+
+    def may_write_over(op_position, result, operand):
+        asked.append((op_position, result, operand))
+        return op_position != 1  # exp's kernel may not compute over relu's result
+
+    memory = plan(fn, may_write_over)
+    assert asked == [(1, 0, 0), (2, 0, 0)]  # relu reads a parameter; neg's result is the output
+    assert memory.in_place == ((3, 2),)  # was ((2, 1), (3, 2))
+    assert memory.arena_bytes == 2 * 64 * 64 * 4 and memory.offsets[2] != memory.offsets[1]
+    check_plan(fn, memory)
+    inputs = random_inputs(fn)
+    assert_same_results(interpret(fn, inputs), run_in_arena(fn, memory, inputs))
+
+
 def test_no_in_place_when_a_result_element_is_read_at_another_index():
     b = Builder("transpose")
     p = b.param(TensorType((8, 8), F32))

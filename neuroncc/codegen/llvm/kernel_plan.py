@@ -431,6 +431,8 @@ class KernelPlan:
     written: frozenset[int] = frozenset()  # argument slots written inside the kernel (stages, the extern)
     row_blocked: bool = False  # the extern matmul can run block of rows by block, each followed by the phases
     aligned_args: frozenset[int] = frozenset()  # argument slots whose buffers start 64-byte aligned
+    #: output slots the launch computes over one of the parameters' buffers (``in_place.writes_in_place``)
+    overwrites: frozenset[int] = frozenset()
     vector_width: int = 0  # the kernel's tile decision: at most this many float32 lanes per vector (0: no cap)
 
     @property

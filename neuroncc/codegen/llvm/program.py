@@ -10,7 +10,7 @@ lists those (output, parameter) pairs, which a caller then need not copy. The pl
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from neuroncc.codegen.llvm import Layout, view_layout
@@ -46,12 +46,28 @@ def _layout_spec(layout: Layout) -> ValueSpec:
     return ValueSpec(layout.arg, layout.offset, layout.shape, layout.strides, layout.dtype.value)
 
 
+@dataclass(frozen=True)
+class _KernelPlanned:
+    """A kernel's loop plan (None: the interpreter runs it, ``error`` says why) for the layouts it was made for."""
+
+    layouts: tuple[Layout, ...]
+    tiled: Any
+    kplan: Any
+    error: CodegenError | None
+
+
 class _LaunchPlanner:
+    """``dry``: lay values out and plan kernels only (no code, no arena placement): the kernels' plans answer
+    the memory plan's in-place question (:meth:`may_write_over`), and a second planner reuses them."""
+
     def __init__(self, fn: Function, cpu: str, features: str, memory_plan: Any,
-                 on_kernel: Callable[[str], None] | None = None):
+                 on_kernel: Callable[[str], None] | None = None, dry: bool = False,
+                 kernel_plans: dict[int, _KernelPlanned] | None = None):
         self.fn = fn
         self.on_kernel = on_kernel
-        self.plan = CpuLaunchPlan(function_hash(fn), cpu, features)
+        self.dry = dry
+        self.kernel_plans: dict[int, _KernelPlanned] = {} if kernel_plans is None else kernel_plans
+        self.plan = CpuLaunchPlan("" if dry else function_hash(fn), cpu, features)  # (a dry plan is dropped)
         self.ids: dict[Value, int] = {}
         self.memory_offsets: Mapping[Any, int] = getattr(memory_plan, "offsets", None) or {}
         self.memory_sizes: Mapping[Any, int] = getattr(memory_plan, "sizes", None) or {}
@@ -188,10 +204,12 @@ class _LaunchPlanner:
                     if strides is None or not self.supplied_buffer(result, strides):
                         self.own_buffer(result, avoid=op.operands + op.results[:number])
                 step = StepSpec(StepKind.EXTERN, op_index, self._ids(op.operands), self._ids(op.results))
-                self.plan.steps.append(self.generated_matmul(step, op) or step)
+                self.plan.steps.append((None if self.dry else self.generated_matmul(step, op)) or step)
             else:
                 raise CodegenError(f"op '{op.name}' must be inside a kernel at the top level of a CPU graph")
         self.plan.outputs = [self.ids[v] for v in self.fn.outputs]
+        if self.dry:
+            return self.plan
         self._return_views_of_intermediates()
         self._close_arena_gaps()
         self.plan.arena_bytes = _align(self.arena_end) + self.scratch_bytes
@@ -287,6 +305,22 @@ class _LaunchPlanner:
             buffer = self.add_buffer(BufferKind.OUTPUT, position, extent, t.dtype)
             self.plan.values[self.ids[result]] = ValueSpec(buffer, 0, t.shape, t.layout_strides, t.dtype.value)
 
+    def _overwriting_slots(self, op: Any) -> list[int]:
+        """The argument slots of ``op``'s results that start where one of its operands does (kept in place over
+        it: a donated parameter, or the arena slot of a dying operand)."""
+        starts = {self._storage_start(v) for v in op.operands} - {None}
+        return [len(op.operands) + number for number, result in enumerate(op.results)
+                if self._storage_start(result) in starts]
+
+    def _storage_start(self, value: Value) -> tuple[Any, ...] | None:
+        """Where ``value``'s storage starts, when it is the whole start of a buffer: (input position) or
+        (arena offset); None otherwise."""
+        spec = self.plan.values[self.ids[value]]
+        buffer = self.plan.buffers[spec.buffer]
+        if spec.offset != 0 or buffer.kind not in (BufferKind.INPUT, BufferKind.ARENA):
+            return None
+        return buffer.kind, buffer.index
+
     def _aligned_slots(self, op: Any, kplan: Any) -> list[int]:
         slots = []
         for i, result in enumerate(op.results):
@@ -319,6 +353,28 @@ class _LaunchPlanner:
             found[number] = param_position
         return found
 
+    def _kernel_plan(self, op_index: int, op: Any, params: list[Layout], outputs: list[Layout]) -> _KernelPlanned:
+        """Kernel ``op``'s loop plan for these layouts (the dry planner's, when it made it for the same)."""
+        layouts = (*params, *outputs)
+        planned = self.kernel_plans.get(op_index)
+        if planned is not None and planned.layouts == layouts:
+            return planned
+        tiled = tile_kernel(op, "cpu")  # the tile pass's decisions (made here for a kernel compiled without it)
+        try:
+            kplan = plan_kernel(op.regions[0], params, outputs, block=tiled.attrs["inner_block"],
+                                vector_width=tiled.attrs["vector_width"])
+            planned = _KernelPlanned(layouts, tiled, kplan, None)
+        except CodegenError as exc:
+            planned = _KernelPlanned(layouts, tiled, None, exc)
+        self.kernel_plans[op_index] = planned
+        return planned
+
+    def may_write_over(self, op_index: int, result: int, operand: int) -> bool:
+        """The memory plan's in-place question (``plan_memory.plan``'s ``may_write_over``), answered from the
+        kernel's plan: only where it reads each element of the operand before writing the result there."""
+        planned = self.kernel_plans.get(op_index)
+        return planned is not None and planned.kplan is not None and writes_in_place(planned.kplan, operand, result)
+
     def kernel(self, op_index: int, op: Any) -> None:
         candidates = self.donation_candidates(op_index, op) if self.donated else {}
         for number, result in enumerate(op.results):
@@ -331,21 +387,22 @@ class _LaunchPlanner:
         params = [self.layout(v, i) for i, v in enumerate(op.operands)]
         outputs = [self.layout(v, len(params) + i) for i, v in enumerate(op.results)]
         step = StepSpec(StepKind.KERNEL, op_index, self._ids(op.operands), self._ids(op.results))
-        tiled = tile_kernel(op, "cpu")  # the tile pass's decisions (made here for a kernel compiled without it)
-        try:
-            kplan = plan_kernel(region, params, outputs, block=tiled.attrs["inner_block"],
-                                vector_width=tiled.attrs["vector_width"])
-        except CodegenError as exc:
+        planned = self._kernel_plan(op_index, op, params, outputs)
+        if self.dry:
+            return
+        tiled, kplan = planned.tiled, planned.kplan
+        if kplan is None:
             self._keep_donations(op, candidates, {})
             self._keep_in_place(op_index, op, None)
-            self.plan.steps.append(_replace(step, reason=str(exc)))
+            self.plan.steps.append(_replace(step, reason=str(planned.error)))
             return
         self._keep_in_place(op_index, op, kplan)
         self._keep_donations(op, candidates, {number: param for number, param in candidates.items() if
                                               writes_in_place(kplan, op.operands.index(self.fn.params[param]),
                                                               number)})
         try:
-            kplan = replace(kplan, aligned_args=frozenset(self._aligned_slots(op, kplan)))
+            kplan = replace(kplan, aligned_args=frozenset(self._aligned_slots(op, kplan)),
+                            overwrites=frozenset(self._overwriting_slots(op)))
             texts, symbols = emit_kernel(kplan, f"k{op_index}")
         except CodegenError as exc:
             self.plan.steps.append(_replace(step, reason=str(exc)))
@@ -443,9 +500,10 @@ def plan_launch(fn: Function, cpu: str, features: str, memory_plan: Any = None,
     the plan omits, get fresh slots after the planned arena.
     Scratch buffers of kernels share one region after the values (kernels run one at a time).
     """
+    kernel_plans = None
     if memory_plan is None:
-        memory_plan = plan_memory(fn)
-    planner = _LaunchPlanner(fn, cpu, features, memory_plan, on_kernel)
+        memory_plan, kernel_plans = _memory_plan(fn, cpu, features)
+    planner = _LaunchPlanner(fn, cpu, features, memory_plan, on_kernel, kernel_plans=kernel_plans)
     plan = planner.run()
     # scratch offsets are relative to the scratch region, which starts after the values
     base = _align(planner.arena_end)
@@ -453,3 +511,16 @@ def plan_launch(fn: Function, cpu: str, features: str, memory_plan: Any = None,
                                           for x in s.slots)) for s in plan.steps]
     return plan, planner.ir_texts
 
+
+
+def _memory_plan(fn: Function, cpu: str, features: str) -> tuple[Any, dict[int, _KernelPlanned]]:
+    """The plan-memory pass's plan of ``fn``, its in-place pairs asked of the kernels' loop plans (made by a
+    dry planner, and returned for the launch planner to reuse)."""
+    dry = _LaunchPlanner(fn, cpu, features, None, dry=True)
+    dry.run()
+    return plan_memory(fn, dry.may_write_over), dry.kernel_plans
+
+
+def memory_plan_for_launch(fn: Function, cpu: str, features: str) -> Any:
+    """The memory plan :func:`plan_launch` places ``fn``'s arena values by when given none."""
+    return _memory_plan(fn, cpu, features)[0]

@@ -23,6 +23,7 @@ from neuroncc.codegen.llvm.kernel_plan import (
 from neuroncc.codegen.llvm.views import Layout
 from neuroncc.ir.types import contiguous_strides
 from neuroncc.codegen.llvm.reductions import COMBINERS
+from neuroncc.codegen.llvm.scalars import storage_itemsize
 from neuroncc.ir.graph import Value
 from neuroncc.ir.opdef import Category, Trait
 from neuroncc.ir.ops import REGISTRY
@@ -158,6 +159,10 @@ def cache_written_rows(plan: KernelPlan) -> KernelPlan:
     gradient, ``fused_2_mul_erf_add``: erf and exp computed twice per element, the second time 4 lanes wide
     beside the float64 partials) is also stored into the per-row stack buffer as the map stage computes it,
     and loaded, not recomputed, by the later stages (the emitter's row cache, as in :func:`cache_rows`).
+    So is a computed value whose recomputation by later reductions would read a parameter of its own size
+    again (ReLU's backward ``where(mask, 0, product)`` and its bias gradient): then only the writing stage reads
+    that parameter, so the output may be computed over it (``in_place.writes_in_place``; the arena's in-place
+    reuse).
     Runs after the column sums have joined their row phases."""
     def rule(phase: Phase) -> Phase:
         if isinstance(phase, ChunkedRows):
@@ -186,12 +191,38 @@ def _written_row_cache(plan: KernelPlan, phase: RowLoop, sums: list[tuple[int, R
             continue
         for value, _ in stage.items:
             if value in phase.row_cache or value in cache or value.type.shape != stage.shape or \
-                    math.prod(stage.shape[k:]) > ROW_CACHE_MAX or not plan.computes_transcendental(value):
+                    math.prod(stage.shape[k:]) > ROW_CACHE_MAX:
+                continue
+            expensive = plan.computes_transcendental(value)
+            if not expensive and not _reads_a_param_of_its_size(plan, value):
                 continue
             readers = [(n, s) for n, s in later if n > number and _reads_value(plan, s, value)]
-            if readers and all(_reads_row_only(plan, phase, s, value, (n, s) in sums) for n, s in readers):
+            if readers and all(_reads_row_only(plan, phase, s, value, (n, s) in sums) for n, s in readers) and \
+                    (expensive or all(isinstance(s, ReduceStage) for _, s in readers)):
                 cache[value] = number
     return cache
+
+
+def _reads_a_param_of_its_size(plan: KernelPlan, value: Value) -> bool:
+    """Whether computing ``value`` (an op's result, not a loaded value) inline loads a kernel parameter with as
+    many elements of the same size (a buffer its output could take over in place)."""
+    if not isinstance(plan.access.get(value), Computed):
+        return False
+    size = (value.type.numel, storage_itemsize(value.type.dtype))
+    seen: set[Value] = set()
+    pending = [value]
+    while pending:
+        v = pending.pop()
+        access = plan.access.get(v)
+        if v in seen:
+            continue
+        seen.add(v)
+        if isinstance(access, Layout):
+            if access.arg < plan.n_params and (math.prod(access.shape), storage_itemsize(access.dtype)) == size:
+                return True
+        elif isinstance(access, Computed):
+            pending += access.op.operands
+    return False
 
 
 def _reads_value(plan: KernelPlan, stage: Stage, value: Value) -> bool:

@@ -149,10 +149,12 @@ class CpuExecutable:
         """``(self, other)`` with one arena: the one of the two with the smaller arena rebuilt over the larger's
         (and its lock), when ``other`` is a cpu executable too; else both unchanged.
 
-        For executables whose calls follow one another, a training graph's forward and backward: the process
-        keeps one arena instead of two (38 MB less for the transformer block's training step). Their calls then
+        For executables whose calls follow one another, a training graph's forward and backward (the front
+        end's ``CompiledGraph.share_arena_with``, on a compile and a graph-cache hit alike): the process keeps
+        one arena instead of two (21 MB less for the transformer block's training step). Their calls then
         take turns (one lock), as calls of one executable from two threads do. Executables with quick-tier code
-        waiting for its optimized build are left alone (that build shares the quick code's arena already).
+        waiting for its optimized build are left alone (that build shares the quick code's arena already; the
+        front end shares once it has taken it).
         (It does not make a first step's page faults fewer: the arena given up was never touched, and the
         step's other allocations take its memory; docs/performance-history.md, session 13.)"""
         if not isinstance(other, CpuExecutable) or other is self or self.optimized is not None \
