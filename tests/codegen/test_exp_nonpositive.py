@@ -111,3 +111,31 @@ def test_the_nonpositive_exp_is_inline_vector_code_with_and_without_avx512(featu
     body = jit.assembly(texts, target).split("k_p0:")[1].split(".Lfunc_end")[0]
     assert "call" not in body
     assert ("vscalefps" in body) == target.scalef  # AVX-512 scales by any n in one instruction
+
+
+def _log_softmax_gradient_part(metadata) -> tuple:
+    """exp(x - m - l) * g from parameters: cross-entropy's backward reads the forward's saved max m and log-sum l
+    (their facts, when given, come from the front end: frontend/saved_facts.py)."""
+    b = Builder("exp_of_saved", metadata)
+    x = b.param(TensorType((8, 33), DType.f32), "x")
+    m = b.param(TensorType((8, 1), DType.f32), "m")
+    l = b.param(TensorType((8, 1), DType.f32), "l")
+    g = b.param(TensorType((8, 1), DType.f32), "g")
+    return b.build([b.op("mul", b.op("exp", b.op("sub", b.op("sub", x, m), l)), g)])
+
+
+@pytest.mark.parametrize(("metadata", "expected"), [
+    ({"upper_bounds": ((1, 0),), "nonnegative": (2,)}, True),
+    ({}, False),  # without the forward's facts the sign is unknown: the general exp
+    ({"upper_bounds": ((1, 0),)}, False),
+])
+def test_saved_max_and_log_sum_get_the_nonpositive_exp_with_their_facts(metadata, expected, rng):
+    fn = _log_softmax_gradient_part(metadata)
+    assert _uses_nonpositive_exp(fn) is expected
+    x = special_floats(rng, (8, 33)).astype(np.float32)
+    x[2, :] = -np.inf
+    x[5, :] = rng.standard_normal(33).astype(np.float32) * 60
+    with np.errstate(invalid="ignore", over="ignore"):
+        m = x.max(axis=1, keepdims=True)
+        l = np.log(np.exp(x - m).sum(axis=1, keepdims=True)).astype(np.float32)
+    run_both(fn, [x, m, l, rng.standard_normal((8, 1)).astype(np.float32)])
