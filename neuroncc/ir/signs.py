@@ -21,6 +21,7 @@ the argument is <= 0.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from neuroncc.ir.attrs import Attrs
@@ -32,7 +33,7 @@ UPPER_BOUNDS = "upper_bounds"
 
 def at_most_zero(fn: Function, value: Value) -> bool:
     """Whether every element of ``value`` is <= 0 or NaN: ``x - m`` where m bounds x from above (x - amax(x),
-    x - logsumexp(x), x - a saved max), or ``a - b`` with a <= 0 and b >= 0 (log-softmax from a saved max and
+    x - logsumexp(x) in its plain form and as torch decomposes it, x - a saved max), or ``a - b`` with a <= 0 and b >= 0 (log-softmax from a saved max and
     log-sum: x - amax - log). Float subtraction is monotone, so the rounded differences keep these signs."""
     return Signs(fn).at_most_zero(value)
 
@@ -131,8 +132,41 @@ class Signs:
         if (total := self.op(bound, "add")) is not None:  # m + c >= m when c >= 0 (logsumexp = log-sum + max)
             a, b = total.operands
             return (self.bounds_above(a, value) and self.at_least_zero(b)) or \
-                (self.bounds_above(b, value) and self.at_least_zero(a))
+                (self.bounds_above(b, value) and self.at_least_zero(a)) or \
+                self._guarded_log_sum_exp(a, b, value) or self._guarded_log_sum_exp(b, a, value)
         return False
+
+    def _guarded_log_sum_exp(self, log_sum: Value, shift: Value, value: Value) -> bool:
+        """``log_sum + shift`` is torch's logsumexp of ``value``: log(sum(exp(value - w))) + w with
+        w = where(abs(m) == inf, 0, m), m = amax(value) over the sum's dims, keepdim. It bounds ``value``: where m
+        is finite, w = m and the log-sum is >= 0; where m = +inf, the total is inf (value - it: -inf or NaN);
+        where m = -inf (all -inf), the sum is 0 and the total -inf (value - it: NaN); a NaN makes all NaN."""
+        maximum = self._guarded_max(shift)
+        logarithm = self.op(log_sum, "log")
+        total = self.op(logarithm.operands[0], "sum") if logarithm is not None else None
+        exponential = self.op(total.operands[0], "exp") if total is not None else None
+        difference = self.op(exponential.operands[0], "sub") if exponential is not None else None
+        return maximum is not None and difference is not None and difference.operands == (value, shift) \
+            and maximum.operands[0] is value and maximum.attrs["dims"] == total.attrs["dims"]
+
+    def _guarded_max(self, shift: Value) -> Op | None:
+        """The keepdim amax m when ``shift`` is where(abs(m) == inf, 0, m) (torch's logsumexp decomposition)."""
+        select = self.op(shift, "where")
+        if select is None:
+            return None
+        condition, zero, m = select.operands
+        maximum, equal = self.op(m, "amax"), self.op(condition, "eq")
+        if maximum is None or not maximum.attrs["keepdim"] or equal is None or self._scalar(zero) != 0:
+            return None
+        magnitude, infinity = equal.operands
+        absolute = self.op(magnitude, "abs")
+        return maximum if absolute is not None and absolute.operands[0] is m and self._scalar(infinity) == math.inf \
+            else None
+
+    def _scalar(self, value: Value) -> object:
+        """The value of a ``full`` op (None for anything else)."""
+        full = self.op(value, "full")
+        return full.attrs["value"] if full is not None else None
 
     def _sum_of_exps_from_its_max(self, value: Value) -> bool:
         """``value`` >= 1: a sum over dims D of exp(x - m), m = amax(x) over the same D, keepdim: each slice holds

@@ -38,10 +38,20 @@ def _x_minus_logsumexp(b, x, m, l):
     return b.op("sub", x, b.op("add", log_sum, maximum))
 
 
+def _x_minus_torch_logsumexp(b, x, m, l, guard=float("inf")):
+    """torch's decomposition of logsumexp: the max is replaced by 0 where it is +-inf."""
+    maximum = b.op("amax", x, dims=(1,), keepdim=True)
+    infinite = b.op("eq", b.op("abs", maximum), b.op("full", shape=(), dtype=DType.f32, value=guard))
+    shift = b.op("where", infinite, b.op("full", shape=(), dtype=DType.f32, value=0.0), maximum)
+    log_sum = b.op("log", b.op("sum", b.op("exp", b.op("sub", x, shift)), dims=(1,), keepdim=True))
+    return b.op("sub", x, b.op("add", log_sum, shift))
+
+
 NONPOSITIVE = {
     "x - amax(x)": lambda b, x, m, l: b.op("sub", x, b.op("amax", x, dims=(1,), keepdim=True)),
     "x - amax(x) - log(sum(exp(x - amax(x))))": _log_softmax,
     "x - logsumexp(x)": _x_minus_logsumexp,
+    "x - logsumexp(x), torch's form": _x_minus_torch_logsumexp,
     "-exp(x)": lambda b, x, m, l: b.op("neg", b.op("exp", x)),
 }
 
@@ -54,6 +64,8 @@ EITHER_SIGN = {
     # the log-sum of a sum over other dims than the max's may be below 1: its log below 0
     "x - amax(x) - log(sum over all dims)": lambda b, x, m, l: b.op(
         "sub", b.op("sub", x, b.op("amax", x, dims=(1,), keepdim=True)), _log_sum_exp_parts(b, x, dims=(0, 1))[1]),
+    "x - logsumexp(x), torch's form guarding 5 instead of inf": lambda b, x, m, l: _x_minus_torch_logsumexp(
+        b, x, m, l, guard=5.0),
     "x - m (no facts)": lambda b, x, m, l: b.op("sub", x, m),
     "x - m - l (no facts)": lambda b, x, m, l: b.op("sub", b.op("sub", x, m), l),
 }
