@@ -30,6 +30,9 @@ from neuroncc.ir.graph import Function, Op, Value
 NONNEGATIVE = "nonnegative"
 UPPER_BOUNDS = "upper_bounds"
 
+#: How many sign questions deep one answer may look before it says no.
+MAX_DEPTH = 64
+
 
 def at_most_zero(fn: Function, value: Value) -> bool:
     """Whether every element of ``value`` is <= 0 or NaN: ``x - m`` where m bounds x from above (x - amax(x),
@@ -98,12 +101,34 @@ class Signs:
         self.producers = fn.producers()
         self.nonnegative = {fn.params[p] for p in fn.metadata.get(NONNEGATIVE, ())}
         self.upper_bounds = {(fn.params[m], fn.params[x]) for m, x in fn.metadata.get(UPPER_BOUNDS, ())}
+        self.nonpositive_known: dict[Value, bool] = {}
+        self.nonnegative_known: dict[Value, bool] = {}
+        self.depth = 0
 
     def op(self, value: Value, name: str) -> Op | None:
         op = self.producers.get(value)
         return op if op is not None and op.name == name else None
 
     def at_most_zero(self, value: Value) -> bool:
+        return self._memoized(self.nonpositive_known, self._at_most_zero, value)
+
+    def at_least_zero(self, value: Value) -> bool:
+        return self._memoized(self.nonnegative_known, self._at_least_zero, value)
+
+    def _memoized(self, known: dict[Value, bool], rule, value: Value) -> bool:
+        """``rule(value)``, remembered (a graph's values share operands), and no for chains deeper than
+        ``MAX_DEPTH`` (a residual stream of many layers, which no rule here needs to walk)."""
+        if value not in known:
+            if self.depth >= MAX_DEPTH:
+                return False
+            self.depth += 1
+            try:
+                known[value] = rule(value)
+            finally:
+                self.depth -= 1
+        return known[value]
+
+    def _at_most_zero(self, value: Value) -> bool:
         if not value.type.dtype.is_float:
             return False
         if (difference := self.op(value, "sub")) is not None:
@@ -112,7 +137,7 @@ class Signs:
         negated = self.op(value, "neg")
         return negated is not None and self.at_least_zero(negated.operands[0])
 
-    def at_least_zero(self, value: Value) -> bool:
+    def _at_least_zero(self, value: Value) -> bool:
         if not value.type.dtype.is_float:
             return False
         if value in self.nonnegative or self.op(value, "exp") is not None:

@@ -132,3 +132,24 @@ def test_the_verifier_checks_the_facts(metadata, message):
     with pytest.raises(VerifyError, match=message.replace("[", r"\[").replace("]", r"\]").replace("(", r"\(")
                        .replace(")", r"\)")):
         verify(fn)
+
+
+def test_shared_operands_are_not_walked_again():
+    # exp(x) + exp(x), doubled 60 times: a walk without memory would take 2**60 steps
+    b = Builder("doubling")
+    total = b.op("exp", b.param(ROWS, "x"))
+    for _ in range(60):
+        total = b.op("add", total, total)
+    fn = b.build([total])
+    assert at_least_zero(fn, total)
+
+
+def test_a_long_chain_is_answered_no_without_recursing_through_it():
+    # exp(x) + exp(x) + ... 5000 deep: >= 0, but deeper than the analysis looks (it errs on the side of no)
+    b = Builder("chain")
+    e = b.op("exp", b.param(ROWS, "x"))
+    total = e
+    for _ in range(5000):
+        total = b.op("add", total, e)
+    fn = b.build([total])
+    assert not at_least_zero(fn, total)
