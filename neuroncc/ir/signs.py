@@ -36,8 +36,9 @@ MAX_DEPTH = 64
 
 def at_most_zero(fn: Function, value: Value) -> bool:
     """Whether every element of ``value`` is <= 0 or NaN: ``x - m`` where m bounds x from above (x - amax(x),
-    x - logsumexp(x) in its plain form and as torch decomposes it, x - a saved max), or ``a - b`` with a <= 0 and b >= 0 (log-softmax from a saved max and
-    log-sum: x - amax - log). Float subtraction is monotone, so the rounded differences keep these signs."""
+    x - logsumexp(x) in its plain form and as torch decomposes it, x - a saved max), or ``a - b`` with a <= 0
+    and b >= 0 (log-softmax from a saved max and log-sum: x - amax - log). Float subtraction is monotone, so the
+    rounded differences keep these signs."""
     return Signs(fn).at_most_zero(value)
 
 
