@@ -46,7 +46,6 @@ RULE_MODULES = {
     "neuroncc/codegen/llvm/access.py": "the LLVM lowering per movement/index/creation op (and which check indices)",
     "neuroncc/codegen/llvm/nan_payloads.py": "which ops' x86 lowering returns a NaN operand quieted, payload kept "
                                              "(IEEE arithmetic, sums), and which pass it through (a per-op fact)",
-    "neuroncc/codegen/llvm/signs.py": "one pattern of two named ops, x - amax(x): an exp argument known <= 0",
     "neuroncc/passes/one_hot_sums.py": "one pattern, sum(where(iota == target, s, 0)) through its views: the ops "
                                        "the fold matches",
     "neuroncc/codegen/llvm/online.py": "one pattern of four named ops, sum(exp(x - amax(x))), emitted as one pass",

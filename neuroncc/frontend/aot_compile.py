@@ -32,6 +32,7 @@ from neuroncc.frontend.lowering.decompositions import decomposition_table
 from neuroncc.frontend.lowering.random_ops import regenerate_random_in_backward, save_random_states
 from neuroncc.frontend.options import BackendOptions
 from neuroncc.frontend.profiling import graph_range
+from neuroncc.frontend.saved_facts import SavedFacts, forward_facts
 from neuroncc.frontend.saved_layouts import report_output_strides, saved_activations, take_input_layouts
 
 
@@ -76,6 +77,8 @@ class AtenCompilers:
     recorder: graph_cache.GraphRecorder | None = None  # collects the graph cache's entry on a miss
     #: the forward graph compiled (its backward shares its arena)
     compiled_forward: list[Any] = field(default_factory=list)
+    #: "forward": what the forward graph's ops say about its saved activations, for the backward graph
+    saved_facts: dict[str, SavedFacts] = field(default_factory=dict)
 
     def forward(self, gm: fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
         # The activations saved for the backward keep the layout our executable gives them, and AOTAutograd
@@ -85,6 +88,8 @@ class AtenCompilers:
         saved = saved_activations(gm) if not self._partitioned(gm) else frozenset()
         compiled = self._compile(gm, "forward", saved)
         self.compiled_forward.append(compiled)
+        if isinstance(compiled, CompiledGraph):  # what its ops say about the activations the backward reads
+            self.saved_facts["forward"] = forward_facts(gm, compiled.graph)
         report_output_strides(compiled, saved)
         if self.recorder is not None:
             self.recorder.forward_compiled(gm, compiled, saved, "autograd")
@@ -92,7 +97,7 @@ class AtenCompilers:
 
     def backward(self, gm: fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
         take_input_layouts(gm, example_inputs)
-        compiled = self._compile(gm, "backward")
+        compiled = self._compile(gm, "backward", saved_facts=self.saved_facts.get("forward"))
         forward = self.compiled_forward[-1] if self.compiled_forward else None
         if isinstance(forward, CompiledGraph) and isinstance(compiled, CompiledGraph):
             forward.share_arena_with(compiled)  # their calls follow one another: one arena (as on a hit)
@@ -106,7 +111,8 @@ class AtenCompilers:
             self.recorder.forward_compiled(gm, compiled, frozenset(), "inference")
         return compiled
 
-    def _compile(self, gm: fx.GraphModule, kind: str, free_layouts: frozenset[int] = frozenset()) -> Any:
+    def _compile(self, gm: fx.GraphModule, kind: str, free_layouts: frozenset[int] = frozenset(),
+                 saved_facts: SavedFacts | None = None) -> Any:
         stats.increment(f"{kind}_graphs")
         name = f"{self.name}_{kind}"
         if self._partitioned(gm):
@@ -116,7 +122,8 @@ class AtenCompilers:
             fallback = self.options.fallback == "cpu"
             return make_boxed_func(graph_range(partition_and_compile(gm, compile_partition, name,
                                                                      fallback=fallback).forward, name))
-        return compile_aten_graph(gm, name, self.options, free_layouts, self.device, donate=True)
+        return compile_aten_graph(gm, name, self.options, free_layouts, self.device, donate=True,
+                                  saved_facts=saved_facts)
 
     def _partitioned(self, gm: fx.GraphModule) -> bool:
         """Compiled in pieces: in fallback mode, or around the collectives of a distributed graph."""

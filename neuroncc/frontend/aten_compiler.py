@@ -25,6 +25,7 @@ from neuroncc.frontend.boundary import HostDevice
 from neuroncc.frontend.compiled import CompiledGraph
 from neuroncc.frontend.importer import import_graph
 from neuroncc.frontend.options import BackendOptions
+from neuroncc.frontend.saved_facts import SavedFacts, with_saved_facts
 from neuroncc.ir import Function, collect_resources, print_function
 from neuroncc.driver.compile import compile_graph
 from neuroncc.driver.records import CompileRecord
@@ -35,11 +36,12 @@ log = logging.getLogger("neuroncc.frontend")
 
 def compile_aten_graph(gm: fx.GraphModule, name: str, options: BackendOptions,
                        free_layouts: frozenset[int] = frozenset(), device: HostDevice | None = None,
-                       donate: bool = False) -> CompiledGraph:
+                       donate: bool = False, saved_facts: SavedFacts | None = None) -> CompiledGraph:
     """Compile ``gm``; ``free_layouts``: output positions that may keep the executable's layout (see
     :class:`CompiledGraph`); ``device``: the host-memory device its tensors live on, if not CPU; ``donate``:
     mutated inputs' buffers may take their new values (see :func:`import_graph`; CPU tensors only: a host
-    device's boundary writes mutations through its own temporaries)."""
+    device's boundary writes mutations through its own temporaries); ``saved_facts``: for a backward graph,
+    what its forward's ops said about the activations it reads (``saved_facts.py``)."""
     with cyclic_gc_paused():
         start = time.perf_counter()
         # the cpu target's kernels convert bf16 bits themselves; the NKI simulator keeps float32 copies (and so
@@ -47,6 +49,8 @@ def compile_aten_graph(gm: fx.GraphModule, name: str, options: BackendOptions,
         imported = import_graph(gm, name, bf16_bits=options.target == "cpu" and device is None,
                                 host_devices=("cpu",) if device is None else ("cpu", device.device_type),
                                 donate=donate and device is None)
+        if saved_facts is not None:
+            imported = with_saved_facts(imported, gm, saved_facts)
         import_seconds = time.perf_counter() - start
         if options.dump_dir:
             dump_function(imported.function, Path(options.dump_dir))

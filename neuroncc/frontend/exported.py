@@ -35,6 +35,7 @@ from neuroncc.frontend.lowering.decompositions import REMOVED_DECOMPOSITIONS, de
 from neuroncc.frontend.importer import ImportedGraph, import_graph
 from neuroncc.frontend.lowering.attention import attention_tracing
 from neuroncc.frontend.pt2 import load_exported_program
+from neuroncc.frontend.saved_facts import SavedFacts, forward_facts, with_saved_facts
 from neuroncc.frontend.saved_layouts import report_output_strides, saved_activations, take_input_layouts
 from neuroncc.driver.compile import DEFAULT_TARGET
 from neuroncc.executors.executable import Executable
@@ -200,6 +201,7 @@ def trace_training(program: ExportedProgram, name: str,
     example_inputs = [torch.zeros(i.shape, dtype=i.dtype) for i in user_inputs]
     args, kwargs = _unflatten_user_inputs(program, list(example_inputs))
     imported: dict[str, ImportedGraph] = {}
+    facts: dict[str, SavedFacts] = {}  # what the forward's ops say about its saved activations
 
     def compiler(kind: str) -> Callable[[fx.GraphModule, Sequence[Any]], CompiledGraph]:
         def compile_one(gm: fx.GraphModule, example: Sequence[Any]) -> CompiledGraph:
@@ -208,6 +210,10 @@ def trace_training(program: ExportedProgram, name: str,
                 take_input_layouts(gm, example)
             saved = saved_activations(gm) if kind == "forward" else frozenset()
             graph = import_graph(gm, f"{name}_{kind}")
+            if kind == "forward":
+                facts["forward"] = forward_facts(gm, graph)
+            elif "forward" in facts:
+                graph = with_saved_facts(graph, gm, facts["forward"])
             imported[kind] = graph
             compiled = CompiledGraph(graph, compile_imported(kind, graph), saved)
             report_output_strides(compiled, saved)

@@ -379,18 +379,23 @@ def _print_op(op: Op, namer: _Namer, indent: str, lines: list[str]) -> None:
         return
     for region in op.regions:
         params = ", ".join(f"{namer.define(p)}: {format_type(p.type)}" for p in region.params)
-        lines.append(f"{text} region({params}) {{")
+        lines.append(f"{text} region({params}){_format_metadata(region)} {{")
         _print_body(region, namer, indent + "  ", lines)
         text = f"{indent}}}"
     lines.append(text)
+
+
+def _format_metadata(fn: Function) -> str:
+    """`` attributes {...}`` after a function's or a region's signature (a region's: the facts the fusion pass
+    hands it about its parameters, ``ir/signs.py``), or nothing."""
+    return f" attributes{format_attrs(fn.metadata)}" if fn.metadata else ""
 
 
 def print_function(fn: Function, *, canonical: bool = False) -> str:
     namer = _Namer(canonical)
     params = ", ".join(f"{namer.define(p)}: {format_type(p.type)}" for p in fn.params)
     outputs = ", ".join(format_type(v.type) for v in fn.outputs)
-    meta = f" attributes{format_attrs(fn.metadata)}" if fn.metadata else ""
-    lines = [f"func @{format_symbol(fn.name)}({params}) -> ({outputs}){meta} {{"]
+    lines = [f"func @{format_symbol(fn.name)}({params}) -> ({outputs}){_format_metadata(fn)} {{"]
     _print_body(fn, namer, "  ", lines)
     lines.append("}")
     return "\n".join(lines) + "\n"

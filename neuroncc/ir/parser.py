@@ -220,9 +220,10 @@ class _Parser:
             self.region_depth += 1
             region_scope: dict[str, Value] = {}  # regions are isolated from above: a fresh scope
             params = self.parse_params(region_scope)
+            metadata = self.parse_attrs() if self.keyword("attributes") else Attrs()
             body, outputs, _ = self.parse_block(region_scope)
             self.region_depth -= 1
-            regions.append(Function(f"{op_name}_region", params, body, outputs))
+            regions.append(Function(f"{op_name}_region", params, body, outputs, metadata))
         op = Op(op_name, tuple(operands), tuple(results), attrs, tuple(regions))
         self.op_positions[id(op)] = start
         return op

@@ -3,7 +3,8 @@
 Rules: every operand is defined before its use (regions see only their own parameters and values); no value
 is defined twice; every op is registered, its operand count and attributes fit its definition, and its
 declared result types match what its type rule infers (strides may differ: layout is an annotation);
-a ``kernel`` region's parameters match the op's operands. Errors name the op and the value as printed.
+a ``kernel`` region's parameters match the op's operands; facts about parameters (``ir/signs.py``) name float
+parameters of fitting shapes. Errors name the op and the value as printed.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from collections.abc import Callable
 from neuroncc.errors import TypeInferenceError, VerifyError
 from neuroncc.ir.graph import Function, Op, Value, value_names
 from neuroncc.ir.ops import REGISTRY
+from neuroncc.ir.signs import fact_errors
 
 
 class OpVerifyError(VerifyError):
@@ -27,6 +29,9 @@ def verify(fn: Function) -> None:
     """Raise :class:`VerifyError` if ``fn`` breaks an IR rule; return None otherwise."""
     _verify(fn, _Names(fn), defined=set(), where=lambda: f"func @{fn.name}", everywhere=set())
     _verify_donated(fn)
+    for scope in [fn, *(region for op in fn.walk() for region in op.regions)]:
+        for error in fact_errors(scope):
+            raise VerifyError(f"func @{fn.name}{'' if scope is fn else f' region {scope.name}'}: {error}")
 
 
 def _verify_donated(fn: Function) -> None:

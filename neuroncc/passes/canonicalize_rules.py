@@ -15,6 +15,7 @@ from neuroncc.ir import REGISTRY, Category, DenseAttr, DType, Function, Op, Tens
 from neuroncc.ir.dtypes import to_storage
 from neuroncc.ir.interpreter import InterpreterError, run_op
 from neuroncc.ir.ops.creation import array_splat
+from neuroncc.ir.signs import facts_for, with_facts
 from neuroncc.passes.rewrite import Replacement, Rule, Site, is_constant, scalar_attr, splat_value
 
 # ---- arithmetic ------------------------------------------------------------------------------------------
@@ -340,7 +341,8 @@ def kernel_unused_operands(site: Site) -> Replacement:
         operands.append(outer)
     if len(params) == len(region.params):
         return None
-    body = Function(region.name, tuple(params), region.ops, region.outputs, region.metadata).replace_uses(alias)
+    metadata = with_facts(region.metadata, facts_for(region, params))  # (a dropped duplicate's facts: lost)
+    body = Function(region.name, tuple(params), region.ops, region.outputs, metadata).replace_uses(alias)
     new = site.builder.emit("kernel", operands, op.attrs, regions=(body,),
                             result_types=tuple(r.type for r in op.results))
     for old, fresh in zip(op.results, new.results):

@@ -26,6 +26,7 @@ from neuroncc.passes.kernel_names import describe
 from neuroncc.passes.kernels import check_kernel_contract
 from neuroncc.passes.manager import Pass, PassContext
 from neuroncc.passes.rewrite import dce, named
+from neuroncc.ir.signs import facts_for
 from neuroncc.ir.strides import view_chain_layout
 
 
@@ -224,7 +225,9 @@ class _Outliner:
             return
         name = f"fused_{self.kernel_count}_{describe(body)}"
         self.kernel_count += 1
-        region = Function(name, tuple(params), tuple(body), tuple(local[r] for r in escaping))
+        # the facts known about the function's parameters hold for the region's parameters they feed
+        region = Function(name, tuple(params), tuple(body), tuple(local[r] for r in escaping),
+                          facts_for(self.fn, operands))
         results = tuple(Value(r.type, r.hint) for r in escaping)
         attrs = REGISTRY.get("kernel").normalize_attrs({"name": name})
         self.ops.append(Op("kernel", tuple(operands), results, attrs, (region,)))

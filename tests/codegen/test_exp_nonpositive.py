@@ -111,3 +111,51 @@ def test_the_nonpositive_exp_is_inline_vector_code_with_and_without_avx512(featu
     body = jit.assembly(texts, target).split("k_p0:")[1].split(".Lfunc_end")[0]
     assert "call" not in body
     assert ("vscalefps" in body) == target.scalef  # AVX-512 scales by any n in one instruction
+
+
+def _log_softmax_gradient_part(metadata) -> tuple:
+    """exp(x - m - l) * g from parameters: cross-entropy's backward reads the forward's saved max m and log-sum l
+    (their facts, when given, come from the front end: frontend/saved_facts.py)."""
+    b = Builder("exp_of_saved", metadata)
+    x = b.param(TensorType((8, 33), DType.f32), "x")
+    m = b.param(TensorType((8, 1), DType.f32), "m")
+    l = b.param(TensorType((8, 1), DType.f32), "l")
+    g = b.param(TensorType((8, 1), DType.f32), "g")
+    return b.build([b.op("mul", b.op("exp", b.op("sub", b.op("sub", x, m), l)), g)])
+
+
+@pytest.mark.parametrize(("metadata", "expected"), [
+    ({"upper_bounds": ((1, 0),), "nonnegative": (2,)}, True),
+    ({}, False),  # without the forward's facts the sign is unknown: the general exp
+    ({"upper_bounds": ((1, 0),)}, False),
+])
+def test_saved_max_and_log_sum_get_the_nonpositive_exp_with_their_facts(metadata, expected, rng):
+    fn = _log_softmax_gradient_part(metadata)
+    assert _uses_nonpositive_exp(fn) is expected
+    x = special_floats(rng, (8, 33)).astype(np.float32)
+    x[2, :] = -np.inf
+    x[5, :] = rng.standard_normal(33).astype(np.float32) * 60
+    with np.errstate(invalid="ignore", over="ignore"):
+        m = x.max(axis=1, keepdims=True)
+        l = np.log(np.exp(x - m).sum(axis=1, keepdims=True)).astype(np.float32)
+    run_both(fn, [x, m, l, rng.standard_normal((8, 1)).astype(np.float32)])
+
+
+def test_softmax_by_torchs_logsumexp_gets_the_nonpositive_exp(rng):
+    """exp(x - logsumexp(x)) as torch decomposes logsumexp (its max replaced by 0 where it is +-inf): <= 0 or NaN
+    for every row, those of +-inf and NaN included, and the interpreter's values."""
+    b = Builder("softmax_by_logsumexp")
+    x = b.param(TensorType((8, 33), DType.f32), "x")
+    maximum = b.op("amax", x, dims=(1,), keepdim=True)
+    infinite = b.op("eq", b.op("abs", maximum), b.op("full", shape=(), dtype=DType.f32, value=float("inf")))
+    shift = b.op("where", infinite, b.op("full", shape=(), dtype=DType.f32, value=0.0), maximum)
+    log_sum = b.op("log", b.op("sum", b.op("exp", b.op("sub", x, shift)), dims=(1,), keepdim=True))
+    fn = b.build([b.op("exp", b.op("sub", x, b.op("add", log_sum, shift)))])
+    _, texts = plan_launch(wrap_remaining_ops(fuse_whole_function(fn)), "cpu", "features")
+    assert "".join(texts).count('call float @"ncc.math.exp_nonpositive"(') >= 1
+    values = special_floats(rng, (8, 33)).astype(np.float32)
+    values[2, :] = -np.inf
+    values[3, 5] = np.nan
+    values[4, 7] = np.inf
+    values[5, :] = rng.standard_normal(33).astype(np.float32) * 60
+    run_both(fn, [values])

@@ -306,7 +306,7 @@ def test_row_loops_prefetch_the_next_row_of_their_input(cols, kind, prefetched, 
         assert ir_text.count(", i32 0, i32 3, i32 1)") == MEMORY_BURST_LINES
         assert ir_text.count(", i32 1, i32 3, i32 1)") == MEMORY_BURST_LINES
         assert ir_text.index("@\"llvm.maxnum.f32\"(") < ir_text.index("@\"llvm.prefetch.p0\"(") < \
-            ir_text.index("@\"ncc.math.exp_nonpositive\"(")  # (exp of x - max(x): signs.py)
+            ir_text.index("@\"ncc.math.exp_nonpositive\"(")  # (exp of x - max(x): ir/signs.py)
     elif prefetched:
         assert calls == 3  # a loop over a third of the row's lines before each of its passes (mean, variance, write)
 

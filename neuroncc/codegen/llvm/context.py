@@ -44,7 +44,7 @@ class EmitContext(Protocol):
     ptrs: Sequence[ir.Value]
     #: The CPU the code is for (the math library's choices depend on it).
     target: CpuTarget
-    #: The plan being emitted: its region's ops say what each value is computed from (``signs.py`` asks).
+    #: The plan being emitted: its region's ops say what each value is computed from (``ir/signs.py`` asks).
     plan: KernelPlan
 
     # ---- values and buffers ---------------------------------------------------------------------------

@@ -18,9 +18,9 @@ from neuroncc.codegen.llvm.mathlib import math_call
 from neuroncc.codegen.llvm.scalars import (
     F32, F32_EXACT_BITS, I1, I16, I32, I64, call, compute_type, constant, convert, is_unsigned, round_to, type_suffix,
 )
-from neuroncc.codegen.llvm.signs import at_most_zero
 from neuroncc.ir.dtypes import DType
 from neuroncc.ir.graph import Op
+from neuroncc.ir.signs import at_most_zero
 
 Lowering = Callable[[EmitContext, Op, list[ir.Value]], ir.Value]
 
@@ -38,7 +38,7 @@ def _float_math(name: str) -> Lowering:
 
 
 def _exp(ctx, op, args):
-    # x - max(x) (softmax, log-sum-exp) needs neither exp's upper clamp nor its two-step scale
+    # x - max(x) (softmax, log-sum-exp, log-softmax's gradient) needs neither exp's upper clamp nor its two-step scale
     name = "exp_nonpositive" if at_most_zero(ctx.plan.region, op.operands[0]) else "exp"
     return math_call(ctx.b, name, *args, target=ctx.target)
 

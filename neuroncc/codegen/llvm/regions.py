@@ -11,9 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from neuroncc.ir.attrs import EMPTY_ATTRS, Attrs
 from neuroncc.ir.graph import Builder, Function, Op, Value
 from neuroncc.ir.opdef import Category, Trait
 from neuroncc.ir.ops import REGISTRY
+from neuroncc.ir.signs import facts_for
 from neuroncc.ir.strides import aliases_operand
 
 
@@ -25,9 +27,11 @@ def is_top_level_op(op: Op) -> bool:
         or op.has(Trait.STORED)
 
 
-def make_kernel(ops: Sequence[Op], inputs: Sequence[Value], outputs: Sequence[Value], name: str) -> Op:
-    """A kernel op computing ``outputs`` from ``inputs`` with a region holding (fresh copies of) ``ops``."""
-    region = Builder(name)
+def make_kernel(ops: Sequence[Op], inputs: Sequence[Value], outputs: Sequence[Value], name: str,
+                facts: Attrs = EMPTY_ATTRS) -> Op:
+    """A kernel op computing ``outputs`` from ``inputs`` with a region holding (fresh copies of) ``ops``;
+    ``facts``: what is known about the inputs, as the region's metadata (``ir/signs.py``)."""
+    region = Builder(name, facts)
     mapping = {v: region.param(v.type, v.hint) for v in inputs}
     for op in ops:
         results = tuple(Value(r.type, r.hint) for r in op.results)
@@ -51,7 +55,7 @@ def wrap_remaining_ops(fn: Function) -> Function:
             ops.append(op)
             continue
         inputs = list(dict.fromkeys(op.operands))
-        kernel = make_kernel([op], inputs, list(op.results), f"{op.name}_{number}")
+        kernel = make_kernel([op], inputs, list(op.results), f"{op.name}_{number}", facts_for(fn, inputs))
         mapping.update(zip(op.results, kernel.results))
         ops.append(kernel)
     outputs = tuple(mapping.get(v, v) for v in fn.outputs)
@@ -62,6 +66,6 @@ def fuse_whole_function(fn: Function) -> Function:
     """One kernel for the whole body of a graph without MATMUL or kernel ops (else the graph unchanged)."""
     if any(REGISTRY.get(op.name).category in (Category.MATMUL, Category.KERNEL, Category.EXTERN) for op in fn.ops):
         return fn
-    kernel = make_kernel(fn.ops, fn.params, list(dict.fromkeys(fn.outputs)), fn.name)
+    kernel = make_kernel(fn.ops, fn.params, list(dict.fromkeys(fn.outputs)), fn.name, facts_for(fn, fn.params))
     by_value = dict(zip(dict.fromkeys(fn.outputs), kernel.results))
     return Function(fn.name, fn.params, (kernel,), tuple(by_value[v] for v in fn.outputs), fn.metadata)
