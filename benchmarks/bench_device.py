@@ -1,7 +1,7 @@
 """The neuron device against CPU eager: per-op overhead, a training step, compile times, warm processes.
 
     flock -x /work/heavy.lock env MALLOC_MMAP_THRESHOLD_=1073741824 MALLOC_TRIM_THRESHOLD_=4294967296 \\
-        python benchmarks/bench_device.py [--rows overhead,mlp,compile,processes,autoload] [--repeat 30]
+        python benchmarks/bench_device.py [--rows overhead,mlp,encoder,compile,processes,autoload] [--repeat 30]
 
 Rows (2 threads, interleaved medians, benchmarks/common.py; compare ratios within one run, the machine is
 shared and the load average is printed):
@@ -11,6 +11,10 @@ shared and the load average is printed):
   lookup, allocation, the kernel call.
 * ``mlp``: one training step (forward, backward, AdamW) of a 512-2048-512 MLP at batch 128: CPU eager, the
   device eager, and the device under ``torch.compile(backend="neuron")``.
+* ``encoder``: an eval-mode ``nn.TransformerEncoderLayer`` (batch_first, relu) under ``torch.no_grad()``, the
+  inference call: CPU eager (PyTorch's fused fast path, ``aten._transformer_encoder_layer_fwd``), the device
+  on the fast path (the fused op compiled as one program through the front end's decomposition; it ran on
+  CPU as a fallback before session 14), and the device with the fast path off (one kernel per plain op).
 * ``compile``: the first use of 24 ops of different kinds on a fresh compile cache (each a new signature),
   minus a warm call of the same op: milliseconds to compile one op (trace or build the one-op graph, import,
   pass pipeline, LLVM), median and spread.
@@ -23,6 +27,7 @@ shared and the load average is printed):
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
 import statistics
@@ -36,7 +41,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import ensure_environment, interleaved, table  # noqa: E402
 
 LOOP = 200
-ROWS = ("overhead", "mlp", "compile", "processes", "autoload")
+ROWS = ("overhead", "mlp", "encoder", "compile", "processes", "autoload")
 
 
 def load() -> str:
@@ -104,6 +109,36 @@ def bench_mlp(repeat: int) -> str:
     base = times["CPU eager"]
     rows = [[name, f"{t * 1e3:.2f}", f"{t / base:.2f}x"] for name, t in times.items()]
     return table(rows, ["MLP 512-2048-512, batch 128, AdamW step", "ms", "vs CPU eager"])
+
+
+def bench_encoder(repeat: int) -> str:
+    import torch
+
+    rows = []
+    for d_model, heads, feedforward, batch, length in ((64, 4, 256, 32, 16), (256, 8, 1024, 8, 128)):
+        torch.manual_seed(0)
+        layer = torch.nn.TransformerEncoderLayer(d_model, heads, feedforward, batch_first=True).eval()
+        x = torch.randn(batch, length, d_model)
+        on_device = copy.deepcopy(layer).to("neuron"), x.to("neuron")
+
+        def call(model, inputs, fast_path):
+            torch.backends.mha.set_fastpath_enabled(fast_path)
+            try:
+                with torch.no_grad():
+                    return model(inputs)
+            finally:
+                torch.backends.mha.set_fastpath_enabled(True)
+
+        cases = {"CPU eager (fused kernel)": lambda: call(layer, x, True),
+                 "neuron, fast path": lambda: call(*on_device, True),
+                 "neuron, fast path off": lambda: call(*on_device, False)}
+        for case in cases.values():  # compile everything before timing
+            case()
+        times = interleaved(cases, repeats=repeat)
+        base = times["CPU eager (fused kernel)"]
+        label = f"d={d_model} h={heads} ffn={feedforward}, [{batch}, {length}]"
+        rows += [[label, name, f"{t * 1e3:.3f}", f"{t / base:.2f}x"] for name, t in times.items()]
+    return table(rows, ["TransformerEncoderLayer inference", "run", "ms", "vs CPU eager"])
 
 
 def bench_compile() -> str:
@@ -234,6 +269,8 @@ def main() -> None:
             print(bench_overhead(args.repeat))
         elif row == "mlp":
             print(bench_mlp(args.repeat))
+        elif row == "encoder":
+            print(bench_encoder(args.repeat))
         elif row == "compile":
             print(bench_compile())
         elif row == "processes":

@@ -2,6 +2,9 @@
 
     (d)  MLP 1024-4096-1024 (Linear-GELU-Linear), batch 256, inference
     (e)  transformer encoder block (d_model 512, 8 heads, FFN 2048, ReLU), batch 8, seq 256, inference
+    (e') (e) on PyTorch's fused inference fast path (eval, no_grad, batch_first: aten._transformer_encoder_layer_fwd,
+         which eager runs as ATen's fused kernel and neuroncc decomposes); (e'') the same at d_model 64, 4 heads,
+         FFN 256, batch 32, seq 16 (a small classifier's layer)
     (f1) training step of (d); (f2) training step of (e): zero_grad, forward, loss = mean(out^2), backward,
          SGD step (lr 1e-3, torch's default foreach implementation, run eagerly for all three: only the model
          is compiled)
@@ -17,14 +20,16 @@ time each backend's graph compiler takes (neuroncc: ``compile_aten_graph``, impo
 generation, cache, and in parentheses the executables' build: launch planning, LLVM IR, O3, object code;
 Inductor: ``_compile_fx_inner``), summed over the forward and backward graphs.
 
-The MHA fast path is disabled (``torch.backends.mha.set_fastpath_enabled(False)``) so the transformer block
-traces to plain ops; eager runs the same (non-fast-path) code, which still uses ATen's fused CPU
-flash-attention kernel. Run: ``python benchmarks/bench_models.py [--rows d,e,f1,f2] [--repeat 15]``.
+Except in the fast-path rows, the MHA fast path is disabled (``torch.backends.mha.set_fastpath_enabled(False)``)
+so the transformer block traces to plain ops; eager runs the same (non-fast-path) code, which still uses
+ATen's fused CPU flash-attention kernel. Run: ``python benchmarks/bench_models.py [--rows d,e,f1,f2]
+[--repeat 15]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -55,13 +60,35 @@ def transformer_block() -> nn.Module:
     return nn.TransformerEncoderLayer(d_model=512, nhead=8, dim_feedforward=2048, batch_first=True, dropout=0.0)
 
 
+def small_transformer_block() -> nn.Module:
+    return nn.TransformerEncoderLayer(d_model=64, nhead=4, dim_feedforward=256, batch_first=True, dropout=0.0)
+
+
 #: row -> (label, model factory, input factory, train)
 ROWS: dict[str, tuple[str, Callable[[], nn.Module], Callable[[], torch.Tensor], bool]] = {
     "d": ("(d) MLP 1024-4096-1024, batch 256", mlp, lambda: torch.randn(256, 1024), False),
     "e": ("(e) transformer block d=512 h=8, [8, 256]", transformer_block, lambda: torch.randn(8, 256, 512), False),
+    "e_fast": ("(e') transformer block d=512 h=8, [8, 256], fast path", transformer_block,
+               lambda: torch.randn(8, 256, 512), False),
+    "e_fast_small": ("(e'') transformer block d=64 h=4, [32, 16], fast path", small_transformer_block,
+                     lambda: torch.randn(32, 16, 64), False),
     "f1": ("(f) MLP training step (SGD)", mlp, lambda: torch.randn(256, 1024), True),
     "f2": ("(f) transformer training step (SGD)", transformer_block, lambda: torch.randn(8, 256, 512), True),
 }
+
+
+#: Rows that run with the MHA fast path enabled (traced and called with it on).
+FAST_PATH_ROWS = frozenset({"e_fast", "e_fast_small"})
+
+
+@contextlib.contextmanager
+def mha_fast_path(enabled: bool):
+    before = torch.backends.mha.get_fastpath_enabled()
+    torch.backends.mha.set_fastpath_enabled(enabled)
+    try:
+        yield
+    finally:
+        torch.backends.mha.set_fastpath_enabled(before)
 
 
 def make_step(row: str, backend: str) -> Callable[[], object]:
@@ -77,8 +104,10 @@ def make_step(row: str, backend: str) -> Callable[[], object]:
     else:
         run = model
     if not train:
+        fast_path = row in FAST_PATH_ROWS
+
         def infer() -> object:
-            with torch.no_grad():
+            with torch.no_grad(), mha_fast_path(fast_path):
                 return run(x)
 
         return infer

@@ -7,6 +7,10 @@ argument's memory become neuron views of that argument's storage; fresh results 
 memory. The first fallback of each op warns once, naming the op, why, and the user's ``file:line``; with the
 fallback mode ``error`` it raises :class:`neuroncc.errors.DeviceFallbackError` instead.
 
+A result that is a nested tensor cannot live on the device (its memory is one strided buffer per tensor): the
+op raises :class:`neuroncc.errors.UnsupportedOpError` naming it and the user's line (``nn.TransformerEncoder``'s
+``enable_nested_tensor`` path makes one in eval mode from ``src_key_padding_mask``).
+
 Random ops (a ``Generator`` argument) run the same way, drawing from the device's generator, and are device
 ops, not fallbacks: the device's random numbers are made on the host.
 """
@@ -17,13 +21,13 @@ import warnings
 from typing import Any
 
 import torch
-from torch.utils._pytree import tree_map
+from torch.utils._pytree import tree_leaves, tree_map
 
 from neuroncc.device import generators, memory
 from neuroncc.device.config import CONFIG
 from neuroncc.device.diagnostics import DeviceFallbackWarning, user_location
 from neuroncc.device.op_forms import OpForm
-from neuroncc.errors import DeviceFallbackError
+from neuroncc.errors import DeviceFallbackError, UnsupportedOpError
 from neuroncc.executors.tracing import StepInfo, active_tracer
 
 
@@ -50,6 +54,8 @@ def run_on_host(form: OpForm, args: tuple[Any, ...], kwargs: dict[str, Any], ind
     if generator is not None:
         _use_generator(form, host_args, host_kwargs, generator)
     result = form.op(*host_args, **host_kwargs)
+    if any(isinstance(leaf, torch.Tensor) and leaf.is_nested for leaf in tree_leaves(result)):
+        raise nested_result_error(form.name)
     for name in outs:
         target, computed = kwargs[name], host_kwargs[name]
         if target.shape != computed.shape:
@@ -67,6 +73,16 @@ def run_on_host(form: OpForm, args: tuple[Any, ...], kwargs: dict[str, Any], ind
 
 
 _CPU = torch.device("cpu")
+
+
+def nested_result_error(op_name: str) -> UnsupportedOpError:
+    where = user_location()
+    return UnsupportedOpError(
+        f"neuroncc: {op_name}{f' at {where}' if where else ''} makes a nested tensor, which the neuron device "
+        "cannot hold. nn.TransformerEncoder makes one in eval mode without gradients when given a "
+        "src_key_padding_mask (its enable_nested_tensor fast path): construct it with enable_nested_tensor=False "
+        "(the same outputs at the unpadded positions; the padded ones hold the layers' values instead of zeros), "
+        "or keep the model on CPU")
 
 
 def _to_device(value: Any, sources: dict[int, torch.Tensor], index: int) -> Any:

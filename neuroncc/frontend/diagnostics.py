@@ -29,16 +29,6 @@ _DISTRIBUTIONS_DIR = os.path.join(_TORCH_DIR, "distributions") + os.sep
 _FRAME = re.compile(r'^\s*File "(?P<file>.+)", line (?P<line>\d+), in (?P<function>.+)$')
 
 
-_FASTPATH_HINT = ("nn.TransformerEncoderLayer / nn.MultiheadAttention took PyTorch's fused inference fast path; "
-                  "call torch.backends.mha.set_fastpath_enabled(False) before compiling so they trace to plain ops")
-
-#: Extra advice for ops that users meet through a PyTorch module rather than by calling them.
-OP_HINTS = {
-    "aten._transformer_encoder_layer_fwd.default": _FASTPATH_HINT,
-    "aten._native_multi_head_attention.default": _FASTPATH_HINT,
-}
-
-
 class Float64Warning(UserWarning):
     """float64 tensors in a compiled region: neuroncc computes them in float32 (outputs stay float64)."""
 
@@ -122,9 +112,8 @@ def unsupported_op(node: fx.Node, reason: str, others: Iterable[str] = ()) -> Un
     """The error for an aten op neuroncc cannot compile; ``others`` names further unsupported ops."""
     more = sorted(set(others) - {op_name(node)})
     also = f"\n  other unsupported ops in this graph: {', '.join(more)}" if more else ""
-    hint = f"\n  {OP_HINTS[op_name(node)]}" if op_name(node) in OP_HINTS else ""
     error = UnsupportedOpError(
-        f"neuroncc cannot compile {describe_call(node)} {_where(node)}\n  reason: {reason}{also}{hint}\n"
+        f"neuroncc cannot compile {describe_call(node)} {_where(node)}\n  reason: {reason}{also}\n"
         f"  {FALLBACK_HINT}"
     )
     error.op = op_name(node)

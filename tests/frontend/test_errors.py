@@ -170,19 +170,3 @@ def test_unknown_option_values_are_input_errors():
         compiled(torch.randn(2))
     assert isinstance(_inner(info.value), neuroncc.InputError)
     assert "fallback" in str(info.value)
-
-
-def test_transformer_fast_path_error_says_how_to_avoid_it():
-    layer = nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True).eval()
-    x = torch.randn(2, 3, 8)
-    with torch.no_grad():
-        with pytest.raises(BackendCompilerFailed, match="set_fastpath_enabled") as info:
-            torch.compile(layer, backend="neuron", dynamic=False)(x)
-        assert _inner(info.value).op == "aten._transformer_encoder_layer_fwd.default"
-        torch.backends.mha.set_fastpath_enabled(False)
-        try:
-            torch._dynamo.reset()
-            out = torch.compile(layer, backend="neuron", dynamic=False)(x)
-        finally:
-            torch.backends.mha.set_fastpath_enabled(True)
-        torch.testing.assert_close(out, layer(x), rtol=1e-5, atol=1e-5)

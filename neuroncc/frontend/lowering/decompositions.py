@@ -19,6 +19,7 @@ from neuroncc.frontend.lowering.coverage import coverage_decompositions
 from neuroncc.frontend.lowering.foreach import foreach_decompositions
 from neuroncc.frontend.lowering.library import library_decompositions
 from neuroncc.frontend.lowering.random_ops import random_decompositions
+from neuroncc.frontend.lowering.transformer_fastpath import fastpath_decompositions
 
 aten = torch.ops.aten
 
@@ -105,6 +106,7 @@ def _table() -> dict[torch._ops.OperatorBase, Callable]:
     table.update(library_decompositions())  # pinv over svd/eigh (frontend/lowering/library.py)
     table.update(foreach_decompositions())  # _foreach_* -> one aten call per tensor (frontend/lowering/foreach.py)
     table.update(OWN_DECOMPOSITIONS)
+    table.update(fastpath_decompositions())  # fused transformer inference ops (lowering/transformer_fastpath.py)
     table.update(random_decompositions())  # random ops over the Philox generator (frontend/lowering/random_ops.py)
     for op in REMOVED_DECOMPOSITIONS:
         table.pop(op, None)
