@@ -204,6 +204,7 @@ HEAVY = {"torch", "functorch", "llvmlite", "matplotlib", "redis",
 #: that a process running cpu code (a warm start loading its artifacts) does not load the NKI simulator.
 HEAVY_MODULES = {
     "neuroncc.executors.nki_sim.executable",  # the NKI simulator and its code generator: ~60 ms
+    "neuroncc.executors.cpu.launcher",  # the cpu launcher and its step runners: ~30 ms (LLVM only for a build)
 }
 
 #: Packages whose modules still import each other in a cycle (none left: keep it empty).

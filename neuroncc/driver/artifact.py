@@ -6,12 +6,14 @@
       graph.nir            the graph the executable runs (after the pipeline), as text
       constants.npz        its large constants, by resource name (np.load(allow_pickle=False); absent if none)
       stages/NN-NAME.nir   the IR text after each pipeline stage (for reading; not needed to load)
-      ...                  the target's own files (cpu: .ll LLVM IR, .o object code, launch plan .json, the
-                           launcher's process-wide helpers' object code runtime.json;
+      ...                  the target's own files (cpu: kernels.ll LLVM IR, kernels.so the kernels linked into
+                           one shared library (or kernels.a, their object files, where no linker was found),
+                           launch plan .json, the launcher's process-wide helpers' code runtime.json;
                            nki-sim: the NKI kernel sources)
 
-Nothing here is pickled: text, JSON and ``.npz`` only. Every file is checked against its recorded sha256 when
-the artifact is read, and the manifest carries a checksum of itself, so a flipped bit anywhere is caught.
+Nothing here is pickled: text, JSON, ``.npz`` and machine code only. Every file is checked against its recorded
+sha256 when the artifact is read (before the target's loader sees any of it: machine code is loaded only after),
+and the manifest carries a checksum of itself, so a flipped bit anywhere is caught.
 
 Targets plug in through :data:`ARTIFACT_CODECS`: a saver that writes the executable's own files into the
 directory and a loader that rebuilds the executable from the directory and the graph.
@@ -38,7 +40,8 @@ from neuroncc.ir import Function, TensorType, collect_resources, parse, print_fu
 from neuroncc.executors.executable import Executable, load_interp_executable
 
 #: Bump when the directory layout or the manifest schema changes; older entries then read as misses.
-FORMAT_VERSION = 1
+#: 2: cpu kernels as one shared library (kernels.so; kernels.a only where the compiling process had no linker)
+FORMAT_VERSION = 2
 
 MANIFEST_NAME = "manifest.json"
 GRAPH_NAME = "graph.nir"

@@ -1,15 +1,18 @@
 """The host CPU as the LLVM code generator sees it: its name, features, vector width and cores (and any other
 x86-64 CPU, to read the code it would get: :class:`CpuTarget`).
 
-Read lazily and once per process (:func:`host_cpu`): LLVM reports the name and feature string (llvmlite is
-imported only then, so importing this module stays cheap), the operating system the CPUs this process may
-run on. The CPU code generator compiles for exactly this CPU; the name and features are part of a compiled
+Read lazily and once per process (:func:`host_cpu`): LLVM reports the name and feature string (asked of
+llvmlite's shared library through ctypes, without importing llvmlite's Python bindings: a process that only loads
+cached kernel libraries never needs them), the operating system the CPUs this process may run on. The CPU code generator compiles for exactly this CPU; the name and features are part of a compiled
 artifact's identity.
 """
 
 from __future__ import annotations
 
+import ctypes
+import importlib.util
 import os
+import sys
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -207,12 +210,57 @@ def host_cpu() -> HostCpu:
     """This machine's CPU (read on first use, then cached)."""
     with _LOCK:
         if not _HOST:
-            import llvmlite.binding as llvm  # heavy: only when code is generated for (or loaded on) this host
-
-            _HOST.append(HostCpu(name=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(),
-                                 last_level_cache_bytes=last_level_cache_bytes(),
-                                 triple=llvm.get_process_triple(), cores=available_cores()))
+            name, features, triple = _llvm_host()
+            _HOST.append(HostCpu(name=name, features=features, last_level_cache_bytes=last_level_cache_bytes(),
+                                 triple=triple, cores=available_cores()))
         return _HOST[0]
+
+
+def _llvm_host() -> tuple[str, str, str]:
+    """LLVM's host CPU name, feature string (as llvmlite's ``FeatureMap.flatten()`` makes it: ``+name`` or
+    ``-name``, sorted by name) and process triple.
+
+    Asked of llvmlite's shared library directly (the three C functions its bindings wrap): importing the bindings
+    costs ~25-45 ms, which a process that only loads cached kernel libraries would pay for three strings; loading
+    the library itself costs ~7-10 ms. Through the bindings when the library is not where llvmlite keeps it."""
+    library = _llvmlite_library()
+    if library is None:
+        import llvmlite.binding as llvm
+
+        return llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten(), llvm.get_process_triple()
+    name, triple = _llvm_string(library, "LLVMPY_GetHostCPUName"), _llvm_string(library, "LLVMPY_GetProcessTriple")
+    found = _llvm_string(library, "LLVMPY_GetHostCPUFeatures")
+    flags = sorted((feature[1:], feature[0]) for feature in found.split(",") if feature)
+    return name, ",".join(sign + feature for feature, sign in flags), triple
+
+
+def _llvmlite_library() -> ctypes.CDLL | None:
+    """llvmlite's shared library (the one its bindings load, so the process maps it once), or None."""
+    try:
+        spec = importlib.util.find_spec("llvmlite")  # finds the package without importing it
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    name = {"darwin": "libllvmlite.dylib", "win32": "llvmlite.dll"}.get(sys.platform, "libllvmlite.so")
+    path = Path(list(spec.submodule_search_locations)[0]) / "binding" / name
+    try:
+        return ctypes.CDLL(str(path)) if path.is_file() else None
+    except OSError:
+        return None
+
+
+def _llvm_string(library: ctypes.CDLL, function: str) -> str:
+    """The string LLVM C-API wrapper ``function`` of llvmlite writes to its ``char **`` argument (then freed)."""
+    out = ctypes.c_char_p()
+    call = getattr(library, function)
+    call.argtypes = [ctypes.POINTER(ctypes.c_char_p)]
+    call(ctypes.byref(out))
+    try:
+        return (out.value or b"").decode()
+    finally:
+        if out.value is not None:
+            library.LLVMPY_DisposeString(out)
 
 
 def last_level_cache_bytes(cpu_dir: Path = Path("/sys/devices/system/cpu/cpu0/cache")) -> int:

@@ -9,7 +9,8 @@ import pytest
 from llvmlite import ir
 
 from neuroncc.codegen.llvm import jit
-from neuroncc.codegen.llvm.entries import TEAM_ENTRY, add_phase_entry, team_entry_ir
+from neuroncc.codegen.llvm.entries import add_phase_entry
+from neuroncc.codegen.llvm.team_entry import TEAM_ENTRY, team_entry_ir
 from neuroncc.codegen.llvm.scalars import I64, PTR, VOID
 
 

@@ -13,7 +13,7 @@ from neuroncc.errors import ArtifactError, InputError
 from neuroncc.ir import Builder, DType, TensorType, interpret, parse, print_function
 from neuroncc.driver.compile import DEFAULT_TARGET, compile_graph
 from neuroncc.codegen.llvm.launch_plan import PLAN_VERSION
-from neuroncc.executors.cpu.launcher import CpuExecutable, build_cpu_executable, load_cpu_executable
+from neuroncc.executors.cpu.launcher import CODE_FILES, CpuExecutable, build_cpu_executable, load_cpu_executable
 
 
 def mlp_like():
@@ -94,11 +94,12 @@ def test_memory_plan_offsets_are_used(rng):
     np.testing.assert_allclose(exe(xs)[0], interpret(fn, [xs])[0], rtol=1.3e-6, atol=1e-5)
 
 
-def test_save_and_load_without_recompiling(tmp_path, rng, monkeypatch):
+def test_save_and_load_without_recompiling(tmp_path, rng, monkeypatch, code_form):
     fn = mlp_like()
     exe = build_cpu_executable(fn, {})
     files = exe.save(tmp_path / "artifact")
-    assert sorted(files) == ["kernels.a", "kernels.ll", "plan.json", "runtime.json"]  # names relative to the directory
+    # names relative to the directory
+    assert sorted(files) == sorted([CODE_FILES[code_form], "kernels.ll", "plan.json", "runtime.json"])
     json.loads((tmp_path / "artifact" / "plan.json").read_text())
     from neuroncc.codegen.llvm import jit
 
@@ -113,7 +114,7 @@ def test_save_and_load_without_recompiling(tmp_path, rng, monkeypatch):
         np.testing.assert_array_equal(a, c)
 
 
-def test_load_rejects_other_graphs_and_corrupt_files(tmp_path):
+def test_load_rejects_other_graphs_and_corrupt_files(tmp_path, code_form):
     fn = mlp_like()
     build_cpu_executable(fn, {}).save(tmp_path / "a")
     b = Builder("other")
@@ -122,10 +123,10 @@ def test_load_rejects_other_graphs_and_corrupt_files(tmp_path):
         load_cpu_executable(tmp_path / "a", b.build([b.params[0]]))
     with pytest.raises(ArtifactError):
         load_cpu_executable(tmp_path / "missing", fn)
-    (tmp_path / "a" / "kernels.a").write_bytes(b"not an object file")
+    (tmp_path / "a" / CODE_FILES[code_form]).write_bytes(b"not an object file")
     with pytest.raises(ArtifactError, match="corrupt"):
         load_cpu_executable(tmp_path / "a", fn)
-    (tmp_path / "a" / "kernels.a").unlink()
+    (tmp_path / "a" / CODE_FILES[code_form]).unlink()
     with pytest.raises(ArtifactError, match="cannot read kernel object code"):
         load_cpu_executable(tmp_path / "a", fn)
     (tmp_path / "a" / "plan.json").write_text(json.dumps({"version": PLAN_VERSION}))

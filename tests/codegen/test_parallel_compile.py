@@ -14,7 +14,7 @@ from neuroncc.ir import Builder, DType, TensorType, interpret
 from neuroncc.passes import run_pipeline
 from neuroncc.passes.pipeline import default_pipeline
 from neuroncc.executors.cpu.ar_archive import read_archive, write_archive
-from neuroncc.executors.cpu.launcher import build_cpu_executable, load_cpu_executable
+from neuroncc.executors.cpu.launcher import CODE_FILES, build_cpu_executable, load_cpu_executable, stored_code
 
 
 def many_kernels():
@@ -50,13 +50,16 @@ def test_any_number_of_workers_compiles_the_same_objects(rng, workers):
     assert exe.module.objects == serial.module.objects  # in submission order, whoever compiled them
 
 
-def test_artifact_keeps_the_objects_in_one_archive(rng, tmp_path):
+def test_artifact_keeps_the_code_in_one_file(rng, tmp_path, code_form):
     fn = many_kernels()
     exe = build_cpu_executable(fn, {"compile_threads": 2})
+    assert exe.module.form is code_form
     exe.save(tmp_path)
-    assert read_archive((tmp_path / "kernels.a").read_bytes()) == exe.module.objects
+    assert (tmp_path / CODE_FILES[code_form]).read_bytes() == stored_code(exe.module)
+    if code_form is code_form.OBJECTS:
+        assert read_archive((tmp_path / "kernels.a").read_bytes()) == exe.module.objects
     loaded = load_cpu_executable(tmp_path, fn)
-    assert loaded.module.objects == exe.module.objects
+    assert loaded.module.form is code_form and stored_code(loaded.module) == stored_code(exe.module)
     # kernels.ll splits back into its modules
     assert [m.strip() for m in loaded.module.llvm_ir] == [m.strip() for m in exe.module.llvm_ir]
     args = inputs(rng)

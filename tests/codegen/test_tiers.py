@@ -12,8 +12,8 @@ import pytest
 from neuroncc.codegen.llvm import jit
 from neuroncc.errors import InputError
 from neuroncc.executors.cpu import tiers
-from neuroncc.executors.cpu.ar_archive import read_archive
-from neuroncc.executors.cpu.launcher import build_cpu_executable, load_cpu_executable
+
+from neuroncc.executors.cpu.launcher import CODE_FILES, build_cpu_executable, load_cpu_executable, stored_code
 from neuroncc.ir import Builder, DType, TensorType
 from neuroncc.passes import run_pipeline
 from neuroncc.passes.pipeline import default_pipeline
@@ -97,9 +97,9 @@ def test_saving_a_quick_executable_saves_the_optimized_code(rng, tmp_path):
     quick.save(tmp_path)  # waits for the optimized build
     optimized = quick.optimized.result()
     assert quick.final() is optimized
-    assert read_archive((tmp_path / "kernels.a").read_bytes()) == optimized.module.objects
+    assert (tmp_path / CODE_FILES[optimized.module.form]).read_bytes() == stored_code(optimized.module)
     loaded = load_cpu_executable(tmp_path, fn)  # its checksum is the optimized code's
-    assert loaded.module.objects == optimized.module.objects != quick.module.objects
+    assert stored_code(loaded.module) == stored_code(optimized.module) != stored_code(quick.module)
     args = _special_inputs(rng, 1)
     np.testing.assert_array_equal(_bits(loaded(*args))[0], _bits(quick(*args))[0])
 
@@ -190,7 +190,8 @@ def test_modules_mode_saves_the_optimized_code(tmp_path):
     fn = _exp_then_sum()
     quick = build_cpu_executable(fn, {"quick_first": "modules"})
     quick.save(tmp_path)
-    assert read_archive((tmp_path / "kernels.a").read_bytes()) == quick.optimized.result().module.objects
+    optimized = quick.optimized.result().module
+    assert (tmp_path / CODE_FILES[optimized.form]).read_bytes() == stored_code(optimized)
 
 
 def test_reoptimize_compiles_only_the_quick_objects_again():

@@ -15,7 +15,7 @@ import torch
 from neuroncc.device import dispatch
 from neuroncc.device.kernels import CompiledKernel
 from neuroncc.driver.publisher import PUBLISHER
-from neuroncc.executors.cpu.ar_archive import read_archive
+from neuroncc.executors.cpu.launcher import CODE_FILES, stored_code
 from neuroncc.executors.cpu.tiers import OPTIMIZER
 
 from .conftest import run_python
@@ -77,10 +77,10 @@ def test_the_disk_cache_holds_the_optimized_code():
     assert quick.optimized is not None
     OPTIMIZER.wait()
     PUBLISHER.flush()
-    optimized = quick.optimized.result().module.objects
-    archives = [read_archive(path.read_bytes())
-                for path in (Path(os.environ["NEURONCC_CACHE_DIR"]) / "entries").glob("*/kernels.a")]
-    assert optimized in archives and quick.module.objects not in archives
+    optimized = stored_code(quick.optimized.result().module)
+    stored = [path.read_bytes() for path in (Path(os.environ["NEURONCC_CACHE_DIR"]) / "entries").glob("*/kernels.*")
+              if path.name in CODE_FILES.values()]
+    assert optimized in stored and stored_code(quick.module) not in stored
 
 
 def test_a_second_process_loads_the_optimized_code_of_a_process_that_exited_at_once(tmp_path):

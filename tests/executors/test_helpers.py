@@ -1,7 +1,7 @@
 """The launcher's process-wide helpers (team entry, sequence interpreter) taken from a loaded artifact.
 
 Each case runs in a fresh process (the helpers are loaded once per process): a saved artifact carries the
-helpers' object code, and a process that loads it runs its kernels without compiling them; an offer whose
+helpers' code (a shared library each, or object files where no linker was found), and a process that loads it runs its kernels without compiling them; an offer whose
 IR differs, or a damaged runtime.json, is ignored and the helpers are compiled as before.
 """
 
@@ -83,7 +83,7 @@ def test_an_artifact_carries_the_helpers_and_a_loading_process_compiles_nothing(
     np.testing.assert_allclose(result["result"], np.tanh(x) + x, rtol=1e-6, atol=1e-6)
 
 
-@pytest.mark.parametrize("damage", ["other IR", "bad base64", "not JSON", "other version"])
+@pytest.mark.parametrize("damage", ["other IR", "bad base64", "unknown form", "not JSON", "other version"])
 def test_unusable_helpers_are_compiled_instead(tmp_path, artifact, damage):
     import shutil
 
@@ -95,7 +95,10 @@ def test_unusable_helpers_are_compiled_instead(tmp_path, artifact, damage):
             entry["ir_sha256"] = "0" * 64
         text = json.dumps(data)
     elif damage == "bad base64":
-        data["helpers"][helpers.TEAM]["object"] = "!!"
+        data["helpers"][helpers.TEAM]["code"] = "!!"
+        text = json.dumps(data)
+    elif damage == "unknown form":
+        data["helpers"][helpers.TEAM]["form"] = "dll"
         text = json.dumps(data)
     elif damage == "not JSON":
         text = "{"
@@ -110,14 +113,14 @@ def test_unusable_helpers_are_compiled_instead(tmp_path, artifact, damage):
 def test_offers_are_ignored_once_a_helper_is_loaded():
     helpers.helper_module(helpers.TEAM, lambda: _team_ir())
     before = helpers._MODULES[helpers.TEAM]
-    fake = {"version": 1, "helpers": {helpers.TEAM: {"ir_sha256": "0" * 64,
-                                                     "object": base64.b64encode(b"x").decode()}}}
+    fake = {"version": helpers.RUNTIME_VERSION, "helpers": {helpers.TEAM: {
+        "ir_sha256": "0" * 64, "form": "shared-library", "code": base64.b64encode(b"x").decode()}}}
     helpers.offer(json.dumps(fake))
     assert helpers.TEAM not in helpers._OFFERED
     assert helpers.helper_module(helpers.TEAM, _team_ir) is before
 
 
 def _team_ir() -> str:
-    from neuroncc.codegen.llvm.entries import team_entry_ir
+    from neuroncc.codegen.llvm.team_entry import team_entry_ir
 
     return team_entry_ir()

@@ -14,6 +14,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from neuroncc.codegen.llvm import native_library
+
 CHILD = Path(__file__).parent / "warm_imports_child.py"
 
 #: Modules a compile loads and a graph cache hit must not: the miss path (AOTAutograd and neuroncc's compilers,
@@ -60,3 +64,14 @@ def test_a_graph_cache_hit_loads_no_compiler(tmp_path):
     assert warm["stats"]["cache_misses"] == 0
     assert _loaded(warm, COMPILE_ONLY + NEVER_ON_CPU) == []
     assert _loaded(cold, NEVER_ON_CPU) == []
+
+
+def test_a_graph_cache_hit_loads_its_kernels_without_llvm(tmp_path):
+    """With a linker, artifacts hold their kernels as a shared library (codegen/llvm/native_library.py): a hit
+    loads it with the dynamic loader and never imports llvmlite's bindings (nor llvmlite.ir)."""
+    if native_library.linker() is None:
+        pytest.skip("no linker: artifacts hold object files, which load through LLVM's MCJIT")
+    _run("step", tmp_path)
+    warm = _run("step", tmp_path)
+    assert warm["stats"]["graph_cache_hits"] == 1 and warm["stats"]["cache_misses"] == 0
+    assert _loaded(warm, ("llvmlite",)) == []

@@ -1,8 +1,11 @@
 """LLVM plumbing: one target machine for the host, the O3 pipeline, object emission and loading.
 
 Compilation always goes through object files: a :class:`KernelCompiler` verifies and optimizes each module
-(one per kernel phase) and emits its object code once; the objects are loaded into one MCJIT engine. Loading a saved artifact is the same second half (:func:`load_objects`), so a
-cached executable runs exactly the code that was tested, without recompiling.
+(one per kernel phase) and emits its object code once; the objects are linked into one shared library and loaded
+by the dynamic loader, or, where the process has no linker, loaded into one MCJIT engine (the code form:
+:mod:`neuroncc.codegen.llvm.native_library` decides). Loading a saved artifact is the same second half (the
+library through ``native_library.load_library``, which needs no LLVM; objects through :func:`load_objects`), so
+a cached executable runs exactly the code that was tested, without recompiling.
 
 Kernels compile in parallel, on worker threads that each own an LLVM context, a target machine and a pass
 builder. llvmlite wraps every LLVM C-API call in one process-wide lock (its global context is shared), which
@@ -27,6 +30,7 @@ import ctypes
 import enum
 import queue
 import re
+import subprocess
 import sys
 import threading
 from dataclasses import dataclass, field
@@ -35,7 +39,8 @@ from typing import Any
 import llvmlite.binding as llvm
 from llvmlite.binding import ffi
 
-from neuroncc.errors import ArtifactError, CodegenError
+from neuroncc.codegen.llvm.native_library import CodeForm, LibraryModule, code_form, give_up, link, load_library
+from neuroncc.errors import ArtifactError, CodegenError, NeuronccError
 from neuroncc.hardware.host import CpuTarget
 from neuroncc.hardware.host import host_cpu as _host
 
@@ -91,9 +96,11 @@ def host_target() -> CpuTarget:
     return _host()
 
 
-def target_machine(target: CpuTarget | None = None, tier: Tier = Tier.OPTIMIZED) -> llvm.TargetMachine:
+def target_machine(target: CpuTarget | None = None, tier: Tier = Tier.OPTIMIZED,
+                   form: CodeForm = CodeForm.OBJECTS) -> llvm.TargetMachine:
     """A fresh target machine for ``target`` (default: the host CPU with all of its features), generating code
-    at ``tier``'s level (O3 by default), with the vector width the target says (``CpuTarget.machine_features``).
+    at ``tier``'s level (O3 by default), with the vector width the target says (``CpuTarget.machine_features``),
+    for code ``form``: position-independent code (small code model) for a shared library, else MCJIT's form below.
 
     Fresh per use: an MCJIT engine takes ownership of the target machine it is created with, and a compile
     worker must not share one with another thread.
@@ -105,12 +112,17 @@ def target_machine(target: CpuTarget | None = None, tier: Tier = Tier.OPTIMIZED)
     64 bits; its extra cost is in loading a constant's address, which the loops hoist. Static relocations with
     it (absolute 64-bit addresses, which RuntimeDyld fills in when it loads an object, from the cache too):
     MCJIT ran the large model's position-independent code (GOT-relative forms) into crashes.
+
+    A shared library keeps its sections together (the linker lays them out), so the small model's PC-relative
+    references always reach: constants load RIP-relative, with no address to materialize, and nothing goes
+    through a GOT (the kernels define everything they use but ``memmove``, which they call through the PLT).
     """
     with _LOCK:
         _initialize()
     target = target or host_target()
+    reloc, model = ("pic", "small") if form is CodeForm.SHARED_LIBRARY else ("static", "large")
     return _STATE["target"].create_target_machine(  # type: ignore[attr-defined]
-        cpu=target.name, features=target.machine_features, opt=tier.codegen_level, reloc="static", codemodel="large")
+        cpu=target.name, features=target.machine_features, opt=tier.codegen_level, reloc=reloc, codemodel=model)
 
 
 def _unlocked(name: str) -> Any:
@@ -122,7 +134,7 @@ def _unlocked(name: str) -> Any:
 
 @dataclass
 class JitModule:
-    """Loaded machine code: symbol addresses stay valid while this object (its engine) is alive.
+    """Machine code loaded by MCJIT: symbol addresses stay valid while this object (its engine) is alive.
 
     ``objects`` are the object files loaded and ``llvm_ir`` the unoptimized LLVM IR modules they were compiled
     from, one per kernel phase (the IR for inspection and the artifact's ``kernels.ll``)."""
@@ -130,6 +142,7 @@ class JitModule:
     engine: llvm.ExecutionEngine
     objects: list[bytes]
     llvm_ir: list[str] = field(default_factory=list)
+    form: CodeForm = CodeForm.OBJECTS
 
     def address(self, symbol: str) -> int:
         address = self.engine.get_function_address(symbol)
@@ -187,9 +200,9 @@ def _emit_object(tm: llvm.TargetMachine, module: llvm.ModuleRef) -> bytes:
 
 def optimize(ir_texts: list[str], target: CpuTarget | None = None) -> tuple[llvm.ModuleRef, llvm.TargetMachine]:
     """Parse, verify, link and optimize the modules as one for ``target`` (default: the host; tests and
-    :func:`assembly`)."""
+    :func:`assembly`), in the process's code form (the code a build of them would run)."""
     module = parse_and_link(ir_texts)
-    tm = target_machine(target)
+    tm = target_machine(target, form=code_form())
     _run_o3(module, tm)
     return module, tm
 
@@ -216,13 +229,13 @@ def _compile_module(text: str, context: Any, tm: llvm.TargetMachine, tier: Tier)
 _MACHINES = threading.local()
 
 
-def _thread_machine(tier: Tier) -> llvm.TargetMachine:
+def _thread_machine(tier: Tier, form: CodeForm) -> llvm.TargetMachine:
     machines = getattr(_MACHINES, "by_tier", None)
     if machines is None:
         machines = _MACHINES.by_tier = {}
-    if tier not in machines:
-        machines[tier] = target_machine(tier=tier)
-    return machines[tier]
+    if (tier, form) not in machines:
+        machines[tier, form] = target_machine(tier=tier, form=form)
+    return machines[tier, form]
 
 
 #: Inbox priorities: optimized modules first (see KernelCompiler), then quick ones, then the workers' stop.
@@ -231,11 +244,11 @@ _OPTIMIZED_FIRST, _QUICK_NEXT, _STOP = 0, 1, 2
 
 class _Worker(threading.Thread):
     """Takes (priority, index, module text, tier) from the shared inbox until a stop, compiling each in its own
-    LLVM context."""
+    LLVM context, for code ``form``."""
 
-    def __init__(self, inbox: queue.PriorityQueue, objects: dict[int, bytes]) -> None:
+    def __init__(self, inbox: queue.PriorityQueue, objects: dict[int, bytes], form: CodeForm) -> None:
         super().__init__(name="neuroncc-llvm", daemon=True)
-        self.inbox, self.objects = inbox, objects
+        self.inbox, self.objects, self.form = inbox, objects, form
         self.error: BaseException | None = None
 
     def run(self) -> None:
@@ -249,7 +262,7 @@ class _Worker(threading.Thread):
                 if context is None:
                     context = llvm.create_context()
                 if tier not in machines:
-                    machines[tier] = target_machine(tier=tier)
+                    machines[tier] = target_machine(tier=tier, form=self.form)
                 self.objects[index] = _compile_module(text, context, machines[tier], tier)
             except BaseException as exc:  # re-raised on the compiling thread by KernelCompiler.finish
                 self.error = exc
@@ -301,13 +314,16 @@ class KernelCompiler:
     against 2-7 ms), so it is the one the compile ends up waiting for, unless it starts as early as it can. ``tier``: how much LLVM optimizes (:class:`Tier`).
     ``quick_when_independent``: a module that computes the same bits at every tier (:func:`tier_independent`)
     compiles at the quick tier instead; ``tiers`` records each module's (:func:`reoptimize` makes the
-    optimized objects of the quick ones later).
+    optimized objects of the quick ones later). ``form``: the code form (default: the process's,
+    ``native_library.code_form``).
     """
 
-    def __init__(self, workers: int = 1, tier: Tier = Tier.OPTIMIZED, quick_when_independent: bool = False):
+    def __init__(self, workers: int = 1, tier: Tier = Tier.OPTIMIZED, quick_when_independent: bool = False,
+                 form: CodeForm | None = None):
         with _LOCK:
             _initialize()
         self.tier = tier
+        self.form = form or code_form()
         self.quick_when_independent = quick_when_independent
         self.max_workers = max(int(workers), 1)
         self.workers: list[_Worker] = []
@@ -322,7 +338,7 @@ class KernelCompiler:
             if not self._short_switches:
                 _SWITCH_INTERVAL.acquire()
                 self._short_switches = True
-            worker = _Worker(self.inbox, self.objects)
+            worker = _Worker(self.inbox, self.objects, self.form)
             worker.start()
             self.workers.append(worker)
         tier = Tier.QUICK if self.quick_when_independent and tier_independent(text) else self.tier
@@ -341,7 +357,7 @@ class KernelCompiler:
             self._short_switches = False
             _SWITCH_INTERVAL.release()
 
-    def finish(self) -> JitModule | None:
+    def finish(self) -> LoadedCode | None:
         """Wait for the workers and load their objects; None when nothing was submitted."""
         self.close()
         for worker in self.workers:
@@ -351,22 +367,24 @@ class KernelCompiler:
                 raise CodegenError(f"LLVM compilation failed: {worker.error}") from worker.error
         if not self.texts:
             return None
-        return load_objects([self.objects[i] for i in range(len(self.texts))], self.texts)
+        return _load([self.objects[i] for i in range(len(self.texts))], self.texts, self.tiers, self.form)
 
 
-def compile_ir(ir_texts: list[str], workers: int = 1, tier: Tier = Tier.OPTIMIZED) -> JitModule:
-    """Verify, optimize (at ``tier``), emit object code and load it. Raises CodegenError on invalid IR.
+def compile_ir(ir_texts: list[str], workers: int = 1, tier: Tier = Tier.OPTIMIZED,
+               form: CodeForm | None = None) -> LoadedCode:
+    """Verify, optimize (at ``tier``), emit object code (in code ``form``, default: the process's) and load it.
+    Raises CodegenError on invalid IR.
 
     One module, or one worker, compiles on the calling thread: starting and joining a worker thread costs
     more than a quick-tier module's compile on a busy machine."""
+    form = form or code_form()
     if workers <= 1 or len(ir_texts) == 1:
         with _LOCK:
             _initialize()
         if not ir_texts:
             raise CodegenError("no LLVM modules to compile")
-        context, tm = llvm.create_context(), _thread_machine(tier)  # a fresh context: its uniqued types go with it
-        return load_objects([_compile_module(text, context, tm, tier) for text in ir_texts], ir_texts)
-    compiler = KernelCompiler(workers, tier)
+        return _load(_compile_all(ir_texts, [tier] * len(ir_texts), form), ir_texts, [tier] * len(ir_texts), form)
+    compiler = KernelCompiler(workers, tier, form=form)
     for text in ir_texts:
         compiler.submit(text)
     module = compiler.finish()
@@ -375,25 +393,50 @@ def compile_ir(ir_texts: list[str], workers: int = 1, tier: Tier = Tier.OPTIMIZE
     return module
 
 
-def reoptimize(module: JitModule, tiers: list[Tier]) -> JitModule:
+def reoptimize(module: LoadedCode, tiers: list[Tier]) -> LoadedCode:
     """``module`` with every object that ``tiers`` says was compiled at the quick tier compiled again at the
     optimized one (on the calling thread), the others reused: the code an optimized build of the same modules
-    makes, since a module's object code depends only on its text and its tier."""
+    makes, since a module's object code depends only on its text, its tier and its code form."""
     if not any(tier is Tier.QUICK for tier in tiers):
         return module
     with _LOCK:
         _initialize()
-    context, tm = llvm.create_context(), _thread_machine(Tier.OPTIMIZED)
+    context, tm = llvm.create_context(), _thread_machine(Tier.OPTIMIZED, module.form)
     objects = [_compile_module(text, context, tm, Tier.OPTIMIZED) if tier is Tier.QUICK else obj
                for obj, text, tier in zip(module.objects, module.llvm_ir, tiers)]
-    return load_objects(objects, module.llvm_ir)
+    return _load(objects, module.llvm_ir, [Tier.OPTIMIZED] * len(objects), module.form)
+
+
+#: Code loaded from a shared library or by MCJIT: ``address(symbol)``, ``objects``, ``llvm_ir``, ``form``.
+LoadedCode = LibraryModule | JitModule
+
+
+def _compile_all(texts: list[str], tiers: list[Tier], form: CodeForm) -> list[bytes]:
+    """Each module's object code in ``form``, compiled on the calling thread (a fresh context: its uniqued
+    types go with it)."""
+    context = llvm.create_context()
+    return [_compile_module(text, context, _thread_machine(tier, form), tier) for text, tier in zip(texts, tiers)]
+
+
+def _load(objects: list[bytes], texts: list[str], tiers: list[Tier], form: CodeForm) -> LoadedCode:
+    """Load freshly compiled ``objects``: linked into a library and loaded by the dynamic loader in the shared
+    form. When that fails (the linker refuses, or the library cannot be mapped: a ``noexec`` temporary
+    directory), the process gives the shared form up (``native_library.give_up``) and these modules compile
+    again, as objects for MCJIT, at their ``tiers``."""
+    if form is CodeForm.SHARED_LIBRARY:
+        try:
+            return load_library(link(objects), objects, texts)
+        except (OSError, subprocess.SubprocessError, NeuronccError) as exc:
+            give_up(str(exc))
+        objects = _compile_all(texts, tiers, CodeForm.OBJECTS)
+    return load_objects(objects, texts)
 
 
 def load_objects(objects: list[bytes], llvm_ir: list[str] | None = None) -> JitModule:
     """Load object code produced by a :class:`KernelCompiler` (or read from an artifact) into a new engine."""
     with _LOCK:
         _initialize()
-    tm = target_machine()
+    tm = target_machine(form=CodeForm.OBJECTS)
     empty = llvm.parse_assembly("")
     empty.triple = tm.triple
     empty.data_layout = str(tm.target_data)

@@ -19,7 +19,7 @@ from neuroncc.errors import ArtifactError
 from neuroncc.hardware.host import CACHE_LINE_BYTES
 from neuroncc.ir.graph import Function, print_function
 
-PLAN_VERSION = 5  # 3: BufferSpec.supplied, kind call; 4: StepSpec.row_block; 5: in_place
+PLAN_VERSION = 6  # 3: BufferSpec.supplied, kind call; 4: StepSpec.row_block; 5: in_place; 6: code_form
 ALIGN = CACHE_LINE_BYTES  # buffers and arena slots start on a cache line
 
 
@@ -115,10 +115,14 @@ class CpuLaunchPlan:
     steps: list[StepSpec] = field(default_factory=list)
     outputs: list[int] = field(default_factory=list)
     arena_bytes: int = 0
-    object_sha256: str = ""  # of kernels.a: a truncated or foreign object file must never reach LLVM
+    #: of the code file (kernels.so or kernels.a): a truncated or foreign file must never be loaded
+    object_sha256: str = ""
     version: int = PLAN_VERSION
     #: (output position, param position): the output is computed in the param's buffer (the caller's memory)
     in_place: list[tuple[int, int]] = field(default_factory=list)
+    #: how the kernels' code is stored: "shared-library" (kernels.so) or "objects" (kernels.a); the values of
+    #: ``native_library.CodeForm``
+    code_form: str = "objects"
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1, sort_keys=True)
@@ -135,7 +139,7 @@ class CpuLaunchPlan:
                 [_value(v) for v in data["values"]],
                 [_step(s) for s in data["steps"]],
                 list(data["outputs"]), data["arena_bytes"], data["object_sha256"], data["version"],
-                [(int(o), int(p)) for o, p in data["in_place"]],
+                [(int(o), int(p)) for o, p in data["in_place"]], str(data["code_form"]),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ArtifactError(f"malformed launch plan: {exc}") from None

@@ -3,13 +3,15 @@
 Two small LLVM modules serve every cpu executable of a process: the OpenMP team entry (``threads.py``) and the
 native sequence interpreter (``native_sequence.py``). Compiling them at O3 costs ~25 ms of CPU, which a warm
 start (executables loaded from the compile cache, nothing else compiled) paid on its first call. So an
-artifact carries their object code, ``runtime.json``:
+artifact carries their code, ``runtime.json``:
 
-    {"version": 1, "helpers": {"team": {"ir_sha256": ..., "object": base64}, "sequence": {...}}}
+    {"version": 2, "helpers": {"team": {"ir_sha256": ..., "form": "shared-library", "code": base64},
+                               "sequence": {...}}}
 
-and loading an artifact *offers* them (:func:`offer`); a helper first needed afterwards loads the offered
-object (~1.5 ms, an MCJIT engine) instead of compiling, provided it was compiled from the very IR this process
-generates (its ``ir_sha256``). The artifact's files are checked against its manifest before anything is loaded, and its key
+(``form``: ``native_library.CodeForm``: the helper's own shared library, or its object file for MCJIT) and
+loading an artifact *offers* them (:func:`offer`); a helper first needed afterwards loads the offered code (a
+library through the dynamic loader, ~0.3 ms and no LLVM; an object through an MCJIT engine, ~1.5 ms) instead of
+compiling, provided it was compiled from the very IR this process generates (its ``ir_sha256``). The artifact's files are checked against its manifest before anything is loaded, and its key
 includes neuroncc's sources and the host CPU (driver/cache_key.py), so the code is this version's, built for
 this machine; the IR check keeps that true for any caller. A helper missing or unusable in the file is
 compiled as before: ``runtime.json`` can only save time.
@@ -24,19 +26,22 @@ import json
 import threading
 from collections.abc import Callable
 
-from neuroncc.codegen.llvm import jit
+from typing import Any
+
+from neuroncc.codegen.llvm.native_library import CodeForm, load_library
 from neuroncc.errors import NeuronccError
 
 RUNTIME_FILE = "runtime.json"
-RUNTIME_VERSION = 1
+RUNTIME_VERSION = 2  # 2: each helper's code form (a shared library or an object file)
 TEAM, SEQUENCE = "team", "sequence"  # the helpers' names (threads.py, native_sequence.py)
 
 _LOCK = threading.Lock()
-_MODULES: dict[str, jit.JitModule] = {}  # helper name -> its loaded code, kept mapped for the process
-_OFFERED: dict[str, tuple[str, bytes]] = {}  # helper name -> (sha256 of its IR, object code) from an artifact
+_MODULES: dict[str, Any] = {}  # helper name -> its loaded code (jit.LoadedCode), kept mapped for the process
+#: helper name -> (sha256 of its IR, its code form, the code) offered by an artifact
+_OFFERED: dict[str, tuple[str, CodeForm, bytes]] = {}
 
 
-def helper_module(name: str, ir: Callable[[], str]) -> jit.JitModule:
+def helper_module(name: str, ir: Callable[[], str]) -> Any:
     """The loaded code of helper ``name`` whose LLVM IR ``ir()`` gives: an offered object compiled from that IR,
     else compiled now (once per process; two threads racing here may both compile, harmlessly)."""
     module = _MODULES.get(name)
@@ -48,10 +53,12 @@ def helper_module(name: str, ir: Callable[[], str]) -> jit.JitModule:
     module = None
     if offered is not None and offered[0] == _digest(text):
         try:
-            module = jit.load_objects([offered[1]], [text])
+            module = _load_offered(offered[1], offered[2], text)
         except NeuronccError:
-            module = None  # unusable object code: compiled below
+            module = None  # unusable code: compiled below
     if module is None:
+        import neuroncc.codegen.llvm.jit as jit  # LLVM: only when something is compiled
+
         module = jit.compile_ir([text])
     with _LOCK:
         return _MODULES.setdefault(name, module)
@@ -64,14 +71,14 @@ def offer(text: str) -> None:
         data = json.loads(text)
         if data.get("version") != RUNTIME_VERSION:
             return
-        found = {name: (entry["ir_sha256"], base64.b64decode(entry["object"], validate=True))
+        found = {name: (entry["ir_sha256"], CodeForm(entry["form"]), base64.b64decode(entry["code"], validate=True))
                  for name, entry in data["helpers"].items()}
     except (ValueError, TypeError, KeyError, AttributeError, binascii.Error):
         return
     with _LOCK:
-        for name, (digest, code) in found.items():
+        for name, (digest, form, code) in found.items():
             if name not in _MODULES and type(digest) is str:
-                _OFFERED.setdefault(name, (digest, code))
+                _OFFERED.setdefault(name, (digest, form, code))
 
 
 def runtime_json(helpers: dict[str, Callable[[], str]]) -> str:
@@ -79,13 +86,23 @@ def runtime_json(helpers: dict[str, Callable[[], str]]) -> str:
     entries = {}
     for name, ir in helpers.items():
         module = helper_module(name, ir)
-        entries[name] = {"ir_sha256": _digest(ir()), "object": base64.b64encode(module.objects[0]).decode()}
+        code = module.library if module.form is CodeForm.SHARED_LIBRARY else module.objects[0]
+        entries[name] = {"ir_sha256": _digest(ir()), "form": module.form.value, "code": base64.b64encode(code).decode()}
     return json.dumps({"version": RUNTIME_VERSION, "helpers": entries}, sort_keys=True) + "\n"
 
 
 def wants_offers(names: tuple[str, ...] = (TEAM, SEQUENCE)) -> bool:
     """Whether some of the helpers ``names`` is still to be loaded (a loader reads ``runtime.json`` only then)."""
     return any(name not in _MODULES and name not in _OFFERED for name in names)
+
+
+def _load_offered(form: CodeForm, code: bytes, text: str) -> Any:
+    """Offered helper code, loaded (a library needs no LLVM; an object file needs MCJIT)."""
+    if form is CodeForm.SHARED_LIBRARY:
+        return load_library(code, llvm_ir=[text])
+    import neuroncc.codegen.llvm.jit as jit
+
+    return jit.load_objects([code], [text])
 
 
 def _digest(text: str) -> str:

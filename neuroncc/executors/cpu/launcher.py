@@ -1,8 +1,9 @@
 """The host launcher: ``build_cpu_executable(fn, options)`` -> a callable running native kernels in order.
 
 Build: wrap leftover top-level ops in kernels, plan buffers and loop nests (:mod:`launch_plan`), compile each
-kernel phase (O3, host CPU) on ``compile_threads`` LLVM workers while the planner emits the next, load the
-object code. Call: check and place inputs, allocate fresh output arrays, then for each step patch the few
+kernel phase (O3, host CPU) on ``compile_threads`` LLVM workers while the planner emits the next, link the
+objects into one shared library and load it (or, without a linker, load the objects into MCJIT:
+:mod:`neuroncc.codegen.llvm.native_library`). Loading an artifact of a shared library needs no LLVM. Call: check and place inputs, allocate fresh output arrays, then for each step patch the few
 argument slots that change per call (inputs, outputs) into a prebuilt ctypes argument array and call the phase
 functions, across the thread pool when the work is big enough. Intermediates live in one arena reused by every
 call; returned arrays never alias it. Extern results ATen returns as fresh tensors are adopted instead of
@@ -32,8 +33,8 @@ from typing import Any
 
 import numpy as np
 
-from neuroncc.codegen.llvm import jit
-from neuroncc.codegen.llvm.entries import team_entry_ir
+from neuroncc.codegen.llvm.native_library import CodeForm, code_form, load_library
+from neuroncc.codegen.llvm.team_entry import team_entry_ir
 from neuroncc.codegen.llvm.regions import wrap_remaining_ops
 from neuroncc.errors import ArtifactError, InputError
 from neuroncc.ir.graph import Function
@@ -63,9 +64,17 @@ from neuroncc.executors import tracing
 from neuroncc.executors.tracing import active_tracer, traced_steps
 from neuroncc.ir.interpreter import run_op
 from neuroncc.ir.dtypes import to_storage
+from neuroncc.hardware.host import host_cpu
 
-#: kernels.a: the object files of the kernel phases in one ar archive (executors/cpu/ar_archive.py)
-PLAN_FILE, IR_FILE, OBJECT_FILE = "plan.json", "kernels.ll", "kernels.a"
+#: kernels.so: the kernel phases linked into one shared library; kernels.a (where the compiling process had no
+#: linker): their object files in one ar archive (executors/cpu/ar_archive.py). The plan's code_form says which.
+PLAN_FILE, IR_FILE, LIBRARY_FILE, OBJECT_FILE = "plan.json", "kernels.ll", "kernels.so", "kernels.a"
+CODE_FILES = {CodeForm.SHARED_LIBRARY: LIBRARY_FILE, CodeForm.OBJECTS: OBJECT_FILE}
+
+
+def stored_code(module: Any) -> bytes:
+    """What an artifact stores of loaded code (``jit.LoadedCode``): the library, or the objects' archive."""
+    return module.library if module.form is CodeForm.SHARED_LIBRARY else write_archive(module.objects)
 #: The process-wide helpers an artifact carries (runtime.json, helpers.py), with their IR generators.
 HELPERS = {TEAM: team_entry_ir, SEQUENCE: interpreter_ir}
 
@@ -81,11 +90,11 @@ def _output_shaping(spec: ValueSpec, buffer: Any) -> ValueSpec | tuple[int, ...]
 class CpuExecutable:
     """The ``cpu`` target's executable: ``exe(*arrays) -> list of arrays``; see the module docstring."""
 
-    def __init__(self, function: Function, plan: CpuLaunchPlan, module: jit.JitModule | None, threads: int,
+    def __init__(self, function: Function, plan: CpuLaunchPlan, module: Any, threads: int,
                  compile_seconds: float = 0.0, threading_mode: str = "openmp", arena_of: CpuExecutable | None = None):
         self.function = function  # the top-level form actually run (kernels wrapped)
         self.plan = plan
-        self.module = module
+        self.module = module  # jit.LoadedCode or None: the kernels' code, kept mapped while this runs
         self.threads, self.threading_mode = threads, threading_mode
         self.pool = get_pool(threads)
         self.team = get_team(threads) if threading_mode == "openmp" else None
@@ -354,7 +363,7 @@ class CpuExecutable:
         return self
 
     def save(self, directory: str | Path) -> list[str]:
-        """Write plan.json, kernels.ll, kernels.a and runtime.json (the process-wide helpers' code, helpers.py)
+        """Write plan.json, kernels.ll, kernels.so (or kernels.a) and runtime.json (the helpers' code, helpers.py)
         into ``directory``; returns the file names (relative to ``directory``) written. The graph itself is not written: the artifact layer stores it. A quick-tier
         executable saves its optimized executable (waiting for it): artifacts hold optimized code only."""
         if self.optimized is not None:
@@ -366,10 +375,11 @@ class CpuExecutable:
         if self.module is not None:
             modules = (m if m.endswith("\n") else m + "\n" for m in self.module.llvm_ir)
             (directory / IR_FILE).write_text("".join(modules), encoding="utf-8")
-            (directory / OBJECT_FILE).write_bytes(write_archive(self.module.objects))
+            code_file = CODE_FILES[self.module.form]
+            (directory / code_file).write_bytes(stored_code(self.module))
             # the process-wide helpers' code, so a process that loads this needs not compile them (helpers.py)
             (directory / RUNTIME_FILE).write_text(runtime_json(HELPERS), encoding="utf-8")
-            files += [IR_FILE, OBJECT_FILE, RUNTIME_FILE]
+            files += [IR_FILE, code_file, RUNTIME_FILE]
         return files
 
 
@@ -402,6 +412,7 @@ def _memory_plan(options: Mapping[str, Any]) -> Any:
 def build_cpu_executable(fn: Function, options: Mapping[str, Any] | None = None) -> CpuExecutable:
     """Compile ``fn`` (after the pass pipeline) to native code; see the module docstring."""
     # the planner, the kernel emitters and the passes they use: a build's only (loading an artifact needs none)
+    import neuroncc.codegen.llvm.jit as jit
     from neuroncc.codegen.llvm.program import plan_launch
 
     options = options or {}
@@ -412,7 +423,8 @@ def build_cpu_executable(fn: Function, options: Mapping[str, Any] | None = None)
     if _quick_first(options) is True:
         plan, texts = plan_launch(top, cpu, features, _memory_plan(options))
         if quick_tier_applies(plan, texts):
-            quick = _executable(top, plan, jit.compile_ir(texts, workers, jit.Tier.QUICK), options, start)
+            quick = _executable(top, plan, jit.compile_ir(texts, workers, jit.Tier.QUICK, code_form(stored=False)),
+                                options, start)
             quick.optimized = OPTIMIZER.submit(lambda: _executable(
                 top, copy.copy(plan), jit.compile_ir(texts, 1), options, time.perf_counter(), arena_of=quick))
             return quick
@@ -433,12 +445,14 @@ def build_cpu_executable(fn: Function, options: Mapping[str, Any] | None = None)
     return executable
 
 
-def _executable(top: Function, plan: CpuLaunchPlan, module: jit.JitModule | None, options: Mapping[str, Any],
+def _executable(top: Function, plan: CpuLaunchPlan, module: Any, options: Mapping[str, Any],
                 start: float, arena_of: CpuExecutable | None = None) -> CpuExecutable:
-    """The executable of ``plan`` running ``module``'s code (``plan`` records the code's checksum); the optimized
-    build of a quick executable shares its arena (``arena_of``)."""
+    """The executable of ``plan`` running ``module``'s code (``jit.LoadedCode``; ``plan`` records its form and
+    the checksum of what an artifact stores of it); the optimized build of a quick executable shares its arena
+    (``arena_of``)."""
     if module is not None:
-        plan.object_sha256 = hashlib.sha256(write_archive(module.objects)).hexdigest()
+        plan.code_form = module.form.value
+        plan.object_sha256 = hashlib.sha256(stored_code(module)).hexdigest()
     return CpuExecutable(top, plan, module, _threads(options), time.perf_counter() - start, _threading(options),
                          arena_of)
 
@@ -474,23 +488,12 @@ def load_cpu_executable(directory: str | Path, fn: Function, options: Mapping[st
     top = wrap_remaining_ops(fn)
     if not (graph_checked and top is fn) and plan.function_hash != function_hash(top):
         raise ArtifactError(f"{directory}: the saved executable was compiled for a different graph")
-    cpu, features = jit.host_cpu()
-    if (plan.cpu, plan.features) != (cpu, features):
-        raise ArtifactError(f"{directory}: compiled for CPU '{plan.cpu}', this is '{cpu}'")
+    host = host_cpu()
+    if (plan.cpu, plan.features) != (host.name, host.features):
+        raise ArtifactError(f"{directory}: compiled for CPU '{plan.cpu}', this is '{host.name}'")
     module = None
     if any(step.native for step in plan.steps):
-        try:
-            archive = (directory / OBJECT_FILE).read_bytes()
-        except OSError as exc:
-            raise ArtifactError(f"cannot read kernel object code in {directory}: {exc}") from None
-        if hashlib.sha256(archive).hexdigest() != plan.object_sha256:
-            raise ArtifactError(f"{directory / OBJECT_FILE} is corrupt (checksum mismatch)")
-        objects = read_archive(archive, str(directory / OBJECT_FILE))
-        try:
-            llvm_ir = (directory / IR_FILE).read_text(encoding="utf-8") if (directory / IR_FILE).exists() else ""
-        except (OSError, UnicodeDecodeError):
-            llvm_ir = ""  # for inspection only: the object files are what runs
-        module = jit.load_objects(objects, split_modules(llvm_ir))
+        module = _load_code(directory, plan)
         if wants_offers(tuple(HELPERS)):
             try:
                 offer((directory / RUNTIME_FILE).read_text(encoding="utf-8"))
@@ -499,4 +502,30 @@ def load_cpu_executable(directory: str | Path, fn: Function, options: Mapping[st
     return CpuExecutable(top, plan, module, _threads(options), threading_mode=_threading(options))
 
 
-__all__ = ["CpuExecutable", "KernelIndexError", "build_cpu_executable", "load_cpu_executable"]
+def _load_code(directory: Path, plan: CpuLaunchPlan) -> Any:
+    """The kernels' code of an artifact (``jit.LoadedCode``), checked against the plan's checksum before it is
+    loaded: a shared library through the dynamic loader (no LLVM), objects through MCJIT."""
+    try:
+        form = CodeForm(plan.code_form)
+    except ValueError:
+        raise ArtifactError(f"{directory}: unknown code form {plan.code_form!r}") from None
+    path = directory / CODE_FILES[form]
+    try:
+        code = path.read_bytes()
+    except OSError as exc:
+        raise ArtifactError(f"cannot read kernel object code in {directory}: {exc}") from None
+    if hashlib.sha256(code).hexdigest() != plan.object_sha256:
+        raise ArtifactError(f"{path} is corrupt (checksum mismatch)")
+    try:
+        llvm_ir = split_modules((directory / IR_FILE).read_text(encoding="utf-8")) \
+            if (directory / IR_FILE).exists() else []
+    except (OSError, UnicodeDecodeError):
+        llvm_ir = []  # for inspection only: the code file is what runs
+    if form is CodeForm.SHARED_LIBRARY:
+        return load_library(code, llvm_ir=llvm_ir)  # the bytes just checked, through a private file
+    import neuroncc.codegen.llvm.jit as jit  # LLVM's MCJIT: only for an artifact of objects
+
+    return jit.load_objects(read_archive(code, str(path)), llvm_ir)
+
+
+__all__ = ["CODE_FILES", "CpuExecutable", "KernelIndexError", "build_cpu_executable", "load_cpu_executable", "stored_code"]

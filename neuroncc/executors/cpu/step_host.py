@@ -11,7 +11,6 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from neuroncc.codegen.llvm.jit import JitModule
 from neuroncc.codegen.llvm.launch_plan import CpuLaunchPlan, StepSpec
 from neuroncc.executors.cpu.threads import OpenMPTeam, ThreadPool
 from neuroncc.ir.graph import Function
@@ -41,7 +40,7 @@ class StepHost(Protocol):
 
     function: Function  # the top-level graph run (kernels wrapped); steps index its ops
     plan: CpuLaunchPlan
-    module: JitModule | None  # the loaded kernel phases (None when nothing is native)
+    module: Any  # the loaded kernel phases (jit.LoadedCode: address(symbol)), None when nothing is native
     pool: ThreadPool
     team: OpenMPTeam | None  # None when threading is "python" (or libgomp is not found)
     error: ErrorFlag

@@ -28,10 +28,10 @@ import itertools
 import sys
 import threading
 from collections.abc import Callable
+from typing import Any
 from pathlib import Path
 
-from neuroncc.codegen.llvm import jit
-from neuroncc.codegen.llvm.entries import TEAM_ENTRY, team_entry_ir
+from neuroncc.codegen.llvm.team_entry import TEAM_ENTRY, team_entry_ir
 from neuroncc.executors.cpu.helpers import TEAM, helper_module
 from neuroncc.hardware.host import available_cores
 
@@ -152,7 +152,7 @@ def find_libgomp() -> str | None:
     return str(matches[0]) if matches else None
 
 
-def _team_module() -> jit.JitModule:
+def _team_module() -> Any:
     """The team entry's code: one small LLVM module per process, compiled on first use or taken from a loaded
     artifact (helpers.py), kept mapped for the process."""
     return helper_module(TEAM, team_entry_ir)
@@ -189,7 +189,7 @@ class OpenMPTeam:
                 fn(args, start, end)
             return
         chunks = min(n, self.threads * CHUNKS_PER_THREAD, max(total // (TEAM_MIN_WORK // 2), 2))
-        task = (ctypes.c_int64 * 6)(fn_address, args, start, end, -(-n // chunks), 0)  # entries.TEAM_TASK_FIELDS
+        task = (ctypes.c_int64 * 6)(fn_address, args, start, end, -(-n // chunks), 0)  # team_entry.TEAM_TASK_FIELDS
         self._gomp_parallel(team_entry(), ctypes.addressof(task), min(self.threads, chunks), 0)
 
 

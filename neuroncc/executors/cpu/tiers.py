@@ -40,7 +40,6 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import Any
 
-from neuroncc.codegen.llvm import jit
 from neuroncc.codegen.llvm.launch_plan import CpuLaunchPlan, StepKind
 
 #: Most work (sum over native phases of outer iterations x work per iteration, ~elements) an executable may
@@ -66,6 +65,8 @@ def plan_work(plan: CpuLaunchPlan) -> int:
 def quick_tier_applies(plan: CpuLaunchPlan, texts: Sequence[str]) -> bool:
     """Whether a ``quick_first`` build of ``plan`` (its kernels' LLVM modules ``texts``) starts at the quick
     tier: there are native kernels, every one computes the same bits at both tiers, and the work is small."""
+    import neuroncc.codegen.llvm.jit as jit  # a build's (loading an artifact never imports LLVM's bindings)
+
     return bool(texts) and plan_work(plan) <= QUICK_MAX_WORK and all(jit.tier_independent(t) for t in texts)
 
 

@@ -1,0 +1,143 @@
+"""Kernel object code as one shared library, loaded by the platform's dynamic loader (no LLVM at load time).
+
+A compiled graph's phases are object files (:mod:`neuroncc.codegen.llvm.jit` compiles one per phase). Where a
+linker is available when they are compiled, they are position-independent (small code model, RIP-relative
+constant-pool loads, no GOT: the kernels call nothing but ``memmove``) and ``ld -shared`` links them into one
+library, which ``dlopen`` loads. A process that loads a cached artifact then maps machine code without importing
+llvmlite or initializing LLVM (~25-30 ms of a warm start). Where no linker is found, or linking or loading a
+library fails here, the objects are compiled with static relocations and the large code model instead and loaded
+into an MCJIT engine (the :class:`CodeForm` ``OBJECTS``): :func:`code_form` is the one place that decides, and the
+launch plan records the form an artifact holds (``CpuLaunchPlan.code_form``).
+
+Loading: the library's bytes, already checked against the artifact's recorded sha256 by the caller, are written
+to a new file (``O_EXCL``, mode 0600) in a fresh private directory (``mkdtemp``: mode 0700), and that exact path
+is loaded, so nobody can swap the file between the check and ``dlopen``. The file is unlinked right after: the
+mapping keeps its inode alive (so the loader, which identifies libraries by device and inode, can never mistake
+a later library for it), and nothing is left behind. A library is never unloaded (ctypes never calls
+``dlclose``); :class:`LibraryModule` holds its handle for the executables that use it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import enum
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from neuroncc.errors import ArtifactError
+
+
+class CodeForm(enum.Enum):
+    """How a compiled graph's object code is stored and loaded."""
+
+    SHARED_LIBRARY = "shared-library"  # position-independent objects linked into one .so, loaded by dlopen
+    OBJECTS = "objects"  # static, large-code-model objects (an ar archive), loaded by LLVM's MCJIT
+
+
+#: The linker's command line for a library of position-independent objects (the objects follow). ``-Bsymbolic``:
+#: the library's own symbols bind inside it; no build id and no executable stack: reproducible, and what the
+#: objects ask for.
+LINK_FLAGS = ("-shared", "-Bsymbolic", "--build-id=none", "-z", "noexecstack", "-z", "now")
+
+_LOCK = threading.Lock()
+_BROKEN: list[str] = []  # why shared libraries do not work in this process (linking or loading failed once)
+
+
+def linker() -> str | None:
+    """The path of ``ld`` on ``PATH``, or None."""
+    return shutil.which("ld")
+
+
+def code_form(stored: bool = True) -> CodeForm:
+    """The form this process compiles kernels in: a shared library when a linker is found and no library has
+    failed to link or load here yet, else objects for MCJIT. The one decision (see the module docstring).
+
+    ``stored=False``: code no artifact will hold (the quick tier's stand-in while the optimized build is made,
+    ``executors/cpu/tiers.py``) is loaded into MCJIT, as objects: LLVM is loaded anyway in the process that
+    compiled it, and linking (~3.5 ms a library) would cost as much as compiling a quick module."""
+    if not stored or _BROKEN or linker() is None:
+        return CodeForm.OBJECTS
+    return CodeForm.SHARED_LIBRARY
+
+
+def give_up(reason: str) -> None:
+    """Record that linking or loading a library failed here: :func:`code_form` says ``OBJECTS`` from now on."""
+    with _LOCK:
+        _BROKEN.append(reason)
+
+
+@dataclass
+class LibraryModule:
+    """Machine code loaded from a shared library: symbol addresses stay valid for the process (a library is never
+    unloaded; holding this keeps the handle with the code that uses it).
+
+    ``library`` is the library's bytes (what an artifact stores), ``objects`` the position-independent object
+    files it was linked from (empty when loaded from an artifact), ``llvm_ir`` the unoptimized modules they were
+    compiled from (for inspection and the artifact's ``kernels.ll``)."""
+
+    library: bytes
+    handle: ctypes.CDLL
+    objects: list[bytes] = field(default_factory=list)
+    llvm_ir: list[str] = field(default_factory=list)
+    form: CodeForm = CodeForm.SHARED_LIBRARY
+
+    def address(self, symbol: str) -> int:
+        try:
+            function = self.handle[symbol]
+        except AttributeError:
+            raise ArtifactError(f"symbol '{symbol}' is missing from the kernel library") from None
+        return ctypes.cast(function, ctypes.c_void_p).value or 0
+
+
+def link(objects: list[bytes]) -> bytes:
+    """``objects`` (position-independent) linked into one shared library; OSError when that fails."""
+    command = linker()
+    if command is None:
+        raise OSError("no linker (ld) on PATH")
+    with tempfile.TemporaryDirectory(prefix="neuroncc-link-") as directory:
+        names = []
+        for number, data in enumerate(objects):
+            names.append(str(Path(directory) / f"{number}.o"))
+            _write_private(Path(names[-1]), data)
+        output = Path(directory) / "kernels.so"
+        done = subprocess.run([command, *LINK_FLAGS, "-o", str(output), *names], capture_output=True, timeout=120)
+        if done.returncode != 0:
+            raise OSError(f"ld failed ({done.returncode}): {done.stderr.decode(errors='replace').strip()[:500]}")
+        return output.read_bytes()
+
+
+def load_library(library: bytes, objects: list[bytes] | None = None,
+                 llvm_ir: list[str] | None = None) -> LibraryModule:
+    """Load ``library`` (bytes the caller has checked) through a private file; ArtifactError if it cannot."""
+    directory = tempfile.mkdtemp(prefix="neuroncc-so-")  # mode 0700, a new name
+    path = Path(directory) / "kernels.so"
+    try:
+        _write_private(path, library)
+        handle = ctypes.CDLL(str(path), mode=os.RTLD_LOCAL | os.RTLD_NOW)
+    except OSError as exc:
+        raise ArtifactError(f"cannot load the kernel library: {exc}") from None
+    finally:
+        for remove in (lambda: os.unlink(path), lambda: os.rmdir(directory)):
+            try:
+                remove()
+            except OSError:
+                pass
+    return LibraryModule(library, handle, list(objects or []), list(llvm_ir or []))
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)
+
+
+__all__ = ["CodeForm", "LibraryModule", "code_form", "give_up", "link", "linker", "load_library"]

@@ -1,0 +1,144 @@
+"""Kernels linked into one shared library and loaded by the dynamic loader (codegen/llvm/native_library.py), and
+the fallback to object files for MCJIT where no library can be made or loaded."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from neuroncc.codegen.llvm import jit, native_library
+from neuroncc.codegen.llvm.native_library import CodeForm, LibraryModule
+from neuroncc.errors import ArtifactError
+from neuroncc.executors.cpu import launcher
+from neuroncc.executors.cpu.launcher import build_cpu_executable, load_cpu_executable, stored_code
+from neuroncc.ir import Builder, DType, TensorType, interpret
+from neuroncc.passes import run_pipeline
+from neuroncc.passes.pipeline import default_pipeline
+
+needs_linker = pytest.mark.skipif(native_library.linker() is None, reason="no linker (ld) on PATH")
+
+
+def softmax_graph():
+    b = Builder("softmax")
+    x = b.param(TensorType((8, 64), DType.f32), "x")
+    e = b.op("exp", b.op("sub", x, b.op("amax", x, dims=(1,), keepdim=True)))
+    return run_pipeline(default_pipeline("cpu"), b.build([b.op("div", e, b.op("sum", e, dims=(1,), keepdim=True))]))
+
+
+def _leftover_libraries() -> set[str]:
+    return {name for name in os.listdir(tempfile.gettempdir()) if name.startswith(("neuroncc-so-", "neuroncc-link-"))}
+
+
+@needs_linker
+def test_a_build_links_one_library_and_loads_it_leaving_no_file(rng):
+    before = _leftover_libraries()
+    exe = build_cpu_executable(softmax_graph(), {})
+    assert isinstance(exe.module, LibraryModule) and exe.plan.code_form == "shared-library"
+    assert exe.module.library.startswith(b"\x7fELF")
+    assert _leftover_libraries() == before  # linked in a private directory, loaded from one, both removed
+    x = rng.standard_normal((8, 64)).astype(np.float32)
+    np.testing.assert_allclose(exe(x)[0], interpret(exe.function, [x])[0], rtol=1e-5, atol=1e-6)
+
+
+@needs_linker
+def test_position_independent_kernels_use_no_global_offset_table():
+    """The small code model's constants load RIP-relative; nothing in the kernels goes through a GOT (which
+    would add a load to every constant's use in a hot loop)."""
+    exe = build_cpu_executable(softmax_graph(), {})
+    text = jit.assembly(exe.module.llvm_ir)
+    assert "(%rip)" in text and "GOTPCREL" not in text and "movabs" not in text
+
+
+def test_without_a_linker_kernels_are_objects_for_mcjit(monkeypatch, rng, tmp_path):
+    monkeypatch.setattr(native_library, "linker", lambda: None)
+    assert native_library.code_form() is CodeForm.OBJECTS
+    exe = build_cpu_executable(softmax_graph(), {})
+    assert isinstance(exe.module, jit.JitModule) and exe.plan.code_form == "objects"
+    exe.save(tmp_path)
+    assert (tmp_path / "kernels.a").exists() and not (tmp_path / "kernels.so").exists()
+    loaded = load_cpu_executable(tmp_path, exe.function)
+    x = rng.standard_normal((8, 64)).astype(np.float32)
+    np.testing.assert_array_equal(loaded(x)[0], exe(x)[0])
+
+
+@needs_linker
+def test_a_failing_link_falls_back_to_objects_for_the_rest_of_the_process(monkeypatch, rng):
+    monkeypatch.setattr(native_library, "_BROKEN", [])
+    monkeypatch.setattr(native_library, "linker", lambda: "/bin/false")
+    exe = build_cpu_executable(softmax_graph(), {})
+    assert isinstance(exe.module, jit.JitModule) and exe.plan.code_form == "objects"
+    assert native_library._BROKEN and "ld failed" in native_library._BROKEN[0]
+    monkeypatch.setattr(native_library, "linker", lambda: "/usr/bin/ld")
+    assert native_library.code_form() is CodeForm.OBJECTS  # decided once a library failed
+    x = rng.standard_normal((8, 64)).astype(np.float32)
+    np.testing.assert_allclose(exe(x)[0], interpret(exe.function, [x])[0], rtol=1e-5, atol=1e-6)
+
+
+def test_a_library_that_does_not_load_is_an_artifact_error():
+    with pytest.raises(ArtifactError, match="cannot load the kernel library"):
+        native_library.load_library(b"\x7fELF not really")
+
+
+@needs_linker
+def test_a_missing_symbol_is_an_artifact_error():
+    module = build_cpu_executable(softmax_graph(), {}).module
+    with pytest.raises(ArtifactError, match="missing"):
+        module.address("no_such_phase")
+
+
+@needs_linker
+def test_the_quick_tier_stand_in_is_objects_and_the_optimized_code_a_library():
+    b = Builder("sig")
+    x = b.param(TensorType((4, 8), DType.f32), "x")
+    fn = run_pipeline(default_pipeline("cpu"), b.build([b.op("sigmoid", x)]))
+    quick = build_cpu_executable(fn, {"quick_first": True})
+    assert quick.optimized is not None, "a small tier-independent kernel starts at the quick tier"
+    assert quick.module.form is CodeForm.OBJECTS  # never stored: no link
+    assert quick.optimized.result().module.form is CodeForm.SHARED_LIBRARY
+
+
+WARM_CHILD = """
+import json, sys
+from pathlib import Path
+import numpy as np
+from neuroncc.driver.artifact import read_graph
+from neuroncc.executors.cpu.launcher import load_cpu_executable
+exe = load_cpu_executable(sys.argv[1], read_graph(Path(sys.argv[1])), {"threads": 2})
+out = exe(np.ones((8, 64), np.float32))[0]  # a native sequence: the helpers are loaded too
+print(json.dumps({"llvm": sorted(m for m in sys.modules if m.startswith("llvmlite")),
+                  "module": type(exe.module).__name__, "sum": float(out.sum())}))
+"""
+
+
+@needs_linker
+def test_a_fresh_process_loads_an_artifact_and_its_helpers_without_llvm(tmp_path):
+    from neuroncc.driver.artifact import write_graph
+
+    exe = build_cpu_executable(softmax_graph(), {"threads": 2})
+    exe.save(tmp_path)
+    write_graph(exe.function, tmp_path)
+    done = subprocess.run([sys.executable, "-c", WARM_CHILD, str(tmp_path)], capture_output=True, text=True,
+                          timeout=120, env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = __import__("json").loads(done.stdout.strip().splitlines()[-1])
+    assert report["llvm"] == [] and report["module"] == "LibraryModule"
+    assert report["sum"] == pytest.approx(8.0, rel=1e-5)  # each softmax row sums to one
+
+
+@needs_linker
+def test_a_corrupt_library_is_refused_before_it_is_loaded(tmp_path, monkeypatch):
+    exe = build_cpu_executable(softmax_graph(), {})
+    exe.save(tmp_path)
+    library = (tmp_path / "kernels.so").read_bytes()
+    (tmp_path / "kernels.so").write_bytes(library[:-1] + bytes([library[-1] ^ 1]))
+    monkeypatch.setattr(launcher, "load_library", lambda *a, **k: pytest.fail("loaded unchecked bytes"))
+    with pytest.raises(ArtifactError, match="corrupt"):
+        load_cpu_executable(tmp_path, exe.function)
+    assert stored_code(exe.module) == library
+    assert Path(tmp_path / "kernels.so").stat().st_size == len(library)
