@@ -14,7 +14,8 @@ import pytest
 
 import neuroncc.nki as nki
 import neuroncc.nki.language as nl
-from neuroncc.hardware import CACHE_LINE_BYTES, NEURON_CORES, HostCpu, host_cpu
+from neuroncc.hardware.host import CACHE_LINE_BYTES, HostCpu, host_cpu
+from neuroncc.hardware.neuron import NEURON_CORES
 from neuroncc.hardware.neuron import dma_efficiency
 
 ROOT = Path(__file__).resolve().parents[1] / "neuroncc"

@@ -206,6 +206,14 @@ HEAVY_MODULES = {
     "neuroncc.executors.nki_sim.executable",  # the NKI simulator and its code generator: ~60 ms
     "neuroncc.executors.cpu.launcher",  # the cpu launcher and its step runners: ~30 ms (LLVM only for a build)
 }
+#: neuroncc's modules that only some paths of a compile cache need, imported inside the functions on those paths so
+#: that a graph cache hit (a warm start's first call) does not load them: tests/frontend/test_warm_imports.py
+#: checks that a hit does not. Each costs a few ms, mostly creating its dataclasses.
+OFF_THE_HIT_PATH = {
+    "neuroncc.driver.remote",  # the remote tier's client, for a process with $NEURONCC_REMOTE_CACHE only
+    "neuroncc.driver.bundle",  # signed bundles: the remote tier, save/load_cache_artifacts() (driver.portable)
+    "neuroncc.driver.miss_explanation",  # why a compile missed, asked for with INFO logging on
+}
 
 #: Packages whose modules still import each other in a cycle (none left: keep it empty).
 KNOWN_CYCLES: set[str] = set()
@@ -299,11 +307,12 @@ def _loads_heavy(module: str, graph: dict[str, set[str]], direct: dict[str, bool
 
 
 def test_imports_inside_functions_only_keep_heavy_imports_lazy():
-    """An import inside a function is for a heavy optional package (torch, llvmlite), or for a neuroncc module
-    that imports one; anything else belongs at the top of the module, where a reader sees what it depends on."""
+    """An import inside a function is for a heavy optional package (torch, llvmlite), for a neuroncc module
+    that imports one, or for a module kept off a graph cache hit's path; anything else belongs at the top of the
+    module, where a reader sees what it depends on."""
     graph = _import_graph(top_level_only=True)
     known = set(graph)
-    direct = {_module_of(p): _module_of(p) in HEAVY_MODULES or any(
+    direct = {_module_of(p): _module_of(p) in HEAVY_MODULES | OFF_THE_HIT_PATH or any(
         imp.top_level and imp.module.split(".")[0] in HEAVY for imp in imports_of(p)) for p in SOURCES}
     problems = []
     for path in SOURCES:

@@ -21,7 +21,8 @@ from collections.abc import Iterator
 
 from neuroncc.driver.bundle import BadBundleError, verify_bundle
 from neuroncc.driver.notices import CacheWarning
-from neuroncc.driver.remote import RemoteEntry, RemoteTier, inspection_settings
+from neuroncc.driver.remote import RemoteEntry, RemoteTier
+from neuroncc.driver.remote_settings import inspection_settings
 from neuroncc.errors import ArtifactError
 
 @contextlib.contextmanager

@@ -24,6 +24,8 @@ FALLBACK_MODES = ("cpu", "error")
 
 @dataclass
 class DeviceConfig:
+    """The neuron device's settings, read once from the environment (``NEURONCC_DEVICE_*``)."""
+
     device_count: int = 1
     fallback: str = "cpu"
     kernel_capacity: int = 4096

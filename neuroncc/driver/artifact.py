@@ -113,6 +113,8 @@ ARTIFACT_CODECS: dict[str, ArtifactCodec] = {
 
 @dataclass(frozen=True, slots=True)
 class FileRecord:
+    """One file of an artifact as its manifest records it."""
+
     sha256: str = field(metadata=pattern(r"[0-9a-f]{64}"))
     size: int = field(metadata=minimum(0))
 

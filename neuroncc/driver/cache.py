@@ -41,12 +41,11 @@ import warnings
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from neuroncc.errors import ArtifactError, NeuronccError
-from neuroncc.driver.bundle import BadBundleError, Bundle, open_bundle, pack_bundle
 from neuroncc.driver.notices import CacheWarning
-from neuroncc.driver.remote import LockOutcome, RemoteTier, remote_tier_from_environ
+from neuroncc.driver.remote_settings import settings_from_environ
 from neuroncc.driver.artifact import (
     ARTIFACT_CODECS,
     ArtifactCodec,
@@ -60,7 +59,6 @@ from neuroncc.driver.artifact import (
     verify_artifact,
     write_artifact,
 )
-from neuroncc.driver.miss_explanation import closest_entry
 from neuroncc.driver.cache_key import (
     BuildEnvironment,
     CacheKey,
@@ -71,6 +69,10 @@ from neuroncc.driver.cache_key import (
 from neuroncc.executors.executable import Executable
 from neuroncc.driver.process_cache import CACHE_STATS, PROCESS_MEMORY, CacheStats, MemoryTier
 from neuroncc.driver.publisher import PUBLISHER
+
+if TYPE_CHECKING:  # the remote tier and its bundles are imported where a remote tier is used (off a hit's path)
+    from neuroncc.driver.bundle import Bundle
+    from neuroncc.driver.remote import RemoteTier
 
 CACHE_DIR_VARIABLE = "NEURONCC_CACHE_DIR"
 DISABLE_VARIABLE = "NEURONCC_DISABLE_CACHE"
@@ -255,8 +257,8 @@ class CompileCache:
             if outcome.explain_miss:
                 outcome.closest, outcome.differing = self.explain_miss(key, request.function.name, request.target)
             self.stats.add("misses")
-            with self._remote_compile_lock(key.key, refused) as lock:
-                if lock is LockOutcome.PUBLISHED:  # another machine compiled it while we waited
+            with self._remote_compile_lock(key.key, refused) as published:
+                if published:  # another machine compiled it while we waited
                     executable, _ = self._fetch_remote(key.key, request.target, codec)
                     if executable is not None:
                         outcome.status = "hit"
@@ -279,10 +281,17 @@ class CompileCache:
 
     # ---- the remote tier -------------------------------------------------------------------------------
 
-    def _remote_compile_lock(self, key: str, refused: bytes | None) -> contextlib.AbstractContextManager[LockOutcome]:
+    @contextlib.contextmanager
+    def _remote_compile_lock(self, key: str, refused: bytes | None) -> Iterator[bool]:
+        """The remote tier's compile lock of ``key`` (held until the block ends); yields whether another machine
+        published the key while this process waited for it."""
         if self.remote is None:
-            return contextlib.nullcontext(LockOutcome.UNAVAILABLE)
-        return self.remote.compile_lock(key, refused)
+            yield False
+            return
+        from neuroncc.driver.remote import LockOutcome
+
+        with self.remote.compile_lock(key, refused) as outcome:
+            yield outcome is LockOutcome.PUBLISHED
 
     def _fetch_remote(self, key: str, target: str, codec: ArtifactCodec) -> tuple[Executable | None, bytes | None]:
         """Load ``key`` from the remote tier into the local directory and from there (the key's local lock is
@@ -290,6 +299,8 @@ class CompileCache:
         in it is run); (None, None) if there is none."""
         if self.remote is None:
             return None, None
+        from neuroncc.driver.bundle import BadBundleError, open_bundle
+
         value = self.remote.fetch(key)
         if value is None:
             return None, None
@@ -333,6 +344,8 @@ class CompileCache:
         """Send the just-published local entry to the remote tier (replacing whatever was refused there)."""
         if self.remote is None or not self.remote.available:
             return
+        from neuroncc.driver.bundle import pack_bundle
+
         try:
             value = pack_bundle(self.entries_dir / key, self.remote.settings.secret)
         except (OSError, ArtifactError) as exc:
@@ -346,6 +359,8 @@ class CompileCache:
                                                                                           tuple[str, ...]]:
         """(the closest stored entry's graph name, the key components in which it differs from ``key``):
         :func:`neuroncc.driver.miss_explanation.closest_entry` over this cache's entries."""
+        from neuroncc.driver.miss_explanation import closest_entry
+
         return closest_entry(self.entries_dir, key, graph_name, target)
 
     def _load(self, key: str, target: str, codec: ArtifactCodec,
@@ -581,12 +596,15 @@ def _process_alive(pid: int) -> bool:
 def cache_from_environ(environ: Mapping[str, str], **kwargs: Any) -> CompileCache | None:
     """The cache ``environ`` asks for: the directory ``$NEURONCC_CACHE_DIR`` (None if
     ``$NEURONCC_DISABLE_CACHE``), this process's memory tier in front of it, and behind it the remote tier
-    :func:`~neuroncc.driver.remote.remote_tier_from_environ` names. It publishes new entries in the background
+    :func:`~neuroncc.driver.remote_settings.settings_from_environ` names (the tier's client, ``driver.remote``, is
+    imported only then). It publishes new entries in the background
     (a compile returns before its artifact is on the disk; see :mod:`neuroncc.driver.publisher`). ``kwargs``
     go to :class:`CompileCache`."""
     kwargs.setdefault("memory", PROCESS_MEMORY)
     kwargs.setdefault("publish_in_background", True)
     cache = CompileCache.from_environ(environ, **kwargs)
-    if cache is not None and "remote" not in kwargs:
-        cache.remote = remote_tier_from_environ(environ)
+    if cache is not None and "remote" not in kwargs and (settings := settings_from_environ(environ)) is not None:
+        from neuroncc.driver.remote import tier_for
+
+        cache.remote = tier_for(settings)
     return cache

@@ -73,6 +73,8 @@ class BuildEnvironment:
 
 @dataclass(frozen=True, slots=True)
 class KeyComponent:
+    """One named part of a cache key (the graph, the inputs, the versions, ...), digested."""
+
     name: str
     digest: str  # sha256 hex of the component's canonical form
     summary: str  # short, human-readable
@@ -80,6 +82,8 @@ class KeyComponent:
 
 @dataclass(frozen=True, slots=True)
 class CacheKey:
+    """A compile request's key: the digest of its components, kept to explain a miss."""
+
     key: str
     components: tuple[KeyComponent, ...]
 

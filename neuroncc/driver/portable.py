@@ -11,7 +11,9 @@ HMAC-SHA256 first (keyed by ``NEURONCC_CACHE_ARTIFACTS_KEY``, else ``NEURONCC_RE
 key), nothing parsed before it; then the manifest, format version, key and every file's size and sha256. An
 entry holds native code, so an unsigned payload is never loaded: without a key nothing is exported and
 importing is refused. The torch side (the artifact type registered with PyTorch) is
-``neuroncc.frontend.cache_artifacts``; the environment is read there, and handed in here.
+``neuroncc.frontend.cache_artifacts``; the environment is read there, and handed in here. The bundle format is
+imported when an entry is exported or imported, not here: every graph cache hit records its entries through
+this module (the export itself waits for ``save_cache_artifacts()``).
 """
 
 from __future__ import annotations
@@ -19,10 +21,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from neuroncc.driver.artifact import verify_artifact
-from neuroncc.driver.bundle import PORTABLE_DOMAIN, BadBundleError, open_bundle, pack_bundle
 from neuroncc.driver.cache import CompileCache
-from neuroncc.driver.remote import KEY_VARIABLE as REMOTE_KEY_VARIABLE
-from neuroncc.driver.remote import MIN_SECRET_LENGTH
+from neuroncc.driver.remote_settings import KEY_VARIABLE as REMOTE_KEY_VARIABLE
+from neuroncc.driver.remote_settings import MIN_SECRET_LENGTH
 from neuroncc.errors import ArtifactError, InputError
 
 KEY_VARIABLE = "NEURONCC_CACHE_ARTIFACTS_KEY"
@@ -56,6 +57,8 @@ def require_secret(environ: Mapping[str, str]) -> bytes:
 def export_entry(cache: CompileCache, key: str, secret: bytes) -> bytes:
     """The entry ``key`` of ``cache`` as a signed bundle (the entry is verified intact first). Raises
     :class:`ArtifactError` if it is missing or damaged, ``OSError`` if it cannot be read."""
+    from neuroncc.driver.bundle import PORTABLE_DOMAIN, pack_bundle
+
     return pack_bundle(cache.entry_dir(key), secret, PORTABLE_DOMAIN)
 
 
@@ -64,6 +67,8 @@ def import_entry(cache: CompileCache, key: str, value: bytes, secret: bytes) -> 
     entry was already there (it is kept). Raises :class:`~neuroncc.driver.bundle.BadBundleError` for a value
     that must not be used (tampered, signed with another secret or for another key or use, truncated, another
     format version, a damaged artifact inside): nothing of it is installed or run."""
+    from neuroncc.driver.bundle import PORTABLE_DOMAIN, BadBundleError, open_bundle
+
     bundle = open_bundle(value, key, secret, PORTABLE_DOMAIN)  # before anything touches the disk
     if not cache.ensure_usable():
         raise ArtifactError(f"cannot load neuroncc cache artifacts into {cache.root}: the directory is unusable")

@@ -35,6 +35,8 @@ class Float64Warning(UserWarning):
 
 @dataclass(frozen=True, slots=True)
 class SourceLocation:
+    """Where in the user's code a graph node came from."""
+
     file: str
     line: int
     function: str

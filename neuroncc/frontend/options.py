@@ -46,6 +46,8 @@ DISABLE_GRAPH_CACHE_VAR = "NEURONCC_DISABLE_GRAPH_CACHE"
 
 @dataclass(frozen=True)
 class BackendOptions:
+    """The backend's options (``torch.compile(..., options={...})``), checked: see the module docstring."""
+
     target: str = DEFAULT_TARGET
     pipeline: str | None = None
     fallback: str = "none"

@@ -10,11 +10,9 @@
 Decisions made with these facts (tile sizes, SBUF budgets, vector widths) are the ``tile`` pass's
 (``neuroncc.passes.tile``), not this package's.
 
+Import the facts from their module (``from neuroncc.hardware.host import host_cpu``): this package's face
+imports neither, since ``import torch`` imports the host's (the neuron device's allocator aligns blocks by it,
+through the ``torch.backends`` entry point) and must not pay for the NeuronCore tables too.
+
 May import: errors (llvmlite lazily, to read the host CPU). Imported by: every layer.
 """
-
-from neuroncc.hardware.host import CACHE_LINE_BYTES, HostCpu, available_cores, host_cpu
-from neuroncc.hardware.neuron import DEFAULT_NEURON_CORE, NEURON_CORES, PARTITIONS, NeuronCore, dma_efficiency
-
-__all__ = ["CACHE_LINE_BYTES", "DEFAULT_NEURON_CORE", "HostCpu", "NEURON_CORES", "NeuronCore", "PARTITIONS",
-           "available_cores", "dma_efficiency", "host_cpu"]

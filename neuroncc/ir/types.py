@@ -23,6 +23,8 @@ def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
 
 @dataclass(frozen=True, slots=True)
 class TensorType:
+    """A tensor's type: shape, element dtype and strides in elements (None: the contiguous layout)."""
+
     shape: tuple[int, ...]
     dtype: DType
     strides: tuple[int, ...] | None = None

@@ -11,7 +11,7 @@ from codegen_helpers import run_both
 from neuroncc.codegen.llvm import jit
 from neuroncc.codegen.llvm.program import plan_launch
 from neuroncc.codegen.llvm.regions import wrap_remaining_ops
-from neuroncc.hardware import host_cpu
+from neuroncc.hardware.host import host_cpu
 from neuroncc.ir import Builder, DType, Function, TensorType
 from neuroncc.passes.pipeline import run_pipeline
 

@@ -34,8 +34,8 @@ IMPORTED_AT_AUTOLOAD = ["neuroncc.frontend", "neuroncc.frontend.cache_artifacts"
 
 def test_autoload_stays_cheap_it_loads_no_compiler():
     code = ("import sys, json, torch; print(json.dumps(sorted(m for m in sys.modules if m.startswith("
-            "('neuroncc.frontend', 'neuroncc.driver', 'neuroncc.executors', 'neuroncc.passes', 'llvmlite', 'torch._dynamo', "
-            "'torch._inductor')))))")
+            "('neuroncc.frontend', 'neuroncc.driver', 'neuroncc.executors', 'neuroncc.passes', 'neuroncc.ir', "
+            "'neuroncc.hardware.neuron', 'llvmlite', 'torch._dynamo', 'torch._inductor')))))")
     result = run_python(code)
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout) == IMPORTED_AT_AUTOLOAD

@@ -23,7 +23,8 @@ from neuroncc.driver.cache import CompileCache
 from neuroncc.driver.process_cache import CacheStats
 from neuroncc.driver.compile import compile_graph, make_request
 from neuroncc.driver.notices import CacheWarning
-from neuroncc.driver.remote import ARTIFACT_PREFIX, LOCK_PREFIX, RemoteSettings, RemoteTier
+from neuroncc.driver.remote import ARTIFACT_PREFIX, LOCK_PREFIX, RemoteTier
+from neuroncc.driver.remote_settings import RemoteSettings
 from neuroncc.executors.cpu.launcher import CODE_FILES
 from neuroncc.ir import interpret
 
@@ -231,10 +232,10 @@ def test_a_dead_lock_holder_delays_others_by_its_lease_at_most(tmp_path, server)
 
 
 def test_without_a_key_the_remote_tier_is_off_with_one_notice(tmp_path, server, monkeypatch):
-    from neuroncc.driver import remote
+    from neuroncc.driver import remote_settings
     from neuroncc.driver.cache import cache_from_environ
 
-    monkeypatch.setattr(remote, "_NOTICES", set())
+    monkeypatch.setattr(remote_settings, "_NOTICES", set())
     environ = {"NEURONCC_CACHE_DIR": str(tmp_path / "cache"), "NEURONCC_REMOTE_CACHE": server.url}
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

@@ -10,7 +10,8 @@ from neuroncc.cli import main
 from neuroncc.driver.cache import CompileCache
 from neuroncc.driver.process_cache import CacheStats
 from neuroncc.driver.compile import compile_graph, make_request
-from neuroncc.driver.remote import ARTIFACT_PREFIX, RemoteSettings, RemoteTier
+from neuroncc.driver.remote import ARTIFACT_PREFIX, RemoteTier
+from neuroncc.driver.remote_settings import RemoteSettings
 
 pytest.importorskip("redis", reason="the redis client is part of the test extra: pip install -e '.[test]'")
 

@@ -10,7 +10,8 @@ import pytest
 from hypothesis import given
 
 from neuroncc.errors import PassError, PipelineError
-from neuroncc.hardware import NEURON_CORES, host_cpu
+from neuroncc.hardware.host import host_cpu
+from neuroncc.hardware.neuron import NEURON_CORES
 from neuroncc.ir import Builder, DType, Op, TensorType, verify
 from neuroncc.passes import PassContext, Tile, run_pipeline
 from neuroncc.passes.pipeline import parse_pipeline

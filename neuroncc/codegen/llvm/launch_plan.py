@@ -52,6 +52,8 @@ class StepKind(enum.StrEnum):
 
 @dataclass(frozen=True)
 class BufferSpec:
+    """One buffer of a launch: where its storage comes from (``kind``, ``index``), its length in elements and dtype."""
+
     kind: BufferKind
     index: int  # input: param position; output: output position; arena: byte offset; constant: op index;
     #             call: the id of the value it holds
@@ -62,6 +64,8 @@ class BufferSpec:
 
 @dataclass(frozen=True)
 class ValueSpec:
+    """A top-level value as a strided view of buffer ``buffer`` (offset and strides in elements)."""
+
     buffer: int
     offset: int
     shape: tuple[int, ...]
@@ -71,6 +75,9 @@ class ValueSpec:
 
 @dataclass(frozen=True)
 class PhaseSpec:
+    """One phase of a compiled kernel: its symbol, called over ``n_outer`` outer iterations; ``work`` is the
+    launcher's cost estimate (``launch_cost.py``), ``serial`` a phase that must run on one thread."""
+
     symbol: str
     n_outer: int
     work: int
@@ -79,12 +86,17 @@ class PhaseSpec:
 
 @dataclass(frozen=True)
 class CpuSlot:
+    """What one argument slot of a kernel points at (``ref``'s meaning depends on ``kind``)."""
+
     kind: SlotKind
     ref: int  # value id | arena byte offset | region op index | 0
 
 
 @dataclass(frozen=True)
 class ExternSpec:
+    """An extern call (BLAS, ATen) inside a kernel's region: its operands and results as views of the kernel's
+    argument slots."""
+
     op_index: int  # in the region
     operands: tuple[ValueSpec, ...]  # buffer = kernel argument slot, relative to that slot's pointer
     results: tuple[ValueSpec, ...]
@@ -92,6 +104,9 @@ class ExternSpec:
 
 @dataclass(frozen=True)
 class StepSpec:
+    """One step of a launch, in order: a kernel (``native``: compiled, else interpreted for ``reason``), an
+    extern call or a view copy, reading value ids ``operands`` and defining ``results``."""
+
     kind: StepKind
     op_index: int
     operands: tuple[int, ...]
@@ -107,6 +122,8 @@ class StepSpec:
 
 @dataclass
 class CpuLaunchPlan:
+    """How a compiled graph runs: its buffers, values and steps, for the CPU and object code it was built for."""
+
     function_hash: str
     cpu: str
     features: str
