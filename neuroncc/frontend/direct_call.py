@@ -46,6 +46,7 @@ class DirectCall:
     """``call(args) -> outputs by IR output index`` or None (the numpy path must run this call)."""
 
     def __init__(self, executable: Any, graph: ImportedGraph, outputs: list[tuple[Any, Any]]):
+        self.executable = executable  # the code :attr:`run` calls (a new build gets a new DirectCall)
         self.run = AddressCall(executable).runner()  # the leanest form of the call (one Python frame for most)
         params = executable.function.params
         #: per parameter: (graph input position, torch dtype (or the other it may have), shape, strides) the

@@ -34,7 +34,7 @@ def test_a_graph_runs_quick_code_first_then_the_optimized_build(compiled_graphs)
     with torch.no_grad():
         second = run(x)
     assert compiled.executable is quick.optimized.result() and compiled.executable.optimized is None
-    assert compiled._direct.run.exe is compiled.executable  # the call on data pointers runs the new code too
+    assert compiled._direct.executable is compiled.executable  # the call on data pointers runs the new code too
     torch.testing.assert_close(first, expected)
     assert torch.equal(first, second) and first.stride() == second.stride()
 
