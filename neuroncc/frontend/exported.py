@@ -141,18 +141,19 @@ def _tracing(target: str | None) -> Iterator[None]:
         yield
 
 
-def import_inference(program: ExportedProgram, name: str, target: str = DEFAULT_TARGET,
-                     bf16_bits: bool = False) -> InferenceGraph:
-    """Decompose ``program`` with neuroncc's table and import its graph as the IR function ``name`` (for
-    ``target``: it decides how attention is traced; ``bf16_bits``: see :func:`~neuroncc.frontend.importer.
-    import_graph`)."""
+def import_inference(program: ExportedProgram, name: str, target: str = DEFAULT_TARGET) -> InferenceGraph:
+    """Decompose ``program`` with neuroncc's table and import its graph as the IR function ``name`` for
+    ``target``: it decides how attention is traced, and on cpu bf16 tensors cross as their bits (see
+    :func:`~neuroncc.frontend.importer.import_graph`'s ``bf16_bits``), so ``neuroncc compile/run`` and
+    ``neuroncc.compile_program`` import (and cache) one program as the same function."""
     _refuse_unsupported_signature(program)
     with _tracing(target):
         decomposed = program.run_decompositions(export_decompositions())
     signature = decomposed.graph_signature
     inputs = program_inputs(decomposed)
     _drop_runtime_assertions(decomposed.graph_module)
-    imported = import_graph(decomposed.graph_module, name, bf16_bits=bf16_bits)
+    # the cpu target's kernels read bf16 tensors' bits; the other targets take float32 copies (as in aten_compiler)
+    imported = import_graph(decomposed.graph_module, name, bf16_bits=target == "cpu")
     output_names, mutations = [], []
     for index, spec in enumerate(signature.output_specs):
         if spec.kind == OutputKind.BUFFER_MUTATION:

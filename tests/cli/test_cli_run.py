@@ -5,6 +5,7 @@ import pytest
 import torch
 from cli_testing import run_in_process
 
+import neuroncc
 from neuroncc.frontend.compiled import CompiledGraph
 from neuroncc.frontend.serving import CompiledProgram
 
@@ -74,6 +75,16 @@ def test_repeat_times_the_served_call(classifier_pt2, capsys, monkeypatch):
     assert len(built) == 1, f"{len(built)} CompiledGraphs built for 6 calls"
     assert len(calls) == 6 and len(set(map(id, calls))) == 1
     assert direct == [False] + [True] * 5  # the first call checks in Python; the timed ones pass the C++ guard
+
+
+def test_run_compiles_what_compile_program_loads(two_outputs_pt2, capsys):
+    """``run`` and ``neuroncc.compile_program`` import a program alike (bf16 crosses as its bits on cpu): the
+    executable ``run`` compiled is the one compile_program then loads from the cache."""
+    result = run_in_process(capsys, "run", str(two_outputs_pt2), "--check", "--repeat", "2", "-q")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "compiled and cached" in result.stdout and "check passed" in result.stdout
+    served = neuroncc.compile_program(two_outputs_pt2)
+    assert served.cache == "hit" and served._direct is not None  # the data-pointer call, bf16 included
 
 
 @pytest.mark.parametrize("seed", ["0", "7"])
