@@ -2,6 +2,8 @@
 
     load_model(args, progress)            the .pt2, loaded without unpickling
     inference_graph(args, program, ...)   decomposed and imported to IR
+    served_inference(args, program, ...)  that graph compiled through the cache and served as
+                                          neuroncc.compile_program serves it (how ``run`` calls a program)
     training_graphs(args, program, ...)   forward + backward through AOTAutograd's joint export
     compile_function(fn, kind, ...)       one IR function through driver.compile_graph and the cache,
                                           reporting its key and whether it was a hit
@@ -35,6 +37,7 @@ from neuroncc.executors.executable import InterpreterExecutable, TARGETS
 from neuroncc.driver.cache import CompileCache
 from neuroncc.driver.process_cache import PROCESS_MEMORY, CacheStats
 from neuroncc.driver.artifact import write_graph
+from neuroncc.driver.records import CompileRecord
 
 TARGET_HELP = ("where the code runs: cpu (LLVM, native code), nki-sim (NKI kernels in the bundled simulator), "
                "interp (the reference interpreter); default: {default}")
@@ -137,6 +140,19 @@ def inference_graph(args: argparse.Namespace, program, progress: Progress):
     return graph
 
 
+def served_inference(args: argparse.Namespace, program, progress: Progress):
+    """``program``'s inference graph compiled through the cache (:func:`compile_function`) and served as
+    ``neuroncc.compile_program`` serves it: a :class:`~neuroncc.frontend.serving.CompiledProgram` holding the
+    program's state, called with the program's own signature (one guard and a data-pointer call per call). The
+    one way the CLI runs an exported program. Returns (the served program, how it was compiled)."""
+    from neuroncc.frontend.serving import CompiledProgram  # imports torch
+
+    graph = inference_graph(args, program, progress)
+    compiled = compile_function(graph.imported.function, "inference", target=args.target, pipeline=args.pipeline,
+                                cache=open_cache(args), progress=progress)
+    return CompiledProgram(graph, compiled.executable, compiled.record), compiled
+
+
 @dataclass(frozen=True)
 class CompiledFunction:
     """One compiled graph and how it was obtained."""
@@ -149,6 +165,7 @@ class CompiledFunction:
     cache: str  # "hit", "compiled" (a miss, now stored) or "uncached"
     seconds: float
     artifact: Path | None  # the cache entry holding it
+    record: CompileRecord | None = None  # what compile_graph reported (None: it reported nothing)
 
     @property
     def ran_function(self) -> Function:
@@ -164,8 +181,9 @@ def compile_function(fn: Function, kind: str, *, target: str, pipeline: str | No
     before = cache.stats.snapshot() if cache is not None else {}
     with progress.step(f"compile {kind} for {target}", log=True) as step:
         start = time.perf_counter()
+        records: list[CompileRecord] = []
         try:
-            executable = compile_graph(fn, target=target, pipeline=pipeline, cache=cache,
+            executable = compile_graph(fn, target=target, pipeline=pipeline, cache=cache, on_compiled=records.append,
                                        on_progress=lambda status: setattr(step, "status", status))
         except ModuleNotFoundError as exc:
             if not (exc.name or "").startswith("neuroncc"):
@@ -176,7 +194,7 @@ def compile_function(fn: Function, kind: str, *, target: str, pipeline: str | No
         step.detail = {"hit": "cache hit", "compiled": "compiled, cached", "uncached": "not cached"}[status]
     artifact = cache.entry_dir(key) if cache is not None and key and cache.entry_dir(key).is_dir() else None
     return CompiledFunction(kind, fn, executable, target, key if status != "uncached" else None, status, seconds,
-                            artifact)
+                            artifact, records[0] if records else None)
 
 
 def _cache_status(cache, before: dict[str, float]) -> str:

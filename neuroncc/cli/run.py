@@ -35,7 +35,8 @@ MAX_REPEAT = 100_000
 
 def run_run(args: argparse.Namespace) -> int:
     from neuroncc.cli.inputs import random_inputs, read_npz_inputs
-    from neuroncc.frontend.exported import call_eager, program_inputs
+    from neuroncc.frontend.exported import call_eager, program_inputs, unflatten_user_inputs
+    from torch.utils._pytree import tree_leaves
 
     if not 0 <= args.repeat <= MAX_REPEAT:
         raise InputError(f"--repeat must be between 0 and {MAX_REPEAT}, got {args.repeat}")
@@ -55,36 +56,36 @@ def run_run(args: argparse.Namespace) -> int:
             inputs = read_npz_inputs(args.inputs, expected)
         else:
             inputs = random_inputs(expected, args.seed, args.model)
-        graph = programs.inference_graph(args, program, progress)
-        compiled = programs.compile_function(graph.imported.function, "inference", target=args.target,
-                                             pipeline=args.pipeline, cache=programs.open_cache(args),
-                                             progress=progress)
-        state = graph.initial_state()
+        served, compiled = programs.served_inference(args, program, progress)
+        flat_inputs = [inputs[spec.target] for spec in expected]
+        call_args, call_kwargs = unflatten_user_inputs(program, flat_inputs)  # the program's own signature
         if args.trace or args.plot:  # one more call, recorded step by step (after the timed ones' warm-up)
-            graph.call(compiled.executable, state, inputs)
+            served(*call_args, **call_kwargs)
             recorder = TimelineRecorder()
             with progress.step("record one call's timeline"), installed(recorder):
-                graph.call(compiled.executable, state, inputs)
+                served(*call_args, **call_kwargs)
             _write_timeline(args, recorder, compiled)
         with progress.step("run"):
             start = time.perf_counter()
-            outputs = graph.call(compiled.executable, state, inputs)
+            returned = served(*call_args, **call_kwargs)
             first = time.perf_counter() - start
             times = []
-            for _ in range(args.repeat):
+            for _ in range(args.repeat):  # the served call, as a caller of neuroncc.compile_program times it
                 start = time.perf_counter()
-                graph.call(compiled.executable, state, inputs)
+                served(*call_args, **call_kwargs)
                 times.append(time.perf_counter() - start)
+        outputs = tree_leaves(returned)  # the user outputs, flat, in the graph's order (output_names)
+        output_names = served.graph.output_names
         if args.save_outputs:
-            _save_outputs(args.save_outputs, graph.output_names, outputs)
+            _save_outputs(args.save_outputs, output_names, outputs)
         eager = None
         if args.check:
             with progress.step("run eager PyTorch"):
-                eager = call_eager(program, [inputs[spec.target] for spec in expected])
+                eager = call_eager(program, flat_inputs)
     print(f"{args.model}: target {args.target}, {_cache_words(compiled)}")
     print(f"  inputs   {', '.join(f'{n} {_describe(t)}' for n, t in inputs.items()) or '(none)'}"
           f"  ({'from ' + args.inputs if args.inputs else f'random, seed {args.seed}'})")
-    for index, (name, tensor) in enumerate(zip(graph.output_names, outputs)):
+    for index, (name, tensor) in enumerate(zip(output_names, outputs)):
         print(f"  output {index} {name}: {_describe(tensor)}  {_values(tensor)}")
     timing = f"first call {format_seconds(first)}"
     if times:
@@ -92,7 +93,7 @@ def run_run(args: argparse.Namespace) -> int:
     print(f"  time     {timing}")
     if eager is None:
         return EXIT_OK
-    return _check(outputs, eager, graph.output_names)
+    return _check(outputs, eager, output_names)
 
 
 def _write_timeline(args: argparse.Namespace, recorder: TimelineRecorder,

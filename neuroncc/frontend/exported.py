@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import math
 import warnings
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -77,7 +77,8 @@ class ProgramInput:
 
 @dataclass(frozen=True)
 class InferenceGraph:
-    """An exported program's (decomposed) inference graph imported to IR, and how to call it."""
+    """An exported program's (decomposed) inference graph imported to IR, and what calling it needs (it is run by
+    :class:`~neuroncc.frontend.serving.CompiledProgram`, which holds the state)."""
 
     program: ExportedProgram  # the decomposed program (its state is the weights to run with)
     imported: ImportedGraph
@@ -94,16 +95,6 @@ class InferenceGraph:
         # Non-persistent buffers live with the constants; everything else in the state dict.
         tensors = {**self.program.constants, **self.program.state_dict}
         return {spec.target: tensors[spec.target].detach().clone() for spec in self.inputs if spec.kind != "input"}
-
-    def call(self, executable: Executable, state: dict[str, torch.Tensor],
-             user_inputs: Mapping[str, torch.Tensor]) -> list[torch.Tensor]:
-        """Run ``executable`` (compiled from ``imported.function``); updates ``state``'s mutated buffers."""
-        args = [user_inputs[i.target] if i.kind == "input" else state[i.target] for i in self.inputs]
-        outputs = CompiledGraph(self.imported, executable)(args)
-        for index, fqn in self.buffer_mutations:
-            state[fqn] = outputs[index]
-        mutated = {index for index, _ in self.buffer_mutations}
-        return [out for index, out in enumerate(outputs) if index not in mutated]
 
 
 @dataclass(frozen=True)
@@ -150,18 +141,19 @@ def _tracing(target: str | None) -> Iterator[None]:
         yield
 
 
-def import_inference(program: ExportedProgram, name: str, target: str = DEFAULT_TARGET,
-                     bf16_bits: bool = False) -> InferenceGraph:
-    """Decompose ``program`` with neuroncc's table and import its graph as the IR function ``name`` (for
-    ``target``: it decides how attention is traced; ``bf16_bits``: see :func:`~neuroncc.frontend.importer.
-    import_graph`)."""
+def import_inference(program: ExportedProgram, name: str, target: str = DEFAULT_TARGET) -> InferenceGraph:
+    """Decompose ``program`` with neuroncc's table and import its graph as the IR function ``name`` for
+    ``target``: it decides how attention is traced, and on cpu bf16 tensors cross as their bits (see
+    :func:`~neuroncc.frontend.importer.import_graph`'s ``bf16_bits``), so ``neuroncc compile/run`` and
+    ``neuroncc.compile_program`` import (and cache) one program as the same function."""
     _refuse_unsupported_signature(program)
     with _tracing(target):
         decomposed = program.run_decompositions(export_decompositions())
     signature = decomposed.graph_signature
     inputs = program_inputs(decomposed)
     _drop_runtime_assertions(decomposed.graph_module)
-    imported = import_graph(decomposed.graph_module, name, bf16_bits=bf16_bits)
+    # the cpu target's kernels read bf16 tensors' bits; the other targets take float32 copies (as in aten_compiler)
+    imported = import_graph(decomposed.graph_module, name, bf16_bits=target == "cpu")
     output_names, mutations = [], []
     for index, spec in enumerate(signature.output_specs):
         if spec.kind == OutputKind.BUFFER_MUTATION:
@@ -199,7 +191,7 @@ def trace_training(program: ExportedProgram, name: str,
     check_input_sizes(user_inputs, name)
     # Only their types matter: AOTAutograd traces with fake tensors.
     example_inputs = [torch.zeros(i.shape, dtype=i.dtype) for i in user_inputs]
-    args, kwargs = _unflatten_user_inputs(program, list(example_inputs))
+    args, kwargs = unflatten_user_inputs(program, list(example_inputs))
     imported: dict[str, ImportedGraph] = {}
     facts: dict[str, SavedFacts] = {}  # what the forward's ops say about its saved activations
 
@@ -245,13 +237,14 @@ def check_input_sizes(inputs: Sequence[ProgramInput], where: str, limit: int = M
 
 def call_eager(program: ExportedProgram, user_inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
     """Run the (undecomposed) program with eager PyTorch; returns its flattened user outputs."""
-    args, kwargs = _unflatten_user_inputs(program, list(user_inputs))
+    args, kwargs = unflatten_user_inputs(program, list(user_inputs))
     with _tracing(None):
         result = program.module()(*args, **kwargs)
     return [leaf for leaf in pytree.tree_leaves(result)]
 
 
-def _unflatten_user_inputs(program: ExportedProgram, flat: list[Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+def unflatten_user_inputs(program: ExportedProgram, flat: list[Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """The (args, kwargs) a call of ``program``'s module takes, from its flat user inputs (in_spec order)."""
     spec = program.call_spec.in_spec
     if spec is None:
         return tuple(flat), {}

@@ -73,8 +73,7 @@ def compile_program(program: ExportedProgram | str | os.PathLike[str], *, target
     else:
         raise InputError(f"compile_program takes a torch.export.ExportedProgram or the path of a .pt2 archive, "
                          f"got {type(program).__name__}")
-    # the cpu target's kernels read bf16 tensors' bits; the other targets take float32 copies (as in aten_compiler)
-    graph = import_inference(program, function_name, target, bf16_bits=target == "cpu")
+    graph = import_inference(program, function_name, target)
     records: list[CompileRecord] = []
     with cyclic_gc_paused():
         executable = compile_graph(graph.imported.function, target=target, pipeline=pipeline, options=options,

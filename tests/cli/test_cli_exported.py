@@ -6,6 +6,7 @@ from neuroncc.examples.classifier import ClassifierConfig, build_example, make_b
 from neuroncc.frontend.exported import call_eager, import_inference, load_program, program_inputs, trace_training
 from neuroncc.ir import print_function
 from neuroncc.executors.executable import InterpreterExecutable
+from neuroncc.frontend.serving import CompiledProgram
 
 
 def _interp(kind, imported):
@@ -20,8 +21,7 @@ def test_inference_graph_keeps_weights_as_inputs(classifier_pt2):
     assert [i.target for i in graph.user_inputs] == ["tokens", "labels"]
     assert "constant" not in print_function(graph.imported.function).split("{", 1)[1]  # no weights baked in
     tokens, labels = make_batch(ClassifierConfig(), torch.Generator().manual_seed(3))
-    (loss,) = graph.call(InterpreterExecutable(graph.imported.function), graph.initial_state(),
-                         {"tokens": tokens, "labels": labels})
+    loss = CompiledProgram(graph, InterpreterExecutable(graph.imported.function))(tokens, labels)
     torch.testing.assert_close(loss, build_example()(tokens, labels).detach())
     torch.testing.assert_close(call_eager(program, [tokens, labels])[0].detach(), loss)
 

@@ -5,7 +5,9 @@ import pytest
 import torch
 from cli_testing import run_in_process
 
-from neuroncc.frontend.exported import InferenceGraph
+import neuroncc
+from neuroncc.frontend.compiled import CompiledGraph
+from neuroncc.frontend.serving import CompiledProgram
 
 
 def test_random_inputs_match_eager(classifier_pt2, capsys):
@@ -38,16 +40,51 @@ def test_buffer_updates_run_like_eager(norm_pt2, capsys):
 
 
 def test_check_failure_exits_1_with_the_errors(good_pt2, capsys, monkeypatch):
-    original = InferenceGraph.call
+    original = CompiledProgram.__call__
 
     def off_by_a_bit(self, *args, **kwargs):
-        return [t + 1e-2 for t in original(self, *args, **kwargs)]
+        return original(self, *args, **kwargs) + 1e-2
 
-    monkeypatch.setattr(InferenceGraph, "call", off_by_a_bit)
+    monkeypatch.setattr(CompiledProgram, "__call__", off_by_a_bit)
     result = run_in_process(capsys, "run", str(good_pt2), "--target", "interp", "--check")
     assert result.returncode == 1
     assert "MISMATCH" in result.stdout and "check FAILED: 1 of 1 outputs" in result.stdout
     assert "max abs error 0.01" in result.stdout
+
+
+def test_repeat_times_the_served_call(classifier_pt2, capsys, monkeypatch):
+    """``--repeat`` calls the program as neuroncc.compile_program serves it: one CompiledProgram, built once
+    (one CompiledGraph), called 1 + N times on the direct (data-pointer) path after its first call."""
+    built, calls, direct = [], [], []
+    init, call = CompiledGraph.__init__, CompiledProgram.__call__
+
+    def counting_init(self, *args, **kwargs):
+        built.append(self)
+        init(self, *args, **kwargs)
+
+    def counting_call(self, *args, **kwargs):
+        calls.append(self)
+        direct.append(self._guard is not None and self._guard.check(*args))
+        return call(self, *args, **kwargs)
+
+    monkeypatch.setattr(CompiledGraph, "__init__", counting_init)
+    monkeypatch.setattr(CompiledProgram, "__call__", counting_call)
+    result = run_in_process(capsys, "run", str(classifier_pt2), "--random", "--repeat", "5", "-q")
+    assert result.returncode == 0, result.stderr
+    assert "over 5 calls" in result.stdout
+    assert len(built) == 1, f"{len(built)} CompiledGraphs built for 6 calls"
+    assert len(calls) == 6 and len(set(map(id, calls))) == 1
+    assert direct == [False] + [True] * 5  # the first call checks in Python; the timed ones pass the C++ guard
+
+
+def test_run_compiles_what_compile_program_loads(two_outputs_pt2, capsys):
+    """``run`` and ``neuroncc.compile_program`` import a program alike (bf16 crosses as its bits on cpu): the
+    executable ``run`` compiled is the one compile_program then loads from the cache."""
+    result = run_in_process(capsys, "run", str(two_outputs_pt2), "--check", "--repeat", "2", "-q")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "compiled and cached" in result.stdout and "check passed" in result.stdout
+    served = neuroncc.compile_program(two_outputs_pt2)
+    assert served.cache == "hit" and served._direct is not None  # the data-pointer call, bf16 included
 
 
 @pytest.mark.parametrize("seed", ["0", "7"])
