@@ -35,7 +35,7 @@ import numpy as np
 
 from neuroncc.driver.strict_json import SchemaError, decode, encode, minimum, pattern
 from neuroncc.errors import ArtifactError
-from neuroncc.hardware.host import host_cpu
+from neuroncc.driver.host_stamp import remembered_host_cpu
 from neuroncc.ir import Function, TensorType, collect_resources, parse, print_function
 from neuroncc.executors.executable import Executable, load_interp_executable
 
@@ -97,7 +97,7 @@ def _load_nki(directory: Path, fn: Function) -> Executable:
 
 
 def _host_cpu_fingerprint() -> str:
-    return host_cpu().fingerprint
+    return remembered_host_cpu().fingerprint  # LLVM's answer from the cache directory's stamp when it has one
 
 
 #: Every target whose executables can be cached, by target name. A target missing here compiles uncached.

@@ -33,6 +33,7 @@ from typing import Any
 
 from neuroncc.ir import DenseAttr, Function, print_function
 from neuroncc.driver.artifact import ARTIFACT_CODECS, FORMAT_VERSION
+from neuroncc.driver.host_stamp import remember_host_in
 from neuroncc.driver.installed_versions import NOT_INSTALLED, installed_versions
 from neuroncc.driver.source_digest import package_digest
 from neuroncc.errors import PipelineError
@@ -64,8 +65,11 @@ class BuildEnvironment:
     @staticmethod
     def current(stamp_root: Path | None = None) -> BuildEnvironment:
         """This process's environment (computed once per process). ``stamp_root``: a cache directory where the
-        source digest is remembered between processes (:mod:`neuroncc.driver.source_digest`)."""
+        source digest, the installed versions and the host CPU are remembered between processes
+        (:mod:`neuroncc.driver.source_digest`, :mod:`neuroncc.driver.host_stamp`)."""
         global _ENVIRONMENT
+        if stamp_root is not None:
+            remember_host_in(stamp_root)  # the host CPU's stamp too (neuroncc.driver.host_stamp)
         if _ENVIRONMENT is None:
             _ENVIRONMENT = _environment(stamp_root)
         return _ENVIRONMENT

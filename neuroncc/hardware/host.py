@@ -3,13 +3,18 @@ x86-64 CPU, to read the code it would get: :class:`CpuTarget`).
 
 Read lazily and once per process (:func:`host_cpu`): LLVM reports the name and feature string (asked of
 llvmlite's shared library through ctypes, without importing llvmlite's Python bindings: a process that only loads
-cached kernel libraries never needs them), the operating system the CPUs this process may run on. The CPU code generator compiles for exactly this CPU; the name and features are part of a compiled
-artifact's identity.
+cached kernel libraries never needs them), the operating system the CPUs this process may run on. The CPU code
+generator compiles for exactly this CPU; the name and features are part of a compiled artifact's identity.
+
+Loading that library still costs ~8-12 ms, so LLVM's answer may come from an earlier process on this machine
+instead: :func:`llvm_host_identity` digests what the answer depends on, read without LLVM, and the compile
+cache keeps answers by it (``neuroncc/driver/host_stamp.py``, which passes one to :func:`host_cpu`).
 """
 
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import importlib.util
 import os
 import sys
@@ -206,17 +211,80 @@ _LOCK = threading.Lock()
 _HOST: list[HostCpu] = []
 
 
-def host_cpu() -> HostCpu:
-    """This machine's CPU (read on first use, then cached)."""
+#: LLVM's answer about the host: (CPU name, feature string, process triple)
+LlvmHost = tuple[str, str, str]
+
+
+def host_cpu(llvm_answer: LlvmHost | None = None) -> HostCpu:
+    """This machine's CPU (read on first use, then cached). ``llvm_answer``: what :func:`llvm_host` answered in
+    an earlier process on this machine (remembered by the compile cache, keyed by :func:`llvm_host_identity`),
+    used instead of asking LLVM when the CPU is not yet read in this process."""
     with _LOCK:
         if not _HOST:
-            name, features, triple = _llvm_host()
+            name, features, triple = llvm_answer or llvm_host()
             _HOST.append(HostCpu(name=name, features=features, last_level_cache_bytes=last_level_cache_bytes(),
                                  triple=triple, cores=available_cores()))
         return _HOST[0]
 
 
-def _llvm_host() -> tuple[str, str, str]:
+def host_cpu_known() -> bool:
+    """Whether this process has read its CPU already (:func:`host_cpu` then asks nothing)."""
+    return bool(_HOST)
+
+
+#: The lines of /proc/cpuinfo that say which CPU this is and what it can do (x86-64; aarch64): what LLVM's
+#: answer depends on, read from CPUID (and XGETBV: the kernel drops the flags of state it does not enable) by the
+#: kernel as by LLVM. Not the clock, microcode, core or package numbers.
+CPU_IDENTITY_FIELDS = frozenset({"vendor_id", "cpu family", "model", "model name", "stepping", "flags",
+                                 "CPU implementer", "CPU architecture", "CPU variant", "CPU part", "CPU revision",
+                                 "Features"})
+
+
+def llvm_host_identity(cpuinfo: Path = Path("/proc/cpuinfo")) -> str | None:
+    """A sha256 of what :func:`llvm_host`'s answer depends on, read without LLVM (~0.1 ms): the first CPU's
+    identity and feature flags as the kernel reports them (:data:`CPU_IDENTITY_FIELDS`), the machine and
+    platform, and llvmlite's shared library (path, size, mtime, inode: another LLVM may name CPUs and features
+    differently). None where the kernel does not describe the CPU so (not Linux) or the library is not found:
+    then LLVM is asked. Another CPU model, one with other flags (an AVX2 host sharing a cache directory with an
+    AVX-512 one, a VM migrated to a host the hypervisor presents differently: its flags and model are what the
+    guest's CPUID says, which is also what LLVM reads) or another library is another identity."""
+    fields = _first_cpu_fields(cpuinfo)
+    library = _llvmlite_library_path()
+    if not fields or library is None:
+        return None
+    try:
+        st = library.stat()
+    except OSError:
+        return None
+    uname = os.uname()
+    lines = [f"{key}: {value}" for key, value in fields] + [
+        f"platform: {sys.platform} {uname.sysname} {uname.machine}",
+        f"library: {library} {st.st_size} {st.st_mtime_ns} {st.st_ino}"]
+    return hashlib.sha256("\n".join(lines).encode()).hexdigest()
+
+
+def _first_cpu_fields(cpuinfo: Path) -> list[tuple[str, str]]:
+    """The identity lines of the first processor's block of ``cpuinfo`` (only that block is read: the file
+    grows with the cores, and its other blocks repeat the same CPU), or [] when it cannot be read."""
+    text = b""
+    try:
+        with open(cpuinfo, "rb") as f:
+            while b"\n\n" not in text:
+                chunk = f.read(16384)
+                if not chunk:
+                    break
+                text += chunk
+    except OSError:
+        return []
+    found = []
+    for line in text.split(b"\n\n")[0].decode("utf-8", "replace").splitlines():
+        key, sep, value = line.partition(":")
+        if sep and key.strip() in CPU_IDENTITY_FIELDS:
+            found.append((key.strip(), " ".join(value.split())))
+    return found
+
+
+def llvm_host() -> LlvmHost:
     """LLVM's host CPU name, feature string (as llvmlite's ``FeatureMap.flatten()`` makes it: ``+name`` or
     ``-name``, sorted by name) and process triple.
 
@@ -236,6 +304,15 @@ def _llvm_host() -> tuple[str, str, str]:
 
 def _llvmlite_library() -> ctypes.CDLL | None:
     """llvmlite's shared library (the one its bindings load, so the process maps it once), or None."""
+    path = _llvmlite_library_path()
+    try:
+        return None if path is None else ctypes.CDLL(str(path))
+    except OSError:
+        return None
+
+
+def _llvmlite_library_path() -> Path | None:
+    """Where llvmlite keeps its shared library (found without importing llvmlite), or None."""
     try:
         spec = importlib.util.find_spec("llvmlite")  # finds the package without importing it
     except (ImportError, ValueError):
@@ -244,10 +321,7 @@ def _llvmlite_library() -> ctypes.CDLL | None:
         return None
     name = {"darwin": "libllvmlite.dylib", "win32": "llvmlite.dll"}.get(sys.platform, "libllvmlite.so")
     path = Path(list(spec.submodule_search_locations)[0]) / "binding" / name
-    try:
-        return ctypes.CDLL(str(path)) if path.is_file() else None
-    except OSError:
-        return None
+    return path if path.is_file() else None
 
 
 def _llvm_string(library: ctypes.CDLL, function: str) -> str:
@@ -267,8 +341,8 @@ def last_level_cache_bytes(cpu_dir: Path = Path("/sys/devices/system/cpu/cpu0/ca
     """The size of the largest data or unified cache of CPU 0 as the OS reports it (Linux sysfs: ``index*/size``,
     e.g. "32768K"); 0 where the OS does not say."""
     sizes = [0]
-    try:
-        for index in cpu_dir.glob("index*"):
+    try:  # listdir, not Path.glob: its first use costs ~0.25 ms (listdir: 0.05), on every warm start
+        for index in (cpu_dir / name for name in os.listdir(cpu_dir) if name.startswith("index")):
             if (index / "type").read_text().strip() in ("Data", "Unified"):
                 sizes.append(_cache_size_bytes((index / "size").read_text().strip()))
     except (OSError, ValueError):

@@ -1,6 +1,6 @@
 """One process of test_warm_imports.py: ``MODE`` is ``backend`` (import TorchDynamo, then neuroncc's backend) or
 ``step`` (torch.compile(backend="neuron") of a small training step, one forward and backward). Prints one JSON
-line: the modules loaded, and neuroncc's counters (``step`` only)."""
+line: the modules loaded, and neuroncc's counters and whether llvmlite's library is mapped (``step`` only)."""
 
 from __future__ import annotations
 
@@ -24,4 +24,9 @@ model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.La
 x = torch.randn(6, 8)
 loss = torch.compile(model, backend="neuron")(x).square().mean()
 loss.backward()
-print(json.dumps({"modules": sorted(sys.modules), "stats": neuroncc.stats()}))
+try:
+    with open("/proc/self/maps") as maps:  # whether llvmlite's shared library was loaded (None: cannot tell)
+        llvm_mapped = "libllvmlite" in maps.read()
+except OSError:
+    llvm_mapped = None
+print(json.dumps({"modules": sorted(sys.modules), "stats": neuroncc.stats(), "llvm_mapped": llvm_mapped}))

@@ -1,6 +1,8 @@
 """The pass manager: pipeline strings, typed options, the registry and its entry points, instrumentation."""
 
 import io
+import os
+import time
 from dataclasses import dataclass
 from importlib import metadata
 from typing import ClassVar
@@ -11,7 +13,7 @@ from neuroncc.errors import PipelineError, VerifyError
 from neuroncc.ir import Function, Op, Value, parse
 from neuroncc.passes import (
     DEFAULT_PIPELINES, IN_TREE_PASSES, Canonicalize, Pass, PassContext, Pipeline, Tile, default_pipeline,
-    parse_pipeline, run_pipeline,
+    parse_pipeline, pass_registry, run_pipeline,
 )
 from neuroncc.passes import pipeline as pipeline_module
 
@@ -118,6 +120,61 @@ def test_broken_entry_points_are_pipeline_errors(plugin_entry_points):
     plugin_entry_points.append(metadata.EntryPoint("fuse", "fake_plugin:Rename", "neuroncc.passes"))
     with pytest.raises(PipelineError, match="redefines the in-tree pass 'fuse'"):
         parse_pipeline("canonicalize")
+
+
+def _counted_scans(monkeypatch) -> list[str]:
+    """Count the scans of the installed entry points (the real ones)."""
+    scans, real = [], metadata.entry_points
+
+    def counted(**kwargs):
+        scans.append(kwargs.get("group"))
+        return real(**kwargs)
+
+    monkeypatch.setattr(pipeline_module.metadata, "entry_points", counted)
+    return scans
+
+
+def test_the_entry_points_are_scanned_once_while_sys_path_is_unchanged(monkeypatch):
+    monkeypatch.setattr(pipeline_module, "SCAN_SETTLE_NS", 0)
+    scans = _counted_scans(monkeypatch)
+    default = pipeline_module.default_pipeline("cpu")
+    for _ in range(3):
+        parse_pipeline(default)
+        pass_registry()
+    assert scans == ["neuroncc.passes"]
+
+
+def test_a_plugin_installed_after_a_scan_is_found(tmp_path, monkeypatch):
+    """Into a directory already on sys.path (its mtime changes), or on a new sys.path entry."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (tmp_path / "fake_plugin.py").write_text(PLUGIN_SOURCE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.syspath_prepend(str(site))
+    os.utime(site, ns=(time.time_ns() - 10**10,) * 2)
+    monkeypatch.setattr(pipeline_module, "SCAN_SETTLE_NS", 0)
+    scans = _counted_scans(monkeypatch)
+    assert "rename" not in pass_registry().names()
+    assert "rename" not in pass_registry().names() and len(scans) == 1
+    info = site / "fake_plugin-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: fake-plugin\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text("[neuroncc.passes]\nrename = fake_plugin:Rename\n")
+    assert "rename" in pass_registry().names() and len(scans) == 2
+    assert run_pipeline(parse_pipeline("rename{to=g}"), SMALL).name == "g"
+    other = tmp_path / "other"
+    other.mkdir()
+    monkeypatch.syspath_prepend(str(other))
+    pass_registry()
+    assert len(scans) == 3
+
+
+def test_a_scan_of_just_changed_directories_is_not_kept(monkeypatch):
+    monkeypatch.setattr(pipeline_module, "SCAN_SETTLE_NS", 10**18)  # every directory "just changed"
+    scans = _counted_scans(monkeypatch)
+    pass_registry()
+    pass_registry()
+    assert len(scans) == 2
 
 
 @dataclass(frozen=True)

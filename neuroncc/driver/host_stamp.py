@@ -1,0 +1,69 @@
+"""LLVM's answer about the host CPU, remembered between processes in the cache directory.
+
+The cpu target's cache key includes the host CPU (:func:`neuroncc.hardware.host.host_cpu`), whose name,
+features and triple LLVM reports: loading llvmlite's shared library to ask costs ~8-12 ms per process, which
+every graph-cache hit paid for three strings. So the answer is stored beside the source digest
+(:mod:`neuroncc.driver.source_digest`), under the identity of what it depends on
+(:func:`neuroncc.hardware.host.llvm_host_identity`: the CPU as the kernel describes it and the LLVM library):
+
+    <cache dir>/source/host-<identity[:16]>.json
+        {"version", "identity", "name", "features", "triple", "checksum"}
+
+A host with another CPU, other flags or another llvmlite has another identity, so machines sharing one cache
+directory (over NFS, or containers on different hosts) each find their own file, never another's. A file that is
+unreadable, damaged (its checksum), of another version or identity is ignored and rewritten. Where the identity
+cannot be read without LLVM (no /proc/cpuinfo) LLVM is asked every time.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from neuroncc.driver.source_digest import STAMP_DIR, read_checked, write_checked
+from neuroncc.hardware.host import HostCpu, LlvmHost, host_cpu, host_cpu_known, llvm_host, llvm_host_identity
+
+STAMP_VERSION = 1
+
+_STAMP_ROOT: list[Path] = []
+
+
+def remember_host_in(stamp_root: Path) -> None:
+    """Make ``stamp_root`` (a trusted cache directory) where :func:`remembered_host_cpu` keeps the answer (the
+    first one given in this process, as for the build environment's stamps)."""
+    if not _STAMP_ROOT:
+        _STAMP_ROOT.append(stamp_root)
+
+
+def remembered_host_cpu(stamp_root: Path | None = None) -> HostCpu:
+    """This machine's CPU, LLVM's part of it taken from the stamp under ``stamp_root`` (default: the one given
+    to :func:`remember_host_in`) when one matches this host's identity, else asked of LLVM and stamped."""
+    root = stamp_root if stamp_root is not None else (_STAMP_ROOT[0] if _STAMP_ROOT else None)
+    if root is None or host_cpu_known():
+        return host_cpu()
+    identity = llvm_host_identity()
+    if identity is None:
+        return host_cpu()
+    path = stamp_path(root, identity)
+    answer = _read_stamp(path, identity)
+    if answer is None:
+        answer = llvm_host()
+        write_checked(path, {"version": STAMP_VERSION, "identity": identity, "name": answer[0],
+                             "features": answer[1], "triple": answer[2]})
+    return host_cpu(answer)
+
+
+def stamp_path(stamp_root: Path, identity: str) -> Path:
+    return stamp_root / STAMP_DIR / f"host-{identity[:16]}.json"
+
+
+def _read_stamp(path: Path, identity: str) -> LlvmHost | None:
+    fields = read_checked(path)
+    if fields is None or fields.get("version") != STAMP_VERSION or fields.get("identity") != identity:
+        return None
+    answer = fields.get("name"), fields.get("features"), fields.get("triple")
+    if any(type(part) is not str for part in answer) or not answer[0] or not answer[2]:
+        return None
+    return answer  # type: ignore[return-value]
+
+
+__all__ = ["remember_host_in", "remembered_host_cpu"]
