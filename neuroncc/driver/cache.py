@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from neuroncc.errors import ArtifactError, NeuronccError
+from neuroncc.driver.cache_locks import LockTimeoutError, flock_until, temp_is_stale
 from neuroncc.driver.notices import CacheWarning
 from neuroncc.driver.remote_settings import settings_from_environ
 from neuroncc.driver.artifact import (
@@ -79,9 +80,6 @@ DISABLE_VARIABLE = "NEURONCC_DISABLE_CACHE"
 DEFAULT_CACHE_DIR = "~/.cache/neuroncc"
 
 #: Temp dirs of processes that are gone are collected at once; any older than this are collected regardless.
-STALE_TEMP_SECONDS = 24 * 3600
-
-
 @dataclass(frozen=True, slots=True)
 class CompileResult:
     """What a compile function returns to the cache: the executable plus what the manifest records about it."""
@@ -124,10 +122,6 @@ class CacheEntry:
     problem: str | None
     size: int
     modified: float  # st_mtime of the entry directory
-
-
-class LockTimeoutError(ArtifactError):
-    pass
 
 
 class CompileCache:
@@ -458,7 +452,7 @@ class CompileCache:
         while True:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
             try:
-                _flock_until(fd, deadline, path)
+                flock_until(fd, deadline, path)
                 with contextlib.suppress(FileNotFoundError):
                     if os.stat(path).st_ino == os.fstat(fd).st_ino:
                         return fd  # still the lock file at that path (cache clear did not replace it meanwhile)
@@ -477,7 +471,7 @@ class CompileCache:
         """Delete temp dirs left by processes that died mid-write (or that are very old)."""
         with contextlib.suppress(OSError):
             for path in self.tmp_dir.iterdir():
-                if _temp_is_stale(path):
+                if temp_is_stale(path):
                     shutil.rmtree(path, ignore_errors=True)
 
     def _warn(self, message: str) -> None:
@@ -553,44 +547,11 @@ class CompileCache:
                     path.unlink()
 
 
-def _flock_until(fd: int, deadline: float, path: Path) -> None:
-    delay = 0.001
-    while True:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return
-        except BlockingIOError:
-            if time.monotonic() > deadline:
-                raise LockTimeoutError(f"timed out waiting for compile lock {path}") from None
-            time.sleep(delay)
-            delay = min(delay * 2, 0.05)
-
-
 def _created_timestamp(entry: CacheEntry) -> float:
     if entry.manifest is not None:
         with contextlib.suppress(ValueError):
             return datetime.datetime.fromisoformat(entry.manifest.created_at).timestamp()
     return entry.modified
-
-
-def _temp_is_stale(path: Path) -> bool:
-    """A temp dir is named ``<prefix>.<pid>.<random>``; stale once that process is gone, or when very old."""
-    try:
-        pid = int(path.name.split(".")[1])
-        age = time.time() - path.lstat().st_mtime
-    except (IndexError, ValueError, OSError):
-        return False
-    return (pid != os.getpid() and not _process_alive(pid)) or age > STALE_TEMP_SECONDS
-
-
-def _process_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def cache_from_environ(environ: Mapping[str, str], **kwargs: Any) -> CompileCache | None:
