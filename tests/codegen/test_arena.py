@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from neuroncc.codegen.llvm import jit, refine
+from neuroncc.codegen.llvm import extern_layouts, jit, refine
 from neuroncc.codegen.llvm.program import memory_plan_for_launch, plan_launch
 from neuroncc.codegen.llvm.regions import wrap_remaining_ops
 from neuroncc.executors.cpu.launcher import build_cpu_executable
@@ -81,9 +81,10 @@ def test_the_slot_of_a_value_returned_in_the_end_leaves_no_gap(rng):
         np.testing.assert_allclose(got, want, rtol=1.3e-6, atol=1e-6)
 
 
-def _relu_backward(rows: int = 32, cols: int = 64):
+def _relu_backward(rows: int = 32, cols: int = 64, transpose_a: bool = False):
     """mm -> kernel[mask, product] -> [where(mask, 0, product), its column sum] -> mm: the transformer training
-    step's ReLU backward between its matmuls (``fused_1_where_sum``)."""
+    step's ReLU backward between its matmuls (``fused_1_where_sum``). ``transpose_a`` keeps the first product
+    off oneDNN on every host (which would supply it in a per-call buffer of its own, not an arena slot)."""
     r = Builder("fused_where_sum")
     batched = (4, rows // 4, cols)
     mask, product = r.param(TensorType(batched, DType.bool), "mask"), r.param(TensorType((rows, cols), DType.f32))
@@ -91,9 +92,11 @@ def _relu_backward(rows: int = 32, cols: int = 64):
     grad = r.op("where", mask, zero, r.op("reshape", product, shape=batched))
     region = r.build([grad, r.op("sum", r.op("reshape", grad, shape=(rows, cols)), dims=(0,), keepdim=True)])
     b = Builder("relu_backward")
-    a, w = b.param(TensorType((rows, 16), DType.f32), "a"), b.param(TensorType((16, cols), DType.f32), "w")
+    a = b.param(TensorType((16, rows) if transpose_a else (rows, 16), DType.f32), "a")
+    w = b.param(TensorType((16, cols), DType.f32), "w")
     mask, c = b.param(TensorType(batched, DType.bool), "mask"), b.param(TensorType((cols, 8), DType.f32), "c")
-    grad, bias = b.emit("kernel", [mask, b.op("mm", a, w)], Attrs(name="fused_where_sum"), regions=[region]).results
+    product = b.op("mm", a, w, transpose_a=transpose_a)
+    grad, bias = b.emit("kernel", [mask, product], Attrs(name="fused_where_sum"), regions=[region]).results
     return wrap_remaining_ops(b.build([b.op("mm", b.op("reshape", grad, shape=(rows, cols)), c), bias]))
 
 
@@ -138,10 +141,23 @@ def test_plan_memory_decides_in_place_and_the_launch_plan_honours_exactly_its_pa
         assert np.array_equal(a.view(np.uint8), b.view(np.uint8))
 
 
+def test_a_product_supplied_by_aten_is_not_written_over(monkeypatch):
+    """Where oneDNN takes the first product (a host with AVX-512 does at these shapes), ATen supplies it each
+    call in a buffer of its own: the arena has no slot for the gradient to take, so the memory plan pairs
+    nothing and the launch plan agrees (the plan used to pair them and the launch kept them apart)."""
+    monkeypatch.setattr(extern_layouts, "onednn_shapes_eligible", lambda *args: True)
+    fn = _relu_backward()
+    cpu = jit.host_cpu()
+    launch, _ = plan_launch(fn, *cpu)
+    product = next(op for op in fn.ops if op.name == "mm").result
+    assert launch.buffers[launch.values[value_indices(fn)[product]].buffer].supplied
+    assert memory_plan_for_launch(fn, *cpu).in_place == _honoured(launch, fn) == ()
+
+
 def test_a_result_computed_over_its_operand_is_not_streamed():
     """Non-temporal stores would evict each line the kernel has just read (ReLU's backward in place: 15% slower
     than with plain stores); the same kernel into a slot of its own streams its large output."""
-    fn = _relu_backward(2048, 1024)  # mask 2 MiB, product and gradient 8 MiB each
+    fn = _relu_backward(2048, 1024, transpose_a=True)  # mask 2 MiB, product and gradient 8 MiB each
     if not host_cpu().streams_outputs(18 << 20):
         pytest.skip("this host's last-level cache holds the kernel: nothing is streamed")
     cpu = jit.host_cpu()

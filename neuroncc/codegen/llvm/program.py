@@ -371,9 +371,16 @@ class _LaunchPlanner:
 
     def may_write_over(self, op_index: int, result: int, operand: int) -> bool:
         """The memory plan's in-place question (``plan_memory.plan``'s ``may_write_over``), answered from the
-        kernel's plan: only where it reads each element of the operand before writing the result there."""
+        kernel's plan: only where it reads each element of the operand before writing the result there, and
+        only over an operand the arena holds (an extern step's result adopted from ATen is a per-call buffer
+        with no arena slot for the result to take: whether a product is generated or adopted depends on the
+        host, so the plan asks here rather than assuming)."""
         planned = self.kernel_plans.get(op_index)
-        return planned is not None and planned.kplan is not None and writes_in_place(planned.kplan, operand, result)
+        if planned is None or planned.kplan is None:
+            return False
+        held = self.plan.values[self.ids[self.fn.ops[op_index].operands[operand]]]
+        return self.plan.buffers[held.buffer].kind == BufferKind.ARENA and \
+            writes_in_place(planned.kplan, operand, result)
 
     def kernel(self, op_index: int, op: Any) -> None:
         candidates = self.donation_candidates(op_index, op) if self.donated else {}
