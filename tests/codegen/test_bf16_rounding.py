@@ -30,10 +30,9 @@ def _float32_patterns(rng: np.random.Generator) -> np.ndarray:
     the largest finite bf16 (they round to infinity or not), infinities, NaNs, random patterns; rows of COLS."""
     subnormal = np.arange(1, 1 << 23, 7, dtype=np.uint32)
     halves = rng.integers(0, 1 << 16, 1 << 16, dtype=np.uint32) << 16
+    specials = np.array([0x7F800000, 0xFF800000, 0x7FC00000, 0x7F800001, 0xFFBFFFFF, 0, 0x80000000], np.uint32)
     parts = [subnormal, subnormal | 0x80000000, halves | 0x8000, halves | 0x7FFF, halves | 0x8001,
-             np.arange(0x7F7F0000, 0x7F800001, 97, dtype=np.uint32), np.array([0x7F800000, 0xFF800000, 0x7FC00000,
-                                                                               0x7F800001, 0xFFBFFFFF, 0, 0x80000000],
-                                                                              np.uint32),
+             np.arange(0x7F7F0000, 0x7F800001, 97, dtype=np.uint32), specials,
              rng.integers(0, 1 << 32, 1 << 18, dtype=np.uint64).astype(np.uint32)]
     bits = np.concatenate(parts)
     bits = np.concatenate([bits, np.zeros(-bits.size % COLS, np.uint32)])
