@@ -60,8 +60,15 @@ from neuroncc.codegen.llvm.mathlib import POLYNOMIAL  # noqa: E402
 #: result kept as float32 5 (a shift and an and for the parity, two adds, the clearing of the low half). NaNs are
 #: left out (they cost 3 more per rounding where an op's NaN payload is not known to be quiet).
 CONVERSION_INSTRUCTIONS = {"widened": 1.0, "rounded": 4.5, "rounded_kept": 5.0}
-#: With AVX-512 BF16: vcvtne2ps2bf16 rounds and packs two vectors; a kept result is widened back (a shift).
-CONVERSION_INSTRUCTIONS_AVX512BF16 = {"widened": 1.0, "rounded": 0.5, "rounded_kept": 1.5}
+#: The same with AVX-512 (F and BW: mask registers, word compares and two-table word permutes), the fewest known:
+#: widening 1 (as above); rounding and packing 2.5 (5 per pair of vectors: the high and the low halves apart,
+#: two vpermt2w; the parity or'ed into the low half, one vpternlogd; the carry, low half > 0x8000, one vpcmpuw
+#: into a mask; the high half + 1 under it, one masked vpaddw); rounding a result kept as float32 4 (the parity
+#: tested into a mask, the addend 0x7FFF or 0x8000 by it, the add, the clearing of the low half). AVX-512 BF16's
+#: vcvtne2ps2bf16 (half an instruction per vector) does not count: it treats subnormal inputs as zero where torch
+#: rounds them, and making it exact (a subnormal test, a masked or before it and a masked subtract after it)
+#: takes more instructions than the integer sequences (``scalars.round_to``; session 15).
+CONVERSION_INSTRUCTIONS_AVX512 = {"widened": 1.0, "rounded": 2.5, "rounded_kept": 4.0}
 
 THREAD_CLOCK = {1: time.thread_time}  # 1 thread: CPU time of the calling thread; else wall clock
 
@@ -91,7 +98,7 @@ class Machine:
 
     def conversion_flops(self, work) -> float:
         """``work``'s bf16 conversions as flops at the FMA peak's rate (see the module docstring)."""
-        counts = CONVERSION_INSTRUCTIONS_AVX512BF16 if self.target.has("avx512bf16") else CONVERSION_INSTRUCTIONS
+        counts = CONVERSION_INSTRUCTIONS_AVX512 if self.target.has("avx512bw") else CONVERSION_INSTRUCTIONS
         return sum(getattr(work, kind) * instructions for kind, instructions in counts.items())
 
     def describe(self) -> str:

@@ -114,7 +114,12 @@ def store(b: ir.IRBuilder, value: ir.Value, ptr: ir.Value, dtype: DType) -> ir.I
 
 def round_to(b: ir.IRBuilder, value: ir.Value, dtype: DType, nan_case: bool = True) -> ir.Value:
     """Round a float32 value to bf16/f16 precision (identity for other types). Without ``nan_case``, a NaN
-    ``value`` must be quiet with a zero low half (``nan_payloads.py``): it is left as it is."""
+    ``value`` must be quiet with a zero low half (``nan_payloads.py``): it is left as it is.
+
+    bf16 rounds to nearest even in integer arithmetic on every CPU, as torch does (``c10::BFloat16``, ATen's
+    vectorized ``cvtfp32_bf16``). Not ``fptrunc float to bfloat``: on CPUs with AVX-512 BF16 LLVM makes it
+    ``vcvtneps2bf16``, which treats subnormal inputs as zero (Intel SDM; on Zen 4 every subnormal float32 with a
+    nonzero rounding came out a signed zero), where torch rounds them (``tests/codegen/test_bf16_rounding.py``)."""
     if dtype is DType.f16:
         return b.fpext(b.fptrunc(value, F16), F32)
     if dtype is not DType.bf16:
