@@ -17,10 +17,10 @@ are returned as ``subprocess.run`` returns them.
 registration). The server imports torch with ``TORCH_DEVICE_BACKEND_AUTOLOAD=0``, so neuroncc is not in it;
 each child loads the extensions itself, under its own environment, with the function torch's import calls
 (unless the child's environment turns autoload off). Only the imports are shared, so a child may differ from
-the server's environment only in the variables that nothing reads before that: ``NEURONCC_*``,
-``TORCH_DEVICE_BACKEND_AUTOLOAD`` and pytest's ``PYTEST_CURRENT_TEST``. :meth:`WarmPython.run` refuses any other
-difference (``TORCH_LOGS``, ``OMP_NUM_THREADS``, ``PYTHONPATH``, ...) with a ValueError: such a test needs a
-real process (``subprocess.run``).
+the server's environment only in the variables that nothing reads before that (``CHILD_VARIABLES``:
+``NEURONCC_*``, ``TORCH_DEVICE_BACKEND_AUTOLOAD``, ...). :meth:`WarmPython.run` refuses any other difference
+(``TORCH_LOGS``, ``OMP_NUM_THREADS``, ``PYTHONPATH``, ...) with a ValueError: such a test needs a real process
+(``subprocess.run``).
 
 Run as a script, this file is the server: one JSON request a line on stdin, answered with ``{"pid": N}`` when
 the child is forked and ``{"returncode": N}`` when it has exited.
@@ -40,9 +40,11 @@ from typing import Mapping, Sequence
 
 #: torch's switch for loading the device extensions at the end of ``import torch``.
 AUTOLOAD = "TORCH_DEVICE_BACKEND_AUTOLOAD"
-#: The only variables whose values may differ between the server and a child (read after the fork; pytest
-#: names the running test in PYTEST_CURRENT_TEST, which nothing below the test reads).
-CHILD_VARIABLES = ("NEURONCC_", AUTOLOAD, "PYTEST_CURRENT_TEST")
+#: The only variables whose values may differ between the server and a child, all read after the fork: pytest
+#: names the running test in PYTEST_CURRENT_TEST, which nothing below the test reads; Inductor's cache_dir()
+#: writes its default into TORCHINDUCTOR_CACHE_DIR in the test process (TorchDynamo compiles call it) and reads
+#: it on each call, never at import.
+CHILD_VARIABLES = ("NEURONCC_", AUTOLOAD, "PYTEST_CURRENT_TEST", "TORCHINDUCTOR_CACHE_DIR")
 
 
 def _shared_environment(environ: Mapping[str, str]) -> dict[str, str]:
