@@ -14,13 +14,13 @@ import atexit, json, os, sys, threading, time
 import torch
 modules = sorted(m for m in sys.modules if m == "neuroncc" or m.startswith("neuroncc."))
 atexit.register(lambda: print("atexit", flush=True))
+print(json.dumps({"argv": sys.argv, "path0": sys.path[0], "cwd": os.getcwd(), "value": os.environ.get("NEURONCC_X"),
+                  "neuron": str(torch.ones(1, device="neuron").device), "modules": modules,
+                  "stdin": sys.stdin.read()}), flush=True)
 def late():
     time.sleep(0.3)
     print("thread", flush=True)
 threading.Thread(target=late).start()  # a non-daemon thread: the interpreter waits for it before atexit
-print(json.dumps({"argv": sys.argv, "path0": sys.path[0], "cwd": os.getcwd(), "value": os.environ.get("NEURONCC_X"),
-                  "neuron": str(torch.ones(1, device="neuron").device), "modules": modules,
-                  "stdin": sys.stdin.read()}), flush=True)
 sys.exit(int(sys.argv[1]))
 """
 
@@ -62,3 +62,15 @@ def test_a_child_that_outlives_its_timeout_is_killed(warm_python):
         warm_python.run([sys.executable, "-c", "import time; time.sleep(60)"], env=_environ(), timeout=0.5)
     done = warm_python.run([sys.executable, "-c", "print('next')"], env=_environ())  # the server goes on
     assert (done.returncode, done.stdout) == (0, "next\n")
+
+
+def test_the_other_server_hashes_strings_with_another_seed(warm_python):
+    """Two new interpreters draw two string hash seeds: a cache written by one and read by the other is checked
+    across seeds only if the reading process runs on ``other``."""
+    if os.environ.get("PYTHONHASHSEED", "random") != "random":
+        pytest.skip("a fixed PYTHONHASHSEED: every new interpreter has that seed too")
+    code = "print(hash('neuroncc'))"
+    hashes = [python.run([sys.executable, "-c", code], env=_environ()).stdout for python in
+              (warm_python, warm_python, warm_python.other)]
+    assert hashes[0] == hashes[1] != hashes[2]
+    assert warm_python.other.other is warm_python

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import select
 import signal
 import subprocess
@@ -52,16 +53,35 @@ def _shared_environment(environ: Mapping[str, str]) -> dict[str, str]:
 
 
 class WarmPython:
-    """A server interpreter (torch and TorchDynamo imported) that forks a fresh process per :meth:`run`."""
+    """A server interpreter (torch and TorchDynamo imported) that forks a fresh process per :meth:`run`.
 
-    def __init__(self, environ: Mapping[str, str] | None = None):
+    Forked children share their server's string hash seed, where two new interpreters would draw two: a test
+    that compares two processes (one writes the cache, the other reads it) runs the second on :attr:`other`, a
+    second server with another seed, so a key or a file that depends on the order of a set of strings differs
+    between the two as it would between two new interpreters."""
+
+    def __init__(self, environ: Mapping[str, str] | None = None, *, not_seed: str | None = None):
         self.environ = _shared_environment(environ if environ is not None else os.environ)
+        # a fixed PYTHONHASHSEED of the caller holds for every new interpreter too; otherwise each server draws one
+        self.hash_seed = self.environ.get("PYTHONHASHSEED", "random")
+        if self.hash_seed == "random":
+            self.hash_seed = str(random.choice([seed for seed in range(1, 1 << 16) if str(seed) != not_seed]))
+        self._other: WarmPython | None = None
         self.scratch = Path(tempfile.mkdtemp(prefix="warm-python-"))
+        server_environ = {**self.environ, AUTOLOAD: "0", "PYTHONHASHSEED": self.hash_seed}
         self.process = subprocess.Popen([sys.executable, __file__], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                        text=True, env={**self.environ, AUTOLOAD: "0"})
+                                        text=True, env=server_environ)
         self._unread = b""  # the answers are read from the pipe's descriptor: no buffer hides one from select
         if self._answer(None) != {"ready": True}:
             raise RuntimeError(f"the warm Python server did not start (exit {self.process.wait()})")
+
+    @property
+    def other(self) -> WarmPython:
+        """The server with another string hash seed (started on first use; its ``other`` is this one)."""
+        if self._other is None:
+            self._other = WarmPython(self.environ, not_seed=self.hash_seed)
+            self._other._other = self
+        return self._other
 
     def run(self, command: Sequence[str], *, env: Mapping[str, str], cwd: str | os.PathLike[str] | None = None,
             timeout: float = 300) -> subprocess.CompletedProcess:
@@ -102,11 +122,13 @@ class WarmPython:
         return json.loads(line)
 
     def close(self) -> None:
-        self.process.stdin.close()
-        self.process.wait(timeout=60)
-        for path in self.scratch.iterdir():
-            path.unlink()
-        self.scratch.rmdir()
+        for server in (self, self._other):
+            if server is not None and server.process.poll() is None:
+                server.process.stdin.close()
+                server.process.wait(timeout=60)
+                for path in server.scratch.iterdir():
+                    path.unlink()
+                server.scratch.rmdir()
 
 
 def _become_child(request: dict) -> int:

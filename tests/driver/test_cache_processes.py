@@ -63,7 +63,7 @@ def _report(completed: subprocess.CompletedProcess) -> dict:
 
 def test_second_process_loads_without_compiling(nir_file, cache_dir, target, warm_python):
     first = _report(_run_child(nir_file, target, cache_dir, python=warm_python))
-    second = _report(_run_child(nir_file, target, cache_dir, python=warm_python))
+    second = _report(_run_child(nir_file, target, cache_dir, python=warm_python.other))
     assert first == {"ok": True, "compiles": 1, "hits": 0, "bad_entries": 0, "warnings": []}
     assert second == {"ok": True, "compiles": 0, "hits": 1, "bad_entries": 0, "warnings": []}
 
@@ -102,7 +102,7 @@ def test_process_killed_while_publishing(nir_file, cache_dir, target, step, publ
     assert len(entries) == (1 if published else 0)
     # the next process is not blocked by the dead one's lock, gets a correct result, and recompiles
     # exactly when nothing had been published
-    after = _report(_run_child(nir_file, target, cache_dir, python=warm_python))
+    after = _report(_run_child(nir_file, target, cache_dir, python=warm_python.other))
     assert after == {"ok": True, "compiles": 0 if published else 1, "hits": 1 if published else 0,
                      "bad_entries": 0, "warnings": []}
     if not published:  # publishing collected the dead process's half-written temp dir
@@ -118,7 +118,7 @@ def test_process_killed_while_its_writer_thread_publishes(nir_file, cache_dir, s
     killed = _run_child(nir_file, "cpu", cache_dir, "--background", "--crash-at", step, python=warm_python)
     assert killed.returncode == -signal.SIGKILL
     assert len(list((cache_dir / "entries").iterdir())) == (1 if published else 0)
-    after = _report(_run_child(nir_file, "cpu", cache_dir, python=warm_python))
+    after = _report(_run_child(nir_file, "cpu", cache_dir, python=warm_python.other))
     assert after == {"ok": True, "compiles": 0 if published else 1, "hits": 1 if published else 0,
                      "bad_entries": 0, "warnings": []}
 

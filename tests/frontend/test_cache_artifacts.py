@@ -54,7 +54,7 @@ def test_the_saving_process_exports_every_graph_it_compiled(saved):
 
 def test_a_fresh_machine_loaded_with_the_artifacts_compiles_nothing(saved, warm_python, tmp_path):
     payload, first = saved
-    report = _run(warm_python, "load", payload, tmp_path / "empty-cache")
+    report = _run(warm_python.other, "load", payload, tmp_path / "empty-cache")
     assert "error" not in report, report
     assert report["loaded"] == first["saved"] and report["entries"] == first["saved"]
     assert report["compiles"] == 0 and report["stats"]["cache_misses"] == 0
@@ -80,7 +80,7 @@ def test_a_tampered_payload_is_refused_in_a_fresh_process(saved, warm_python, tm
     payload, _ = saved
     tampered = tmp_path / "tampered.bin"
     tampered.write_bytes(_tampered(payload.read_bytes(), 0.6))
-    report = _run(warm_python, "load", tampered, tmp_path / "empty-cache")
+    report = _run(warm_python.other, "load", tampered, tmp_path / "empty-cache")
     assert report["error"][0] == "BadBundleError" and "bad signature" in report["error"][1]
     assert report["entries"] == []
 

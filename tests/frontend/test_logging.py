@@ -67,18 +67,18 @@ def test_a_miss_is_explained_by_the_closest_stored_entry(tmp_path, warm_python):
     # entries are published in the background (with their optimized code, a second after a quick start), and
     # a process exits only once they are: a second process's miss is explained against the first one's entries
     _run(tmp_path, python=warm_python, NEURONCC_LOG="info")
-    err = _run(tmp_path, rows=4, python=warm_python, NEURONCC_LOG="info")
+    err = _run(tmp_path, rows=4, python=warm_python.other, NEURONCC_LOG="info")
     compiled = [line for line in err.splitlines() if "neuroncc: compiled @" in line]
     assert "closest stored entry, @g0_0_inference, differs in: graph, inputs" in compiled[0], compiled[0]
 
 
 def test_second_process_logs_cache_hits(tmp_path, warm_python):
     _run(tmp_path, python=warm_python, NEURONCC_LOG="info")
-    err = _run(tmp_path, python=warm_python, NEURONCC_LOG="info")  # every graph from the graph cache: no compile
+    err = _run(tmp_path, python=warm_python.other, NEURONCC_LOG="info")  # every graph from the graph cache
     hits = [line for line in err.splitlines() if "neuroncc: graph cache hit for" in line]
     assert len(hits) == 3 and "neuroncc: compiled @" not in err, err
     # AOTAutograd, compile-cache hits
-    err = _run(tmp_path, python=warm_python, NEURONCC_LOG="info", NEURONCC_DISABLE_GRAPH_CACHE="1")
+    err = _run(tmp_path, python=warm_python.other, NEURONCC_LOG="info", NEURONCC_DISABLE_GRAPH_CACHE="1")
     compiled = [line for line in err.splitlines() if "neuroncc: compiled @" in line]
     assert len(compiled) == 3 and all("cache hit" in line for line in compiled), err
 

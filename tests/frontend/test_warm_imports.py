@@ -68,7 +68,7 @@ def test_a_graph_cache_hit_loads_no_compiler(warm_python, tmp_path):
     cold = _run(warm_python, "step", tmp_path)
     assert cold["stats"]["aot_autograd_runs"] == 1 and cold["stats"]["graph_cache_stores"] == 1
     assert _loaded(cold, COMPILE_ONLY) == list(COMPILE_ONLY)  # what the warm process is checked for is real
-    warm = _run(warm_python, "step", tmp_path)
+    warm = _run(warm_python.other, "step", tmp_path)
     assert warm["stats"]["graph_cache_hits"] == 1 and warm["stats"]["aot_autograd_runs"] == 0
     assert warm["stats"]["cache_misses"] == 0
     assert _loaded(warm, COMPILE_ONLY + NEVER_ON_CPU + OFF_THE_HIT_PATH) == []
@@ -83,7 +83,7 @@ def test_a_graph_cache_hit_loads_its_kernels_without_llvm(warm_python, tmp_path)
     if native_library.linker() is None:
         pytest.skip("no linker: artifacts hold object files, which load through LLVM's MCJIT")
     cold = _run(warm_python, "step", tmp_path)
-    warm = _run(warm_python, "step", tmp_path)
+    warm = _run(warm_python.other, "step", tmp_path)
     assert warm["stats"]["graph_cache_hits"] == 1 and warm["stats"]["cache_misses"] == 0
     assert _loaded(warm, ("llvmlite",)) == []
     if host.llvm_host_identity() is not None and cold["llvm_mapped"] is not None:
