@@ -45,3 +45,14 @@ def layout_copies(monkeypatch):
 
     monkeypatch.setattr(convert, "with_strides", counting)
     return copies
+
+
+@pytest.fixture(scope="session")
+def warm_python():
+    """Fresh processes forked from an interpreter that has imported torch (tests/warm_python.py): one server per
+    test process, started on first use."""
+    from warm_python import WarmPython
+
+    server = WarmPython()
+    yield server
+    server.close()

@@ -23,11 +23,16 @@ def _fresh_tracking():
     neuroncc.set_fallback_mode("cpu")
 
 
-def run_python(code: str, env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
-    """Run ``code`` in a fresh interpreter (this venv, the worktree's neuroncc) and return the finished process."""
+def run_python(code: str, env: dict[str, str] | None = None, timeout: float = 300,
+               python=None) -> subprocess.CompletedProcess:
+    """Run ``code`` in a fresh process (this venv, the worktree's neuroncc) and return the finished process: a
+    new interpreter, or a child forked from ``python`` (the ``warm_python`` fixture, tests/warm_python.py: torch
+    imported, neuroncc not yet; not for tests of what ``import torch`` itself does)."""
     import os
 
     environment = {k: v for k, v in os.environ.items() if not k.startswith(("NEURONCC_", "TORCH_DEVICE"))}
     environment.update(env or {})
+    if python is not None:
+        return python.run([sys.executable, "-c", code], env=environment, timeout=timeout, cwd=ROOT)
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout,
                           cwd=ROOT, env=environment)

@@ -85,17 +85,17 @@ def test_memory_cache_is_bounded(monkeypatch):
     assert neuroncc.stats()["eager_kernels_evicted"] > 0
 
 
-def test_a_second_process_compiles_nothing_it_has_seen(tmp_path):
+def test_a_second_process_compiles_nothing_it_has_seen(tmp_path, warm_python):
     code = ("import json, torch, neuroncc\n"
             "x = torch.randn(16, 32, device='neuron'); w = torch.randn(8, 32, device='neuron', requires_grad=True)\n"
             "loss = torch.nn.functional.linear(x, w).relu().sum(); loss.backward(); w.grad.mul_(0.5).exp()\n"
             "s = neuroncc.stats(); print(json.dumps([s['eager_kernels_compiled'], s['eager_kernels_loaded']]))")
     env = {"NEURONCC_CACHE_DIR": str(tmp_path / "cache")}
-    first = run_python(code, env)
+    first = run_python(code, env, python=warm_python)
     assert first.returncode == 0, first.stderr
     compiled, loaded = json.loads(first.stdout.strip().splitlines()[-1])
     assert compiled > 3 and loaded == 0
-    second = run_python(code, env)
+    second = run_python(code, env, python=warm_python.other)
     assert second.returncode == 0, second.stderr
     assert json.loads(second.stdout.strip().splitlines()[-1]) == [0, compiled]
 
@@ -145,10 +145,10 @@ def test_fallback_can_be_an_error():
         neuroncc.set_fallback_mode("gpu")
 
 
-def test_fallback_mode_from_the_environment():
+def test_fallback_mode_from_the_environment(warm_python):
     code = ("import torch\ntry:\n    torch.nonzero(torch.ones(2, device='neuron'))\n"
             "except Exception as e:\n    print(type(e).__name__)")
-    result = run_python(code, {"NEURONCC_DEVICE_FALLBACK": "error"})
+    result = run_python(code, {"NEURONCC_DEVICE_FALLBACK": "error"}, python=warm_python)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "DeviceFallbackError"
 
@@ -263,8 +263,8 @@ def test_python_numbers_the_dispatcher_passes_for_tensor_parameters():
     assert neuroncc.get_fallback_ops() == {}
 
 
-def test_stats_name_the_eager_counters_before_the_first_op(tmp_path):
-    result = run_python("import torch, neuroncc; print(neuroncc.stats()['eager_kernels_compiled'])")
+def test_stats_name_the_eager_counters_before_the_first_op(warm_python):
+    result = run_python("import torch, neuroncc; print(neuroncc.stats()['eager_kernels_compiled'])", python=warm_python)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["0"]
 
@@ -283,7 +283,7 @@ def test_a_python_float_under_a_float64_default_dtype_computes_like_cpu():
         torch.set_default_dtype(previous)
 
 
-def test_a_process_whose_first_device_op_is_a_convolution_trains_it(tmp_path):
+def test_a_process_whose_first_device_op_is_a_convolution_trains_it(tmp_path, warm_python):
     # ATen sends a convolution on an unknown backend to convolution_overrideable, whose PrivateUse1 entry in
     # PyTorch only raises; its kernel was registered when the first op reached the device's fallback, so a
     # process that ran a convolution (with grad) before any such op raised NotImplementedError
@@ -300,5 +300,5 @@ torch.testing.assert_close(y.cpu(), expected, rtol=1e-5, atol=1e-5)
 torch.testing.assert_close(ours.weight.grad.cpu(), conv.weight.grad, rtol=1e-4, atol=1e-4)
 print("ok")
 """
-    done = run_python(code, {"NEURONCC_CACHE_DIR": str(tmp_path / "cache")})
+    done = run_python(code, {"NEURONCC_CACHE_DIR": str(tmp_path / "cache")}, python=warm_python)
     assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-2000:]

@@ -83,7 +83,7 @@ def test_the_disk_cache_holds_the_optimized_code():
     assert optimized in stored and stored_code(quick.module) not in stored
 
 
-def test_a_second_process_loads_the_optimized_code_of_a_process_that_exited_at_once(tmp_path):
+def test_a_second_process_loads_the_optimized_code_of_a_process_that_exited_at_once(tmp_path, warm_python):
     """The first process exits right after its ops' quick compiles: the interpreter waits for their optimized
     builds and their cache entries, so the second compiles nothing and runs optimized code."""
     code = ("import json, torch, neuroncc\n"
@@ -94,11 +94,11 @@ def test_a_second_process_loads_the_optimized_code_of_a_process_that_exited_at_o
             "            for h in dispatch.handlers() for e in h.entries.values())\n"
             "s = neuroncc.stats(); print(json.dumps([s['eager_kernels_compiled'], s['eager_kernels_loaded'], quick]))")
     env = {"NEURONCC_CACHE_DIR": str(tmp_path / "cache")}
-    first = run_python(code, env)
+    first = run_python(code, env, python=warm_python)
     assert first.returncode == 0, first.stderr
     compiled, loaded, _ = json.loads(first.stdout.strip().splitlines()[-1])
     assert compiled >= 4 and loaded == 0
-    second = run_python(code, env)
+    second = run_python(code, env, python=warm_python.other)
     assert second.returncode == 0, second.stderr
     assert json.loads(second.stdout.strip().splitlines()[-1]) == [0, compiled, 0]
 

@@ -1,5 +1,8 @@
 """The cache across processes: a second process hits, concurrent processes compile once, killed processes
-leave nothing wrong behind."""
+leave nothing wrong behind.
+
+The sequential runs fork from a warm interpreter (tests/warm_python.py); the concurrent processes and the test
+of the interpreter waiting for its writer at exit run new interpreters."""
 
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ import pytest
 from cache_testing import sample_function, write_nir
 
 from neuroncc.driver import artifact
+from warm_python import WarmPython
 
 HERE = Path(__file__).parent
 CHILD = HERE / "cache_child.py"
@@ -40,7 +44,14 @@ def _command(nir: Path, target: str, *extra: str) -> list[str]:
     return [sys.executable, str(CHILD), str(nir), target, *extra]
 
 
-def _run_child(nir: Path, target: str, cache_dir: Path, *extra: str) -> subprocess.CompletedProcess:
+def _run_child(nir: Path, target: str, cache_dir: Path, *extra: str,
+               python: WarmPython | None = None) -> subprocess.CompletedProcess:
+    """The child in a new interpreter, or forked from ``python`` (tests/warm_python.py: torch, which the cpu
+    target's BLAS calls import, already imported; the script's directory is its sys.path[0] either way)."""
+    if python is not None:
+        env = {k: v for k, v in os.environ.items() if k != "NEURONCC_DISABLE_CACHE"}
+        return python.run(_command(nir, target, *extra), env={**env, "NEURONCC_CACHE_DIR": str(cache_dir)},
+                          timeout=120)
     return subprocess.run(_command(nir, target, *extra), env=_child_env(cache_dir), capture_output=True,
                           text=True, timeout=120)
 
@@ -50,9 +61,9 @@ def _report(completed: subprocess.CompletedProcess) -> dict:
     return json.loads(completed.stdout.strip().splitlines()[-1])
 
 
-def test_second_process_loads_without_compiling(nir_file, cache_dir, target):
-    first = _report(_run_child(nir_file, target, cache_dir))
-    second = _report(_run_child(nir_file, target, cache_dir))
+def test_second_process_loads_without_compiling(nir_file, cache_dir, target, warm_python):
+    first = _report(_run_child(nir_file, target, cache_dir, python=warm_python))
+    second = _report(_run_child(nir_file, target, cache_dir, python=warm_python.other))
     assert first == {"ok": True, "compiles": 1, "hits": 0, "bad_entries": 0, "warnings": []}
     assert second == {"ok": True, "compiles": 0, "hits": 1, "bad_entries": 0, "warnings": []}
 
@@ -84,14 +95,14 @@ def test_concurrent_processes_on_a_cold_cache_compile_once(nir_file, cache_dir, 
     ("artifact-written", False),  # all written and synced, not yet renamed into place
     ("published", True),  # renamed into place, lock still held
 ])
-def test_process_killed_while_publishing(nir_file, cache_dir, target, step, published):
-    killed = _run_child(nir_file, target, cache_dir, "--crash-at", step)
+def test_process_killed_while_publishing(nir_file, cache_dir, target, step, published, warm_python):
+    killed = _run_child(nir_file, target, cache_dir, "--crash-at", step, python=warm_python)
     assert killed.returncode == -signal.SIGKILL
     entries = list((cache_dir / "entries").iterdir())
     assert len(entries) == (1 if published else 0)
     # the next process is not blocked by the dead one's lock, gets a correct result, and recompiles
     # exactly when nothing had been published
-    after = _report(_run_child(nir_file, target, cache_dir))
+    after = _report(_run_child(nir_file, target, cache_dir, python=warm_python.other))
     assert after == {"ok": True, "compiles": 0 if published else 1, "hits": 1 if published else 0,
                      "bad_entries": 0, "warnings": []}
     if not published:  # publishing collected the dead process's half-written temp dir
@@ -103,11 +114,11 @@ def test_process_killed_while_publishing(nir_file, cache_dir, target, step, publ
     ("artifact-written", False),  # all written, not yet renamed into place
     ("published", True),  # renamed into place, the writer still holds the lock
 ])
-def test_process_killed_while_its_writer_thread_publishes(nir_file, cache_dir, step, published):
-    killed = _run_child(nir_file, "cpu", cache_dir, "--background", "--crash-at", step)
+def test_process_killed_while_its_writer_thread_publishes(nir_file, cache_dir, step, published, warm_python):
+    killed = _run_child(nir_file, "cpu", cache_dir, "--background", "--crash-at", step, python=warm_python)
     assert killed.returncode == -signal.SIGKILL
     assert len(list((cache_dir / "entries").iterdir())) == (1 if published else 0)
-    after = _report(_run_child(nir_file, "cpu", cache_dir))
+    after = _report(_run_child(nir_file, "cpu", cache_dir, python=warm_python.other))
     assert after == {"ok": True, "compiles": 0 if published else 1, "hits": 1 if published else 0,
                      "bad_entries": 0, "warnings": []}
 

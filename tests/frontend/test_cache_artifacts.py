@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import zlib
 from pathlib import Path
@@ -19,28 +18,29 @@ import neuroncc
 from neuroncc.driver.bundle import HEADER, MAC_SIZE, MAGIC, BadBundleError, head_length_of, read_head
 from neuroncc.errors import InputError
 from neuroncc.frontend.cache_artifacts import ARTIFACT_TYPE
+from warm_python import WarmPython
 
 CHILD = Path(__file__).parent / "cache_artifacts_child.py"
 SECRET = "portable-cache-test-secret-0123456789"
 CRC_SIZE = 4  # torch.utils._appending_byte_serializer: a CRC32 of the rest leads the payload
 
 
-def _run(mode: str, payload: Path, cache_dir: Path, **env: str) -> dict:
+def _run(python: WarmPython, mode: str, payload: Path, cache_dir: Path, **env: str) -> dict:
+    """One fresh process (forked from a warm interpreter that has only imported torch: tests/warm_python.py)."""
     environ = {k: v for k, v in os.environ.items()
                if k not in ("NEURONCC_DISABLE_CACHE", "NEURONCC_REMOTE_CACHE", "NEURONCC_REMOTE_CACHE_KEY")}
     environ.update(NEURONCC_CACHE_DIR=str(cache_dir), NEURONCC_CACHE_ARTIFACTS_KEY=SECRET, **env)
-    completed = subprocess.run([sys.executable, str(CHILD), mode, str(payload)], env=environ, capture_output=True,
-                               text=True, timeout=300)
+    completed = python.run([sys.executable, str(CHILD), mode, str(payload)], env=environ, timeout=300)
     assert completed.returncode == 0, completed.stderr[-3000:]
     return json.loads(completed.stdout.strip().splitlines()[-1])
 
 
 @pytest.fixture(scope="module")
-def saved(tmp_path_factory) -> tuple[Path, dict]:
+def saved(warm_python, tmp_path_factory) -> tuple[Path, dict]:
     """(the payload file, the saving process's report): a training step compiled with a fresh cache dir."""
     root = tmp_path_factory.mktemp("saved")
     payload = root / "artifacts.bin"
-    return payload, _run("save", payload, root / "cache")
+    return payload, _run(warm_python, "save", payload, root / "cache")
 
 
 def test_the_saving_process_exports_every_graph_it_compiled(saved):
@@ -52,9 +52,9 @@ def test_the_saving_process_exports_every_graph_it_compiled(saved):
     assert report["max_difference"] < 1e-5
 
 
-def test_a_fresh_machine_loaded_with_the_artifacts_compiles_nothing(saved, tmp_path):
+def test_a_fresh_machine_loaded_with_the_artifacts_compiles_nothing(saved, warm_python, tmp_path):
     payload, first = saved
-    report = _run("load", payload, tmp_path / "empty-cache")
+    report = _run(warm_python.other, "load", payload, tmp_path / "empty-cache")
     assert "error" not in report, report
     assert report["loaded"] == first["saved"] and report["entries"] == first["saved"]
     assert report["compiles"] == 0 and report["stats"]["cache_misses"] == 0
@@ -76,11 +76,11 @@ def _tampered(data: bytes, where: float) -> bytes:
     return zlib.crc32(body).to_bytes(CRC_SIZE, "big") + body
 
 
-def test_a_tampered_payload_is_refused_in_a_fresh_process(saved, tmp_path):
+def test_a_tampered_payload_is_refused_in_a_fresh_process(saved, warm_python, tmp_path):
     payload, _ = saved
     tampered = tmp_path / "tampered.bin"
     tampered.write_bytes(_tampered(payload.read_bytes(), 0.6))
-    report = _run("load", tampered, tmp_path / "empty-cache")
+    report = _run(warm_python.other, "load", tampered, tmp_path / "empty-cache")
     assert report["error"][0] == "BadBundleError" and "bad signature" in report["error"][1]
     assert report["entries"] == []
 

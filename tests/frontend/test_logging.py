@@ -17,6 +17,7 @@ import neuroncc  # noqa: F401
 from neuroncc.driver.records import configure_log_from_environ
 from neuroncc.errors import InputError
 from neuroncc.frontend.backend import changed_inputs
+from warm_python import WarmPython
 
 SCRIPT = textwrap.dedent("""
     import torch
@@ -32,13 +33,18 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
-def _run(tmp_path, rows: int = 2, **env) -> str:
+def _run(tmp_path, rows: int = 2, python: WarmPython | None = None, **env) -> str:
+    """SCRIPT's stderr in a fresh process: a new interpreter, or forked from ``python`` (tests/warm_python.py:
+    torch imported, so TORCH_LOGS, which torch reads at its import, needs a new interpreter)."""
     script = tmp_path / "model.py"
     script.write_text(SCRIPT.replace("ROWS", str(rows)))
     environment = {k: v for k, v in os.environ.items() if k not in ("TORCH_LOGS", "NEURONCC_LOG")}
     environment.update(env, NEURONCC_CACHE_DIR=str(tmp_path / "cache"))
-    done = subprocess.run([sys.executable, str(script)], env=environment, capture_output=True, text=True,
-                          timeout=300, cwd=tmp_path)
+    if python is not None:
+        done = python.run([sys.executable, str(script)], env=environment, timeout=300, cwd=tmp_path)
+    else:
+        done = subprocess.run([sys.executable, str(script)], env=environment, capture_output=True, text=True,
+                              timeout=300, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stderr
 
@@ -57,27 +63,28 @@ def test_compile_and_recompile_lines(tmp_path, env):
     assert "input 'l_x_' dtype float32 -> float64" in recompiles[1]
 
 
-def test_a_miss_is_explained_by_the_closest_stored_entry(tmp_path):
+def test_a_miss_is_explained_by_the_closest_stored_entry(tmp_path, warm_python):
     # entries are published in the background (with their optimized code, a second after a quick start), and
     # a process exits only once they are: a second process's miss is explained against the first one's entries
-    _run(tmp_path, NEURONCC_LOG="info")
-    err = _run(tmp_path, rows=4, NEURONCC_LOG="info")
+    _run(tmp_path, python=warm_python, NEURONCC_LOG="info")
+    err = _run(tmp_path, rows=4, python=warm_python.other, NEURONCC_LOG="info")
     compiled = [line for line in err.splitlines() if "neuroncc: compiled @" in line]
     assert "closest stored entry, @g0_0_inference, differs in: graph, inputs" in compiled[0], compiled[0]
 
 
-def test_second_process_logs_cache_hits(tmp_path):
-    _run(tmp_path, NEURONCC_LOG="info")
-    err = _run(tmp_path, NEURONCC_LOG="info")  # every graph runs from the graph cache: nothing is compiled
+def test_second_process_logs_cache_hits(tmp_path, warm_python):
+    _run(tmp_path, python=warm_python, NEURONCC_LOG="info")
+    err = _run(tmp_path, python=warm_python.other, NEURONCC_LOG="info")  # every graph from the graph cache
     hits = [line for line in err.splitlines() if "neuroncc: graph cache hit for" in line]
     assert len(hits) == 3 and "neuroncc: compiled @" not in err, err
-    err = _run(tmp_path, NEURONCC_LOG="info", NEURONCC_DISABLE_GRAPH_CACHE="1")  # AOTAutograd, compile-cache hits
+    # AOTAutograd, compile-cache hits
+    err = _run(tmp_path, python=warm_python.other, NEURONCC_LOG="info", NEURONCC_DISABLE_GRAPH_CACHE="1")
     compiled = [line for line in err.splitlines() if "neuroncc: compiled @" in line]
     assert len(compiled) == 3 and all("cache hit" in line for line in compiled), err
 
 
-def test_nothing_logged_without_a_setting(tmp_path):
-    assert "neuroncc: compiled" not in _run(tmp_path)
+def test_nothing_logged_without_a_setting(tmp_path, warm_python):
+    assert "neuroncc: compiled" not in _run(tmp_path, python=warm_python)
 
 
 def test_changed_inputs_names_the_input():

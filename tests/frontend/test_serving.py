@@ -8,7 +8,6 @@ from __future__ import annotations
 import copy
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -211,7 +210,7 @@ print(json.dumps({"cache": served.cache, "misses": stats["cache_misses"], "hits"
 """
 
 
-def test_a_second_process_loads_the_program_from_the_cache_and_compiles_nothing(tmp_path):
+def test_a_second_process_loads_the_program_from_the_cache_and_compiles_nothing(tmp_path, warm_python):
     torch.manual_seed(0)
     model, x = _tiny_mlp(), torch.randn(8, 64)
     path = tmp_path / "tiny.pt2"
@@ -219,9 +218,9 @@ def test_a_second_process_loads_the_program_from_the_cache_and_compiles_nothing(
     environ = {k: v for k, v in os.environ.items() if k not in ("NEURONCC_DISABLE_CACHE", "NEURONCC_REMOTE_CACHE")}
     environ["NEURONCC_CACHE_DIR"] = str(tmp_path / "cache")
     runs = []
-    for _ in range(2):
-        completed = subprocess.run([sys.executable, "-c", _CHILD, str(path)], env=environ, capture_output=True,
-                                   text=True, timeout=300, cwd=Path(__file__).parents[2])
+    for python in (warm_python, warm_python.other):  # the second reads what the first wrote
+        completed = python.run([sys.executable, "-c", _CHILD, str(path)], env=environ, timeout=300,
+                               cwd=Path(__file__).parents[2])  # a fresh process (tests/warm_python.py)
         assert completed.returncode == 0, completed.stderr[-3000:]
         runs.append(json.loads(completed.stdout.strip().splitlines()[-1]))
     first, second = runs

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -18,6 +17,7 @@ import pytest
 
 from neuroncc.codegen.llvm import native_library
 from neuroncc.hardware import host
+from warm_python import WarmPython
 
 CHILD = Path(__file__).parent / "warm_imports_child.py"
 
@@ -41,13 +41,14 @@ OFF_THE_HIT_PATH = ("neuroncc.driver.remote", "neuroncc.driver.bundle", "neuronc
 ARTIFACTS_KEY = "warm-imports-test-secret-0123456789"
 
 
-def _run(mode: str, cache_dir: Path) -> dict:
+def _run(python: WarmPython, mode: str, cache_dir: Path) -> dict:
+    """One fresh process, forked from a warm interpreter (tests/warm_python.py) that has imported torch and
+    TorchDynamo, as the child does first, and nothing of neuroncc: what neuroncc loads is the child's own."""
     environ = {k: v for k, v in os.environ.items()
                if k not in ("NEURONCC_DISABLE_CACHE", "NEURONCC_DISABLE_GRAPH_CACHE", "NEURONCC_REMOTE_CACHE")}
     environ["NEURONCC_CACHE_DIR"] = str(cache_dir)
     environ["NEURONCC_CACHE_ARTIFACTS_KEY"] = ARTIFACTS_KEY
-    completed = subprocess.run([sys.executable, str(CHILD), mode], env=environ, capture_output=True, text=True,
-                               timeout=300)
+    completed = python.run([sys.executable, str(CHILD), mode], env=environ, timeout=300)
     assert completed.returncode == 0, completed.stderr[-3000:]
     return json.loads(completed.stdout.strip().splitlines()[-1])
 
@@ -58,16 +59,16 @@ def _loaded(report: dict, names: tuple[str, ...]) -> list[str]:
     return [name for name in names if any(m == name or m.startswith(name + ".") for m in modules)]
 
 
-def test_importing_the_backend_loads_no_compiler(tmp_path):
-    report = _run("backend", tmp_path)
+def test_importing_the_backend_loads_no_compiler(warm_python, tmp_path):
+    report = _run(warm_python, "backend", tmp_path)
     assert _loaded(report, NOT_AT_IMPORT + COMPILE_ONLY + NEVER_ON_CPU + OFF_THE_HIT_PATH) == []
 
 
-def test_a_graph_cache_hit_loads_no_compiler(tmp_path):
-    cold = _run("step", tmp_path)
+def test_a_graph_cache_hit_loads_no_compiler(warm_python, tmp_path):
+    cold = _run(warm_python, "step", tmp_path)
     assert cold["stats"]["aot_autograd_runs"] == 1 and cold["stats"]["graph_cache_stores"] == 1
     assert _loaded(cold, COMPILE_ONLY) == list(COMPILE_ONLY)  # what the warm process is checked for is real
-    warm = _run("step", tmp_path)
+    warm = _run(warm_python.other, "step", tmp_path)
     assert warm["stats"]["graph_cache_hits"] == 1 and warm["stats"]["aot_autograd_runs"] == 0
     assert warm["stats"]["cache_misses"] == 0
     assert _loaded(warm, COMPILE_ONLY + NEVER_ON_CPU + OFF_THE_HIT_PATH) == []
@@ -75,14 +76,14 @@ def test_a_graph_cache_hit_loads_no_compiler(tmp_path):
     assert _loaded(cold, NEVER_ON_CPU) == []
 
 
-def test_a_graph_cache_hit_loads_its_kernels_without_llvm(tmp_path):
+def test_a_graph_cache_hit_loads_its_kernels_without_llvm(warm_python, tmp_path):
     """With a linker, artifacts hold their kernels as a shared library (codegen/llvm/native_library.py): a hit
     loads it with the dynamic loader and never imports llvmlite's bindings (nor llvmlite.ir), nor loads llvmlite's
     library (the host CPU LLVM named is remembered in the cache directory: driver/host_stamp.py)."""
     if native_library.linker() is None:
         pytest.skip("no linker: artifacts hold object files, which load through LLVM's MCJIT")
-    cold = _run("step", tmp_path)
-    warm = _run("step", tmp_path)
+    cold = _run(warm_python, "step", tmp_path)
+    warm = _run(warm_python.other, "step", tmp_path)
     assert warm["stats"]["graph_cache_hits"] == 1 and warm["stats"]["cache_misses"] == 0
     assert _loaded(warm, ("llvmlite",)) == []
     if host.llvm_host_identity() is not None and cold["llvm_mapped"] is not None:
