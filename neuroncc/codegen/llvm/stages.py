@@ -29,7 +29,10 @@ from neuroncc.ir.types import contiguous_strides
 
 CHUNK = 4096  # float sums: elements per float32 partial before it is added to the float64 total
 TRAILING_MAX = 4096  # kept trailing elements accumulated together
-#: A float sum of row-cached terms adds them in a loop of their own (see ``_Reducer._sums_row_cache_apart``).
+#: A float sum of row-cached terms adds them in a loop of their own (see ``_Reducer._sums_row_cache_apart``) on
+#: CPUs with fewer vector registers than this (AVX2's 16); with AVX-512's 32 the sum stays in the exp loop.
+SUM_IN_LOOP_MIN_REGISTERS = 32
+#: Whether the rule above applies at all (a switch for one-process A/Bs: False keeps every sum in its loop).
 SUM_ROW_CACHE_APART = True
 
 
@@ -268,9 +271,15 @@ class _Reducer:
     def _sums_row_cache_apart(self, mean: Any) -> bool:
         """Whether the float sum adds its terms in a loop of its own over the row cache they are stored into
         (``SUM_ROW_CACHE_APART``), after the loop that computes them: a sum of transcendental terms (softmax's
-        exp(x - max)) is computed by a loop that has its polynomial's constants and chains to keep in registers,
-        and its partial sums spilled there (AVX2's 16 registers); the second loop reads the row from L1."""
-        return SUM_ROW_CACHE_APART and mean is None and self.em.writes_row_cache(self.op.operands[0]) \
+        exp(x - max)) is computed by a loop that has its polynomial's constants and four interleaved chains to
+        keep in registers, and with AVX2's 16 it spilled its partial sums there (Zen 3, session 13: 100 -> 87
+        instructions per 32 elements apart); the second loop reads the row from L1. With 32 registers
+        (``SUM_IN_LOOP_MIN_REGISTERS``, AVX-512) the partial sums fit beside the polynomial without a spill, and
+        their adds run on the FP add pipes the polynomial's FMAs leave idle: the second loop's loads and adds
+        (a 16th of the exp loop's work per element) are work the row loop, compute-bound at 1 thread, need not
+        do."""
+        return SUM_ROW_CACHE_APART and self.em.target.vector_registers < SUM_IN_LOOP_MIN_REGISTERS \
+            and mean is None and self.em.writes_row_cache(self.op.operands[0]) \
             and not pairs_halfwords(self.em.plan, self.stage)
 
     # -- accumulator arrays (last dim kept) --------------------------------------------------------------
