@@ -379,9 +379,14 @@ class KernelEmitter(IndexArithmetic):
             if piece == length:
                 stream(prefix, lo, hi)
             else:
+                # bursts of a static length when every block's are whole: the element loop then keeps the math's
+                # constants in registers (a burst of bounded length went through LLVM's vector loop, remainder and
+                # scalar tail, the constants loaded again per burst: cross-entropy's gradient)
+                whole = not burst or (length % piece == 0 and stage.shape[-1] % piece == 0)
+
                 def one_piece(k: Any) -> None:
                     start = self.add(lo, self.mul(k, piece))
-                    stream(prefix, start, self.min(self.add(start, piece), hi) if burst else self.add(start, piece))
+                    stream(prefix, start, self.add(start, piece) if whole else self.min(self.add(start, piece), hi))
 
                 # whole vector pieces (rows and blocks are whole lines); a row's last block may end in a shorter burst
                 self.loop(0, self.div(self.add(self.sub(hi, lo), piece - 1 if burst else 0), piece), one_piece)
