@@ -379,9 +379,8 @@ class KernelEmitter(IndexArithmetic):
             if piece == length:
                 stream(prefix, lo, hi)
             else:
-                # bursts of a static length when every block's are whole: the element loop then keeps the math's
-                # constants in registers (a burst of bounded length went through LLVM's vector loop, remainder and
-                # scalar tail, the constants loaded again per burst: cross-entropy's gradient)
+                # static bursts where every block's are whole (a bounded one got a remainder loop, a scalar tail
+                # and the math's constants loaded again per burst: cross-entropy's gradient 20% slower)
                 whole = not burst or (length % piece == 0 and stage.shape[-1] % piece == 0)
 
                 def one_piece(k: Any) -> None:
