@@ -29,13 +29,14 @@ from neuroncc.codegen.llvm.kernel_plan import (
     BlockedMap, ChunkedRows, CombineColumns, CombinePartials, Computed, ExtraKind, KernelPlan, KeptDims,
     MapStage, PartialReduce, Phase, ReduceStage, RowLoop, ScatterLoop, SplitColumns, Stage, TransposedMap,
 )
+from neuroncc.codegen.llvm.one_hot_rows import emit_correction, emit_split_rows, find_one_hot, knowing
 from neuroncc.codegen.llvm.online import OnlineMax, online_maxima
 from neuroncc.codegen.llvm.pairs import WORD_ALIGN, Pair, half_of, halfwords, pair_ordered_rows, pairs_halfwords
 from neuroncc.codegen.llvm.pairs import word_of
 from neuroncc.codegen.llvm.prefetch import carrier_stage, emit_prefetch_next_row, next_row, rows_to_prefetch
 from neuroncc.codegen.llvm.prefetch import rows_written_by_carried_pass, this_row
 from neuroncc.codegen.llvm.scalars import (
-    I16, I32, I64, PTR, VOID, constant, load, round_to, storage_itemsize, storage_type, store,
+    I1, I16, I32, I64, PTR, VOID, constant, load, round_to, storage_itemsize, storage_type, store,
 )
 from neuroncc.codegen.llvm.stages import (
     SharedMean, emit_column_combine, emit_column_partial, emit_column_reset, emit_combine, emit_partial,
@@ -92,6 +93,7 @@ class KernelEmitter(IndexArithmetic):
         self._streamed = False  # the current phase wrote non-temporal stores
         self._pair: Pair | None = None  # the element pair of the innermost loop being emitted (``pairs.py``)
         self._nan_payloads: NanPayloads | None = None  # (for ``rounding_needs_nan_case``)
+        self.known: dict[Value, bool] = {}  # bool values known at every index of the code being emitted
         # argument slot -> the region constant's data (a read at a constant index folds to its value)
         self._constant_data = {plan.n_params + plan.n_outputs + k: plan.region.ops[extra.op_index].attrs["value"]
                                for k, extra in enumerate(plan.extra) if extra.kind == ExtraKind.CONSTANT}
@@ -334,8 +336,13 @@ class KernelEmitter(IndexArithmetic):
         transcendentals = self._transcendentals([v for v, _ in stage.items]) if streamed else 0
         if transcendentals >= STREAM_MAX_TRANSCENDENTALS:
             streamed = []
-        if not streamed or not ranges or ranges[-1][1] is None:
-            self._stage_nest(stage, ranges, lambda idx: self._map_body(stage, idx, {}))
+        one_hot = find_one_hot(self.plan, stage, ranges, self._generated_op,
+                               keeps_rows=self._stage_number in self._row_cache.values())
+        if (not streamed or not ranges or ranges[-1][1] is None) and one_hot is None:
+            self.stage_nest(stage, ranges, lambda idx: self._map_body(stage, idx, {}))
+            return
+        if not streamed:
+            emit_split_rows(self, stage, one_hot, ranges, lambda idx: self._map_body(stage, idx, {}))
             return
         lo, hi = ranges[-1]
         length = block or stage.shape[-1]
@@ -360,7 +367,11 @@ class KernelEmitter(IndexArithmetic):
             rows[target.arg] = row
 
         def stream(prefix: Index, start: Any, stop: Any) -> None:
-            self.innermost_loop(start, stop, lambda i: self._map_body(stage, prefix + [i], rows, start), stage)
+            with knowing(self, one_hot, False):
+                self.innermost_loop(start, stop, lambda i: self._map_body(stage, prefix + [i], rows, start), stage)
+            if one_hot is not None:  # (the correction into the piece's buffer, before it streams out)
+                emit_correction(self, stage, one_hot, prefix, start, stop,
+                                lambda idx: self._map_body(stage, idx, rows, start))
             for target in streamed:
                 emit_stream_row(self, rows[target.arg], target, prefix + [start], self.sub(stop, start))
 
@@ -368,9 +379,13 @@ class KernelEmitter(IndexArithmetic):
             if piece == length:
                 stream(prefix, lo, hi)
             else:
+                # static bursts where every block's are whole (a bounded one got a remainder loop, a scalar tail
+                # and the math's constants loaded again per burst: cross-entropy's gradient 20% slower)
+                whole = not burst or (length % piece == 0 and stage.shape[-1] % piece == 0)
+
                 def one_piece(k: Any) -> None:
                     start = self.add(lo, self.mul(k, piece))
-                    stream(prefix, start, self.min(self.add(start, piece), hi) if burst else self.add(start, piece))
+                    stream(prefix, start, self.add(start, piece) if whole else self.min(self.add(start, piece), hi))
 
                 # whole vector pieces (rows and blocks are whole lines); a row's last block may end in a shorter burst
                 self.loop(0, self.div(self.add(self.sub(hi, lo), piece - 1 if burst else 0), piece), one_piece)
@@ -394,7 +409,7 @@ class KernelEmitter(IndexArithmetic):
             else:
                 self.store(target, idx, result)
 
-    def _stage_nest(self, stage: Stage, ranges: list[tuple[Any, Any]], body: Callable[[Index], None]) -> None:
+    def stage_nest(self, stage: Stage, ranges: list[tuple[Any, Any]], body: Callable[[Index], None]) -> None:
         """``nest(ranges, body)`` whose innermost loop is the stage's :meth:`innermost_loop` when that runs over
         element pairs (else the same nest as ever)."""
         if not ranges or ranges[-1][1] is None or not pairs_halfwords(self.plan, stage):
@@ -497,18 +512,25 @@ class KernelEmitter(IndexArithmetic):
         return None
 
     def _generated_elementwise(self, value: Value) -> Op | None:
-        """The elementwise op ``value_at`` would generate ``value`` from (None: loaded, or another kind)."""
+        """The elementwise op ``value_at`` would generate ``value`` from (None: loaded, known, or another kind)."""
+        op = self._generated_op(value)
+        return op if op is not None and op.name in ELEMENTWISE and value not in self.known else None
+
+    def _generated_op(self, value: Value) -> Op | None:
+        """The op ``value_at`` generates ``value`` from at the current stage (None: loaded)."""
         access = self.plan.access[value]
         producer = self._row_cache.get(value)
         if (producer is not None and self._stage_number > producer) or isinstance(access, Layout):
             return None
-        return access.op if access.op.name in ELEMENTWISE else None
+        return access.op
 
     def _value_at_once(self, value: Value, idx: Index) -> ir.Value:
         key = self._memo_key(value, idx)
         access = self.plan.access[value]
         producer = self._row_cache.get(value)
-        if producer is not None and self._stage_number > producer:
+        if value in self.known:  # (``one_hot_rows.py``)
+            result = ir.Constant(I1, int(self.known[value]))
+        elif producer is not None and self._stage_number > producer:
             result = self.b.load(row_slot(self, value, idx))
         elif isinstance(access, Layout):
             result = self.load(access, idx)
