@@ -163,6 +163,28 @@ def test_a_variance_shares_the_mean_of_the_same_rows(mean_first, rng):
     assert len(re.findall(r"^vector\.body\d*:", str(module), re.M)) == 3 + apart
 
 
+@pytest.mark.parametrize("offset", [0, 1, 4, 7, 12, 15])
+def test_row_sums_of_an_unaligned_input_start_at_a_vector_boundary(offset, rng):
+    # mean, var and sum over rows that start anywhere in a 64-byte line (numpy's buffers are 16-byte aligned, and
+    # rows of 300 floats start at every multiple of 16 bytes): the vector loop starts at the row's first vector
+    # boundary, found at run time, and the elements before it are added by a loop of their own
+    b = Builder("stats")
+    x = b.param(TensorType((7, 300), DType.f32), "x")
+    fn = b.build([b.op("mean", x, dims=(1,), keepdim=True), b.op("var", x, dims=(1,), correction=0.0),
+                  b.op("sum", x, dims=(1,))])
+    buffer = np.empty(7 * 300 + 32, np.float32)
+    start = (-buffer.ctypes.data % 64) // 4 + offset
+    xs = buffer[start:start + 7 * 300].reshape(7, 300)
+    assert xs.ctypes.data % 64 == 4 * offset
+    xs[...] = rng.standard_normal((7, 300)) + 100.0  # far from 0: the variance's two passes are what keep it exact
+    xs[2] = special_floats(rng, (300,))
+    run_both(fn, [xs])
+    plan = plan_kernel(fn, [Layout.of(0, fn.params[0].type)],
+                       [Layout.of(1 + k, v.type) for k, v in enumerate(fn.outputs)])
+    text = "".join(emit_kernel(plan, "k", jit.host_target())[0])
+    assert "ptrtoint" in text  # the row's start address, where the aligned vector loop begins
+
+
 def _log_sum_exp_graph(rows: int, cols: int, softmax: bool = False):
     """log_softmax (cross-entropy's forward) over [rows, cols]; with ``softmax``, softmax (its exp row-cached)."""
     b = Builder("lse")
