@@ -132,17 +132,24 @@ def cross_entropy_step(logits, target):
     return loss.detach(), logits.grad
 
 
+def _owned(array: np.ndarray) -> torch.Tensor:
+    """``array`` copied into torch's allocator, 64-byte aligned as a model's tensors are: numpy's own buffers are
+    only 16-byte aligned here, which cost LayerNorm's row sums 13-17% at 2 threads (session 15, Zen 4) in a case
+    a user's tensors rarely are."""
+    return torch.from_numpy(array).clone()
+
+
 def _inputs(*shapes: tuple[int, ...], dtype: torch.dtype = torch.float32) -> Callable[[np.random.Generator], list]:
     def make(rng: np.random.Generator) -> list[torch.Tensor]:
-        return [torch.from_numpy(rng.standard_normal(s).astype(np.float32)).to(dtype) for s in shapes]
+        return [_owned(rng.standard_normal(s).astype(np.float32)).to(dtype) for s in shapes]
 
     return make
 
 
 def _cross_entropy_inputs(rows: int, vocab: int) -> Callable[[np.random.Generator], list]:
     def make(rng: np.random.Generator) -> list[torch.Tensor]:
-        logits = torch.from_numpy((rng.standard_normal((rows, vocab)) * 2).astype(np.float32))
-        return [logits, torch.from_numpy(rng.integers(0, vocab, rows))]
+        logits = _owned((rng.standard_normal((rows, vocab)) * 2).astype(np.float32))
+        return [logits, _owned(rng.integers(0, vocab, rows))]
 
     return make
 
@@ -156,8 +163,8 @@ ADAMW_SHAPES = [shape for _ in range(3) for shape in [
 
 
 def _adamw_inputs(rng: np.random.Generator) -> list[torch.Tensor]:
-    params = [torch.from_numpy((rng.standard_normal(s) * 0.02).astype(np.float32)) for s in ADAMW_SHAPES]
-    grads = [torch.from_numpy((rng.standard_normal(s) * 1e-3).astype(np.float32)) for s in ADAMW_SHAPES]
+    params = [_owned((rng.standard_normal(s) * 0.02).astype(np.float32)) for s in ADAMW_SHAPES]
+    grads = [_owned((rng.standard_normal(s) * 1e-3).astype(np.float32)) for s in ADAMW_SHAPES]
     return params + grads
 
 
