@@ -164,7 +164,8 @@ class CpuTarget:
 
         With AVX-512: from :data:`ONEDNN_MIN_MACS_AVX512` multiply-adds. Zen 4, 2026-12-03, interleaved in one
         process (``benchmarks/bench_products.py``), oneDNN's product adopted (no copy) against MKL, 1 / 2
-        threads: the small classifier's products lose (512 x 64 x 64 1.33x / 1.30x, 512 x 64 x 192 1.01x / 1.12x, 512 x 128 x 64 1.14x / 1.07x;
+        threads: the small classifier's products lose (512 x 64 x 64 1.33x / 1.30x, 512 x 64 x 192 1.01x /
+        1.12x, 512 x 128 x 64 1.14x / 1.07x;
         in the training step, where each breaks the native sequence, its AdamW step 1.22x -> 1.06x eager's time
         at 1 thread, 1.43x -> 1.16x at 2), 512 x 256 x 256 (33M) is even (0.97 / 0.94), and from 134M they
         win: 1024 x 256 x 512 0.96 / 0.92, 2048 x 512 x 512 0.86 / 0.88, 256 x 1024 x 4096 0.74 / 0.61. (The
