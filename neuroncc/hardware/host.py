@@ -92,6 +92,10 @@ def block_alignment(nbytes: int) -> int:
 #: (:meth:`CpuTarget.onednn_takes`).
 ONEDNN_MIN_WEIGHT_BYTES = 8 << 20
 
+#: With AVX-512, a float32 product goes to oneDNN from this many multiply-adds (:meth:`CpuTarget.onednn_takes`):
+#: below it oneDNN's fixed cost per call outweighs what its kernels gain.
+ONEDNN_MIN_MACS_AVX512 = 1 << 26
+
 
 @dataclass(frozen=True, slots=True)
 class CpuTarget:
@@ -152,19 +156,32 @@ class CpuTarget:
 
     def onednn_takes(self, rows: int, depth: int, cols: int) -> bool:
         """Whether a float32 mm/addmm of ``[rows, depth] x [depth, cols]`` (logical shapes) runs as oneDNN's
-        linear rather than MKL's sgemm (called directly, ``executors/cpu/blas.py``). oneDNN pays ~10-50 us per
-        call for its primitive, and its advantage is its AVX-512 kernels: on the Zen 4 of sessions 1-4 MKL
-        stayed far below them from 2M multiply-adds up. Without AVX-512 MKL is as fast or faster at up to ~270M
-        multiply-adds (Zen 3, 2026-12-02: [1024, 256] x [256, 256] 1.06 ms against oneDNN's 1.78, 2 threads),
-        and from there on the second factor (a linear's weight) decides (Zen 3, 2 threads, 2026-12-03,
-        interleaved in one process): with a 1-4 MB one MKL wins, [2048, 2048] x [2048, 512] 23.9 ms against
-        31.4, [2048, 512] x [512, 2048] 24.8 against 26.6, [2048, 512] x [512, 512] 6.1 against 6.9 (the
-        transformer block of bench_models.py: 0.91x -> 0.99x eager); with a 16 MB one oneDNN wins on a busy
-        host, [256, 1024] x [1024, 4096] 32.0 ms against 46.4, [256, 4096] x [4096, 1024] 32.2 against 40.0
-        (quiet: 15.6 against 15.2, 14.3 against 13.3). :data:`ONEDNN_MIN_WEIGHT_BYTES` lies between the two."""
+        linear rather than MKL's sgemm (called directly, ``executors/cpu/blas.py``). oneDNN pays a fixed cost
+        per call that MKL's direct call does not: its primitive (~10-30 us), and the call is Python (torch's
+        dispatch, the adopted tensor) where an sgemm runs inside the native launch sequence
+        (``executors/cpu/native_sequence.py``). Its advantage is its AVX-512 kernels, which only show on
+        products big enough to hide that cost.
+
+        With AVX-512: from :data:`ONEDNN_MIN_MACS_AVX512` multiply-adds. Zen 4, 2026-12-03, interleaved in one
+        process (``benchmarks/bench_products.py``), oneDNN's product adopted (no copy) against MKL, 1 / 2
+        threads: the small classifier's products lose (512 x 64 x 64 1.33x / 1.30x, 512 x 64 x 192 1.01x /
+        1.12x, 512 x 128 x 64 1.14x / 1.07x;
+        in the training step, where each breaks the native sequence, its AdamW step 1.22x -> 1.06x eager's time
+        at 1 thread, 1.43x -> 1.16x at 2), 512 x 256 x 256 (33M) is even (0.97 / 0.94), and from 134M they
+        win: 1024 x 256 x 512 0.96 / 0.92, 2048 x 512 x 512 0.86 / 0.88, 256 x 1024 x 4096 0.74 / 0.61. (The
+        Zen 4 of sessions 1-4 measured 45 -> 25 ms on 256 x 1024 x 4096, and took oneDNN from 2M
+        multiply-adds, which sent every product of the classifier there.) Without AVX-512 MKL is as fast or
+        faster at up to ~270M multiply-adds (Zen 3, 2026-12-02: [1024, 256] x [256, 256] 1.06 ms against
+        oneDNN's 1.78, 2 threads), and from there on the second factor (a linear's weight) decides (Zen 3, 2
+        threads, 2026-12-03, interleaved in one process): with a 1-4 MB one MKL wins, [2048, 2048] x [2048, 512]
+        23.9 ms against 31.4, [2048, 512] x [512, 2048] 24.8 against 26.6, [2048, 512] x [512, 512] 6.1 against
+        6.9 (the transformer block of bench_models.py: 0.91x -> 0.99x eager); with a 16 MB one oneDNN wins on a
+        busy host, [256, 1024] x [1024, 4096] 32.0 ms against 46.4, [256, 4096] x [4096, 1024] 32.2 against
+        40.0 (quiet: 15.6 against 15.2, 14.3 against 13.3). :data:`ONEDNN_MIN_WEIGHT_BYTES` lies between the
+        two."""
         macs = rows * depth * cols
         if self.has("avx512f"):
-            return macs >= 1 << 21
+            return macs >= ONEDNN_MIN_MACS_AVX512
         return macs >= 1 << 29 and depth * cols * 4 >= ONEDNN_MIN_WEIGHT_BYTES
 
     @property

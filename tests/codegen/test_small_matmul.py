@@ -92,9 +92,9 @@ def test_generated_bmm_as_the_first_phase_of_its_kernel(threads, rng):
         scaled, row_max = exe(a, b)
         assert_within_sum_bound(scaled / 0.25, _logical(a, ta), _logical(b, tb))
         np.testing.assert_array_equal(row_max, scaled.max(axis=2, keepdims=True))
-        # the batch is the parallel loop; 128 items of 16*16*16 multiply-adds (512 vector FMAs of 8 lanes, 256 of
-        # 16) stay on the calling thread (2 threads took 26 us against 24.5 on one with 8 lanes: launch_cost's
-        # bound), 1024 items split across the team at 2 threads
+        # the batch is the parallel loop; 128 items of 512 vector FMAs (AVX2; 256 with AVX-512) stay on the
+        # calling thread (2 threads took 26 us against 24.5 on one: launch_cost's bound), 1024 items split
+        # across the team at 2 threads
         assert (matmul.n_outer, matmul.work) == (128, m * k * n // host_cpu().f32_lanes)
         assert (exe.team or exe.pool).runs_inline(matmul.n_outer, matmul.work)
     exe = build_cpu_executable(bmm_graph(1024, m, k, n, False, False, epilogue=True), {"threads": threads})
