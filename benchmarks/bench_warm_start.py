@@ -72,7 +72,9 @@ def first_call(row: str, mode: str, artifacts: Path) -> dict[str, float]:
     """In this fresh process: seconds of compile + first step (and, for neuroncc, in compile_aten_graph)."""
     import torch._dynamo  # noqa: F401 - torch.compile's own import, the same for every backend
 
-    result = {"own": 0.0, "load": 0.0, "lookup": 0.0, "key": 0.0, "artifacts": 0.0, "import": 0.0, "shared": 0.0}
+    result = {"own": 0.0, "load": 0.0, "lookup": 0.0, "key": 0.0, "artifacts": 0.0, "import": 0.0, "shared": 0.0,
+              **dict.fromkeys(PHASES, 0.0)}
+    _time_dynamo(result)
     if mode in ("eager", "aot_eager"):
         return _first_step(row, mode, result)
     # A user's first torch.compile(backend="neuron") imports the backend (the torch_dynamo_backends entry
@@ -114,6 +116,61 @@ def first_call(row: str, mode: str, artifacts: Path) -> dict[str, float]:
     return _after_first_step(mode, artifacts, result)
 
 
+#: Where every mode's first call goes (seconds; "other" is what is left of the first call: the loss, the optimizer
+#: step, torch.compile's wrapper): "dynamo" TorchDynamo's compile of the frame without the backend and the guards
+#: (tracing, bytecode), "guards" its guard building, "backend" the backend's call (neuroncc: the graph cache
+#: lookup and, on a miss, AOTAutograd and the compile; eager: the graph module's code), "fw" the first call of the
+#: graph the backend returned (the forward: the compiled graph's first run), "bw" the first backward.
+PHASES = ("dynamo", "guards", "backend", "fw", "bw")
+
+
+def _time_dynamo(result: dict[str, float]) -> None:
+    """Time TorchDynamo's compile of a frame, its guard building, the backend's call and the returned graph's
+    first call, the same way in every mode (internal names of torch's: a renamed one fails loudly here)."""
+    import torch._dynamo.convert_frame as convert_frame
+    import torch._dynamo.guards as guards
+    import torch._dynamo.output_graph as output_graph
+    from torch.fx._lazy_graph_module import _LazyGraphModule
+
+    _time_calls(convert_frame, "_compile", result, "dynamo")
+    build_guards = guards.CheckFunctionManager.__init__
+
+    def timed_guards(*args: object, **kwargs: object) -> None:
+        begin = time.perf_counter()
+        try:
+            build_guards(*args, **kwargs)
+        finally:
+            result["guards"] += time.perf_counter() - begin
+
+    guards.CheckFunctionManager.__init__ = timed_guards
+    call_backend = output_graph.OutputGraph.call_user_compiler
+
+    def timed_backend(*args: object, **kwargs: object) -> object:
+        begin = time.perf_counter()
+        compiled = call_backend(*args, **kwargs)
+        owner = getattr(compiled, "__self__", None)
+        if isinstance(owner, _LazyGraphModule) and compiled.__name__ == "_lazy_forward":
+            _LazyGraphModule.force_recompile(owner)  # what TorchDynamo does next for an eager graph module
+            compiled = owner.forward
+        result["backend"] += time.perf_counter() - begin
+        calls = 0
+
+        def first_call_timed(*args: object, **kwargs: object) -> object:
+            nonlocal calls
+            calls += 1
+            if calls > 1:
+                return compiled(*args, **kwargs)
+            begin = time.perf_counter()
+            try:
+                return compiled(*args, **kwargs)
+            finally:
+                result["fw"] += time.perf_counter() - begin
+
+        return first_call_timed
+
+    output_graph.OutputGraph.call_user_compiler = timed_backend
+
+
 def _time_calls(module: object, name: str, result: dict[str, float], column: str) -> None:
     """Add the seconds spent in ``module.name`` (called through the module's global) to ``result[column]``."""
     function = getattr(module, name)
@@ -143,9 +200,14 @@ def _first_step(row: str, mode: str, result: dict[str, float]) -> dict[str, floa
     backend = mode if mode in ("eager", "aot_eager") else "neuron"
     run = torch.compile(model, backend=backend, dynamic=False)
     optimizer.zero_grad(set_to_none=True)
-    run(x).pow(2).mean().backward()
+    loss = run(x).pow(2).mean()
+    backward = time.perf_counter()
+    loss.backward()
+    result["bw"] = time.perf_counter() - backward
     optimizer.step()
     result["seconds"] = time.perf_counter() - start
+    # TorchDynamo's compile includes the guards and the backend's call; the forward's first call follows it
+    result["dynamo"] -= result["guards"] + result["backend"]
     return result
 
 
@@ -241,6 +303,34 @@ def main() -> None:
           f"neuroncc bytecode {'not ' if args.no_bytecode else ''}compiled first")
     print(table(rows, ["mode", "first call s (median)", "min s", "vs eager floor s", "per round vs eager s", "own s", "load s", "lookup s",
                        "key s", "artifacts s", "import s", "shared s", "graphs compiled", "aot runs"]))
+    if "eager" in runs:
+        print("where the first call goes: each part's seconds minus the same round's eager run's, medians over the "
+              "rounds (the parts add up to the first call; see PHASES)")
+        print(table(_breakdown_rows(runs, modes), ["mode", "first call", *BREAKDOWN]))
+
+
+#: The parts of a first call, in the order they happen (import: the backend's, and shared: see the docstring).
+BREAKDOWN = ("import", "shared", "dynamo", "guards", "backend", "fw", "bw", "other")
+
+
+def _parts(run: dict[str, float]) -> dict[str, float]:
+    parts = {name: run.get(name, 0.0) for name in BREAKDOWN[:-1]}
+    parts["other"] = run["seconds"] - sum(parts.values())
+    return parts
+
+
+def _breakdown_rows(runs: dict[str, list[dict[str, float]]], modes: list[str]) -> list[list[str]]:
+    rows = []
+    for mode in modes:
+        pairs = list(zip(runs[mode], runs["eager"]))
+        gaps = [statistics.median(_parts(r)[name] - _parts(e)[name] for r, e in pairs) for name in BREAKDOWN]
+        total = statistics.median(r["seconds"] - e["seconds"] for r, e in pairs)
+        if mode == "eager":  # the floor's own parts, medians
+            gaps = [statistics.median(_parts(r)[name] for r in runs[mode]) for name in BREAKDOWN]
+            total = statistics.median(r["seconds"] for r in runs[mode])
+        rows.append([mode, f"{total:+.3f}" if mode != "eager" else f"{total:.3f}",
+                     *(f"{g:+.3f}" if mode != "eager" else f"{g:.3f}" for g in gaps)])
+    return rows
 
 
 if __name__ == "__main__":
