@@ -32,7 +32,14 @@ The cold and warm_aot modes import the graph cache's miss path (``frontend/aot_c
 "shared s": the AOTAutograd modules it needs that aot_eager's first call imports as well (its partitioner,
 ``torch._dynamo.backends.common``), timed apart so that "import s" is neuroncc's own import (our modules,
 llvmlite); both are counted in the first call.
-The modes run interleaved, round by round; the table shows medians and minimums.
+The modes run interleaved, round by round; the table shows medians and minimums. A second table says where
+each mode's first call goes beyond the same round's eager run (medians of the per-round differences; for eager
+its own parts): the backend's import ("import", "shared"), TorchDynamo's compile of the frame ("dynamo": tracing
+and bytecode, without the two that follow), its guard building ("guards"), the backend's call ("backend": for
+neuroncc the graph cache lookup, on a miss AOTAutograd and the compile), the first call of the graph the
+backend returned ("fw": the forward), the first backward ("bw"), the cyclic garbage collector ("gc": a full
+collection, ~0.17 s here, lands in whichever part runs, so every part is timed without collections), and the
+rest ("other": torch.compile's backend lookup, which imports TorchDynamo's backends, the loss, the optimizer).
 
 neuroncc's bytecode is compiled first (``compileall``, into the tree's ``__pycache__``), as an installed package
 has it: with ``PYTHONDONTWRITEBYTECODE=1`` (set on the shared benchmark machine) every process would otherwise
@@ -44,6 +51,7 @@ without it.
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import json
 import os
@@ -74,46 +82,71 @@ def first_call(row: str, mode: str, artifacts: Path) -> dict[str, float]:
 
     result = {"own": 0.0, "load": 0.0, "lookup": 0.0, "key": 0.0, "artifacts": 0.0, "import": 0.0, "shared": 0.0,
               **dict.fromkeys(PHASES, 0.0)}
+    gc.callbacks.append(_count_gc)
     _time_dynamo(result)
     if mode in ("eager", "aot_eager"):
-        return _first_step(row, mode, result)
+        result = _first_step(row, mode, result)
+        result["gc"] = _GC_SECONDS[0]
+        return result
     # A user's first torch.compile(backend="neuron") imports the backend (the torch_dynamo_backends entry
     # point): timed here and counted in the first call ("import s"), as the torch modules it loads that
     # AOTAutograd needs anyway would otherwise be free for the neuroncc modes and paid by aot_eager
     if mode in COMPILING_MODES:  # what aot_eager's first call imports too: "shared s", not neuroncc's own
-        begin = time.perf_counter()
+        begin = _clock()
         importlib.import_module("torch._dynamo.backends.common")
         importlib.import_module("torch._functorch.partitioners")
 
-        result["shared"] = time.perf_counter() - begin
-    begin = time.perf_counter()
+        result["shared"] = _clock() - begin
+    begin = _clock()
     from neuroncc.frontend import backend as neuron_backend
 
     if mode in COMPILING_MODES:  # they run AOTAutograd: the miss path's import is part of their first call
         from neuroncc.frontend import aot_compile
 
-    result["import"] = time.perf_counter() - begin
-    if mode == "prewarmed":
+    result["import"] = _clock() - begin
+    before_step = _GC_SECONDS[0]
+    if mode == "prewarmed":  # timed apart, not part of the first call (nor its collections)
         begin = time.perf_counter()
         torch.compiler.load_cache_artifacts(artifacts.read_bytes())
         result["load"] = time.perf_counter() - begin
+        _GC_SECONDS[0] = before_step
     if mode in COMPILING_MODES:
         compile_aten_graph = aot_compile.compile_aten_graph
 
         def timed(*args: object, **kwargs: object) -> object:
-            begin = time.perf_counter()
+            begin = _clock()
             try:
                 return compile_aten_graph(*args, **kwargs)
             finally:
-                result["own"] += time.perf_counter() - begin
+                result["own"] += _clock() - begin
 
         aot_compile.compile_aten_graph = timed
     timed_parts = (("lookup", "lookup"), ("key_parts", "key"), ("graph_key", "key"), ("_load_graph", "artifacts"))
     for name, column in timed_parts:
         _time_calls(neuron_backend.graph_cache, name, result, column)
     _first_step(row, mode, result)
-    result["seconds"] += result["import"] + result["shared"]
+    result["seconds"] += result["import"] + result["shared"] + before_step  # the imports' collections too
+    result["gc"] = _GC_SECONDS[0]
     return _after_first_step(mode, artifacts, result)
+
+
+#: Seconds spent in the cyclic garbage collector so far in this process, from the first call's start: a full
+#: collection (~0.17 s here, of every object torch and the backend made) lands in whichever part is running, so
+#: every part below is timed without collections (``_clock``) and collections are a part of their own ("gc")
+_GC_SECONDS = [0.0]
+_GC_START = [0.0]
+
+
+def _count_gc(phase: str, info: dict[str, int]) -> None:
+    if phase == "start":
+        _GC_START[0] = time.perf_counter()
+    else:
+        _GC_SECONDS[0] += time.perf_counter() - _GC_START[0]
+
+
+def _clock() -> float:
+    """Wall seconds without the collections so far (time.perf_counter() less ``_GC_SECONDS``)."""
+    return time.perf_counter() - _GC_SECONDS[0]
 
 
 #: Where every mode's first call goes (seconds; "other" is what is left of the first call: the loss, the optimizer
@@ -136,23 +169,23 @@ def _time_dynamo(result: dict[str, float]) -> None:
     build_guards = guards.CheckFunctionManager.__init__
 
     def timed_guards(*args: object, **kwargs: object) -> None:
-        begin = time.perf_counter()
+        begin = _clock()
         try:
             build_guards(*args, **kwargs)
         finally:
-            result["guards"] += time.perf_counter() - begin
+            result["guards"] += _clock() - begin
 
     guards.CheckFunctionManager.__init__ = timed_guards
     call_backend = output_graph.OutputGraph.call_user_compiler
 
     def timed_backend(*args: object, **kwargs: object) -> object:
-        begin = time.perf_counter()
+        begin = _clock()
         compiled = call_backend(*args, **kwargs)
         owner = getattr(compiled, "__self__", None)
         if isinstance(owner, _LazyGraphModule) and compiled.__name__ == "_lazy_forward":
             _LazyGraphModule.force_recompile(owner)  # what TorchDynamo does next for an eager graph module
             compiled = owner.forward
-        result["backend"] += time.perf_counter() - begin
+        result["backend"] += _clock() - begin
         calls = 0
 
         def first_call_timed(*args: object, **kwargs: object) -> object:
@@ -160,11 +193,11 @@ def _time_dynamo(result: dict[str, float]) -> None:
             calls += 1
             if calls > 1:
                 return compiled(*args, **kwargs)
-            begin = time.perf_counter()
+            begin = _clock()
             try:
                 return compiled(*args, **kwargs)
             finally:
-                result["fw"] += time.perf_counter() - begin
+                result["fw"] += _clock() - begin
 
         return first_call_timed
 
@@ -176,11 +209,11 @@ def _time_calls(module: object, name: str, result: dict[str, float], column: str
     function = getattr(module, name)
 
     def timed(*args: object, **kwargs: object) -> object:
-        begin = time.perf_counter()
+        begin = _clock()
         try:
             return function(*args, **kwargs)
         finally:
-            result[column] += time.perf_counter() - begin
+            result[column] += _clock() - begin
 
     setattr(module, name, timed)
 
@@ -201,9 +234,9 @@ def _first_step(row: str, mode: str, result: dict[str, float]) -> dict[str, floa
     run = torch.compile(model, backend=backend, dynamic=False)
     optimizer.zero_grad(set_to_none=True)
     loss = run(x).pow(2).mean()
-    backward = time.perf_counter()
+    backward = _clock()
     loss.backward()
-    result["bw"] = time.perf_counter() - backward
+    result["bw"] = _clock() - backward
     optimizer.step()
     result["seconds"] = time.perf_counter() - start
     # TorchDynamo's compile includes the guards and the backend's call; the forward's first call follows it
@@ -310,7 +343,7 @@ def main() -> None:
 
 
 #: The parts of a first call, in the order they happen (import: the backend's, and shared: see the docstring).
-BREAKDOWN = ("import", "shared", "dynamo", "guards", "backend", "fw", "bw", "other")
+BREAKDOWN = ("import", "shared", "dynamo", "guards", "backend", "fw", "bw", "gc", "other")
 
 
 def _parts(run: dict[str, float]) -> dict[str, float]:
