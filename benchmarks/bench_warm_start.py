@@ -32,7 +32,14 @@ The cold and warm_aot modes import the graph cache's miss path (``frontend/aot_c
 "shared s": the AOTAutograd modules it needs that aot_eager's first call imports as well (its partitioner,
 ``torch._dynamo.backends.common``), timed apart so that "import s" is neuroncc's own import (our modules,
 llvmlite); both are counted in the first call.
-The modes run interleaved, round by round; the table shows medians and minimums.
+The modes run interleaved, round by round; the table shows medians and minimums. A second table says where
+each mode's first call goes beyond the same round's eager run (medians of the per-round differences; for eager
+its own parts): the backend's import ("import", "shared"), TorchDynamo's compile of the frame ("dynamo": tracing
+and bytecode, without the two that follow), its guard building ("guards"), the backend's call ("backend": for
+neuroncc the graph cache lookup, on a miss AOTAutograd and the compile), the first call of the graph the
+backend returned ("fw": the forward), the first backward ("bw"), the cyclic garbage collector ("gc": a full
+collection, ~0.17 s here, lands in whichever part runs, so every part is timed without collections), and the
+rest ("other": torch.compile's backend lookup, which imports TorchDynamo's backends, the loss, the optimizer).
 
 neuroncc's bytecode is compiled first (``compileall``, into the tree's ``__pycache__``), as an installed package
 has it: with ``PYTHONDONTWRITEBYTECODE=1`` (set on the shared benchmark machine) every process would otherwise
@@ -44,6 +51,7 @@ without it.
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import json
 import os
@@ -72,46 +80,128 @@ def first_call(row: str, mode: str, artifacts: Path) -> dict[str, float]:
     """In this fresh process: seconds of compile + first step (and, for neuroncc, in compile_aten_graph)."""
     import torch._dynamo  # noqa: F401 - torch.compile's own import, the same for every backend
 
-    result = {"own": 0.0, "load": 0.0, "lookup": 0.0, "key": 0.0, "artifacts": 0.0, "import": 0.0, "shared": 0.0}
+    result = {"own": 0.0, "load": 0.0, "lookup": 0.0, "key": 0.0, "artifacts": 0.0, "import": 0.0, "shared": 0.0,
+              **dict.fromkeys(PHASES, 0.0)}
+    gc.callbacks.append(_count_gc)
+    _time_dynamo(result)
     if mode in ("eager", "aot_eager"):
-        return _first_step(row, mode, result)
+        result = _first_step(row, mode, result)
+        result["gc"] = _GC_SECONDS[0]
+        return result
     # A user's first torch.compile(backend="neuron") imports the backend (the torch_dynamo_backends entry
     # point): timed here and counted in the first call ("import s"), as the torch modules it loads that
     # AOTAutograd needs anyway would otherwise be free for the neuroncc modes and paid by aot_eager
     if mode in COMPILING_MODES:  # what aot_eager's first call imports too: "shared s", not neuroncc's own
-        begin = time.perf_counter()
+        begin = _clock()
         importlib.import_module("torch._dynamo.backends.common")
         importlib.import_module("torch._functorch.partitioners")
 
-        result["shared"] = time.perf_counter() - begin
-    begin = time.perf_counter()
+        result["shared"] = _clock() - begin
+    begin = _clock()
     from neuroncc.frontend import backend as neuron_backend
 
     if mode in COMPILING_MODES:  # they run AOTAutograd: the miss path's import is part of their first call
         from neuroncc.frontend import aot_compile
 
-    result["import"] = time.perf_counter() - begin
-    if mode == "prewarmed":
+    result["import"] = _clock() - begin
+    before_step = _GC_SECONDS[0]
+    if mode == "prewarmed":  # timed apart, not part of the first call (nor its collections)
         begin = time.perf_counter()
         torch.compiler.load_cache_artifacts(artifacts.read_bytes())
         result["load"] = time.perf_counter() - begin
+        _GC_SECONDS[0] = before_step
     if mode in COMPILING_MODES:
         compile_aten_graph = aot_compile.compile_aten_graph
 
         def timed(*args: object, **kwargs: object) -> object:
-            begin = time.perf_counter()
+            begin = _clock()
             try:
                 return compile_aten_graph(*args, **kwargs)
             finally:
-                result["own"] += time.perf_counter() - begin
+                result["own"] += _clock() - begin
 
         aot_compile.compile_aten_graph = timed
     timed_parts = (("lookup", "lookup"), ("key_parts", "key"), ("graph_key", "key"), ("_load_graph", "artifacts"))
     for name, column in timed_parts:
         _time_calls(neuron_backend.graph_cache, name, result, column)
     _first_step(row, mode, result)
-    result["seconds"] += result["import"] + result["shared"]
+    result["seconds"] += result["import"] + result["shared"] + before_step  # the imports' collections too
+    result["gc"] = _GC_SECONDS[0]
     return _after_first_step(mode, artifacts, result)
+
+
+#: Seconds spent in the cyclic garbage collector so far in this process, from the first call's start: a full
+#: collection (~0.17 s here, of every object torch and the backend made) lands in whichever part is running, so
+#: every part below is timed without collections (``_clock``) and collections are a part of their own ("gc")
+_GC_SECONDS = [0.0]
+_GC_START = [0.0]
+
+
+def _count_gc(phase: str, info: dict[str, int]) -> None:
+    if phase == "start":
+        _GC_START[0] = time.perf_counter()
+    else:
+        _GC_SECONDS[0] += time.perf_counter() - _GC_START[0]
+
+
+def _clock() -> float:
+    """Wall seconds without the collections so far (time.perf_counter() less ``_GC_SECONDS``)."""
+    return time.perf_counter() - _GC_SECONDS[0]
+
+
+#: Where every mode's first call goes (seconds; "other" is what is left of the first call: the loss, the optimizer
+#: step, torch.compile's wrapper): "dynamo" TorchDynamo's compile of the frame without the backend and the guards
+#: (tracing, bytecode), "guards" its guard building, "backend" the backend's call (neuroncc: the graph cache
+#: lookup and, on a miss, AOTAutograd and the compile; eager: the graph module's code), "fw" the first call of the
+#: graph the backend returned (the forward: the compiled graph's first run), "bw" the first backward.
+PHASES = ("dynamo", "guards", "backend", "fw", "bw")
+
+
+def _time_dynamo(result: dict[str, float]) -> None:
+    """Time TorchDynamo's compile of a frame, its guard building, the backend's call and the returned graph's
+    first call, the same way in every mode (internal names of torch's: a renamed one fails loudly here)."""
+    import torch._dynamo.convert_frame as convert_frame
+    import torch._dynamo.guards as guards
+    import torch._dynamo.output_graph as output_graph
+    from torch.fx._lazy_graph_module import _LazyGraphModule
+
+    _time_calls(convert_frame, "_compile", result, "dynamo")
+    build_guards = guards.CheckFunctionManager.__init__
+
+    def timed_guards(*args: object, **kwargs: object) -> None:
+        begin = _clock()
+        try:
+            build_guards(*args, **kwargs)
+        finally:
+            result["guards"] += _clock() - begin
+
+    guards.CheckFunctionManager.__init__ = timed_guards
+    call_backend = output_graph.OutputGraph.call_user_compiler
+
+    def timed_backend(*args: object, **kwargs: object) -> object:
+        begin = _clock()
+        compiled = call_backend(*args, **kwargs)
+        owner = getattr(compiled, "__self__", None)
+        if isinstance(owner, _LazyGraphModule) and compiled.__name__ == "_lazy_forward":
+            _LazyGraphModule.force_recompile(owner)  # what TorchDynamo does next for an eager graph module
+            compiled = owner.forward
+        result["backend"] += _clock() - begin
+        calls = 0
+
+        def first_call_timed(*args: object, **kwargs: object) -> object:
+            nonlocal calls
+            calls += 1
+            if calls > 1:
+                return compiled(*args, **kwargs)
+            begin = _clock()
+            try:
+                return compiled(*args, **kwargs)
+            finally:
+                result["fw"] += _clock() - begin
+
+        return first_call_timed
+
+    output_graph.OutputGraph.call_user_compiler = timed_backend
 
 
 def _time_calls(module: object, name: str, result: dict[str, float], column: str) -> None:
@@ -119,11 +209,11 @@ def _time_calls(module: object, name: str, result: dict[str, float], column: str
     function = getattr(module, name)
 
     def timed(*args: object, **kwargs: object) -> object:
-        begin = time.perf_counter()
+        begin = _clock()
         try:
             return function(*args, **kwargs)
         finally:
-            result[column] += time.perf_counter() - begin
+            result[column] += _clock() - begin
 
     setattr(module, name, timed)
 
@@ -143,9 +233,14 @@ def _first_step(row: str, mode: str, result: dict[str, float]) -> dict[str, floa
     backend = mode if mode in ("eager", "aot_eager") else "neuron"
     run = torch.compile(model, backend=backend, dynamic=False)
     optimizer.zero_grad(set_to_none=True)
-    run(x).pow(2).mean().backward()
+    loss = run(x).pow(2).mean()
+    backward = _clock()
+    loss.backward()
+    result["bw"] = _clock() - backward
     optimizer.step()
     result["seconds"] = time.perf_counter() - start
+    # TorchDynamo's compile includes the guards and the backend's call; the forward's first call follows it
+    result["dynamo"] -= result["guards"] + result["backend"]
     return result
 
 
@@ -241,6 +336,34 @@ def main() -> None:
           f"neuroncc bytecode {'not ' if args.no_bytecode else ''}compiled first")
     print(table(rows, ["mode", "first call s (median)", "min s", "vs eager floor s", "per round vs eager s", "own s", "load s", "lookup s",
                        "key s", "artifacts s", "import s", "shared s", "graphs compiled", "aot runs"]))
+    if "eager" in runs:
+        print("where the first call goes: each part's seconds minus the same round's eager run's, medians over the "
+              "rounds (the parts add up to the first call; see PHASES)")
+        print(table(_breakdown_rows(runs, modes), ["mode", "first call", *BREAKDOWN]))
+
+
+#: The parts of a first call, in the order they happen (import: the backend's, and shared: see the docstring).
+BREAKDOWN = ("import", "shared", "dynamo", "guards", "backend", "fw", "bw", "gc", "other")
+
+
+def _parts(run: dict[str, float]) -> dict[str, float]:
+    parts = {name: run.get(name, 0.0) for name in BREAKDOWN[:-1]}
+    parts["other"] = run["seconds"] - sum(parts.values())
+    return parts
+
+
+def _breakdown_rows(runs: dict[str, list[dict[str, float]]], modes: list[str]) -> list[list[str]]:
+    rows = []
+    for mode in modes:
+        pairs = list(zip(runs[mode], runs["eager"]))
+        gaps = [statistics.median(_parts(r)[name] - _parts(e)[name] for r, e in pairs) for name in BREAKDOWN]
+        total = statistics.median(r["seconds"] - e["seconds"] for r, e in pairs)
+        if mode == "eager":  # the floor's own parts, medians
+            gaps = [statistics.median(_parts(r)[name] for r in runs[mode]) for name in BREAKDOWN]
+            total = statistics.median(r["seconds"] for r in runs[mode])
+        rows.append([mode, f"{total:+.3f}" if mode != "eager" else f"{total:.3f}",
+                     *(f"{g:+.3f}" if mode != "eager" else f"{g:.3f}" for g in gaps)])
+    return rows
 
 
 if __name__ == "__main__":

@@ -33,7 +33,7 @@ from typing import Any
 
 from neuroncc.ir import DenseAttr, Function, print_function
 from neuroncc.driver.artifact import ARTIFACT_CODECS, FORMAT_VERSION
-from neuroncc.driver.host_stamp import remember_host_in
+from neuroncc.driver.host_stamp import remember_host_in, stamp_asked_answer
 from neuroncc.driver.installed_versions import NOT_INSTALLED, installed_versions
 from neuroncc.driver.source_digest import package_digest
 from neuroncc.errors import PipelineError
@@ -72,6 +72,15 @@ class BuildEnvironment:
             remember_host_in(stamp_root)  # the host CPU's stamp too (neuroncc.driver.host_stamp)
         if _ENVIRONMENT is None:
             _ENVIRONMENT = _environment(stamp_root)
+        elif stamp_root is not None and stamp_root not in _STAMPED_ROOTS:
+            # computed before this cache directory could be trusted (a cold process's first lookup runs before
+            # the directory exists): its stamps are written now, for the next process (whose graph cache hit
+            # would otherwise hash the sources and load LLVM again); this process keeps the environment it
+            # keyed with
+            _environment(stamp_root)
+        if stamp_root is not None and stamp_root not in _STAMPED_ROOTS:
+            _STAMPED_ROOTS.add(stamp_root)
+            stamp_asked_answer(stamp_root)  # LLVM's answer, if this process asked it before the directory existed
         return _ENVIRONMENT
 
 
@@ -241,6 +250,8 @@ def package_source_digest(package_dir: Path) -> tuple[str, int]:
 
 
 _ENVIRONMENT: BuildEnvironment | None = None
+#: The cache directories this process's environment is stamped in (see BuildEnvironment.current).
+_STAMPED_ROOTS: set[Path] = set()
 
 
 def _environment(stamp_root: Path | None) -> BuildEnvironment:

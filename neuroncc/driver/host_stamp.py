@@ -20,11 +20,15 @@ from __future__ import annotations
 from pathlib import Path
 
 from neuroncc.driver.source_digest import STAMP_DIR, read_checked, write_checked
-from neuroncc.hardware.host import HostCpu, LlvmHost, host_cpu, host_cpu_known, llvm_host, llvm_host_identity
+from neuroncc.hardware.host import (
+    HostCpu, LlvmHost, host_cpu, host_cpu_known, llvm_answer_asked, llvm_host, llvm_host_identity,
+)
 
 STAMP_VERSION = 1
 
 _STAMP_ROOT: list[Path] = []
+#: The directories whose stamp this process has read or written (each is looked at once per process).
+_STAMPED: set[Path] = set()
 
 
 def remember_host_in(stamp_root: Path) -> None:
@@ -38,7 +42,10 @@ def remembered_host_cpu(stamp_root: Path | None = None) -> HostCpu:
     """This machine's CPU, LLVM's part of it taken from the stamp under ``stamp_root`` (default: the one given
     to :func:`remember_host_in`) when one matches this host's identity, else asked of LLVM and stamped."""
     root = stamp_root if stamp_root is not None else (_STAMP_ROOT[0] if _STAMP_ROOT else None)
-    if root is None or host_cpu_known():
+    if root is None:
+        return host_cpu()
+    if host_cpu_known():
+        stamp_asked_answer(root)
         return host_cpu()
     identity = llvm_host_identity()
     if identity is None:
@@ -47,9 +54,28 @@ def remembered_host_cpu(stamp_root: Path | None = None) -> HostCpu:
     answer = _read_stamp(path, identity)
     if answer is None:
         answer = llvm_host()
-        write_checked(path, {"version": STAMP_VERSION, "identity": identity, "name": answer[0],
-                             "features": answer[1], "triple": answer[2]})
+        _write_stamp(path, identity, answer)
+    _STAMPED.add(root)
     return host_cpu(answer)
+
+
+def stamp_asked_answer(stamp_root: Path) -> None:
+    """When this process asked LLVM itself (a compile loads it anyway), stamp its answer under ``stamp_root`` if
+    the directory has none yet (once per process and directory): so that the next process, a cold compile's
+    first graph cache hit among them, does not load LLVM. LLVM's own words only, never a CPU a caller put in
+    their place."""
+    asked = llvm_answer_asked()
+    if stamp_root in _STAMPED or asked is None:
+        return
+    _STAMPED.add(stamp_root)
+    identity = llvm_host_identity()
+    if identity is not None and _read_stamp(stamp_path(stamp_root, identity), identity) is None:
+        _write_stamp(stamp_path(stamp_root, identity), identity, asked)
+
+
+def _write_stamp(path: Path, identity: str, answer: LlvmHost) -> None:
+    write_checked(path, {"version": STAMP_VERSION, "identity": identity, "name": answer[0],
+                         "features": answer[1], "triple": answer[2]})
 
 
 def stamp_path(stamp_root: Path, identity: str) -> Path:
@@ -66,4 +92,4 @@ def _read_stamp(path: Path, identity: str) -> LlvmHost | None:
     return answer  # type: ignore[return-value]
 
 
-__all__ = ["remember_host_in", "remembered_host_cpu"]
+__all__ = ["remember_host_in", "remembered_host_cpu", "stamp_asked_answer"]

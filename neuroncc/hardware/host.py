@@ -226,6 +226,7 @@ class HostCpu(CpuTarget):
 
 _LOCK = threading.Lock()
 _HOST: list[HostCpu] = []
+_ASKED: list[tuple[str, str, str]] = []  # LLVM's own answer, when this process asked it (llvm_answer_asked)
 
 
 #: LLVM's answer about the host: (CPU name, feature string, process triple)
@@ -238,10 +239,19 @@ def host_cpu(llvm_answer: LlvmHost | None = None) -> HostCpu:
     used instead of asking LLVM when the CPU is not yet read in this process."""
     with _LOCK:
         if not _HOST:
-            name, features, triple = llvm_answer or llvm_host()
+            if llvm_answer is None:
+                llvm_answer = llvm_host()
+                _ASKED[:] = [llvm_answer]
+            name, features, triple = llvm_answer
             _HOST.append(HostCpu(name=name, features=features, last_level_cache_bytes=last_level_cache_bytes(),
                                  triple=triple, cores=available_cores()))
         return _HOST[0]
+
+
+def llvm_answer_asked() -> LlvmHost | None:
+    """What LLVM answered when :func:`host_cpu` asked it in this process (None when it did not: the answer was
+    given, remembered by an earlier process)."""
+    return _ASKED[0] if _ASKED else None
 
 
 def host_cpu_known() -> bool:

@@ -131,3 +131,25 @@ def test_the_identity_follows_the_cpu_model_and_flags_not_its_clock_or_other_cor
     path.write_text(CPUINFO.format(n=0, mhz="1", extra="").replace("model\t\t: 1\n", "model\t\t: 17\n"))
     assert host.llvm_host_identity(path) != avx2
     assert host.llvm_host_identity(tmp_path / "absent") is None  # not Linux: LLVM is asked
+
+
+def test_a_process_that_asked_llvm_stamps_a_directory_without_a_stamp(fresh_host, monkeypatch, tmp_path):
+    """A compile asks LLVM before its cache directory exists (a cold process's first lookup); once the directory
+    is there, LLVM's answer is stamped, so the next process's graph cache hit does not load LLVM."""
+    ask, asked, identity = fresh_host
+    monkeypatch.setattr(host, "_ASKED", [])
+    monkeypatch.setattr(host_stamp, "_STAMPED", set())
+    monkeypatch.setattr(host, "llvm_host", lambda: ("cpu-llvm", "+avx2,-avx512f", "x86_64-unknown-linux-gnu"))
+    assert host.host_cpu().name == "cpu-llvm"  # asked in this process, before any stamp root
+    assert host_stamp.remembered_host_cpu(tmp_path).name == "cpu-llvm"
+    assert ask() == "cpu-llvm" and asked == []  # the next process reads the stamp
+
+
+def test_a_cpu_put_in_place_of_llvms_answer_is_never_stamped(fresh_host, monkeypatch, tmp_path):
+    ask, asked, identity = fresh_host
+    monkeypatch.setattr(host, "_ASKED", [])
+    monkeypatch.setattr(host_stamp, "_STAMPED", set())
+    monkeypatch.setattr(host, "_HOST", [host.HostCpu(name="pinned", features="+avx2", triple="x86_64-unknown-linux-gnu")])
+    assert host_stamp.remembered_host_cpu(tmp_path).name == "pinned"
+    assert not host_stamp.stamp_path(tmp_path, identity[0]).exists()
+    assert ask() == "cpu-aaaa" and len(asked) == 1  # the next process asks LLVM

@@ -149,3 +149,24 @@ def test_no_stamp_without_the_cache_directory(tmp_path):
     package = _package(tmp_path)
     assert package_digest(package, tmp_path / "missing", settle_ns=SETTLED) == (_full(package), 2)
     assert not (tmp_path / "missing").exists()  # never created here: the cache creates it, mode 0700
+
+
+def test_an_environment_keyed_before_the_cache_directory_existed_is_stamped_once_there(tmp_path, monkeypatch):
+    """A cold process's first lookup comes before its cache directory exists: the stamps are written once the
+    directory is there (else the next process's graph cache hit hashes the sources again), and the process
+    keeps the environment it keyed with."""
+    from neuroncc.driver import cache_key
+    from neuroncc.driver.cache import CompileCache
+
+    root = tmp_path / "cache"
+    seen = []
+    monkeypatch.setattr(cache_key, "_ENVIRONMENT", None)
+    monkeypatch.setattr(cache_key, "_STAMPED_ROOTS", set())
+    monkeypatch.setattr(cache_key, "package_digest",
+                        lambda package, stamp_root: seen.append(stamp_root) or ("0" * 64, 1))
+    first = CompileCache(root).build_environment()
+    assert seen == [None] and not root.exists()
+    root.mkdir(mode=0o700)
+    assert CompileCache(root).build_environment() is first
+    assert CompileCache(root).build_environment() is first
+    assert seen == [None, root]  # stamped once

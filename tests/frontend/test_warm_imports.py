@@ -79,11 +79,13 @@ def test_a_graph_cache_hit_loads_no_compiler(warm_python, tmp_path):
 def test_a_graph_cache_hit_loads_its_kernels_without_llvm(warm_python, tmp_path):
     """With a linker, artifacts hold their kernels as a shared library (codegen/llvm/native_library.py): a hit
     loads it with the dynamic loader and never imports llvmlite's bindings (nor llvmlite.ir), nor loads llvmlite's
-    library (the host CPU LLVM named is remembered in the cache directory: driver/host_stamp.py)."""
+    library (the host CPU LLVM named is remembered in the cache directory: driver/host_stamp.py, also by the cold
+process that created the directory)."""
     if native_library.linker() is None:
         pytest.skip("no linker: artifacts hold object files, which load through LLVM's MCJIT")
-    cold = _run(warm_python, "step", tmp_path)
-    warm = _run(warm_python.other, "step", tmp_path)
+    cache_dir = tmp_path / "cache"  # made by the cold process (whose first lookup comes before it exists)
+    cold = _run(warm_python, "step", cache_dir)
+    warm = _run(warm_python.other, "step", cache_dir)
     assert warm["stats"]["graph_cache_hits"] == 1 and warm["stats"]["cache_misses"] == 0
     assert _loaded(warm, ("llvmlite",)) == []
     if host.llvm_host_identity() is not None and cold["llvm_mapped"] is not None:

@@ -116,3 +116,16 @@ def test_a_type_spelled_again_is_the_same_type_and_a_bad_one_still_an_error():
     with pytest.raises(ParseError, match=r"2:32: unknown element type 'f31'"):
         parse("func @f(%a: tensor<2x3xf32>) -> (tensor<2x3xf32>) {\n"
               "  %0 = add %a, %a : tensor<2x3xf31>\n  return %0\n}\n")
+
+
+def test_the_same_attribute_text_on_two_ops_gets_each_ops_defaults():
+    # the parser reuses an op's normalized attributes for a repeat of the same op and attribute text: keyed by
+    # the op too, so var (which has a correction attribute) is not given sum's attributes
+    fn = parse("func @f(%x: tensor<4x3xf32>) -> (tensor<3xf32>, tensor<3xf32>, tensor<3xf32>) {\n"
+               "  %0 = sum %x {dims = [0]} : tensor<3xf32>\n"
+               "  %1 = var %x {dims = [0]} : tensor<3xf32>\n"
+               "  %2 = sum %x {dims = [0]} : tensor<3xf32>\n"
+               "  return %0, %1, %2\n}\n")
+    first, var, repeat = fn.ops
+    assert dict(var.attrs) == {"dims": (0,), "keepdim": False, "correction": 1.0}
+    assert dict(first.attrs) == dict(repeat.attrs) == {"dims": (0,), "keepdim": False}
