@@ -16,6 +16,7 @@ Run: ``python benchmarks/bench_compile_python.py [--rows f1,f2] [--repeat 15]``.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -55,10 +56,16 @@ def capture(row: str) -> list[tuple[object, str, dict[str, object]]]:
         return compile_aten_graph(gm, name, options, *args, **kwargs)
 
     aot_compile.compile_aten_graph = keep
+    saved = os.environ.get("NEURONCC_DISABLE_GRAPH_CACHE")
+    os.environ["NEURONCC_DISABLE_GRAPH_CACHE"] = "1"  # a graph cache hit would skip AOTAutograd: nothing to capture
     try:
         bench_models.make_step(row, "neuron")()
     finally:
         aot_compile.compile_aten_graph = compile_aten_graph
+        if saved is None:
+            os.environ.pop("NEURONCC_DISABLE_GRAPH_CACHE")
+        else:
+            os.environ["NEURONCC_DISABLE_GRAPH_CACHE"] = saved
     return graphs
 
 
