@@ -16,6 +16,7 @@ Run: ``python benchmarks/bench_compile_python.py [--rows f1,f2] [--repeat 15]``.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -34,6 +35,7 @@ import bench_models  # noqa: E402
 from neuroncc.codegen.llvm import jit  # noqa: E402
 from neuroncc.frontend import aot_compile  # noqa: E402
 from neuroncc.frontend.importer import import_graph  # noqa: E402
+from neuroncc.frontend.saved_facts import with_saved_facts  # noqa: E402
 from neuroncc.ir import print_function, verify  # noqa: E402
 from neuroncc.passes.manager import PassContext
 from neuroncc.passes.pipeline import run_pipeline  # noqa: E402
@@ -43,20 +45,27 @@ from neuroncc.codegen.llvm.program import plan_launch  # noqa: E402
 from neuroncc.codegen.llvm.regions import wrap_remaining_ops  # noqa: E402
 
 
-def capture(row: str) -> list[tuple[object, str]]:
-    """The (FX graph module, name) pairs the neuron backend compiles for one step of ``row``."""
-    graphs: list[tuple[object, str]] = []
+def capture(row: str) -> list[tuple[object, str, dict[str, object]]]:
+    """The (FX graph module, name, keyword arguments) of each ``compile_aten_graph`` call the neuron backend makes
+    for one step of ``row``."""
+    graphs: list[tuple[object, str, dict[str, object]]] = []
     compile_aten_graph = aot_compile.compile_aten_graph
 
-    def keep(gm: object, name: str, options: object) -> object:
-        graphs.append((gm, name))
-        return compile_aten_graph(gm, name, options)
+    def keep(gm: object, name: str, options: object, *args: object, **kwargs: object) -> object:
+        graphs.append((gm, name, dict(zip(("free_layouts", "device", "donate", "saved_facts"), args), **kwargs)))
+        return compile_aten_graph(gm, name, options, *args, **kwargs)
 
     aot_compile.compile_aten_graph = keep
+    saved = os.environ.get("NEURONCC_DISABLE_GRAPH_CACHE")
+    os.environ["NEURONCC_DISABLE_GRAPH_CACHE"] = "1"  # a graph cache hit would skip AOTAutograd: nothing to capture
     try:
         bench_models.make_step(row, "neuron")()
     finally:
         aot_compile.compile_aten_graph = compile_aten_graph
+        if saved is None:
+            os.environ.pop("NEURONCC_DISABLE_GRAPH_CACHE")
+        else:
+            os.environ["NEURONCC_DISABLE_GRAPH_CACHE"] = saved
     return graphs
 
 
@@ -70,12 +79,19 @@ def median_seconds(fn: Callable[[], object], repeat: int) -> float:
     return statistics.median(samples)
 
 
-def stage_times(graphs: list[tuple[object, str]], repeat: int) -> dict[str, float]:
+def imported(gm: object, name: str, kwargs: dict[str, object]) -> object:
+    """``gm`` imported as ``compile_aten_graph`` imports it for the cpu target (host tensors)."""
+    graph = import_graph(gm, name, bf16_bits=True, host_devices=("cpu",), donate=bool(kwargs.get("donate")))
+    saved_facts = kwargs.get("saved_facts")
+    return graph if saved_facts is None else with_saved_facts(graph, gm, saved_facts)
+
+
+def stage_times(graphs: list[tuple[object, str, dict[str, object]]], repeat: int) -> dict[str, float]:
     """Median CPU seconds of each stage, summed over the graphs."""
     cpu, features = jit.host_cpu()
     totals: dict[str, float] = {}
-    for gm, name in graphs:
-        fn = import_graph(gm, name).function
+    for gm, name, kwargs in graphs:
+        fn = imported(gm, name, kwargs).function
         request = make_request(fn, target="cpu")
         stages: dict[str, str] = {}
         ctx = PassContext(on_stage=lambda stage, f, _: stages.__setitem__(stage, print_function(f)))
@@ -83,7 +99,7 @@ def stage_times(graphs: list[tuple[object, str]], repeat: int) -> dict[str, floa
         top = wrap_remaining_ops(lowered)
         ir_texts = plan_launch(top, cpu, features)[1]
         timings = {
-            "import": lambda: import_graph(gm, name),
+            "import": lambda: imported(gm, name, kwargs),
             "verify": lambda: verify(fn),
             "cache key": lambda: compute_key(request),
             "passes": lambda: run_pipeline(request.pipeline, fn, ctx),
