@@ -1,7 +1,9 @@
 """Where the compiled call path's extra time goes (issue #19): bf16 LayerNorm [8192, 1024] at 1 thread through
 ``torch.compile(backend="neuron")`` against the same compiled graph's executable called outside TorchDynamo on
 the same input memory, as the boxed ``CompiledGraph`` call AOTAutograd makes, with fresh outputs (``DirectCall.launch``, what the compiled function runs), with an
-output held between calls, and with outputs at chosen offsets past the input in memory of its own.
+output held between calls, and with outputs at chosen offsets past the input in memory of its own; then, on a tiny input, the
+compiled call's fixed cost with warm caches and after a 64 MB stream (docs/performance-history.md, session 15
+boundary: the gap is TorchDynamo's and AOTAutograd's path run on emptied caches).
 
 Run: ``/work/bin/heavy x python benchmarks/bench_call_path.py`` (medians of interleaved calls, CPU time of the
 calling thread). A diagnosis tool: it reaches into the front end's ``CompiledGraph`` to call its executable.
@@ -70,6 +72,38 @@ def main() -> None:
     times = interleaved(impls, repeats=21, clock=time.thread_time)
     for name, seconds in times.items():
         print(f"{name:28s} {seconds * 1e3:.3f} ms")
+
+    cold_caches()
+
+
+def cold_caches() -> None:
+    """The same function on a tiny input ([16, 1024]), its compiled call and ``launch`` with the caches as the
+    previous call left them and after a 64 MB ``fill_`` (what a roofline row's kernel does to them)."""
+    import statistics
+
+    made.clear()
+    torch._dynamo.reset()
+    xs = [torch.randn(s, dtype=torch.bfloat16) for s in [(16, 1024), (1024,), (1024,)]]
+    compiled = torch.compile(layernorm, backend="neuron", dynamic=False, options={"threads": 1})
+    for _ in range(3):
+        compiled(*xs)
+    direct = made[-1].direct
+    addresses = [t.data_ptr() for t in xs]
+    big = torch.empty(64 << 20, dtype=torch.uint8)
+    calls = {"compiled": lambda: compiled(*xs), "launch": lambda: direct.launch(addresses)}
+    samples: dict[str, list[float]] = {}
+    for round_number in range(60):
+        for name, call in calls.items():
+            for state in ("warm", "after a 64 MB fill_"):
+                if state != "warm":
+                    big.fill_(round_number & 255)
+                else:
+                    call()
+                start = time.thread_time()
+                call()
+                samples.setdefault(f"[16, 1024] {name}, caches {state}", []).append(time.thread_time() - start)
+    for name, times in samples.items():
+        print(f"{name:44s} {statistics.median(times) * 1e6:.1f} us")
 
 
 if __name__ == "__main__":
