@@ -49,6 +49,8 @@ RULE_MODULES = {
     "neuroncc/passes/one_hot_sums.py": "one pattern, sum(where(iota == target, s, 0)) through its views: the ops "
                                        "the fold matches",
     "neuroncc/codegen/llvm/online.py": "one pattern of four named ops, sum(exp(x - amax(x))), emitted as one pass",
+    "neuroncc/codegen/llvm/one_hot_rows.py": "one pattern, eq(iota, target) along a row through its views: the ops "
+                                             "the split matches",
     "neuroncc/codegen/nki/op_rules.py": "the NKI emission rule per op (the reductions share one rule)",
     "neuroncc/codegen/nki/host_ops.py": "the ops the NKI lowering leaves to the host, per op",
     "neuroncc/codegen/nki/attention.py": "the fused attention lowering: the op pattern it matches (mm, softmax, mm)",
