@@ -18,6 +18,7 @@ from typing import Any, assert_never
 from llvmlite import ir
 
 from neuroncc.codegen.llvm.access import ACCESS, broadcast_index
+from neuroncc.codegen.llvm.buffer_access import BufferAccess
 from neuroncc.codegen.llvm.context import Ahead, Index
 from neuroncc.codegen.llvm.delayed_writes import delayed_write_stage, emit_delayed_group, emit_last_row
 from neuroncc.codegen.llvm.elementwise import ELEMENTWISE, EXACT
@@ -31,12 +32,11 @@ from neuroncc.codegen.llvm.kernel_plan import (
 )
 from neuroncc.codegen.llvm.one_hot_rows import emit_correction, emit_split_rows, find_one_hot, knowing
 from neuroncc.codegen.llvm.online import OnlineMax, online_maxima
-from neuroncc.codegen.llvm.pairs import WORD_ALIGN, Pair, half_of, halfwords, pair_ordered_rows, pairs_halfwords
-from neuroncc.codegen.llvm.pairs import word_of
+from neuroncc.codegen.llvm.pairs import Pair, pair_ordered_rows, pairs_halfwords
 from neuroncc.codegen.llvm.prefetch import carrier_stage, emit_prefetch_next_row, next_row, rows_to_prefetch
 from neuroncc.codegen.llvm.prefetch import rows_written_by_carried_pass, this_row
 from neuroncc.codegen.llvm.scalars import (
-    I1, I16, I32, I64, PTR, VOID, constant, load, round_to, storage_itemsize, storage_type, store,
+    I1, I64, PTR, VOID, round_to, storage_itemsize, storage_type, store,
 )
 from neuroncc.codegen.llvm.stages import (
     SharedMean, emit_column_combine, emit_column_partial, emit_column_reset, emit_combine, emit_partial,
@@ -59,7 +59,7 @@ from neuroncc.ir.opdef import Trait
 STREAM_MAX_TRANSCENDENTALS = 2
 
 
-class KernelEmitter(IndexArithmetic):
+class KernelEmitter(IndexArithmetic, BufferAccess):
     """Emits the phase functions of one kernel plan, each into a module of its own (see the module docstring).
     It is the :class:`~neuroncc.codegen.llvm.context.EmitContext` of the per-op lowerings and stage emitters.
 
@@ -439,20 +439,6 @@ class KernelEmitter(IndexArithmetic):
 
         self.loop(0, extent // 2, pair)
 
-    def _store_half(self, key: Any, even_pointer: ir.Value, value: ir.Value, half: int) -> None:
-        """Store 16-bit ``value`` as ``half`` of the current pair at the word of ``even_pointer`` (``key``: the
-        buffer and the word's offset): the even half waits for the odd one, which stores both as one word."""
-        assert self._pair is not None
-        pending = self._pair.pending
-        if half == 0:
-            pending[key] = (even_pointer, value)
-        elif key in pending:
-            even = pending.pop(key)[1]
-            word_pointer = self.b.bitcast(even_pointer, I32.as_pointer())  # (a row buffer element: typed i16*)
-            self.b.store(word_of(self.b, even, value), word_pointer, align=WORD_ALIGN)
-        else:
-            self.b.store(value, self.b.gep(even_pointer, [ir.Constant(I64, 1)], source_etype=I16, inbounds=True))
-
     def _transcendentals(self, values: list[Value]) -> int:
         """How many transcendental functions computing ``values`` at one index evaluates (shared operands
         once; loaded and row-cached values are free)."""
@@ -553,52 +539,6 @@ class KernelEmitter(IndexArithmetic):
         if op.name in ACCESS:
             return ACCESS[op.name](self, op, access.index, idx)
         raise CodegenError(f"no native lowering for op '{op.name}'")
-
-    def _offset(self, layout: Layout, idx: Index) -> Any:
-        """The element offset of ``idx`` in ``layout``'s buffer."""
-        offset: Any = layout.offset
-        for i, size, stride in zip(idx, layout.shape, layout.strides):
-            if size != 1 and stride != 0:
-                offset = self.add(offset, self.mul(i, stride))
-        return offset
-
-    def address(self, layout: Layout, idx: Index) -> ir.Value:
-        return self.b.gep(self.ptrs[layout.arg], [self.ir_index(self._offset(layout, idx))],
-                          source_etype=storage_type(layout.dtype), inbounds=True)
-
-    def pair_half(self, i: Any) -> int | None:
-        return None if self._pair is None else self._pair.half(self.form(i))
-
-    def _pair_half(self, layout: Layout, idx: Index) -> int | None:
-        """Which half of the current pair ``layout`` is read or written at by ``idx`` (None: not paired)."""
-        return self.pair_half(idx[-1]) if halfwords(layout) else None
-
-    def load(self, layout: Layout, idx: Index) -> ir.Value:
-        data = self._constant_data.get(layout.arg)
-        if data is not None:
-            offset = self._offset(layout, idx)
-            if isinstance(offset, int):  # a constant read at a constant index is that element
-                return constant(layout.dtype, data.array.reshape(-1)[offset].item())
-            if layout.dtype.is_bool:
-                self.wish_unrolled(self.form(offset))
-        half = self._pair_half(layout, idx)
-        if half is not None:  # both halves of the pair from one 32-bit load (``pairs.py``)
-            assert self._pair is not None
-            even = list(idx[:-1]) + [self._pair.even]
-            word = self.memoized(("pair", layout.arg, self.form(self._offset(layout, even))),
-                                 lambda: self.b.load(self.address(layout, even), typ=I32, align=WORD_ALIGN))
-            return half_of(self.b, word, half)
-        return load(self.b, self.address(layout, idx), layout.dtype)
-
-    def store(self, layout: Layout, idx: Index, value: ir.Value) -> ir.Instruction | None:
-        half = self._pair_half(layout, idx)
-        if half is None:
-            return store(self.b, value, self.address(layout, idx), layout.dtype)
-        assert self._pair is not None
-        even = list(idx[:-1]) + [self._pair.even]
-        self._store_half(("pair", layout.arg, self.form(self._offset(layout, even))), self.address(layout, even),
-                         value, half)
-        return None
 
 
 def emit_kernel(plan: KernelPlan, symbol: str, target: CpuTarget | None = None) -> tuple[list[str], list[str]]:
