@@ -142,3 +142,85 @@ def test_a_corrupt_library_is_refused_before_it_is_loaded(tmp_path, monkeypatch)
         load_cpu_executable(tmp_path, exe.function)
     assert stored_code(exe.module) == library
     assert Path(tmp_path / "kernels.so").stat().st_size == len(library)
+
+
+def _which_library(number: int) -> bytes:
+    """A one-function library whose ``which()`` returns ``number``: libraries that differ only in their code."""
+    text = f"define i32 @which() {{\n  ret i32 {number}\n}}\n"
+    return jit.compile_ir([text], form=CodeForm.SHARED_LIBRARY).library
+
+
+def _which(module: LibraryModule) -> int:
+    import ctypes
+
+    return ctypes.CFUNCTYPE(ctypes.c_int)(module.address("which"))()
+
+
+@needs_linker
+def test_each_loaded_library_runs_its_own_code():
+    """The dynamic loader hands back an already-loaded library for a name it has seen (without opening the
+    file), and descriptor numbers are reused: every load must go through a name never used before."""
+    libraries = [_which_library(number) for number in (1, 2, 3)]
+    before = _leftover_libraries()
+    assert [_which(native_library.load_library(library)) for library in libraries * 2] == [1, 2, 3] * 2
+    assert _leftover_libraries() == before
+
+
+@needs_linker
+def test_without_memory_files_a_library_loads_from_a_private_file(monkeypatch):
+    def refuse(*args):
+        raise OSError("memfd_create refused")
+
+    monkeypatch.setattr(os, "memfd_create", refuse)
+    before = _leftover_libraries()
+    assert [_which(native_library.load_library(_which_library(n))) for n in (4, 5)] == [4, 5]
+    assert _leftover_libraries() == before
+    with pytest.raises(ArtifactError, match="memfd_create refused"):  # both ways named when neither loads
+        native_library.load_library(b"\x7fELF not really")
+
+
+NOEXEC_CHILD = """
+import json, sys, tempfile
+import numpy as np
+from neuroncc.codegen.llvm import native_library
+from neuroncc.executors.cpu.launcher import build_cpu_executable, load_cpu_executable
+from neuroncc.ir import Builder, DType, TensorType
+from neuroncc.passes import run_pipeline
+from neuroncc.passes.pipeline import default_pipeline
+b = Builder("sig")
+x = b.param(TensorType((4, 8), DType.f32), "x")
+fn = run_pipeline(default_pipeline("cpu"), b.build([b.op("sigmoid", x)]))
+exe = build_cpu_executable(fn, {})
+exe.save(sys.argv[1])
+loaded = load_cpu_executable(sys.argv[1], exe.function)
+print(json.dumps({"tmp": tempfile.gettempdir(), "broken": native_library._BROKEN,
+                  "forms": [exe.plan.code_form, type(loaded.module).__name__],
+                  "out": float(loaded(np.zeros((4, 8), np.float32))[0].sum())}))
+"""
+
+
+def _noexec_mount_works() -> bool:
+    probe = "d=$(mktemp -d) && mount -t tmpfs -o noexec tmpfs \"$d\" && grep -q \" $d .*noexec\" /proc/mounts"
+    try:
+        return subprocess.run(["unshare", "-rm", "sh", "-c", probe], capture_output=True, timeout=30).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+@needs_linker
+def test_a_noexec_temporary_directory_still_loads_shared_libraries(tmp_path):
+    """Hardened hosts mount /tmp ``noexec``: a library mapped from a file there fails to load (and the process
+    would fall back to MCJIT, importing LLVM on every warm start); from a memory file it loads."""
+    if not _noexec_mount_works():
+        pytest.skip("no user namespace here to mount a noexec tmpfs in")
+    noexec = tmp_path / "noexec-tmp"
+    noexec.mkdir()
+    script = (f'mount -t tmpfs -o noexec tmpfs "{noexec}" && TMPDIR="{noexec}" '
+              f'exec "{sys.executable}" -c "$0" "{tmp_path / "artifact"}"')
+    done = subprocess.run(["unshare", "-rm", "sh", "-c", script, NOEXEC_CHILD], capture_output=True, text=True,
+                          timeout=120, env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = __import__("json").loads(done.stdout.strip().splitlines()[-1])
+    assert report["tmp"] == str(noexec)
+    assert report["broken"] == [] and report["forms"] == ["shared-library", "LibraryModule"]
+    assert report["out"] == pytest.approx(16.0)  # sigmoid(0) = 0.5, 32 elements

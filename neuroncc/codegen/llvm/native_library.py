@@ -10,10 +10,15 @@ into an MCJIT engine (the :class:`CodeForm` ``OBJECTS``): :func:`code_form` is t
 launch plan records the form an artifact holds (``CpuLaunchPlan.code_form``).
 
 Loading: the library's bytes, already checked against the artifact's recorded sha256 by the caller, are written
-to a new file (``O_EXCL``, mode 0600) in a fresh private directory (``mkdtemp``: mode 0700), and that exact path
-is loaded, so nobody can swap the file between the check and ``dlopen``. The file is unlinked right after: the
-mapping keeps its inode alive (so the loader, which identifies libraries by device and inode, can never mistake
-a later library for it), and nothing is left behind. A library is never unloaded (ctypes never calls
+to an anonymous memory file (``memfd_create``) sealed against any further change, which the dynamic loader opens
+through a symbolic link to ``/proc/self/fd/N`` at a new name in a fresh private directory (``mkdtemp``: mode
+0700). Nobody can swap or edit the code between the check and ``dlopen``, and a ``noexec`` temporary directory
+does not matter (the code is mapped from the memory file). Where memory files cannot be made or mapped
+executable (no ``memfd_create``; ``vm.memfd_noexec``), the bytes go to a new file (``O_EXCL``, mode 0600) in such
+a directory instead. The name is unique per load because the loader returns an already-loaded library for a
+name it has seen without opening anything. The link or file is removed and the memory file closed right after:
+the mapping keeps its inode alive (so the loader, which also identifies libraries by device and inode, can never
+mistake a later library for it), and nothing is left behind. A library is never unloaded (ctypes never calls
 ``dlclose``); :class:`LibraryModule` holds its handle for the executables that use it.
 """
 
@@ -21,11 +26,13 @@ from __future__ import annotations
 
 import ctypes
 import enum
+import fcntl
 import os
 import shutil
 import subprocess
 import tempfile
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -113,31 +120,77 @@ def link(objects: list[bytes]) -> bytes:
 
 def load_library(library: bytes, objects: list[bytes] | None = None,
                  llvm_ir: list[str] | None = None) -> LibraryModule:
-    """Load ``library`` (bytes the caller has checked) through a private file; ArtifactError if it cannot."""
+    """Load ``library`` (bytes the caller has checked) through a sealed memory file, else a private file;
+    ArtifactError naming both failures if neither loads."""
+    try:
+        handle = _load_from_memory(library)
+    except OSError as memory_error:
+        try:
+            handle = _load_from_private_file(library)
+        except OSError as file_error:
+            raise ArtifactError(f"cannot load the kernel library: {file_error} (and from a memory file: "
+                                f"{memory_error})") from None
+    return LibraryModule(library, handle, list(objects or []), list(llvm_ir or []))
+
+
+#: ``MFD_EXEC`` (Linux 6.3): ask for an executable memory file where ``vm.memfd_noexec=1`` makes them
+#: non-executable by default; older kernels refuse the flag (EINVAL) and their memory files are executable.
+_MFD_EXEC = getattr(os, "MFD_EXEC", 0x0010)
+
+
+def _load_from_memory(library: bytes) -> ctypes.CDLL:
+    """``dlopen`` of ``library`` written to a memory file sealed against writes; OSError if this system cannot.
+
+    The loader opens it through a symbolic link to ``/proc/self/fd/N`` in a fresh private directory: the dynamic
+    loader takes a name it has loaded before for that library without opening anything, and descriptor numbers
+    are reused once closed, so ``/proc/self/fd/N`` itself would hand a later library the first one's code."""
+    if not hasattr(os, "memfd_create") or not hasattr(fcntl, "F_ADD_SEALS"):
+        raise OSError("memory files are not available here")
+    flags = os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING
+    try:
+        fd = os.memfd_create("neuroncc-kernels", flags | _MFD_EXEC)
+    except OSError:
+        fd = os.memfd_create("neuroncc-kernels", flags)
+    try:
+        _write_all(fd, library)
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SEAL | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW
+                    | fcntl.F_SEAL_WRITE)
+        return _load_through_private_name(lambda path: os.symlink(f"/proc/self/fd/{fd}", path))
+    finally:
+        os.close(fd)  # the mapping keeps the memory file alive
+
+
+def _load_from_private_file(library: bytes) -> ctypes.CDLL:
+    return _load_through_private_name(lambda path: _write_private(path, library))
+
+
+def _load_through_private_name(make: Callable[[Path], None]) -> ctypes.CDLL:
+    """``dlopen`` of the file ``make`` creates at a new name in a fresh private directory (both removed after)."""
     directory = tempfile.mkdtemp(prefix="neuroncc-so-")  # mode 0700, a new name
     path = Path(directory) / "kernels.so"
     try:
-        _write_private(path, library)
-        handle = ctypes.CDLL(str(path), mode=os.RTLD_LOCAL | os.RTLD_NOW)
-    except OSError as exc:
-        raise ArtifactError(f"cannot load the kernel library: {exc}") from None
+        make(path)
+        return ctypes.CDLL(str(path), mode=os.RTLD_LOCAL | os.RTLD_NOW)
     finally:
         for remove in (lambda: os.unlink(path), lambda: os.rmdir(directory)):
             try:
                 remove()
             except OSError:
                 pass
-    return LibraryModule(library, handle, list(objects or []), list(llvm_ir or []))
 
 
 def _write_private(path: Path, data: bytes) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
+        _write_all(fd, data)
     finally:
         os.close(fd)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
 
 
 __all__ = ["CodeForm", "LibraryModule", "code_form", "give_up", "link", "linker", "load_library"]
