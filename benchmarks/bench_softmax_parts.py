@@ -1,0 +1,211 @@
+"""Where roofline.py's softmax row [4096, 1024] float32 loses against its roof, in one process.
+
+``roofline.py`` times neuroncc's row as ``exe(*arrays)`` wrapped in ``torch.from_numpy`` and compares it with
+max(memory roof, compute roof): the memory roof a copy of the row's bytes (the faster of plain and non-temporal
+stores), the compute roof exp_nonpositive's measured throughput plus the other flops at the FMA peak. This
+benchmark times, interleaved with eager and the copy (medians; 2 threads wall clock, 1 thread the calling
+thread's CPU time):
+
+- the call path, from the outside in: roofline's call, ``exe(*arrays)`` (a fresh output per call),
+  ``AddressCall`` into a fresh ``torch.empty`` output, ``AddressCall`` into one held output;
+- the kernel's step called straight on that held output (its phase functions on the team, no Python between);
+- the same kernel built with exp replaced by its clamp (the memory skeleton: every load, store and prefetch,
+  the max and sum passes and the write pass, no polynomial), in two builds each (later builds of a process
+  run faster: session 12);
+- the roof's pieces measured in the same run.
+
+``--exp-forms`` also times, on L1-resident data, exact ways of scaling exp_nonpositive's polynomial by 2**n on
+AVX-512 (``mathlib._exp_nonpositive``: vscalefps by an integer n converted back to float; the one-step scale by
+exponent bits with the bias folded into the rounding constant; ``llvm.ldexp`` of fptosi(n)).
+
+Run: ``python benchmarks/bench_softmax_parts.py [--threads 2,1] [--repeats 25] [--exp-forms]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import ensure_environment, interleaved, table  # noqa: E402
+
+ensure_environment(threads=2)
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+from llvmlite import ir  # noqa: E402
+
+import kernel_cases as kc  # noqa: E402
+import microkernels as mk  # noqa: E402
+from neuroncc.codegen.llvm import jit, mathlib  # noqa: E402
+from neuroncc.codegen.llvm.scalars import F32, I32, call  # noqa: E402
+from neuroncc.executors.cpu.address_call import AddressCall  # noqa: E402
+from neuroncc.executors.cpu.launcher import build_cpu_executable  # noqa: E402
+
+ROWS, COLS = 4096, 1024
+
+
+def _clamp_only(b, x, target):
+    """exp_nonpositive's clamp and nothing else: the kernel's memory skeleton (not exp: a measurement only)."""
+    return mathlib._raised_keeping_nan(b, x, -104.0)
+
+
+def _reduced(b, xc, rounder: float):
+    shifted = b.fadd(b.fmul(xc, mathlib._c(1.4426950408889634), flags=mathlib.FAST), mathlib._c(rounder),
+                     flags=mathlib.FAST)
+    n = b.fsub(shifted, mathlib._c(rounder))
+    r = b.fsub(xc, b.fmul(n, mathlib._c(0.693359375), flags=mathlib.FAST), flags=mathlib.FAST)
+    return shifted, n, b.fsub(r, b.fmul(n, mathlib._c(-2.12194440e-4), flags=mathlib.FAST), flags=mathlib.FAST)
+
+
+def _bits_folded(b, x, target):
+    """2**(n + 24) from the rounded sum's bits, the exponent bias folded into the rounding constant (vpslld,
+    vmulps), on the polynomial times 2**-24 (exact: n is the same integer, no tie reaches the rounding)."""
+    xc = mathlib._raised_keeping_nan(b, x, -104.0)
+    shifted, _, r = _reduced(b, xc, mathlib._ROUNDER + 127 + mathlib._EXP_NONPOSITIVE_SHIFT)
+    p = mathlib.horner(b, r, [c * 2.0 ** -mathlib._EXP_NONPOSITIVE_SHIFT for c in mathlib._EXP_POLY])
+    return b.fmul(p, b.bitcast(b.shl(b.bitcast(shifted, I32), ir.Constant(I32, 23)), F32))
+
+
+def _ldexp_of_float_n(b, x, target):
+    """``llvm.ldexp`` of fptosi(n): vscalefps wants a float exponent, LLVM converts the integer back."""
+    xc = mathlib._raised_keeping_nan(b, x, -104.0)
+    _, n, r = _reduced(b, xc, mathlib._ROUNDER)
+    return call(b, "llvm.ldexp.f32.i32", [mathlib.horner(b, r, mathlib._EXP_POLY), b.fptosi(n, I32)], F32)
+
+
+EXP_FORMS = {"main": None, "exponent bits, folded bias": _bits_folded, "ldexp(fptosi(n))": _ldexp_of_float_n}
+
+
+@contextlib.contextmanager
+def exp_as(body):
+    saved = mathlib.POLYNOMIAL["exp_nonpositive"]
+    if body is not None:
+        mathlib.POLYNOMIAL["exp_nonpositive"] = body
+    try:
+        yield
+    finally:
+        mathlib.POLYNOMIAL["exp_nonpositive"] = saved
+
+
+def step_call(exe, x: torch.Tensor, out: torch.Tensor):
+    """The executable's one kernel step on (x, out), its phases called straight (no Python between them). The
+    call keeps ``out`` alive: the step's argument slots hold its address."""
+    AddressCall(exe)([x.data_ptr()], [out.data_ptr()])  # fills the step's argument slots with x and out
+    step = exe._runners[0]
+    slots = list(step.args)
+
+    def run(out: torch.Tensor = out) -> None:
+        step.args[:] = slots  # other calls of the same executable write their own output's address there
+        if step.serial_calls is not None:
+            for fn, n in step.serial_calls:
+                fn(step.args_address, 0, n)
+        else:
+            step._phases(0, None)
+
+    return run
+
+
+def parts(threads: int, repeats: int) -> None:
+    torch.set_num_threads(threads)
+    clock = time.thread_time if threads == 1 else time.perf_counter
+    target = jit.host_target()
+    case = next(c for c in kc.cases() if c.key == "b")
+    x = case.make(np.random.default_rng(0))[0]
+    expected = torch.softmax(x, -1)
+    exe = build_cpu_executable(kc.softmax_graph(ROWS, COLS), {"threads": threads})
+    arrays, run = [x.numpy()], AddressCall(exe)
+    held = torch.empty_like(x)
+    kernel = step_call(exe, x, held)
+    torch.testing.assert_close(held, expected, rtol=1.3e-6, atol=1e-5)
+
+    def fresh() -> torch.Tensor:
+        out = torch.empty_like(x)
+        run([x.data_ptr()], [out.data_ptr()])
+        return out
+
+    calls = {"eager": lambda: torch.softmax(x, -1),
+             "roofline's call": lambda: [torch.from_numpy(a) for a in exe(*arrays)],
+             "exe(*arrays)": lambda: exe(*arrays), "AddressCall, fresh output": fresh,
+             "AddressCall, held output": lambda: run([x.data_ptr()], [held.data_ptr()]),
+             "kernel step on held output": kernel}
+    for build in (1, 2):
+        with exp_as(_clamp_only):
+            skeleton = build_cpu_executable(kc.softmax_graph(ROWS, COLS), {"threads": threads})
+        calls[f"memory skeleton (no exp), build {build}"] = step_call(skeleton, x, torch.empty_like(x))
+        if build == 1:
+            calls["kernel step, 2nd build"] = step_call(build_cpu_executable(
+                kc.softmax_graph(ROWS, COLS), {"threads": threads}), x, torch.empty_like(x))
+    plain, streaming = (mk.compile_kernel(mk.stream_module(nt), "stream") for nt in (False, True))
+    stream = mk.Stream(plain, streaming, case.work.reads, case.work.writes, (x.data_ptr(), x.numel() * 4))
+    calls["copy, plain stores"] = stream.runner("plain", threads)
+    calls["copy, non-temporal stores"] = stream.runner("streaming", threads)
+    peak = mk.fma_peak(target, threads, clock)
+    exp_rate = mk.math_throughput("exp_nonpositive", target, threads, clock)
+    times = interleaved(calls, repeats=repeats, clock=clock)
+    memory = min(times["copy, plain stores"], times["copy, non-temporal stores"])
+    exp_seconds = case.work.math["exp_nonpositive"] / exp_rate
+    compute = exp_seconds + case.work.flops / peak
+    roof = max(memory, compute)
+    base = times["kernel step on held output"]
+    print(f"\n{threads} thread(s): memory roof {memory * 1e3:.3f} ms ({(case.work.reads + case.work.writes) / memory / 1e9:.1f}"
+          f" GB/s), compute roof {compute * 1e3:.3f} ms (exp_nonpositive {exp_seconds * 1e3:.3f} ms at "
+          f"{exp_rate / 1e9:.2f} Gelem/s, other flops at {peak / 1e9:.0f} GFLOP/s)", flush=True)
+    print(table([[name, f"{t * 1e3:.3f}", f"{t / base:.3f}", f"{roof / t:.0%}"] for name, t in times.items()],
+                ["call", "ms", "/ kernel step", "roof / time"]), flush=True)
+
+
+def exp_forms(samples: int = 15) -> None:
+    """Each exact form of exp_nonpositive: vector instructions per vector and throughput at 1 thread."""
+    target = jit.host_target()
+    kernels = {}
+    for name, body in EXP_FORMS.items():
+        with exp_as(body):
+            count, elements = mk.loop_instructions("exp_nonpositive", target)
+            kernels[name] = (mk.compile_kernel(mk.math_module("exp_nonpositive", target), "math"),
+                             count / elements * target.vector_bits / 32)
+    rng = np.random.default_rng(0)
+    x = mk.aligned_empty(2 * mk.MATH_BLOCK)
+    x[:] = rng.uniform(-12.0, 0.0, x.size)
+    y = mk.aligned_empty(2 * mk.MATH_BLOCK)
+    args = (ctypes.c_int64 * 3)(x.ctypes.data, y.ctypes.data, 200)
+    times: dict[str, list[float]] = {name: [] for name in kernels}
+    for kernel, _ in kernels.values():
+        mk.run(kernel, args, 2, 1)
+    for _ in range(samples):
+        for name, (kernel, _) in kernels.items():
+            begin = time.thread_time()
+            mk.run(kernel, args, 2, 1)
+            times[name].append(time.thread_time() - begin)
+    base = statistics.median(times["main"])
+    rows = [[name, f"{per_vector:.1f}", f"{mk.MATH_BLOCK * 400 / statistics.median(times[name]) / 1e9:.2f}",
+             f"{statistics.median(times[name]) / base:.3f}"] for name, (_, per_vector) in kernels.items()]
+    print(table(rows, ["exp_nonpositive form", "vector instr / vector", "Gelem/s (1T)", "time / main"]))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--threads", default="2,1")
+    parser.add_argument("--repeats", type=int, default=25)
+    parser.add_argument("--exp-forms", action="store_true")
+    args = parser.parse_args()
+    with open("/proc/loadavg") as f:
+        load = f.read().split()[0]
+    print(time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), f"load {load}; {jit.host_target().name}", flush=True)
+    for threads in [int(t) for t in args.threads.split(",")]:
+        parts(threads, args.repeats)
+    if args.exp_forms:
+        exp_forms()
+    with open("/proc/loadavg") as f:
+        print(f"load {load} -> {f.read().split()[0]}")
+
+
+if __name__ == "__main__":
+    main()
