@@ -261,7 +261,7 @@ def test_ops_that_are_not_pointwise_depend_on_where_elements_are(name, attrs):
 @pytest.mark.parametrize("name", sorted(REGISTRY.having(Trait.TRANSCENDENTAL)))
 def test_transcendental_ops_evaluate_a_math_function_on_the_cpu(name):
     # the trait's reason: tens of instructions (a polynomial) or a libm call per element, where an add is one
-    from neuroncc.codegen.llvm import Layout
+    from neuroncc.codegen.llvm.views import Layout
     from neuroncc.codegen.llvm.emit import emit_kernel
     from neuroncc.codegen.llvm.schedule import plan_kernel
 

@@ -11,7 +11,8 @@
 - ``portable``: entries exported and imported as signed bundles for ``torch.compiler.save_cache_artifacts()`` /
   ``load_cache_artifacts()`` (the torch side is ``frontend.cache_artifacts``).
 - ``records``: :class:`CompileRecord`, what one compile did (cache hit or miss and why, time per pass and for
-  code generation), logged as one line on the ``neuroncc.driver`` logger.
+  code generation), logged as one line on the ``neuroncc.driver`` logger; ``log_settings``: ``NEURONCC_LOG``,
+  those lines on stderr (apart, so that a graph cache hit, which makes no record, does not import the records).
 - ``artifact``: the artifact directory format (manifest, graph text, constants, the target's own files); no
   pickle anywhere.
 

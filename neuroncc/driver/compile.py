@@ -25,7 +25,8 @@ from neuroncc.ir import Function, print_function, verify
 from neuroncc.passes.manager import PassContext, Pipeline
 from neuroncc.passes.pipeline import as_pipeline, default_pipeline, parse_pipeline, run_pipeline
 from neuroncc.driver.cache import CacheOutcome, CompileCache, CompileRequest, CompileResult, cache_from_environ
-from neuroncc.driver.records import CompileRecord, configure_log_from_environ, make_record
+from neuroncc.driver.log_settings import configure_log_from_environ
+from neuroncc.driver.records import CompileRecord, make_record
 from neuroncc.executors.executable import DEFAULT_TARGET, Executable, build_executable
 
 log = logging.getLogger("neuroncc.driver")

@@ -11,15 +11,12 @@ on the ``neuroncc.driver`` logger at INFO (``TORCH_LOGS=neuroncc``, ``NEURONCC_L
 
 from __future__ import annotations
 
-import logging
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from neuroncc.driver.cache import CacheOutcome
 from neuroncc.driver.cache_key import CompileRequest
-from neuroncc.errors import InputError
 from neuroncc.ir import Category
 
 #: The stage name compile_uncached gives code generation (building the target's executable).
@@ -109,24 +106,3 @@ def make_record(request: CompileRequest, executable: Any, outcome: CacheOutcome,
                          outcome.status, outcome.key, outcome.differing, outcome.closest, passes, timings.get(BUILD_STAGE, 0.0),
                          seconds)
 
-
-#: ``NEURONCC_LOG``: where the CLI (and the torch backend) send neuroncc's log lines without TORCH_LOGS.
-LOG_VARIABLE = "NEURONCC_LOG"
-_LEVELS = {"info": logging.INFO, "debug": logging.DEBUG, "warning": logging.WARNING}
-
-
-def configure_log_from_environ(environ: Mapping[str, str]) -> None:
-    """``NEURONCC_LOG=info|debug``: neuroncc's loggers at that level, printed on stderr (once per process; a
-    handler the user or TORCH_LOGS already attached to the ``neuroncc`` logger is left alone)."""
-    setting = environ.get(LOG_VARIABLE, "").strip().lower()
-    if not setting:
-        return
-    level = _LEVELS.get(setting)
-    if level is None:
-        raise InputError(f"{LOG_VARIABLE}={setting!r}: expected one of {', '.join(_LEVELS)}")
-    logger = logging.getLogger("neuroncc")
-    logger.setLevel(level)
-    if not logger.handlers:
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("%(message)s"))
-        logger.addHandler(handler)

@@ -26,7 +26,7 @@ from typing import Any
 import torch
 import torch.fx as fx
 
-from neuroncc.driver.records import configure_log_from_environ
+from neuroncc.driver.log_settings import configure_log_from_environ
 from neuroncc.errors import InputError
 from neuroncc.frontend import graph_cache, stats
 from neuroncc.frontend.boundary import HostDevice

@@ -15,12 +15,13 @@ import threading
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from neuroncc.driver.process_cache import CACHE_STATS
-from neuroncc.driver.records import CompileRecord
-
 from neuroncc.ir import Category
+
+if TYPE_CHECKING:  # the records come from a compile: a graph cache hit makes none, nor imports them
+    from neuroncc.driver.records import CompileRecord
 
 #: Every counter, with what it counts. ``stats()`` always returns all of them.
 COUNTERS: Mapping[str, str] = {

@@ -29,6 +29,10 @@ _SHAPE_DTYPE = re.compile(r"((?:\d+x)*)([a-z][a-z0-9]*)")
 _STRING = re.compile(r'"(?:[^"\\\n]|\\.)*"')
 _BLANK = re.compile(r"(?:[ \t\r\n]+|//[^\n]*)*")
 _BLANK_START = frozenset(" \t\r\n/")  # the characters _BLANK can start with
+_INTEGER = re.compile(r"-?\d+")
+#: An op's attribute list as text: ``{`` to the first ``}`` outside a string literal (attribute values nest in
+#: ``[...]`` and ``<...>``, never in braces). Only used to find a repeat of a list parsed before (parse_op).
+_ATTR_TEXT = re.compile(r'\{(?:[^{}"]|"(?:[^"\\\n]|\\.)*")*\}')
 #: How deeply attribute lists and regions may nest (deeper input is refused instead of exhausting Python's stack).
 MAX_NESTING = 64
 
@@ -69,12 +73,17 @@ class _Parser:
         self.pos = _BLANK.match(self.text, pos).end()
 
     def peek(self, token: str) -> bool:
-        self.skip()
-        return self.text.startswith(token, self.pos)
+        text, pos = self.text, self.pos
+        if pos < len(text) and text[pos] in _BLANK_START:  # skip(), inline: a parse peeks ~50 times per op
+            pos = self.pos = _BLANK.match(text, pos).end()
+        return text.startswith(token, pos)
 
     def accept(self, token: str) -> bool:
-        if self.peek(token):
-            self.pos += len(token)
+        text, pos = self.text, self.pos
+        if pos < len(text) and text[pos] in _BLANK_START:
+            pos = self.pos = _BLANK.match(text, pos).end()
+        if text.startswith(token, pos):
+            self.pos = pos + len(token)
             return True
         return False
 
@@ -201,12 +210,18 @@ class _Parser:
                 operands.append(self.parse_use(scope))
         self.skip()
         attrs_pos = self.pos
-        attrs = self.parse_attrs() if self.peek("{") else EMPTY_ATTRS
-        spelled = (op_name, self.text[attrs_pos:self.pos])
-        known = self.normalized.get(spelled)
-        if known is not None:
+        # a repeat of an attribute list parsed before (the same op name and text; parsing is a function of the
+        # text): its normalized attributes, without parsing it again (a list that is not matched is parsed)
+        spelled_text: str | None = ""  # no attribute list
+        if self.text.startswith("{", attrs_pos):
+            listed = _ATTR_TEXT.match(self.text, attrs_pos)
+            spelled_text = listed.group(0) if listed else None
+        if spelled_text is not None and (known := self.normalized.get((op_name, spelled_text))) is not None:
             attrs = known
+            self.pos += len(spelled_text)
         else:
+            attrs = self.parse_attrs() if self.peek("{") else EMPTY_ATTRS
+            spelled = (op_name, self.text[attrs_pos:self.pos])
             try:
                 attrs = REGISTRY.get(op_name).normalize_attrs(attrs)  # fills in the defaults the printer elides
             except TypeInferenceError as exc:
@@ -315,7 +330,7 @@ class _Parser:
         values: list[int] = []
         if not self.accept("]"):
             while True:
-                values.append(int(self.match(re.compile(r"-?\d+"), "an integer")))
+                values.append(int(self.match(_INTEGER, "an integer")))
                 if self.accept("]"):
                     break
                 self.expect(",", "',' or ']'")
@@ -368,7 +383,7 @@ class _Parser:
         if number and not _IDENT.match(self.text, number.end()):
             self.pos = number.end()
             text = number.group(0)
-            if re.fullmatch(r"-?\d+", text):
+            if _INTEGER.fullmatch(text):
                 return int(text)
             return float(text)
         word = self.match(_IDENT, "an attribute value")

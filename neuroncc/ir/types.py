@@ -8,6 +8,7 @@ PyTorch tensor) and from the layout pass.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from neuroncc.ir.dtypes import DType
@@ -19,6 +20,13 @@ def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
         strides.append(running)
         running *= max(size, 1)
     return tuple(reversed(strides))
+
+
+def storage_extent(shape: Sequence[int], strides: Sequence[int]) -> int:
+    """Elements of storage from a strided view's first element to one past its last (0 for an empty view)."""
+    if any(size == 0 for size in shape):
+        return 0
+    return 1 + sum((size - 1) * stride for size, stride in zip(shape, strides))
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,7 +11,8 @@ import numpy as np
 import torch
 from test_pairs import AVX2, affine_graph, from_bits, to_bits
 
-from neuroncc.codegen.llvm import Layout, jit
+from neuroncc.codegen.llvm import jit
+from neuroncc.codegen.llvm.views import Layout
 from neuroncc.codegen.llvm.emit import emit_kernel
 from neuroncc.codegen.llvm.regions import fuse_whole_function
 from neuroncc.codegen.llvm.schedule import plan_kernel

@@ -60,7 +60,8 @@ def test_qkv_concatenation_divides_nothing_per_element(threads, rng):
 
 
 def test_qkv_concatenation_at_the_issue_shape_runs_a_stage_per_piece(rng):
-    from neuroncc.codegen.llvm import Layout, jit
+    from neuroncc.codegen.llvm import jit
+    from neuroncc.codegen.llvm.views import Layout
     from neuroncc.codegen.llvm.kernel_plan import MapStage, RowLoop
     from neuroncc.codegen.llvm.schedule import plan_kernel
 

@@ -8,7 +8,8 @@ import re
 
 import pytest
 
-from neuroncc.codegen.llvm import Layout, jit
+from neuroncc.codegen.llvm import jit
+from neuroncc.codegen.llvm.views import Layout
 from neuroncc.codegen.llvm.emit import emit_kernel
 from neuroncc.codegen.llvm.schedule import plan_kernel
 from neuroncc.hardware.host import CpuTarget

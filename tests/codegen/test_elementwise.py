@@ -142,7 +142,8 @@ def test_silu_of_a_nan_is_that_nan(threads):
 
 
 def test_vectorized_assembly():
-    from neuroncc.codegen.llvm import Layout, jit
+    from neuroncc.codegen.llvm import jit
+    from neuroncc.codegen.llvm.views import Layout
     from neuroncc.codegen.llvm.emit import emit_kernel
     from neuroncc.codegen.llvm.schedule import plan_kernel
 
@@ -192,7 +193,7 @@ def test_a_chain_of_many_elementwise_ops_compiles():
 def test_a_complex_value_without_lower_complex_is_a_typed_error():
     """A c64 constant reaching LLVM code generation (a pipeline without lower-complex, e.g. ``neuroncc opt -p
     canonicalize --emit llvm``) is a CodegenError naming the pass, not a KeyError from the type tables."""
-    from neuroncc.codegen.llvm import Layout
+    from neuroncc.codegen.llvm.views import Layout
     from neuroncc.codegen.llvm.emit import emit_kernel
     from neuroncc.codegen.llvm.schedule import plan_kernel
     from neuroncc.errors import CodegenError

@@ -7,7 +7,7 @@ import pytest
 import torch
 from codegen_helpers import run_both
 
-from neuroncc.codegen.llvm import Layout
+from neuroncc.codegen.llvm.views import Layout
 from neuroncc.codegen.llvm.schedule import plan_kernel
 from neuroncc.codegen.llvm.kernel_plan import RowLoop
 from neuroncc.codegen.llvm.regions import fuse_whole_function, make_kernel

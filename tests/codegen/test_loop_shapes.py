@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 from codegen_helpers import run_both
 
-from neuroncc.codegen.llvm import Layout, refine, transpose
+from neuroncc.codegen.llvm import refine, transpose
+from neuroncc.codegen.llvm.views import Layout
 from neuroncc.codegen.llvm.schedule import plan_kernel
 from neuroncc.codegen.llvm.context import EmitContext
 from neuroncc.codegen.llvm.emit import KernelEmitter

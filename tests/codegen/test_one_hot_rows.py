@@ -8,7 +8,8 @@ import re
 import numpy as np
 import pytest
 
-from neuroncc.codegen.llvm import Layout, jit, one_hot_rows
+from neuroncc.codegen.llvm import jit, one_hot_rows
+from neuroncc.codegen.llvm.views import Layout
 from neuroncc.codegen.llvm.emit import emit_kernel
 from neuroncc.codegen.llvm.kernel_plan import Computed, MapStage
 from neuroncc.codegen.llvm.regions import fuse_whole_function

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 from codegen_helpers import assert_matches, run_both, special_floats
 
-from neuroncc.codegen.llvm import Layout, jit
+from neuroncc.codegen.llvm import jit
+from neuroncc.codegen.llvm.views import Layout
 from neuroncc.codegen.llvm.emit import emit_kernel
 from neuroncc.codegen.llvm.regions import fuse_whole_function
 from neuroncc.codegen.llvm.schedule import plan_kernel

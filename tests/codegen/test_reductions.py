@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 from codegen_helpers import run_both, special_floats
 
-from neuroncc.codegen.llvm import Layout, jit, stages
+from neuroncc.codegen.llvm import jit, stages
+from neuroncc.codegen.llvm.views import Layout
 from neuroncc.codegen.llvm.emit import emit_kernel
 from neuroncc.codegen.llvm.schedule import plan_kernel
 from neuroncc.executors.cpu.launcher import build_cpu_executable

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from neuroncc.codegen.llvm import Layout
+from neuroncc.codegen.llvm.views import Layout
 from neuroncc.codegen.llvm.emit import emit_kernel
 from neuroncc.codegen.llvm.schedule import plan_kernel
 from neuroncc.codegen.llvm.kernel_plan import TransposedMap

@@ -13,7 +13,7 @@ import math
 import pytest
 from codegen_helpers import run_both
 
-from neuroncc.codegen.llvm import Layout
+from neuroncc.codegen.llvm.views import Layout
 from neuroncc.codegen.llvm.in_place import writes_in_place
 from neuroncc.codegen.llvm.kernel_plan import ChunkedRows, RowLoop
 from neuroncc.codegen.llvm.regions import fuse_whole_function

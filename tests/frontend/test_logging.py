@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import neuroncc  # noqa: F401
-from neuroncc.driver.records import configure_log_from_environ
+from neuroncc.driver.log_settings import configure_log_from_environ
 from neuroncc.errors import InputError
 from neuroncc.frontend.backend import changed_inputs
 from warm_python import WarmPython

@@ -129,3 +129,23 @@ def test_the_same_attribute_text_on_two_ops_gets_each_ops_defaults():
     first, var, repeat = fn.ops
     assert dict(var.attrs) == {"dims": (0,), "keepdim": False, "correction": 1.0}
     assert dict(first.attrs) == dict(repeat.attrs) == {"dims": (0,), "keepdim": False}
+
+
+def test_a_repeated_attribute_list_is_reused_whole_with_braces_in_strings_and_comments():
+    # a repeat of an op's attribute text is found by matching the list's text up to its first '}' outside a
+    # string literal (parser._ATTR_TEXT) and not parsed again: a '}' inside a string or a comment must neither
+    # cut the list short nor reuse another list's attributes
+    kernel = ("  %{n} = kernel %x {{name = \"a}}b\", target = \"cpu\"}} : tensor<2xf32> region(%a: tensor<2xf32>) {{\n"
+              "    return %a\n  }}\n")
+    fn = parse("func @f(%x: tensor<2xf32>) -> (tensor<2xf32>, tensor<2xf32>) {\n"
+               + kernel.format(n=0) + kernel.format(n=1) + "  return %0, %1\n}\n")
+    first, repeat = fn.ops
+    assert first.attrs["name"] == "a}b" and repeat.attrs is first.attrs
+    fn = parse("func @f(%x: tensor<4x3xf32>) -> (tensor<3xf32>, tensor<1x3xf32>, tensor<1x3xf32>) {\n"
+               "  %0 = sum %x {dims = [0]} : tensor<3xf32>\n"
+               "  %1 = sum %x {dims = [0], // keep } the dim\n keepdim = true} : tensor<1x3xf32>\n"
+               "  %2 = sum %x {dims = [0], // keep } the dim\n keepdim = true} : tensor<1x3xf32>\n"
+               "  return %0, %1, %2\n}\n")
+    plain, kept, again = fn.ops
+    assert dict(plain.attrs) == {"dims": (0,), "keepdim": False}
+    assert dict(kept.attrs) == dict(again.attrs) == {"dims": (0,), "keepdim": True}

@@ -13,15 +13,9 @@ they and the stage emitters see the emitter through ``context.EmitContext``. The
 (``program.py``) decides layouts and buffers, into a launch plan (``launch_plan.py``: data and its JSON); the
 launcher (``neuroncc.executors.cpu.launcher``) runs the phases across threads.
 
-This package imports only the layouts (``views``) and the host CPU: loading an artifact (``launch_plan``,
-``jit``) does not import the planner or the emitters; import those from their modules.
+This package imports none of its modules: loading an artifact (``launch_plan``, ``native_library``, ``jit``)
+imports neither the planner and the emitters nor the layouts of view ops (``views``, which a graph cache hit
+does not use: tests/frontend/test_warm_imports.py); import each from its module.
 
 May import: errors, hardware, ir, passes, llvmlite.
 """
-
-from __future__ import annotations
-
-from neuroncc.hardware.host import CpuTarget, host_cpu
-from neuroncc.codegen.llvm.views import Layout, reshape_strides, view_layout
-
-__all__ = ["CpuTarget", "Layout", "host_cpu", "reshape_strides", "view_layout"]

@@ -9,13 +9,12 @@ The launcher uses the same rules for top-level view ops.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from neuroncc.ir.dtypes import DType
 from neuroncc.ir.graph import Op
-from neuroncc.ir.types import TensorType, contiguous_strides
+from neuroncc.ir.types import TensorType, contiguous_strides, storage_extent
 from neuroncc.ir.strides import reshape_strides
 
 
@@ -40,9 +39,7 @@ class Layout:
     @property
     def extent(self) -> int:
         """Elements of storage from the view's first element to one past its last."""
-        if math.prod(self.shape) == 0:
-            return 0
-        return 1 + sum((n - 1) * s for n, s in zip(self.shape, self.strides))
+        return storage_extent(self.shape, self.strides)
 
 
 def _split_offsets(op: Op) -> list[int]:

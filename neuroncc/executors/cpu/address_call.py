@@ -26,6 +26,7 @@ from neuroncc.executors.cpu.buffers import storage_dtype
 from neuroncc.executors.cpu.native_sequence import NativeSequence
 from neuroncc.executors import tracing
 from neuroncc.executors.tracing import active_tracer
+from neuroncc.ir.types import storage_extent
 
 
 class _CallFlats:
@@ -89,7 +90,7 @@ class AddressCall:
             spec = plan.values[value_id]
             dtype = storage_dtype(spec.dtype)
             strides = tuple(exe.output_strides[position])
-            extent = _extent(spec.shape, strides)
+            extent = storage_extent(spec.shape, strides)
             self._copied.append((position, value_id, dtype, (tuple(spec.shape), strides, extent)))
         self._single = self._single_kernel()
         self._sequence = self._whole_sequence() if self._single is None else None
@@ -222,9 +223,3 @@ class AddressCall:
                 target = _array_at(outputs[position], extent, dtype)
                 np.copyto(np.lib.stride_tricks.as_strided(target, shape, tuple(s * dtype.itemsize for s in strides)),
                           source)
-
-
-def _extent(shape: Sequence[int], strides: Sequence[int]) -> int:
-    if any(size == 0 for size in shape):
-        return 0
-    return 1 + sum((size - 1) * stride for size, stride in zip(shape, strides))

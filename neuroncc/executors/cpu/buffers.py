@@ -8,10 +8,9 @@ import ctypes
 import numpy as np
 
 from neuroncc.codegen.llvm.launch_plan import ALIGN, BufferKind
-from neuroncc.codegen.llvm.views import Layout
 from neuroncc.hardware.host import ALIAS_PERIOD_BYTES, PLACED_OUTPUT_MIN_BYTES, placement_shift
 from neuroncc.ir.dtypes import DType
-from neuroncc.ir.types import contiguous_strides
+from neuroncc.ir.types import contiguous_strides, storage_extent
 
 
 def storage_dtype(name: str) -> np.dtype:
@@ -92,7 +91,7 @@ def copy_layouts(function) -> list[tuple[int, tuple[int, ...], tuple[int, ...]] 
     """Per output of ``function``: None (an output copied is copied in C order) or (extent, shape, strides)
     of the strided type it is copied into."""
     return [None if v.type.strides is None else
-            (Layout(0, 0, v.type.shape, v.type.strides, v.type.dtype).extent, v.type.shape, v.type.strides)
+            (storage_extent(v.type.shape, v.type.strides), v.type.shape, v.type.strides)
             for v in function.outputs]
 
 
