@@ -7,6 +7,15 @@ boundary: the gap is TorchDynamo's and AOTAutograd's path run on emptied caches)
 
 Run: ``/work/bin/heavy x python benchmarks/bench_call_path.py`` (medians of interleaved calls, CPU time of the
 calling thread). A diagnosis tool: it reaches into the front end's ``CompiledGraph`` to call its executable.
+
+``--layers mlp|ln [--threads N]``: the compiled call's layers, each called on its own, outermost first
+(bench_launch.py's breakdown style), on the tiny MLP's inference (8x64 -> 256 -> 10) or on the bf16 LayerNorm
+above: eager; TorchDynamo's floor (``backend="eager"``); the neuroncc call as compiled (an inference graph
+takes the lean call, frontend/lean_call.py); the same graph through AOTAutograd's runtime wrappers (the call
+before the lean path, A/B in one process: the backend's callable swapped for its ``slow``); then the backend's
+callable without TorchDynamo's frame, the lean call without the ``disable`` wrapper, AOTAutograd's runtime,
+``CompiledGraph``, ``DirectCall`` (guard + launch), ``launch`` (outputs made) and the address call alone
+(outputs held). Each row's difference from the next is that layer's cost.
 """
 
 from __future__ import annotations
@@ -106,5 +115,92 @@ def cold_caches() -> None:
         print(f"{name:44s} {statistics.median(times) * 1e6:.1f} us")
 
 
+def layers(which: str, threads: int) -> None:
+    """The per-layer breakdown (see the module docstring)."""
+    import os
+    import statistics
+
+    from neuroncc.frontend.backend import neuron_backend
+
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    returned: dict = {}
+
+    def recording(gm, example_inputs):
+        fn = neuron_backend(gm, example_inputs)
+        returned["fn"] = fn
+
+        def call(*args):
+            returned.setdefault("args", args)
+            return fn(*args)
+        return call
+
+    def through_aot_runtime(gm, example_inputs):  # the call before the lean path: AOTAutograd's runtime
+        fn = neuron_backend(gm, example_inputs)
+        return getattr(fn, "slow", fn)
+
+    if which == "mlp":
+        model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10)).eval()
+        inputs, repeats = (torch.randn(8, 64),), 1000
+    else:
+        model, repeats = layernorm, 31
+        inputs = tuple(torch.randn(s, dtype=torch.bfloat16) for s in [(8192, 1024), (1024,), (1024,)])
+    clock = time.thread_time if threads == 1 else time.perf_counter
+    compiled = {name: torch.compile(model, backend=backend, dynamic=False)
+                for name, backend in [("floor", "eager"), ("neuroncc", "neuron"), ("aot", through_aot_runtime),
+                                      ("recorded", recording)]}
+    with torch.no_grad():
+        for _ in range(3):
+            for fn in compiled.values():
+                fn(*inputs)
+        import neuroncc.executors.cpu.tiers as tiers
+
+        tiers.OPTIMIZER.wait()
+        for fn in compiled.values():
+            fn(*inputs)
+        fn, args = returned["fn"], returned["args"]
+        lean = fn.__wrapped__  # TorchDynamo's disable wrapper around lean_call.lean_inference's callable
+        slow = fn.slow
+        graph = made[-1]
+        full = list(args)  # TorchDynamo passes the module's parameters as graph inputs: none are prepended
+        direct = graph.direct
+        tensors = direct._tensors(full)
+        tensors = (tensors,) if len(direct.inputs) == 1 else tensors
+        addresses = [t.data_ptr() for t in tensors]
+        held = direct.launch(addresses)
+        pointers = [t.data_ptr() if t is not None else 0 for t in held]
+        impls = {
+            "eager": lambda: model(*inputs),
+            "TorchDynamo floor (backend=eager)": lambda: compiled["floor"](*inputs),
+            "neuroncc torch.compile (lean call)": lambda: compiled["neuroncc"](*inputs),
+            "neuroncc torch.compile, AOTAutograd runtime": lambda: compiled["aot"](*inputs),
+            "backend's callable (no Dynamo frame)": lambda: fn(*args),
+            "lean call, no disable wrapper": lambda: lean(*args),
+            "AOTAutograd's runtime (disable + wrappers)": lambda: slow(*args),
+            "CompiledGraph([inputs])": lambda: graph(list(full)),
+            "CompiledGraph.lean_call(inputs)": lambda: graph.lean_call(full),
+            "DirectCall(inputs)": lambda: direct(full),
+            "launch(addresses): outputs made": lambda: direct.launch(addresses),
+            "address call, outputs held": lambda: direct.run(addresses, pointers),
+        }
+        samples = {name: [] for name in impls}
+        for _ in range(3):  # three interleaved runs, the median of their medians
+            for name, seconds in interleaved(impls, repeats=repeats // 3 + 1, warmup=5, clock=clock).items():
+                samples[name].append(seconds)
+    eager = statistics.median(samples["eager"])
+    unit, scale = ("us", 1e6)
+    print(f"{which}, {threads} thread(s), {'CPU time' if threads == 1 else 'wall time'}, load "
+          f"{', '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    for name, times in samples.items():
+        t = statistics.median(times)
+        print(f"{name:46s} {t * scale:9.1f} {unit}  {t / eager:5.2f}x eager")
+
+
 if __name__ == "__main__":
-    main()
+    import sys
+
+    if "--layers" in sys.argv:
+        threads = int(sys.argv[sys.argv.index("--threads") + 1]) if "--threads" in sys.argv else 1
+        layers(sys.argv[sys.argv.index("--layers") + 1], threads)
+    else:
+        main()

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
 import torch.fx as fx
 from torch._dynamo.backends.common import aot_autograd
 from torch._functorch._aot_autograd.utils import make_boxed_func
@@ -27,6 +28,7 @@ from neuroncc.frontend.boundary import HostDevice
 from neuroncc.frontend.compiled import CompiledGraph
 from neuroncc.frontend.diagnostics import DATA_DEPENDENT_ERRORS, data_dependent_refusal
 from neuroncc.frontend.fallback import has_communication, partition_and_compile
+from neuroncc.frontend.lean_call import lean_inference, lean_refusal, module_params_buffers
 from neuroncc.frontend.lowering.attention import attention_tracing
 from neuroncc.frontend.lowering.decompositions import decomposition_table
 from neuroncc.frontend.lowering.random_ops import regenerate_random_in_backward, save_random_states
@@ -64,6 +66,12 @@ def compile_with_aot_autograd(gm: fx.GraphModule, example_inputs: list[Any], nam
             raise data_dependent_refusal(gm, error) from error
     if recorder is not None:
         recorder.aot_returned()
+    if compilers.compiled_inference:  # an inference graph: AOTAutograd's wrappers left out where they do nothing
+        graph, meta, graph_inputs = compilers.compiled_inference[-1]
+        params_buffers = module_params_buffers(gm)
+        if lean_refusal(graph, meta, graph_inputs, len(params_buffers) + len(example_inputs),
+                        torch._C._is_any_autocast_enabled()) is None:
+            return lean_inference(compiled, graph, params_buffers)
     return compiled
 
 
@@ -77,6 +85,8 @@ class AtenCompilers:
     recorder: graph_cache.GraphRecorder | None = None  # collects the graph cache's entry on a miss
     #: the forward graph compiled (its backward shares its arena)
     compiled_forward: list[Any] = field(default_factory=list)
+    #: the inference graph compiled, with AOTAutograd's runtime metadata and its number of inputs (lean_call.py)
+    compiled_inference: list[tuple[Any, Any, int]] = field(default_factory=list)
     #: "forward": what the forward graph's ops say about its saved activations, for the backward graph
     saved_facts: dict[str, SavedFacts] = field(default_factory=dict)
 
@@ -107,6 +117,9 @@ class AtenCompilers:
 
     def inference(self, gm: fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
         compiled = self._compile(gm, "inference")
+        context = torch._guards.TracingContext.try_get()
+        self.compiled_inference.append((compiled, getattr(context, "fw_metadata", None),
+                                        sum(node.op == "placeholder" for node in gm.graph.nodes)))
         if self.recorder is not None:
             self.recorder.forward_compiled(gm, compiled, frozenset(), "inference")
         return compiled

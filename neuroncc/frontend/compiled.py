@@ -8,6 +8,7 @@ missing gradients are ``None``. In-place updates of inputs are written back befo
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -72,6 +73,9 @@ class CompiledGraph:
         self.in_place = frozenset(index for position, index in graph.mutations
                                   if index in in_place and graph.param_positions[in_place[index]] == position)
         self._direct_copies = self._copies_after_direct_calls()
+        #: the IR output of each graph output, when every one is computed (the lean call's list, made directly)
+        self._computed_only = tuple(output.index for output, _ in self.outputs) \
+            if all(isinstance(output, ComputedOutput) for output, _ in self.outputs) else None
         self._arena_partner: CompiledGraph | None = None
 
     def share_arena_with(self, other: CompiledGraph) -> None:
@@ -134,6 +138,30 @@ class CompiledGraph:
         """The call on data pointers of this graph's final executable, or None: some tensor crosses converted,
         the executable is not the cpu target's, or its optimized build is still to come."""
         return self._direct if self._pending is None else None
+
+    @property
+    def lean_call(self) -> Any:
+        """``call(args) -> outputs or None``: this graph's direct call and its outputs, nothing else (no list
+        cleared, no numpy path: None when a tensor of this call does not cross as it is); None when the graph
+        has no direct call. For lean_call.py, which decides when AOTAutograd's wrappers may be left out."""
+        return self._lean if self._direct is not None else None
+
+    def _lean(self, args: Sequence[Any]) -> list[Any] | None:
+        if self._pending is not None and self._pending.done():
+            self._take_optimized()
+        try:
+            made = self._direct(args)
+        except LinalgInputError as error:
+            raise torch.linalg.LinAlgError(str(error)) from error
+        if made is None:
+            return None
+        if self._direct_copies:
+            with torch.no_grad():
+                for position, index in self._direct_copies:
+                    args[position].copy_(made[index])
+        if self._computed_only is not None:
+            return [made[index] for index in self._computed_only]
+        return self.graph_outputs(args, lambda output, _: made[output.index])
 
     def _take_optimized(self) -> None:
         """Run the optimized build from now on (if it failed, the quick code stays: the same results, slower;

@@ -55,6 +55,7 @@ from neuroncc.frontend.aot_metadata import BadMetadata, UnsupportedMetadata, dec
 from neuroncc.frontend.compiled import CompiledGraph
 from neuroncc.frontend.convert import TensorSpec
 from neuroncc.frontend.graph_key import Uncacheable, key_parts
+from neuroncc.frontend.lean_call import lean_inference, lean_refusal
 from neuroncc.frontend.imported import ComputedOutput, ConstantOutput, ImportedGraph, InputOutput
 from neuroncc.frontend.options import BackendOptions
 import neuroncc
@@ -202,7 +203,13 @@ def _rebuild(payload: Any, cache: CompileCache, target: str, gm: fx.GraphModule,
     # AOTAutograd's dedupe and synthetic-base wrappers do nothing for inputs that share no memory (the key
     # refuses the others), so the dispatch wrapper list is empty
     compiled, _ = post_compile([], compiled, aot_config, runtime_metadata=meta)
-    return _module_call(compiled, params_buffers, gm)
+    runtime = _module_call(compiled, params_buffers, gm)
+    if not training:  # AOTAutograd's wrappers left out where they do nothing (lean_call.py), as on a compile;
+        # the graph takes one argument per input (the dedupe wrapper's list is empty: see above)
+        inputs = len(params_buffers) + sum(node.op == "placeholder" for node in gm.graph.nodes)
+        if lean_refusal(forward, meta, inputs, inputs, disable_amp) is None:
+            return lean_inference(runtime, forward, params_buffers)
+    return runtime
 
 
 def _module_call(compiled: Callable[..., Any], params_buffers: list[Any], gm: fx.GraphModule) -> Callable[..., Any]:
