@@ -53,8 +53,8 @@ def implementations(threads: int, distances: list[int]) -> tuple[dict, torch.Ten
     plain, streaming = (mk.compile_kernel(mk.stream_module(nt), "stream") for nt in (False, True))
     stream = mk.Stream(plain, streaming, nbytes, nbytes, (x.data_ptr(), nbytes))
     impls = {"copy roof (stream, nt stores)": stream.runner("streaming", threads)}
-    rows = [("c", layernorm_graph(ROWS, COLS), layernorm, [x, w, b]), ("c'", stream_graph(ROWS, COLS), affine, [x, w, b]),
-            ("rms", None, rmsnorm, [x, w])]
+    rows = [("c", layernorm_graph(ROWS, COLS), layernorm, [x, w, b]),
+            ("c'", stream_graph(ROWS, COLS), affine, [x, w, b]), ("rms", None, rmsnorm, [x, w])]
     for key, graph, eager, inputs in rows:
         expected = eager(*inputs)
         addresses = [t.data_ptr() for t in inputs]
