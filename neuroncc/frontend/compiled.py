@@ -44,6 +44,10 @@ class CompiledGraph:
         final = getattr(executable, "final", None)
         self.executable = final() if final is not None else executable
         self._pending = getattr(self.executable, "optimized", None)
+        # An executable whose kernels' code is still being finished in the background (the cpu launcher's
+        # deferred_code.py) binds it at its first call, which waits for it (and raises the build's own error if
+        # that failed, on every call); the direct call is made after that first call
+        self._code_pending = getattr(self.executable, "code_pending", None) is not None
         self.device = device  # a host-memory device whose tensors this graph reads and returns (boundary.py)
         ensure_installed()  # torch.profiler sees the executable's kernels (frontend/profiling.py)
         # AOTAutograd passes the arguments as one list that we may clear. An instance attribute, not a class
@@ -64,7 +68,8 @@ class CompiledGraph:
             self.outputs.append((output, numpy_layout(output.spec)))
             self.output_strides.append(output.spec.stride)
         # the common CPU call on data pointers, when no tensor of this graph needs converting (direct_call.py)
-        self._direct = DirectCall.of(self.executable, graph, self.outputs) if device is None else None
+        self._direct = DirectCall.of(self.executable, graph, self.outputs) \
+            if device is None and not self._code_pending else None
         #: IR outputs of mutations the executable computes in the mutated input's own storage (the function's
         #: ``donated`` metadata, where its launch plan allowed it): no write-back when the input was passed
         #: as it is (the direct call always; the numpy path unless the input crossed as a converted copy)
@@ -86,7 +91,8 @@ class CompiledGraph:
     def _share_arena(self) -> None:
         partner = self._arena_partner
         share = getattr(self.executable, "sharing_arena", None)
-        if partner is None or share is None or self._pending is not None or partner._pending is not None:
+        if partner is None or share is None or self._pending is not None or partner._pending is not None \
+                or self._code_pending or partner._code_pending:
             return
         mine, theirs = share(partner.executable)
         self._run(mine)
@@ -107,6 +113,8 @@ class CompiledGraph:
         if self.device is not None:
             outputs = self.device.run(self, args)
             args.clear()
+            if self._code_pending:
+                self._code_bound()
             return outputs
         graph = self.graph
         if self._direct is not None:
@@ -122,6 +130,8 @@ class CompiledGraph:
             # The cpu target's ATen call raises torch's own error; the numpy references (interp, nki-sim) raise
             # the IR's. Users catch what eager raises, whatever the target: the IR's error stays the cause.
             raise torch.linalg.LinAlgError(str(error)) from error
+        if self._code_pending:
+            self._code_bound()
         outputs = self.graph_outputs(args, lambda output, layout: wrap_result(results[output.index], output.spec,
                                                                              layout))
         if graph.mutations:
@@ -134,6 +144,15 @@ class CompiledGraph:
         """The call on data pointers of this graph's final executable, or None: some tensor crosses converted,
         the executable is not the cpu target's, or its optimized build is still to come."""
         return self._direct if self._pending is None else None
+
+    def _code_bound(self) -> None:
+        """After the first call of an executable whose code was pending (it bound the code): the direct call,
+        and the arena shared with the partner graph if both are ready."""
+        self._code_pending = False
+        if self.device is None:
+            self._direct = DirectCall.of(self.executable, self.graph, self.outputs)
+            self._direct_copies = self._copies_after_direct_calls()
+        self._share_arena()
 
     def _take_optimized(self) -> None:
         """Run the optimized build from now on (if it failed, the quick code stays: the same results, slower;
