@@ -46,7 +46,7 @@ class CompiledGraph:
         self._pending = getattr(self.executable, "optimized", None)
         # An executable whose kernels' code is still being finished in the background (the cpu launcher's
         # deferred_code.py) binds it at its first call, which waits for it (and raises the build's own error if
-        # that failed, on every call); the direct call is made after that first call
+        # that failed, on every call) and then makes the direct call
         self._code_pending = getattr(self.executable, "code_pending", None) is not None
         self.device = device  # a host-memory device whose tensors this graph reads and returns (boundary.py)
         ensure_installed()  # torch.profiler sees the executable's kernels (frontend/profiling.py)
@@ -108,13 +108,13 @@ class CompiledGraph:
             self._direct_copies = self._copies_after_direct_calls()
 
     def __call__(self, args: list[Any]) -> list[Any]:
+        if self._code_pending:
+            self._bind_code()
         if self._pending is not None and self._pending.done():
             self._take_optimized()
         if self.device is not None:
             outputs = self.device.run(self, args)
             args.clear()
-            if self._code_pending:
-                self._code_bound()
             return outputs
         graph = self.graph
         if self._direct is not None:
@@ -130,8 +130,6 @@ class CompiledGraph:
             # The cpu target's ATen call raises torch's own error; the numpy references (interp, nki-sim) raise
             # the IR's. Users catch what eager raises, whatever the target: the IR's error stays the cause.
             raise torch.linalg.LinAlgError(str(error)) from error
-        if self._code_pending:
-            self._code_bound()
         outputs = self.graph_outputs(args, lambda output, layout: wrap_result(results[output.index], output.spec,
                                                                              layout))
         if graph.mutations:
@@ -145,9 +143,11 @@ class CompiledGraph:
         the executable is not the cpu target's, or its optimized build is still to come."""
         return self._direct if self._pending is None else None
 
-    def _code_bound(self) -> None:
-        """After the first call of an executable whose code was pending (it bound the code): the direct call,
-        and the arena shared with the partner graph if both are ready."""
+    def _bind_code(self) -> None:
+        """At the first call of an executable whose code was pending: wait for the code and bind it (raising the
+        build's error, then and on every later call, if it failed), then make the direct call and share the
+        arena with the partner graph if both are ready."""
+        self.executable.bind_code()
         self._code_pending = False
         if self.device is None:
             self._direct = DirectCall.of(self.executable, self.graph, self.outputs)
