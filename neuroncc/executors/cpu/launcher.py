@@ -18,7 +18,11 @@ machine oversubscribed by other processes, where OpenMP's spinning barriers degr
 number or Value; see :func:`neuroncc.codegen.llvm.program.plan_launch`), ``quick_first`` (False; True for a
 caller that waits on the compile, the eager device: kernels start at LLVM's quick tier when
 :mod:`neuroncc.executors.cpu.tiers` says so, and ``executable.optimized`` brings the optimized code;
-``"modules"``, torch.compile's graphs: the decision is made per module, see that module).
+``"modules"``, torch.compile's graphs: the decision is made per module, see that module; such a build also
+returns before LLVM has finished: the last workers, the link and the load run on a thread of their own
+(:mod:`neuroncc.executors.cpu.deferred_code`), and the executable binds its native steps to the code when it is
+first needed, ``CpuExecutable.bind_code``, at the latest at its first call). The options are read in
+:mod:`neuroncc.executors.cpu.build_options`.
 """
 
 from __future__ import annotations
