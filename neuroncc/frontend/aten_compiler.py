@@ -29,7 +29,7 @@ from neuroncc.frontend.saved_facts import SavedFacts, with_saved_facts
 from neuroncc.ir import Function, collect_resources, print_function
 from neuroncc.driver.compile import compile_graph
 from neuroncc.driver.records import CompileRecord
-from neuroncc.executors.cpu.launcher import QUICK_MODULES
+from neuroncc.executors.cpu.build_options import QUICK_MODULES
 
 log = logging.getLogger("neuroncc.frontend")
 

@@ -45,6 +45,10 @@ class CompiledGraph:
         final = getattr(executable, "final", None)
         self.executable = final() if final is not None else executable
         self._pending = getattr(self.executable, "optimized", None)
+        # An executable whose kernels' code is still being finished in the background (the cpu launcher's
+        # deferred_code.py) binds it at its first call, which waits for it (and raises the build's own error if
+        # that failed, on every call) and then makes the direct call
+        self._code_pending = getattr(self.executable, "code_pending", None) is not None
         self.device = device  # a host-memory device whose tensors this graph reads and returns (boundary.py)
         ensure_installed()  # torch.profiler sees the executable's kernels (frontend/profiling.py)
         # AOTAutograd passes the arguments as one list that we may clear. An instance attribute, not a class
@@ -65,7 +69,8 @@ class CompiledGraph:
             self.outputs.append((output, numpy_layout(output.spec)))
             self.output_strides.append(output.spec.stride)
         # the common CPU call on data pointers, when no tensor of this graph needs converting (direct_call.py)
-        self._direct = DirectCall.of(self.executable, graph, self.outputs) if device is None else None
+        self._direct = DirectCall.of(self.executable, graph, self.outputs) \
+            if device is None and not self._code_pending else None
         #: IR outputs of mutations the executable computes in the mutated input's own storage (the function's
         #: ``donated`` metadata, where its launch plan allowed it): no write-back when the input was passed
         #: as it is (the direct call always; the numpy path unless the input crossed as a converted copy)
@@ -90,7 +95,8 @@ class CompiledGraph:
     def _share_arena(self) -> None:
         partner = self._arena_partner
         share = getattr(self.executable, "sharing_arena", None)
-        if partner is None or share is None or self._pending is not None or partner._pending is not None:
+        if partner is None or share is None or self._pending is not None or partner._pending is not None \
+                or self._code_pending or partner._code_pending:
             return
         mine, theirs = share(partner.executable)
         self._run(mine)
@@ -106,6 +112,8 @@ class CompiledGraph:
             self._direct_copies = self._copies_after_direct_calls()
 
     def __call__(self, args: list[Any]) -> list[Any]:
+        if self._code_pending:
+            self._bind_code()
         if self._pending is not None and self._pending.done():
             self._take_optimized()
         if self.device is not None:
@@ -143,12 +151,19 @@ class CompiledGraph:
     def lean_call(self) -> Any:
         """``call(args) -> outputs or None``: this graph's direct call and its outputs, nothing else (no list
         cleared, no numpy path: None when a tensor of this call does not cross as it is); None when the graph
-        has no direct call. For lean_call.py, which decides when AOTAutograd's wrappers may be left out."""
-        return self._lean if self._direct is not None else None
+        has no direct call. For lean_call.py, which decides when AOTAutograd's wrappers may be left out. A graph
+        whose code is still pending (deferred_code.py) gets its direct call when the code is bound, at its first
+        call: until then the lean call is offered, and that first call binds the code."""
+        has_direct = self._direct is not None or (self._code_pending and self.device is None)
+        return self._lean if has_direct else None
 
     def _lean(self, args: Sequence[Any]) -> list[Any] | None:
+        if self._code_pending:
+            self._bind_code()
         if self._pending is not None and self._pending.done():
             self._take_optimized()
+        if self._direct is None:
+            return None
         try:
             made = self._direct(args)
         except LinalgInputError as error:
@@ -162,6 +177,17 @@ class CompiledGraph:
         if self._computed_only is not None:
             return [made[index] for index in self._computed_only]
         return self.graph_outputs(args, lambda output, _: made[output.index])
+
+    def _bind_code(self) -> None:
+        """At the first call of an executable whose code was pending: wait for the code and bind it (raising the
+        build's error, then and on every later call, if it failed), then make the direct call and share the
+        arena with the partner graph if both are ready."""
+        self.executable.bind_code()
+        self._code_pending = False
+        if self.device is None:
+            self._direct = DirectCall.of(self.executable, self.graph, self.outputs)
+            self._direct_copies = self._copies_after_direct_calls()
+        self._share_arena()
 
     def _take_optimized(self) -> None:
         """Run the optimized build from now on (if it failed, the quick code stays: the same results, slower;

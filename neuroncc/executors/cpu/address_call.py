@@ -75,6 +75,7 @@ class AddressCall:
     written to address ``outputs[j]`` (see the module docstring for the layouts)."""
 
     def __init__(self, exe: Any):
+        exe.bind_code()  # its native steps (waits for code still being finished in the background)
         plan = exe.plan
         self.exe = exe
         # (buffer number, is an input, param or output position, extent, dtype) of each per-call buffer

@@ -18,7 +18,11 @@ machine oversubscribed by other processes, where OpenMP's spinning barriers degr
 number or Value; see :func:`neuroncc.codegen.llvm.program.plan_launch`), ``quick_first`` (False; True for a
 caller that waits on the compile, the eager device: kernels start at LLVM's quick tier when
 :mod:`neuroncc.executors.cpu.tiers` says so, and ``executable.optimized`` brings the optimized code;
-``"modules"``, torch.compile's graphs: the decision is made per module, see that module).
+``"modules"``, torch.compile's graphs: the decision is made per module, see that module; such a build also
+returns before LLVM has finished: the last workers, the link and the load run on a thread of their own
+(:mod:`neuroncc.executors.cpu.deferred_code`), and the executable binds its native steps to the code when it is
+first needed, ``CpuExecutable.bind_code``, at the latest at its first call). The options are read in
+:mod:`neuroncc.executors.cpu.build_options`.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import hashlib
 import threading
 import time
 from collections.abc import Mapping
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +55,10 @@ from neuroncc.executors.cpu.buffers import storage_dtype as _storage_dtype
 from neuroncc.executors.cpu.buffers import strided_view as _view
 from neuroncc.executors.cpu.extern import run_extern
 from neuroncc.executors.cpu.extern_library import LIBRARY_CALLS, run_library
-from neuroncc.executors.cpu.helpers import RUNTIME_FILE, SEQUENCE, TEAM, offer, runtime_json, wants_offers
+from neuroncc.executors.cpu.build_options import QUICK_MODULES, compile_workers, memory_plan, quick_first, \
+    threading_mode, thread_count
+from neuroncc.executors.cpu.deferred_code import finish_in_background
+from neuroncc.executors.cpu.helpers import RUNTIME_FILE, SEQUENCE, TEAM, helper_module, offer, runtime_json, wants_offers
 from neuroncc.executors.cpu.native_sequence import interpreter_ir, sequence_calls
 from neuroncc.executors.cpu.tiers import GRAPH_QUIET_SECONDS, OPTIMIZER, quick_tier_applies
 from neuroncc.codegen.llvm.launch_plan import (
@@ -59,7 +67,7 @@ from neuroncc.codegen.llvm.launch_plan import (
 from neuroncc.executors.cpu.step_host import ErrorFlag
 from neuroncc.executors.cpu.step_names import graph_info, step_infos
 from neuroncc.executors.cpu.steps import BlasStep, KernelIndexError, NativeKernel, prepare_blas
-from neuroncc.executors.cpu.threads import default_threads, get_pool, get_team
+from neuroncc.executors.cpu.threads import get_pool, get_team
 from neuroncc.executors import tracing
 from neuroncc.executors.tracing import active_tracer, traced_steps
 from neuroncc.ir.interpreter import run_op
@@ -77,6 +85,11 @@ def stored_code(module: Any) -> bytes:
     return module.library if module.form is CodeForm.SHARED_LIBRARY else write_archive(module.objects)
 #: The process-wide helpers an artifact carries (runtime.json, helpers.py), with their IR generators.
 HELPERS = {TEAM: team_entry_ir, SEQUENCE: interpreter_ir}
+
+
+def _runs_code(step: StepSpec) -> bool:
+    """Whether ``step`` runs the kernels' native code (:meth:`CpuExecutable._runner` makes a NativeKernel)."""
+    return step.kind not in (StepKind.EXTERN, StepKind.VIEW_COPY) and step.native
 
 
 def _output_shaping(spec: ValueSpec, buffer: Any) -> ValueSpec | tuple[int, ...]:
@@ -142,17 +155,60 @@ class CpuExecutable:
         #: function's ``donated`` metadata, where the launch plan allowed it); a call returns them as views of
         #: the input's storage as passed (the caller's array, or the converted copy the call made of it)
         self.in_place: dict[int, int] = dict(plan.in_place)
-        self._runners = [self._runner(step) for step in plan.steps]
-        # what a call runs: step by step (traced calls wrap these), and with runs of native steps as one native
-        # call each (native_sequence.py), the untraced path
-        self._step_calls = [getattr(r, "fast", None) or r for r in self._runners]
-        self._calls = sequence_calls(self._runners, self._step_calls, len(plan.buffers))
+        #: None, or while the kernels' code is being finished in the background (``deferred_code.py``): its
+        #: future. The native steps are bound to the code when something first needs it (:meth:`bind_code`:
+        #: the first call, a traced call, saving, sharing an arena); until then they are None here.
+        self.code_pending: Future | None = module if isinstance(module, Future) else None
+        if self.code_pending is not None:
+            self.module = None
+        self._bind_lock = threading.Lock()
+        self._runners: list[Any] = [None if self.code_pending is not None and _runs_code(step) else self._runner(step)
+                                    for step in plan.steps]
+        if self.code_pending is None:
+            self._bind_calls()
+        else:  # the first call binds, then runs the real calls (no check on later calls' path)
+            self._step_calls, self._calls = [], [self._first_run]
         self._traced: tuple[Any, list[Any], Any] | None = None  # (tracer, its wrapped calls, graph info)
         #: None, or while this executable runs LLVM's quick-tier code: the future of the same executable with
         #: optimized code (executors/cpu/tiers.py); saving waits for it
         self.optimized: Any = None
         self.stats = self._stats(compile_seconds)
-        self.stats["blas_calls"] = sum(getattr(r, "blas", None) is not None for r in self._runners)
+        self.stats["blas_calls"] = self._blas_calls()
+
+    def _bind_calls(self) -> None:
+        # what a call runs: step by step (traced calls wrap these), and with runs of native steps as one native
+        # call each (native_sequence.py), the untraced path
+        self._step_calls = [getattr(r, "fast", None) or r for r in self._runners]
+        self._calls = sequence_calls(self._runners, self._step_calls, len(self.plan.buffers))
+
+    def _blas_calls(self) -> int:
+        """Steps that call BLAS (native steps count once bound: their BLAS call is prepared with them)."""
+        return sum(getattr(r, "blas", None) is not None for r in self._runners)
+
+    def bind_code(self) -> None:
+        """Wait for the kernels' code if it is being finished in the background, and bind the native steps to
+        it. Raises the build's own error (``CodegenError``, ...) when it failed, here and on every later call
+        that needs the code."""
+        if self.code_pending is None:
+            return
+        with self._bind_lock:
+            pending = self.code_pending
+            if pending is None:  # another thread bound it meanwhile
+                return
+            module = pending.result()
+            record_code(self.plan, module)
+            self.module = module
+            self._runners = [runner if runner is not None else self._runner(step)
+                             for runner, step in zip(self._runners, self.plan.steps)]
+            self._bind_calls()
+            self.stats["blas_calls"] = self._blas_calls()
+            self.code_pending = None
+
+    def _first_run(self, flats: list[Any], addresses: list[int]) -> None:
+        """The call list of an executable whose code is pending: bind it, then run the real calls."""
+        self.bind_code()
+        for run in self._calls:
+            run(flats, addresses)
 
     def sharing_arena(self, other: Any) -> tuple[CpuExecutable, Any]:
         """``(self, other)`` with one arena: the one of the two with the smaller arena rebuilt over the larger's
@@ -162,12 +218,13 @@ class CpuExecutable:
         end's ``CompiledGraph.share_arena_with``, on a compile and a graph-cache hit alike): the process keeps
         one arena instead of two (21 MB less for the transformer block's training step). Their calls then
         take turns (one lock), as calls of one executable from two threads do. Executables with quick-tier code
-        waiting for its optimized build are left alone (that build shares the quick code's arena already; the
-        front end shares once it has taken it).
+        waiting for its optimized build, or for their code (``code_pending``), are left alone (that build
+        shares the quick code's arena already; the front end shares once it has taken it, or the code).
         (It does not make a first step's page faults fewer: the arena given up was never touched, and the
         step's other allocations take its memory; docs/performance-history.md, session 13.)"""
         if not isinstance(other, CpuExecutable) or other is self or self.optimized is not None \
-                or other.optimized is not None or self._lock is other._lock:
+                or other.optimized is not None or self._lock is other._lock \
+                or self.code_pending is not None or other.code_pending is not None:
             return self, other
         if self._arena.nbytes >= other._arena.nbytes:
             return self, other._over_arena_of(self)
@@ -206,7 +263,7 @@ class CpuExecutable:
             if direct is not None:
                 return direct
             return lambda flats, addresses: self.run_extern(step, flats)
-        if step.kind == StepKind.VIEW_COPY or not step.native:
+        if not _runs_code(step):
             return lambda flats, addresses: self._run_interpreted(step, flats)
         return NativeKernel(self, step)
 
@@ -252,6 +309,7 @@ class CpuExecutable:
 
     def traced_calls(self, tracer: Any) -> tuple[list[Any], Any]:
         """The step calls wrapped in ``tracer``'s ranges, and the graph's StepInfo (built once per tracer)."""
+        self.bind_code()
         if self._traced is None or self._traced[0] is not tracer:
             self._traced = (tracer, traced_steps(tracer, self._step_calls, step_infos(self.function, self.plan)),
                             graph_info(self.function))
@@ -368,6 +426,7 @@ class CpuExecutable:
         executable saves its optimized executable (waiting for it): artifacts hold optimized code only."""
         if self.optimized is not None:
             return self.optimized.result().save(directory)
+        self.bind_code()
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         (directory / PLAN_FILE).write_text(self.plan.to_json(), encoding="utf-8")
@@ -383,32 +442,6 @@ class CpuExecutable:
         return files
 
 
-def _count_option(options: Mapping[str, Any], name: str, default: int) -> int:
-    """A positive thread count option (``default`` when absent); anything else is an InputError."""
-    value = options.get(name)
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InputError(f"option {name} must be a positive integer, got {value!r}")
-    return value
-
-
-def _threads(options: Mapping[str, Any]) -> int:
-    return _count_option(options, "threads", default_threads())
-
-
-def _threading(options: Mapping[str, Any]) -> str:
-    """``openmp`` (ATen's thread team, the default) or ``python`` (neuroncc's persistent pool)."""
-    mode = options.get("threading", "openmp")
-    if mode not in ("openmp", "python"):
-        raise InputError(f"option threading must be 'openmp' or 'python', got {mode!r}")
-    return mode
-
-
-def _memory_plan(options: Mapping[str, Any]) -> Any:
-    return options.get("memory_plan")
-
-
 def build_cpu_executable(fn: Function, options: Mapping[str, Any] | None = None) -> CpuExecutable:
     """Compile ``fn`` (after the pass pipeline) to native code; see the module docstring."""
     # the planner, the kernel emitters and the passes they use: a build's only (loading an artifact needs none)
@@ -419,9 +452,9 @@ def build_cpu_executable(fn: Function, options: Mapping[str, Any] | None = None)
     start = time.perf_counter()
     top = wrap_remaining_ops(fn)
     cpu, features = jit.host_cpu()
-    workers = _count_option(options, "compile_threads", _threads(options))
-    if _quick_first(options) is True:
-        plan, texts = plan_launch(top, cpu, features, _memory_plan(options))
+    workers = compile_workers(options)
+    if quick_first(options) is True:
+        plan, texts = plan_launch(top, cpu, features, memory_plan(options))
         if quick_tier_applies(plan, texts):
             quick = _executable(top, plan, jit.compile_ir(texts, workers, jit.Tier.QUICK, code_form(stored=False)),
                                 options, start)
@@ -429,44 +462,56 @@ def build_cpu_executable(fn: Function, options: Mapping[str, Any] | None = None)
                 top, copy.copy(plan), jit.compile_ir(texts, 1), options, time.perf_counter(), arena_of=quick))
             return quick
         return _executable(top, plan, jit.compile_ir(texts, workers) if texts else None, options, start)
-    compiler = jit.KernelCompiler(workers, quick_when_independent=_quick_first(options) == QUICK_MODULES)
+    graph_build = quick_first(options) == QUICK_MODULES
+    compiler = jit.KernelCompiler(workers, quick_when_independent=graph_build)
     try:
-        plan, _ = plan_launch(top, cpu, features, _memory_plan(options), on_kernel=compiler.submit)
+        plan, _ = plan_launch(top, cpu, features, memory_plan(options), on_kernel=compiler.submit)
     except BaseException:
         compiler.close()
         raise
-    module = compiler.finish()
-    executable = _executable(top, plan, module, options, start)
-    if module is not None and jit.Tier.QUICK in compiler.tiers:
+    if graph_build and compiler.texts:
+        # torch.compile's graph: returned before LLVM's tail is done, which runs beside AOTAutograd's work until
+        # the first call binds the code (deferred_code.py); its helpers load there too
+        code: Any = finish_in_background(compiler.finish, then=load_helpers)
+    else:
+        code = compiler.finish()
+    executable = _executable(top, plan, code, options, start)
+    if compiler.texts and jit.Tier.QUICK in compiler.tiers:
         tiers = compiler.tiers
         executable.optimized = OPTIMIZER.submit(lambda: _executable(
-            top, copy.copy(plan), jit.reoptimize(module, tiers), options, time.perf_counter(), arena_of=executable),
-            quiet=GRAPH_QUIET_SECONDS)
+            top, copy.copy(plan), jit.reoptimize(_loaded(code), tiers), options, time.perf_counter(),
+            arena_of=executable), quiet=GRAPH_QUIET_SECONDS)
     return executable
+
+
+def _loaded(code: Any) -> Any:
+    """The loaded code of a build: ``code`` itself, or what its pending future gives (waiting for it)."""
+    return code.result() if isinstance(code, Future) else code
+
+
+def load_helpers() -> None:
+    """Load the process-wide helpers a first call needs (the OpenMP team entry, the sequence interpreter),
+    compiling them if no artifact offered them: on a deferred build's background thread, beside the caller."""
+    for name, ir in HELPERS.items():
+        helper_module(name, ir)
+
+
+def record_code(plan: CpuLaunchPlan, module: Any) -> None:
+    """Record in ``plan`` the form of ``module``'s code and the checksum of what an artifact stores of it."""
+    if module is not None:
+        plan.code_form = module.form.value
+        plan.object_sha256 = hashlib.sha256(stored_code(module)).hexdigest()
 
 
 def _executable(top: Function, plan: CpuLaunchPlan, module: Any, options: Mapping[str, Any],
                 start: float, arena_of: CpuExecutable | None = None) -> CpuExecutable:
-    """The executable of ``plan`` running ``module``'s code (``jit.LoadedCode``; ``plan`` records its form and
-    the checksum of what an artifact stores of it); the optimized build of a quick executable shares its arena
+    """The executable of ``plan`` running ``module``'s code (``jit.LoadedCode``, or the future of it: bound at
+    the first call; ``plan`` records its form and the checksum of what an artifact stores of it); the optimized build of a quick executable shares its arena
     (``arena_of``)."""
-    if module is not None:
-        plan.code_form = module.form.value
-        plan.object_sha256 = hashlib.sha256(stored_code(module)).hexdigest()
-    return CpuExecutable(top, plan, module, _threads(options), time.perf_counter() - start, _threading(options),
+    if not isinstance(module, Future):
+        record_code(plan, module)
+    return CpuExecutable(top, plan, module, thread_count(options), time.perf_counter() - start, threading_mode(options),
                          arena_of)
-
-
-#: ``quick_first`` value of torch.compile's graphs: each module that computes the same bits at both tiers
-#: starts at the quick tier, whatever the work (executors/cpu/tiers.py)
-QUICK_MODULES = "modules"
-
-
-def _quick_first(options: Mapping[str, Any]) -> bool | str:
-    value = options.get("quick_first", False)
-    if not isinstance(value, bool) and value != QUICK_MODULES:
-        raise InputError(f"option quick_first must be True, False or {QUICK_MODULES!r}, got {value!r}")
-    return value
 
 
 def load_cpu_executable(directory: str | Path, fn: Function, options: Mapping[str, Any] | None = None, *,
@@ -499,7 +544,7 @@ def load_cpu_executable(directory: str | Path, fn: Function, options: Mapping[st
                 offer((directory / RUNTIME_FILE).read_text(encoding="utf-8"))
             except (OSError, UnicodeDecodeError):
                 pass  # an artifact without the helpers (older, or none written): they are compiled when needed
-    return CpuExecutable(top, plan, module, _threads(options), threading_mode=_threading(options))
+    return CpuExecutable(top, plan, module, thread_count(options), threading_mode=threading_mode(options))
 
 
 def _load_code(directory: Path, plan: CpuLaunchPlan) -> Any:
