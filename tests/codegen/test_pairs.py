@@ -321,3 +321,36 @@ def test_a_rounding_with_the_nan_case_clears_the_low_half_once():
     b.ret(round_to(b, fn.args[0], DType.bf16, nan_case=True))
     text = str(module)
     assert "fcmp uno" in text and text.count("-65536") == 1, text
+
+
+@pytest.mark.parametrize("cpu", ["host", "avx2"])
+def test_softmax_rounds_without_the_nan_case_and_keeps_every_nan_bit(rng, monkeypatch, cpu):
+    # bf16 softmax's output is a cast of exp(x - max(x)) / sum: the math library's exp returns a NaN operand quieted,
+    # payload kept, as x86 arithmetic does, and max(x) is an element of x or the default NaN, so the cast needs no NaN
+    # case (``nan_payloads.py``). The bits with and without the case, NaN payloads included, on AVX-512's exp
+    # (vscalefps) and on AVX2's (powers of two from exponent bits; code that a Zen 4 host runs as well)
+    import dataclasses
+
+    from neuroncc.codegen.llvm.nan_payloads import NanPayloads
+    from neuroncc.hardware import host
+
+    if cpu == "avx2":
+        monkeypatch.setattr(host, "_HOST", [dataclasses.replace(host.host_cpu(), name="znver3", features=AVX2)])
+    assert host.host_cpu().scalef == (cpu == "host" and "+avx512f" in host.host_cpu().features)
+    fn = _softmax_bits(40, 64)
+    (cast,) = [op for op in fn.ops if op.name == "cast" and op.results[0].type.dtype is DType.bf16]
+    assert not NanPayloads(fn).needs_nan_case(cast)
+    x = to_bits(rng.standard_normal((40, 64)).astype(np.float32) * 4)
+    x[:len(_NAN_PATTERNS), 9] = _NAN_PATTERNS  # one pattern per row (a NaN row's every result is that NaN)
+    x[20, 3], x[20, 50] = _NAN_PATTERNS[0], _NAN_PATTERNS[2]  # two NaNs in a row
+    x[21, :] = _NAN_PATTERNS[4]  # a row of one NaN
+    x[22, 5], x[23, :] = to_bits(np.float32(-np.inf)), to_bits(np.float32(-np.inf))  # exp(-inf - max), -inf - -inf
+    (got,) = build_cpu_executable(fuse_whole_function(fn), {"threads": 2})(x)
+    monkeypatch.setattr(NanPayloads, "needs_nan_case", lambda self, op: True)
+    (with_case,) = build_cpu_executable(fuse_whole_function(fn), {"threads": 2})(x)
+    np.testing.assert_array_equal(got, with_case)
+    nan = np.isnan(from_bits(got))
+    assert nan[:7].all() and nan[20:22].all() and nan[23].all() and not nan[24:].any()
+    # NaNs with payloads reach the rounding: the all-ones one (0x7FFF rows) kept through exp and the division
+    assert {0x7FC0, 0x7FFF} <= set(got[nan].view(np.uint16).tolist())
+    assert_matches(from_bits(got[24:]), from_bits(interpret(fn, [x])[0][24:]), DType.bf16, "softmax")

@@ -156,6 +156,11 @@ class EmitContext(Protocol):
         reads or writes 16-bit data along it: ``pairs.py``)."""
         ...
 
+    def stage_nest(self, stage: Any, ranges: list[tuple[Any, Any]], body: Callable[[Index], None]) -> None:
+        """``nest(ranges, body)`` whose innermost loop is :meth:`innermost_loop` of ``stage`` (over element pairs
+        where that applies)."""
+        ...
+
     def nest(self, ranges: list[tuple[Any, Any]], body: Callable[[Index], None], prefix: list | None = None) -> None:
         """Nested loops over ``ranges`` (outermost first; ``(i, None)`` is a fixed index); body gets the index."""
         ...

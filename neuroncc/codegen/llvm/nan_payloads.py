@@ -14,10 +14,21 @@ whose NaNs have zero low halves (bf16 values: a tensor's bits or a rounded resul
 such results) is, when a NaN, quiet with a zero low half. :meth:`NanPayloads.needs_nan_case` is the decision (for
 a ``cast`` to bf16), ``round_to(..., nan_case=False)`` the code (``elementwise._cast``).
 
-What does not count: the math library's functions (their NaNs are not promised), max/min/where and the like (they
-pass an operand through, a signalling NaN as it is), float32 tensors (any payload), and constants LLVM could fold
-an op away with (x * 1, x / 1, x + 0, x - 0, x * -1 -> -x: a signalling x would pass unquieted), so constants count
-only as a ``full`` of another value, and a reduction only over at least two elements (one is passed through).
+The math library's ``exp`` (both forms, ``mathlib._exp`` and ``_exp_nonpositive``) counts as such arithmetic: a NaN
+operand flows through its clamps as the operand (``_raised_keeping_nan``: x86's maxps returns it), through
+adds, multiplies and FMAs whose other operands are constants or computed from the same NaN, and through the scale
+(``vscalefps``, or products with powers of two built from integer bits, never NaN), so it comes out quieted with
+its payload; a NaN made of numbers (inf * 0) is the default NaN. ``tests/codegen/test_pairs.py`` holds that on
+AVX-512 and AVX2 code. bf16 softmax's output rounding (a cast of exp(x - max) / sum) needs no NaN case with it: 4
+of the 19 vector instructions per 32 elements of its write loop (Zen 4). A float ``amax``/``amin`` result is an
+element of its operand or the default NaN (``reductions._extreme_collapse``), so it has zero low halves when its
+operand has (it is not quiet: an operand of arithmetic, not a rounded value itself).
+
+What does not count: the math library's other functions (their NaNs are not promised), max/min/where and the like
+as rounded values (they pass an operand through, a signalling NaN as it is), float32 tensors (any payload), and
+constants LLVM could fold an op away with (x * 1, x / 1, x + 0, x - 0, x * -1 -> -x: a signalling x would pass
+unquieted), so constants count only as a ``full`` of another value, and a sum only over at least two elements (one
+is passed through).
 """
 
 from __future__ import annotations
@@ -27,8 +38,11 @@ import math
 from neuroncc.ir.dtypes import DType
 from neuroncc.ir.graph import Function, Op, Value
 
-#: Ops lowered to IEEE arithmetic on their float operands (``div`` only as true division).
-ARITHMETIC = frozenset({"add", "sub", "mul", "div", "sqrt", "rsqrt", "reciprocal"})
+#: Ops lowered to IEEE arithmetic on their float operands (``div`` only as true division), and the math library's
+#: exp, which returns a NaN operand as they do (see the module docstring).
+ARITHMETIC = frozenset({"add", "sub", "mul", "div", "sqrt", "rsqrt", "reciprocal", "exp"})
+#: Float reductions whose result is one of their operand's elements or the default NaN.
+EXTREMES = frozenset({"amax", "amin"})
 #: Float reductions computed by adds (over at least two elements).
 SUMS = frozenset({"sum", "mean", "var"})
 #: Constants with which LLVM may fold an arithmetic op to its other operand (or its negation).
@@ -85,6 +99,8 @@ class NanPayloads:
             return False  # a float32 tensor
         if op.name == "cast":  # a widened bf16 value
             return op.operands[0].type.dtype is DType.bf16 and self._plain_operand(op.operands[0])
+        if op.name in EXTREMES:
+            return value.type.dtype is DType.f32 and self._plain_operand(op.operands[0])
         return value.type.dtype is DType.f32 and self._quiet_arithmetic(op)
 
     def _data(self, value: Value) -> bool:

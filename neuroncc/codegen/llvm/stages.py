@@ -38,6 +38,9 @@ SUM_ROW_CACHE_APART = True
 #: A float sum over a row of unknown alignment starts its vector loop at a vector boundary of the row
 #: (``_Reducer._aligned_start``; a switch for one-process A/Bs).
 ALIGN_ROW_SUMS = True
+#: A max, min or product over the last dim of bf16 bits runs over element pairs (``_Reducer._reduced_loops``; a
+#: switch for one-process A/Bs).
+PAIRED_SCALAR_REDUCTIONS = True
 
 
 @dataclass(frozen=True)
@@ -158,7 +161,12 @@ class _Reducer:
         value = round_to(b, value, self.op.result.type.dtype)
         self.em.store(self.stage.target, self._out_index(idx), value)
 
-    def _reduced_loops(self, idx: list[Any], body: Any, dims: list[int] | None = None) -> None:
+    def _reduced_loops(self, idx: list[Any], body: Any, dims: list[int] | None = None, paired: bool = False) -> None:
+        """``body(full index)`` over ``dims`` (the reduced dims by default). ``paired``: when the last of them is
+        the stage's last dim, its loop runs over element pairs where ``pairs.py`` says so (a max, min or product
+        over bf16 rows reads each word once for its two elements: bf16 softmax's max pass widened with
+        ``vpmovzxwd`` and a shift per 16 elements, a shuffle with a memory operand, instead of a shift and an and
+        per 32); ``body`` still sees every element in order, even before odd."""
         dims = self.reduced if dims is None else dims
 
         def inner(values: list[Any]) -> None:
@@ -167,7 +175,11 @@ class _Reducer:
                 full[d] = i
             body(full)
 
-        self.em.nest([self.bounds.get(d, (0, self.shape[d])) for d in dims], inner)
+        ranges = [self.bounds.get(d, (0, self.shape[d])) for d in dims]
+        if paired and PAIRED_SCALAR_REDUCTIONS and dims and dims[-1] == len(self.shape) - 1:
+            self.em.stage_nest(self.stage, ranges, inner)
+        else:
+            self.em.nest(ranges, inner)
 
     # -- accumulators in registers (last dim reduced) -----------------------------------------------------
 
@@ -203,7 +215,7 @@ class _Reducer:
             for slot, value in zip(slots, new):
                 em.b.store(value, slot)
 
-        self._reduced_loops(idx, update)
+        self._reduced_loops(idx, update, paired=True)
         return [em.b.load(s) for s in slots]
 
     def _float_total(self, idx: list[Any], mean: Any) -> ir.Value:
