@@ -167,6 +167,19 @@ def on_blas(bound: str = "small_bmm_max_macs"):
         setattr(CpuTarget, bound, saved)
 
 
+def distinct_neuron_backend():
+    """neuroncc's backend under a callable of its own: TorchDynamo keeps one compiled graph per code object and
+    backend, and two instances of one model class share their ``forward``'s code, so an A/B row compiled with
+    the same "neuron" backend would run the other row's graphs (the first compiled, whichever that was)."""
+    import torch
+
+    neuron = torch._dynamo.lookup_backend("neuron")
+
+    def backend(gm, example_inputs, **kwargs):
+        return neuron(gm, example_inputs, **kwargs)
+    return backend
+
+
 def bench_small_mlp(repeat: int, clock, aoti: dict[str, object]) -> list[list[str]]:
     """The tiny MLP's inference call: eager, through torch.compile (TorchDynamo's floor, Inductor, neuroncc), and
     the exported program served without TorchDynamo (``neuroncc.compile_program``; AOTInductor's
@@ -239,7 +252,7 @@ def bench_small(repeat: int, clock, ab_bmm: bool = False, aoti: dict[str, object
         ab["neuroncc, bmm on BLAS"] = "small_bmm_max_macs"
     if ab_mm:
         ab["neuroncc, mm on MKL"] = "small_mm_max_macs"
-    backends.update({name: "neuron" for name in ab})
+    backends.update({name: distinct_neuron_backend() for name in ab})
     for compile_optimizer in (False, True):
         for name, b in backends.items():
             # TorchDynamo's eager backend runs a compiled optimizer step's per-parameter ops one by one (slower

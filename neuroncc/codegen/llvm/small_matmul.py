@@ -34,7 +34,7 @@ from typing import Any
 
 from llvmlite import ir
 
-from neuroncc.codegen.llvm.entries import add_phase_entry
+from neuroncc.codegen.llvm.entries import add_phase_entry, mark_optimize_first
 from neuroncc.codegen.llvm.scalars import F32, I1, I32, I64, PTR, VOID, intrinsic
 from neuroncc.codegen.llvm.transpose import transpose_in_registers
 from neuroncc.codegen.llvm.views import Layout
@@ -267,6 +267,7 @@ def emit_small_matmul(plan: SmallMatmul, symbol: str, n_args: int) -> str:
     for arg in body.args[:n_args]:
         arg.add_attribute("noalias")  # the kernel's buffers never overlap (two reads of one buffer may)
     add_phase_entry(module, symbol, n_args)
+    mark_optimize_first(module)  # the graph's arithmetic: quick code would run it several times slower
     _Emitter(plan, body).emit()
     return str(module)
 
