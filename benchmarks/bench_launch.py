@@ -24,7 +24,8 @@
    optimizer"; the eager column stays eager, a control for the first row's eager; TorchDynamo's eager backend
    has no such row: it runs the traced per-parameter ops one by one). Both rows' ratios are to the first row's eager.
    ``--ab-bmm`` adds neuroncc with its small bmm on MKL's sgemm_batch instead of generated code
-   (``CpuTarget.small_bmm_max_macs`` 0 while it compiles).
+   (``CpuTarget.small_bmm_max_macs`` 0 while it compiles); ``--ab-mm`` neuroncc with its 2-d products
+   (mm, addmm) on MKL instead of generated register tiles (``CpuTarget.small_mm_max_macs`` 0).
 
 ``--profile`` prints ``small``'s AdamW step per launcher step instead (``profile_steps.py``: each kernel's time,
 bytes and fraction of a copy roofline, eager's ATen ops for the same step, the hot kernels head to head).
@@ -152,17 +153,31 @@ def bench_classifier(repeat: int, clock) -> list[list[str]]:
 
 
 @contextlib.contextmanager
-def bmm_on_blas():
-    """Compile with every bmm on sgemm_batch (CpuTarget.small_bmm_max_macs 0): the A side of an A/B of
-    generated small bmm (codegen/llvm/small_matmul.py). The launch plans made inside keep the decision."""
+def on_blas(bound: str = "small_bmm_max_macs"):
+    """Compile with every bmm on sgemm_batch (``CpuTarget.small_bmm_max_macs`` 0), or with ``bound``
+    "small_mm_max_macs" every mm/addmm on MKL/oneDNN: the A side of an A/B of generated products
+    (codegen/llvm/small_matmul.py). The launch plans made inside keep the decision."""
     from neuroncc.hardware.host import CpuTarget
 
-    saved = CpuTarget.__dict__["small_bmm_max_macs"]
-    CpuTarget.small_bmm_max_macs = property(lambda self: 0)
+    saved = CpuTarget.__dict__[bound]
+    setattr(CpuTarget, bound, property(lambda self: 0))
     try:
         yield
     finally:
-        CpuTarget.small_bmm_max_macs = saved
+        setattr(CpuTarget, bound, saved)
+
+
+def distinct_neuron_backend():
+    """neuroncc's backend under a callable of its own: TorchDynamo keeps one compiled graph per code object and
+    backend, and two instances of one model class share their ``forward``'s code, so an A/B row compiled with
+    the same "neuron" backend would run the other row's graphs (the first compiled, whichever that was)."""
+    import torch
+
+    neuron = torch._dynamo.lookup_backend("neuron")
+
+    def backend(gm, example_inputs, **kwargs):
+        return neuron(gm, example_inputs, **kwargs)
+    return backend
 
 
 def bench_small_mlp(repeat: int, clock, aoti: dict[str, object]) -> list[list[str]]:
@@ -220,9 +235,10 @@ def aoti_model(program) -> dict[str, object]:
 
 
 def bench_small(repeat: int, clock, ab_bmm: bool = False, aoti: dict[str, object] | None = None,
-                mlp_only: bool = False) -> list[list[str]]:
+                mlp_only: bool = False, ab_mm: bool = False) -> list[list[str]]:
     """The tiny MLP's inference call (:func:`bench_small_mlp`) and the classifier's AdamW step, per
-    implementation (``ab_bmm``: and neuroncc with its bmm on BLAS, compiled under :func:`bmm_on_blas`)."""
+    implementation (``ab_bmm``: and neuroncc with its bmm on BLAS, compiled under :func:`on_blas`; ``ab_mm``:
+    and neuroncc with its 2-d products on MKL)."""
     from neuroncc.examples.classifier import ClassifierConfig
 
     rows = bench_small_mlp(repeat, clock, aoti if aoti is not None else {})
@@ -231,18 +247,22 @@ def bench_small(repeat: int, clock, ab_bmm: bool = False, aoti: dict[str, object
     backends = {"eager": None, "dynamo floor": "eager", "inductor": "inductor", "neuroncc": "neuron"}
     config = ClassifierConfig(**ISSUE_CLASSIFIER_SHAPE)
     steps = {}
+    ab = {}
     if ab_bmm:
-        backends["neuroncc, bmm on BLAS"] = "neuron"
+        ab["neuroncc, bmm on BLAS"] = "small_bmm_max_macs"
+    if ab_mm:
+        ab["neuroncc, mm on MKL"] = "small_mm_max_macs"
+    backends.update({name: distinct_neuron_backend() for name in ab})
     for compile_optimizer in (False, True):
         for name, b in backends.items():
             # TorchDynamo's eager backend runs a compiled optimizer step's per-parameter ops one by one (slower
             # than eager's foreach kernels): no floor there
-            if compile_optimizer and name in ("dynamo floor", "neuroncc, bmm on BLAS"):
+            if compile_optimizer and name == "dynamo floor":
                 continue
             step = classifier_step(config, b, compile_optimizer)
-            if name == "neuroncc, bmm on BLAS":
-                with bmm_on_blas():
-                    step()  # compiles the forward and backward graphs
+            if name in ab:
+                with on_blas(ab[name]):
+                    step()  # compiles the forward and backward graphs (and the optimizer step)
             steps[(compile_optimizer, name)] = step
     times = interleaved(steps, repeats=max(repeat // 4, 20), warmup=5, clock=clock)
     for compile_optimizer, label in ((False, "AdamW step, optimizer eager"), (True, "AdamW step, optimizer compiled")):
@@ -294,6 +314,8 @@ def main() -> None:
                         help="the issue #18 classifier step per launcher step, at each thread count (profile_steps.py)")
     parser.add_argument("--ab-bmm", action="store_true",
                         help="small: add neuroncc with every bmm on sgemm_batch (generated small bmm off)")
+    parser.add_argument("--ab-mm", action="store_true",
+                        help="small: add neuroncc with every mm/addmm on MKL (generated 2-d products off)")
     parser.add_argument("--cpu-time", action="store_true",
                         help="time 1-thread runs by the calling thread's CPU time (time.thread_time), which leaves "
                              "out the time a loaded machine keeps the process descheduled")
@@ -324,7 +346,8 @@ def main() -> None:
         for threads in (int(t) for t in args.threads.split(",")):
             torch.set_num_threads(threads)
             torch._dynamo.reset()
-            rows = bench_small(args.repeat, _clock(args, threads), args.ab_bmm, aoti, mlp_only=args.only == "mlp")
+            rows = bench_small(args.repeat, _clock(args, threads), args.ab_bmm, aoti, mlp_only=args.only == "mlp",
+                               ab_mm=args.ab_mm)
             print(f"\nsmall models (issue #18), {threads} thread(s), {_clock_name(args, threads)}, load {load()}")
             print(table(rows, ["model", "", "time", "x eager"]))
     if args.only in ("chain", "hook", "small", "mlp"):

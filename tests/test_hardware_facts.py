@@ -130,3 +130,12 @@ def test_onednn_takes_products_from_64m_multiply_adds_with_avx512_and_only_big_w
     assert avx2.onednn_takes(256, 1024, 4096) and avx2.onednn_takes(256, 4096, 1024)  # the MLP's 16 MB weights
     assert not avx2.onednn_takes(64, 1024, 4096)  # 16 MB, but 268M multiply-adds
 
+
+
+def test_small_products_are_generated_code_only_with_avx512():
+    avx512 = HostCpu(name="znver4", features="+avx2,+fma,+avx512f")
+    avx2 = HostCpu(name="znver3", features="+avx2,+fma,-avx512f")
+    # the small classifier's products (issue #18; 2.1M-6.3M multiply-adds) are register tiles on AVX-512,
+    # below oneDNN's bound; without AVX-512 (not measured) every one stays on MKL
+    assert avx512.small_mm_max_macs >= 512 * 64 * 192 and not avx512.onednn_takes(1, 1, avx512.small_mm_max_macs)
+    assert avx2.small_mm_max_macs == 0

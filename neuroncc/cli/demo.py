@@ -41,6 +41,8 @@ from neuroncc.cli.summary import summarize
 from neuroncc.errors import InputError, UnsupportedOpError
 from neuroncc.driver.cache import CompileCache
 from neuroncc.driver.process_cache import CacheStats
+from neuroncc.driver.publisher import PUBLISHER
+from neuroncc.executors.cpu.tiers import OPTIMIZER
 import statistics
 from neuroncc.executors.executable import InterpreterExecutable, TARGETS
 from neuroncc.executors.nki_sim.costs import estimate_costs
@@ -63,7 +65,18 @@ def run_demo(args: argparse.Namespace) -> int:
     if args.output:
         return _demo(args, programs.ensure_output_directory(args.output), keep=True)
     with tempfile.TemporaryDirectory(prefix="neuroncc-demo-") as directory:
-        return _demo(args, Path(directory), keep=False)
+        try:
+            return _demo(args, Path(directory), keep=False)
+        finally:
+            _settle_background_writes()
+
+
+def _settle_background_writes() -> None:
+    """Wait for the optimized builds still under way and the cache writes they and the compiles queued: they
+    write into the demo's directory, and removing it under them failed the demo at exit ("Directory not
+    empty") or lost their entries with a warning each."""
+    OPTIMIZER.wait()
+    PUBLISHER.flush()
 
 
 def _demo(args: argparse.Namespace, directory: Path, keep: bool) -> int:

@@ -97,6 +97,11 @@ ONEDNN_MIN_WEIGHT_BYTES = 8 << 20
 ONEDNN_MIN_MACS_AVX512 = 1 << 26
 
 
+#: With AVX-512, a float32 mm/addmm of at most this many multiply-adds runs as generated code
+#: (:attr:`CpuTarget.small_mm_max_macs`).
+SMALL_MM_MAX_MACS_AVX512 = 1 << 25
+
+
 @dataclass(frozen=True, slots=True)
 class CpuTarget:
     """An x86-64 CPU as LLVM names it: ``name`` ("znver3", "znver4", "skylake-avx512") and ``features``, LLVM's
@@ -200,6 +205,18 @@ class CpuTarget:
         378 vs 358, 8 x 128^3 853 vs 587 / 504 vs 405). So up to 64^3. Not measured with AVX-512 (twice the
         lanes and registers: the generated tiles scale, MKL's kernels too): the same bound."""
         return 64 * 64 * 64
+
+    @property
+    def small_mm_max_macs(self) -> int:
+        """The most multiply-adds for which a float32 mm/addmm runs as generated register tiles
+        (``codegen/llvm/small_matmul.py``, rows as the batch) instead of MKL's sgemm (or oneDNN, from
+        :data:`ONEDNN_MIN_MACS_AVX512`). With AVX-512: Zen 4, 2026-12-03, ``benchmarks/bench_products.py``,
+        generated / direct sgemm, 1 thread / 2 threads: the classifier's products of 2.1M-6.3M multiply-adds
+        0.64-0.80 / 0.58-0.80 (MKL at 68-87 GFLOP/s on one core, the tiles at 96-110); 8M-33.6M
+        (``--mid``: x @ W^T + b, dY @ W, dY^T @ X, K up to 1024) 0.72-0.86 / 0.72-0.84 (oneDNN 0.85-1.17 /
+        0.83-1.68). Not measured between 2^25 and oneDNN's 64M: MKL there.
+        Without AVX-512 not measured (MKL's AVX2 kernels against 8-lane tiles): 0, every product stays on MKL."""
+        return SMALL_MM_MAX_MACS_AVX512 if self.has("avx512f") else 0
 
     @property
     def machine_features(self) -> str:

@@ -1,6 +1,7 @@
 """Small batched float32 matmuls as generated code (codegen/llvm/small_matmul.py): numerics against float64
 numpy within the error bound of a K-term float32 sum, every operand layout, odd sizes, 1 and 2 threads; and
-which products take it (the planner's one decision: CpuTarget.small_bmm_max_macs), which stay on BLAS."""
+which products take it (the planner's one decision: CpuTarget.small_bmm_max_macs), which stay on BLAS; and
+2-d products (mm, addmm) run the same way with their rows as the batch (CpuTarget.small_mm_max_macs)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ import pytest
 from neuroncc.codegen.llvm import jit
 from neuroncc.codegen.llvm.launch_plan import StepKind
 from neuroncc.codegen.llvm.regions import make_kernel
-from neuroncc.codegen.llvm.small_matmul import emit_small_matmul, plan_small_matmul
+from neuroncc.codegen.llvm.small_matmul import (MAX_SHARED_PACKED_BYTES, MM_ROWS_PER_ITEM, VECTOR_FMA_WORK,
+                                                 emit_small_matmul, plan_small_matmul, rows_per_item)
 from neuroncc.codegen.llvm.views import Layout
 from neuroncc.executors.cpu.launcher import build_cpu_executable
 from neuroncc.hardware.host import CpuTarget, host_cpu
@@ -92,10 +94,10 @@ def test_generated_bmm_as_the_first_phase_of_its_kernel(threads, rng):
         scaled, row_max = exe(a, b)
         assert_within_sum_bound(scaled / 0.25, _logical(a, ta), _logical(b, tb))
         np.testing.assert_array_equal(row_max, scaled.max(axis=2, keepdims=True))
-        # the batch is the parallel loop; 128 items of 512 vector FMAs (AVX2; 256 with AVX-512) stay on the
-        # calling thread (2 threads took 26 us against 24.5 on one: launch_cost's bound), 1024 items split
+        # the batch is the parallel loop; 128 items of 512 vector FMAs (AVX2; 256 with AVX-512), 4 work units
+        # each, stay on the calling thread (2 threads took 26 us against 24.5 on one), 1024 items split
         # across the team at 2 threads
-        assert (matmul.n_outer, matmul.work) == (128, m * k * n // host_cpu().f32_lanes)
+        assert (matmul.n_outer, matmul.work) == (128, m * k * n // host_cpu().f32_lanes * VECTOR_FMA_WORK)
         assert (exe.team or exe.pool).runs_inline(matmul.n_outer, matmul.work)
     exe = build_cpu_executable(bmm_graph(1024, m, k, n, False, False, epilogue=True), {"threads": threads})
     matmul = exe.plan.steps[0].phases[0]
@@ -160,3 +162,123 @@ def test_code_is_vector_fmas_for_avx2_and_avx512():
         target = CpuTarget(name, features)
         text = emit_small_matmul(plan_small_matmul(op, layouts[:2], layouts[2], target), "smm", 4)
         assert re.search(rf"vfmadd\d+ps\s[^\n]*%{register}", jit.assembly([text], target)), name
+
+
+# ---- 2-d products: mm and addmm, rows as the batch ----------------------------------------------------------
+
+
+@pytest.fixture
+def generated_2d(monkeypatch):
+    """Every float32 mm/addmm up to 2^25 multiply-adds generated, whatever the host (AVX2 keeps them on MKL)."""
+    monkeypatch.setattr(CpuTarget, "small_mm_max_macs", property(lambda self: 1 << 25))
+
+
+def mm_graph(m, k, n, ta, tb, bias_shape=None, epilogue=False, alpha=1, beta=1):
+    """A top-level mm (addmm with ``bias_shape``), or with ``epilogue`` a kernel of it and its tanh."""
+    b = Builder("mm")
+    x = b.param(TensorType((k, m) if ta else (m, k), DType.f32), "a")
+    y = b.param(TensorType((n, k) if tb else (k, n), DType.f32), "b")
+    params = [x, y]
+    if bias_shape is None:
+        product = b.op("mm", x, y, transpose_a=ta, transpose_b=tb)
+    else:
+        bias = b.param(TensorType(bias_shape, DType.f32), "bias")
+        params.append(bias)
+        product = b.op("addmm", bias, x, y, transpose_a=ta, transpose_b=tb, alpha=alpha, beta=beta)
+    if not epilogue:
+        return b.build([product])
+    kernel = make_kernel(b.ops, params, [b.op("tanh", product)], "linear_tanh")
+    b.ops = [kernel]
+    return b.build(list(kernel.results))
+
+
+MM_SHAPES = [(512, 64, 192), (512, 128, 64), (64, 512, 128), (36, 5, 19), (30, 1, 33), (48, 7, 1), (96, 24, 40),
+             (1, 3, 17), (200, 16, 130)]
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("shape", MM_SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_generated_mm_numerics_every_layout(shape, threads, rng, generated_2d):
+    m, k, n = shape
+    for ta, tb in FORMS:
+        a2, b2 = _stored(rng, 1, m, k, ta, 3.0)[0], _stored(rng, 1, k, n, tb)[0]
+        exe = build_cpu_executable(mm_graph(m, k, n, ta, tb), {"threads": threads})
+        generated, externs = _matmul_steps(exe)
+        lanes = host_cpu().f32_lanes
+        if tb and n > 1 and k * -(-n // lanes) * lanes * 4 > MAX_SHARED_PACKED_BYTES:  # B too big to pack: BLAS
+            assert generated == [] and len(externs) == 1
+        else:
+            assert len(generated) == 1 and not externs, (shape, ta, tb)
+            assert generated[0].n_outer == m // rows_per_item(m)
+        (got,) = exe(a2, b2)
+        assert_within_sum_bound(got, a2.T if ta else a2, b2.T if tb else b2)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_generated_addmm_adds_each_form_of_bias(threads, rng, generated_2d):
+    m, k, n = 96, 40, 72
+    for bias_shape in [(n,), (1, n), (m, n), (1,), ()]:
+        for ta, tb in FORMS:
+            a2, b2 = _stored(rng, 1, m, k, ta, 3.0)[0], _stored(rng, 1, k, n, tb)[0]
+            bias = (rng.standard_normal(bias_shape) * 10).astype(np.float32)
+            exe = build_cpu_executable(mm_graph(m, k, n, ta, tb, bias_shape), {"threads": threads})
+            generated, externs = _matmul_steps(exe)
+            la, lb = a2.T if ta else a2, b2.T if tb else b2
+            (got,) = exe(a2, b2, bias)
+            if len(bias_shape) == 2 or bias_shape == (n,):  # a row vector or a matrix: added per column
+                assert len(generated) == 1 and not externs, (bias_shape, ta, tb)
+            # the sum is rounded once more where the bias is added (as ATen adds it to MKL's product)
+            exact = la.astype(np.float64) @ lb + bias
+            bound = k * EPS * (np.abs(la).astype(np.float64) @ np.abs(lb)) + EPS * np.abs(exact)
+            assert (np.abs(got - exact) - bound).max() <= 0, (bias_shape, ta, tb)
+
+
+def test_addmm_with_other_alpha_or_beta_stays_on_blas(generated_2d):
+    for alpha, beta in ((2, 1), (1, 0), (1, 0.5)):
+        exe = build_cpu_executable(mm_graph(64, 16, 32, False, True, (32,), alpha=alpha, beta=beta), {"threads": 1})
+        assert _matmul_steps(exe)[0] == []
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_generated_linear_as_the_first_phase_of_its_kernel(threads, rng, generated_2d):
+    m, k, n = 512, 64, 128  # the classifier's first MLP layer, x @ W^T + b then its activation
+    exe = build_cpu_executable(mm_graph(m, k, n, False, True, (n,), epilogue=True), {"threads": threads})
+    (step,) = exe.plan.steps
+    assert step.extern is None and step.phases[0].symbol.endswith("_mm") and len(step.phases) >= 2
+    x, w, bias = (rng.standard_normal(shape).astype(np.float32) for shape in ((m, k), (n, k), (n,)))
+    (got,) = exe(x, w, bias)
+    np.testing.assert_allclose(got, np.tanh(x.astype(np.float64) @ w.T + bias), rtol=1e-5, atol=1e-5)
+    # 32 items of 16 rows; split across the team at 2 threads (4M multiply-adds)
+    matmul = step.phases[0]
+    assert matmul.n_outer == m // MM_ROWS_PER_ITEM
+    assert (exe.team or exe.pool).runs_inline(matmul.n_outer, matmul.work) == (threads == 1)
+
+
+def test_the_2d_decision(generated_2d):
+    target = host_cpu()
+    op = mm_graph(512, 64, 192, False, True).ops[0]
+    a, w, c = _layout(0, (512, 64)), _layout(1, (192, 64)), _layout(2, (512, 192))  # x @ W^T, W stored [N, K]
+    plan = plan_small_matmul(op, [a, w], c, target)
+    assert (plan.batch, plan.rows, plan.b.strides[0], plan.packs_b) == (32, 16, 0, True)
+    assert plan_small_matmul(op, [a, w], c, target, max_macs=512 * 64 * 192 - 1) is None
+    assert plan_small_matmul(op, [a, w], _layout(2, (512, 192), (1, 512)), target) is None  # column-major C
+    # one B for every item, packed once per call: only while it fits MAX_SHARED_PACKED_BYTES
+    depth = MAX_SHARED_PACKED_BYTES // (4 * 192) + 1
+    deep = mm_graph(64, depth, 192, False, True).ops[0]
+    assert plan_small_matmul(deep, [_layout(0, (64, depth)), _layout(1, (192, depth))],
+                             _layout(2, (64, 192)), target) is None
+    in_place = mm_graph(64, depth, 192, False, False).ops[0]
+    assert plan_small_matmul(in_place, [_layout(0, (64, depth)), _layout(1, (depth, 192))], _layout(2, (64, 192)),
+                             target) is not None  # B read in place
+    # rows: 16 per item where they divide, else a divisor up to 32, else one item of up to 32 rows
+    assert [rows_per_item(r) for r in (512, 96, 30, 37, 31, 1, 67)] == [16, 16, 30, None, 31, 1, None]
+
+
+def test_classifier_products_are_generated_on_avx512():
+    """Issue #18's classifier: its forward products and gradients (2.1M-6.3M multiply-adds) are generated code
+    on AVX-512 hosts (CpuTarget.small_mm_max_macs), not MKL calls; the transformer block's (e) stay on oneDNN."""
+    avx512 = CpuTarget("znver4", "+avx2,+fma,+avx512f")
+    for m, k, n in ((512, 64, 192), (512, 192, 64), (192, 512, 64), (512, 128, 64), (64, 512, 128)):
+        assert m * k * n <= avx512.small_mm_max_macs
+    assert not avx512.onednn_takes(512, 64, 192) and avx512.onednn_takes(2048, 512, 512)
+    assert 2048 * 512 * 512 > avx512.small_mm_max_macs

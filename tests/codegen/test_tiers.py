@@ -11,7 +11,9 @@ import pytest
 
 from neuroncc.codegen.llvm import jit
 from neuroncc.errors import InputError
+from neuroncc.codegen.llvm.entries import optimize_first
 from neuroncc.executors.cpu import tiers
+from neuroncc.hardware.host import CpuTarget
 
 from neuroncc.executors.cpu.launcher import CODE_FILES, build_cpu_executable, load_cpu_executable, stored_code
 from neuroncc.ir import Builder, DType, TensorType
@@ -168,7 +170,7 @@ def test_modules_mode_starts_only_the_tier_independent_modules_quick(rng):
     assert quick.optimized is not None, "the exp kernel is tier independent"
     quick.bind_code()  # a graph build's code is finished in the background (deferred_code.py)
     texts = quick.module.llvm_ir
-    independent = [jit.tier_independent(t) for t in texts]
+    independent = [jit.tier_independent(t) and not optimize_first(t) for t in texts]
     assert any(independent) and not all(independent), "one module of each kind"
     for text, same, obj, ref in zip(texts, independent, quick.module.objects, optimized_only.module.objects):
         assert (obj == ref) != same, "the tier dependent module is optimized at once, the other is quick code"
@@ -176,6 +178,23 @@ def test_modules_mode_starts_only_the_tier_independent_modules_quick(rng):
     assert optimized.module.objects == optimized_only.module.objects  # reoptimize: the optimized build's code
     args = _exp_sum_inputs(rng)
     np.testing.assert_array_equal(_bits(quick(*args))[0], _bits(optimized(*args))[0])
+
+
+def test_modules_mode_compiles_generated_products_optimized_at_once(monkeypatch):
+    """A generated matrix product is tier independent (explicit FMAs, no fast-math flags) but the graph's
+    arithmetic bulk: it asks to be optimized first (entries.optimize_first) and is, beside a quick exp."""
+    monkeypatch.setattr(CpuTarget, "small_mm_max_macs", property(lambda self: 1 << 25))
+    b = Builder("exp_mm_sigmoid")
+    x = b.param(TensorType((48, 129), DType.f32), "x")  # 48 rows: items of 16 (SHAPE's 37 stay on MKL)
+    y = b.param(TensorType((129, 16), DType.f32), "y")
+    fn = run_pipeline(default_pipeline("cpu"), b.build([b.op("sigmoid", b.op("mm", b.op("exp", x), y))]))
+    optimized_only = build_cpu_executable(fn)
+    quick = build_cpu_executable(fn, {"quick_first": "modules"})
+    products = [n for n, text in enumerate(quick.module.llvm_ir) if optimize_first(text)]
+    assert products and all(jit.tier_independent(quick.module.llvm_ir[n]) for n in products)
+    for n in products:
+        assert quick.module.objects[n] == optimized_only.module.objects[n]
+    assert any(q != o for q, o in zip(quick.module.objects, optimized_only.module.objects)), "exp starts quick"
 
 
 def test_modules_mode_ignores_the_work_limit_and_has_nothing_to_follow_without_quick_modules():
@@ -197,7 +216,8 @@ def test_modules_mode_saves_the_optimized_code(tmp_path):
 
 def test_reoptimize_compiles_only_the_quick_objects_again():
     texts = build_cpu_executable(_exp_then_sum()).module.llvm_ir
-    tiers_ = [jit.Tier.QUICK if jit.tier_independent(t) else jit.Tier.OPTIMIZED for t in texts]
+    tiers_ = [jit.Tier.QUICK if jit.tier_independent(t) and not optimize_first(t) else jit.Tier.OPTIMIZED
+              for t in texts]
     quick = jit.compile_ir(texts, tier=jit.Tier.QUICK)
     mixed = jit.reoptimize(quick, tiers_)
     optimized = jit.compile_ir(texts)

@@ -15,6 +15,13 @@ from neuroncc.executors.cpu.extern_library import LIBRARY_CALLS
 from neuroncc.executors.cpu.launcher import CpuExecutable, build_cpu_executable, load_cpu_executable
 
 
+@pytest.fixture(autouse=True)
+def products_on_blas(monkeypatch):
+    """These tests are of the extern path (MKL, oneDNN): with AVX-512 the small products they use would be
+    generated code instead (CpuTarget.small_mm_max_macs)."""
+    monkeypatch.setattr(CpuTarget, "small_mm_max_macs", property(lambda self: 0))
+
+
 @pytest.fixture
 def rng() -> np.random.Generator:
     return np.random.default_rng(0)

@@ -39,6 +39,7 @@ from typing import Any
 import llvmlite.binding as llvm
 from llvmlite.binding import ffi
 
+from neuroncc.codegen.llvm.entries import optimize_first
 from neuroncc.codegen.llvm.native_library import CodeForm, LibraryModule, code_form, give_up, link, load_library
 from neuroncc.errors import ArtifactError, CodegenError, NeuronccError
 from neuroncc.hardware.host import CpuTarget
@@ -313,7 +314,8 @@ class KernelCompiler:
     quick ones: an optimized module costs ~25x a quick one (the transformer step's LayerNorm backward: 90 ms
     against 2-7 ms), so it is the one the compile ends up waiting for, unless it starts as early as it can. ``tier``: how much LLVM optimizes (:class:`Tier`).
     ``quick_when_independent``: a module that computes the same bits at every tier (:func:`tier_independent`)
-    compiles at the quick tier instead; ``tiers`` records each module's (:func:`reoptimize` makes the
+    compiles at the quick tier instead, unless it asks to be optimized first (``entries.optimize_first``: the
+    generated matrix products); ``tiers`` records each module's (:func:`reoptimize` makes the
     optimized objects of the quick ones later). ``form``: the code form (default: the process's,
     ``native_library.code_form``).
     """
@@ -341,7 +343,8 @@ class KernelCompiler:
             worker = _Worker(self.inbox, self.objects, self.form)
             worker.start()
             self.workers.append(worker)
-        tier = Tier.QUICK if self.quick_when_independent and tier_independent(text) else self.tier
+        quick = self.quick_when_independent and tier_independent(text) and not optimize_first(text)
+        tier = Tier.QUICK if quick else self.tier
         self.inbox.put((_QUICK_NEXT if tier is Tier.QUICK else _OPTIMIZED_FIRST, len(self.texts), text, tier))
         self.texts.append(text)
         self.tiers.append(tier)

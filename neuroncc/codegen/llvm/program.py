@@ -430,9 +430,11 @@ class _LaunchPlanner:
                        for sym, ph in zip(symbols, kplan.phases))
         extern = None
         if kplan.extern is not None:
-            # a small bmm runs as the kernel's first phase, else the launcher calls BLAS or ATen before the phases
-            matmul = self.matmul_phase(region.ops[kplan.extern.op_index], kplan.extern.operands,
-                                       kplan.extern.results[0], f"k{op_index}_mm", kplan.n_args)
+            # a small product runs as the kernel's first phase, else the launcher calls BLAS or ATen before the
+            # phases; not where the tile pass's matmul_tile runs product and epilogue in blocks of rows
+            matmul = None if _row_block(kplan, tiled) else self.matmul_phase(
+                region.ops[kplan.extern.op_index], kplan.extern.operands, kplan.extern.results[0],
+                f"k{op_index}_mm", kplan.n_args)
             if matmul is not None:
                 phases = (matmul, *phases)
             else:

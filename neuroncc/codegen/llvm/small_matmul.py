@@ -17,6 +17,13 @@ B is read in place when its rows are contiguous; otherwise (B transposed: ``q @ 
 copied into a [K, N rounded up to vectors] stack buffer, by squares of lanes x lanes transposed in registers
 where B's columns are contiguous and whole squares, else element by element. A is read one scalar at a time,
 so any layout of A is free (``p^T @ dO`` reads it down columns).
+
+A 2-d product (mm, addmm) runs the same way with its rows as the batch: items of :data:`MM_ROWS_PER_ITEM`
+rows of A and C over one B (batch stride 0), which a transposed B (a linear's weight, ``x @ W^T``) is packed
+from once per call of the phase (per chunk of items a thread takes), not per item. addmm's bias (alpha and
+beta 1) is added to each finished sum as it is stored, as ATen adds it to the finished product. MKL's sgemm
+runs the small classifier's products at ~60-75% of a Zen 4 core's FMA peak; these tiles at ~85-95%
+(:attr:`CpuTarget.small_mm_max_macs` decides which products take them).
 """
 
 from __future__ import annotations
@@ -27,7 +34,7 @@ from typing import Any
 
 from llvmlite import ir
 
-from neuroncc.codegen.llvm.entries import add_phase_entry
+from neuroncc.codegen.llvm.entries import add_phase_entry, mark_optimize_first
 from neuroncc.codegen.llvm.scalars import F32, I1, I32, I64, PTR, VOID, intrinsic
 from neuroncc.codegen.llvm.transpose import transpose_in_registers
 from neuroncc.codegen.llvm.views import Layout
@@ -41,6 +48,20 @@ ELEMENT_ALIGN = DType.f32.itemsize
 
 #: The largest stack buffer (bytes) an item's B is packed into: it stays in L1 with A's rows and the output.
 MAX_PACKED_BYTES = 16 << 10
+
+#: The largest stack buffer (bytes) a 2-d product's one B is packed into, once per call of the phase: it is
+#: read by every row tile, from L1 and L2 (the classifier's qkv weight, 64 x 192: 48 KiB).
+MAX_SHARED_PACKED_BYTES = 64 << 10
+
+#: Rows of a 2-d product per batch item of its phase: the unit a thread takes (of the classifier's 512-row
+#: products, 32 items). Zen 4, 1 and 2 threads, items of 8 / 16 / 32 / 64 rows: 16 as fast as any on every
+#: product of the classifier, 8 up to 12% slower where K is 512 (more tiles' partial rows).
+MM_ROWS_PER_ITEM = 16
+
+#: Work units (the launcher's per-element units, ``launch_cost.py``) per vector multiply-add: the OpenMP team
+#: splits a product from TEAM_MIN_WORK / 4 vector FMAs. At 1 unit the 2M multiply-adds of a [512, 64] x
+#: [64, 64] product stayed on one thread at 2 threads (Zen 4: 41 us, against 27 us split; MKL 36 us).
+VECTOR_FMA_WORK = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +89,8 @@ class SmallMatmul:
     lanes: int
     registers: int
     fma: bool
+    #: addmm's bias, (batch, row, column) strides (0 where broadcast), added to each finished sum; None: mm, bmm
+    bias: Operand | None = None
 
     @property
     def vectors(self) -> int:
@@ -86,13 +109,29 @@ class SmallMatmul:
         return self.b.strides[1] == 1 and self.depth % self.lanes == 0 and self.cols % self.lanes == 0
 
     @property
+    def packed_bytes(self) -> int:
+        """Bytes of the stack buffer B is packed into (0: B is read in place)."""
+        return self.depth * self.vectors * self.lanes * 4 if self.packs_b else 0
+
+    @property
     def column_blocks(self) -> tuple[tuple[int, int], ...]:
-        """(first vector, vectors) of each block of columns a tile covers: at most a quarter of the
-        registers' worth of vectors, in blocks of near-equal size."""
+        """(first vector, vectors) of each block of columns a tile covers, in blocks of near-equal size: the
+        block width whose tiles do the most multiply-adds per load (``vectors x rows`` accumulators for
+        ``vectors + rows`` loads per step over k: B's vectors and A's broadcasts), the widest of equals. With
+        AVX-512 (32 registers): 4 vectors x 6 rows or 6 x 4 (2.4 FMAs a load); 8 x 2 (1.6) ran a [512, 64] x
+        [64, 128] product at 88 GFLOP/s on Zen 4 against 105 in 4 x 6 tiles. Blocks are at most a quarter of
+        the registers' vectors; with fewer than 32 registers (AVX2) the fewest such blocks, the rule session 10
+        measured on Zen 3 (not re-measured with the score)."""
         most = max(self.registers // 4, 1)
-        blocks = -(-self.vectors // most)
-        size = -(-self.vectors // blocks)
-        return tuple((first, min(size, self.vectors - first)) for first in range(0, self.vectors, size))
+        fewest = -(-self.vectors // most)
+        best_size, best_score = -(-self.vectors // fewest), -1.0
+        for blocks in range(fewest, self.vectors + 1 if self.registers >= 32 else fewest):
+            size = -(-self.vectors // blocks)
+            rows = self.tile_rows(size)
+            score = size * rows / (size + rows)
+            if score > best_score + 1e-9:
+                best_size, best_score = size, score
+        return tuple((first, min(best_size, self.vectors - first)) for first in range(0, self.vectors, best_size))
 
     def tile_rows(self, vectors: int) -> int:
         """Rows per tile of ``vectors`` columns: accumulators, B's vectors and one broadcast fill the registers."""
@@ -100,8 +139,8 @@ class SmallMatmul:
 
     @property
     def work(self) -> int:
-        """Work per batch item, in the launcher's per-element units (vector FMAs)."""
-        return max(self.rows * self.cols * self.depth // self.lanes, 1)
+        """Work per batch item, in the launcher's per-element units (:data:`VECTOR_FMA_WORK` per vector FMA)."""
+        return max(self.rows * self.cols * self.depth // self.lanes, 1) * VECTOR_FMA_WORK
 
 
 def _logical(layout: Layout, transposed: bool) -> Operand:
@@ -115,7 +154,12 @@ def plan_small_matmul(op: Op, operands: Sequence[Layout], result: Layout, target
     """The generated-code plan of matmul ``op`` over ``operands`` (stored layouts, op order) into ``result``,
     or None where BLAS or ATen runs it: the one place that decides. Generated: float32 bmm, nothing empty,
     at most ``max_macs`` (default ``target.small_bmm_max_macs``) multiply-adds per batch item, unit column
-    stride in the result, a packed B of at most :data:`MAX_PACKED_BYTES`."""
+    stride in the result, a packed B of at most :data:`MAX_PACKED_BYTES`; float32 mm and addmm (alpha and beta
+    1, a bias with unit column stride) of at most ``max_macs`` (default ``target.small_mm_max_macs``)
+    multiply-adds in all, by :func:`_plan_2d`."""
+    if len(result.shape) == 2:
+        return _plan_2d(op, operands, result, target,
+                        target.small_mm_max_macs if max_macs is None else max_macs)
     if max_macs is None:
         max_macs = target.small_bmm_max_macs
     if not op.has(Trait.MATRIX_PRODUCT) or len(operands) != 2 or len(result.shape) != 3:
@@ -138,6 +182,82 @@ def plan_small_matmul(op: Op, operands: Sequence[Layout], result: Layout, target
     return plan
 
 
+def rows_per_item(rows: int) -> int | None:
+    """Rows of a 2-d product per batch item: :data:`MM_ROWS_PER_ITEM` where they divide ``rows``, else the
+    largest divisor of ``rows`` from 4 up to twice that, else all rows in one item up to twice that; None
+    (BLAS) for more rows with no such divisor (every item has the same rows)."""
+    if rows % MM_ROWS_PER_ITEM == 0:
+        return MM_ROWS_PER_ITEM
+    divisors = [r for r in range(4, 2 * MM_ROWS_PER_ITEM + 1) if rows % r == 0]
+    if divisors:
+        return max(divisors)
+    return rows if rows <= 2 * MM_ROWS_PER_ITEM else None
+
+
+def _plan_2d(op: Op, operands: Sequence[Layout], result: Layout, target: CpuTarget,
+             max_macs: int) -> SmallMatmul | None:
+    """mm or addmm as items of :func:`rows_per_item` rows over one B (batch stride 0), or None."""
+    if not op.has(Trait.MATRIX_PRODUCT) or len(operands) not in (2, 3):
+        return None
+    if any(layout.dtype is not DType.f32 for layout in (*operands, result)):
+        return None
+    bias_layout = operands[0] if len(operands) == 3 else None
+    if bias_layout is not None and (op.attrs.get("alpha", 1) != 1 or op.attrs.get("beta", 1) != 1):
+        return None
+    first, second = operands[-2:]
+    if len(first.shape) != 2 or len(second.shape) != 2:
+        return None
+    rows, cols = result.shape
+    a = _logical_2d(first, bool(op.attrs.get("transpose_a", False)))
+    b = _logical_2d(second, bool(op.attrs.get("transpose_b", False)))
+    depth = first.shape[0] if op.attrs.get("transpose_a", False) else first.shape[1]
+    if min(rows, cols, depth) < 1 or rows * cols * depth > max_macs:
+        return None
+    if result.strides[1] != 1 and cols > 1:
+        return None
+    per_item = rows_per_item(rows)
+    if per_item is None:
+        return None
+    bias = None
+    if bias_layout is not None:
+        bias_strides = _broadcast_strides(bias_layout, (rows, cols))
+        if bias_strides is None:
+            return None
+        bias = Operand(bias_layout.arg, bias_layout.offset, (per_item * bias_strides[0], *bias_strides))
+    plan = SmallMatmul(rows // per_item, per_item, cols, depth,
+                       Operand(a.arg, a.offset, (per_item * a.strides[1], *a.strides[1:])),
+                       Operand(b.arg, b.offset, (0, *b.strides[1:])),
+                       Operand(result.arg, result.offset, (per_item * result.strides[0], result.strides[0], 1)),
+                       target.f32_lanes, target.vector_registers, target.has("fma"), bias)
+    if plan.packed_bytes > MAX_SHARED_PACKED_BYTES:
+        return None
+    return plan
+
+
+def _logical_2d(layout: Layout, transposed: bool) -> Operand:
+    """A stored [x, y] factor as the product reads it, as a (0, row, column)-strided operand."""
+    s0, s1 = layout.strides
+    return Operand(layout.arg, layout.offset, (0, s1, s0) if transposed else (0, s0, s1))
+
+
+def _broadcast_strides(layout: Layout, shape: tuple[int, int]) -> tuple[int, int] | None:
+    """(row, column) strides of ``layout`` broadcast to ``shape`` (0 along a broadcast dim), or None when its
+    columns are not contiguous (the bias is read as vectors of a row)."""
+    rank = len(layout.shape)
+    if rank > 2:
+        return None
+    sizes = (1,) * (2 - rank) + tuple(layout.shape)
+    strides = (0,) * (2 - rank) + tuple(layout.strides)
+    row = 0 if sizes[0] == 1 else strides[0]
+    if sizes[1] == 1:
+        if shape[1] > 1:
+            return None  # one bias per row, broadcast along it: not a vector of the row
+        column = 1
+    else:
+        column = strides[1]
+    return (row, 1) if column == 1 else None
+
+
 def emit_small_matmul(plan: SmallMatmul, symbol: str, n_args: int) -> str:
     """The LLVM module (text) of phase function ``symbol`` computing ``plan`` over batch items [start, end);
     its argument array has ``n_args`` pointers (the operands' and result's slots among them)."""
@@ -147,6 +267,7 @@ def emit_small_matmul(plan: SmallMatmul, symbol: str, n_args: int) -> str:
     for arg in body.args[:n_args]:
         arg.add_attribute("noalias")  # the kernel's buffers never overlap (two reads of one buffer may)
     add_phase_entry(module, symbol, n_args)
+    mark_optimize_first(module)  # the graph's arithmetic: quick code would run it several times slower
     _Emitter(plan, body).emit()
     return str(module)
 
@@ -168,7 +289,11 @@ class _Emitter:
             packed = b.alloca(ir.ArrayType(F32, plan.depth * plan.vectors * plan.lanes))
             packed.align = CACHE_LINE_BYTES
         start, end = self.function.args[-2], self.function.args[-1]
-        self._range(start, end, lambda item: self._item(item, packed))
+        if packed is not None and plan.b.strides[0] == 0:  # one B for every item: packed once per call
+            self._pack(self._pointer(self.function.args[plan.b.arg], plan.b.offset), packed)
+            self._range(start, end, lambda item: self._item(item, packed, packed_already=True))
+        else:
+            self._range(start, end, lambda item: self._item(item, packed))
         b.ret_void()
 
     # ---- addresses and loops -------------------------------------------------------------------------
@@ -241,14 +366,17 @@ class _Emitter:
 
     # ---- one batch item --------------------------------------------------------------------------------
 
-    def _item(self, item: ir.Value, packed: Any) -> None:
+    def _item(self, item: ir.Value, packed: Any, packed_already: bool = False) -> None:
         plan, args = self.plan, self.function.args
         bases = [self._pointer(args[o.arg], self._affine(o.offset, (item, o.strides[0])))
                  for o in (plan.a, plan.b, plan.c)]
         a_base, b_base, c_base = bases
+        self.bias_base = None if plan.bias is None else \
+            self._pointer(args[plan.bias.arg], self._affine(plan.bias.offset, (item, plan.bias.strides[0])))
         b_strides = plan.b.strides[1:]
         if packed is not None:
-            self._pack(b_base, packed)
+            if not packed_already:
+                self._pack(b_base, packed)
             b_base, b_strides = packed, (plan.vectors * plan.lanes, 1)
         for first, vectors in plan.column_blocks:
             rows = plan.tile_rows(vectors)
@@ -317,11 +445,20 @@ class _Emitter:
             return updated
 
         sums = self._carried(plan.depth, [self.zero] * (rows * vectors), step)
+        bias_rows: dict[int, list[ir.Value]] = {}  # a broadcast bias row is loaded once per tile
         for r in range(rows):
             for v in range(vectors):
                 column = (first + v) * plan.lanes
                 target = self._pointer(c_base, self._affine(column, (row0, plan.c.strides[1]), (r, plan.c.strides[1])))
-                self._store(sums[r * vectors + v], target, plan.cols - column)
+                value = sums[r * vectors + v]
+                if plan.bias is not None:
+                    key = r if plan.bias.strides[1] else 0
+                    if key not in bias_rows:
+                        bias_rows[key] = [self._load(self._pointer(self.bias_base, self._affine(
+                            (first + u) * plan.lanes, (row0, plan.bias.strides[1]), (r, plan.bias.strides[1]))),
+                            plan.cols - (first + u) * plan.lanes) for u in range(vectors)]
+                    value = b.fadd(value, bias_rows[key][v])
+                self._store(value, target, plan.cols - column)
 
     def _multiply_add(self, x: ir.Value, y: ir.Value, z: ir.Value) -> ir.Value:
         if self.plan.fma:
@@ -351,4 +488,5 @@ class _Emitter:
         self.b.call(store, [value, target, ir.Constant(I32, 4), self._mask(remaining)])
 
 
-__all__ = ["MAX_PACKED_BYTES", "Operand", "SmallMatmul", "emit_small_matmul", "plan_small_matmul"]
+__all__ = ["MAX_PACKED_BYTES", "MAX_SHARED_PACKED_BYTES", "MM_ROWS_PER_ITEM", "Operand", "SmallMatmul",
+           "emit_small_matmul", "plan_small_matmul", "rows_per_item"]
