@@ -22,25 +22,15 @@ from __future__ import annotations
 
 import time
 
-from common import ensure_environment, interleaved
+from common import ensure_environment, interleaved, record_compiled_graphs
 
 ensure_environment(threads=1)
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-import neuroncc.frontend.compiled as compiled_module  # noqa: E402
 
-made: list = []
-_original_init = compiled_module.CompiledGraph.__init__
-
-
-def _recording_init(self, *args, **kwargs):
-    _original_init(self, *args, **kwargs)
-    made.append(self)
-
-
-compiled_module.CompiledGraph.__init__ = _recording_init
+made = record_compiled_graphs()
 
 
 def layernorm(x, w, b):

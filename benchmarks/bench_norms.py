@@ -15,10 +15,9 @@ A diagnosis tool: it reaches into the front end's ``CompiledGraph`` to call the 
 from __future__ import annotations
 
 import argparse
-import random
 import time
 
-from common import ensure_environment, settle_neuroncc, table
+from common import ensure_environment, interleaved_samples, record_compiled_graphs, table
 
 ensure_environment(threads=2)
 
@@ -26,23 +25,13 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 import microkernels as mk  # noqa: E402
-import neuroncc.frontend.compiled as compiled_module  # noqa: E402
 from kernel_cases import affine, layernorm, layernorm_graph, rmsnorm, stream_graph  # noqa: E402
 from neuroncc.executors.cpu.address_call import AddressCall  # noqa: E402
 from neuroncc.executors.cpu.launcher import build_cpu_executable  # noqa: E402
 
 ROWS, COLS = 8192, 1024
 
-made: list = []
-_original_init = compiled_module.CompiledGraph.__init__
-
-
-def _recording_init(self, *args, **kwargs):
-    _original_init(self, *args, **kwargs)
-    made.append(self)
-
-
-compiled_module.CompiledGraph.__init__ = _recording_init
+made = record_compiled_graphs()
 
 
 def implementations(threads: int, distances: list[int]) -> tuple[dict, torch.Tensor]:
@@ -88,20 +77,8 @@ def implementations(threads: int, distances: list[int]) -> tuple[dict, torch.Ten
 
 
 def measure(impls: dict, repeats: int, clock) -> dict[str, np.ndarray]:
-    """Per-round times of each implementation, rounds in a fresh random order each (as ``common.interleaved``)."""
-    for fn in impls.values():
-        fn()
-    settle_neuroncc(impls)
-    names = list(impls)
-    order = random.Random(0x5EED)
-    samples: dict[str, list[float]] = {name: [] for name in impls}
-    for _ in range(repeats):
-        order.shuffle(names)
-        for name in names:
-            begin = clock()
-            impls[name]()
-            samples[name].append(clock() - begin)
-    return {name: np.array(times) for name, times in samples.items()}
+    """Per-round times of each implementation (``common.interleaved_samples``: entry i of each is round i)."""
+    return {name: np.array(times) for name, times in interleaved_samples(impls, repeats, 1, clock).items()}
 
 
 def main() -> None:

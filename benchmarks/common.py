@@ -28,7 +28,16 @@ def ensure_environment(threads: int = 2) -> None:
 
 def interleaved(impls: dict[str, Callable[[], object]], repeats: int = 30, warmup: int = 3,
                 clock: Callable[[], float] = time.perf_counter) -> dict[str, float]:
-    """Median seconds per call of each implementation, calls interleaved round-robin.
+    """Median seconds per call of each implementation, calls interleaved round-robin
+    (:func:`interleaved_samples`)."""
+    samples = interleaved_samples(impls, repeats, warmup, clock)
+    return {name: statistics.median(times) for name, times in samples.items()}
+
+
+def interleaved_samples(impls: dict[str, Callable[[], object]], repeats: int = 30, warmup: int = 3,
+                        clock: Callable[[], float] = time.perf_counter) -> dict[str, list[float]]:
+    """Seconds of each call of each implementation, round by round (entry ``i`` of every list is round ``i``:
+    per-round ratios pair calls made moments apart), calls interleaved round-robin.
 
     Each round runs the implementations in a fresh random order (seeded: runs repeat), so every one runs
     in every position and after every other equally often. A call that follows a different program pays
@@ -53,7 +62,23 @@ def interleaved(impls: dict[str, Callable[[], object]], repeats: int = 30, warmu
             start = clock()
             fn()
             samples[name].append(clock() - start)
-    return {name: statistics.median(times) for name, times in samples.items()}
+    return samples
+
+
+def record_compiled_graphs() -> list:
+    """From now on, every ``CompiledGraph`` the neuron backend makes is appended to the returned list (the
+    benchmarks that call a graph's layers one by one take theirs from it)."""
+    import neuroncc.frontend.compiled as compiled_module
+
+    made: list = []
+    original_init = compiled_module.CompiledGraph.__init__
+
+    def recording_init(self, *args, **kwargs):
+        original_init(self, *args, **kwargs)
+        made.append(self)
+
+    compiled_module.CompiledGraph.__init__ = recording_init
+    return made
 
 
 def settle_neuroncc(impls: dict[str, Callable[[], object]]) -> None:

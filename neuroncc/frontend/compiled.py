@@ -78,7 +78,7 @@ class CompiledGraph:
         self.in_place = frozenset(index for position, index in graph.mutations
                                   if index in in_place and graph.param_positions[in_place[index]] == position)
         self._direct_copies = self._copies_after_direct_calls()
-        #: the IR output of each graph output, when every one is computed (the lean call's list, made directly)
+        #: the IR output of each graph output, when every one is computed (the direct call's list, made directly)
         self._computed_only = tuple(output.index for output, _ in self.outputs) \
             if all(isinstance(output, ComputedOutput) for output, _ in self.outputs) else None
         self._arena_partner: CompiledGraph | None = None
@@ -112,10 +112,7 @@ class CompiledGraph:
             self._direct_copies = self._copies_after_direct_calls()
 
     def __call__(self, args: list[Any]) -> list[Any]:
-        if self._code_pending:
-            self._bind_code()
-        if self._pending is not None and self._pending.done():
-            self._take_optimized()
+        self._take_final_code()
         if self.device is not None:
             outputs = self.device.run(self, args)
             args.clear()
@@ -158,25 +155,15 @@ class CompiledGraph:
         return self._lean if has_direct else None
 
     def _lean(self, args: Sequence[Any]) -> list[Any] | None:
+        self._take_final_code()
+        return None if self._direct is None else self._direct_outputs(args)
+
+    def _take_final_code(self) -> None:
+        """Before a call: bind code still pending (deferred_code.py), and switch to an optimized build once done."""
         if self._code_pending:
             self._bind_code()
         if self._pending is not None and self._pending.done():
             self._take_optimized()
-        if self._direct is None:
-            return None
-        try:
-            made = self._direct(args)
-        except LinalgInputError as error:
-            raise torch.linalg.LinAlgError(str(error)) from error
-        if made is None:
-            return None
-        if self._direct_copies:
-            with torch.no_grad():
-                for position, index in self._direct_copies:
-                    args[position].copy_(made[index])
-        if self._computed_only is not None:
-            return [made[index] for index in self._computed_only]
-        return self.graph_outputs(args, lambda output, _: made[output.index])
 
     def _bind_code(self) -> None:
         """At the first call of an executable whose code was pending: wait for the code and bind it (raising the
@@ -221,19 +208,26 @@ class CompiledGraph:
 
     def _call_direct(self, args: list[Any]) -> list[Any] | None:
         """The call on data pointers (direct_call.py), or None when this call's tensors do not qualify."""
+        outputs = self._direct_outputs(args)
+        if outputs is not None:
+            args.clear()
+        return outputs
+
+    def _direct_outputs(self, args: Sequence[Any]) -> list[Any] | None:
+        """The direct call's outputs, inputs updated (the one body of :meth:`_call_direct` and the lean call)."""
         try:
             made = self._direct(args)
         except LinalgInputError as error:
             raise torch.linalg.LinAlgError(str(error)) from error
         if made is None:
             return None
-        outputs = self.graph_outputs(args, lambda output, _: made[output.index])
         if self._direct_copies:
             with torch.no_grad():
                 for position, index in self._direct_copies:
                     args[position].copy_(made[index])
-        args.clear()
-        return outputs
+        if self._computed_only is not None:
+            return [made[index] for index in self._computed_only]
+        return self.graph_outputs(args, lambda output, _: made[output.index])
 
     def _write_back(self, args: list[Any], results: list[Any]) -> None:
         """In-place updates of inputs, copied into the caller's tensors."""

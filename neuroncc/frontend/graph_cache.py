@@ -55,8 +55,8 @@ from neuroncc.frontend.aot_metadata import BadMetadata, UnsupportedMetadata, dec
 from neuroncc.frontend.compiled import CompiledGraph
 from neuroncc.frontend.convert import TensorSpec
 from neuroncc.frontend.graph_key import Uncacheable, key_parts
-from neuroncc.frontend.lean_call import lean_inference, lean_refusal
 from neuroncc.frontend.imported import ComputedOutput, ConstantOutput, ImportedGraph, InputOutput
+from neuroncc.frontend.lean_call import lean_inference, lean_refusal
 from neuroncc.frontend.options import BackendOptions
 import neuroncc
 
