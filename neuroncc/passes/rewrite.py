@@ -131,12 +131,13 @@ def rewrite_to_fixed_point(fn: Function, rules: Sequence[Rule], *, config: Any =
     by_op: dict[str, list[Rule]] = {}
     for rule in rules:
         by_op.setdefault(rule.op, []).append(rule)
-    fn = cse(dce(fn))
+    region_texts = RegionTexts()  # the sweeps keep most regions as they are: each is printed once
+    fn = cse(dce(fn), region_texts)
     for _ in range(max_sweeps):
         rewritten, changed = _sweep(fn, by_op, config)
         if not changed:
             return fn
-        fn = cse(dce(rewritten))
+        fn = cse(dce(rewritten), region_texts)
     return fn
 
 
@@ -195,8 +196,25 @@ def dce(fn: Function) -> Function:
     return fn.with_ops(reversed(kept))
 
 
-def cse(fn: Function) -> Function:
-    """Merge ops that compute the same thing (same op, operands, attributes and regions)."""
+class RegionTexts:
+    """The canonical text of each region seen, printed once: IR is immutable, so a region object prints the
+    same every time (each is kept here, so its ``id`` is not reused meanwhile). CSE compares regions by this
+    text, and a fixed-point rewrite runs CSE after every sweep over mostly unchanged kernels."""
+
+    def __init__(self) -> None:
+        self._texts: dict[int, tuple[Function, str]] = {}
+
+    def __call__(self, region: Function) -> str:
+        known = self._texts.get(id(region))
+        if known is None:
+            known = self._texts[id(region)] = (region, print_function(region, canonical=True))
+        return known[1]
+
+
+def cse(fn: Function, region_texts: RegionTexts | None = None) -> Function:
+    """Merge ops that compute the same thing (same op, operands, attributes and regions); ``region_texts``
+    remembers the regions' texts across calls."""
+    text_of = region_texts if region_texts is not None else RegionTexts()
     seen: dict[tuple, Op] = {}
     mapping: dict[Value, Value] = {}
     ops: list[Op] = []
@@ -205,7 +223,7 @@ def cse(fn: Function) -> Function:
         if any(a is not b for a, b in zip(operands, op.operands)):
             op = Op(op.name, operands, op.results, op.attrs, op.regions)
         key = (op.name, tuple(id(v) for v in operands), tuple((k, exact_key(v)) for k, v in op.attrs.items()),
-               tuple(print_function(r, canonical=True) for r in op.regions))
+               tuple(text_of(r) for r in op.regions))
         if key in seen:
             mapping.update(zip(op.results, seen[key].results))
             continue
