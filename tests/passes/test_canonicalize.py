@@ -133,6 +133,34 @@ def test_cse_dce_and_kernel_operand_pruning():
     assert len(kernel.operands) == 1 and op_names(kernel.regions[0]) == ["add"]
 
 
+def test_cse_merges_kernels_by_region_text_printing_each_region_once(monkeypatch):
+    from neuroncc.passes import rewrite
+
+    fn = parse("""func @f(%x: tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>) {
+  %k1 = kernel %x {name = "k"} : tensor<4xf32> region(%p: tensor<4xf32>) {
+    %e = exp %p : tensor<4xf32>
+    return %e
+  }
+  %k2 = kernel %x {name = "k"} : tensor<4xf32> region(%p: tensor<4xf32>) {
+    %e = exp %p : tensor<4xf32>
+    return %e
+  }
+  %k3 = kernel %x {name = "k"} : tensor<4xf32> region(%p: tensor<4xf32>) {
+    %e = tanh %p : tensor<4xf32>
+    return %e
+  }
+  return %k1, %k2, %k3
+}""")
+    printed = []
+    real_print = rewrite.print_function
+    monkeypatch.setattr(rewrite, "print_function", lambda f, **kw: printed.append(f) or real_print(f, **kw))
+    texts = rewrite.RegionTexts()
+    out = rewrite.cse(fn, texts)
+    assert op_names(out) == ["kernel", "kernel"]  # k2's region prints as k1's: merged; k3's differs
+    assert out.outputs[0] is out.outputs[1] and out.outputs[2] is not out.outputs[0]
+    assert rewrite.cse(out, texts) is out and len(printed) == 3  # the second CSE reprinted nothing
+
+
 def test_driver_rejects_a_rule_that_changes_a_type():
     def bad(site):
         return site.operands[0] if site.op.name == "add" else None  # ignores broadcasting
