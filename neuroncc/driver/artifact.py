@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -38,6 +38,9 @@ from neuroncc.errors import ArtifactError
 from neuroncc.driver.host_stamp import remembered_host_cpu
 from neuroncc.ir import Function, TensorType, collect_resources, parse, print_function
 from neuroncc.executors.executable import Executable, load_interp_executable
+
+if TYPE_CHECKING:  # the compile path's (driver/compile_request.py), not a reader's
+    from neuroncc.driver.compile_request import ArtifactContents
 
 #: Bump when the directory layout or the manifest schema changes; older entries then read as misses.
 #: 2: cpu kernels as one shared library (kernels.so; kernels.a only where the compiling process had no linker)
@@ -284,22 +287,6 @@ def read_graph(directory: Path) -> Function:
     # The graph was verified when it was compiled and its sha256 was checked before we got here; verifying
     # it again would nearly double the warm-load time of a large graph.
     return parse(text, source=str(directory / GRAPH_NAME), resources=resources, verify=False)
-
-
-@dataclass(frozen=True, slots=True)
-class ArtifactContents:
-    """Everything :func:`write_artifact` needs besides the executable: the manifest's descriptive fields."""
-
-    key: str
-    key_components: Mapping[str, ComponentRecord]
-    target: str
-    input_function: Function
-    options: Mapping[str, Any]
-    pipeline: str
-    stages: Mapping[str, str]  # stage name -> IR text after that stage, in pipeline order
-    timings: Mapping[str, float]
-    neuroncc_version: str
-    created_at: str
 
 
 def write_artifact(directory: Path, executable: Executable, contents: ArtifactContents, codec: ArtifactCodec,
