@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -38,9 +38,6 @@ from neuroncc.errors import ArtifactError
 from neuroncc.driver.host_stamp import remembered_host_cpu
 from neuroncc.ir import Function, TensorType, collect_resources, parse, print_function
 from neuroncc.executors.executable import Executable, load_interp_executable
-
-if TYPE_CHECKING:  # the compile path's (driver/compile_request.py), not a reader's
-    from neuroncc.driver.compile_request import ArtifactContents
 
 #: Bump when the directory layout or the manifest schema changes; older entries then read as misses.
 #: 2: cpu kernels as one shared library (kernels.so; kernels.a only where the compiling process had no linker)
@@ -289,10 +286,12 @@ def read_graph(directory: Path) -> Function:
     return parse(text, source=str(directory / GRAPH_NAME), resources=resources, verify=False)
 
 
-def write_artifact(directory: Path, executable: Executable, contents: ArtifactContents, codec: ArtifactCodec,
+def write_artifact(directory: Path, executable: Executable, contents: Any, codec: ArtifactCodec,
                    checkpoint: Callable[[str], None] = lambda step: None) -> Manifest:
     """Fill the empty ``directory`` with the artifact of ``executable``; the manifest is written last.
 
+    ``contents`` is a :class:`neuroncc.driver.compile_request.ArtifactContents` (not imported here: this module
+    is a graph cache hit's, which reads artifacts only, and that module imports this one).
     ``checkpoint("graph-written")`` is called halfway (tests kill the process there).
     """
     start = time.perf_counter()

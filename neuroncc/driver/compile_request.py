@@ -10,13 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from neuroncc.driver.artifact import ComponentRecord
+from neuroncc.executors.executable import Executable
 from neuroncc.ir import Function
-
-if TYPE_CHECKING:
-    from neuroncc.driver.artifact import ComponentRecord
-    from neuroncc.executors.executable import Executable
 
 
 @dataclass(frozen=True, slots=True)
