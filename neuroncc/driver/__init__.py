@@ -13,6 +13,8 @@
 - ``records``: :class:`CompileRecord`, what one compile did (cache hit or miss and why, time per pass and for
   code generation), logged as one line on the ``neuroncc.driver`` logger; ``log_settings``: ``NEURONCC_LOG``,
   those lines on stderr (apart, so that a graph cache hit, which makes no record, does not import the records).
+- ``compile_request``: what a compile through the cache takes and gives (request, result, outcome, a new
+  artifact's descriptive fields), apart so that a graph cache hit, which reads entries only, does not import it.
 - ``artifact``: the artifact directory format (manifest, graph text, constants, the target's own files); no
   pickle anywhere.
 

@@ -286,26 +286,12 @@ def read_graph(directory: Path) -> Function:
     return parse(text, source=str(directory / GRAPH_NAME), resources=resources, verify=False)
 
 
-@dataclass(frozen=True, slots=True)
-class ArtifactContents:
-    """Everything :func:`write_artifact` needs besides the executable: the manifest's descriptive fields."""
-
-    key: str
-    key_components: Mapping[str, ComponentRecord]
-    target: str
-    input_function: Function
-    options: Mapping[str, Any]
-    pipeline: str
-    stages: Mapping[str, str]  # stage name -> IR text after that stage, in pipeline order
-    timings: Mapping[str, float]
-    neuroncc_version: str
-    created_at: str
-
-
-def write_artifact(directory: Path, executable: Executable, contents: ArtifactContents, codec: ArtifactCodec,
+def write_artifact(directory: Path, executable: Executable, contents: Any, codec: ArtifactCodec,
                    checkpoint: Callable[[str], None] = lambda step: None) -> Manifest:
     """Fill the empty ``directory`` with the artifact of ``executable``; the manifest is written last.
 
+    ``contents`` is a :class:`neuroncc.driver.compile_request.ArtifactContents` (not imported here: this module
+    is a graph cache hit's, which reads artifacts only, and that module imports this one).
     ``checkpoint("graph-written")`` is called halfway (tests kill the process there).
     """
     start = time.perf_counter()

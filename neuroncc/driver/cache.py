@@ -39,7 +39,7 @@ import tempfile
 import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -50,7 +50,6 @@ from neuroncc.driver.remote_settings import settings_from_environ
 from neuroncc.driver.artifact import (
     ARTIFACT_CODECS,
     ArtifactCodec,
-    ArtifactContents,
     ComponentRecord,
     Manifest,
     artifact_size,
@@ -63,7 +62,6 @@ from neuroncc.driver.artifact import (
 from neuroncc.driver.cache_key import (
     BuildEnvironment,
     CacheKey,
-    CompileRequest,
     UncacheableRequestError,
     compute_key,
 )
@@ -71,45 +69,15 @@ from neuroncc.executors.executable import Executable
 from neuroncc.driver.process_cache import CACHE_STATS, PROCESS_MEMORY, CacheStats, MemoryTier
 from neuroncc.driver.publisher import PUBLISHER
 
-if TYPE_CHECKING:  # the remote tier and its bundles are imported where a remote tier is used (off a hit's path)
+if TYPE_CHECKING:  # the remote tier and its bundles are imported where a remote tier is used (off a hit's path);
+    # a compile's request and result where the cache compiles (driver/compile_request.py)
     from neuroncc.driver.bundle import Bundle
+    from neuroncc.driver.compile_request import CacheOutcome, CompileFunction, CompileRequest, CompileResult
     from neuroncc.driver.remote import RemoteTier
 
 CACHE_DIR_VARIABLE = "NEURONCC_CACHE_DIR"
 DISABLE_VARIABLE = "NEURONCC_DISABLE_CACHE"
 DEFAULT_CACHE_DIR = "~/.cache/neuroncc"
-
-#: Temp dirs of processes that are gone are collected at once; any older than this are collected regardless.
-@dataclass(frozen=True, slots=True)
-class CompileResult:
-    """What a compile function returns to the cache: the executable plus what the manifest records about it."""
-
-    executable: Executable
-    stages: Mapping[str, str] = field(default_factory=dict)  # stage name -> IR text after it, in order
-    timings: Mapping[str, float] = field(default_factory=dict)  # stage name -> seconds
-
-
-CompileFunction = Callable[[CompileRequest], CompileResult]
-
-
-@dataclass
-class CacheOutcome:
-    """What one :meth:`CompileCache.get_or_compile` did, filled in when the caller passes one.
-
-    ``status``: ``hit``, ``miss`` (compiled and stored) or ``uncached``; ``key``: the cache key. With
-    ``explain_miss`` set, a miss also says why: ``differing`` lists the key components in which the closest
-    stored entry (``closest``: its graph name; one of the same name when there is one) differs
-    (``neuroncc_source`` after editing neuroncc, ``graph`` and ``inputs`` for a new input shape, ...);
-    ``closest`` is None for an empty cache.
-    """
-
-    explain_miss: bool = False
-    status: str = "uncached"
-    key: str | None = None
-    closest: str | None = None
-    differing: tuple[str, ...] | None = None
-
-
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,6 +154,8 @@ class CompileCache:
         """The executable for ``request``: from memory, the local directory or the remote server, or compiled
         by ``compile_fn`` and published to every tier. ``outcome``, when given, is filled in with what
         happened."""
+        from neuroncc.driver.compile_request import CacheOutcome
+
         outcome = outcome if outcome is not None else CacheOutcome()
         codec = ARTIFACT_CODECS.get(request.target)
         try:
@@ -380,6 +350,8 @@ class CompileCache:
 
     def _publish(self, key: CacheKey, request: CompileRequest, result: CompileResult, codec: ArtifactCodec) -> bool:
         """Write the local entry; False (with one warning) if it could not be written."""
+        from neuroncc.driver.compile_request import ArtifactContents
+
         self._collect_garbage()
         temp = Path(tempfile.mkdtemp(prefix=f"{key.key[:16]}.{os.getpid()}.", dir=self.tmp_dir))
         try:

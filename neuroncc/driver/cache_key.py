@@ -29,7 +29,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from neuroncc.ir import DenseAttr, Function, print_function
 from neuroncc.driver.artifact import ARTIFACT_CODECS, FORMAT_VERSION
@@ -39,17 +39,10 @@ from neuroncc.driver.source_digest import package_digest
 from neuroncc.errors import PipelineError
 import neuroncc
 
+if TYPE_CHECKING:  # the compile path's (driver/compile_request.py), not a graph cache hit's
+    from neuroncc.driver.compile_request import CompileRequest
+
 _SUMMARY_LIMIT = 96
-
-
-@dataclass(frozen=True, slots=True)
-class CompileRequest:
-    """Everything that decides what a compile produces: the (verified) input graph, target, pipeline, options."""
-
-    function: Function
-    target: str
-    pipeline: str
-    options: Mapping[str, Any]
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,7 +24,8 @@ from typing import Any
 from neuroncc.ir import Function, print_function, verify
 from neuroncc.passes.manager import PassContext, Pipeline
 from neuroncc.passes.pipeline import as_pipeline, default_pipeline, parse_pipeline, run_pipeline
-from neuroncc.driver.cache import CacheOutcome, CompileCache, CompileRequest, CompileResult, cache_from_environ
+from neuroncc.driver.cache import CompileCache, cache_from_environ
+from neuroncc.driver.compile_request import CacheOutcome, CompileRequest, CompileResult
 from neuroncc.driver.log_settings import configure_log_from_environ
 from neuroncc.driver.records import CompileRecord, make_record
 from neuroncc.executors.executable import DEFAULT_TARGET, Executable, build_executable

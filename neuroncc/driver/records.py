@@ -15,8 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from neuroncc.driver.cache import CacheOutcome
-from neuroncc.driver.cache_key import CompileRequest
+from neuroncc.driver.compile_request import CacheOutcome, CompileRequest
 from neuroncc.ir import Category
 
 #: The stage name compile_uncached gives code generation (building the target's executable).

@@ -3,7 +3,8 @@ from __future__ import annotations
 import pytest
 from cache_testing import ARTIFACT_TARGETS, sample_function
 
-from neuroncc.driver.cache import CompileCache, CompileRequest, CompileResult
+from neuroncc.driver.cache import CompileCache
+from neuroncc.driver.compile_request import CompileRequest, CompileResult
 from neuroncc.driver.process_cache import CacheStats
 from neuroncc.driver.compile import compile_uncached, make_request
 

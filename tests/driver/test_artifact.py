@@ -15,7 +15,6 @@ from neuroncc.driver.artifact import (
     ARTIFACT_CODECS,
     FORMAT_VERSION,
     ArtifactCodec,
-    ArtifactContents,
     ComponentRecord,
     file_digest,
     manifest_bytes,
@@ -25,6 +24,7 @@ from neuroncc.driver.artifact import (
     verify_artifact,
     write_artifact,
 )
+from neuroncc.driver.compile_request import ArtifactContents
 from neuroncc.executors.executable import build_executable
 
 KEY = "ab" * 32

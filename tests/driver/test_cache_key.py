@@ -12,11 +12,11 @@ from cache_testing import sample_function
 from neuroncc.ir import DType, parse, print_function
 from neuroncc.driver.cache_key import (
     BuildEnvironment,
-    CompileRequest,
     UncacheableRequestError,
     component_differences,
     compute_key,
 )
+from neuroncc.driver.compile_request import CompileRequest
 from neuroncc.driver.compile import make_request
 
 COMPONENTS = ["graph", "constants", "inputs", "target", "host", "options", "pipeline", "neuroncc_version",

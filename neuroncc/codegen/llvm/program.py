@@ -155,7 +155,7 @@ class _LaunchPlanner:
         offset = _align(self.arena_end)
         self.arena_end = offset + _align(max(buffer.extent * storage_itemsize(DType(buffer.dtype)), 1))
         number = self.add_buffer(BufferKind.ARENA, offset, buffer.extent, DType(buffer.dtype))
-        self.plan.values[self.ids[value]] = replace(spec, buffer=number)
+        self.plan.values[self.ids[value]] = spec._replace(buffer=number)
 
     def _keep_in_place(self, op_index: int, op: Any, kplan: Any) -> None:
         """Results of kernel ``op`` that a memory plan put in a dying operand's slot (a value, not a view, read
@@ -232,7 +232,7 @@ class _LaunchPlanner:
             if buffer.kind not in (BufferKind.ARENA, BufferKind.CALL) or spec.offset != 0 \
                     or spec.strides != t.layout_strides or nbytes != buffer.extent * DType(buffer.dtype).numpy.itemsize:
                 continue
-            self.plan.buffers[spec.buffer] = _replace(buffer, kind=BufferKind.OUTPUT, index=position)
+            self.plan.buffers[spec.buffer] = buffer._replace(kind=BufferKind.OUTPUT, index=position)
 
     def _close_arena_gaps(self) -> None:
         """Shift arena buffers down over the ranges no arena buffer uses (the slots of values returned in
@@ -245,7 +245,7 @@ class _LaunchPlanner:
             if start >= _align(covered):
                 removed += start - _align(covered)
             covered = max(covered, start + max(buffer.extent * storage_itemsize(DType(buffer.dtype)), 1))
-            self.plan.buffers[number] = _replace(buffer, index=start - removed)
+            self.plan.buffers[number] = buffer._replace(index=start - removed)
         self.arena_end = _align(covered) - removed
 
     def _ids(self, values: tuple[Value, ...]) -> tuple[int, ...]:
@@ -289,7 +289,7 @@ class _LaunchPlanner:
         if phase is None:
             return None
         slots = (*(CpuSlot(SlotKind.VALUE, self.ids[v]) for v in values), CpuSlot(SlotKind.ERROR, 0))
-        return _replace(step, kind=StepKind.KERNEL, native=True, phases=(phase,), slots=slots)
+        return step._replace(kind=StepKind.KERNEL, native=True, phases=(phase,), slots=slots)
 
     def _keep_donations(self, op: Any, candidates: dict[int, int], kept: dict[int, int]) -> None:
         """Results in ``kept`` stay in their param's buffer (recorded in ``plan.in_place``); the other
@@ -401,7 +401,7 @@ class _LaunchPlanner:
         if kplan is None:
             self._keep_donations(op, candidates, {})
             self._keep_in_place(op_index, op, None)
-            self.plan.steps.append(_replace(step, reason=str(planned.error)))
+            self.plan.steps.append(step._replace(reason=str(planned.error)))
             return
         self._keep_in_place(op_index, op, kplan)
         self._keep_donations(op, candidates, {number: param for number, param in candidates.items() if
@@ -412,7 +412,7 @@ class _LaunchPlanner:
                             overwrites=frozenset(self._overwriting_slots(op)))
             texts, symbols = emit_kernel(kplan, f"k{op_index}")
         except CodegenError as exc:
-            self.plan.steps.append(_replace(step, reason=str(exc)))
+            self.plan.steps.append(step._replace(reason=str(exc)))
             return
         for text in texts:
             self.add_module(text)
@@ -440,7 +440,7 @@ class _LaunchPlanner:
             else:
                 extern = ExternSpec(kplan.extern.op_index, tuple(_layout_spec(a) for a in kplan.extern.operands),
                                     tuple(_layout_spec(a) for a in kplan.extern.results))
-        self.plan.steps.append(_replace(step, native=True, phases=phases, slots=tuple(slots), extern=extern,
+        self.plan.steps.append(step._replace(native=True, phases=phases, slots=tuple(slots), extern=extern,
                                         may_fail=kplan.may_fail,
                                         row_block=_row_block(kplan, tiled) if extern is not None else 0))
 
@@ -486,10 +486,6 @@ def _aligned_buffer(buffer: BufferSpec) -> bool:
     return buffer.kind == BufferKind.OUTPUT or (buffer.kind == BufferKind.ARENA and buffer.index % ALIGN == 0)
 
 
-def _replace(step: StepSpec, **changes: Any) -> StepSpec:
-    return replace(step, **changes)
-
-
 def plan_launch(fn: Function, cpu: str, features: str, memory_plan: Any = None,
                 on_kernel: Callable[[str], None] | None = None) -> tuple[CpuLaunchPlan, list[str]]:
     """The launch plan of ``fn`` (already in top-level form) and the LLVM IR of its native kernels.
@@ -516,7 +512,7 @@ def plan_launch(fn: Function, cpu: str, features: str, memory_plan: Any = None,
     plan = planner.run()
     # scratch offsets are relative to the scratch region, which starts after the values
     base = _align(planner.arena_end)
-    plan.steps = [_replace(s, slots=tuple(CpuSlot(x.kind, x.ref + base) if x.kind == SlotKind.SCRATCH else x
+    plan.steps = [s._replace(slots=tuple(CpuSlot(x.kind, x.ref + base) if x.kind == SlotKind.SCRATCH else x
                                           for x in s.slots)) for s in plan.steps]
     return plan, planner.ir_texts
 
