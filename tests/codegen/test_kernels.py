@@ -316,6 +316,21 @@ def test_row_loops_prefetch_the_next_row_of_their_input(cols, kind, prefetched, 
         assert calls == 3  # a loop over a third of the row's lines before each of its passes (mean, variance, write)
 
 
+@pytest.mark.parametrize(("cols", "lines"), [(16, 1), (40, 3), (256, 16), (1000, 16)])
+def test_a_short_rows_exp_pass_prefetches_only_the_lines_of_its_row(rng, cols, lines):
+    # the exp pass prefetches a group's lines (MEMORY_BURST_LINES) of the next row and of this row's output; a row
+    # shorter than a group (the classifier's attention softmax: 16 float32, one line) prefetches only its own
+    # lines, not the next 15 rows' lines again on every row (same results: prefetches move no data)
+    b = Builder("short_rows")
+    x = b.param(TensorType((64, cols), DType.f32), "x")
+    e = b.op("exp", b.op("sub", x, b.op("amax", x, dims=(1,), keepdim=True)))
+    y = b.op("div", e, b.op("sum", e, dims=(1,), keepdim=True))
+    exe, _ = run_both(fuse_whole_function(b.build([y])), [rng.standard_normal((64, cols)).astype(np.float32)])
+    ir_text = "".join(exe.module.llvm_ir)
+    assert ir_text.count(", i32 0, i32 3, i32 1)") == lines  # the next row's, for reading
+    assert ir_text.count(", i32 1, i32 3, i32 1)") == lines  # this row's output, for writing
+
+
 @pytest.mark.parametrize(("lines", "passes", "bursts"), [
     (32, 2, [(0, 16), (16, 32)]),  # bf16 LayerNorm [*, 1024]: two passes (mean and variance, write)
     (64, 3, [(0, 22), (22, 44), (44, 64)]),  # float32 LayerNorm's three passes (mean, mean of squares, write)
