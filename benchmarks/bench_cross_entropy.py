@@ -19,8 +19,11 @@ Variants (``--variants``, comma-separated) of the forward's online log-sum-exp (
 - ``loop512``, ``loop2048``, ``loop4096``: ``loop`` with blocks of that many elements (``online.BLOCK``);
 - ``head8``, ``head16``, ...: one loop after a burst of prefetches of the next block's first that many lines.
 
-The backward has no online log-sum-exp (its code is the same in every variant): its builds, timed beside the
-forward's, show the run's noise.
+and of the backward: ``plain``: its gradient written with plain stores (``CpuTarget.streams_outputs`` false) instead
+of non-temporal ones.
+
+The backward has no online log-sum-exp (its code is the same in the forward's variants): its builds, timed beside
+the forward's, show the run's noise (and the forward's, beside ``plain``).
 
 Run: ``python benchmarks/bench_cross_entropy.py [--threads 2,1] [--builds 2] [--repeats 15] [--variants groups,loop]``.
 """
@@ -50,7 +53,7 @@ import kernel_cases as kc  # noqa: E402
 from neuroncc.codegen.llvm import online, prefetch  # noqa: E402
 from neuroncc.executors.cpu.launcher import build_cpu_executable  # noqa: E402
 from neuroncc.codegen.llvm.scalars import I8, I32, I64  # noqa: E402
-from neuroncc.hardware.host import CACHE_LINE_BYTES  # noqa: E402
+from neuroncc.hardware.host import CACHE_LINE_BYTES, CpuTarget  # noqa: E402
 from neuroncc.ir.parser import parse  # noqa: E402
 from neuroncc.passes.manager import PassContext  # noqa: E402
 from neuroncc.passes.pipeline import default_pipeline, run_pipeline  # noqa: E402
@@ -62,7 +65,10 @@ VOCAB = 32000  # the row's classes (its graphs are those with a [rows, VOCAB] pa
 def variant(name: str):
     """The code generator as variant ``name`` builds (see the module docstring), for the builds inside."""
     spread, block, burst = online.spread_loop, online.BLOCK, prefetch.MEMORY_BURST_LINES
-    if name.startswith("loop"):
+    streamed = CpuTarget.streams_outputs
+    if name == "plain":
+        CpuTarget.streams_outputs = lambda self, footprint_bytes: False  # type: ignore[method-assign]
+    elif name.startswith("loop"):
         online.spread_loop = _one_loop
         online.BLOCK = int(name[4:]) if name != "loop" else block
     elif name.startswith("head"):
@@ -73,6 +79,7 @@ def variant(name: str):
         yield
     finally:
         online.spread_loop, online.BLOCK, prefetch.MEMORY_BURST_LINES = spread, block, burst
+        CpuTarget.streams_outputs = streamed  # type: ignore[method-assign]
 
 
 def _one_loop(em, lo, hi, body, ahead, lines: int = 0) -> None:
