@@ -1,0 +1,182 @@
+"""Cross-entropy's two kernels (roofline.py's row "ce", [512, 32000] float32) built in code variants, in one process.
+
+The row's step (``kernel_cases.cross_entropy_step``) is compiled once through ``torch.compile`` with a dump
+directory; its forward graph (the online log-sum-exp and the picked logit) and its backward graph (exp, the
+one-hot, the gradient streamed out) are read back, taken through the cpu pipeline, and each is built once per
+variant and build (``--builds`` of each, so that two builds of one code show the spread between builds). The
+variants' results must agree (bitwise where the code's order of additions is the same, else to float32's last
+places); then every build's call runs interleaved (``common.interleaved_samples``: a fresh random order each
+round; 1 thread: the calling thread's CPU time, else wall clock) and the table shows medians and the ratio to the
+first variant's first build.
+
+Variants (``--variants``, comma-separated) of the forward's online log-sum-exp (``online.py``):
+
+- ``groups``: the code as built (each block's exponentials in groups of ``MEMORY_BURST_LINES`` lines' elements,
+  each group after a burst of prefetches of the same lines of the next block: ``prefetch.spread_loop``);
+- ``groups8``, ``groups32``, ``groups64``: groups (and bursts) of that many lines (``prefetch.MEMORY_BURST_LINES``;
+  64: one group per block, all its prefetches at its start);
+- ``loop``: one loop over each block's exponentials, no software prefetch;
+- ``loop512``, ``loop2048``, ``loop4096``: ``loop`` with blocks of that many elements (``online.BLOCK``);
+- ``head8``, ``head16``, ...: one loop after a burst of prefetches of the next block's first that many lines.
+
+and of the backward: ``plain``: its gradient written with plain stores (``CpuTarget.streams_outputs`` false) instead
+of non-temporal ones.
+
+The backward has no online log-sum-exp (its code is the same in the forward's variants): its builds, timed beside
+the forward's, show the run's noise (and the forward's, beside ``plain``).
+
+Run: ``python benchmarks/bench_cross_entropy.py [--threads 2,1] [--builds 2] [--repeats 15] [--variants groups,loop]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import ensure_environment, interleaved_samples, table  # noqa: E402
+
+ensure_environment(threads=2)
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+from llvmlite import ir  # noqa: E402
+
+import kernel_cases as kc  # noqa: E402
+from neuroncc.codegen.llvm import online, prefetch  # noqa: E402
+from neuroncc.executors.cpu.launcher import build_cpu_executable  # noqa: E402
+from neuroncc.codegen.llvm.scalars import I8, I32, I64  # noqa: E402
+from neuroncc.hardware.host import CACHE_LINE_BYTES, CpuTarget  # noqa: E402
+from neuroncc.ir.parser import parse  # noqa: E402
+from neuroncc.passes.manager import PassContext  # noqa: E402
+from neuroncc.passes.pipeline import default_pipeline, run_pipeline  # noqa: E402
+
+VOCAB = 32000  # the row's classes (its graphs are those with a [rows, VOCAB] parameter)
+
+
+@contextlib.contextmanager
+def variant(name: str):
+    """The code generator as variant ``name`` builds (see the module docstring), for the builds inside."""
+    spread, block, burst = online.spread_loop, online.BLOCK, prefetch.MEMORY_BURST_LINES
+    streamed = CpuTarget.streams_outputs
+    if name == "plain":
+        CpuTarget.streams_outputs = lambda self, footprint_bytes: False  # type: ignore[method-assign]
+    elif name.startswith("loop"):
+        online.spread_loop = _one_loop
+        online.BLOCK = int(name[4:]) if name != "loop" else block
+    elif name.startswith("head"):
+        online.spread_loop = lambda em, lo, hi, body, ahead: _one_loop(em, lo, hi, body, ahead, int(name[4:]))
+    elif name.startswith("groups") and name != "groups":
+        prefetch.MEMORY_BURST_LINES = int(name[6:])
+    try:
+        yield
+    finally:
+        online.spread_loop, online.BLOCK, prefetch.MEMORY_BURST_LINES = spread, block, burst
+        CpuTarget.streams_outputs = streamed  # type: ignore[method-assign]
+
+
+def _one_loop(em, lo, hi, body, ahead, lines: int = 0) -> None:
+    """``prefetch.spread_loop`` as one loop over [lo, hi), after prefetches of the first ``lines`` lines of each
+    stream of ``ahead`` (none: no software prefetch)."""
+    intrinsic = prefetch._prefetch_intrinsic(em.b.module)
+    for stream in ahead:
+        first = stream.at(lo)
+        for line in range(lines):
+            address = em.b.gep(first, [ir.Constant(I64, line * CACHE_LINE_BYTES)], source_etype=I8)
+            em.b.call(intrinsic, [address, ir.Constant(I32, 0), ir.Constant(I32, 3), ir.Constant(I32, 1)])
+    em.loop(lo, hi, body)
+
+
+def dumped_graphs(inputs: list[torch.Tensor]) -> tuple:
+    """The forward and backward graphs of the row's compiled step, as the neuron backend imported them."""
+    directory = Path(tempfile.mkdtemp(prefix="ce-dump-"))
+    step = torch.compile(kc.cross_entropy_step, backend="neuron", dynamic=False,
+                         options={"dump_dir": str(directory), "threads": 1})
+    step(*inputs)
+    graphs = []
+    for path in sorted(directory.glob("*.nir")):
+        fn = parse(path.read_text())
+        if any(op.name not in ("return",) for op in fn.ops) and any(
+                len(p.type.shape) == 2 and p.type.shape[-1] == VOCAB for p in fn.params):
+            graphs.append((path.stem, fn))
+    return graphs
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--threads", default="2,1")
+    parser.add_argument("--builds", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=15)
+    parser.add_argument("--variants", default="groups,loop")
+    parser.add_argument("--kernels", default="forward,backward")
+    args = parser.parse_args()
+    names = args.variants.split(",")
+    rng = np.random.default_rng(0)
+    inputs = kc.cases()[[c.key for c in kc.cases()].index("ce")].make(rng)
+    graphs = dumped_graphs(inputs)
+    print("graphs:", ", ".join(f"{name} ({len(fn.params)} params)" for name, fn in graphs), flush=True)
+    forward = next(fn for name, fn in graphs if len(fn.params) == 2)
+    backward = next((fn for name, fn in graphs if len(fn.params) > 2), None)
+    logits, target = inputs[0].numpy(), inputs[1].numpy()
+    rows = []
+    for threads in [int(t) for t in args.threads.split(",")]:
+        torch.set_num_threads(threads)
+        calls, firsts = {}, {}
+        for kernel in args.kernels.split(","):
+            fn = forward if kernel == "forward" else backward
+            if fn is None:
+                continue
+            lowered = run_pipeline(default_pipeline("cpu"), fn, PassContext())
+            arrays = [logits, target]
+            if kernel == "backward":  # (its saved inputs: what main's forward computes)
+                saved = build_cpu_executable(run_pipeline(default_pipeline("cpu"), forward, PassContext()),
+                                             {"threads": threads})(logits, target)
+                arrays = _backward_arguments(fn, saved, logits, target)
+            reference = None
+            for build in range(args.builds):
+                for name in names:
+                    with variant(name):
+                        exe = build_cpu_executable(lowered, {"threads": threads})
+                    results = exe(*arrays)
+                    if reference is None:
+                        reference = results
+                    for got, want in zip(results, reference):
+                        np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-7)
+                    key = f"{kernel} {name} #{build + 1}"
+                    calls[key] = (lambda exe=exe, arrays=arrays: exe(*arrays))
+                    firsts.setdefault(kernel, key)
+        clock = time.thread_time if threads == 1 else time.perf_counter
+        samples = interleaved_samples(calls, repeats=args.repeats, clock=clock)
+        for key, times in samples.items():
+            kernel = key.split()[0]
+            base = statistics.median(samples[firsts[kernel]])
+            median = statistics.median(times)
+            rows.append([key, str(threads), f"{median * 1e3:.3f}", f"{median / base:.3f}"])
+            print(" | ".join(rows[-1]), flush=True)
+    print(table(rows, ["kernel variant build", "threads", "median ms", "ratio"]))
+
+
+def _backward_arguments(fn, saved, logits, target) -> list:
+    """The backward graph's arguments: each parameter from the forward's outputs or inputs of its shape and dtype
+    (in order), the loss's tangent as 1."""
+    pool = [np.asarray(a) for a in saved[1:]] + [logits, target]
+    arguments = []
+    for param in fn.params:
+        shape = tuple(param.type.shape)
+        match = next((k for k, a in enumerate(pool) if a.shape == shape and a.dtype == param.type.dtype.numpy), None)
+        if match is None or shape == ():
+            arguments.append(np.ones(shape, dtype=param.type.dtype.numpy))
+        else:
+            arguments.append(pool.pop(match))
+    return arguments
+
+
+if __name__ == "__main__":
+    main()
