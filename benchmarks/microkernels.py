@@ -257,7 +257,9 @@ class Stream:
 
 def fma_peak(target: CpuTarget, threads: int, clock: Callable[[], float], iterations: int = 200_000,
              repeats: int = 5) -> float:
-    """FLOP/s of independent vector FMA chains on ``threads`` threads (median of ``repeats``)."""
+    """FLOP/s of independent vector FMA chains on ``threads`` threads: the fastest of ``repeats`` runs (a limit is
+    what the machine reaches; another process taking a core only ever slows a sample, and a median of samples taken
+    while it does halved the 2-thread limits of a session 17 run)."""
     kernel = compile_kernel(fma_module(target), "fma")
     sink = np.zeros(16, np.float32)  # a whole vector (of up to 512 bits) is stored there
     args = (ctypes.c_int64 * 2)(iterations, sink.ctypes.data)
@@ -269,12 +271,13 @@ def fma_peak(target: CpuTarget, threads: int, clock: Callable[[], float], iterat
         begin = clock()
         run(kernel, args, n, threads)
         times.append(clock() - begin)
-    return flops / float(np.median(times))
+    return flops / min(times)
 
 
 def math_throughput(name: str, target: CpuTarget, threads: int, clock: Callable[[], float], repeats: int = 200,
                     samples: int = 7) -> float:
-    """Elements per second of polynomial function ``name`` on L1-resident data, on ``threads`` threads."""
+    """Elements per second of polynomial function ``name`` on L1-resident data, on ``threads`` threads: the fastest
+    of ``samples`` runs (see ``fma_peak``)."""
     kernel = compile_kernel(math_module(name, target), "math")
     rng = np.random.default_rng(0)
     x = aligned_empty(2 * MATH_BLOCK)
@@ -289,7 +292,7 @@ def math_throughput(name: str, target: CpuTarget, threads: int, clock: Callable[
         begin = clock()
         run(kernel, args, n, threads)
         times.append(clock() - begin)
-    return MATH_BLOCK * repeats * n / float(np.median(times))
+    return MATH_BLOCK * repeats * n / min(times)
 
 
 def loop_instructions(name: str, target: CpuTarget) -> tuple[int, int]:

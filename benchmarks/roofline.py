@@ -5,6 +5,8 @@ The machine's limits are measured at run time with microkernels compiled for thi
 - FMA peak: independent vector FMA chains in registers (FLOP/s, 1 and 2 threads);
 - each polynomial function neuroncc's math library emits (exp, erf, tanh, sigmoid, log, gelu, ...): elements
   per second on L1-resident data, and the vector instructions per element of its loop;
+- both compute limits are the fastest of several back-to-back runs: a limit is what the machine reaches, and
+  on a shared host another process taking a core only ever slows a run;
 - memory: for each row, a stream kernel that reads and writes exactly the row's unavoidable bytes (inputs
   once, outputs once, at the user's dtype), timed *interleaved* with the implementations, so that it sees the
   same cache state and the same machine noise; it reads the row's own largest input when that holds all the
