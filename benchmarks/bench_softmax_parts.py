@@ -18,7 +18,14 @@ thread's CPU time):
 AVX-512 (``mathlib._exp_nonpositive``: vscalefps by an integer n converted back to float; the one-step scale by
 exponent bits with the bias folded into the rounding constant; ``llvm.ldexp`` of fptosi(n)).
 
-Run: ``python benchmarks/bench_softmax_parts.py [--threads 2,1] [--repeats 25] [--exp-forms]``.
+``--online`` also times the bounds of an online max+sum pass (one pass computing the running max and the rescaled
+sum of exp, as in flash softmax), two builds each: the kernel without its max pass (the row's first element stored
+as its max: not softmax, the most that folding the max into the exp pass could save before paying for its
+rescaling), the kernel with exp not row-cached (online.py's log-sum-exp, the write pass computing exp again: a
+correct build), and both (the work of a softmax that reads the row twice and computes exp twice, without the
+online bookkeeping).
+
+Run: ``python benchmarks/bench_softmax_parts.py [--threads 2,1] [--repeats 25] [--exp-forms] [--online]``.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ import ctypes
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -44,7 +52,7 @@ from llvmlite import ir  # noqa: E402
 
 import kernel_cases as kc  # noqa: E402
 import microkernels as mk  # noqa: E402
-from neuroncc.codegen.llvm import jit, mathlib  # noqa: E402
+from neuroncc.codegen.llvm import emit, jit, mathlib, refine  # noqa: E402
 from neuroncc.codegen.llvm.scalars import F32, I32, call  # noqa: E402
 from neuroncc.executors.cpu.address_call import AddressCall  # noqa: E402
 from neuroncc.executors.cpu.launcher import build_cpu_executable  # noqa: E402
@@ -95,6 +103,44 @@ def exp_as(body):
         mathlib.POLYNOMIAL["exp_nonpositive"] = saved
 
 
+@contextlib.contextmanager
+def patched(module, name: str, value):
+    saved = getattr(module, name)
+    setattr(module, name, value)
+    try:
+        yield
+    finally:
+        setattr(module, name, saved)
+
+
+def _max_as_first_element(em, stage, outer, *args, **kwargs):
+    """The amax stage as one load: the row's first element stored as its max (a bound, not softmax: what the
+    exp pass and the write pass cost without the max pass before them, i.e. the most that computing the max
+    inside the exp pass, an online max+sum, could save before paying for its rescaling)."""
+    if stage.op.name != "amax" or kwargs.get("online") is not None:
+        return _EMIT_REDUCE(em, stage, outer, *args, **kwargs)
+    index = list(outer) + [0] * (len(stage.shape) - len(outer))
+    em.store(stage.target, index, em.value_at(stage.op.operands[0], index))
+
+
+_EMIT_REDUCE = emit.emit_reduce
+
+
+def online_variants() -> dict[str, Callable[[], contextlib.AbstractContextManager]]:
+    """The builds ``--online`` times beside main's: the bounds of an online max+sum pass (see the module docstring)."""
+    no_max = lambda: patched(emit, "emit_reduce", _max_as_first_element)  # noqa: E731
+    uncached = lambda: patched(refine, "ROW_CACHE_MAX", 0)  # noqa: E731
+
+    @contextlib.contextmanager
+    def both():
+        with no_max(), uncached(), patched(emit, "online_maxima", lambda plan, phase: {}):
+            yield
+
+    return {"no max pass (bound: max := x[row, 0])": no_max,
+            "exp not row-cached: online.py's log-sum-exp, exp again in the write pass": uncached,
+            "exp not row-cached, no max pass (bound of a 2-read online softmax)": both}
+
+
 def step_call(exe, x: torch.Tensor, out: torch.Tensor):
     """The executable's one kernel step on (x, out), its phases called straight (no Python between them). The
     call keeps ``out`` alive: the step's argument slots hold its address."""
@@ -113,7 +159,7 @@ def step_call(exe, x: torch.Tensor, out: torch.Tensor):
     return run
 
 
-def parts(threads: int, repeats: int) -> None:
+def parts(threads: int, repeats: int, online: bool = False) -> None:
     torch.set_num_threads(threads)
     clock = time.thread_time if threads == 1 else time.perf_counter
     target = jit.host_target()
@@ -143,6 +189,10 @@ def parts(threads: int, repeats: int) -> None:
         if build == 1:
             calls["kernel step, 2nd build"] = step_call(build_cpu_executable(
                 kc.softmax_graph(ROWS, COLS), {"threads": threads}), x, torch.empty_like(x))
+        for name, variant in (online_variants().items() if online else ()):
+            with variant():
+                built = build_cpu_executable(kc.softmax_graph(ROWS, COLS), {"threads": threads})
+            calls[f"{name}, build {build}"] = step_call(built, x, torch.empty_like(x))
     plain, streaming = (mk.compile_kernel(mk.stream_module(nt), "stream") for nt in (False, True))
     stream = mk.Stream(plain, streaming, case.work.reads, case.work.writes, (x.data_ptr(), x.numel() * 4))
     calls["copy, plain stores"] = stream.runner("plain", threads)
@@ -195,12 +245,13 @@ def main() -> None:
     parser.add_argument("--threads", default="2,1")
     parser.add_argument("--repeats", type=int, default=25)
     parser.add_argument("--exp-forms", action="store_true")
+    parser.add_argument("--online", action="store_true", help="also time the bounds of an online max+sum pass")
     args = parser.parse_args()
     with open("/proc/loadavg") as f:
         load = f.read().split()[0]
     print(time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), f"load {load}; {jit.host_target().name}", flush=True)
     for threads in [int(t) for t in args.threads.split(",")]:
-        parts(threads, args.repeats)
+        parts(threads, args.repeats, args.online)
     if args.exp_forms:
         exp_forms()
     with open("/proc/loadavg") as f:

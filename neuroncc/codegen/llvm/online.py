@@ -11,7 +11,14 @@ one more rounding each), the max is the same value (max is exact in any order), 
 not emitted: the sum stores its result (like :class:`stages.SharedMean`).
 
 Softmax keeps two passes: its write pass reads exp(x - max) again, which the sum pass row-caches, and cached
-values computed against a running max would be wrong.
+values computed against a running max would be wrong (rescaling them changes their bits; computing exp again in
+the write pass doubles the polynomial, which is at its FMA-pipe bound: softmax [4096, 1024] took 1.2-1.5x as
+long so, Zen 4, session 17, ``bench_softmax_parts.py --online``). What a one-pass online max+sum could save is the
+max pass: with none at all the kernel took 0.80-1.06 of its time at 2 threads and 0.79-1.22 at 1 in five runs,
+before the per-group running max and the rescaled cached exponentials such a pass would add. The exact form of
+that saving did not pay either: the max of row r + 1 taken inside row r's exp pass, a group after each of its
+groups (bit for bit the same output, the prefetches 1 or 2 rows ahead), ran 5-13% slower than the max pass of
+its own at 1 and 2 threads (session 17).
 """
 
 from __future__ import annotations
