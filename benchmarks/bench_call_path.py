@@ -15,7 +15,14 @@ takes the lean call, frontend/lean_call.py); the same graph through AOTAutograd'
 before the lean path, A/B in one process: the backend's callable swapped for its ``slow``); then the backend's
 callable without TorchDynamo's frame, the lean call without the ``disable`` wrapper, AOTAutograd's runtime,
 ``CompiledGraph``, ``DirectCall`` (guard + launch), ``launch`` (outputs made) and the address call alone
-(outputs held). Each row's difference from the next is that layer's cost.
+(outputs held). Each row's difference from the next is that layer's cost. ``--layers rms|ln32|softmax``: the
+same on float32 RMSNorm / LayerNorm / softmax [8192, 1024], with TorchDynamo's transformed code called on its
+own (no eval-frame hook, no guards).
+
+``--cold rms|ln32|softmax [--threads N]``: each layer on a [16, 1024] input right after the row's own [8192,
+1024] kernel (the caches a roofline row's call starts with), with TorchDynamo's guard check and the bytecode it
+runs before the graph (the accelerator's current stream, the runtime-overhead range) on their own.
+``--stream-ab rms,c16,b16 [--threads N]``: frontend/accelerator_stream.py A/B in one process on roofline rows.
 """
 
 from __future__ import annotations
@@ -330,12 +337,57 @@ def cold_layers(which: str, threads: int, rounds: int = 200) -> None:
         print(f"{name:46s} {statistics.median(times) * 1e6:9.1f} us")
 
 
+def stream_ab(rows: list[str], threads: int, repeats: int = 41) -> None:
+    """In-process A/B of frontend/accelerator_stream.py on roofline.py's rows that run through torch.compile:
+    each row's function compiled twice (code objects of their own), once traced with TorchDynamo's own stream
+    state (its compiled frame fetches and stores the neuron accelerator's current stream before every call: the
+    code before the change) and once with the change; the two calls interleaved with eager, in a fresh random
+    order each round (``common.interleaved_samples``). Both run the same executable (the graph cache's entry)."""
+    import os
+    import statistics
+
+    import numpy as np
+    from torch._dynamo.variables import streams
+
+    import neuroncc.frontend.backend  # noqa: F401  (installs the change, as the backend's entry point does)
+    from common import interleaved_samples
+    from kernel_cases import cases
+
+    torch.set_num_threads(threads)
+    ours = streams.SymbolicStreamState.__init__
+    clock = time.thread_time if threads == 1 else time.perf_counter
+    print(f"{threads} thread(s), {'CPU time' if threads == 1 else 'wall time'}, {repeats} rounds, load "
+          f"{', '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    for case in (c for c in cases() if c.key in rows):
+        inputs = case.make(np.random.default_rng(0))
+        compiled = {}
+        for name, init in (("before (stream fetched per call)", ours.__wrapped__), ("after", ours)):
+            streams.SymbolicStreamState.__init__ = init
+            try:
+                fn = torch.compile(_fresh_function(case.eager), backend="neuron", dynamic=False,
+                                   options={"threads": threads})
+                fn(*inputs)
+            finally:
+                streams.SymbolicStreamState.__init__ = ours
+            compiled[name] = fn
+        impls = {"eager": lambda: case.eager(*inputs)}
+        impls.update({name: (lambda fn=fn: fn(*inputs)) for name, fn in compiled.items()})
+        samples = interleaved_samples(impls, repeats=repeats, warmup=3, clock=clock)
+        before, after = samples["before (stream fetched per call)"], samples["after"]
+        ratio = statistics.median(b / a for b, a in zip(before, after))
+        print(f"{case.title:45s} eager {statistics.median(samples['eager']) * 1e3:.3f} ms, before "
+              f"{statistics.median(before) * 1e3:.3f} ms, after {statistics.median(after) * 1e3:.3f} ms, "
+              f"median per-round before/after {ratio:.3f}, diff {statistics.median(b - a for b, a in zip(before, after)) * 1e6:.0f} us")
+
+
 if __name__ == "__main__":
     import sys
 
     threads = int(sys.argv[sys.argv.index("--threads") + 1]) if "--threads" in sys.argv else 1
     if "--layers" in sys.argv:
         layers(sys.argv[sys.argv.index("--layers") + 1], threads)
+    elif "--stream-ab" in sys.argv:
+        stream_ab(sys.argv[sys.argv.index("--stream-ab") + 1].split(","), threads)
     elif "--cold" in sys.argv:
         cold_layers(sys.argv[sys.argv.index("--cold") + 1], threads)
     else:
