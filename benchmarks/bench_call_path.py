@@ -15,7 +15,14 @@ takes the lean call, frontend/lean_call.py); the same graph through AOTAutograd'
 before the lean path, A/B in one process: the backend's callable swapped for its ``slow``); then the backend's
 callable without TorchDynamo's frame, the lean call without the ``disable`` wrapper, AOTAutograd's runtime,
 ``CompiledGraph``, ``DirectCall`` (guard + launch), ``launch`` (outputs made) and the address call alone
-(outputs held). Each row's difference from the next is that layer's cost.
+(outputs held). Each row's difference from the next is that layer's cost. ``--layers rms|ln32|softmax``: the
+same on float32 RMSNorm / LayerNorm / softmax [8192, 1024], with TorchDynamo's transformed code called on its
+own (no eval-frame hook, no guards).
+
+``--cold rms|ln32|softmax [--threads N]``: each layer on a [16, 1024] input right after the row's own [8192,
+1024] kernel (the caches a roofline row's call starts with), with TorchDynamo's guard check and the bytecode it
+runs before the graph (the accelerator's current stream, the runtime-overhead range) on their own.
+``--stream-ab rms,c16,b16 [--threads N]``: frontend/accelerator_stream.py A/B in one process on roofline rows.
 """
 
 from __future__ import annotations
@@ -105,6 +112,45 @@ def cold_caches() -> None:
         print(f"{name:44s} {statistics.median(times) * 1e6:.1f} us")
 
 
+#: ``--layers`` / ``--cold`` workloads: (function, input shapes, dtype); float32 rows at the roofline's size
+#: (RMSNorm is a torch.compile row of roofline.py; softmax and LayerNorm run there as hand-built graphs, here
+#: through torch.compile as a user meets them)
+ROWS = {
+    "rms": (lambda x, w: F.rms_norm(x, (x.shape[-1],), w, 1e-6), [(8192, 1024), (1024,)], torch.float32),
+    "ln32": (lambda x, w, b: F.layer_norm(x, (x.shape[-1],), w, b, 1e-5), [(8192, 1024), (1024,), (1024,)],
+             torch.float32),
+    "softmax": (lambda x: torch.softmax(x, dim=-1), [(8192, 1024)], torch.float32),
+    "ln": (layernorm, [(8192, 1024), (1024,), (1024,)], torch.bfloat16),
+}
+
+
+def _fresh_function(function):
+    """``function`` with a code object of its own: TorchDynamo keeps its cache entries (and checks their guards
+    in turn) per code object, so each compiled variant here gets exactly one."""
+    import types
+
+    return types.FunctionType(function.__code__.replace(), function.__globals__, function.__name__,
+                              function.__defaults__, function.__closure__)
+
+
+def dynamo_parts(function, inputs):
+    """What TorchDynamo runs for a call of ``torch.compile(function)`` that hits its cache entry: the entry's
+    guard check (on the frame's locals) and its transformed code (the graph's callable called from bytecode),
+    each callable on its own, outside the eval-frame hook."""
+    import inspect
+    import types
+
+    entries = torch._dynamo.eval_frame._debug_get_cache_entry_list(function.__code__)
+    assert len(entries) == 1, f"{len(entries)} cache entries"
+    entry = entries[0]
+    names = list(inspect.signature(function).parameters)
+    frame_locals = dict(zip(names, inputs))
+    guard = entry.guard_manager
+    assert guard.check(frame_locals)
+    transformed = types.FunctionType(entry.code, function.__globals__)
+    return (lambda: guard.check(frame_locals)), (lambda: transformed(*inputs))
+
+
 def layers(which: str, threads: int) -> None:
     """The per-layer breakdown (see the module docstring)."""
     import os
@@ -117,7 +163,7 @@ def layers(which: str, threads: int) -> None:
     returned: dict = {}
 
     def recording(gm, example_inputs):
-        fn = neuron_backend(gm, example_inputs)
+        fn = neuron_backend(gm, example_inputs, options={"threads": threads})
         returned["fn"] = fn
 
         def call(*args):
@@ -125,19 +171,25 @@ def layers(which: str, threads: int) -> None:
             return fn(*args)
         return call
 
+    def neuron(gm, example_inputs):
+        return neuron_backend(gm, example_inputs, options={"threads": threads})
+
     def through_aot_runtime(gm, example_inputs):  # the call before the lean path: AOTAutograd's runtime
-        fn = neuron_backend(gm, example_inputs)
+        fn = neuron_backend(gm, example_inputs, options={"threads": threads})
         return getattr(fn, "slow", fn)
 
     if which == "mlp":
         model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10)).eval()
         inputs, repeats = (torch.randn(8, 64),), 1000
+        variants = {name: model for name in ("floor", "neuroncc", "aot", "recorded")}
     else:
-        model, repeats = layernorm, 31
-        inputs = tuple(torch.randn(s, dtype=torch.bfloat16) for s in [(8192, 1024), (1024,), (1024,)])
+        model, shapes, dtype = ROWS[which]
+        repeats = 61
+        inputs = tuple(torch.randn(s, dtype=dtype) for s in shapes)
+        variants = {name: _fresh_function(model) for name in ("floor", "neuroncc", "aot", "recorded")}
     clock = time.thread_time if threads == 1 else time.perf_counter
-    compiled = {name: torch.compile(model, backend=backend, dynamic=False)
-                for name, backend in [("floor", "eager"), ("neuroncc", "neuron"), ("aot", through_aot_runtime),
+    compiled = {name: torch.compile(variants[name], backend=backend, dynamic=False)
+                for name, backend in [("floor", "eager"), ("neuroncc", neuron), ("aot", through_aot_runtime),
                                       ("recorded", recording)]}
     with torch.no_grad():
         for _ in range(3):
@@ -164,6 +216,11 @@ def layers(which: str, threads: int) -> None:
             "TorchDynamo floor (backend=eager)": lambda: compiled["floor"](*inputs),
             "neuroncc torch.compile (lean call)": lambda: compiled["neuroncc"](*inputs),
             "neuroncc torch.compile, AOTAutograd runtime": lambda: compiled["aot"](*inputs),
+        }
+        if which != "mlp":
+            _, transformed = dynamo_parts(variants["neuroncc"], inputs)
+            impls["transformed code (no eval frame, guards)"] = transformed
+        impls.update({
             "backend's callable (no Dynamo frame)": lambda: fn(*args),
             "lean call, no disable wrapper": lambda: lean(*args),
             "AOTAutograd's runtime (disable + wrappers)": lambda: slow(*args),
@@ -172,7 +229,7 @@ def layers(which: str, threads: int) -> None:
             "DirectCall(inputs)": lambda: direct(full),
             "launch(addresses): outputs made": lambda: direct.launch(addresses),
             "address call, outputs held": lambda: direct.run(addresses, pointers),
-        }
+        })
         samples = {name: [] for name in impls}
         for _ in range(3):  # three interleaved runs, the median of their medians
             for name, seconds in interleaved(impls, repeats=repeats // 3 + 1, warmup=5, clock=clock).items():
@@ -186,11 +243,152 @@ def layers(which: str, threads: int) -> None:
         print(f"{name:46s} {t * scale:9.1f} {unit}  {t / eager:5.2f}x eager")
 
 
+def cold_layers(which: str, threads: int, rounds: int = 200) -> None:
+    """Each layer of the compiled call on a tiny input ([16, 1024]: its kernel takes microseconds), timed
+    right after the row's own large kernel ([8192, 1024], a held output) ran, untimed: the state a roofline
+    row's compiled call starts in. Rows in a fresh random order each round; medians. A row's difference from
+    the next is that layer's cost on caches the kernel emptied."""
+    import os
+    import random
+    import statistics
+
+    from neuroncc.frontend.backend import neuron_backend
+
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    function, shapes, dtype = ROWS[which]
+    returned: dict = {}
+
+    def recording(gm, example_inputs):
+        fn = neuron_backend(gm, example_inputs, options={"threads": threads})
+        returned["fn"] = fn
+        return fn
+
+    big_inputs = [torch.randn(s, dtype=dtype) for s in shapes]
+    small_inputs = tuple(torch.randn((16, *s[1:]) if len(s) == 2 else s, dtype=dtype) for s in shapes)
+    big_fn, small_fn = _fresh_function(function), _fresh_function(function)
+    big = torch.compile(big_fn, backend=recording, dynamic=False)
+    small = torch.compile(small_fn, backend=recording, dynamic=False)
+    for _ in range(3):
+        big(*big_inputs)
+    for _ in range(3):
+        small(*small_inputs)
+    import neuroncc.executors.cpu.tiers as tiers
+
+    tiers.OPTIMIZER.wait()
+    big(*big_inputs)
+    small(*small_inputs)
+    big_direct = made[-2].direct
+    big_addresses = [t.data_ptr() for t in big_inputs]
+    big_held = big_direct.launch(big_addresses)
+    big_pointers = [t.data_ptr() for t in big_held]
+    graph = made[-1]
+    fn = returned["fn"]
+    lean = fn.__wrapped__
+    direct = graph.direct
+    addresses = [t.data_ptr() for t in small_inputs]
+    held = direct.launch(addresses)
+    pointers = [t.data_ptr() for t in held]
+    guard, transformed = dynamo_parts(small_fn, small_inputs)
+    dynamo_global = next(value for name, value in small_fn.__globals__.items()
+                         if name.startswith("__compiled_fn") and getattr(value, "__wrapped__", None) is lean)
+    full = list(small_inputs)
+    impls = {
+        "torch.compile call": lambda: small(*small_inputs),
+        "transformed code (no eval frame, guards)": transformed,
+        "guard check alone": guard,
+        "Dynamo's disable(our callable)": lambda: dynamo_global(*small_inputs),
+        "lean call, no disable wrapper": lambda: lean(*small_inputs),
+        "CompiledGraph.lean_call(inputs)": lambda: graph.lean_call(full),
+        "DirectCall(inputs)": lambda: direct(full),
+        "launch(addresses): outputs made": lambda: direct.launch(addresses),
+        "address call, outputs held": lambda: direct.run(addresses, pointers),
+        "nothing (the clock)": lambda: None,
+    }
+    # the bytecode TorchDynamo puts before the graph's call (dis of the transformed code): the accelerator's
+    # current stream stored for stream ops (emitted when torch.accelerator.is_available(): the neuron device)
+    # and the runtime-overhead profiler range (config.record_runtime_overhead)
+    from torch._dynamo import graph_bytecode_inputs, utils as dynamo_utils
+
+    def stream_prelude():
+        graph_bytecode_inputs.store_user_object_weakrefs(dynamo_utils.get_current_stream(torch.device("neuron", 0)))
+
+    def overhead_range():
+        dynamo_utils.record_pregraph_bytecode_exit(dynamo_utils.record_pregraph_bytecode_enter())
+
+    if torch.accelerator.is_available():
+        impls["prelude: current stream stored"] = stream_prelude
+    impls["prelude: record_pregraph_bytecode enter/exit"] = overhead_range
+    samples: dict[str, list[float]] = {name: [] for name in impls}
+    names = list(impls)
+    order = random.Random(0x5EED)
+    clock = time.perf_counter
+    for _ in range(rounds):
+        order.shuffle(names)
+        for name in names:
+            call = impls[name]
+            big_direct.run(big_addresses, big_pointers)
+            start = clock()
+            call()
+            samples[name].append(clock() - start)
+    print(f"{which} [16, ...] after its [8192, ...] kernel, {threads} thread(s), wall time, {rounds} rounds, load "
+          f"{', '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    for name, times in samples.items():
+        print(f"{name:46s} {statistics.median(times) * 1e6:9.1f} us")
+
+
+def stream_ab(rows: list[str], threads: int, repeats: int = 41) -> None:
+    """In-process A/B of frontend/accelerator_stream.py on roofline.py's rows that run through torch.compile:
+    each row's function compiled twice (code objects of their own), once traced with TorchDynamo's own stream
+    state (its compiled frame fetches and stores the neuron accelerator's current stream before every call: the
+    code before the change) and once with the change; the two calls interleaved with eager, in a fresh random
+    order each round (``common.interleaved_samples``). Both run the same executable (the graph cache's entry)."""
+    import os
+    import statistics
+
+    import numpy as np
+    from torch._dynamo.variables import streams
+
+    import neuroncc.frontend.backend  # noqa: F401  (installs the change, as the backend's entry point does)
+    from common import interleaved_samples
+    from kernel_cases import cases
+
+    torch.set_num_threads(threads)
+    ours = streams.SymbolicStreamState.__init__
+    clock = time.thread_time if threads == 1 else time.perf_counter
+    print(f"{threads} thread(s), {'CPU time' if threads == 1 else 'wall time'}, {repeats} rounds, load "
+          f"{', '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    for case in (c for c in cases() if c.key in rows):
+        inputs = case.make(np.random.default_rng(0))
+        compiled = {}
+        for name, init in (("before (stream fetched per call)", ours.__wrapped__), ("after", ours)):
+            streams.SymbolicStreamState.__init__ = init
+            try:
+                fn = torch.compile(_fresh_function(case.eager), backend="neuron", dynamic=False,
+                                   options={"threads": threads})
+                fn(*inputs)
+            finally:
+                streams.SymbolicStreamState.__init__ = ours
+            compiled[name] = fn
+        impls = {"eager": lambda: case.eager(*inputs)}
+        impls.update({name: (lambda fn=fn: fn(*inputs)) for name, fn in compiled.items()})
+        samples = interleaved_samples(impls, repeats=repeats, warmup=3, clock=clock)
+        before, after = samples["before (stream fetched per call)"], samples["after"]
+        ratio = statistics.median(b / a for b, a in zip(before, after))
+        print(f"{case.title:45s} eager {statistics.median(samples['eager']) * 1e3:.3f} ms, before "
+              f"{statistics.median(before) * 1e3:.3f} ms, after {statistics.median(after) * 1e3:.3f} ms, "
+              f"median per-round before/after {ratio:.3f}, diff {statistics.median(b - a for b, a in zip(before, after)) * 1e6:.0f} us")
+
+
 if __name__ == "__main__":
     import sys
 
+    threads = int(sys.argv[sys.argv.index("--threads") + 1]) if "--threads" in sys.argv else 1
     if "--layers" in sys.argv:
-        threads = int(sys.argv[sys.argv.index("--threads") + 1]) if "--threads" in sys.argv else 1
         layers(sys.argv[sys.argv.index("--layers") + 1], threads)
+    elif "--stream-ab" in sys.argv:
+        stream_ab(sys.argv[sys.argv.index("--stream-ab") + 1].split(","), threads)
+    elif "--cold" in sys.argv:
+        cold_layers(sys.argv[sys.argv.index("--cold") + 1], threads)
     else:
         main()

@@ -29,6 +29,7 @@ import torch.fx as fx
 from neuroncc.driver.log_settings import configure_log_from_environ
 from neuroncc.errors import InputError
 from neuroncc.frontend import graph_cache, stats
+from neuroncc.frontend.accelerator_stream import untrack_current_stream
 from neuroncc.frontend.boundary import HostDevice
 from neuroncc.frontend.diagnostics import Float64Warning, check_graph_features, user_location, uses_float64
 from neuroncc.frontend.options import BackendOptions
@@ -38,6 +39,7 @@ log = logging.getLogger("neuroncc.frontend")
 # TORCH_LOGS="neuroncc" / "+neuroncc" and torch._logging.set_logs(neuroncc=logging.INFO) control neuroncc's loggers
 torch._logging._internal.register_log("neuroncc", ["neuroncc"])
 _unnamed_graphs = itertools.count()
+untrack_current_stream()  # before the first frame this backend compiles is traced (accelerator_stream.py)
 
 
 def neuron_backend(gm: fx.GraphModule, example_inputs: Sequence[Any], *, options: dict[str, Any] | None = None,
