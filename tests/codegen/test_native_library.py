@@ -31,12 +31,20 @@ def softmax_graph():
     return run_pipeline(default_pipeline("cpu"), b.build([b.op("div", e, b.op("sum", e, dims=(1,), keepdim=True))]))
 
 
+@pytest.fixture
+def private_tempdir(monkeypatch, tmp_path):
+    """This test's own temporary directory: another test worker's (or process's) build links and loads in the
+    shared one at the same moment, so a count of leftovers there is not this test's."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    return tmp_path
+
+
 def _leftover_libraries() -> set[str]:
     return {name for name in os.listdir(tempfile.gettempdir()) if name.startswith(("neuroncc-so-", "neuroncc-link-"))}
 
 
 @needs_linker
-def test_a_build_links_one_library_and_loads_it_leaving_no_file(rng):
+def test_a_build_links_one_library_and_loads_it_leaving_no_file(rng, private_tempdir):
     before = _leftover_libraries()
     exe = build_cpu_executable(softmax_graph(), {})
     assert isinstance(exe.module, LibraryModule) and exe.plan.code_form == "shared-library"
@@ -157,7 +165,7 @@ def _which(module: LibraryModule) -> int:
 
 
 @needs_linker
-def test_each_loaded_library_runs_its_own_code():
+def test_each_loaded_library_runs_its_own_code(private_tempdir):
     """The dynamic loader hands back an already-loaded library for a name it has seen (without opening the
     file), and descriptor numbers are reused: every load must go through a name never used before."""
     libraries = [_which_library(number) for number in (1, 2, 3)]
@@ -167,7 +175,7 @@ def test_each_loaded_library_runs_its_own_code():
 
 
 @needs_linker
-def test_without_memory_files_a_library_loads_from_a_private_file(monkeypatch):
+def test_without_memory_files_a_library_loads_from_a_private_file(monkeypatch, private_tempdir):
     def refuse(*args):
         raise OSError("memfd_create refused")
 
