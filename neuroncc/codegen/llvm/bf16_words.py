@@ -6,15 +6,15 @@ packed. The loop vectorizer sees one scalar word per iteration, and on AVX-512 L
 (32 results), two shifts, two ands and four adds in 32-bit lanes and a ``vpermt2w``: 9 vector instructions.
 
 In 16-bit lanes the same rounding is 5 (AVX-512 BW): the high halves of both vectors in word order (``vpermt2w``)
-and their low halves likewise (another), the kept half's parity or'ed into the low half (``vpternlogd``), the carry
-as low half > 0x8000 (``vpcmpuw`` into a mask: lo + parity > 0x8000 exactly when lo | parity is), the high half
-+ 1 under it (a masked ``vpaddw``). A NaN (with the NaN case) takes its own high half with the quiet bit set and
-a zero low half (a compare and a masked ``vpternlogd`` per vector, in 32-bit lanes before the shuffles), which
-then carries nothing. Every result is the 32-bit rounding's bit for bit.
+and their low halves likewise (another), the kept half's parity or'ed into the low half (``vpternlogd``), the
+carry as low half > 0x8000 (``vpcmpuw`` into a mask: lo + parity > 0x8000 exactly when lo | parity is), the high half
++ 1 under it (LLVM: ``vpmovm2w`` and ``vpsubw``); 7 with the register copy a ``vpermt2w`` needs. A NaN is
+quiet with a zero low half here (the roundings without the NaN case, ``nan_payloads.py``): no carry. Every result
+is the 32-bit rounding's bit for bit.
 
 The loop vectorizer cannot make 16-bit lanes out of 32-bit words, so the pair is a call: the scalar function (the
 32-bit rounding, for a loop's scalar remainder) carries a vector variant (``vector-function-abi-variant``, 16
-pairs), which the vectorizer calls instead, and which is inlined after it (``jit.inline_vector_variants``; kept
+pairs), which the vectorizer calls instead, and which is inlined after it (``jit._inline_vector_variants``; kept
 until then by ``llvm.compiler.used``). :func:`rounded_word` is the code, :attr:`CpuTarget.rounds_bf16_in_word_lanes`
 the decision; AVX2 (no unsigned 16-bit compare into a mask, no two-table word permute) keeps the 32-bit code.
 """
@@ -38,75 +38,61 @@ VARIANT = ".v16"
 
 
 def rounded_word(b: ir.IRBuilder, even: ir.Value, odd: ir.Value, target: CpuTarget) -> ir.Value | None:
-    """The word of bf16 bits ``even`` (low half) and ``odd`` (high half), both roundings (``scalars.rounding_of``),
-    computed by the pair function from their float32 values on ``target``; None where it does not apply (the
-    caller packs the bits as they are: ``pairs.word_of``)."""
+    """The word of bf16 bits ``even`` (low half) and ``odd`` (high half), both roundings without the NaN case
+    (``scalars.rounding_of``), computed by the pair function from their float32 values on ``target``; None where it
+    does not apply (the caller packs the bits as they are: ``pairs.word_of``).
+
+    With the NaN case the 16-bit form saves nothing: the case costs a compare, an and and a masked or per vector in
+    32-bit lanes before the permutes (13 instructions per pair of vectors, as many as the 32-bit rounding with its
+    case), and its constants crowd row (a)'s math loop (bf16 gelu*sigmoid, 2 threads: 2-3% slower in two of three
+    A/Bs, session 17)."""
     if not target.rounds_bf16_in_word_lanes:
         return None
     rounded = rounding_of(even), rounding_of(odd)
-    if rounded[0] is None or rounded[1] is None:
+    if rounded[0] is None or rounded[1] is None or rounded[0][1] or rounded[1][1]:
         return None
-    (even_value, even_nan), (odd_value, odd_nan) = rounded
-    return b.call(_pair_function(b.module, even_nan or odd_nan), [even_value, odd_value])
+    return b.call(_pair_function(b.module), [rounded[0][0], rounded[1][0]])
 
 
-def _pair_function(module: ir.Module, nan_case: bool) -> ir.Function:
-    symbol = f"{SYMBOL}{'.nan' if nan_case else ''}"
-    existing = module.globals.get(symbol)
+def _pair_function(module: ir.Module) -> ir.Function:
+    existing = module.globals.get(SYMBOL)
     if existing is not None:
         return existing
-    variant = _vector_variants(module)[nan_case]
-    fn = ir.Function(module, ir.FunctionType(I32, [F32, F32]), symbol)
+    variant = _vector_variant(module, SYMBOL + VARIANT)
+    fn = ir.Function(module, ir.FunctionType(I32, [F32, F32]), SYMBOL)
     fn.linkage = "internal"
     # not inlined before the vectorizer has replaced its calls (a call it vectorizes must not touch memory)
     for attribute in ("noinline", "nounwind", "willreturn", "memory(none)",
-                      f'"vector-function-abi-variant"="_ZGV_LLVM_N{VECTOR_PAIRS}vv_{symbol}({variant.name})"'):
+                      f'"vector-function-abi-variant"="_ZGV_LLVM_N{VECTOR_PAIRS}vv_{SYMBOL}({variant.name})"'):
         set.add(fn.attributes, attribute)  # raw: llvmlite's attribute set knows neither memory(none) nor strings
     body = ir.IRBuilder(fn.append_basic_block("entry"))
-    even, odd = (bf16_bits(body, round_to(body, arg, DType.bf16, nan_case)) for arg in fn.args)
+    even, odd = (bf16_bits(body, round_to(body, arg, DType.bf16, nan_case=False)) for arg in fn.args)
     body.ret(word_of(body, even, odd))
     return fn
 
 
-def _vector_variants(module: ir.Module) -> dict[bool, ir.Function]:
-    """The two vector variants (without and with the NaN case), defined together at first use and kept by one
-    ``llvm.compiler.used`` (nothing calls a vector variant before the vectorizer does)."""
-    existing = module.globals.get(f"{SYMBOL}{VARIANT}")
-    if existing is not None:
-        return {False: existing, True: module.globals[f"{SYMBOL}.nan{VARIANT}"]}
-    variants = {nan_case: _vector_variant(module, f"{SYMBOL}{'.nan' if nan_case else ''}{VARIANT}", nan_case)
-                for nan_case in (False, True)}
-    if "llvm.compiler.used" in module.globals:
-        raise CodegenError("a kernel module lists llvm.compiler.used twice")
-    array = ir.ArrayType(ir.PointerType(), len(variants))
-    used = ir.GlobalVariable(module, array, "llvm.compiler.used")
-    used.linkage = "appending"
-    used.section = "llvm.metadata"
-    used.initializer = ir.Constant(array, list(variants.values()))
-    return variants
-
-
-def _vector_variant(module: ir.Module, symbol: str, nan_case: bool) -> ir.Function:
+def _vector_variant(module: ir.Module, symbol: str) -> ir.Function:
+    """The pair function on 16 pairs, kept by ``llvm.compiler.used`` (nothing calls it before the vectorizer)."""
     floats, words = ir.VectorType(F32, VECTOR_PAIRS), ir.VectorType(I32, VECTOR_PAIRS)
     halves = ir.VectorType(I16, 2 * VECTOR_PAIRS)
     fn = ir.Function(module, ir.FunctionType(words, [floats, floats]), symbol)
     fn.linkage = "internal"
     fn.attributes.add("alwaysinline")
     fn.attributes.add("nounwind")
+    if "llvm.compiler.used" in module.globals:
+        raise CodegenError("a kernel module lists llvm.compiler.used twice")
+    array = ir.ArrayType(ir.PointerType(), 1)
+    used = ir.GlobalVariable(module, array, "llvm.compiler.used")
+    used.linkage = "appending"
+    used.section = "llvm.metadata"
+    used.initializer = ir.Constant(array, [fn])
     b = ir.IRBuilder(fn.append_basic_block("entry"))
-    sources = []
-    for arg in fn.args:
-        bits = b.bitcast(arg, words)
-        if nan_case:  # the NaN's own high half, quieted, and a zero low half: no carry below
-            quiet = b.and_(b.or_(bits, _splat(words, 0x00400000)), _splat(words, 0xFFFF0000 - (1 << 32)))
-            bits = b.select(b.fcmp_unordered("uno", arg, arg), quiet, bits)
-        sources.append(b.bitcast(bits, halves))
-    low = b.shuffle_vector(*sources, ir.Constant(ir.VectorType(I32, 2 * VECTOR_PAIRS), _interleaved(0)))
-    high = b.shuffle_vector(*sources, ir.Constant(ir.VectorType(I32, 2 * VECTOR_PAIRS), _interleaved(1)))
+    even, odd = (b.bitcast(arg, halves) for arg in fn.args)
+    low = b.shuffle_vector(even, odd, ir.Constant(ir.VectorType(I32, 2 * VECTOR_PAIRS), _interleaved(0)))
+    high = b.shuffle_vector(even, odd, ir.Constant(ir.VectorType(I32, 2 * VECTOR_PAIRS), _interleaved(1)))
     parity_in_low = b.or_(low, b.and_(high, _splat(halves, 1)))
     carry = b.icmp_unsigned(">", parity_in_low, _splat(halves, 0x8000 - (1 << 16)))
-    rounded = b.select(carry, b.add(high, _splat(halves, 1)), high)
-    b.ret(b.bitcast(rounded, words))
+    b.ret(b.bitcast(b.select(carry, b.add(high, _splat(halves, 1)), high), words))
     return fn
 
 
