@@ -9,6 +9,7 @@ from typing import Any
 
 from llvmlite import ir
 
+from neuroncc.codegen.llvm.bf16_words import rounded_word
 from neuroncc.codegen.llvm.context import Index
 from neuroncc.codegen.llvm.pairs import WORD_ALIGN, half_of, halfwords, word_of
 from neuroncc.codegen.llvm.scalars import I16, I32, I64, constant, load, storage_type, store
@@ -74,7 +75,8 @@ class BufferAccess:
         elif key in pending:
             even = pending.pop(key)[1]
             word_pointer = self.b.bitcast(even_pointer, I32.as_pointer())  # (a row buffer element: typed i16*)
-            self.b.store(word_of(self.b, even, value), word_pointer, align=WORD_ALIGN)
+            word = rounded_word(self.b, even, value, self.target) or word_of(self.b, even, value)
+            self.b.store(word, word_pointer, align=WORD_ALIGN)
         else:
             self.b.store(value, self.b.gep(even_pointer, [ir.Constant(I64, 1)], source_etype=I16, inbounds=True))
 

@@ -16,7 +16,8 @@ from llvmlite import ir
 from neuroncc.codegen.llvm.context import EmitContext
 from neuroncc.codegen.llvm.mathlib import math_call
 from neuroncc.codegen.llvm.scalars import (
-    F32, F32_EXACT_BITS, I1, I16, I32, I64, call, compute_type, constant, convert, is_unsigned, round_to, type_suffix,
+    F32, F32_EXACT_BITS, I1, I32, I64, bf16_bits, call, compute_type, constant, convert, is_unsigned, round_to,
+    type_suffix,
 )
 from neuroncc.ir.dtypes import DType
 from neuroncc.ir.graph import Op
@@ -390,7 +391,7 @@ def _bitcast(ctx, op, args):
     if target is DType.bf16:  # i16 bits -> the float32 holding the bf16 value: the bits in the high half
         return b.bitcast(b.shl(b.zext(x, I32), ir.Constant(I32, 16)), F32)
     if target is DType.i16 and x.type == F32:  # a bf16 value (its low half is zero): the high half
-        return b.trunc(b.lshr(b.bitcast(x, I32), ir.Constant(I32, 16)), I16)
+        return bf16_bits(b, x)
     return b.bitcast(x, compute_type(target))
 
 

@@ -39,6 +39,7 @@ from typing import Any
 import llvmlite.binding as llvm
 from llvmlite.binding import ffi
 
+from neuroncc.codegen.llvm import bf16_words
 from neuroncc.codegen.llvm.entries import optimize_first
 from neuroncc.codegen.llvm.native_library import CodeForm, LibraryModule, code_form, give_up, link, load_library
 from neuroncc.errors import ArtifactError, CodegenError, NeuronccError
@@ -185,6 +186,19 @@ def _run_o3(module: llvm.ModuleRef, tm: llvm.TargetMachine, tier: Tier = Tier.OP
         tuning.loop_interleaving = True
     builder = llvm.create_pass_builder(tm, tuning)  # one per module: its analysis managers key on module address
     _unlocked("LLVMPY_RunNewModulePassManager")(builder.getModulePassManager(), module, builder)
+    if tier is Tier.OPTIMIZED:
+        _inline_vector_variants(module, tm)
+
+
+def _inline_vector_variants(module: llvm.ModuleRef, tm: llvm.TargetMachine) -> None:
+    """Inline the vector variants the loop vectorizer called (``bf16_words.py``: explicit vector code for a scalar
+    call, alwaysinline, which O3 inlines only before the vectorizer)."""
+    if not any(fn.name.startswith(bf16_words.SYMBOL) for fn in module.functions):
+        return
+    passes = llvm.create_new_module_pass_manager()
+    passes.add_always_inliner_pass()
+    builder = llvm.create_pass_builder(tm, llvm.create_pipeline_tuning_options(speed_level=0))
+    _unlocked("LLVMPY_RunNewModulePassManager")(passes, module, builder)
 
 
 def _emit_object(tm: llvm.TargetMachine, module: llvm.ModuleRef) -> bytes:

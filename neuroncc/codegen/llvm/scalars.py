@@ -8,6 +8,8 @@ Every op producing a bf16/f16 value rounds to that precision (``round_to``), as 
 
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 from llvmlite import ir
 
@@ -112,6 +114,26 @@ def store(b: ir.IRBuilder, value: ir.Value, ptr: ir.Value, dtype: DType) -> ir.I
     return b.store(value, ptr)
 
 
+#: A bf16 rounding's result (its float32, and the i16 bits of it: :func:`bf16_bits`) -> (the float32 value it
+#: rounded, with the NaN case or not): a paired loop's store packs two such halves from their float32 values
+#: (``bf16_words.rounded_word``) where the target rounds in 16-bit lanes. Weak keys: instructions being emitted.
+_ROUNDED_FROM: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def rounding_of(value: ir.Value) -> tuple[ir.Value, bool] | None:
+    """(the float32 value, nan_case) that ``value`` (a :func:`round_to` result or its bits) rounded, else None."""
+    return _ROUNDED_FROM.get(value) if isinstance(value, ir.Instruction) else None
+
+
+def bf16_bits(b: ir.IRBuilder, value: ir.Value) -> ir.Value:
+    """The 16 bits of a bf16 value (a float32 whose low half is zero): its high half."""
+    bits = b.trunc(b.lshr(b.bitcast(value, I32), ir.Constant(I32, 16)), I16)
+    rounded = rounding_of(value)
+    if rounded is not None:
+        _ROUNDED_FROM[bits] = rounded
+    return bits
+
+
 def round_to(b: ir.IRBuilder, value: ir.Value, dtype: DType, nan_case: bool = True) -> ir.Value:
     """Round a float32 value to bf16/f16 precision (identity for other types). Without ``nan_case``, a NaN
     ``value`` must be quiet with a zero low half (``nan_payloads.py``): it is left as it is.
@@ -132,7 +154,9 @@ def round_to(b: ir.IRBuilder, value: ir.Value, dtype: DType, nan_case: bool = Tr
         # fewer per rounding than clearing each case's low half on its own)
         is_nan = b.fcmp_unordered("uno", value, value)
         carried = b.select(is_nan, b.or_(bits, ir.Constant(I32, 0x00400000)), carried)
-    return b.bitcast(b.and_(carried, ir.Constant(I32, 0xFFFF0000 - (1 << 32))), F32)
+    result = b.bitcast(b.and_(carried, ir.Constant(I32, 0xFFFF0000 - (1 << 32))), F32)
+    _ROUNDED_FROM[result] = (value, nan_case)
+    return result
 
 
 def convert(b: ir.IRBuilder, value: ir.Value, src: DType, dst: DType, nan_case: bool = True) -> ir.Value:

@@ -1,0 +1,88 @@
+"""The bf16 rows' kernels with their output words rounded in 16-bit lanes against 32-bit lanes (issue #19), in one
+process: ``CpuTarget.rounds_bf16_in_word_lanes`` on (AVX-512 BW hosts' default, ``codegen/llvm/bf16_words.py``)
+and off (the 32-bit rounding every CPU had before).
+
+    /work/bin/heavy x python benchmarks/bench_bf16_words.py [--rows a16,b16,c16] [--threads 1,2] [--repeats 25]
+
+Each row's graph is the one torch.compile hands the neuron backend (dumped through the ``dump_dir`` option, then
+the cpu pipeline), built as an executable twice per variant in the order ABAB (later builds of one process ran
+faster: session 12); the builds' bits must be equal; then the four run interleaved in a shuffled order
+(``common.interleaved``; 1 thread: the calling thread's CPU time, else wall clock). The table shows each build's
+median and its ratio to the first 32-bit build.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+
+from common import ensure_environment, interleaved, table
+
+ensure_environment(threads=2)
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from kernel_cases import cases  # noqa: E402
+from neuroncc.executors.cpu.launcher import build_cpu_executable  # noqa: E402
+from neuroncc.hardware.host import CpuTarget  # noqa: E402
+from neuroncc.ir.parser import parse  # noqa: E402
+from neuroncc.passes.manager import PassContext  # noqa: E402
+from neuroncc.passes.pipeline import default_pipeline, run_pipeline  # noqa: E402
+
+WORD_LANES = CpuTarget.rounds_bf16_in_word_lanes
+
+
+def backend_graph(case, inputs: list[torch.Tensor]):
+    """The graph torch.compile hands the backend for ``case``, after the cpu pipeline."""
+    with tempfile.TemporaryDirectory() as dump:
+        torch._dynamo.reset()
+        compiled = torch.compile(case.eager, backend="neuron", dynamic=False, options={"dump_dir": dump})
+        compiled(*inputs)
+        (path,) = Path(dump).glob("*.nir")
+        return run_pipeline(default_pipeline("cpu"), parse(path.read_text()), PassContext())
+
+
+def build(fn, threads: int, word_lanes: bool):
+    CpuTarget.rounds_bf16_in_word_lanes = WORD_LANES if word_lanes else property(lambda self: False)
+    try:
+        return build_cpu_executable(fn, {"threads": threads})
+    finally:
+        CpuTarget.rounds_bf16_in_word_lanes = WORD_LANES
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rows", default="a16,b16,c16")
+    parser.add_argument("--threads", default="1,2")
+    parser.add_argument("--repeats", type=int, default=25)
+    args = parser.parse_args()
+    keys = args.rows.split(",")
+    rows = []
+    for threads in (int(t) for t in args.threads.split(",")):
+        torch.set_num_threads(threads)
+        clock = time.thread_time if threads == 1 else time.perf_counter
+        for case in (c for c in cases() if c.key in keys):
+            inputs = case.make(np.random.default_rng(0))
+            fn = backend_graph(case, inputs)
+            arrays = [t.view(torch.int16).numpy() if t.dtype == torch.bfloat16 else t.numpy() for t in inputs]
+            builds = {}
+            for name, word_lanes in (("32-bit 1", False), ("16-bit 1", True), ("32-bit 2", False),
+                                     ("16-bit 2", True)):
+                exe = build(fn, threads, word_lanes)
+                builds[name] = (lambda exe=exe: exe(*arrays))
+            results = [call() for call in builds.values()]
+            for other in results[1:]:
+                for got, want in zip(other, results[0], strict=True):
+                    np.testing.assert_array_equal(got, want)
+            times = interleaved(builds, repeats=args.repeats, clock=clock)
+            base = times["32-bit 1"]
+            rows.append([case.key, str(threads)] + [f"{times[n] * 1e3:.3f} ({times[n] / base:.3f})" for n in builds])
+            print(" | ".join(rows[-1]), flush=True)
+    print(table(rows, ["row", "threads", *builds]))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,109 @@
+"""A pair of float32 values rounded to bf16 and packed into one 32-bit word, as explicit vector code in 16-bit lanes.
+
+A paired loop (``pairs.py``) writes two bf16 results as one word: each rounded to nearest even in 32-bit lanes
+(``scalars.round_to``: bits + 0x7FFF + the kept half's parity, the low half cleared), then the two high halves
+packed. The loop vectorizer sees one scalar word per iteration, and on AVX-512 LLVM makes it, per pair of vectors
+(32 results), two shifts, two ands and four adds in 32-bit lanes and a ``vpermt2w``: 9 vector instructions.
+
+In 16-bit lanes the same rounding is 5 (AVX-512 BW): the high halves of both vectors in word order (``vpermt2w``)
+and their low halves likewise (another), the kept half's parity or'ed into the low half (``vpternlogd``), the
+carry as low half > 0x8000 (``vpcmpuw`` into a mask: lo + parity > 0x8000 exactly when lo | parity is), the high half
++ 1 under it (LLVM: ``vpmovm2w`` and ``vpsubw``); 7 with the register copy a ``vpermt2w`` needs. A NaN is
+quiet with a zero low half here (the roundings without the NaN case, ``nan_payloads.py``): no carry. Every result
+is the 32-bit rounding's bit for bit.
+
+The loop vectorizer cannot make 16-bit lanes out of 32-bit words, so the pair is a call: the scalar function (the
+32-bit rounding, for a loop's scalar remainder) carries a vector variant (``vector-function-abi-variant``, 16
+pairs), which the vectorizer calls instead, and which is inlined after it (``jit._inline_vector_variants``; kept
+until then by ``llvm.compiler.used``). :func:`rounded_word` is the code, :attr:`CpuTarget.rounds_bf16_in_word_lanes`
+the decision; AVX2 (no unsigned 16-bit compare into a mask, no two-table word permute) keeps the 32-bit code.
+"""
+
+from __future__ import annotations
+
+from llvmlite import ir
+
+from neuroncc.codegen.llvm.pairs import word_of
+from neuroncc.codegen.llvm.scalars import F32, I16, I32, bf16_bits, round_to, rounding_of
+from neuroncc.errors import CodegenError
+from neuroncc.hardware.host import CpuTarget
+from neuroncc.ir.dtypes import DType
+
+#: Pairs per call of the vector variant: 16 words, two 512-bit vectors of float32 in, one out.
+VECTOR_PAIRS = 16
+#: The symbol prefix of the functions defined here (``jit`` inlines the vector variants it finds after O3).
+SYMBOL = "ncc.bf16.word"
+#: The name suffix of a vector variant.
+VARIANT = ".v16"
+
+
+def rounded_word(b: ir.IRBuilder, even: ir.Value, odd: ir.Value, target: CpuTarget) -> ir.Value | None:
+    """The word of bf16 bits ``even`` (low half) and ``odd`` (high half), both roundings without the NaN case
+    (``scalars.rounding_of``), computed by the pair function from their float32 values on ``target``; None where it
+    does not apply (the caller packs the bits as they are: ``pairs.word_of``).
+
+    With the NaN case the 16-bit form saves nothing: the case costs a compare, an and and a masked or per vector in
+    32-bit lanes before the permutes (13 instructions per pair of vectors, as many as the 32-bit rounding with its
+    case), and its constants crowd row (a)'s math loop (bf16 gelu*sigmoid, 2 threads: 2-3% slower in two of three
+    A/Bs, session 17)."""
+    if not target.rounds_bf16_in_word_lanes:
+        return None
+    rounded = rounding_of(even), rounding_of(odd)
+    if rounded[0] is None or rounded[1] is None or rounded[0][1] or rounded[1][1]:
+        return None
+    return b.call(_pair_function(b.module), [rounded[0][0], rounded[1][0]])
+
+
+def _pair_function(module: ir.Module) -> ir.Function:
+    existing = module.globals.get(SYMBOL)
+    if existing is not None:
+        return existing
+    variant = _vector_variant(module, SYMBOL + VARIANT)
+    fn = ir.Function(module, ir.FunctionType(I32, [F32, F32]), SYMBOL)
+    fn.linkage = "internal"
+    # not inlined before the vectorizer has replaced its calls (a call it vectorizes must not touch memory)
+    for attribute in ("noinline", "nounwind", "willreturn", "memory(none)",
+                      f'"vector-function-abi-variant"="_ZGV_LLVM_N{VECTOR_PAIRS}vv_{SYMBOL}({variant.name})"'):
+        set.add(fn.attributes, attribute)  # raw: llvmlite's attribute set knows neither memory(none) nor strings
+    body = ir.IRBuilder(fn.append_basic_block("entry"))
+    even, odd = (bf16_bits(body, round_to(body, arg, DType.bf16, nan_case=False)) for arg in fn.args)
+    body.ret(word_of(body, even, odd))
+    return fn
+
+
+def _vector_variant(module: ir.Module, symbol: str) -> ir.Function:
+    """The pair function on 16 pairs, kept by ``llvm.compiler.used`` (nothing calls it before the vectorizer)."""
+    floats, words = ir.VectorType(F32, VECTOR_PAIRS), ir.VectorType(I32, VECTOR_PAIRS)
+    halves = ir.VectorType(I16, 2 * VECTOR_PAIRS)
+    fn = ir.Function(module, ir.FunctionType(words, [floats, floats]), symbol)
+    fn.linkage = "internal"
+    fn.attributes.add("alwaysinline")
+    fn.attributes.add("nounwind")
+    if "llvm.compiler.used" in module.globals:
+        raise CodegenError("a kernel module lists llvm.compiler.used twice")
+    array = ir.ArrayType(ir.PointerType(), 1)
+    used = ir.GlobalVariable(module, array, "llvm.compiler.used")
+    used.linkage = "appending"
+    used.section = "llvm.metadata"
+    used.initializer = ir.Constant(array, [fn])
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    even, odd = (b.bitcast(arg, halves) for arg in fn.args)
+    low = b.shuffle_vector(even, odd, ir.Constant(ir.VectorType(I32, 2 * VECTOR_PAIRS), _interleaved(0)))
+    high = b.shuffle_vector(even, odd, ir.Constant(ir.VectorType(I32, 2 * VECTOR_PAIRS), _interleaved(1)))
+    parity_in_low = b.or_(low, b.and_(high, _splat(halves, 1)))
+    carry = b.icmp_unsigned(">", parity_in_low, _splat(halves, 0x8000 - (1 << 16)))
+    b.ret(b.bitcast(b.select(carry, b.add(high, _splat(halves, 1)), high), words))
+    return fn
+
+
+def _interleaved(half: int) -> list[int]:
+    """Shuffle indices taking ``half`` (0: low, 1: high) of each word of the first vector, then of the second,
+    alternately: word k of the result holds pair k's even element's half, then its odd element's."""
+    out = []
+    for k in range(VECTOR_PAIRS):
+        out += [2 * k + half, 2 * VECTOR_PAIRS + 2 * k + half]
+    return out
+
+
+def _splat(vector: ir.VectorType, value: int) -> ir.Constant:
+    return ir.Constant(vector, [ir.Constant(vector.element, value)] * vector.count)

@@ -1,0 +1,76 @@
+"""A paired loop's bf16 output words rounded in 16-bit lanes on AVX-512 BW (``codegen/llvm/bf16_words.py``): the same
+bits as the 32-bit rounding (beside a rounding with the NaN case, which stays in 32-bit lanes), vector loop and
+scalar remainder; the 16-bit-lane code in a Zen 4's
+write loop, and AVX2's code without it."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+from test_bf16_rounding import ZEN4, _float32_patterns
+from test_pairs import _NAN_PATTERNS, AVX2, affine_graph, to_bits
+
+from neuroncc.codegen.llvm import jit
+from neuroncc.codegen.llvm.emit import emit_kernel
+from neuroncc.codegen.llvm.regions import fuse_whole_function
+from neuroncc.codegen.llvm.schedule import plan_kernel
+from neuroncc.codegen.llvm.views import Layout
+from neuroncc.executors.cpu.launcher import build_cpu_executable
+from neuroncc.hardware.host import CpuTarget, host_cpu
+from neuroncc.ir import Builder, DType, Function, TensorType, interpret
+
+host_word_lanes = pytest.mark.skipif(not host_cpu().rounds_bf16_in_word_lanes, reason="the host has no AVX-512 BW")
+
+
+def _cast_graph(rows: int, cols: int) -> Function:
+    """float32 x cast to bf16 (the rounding with the NaN case: any payload) and x*w+b of bf16 values (without)."""
+    b = Builder("casts")
+    x = b.param(TensorType((rows, cols), DType.f32), "x")
+    w = b.op("bitcast", b.param(TensorType((cols,), DType.i16), "w"), dtype=DType.bf16)
+    rounded = b.op("cast", x, dtype=DType.bf16)
+    y = b.op("cast", b.op("add", b.op("mul", b.op("cast", rounded, dtype=DType.f32), b.op("cast", w, dtype=DType.f32)),
+                          b.op("full", shape=(), dtype=DType.f32, value=0.375)), dtype=DType.bf16)
+    return b.build([b.op("bitcast", rounded, dtype=DType.i16), b.op("bitcast", y, dtype=DType.i16)])
+
+
+def _assembly(fn: Function, target: CpuTarget) -> tuple[str, str]:
+    plan = plan_kernel(fn, [Layout.of(k, p.type) for k, p in enumerate(fn.params)],
+                       [Layout.of(len(fn.params) + k, v.type) for k, v in enumerate(fn.outputs)])
+    texts, _ = emit_kernel(plan, "k", target)
+    return "".join(texts), jit.assembly(texts, target).split("k_p0:")[1].split(".Lfunc_end")[0]
+
+
+@host_word_lanes
+@pytest.mark.parametrize("cols", [1024, 2 * 16 * 3 + 2 * 5])  # whole vectors of pairs; and a scalar remainder
+def test_word_lanes_round_every_pattern_as_the_32_bit_rounding(rng, monkeypatch, cols):
+    x = _float32_patterns(rng).reshape(-1)
+    if cols % 32:  # every 23rd pattern (subnormals, ties, the overflow edge, NaNs, random ones): the remainder's
+        x = x[::23]
+    x = np.concatenate([x, np.zeros(-x.size % cols, np.float32)]).reshape(-1, cols)
+    w = to_bits(rng.standard_normal(cols).astype(np.float32))
+    w[:len(_NAN_PATTERNS)] = _NAN_PATTERNS
+    fn = _cast_graph(x.shape[0], cols)
+    text, _ = _assembly(fn, host_cpu())
+    # x*w+b's words in 16-bit lanes; the float32 cast keeps its NaN case in 32-bit lanes (the form saves nothing there)
+    assert len(re.findall(r'call i32 @"ncc\.bf16\.word"', text)) == 1 and "fcmp uno" in text
+    got = build_cpu_executable(fuse_whole_function(fn), {"threads": 2})(x, w)
+    monkeypatch.setattr(CpuTarget, "rounds_bf16_in_word_lanes", property(lambda self: False))
+    assert "ncc.bf16.word" not in _assembly(fn, host_cpu())[0]
+    want = build_cpu_executable(fuse_whole_function(fn), {"threads": 2})(x, w)
+    for g, e, reference in zip(got, want, interpret(fn, [x, w]), strict=True):
+        np.testing.assert_array_equal(g, e)
+        np.testing.assert_array_equal(g, reference)
+
+
+def test_a_zen4_write_loop_rounds_in_word_lanes_and_avx2_in_32_bit_lanes():
+    # Zen 4: the halves apart with two word permutes, the carry an unsigned word compare, no 32-bit adds of the
+    # rounding left in the loop (x*w+b's; the weight and bias widened once); AVX2: no pair function at all
+    fn = affine_graph(64, 1024)
+    text, asm = _assembly(fn, CpuTarget("znver4", ZEN4))
+    loops = [block for block in re.split(r"\n\.LBB\d+_\d+:", asm) if "vmovntdq" in block or "vmovdqu" in block]
+    write = [block for block in loops if re.search(r"vperm[it]2w", block)]
+    assert write and all(re.search(r"vpcmpnleuw|vpcmpuw", block) and "vpaddd" not in block for block in write)
+    text, asm = _assembly(fn, CpuTarget("znver3", AVX2))
+    assert "ncc.bf16.word" not in text and "vperm" not in asm
