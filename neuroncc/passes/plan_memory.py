@@ -7,7 +7,9 @@
   JSON-serializable data that an artifact can store next to the IR.
 * Buffers: results of top-level ops that are not pure views. A view reads its root's buffer (``aliases``)
   and keeps that buffer alive. Parameters, and buffers a function output reads (directly or through views),
-  live outside the arena: the caller owns them.
+  live outside the arena: the caller owns them. So do the values a target says it keeps elsewhere
+  (:func:`plan`'s ``elsewhere``: the cpu launch's ATen results adopted per call, and constants): a slot
+  reserved for them would stay empty and push the values planned around it up the arena.
 * A buffer lives from the op defining it to its last reader (op indices, inclusive).
 * In place: a pointwise kernel's result may take the buffer of an operand that dies at that kernel when both
   have the same size: every op writes element i (row-major linear index) from elements i of what it reads
@@ -110,12 +112,14 @@ def _region_only(op_position: int, result_number: int, operand_number: int) -> b
     return True
 
 
-def plan(fn: Function, may_write_over: WriteOver = _region_only) -> MemoryPlan:
+def plan(fn: Function, may_write_over: WriteOver = _region_only, elsewhere: frozenset[Value] = frozenset()) \
+        -> MemoryPlan:
     """Plan the arena for ``fn``'s top-level intermediate buffers (see the module docstring); a kernel result
-    takes a dying operand's buffer where the region allows it and ``may_write_over`` agrees."""
+    takes a dying operand's buffer where the region allows it and ``may_write_over`` agrees. ``elsewhere``:
+    op results the target stores outside the arena (no slot for them, nor for a result over them)."""
     index = value_indices(fn)
     root_of = _view_roots(fn)
-    external = _external_roots(fn, root_of)
+    external = _external_roots(fn, root_of) | elsewhere
     last_read: dict[Value, int] = {}
     for position, op in enumerate(fn.ops):
         for v in op.operands:

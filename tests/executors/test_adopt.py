@@ -311,3 +311,34 @@ def test_in_place_reuse_of_a_supplied_values_slot_stays_in_the_arena(rng, produc
     _assert_fresh_and_equal(exe, fn, inputs, rtol=1e-5, atol=1e-4)
     # the exp kernel wrote the arena, not oneDNN's memory: the product is intact
     np.testing.assert_allclose(products[0].numpy(), inputs[0] @ inputs[1], rtol=1e-5, atol=1e-4)
+
+
+
+@requires_onednn
+def test_an_adopted_product_takes_no_arena_slot(rng, products):
+    """The memory plan leaves out the values the launch keeps outside the arena (ATen's results adopted per
+    call). Before, it reserved the first product a slot that stayed empty: neg's result went above it, exp's
+    below, and closing the unused range left an arena of 4 products' size for 3 (the transformer block's
+    backward had 32.25 MiB for 20.25)."""
+    from neuroncc.codegen.llvm import jit
+    from neuroncc.codegen.llvm.program import memory_plan_for_launch
+    from neuroncc.codegen.llvm.regions import wrap_remaining_ops
+    from neuroncc.passes.plan_memory import value_indices
+
+    b = Builder("adopted")
+    x = b.param(TensorType((N, N), DType.f32), "x")
+    w, v = b.param(TensorType((N, 2 * N), DType.f32), "w"), b.param(TensorType((2 * N, N), DType.f32), "v")
+    a = b.op("exp", x)  # live to the end
+    q = b.op("neg", b.op("mm", a, w))  # twice a's size, over the adopted product's lifetime
+    r = b.op("exp", b.op("mm", q, v))  # after q, while a lives
+    fn = wrap_remaining_ops(b.build([b.op("add", r, a)]))
+    exe = build_cpu_executable(fn, {"threads": 1})
+    index = value_indices(fn)
+    kinds = [exe.plan.buffers[exe.plan.values[index[op.result]].buffer] for op in fn.ops]
+    assert [k.supplied for k in kinds] == [False, True, False, True, False, False]
+    size = N * N * 4
+    assert exe.plan.arena_bytes == 3 * size  # a, then q over a product's lifetime, r in q's place (was 4)
+    memory = memory_plan_for_launch(fn, *jit.host_cpu())
+    assert index[fn.ops[1].result] in memory.external and memory.peak_bytes == 3 * size  # the plan's report
+    x, w, v = (array / N for array in _inputs(fn, rng))  # products about N(0, 1/N): exp stays near 1
+    _assert_fresh_and_equal(exe, fn, [x, w, v], rtol=1e-5, atol=1e-4)

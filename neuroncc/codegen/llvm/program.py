@@ -382,6 +382,16 @@ class _LaunchPlanner:
         return self.plan.buffers[held.buffer].kind == BufferKind.ARENA and \
             writes_in_place(planned.kplan, operand, result)
 
+    def outside_arena(self) -> frozenset[Value]:
+        """Op results this plan keeps in no arena slot whatever the memory plan says: ATen results adopted per
+        call (``supplied_buffer``) and constants. (Outputs are the caller's in the memory plan already; a
+        result in a donated input's buffer may still move to the arena, so it is not listed.) Before, the
+        memory plan reserved slots for them that stayed empty: the transformer block's backward had an arena
+        of 32.25 MiB where its arena values need 20.25 (docs/performance-history.md, session 18 arena)."""
+        outside = (BufferKind.CALL, BufferKind.CONSTANT)
+        return frozenset(value for value, number in self.ids.items() if value not in self.fn.params
+                         and self.plan.buffers[self.plan.values[number].buffer].kind in outside)
+
     def kernel(self, op_index: int, op: Any) -> None:
         candidates = self.donation_candidates(op_index, op) if self.donated else {}
         for number, result in enumerate(op.results):
@@ -523,7 +533,7 @@ def _memory_plan(fn: Function, cpu: str, features: str) -> tuple[Any, dict[int, 
     dry planner, and returned for the launch planner to reuse)."""
     dry = _LaunchPlanner(fn, cpu, features, None, dry=True)
     dry.run()
-    return plan_memory(fn, dry.may_write_over), dry.kernel_plans
+    return plan_memory(fn, dry.may_write_over, dry.outside_arena()), dry.kernel_plans
 
 
 def memory_plan_for_launch(fn: Function, cpu: str, features: str) -> Any:
