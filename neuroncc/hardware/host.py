@@ -172,7 +172,7 @@ class CpuTarget:
         where its NaNs are already quiet with zero low halves (``codegen/llvm/nan_payloads.py``), as a cast to
         bf16 does everywhere. With AVX-512's 32 vector registers: bf16 gelu(x*w+b)*sigmoid(x)'s loop (Zen 4, its
         five roundings' cases gone) 0.87-0.88 of the time at 1 and 2 threads (session 18). On Zen 3 (AVX2, 16
-        registers) the arithmetic ops' alone ran 5% slower (more spills in the math loop; session 13), so AVX2's
+        registers) the arithmetic ops' alone ran 2-5% slower (sessions 11 and 13, not understood), so AVX2's
         code keeps them."""
         return self.has("avx512f")
 
