@@ -1,14 +1,20 @@
-"""The bf16 rows' kernels with their output words rounded in 16-bit lanes against 32-bit lanes (issue #19), in one
-process: ``CpuTarget.rounds_bf16_in_word_lanes`` on (AVX-512 BW hosts' default, ``codegen/llvm/bf16_words.py``)
-and off (the 32-bit rounding every CPU had before).
+"""The bf16 rows' kernels with a bf16 code-generation switch of ``CpuTarget`` on and off (issue #19), in one
+process. ``--switch word-lanes`` (default): output words rounded in 16-bit lanes against 32-bit lanes
+(``CpuTarget.rounds_bf16_in_word_lanes`` on, AVX-512 BW hosts' default, ``codegen/llvm/bf16_words.py``, and off:
+the 32-bit rounding every CPU had before). ``--switch op-results``: the roundings of ops with bf16 results
+without their NaN case where ``nan_payloads.py`` allows it (``CpuTarget.rounds_bf16_op_results_without_nan_case``,
+AVX-512's default) against with it (every CPU before session 18).
 
     /work/bin/heavy x python benchmarks/bench_bf16_words.py [--rows a16,b16,c16] [--threads 1,2] [--repeats 25]
+        [--switch word-lanes|op-results]
 
 Each row's graph is the one torch.compile hands the neuron backend (dumped through the ``dump_dir`` option, then
 the cpu pipeline), built as an executable twice per variant in the order ABAB (later builds of one process ran
 faster: session 12); the builds' bits must be equal; then the four run interleaved in a shuffled order
 (``common.interleaved``; 1 thread: the calling thread's CPU time, else wall clock). The table shows each build's
-median and its ratio to the first 32-bit build.
+median and its ratio to the first build with the switch off ("off 1"; "on" is the host's default).
+Building 1-thread executables and then 2-thread ones in one process can slow the 2-thread ones severalfold
+(sessions 16-18): run each thread count in its own process when the 2-thread medians look off.
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ from neuroncc.ir.parser import parse  # noqa: E402
 from neuroncc.passes.manager import PassContext  # noqa: E402
 from neuroncc.passes.pipeline import default_pipeline, run_pipeline  # noqa: E402
 
-WORD_LANES = CpuTarget.rounds_bf16_in_word_lanes
+SWITCHES = {"word-lanes": "rounds_bf16_in_word_lanes", "op-results": "rounds_bf16_op_results_without_nan_case"}
 
 
 def backend_graph(case, inputs: list[torch.Tensor]):
@@ -45,12 +51,14 @@ def backend_graph(case, inputs: list[torch.Tensor]):
         return run_pipeline(default_pipeline("cpu"), parse(path.read_text()), PassContext())
 
 
-def build(fn, threads: int, word_lanes: bool):
-    CpuTarget.rounds_bf16_in_word_lanes = WORD_LANES if word_lanes else property(lambda self: False)
+def build(fn, threads: int, switch: str, on: bool):
+    name = SWITCHES[switch]
+    default = CpuTarget.__dict__[name]
+    setattr(CpuTarget, name, default if on else property(lambda self: False))
     try:
         return build_cpu_executable(fn, {"threads": threads})
     finally:
-        CpuTarget.rounds_bf16_in_word_lanes = WORD_LANES
+        setattr(CpuTarget, name, default)
 
 
 def main() -> None:
@@ -58,6 +66,8 @@ def main() -> None:
     parser.add_argument("--rows", default="a16,b16,c16")
     parser.add_argument("--threads", default="1,2")
     parser.add_argument("--repeats", type=int, default=25)
+    parser.add_argument("--switch", choices=sorted(SWITCHES), default="word-lanes",
+                        help="the CpuTarget switch flipped between builds (see the module docstring)")
     args = parser.parse_args()
     keys = args.rows.split(",")
     rows = []
@@ -69,16 +79,15 @@ def main() -> None:
             fn = backend_graph(case, inputs)
             arrays = [t.view(torch.int16).numpy() if t.dtype == torch.bfloat16 else t.numpy() for t in inputs]
             builds = {}
-            for name, word_lanes in (("32-bit 1", False), ("16-bit 1", True), ("32-bit 2", False),
-                                     ("16-bit 2", True)):
-                exe = build(fn, threads, word_lanes)
+            for name, on in (("off 1", False), ("on 1", True), ("off 2", False), ("on 2", True)):
+                exe = build(fn, threads, args.switch, on)
                 builds[name] = (lambda exe=exe: exe(*arrays))
             results = [call() for call in builds.values()]
             for other in results[1:]:
                 for got, want in zip(other, results[0], strict=True):
                     np.testing.assert_array_equal(got, want)
             times = interleaved(builds, repeats=args.repeats, clock=clock)
-            base = times["32-bit 1"]
+            base = times["off 1"]
             rows.append([case.key, str(threads)] + [f"{times[n] * 1e3:.3f} ({times[n] / base:.3f})" for n in builds])
             print(" | ".join(rows[-1]), flush=True)
     print(table(rows, ["row", "threads", *builds]))

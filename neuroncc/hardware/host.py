@@ -166,6 +166,16 @@ class CpuTarget:
         results against 9 in 32-bit lanes; ``codegen/llvm/bf16_words.py``). AVX2 has none of the three."""
         return self.has("avx512bw")
 
+    @property
+    def rounds_bf16_op_results_without_nan_case(self) -> bool:
+        """Whether an op with a bf16 result (eager's bf16 ops round after each op) drops its rounding's NaN case
+        where its NaNs are already quiet with zero low halves (``codegen/llvm/nan_payloads.py``), as a cast to
+        bf16 does everywhere. With AVX-512's 32 vector registers: bf16 gelu(x*w+b)*sigmoid(x)'s loop (Zen 4, its
+        five roundings' cases gone) 0.87-0.88 of the time at 1 and 2 threads (session 18). On Zen 3 (AVX2, 16
+        registers) the arithmetic ops' alone ran 2-5% slower (sessions 11 and 13, not understood), so AVX2's
+        code keeps them."""
+        return self.has("avx512f")
+
     def onednn_takes(self, rows: int, depth: int, cols: int) -> bool:
         """Whether a float32 mm/addmm of ``[rows, depth] x [depth, cols]`` (logical shapes) runs as oneDNN's
         linear rather than MKL's sgemm (called directly, ``executors/cpu/blas.py``). oneDNN pays a fixed cost

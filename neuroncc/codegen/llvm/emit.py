@@ -242,7 +242,8 @@ class KernelEmitter(IndexArithmetic, BufferAccess):
 
     def rounding_needs_nan_case(self, op: Op) -> bool:
         if self._nan_payloads is None:
-            self._nan_payloads = NanPayloads(self.plan.region)
+            self._nan_payloads = NanPayloads(self.plan.region,
+                                             op_results=self.target.rounds_bf16_op_results_without_nan_case)
         return self._nan_payloads.needs_nan_case(op)
 
     def writes_row_cache(self, value: Value) -> bool:
@@ -534,7 +535,7 @@ class KernelEmitter(IndexArithmetic, BufferAccess):
             args = [self.value_at(v, broadcast_index(self, idx, shape, v.type.shape)) for v in op.operands]
             result = ELEMENTWISE[op.name](self, op, args)
             if op.name not in EXACT:
-                result = round_to(self.b, result, op.results[0].type.dtype)
+                result = round_to(self.b, result, op.results[0].type.dtype, self.rounding_needs_nan_case(op))
             return result
         if op.name in ACCESS:
             return ACCESS[op.name](self, op, access.index, idx)

@@ -19,10 +19,17 @@ operand flows through its clamps as the operand (``_raised_keeping_nan``: x86's 
 adds, multiplies and FMAs whose other operands are constants or computed from the same NaN, and through the scale
 (``vscalefps``, or products with powers of two built from integer bits, never NaN), so it comes out quieted with
 its payload; a NaN made of numbers (inf * 0) is the default NaN. ``tests/codegen/test_pairs.py`` holds that on
-AVX-512 and AVX2 code. bf16 softmax's output rounding (a cast of exp(x - max) / sum) needs no NaN case with it: 4
-of the 19 vector instructions per 32 elements of its write loop (Zen 4). A float ``amax``/``amin`` result is an
+AVX-512 and AVX2 code. So do ``sigmoid`` (0 - x, the clamps, exp, 1 + e and a true division) and the erf form of
+``gelu`` (x * sqrt(1/2), erf's rational function behind clamps that keep a NaN, a division by the reciprocal
+estimate, 1 + erf, a select that keeps it, two products of the same NaN). bf16 softmax's output rounding (a cast
+of exp(x - max) / sum) needs no NaN case with exp: 4 of the 19 vector instructions per 32 elements of its write
+loop (Zen 4). A float ``amax``/``amin`` result is an
 element of its operand or the default NaN (``reductions._extreme_collapse``), so it has zero low halves when its
 operand has (it is not quiet: an operand of arithmetic, not a rounded value itself).
+
+Ops with bf16 results (eager's bf16 ops round after each op) drop the case the same way where the target says so
+(``CpuTarget.rounds_bf16_op_results_without_nan_case``, AVX-512): bf16 gelu(x*w+b)*sigmoid(x) rounds five times per
+element, each case a compare, an or and a blend per vector.
 
 What does not count: the math library's other functions (their NaNs are not promised), max/min/where and the like
 as rounded values (they pass an operand through, a signalling NaN as it is), float32 tensors (any payload), and
@@ -40,7 +47,9 @@ from neuroncc.ir.graph import Function, Op, Value
 
 #: Ops lowered to IEEE arithmetic on their float operands (``div`` only as true division), and the math library's
 #: exp, which returns a NaN operand as they do (see the module docstring).
-ARITHMETIC = frozenset({"add", "sub", "mul", "div", "sqrt", "rsqrt", "reciprocal", "exp"})
+ARITHMETIC = frozenset({"add", "sub", "mul", "div", "sqrt", "rsqrt", "reciprocal", "exp", "sigmoid"})
+#: Ops in :data:`ARITHMETIC` with one of these attributes: gelu's erf form (its tanh form is not checked).
+ARITHMETIC_FORMS = {"gelu": ("approximate", "none")}
 #: Float reductions whose result is one of their operand's elements or the default NaN.
 EXTREMES = frozenset({"amax", "amin"})
 #: Float reductions computed by adds (over at least two elements).
@@ -52,7 +61,8 @@ _IDENTITIES = (0.0, 1.0, -1.0)
 class NanPayloads:
     """The decision for one region (its values' facts memoized: a region is a DAG)."""
 
-    def __init__(self, region: Function):
+    def __init__(self, region: Function, op_results: bool = False):
+        self._op_results = op_results  # (``CpuTarget.rounds_bf16_op_results_without_nan_case``)
         self._producers = region.producers()
         self._plain: dict[Value, bool] = {}
         self._reads_data: dict[Value, bool] = {}
@@ -60,11 +70,12 @@ class NanPayloads:
     def needs_nan_case(self, op: Op) -> bool:
         """Whether rounding ``op``'s float32 value to bf16 needs the NaN case: for a ``cast`` to bf16 (the one
         rounding of a float32 computation: LayerNorm's), unless its operand is computed by arithmetic whose NaNs
-        are quiet with zero low halves. An op with a bf16 result (eager's bf16 ops round after each op) keeps it:
-        without it, the arithmetic ops' roundings of row (a) (bf16 gelu(x*w+b)*sigmoid(x), ``benchmarks``) ran 5%
-        slower on Zen 3 (fewer instructions, more spills in its math loop; not understood)."""
+        are quiet with zero low halves. An op with a bf16 result (eager's bf16 ops round after each op) keeps it
+        unless ``op_results`` and the op itself is such arithmetic: without it, the arithmetic ops' roundings of
+        row (a) (bf16 gelu(x*w+b)*sigmoid(x), ``benchmarks``) ran 5% slower on Zen 3 (fewer instructions, more
+        spills in its math loop; not understood), and 12-13% faster on Zen 4 with its math ops' too."""
         if op.name != "cast":
-            return True
+            return not (self._op_results and op.results[0].type.dtype is DType.bf16 and self._quiet_arithmetic(op))
         source = self._producers.get(op.operands[0])
         return source is None or not self._quiet_arithmetic(source)
 
@@ -75,6 +86,10 @@ class NanPayloads:
         if op.name in SUMS:
             (operand,) = op.operands
             if math.prod(operand.type.shape[d] for d in op.attrs["dims"]) < 2:
+                return False
+        elif op.name in ARITHMETIC_FORMS:
+            attribute, form = ARITHMETIC_FORMS[op.name]
+            if op.attrs.get(attribute) != form:
                 return False
         elif op.name not in ARITHMETIC:
             return False
