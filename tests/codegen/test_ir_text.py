@@ -1,5 +1,5 @@
 """``ir_text.module_text`` prints llvmlite modules exactly as ``str(module)`` does (the kernel modules' text is
-the compile cache's and the hash tests' input)."""
+the compile cache's and the hash tests' input), and the emitter's index arithmetic builds each term once."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ import pytest
 from llvmlite import ir
 
 from neuroncc.codegen.llvm import emit
+from neuroncc.codegen.llvm.affine import Affine, Var
+from neuroncc.codegen.llvm.indexing import IndexArithmetic
 from neuroncc.codegen.llvm.ir_text import module_text
 from neuroncc.codegen.llvm.program import plan_launch
 from neuroncc.codegen.llvm.regions import fuse_whole_function, wrap_remaining_ops
@@ -87,3 +89,22 @@ def test_kernel_modules_print_as_llvmlite_prints_them(monkeypatch, name, how):
     lowered = fuse_whole_function(fn) if how == "whole" else run_pipeline(default_pipeline("cpu"), fn, PassContext())
     _, texts = plan_launch(wrap_remaining_ops(lowered), "cpu", "features")
     assert modules and texts[-len(modules):] == [str(module) for module in modules]
+
+
+class _Indices(IndexArithmetic):
+    def __init__(self, b: ir.IRBuilder):
+        self.b, self.memo, self._constants = b, [{}], {}
+        self._reset_indexing()
+
+
+def test_index_terms_and_partial_sums_are_built_once():
+    module = ir.Module(name="terms")
+    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [I64, I64]), "f")
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    indices = _Indices(b)
+    a, c = (Var(arg, serial) for serial, arg in enumerate(fn.args, 1))
+    whole = indices.materialize(Affine(((a, 512), (c, 16)), 7))  # a*512, c*16, their sum, + 7
+    assert indices.materialize(Affine(((a, 512), (c, 16)))) is whole.operands[0]
+    assert indices.materialize(Affine(((a, 512),))) is whole.operands[0].operands[0]
+    indices.materialize(Affine(((a, 512), (c, 16)), 8))  # one more add
+    assert [i.opname for i in b.block.instructions] == ["mul", "mul", "add", "add", "add"]
