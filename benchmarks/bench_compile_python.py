@@ -8,7 +8,9 @@ benchmark captures the aten graphs of rows f1/f2 (``bench_models.py``: one train
 (medians of ``--repeat``, in CPU time of the calling thread, which the load of a shared machine disturbs much
 less than wall time), and LLVM once for scale (wall time: it runs on the compiler's worker threads). It is a
 warm-process measurement: a cold compile (``bench_models.py --first-call``) also pays first imports and the
-cyclic GC's collections, which land wherever the process happens to be.
+cyclic GC's collections, which land wherever the process happens to be. The last two columns count the kernel
+emitter's phases and its emissions of them (a phase whose first emission wished a loop cut or unroll is
+emitted again: ``indexing.ROUNDS``).
 
 Run: ``python benchmarks/bench_compile_python.py [--rows f1,f2] [--repeat 15]``.
 """
@@ -20,7 +22,8 @@ import os
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -41,6 +44,7 @@ from neuroncc.passes.manager import PassContext
 from neuroncc.passes.pipeline import run_pipeline  # noqa: E402
 from neuroncc.driver.cache_key import compute_key  # noqa: E402
 from neuroncc.driver.compile import make_request  # noqa: E402
+from neuroncc.codegen.llvm.emit import KernelEmitter  # noqa: E402
 from neuroncc.codegen.llvm.program import plan_launch  # noqa: E402
 from neuroncc.codegen.llvm.regions import wrap_remaining_ops  # noqa: E402
 
@@ -86,10 +90,32 @@ def imported(gm: object, name: str, kwargs: dict[str, object]) -> object:
     return graph if saved_facts is None else with_saved_facts(graph, gm, saved_facts)
 
 
+@contextmanager
+def counted_emissions() -> Iterator[dict[str, int]]:
+    """Counts the kernel emitter's phases and its emissions of them while open: a phase whose first emission
+    wished a loop cut or unroll (``indexing.ROUNDS``) is emitted again, and every emission costs as much."""
+    counts = {"phases": 0, "emissions": 0}
+    emit_phase, emit_phase_once = KernelEmitter._emit_phase, KernelEmitter._emit_phase_once
+
+    def phase(self: KernelEmitter, *args: object) -> str:
+        counts["phases"] += 1
+        return emit_phase(self, *args)
+
+    def once(self: KernelEmitter, *args: object) -> str:
+        counts["emissions"] += 1
+        return emit_phase_once(self, *args)
+
+    KernelEmitter._emit_phase, KernelEmitter._emit_phase_once = phase, once
+    try:
+        yield counts
+    finally:
+        KernelEmitter._emit_phase, KernelEmitter._emit_phase_once = emit_phase, emit_phase_once
+
+
 def stage_times(graphs: list[tuple[object, str, dict[str, object]]], repeat: int) -> dict[str, float]:
     """Median CPU seconds of each stage, summed over the graphs."""
     cpu, features = jit.host_cpu()
-    totals: dict[str, float] = {}
+    totals: dict[str, float] = {}  # seconds, but for the phase counts
     for gm, name, kwargs in graphs:
         fn = imported(gm, name, kwargs).function
         request = make_request(fn, target="cpu")
@@ -97,7 +123,10 @@ def stage_times(graphs: list[tuple[object, str, dict[str, object]]], repeat: int
         ctx = PassContext(on_stage=lambda stage, f, _: stages.__setitem__(stage, print_function(f)))
         lowered = run_pipeline(request.pipeline, fn, ctx)
         top = wrap_remaining_ops(lowered)
-        ir_texts = plan_launch(top, cpu, features)[1]
+        with counted_emissions() as counts:
+            ir_texts = plan_launch(top, cpu, features)[1]
+        totals["phases"] = totals.get("phases", 0) + counts["phases"]
+        totals["phase emissions"] = totals.get("phase emissions", 0) + counts["emissions"]
         timings = {
             "import": lambda: imported(gm, name, kwargs),
             "verify": lambda: verify(fn),
@@ -121,9 +150,11 @@ def main() -> None:
     rows = []
     for row in args.rows.split(","):
         times = stage_times(capture(row), args.repeat)
+        counts = {stage: int(times.pop(stage)) for stage in ("phases", "phase emissions")}
         python = sum(t for stage, t in times.items() if stage != "LLVM wall (once)")
-        rows.append([bench_models.ROWS[row][0], *(f"{t * 1e3:.1f}" for t in times.values()), f"{python * 1e3:.1f}"])
-        header = ["model", *(f"{stage} ms" for stage in times), "Python total ms"]
+        rows.append([bench_models.ROWS[row][0], *(f"{t * 1e3:.1f}" for t in times.values()), f"{python * 1e3:.1f}",
+                     *map(str, counts.values())])
+        header = ["model", *(f"{stage} ms" for stage in times), "Python total ms", *counts]
         print(" | ".join(rows[-1]), flush=True)
     print(table(rows, header))
 

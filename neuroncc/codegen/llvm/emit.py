@@ -24,6 +24,7 @@ from neuroncc.codegen.llvm.delayed_writes import delayed_write_stage, emit_delay
 from neuroncc.codegen.llvm.elementwise import ELEMENTWISE, EXACT
 from neuroncc.codegen.llvm.entries import RECIPROCAL_ESTIMATES, add_phase_entry, vector_width_attribute
 from neuroncc.codegen.llvm.indexing import ROUNDS, IndexArithmetic
+from neuroncc.codegen.llvm.ir_text import module_text
 from neuroncc.codegen.llvm.loop_hints import computes_polynomial_math, hint_math_loop
 from neuroncc.codegen.llvm.nan_payloads import NanPayloads
 from neuroncc.codegen.llvm.kernel_plan import (
@@ -548,4 +549,4 @@ def emit_kernel(plan: KernelPlan, symbol: str, target: CpuTarget | None = None) 
     if target is None:
         target = host_cpu()
     phases = KernelEmitter(plan, symbol, target).emit()
-    return [str(module) for _, module in phases], [name for name, _ in phases]
+    return [module_text(module) for _, module in phases], [name for name, _ in phases]

@@ -128,12 +128,18 @@ class IndexArithmetic:
         for scope in reversed(self.memo):
             if key in scope:
                 return scope[key]
-        total: Any = None
-        for var, coef in form.terms:
-            term = var.value if coef == 1 else self.b.mul(var.value, self.ir_index(coef), flags=("nsw",))
-            total = term if total is None else self.b.add(total, term, flags=("nsw",))
+        # Built as ((t1 + t2) + t3) + const, each term and each partial sum itself a memoized form: indices of
+        # one loop body share their terms (x*512 in both an input's and an output's offset) instead of
+        # repeating the mul/add instructions (LLVM would merge them, but building and printing them is the
+        # emitter's cost).
         if form.const:
-            total = self.b.add(total, self.ir_index(form.const), flags=("nsw",))
+            total = self.b.add(self.materialize(Affine(form.terms)), self.ir_index(form.const), flags=("nsw",))
+        elif len(form.terms) > 1:
+            total = self.b.add(self.materialize(Affine(form.terms[:-1])), self.materialize(Affine(form.terms[-1:])),
+                               flags=("nsw",))
+        else:
+            var, coef = form.terms[0]
+            total = self.b.mul(var.value, self.ir_index(coef), flags=("nsw",))
         self.memo[-1][key] = total
         return self._register(total, form)
 
