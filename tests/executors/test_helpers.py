@@ -142,7 +142,8 @@ RACE_CHILD = textwrap.dedent('''
 
     jit.compile_ir = slow
     got = {}
-    first = threading.Thread(target=lambda: got.update(first=helpers.helper_module(helpers.TEAM, team_entry_ir)))
+    first = threading.Thread(target=lambda: got.update(first=helpers.helper_module(helpers.TEAM, team_entry_ir)),
+                             name="first")
     first.start()
     time.sleep(0.05)
     second = helpers.helper_module(helpers.TEAM, team_entry_ir)
@@ -156,4 +157,4 @@ def test_a_helper_another_thread_is_compiling_is_waited_for_not_compiled_again()
     # the transformer block's first forward call ~10-19 ms (performance-history, session 18 coldllvm)
     out = subprocess.run([sys.executable, "-c", RACE_CHILD], check=True, capture_output=True, text=True).stdout
     result = json.loads(out.strip().splitlines()[-1])
-    assert result == {"compiled": ["Thread-1 (<lambda>)"], "same": True}
+    assert result == {"compiled": ["first"], "same": True}
