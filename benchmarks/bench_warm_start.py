@@ -105,6 +105,8 @@ def _timeline_spans(result: dict[str, Any], origin: float) -> None:
 
 
 def _first_call(row: str, mode: str, artifacts: Path) -> dict[str, float]:
+    import torch  # imported already (first_call): the prewarmed mode's load below
+
     result = {"own": 0.0, "load": 0.0, "lookup": 0.0, "key": 0.0, "artifacts": 0.0, "import": 0.0, "shared": 0.0,
               **dict.fromkeys(PHASES, 0.0)}
     gc.callbacks.append(_count_gc)
