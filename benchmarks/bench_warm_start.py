@@ -62,10 +62,12 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import first_call_timeline  # noqa: E402
 from common import MALLOC_ENV, ensure_environment, table  # noqa: E402
 
 ensure_environment(threads=2)
@@ -76,9 +78,34 @@ COMPILING_MODES = ("cold", "warm_aot")
 SECRET = "bench-warm-start-secret-0123456789"
 
 
-def first_call(row: str, mode: str, artifacts: Path) -> dict[str, float]:
-    """In this fresh process: seconds of compile + first step (and, for neuroncc, in compile_aten_graph)."""
+def first_call(row: str, mode: str, artifacts: Path, timeline: bool = False) -> dict[str, Any]:
+    """In this fresh process: seconds of compile + first step (and, for neuroncc, in compile_aten_graph); with
+    ``timeline``, also "spans": the first call's timeline (first_call_timeline.py)."""
     import torch._dynamo  # noqa: F401 - torch.compile's own import, the same for every backend
+
+    origin = time.perf_counter()
+    if timeline:
+        first_call_timeline.install()
+    result = _first_call(row, mode, artifacts)
+    if timeline:
+        _timeline_spans(result, origin)
+        result["spans"] = first_call_timeline.spans_since(origin)
+    return result
+
+
+def _timeline_spans(result: dict[str, Any], origin: float) -> None:
+    """The first call's parts that ``result`` times as spans of the timeline (the imports come first, then
+    torch.compile and the step; "first step" ends where the first call does)."""
+    spans = first_call_timeline.SPANS
+    shared_end = origin + result["shared"]
+    spans.append(("import (shared)", "MainThread", origin, shared_end, ""))
+    spans.append(("import (neuroncc)", "MainThread", shared_end, shared_end + result["import"], ""))
+    spans.append(("torch.compile + first step", "MainThread", _STEP[0], _STEP[1], ""))
+    spans.append(("loss.backward()", "MainThread", _STEP[2], _STEP[3], ""))
+
+
+def _first_call(row: str, mode: str, artifacts: Path) -> dict[str, float]:
+    import torch  # imported already (first_call): the prewarmed mode's load below
 
     result = {"own": 0.0, "load": 0.0, "lookup": 0.0, "key": 0.0, "artifacts": 0.0, "import": 0.0, "shared": 0.0,
               **dict.fromkeys(PHASES, 0.0)}
@@ -218,6 +245,10 @@ def _time_calls(module: object, name: str, result: dict[str, float], column: str
     setattr(module, name, timed)
 
 
+#: perf_counter() at the step's start, its end, the backward's start and end (the timeline's spans)
+_STEP = [0.0, 0.0, 0.0, 0.0]
+
+
 def _first_step(row: str, mode: str, result: dict[str, float]) -> dict[str, float]:
     """``result`` with "seconds": torch.compile of the row's model and its first training step."""
     import torch
@@ -229,16 +260,19 @@ def _first_step(row: str, mode: str, result: dict[str, float]) -> dict[str, floa
     model = factory().train(True)
     x = make_input()
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
-    start = time.perf_counter()
+    start = _STEP[0] = time.perf_counter()
     backend = mode if mode in ("eager", "aot_eager") else "neuron"
     run = torch.compile(model, backend=backend, dynamic=False)
     optimizer.zero_grad(set_to_none=True)
     loss = run(x).pow(2).mean()
     backward = _clock()
+    _STEP[2] = time.perf_counter()
     loss.backward()
+    _STEP[3] = time.perf_counter()
     result["bw"] = _clock() - backward
     optimizer.step()
-    result["seconds"] = time.perf_counter() - start
+    _STEP[1] = time.perf_counter()
+    result["seconds"] = _STEP[1] - start
     # TorchDynamo's compile includes the guards and the backend's call; the forward's first call follows it
     result["dynamo"] -= result["guards"] + result["backend"]
     return result
@@ -270,14 +304,15 @@ def _after_first_step(mode: str, artifacts: Path, result: dict[str, float]) -> d
     return result
 
 
-def spawn(row: str, mode: str, cache: Path, artifacts: Path) -> dict[str, float]:
+def spawn(row: str, mode: str, cache: Path, artifacts: Path, timeline: bool = False) -> dict[str, Any]:
     env = {**os.environ, **MALLOC_ENV, "NEURONCC_CACHE_DIR": str(cache), "NEURONCC_CACHE_ARTIFACTS_KEY": SECRET}
     env.pop("NEURONCC_DISABLE_CACHE", None)
     env.pop("NEURONCC_DISABLE_GRAPH_CACHE", None)
     if mode == "warm_aot":
         env["NEURONCC_DISABLE_GRAPH_CACHE"] = "1"
-    out = subprocess.run([sys.executable, __file__, "--first-call", row, mode, str(artifacts)], env=env, check=True,
-                         capture_output=True, text=True).stdout
+    out = subprocess.run([sys.executable, __file__, "--first-call", row, mode, str(artifacts),
+                          *(["--timeline"] if timeline else [])], env=env, check=True, capture_output=True,
+                         text=True).stdout
     return json.loads(out.strip().splitlines()[-1])
 
 
@@ -292,10 +327,16 @@ def main() -> None:
     parser.add_argument("--shuffle", action="store_true",
                         help="a fresh order of the modes each round (seeded), cold first: a mode's time depends "
                              "on the process before it by 30-60 ms")
+    parser.add_argument("--timeline", action="store_true",
+                        help="instead of the tables: --rounds cold first calls (fresh processes, empty caches), "
+                             "each recorded as a timeline of what every thread does when (the imports, each "
+                             "graph's compile and planner, its LLVM modules per tier on the workers, the link, "
+                             "the helpers, each first call's wait for its code, the cache writer, the optimizer), "
+                             "printed as medians (first_call_timeline.py)")
     args = parser.parse_args()
     if args.first_call:
         row, mode, artifacts = args.first_call
-        print(json.dumps(first_call(row, mode, Path(artifacts))))
+        print(json.dumps(first_call(row, mode, Path(artifacts), args.timeline)))
         return
     if not args.no_bytecode:
         import compileall
@@ -303,6 +344,9 @@ def main() -> None:
         import neuroncc
 
         compileall.compile_dir(Path(neuroncc.__file__).parent, quiet=1)
+    if args.timeline:
+        print_timeline(args.row, args.rounds)
+        return
     modes = [mode for mode in MODES if mode in args.modes.split(",") or mode == "cold"]
     order = random.Random(0x5EED)
     runs: dict[str, list[dict[str, float]]] = {mode: [] for mode in modes}
@@ -340,6 +384,19 @@ def main() -> None:
         print("where the first call goes: each part's seconds minus the same round's eager run's, medians over the "
               "rounds (the parts add up to the first call; see PHASES)")
         print(table(_breakdown_rows(runs, modes), ["mode", "first call", *BREAKDOWN]))
+
+
+def print_timeline(row: str, rounds: int) -> None:
+    """``--timeline``: medians of ``rounds`` cold first calls' timelines."""
+    runs = []
+    for _ in range(rounds):
+        with tempfile.TemporaryDirectory() as root:
+            result = spawn(row, "cold", Path(root) / "cache", Path(root) / "artifacts.bin", timeline=True)
+        runs.append(result.pop("spans"))
+        print("cold", json.dumps(result), flush=True)
+    print(f"row {row}, cold first call, timeline of {rounds} fresh processes (medians; seconds from the start of "
+          f"the first call's timed imports); load {os.getloadavg()[0]:.1f}")
+    print(table(first_call_timeline.timeline_rows(runs), first_call_timeline.TIMELINE_HEADER))
 
 
 #: The parts of a first call, in the order they happen (import: the backend's, and shared: see the docstring).

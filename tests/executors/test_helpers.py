@@ -124,3 +124,37 @@ def _team_ir() -> str:
     from neuroncc.codegen.llvm.team_entry import team_entry_ir
 
     return team_entry_ir()
+
+
+RACE_CHILD = textwrap.dedent('''
+    import json, threading, time
+    from neuroncc.codegen.llvm import jit
+    from neuroncc.codegen.llvm.team_entry import team_entry_ir
+    from neuroncc.executors.cpu import helpers
+
+    compiled = []
+    real = jit.compile_ir
+
+    def slow(texts, *a, **k):  # the first thread is surely still compiling when the second one asks
+        compiled.append(threading.current_thread().name)
+        time.sleep(0.3)
+        return real(texts, *a, **k)
+
+    jit.compile_ir = slow
+    got = {}
+    first = threading.Thread(target=lambda: got.update(first=helpers.helper_module(helpers.TEAM, team_entry_ir)),
+                             name="first")
+    first.start()
+    time.sleep(0.05)
+    second = helpers.helper_module(helpers.TEAM, team_entry_ir)
+    first.join()
+    print(json.dumps({"compiled": compiled, "same": second is got["first"]}))
+''')
+
+
+def test_a_helper_another_thread_is_compiling_is_waited_for_not_compiled_again():
+    # a graph's first call needs the team entry while the build's thread compiles it: compiling it twice took
+    # the transformer block's first forward call ~10-19 ms (performance-history, session 18 coldllvm)
+    out = subprocess.run([sys.executable, "-c", RACE_CHILD], check=True, capture_output=True, text=True).stdout
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result == {"compiled": ["first"], "same": True}

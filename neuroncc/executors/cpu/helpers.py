@@ -23,6 +23,7 @@ import base64
 import binascii
 import hashlib
 import json
+import os
 import threading
 from collections.abc import Callable
 
@@ -36,6 +37,11 @@ RUNTIME_VERSION = 2  # 2: each helper's code form (a shared library or an object
 TEAM, SEQUENCE = "team", "sequence"  # the helpers' names (threads.py, native_sequence.py)
 
 _LOCK = threading.Lock()
+#: helper name -> the lock its compile (or load) holds: a thread that needs a helper another thread is making
+#: waits for that one instead of compiling it again. A torch.compile graph's first call needs the team entry
+#: while the build's background thread (deferred_code.py) is compiling it: compiling it a second time took the
+#: transformer block's first forward call 5-16 ms (10 ms of LLVM, then `ld`), against a wait of at most that.
+_MAKING: dict[str, threading.Lock] = {}
 _MODULES: dict[str, Any] = {}  # helper name -> its loaded code (jit.LoadedCode), kept mapped for the process
 #: helper name -> (sha256 of its IR, its code form, the code) offered by an artifact
 _OFFERED: dict[str, tuple[str, CodeForm, bytes]] = {}
@@ -43,10 +49,19 @@ _OFFERED: dict[str, tuple[str, CodeForm, bytes]] = {}
 
 def helper_module(name: str, ir: Callable[[], str]) -> Any:
     """The loaded code of helper ``name`` whose LLVM IR ``ir()`` gives: an offered object compiled from that IR,
-    else compiled now (once per process; two threads racing here may both compile, harmlessly)."""
+    else compiled now (once per process: a second thread asking meanwhile waits for the first one's)."""
     module = _MODULES.get(name)
     if module is not None:
         return module
+    with _LOCK:
+        making = _MAKING.setdefault(name, threading.Lock())
+    with making:
+        module = _MODULES.get(name)
+        return module if module is not None else _make(name, ir)
+
+
+def _make(name: str, ir: Callable[[], str]) -> Any:
+    """Helper ``name`` loaded from offered code or compiled (``helper_module``, holding its making lock)."""
     text = ir()
     with _LOCK:
         offered = _OFFERED.pop(name, None)
@@ -103,6 +118,14 @@ def _load_offered(form: CodeForm, code: bytes, text: str) -> Any:
     import neuroncc.codegen.llvm.jit as jit
 
     return jit.load_objects([code], [text])
+
+
+def _after_fork_in_child() -> None:
+    # a thread of the parent's may have held a making lock when it forked: the child has no such thread
+    _MAKING.clear()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _digest(text: str) -> str:
