@@ -22,7 +22,7 @@ Variants (``--variants``, comma-separated) of the forward's online log-sum-exp (
 - ``loop512``, ``loop2048``, ``loop4096``: ``loop`` with blocks of that many elements (``online.BLOCK``);
 - ``head8``, ``head16``, ...: one loop after a burst of prefetches of the next block's first that many lines.
 
-and of the backward: ``plain``: its gradient written with plain stores (``CpuTarget.streams_outputs`` false) instead
+and of the backward: ``plain``: its gradient written with plain stores (the forward as built) (``CpuTarget.streams_outputs`` false) instead
 of non-temporal ones.
 
 The backward has no online log-sum-exp (its code is the same in the forward's variants): its builds, timed beside
@@ -69,7 +69,7 @@ def variant(name: str):
     """The code generator as variant ``name`` builds (see the module docstring), for the builds inside."""
     spread, block, burst = online.spread_loop, online.BLOCK, prefetch.MEMORY_BURST_LINES
     streamed, chunks = CpuTarget.streams_outputs, CpuTarget.online_exp_chunk_lines
-    if not name.startswith("chunks"):  # the other variants change (or are) the spread groups
+    if name.startswith(("groups", "loop", "head")):  # these change (or are) the spread groups, not the chunks
         CpuTarget.online_exp_chunk_lines = property(lambda self: 0)  # type: ignore[method-assign]
     if name == "plain":
         CpuTarget.streams_outputs = lambda self, footprint_bytes: False  # type: ignore[method-assign]
