@@ -11,15 +11,18 @@ first variant's first build.
 
 Variants (``--variants``, comma-separated) of the forward's online log-sum-exp (``online.py``):
 
-- ``groups``: the code as built (each block's exponentials in groups of ``MEMORY_BURST_LINES`` lines' elements,
-  each group after a burst of prefetches of the same lines of the next block: ``prefetch.spread_loop``);
+- ``groups``: each block's exponentials in groups of ``MEMORY_BURST_LINES`` lines' elements, each group after a
+  burst of prefetches of the same lines of the next block (``prefetch.spread_loop``: the code built without
+  AVX-512, and with it before session 18);
+- ``chunks8`` (the code built with AVX-512: ``CpuTarget.online_exp_chunk_lines``), ``chunks4``, ``chunks16``, ...:
+  chunks of that many lines, each a loop of constant length after its prefetches (``prefetch.chunk_loop``);
 - ``groups8``, ``groups32``, ``groups64``: groups (and bursts) of that many lines (``prefetch.MEMORY_BURST_LINES``;
   64: one group per block, all its prefetches at its start);
 - ``loop``: one loop over each block's exponentials, no software prefetch;
 - ``loop512``, ``loop2048``, ``loop4096``: ``loop`` with blocks of that many elements (``online.BLOCK``);
 - ``head8``, ``head16``, ...: one loop after a burst of prefetches of the next block's first that many lines.
 
-and of the backward: ``plain``: its gradient written with plain stores (``CpuTarget.streams_outputs`` false) instead
+and of the backward: ``plain``: its gradient written with plain stores (the forward as built) (``CpuTarget.streams_outputs`` false) instead
 of non-temporal ones.
 
 The backward has no online log-sum-exp (its code is the same in the forward's variants): its builds, timed beside
@@ -65,7 +68,9 @@ VOCAB = 32000  # the row's classes (its graphs are those with a [rows, VOCAB] pa
 def variant(name: str):
     """The code generator as variant ``name`` builds (see the module docstring), for the builds inside."""
     spread, block, burst = online.spread_loop, online.BLOCK, prefetch.MEMORY_BURST_LINES
-    streamed = CpuTarget.streams_outputs
+    streamed, chunks = CpuTarget.streams_outputs, CpuTarget.online_exp_chunk_lines
+    if name.startswith(("groups", "loop", "head")):  # these change (or are) the spread groups, not the chunks
+        CpuTarget.online_exp_chunk_lines = property(lambda self: 0)  # type: ignore[method-assign]
     if name == "plain":
         CpuTarget.streams_outputs = lambda self, footprint_bytes: False  # type: ignore[method-assign]
     elif name.startswith("loop"):
@@ -73,6 +78,8 @@ def variant(name: str):
         online.BLOCK = int(name[4:]) if name != "loop" else block
     elif name.startswith("head"):
         online.spread_loop = lambda em, lo, hi, body, ahead: _one_loop(em, lo, hi, body, ahead, int(name[4:]))
+    elif name.startswith("chunks"):
+        CpuTarget.online_exp_chunk_lines = property(lambda self: int(name[6:]))  # type: ignore[method-assign]
     elif name.startswith("groups") and name != "groups":
         prefetch.MEMORY_BURST_LINES = int(name[6:])
     try:
@@ -80,6 +87,7 @@ def variant(name: str):
     finally:
         online.spread_loop, online.BLOCK, prefetch.MEMORY_BURST_LINES = spread, block, burst
         CpuTarget.streams_outputs = streamed  # type: ignore[method-assign]
+        CpuTarget.online_exp_chunk_lines = chunks  # type: ignore[method-assign]
 
 
 def _one_loop(em, lo, hi, body, ahead, lines: int = 0) -> None:

@@ -207,6 +207,23 @@ class CpuTarget:
         return macs >= 1 << 29 and depth * cols * 4 >= ONEDNN_MIN_WEIGHT_BYTES
 
     @property
+    def online_exp_chunk_lines(self) -> int:
+        """Cache lines of x per chunk of the online log-sum-exp's exponential loop (``codegen/llvm/online.py``):
+        each chunk is a loop of constant length after the prefetches of its lines in the next block
+        (``prefetch.chunk_loop``); 0: the block's exponentials in ``prefetch.spread_loop``'s groups of
+        :data:`MEMORY_BURST_LINES` lines, each a loop of run-time length (a vector loop, its remainder and
+        the math's constants loaded again per group).
+
+        With AVX-512: 8 lines (128 float32, two iterations of four zmm vectors, the constants in registers,
+        one horizontal add per chunk). Zen 4, cross-entropy's forward [512, 32000], interleaved in one process
+        (``benchmarks/bench_cross_entropy.py``, session 18): 0.89-0.94 of the groups' time when memory was
+        slow (the groups at 5.3-6.0 ms at 1 thread, 3.0 at 2) and 0.99-1.00 when it was fast (4.6 / 2.3 ms);
+        chunks of 4 lines 1.00-1.06, 2 lines 1.18-1.25 (a horizontal add per 64 or 32 elements), 16 lines
+        0.91-1.04, 32 lines 0.97-1.15. Without AVX-512 not measured (AVX2's 16 registers do not hold the
+        math's constants and four accumulators either way): the groups."""
+        return 8 if self.has("avx512f") else 0
+
+    @property
     def vector_registers(self) -> int:
         """Vector registers the code generator can keep values in (16 ymm with AVX2, 32 zmm with AVX-512)."""
         return 32 if self.has("avx512f") else 16

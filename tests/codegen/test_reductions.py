@@ -229,17 +229,43 @@ def test_online_log_sum_exp_prefetches_the_next_block_while_it_computes_exp(rng,
     # each block's max loop reads it from memory, its exponentials from L1: those are spread with prefetches of
     # the block after it (the next row's first block after a row's last), one burst of lines per group of
     # elements, after the block's max loop and before its exponentials, so that the next max loop reads from L1
+    # (groups of MEMORY_BURST_LINES lines, or with AVX-512 chunks of CpuTarget.online_exp_chunk_lines lines)
     from neuroncc.codegen.llvm import jit
     from neuroncc.codegen.llvm.regions import fuse_whole_function
-    from neuroncc.hardware.host import MEMORY_BURST_LINES
+    from neuroncc.hardware.host import MEMORY_BURST_LINES, host_cpu
 
     fn = fuse_whole_function(_log_sum_exp_graph(16, cols))
     exe, _ = run_both(fn, [(rng.standard_normal((16, cols)) * 4).astype(np.float32)])
     ir_text = "".join(exe.module.llvm_ir)
-    assert ir_text.count('call void @"llvm.prefetch.p0"') == MEMORY_BURST_LINES
+    lines = host_cpu().online_exp_chunk_lines or MEMORY_BURST_LINES
+    assert ir_text.count('call void @"llvm.prefetch.p0"') == lines
     assert ir_text.index('@"llvm.maxnum.f32"(') < ir_text.index('@"llvm.prefetch.p0"(') < \
         ir_text.rindex('@"ncc.math.exp"(')  # (the first exp scales the total when the max grows)
     assert "prefetcht0" in jit.assembly(exe.module.llvm_ir)
+
+
+def test_online_log_sum_exp_takes_its_exponentials_in_chunks_of_constant_length_with_avx512():
+    # AVX-512 (CpuTarget.online_exp_chunk_lines): each chunk of 8 lines (128 float32) after its 8 prefetches is a
+    # loop of constant length, vectorized whole: no ymm remainder loop per group as the spread groups have (their
+    # end is min(start + 256, hi)); AVX2 keeps the groups of MEMORY_BURST_LINES lines
+    from neuroncc.codegen.llvm import jit
+    from neuroncc.codegen.llvm.regions import fuse_whole_function
+    from neuroncc.hardware.host import MEMORY_BURST_LINES, CpuTarget
+    from test_bf16_rounding import ZEN4
+    from test_pairs import AVX2
+
+    fn = fuse_whole_function(_log_sum_exp_graph(16, 32000))
+    counts = {}
+    for name, target in (("avx512", CpuTarget("znver4", ZEN4)), ("avx2", CpuTarget("znver3", AVX2))):
+        plan = plan_kernel(fn.ops[0].regions[0], [Layout.of(0, fn.params[0].type)],
+                           [Layout.of(1 + k, v.type) for k, v in enumerate(fn.outputs)])
+        texts, _ = emit_kernel(plan, "k", target)
+        counts[name] = "".join(texts).count('call void @"llvm.prefetch.p0"')
+        asm = jit.assembly(texts, target)
+        if name == "avx512":
+            assert CpuTarget("znver4", ZEN4).online_exp_chunk_lines == 8
+            assert asm.count("prefetcht0") == 8
+    assert counts == {"avx512": 8, "avx2": MEMORY_BURST_LINES}
 
 
 def test_log_sum_exp_of_a_row_computed_in_the_kernel_matches_eager():

@@ -32,7 +32,7 @@ from llvmlite import ir
 from neuroncc.codegen.llvm.context import Ahead, EmitContext
 from neuroncc.codegen.llvm.kernel_plan import Computed, KernelPlan, ReduceStage, RowLoop
 from neuroncc.codegen.llvm.mathlib import math_call
-from neuroncc.codegen.llvm.prefetch import spread_loop
+from neuroncc.codegen.llvm.prefetch import chunk_loop, spread_loop
 from neuroncc.codegen.llvm.reductions import COMBINERS, REASSOC
 from neuroncc.codegen.llvm.scalars import F32, F64, I64, storage_itemsize, storage_type
 from neuroncc.codegen.llvm.views import Layout
@@ -140,7 +140,12 @@ def online_total(em: EmitContext, online: OnlineMax, idx: list[Any], out_index: 
             def add(i: Any) -> None:
                 em.b.store(em.b.fadd(em.b.load(partial), summand(idx[:-1] + [i]), flags=REASSOC), partial)
 
-            spread_loop(em, lo, hi, add, ahead)
+            # in chunks of constant length where the target says so (``CpuTarget.online_exp_chunk_lines``)
+            chunk_lines = em.target.online_exp_chunk_lines
+            if chunk_lines and ahead:
+                chunk_loop(em, lo, hi, add, ahead, chunk_lines)
+            else:
+                spread_loop(em, lo, hi, add, ahead)
             b = em.b
             # while every element so far is -inf, exp(x - max) is NaN; the two-pass sum counts them as 0 against
             # a finite max and is NaN when the max stays -inf (fixed below)

@@ -19,7 +19,8 @@ Where the prefetches go depends on the passes:
   slower with them than with none, and spread it is 13% faster at 2 threads and 24% at 1 (Zen 3, session 9).
   The pass that carries them is :func:`carrier_stage`: a float sum over the row (the row caches the exponentials
   there, as softmax does). The online log-sum-exp prefetches its next block in its blocks' loops the same way
-  (``online.py``): for rows of up to a block, that is the next row.
+  (``online.py``; with AVX-512 in shorter chunks of constant length, :func:`chunk_loop`): for rows of up to a
+  block, that is the next row.
 
 The write pass after such a carrier (softmax's division by the sum) is a burst of stores at the end of each row,
 with nothing left to compute: as non-temporal stores it waited for the core's few write-combining buffers to
@@ -208,6 +209,30 @@ def spread_loop(em: EmitContext, lo: Any, hi: Any, body: Callable[[Any], None], 
             after(start, stop, group if whole else 0)
 
     em.loop(0, em.div(em.add(em.sub(hi, lo), group - 1), group), one_group)
+
+
+def chunk_loop(em: EmitContext, lo: Any, hi: Any, body: Callable[[Any], None], ahead: Sequence[Ahead],
+               lines: int) -> None:
+    """for i in [lo, hi): body(i), as :func:`spread_loop` with groups (chunks) of ``lines`` lines' elements of
+    the widest stream of ``ahead``, each a loop of constant length: the vectorizer runs it whole (no remainder
+    loop, the loop's constants kept in registers across chunks). The elements after the last whole chunk run in
+    a loop of their own, without prefetches (``CpuTarget.online_exp_chunk_lines``)."""
+    chunk = lines * CACHE_LINE_BYTES // max((stream.itemsize for stream in ahead), default=4)
+    prefetch = _prefetch_intrinsic(em.b.module)
+    whole = em.div(em.sub(hi, lo), chunk)
+
+    def one_chunk(g: Any) -> None:
+        start = em.add(lo, em.mul(g, chunk))
+        for stream in ahead:
+            first = stream.at(start)
+            for line in range(-(-chunk * stream.itemsize // CACHE_LINE_BYTES)):
+                address = em.b.gep(first, [ir.Constant(I64, line * CACHE_LINE_BYTES)], source_etype=I8)
+                em.b.call(prefetch, [address, ir.Constant(I32, int(stream.write)), ir.Constant(I32, 3),
+                                     ir.Constant(I32, 1)])
+        em.loop(start, em.add(start, chunk), body)
+
+    em.loop(0, whole, one_chunk)
+    em.loop(em.add(lo, em.mul(whole, chunk)), hi, body)
 
 
 def group_elements(lo: Any, hi: Any, group: int) -> int:
