@@ -25,7 +25,18 @@ rescaling), the kernel with exp not row-cached (online.py's log-sum-exp, the wri
 correct build), and both (the work of a softmax that reads the row twice and computes exp twice, without the
 online bookkeeping).
 
-Run: ``python benchmarks/bench_softmax_parts.py [--threads 2,1] [--repeats 25] [--exp-forms] [--online]``.
+``--split`` also times roofline's call in its three parts (session 18): the Python before the kernel step
+(``CpuExecutable._call``'s input checks, the output's ``placed_empty``), the step, and what follows it
+(the results, ``torch.from_numpy``); and the kernel into output memory in the states a call can find it: only
+ever written by the kernel (held), filled by plain stores just before (dirty in the caches), read just before
+(clean in the caches), a fresh ``torch.empty``, a fresh one right after eager's softmax freed its result.
+
+``--sizes`` also times the kernel and its memory skeleton per 4M elements on [R, 1024] inputs that fit the L2
+(R 64, 256) or not (4096), the small ones with the large one's non-temporal stores forced (session 18: is the
+row memory-bound or compute-bound at 1 thread?).
+
+Run: ``python benchmarks/bench_softmax_parts.py [--threads 2,1] [--repeats 25] [--exp-forms] [--online] [--split]
+[--sizes]``.
 """
 
 from __future__ import annotations
@@ -33,6 +44,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
+import random
 import statistics
 import sys
 import time
@@ -52,10 +64,11 @@ from llvmlite import ir  # noqa: E402
 
 import kernel_cases as kc  # noqa: E402
 import microkernels as mk  # noqa: E402
-from neuroncc.codegen.llvm import emit, jit, mathlib, refine  # noqa: E402
+from neuroncc.codegen.llvm import emit, jit, mathlib, refine, streams  # noqa: E402
 from neuroncc.codegen.llvm.scalars import F32, I32, call  # noqa: E402
 from neuroncc.executors.cpu.address_call import AddressCall  # noqa: E402
 from neuroncc.executors.cpu.launcher import build_cpu_executable  # noqa: E402
+from neuroncc.hardware.host import CpuTarget  # noqa: E402
 
 ROWS, COLS = 4096, 1024
 
@@ -212,6 +225,109 @@ def parts(threads: int, repeats: int, online: bool = False) -> None:
                 ["call", "ms", "/ kernel step", "roof / time"]), flush=True)
 
 
+def split(threads: int, repeats: int) -> None:
+    """Roofline's call before / in / after its kernel step, and the kernel into output memory in several states
+    (``--split``, see the module docstring)."""
+    torch.set_num_threads(threads)
+    clock = time.thread_time if threads == 1 else time.perf_counter
+    x = kc.cases()[1].make(np.random.default_rng(0))[0]
+    arrays = [x.numpy()]
+    exe = build_cpu_executable(kc.softmax_graph(ROWS, COLS), {"threads": threads})
+    exe(*arrays)  # binds the step calls
+    stamps: list[tuple[float, float]] = []
+
+    def stamped(run):
+        def timed_run(*args):
+            begin = clock()
+            run(*args)
+            stamps.append((begin, clock()))
+        return timed_run
+
+    exe._calls = [stamped(run) for run in exe._calls]
+    parts_of: dict[str, list[float]] = {"before the step": [], "the step": [], "after it": []}
+
+    def roofline_call():
+        begin = clock()
+        result = [torch.from_numpy(a) for a in exe(*arrays)]
+        end = clock()
+        (start, stop), = stamps[-1:]
+        for name, seconds in zip(parts_of, (start - begin, stop - start, end - stop)):
+            parts_of[name].append(seconds)
+        return result
+
+    run = AddressCall(build_cpu_executable(kc.softmax_graph(ROWS, COLS), {"threads": threads}))
+    held, dirty, clean = torch.empty_like(x), torch.empty_like(x), torch.empty_like(x)
+    freed: list[torch.Tensor] = []
+
+    def into(out):
+        return lambda: run([x.data_ptr()], [out.data_ptr()])
+
+    def fresh():
+        def into_fresh():
+            out = torch.empty_like(x)
+            run([x.data_ptr()], [out.data_ptr()])
+            return out
+        return into_fresh
+
+    # name -> (untimed call before, timed call)
+    calls = {"eager": (None, lambda: torch.softmax(x, -1)), "roofline's call": (None, roofline_call),
+             "kernel into held output": (None, into(held)),
+             "into held output, filled by plain stores before": (lambda: dirty.fill_(1.0), into(dirty)),
+             "into held output, read before": (lambda: clean.sum(), into(clean)),
+             "into fresh torch.empty": (None, fresh()),
+             "into fresh torch.empty, eager's result freed before": (
+                 lambda: (freed.append(torch.softmax(x, -1)), freed.clear()), fresh())}
+    samples: dict[str, list[float]] = {name: [] for name in calls}
+    names, order = list(calls), random.Random(0x5EED)
+    for round_ in range(repeats + 3):
+        order.shuffle(names)
+        for name in names:
+            before, timed = calls[name]
+            if before is not None:
+                before()
+            begin = clock()
+            timed()
+            if round_ >= 3:
+                samples[name].append(clock() - begin)
+    base = statistics.median(samples["kernel into held output"])
+    rows = [[name, f"{statistics.median(t) * 1e3:.3f}", f"{statistics.median(t) / base:.3f}"]
+            for name, t in samples.items()]
+    rows += [[f"  roofline's call: {name}", f"{statistics.median(t[-repeats:]) * 1e3:.3f}",
+              f"{statistics.median(t[-repeats:]) / base:.3f}"] for name, t in parts_of.items()]
+    print(f"\n{threads} thread(s), the call's parts and the output's memory (medians of {repeats})")
+    print(table(rows, ["call", "ms", "/ into held output"]), flush=True)
+
+
+@contextlib.contextmanager
+def streamed_outputs():
+    """Outputs of any size written with non-temporal stores (as the large row's are)."""
+    with patched(streams, "STREAM_MIN_BYTES", 0), patched(CpuTarget, "streams_outputs", lambda self, nbytes: True):
+        yield
+
+
+def sizes(threads: int, repeats: int) -> None:
+    """The kernel and its memory skeleton per 4M elements on inputs in and out of the L2 (``--sizes``)."""
+    torch.set_num_threads(threads)
+    clock = time.thread_time if threads == 1 else time.perf_counter
+    calls, held = {}, []
+    for rows in (ROWS, 256, 64):
+        x = torch.randn(rows, COLS)
+        for kind, body in (("kernel", None), ("memory skeleton", _clamp_only)):
+            with exp_as(body), (streamed_outputs() if rows < ROWS else contextlib.nullcontext()):
+                exe = build_cpu_executable(kc.softmax_graph(rows, COLS), {"threads": threads})
+            out = torch.empty_like(x)
+            held += [x, out]
+            step = step_call(exe, x, out)
+
+            def steps(step=step, times=ROWS // rows) -> None:
+                for _ in range(times):
+                    step()
+            calls[f"{kind} [{rows}, {COLS}] x{ROWS // rows}"] = steps
+    times = interleaved(calls, repeats=repeats, clock=clock)
+    print(f"\n{threads} thread(s), per {ROWS}x{COLS} elements (inputs of 256 KiB and 1 MiB fit the L2)")
+    print(table([[name, f"{t * 1e3:.3f}"] for name, t in times.items()], ["kernel step", "ms"]), flush=True)
+
+
 def exp_forms(samples: int = 15) -> None:
     """Each exact form of exp_nonpositive: vector instructions per vector and throughput at 1 thread."""
     target = jit.host_target()
@@ -246,12 +362,20 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=25)
     parser.add_argument("--exp-forms", action="store_true")
     parser.add_argument("--online", action="store_true", help="also time the bounds of an online max+sum pass")
+    parser.add_argument("--split", action="store_true", help="also time roofline's call before/in/after its "
+                        "kernel step, and the kernel into output memory in several cache states")
+    parser.add_argument("--sizes", action="store_true", help="also time the kernel and its memory skeleton on "
+                        "inputs that fit the L2 (is the row memory- or compute-bound?)")
     args = parser.parse_args()
     with open("/proc/loadavg") as f:
         load = f.read().split()[0]
     print(time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), f"load {load}; {jit.host_target().name}", flush=True)
     for threads in [int(t) for t in args.threads.split(",")]:
         parts(threads, args.repeats, args.online)
+        if args.split:
+            split(threads, args.repeats)
+        if args.sizes:
+            sizes(threads, args.repeats)
     if args.exp_forms:
         exp_forms()
     with open("/proc/loadavg") as f:
