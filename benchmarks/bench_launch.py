@@ -28,7 +28,9 @@
    (mm, addmm) on MKL instead of generated register tiles (``CpuTarget.small_mm_max_macs`` 0).
 
 ``--profile`` prints ``small``'s AdamW step per launcher step instead (``profile_steps.py``: each kernel's time,
-bytes and fraction of a copy roofline, eager's ATen ops for the same step, the hot kernels head to head).
+bytes and fraction of a copy roofline, eager's ATen ops for the same step, the hot kernels head to head), each
+thread count in a fresh process (``--same-process``: all in this one; a later table's inline kernels then ran
+1.3-4x the first's, docs/performance-history.md, session 18 threads).
 
 Interleaved medians (benchmarks/common.py); the load average is printed with the results: the machine is
 shared, so compare ratios within one run.
@@ -39,6 +41,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import subprocess
 import sys
 import time
 
@@ -312,6 +315,9 @@ def main() -> None:
                         help="one section (mlp: small's MLP rows alone)")
     parser.add_argument("--profile", action="store_true",
                         help="the issue #18 classifier step per launcher step, at each thread count (profile_steps.py)")
+    parser.add_argument("--same-process", action="store_true",
+                        help="--profile: every thread count in this one process (by default each runs in a fresh "
+                             "process: in one process a later table's inline kernels ran 1.3-4x the first's)")
     parser.add_argument("--ab-bmm", action="store_true",
                         help="small: add neuroncc with every bmm on sgemm_batch (generated small bmm off)")
     parser.add_argument("--ab-mm", action="store_true",
@@ -327,7 +333,13 @@ def main() -> None:
     if args.profile:
         from profile_steps import profile
 
-        profile([int(t) for t in args.threads.split(",")], max(args.repeat // 4, 20), load)
+        counts = [int(t) for t in args.threads.split(",")]
+        if len(counts) > 1 and not args.same_process:
+            for threads in counts:  # each table in a process of its own (see --same-process's help)
+                subprocess.run([sys.executable, os.path.abspath(__file__), "--profile", "--threads", str(threads),
+                                "--repeat", str(args.repeat)], check=True)
+            return
+        profile(counts, max(args.repeat // 4, 20), load)
         return
     if args.only in (None, "chain"):
         torch.set_num_threads(1)

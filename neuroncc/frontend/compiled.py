@@ -44,6 +44,8 @@ class CompiledGraph:
         # started with). Both compute the same bits, and have the same plan, so outputs and strides stay.
         final = getattr(executable, "final", None)
         self.executable = final() if final is not None else executable
+        #: the thread count the executable runs on (None: not known yet): checked against torch's before calls
+        self._threads: int | None = getattr(self.executable, "threads", None)
         self._pending = getattr(self.executable, "optimized", None)
         # An executable whose kernels' code is still being finished in the background (the cpu launcher's
         # deferred_code.py) binds it at its first call, which waits for it (and raises the build's own error if
@@ -107,6 +109,7 @@ class CompiledGraph:
         if executable is self.executable:
             return
         self.executable = executable
+        self._threads = getattr(executable, "threads", None)
         if self._direct is not None:
             self._direct = DirectCall.of(self.executable, self.graph, self.outputs)
             self._direct_copies = self._copies_after_direct_calls()
@@ -159,11 +162,24 @@ class CompiledGraph:
         return None if self._direct is None else self._direct_outputs(args)
 
     def _take_final_code(self) -> None:
-        """Before a call: bind code still pending (deferred_code.py), and switch to an optimized build once done."""
+        """Before a call: bind code still pending (deferred_code.py), switch to an optimized build once done, and
+        run on torch's thread count of the moment."""
         if self._code_pending:
             self._bind_code()
         if self._pending is not None and self._pending.done():
             self._take_optimized()
+        if self._threads != torch.get_num_threads():
+            self._follow_threads()
+
+    def _follow_threads(self) -> None:
+        """Run the executable on torch's current thread count: it was built (or loaded) with the count of that
+        moment, and the caches give it to later compiles too (``CpuExecutable.for_threads``; an executable
+        whose ``threads`` option fixed the count, or of another target, stays as it is)."""
+        threads = torch.get_num_threads()
+        for_threads = getattr(self.executable, "for_threads", None)
+        if for_threads is not None and not self._code_pending:
+            self._run(for_threads(threads))
+        self._threads = threads
 
     def _bind_code(self) -> None:
         """At the first call of an executable whose code was pending: wait for the code and bind it (raising the

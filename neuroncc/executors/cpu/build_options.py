@@ -26,6 +26,13 @@ def thread_count(options: Mapping[str, Any]) -> int:
     return _count_option(options, "threads", default_threads())
 
 
+def threads_fixed(options: Mapping[str, Any]) -> bool:
+    """Whether the ``threads`` option fixes the thread count. Without it an executable runs on torch's thread
+    count of the moment (``CpuExecutable.for_threads``): the compile cache and the graph cache hand one
+    executable to every later compile of the same graph, whatever ``torch.set_num_threads`` says by then."""
+    return options.get("threads") is not None
+
+
 def threading_mode(options: Mapping[str, Any]) -> str:
     """``openmp`` (ATen's thread team, the default) or ``python`` (neuroncc's persistent pool)."""
     mode = options.get("threading", "openmp")
@@ -57,4 +64,5 @@ def quick_first(options: Mapping[str, Any]) -> bool | str:
     return value
 
 
-__all__ = ["QUICK_MODULES", "compile_workers", "memory_plan", "quick_first", "thread_count", "threading_mode"]
+__all__ = ["QUICK_MODULES", "compile_workers", "memory_plan", "quick_first", "thread_count", "threading_mode",
+           "threads_fixed"]

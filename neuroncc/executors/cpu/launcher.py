@@ -9,7 +9,8 @@ functions, across the thread pool when the work is big enough. Intermediates liv
 call; returned arrays never alias it. Extern results ATen returns as fresh tensors are adopted instead of
 copied: their buffers are supplied per call by their step (:mod:`neuroncc.executors.cpu.adopt`).
 
-Options (all optional): ``threads`` (default: torch's thread count if torch is loaded, else the CPU count),
+Options (all optional): ``threads`` (default: torch's thread count if torch is loaded, else the CPU count; without
+the option, torch.compile's calls follow torch's count of the moment: ``CpuExecutable.for_threads``),
 ``compile_threads`` (LLVM compile workers; default: ``threads``), ``threading`` (``openmp``, the default:
 ATen's own OpenMP team through torch's libgomp, so neuroncc's kernels and ATen's matmuls share one set of
 threads; ``python``: a persistent pool of Python threads, used when libgomp is not found, and better on a
@@ -56,7 +57,7 @@ from neuroncc.executors.cpu.buffers import strided_view as _view
 from neuroncc.executors.cpu.extern import run_extern
 from neuroncc.executors.cpu.extern_library import LIBRARY_CALLS, run_library
 from neuroncc.executors.cpu.build_options import QUICK_MODULES, compile_workers, memory_plan, quick_first, \
-    threading_mode, thread_count
+    threading_mode, thread_count, threads_fixed
 from neuroncc.executors.cpu.deferred_code import finish_in_background
 from neuroncc.executors.cpu.helpers import RUNTIME_FILE, SEQUENCE, TEAM, helper_module, offer, runtime_json, wants_offers
 from neuroncc.executors.cpu.native_sequence import interpreter_ir, sequence_calls
@@ -104,11 +105,16 @@ class CpuExecutable:
     """The ``cpu`` target's executable: ``exe(*arrays) -> list of arrays``; see the module docstring."""
 
     def __init__(self, function: Function, plan: CpuLaunchPlan, module: Any, threads: int,
-                 compile_seconds: float = 0.0, threading_mode: str = "openmp", arena_of: CpuExecutable | None = None):
+                 compile_seconds: float = 0.0, threading_mode: str = "openmp", arena_of: CpuExecutable | None = None,
+                 fixed_threads: bool = False):
         self.function = function  # the top-level form actually run (kernels wrapped)
         self.plan = plan
         self.module = module  # jit.LoadedCode or None: the kernels' code, kept mapped while this runs
         self.threads, self.threading_mode = threads, threading_mode
+        #: whether the ``threads`` option fixed the count (else :meth:`for_threads` follows torch's count)
+        self.fixed_threads = fixed_threads
+        #: thread count -> this executable on that many threads (one dict shared by all of them: for_threads)
+        self._by_threads: dict[int, CpuExecutable] = {threads: self}
         self.pool = get_pool(threads)
         self.team = get_team(threads) if threading_mode == "openmp" else None
         if arena_of is not None and arena_of._arena.nbytes >= plan.arena_bytes:
@@ -233,7 +239,22 @@ class CpuExecutable:
     def _over_arena_of(self, other: CpuExecutable) -> CpuExecutable:
         """This executable rebuilt over ``other``'s arena (the same plan, code and options)."""
         return CpuExecutable(self.function, self.plan, self.module, self.threads, self.stats["compile_seconds"],
-                             self.threading_mode, arena_of=other)
+                             self.threading_mode, arena_of=other, fixed_threads=self.fixed_threads)
+
+    def for_threads(self, threads: int) -> CpuExecutable:
+        """This executable on ``threads`` threads (same plan, code, arena and lock; made once per count), or self
+        when the ``threads`` option fixed the count or the code is pending. The front end asks with torch's count
+        before each call (``CompiledGraph``): the caches hand one executable to later compiles whatever
+        ``torch.set_num_threads`` says by then (docs/performance-history.md, session 18 threads)."""
+        if threads == self.threads or self.fixed_threads or self.code_pending is not None:
+            return self
+        other = self._by_threads.get(threads)
+        if other is None:
+            other = CpuExecutable(self.function, self.plan, self.module, threads, self.stats["compile_seconds"],
+                                  self.threading_mode, arena_of=self)
+            other._by_threads = self._by_threads
+            self._by_threads[threads] = other
+        return other
 
     # ---- build (the StepHost interface of step_host.py, for the step runners) --------------------------------
 
@@ -511,7 +532,7 @@ def _executable(top: Function, plan: CpuLaunchPlan, module: Any, options: Mappin
     if not isinstance(module, Future):
         record_code(plan, module)
     return CpuExecutable(top, plan, module, thread_count(options), time.perf_counter() - start, threading_mode(options),
-                         arena_of)
+                         arena_of, threads_fixed(options))
 
 
 def load_cpu_executable(directory: str | Path, fn: Function, options: Mapping[str, Any] | None = None, *,
@@ -544,7 +565,8 @@ def load_cpu_executable(directory: str | Path, fn: Function, options: Mapping[st
                 offer((directory / RUNTIME_FILE).read_text(encoding="utf-8"))
             except (OSError, UnicodeDecodeError):
                 pass  # an artifact without the helpers (older, or none written): they are compiled when needed
-    return CpuExecutable(top, plan, module, thread_count(options), threading_mode=threading_mode(options))
+    return CpuExecutable(top, plan, module, thread_count(options), threading_mode=threading_mode(options),
+                         fixed_threads=threads_fixed(options))
 
 
 def _load_code(directory: Path, plan: CpuLaunchPlan) -> Any:
