@@ -29,7 +29,7 @@ counted either). Without them bf16 LayerNorm [8192, 1024]'s roof was its memory 
 fewest known instructions reach: 8 flops and 5.5 conversion instructions per element, on Zen 3 at 1 thread 0.7
 ms of flops and 0.5 ms of conversions, against 0.8-1.5 ms of memory.
 
-Run: ``python benchmarks/roofline.py [--rows a,b,c] [--threads 2,1] [--repeats 15] [--no-machine]``.
+Run: ``python benchmarks/roofline.py [--rows a,b,c] [--threads 2,1] [--repeats 15]``.
 """
 
 from __future__ import annotations
