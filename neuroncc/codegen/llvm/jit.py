@@ -26,7 +26,6 @@ multiply and add as two instructions. Only O0 code generation uses FastISel, so 
 
 from __future__ import annotations
 
-import bisect
 import ctypes
 import enum
 import queue
@@ -324,10 +323,8 @@ class KernelCompiler:
     """Compiles kernel modules while they are being generated: ``submit(text)`` each, then ``finish()``.
 
     Up to ``workers`` threads take modules from one queue as they become free; every module becomes one
-    object file, and the objects are kept in the order of the modules' ``order`` keys (default: submission
-    order), so the result does not depend on the number of workers, on which worker compiled what, or on the
-    order the modules were generated in (the launch planner emits the kernels that need the optimized tier
-    first: ``program.py``). A worker takes the optimized modules queued before the
+    object file, and the objects are kept in submission order, so the result does not depend on the number
+    of workers or on which worker compiled what. A worker takes the optimized modules queued before the
     quick ones: an optimized module costs ~25x a quick one (the transformer step's LayerNorm backward: 90 ms
     against 2-7 ms), so it is the one the compile ends up waiting for, unless it starts as early as it can. ``tier``: how much LLVM optimizes (:class:`Tier`).
     ``quick_when_independent``: a module that computes the same bits at every tier (:func:`tier_independent`)
@@ -347,17 +344,12 @@ class KernelCompiler:
         self.max_workers = max(int(workers), 1)
         self.workers: list[_Worker] = []
         self.inbox: queue.PriorityQueue = queue.PriorityQueue()
-        self.objects: dict[int, bytes] = {}  # submission number -> object code
-        #: the modules in ``order``-key order (kept sorted as they are submitted): texts, tiers, submission numbers
+        self.objects: dict[int, bytes] = {}
         self.texts: list[str] = []
         self.tiers: list[Tier] = []
-        self._numbers: list[int] = []
-        self._keys: list[Any] = []
         self._short_switches = False  # whether this compiler holds _SWITCH_INTERVAL (from its first worker on)
 
-    def submit(self, text: str, order: Any = None) -> None:
-        """Queue module ``text``; ``order``: its place among this compiler's modules (a key compared with the
-        other modules' keys: all or none given; default: after every module submitted before it)."""
+    def submit(self, text: str) -> None:
         if len(self.workers) < min(self.max_workers, len(self.texts) + 1):
             if not self._short_switches:
                 _SWITCH_INTERVAL.acquire()
@@ -367,14 +359,9 @@ class KernelCompiler:
             self.workers.append(worker)
         quick = self.quick_when_independent and tier_independent(text) and not optimize_first(text)
         tier = Tier.QUICK if quick else self.tier
-        number = len(self._numbers)
-        self.inbox.put((_QUICK_NEXT if tier is Tier.QUICK else _OPTIMIZED_FIRST, number, text, tier))
-        key = number if order is None else order
-        place = bisect.bisect_right(self._keys, key)
-        self._keys.insert(place, key)
-        self._numbers.insert(place, number)
-        self.texts.insert(place, text)
-        self.tiers.insert(place, tier)
+        self.inbox.put((_QUICK_NEXT if tier is Tier.QUICK else _OPTIMIZED_FIRST, len(self.texts), text, tier))
+        self.texts.append(text)
+        self.tiers.append(tier)
 
     def close(self) -> None:
         """Stop the workers (after the modules already queued); no effect after the first call."""
@@ -397,7 +384,7 @@ class KernelCompiler:
                 raise CodegenError(f"LLVM compilation failed: {worker.error}") from worker.error
         if not self.texts:
             return None
-        return _load([self.objects[n] for n in self._numbers], self.texts, self.tiers, self.form)
+        return _load([self.objects[i] for i in range(len(self.texts))], self.texts, self.tiers, self.form)
 
 
 def compile_ir(ir_texts: list[str], workers: int = 1, tier: Tier = Tier.OPTIMIZED,

@@ -16,9 +16,7 @@ from typing import Any
 from neuroncc.codegen.llvm.views import Layout, view_layout
 from neuroncc.codegen.llvm.emit import emit_kernel
 from neuroncc.codegen.llvm.in_place import writes_in_place
-from neuroncc.codegen.llvm.kernel_plan import (
-    ChunkedRows, ExtraKind, PartialReduce, ReduceStage, RowLoop, SplitColumns,
-)
+from neuroncc.codegen.llvm.kernel_plan import ExtraKind
 from neuroncc.codegen.llvm.launch_cost import launch_work
 from neuroncc.codegen.llvm.launch_plan import (
     ALIGN, BufferKind, BufferSpec, CpuLaunchPlan, CpuSlot, ExternSpec, PhaseSpec, SlotKind, StepKind, StepSpec,
@@ -63,7 +61,7 @@ class _LaunchPlanner:
     the memory plan's in-place question (:meth:`may_write_over`), and a second planner reuses them."""
 
     def __init__(self, fn: Function, cpu: str, features: str, memory_plan: Any,
-                 on_kernel: Callable[[str, Any], None] | None = None, dry: bool = False,
+                 on_kernel: Callable[[str], None] | None = None, dry: bool = False,
                  kernel_plans: dict[int, _KernelPlanned] | None = None):
         self.fn = fn
         self.on_kernel = on_kernel
@@ -82,9 +80,6 @@ class _LaunchPlanner:
         for position, value in enumerate(fn.outputs):
             self.unclaimed_outputs.setdefault(value, position)
         self.ir_texts: list[str] = []
-        self._keyed_texts: list[tuple[tuple[int, int], str]] = []  # (op index, module number in the op), text
-        #: the kernels' and generated products' code, emitted after every layout is planned (``_emit_all``)
-        self._emissions: list[tuple[bool, int, Callable[[], None]]] = []
         #: output position -> the param whose buffer it may take (the function's ``donated`` metadata)
         self.donated: dict[int, int] = dict(fn.metadata.get("donated", ()))
         self.last_read = _last_reads(fn)
@@ -209,15 +204,12 @@ class _LaunchPlanner:
                     if strides is None or not self.supplied_buffer(result, strides):
                         self.own_buffer(result, avoid=op.operands + op.results[:number])
                 step = StepSpec(StepKind.EXTERN, op_index, self._ids(op.operands), self._ids(op.results))
-                self.plan.steps.append(step)
-                if not self.dry:
-                    self.generated_matmul(len(self.plan.steps) - 1, step, op)
+                self.plan.steps.append((None if self.dry else self.generated_matmul(step, op)) or step)
             else:
                 raise CodegenError(f"op '{op.name}' must be inside a kernel at the top level of a CPU graph")
         self.plan.outputs = [self.ids[v] for v in self.fn.outputs]
         if self.dry:
             return self.plan
-        self._emit_all()
         self._return_views_of_intermediates()
         self._close_arena_gaps()
         self.plan.arena_bytes = _align(self.arena_end) + self.scratch_bytes
@@ -269,57 +261,35 @@ class _LaunchPlanner:
         self.own_buffer(op.result, avoid=op.operands)  # a reshape that no strides express: copy
         self.plan.steps.append(StepSpec(StepKind.VIEW_COPY, op_index, self._ids(op.operands), self._ids(op.results)))
 
-    def add_module(self, op_index: int, text: str) -> None:
-        """One more LLVM module of the plan's native code, op ``op_index``'s (compiled as soon as the caller
-        asks; its place among the modules is op order, then the op's own order, whatever order they come in)."""
-        key = (op_index, sum(1 for k, _ in self._keyed_texts if k[0] == op_index))
-        self._keyed_texts.append((key, text))
+    def add_module(self, text: str) -> None:
+        """One more LLVM module of the plan's native code (compiled as soon as the caller asks)."""
+        self.ir_texts.append(text)
         if self.on_kernel is not None:
-            self.on_kernel(text, key)
+            self.on_kernel(text)
 
-    def _emit_later(self, optimized: bool, op_index: int, emit: Callable[[], None]) -> None:
-        self._emissions.append((optimized, op_index, emit))
-
-    def _emit_all(self) -> None:
-        """Emit the code of the kernels and products planned (their layouts are all decided by now): first
-        those whose modules will likely need LLVM's optimized tier (``_likely_optimized``), then the others,
-        each group in op order. A graph build compiles its modules while the next are emitted, the optimized
-        ones first (``jit.KernelCompiler``), and an optimized module costs ~25x a quick one: emitted in op
-        order, the transformer block's backward LayerNorm kernel came ~2/3 into the planning, and its first
-        call waited ~70 ms for it (docs/performance-history.md, session 18 emitorder). The modules keep
-        their op-order places (``add_module``): the code and the artifact are the same in either order."""
-        for optimized, _, emit in sorted(self._emissions, key=lambda job: (not job[0], job[1])):
-            emit()
-        self._emissions = []
-        self._keyed_texts.sort(key=lambda pair: pair[0])
-        self.ir_texts = [text for _, text in self._keyed_texts]
-
-    def matmul_phase(self, op_index: int, matmul: Any, symbol: str, n_args: int) -> PhaseSpec:
-        """The phase running the generated product ``matmul`` (``small_matmul.plan_small_matmul``), its
-        module added."""
-        self.add_module(op_index, emit_small_matmul(matmul, symbol, n_args))
+    def matmul_phase(self, op: Any, operands: tuple[Layout, ...], result: Layout, symbol: str,
+                     n_args: int) -> PhaseSpec | None:
+        """The phase running matmul ``op`` as generated code (``small_matmul.py`` decides), its module added;
+        None where BLAS or ATen runs it."""
+        matmul = plan_small_matmul(op, operands, result, host_cpu())
+        if matmul is None:
+            return None
+        self.add_module(emit_small_matmul(matmul, symbol, n_args))
         return PhaseSpec(symbol, matmul.batch, matmul.work, False)
 
-    def generated_matmul(self, number: int, step: StepSpec, op: Any) -> None:
-        """Top-level extern step ``number`` (``step``, of ``op``) as a native kernel step of one generated
-        matmul phase (slots: the operands, the result, the error flag) where ``small_matmul.py`` generates
-        it, emitted with the kernels (``_emit_all``); else it stays an extern."""
+    def generated_matmul(self, step: StepSpec, op: Any) -> StepSpec | None:
+        """Top-level extern ``step`` of ``op`` as a native kernel step of one generated matmul phase (slots:
+        the operands, the result, the error flag), or None where it stays an extern."""
         if not op.has(Trait.MATRIX_PRODUCT) or len(op.results) != 1 or \
                 self.plan.buffers[self.plan.values[self.ids[op.result]].buffer].supplied:
-            return
+            return None
         values = (*op.operands, op.result)
         layouts = [self.layout(v, slot) for slot, v in enumerate(values)]
-        matmul = plan_small_matmul(op, tuple(layouts[:-1]), layouts[-1], host_cpu())
-        if matmul is None:
-            return
+        phase = self.matmul_phase(op, tuple(layouts[:-1]), layouts[-1], f"k{step.op_index}_mm", len(values) + 1)
+        if phase is None:
+            return None
         slots = (*(CpuSlot(SlotKind.VALUE, self.ids[v]) for v in values), CpuSlot(SlotKind.ERROR, 0))
-
-        def emit() -> None:
-            phase = self.matmul_phase(step.op_index, matmul, f"k{step.op_index}_mm", len(values) + 1)
-            self.plan.steps[number] = step._replace(kind=StepKind.KERNEL, native=True, phases=(phase,),
-                                                    slots=slots)
-
-        self._emit_later(True, step.op_index, emit)  # generated products compile optimized (optimize_first)
+        return step._replace(kind=StepKind.KERNEL, native=True, phases=(phase,), slots=slots)
 
     def _keep_donations(self, op: Any, candidates: dict[int, int], kept: dict[int, int]) -> None:
         """Results in ``kept`` stay in their param's buffer (recorded in ``plan.in_place``); the other
@@ -430,6 +400,7 @@ class _LaunchPlanner:
                 self.define(result, self.plan.values[self.ids[param]])
             else:
                 self.own_buffer(result, avoid=op.results[:number], shares=op.operands)
+        region = op.regions[0]
         params = [self.layout(v, i) for i, v in enumerate(op.operands)]
         outputs = [self.layout(v, len(params) + i) for i, v in enumerate(op.results)]
         step = StepSpec(StepKind.KERNEL, op_index, self._ids(op.operands), self._ids(op.results))
@@ -446,28 +417,15 @@ class _LaunchPlanner:
         self._keep_donations(op, candidates, {number: param for number, param in candidates.items() if
                                               writes_in_place(kplan, op.operands.index(self.fn.params[param]),
                                                               number)})
-        kplan = replace(kplan, aligned_args=frozenset(self._aligned_slots(op, kplan)),
-                        overwrites=frozenset(self._overwriting_slots(op)))
-        # a small product runs as the kernel's first phase, else the launcher calls BLAS or ATen before the
-        # phases; not where the tile pass's matmul_tile runs product and epilogue in blocks of rows
-        product = None if kplan.extern is None or _row_block(kplan, tiled) else plan_small_matmul(
-            op.regions[0].ops[kplan.extern.op_index], kplan.extern.operands, kplan.extern.results[0], host_cpu())
-        self.plan.steps.append(step)  # (the emission below fills it in)
-        number = len(self.plan.steps) - 1
-        self._emit_later(product is not None or _likely_optimized(kplan), op_index,
-                         lambda: self._emit_kernel(number, step, op_index, op, kplan, tiled, product))
-
-    def _emit_kernel(self, number: int, step: StepSpec, op_index: int, op: Any, kplan: Any, tiled: Any,
-                     product: Any) -> None:
-        """Emit kernel ``op``'s code (``kplan``: its loop plan for the layouts planned; ``product``: its
-        generated product's plan, if any) and make its step (number ``number`` of the plan's steps)."""
         try:
+            kplan = replace(kplan, aligned_args=frozenset(self._aligned_slots(op, kplan)),
+                            overwrites=frozenset(self._overwriting_slots(op)))
             texts, symbols = emit_kernel(kplan, f"k{op_index}")
         except CodegenError as exc:
-            self.plan.steps[number] = step._replace(reason=str(exc))
+            self.plan.steps.append(step._replace(reason=str(exc)))
             return
         for text in texts:
-            self.add_module(op_index, text)
+            self.add_module(text)
         slots = [CpuSlot(SlotKind.VALUE, self.ids[v]) for v in op.operands + op.results]
         scratch_cursor = 0
         for extra in kplan.extra:
@@ -482,32 +440,19 @@ class _LaunchPlanner:
                        for sym, ph in zip(symbols, kplan.phases))
         extern = None
         if kplan.extern is not None:
-            matmul = None if product is None else self.matmul_phase(op_index, product, f"k{op_index}_mm",
-                                                                    kplan.n_args)
+            # a small product runs as the kernel's first phase, else the launcher calls BLAS or ATen before the
+            # phases; not where the tile pass's matmul_tile runs product and epilogue in blocks of rows
+            matmul = None if _row_block(kplan, tiled) else self.matmul_phase(
+                region.ops[kplan.extern.op_index], kplan.extern.operands, kplan.extern.results[0],
+                f"k{op_index}_mm", kplan.n_args)
             if matmul is not None:
                 phases = (matmul, *phases)
             else:
                 extern = ExternSpec(kplan.extern.op_index, tuple(_layout_spec(a) for a in kplan.extern.operands),
                                     tuple(_layout_spec(a) for a in kplan.extern.results))
-        self.plan.steps[number] = step._replace(native=True, phases=phases, slots=tuple(slots), extern=extern,
-                                                may_fail=kplan.may_fail,
-                                                row_block=_row_block(kplan, tiled) if extern is not None else 0)
-
-
-def _likely_optimized(kplan: Any) -> bool:
-    """Whether kernel plan ``kplan``'s code will likely need LLVM's optimized tier (``jit.tier_independent``
-    decides, on the emitted text): a float reduction along rows (its chunk partials are ``reassoc`` sums or
-    ``nnan`` maxima, ``stages.py``). Only the emission order depends on it (``_emit_all``), never the code."""
-    def row_reduces(stages: Any) -> bool:
-        return any(isinstance(stage, ReduceStage) and stage.op.operands[0].type.dtype.is_float for stage in stages)
-
-    for phase in kplan.phases:
-        if isinstance(phase, ChunkedRows):
-            phase = phase.rows
-        if isinstance(phase, RowLoop) and row_reduces(phase.stages) or \
-                isinstance(phase, (SplitColumns, PartialReduce)) and row_reduces((phase.stage,)):
-            return True
-    return False
+        self.plan.steps.append(step._replace(native=True, phases=phases, slots=tuple(slots), extern=extern,
+                                        may_fail=kplan.may_fail,
+                                        row_block=_row_block(kplan, tiled) if extern is not None else 0))
 
 
 def _last_reads(fn: Function) -> dict[Value, int]:
@@ -552,13 +497,11 @@ def _aligned_buffer(buffer: BufferSpec) -> bool:
 
 
 def plan_launch(fn: Function, cpu: str, features: str, memory_plan: Any = None,
-                on_kernel: Callable[[str, Any], None] | None = None) -> tuple[CpuLaunchPlan, list[str]]:
+                on_kernel: Callable[[str], None] | None = None) -> tuple[CpuLaunchPlan, list[str]]:
     """The launch plan of ``fn`` (already in top-level form) and the LLVM IR of its native kernels.
 
-    ``on_kernel(text, key)`` is called with each LLVM module (one per kernel phase) as soon as it is generated
-    (the launcher starts compiling it while the next kernel is emitted); ``key`` orders it among the modules
-    (op order: the order of the returned texts), which are emitted in another order, the kernels that likely
-    need the optimized tier first (``_LaunchPlanner._emit_all``).
+    ``on_kernel(text)`` is called with each LLVM module (one per kernel phase) as soon as it is generated (the
+    launcher starts compiling it while the next kernel is planned).
 
     ``memory_plan`` (``neuroncc.passes.plan_memory.MemoryPlan`` or anything with ``offsets`` keyed by value
     number or Value, optionally ``sizes`` and ``arena_bytes``) places arena values; by default the plan-memory
