@@ -364,8 +364,9 @@ def call_ab(threads: int, repeats: int) -> None:
         common, full = samples[f"({key}) common call"], samples[f"({key}) full path"]
         kernel = statistics.median(samples[f"({key}) kernel step, held output"])
         ratios = statistics.median(c / f for c, f in zip(common, full))
-        before = [statistics.median(p[0] for p in parts_of[f"({key}) {n}"][-repeats:]) for n in ("common call", "full path")]
-        after = [statistics.median(p[1] for p in parts_of[f"({key}) {n}"][-repeats:]) for n in ("common call", "full path")]
+        paths = [parts_of[f"({key}) {n}"][-repeats:] for n in ("common call", "full path")]
+        before = [statistics.median(p[0] for p in path) for path in paths]
+        after = [statistics.median(p[1] for p in path) for path in paths]
         rows.append([f"({key})", f"{statistics.median(common) * 1e3:.3f}", f"{statistics.median(full) * 1e3:.3f}",
                      f"{statistics.median(common) / statistics.median(full):.3f}", f"{ratios:.3f}",
                      f"{kernel * 1e3:.3f}", f"{before[0] * 1e6:.0f} / {before[1] * 1e6:.0f}",

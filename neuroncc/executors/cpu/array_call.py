@@ -52,8 +52,8 @@ def array_call(exe: Any) -> ArrayCall | None:
             inputs.append((number, buffer.index, tuple(shape), strides, dtype))
         elif buffer.kind == BufferKind.OUTPUT:
             spec, dtype = plan.values[plan.outputs[buffer.index]], storage_dtype(buffer.dtype)
-            if spec.offset != 0 or tuple(spec.strides) != contiguous_strides(tuple(spec.shape)) or spec.dtype != buffer.dtype \
-                    or buffer.extent != math.prod(spec.shape):
+            whole = spec.offset == 0 and tuple(spec.strides) == contiguous_strides(tuple(spec.shape))
+            if not whole or spec.dtype != buffer.dtype or buffer.extent != math.prod(spec.shape):
                 return None  # returned as a strided view or a part of its buffer
             nbytes = buffer.extent * dtype.itemsize
             outputs[buffer.index] = (number, tuple(spec.shape), dtype, nbytes, nbytes >= PLACED_OUTPUT_MIN_BYTES)
