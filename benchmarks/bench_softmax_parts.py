@@ -35,8 +35,14 @@ ever written by the kernel (held), filled by plain stores just before (dirty in 
 (R 64, 256) or not (4096), the small ones with the large one's non-temporal stores forced (session 18: is the
 row memory-bound or compute-bound at 1 thread?).
 
+``--call-ab`` times, instead of the tables above, roofline's call of rows (a), (b) and (c) (the numpy path,
+``exe(*arrays)`` wrapped in ``torch.from_numpy``) through the executable's common-case call
+(``executors/cpu/array_call.py``) against the same executable's full path (``CpuExecutable._call``), interleaved
+with the kernel step into a held output (a yardstick) and eager: one executable per row, so the two paths run the
+same code on the same arena; per-round ratios pair calls made moments apart (session 18 callfast).
+
 Run: ``python benchmarks/bench_softmax_parts.py [--threads 2,1] [--repeats 25] [--exp-forms] [--online] [--split]
-[--sizes]``.
+[--sizes] [--call-ab]``.
 """
 
 from __future__ import annotations
@@ -54,7 +60,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import ensure_environment, interleaved, table  # noqa: E402
+from common import ensure_environment, interleaved, interleaved_samples, table  # noqa: E402
 
 ensure_environment(threads=2)
 
@@ -298,6 +304,78 @@ def split(threads: int, repeats: int) -> None:
     print(table(rows, ["call", "ms", "/ into held output"]), flush=True)
 
 
+def call_ab(threads: int, repeats: int) -> None:
+    """Roofline's call of rows a, b, c through the common-case call and the full path (``--call-ab``)."""
+    torch.set_num_threads(threads)
+    clock = time.thread_time if threads == 1 else time.perf_counter
+    calls: dict[str, Callable[[], object]] = {}
+    parts_of: dict[str, list[tuple[float, float]]] = {}  # call -> (before the steps, after them) per call
+    keep = []
+    for case in [c for c in kc.cases() if c.key in ("a", "b", "c")]:
+        inputs = case.make(np.random.default_rng(0))
+        arrays = [t.numpy() for t in inputs]
+        exe = build_cpu_executable(case.graph, {"threads": threads})
+        assert exe._array_call is not None, case.key
+        np.testing.assert_array_equal(exe(*arrays)[0], exe._call(tuple(arrays), exe._calls)[0])
+        held = torch.empty_like(inputs[0])
+        keep += [inputs, held]
+        AddressCall(exe)([t.data_ptr() for t in inputs], [held.data_ptr()])  # the step's slots: inputs, held
+        step = exe._runners[0]
+        slots = list(step.args)
+
+        def kernel(step=step, slots=slots) -> None:
+            step.args[:] = slots
+            if step.serial_calls is not None:
+                for fn, n in step.serial_calls:
+                    fn(step.args_address, 0, n)
+            else:
+                step._phases(0, None)
+        stamps: list[float] = []
+
+        def stamped(run, stamps=stamps):
+            def timed_run(*args):
+                stamps.append(clock())
+                run(*args)
+                stamps.append(clock())
+            return timed_run
+        exe._calls = [stamped(run) for run in exe._calls]
+
+        def split(name: str, call, stamps=stamps):
+            parts_of[name] = []
+
+            def timed():
+                stamps.clear()
+                begin = clock()
+                result = call()
+                end = clock()
+                parts_of[name].append((stamps[0] - begin, end - stamps[-1]))
+                return result
+            return timed
+        name = f"({case.key}) common call"
+        calls[name] = split(name, lambda exe=exe, arrays=arrays: [torch.from_numpy(a) for a in exe(*arrays)])
+        name = f"({case.key}) full path"
+        calls[name] = split(name, lambda exe=exe, arrays=arrays: [
+            torch.from_numpy(a) for a in exe._call(tuple(arrays), exe._calls)])
+        calls[f"({case.key}) kernel step, held output"] = kernel
+        calls[f"({case.key}) eager"] = lambda f=case.eager, inputs=inputs: f(*inputs)
+    samples = interleaved_samples(calls, repeats=repeats, clock=clock)
+    rows = []
+    for key in ("a", "b", "c"):
+        common, full = samples[f"({key}) common call"], samples[f"({key}) full path"]
+        kernel = statistics.median(samples[f"({key}) kernel step, held output"])
+        ratios = statistics.median(c / f for c, f in zip(common, full))
+        paths = [parts_of[f"({key}) {n}"][-repeats:] for n in ("common call", "full path")]
+        before = [statistics.median(p[0] for p in path) for path in paths]
+        after = [statistics.median(p[1] for p in path) for path in paths]
+        rows.append([f"({key})", f"{statistics.median(common) * 1e3:.3f}", f"{statistics.median(full) * 1e3:.3f}",
+                     f"{statistics.median(common) / statistics.median(full):.3f}", f"{ratios:.3f}",
+                     f"{kernel * 1e3:.3f}", f"{before[0] * 1e6:.0f} / {before[1] * 1e6:.0f}",
+                     f"{after[0] * 1e6:.0f} / {after[1] * 1e6:.0f}"])
+    print(f"\n{threads} thread(s), roofline's call: common-case call against the full path (medians of {repeats})")
+    print(table(rows, ["row", "common ms", "full ms", "common / full", "per-round ratio", "kernel ms",
+                       "before the steps us (common / full)", "after them us"]), flush=True)
+
+
 @contextlib.contextmanager
 def streamed_outputs():
     """Outputs of any size written with non-temporal stores (as the large row's are)."""
@@ -366,11 +444,16 @@ def main() -> None:
                         "kernel step, and the kernel into output memory in several cache states")
     parser.add_argument("--sizes", action="store_true", help="also time the kernel and its memory skeleton on "
                         "inputs that fit the L2 (is the row memory- or compute-bound?)")
+    parser.add_argument("--call-ab", action="store_true", help="instead: roofline's call of rows a, b, c through "
+                        "the executable's common-case call against its full path, interleaved (array_call.py)")
     args = parser.parse_args()
     with open("/proc/loadavg") as f:
         load = f.read().split()[0]
     print(time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), f"load {load}; {jit.host_target().name}", flush=True)
     for threads in [int(t) for t in args.threads.split(",")]:
+        if args.call_ab:
+            call_ab(threads, args.repeats)
+            continue
         parts(threads, args.repeats, args.online)
         if args.split:
             split(threads, args.repeats)

@@ -47,6 +47,7 @@ from neuroncc.ir.graph import Function
 from neuroncc.ir.opdef import Trait
 from neuroncc.ir.types import contiguous_strides
 from neuroncc.executors.cpu.adopt import SuppliedExtern
+from neuroncc.executors.cpu.array_call import array_call
 from neuroncc.executors.cpu.ar_archive import read_archive, split_modules, write_archive
 from neuroncc.executors.cpu.buffers import copy_layouts, returned_strides
 from neuroncc.executors.cpu.buffers import data_address as _data_address
@@ -180,6 +181,8 @@ class CpuExecutable:
         self.optimized: Any = None
         self.stats = self._stats(compile_seconds)
         self.stats["blas_calls"] = self._blas_calls()
+        #: the common call on numpy arrays, decided once (array_call.py), or None: every call takes ``_call``
+        self._array_call = array_call(self)
 
     def _bind_calls(self) -> None:
         # what a call runs: step by step (traced calls wrap these), and with runs of native steps as one native
@@ -323,6 +326,11 @@ class CpuExecutable:
         # None unless a profiler or recorder is watching (see executors/tracing.py: the first check is ~50 ns)
         tracer = active_tracer() if tracing.watching() else None
         if tracer is None:
+            common = self._array_call
+            if common is not None:
+                results = common(self, inputs)
+                if results is not None:  # None: not the common case (a conversion, a copy, an error to raise)
+                    return results
             return self._call(inputs, self._calls)
         calls, graph = self.traced_calls(tracer)
         with tracer.step(graph):
