@@ -162,7 +162,7 @@ def _ldexp_form_counter() -> ctypes.CFUNCTYPE:
     return counter
 
 
-@pytest.mark.skipif(not jit.host_target().scalef, reason="the scale by the float n is AVX-512's")
+@pytest.mark.skipif(not jit.host_target().scales_by_float_exponent, reason="the scale by the float n is AVX-512's")
 def test_the_scale_by_the_float_n_gives_the_integer_ns_bits():
     counter = _ldexp_form_counter()
     # every float from -0 down to -105 and from +0 up to 89 (past both clamps), the infinities and a NaN

@@ -6,7 +6,7 @@ which the vectorizer calls instead, and which ``jit._inline_vector_variants`` in
 alwaysinline functions only before the vectorizer; :func:`keep_until_vectorized` keeps the variant alive until
 then). ``bf16_words.py`` packs bf16 pairs so; :func:`scaled_by_float` below is exp's scale.
 
-**exp's scale by a float exponent** (``mathlib._exp_in_range`` on AVX-512, :attr:`CpuTarget.scalef`). exp's
+**exp's scale by a float exponent** (``mathlib._exp_in_range`` on AVX-512, :attr:`CpuTarget.scales_by_float_exponent`). exp's
 n = round(x / ln 2) is a float (the Cody-Waite reduction needs it as one) and vscalefps takes its exponent as a
 float (it scales by 2**floor(n), n here already an integer). ``llvm.ldexp`` takes an i32, so the scale by it costs
 the integer n (vpaddd on the rounded sum's bits) and its conversion back to float (vcvtdq2ps), 2 of the exp pass's
@@ -23,8 +23,8 @@ from neuroncc.errors import CodegenError
 
 #: The symbol prefixes of functions with vector variants (``jit`` inlines the variants it finds after O3).
 SYMBOLS: tuple[str, ...] = ("ncc.bf16.word", "ncc.scalef")
-#: The scale's symbol and its vector variant's lanes: one 512-bit vector of float32.
-SCALEF_SYMBOL, SCALEF_LANES = "ncc.scalef", 16
+#: The scale's symbol and its vector variants' lanes (128-, 256- and 512-bit vectors of float32).
+SCALEF_SYMBOL, SCALEF_LANES = "ncc.scalef", (4, 8, 16)
 
 
 def keep_until_vectorized(module: ir.Module, fn: ir.Function) -> None:
@@ -64,28 +64,37 @@ def _with_variant(fn: ir.Function, lanes: int, variant: ir.Function) -> None:
 
 
 def scaled_by_float(b: ir.IRBuilder, p: ir.Value, n: ir.Value) -> ir.Value:
-    """p * 2**n for a float n holding an integer, rounded once: vscalefps (vector code) or vscalefss (scalar code) of
-    p and n itself (AVX-512 only; see the module docstring).
+    """p * 2**n for a float n holding an integer, rounded once: vscalefps (vector code: 4, 8 or 16 lanes, as the
+    kernel's vector width has it) or vscalefss (scalar code) of p and n itself (AVX-512 with VL:
+    ``CpuTarget.scales_by_float_exponent``; see the module docstring).
 
-    The scalar function is only declared here, with its vector variant: a defined one would have to be noinline
+    The scalar function is only declared here, with its vector variants: a defined one would have to be noinline
     until the vectorizer is done, and stay a call in scalar code (cross-entropy's once-a-chunk rescale: every
     vector constant reloaded after it, 4% slower at 1 thread). ``jit`` links :data:`DEFINED_AFTER_O3`'s
-    alwaysinline definition in after O3 and inlines it with the variants."""
+    alwaysinline definition in after O3 and inlines it with the variants (whose own copies stay in the object, dead:
+    ``llvm.compiler.used`` keeps them, as ``bf16_words``' variant)."""
     module = b.module
     fn = module.globals.get(SCALEF_SYMBOL)
     if fn is None:
-        vector = ir.VectorType(F32, SCALEF_LANES)
-        variant = ir.Function(module, ir.FunctionType(vector, [vector, vector]), SCALEF_SYMBOL + ".v16")
-        variant.linkage = "internal"
-        variant.attributes.add("alwaysinline")
-        variant.attributes.add("nounwind")
-        keep_until_vectorized(module, variant)
-        body = ir.IRBuilder(variant.append_basic_block("entry"))
-        body.ret(call(body, "llvm.x86.avx512.mask.scalef.ps.512",
-                      [variant.args[0], variant.args[1], ir.Constant(vector, None),
-                       ir.Constant(ir.IntType(16), -1), ir.Constant(I32, 4)], vector))  # all lanes, MXCSR's rounding
+        mangled = []
+        for lanes in SCALEF_LANES:
+            bits = lanes * I32.width  # float32 lanes
+            vector = ir.VectorType(F32, lanes)
+            variant = ir.Function(module, ir.FunctionType(vector, [vector, vector]), f"{SCALEF_SYMBOL}.v{lanes}")
+            variant.linkage = "internal"
+            variant.attributes.add("alwaysinline")
+            variant.attributes.add("nounwind")
+            keep_until_vectorized(module, variant)
+            body = ir.IRBuilder(variant.append_basic_block("entry"))
+            mask = ir.Constant(ir.IntType(max(lanes, 8)), -1)
+            rounding = [ir.Constant(I32, 4)] if lanes == SCALEF_LANES[-1] else []  # the widest's; MXCSR's
+            body.ret(call(body, f"llvm.x86.avx512.mask.scalef.ps.{bits}",
+                          [variant.args[0], variant.args[1], ir.Constant(vector, None), mask] + rounding, vector))
+            mangled.append(f"_ZGV_LLVM_N{lanes}vv_{SCALEF_SYMBOL}({variant.name})")
         fn = ir.Function(module, ir.FunctionType(F32, [F32, F32]), SCALEF_SYMBOL)
-        _with_variant(fn, SCALEF_LANES, variant)
+        for attribute in ("nounwind", "willreturn", "memory(none)",
+                          f'"vector-function-abi-variant"="{",".join(mangled)}"'):
+            set.add(fn.attributes, attribute)
     return b.call(fn, [p, n])
 
 
