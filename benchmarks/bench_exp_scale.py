@@ -14,7 +14,6 @@ import kernel_cases as kc
 import bench_softmax_parts as bsp
 from neuroncc.codegen.llvm import mathlib
 from neuroncc.executors.cpu.launcher import build_cpu_executable
-from llvmlite import ir
 
 def _old_exp_in_range(b, xc, target):
     n, whole = mathlib._round_to_integer(b, b.fmul(xc, mathlib._c(1.4426950408889634), flags=mathlib.FAST))
@@ -43,7 +42,6 @@ def main():
     ap.add_argument("--rounds", type=int, default=31, help="interleaved rounds (default 31)")
     ap.add_argument("--rows", default="b,bs,a,ce", help="rows among b, bs, a, ce (default all)")
     a = ap.parse_args()
-    rng = np.random.default_rng(0)
     for threads in [int(t) for t in a.threads.split(",")]:
         torch.set_num_threads(threads)
         clock = time.thread_time if threads == 1 else time.perf_counter
@@ -58,7 +56,7 @@ def main():
                             exe = build_cpu_executable(kc.softmax_graph(R, 1024), {"threads": threads})
                             out = torch.empty_like(x)
                             step = bsp.step_call(exe, x, out)
-                            step(); assert torch.equal(out, torch.softmax(x, -1)) or True
+                            step()
                             if row == "bs":
                                 f = (lambda s=step: [s() for _ in range(16)])
                             else:
