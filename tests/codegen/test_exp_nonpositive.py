@@ -113,6 +113,65 @@ def test_the_nonpositive_exp_is_inline_vector_code_with_and_without_avx512(featu
     assert ("vscalefps" in body) == target.scalef  # AVX-512 scales by any n in one instruction
 
 
+def test_avx512_scales_by_the_float_n_without_an_integer_n():
+    """On AVX-512 exp's scale is vscalefps of the float n (``vector_variants.scaled_by_float``): no integer n
+    (vpaddd) and no conversion of it back to float (vcvtdq2ps) in the vector loop nor in its scalar remainder
+    (vscalefss; the scalar function's definition is linked in and inlined after O3, no call)."""
+    fn = _softmax_like("x")
+    target = CpuTarget("znver4", "+avx,+avx2,+fma,+avx512f,+avx512vl,+avx512bw,+avx512dq")
+    plan = plan_kernel(fn, [Layout.of(k, p.type) for k, p in enumerate(fn.params)],
+                       [Layout.of(len(fn.params) + k, v.type) for k, v in enumerate(fn.outputs)])
+    texts, _ = emit_kernel(plan, "k", target)
+    body = jit.assembly(texts, target).split("k_p0:")[1].split(".Lfunc_end")[0]
+    assert "vscalefps" in body and "vscalefss" in body  # the vector loop's and the scalar remainder's
+    assert "vcvt" not in body and "call" not in body
+
+
+def _ldexp_form_counter() -> ctypes.CFUNCTYPE:
+    """``mismatches(lo, hi)``: float bit patterns in [lo, hi) whose exp differs from exp scaled by ``llvm.ldexp`` of
+    the integer n (the form before the scale by the float n)."""
+    from neuroncc.codegen.llvm import mathlib
+
+    module = ir.Module("exp_scale_check")
+    fn = ir.Function(module, ir.FunctionType(I64, [I32, I32]), "mismatches")
+    entry, loop, done = (fn.append_basic_block(name) for name in ("entry", "loop", "done"))
+    b = ir.IRBuilder(entry)
+    b.branch(loop)
+    b.position_at_end(loop)
+    i, count = b.phi(I32), b.phi(I64)
+    i.add_incoming(fn.args[0], entry)
+    count.add_incoming(ir.Constant(I64, 0), entry)
+    x = b.bitcast(i, F32)
+    target = jit.host_target()
+    xc = mathlib._clamp_keeping_nan(b, x, -104.0, 88.8)
+    n, whole = mathlib._round_to_integer(b, b.fmul(xc, mathlib._c(1.4426950408889634), flags=mathlib.FAST))
+    r = b.fsub(xc, b.fmul(n, mathlib._c(0.693359375), flags=mathlib.FAST), flags=mathlib.FAST)
+    r = b.fsub(r, b.fmul(n, mathlib._c(-2.12194440e-4), flags=mathlib.FAST), flags=mathlib.FAST)
+    by_integer = b.bitcast(mathlib._scale(b, mathlib._exp_reduced(b, r), whole, target), I32)
+    by_float = b.bitcast(math_call(b, "exp", x, target=target), I32)
+    counted = b.add(count, b.zext(b.icmp_unsigned("!=", by_integer, by_float), I64))
+    following = b.add(i, ir.Constant(I32, 1))
+    i.add_incoming(following, loop)
+    count.add_incoming(counted, loop)
+    b.cbranch(b.icmp_unsigned("<", following, fn.args[1]), loop, done)
+    b.position_at_end(done)
+    b.ret(counted)
+    compiled = jit.compile_ir([str(module)])
+    counter = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_uint32, ctypes.c_uint32)(compiled.address("mismatches"))
+    counter.module = compiled
+    return counter
+
+
+@pytest.mark.skipif(not jit.host_target().scales_by_float_exponent, reason="the scale by the float n is AVX-512's")
+def test_the_scale_by_the_float_n_gives_the_integer_ns_bits():
+    counter = _ldexp_form_counter()
+    # every float from -0 down to -105 and from +0 up to 89 (past both clamps), the infinities and a NaN
+    assert counter(_bits(-0.0), _bits(-105.0) + 1) == 0
+    assert counter(_bits(0.0), _bits(89.0) + 1) == 0
+    for special in (float("inf"), float("-inf"), float("nan")):
+        assert counter(_bits(special), _bits(special) + 1) == 0
+
+
 def _log_softmax_gradient_part(metadata) -> tuple:
     """exp(x - m - l) * g from parameters: cross-entropy's backward reads the forward's saved max m and log-sum l
     (their facts, when given, come from the front end: frontend/saved_facts.py)."""

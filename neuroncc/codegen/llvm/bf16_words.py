@@ -25,7 +25,7 @@ from llvmlite import ir
 
 from neuroncc.codegen.llvm.pairs import word_of
 from neuroncc.codegen.llvm.scalars import F32, I16, I32, bf16_bits, round_to, rounding_of
-from neuroncc.errors import CodegenError
+from neuroncc.codegen.llvm.vector_variants import keep_until_vectorized, scalar_with_variant
 from neuroncc.hardware.host import CpuTarget
 from neuroncc.ir.dtypes import DType
 
@@ -59,12 +59,7 @@ def _pair_function(module: ir.Module) -> ir.Function:
     if existing is not None:
         return existing
     variant = _vector_variant(module, SYMBOL + VARIANT)
-    fn = ir.Function(module, ir.FunctionType(I32, [F32, F32]), SYMBOL)
-    fn.linkage = "internal"
-    # not inlined before the vectorizer has replaced its calls (a call it vectorizes must not touch memory)
-    for attribute in ("noinline", "nounwind", "willreturn", "memory(none)",
-                      f'"vector-function-abi-variant"="_ZGV_LLVM_N{VECTOR_PAIRS}vv_{SYMBOL}({variant.name})"'):
-        set.add(fn.attributes, attribute)  # raw: llvmlite's attribute set knows neither memory(none) nor strings
+    fn = scalar_with_variant(module, SYMBOL, ir.FunctionType(I32, [F32, F32]), VECTOR_PAIRS, variant)
     body = ir.IRBuilder(fn.append_basic_block("entry"))
     even, odd = (bf16_bits(body, round_to(body, arg, DType.bf16, nan_case=False)) for arg in fn.args)
     body.ret(word_of(body, even, odd))
@@ -72,20 +67,14 @@ def _pair_function(module: ir.Module) -> ir.Function:
 
 
 def _vector_variant(module: ir.Module, symbol: str) -> ir.Function:
-    """The pair function on 16 pairs, kept by ``llvm.compiler.used`` (nothing calls it before the vectorizer)."""
+    """The pair function on 16 pairs, kept by ``llvm.compiler.used`` (``vector_variants.keep_until_vectorized``)."""
     floats, words = ir.VectorType(F32, VECTOR_PAIRS), ir.VectorType(I32, VECTOR_PAIRS)
     halves = ir.VectorType(I16, 2 * VECTOR_PAIRS)
     fn = ir.Function(module, ir.FunctionType(words, [floats, floats]), symbol)
     fn.linkage = "internal"
     fn.attributes.add("alwaysinline")
     fn.attributes.add("nounwind")
-    if "llvm.compiler.used" in module.globals:
-        raise CodegenError("a kernel module lists llvm.compiler.used twice")
-    array = ir.ArrayType(ir.PointerType(), 1)
-    used = ir.GlobalVariable(module, array, "llvm.compiler.used")
-    used.linkage = "appending"
-    used.section = "llvm.metadata"
-    used.initializer = ir.Constant(array, [fn])
+    keep_until_vectorized(module, fn)
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     even, odd = (b.bitcast(arg, halves) for arg in fn.args)
     low = b.shuffle_vector(even, odd, ir.Constant(ir.VectorType(I32, 2 * VECTOR_PAIRS), _interleaved(0)))

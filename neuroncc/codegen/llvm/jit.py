@@ -39,7 +39,7 @@ from typing import Any
 import llvmlite.binding as llvm
 from llvmlite.binding import ffi
 
-from neuroncc.codegen.llvm import bf16_words
+from neuroncc.codegen.llvm import vector_variants
 from neuroncc.codegen.llvm.entries import optimize_first
 from neuroncc.codegen.llvm.native_library import CodeForm, LibraryModule, code_form, give_up, link, load_library
 from neuroncc.errors import ArtifactError, CodegenError, NeuronccError
@@ -173,7 +173,7 @@ def parse_and_link(ir_texts: list[str]) -> llvm.ModuleRef:
     return linked
 
 
-def _run_o3(module: llvm.ModuleRef, tm: llvm.TargetMachine, tier: Tier = Tier.OPTIMIZED) -> None:
+def _run_o3(module: llvm.ModuleRef, tm: llvm.TargetMachine, tier: Tier = Tier.OPTIMIZED, context: Any = None) -> None:
     """O3 for the host CPU with the loop and SLP vectorizers (loop unrolling off: the vectorizer interleaves);
     at the quick tier, the O0 pipeline (always-inline only)."""
     module.triple = tm.triple
@@ -186,17 +186,24 @@ def _run_o3(module: llvm.ModuleRef, tm: llvm.TargetMachine, tier: Tier = Tier.OP
         tuning.loop_interleaving = True
     builder = llvm.create_pass_builder(tm, tuning)  # one per module: its analysis managers key on module address
     _unlocked("LLVMPY_RunNewModulePassManager")(builder.getModulePassManager(), module, builder)
-    if tier is Tier.OPTIMIZED:
-        _inline_vector_variants(module, tm)
+    _inline_vector_variants(module, tm, tier, context)
 
 
-def _inline_vector_variants(module: llvm.ModuleRef, tm: llvm.TargetMachine) -> None:
-    """Inline the vector variants the loop vectorizer called (``bf16_words.py``: explicit vector code for a scalar
-    call, alwaysinline, which O3 inlines only before the vectorizer)."""
-    if not any(fn.name.startswith(bf16_words.SYMBOL) for fn in module.functions):
+def _inline_vector_variants(module: llvm.ModuleRef, tm: llvm.TargetMachine, tier: Tier, context: Any) -> None:
+    """Inline the vector variants the loop vectorizer called (``vector_variants.py``: explicit vector code for a
+    scalar call, alwaysinline, which O3 inlines only before the vectorizer), and the scalar functions declared
+    beside them, their definitions linked in here (at either tier: a declaration must be resolved)."""
+    declared = [fn.name for fn in module.functions if fn.is_declaration and fn.name in vector_variants.DEFINED_AFTER_O3]
+    if not declared and (tier is not Tier.OPTIMIZED
+                         or not any(fn.name.startswith(vector_variants.SYMBOLS) for fn in module.functions)):
         return
+    for name in declared:
+        text = f'target triple = "{module.triple}"\ntarget datalayout = "{module.data_layout}"\n'
+        module.link_in(_parse(text + vector_variants.DEFINED_AFTER_O3[name], context))
     passes = llvm.create_new_module_pass_manager()
     passes.add_always_inliner_pass()
+    if declared:
+        passes.add_global_dead_code_eliminate_pass()  # the linked definitions, inlined
     builder = llvm.create_pass_builder(tm, llvm.create_pipeline_tuning_options(speed_level=0))
     _unlocked("LLVMPY_RunNewModulePassManager")(passes, module, builder)
 
@@ -233,7 +240,7 @@ def _compile_module(text: str, context: Any, tm: llvm.TargetMachine, tier: Tier)
     """One module's object code: parsed and verified in ``context``, optimized and emitted at ``tier``."""
     module = _parse(text, context)
     try:
-        _run_o3(module, tm, tier)
+        _run_o3(module, tm, tier, context)
         return _emit_object(tm, module)
     finally:
         module.close()
