@@ -10,8 +10,8 @@ and small objects, not work (docs/performance-history.md, session 18 softmax and
 without an extern (its runners read the call's buffer addresses, never its numpy arrays), every output in a
 fresh buffer of its own returned whole (a reshape), every input read where it is in a contiguous layout. Its
 call then checks each input with four comparisons (an ndarray of the planned shape, byte strides and dtype),
-allocates each output once (aligned and placed as ``buffers.placed_empty``), writes the addresses and runs the
-steps. Anything else, an input that fails a check included, returns None, and the caller takes the full
+allocates each output with ``buffers.placed_empty`` (aligned and placed as the full path does), writes the
+addresses and runs the steps. Anything else, an input that fails a check included, returns None, and the caller takes the full
 path, which converts what it can and raises the typed errors; the two paths return the same arrays.
 """
 
@@ -23,15 +23,12 @@ from typing import Any
 
 import numpy as np
 
-from neuroncc.codegen.llvm.launch_plan import ALIGN, BufferKind, StepKind
-from neuroncc.executors.cpu.buffers import data_address, storage_dtype
-from neuroncc.hardware.host import ALIAS_PERIOD_BYTES, ALIAS_WINDOW_BYTES, PLACED_OUTPUT_MIN_BYTES, placement_shift
+from neuroncc.codegen.llvm.launch_plan import BufferKind, StepKind
+from neuroncc.executors.cpu.buffers import data_address, placed_empty, storage_dtype
 from neuroncc.ir.types import contiguous_strides
 
 #: ``call(exe, inputs) -> list of arrays, or None`` (None: not the common case, take the full path)
 ArrayCall = Callable[[Any, tuple[Any, ...]], "list[np.ndarray] | None"]
-#: what a placed output allocates beyond its bytes: a cache line to align it, an alias period to place it
-PLACED_BYTES = ALIGN + ALIAS_PERIOD_BYTES
 
 
 def array_call(exe: Any) -> ArrayCall | None:
@@ -43,7 +40,7 @@ def array_call(exe: Any) -> ArrayCall | None:
     if exe.in_place or any(b.supplied or b.kind == BufferKind.CALL for b in plan.buffers):
         return None
     inputs: list[tuple[int, int, tuple[int, ...], tuple[int, ...], np.dtype]] = []
-    outputs: dict[int, tuple[int, tuple[int, ...], np.dtype, int, bool]] = {}
+    outputs: dict[int, tuple[int, tuple[int, ...], np.dtype, int]] = {}
     for number, buffer in enumerate(plan.buffers):
         if buffer.kind == BufferKind.INPUT:
             shape, dtype, strides, contiguous = params[buffer.index]
@@ -55,8 +52,7 @@ def array_call(exe: Any) -> ArrayCall | None:
             whole = spec.offset == 0 and tuple(spec.strides) == contiguous_strides(tuple(spec.shape))
             if not whole or spec.dtype != buffer.dtype or buffer.extent != math.prod(spec.shape):
                 return None  # returned as a strided view or a part of its buffer
-            nbytes = buffer.extent * dtype.itemsize
-            outputs[buffer.index] = (number, tuple(spec.shape), dtype, nbytes, nbytes >= PLACED_OUTPUT_MIN_BYTES)
+            outputs[buffer.index] = (number, tuple(spec.shape), dtype, buffer.extent)
     if sorted(outputs) != list(range(len(plan.outputs))):
         return None  # an output with no buffer of its own (a view or a repeat): copied by the full path
     count = len(params)
@@ -65,7 +61,7 @@ def array_call(exe: Any) -> ArrayCall | None:
 
     def call(exe: Any, given: tuple[Any, ...]) -> list[np.ndarray] | None:
         # Written for the caches a large kernel leaves: every line of code and data it touches is a miss
-        # (~5-15 us per statement on the softmax row), so it does the fewest things, inline, no helpers.
+        # (~5-15 us per statement on the softmax row), so it does the fewest things.
         if len(given) != count:
             return None
         for _, position, shape, strides, dtype in checks:
@@ -75,24 +71,14 @@ def array_call(exe: Any) -> ArrayCall | None:
                 return None
         with exe._lock:
             addresses = exe._address_list.copy()
-            near: list[int] = []  # the data addresses the kernels read, as placed_empty's
+            near: list[int] = []  # the data addresses the kernels read (placed_empty's)
             for number, position, *_ in checks:
                 addresses[number] = address = data_address(given[position])
                 near.append(address)
             results = []
-            for number, shape, dtype, nbytes, placed in made:
-                # aligned and placed as buffers.placed_empty, in one allocation one alias period longer
-                raw = np.empty(nbytes + (PLACED_BYTES if placed else ALIGN), dtype=np.uint8)
-                address = data_address(raw)
-                start = -address % ALIGN
-                if placed:
-                    for other in near:
-                        if 0 < (address + start - other) % ALIAS_PERIOD_BYTES < ALIAS_WINDOW_BYTES:
-                            start += placement_shift(address + start, near)
-                            break
-                    near.append(address + start)
-                addresses[number] = address + start
-                results.append(np.ndarray(shape, dtype, buffer=raw, offset=start))
+            for number, shape, dtype, extent in made:
+                storage, addresses[number] = placed_empty(extent, dtype, near)  # as the full path places it
+                results.append(storage.reshape(shape))
             flats = exe._flat_list  # read by no step of this plan (native kernels without externs)
             for run in exe._calls:
                 run(flats, addresses)
