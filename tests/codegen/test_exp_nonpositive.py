@@ -28,9 +28,10 @@ def _bits(value: float) -> int:
     return struct.unpack("<I", struct.pack("<f", value))[0]
 
 
-def _mismatch_counter() -> ctypes.CFUNCTYPE:
-    """``mismatches(lo, hi)``: how many float bit patterns in [lo, hi) give exp and exp_nonpositive different bits."""
-    module = ir.Module("exp_nonpositive_check")
+def _mismatch_counter(name: str, first, second) -> ctypes.CFUNCTYPE:
+    """``mismatches(lo, hi)``: how many float bit patterns x in [lo, hi) give ``first(b, x, target)`` and
+    ``second(b, x, target)`` (float32 IR values built by ``b``) different bits."""
+    module = ir.Module(name)
     fn = ir.Function(module, ir.FunctionType(I64, [I32, I32]), "mismatches")
     entry, loop, done = (fn.append_basic_block(name) for name in ("entry", "loop", "done"))
     b = ir.IRBuilder(entry)
@@ -41,9 +42,8 @@ def _mismatch_counter() -> ctypes.CFUNCTYPE:
     count.add_incoming(ir.Constant(I64, 0), entry)
     x = b.bitcast(i, F32)
     target = jit.host_target()
-    plain = b.bitcast(math_call(b, "exp", x, target=target), I32)
-    nonpositive = b.bitcast(math_call(b, "exp_nonpositive", x, target=target), I32)
-    counted = b.add(count, b.zext(b.icmp_unsigned("!=", plain, nonpositive), I64))
+    one, other = (b.bitcast(make(b, x, target), I32) for make in (first, second))
+    counted = b.add(count, b.zext(b.icmp_unsigned("!=", one, other), I64))
     following = b.add(i, ir.Constant(I32, 1))
     i.add_incoming(following, loop)
     count.add_incoming(counted, loop)
@@ -56,8 +56,14 @@ def _mismatch_counter() -> ctypes.CFUNCTYPE:
     return counter
 
 
+def _exp_counter() -> ctypes.CFUNCTYPE:
+    """Float bit patterns whose exp and exp_nonpositive differ."""
+    return _mismatch_counter("exp_nonpositive_check", lambda b, x, target: math_call(b, "exp", x, target=target),
+                             lambda b, x, target: math_call(b, "exp_nonpositive", x, target=target))
+
+
 def test_exp_nonpositive_is_exp_on_every_nonpositive_float():
-    counter = _mismatch_counter()
+    counter = _exp_counter()
     # -0.0 up to -105 (below -104 both clamp), every float32 (1.1e9 of them, ~3 s), and +0.0 and a NaN
     assert counter(_bits(-0.0), _bits(-105.0) + 1) == 0
     assert counter(_bits(0.0), _bits(0.0) + 1) == 0
@@ -128,38 +134,18 @@ def test_avx512_scales_by_the_float_n_without_an_integer_n():
 
 
 def _ldexp_form_counter() -> ctypes.CFUNCTYPE:
-    """``mismatches(lo, hi)``: float bit patterns in [lo, hi) whose exp differs from exp scaled by ``llvm.ldexp`` of
-    the integer n (the form before the scale by the float n)."""
+    """Float bit patterns whose exp differs from exp scaled by ``llvm.ldexp`` of the integer n (the form before the
+    scale by the float n)."""
     from neuroncc.codegen.llvm import mathlib
 
-    module = ir.Module("exp_scale_check")
-    fn = ir.Function(module, ir.FunctionType(I64, [I32, I32]), "mismatches")
-    entry, loop, done = (fn.append_basic_block(name) for name in ("entry", "loop", "done"))
-    b = ir.IRBuilder(entry)
-    b.branch(loop)
-    b.position_at_end(loop)
-    i, count = b.phi(I32), b.phi(I64)
-    i.add_incoming(fn.args[0], entry)
-    count.add_incoming(ir.Constant(I64, 0), entry)
-    x = b.bitcast(i, F32)
-    target = jit.host_target()
-    xc = mathlib._clamp_keeping_nan(b, x, -104.0, 88.8)
-    n, whole = mathlib._round_to_integer(b, b.fmul(xc, mathlib._c(1.4426950408889634), flags=mathlib.FAST))
-    r = b.fsub(xc, b.fmul(n, mathlib._c(0.693359375), flags=mathlib.FAST), flags=mathlib.FAST)
-    r = b.fsub(r, b.fmul(n, mathlib._c(-2.12194440e-4), flags=mathlib.FAST), flags=mathlib.FAST)
-    by_integer = b.bitcast(mathlib._scale(b, mathlib._exp_reduced(b, r), whole, target), I32)
-    by_float = b.bitcast(math_call(b, "exp", x, target=target), I32)
-    counted = b.add(count, b.zext(b.icmp_unsigned("!=", by_integer, by_float), I64))
-    following = b.add(i, ir.Constant(I32, 1))
-    i.add_incoming(following, loop)
-    count.add_incoming(counted, loop)
-    b.cbranch(b.icmp_unsigned("<", following, fn.args[1]), loop, done)
-    b.position_at_end(done)
-    b.ret(counted)
-    compiled = jit.compile_ir([str(module)])
-    counter = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_uint32, ctypes.c_uint32)(compiled.address("mismatches"))
-    counter.module = compiled
-    return counter
+    def by_integer(b, x, target):
+        xc = mathlib._clamp_keeping_nan(b, x, -104.0, 88.8)
+        n, whole = mathlib._round_to_integer(b, b.fmul(xc, mathlib._c(1.4426950408889634), flags=mathlib.FAST))
+        r = b.fsub(xc, b.fmul(n, mathlib._c(0.693359375), flags=mathlib.FAST), flags=mathlib.FAST)
+        r = b.fsub(r, b.fmul(n, mathlib._c(-2.12194440e-4), flags=mathlib.FAST), flags=mathlib.FAST)
+        return mathlib._scale(b, mathlib._exp_reduced(b, r), whole, target)
+
+    return _mismatch_counter("exp_scale_check", by_integer, lambda b, x, target: math_call(b, "exp", x, target=target))
 
 
 @pytest.mark.skipif(not jit.host_target().scales_by_float_exponent, reason="the scale by the float n is AVX-512's")

@@ -197,12 +197,7 @@ def spread_loop(em: EmitContext, lo: Any, hi: Any, body: Callable[[Any], None], 
 
     def one_group(g: Any) -> None:
         start = em.add(lo, em.mul(g, group))
-        for stream in ahead:
-            first = stream.at(start)
-            for line in range(-(-covered * stream.itemsize // CACHE_LINE_BYTES)):
-                address = em.b.gep(first, [ir.Constant(I64, line * CACHE_LINE_BYTES)], source_etype=I8)
-                em.b.call(prefetch, [address, ir.Constant(I32, int(stream.write)), ir.Constant(I32, 3),
-                                     ir.Constant(I32, 1)])
+        _prefetch_lines(em, prefetch, ahead, start, covered)
         stop = em.add(start, group) if whole else em.min(em.add(start, group), hi)
         loop(start, stop, body)
         if after is not None:
@@ -223,16 +218,23 @@ def chunk_loop(em: EmitContext, lo: Any, hi: Any, body: Callable[[Any], None], a
 
     def one_chunk(g: Any) -> None:
         start = em.add(lo, em.mul(g, chunk))
-        for stream in ahead:
-            first = stream.at(start)
-            for line in range(-(-chunk * stream.itemsize // CACHE_LINE_BYTES)):
-                address = em.b.gep(first, [ir.Constant(I64, line * CACHE_LINE_BYTES)], source_etype=I8)
-                em.b.call(prefetch, [address, ir.Constant(I32, int(stream.write)), ir.Constant(I32, 3),
-                                     ir.Constant(I32, 1)])
+        _prefetch_lines(em, prefetch, ahead, start, chunk)
         em.loop(start, em.add(start, chunk), body)
 
     em.loop(0, whole, one_chunk)
     em.loop(em.add(lo, em.mul(whole, chunk)), hi, body)
+
+
+def _prefetch_lines(em: EmitContext, prefetch: ir.Function, ahead: Sequence[Ahead], start: Any,
+                    elements: int) -> None:
+    """Prefetch (into L1, for reading or writing as each stream says) the lines of ``elements`` elements from
+    ``start`` in every stream of ``ahead``."""
+    for stream in ahead:
+        first = stream.at(start)
+        for line in range(-(-elements * stream.itemsize // CACHE_LINE_BYTES)):
+            address = em.b.gep(first, [ir.Constant(I64, line * CACHE_LINE_BYTES)], source_etype=I8)
+            em.b.call(prefetch, [address, ir.Constant(I32, int(stream.write)), ir.Constant(I32, 3),
+                                 ir.Constant(I32, 1)])
 
 
 def group_elements(lo: Any, hi: Any, group: int) -> int:

@@ -52,14 +52,15 @@ def scalar_with_variant(module: ir.Module, symbol: str, fn_type: ir.FunctionType
     fn = ir.Function(module, fn_type, symbol)
     fn.linkage = "internal"
     set.add(fn.attributes, "noinline")
-    _with_variant(fn, lanes, variant)
+    _with_variants(fn, [(lanes, variant)])
     return fn
 
 
-def _with_variant(fn: ir.Function, lanes: int, variant: ir.Function) -> None:
+def _with_variants(fn: ir.Function, variants: list[tuple[int, ir.Function]]) -> None:
+    """Mark ``fn`` free of side effects and name its vector ``variants`` (lanes, function) for the vectorizer."""
     args = "v" * len(fn.function_type.args)
-    for attribute in ("nounwind", "willreturn", "memory(none)",
-                      f'"vector-function-abi-variant"="_ZGV_LLVM_N{lanes}{args}_{fn.name}({variant.name})"'):
+    names = ",".join(f"_ZGV_LLVM_N{lanes}{args}_{fn.name}({variant.name})" for lanes, variant in variants)
+    for attribute in ("nounwind", "willreturn", "memory(none)", f'"vector-function-abi-variant"="{names}"'):
         set.add(fn.attributes, attribute)  # raw: llvmlite's attribute set knows neither memory(none) nor strings
 
 
@@ -76,7 +77,7 @@ def scaled_by_float(b: ir.IRBuilder, p: ir.Value, n: ir.Value) -> ir.Value:
     module = b.module
     fn = module.globals.get(SCALEF_SYMBOL)
     if fn is None:
-        mangled = []
+        variants = []
         for lanes in SCALEF_LANES:
             bits = lanes * I32.width  # float32 lanes
             vector = ir.VectorType(F32, lanes)
@@ -90,11 +91,9 @@ def scaled_by_float(b: ir.IRBuilder, p: ir.Value, n: ir.Value) -> ir.Value:
             rounding = [ir.Constant(I32, 4)] if lanes == SCALEF_LANES[-1] else []  # the widest's; MXCSR's
             body.ret(call(body, f"llvm.x86.avx512.mask.scalef.ps.{bits}",
                           [variant.args[0], variant.args[1], ir.Constant(vector, None), mask] + rounding, vector))
-            mangled.append(f"_ZGV_LLVM_N{lanes}vv_{SCALEF_SYMBOL}({variant.name})")
+            variants.append((lanes, variant))
         fn = ir.Function(module, ir.FunctionType(F32, [F32, F32]), SCALEF_SYMBOL)
-        for attribute in ("nounwind", "willreturn", "memory(none)",
-                          f'"vector-function-abi-variant"="{",".join(mangled)}"'):
-            set.add(fn.attributes, attribute)
+        _with_variants(fn, variants)
     return b.call(fn, [p, n])
 
 
