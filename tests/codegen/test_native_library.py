@@ -15,7 +15,7 @@ import pytest
 from neuroncc.codegen.llvm import jit, native_library
 from neuroncc.codegen.llvm.native_library import CodeForm, LibraryModule
 from neuroncc.errors import ArtifactError
-from neuroncc.executors.cpu import launcher
+from neuroncc.executors.cpu import code_files
 from neuroncc.executors.cpu.launcher import build_cpu_executable, load_cpu_executable, stored_code
 from neuroncc.ir import Builder, DType, TensorType, interpret
 from neuroncc.passes import run_pipeline
@@ -145,7 +145,7 @@ def test_a_corrupt_library_is_refused_before_it_is_loaded(tmp_path, monkeypatch)
     exe.save(tmp_path)
     library = (tmp_path / "kernels.so").read_bytes()
     (tmp_path / "kernels.so").write_bytes(library[:-1] + bytes([library[-1] ^ 1]))
-    monkeypatch.setattr(launcher, "load_library", lambda *a, **k: pytest.fail("loaded unchecked bytes"))
+    monkeypatch.setattr(code_files, "load_library", lambda *a, **k: pytest.fail("loaded unchecked bytes"))
     with pytest.raises(ArtifactError, match="corrupt"):
         load_cpu_executable(tmp_path, exe.function)
     assert stored_code(exe.module) == library

@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from neuroncc.codegen.llvm.native_library import CodeForm, code_form, load_library
+from neuroncc.codegen.llvm.native_library import code_form
 from neuroncc.codegen.llvm.team_entry import team_entry_ir
 from neuroncc.codegen.llvm.regions import wrap_remaining_ops
 from neuroncc.errors import ArtifactError, InputError
@@ -48,7 +48,7 @@ from neuroncc.ir.opdef import Trait
 from neuroncc.ir.types import contiguous_strides
 from neuroncc.executors.cpu.adopt import SuppliedExtern
 from neuroncc.executors.cpu.array_call import array_call
-from neuroncc.executors.cpu.ar_archive import read_archive, split_modules, write_archive
+from neuroncc.executors.cpu.code_files import CODE_FILES, IR_FILE, PLAN_FILE, load_code, stored_code
 from neuroncc.executors.cpu.buffers import copy_layouts, returned_strides
 from neuroncc.executors.cpu.buffers import data_address as _data_address
 from neuroncc.executors.cpu.buffers import flat_view as _flat
@@ -76,15 +76,6 @@ from neuroncc.ir.interpreter import run_op
 from neuroncc.ir.dtypes import to_storage
 from neuroncc.hardware.host import host_cpu
 
-#: kernels.so: the kernel phases linked into one shared library; kernels.a (where the compiling process had no
-#: linker): their object files in one ar archive (executors/cpu/ar_archive.py). The plan's code_form says which.
-PLAN_FILE, IR_FILE, LIBRARY_FILE, OBJECT_FILE = "plan.json", "kernels.ll", "kernels.so", "kernels.a"
-CODE_FILES = {CodeForm.SHARED_LIBRARY: LIBRARY_FILE, CodeForm.OBJECTS: OBJECT_FILE}
-
-
-def stored_code(module: Any) -> bytes:
-    """What an artifact stores of loaded code (``jit.LoadedCode``): the library, or the objects' archive."""
-    return module.library if module.form is CodeForm.SHARED_LIBRARY else write_archive(module.objects)
 #: The process-wide helpers an artifact carries (runtime.json, helpers.py), with their IR generators.
 HELPERS = {TEAM: team_entry_ir, SEQUENCE: interpreter_ir}
 
@@ -567,7 +558,7 @@ def load_cpu_executable(directory: str | Path, fn: Function, options: Mapping[st
         raise ArtifactError(f"{directory}: compiled for CPU '{plan.cpu}', this is '{host.name}'")
     module = None
     if any(step.native for step in plan.steps):
-        module = _load_code(directory, plan)
+        module = load_code(directory, plan)
         if wants_offers(tuple(HELPERS)):
             try:
                 offer((directory / RUNTIME_FILE).read_text(encoding="utf-8"))
@@ -575,32 +566,6 @@ def load_cpu_executable(directory: str | Path, fn: Function, options: Mapping[st
                 pass  # an artifact without the helpers (older, or none written): they are compiled when needed
     return CpuExecutable(top, plan, module, thread_count(options), threading_mode=threading_mode(options),
                          fixed_threads=threads_fixed(options))
-
-
-def _load_code(directory: Path, plan: CpuLaunchPlan) -> Any:
-    """The kernels' code of an artifact (``jit.LoadedCode``), checked against the plan's checksum before it is
-    loaded: a shared library through the dynamic loader (no LLVM), objects through MCJIT."""
-    try:
-        form = CodeForm(plan.code_form)
-    except ValueError:
-        raise ArtifactError(f"{directory}: unknown code form {plan.code_form!r}") from None
-    path = directory / CODE_FILES[form]
-    try:
-        code = path.read_bytes()
-    except OSError as exc:
-        raise ArtifactError(f"cannot read kernel object code in {directory}: {exc}") from None
-    if hashlib.sha256(code).hexdigest() != plan.object_sha256:
-        raise ArtifactError(f"{path} is corrupt (checksum mismatch)")
-    try:
-        llvm_ir = split_modules((directory / IR_FILE).read_text(encoding="utf-8")) \
-            if (directory / IR_FILE).exists() else []
-    except (OSError, UnicodeDecodeError):
-        llvm_ir = []  # for inspection only: the code file is what runs
-    if form is CodeForm.SHARED_LIBRARY:
-        return load_library(code, llvm_ir=llvm_ir)  # the bytes just checked, through a private file
-    import neuroncc.codegen.llvm.jit as jit  # LLVM's MCJIT: only for an artifact of objects
-
-    return jit.load_objects(read_archive(code, str(path)), llvm_ir)
 
 
 __all__ = ["CODE_FILES", "CpuExecutable", "KernelIndexError", "build_cpu_executable", "load_cpu_executable", "stored_code"]
