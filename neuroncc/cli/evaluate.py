@@ -48,9 +48,8 @@ def parse_shapes(text: str) -> tuple[tuple[int, ...], ...]:
 
 
 def run_evaluate(args: argparse.Namespace) -> int:
-    from neuroncc.cli.inputs import random_inputs, read_npz_inputs
+    from neuroncc.cli.inputs import user_inputs
     from neuroncc.evaluation.runner import evaluate
-    from neuroncc.frontend.exported import program_inputs
 
     if not 1 <= args.repeat <= MAX_REPEAT:
         raise InputError(f"--repeat must be between 1 and {MAX_REPEAT}, got {args.repeat}")
@@ -62,15 +61,11 @@ def run_evaluate(args: argparse.Namespace) -> int:
     progress = programs.progress_for(args)
     with programs.one_line_warnings():
         program = programs.load_model(args, progress)
-        expected = [spec for spec in program_inputs(program) if spec.kind == "input"]
-        if args.inputs is not None:
-            inputs = read_npz_inputs(args.inputs, expected)
-        else:
-            inputs = random_inputs(expected, args.seed, args.model)
+        _, inputs = user_inputs(program, args.inputs, args.seed, args.model)
         module = program.module()  # its train/eval behaviour is baked in at export (module.eval() is refused)
         _cache_environment(args)
         options = {"pipeline": args.pipeline} if args.pipeline else {}
-        report = evaluate(module, tuple(inputs[spec.target] for spec in expected), train=args.train,
+        report = evaluate(module, tuple(inputs), train=args.train,
                           target=args.target, shapes=shapes, repeat=args.repeat, rtol=args.rtol, atol=args.atol,
                           options=options, name=args.model, progress=lambda title: progress.step(title, log=True))
     if args.html:

@@ -17,7 +17,7 @@ import torch
 
 from neuroncc.cli.programs import check_readable_file
 from neuroncc.errors import InputError
-from neuroncc.frontend.exported import MAX_INPUT_BYTES, ProgramInput, check_input_sizes
+from neuroncc.frontend.exported import MAX_INPUT_BYTES, ProgramInput, check_input_sizes, program_inputs
 
 #: The numpy dtype an .npz array must have for each torch dtype (bfloat16 arrives as float32).
 NUMPY_DTYPES: dict[torch.dtype, np.dtype] = {
@@ -106,3 +106,11 @@ def random_inputs(expected: Sequence[ProgramInput], seed: int, where: str) -> di
 
 def _describe(dtype: np.dtype, shape: Sequence[int]) -> str:
     return f"{dtype}{list(shape)}"
+
+
+def user_inputs(program, npz_path: str | None, seed: int, where: str) -> tuple[list[ProgramInput], list[torch.Tensor]]:
+    """The program's user inputs (not its parameters or buffers) and one tensor for each, in order: read from
+    ``npz_path`` when given, else drawn at random from ``seed``."""
+    expected = [spec for spec in program_inputs(program) if spec.kind == "input"]
+    tensors = read_npz_inputs(npz_path, expected) if npz_path is not None else random_inputs(expected, seed, where)
+    return expected, [tensors[spec.target] for spec in expected]

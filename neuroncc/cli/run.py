@@ -34,8 +34,8 @@ MAX_REPEAT = 100_000
 
 
 def run_run(args: argparse.Namespace) -> int:
-    from neuroncc.cli.inputs import random_inputs, read_npz_inputs
-    from neuroncc.frontend.exported import call_eager, program_inputs, unflatten_user_inputs
+    from neuroncc.cli.inputs import user_inputs
+    from neuroncc.frontend.exported import call_eager, unflatten_user_inputs
     from torch.utils._pytree import tree_leaves
 
     if not 0 <= args.repeat <= MAX_REPEAT:
@@ -51,13 +51,8 @@ def run_run(args: argparse.Namespace) -> int:
     progress = programs.progress_for(args)
     with programs.one_line_warnings():
         program = programs.load_model(args, progress)
-        expected = [spec for spec in program_inputs(program) if spec.kind == "input"]
-        if args.inputs is not None:
-            inputs = read_npz_inputs(args.inputs, expected)
-        else:
-            inputs = random_inputs(expected, args.seed, args.model)
+        expected, flat_inputs = user_inputs(program, args.inputs, args.seed, args.model)
         served, compiled = programs.served_inference(args, program, progress)
-        flat_inputs = [inputs[spec.target] for spec in expected]
         call_args, call_kwargs = unflatten_user_inputs(program, flat_inputs)  # the program's own signature
         if args.trace or args.plot:  # one more call, recorded step by step (after the timed ones' warm-up)
             served(*call_args, **call_kwargs)
@@ -83,7 +78,8 @@ def run_run(args: argparse.Namespace) -> int:
             with progress.step("run eager PyTorch"):
                 eager = call_eager(program, flat_inputs)
     print(f"{args.model}: target {args.target}, {_cache_words(compiled)}")
-    print(f"  inputs   {', '.join(f'{n} {_describe(t)}' for n, t in inputs.items()) or '(none)'}"
+    described = ", ".join(f"{spec.target} {_describe(tensor)}" for spec, tensor in zip(expected, flat_inputs))
+    print(f"  inputs   {described or '(none)'}"
           f"  ({'from ' + args.inputs if args.inputs else f'random, seed {args.seed}'})")
     for index, (name, tensor) in enumerate(zip(output_names, outputs)):
         print(f"  output {index} {name}: {_describe(tensor)}  {_values(tensor)}")
