@@ -58,14 +58,8 @@ def compile_with_aot_autograd(gm: fx.GraphModule, example_inputs: list[Any], nam
         keep_inference_input_mutations=graph_cache.KEEP_INFERENCE_INPUT_MUTATIONS,  # True
     )
     # cpu/interp: attention stays ATen's flash kernel (one library op); nki-sim: the math SDPA backend.
-    # The backward graph is compiled right after the forward (AOTAutograd's non-lazy lowering), not at the first
-    # loss.backward(): its LLVM work then runs beside AOTAutograd's tail and the forward's first call, whose own
-    # code is done by then, and the first backward neither compiles nor waits for its code. Transformer block's
-    # training step, cold, 18 interleaved rounds: first call -0.19 s beyond aot_eager's (the backward's first
-    # call -0.18, the forward's -0.06, the backend's call +0.19; docs/performance-history.md, session 19 coldbw).
-    # A backward that fails to compile fails when it is called, as a lazy one did (AtenCompilers.backward).
     stats.increment("aot_autograd_runs")
-    with attention_tracing(config.target), torch._functorch.config.patch(force_non_lazy_backward_lowering=True):
+    with attention_tracing(config.target):
         try:
             compiled = compile_with_aot(gm, example_inputs)
         except DATA_DEPENDENT_ERRORS as error:
@@ -112,18 +106,8 @@ class AtenCompilers:
         return compiled
 
     def backward(self, gm: fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
-        # Called with the forward's compile (compile_with_aot_autograd), before any backward runs. Our backward
-        # reuses no saved activation's memory: no donated buffers, so a backward with retain_graph=True is
-        # allowed (AOTAutograd's lazy compile cleared the list for such a first backward; it checks it on
-        # every backward once the code exists).
-        meta = getattr(torch._guards.TracingContext.try_get(), "fw_metadata", None)
-        if meta is not None:
-            meta.bw_donated_idxs = []
         take_input_layouts(gm, example_inputs)
-        try:
-            compiled = self._compile(gm, "backward", saved_facts=self.saved_facts.get("forward"))
-        except Exception as error:  # noqa: BLE001 - raised by the backward's call, where a lazy compile raised it
-            return _FailedBackward(error)
+        compiled = self._compile(gm, "backward", saved_facts=self.saved_facts.get("forward"))
         forward = self.compiled_forward[-1] if self.compiled_forward else None
         if isinstance(forward, CompiledGraph) and isinstance(compiled, CompiledGraph):
             forward.share_arena_with(compiled)  # their calls follow one another: one arena (as on a hit)
@@ -157,18 +141,6 @@ class AtenCompilers:
     def _partitioned(self, gm: fx.GraphModule) -> bool:
         """Compiled in pieces: in fallback mode, or around the collectives of a distributed graph."""
         return self.options.fallback == "cpu" or has_communication(gm)
-
-
-class _FailedBackward:
-    """Stands in for a backward graph that failed to compile: a forward whose backward never runs still works,
-    and the backward's call raises the compile's error (as AOTAutograd's lazy compile did there)."""
-
-    def __init__(self, error: Exception):
-        self.error = error
-        self._boxed_call = True  # AOTAutograd's calling convention: one list of arguments
-
-    def __call__(self, args: list[Any]) -> Any:
-        raise self.error
 
 
 def _partition_fn(config: BackendOptions) -> Callable[..., Any]:

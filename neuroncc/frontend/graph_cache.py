@@ -13,8 +13,8 @@ inference) artifacts by their own keys and holds what AOTAutograd's runtime wrap
              torch's own
     miss  -> AOTAutograd runs as before; a :class:`GraphRecorder` collects what the compilers see (the
              artifact keys, AOTAutograd's runtime metadata from the tracing context, the inputs to detach
-             from the backward graph) and publishes the entry once AOTAutograd returns (the backward graph
-             is compiled with the forward, aot_compile.py; an entry without it is never published)
+             from the backward graph) and publishes the entry once the backward graph is compiled (lazily,
+             at the first backward) or, for an inference graph, once AOTAutograd returns
 
 A graph the key or the metadata codec cannot describe is compiled every time (counted as
 ``graph_cache_uncacheable``, its reason logged on ``neuroncc.frontend`` at INFO and kept in

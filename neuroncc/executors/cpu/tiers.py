@@ -52,10 +52,7 @@ QUIET_SECONDS = 0.05
 #: first step compiles its forward graph, runs it for a few hundred milliseconds, then compiles its backward
 #: graph: with the eager device's 50 ms, the forward's optimized build would start inside that first step and
 #: take the cores the step runs on (2 here). With 0.5 s it still started between the transformer block's two
-#: graph builds on a loaded machine (forward run + backward import and emission took 0.6 s there). Since the
-#: backward graph is compiled with the forward (frontend/aot_compile.py), the two builds come back to back and
-#: the quiet second covers AOTAutograd's tail and the step's forward and backward calls (~0.45 s after the
-#: backward's build on the transformer block, cold).
+#: graph builds on a loaded machine (forward run + backward import and emission took 0.6 s there).
 GRAPH_QUIET_SECONDS = 1.0
 
 
