@@ -3,10 +3,12 @@ process. ``--switch word-lanes`` (default): output words rounded in 16-bit lanes
 (``CpuTarget.rounds_bf16_in_word_lanes`` on, AVX-512 BW hosts' default, ``codegen/llvm/bf16_words.py``, and off:
 the 32-bit rounding every CPU had before). ``--switch op-results``: the roundings of ops with bf16 results
 without their NaN case where ``nan_payloads.py`` allows it (``CpuTarget.rounds_bf16_op_results_without_nan_case``,
-AVX-512's default) against with it (every CPU before session 18).
+AVX-512's default) against with it (every CPU before session 18). ``--switch widened-rows``: a bf16 row widened
+to float32 kept in a row cache by the first pass that reduces it (``CpuTarget.caches_widened_bf16_rows``, AVX-512's
+default; bf16 LayerNorm) against widened again in every pass (every CPU before session 19).
 
     /work/bin/heavy x python benchmarks/bench_bf16_words.py [--rows a16,b16,c16] [--threads 1,2] [--repeats 25]
-        [--switch word-lanes|op-results]
+        [--switch word-lanes|op-results|widened-rows]
 
 Each row's graph is the one torch.compile hands the neuron backend (dumped through the ``dump_dir`` option, then
 the cpu pipeline), built as an executable twice per variant in the order ABAB (later builds of one process ran
@@ -38,7 +40,8 @@ from neuroncc.ir.parser import parse  # noqa: E402
 from neuroncc.passes.manager import PassContext  # noqa: E402
 from neuroncc.passes.pipeline import default_pipeline, run_pipeline  # noqa: E402
 
-SWITCHES = {"word-lanes": "rounds_bf16_in_word_lanes", "op-results": "rounds_bf16_op_results_without_nan_case"}
+SWITCHES = {"word-lanes": "rounds_bf16_in_word_lanes", "op-results": "rounds_bf16_op_results_without_nan_case",
+            "widened-rows": "caches_widened_bf16_rows"}
 
 
 def backend_graph(case, inputs: list[torch.Tensor]):

@@ -183,6 +183,16 @@ class CpuTarget:
         code keeps them."""
         return self.has("avx512f")
 
+    @property
+    def caches_widened_bf16_rows(self) -> bool:
+        """Whether a row loop that reduces a bf16 row widened to float32 and reads it again in later passes
+        (bf16 LayerNorm: the mean, variance and write passes) keeps the widened row in a float32 row cache that
+        its first pass fills (``refine.widened_row_cache``): the later passes load float32 from L1 instead of
+        widening each word again (a shift and an and per 32 elements per pass). With AVX-512 the first pass's
+        two stores per 32 elements stay in its one loop (``stages.SUM_IN_LOOP_MIN_REGISTERS``); AVX2's code is
+        left as it was (its row-cached sums are added in a loop of their own)."""
+        return self.has("avx512f")
+
     def onednn_takes(self, rows: int, depth: int, cols: int) -> bool:
         """Whether a float32 mm/addmm of ``[rows, depth] x [depth, cols]`` (logical shapes) runs as oneDNN's
         linear rather than MKL's sgemm (called directly, ``executors/cpu/blas.py``). oneDNN pays a fixed cost

@@ -95,6 +95,11 @@ class EmitContext(Protocol):
         """``value`` at ``idx`` loaded from the row cache the current stage writes (:meth:`writes_row_cache`)."""
         ...
 
+    def row_cache_filled(self, value: Value) -> None:
+        """The current stage has stored all of ``value``'s row into its row cache (a variance's mean pass): its
+        next passes load it there (``refine.widened_row_cache``)."""
+        ...
+
     def carried_prefetches(self) -> Sequence[Ahead]:
         """What the current stage's compute-bound loop prefetches as it goes (``prefetch.spread_loop``): the next
         row of the row loop's inputs when this stage carries them (``prefetch.carrier_stage``), else nothing."""

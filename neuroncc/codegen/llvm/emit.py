@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any, assert_never
 
 from llvmlite import ir
@@ -46,6 +47,7 @@ from neuroncc.codegen.llvm.stages import (
 from neuroncc.codegen.llvm.streams import emit_stream_row, stream_bytes, streams
 from neuroncc.codegen.llvm.transpose import emit_transposed
 from neuroncc.codegen.llvm.views import Layout
+from neuroncc.codegen.llvm.refine import widened_row_cache
 from neuroncc.codegen.llvm.row_buffers import BEFORE_THE_ROWS, allocate_rows, emit_widened, row_slot, widened_rows
 from neuroncc.errors import CodegenError
 from neuroncc.hardware.host import CACHE_LINE_BYTES, MEMORY_BURST_LINES, CpuTarget, host_cpu
@@ -91,6 +93,7 @@ class KernelEmitter(IndexArithmetic, BufferAccess):
         self._after_group: Any = None  # its code for a group of the carrier's elements, at the current row
         self._range: tuple[ir.Value, ir.Value] = None  # type: ignore[assignment]  # the phase's [start, end)
         self._stage_number = 0  # position of the stage being emitted in its phase (row caches key on it)
+        self._filled: set[Value] = set()  # row caches the current stage has filled (``row_cache_filled``)
         self._streamed = False  # the current phase wrote non-temporal stores
         self._pair: Pair | None = None  # the element pair of the innermost loop being emitted (``pairs.py``)
         self._nan_payloads: NanPayloads | None = None  # (for ``rounding_needs_nan_case``)
@@ -210,6 +213,8 @@ class KernelEmitter(IndexArithmetic, BufferAccess):
             if self._delayed is None:
                 self._owned = rows_written_by_carried_pass(self.plan, phase, self._carrier)
         self._row_copies = 1 if self._delayed is None else 2
+        if self.target.caches_widened_bf16_rows:  # (bf16 rows widened once, by the first pass that reduces them)
+            phase = replace(phase, row_cache={**widened_row_cache(self.plan, phase), **phase.row_cache})
         self._row_cache, self._row_depth = dict(phase.row_cache), len(phase.outer)
         widened = widened_rows(self.plan, phase)  # (filled here, before the row loop, then read as row caches)
         self._pair_rows = pair_ordered_rows(self.plan, phase.row_cache, [*phase.stages, *(sums or [])]) | set(widened)
@@ -238,7 +243,7 @@ class KernelEmitter(IndexArithmetic, BufferAccess):
             stage = phase.stages[number]
             for layout in self._prefetched if self._carrier is None else ():  # (cheap passes: a burst before each)
                 emit_prefetch_next_row(self, layout, outer[:depth], part, len(passes))
-            self._stage_number = number
+            self._stage_number, self._filled = number, set()
             self._stage_at(stage, outer, depth, means.get(number), maxima.get(number))
 
     def rounding_needs_nan_case(self, op: Op) -> bool:
@@ -249,6 +254,16 @@ class KernelEmitter(IndexArithmetic, BufferAccess):
 
     def writes_row_cache(self, value: Value) -> bool:
         return self._row_cache.get(value) == self._stage_number
+
+    def row_cache_filled(self, value: Value) -> None:
+        if self.writes_row_cache(value):
+            self._filled.add(value)
+
+    def _loads_row_cache(self, value: Value) -> bool:
+        """Whether ``value`` is loaded from its row cache here: an earlier stage, or an earlier pass of this one,
+        stored it."""
+        producer = self._row_cache.get(value)
+        return producer is not None and (self._stage_number > producer or value in self._filled)
 
     def row_cached(self, value: Value, idx: Index) -> ir.Value:
         assert self.writes_row_cache(value)
@@ -452,9 +467,7 @@ class KernelEmitter(IndexArithmetic, BufferAccess):
                 continue
             seen.add(value)
             access = self.plan.access.get(value)
-            producer = self._row_cache.get(value)
-            if access is None or isinstance(access, Layout) or \
-                    (producer is not None and self._stage_number > producer):
+            if access is None or isinstance(access, Layout) or self._loads_row_cache(value):
                 continue
             count += access.op.has(Trait.TRANSCENDENTAL)
             pending += access.op.operands
@@ -507,8 +520,7 @@ class KernelEmitter(IndexArithmetic, BufferAccess):
     def _generated_op(self, value: Value) -> Op | None:
         """The op ``value_at`` generates ``value`` from at the current stage (None: loaded)."""
         access = self.plan.access[value]
-        producer = self._row_cache.get(value)
-        if (producer is not None and self._stage_number > producer) or isinstance(access, Layout):
+        if self._loads_row_cache(value) or isinstance(access, Layout):
             return None
         return access.op
 
@@ -518,7 +530,7 @@ class KernelEmitter(IndexArithmetic, BufferAccess):
         producer = self._row_cache.get(value)
         if value in self.known:  # (``one_hot_rows.py``)
             result = ir.Constant(I1, int(self.known[value]))
-        elif producer is not None and self._stage_number > producer:
+        elif self._loads_row_cache(value):
             result = self.b.load(row_slot(self, value, idx))
         elif isinstance(access, Layout):
             result = self.load(access, idx)

@@ -21,6 +21,7 @@ from neuroncc.codegen.llvm.kernel_plan import (
     MapStage, PartialReduce, Phase, ReduceStage, RowLoop, SplitColumns, Stage, written_by,
 )
 from neuroncc.codegen.llvm.views import Layout
+from neuroncc.ir.dtypes import DType
 from neuroncc.ir.types import contiguous_strides
 from neuroncc.codegen.llvm.reductions import COMBINERS
 from neuroncc.codegen.llvm.scalars import storage_itemsize
@@ -151,6 +152,33 @@ def cache_rows(plan: KernelPlan) -> KernelPlan:
         return replace(phase, row_cache=row_cache) if row_cache else phase
 
     return _each_phase(plan, rule)
+
+
+def widened_row_cache(plan: KernelPlan, phase: RowLoop) -> dict[Value, int]:
+    """Row caches of bf16 rows widened to float32 (``CpuTarget.caches_widened_bf16_rows``; the emitter adds them
+    to ``phase``'s): a cast of bf16 to float32 that a reduction over the row sums (or takes the variance of) and a
+    later stage reads again at its own index, stored by that reduction's first pass: bf16 LayerNorm's ``cast(x)``,
+    which its variance's deviation pass and its write pass then load as float32 from L1. The cached values are
+    the ones the cast computes: the results do not change."""
+    k = len(phase.outer)
+    if not k:
+        return {}
+    cache: dict[Value, int] = {}
+    for position, stage in enumerate(phase.stages):
+        if not isinstance(stage, ReduceStage) or stage.reduced != tuple(range(k, len(stage.shape))):
+            continue
+        value = stage.op.operands[0]
+        access = plan.access.get(value)
+        if value in cache or value in phase.row_cache or not isinstance(access, Computed) \
+                or access.op.name != "cast" or value.type.dtype is not DType.f32 \
+                or access.op.operands[0].type.dtype is not DType.bf16 \
+                or math.prod(stage.shape[k:]) > ROW_CACHE_MAX:
+            continue
+        if any(later.shape == stage.shape and any(_reads_in_place(plan, root, value, stage.shape, set())
+                                                  for root, _ in later.roots)
+               for later in phase.stages[position + 1:]):
+            cache[value] = position
+    return cache
 
 
 def cache_written_rows(plan: KernelPlan) -> KernelPlan:

@@ -23,7 +23,7 @@ from neuroncc.codegen.llvm.kernel_plan import Computed, KernelPlan, RowLoop
 from neuroncc.codegen.llvm.pairs import pair_position, pairs_halfwords
 from neuroncc.codegen.llvm.scalars import F32, I64, compute_type
 from neuroncc.codegen.llvm.views import Layout
-from neuroncc.hardware.host import ALIAS_PERIOD_BYTES
+from neuroncc.hardware.host import ALIAS_PERIOD_BYTES, CACHE_LINE_BYTES
 from neuroncc.ir.dtypes import DType
 from neuroncc.ir.graph import Value
 from neuroncc.ir.opdef import Trait
@@ -77,6 +77,7 @@ def emit_widened(em: Any, values: tuple[Value, ...]) -> dict[Value, ir.AllocaIns
     for value in values:
         (n,) = value.type.shape
         buffer = buffers[value] = em._entry.alloca(ir.ArrayType(F32, n))
+        buffer.align = CACHE_LINE_BYTES
 
         def pair(k: Any, value: Value = value, buffer: ir.AllocaInstr = buffer, n: int = n) -> None:
             for half in (0, 1):

@@ -194,6 +194,7 @@ class _Reducer:
             mean = self.em.load(shared.stage.target, self._out_index(idx, shared.stage.op))
         elif self.combiner.two_pass:
             total = self._float_total(idx, None)
+            self.em.row_cache_filled(self.op.operands[0])  # (the deviation pass loads it: ``widened_row_cache``)
             mean = self.em.b.fptrunc(self.em.b.fdiv(total, ir.Constant(F64, float(max(self.count, 1)))), F32)
             if shared is not None:
                 self.em.store(shared.stage.target, self._out_index(idx, shared.stage.op), mean)
