@@ -80,37 +80,21 @@ _LIBRARY.impl("philox_uniform", _philox_uniform, "CompositeExplicitAutograd")
 _LIBRARY.impl("philox_bits", _philox_bits, "CompositeExplicitAutograd")
 
 
-def _register_fake(name: str, fake: Callable[..., torch.Tensor]) -> None:
-    """``torch.library.register_fake`` of ``neuroncc::name``, without its caller lookup: the public call names
-    the caller's source with ``inspect.getframeinfo``, whose ``inspect.getmodule`` walks every module imported
-    since its last walk (~200 here, neuroncc's own: ~22 ms of a cold first call, session 19). The registry
-    entry is the one the public call fills, with this module's file as its source; a torch without that
-    internal entry point registers through the public call instead."""
-    registry = getattr(getattr(torch._library, "simple_registry", None), "singleton", None)
-    if registry is None:
-        torch.library.register_fake(f"neuroncc::{name}", fake, lib=_LIBRARY)
-        return
-    entry = registry.find(f"neuroncc::{name}")
-    _LIBRARY._registration_handles.append(entry.fake_impl.register(fake, f"{__file__}:{name}", _LIBRARY))
-
-
+@torch.library.register_fake("neuroncc::philox_seed")
 def _philox_seed_fake(stream, device=None):
     return torch.empty((2,), dtype=torch.int64, device=device)
 
 
+@torch.library.register_fake("neuroncc::philox_uniform")
 def _philox_uniform_fake(state, size, dtype, word=0):
     torch._check(dtype.is_floating_point, lambda: f"philox_uniform makes floats, not {dtype}")
     return torch.empty(tuple(size), dtype=dtype, device=state.device)
 
 
+@torch.library.register_fake("neuroncc::philox_bits")
 def _philox_bits_fake(state, size, dtype, word=0):
     torch._check(dtype in (torch.int32, torch.int64), lambda: f"philox_bits makes int32 or int64, not {dtype}")
     return torch.empty(tuple(size), dtype=dtype, device=state.device)
-
-
-_register_fake("philox_seed", _philox_seed_fake)
-_register_fake("philox_uniform", _philox_uniform_fake)
-_register_fake("philox_bits", _philox_bits_fake)
 
 
 PHILOX_SEED = torch.ops.neuroncc.philox_seed.default
