@@ -215,7 +215,7 @@ OFF_THE_HIT_PATH = {
     "neuroncc.driver.miss_explanation",  # why a compile missed, asked for with INFO logging on
     "neuroncc.driver.records",  # what a compile did: frontend/stats.py names its type (TYPE_CHECKING) only
     "neuroncc.driver.compile_request",  # a compile's request and result: the cache's compile path imports it
-    "neuroncc.hardware.neuron",  # the NeuronCore tables: the kernel op's check imports them for an NKI target only
+    "neuroncc.hardware.neuron",  # the NeuronCore tables: read for an NKI target only (hardware.neuron_core)
 }
 
 #: Packages whose modules still import each other in a cycle (none left: keep it empty).

@@ -16,3 +16,24 @@ through the ``torch.backends`` entry point) and must not pay for the NeuronCore 
 
 May import: errors (llvmlite lazily, to read the host CPU). Imported by: every layer.
 """
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from neuroncc.hardware.neuron import NeuronCore
+
+#: Targets that name no NeuronCore generation (a shortcut only: a target missing here is looked up in
+#: ``hardware.neuron.NEURON_CORES``, where it is not found either).
+HOST_TARGETS = frozenset({"any", "cpu"})
+
+
+def neuron_core(target: str) -> NeuronCore | None:
+    """The NeuronCore generation ``target`` names, or None. The NeuronCore tables (~1.5 ms to import) are
+    loaded only for a target outside :data:`HOST_TARGETS`: a cpu compile or a warm start never imports them."""
+    if target in HOST_TARGETS:
+        return None
+    from neuroncc.hardware.neuron import NEURON_CORES
+
+    return NEURON_CORES.get(target)

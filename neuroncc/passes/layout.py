@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
-from neuroncc.hardware.neuron import NEURON_CORES, PARTITIONS
+from neuroncc.hardware import neuron_core
 from neuroncc.ir import Category, Function, Op, TensorType, Trait, Value
 from neuroncc.passes.kernels import kernel_domain, reduced_domain_dims, region_matmul
 from neuroncc.passes.manager import Pass, PassContext
@@ -59,7 +59,7 @@ class ChooseLayouts(Pass):
         if self.fold_transposes:
             fn = self.fold(fn)
         fn = annotate_view_strides(fn)
-        if self.target in NEURON_CORES:
+        if neuron_core(self.target) is not None:
             fn = fn.with_ops(_with_partition_dim(op) if op.regions and op.opdef.category is Category.KERNEL else op
                              for op in fn.ops)
         return fn
@@ -114,6 +114,8 @@ def partition_among(domain: tuple[int, ...], candidates: list[int]) -> int | Non
     applies it too, to loop nests whose dims it lays out differently from the kernel's domain."""
     if not candidates:
         return None
+    from neuroncc.hardware.neuron import PARTITIONS  # NKI paths only: a cpu compile never loads the tables
+
     large = [d for d in candidates if domain[d] >= PARTITIONS]
     if large:
         return large[0]

@@ -23,16 +23,18 @@ is a :class:`PassError`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Literal
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 from neuroncc.errors import PassError
+from neuroncc.hardware import neuron_core
 from neuroncc.hardware.host import host_cpu
-from neuroncc.hardware.neuron import NEURON_CORES, NeuronCore
 from neuroncc.ir import REGISTRY, Category, Function, Op, Trait
 from neuroncc.passes.kernels import contraction_size, kernel_domain, region_matmul
 from neuroncc.passes.layout import choose_partition_dim
 from neuroncc.passes.manager import Pass, PassContext
-from neuroncc.passes.tile_nki import matmul_tiles, vector_tiles
+
+if TYPE_CHECKING:
+    from neuroncc.hardware.neuron import NeuronCore
 
 #: CPU map loops over an innermost dim longer than this run it in blocks of this many elements, one block per
 #: parallel iteration (a long 1-d loop still spreads over the threads).
@@ -77,8 +79,9 @@ class Tile(Pass):
         (region,) = kernel.regions
         name = kernel.attrs["name"]
         try:
-            if self.target in NEURON_CORES:
-                attrs = _nki_attrs(NEURON_CORES[self.target], kernel, self.tile)
+            core = neuron_core(self.target)
+            if core is not None:
+                attrs = _nki_attrs(core, kernel, self.tile)
             else:
                 attrs = _cpu_attrs(region, self.vector_width, self.inner_block)
         except PassError as error:
@@ -97,7 +100,7 @@ def tile_kernel(kernel: Op, target: str) -> Op:
     """``kernel`` tiled for ``target`` unless the ``tile`` pass already did (the code generators call this for
     kernels compiled without the pass, tiled for another target, or missing a decision)."""
     a = kernel.attrs
-    required = REQUIRED["nki" if target in NEURON_CORES else "cpu"]
+    required = REQUIRED["cpu" if neuron_core(target) is None else "nki"]
     if a["target"] == target and all(a[key] for key in required):
         return kernel
     return Tile(target=target).tile_kernel(kernel)  # type: ignore[arg-type]
@@ -107,6 +110,9 @@ def tile_kernel(kernel: Op, target: str) -> Op:
 
 
 def _nki_attrs(core: NeuronCore, kernel: Op, fixed: tuple[int, ...]) -> dict:
+    # the NKI tiling rules and the NeuronCore tables they read only for an NKI target (a cpu compile: neither)
+    from neuroncc.passes.tile_nki import matmul_tiles, vector_tiles
+
     region = kernel.regions[0]
     domain = kernel_domain(region)
     if kernel.attrs["domain"] == domain and kernel.attrs["partition_dim"] is not None:

@@ -23,17 +23,19 @@ CHILD = Path(__file__).parent / "warm_imports_child.py"
 
 #: Modules a compile loads and a graph cache hit must not: the miss path (AOTAutograd and neuroncc's compilers,
 #: frontend/aot_compile.py), the compiler below it (with the view ops' layouts, codegen/llvm/views.py), the
-#: request and records of what it compiled (driver/compile_request.py, driver/records.py), the NeuronCore tables
-#: (hardware/neuron.py: the kernel op's check reads them for an NKI target only), the NKI target, and the
-#: partitioner's CSE.
+#: request and records of what it compiled (driver/compile_request.py, driver/records.py), and the partitioner's
+#: CSE.
 COMPILE_ONLY = (
     "neuroncc.frontend.aot_compile", "neuroncc.frontend.importer", "neuroncc.frontend.lowering.random_ops",
     "neuroncc.driver.compile", "neuroncc.driver.compile_request", "neuroncc.driver.records", "neuroncc.passes",
     "neuroncc.codegen.llvm.emit", "neuroncc.codegen.llvm.schedule", "neuroncc.codegen.llvm.program",
-    "neuroncc.codegen.llvm.views", "neuroncc.hardware.neuron", "torch._inductor.pattern_matcher",
+    "neuroncc.codegen.llvm.views", "torch._inductor.pattern_matcher",
 )
-#: Loaded by no cpu run at all.
-NEVER_ON_CPU = ("neuroncc.nki", "neuroncc.executors.nki_sim", "neuroncc.codegen.nki", "pydantic")
+#: Loaded by no cpu run at all, a compile included: the NKI target, the NeuronCore tables (hardware/neuron.py)
+#: and the NKI tiling rules (passes/tile_nki.py), which the kernel op's check and the layout and tile passes read
+#: for an NKI target only (hardware.neuron_core).
+NEVER_ON_CPU = ("neuroncc.nki", "neuroncc.executors.nki_sim", "neuroncc.codegen.nki", "pydantic",
+                "neuroncc.hardware.neuron", "neuroncc.passes.tile_nki")
 #: What importing the backend must not load beyond TorchDynamo: AOTAutograd's tracing and partitioners, networkx
 #: (the fusion pass's), LLVM (the first artifact load brings it).
 NOT_AT_IMPORT = ("torch._functorch.aot_autograd", "torch._functorch.partitioners", "networkx", "llvmlite")

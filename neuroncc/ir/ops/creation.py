@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from neuroncc.hardware import neuron_core
 from neuroncc.ir.attrs import Attrs
 from neuroncc.ir.opdef import AttrSpec, Category, OpDef, Trait, check_scalar, fail
 from neuroncc.ir.types import TensorType
@@ -69,11 +70,6 @@ def _iota_splat(attrs: Attrs) -> Any:
     return _iota(1, attrs["start"], attrs["step"], attrs["dtype"])[0].item() if attrs["length"] == 1 else None
 
 
-#: Kernel targets that name no NeuronCore generation, so have no hardware limits to check: a shortcut only (a
-#: target missing here is looked up in ``hardware.neuron.NEURON_CORES``, where it is not found either).
-HOST_TARGETS = frozenset({"any", "cpu"})
-
-
 def _check_kernel(attrs: Attrs) -> None:
     """Sizes of the scheduling decisions, and the hardware limits of an NKI target."""
     for key, count in (("tile", 2), ("matmul_tile", 3), ("matmul_blocks", 3)):
@@ -89,13 +85,9 @@ def _check_kernel(attrs: Attrs) -> None:
     partition, domain = attrs["partition_dim"], attrs["domain"]
     if partition is not None and domain and not 0 <= partition < len(domain):
         raise fail("kernel", f"partition_dim {partition} is not a dim of domain {list(domain)}")
-    if attrs["target"] in HOST_TARGETS:
-        return
-    # the NeuronCore tables (~2.5 ms to import) only for a kernel that may name a NeuronCore: a warm start
-    # parsing its cpu kernels never loads them
-    from neuroncc.hardware.neuron import NEURON_CORES
-
-    core = NEURON_CORES.get(attrs["target"])
+    # the NeuronCore tables only for a kernel that may name a NeuronCore: a warm start parsing its cpu kernels
+    # never loads them
+    core = neuron_core(attrs["target"])
     if core is None:
         return
     limits = [("tile", 0, core.partitions, "partitions"), ("matmul_tile", 0, core.stationary_free, "stationary"),
