@@ -1,6 +1,6 @@
 """A/B in one process: the interleave count of loops computing polynomial math (``loop_hints.math_interleave``,
-4 on every target; on AVX-512 never measured before session 19) against other counts, rebuilt by patching
-``loop_hints.math_interleave``, two builds each, called interleaved, medians per build and count/base.
+``CpuTarget.polynomial_interleave``: 4 with AVX2, 2 with AVX-512 since session 19) at the given counts, rebuilt by
+patching ``loop_hints.math_interleave``, two builds each, called interleaved, medians per build and count/base.
 
 Rows as ``bench_exp_scale.py``'s: b (softmax [4096,1024], its kernel step on a held output), bs (softmax
 [256,1024] x16: L2-resident, the compute-bound case), a (gelu*sigmoid [4096,1024], ``exe(*arrays)``), ce
