@@ -241,6 +241,15 @@ class CpuTarget:
         return 8 if self.has("avx512f") else 0
 
     @property
+    def polynomial_interleave(self) -> int:
+        """Vector iterations a loop computing polynomial math runs side by side (``loop_hints.py``): 4 with AVX2,
+        2 with AVX-512, the same 32 float lanes in flight (Zen 4 runs a 512-bit op as two 256-bit halves).
+        On Zen 4, 2 against 4, three interleaved A/B runs: cross-entropy fwd+bwd 0.95-0.99 at 1 and 2 threads,
+        softmax on L2-resident rows 0.97-0.99 at 1 thread, the memory-bound rows within the noise (0.95-1.07);
+        8 was 1.09x slower (session 19 softmax1t, ``benchmarks/bench_math_interleave.py``)."""
+        return 2 if self.has("avx512f") else 4
+
+    @property
     def vector_registers(self) -> int:
         """Vector registers the code generator can keep values in (16 ymm with AVX2, 32 zmm with AVX-512)."""
         return 32 if self.has("avx512f") else 16

@@ -160,6 +160,13 @@ def test_loops_computing_polynomial_math_interleave_vectors(name):
     assert max(stores) == count, stores
 
 
+def test_polynomial_loops_interleave_two_avx512_vectors_and_four_avx2_vectors():
+    # the same 32 float lanes in flight; on Zen 4, 2 zmm chains were as fast as 4 or faster (session 19 softmax1t)
+    from neuroncc.codegen.llvm.loop_hints import math_interleave
+
+    assert [math_interleave(TARGETS[name]) for name in ("zen3", "haswell", "zen4", "skylake-sp")] == [4, 4, 2, 2]
+
+
 def test_loops_without_polynomial_math_get_no_hint():
     b = Builder("plain")
     x = b.param(TensorType((64, 1024), DType.f32), "x")

@@ -158,6 +158,43 @@ def test_the_scale_by_the_float_n_gives_the_integer_ns_bits():
         assert counter(_bits(special), _bits(special) + 1) == 0
 
 
+def test_avx512_exp2_scales_by_the_float_n_without_an_integer_n():
+    """exp2 as exp (above): vscalefps of the float n, no vcvtdq2ps of an integer n back to float."""
+    b = Builder("exp2")
+    x = b.param(TensorType((64, 256), DType.f32), "x")
+    fn = b.build([b.op("exp2", x)])
+    target = CpuTarget("znver4", "+avx,+avx2,+fma,+avx512f,+avx512vl,+avx512bw,+avx512dq")
+    plan = plan_kernel(fn, [Layout.of(0, x.type)], [Layout.of(1, fn.outputs[0].type)])
+    texts, _ = emit_kernel(plan, "k", target)
+    body = jit.assembly(texts, target).split("k_p0:")[1].split(".Lfunc_end")[0]
+    assert "vscalefps" in body and "vcvt" not in body and "call" not in body
+
+
+def _exp2_ldexp_form_counter() -> ctypes.CFUNCTYPE:
+    """Float bit patterns whose exp2 differs from exp2 scaled by ``llvm.ldexp`` of the integer n (its form before
+    session 19 softmax1t)."""
+    from neuroncc.codegen.llvm import mathlib
+
+    def by_integer(b, x, target):
+        xc = mathlib._clamp_keeping_nan(b, x, -151.0, 129.0)
+        n, whole = mathlib._round_to_integer(b, xc)
+        r = b.fmul(b.fsub(xc, n), mathlib._c(0.6931471805599453))
+        return mathlib._scale(b, mathlib._exp_reduced(b, r), whole, target)
+
+    return _mismatch_counter("exp2_scale_check", by_integer,
+                             lambda b, x, target: math_call(b, "exp2", x, target=target))
+
+
+@pytest.mark.skipif(not jit.host_target().scales_by_float_exponent, reason="the scale by the float n is AVX-512's")
+def test_exp2s_scale_by_the_float_n_gives_the_integer_ns_bits():
+    counter = _exp2_ldexp_form_counter()
+    # every float from -0 down to -152 and from +0 up to 130 (past both clamps), the infinities and a NaN
+    assert counter(_bits(-0.0), _bits(-152.0) + 1) == 0
+    assert counter(_bits(0.0), _bits(130.0) + 1) == 0
+    for special in (float("inf"), float("-inf"), float("nan")):
+        assert counter(_bits(special), _bits(special) + 1) == 0
+
+
 def _log_softmax_gradient_part(metadata) -> tuple:
     """exp(x - m - l) * g from parameters: cross-entropy's backward reads the forward's saved max m and log-sum l
     (their facts, when given, come from the front end: frontend/saved_facts.py)."""

@@ -29,10 +29,11 @@ from neuroncc.hardware.host import CpuTarget
 
 
 def math_interleave(target: CpuTarget) -> int:
-    """Vector iterations a loop computing polynomial math runs interleaved on ``target``: 4. With 16 vector
-    registers (AVX2) 4 chains spill a few constants, 8 spill their temporaries too and were slower than 4 (see the
-    module docstring); AVX-512's 32 registers hold 4 chains without spills (not measured: 4 there too)."""
-    return 4
+    """Vector iterations a loop computing polynomial math runs interleaved on ``target``
+    (``CpuTarget.polynomial_interleave``). With 16 vector registers (AVX2) 4 chains spill a few constants, 8 spill
+    their temporaries too and were slower than 4 (see the module docstring); on AVX-512 (Zen 4) 2 chains of 16
+    lanes were as fast as 4 or up to 5% faster, 8 slower (session 19 softmax1t)."""
+    return target.polynomial_interleave
 
 
 def computes_polynomial_math(blocks: Iterable[ir.Block]) -> bool:

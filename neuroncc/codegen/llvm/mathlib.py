@@ -142,9 +142,13 @@ def _exp_nonpositive(b: ir.IRBuilder, x: ir.Value, target: CpuTarget) -> ir.Valu
 
 
 def _exp2(b: ir.IRBuilder, x: ir.Value, target: CpuTarget) -> ir.Value:
+    """2**x: n = round(x), e**((x - n) ln 2) by exp's polynomial, times 2**n; on AVX-512 (VL) by vscalefps of the
+    float n, as :func:`_exp_in_range` (no integer n, no conversion back; the same bits)."""
     xc = _clamp_keeping_nan(b, x, -151.0, 129.0)
     n, whole = _round_to_integer(b, xc)
     r = b.fmul(b.fsub(xc, n), _c(math.log(2.0)))  # x - n is exact, so no Cody-Waite split is needed
+    if target.scales_by_float_exponent:
+        return scaled_by_float(b, _exp_reduced(b, r), n)
     return _scale(b, _exp_reduced(b, r), whole, target)
 
 
