@@ -11,10 +11,10 @@ The machine's limits are measured at run time with microkernels compiled for thi
   once, outputs once, at the user's dtype), timed *interleaved* with the implementations, so that it sees the
   same cache state and the same machine noise; it reads the row's own largest input when that holds all the
   reads (so an input that stays in L3 between the implementations' calls does for it too), with plain and
-  with non-temporal stores (the faster counts). Each round runs each store kind ``--stream-samples`` times (3)
-  at positions of their own in the round's random order, and its time is the median of all those samples
-  (session 19: one sample per round, the roof moved by several percent between runs of the same row on this
-  noisy VM; the same kernel, the same bytes, the same cache states: only more samples of them).
+  with non-temporal stores (the faster counts). One sample of each per round, as of every implementation, over
+  45 rounds by default (session 19: 15 before, a roof that moved by 5-20% between measurements of the same row on
+  this noisy VM; three samples of each stream kernel per round were tried and dropped: a stream then more often
+  follows a stream, which leaves its input in the L3, and the roof came out 4-7% faster: another meaning).
 
 neuroncc's call: every row is the row's Python function through ``torch.compile(backend="neuron")``, the way a
 user calls it and the way Inductor's row runs (session 19: rows (a)-(c') ran a hand-built graph through the
@@ -40,10 +40,10 @@ counted either). Without them bf16 LayerNorm [8192, 1024]'s roof was its memory 
 fewest known instructions reach: 8 flops and 5.5 conversion instructions per element, on Zen 3 at 1 thread 0.7
 ms of flops and 0.5 ms of conversions, against 0.8-1.5 ms of memory.
 
-Run: ``python benchmarks/roofline.py [--rows a,b,c] [--threads 2,1] [--repeats 15] [--stream-samples 3]
-[--numpy-path] [--roof-spread N]``. ``--roof-spread N``: no table; for each row N trials of its interleaved
-measurement with one stream sample per round (the roof as before session 19) alternating with N trials with
-``--stream-samples`` of them, and the spread of each roof estimate over its trials.
+Run: ``python benchmarks/roofline.py [--rows a,b,c] [--threads 2,1] [--repeats 45] [--numpy-path]
+[--roof-spread N]``. ``--roof-spread N``: no table; for each row N trials of its interleaved measurement with 15
+rounds (the roof as before session 19) alternating with N with ``--repeats`` rounds, and the spread of each roof
+estimate over its trials.
 """
 
 from __future__ import annotations
@@ -165,7 +165,7 @@ def cache_sizes() -> str:
 MADE = record_compiled_graphs()  # each CompiledGraph the neuron backend makes (a row's kernel alone is its graph's)
 
 
-def run_rows(machine: Machine, selected: list[Case], threads: int, repeats: int, stream_samples: int,
+def run_rows(machine: Machine, selected: list[Case], threads: int, repeats: int,
              numpy_path: bool) -> list[list[str]]:
     torch.set_num_threads(threads)
     rng = np.random.default_rng(0)
@@ -173,11 +173,9 @@ def run_rows(machine: Machine, selected: list[Case], threads: int, repeats: int,
     for case in selected:
         inputs = case.make(rng)
         calls, memory_calls, path = row_calls(machine, case, inputs, threads, numpy_path)
-        for k in range(stream_samples):
-            calls.update({f"{name} #{k}": call for name, call in memory_calls.items()})
-        samples = interleaved_samples(calls, repeats=repeats, clock=clock_for(threads))
+        samples = interleaved_samples({**calls, **memory_calls}, repeats=repeats, clock=clock_for(threads))
         times = {name: statistics.median(values) for name, values in samples.items()}
-        memory = memory_roof(samples, memory_calls, stream_samples)
+        memory = memory_roof(samples, memory_calls)
         compute = machine.compute_seconds(case.work, threads)
         conversions = machine.conversion_flops(case.work) / machine.peak[threads]
         roof = max(memory, compute)
@@ -245,34 +243,32 @@ def kernel_alone(graphs: list, inputs: list[torch.Tensor], case: Case):
     return lambda held=held: direct.run(addresses, pointers)  # (held: the outputs live as long as the call)
 
 
-def memory_roof(samples: dict[str, list[float]], memory_calls: dict, stream_samples: int,
-                first_only: bool = False) -> float:
-    """The faster store kind's median over all its samples (``first_only``: over its first sample of each round,
-    the roof as it was taken before session 19)."""
-    taken = range(1) if first_only else range(stream_samples)
-    return min(statistics.median(t for k in taken for t in samples[f"{name} #{k}"]) for name in memory_calls)
+def memory_roof(samples: dict[str, list[float]], memory_calls: dict) -> float:
+    """The faster store kind's median."""
+    return min(statistics.median(samples[name]) for name in memory_calls)
 
 
-def roof_spread(machine: Machine, selected: list[Case], threads: int, repeats: int, stream_samples: int,
-                trials: int, numpy_path: bool) -> None:
-    """For each row, ``trials`` measurements with one stream sample per round (the roof before session 19)
-    alternating with ``trials`` with ``stream_samples``; each estimate's spread over its trials."""
+#: rounds per row before session 19 (``--roof-spread``'s "before")
+OLD_REPEATS = 15
+
+
+def roof_spread(machine: Machine, selected: list[Case], threads: int, repeats: int, trials: int,
+                numpy_path: bool) -> None:
+    """For each row, ``trials`` measurements of :data:`OLD_REPEATS` rounds (the roof before session 19)
+    alternating with ``trials`` of ``repeats``; each roof estimate's spread over its trials."""
     torch.set_num_threads(threads)
     rng = np.random.default_rng(0)
     for case in selected:
         inputs = case.make(rng)
-        base, memory_calls, _ = row_calls(machine, case, inputs, threads, numpy_path)
-        roofs: dict[int, list[float]] = {1: [], stream_samples: []}
+        calls, memory_calls, _ = row_calls(machine, case, inputs, threads, numpy_path)
+        roofs: dict[int, list[float]] = {OLD_REPEATS: [], repeats: []}
         for _ in range(trials):
-            for count in roofs:
-                calls = dict(base)
-                for k in range(count):
-                    calls.update({f"{name} #{k}": call for name, call in memory_calls.items()})
-                samples = interleaved_samples(calls, repeats=repeats, clock=clock_for(threads))
-                roofs[count].append(memory_roof(samples, memory_calls, count))
-        for count, values in roofs.items():
+            for rounds in roofs:
+                samples = interleaved_samples({**calls, **memory_calls}, repeats=rounds, clock=clock_for(threads))
+                roofs[rounds].append(memory_roof(samples, memory_calls))
+        for rounds, values in roofs.items():
             middle = statistics.median(values)
-            print(f"{case.title} | {threads} | {count} stream sample(s) per round | roof ms over {trials} trials: "
+            print(f"{case.title} | {threads} | {rounds} rounds | roof ms over {trials} trials: "
                   f"min {min(values) * 1e3:.3f}, median {middle * 1e3:.3f}, max {max(values) * 1e3:.3f}, "
                   f"(max-min)/median {(max(values) - min(values)) / middle:.1%}, "
                   f"stdev/median {statistics.stdev(values) / middle:.1%}", flush=True)
@@ -288,14 +284,13 @@ def main() -> None:
     parser.add_argument("--rows", default="", help="comma-separated row keys (default: all): "
                         + ", ".join(c.key for c in cases()))
     parser.add_argument("--threads", default="2,1")
-    parser.add_argument("--repeats", type=int, default=15)
-    parser.add_argument("--stream-samples", type=int, default=3,
-                        help="samples of each stream kernel per round; the memory roof is their median (default 3)")
+    parser.add_argument("--repeats", type=int, default=45,
+                        help="interleaved rounds per row (default 45; 15 before session 19)")
     parser.add_argument("--numpy-path", action="store_true",
                         help="rows (a)-(c') through their hand-built graph's numpy path (before session 19)")
     parser.add_argument("--roof-spread", type=int, default=0, metavar="N",
-                        help="no table: N trials per row of the memory roof with 1 stream sample per round "
-                             "alternating with N with --stream-samples, and each estimate's spread")
+                        help="no table: N trials per row of the memory roof with 15 rounds (before session 19) "
+                             "alternating with N with --repeats rounds, and each estimate's spread")
     args = parser.parse_args()
     threads = [int(t) for t in args.threads.split(",")]
     keys = [k for k in args.rows.split(",") if k]
@@ -308,17 +303,16 @@ def main() -> None:
     print(machine.describe(), flush=True)
     if args.roof_spread:
         for t in threads:
-            roof_spread(machine, selected, t, args.repeats, args.stream_samples, args.roof_spread, args.numpy_path)
+            roof_spread(machine, selected, t, args.repeats, args.roof_spread, args.numpy_path)
         return
     rows = []
     for t in threads:
-        rows += run_rows(machine, selected, t, args.repeats, args.stream_samples, args.numpy_path)
+        rows += run_rows(machine, selected, t, args.repeats, args.numpy_path)
     with open("/proc/loadavg") as f:
         load_end = f.read().split()[0]
     print(f"\nload average {load} at start, {load_end} at the end; {len(threads)} thread setting(s), medians of "
           f"{args.repeats} interleaved calls (2 threads: wall clock; 1 thread: CPU time of the calling thread); "
-          f"memory roofs the median of {args.stream_samples} stream samples of each store kind per round; neuroncc "
-          f"called as the column says")
+          f"neuroncc called as the column says")
     print(table(rows, HEADER))
 
 
