@@ -23,6 +23,8 @@ own (no eval-frame hook, no guards).
 1024] kernel (the caches a roofline row's call starts with), with TorchDynamo's guard check and the bytecode it
 runs before the graph (the accelerator's current stream, the runtime-overhead range) on their own.
 ``--stream-ab rms,c16,b16 [--threads N]``: frontend/accelerator_stream.py A/B in one process on roofline rows.
+``--lean-ab rms,softmax,ln32 [--threads N]``: each row's call itemized against its kernel alone, and session
+19's one-frame lean call against the call before it, interleaved in one process.
 """
 
 from __future__ import annotations
@@ -300,6 +302,9 @@ def cold_layers(which: str, threads: int, rounds: int = 200) -> None:
         "Dynamo's disable(our callable)": lambda: dynamo_global(*small_inputs),
         "lean call, no disable wrapper": lambda: lean(*small_inputs),
         "CompiledGraph.lean_call(inputs)": lambda: graph.lean_call(full),
+        "  its call before session 19 (final-code checks, _direct_outputs)": lambda: (graph._take_final_code(),
+                                                                                   graph._direct_outputs(full)),
+        "DirectCall.outputs_call(inputs)": lambda: direct.outputs_call(full),
         "DirectCall(inputs)": lambda: direct(full),
         "launch(addresses): outputs made": lambda: direct.launch(addresses),
         "address call, outputs held": lambda: direct.run(addresses, pointers),
@@ -331,10 +336,12 @@ def cold_layers(which: str, threads: int, rounds: int = 200) -> None:
             start = clock()
             call()
             samples[name].append(clock() - start)
+    if direct.outputs_call is None:
+        del impls["DirectCall.outputs_call(inputs)"]
     print(f"{which} [16, ...] after its [8192, ...] kernel, {threads} thread(s), wall time, {rounds} rounds, load "
           f"{', '.join(f'{x:.2f}' for x in os.getloadavg())}")
     for name, times in samples.items():
-        print(f"{name:46s} {statistics.median(times) * 1e6:9.1f} us")
+        print(f"{name:66s} {statistics.median(times) * 1e6:9.1f} us")
 
 
 def stream_ab(rows: list[str], threads: int, repeats: int = 41) -> None:
@@ -380,6 +387,61 @@ def stream_ab(rows: list[str], threads: int, repeats: int = 41) -> None:
               f"median per-round before/after {ratio:.3f}, diff {statistics.median(b - a for b, a in zip(before, after)) * 1e6:.0f} us")
 
 
+def lean_ab(rows: list[str], threads: int, repeats: int = 101) -> None:
+    """A roofline row's call itemized, and session 19's lean call against the call before it, in one process:
+    each row's [8192, 1024] function through torch.compile, then, interleaved (a fresh random order each round,
+    ``common.interleaved_samples``): its kernel alone (the address call into a held output), ``launch`` (the
+    output made and placed), the ``CompiledGraph`` lean call as committed and as it was before (the final-code
+    checks, then ``_direct_outputs``: ``DirectCall.__call__`` and ``launch``), and the whole torch.compile call.
+    Medians, and per round each call minus the kernel alone; the before/after pair as per-round differences."""
+    import os
+    import statistics
+
+    from common import interleaved_samples
+    from neuroncc.frontend.backend import neuron_backend
+
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    clock = time.thread_time if threads == 1 else time.perf_counter
+    print(f"{threads} thread(s), {'CPU time' if threads == 1 else 'wall time'}, {repeats} rounds, load "
+          f"{', '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    for which in rows:
+        function, shapes, dtype = ROWS[which]
+        inputs = [torch.randn(s, dtype=dtype) for s in shapes]
+        fn = torch.compile(_fresh_function(function), backend=lambda gm, example: neuron_backend(
+            gm, example, options={"threads": threads}), dynamic=False)
+        for _ in range(3):
+            fn(*inputs)
+        import neuroncc.executors.cpu.tiers as tiers
+
+        tiers.OPTIMIZER.wait()
+        fn(*inputs)
+        graph = made[-1]
+        direct = graph.direct
+        addresses = [t.data_ptr() for t in inputs]
+        held = direct.launch(addresses)
+        pointers = [0 if t is None else t.data_ptr() for t in held]
+        full = list(inputs)
+        impls = {
+            "kernel alone (output held)": lambda: direct.run(addresses, pointers),
+            "launch: output made and placed": lambda: direct.launch(addresses),
+            "lean call (after)": lambda: graph.lean_call(full),
+            "lean call (before)": lambda: (graph._take_final_code(), graph._direct_outputs(full)),
+            "torch.compile call": lambda: fn(*inputs),
+        }
+        samples = interleaved_samples(impls, repeats=repeats, warmup=3, clock=clock)
+        kernel = samples["kernel alone (output held)"]
+        print(f"{which} [8192, 1024] {dtype}: one-frame call {'on' if direct.outputs_call else 'off'}")
+        for name, times in samples.items():
+            extra = statistics.median(t - k for t, k in zip(times, kernel))
+            print(f"  {name:34s} {statistics.median(times) * 1e3:7.3f} ms, per round minus the kernel "
+                  f"{extra * 1e6:7.1f} us")
+        before, after = samples["lean call (before)"], samples["lean call (after)"]
+        saved = statistics.median(b - a for b, a in zip(before, after))
+        print(f"  lean call before - after, per round: {saved * 1e6:.1f} us; before/after "
+              f"{statistics.median(b / a for b, a in zip(before, after)):.4f}")
+
+
 if __name__ == "__main__":
     import sys
 
@@ -388,6 +450,8 @@ if __name__ == "__main__":
         layers(sys.argv[sys.argv.index("--layers") + 1], threads)
     elif "--stream-ab" in sys.argv:
         stream_ab(sys.argv[sys.argv.index("--stream-ab") + 1].split(","), threads)
+    elif "--lean-ab" in sys.argv:
+        lean_ab(sys.argv[sys.argv.index("--lean-ab") + 1].split(","), threads)
     elif "--cold" in sys.argv:
         cold_layers(sys.argv[sys.argv.index("--cold") + 1], threads)
     else:

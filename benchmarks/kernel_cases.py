@@ -1,8 +1,9 @@
 """The kernel rows of ``bench_kernels.py`` and ``roofline.py``: what each computes, on what inputs, and the
 work its roofline is made of.
 
-Rows (a)-(c') run neuroncc as a hand-built one-kernel graph through ``build_cpu_executable`` (as the fusion
-pass would make it; the same numbers as earlier sessions measured). The other rows are what a user meets:
+In bench_kernels.py rows (a)-(c') run neuroncc as a hand-built one-kernel graph through ``build_cpu_executable``
+(as the fusion pass would make it; the same numbers as earlier sessions measured); in roofline.py (since session
+19) every row is what a user meets, as the other rows are here:
 the same Python function through ``torch.compile(backend="neuron")``, tensor boundary included, against eager
 and ``torch.compile`` (Inductor).
 
@@ -229,8 +230,11 @@ def cases() -> list[Case]:
     ]
 
 
-def implementations(case: Case, inputs: list[torch.Tensor], threads: int) -> dict[str, tuple]:
-    """name -> (call, result) for eager, Inductor and neuroncc, built for ``threads`` threads."""
+def implementations(case: Case, inputs: list[torch.Tensor], threads: int,
+                    graphs: bool = True) -> dict[str, tuple]:
+    """name -> (call, result) for eager, Inductor and neuroncc, built for ``threads`` threads. ``graphs``: a row
+    with a hand-built graph runs it through ``build_cpu_executable``'s numpy path (bench_kernels.py); False: every
+    row's neuroncc is ``eager`` through torch.compile, as Inductor's is (roofline.py)."""
     torch._dynamo.reset()
     # threads as an option: without it a graph runs with torch's thread count at its first compile, and the
     # 1-thread rows reused the 2-thread rows' executables from the graph cache (their CPU time was the calling
@@ -242,7 +246,7 @@ def implementations(case: Case, inputs: list[torch.Tensor], threads: int) -> dic
         return {"eager": case.setup(None, inputs), "inductor": case.setup(inductor, inputs),
                 "neuroncc": case.setup(neuron, inputs)}
     impls = {"eager": case.eager, "inductor": inductor(case.eager)}
-    if case.graph is not None:
+    if case.graph is not None and graphs:
         exe = build_cpu_executable(case.graph, {"threads": threads})
         arrays = [t.numpy() for t in inputs]
         impls["neuroncc"] = lambda *_: [torch.from_numpy(a) for a in exe(*arrays)]

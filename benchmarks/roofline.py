@@ -11,7 +11,18 @@ The machine's limits are measured at run time with microkernels compiled for thi
   once, outputs once, at the user's dtype), timed *interleaved* with the implementations, so that it sees the
   same cache state and the same machine noise; it reads the row's own largest input when that holds all the
   reads (so an input that stays in L3 between the implementations' calls does for it too), with plain and
-  with non-temporal stores (the faster counts).
+  with non-temporal stores (the faster counts). One sample of each per round, as of every implementation, over
+  45 rounds by default (session 19: 15 before, a roof that moved by 5-20% between measurements of the same row on
+  this noisy VM; three samples of each stream kernel per round were tried and dropped: a stream then more often
+  follows a stream, which leaves its input in the L3, and the roof came out 4-7% faster: another meaning).
+
+neuroncc's call: every row is the row's Python function through ``torch.compile(backend="neuron")``, the way a
+user calls it and the way Inductor's row runs (session 19: rows (a)-(c') ran a hand-built graph through the
+executable's numpy path and the others torch.compile, so the rows' fractions held different call costs;
+``--numpy-path`` restores that for comparison). The "kernel alone" column is the same compiled graph's kernels
+on the row's inputs into an output held between calls (the direct call's address call: no TorchDynamo, no
+output made), interleaved with the rest: the row's time minus it is the call's cost (``-`` for a row of several
+graphs or with state: cross-entropy's forward and backward, AdamW).
 
 A row's roofline time is max(memory time, compute time), compute time = sum over its polynomial functions
 of evaluations / throughput + (other flops + bf16 conversions) / FMA peak. The fraction is roofline time /
@@ -29,12 +40,16 @@ counted either). Without them bf16 LayerNorm [8192, 1024]'s roof was its memory 
 fewest known instructions reach: 8 flops and 5.5 conversion instructions per element, on Zen 3 at 1 thread 0.7
 ms of flops and 0.5 ms of conversions, against 0.8-1.5 ms of memory.
 
-Run: ``python benchmarks/roofline.py [--rows a,b,c] [--threads 2,1] [--repeats 15]``.
+Run: ``python benchmarks/roofline.py [--rows a,b,c] [--threads 2,1] [--repeats 45] [--numpy-path]
+[--roof-spread N]``. ``--roof-spread N``: no table; for each row N trials of its interleaved measurement with 15
+rounds (the roof as before session 19) alternating with N with ``--repeats`` rounds, and the spread of each roof
+estimate over its trials.
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -42,7 +57,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import ensure_environment, interleaved, table  # noqa: E402
+from common import (ensure_environment, interleaved_samples, record_compiled_graphs,  # noqa: E402
+                    settle_neuroncc, table)
 
 ensure_environment(threads=2)
 
@@ -146,37 +162,121 @@ def cache_sizes() -> str:
     return ", ".join(f"{k} {v}" for k, v in sizes.items()) + " (per core for L1/L2)"
 
 
-def run_rows(machine: Machine, selected: list[Case], threads: int, repeats: int) -> list[list[str]]:
+MADE = record_compiled_graphs()  # each CompiledGraph the neuron backend makes (a row's kernel alone is its graph's)
+
+
+def run_rows(machine: Machine, selected: list[Case], threads: int, repeats: int,
+             numpy_path: bool) -> list[list[str]]:
     torch.set_num_threads(threads)
     rng = np.random.default_rng(0)
     rows = []
     for case in selected:
         inputs = case.make(rng)
-        impls = implementations(case, inputs, threads)
-        check(case, impls, inputs)
-        largest = max(inputs, key=lambda t: t.numel() * t.element_size())
-        source = (largest.data_ptr(), largest.numel() * largest.element_size())
-        stream = mk.Stream(*machine.stream_kernels, case.work.reads, case.work.writes, source)
-        calls = {name: call for name, (call, _) in impls.items()}
-        calls["memory (plain stores)"] = stream.runner("plain", threads)
-        calls["memory (streaming stores)"] = stream.runner("streaming", threads)
-        times = interleaved(calls, repeats=repeats, clock=clock_for(threads))
-        memory = min(times["memory (plain stores)"], times["memory (streaming stores)"])
+        calls, memory_calls, path = row_calls(machine, case, inputs, threads, numpy_path)
+        samples = interleaved_samples({**calls, **memory_calls}, repeats=repeats, clock=clock_for(threads))
+        times = {name: statistics.median(values) for name, values in samples.items()}
+        memory = memory_roof(samples, memory_calls)
         compute = machine.compute_seconds(case.work, threads)
         conversions = machine.conversion_flops(case.work) / machine.peak[threads]
         roof = max(memory, compute)
         ours = times["neuroncc"]
+        kernel = times.get("neuroncc kernel alone")
         bound = "memory" if memory >= compute else "compute"
-        rows.append([case.title, str(threads), f"{times['eager'] * 1e3:.2f}", f"{times['inductor'] * 1e3:.2f}",
-                     f"{ours * 1e3:.2f}", f"{times['eager'] / ours:.2f}x", f"{times['inductor'] / ours:.2f}x",
+        rows.append([case.title, str(threads), path, f"{times['eager'] * 1e3:.2f}", f"{times['inductor'] * 1e3:.2f}",
+                     f"{ours * 1e3:.2f}", "-" if kernel is None else f"{kernel * 1e3:.2f}",
+                     f"{times['eager'] / ours:.2f}x", f"{times['inductor'] / ours:.2f}x",
                      f"{memory * 1e3:.2f}", f"{compute * 1e3:.2f}", f"{conversions * 1e3:.2f}", bound,
-                     f"{(case.work.reads + case.work.writes) / memory / 1e9:.1f}", f"{roof / ours:.0%}"])
+                     f"{(case.work.reads + case.work.writes) / memory / 1e9:.1f}", f"{roof / ours:.0%}",
+                     "-" if kernel is None else f"{roof / kernel:.0%}"])
         print(" | ".join(rows[-1]), flush=True)
     return rows
 
 
-HEADER = ["kernel", "threads", "eager ms", "Inductor ms", "neuroncc ms", "vs eager", "vs Inductor",
-          "memory roof ms", "compute roof ms", "of it bf16 conversions ms", "bound", "roof GB/s", "of roofline"]
+def row_calls(machine: Machine, case: Case, inputs: list[torch.Tensor], threads: int,
+              numpy_path: bool) -> tuple[dict, dict, str]:
+    """The row's calls (eager, Inductor, neuroncc, and neuroncc's kernel alone where the row is one graph), its
+    stream kernels' calls, and how neuroncc is called. Settled first: the optimized builds taken, so that the
+    kernel alone runs the code the row's call runs."""
+    first = len(MADE)
+    impls = implementations(case, inputs, threads, graphs=numpy_path)
+    check(case, impls, inputs)
+    calls = {name: call for name, (call, _) in impls.items()}
+    for _ in range(2):
+        for call in calls.values():
+            call()
+    settle_neuroncc(calls)
+    graphs = MADE[first:]
+    path = "executable (numpy path)" if numpy_path and case.graph is not None else "torch.compile"
+    kernel = kernel_alone(graphs, inputs, case) if path == "torch.compile" and case.setup is None else None
+    if kernel is not None:
+        calls["neuroncc kernel alone"] = kernel
+    largest = max(inputs, key=lambda t: t.numel() * t.element_size())
+    source = (largest.data_ptr(), largest.numel() * largest.element_size())
+    stream = mk.Stream(*machine.stream_kernels, case.work.reads, case.work.writes, source)
+    memory_calls = {"memory (plain stores)": stream.runner("plain", threads),
+                    "memory (streaming stores)": stream.runner("streaming", threads)}
+    return calls, memory_calls, path
+
+
+def kernel_alone(graphs: list, inputs: list[torch.Tensor], case: Case):
+    """``run()``: the row's one compiled graph's kernels on ``inputs`` into outputs held between calls (its
+    direct call's address call), or None (several graphs, no direct call, or a result that is not eager's:
+    the graph's parameters are not the row's inputs in order)."""
+    if len(graphs) != 1 or graphs[0].direct is None or graphs[0].graph.mutations:
+        return None
+    direct = graphs[0].direct
+    if any(position >= len(inputs) for position, *_ in direct.inputs):
+        return None
+    held = direct(list(inputs))  # None unless each parameter's tensor has the dtype, shape and strides it takes
+    if held is None:
+        return None
+    addresses = [inputs[position].data_ptr() for position, *_ in direct.inputs]
+    pointers = [0 if tensor is None else tensor.data_ptr() for tensor in held]
+    expected = [t for t in (case.eager(*inputs),) if isinstance(t, torch.Tensor)]
+    if len(expected) != 1 or len(held) != 1:
+        return None
+    rtol, atol = case.tolerance
+    try:
+        torch.testing.assert_close(held[0].float(), expected[0].float(), rtol=rtol, atol=atol)
+    except AssertionError:
+        return None
+    return lambda held=held: direct.run(addresses, pointers)  # (held: the outputs live as long as the call)
+
+
+def memory_roof(samples: dict[str, list[float]], memory_calls: dict) -> float:
+    """The faster store kind's median."""
+    return min(statistics.median(samples[name]) for name in memory_calls)
+
+
+#: rounds per row before session 19 (``--roof-spread``'s "before")
+OLD_REPEATS = 15
+
+
+def roof_spread(machine: Machine, selected: list[Case], threads: int, repeats: int, trials: int,
+                numpy_path: bool) -> None:
+    """For each row, ``trials`` measurements of :data:`OLD_REPEATS` rounds (the roof before session 19)
+    alternating with ``trials`` of ``repeats``; each roof estimate's spread over its trials."""
+    torch.set_num_threads(threads)
+    rng = np.random.default_rng(0)
+    for case in selected:
+        inputs = case.make(rng)
+        calls, memory_calls, _ = row_calls(machine, case, inputs, threads, numpy_path)
+        roofs: dict[int, list[float]] = {OLD_REPEATS: [], repeats: []}
+        for _ in range(trials):
+            for rounds in roofs:
+                samples = interleaved_samples({**calls, **memory_calls}, repeats=rounds, clock=clock_for(threads))
+                roofs[rounds].append(memory_roof(samples, memory_calls))
+        for rounds, values in roofs.items():
+            middle = statistics.median(values)
+            print(f"{case.title} | {threads} | {rounds} rounds | roof ms over {trials} trials: "
+                  f"min {min(values) * 1e3:.3f}, median {middle * 1e3:.3f}, max {max(values) * 1e3:.3f}, "
+                  f"(max-min)/median {(max(values) - min(values)) / middle:.1%}, "
+                  f"stdev/median {statistics.stdev(values) / middle:.1%}", flush=True)
+
+
+HEADER = ["kernel", "threads", "neuroncc call", "eager ms", "Inductor ms", "neuroncc ms", "kernel alone ms",
+          "vs eager", "vs Inductor", "memory roof ms", "compute roof ms", "of it bf16 conversions ms", "bound",
+          "roof GB/s", "of roofline", "kernel alone of roofline"]
 
 
 def main() -> None:
@@ -184,7 +284,13 @@ def main() -> None:
     parser.add_argument("--rows", default="", help="comma-separated row keys (default: all): "
                         + ", ".join(c.key for c in cases()))
     parser.add_argument("--threads", default="2,1")
-    parser.add_argument("--repeats", type=int, default=15)
+    parser.add_argument("--repeats", type=int, default=45,
+                        help="interleaved rounds per row (default 45; 15 before session 19)")
+    parser.add_argument("--numpy-path", action="store_true",
+                        help="rows (a)-(c') through their hand-built graph's numpy path (before session 19)")
+    parser.add_argument("--roof-spread", type=int, default=0, metavar="N",
+                        help="no table: N trials per row of the memory roof with 15 rounds (before session 19) "
+                             "alternating with N with --repeats rounds, and each estimate's spread")
     args = parser.parse_args()
     threads = [int(t) for t in args.threads.split(",")]
     keys = [k for k in args.rows.split(",") if k]
@@ -195,13 +301,18 @@ def main() -> None:
     machine = Machine(sorted(set(threads) | {1}))
     print(f"{started}, load average {load} at start")
     print(machine.describe(), flush=True)
+    if args.roof_spread:
+        for t in threads:
+            roof_spread(machine, selected, t, args.repeats, args.roof_spread, args.numpy_path)
+        return
     rows = []
     for t in threads:
-        rows += run_rows(machine, selected, t, args.repeats)
+        rows += run_rows(machine, selected, t, args.repeats, args.numpy_path)
     with open("/proc/loadavg") as f:
         load_end = f.read().split()[0]
     print(f"\nload average {load} at start, {load_end} at the end; {len(threads)} thread setting(s), medians of "
-          f"{args.repeats} interleaved calls (2 threads: wall clock; 1 thread: CPU time of the calling thread)")
+          f"{args.repeats} interleaved calls (2 threads: wall clock; 1 thread: CPU time of the calling thread); "
+          f"neuroncc called as the column says")
     print(table(rows, HEADER))
 
 

@@ -84,6 +84,8 @@ class CompiledGraph:
         self._computed_only = tuple(output.index for output, _ in self.outputs) \
             if all(isinstance(output, ComputedOutput) for output, _ in self.outputs) else None
         self._arena_partner: CompiledGraph | None = None
+        #: the lean call's one-frame form once the code is final (:meth:`_settled_call`), None until then
+        self._fast: Any = None
 
     def share_arena_with(self, other: CompiledGraph) -> None:
         """A training graph's forward and backward, whose calls follow one another, keep one arena (the cpu
@@ -113,6 +115,7 @@ class CompiledGraph:
         if self._direct is not None:
             self._direct = DirectCall.of(self.executable, self.graph, self.outputs)
             self._direct_copies = self._copies_after_direct_calls()
+            self._fast = None
 
     def __call__(self, args: list[Any]) -> list[Any]:
         self._take_final_code()
@@ -158,8 +161,27 @@ class CompiledGraph:
         return self._lean if has_direct else None
 
     def _lean(self, args: Sequence[Any]) -> list[Any] | None:
+        # Once the code is final, one check per call (the thread count: torch's may change between calls), then
+        # the direct call's one-frame form: what :meth:`_take_final_code` and :meth:`_direct_outputs` decide is
+        # decided once, in :meth:`_settled_call` (after a large kernel each frame and statement costs 5-15 us)
+        fast = self._fast
+        if fast is not None and self._threads == torch.get_num_threads():
+            try:
+                return fast(args)
+            except LinalgInputError as error:
+                raise torch.linalg.LinAlgError(str(error)) from error
         self._take_final_code()
+        self._fast = self._settled_call()
         return None if self._direct is None else self._direct_outputs(args)
+
+    def _settled_call(self) -> Any:
+        """The direct call's ``outputs_call`` when it gives this graph's outputs as :meth:`_direct_outputs` would:
+        the code final (none pending, no optimized build to come), no input update left to a ``copy_``; else
+        None."""
+        direct = self._direct
+        if direct is None or self._code_pending or self._pending is not None or self._direct_copies:
+            return None
+        return direct.outputs_call
 
     def _take_final_code(self) -> None:
         """Before a call: bind code still pending (deferred_code.py), switch to an optimized build once done, and
@@ -190,6 +212,7 @@ class CompiledGraph:
         if self.device is None:
             self._direct = DirectCall.of(self.executable, self.graph, self.outputs)
             self._direct_copies = self._copies_after_direct_calls()
+            self._fast = None
         self._share_arena()
 
     def _take_optimized(self) -> None:

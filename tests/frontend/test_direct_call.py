@@ -22,6 +22,21 @@ def direct_calls(monkeypatch):
         return made
 
     monkeypatch.setattr(direct_call.DirectCall, "__call__", counting)
+    one_output_call = direct_call.DirectCall._one_output_call
+
+    def counting_one_output_call(self, outputs):  # the one-frame form a settled inference graph takes
+        call = one_output_call(self, outputs)
+        if call is None:
+            return None
+
+        def counted(args):
+            made = call(args)
+            counts["direct" if made is not None else "declined"] += 1
+            return made
+
+        return counted
+
+    monkeypatch.setattr(direct_call.DirectCall, "_one_output_call", counting_one_output_call)
     return counts
 
 

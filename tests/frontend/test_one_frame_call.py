@@ -1,0 +1,105 @@
+"""The lean call's one-frame form (``DirectCall.outputs_call``, taken by ``CompiledGraph._lean`` once the code is
+final): for a one-output inference graph, the same checks, outputs, placement and errors as the call through
+``DirectCall.__call__`` and ``launch`` it replaces, and the slow path whenever something is not settled."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from neuroncc.frontend import direct_call
+from neuroncc.hardware.host import ALIAS_PERIOD_BYTES, ALIAS_WINDOW_BYTES
+
+
+@pytest.fixture
+def full_calls(monkeypatch):
+    """How many calls went through ``DirectCall.__call__`` (the call before the one-frame form)."""
+    counts = {"calls": 0}
+    call = direct_call.DirectCall.__call__
+
+    def counting(self, args):
+        counts["calls"] += 1
+        return call(self, args)
+
+    monkeypatch.setattr(direct_call.DirectCall, "__call__", counting)
+    return counts
+
+
+def _settled(fn, *args):
+    """``fn`` called until its graph runs its final code (the optimized builds taken)."""
+    import neuroncc.executors.cpu.tiers as tiers
+
+    fn(*args)
+    tiers.OPTIMIZER.wait()
+    fn(*args)
+    fn(*args)
+
+
+def test_a_settled_one_output_graph_takes_the_one_frame_call_with_fresh_outputs(compiled_graphs, full_calls):
+    f = lambda x, w: torch.nn.functional.rms_norm(x, (x.shape[-1],), w, 1e-6)  # noqa: E731
+    x, w = torch.randn(64, 256), torch.randn(256)
+    compiled = torch.compile(f, backend="neuron", dynamic=False)
+    _settled(compiled, x, w)
+    graph = compiled_graphs["inference"]
+    assert graph._fast is not None and graph._fast is graph._direct.outputs_call
+    before = full_calls["calls"]
+    first, second = compiled(x, w), compiled(x, w)
+    assert full_calls["calls"] == before  # neither went through DirectCall.__call__
+    torch.testing.assert_close(first, f(x, w), rtol=1e-5, atol=1e-5)
+    assert torch.equal(first, second) and first.data_ptr() != second.data_ptr()
+    assert first._base is None and first.is_contiguous()
+
+
+def test_a_call_the_checks_decline_still_runs_the_slow_path(compiled_graphs, full_calls):
+    fn = torch.compile(lambda a: a.tanh() * 2.0, backend="neuron", dynamic=False)
+    a = torch.randn(32, 64)
+    _settled(fn, a)
+    graph = compiled_graphs["inference"]
+    assert graph._fast is not None
+    # the graph's lean call straight with a layout the executable does not take: declined (None), not run
+    assert graph.lean_call([a.t().contiguous().t()]) is None
+    assert graph.lean_call([a.double()]) is None
+    # a tensor of another type than the first call's: the Python check decides and takes it
+    got = graph.lean_call([torch.nn.Parameter(a.clone(), requires_grad=False)])
+    torch.testing.assert_close(got[0], a.tanh() * 2.0)
+
+
+def test_large_outputs_of_the_one_frame_call_start_off_their_inputs_modulo_4k(compiled_graphs, full_calls):
+    """At every 16-byte page offset of the input the output is not 4K-aliased with it or the weight, is no view
+    and is right: the placement of ``_placed``, checked inline."""
+    def f(x, w):
+        return x * w + 1.0
+
+    rows, cols = 512, 512  # 1 MiB: placed
+    memory = torch.zeros(rows * cols + ALIAS_PERIOD_BYTES // 4)
+    w = torch.linspace(-1, 1, cols)
+    compiled = torch.compile(f, backend="neuron", dynamic=False)
+    _settled(compiled, memory[:rows * cols].view(rows, cols), w)
+    assert compiled_graphs["inference"]._fast is not None
+    before = full_calls["calls"]
+    for offset in range(0, ALIAS_PERIOD_BYTES // 4, 4):
+        x = memory[offset:offset + rows * cols].view(rows, cols)
+        x[0, 0] = offset
+        out = compiled(x, w)
+        torch.testing.assert_close(out, f(x, w))
+        for source in (x, w):
+            assert not 0 < (out.data_ptr() - source.data_ptr()) % ALIAS_PERIOD_BYTES < ALIAS_WINDOW_BYTES, offset
+        assert out._base is None and out.is_contiguous()
+    out.add_(1.0)
+    assert full_calls["calls"] == before
+
+
+def test_a_thread_count_change_leaves_the_one_frame_call_and_follows(compiled_graphs):
+    fn = torch.compile(lambda a: a.exp() + 1.0, backend="neuron", dynamic=False)
+    a = torch.randn(128, 128)
+    threads = torch.get_num_threads()
+    try:
+        _settled(fn, a)
+        graph = compiled_graphs["inference"]
+        assert graph._fast is not None
+        other = 1 if threads != 1 else 2
+        torch.set_num_threads(other)  # (TorchDynamo's global-state guard recompiles fn: the graph called as is)
+        torch.testing.assert_close(graph.lean_call([a])[0], a.exp() + 1.0)
+        assert graph._threads == other and graph._fast is not None and graph._fast is graph._direct.outputs_call
+    finally:
+        torch.set_num_threads(threads)
