@@ -29,9 +29,15 @@ from neuroncc.executors.cpu.address_call import AddressCall
 
 #: the count last seen on a user's thread (what the engine's thread runs at)
 _user_threads = [torch.get_num_threads()]
-#: thread ident -> whether it is an autograd engine thread (threads are classified on their first kernel call)
-_engine_threads: dict[int, bool] = {}
 _DUMMY = getattr(threading, "_DummyThread", ())
+
+
+class _Thread(threading.local):
+    #: whether this thread is an autograd engine thread: None until its first kernel call decides
+    engine: bool | None = None
+
+
+_THIS = _Thread()
 
 
 def _is_engine_thread() -> bool:
@@ -39,15 +45,14 @@ def _is_engine_thread() -> bool:
     return isinstance(threading.current_thread(), _DUMMY) and torch._C._current_graph_task_id() != -1
 
 
-def kernel_threads() -> int:
+def kernel_threads(get_num_threads: Any = torch.get_num_threads) -> int:
     """The thread count for a kernel called on this thread (see the module docstring)."""
-    ident = threading.get_ident()
-    engine = _engine_threads.get(ident)
+    engine = _THIS.engine
     if engine is None:
-        engine = _engine_threads[ident] = _is_engine_thread()
+        engine = _THIS.engine = _is_engine_thread()
     if engine:
         return _user_threads[0]
-    threads = _user_threads[0] = torch.get_num_threads()
+    threads = _user_threads[0] = get_num_threads()
     return threads
 
 
