@@ -27,6 +27,7 @@ from neuroncc.device.allocator import scratch_block
 from neuroncc.device.fallback import run_on_host
 from neuroncc.device.op_forms import OpForm, argument
 from neuroncc.device.programs import Program
+from neuroncc.device.thread_count import following_runner
 from neuroncc.frontend.imported import ComputedOutput, InputOutput
 from neuroncc.ir import DType
 from neuroncc.executors.cpu.address_call import AddressCall
@@ -79,6 +80,9 @@ class Binding:
                  results: dict[int, tuple[tuple[int, ...], tuple[int, ...], torch.dtype]],
                  writes: dict[int, tuple[tuple[int, ...], tuple[int, ...], torch.dtype]]):
         self.run = AddressCall(executable).runner()
+        follows = getattr(executable, "follows_threads", None)
+        if follows is not None and follows():  # a phase splits: the calling thread's count, per call
+            self.run = following_runner(executable, self.run)
         function = executable.function
         layouts = executable.output_strides
         self.convert: list[Any] = []  # per parameter: None (address as is), "float32", or a scalar maker

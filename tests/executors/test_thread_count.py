@@ -35,3 +35,10 @@ def test_the_threads_option_fixes_the_count():
     built = build_cpu_executable(fuse_whole_function(layer_norm_graph(256, 1024)), {"threads": 2})
     assert built.fixed_threads
     assert built.for_threads(1) is built and built.for_threads(2) is built
+
+
+def test_follows_threads_only_where_a_phase_would_split():
+    big = build_cpu_executable(fuse_whole_function(layer_norm_graph(2048, 1024)), {})
+    small = build_cpu_executable(fuse_whole_function(layer_norm_graph(4, 16)), {})
+    fixed = build_cpu_executable(fuse_whole_function(layer_norm_graph(2048, 1024)), {"threads": 2})
+    assert big.follows_threads() and not small.follows_threads() and not fixed.follows_threads()

@@ -250,6 +250,17 @@ class CpuExecutable:
             self._by_threads[threads] = other
         return other
 
+    def follows_threads(self) -> bool:
+        """Whether a call on another thread count runs differently: the count is not fixed and some phase would
+        split across a team of two (at one thread every phase runs inline, and a phase too small to split runs
+        inline at any count). The eager device asks once per kernel and checks the calling thread's count per
+        call only for these (device/thread_count.py); ATen steps follow the calling thread by themselves."""
+        if self.fixed_threads:
+            return False
+        runner = (get_team(2) if self.threading_mode == "openmp" else None) or get_pool(2)
+        return any(not phase.serial and not runner.runs_inline(phase.n_outer, phase.work)
+                   for step in self.plan.steps for phase in step.phases)
+
     # ---- build (the StepHost interface of step_host.py, for the step runners) --------------------------------
 
     def _address(self, buffer: int, flats: dict[int, np.ndarray]) -> int:
