@@ -23,15 +23,20 @@ class Var:
 
     ``lo``/``hi`` bound it (inclusive; None: unknown, but indices are never negative), ``align`` divides it.
     A counter of a static loop also carries ``key`` (which logical loop of the phase), ``stride`` (its weight
-    in that loop's index) and ``extent`` (its trip count): what a wish to split or unroll it refers to."""
+    in that loop's index) and ``extent`` (its trip count): what a wish to split or unroll it refers to. The
+    result of a division the emitter could not fold carries ``divided``: (the dividend's form, the divisor,
+    whether it is the quotient, whether the division is exact), so that a sum holding both ``x // n * n`` and
+    ``x % n`` becomes ``x`` again (:func:`_recombine`)."""
 
-    __slots__ = ("value", "serial", "lo", "hi", "align", "key", "stride", "extent", "origin")
+    __slots__ = ("value", "serial", "lo", "hi", "align", "key", "stride", "extent", "origin", "divided")
 
     def __init__(self, value: Any, serial: int, lo: int | None = None, hi: int | None = None, align: int = 1,
-                 key: Any = None, stride: int = 1, extent: int = 0, origin: tuple = ()):
+                 key: Any = None, stride: int = 1, extent: int = 0, origin: tuple = (),
+                 divided: tuple | None = None):
         self.value, self.serial, self.lo, self.hi, self.align = value, serial, lo, hi, max(align, 1)
         self.key, self.stride, self.extent = key, stride, extent
         self.origin = origin  # for a division result: the cuts that would have made it a loop counter
+        self.divided = divided
 
 
 @dataclass(frozen=True)
@@ -49,6 +54,8 @@ class Affine:
         coefs: dict[Var, int] = dict(self.terms)
         for var, coef in other.terms:
             coefs[var] = coefs.get(var, 0) + coef
+        if any(var.divided is not None for var in coefs):
+            return _recombine(coefs, self.const + other.const)
         terms = tuple(sorted(((v, c) for v, c in coefs.items() if c), key=lambda t: t[0].serial))
         return Affine(terms, self.const + other.const)
 
@@ -83,6 +90,34 @@ class Affine:
     def non_negative(self) -> bool:
         """Every term is non-negative (vars are indices: an unknown lower bound still means >= 0)."""
         return self.const >= 0 and all(c > 0 and (v.lo is None or v.lo >= 0) for v, c in self.terms)
+
+
+def _recombine(coefs: dict[Var, int], const: int) -> Affine:
+    """The sum of ``coefs`` and ``const`` with every ``c * n * (x // n) + c * (x % n)`` replaced by ``c * x``, and
+    ``c * n * (x // n)`` by ``c * x`` when ``n`` divides ``x`` (exact). An identity of unsigned (and of wrapping)
+    arithmetic, so always exact. Why: a row split into (batch, position) digits by a division that does not fold
+    (the parallel loop's chunk start ``s``, with ``s % 256`` and ``s // 256``) and then flattened again by the
+    strides of a contiguous array (``131072 * q + 512 * r``) would otherwise address memory through the
+    division's two results; the address is then not an affine function of the loop counters for LLVM's scalar
+    evolution, and Loop Strength Reduction spends most of a LayerNorm backward module's code generation on
+    those address expressions (session 19 coldo3: half its object emission time)."""
+    rest = Affine()
+    for var in [v for v, c in coefs.items() if c and v.divided is not None]:
+        coef = coefs.get(var, 0)
+        dividend, n, quotient, exact = var.divided
+        if not quotient or not coef:
+            continue
+        partner = next((v for v, c in coefs.items() if c and v.divided is not None and v.divided[1] == n
+                        and not v.divided[2] and v.divided[0] == dividend), None)
+        if partner is not None and coef == n * coefs[partner]:
+            rest = rest + dividend.scale(coefs[partner])
+            coefs[var] = coefs[partner] = 0
+        elif partner is None and exact and coef % n == 0:
+            rest = rest + dividend.scale(coef // n)
+            coefs[var] = 0
+    terms = tuple(sorted(((v, c) for v, c in coefs.items() if c), key=lambda t: t[0].serial))
+    # nothing recombined: the sum as it is (adding an empty rest would recombine again, endlessly)
+    return Affine(terms, const) + rest if rest.terms else Affine(terms, const + rest.const)
 
 
 @dataclass(frozen=True)

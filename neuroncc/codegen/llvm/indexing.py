@@ -215,14 +215,16 @@ class IndexArithmetic:
             if key in scope:
                 return scope[key]
         m = math.gcd(alignment, n)
+        dividend = self.form(value)  # kept with the result: x // n * n + x % n is x again (affine._recombine)
         if want_quotient:
             exact = ("exact",) if alignment % n == 0 else ()
             result = self.b.udiv(value, self.ir_index(n), flags=exact)
             self._register(result, Affine.of(self._new_var(result, lo=0, align=alignment // n if exact else 1,
-                                                           origin=origin)))
+                                                           origin=origin, divided=(dividend, n, True, bool(exact)))))
         else:  # a multiple of m below n
             result = self.b.urem(value, self.ir_index(n))
-            self._register(result, Affine.of(self._new_var(result, lo=0, hi=n - m, align=m, origin=origin)))
+            self._register(result, Affine.of(self._new_var(result, lo=0, hi=n - m, align=m, origin=origin,
+                                                           divided=(dividend, n, False, False))))
         self.memo[-1][key] = result
         return result
 
