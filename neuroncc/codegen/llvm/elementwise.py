@@ -395,6 +395,12 @@ def _bitcast(ctx, op, args):
     return b.bitcast(x, compute_type(target))
 
 
+def widens_bf16(op: Op) -> bool:
+    """Whether ``op`` widens bf16 to float32: exact (the bits move to the high half), so a value it computes can be
+    stored and read back in place of computing it again (``refine.widened_row_cache``)."""
+    return op.name == "cast" and op.operands[0].type.dtype is DType.bf16 and op.attrs["dtype"] is DType.f32
+
+
 #: Elementwise op -> lowering (one entry per op).
 ELEMENTWISE: dict[str, Lowering] = {
     "neg": _neg,

@@ -16,12 +16,12 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from neuroncc.codegen.llvm.dimflow import outer_dims_preserved
+from neuroncc.codegen.llvm.elementwise import widens_bf16
 from neuroncc.codegen.llvm.kernel_plan import (
     BlockedMap, ChunkedRows, ColumnSum, CombineColumns, CombinePartials, Computed, KernelPlan, KeptDims,
     MapStage, PartialReduce, Phase, ReduceStage, RowLoop, SplitColumns, Stage, written_by,
 )
 from neuroncc.codegen.llvm.views import Layout
-from neuroncc.ir.dtypes import DType
 from neuroncc.ir.types import contiguous_strides
 from neuroncc.codegen.llvm.reductions import COMBINERS
 from neuroncc.codegen.llvm.scalars import storage_itemsize
@@ -170,8 +170,7 @@ def widened_row_cache(plan: KernelPlan, phase: RowLoop) -> dict[Value, int]:
         value = stage.op.operands[0]
         access = plan.access.get(value)
         if value in cache or value in phase.row_cache or not isinstance(access, Computed) \
-                or access.op.name != "cast" or value.type.dtype is not DType.f32 \
-                or access.op.operands[0].type.dtype is not DType.bf16 \
+                or not widens_bf16(access.op) \
                 or math.prod(stage.shape[k:]) > ROW_CACHE_MAX:
             continue
         if any(later.shape == stage.shape and any(_reads_in_place(plan, root, value, stage.shape, set())
