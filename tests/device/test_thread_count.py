@@ -5,13 +5,11 @@ kernel of its signature whatever the count it was built at."""
 
 from __future__ import annotations
 
-import threading
-
 import pytest
 import torch
 
 import neuroncc
-from neuroncc.executors.cpu import threads as cpu_threads
+from neuroncc.testing.team_runs import ran_on, recorded_team_runs
 
 # exp over 2M elements (transcendental: 16M work) and its backward's mul (2M): both split on a team of two
 SHAPE = (2048, 1024)
@@ -19,27 +17,7 @@ SHAPE = (2048, 1024)
 
 @pytest.fixture
 def team_runs(monkeypatch):
-    """(team size, ran on the main thread) of every kernel phase run through an OpenMP team runner."""
-    if cpu_threads.get_team(2) is None:
-        pytest.skip("no libgomp: kernels run on the Python pool")
-    runs = []
-    run = cpu_threads.OpenMPTeam.run
-    main = threading.main_thread().ident
-
-    def recording(self, *args, **kwargs):
-        runs.append((self.threads, threading.get_ident() == main))
-        return run(self, *args, **kwargs)
-
-    monkeypatch.setattr(cpu_threads.OpenMPTeam, "run", recording)
-    before = torch.get_num_threads()
-    yield runs
-    torch.set_num_threads(before)
-
-
-def _ran_on(sizes: set[int], threads: int) -> bool:
-    """At 2 the large phases split across a 2-thread team; at 1 no phase goes near a team of more (a phase of a
-    1-thread executable runs inline)."""
-    return sizes == {2} if threads == 2 else not sizes - {1}
+    yield from recorded_team_runs(monkeypatch)
 
 
 def _compiled() -> int:
@@ -57,7 +35,7 @@ def test_a_forward_kernel_follows_set_num_threads_on_one_cached_kernel(team_runs
         torch.set_num_threads(threads)
         team_runs.clear()
         got = x.exp()
-        assert _ran_on({size for size, _ in team_runs}, threads), f"built at {order[0]}, called at {threads}"
+        assert ran_on(team_runs, threads), f"built at {order[0]}, called at {threads}"
         torch.testing.assert_close(got.cpu(), want)
     assert _compiled() == compiled  # one kernel for every count
 
@@ -71,9 +49,9 @@ def test_a_backward_kernel_follows_the_count_set_on_the_calling_thread(team_runs
         team_runs.clear()
         x.grad = None
         x.exp().backward(grad)
-        backward = {size for size, on_main in team_runs if not on_main}
-        forward = {size for size, on_main in team_runs if on_main}
+        backward = [run for run in team_runs if not run.on_main]
+        forward = [run for run in team_runs if run.on_main]
         if threads == 2:  # at 1 no phase goes to a team: nothing recorded on either thread
             assert backward and forward, f"the backward runs on the autograd engine's thread: {team_runs}"
-        assert _ran_on(forward, threads) and _ran_on(backward, threads), f"called at {threads}: {team_runs}"
+        assert ran_on(forward, threads) and ran_on(backward, threads), f"called at {threads}: {team_runs}"
         torch.testing.assert_close(x.grad.cpu(), want)

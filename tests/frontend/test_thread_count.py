@@ -8,31 +8,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from neuroncc.executors.cpu import threads as cpu_threads
+from neuroncc.testing.team_runs import ran_on, recorded_team_runs
 
 
 @pytest.fixture
 def team_runs(monkeypatch):
-    """The thread count of every kernel phase run through an OpenMP team runner (inline or split)."""
-    if cpu_threads.get_team(2) is None:
-        pytest.skip("no libgomp: kernels run on the Python pool")
-    runs = []
-    run = cpu_threads.OpenMPTeam.run
-
-    def recording(self, *args, **kwargs):
-        runs.append(self.threads)
-        return run(self, *args, **kwargs)
-
-    monkeypatch.setattr(cpu_threads.OpenMPTeam, "run", recording)
-    before = torch.get_num_threads()
-    yield runs
-    torch.set_num_threads(before)
-
-
-def _ran_on(runs: list[int], threads: int) -> bool:
-    """Whether the recorded phases ran on ``threads`` threads: at 2 the large phase splits across a 2-thread
-    team; at 1 no phase goes near a team of more (a 1-thread executable runs its phases inline)."""
-    return set(runs) == {2} if threads == 2 else not set(runs) - {1}
+    yield from recorded_team_runs(monkeypatch)
 
 
 def _layer_norm(x, w, b):
@@ -48,12 +29,12 @@ def test_a_compiled_graph_follows_set_num_threads(team_runs):
     torch.set_num_threads(2)
     run = torch.compile(_layer_norm, backend="neuron", dynamic=False)
     first = run(*args)
-    assert _ran_on(team_runs, 2)
+    assert ran_on(team_runs, 2)
     for threads in (1, 2):
         torch.set_num_threads(threads)
         team_runs.clear()
         again = run(*args)
-        assert _ran_on(team_runs, threads)
+        assert ran_on(team_runs, threads)
         torch.testing.assert_close(again, first, rtol=0, atol=0)
 
 
@@ -65,4 +46,4 @@ def test_a_later_compile_from_the_caches_runs_on_the_new_count(team_runs, order)
         torch._dynamo.reset()
         team_runs.clear()
         torch.compile(_layer_norm, backend="neuron", dynamic=False)(*args)
-        assert _ran_on(team_runs, threads), f"compiled at {order[0]} thread(s), called at {threads}"
+        assert ran_on(team_runs, threads), f"compiled at {order[0]} thread(s), called at {threads}"
