@@ -1,0 +1,103 @@
+"""A/B of code-generation variants in one process, shared by ``bench_exp_scale.py`` and ``bench_math_interleave.py``.
+
+Each variant is a context manager under which kernels are built (a patched emitter function); every row is built
+twice per variant, all builds are called interleaved round by round, and the medians are printed per build with
+each variant's time over the first one's (mean of its two builds). Rows: b (softmax [4096,1024], its kernel step
+on a held output), bs (softmax [256,1024] x16: L2-resident, the compute-bound case), a (gelu*sigmoid [4096,1024],
+``exe(*arrays)``), ce (cross-entropy fwd+bwd [512,32000] through ``torch.compile``). The softmax rows' outputs are
+checked bit for bit against the first variant's. Run under ``/work/bin/heavy x`` (docs/performance.md)."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import statistics
+import time
+from collections.abc import Callable
+
+os.environ["NEURONCC_DISABLE_CACHE"] = "1"
+os.environ["NEURONCC_DISABLE_GRAPH_CACHE"] = "1"
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+import bench_softmax_parts as bsp  # noqa: E402
+import kernel_cases as kc  # noqa: E402
+from neuroncc.executors.cpu.launcher import build_cpu_executable  # noqa: E402
+
+ROWS = ("b", "bs", "a", "ce")
+Variant = Callable[[], contextlib.AbstractContextManager]
+
+
+def add_arguments(parser: argparse.ArgumentParser, rounds: int = 31) -> None:
+    parser.add_argument("--threads", default="1,2", help="thread counts, comma-separated (default 1,2)")
+    parser.add_argument("--rounds", type=int, default=rounds, help=f"interleaved rounds (default {rounds})")
+    parser.add_argument("--rows", default=",".join(ROWS), help=f"rows among {', '.join(ROWS)} (default all)")
+
+
+def _row_call(row: str, threads: int) -> tuple[Callable[[], object], torch.Tensor | None]:
+    """The row's call, built under whatever variant is active, and the output to compare bits of (softmax rows)."""
+    if row in ("b", "bs"):
+        rows = 4096 if row == "b" else 256
+        x = torch.from_numpy(np.random.default_rng(rows).standard_normal((rows, 1024)).astype(np.float32) * 4)
+        exe = build_cpu_executable(kc.softmax_graph(rows, 1024), {"threads": threads})
+        out = torch.empty_like(x)
+        step = bsp.step_call(exe, x, out)
+        step()
+        return ((lambda: [step() for _ in range(16)]) if row == "bs" else step), out
+    case = next(c for c in kc.cases() if c.key == row)
+    inputs = case.make(np.random.default_rng(0))
+    if row == "a":
+        exe = build_cpu_executable(case.graph, {"threads": threads})
+        arrays = [t.numpy() for t in inputs]
+        return (lambda: exe(*arrays)), None
+    if row == "ce":
+        torch._dynamo.reset()
+        fn = torch.compile(case.eager, backend="neuron", dynamic=False, options={"threads": threads})
+        fn(*inputs)
+        return (lambda: fn(*inputs)), None
+    raise SystemExit(f"unknown row {row!r}: rows are {', '.join(ROWS)}")
+
+
+def _medians(calls: dict[str, Callable[[], object]], rounds: int, clock: Callable[[], float]) -> dict[str, float]:
+    times: dict[str, list[float]] = {key: [] for key in calls}
+    for _ in range(rounds):
+        for key, call in calls.items():
+            start = clock()
+            call()
+            times[key].append(clock() - start)
+    return {key: statistics.median(values) * 1e3 for key, values in times.items()}
+
+
+def compare(variants: dict[str, Variant], args: argparse.Namespace) -> None:
+    """Build every row under each variant (two builds each), check the softmax bits, time interleaved, print."""
+    names = list(variants)
+    rows = args.rows.split(",")
+    for threads in [int(t) for t in args.threads.split(",")]:
+        torch.set_num_threads(threads)
+        clock = time.thread_time if threads == 1 else time.perf_counter  # 1 thread: CPU time of this thread
+        calls, outputs = {}, {}
+        for row in rows:
+            for build in (1, 2):
+                for name in names:
+                    with variants[name]():
+                        call, out = _row_call(row, threads)
+                    calls[f"{row} {name} {build}"] = call
+                    if out is not None:
+                        outputs.setdefault((row, name), out)
+        for (row, name), out in outputs.items():
+            if name != names[0]:
+                print(row, f"{name} == {names[0]} bitwise:", torch.equal(out, outputs[(row, names[0])]))
+        for call in calls.values():
+            call()
+        med = _medians(calls, args.rounds, clock)
+        print(f"threads {threads}, load {os.getloadavg()[0]:.2f}, {time.strftime('%H:%M:%S', time.gmtime())} UTC, "
+              f"{args.rounds} rounds")
+        for row in rows:
+            base = (med[f"{row} {names[0]} 1"] + med[f"{row} {names[0]} 2"]) / 2
+            for key in [key for key in med if key.split()[0] == row]:
+                print(f"  {key:12s} {med[key]:8.3f} ms  {med[key] / base:6.3f}")
+            for name in names[1:]:
+                mean = (med[f"{row} {name} 1"] + med[f"{row} {name} 2"]) / 2
+                print(f"  {row}: {name} / {names[0]} (mean of builds) {mean / base:.3f}")
