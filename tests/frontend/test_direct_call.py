@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from frontend import placement_checks
 from neuroncc.frontend import direct_call
 
 
@@ -132,22 +133,9 @@ def test_later_calls_are_checked_against_the_first_in_cpp_and_in_python_when_the
 def test_large_outputs_start_off_their_inputs_modulo_4k(direct_calls):
     """At every 16-byte page offset of the input, the output made on data pointers is not 4K-aliased with
     it (``hardware.host.placement_shift``), is no view (the caller may modify it in place) and is right."""
-    from neuroncc.hardware.host import ALIAS_PERIOD_BYTES, ALIAS_WINDOW_BYTES
+    from neuroncc.hardware.host import ALIAS_PERIOD_BYTES
 
-    def f(x, w):
-        return x * w + 1.0
-
-    rows, cols = 512, 512  # 1 MiB: placed
-    memory = torch.zeros(rows * cols + ALIAS_PERIOD_BYTES // 4)
-    w = torch.linspace(-1, 1, cols)
-    compiled = torch.compile(f, backend="neuron", dynamic=False)
-    for offset in range(0, ALIAS_PERIOD_BYTES // 4, 4):
-        x = memory[offset:offset + rows * cols].view(rows, cols)
-        x[0, 0] = offset
-        out = compiled(x, w)
-        torch.testing.assert_close(out, f(x, w))
-        for source in (x, w):
-            assert not 0 < (out.data_ptr() - source.data_ptr()) % ALIAS_PERIOD_BYTES < ALIAS_WINDOW_BYTES, offset
-        assert out._base is None and out.is_contiguous()
-    out.add_(1.0)
+    compiled = torch.compile(placement_checks.scaled_plus_one, backend="neuron", dynamic=False)
+    placement_checks.check_outputs_off_inputs_modulo_4k(compiled, placement_checks.placement_memory(),
+                                                        torch.linspace(-1, 1, placement_checks.COLS))
     assert direct_calls["declined"] == 0 and direct_calls["direct"] == ALIAS_PERIOD_BYTES // 16

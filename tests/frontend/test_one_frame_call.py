@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from frontend import placement_checks
 from neuroncc.frontend import direct_call
-from neuroncc.hardware.host import ALIAS_PERIOD_BYTES, ALIAS_WINDOW_BYTES
 
 
 @pytest.fixture
@@ -67,25 +67,12 @@ def test_a_call_the_checks_decline_still_runs_the_slow_path(compiled_graphs, ful
 def test_large_outputs_of_the_one_frame_call_start_off_their_inputs_modulo_4k(compiled_graphs, full_calls):
     """At every 16-byte page offset of the input the output is not 4K-aliased with it or the weight, is no view
     and is right: the placement of ``_placed``, checked inline."""
-    def f(x, w):
-        return x * w + 1.0
-
-    rows, cols = 512, 512  # 1 MiB: placed
-    memory = torch.zeros(rows * cols + ALIAS_PERIOD_BYTES // 4)
-    w = torch.linspace(-1, 1, cols)
-    compiled = torch.compile(f, backend="neuron", dynamic=False)
-    _settled(compiled, memory[:rows * cols].view(rows, cols), w)
+    memory, w = placement_checks.placement_memory(), torch.linspace(-1, 1, placement_checks.COLS)
+    compiled = torch.compile(placement_checks.scaled_plus_one, backend="neuron", dynamic=False)
+    _settled(compiled, placement_checks.input_at(memory, 0), w)
     assert compiled_graphs["inference"]._fast is not None
     before = full_calls["calls"]
-    for offset in range(0, ALIAS_PERIOD_BYTES // 4, 4):
-        x = memory[offset:offset + rows * cols].view(rows, cols)
-        x[0, 0] = offset
-        out = compiled(x, w)
-        torch.testing.assert_close(out, f(x, w))
-        for source in (x, w):
-            assert not 0 < (out.data_ptr() - source.data_ptr()) % ALIAS_PERIOD_BYTES < ALIAS_WINDOW_BYTES, offset
-        assert out._base is None and out.is_contiguous()
-    out.add_(1.0)
+    placement_checks.check_outputs_off_inputs_modulo_4k(compiled, memory, w)
     assert full_calls["calls"] == before
 
 
