@@ -101,6 +101,10 @@ ONEDNN_MIN_MACS_AVX512 = 1 << 26
 #: (:attr:`CpuTarget.small_mm_max_macs`).
 SMALL_MM_MAX_MACS_AVX512 = 1 << 25
 
+#: Without AVX-512, a float32 mm/addmm of at most this many multiply-adds runs as generated code
+#: (:attr:`CpuTarget.small_mm_max_macs`).
+SMALL_MM_MAX_MACS_AVX2 = 1 << 23
+
 
 @dataclass(frozen=True, slots=True)
 class CpuTarget:
@@ -255,6 +259,20 @@ class CpuTarget:
         return 32 if self.has("avx512f") else 16
 
     @property
+    def matmul_tile_vectors(self) -> int:
+        """Vectors of columns per register tile of a generated product (``small_matmul.py``,
+        ``SmallMatmul.column_blocks``; its rows fill the other registers: 2 vectors x 6 rows with AVX2's 16);
+        0: the width whose tiles do the most multiply-adds per load. With AVX-512: 0 (Zen 4, 4 x 6 tiles 105
+        GFLOP/s against 88 in 8 x 2). Without AVX-512: 2, MKL's AVX2 kernel's shape. Zen 3, 2026-12-04,
+        ``benchmarks/bench_products.py --tiles``, the classifier's products generated / ATen's sgemm, 1 thread
+        / 2 threads, tiles of 2 x 6 against session 10's 4 x 2 (the fewest blocks of 4 vectors) and the scored
+        3 x 4: forward and data products 0.85-0.98 / 0.68-0.84 (4 x 2: 0.85-1.12 / 0.70-0.96; 3 x 4:
+        0.82-0.98 / 0.67-0.84), weight gradients (A read down columns) 0.88-1.01 / 0.81-0.95 (4 x 2:
+        1.18-1.45 / 1.10-1.32; 3 x 4: 0.96-1.11 / 0.89-1.00: its 16 accumulators, vectors and broadcast fill
+        every register)."""
+        return 0 if self.has("avx512f") else 2
+
+    @property
     def small_bmm_max_macs(self) -> int:
         """The most multiply-adds per batch item for which a float32 bmm runs as generated code
         (``codegen/llvm/small_matmul.py``) instead of MKL's ``sgemm_batch``, whose fixed cost per product
@@ -275,8 +293,13 @@ class CpuTarget:
         0.64-0.80 / 0.58-0.80 (MKL at 68-87 GFLOP/s on one core, the tiles at 96-110); 8M-33.6M
         (``--mid``: x @ W^T + b, dY @ W, dY^T @ X, K up to 1024) 0.72-0.86 / 0.72-0.84 (oneDNN 0.85-1.17 /
         0.83-1.68). Not measured between 2^25 and oneDNN's 64M: MKL there.
-        Without AVX-512 not measured (MKL's AVX2 kernels against 8-lane tiles): 0, every product stays on MKL."""
-        return SMALL_MM_MAX_MACS_AVX512 if self.has("avx512f") else 0
+        Without AVX-512 (2 x 6 tiles, :attr:`matmul_tile_vectors`): Zen 3, 2026-12-04, the same harness,
+        generated / ATen's sgemm (the direct sgemm within 0.96-1.13 of ATen), 1 thread / 2 threads: the
+        classifier's products of 2.1M-6.3M 0.85-1.01 / 0.68-0.95; 8.4M-16.8M linears (``--mid``) 0.90-0.95 /
+        0.92-1.04; at 33.6M the data products 0.87-0.96 / 0.86-1.01 but the weight gradients (A read down
+        columns, K 512-1024) 1.19-1.38 / 1.16-1.27. Weight gradients between 6.3M and 33.6M not measured:
+        :data:`SMALL_MM_MAX_MACS_AVX2`, every product of the classifier."""
+        return SMALL_MM_MAX_MACS_AVX512 if self.has("avx512f") else SMALL_MM_MAX_MACS_AVX2
 
     @property
     def machine_features(self) -> str:

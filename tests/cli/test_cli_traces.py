@@ -58,7 +58,7 @@ def test_inspect_trace_needs_cost(good_pt2, tmp_path, capsys):
 
 
 def test_run_trace_and_plot_record_one_call(classifier_pt2, tmp_path, capsys, monkeypatch):
-    # the classifier's products as ATen calls on every host (AVX-512 hosts generate them: small_mm_max_macs), so
+    # the classifier's products as ATen calls on every host (hosts generate them: small_mm_max_macs), so
     # the trace has extern steps to record beside the kernels
     monkeypatch.setattr(CpuTarget, "small_mm_max_macs", property(lambda self: 0))
     trace, plot = tmp_path / "run.json", tmp_path / "run.png"

@@ -90,7 +90,7 @@ def test_matmul_with_fused_epilogue(rng):
     verify(fn)
     inputs = [rng.standard_normal(s).astype(np.float32) for s in [(32, 64), (48, 64), (48,)]]
     exe, (got, _) = run_both(fn, inputs)
-    # the product: an extern call, or on AVX-512 the kernel's first phase (CpuTarget.small_mm_max_macs)
+    # the product: an extern call, or the kernel's first phase (CpuTarget.small_mm_max_macs)
     generated = [p for step in exe.plan.steps for p in step.phases if p.symbol.endswith("_mm")]
     assert exe.stats["extern_calls"] + len(generated) == 1
     want = torch.nn.functional.gelu(torch.nn.functional.linear(*(torch.from_numpy(a) for a in inputs)))
@@ -174,7 +174,7 @@ def _with_matmul_rows(kernel, rows: int):
 def test_matmul_epilogue_runs_row_block_by_row_block(op, rows, blocks, rng, monkeypatch):
     """The kernel's matmul_tile decision (rows per block) is what the launcher runs: blocks of it, or one block
     when it covers every row."""
-    # the extern path: products on MKL (on AVX-512 small ones are generated code, CpuTarget.small_mm_max_macs)
+    # the extern path: products on MKL (small ones are generated code, CpuTarget.small_mm_max_macs)
     monkeypatch.setattr(CpuTarget, "small_mm_max_macs", property(lambda self: 0))
     b = Builder(op)
     x = b.param(TensorType((50, 8), DType.f32), "x")

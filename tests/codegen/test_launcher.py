@@ -146,7 +146,7 @@ def test_cpu_is_the_default_target(rng):
 def test_reused_extern_views_follow_new_inputs_and_outputs(rng, monkeypatch):
     """Extern steps keep their views of buffers whose address does not change (arena, constants); inputs and
     outputs move between calls (and an input may be updated in place), and every call must see its own."""
-    # the extern path: products on MKL (on AVX-512 small ones are generated code, CpuTarget.small_mm_max_macs)
+    # the extern path: products on MKL (small ones are generated code, CpuTarget.small_mm_max_macs)
     monkeypatch.setattr(CpuTarget, "small_mm_max_macs", property(lambda self: 0))
     b = Builder("g")
     x = b.param(TensorType((6, 8), DType.f32), "x")

@@ -89,6 +89,8 @@ class SmallMatmul:
     lanes: int
     registers: int
     fma: bool
+    #: vectors of columns per tile (:attr:`CpuTarget.matmul_tile_vectors`); 0: by :attr:`column_blocks`'s score
+    tile_vectors: int = 0
     #: addmm's bias, (batch, row, column) strides (0 where broadcast), added to each finished sum; None: mm, bmm
     bias: Operand | None = None
 
@@ -115,17 +117,24 @@ class SmallMatmul:
 
     @property
     def column_blocks(self) -> tuple[tuple[int, int], ...]:
-        """(first vector, vectors) of each block of columns a tile covers, in blocks of near-equal size: the
-        block width whose tiles do the most multiply-adds per load (``vectors x rows`` accumulators for
-        ``vectors + rows`` loads per step over k: B's vectors and A's broadcasts), the widest of equals. With
-        AVX-512 (32 registers): 4 vectors x 6 rows or 6 x 4 (2.4 FMAs a load); 8 x 2 (1.6) ran a [512, 64] x
-        [64, 128] product at 88 GFLOP/s on Zen 4 against 105 in 4 x 6 tiles. Blocks are at most a quarter of
-        the registers' vectors; with fewer than 32 registers (AVX2) the fewest such blocks, the rule session 10
-        measured on Zen 3 (not re-measured with the score)."""
+        """(first vector, vectors) of each block of columns a tile covers. Where the target fixes the width,
+        blocks of :attr:`tile_vectors`, the narrower rest joining the last block while that stays at most a
+        quarter of the registers' vectors (AVX2: 2-vector blocks, an odd count's last block 3 vectors x 4
+        rows: Zen 3, a 128 x 24^3 bmm, 3 x 4 0.89-0.98 of 2 x 6 + 1 x 14's time). Else blocks of near-equal
+        size, the block width whose tiles do the most multiply-adds per load (``vectors x rows`` accumulators
+        for ``vectors + rows`` loads per step over k: B's vectors and A's broadcasts), the widest of equals, at
+        most a quarter of the registers' vectors. With AVX-512 (32 registers): 4 vectors x 6 rows or 6 x 4
+        (2.4 FMAs a load); 8 x 2 (1.6) ran a [512, 64] x [64, 128] product at 88 GFLOP/s on Zen 4 against
+        105 in 4 x 6 tiles."""
         most = max(self.registers // 4, 1)
+        if self.tile_vectors:
+            firsts = list(range(0, self.vectors, self.tile_vectors))
+            if len(firsts) > 1 and self.vectors - firsts[-1] < self.tile_vectors and self.vectors - firsts[-2] <= most:
+                firsts.pop()
+            return tuple((first, end - first) for first, end in zip(firsts, [*firsts[1:], self.vectors]))
         fewest = -(-self.vectors // most)
         best_size, best_score = -(-self.vectors // fewest), -1.0
-        for blocks in range(fewest, self.vectors + 1 if self.registers >= 32 else fewest):
+        for blocks in range(fewest, self.vectors + 1):
             size = -(-self.vectors // blocks)
             rows = self.tile_rows(size)
             score = size * rows / (size + rows)
@@ -176,7 +185,7 @@ def plan_small_matmul(op: Op, operands: Sequence[Layout], result: Layout, target
         return None
     c = Operand(result.arg, result.offset, (result.strides[0], result.strides[1], 1))
     plan = SmallMatmul(batch, rows, cols, depth, a, b, c, target.f32_lanes, target.vector_registers,
-                       target.has("fma"))
+                       target.has("fma"), target.matmul_tile_vectors)
     if plan.packs_b and depth * plan.vectors * plan.lanes * 4 > MAX_PACKED_BYTES:
         return None
     return plan
@@ -228,7 +237,8 @@ def _plan_2d(op: Op, operands: Sequence[Layout], result: Layout, target: CpuTarg
                        Operand(a.arg, a.offset, (per_item * a.strides[1], *a.strides[1:])),
                        Operand(b.arg, b.offset, (0, *b.strides[1:])),
                        Operand(result.arg, result.offset, (per_item * result.strides[0], result.strides[0], 1)),
-                       target.f32_lanes, target.vector_registers, target.has("fma"), bias)
+                       target.f32_lanes, target.vector_registers, target.has("fma"),
+                       target.matmul_tile_vectors, bias)
     if plan.packed_bytes > MAX_SHARED_PACKED_BYTES:
         return None
     return plan
