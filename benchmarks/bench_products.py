@@ -38,9 +38,19 @@ BIG = [(512, 256, 256, True, "linear"), (1024, 256, 512, True, "linear"), (512, 
        (4096, 256, 1024, False, "linear")]
 
 
-def generated_call(name: str, layouts, pointers, threads: int):
-    """The generated product (``small_matmul.py``'s phase over its row items, forced whatever the bound) as a
-    call, or None where its plan refuses the layouts (a packed B past MAX_SHARED_PACKED_BYTES)."""
+def tile_variant(plan, rule: str):
+    """``plan`` with its register tiles by ``rule``: "wN" column blocks of N vectors (rows by ``tile_rows``),
+    "scored" the width doing the most multiply-adds per load (``SmallMatmul.tile_vectors``,
+    ``CpuTarget.matmul_tile_vectors``)."""
+    import dataclasses
+
+    return dataclasses.replace(plan, tile_vectors=0 if rule == "scored" else int(rule.lstrip("w")))
+
+
+def generated_call(name: str, layouts, pointers, threads: int, rule: str | None = None):
+    """The generated product (``small_matmul.py``'s phase over its row items, forced whatever the bound; its
+    tiles by :func:`tile_variant`'s ``rule``, None: the target's) as a call, or None where its plan refuses
+    the layouts (a packed B past MAX_SHARED_PACKED_BYTES)."""
     import ctypes
 
     from neuroncc.codegen.llvm import jit
@@ -57,6 +67,8 @@ def generated_call(name: str, layouts, pointers, threads: int):
     plan = plan_small_matmul(op, layouts[:-1], layouts[-1], host_cpu(), max_macs=1 << 40)
     if plan is None:
         return None
+    if rule is not None:
+        plan = tile_variant(plan, rule)
     module = jit.compile_ir([emit_small_matmul(plan, "gmm", len(layouts) + 1)])
     address = module.address("gmm")
     function = PHASE_FN(address)
@@ -73,7 +85,7 @@ def generated_call(name: str, layouts, pointers, threads: int):
     return run
 
 
-def product_rows(shapes, repeat: int, threads: int) -> list[list[str]]:
+def product_rows(shapes, repeat: int, threads: int, rules: list[str], onednn: bool = True) -> list[list[str]]:
     import torch
 
     from neuroncc.codegen.llvm.views import Layout
@@ -90,9 +102,11 @@ def product_rows(shapes, repeat: int, threads: int) -> list[list[str]]:
         layouts = [Layout(slot, 0, shape, strides, DType.f32) for slot, (shape, strides) in
                    enumerate(([((n,), (1,))] if has_bias else []) + operands + [((m, n), (n, 1))])]
         generated_out = torch.empty(m, n)
-        generated = generated_call("addmm" if has_bias else "mm", layouts,
-                                   ([bias.data_ptr()] if has_bias else []) + [a.data_ptr(), b.data_ptr(),
-                                                                              generated_out.data_ptr()], threads)
+        generated_pointers = ([bias.data_ptr()] if has_bias else []) + [a.data_ptr(), b.data_ptr(),
+                                                                         generated_out.data_ptr()]
+        generated = generated_call("addmm" if has_bias else "mm", layouts, generated_pointers, threads)
+        variants = {f"tiles {rule}": generated_call("addmm" if has_bias else "mm", layouts, generated_pointers,
+                                                    threads, rule) for rule in rules}
         if has_bias:
             aten = lambda: torch.addmm(bias, a, b, out=out)  # noqa: E731
             prepared = blas.prepare("addmm", {"alpha": 1, "beta": 1}, [((n,), (1,)), *operands], ((m, n), (n, 1)),
@@ -106,19 +120,23 @@ def product_rows(shapes, repeat: int, threads: int) -> list[list[str]]:
         linear_bias = bias if has_bias else None
         weight = b.t()  # oneDNN's linear takes [N, K]
         adopted = lambda: torch.ops.mkldnn._linear_pointwise(a, weight, linear_bias, "none", [], "")  # noqa: E731
-        impls = {"aten (MKL)": aten, "direct sgemm": lambda: prepared(pointers), "oneDNN adopted": adopted,
-                 "oneDNN + copy": lambda: out.copy_(adopted())}
+        impls = {"aten (MKL)": aten, "direct sgemm": lambda: prepared(pointers)}
+        if onednn:
+            impls.update({"oneDNN adopted": adopted, "oneDNN + copy": lambda: out.copy_(adopted())})
         if generated is not None:
-            generated()
             expected = (torch.addmm(bias, a, b) if has_bias else torch.mm(a, b)).double()
             bound = k * 2 * torch.finfo(torch.float32).eps * (a.abs().double() @ b.abs().double()).max()
-            assert (generated_out.double() - expected).abs().max() <= bound, (m, k, n, form)
+            for label, call in {"generated": generated, **variants}.items():
+                generated_out.zero_()
+                call()
+                assert (generated_out.double() - expected).abs().max() <= bound, (m, k, n, form, label)
             impls["generated"] = generated
+            impls.update(variants)
         times = interleaved(impls, repeats=repeat, warmup=10)
         base, flops = times["aten (MKL)"], 2 * m * k * n
         rows.append([f"{m} x {k} x {n}{' + bias' if has_bias else ''} {form}", f"{m * k * n / 1e6:.1f}M",
                      f"{base * 1e6:.1f}"] + [f"{t / base:.2f} ({flops / t / 1e9:.0f})" for t in times.values()]
-                    + ([] if generated is not None else ["-"]))
+                    + ([] if generated is not None else ["-"] * (1 + len(rules))))
     return rows
 
 
@@ -128,6 +146,9 @@ def main() -> None:
     parser.add_argument("--big", action="store_true", help="the products around oneDNN's threshold and above")
     parser.add_argument("--mid", action="store_true", help="the products around the generated code's bound")
     parser.add_argument("--repeat", type=int, default=None)
+    parser.add_argument("--tiles", default="", help="comma-separated tile rules as more generated columns: "
+                        "scored, wN (blocks of N vectors)")
+    parser.add_argument("--no-onednn", action="store_true", help="leave oneDNN's columns out")
     args = parser.parse_args()
     ensure_environment(1)
     import torch
@@ -139,11 +160,14 @@ def main() -> None:
     for threads in (int(t) for t in args.threads.split(",")):
         torch.set_num_threads(threads)
         shapes = BIG if args.big else MID if args.mid else SMALL
-        rows = product_rows(shapes, args.repeat or (40 if args.big else 100 if args.mid else 300), threads)
+        rules = [rule for rule in args.tiles.split(",") if rule]
+        rows = product_rows(shapes, args.repeat or (40 if args.big else 100 if args.mid else 300), threads, rules,
+                            onednn=not args.no_onednn)
         print(f"\n{threads} thread(s), load {', '.join(f'{x:.2f}' for x in os.getloadavg())}; x ATen's time "
               "(GFLOP/s)")
-        print(table(rows, ["product", "MACs", "aten us", "aten (MKL)", "direct sgemm", "oneDNN adopted",
-                           "oneDNN + copy", "generated"]))
+        print(table(rows, ["product", "MACs", "aten us", "aten (MKL)", "direct sgemm"]
+                    + ([] if args.no_onednn else ["oneDNN adopted", "oneDNN + copy"])
+                    + ["generated"] + [f"tiles {rule}" for rule in rules]))
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+from bench_products import tile_variant  # noqa: E402
 from common import ensure_environment, interleaved, table  # noqa: E402
 
 #: calls per timed sample (a 16^3 x 128 bmm takes tens of microseconds)
@@ -47,8 +48,9 @@ def _strides(array):
     return tuple(s // array.itemsize for s in array.strides)
 
 
-def generated(a, b, c, ta, tb, threads):
-    """A call of the generated kernel over all batch items, as the launcher makes it; and the plan."""
+def generated(a, b, c, ta, tb, threads, rule=None):
+    """A call of the generated kernel over all batch items, as the launcher makes it; and the plan (its tiles
+    by ``bench_products.tile_variant``'s ``rule``, None: the target's)."""
     from neuroncc.codegen.llvm import jit
     from neuroncc.codegen.llvm.small_matmul import emit_small_matmul, plan_small_matmul
     from neuroncc.codegen.llvm.views import Layout
@@ -64,6 +66,8 @@ def generated(a, b, c, ta, tb, threads):
     plan = plan_small_matmul(op, layouts[:2], layouts[2], host_cpu(), max_macs=1 << 40)
     if plan is None:  # a packed B bigger than small_matmul.MAX_PACKED_BYTES
         return None, None
+    if rule is not None:
+        plan = tile_variant(plan, rule)
     module = jit.compile_ir([emit_small_matmul(plan, "smm", 4)])
     address = module.address("smm")
     function = PHASE_FN(address)
@@ -81,7 +85,7 @@ def generated(a, b, c, ta, tb, threads):
     return run, plan
 
 
-def bench(threads: int, repeat: int, decision: bool) -> list[list[str]]:
+def bench(threads: int, repeat: int, decision: bool, rules: list[str]) -> list[list[str]]:
     import numpy as np
     import torch
 
@@ -96,16 +100,19 @@ def bench(threads: int, repeat: int, decision: bool) -> list[list[str]]:
         gen, plan = generated(a, b, c, ta, tb, threads)
         if gen is None:
             continue
-        gen()
+        variants = {f"tiles {rule}": generated(a, b, c, ta, tb, threads, rule)[0] for rule in rules}
         bound = 2 * np.finfo(np.float32).eps * k * np.matmul(np.abs(a.transpose(0, 2, 1) if ta else a),
                                                              np.abs(b.transpose(0, 2, 1) if tb else b)).max()
-        assert np.abs(c - ref).max() <= bound, (batch, m, k, n, form)
+        for label, call in {"generated": gen, **variants}.items():
+            c.fill(0)
+            call()
+            assert np.abs(c - ref).max() <= bound, (batch, m, k, n, form, label)
         call = blas.prepare("bmm", {"transpose_a": ta, "transpose_b": tb}, [(a.shape, _strides(a)),
                             (b.shape, _strides(b))], (c.shape, _strides(c)), ["f32"] * 3)
         pointers = [a.ctypes.data, b.ctypes.data, c.ctypes.data]
         ta_t, tb_t, c_t = torch.from_numpy(a), torch.from_numpy(b), torch.from_numpy(c)
         la, lb = (ta_t.mT if ta else ta_t), (tb_t.mT if tb else tb_t)
-        impls = {"generated": gen, "torch.bmm": lambda: torch.bmm(la, lb, out=c_t)}
+        impls = {"generated": gen, "torch.bmm": lambda: torch.bmm(la, lb, out=c_t), **variants}
         if call is not None:  # below ATen's naive-loop bound blas.py does not call MKL
             impls["sgemm_batch"] = lambda: call(pointers)
 
@@ -121,6 +128,7 @@ def bench(threads: int, repeat: int, decision: bool) -> list[list[str]]:
         row = [f"{batch}x{m}x{k}x{n}", form, f"{m * n * k}", f"{blas_us:.1f}" if blas_us else "-",
                f"{us['torch.bmm']:.1f}", f"{us['generated']:.1f}", f"{gflops:.0f}",
                f"{us['generated'] / blas_us:.2f}" if blas_us else "-"]
+        row += [f"{us[f'tiles {rule}']:.1f}" for rule in rules]
         if decision:
             row.append("gen" if m * n * k <= host_cpu().small_bmm_max_macs else "blas")
         rows.append(row)
@@ -132,17 +140,20 @@ def main() -> None:
     parser.add_argument("--threads", default="1,2")
     parser.add_argument("--repeat", type=int, default=40)
     parser.add_argument("--decision", action="store_true")
+    parser.add_argument("--tiles", default="", help="comma-separated tile rules as more generated columns (us): "
+                        "scored, wN (blocks of N vectors)")
     args = parser.parse_args()
     ensure_environment(1)
     import torch
 
     for threads in (int(t) for t in args.threads.split(",")):
         torch.set_num_threads(threads)
-        rows = bench(threads, args.repeat, args.decision)
+        rules = [rule for rule in args.tiles.split(",") if rule]
+        rows = bench(threads, args.repeat, args.decision, rules)
         print(f"\nsmall bmm, {threads} thread(s), us per bmm (median of {INNER}-call samples), "
               f"load {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
         header = ["batch x M x K x N", "form", "MACs/item", "sgemm_batch", "torch.bmm", "generated", "GFLOP/s",
-                  "x blas"] + (["decision"] if args.decision else [])
+                  "x blas"] + [f"tiles {rule}" for rule in rules] + (["decision"] if args.decision else [])
         print(table(rows, header))
 
 
