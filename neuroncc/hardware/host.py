@@ -265,11 +265,11 @@ class CpuTarget:
         0: the width whose tiles do the most multiply-adds per load. With AVX-512: 0 (Zen 4, 4 x 6 tiles 105
         GFLOP/s against 88 in 8 x 2). Without AVX-512: 2, MKL's AVX2 kernel's shape. Zen 3, 2026-12-04,
         ``benchmarks/bench_products.py --tiles``, the classifier's products generated / ATen's sgemm, 1 thread
-        / 2 threads, tiles of 2 x 6 against session 10's 4 x 2 (the fewest blocks of 4 vectors) and the scored
-        3 x 4: forward and data products 0.85-0.98 / 0.68-0.84 (4 x 2: 0.85-1.12 / 0.70-0.96; 3 x 4:
-        0.82-0.98 / 0.67-0.84), weight gradients (A read down columns) 0.88-1.01 / 0.81-0.95 (4 x 2:
-        1.18-1.45 / 1.10-1.32; 3 x 4: 0.96-1.11 / 0.89-1.00: its 16 accumulators, vectors and broadcast fill
-        every register)."""
+        / 2 threads, quiet host (MKL at 72-82 GFLOP/s on a core, 2 x 6 tiles at 79-93): forward and data
+        products in 2 x 6 tiles 0.83-0.91 / 0.82-0.93, in session 10's 4 x 2 (the fewest blocks of 4 vectors)
+        0.80-1.05 / 0.82-1.02, scored (3 x 4 and a narrower rest) 0.82-0.92 / 0.82-0.94; weight gradients (A
+        read down columns) 0.84-0.99 / 0.90-0.96, 4 x 2 1.42-1.55 / 1.15-1.47, scored 0.94-1.12 / 0.90-1.07
+        (16 accumulators, vectors and broadcast: every register). A busy host's run ranked them alike."""
         return 0 if self.has("avx512f") else 2
 
     @property
@@ -280,7 +280,9 @@ class CpuTarget:
         sgemm_batch (1 thread / 2 threads): 128 x 16^3 24 vs 71 / 26 vs 47 (A@B; A@B^T 38 vs 86 / 29 vs 49);
         64 x 32^3 57 vs 83 / 74 vs 94; 48 x 48^3 141 vs 179 / 113 vs 163; 32 x 64^3 282 vs 333 / 184 vs 243
         (A^T@B: 314 vs 324 / 217 vs 220, even); from 96^3 MKL's blocked kernels win (16 x 96^3 489 vs 475 /
-        378 vs 358, 8 x 128^3 853 vs 587 / 504 vs 405). So up to 64^3. Not measured with AVX-512 (twice the
+        378 vs 358, 8 x 128^3 853 vs 587 / 504 vs 405). So up to 64^3. In 2 x 6 tiles (2026-12-04,
+        :attr:`matmul_tile_vectors`) as before: 32 x 64^3 0.83-0.87 / 0.83-0.99 of sgemm_batch's time, 48 x
+        48^3 0.74-0.81 / 0.62-0.85, 64 x 32^3 0.72-0.80 / 0.73-0.78. Not measured with AVX-512 (twice the
         lanes and registers: the generated tiles scale, MKL's kernels too): the same bound."""
         return 64 * 64 * 64
 
@@ -294,11 +296,13 @@ class CpuTarget:
         (``--mid``: x @ W^T + b, dY @ W, dY^T @ X, K up to 1024) 0.72-0.86 / 0.72-0.84 (oneDNN 0.85-1.17 /
         0.83-1.68). Not measured between 2^25 and oneDNN's 64M: MKL there.
         Without AVX-512 (2 x 6 tiles, :attr:`matmul_tile_vectors`): Zen 3, 2026-12-04, the same harness,
-        generated / ATen's sgemm (the direct sgemm within 0.96-1.13 of ATen), 1 thread / 2 threads: the
-        classifier's products of 2.1M-6.3M 0.85-1.01 / 0.68-0.95; 8.4M-16.8M linears (``--mid``) 0.90-0.95 /
-        0.92-1.04; at 33.6M the data products 0.87-0.96 / 0.86-1.01 but the weight gradients (A read down
-        columns, K 512-1024) 1.19-1.38 / 1.16-1.27. Weight gradients between 6.3M and 33.6M not measured:
-        :data:`SMALL_MM_MAX_MACS_AVX2`, every product of the classifier."""
+        generated / ATen's sgemm (the direct sgemm within 0.96-1.17 of ATen), 1 thread / 2 threads: the
+        classifier's products of 2.1M-6.3M 0.83-0.99 / 0.82-0.96 (a busy host: 0.85-1.01 / 0.68-0.95);
+        8.4M-16.8M linears (``--mid``) 0.90-0.95 / 0.92-1.04; at 33.6M the data products 0.87-0.96 / 0.86-1.01
+        but the weight gradients (A read down columns, K 512-1024) 1.19-1.38 / 1.16-1.27. Weight gradients
+        between 6.3M and 33.6M not measured: :data:`SMALL_MM_MAX_MACS_AVX2`, every product of the classifier
+        (its AdamW step 0.73 -> 0.71 of eager's time at 1 thread, 0.74 -> 0.73 at 2, ``bench_launch.py
+        --ab-mm``)."""
         return SMALL_MM_MAX_MACS_AVX512 if self.has("avx512f") else SMALL_MM_MAX_MACS_AVX2
 
     @property
