@@ -282,7 +282,7 @@ class CpuTarget:
         (A^T@B: 314 vs 324 / 217 vs 220, even); from 96^3 MKL's blocked kernels win (16 x 96^3 489 vs 475 /
         378 vs 358, 8 x 128^3 853 vs 587 / 504 vs 405). So up to 64^3. In 2 x 6 tiles (2026-12-04,
         :attr:`matmul_tile_vectors`) as before: 32 x 64^3 0.83-0.87 / 0.83-0.99 of sgemm_batch's time, 48 x
-        48^3 0.74-0.81 / 0.62-0.85, 64 x 32^3 0.72-0.80 / 0.73-0.78. Not measured with AVX-512 (twice the
+        48^3 0.74-0.81 / 0.62-0.85, 64 x 32^3 0.72-0.79 / 0.73-0.78. Not measured with AVX-512 (twice the
         lanes and registers: the generated tiles scale, MKL's kernels too): the same bound."""
         return 64 * 64 * 64
 
