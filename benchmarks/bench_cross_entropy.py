@@ -28,7 +28,12 @@ of non-temporal ones.
 The backward has no online log-sum-exp (its code is the same in the forward's variants): its builds, timed beside
 the forward's, show the run's noise (and the forward's, beside ``plain``).
 
-Run: ``python benchmarks/bench_cross_entropy.py [--threads 2,1] [--builds 2] [--repeats 15] [--variants groups,loop]``.
+``--row`` times instead the whole row (the step through ``torch.compile``: both kernels and the call path) in each
+variant, two builds each, interleaved (``variant_ab.py``'s row "ce": ``--rounds``; 1 thread: CPU time of the calling
+thread).
+
+Run: ``python benchmarks/bench_cross_entropy.py [--threads 2,1] [--builds 2] [--repeats 15] [--variants groups,loop]
+[--row [--rounds 31]]``.
 """
 
 from __future__ import annotations
@@ -124,8 +129,16 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--variants", default="groups,loop")
     parser.add_argument("--kernels", default="forward,backward")
+    parser.add_argument("--row", action="store_true", help="time the whole row through torch.compile instead")
+    parser.add_argument("--rounds", type=int, default=31, help="--row's interleaved rounds")
     args = parser.parse_args()
     names = args.variants.split(",")
+    if args.row:
+        import variant_ab  # (it turns the compile caches off: every variant's build compiles)
+
+        args.rows = "ce"
+        variant_ab.compare({name: (lambda name=name: variant(name)) for name in names}, args)
+        return
     rng = np.random.default_rng(0)
     inputs = kc.cases()[[c.key for c in kc.cases()].index("ce")].make(rng)
     graphs = dumped_graphs(inputs)

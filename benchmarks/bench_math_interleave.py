@@ -1,28 +1,46 @@
 """A/B in one process: the interleave count of loops computing polynomial math (``loop_hints.math_interleave``,
 ``CpuTarget.polynomial_interleave``: 4 with AVX2, 2 with AVX-512 since session 19) at the given counts, rebuilt by
 patching ``loop_hints.math_interleave``, two builds each, called interleaved, medians per build and count/base.
+A count written with an ``s`` (``2s``) also keeps a softmax's row-cached sum in its exp loop
+(``stages.SUM_ROW_CACHE_APART`` off: AVX-512's code; with AVX2's 16 registers the sum runs in a loop of its own);
+with ``bN`` (``4b8``) softmax's exp loop (and the spread groups of the online log-sum-exp, where the target has them)
+runs in groups of N lines (``prefetch.MEMORY_BURST_LINES``, 16: each group after the prefetches of its lines of the
+next row, and followed by the delayed write of the previous row's).
 
 Rows and method: ``variant_ab.py`` (softmax, L2-resident softmax, gelu*sigmoid, cross-entropy; every count's
 softmax output compared bit for bit with the base's). Run under ``/work/bin/heavy x`` (docs/performance.md)."""
 
 import argparse
+import contextlib
 import sys
 
 sys.path.insert(0, "benchmarks")
 
 import variant_ab  # noqa: E402  (first: it sets the cache environment before neuroncc is imported)
 import bench_softmax_parts as bsp  # noqa: E402
-from neuroncc.codegen.llvm import loop_hints  # noqa: E402
+from neuroncc.codegen.llvm import loop_hints, prefetch, stages  # noqa: E402
+
+
+@contextlib.contextmanager
+def interleaved(spec: str):
+    """Kernels built as ``spec`` says: "4" (the interleave count), "4s" (and the sum in the exp loop), "4b8" (and
+    groups of 8 lines)."""
+    head, _, burst = spec.partition("b")
+    count = int(head.rstrip("s"))
+    with bsp.patched(loop_hints, "math_interleave", lambda target: count), \
+            bsp.patched(stages, "SUM_ROW_CACHE_APART", stages.SUM_ROW_CACHE_APART and not head.endswith("s")), \
+            bsp.patched(prefetch, "MEMORY_BURST_LINES", int(burst) if burst else prefetch.MEMORY_BURST_LINES):
+        yield
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     variant_ab.add_arguments(parser)
-    parser.add_argument("--counts", default="4,2,8", help="interleave counts, the first the base (default 4,2,8)")
+    parser.add_argument("--counts", default="4,2,8",
+                        help="interleave counts, the first the base (default 4,2,8); a count with an s (2s) also "
+                        "keeps softmax's sum in its exp loop, with bN (4b8) groups of N lines")
     args = parser.parse_args()
-    variants = {f"interleave-{count}": (lambda count=count: bsp.patched(loop_hints, "math_interleave",
-                                                                       lambda target: count))
-                for count in (int(c) for c in args.counts.split(","))}
+    variants = {f"interleave-{spec}": (lambda spec=spec: interleaved(spec)) for spec in args.counts.split(",")}
     variant_ab.compare(variants, args)
 
 

@@ -21,7 +21,7 @@ exponent bits with the bias folded into the rounding constant; ``llvm.ldexp`` of
 ``--online`` also times the bounds of an online max+sum pass (one pass computing the running max and the rescaled
 sum of exp, as in flash softmax), two builds each: the kernel without its max pass (the row's first element stored
 as its max: not softmax, the most that folding the max into the exp pass could save before paying for its
-rescaling), the kernel with exp not row-cached (online.py's log-sum-exp, the write pass computing exp again: a
+rescaling), the max pass without its NaN flag (a bound: NaN rows come out wrong), the kernel with exp not row-cached (online.py's log-sum-exp, the write pass computing exp again: a
 correct build), and both (the work of a softmax that reads the row twice and computes exp twice, without the
 online bookkeeping).
 
@@ -50,6 +50,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
+import dataclasses
 import random
 import statistics
 import sys
@@ -70,7 +71,7 @@ from llvmlite import ir  # noqa: E402
 
 import kernel_cases as kc  # noqa: E402
 import microkernels as mk  # noqa: E402
-from neuroncc.codegen.llvm import emit, jit, mathlib, refine, streams  # noqa: E402
+from neuroncc.codegen.llvm import emit, jit, mathlib, reductions, refine, streams  # noqa: E402
 from neuroncc.codegen.llvm.scalars import F32, I32, call  # noqa: E402
 from neuroncc.executors.cpu.address_call import AddressCall  # noqa: E402
 from neuroncc.executors.cpu.launcher import build_cpu_executable  # noqa: E402
@@ -156,8 +157,26 @@ def online_variants() -> dict[str, Callable[[], contextlib.AbstractContextManage
             yield
 
     return {"no max pass (bound: max := x[row, 0])": no_max,
+            "max pass without its NaN flag (bound: NaN rows wrong)": _max_without_nan_flag,
             "exp not row-cached: online.py's log-sum-exp, exp again in the write pass": uncached,
             "exp not row-cached, no max pass (bound of a 2-read online softmax)": both}
+
+
+@contextlib.contextmanager
+def _max_without_nan_flag():
+    """amax's update without the largest-magnitude bits beside its vmaxps (``reductions._extreme``: the NaN flag, an
+    and and an unsigned max per vector): a bound of what the flag costs (a NaN in a row is then not propagated)."""
+    saved = reductions.COMBINERS["amax"]
+    update = saved.update
+
+    def max_only(b, dtype, accs, x, pos):
+        return [update(b, dtype, accs, x, pos)[0], accs[1]] if dtype.is_float else update(b, dtype, accs, x, pos)
+
+    reductions.COMBINERS["amax"] = dataclasses.replace(saved, update=max_only)
+    try:
+        yield
+    finally:
+        reductions.COMBINERS["amax"] = saved
 
 
 def step_call(exe, x: torch.Tensor, out: torch.Tensor):

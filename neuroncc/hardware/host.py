@@ -240,9 +240,15 @@ class CpuTarget:
         (``benchmarks/bench_cross_entropy.py``, session 18): 0.89-0.94 of the groups' time when memory was
         slow (the groups at 5.3-6.0 ms at 1 thread, 3.0 at 2) and 0.99-1.00 when it was fast (4.6 / 2.3 ms);
         chunks of 4 lines 1.00-1.06, 2 lines 1.18-1.25 (a horizontal add per 64 or 32 elements), 16 lines
-        0.91-1.04, 32 lines 0.97-1.15. Without AVX-512 not measured (AVX2's 16 registers do not hold the
-        math's constants and four accumulators either way): the groups."""
-        return 8 if self.has("avx512f") else 0
+        0.91-1.04, 32 lines 0.97-1.15.
+
+        With AVX2: 32 lines (512 float32, two chunks per 1024-element block; the loop spills a few constants and
+        partial sums with 16 registers either way, the constant length drops the groups' remainder loops and
+        reloads). Zen 3, the same A/B (session 20 expavx2), against the groups: 32 lines 0.88-1.00 at 2 threads
+        and 0.91-0.98 at 1 (three runs, seven builds; the least where memory was fast), 16 lines 0.94-0.97 /
+        0.955-0.976 (three runs), 8 lines 1.01-1.04 / 1.02, 4 lines 1.12-1.22, 64 lines (one chunk per block)
+        1.02-1.04. The row through ``torch.compile`` did not show it (0.98-1.01, two runs of 31 and 61 rounds)."""
+        return 8 if self.has("avx512f") else 32
 
     @property
     def polynomial_interleave(self) -> int:
@@ -250,7 +256,11 @@ class CpuTarget:
         2 with AVX-512, the same 32 float lanes in flight (Zen 4 runs a 512-bit op as two 256-bit halves).
         On Zen 4, 2 against 4, three interleaved A/B runs: cross-entropy fwd+bwd 0.95-0.99 at 1 and 2 threads,
         softmax on L2-resident rows 0.97-0.99 at 1 thread, the memory-bound rows within the noise (0.95-1.07);
-        8 was 1.09x slower (session 19 softmax1t, ``benchmarks/bench_math_interleave.py``)."""
+        8 was 1.09x slower (session 19 softmax1t, ``benchmarks/bench_math_interleave.py``). On Zen 3 (AVX2), two
+        runs against 4 (session 20 expavx2): 2 slower on softmax and gelu (softmax [4096, 1024] 1.07-1.32,
+        gelu*sigmoid 1.09-1.14, L2-resident softmax 1.07-1.09; cross-entropy 0.98-0.99), 8 slower on
+        gelu*sigmoid (1.04-1.06) and on softmax [4096, 1024] at 1 thread (1.05-1.09), faster on L2-resident
+        softmax at 1 thread only (0.93-0.96; 0.90 and 1.05 at 2), cross-entropy even (0.98-1.01): 4 stays."""
         return 2 if self.has("avx512f") else 4
 
     @property

@@ -229,7 +229,7 @@ def test_online_log_sum_exp_prefetches_the_next_block_while_it_computes_exp(rng,
     # each block's max loop reads it from memory, its exponentials from L1: those are spread with prefetches of
     # the block after it (the next row's first block after a row's last), one burst of lines per group of
     # elements, after the block's max loop and before its exponentials, so that the next max loop reads from L1
-    # (groups of MEMORY_BURST_LINES lines, or with AVX-512 chunks of CpuTarget.online_exp_chunk_lines lines)
+    # (chunks of CpuTarget.online_exp_chunk_lines lines; groups of MEMORY_BURST_LINES lines where that is 0)
     from neuroncc.codegen.llvm import jit
     from neuroncc.codegen.llvm.regions import fuse_whole_function
     from neuroncc.hardware.host import MEMORY_BURST_LINES, host_cpu
@@ -244,13 +244,14 @@ def test_online_log_sum_exp_prefetches_the_next_block_while_it_computes_exp(rng,
     assert "prefetcht0" in jit.assembly(exe.module.llvm_ir)
 
 
-def test_online_log_sum_exp_takes_its_exponentials_in_chunks_of_constant_length_with_avx512():
-    # AVX-512 (CpuTarget.online_exp_chunk_lines): each chunk of 8 lines (128 float32) after its 8 prefetches is a
-    # loop of constant length, vectorized whole: no ymm remainder loop per group as the spread groups have (their
-    # end is min(start + 256, hi)); AVX2 keeps the groups of MEMORY_BURST_LINES lines
+def test_online_log_sum_exp_takes_its_exponentials_in_chunks_of_constant_length():
+    # CpuTarget.online_exp_chunk_lines: each chunk of lines after its prefetches of the next block's same lines is
+    # a loop of constant length, vectorized whole: no remainder loop per group as the spread groups of
+    # MEMORY_BURST_LINES lines have (their end is min(start + 256, hi)). AVX-512: chunks of 8 lines (128 float32,
+    # session 18); AVX2: chunks of 32 lines (512 float32, two per 1024-element block; session 20, Zen 3)
     from neuroncc.codegen.llvm import jit
     from neuroncc.codegen.llvm.regions import fuse_whole_function
-    from neuroncc.hardware.host import MEMORY_BURST_LINES, CpuTarget
+    from neuroncc.hardware.host import CpuTarget
     from test_bf16_rounding import ZEN4
     from test_pairs import AVX2
 
@@ -261,11 +262,10 @@ def test_online_log_sum_exp_takes_its_exponentials_in_chunks_of_constant_length_
                            [Layout.of(1 + k, v.type) for k, v in enumerate(fn.outputs)])
         texts, _ = emit_kernel(plan, "k", target)
         counts[name] = "".join(texts).count('call void @"llvm.prefetch.p0"')
-        asm = jit.assembly(texts, target)
-        if name == "avx512":
-            assert CpuTarget("znver4", ZEN4).online_exp_chunk_lines == 8
-            assert asm.count("prefetcht0") == 8
-    assert counts == {"avx512": 8, "avx2": MEMORY_BURST_LINES}
+        assert jit.assembly(texts, target).count("prefetcht0") == counts[name]  # one burst, in one chunk loop
+    assert CpuTarget("znver4", ZEN4).online_exp_chunk_lines == 8
+    assert CpuTarget("znver3", AVX2).online_exp_chunk_lines == 32
+    assert counts == {"avx512": 8, "avx2": 32}  # (the groups: MEMORY_BURST_LINES, 16)
 
 
 def test_log_sum_exp_of_a_row_computed_in_the_kernel_matches_eager():

@@ -19,7 +19,7 @@ Where the prefetches go depends on the passes:
   slower with them than with none, and spread it is 13% faster at 2 threads and 24% at 1 (Zen 3, session 9).
   The pass that carries them is :func:`carrier_stage`: a float sum over the row (the row caches the exponentials
   there, as softmax does). The online log-sum-exp prefetches its next block in its blocks' loops the same way
-  (``online.py``; with AVX-512 in shorter chunks of constant length, :func:`chunk_loop`): for rows of up to a
+  (``online.py``; in chunks of constant length, :func:`chunk_loop`, where the target says so): for rows of up to a
   block, that is the next row.
 
 The write pass after such a carrier (softmax's division by the sum) is a burst of stores at the end of each row,
