@@ -5,14 +5,18 @@ the 32-bit rounding every CPU had before). ``--switch op-results``: the rounding
 without their NaN case where ``nan_payloads.py`` allows it (``CpuTarget.rounds_bf16_op_results_without_nan_case``,
 AVX-512's default) against with it (every CPU before session 18). ``--switch widened-rows``: a bf16 row widened
 to float32 kept in a row cache by the first pass that reduces it (``CpuTarget.caches_widened_bf16_rows``, AVX-512's
-default; bf16 LayerNorm) against widened again in every pass (every CPU before session 19).
+default; bf16 LayerNorm) against widened again in every pass (every CPU before session 19). ``--switch
+paired-sums``: the sum of row-cached terms computed over bf16 pairs in a loop of its own
+(``CpuTarget.sums_paired_row_caches_apart``, AVX2's default; bf16 softmax) against in the loop computing them
+(every CPU before session 20). ``--force``: the "on" builds with the switch on where the host's default is off.
 
     /work/bin/heavy x python benchmarks/bench_bf16_words.py [--rows a16,b16,c16] [--threads 1,2] [--repeats 25]
-        [--switch word-lanes|op-results|widened-rows]
+        [--switch word-lanes|op-results|widened-rows|paired-sums] [--force]
 
 Each row's graph is the one torch.compile hands the neuron backend (dumped through the ``dump_dir`` option, then
 the cpu pipeline), built as an executable twice per variant in the order ABAB (later builds of one process ran
-faster: session 12); the builds' bits must be equal; then the four run interleaved in a shuffled order
+faster: session 12); the builds' bits must be equal (paired-sums' differing words are counted: its sums' partials
+differ); then the four run interleaved in a shuffled order
 (``common.interleaved``; 1 thread: the calling thread's CPU time, else wall clock). The table shows each build's
 median and its ratio to the first build with the switch off ("off 1"; "on" is the host's default).
 Building 1-thread executables and then 2-thread ones in one process can slow the 2-thread ones severalfold
@@ -41,7 +45,9 @@ from neuroncc.passes.manager import PassContext  # noqa: E402
 from neuroncc.passes.pipeline import default_pipeline, run_pipeline  # noqa: E402
 
 SWITCHES = {"word-lanes": "rounds_bf16_in_word_lanes", "op-results": "rounds_bf16_op_results_without_nan_case",
-            "widened-rows": "caches_widened_bf16_rows"}
+            "widened-rows": "caches_widened_bf16_rows", "paired-sums": "sums_paired_row_caches_apart"}
+#: switches that change the order of a sum's terms (the bits may differ: counted, not asserted)
+REORDERS = {"paired-sums"}
 
 
 def backend_graph(case, inputs: list[torch.Tensor]):
@@ -54,10 +60,12 @@ def backend_graph(case, inputs: list[torch.Tensor]):
         return run_pipeline(default_pipeline("cpu"), parse(path.read_text()), PassContext())
 
 
-def build(fn, threads: int, switch: str, on: bool):
+def build(fn, threads: int, switch: str, on: bool, force: bool = False):
+    """An executable of ``fn`` with ``switch`` off, or on (the host's default; ``force``: on whatever the host)."""
     name = SWITCHES[switch]
     default = CpuTarget.__dict__[name]
-    setattr(CpuTarget, name, default if on else property(lambda self: False))
+    setattr(CpuTarget, name, property(lambda self: True) if on and force else default if on
+            else property(lambda self: False))
     try:
         return build_cpu_executable(fn, {"threads": threads})
     finally:
@@ -71,6 +79,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=25)
     parser.add_argument("--switch", choices=sorted(SWITCHES), default="word-lanes",
                         help="the CpuTarget switch flipped between builds (see the module docstring)")
+    parser.add_argument("--force", action="store_true",
+                        help="the 'on' builds with the switch on whatever the host's default (AVX2's are off)")
     args = parser.parse_args()
     keys = args.rows.split(",")
     rows = []
@@ -83,12 +93,15 @@ def main() -> None:
             arrays = [t.view(torch.int16).numpy() if t.dtype == torch.bfloat16 else t.numpy() for t in inputs]
             builds = {}
             for name, on in (("off 1", False), ("on 1", True), ("off 2", False), ("on 2", True)):
-                exe = build(fn, threads, args.switch, on)
+                exe = build(fn, threads, args.switch, on, args.force)
                 builds[name] = (lambda exe=exe: exe(*arrays))
             results = [call() for call in builds.values()]
             for other in results[1:]:
                 for got, want in zip(other, results[0], strict=True):
-                    np.testing.assert_array_equal(got, want)
+                    if args.switch in REORDERS:  # (other partial sums: a row's sum may round otherwise)
+                        print(f"{case.key}: {np.count_nonzero(got != want)} of {got.size} words differ", flush=True)
+                    else:
+                        np.testing.assert_array_equal(got, want)
             times = interleaved(builds, repeats=args.repeats, clock=clock)
             base = times["off 1"]
             rows.append([case.key, str(threads)] + [f"{times[n] * 1e3:.3f} ({times[n] / base:.3f})" for n in builds])

@@ -265,7 +265,7 @@ class _Reducer:
             elements = lambda start, stop, body: em.innermost_loop(start, stop, body, self.stage)  # noqa: E731
             if self._sums_row_cache_apart(mean):
                 spread_loop(em, lo, hi, cache, em.carried_prefetches(), elements, em.carried_writes())
-                em.loop(lo, hi, add_cached)
+                elements(lo, hi, add_cached)  # (over pairs where the row is in pair order: whole vectors of it)
             else:
                 ahead, after = em.carried_prefetches(), em.carried_writes()
                 split = self._aligned_start(full, lo, hi) if not ahead and after is None else None
@@ -330,7 +330,7 @@ class _Reducer:
         do."""
         return SUM_ROW_CACHE_APART and self.em.target.vector_registers < SUM_IN_LOOP_MIN_REGISTERS \
             and mean is None and self.em.writes_row_cache(self.op.operands[0]) \
-            and not pairs_halfwords(self.em.plan, self.stage)
+            and (self.em.target.sums_paired_row_caches_apart or not pairs_halfwords(self.em.plan, self.stage))
 
     # -- accumulator arrays (last dim kept) --------------------------------------------------------------
 
