@@ -119,6 +119,34 @@ def test_layer_norm_backward_column_sums_join_the_row_phase(rng):
     assert len(_phases(fn)) == 2
 
 
+
+def _loops(exe) -> int:
+    return len(re.findall(r"^loop(?:\.\d+)?:", "\n".join(exe.module.llvm_ir), flags=re.MULTILINE))
+
+
+def test_column_sums_over_the_same_columns_share_one_loop(rng, monkeypatch):
+    """The three column sums of one row add to their partials in one loop over the 24 columns, not three (LLVM
+    optimizes one loop: the transformer step's LayerNorm-backward modules compiled 11-22% faster, session 20
+    cold20), and each partial takes the rows in the same order: the same bits as with a loop per sum."""
+    from neuroncc.codegen.llvm import emit
+    from neuroncc.executors.cpu.launcher import build_cpu_executable
+
+    fn = _layer_norm_backward(2, 5, 24)
+    inputs = [rng.standard_normal(p.type.shape).astype(np.float32) for p in fn.params]
+    fused, got = run_both(fn, inputs)
+    assert [sums for _, sums in _chunked(fn)] == [3]
+    one_loop = emit.emit_column_partials
+
+    def loop_per_sum(em, columns, updates):
+        for update in updates:
+            one_loop(em, columns, [update])
+
+    monkeypatch.setattr(emit, "emit_column_partials", loop_per_sum)
+    separate = build_cpu_executable(fn, {"threads": 2})
+    assert _loops(fused) == _loops(separate) - 2
+    for fused_out, separate_out in zip(got, separate(*inputs)):
+        assert np.array_equal(fused_out, separate_out)
+
 def test_mean_over_rows(rng):
     b = Builder("mean")
     x = b.param(TensorType((3, 7, 16), DType.f32), "x")
