@@ -296,15 +296,18 @@ class KernelEmitter(IndexArithmetic, BufferAccess):
 
     def _chunk_row(self, phase: ChunkedRows, outer: Index, row: Any, chunk: ir.Value) -> None:
         """The row's stages, then its inputs of the column sums added to the partials: the sums over the same
-        columns in one loop (``emit_column_partials``)."""
+        columns in one loop where the target says so (``CpuTarget.column_sums_share_a_loop``), else a loop each."""
         self._rows_at(phase.rows, outer)
         loops: dict[tuple[int, ...], list[Callable[[list[Any]], None]]] = {}
         for number, column_sum in enumerate(phase.sums, start=len(phase.rows.stages)):
             stage = column_sum.stage
             reduced = stage.shape[: len(stage.reduced)]
             rows = outer if reduced == phase.rows.outer else self._digits(row, reduced)
-            loops.setdefault(stage.shape[len(reduced):], []).append(
-                self._at_stage(number, column_partial_update(self, column_sum, rows, chunk)))
+            update = self._at_stage(number, column_partial_update(self, column_sum, rows, chunk))
+            if self.target.column_sums_share_a_loop:
+                loops.setdefault(stage.shape[len(reduced):], []).append(update)
+            else:
+                emit_column_partials(self, stage.shape[len(reduced):], [update])
         for columns, updates in loops.items():
             emit_column_partials(self, columns, updates)
 
