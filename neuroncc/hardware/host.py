@@ -208,6 +208,17 @@ class CpuTarget:
         20 bf16avx2). AVX-512 never sums apart (32 registers)."""
         return not self.has("avx512f")
 
+    @property
+    def column_sums_share_a_loop(self) -> bool:
+        """Whether the column sums of a chunked row phase that run over the same columns add to their partials in
+        one loop (``emit.KernelEmitter._chunk_row``) rather than in a loop per sum. The bits are the same either
+        way (each partial takes the rows in the same order); what changes is LLVM's work: on Zen 3 (AVX2) the
+        transformer step's two LayerNorm-backward O3 modules (three and two sums) compiled in 0.71-0.89 of their
+        time, the backward's first call waited ~18 ms less for its code, and the kernels ran 1-4% faster at 1
+        thread, within +-8% at 2 (docs/performance-history.md, session 20 cold20). AVX-512 not measured: its
+        code is left as it was."""
+        return not self.has("avx512f")
+
     def onednn_takes(self, rows: int, depth: int, cols: int) -> bool:
         """Whether a float32 mm/addmm of ``[rows, depth] x [depth, cols]`` (logical shapes) runs as oneDNN's
         linear rather than MKL's sgemm (called directly, ``executors/cpu/blas.py``). oneDNN pays a fixed cost

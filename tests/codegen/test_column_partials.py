@@ -119,6 +119,56 @@ def test_layer_norm_backward_column_sums_join_the_row_phase(rng):
     assert len(_phases(fn)) == 2
 
 
+
+
+def _loops(texts: list[str]) -> int:
+    return len(re.findall(r"^loop(?:\.\d+)?:", "\n".join(texts), flags=re.MULTILINE))
+
+
+def _sharing(monkeypatch, shared: bool) -> None:
+    from neuroncc.hardware.host import CpuTarget
+
+    monkeypatch.setattr(CpuTarget, "column_sums_share_a_loop", property(lambda self: shared))
+
+
+def test_column_sums_over_the_same_columns_share_one_loop(rng, monkeypatch):
+    """The three column sums of one row add to their partials in one loop over the columns, not three, where the
+    target says so (``CpuTarget.column_sums_share_a_loop``: LLVM optimizes one loop; the transformer step's
+    LayerNorm-backward modules compiled 11-29% faster on Zen 3, session 20 cold20), and each partial takes the
+    rows in the same order: the same bits as with a loop per sum."""
+    from neuroncc.executors.cpu.launcher import build_cpu_executable
+
+    fn = _layer_norm_backward(2, 5, 24)
+    inputs = [rng.standard_normal(p.type.shape).astype(np.float32) for p in fn.params]
+    with monkeypatch.context() as m:
+        _sharing(m, True)
+        shared, got = run_both(fn, inputs)
+    assert [sums for _, sums in _chunked(fn)] == [3]
+    _sharing(monkeypatch, False)
+    separate = build_cpu_executable(fn, {"threads": 2})
+    assert _loops(shared.module.llvm_ir) == _loops(separate.module.llvm_ir) - 2
+    for shared_out, separate_out in zip(got, separate(*inputs)):
+        assert np.array_equal(shared_out, separate_out)
+
+
+def test_avx512_keeps_a_loop_per_column_sum():
+    """Zen 4's code is left as it was (not measured there); AVX2 shares the loop."""
+    from test_bf16_rounding import ZEN4
+    from test_pairs import AVX2
+
+    from neuroncc.codegen.llvm.emit import emit_kernel
+    from neuroncc.hardware.host import CpuTarget
+
+    fn = _layer_norm_backward(2, 5, 24)
+    (op,) = [op for op in fn.ops if op.name == "kernel"]
+    region = op.regions[0]
+    layouts = [Layout.of(slot, v.type) for slot, v in enumerate(list(region.params) + list(region.outputs))]
+    plan = plan_kernel(region, layouts[: len(region.params)], layouts[len(region.params):])
+    zen4 = emit_kernel(plan, "k", CpuTarget("znver4", ZEN4))[0]
+    avx2 = emit_kernel(plan, "k", CpuTarget("znver3", AVX2))[0]
+    assert not CpuTarget("znver4", ZEN4).column_sums_share_a_loop and CpuTarget("znver3", AVX2).column_sums_share_a_loop
+    assert _loops(avx2) == _loops(zen4) - 2
+
 def test_mean_over_rows(rng):
     b = Builder("mean")
     x = b.param(TensorType((3, 7, 16), DType.f32), "x")

@@ -41,8 +41,8 @@ from neuroncc.codegen.llvm.scalars import (
     I1, I64, PTR, VOID, round_to, storage_itemsize, storage_type, store,
 )
 from neuroncc.codegen.llvm.stages import (
-    SharedMean, emit_column_combine, emit_column_partial, emit_column_reset, emit_combine, emit_partial,
-    emit_reduce, emit_scatter, shared_means,
+    SharedMean, column_partial_update, emit_column_combine, emit_column_partials, emit_column_reset, emit_combine,
+    emit_partial, emit_reduce, emit_scatter, shared_means,
 )
 from neuroncc.codegen.llvm.streams import emit_stream_row, stream_bytes, streams
 from neuroncc.codegen.llvm.transpose import emit_transposed
@@ -295,13 +295,28 @@ class KernelEmitter(IndexArithmetic, BufferAccess):
         self.loop(lo, hi, lambda row: self._chunk_row(phase, self._digits(row, phase.rows.outer), row, chunk))
 
     def _chunk_row(self, phase: ChunkedRows, outer: Index, row: Any, chunk: ir.Value) -> None:
+        """The row's stages, then its inputs of the column sums added to the partials: the sums over the same
+        columns in one loop where the target says so (``CpuTarget.column_sums_share_a_loop``), else a loop each."""
         self._rows_at(phase.rows, outer)
+        loops: dict[tuple[int, ...], list[Callable[[list[Any]], None]]] = {}
         for number, column_sum in enumerate(phase.sums, start=len(phase.rows.stages)):
-            self._stage_number = number
             stage = column_sum.stage
             reduced = stage.shape[: len(stage.reduced)]
             rows = outer if reduced == phase.rows.outer else self._digits(row, reduced)
-            emit_column_partial(self, column_sum, rows, chunk)
+            update = self._at_stage(number, column_partial_update(self, column_sum, rows, chunk))
+            if self.target.column_sums_share_a_loop:
+                loops.setdefault(stage.shape[len(reduced):], []).append(update)
+            else:
+                emit_column_partials(self, stage.shape[len(reduced):], [update])
+        for columns, updates in loops.items():
+            emit_column_partials(self, columns, updates)
+
+    def _at_stage(self, number: int, body: Callable[[list[Any]], None]) -> Callable[[list[Any]], None]:
+        """``body`` emitted as stage ``number`` of the phase (what its values read from the row caches)."""
+        def at_stage(index: list[Any]) -> None:
+            self._stage_number = number
+            body(index)
+        return at_stage
 
     def _blocked(self, phase: BlockedMap, outer: Index) -> None:
         for number, stage in enumerate(phase.stages):
