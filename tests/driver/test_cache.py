@@ -22,6 +22,7 @@ from neuroncc.driver.cache import CacheWarning, CompileCache
 from neuroncc.driver.process_cache import CACHE_STATS, CacheStats, MemoryTier
 from neuroncc.driver.publisher import PUBLISHER
 from neuroncc.driver.cache_key import BuildEnvironment
+from neuroncc.executors.cpu.threads import default_threads
 from neuroncc.driver.compile import compile_graph, make_request
 
 
@@ -58,8 +59,6 @@ def test_a_new_cache_object_on_the_same_directory_hits(cache, compiler, request_
 def test_a_hit_keeps_the_threads_option(cache, compiler):
     # the cpu executable loaded from the disk runs on the count its options fix, as the build it replaces does
     # (the loader once took no options: the hit followed torch's count instead)
-    from neuroncc.executors.cpu.threads import default_threads
-
     threads = default_threads() + 1
     request = make_request(sample_function(), target="cpu", options={"threads": threads})
     built = cache.get_or_compile(request, compiler)
