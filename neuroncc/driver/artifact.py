@@ -51,7 +51,9 @@ STAGES_DIR = "stages"
 # ---- the target protocol ---------------------------------------------------------------------------------
 
 Saver = Callable[[Executable, Path], Sequence[str]]
-Loader = Callable[[Path, Function], Executable]
+#: ``load(directory, fn, options)``: ``options`` are the compile options the artifact was stored under (its
+#: manifest's, part of the key): a cpu executable takes its thread count and threading from them as a build does
+Loader = Callable[[Path, Function, Mapping[str, Any]], Executable]
 
 
 def _no_host_dependence() -> str:
@@ -78,18 +80,20 @@ def _save_with_method(executable: Executable, directory: Path) -> Sequence[str]:
     return executable.save(directory)  # type: ignore[attr-defined]
 
 
-def _load_interp(directory: Path, fn: Function) -> Executable:
+def _load_interp(directory: Path, fn: Function, options: Mapping[str, Any]) -> Executable:
     return load_interp_executable(directory, fn)
 
 
-def _load_cpu(directory: Path, fn: Function) -> Executable:
+def _load_cpu(directory: Path, fn: Function, options: Mapping[str, Any]) -> Executable:
     from neuroncc.executors.cpu.launcher import load_cpu_executable  # type: ignore[import-not-found]
 
-    # the codec's contract: every file, the plan and graph.nir among them, was checked against its sha256
-    return load_cpu_executable(directory, fn, graph_checked=True)
+    # the codec's contract: every file, the plan and graph.nir among them, was checked against its sha256; the
+    # options: a ``threads`` option stays fixed on a hit as on the build (without them the loaded executable
+    # followed torch's count: session 20 a1t)
+    return load_cpu_executable(directory, fn, options, graph_checked=True)
 
 
-def _load_nki(directory: Path, fn: Function) -> Executable:
+def _load_nki(directory: Path, fn: Function, options: Mapping[str, Any]) -> Executable:
     # the NKI simulator: imported for an nki-sim artifact only (~60 ms, which loading a cpu artifact never needs)
     from neuroncc.executors.nki_sim.executable import load_nki_executable
 
@@ -336,7 +340,7 @@ def write_artifact(directory: Path, executable: Executable, contents: Any, codec
 def read_artifact(directory: Path, codec: ArtifactCodec) -> tuple[Manifest, Executable]:
     """Verify ``directory`` completely, then load its executable. Raises :class:`ArtifactError` if damaged."""
     manifest = verify_artifact(directory)
-    return manifest, codec.load(directory, read_graph(directory))
+    return manifest, codec.load(directory, read_graph(directory), manifest.options)
 
 
 def artifact_size(directory: Path) -> int:

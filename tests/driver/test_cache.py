@@ -22,7 +22,8 @@ from neuroncc.driver.cache import CacheWarning, CompileCache
 from neuroncc.driver.process_cache import CACHE_STATS, CacheStats, MemoryTier
 from neuroncc.driver.publisher import PUBLISHER
 from neuroncc.driver.cache_key import BuildEnvironment
-from neuroncc.driver.compile import compile_graph
+from neuroncc.executors.cpu.threads import default_threads
+from neuroncc.driver.compile import compile_graph, make_request
 
 
 def _assert_runs_like_reference(executable, fn=None):
@@ -53,6 +54,18 @@ def test_a_new_cache_object_on_the_same_directory_hits(cache, compiler, request_
     again = CompileCache(cache.root, stats=CacheStats())
     _assert_runs_like_reference(again.get_or_compile(request_for(), compiler))
     assert compiler.calls == 1 and again.stats.hits == 1
+
+
+def test_a_hit_keeps_the_threads_option(cache, compiler):
+    # the cpu executable loaded from the disk runs on the count its options fix, as the build it replaces does
+    # (the loader once took no options: the hit followed torch's count instead)
+    threads = default_threads() + 1
+    request = make_request(sample_function(), target="cpu", options={"threads": threads})
+    built = cache.get_or_compile(request, compiler)
+    loaded = CompileCache(cache.root, stats=CacheStats()).get_or_compile(request, compiler)
+    assert compiler.calls == 1 and loaded is not built
+    assert (loaded.threads, loaded.fixed_threads) == (built.threads, built.fixed_threads) == (threads, True)
+    _assert_runs_like_reference(loaded)
 
 
 def test_renamed_graph_hits(cache, compiler, request_for):
@@ -207,7 +220,7 @@ def test_entry_under_the_wrong_key_is_a_miss(cache, compiler, request_for):
 def test_loader_failure_is_a_miss_not_a_crash(cache, compiler, request_for, monkeypatch, target):
     cache.get_or_compile(request_for(), compiler)
 
-    def broken_loader(directory, fn):
+    def broken_loader(directory, fn, options):
         raise RuntimeError("loader bug")
 
     codec = dataclasses.replace(artifact.ARTIFACT_CODECS[target], load=broken_loader)
