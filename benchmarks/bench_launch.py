@@ -189,7 +189,8 @@ def exp_floor_before():
 
 #: the classifier's attention softmax kernel (fused_2_log_softmax: scale, causal mask, softmax and its
 #: log-sum-exp for the backward) as the forward graph has it
-ATTENTION_SOFTMAX = """func @attention_softmax(%x: tensor<128x16x16xf32>) -> (tensor<128x16x16xf32>, tensor<128x16x1xf32>) {
+ATTENTION_SOFTMAX = ("func @attention_softmax(%x: tensor<128x16x16xf32>)"
+                     " -> (tensor<128x16x16xf32>, tensor<128x16x1xf32>) {" + """
   %s = full {dtype = f32, shape = [], value = 0.25} : tensor<f32>
   %scaled = mul %x, %s : tensor<128x16x16xf32>
   %col = iota {dtype = i32, length = 16} : tensor<16xi32>
@@ -206,7 +207,7 @@ ATTENTION_SOFTMAX = """func @attention_softmax(%x: tensor<128x16x16xf32>) -> (te
   %lse = add %max, %logsum : tensor<128x16x1xf32>
   return %y, %lse
 }
-"""
+""")
 
 
 def bench_attention_softmax(repeat: int, clock) -> list[list[str]]:

@@ -300,7 +300,7 @@ def _underflows(target: CpuTarget, x: np.ndarray) -> tuple[bool, np.ndarray]:
 def test_avx2s_exp_of_masked_entries_is_zero_without_an_underflowing_product(monkeypatch):
     """Softmax's masked entries (-inf - max) and anything below -104.5 come out +0 from a zero scale, not from a
     product that underflows: on Zen 3 each underflowing vector product takes a microcode assist (the causal
-    attention softmax [128, 16, 16] took 1.35-1.5x as long, ``mathlib.EXP_NONPOSITIVE_FLOOR``)."""
+    attention softmax [128, 16, 16] took 1.35-1.55x as long, ``mathlib.EXP_NONPOSITIVE_FLOOR``)."""
     from neuroncc.codegen.llvm import mathlib
 
     avx2 = CpuTarget("znver3", "+avx,+avx2,+fma,-avx512f")
