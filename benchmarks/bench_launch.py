@@ -25,7 +25,10 @@
    has no such row: it runs the traced per-parameter ops one by one). Both rows' ratios are to the first row's eager.
    ``--ab-bmm`` adds neuroncc with its small bmm on MKL's sgemm_batch instead of generated code
    (``CpuTarget.small_bmm_max_macs`` 0 while it compiles); ``--ab-mm`` neuroncc with its 2-d products
-   (mm, addmm) on MKL instead of generated register tiles (``CpuTarget.small_mm_max_macs`` 0).
+   (mm, addmm) on MKL instead of generated register tiles (``CpuTarget.small_mm_max_macs`` 0); ``--ab-exp``
+   neuroncc with AVX2's non-positive exp clamped at -104 (``mathlib.EXP_NONPOSITIVE_FLOOR``, before session 20:
+   the attention softmax's masked entries then underflow a product each), and ``--ab-exp`` runs first the
+   attention softmax [128, 16, 16] kernel alone, both builds and eager, interleaved.
 
 ``--profile`` prints ``small``'s AdamW step per launcher step instead (``profile_steps.py``: each kernel's time,
 bytes and fraction of a copy roofline, eager's ATen ops for the same step, the hot kernels head to head), each
@@ -170,6 +173,88 @@ def on_blas(bound: str = "small_bmm_max_macs"):
         setattr(CpuTarget, bound, saved)
 
 
+@contextlib.contextmanager
+def exp_floor_before():
+    """Compile with AVX2's non-positive exp clamped at -104, as before session 20 (its masked -inf entries
+    then come out +0 from an underflowing product): the A side of ``mathlib.EXP_NONPOSITIVE_FLOOR``'s A/B."""
+    from neuroncc.codegen.llvm import mathlib
+
+    saved = mathlib.EXP_NONPOSITIVE_FLOOR
+    mathlib.EXP_NONPOSITIVE_FLOOR = -104.0
+    try:
+        yield
+    finally:
+        mathlib.EXP_NONPOSITIVE_FLOOR = saved
+
+
+#: the classifier's attention softmax kernel (fused_2_log_softmax: scale, causal mask, softmax and its
+#: log-sum-exp for the backward) as the forward graph has it
+ATTENTION_SOFTMAX = ("func @attention_softmax(%x: tensor<128x16x16xf32>)"
+                     " -> (tensor<128x16x16xf32>, tensor<128x16x1xf32>) {" + """
+  %s = full {dtype = f32, shape = [], value = 0.25} : tensor<f32>
+  %scaled = mul %x, %s : tensor<128x16x16xf32>
+  %col = iota {dtype = i32, length = 16} : tensor<16xi32>
+  %row = constant {value = dense<16x1xi32: [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15]>} : tensor<16x1xi32>
+  %keep = le %col, %row : tensor<16x16xbool>
+  %ninf = full {dtype = f32, shape = [], value = -inf} : tensor<f32>
+  %masked = where %keep, %scaled, %ninf : tensor<128x16x16xf32>
+  %max = amax %masked {dims = [2], keepdim = true} : tensor<128x16x1xf32>
+  %shifted = sub %masked, %max : tensor<128x16x16xf32>
+  %e = exp %shifted : tensor<128x16x16xf32>
+  %sum = sum %e {dims = [2], keepdim = true} : tensor<128x16x1xf32>
+  %y = div %e, %sum : tensor<128x16x16xf32>
+  %logsum = log %sum : tensor<128x16x1xf32>
+  %lse = add %max, %logsum : tensor<128x16x1xf32>
+  return %y, %lse
+}
+""")
+
+
+def bench_attention_softmax(repeat: int, clock) -> list[list[str]]:
+    """The attention softmax kernel's step on held outputs, built with the exp floor before session 20 and
+    now, against eager's scale + mask + softmax and its softmax alone on that shape, interleaved."""
+    import torch
+
+    from neuroncc.codegen.llvm.regions import fuse_whole_function
+    from neuroncc.executors.cpu.address_call import AddressCall
+    from neuroncc.executors.cpu.launcher import build_cpu_executable
+    from neuroncc.ir.parser import parse
+
+    x = torch.randn(128, 16, 16, generator=torch.Generator().manual_seed(0))
+    keep = torch.ones(16, 16, dtype=torch.bool).tril()
+
+    def eager():
+        return torch.softmax((x * 0.25).masked_fill(~keep, float("-inf")), -1)
+
+    def kernel_step():
+        exe = build_cpu_executable(fuse_whole_function(parse(ATTENTION_SOFTMAX)), {"threads": torch.get_num_threads()})
+        y, lse = torch.empty(128, 16, 16), torch.empty(128, 16, 1)
+        AddressCall(exe)([x.data_ptr()], [y.data_ptr(), lse.data_ptr()])  # fills the step's argument slots
+        step = exe._runners[0]
+        slots = list(step.args)
+
+        def run(exe=exe, y=y, lse=lse) -> torch.Tensor:  # the defaults keep the code and outputs alive
+            step.args[:] = slots
+            if step.serial_calls is not None:
+                for fn, n in step.serial_calls:
+                    fn(step.args_address, 0, n)
+            else:
+                step._phases(0, None)
+            return y
+        torch.testing.assert_close(run(), eager())
+        return run
+
+    with exp_floor_before():
+        before = kernel_step()
+    now = kernel_step()
+    assert torch.equal(before(), now())
+    times = interleaved({"kernel, exp floor -104 (before)": before, "kernel, exp floor -104.5": now,
+                         "eager scale + mask + softmax": eager, "eager softmax alone": lambda: torch.softmax(x, -1)},
+                        repeats=repeat, warmup=20, clock=clock)
+    first = times["kernel, exp floor -104 (before)"]
+    return [[name, f"{t * 1e6:.1f}", f"{t / first:.2f}"] for name, t in times.items()]
+
+
 def distinct_neuron_backend():
     """neuroncc's backend under a callable of its own: TorchDynamo keeps one compiled graph per code object and
     backend, and two instances of one model class share their ``forward``'s code, so an A/B row compiled with
@@ -238,7 +323,7 @@ def aoti_model(program) -> dict[str, object]:
 
 
 def bench_small(repeat: int, clock, ab_bmm: bool = False, aoti: dict[str, object] | None = None,
-                mlp_only: bool = False, ab_mm: bool = False) -> list[list[str]]:
+                mlp_only: bool = False, ab_mm: bool = False, ab_exp: bool = False) -> list[list[str]]:
     """The tiny MLP's inference call (:func:`bench_small_mlp`) and the classifier's AdamW step, per
     implementation (``ab_bmm``: and neuroncc with its bmm on BLAS, compiled under :func:`on_blas`; ``ab_mm``:
     and neuroncc with its 2-d products on MKL)."""
@@ -255,6 +340,8 @@ def bench_small(repeat: int, clock, ab_bmm: bool = False, aoti: dict[str, object
         ab["neuroncc, bmm on BLAS"] = "small_bmm_max_macs"
     if ab_mm:
         ab["neuroncc, mm on MKL"] = "small_mm_max_macs"
+    if ab_exp:
+        ab["neuroncc, exp floor -104"] = "exp floor"
     backends.update({name: distinct_neuron_backend() for name in ab})
     for compile_optimizer in (False, True):
         for name, b in backends.items():
@@ -264,7 +351,7 @@ def bench_small(repeat: int, clock, ab_bmm: bool = False, aoti: dict[str, object
                 continue
             step = classifier_step(config, b, compile_optimizer)
             if name in ab:
-                with on_blas(ab[name]):
+                with exp_floor_before() if ab[name] == "exp floor" else on_blas(ab[name]):
                     step()  # compiles the forward and backward graphs (and the optimizer step)
             steps[(compile_optimizer, name)] = step
     times = interleaved(steps, repeats=max(repeat // 4, 20), warmup=5, clock=clock)
@@ -322,6 +409,9 @@ def main() -> None:
                         help="small: add neuroncc with every bmm on sgemm_batch (generated small bmm off)")
     parser.add_argument("--ab-mm", action="store_true",
                         help="small: add neuroncc with every mm/addmm on MKL (generated 2-d products off)")
+    parser.add_argument("--ab-exp", action="store_true",
+                        help="small: add neuroncc with AVX2's non-positive exp clamped at -104 (before session 20), "
+                             "and time the attention softmax kernel both ways first")
     parser.add_argument("--cpu-time", action="store_true",
                         help="time 1-thread runs by the calling thread's CPU time (time.thread_time), which leaves "
                              "out the time a loaded machine keeps the process descheduled")
@@ -330,6 +420,8 @@ def main() -> None:
     import torch
 
     os.environ.setdefault("NEURONCC_DISABLE_CACHE", "1")
+    if args.ab_exp:  # the two builds' graphs are alike: neither may come from the other's graph cache entry
+        os.environ.setdefault("NEURONCC_DISABLE_GRAPH_CACHE", "1")
     if args.profile:
         from profile_steps import profile
 
@@ -358,8 +450,12 @@ def main() -> None:
         for threads in (int(t) for t in args.threads.split(",")):
             torch.set_num_threads(threads)
             torch._dynamo.reset()
+            if args.ab_exp:
+                print(f"\nattention softmax [128, 16, 16] kernel, {threads} thread(s), {_clock_name(args, threads)}, "
+                      f"load {load()}")
+                print(table(bench_attention_softmax(args.repeat, _clock(args, threads)), ["", "us", "x before"]))
             rows = bench_small(args.repeat, _clock(args, threads), args.ab_bmm, aoti, mlp_only=args.only == "mlp",
-                               ab_mm=args.ab_mm)
+                               ab_mm=args.ab_mm, ab_exp=args.ab_exp)
             print(f"\nsmall models (issue #18), {threads} thread(s), {_clock_name(args, threads)}, load {load()}")
             print(table(rows, ["model", "", "time", "x eager"]))
     if args.only in ("chain", "hook", "small", "mlp"):

@@ -119,21 +119,29 @@ def _exp(b: ir.IRBuilder, x: ir.Value, target: CpuTarget) -> ir.Value:
 #: The non-positive exp's polynomial is computed times 2**-EXP_NONPOSITIVE_SHIFT (see :func:`_exp_nonpositive`).
 _EXP_NONPOSITIVE_SHIFT = 24
 
+#: Where the non-positive exp clamps its argument without AVX-512: n = round(-104.5 / ln 2) = -151, whose scale
+#: 2**(n + 24) has all exponent bits zero: +0 exactly, and so is the result, which e**x rounds to below -104.32
+#: too. At -104 (n = -150) the product underflows to +0 instead, and an underflowing product costs Zen 3 a
+#: microcode assist per vector: a causal attention softmax's masked -inf entries (47% of [128, 16, 16]) made it
+#: take 2.4x the time of unmasked rows of that shape (docs/performance-history.md, session 20 shortrow).
+EXP_NONPOSITIVE_FLOOR = -104.5
+
 
 def _exp_nonpositive(b: ir.IRBuilder, x: ir.Value, target: CpuTarget) -> ir.Value:
     """e**x for x <= 0 or NaN (x - max(x) in softmax and log-sum-exp; ``signs.at_most_zero`` decides where): exp's
-    range reduction and polynomial without the upper clamp, and a one-step scale. For xc in [-104, 0],
-    n = round(xc / ln 2) is in [-150, 0], so 2**n is not always a normal float but 2**(n + 24) is: the polynomial
-    is evaluated with its coefficients times 2**-24 (exact: a power of two, every intermediate normal), and one
+    range reduction and polynomial without the upper clamp, and a one-step scale. For xc in [-104.5, 0]
+    (:data:`EXP_NONPOSITIVE_FLOOR`), n = round(xc / ln 2) is in [-151, 0], so 2**n is not always a normal float but
+    2**(n + 24) is, or +0 at n = -151: the polynomial is evaluated with its coefficients times 2**-24 (exact: a
+    power of two, every intermediate normal), and one
     product with 2**(n + 24) rounds the result once, as exp's two products do; the bits are exp's for every
     x <= 0 (tests/codegen/test_exp_nonpositive.py checks all of them). 14 vector instructions per element
     against exp's 21 (no upper clamp, two integer ops instead of seven, one multiply instead of two), which also
     shortens each element's dependency chain: softmax [4096, 1024] ran 18-24% faster at 1 and 2 threads, cross-
     entropy's forward 19-21% (Zen 3, docs/performance-history.md, session 12). (The result is still exact up to
     x = 71: n + 24 stays a normal exponent.)"""
-    xc = _raised_keeping_nan(b, x, -104.0)
     if target.scalef:  # (one vscalefps scales by any n)
-        return _exp_in_range(b, xc, target)
+        return _exp_in_range(b, _raised_keeping_nan(b, x, -104.0), target)
+    xc = _raised_keeping_nan(b, x, EXP_NONPOSITIVE_FLOOR)
     n, whole = _round_to_integer(b, b.fmul(xc, _c(1.4426950408889634), flags=FAST))
     r = b.fsub(xc, b.fmul(n, _c(0.693359375), flags=FAST), flags=FAST)
     r = b.fsub(r, b.fmul(n, _c(-2.12194440e-4), flags=FAST), flags=FAST)
