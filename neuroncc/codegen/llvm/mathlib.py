@@ -103,8 +103,9 @@ def _round_to_integer(b: ir.IRBuilder, x: ir.Value) -> tuple[ir.Value, ir.Value]
 def _exp_in_range(b: ir.IRBuilder, xc: ir.Value, target: CpuTarget) -> ir.Value:
     """e**xc for xc in [-104, 88.8] (without AVX-512 [-175.5, 177]) or NaN (callers clamp; NaN comes out as NaN):
     n = round(xc / ln 2) by the rounding constant (fused into the multiply), r = xc - n ln 2 in two FMAs
-    (Cody-Waite: n * 0.693359375 is exact), e**r by the polynomial, times 2**n. With AVX-512 (VL) the scale is vscalefps by the float n itself
-    (``vector_variants.scaled_by_float``: no integer n, no conversion back; the same bits)."""
+    (Cody-Waite: n * 0.693359375 is exact), e**r by the polynomial, times 2**n. With AVX-512 (VL) the scale is
+    vscalefps by the float n itself (``vector_variants.scaled_by_float``: no integer n, no conversion back; the
+    same bits)."""
     n, whole = _round_to_integer(b, b.fmul(xc, _c(1.4426950408889634), flags=FAST))
     r = b.fsub(xc, b.fmul(n, _c(0.693359375), flags=FAST), flags=FAST)
     r = b.fsub(r, b.fmul(n, _c(-2.12194440e-4), flags=FAST), flags=FAST)
