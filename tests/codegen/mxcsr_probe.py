@@ -13,8 +13,8 @@ from neuroncc.codegen.llvm.mathlib import math_call
 from neuroncc.codegen.llvm.scalars import F32, I32, I64
 from neuroncc.hardware.host import CpuTarget
 
-#: MXCSR's sticky exception flags
-OVERFLOW, UNDERFLOW = 0x08, 0x10
+#: MXCSR's sticky underflow flag
+UNDERFLOW = 0x10
 
 
 def _probe(name: str, target: CpuTarget):

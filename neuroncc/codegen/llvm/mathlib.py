@@ -55,15 +55,15 @@ def _raised_keeping_nan(b: ir.IRBuilder, x: ir.Value, low: float) -> ir.Value:
 
 
 def _pow2(b: ir.IRBuilder, n: ir.Value) -> ir.Value:
-    """2**n for an i32 n in [-126, 127] (and +0 at -127, +inf at 128: all-zero and all-one exponent bits), built from
-    the exponent bits (for n = round(...) by ``_ROUNDER``, LLVM shifts the rounded float's bits left by 23 and adds
-    a constant: the rounder's own bits shift out)."""
+    """2**n for an i32 n in [-126, 127] (and +0 at -127: all exponent bits zero), built from the exponent bits (for
+    n = round(...) by ``_ROUNDER``, LLVM shifts the rounded float's bits left by 23 and adds a constant: the
+    rounder's own bits shift out)."""
     return b.bitcast(b.shl(b.add(n, ir.Constant(I32, 127)), ir.Constant(I32, 23)), F32)
 
 
 def _scale(b: ir.IRBuilder, p: ir.Value, n: ir.Value, target: CpuTarget) -> ir.Value:
-    """p * 2**n for p in [0.5, 2) and an i32 n in [-253, 255], rounded once (overflow to inf and denormal
-    underflow come out as ldexp's; at n = -253 and 255 one power of two is +0 or +inf, see :data:`EXP_FLOOR`).
+    """p * 2**n for p in [0.5, 2) and an i32 n in [-253, 130], rounded once (overflow to inf and denormal
+    underflow come out as ldexp's; at n = -253 the first power of two is +0, see :data:`EXP_FLOOR`).
 
     With AVX-512 this is ``llvm.ldexp``, one vscalefps. Elsewhere LLVM would call libm's scalar ``ldexpf``
     once per lane (eight calls per AVX2 vector: 4-5x the cost of the whole polynomial), so the scale is two
@@ -101,7 +101,7 @@ def _round_to_integer(b: ir.IRBuilder, x: ir.Value) -> tuple[ir.Value, ir.Value]
 
 
 def _exp_in_range(b: ir.IRBuilder, xc: ir.Value, target: CpuTarget) -> ir.Value:
-    """e**xc for xc in [-104, 88.8] (without AVX-512 [-175.5, 177]) or NaN (callers clamp; NaN comes out as NaN):
+    """e**xc for xc in [-104, 88.8] (without AVX-512 [-175.5, 88.8]) or NaN (callers clamp; NaN comes out as NaN):
     n = round(xc / ln 2) by the rounding constant (fused into the multiply), r = xc - n ln 2 in two FMAs
     (Cody-Waite: n * 0.693359375 is exact), e**r by the polynomial, times 2**n. With AVX-512 (VL) the scale is
     vscalefps by the float n itself (``vector_variants.scaled_by_float``: no integer n, no conversion back; the
@@ -114,27 +114,26 @@ def _exp_in_range(b: ir.IRBuilder, xc: ir.Value, target: CpuTarget) -> ir.Value:
     return _scale(b, _exp_reduced(b, r), whole, target)
 
 
-#: Where exp clamps its argument without AVX-512: at -175.5, n = round(x / ln 2) = -253 and the first power of two
-#: of :func:`_scale`, 2**(n >> 1) = 2**-127, has all-zero bits: e**x is +0 from exact products. At 177, n = 255 and
-#: the second, 2**128, has +inf's bits: e**x is +inf, again from exact products. Those are the results e**x rounds to
-#: below -103.97 and above 88.73; the clamps at -104 and 88.8 (n = -150 and 128) reached them through a product
-#: that underflows or overflows, and an underflowing vector product costs Zen 3 a microcode assist
-#: (docs/performance-history.md, session 20 underflow). Arguments in (-175.5, -87.3) still underflow a product:
-#: their results are denormal, or +0 by rounding. With AVX-512 one vscalefps scales by any n.
+#: Where exp clamps its argument from below without AVX-512: at -175.5, n = round(x / ln 2) = -253 and the first
+#: power of two of :func:`_scale`, 2**(n >> 1) = 2**-127, has all-zero bits: e**x is +0 from exact products, the
+#: result e**x rounds to below -103.97 anyway. The clamp at -104 (n = -150) reached it through a product that
+#: underflows, and an underflowing vector product costs Zen 3 a microcode assist: exp of -inf, -200 or -1e4 took
+#: 1.35-1.4x the time of typical arguments (docs/performance-history.md, session 20 underflow). Arguments in
+#: (-175.5, -87.3) still underflow a product: their results are denormal, or +0 by rounding. (Overflow costs
+#: nothing measurable: the clamp at 88.8 stays, whose product overflows to inf.) With AVX-512 one vscalefps
+#: scales by any n.
 EXP_FLOOR = -175.5
-EXP_CEILING = 177.0
 
 #: Where sigmoid and gelu_tanh clamp the w of their 1 + e**w from below without AVX-512: e**-86 is a normal float
 #: from normal products (n = -124), and 1 + e**w is exactly 1 below w = -16.7 either way, so their results are
-#: those of the clamp at -104, whose scale underflowed a product (see :data:`EXP_FLOOR`).
+#: those of the clamp at -104, whose scale underflowed a product (see :data:`EXP_FLOOR`): sigmoid of +200 or +inf
+#: and gelu_tanh of 20 took 1.35-1.4x the time of typical arguments (Zen 3).
 ONE_PLUS_EXP_FLOOR = -86.0
 
 
 def _exp_clamped(b: ir.IRBuilder, x: ir.Value, target: CpuTarget, floor: float) -> ir.Value:
-    """e**x for any x (``floor``: where x is clamped from below without AVX-512; with it, at -104 and 88.8)."""
-    if target.scalef:
-        return _exp_in_range(b, _clamp_keeping_nan(b, x, -104.0, 88.8), target)
-    return _exp_in_range(b, _clamp_keeping_nan(b, x, floor, EXP_CEILING), target)
+    """e**x for any x, clamped to [``floor``, 88.8] (with AVX-512 to [-104, 88.8]: vscalefps scales by any n)."""
+    return _exp_in_range(b, _clamp_keeping_nan(b, x, -104.0 if target.scalef else floor, 88.8), target)
 
 
 def _exp(b: ir.IRBuilder, x: ir.Value, target: CpuTarget) -> ir.Value:
