@@ -23,6 +23,7 @@ from neuroncc.hardware.host import CpuTarget
 from neuroncc.ir import Builder, DType, TensorType
 
 from codegen_helpers import run_both, special_floats
+from mxcsr_probe import UNDERFLOW, with_flags
 
 
 def _bits(value: float) -> int:
@@ -245,57 +246,6 @@ def test_softmax_by_torchs_logsumexp_gets_the_nonpositive_exp(rng):
     run_both(fn, [values])
 
 
-def _underflow_probe(target: CpuTarget):
-    """(clear, exps, flags): ``clear()`` clears MXCSR's exception flags, ``exps(x, y, n)`` writes
-    exp_nonpositive of n floats as ``target`` builds it, ``flags()`` reads the flags back (three calls, so that
-    no optimizer moves the math across the reads and writes of MXCSR)."""
-    module = ir.Module("underflow_probe")
-    word = ir.FunctionType(ir.VoidType(), [ir.PointerType(I32)])
-    stmxcsr, ldmxcsr = (ir.Function(module, word, f"llvm.x86.sse.{name}") for name in ("stmxcsr", "ldmxcsr"))
-    clear = ir.Function(module, ir.FunctionType(ir.VoidType(), []), "clear")
-    b = ir.IRBuilder(clear.append_basic_block("entry"))
-    slot = b.alloca(I32)
-    b.call(stmxcsr, [slot])
-    b.store(b.and_(b.load(slot), ir.Constant(I32, ~0x3F)), slot)
-    b.call(ldmxcsr, [slot])
-    b.ret_void()
-    flags = ir.Function(module, ir.FunctionType(I32, []), "flags")
-    b = ir.IRBuilder(flags.append_basic_block("entry"))
-    slot = b.alloca(I32)
-    b.call(stmxcsr, [slot])
-    b.ret(b.and_(b.load(slot), ir.Constant(I32, 0x3F)))
-    exps = ir.Function(module, ir.FunctionType(ir.VoidType(), [ir.PointerType(F32), ir.PointerType(F32), I64]),
-                       "exps")
-    entry, loop, done = (exps.append_basic_block(name) for name in ("entry", "loop", "done"))
-    b = ir.IRBuilder(entry)
-    b.branch(loop)
-    b.position_at_end(loop)
-    i = b.phi(I64)
-    i.add_incoming(ir.Constant(I64, 0), entry)
-    x = b.load(b.gep(exps.args[0], [i]))
-    b.store(math_call(b, "exp_nonpositive", x, target=target), b.gep(exps.args[1], [i]))
-    following = b.add(i, ir.Constant(I64, 1))
-    i.add_incoming(following, loop)
-    b.cbranch(b.icmp_signed("<", following, exps.args[2]), loop, done)
-    b.position_at_end(done)
-    b.ret_void()
-    compiled = jit.compile_ir([str(module)])
-    calls = (ctypes.CFUNCTYPE(None)(compiled.address("clear")),
-             ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)(compiled.address("exps")),
-             ctypes.CFUNCTYPE(ctypes.c_int32)(compiled.address("flags")))
-    for c in calls:
-        c.module = compiled  # keep the code loaded while the functions are in use
-    return calls
-
-
-def _underflows(target: CpuTarget, x: np.ndarray) -> tuple[bool, np.ndarray]:
-    clear, exps, flags = _underflow_probe(target)
-    y = np.full_like(x, np.nan)
-    clear()
-    exps(x.ctypes.data, y.ctypes.data, x.size)
-    return bool(flags() & 0x10), y  # MXCSR's underflow flag
-
-
 @pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="reads x86's MXCSR")
 def test_avx2s_exp_of_masked_entries_is_zero_without_an_underflowing_product(monkeypatch):
     """Softmax's masked entries (-inf - max) and anything below -104.5 come out +0 from a zero scale, not from a
@@ -305,10 +255,10 @@ def test_avx2s_exp_of_masked_entries_is_zero_without_an_underflowing_product(mon
 
     avx2 = CpuTarget("znver3", "+avx,+avx2,+fma,-avx512f")
     masked = np.array([-np.inf, -3e38, -1e6, -200.0, -105.0, -104.5] * 4, dtype=np.float32)
-    underflowed, y = _underflows(avx2, masked)
-    assert not underflowed
+    flags, y = with_flags("exp_nonpositive", avx2, masked)
+    assert not flags & UNDERFLOW
     assert (y.view(np.uint32) == 0).all()  # +0 bits
     # the probe sees the product's underflow: the clamp at -104 (n = -150) made one, giving the same +0
     monkeypatch.setattr(mathlib, "EXP_NONPOSITIVE_FLOOR", -104.0)
-    underflowed, y = _underflows(avx2, masked)
-    assert underflowed and (y.view(np.uint32) == 0).all()
+    flags, y = with_flags("exp_nonpositive", avx2, masked)
+    assert flags & UNDERFLOW and (y.view(np.uint32) == 0).all()

@@ -55,14 +55,15 @@ def _raised_keeping_nan(b: ir.IRBuilder, x: ir.Value, low: float) -> ir.Value:
 
 
 def _pow2(b: ir.IRBuilder, n: ir.Value) -> ir.Value:
-    """2**n for an i32 n in [-126, 127], built from the exponent bits (for n = round(...) by ``_ROUNDER``, LLVM
-    shifts the rounded float's bits left by 23 and adds a constant: the rounder's own bits shift out)."""
+    """2**n for an i32 n in [-126, 127] (and +0 at -127: all exponent bits zero), built from the exponent bits (for
+    n = round(...) by ``_ROUNDER``, LLVM shifts the rounded float's bits left by 23 and adds a constant: the
+    rounder's own bits shift out)."""
     return b.bitcast(b.shl(b.add(n, ir.Constant(I32, 127)), ir.Constant(I32, 23)), F32)
 
 
 def _scale(b: ir.IRBuilder, p: ir.Value, n: ir.Value, target: CpuTarget) -> ir.Value:
-    """p * 2**n for p in [0.5, 2) and an i32 n in [-152, 130], rounded once (overflow to inf and denormal
-    underflow come out as ldexp's).
+    """p * 2**n for p in [0.5, 2) and an i32 n in [-253, 130], rounded once (overflow to inf and denormal
+    underflow come out as ldexp's; at n = -253 the first power of two is +0, see :data:`EXP_FLOOR`).
 
     With AVX-512 this is ``llvm.ldexp``, one vscalefps. Elsewhere LLVM would call libm's scalar ``ldexpf``
     once per lane (eight calls per AVX2 vector: 4-5x the cost of the whole polynomial), so the scale is two
@@ -100,10 +101,11 @@ def _round_to_integer(b: ir.IRBuilder, x: ir.Value) -> tuple[ir.Value, ir.Value]
 
 
 def _exp_in_range(b: ir.IRBuilder, xc: ir.Value, target: CpuTarget) -> ir.Value:
-    """e**xc for xc in [-104, 88.8] or NaN (callers clamp; NaN comes out as NaN): n = round(xc / ln 2) by the
-    rounding constant (fused into the multiply), r = xc - n ln 2 in two FMAs (Cody-Waite: n * 0.693359375
-    is exact), e**r by the polynomial, times 2**n. With AVX-512 (VL) the scale is vscalefps by the float n itself
-    (``vector_variants.scaled_by_float``: no integer n, no conversion back; the same bits)."""
+    """e**xc for xc in [-104, 88.8] (without AVX-512 [-175.5, 88.8]) or NaN (callers clamp; NaN comes out as NaN):
+    n = round(xc / ln 2) by the rounding constant (fused into the multiply), r = xc - n ln 2 in two FMAs
+    (Cody-Waite: n * 0.693359375 is exact), e**r by the polynomial, times 2**n. With AVX-512 (VL) the scale is
+    vscalefps by the float n itself (``vector_variants.scaled_by_float``: no integer n, no conversion back; the
+    same bits)."""
     n, whole = _round_to_integer(b, b.fmul(xc, _c(1.4426950408889634), flags=FAST))
     r = b.fsub(xc, b.fmul(n, _c(0.693359375), flags=FAST), flags=FAST)
     r = b.fsub(r, b.fmul(n, _c(-2.12194440e-4), flags=FAST), flags=FAST)
@@ -112,8 +114,30 @@ def _exp_in_range(b: ir.IRBuilder, xc: ir.Value, target: CpuTarget) -> ir.Value:
     return _scale(b, _exp_reduced(b, r), whole, target)
 
 
+#: Where exp clamps its argument from below without AVX-512: at -175.5, n = round(x / ln 2) = -253 and the first
+#: power of two of :func:`_scale`, 2**(n >> 1) = 2**-127, has all-zero bits: e**x is +0 from exact products, the
+#: result e**x rounds to below -103.97 anyway. The clamp at -104 (n = -150) reached it through a product that
+#: underflows, and an underflowing vector product costs Zen 3 a microcode assist: exp of -inf, -200 or -1e4 took
+#: 1.35-1.4x the time of typical arguments (docs/performance-history.md, session 20 underflow). Arguments in
+#: (-175.5, -87.3) still underflow a product: their results are denormal, or +0 by rounding. (Overflow costs
+#: nothing measurable: the clamp at 88.8 stays, whose product overflows to inf.) With AVX-512 one vscalefps
+#: scales by any n.
+EXP_FLOOR = -175.5
+
+#: Where sigmoid and gelu_tanh clamp the w of their 1 + e**w from below without AVX-512: e**-86 is a normal float
+#: from normal products (n = -124), and 1 + e**w is exactly 1 below w = -16.7 either way, so their results are
+#: those of the clamp at -104, whose scale underflowed a product (see :data:`EXP_FLOOR`): sigmoid of +200 or +inf
+#: and gelu_tanh of 20 took 1.35-1.4x the time of typical arguments (Zen 3).
+ONE_PLUS_EXP_FLOOR = -86.0
+
+
+def _exp_clamped(b: ir.IRBuilder, x: ir.Value, target: CpuTarget, floor: float) -> ir.Value:
+    """e**x for any x, clamped to [``floor``, 88.8] (with AVX-512 to [-104, 88.8]: vscalefps scales by any n)."""
+    return _exp_in_range(b, _clamp_keeping_nan(b, x, -104.0 if target.scalef else floor, 88.8), target)
+
+
 def _exp(b: ir.IRBuilder, x: ir.Value, target: CpuTarget) -> ir.Value:
-    return _exp_in_range(b, _clamp_keeping_nan(b, x, -104.0, 88.8), target)
+    return _exp_clamped(b, x, target, EXP_FLOOR)
 
 
 #: The non-positive exp's polynomial is computed times 2**-EXP_NONPOSITIVE_SHIFT (see :func:`_exp_nonpositive`).
@@ -204,7 +228,7 @@ def _sigmoid(b: ir.IRBuilder, x: ir.Value, target: CpuTarget) -> ir.Value:
     # -x as 0 - x (the same for every x but NaN; exp(+-0) is 1): a NaN comes out as the same NaN, where fneg
     # flipped its sign, and x * sigmoid(x) (silu) then gave a NaN whose sign depended on which operand of the
     # multiply the register allocator put first (the quick and optimized tiers' bits differed)
-    e = _exp_in_range(b, _clamp_keeping_nan(b, b.fsub(_c(0.0), x), -104.0, 88.8), target)
+    e = _exp_clamped(b, b.fsub(_c(0.0), x), target, ONE_PLUS_EXP_FLOOR)
     # A true division, not the reciprocal estimate: the estimate makes 1 / 1 0.99999994, so sigmoid(+inf)
     # and sigmoid(0) were off by an ulp and silu's gradient x * (1 - sigmoid(x)) at +inf was inf, not
     # eager's NaN (found by the fuzzer).
@@ -252,7 +276,7 @@ def _gelu_tanh(b: ir.IRBuilder, x: ir.Value, target: CpuTarget) -> ir.Value:
     cancellation in 1 + tanh(u) for negative x. +-inf and NaN come out as eager's (-inf / inf is NaN)."""
     scale = -2.0 * math.sqrt(2.0 / math.pi)
     w = b.fmul(x, b.fadd(b.fmul(b.fmul(x, x), _c(scale * 0.044715), flags=FAST), _c(scale), flags=FAST))
-    e = _exp_in_range(b, _clamp_keeping_nan(b, w, -104.0, 88.8), target)
+    e = _exp_clamped(b, w, target, ONE_PLUS_EXP_FLOOR)
     return b.fdiv(x, b.fadd(_c(1.0), e))  # a true division: 1 + e may be inf
 
 
