@@ -50,7 +50,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from common import ensure_environment, interleaved, table  # noqa: E402
+from common import ensure_environment, interleaved, kernel_alone, table  # noqa: E402
 
 STEPS = 20
 #: issue #18's tiny transformer classifier: d=64, 4 heads, batch 32 x 16 tokens (the demo's model is smaller)
@@ -216,7 +216,6 @@ def bench_attention_softmax(repeat: int, clock) -> list[list[str]]:
     import torch
 
     from neuroncc.codegen.llvm.regions import fuse_whole_function
-    from neuroncc.executors.cpu.address_call import AddressCall
     from neuroncc.executors.cpu.launcher import build_cpu_executable
     from neuroncc.ir.parser import parse
 
@@ -229,17 +228,10 @@ def bench_attention_softmax(repeat: int, clock) -> list[list[str]]:
     def kernel_step():
         exe = build_cpu_executable(fuse_whole_function(parse(ATTENTION_SOFTMAX)), {"threads": torch.get_num_threads()})
         y, lse = torch.empty(128, 16, 16), torch.empty(128, 16, 1)
-        AddressCall(exe)([x.data_ptr()], [y.data_ptr(), lse.data_ptr()])  # fills the step's argument slots
-        step = exe._runners[0]
-        slots = list(step.args)
+        kernel = kernel_alone(exe, [x], [y, lse])
 
-        def run(exe=exe, y=y, lse=lse) -> torch.Tensor:  # the defaults keep the code and outputs alive
-            step.args[:] = slots
-            if step.serial_calls is not None:
-                for fn, n in step.serial_calls:
-                    fn(step.args_address, 0, n)
-            else:
-                step._phases(0, None)
+        def run() -> torch.Tensor:
+            kernel()
             return y
         torch.testing.assert_close(run(), eager())
         return run

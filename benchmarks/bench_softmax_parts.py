@@ -61,7 +61,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import ensure_environment, interleaved, interleaved_samples, table  # noqa: E402
+from common import ensure_environment, interleaved, interleaved_samples, kernel_alone, table  # noqa: E402
 
 ensure_environment(threads=2)
 
@@ -179,22 +179,9 @@ def _max_without_nan_flag():
         reductions.COMBINERS["amax"] = saved
 
 
-def step_call(exe, x: torch.Tensor, out: torch.Tensor):
-    """The executable's one kernel step on (x, out), its phases called straight (no Python between them). The
-    call keeps ``out`` alive: the step's argument slots hold its address."""
-    AddressCall(exe)([x.data_ptr()], [out.data_ptr()])  # fills the step's argument slots with x and out
-    step = exe._runners[0]
-    slots = list(step.args)
-
-    def run(out: torch.Tensor = out) -> None:
-        step.args[:] = slots  # other calls of the same executable write their own output's address there
-        if step.serial_calls is not None:
-            for fn, n in step.serial_calls:
-                fn(step.args_address, 0, n)
-        else:
-            step._phases(0, None)
-
-    return run
+def step_call(exe, x: torch.Tensor, out: torch.Tensor) -> Callable[[], None]:
+    """The executable's one kernel step on (x, out), its phases called straight (``common.kernel_alone``)."""
+    return kernel_alone(exe, [x], [out])
 
 
 def parts(threads: int, repeats: int, online: bool = False) -> None:
@@ -338,17 +325,7 @@ def call_ab(threads: int, repeats: int) -> None:
         np.testing.assert_array_equal(exe(*arrays)[0], exe._call(tuple(arrays), exe._calls)[0])
         held = torch.empty_like(inputs[0])
         keep += [inputs, held]
-        AddressCall(exe)([t.data_ptr() for t in inputs], [held.data_ptr()])  # the step's slots: inputs, held
-        step = exe._runners[0]
-        slots = list(step.args)
-
-        def kernel(step=step, slots=slots) -> None:
-            step.args[:] = slots
-            if step.serial_calls is not None:
-                for fn, n in step.serial_calls:
-                    fn(step.args_address, 0, n)
-            else:
-                step._phases(0, None)
+        kernel = kernel_alone(exe, inputs, [held])
         stamps: list[float] = []
 
         def stamped(run, stamps=stamps):

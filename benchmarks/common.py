@@ -135,3 +135,24 @@ def table(rows: list[list[str]], header: list[str]) -> str:
              "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
     lines += ["| " + " | ".join(str(c).ljust(w) for c, w in zip(row, widths)) + " |" for row in rows]
     return "\n".join(lines)
+
+
+def kernel_alone(exe, inputs: list, outputs: list) -> Callable[[], None]:
+    """A cpu executable's one kernel step on the memory of torch tensors ``inputs`` and ``outputs``, its phases
+    called straight (no launcher Python between them): the "kernel alone" time of the part benchmarks. The step's
+    argument slots hold the tensors' addresses; the returned call keeps the executable and the tensors alive."""
+    from neuroncc.executors.cpu.address_call import AddressCall
+
+    AddressCall(exe)([t.data_ptr() for t in inputs], [t.data_ptr() for t in outputs])  # fills the step's slots
+    step = exe._runners[0]
+    slots = list(step.args)
+
+    def run(keep=(exe, inputs, outputs)) -> None:
+        step.args[:] = slots  # other calls of the same executable write their own addresses there
+        if step.serial_calls is not None:
+            for fn, n in step.serial_calls:
+                fn(step.args_address, 0, n)
+        else:
+            step._phases(0, None)
+
+    return run
