@@ -8,9 +8,9 @@ Three tables per thread count:
    ``copy`` is the least time numpy needs to copy that many bytes (half read, half written, measured here at
    the same size, one thread, warm caches: these working sets stay in L2), and ``% copy`` the kernel's fraction of
    that roofline (100%: as fast as a copy of its bytes). ``team``: the step's phases that split across the
-   OpenMP team (of all its phases; blank: every phase runs on the calling thread). With the recorder installed every executable runs
-   its steps one by one from Python (the traced path), so the graph totals include ~1 us per step that the
-   native launch sequence does not pay; the step times themselves are the kernels'.
+   OpenMP team (of all its phases; blank: every phase runs on the calling thread). With the recorder installed
+   every executable runs its steps one by one from Python (the traced path), so the graph totals include ~1 us
+   per step that the native launch sequence does not pay; the step times themselves are the kernels'.
 2. eager: the same step's ATen ops under ``torch.profiler`` (self CPU time per step, by op and input shapes):
    what eager pays for the work the kernels above do.
 2b. Inductor: the same step compiled by Inductor under ``torch.profiler`` with its C++ kernels recorded
