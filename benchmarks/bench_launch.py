@@ -30,8 +30,9 @@
    the attention softmax's masked entries then underflow a product each), and ``--ab-exp`` runs first the
    attention softmax [128, 16, 16] kernel alone, both builds and eager, interleaved; ``--ab-team`` neuroncc with
    every kernel split on the OpenMP team called from Python, outside the native launch sequences (before
-   session 21: ``native_sequence.py``'s TEAM instruction); ``--ab-team-min-work N`` neuroncc with its kernels
-   bound under ``threads.TEAM_MIN_WORK = N`` (which phases split on the team).
+   session 21: ``native_sequence.py``'s TEAM instruction); ``--ab-team-min-work N[,N...]`` neuroncc with its
+   kernels bound under ``threads.TEAM_MIN_WORK = N`` (which phases split on the team), one row per N (the
+   default, 262144, is the control of the way these rows are bound).
 
 ``--profile`` prints ``small``'s AdamW step per launcher step instead (``profile_steps.py``: each kernel's time,
 bytes and fraction of a copy roofline, eager's ATen ops for the same step, the hot kernels head to head), each
@@ -358,7 +359,7 @@ def aoti_model(program) -> dict[str, object]:
 
 def bench_small(repeat: int, clock, ab_bmm: bool = False, aoti: dict[str, object] | None = None,
                 mlp_only: bool = False, ab_mm: bool = False, ab_exp: bool = False,
-                ab_team: bool = False, ab_team_min_work: int = 0) -> list[list[str]]:
+                ab_team: bool = False, ab_team_min_work: tuple[int, ...] = ()) -> list[list[str]]:
     """The tiny MLP's inference call (:func:`bench_small_mlp`) and the classifier's AdamW step, per
     implementation (``ab_bmm``: and neuroncc with its bmm on BLAS, compiled under :func:`on_blas`; ``ab_mm``:
     and neuroncc with its 2-d products on MKL)."""
@@ -379,8 +380,8 @@ def bench_small(repeat: int, clock, ab_bmm: bool = False, aoti: dict[str, object
         ab["neuroncc, exp floor -104"] = "exp floor"
     if ab_team:
         ab["neuroncc, team steps from Python"] = "team steps"
-    if ab_team_min_work:
-        ab[f"neuroncc, TEAM_MIN_WORK {ab_team_min_work}"] = "team min work"
+    for units in ab_team_min_work:
+        ab[f"neuroncc, TEAM_MIN_WORK {units}"] = units
     backends.update({name: distinct_neuron_backend() for name in ab})
     for compile_optimizer in (False, True):
         for name, b in backends.items():
@@ -389,9 +390,9 @@ def bench_small(repeat: int, clock, ab_bmm: bool = False, aoti: dict[str, object
             if compile_optimizer and name == "dynamo floor":
                 continue
             step = classifier_step(config, b, compile_optimizer)
-            if name in ab and ab[name] in ("team steps", "team min work"):
+            if name in ab and (ab[name] == "team steps" or isinstance(ab[name], int)):
                 settle_builds()  # no other variant's optimized build may bind inside the switch
-                with team_steps_in_python() if ab[name] == "team steps" else team_min_work(ab_team_min_work):
+                with team_steps_in_python() if ab[name] == "team steps" else team_min_work(ab[name]):
                     step()  # compiles; the optimized builds bind their launch sequences as they finish
                     settle_builds()
                     step()
@@ -460,8 +461,9 @@ def main() -> None:
     parser.add_argument("--ab-team", action="store_true",
                         help="small: add neuroncc with kernels split on the OpenMP team called from Python, outside "
                              "the native launch sequences (before session 21)")
-    parser.add_argument("--ab-team-min-work", type=int, default=0, metavar="UNITS",
-                        help="small: add neuroncc with its steps bound under threads.TEAM_MIN_WORK = UNITS")
+    parser.add_argument("--ab-team-min-work", default="", metavar="UNITS[,UNITS...]",
+                        help="small: add neuroncc with its steps bound under threads.TEAM_MIN_WORK = UNITS, a row "
+                             "each")
     parser.add_argument("--cpu-time", action="store_true",
                         help="time 1-thread runs by the calling thread's CPU time (time.thread_time), which leaves "
                              "out the time a loaded machine keeps the process descheduled")
@@ -470,7 +472,8 @@ def main() -> None:
     import torch
 
     os.environ.setdefault("NEURONCC_DISABLE_CACHE", "1")
-    if args.ab_exp or args.ab_team or args.ab_team_min_work:  # the builds' graphs are alike: neither may come from the other's graph cache
+    if args.ab_exp or args.ab_team or args.ab_team_min_work:  # the builds' graphs are alike: none may come from
+        # another's graph cache entry
         os.environ.setdefault("NEURONCC_DISABLE_GRAPH_CACHE", "1")
     if args.profile:
         from profile_steps import profile
@@ -506,7 +509,7 @@ def main() -> None:
                 print(table(bench_attention_softmax(args.repeat, _clock(args, threads)), ["", "us", "x before"]))
             rows = bench_small(args.repeat, _clock(args, threads), args.ab_bmm, aoti, mlp_only=args.only == "mlp",
                                ab_mm=args.ab_mm, ab_exp=args.ab_exp, ab_team=args.ab_team,
-                               ab_team_min_work=args.ab_team_min_work)
+                               ab_team_min_work=tuple(int(u) for u in args.ab_team_min_work.split(",") if u))
             print(f"\nsmall models (issue #18), {threads} thread(s), {_clock_name(args, threads)}, load {load()}")
             print(table(rows, ["model", "", "time", "x eager"]))
     if args.only in ("chain", "hook", "small", "mlp"):

@@ -24,8 +24,10 @@ objects behind those addresses (argument arrays, BLAS parameters) belong to the 
 sequence keeps alive. The only per-call Python work is copying the call's buffer addresses into an array.
 A TEAM's task (``team_entry.TEAM_TASK_FIELDS``: the phase, its argument array, its range, chunk length and the
 shared chunk counter, reset before each run) is made once, with the chunking the Python runner
-(``threads.OpenMPTeam.run``) would use; without TEAM every kernel split on the team left the sequence for a
-Python step call (~4-6 us each at 2 threads: the forward's 13 steps ran as 10 calls, the backward's 25 as 16).
+(``threads.OpenMPTeam.run``) would use. Without TEAM every kernel split on the team left the sequence for a
+Python step call: issue #18's classifier at 2 threads ran its forward's 13 steps as 11 calls and its backward's
+25 as 21, and its AdamW step took 1.04-1.11x the time it takes with TEAM (2 calls each; docs/performance-history.md,
+session 21 clsfr21).
 
 The decisions stay with the runners: a BLAS step that would decline (a matmul precision other than "highest"
 set after the build) is checked once per call for the whole sequence, which then runs its steps one by one
@@ -38,9 +40,9 @@ import ctypes
 import functools
 from typing import Any
 
+from neuroncc.codegen.llvm.team_entry import TEAM_TASK_FIELDS
 from neuroncc.executors.cpu import blas
 from neuroncc.executors.cpu.helpers import SEQUENCE, helper_module
-from neuroncc.codegen.llvm.team_entry import TEAM_TASK_FIELDS
 from neuroncc.executors.cpu.steps import BlasStep, NativeKernel
 from neuroncc.executors.cpu.threads import team_entry
 
