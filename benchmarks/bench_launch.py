@@ -28,7 +28,11 @@
    (mm, addmm) on MKL instead of generated register tiles (``CpuTarget.small_mm_max_macs`` 0); ``--ab-exp``
    neuroncc with AVX2's non-positive exp clamped at -104 (``mathlib.EXP_NONPOSITIVE_FLOOR``, before session 20:
    the attention softmax's masked entries then underflow a product each), and ``--ab-exp`` runs first the
-   attention softmax [128, 16, 16] kernel alone, both builds and eager, interleaved.
+   attention softmax [128, 16, 16] kernel alone, both builds and eager, interleaved; ``--ab-team`` neuroncc with
+   every kernel split on the OpenMP team called from Python, outside the native launch sequences (before
+   session 21: ``native_sequence.py``'s TEAM instruction); ``--ab-team-min-work N[,N...]`` neuroncc with its
+   kernels bound under ``threads.TEAM_MIN_WORK = N`` (which phases split on the team), one row per N (the
+   default, 262144, is the control of the way these rows are bound).
 
 ``--profile`` prints ``small``'s AdamW step per launcher step instead (``profile_steps.py``: each kernel's time,
 bytes and fraction of a copy roofline, eager's ATen ops for the same step, the hot kernels head to head), each
@@ -174,6 +178,45 @@ def on_blas(bound: str = "small_bmm_max_macs"):
 
 
 @contextlib.contextmanager
+def team_steps_in_python():
+    """Bind native launch sequences without TEAM instructions (before session 21): a kernel with a phase split on
+    the OpenMP team leaves the sequence for a Python step call. The A side of ``native_sequence.py``'s TEAM."""
+    from neuroncc.executors.cpu import native_sequence
+
+    saved = native_sequence.phase_words
+
+    def without_team(kernel, tasks):
+        made: list = []
+        words = saved(kernel, made)
+        return None if made else words
+    native_sequence.phase_words = without_team
+    try:
+        yield
+    finally:
+        native_sequence.phase_words = saved
+
+
+@contextlib.contextmanager
+def team_min_work(units: int):
+    """Bind the launcher's steps with ``threads.TEAM_MIN_WORK`` = ``units``: the A side of the team threshold."""
+    from neuroncc.executors.cpu import threads
+
+    saved = threads.TEAM_MIN_WORK
+    threads.TEAM_MIN_WORK = units
+    try:
+        yield
+    finally:
+        threads.TEAM_MIN_WORK = saved
+
+
+def settle_builds() -> None:
+    """Wait for the optimized builds under way (tiers.py): their executables bind their calls when built."""
+    tiers = sys.modules.get("neuroncc.executors.cpu.tiers")
+    if tiers is not None and tiers.OPTIMIZER.pending():
+        tiers.OPTIMIZER.wait()
+
+
+@contextlib.contextmanager
 def exp_floor_before():
     """Compile with AVX2's non-positive exp clamped at -104, as before session 20 (its masked -inf entries
     then come out +0 from an underflowing product): the A side of ``mathlib.EXP_NONPOSITIVE_FLOOR``'s A/B."""
@@ -315,7 +358,8 @@ def aoti_model(program) -> dict[str, object]:
 
 
 def bench_small(repeat: int, clock, ab_bmm: bool = False, aoti: dict[str, object] | None = None,
-                mlp_only: bool = False, ab_mm: bool = False, ab_exp: bool = False) -> list[list[str]]:
+                mlp_only: bool = False, ab_mm: bool = False, ab_exp: bool = False,
+                ab_team: bool = False, ab_team_min_work: tuple[int, ...] = ()) -> list[list[str]]:
     """The tiny MLP's inference call (:func:`bench_small_mlp`) and the classifier's AdamW step, per
     implementation (``ab_bmm``: and neuroncc with its bmm on BLAS, compiled under :func:`on_blas`; ``ab_mm``:
     and neuroncc with its 2-d products on MKL)."""
@@ -334,6 +378,10 @@ def bench_small(repeat: int, clock, ab_bmm: bool = False, aoti: dict[str, object
         ab["neuroncc, mm on MKL"] = "small_mm_max_macs"
     if ab_exp:
         ab["neuroncc, exp floor -104"] = "exp floor"
+    if ab_team:
+        ab["neuroncc, team steps from Python"] = "team steps"
+    for units in ab_team_min_work:
+        ab[f"neuroncc, TEAM_MIN_WORK {units}"] = units
     backends.update({name: distinct_neuron_backend() for name in ab})
     for compile_optimizer in (False, True):
         for name, b in backends.items():
@@ -342,7 +390,13 @@ def bench_small(repeat: int, clock, ab_bmm: bool = False, aoti: dict[str, object
             if compile_optimizer and name == "dynamo floor":
                 continue
             step = classifier_step(config, b, compile_optimizer)
-            if name in ab:
+            if name in ab and (ab[name] == "team steps" or isinstance(ab[name], int)):
+                settle_builds()  # no other variant's optimized build may bind inside the switch
+                with team_steps_in_python() if ab[name] == "team steps" else team_min_work(ab[name]):
+                    step()  # compiles; the optimized builds bind their launch sequences as they finish
+                    settle_builds()
+                    step()
+            elif name in ab:
                 with exp_floor_before() if ab[name] == "exp floor" else on_blas(ab[name]):
                     step()  # compiles the forward and backward graphs (and the optimizer step)
             steps[(compile_optimizer, name)] = step
@@ -404,6 +458,12 @@ def main() -> None:
     parser.add_argument("--ab-exp", action="store_true",
                         help="small: add neuroncc with AVX2's non-positive exp clamped at -104 (before session 20), "
                              "and time the attention softmax kernel both ways first")
+    parser.add_argument("--ab-team", action="store_true",
+                        help="small: add neuroncc with kernels split on the OpenMP team called from Python, outside "
+                             "the native launch sequences (before session 21)")
+    parser.add_argument("--ab-team-min-work", default="", metavar="UNITS[,UNITS...]",
+                        help="small: add neuroncc with its steps bound under threads.TEAM_MIN_WORK = UNITS, a row "
+                             "each")
     parser.add_argument("--cpu-time", action="store_true",
                         help="time 1-thread runs by the calling thread's CPU time (time.thread_time), which leaves "
                              "out the time a loaded machine keeps the process descheduled")
@@ -412,7 +472,8 @@ def main() -> None:
     import torch
 
     os.environ.setdefault("NEURONCC_DISABLE_CACHE", "1")
-    if args.ab_exp:  # the two builds' graphs are alike: neither may come from the other's graph cache entry
+    if args.ab_exp or args.ab_team or args.ab_team_min_work:  # the builds' graphs are alike: none may come from
+        # another's graph cache entry
         os.environ.setdefault("NEURONCC_DISABLE_GRAPH_CACHE", "1")
     if args.profile:
         from profile_steps import profile
@@ -447,7 +508,8 @@ def main() -> None:
                       f"load {load()}")
                 print(table(bench_attention_softmax(args.repeat, _clock(args, threads)), ["", "us", "x before"]))
             rows = bench_small(args.repeat, _clock(args, threads), args.ab_bmm, aoti, mlp_only=args.only == "mlp",
-                               ab_mm=args.ab_mm, ab_exp=args.ab_exp)
+                               ab_mm=args.ab_mm, ab_exp=args.ab_exp, ab_team=args.ab_team,
+                               ab_team_min_work=tuple(int(u) for u in args.ab_team_min_work.split(",") if u))
             print(f"\nsmall models (issue #18), {threads} thread(s), {_clock_name(args, threads)}, load {load()}")
             print(table(rows, ["model", "", "time", "x eager"]))
     if args.only in ("chain", "hook", "small", "mlp"):

@@ -7,11 +7,15 @@ Three tables per thread count:
    per call, microseconds). Bytes are the step's operands plus its results (shapes from the launch plan);
    ``copy`` is the least time numpy needs to copy that many bytes (half read, half written, measured here at
    the same size, one thread, warm caches: these working sets stay in L2), and ``% copy`` the kernel's fraction of
-   that roofline (100%: as fast as a copy of its bytes). With the recorder installed every executable runs
-   its steps one by one from Python (the traced path), so the graph totals include ~1 us per step that the
-   native launch sequence does not pay; the step times themselves are the kernels'.
+   that roofline (100%: as fast as a copy of its bytes). ``team``: the step's phases that split across the
+   OpenMP team (of all its phases; blank: every phase runs on the calling thread). With the recorder installed
+   every executable runs its steps one by one from Python (the traced path), so the graph totals include ~1 us
+   per step that the native launch sequence does not pay; the step times themselves are the kernels'.
 2. eager: the same step's ATen ops under ``torch.profiler`` (self CPU time per step, by op and input shapes):
    what eager pays for the work the kernels above do.
+2b. Inductor: the same step compiled by Inductor under ``torch.profiler`` with its C++ kernels recorded
+   (``cpp.enable_kernel_profile``) and its wrapper calls marked: self CPU time per step of each kernel and ATen
+   op, the counterpart of table 1 (the profiler's own cost included, ~1-2 us per event).
 3. kernels head to head: the step's hot kernels as standalone graphs (the backward's transposing
    concatenation of dq/dk/dv, GELU forward and backward at the MLP's shape) against the ATen ops eager runs
    for them, interleaved medians.
@@ -88,12 +92,13 @@ def neuroncc_steps(repeat: int) -> list[list[str]]:
         samples.setdefault(key, []).append(timed.duration_us)
         infos[key] = timed.info
     copies: dict[int, float] = {}
+    teams = team_splits()
     rows = []
     for key, durations in samples.items():
         info, us = infos[key], statistics.median(durations)
         calls = len(durations) / repeat
         if info.kind == "graph":
-            rows.append([info.graph, "(graph total)", "", f"{us:.1f}", "", "", ""])
+            rows.append([info.graph, "(graph total)", "", f"{us:.1f}", "", "", "", ""])
             continue
         nbytes = _bytes(info.operands) + _bytes(info.results)
         if nbytes not in copies:
@@ -101,8 +106,44 @@ def neuroncc_steps(repeat: int) -> list[list[str]]:
         share = f"{copies[nbytes] / us:.0%}" if info.kind == "kernel" else ""
         count = "" if calls == 1 else f" (x{calls:g})"
         rows.append([info.graph, info.name + count, info.kind, f"{us:.1f}", f"{nbytes / 1024:.0f}",
-                     f"{copies[nbytes]:.1f}", share])
+                     f"{copies[nbytes]:.1f}", share, teams.get(key, "")])
     return rows
+
+
+def team_splits() -> dict[tuple[str, str], str]:
+    """(graph, step name) -> "split of all" phases that run across the OpenMP team, for every cpu executable
+    alive (the step's own runner decides: ``threads.OpenMPTeam.runs_inline``)."""
+    import gc
+
+    from neuroncc.executors.cpu.launcher import CpuExecutable
+    from neuroncc.executors.cpu.step_names import step_infos
+
+    found = {}
+    for exe in [o for o in gc.get_objects() if type(o) is CpuExecutable]:  # (type: weak proxies raise)
+        if exe.team is None:
+            continue
+        for info, step in zip(step_infos(exe.function, exe.plan), exe.plan.steps):
+            split = sum(not p.serial and not exe.team.runs_inline(p.n_outer, p.work) for p in step.phases)
+            if split:
+                found[(info.graph, info.name)] = f"{split}/{len(step.phases)}"
+    return found
+
+
+def inductor_ops(repeat: int, count: int = 30) -> list[list[str]]:
+    """Table 2b: Inductor's kernels and ATen ops for the step, by self CPU time per step."""
+    import torch
+    from torch._inductor import config
+
+    with config.patch({"cpp.enable_kernel_profile": True, "profiler_mark_wrapper_call": True}):
+        step = _classifier_step("inductor")
+        for _ in range(5):
+            step()
+    with torch.profiler.profile() as prof:
+        for _ in range(repeat):
+            step()
+    events = sorted(prof.key_averages(), key=lambda e: -e.self_cpu_time_total)
+    return [[e.key[:60], f"{e.count / repeat:g}", f"{e.self_cpu_time_total / repeat:.1f}",
+             f"{e.cpu_time_total / repeat:.1f}"] for e in events[:count]]
 
 
 def top_steps(rows: list[list[str]], count: int = 8) -> list[list[str]]:
@@ -219,12 +260,14 @@ def profile(threads_list: list[int], repeat: int, load: Callable[[], str]) -> No
         rows = neuroncc_steps(repeat)
         print(f"\nneuroncc per launcher step, classifier AdamW step (issue #18 shape), {threads} thread(s), "
               f"median of {repeat} steps, load {load()}")
-        header = ["graph", "step", "kind", "us", "KiB", "copy us", "% copy"]
+        header = ["graph", "step", "kind", "us", "KiB", "copy us", "% copy", "team"]
         print(table(rows, header))
         print("\ntop steps by time")
         print(table(top_steps(rows), header))
         print(f"\neager ATen ops, same step, {threads} thread(s), self CPU time per step, load {load()}")
         print(table(eager_ops(max(repeat // 2, 10)), ["op", "calls", "us / step", "input shapes"]))
+        print(f"\nInductor's kernels and ATen ops, same step, {threads} thread(s), per step, load {load()}")
+        print(table(inductor_ops(max(repeat // 2, 10)), ["event", "calls", "self us / step", "total us / step"]))
         print(f"\nhot kernels head to head, {threads} thread(s), interleaved medians, load {load()}")
         print(table(kernels_head_to_head(threads, repeat * 5),
                     ["kernel", "eager us", "neuroncc us", "x eager", "KiB", "copy us", "% copy"]))

@@ -2,7 +2,8 @@
 
 The interpreter's instructions are checked one by one on memory numpy owns (against numpy), then whole
 executables: every step of a small graph in one sequence, bitwise the step-by-step path, following inputs that
-move between calls, and stepping aside when a BLAS step must decline.
+move between calls, and stepping aside when a BLAS step must decline; a kernel split on the OpenMP team inside
+a sequence (TEAM), as the Python runner splits it.
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ import torch
 
 from neuroncc.driver.compile import compile_graph
 from neuroncc.executors.cpu import blas, native_sequence
+from neuroncc.executors.cpu import threads as threads_module
 from neuroncc.executors.cpu.native_sequence import (
-    BUFFER, CALL, GEMM, ROWS, SET, SLOT, WIDTH, NativeSequence, gemm_words,
+    BUFFER, CALL, GEMM, ROWS, SET, SLOT, TEAM, WIDTH, NativeSequence, gemm_words,
 )
 from neuroncc.executors.cpu.steps import PHASE_FN
 from neuroncc.executors.tracing import TimelineRecorder, installed
@@ -157,3 +159,48 @@ def test_a_traced_call_still_sees_every_step():
         exe(*inputs)
     kinds = [step.info.kind for step in recorder.steps]
     assert kinds.count("graph") == 1 and len(kinds) == 1 + len(exe._step_calls)
+
+
+def _team_graph():
+    """tanh over [512, 128] (64K transcendental elements: split on a team of two), then its product with a
+    weight (a BLAS step with a tanh epilogue): two steps, the first across threads."""
+    b = Builder("team")
+    x = b.param(TensorType((512, 128), DType.f32), "x")
+    w = b.param(TensorType((128, 16), DType.f32), "w")
+    return b.build([b.op("tanh", b.op("mm", b.op("tanh", x), w))])
+
+
+@needs_blas
+def test_a_kernel_split_on_the_team_runs_inside_the_sequence_bitwise_the_step_loop():
+    exe = compile_graph(_team_graph(), target="cpu", cache=None, options={"threads": 2})
+    if exe.team is None:
+        pytest.skip("no libgomp: kernels split on the Python thread pool, which sequences leave to Python")
+    assert len(exe._step_calls) == 2
+    assert not exe.team.runs_inline(512, 8 * 128)  # the premise: tanh's rows split at 2 threads
+    assert len(exe._calls) == 1 and isinstance(exe._calls[0], NativeSequence)
+    assert len(exe._calls[0].tasks) == 1
+    rng = np.random.default_rng(3)
+    kept = []
+    for _ in range(3):  # the task's chunk counter starts again at each call; inputs move between calls
+        x = rng.standard_normal((512, 128)).astype(np.float32)
+        w = (rng.standard_normal((128, 16)) * 0.1).astype(np.float32)
+        kept.append((x, w))
+        got = exe(x, w)[0]
+        np.testing.assert_array_equal(got, exe._call((x, w), exe._step_calls)[0])
+        expected = torch.tanh(torch.tanh(torch.from_numpy(x)) @ torch.from_numpy(w))
+        torch.testing.assert_close(torch.from_numpy(got), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_team_words_follow_the_python_runners_split():
+    exe = compile_graph(_team_graph(), target="cpu", cache=None, options={"threads": 2})
+    if exe.team is None:
+        pytest.skip("no libgomp")
+    kernel = exe._runners[0]
+    tasks = []
+    words = native_sequence.phase_words(kernel, tasks)
+    (_, address, n_outer, work, _), = kernel.phases
+    chunk, threads = exe.team.split(n_outer, work)
+    assert words == [TEAM, exe.team.gomp_parallel_address, threads_module.team_entry(), ctypes.addressof(tasks[0]),
+                     threads]
+    assert list(tasks[0]) == [address, kernel.args_address, 0, n_outer, chunk, 0]
+    assert len(words) == WIDTH[TEAM] and 1 < threads <= 2 and chunk < n_outer

@@ -5,12 +5,15 @@ native kernel step patches its per-call argument slots and makes one ctypes call
 step builds its pointer list, checks torch's matmul precision and makes a 13-argument ctypes call (~6-8 us a
 step in all, against well under a microsecond of arithmetic for a [8, 16] @ [16, 16] matmul).
 
-Consecutive steps that need nothing from Python on their common path (native kernels whose phases run on the
-calling thread, without a non-BLAS extern or an index check; float32 BLAS matmuls, bias copy included) are
-encoded into one program of 64-bit words, and a small interpreter compiled once per process runs it:
+Consecutive steps that need nothing from Python on their common path (native kernels without a non-BLAS
+extern or an index check, whose phases run on the calling thread or on the OpenMP team; float32 BLAS matmuls,
+bias copy included) are encoded into one program of 64-bit words, and a small interpreter compiled once per
+process runs it:
 
     SET    dst, buffer, offset              *dst = addresses[buffer] + offset (a kernel's per-call slot)
     CALL   fn, args, n_outer                fn(args, 0, n_outer)               (a kernel phase)
+    TEAM   gomp_parallel, entry, task, threads                                 (a kernel phase split on the team)
+                                            task->next = 0; gomp_parallel(entry, task, threads, 0)
     GEMM   fn, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc            (BLAS sgemm_, Fortran ABI)
     ROWS   source, target, row_bytes, rows, source_row_stride                  (addmm's bias into its result)
 
@@ -19,6 +22,12 @@ where A, B, C, source and target are references of three words: (0, buffer, offs
 same program wrote). Every other word is an address or a count fixed when the executable was built; the
 objects behind those addresses (argument arrays, BLAS parameters) belong to the step runners, which the
 sequence keeps alive. The only per-call Python work is copying the call's buffer addresses into an array.
+A TEAM's task (``team_entry.TEAM_TASK_FIELDS``: the phase, its argument array, its range, chunk length and the
+shared chunk counter, reset before each run) is made once, with the chunking the Python runner
+(``threads.OpenMPTeam.run``) would use. Without TEAM every kernel split on the team left the sequence for a
+Python step call: issue #18's classifier at 2 threads ran its forward's 13 steps as 11 calls and its backward's
+25 as 21, and its AdamW step took 1.04-1.11x the time it takes with TEAM (2 calls each; docs/performance-history.md,
+session 21 clsfr21).
 
 The decisions stay with the runners: a BLAS step that would decline (a matmul precision other than "highest"
 set after the build) is checked once per call for the whole sequence, which then runs its steps one by one
@@ -31,14 +40,16 @@ import ctypes
 import functools
 from typing import Any
 
+from neuroncc.codegen.llvm.team_entry import TEAM_TASK_FIELDS
 from neuroncc.executors.cpu import blas
 from neuroncc.executors.cpu.helpers import SEQUENCE, helper_module
 from neuroncc.executors.cpu.steps import BlasStep, NativeKernel
+from neuroncc.executors.cpu.threads import team_entry
 
-SET, CALL, GEMM, ROWS = 0, 1, 2, 3
+SET, CALL, GEMM, ROWS, TEAM = 0, 1, 2, 3, 4
 BUFFER, SLOT = 0, 1  # the two kinds of reference
 #: words of each instruction, opcode included
-WIDTH = {SET: 4, CALL: 4, GEMM: 21, ROWS: 10}
+WIDTH = {SET: 4, CALL: 4, GEMM: 21, ROWS: 10, TEAM: 5}
 #: the shortest run worth a sequence (one step is one ctypes call already)
 MIN_STEPS = 2
 
@@ -82,13 +93,14 @@ def interpreter_ir() -> str:
     emit("entry:")
     emit("  br label %loop")
     emit("loop:")
-    emit("  %pc = phi i64 [0, %entry], [%pc.set, %set], [%pc.call, %call], [%pc.gemm, %gemm], [%pc.rows, %rows.done]")
+    emit("  %pc = phi i64 [0, %entry], [%pc.set, %set], [%pc.call, %call], [%pc.gemm, %gemm], [%pc.rows, %rows.done], "
+         "[%pc.team, %team]")
     emit("  %more = icmp slt i64 %pc, %words")
     emit("  br i1 %more, label %dispatch, label %exit")
     emit("dispatch:")
     opcode = word("%pc", 0)
     emit(f"  switch i64 {opcode}, label %exit [ i64 {SET}, label %set  i64 {CALL}, label %call  "
-         f"i64 {GEMM}, label %gemm  i64 {ROWS}, label %rows ]")
+         f"i64 {GEMM}, label %gemm  i64 {ROWS}, label %rows  i64 {TEAM}, label %team ]")
 
     emit("set:")
     dst, buffer, offset = word("%pc", 1), word("%pc", 2), word("%pc", 3)
@@ -103,6 +115,15 @@ def interpreter_ir() -> str:
     fn, args, n_outer = word("%pc", 1), word("%pc", 2), word("%pc", 3)
     emit(f"  call void {pointer(fn)}(ptr {pointer(args)}, i64 0, i64 {n_outer})")
     emit(f"  %pc.call = add i64 %pc, {WIDTH[CALL]}")
+    emit("  br label %loop")
+
+    emit("team:")
+    parallel, entry, task, threads = word("%pc", 1), word("%pc", 2), word("%pc", 3), word("%pc", 4)
+    emit(f"  %team.next = getelementptr i64, ptr {pointer(task)}, i64 {TEAM_TASK_FIELDS.index('next')}")
+    emit("  store i64 0, ptr %team.next")
+    emit(f"  %team.threads = trunc i64 {threads} to i32")
+    emit(f"  call void {pointer(parallel)}(ptr {pointer(entry)}, ptr {pointer(task)}, i32 %team.threads, i32 0)")
+    emit(f"  %pc.team = add i64 %pc, {WIDTH[TEAM]}")
     emit("  br label %loop")
 
     emit("gemm:")
@@ -165,13 +186,17 @@ def interpreter() -> Any:
     return function
 
 
-def kernel_words(kernel: Any) -> list[int] | None:
+def kernel_words(kernel: Any, tasks: list[Any]) -> list[int] | None:
     """The program of a :class:`~neuroncc.executors.cpu.steps.NativeKernel` step, or None when its common path
-    needs Python (row blocks, phases across threads, an index check, a non-BLAS or batched extern)."""
-    if getattr(kernel, "fast", None) is None:
+    needs Python (row blocks, an index check, a non-BLAS or batched extern, phases on the Python thread pool).
+    The TEAM tasks it makes are appended to ``tasks`` (the sequence keeps them)."""
+    if kernel.row_block or kernel.step.may_fail:
         return None
     gemm = kernel.blas
     if kernel.step.extern is not None and (gemm is None or gemm.native is None):
+        return None
+    phases = phase_words(kernel, tasks)
+    if phases is None:
         return None
     words: list[int] = []
     for slot, buffer, byte_offset in kernel.dynamic:
@@ -179,9 +204,28 @@ def kernel_words(kernel: Any) -> list[int] | None:
     if gemm is not None:
         words += gemm_words(gemm, [(SLOT, kernel.args_address + 8 * slot, offset)
                                    for slot, offset in kernel.blas_places])
-    for fn, n_outer in kernel.serial_calls:
-        if n_outer > 0:
-            words += [CALL, ctypes.cast(fn, ctypes.c_void_p).value, kernel.args_address, n_outer]
+    return words + phases
+
+
+def phase_words(kernel: Any, tasks: list[Any]) -> list[int] | None:
+    """A kernel's phases as CALLs (on the calling thread: serial, too small to split, or one thread) and TEAMs
+    (split on the OpenMP team as ``OpenMPTeam.run`` splits them), or None when one would split on the Python
+    thread pool. New TEAM tasks go to ``tasks``."""
+    team = kernel.exe.team
+    runner = team or kernel.exe.pool
+    words: list[int] = []
+    for _, address, n_outer, work, serial in kernel.phases:
+        if n_outer <= 0:
+            continue
+        if serial or runner.runs_inline(n_outer, work):
+            words += [CALL, address, kernel.args_address, n_outer]
+        elif team is None:
+            return None
+        else:
+            chunk, threads = team.split(n_outer, work)
+            task = (ctypes.c_int64 * len(TEAM_TASK_FIELDS))(address, kernel.args_address, 0, n_outer, chunk, 0)
+            tasks.append(task)
+            words += [TEAM, team.gomp_parallel_address, team_entry(), ctypes.addressof(task), threads]
     return words
 
 
@@ -210,8 +254,9 @@ class NativeSequence:
     """Consecutive native steps run by one call of the interpreter; a launcher step call like any other."""
 
     def __init__(self, runners: list[Any], words: list[int], step_calls: list[Any], buffers: int,
-                 precision: Any) -> None:
+                 precision: Any, tasks: list[Any] = ()) -> None:
         self.runners = runners  # they own the memory the program's addresses point into
+        self.tasks = list(tasks)  # the TEAM instructions' tasks, which the program points into
         self.step_calls = step_calls  # the steps' own calls: the path when a BLAS step would decline
         self.program = (ctypes.c_int64 * len(words))(*words)
         self.words = len(words)
@@ -233,21 +278,23 @@ def sequence_calls(runners: list[Any], calls: list[Any], buffers: int) -> list[A
     program can express replaced by one :class:`NativeSequence`. ``buffers``: the plan's buffer count."""
     result: list[Any] = []
     run: list[tuple[Any, Any, list[int]]] = []
+    tasks: list[Any] = []
 
     def close() -> None:
         if len(run) >= MIN_STEPS:
             has_gemm = any(getattr(runner, "blas", None) is not None for runner, _, _ in run)
             result.append(NativeSequence([r for r, _, _ in run], [w for _, _, words in run for w in words],
                                          [c for _, c, _ in run], buffers,
-                                         blas.library().precision if has_gemm else None))
+                                         blas.library().precision if has_gemm else None, tasks))
         else:
             result.extend(c for _, c, _ in run)
         run.clear()
+        tasks.clear()
 
     for runner, call in zip(runners, calls, strict=True):
         words = None
         if isinstance(runner, NativeKernel):
-            words = kernel_words(runner)
+            words = kernel_words(runner, tasks)
         elif isinstance(runner, BlasStep):
             words = blas_step_words(runner)
         if words is None:

@@ -173,6 +173,8 @@ class OpenMPTeam:
         self._gomp_parallel = ctypes.CDLL(library).GOMP_parallel  # CDLL calls release the GIL
         self._gomp_parallel.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint, ctypes.c_uint]
         self._gomp_parallel.restype = None
+        #: ``GOMP_parallel``'s address: a native launch sequence calls it straight (native_sequence.py's TEAM)
+        self.gomp_parallel_address = ctypes.cast(self._gomp_parallel, ctypes.c_void_p).value
 
     def runs_inline(self, n: int, work_per_item: int = 1) -> bool:
         """Whether :meth:`run` runs this loop on the calling thread in one piece."""
@@ -183,14 +185,20 @@ class OpenMPTeam:
         """Run fn(args, lo, hi) over [start, end): on the team when big enough, else on this thread.
         ``fn_address``: the address of ``fn``'s code (the team entry calls it)."""
         n = end - start
-        total = n * max(work_per_item, 1)
         if self.runs_inline(n, work_per_item):
             if n > 0:
                 fn(args, start, end)
             return
+        chunk, threads = self.split(n, work_per_item)
+        task = (ctypes.c_int64 * 6)(fn_address, args, start, end, chunk, 0)  # team_entry.TEAM_TASK_FIELDS
+        self._gomp_parallel(team_entry(), ctypes.addressof(task), threads, 0)
+
+    def split(self, n: int, work_per_item: int = 1) -> tuple[int, int]:
+        """``(chunk, threads)``: the chunk length and the team size of a loop of ``n`` items that does not run
+        inline (a few chunks per thread, none below half of :data:`TEAM_MIN_WORK`)."""
+        total = n * max(work_per_item, 1)
         chunks = min(n, self.threads * CHUNKS_PER_THREAD, max(total // (TEAM_MIN_WORK // 2), 2))
-        task = (ctypes.c_int64 * 6)(fn_address, args, start, end, -(-n // chunks), 0)  # team_entry.TEAM_TASK_FIELDS
-        self._gomp_parallel(team_entry(), ctypes.addressof(task), min(self.threads, chunks), 0)
+        return -(-n // chunks), min(self.threads, chunks)
 
 
 _TEAMS: dict[int, OpenMPTeam | None] = {}
