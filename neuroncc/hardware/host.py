@@ -219,8 +219,9 @@ class CpuTarget:
         torch's form gets those three too. Zen 3, LayerNorm [8192, 1024]: 0.845-0.915 of the time at 1 thread,
         0.863-0.902 at 2 (docs/performance-history.md, session 21 ln21). Not the burst size alone: RMSNorm's two
         bursts of 32 (unchanged) run at ~90% of the copy, and capping them at 24 or 16 lines was 7-26% slower.
-        bf16 LayerNorm's 32 lines go 16/16/0 instead of 16/16 (0.97-1.01, noise). AVX-512 not measured: its code
-        is left as it was."""
+        Only rows of at least ``MEMORY_BURST_LINES`` lines per pass: bf16 LayerNorm's 32 lines would go 16/16/0
+        (0.98-1.00 in two runs, 1.05 in a third) and stay 16/16. AVX-512 not measured: its code is left as it
+        was."""
         return not self.has("avx512f")
 
     @property

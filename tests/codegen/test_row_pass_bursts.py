@@ -1,14 +1,15 @@
 """A cheap row loop's next-row prefetches in a burst before each pass over the row on AVX2
 (``CpuTarget.bursts_before_each_row_pass``): float32 LayerNorm as torch.compile hands it over (a var and a mean of
 x, one stage of two passes: ``stages.SharedMean``) prefetches a 64-line row in three bursts (22/22/20 lines, before
-its mean, deviation and write passes) instead of two of 32; RMSNorm and Zen 4's code are unchanged."""
+its mean, deviation and write passes) instead of two of 32; bf16 LayerNorm's 32 lines (too few for a burst of
+``MEMORY_BURST_LINES`` before each pass), RMSNorm and Zen 4's code are unchanged."""
 
 from __future__ import annotations
 
 import numpy as np
 from test_bf16_rounding import ZEN4
 from test_bf16_words import _assembly
-from test_pairs import AVX2
+from test_pairs import AVX2, layernorm_graph
 
 from neuroncc.codegen.llvm.regions import fuse_whole_function
 from neuroncc.executors.cpu.launcher import build_cpu_executable
@@ -55,12 +56,14 @@ def test_avx2_layernorm_prefetches_a_burst_before_each_of_its_three_passes(monke
     assert asm.index("prefetcht0") < mean_pass < asm.index("prefetcht0", mean_pass) < deviation_pass
 
 
-def test_zen4_layernorm_and_rmsnorm_code_is_unchanged(monkeypatch):
+def test_zen4_layernorm_bf16_layernorm_and_rmsnorm_code_is_unchanged(monkeypatch):
     layernorm, zen4, avx2 = var_mean_layernorm(64, 1024), CpuTarget("znver4", ZEN4), CpuTarget("znver3", AVX2)
     default_zen4, default_rms = _assembly(layernorm, zen4), _assembly(rmsnorm(64, 1024), avx2)
+    default_bf16 = _assembly(layernorm_graph(64, 1024), avx2)
     _off(monkeypatch)
     assert _assembly(layernorm, zen4) == default_zen4
     assert _assembly(rmsnorm(64, 1024), avx2) == default_rms  # (one pass per stage: a burst per stage as before)
+    assert _assembly(layernorm_graph(64, 1024), avx2) == default_bf16  # (32 lines: 16/16 before two passes)
 
 
 def test_the_bursts_give_the_same_bits(rng, monkeypatch):

@@ -36,7 +36,7 @@ from neuroncc.codegen.llvm.one_hot_rows import emit_correction, emit_split_rows,
 from neuroncc.codegen.llvm.online import OnlineMax, online_maxima
 from neuroncc.codegen.llvm.pairs import Pair, pair_ordered_rows, pairs_halfwords
 from neuroncc.codegen.llvm.prefetch import carrier_stage, emit_prefetch_next_row, next_row, rows_to_prefetch
-from neuroncc.codegen.llvm.prefetch import rows_written_by_carried_pass, this_row
+from neuroncc.codegen.llvm.prefetch import row_lines, rows_written_by_carried_pass, this_row
 from neuroncc.codegen.llvm.scalars import (
     I1, I64, PTR, VOID, round_to, storage_itemsize, storage_type, store,
 )
@@ -240,8 +240,10 @@ class KernelEmitter(IndexArithmetic, BufferAccess):
             self._after_group = lambda start, stop, length: emit_delayed_group(
                 self, phase, self._delayed, flat, self._range[0], previous, start, stop, length)
         passes = [number for number in range(len(phase.stages)) if number not in skipped]
-        per_pass = self.target.bursts_before_each_row_pass
-        counts = [passes_over_row(phase.stages[number], means.get(number)) if per_pass else 1 for number in passes]
+        counts = [passes_over_row(phase.stages[number], means.get(number)) for number in passes]
+        if not self.target.bursts_before_each_row_pass or any(  # (a burst of at least MEMORY_BURST_LINES each)
+                row_lines(layout, depth) < MEMORY_BURST_LINES * sum(counts) for layout in self._prefetched):
+            counts = [1] * len(passes)
         bursts = sum(counts)
 
         def burst(part: int) -> None:
