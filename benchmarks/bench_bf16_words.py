@@ -8,10 +8,13 @@ to float32 kept in a row cache by the first pass that reduces it (``CpuTarget.ca
 default; bf16 LayerNorm) against widened again in every pass (every CPU before session 19). ``--switch
 paired-sums``: the sum of row-cached terms computed over bf16 pairs in a loop of its own
 (``CpuTarget.sums_paired_row_caches_apart``, AVX2's default; bf16 softmax) against in the loop computing them
-(every CPU before session 20). ``--force``: the "on" builds with the switch on where the host's default is off.
+(every CPU before session 20). ``--switch row-pass-bursts`` (not a bf16 switch; ``--rows c``): a cheap row loop's
+next-row prefetches in a burst before each pass over the row (``CpuTarget.bursts_before_each_row_pass``, AVX2's
+default; float32 LayerNorm) against a burst per stage (every CPU before session 21). ``--force``: the "on" builds
+with the switch on where the host's default is off.
 
     /work/bin/heavy x python benchmarks/bench_bf16_words.py [--rows a16,b16,c16] [--threads 1,2] [--repeats 25]
-        [--switch word-lanes|op-results|widened-rows|paired-sums] [--force]
+        [--switch word-lanes|op-results|widened-rows|paired-sums|row-pass-bursts] [--force]
 
 Each row's graph is the one torch.compile hands the neuron backend (dumped through the ``dump_dir`` option, then
 the cpu pipeline), built as an executable twice per variant in the order ABAB (later builds of one process ran
@@ -45,7 +48,8 @@ from neuroncc.passes.manager import PassContext  # noqa: E402
 from neuroncc.passes.pipeline import default_pipeline, run_pipeline  # noqa: E402
 
 SWITCHES = {"word-lanes": "rounds_bf16_in_word_lanes", "op-results": "rounds_bf16_op_results_without_nan_case",
-            "widened-rows": "caches_widened_bf16_rows", "paired-sums": "sums_paired_row_caches_apart"}
+            "widened-rows": "caches_widened_bf16_rows", "paired-sums": "sums_paired_row_caches_apart",
+            "row-pass-bursts": "bursts_before_each_row_pass"}
 #: switches that change the order of a sum's terms (the bits may differ: counted, not asserted)
 REORDERS = {"paired-sums"}
 

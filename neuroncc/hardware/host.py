@@ -209,6 +209,22 @@ class CpuTarget:
         return not self.has("avx512f")
 
     @property
+    def bursts_before_each_row_pass(self) -> bool:
+        """Whether a cheap row loop's prefetches of the next row (``prefetch.row_bursts``) go out in a burst before
+        each of its passes over the row, a variance's own mean pass counted apart from its deviations' pass
+        (``stages.passes_over_row``), rather than one burst per stage. torch.compile hands float32 LayerNorm over
+        as a var and then a mean of x: one stage of two passes (the variance stores the mean, ``stages.SharedMean``),
+        so its 64-line rows went out in two bursts of 32, before the mean and the write passes, where a mean
+        before the var (the hand-built graphs of earlier sessions) gives three stages and bursts of 22/22/20. Now
+        torch's form gets those three too. Zen 3, LayerNorm [8192, 1024]: 0.845-0.915 of the time at 1 thread,
+        0.863-0.902 at 2 (docs/performance-history.md, session 21 ln21). Not the burst size alone: RMSNorm's two
+        bursts of 32 (unchanged) run at ~90% of the copy, and capping them at 24 or 16 lines was 7-26% slower.
+        Only rows of at least ``MEMORY_BURST_LINES`` lines per pass: bf16 LayerNorm's 32 lines would go 16/16/0
+        (0.98-1.00 in two runs, 1.05 in a third) and stay 16/16. AVX-512 not measured: its code is left as it
+        was."""
+        return not self.has("avx512f")
+
+    @property
     def column_sums_share_a_loop(self) -> bool:
         """Whether the column sums of a chunked row phase that run over the same columns add to their partials in
         one loop (``emit.KernelEmitter._chunk_row``) rather than in a loop per sum. The bits are the same either

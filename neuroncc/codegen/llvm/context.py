@@ -100,6 +100,11 @@ class EmitContext(Protocol):
         next passes load it there (``refine.widened_row_cache``)."""
         ...
 
+    def next_pass(self) -> None:
+        """The current stage's second pass over its row starts (a variance's deviations, after its own mean pass):
+        the next row's prefetches due before it (``prefetch.row_bursts``)."""
+        ...
+
     def carried_prefetches(self) -> Sequence[Ahead]:
         """What the current stage's compute-bound loop prefetches as it goes (``prefetch.spread_loop``): the next
         row of the row loop's inputs when this stage carries them (``prefetch.carrier_stage``), else nothing."""

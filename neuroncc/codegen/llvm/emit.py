@@ -36,13 +36,13 @@ from neuroncc.codegen.llvm.one_hot_rows import emit_correction, emit_split_rows,
 from neuroncc.codegen.llvm.online import OnlineMax, online_maxima
 from neuroncc.codegen.llvm.pairs import Pair, pair_ordered_rows, pairs_halfwords
 from neuroncc.codegen.llvm.prefetch import carrier_stage, emit_prefetch_next_row, next_row, rows_to_prefetch
-from neuroncc.codegen.llvm.prefetch import rows_written_by_carried_pass, this_row
+from neuroncc.codegen.llvm.prefetch import row_lines, rows_written_by_carried_pass, this_row
 from neuroncc.codegen.llvm.scalars import (
     I1, I64, PTR, VOID, round_to, storage_itemsize, storage_type, store,
 )
 from neuroncc.codegen.llvm.stages import (
     SharedMean, column_partial_update, emit_column_combine, emit_column_partials, emit_column_reset, emit_combine,
-    emit_partial, emit_reduce, emit_scatter, shared_means,
+    emit_partial, emit_reduce, emit_scatter, passes_over_row, shared_means,
 )
 from neuroncc.codegen.llvm.streams import emit_stream_row, stream_bytes, streams
 from neuroncc.codegen.llvm.transpose import emit_transposed
@@ -94,6 +94,7 @@ class KernelEmitter(IndexArithmetic, BufferAccess):
         self._range: tuple[ir.Value, ir.Value] = None  # type: ignore[assignment]  # the phase's [start, end)
         self._stage_number = 0  # position of the stage being emitted in its phase (row caches key on it)
         self._filled: set[Value] = set()  # row caches the current stage has filled (``row_cache_filled``)
+        self._next_burst: Callable[[], None] | None = None  # the current stage's second pass's burst (``next_pass``)
         self._streamed = False  # the current phase wrote non-temporal stores
         self._pair: Pair | None = None  # the element pair of the innermost loop being emitted (``pairs.py``)
         self._nan_payloads: NanPayloads | None = None  # (for ``rounding_needs_nan_case``)
@@ -239,12 +240,25 @@ class KernelEmitter(IndexArithmetic, BufferAccess):
             self._after_group = lambda start, stop, length: emit_delayed_group(
                 self, phase, self._delayed, flat, self._range[0], previous, start, stop, length)
         passes = [number for number in range(len(phase.stages)) if number not in skipped]
-        for part, number in enumerate(passes):
-            stage = phase.stages[number]
+        counts = [passes_over_row(phase.stages[number], means.get(number)) for number in passes]
+        if not self.target.bursts_before_each_row_pass or any(  # (a burst of at least MEMORY_BURST_LINES each)
+                row_lines(layout, depth) < MEMORY_BURST_LINES * sum(counts) for layout in self._prefetched):
+            counts = [1] * len(passes)
+        bursts = sum(counts)
+
+        def burst(part: int) -> None:
             for layout in self._prefetched if self._carrier is None else ():  # (cheap passes: a burst before each)
-                emit_prefetch_next_row(self, layout, outer[:depth], part, len(passes))
+                emit_prefetch_next_row(self, layout, outer[:depth], part, bursts)
+
+        part = 0
+        for number, count in zip(passes, counts):
+            stage = phase.stages[number]
+            burst(part)
+            self._next_burst = (lambda part=part: burst(part + 1)) if count == 2 else None
+            part += count
             self._stage_number, self._filled = number, set()
             self._stage_at(stage, outer, depth, means.get(number), maxima.get(number))
+        self._next_burst = None
 
     def rounding_needs_nan_case(self, op: Op) -> bool:
         if self._nan_payloads is None:
@@ -258,6 +272,11 @@ class KernelEmitter(IndexArithmetic, BufferAccess):
     def row_cache_filled(self, value: Value) -> None:
         if self.writes_row_cache(value):
             self._filled.add(value)
+
+    def next_pass(self) -> None:
+        if self._next_burst is not None:
+            self._next_burst()
+            self._next_burst = None
 
     def _loads_row_cache(self, value: Value) -> bool:
         """Whether ``value`` is loaded from its row cache here: an earlier stage, or an earlier pass of this one,

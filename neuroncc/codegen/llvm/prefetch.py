@@ -155,6 +155,11 @@ def row_bursts(lines: int, passes: int) -> list[range]:
     return [range(min(k * per, lines), min((k + 1) * per, lines)) for k in range(passes)]
 
 
+def row_lines(layout: Layout, depth: int) -> int:
+    """Cache lines of one row of ``layout`` (its dims from ``depth`` on)."""
+    return -(-math.prod(layout.shape[depth:]) * storage_itemsize(layout.dtype) // CACHE_LINE_BYTES)
+
+
 def emit_prefetch_next_row(em: EmitContext, layout: Layout, outer: Index, part: int = 0, passes: int = 1) -> None:
     """Prefetch (for reading, into all cache levels) the cache lines of the row after ``layout``'s row at the
     outer index ``outer`` that pass ``part`` of ``passes`` over the row fetches (:func:`row_bursts`; all of them
@@ -162,7 +167,7 @@ def emit_prefetch_next_row(em: EmitContext, layout: Layout, outer: Index, part: 
     b = em.b
     depth = len(outer)
     row = math.prod(layout.shape[depth:])
-    lines = row_bursts(-(-row * storage_itemsize(layout.dtype) // CACHE_LINE_BYTES), passes)[part]
+    lines = row_bursts(row_lines(layout, depth), passes)[part]
     if not lines:
         return
     start: Any = em.address(layout, list(outer) + [0] * (len(layout.shape) - depth))

@@ -82,6 +82,14 @@ def shared_means(stages: tuple[Stage, ...]) -> dict[int, SharedMean]:
     return shared
 
 
+def passes_over_row(stage: Stage, shared_mean: SharedMean | None) -> int:
+    """How many times a row loop's ``stage`` reads its row: 2 for a variance on the registers path that computes its
+    own mean first (none shared, or one it stores for the mean stage), else 1."""
+    own_mean = shared_mean is None or shared_mean.stores
+    return 2 if isinstance(stage, ReduceStage) and COMBINERS[stage.op.name].two_pass and _registers_path(stage) \
+        and own_mean else 1
+
+
 def emit_reduce(em: EmitContext, stage: ReduceStage, outer: list[Any], columns: tuple[Any, Any] | None = None,
                 fixed: dict[int, Any] | None = None, shared_mean: SharedMean | None = None,
                 online: OnlineMax | None = None) -> None:
@@ -196,6 +204,7 @@ class _Reducer:
         elif self.combiner.two_pass:
             total = self._float_total(idx, None)
             self.em.row_cache_filled(self.op.operands[0])  # (the deviation pass loads it: ``widened_row_cache``)
+            self.em.next_pass()
             mean = self.em.b.fptrunc(self.em.b.fdiv(total, ir.Constant(F64, float(max(self.count, 1)))), F32)
             if shared is not None:
                 self.em.store(shared.stage.target, self._out_index(idx, shared.stage.op), mean)
@@ -562,4 +571,4 @@ def emit_scatter(em: EmitContext, stage: ScatterStage) -> None:
                 lambda idx: em.store(target, positions(idx), round_to(em.b, em.load(target, positions(idx)), dtype)))
 
 
-__all__ = ["SharedMean", "shared_means", "emit_column_combine", "column_partial_update", "emit_column_partials", "emit_column_reset", "emit_combine", "emit_partial", "emit_reduce", "emit_scatter", "I1"]
+__all__ = ["SharedMean", "passes_over_row", "shared_means", "emit_column_combine", "column_partial_update", "emit_column_partials", "emit_column_reset", "emit_combine", "emit_partial", "emit_reduce", "emit_scatter", "I1"]
