@@ -32,8 +32,14 @@ the forward's, show the run's noise (and the forward's, beside ``plain``).
 variant, two builds each, interleaved (``variant_ab.py``'s row "ce": ``--rounds``; 1 thread: CPU time of the calling
 thread).
 
+``--split`` itemizes the row at each thread count in one process: the whole step through ``torch.compile``, its
+forward and backward kernels alone (the executables the backend builds for its two graphs), each call timed by
+the wall clock and by the calling thread's CPU time at once (roofline's 1-thread column is CPU time, its 2-thread
+column wall time: the split shows what each clock sees), calls interleaved; "rest" is the step less its two
+kernels (TorchDynamo, AOTAutograd, the graph break, the call path).
+
 Run: ``python benchmarks/bench_cross_entropy.py [--threads 2,1] [--builds 2] [--repeats 15] [--variants groups,loop]
-[--row [--rounds 31]]``.
+[--row [--rounds 31]] [--split [--rounds 31]]``.
 """
 
 from __future__ import annotations
@@ -131,8 +137,12 @@ def main() -> None:
     parser.add_argument("--kernels", default="forward,backward")
     parser.add_argument("--row", action="store_true", help="time the whole row through torch.compile instead")
     parser.add_argument("--rounds", type=int, default=31, help="--row's interleaved rounds")
+    parser.add_argument("--split", action="store_true", help="itemize the row: step, kernels, both clocks")
     args = parser.parse_args()
     names = args.variants.split(",")
+    if args.split:
+        split(args)
+        return
     if args.row:
         import variant_ab  # (it turns the compile caches off: every variant's build compiles)
 
@@ -182,6 +192,48 @@ def main() -> None:
             rows.append([key, str(threads), f"{median * 1e3:.3f}", f"{median / base:.3f}"])
             print(" | ".join(rows[-1]), flush=True)
     print(table(rows, ["kernel variant build", "threads", "median ms", "ratio"]))
+
+
+def split(args: argparse.Namespace) -> None:
+    """``--split``: the row's step and its two kernels at each thread count, wall and CPU time of each call."""
+    import random
+
+    inputs = kc.cases()[[c.key for c in kc.cases()].index("ce")].make(np.random.default_rng(0))
+    graphs = dumped_graphs(inputs)
+    forward = next(fn for name, fn in graphs if len(fn.params) == 2)
+    backward = next(fn for name, fn in graphs if len(fn.params) > 2)
+    logits, target = inputs[0].numpy(), inputs[1].numpy()
+    rows = []
+    for threads in [int(t) for t in args.threads.split(",")]:
+        torch.set_num_threads(threads)
+        torch._dynamo.reset()
+        step = torch.compile(kc.cross_entropy_step, backend="neuron", dynamic=False, options={"threads": threads})
+        built = [build_cpu_executable(run_pipeline(default_pipeline("cpu"), fn, PassContext()), {"threads": threads})
+                 for fn in (forward, backward)]
+        arrays = [[logits, target], _backward_arguments(backward, built[0](logits, target), logits, target)]
+        calls = {"step": lambda: step(*inputs),
+                 "forward": lambda: built[0](*arrays[0]), "backward": lambda: built[1](*arrays[1])}
+        walls: dict[str, list[float]] = {key: [] for key in calls}
+        cpus: dict[str, list[float]] = {key: [] for key in calls}
+        for call in calls.values():
+            call(), call()
+        order, names = random.Random(0x5EED), list(calls)
+        for _ in range(args.rounds):
+            order.shuffle(names)
+            for name in names:
+                wall, cpu = time.perf_counter(), time.thread_time()
+                calls[name]()
+                cpus[name].append(time.thread_time() - cpu)
+                walls[name].append(time.perf_counter() - wall)
+        wall = {key: statistics.median(v) * 1e3 for key, v in walls.items()}
+        cpu = {key: statistics.median(v) * 1e3 for key, v in cpus.items()}
+        for key in [*calls, "rest"]:
+            w = wall[key] if key != "rest" else wall["step"] - wall["forward"] - wall["backward"]
+            c = cpu[key] if key != "rest" else cpu["step"] - cpu["forward"] - cpu["backward"]
+            rows.append([key, str(threads), f"{w:.3f}", f"{c:.3f}"])
+        print(f"threads {threads}, load {__import__('os').getloadavg()[0]:.2f}, "
+              f"{time.strftime('%H:%M:%S', time.gmtime())} UTC, {args.rounds} rounds", flush=True)
+    print(table(rows, ["piece", "threads", "wall ms", "calling thread's CPU ms"]))
 
 
 def _backward_arguments(fn, saved, logits, target) -> list:
