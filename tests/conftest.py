@@ -21,6 +21,12 @@ def pytest_configure(config):
     if workers > 1 and "OMP_NUM_THREADS" not in os.environ:
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
         os.environ["OMP_NUM_THREADS"] = str(max(cores // workers, 1))
+    # Each LLVM module compiles once per test process (neuroncc/testing/object_memo.py: the same bytes LLVM
+    # makes again); NEURONCC_TEST_OBJECT_MEMO=0 compiles every module every time.
+    if os.environ.get("NEURONCC_TEST_OBJECT_MEMO", "1") != "0":
+        from neuroncc.testing import object_memo
+
+        object_memo.install()
 
 
 @pytest.fixture(autouse=True)
