@@ -8,6 +8,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -86,6 +87,68 @@ def test_a_failing_link_falls_back_to_objects_for_the_rest_of_the_process(monkey
     assert native_library.code_form() is CodeForm.OBJECTS  # decided once a library failed
     x = rng.standard_normal((8, 64)).astype(np.float32)
     np.testing.assert_allclose(exe(x)[0], interpret(exe.function, [x])[0], rtol=1e-5, atol=1e-6)
+
+
+def two_kernels():
+    """Softmax and a matrix product's epilogue: two kernels, an object each."""
+    b = Builder("two")
+    x = b.param(TensorType((8, 64), DType.f32), "x")
+    w = b.param(TensorType((64, 16), DType.f32), "w")
+    e = b.op("exp", b.op("sub", x, b.op("amax", x, dims=(1,), keepdim=True)))
+    soft = b.op("div", e, b.op("sum", e, dims=(1,), keepdim=True))
+    return run_pipeline(default_pipeline("cpu"), b.build([b.op("tanh", b.op("mm", soft, w))]))
+
+
+@needs_linker
+def test_the_objects_reach_the_linker_as_one_archive_and_link_as_if_named_one_by_one(monkeypatch, tmp_path):
+    """One input file (each file written costs GIL hand-offs beside a thread running Python: link's docstring),
+    and the same library, byte for byte, as the objects given to the linker one by one."""
+    objects = build_cpu_executable(two_kernels(), {}).module.objects
+    assert len(objects) >= 2
+    commands = []
+
+    def run(command, **kwargs):
+        commands.append(command)
+        return subprocess.run(command, **kwargs)
+
+    monkeypatch.setattr(native_library, "subprocess",
+                        SimpleNamespace(run=run, DEVNULL=subprocess.DEVNULL, PIPE=subprocess.PIPE))
+    library = native_library.link(objects)
+    [command] = commands
+    inputs = [argument for argument in command if argument.endswith((".o", ".a"))]
+    assert len(inputs) == 1 and inputs[0].endswith(".a") and command[-2:] == ["--whole-archive", inputs[0]]
+    names = []
+    for number, data in enumerate(objects):
+        names.append(tmp_path / f"{number}.o")
+        names[-1].write_bytes(data)
+    one_by_one = tmp_path / "one_by_one.so"
+    subprocess.run([native_library.linker(), *native_library.LINK_FLAGS, "-o", str(one_by_one), *map(str, names)],
+                   check=True, capture_output=True)
+    assert library == one_by_one.read_bytes()
+
+
+@needs_linker
+def test_a_library_is_linked_and_loaded_at_the_short_switch_interval(monkeypatch):
+    """Beside a thread running Python each of the link's system calls can wait out the GIL's whole switch
+    interval (jit._load's docstring): both steps run at the compile workers' short interval, restored after."""
+    texts = build_cpu_executable(softmax_graph(), {}).module.llvm_ir
+    seen = []
+    link, load_library = jit.link, jit.load_library
+
+    def linking(objects):
+        seen.append(sys.getswitchinterval())
+        return link(objects)
+
+    def loading(*args):
+        seen.append(sys.getswitchinterval())
+        return load_library(*args)
+
+    monkeypatch.setattr(jit, "link", linking)
+    monkeypatch.setattr(jit, "load_library", loading)
+    before = sys.getswitchinterval()
+    assert isinstance(jit.compile_ir(texts), LibraryModule)
+    assert len(seen) == 2 and max(seen) <= jit.WORKER_SWITCH_INTERVAL < before
+    assert sys.getswitchinterval() == before
 
 
 def test_a_library_that_does_not_load_is_an_artifact_error():

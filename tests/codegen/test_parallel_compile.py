@@ -13,7 +13,7 @@ from neuroncc.errors import ArtifactError, CodegenError, InputError
 from neuroncc.ir import Builder, DType, TensorType, interpret
 from neuroncc.passes import run_pipeline
 from neuroncc.passes.pipeline import default_pipeline
-from neuroncc.executors.cpu.ar_archive import read_archive, write_archive
+from neuroncc.codegen.llvm.ar_archive import read_archive, write_archive
 from neuroncc.executors.cpu.launcher import CODE_FILES, build_cpu_executable, load_cpu_executable, stored_code
 
 

@@ -6,8 +6,9 @@
 - ``threads``: the OpenMP team and the Python pool the phases run across.
 - ``blas``, ``extern``, ``extern_library``, ``adopt``: matmul/conv and library ops through MKL and ATen,
   zero-copy, and adopting ATen's fresh result tensors as the call's buffers.
-- ``buffers``: flat numpy storage, views and addresses; ``ar_archive``: the object files as one ``ar`` file (the
-  code form without a linker: ``neuroncc.codegen.llvm.native_library``).
+- ``buffers``: flat numpy storage, views and addresses; ``code_files``: an artifact's code as files (the object
+  files as one ``ar`` file, ``neuroncc.codegen.llvm.ar_archive``, in the code form without a linker:
+  ``neuroncc.codegen.llvm.native_library``).
 
 The launch plan itself (buffers, layouts, steps) is code generation's: :mod:`neuroncc.codegen.llvm.program`.
 

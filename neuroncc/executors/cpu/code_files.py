@@ -14,10 +14,10 @@ from typing import Any
 from neuroncc.codegen.llvm.launch_plan import CpuLaunchPlan
 from neuroncc.codegen.llvm.native_library import CodeForm, load_library
 from neuroncc.errors import ArtifactError
-from neuroncc.executors.cpu.ar_archive import read_archive, split_modules, write_archive
+from neuroncc.codegen.llvm.ar_archive import read_archive, split_modules, write_archive
 
 #: kernels.so: the kernel phases linked into one shared library; kernels.a (where the compiling process had no
-#: linker): their object files in one ar archive (executors/cpu/ar_archive.py). The plan's code_form says which.
+#: linker): their object files in one ar archive (codegen/llvm/ar_archive.py). The plan's code_form says which.
 PLAN_FILE, IR_FILE, LIBRARY_FILE, OBJECT_FILE = "plan.json", "kernels.ll", "kernels.so", "kernels.a"
 CODE_FILES = {CodeForm.SHARED_LIBRARY: LIBRARY_FILE, CodeForm.OBJECTS: OBJECT_FILE}
 

@@ -1,4 +1,5 @@
-"""The object files of a compiled graph as one standard ``ar`` archive (``kernels.a`` in an artifact).
+"""The object files of a compiled graph as one standard ``ar`` archive (``kernels.a`` in an artifact, and the
+linker's one input file, ``native_library.link``).
 
 Every kernel phase compiles to an object file of its own (they compile in parallel); storing them as a
 System V / GNU ``ar`` archive keeps an artifact at one file of machine code that the usual tools read
