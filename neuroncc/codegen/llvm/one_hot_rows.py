@@ -29,8 +29,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from llvmlite import ir
-
 from neuroncc.codegen.llvm.access import broadcast_index
 from neuroncc.codegen.llvm.context import Index
 from neuroncc.codegen.llvm.elementwise import ELEMENTWISE
