@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from neuroncc.ir import DType, Function, interpret
 from neuroncc.executors.cpu.launcher import build_cpu_executable
+from neuroncc.ir import Builder, DType, Function, TensorType, interpret
+from neuroncc.passes import run_pipeline
+from neuroncc.passes.pipeline import default_pipeline
 
 # torch.testing.assert_close defaults per dtype
 TOLERANCES = {DType.f32: (1.3e-6, 1e-5), DType.bf16: (1.6e-2, 1e-5), DType.f16: (1e-3, 1e-5)}
@@ -41,3 +43,19 @@ def special_floats(rng: np.random.Generator, shape: tuple[int, ...], scale: floa
     if flat.size >= 2 * specials.size:
         flat[: specials.size] = specials
     return x
+
+
+def many_kernels():
+    """Softmax, a LayerNorm-like normalization and matmul epilogues: several kernels after fusion."""
+    b = Builder("many")
+    x = b.param(TensorType((16, 32), DType.f32), "x")
+    w = b.param(TensorType((32, 24), DType.f32), "w")
+    e = b.op("exp", b.op("sub", x, b.op("amax", x, dims=(1,), keepdim=True)))
+    soft = b.op("div", e, b.op("sum", e, dims=(1,), keepdim=True))
+    centered = b.op("sub", x, b.op("mean", x, dims=(1,), keepdim=True))
+    norm = b.op("mul", centered, b.op("rsqrt", b.op("add", b.op("mean", b.op("mul", centered, centered), dims=(1,),
+                                                                 keepdim=True), b.op("full", shape=(16, 1), dtype=DType.f32, value=1e-5))))
+    h = b.op("tanh", b.op("mm", soft, w))
+    for _ in range(3):  # a matmul ends a kernel: each epilogue is one more
+        h = b.op("sigmoid", b.op("mm", b.op("permute", h, dims=(1, 0)), b.op("exp", h)))
+    return run_pipeline(default_pipeline("cpu"), b.build([soft, norm, h, b.op("sum", h, dims=(0,))]))

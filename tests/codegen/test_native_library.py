@@ -12,6 +12,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from codegen_helpers import many_kernels
 
 from neuroncc.codegen.llvm import jit, native_library
 from neuroncc.codegen.llvm.native_library import CodeForm, LibraryModule
@@ -89,21 +90,11 @@ def test_a_failing_link_falls_back_to_objects_for_the_rest_of_the_process(monkey
     np.testing.assert_allclose(exe(x)[0], interpret(exe.function, [x])[0], rtol=1e-5, atol=1e-6)
 
 
-def two_kernels():
-    """Softmax and a matrix product's epilogue: two kernels, an object each."""
-    b = Builder("two")
-    x = b.param(TensorType((8, 64), DType.f32), "x")
-    w = b.param(TensorType((64, 16), DType.f32), "w")
-    e = b.op("exp", b.op("sub", x, b.op("amax", x, dims=(1,), keepdim=True)))
-    soft = b.op("div", e, b.op("sum", e, dims=(1,), keepdim=True))
-    return run_pipeline(default_pipeline("cpu"), b.build([b.op("tanh", b.op("mm", soft, w))]))
-
-
 @needs_linker
 def test_the_objects_reach_the_linker_as_one_archive_and_link_as_if_named_one_by_one(monkeypatch, tmp_path):
     """One input file (each file written costs GIL hand-offs beside a thread running Python: link's docstring),
     and the same library, byte for byte, as the objects given to the linker one by one."""
-    objects = build_cpu_executable(two_kernels(), {}).module.objects
+    objects = build_cpu_executable(many_kernels(), {}).module.objects
     assert len(objects) >= 2
     commands = []
 

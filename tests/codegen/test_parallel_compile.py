@@ -7,30 +7,13 @@ import threading
 
 import numpy as np
 import pytest
+from codegen_helpers import many_kernels
 
 from neuroncc.codegen.llvm import jit
-from neuroncc.errors import ArtifactError, CodegenError, InputError
-from neuroncc.ir import Builder, DType, TensorType, interpret
-from neuroncc.passes import run_pipeline
-from neuroncc.passes.pipeline import default_pipeline
 from neuroncc.codegen.llvm.ar_archive import read_archive, write_archive
+from neuroncc.errors import ArtifactError, CodegenError, InputError
 from neuroncc.executors.cpu.launcher import CODE_FILES, build_cpu_executable, load_cpu_executable, stored_code
-
-
-def many_kernels():
-    """Softmax, a LayerNorm-like normalization and matmul epilogues: several kernels after fusion."""
-    b = Builder("many")
-    x = b.param(TensorType((16, 32), DType.f32), "x")
-    w = b.param(TensorType((32, 24), DType.f32), "w")
-    e = b.op("exp", b.op("sub", x, b.op("amax", x, dims=(1,), keepdim=True)))
-    soft = b.op("div", e, b.op("sum", e, dims=(1,), keepdim=True))
-    centered = b.op("sub", x, b.op("mean", x, dims=(1,), keepdim=True))
-    norm = b.op("mul", centered, b.op("rsqrt", b.op("add", b.op("mean", b.op("mul", centered, centered), dims=(1,),
-                                                                 keepdim=True), b.op("full", shape=(16, 1), dtype=DType.f32, value=1e-5))))
-    h = b.op("tanh", b.op("mm", soft, w))
-    for _ in range(3):  # a matmul ends a kernel: each epilogue is one more
-        h = b.op("sigmoid", b.op("mm", b.op("permute", h, dims=(1, 0)), b.op("exp", h)))
-    return run_pipeline(default_pipeline("cpu"), b.build([soft, norm, h, b.op("sum", h, dims=(0,))]))
+from neuroncc.ir import interpret
 
 
 def inputs(rng):

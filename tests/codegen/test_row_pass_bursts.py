@@ -7,6 +7,7 @@ its mean, deviation and write passes) instead of two of 32; bf16 LayerNorm's 32 
 from __future__ import annotations
 
 import numpy as np
+from codegen_helpers import run_both
 from test_bf16_rounding import ZEN4
 from test_bf16_words import _assembly
 from test_pairs import AVX2, layernorm_graph
@@ -71,7 +72,7 @@ def test_the_bursts_give_the_same_bits(rng, monkeypatch):
         fn = fuse_whole_function(var_mean_layernorm(67, cols))
         inputs = [(rng.standard_normal(s) * 3 + 1).astype(np.float32) for s in ((67, cols), (cols,), (cols,))]
         monkeypatch.setattr(CpuTarget, "bursts_before_each_row_pass", property(lambda self: True))
-        got = build_cpu_executable(fn, {"threads": 2})(*inputs)
+        _, got = run_both(fn, inputs)  # against the reference interpreter
         _off(monkeypatch)
         want = build_cpu_executable(fn, {"threads": 2})(*inputs)
         for g, w in zip(got, want, strict=True):
