@@ -88,7 +88,12 @@ FAMILIES: dict[str, Family] = {f.name: f for f in [
     Family("llama", "decoder", "LlamaForCausalLM", "LlamaConfig", {**_DECODER, "num_key_value_heads": 2}, _causal_lm),
     Family("mistral", "decoder", "MistralForCausalLM", "MistralConfig",
            {**_DECODER, "num_key_value_heads": 2, "sliding_window": 4}, _causal_lm),
-    Family("qwen2", "decoder", "Qwen2ForCausalLM", "Qwen2Config", {**_DECODER, "num_key_value_heads": 2}, _causal_lm),
+    # Qwen2 is transformers' Mistral model with Llama's attention plus q/k/v biases and sliding window attention
+    # from layer max_window_layers on: here its second layer slides (a window shorter than SEQ), so it runs
+    # Mistral's sliding-window mask and a full causal one, beside the biases
+    Family("qwen2", "decoder", "Qwen2ForCausalLM", "Qwen2Config",
+           {**_DECODER, "num_key_value_heads": 2, "use_sliding_window": True, "sliding_window": 4,
+            "max_window_layers": 1}, _causal_lm),
     Family("gpt_neox", "decoder", "GPTNeoXForCausalLM", "GPTNeoXConfig", _DECODER, _causal_lm),
     Family("opt", "decoder", "OPTForCausalLM", "OPTConfig",
            {"hidden_size": HIDDEN, "num_hidden_layers": LAYERS, "num_attention_heads": HEADS, "ffn_dim": FFN,
