@@ -27,6 +27,12 @@ def pytest_configure(config):
         from neuroncc.testing import object_memo
 
         object_memo.install()
+    # neuroncc's sources are hashed once per test process, not once per test's cache directory
+    # (neuroncc/testing/digest_memo.py); NEURONCC_TEST_DIGEST_MEMO=0 hashes them for every new directory.
+    if os.environ.get("NEURONCC_TEST_DIGEST_MEMO", "1") != "0":
+        from neuroncc.testing import digest_memo
+
+        digest_memo.install()
 
 
 @pytest.fixture(autouse=True)

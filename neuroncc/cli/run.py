@@ -34,10 +34,6 @@ MAX_REPEAT = 100_000
 
 
 def run_run(args: argparse.Namespace) -> int:
-    from neuroncc.cli.inputs import user_inputs
-    from neuroncc.frontend.exported import call_eager, unflatten_user_inputs
-    from torch.utils._pytree import tree_leaves
-
     if not 0 <= args.repeat <= MAX_REPEAT:
         raise InputError(f"--repeat must be between 0 and {MAX_REPEAT}, got {args.repeat}")
     if args.inputs is not None:
@@ -50,7 +46,11 @@ def run_run(args: argparse.Namespace) -> int:
         check_plot_path(args.plot)
     progress = programs.progress_for(args)
     with programs.one_line_warnings():
-        program = programs.load_model(args, progress)
+        program = programs.load_model(args, progress)  # the model's cheap checks come before torch is imported
+        from neuroncc.cli.inputs import user_inputs
+        from neuroncc.frontend.exported import call_eager, unflatten_user_inputs
+        from torch.utils._pytree import tree_leaves
+
         expected, flat_inputs = user_inputs(program, args.inputs, args.seed, args.model)
         served, compiled = programs.served_inference(args, program, progress)
         call_args, call_kwargs = unflatten_user_inputs(program, flat_inputs)  # the program's own signature

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from neuroncc.ir import REGISTRY, Category, DenseAttr, DType, TensorType, Value
 from neuroncc.ir.ops.indexing import index_result_shape
-from neuroncc.testing.graph_state import SPLATS, GraphState, broadcast_partner, pick, splat
+from neuroncc.testing.graph_state import SPLATS, GraphState, broadcast_partner, choose, pick, splat
 
 MORE_FLOAT_UNARY = ("erf", "expm1", "log1p", "sign", "round", "reciprocal", "ceil", "trunc", "cos", "atan",
                     "exp2", "log2", "isnan", "isinf")
@@ -43,7 +43,7 @@ def _index_constant(draw, state: GraphState, shape: tuple[int, ...], bound: int)
     """A constant i64 or i32 index tensor of ``shape`` with values in [-bound, bound) (negatives count back)."""
     count = math.prod(shape)
     values = draw(st.lists(st.integers(-bound, bound - 1), min_size=count, max_size=count))
-    dtype = draw(st.sampled_from((np.int64, np.int32)))
+    dtype = choose(draw, (np.int64, np.int32))
     return state.builder.op("constant", value=DenseAttr(np.array(values, dtype=dtype).reshape(shape)))
 
 
@@ -51,7 +51,7 @@ def _index_tensors(draw, state: GraphState, x: Value) -> tuple[tuple[int, ...], 
     """``dims`` and one broadcast-compatible index tensor per dim, for ``index`` / ``index_put`` on ``x``."""
     rank = x.type.rank
     dims = tuple(sorted(draw(st.sets(st.integers(0, rank - 1), min_size=1, max_size=min(2, rank)))))
-    common = tuple(draw(st.lists(st.sampled_from((0, 1, 2, 3)), max_size=2)))
+    common = tuple(draw(st.lists(st.integers(0, 3), max_size=2)))  # sampled_from((0, 1, 2, 3))'s draws
     indices = []
     for d in dims:
         shape = tuple(s if draw(st.booleans()) else 1 for s in common)
@@ -65,7 +65,7 @@ def _draw_indexing(draw, state: GraphState) -> None:
     if x is None:
         return
     b, t = state.builder, x.type
-    kind = draw(st.sampled_from(("index", "index_put", "scatter")))
+    kind = choose(draw, ("index", "index_put", "scatter"))
     if kind == "index":
         dims, indices = _index_tensors(draw, state, x)
         state.add(b.op("index", x, *indices, dims=dims))
@@ -92,25 +92,25 @@ def _draw_combine(draw, state: GraphState) -> None:
     if x is None:
         return
     b, t = state.builder, x.type
-    kind = draw(st.sampled_from(("cat", "pad", "slice_scatter", "select_scatter", "repeat", "flip")))
+    kind = choose(draw, ("cat", "pad", "slice_scatter", "select_scatter", "repeat", "flip"))
     if kind == "cat":
         dim = draw(st.integers(0, t.rank - 1))
         others = []
         for _ in range(draw(st.integers(1, 2))):
-            shape = t.shape[:dim] + (draw(st.sampled_from((0, 1, 2, 3))),) + t.shape[dim + 1:]
+            shape = t.shape[:dim] + (choose(draw, (0, 1, 2, 3)),) + t.shape[dim + 1:]
             others.append(_same_shape_value(draw, state, shape, t.dtype))
         operands = [x, *others]
         state.add(b.op("cat", *draw(st.permutations(operands)), dim=dim))
     elif kind == "pad":
         pairs = draw(st.integers(1, min(2, t.rank)))
         pad = tuple(draw(st.integers(-1, 2)) for _ in range(2 * pairs))  # negative pads crop
-        value = draw(st.sampled_from(SPLATS)) if t.dtype.is_float else draw(st.sampled_from((0, 1)))
+        value = choose(draw, SPLATS) if t.dtype.is_float else choose(draw, (0, 1))
         state.add(b.op("constant_pad", x, pad=pad, value=value))
     elif kind == "slice_scatter":
         dim = draw(st.integers(0, t.rank - 1))
         start = draw(st.integers(0, t.shape[dim]))
         end = draw(st.integers(start, t.shape[dim]))
-        step = draw(st.sampled_from((1, 1, 2)))
+        step = choose(draw, (1, 1, 2))
         length = len(range(start, end, step))
         src = _same_shape_value(draw, state, t.shape[:dim] + (length,) + t.shape[dim + 1:], t.dtype)
         state.add(b.op("slice_scatter", x, src, dim=dim, start=start, end=end, step=step))
@@ -120,7 +120,7 @@ def _draw_combine(draw, state: GraphState) -> None:
             src = _same_shape_value(draw, state, t.shape[:dim] + t.shape[dim + 1:], t.dtype)
             state.add(b.op("select_scatter", x, src, dim=dim, index=draw(st.integers(0, t.shape[dim] - 1))))
     elif kind == "repeat":
-        repeats = tuple(draw(st.sampled_from((1, 2, 0, 1))) for _ in range(t.rank + draw(st.integers(0, 1))))
+        repeats = tuple(choose(draw, (1, 2, 0, 1)) for _ in range(t.rank + draw(st.integers(0, 1))))
         state.add(b.op("repeat", x, repeats=repeats))
     else:
         dims = tuple(sorted(draw(st.sets(st.integers(0, t.rank - 1), min_size=1))))
@@ -144,18 +144,18 @@ def _draw_multi_result(draw, state: GraphState) -> None:
     if x is None:
         return
     b, t = state.builder, x.type
-    kind = draw(st.sampled_from(("split", "split", "arg", "var")))
+    kind = choose(draw, ("split", "split", "arg", "var"))
     dim = draw(st.integers(0, t.rank - 1))
     if kind == "split":
         cuts = sorted(draw(st.lists(st.integers(0, t.shape[dim]), min_size=1, max_size=2)))
         sizes = tuple(end - start for start, end in zip([0, *cuts], [*cuts, t.shape[dim]]))
         state.add(b.op("split", x, dim=dim, sizes=sizes))
     elif kind == "arg":
-        name = draw(st.sampled_from(("argmax", "argmin")))
+        name = choose(draw, ("argmax", "argmin"))
         state.add(b.op(name, x, dim=draw(st.one_of(st.none(), st.just(dim))), keepdim=draw(st.booleans())))
     elif t.dtype.is_float:
         state.add(b.op("var", x, dims=(dim,), keepdim=draw(st.booleans()),
-                       correction=draw(st.sampled_from((0.0, 1.0)))))
+                       correction=choose(draw, (0.0, 1.0))))
 
 
 def _draw_more_elementwise(draw, state: GraphState) -> None:
@@ -167,20 +167,20 @@ def _draw_more_elementwise(draw, state: GraphState) -> None:
     b, dtype = state.builder, x.type.dtype
     if dtype.is_bool:
         other = pick(draw, state, lambda v: v.type.dtype.is_bool and v is not x) or x
-        name = draw(st.sampled_from(LOGICAL + ("logical_not",)))
+        name = choose(draw, LOGICAL + ("logical_not",))
         state.add(b.op(name, x) if name == "logical_not" else b.op(name, x, other))
         return
     if draw(st.booleans()):
-        state.add(b.op(draw(st.sampled_from(MORE_FLOAT_UNARY if dtype.is_float else MORE_INT_UNARY)), x))
+        state.add(b.op(choose(draw, MORE_FLOAT_UNARY if dtype.is_float else MORE_INT_UNARY), x))
         return
     other = _same_shape_value(draw, state, x.type.shape, dtype) if draw(st.booleans()) else \
-        splat(b, draw(st.sampled_from((2.0, -3.0, 0.5))) if dtype.is_float else draw(st.sampled_from((2, -3, 0))),
+        splat(b, choose(draw, (2.0, -3.0, 0.5)) if dtype.is_float else choose(draw, (2, -3, 0)),
                dtype)
     if draw(st.booleans()):
-        mode = draw(st.sampled_from(("floor", "trunc") + (("none",) if dtype.is_float else ())))
+        mode = choose(draw, ("floor", "trunc") + (("none",) if dtype.is_float else ()))
         state.add(b.op("div", x, other, rounding_mode=mode))
     else:
-        state.add(b.op(draw(st.sampled_from(MORE_FLOAT_BINARY if dtype.is_float else MORE_INT_BINARY)), x, other))
+        state.add(b.op(choose(draw, MORE_FLOAT_BINARY if dtype.is_float else MORE_INT_BINARY), x, other))
 
 
 def _draw_addmm(draw, state: GraphState) -> None:
@@ -189,11 +189,11 @@ def _draw_addmm(draw, state: GraphState) -> None:
     if x is None:
         return
     b, (m, k) = state.builder, x.type.shape
-    n = draw(st.sampled_from((1, 2, 3)))
+    n = choose(draw, (1, 2, 3))
     w = _same_shape_value(draw, state, (k, n), x.type.dtype)
-    bias = _same_shape_value(draw, state, draw(st.sampled_from(((n,), (m, n), (1, n)))), x.type.dtype)
-    state.add(b.op("addmm", bias, x, w, alpha=draw(st.sampled_from((1.0, 0.5))),
-                   beta=draw(st.sampled_from((1.0, 0.0, 2.0)))))
+    bias = _same_shape_value(draw, state, choose(draw, ((n,), (m, n), (1, n))), x.type.dtype)
+    state.add(b.op("addmm", bias, x, w, alpha=choose(draw, (1.0, 0.5)),
+                   beta=choose(draw, (1.0, 0.0, 2.0))))
 
 
 #: The families of this module with their relative weights (see :data:`neuroncc.testing.random_graphs.FAMILIES`).
@@ -212,7 +212,7 @@ def focused_family(names: Sequence[str]) -> Callable:
     names = tuple(names)
 
     def _draw_focused(draw, state: GraphState) -> None:
-        name = draw(st.sampled_from(names))
+        name = choose(draw, names)
         x = pick(draw, state, lambda v: not v.type.dtype.is_bool)
         if x is None:
             return

@@ -17,6 +17,7 @@ mismatch (the worst outcome: silent). See ``tools/opinfo_sweep.py`` and ``docs/r
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import re
 import signal
@@ -143,8 +144,33 @@ def modes_for(op: Any) -> tuple[str, ...]:
     return tuple(modes)
 
 
+@functools.cache
+def _lazy_devices_can_initialize() -> bool:
+    """Whether CUDA, XPU or MTIA could start in this process (then their queued seeds would apply)."""
+    return torch.cuda.is_available() or torch.xpu.is_available() or torch.mtia.is_available()
+
+
+def seed_generators(seed: int) -> None:
+    """``torch.manual_seed(seed)``, without queueing seeds for CUDA, XPU and MTIA where none is available.
+
+    Until CUDA (XPU, MTIA) starts, ``torch.manual_seed`` queues its seed with the caller's whole stack formatted
+    (``traceback.format_stack``): 1-5 ms deep in pytest and TorchDynamo, and a random op's sample seeds
+    2 x ``RANDOM_CALLS`` runs (8% of the OpInfo status test's time). A device that is not available never
+    starts, so its queued seed is never applied: the generators the runs draw from (the CPU's, the neuron
+    device's through torch's custom-device seeding, MPS's as torch seeds it) end as ``torch.manual_seed`` leaves
+    them. Where any of the three is available this is ``torch.manual_seed``."""
+    if _lazy_devices_can_initialize():
+        torch.manual_seed(seed)
+        return
+    seed = int(seed)
+    if not torch.mps._is_in_bad_fork():
+        torch.mps.manual_seed(seed)
+    torch.random._seed_custom_device(seed)
+    torch.default_generator.manual_seed(seed)
+
+
 def samples_for(op: Any, mode: str, seed: int, limit: int | None = None) -> Iterator[Any]:
-    torch.manual_seed(seed)
+    seed_generators(seed)
     samples = op.sample_inputs("cpu", _MODE_DTYPE[mode], requires_grad=(mode == "bwd"))
     return itertools.islice(samples, limit) if limit is not None else iter(samples)
 
@@ -185,7 +211,7 @@ def _call(fn: Callable[..., Any], tensors: Sequence[torch.Tensor], sample: Any, 
     ``collect`` turns what the run produced into what is compared (detached; the device sweep moves it to CPU).
     """
     inputs = [place(t) for t in tensors]
-    torch.manual_seed(seed)
+    seed_generators(seed)
     outputs = fn(*inputs)
     grads = None
     if mode == "bwd":

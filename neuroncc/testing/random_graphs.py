@@ -29,8 +29,8 @@ from neuroncc.errors import TypeInferenceError
 from neuroncc.ir import REGISTRY, Builder, DenseAttr, DType, Function, TensorType, Trait
 from neuroncc.testing.graph_families import MORE_FAMILIES, focused_family
 from neuroncc.testing.graph_state import (
-    BINARY, COMPARISONS, FLOAT_UNARY, INT_UNARY, REDUCTIONS, SPLATS, GraphState, broadcast_partner, dtypes,
-    pick, shapes, splat,
+    BINARY, COMPARISONS, FLOAT_UNARY, INT_UNARY, REDUCTIONS, SPLATS, GraphState, broadcast_partner, choose,
+    dtypes, pick, shapes, splat,
 )
 
 
@@ -39,7 +39,7 @@ def _draw_unary(draw, state: GraphState) -> None:
     if x is None:
         return
     names = FLOAT_UNARY if x.type.dtype.is_float else INT_UNARY
-    state.add(state.builder.op(draw(st.sampled_from(names)), x))
+    state.add(state.builder.op(choose(draw, names), x))
 
 
 def _draw_binary(draw, state: GraphState) -> None:
@@ -48,7 +48,7 @@ def _draw_binary(draw, state: GraphState) -> None:
         return
     y = broadcast_partner(draw, state, x)
     names = BINARY + (("div", "pow") if x.type.dtype.is_float else ())
-    name = draw(st.sampled_from(names))
+    name = choose(draw, names)
     commutative = REGISTRY.get(name).has(Trait.COMMUTATIVE)  # either order means the same
     operands = (y, x) if draw(st.booleans()) and commutative else (x, y)
     state.add(state.builder.op(name, *operands))
@@ -59,7 +59,7 @@ def _draw_where(draw, state: GraphState) -> None:
     if x is None:
         return
     b = state.builder
-    condition = b.op(draw(st.sampled_from(COMPARISONS)), x, broadcast_partner(draw, state, x))
+    condition = b.op(choose(draw, COMPARISONS), x, broadcast_partner(draw, state, x))
     state.add(condition)
     other = broadcast_partner(draw, state, x)
     state.add(b.op("where", condition, x, other) if draw(st.booleans()) else b.op("where", condition, other, x))
@@ -77,7 +77,7 @@ def _draw_reduction(draw, state: GraphState) -> None:
     x = pick(draw, state, lambda v: v.type.rank > 0 and not v.type.dtype.is_bool)
     if x is None:
         return
-    name = draw(st.sampled_from(REDUCTIONS))
+    name = choose(draw, REDUCTIONS)
     if name == "mean" and not x.type.dtype.is_float:
         name = "sum"
     dims = tuple(sorted(draw(st.sets(st.integers(0, x.type.rank - 1), min_size=1, max_size=x.type.rank))))
@@ -91,7 +91,7 @@ def _reshape_target(draw, shape: tuple[int, ...]) -> tuple[int, ...]:
         options.append((0,) + tuple(s for s in shape if s))
     else:
         options += [(d, numel // d) for d in range(1, numel + 1) if numel % d == 0]
-    return draw(st.sampled_from(options))
+    return choose(draw, options)
 
 
 def _draw_view(draw, state: GraphState) -> None:
@@ -99,13 +99,13 @@ def _draw_view(draw, state: GraphState) -> None:
     if x is None:
         return
     b, t = state.builder, x.type
-    kind = draw(st.sampled_from(("reshape", "permute", "expand", "slice", "select", "squeeze", "unsqueeze")))
+    kind = choose(draw, ("reshape", "permute", "expand", "slice", "select", "squeeze", "unsqueeze"))
     if kind == "reshape":
         state.add(b.op("reshape", x, shape=_reshape_target(draw, t.shape)))
     elif kind == "permute" and t.rank >= 2:
         state.add(b.op("permute", x, dims=tuple(draw(st.permutations(range(t.rank))))))
     elif kind == "expand":
-        shape = (draw(st.sampled_from((1, 2, 3))),) + tuple(draw(st.sampled_from((2, 3))) if s == 1 else s
+        shape = (choose(draw, (1, 2, 3)),) + tuple(choose(draw, (2, 3)) if s == 1 else s
                                                             for s in t.shape)
         state.add(b.op("expand", x, shape=shape))
     elif kind in ("slice", "select") and t.rank >= 1:
@@ -117,7 +117,7 @@ def _draw_view(draw, state: GraphState) -> None:
             return
         start = draw(st.integers(0, size))
         end = draw(st.integers(start, size))
-        state.add(b.op("slice", x, dim=dim, start=start, end=end, step=draw(st.sampled_from((1, 1, 2)))))
+        state.add(b.op("slice", x, dim=dim, start=start, end=end, step=choose(draw, (1, 1, 2))))
     elif kind == "squeeze":
         state.add(b.op("squeeze", x, dims=tuple(d for d, s in enumerate(t.shape) if s == 1)))
     elif kind == "unsqueeze":
@@ -129,7 +129,7 @@ def _draw_movement(draw, state: GraphState) -> None:
     if x is None:
         return
     b = state.builder
-    kind = draw(st.sampled_from(("cat", "flip", "constant_pad", "copy")))
+    kind = choose(draw, ("cat", "flip", "constant_pad", "copy"))
     if kind == "cat":
         state.add(b.op("cat", x, x, dim=draw(st.integers(0, x.type.rank - 1))))
     elif kind == "flip":
@@ -146,7 +146,7 @@ def _draw_constant(draw, state: GraphState) -> None:
     dtype = draw(dtypes())
     shape = draw(shapes(state.empty_dims, max_rank=2))
     if draw(st.booleans()):
-        state.add(splat(b, draw(st.sampled_from(SPLATS)), dtype, shape))
+        state.add(splat(b, choose(draw, SPLATS), dtype, shape))
     else:
         state.add(b.op("iota", length=draw(st.integers(0, 6)), dtype=DType.i64 if not dtype.is_float else dtype))
 
@@ -158,7 +158,7 @@ def _draw_index(draw, state: GraphState) -> None:
         return
     b, t = state.builder, x.type
     dim = draw(st.integers(0, t.rank - 1))
-    kind = draw(st.sampled_from(("index_select", "gather", "embedding")))
+    kind = choose(draw, ("index_select", "gather", "embedding"))
     if kind == "embedding" and t.rank == 2:
         shape = (draw(st.integers(0, 3)), draw(st.integers(1, 3)))
         bound = t.shape[0]
@@ -178,7 +178,7 @@ def _draw_matmul(draw, state: GraphState) -> None:
     if x is None:
         return
     b, t = state.builder, x.type
-    n = draw(st.sampled_from((1, 2, 3)))
+    n = choose(draw, (1, 2, 3))
     k = t.shape[-1]
     transposed = draw(st.booleans())
     batch = t.shape[:-2]
@@ -223,12 +223,12 @@ def graphs(draw, *, min_ops: int = 1, max_ops: int = 8, mixed_dtypes: bool = Tru
     while len(b.ops) < target and attempts < 4 * max_ops:
         attempts += 1
         try:
-            draw(st.sampled_from(weighted))(draw, state)
+            choose(draw, weighted)(draw, state)
         except TypeInferenceError:
             pass  # the random attributes did not fit the operand: try another op
     computed = [v for v in state.pool if v not in b.params] or state.pool
     outputs = [computed[-1]]
-    for extra in draw(st.lists(st.sampled_from(computed), max_size=2)):
+    for extra in (computed[i] for i in draw(st.lists(st.integers(0, len(computed) - 1), max_size=2))):
         if extra not in outputs:
             outputs.append(extra)
     return b.build(outputs)

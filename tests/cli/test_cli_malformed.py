@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 import pickle
+import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
@@ -21,6 +23,7 @@ from cli_testing import (
     corrupt_after_write,
     edit_json,
     files_under,
+    process_environment,
     rewrite,
     run_process,
     set_weight_field,
@@ -240,3 +243,24 @@ def test_malformed_input_is_one_line_and_writes_nothing(case, cli_server, good_p
                                   "npz pickled objects", "unknown flag"])
 def test_malformed_input_in_a_fresh_interpreter(case, good_pt2, unsupported_pt2, tmp_path):
     _check_malformed(case, run_process, good_pt2, unsupported_pt2, tmp_path)
+
+
+#: ``neuroncc ARGV`` in this interpreter, then whether torch was imported (the last line printed).
+_IMPORTS_TORCH = """import sys
+from neuroncc.cli import main
+try:
+    main(sys.argv[1:])
+except SystemExit:
+    pass
+print("torch" in sys.modules)
+"""
+
+
+@pytest.mark.parametrize("argv", [["run", "nope.pt2"], ["compile", "nope.pt2"], ["inspect", "nope.pt2"],
+                                  ["run", "nope.pt2", "--inputs", "nope.npz"]])
+def test_a_missing_model_is_answered_before_torch_is_imported(argv, tmp_path):
+    # programs.check_readable_file: a mistyped path is answered at once, not after a second or more of imports
+    child = subprocess.run([sys.executable, "-c", _IMPORTS_TORCH, *argv], cwd=tmp_path, capture_output=True,
+                           text=True, env=process_environment(tmp_path, tmp_path / "cache"), timeout=120)
+    assert child.stderr.startswith("neuroncc: error: nope.") and "no such file" in child.stderr, child.stderr
+    assert child.stdout.splitlines()[-1] == "False"
