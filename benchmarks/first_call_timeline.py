@@ -68,7 +68,8 @@ def _jit(module: Any) -> None:
 def _launcher(module: Any) -> None:
     _wrap(module, "build_cpu_executable", "build_cpu_executable")
     _wrap(module.CpuExecutable, "bind_code", "bind_code")
-    _wrap(module, "load_helpers", "load_helpers")
+    if module.load_helpers.__module__ == module.__name__:  # else helper_start's, wrapped there
+        _wrap(module, "load_helpers", "load_helpers")
 
 
 #: module -> what to wrap in it once it is imported (names looked up at call time, so wrapping the module's
