@@ -12,6 +12,8 @@ pieces of a neuroncc compile and of the work it leaves to background threads, an
     load_helpers, LLVM helpers                            the process-wide helpers (team entry, interpreter)
     CompiledGraph.call, bind_code                         each graph's first call, and its wait for the code
     cache.publish, reoptimize                             the cache writer's entry, the optimizer's builds
+    graph entry, load_helpers_soon                        the graph cache's entry written (at the backward's
+                                                          compile), the helpers' compile started
     gc                                                    full (generation 2) collections
 
 :func:`timeline_rows` gives medians over several runs' spans: start and end (seconds from the first call's start)
@@ -66,20 +68,24 @@ def _jit(module: Any) -> None:
 def _launcher(module: Any) -> None:
     _wrap(module, "build_cpu_executable", "build_cpu_executable")
     _wrap(module.CpuExecutable, "bind_code", "bind_code")
-    _wrap(module, "load_helpers", "load_helpers")
+    if module.load_helpers.__module__ == module.__name__:  # else helper_start's, wrapped there
+        _wrap(module, "load_helpers", "load_helpers")
 
 
 #: module -> what to wrap in it once it is imported (names looked up at call time, so wrapping the module's
 #: attribute catches every caller)
 PATCHES = {
     "neuroncc.codegen.llvm.jit": _jit,
-    "neuroncc.executors.cpu.launcher": _launcher,
     "neuroncc.codegen.llvm.program": lambda m: _wrap(m, "plan_launch", "plan_launch"),
     "neuroncc.frontend.aten_compiler": lambda m: _wrap(m, "import_graph", "import_graph"),
     "neuroncc.frontend.aot_compile": lambda m: _wrap(m, "compile_aten_graph", "compile_aten_graph"),
     "neuroncc.driver.compile": lambda m: _wrap(m, "run_pipeline", "run_pipeline"),
     "neuroncc.driver.cache": lambda m: _wrap(m.CompileCache, "_publish", "cache.publish"),
     "neuroncc.frontend.compiled": lambda m: _wrap(m.CompiledGraph, "__call__", "CompiledGraph.call"),
+    "neuroncc.frontend.graph_cache": lambda m: _wrap(m.GraphRecorder, "_publish_if_complete", "graph entry"),
+    "neuroncc.executors.cpu.launcher": _launcher,
+    "neuroncc.executors.cpu.helper_start": lambda m: (_wrap(m, "load_helpers", "load_helpers"),
+                                                      _wrap(m, "load_helpers_soon", "load_helpers_soon")),
 }
 
 

@@ -22,8 +22,9 @@ from torch._dynamo.backends.common import aot_autograd
 from torch._functorch._aot_autograd.utils import make_boxed_func
 from torch._functorch.partitioners import min_cut_rematerialization_partition
 
+from neuroncc.executors.cpu import helper_start
 from neuroncc.frontend import graph_cache, stats
-from neuroncc.frontend.aten_compiler import compile_aten_graph
+from neuroncc.frontend.aten_compiler import compile_aten_graph, imports_gc_paused
 from neuroncc.frontend.boundary import HostDevice
 from neuroncc.frontend.compiled import CompiledGraph
 from neuroncc.frontend.diagnostics import DATA_DEPENDENT_ERRORS, data_dependent_refusal
@@ -57,6 +58,9 @@ def compile_with_aot_autograd(gm: fx.GraphModule, example_inputs: list[Any], nam
         # output that AOTAutograd copies in (52 bytes moved per AdamW parameter instead of 28).
         keep_inference_input_mutations=graph_cache.KEEP_INFERENCE_INPUT_MUTATIONS,  # True
     )
+    if config.target == "cpu":  # the native helpers compile on the core AOTAutograd's trace leaves idle
+        with imports_gc_paused():
+            helper_start.load_helpers_soon()
     # cpu/interp: attention stays ATen's flash kernel (one library op); nki-sim: the math SDPA backend.
     stats.increment("aot_autograd_runs")
     with attention_tracing(config.target):

@@ -120,6 +120,32 @@ def cyclic_gc_paused() -> Iterator[None]:
         gc.enable()
 
 
+@contextlib.contextmanager
+def imports_gc_paused() -> Iterator[None]:
+    """Pause Python's cyclic GC (when it is on) around imports, then move what they made to the oldest
+    generation without a collection (``gc.freeze()`` then ``gc.unfreeze()``).
+
+    An import's objects (modules, classes, functions) live as long as the process. Promoted by a collection
+    (:func:`cyclic_gc_paused`'s young one) they count toward the next full collection's trigger (objects moved
+    to the oldest generation since the last one, against a quarter of those there): the code generator's
+    import (llvmlite's bindings, ~30 ms) made before AOTAutograd's trace brought a second full collection
+    (~0.3 s) into the transformer step's first call, 5 of 5 runs. Moved by ``unfreeze`` they do not count, and
+    the full collection's clock restarts (as after :func:`cyclic_gc_paused`). What else was young then moves
+    too: a cycle among those objects is freed by the next full collection instead of a young one. A process
+    that froze objects itself is left as it is."""
+    if not gc.isenabled():  # the caller's choice stands
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        if gc.get_freeze_count() == 0:
+            gc.freeze()
+            gc.unfreeze()
+        gc.enable()
+
+
 def dump_function(fn: Function, directory: Path) -> Path:
     """Write ``fn`` as ``<directory>/<name>.nir`` (large constants beside it in ``<name>.npz``)."""
     directory.mkdir(parents=True, exist_ok=True)

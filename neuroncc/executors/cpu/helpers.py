@@ -60,6 +60,12 @@ def helper_module(name: str, ir: Callable[[], str]) -> Any:
         return module if module is not None else _make(name, ir)
 
 
+def helper_requested(name: str) -> bool:
+    """Whether helper ``name``'s code is loaded in this process, or a thread is making it."""
+    with _LOCK:
+        return name in _MODULES or name in _MAKING
+
+
 def _make(name: str, ir: Callable[[], str]) -> Any:
     """Helper ``name`` loaded from offered code or compiled (``helper_module``, holding its making lock)."""
     text = ir()
@@ -132,4 +138,5 @@ def _digest(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-__all__ = ["RUNTIME_FILE", "SEQUENCE", "TEAM", "helper_module", "offer", "runtime_json", "wants_offers"]
+__all__ = ["RUNTIME_FILE", "SEQUENCE", "TEAM", "helper_module", "helper_requested", "offer", "runtime_json",
+           "wants_offers"]

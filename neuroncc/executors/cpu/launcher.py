@@ -40,7 +40,6 @@ from typing import Any
 import numpy as np
 
 from neuroncc.codegen.llvm.native_library import code_form
-from neuroncc.codegen.llvm.team_entry import team_entry_ir
 from neuroncc.codegen.llvm.regions import wrap_remaining_ops
 from neuroncc.errors import ArtifactError, InputError
 from neuroncc.ir.graph import Function
@@ -60,8 +59,9 @@ from neuroncc.executors.cpu.extern_library import LIBRARY_CALLS, run_library
 from neuroncc.executors.cpu.build_options import QUICK_MODULES, compile_workers, memory_plan, quick_first, \
     threading_mode, thread_count, threads_fixed
 from neuroncc.executors.cpu.deferred_code import finish_in_background
-from neuroncc.executors.cpu.helpers import RUNTIME_FILE, SEQUENCE, TEAM, helper_module, offer, runtime_json, wants_offers
-from neuroncc.executors.cpu.native_sequence import interpreter_ir, sequence_calls
+from neuroncc.executors.cpu.helper_start import HELPERS, load_helpers
+from neuroncc.executors.cpu.helpers import RUNTIME_FILE, offer, runtime_json, wants_offers
+from neuroncc.executors.cpu.native_sequence import sequence_calls
 from neuroncc.executors.cpu.tiers import GRAPH_QUIET_SECONDS, OPTIMIZER, quick_tier_applies
 from neuroncc.codegen.llvm.launch_plan import (
     ALIGN, BufferKind, CpuLaunchPlan, StepKind, StepSpec, ValueSpec, function_hash,
@@ -75,9 +75,6 @@ from neuroncc.executors.tracing import active_tracer, traced_steps
 from neuroncc.ir.interpreter import run_op
 from neuroncc.ir.dtypes import to_storage
 from neuroncc.hardware.host import host_cpu
-
-#: The process-wide helpers an artifact carries (runtime.json, helpers.py), with their IR generators.
-HELPERS = {TEAM: team_entry_ir, SEQUENCE: interpreter_ir}
 
 
 def _runs_code(step: StepSpec) -> bool:
@@ -518,13 +515,6 @@ def build_cpu_executable(fn: Function, options: Mapping[str, Any] | None = None)
 def _loaded(code: Any) -> Any:
     """The loaded code of a build: ``code`` itself, or what its pending future gives (waiting for it)."""
     return code.result() if isinstance(code, Future) else code
-
-
-def load_helpers() -> None:
-    """Load the process-wide helpers a first call needs (the OpenMP team entry, the sequence interpreter),
-    compiling them if no artifact offered them: on a deferred build's background thread, beside the caller."""
-    for name, ir in HELPERS.items():
-        helper_module(name, ir)
 
 
 def record_code(plan: CpuLaunchPlan, module: Any) -> None:
