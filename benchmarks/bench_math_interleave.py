@@ -5,9 +5,7 @@ A count written with an ``s`` (``2s``) also keeps a softmax's row-cached sum in 
 (``stages.SUM_ROW_CACHE_APART`` off: AVX-512's code; with AVX2's 16 registers the sum runs in a loop of its own);
 with ``bN`` (``4b8``) softmax's exp loop (and the spread groups of the online log-sum-exp, where the target has them)
 runs in groups of N lines (``prefetch.MEMORY_BURST_LINES``, 16: each group after the prefetches of its lines of the
-next row, and followed by the delayed write of the previous row's); with ``v`` (``4v``) softmax's exp pass is the
-explicit vector loop with its sum in it where the target has it (``exp_sum_vectors.py``; without ``v`` the
-vectorizer's exp loop and the sum's loop of its own, as before session 22), ``vN`` (``4v1``) with N partial sums.
+next row, and followed by the delayed write of the previous row's).
 
 Rows and method: ``variant_ab.py`` (softmax, L2-resident softmax, gelu*sigmoid, cross-entropy; every count's
 softmax output compared bit for bit with the base's). Run under ``/work/bin/heavy x`` (docs/performance.md)."""
@@ -20,26 +18,18 @@ sys.path.insert(0, "benchmarks")
 
 import variant_ab  # noqa: E402  (first: it sets the cache environment before neuroncc is imported)
 import bench_softmax_parts as bsp  # noqa: E402
-from neuroncc.codegen.llvm import exp_sum_vectors, loop_hints, mathlib, prefetch, stages  # noqa: E402
+from neuroncc.codegen.llvm import loop_hints, prefetch, stages  # noqa: E402
 
 
 @contextlib.contextmanager
 def interleaved(spec: str):
     """Kernels built as ``spec`` says: "4" (the interleave count), "4s" (and the sum in the exp loop), "4b8" (and
-    groups of 8 lines), "4v" (and softmax's explicit vector exp loop), "4v1" (with one partial sum), always last."""
-    memory = spec[-1] if spec[-1] in "mt" else ""  # (EXPERIMENT: constants from a table of 32 / 8 lanes)
-    eight = "w" in spec  # (EXPERIMENT: 8 vectors per iteration)
-    spec, explicit, sums = spec.rstrip("mt").replace("w", "").partition("v")
+    groups of 8 lines)."""
     head, _, burst = spec.partition("b")
     count = int(head.rstrip("s"))
     with bsp.patched(loop_hints, "math_interleave", lambda target: count), \
             bsp.patched(stages, "SUM_ROW_CACHE_APART", stages.SUM_ROW_CACHE_APART and not head.endswith("s")), \
-            bsp.patched(prefetch, "MEMORY_BURST_LINES", int(burst) if burst else prefetch.MEMORY_BURST_LINES), \
-            bsp.patched(exp_sum_vectors, "EXPLICIT_EXP_SUM", bool(explicit)), \
-            bsp.patched(exp_sum_vectors, "ACCUMULATORS", int(sums or exp_sum_vectors.ACCUMULATORS)), \
-            bsp.patched(mathlib, "VECTOR_CONSTANTS_IN_MEMORY", bool(memory)), \
-            bsp.patched(mathlib, "VECTOR_CONSTANT_LANES", 8 if memory == "t" else 32), \
-            bsp.patched(exp_sum_vectors, "ITERATION_VECTORS", 8 if eight else 4):
+            bsp.patched(prefetch, "MEMORY_BURST_LINES", int(burst) if burst else prefetch.MEMORY_BURST_LINES):
         yield
 
 
@@ -48,8 +38,7 @@ def main() -> None:
     variant_ab.add_arguments(parser)
     parser.add_argument("--counts", default="4,2,8",
                         help="interleave counts, the first the base (default 4,2,8); a count with an s (2s) also "
-                        "keeps softmax's sum in its exp loop, with bN (4b8) groups of N lines, with v (4v) the explicit vector "
-                        "exp loop")
+                        "keeps softmax's sum in its exp loop, with bN (4b8) groups of N lines")
     args = parser.parse_args()
     variants = {f"interleave-{spec}": (lambda spec=spec: interleaved(spec)) for spec in args.counts.split(",")}
     variant_ab.compare(variants, args)

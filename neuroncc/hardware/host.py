@@ -209,14 +209,6 @@ class CpuTarget:
         return not self.has("avx512f")
 
     @property
-    def sums_exponentials_in_the_exp_loop(self) -> bool:
-        """Whether softmax's exp pass is written as explicit vector code with its row-cache stores and its four
-        partial sums in the one loop (``codegen/llvm/exp_sum_vectors.py``), instead of the vectorizer's exp loop
-        and a loop over the row cache for the sum after it (``stages._Reducer._sums_row_cache_apart``: the case
-        of 16 registers only; AVX-512 keeps the sum in its vectorized exp loop). Numbers: NOT YET MEASURED."""
-        return not self.has("avx512f")
-
-    @property
     def bursts_before_each_row_pass(self) -> bool:
         """Whether a cheap row loop's prefetches of the next row (``prefetch.row_bursts``) go out in a burst before
         each of its passes over the row, a variance's own mean pass counted apart from its deviations' pass

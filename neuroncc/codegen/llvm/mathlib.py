@@ -25,69 +25,15 @@ FAST = ("contract",)  # allow fused multiply-add in polynomials: it only makes t
 RECIP = ("arcp", "ninf", "contract")  # reciprocal estimate + Newton step (~1 ulp, in FMAs): operands finite
 
 
-def _c(value: float, like: ir.Value | None = None) -> ir.Value:
-    """A float32 constant; of ``like``'s vector type (every lane ``value``) when that is a vector."""
-    if like is not None and isinstance(like.type, ir.VectorType):
-        if _TABLE:
-            return _TABLE[0].load(value, like.type)
-        return ir.Constant(like.type, [value] * like.type.count)
+def _c(value: float) -> ir.Constant:
     return ir.Constant(F32, value)
 
 
-#: EXPERIMENT (session 22): a vector body's float constants loaded from a table in memory in every call, through a
-#: pointer read with a volatile load (so that LLVM keeps them in the loop: loads, not registers).
-VECTOR_CONSTANTS_IN_MEMORY = False
-#: EXPERIMENT: the lanes of each table entry (8: one AVX2 vector, splat to the body's width)
-VECTOR_CONSTANT_LANES = 32
-_TABLE: list = []
-
-
-class _ConstantTable:
-    def __init__(self, b: ir.IRBuilder, kind: ir.VectorType, symbol: str):
-        self.b, self.values = b, []
-        kind = ir.VectorType(F32, min(kind.count, VECTOR_CONSTANT_LANES))
-        self.kind = kind
-        module = b.module
-        self.array = ir.ArrayType(kind, 16)
-        self.table = ir.GlobalVariable(module, self.array, f"{symbol}.constants")
-        self.table.linkage, self.table.global_constant, self.table.align = "internal", True, 32
-        bytes_pointer = ir.IntType(8).as_pointer()
-        launder = ir.InlineAsm(ir.FunctionType(bytes_pointer, [bytes_pointer]), "", "=r,0", side_effect=True)
-        self.pointer = b.call(launder, [b.bitcast(self.table, bytes_pointer)])
-
-    def load(self, value: float, wanted: ir.VectorType) -> ir.Value:
-        if value not in self.values:
-            self.values.append(value)
-        offset = self.values.index(value) * self.kind.count * 4
-        element = self.b.gep(self.pointer, [ir.Constant(ir.IntType(64), offset)], inbounds=True)
-        loaded = self.b.load(self.b.bitcast(element, self.kind.as_pointer()), align=32)
-        if wanted.count == self.kind.count:
-            return loaded
-        return self.b.shuffle_vector(loaded, ir.Constant(self.kind, ir.Undefined), ir.Constant(
-            ir.VectorType(I32, wanted.count), [k % self.kind.count for k in range(wanted.count)]))
-
-    def finish(self) -> None:
-        values = self.values + [0.0] * (16 - len(self.values))
-        self.table.initializer = ir.Constant(self.array, [ir.Constant(self.kind, [v] * self.kind.count) for v in values])
-
-
-def _i(value: int, like: ir.Value) -> ir.Constant:
-    """An i32 constant, of ``like``'s lanes when that is a vector."""
-    if isinstance(like.type, ir.VectorType):
-        return ir.Constant(ir.VectorType(I32, like.type.count), [value] * like.type.count)
-    return ir.Constant(I32, value)
-
-
-def _int_type(like: ir.Value) -> ir.Type:
-    """i32, or a vector of i32 of ``like``'s lanes."""
-    return ir.VectorType(I32, like.type.count) if isinstance(like.type, ir.VectorType) else I32
-
-
 def horner(b: ir.IRBuilder, x: ir.Value, coefficients: list[float]) -> ir.Value:
-    """c[0]*x^(n-1) + ... + c[n-1], highest power first (x a float32 or a vector of them)."""
-    acc = _c(coefficients[0], x)
+    """c[0]*x^(n-1) + ... + c[n-1], highest power first."""
+    acc = _c(coefficients[0])
     for coefficient in coefficients[1:]:
-        acc = b.fadd(b.fmul(acc, x, flags=FAST), _c(coefficient, x), flags=FAST)
+        acc = b.fadd(b.fmul(acc, x, flags=FAST), _c(coefficient), flags=FAST)
     return acc
 
 
@@ -105,15 +51,14 @@ def _clamp_keeping_nan(b: ir.IRBuilder, x: ir.Value, low: float, high: float) ->
 
 def _raised_keeping_nan(b: ir.IRBuilder, x: ir.Value, low: float) -> ir.Value:
     """max(low, x), NaN kept: one vmaxps (see :func:`_clamp_keeping_nan`)."""
-    return b.select(b.fcmp_ordered(">", _c(low, x), x), _c(low, x), x)
+    return b.select(b.fcmp_ordered(">", _c(low), x), _c(low), x)
 
 
 def _pow2(b: ir.IRBuilder, n: ir.Value) -> ir.Value:
     """2**n for an i32 n in [-126, 127] (and +0 at -127: all exponent bits zero), built from the exponent bits (for
     n = round(...) by ``_ROUNDER``, LLVM shifts the rounded float's bits left by 23 and adds a constant: the
     rounder's own bits shift out)."""
-    wide = F32 if n.type == I32 else ir.VectorType(F32, n.type.count)
-    return b.bitcast(b.shl(b.add(n, _i(127, n)), _i(23, n)), wide)
+    return b.bitcast(b.shl(b.add(n, ir.Constant(I32, 127)), ir.Constant(I32, 23)), F32)
 
 
 def _scale(b: ir.IRBuilder, p: ir.Value, n: ir.Value, target: CpuTarget) -> ir.Value:
@@ -151,8 +96,8 @@ def _exp_reduced(b: ir.IRBuilder, r: ir.Value) -> ir.Value:
 def _round_to_integer(b: ir.IRBuilder, x: ir.Value) -> tuple[ir.Value, ir.Value]:
     """(roundeven(x) as a float, the same as an i32) for |x| < 2**22 (or NaN: the integer is then some
     number, never poison, and the float NaN)."""
-    shifted = b.fadd(x, _c(_ROUNDER, x), flags=FAST)
-    return b.fsub(shifted, _c(_ROUNDER, x)), b.sub(b.bitcast(shifted, _int_type(x)), _i(_ROUNDER_BITS, x))
+    shifted = b.fadd(x, _c(_ROUNDER), flags=FAST)
+    return b.fsub(shifted, _c(_ROUNDER)), b.sub(b.bitcast(shifted, I32), ir.Constant(I32, _ROUNDER_BITS))
 
 
 def _exp_in_range(b: ir.IRBuilder, xc: ir.Value, target: CpuTarget) -> ir.Value:
@@ -221,11 +166,11 @@ def _exp_nonpositive(b: ir.IRBuilder, x: ir.Value, target: CpuTarget) -> ir.Valu
     if target.scalef:  # (one vscalefps scales by any n)
         return _exp_in_range(b, _raised_keeping_nan(b, x, -104.0), target)
     xc = _raised_keeping_nan(b, x, EXP_NONPOSITIVE_FLOOR)
-    n, whole = _round_to_integer(b, b.fmul(xc, _c(1.4426950408889634, x), flags=FAST))
-    r = b.fsub(xc, b.fmul(n, _c(0.693359375, x), flags=FAST), flags=FAST)
-    r = b.fsub(r, b.fmul(n, _c(-2.12194440e-4, x), flags=FAST), flags=FAST)
+    n, whole = _round_to_integer(b, b.fmul(xc, _c(1.4426950408889634), flags=FAST))
+    r = b.fsub(xc, b.fmul(n, _c(0.693359375), flags=FAST), flags=FAST)
+    r = b.fsub(r, b.fmul(n, _c(-2.12194440e-4), flags=FAST), flags=FAST)
     scaled = horner(b, r, [c * 2.0 ** -_EXP_NONPOSITIVE_SHIFT for c in _EXP_POLY])
-    return b.fmul(scaled, _pow2(b, b.add(whole, _i(_EXP_NONPOSITIVE_SHIFT, x))))
+    return b.fmul(scaled, _pow2(b, b.add(whole, ir.Constant(I32, _EXP_NONPOSITIVE_SHIFT))))
 
 
 def _exp2(b: ir.IRBuilder, x: ir.Value, target: CpuTarget) -> ir.Value:
@@ -362,15 +307,9 @@ LIBM: dict[str, str] = {
 LIBM_ATTRIBUTES = ("nounwind", "willreturn", "memory(none)")
 
 
-#: The polynomial bodies written for a float32 or a vector of them (without AVX-512): ``math_call`` of a vector
-#: argument defines ``ncc.math.{name}.v{lanes}``, the same instructions lane by lane (``exp_sum_vectors.py``).
-VECTOR_BODIES = ("exp_nonpositive",)
-
-
 def math_call(b: ir.IRBuilder, name: str, *args: ir.Value, target: CpuTarget) -> ir.Value:
-    """Call math function ``name`` on float32 arguments (or one vector of them, :data:`VECTOR_BODIES`), defining
-    it in the module on first use (a polynomial's body as ``target`` runs it best: a module's code is for one
-    CPU)."""
+    """Call math function ``name`` on float32 arguments, defining it in the module on first use (a
+    polynomial's body as ``target`` runs it best: a module's code is for one CPU)."""
     module = b.module
     if name in LIBM:
         symbol = LIBM[name]
@@ -380,21 +319,13 @@ def math_call(b: ir.IRBuilder, name: str, *args: ir.Value, target: CpuTarget) ->
             for attribute in LIBM_ATTRIBUTES:  # raw strings: llvmlite's attribute set does not know memory(none)
                 set.add(fn.attributes, attribute)
         return b.call(fn, list(args))
-    kind = args[0].type  # (a vector of float32 only for the bodies written for any type: :data:`VECTOR_BODIES`)
-    assert kind == F32 or (name in VECTOR_BODIES and not target.scalef), f"{name} of {kind}"
-    symbol = f"ncc.math.{name}" if kind == F32 else f"ncc.math.{name}.v{kind.count}"
+    symbol = f"ncc.math.{name}"
     fn = module.globals.get(symbol)
     if fn is None:
-        fn = ir.Function(module, ir.FunctionType(kind, [kind]), symbol)
+        fn = ir.Function(module, ir.FunctionType(F32, [F32]), symbol)
         fn.linkage = "internal"
         fn.attributes.add("alwaysinline")
         fn.attributes.add("nounwind")
         body = ir.IRBuilder(fn.append_basic_block("entry"))
-        if kind != F32 and VECTOR_CONSTANTS_IN_MEMORY:
-            _TABLE.append(_ConstantTable(body, kind, symbol))
-        try:
-            body.ret(POLYNOMIAL[name](body, fn.args[0], target))
-        finally:
-            if _TABLE:
-                _TABLE.pop().finish()
+        body.ret(POLYNOMIAL[name](body, fn.args[0], target))
     return b.call(fn, list(args))

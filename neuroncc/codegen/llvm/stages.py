@@ -17,7 +17,6 @@ from llvmlite import ir
 
 from neuroncc.codegen.llvm.access import SCATTERS
 from neuroncc.codegen.llvm.context import EmitContext
-from neuroncc.codegen.llvm.exp_sum_vectors import explicit_exp_sum
 from neuroncc.codegen.llvm.kernel_plan import (
     ColumnSum, CombinePartials, PartialReduce, ReduceStage, ScatterStage, Stage,
 )
@@ -275,13 +274,8 @@ class _Reducer:
 
             elements = lambda start, stop, body: em.innermost_loop(start, stop, body, self.stage)  # noqa: E731
             if self._sums_row_cache_apart(mean):
-                summed = explicit_exp_sum(em, self.stage, self.op.operands[0], full, innermost, lo, hi,
-                                          em.carried_prefetches(), em.carried_writes())
-                if summed is not None:  # (the exp loop as vector code, the sum in it: ``exp_sum_vectors.py``)
-                    em.b.store(summed, partial)
-                else:
-                    spread_loop(em, lo, hi, cache, em.carried_prefetches(), elements, em.carried_writes())
-                    elements(lo, hi, add_cached)  # (over pairs where the row is in pair order: whole vectors)
+                spread_loop(em, lo, hi, cache, em.carried_prefetches(), elements, em.carried_writes())
+                elements(lo, hi, add_cached)  # (over pairs where the row is in pair order: whole vectors of it)
             else:
                 ahead, after = em.carried_prefetches(), em.carried_writes()
                 split = self._aligned_start(full, lo, hi) if not ahead and after is None else None
