@@ -8,6 +8,7 @@ import dataclasses
 
 import numpy as np
 import pytest
+from codegen_helpers import run_both
 
 from neuroncc.codegen.llvm import jit
 from neuroncc.codegen.llvm.object_memo import ObjectMemo
@@ -18,7 +19,6 @@ from neuroncc.ir import Builder, DType, TensorType
 from neuroncc.passes import run_pipeline
 from neuroncc.passes.pipeline import default_pipeline
 
-from .codegen_helpers import run_both
 
 
 def _layers(count: int, rows: int = 16):
@@ -90,8 +90,9 @@ def test_another_graph_with_the_same_kernels_compiles_only_its_new_ones(rng, com
     deeper = _layers(4)  # its layers are the first graph's layer: nothing new to compile
     run_both(deeper, _inputs(deeper, rng))
     assert len(compiles) == 2 and jit.OBJECT_MEMO.hits >= 2
-    run_both(_layers(1, rows=8), _inputs(_layers(1, rows=8), rng))  # other shapes: other code
-    assert len(compiles) == 4
+    other = _layers(1, rows=8)  # another shape: the softmax's code is new (the product's rows are only its
+    run_both(other, _inputs(other, rng))  # outer iterations: the same code)
+    assert len(compiles) == 3
 
 
 MODULE = """define float @f(float %x) {

@@ -11,7 +11,9 @@ So the launch planner emits each phase under :data:`PLACEHOLDER` and names it by
 it gets (:func:`name_by_content`): two kernels with the same code get the same text and the same name, the
 planner adds that module once, and each kernel's launch step calls the one function. Which ops a function
 serves stays in the launch plan (each step: its op index and its phases' symbols), so a kernel shared by
-layers 0 and 1 is still explained by both steps. The name depends on the text alone: the same graph gives
+layers 0 and 1 is still explained by both steps; what a user sees is named after the steps, never the
+symbols (``inspect --kernels``' summary of the IR's kernels, the profiler's ``fused_3_softmax``:
+``executors/cpu/step_names.py``). The name depends on the text alone: the same graph gives
 the same names and library bytes in every build, and the same code in another graph of the process (the
 backward, a recompile, another model) has the same text, which ``jit``'s object memo compiles once.
 """
