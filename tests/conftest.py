@@ -21,18 +21,22 @@ def pytest_configure(config):
     if workers > 1 and "OMP_NUM_THREADS" not in os.environ:
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
         os.environ["OMP_NUM_THREADS"] = str(max(cores // workers, 1))
-    # Each LLVM module compiles once per test process (neuroncc/testing/object_memo.py: the same bytes LLVM
-    # makes again); NEURONCC_TEST_OBJECT_MEMO=0 compiles every module every time.
-    if os.environ.get("NEURONCC_TEST_OBJECT_MEMO", "1") != "0":
-        from neuroncc.testing import object_memo
+    # Each LLVM module compiles once per test process (the product's object memo, codegen/llvm/object_memo.py,
+    # with room for a whole test run's modules: the same bytes LLVM makes again); NEURONCC_TEST_OBJECT_MEMO=0
+    # compiles every module every time.
+    from neuroncc.codegen.llvm import jit
 
-        object_memo.install()
+    jit.OBJECT_MEMO.resize(0 if os.environ.get("NEURONCC_TEST_OBJECT_MEMO", "1") == "0" else TEST_MEMO_BYTES)
     # neuroncc's sources are hashed once per test process, not once per test's cache directory
     # (neuroncc/testing/digest_memo.py); NEURONCC_TEST_DIGEST_MEMO=0 hashes them for every new directory.
     if os.environ.get("NEURONCC_TEST_DIGEST_MEMO", "1") != "0":
         from neuroncc.testing import digest_memo
 
         digest_memo.install()
+
+
+#: The object memo's capacity in a test process (the product's default keeps 64 MiB).
+TEST_MEMO_BYTES = 256 << 20
 
 
 @pytest.fixture(autouse=True)

@@ -28,11 +28,13 @@ from __future__ import annotations
 
 import ctypes
 import enum
+import hashlib
 import queue
 import re
 import subprocess
 import sys
 import threading
+import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,6 +44,7 @@ from llvmlite.binding import ffi
 from neuroncc.codegen.llvm import vector_variants
 from neuroncc.codegen.llvm.entries import optimize_first
 from neuroncc.codegen.llvm.native_library import CodeForm, LibraryModule, code_form, give_up, link, load_library
+from neuroncc.codegen.llvm.object_memo import ObjectMemo
 from neuroncc.errors import ArtifactError, CodegenError, NeuronccError
 from neuroncc.hardware.host import CpuTarget
 from neuroncc.hardware.host import host_cpu as _host
@@ -123,8 +126,10 @@ def target_machine(target: CpuTarget | None = None, tier: Tier = Tier.OPTIMIZED,
         _initialize()
     target = target or host_target()
     reloc, model = ("pic", "small") if form is CodeForm.SHARED_LIBRARY else ("static", "large")
-    return _STATE["target"].create_target_machine(  # type: ignore[attr-defined]
+    machine = _STATE["target"].create_target_machine(  # type: ignore[attr-defined]
         cpu=target.name, features=target.machine_features, opt=tier.codegen_level, reloc=reloc, codemodel=model)
+    _MACHINE_IDENTITIES[machine] = (target.name, target.machine_features, tier, form)
+    return machine
 
 
 def _unlocked(name: str) -> Any:
@@ -236,8 +241,29 @@ def assembly(ir_texts: list[str], target: CpuTarget | None = None) -> str:
     return tm.emit_assembly(module)
 
 
+#: The process's object code by (module text digest, tier, machine identity): ``object_memo.py``.
+OBJECT_MEMO = ObjectMemo()
+#: What each machine :func:`target_machine` made emits for: (CPU name, machine features, tier, code form).
+_MACHINE_IDENTITIES: weakref.WeakKeyDictionary[Any, tuple] = weakref.WeakKeyDictionary()
+
+
 def _compile_module(text: str, context: Any, tm: llvm.TargetMachine, tier: Tier) -> bytes:
-    """One module's object code: parsed and verified in ``context``, optimized and emitted at ``tier``."""
+    """One module's object code: parsed and verified in ``context``, optimized and emitted at ``tier``; the
+    bytes compiled before in this process for the same text, tier and machine where the memo has them
+    (``object_memo.py``; a test that replaces this function replaces the memo with it)."""
+    identity = _MACHINE_IDENTITIES.get(tm)
+    if identity is None:  # a machine made some other way: compiled as ever
+        return _llvm_compile(text, context, tm, tier)
+    key = (hashlib.sha256(text.encode()).digest(), tier, identity)
+    code = OBJECT_MEMO.get(key)
+    if code is None:
+        code = _llvm_compile(text, context, tm, tier)
+        OBJECT_MEMO.put(key, code)
+    return code
+
+
+def _llvm_compile(text: str, context: Any, tm: llvm.TargetMachine, tier: Tier) -> bytes:
+    """LLVM's object code for one module: parsed and verified in ``context``, optimized and emitted at ``tier``."""
     module = _parse(text, context)
     try:
         _run_o3(module, tm, tier, context)

@@ -16,6 +16,7 @@ from typing import Any
 from neuroncc.codegen.llvm.views import Layout, view_layout
 from neuroncc.codegen.llvm.emit import emit_kernel
 from neuroncc.codegen.llvm.in_place import writes_in_place
+from neuroncc.codegen.llvm.kernel_names import PLACEHOLDER, name_by_content
 from neuroncc.codegen.llvm.kernel_plan import ExtraKind
 from neuroncc.codegen.llvm.launch_cost import launch_work
 from neuroncc.codegen.llvm.launch_plan import (
@@ -80,6 +81,7 @@ class _LaunchPlanner:
         for position, value in enumerate(fn.outputs):
             self.unclaimed_outputs.setdefault(value, position)
         self.ir_texts: list[str] = []
+        self.module_symbols: dict[str, str] = {}  # symbol -> its module's text (each module added once)
         #: output position -> the param whose buffer it may take (the function's ``donated`` metadata)
         self.donated: dict[int, int] = dict(fn.metadata.get("donated", ()))
         self.last_read = _last_reads(fn)
@@ -261,11 +263,20 @@ class _LaunchPlanner:
         self.own_buffer(op.result, avoid=op.operands)  # a reshape that no strides express: copy
         self.plan.steps.append(StepSpec(StepKind.VIEW_COPY, op_index, self._ids(op.operands), self._ids(op.results)))
 
-    def add_module(self, text: str) -> None:
-        """One more LLVM module of the plan's native code (compiled as soon as the caller asks)."""
+    def add_module(self, text: str, symbol: str) -> str:
+        """Phase function ``symbol``'s module (emitted under ``kernel_names.PLACEHOLDER``) named by its code; added
+        to the plan's native code (compiled as soon as the caller asks) unless a module of the same code is
+        there already: both kernels' steps call that one function. Returns the function's name."""
+        text, symbol = name_by_content(text, symbol)
+        known = self.module_symbols.setdefault(symbol, text)
+        if known is not text:
+            if known != text:
+                raise CodegenError(f"two different kernel modules have the same digest name '{symbol}'")
+            return symbol
         self.ir_texts.append(text)
         if self.on_kernel is not None:
             self.on_kernel(text)
+        return symbol
 
     def matmul_phase(self, op: Any, operands: tuple[Layout, ...], result: Layout, symbol: str,
                      n_args: int) -> PhaseSpec | None:
@@ -274,7 +285,7 @@ class _LaunchPlanner:
         matmul = plan_small_matmul(op, operands, result, host_cpu())
         if matmul is None:
             return None
-        self.add_module(emit_small_matmul(matmul, symbol, n_args))
+        symbol = self.add_module(emit_small_matmul(matmul, symbol, n_args), symbol)
         return PhaseSpec(symbol, matmul.batch, matmul.work, False)
 
     def generated_matmul(self, step: StepSpec, op: Any) -> StepSpec | None:
@@ -285,7 +296,7 @@ class _LaunchPlanner:
             return None
         values = (*op.operands, op.result)
         layouts = [self.layout(v, slot) for slot, v in enumerate(values)]
-        phase = self.matmul_phase(op, tuple(layouts[:-1]), layouts[-1], f"k{step.op_index}_mm", len(values) + 1)
+        phase = self.matmul_phase(op, tuple(layouts[:-1]), layouts[-1], f"{PLACEHOLDER}_mm", len(values) + 1)
         if phase is None:
             return None
         slots = (*(CpuSlot(SlotKind.VALUE, self.ids[v]) for v in values), CpuSlot(SlotKind.ERROR, 0))
@@ -420,12 +431,11 @@ class _LaunchPlanner:
         try:
             kplan = replace(kplan, aligned_args=frozenset(self._aligned_slots(op, kplan)),
                             overwrites=frozenset(self._overwriting_slots(op)))
-            texts, symbols = emit_kernel(kplan, f"k{op_index}")
+            texts, symbols = emit_kernel(kplan, PLACEHOLDER)
         except CodegenError as exc:
             self.plan.steps.append(step._replace(reason=str(exc)))
             return
-        for text in texts:
-            self.add_module(text)
+        symbols = [self.add_module(text, symbol) for text, symbol in zip(texts, symbols)]
         slots = [CpuSlot(SlotKind.VALUE, self.ids[v]) for v in op.operands + op.results]
         scratch_cursor = 0
         for extra in kplan.extra:
@@ -444,7 +454,7 @@ class _LaunchPlanner:
             # phases; not where the tile pass's matmul_tile runs product and epilogue in blocks of rows
             matmul = None if _row_block(kplan, tiled) else self.matmul_phase(
                 region.ops[kplan.extern.op_index], kplan.extern.operands, kplan.extern.results[0],
-                f"k{op_index}_mm", kplan.n_args)
+                f"{PLACEHOLDER}_mm", kplan.n_args)
             if matmul is not None:
                 phases = (matmul, *phases)
             else:
