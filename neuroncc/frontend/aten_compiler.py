@@ -83,8 +83,7 @@ def record_compiled(record: CompileRecord, import_seconds: float) -> None:
         cache_artifacts.record(record.key)
 
 
-@contextlib.contextmanager
-def cyclic_gc_paused() -> Iterator[None]:
+def cyclic_gc_paused() -> contextlib.AbstractContextManager[None]:
     """Pause Python's cyclic GC (when it is on), then collect the young generations and restart the clock.
 
     A compile allocates many objects that live a while and then die (each pass's IR, each kernel's llvmlite
@@ -104,24 +103,10 @@ def cyclic_gc_paused() -> Iterator[None]:
     collection: only the next full collection's timing moves, once per compiled graph. A process that froze
     objects itself (``gc.get_freeze_count()``) is left as it is: unfreezing would release its frozen objects.
     """
-    if not gc.isenabled():  # the caller's choice stands
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        if gc.get_freeze_count() == 0:
-            gc.collect(1)  # both young generations
-            gc.freeze()  # every generation's count to zero: the full collection's clock restarts
-            gc.unfreeze()
-        else:
-            gc.collect(0)
-        gc.enable()
+    return _gc_paused(collect_young=True)
 
 
-@contextlib.contextmanager
-def imports_gc_paused() -> Iterator[None]:
+def imports_gc_paused() -> contextlib.AbstractContextManager[None]:
     """Pause Python's cyclic GC (when it is on) around imports, then move what they made to the oldest
     generation without a collection (``gc.freeze()`` then ``gc.unfreeze()``).
 
@@ -133,6 +118,14 @@ def imports_gc_paused() -> Iterator[None]:
     the full collection's clock restarts (as after :func:`cyclic_gc_paused`). What else was young then moves
     too: a cycle among those objects is freed by the next full collection instead of a young one. A process
     that froze objects itself is left as it is."""
+    return _gc_paused(collect_young=False)
+
+
+@contextlib.contextmanager
+def _gc_paused(collect_young: bool) -> Iterator[None]:
+    """The cyclic GC off (when it is on) for the block; after it, the young generations collected if asked and
+    the full collection's clock restarted (unless the process froze objects itself: then only the youngest
+    generation is collected, if asked)."""
     if not gc.isenabled():  # the caller's choice stands
         yield
         return
@@ -141,8 +134,12 @@ def imports_gc_paused() -> Iterator[None]:
         yield
     finally:
         if gc.get_freeze_count() == 0:
-            gc.freeze()
+            if collect_young:
+                gc.collect(1)  # both young generations
+            gc.freeze()  # every generation's count to zero: the full collection's clock restarts
             gc.unfreeze()
+        elif collect_young:
+            gc.collect(0)
         gc.enable()
 
 
