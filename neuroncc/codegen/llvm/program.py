@@ -268,11 +268,12 @@ class _LaunchPlanner:
         to the plan's native code (compiled as soon as the caller asks) unless a module of the same code is
         there already: both kernels' steps call that one function. Returns the function's name."""
         text, symbol = name_by_content(text, symbol)
-        known = self.module_symbols.setdefault(symbol, text)
-        if known is not text:
+        known = self.module_symbols.get(symbol)
+        if known is not None:  # the same code under the same name: the function is in the plan already
             if known != text:
                 raise CodegenError(f"two different kernel modules have the same digest name '{symbol}'")
             return symbol
+        self.module_symbols[symbol] = text
         self.ir_texts.append(text)
         if self.on_kernel is not None:
             self.on_kernel(text)
