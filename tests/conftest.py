@@ -27,12 +27,6 @@ def pytest_configure(config):
     from neuroncc.codegen.llvm import jit
 
     jit.OBJECT_MEMO.resize(0 if os.environ.get("NEURONCC_TEST_OBJECT_MEMO", "1") == "0" else TEST_MEMO_BYTES)
-    # neuroncc's sources are hashed once per test process, not once per test's cache directory
-    # (neuroncc/testing/digest_memo.py); NEURONCC_TEST_DIGEST_MEMO=0 hashes them for every new directory.
-    if os.environ.get("NEURONCC_TEST_DIGEST_MEMO", "1") != "0":
-        from neuroncc.testing import digest_memo
-
-        digest_memo.install()
 
 
 #: The object memo's capacity in a test process (the product's default keeps 64 MiB).

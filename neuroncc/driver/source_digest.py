@@ -16,9 +16,13 @@ file added or removed changes the list itself. The list is taken *before* the fi
 changed during the hash leaves a stamp whose list is already out of date (the next process hashes again),
 never a new list beside an old digest. File systems stamp times from a coarse clock (a few ms), so a second
 write right after the first may leave the same ctime ("racy git"): no stamp is written while any file was
-changed less than :data:`SETTLE_NS` before the list was taken (the next process then hashes, and stamps). A stamp that is unreadable, damaged (its checksum), of another version
-or package, or whose list differs is ignored and rewritten; failing to write it only costs the next process
-the full hash. Nothing here is pickled.
+changed less than :data:`SETTLE_NS` before the list was taken (the next process then hashes, and stamps). A
+stamp that is unreadable, damaged (its checksum), of another version or package, or whose list differs is
+ignored and rewritten; failing to write it only costs the next process the full hash. Nothing here is pickled.
+
+The same argument holds inside a process: a settled list's digest is remembered in memory, so a process that
+keys compiles in several cache directories (a test run makes one per test) hashes its sources once and still
+stamps each new directory.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import hashlib
 import json
 import os
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -38,6 +43,11 @@ SETTLE_NS = 2_000_000_000
 
 #: (path relative to the package, size, mtime_ns, ctime_ns, inode) of one source file
 FileStat = tuple[str, int, int, int, int]
+
+#: (resolved package directory, sha256 of its stat list) -> digest, for the settled lists this process hashed
+#: or read from a stamp (the stamp's argument, kept in memory)
+_DIGESTS: dict[tuple[str, str], str] = {}
+_DIGESTS_LOCK = threading.Lock()
 
 
 def source_files(package_dir: Path) -> list[str]:
@@ -79,21 +89,31 @@ def hash_files(package_dir: Path, files: list[str]) -> str:
 
 def package_digest(package_dir: Path, stamp_root: Path | None = None, settle_ns: int = SETTLE_NS) -> tuple[str, int]:
     """(sha256 over the package's ``.py`` files, how many): from the stamp under ``stamp_root`` when the files
-    are unchanged since it was written, else hashed (and the stamp written, when ``stamp_root`` is given and
-    no file changed in the last ``settle_ns``)."""
+    are unchanged since it was written, else from this process's memory of the same settled list, else hashed;
+    the stamp is written when ``stamp_root`` is given, it did not hold the digest, and no file changed in the
+    last ``settle_ns``."""
     package_dir = package_dir.resolve()
     stats = stat_list(package_dir)  # before hashing: see the module docstring
     files = [s[0] for s in stats]
     now = time.time_ns()
     settled = all(max(s[2], s[3]) < now - settle_ns for s in stats)
+    # a change after this list was taken gives a newer ctime or inode: this key never lists those files again
+    key = (str(package_dir), _stats_digest(stats))
     path = None if stamp_root is None else stamp_path(stamp_root, package_dir)
-    if path is not None:
-        stamped = read_stamp(path, package_dir, stats)
-        if stamped is not None:
-            return stamped, len(files)
-    digest = hash_files(package_dir, files)
-    if path is not None and settled:
-        write_stamp(path, package_dir, stats, digest)
+    digest = None if path is None else read_stamp(path, package_dir, stats)
+    if digest is not None:
+        stamped = True
+    else:
+        stamped = False
+        with _DIGESTS_LOCK:
+            digest = _DIGESTS.get(key) if settled else None
+        if digest is None:
+            digest = hash_files(package_dir, files)
+    if settled:
+        with _DIGESTS_LOCK:
+            _DIGESTS[key] = digest
+        if path is not None and not stamped:
+            write_stamp(path, package_dir, stats, digest)
     return digest, len(files)
 
 

@@ -119,8 +119,49 @@ def test_an_unwritable_stamp_directory_only_costs_the_hash(tmp_path):
 
 def test_neuroncc_digest_matches_the_full_hash(tmp_path):
     package = Path(neuroncc.__file__).resolve().parent
-    assert BuildEnvironment.current().neuroncc_source == package_source_digest(package)[0]
-    assert _digest(package, tmp_path)[0] == package_source_digest(package)[0]
+    full = _full(package)
+    assert BuildEnvironment.current().neuroncc_source == package_source_digest(package)[0] == full
+    assert _digest(package, tmp_path)[0] == full
+
+
+def _counting_hashes(monkeypatch) -> list[Path]:
+    hashed = []
+    original = source_digest.hash_files
+    monkeypatch.setattr(source_digest, "hash_files", lambda package, files: hashed.append(package) or
+                        original(package, files))
+    return hashed
+
+
+def test_a_process_hashes_a_settled_list_once_and_stamps_each_new_directory(tmp_path, monkeypatch):
+    """A test run keys compiles in one cache directory per test: the sources are hashed once per process."""
+    package, hashed = _package(tmp_path), _counting_hashes(monkeypatch)
+    first = _digest(package, tmp_path / "a")
+    second = _digest(package, tmp_path / "b")
+    assert _digest(package, None) == first == second == (_full(package), 2)
+    assert len(hashed) == 1  # the first call (_full hashes through its own name, uncounted)
+    stats = source_digest.stat_list(package.resolve())
+    for root in (tmp_path / "a", tmp_path / "b"):  # the stamps a hash would write, in both directories
+        assert source_digest.read_stamp(stamp_path(root, package.resolve()), package.resolve(), stats) == first[0]
+
+
+def test_a_changed_file_is_hashed_again_in_the_same_process(tmp_path, monkeypatch):
+    package, hashed = _package(tmp_path), _counting_hashes(monkeypatch)
+    before = _digest(package, None)
+    assert _digest(package, None) == before and len(hashed) == 1
+    time.sleep(0.05)
+    target = package / "sub" / "a.py"
+    target.write_text("y = 3\n")  # same size and (restored) mtime: only ctime tells
+    os.utime(target, ns=(OLD, OLD))
+    after = _digest(package, None)
+    assert after != before and after[0] == _full(package) and len(hashed) == 2
+
+
+def test_a_list_that_has_not_settled_is_not_remembered(tmp_path, monkeypatch):
+    package, hashed = _package(tmp_path), _counting_hashes(monkeypatch)
+    recent = 3600 * 10**9  # every file changed within the last hour
+    package_digest(package, None, settle_ns=recent)
+    package_digest(package, None, settle_ns=recent)
+    assert len(hashed) == 2
 
 
 @pytest.mark.parametrize("trusted", [True, False])
