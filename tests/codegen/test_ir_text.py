@@ -1,5 +1,6 @@
 """``ir_text.module_text`` prints llvmlite modules exactly as ``str(module)`` does (the kernel modules' text is
-the compile cache's and the hash tests' input), and the emitter's index arithmetic builds each term once."""
+the compile cache's and the hash tests' input), ``quick_names`` names values as llvmlite does, and the emitter's
+index arithmetic builds each term once."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from llvmlite import ir
 from neuroncc.codegen.llvm import emit
 from neuroncc.codegen.llvm.affine import Affine, Var
 from neuroncc.codegen.llvm.indexing import IndexArithmetic
-from neuroncc.codegen.llvm.ir_text import module_text
+from neuroncc.codegen.llvm.ir_text import module_text, quick_names
 from neuroncc.codegen.llvm.kernel_names import name_by_content
 from neuroncc.codegen.llvm.program import plan_launch
 from neuroncc.codegen.llvm.regions import fuse_whole_function, wrap_remaining_ops
@@ -110,3 +111,61 @@ def test_index_terms_and_partial_sums_are_built_once():
     assert indices.materialize(Affine(((a, 512),))) is whole.operands[0].operands[0]
     indices.materialize(Affine(((a, 512), (c, 16)), 8))  # one more add
     assert [i.opname for i in b.block.instructions] == ["mul", "mul", "add", "add", "add"]
+
+
+def _named_values(quick: bool) -> ir.Module:
+    """Blocks and values named as the emitter and llvmlite's own helpers name them: unnamed (``.1``, ...),
+    repeated names, and a given name that a deduplicated one took already."""
+    module = ir.Module(name="names")
+    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [I64, I64]), "f")
+    if quick:
+        quick_names(fn)
+    a, n = fn.args
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    for _ in range(3):
+        loop = fn.append_basic_block("loop")
+        b.branch(loop)
+        b.position_at_end(loop)
+        x = b.add(b.mul(a, n), n, name="x")
+        b.add(x, b.add(x, ir.Constant(I64, 1)), name="x.1")
+        b.add(x, n, name="")
+    with b.if_then(b.icmp_signed("<", a, n)):
+        b.add(a, n)
+    b.ret_void()
+    return module
+
+
+def test_quick_names_name_values_as_llvmlite_does():
+    assert str(_named_values(quick=True)) == str(_named_values(quick=False))
+    scope = quick_names(ir.Function(ir.Module(), ir.FunctionType(ir.VoidType(), []), "g")).scope
+    scope.register("x")
+    with pytest.raises(NameError):  # a name given twice without deduplication, as llvmlite raises
+        scope.register("x")
+
+
+def test_the_emitter_names_its_values_through_quick_names_and_keys_forms_by_their_fields(monkeypatch):
+    """The emitter's per-value costs that its output does not see: its body functions name values with
+    ``quick_names``' scope, and its memo keys an index form by its terms and constant (hashed in C), not by
+    the form (a Python-level dataclass hash per memo scope looked in)."""
+    emitters: list[emit.KernelEmitter] = []
+    keys: set[tuple] = set()
+    emitted, materialize = emit.KernelEmitter.emit, IndexArithmetic.materialize
+
+    def keep(self):
+        emitters.append(self)
+        return emitted(self)
+
+    def spy(self, form):
+        value = materialize(self, form)
+        keys.update(key for scope in self.memo for key in scope if isinstance(key, tuple) and key[0] == "affine")
+        return value
+
+    monkeypatch.setattr(emit.KernelEmitter, "emit", keep)
+    monkeypatch.setattr(IndexArithmetic, "materialize", spy)
+    lowered = run_pipeline(default_pipeline("cpu"), layer_norm_graph(64, 96), PassContext())
+    plan_launch(wrap_remaining_ops(lowered), "cpu", "features")
+    assert emitters and keys
+    for emitter in emitters:
+        body = next(f for f in emitter.module.functions if f.name.endswith(".body"))
+        assert type(body.scope).__name__ == "_QuickNames"
+    assert not any(isinstance(part, Affine) for key in keys for part in key)

@@ -25,7 +25,7 @@ from neuroncc.codegen.llvm.delayed_writes import delayed_write_stage, emit_delay
 from neuroncc.codegen.llvm.elementwise import ELEMENTWISE, EXACT
 from neuroncc.codegen.llvm.entries import RECIPROCAL_ESTIMATES, add_phase_entry, vector_width_attribute
 from neuroncc.codegen.llvm.indexing import ROUNDS, IndexArithmetic
-from neuroncc.codegen.llvm.ir_text import module_text
+from neuroncc.codegen.llvm.ir_text import module_text, quick_names
 from neuroncc.codegen.llvm.loop_hints import computes_polynomial_math, hint_math_loop
 from neuroncc.codegen.llvm.nan_payloads import NanPayloads
 from neuroncc.codegen.llvm.kernel_plan import (
@@ -126,7 +126,8 @@ class KernelEmitter(IndexArithmetic, BufferAccess):
         self.module = ir.Module(name=symbol)
         self._reset_indexing()
         n_args = self.plan.n_args
-        body_fn = ir.Function(self.module, ir.FunctionType(VOID, [PTR] * n_args + [I64, I64]), f"{symbol}.body")
+        body_fn = quick_names(ir.Function(self.module, ir.FunctionType(VOID, [PTR] * n_args + [I64, I64]),
+                                          f"{symbol}.body"))
         body_fn.linkage = "internal"
         for slot, arg in enumerate(body_fn.args[:n_args]):
             arg.add_attribute("noalias")
@@ -533,7 +534,7 @@ class KernelEmitter(IndexArithmetic, BufferAccess):
 
     @staticmethod
     def _memo_key(value: Value, idx: Index) -> tuple:
-        return value, tuple(i if isinstance(i, int) else id(i) for i in idx)
+        return value, tuple([i if isinstance(i, int) else id(i) for i in idx])  # a list: quicker than a generator
 
     def bind(self, value: Value, idx: Index, result: ir.Value) -> None:
         """``value`` at ``idx`` is ``result`` in the current memo scope (the online max: see ``online.py``)."""
