@@ -417,6 +417,21 @@ class CompileCache:
         finally:
             os.close(fd)
 
+    def publish_locked(self, key: str, write: Callable[[], bool]) -> bool:
+        """Run ``write()`` (it writes ``key``'s entry into ``tmp/``, renames it into place and says whether it
+        did) holding ``key``'s lock. With ``publish_in_background``: on the process's writer, which releases the
+        lock once ``write`` returns, and True at once (this process's readers of the key wait for the write;
+        a failed write warns there). Else here, and ``write``'s answer. Raises what taking the lock raises."""
+        PUBLISHER.wait((self.root, key))  # this process's own pending write of the key holds the key's lock
+        lock_fd = self._acquire_key_lock(key)
+        if self.publish_in_background:
+            PUBLISHER.submit((self.root, key), write, lock_fd)
+            return True
+        try:
+            return write()
+        finally:
+            os.close(lock_fd)
+
     def _acquire_key_lock(self, key: str) -> int:
         """An open fd of ``locks/<key>.lock`` holding its exclusive flock (closing the fd releases it)."""
         path = self.locks_dir / f"{key}.lock"
