@@ -325,6 +325,7 @@ class CompileCache:
         :func:`neuroncc.driver.miss_explanation.closest_entry` over this cache's entries."""
         from neuroncc.driver.miss_explanation import closest_entry
 
+        PUBLISHER.flush()  # this process's entries still being written are compared too (a graph entry's is)
         return closest_entry(self.entries_dir, key, graph_name, target)
 
     def _load(self, key: str, target: str, codec: ArtifactCodec,
