@@ -12,8 +12,9 @@ pieces of a neuroncc compile and of the work it leaves to background threads, an
     load_helpers, LLVM helpers                            the process-wide helpers (team entry, interpreter)
     CompiledGraph.call, bind_code                         each graph's first call, and its wait for the code
     cache.publish, reoptimize                             the cache writer's entry, the optimizer's builds
-    graph entry, load_helpers_soon                        the graph cache's entry written (at the backward's
+    graph entry, load_helpers_soon                        the graph cache's entry handed over (at the backward's
                                                           compile), the helpers' compile started
+    graph entry files                                     the entry's files, rename and fsync (the cache writer)
     gc                                                    full (generation 2) collections
 
 :func:`timeline_rows` gives medians over several runs' spans: start and end (seconds from the first call's start)
@@ -83,6 +84,7 @@ PATCHES = {
     "neuroncc.driver.cache": lambda m: _wrap(m.CompileCache, "_publish", "cache.publish"),
     "neuroncc.frontend.compiled": lambda m: _wrap(m.CompiledGraph, "__call__", "CompiledGraph.call"),
     "neuroncc.frontend.graph_cache": lambda m: _wrap(m.GraphRecorder, "_publish_if_complete", "graph entry"),
+    "neuroncc.driver.graph_entries": lambda m: _wrap(m, "_write_entry", "graph entry files"),
     "neuroncc.executors.cpu.launcher": _launcher,
     "neuroncc.executors.cpu.helper_start": lambda m: (_wrap(m, "load_helpers", "load_helpers"),
                                                       _wrap(m, "load_helpers_soon", "load_helpers_soon")),

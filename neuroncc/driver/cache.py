@@ -325,6 +325,7 @@ class CompileCache:
         :func:`neuroncc.driver.miss_explanation.closest_entry` over this cache's entries."""
         from neuroncc.driver.miss_explanation import closest_entry
 
+        PUBLISHER.flush()  # this process's entries still being written are compared too (a graph entry's is)
         return closest_entry(self.entries_dir, key, graph_name, target)
 
     def _load(self, key: str, target: str, codec: ArtifactCodec,
@@ -416,6 +417,21 @@ class CompileCache:
             yield
         finally:
             os.close(fd)
+
+    def publish_locked(self, key: str, write: Callable[[], bool]) -> bool:
+        """Run ``write()`` (it writes ``key``'s entry into ``tmp/``, renames it into place and says whether it
+        did) holding ``key``'s lock. With ``publish_in_background``: on the process's writer, which releases the
+        lock once ``write`` returns, and True at once (this process's readers of the key wait for the write;
+        a failed write warns there). Else here, and ``write``'s answer. Raises what taking the lock raises."""
+        PUBLISHER.wait((self.root, key))  # this process's own pending write of the key holds the key's lock
+        lock_fd = self._acquire_key_lock(key)
+        if self.publish_in_background:
+            PUBLISHER.submit((self.root, key), write, lock_fd)
+            return True
+        try:
+            return write()
+        finally:
+            os.close(lock_fd)
 
     def _acquire_key_lock(self, key: str) -> int:
         """An open fd of ``locks/<key>.lock`` holding its exclusive flock (closing the fd releases it)."""

@@ -8,6 +8,7 @@ manifest's target is ``aot:<target>`` (``aot:cpu``), so ``neuroncc cache list / 
 clear``, the remote tier's bundles and ``torch.compiler.save_cache_artifacts()`` handle it as any entry.
 
     write_graph_entry(cache, key, ...)   under the key's lock: written into tmp/, renamed into entries/<key>
+                                         (by the cache's background writer, if it has one)
     read_graph_entry(cache, key)         -> the JSON payload, after the full check of the entry (manifest,
                                             format version, key, every file's size and sha256); a damaged
                                             entry is a miss with one CacheWarning
@@ -87,44 +88,61 @@ def write_graph_entry(cache: CompileCache, key: CacheKey, *, graph_name: str, ta
                       replace: bool = False) -> bool:
     """Publish the graph entry ``key`` (replacing a damaged one, or with ``replace`` any one: an entry whose
     payload did not decode); False, with one warning, if it could not be written. ``inputs``: (dtype, shape,
-    strides) of each graph input, for ``neuroncc cache list``."""
+    strides) of each graph input, for ``neuroncc cache list``.
+
+    A cache that publishes in the background (``cache_from_environ``'s) hands the files to its writer with the
+    key's lock, as it does a compiled artifact (``CompileCache.publish_locked``): the caller, the backward
+    graph's compile, returns without waiting for the directory's fsync (2-8 ms of the first backward call on
+    row f2), True means handed over, and a write that fails warns on the writer. The entry is still whole or
+    absent (written in ``tmp/``, renamed under the lock), and this process's lookups of the key wait for it."""
     if not cache.ensure_usable():
         return False
     try:
         data = (json.dumps(payload, sort_keys=True, separators=(",", ":"), allow_nan=False) + "\n").encode()
-        with cache.key_lock(key.key):
-            if not replace and _intact(cache.entries_dir / key.key):
-                return True  # another process published it meanwhile: keep it (a reader may be loading it)
-            temp = Path(tempfile.mkdtemp(prefix=f"{key.key[:16]}.{os.getpid()}.", dir=cache.tmp_dir))
-            try:
-                write_new_file(temp / PAYLOAD_NAME, data)
-                manifest = Manifest(
-                    format_version=FORMAT_VERSION, key=key.key,
-                    key_components={c.name: ComponentRecord(digest=c.digest, summary=c.summary)
-                                    for c in key.components},
-                    target=TARGET_PREFIX + target, graph_name=graph_name,
-                    inputs=[TensorRecord(dtype=d, shape=list(s), strides=list(t)) for d, s, t in inputs],
-                    outputs=[], options=json.loads(json.dumps(dict(options), sort_keys=True, default=str)),
-                    pipeline="", stages=[], target_files=[PAYLOAD_NAME], timings=dict(timings),
-                    neuroncc_version=neuroncc_version,
-                    created_at=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-                    files={PAYLOAD_NAME: file_digest(temp / PAYLOAD_NAME)},
-                )
-                write_new_file(temp / MANIFEST_NAME, manifest_bytes(manifest))
-                final = cache.entries_dir / key.key
-                if final.exists():
-                    shutil.rmtree(final, ignore_errors=True)
-                os.rename(temp, final)
-                fsync_directory(cache.entries_dir)
-            finally:
-                if temp.exists():
-                    shutil.rmtree(temp, ignore_errors=True)
+        fields = dict(
+            format_version=FORMAT_VERSION, key=key.key,
+            key_components={c.name: ComponentRecord(digest=c.digest, summary=c.summary) for c in key.components},
+            target=TARGET_PREFIX + target, graph_name=graph_name,
+            inputs=[TensorRecord(dtype=d, shape=list(s), strides=list(t)) for d, s, t in inputs], outputs=[],
+            options=json.loads(json.dumps(dict(options), sort_keys=True, default=str)), pipeline="", stages=[],
+            target_files=[PAYLOAD_NAME], timings=dict(timings), neuroncc_version=neuroncc_version,
+            created_at=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"))
+        return cache.publish_locked(key.key, lambda: _write_entry(cache, key.key, data, fields, replace))
     except (OSError, ValueError, NeuronccError) as exc:
-        cache.stats.add("publish_failures")
-        warnings.warn(f"could not save graph cache entry {key.key[:16]} ({exc}); the graph is compiled again "
-                      "next time", CacheWarning, stacklevel=3)
+        _write_failed(cache, key.key, exc)
+        return False
+
+
+def _write_entry(cache: CompileCache, key: str, data: bytes, fields: dict[str, Any], replace: bool) -> bool:
+    """Write the entry ``key`` (payload ``data``, a manifest of ``fields`` and the payload's digest) into
+    ``tmp/`` and rename it into place; the caller holds the key's lock. False, with one warning, if it could
+    not."""
+    try:
+        if not replace and _intact(cache.entries_dir / key):
+            return True  # another process published it meanwhile: keep it (a reader may be loading it)
+        temp = Path(tempfile.mkdtemp(prefix=f"{key[:16]}.{os.getpid()}.", dir=cache.tmp_dir))
+        try:
+            write_new_file(temp / PAYLOAD_NAME, data)
+            manifest = Manifest(**fields, files={PAYLOAD_NAME: file_digest(temp / PAYLOAD_NAME)})
+            write_new_file(temp / MANIFEST_NAME, manifest_bytes(manifest))
+            final = cache.entries_dir / key
+            if final.exists():
+                shutil.rmtree(final, ignore_errors=True)
+            os.rename(temp, final)
+            fsync_directory(cache.entries_dir)
+        finally:
+            if temp.exists():
+                shutil.rmtree(temp, ignore_errors=True)
+    except (OSError, ValueError, NeuronccError) as exc:
+        _write_failed(cache, key, exc)
         return False
     return True
+
+
+def _write_failed(cache: CompileCache, key: str, exc: Exception) -> None:
+    cache.stats.add("publish_failures")
+    warnings.warn(f"could not save graph cache entry {key[:16]} ({exc}); the graph is compiled again next time",
+                  CacheWarning, stacklevel=2)
 
 
 def read_graph_entry(cache: CompileCache, key: str, target: str) -> Mapping[str, Any] | None:

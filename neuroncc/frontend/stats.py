@@ -41,7 +41,7 @@ COUNTERS: Mapping[str, str] = {
     "aot_autograd_runs": "TorchDynamo graphs traced and partitioned by AOTAutograd (graph cache misses)",
     "graph_cache_hits": "TorchDynamo graphs run from the graph cache, without AOTAutograd or a compile",
     "graph_cache_misses": "TorchDynamo graphs looked up in the graph cache and not found",
-    "graph_cache_stores": "graph cache entries written",
+    "graph_cache_stores": "graph cache entries written (or handed to the cache's background writer)",
     "graph_cache_uncacheable": "TorchDynamo graphs the graph cache cannot key or record (see graph_cache."
                                "uncacheable_reasons())",
 }
