@@ -211,20 +211,29 @@ def spread_loop(em: EmitContext, lo: Any, hi: Any, body: Callable[[Any], None], 
     em.loop(0, em.div(em.add(em.sub(hi, lo), group - 1), group), one_group)
 
 
+def chunk_elements(ahead: Sequence[Ahead], lines: int) -> int:
+    """Elements of a chunk of :func:`chunk_loop`: ``lines`` lines of the widest stream of ``ahead``."""
+    return lines * CACHE_LINE_BYTES // max((stream.itemsize for stream in ahead), default=4)
+
+
 def chunk_loop(em: EmitContext, lo: Any, hi: Any, body: Callable[[Any], None], ahead: Sequence[Ahead],
-               lines: int) -> None:
+               lines: int, whole_chunk: Callable[[Any], None] | None = None) -> None:
     """for i in [lo, hi): body(i), as :func:`spread_loop` with groups (chunks) of ``lines`` lines' elements of
     the widest stream of ``ahead``, each a loop of constant length: the vectorizer runs it whole (no remainder
     loop, the loop's constants kept in registers across chunks). The elements after the last whole chunk run in
-    a loop of their own, without prefetches (``CpuTarget.online_exp_chunk_lines``)."""
-    chunk = lines * CACHE_LINE_BYTES // max((stream.itemsize for stream in ahead), default=4)
+    a loop of their own, without prefetches (``CpuTarget.online_exp_chunk_lines``). ``whole_chunk(start)``, when
+    given, emits a whole chunk's work from ``start`` (after its prefetches) instead of the loop of ``body``."""
+    chunk = chunk_elements(ahead, lines)
     prefetch = _prefetch_intrinsic(em.b.module)
     whole = em.div(em.sub(hi, lo), chunk)
 
     def one_chunk(g: Any) -> None:
         start = em.add(lo, em.mul(g, chunk))
         _prefetch_lines(em, prefetch, ahead, start, chunk)
-        em.loop(start, em.add(start, chunk), body)
+        if whole_chunk is None:
+            em.loop(start, em.add(start, chunk), body)
+        else:
+            whole_chunk(start)
 
     em.loop(0, whole, one_chunk)
     em.loop(em.add(lo, em.mul(whole, chunk)), hi, body)
