@@ -29,7 +29,8 @@ Variants (``--variants``, comma-separated) of the forward's online log-sum-exp (
   ``CpuTarget.polynomial_interleave`` is 4);
 
 of both kernels: ``noexp``: exp_nonpositive as its clamp alone (the memory skeleton; not cross-entropy, its
-results are not compared); and of the backward: ``plain``: its gradient written with plain stores (the forward as built) (``CpuTarget.streams_outputs`` false) instead
+results are not compared); and of the backward: ``pf0`` (main before session 23, AVX-512's), ``pf1``, ``pf3``, ...: its input prefetched that
+many pieces ahead (``CpuTarget.streamed_map_prefetch_pieces``; AVX2: 2); ``plain``: its gradient written with plain stores (the forward as built) (``CpuTarget.streams_outputs`` false) instead
 of non-temporal ones.
 
 The backward has no online log-sum-exp (its code is the same in the forward's variants): its builds, timed beside
@@ -91,6 +92,9 @@ def variant(name: str):
         CpuTarget.online_exp_chunk_lines = property(lambda self: 0)  # type: ignore[method-assign]
     saved_exp, next_block, apart = mathlib.POLYNOMIAL["exp_nonpositive"], online._next_block, online.SUM_CHUNK_APART
     interleave = CpuTarget.polynomial_interleave
+    pieces = CpuTarget.streamed_map_prefetch_pieces
+    if name.startswith("pf"):  # the backward's input prefetched that many pieces ahead (``pf0``: none)
+        CpuTarget.streamed_map_prefetch_pieces = property(lambda self: int(name[2:]))  # type: ignore[method-assign]
     if name.startswith("inloop"):  # each chunk's sum in its exp loop (before session 23; AVX-512's code)
         online.SUM_CHUNK_APART = False
     if name.lower().endswith(("i8", "i2")):  # the polynomial loops interleaved by 8 / 2 (AVX2: 4)
@@ -117,6 +121,7 @@ def variant(name: str):
         mathlib.POLYNOMIAL["exp_nonpositive"], online._next_block = saved_exp, next_block
         online.SUM_CHUNK_APART = apart
         CpuTarget.polynomial_interleave = interleave  # type: ignore[method-assign]
+        CpuTarget.streamed_map_prefetch_pieces = pieces  # type: ignore[method-assign]
         CpuTarget.streams_outputs = streamed  # type: ignore[method-assign]
         CpuTarget.online_exp_chunk_lines = chunks  # type: ignore[method-assign]
 

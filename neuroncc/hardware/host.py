@@ -289,6 +289,19 @@ class CpuTarget:
         return 8 if self.has("avx512f") else 32
 
     @property
+    def streamed_map_prefetch_pieces(self) -> int:
+        """Pieces ahead that a streamed map stage computing a transcendental per element (``emit.py``'s
+        ``_map_stage``: pieces of ``MEMORY_BURST_LINES`` lines through a stack buffer, written with non-temporal
+        stores; cross-entropy's gradient) prefetches its inputs' lines, a burst before each piece
+        (``prefetch.emit_prefetch_pieces_ahead``); 0: none, the hardware's prefetchers alone. Without AVX-512: 2.
+        Zen 3, cross-entropy's backward kernel [512, 32000] against none, two builds each, interleaved medians of
+        61-101 rounds (``benchmarks/bench_cross_entropy.py --variants pf0,main``, three runs): 0.83-0.93 at 2
+        threads, 0.82-0.88 at 1 (1 piece ahead 0.89-0.97, 3 and 4 as 2); the whole fwd+bwd row through
+        torch.compile 0.956 / 0.977 (``--row``). With AVX-512: 0 (not measured: its code is unchanged).
+        docs/performance-history.md, session 23 softmax23."""
+        return 0 if self.has("avx512f") else 2
+
+    @property
     def sums_online_exponentials_apart(self) -> bool:
         """Whether the online log-sum-exp (``codegen/llvm/online.py``) stores each whole chunk's exponentials
         into a buffer on the stack and sums them in a loop of its own (the same additions in the same order:
