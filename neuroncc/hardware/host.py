@@ -313,8 +313,8 @@ class CpuTarget:
         [512, 32000] against the sums in the loop, two builds each, interleaved medians of 101-151 rounds
         (``benchmarks/bench_cross_entropy.py --variants inloop,main``, three runs): 0.959-0.988 at 2 threads,
         0.962-0.993 at 1 (the exp loop: 93 instructions per 32 elements and no spill, the sum's loop 7 more,
-        against 104 with 8 stack accesses); the whole row fwd+bwd 0.989 / 0.998, inside its builds' spread
-        (docs/performance-history.md, session 23 softmax23)."""
+        against 104 with 8 stack accesses); the whole fwd+bwd row through torch.compile does not resolve it
+        (its runs spread +-5%; docs/performance-history.md, session 23 softmax23)."""
         return self.vector_registers < 32
 
     @property
