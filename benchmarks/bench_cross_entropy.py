@@ -7,7 +7,7 @@ variant and build (``--builds`` of each, so that two builds of one code show the
 variants' results must agree (bitwise where the code's order of additions is the same, else to float32's last
 places); then every build's call runs interleaved (``common.interleaved_samples``: a fresh random order each
 round; 1 thread: the calling thread's CPU time, else wall clock) and the table shows medians and the ratio to the
-first variant's first build.
+first variant's first build; each build says whether its results equal the first variant's bit for bit.
 
 Variants (``--variants``, comma-separated) of the forward's online log-sum-exp (``online.py``):
 
@@ -20,9 +20,17 @@ Variants (``--variants``, comma-separated) of the forward's online log-sum-exp (
   64: one group per block, all its prefetches at its start);
 - ``loop``: one loop over each block's exponentials, no software prefetch;
 - ``loop512``, ``loop2048``, ``loop4096``: ``loop`` with blocks of that many elements (``online.BLOCK``);
-- ``head8``, ``head16``, ...: one loop after a burst of prefetches of the next block's first that many lines.
+- ``head8``, ``head16``, ...: one loop after a burst of prefetches of the next block's first that many lines;
+- ``inloop``: each whole chunk's sum in its exp loop (``online.SUM_CHUNK_APART`` off: the code before session 23,
+  and AVX-512's), against main's chunk buffer summed in a loop of its own
+  (``CpuTarget.sums_online_exponentials_apart``);
+- ``ahead2``, ``ahead4``: the next block's prefetches that many blocks ahead (main: 1);
+- a name ending in ``i8`` or ``i2`` (``mainI8``, ``inloopI2``): the polynomial loops interleaved by 8 or 2 (AVX2's
+  ``CpuTarget.polynomial_interleave`` is 4);
 
-and of the backward: ``plain``: its gradient written with plain stores (the forward as built) (``CpuTarget.streams_outputs`` false) instead
+of both kernels: ``noexp``: exp_nonpositive as its clamp alone (the memory skeleton; not cross-entropy, its
+results are not compared); and of the backward: ``pf0`` (main before session 23, AVX-512's), ``pf1``, ``pf3``, ...: its input prefetched that
+many pieces ahead (``CpuTarget.streamed_map_prefetch_pieces``; AVX2: 2); ``plain``: its gradient written with plain stores (the forward as built) (``CpuTarget.streams_outputs`` false) instead
 of non-temporal ones.
 
 The backward has no online log-sum-exp (its code is the same in the forward's variants): its builds, timed beside
@@ -64,7 +72,7 @@ import torch  # noqa: E402
 from llvmlite import ir  # noqa: E402
 
 import kernel_cases as kc  # noqa: E402
-from neuroncc.codegen.llvm import online, prefetch  # noqa: E402
+from neuroncc.codegen.llvm import mathlib, online, prefetch  # noqa: E402
 from neuroncc.executors.cpu.launcher import build_cpu_executable  # noqa: E402
 from neuroncc.codegen.llvm.scalars import I8, I32, I64  # noqa: E402
 from neuroncc.hardware.host import CACHE_LINE_BYTES, CpuTarget  # noqa: E402
@@ -82,6 +90,19 @@ def variant(name: str):
     streamed, chunks = CpuTarget.streams_outputs, CpuTarget.online_exp_chunk_lines
     if name.startswith(("groups", "loop", "head")):  # these change (or are) the spread groups, not the chunks
         CpuTarget.online_exp_chunk_lines = property(lambda self: 0)  # type: ignore[method-assign]
+    saved_exp, next_block, apart = mathlib.POLYNOMIAL["exp_nonpositive"], online._next_block, online.SUM_CHUNK_APART
+    interleave = CpuTarget.polynomial_interleave
+    pieces = CpuTarget.streamed_map_prefetch_pieces
+    if name.startswith("pf"):  # the backward's input prefetched that many pieces ahead (``pf0``: none)
+        CpuTarget.streamed_map_prefetch_pieces = property(lambda self: int(name[2:]))  # type: ignore[method-assign]
+    if name.startswith("inloop"):  # each chunk's sum in its exp loop (before session 23; AVX-512's code)
+        online.SUM_CHUNK_APART = False
+    if name.lower().endswith(("i8", "i2")):  # the polynomial loops interleaved by 8 / 2 (AVX2: 4)
+        CpuTarget.polynomial_interleave = property(lambda self: int(name[-1]))  # type: ignore[method-assign]
+    if name.startswith("ahead"):  # the next block's prefetches that many blocks ahead (main: 1)
+        online._next_block = lambda em, source, idx: _blocks_ahead(em, source, idx, int(name[5:]))
+    if name == "noexp":  # the memory skeleton: exp_nonpositive as its clamp alone (not cross-entropy)
+        mathlib.POLYNOMIAL["exp_nonpositive"] = lambda b, x, target: mathlib._raised_keeping_nan(b, x, -104.0)
     if name == "plain":
         CpuTarget.streams_outputs = lambda self, footprint_bytes: False  # type: ignore[method-assign]
     elif name.startswith("loop"):
@@ -97,8 +118,25 @@ def variant(name: str):
         yield
     finally:
         online.spread_loop, online.BLOCK, prefetch.MEMORY_BURST_LINES = spread, block, burst
+        mathlib.POLYNOMIAL["exp_nonpositive"], online._next_block = saved_exp, next_block
+        online.SUM_CHUNK_APART = apart
+        CpuTarget.polynomial_interleave = interleave  # type: ignore[method-assign]
+        CpuTarget.streamed_map_prefetch_pieces = pieces  # type: ignore[method-assign]
         CpuTarget.streams_outputs = streamed  # type: ignore[method-assign]
         CpuTarget.online_exp_chunk_lines = chunks  # type: ignore[method-assign]
+
+
+def _blocks_ahead(em, source, idx, blocks: int):
+    """``online._next_block``'s stream ``blocks`` blocks ahead instead of one."""
+    from neuroncc.codegen.llvm.context import Ahead
+    from neuroncc.codegen.llvm.scalars import storage_itemsize, storage_type
+
+    def at(i):
+        element = em.address(source, idx[:-1] + [i])
+        return em.b.gep(element, [ir.Constant(I64, blocks * online.BLOCK)], source_etype=storage_type(source.dtype),
+                        inbounds=False)
+
+    return Ahead(at, storage_itemsize(source.dtype))
 
 
 def _one_loop(em, lo, hi, body, ahead, lines: int = 0) -> None:
@@ -178,7 +216,13 @@ def main() -> None:
                     results = exe(*arrays)
                     if reference is None:
                         reference = results
+                    bitwise = all(np.array_equal(np.asarray(g), np.asarray(w), equal_nan=True)
+                                  for g, w in zip(results, reference))
+                    print(f"{kernel} {name} #{build + 1}: {'bitwise equal' if bitwise else 'OTHER BITS'} to the first",
+                          flush=True)
                     for got, want in zip(results, reference):
+                        if name == "noexp":
+                            break
                         np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-7)
                     key = f"{kernel} {name} #{build + 1}"
                     calls[key] = (lambda exe=exe, arrays=arrays: exe(*arrays))

@@ -14,6 +14,7 @@ import contextlib
 import os
 import statistics
 import time
+import types
 from collections.abc import Callable
 
 os.environ["NEURONCC_DISABLE_CACHE"] = "1"
@@ -36,6 +37,9 @@ def add_arguments(parser: argparse.ArgumentParser, rounds: int = 31) -> None:
     parser.add_argument("--rows", default=",".join(ROWS), help=f"rows among {', '.join(ROWS)} (default all)")
 
 
+_BUILDS = 0  # (each ce build's function copy gets a name of its own)
+
+
 def _row_call(row: str, threads: int) -> tuple[Callable[[], object], torch.Tensor | None]:
     """The row's call, built under whatever variant is active, and the output to compare bits of (softmax rows)."""
     if row in ("b", "bs"):
@@ -53,8 +57,16 @@ def _row_call(row: str, threads: int) -> tuple[Callable[[], object], torch.Tenso
         arrays = [t.numpy() for t in inputs]
         return (lambda: exe(*arrays)), None
     if row == "ce":
-        torch._dynamo.reset()
-        fn = torch.compile(case.eager, backend="neuron", dynamic=False, options={"threads": threads})
+        # a copy of the row's function with a code object of its own: TorchDynamo keeps its compiled code on the
+        # code object, so builds of one function shared one cache (and ``torch._dynamo.reset()`` before each build,
+        # as before session 23, left only the last build's: every variant then ran the code of the one built last,
+        # or recompiled outside its variant)
+        global _BUILDS
+        _BUILDS += 1
+        code = case.eager.__code__.replace(co_name=f"{case.eager.__name__}_{_BUILDS}")
+        eager = types.FunctionType(code, case.eager.__globals__, code.co_name, case.eager.__defaults__,
+                                   case.eager.__closure__)
+        fn = torch.compile(eager, backend="neuron", dynamic=False, options={"threads": threads})
         fn(*inputs)
         return (lambda: fn(*inputs)), None
     raise SystemExit(f"unknown row {row!r}: rows are {', '.join(ROWS)}")

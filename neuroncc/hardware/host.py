@@ -289,6 +289,35 @@ class CpuTarget:
         return 8 if self.has("avx512f") else 32
 
     @property
+    def streamed_map_prefetch_pieces(self) -> int:
+        """Pieces ahead that a streamed map stage computing a transcendental per element (``emit.py``'s
+        ``_map_stage``: pieces of ``MEMORY_BURST_LINES`` lines through a stack buffer, written with non-temporal
+        stores; cross-entropy's gradient) prefetches its inputs' lines, a burst before each piece
+        (``prefetch.emit_prefetch_pieces_ahead``); 0: none, the hardware's prefetchers alone. Without AVX-512: 2.
+        Zen 3, cross-entropy's backward kernel [512, 32000] against none, two builds each, interleaved medians of
+        61-101 rounds (``benchmarks/bench_cross_entropy.py --variants pf0,main``, three runs): 0.83-0.93 at 2
+        threads, 0.82-0.88 at 1 (1 piece ahead 0.89-0.97, 3 and 4 as 2); the whole fwd+bwd row through
+        torch.compile 0.956 / 0.977 (``--row``). With AVX-512: 0 (not measured: its code is unchanged).
+        docs/performance-history.md, session 23 softmax23."""
+        return 0 if self.has("avx512f") else 2
+
+    @property
+    def sums_online_exponentials_apart(self) -> bool:
+        """Whether the online log-sum-exp (``codegen/llvm/online.py``) stores each whole chunk's exponentials
+        into a buffer on the stack and sums them in a loop of its own (the same additions in the same order:
+        the same bits) instead of in the exp loop: without AVX-512, where the exp loop's four interleaved chains
+        and the polynomial's constants fill the 16 registers and the four partial sums beside them spilled
+        (Zen 3: 101 instructions per 32 elements, 10 of them stack accesses, 12 broadcasts; session 20 expavx2),
+        as softmax's sum of its row cache is apart (``stages._Reducer._sums_row_cache_apart``). With AVX-512's
+        32 registers the sums fit in the loop: its code is unchanged. Zen 3, cross-entropy's forward kernel
+        [512, 32000] against the sums in the loop, two builds each, interleaved medians of 101-151 rounds
+        (``benchmarks/bench_cross_entropy.py --variants inloop,main``, three runs): 0.959-0.988 at 2 threads,
+        0.962-0.993 at 1 (the exp loop: 93 instructions per 32 elements and no spill, the sum's loop 7 more,
+        against 104 with 8 stack accesses); the whole fwd+bwd row through torch.compile does not resolve it
+        (its runs spread +-5%; docs/performance-history.md, session 23 softmax23)."""
+        return self.vector_registers < 32
+
+    @property
     def polynomial_interleave(self) -> int:
         """Vector iterations a loop computing polynomial math runs side by side (``loop_hints.py``): 4 with AVX2,
         2 with AVX-512, the same 32 float lanes in flight (Zen 4 runs a 512-bit op as two 256-bit halves).

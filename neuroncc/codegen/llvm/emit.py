@@ -37,6 +37,7 @@ from neuroncc.codegen.llvm.online import OnlineMax, online_maxima
 from neuroncc.codegen.llvm.pairs import Pair, pair_ordered_rows, pairs_halfwords
 from neuroncc.codegen.llvm.prefetch import carrier_stage, emit_prefetch_next_row, next_row, rows_to_prefetch
 from neuroncc.codegen.llvm.prefetch import row_lines, rows_written_by_carried_pass, this_row
+from neuroncc.codegen.llvm.prefetch import emit_prefetch_pieces_ahead, streamed_map_inputs
 from neuroncc.codegen.llvm.scalars import (
     I1, I64, PTR, VOID, round_to, storage_itemsize, storage_type, store,
 )
@@ -417,8 +418,13 @@ class KernelEmitter(IndexArithmetic, BufferAccess):
             row = self._entry.alloca(ir.ArrayType(storage_type(target.dtype), piece))
             row.align = CACHE_LINE_BYTES
             rows[target.arg] = row
+        # its inputs a few pieces ahead where the target says so (a compute-bound loop: ``prefetch.py``)
+        pieces_ahead = self.target.streamed_map_prefetch_pieces if burst else 0
+        inputs = streamed_map_inputs(self.plan, stage) if pieces_ahead else ()
 
         def stream(prefix: Index, start: Any, stop: Any) -> None:
+            if inputs:
+                emit_prefetch_pieces_ahead(self, inputs, prefix, start, piece, pieces_ahead)
             with knowing(self, one_hot, False):
                 self.innermost_loop(start, stop, lambda i: self._map_body(stage, prefix + [i], rows, start), stage)
             if one_hot is not None:  # (the correction into the piece's buffer, before it streams out)

@@ -32,14 +32,18 @@ from llvmlite import ir
 from neuroncc.codegen.llvm.context import Ahead, EmitContext
 from neuroncc.codegen.llvm.kernel_plan import Computed, KernelPlan, ReduceStage, RowLoop
 from neuroncc.codegen.llvm.mathlib import math_call
-from neuroncc.codegen.llvm.prefetch import chunk_loop, spread_loop
+from neuroncc.codegen.llvm.prefetch import chunk_elements, chunk_loop, spread_loop
 from neuroncc.codegen.llvm.reductions import COMBINERS, REASSOC
 from neuroncc.codegen.llvm.scalars import F32, F64, I64, storage_itemsize, storage_type
 from neuroncc.codegen.llvm.views import Layout
+from neuroncc.hardware.host import CACHE_LINE_BYTES
 from neuroncc.ir.dtypes import DType
 
 #: Elements of a block: 4 KB of float32, in L1 between the block's max and its exponentials.
 BLOCK = 1024
+#: A whole chunk's exponentials stored into a chunk buffer and summed in a loop of their own where the target
+#: says so (``CpuTarget.sums_online_exponentials_apart``; a switch for one-process A/Bs).
+SUM_CHUNK_APART = True
 
 
 @dataclass(frozen=True)
@@ -143,7 +147,9 @@ def online_total(em: EmitContext, online: OnlineMax, idx: list[Any], out_index: 
             # in chunks of constant length where the target says so (``CpuTarget.online_exp_chunk_lines``)
             chunk_lines = em.target.online_exp_chunk_lines
             if chunk_lines and ahead:
-                chunk_loop(em, lo, hi, add, ahead, chunk_lines)
+                whole_chunk = _cached_then_summed(em, summand, idx, partial, chunk_elements(ahead, chunk_lines)) \
+                    if SUM_CHUNK_APART and em.target.sums_online_exponentials_apart else None
+                chunk_loop(em, lo, hi, add, ahead, chunk_lines, whole_chunk)
             else:
                 spread_loop(em, lo, hi, add, ahead)
             b = em.b
@@ -157,6 +163,30 @@ def online_total(em: EmitContext, online: OnlineMax, idx: list[Any], out_index: 
     final = b.load(running)
     em.store(stage.target, out_index, final)
     return b.select(b.fcmp_ordered("==", final, minus_inf), ir.Constant(F64, math.nan), b.load(total))
+
+
+def _cached_then_summed(em: EmitContext, summand: Any, idx: list[Any], partial: ir.Value, chunk: int) -> Any:
+    """A whole chunk's work from ``start``: its ``chunk`` exponentials into a buffer on the stack (2 KiB with
+    AVX2's chunks: in L1), then their sum into ``partial`` in a loop of its own over the buffer
+    (``CpuTarget.sums_online_exponentials_apart``). LLVM vectorizes the sum's loop as it did the exp loop, 8
+    lanes and 4 partial sums, so its additions are the same in the same order: the same bits
+    (``tests/codegen/test_reductions.py`` compares them)."""
+    buffer = em.alloca(F32, chunk)
+    buffer.align = CACHE_LINE_BYTES  # (whole vectors per line: no store splits a line)
+
+    def whole_chunk(start: Any) -> None:
+        def store(i: Any) -> None:
+            slot = em.b.gep(buffer, [ir.Constant(I64, 0), em.ir_index(em.sub(i, start))], inbounds=True)
+            em.b.store(summand(idx[:-1] + [i]), slot)
+
+        def add(j: Any) -> None:
+            slot = em.b.gep(buffer, [ir.Constant(I64, 0), em.ir_index(j)], inbounds=True)
+            em.b.store(em.b.fadd(em.b.load(partial), em.b.load(slot), flags=REASSOC), partial)
+
+        em.loop(start, em.add(start, chunk), store)
+        em.loop(0, chunk, add)
+
+    return whole_chunk
 
 
 def _next_block(em: EmitContext, source: Layout, idx: list[Any]) -> Ahead:

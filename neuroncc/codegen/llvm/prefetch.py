@@ -4,7 +4,8 @@ A row loop runs its stages one after the other on a row while it is in L1 (softm
 LayerNorm: mean and variance, write). Only the first pass reads the row from memory; while the later passes
 compute, no load misses, so the hardware prefetchers (which follow demand misses) do not fetch the next row
 and the memory system idles, and during the first pass of the next row the cores wait for it. Prefetching
-the next row while this one is computed overlaps the two. (A one-pass loop streams without help; rows longer
+the next row while this one is computed overlaps the two. (A one-pass loop streams without help, except one
+computing a transcendental per element into non-temporal pieces: :func:`emit_prefetch_pieces_ahead`; rows longer
 than ``ROW_MAX_BYTES`` would evict the row being worked on from L1 and are left to the hardware.)
 
 Where the prefetches go depends on the passes:
@@ -211,20 +212,57 @@ def spread_loop(em: EmitContext, lo: Any, hi: Any, body: Callable[[Any], None], 
     em.loop(0, em.div(em.add(em.sub(hi, lo), group - 1), group), one_group)
 
 
+def streamed_map_inputs(plan: KernelPlan, stage: MapStage) -> tuple[Layout, ...]:
+    """The kernel inputs a streamed map stage (``emit.py``'s ``_map_stage``: its output written past the caches in
+    pieces through a stack buffer) reads element for element along its rows: contiguous along the last dim, of
+    the stage's shape (cross-entropy's logits in its gradient; not its per-row max and log-sum)."""
+    params = len(plan.region.params)
+    found = []
+    for value, _ in stage.items:
+        for layout in _read_in_place(plan, value, stage.shape, set()):
+            if layout.arg < params and layout.strides[-1] == 1 and layout not in found:
+                found.append(layout)
+    return tuple(found)
+
+
+def emit_prefetch_pieces_ahead(em: EmitContext, inputs: Sequence[Layout], prefix: Index, start: Any, piece: int,
+                               pieces: int) -> None:
+    """Prefetch (into L1) the lines of the ``piece`` elements ``pieces`` pieces after ``start`` in each of
+    ``inputs`` at ``prefix`` (``CpuTarget.streamed_map_prefetch_pieces``): a burst before each piece of a streamed
+    map stage that computes a transcendental per element."""
+    def ahead(layout: Layout) -> Ahead:
+        def at(i: Any) -> ir.Value:
+            element = em.address(layout, list(prefix) + [i])
+            return em.b.gep(element, [ir.Constant(I64, pieces * piece)], source_etype=storage_type(layout.dtype),
+                            inbounds=False)
+        return Ahead(at, storage_itemsize(layout.dtype))
+
+    _prefetch_lines(em, _prefetch_intrinsic(em.b.module), [ahead(layout) for layout in inputs], start, piece)
+
+
+def chunk_elements(ahead: Sequence[Ahead], lines: int) -> int:
+    """Elements of a chunk of :func:`chunk_loop`: ``lines`` lines of the widest stream of ``ahead``."""
+    return lines * CACHE_LINE_BYTES // max((stream.itemsize for stream in ahead), default=4)
+
+
 def chunk_loop(em: EmitContext, lo: Any, hi: Any, body: Callable[[Any], None], ahead: Sequence[Ahead],
-               lines: int) -> None:
+               lines: int, whole_chunk: Callable[[Any], None] | None = None) -> None:
     """for i in [lo, hi): body(i), as :func:`spread_loop` with groups (chunks) of ``lines`` lines' elements of
     the widest stream of ``ahead``, each a loop of constant length: the vectorizer runs it whole (no remainder
     loop, the loop's constants kept in registers across chunks). The elements after the last whole chunk run in
-    a loop of their own, without prefetches (``CpuTarget.online_exp_chunk_lines``)."""
-    chunk = lines * CACHE_LINE_BYTES // max((stream.itemsize for stream in ahead), default=4)
+    a loop of their own, without prefetches (``CpuTarget.online_exp_chunk_lines``). ``whole_chunk(start)``, when
+    given, emits a whole chunk's work from ``start`` (after its prefetches) instead of the loop of ``body``."""
+    chunk = chunk_elements(ahead, lines)
     prefetch = _prefetch_intrinsic(em.b.module)
     whole = em.div(em.sub(hi, lo), chunk)
 
     def one_chunk(g: Any) -> None:
         start = em.add(lo, em.mul(g, chunk))
         _prefetch_lines(em, prefetch, ahead, start, chunk)
-        em.loop(start, em.add(start, chunk), body)
+        if whole_chunk is None:
+            em.loop(start, em.add(start, chunk), body)
+        else:
+            whole_chunk(start)
 
     em.loop(0, whole, one_chunk)
     em.loop(em.add(lo, em.mul(whole, chunk)), hi, body)
