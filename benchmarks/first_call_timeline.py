@@ -19,7 +19,9 @@ pieces of a neuroncc compile and of the work it leaves to background threads, an
 
 :func:`timeline_rows` gives medians over several runs' spans: start and end (seconds from the first call's start)
 and duration per span, the k-th call of a name on a thread kind counted as its own row ("plan_launch 2" is the
-backward's), LLVM modules summed per graph and tier (count, CPU seconds on the workers, the last one's end).
+backward's), LLVM modules summed per graph and tier (count, the workers' thread CPU seconds in them, the last
+one's end; until session 23 this column summed their wall times, which on a cold call's two busy cores are
+~2.5x their CPU: the forward's two LayerNorm modules read ~110 ms each for ~42 ms of CPU).
 Wrapping costs a few microseconds a call; the numbers are for reading the order and overlap of the pieces, the
 plain first-call columns of ``bench_warm_start.py`` for the totals.
 """
@@ -40,17 +42,21 @@ from typing import Any
 SPANS: list[tuple[str, str, float, float, str]] = []
 
 
-def _wrap(owner: Any, attr: str, name: str, detail: Any = None) -> None:
+def _wrap(owner: Any, attr: str, name: str, detail: Any = None, cpu: bool = False) -> None:
+    """``cpu``: the detail ends with the calling thread's CPU seconds in the call (an LLVM module's wall time on a
+    worker counts the time other threads held the two cores: ~2.5x its CPU time beside the planner)."""
     function = getattr(owner, attr)
 
     @functools.wraps(function)
     def timed(*args: Any, **kwargs: Any) -> Any:
-        begin = time.perf_counter()
+        begin, begin_cpu = time.perf_counter(), time.thread_time() if cpu else 0.0
         try:
             return function(*args, **kwargs)
         finally:
-            SPANS.append((name, threading.current_thread().name, begin, time.perf_counter(),
-                          detail(*args, **kwargs) if detail else ""))
+            text = detail(*args, **kwargs) if detail else ""
+            if cpu:
+                text += f" {time.thread_time() - begin_cpu:.6f}"
+            SPANS.append((name, threading.current_thread().name, begin, time.perf_counter(), text))
 
     setattr(owner, attr, timed)
 
@@ -59,7 +65,7 @@ def _jit(module: Any) -> None:
     def tier(text: str, context: Any, machine: Any, tier: Any) -> str:
         return f"{tier.name} {'helper' if 'define internal' not in text else 'kernel'}"
 
-    _wrap(module, "_compile_module", "LLVM module", tier)
+    _wrap(module, "_compile_module", "LLVM module", tier, cpu=True)
     _wrap(module.KernelCompiler, "finish", "KernelCompiler.finish")
     _wrap(module, "link", "ld")
     _wrap(module, "load_library", "dlopen")
@@ -147,13 +153,13 @@ def timeline_rows(runs: list[list[list[Any]]]) -> list[list[str]]:
             kind = _thread_kind(thread)
             if name == "LLVM module":
                 graph = sum(start >= g for g in graph_starts)
-                tier, what = detail.split()
+                tier, what, cpu_seconds = detail.split()
                 label = f"LLVM {what}s, {tier.lower()}" + (f", graph {graph}" if what == "kernel" else "")
                 if kind == "optimizer":  # the background builds of every graph's quick modules
                     label = f"LLVM {what}s, {tier.lower()} again"
                 key = (label, "workers" if kind.startswith("llvm") else kind)
                 first, last, cpu, count = modules.get(key, (start, end, 0.0, 0))
-                modules[key] = (min(first, start), max(last, end), cpu + end - start, count + 1)
+                modules[key] = (min(first, start), max(last, end), cpu + float(cpu_seconds), count + 1)
                 continue
             if name == "bind_code" and kind != "main":
                 continue  # the cache writer's and the optimizer's: no one waits there
