@@ -218,6 +218,7 @@ OFF_THE_HIT_PATH = {
     "neuroncc.hardware.neuron",  # the NeuronCore tables: read for an NKI target only (hardware.neuron_core)
     "neuroncc.driver.cache_entry",  # the entries the cache CLI lists (CompileCache.list_entries)
     "neuroncc.executors.interpreter_executable",  # the interp target's executable: built or loaded for it only
+    "neuroncc.frontend.compiled_graph_record",  # what the front end keeps of a compile (stats.record_compile)
 }
 
 #: Packages whose modules still import each other in a cycle (none left: keep it empty).

@@ -48,10 +48,12 @@ NEVER_ON_CPU = ("neuroncc.nki", "neuroncc.executors.nki_sim", "neuroncc.codegen.
 NOT_AT_IMPORT = ("torch._functorch.aot_autograd", "torch._functorch.partitioners", "networkx", "llvmlite")
 #: The compile cache's modules a hit does not need when no remote tier is configured: the remote tier's client,
 #: signed bundles (loaded when save_cache_artifacts() exports an entry, not when a hit records it), why a compile
-#: missed, the entries the cache CLI lists, the interp target's executable (tests/test_layering.py's OFF_THE_HIT_PATH:
-#: imported inside the functions that use them; the last two hold dataclasses a hit never makes, ~1.3 ms of import).
+#: missed, the entries the cache CLI lists, the interp target's executable, the front end's record of a compile
+#: (tests/test_layering.py's OFF_THE_HIT_PATH: imported inside the functions that use them; the last three hold
+#: dataclasses a hit never makes, ~2 ms of import).
 OFF_THE_HIT_PATH = ("neuroncc.driver.remote", "neuroncc.driver.bundle", "neuroncc.driver.miss_explanation",
-                    "neuroncc.driver.cache_entry", "neuroncc.executors.interpreter_executable")
+                    "neuroncc.driver.cache_entry", "neuroncc.executors.interpreter_executable",
+                    "neuroncc.frontend.compiled_graph_record")
 #: Signs the entries a hit records for save_cache_artifacts() (driver.portable): the path that loaded bundles.
 ARTIFACTS_KEY = "warm-imports-test-secret-0123456789"
 
