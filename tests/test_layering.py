@@ -216,6 +216,9 @@ OFF_THE_HIT_PATH = {
     "neuroncc.driver.records",  # what a compile did: frontend/stats.py names its type (TYPE_CHECKING) only
     "neuroncc.driver.compile_request",  # a compile's request and result: the cache's compile path imports it
     "neuroncc.hardware.neuron",  # the NeuronCore tables: read for an NKI target only (hardware.neuron_core)
+    "neuroncc.driver.cache_entry",  # the entries the cache CLI lists (CompileCache.list_entries)
+    "neuroncc.executors.interpreter_executable",  # the interp target's executable: built or loaded for it only
+    "neuroncc.frontend.compiled_graph_record",  # what the front end keeps of a compile (stats.record_compile)
 }
 
 #: Packages whose modules still import each other in a cycle (none left: keep it empty).

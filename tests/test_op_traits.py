@@ -376,7 +376,7 @@ def _strided(buffer: np.ndarray, offset: int, shape: tuple[int, ...], strides: t
 
 @pytest.mark.parametrize("name", VIEWS)
 def test_strided_views_are_a_window_on_any_layout_of_their_operand(name):
-    from neuroncc.ir.strides import StridedView, apply_view
+    from neuroncc.ir.view_windows import StridedView, apply_view
 
     operands, attrs = MOVEMENT_SAMPLES[name]
     x = operands[0]
@@ -519,7 +519,7 @@ def test_the_consumers_rule_tables_cover_the_ops_of_their_trait():
     from neuroncc.codegen.llvm.views import VIEW_LAYOUTS
     from neuroncc.codegen.nki.plan import is_transfer
     from neuroncc.codegen.nki.stages import TRANSFERS
-    from neuroncc.ir.strides import WINDOW_RULES
+    from neuroncc.ir.view_windows import WINDOW_RULES
 
     assert set(WINDOW_RULES) == REGISTRY.having(Trait.STRIDED_VIEW)
     assert set(VIEW_LAYOUTS) == REGISTRY.having(Trait.VIEW)

@@ -31,7 +31,7 @@ from neuroncc.driver.cache import CompileCache
 from neuroncc.driver.cache_key import component_differences, compute_key
 from neuroncc.driver.compile import DEFAULT_TARGET, make_request
 from neuroncc.cli import cache_remote, programs
-from neuroncc.executors.executable import InterpreterExecutable
+from neuroncc.executors.interpreter_executable import InterpreterExecutable
 from neuroncc.driver.artifact import read_manifest
 
 EXIT_OK, EXIT_CHECK_FAILED = 0, 1

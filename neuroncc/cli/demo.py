@@ -44,7 +44,8 @@ from neuroncc.driver.process_cache import CacheStats
 from neuroncc.driver.publisher import PUBLISHER
 from neuroncc.executors.cpu.tiers import OPTIMIZER
 import statistics
-from neuroncc.executors.executable import InterpreterExecutable, TARGETS
+from neuroncc.executors.executable import TARGETS
+from neuroncc.executors.interpreter_executable import InterpreterExecutable
 from neuroncc.executors.nki_sim.costs import estimate_costs
 from neuroncc.executors.nki_sim.executable import nki_program
 import neuroncc

@@ -33,7 +33,8 @@ from neuroncc.ir import Function
 from neuroncc.driver.cache import cache_from_environ
 from neuroncc.driver.compile import DEFAULT_TARGET, compile_graph, make_request
 from neuroncc.driver.remote import remote_tier_from_environ
-from neuroncc.executors.executable import InterpreterExecutable, TARGETS
+from neuroncc.executors.executable import TARGETS
+from neuroncc.executors.interpreter_executable import InterpreterExecutable
 from neuroncc.driver.cache import CompileCache
 from neuroncc.driver.process_cache import PROCESS_MEMORY, CacheStats
 from neuroncc.driver.artifact import write_graph

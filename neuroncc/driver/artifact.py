@@ -37,7 +37,7 @@ from neuroncc.driver.strict_json import SchemaError, decode, encode, minimum, pa
 from neuroncc.errors import ArtifactError
 from neuroncc.driver.host_stamp import remembered_host_cpu
 from neuroncc.ir import Function, TensorType, collect_resources, parse, print_function
-from neuroncc.executors.executable import Executable, load_interp_executable
+from neuroncc.executors.executable import Executable
 
 #: Bump when the directory layout or the manifest schema changes; older entries then read as misses.
 #: 2: cpu kernels as one shared library (kernels.so; kernels.a only where the compiling process had no linker)
@@ -81,6 +81,9 @@ def _save_with_method(executable: Executable, directory: Path) -> Sequence[str]:
 
 
 def _load_interp(directory: Path, fn: Function, options: Mapping[str, Any]) -> Executable:
+    # imported for an interp artifact only: a graph cache hit loads cpu artifacts
+    from neuroncc.executors.interpreter_executable import load_interp_executable
+
     return load_interp_executable(directory, fn)
 
 

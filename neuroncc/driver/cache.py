@@ -39,7 +39,6 @@ import tempfile
 import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -70,26 +69,16 @@ from neuroncc.driver.process_cache import CACHE_STATS, PROCESS_MEMORY, CacheStat
 from neuroncc.driver.publisher import PUBLISHER
 
 if TYPE_CHECKING:  # the remote tier and its bundles are imported where a remote tier is used (off a hit's path);
-    # a compile's request and result where the cache compiles (driver/compile_request.py)
+    # a compile's request and result where the cache compiles (driver/compile_request.py); the CLI's listing's
+    # entries where it lists them (driver/cache_entry.py)
     from neuroncc.driver.bundle import Bundle
+    from neuroncc.driver.cache_entry import CacheEntry
     from neuroncc.driver.compile_request import CacheOutcome, CompileFunction, CompileRequest, CompileResult
     from neuroncc.driver.remote import RemoteTier
 
 CACHE_DIR_VARIABLE = "NEURONCC_CACHE_DIR"
 DISABLE_VARIABLE = "NEURONCC_DISABLE_CACHE"
 DEFAULT_CACHE_DIR = "~/.cache/neuroncc"
-
-
-@dataclass(frozen=True, slots=True)
-class CacheEntry:
-    """One entry as ``neuroncc cache list/verify`` sees it; ``problem`` is None for a readable manifest."""
-
-    key: str
-    directory: Path
-    manifest: Manifest | None
-    problem: str | None
-    size: int
-    modified: float  # st_mtime of the entry directory
 
 
 class CompileCache:
@@ -469,6 +458,8 @@ class CompileCache:
 
     def list_entries(self) -> list[CacheEntry]:
         """Every entry, its manifest read and checked (files are not hashed: see :meth:`verify_entry`)."""
+        from neuroncc.driver.cache_entry import CacheEntry  # the CLI's: off a graph cache hit's path
+
         PUBLISHER.flush()  # this process's entries still being written are listed too
         found = []
         with contextlib.suppress(FileNotFoundError):

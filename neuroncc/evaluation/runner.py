@@ -26,6 +26,7 @@ from neuroncc.evaluation.report import (
 )
 from neuroncc.executors.tracing import TimelineRecorder, installed
 from neuroncc.frontend import stats
+from neuroncc.frontend.compiled_graph_record import CompiledGraphRecord
 
 SGD_LR = 1e-2
 
@@ -243,7 +244,7 @@ def _kernel_timeline(compiled: Any, ours: Any, args: tuple[Any, ...], train: boo
             for s in sorted(recorder.steps, key=lambda s: s.start_us)]
 
 
-def _compile_time(first_call: float, records: list[stats.CompiledGraphRecord], run_seconds: float) -> CompileTime:
+def _compile_time(first_call: float, records: list[CompiledGraphRecord], run_seconds: float) -> CompileTime:
     passes = sum(r.record.passes_total for r in records)
     codegen = sum(r.record.codegen_seconds for r in records)
     cache = sum(r.record.cache_seconds for r in records)

@@ -12,15 +12,12 @@ the NKI simulator and code generator only when the nki-sim target does).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
 
 from neuroncc.errors import NeuronccError
-from neuroncc.ir import Function, interpret
-from neuroncc.executors.tracing import StepInfo, active_tracer
+from neuroncc.ir import Function
 
 
 class Executable(Protocol):
@@ -31,35 +28,9 @@ class Executable(Protocol):
     def __call__(self, *inputs: np.ndarray) -> list[np.ndarray]: ...
 
 
-@dataclass
-class InterpreterExecutable:
-    """The ``interp`` target: runs the graph with the numpy reference interpreter."""
-
-    function: Function
-    stats: dict[str, int] = field(default_factory=dict)
-
-    def __call__(self, *inputs: np.ndarray) -> list[np.ndarray]:
-        tracer = active_tracer()
-        if tracer is None:
-            return interpret(self.function, inputs)
-        with tracer.step(StepInfo(self.function.name, "graph", self.function.name)):
-            return interpret(self.function, inputs)
-
-    def save(self, directory: Path) -> list[str]:
-        """Write this executable's own artifact files into ``directory``; returns their names.
-
-        The interpreter runs the graph itself, and the artifact layer already writes the graph for every
-        target (``graph.nir`` + ``constants.npz``, see :mod:`neuroncc.driver.artifact`): nothing to add.
-        """
-        return []
-
-
-def load_interp_executable(directory: Path, fn: Function) -> InterpreterExecutable:
-    """The ``interp`` executable of an artifact directory whose graph (already read and verified) is ``fn``."""
-    return InterpreterExecutable(fn)
-
-
 def _build_interp(fn: Function, options: Mapping[str, Any]) -> Executable:
+    from neuroncc.executors.interpreter_executable import InterpreterExecutable  # off a graph cache hit's path
+
     return InterpreterExecutable(fn)
 
 

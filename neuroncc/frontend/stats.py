@@ -22,6 +22,7 @@ from neuroncc.ir import Category
 
 if TYPE_CHECKING:  # the records come from a compile: a graph cache hit makes none, nor imports them
     from neuroncc.driver.records import CompileRecord
+    from neuroncc.frontend.compiled_graph_record import CompiledGraphRecord
 
 #: Every counter, with what it counts. ``stats()`` always returns all of them.
 COUNTERS: Mapping[str, str] = {
@@ -51,14 +52,6 @@ _counters: Counter[str] = Counter()
 _fallback_ops: Counter[str] = Counter()
 _fallback_sites: dict[str, list[str]] = {}  # op -> the user's file:line of each node (as far as known)
 _compiles: list[CompiledGraphRecord] = []
-
-
-@dataclass(frozen=True)
-class CompiledGraphRecord:
-    """A graph the front end compiled: the driver's record plus the time spent importing the FX graph to IR."""
-
-    record: CompileRecord
-    import_seconds: float
 
 
 @dataclass(frozen=True)
@@ -161,6 +154,8 @@ def get_fallback_sites() -> dict[str, list[str]]:
 
 def record_compile(record: CompileRecord, import_seconds: float) -> None:
     """Keep the driver's record of one compiled graph (``compile_records()`` returns them)."""
+    from neuroncc.frontend.compiled_graph_record import CompiledGraphRecord  # a compile's: off a hit's path
+
     with _lock:
         _compiles.append(CompiledGraphRecord(record, import_seconds))
 

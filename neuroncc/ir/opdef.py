@@ -63,7 +63,7 @@ class Trait(enum.Enum):
     #: are operand 0's elements at positions the attributes alone fix (reshape, permute, slice, split, ...).
     VIEW = "view"
     #: A VIEW with one result that is a strided window (shape, strides, offset) on any strided operand,
-    #: unless a reshape merges dims that are not laid out contiguously (:mod:`neuroncc.ir.strides`).
+    #: unless a reshape merges dims that are not laid out contiguously (:mod:`neuroncc.ir.view_windows`).
     #: These stay at the top level and in kernel operands as views. (split has several results;
     #: as_strided indexes the operand's logical row-major order, so only a contiguous operand is a window.)
     STRIDED_VIEW = "strided-view"

@@ -27,7 +27,7 @@ from neuroncc.passes.kernels import check_kernel_contract
 from neuroncc.passes.manager import Pass, PassContext
 from neuroncc.passes.rewrite import dce, named
 from neuroncc.ir.signs import facts_for
-from neuroncc.ir.strides import view_chain_layout
+from neuroncc.ir.view_windows import view_chain_layout
 
 
 @dataclass(frozen=True)

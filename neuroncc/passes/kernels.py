@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 from neuroncc.errors import PassError
 from neuroncc.ir import REGISTRY, Category, Function, Op, Trait
-from neuroncc.ir.strides import aliases_operand, view_chain_layout
+from neuroncc.ir.strides import aliases_operand
+from neuroncc.ir.view_windows import view_chain_layout
 
 
 def _category(op: Op) -> Category:

@@ -22,7 +22,8 @@ from neuroncc.ir import Category, Function, Op, TensorType, Trait, Value
 from neuroncc.passes.kernels import kernel_domain, reduced_domain_dims, region_matmul
 from neuroncc.passes.manager import Pass, PassContext
 from neuroncc.passes.rewrite import Replacement, Rule, Site, map_regions, rewrite_to_fixed_point
-from neuroncc.ir.strides import reinterpreted_strides, view_chain_layout
+from neuroncc.ir.strides import reinterpreted_strides
+from neuroncc.ir.view_windows import view_chain_layout
 
 
 def fold_transpose_into_matmul(site: Site) -> Replacement:

@@ -43,7 +43,7 @@ from neuroncc.hardware.neuron import (
 from neuroncc.errors import PassError
 from neuroncc.ir import Function, Op, Value
 from neuroncc.passes.kernels import contraction_size, is_free, reduced_domain_dims, region_matmul
-from neuroncc.ir.strides import StridedView, view_chain_layout
+from neuroncc.ir.view_windows import StridedView, view_chain_layout
 
 #: Share of the SBUF one loop iteration's tiles may take (the rest lets the next iteration's loads run ahead).
 SBUF_SHARE = 0.5

@@ -5,7 +5,7 @@ import torch
 from neuroncc.examples.classifier import ClassifierConfig, build_example, make_batch
 from neuroncc.frontend.exported import call_eager, import_inference, load_program, program_inputs, trace_training
 from neuroncc.ir import print_function
-from neuroncc.executors.executable import InterpreterExecutable
+from neuroncc.executors.interpreter_executable import InterpreterExecutable
 from neuroncc.frontend.serving import CompiledProgram
 
 

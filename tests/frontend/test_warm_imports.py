@@ -48,8 +48,16 @@ NEVER_ON_CPU = ("neuroncc.nki", "neuroncc.executors.nki_sim", "neuroncc.codegen.
 NOT_AT_IMPORT = ("torch._functorch.aot_autograd", "torch._functorch.partitioners", "networkx", "llvmlite")
 #: The compile cache's modules a hit does not need when no remote tier is configured: the remote tier's client,
 #: signed bundles (loaded when save_cache_artifacts() exports an entry, not when a hit records it), why a compile
-#: missed (tests/test_layering.py's OFF_THE_HIT_PATH: imported inside the functions that use them).
-OFF_THE_HIT_PATH = ("neuroncc.driver.remote", "neuroncc.driver.bundle", "neuroncc.driver.miss_explanation")
+#: missed, the entries the cache CLI lists, the interp target's executable, the front end's record of a compile
+#: (tests/test_layering.py's OFF_THE_HIT_PATH: imported inside the functions that use them), and the view ops'
+#: windows (ir/view_windows.py: the passes'); the last four hold dataclasses a hit never makes, ~2.5 ms of import.
+OFF_THE_HIT_PATH = ("neuroncc.driver.remote", "neuroncc.driver.bundle", "neuroncc.driver.miss_explanation",
+                    "neuroncc.driver.cache_entry", "neuroncc.executors.interpreter_executable",
+                    "neuroncc.frontend.compiled_graph_record", "neuroncc.ir.view_windows")
+#: Classes a graph cache hit never makes, once defined in modules it loads (each dataclass ~0.4-0.9 ms of an
+#: import: docs/performance-history.md, session 23 hit23): the interp target's executable, the cache CLI's entry,
+#: the front end's record of a compile, the view ops' windows. By name, wherever they are defined.
+NEVER_MADE_BY_A_HIT = ("InterpreterExecutable", "CacheEntry", "CompiledGraphRecord", "StridedView")
 #: Signs the entries a hit records for save_cache_artifacts() (driver.portable): the path that loaded bundles.
 ARTIFACTS_KEY = "warm-imports-test-secret-0123456789"
 
@@ -66,6 +74,11 @@ def _run(python: WarmPython, mode: str, cache_dir: Path) -> dict:
     return json.loads(completed.stdout.strip().splitlines()[-1])
 
 
+def _defined(report: dict, classes: tuple[str, ...]) -> list[str]:
+    """The classes of ``classes`` (by name) that a module the child had loaded defines."""
+    return [c for c in report["classes"] if c.rsplit(".", 1)[1] in classes]
+
+
 def _loaded(report: dict, names: tuple[str, ...]) -> list[str]:
     """The modules of ``names`` (or below them) that the child had loaded."""
     modules = report["modules"]
@@ -75,6 +88,7 @@ def _loaded(report: dict, names: tuple[str, ...]) -> list[str]:
 def test_importing_the_backend_loads_no_compiler(warm_python, tmp_path):
     report = _run(warm_python, "backend", tmp_path)
     assert _loaded(report, NOT_AT_IMPORT + COMPILE_ONLY + NEVER_ON_CPU + OFF_THE_HIT_PATH) == []
+    assert _defined(report, NEVER_MADE_BY_A_HIT) == []
 
 
 def test_a_graph_cache_hit_loads_no_compiler(warm_python, tmp_path):
@@ -85,6 +99,8 @@ def test_a_graph_cache_hit_loads_no_compiler(warm_python, tmp_path):
     assert warm["stats"]["graph_cache_hits"] == 1 and warm["stats"]["aot_autograd_runs"] == 0
     assert warm["stats"]["cache_misses"] == 0
     assert _loaded(warm, COMPILE_ONLY + NEVER_ON_CPU + OFF_THE_HIT_PATH) == []
+    assert _defined(warm, NEVER_MADE_BY_A_HIT) == []
+    assert {c.rsplit(".", 1)[1] for c in _defined(cold, NEVER_MADE_BY_A_HIT)} >= {"CompiledGraphRecord", "StridedView"}
     assert "neuroncc.driver.portable" in warm["modules"]  # the hit recorded its entries for save_cache_artifacts()
     assert _loaded(cold, NEVER_ON_CPU) == []
 

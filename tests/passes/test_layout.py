@@ -6,7 +6,8 @@ from hypothesis import given
 
 from neuroncc.ir import Builder, DType, TensorType, parse
 from neuroncc.passes import ChooseLayouts, run_pipeline
-from neuroncc.ir.strides import StridedView, apply_view, reshape_strides
+from neuroncc.ir.strides import reshape_strides
+from neuroncc.ir.view_windows import StridedView, apply_view
 from neuroncc.testing import models
 from neuroncc.testing.random_graphs import graphs
 from neuroncc.testing.semantics import assert_pass_preserves_semantics

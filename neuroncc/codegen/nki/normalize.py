@@ -13,7 +13,7 @@ from __future__ import annotations
 from neuroncc.codegen.nki.conv import decompose_convolutions
 from neuroncc.ir import REGISTRY, Category, Function, Op, Trait, Value
 from neuroncc.passes.rewrite import named
-from neuroncc.ir.strides import StridedView, apply_view
+from neuroncc.ir.view_windows import StridedView, apply_view
 
 
 def _slice(source: Value, result: Value, dim: int, start: int, size: int) -> Op:

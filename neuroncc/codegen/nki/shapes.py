@@ -21,7 +21,7 @@ from functools import lru_cache
 
 from neuroncc.ir import Op, Value
 from neuroncc.ir.types import contiguous_strides
-from neuroncc.ir.strides import StridedView, view_chain_layout
+from neuroncc.ir.view_windows import StridedView, view_chain_layout
 
 
 @dataclass(frozen=True, slots=True)
