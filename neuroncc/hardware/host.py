@@ -59,12 +59,6 @@ ALIAS_WINDOW_BYTES = 256
 #: of 64-512 KiB outputs and inputs, milliseconds per step) 0.73x -> 0.90x eager's time (session 13, 1 thread).
 PLACED_OUTPUT_MIN_BYTES = 1 << 20
 
-#: Bytes of an x86-64 / Linux base page: the unit a first touch of fresh anonymous memory faults in.
-PAGE_BYTES = 4096
-#: Bytes of a transparent huge page (x86-64's 2 MiB pages): numpy asks for them (``madvise``) on arrays of 4 MiB and
-#: more, the launcher's arenas among them, and one first touch faults in (and zeroes) the whole page.
-HUGE_PAGE_BYTES = 2 << 20
-
 
 def placement_shift(base: int, inputs: Iterable[int]) -> int:
     """Bytes to skip from ``base`` (a cache-line-aligned allocation one alias period longer than needed) so that

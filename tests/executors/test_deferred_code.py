@@ -167,38 +167,3 @@ def test_waiting_for_pending_builds_returns_at_once_when_there_are_none():
     start = time.perf_counter()
     deferred_code.wait_for_pending()
     assert time.perf_counter() - start < 1.0
-
-
-def test_the_first_call_touches_its_arenas_pages_while_it_waits_for_the_code_and_stops_when_the_code_is_there(
-        rng, monkeypatch):
-    from neuroncc.executors.cpu import launcher
-
-    touched = []
-
-    def record(memory, done):
-        touched.append((memory, done()))
-        return 0
-
-    monkeypatch.setattr(launcher, "touch_pages_until", record)
-    fn = _sum_and_exp()
-    build_cpu_executable(fn)(*_inputs(rng))
-    assert not touched, "a waited build has its code: nothing to wait for"
-    _slow_compiles(monkeypatch, 0.2)
-    deferred = build_cpu_executable(fn, GRAPH_BUILD)
-    deferred(*_inputs(rng))
-    deferred(*_inputs(rng))
-    assert len(touched) == 1 and touched[0][0] is deferred._arena and touched[0][1] is False, \
-        "touched once, while the code was still pending"
-
-
-def test_touching_pages_writes_one_byte_a_page_a_huge_page_at_a_time_until_told_to_stop():
-    from neuroncc.executors.cpu.buffers import touch_pages_until
-    from neuroncc.hardware.host import HUGE_PAGE_BYTES, PAGE_BYTES
-
-    memory = np.full(2 * HUGE_PAGE_BYTES + 3 * PAGE_BYTES, 7, dtype=np.uint8)
-    assert touch_pages_until(memory, lambda: False) == memory.nbytes
-    assert (memory[::PAGE_BYTES] == 0).all() and (memory[1::PAGE_BYTES] == 7).all()
-    memory[:] = 7
-    checks = iter([False, True])
-    assert touch_pages_until(memory, lambda: next(checks)) == HUGE_PAGE_BYTES, "one huge page, then done"
-    assert (memory[:HUGE_PAGE_BYTES:PAGE_BYTES] == 0).all() and (memory[HUGE_PAGE_BYTES:] == 7).all()

@@ -4,13 +4,11 @@ layouts the arrays a call returns have."""
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Callable
 
 import numpy as np
 
 from neuroncc.codegen.llvm.launch_plan import ALIGN, BufferKind
-from neuroncc.hardware.host import ALIAS_PERIOD_BYTES, HUGE_PAGE_BYTES, PAGE_BYTES, PLACED_OUTPUT_MIN_BYTES, \
-    placement_shift
+from neuroncc.hardware.host import ALIAS_PERIOD_BYTES, PLACED_OUTPUT_MIN_BYTES, placement_shift
 from neuroncc.ir.dtypes import DType
 from neuroncc.ir.types import contiguous_strides, storage_extent
 
@@ -82,18 +80,6 @@ def placed_empty(extent: int, dtype: np.dtype, near: list[int]) -> tuple[np.ndar
             array, address = raw[start:start + nbytes].view(dtype), data_address(raw) + start
         near.append(address)
     return array, address
-
-
-def touch_pages_until(memory: np.ndarray, done: Callable[[], bool]) -> int:
-    """Write a zero byte to each page of ``memory`` (1-d uint8), a huge page's length at a time, until ``done()``
-    says stop or the end; the bytes covered. For scratch memory nothing reads before writing (an arena): its
-    first touch (page faults, huge pages zeroed, compaction) then happens here, where a thread has nothing else
-    to do, instead of inside the kernels' first call."""
-    covered = 0
-    while covered < memory.nbytes and not done():
-        memory[covered:covered + HUGE_PAGE_BYTES:PAGE_BYTES] = 0
-        covered += HUGE_PAGE_BYTES
-    return min(covered, memory.nbytes)
 
 
 def flat_view(array: np.ndarray, extent: int) -> np.ndarray:

@@ -54,7 +54,6 @@ from neuroncc.executors.cpu.buffers import flat_view as _flat
 from neuroncc.executors.cpu.buffers import placed_empty as _placed_empty
 from neuroncc.executors.cpu.buffers import storage_dtype as _storage_dtype
 from neuroncc.executors.cpu.buffers import strided_view as _view
-from neuroncc.executors.cpu.buffers import touch_pages_until
 from neuroncc.executors.cpu.extern import run_extern
 from neuroncc.executors.cpu.extern_library import LIBRARY_CALLS, run_library
 from neuroncc.executors.cpu.build_options import QUICK_MODULES, compile_workers, memory_plan, quick_first, \
@@ -112,13 +111,11 @@ class CpuExecutable:
             # build of a quick executable (tiers.py), or one whose calls follow the other's (sharing_arena);
             # one lock, so their calls never overlap in it
             self._lock, self._arena = arena_of._lock, arena_of._arena[:plan.arena_bytes]
-            self._arena_untouched = False
         else:
             self._lock = threading.Lock()
             self._arena = np.empty(plan.arena_bytes + ALIGN, dtype=np.uint8)
             shift = (-self._arena.ctypes.data) % ALIGN
             self._arena = self._arena[shift:shift + plan.arena_bytes]
-            self._arena_untouched = True  # no call has run in it yet: bind_code may touch its pages first
         self.error = ErrorFlag()
         self._static_flats: dict[int, np.ndarray] = {}
         self._constants: dict[tuple[int, int], np.ndarray] = {}
@@ -195,12 +192,6 @@ class CpuExecutable:
             pending = self.code_pending
             if pending is None:  # another thread bound it meanwhile
                 return
-            if self._arena_untouched and not pending.done():
-                # waiting for the code: the arena's first touch here (its huge pages faulted in and zeroed,
-                # compaction included: 46 ms for f2's 21 + 25 MB arenas), not in the kernels' first call; never
-                # past the code's arrival (docs/performance-history.md, session 23 firstcall23)
-                touch_pages_until(self._arena, pending.done)
-            self._arena_untouched = False
             module = pending.result()
             record_code(self.plan, module)
             self.module = module
