@@ -101,10 +101,8 @@ def package_digest(package_dir: Path, stamp_root: Path | None = None, settle_ns:
     key = (str(package_dir), _stats_digest(stats))
     path = None if stamp_root is None else stamp_path(stamp_root, package_dir)
     digest = None if path is None else read_stamp(path, package_dir, stats)
-    if digest is not None:
-        stamped = True
-    else:
-        stamped = False
+    stamped = digest is not None
+    if not stamped:
         with _DIGESTS_LOCK:
             digest = _DIGESTS.get(key) if settled else None
         if digest is None:
