@@ -62,7 +62,7 @@ def test_rows_split_at_their_target_give_the_unsplit_bits(rows, classes, monkeyp
               np.full((rows, 1), 4.0, np.float32)]
     _, got = run_both(fn, inputs)
     monkeypatch.setattr(one_hot_rows, "find_one_hot", lambda *args, **kwargs: None)
-    monkeypatch.setattr("neuroncc.codegen.llvm.emit.find_one_hot", lambda *args, **kwargs: None)
+    monkeypatch.setattr("neuroncc.codegen.llvm.map_stages.find_one_hot", lambda *args, **kwargs: None)
     unsplit = build_cpu_executable(fn, {"threads": 2})(*inputs)
     np.testing.assert_array_equal(got[0].view(np.int32), unsplit[0].view(np.int32))
     picked = [(r, int(t)) for r, t in enumerate(inputs[1]) if 0 <= t < classes]

@@ -213,7 +213,7 @@ def spread_loop(em: EmitContext, lo: Any, hi: Any, body: Callable[[Any], None], 
 
 
 def streamed_map_inputs(plan: KernelPlan, stage: MapStage) -> tuple[Layout, ...]:
-    """The kernel inputs a streamed map stage (``emit.py``'s ``_map_stage``: its output written past the caches in
+    """The kernel inputs a streamed map stage (``map_stages.py``'s ``_map_stage``: its output written past the caches in
     pieces through a stack buffer) reads element for element along its rows: contiguous along the last dim, of
     the stage's shape (cross-entropy's logits in its gradient; not its per-row max and log-sum)."""
     params = len(plan.region.params)

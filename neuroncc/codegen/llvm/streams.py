@@ -22,7 +22,7 @@ STREAM_PIECE_BYTES = CACHE_LINE_BYTES
 def streams(em: Any, target: Layout, block: int) -> bool:
     """Large, aligned, contiguous outputs are written with non-temporal stores when the kernel's data does
     not fit in the last-level cache (``CpuTarget.streams_outputs``): no read-for-ownership traffic, and
-    they would not stay in cache anyway (``block``: as in ``KernelEmitter._map_stage``). Not the rows a
+    they would not stay in cache anyway (``block``: as in ``MapStages._map_stage``). Not the rows a
     compute-bound pass prefetched for writing (``prefetch.rows_written_by_carried_pass``): those are owned in L1;
     nor an output written over a parameter (``KernelPlan.overwrites``): the stage has just read each line it
     writes, and a non-temporal store to a cached line evicts it (ReLU's backward in place: 10% slower)."""

@@ -1,0 +1,171 @@
+"""Map stages of a kernel's phases, as the kernel emitter makes them: a mixin of
+:class:`~neuroncc.codegen.llvm.emit.KernelEmitter` (as :class:`~neuroncc.codegen.llvm.buffer_access.BufferAccess`
+is), which supplies the builder and loops (``b``, ``loop``, ``nest``), values (``value_at``), stores, the row
+caches and the pair of 16-bit elements being emitted (``_pair``, ``pairs.py``).
+
+A map stage's loop nest writes its outputs element by element; outputs that would not stay in cache are written
+in pieces through a stack buffer with non-temporal stores (``streams.py``), and a stage whose last dim is read or
+written as 16-bit data loops over element pairs (``pairs.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from llvmlite import ir
+
+from neuroncc.codegen.llvm.context import Index
+from neuroncc.codegen.llvm.kernel_plan import MapStage, Stage
+from neuroncc.codegen.llvm.one_hot_rows import emit_correction, emit_split_rows, find_one_hot, knowing
+from neuroncc.codegen.llvm.pairs import Pair, pairs_halfwords
+from neuroncc.codegen.llvm.prefetch import emit_prefetch_pieces_ahead, streamed_map_inputs
+from neuroncc.codegen.llvm.scalars import I64, storage_itemsize, storage_type, store
+from neuroncc.codegen.llvm.streams import emit_stream_row, stream_bytes, streams
+from neuroncc.codegen.llvm.views import Layout
+from neuroncc.hardware.host import CACHE_LINE_BYTES, MEMORY_BURST_LINES
+from neuroncc.ir.dtypes import DType
+from neuroncc.ir.graph import Value
+from neuroncc.ir.opdef import Trait
+
+#: Outputs that ``streams.streams`` would write with non-temporal stores are written so unless each element of
+#: the map stage computes this many transcendental functions: such a stage is compute-bound, and
+#: the stack-buffer round trip costs more than the read-for-ownership it saves (gelu(x*w+b)*sigmoid(x) on
+#: [4096, 1024], 2 threads: 1.96 ms streamed, 1.76 ms with plain stores).
+STREAM_MAX_TRANSCENDENTALS = 2
+
+
+class MapStages:
+    """The loop nests of map stages: whole, split by one-hot rows, or streamed in pieces."""
+
+    def _map_stage(self, stage: MapStage, ranges: list[tuple[Any, Any]], block: int) -> None:
+        """The nest of a map stage over ``ranges``; ``block``: the length of its last range when it is a block
+        of the last dim (0: the whole dim)."""
+        streamed = [t for _, t in stage.items if streams(self, t, block)]
+        transcendentals = self._transcendentals([v for v, _ in stage.items]) if streamed else 0
+        if transcendentals >= STREAM_MAX_TRANSCENDENTALS:
+            streamed = []
+        one_hot = find_one_hot(self.plan, stage, ranges, self._generated_op,
+                               keeps_rows=self._stage_number in self._row_cache.values())
+        if (not streamed or not ranges or ranges[-1][1] is None) and one_hot is None:
+            self.stage_nest(stage, ranges, lambda idx: self._map_body(stage, idx, {}))
+            return
+        if not streamed:
+            emit_split_rows(self, stage, one_hot, ranges, lambda idx: self._map_body(stage, idx, {}))
+            return
+        lo, hi = ranges[-1]
+        length = block or stage.shape[-1]
+        # Each piece of a row, one vector of the narrowest streamed output (whole vectors of every output), is
+        # computed into a stack buffer with plain stores, then stored to the output with aligned non-temporal
+        # vector stores: no read-for-ownership of the output lines. The piece is one vector iteration of the
+        # loop vectorizer, so LLVM keeps the buffer in registers and stores each result with `vmovntps` as it is
+        # computed. (16 KiB pieces, before, wrote bursts of lines between the compute loops and stalled the core on
+        # its write-combining buffers: Zen 3 [8192, 1024] x*w+b 71% -> 90% of the copy roofline, LayerNorm 60% ->
+        # 67%, RMSNorm 75% -> 83%, 2 threads; pieces of a line went through the stack in bf16 LayerNorm's loop.)
+        # A stage computing a transcendental per element streams pieces of ``MEMORY_BURST_LINES`` lines: its loop
+        # is compute-bound, and a one-vector piece left nothing for the math's interleaving (``loop_hints.py``) to
+        # interleave (Zen 3, cross-entropy fwd+bwd [512, 32000]: 6% slower at 2 threads, 19% at 1).
+        burst = transcendentals > 0
+        itemsizes = [storage_itemsize(t.dtype) for t in streamed]
+        piece = min(length, MEMORY_BURST_LINES * CACHE_LINE_BYTES // max(itemsizes) if burst
+                    else stream_bytes(self.target) // min(itemsizes))
+        rows = {}
+        for target in streamed:
+            row = self._entry.alloca(ir.ArrayType(storage_type(target.dtype), piece))
+            row.align = CACHE_LINE_BYTES
+            rows[target.arg] = row
+        # its inputs a few pieces ahead where the target says so (a compute-bound loop: ``prefetch.py``)
+        pieces_ahead = self.target.streamed_map_prefetch_pieces if burst else 0
+        inputs = streamed_map_inputs(self.plan, stage) if pieces_ahead else ()
+
+        def stream(prefix: Index, start: Any, stop: Any) -> None:
+            if inputs:
+                emit_prefetch_pieces_ahead(self, inputs, prefix, start, piece, pieces_ahead)
+            with knowing(self, one_hot, False):
+                self.innermost_loop(start, stop, lambda i: self._map_body(stage, prefix + [i], rows, start), stage)
+            if one_hot is not None:  # (the correction into the piece's buffer, before it streams out)
+                emit_correction(self, stage, one_hot, prefix, start, stop,
+                                lambda idx: self._map_body(stage, idx, rows, start))
+            for target in streamed:
+                emit_stream_row(self, rows[target.arg], target, prefix + [start], self.sub(stop, start))
+
+        def body(prefix: Index) -> None:
+            if piece == length:
+                stream(prefix, lo, hi)
+            else:
+                # static bursts where every block's are whole (a bounded one got a remainder loop, a scalar tail
+                # and the math's constants loaded again per burst: cross-entropy's gradient 20% slower)
+                whole = not burst or (length % piece == 0 and stage.shape[-1] % piece == 0)
+
+                def one_piece(k: Any) -> None:
+                    start = self.add(lo, self.mul(k, piece))
+                    stream(prefix, start, self.add(start, piece) if whole else self.min(self.add(start, piece), hi))
+
+                # whole vector pieces (rows and blocks are whole lines); a row's last block may end in a shorter burst
+                self.loop(0, self.div(self.add(self.sub(hi, lo), piece - 1 if burst else 0), piece), one_piece)
+            self._streamed = True
+
+        self.nest(ranges[:-1], body)
+
+    def _map_body(self, stage: MapStage, idx: Index, rows: dict, lo: Any = 0) -> None:
+        for value, target in stage.items:
+            result = self.value_at(value, idx)
+            if target.arg in rows:
+                def slot(i: Any, row: ir.Value = rows[target.arg]) -> ir.Value:
+                    return self.b.gep(row, [ir.Constant(I64, 0), self.ir_index(self.sub(i, lo))], inbounds=True)
+
+                pair = self._pair
+                half = pair.half(self.form(idx[-1])) if pair is not None and target.dtype is DType.i16 else None
+                if half is None:
+                    store(self.b, result, slot(idx[-1]), target.dtype)
+                else:  # (the row buffer: contiguous, one pair of it per iteration)
+                    self._store_half(("row", target.arg), slot(pair.even), result, half)
+            else:
+                self.store(target, idx, result)
+
+    def stage_nest(self, stage: Stage, ranges: list[tuple[Any, Any]], body: Callable[[Index], None]) -> None:
+        """``nest(ranges, body)`` whose innermost loop is the stage's :meth:`innermost_loop` when that runs over
+        element pairs (else the same nest as ever)."""
+        if not ranges or ranges[-1][1] is None or not pairs_halfwords(self.plan, stage):
+            self.nest(ranges, body)
+            return
+        lo, hi = ranges[-1]
+        self.nest(ranges[:-1], lambda prefix: self.innermost_loop(lo, hi, lambda i: body(prefix + [i]), stage))
+
+    def innermost_loop(self, lo: Any, hi: Any, body: Callable[[Any], None], stage: Stage) -> None:
+        """for i in [lo, hi): body(i), the loop over ``stage``'s last dim: over element pairs, body(2k) then
+        body(2k + 1) per iteration, when the stage reads or writes 16-bit data along that dim and the extent is
+        even (``pairs.py``; the loads and stores of a pair's halves then share 32-bit words)."""
+        extent = self._static_extent(lo, hi)
+        if self._pair is not None or not extent or extent % 2 or not pairs_halfwords(self.plan, stage):
+            self.loop(lo, hi, body)
+            return
+
+        def pair(k: Any) -> None:
+            even = self.add(lo, self.mul(k, 2))
+            odd = self.add(even, 1)
+            self._pair = Pair(even, odd, self.form(even), self.form(odd))
+            body(even)
+            body(odd)
+            for pointer, value in self._pair.pending.values():  # an even half whose odd half was not stored
+                self.b.store(value, pointer)
+            self._pair = None
+
+        self.loop(0, extent // 2, pair)
+
+    def _transcendentals(self, values: list[Value]) -> int:
+        """How many transcendental functions computing ``values`` at one index evaluates (shared operands
+        once; loaded and row-cached values are free)."""
+        seen: set[Value] = set()
+        pending, count = list(values), 0
+        while pending:
+            value = pending.pop()
+            if value in seen:
+                continue
+            seen.add(value)
+            access = self.plan.access.get(value)
+            if access is None or isinstance(access, Layout) or self._loads_row_cache(value):
+                continue
+            count += access.op.has(Trait.TRANSCENDENTAL)
+            pending += access.op.operands
+        return count
