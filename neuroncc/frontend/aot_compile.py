@@ -1,7 +1,7 @@
 """A graph cache miss: AOTAutograd with neuroncc's compilers, for a TorchDynamo graph with static sizes.
 
     compile_with_aot_autograd(gm, inputs, ...) = AOTAutograd (our decomposition table, the min-cut partitioner
-        after marking random states; SDPA backend per target: lower_attention)
+        after marking random states and merging common subexpressions; SDPA backend per target: lower_attention)
         -> AtenCompilers: forward / backward / inference aten graphs -> compile_aten_graph (FX -> IR -> driver)
         -> the graph cache's recorder hears each compiled graph and publishes the entry
 
@@ -20,7 +20,6 @@ import torch
 import torch.fx as fx
 from torch._dynamo.backends.common import aot_autograd
 from torch._functorch._aot_autograd.utils import make_boxed_func
-from torch._functorch.partitioners import min_cut_rematerialization_partition
 
 from neuroncc.executors.cpu import helper_start
 from neuroncc.frontend import graph_cache, stats
@@ -29,6 +28,7 @@ from neuroncc.frontend.boundary import HostDevice
 from neuroncc.frontend.compiled import CompiledGraph
 from neuroncc.frontend.diagnostics import DATA_DEPENDENT_ERRORS, data_dependent_refusal
 from neuroncc.frontend.fallback import has_communication, partition_and_compile
+from neuroncc.frontend.joint_cse import partition_joint
 from neuroncc.frontend.lean_call import lean_inference, lean_refusal, module_params_buffers
 from neuroncc.frontend.lowering.attention import attention_tracing
 from neuroncc.frontend.lowering.decompositions import decomposition_table
@@ -148,13 +148,14 @@ class AtenCompilers:
 
 
 def _partition_fn(config: BackendOptions) -> Callable[..., Any]:
-    """AOTAutograd's min-cut partitioner, after marking the random states to be saved (a checkpointed region
-    would recompute them: a new key) and, with ``random_masks="regenerate"``, the generator ops to be
-    recomputed (the backward regenerates dropout masks instead of reading saved ones)."""
+    """AOTAutograd's min-cut partitioner (its common subexpressions merged without Inductor's import:
+    joint_cse.py), after marking the random states to be saved (a checkpointed region would recompute them: a
+    new key) and, with ``random_masks="regenerate"``, the generator ops to be recomputed (the backward
+    regenerates dropout masks instead of reading saved ones)."""
     def partition(joint: fx.GraphModule, joint_inputs: Sequence[Any], **kwargs: Any) -> Any:
         save_random_states(joint)
         if config.random_masks == "regenerate":
             regenerate_random_in_backward(joint)
-        return min_cut_rematerialization_partition(joint, joint_inputs, **kwargs)
+        return partition_joint(joint, joint_inputs, **kwargs)
 
     return partition

@@ -176,11 +176,12 @@ def trace_training(program: ExportedProgram, name: str,
     returns: AOTAutograd's export context (an ExitStack) is closed by then, as its API requires. ``target``
     decides how attention is traced (see :func:`neuroncc.frontend.lowering.attention.attention_tracing`).
     """
-    from functorch.compile import min_cut_rematerialization_partition
     from torch._functorch.aot_autograd import (
         aot_compile_joint_with_descriptors,
         aot_export_joint_with_descriptors,
     )
+
+    from neuroncc.frontend.joint_cse import partition_joint
 
     _refuse_unsupported_signature(program)
     module = program.module()
@@ -215,7 +216,7 @@ def trace_training(program: ExportedProgram, name: str,
     with _tracing(target), contextlib.ExitStack() as stack:
         joint = aot_export_joint_with_descriptors(stack, module, tuple(args), kwargs,
                                                   decompositions=decomposition_table())
-        step = aot_compile_joint_with_descriptors(joint, partition_fn=min_cut_rematerialization_partition,
+        step = aot_compile_joint_with_descriptors(joint, partition_fn=partition_joint,
                                                   fw_compiler=compiler("forward"),
                                                   bw_compiler=compiler("backward"))
     if "backward" not in imported:
