@@ -43,6 +43,7 @@ def partition_joint(joint: fx.GraphModule, joint_inputs: Sequence[Any], **kwargs
     here instead of by AOTAutograd's pass (the module docstring says why)."""
     joint.graph.eliminate_dead_code()
     joint.graph = merge_common_subexpressions(joint.graph)  # the setter recompiles the module
+    # a process-wide option, set for this call only: TorchDynamo compiles under its compile lock, one at a time
     with functorch_config.patch(cse=False):
         return min_cut_rematerialization_partition(joint, joint_inputs, **kwargs)
 
