@@ -19,7 +19,6 @@ from typing import Any
 
 import torch
 import torch.fx as fx
-from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 
 from neuroncc.errors import TypeInferenceError, UnsupportedOpError
@@ -93,6 +92,10 @@ def partition_and_compile(gm: fx.GraphModule, compile_partition: Callable[[fx.Gr
     """``gm`` with each supported partition replaced by ``compile_partition(submodule, name)``'s callable.
     Without ``fallback`` only communication ops may stay outside the partitions (anything else unsupported
     fails the compile, as it does unpartitioned)."""
+    # here, not at the top: a graph compiled whole (every cpu graph without fallback or collectives) never
+    # partitions, and the partitioner's modules are ~2 ms of a cold first call's import (aot_eager loads neither)
+    from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
+
     if not fallback:
         _refuse_unsupported(gm)
     partitioner = CapabilityBasedPartitioner(gm, _NeuronccSupport(), allows_single_node_partition=True)

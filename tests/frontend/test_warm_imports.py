@@ -48,6 +48,9 @@ LLVM_ONLY = ("llvmlite", "neuroncc.codegen.llvm.jit", "neuroncc.codegen.llvm.obj
 #: for an NKI target only (hardware.neuron_core).
 NEVER_ON_CPU = ("neuroncc.nki", "neuroncc.executors.nki_sim", "neuroncc.codegen.nki", "pydantic",
                 "neuroncc.hardware.neuron", "neuroncc.passes.tile_nki")
+#: Loaded by no whole-graph compile (no fallback, no collectives), though its module imports them: PyTorch's
+#: capability partitioner (frontend/fallback.py's, ~2 ms of a cold first call's import; aot_eager loads neither).
+PARTITIONED_ONLY = ("torch.fx.passes.infra.partitioner", "torch.fx.passes.utils.fuser_utils")
 #: What importing the backend must not load beyond TorchDynamo: AOTAutograd's tracing and partitioners, networkx
 #: (the fusion pass's), LLVM (the first artifact load brings it).
 NOT_AT_IMPORT = ("torch._functorch.aot_autograd", "torch._functorch.partitioners", "networkx", "llvmlite")
@@ -108,6 +111,7 @@ def test_a_graph_cache_hit_loads_no_compiler(warm_python, tmp_path):
     assert {c.rsplit(".", 1)[1] for c in _defined(cold, NEVER_MADE_BY_A_HIT)} >= {"CompiledGraphRecord", "StridedView"}
     assert "neuroncc.driver.portable" in warm["modules"]  # the hit recorded its entries for save_cache_artifacts()
     assert _loaded(cold, NEVER_ON_CPU + NEVER_BY_NEURONCC) == []
+    assert "neuroncc.frontend.fallback" in cold["modules"] and _loaded(cold, PARTITIONED_ONLY) == []
 
 
 def test_a_graph_cache_hit_loads_its_kernels_without_llvm(warm_python, tmp_path):
