@@ -25,6 +25,8 @@ runs before the graph (the accelerator's current stream, the runtime-overhead ra
 ``--stream-ab rms,c16,b16 [--threads N]``: frontend/accelerator_stream.py A/B in one process on roofline rows.
 ``--lean-ab rms,softmax,ln32 [--threads N]``: each row's call itemized against its kernel alone, and session
 19's one-frame lean call against the call before it, interleaved in one process.
+``--gap b,c,b16,c16 [--threads N] [--repeats R]`` and ``--entry-ab ...``: on roofline.py's own rows, every layer
+of the call with the row's kernel in it, and session 24's one-frame lean entry A/B (call_path_rows.py).
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ ensure_environment(threads=1)
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
+
+from call_path_rows import _fresh_function, dynamo_parts, entry_ab, gap  # noqa: E402
 
 
 made = record_compiled_graphs()
@@ -124,33 +128,6 @@ ROWS = {
     "softmax": (lambda x: torch.softmax(x, dim=-1), [(8192, 1024)], torch.float32),
     "ln": (layernorm, [(8192, 1024), (1024,), (1024,)], torch.bfloat16),
 }
-
-
-def _fresh_function(function):
-    """``function`` with a code object of its own: TorchDynamo keeps its cache entries (and checks their guards
-    in turn) per code object, so each compiled variant here gets exactly one."""
-    import types
-
-    return types.FunctionType(function.__code__.replace(), function.__globals__, function.__name__,
-                              function.__defaults__, function.__closure__)
-
-
-def dynamo_parts(function, inputs):
-    """What TorchDynamo runs for a call of ``torch.compile(function)`` that hits its cache entry: the entry's
-    guard check (on the frame's locals) and its transformed code (the graph's callable called from bytecode),
-    each callable on its own, outside the eval-frame hook."""
-    import inspect
-    import types
-
-    entries = torch._dynamo.eval_frame._debug_get_cache_entry_list(function.__code__)
-    assert len(entries) == 1, f"{len(entries)} cache entries"
-    entry = entries[0]
-    names = list(inspect.signature(function).parameters)
-    frame_locals = dict(zip(names, inputs))
-    guard = entry.guard_manager
-    assert guard.check(frame_locals)
-    transformed = types.FunctionType(entry.code, function.__globals__)
-    return (lambda: guard.check(frame_locals)), (lambda: transformed(*inputs))
 
 
 def layers(which: str, threads: int) -> None:
@@ -452,6 +429,12 @@ if __name__ == "__main__":
         stream_ab(sys.argv[sys.argv.index("--stream-ab") + 1].split(","), threads)
     elif "--lean-ab" in sys.argv:
         lean_ab(sys.argv[sys.argv.index("--lean-ab") + 1].split(","), threads)
+    elif "--entry-ab" in sys.argv:
+        entry_ab(made, sys.argv[sys.argv.index("--entry-ab") + 1].split(","), threads,
+                 int(sys.argv[sys.argv.index("--repeats") + 1]) if "--repeats" in sys.argv else 201)
+    elif "--gap" in sys.argv:
+        gap(made, sys.argv[sys.argv.index("--gap") + 1].split(","), threads,
+            int(sys.argv[sys.argv.index("--repeats") + 1]) if "--repeats" in sys.argv else 61)
     elif "--cold" in sys.argv:
         cold_layers(sys.argv[sys.argv.index("--cold") + 1], threads)
     else:

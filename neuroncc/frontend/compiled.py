@@ -160,6 +160,27 @@ class CompiledGraph:
         has_direct = self._direct is not None or (self._code_pending and self.device is None)
         return self._lean if has_direct else None
 
+    def lean_entry(self, prefix: tuple[Any, ...], declined: Any) -> Any:
+        """``entry(*args)``: :attr:`lean_call` on ``(*prefix, *args)``, and ``declined(*args)`` when that call
+        declines (lean_call.py: the parameters AOTAutograd prepends, and its runtime). The settled check of
+        :meth:`_lean` is made here, in the frame TorchDynamo calls: one Python frame fewer per call, on the
+        caches a roofline row's kernel leaves (benchmarks/bench_call_path.py --gap: ~5-15 us a frame there)."""
+        graph, lean, get_threads = self, self._lean, torch.get_num_threads
+
+        def entry(*args: Any) -> Any:
+            full = (*prefix, *args) if prefix else args
+            fast = graph._fast
+            if fast is not None and graph._threads == get_threads():
+                try:
+                    outputs = fast(full)
+                except LinalgInputError as error:
+                    raise torch.linalg.LinAlgError(str(error)) from error
+            else:
+                outputs = lean(full)
+            return declined(*args) if outputs is None else outputs
+
+        return entry
+
     def _lean(self, args: Sequence[Any]) -> list[Any] | None:
         # Once the code is final, one check per call (the thread count: torch's may change between calls), then
         # the direct call's one-frame form: what :meth:`_take_final_code` and :meth:`_direct_outputs` decide is

@@ -12,6 +12,8 @@ for a compile and a graph cache hit alike, and obeyed per call:
     lean(*args) = CompiledGraph.lean_call([*params, *args])    # the direct call (direct_call.py) and outputs
                   or, when that call declines (a tensor that does not cross as it is), AOTAutograd's runtime
 
+(``CompiledGraph.lean_entry``: that in one frame, with the graph's settled check made in it.)
+
 Grad mode stays as the caller left it: no input of an inference graph requires grad when grad mode is on
 (AOTAutograd traces it for autograd otherwise), so nothing the call makes (outputs by ``torch.empty_strided``,
 ATen externs on the inputs' memory) can record autograd history either way.
@@ -58,18 +60,7 @@ def lean_inference(slow: Callable[..., Any], compiled: CompiledGraph,
     """The callable TorchDynamo calls for an inference graph :func:`lean_refusal` accepted: ``compiled``'s lean
     call on ``[*params_buffers, *args]``, ``slow`` (AOTAutograd's runtime) for a call that declines it. Carries
     what ``aot_module_simplified``'s callable carries (``zero_grad``, ``named_parameters``, ...)."""
-    lean_call = compiled.lean_call
-    params = tuple(params_buffers)
-
-    if params:
-        def lean(*args: Any) -> Any:
-            outputs = lean_call((*params, *args))
-            return slow(*args) if outputs is None else outputs
-    else:
-        def lean(*args: Any) -> Any:
-            outputs = lean_call(args)
-            return slow(*args) if outputs is None else outputs
-
+    lean = compiled.lean_entry(tuple(params_buffers), slow)  # the call's check and its fallback in one frame
     for name in ("zero_grad", "named_parameters", "named_buffers", "serialize"):
         if hasattr(slow, name):
             setattr(lean, name, getattr(slow, name))

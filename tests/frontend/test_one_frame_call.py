@@ -90,3 +90,38 @@ def test_a_thread_count_change_leaves_the_one_frame_call_and_follows(compiled_gr
         assert graph._threads == other and graph._fast is not None and graph._fast is graph._direct.outputs_call
     finally:
         torch.set_num_threads(threads)
+
+
+def test_a_settled_graph_is_entered_in_one_frame_without_the_lean_method(monkeypatch, compiled_graphs):
+    """Session 24: the callable TorchDynamo calls (``CompiledGraph.lean_entry``) makes ``_lean``'s settled check
+    itself, so a settled call enters no ``CompiledGraph._lean`` frame; an unsettled one (the first calls, a
+    thread-count change) still goes through it, and a declined call still runs AOTAutograd's runtime."""
+    from neuroncc.frontend import compiled as compiled_module
+
+    counts = {"lean": 0}
+    lean = compiled_module.CompiledGraph._lean
+
+    def counting(self, args):
+        counts["lean"] += 1
+        return lean(self, args)
+
+    monkeypatch.setattr(compiled_module.CompiledGraph, "_lean", counting)
+    f = lambda x, w: torch.nn.functional.rms_norm(x, (x.shape[-1],), w, 1e-6)  # noqa: E731
+    x, w = torch.randn(64, 256), torch.randn(256)
+    compiled = torch.compile(f, backend="neuron", dynamic=False)
+    _settled(compiled, x, w)
+    assert counts["lean"] >= 1 and compiled_graphs["inference"]._fast is not None
+    before = counts["lean"]
+    outputs = [compiled(x, w) for _ in range(3)]
+    assert counts["lean"] == before  # no _lean frame once settled
+    for out in outputs:
+        torch.testing.assert_close(out, f(x, w), rtol=1e-5, atol=1e-5)
+    assert len({out.data_ptr() for out in outputs}) == 3
+    graph = compiled_graphs["inference"]
+    threads = torch.get_num_threads()
+    try:  # the graph's own thread count changed under it: the entry leaves the settled call for _lean
+        graph._threads = -1
+        torch.testing.assert_close(compiled(x, w), f(x, w), rtol=1e-5, atol=1e-5)
+        assert counts["lean"] == before + 1 and graph._threads == threads
+    finally:
+        torch.set_num_threads(threads)
