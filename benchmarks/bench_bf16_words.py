@@ -1,17 +1,17 @@
-"""The bf16 rows' kernels with a bf16 code-generation switch of ``CpuTarget`` on and off (issue #19), in one
-process. ``--switch word-lanes`` (default): output words rounded in 16-bit lanes against 32-bit lanes
-(``CpuTarget.rounds_bf16_in_word_lanes`` on, AVX-512 BW hosts' default, ``codegen/llvm/bf16_words.py``, and off:
-the 32-bit rounding every CPU had before). ``--switch op-results``: the roundings of ops with bf16 results
-without their NaN case where ``nan_payloads.py`` allows it (``CpuTarget.rounds_bf16_op_results_without_nan_case``,
-AVX-512's default) against with it (every CPU before session 18). ``--switch widened-rows``: a bf16 row widened
-to float32 kept in a row cache by the first pass that reduces it (``CpuTarget.caches_widened_bf16_rows``, AVX-512's
-default; bf16 LayerNorm) against widened again in every pass (every CPU before session 19). ``--switch
-paired-sums``: the sum of row-cached terms computed over bf16 pairs in a loop of its own
-(``CpuTarget.sums_paired_row_caches_apart``, AVX2's default; bf16 softmax) against in the loop computing them
-(every CPU before session 20). ``--switch row-pass-bursts`` (not a bf16 switch; ``--rows c``): a cheap row loop's
-next-row prefetches in a burst before each pass over the row (``CpuTarget.bursts_before_each_row_pass``, AVX2's
-default; float32 LayerNorm) against a burst per stage (every CPU before session 21). ``--force``: the "on" builds
-with the switch on where the host's default is off.
+"""The bf16 rows' kernels with a bf16 code-generation switch of ``CpuTarget`` on and off (issue #19), in one process.
+``--switch word-lanes`` (default): output words rounded in 16-bit lanes against 32-bit lanes
+(``CpuTarget.rounds_bf16_in_word_lanes`` on, AVX-512 BW hosts' default, ``codegen/llvm/bf16_words.py``, and off: the
+32-bit rounding every CPU had before). ``--switch op-results``: the roundings of ops with bf16 results without their
+NaN case where ``nan_payloads.py`` allows it (``CpuTarget.rounds_bf16_op_results_without_nan_case``, AVX-512's and,
+since session 24, AVX2's default) against with it (every CPU before session 18; AVX2 before session 24). ``--switch
+widened-rows``: a bf16 row widened to float32 kept in a row cache by the first pass that reduces it
+(``CpuTarget.caches_widened_bf16_rows``, AVX-512's default; bf16 LayerNorm) against widened again in every pass
+(every CPU before session 19). ``--switch paired-sums``: the sum of row-cached terms computed over bf16 pairs in a
+loop of its own (``CpuTarget.sums_paired_row_caches_apart``, AVX2's default; bf16 softmax) against in the loop
+computing them (every CPU before session 20). ``--switch row-pass-bursts`` (not a bf16 switch; ``--rows c``): a
+cheap row loop's next-row prefetches in a burst before each pass over the row
+(``CpuTarget.bursts_before_each_row_pass``, AVX2's default; float32 LayerNorm) against a burst per stage (every CPU
+before session 21). ``--force``: the "on" builds with the switch on where the host's default is off.
 
     /work/bin/heavy x python benchmarks/bench_bf16_words.py [--rows a16,b16,c16] [--threads 1,2] [--repeats 25]
         [--switch word-lanes|op-results|widened-rows|paired-sums|row-pass-bursts] [--force]

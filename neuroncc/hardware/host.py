@@ -182,10 +182,14 @@ class CpuTarget:
         """Whether an op with a bf16 result (eager's bf16 ops round after each op) drops its rounding's NaN case
         where its NaNs are already quiet with zero low halves (``codegen/llvm/nan_payloads.py``), as a cast to
         bf16 does everywhere. With AVX-512's 32 vector registers: bf16 gelu(x*w+b)*sigmoid(x)'s loop (Zen 4, its
-        five roundings' cases gone) 0.87-0.88 of the time at 1 and 2 threads (session 18). On Zen 3 (AVX2, 16
-        registers) the arithmetic ops' alone ran 2-5% slower (sessions 11 and 13, not understood), so AVX2's
-        code keeps them."""
-        return self.has("avx512f")
+        five roundings' cases gone) 0.87-0.88 of the time at 1 and 2 threads (session 18). With AVX2 (Zen 3, 16
+        registers) the case is a compare and a blend on the two FMA pipes and an or per rounding: the same loop
+        992 -> 873 instructions per 64 elements, 196 -> 157 stack accesses; its kernel 0.833-0.836 of the time at 1
+        and 2 threads (session 24 bf16a24, ``bench_bf16_words.py --switch op-results --force``, two builds each,
+        interleaved medians of 41; sessions 11 and 13 had measured the arithmetic ops' alone 2-5% slower, on code
+        since changed: its loops now run four vectors interleaved). Other CPUs (no AVX2) keep the case: not
+        measured."""
+        return self.has("avx512f") or self.has("avx2")
 
     @property
     def caches_widened_bf16_rows(self) -> bool:

@@ -28,8 +28,8 @@ element of its operand or the default NaN (``reductions._extreme_collapse``), so
 operand has (it is not quiet: an operand of arithmetic, not a rounded value itself).
 
 Ops with bf16 results (eager's bf16 ops round after each op) drop the case the same way where the target says so
-(``CpuTarget.rounds_bf16_op_results_without_nan_case``, AVX-512): bf16 gelu(x*w+b)*sigmoid(x) rounds five times per
-element, each case a compare, an or and a blend per vector.
+(``CpuTarget.rounds_bf16_op_results_without_nan_case``, AVX-512 and AVX2): bf16 gelu(x*w+b)*sigmoid(x) rounds five
+times per element, each case a compare, an or and a blend per vector.
 
 What does not count: the math library's other functions (their NaNs are not promised), max/min/where and the like
 as rounded values (they pass an operand through, a signalling NaN as it is), float32 tensors (any payload), and
@@ -71,9 +71,9 @@ class NanPayloads:
         """Whether rounding ``op``'s float32 value to bf16 needs the NaN case: for a ``cast`` to bf16 (the one
         rounding of a float32 computation: LayerNorm's), unless its operand is computed by arithmetic whose NaNs
         are quiet with zero low halves. An op with a bf16 result (eager's bf16 ops round after each op) keeps it
-        unless ``op_results`` and the op itself is such arithmetic: without it, the arithmetic ops' roundings of
-        row (a) (bf16 gelu(x*w+b)*sigmoid(x), ``benchmarks``) ran 5% slower on Zen 3 (fewer instructions, more
-        spills in its math loop; not understood), and 12-13% faster on Zen 4 with its math ops' too."""
+        unless ``op_results`` and the op itself is such arithmetic: without it, row (a) (bf16
+        gelu(x*w+b)*sigmoid(x), ``benchmarks``) ran 12-13% faster on Zen 4 and 16-17% on Zen 3 (session 24; sessions
+        11 and 13 had measured the arithmetic ops' alone 5% slower there, on code since changed)."""
         if op.name != "cast":
             return not (self._op_results and op.results[0].type.dtype is DType.bf16 and self._quiet_arithmetic(op))
         source = self._producers.get(op.operands[0])
