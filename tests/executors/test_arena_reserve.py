@@ -59,6 +59,7 @@ def test_a_build_takes_a_reserve_that_fits_as_its_arena_and_computes_the_same(mo
     fresh = build_cpu_executable(fn, {})
     assert fresh.plan.arena_bytes > 0
     monkeypatch.setattr(arena_reserve, "DEFAULT_RESERVE_BYTES", 0)  # sized by the largest arena seen: fresh's
+    monkeypatch.setattr(arena_reserve, "PAGE_BYTES", 64)  # (its 1 KiB: less than a page, a reserve's least size)
     arena_reserve.reserve()()
     built = build_cpu_executable(fn, {})
     assert built._arena_buffer.nbytes == fresh.plan.arena_bytes and arena_reserve._reserve is None

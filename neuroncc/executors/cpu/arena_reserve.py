@@ -8,7 +8,11 @@ first calls that way (docs/performance-history.md, session 23 firstcall23). Faul
 waits for its code took the core LLVM's workers needed (zero-sum, dropped). AOTAutograd's trace is ~1 s of
 single-threaded Python before the first graph's build, with this machine's second core idle: the front end's
 miss path starts a reserve there (:func:`reserve`, from ``helper_start.load_helpers_soon``) whose pages its
-background thread faults in after the helpers (a strided numpy write: it releases the GIL, so the trace's thread keeps its core).
+background thread faults in after the helpers (a strided numpy write: it releases the GIL, so the trace's thread
+keeps its core). The reserve is an anonymous mapping of its own, asked for huge pages: in the heap (``np.empty``,
+under the benchmarks' ``MALLOC_MMAP_THRESHOLD_``) it measured the same first calls, less clearly (one alternated
+run of 12 rounds: both first calls -22 ms (9/12) against -38 (11/12) off the heap), and a reserve let go there
+would stay in the heap.
 
 The first executable whose fresh arena is between half the reserve and all of it takes the whole reserve as its
 arena (:func:`take`: the backward graph is then built over the forward's, launcher.py's ``sharing_arena``). One
@@ -19,12 +23,11 @@ first call) is let go (:func:`release`), so a small model holds no memory for it
 
 from __future__ import annotations
 
+import mmap
 import threading
 from collections.abc import Callable
 
 import numpy as np
-
-from neuroncc.codegen.llvm.launch_plan import ALIGN
 
 #: Bytes of a reserve when no build of this process has asked for an arena yet: the transformer block's larger
 #: arena (25.4 MB, its backward's) with room; a larger first arena does not take it (and a later compile's
@@ -61,22 +64,22 @@ def reserve() -> Callable[[], None] | None:
         if _reserve is not None:
             return None
         _reserve = entry = _Reserve()
-        nbytes = min(max(DEFAULT_RESERVE_BYTES, _largest_arena), MAX_RESERVE_BYTES)
+        nbytes = min(max(DEFAULT_RESERVE_BYTES, _largest_arena, PAGE_BYTES), MAX_RESERVE_BYTES)
     return lambda: _fill(entry, nbytes)
 
 
 def _fill(entry: _Reserve, nbytes: int) -> None:
     """Allocate ``entry``'s buffer and fault its pages in; it is ready (can be taken) once its buffer is set."""
-    raw = np.empty(nbytes + ALIGN, dtype=np.uint8)
-    shift = (-raw.ctypes.data) % ALIGN
-    buffer = raw[shift:shift + nbytes]
+    memory = mmap.mmap(-1, nbytes)  # a mapping of its own, off the heap: unmapped when the last arena over it goes
+    memory.madvise(mmap.MADV_HUGEPAGE)  # as numpy asks for its arrays of 4 MB and more (an arena's np.empty)
+    buffer = np.frombuffer(memory, dtype=np.uint8)  # page-aligned, so ALIGN-aligned
     buffer[::PAGE_BYTES] = 0  # one write a page; numpy's scalar assignment releases the GIL for it
     with _LOCK:
         entry.buffer = buffer
 
 
 def take(nbytes: int) -> np.ndarray | None:
-    """The reserve's whole buffer (aligned, ``ALIGN``) for an arena of ``nbytes``, handed to this caller alone; None
+    """The reserve's whole buffer (page-aligned) for an arena of ``nbytes``, handed to this caller alone; None
     when there is none ready, or ``nbytes`` is more than it holds or less than half of it."""
     global _reserve, _largest_arena
     with _LOCK:
