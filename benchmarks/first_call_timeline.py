@@ -10,7 +10,10 @@ pieces of a neuroncc compile and of the work it leaves to background threads, an
                                                           graph and tier, on the compile workers
     KernelCompiler.finish, ld, dlopen                     the build's tail (joined workers, link, load)
     load_helpers, LLVM helpers                            the process-wide helpers (team entry, interpreter)
+    arena reserve                                         the arena reserve's pages faulted in (arena_reserve.py)
     CompiledGraph.call, bind_code                         each graph's first call, and its wait for the code
+    share arena                                           the forward and backward given one arena (at the
+                                                          backward's compile)
     cache.publish, reoptimize                             the cache writer's entry, the optimizer's builds
     graph entry, load_helpers_soon                        the graph cache's entry handed over (at the backward's
                                                           compile), the helpers' compile started
@@ -88,10 +91,12 @@ PATCHES = {
     "neuroncc.frontend.aot_compile": lambda m: _wrap(m, "compile_aten_graph", "compile_aten_graph"),
     "neuroncc.driver.compile": lambda m: _wrap(m, "run_pipeline", "run_pipeline"),
     "neuroncc.driver.cache": lambda m: _wrap(m.CompileCache, "_publish", "cache.publish"),
-    "neuroncc.frontend.compiled": lambda m: _wrap(m.CompiledGraph, "__call__", "CompiledGraph.call"),
+    "neuroncc.frontend.compiled": lambda m: (_wrap(m.CompiledGraph, "__call__", "CompiledGraph.call"),
+                                             _wrap(m.CompiledGraph, "share_arena_with", "share arena")),
     "neuroncc.frontend.graph_cache": lambda m: _wrap(m.GraphRecorder, "_publish_if_complete", "graph entry"),
     "neuroncc.driver.graph_entries": lambda m: _wrap(m, "_write_entry", "graph entry files"),
     "neuroncc.executors.cpu.launcher": _launcher,
+    "neuroncc.executors.cpu.arena_reserve": lambda m: _wrap(m, "_fill", "arena reserve"),
     "neuroncc.executors.cpu.helper_start": lambda m: (_wrap(m, "load_helpers", "load_helpers"),
                                                       _wrap(m, "load_helpers_soon", "load_helpers_soon")),
 }

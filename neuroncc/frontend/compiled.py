@@ -90,17 +90,17 @@ class CompiledGraph:
     def share_arena_with(self, other: CompiledGraph) -> None:
         """A training graph's forward and backward, whose calls follow one another, keep one arena (the cpu
         launcher's ``sharing_arena``: the process holds the larger of the two, not both). The one rule of a
-        compile (``aot_compile.AtenCompilers``) and a graph-cache hit alike. Shared once both run their final
-        code: an executable whose optimized build is pending keeps its arena, which that build is made over,
-        and the two share when the second takes its build (:meth:`_take_optimized`)."""
+        compile (``aot_compile.AtenCompilers``) and a graph-cache hit alike. Shared from the backward's build
+        on, code pending or not, so its first call runs in pages the forward's touched (or the arena
+        reserve's); an optimized build is made over the arena its quick code was built with, and shared again
+        when taken (:meth:`_take_optimized`), before it runs."""
         self._arena_partner, other._arena_partner = other, self
         self._share_arena()
 
     def _share_arena(self) -> None:
         partner = self._arena_partner
         share = getattr(self.executable, "sharing_arena", None)
-        if partner is None or share is None or self._pending is not None or partner._pending is not None \
-                or self._code_pending or partner._code_pending:
+        if partner is None or share is None:
             return
         mine, theirs = share(partner.executable)
         self._run(mine)

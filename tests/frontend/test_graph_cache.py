@@ -240,6 +240,51 @@ def test_a_compile_gives_the_forward_and_backward_one_arena_as_a_hit_does(quick_
     assert all(torch.equal(a, b) for step in grads[1:] for a, b in zip(grads[0], step))  # quick and optimized
 
 
+def test_a_compile_gives_the_backward_the_forwards_arena_from_its_build_on(monkeypatch):
+    """Not only once both run their final code: the backward shares the forward's arena from its build on, its code
+    still pending, so its first call runs in pages the forward's first call touched, or in the arena reserve's
+    whose pages were faulted in while AOTAutograd traced (executors/cpu/arena_reserve.py; here a reserve that
+    holds both arenas, handed to the forward, built first)."""
+    import numpy as np
+
+    from neuroncc.executors.cpu import arena_reserve
+    from neuroncc.executors.cpu.buffers import aligned_empty
+    from neuroncc.frontend.compiled import CompiledGraph
+
+    pairs, reserve = [], []
+    share = CompiledGraph.share_arena_with
+
+    def sharing(forward: CompiledGraph, backward: CompiledGraph) -> None:
+        share(forward, backward)
+        pairs.append((forward, backward, backward._code_pending, forward.executable._lock is backward.executable._lock))
+
+    def take(nbytes: int) -> np.ndarray | None:
+        if reserve:
+            return None
+        reserve.append(aligned_empty(1 << 20, np.dtype(np.uint8))[0])
+        return reserve[0]
+
+    monkeypatch.setattr(CompiledGraph, "share_arena_with", sharing)
+    monkeypatch.setattr(arena_reserve, "take", take)
+    monkeypatch.setenv("NEURONCC_DISABLE_GRAPH_CACHE", "1")
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.GELU(), torch.nn.LayerNorm(256),
+                                torch.nn.Linear(256, 8))
+    x = torch.randn(32, 64)
+    model(x).pow(2).sum().backward()
+    eager = [p.grad.clone() for p in model.parameters()]
+    run = torch.compile(model, backend="neuron", dynamic=False)
+    for _ in range(2):
+        model.zero_grad()
+        run(x).pow(2).sum().backward()
+        for want, parameter in zip(eager, model.parameters()):
+            torch.testing.assert_close(parameter.grad, want, rtol=1e-4, atol=1e-5)
+    ((forward, backward, pending, shared),) = pairs
+    assert pending and shared  # at the backward's build, its code still pending
+    assert forward.executable._arena_buffer is reserve[0] is backward.executable._arena_buffer
+
+
 def test_inputs_sharing_memory_are_compiled_every_time_with_the_reason_counted():
     def f(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         return a * 2 + b.sum()

@@ -46,6 +46,7 @@ from neuroncc.ir.graph import Function
 from neuroncc.ir.opdef import Trait
 from neuroncc.ir.types import contiguous_strides
 from neuroncc.executors.cpu.adopt import SuppliedExtern
+from neuroncc.executors.cpu import arena_reserve
 from neuroncc.executors.cpu.array_call import array_call
 from neuroncc.executors.cpu.code_files import CODE_FILES, IR_FILE, PLAN_FILE, load_code, stored_code
 from neuroncc.executors.cpu.buffers import copy_layouts, returned_strides
@@ -106,16 +107,21 @@ class CpuExecutable:
         self._by_threads: dict[int, CpuExecutable] = {threads: self}
         self.pool = get_pool(threads)
         self.team = get_team(threads) if threading_mode == "openmp" else None
-        if arena_of is not None and arena_of._arena.nbytes >= plan.arena_bytes:
+        if arena_of is not None and arena_of._arena_buffer.nbytes >= plan.arena_bytes:
             # another executable's arena, whose pages its calls touch (or have touched) already: the optimized
             # build of a quick executable (tiers.py), or one whose calls follow the other's (sharing_arena);
             # one lock, so their calls never overlap in it
-            self._lock, self._arena = arena_of._lock, arena_of._arena[:plan.arena_bytes]
+            self._lock, self._arena_buffer = arena_of._lock, arena_of._arena_buffer
         else:
             self._lock = threading.Lock()
-            self._arena = np.empty(plan.arena_bytes + ALIGN, dtype=np.uint8)
-            shift = (-self._arena.ctypes.data) % ALIGN
-            self._arena = self._arena[shift:shift + plan.arena_bytes]
+            #: the arena's whole memory (its capacity): the process's arena reserve when it fits, whose pages are
+            #: in already (arena_reserve.py), else fresh
+            self._arena_buffer = arena_reserve.take(plan.arena_bytes)
+            if self._arena_buffer is None:
+                raw = np.empty(plan.arena_bytes + ALIGN, dtype=np.uint8)
+                shift = (-raw.ctypes.data) % ALIGN
+                self._arena_buffer = raw[shift:shift + plan.arena_bytes]
+        self._arena = self._arena_buffer[:plan.arena_bytes]
         self.error = ErrorFlag()
         self._static_flats: dict[int, np.ndarray] = {}
         self._constants: dict[tuple[int, int], np.ndarray] = {}
@@ -193,6 +199,7 @@ class CpuExecutable:
             if pending is None:  # another thread bound it meanwhile
                 return
             module = pending.result()
+            arena_reserve.release()  # the compile's builds are made: a reserve none took is let go
             record_code(self.plan, module)
             self.module = module
             self._runners = [runner if runner is not None else self._runner(step)
@@ -208,29 +215,33 @@ class CpuExecutable:
             run(flats, addresses)
 
     def sharing_arena(self, other: Any) -> tuple[CpuExecutable, Any]:
-        """``(self, other)`` with one arena: the one of the two with the smaller arena rebuilt over the larger's
+        """``(self, other)`` with one arena: the one of the two whose arena holds less rebuilt over the other's
         (and its lock), when ``other`` is a cpu executable too; else both unchanged.
 
         For executables whose calls follow one another, a training graph's forward and backward (the front
         end's ``CompiledGraph.share_arena_with``, on a compile and a graph-cache hit alike): the process keeps
         one arena instead of two (21 MB less for the transformer block's training step). Their calls then
-        take turns (one lock), as calls of one executable from two threads do. Executables with quick-tier code
-        waiting for its optimized build, or for their code (``code_pending``), are left alone (that build
-        shares the quick code's arena already; the front end shares once it has taken it, or the code).
-        (It does not make a first step's page faults fewer: the arena given up was never touched, and the
-        step's other allocations take its memory; docs/performance-history.md, session 13.)"""
-        if not isinstance(other, CpuExecutable) or other is self or self.optimized is not None \
-                or other.optimized is not None or self._lock is other._lock \
-                or self.code_pending is not None or other.code_pending is not None:
+        take turns (one lock), as calls of one executable from two threads do. Shared from the backward's build
+        on, with code still pending (the rebuilt executable binds the same future) and quick-tier code waiting
+        for its optimized build (made over the arena it was built with: the front end shares again when it
+        takes it): the backward's first call then runs in the pages the forward's touched, or the arena
+        reserve's (arena_reserve.py), which holds both the transformer block's arenas; a backward larger than
+        the forward's arena moves the forward to the backward's arena instead (session 13: a first step's
+        faults are not fewer then)."""
+        if not isinstance(other, CpuExecutable) or other is self or self._lock is other._lock:
             return self, other
-        if self._arena.nbytes >= other._arena.nbytes:
+        if self._arena_buffer.nbytes >= other._arena_buffer.nbytes:
             return self, other._over_arena_of(self)
         return self._over_arena_of(other), other
 
     def _over_arena_of(self, other: CpuExecutable) -> CpuExecutable:
-        """This executable rebuilt over ``other``'s arena (the same plan, code and options)."""
-        return CpuExecutable(self.function, self.plan, self.module, self.threads, self.stats["compile_seconds"],
-                             self.threading_mode, arena_of=other, fixed_threads=self.fixed_threads)
+        """This executable rebuilt over ``other``'s arena (the same plan, code or pending code, options and
+        optimized build to come)."""
+        rebuilt = CpuExecutable(self.function, self.plan, self.code_pending or self.module, self.threads,
+                                self.stats["compile_seconds"], self.threading_mode, arena_of=other,
+                                fixed_threads=self.fixed_threads)
+        rebuilt.optimized = self.optimized
+        return rebuilt
 
     def for_threads(self, threads: int) -> CpuExecutable:
         """This executable on ``threads`` threads (same plan, code, arena and lock; made once per count), or self
