@@ -419,6 +419,7 @@ class KernelCompiler:
         self.objects: dict[int, bytes] = {}
         self.texts: list[str] = []
         self.tiers: list[Tier] = []
+        self._submitted: list[int] = []  # per position of ``texts``: its submission's number (:meth:`follow`)
         self._short_switches = False  # whether this compiler holds _SWITCH_INTERVAL (from its first worker on)
 
     def submit(self, text: str) -> None:
@@ -432,8 +433,20 @@ class KernelCompiler:
         quick = self.quick_when_independent and tier_independent(text) and not optimize_first(text)
         tier = Tier.QUICK if quick else self.tier
         self.inbox.put((_QUICK_NEXT if tier is Tier.QUICK else _OPTIMIZED_FIRST, len(self.texts), text, tier))
+        self._submitted.append(len(self.texts))
         self.texts.append(text)
         self.tiers.append(tier)
+
+    def follow(self, order: list[str]) -> None:
+        """Keep the modules (``texts``, ``tiers`` and the loaded objects) in ``order``, a permutation of the texts
+        submitted (the launch planner submits the optimized tier's first and lists them in the plan's order),
+        so the code loaded is the same whatever the order they were submitted in. After the last submit."""
+        place = {text: number for number, text in enumerate(self.texts)}
+        numbers = [place.get(text, -1) for text in order]
+        if sorted(numbers) != list(range(len(self.texts))):
+            raise CodegenError("the order given is not the modules submitted")
+        self._submitted = [self._submitted[n] for n in numbers]
+        self.texts, self.tiers = list(order), [self.tiers[n] for n in numbers]
 
     def close(self) -> None:
         """Stop the workers (after the modules already queued); no effect after the first call."""
@@ -456,7 +469,7 @@ class KernelCompiler:
                 raise CodegenError(f"LLVM compilation failed: {worker.error}") from worker.error
         if not self.texts:
             return None
-        return _load([self.objects[i] for i in range(len(self.texts))], self.texts, self.tiers, self.form)
+        return _load([self.objects[n] for n in self._submitted], self.texts, self.tiers, self.form)
 
 
 def compile_ir(ir_texts: list[str], workers: int = 1, tier: Tier = Tier.OPTIMIZED,
