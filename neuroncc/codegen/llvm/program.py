@@ -553,7 +553,9 @@ def plan_launch(fn: Function, cpu: str, features: str, memory_plan: Any = None,
     """The launch plan of ``fn`` (already in top-level form) and the LLVM IR of its native kernels.
 
     ``on_kernel(text)`` is called with each LLVM module (one per kernel phase) as soon as it is generated (the
-    launcher starts compiling it while the next kernel is planned).
+    launcher starts compiling it while the next kernel is emitted): the kernels that reduce along rows first (their
+    modules compile at the optimized tier, the ones the compile waits for), after a walk that plans every kernel;
+    the texts returned are in the plan's order either way.
 
     ``memory_plan`` (``neuroncc.passes.plan_memory.MemoryPlan`` or anything with ``offsets`` keyed by value
     number or Value, optionally ``sizes`` and ``arena_bytes``) places arena values; by default the plan-memory
