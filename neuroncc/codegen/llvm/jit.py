@@ -178,20 +178,58 @@ def parse_and_link(ir_texts: list[str]) -> llvm.ModuleRef:
     return linked
 
 
-def _run_o3(module: llvm.ModuleRef, tm: llvm.TargetMachine, tier: Tier = Tier.OPTIMIZED, context: Any = None) -> None:
+@dataclass(frozen=True)
+class _MachineSetup:
+    """What every module compiled by one target machine is given: its triple and data layout, and the pipeline's
+    tuning options at a tier (the pass builder copies them). Made once per machine and tier: each llvmlite call
+    gives up the GIL and waits to take it back, up to the switch interval while the planner runs Python (session
+    24 order24: a worker's ~45 calls a module stretched the transformer step's backward modules ~1.8x)."""
+
+    triple: str
+    data_layout: str
+    tuning: Any
+
+
+#: per target machine (each owned by one thread) and tier: its :class:`_MachineSetup`
+_SETUPS: weakref.WeakKeyDictionary[Any, dict[Tier, _MachineSetup]] = weakref.WeakKeyDictionary()
+
+
+def _machine_setup(tm: llvm.TargetMachine, tier: Tier) -> _MachineSetup:
+    by_tier = _SETUPS.get(tm)
+    if by_tier is None:
+        by_tier = _SETUPS[tm] = {}
+    setup = by_tier.get(tier)
+    if setup is None:
+        tuning = llvm.create_pipeline_tuning_options(speed_level=tier.ir_level)
+        if tier is Tier.OPTIMIZED:
+            tuning.loop_vectorization = True
+            tuning.slp_vectorization = True
+            tuning.loop_unrolling = False
+            tuning.loop_interleaving = True
+        setup = by_tier[tier] = _MachineSetup(tm.triple, str(tm.target_data), tuning)
+    return setup
+
+
+def _run_o3(module: llvm.ModuleRef, tm: llvm.TargetMachine, tier: Tier = Tier.OPTIMIZED, context: Any = None,
+            variants_possible: bool = True) -> None:
     """O3 for the host CPU with the loop and SLP vectorizers (loop unrolling off: the vectorizer interleaves);
-    at the quick tier, the O0 pipeline (always-inline only)."""
-    module.triple = tm.triple
-    module.data_layout = str(tm.target_data)
-    tuning = llvm.create_pipeline_tuning_options(speed_level=tier.ir_level)
-    if tier is Tier.OPTIMIZED:
-        tuning.loop_vectorization = True
-        tuning.slp_vectorization = True
-        tuning.loop_unrolling = False
-        tuning.loop_interleaving = True
-    builder = llvm.create_pass_builder(tm, tuning)  # one per module: its analysis managers key on module address
+    at the quick tier, the O0 pipeline (always-inline only). ``variants_possible``: False when the module's text
+    names no vector variant (:func:`_inline_vector_variants` has nothing to do)."""
+    setup = _machine_setup(tm, tier)
+    module.triple = setup.triple
+    module.data_layout = setup.data_layout
+    builder = llvm.create_pass_builder(tm, setup.tuning)  # one per module: its analysis managers key on module address
     _unlocked("LLVMPY_RunNewModulePassManager")(builder.getModulePassManager(), module, builder)
-    _inline_vector_variants(module, tm, tier, context)
+    if variants_possible:
+        _inline_vector_variants(module, tm, tier, context)
+
+
+def names_vector_variants(text: str) -> bool:
+    """Whether LLVM module ``text`` names a vector variant or a scalar function defined after O3: only then can
+    :func:`_inline_vector_variants` find one in the module (O3 makes no functions of those names), so a module
+    that does not skips its walks over the module's functions (~7 llvmlite calls a quick module, 30-40 an
+    optimized one, each a wait for the GIL beside the planner)."""
+    return any(symbol in text for symbol in (*vector_variants.SYMBOLS, *vector_variants.DEFINED_AFTER_O3))
 
 
 def _inline_vector_variants(module: llvm.ModuleRef, tm: llvm.TargetMachine, tier: Tier, context: Any) -> None:
@@ -266,7 +304,7 @@ def _llvm_compile(text: str, context: Any, tm: llvm.TargetMachine, tier: Tier) -
     """LLVM's object code for one module: parsed and verified in ``context``, optimized and emitted at ``tier``."""
     module = _parse(text, context)
     try:
-        _run_o3(module, tm, tier, context)
+        _run_o3(module, tm, tier, context, variants_possible=names_vector_variants(text))
         return _emit_object(tm, module)
     finally:
         module.close()
@@ -381,6 +419,7 @@ class KernelCompiler:
         self.objects: dict[int, bytes] = {}
         self.texts: list[str] = []
         self.tiers: list[Tier] = []
+        self._submitted: list[int] = []  # per position of ``texts``: its submission's number (:meth:`follow`)
         self._short_switches = False  # whether this compiler holds _SWITCH_INTERVAL (from its first worker on)
 
     def submit(self, text: str) -> None:
@@ -394,8 +433,20 @@ class KernelCompiler:
         quick = self.quick_when_independent and tier_independent(text) and not optimize_first(text)
         tier = Tier.QUICK if quick else self.tier
         self.inbox.put((_QUICK_NEXT if tier is Tier.QUICK else _OPTIMIZED_FIRST, len(self.texts), text, tier))
+        self._submitted.append(len(self.texts))
         self.texts.append(text)
         self.tiers.append(tier)
+
+    def follow(self, order: list[str]) -> None:
+        """Keep the modules (``texts``, ``tiers`` and the loaded objects) in ``order``, a permutation of the texts
+        submitted (the launch planner submits the optimized tier's first and lists them in the plan's order),
+        so the code loaded is the same whatever the order they were submitted in. After the last submit."""
+        place = {text: number for number, text in enumerate(self.texts)}
+        numbers = [place.get(text, -1) for text in order]
+        if sorted(numbers) != list(range(len(self.texts))):
+            raise CodegenError("the order given is not the modules submitted")
+        self._submitted = [self._submitted[n] for n in numbers]
+        self.texts, self.tiers = list(order), [self.tiers[n] for n in numbers]
 
     def close(self) -> None:
         """Stop the workers (after the modules already queued); no effect after the first call."""
@@ -418,7 +469,7 @@ class KernelCompiler:
                 raise CodegenError(f"LLVM compilation failed: {worker.error}") from worker.error
         if not self.texts:
             return None
-        return _load([self.objects[i] for i in range(len(self.texts))], self.texts, self.tiers, self.form)
+        return _load([self.objects[n] for n in self._submitted], self.texts, self.tiers, self.form)
 
 
 def compile_ir(ir_texts: list[str], workers: int = 1, tier: Tier = Tier.OPTIMIZED,

@@ -17,7 +17,7 @@ from neuroncc.codegen.llvm.views import Layout, view_layout
 from neuroncc.codegen.llvm.emit import emit_kernel
 from neuroncc.codegen.llvm.in_place import writes_in_place
 from neuroncc.codegen.llvm.kernel_names import PLACEHOLDER, name_by_content
-from neuroncc.codegen.llvm.kernel_plan import ExtraKind
+from neuroncc.codegen.llvm.kernel_plan import ChunkedRows, ExtraKind, ReduceStage, RowLoop
 from neuroncc.codegen.llvm.launch_cost import launch_work
 from neuroncc.codegen.llvm.launch_plan import (
     ALIGN, BufferKind, BufferSpec, CpuLaunchPlan, CpuSlot, ExternSpec, PhaseSpec, SlotKind, StepKind, StepSpec,
@@ -57,6 +57,26 @@ class _KernelPlanned:
     error: CodegenError | None
 
 
+@dataclass(frozen=True)
+class _KernelToEmit:
+    """A kernel step whose code the walk has planned (its layouts, slots and buffers decided) and left to emit:
+    ``plan.steps[index]`` is ``step`` until then."""
+
+    index: int
+    op: Any
+    step: StepSpec
+    tiled: Any
+    kplan: Any
+
+
+def _reduces_rows(kplan: Any) -> bool:
+    """Whether a phase of ``kplan`` reduces along its rows: such a sum vectorizes only reassociated, so its module
+    compiles at the optimized tier (``jit.tier_independent``), ~10x a quick module's LLVM time. A guess (the math
+    library's fast-math flags are not seen here), used only for the order of emission."""
+    rows = [phase.rows if isinstance(phase, ChunkedRows) else phase for phase in kplan.phases]
+    return any(isinstance(stage, ReduceStage) for loop in rows if isinstance(loop, RowLoop) for stage in loop.stages)
+
+
 class _LaunchPlanner:
     """``dry``: lay values out and plan kernels only (no code, no arena placement): the kernels' plans answer
     the memory plan's in-place question (:meth:`may_write_over`), and a second planner reuses them."""
@@ -80,8 +100,11 @@ class _LaunchPlanner:
         self.unclaimed_outputs: dict[Value, int] = {}
         for position, value in enumerate(fn.outputs):
             self.unclaimed_outputs.setdefault(value, position)
-        self.ir_texts: list[str] = []
+        self.ir_texts: list[str] = []  # in the plan's order (run() orders them)
         self.module_symbols: dict[str, str] = {}  # symbol -> its module's text (each module added once)
+        #: symbol -> (index of the first step calling it, order added): the modules' order in the plan
+        self.module_places: dict[str, tuple[int, int]] = {}
+        self.to_emit: list[_KernelToEmit] = []
         #: output position -> the param whose buffer it may take (the function's ``donated`` metadata)
         self.donated: dict[int, int] = dict(fn.metadata.get("donated", ()))
         self.last_read = _last_reads(fn)
@@ -212,6 +235,11 @@ class _LaunchPlanner:
         self.plan.outputs = [self.ids[v] for v in self.fn.outputs]
         if self.dry:
             return self.plan
+        # the kernels whose modules compile optimized first: the compile waits for those, so they start as early
+        # as the planner can hand them over (session 24 order24); the plan and the module texts are the same
+        for kernel in sorted(self.to_emit, key=lambda k: (not _reduces_rows(k.kplan), k.index)):
+            self.emit(kernel)
+        self.ir_texts = [self.module_symbols[s] for s in sorted(self.module_places, key=self.module_places.get)]
         self._return_views_of_intermediates()
         self._close_arena_gaps()
         self.plan.arena_bytes = _align(self.arena_end) + self.scratch_bytes
@@ -263,30 +291,33 @@ class _LaunchPlanner:
         self.own_buffer(op.result, avoid=op.operands)  # a reshape that no strides express: copy
         self.plan.steps.append(StepSpec(StepKind.VIEW_COPY, op_index, self._ids(op.operands), self._ids(op.results)))
 
-    def add_module(self, text: str, symbol: str) -> str:
+    def add_module(self, text: str, symbol: str, step_index: int) -> str:
         """Phase function ``symbol``'s module (emitted under ``kernel_names.PLACEHOLDER``) named by its code; added
         to the plan's native code (compiled as soon as the caller asks) unless a module of the same code is
-        there already: both kernels' steps call that one function. Returns the function's name."""
+        there already: both kernels' steps call that one function (the module placed at the first step,
+        ``step_index``, whatever the order of emission). Returns the function's name."""
         text, symbol = name_by_content(text, symbol)
+        place = (step_index, len(self.module_places))
         known = self.module_symbols.get(symbol)
         if known is not None:  # the same code under the same name: the function is in the plan already
             if known != text:
                 raise CodegenError(f"two different kernel modules have the same digest name '{symbol}'")
+            self.module_places[symbol] = min(self.module_places[symbol], place)
             return symbol
         self.module_symbols[symbol] = text
-        self.ir_texts.append(text)
+        self.module_places[symbol] = place
         if self.on_kernel is not None:
             self.on_kernel(text)
         return symbol
 
     def matmul_phase(self, op: Any, operands: tuple[Layout, ...], result: Layout, symbol: str,
-                     n_args: int) -> PhaseSpec | None:
+                     n_args: int, step_index: int) -> PhaseSpec | None:
         """The phase running matmul ``op`` as generated code (``small_matmul.py`` decides), its module added;
         None where BLAS or ATen runs it."""
         matmul = plan_small_matmul(op, operands, result, host_cpu())
         if matmul is None:
             return None
-        symbol = self.add_module(emit_small_matmul(matmul, symbol, n_args), symbol)
+        symbol = self.add_module(emit_small_matmul(matmul, symbol, n_args), symbol, step_index)
         return PhaseSpec(symbol, matmul.batch, matmul.work, False)
 
     def generated_matmul(self, step: StepSpec, op: Any) -> StepSpec | None:
@@ -297,7 +328,8 @@ class _LaunchPlanner:
             return None
         values = (*op.operands, op.result)
         layouts = [self.layout(v, slot) for slot, v in enumerate(values)]
-        phase = self.matmul_phase(op, tuple(layouts[:-1]), layouts[-1], f"{PLACEHOLDER}_mm", len(values) + 1)
+        phase = self.matmul_phase(op, tuple(layouts[:-1]), layouts[-1], f"{PLACEHOLDER}_mm", len(values) + 1,
+                                  len(self.plan.steps))
         if phase is None:
             return None
         slots = (*(CpuSlot(SlotKind.VALUE, self.ids[v]) for v in values), CpuSlot(SlotKind.ERROR, 0))
@@ -412,7 +444,6 @@ class _LaunchPlanner:
                 self.define(result, self.plan.values[self.ids[param]])
             else:
                 self.own_buffer(result, avoid=op.results[:number], shares=op.operands)
-        region = op.regions[0]
         params = [self.layout(v, i) for i, v in enumerate(op.operands)]
         outputs = [self.layout(v, len(params) + i) for i, v in enumerate(op.results)]
         step = StepSpec(StepKind.KERNEL, op_index, self._ids(op.operands), self._ids(op.results))
@@ -432,11 +463,21 @@ class _LaunchPlanner:
         try:
             kplan = replace(kplan, aligned_args=frozenset(self._aligned_slots(op, kplan)),
                             overwrites=frozenset(self._overwriting_slots(op)))
-            texts, symbols = emit_kernel(kplan, PLACEHOLDER)
         except CodegenError as exc:
             self.plan.steps.append(step._replace(reason=str(exc)))
             return
-        symbols = [self.add_module(text, symbol) for text, symbol in zip(texts, symbols)]
+        self.to_emit.append(_KernelToEmit(len(self.plan.steps), op, step, tiled, kplan))
+        self.plan.steps.append(step)
+
+    def emit(self, kernel: _KernelToEmit) -> None:
+        """Emit ``kernel``'s modules (handed to ``on_kernel``) and make its step: native, or with the reason."""
+        index, op, step, tiled, kplan = kernel.index, kernel.op, kernel.step, kernel.tiled, kernel.kplan
+        try:
+            texts, symbols = emit_kernel(kplan, PLACEHOLDER)
+        except CodegenError as exc:
+            self.plan.steps[index] = step._replace(reason=str(exc))
+            return
+        symbols = [self.add_module(text, symbol, index) for text, symbol in zip(texts, symbols)]
         slots = [CpuSlot(SlotKind.VALUE, self.ids[v]) for v in op.operands + op.results]
         scratch_cursor = 0
         for extra in kplan.extra:
@@ -454,16 +495,16 @@ class _LaunchPlanner:
             # a small product runs as the kernel's first phase, else the launcher calls BLAS or ATen before the
             # phases; not where the tile pass's matmul_tile runs product and epilogue in blocks of rows
             matmul = None if _row_block(kplan, tiled) else self.matmul_phase(
-                region.ops[kplan.extern.op_index], kplan.extern.operands, kplan.extern.results[0],
-                f"{PLACEHOLDER}_mm", kplan.n_args)
+                op.regions[0].ops[kplan.extern.op_index], kplan.extern.operands, kplan.extern.results[0],
+                f"{PLACEHOLDER}_mm", kplan.n_args, index)
             if matmul is not None:
                 phases = (matmul, *phases)
             else:
                 extern = ExternSpec(kplan.extern.op_index, tuple(_layout_spec(a) for a in kplan.extern.operands),
                                     tuple(_layout_spec(a) for a in kplan.extern.results))
-        self.plan.steps.append(step._replace(native=True, phases=phases, slots=tuple(slots), extern=extern,
-                                        may_fail=kplan.may_fail,
-                                        row_block=_row_block(kplan, tiled) if extern is not None else 0))
+        self.plan.steps[index] = step._replace(native=True, phases=phases, slots=tuple(slots), extern=extern,
+                                               may_fail=kplan.may_fail,
+                                               row_block=_row_block(kplan, tiled) if extern is not None else 0)
 
 
 def _last_reads(fn: Function) -> dict[Value, int]:
@@ -512,7 +553,9 @@ def plan_launch(fn: Function, cpu: str, features: str, memory_plan: Any = None,
     """The launch plan of ``fn`` (already in top-level form) and the LLVM IR of its native kernels.
 
     ``on_kernel(text)`` is called with each LLVM module (one per kernel phase) as soon as it is generated (the
-    launcher starts compiling it while the next kernel is planned).
+    launcher starts compiling it while the next kernel is emitted): the kernels that reduce along rows first (their
+    modules compile at the optimized tier, the ones the compile waits for), after a walk that plans every kernel;
+    the texts returned are in the plan's order either way.
 
     ``memory_plan`` (``neuroncc.passes.plan_memory.MemoryPlan`` or anything with ``offsets`` keyed by value
     number or Value, optionally ``sizes`` and ``arena_bytes``) places arena values; by default the plan-memory

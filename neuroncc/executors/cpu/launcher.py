@@ -504,7 +504,8 @@ def build_cpu_executable(fn: Function, options: Mapping[str, Any] | None = None)
     graph_build = quick_first(options) == QUICK_MODULES
     compiler = jit.KernelCompiler(workers, quick_when_independent=graph_build)
     try:
-        plan, _ = plan_launch(top, cpu, features, memory_plan(options), on_kernel=compiler.submit)
+        plan, texts = plan_launch(top, cpu, features, memory_plan(options), on_kernel=compiler.submit)
+        compiler.follow(texts)  # the plan's order: submitted optimized-tier kernels first (program.py)
     except BaseException:
         compiler.close()
         raise
