@@ -4,6 +4,7 @@ two, never waited for; one nothing took is let go when a first call binds its co
 
 from __future__ import annotations
 
+import mmap
 import resource
 
 import numpy as np
@@ -40,15 +41,18 @@ def test_one_reserve_at_a_time_taken_whole_by_one_arena_that_fits(monkeypatch):
 
 
 def test_the_reserve_pages_are_in_when_it_is_taken(monkeypatch):
-    """Writing every page of the taken buffer faults none in (a fresh array of its size faults every one, 4 KiB pages
-    below numpy's huge-page size)."""
+    """Writing every page of the taken buffer faults none in (fresh memory of its size, a mapping of its own kept to
+    4 KiB pages, faults every one; not an np.empty, which the heap may serve from pages touched before)."""
     monkeypatch.setattr(arena_reserve, "DEFAULT_RESERVE_BYTES", 2 << 20)
     arena_reserve.reserve()()
     buffer = arena_reserve.take(2 << 20)
     before = _thread_faults()
     buffer[::arena_reserve.PAGE_BYTES] = 1
     taken = _thread_faults() - before
-    fresh = np.empty(2 << 20, dtype=np.uint8)
+    memory = mmap.mmap(-1, 2 << 20)
+    if hasattr(mmap, "MADV_NOHUGEPAGE"):  # one huge page would be one fault
+        memory.madvise(mmap.MADV_NOHUGEPAGE)
+    fresh = np.frombuffer(memory, dtype=np.uint8)
     before = _thread_faults()
     fresh[::arena_reserve.PAGE_BYTES] = 1
     assert taken <= 2 < 256 <= _thread_faults() - before
