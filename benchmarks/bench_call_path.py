@@ -40,7 +40,7 @@ ensure_environment(threads=1)
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from call_path_rows import _fresh_function, dynamo_parts, entry_ab, gap  # noqa: E402
+from call_path_rows import _fresh_function, dynamo_parts, entry_ab, gap, print_minus_kernel  # noqa: E402
 
 
 made = record_compiled_graphs()
@@ -407,12 +407,8 @@ def lean_ab(rows: list[str], threads: int, repeats: int = 101) -> None:
             "torch.compile call": lambda: fn(*inputs),
         }
         samples = interleaved_samples(impls, repeats=repeats, warmup=3, clock=clock)
-        kernel = samples["kernel alone (output held)"]
         print(f"{which} [8192, 1024] {dtype}: one-frame call {'on' if direct.outputs_call else 'off'}")
-        for name, times in samples.items():
-            extra = statistics.median(t - k for t, k in zip(times, kernel))
-            print(f"  {name:34s} {statistics.median(times) * 1e3:7.3f} ms, per round minus the kernel "
-                  f"{extra * 1e6:7.1f} us")
+        print_minus_kernel(samples, 34)
         before, after = samples["lean call (before)"], samples["lean call (after)"]
         saved = statistics.median(b - a for b, a in zip(before, after))
         print(f"  lean call before - after, per round: {saved * 1e6:.1f} us; before/after "

@@ -37,6 +37,17 @@ def dynamo_parts(function, inputs):
     return (lambda: guard.check(frame_locals)), (lambda: transformed(*inputs))
 
 
+def print_minus_kernel(samples: dict, width: int) -> None:
+    """Each call's median and its median per-round time beyond ``samples``' "kernel alone (output held)"."""
+    import statistics
+
+    kernel = samples["kernel alone (output held)"]
+    for name, times in samples.items():
+        extra = statistics.median(t - k for t, k in zip(times, kernel))
+        print(f"  {name:{width}s} {statistics.median(times) * 1e3:7.3f} ms, per round minus the kernel "
+              f"{extra * 1e6:7.1f} us")
+
+
 def gap(made: list, rows: list[str], threads: int, repeats: int = 61) -> None:
     """Issue #19's call gap on roofline.py's own rows (kernel_cases: (b) softmax [4096, 1024], (c) LayerNorm
     [8192, 1024], their bf16 forms), every layer of the ``torch.compile`` call with the row's kernel in it,
@@ -49,7 +60,6 @@ def gap(made: list, rows: list[str], threads: int, repeats: int = 61) -> None:
     (``getrusage``) of the kernel alone, the fresh-output kernel and the whole call."""
     import os
     import resource
-    import statistics
 
     import numpy as np
 
@@ -107,12 +117,8 @@ def gap(made: list, rows: list[str], threads: int, repeats: int = 61) -> None:
             "AOTAutograd runtime (slow) instead": lambda: slow(*inputs),
         }
         samples = interleaved_samples(impls, repeats=repeats, warmup=3, clock=clock)
-        kernel = samples["kernel alone (output held)"]
         print(f"{case.title}: one-frame call {'on' if direct.outputs_call else 'off'}")
-        for name, times in samples.items():
-            extra = statistics.median(t - k for t, k in zip(times, kernel))
-            print(f"  {name:42s} {statistics.median(times) * 1e3:7.3f} ms, per round minus the kernel "
-                  f"{extra * 1e6:7.1f} us")
+        print_minus_kernel(samples, 42)
         for name in ("kernel alone (output held)", "kernel + torch.empty_strided output", "torch.compile call"):
             before = resource.getrusage(resource.RUSAGE_SELF)
             for _ in range(20):
@@ -178,12 +184,8 @@ def entry_ab(made: list, rows: list[str], threads: int, repeats: int = 201) -> N
                  "torch.compile call, before (two frames)": lambda: compiled["before"](*inputs),
                  "torch.compile call, after (lean_entry)": lambda: compiled["after"](*inputs)}
         samples = interleaved_samples(impls, repeats=repeats, warmup=3, clock=clock)
-        kernel = samples["kernel alone (output held)"]
         print(f"{case.title}:")
-        for name, times in samples.items():
-            extra = statistics.median(t - k for t, k in zip(times, kernel))
-            print(f"  {name:42s} {statistics.median(times) * 1e3:7.3f} ms, per round minus the kernel "
-                  f"{extra * 1e6:7.1f} us")
+        print_minus_kernel(samples, 42)
         b, a = samples["torch.compile call, before (two frames)"], samples["torch.compile call, after (lean_entry)"]
         diffs = [x - y for x, y in zip(b, a)]
         print(f"  before - after per round: median {statistics.median(diffs) * 1e6:.1f} us, faster in "
