@@ -40,6 +40,22 @@ def test_one_reserve_at_a_time_taken_whole_by_one_arena_that_fits(monkeypatch):
     assert arena_reserve.reserve() is not None  # taken: the next compile may make another
 
 
+def test_memory_refused_leaves_no_reserve_and_the_next_compile_may_register_one(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise OSError(12, "Cannot allocate memory")
+
+    monkeypatch.setattr(arena_reserve, "DEFAULT_RESERVE_BYTES", 1 << 20)
+    fill = arena_reserve.reserve()
+    with monkeypatch.context() as refusing:
+        refusing.setattr(arena_reserve.mmap, "mmap", refuse)
+        fill()  # no exception on the background thread
+    assert arena_reserve.take(1 << 20) is None
+    fill = arena_reserve.reserve()  # not left "pending" forever
+    assert fill is not None
+    fill()
+    assert arena_reserve.take(1 << 20).nbytes == 1 << 20
+
+
 def test_the_reserve_pages_are_in_when_it_is_taken(monkeypatch):
     """Writing every page of the taken buffer faults none in (fresh memory of its size, a mapping of its own kept to
     4 KiB pages, faults every one; not an np.empty, which the heap may serve from pages touched before)."""

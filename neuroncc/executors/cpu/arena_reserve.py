@@ -69,9 +69,19 @@ def reserve() -> Callable[[], None] | None:
 
 
 def _fill(entry: _Reserve, nbytes: int) -> None:
-    """Allocate ``entry``'s buffer and fault its pages in; it is ready (can be taken) once its buffer is set."""
-    memory = mmap.mmap(-1, nbytes)  # a mapping of its own, off the heap: unmapped when the last arena over it goes
-    memory.madvise(mmap.MADV_HUGEPAGE)  # as numpy asks for its arrays of 4 MB and more (an arena's np.empty)
+    """Allocate ``entry``'s buffer and fault its pages in; it is ready (can be taken) once its buffer is set. Memory
+    the system refuses leaves no reserve (builds make their arenas fresh, as without one), and the next compile
+    may register another."""
+    global _reserve
+    try:
+        memory = mmap.mmap(-1, nbytes)  # its own mapping, off the heap: unmapped when the last arena over it goes
+    except OSError:
+        with _LOCK:
+            if _reserve is entry:
+                _reserve = None
+        return
+    if hasattr(mmap, "MADV_HUGEPAGE"):  # Linux: as numpy asks for its arrays of 4 MB and more (an arena's np.empty)
+        memory.madvise(mmap.MADV_HUGEPAGE)
     buffer = np.frombuffer(memory, dtype=np.uint8)  # page-aligned, so ALIGN-aligned
     buffer[::PAGE_BYTES] = 0  # one write a page; numpy's scalar assignment releases the GIL for it
     with _LOCK:
