@@ -187,10 +187,7 @@ def test_a_hit_gives_the_forward_and_backward_one_arena(monkeypatch):
     monkeypatch.setattr(graph_cache, "_compiled_graph",
                         lambda part, executable, target: loaded.append(compiled_graph(part, executable, target))
                         or loaded[-1])
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.GELU(), torch.nn.LayerNorm(256),
-                                torch.nn.Linear(256, 8))
-    x = torch.randn(32, 64)
+    model, x = _small_training_model()
     grads = []
     for _ in range(2):  # compiled (a miss), then loaded from the disk (a hit), two steps each
         torch._dynamo.reset()
@@ -220,10 +217,7 @@ def test_a_compile_gives_the_forward_and_backward_one_arena_as_a_hit_does(quick_
                         share(self, other))
     monkeypatch.setenv("NEURONCC_DISABLE_GRAPH_CACHE", "1")
     torch._dynamo.reset()
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.GELU(), torch.nn.LayerNorm(256),
-                                torch.nn.Linear(256, 8))
-    x = torch.randn(32, 64)
+    model, x = _small_training_model()
     run = torch.compile(model, backend="neuron", dynamic=False, options={"quick_first": quick_first})
     grads = []
     for _ in range(3):
@@ -268,10 +262,7 @@ def test_a_compile_gives_the_backward_the_forwards_arena_from_its_build_on(monke
     monkeypatch.setattr(arena_reserve, "take", take)
     monkeypatch.setenv("NEURONCC_DISABLE_GRAPH_CACHE", "1")
     torch._dynamo.reset()
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.GELU(), torch.nn.LayerNorm(256),
-                                torch.nn.Linear(256, 8))
-    x = torch.randn(32, 64)
+    model, x = _small_training_model()
     model(x).pow(2).sum().backward()
     eager = [p.grad.clone() for p in model.parameters()]
     run = torch.compile(model, backend="neuron", dynamic=False)
@@ -340,3 +331,11 @@ def test_another_host_cpu_misses_and_names_the_host(monkeypatch, caplog):
     misses = [r.getMessage() for r in caplog.records if "graph cache miss" in r.getMessage()]
     assert len(misses) == 2 and misses[1].endswith("differs in: host"), misses
     assert neuroncc.stats()["graph_cache_hits"] == 0 and neuroncc.stats()["aot_autograd_runs"] == 2
+
+
+def _small_training_model() -> tuple[torch.nn.Module, torch.Tensor]:
+    """The training graphs these tests compile: Linear, GELU, LayerNorm, Linear (seeded), and its input."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.GELU(), torch.nn.LayerNorm(256),
+                                torch.nn.Linear(256, 8))
+    return model, torch.randn(32, 64)
