@@ -14,14 +14,19 @@ from neuroncc.frontend import direct_call
 @pytest.fixture
 def full_calls(monkeypatch):
     """How many calls went through ``DirectCall.__call__`` (the call before the one-frame form)."""
+    return _counting(monkeypatch, direct_call.DirectCall, "__call__")
+
+
+def _counting(monkeypatch, cls, name):
+    """``{"calls": n}``: how many calls method ``cls.name`` has had since (it still runs)."""
     counts = {"calls": 0}
-    call = direct_call.DirectCall.__call__
+    method = getattr(cls, name)
 
     def counting(self, args):
         counts["calls"] += 1
-        return call(self, args)
+        return method(self, args)
 
-    monkeypatch.setattr(direct_call.DirectCall, "__call__", counting)
+    monkeypatch.setattr(cls, name, counting)
     return counts
 
 
@@ -98,22 +103,15 @@ def test_a_settled_graph_is_entered_in_one_frame_without_the_lean_method(monkeyp
     thread-count change) still goes through it, and a declined call still runs AOTAutograd's runtime."""
     from neuroncc.frontend import compiled as compiled_module
 
-    counts = {"lean": 0}
-    lean = compiled_module.CompiledGraph._lean
-
-    def counting(self, args):
-        counts["lean"] += 1
-        return lean(self, args)
-
-    monkeypatch.setattr(compiled_module.CompiledGraph, "_lean", counting)
+    lean_calls = _counting(monkeypatch, compiled_module.CompiledGraph, "_lean")
     f = lambda x, w: torch.nn.functional.rms_norm(x, (x.shape[-1],), w, 1e-6)  # noqa: E731
     x, w = torch.randn(64, 256), torch.randn(256)
     compiled = torch.compile(f, backend="neuron", dynamic=False)
     _settled(compiled, x, w)
-    assert counts["lean"] >= 1 and compiled_graphs["inference"]._fast is not None
-    before = counts["lean"]
+    assert lean_calls["calls"] >= 1 and compiled_graphs["inference"]._fast is not None
+    before = lean_calls["calls"]
     outputs = [compiled(x, w) for _ in range(3)]
-    assert counts["lean"] == before  # no _lean frame once settled
+    assert lean_calls["calls"] == before  # no _lean frame once settled
     for out in outputs:
         torch.testing.assert_close(out, f(x, w), rtol=1e-5, atol=1e-5)
     assert len({out.data_ptr() for out in outputs}) == 3
@@ -122,6 +120,6 @@ def test_a_settled_graph_is_entered_in_one_frame_without_the_lean_method(monkeyp
     try:  # the graph's own thread count changed under it: the entry leaves the settled call for _lean
         graph._threads = -1
         torch.testing.assert_close(compiled(x, w), f(x, w), rtol=1e-5, atol=1e-5)
-        assert counts["lean"] == before + 1 and graph._threads == threads
+        assert lean_calls["calls"] == before + 1 and graph._threads == threads
     finally:
         torch.set_num_threads(threads)
