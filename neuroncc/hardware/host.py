@@ -202,6 +202,22 @@ class CpuTarget:
         return self.has("avx512f")
 
     @property
+    def caches_widened_bf16_rows_for_exp(self) -> bool:
+        """Whether, where ``caches_widened_bf16_rows`` does not keep every such row, a softmax-like row loop (its
+        compute-bound pass computes a transcendental per element and carries the next row's prefetches and the
+        previous row's delayed write: ``prefetch.carrier_stage``, ``delayed_writes.py``) keeps the bf16 row that
+        an earlier pass reduced (its max) widened to float32 for that pass, in a row cache the earlier pass fills
+        (``refine.widened_row_cache``): bf16 softmax's exp pass loads float32 from L1 instead of widening each word
+        again. On Zen 3 (AVX2, 16 registers) its exp loop no longer spills the words it widens (183 -> 179
+        instructions per 64 elements, 11 -> 6 stack accesses), its max pass stores two vectors per word (21 -> 24
+        per 32 elements); bf16 softmax [4096, 1024] 0.984-0.995 of the time at 1 thread and 0.987-0.995 at 2 in
+        three one-process A/Bs, every build below the base's, the same bits (session 25 softmax25,
+        ``bench_bf16_words.py --switch widened-rows-exp``). Loops without a transcendental (bf16 LayerNorm, where
+        session 20 measured the cache mixed on AVX2) widen each word again, as does AVX-512, whose
+        ``caches_widened_bf16_rows`` keeps them all already."""
+        return self.has("avx2") and not self.has("avx512f")
+
+    @property
     def sums_paired_row_caches_apart(self) -> bool:
         """Whether a float sum of row-cached terms computed by a loop over bf16 element pairs (bf16 softmax's
         exp(x - max)) adds them in a loop of its own, as float32 loops do with fewer than
