@@ -218,8 +218,8 @@ class CpuTarget:
         """Whether each group of a softmax-like row pass (``prefetch.spread_loop``: the next row's prefetches, the
         group's exponentials) writes its share of the previous row (``delayed_writes.py``) before the exponentials
         rather than after them: the sum's loop then follows a row's last exponentials directly. Zen 3 (AVX2), ten
-        one-process A/Bs of 101-151 rounds (session 25 softmax25): float32 softmax [4096, 1024] medians 0.978 of
-        the time at 1 thread (0.954-1.019) and 0.985 at 2 (0.963-1.056); bf16 0.918-0.977 and 0.945-0.980 in four
+        one-process A/Bs of 61-151 rounds (session 25 softmax25): float32 softmax [4096, 1024] medians 0.980 of
+        the time at 1 thread (0.954-1.019) and 0.986 at 2 (0.963-1.056); bf16 0.918-0.977 and 0.945-0.980 in four
         (``bench_bf16_words.py --switch write-first``); the same bits. AVX-512: not measured, as before."""
         return self.has("avx2") and not self.has("avx512f")
 
