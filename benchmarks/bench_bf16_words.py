@@ -11,10 +11,17 @@ loop of its own (``CpuTarget.sums_paired_row_caches_apart``, AVX2's default; bf1
 computing them (every CPU before session 20). ``--switch row-pass-bursts`` (not a bf16 switch; ``--rows c``): a
 cheap row loop's next-row prefetches in a burst before each pass over the row
 (``CpuTarget.bursts_before_each_row_pass``, AVX2's default; float32 LayerNorm) against a burst per stage (every CPU
-before session 21). ``--force``: the "on" builds with the switch on where the host's default is off.
+before session 21). ``--switch widened-rows-exp``: bf16 softmax's row widened to float32 once, by its max pass, for
+its exp pass (``CpuTarget.caches_widened_bf16_rows_for_exp``, AVX2's default since session 25) against widened
+again there.
+``--switch write-first``: softmax's delayed write group before each group's exponentials, not after them
+(``CpuTarget.writes_delayed_group_before_the_exponentials``, AVX2's default since session 25; not a bf16 switch).
+``--switch softmax25``: both of session 25's switches at once.
+``--force``: the "on" builds with the switch on where the host's default is off.
 
     /work/bin/heavy x python benchmarks/bench_bf16_words.py [--rows a16,b16,c16] [--threads 1,2] [--repeats 25]
-        [--switch word-lanes|op-results|widened-rows|paired-sums|row-pass-bursts] [--force]
+        [--switch word-lanes|op-results|widened-rows|paired-sums|row-pass-bursts|widened-rows-exp|write-first|softmax25]
+        [--force]
 
 Each row's graph is the one torch.compile hands the neuron backend (dumped through the ``dump_dir`` option, then
 the cpu pipeline), built as an executable twice per variant in the order ABAB (later builds of one process ran
@@ -49,7 +56,9 @@ from neuroncc.passes.pipeline import default_pipeline, run_pipeline  # noqa: E40
 
 SWITCHES = {"word-lanes": "rounds_bf16_in_word_lanes", "op-results": "rounds_bf16_op_results_without_nan_case",
             "widened-rows": "caches_widened_bf16_rows", "paired-sums": "sums_paired_row_caches_apart",
-            "row-pass-bursts": "bursts_before_each_row_pass"}
+            "row-pass-bursts": "bursts_before_each_row_pass", "widened-rows-exp": "caches_widened_bf16_rows_for_exp",
+            "write-first": "writes_delayed_group_before_the_exponentials",
+            "softmax25": ("caches_widened_bf16_rows_for_exp", "writes_delayed_group_before_the_exponentials")}
 #: switches that change the order of a sum's terms (the bits may differ: counted, not asserted)
 REORDERS = {"paired-sums"}
 
@@ -66,14 +75,16 @@ def backend_graph(case, inputs: list[torch.Tensor]):
 
 def build(fn, threads: int, switch: str, on: bool, force: bool = False):
     """An executable of ``fn`` with ``switch`` off, or on (the host's default; ``force``: on whatever the host)."""
-    name = SWITCHES[switch]
-    default = CpuTarget.__dict__[name]
-    setattr(CpuTarget, name, property(lambda self: True) if on and force else default if on
-            else property(lambda self: False))
+    names = SWITCHES[switch] if isinstance(SWITCHES[switch], tuple) else (SWITCHES[switch],)
+    defaults = {name: CpuTarget.__dict__[name] for name in names}
+    for name, default in defaults.items():
+        setattr(CpuTarget, name, property(lambda self: True) if on and force else default if on
+                else property(lambda self: False))
     try:
         return build_cpu_executable(fn, {"threads": threads})
     finally:
-        setattr(CpuTarget, name, default)
+        for name, default in defaults.items():
+            setattr(CpuTarget, name, default)
 
 
 def main() -> None:

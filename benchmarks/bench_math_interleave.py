@@ -5,31 +5,49 @@ A count written with an ``s`` (``2s``) also keeps a softmax's row-cached sum in 
 (``stages.SUM_ROW_CACHE_APART`` off: AVX-512's code; with AVX2's 16 registers the sum runs in a loop of its own);
 with ``bN`` (``4b8``) softmax's exp loop (and the spread groups of the online log-sum-exp, where the target has them)
 runs in groups of N lines (``prefetch.MEMORY_BURST_LINES``, 16: each group after the prefetches of its lines of the
-next row, and followed by the delayed write of the previous row's).
+next row, and followed by the delayed write of the previous row's); with ``aN`` (``4a2``) the spread prefetches
+fetch the row N rows ahead instead of the next one (session 25).
 
 Rows and method: ``variant_ab.py`` (softmax, L2-resident softmax, gelu*sigmoid, cross-entropy; every count's
 softmax output compared bit for bit with the base's). Run under ``/work/bin/heavy x`` (docs/performance.md)."""
 
 import argparse
 import contextlib
+import math
 import sys
+
+from llvmlite import ir
 
 sys.path.insert(0, "benchmarks")
 
 import variant_ab  # noqa: E402  (first: it sets the cache environment before neuroncc is imported)
 import bench_softmax_parts as bsp  # noqa: E402
-from neuroncc.codegen.llvm import loop_hints, prefetch, stages  # noqa: E402
+from neuroncc.codegen.llvm import emit, loop_hints, prefetch, stages  # noqa: E402
+from neuroncc.codegen.llvm.context import Ahead  # noqa: E402
+from neuroncc.codegen.llvm.scalars import I64, storage_type  # noqa: E402
+
+
+def _rows_ahead(rows: int):
+    """``prefetch.next_row`` for the row ``rows`` rows past the current one: the spread prefetches' distance."""
+    def next_row(em, layout, outer):
+        nearest = prefetch.next_row(em, layout, outer)
+        row = math.prod(layout.shape[len(outer):])
+        return Ahead(lambda i: em.b.gep(nearest.at(i), [ir.Constant(I64, (rows - 1) * row)],
+                                        source_etype=storage_type(layout.dtype), inbounds=False), nearest.itemsize)
+    return next_row
 
 
 @contextlib.contextmanager
 def interleaved(spec: str):
     """Kernels built as ``spec`` says: "4" (the interleave count), "4s" (and the sum in the exp loop), "4b8" (and
-    groups of 8 lines)."""
+    groups of 8 lines), "4a2" (and the spread prefetches 2 rows ahead, not the next row)."""
+    spec, _, rows = spec.partition("a")
     head, _, burst = spec.partition("b")
     count = int(head.rstrip("s"))
     with bsp.patched(loop_hints, "math_interleave", lambda target: count), \
             bsp.patched(stages, "SUM_ROW_CACHE_APART", stages.SUM_ROW_CACHE_APART and not head.endswith("s")), \
-            bsp.patched(prefetch, "MEMORY_BURST_LINES", int(burst) if burst else prefetch.MEMORY_BURST_LINES):
+            bsp.patched(prefetch, "MEMORY_BURST_LINES", int(burst) if burst else prefetch.MEMORY_BURST_LINES), \
+            bsp.patched(emit, "next_row", _rows_ahead(int(rows)) if rows else emit.next_row):
         yield
 
 
@@ -38,7 +56,8 @@ def main() -> None:
     variant_ab.add_arguments(parser)
     parser.add_argument("--counts", default="4,2,8",
                         help="interleave counts, the first the base (default 4,2,8); a count with an s (2s) also "
-                        "keeps softmax's sum in its exp loop, with bN (4b8) groups of N lines")
+                        "keeps softmax's sum in its exp loop, with bN (4b8) groups of N lines, with aN (4a2) the "
+                        "prefetches N rows ahead")
     args = parser.parse_args()
     variants = {f"interleave-{spec}": (lambda spec=spec: interleaved(spec)) for spec in args.counts.split(",")}
     variant_ab.compare(variants, args)

@@ -202,6 +202,28 @@ class CpuTarget:
         return self.has("avx512f")
 
     @property
+    def caches_widened_bf16_rows_for_exp(self) -> bool:
+        """Whether a softmax-like row loop (its exp pass carries the next row's prefetches and the previous row's
+        delayed write: ``prefetch.carrier_stage``, ``delayed_writes.py``) keeps the bf16 row its max pass reduced
+        widened to float32 for the exp pass (``refine.widened_row_cache``'s ``read_by``), where
+        ``caches_widened_bf16_rows`` (AVX-512) does not keep every such row already. Zen 3 (AVX2): the exp loop no
+        longer spills the words it widens (183 -> 179 instructions per 64 elements, 11 -> 6 stack accesses), the
+        max pass stores two vectors per word; bf16 softmax [4096, 1024] 0.982-0.986 of the time at 1 thread and
+        0.976-0.987 at 2, the same bits (session 25 softmax25, ``bench_bf16_words.py --switch widened-rows-exp``).
+        Loops without a transcendental (bf16 LayerNorm: session 20 read the cache mixed on AVX2) widen again."""
+        return self.has("avx2") and not self.has("avx512f")
+
+    @property
+    def writes_delayed_group_before_the_exponentials(self) -> bool:
+        """Whether each group of a softmax-like row pass (``prefetch.spread_loop``: the next row's prefetches, the
+        group's exponentials) writes its share of the previous row (``delayed_writes.py``) before the exponentials
+        rather than after them: the sum's loop then follows a row's last exponentials directly. Zen 3 (AVX2), ten
+        one-process A/Bs of 61-151 rounds (session 25 softmax25): float32 softmax [4096, 1024] medians 0.980 of
+        the time at 1 thread (0.954-1.019) and 0.986 at 2 (0.963-1.056); bf16 0.918-0.977 and 0.945-0.980 in four
+        (``bench_bf16_words.py --switch write-first``); the same bits. AVX-512: not measured, as before."""
+        return self.has("avx2") and not self.has("avx512f")
+
+    @property
     def sums_paired_row_caches_apart(self) -> bool:
         """Whether a float sum of row-cached terms computed by a loop over bf16 element pairs (bf16 softmax's
         exp(x - max)) adds them in a loop of its own, as float32 loops do with fewer than

@@ -10,8 +10,9 @@ moves 12 bytes per element where the row's unavoidable traffic is 8, and at 2 th
 the machine's bandwidth with those 12 (48 MB in 1.13 ms, 42 GB/s; Zen 3, session 12).
 
 Here the write pass of row r - 1 runs inside row r's compute-bound pass (the carrier, ``prefetch.carrier_stage``),
-a group of its elements after each group of the carrier's (``prefetch.spread_loop``): ``MEMORY_BURST_LINES`` lines
-of non-temporal stores at a time, which drain while the next group's exponentials are computed. The row caches
+a group of its elements beside each group of the carrier's (``prefetch.spread_loop``; before the group's
+exponentials on AVX2, after them elsewhere: ``CpuTarget.writes_delayed_group_before_the_exponentials``):
+``MEMORY_BURST_LINES`` lines of non-temporal stores at a time, which drain while exponentials are computed. The row caches
 hold two rows (row r's is written while row r - 1's is read; ``row_buffers.row_slot``), and the last row of a
 thread's range is written after its row loop. :func:`delayed_write_stage` is the decision, the rest its code.
 """

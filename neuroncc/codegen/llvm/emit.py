@@ -206,6 +206,8 @@ class KernelEmitter(IndexArithmetic, BufferAccess, MapStages):
         self._row_copies = 1 if self._delayed is None else 2
         if self.target.caches_widened_bf16_rows:  # (bf16 rows widened once, by the first pass that reduces them)
             phase = replace(phase, row_cache={**widened_row_cache(self.plan, phase), **phase.row_cache})
+        elif self.target.caches_widened_bf16_rows_for_exp and self._delayed is not None:  # (softmax's exp pass)
+            phase = replace(phase, row_cache={**widened_row_cache(self.plan, phase, self._carrier), **phase.row_cache})
         self._row_cache, self._row_depth = dict(phase.row_cache), len(phase.outer)
         widened = widened_rows(self.plan, phase)  # (filled here, before the row loop, then read as row caches)
         self._pair_rows = pair_ordered_rows(self.plan, phase.row_cache, [*phase.stages, *(sums or [])]) | set(widened)

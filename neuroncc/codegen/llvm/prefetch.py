@@ -191,7 +191,9 @@ def spread_loop(em: EmitContext, lo: Any, hi: Any, body: Callable[[Any], None], 
     ``inner(lo, hi, body)`` emits the element loop (default ``em.loop``; the loop over a stage's element pairs:
     ``EmitContext.innermost_loop``), over a group of constant length where the groups divide the range.
     ``after(start, stop, length)`` is emitted after each group's loop (``length``: the group's, 0 when not
-    constant): the delayed write of the previous row's elements (``delayed_writes.py``)."""
+    constant), or before it, after the prefetches, where the target says so
+    (``CpuTarget.writes_delayed_group_before_the_exponentials``): the delayed write of the previous row's
+    elements (``delayed_writes.py``)."""
     loop = inner if inner is not None else em.loop
     if not ahead and after is None:
         loop(lo, hi, body)
@@ -201,12 +203,16 @@ def spread_loop(em: EmitContext, lo: Any, hi: Any, body: Callable[[Any], None], 
     prefetch = _prefetch_intrinsic(em.b.module)
     covered = group_elements(lo, hi, group)
 
+    write_first = after is not None and em.target.writes_delayed_group_before_the_exponentials
+
     def one_group(g: Any) -> None:
         start = em.add(lo, em.mul(g, group))
         _prefetch_lines(em, prefetch, ahead, start, covered)
         stop = em.add(start, group) if whole else em.min(em.add(start, group), hi)
+        if write_first:
+            after(start, stop, group if whole else 0)
         loop(start, stop, body)
-        if after is not None:
+        if after is not None and not write_first:
             after(start, stop, group if whole else 0)
 
     em.loop(0, em.div(em.add(em.sub(hi, lo), group - 1), group), one_group)

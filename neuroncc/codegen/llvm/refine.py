@@ -154,12 +154,13 @@ def cache_rows(plan: KernelPlan) -> KernelPlan:
     return _each_phase(plan, rule)
 
 
-def widened_row_cache(plan: KernelPlan, phase: RowLoop) -> dict[Value, int]:
+def widened_row_cache(plan: KernelPlan, phase: RowLoop, read_by: int | None = None) -> dict[Value, int]:
     """Row caches of bf16 rows widened to float32 (``CpuTarget.caches_widened_bf16_rows``; the emitter adds them
     to ``phase``'s): a cast of bf16 to float32 that a reduction over the row sums (or takes the variance of) and a
     later stage reads again at its own index, stored by that reduction's first pass: bf16 LayerNorm's ``cast(x)``,
     which its variance's deviation pass and its write pass then load as float32 from L1. The cached values are
-    the ones the cast computes: the results do not change."""
+    the ones the cast computes: the results do not change. ``read_by``: only the rows that this stage reads
+    again (``CpuTarget.caches_widened_bf16_rows_for_exp``: bf16 softmax's exp pass)."""
     k = len(phase.outer)
     if not k:
         return {}
@@ -173,9 +174,12 @@ def widened_row_cache(plan: KernelPlan, phase: RowLoop) -> dict[Value, int]:
                 or not widens_bf16(access.op) \
                 or math.prod(stage.shape[k:]) > ROW_CACHE_MAX:
             continue
+        later_stages = phase.stages[position + 1:] if read_by is None else phase.stages[read_by:read_by + 1]
+        if read_by is not None and read_by <= position:
+            continue
         if any(later.shape == stage.shape and any(_reads_in_place(plan, root, value, stage.shape, set())
                                                   for root, _ in later.roots)
-               for later in phase.stages[position + 1:]):
+               for later in later_stages):
             cache[value] = position
     return cache
 
