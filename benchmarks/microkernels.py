@@ -315,3 +315,100 @@ def loop_instructions(name: str, target: CpuTarget) -> tuple[int, int]:
 
 __all__ = ["Stream", "aligned_empty", "compile_kernel", "fma_peak", "math_throughput", "stream_module",
            "POLYNOMIAL"]
+
+
+#: The forms of :func:`bf16_math_module`'s element loop.
+BF16_MATH_FORMS = ("polynomial", "lookup", "gather")
+
+
+def bf16_math_module(name: str, target: CpuTarget, form: str, block: int = MATH_BLOCK) -> str:
+    """``bf16_math(args = {x, y, repeats, table}, start, end)``: each outer iteration computes y = bf16(f(x)) over
+    ``block`` bf16 elements (their i16 bits) ``repeats`` times, as ``math_module`` does for float32, in one of three
+    forms (session 25 table25: a bf16 unary op's result depends on its input's 16 bits only):
+
+    - ``polynomial``: x widened (its bits in a float32's high half), neuroncc's polynomial for ``name``, the result
+      rounded to bf16 without the NaN case (as AVX2 and AVX-512 round an op's bf16 result) and narrowed: the code a
+      kernel has today, vectorized by O3 with the math loops' hints;
+    - ``lookup``: ``y[i] = table[x[i]]`` as scalar IR (a 65536-entry i16 table), vectorized as LLVM chooses;
+    - ``gather``: explicit vectors of 8: the 32-bit words at byte offsets 2 * x (``vpgatherdd``, scale 2; the
+      table padded by 2 bytes) of which the low halves are kept."""
+    from neuroncc.codegen.llvm.scalars import bf16_bits, round_to
+    from neuroncc.ir.dtypes import DType
+    i16 = ir.IntType(16)
+    module = ir.Module(f"bf16_{form}_{name}")
+    fn_block = ir.Function(module, ir.FunctionType(VOID, [PTR, PTR, PTR]), "bf16.block")
+    fn_block.linkage = "internal"
+    set.add(fn_block.attributes, RECIPROCAL_ESTIMATES)
+    for pointer in fn_block.args:
+        pointer.add_attribute("noalias")
+    xs, ys, table = fn_block.args
+    b = ir.IRBuilder(fn_block.append_basic_block("entry"))
+    if form == "gather":
+        lanes = 8
+        words = ir.VectorType(I32, lanes)
+        gather = ir.Function(module, ir.FunctionType(words, [words, PTR, words, words, ir.IntType(8)]),
+                             "llvm.x86.avx2.gather.d.d.256")
+        ones = ir.Constant(words, [ir.Constant(I32, -1)] * lanes)
+        zeros = ir.Constant(words, [ir.Constant(I32, 0)] * lanes)
+
+        def vector(i: ir.Value) -> None:
+            bits = b.load(b.gep(xs, [i], source_etype=i16, inbounds=True), typ=ir.VectorType(i16, lanes), align=2)
+            got = b.call(gather, [zeros, table, b.zext(bits, words), ones, ir.Constant(ir.IntType(8), 2)])
+            b.store(b.trunc(got, ir.VectorType(i16, lanes)), b.gep(ys, [i], source_etype=i16, inbounds=True),
+                    align=2)
+
+        _loop(b, ir.Constant(I64, 0), ir.Constant(I64, block), vector, step=lanes)
+    else:
+        def element(i: ir.Value) -> None:
+            bits = b.load(b.gep(xs, [i], source_etype=i16, inbounds=True), typ=i16)
+            if form == "lookup":
+                out = b.load(b.gep(table, [b.zext(bits, I64)], source_etype=i16, inbounds=True), typ=i16)
+            else:
+                value = b.bitcast(b.shl(b.zext(bits, I32), ir.Constant(I32, 16)), F32)
+                out = bf16_bits(b, round_to(b, math_call(b, name, value, target=target), DType.bf16, False))
+            b.store(out, b.gep(ys, [i], source_etype=i16, inbounds=True))
+
+        hint_math_loop(_loop(b, ir.Constant(I64, 0), ir.Constant(I64, block), element), target)
+    b.ret_void()
+
+    fn, b, args, start, end = _function(module, "bf16_math")
+    set.add(fn.attributes, RECIPROCAL_ESTIMATES)
+    x, y = _arg(b, args, 0, PTR), _arg(b, args, 1, PTR)
+    repeats, table = _arg(b, args, 2, I64), _arg(b, args, 3, PTR)
+
+    def outer(k: ir.Value) -> None:
+        offset = b.mul(b.and_(k, ir.Constant(I64, 1)), ir.Constant(I64, block))  # two threads: two blocks
+        xs = b.gep(x, [offset], source_etype=i16)
+        ys = b.gep(y, [offset], source_etype=i16)
+        _loop(b, ir.Constant(I64, 0), repeats, lambda _: b.call(fn_block, [xs, ys, table]))
+
+    _loop(b, start, end, outer)
+    b.ret_void()
+    return str(module)
+
+
+def bf16_table(name: str, target: CpuTarget) -> np.ndarray:
+    """The 65536 bf16 results (i16 bits, and 2 bytes of padding for the 32-bit gather of the last) of the
+    ``polynomial`` form of :func:`bf16_math_module` over every input's bits: the table its other forms read."""
+    kernel = compile_kernel(bf16_math_module(name, target, "polynomial", block=1 << 16), "bf16_math")
+    x = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.int16)
+    table = np.zeros((1 << 16) + 2, np.int16)
+    args = (ctypes.c_int64 * 4)(x.ctypes.data, table.ctypes.data, 1, 0)
+    run(kernel, args, 1, 1)
+    return table
+
+
+def bf16_math_runner(name: str, target: CpuTarget, form: str, x: np.ndarray, table: np.ndarray, threads: int,
+                     repeats: int = 200) -> tuple[Callable[[], None], np.ndarray, int]:
+    """(a call of ``form``'s kernel over ``x`` (2 * MATH_BLOCK bf16 bits) on ``threads`` threads, its output, the
+    elements a call computes)."""
+    kernel = compile_kernel(bf16_math_module(name, target, form), "bf16_math")
+    y = np.zeros(2 * MATH_BLOCK, np.int16)
+    args = (ctypes.c_int64 * 4)(x.ctypes.data, y.ctypes.data, repeats, table.ctypes.data)
+    n = max(threads, 1) * 2
+
+    def call() -> None:
+        run(kernel, args, n, threads)
+
+    call.keep = (kernel, args, x, y, table)  # alive while the call is
+    return call, y, MATH_BLOCK * repeats * n
