@@ -49,7 +49,7 @@ from neuroncc.passes.pipeline import default_pipeline, run_pipeline  # noqa: E40
 
 SWITCHES = {"word-lanes": "rounds_bf16_in_word_lanes", "op-results": "rounds_bf16_op_results_without_nan_case",
             "widened-rows": "caches_widened_bf16_rows", "paired-sums": "sums_paired_row_caches_apart",
-            "row-pass-bursts": "bursts_before_each_row_pass"}
+            "row-pass-bursts": "bursts_before_each_row_pass", "tables": "looks_up_bf16_unary_math"}
 #: switches that change the order of a sum's terms (the bits may differ: counted, not asserted)
 REORDERS = {"paired-sums"}
 

@@ -192,6 +192,13 @@ class CpuTarget:
         return self.has("avx512f") or self.has("avx2")
 
     @property
+    def looks_up_bf16_unary_math(self) -> bool:
+        """Whether a unary polynomial op of a bf16 value with a bf16 result (gelu, sigmoid, exp, ...) reads its
+        result from a 65536-entry table of its rounded results (``codegen/llvm/bf16_tables.py``: the same bits)
+        instead of computing it. AVX2 only: (numbers to come). AVX-512 keeps its code (not measured there)."""
+        return self.has("avx2") and not self.has("avx512f")
+
+    @property
     def caches_widened_bf16_rows(self) -> bool:
         """Whether a row loop that reduces a bf16 row widened to float32 and reads it again in later passes
         (bf16 LayerNorm: the mean, variance and write passes) keeps the widened row in a float32 row cache that

@@ -1,0 +1,105 @@
+"""bf16 unary math by table (``codegen/llvm/bf16_tables.py``, session 25 table25): on AVX2
+(``CpuTarget.looks_up_bf16_unary_math``) a unary polynomial op of a bf16 value with a bf16 result reads its rounded
+result from a 65536-entry table made by the op's own polynomial and rounding: every bit as computing it, for every
+input (NaN payloads, infinities, subnormals), and as the reference's NaN bits in row (a); AVX-512 and CPUs without
+AVX2 compute as before, and so does float32 math on AVX2."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from test_bf16_op_results import SSE, _inputs, _llvm_ir, gelu_sigmoid_graph
+from test_bf16_rounding import ZEN4
+from test_pairs import _NAN_PATTERNS, AVX2, from_bits
+
+from neuroncc.codegen.llvm import bf16_tables
+from neuroncc.codegen.llvm.regions import fuse_whole_function
+from neuroncc.executors.cpu.launcher import build_cpu_executable
+from neuroncc.hardware.host import CpuTarget, host_cpu
+from neuroncc.ir import Builder, DType, Function, TensorType, interpret
+
+#: Every bf16 bit pattern, as a [256, 256] int16 tensor.
+EVERY_INPUT = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.int16).reshape(256, 256)
+
+#: The ops a table replaces (``elementwise.POLYNOMIAL_OF``) with their attributes.
+FUNCTIONS = [("gelu", {"approximate": "none"}), ("gelu", {"approximate": "tanh"}), ("sigmoid", {}), ("exp", {}),
+             ("exp2", {}), ("log", {}), ("log2", {}), ("tanh", {}), ("erf", {})]
+
+
+def _unary_graph(name: str, attrs: dict, dtype: DType = DType.bf16) -> Function:
+    """op(x) on the bf16 values of int16 bits (an op with a bf16 result; ``dtype`` f32: on the widened values)."""
+    b = Builder(f"unary_{name}")
+    x = b.op("bitcast", b.param(TensorType(EVERY_INPUT.shape, DType.i16), "x"), dtype=DType.bf16)
+    if dtype is DType.f32:
+        return b.build([b.op(name, b.op("cast", x, dtype=DType.f32), **attrs)])
+    return b.build([b.op("bitcast", b.op(name, x, **attrs), dtype=DType.i16)])
+
+
+def _built(monkeypatch, fn: Function, tables: bool):
+    monkeypatch.setattr(CpuTarget, "looks_up_bf16_unary_math", property(lambda self: tables))
+    return build_cpu_executable(fuse_whole_function(fn), {"threads": 2})
+
+
+def test_the_decision():
+    assert CpuTarget("znver3", AVX2).looks_up_bf16_unary_math
+    assert not CpuTarget("znver4", ZEN4).looks_up_bf16_unary_math
+    assert not CpuTarget("x86-64", SSE).looks_up_bf16_unary_math
+
+
+@pytest.mark.parametrize("name,attrs", FUNCTIONS, ids=[f"{n}-{a.get('approximate', '')}" for n, a in FUNCTIONS])
+def test_a_table_gives_the_computed_bits_for_every_input(monkeypatch, name, attrs):
+    fn = _unary_graph(name, attrs)
+    (looked_up,) = _built(monkeypatch, fn, True)(EVERY_INPUT)
+    (computed,) = _built(monkeypatch, fn, False)(EVERY_INPUT)
+    np.testing.assert_array_equal(looked_up, computed)
+
+
+def test_the_table_is_the_kernels_results():
+    # the table itself (the entry at each input's bits) against a kernel computing the function without it
+    table = np.frombuffer(bf16_tables.lookup_table("gelu", False, host_cpu()), np.int16)
+    assert table.size == bf16_tables.ENTRIES
+    monkeypatch = pytest.MonkeyPatch()
+    try:
+        (computed,) = _built(monkeypatch, _unary_graph("gelu", {"approximate": "none"}), False)(EVERY_INPUT)
+    finally:
+        monkeypatch.undo()
+    np.testing.assert_array_equal(table, computed.reshape(-1))
+
+
+@pytest.mark.parametrize("name", ["gelu", "sigmoid"])
+def test_special_inputs_as_the_reference(monkeypatch, name):
+    # NaNs (their payloads), infinities and zeros exactly as the interpreter's; subnormal inputs within a bf16 ulp
+    fn = _unary_graph(name, {"approximate": "none"} if name == "gelu" else {})
+    (got,) = _built(monkeypatch, fn, True)(EVERY_INPUT)
+    (want,) = interpret(fn, [EVERY_INPUT])
+    x = from_bits(EVERY_INPUT)
+    special = ~np.isfinite(x) | (x == 0)
+    np.testing.assert_array_equal(got[special], want[special])
+    subnormal = (x != 0) & (np.abs(x) < np.finfo(np.float32).tiny)
+    assert subnormal.sum() == 2 * 127
+    np.testing.assert_allclose(from_bits(got[subnormal]), from_bits(want[subnormal]), rtol=2 ** -7, atol=0)
+
+
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_row_a_through_tables_keeps_every_bit(rng, monkeypatch, approximate):
+    fn = gelu_sigmoid_graph(len(_NAN_PATTERNS) + 2, 1024 + 2 * 7)  # (and a scalar remainder)
+    params = _inputs(rng, len(_NAN_PATTERNS) + 2, 1024 + 2 * 7)
+    (looked_up,) = _built(monkeypatch, fn, True)(*params)
+    (computed,) = _built(monkeypatch, fn, False)(*params)
+    np.testing.assert_array_equal(looked_up, computed)
+    (want,) = interpret(fn, params)
+    nan = np.isnan(from_bits(want))
+    np.testing.assert_array_equal(looked_up[nan], want[nan])
+
+
+def test_avx2_reads_tables_where_zen4_sse_and_float32_math_compute():
+    fn = gelu_sigmoid_graph(64, 1024)
+    zen3 = _llvm_ir(fn, CpuTarget("znver3", AVX2))
+    assert "@\"ncc.bf16_table.gelu.plain\"" in zen3 and "@\"ncc.bf16_table.sigmoid.plain\"" in zen3
+    assert "ncc.math." not in zen3  # no polynomial left in the kernel
+    for other in (CpuTarget("znver4", ZEN4), CpuTarget("x86-64", SSE)):
+        code = _llvm_ir(fn, other)
+        assert "ncc.bf16_table" not in code and "@\"ncc.math.gelu\"" in code and "@\"ncc.math.sigmoid\"" in code
+    # a float32 result (or operand) is no function of 16 bits: computed
+    widened = _llvm_ir(_unary_graph("gelu", {"approximate": "none"}, DType.f32), CpuTarget("znver3", AVX2))
+    assert "ncc.bf16_table" not in widened and "@\"ncc.math.gelu\"" in widened
