@@ -313,8 +313,25 @@ def loop_instructions(name: str, target: CpuTarget) -> tuple[int, int]:
     return count, max(len(stores), 1) * target.vector_bits // 32
 
 
+def lookup_throughput(target: CpuTarget, threads: int, clock: Callable[[], float], samples: int = 7) -> float:
+    """Elements per second of a bf16 table read (:func:`bf16_math_module`'s ``lookup`` form: load, table entry,
+    store) over L1-resident normal bf16 inputs (activations' few thousand entries: the table's hot part in L1), on
+    ``threads`` threads: the fastest of ``samples`` runs (see ``fma_peak``). The same for every function."""
+    table = bf16_table("sigmoid", target)
+    values = np.random.default_rng(0).standard_normal(2 * MATH_BLOCK).astype(np.float32)
+    x = ((values.view(np.uint32) + 0x8000) >> 16).astype(np.uint16).view(np.int16)  # (no NaNs: no tie care)
+    call, _, elements = bf16_math_runner("sigmoid", target, "lookup", x, table, threads)
+    call()
+    times = []
+    for _ in range(samples):
+        begin = clock()
+        call()
+        times.append(clock() - begin)
+    return elements / min(times)
+
+
 __all__ = ["Stream", "aligned_empty", "compile_kernel", "fma_peak", "math_throughput", "stream_module",
-           "POLYNOMIAL"]
+           "POLYNOMIAL", "bf16_math_module", "bf16_table", "lookup_throughput"]
 
 
 #: The forms of :func:`bf16_math_module`'s element loop.
