@@ -11,10 +11,13 @@ loop of its own (``CpuTarget.sums_paired_row_caches_apart``, AVX2's default; bf1
 computing them (every CPU before session 20). ``--switch row-pass-bursts`` (not a bf16 switch; ``--rows c``): a
 cheap row loop's next-row prefetches in a burst before each pass over the row
 (``CpuTarget.bursts_before_each_row_pass``, AVX2's default; float32 LayerNorm) against a burst per stage (every CPU
-before session 21). ``--force``: the "on" builds with the switch on where the host's default is off.
+before session 21). ``--switch tables``: bf16 unary math (gelu, sigmoid, ...) read from 65536-entry tables
+(``CpuTarget.looks_up_bf16_unary_math``, AVX2's default since session 25, ``codegen/llvm/bf16_tables.py``) against
+computed by its polynomial (every CPU before). ``--force``: the "on" builds with the switch on where the host's
+default is off.
 
     /work/bin/heavy x python benchmarks/bench_bf16_words.py [--rows a16,b16,c16] [--threads 1,2] [--repeats 25]
-        [--switch word-lanes|op-results|widened-rows|paired-sums|row-pass-bursts] [--force]
+        [--switch word-lanes|op-results|widened-rows|paired-sums|row-pass-bursts|tables] [--force]
 
 Each row's graph is the one torch.compile hands the neuron backend (dumped through the ``dump_dir`` option, then
 the cpu pipeline), built as an executable twice per variant in the order ABAB (later builds of one process ran

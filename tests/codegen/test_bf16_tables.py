@@ -14,7 +14,11 @@ from test_pairs import _NAN_PATTERNS, AVX2, from_bits
 
 from neuroncc.codegen.llvm import bf16_tables
 from neuroncc.codegen.llvm.regions import fuse_whole_function
+from neuroncc.driver.artifact import ARTIFACT_CODECS, ComponentRecord, read_artifact, write_artifact
+from neuroncc.driver.compile_request import ArtifactContents
+from neuroncc.executors.cpu.code_files import CODE_FILES
 from neuroncc.executors.cpu.launcher import build_cpu_executable
+from neuroncc.executors.executable import build_executable
 from neuroncc.hardware.host import CpuTarget, host_cpu
 from neuroncc.ir import Builder, DType, Function, TensorType, interpret
 
@@ -103,3 +107,29 @@ def test_avx2_reads_tables_where_zen4_sse_and_float32_math_compute():
     # a float32 result (or operand) is no function of 16 bits: computed
     widened = _llvm_ir(_unary_graph("gelu", {"approximate": "none"}, DType.f32), CpuTarget("znver3", AVX2))
     assert "ncc.bf16_table" not in widened and "@\"ncc.math.gelu\"" in widened
+
+
+def test_an_artifact_carries_its_tables_in_its_code(tmp_path, rng, monkeypatch):
+    # the tables are constants of the kernels' modules: in the code file the artifact checks and loads (nothing
+    # else is read at load, and no table is made again), and the loaded code gives the same bits
+    fn = gelu_sigmoid_graph(len(_NAN_PATTERNS) + 2, 256)
+    params = _inputs(rng, len(_NAN_PATTERNS) + 2, 256)
+    monkeypatch.setattr(CpuTarget, "looks_up_bf16_unary_math", property(lambda self: True))
+    executable = build_executable(fn, "cpu")
+    contents = ArtifactContents(
+        key="ab" * 32, key_components={"graph": ComponentRecord(digest="0" * 64, summary="g")}, target="cpu",
+        input_function=fn, options={}, pipeline="", stages={}, timings={}, neuroncc_version="0.1.0",
+        created_at="2026-12-05T06:00:00+00:00")
+    directory = tmp_path / contents.key
+    directory.mkdir()
+    manifest = write_artifact(directory, executable, contents, ARTIFACT_CODECS["cpu"])
+    code = next((directory / name).read_bytes() for name in manifest.target_files if name in CODE_FILES.values())
+    for function in ("gelu", "sigmoid"):
+        assert bf16_tables.lookup_table(function, False, host_cpu()) in code
+
+    def made_again(*args):
+        raise AssertionError("a table made at load")
+
+    monkeypatch.setattr(bf16_tables, "lookup_table", made_again)
+    _, loaded = read_artifact(directory, ARTIFACT_CODECS["cpu"])
+    np.testing.assert_array_equal(loaded(*params)[0], executable(*params)[0])
