@@ -195,12 +195,12 @@ class CpuTarget:
     def looks_up_bf16_unary_math(self) -> bool:
         """Whether a unary polynomial op of a bf16 value with a bf16 result (gelu, sigmoid, exp, ...) reads its
         result from a 65536-entry table of its rounded results (``codegen/llvm/bf16_tables.py``: the same bits)
-        instead of computing it. On Zen 3 (AVX2, session 25 table25): a table read by the lanes' scalar loads that
-        LLVM's vectorizer makes 0.29-0.34 ns an element against gelu's polynomial and rounding 0.71 and sigmoid's 0.62
-        on normal bf16 inputs (0.41-0.55 of the time; AVX2's ``vpgatherdd`` 0.50-0.52), and bf16 gelu(x*w+b) *
-        sigmoid(x) [4096, 1024] 0.553-0.573 of its kernel's time at 1 thread, 0.562-0.596 at 2
+        instead of computing it. On Zen 3 (AVX2, session 25 table25), 1 thread: a table read by the lanes' scalar
+        loads that LLVM's vectorizer makes 0.28-0.34 ns an element against gelu's polynomial and rounding 0.68-0.71
+        and sigmoid's 0.57-0.62 on normal bf16 inputs (0.41-0.55 of the time; AVX2's ``vpgatherdd`` 0.48-0.52), and
+        bf16 gelu(x*w+b) * sigmoid(x) [4096, 1024] 0.553-0.573 of its kernel's time at 1 thread, 0.533-0.596 at 2
         (``bench_bf16_words.py --switch tables``, ``bench_math_interleave.py --lookup``). Uniform random bit patterns
-        (every exponent: the 128 KiB table out of L1) make sigmoid's read 1.1x its polynomial. AVX-512 keeps its
+        (every exponent: the 128 KiB table out of L1) make sigmoid's read 0.99-1.11x its polynomial. AVX-512 keeps its
         code (its polynomials run 16 lanes at a time, and it was not measured there); so do CPUs without AVX2."""
         return self.has("avx2") and not self.has("avx512f")
 
