@@ -27,6 +27,7 @@ from neuroncc.codegen.llvm import jit
 from neuroncc.codegen.llvm.entries import RECIPROCAL_ESTIMATES
 from neuroncc.codegen.llvm.loop_hints import hint_math_loop
 from neuroncc.codegen.llvm.mathlib import math_call
+from neuroncc.codegen.llvm.native_library import CodeForm
 from neuroncc.codegen.llvm.scalars import F32, I16, I32, I64, PTR, VOID, bf16_bits, round_to
 from neuroncc.hardware.host import CACHE_LINE_BYTES, CpuTarget
 from neuroncc.ir.dtypes import DType
@@ -83,7 +84,8 @@ def lookup_table(function: str, nan_case: bool, target: CpuTarget) -> bytes:
         table = _TABLES.get(key)
     if table is not None:
         return table
-    code = jit.compile_ir([_maker_module(function, nan_case, target)])
+    # as objects for MCJIT: no linker run for a module called once (3 of its ~30 ms)
+    code = jit.compile_ir([_maker_module(function, nan_case, target)], form=CodeForm.OBJECTS)
     inputs = (ctypes.c_uint16 * ENTRIES)(*range(ENTRIES))
     outputs = (ctypes.c_uint16 * ENTRIES)()
     ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)(code.address(_MAKER))(
