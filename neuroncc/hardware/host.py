@@ -198,8 +198,9 @@ class CpuTarget:
         instead of computing it. On Zen 3 (AVX2, session 25 table25), 1 thread: a table read by the lanes' scalar
         loads that LLVM's vectorizer makes 0.28-0.34 ns an element against gelu's polynomial and rounding 0.68-0.71
         and sigmoid's 0.57-0.62 on normal bf16 inputs (0.41-0.55 of the time; AVX2's ``vpgatherdd`` 0.48-0.52), and
-        bf16 gelu(x*w+b) * sigmoid(x) [4096, 1024] 0.553-0.573 of its kernel's time at 1 thread, 0.533-0.596 at 2
-        (``bench_bf16_words.py --switch tables``, ``bench_math_interleave.py --lookup``). Uniform random bit patterns
+        bf16 gelu(x*w+b) * sigmoid(x) [4096, 1024] 0.504-0.506 of its kernel's time at 1 thread, 0.512-0.525 at 2
+        with the entries read as 32-bit words' high halves (0.53-0.60 with 16-bit reads; ``bench_bf16_words.py
+        --switch tables``, ``bench_math_interleave.py --lookup``). Uniform random bit patterns
         (every exponent: the 128 KiB table out of L1) make sigmoid's read 0.99-1.11x its polynomial. AVX-512 keeps its
         code (its polynomials run 16 lanes at a time, and it was not measured there); so do CPUs without AVX2."""
         return self.has("avx2") and not self.has("avx512f")
