@@ -16,11 +16,13 @@ its exp pass (``CpuTarget.caches_widened_bf16_rows_for_exp``, AVX2's default sin
 again there.
 ``--switch write-first``: softmax's delayed write group before each group's exponentials, not after them
 (``CpuTarget.writes_delayed_group_before_the_exponentials``, AVX2's default since session 25; not a bf16 switch).
-``--switch softmax25``: both of session 25's switches at once.
+``--switch softmax25``: both of those at once. ``--switch tables``: bf16 unary math (gelu, sigmoid, ...) read from
+65536-entry tables (``CpuTarget.looks_up_bf16_unary_math``, AVX2's default since session 25,
+``codegen/llvm/bf16_tables.py``) against computed by its polynomial (every CPU before).
 ``--force``: the "on" builds with the switch on where the host's default is off.
 
     /work/bin/heavy x python benchmarks/bench_bf16_words.py [--rows a16,b16,c16] [--threads 1,2] [--repeats 25]
-        [--switch word-lanes|op-results|widened-rows|paired-sums|row-pass-bursts|widened-rows-exp|write-first|softmax25]
+        [--switch word-lanes|op-results|widened-rows|paired-sums|row-pass-bursts|widened-rows-exp|write-first|softmax25|tables]
         [--force]
 
 Each row's graph is the one torch.compile hands the neuron backend (dumped through the ``dump_dir`` option, then
@@ -58,7 +60,8 @@ SWITCHES = {"word-lanes": "rounds_bf16_in_word_lanes", "op-results": "rounds_bf1
             "widened-rows": "caches_widened_bf16_rows", "paired-sums": "sums_paired_row_caches_apart",
             "row-pass-bursts": "bursts_before_each_row_pass", "widened-rows-exp": "caches_widened_bf16_rows_for_exp",
             "write-first": "writes_delayed_group_before_the_exponentials",
-            "softmax25": ("caches_widened_bf16_rows_for_exp", "writes_delayed_group_before_the_exponentials")}
+            "softmax25": ("caches_widened_bf16_rows_for_exp", "writes_delayed_group_before_the_exponentials"),
+            "tables": "looks_up_bf16_unary_math"}
 #: switches that change the order of a sum's terms (the bits may differ: counted, not asserted)
 REORDERS = {"paired-sums"}
 

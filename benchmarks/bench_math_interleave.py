@@ -8,12 +8,19 @@ runs in groups of N lines (``prefetch.MEMORY_BURST_LINES``, 16: each group after
 next row, and followed by the delayed write of the previous row's); with ``aN`` (``4a2``) the spread prefetches
 fetch the row N rows ahead instead of the next one (session 25).
 
+``--lookup gelu,sigmoid`` (session 25 table25) instead times a bf16 unary function's forms over L1-resident bf16
+inputs (``microkernels.bf16_math_module``: the polynomial with its rounding, a 65536-entry table read by scalar
+loads as LLVM vectorizes them, of 16 bits or of 32 as the kernels read it, and by explicit ``vpgatherdd``), on normal, uniform(-6, 6) and uniform-bits inputs,
+interleaved rounds, medians in ns per element; the table is the polynomial form's output over all 65536 inputs,
+and every form's output is checked equal to the polynomial's.
+
 Rows and method: ``variant_ab.py`` (softmax, L2-resident softmax, gelu*sigmoid, cross-entropy; every count's
 softmax output compared bit for bit with the base's). Run under ``/work/bin/heavy x`` (docs/performance.md)."""
 
 import argparse
 import contextlib
 import math
+import os
 import sys
 
 from llvmlite import ir
@@ -51,6 +58,52 @@ def interleaved(spec: str):
         yield
 
 
+def lookup_main(names: list[str], args: argparse.Namespace) -> None:
+    """The ``--lookup`` A/B (module docstring)."""
+    import statistics
+    import time
+
+    import numpy as np
+    import torch
+
+    import microkernels as mk
+    from neuroncc.hardware.host import host_cpu
+
+    target = host_cpu()
+    rng = np.random.default_rng(0)
+    size = 2 * mk.MATH_BLOCK
+    as_bits = lambda v: torch.from_numpy(v.astype(np.float32)).to(torch.bfloat16).view(torch.int16).numpy().copy()
+    inputs = {"normal": as_bits(rng.standard_normal(size)), "uniform(-6,6)": as_bits(rng.uniform(-6, 6, size)),
+              "uniform bits": rng.integers(-(1 << 15), 1 << 15, size, dtype=np.int16)}
+    for threads in [int(t) for t in args.threads.split(",")]:
+        torch.set_num_threads(threads)
+        clock = time.thread_time if threads == 1 else time.perf_counter
+        for name in names:
+            table = mk.bf16_table(name, target)
+            calls, elements = {}, 0
+            for data, x in inputs.items():
+                for form in mk.BF16_MATH_FORMS:
+                    call, y, elements = mk.bf16_math_runner(name, target, form, x, table, threads)
+                    call()
+                    np.testing.assert_array_equal(y, table[1:-1][x.view(np.uint16)])
+                    calls[(data, form)] = call
+            times = {key: [] for key in calls}
+            for _ in range(args.rounds):
+                for key, call in calls.items():
+                    start = clock()
+                    call()
+                    times[key].append(clock() - start)
+            print(f"{name}, threads {threads}, load {os.getloadavg()[0]:.2f}, "
+                  f"{time.strftime('%H:%M:%S', time.gmtime())} UTC, {args.rounds} rounds (ns per element, "
+                  f"/ polynomial)", flush=True)
+            for data in inputs:
+                base = statistics.median(times[(data, "polynomial")])
+                print(f"  {data:14s} " + "  ".join(
+                    f"{form} {statistics.median(times[(data, form)]) / elements * 1e9:6.3f} "
+                    f"({statistics.median(times[(data, form)]) / base:.3f})" for form in mk.BF16_MATH_FORMS),
+                    flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     variant_ab.add_arguments(parser)
@@ -58,7 +111,12 @@ def main() -> None:
                         help="interleave counts, the first the base (default 4,2,8); a count with an s (2s) also "
                         "keeps softmax's sum in its exp loop, with bN (4b8) groups of N lines, with aN (4a2) the "
                         "prefetches N rows ahead")
+    parser.add_argument("--lookup", default="",
+                        help="bf16 functions (gelu,sigmoid) whose polynomial and table forms are timed instead")
     args = parser.parse_args()
+    if args.lookup:
+        lookup_main(args.lookup.split(","), args)
+        return
     variants = {f"interleave-{spec}": (lambda spec=spec: interleaved(spec)) for spec in args.counts.split(",")}
     variant_ab.compare(variants, args)
 

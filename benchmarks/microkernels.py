@@ -313,5 +313,135 @@ def loop_instructions(name: str, target: CpuTarget) -> tuple[int, int]:
     return count, max(len(stores), 1) * target.vector_bits // 32
 
 
+def lookup_throughput(target: CpuTarget, threads: int, clock: Callable[[], float], samples: int = 41) -> float:
+    """Elements per second of a bf16 table read (:func:`bf16_math_module`'s ``lookup`` form, as the kernels read it,
+    or ``lookup16``, whichever is faster: load, table entry, store) over L1-resident normal bf16 inputs (activations'
+    few thousand entries: the table's hot part in L1), on ``threads`` threads: the fastest of ``samples`` runs (see
+    ``fma_peak``; at 2 threads the runs' rates spread 4.0-7.2 Gelem/s on Zen 3, more than the FMA peak's). The same
+    for every function."""
+    table = bf16_table("sigmoid", target)
+    values = np.random.default_rng(0).standard_normal(2 * MATH_BLOCK).astype(np.float32)
+    x = ((values.view(np.uint32) + 0x8000) >> 16).astype(np.uint16).view(np.int16)  # (no NaNs: no tie care)
+    rates = []
+    for form in ("lookup", "lookup16"):  # (the kernels' read and the 16-bit one: about as fast here; the faster)
+        call, _, elements = bf16_math_runner("sigmoid", target, form, x, table, threads, repeats=400)
+        call()
+        times = []
+        for _ in range(samples):
+            begin = clock()
+            call()
+            times.append(clock() - begin)
+        rates.append(elements / min(times))
+    return max(rates)
+
+
 __all__ = ["Stream", "aligned_empty", "compile_kernel", "fma_peak", "math_throughput", "stream_module",
-           "POLYNOMIAL"]
+           "POLYNOMIAL", "bf16_math_module", "bf16_table", "lookup_throughput"]
+
+
+#: The forms of :func:`bf16_math_module`'s element loop.
+BF16_MATH_FORMS = ("polynomial", "lookup16", "lookup", "gather")
+
+
+def bf16_math_module(name: str, target: CpuTarget, form: str, block: int = MATH_BLOCK) -> str:
+    """``bf16_math(args = {x, y, repeats, table}, start, end)``: each outer iteration computes y = bf16(f(x)) over
+    ``block`` bf16 elements (their i16 bits) ``repeats`` times, as ``math_module`` does for float32, in one of three
+    forms (session 25 table25: a bf16 unary op's result depends on its input's 16 bits only):
+
+    - ``polynomial``: x widened (its bits in a float32's high half), neuroncc's polynomial for ``name``, the result
+      rounded to bf16 without the NaN case (as AVX2 and AVX-512 round an op's bf16 result) and narrowed: the code a
+      kernel has today, vectorized by O3 with the math loops' hints;
+    - ``lookup16``: ``y[i] = table[x[i]]`` as scalar IR (a 65536-entry i16 table), vectorized as LLVM chooses;
+    - ``lookup``: the same entry read as neuroncc's kernels read it (``codegen/llvm/bf16_tables.py``): the high half of
+      the 32 bits from 2 bytes before it, masked to the float32 of the bf16 result, which is what y holds here
+      (float32: stored as 16 bits, LLVM would narrow the read to them);
+    - ``gather``: explicit vectors of 8: the 32-bit words at byte offsets 2 * x (``vpgatherdd``, scale 2; the
+      table padded by 2 bytes) of which the low halves are kept."""
+    from neuroncc.codegen.llvm.scalars import bf16_bits, round_to
+    from neuroncc.ir.dtypes import DType
+    i16 = ir.IntType(16)
+    module = ir.Module(f"bf16_{form}_{name}")
+    fn_block = ir.Function(module, ir.FunctionType(VOID, [PTR, PTR, PTR]), "bf16.block")
+    fn_block.linkage = "internal"
+    set.add(fn_block.attributes, RECIPROCAL_ESTIMATES)
+    for pointer in fn_block.args:
+        pointer.add_attribute("noalias")
+    xs, ys, table = fn_block.args
+    b = ir.IRBuilder(fn_block.append_basic_block("entry"))
+    if form == "gather":
+        lanes = 8
+        words = ir.VectorType(I32, lanes)
+        gather = ir.Function(module, ir.FunctionType(words, [words, PTR, words, words, ir.IntType(8)]),
+                             "llvm.x86.avx2.gather.d.d.256")
+        ones = ir.Constant(words, [ir.Constant(I32, -1)] * lanes)
+        zeros = ir.Constant(words, [ir.Constant(I32, 0)] * lanes)
+
+        def vector(i: ir.Value) -> None:
+            bits = b.load(b.gep(xs, [i], source_etype=i16, inbounds=True), typ=ir.VectorType(i16, lanes), align=2)
+            got = b.call(gather, [zeros, table, b.zext(bits, words), ones, ir.Constant(ir.IntType(8), 2)])
+            b.store(b.trunc(got, ir.VectorType(i16, lanes)), b.gep(ys, [i], source_etype=i16, inbounds=True),
+                    align=2)
+
+        _loop(b, ir.Constant(I64, 0), ir.Constant(I64, block), vector, step=lanes)
+    else:
+        def element(i: ir.Value) -> None:
+            bits = b.load(b.gep(xs, [i], source_etype=i16, inbounds=True), typ=i16)
+            if form == "lookup":
+                index = b.sub(b.zext(bits, I64), ir.Constant(I64, 1))
+                word = b.load(b.gep(table, [index], source_etype=i16), typ=I32, align=2)
+                value = b.bitcast(b.and_(word, ir.Constant(I32, 0xFFFF0000 - (1 << 32))), F32)
+                b.store(value, b.gep(ys, [i], source_etype=F32, inbounds=True))
+                return
+            if form == "lookup16":
+                out = b.load(b.gep(table, [b.zext(bits, I64)], source_etype=i16, inbounds=True), typ=i16)
+            else:
+                value = b.bitcast(b.shl(b.zext(bits, I32), ir.Constant(I32, 16)), F32)
+                out = bf16_bits(b, round_to(b, math_call(b, name, value, target=target), DType.bf16, False))
+            b.store(out, b.gep(ys, [i], source_etype=i16, inbounds=True))
+
+        hint_math_loop(_loop(b, ir.Constant(I64, 0), ir.Constant(I64, block), element), target)
+    b.ret_void()
+
+    fn, b, args, start, end = _function(module, "bf16_math")
+    set.add(fn.attributes, RECIPROCAL_ESTIMATES)
+    x, y = _arg(b, args, 0, PTR), _arg(b, args, 1, PTR)
+    repeats, table = _arg(b, args, 2, I64), _arg(b, args, 3, PTR)
+
+    def outer(k: ir.Value) -> None:
+        offset = b.mul(b.and_(k, ir.Constant(I64, 1)), ir.Constant(I64, block))  # two threads: two blocks
+        xs = b.gep(x, [offset], source_etype=i16)
+        ys = b.gep(y, [offset], source_etype=F32 if form == "lookup" else i16)
+        _loop(b, ir.Constant(I64, 0), repeats, lambda _: b.call(fn_block, [xs, ys, table]))
+
+    _loop(b, start, end, outer)
+    b.ret_void()
+    return str(module)
+
+
+def bf16_table(name: str, target: CpuTarget) -> np.ndarray:
+    """The 65536 bf16 results (i16 bits) of the ``polynomial`` form of :func:`bf16_math_module` over every input's
+    bits, with 2 bytes of padding before the first (the ``lookup`` form's 32-bit read of it) and after the last (the
+    ``gather`` form's): the table its other forms read (``table[1:-1]`` its entries)."""
+    kernel = compile_kernel(bf16_math_module(name, target, "polynomial", block=1 << 16), "bf16_math")
+    x = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.int16)
+    table = np.zeros((1 << 16) + 2, np.int16)
+    args = (ctypes.c_int64 * 4)(x.ctypes.data, table.ctypes.data + 2, 1, 0)
+    run(kernel, args, 1, 1)
+    return table
+
+
+def bf16_math_runner(name: str, target: CpuTarget, form: str, x: np.ndarray, table: np.ndarray, threads: int,
+                     repeats: int = 200) -> tuple[Callable[[], None], np.ndarray, int]:
+    """(a call of ``form``'s kernel over ``x`` (2 * MATH_BLOCK bf16 bits) on ``threads`` threads, its output (the bf16
+    bits), the elements a call computes). ``table``: :func:`bf16_table`'s."""
+    kernel = compile_kernel(bf16_math_module(name, target, form), "bf16_math")
+    y = np.zeros(2 * MATH_BLOCK, np.int32 if form == "lookup" else np.int16)
+    args = (ctypes.c_int64 * 4)(x.ctypes.data, y.ctypes.data, repeats, table.ctypes.data + 2)
+    n = max(threads, 1) * 2
+
+    def call() -> None:
+        run(kernel, args, n, threads)
+
+    call.keep = (kernel, args, x, y, table)  # alive while the call is
+    # (the lookup form's float32 results: their high halves, a view, are the bf16 bits)
+    return call, y.view(np.int16)[1::2] if form == "lookup" else y, MATH_BLOCK * repeats * n

@@ -25,9 +25,11 @@ output made), interleaved with the rest: the row's time minus it is the call's c
 graphs or with state: cross-entropy's forward and backward, AdamW).
 
 A row's roofline time is max(memory time, compute time), compute time = sum over its polynomial functions
-of evaluations / throughput + (other flops + bf16 conversions) / FMA peak. The fraction is roofline time /
-neuroncc's time (100% = at the machine's limit). 2 threads: wall-clock medians; 1 thread: the calling thread's
-CPU time.
+of evaluations / throughput + (other flops + bf16 conversions) / FMA peak. Where the CPU reads bf16 unary math
+from tables (``CpuTarget.looks_up_bf16_unary_math``, session 25) a row's math of bf16 values (``Work.bf16_math``)
+counts at the table read's throughput (``microkernels.lookup_throughput``) and without its roundings. The
+fraction is roofline time / neuroncc's time (100% = at the machine's limit). 2 threads: wall-clock medians; 1
+thread: the calling thread's CPU time.
 
 bf16 conversions: a CPU without bf16 conversion instructions (AVX2) widens and rounds with integer vector
 instructions, work the bf16 dtype asks for as surely as its flops (``kernel_cases.Work``: each input element
@@ -104,6 +106,9 @@ class Machine:
         self.math = {name: {t: mk.math_throughput(name, self.target, t, clock_for(t)) for t in threads}
                      for name in POLYNOMIAL}
         self.instructions = {name: mk.loop_instructions(name, self.target) for name in POLYNOMIAL}
+        # bf16 unary math read from tables (``CpuTarget.looks_up_bf16_unary_math``): a table read per evaluation
+        self.lookup = {t: mk.lookup_throughput(self.target, t, clock_for(t)) for t in threads} \
+            if self.target.looks_up_bf16_unary_math else {}
         plain, streaming = mk.compile_kernel(mk.stream_module(False), "stream"), \
             mk.compile_kernel(mk.stream_module(True), "stream")
         self.stream_kernels = (plain, streaming)
@@ -111,13 +116,18 @@ class Machine:
     def compute_seconds(self, work, threads: int) -> float:
         seconds = (work.flops + self.conversion_flops(work)) / self.peak[threads]
         for name, count in work.math.items():
-            seconds += count / self.math[name][threads]
+            seconds += count / (self.lookup[threads] if self._looks_up(work) else self.math[name][threads])
         return seconds
+
+    def _looks_up(self, work) -> bool:
+        return work.bf16_math and bool(self.lookup)
 
     def conversion_flops(self, work) -> float:
         """``work``'s bf16 conversions as flops at the FMA peak's rate (see the module docstring)."""
         counts = CONVERSION_INSTRUCTIONS_AVX512 if self.target.has("avx512bw") else CONVERSION_INSTRUCTIONS
-        return sum(getattr(work, kind) * instructions for kind, instructions in counts.items())
+        looked_up = sum(work.math.values()) if self._looks_up(work) else 0  # (their roundings: in the tables)
+        return sum((getattr(work, kind) - (looked_up if kind == "rounded_kept" else 0)) * instructions
+                   for kind, instructions in counts.items())
 
     def describe(self) -> str:
         lines = [f"CPU: {cpu_model()} ({self.target.name} to LLVM); vector width used: {self.target.vector_bits} "
@@ -135,6 +145,9 @@ class Machine:
         header = ["function"] + [f"Gelem/s {t}T" for t in self.peak] + \
             [f"ns/elem {one}T", "vector instr/elem", f"time in FMAs/elem ({one}T)"]
         lines.append(table(rows, header))
+        if self.lookup:
+            lines.append("bf16 table read (CpuTarget.looks_up_bf16_unary_math): " + ", ".join(
+                f"{t} thread{'s' if t > 1 else ''} {rate / 1e9:.2f} Gelem/s" for t, rate in self.lookup.items()))
         return "\n".join(lines)
 
 

@@ -192,6 +192,20 @@ class CpuTarget:
         return self.has("avx512f") or self.has("avx2")
 
     @property
+    def looks_up_bf16_unary_math(self) -> bool:
+        """Whether a unary polynomial op of a bf16 value with a bf16 result (gelu, sigmoid, exp, ...) reads its
+        result from a 65536-entry table of its rounded results (``codegen/llvm/bf16_tables.py``: the same bits)
+        instead of computing it. On Zen 3 (AVX2, session 25 table25), 1 thread: a table read by the lanes' scalar
+        loads that LLVM's vectorizer makes 0.28-0.34 ns an element against gelu's polynomial and rounding 0.68-0.71
+        and sigmoid's 0.57-0.62 on normal bf16 inputs (0.41-0.55 of the time; AVX2's ``vpgatherdd`` 0.48-0.52), and
+        bf16 gelu(x*w+b) * sigmoid(x) [4096, 1024] 0.504-0.506 of its kernel's time at 1 thread, 0.512-0.525 at 2
+        with the entries read as 32-bit words' high halves (0.53-0.60 with 16-bit reads; ``bench_bf16_words.py
+        --switch tables``, ``bench_math_interleave.py --lookup``). Uniform random bit patterns
+        (every exponent: the 128 KiB table out of L1) make sigmoid's read 0.99-1.11x its polynomial. AVX-512 keeps its
+        code (its polynomials run 16 lanes at a time, and it was not measured there); so do CPUs without AVX2."""
+        return self.has("avx2") and not self.has("avx512f")
+
+    @property
     def caches_widened_bf16_rows(self) -> bool:
         """Whether a row loop that reduces a bf16 row widened to float32 and reads it again in later passes
         (bf16 LayerNorm: the mean, variance and write passes) keeps the widened row in a float32 row cache that

@@ -38,10 +38,47 @@ def _float_math(name: str) -> Lowering:
     return lambda ctx, op, args: math_call(ctx.b, name, *args, target=ctx.target)
 
 
-def _exp(ctx, op, args):
+def _exp_polynomial(ctx, op) -> str:
     # x - max(x) (softmax, log-sum-exp, log-softmax's gradient) needs neither exp's upper clamp nor its two-step scale
-    name = "exp_nonpositive" if at_most_zero(ctx.plan.region, op.operands[0]) else "exp"
-    return math_call(ctx.b, name, *args, target=ctx.target)
+    return "exp_nonpositive" if at_most_zero(ctx.plan.region, op.operands[0]) else "exp"
+
+
+def _gelu_polynomial(ctx, op) -> str:
+    return "gelu_tanh" if op.attrs["approximate"] == "tanh" else "gelu"
+
+
+def _polynomial(name: str) -> Callable[[EmitContext, Op], str]:
+    return lambda ctx, op: name
+
+
+#: Unary elementwise op -> the polynomial of the math library (``mathlib.POLYNOMIAL``) its lowering computes, by
+#: the emission context and the op: what a bf16 table of its results is made from (``bf16_tables.py``).
+POLYNOMIAL_OF: dict[str, Callable[[EmitContext, Op], str]] = {
+    "exp": _exp_polynomial,
+    "exp2": _polynomial("exp2"),
+    "log": _polynomial("log"),
+    "log2": _polynomial("log2"),
+    "tanh": _polynomial("tanh"),
+    "sigmoid": _polynomial("sigmoid"),
+    "erf": _polynomial("erf"),
+    "gelu": _gelu_polynomial,
+}
+
+
+def _math(ctx, op, args):
+    return math_call(ctx.b, POLYNOMIAL_OF[op.name](ctx, op), *args, target=ctx.target)
+
+
+def table_function(ctx: EmitContext, op: Op) -> str | None:
+    """The polynomial whose bf16 table ``op`` reads instead of computing it (``bf16_tables.py``), or None: where the
+    target looks such math up (:attr:`CpuTarget.looks_up_bf16_unary_math`) and ``op`` is a unary elementwise
+    polynomial function of a bf16 value with a bf16 result (every bf16 value in a graph is rounded: its result is a
+    function of the operand's 16 bits)."""
+    if not ctx.target.looks_up_bf16_unary_math or op.name not in POLYNOMIAL_OF:
+        return None
+    if _dtype(op) is not DType.bf16 or op.results[0].type.dtype is not DType.bf16:
+        return None
+    return POLYNOMIAL_OF[op.name](ctx, op)
 
 
 def _intrinsic(name: str) -> Lowering:
@@ -91,10 +128,6 @@ def _rsqrt(ctx, op, args):
 
 def _reciprocal(ctx, op, args):
     return ctx.b.fdiv(ir.Constant(F32, 1.0), args[0])
-
-
-def _gelu(ctx, op, args):
-    return math_call(ctx.b, "gelu_tanh" if op.attrs["approximate"] == "tanh" else "gelu", *args, target=ctx.target)
 
 
 def _isnan(ctx, op, args):
@@ -407,11 +440,11 @@ ELEMENTWISE: dict[str, Lowering] = {
     "abs": _abs,
     "sign": _sign,
     "relu": _relu,
-    "exp": _exp,
-    "exp2": _float_math("exp2"),
+    "exp": _math,
+    "exp2": _math,
     "expm1": _float_math("expm1"),
-    "log": _float_math("log"),
-    "log2": _float_math("log2"),
+    "log": _math,
+    "log2": _math,
     "log1p": _float_math("log1p"),
     "sqrt": _intrinsic("sqrt"),
     "rsqrt": _rsqrt,
@@ -419,11 +452,11 @@ ELEMENTWISE: dict[str, Lowering] = {
     "sin": _float_math("sin"),
     "cos": _float_math("cos"),
     "tan": _float_math("tan"),
-    "tanh": _float_math("tanh"),
+    "tanh": _math,
     "atan": _float_math("atan"),
-    "sigmoid": _float_math("sigmoid"),
-    "erf": _float_math("erf"),
-    "gelu": _gelu,
+    "sigmoid": _math,
+    "erf": _math,
+    "gelu": _math,
     "floor": _intrinsic("floor"),
     "ceil": _intrinsic("ceil"),
     "round": _intrinsic("roundeven"),  # half to even, as torch.round

@@ -19,10 +19,11 @@ from typing import Any, assert_never
 from llvmlite import ir
 
 from neuroncc.codegen.llvm.access import ACCESS, broadcast_index
+from neuroncc.codegen.llvm.bf16_tables import looked_up
 from neuroncc.codegen.llvm.buffer_access import BufferAccess
 from neuroncc.codegen.llvm.context import Ahead, Index
 from neuroncc.codegen.llvm.delayed_writes import delayed_write_stage, emit_delayed_group, emit_last_row
-from neuroncc.codegen.llvm.elementwise import ELEMENTWISE, EXACT
+from neuroncc.codegen.llvm.elementwise import ELEMENTWISE, EXACT, table_function
 from neuroncc.codegen.llvm.entries import RECIPROCAL_ESTIMATES, add_phase_entry, vector_width_attribute
 from neuroncc.codegen.llvm.indexing import ROUNDS, IndexArithmetic
 from neuroncc.codegen.llvm.ir_text import module_text, quick_names
@@ -443,6 +444,9 @@ class KernelEmitter(IndexArithmetic, BufferAccess, MapStages):
         if op.name in ELEMENTWISE:
             shape = op.results[0].type.shape
             args = [self.value_at(v, broadcast_index(self, idx, shape, v.type.shape)) for v in op.operands]
+            function = table_function(self, op)
+            if function is not None:  # (its entries are rounded)
+                return looked_up(self.b, function, self.rounding_needs_nan_case(op), self.target, args[0])
             result = ELEMENTWISE[op.name](self, op, args)
             if op.name not in EXACT:
                 result = round_to(self.b, result, op.results[0].type.dtype, self.rounding_needs_nan_case(op))

@@ -1,0 +1,128 @@
+"""bf16 unary math by table: a bf16 op's result as one load from a table of its 65536 results.
+
+In a bf16 graph every op rounds its result to bf16 (as eager does), so a unary elementwise op whose operand is a
+bf16 value computes a function of that operand's 16 bits: the table of the rounded results over all 65536 bit
+patterns, indexed by the operand's bits, replaces the polynomial, its range reduction and its rounding by one
+load. The table is made from the very code the op has without it: the op's polynomial (``mathlib``) and
+rounding (``scalars.round_to``, with or without its NaN case as the op's would be), compiled for the host and
+run over every input (:func:`lookup_table`), so the results are the same bits, NaN payloads included. A module
+holds each table it reads as a constant (128 KiB of .rodata in its object code: a loaded kernel needs nothing
+else). Real activations touch a few thousand entries (normal data: ~13 exponents x 128 mantissas x 2 signs),
+which stay in L1/L2.
+
+The loads are scalar in the IR; LLVM's vectorizer makes them a vector of lanes' loads (extract, load, insert),
+which measured faster on Zen 3 than AVX2's ``vpgatherdd`` (``benchmarks/bench_math_interleave.py --lookup``). Each
+reads 32 bits whose high half is the entry (the table starts 2 bytes after its constant), masked to the float32 of
+the bf16 result: the vectorizer folds such a load into its insert (``vinsertps`` from memory, then one ``vpand`` per
+vector, where a 16-bit entry took a ``movzwl``, a ``vpinsrw`` and a shift): bf16 row (a)'s kernel 0.91-0.92 of the
+16-bit reads' time on Zen 3, within 1-2% of a table of float32 entries twice the size (session 25 table25).
+Where it is emitted is :attr:`CpuTarget.looks_up_bf16_unary_math`'s decision and
+``elementwise.table_function``'s (which ops).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+
+from llvmlite import ir
+
+from neuroncc.codegen.llvm import jit
+from neuroncc.codegen.llvm.entries import RECIPROCAL_ESTIMATES
+from neuroncc.codegen.llvm.loop_hints import hint_math_loop
+from neuroncc.codegen.llvm.mathlib import math_call
+from neuroncc.codegen.llvm.native_library import CodeForm
+from neuroncc.codegen.llvm.scalars import F32, I16, I32, I64, PTR, VOID, bf16_bits, round_to
+from neuroncc.hardware.host import CACHE_LINE_BYTES, CpuTarget
+from neuroncc.ir.dtypes import DType
+
+#: Entries of a table: one per bf16 bit pattern.
+ENTRIES = 1 << 16
+#: The kernel that makes a table, and its loop's symbol.
+_MAKER = "ncc.bf16_table.make"
+
+_LOCK = threading.Lock()
+#: (function, nan_case, CPU name, features) -> the table's bytes (little-endian i16 entries)
+_TABLES: dict[tuple[str, bool, str, str], bytes] = {}
+#: the same key -> the table as an LLVM constant's text (formatting 128 KiB took ~6 ms a module)
+_CONSTANTS: dict[tuple[str, bool, str, str], str] = {}
+#: Bytes before a table's first entry in its constant: the 32-bit read of entry 0 starts there.
+_PAD = 2
+#: The type of a table's constant: the pad and the entries' bytes.
+_TABLE_TYPE = ir.ArrayType(ir.IntType(8), _PAD + 2 * ENTRIES)
+
+
+def _maker_module(function: str, nan_case: bool, target: CpuTarget) -> str:
+    """``make(ptr x, ptr y)``: y[i] = the bits of round_to(function(bf16 x[i])) over ENTRIES inputs, the loop
+    hinted as a kernel's math loops are."""
+    module = ir.Module("bf16_table")
+    fn = ir.Function(module, ir.FunctionType(VOID, [PTR, PTR]), _MAKER)
+    xs, ys = fn.args
+    for pointer in fn.args:
+        pointer.add_attribute("noalias")
+    set.add(fn.attributes, RECIPROCAL_ESTIMATES)  # (as on every generated phase)
+    entry, head, body, done = (fn.append_basic_block(n) for n in ("entry", "head", "body", "done"))
+    b = ir.IRBuilder(entry)
+    b.branch(head)
+    b.position_at_end(head)
+    i = b.phi(I64)
+    i.add_incoming(ir.Constant(I64, 0), entry)
+    b.cbranch(b.icmp_signed("<", i, ir.Constant(I64, ENTRIES)), body, done)
+    b.position_at_end(body)
+    bits = b.load(b.gep(xs, [i], source_etype=I16, inbounds=True), typ=I16)
+    value = b.bitcast(b.shl(b.zext(bits, I32), ir.Constant(I32, 16)), F32)
+    result = round_to(b, math_call(b, function, value, target=target), DType.bf16, nan_case)
+    b.store(bf16_bits(b, result), b.gep(ys, [i], source_etype=I16, inbounds=True))
+    i.add_incoming(b.add(i, ir.Constant(I64, 1)), body)
+    hint_math_loop(b.branch(head), target)
+    b.position_at_end(done)
+    b.ret_void()
+    return str(module)
+
+
+def lookup_table(function: str, nan_case: bool, target: CpuTarget) -> bytes:
+    """The bits of the bf16 results of polynomial ``function`` (``mathlib.POLYNOMIAL``) rounded with or without
+    its NaN case, for every bf16 input's bits (index: the input's 16 bits), as the host runs ``target``'s code:
+    compiled and run once per process and key (a target other than the host's is compiled as the host's: its
+    code is only read, never run)."""
+    key = (function, nan_case, target.name, target.features)
+    with _LOCK:
+        table = _TABLES.get(key)
+    if table is not None:
+        return table
+    # as objects for MCJIT: no linker run for a module called once (3 of its ~30 ms)
+    code = jit.compile_ir([_maker_module(function, nan_case, target)], form=CodeForm.OBJECTS)
+    inputs = (ctypes.c_uint16 * ENTRIES)(*range(ENTRIES))
+    outputs = (ctypes.c_uint16 * ENTRIES)()
+    ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)(code.address(_MAKER))(
+        ctypes.addressof(inputs), ctypes.addressof(outputs))
+    table = bytes(outputs)
+    with _LOCK:
+        _TABLES.setdefault(key, table)
+    return table
+
+
+def looked_up(b: ir.IRBuilder, function: str, nan_case: bool, target: CpuTarget, value: ir.Value) -> ir.Value:
+    """The bf16 result (a float32 whose low half is zero) of ``function`` of bf16 ``value`` rounded with or without
+    its NaN case: the entry of its table at ``value``'s bits, the table a constant of ``b``'s module."""
+    module = b.module
+    symbol = f"ncc.bf16_table.{function}.{'nan' if nan_case else 'plain'}"
+    table = module.globals.get(symbol)
+    if table is None:
+        key = (function, nan_case, target.name, target.features)
+        with _LOCK:
+            text = _CONSTANTS.get(key)
+        if text is None:
+            data = bytearray(_PAD) + lookup_table(function, nan_case, target)
+            text = ir.Constant(_TABLE_TYPE, data).get_reference()
+            with _LOCK:
+                _CONSTANTS[key] = text
+        table = ir.GlobalVariable(module, _TABLE_TYPE, symbol)
+        table.initializer = ir.FormattedConstant(_TABLE_TYPE, text)
+        table.global_constant = True
+        table.linkage = "internal"
+        table.align = CACHE_LINE_BYTES
+    index = b.zext(b.lshr(b.bitcast(value, I32), ir.Constant(I32, 16)), I64)
+    # entry k's bytes are the constant's 2 + 2k and 3 + 2k: the high half of the 32 bits from its byte 2k
+    word = b.load(b.gep(table, [index], source_etype=I16, inbounds=True), typ=I32, align=I16.width // 8)
+    return b.bitcast(b.and_(word, ir.Constant(I32, 0xFFFF0000 - (1 << 32))), F32)
