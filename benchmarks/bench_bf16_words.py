@@ -11,10 +11,12 @@ loop of its own (``CpuTarget.sums_paired_row_caches_apart``, AVX2's default; bf1
 computing them (every CPU before session 20). ``--switch row-pass-bursts`` (not a bf16 switch; ``--rows c``): a
 cheap row loop's next-row prefetches in a burst before each pass over the row
 (``CpuTarget.bursts_before_each_row_pass``, AVX2's default; float32 LayerNorm) against a burst per stage (every CPU
-before session 21). ``--force``: the "on" builds with the switch on where the host's default is off.
+before session 21). ``--switch deviations`` (``--rows c16``): a variance's deviations stored by its deviation pass
+into a row cache that the write pass loads (``CpuTarget.caches_variance_deviations``, AVX2's default; bf16 LayerNorm)
+against x widened and the mean subtracted again in the write pass (every CPU before session 25). ``--force``: the "on" builds with the switch on where the host's default is off.
 
     /work/bin/heavy x python benchmarks/bench_bf16_words.py [--rows a16,b16,c16] [--threads 1,2] [--repeats 25]
-        [--switch word-lanes|op-results|widened-rows|paired-sums|row-pass-bursts] [--force]
+        [--switch word-lanes|op-results|widened-rows|paired-sums|row-pass-bursts|deviations] [--force]
 
 Each row's graph is the one torch.compile hands the neuron backend (dumped through the ``dump_dir`` option, then
 the cpu pipeline), built as an executable twice per variant in the order ABAB (later builds of one process ran
@@ -49,7 +51,7 @@ from neuroncc.passes.pipeline import default_pipeline, run_pipeline  # noqa: E40
 
 SWITCHES = {"word-lanes": "rounds_bf16_in_word_lanes", "op-results": "rounds_bf16_op_results_without_nan_case",
             "widened-rows": "caches_widened_bf16_rows", "paired-sums": "sums_paired_row_caches_apart",
-            "row-pass-bursts": "bursts_before_each_row_pass"}
+            "row-pass-bursts": "bursts_before_each_row_pass", "deviations": "caches_variance_deviations"}
 #: switches that change the order of a sum's terms (the bits may differ: counted, not asserted)
 REORDERS = {"paired-sums"}
 

@@ -202,6 +202,18 @@ class CpuTarget:
         return self.has("avx512f")
 
     @property
+    def caches_variance_deviations(self) -> bool:
+        """Whether a variance's deviation pass over a widened bf16 row stores its deviations x - mean into a float32
+        row cache that a later stage's x - mean (bf16 LayerNorm's write pass) loads (``refine.deviation_row_cache``),
+        instead of widening x and subtracting again: the write loop 20 -> 16 vector instructions per 16 elements,
+        no shift among its loads (llvm-mca 7.3 -> 5.4 cycles), for 8 stores per 64 elements in the deviation
+        loop (8.1 -> 9.3). Zen 3, bf16 LayerNorm [8192, 1024]'s kernel: 0.852-0.854 of the time at 1 thread,
+        0.904-0.907 at 2 (session 25 bf16ln25, ``bench_bf16_words.py --switch deviations``, two builds each,
+        interleaved medians of 41). AVX-512 not measured (its widened row cache, ``caches_widened_bf16_rows``,
+        spares the widening already): its code is left as it was."""
+        return self.has("avx2") and not self.has("avx512f")
+
+    @property
     def sums_paired_row_caches_apart(self) -> bool:
         """Whether a float sum of row-cached terms computed by a loop over bf16 element pairs (bf16 softmax's
         exp(x - max)) adds them in a loop of its own, as float32 loops do with fewer than

@@ -231,7 +231,8 @@ def test_the_bf16_weight_and_bias_are_widened_once_not_in_every_row(rng, monkeyp
     fn = layernorm_graph(64, 1024)
     blocks = re.split(r"\n\.LBB\d+_\d+:", _layernorm_assembly(fn))
     (write,) = [block for block in blocks if "vpsrld" in block]  # the loop that rounds to bf16 (and packs)
-    assert len(re.findall(r"vpslld\s+\$16", write)) == 1, write
+    x_widened = 0 if CpuTarget("znver3", AVX2).caches_variance_deviations else 1  # (test_variance_deviations.py)
+    assert len(re.findall(r"vpslld\s+\$16", write)) == x_widened, write
     inputs = [to_bits(special_floats(rng, s) * 3) for s in ((64, 1024), (1024,), (1024,))]
     inputs[0][5] = to_bits(np.full(1024, 2.5, np.float32))  # a constant row: variance 0
     (got,) = build_cpu_executable(fuse_whole_function(fn), {"threads": 2})(*inputs)
@@ -240,7 +241,7 @@ def test_the_bf16_weight_and_bias_are_widened_once_not_in_every_row(rng, monkeyp
     np.testing.assert_array_equal(got, before)
     blocks = re.split(r"\n\.LBB\d+_\d+:", _layernorm_assembly(fn))
     (write,) = [block for block in blocks if "vpsrld" in block]
-    assert len(re.findall(r"vpslld\s+\$16", write)) == 3  # (x, w and b: what the check above tells apart)
+    assert len(re.findall(r"vpslld\s+\$16", write)) == x_widened + 2  # (w and b: what the check above tells apart)
 
 
 #: bf16 patterns of NaNs: signalling (0x7F81, 0xFF81), quiet with payloads, all ones; then infinities, the largest

@@ -44,7 +44,7 @@ from neuroncc.codegen.llvm.stages import (
 )
 from neuroncc.codegen.llvm.transpose import emit_transposed
 from neuroncc.codegen.llvm.views import Layout
-from neuroncc.codegen.llvm.refine import widened_row_cache
+from neuroncc.codegen.llvm.refine import deviation_row_cache, widened_row_cache
 from neuroncc.codegen.llvm.row_buffers import BEFORE_THE_ROWS, allocate_rows, emit_widened, row_slot, widened_rows
 from neuroncc.errors import CodegenError
 from neuroncc.hardware.host import CACHE_LINE_BYTES, MEMORY_BURST_LINES, CpuTarget, host_cpu
@@ -83,6 +83,7 @@ class KernelEmitter(IndexArithmetic, BufferAccess, MapStages):
         self._range: tuple[ir.Value, ir.Value] = None  # type: ignore[assignment]  # the phase's [start, end)
         self._stage_number = 0  # position of the stage being emitted in its phase (row caches key on it)
         self._filled: set[Value] = set()  # row caches the current stage has filled (``row_cache_filled``)
+        self._deviations: dict[Op, Value] = {}  # variance -> its row-cached deviations (``deviation_computed``)
         self._next_burst: Callable[[], None] | None = None  # the current stage's second pass's burst (``next_pass``)
         self._streamed = False  # the current phase wrote non-temporal stores
         self._pair: Pair | None = None  # the element pair of the innermost loop being emitted (``pairs.py``)
@@ -139,7 +140,7 @@ class KernelEmitter(IndexArithmetic, BufferAccess, MapStages):
         self._stage_number = 0
         self._row_cache, self._rows, self._row_depth, self._prefetched, self._pair_rows = {}, {}, 0, (), frozenset()
         self._carrier, self._ahead, self._owned = None, (), ()
-        self._delayed, self._after_group, self._row_copies = None, None, 1
+        self._delayed, self._after_group, self._row_copies, self._deviations = None, None, 1, {}
         start, end = body_fn.args[n_args], body_fn.args[n_args + 1]
         self._range = (start, end)
         body = self._phase_body(phase)
@@ -206,6 +207,10 @@ class KernelEmitter(IndexArithmetic, BufferAccess, MapStages):
         self._row_copies = 1 if self._delayed is None else 2
         if self.target.caches_widened_bf16_rows:  # (bf16 rows widened once, by the first pass that reduces them)
             phase = replace(phase, row_cache={**widened_row_cache(self.plan, phase), **phase.row_cache})
+        if self.target.caches_variance_deviations:  # (stored by the variance's deviation pass)
+            deviations = deviation_row_cache(self.plan, phase, shared_means(phase.stages))
+            self._deviations = {phase.stages[number].op: value for value, number in deviations.items()}
+            phase = replace(phase, row_cache={**deviations, **phase.row_cache})
         self._row_cache, self._row_depth = dict(phase.row_cache), len(phase.outer)
         widened = widened_rows(self.plan, phase)  # (filled here, before the row loop, then read as row caches)
         self._pair_rows = pair_ordered_rows(self.plan, phase.row_cache, [*phase.stages, *(sums or [])]) | set(widened)
@@ -262,6 +267,11 @@ class KernelEmitter(IndexArithmetic, BufferAccess, MapStages):
     def row_cache_filled(self, value: Value) -> None:
         if self.writes_row_cache(value):
             self._filled.add(value)
+
+    def deviation_computed(self, variance: Op, idx: Index, deviation: ir.Value) -> None:
+        value = self._deviations.get(variance)
+        if value is not None and self.writes_row_cache(value):
+            self.b.store(deviation, row_slot(self, value, idx))
 
     def next_pass(self) -> None:
         if self._next_burst is not None:

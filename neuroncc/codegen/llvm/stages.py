@@ -148,6 +148,7 @@ class _Reducer:
         if mean is not None:
             b = self.em.b
             deviation = b.fsub(x, mean)
+            self.em.deviation_computed(self.op, idx, deviation)  # (a later stage's x - mean: loaded, not computed)
             x = b.fmul(deviation, deviation)
         return x
 
