@@ -13,10 +13,13 @@ cheap row loop's next-row prefetches in a burst before each pass over the row
 (``CpuTarget.bursts_before_each_row_pass``, AVX2's default; float32 LayerNorm) against a burst per stage (every CPU
 before session 21). ``--switch deviations`` (``--rows c16``): a variance's deviations stored by its deviation pass
 into a row cache that the write pass loads (``CpuTarget.caches_variance_deviations``, AVX2's default; bf16 LayerNorm)
-against x widened and the mean subtracted again in the write pass (every CPU before session 25). ``--force``: the "on" builds with the switch on where the host's default is off.
+against x widened and the mean subtracted again in the write pass (every CPU before session 25). ``--switch
+early-means`` (``--rows c16``): a row loop's variance's mean pass a row early, beside the previous row's write pass
+(``CpuTarget.means_a_row_early``, AVX2's default; bf16 LayerNorm) against each row's passes in turn (every CPU before
+session 25). ``--force``: the "on" builds with the switch on where the host's default is off.
 
     /work/bin/heavy x python benchmarks/bench_bf16_words.py [--rows a16,b16,c16] [--threads 1,2] [--repeats 25]
-        [--switch word-lanes|op-results|widened-rows|paired-sums|row-pass-bursts|deviations] [--force]
+        [--switch word-lanes|op-results|widened-rows|paired-sums|row-pass-bursts|deviations|early-means] [--force]
 
 Each row's graph is the one torch.compile hands the neuron backend (dumped through the ``dump_dir`` option, then
 the cpu pipeline), built as an executable twice per variant in the order ABAB (later builds of one process ran
@@ -51,7 +54,8 @@ from neuroncc.passes.pipeline import default_pipeline, run_pipeline  # noqa: E40
 
 SWITCHES = {"word-lanes": "rounds_bf16_in_word_lanes", "op-results": "rounds_bf16_op_results_without_nan_case",
             "widened-rows": "caches_widened_bf16_rows", "paired-sums": "sums_paired_row_caches_apart",
-            "row-pass-bursts": "bursts_before_each_row_pass", "deviations": "caches_variance_deviations"}
+            "row-pass-bursts": "bursts_before_each_row_pass", "deviations": "caches_variance_deviations",
+            "early-means": "means_a_row_early"}
 #: switches that change the order of a sum's terms (the bits may differ: counted, not asserted)
 REORDERS = {"paired-sums"}
 

@@ -214,6 +214,19 @@ class CpuTarget:
         return self.has("avx2") and not self.has("avx512f")
 
     @property
+    def means_a_row_early(self) -> bool:
+        """Whether a row loop whose first stage is a variance over a widened bf16 row that computes its own mean
+        (bf16 LayerNorm as torch.compile hands it over: ``stages.SharedMean``) runs that mean pass a row early:
+        each row's iteration runs its deviation pass (the mean stored by the row before), the next row's mean pass,
+        then its write pass, so the latency of one row's reductions (the mean's and variance's horizontal sums,
+        the rsqrt: ~80 ns a row, session 23) overlaps the other row's loops instead of stalling the next pass. The
+        next-row prefetches go two rows ahead (``emit.EARLY_MEAN_PREFETCH_ROWS``); each row's arithmetic is the
+        same, so are the bits. Zen 3, bf16 LayerNorm [8192, 1024]'s kernel: 0.93-0.98 of the time at 1 and 2
+        threads (session 25 bf16ln25). Float32 LayerNorm (memory-bound, prefetched a burst per pass) was 1.10
+        at 1 thread: not taken. AVX-512 not measured: its code is left as it was."""
+        return self.has("avx2") and not self.has("avx512f")
+
+    @property
     def sums_paired_row_caches_apart(self) -> bool:
         """Whether a float sum of row-cached terms computed by a loop over bf16 element pairs (bf16 softmax's
         exp(x - max)) adds them in a loop of its own, as float32 loops do with fewer than

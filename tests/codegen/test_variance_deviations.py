@@ -64,3 +64,48 @@ def test_cached_deviations_give_the_same_bits(rng, monkeypatch):
         want = build_cpu_executable(fn, {"threads": 2})(*inputs)
         for g, w in zip(got, want, strict=True):
             np.testing.assert_array_equal(g, w)
+
+
+# ---- the variance's mean pass a row early (``CpuTarget.means_a_row_early``) ------------------------------------
+
+
+def _early(monkeypatch, on: bool) -> None:
+    monkeypatch.setattr(CpuTarget, "means_a_row_early", property(lambda self: on))
+
+
+def test_avx2_bf16_layernorm_computes_the_next_rows_mean_before_writing_a_row(monkeypatch):
+    fn, avx2 = layernorm_graph(64, 1024), CpuTarget("znver3", AVX2)
+    on_ir, on = _assembly(fn, avx2)
+    _early(monkeypatch, False)
+    off_ir, off = _assembly(fn, avx2)
+    # the mean's division (float64, as the variance's): once more, for the thread's first row before the row loop
+    assert on_ir.count("fdiv double") == off_ir.count("fdiv double") + 1
+    # without: mean pass, deviation pass, rsqrt, write pass; with: the first row's mean before the row loop, then
+    # the row's deviation pass, the next row's mean pass (its conversion to float32), the rsqrt and the write pass
+    assert off.index("vcvtsd2ss") < off.index("vsubps") < off.index("vsqrtss")
+    first_mean, deviations = on.index("vcvtsd2ss"), on.index("vsubps")
+    assert first_mean < deviations < on.index("vcvtsd2ss", deviations) < on.index("vsqrtss")
+
+
+def test_zen4_and_float32_layernorm_compute_each_rows_mean_in_turn(monkeypatch):
+    zen4, avx2 = CpuTarget("znver4", ZEN4), CpuTarget("znver3", AVX2)
+    assert not zen4.means_a_row_early and avx2.means_a_row_early
+    f32 = var_mean_layernorm(64, 1024)
+    default_zen4, default_f32 = _assembly(layernorm_graph(64, 1024), zen4), _assembly(f32, avx2)
+    _early(monkeypatch, False)
+    assert _assembly(layernorm_graph(64, 1024), zen4) == default_zen4
+    assert _assembly(f32, avx2) == default_f32  # (memory-bound: 10% slower a row early)
+
+
+def test_early_means_give_the_same_bits(rng, monkeypatch):
+    for rows, cols, threads in ((67, 1024, 2), (1, 1024, 2), (5, 2 * 16 * 3 + 2 * 5, 1)):
+        fn = fuse_whole_function(layernorm_graph(rows, cols))
+        x = (rng.standard_normal((rows, cols)) * 3 + 1).astype(np.float32)
+        x[0, :3] = [np.inf, 1e30, -0.0]
+        inputs = [to_bits(x)] + [to_bits((rng.standard_normal(cols) * 2).astype(np.float32)) for _ in range(2)]
+        _early(monkeypatch, True)
+        got = build_cpu_executable(fn, {"threads": threads})(*inputs)
+        _early(monkeypatch, False)
+        want = build_cpu_executable(fn, {"threads": threads})(*inputs)
+        for g, w in zip(got, want, strict=True):
+            np.testing.assert_array_equal(g, w)
