@@ -203,27 +203,23 @@ class CpuTarget:
 
     @property
     def caches_variance_deviations(self) -> bool:
-        """Whether a variance's deviation pass over a widened bf16 row stores its deviations x - mean into a float32
-        row cache that a later stage's x - mean (bf16 LayerNorm's write pass) loads (``refine.deviation_row_cache``),
-        instead of widening x and subtracting again: the write loop 20 -> 16 vector instructions per 16 elements,
-        no shift among its loads (llvm-mca 7.3 -> 5.4 cycles), for 8 stores per 64 elements in the deviation
-        loop (8.1 -> 9.3). Zen 3, bf16 LayerNorm [8192, 1024]'s kernel: 0.852-0.854 of the time at 1 thread,
-        0.904-0.907 at 2 (session 25 bf16ln25, ``bench_bf16_words.py --switch deviations``, two builds each,
-        interleaved medians of 41). AVX-512 not measured (its widened row cache, ``caches_widened_bf16_rows``,
-        spares the widening already): its code is left as it was."""
+        """Whether a variance's deviation pass over a widened bf16 row stores x - mean into a float32 row cache that a
+        later stage's x - mean (bf16 LayerNorm's write pass) loads (``refine.deviation_row_cache``) instead of
+        widening x and subtracting again: the write loop 20 -> 16 vector instructions per 16 elements (llvm-mca 7.3 ->
+        5.4 cycles) for 8 stores per 64 in the deviation loop. Zen 3, bf16 LayerNorm [8192, 1024]'s kernel 0.852-0.854
+        of the time at 1 thread, 0.904-0.907 at 2 (session 25 bf16ln25). AVX-512 (whose widened row cache spares
+        the widening) not measured: its code is left as it was."""
         return self.has("avx2") and not self.has("avx512f")
 
     @property
     def means_a_row_early(self) -> bool:
-        """Whether a row loop whose first stage is a variance over a widened bf16 row that computes its own mean
-        (bf16 LayerNorm as torch.compile hands it over: ``stages.SharedMean``) runs that mean pass a row early:
-        each row's iteration runs its deviation pass (the mean stored by the row before), the next row's mean pass,
-        then its write pass, so the latency of one row's reductions (the mean's and variance's horizontal sums,
-        the rsqrt: ~80 ns a row, session 23) overlaps the other row's loops instead of stalling the next pass. The
-        next-row prefetches go two rows ahead (``emit.EARLY_MEAN_PREFETCH_ROWS``); each row's arithmetic is the
-        same, so are the bits. Zen 3, bf16 LayerNorm [8192, 1024]'s kernel: 0.93-0.98 of the time at 1 and 2
-        threads (session 25 bf16ln25). Float32 LayerNorm (memory-bound, prefetched a burst per pass) was 1.10
-        at 1 thread: not taken. AVX-512 not measured: its code is left as it was."""
+        """Whether a row loop whose first stage is a variance over a widened bf16 row computing its own mean (bf16
+        LayerNorm as torch.compile hands it over: ``stages.SharedMean``) runs each row's deviation pass, the next
+        row's mean pass, then the row's write pass, so that one row's reductions (horizontal sums, rsqrt: ~80 ns a
+        row, session 23) overlap the other row's loops; its prefetches go two rows ahead
+        (``emit.EARLY_MEAN_PREFETCH_ROWS``). The same bits. Zen 3, bf16 LayerNorm [8192, 1024]'s kernel: 0.946-0.950
+        of the time at 1 and 2 threads (session 25 bf16ln25); float32 LayerNorm (memory-bound) 1.10: not taken.
+        AVX-512 not measured: its code is left as it was."""
         return self.has("avx2") and not self.has("avx512f")
 
     @property
