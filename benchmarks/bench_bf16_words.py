@@ -19,10 +19,15 @@ again there.
 ``--switch softmax25``: both of those at once. ``--switch tables``: bf16 unary math (gelu, sigmoid, ...) read from
 65536-entry tables (``CpuTarget.looks_up_bf16_unary_math``, AVX2's default since session 25,
 ``codegen/llvm/bf16_tables.py``) against computed by its polynomial (every CPU before).
-``--force``: the "on" builds with the switch on where the host's default is off.
+``--switch deviations`` (``--rows c16``): a variance's deviations stored by its deviation pass
+into a row cache that the write pass loads (``CpuTarget.caches_variance_deviations``, AVX2's default; bf16 LayerNorm)
+against x widened and the mean subtracted again in the write pass (every CPU before session 25). ``--switch
+early-means`` (``--rows c16``): a row loop's variance's mean pass a row early, beside the previous row's write pass
+(``CpuTarget.means_a_row_early``, AVX2's default; bf16 LayerNorm) against each row's passes in turn (every CPU before
+session 25). ``--force``: the "on" builds with the switch on where the host's default is off.
 
     /work/bin/heavy x python benchmarks/bench_bf16_words.py [--rows a16,b16,c16] [--threads 1,2] [--repeats 25]
-        [--switch word-lanes|op-results|widened-rows|paired-sums|row-pass-bursts|widened-rows-exp|write-first|softmax25|tables]
+        [--switch word-lanes|op-results|widened-rows|paired-sums|row-pass-bursts|widened-rows-exp|write-first|softmax25|tables|deviations|early-means]
         [--force]
 
 Each row's graph is the one torch.compile hands the neuron backend (dumped through the ``dump_dir`` option, then
@@ -61,7 +66,8 @@ SWITCHES = {"word-lanes": "rounds_bf16_in_word_lanes", "op-results": "rounds_bf1
             "row-pass-bursts": "bursts_before_each_row_pass", "widened-rows-exp": "caches_widened_bf16_rows_for_exp",
             "write-first": "writes_delayed_group_before_the_exponentials",
             "softmax25": ("caches_widened_bf16_rows_for_exp", "writes_delayed_group_before_the_exponentials"),
-            "tables": "looks_up_bf16_unary_math"}
+            "tables": "looks_up_bf16_unary_math",
+            "deviations": "caches_variance_deviations", "early-means": "means_a_row_early"}
 #: switches that change the order of a sum's terms (the bits may differ: counted, not asserted)
 REORDERS = {"paired-sums"}
 

@@ -238,6 +238,27 @@ class CpuTarget:
         return self.has("avx2") and not self.has("avx512f")
 
     @property
+    def caches_variance_deviations(self) -> bool:
+        """Whether a variance's deviation pass over a widened bf16 row stores x - mean into a float32 row cache that a
+        later stage's x - mean (bf16 LayerNorm's write pass) loads (``refine.deviation_row_cache``) instead of
+        widening x and subtracting again: the write loop 20 -> 16 vector instructions per 16 elements (llvm-mca 7.3 ->
+        5.4 cycles) for 8 stores per 64 in the deviation loop. Zen 3, bf16 LayerNorm [8192, 1024]'s kernel 0.852-0.854
+        of the time at 1 thread, 0.904-0.907 at 2 (session 25 bf16ln25). AVX-512 (whose widened row cache spares
+        the widening) not measured: its code is left as it was."""
+        return self.has("avx2") and not self.has("avx512f")
+
+    @property
+    def means_a_row_early(self) -> bool:
+        """Whether a row loop whose first stage is a variance over a widened bf16 row computing its own mean (bf16
+        LayerNorm as torch.compile hands it over: ``stages.SharedMean``) runs each row's deviation pass, the next
+        row's mean pass, then the row's write pass, so that one row's reductions (horizontal sums, rsqrt: ~80 ns a
+        row, session 23) overlap the other row's loops; its prefetches go two rows ahead
+        (``emit.EARLY_MEAN_PREFETCH_ROWS``). The same bits. Zen 3, bf16 LayerNorm [8192, 1024]'s kernel: 0.946-0.950
+        of the time at 1 and 2 threads (session 25 bf16ln25); float32 LayerNorm (memory-bound) 1.10: not taken.
+        AVX-512 not measured: its code is left as it was."""
+        return self.has("avx2") and not self.has("avx512f")
+
+    @property
     def sums_paired_row_caches_apart(self) -> bool:
         """Whether a float sum of row-cached terms computed by a loop over bf16 element pairs (bf16 softmax's
         exp(x - max)) adds them in a loop of its own, as float32 loops do with fewer than

@@ -18,7 +18,7 @@ from llvmlite import ir
 from neuroncc.codegen.llvm.kernel_plan import KernelPlan
 from neuroncc.codegen.llvm.views import Layout
 from neuroncc.hardware.host import CpuTarget
-from neuroncc.ir.graph import Value
+from neuroncc.ir.graph import Op, Value
 
 #: An index into a tensor: one entry per dim, each a Python int or an i64 IR value.
 Index = list
@@ -98,6 +98,11 @@ class EmitContext(Protocol):
     def row_cache_filled(self, value: Value) -> None:
         """The current stage has stored all of ``value``'s row into its row cache (a variance's mean pass): its
         next passes load it there (``refine.widened_row_cache``)."""
+        ...
+
+    def deviation_computed(self, variance: Op, idx: Index, deviation: ir.Value) -> None:
+        """``variance``'s deviation pass computed ``deviation`` (x - mean) at ``idx``: stored into its row cache
+        where a later stage reads that ``x - mean`` again (``refine.deviation_row_cache``)."""
         ...
 
     def next_pass(self) -> None:

@@ -434,6 +434,12 @@ def widens_bf16(op: Op) -> bool:
     return op.name == "cast" and op.operands[0].type.dtype is DType.bf16 and op.attrs["dtype"] is DType.f32
 
 
+def float_difference(op: Op) -> bool:
+    """Whether ``op`` is ``a - b`` of float32 operands, lowered to one ``fsub`` without a rounding: the deviation a
+    variance computes of its operand and its mean (``refine.deviation_row_cache``)."""
+    return op.name == "sub" and all(v.type.dtype is DType.f32 for v in (*op.operands, op.results[0]))
+
+
 #: Elementwise op -> lowering (one entry per op).
 ELEMENTWISE: dict[str, Lowering] = {
     "neg": _neg,

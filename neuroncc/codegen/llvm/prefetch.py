@@ -161,7 +161,8 @@ def row_lines(layout: Layout, depth: int) -> int:
     return -(-math.prod(layout.shape[depth:]) * storage_itemsize(layout.dtype) // CACHE_LINE_BYTES)
 
 
-def emit_prefetch_next_row(em: EmitContext, layout: Layout, outer: Index, part: int = 0, passes: int = 1) -> None:
+def emit_prefetch_next_row(em: EmitContext, layout: Layout, outer: Index, part: int = 0, passes: int = 1,
+                           rows_ahead: int = 1) -> None:
     """Prefetch (for reading, into all cache levels) the cache lines of the row after ``layout``'s row at the
     outer index ``outer`` that pass ``part`` of ``passes`` over the row fetches (:func:`row_bursts`; all of them
     for one pass). Prefetches do not fault, so the row after the buffer's last is harmless."""
@@ -172,7 +173,8 @@ def emit_prefetch_next_row(em: EmitContext, layout: Layout, outer: Index, part: 
     if not lines:
         return
     start: Any = em.address(layout, list(outer) + [0] * (len(layout.shape) - depth))
-    following = b.gep(start, [ir.Constant(I64, row)], source_etype=storage_type(layout.dtype), inbounds=False)
+    following = b.gep(start, [ir.Constant(I64, row * rows_ahead)], source_etype=storage_type(layout.dtype),
+                      inbounds=False)
     prefetch = _prefetch_intrinsic(b.module)
 
     def line(j: Any) -> None:

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Any
 from dataclasses import replace
 
 from neuroncc.codegen.llvm.dimflow import outer_dims_preserved
-from neuroncc.codegen.llvm.elementwise import widens_bf16
+from neuroncc.codegen.llvm.elementwise import float_difference, widens_bf16
 from neuroncc.codegen.llvm.kernel_plan import (
     BlockedMap, ChunkedRows, ColumnSum, CombineColumns, CombinePartials, Computed, KernelPlan, KeptDims,
     MapStage, PartialReduce, Phase, ReduceStage, RowLoop, SplitColumns, Stage, written_by,
@@ -181,6 +182,34 @@ def widened_row_cache(plan: KernelPlan, phase: RowLoop, read_by: int | None = No
                                                   for root, _ in later.roots)
                for later in later_stages):
             cache[value] = position
+    return cache
+
+
+def deviation_row_cache(plan: KernelPlan, phase: RowLoop, means: dict[int, Any]) -> dict[Value, int]:
+    """Row caches of a variance's deviations (``CpuTarget.caches_variance_deviations``; the emitter adds them to
+    ``phase``'s): a later stage's ``x - mean`` of the variance's operand ``x``, a bf16 row widened, and the mean
+    stage it shares (``means``: ``stages.shared_means`` of the phase's stages, by the variance's number) is the value the variance's deviation pass computes, one ``fsub`` of
+    the same two values, so that pass stores it (``stages._Reducer._x``) and the later stage (bf16 LayerNorm's
+    write pass) loads it as float32 from L1 instead of widening x and subtracting again. The results do not
+    change."""
+    k = len(phase.outer)
+    if not k:
+        return {}
+    cache: dict[Value, int] = {}
+    for number, shared in means.items():
+        variance = phase.stages[number]
+        assert isinstance(variance, ReduceStage)
+        x, shape = variance.op.operands[0], variance.shape
+        widened = plan.access.get(x)
+        if not isinstance(widened, Computed) or not widens_bf16(widened.op) or math.prod(shape[k:]) > ROW_CACHE_MAX:
+            continue
+        for value, access in plan.access.items():
+            if isinstance(access, Computed) and float_difference(access.op) and value.type.shape == shape \
+                    and tuple(access.op.operands) == (x, shared.stage.op.results[0]) and value not in phase.row_cache \
+                    and any(later.shape == shape and any(_reads_in_place(plan, root, value, shape, set())
+                                                         for root, _ in later.roots)
+                            for later in phase.stages[number + 1:]):
+                cache[value] = number
     return cache
 
 

@@ -90,6 +90,16 @@ def passes_over_row(stage: Stage, shared_mean: SharedMean | None) -> int:
         and own_mean else 1
 
 
+def emit_mean_pass(em: EmitContext, stage: ReduceStage, shared_mean: SharedMean, outer: list[Any]) -> None:
+    """A variance's first pass alone at the outer index ``outer``: its mean, stored for the mean stage it shares
+    (``shared_mean``), which its deviation pass then loads (``SharedMean.stores`` False)."""
+    reducer = _Reducer(em, stage)
+    idx: list[Any] = list(outer) + [None] * (len(stage.shape) - len(outer))
+    total = reducer._float_total(idx, None)
+    mean = em.b.fptrunc(em.b.fdiv(total, ir.Constant(F64, float(max(reducer.count, 1)))), F32)
+    em.store(shared_mean.stage.target, reducer._out_index(idx, shared_mean.stage.op), mean)
+
+
 def emit_reduce(em: EmitContext, stage: ReduceStage, outer: list[Any], columns: tuple[Any, Any] | None = None,
                 fixed: dict[int, Any] | None = None, shared_mean: SharedMean | None = None,
                 online: OnlineMax | None = None) -> None:
@@ -148,6 +158,7 @@ class _Reducer:
         if mean is not None:
             b = self.em.b
             deviation = b.fsub(x, mean)
+            self.em.deviation_computed(self.op, idx, deviation)  # (a later stage's x - mean: loaded, not computed)
             x = b.fmul(deviation, deviation)
         return x
 
@@ -571,4 +582,4 @@ def emit_scatter(em: EmitContext, stage: ScatterStage) -> None:
                 lambda idx: em.store(target, positions(idx), round_to(em.b, em.load(target, positions(idx)), dtype)))
 
 
-__all__ = ["SharedMean", "passes_over_row", "shared_means", "emit_column_combine", "column_partial_update", "emit_column_partials", "emit_column_reset", "emit_combine", "emit_partial", "emit_reduce", "emit_scatter", "I1"]
+__all__ = ["SharedMean", "passes_over_row", "shared_means", "emit_column_combine", "column_partial_update", "emit_column_partials", "emit_column_reset", "emit_combine", "emit_partial", "emit_mean_pass", "emit_reduce", "emit_scatter", "I1"]

@@ -1,0 +1,111 @@
+"""A variance's deviations row-cached for a later stage's x - mean on AVX2 (``CpuTarget.caches_variance_deviations``,
+``refine.deviation_row_cache``): bf16 LayerNorm's deviation pass stores x - mean into a float32 row cache, and its
+write pass loads it there instead of widening x and subtracting the mean again; the bits are those of the code that
+computes it twice, and Zen 4's code is unchanged."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+from codegen_helpers import special_floats
+from test_bf16_rounding import ZEN4
+from test_bf16_words import _assembly
+from test_pairs import AVX2, layernorm_graph, to_bits
+from test_row_pass_bursts import var_mean_layernorm
+
+from neuroncc.codegen.llvm.regions import fuse_whole_function
+from neuroncc.executors.cpu.launcher import build_cpu_executable
+from neuroncc.hardware.host import CpuTarget
+
+ROW_CACHE = "alloca [1024 x float], align 4096"
+
+
+def _switch(monkeypatch, on: bool) -> None:
+    monkeypatch.setattr(CpuTarget, "caches_variance_deviations", property(lambda self: on))
+
+
+def _write_loop(asm: str) -> str:
+    """The last loop of the kernel (bf16 LayerNorm's write pass: its streamed or plain output store)."""
+    return asm[asm.rindex("vsqrtss"):]
+
+
+def test_avx2_bf16_layernorm_writes_from_the_cached_deviations(monkeypatch):
+    fn, avx2 = layernorm_graph(64, 1024), CpuTarget("znver3", AVX2)
+    on_ir, on = _assembly(fn, avx2)
+    _switch(monkeypatch, False)
+    off_ir, off = _assembly(fn, avx2)
+    # the write pass neither widens x (a word shift per 16 elements) nor subtracts the mean; the deviation pass stores
+    assert re.findall(r"vpslld\s+\$16", _write_loop(off)) and not re.findall(r"vpslld\s+\$16", _write_loop(on))
+    assert "vsubps" in _write_loop(off) and "vsubps" not in _write_loop(on)
+    assert on.count("vsubps") == off.count("vsubps") - 2
+    assert on_ir.count(ROW_CACHE) == off_ir.count(ROW_CACHE) + 1
+
+
+def test_zen4_and_float32_layernorm_code_is_unchanged(monkeypatch):
+    zen4, avx2 = CpuTarget("znver4", ZEN4), CpuTarget("znver3", AVX2)
+    assert not zen4.caches_variance_deviations and avx2.caches_variance_deviations
+    default_zen4, default_f32 = _assembly(layernorm_graph(64, 1024), zen4), _assembly(var_mean_layernorm(64, 1024), avx2)
+    _switch(monkeypatch, False)
+    assert _assembly(layernorm_graph(64, 1024), zen4) == default_zen4
+    assert _assembly(var_mean_layernorm(64, 1024), avx2) == default_f32  # (no widening to spare: not cached)
+
+
+def test_cached_deviations_give_the_same_bits(rng, monkeypatch):
+    for cols in (1024, 2 * 16 * 3 + 2 * 5):  # whole vectors of pairs; and a scalar remainder
+        fn = fuse_whole_function(layernorm_graph(67, cols))
+        x = (rng.standard_normal((67, cols)) * 3 + 1).astype(np.float32)
+        x[0] = special_floats(rng, (cols,))  # NaN and infinities: a row of NaN
+        x[1, :4], x[2, 5], x[3, :3] = [1e30, -1e30, 1e-30, -0.0], np.inf, [3e38, 3e38, -3e38]  # huge deviations
+        inputs = [to_bits(x)] + [to_bits((rng.standard_normal(cols) * 2).astype(np.float32)) for _ in range(2)]
+        _switch(monkeypatch, True)
+        got = build_cpu_executable(fn, {"threads": 2})(*inputs)
+        _switch(monkeypatch, False)
+        want = build_cpu_executable(fn, {"threads": 2})(*inputs)
+        for g, w in zip(got, want, strict=True):
+            np.testing.assert_array_equal(g, w)
+
+
+# ---- the variance's mean pass a row early (``CpuTarget.means_a_row_early``) ------------------------------------
+
+
+def _early(monkeypatch, on: bool) -> None:
+    monkeypatch.setattr(CpuTarget, "means_a_row_early", property(lambda self: on))
+
+
+def test_avx2_bf16_layernorm_computes_the_next_rows_mean_before_writing_a_row(monkeypatch):
+    fn, avx2 = layernorm_graph(64, 1024), CpuTarget("znver3", AVX2)
+    on_ir, on = _assembly(fn, avx2)
+    _early(monkeypatch, False)
+    off_ir, off = _assembly(fn, avx2)
+    # the mean's division (float64, as the variance's): once more, for the thread's first row before the row loop
+    assert on_ir.count("fdiv double") == off_ir.count("fdiv double") + 1
+    # without: mean pass, deviation pass, rsqrt, write pass; with: the first row's mean before the row loop, then
+    # the row's deviation pass, the next row's mean pass (its conversion to float32), the rsqrt and the write pass
+    assert off.index("vcvtsd2ss") < off.index("vsubps") < off.index("vsqrtss")
+    first_mean, deviations = on.index("vcvtsd2ss"), on.index("vsubps")
+    assert first_mean < deviations < on.index("vcvtsd2ss", deviations) < on.index("vsqrtss")
+
+
+def test_zen4_and_float32_layernorm_compute_each_rows_mean_in_turn(monkeypatch):
+    zen4, avx2 = CpuTarget("znver4", ZEN4), CpuTarget("znver3", AVX2)
+    assert not zen4.means_a_row_early and avx2.means_a_row_early
+    f32 = var_mean_layernorm(64, 1024)
+    default_zen4, default_f32 = _assembly(layernorm_graph(64, 1024), zen4), _assembly(f32, avx2)
+    _early(monkeypatch, False)
+    assert _assembly(layernorm_graph(64, 1024), zen4) == default_zen4
+    assert _assembly(f32, avx2) == default_f32  # (memory-bound: 10% slower a row early)
+
+
+def test_early_means_give_the_same_bits(rng, monkeypatch):
+    for rows, cols, threads in ((67, 1024, 2), (1, 1024, 2), (5, 2 * 16 * 3 + 2 * 5, 1)):
+        fn = fuse_whole_function(layernorm_graph(rows, cols))
+        x = (rng.standard_normal((rows, cols)) * 3 + 1).astype(np.float32)
+        x[0, :3] = [np.inf, 1e30, -0.0]
+        inputs = [to_bits(x)] + [to_bits((rng.standard_normal(cols) * 2).astype(np.float32)) for _ in range(2)]
+        _early(monkeypatch, True)
+        got = build_cpu_executable(fn, {"threads": threads})(*inputs)
+        _early(monkeypatch, False)
+        want = build_cpu_executable(fn, {"threads": threads})(*inputs)
+        for g, w in zip(got, want, strict=True):
+            np.testing.assert_array_equal(g, w)
