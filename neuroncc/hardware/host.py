@@ -294,9 +294,9 @@ class CpuTarget:
 
     @property
     def streamed_map_prefetch_pieces(self) -> int:
-        """Pieces ahead that a streamed map stage computing a transcendental per element (``emit.py``'s
-        ``_map_stage``: pieces of ``MEMORY_BURST_LINES`` lines through a stack buffer, written with non-temporal
-        stores; cross-entropy's gradient) prefetches its inputs' lines, a burst before each piece
+        """Bursts of ``MEMORY_BURST_LINES`` lines ahead that a streamed map stage computing a transcendental per
+        element (``_map_stage``: pieces of :attr:`streamed_map_piece_lines` lines through a stack buffer, written
+        with non-temporal stores; cross-entropy's gradient) prefetches its inputs' lines, a burst before each piece
         (``prefetch.emit_prefetch_pieces_ahead``); 0: none, the hardware's prefetchers alone. Without AVX-512: 2.
         Zen 3, cross-entropy's backward kernel [512, 32000] against none, two builds each, interleaved medians of
         61-101 rounds (``benchmarks/bench_cross_entropy.py --variants pf0,main``, three runs): 0.83-0.93 at 2
@@ -304,6 +304,18 @@ class CpuTarget:
         torch.compile 0.956 / 0.977 (``--row``). With AVX-512: 0 (not measured: its code is unchanged).
         docs/performance-history.md, session 23 softmax23."""
         return 0 if self.has("avx512f") else 2
+
+    @property
+    def streamed_map_piece_lines(self) -> int:
+        """Lines of a piece of a streamed map stage computing a transcendental per element (``_map_stage``), for
+        float32 outputs: each piece is computed into a stack buffer, then written out with non-temporal stores.
+        Without AVX-512: 2 (32 float32, one vector iteration of the interleaved math loop), so that the stores
+        spread through the math; in 16-line pieces the core waited on them (Zen 3, cross-entropy's backward
+        [512, 32000] at 1 thread: 17% of its samples on the copy loop after its `vmovntps`). Zen 3, that kernel
+        against 16 lines, two builds each, interleaved medians of 31-41 rounds (``bench_cross_entropy.py
+        --variants main,burst2pf16``, three runs): 0.93-0.96 at 2 threads, 0.94-0.96 at 1; 4 lines 0.93-0.97,
+        8 lines 0.94-1.00 (session 25 xent25). With AVX-512, and 16-bit outputs: ``MEMORY_BURST_LINES``."""
+        return MEMORY_BURST_LINES if self.has("avx512f") else 2
 
     @property
     def sums_online_exponentials_apart(self) -> bool:
