@@ -334,6 +334,16 @@ class CpuTarget:
         return self.vector_registers < 32
 
     @property
+    def online_block_max_without_nan_bits(self) -> bool:
+        """Whether the online log-sum-exp's block max loops run without the amax's NaN bits (an and and a umax
+        per vector beside its vmaxps), the row taken again with them where its total says it may hold a NaN
+        (``online.online_total``: the same bits in every case). Without AVX-512. Zen 3, cross-entropy's forward
+        kernel [512, 32000] against the NaN bits, two builds each, interleaved medians of 41 rounds
+        (``bench_cross_entropy.py --variants ...``, session 25 xent25): see docs/performance-history.md. With
+        AVX-512: false (not measured: its code is unchanged)."""
+        return not self.has("avx512f")
+
+    @property
     def polynomial_interleave(self) -> int:
         """Vector iterations a loop computing polynomial math runs side by side (``loop_hints.py``): 4 with AVX2,
         2 with AVX-512, the same 32 float lanes in flight (Zen 4 runs a 512-bit op as two 256-bit halves).
