@@ -312,9 +312,10 @@ class CpuTarget:
         Without AVX-512: 2 (32 float32, one vector iteration of the interleaved math loop), so that the stores
         spread through the math; in 16-line pieces the core waited on them (Zen 3, cross-entropy's backward
         [512, 32000] at 1 thread: 17% of its samples on the copy loop after its `vmovntps`). Zen 3, that kernel
-        against 16 lines, two builds each, interleaved medians of 31-41 rounds (``bench_cross_entropy.py
-        --variants main,burst2pf16``, three runs): 0.93-0.96 at 2 threads, 0.94-0.96 at 1; 4 lines 0.93-0.97,
-        8 lines 0.94-1.00 (session 25 xent25). With AVX-512, and 16-bit outputs: ``MEMORY_BURST_LINES``."""
+        against 16 lines, two builds each, interleaved medians of 21-41 rounds (``bench_cross_entropy.py
+        --variants burst16,main``, five runs): 0.85-0.96 at 2 threads, 0.94-0.98 at 1; 4 lines 0.90-1.03 / 0.96-0.97,
+        8 lines 0.95-1.00 / 0.94; sigmoid, exp and tanh over [4096, 4096] 0.95-0.995 (session 25 xent25). With
+        AVX-512, and 16-bit outputs (not measured): ``MEMORY_BURST_LINES``."""
         return MEMORY_BURST_LINES if self.has("avx512f") else 2
 
     @property
@@ -339,7 +340,8 @@ class CpuTarget:
         per vector beside its vmaxps), the row taken again with them where its total says it may hold a NaN
         (``online.online_total``: the same bits in every case). Without AVX-512. Zen 3, cross-entropy's forward
         kernel [512, 32000] against the NaN bits, two builds each, interleaved medians of 41 rounds
-        (``bench_cross_entropy.py --variants ...``, session 25 xent25): see docs/performance-history.md. With
+        (``bench_cross_entropy.py --variants nanbits,main``, two runs): 0.94-1.01 at 2 threads, 0.93-0.95 at 1
+        (the bare loop without the retake: 0.94-0.98 and 0.96-0.97 in four runs; session 25 xent25). With
         AVX-512: false (not measured: its code is unchanged)."""
         return not self.has("avx512f")
 
