@@ -215,6 +215,8 @@ def _block_max(em: EmitContext, x_value: Any, idx: list[Any], lo: Any, hi: Any, 
             em.b.store(loop(COMBINERS["amax"]), found)
         with without:
             em.b.store(loop(MAX_WITHOUT_NAN_BITS), found)
+    # frozen after the branches meet: a freeze of the loop's own result went into its recurrence, which lost its
+    # nnan there and was vectorized with NaN checks and an early exit
     return _frozen(em.b, em.b.load(found))
 
 
