@@ -27,10 +27,19 @@ Variants (``--variants``, comma-separated) of the forward's online log-sum-exp (
 - ``ahead2``, ``ahead4``: the next block's prefetches that many blocks ahead (main: 1);
 - a name ending in ``i8`` or ``i2`` (``mainI8``, ``inloopI2``): the polynomial loops interleaved by 8 or 2 (AVX2's
   ``CpuTarget.polynomial_interleave`` is 4);
+- ``nanbits``: each block's max loop with the amax's NaN bits (before session 25, AVX-512's code), against main's
+  loops without them and the row taken again where its total may hold a NaN
+  (``CpuTarget.online_block_max_without_nan_bits``); ``nonan``: the loops without them and no retake (wrong for
+  NaN rows: an experiment);
+- experiments, the same bits: ``merged2``: two chunks' exponentials in one loop, then their sums; ``bufN``: each
+  chunk's buffer N bytes further on the stack; ``splitN``: each chunk's exponentials in N loops, a burst of
+  prefetches before each;
 
 of both kernels: ``noexp``: exp_nonpositive as its clamp alone (the memory skeleton; not cross-entropy, its
 results are not compared); and of the backward: ``pf0`` (main before session 23, AVX-512's), ``pf1``, ``pf3``, ...: its input prefetched that
-many pieces ahead (``CpuTarget.streamed_map_prefetch_pieces``; AVX2: 2); ``plain``: its gradient written with plain stores (the forward as built) (``CpuTarget.streams_outputs`` false) instead
+many 16-line bursts ahead (``CpuTarget.streamed_map_prefetch_pieces``; AVX2: 2); ``burst16`` (before session 25,
+AVX-512's), ``burst4``, ``burst4pf4``, ...: its pieces of that many lines (``CpuTarget.streamed_map_piece_lines``;
+AVX2: 2); ``plain``: its gradient written with plain stores (the forward as built) (``CpuTarget.streams_outputs`` false) instead
 of non-temporal ones.
 
 The backward has no online log-sum-exp (its code is the same in the forward's variants): its builds, timed beside
@@ -45,6 +54,8 @@ forward and backward kernels alone (the executables the backend builds for its t
 the wall clock and by the calling thread's CPU time at once (roofline's 1-thread column is CPU time, its 2-thread
 column wall time: the split shows what each clock sees), calls interleaved; "rest" is the step less its two
 kernels (TorchDynamo, AOTAutograd, the graph break, the call path).
+
+``a+b`` (``burst16+nanbits``: the code before session 25): both variants' changes.
 
 Run: ``python benchmarks/bench_cross_entropy.py [--threads 2,1] [--builds 2] [--repeats 15] [--variants groups,loop]
 [--row [--rounds 31]] [--split [--rounds 31]]``.
@@ -85,7 +96,17 @@ VOCAB = 32000  # the row's classes (its graphs are those with a [rows, VOCAB] pa
 
 @contextlib.contextmanager
 def variant(name: str):
-    """The code generator as variant ``name`` builds (see the module docstring), for the builds inside."""
+    """The code generator as variant ``name`` builds (see the module docstring), for the builds inside; ``a+b``:
+    both variants' changes at once."""
+    with contextlib.ExitStack() as stack:
+        for part in name.split("+"):
+            stack.enter_context(_variant(part))
+        yield
+
+
+@contextlib.contextmanager
+def _variant(name: str):
+    """One variant of :func:`variant`."""
     spread, block, burst = online.spread_loop, online.BLOCK, prefetch.MEMORY_BURST_LINES
     streamed, chunks = CpuTarget.streams_outputs, CpuTarget.online_exp_chunk_lines
     if name.startswith(("groups", "loop", "head")):  # these change (or are) the spread groups, not the chunks
@@ -93,8 +114,39 @@ def variant(name: str):
     saved_exp, next_block, apart = mathlib.POLYNOMIAL["exp_nonpositive"], online._next_block, online.SUM_CHUNK_APART
     interleave = CpuTarget.polynomial_interleave
     pieces = CpuTarget.streamed_map_prefetch_pieces
-    if name.startswith("pf"):  # the backward's input prefetched that many pieces ahead (``pf0``: none)
-        CpuTarget.streamed_map_prefetch_pieces = property(lambda self: int(name[2:]))  # type: ignore[method-assign]
+    piece_lines = CpuTarget.streamed_map_piece_lines
+    if "pf" in name and name.startswith(("pf", "burst")):  # the backward's input prefetched that many 16-line
+        ahead = int(name.split("pf")[1])  # bursts ahead (``pf0``: none; AVX2: 2)
+        CpuTarget.streamed_map_prefetch_pieces = property(lambda self: ahead)  # type: ignore[method-assign]
+    amax, cached = online.COMBINERS["amax"], online._cached_then_summed
+    nan_bits = CpuTarget.online_block_max_without_nan_bits
+    if name.startswith("nanbits"):  # the block max loops with the NaN bits (before session 25; AVX-512's code)
+        CpuTarget.online_block_max_without_nan_bits = property(lambda self: False)  # type: ignore[method-assign]
+    if name == "nonan":  # experiment: the block max loop without its NaN bits (wrong for NaN rows)
+        import dataclasses
+        from neuroncc.codegen.llvm.reductions import _MAX_INIT, _MAX_UPDATE
+        online.COMBINERS["amax"] = dataclasses.replace(
+            amax, slots=lambda d: [ir.FloatType()], init=lambda d: _MAX_INIT(d)[:1],
+            update=lambda b, d, accs, x, pos: _MAX_UPDATE(b, d, accs + [ir.Constant(I32, 0)], x, pos)[:1],
+            collapse=lambda b, d, accs: accs[0])
+    if name.startswith("merged"):  # experiment: ``mergedN``: N chunks' exponentials in one loop, then their sums
+        merged = int(name[6:])
+        CpuTarget.online_exp_chunk_lines = property(lambda self: 32 * merged)  # type: ignore[method-assign]
+        online._cached_then_summed = lambda em, summand, idx, partial, chunk: _merged_chunks(
+            em, summand, idx, partial, chunk, merged)
+    if name.startswith("buf"):  # experiment: ``bufN``: each chunk's buffer N bytes further on the stack
+        CpuTarget.online_exp_chunk_lines = property(lambda self: 32)  # type: ignore[method-assign]
+        online._cached_then_summed = lambda em, summand, idx, partial, chunk: _merged_chunks(
+            em, summand, idx, partial, chunk, 1, int(name[3:]))
+    chunk_loop = online.chunk_loop
+    if name.startswith("split"):  # experiment: ``splitN``: each chunk's exp loop in N parts, a burst before each
+        parts = int(name[5:])
+        online._cached_then_summed = lambda em, summand, idx, partial, chunk: (summand, idx, partial, chunk)
+        online.chunk_loop = lambda em, lo, hi, body, ahead, lines, whole: _split_chunks(
+            em, lo, hi, body, ahead, lines, whole, parts)
+    if name.startswith("burst"):  # the backward's pieces of that many lines (``burst16``: before session 25)
+        lines = int(name[5:].split("pf")[0])
+        CpuTarget.streamed_map_piece_lines = property(lambda self: lines)  # type: ignore[method-assign]
     if name.startswith("inloop"):  # each chunk's sum in its exp loop (before session 23; AVX-512's code)
         online.SUM_CHUNK_APART = False
     if name.lower().endswith(("i8", "i2")):  # the polynomial loops interleaved by 8 / 2 (AVX2: 4)
@@ -120,10 +172,69 @@ def variant(name: str):
         online.spread_loop, online.BLOCK, prefetch.MEMORY_BURST_LINES = spread, block, burst
         mathlib.POLYNOMIAL["exp_nonpositive"], online._next_block = saved_exp, next_block
         online.SUM_CHUNK_APART = apart
+        CpuTarget.streamed_map_piece_lines = piece_lines  # type: ignore[method-assign]
+        online.COMBINERS["amax"], online._cached_then_summed = amax, cached
+        CpuTarget.online_block_max_without_nan_bits = nan_bits  # type: ignore[method-assign]
+        online.chunk_loop = chunk_loop
         CpuTarget.polynomial_interleave = interleave  # type: ignore[method-assign]
         CpuTarget.streamed_map_prefetch_pieces = pieces  # type: ignore[method-assign]
         CpuTarget.streams_outputs = streamed  # type: ignore[method-assign]
         CpuTarget.online_exp_chunk_lines = chunks  # type: ignore[method-assign]
+
+
+def _split_chunks(em, lo, hi, body, ahead, lines: int, parts_of, parts: int) -> None:
+    """``prefetch.chunk_loop`` with each whole chunk's exponentials in ``parts`` loops, each after a burst of
+    prefetches of its own lines of the next block; then the chunk's sum in one loop (the same bits)."""
+    summand, idx, partial, elements = parts_of
+    buffer = em.alloca(ir.FloatType(), elements)
+    buffer.align = CACHE_LINE_BYTES
+    intrinsic = prefetch._prefetch_intrinsic(em.b.module)
+    part = elements // parts
+
+    def one_chunk(g):
+        start = em.add(lo, em.mul(g, elements))
+
+        def store(i):
+            slot = em.b.gep(buffer, [ir.Constant(I64, 0), em.ir_index(em.sub(i, start))], inbounds=True)
+            em.b.store(summand(idx[:-1] + [i]), slot)
+
+        def add(j):
+            slot = em.b.gep(buffer, [ir.Constant(I64, 0), em.ir_index(j)], inbounds=True)
+            em.b.store(em.b.fadd(em.b.load(partial), em.b.load(slot), flags=online.REASSOC), partial)
+
+        for k in range(parts):
+            first = em.add(start, k * part)
+            prefetch._prefetch_lines(em, intrinsic, ahead, first, part)
+            em.loop(first, em.add(first, part), store)
+        em.loop(0, elements, add)
+
+    whole = em.div(em.sub(hi, lo), elements)
+    em.loop(0, whole, one_chunk)
+    em.loop(em.add(lo, em.mul(whole, elements)), hi, body)
+
+
+def _merged_chunks(em, summand, idx, partial, elements: int, merged: int, offset: int = 0):
+    """``online._cached_then_summed`` over ``merged`` chunks at once: their exponentials in one loop into one
+    buffer, then each chunk's sum in a loop of its own (the same additions in the same order)."""
+    buffer = em.alloca(ir.FloatType(), elements + offset // 4)
+    buffer.align = CACHE_LINE_BYTES
+    chunk = elements // merged
+    buffer = em.b.gep(buffer, [ir.Constant(I64, 0), ir.Constant(I64, offset // 4)], inbounds=True)
+
+    def whole(start):
+        def store(i):
+            slot = em.b.gep(buffer, [em.ir_index(em.sub(i, start))], source_etype=ir.FloatType(), inbounds=True)
+            em.b.store(summand(idx[:-1] + [i]), slot)
+
+        def add(j):
+            slot = em.b.gep(buffer, [em.ir_index(j)], source_etype=ir.FloatType(), inbounds=True)
+            em.b.store(em.b.fadd(em.b.load(partial), em.b.load(slot), flags=online.REASSOC), partial)
+
+        em.loop(start, em.add(start, elements), store)
+        for k in range(merged):
+            em.loop(k * chunk, (k + 1) * chunk, add)
+
+    return whole
 
 
 def _blocks_ahead(em, source, idx, blocks: int):

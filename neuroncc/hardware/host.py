@@ -351,9 +351,9 @@ class CpuTarget:
 
     @property
     def streamed_map_prefetch_pieces(self) -> int:
-        """Pieces ahead that a streamed map stage computing a transcendental per element (``emit.py``'s
-        ``_map_stage``: pieces of ``MEMORY_BURST_LINES`` lines through a stack buffer, written with non-temporal
-        stores; cross-entropy's gradient) prefetches its inputs' lines, a burst before each piece
+        """Bursts of ``MEMORY_BURST_LINES`` lines ahead that a streamed map stage computing a transcendental per
+        element (``_map_stage``: pieces of :attr:`streamed_map_piece_lines` lines through a stack buffer, written
+        with non-temporal stores; cross-entropy's gradient) prefetches its inputs' lines, a burst before each piece
         (``prefetch.emit_prefetch_pieces_ahead``); 0: none, the hardware's prefetchers alone. Without AVX-512: 2.
         Zen 3, cross-entropy's backward kernel [512, 32000] against none, two builds each, interleaved medians of
         61-101 rounds (``benchmarks/bench_cross_entropy.py --variants pf0,main``, three runs): 0.83-0.93 at 2
@@ -361,6 +361,19 @@ class CpuTarget:
         torch.compile 0.956 / 0.977 (``--row``). With AVX-512: 0 (not measured: its code is unchanged).
         docs/performance-history.md, session 23 softmax23."""
         return 0 if self.has("avx512f") else 2
+
+    @property
+    def streamed_map_piece_lines(self) -> int:
+        """Lines of a piece of a streamed map stage computing a transcendental per element (``_map_stage``), for
+        float32 outputs: each piece is computed into a stack buffer, then written out with non-temporal stores.
+        Without AVX-512: 2 (32 float32, one vector iteration of the interleaved math loop), so that the stores
+        spread through the math; in 16-line pieces the core waited on them (Zen 3, cross-entropy's backward
+        [512, 32000] at 1 thread: 17% of its samples on the copy loop after its `vmovntps`). Zen 3, that kernel
+        against 16 lines, two builds each, interleaved medians of 21-41 rounds (``bench_cross_entropy.py
+        --variants burst16,main``, five runs): 0.85-0.96 at 2 threads, 0.94-0.98 at 1; 4 lines 0.90-1.03 / 0.96-0.97,
+        8 lines 0.95-1.00 / 0.94; sigmoid, exp and tanh over [4096, 4096] 0.95-0.995 (session 25 xent25). With
+        AVX-512, and 16-bit outputs (not measured): ``MEMORY_BURST_LINES``."""
+        return MEMORY_BURST_LINES if self.has("avx512f") else 2
 
     @property
     def sums_online_exponentials_apart(self) -> bool:
@@ -377,6 +390,17 @@ class CpuTarget:
         against 104 with 8 stack accesses); the whole fwd+bwd row through torch.compile does not resolve it
         (its runs spread +-5%; docs/performance-history.md, session 23 softmax23)."""
         return self.vector_registers < 32
+
+    @property
+    def online_block_max_without_nan_bits(self) -> bool:
+        """Whether the online log-sum-exp's block max loops run without the amax's NaN bits (an and and a umax
+        per vector beside its vmaxps), the row taken again with them where its total says it may hold a NaN
+        (``online.online_total``: the same bits in every case). Without AVX-512. Zen 3, cross-entropy's forward
+        kernel [512, 32000] against the NaN bits, two builds each, interleaved medians of 41 rounds
+        (``bench_cross_entropy.py --variants nanbits,main``, two runs): 0.94-1.01 at 2 threads, 0.93-0.95 at 1
+        (the bare loop without the retake: 0.94-0.98 and 0.96-0.97 in four runs; session 25 xent25). With
+        AVX-512: false (not measured: its code is unchanged)."""
+        return not self.has("avx512f")
 
     @property
     def polynomial_interleave(self) -> int:

@@ -346,16 +346,17 @@ def test_a_cheap_row_loop_prefetches_the_next_row_in_bursts_one_before_each_pass
 @pytest.mark.usefixtures("small_last_level_cache")
 @pytest.mark.parametrize(("exp", "rows"), [(True, True), (False, True), (True, False), (False, False)])
 def test_streamed_rows_of_a_compute_bound_stage_go_out_a_burst_at_a_time(rng, exp, rows):
-    # cross-entropy's gradient computes an exp per element: its rows are streamed through MEMORY_BURST_LINES
-    # lines of stack buffer at a time (1 KiB), a loop of several vectors that the math's interleave count can
-    # interleave; other stages go out a vector at a time (a one-vector buffer: registers). A map alone over
+    # cross-entropy's gradient computes an exp per element: its rows are streamed through
+    # CpuTarget.streamed_map_piece_lines lines of stack buffer at a time (AVX2: 128 bytes, AVX-512: 1 KiB), a loop
+    # of several vectors that the math's interleave count can interleave; other stages go out a vector at a time
+    # (a one-vector buffer: registers). A map alone over
     # [64, 20384] runs in blocks of 16384 columns, the last block of a row 4000: it needs fewer pieces than a whole
     # block (it ran pieces past the row's end, into memory it does not own)
     import re
 
     from neuroncc.codegen.llvm import jit
     from neuroncc.codegen.llvm.regions import fuse_whole_function
-    from neuroncc.hardware.host import CACHE_LINE_BYTES, MEMORY_BURST_LINES
+    from neuroncc.hardware.host import CACHE_LINE_BYTES
 
     shape = (48, 32000) if rows else (64, 20384)
     b = Builder("burst")
@@ -366,7 +367,8 @@ def test_streamed_rows_of_a_compute_bound_stage_go_out_a_burst_at_a_time(rng, ex
     ir_text = "".join(exe.module.llvm_ir)
     streamed = [m for m in ir_text.split("; ModuleID") if "!nontemporal" in m]
     buffers = [int(n) for m in streamed for n in re.findall(r"alloca \[(\d+) x float\]", m)]
-    assert buffers == [MEMORY_BURST_LINES * CACHE_LINE_BYTES // 4 if exp else jit.host_target().f32_lanes], buffers
+    host = jit.host_target()
+    assert buffers == [host.streamed_map_piece_lines * CACHE_LINE_BYTES // 4 if exp else host.f32_lanes], buffers
 
 
 @pytest.mark.usefixtures("small_last_level_cache")

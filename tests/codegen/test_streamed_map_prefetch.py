@@ -1,12 +1,13 @@
 """A streamed map stage computing a transcendental per element (cross-entropy's gradient: pieces of
-``MEMORY_BURST_LINES`` lines through a stack buffer, written past the caches) prefetches its inputs' lines
-``CpuTarget.streamed_map_prefetch_pieces`` pieces ahead on AVX2, a burst before each piece
+``CpuTarget.streamed_map_piece_lines`` lines through a stack buffer, written past the caches) prefetches its
+inputs' lines ``CpuTarget.streamed_map_prefetch_pieces`` bursts of 16 lines ahead on AVX2, a burst before each piece
 (``prefetch.emit_prefetch_pieces_ahead``; session 23 softmax23: cross-entropy's backward kernel 12-17% faster at 1
 and 2 threads on Zen 3). AVX-512's code does not change."""
 
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import numpy as np
 from test_bf16_rounding import ZEN4
@@ -45,17 +46,37 @@ def _pieces(monkeypatch, pieces: int) -> None:
     monkeypatch.setattr(CpuTarget, "streamed_map_prefetch_pieces", property(lambda self: pieces))
 
 
+def _piece_lines(monkeypatch, lines: int) -> None:
+    monkeypatch.setattr(CpuTarget, "streamed_map_piece_lines", property(lambda self: lines))
+
+
 def test_avx2_prefetches_the_input_two_pieces_ahead_and_avx512_as_before(monkeypatch):
     fn = gradient_like(1024, 4096)
     zen3, zen4 = CpuTarget("znver3", AVX2), CpuTarget("znver4", ZEN4)
     assert zen3.streamed_map_prefetch_pieces == 2 and zen4.streamed_map_prefetch_pieces == 0
     ahead = _assembly(fn, zen3)
     zen4_code = _assembly(fn, zen4)
-    assert "vmovntps" in ahead and ahead.count("prefetcht0") == 16  # a piece's 16 lines of x, 2 KiB ahead
+    assert "vmovntps" in ahead and ahead.count("prefetcht0") == 2  # a piece's 2 lines of x, 2 KiB ahead
     assert "prefetcht0\t2048(" in ahead
     _pieces(monkeypatch, 0)
     assert "prefetcht0" not in _assembly(fn, zen3)
     assert _assembly(fn, zen4) == zen4_code and "prefetcht0" not in zen4_code and "vmovntps" in zen4_code
+
+
+def test_avx2_streams_float32_pieces_of_two_lines_and_avx512_as_before(monkeypatch):
+    # CpuTarget.streamed_map_piece_lines (session 25 xent25): on AVX2 each piece is 2 lines (32 float32, one
+    # interleaved vector iteration of the math), so that its non-temporal stores spread through the math instead
+    # of a burst of 16 lines after each piece (cross-entropy's backward [512, 32000] 4-15% faster on Zen 3)
+    fn = gradient_like(1024, 4096)
+    zen3, zen4 = CpuTarget("znver3", AVX2), CpuTarget("znver4", ZEN4)
+    assert zen3.streamed_map_piece_lines == 2 and zen4.streamed_map_piece_lines == 16
+    two, zen4_code = _assembly(fn, zen3), _assembly(fn, zen4)
+    _piece_lines(monkeypatch, 16)
+    sixteen = _assembly(fn, zen3)
+    assert two.count("prefetcht0") == 2 and sixteen.count("prefetcht0") == 16  # a piece's lines, 2 KiB ahead
+    assert "prefetcht0\t2048(" in two and "prefetcht0\t2048(" in sixteen
+    assert re.search(r"cmpq\s+\$1024, %r", sixteen) and not re.search(r"cmpq\s+\$1024, %r", two)  # its copy
+    assert _assembly(fn, zen4) == zen4_code
 
 
 def test_the_prefetches_give_the_same_bits(rng, monkeypatch):
@@ -67,3 +88,6 @@ def test_the_prefetches_give_the_same_bits(rng, monkeypatch):
     _pieces(monkeypatch, 0)
     (want,) = build_cpu_executable(fn, {"threads": 2})(x, m, s)
     np.testing.assert_array_equal(got, want)
+    _piece_lines(monkeypatch, 16)
+    (sixteen,) = build_cpu_executable(fn, {"threads": 2})(x, m, s)
+    np.testing.assert_array_equal(got, sixteen)

@@ -65,9 +65,12 @@ class MapStages:
         # A stage computing a transcendental per element streams pieces of ``MEMORY_BURST_LINES`` lines: its loop
         # is compute-bound, and a one-vector piece left nothing for the math's interleaving (``loop_hints.py``) to
         # interleave (Zen 3, cross-entropy fwd+bwd [512, 32000]: 6% slower at 2 threads, 19% at 1).
+        # Float32 outputs in pieces of ``CpuTarget.streamed_map_piece_lines`` lines (AVX2: 2, the stores spread
+        # through the math), others of ``MEMORY_BURST_LINES``.
         burst = transcendentals > 0
         itemsizes = [storage_itemsize(t.dtype) for t in streamed]
-        piece = min(length, MEMORY_BURST_LINES * CACHE_LINE_BYTES // max(itemsizes) if burst
+        lines = self.target.streamed_map_piece_lines if set(itemsizes) == {4} else MEMORY_BURST_LINES
+        piece = min(length, lines * CACHE_LINE_BYTES // max(itemsizes) if burst
                     else stream_bytes(self.target) // min(itemsizes))
         rows = {}
         for target in streamed:
@@ -75,7 +78,7 @@ class MapStages:
             row.align = CACHE_LINE_BYTES
             rows[target.arg] = row
         # its inputs a few pieces ahead where the target says so (a compute-bound loop: ``prefetch.py``)
-        pieces_ahead = self.target.streamed_map_prefetch_pieces if burst else 0
+        pieces_ahead = self.target.streamed_map_prefetch_pieces * MEMORY_BURST_LINES // lines if burst else 0
         inputs = streamed_map_inputs(self.plan, stage) if pieces_ahead else ()
 
         def stream(prefix: Index, start: Any, stop: Any) -> None:

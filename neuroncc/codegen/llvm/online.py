@@ -33,8 +33,8 @@ from neuroncc.codegen.llvm.context import Ahead, EmitContext
 from neuroncc.codegen.llvm.kernel_plan import Computed, KernelPlan, ReduceStage, RowLoop
 from neuroncc.codegen.llvm.mathlib import math_call
 from neuroncc.codegen.llvm.prefetch import chunk_elements, chunk_loop, spread_loop
-from neuroncc.codegen.llvm.reductions import COMBINERS, REASSOC
-from neuroncc.codegen.llvm.scalars import F32, F64, I64, storage_itemsize, storage_type
+from neuroncc.codegen.llvm.reductions import COMBINERS, MAX_WITHOUT_NAN_BITS, REASSOC
+from neuroncc.codegen.llvm.scalars import F32, F64, I1, I64, storage_itemsize, storage_type
 from neuroncc.codegen.llvm.views import Layout
 from neuroncc.hardware.host import CACHE_LINE_BYTES
 from neuroncc.ir.dtypes import DType
@@ -96,15 +96,47 @@ def online_total(em: EmitContext, online: OnlineMax, idx: list[Any], out_index: 
                  summand: Any) -> ir.Value:
     """The float64 total of ``summand(full index)`` (the sum stage's input, exp(x - max)) over the last dim of
     the row at ``idx``, with the max computed online (see the module docstring) and stored into the max stage's
-    target at ``out_index``. Returns the total."""
+    target at ``out_index``. Returns the total.
+
+    Where the target says so (``CpuTarget.online_block_max_without_nan_bits``) each block's max loop first runs
+    without the combiner's NaN bits (``reductions._extreme_slots``: two integer instructions per vector beside
+    its vmaxps); the row is then taken again with them when its total came out NaN (a NaN or +inf in the row,
+    or every element -inf) or a block's exponentials were counted as 0 (a running max of -inf: a NaN there would
+    not reach the total). Any other row has no NaN, so both ways compute the same values in the same order:
+    the same bits in every case."""
+    if not em.target.online_block_max_without_nan_bits:
+        return _row_total(em, online, idx, out_index, summand, None)[0]
+    b = em.b
+    careful, result = em.alloca(I1), em.alloca(F64)
+    b.store(ir.Constant(I1, 0), careful)
+    attempt, done = b.append_basic_block("online_row"), b.append_basic_block("online_row_done")
+    b.branch(attempt)
+    b.position_at_end(attempt)
+    with em.fresh_values():
+        taken_carefully = b.load(careful)
+        total, uncounted = _row_total(em, online, idx, out_index, summand, taken_carefully)
+        b = em.b
+        b.store(total, result)
+        again = b.and_(b.not_(taken_carefully), b.or_(b.fcmp_unordered("uno", total, total), uncounted))
+        b.store(again, careful)
+        b.cbranch(again, attempt, done)
+    b.position_at_end(done)
+    return b.load(result)
+
+
+def _row_total(em: EmitContext, online: OnlineMax, idx: list[Any], out_index: list[Any], summand: Any,
+               careful: ir.Value | None) -> tuple[ir.Value, ir.Value]:
+    """:func:`online_total`'s row: its total, and whether a block's exponentials were counted as 0.
+    ``careful``: None, the combiner's block max loops (NaN seen); else an i1, true: those loops, false: the
+    loops without the NaN bits."""
     b = em.b
     stage = online.stage
     x_value, max_value = stage.op.operands[0], stage.op.results[0]
-    combiner = COMBINERS["amax"]
     n = stage.shape[-1]
-    total, running = em.alloca(F64), em.alloca(F32)
+    total, running, uncounted = em.alloca(F64), em.alloca(F32), em.alloca(I1)
     b.store(ir.Constant(F64, 0.0), total)
     b.store(ir.Constant(F32, -math.inf), running)
+    b.store(ir.Constant(I1, 0), uncounted)
     minus_inf = ir.Constant(F32, -math.inf)
     # The block's max loop reads it from memory, its exponentials from L1: while they are computed, the next
     # block (for the last block of a row, the next row's first) is prefetched, so that the next max loop finds
@@ -113,20 +145,8 @@ def online_total(em: EmitContext, online: OnlineMax, idx: list[Any], out_index: 
 
     def block(lo: Any, hi: Any) -> None:
         with em.fresh_values():
+            block_max = _block_max(em, x_value, idx, lo, hi, careful)
             b = em.b
-            slots = [em.alloca(t) for t in combiner.slots(DType.f32)]
-            for slot, value in zip(slots, combiner.init(DType.f32)):
-                b.store(value, slot)
-
-            def update(i: Any) -> None:
-                accs = [em.b.load(s) for s in slots]
-                x = em.value_at(x_value, idx[:-1] + [i])
-                for slot, value in zip(slots, combiner.update(em.b, DType.f32, accs, x, None)):
-                    em.b.store(value, slot)
-
-            em.loop(lo, hi, update)
-            b = em.b
-            block_max = combiner.collapse(b, DType.f32, [b.load(s) for s in slots])  # NaN when one was seen
             old = b.load(running)
             either_nan = b.fcmp_unordered("uno", old, block_max)
             new = b.select(either_nan, ir.Constant(F32, math.nan),
@@ -155,14 +175,57 @@ def online_total(em: EmitContext, online: OnlineMax, idx: list[Any], out_index: 
             b = em.b
             # while every element so far is -inf, exp(x - max) is NaN; the two-pass sum counts them as 0 against
             # a finite max and is NaN when the max stays -inf (fixed below)
-            value = b.select(b.fcmp_ordered("==", new, minus_inf), ir.Constant(F32, 0.0), b.load(partial))
+            all_minus_inf = b.fcmp_ordered("==", new, minus_inf)
+            value = b.select(all_minus_inf, ir.Constant(F32, 0.0), b.load(partial))
             b.store(b.fadd(b.load(total), b.fpext(value, F64)), total)
+            if careful is not None:
+                b.store(b.or_(b.load(uncounted), all_minus_inf), uncounted)
 
     em.loop(0, -(-n // BLOCK), lambda k: block(em.mul(k, BLOCK), em.min(em.add(em.mul(k, BLOCK), BLOCK), n)))
     b = em.b
     final = b.load(running)
     em.store(stage.target, out_index, final)
-    return b.select(b.fcmp_ordered("==", final, minus_inf), ir.Constant(F64, math.nan), b.load(total))
+    return b.select(b.fcmp_ordered("==", final, minus_inf), ir.Constant(F64, math.nan), b.load(total)), \
+        b.load(uncounted)
+
+
+def _block_max(em: EmitContext, x_value: Any, idx: list[Any], lo: Any, hi: Any, careful: ir.Value | None) -> ir.Value:
+    """The max of the row's x over [lo, hi): the amax combiner's (NaN when one was seen) where ``careful`` is None
+    or true, else without its NaN bits (frozen: any value when the block holds a NaN; see :func:`online_total`)."""
+    def loop(combiner: Any) -> ir.Value:
+        with em.fresh_values():
+            slots = [em.alloca(t) for t in combiner.slots(DType.f32)]
+            for slot, value in zip(slots, combiner.init(DType.f32)):
+                em.b.store(value, slot)
+
+            def update(i: Any) -> None:
+                accs = [em.b.load(s) for s in slots]
+                x = em.value_at(x_value, idx[:-1] + [i])
+                for slot, value in zip(slots, combiner.update(em.b, DType.f32, accs, x, None)):
+                    em.b.store(value, slot)
+
+            em.loop(lo, hi, update)
+            return combiner.collapse(em.b, DType.f32, [em.b.load(s) for s in slots])
+
+    if careful is None:
+        return loop(COMBINERS["amax"])
+    found = em.alloca(F32)
+    with em.b.if_else(careful) as (with_nan_bits, without):
+        with with_nan_bits:
+            em.b.store(loop(COMBINERS["amax"]), found)
+        with without:
+            em.b.store(loop(MAX_WITHOUT_NAN_BITS), found)
+    # frozen after the branches meet: a freeze of the loop's own result went into its recurrence, which lost its
+    # nnan there and was vectorized with NaN checks and an early exit
+    return _frozen(em.b, em.b.load(found))
+
+
+def _frozen(b: ir.IRBuilder, value: ir.Value) -> ir.Value:
+    """``freeze value``: a fixed value where ``value`` is poison (a ``maxnum nnan`` that met a NaN), so that what
+    follows from it is defined (llvmlite's builder has no ``freeze``)."""
+    instruction = ir.Instruction(b.block, value.type, "freeze", [value])
+    b._insert(instruction)
+    return instruction
 
 
 def _cached_then_summed(em: EmitContext, summand: Any, idx: list[Any], partial: ir.Value, chunk: int) -> Any:

@@ -191,3 +191,15 @@ COMBINERS: dict[str, Combiner] = {
     "argmax": _arg("max"),
     "argmin": _arg("min"),
 }
+
+
+def _max_without_nan_bits(b, dtype, accs, x, pos):
+    """``_MAX_UPDATE``'s max slot alone (the same ``maxnum``: the same vmaxps)."""
+    fn = intrinsic(b.module, "llvm.maxnum.f32", F32, [F32, F32])
+    return [b.call(fn, [accs[0], x], fastmath=("nnan", "nsz"))]
+
+
+#: A float32 amax without the NaN bits: a poisoned max where it met a NaN (the online log-sum-exp's block max
+#: loops, which find NaN rows by their total: ``online.online_total``).
+MAX_WITHOUT_NAN_BITS = Combiner(lambda dtype: [F32], lambda dtype: _MAX_INIT(dtype)[:1], _max_without_nan_bits,
+                                _identity_finish)
