@@ -6,6 +6,9 @@
   cost model all read them from here.
 - :mod:`~neuroncc.hardware.host`: the host CPU as LLVM sees it (name, features, vector width, cores) and the
   cache line the CPU code generator assumes.
+- :mod:`~neuroncc.hardware.loop_choices`: how the CPU code generator shapes its row loops on a CPU (bf16
+  roundings, row caches, prefetch bursts, online exponentials), each decision measured and read as a property of
+  ``host.CpuTarget``.
 
 Decisions made with these facts (tile sizes, SBUF budgets, vector widths) are the ``tile`` pass's
 (``neuroncc.passes.tile``), not this package's.

@@ -283,7 +283,7 @@ def test_row_loops_prefetch_the_next_row_of_their_input(cols, kind, prefetched, 
     # is compute-bound: there the prefetches are spread through it, a burst of lines per group of elements, after
     # the max pass (which then reads the row from L1), not at the row's start
     from neuroncc.codegen.llvm import jit
-    from neuroncc.hardware.host import MEMORY_BURST_LINES
+    from neuroncc.hardware.loop_choices import MEMORY_BURST_LINES
 
     b = Builder("prefetch")
     x = b.param(TensorType((64, cols), DType.f32), "x")
@@ -410,7 +410,7 @@ def test_a_compute_bound_pass_prefetches_the_lines_its_write_pass_stores(rng, ro
     # stores plainly into them, where the output is below the streaming threshold (4 MiB; 1000 x 1024 floats is
     # just below; a larger one is written one row late with non-temporal stores: test_delayed_writes.py)
     from neuroncc.codegen.llvm import jit
-    from neuroncc.hardware.host import MEMORY_BURST_LINES
+    from neuroncc.hardware.loop_choices import MEMORY_BURST_LINES
 
     b = Builder("softmax")
     x = b.param(TensorType((rows, cols), DType.f32), "x")

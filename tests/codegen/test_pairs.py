@@ -155,7 +155,7 @@ def test_a_compute_bound_pass_over_bf16_pairs_prefetches_the_next_row(rng):
     # softmax's exp pass carries the next row's prefetches (``prefetch.spread_loop``) and, on bf16 bits, runs over
     # element pairs too: each group of elements is a paired loop (two exp calls per iteration), not an element
     # loop that widens each bf16 value on its own
-    from neuroncc.hardware.host import MEMORY_BURST_LINES
+    from neuroncc.hardware.loop_choices import MEMORY_BURST_LINES
 
     b = Builder("softmax_bits")
     x = _bf16(b, b.param(TensorType((64, 1024), DType.i16), "x"))

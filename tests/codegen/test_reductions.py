@@ -232,7 +232,8 @@ def test_online_log_sum_exp_prefetches_the_next_block_while_it_computes_exp(rng,
     # (chunks of CpuTarget.online_exp_chunk_lines lines; groups of MEMORY_BURST_LINES lines where that is 0)
     from neuroncc.codegen.llvm import jit
     from neuroncc.codegen.llvm.regions import fuse_whole_function
-    from neuroncc.hardware.host import MEMORY_BURST_LINES, host_cpu
+    from neuroncc.hardware.host import host_cpu
+    from neuroncc.hardware.loop_choices import MEMORY_BURST_LINES
 
     fn = fuse_whole_function(_log_sum_exp_graph(16, cols))
     exe, _ = run_both(fn, [(rng.standard_normal((16, cols)) * 4).astype(np.float32)])

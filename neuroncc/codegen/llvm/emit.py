@@ -53,7 +53,8 @@ from neuroncc.errors import CodegenError
 #: prefetches: the row whose mean the next row's iteration computes (1 row ahead: 3-5% slower than without the
 #: early means, Zen 3; 3 rows ahead: within the noise of 2).
 EARLY_MEAN_PREFETCH_ROWS = 2
-from neuroncc.hardware.host import CACHE_LINE_BYTES, MEMORY_BURST_LINES, CpuTarget, host_cpu
+from neuroncc.hardware.host import CACHE_LINE_BYTES, CpuTarget, host_cpu
+from neuroncc.hardware.loop_choices import MEMORY_BURST_LINES
 from neuroncc.ir.graph import Op, Value
 
 

@@ -23,7 +23,8 @@ from neuroncc.codegen.llvm.prefetch import emit_prefetch_pieces_ahead, streamed_
 from neuroncc.codegen.llvm.scalars import I64, storage_itemsize, storage_type, store
 from neuroncc.codegen.llvm.streams import emit_stream_row, stream_bytes, streams
 from neuroncc.codegen.llvm.views import Layout
-from neuroncc.hardware.host import CACHE_LINE_BYTES, MEMORY_BURST_LINES
+from neuroncc.hardware.host import CACHE_LINE_BYTES
+from neuroncc.hardware.loop_choices import MEMORY_BURST_LINES
 from neuroncc.ir.dtypes import DType
 from neuroncc.ir.graph import Value
 from neuroncc.ir.opdef import Trait

@@ -52,7 +52,8 @@ from neuroncc.codegen.llvm.kernel_plan import Computed, KernelPlan, MapStage, Re
 from neuroncc.codegen.llvm.reductions import COMBINERS
 from neuroncc.codegen.llvm.scalars import I32, I64, I8, PTR, VOID, storage_itemsize, storage_type
 from neuroncc.codegen.llvm.views import Layout
-from neuroncc.hardware.host import CACHE_LINE_BYTES, MEMORY_BURST_LINES
+from neuroncc.hardware.host import CACHE_LINE_BYTES
+from neuroncc.hardware.loop_choices import MEMORY_BURST_LINES
 from neuroncc.ir.graph import Value
 from neuroncc.ir.opdef import Trait
 

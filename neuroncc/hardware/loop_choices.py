@@ -1,0 +1,248 @@
+"""How the CPU code generator shapes its row loops on a CPU: each decision a property, measured where it was
+made (the numbers and the session in its docstring), read through :class:`~neuroncc.hardware.host.CpuTarget`,
+which takes them from :class:`LoopChoices`.
+
+These are the choices that differ between CPUs of one instruction set family only by what was measured: how a
+bf16 value is rounded, which rows a loop keeps widened or cached, where prefetches and delayed writes go, how an
+online log-sum-exp is chunked, how many polynomial evaluations are interleaved. The CPU's facts themselves (its
+vector width, registers, the products it hands to oneDNN, its last-level cache) stay in ``host.py``. A choice
+made on AVX2 alone says so and keeps AVX-512's code as it was where it was not measured there.
+
+May import: errors and this package (``host`` imports this module, so not ``host``).
+"""
+
+from __future__ import annotations
+
+#: Cache lines a compute-bound loop moves to or from memory in one burst: its prefetches and its non-temporal
+#: stores go out this many lines at a time, spread through the loop (``codegen/llvm/prefetch.py``, the streamed
+#: pieces of ``codegen/llvm/emit.py``). A core tracks that many lines in flight at once (its L1 miss buffers, which
+#: also combine non-temporal stores: AMD Zen 3 24, Intel Ice Lake 16, Skylake 12); a longer burst waits for free
+#: buffers with the loop's own loads queued behind it. Measured on Zen 3: 8 and 16 lines alike, a whole 4 KiB row
+#: (64 lines) of prefetches at once 7% slower (softmax [4096, 1024]), 16 KiB of non-temporal stores at once 13%
+#: slower than 1 KiB (cross-entropy's gradient [512, 32000]).
+MEMORY_BURST_LINES = 16
+
+
+class LoopChoices:
+    """The row-loop decisions of :class:`~neuroncc.hardware.host.CpuTarget` (its base class): each reads the
+    CPU's features through ``has`` and ``vector_bits``, which the target defines."""
+
+    __slots__ = ()
+
+    def has(self, feature: str) -> bool:  # (the target's)
+        raise NotImplementedError
+
+    @property
+    def rounds_bf16_in_word_lanes(self) -> bool:
+        """Whether a pair of float32 results is rounded to bf16 and packed in 16-bit lanes (AVX-512 BW's unsigned
+        word compare into a mask, masked word add and two-table word permute: 5 vector instructions per 32
+        results against 9 in 32-bit lanes; ``codegen/llvm/bf16_words.py``). AVX2 has none of the three."""
+        return self.has("avx512bw")
+
+    @property
+    def rounds_bf16_op_results_without_nan_case(self) -> bool:
+        """Whether an op with a bf16 result (eager's bf16 ops round after each op) drops its rounding's NaN case
+        where its NaNs are already quiet with zero low halves (``codegen/llvm/nan_payloads.py``), as a cast to
+        bf16 does everywhere. With AVX-512's 32 vector registers: bf16 gelu(x*w+b)*sigmoid(x)'s loop (Zen 4, its
+        five roundings' cases gone) 0.87-0.88 of the time at 1 and 2 threads (session 18). With AVX2 (Zen 3, 16
+        registers) the case is a compare and a blend on the two FMA pipes and an or per rounding: the same loop
+        992 -> 873 instructions per 64 elements, 196 -> 157 stack accesses; its kernel 0.833-0.836 of the time at 1
+        and 2 threads (session 24 bf16a24, ``bench_bf16_words.py --switch op-results --force``, two builds each,
+        interleaved medians of 41; sessions 11 and 13 had measured the arithmetic ops' alone 2-5% slower, on code
+        since changed: its loops now run four vectors interleaved). Other CPUs (no AVX2) keep the case: not
+        measured."""
+        return self.has("avx512f") or self.has("avx2")
+
+    @property
+    def looks_up_bf16_unary_math(self) -> bool:
+        """Whether a unary polynomial op of a bf16 value with a bf16 result (gelu, sigmoid, exp, ...) reads its
+        result from a 65536-entry table of its rounded results (``codegen/llvm/bf16_tables.py``: the same bits)
+        instead of computing it. On Zen 3 (AVX2, session 25 table25), 1 thread: a table read by the lanes' scalar
+        loads that LLVM's vectorizer makes 0.28-0.34 ns an element against gelu's polynomial and rounding 0.68-0.71
+        and sigmoid's 0.57-0.62 on normal bf16 inputs (0.41-0.55 of the time; AVX2's ``vpgatherdd`` 0.48-0.52), and
+        bf16 gelu(x*w+b) * sigmoid(x) [4096, 1024] 0.504-0.506 of its kernel's time at 1 thread, 0.512-0.525 at 2
+        with the entries read as 32-bit words' high halves (0.53-0.60 with 16-bit reads; ``bench_bf16_words.py
+        --switch tables``, ``bench_math_interleave.py --lookup``). Uniform random bit patterns
+        (every exponent: the 128 KiB table out of L1) make sigmoid's read 0.99-1.11x its polynomial. AVX-512 keeps its
+        code (its polynomials run 16 lanes at a time, and it was not measured there); so do CPUs without AVX2."""
+        return self.has("avx2") and not self.has("avx512f")
+
+    @property
+    def caches_widened_bf16_rows(self) -> bool:
+        """Whether a row loop that reduces a bf16 row widened to float32 and reads it again in later passes
+        (bf16 LayerNorm: the mean, variance and write passes) keeps the widened row in a float32 row cache that
+        its first pass fills (``refine.widened_row_cache``): the later passes load float32 from L1 instead of
+        widening each word again (a shift and an and per 32 elements per pass). With AVX-512 the first pass's
+        two stores per 32 elements stay in its one loop (``stages.SUM_IN_LOOP_MIN_REGISTERS``); AVX2's code is
+        left as it was (its row-cached sums are added in a loop of their own)."""
+        return self.has("avx512f")
+
+    @property
+    def caches_widened_bf16_rows_for_exp(self) -> bool:
+        """Whether a softmax-like row loop (its exp pass carries the next row's prefetches and the previous row's
+        delayed write: ``prefetch.carrier_stage``, ``delayed_writes.py``) keeps the bf16 row its max pass reduced
+        widened to float32 for the exp pass (``refine.widened_row_cache``'s ``read_by``), where
+        ``caches_widened_bf16_rows`` (AVX-512) does not keep every such row already. Zen 3 (AVX2): the exp loop no
+        longer spills the words it widens (183 -> 179 instructions per 64 elements, 11 -> 6 stack accesses), the
+        max pass stores two vectors per word; bf16 softmax [4096, 1024] 0.982-0.986 of the time at 1 thread and
+        0.976-0.987 at 2, the same bits (session 25 softmax25, ``bench_bf16_words.py --switch widened-rows-exp``).
+        Loops without a transcendental (bf16 LayerNorm: session 20 read the cache mixed on AVX2) widen again."""
+        return self.has("avx2") and not self.has("avx512f")
+
+    @property
+    def writes_delayed_group_before_the_exponentials(self) -> bool:
+        """Whether each group of a softmax-like row pass (``prefetch.spread_loop``: the next row's prefetches, the
+        group's exponentials) writes its share of the previous row (``delayed_writes.py``) before the exponentials
+        rather than after them: the sum's loop then follows a row's last exponentials directly. Zen 3 (AVX2), ten
+        one-process A/Bs of 61-151 rounds (session 25 softmax25): float32 softmax [4096, 1024] medians 0.980 of
+        the time at 1 thread (0.954-1.019) and 0.986 at 2 (0.963-1.056); bf16 0.918-0.977 and 0.945-0.980 in four
+        (``bench_bf16_words.py --switch write-first``); the same bits. AVX-512: not measured, as before."""
+        return self.has("avx2") and not self.has("avx512f")
+
+    @property
+    def caches_variance_deviations(self) -> bool:
+        """Whether a variance's deviation pass over a widened bf16 row stores x - mean into a float32 row cache that a
+        later stage's x - mean (bf16 LayerNorm's write pass) loads (``refine.deviation_row_cache``) instead of
+        widening x and subtracting again: the write loop 20 -> 16 vector instructions per 16 elements (llvm-mca 7.3 ->
+        5.4 cycles) for 8 stores per 64 in the deviation loop. Zen 3, bf16 LayerNorm [8192, 1024]'s kernel 0.852-0.854
+        of the time at 1 thread, 0.904-0.907 at 2 (session 25 bf16ln25). AVX-512 (whose widened row cache spares
+        the widening) not measured: its code is left as it was."""
+        return self.has("avx2") and not self.has("avx512f")
+
+    @property
+    def means_a_row_early(self) -> bool:
+        """Whether a row loop whose first stage is a variance over a widened bf16 row computing its own mean (bf16
+        LayerNorm as torch.compile hands it over: ``stages.SharedMean``) runs each row's deviation pass, the next
+        row's mean pass, then the row's write pass, so that one row's reductions (horizontal sums, rsqrt: ~80 ns a
+        row, session 23) overlap the other row's loops; its prefetches go two rows ahead
+        (``emit.EARLY_MEAN_PREFETCH_ROWS``). The same bits. Zen 3, bf16 LayerNorm [8192, 1024]'s kernel: 0.946-0.950
+        of the time at 1 and 2 threads (session 25 bf16ln25); float32 LayerNorm (memory-bound) 1.10: not taken.
+        AVX-512 not measured: its code is left as it was."""
+        return self.has("avx2") and not self.has("avx512f")
+
+    @property
+    def sums_paired_row_caches_apart(self) -> bool:
+        """Whether a float sum of row-cached terms computed by a loop over bf16 element pairs (bf16 softmax's
+        exp(x - max)) adds them in a loop of its own, as float32 loops do with fewer than
+        ``stages.SUM_IN_LOOP_MIN_REGISTERS`` registers (AVX2; ``stages._Reducer._sums_row_cache_apart``). On Zen 3
+        the paired exp loop ran eight chains of exp (interleave 4, two halves each) and four partial sums in 16
+        registers: 230 -> 184 instructions per 64 elements without the sums (fewer spills), bf16 softmax
+        [4096, 1024] 0.972-0.987 of the time at 1 thread and 0.973-0.993 at 2 (three one-process A/Bs, session
+        20 bf16avx2). AVX-512 never sums apart (32 registers)."""
+        return not self.has("avx512f")
+
+    @property
+    def bursts_before_each_row_pass(self) -> bool:
+        """Whether a cheap row loop's prefetches of the next row (``prefetch.row_bursts``) go out in a burst before
+        each of its passes over the row, a variance's own mean pass counted apart from its deviations' pass
+        (``stages.passes_over_row``), rather than one burst per stage. torch.compile hands float32 LayerNorm over
+        as a var and then a mean of x: one stage of two passes (the variance stores the mean, ``stages.SharedMean``),
+        so its 64-line rows went out in two bursts of 32, before the mean and the write passes, where a mean
+        before the var (the hand-built graphs of earlier sessions) gives three stages and bursts of 22/22/20. Now
+        torch's form gets those three too. Zen 3, LayerNorm [8192, 1024]: 0.845-0.915 of the time at 1 thread,
+        0.863-0.902 at 2 (docs/performance-history.md, session 21 ln21). Not the burst size alone: RMSNorm's two
+        bursts of 32 (unchanged) run at ~90% of the copy, and capping them at 24 or 16 lines was 7-26% slower.
+        Only rows of at least ``MEMORY_BURST_LINES`` lines per pass: bf16 LayerNorm's 32 lines would go 16/16/0
+        (0.98-1.00 in two runs, 1.05 in a third) and stay 16/16. AVX-512 not measured: its code is left as it
+        was."""
+        return not self.has("avx512f")
+
+    @property
+    def column_sums_share_a_loop(self) -> bool:
+        """Whether the column sums of a chunked row phase that run over the same columns add to their partials in
+        one loop (``emit.KernelEmitter._chunk_row``) rather than in a loop per sum. The bits are the same either
+        way (each partial takes the rows in the same order); what changes is LLVM's work: on Zen 3 (AVX2) the
+        transformer step's two LayerNorm-backward O3 modules (three and two sums) compiled in 0.71-0.89 of their
+        time, the backward's first call waited ~18 ms less for its code, and the kernels ran 1-4% faster at 1
+        thread, within +-8% at 2 (docs/performance-history.md, session 20 cold20). AVX-512 not measured: its
+        code is left as it was."""
+        return not self.has("avx512f")
+
+    @property
+    def online_exp_chunk_lines(self) -> int:
+        """Cache lines of x per chunk of the online log-sum-exp's exponential loop (``codegen/llvm/online.py``):
+        each chunk is a loop of constant length after the prefetches of its lines in the next block
+        (``prefetch.chunk_loop``); 0: the block's exponentials in ``prefetch.spread_loop``'s groups of
+        :data:`MEMORY_BURST_LINES` lines, each a loop of run-time length (a vector loop, its remainder and
+        the math's constants loaded again per group).
+
+        With AVX-512: 8 lines (128 float32, two iterations of four zmm vectors, the constants in registers,
+        one horizontal add per chunk). Zen 4, cross-entropy's forward [512, 32000], interleaved in one process
+        (``benchmarks/bench_cross_entropy.py``, session 18): 0.89-0.94 of the groups' time when memory was
+        slow (the groups at 5.3-6.0 ms at 1 thread, 3.0 at 2) and 0.99-1.00 when it was fast (4.6 / 2.3 ms);
+        chunks of 4 lines 1.00-1.06, 2 lines 1.18-1.25 (a horizontal add per 64 or 32 elements), 16 lines
+        0.91-1.04, 32 lines 0.97-1.15.
+
+        With AVX2: 32 lines (512 float32, two chunks per 1024-element block; the loop spills a few constants and
+        partial sums with 16 registers either way, the constant length drops the groups' remainder loops and
+        reloads). Zen 3, the same A/B (session 20 expavx2), against the groups: 32 lines 0.88-1.00 at 2 threads
+        and 0.91-0.98 at 1 (three runs, seven builds; the least where memory was fast), 16 lines 0.94-0.97 /
+        0.955-0.976 (three runs), 8 lines 1.01-1.04 / 1.02, 4 lines 1.12-1.22, 64 lines (one chunk per block)
+        1.02-1.04. The row through ``torch.compile`` did not show it (0.98-1.01, two runs of 31 and 61 rounds)."""
+        return 8 if self.has("avx512f") else 32
+
+    @property
+    def streamed_map_prefetch_pieces(self) -> int:
+        """Bursts of ``MEMORY_BURST_LINES`` lines ahead that a streamed map stage computing a transcendental per
+        element (``_map_stage``: pieces of :attr:`streamed_map_piece_lines` lines through a stack buffer, written
+        with non-temporal stores; cross-entropy's gradient) prefetches its inputs' lines, a burst before each piece
+        (``prefetch.emit_prefetch_pieces_ahead``); 0: none, the hardware's prefetchers alone. Without AVX-512: 2.
+        Zen 3, cross-entropy's backward kernel [512, 32000] against none, two builds each, interleaved medians of
+        61-101 rounds (``benchmarks/bench_cross_entropy.py --variants pf0,main``, three runs): 0.83-0.93 at 2
+        threads, 0.82-0.88 at 1 (1 piece ahead 0.89-0.97, 3 and 4 as 2); the whole fwd+bwd row through
+        torch.compile 0.956 / 0.977 (``--row``). With AVX-512: 0 (not measured: its code is unchanged).
+        docs/performance-history.md, session 23 softmax23."""
+        return 0 if self.has("avx512f") else 2
+
+    @property
+    def streamed_map_piece_lines(self) -> int:
+        """Lines of a piece of a streamed map stage computing a transcendental per element (``_map_stage``), for
+        float32 outputs: each piece is computed into a stack buffer, then written out with non-temporal stores.
+        Without AVX-512: 2 (32 float32, one vector iteration of the interleaved math loop), so that the stores
+        spread through the math; in 16-line pieces the core waited on them (Zen 3, cross-entropy's backward
+        [512, 32000] at 1 thread: 17% of its samples on the copy loop after its `vmovntps`). Zen 3, that kernel
+        against 16 lines, two builds each, interleaved medians of 21-41 rounds (``bench_cross_entropy.py
+        --variants burst16,main``, five runs): 0.85-0.96 at 2 threads, 0.94-0.98 at 1; 4 lines 0.90-1.03 / 0.96-0.97,
+        8 lines 0.95-1.00 / 0.94; sigmoid, exp and tanh over [4096, 4096] 0.95-0.995 (session 25 xent25). With
+        AVX-512, and 16-bit outputs (not measured): ``MEMORY_BURST_LINES``."""
+        return MEMORY_BURST_LINES if self.has("avx512f") else 2
+
+    @property
+    def sums_online_exponentials_apart(self) -> bool:
+        """Whether the online log-sum-exp (``codegen/llvm/online.py``) stores each whole chunk's exponentials
+        into a buffer on the stack and sums them in a loop of its own (the same additions in the same order:
+        the same bits) instead of in the exp loop: without AVX-512, where the exp loop's four interleaved chains
+        and the polynomial's constants fill the 16 registers and the four partial sums beside them spilled
+        (Zen 3: 101 instructions per 32 elements, 10 of them stack accesses, 12 broadcasts; session 20 expavx2),
+        as softmax's sum of its row cache is apart (``stages._Reducer._sums_row_cache_apart``). With AVX-512's
+        32 registers the sums fit in the loop: its code is unchanged. Zen 3, cross-entropy's forward kernel
+        [512, 32000] against the sums in the loop, two builds each, interleaved medians of 101-151 rounds
+        (``benchmarks/bench_cross_entropy.py --variants inloop,main``, three runs): 0.959-0.988 at 2 threads,
+        0.962-0.993 at 1 (the exp loop: 93 instructions per 32 elements and no spill, the sum's loop 7 more,
+        against 104 with 8 stack accesses); the whole fwd+bwd row through torch.compile does not resolve it
+        (its runs spread +-5%; docs/performance-history.md, session 23 softmax23)."""
+        return self.vector_registers < 32
+
+    @property
+    def online_block_max_without_nan_bits(self) -> bool:
+        """Whether the online log-sum-exp's block max loops run without the amax's NaN bits (an and and a umax
+        per vector beside its vmaxps), the row taken again with them where its total says it may hold a NaN
+        (``online.online_total``: the same bits in every case). Without AVX-512. Zen 3, cross-entropy's forward
+        kernel [512, 32000] against the NaN bits, two builds each, interleaved medians of 41 rounds
+        (``bench_cross_entropy.py --variants nanbits,main``, two runs): 0.94-1.01 at 2 threads, 0.93-0.95 at 1
+        (the bare loop without the retake: 0.94-0.98 and 0.96-0.97 in four runs; session 25 xent25). With
+        AVX-512: false (not measured: its code is unchanged)."""
+        return not self.has("avx512f")
+
+    @property
+    def polynomial_interleave(self) -> int:
+        """Vector iterations a loop computing polynomial math runs side by side (``loop_hints.py``): 4 with AVX2,
+        2 with AVX-512, the same 32 float lanes in flight (Zen 4 runs a 512-bit op as two 256-bit halves).
+        On Zen 4, 2 against 4, three interleaved A/B runs: cross-entropy fwd+bwd 0.95-0.99 at 1 and 2 threads,
+        softmax on L2-resident rows 0.97-0.99 at 1 thread, the memory-bound rows within the noise (0.95-1.07);
+        8 was 1.09x slower (session 19 softmax1t, ``benchmarks/bench_math_interleave.py``). On Zen 3 (AVX2), two
+        runs against 4 (session 20 expavx2): 2 slower on softmax and gelu (softmax [4096, 1024] 1.07-1.32,
+        gelu*sigmoid 1.09-1.14, L2-resident softmax 1.07-1.09; cross-entropy 0.98-0.99), 8 slower on
+        gelu*sigmoid (1.04-1.06) and on softmax [4096, 1024] at 1 thread (1.05-1.09), faster on L2-resident
+        softmax at 1 thread only (0.93-0.96; 0.90 and 1.05 at 2), cross-entropy even (0.98-1.01): 4 stays."""
+        return 2 if self.has("avx512f") else 4
