@@ -11,14 +11,10 @@ import numpy as np
 import pytest
 from test_bf16_rounding import ZEN4
 from test_pairs import AVX2
-from test_reductions import _log_sum_exp_graph
+from test_reductions import _log_sum_exp_graph, log_sum_exp_assembly
 
-from neuroncc.codegen.llvm import jit
-from neuroncc.codegen.llvm.emit import emit_kernel
 from neuroncc.codegen.llvm.online import BLOCK
 from neuroncc.codegen.llvm.regions import fuse_whole_function
-from neuroncc.codegen.llvm.schedule import plan_kernel
-from neuroncc.codegen.llvm.views import Layout
 from neuroncc.executors.cpu.launcher import build_cpu_executable
 from neuroncc.hardware.host import CpuTarget
 
@@ -34,13 +30,7 @@ def _max_loops_from_memory(asm: str) -> int:
 
 
 def test_avx2_takes_block_maxima_without_the_nan_bits_and_avx512_as_before(monkeypatch):
-    fn = fuse_whole_function(_log_sum_exp_graph(16, 32000))
-
-    def assembly(target: CpuTarget) -> str:
-        plan = plan_kernel(fn.ops[0].regions[0], [Layout.of(0, fn.params[0].type)],
-                           [Layout.of(1 + k, v.type) for k, v in enumerate(fn.outputs)])
-        return jit.assembly(emit_kernel(plan, "k", target)[0], target)
-
+    assembly = log_sum_exp_assembly
     zen3, zen4 = CpuTarget("znver3", AVX2), CpuTarget("znver4", ZEN4)
     assert zen3.online_block_max_without_nan_bits and not zen4.online_block_max_without_nan_bits
     fast, zen4_code = assembly(zen3), assembly(zen4)

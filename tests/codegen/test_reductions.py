@@ -198,6 +198,16 @@ def _log_sum_exp_graph(rows: int, cols: int, softmax: bool = False):
     return b.build([b.op("sub", b.op("sub", x, m), b.op("log", s)), m])
 
 
+def log_sum_exp_assembly(target, rows: int = 16, cols: int = 32000) -> str:
+    """The assembly ``target`` gets for :func:`_log_sum_exp_graph`'s fused kernel (cross-entropy's forward)."""
+    from neuroncc.codegen.llvm.regions import fuse_whole_function
+
+    fn = fuse_whole_function(_log_sum_exp_graph(rows, cols))
+    plan = plan_kernel(fn.ops[0].regions[0], [Layout.of(0, fn.params[0].type)],
+                       [Layout.of(1 + k, v.type) for k, v in enumerate(fn.outputs)])
+    return jit.assembly(emit_kernel(plan, "k", target)[0], target)
+
+
 def test_log_sum_exp_takes_the_max_online_in_one_pass(rng):
     # the sum of exp(x - max) computes the max block by block (online.py): the max stage is not emitted, the
     # row is read once for both; rows with specials (NaN, +-inf, all -inf, -inf before finite values, a max
@@ -280,18 +290,11 @@ def test_online_log_sum_exp_sums_each_chunk_apart_on_avx2(monkeypatch):
     # exp loop no longer keeps them beside its four chains and constants in 16 registers (session 23 softmax23:
     # cross-entropy's forward [512, 32000] 2-4% faster at 1 and 2 threads on Zen 3). AVX-512's code is as before.
     from neuroncc.codegen.llvm import online
-    from neuroncc.codegen.llvm.regions import fuse_whole_function
     from neuroncc.hardware.host import CpuTarget
     from test_bf16_rounding import ZEN4
     from test_pairs import AVX2
 
-    fn = fuse_whole_function(_log_sum_exp_graph(16, 32000))
-
-    def assembly(target: CpuTarget) -> str:
-        plan = plan_kernel(fn.ops[0].regions[0], [Layout.of(0, fn.params[0].type)],
-                           [Layout.of(1 + k, v.type) for k, v in enumerate(fn.outputs)])
-        return jit.assembly(emit_kernel(plan, "k", target)[0], target)
-
+    assembly = log_sum_exp_assembly
     zen3, zen4 = CpuTarget("znver3", AVX2), CpuTarget("znver4", ZEN4)
     assert zen3.sums_online_exponentials_apart and not zen4.sums_online_exponentials_apart
     apart, zen4_code = assembly(zen3), assembly(zen4)
