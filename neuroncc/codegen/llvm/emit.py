@@ -48,14 +48,14 @@ from neuroncc.codegen.llvm.views import Layout
 from neuroncc.codegen.llvm.refine import deviation_row_cache, widened_row_cache
 from neuroncc.codegen.llvm.row_buffers import BEFORE_THE_ROWS, allocate_rows, emit_widened, row_slot, widened_rows
 from neuroncc.errors import CodegenError
+from neuroncc.hardware.host import CACHE_LINE_BYTES, CpuTarget, host_cpu
+from neuroncc.hardware.loop_choices import MEMORY_BURST_LINES
+from neuroncc.ir.graph import Op, Value
 
 #: How many rows ahead a row loop whose variance's mean pass runs a row early (``CpuTarget.means_a_row_early``)
 #: prefetches: the row whose mean the next row's iteration computes (1 row ahead: 3-5% slower than without the
 #: early means, Zen 3; 3 rows ahead: within the noise of 2).
 EARLY_MEAN_PREFETCH_ROWS = 2
-from neuroncc.hardware.host import CACHE_LINE_BYTES, CpuTarget, host_cpu
-from neuroncc.hardware.loop_choices import MEMORY_BURST_LINES
-from neuroncc.ir.graph import Op, Value
 
 
 class KernelEmitter(IndexArithmetic, BufferAccess, MapStages):
