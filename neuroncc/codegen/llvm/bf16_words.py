@@ -53,8 +53,8 @@ def rounded_word(b: ir.IRBuilder, even: ir.Value, odd: ir.Value, target: CpuTarg
     (``scalars.rounding_of``), computed by the pair function from their float32 values on ``target``; None where it
     does not apply (the caller packs the bits as they are: ``pairs.word_of``). AVX2's form
     (``CpuTarget.rounds_bf16_in_word_lanes_with_blends``) packs casts' roundings only (bf16 LayerNorm's and softmax's
-    outputs): on an op's result (bf16 row (a)'s gelu*sigmoid, whose loop is short of registers) it measured 0.3-0.9%
-    slower at 1 thread, up to 2% at 2 (session 25 round25).
+    outputs): on an op's result (bf16 row (a)'s gelu*sigmoid) it measured 0.6% slower at 1 thread and 0.7% at 2
+    (medians, session 25 round25).
 
     With the NaN case the 16-bit form saves nothing: the case costs a compare, an and and a masked or per vector in
     32-bit lanes before the permutes (13 instructions per pair of vectors, as many as the 32-bit rounding with its
@@ -67,7 +67,7 @@ def rounded_word(b: ir.IRBuilder, even: ir.Value, odd: ir.Value, target: CpuTarg
     if rounded[0] is None or rounded[1] is None or rounded[0].nan_case or rounded[1].nan_case:
         return None
     if blends and (rounded[0].op_result or rounded[1].op_result):
-        return None  # (AVX2: a math loop's op results, bf16 row (a)'s, measured 0.5-2% slower so)
+        return None  # (AVX2: an op's result, bf16 row (a)'s, measured slower so)
     return b.call(_pair_function(b.module, blends), [rounded[0].value, rounded[1].value])
 
 
