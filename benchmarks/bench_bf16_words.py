@@ -24,10 +24,12 @@ into a row cache that the write pass loads (``CpuTarget.caches_variance_deviatio
 against x widened and the mean subtracted again in the write pass (every CPU before session 25). ``--switch
 early-means`` (``--rows c16``): a row loop's variance's mean pass a row early, beside the previous row's write pass
 (``CpuTarget.means_a_row_early``, AVX2's default; bf16 LayerNorm) against each row's passes in turn (every CPU before
-session 25). ``--force``: the "on" builds with the switch on where the host's default is off.
+session 25). ``--switch blended-lanes``: output words rounded in 16-bit lanes with AVX2's shifts and blends
+(``CpuTarget.rounds_bf16_in_word_lanes_with_blends``, AVX2's default since session 25, ``bf16_words.py``) against
+32-bit lanes. ``--force``: the "on" builds with the switch on where the host's default is off.
 
     /work/bin/heavy x python benchmarks/bench_bf16_words.py [--rows a16,b16,c16] [--threads 1,2] [--repeats 25]
-        [--switch word-lanes|op-results|widened-rows|paired-sums|row-pass-bursts|widened-rows-exp|write-first|softmax25|tables|deviations|early-means]
+        [--switch word-lanes|op-results|widened-rows|paired-sums|row-pass-bursts|widened-rows-exp|write-first|softmax25|tables|deviations|early-means|blended-lanes]
         [--force]
 
 Each row's graph is the one torch.compile hands the neuron backend (dumped through the ``dump_dir`` option, then
@@ -43,6 +45,7 @@ Building 1-thread executables and then 2-thread ones in one process can slow the
 from __future__ import annotations
 
 import argparse
+import inspect
 import tempfile
 import time
 from pathlib import Path
@@ -67,7 +70,8 @@ SWITCHES = {"word-lanes": "rounds_bf16_in_word_lanes", "op-results": "rounds_bf1
             "write-first": "writes_delayed_group_before_the_exponentials",
             "softmax25": ("caches_widened_bf16_rows_for_exp", "writes_delayed_group_before_the_exponentials"),
             "tables": "looks_up_bf16_unary_math",
-            "deviations": "caches_variance_deviations", "early-means": "means_a_row_early"}
+            "deviations": "caches_variance_deviations", "early-means": "means_a_row_early",
+            "blended-lanes": "rounds_bf16_in_word_lanes_with_blends"}
 #: switches that change the order of a sum's terms (the bits may differ: counted, not asserted)
 REORDERS = {"paired-sums"}
 
@@ -85,15 +89,20 @@ def backend_graph(case, inputs: list[torch.Tensor]):
 def build(fn, threads: int, switch: str, on: bool, force: bool = False):
     """An executable of ``fn`` with ``switch`` off, or on (the host's default; ``force``: on whatever the host)."""
     names = SWITCHES[switch] if isinstance(SWITCHES[switch], tuple) else (SWITCHES[switch],)
-    defaults = {name: CpuTarget.__dict__[name] for name in names}
-    for name, default in defaults.items():
+    # (a decision of CpuTarget's base class, ``LoopChoices``, is shadowed on CpuTarget and the shadow removed after)
+    defaults = {name: CpuTarget.__dict__.get(name) for name in names}
+    for name in names:
+        default = inspect.getattr_static(CpuTarget, name)
         setattr(CpuTarget, name, property(lambda self: True) if on and force else default if on
                 else property(lambda self: False))
     try:
         return build_cpu_executable(fn, {"threads": threads})
     finally:
         for name, default in defaults.items():
-            setattr(CpuTarget, name, default)
+            if default is None:
+                delattr(CpuTarget, name)
+            else:
+                setattr(CpuTarget, name, default)
 
 
 def main() -> None:

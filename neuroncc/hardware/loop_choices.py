@@ -40,6 +40,20 @@ class LoopChoices:
         return self.has("avx512bw")
 
     @property
+    def rounds_bf16_in_word_lanes_with_blends(self) -> bool:
+        """Whether, without AVX-512 BW (``rounds_bf16_in_word_lanes``), a pair of float32 results is rounded to bf16
+        and packed in 16-bit lanes with AVX2's instructions (``codegen/llvm/bf16_words.py``, 8 pairs a call): per pair
+        of vectors the high halves in word order by ``vpsrld`` + ``vpblendw``, the low halves by ``vpslld`` +
+        ``vpblendw``, the parity or'ed into the low half, the carry by ``vpmaxuw`` + ``vpcmpeqw``, a ``vpsubw``: 9
+        vector instructions and 2 shifts where the 32-bit rounding takes 10 and 3. The same bits. Taken for casts'
+        roundings without the NaN case (bf16 LayerNorm's and softmax's outputs). Zen 3 (session 25 round25,
+        ``bench_bf16_words.py --switch blended-lanes``, two builds each, 61-301 interleaved rounds): bf16 LayerNorm
+        [8192, 1024]'s kernel 0.981 of the time at 1 thread (0.976-0.997, ten A/Bs) and 0.986 at 2 (0.978-1.009, nine),
+        bf16 softmax [4096, 1024] 0.993 at both (0.984-0.998); on bf16 row (a)'s op result (its gelu*sigmoid) 1.006
+        at 1 thread and 1.007 at 2: not taken there. AVX-512 keeps its code (not measured there)."""
+        return self.has("avx2") and not self.has("avx512f")
+
+    @property
     def rounds_bf16_op_results_without_nan_case(self) -> bool:
         """Whether an op with a bf16 result (eager's bf16 ops round after each op) drops its rounding's NaN case
         where its NaNs are already quiet with zero low halves (``codegen/llvm/nan_payloads.py``), as a cast to

@@ -66,11 +66,12 @@ def test_word_lanes_round_every_pattern_as_the_32_bit_rounding(rng, monkeypatch,
 
 def test_a_zen4_write_loop_rounds_in_word_lanes_and_avx2_in_32_bit_lanes():
     # Zen 4: the halves apart with two word permutes, the carry an unsigned word compare, no 32-bit adds of the
-    # rounding left in the loop (x*w+b's; the weight and bias widened once); AVX2: no pair function at all
+    # rounding left in the loop (x*w+b's; the weight and bias widened once); AVX2: not this form (its own, with
+    # blends: test_bf16_word_blends.py)
     fn = affine_graph(64, 1024)
     text, asm = _assembly(fn, CpuTarget("znver4", ZEN4))
     loops = [block for block in re.split(r"\n\.LBB\d+_\d+:", asm) if "vmovntdq" in block or "vmovdqu" in block]
     write = [block for block in loops if re.search(r"vperm[it]2w", block)]
     assert write and all(re.search(r"vpcmpnleuw|vpcmpuw", block) and "vpaddd" not in block for block in write)
     text, asm = _assembly(fn, CpuTarget("znver3", AVX2))
-    assert "ncc.bf16.word" not in text and "vperm" not in asm
+    assert "ncc.bf16.word.v16" not in text and "vperm" not in asm

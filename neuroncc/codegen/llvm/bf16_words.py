@@ -16,7 +16,14 @@ The loop vectorizer cannot make 16-bit lanes out of 32-bit words, so the pair is
 32-bit rounding, for a loop's scalar remainder) carries a vector variant (``vector-function-abi-variant``, 16
 pairs), which the vectorizer calls instead, and which is inlined after it (``jit._inline_vector_variants``; kept
 until then by ``llvm.compiler.used``). :func:`rounded_word` is the code, :attr:`CpuTarget.rounds_bf16_in_word_lanes`
-the decision; AVX2 (no unsigned 16-bit compare into a mask, no two-table word permute) keeps the 32-bit code.
+the decision.
+
+AVX2 (no unsigned 16-bit compare into a mask, no two-table word permute) has a form of its own
+(:attr:`CpuTarget.rounds_bf16_in_word_lanes_with_blends`, 8 pairs a call): of the two vectors' 32-bit words, the
+high halves in word order as ``(odd & 0xFFFF0000) | (even >> 16)`` and the low halves as ``(odd << 16) | (even &
+0xFFFF)`` (LLVM: ``vpsrld`` + ``vpblendw`` and ``vpslld`` + ``vpblendw``, the words staying in their lanes), then
+the same parity, carry (``vpmaxuw`` + ``vpcmpeqw``: no unsigned word compare) and ``vpsubw``: 9 vector
+instructions per 16 results, 2 of them shifts, where the 32-bit rounding takes 10 and 3.
 """
 
 from __future__ import annotations
@@ -31,35 +38,50 @@ from neuroncc.ir.dtypes import DType
 
 #: Pairs per call of the vector variant: 16 words, two 512-bit vectors of float32 in, one out.
 VECTOR_PAIRS = 16
+#: Pairs per call of AVX2's vector variant: 8 words, two 256-bit vectors of float32 in, one out.
+BLENDED_PAIRS = 8
 #: The symbol prefix of the functions defined here (``jit`` inlines the vector variants it finds after O3).
 SYMBOL = "ncc.bf16.word"
 #: The name suffix of a vector variant.
 VARIANT = ".v16"
+#: The name suffix of AVX2's vector variant.
+BLENDED_VARIANT = ".v8"
 
 
 def rounded_word(b: ir.IRBuilder, even: ir.Value, odd: ir.Value, target: CpuTarget) -> ir.Value | None:
     """The word of bf16 bits ``even`` (low half) and ``odd`` (high half), both roundings without the NaN case
     (``scalars.rounding_of``), computed by the pair function from their float32 values on ``target``; None where it
-    does not apply (the caller packs the bits as they are: ``pairs.word_of``).
+    does not apply (the caller packs the bits as they are: ``pairs.word_of``). AVX2's form
+    (``CpuTarget.rounds_bf16_in_word_lanes_with_blends``) packs casts' roundings only (bf16 LayerNorm's and softmax's
+    outputs): on an op's result (bf16 row (a)'s gelu*sigmoid) it measured 0.6% slower at 1 thread and 0.7% at 2
+    (medians, session 25 round25).
 
     With the NaN case the 16-bit form saves nothing: the case costs a compare, an and and a masked or per vector in
     32-bit lanes before the permutes (13 instructions per pair of vectors, as many as the 32-bit rounding with its
     case), and its constants crowd row (a)'s math loop (bf16 gelu*sigmoid, 2 threads: 2-3% slower in two of three
     A/Bs, session 17)."""
-    if not target.rounds_bf16_in_word_lanes:
+    blends = not target.rounds_bf16_in_word_lanes and target.rounds_bf16_in_word_lanes_with_blends
+    if not target.rounds_bf16_in_word_lanes and not blends:
         return None
     rounded = rounding_of(even), rounding_of(odd)
-    if rounded[0] is None or rounded[1] is None or rounded[0][1] or rounded[1][1]:
+    if rounded[0] is None or rounded[1] is None or rounded[0].nan_case or rounded[1].nan_case:
         return None
-    return b.call(_pair_function(b.module), [rounded[0][0], rounded[1][0]])
+    if blends and (rounded[0].op_result or rounded[1].op_result):
+        return None  # (AVX2: an op's result, bf16 row (a)'s, measured slower so)
+    return b.call(_pair_function(b.module, blends), [rounded[0].value, rounded[1].value])
 
 
-def _pair_function(module: ir.Module) -> ir.Function:
+def _pair_function(module: ir.Module, blends: bool) -> ir.Function:
+    """The pair function of ``module`` (one target per module), its vector variant AVX2's (``blends``) or
+    AVX-512 BW's."""
     existing = module.globals.get(SYMBOL)
     if existing is not None:
         return existing
-    variant = _vector_variant(module, SYMBOL + VARIANT)
-    fn = scalar_with_variant(module, SYMBOL, ir.FunctionType(I32, [F32, F32]), VECTOR_PAIRS, variant)
+    if blends:
+        variant, pairs = _blended_variant(module, SYMBOL + BLENDED_VARIANT), BLENDED_PAIRS
+    else:
+        variant, pairs = _vector_variant(module, SYMBOL + VARIANT), VECTOR_PAIRS
+    fn = scalar_with_variant(module, SYMBOL, ir.FunctionType(I32, [F32, F32]), pairs, variant)
     body = ir.IRBuilder(fn.append_basic_block("entry"))
     even, odd = (bf16_bits(body, round_to(body, arg, DType.bf16, nan_case=False)) for arg in fn.args)
     body.ret(word_of(body, even, odd))
@@ -82,6 +104,28 @@ def _vector_variant(module: ir.Module, symbol: str) -> ir.Function:
     parity_in_low = b.or_(low, b.and_(high, _splat(halves, 1)))
     carry = b.icmp_unsigned(">", parity_in_low, _splat(halves, 0x8000 - (1 << 16)))
     b.ret(b.bitcast(b.select(carry, b.add(high, _splat(halves, 1)), high), words))
+    return fn
+
+
+def _blended_variant(module: ir.Module, symbol: str) -> ir.Function:
+    """The pair function on 8 pairs in AVX2's form (the module docstring): each word's halves gathered with
+    shifts and masks in 32-bit lanes (blends, no permute), rounded in 16-bit lanes."""
+    floats, words = ir.VectorType(F32, BLENDED_PAIRS), ir.VectorType(I32, BLENDED_PAIRS)
+    halves = ir.VectorType(I16, 2 * BLENDED_PAIRS)
+    fn = ir.Function(module, ir.FunctionType(words, [floats, floats]), symbol)
+    fn.linkage = "internal"
+    fn.attributes.add("alwaysinline")
+    fn.attributes.add("nounwind")
+    keep_until_vectorized(module, fn)
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    even, odd = (b.bitcast(arg, words) for arg in fn.args)
+    sixteen = _splat(words, 16)
+    high = b.or_(b.and_(odd, _splat(words, 0xFFFF0000 - (1 << 32))), b.lshr(even, sixteen))
+    low = b.or_(b.shl(odd, sixteen), b.and_(even, _splat(words, 0xFFFF)))
+    high, low = b.bitcast(high, halves), b.bitcast(low, halves)
+    parity_in_low = b.or_(low, b.and_(high, _splat(halves, 1)))
+    carry = b.icmp_unsigned(">", parity_in_low, _splat(halves, 0x8000 - (1 << 16)))
+    b.ret(b.bitcast(b.sub(high, b.sext(carry, halves)), words))
     return fn
 
 

@@ -500,7 +500,8 @@ class KernelEmitter(IndexArithmetic, BufferAccess, MapStages):
                 return looked_up(self.b, function, self.rounding_needs_nan_case(op), self.target, args[0])
             result = ELEMENTWISE[op.name](self, op, args)
             if op.name not in EXACT:
-                result = round_to(self.b, result, op.results[0].type.dtype, self.rounding_needs_nan_case(op))
+                result = round_to(self.b, result, op.results[0].type.dtype, self.rounding_needs_nan_case(op),
+                                  op_result=True)
             return result
         if op.name in ACCESS:
             return ACCESS[op.name](self, op, access.index, idx)

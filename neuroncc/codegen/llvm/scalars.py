@@ -9,6 +9,7 @@ Every op producing a bf16/f16 value rounds to that precision (``round_to``), as 
 from __future__ import annotations
 
 import weakref
+from typing import NamedTuple
 
 import numpy as np
 from llvmlite import ir
@@ -114,14 +115,22 @@ def store(b: ir.IRBuilder, value: ir.Value, ptr: ir.Value, dtype: DType) -> ir.I
     return b.store(value, ptr)
 
 
-#: A bf16 rounding's result (its float32, and the i16 bits of it: :func:`bf16_bits`) -> (the float32 value it
-#: rounded, with the NaN case or not): a paired loop's store packs two such halves from their float32 values
-#: (``bf16_words.rounded_word``) where the target rounds in 16-bit lanes. Weak keys: instructions being emitted.
+class Rounding(NamedTuple):
+    """What a bf16 rounding (:func:`round_to`) rounded."""
+
+    value: ir.Value  # the float32 value
+    nan_case: bool  # rounded with the NaN case
+    op_result: bool  # an op's bf16 result (eager rounds after each op), not a cast's
+
+
+#: A bf16 rounding's result (its float32, and the i16 bits of it: :func:`bf16_bits`) -> its :class:`Rounding`: a
+#: paired loop's store packs two such halves from their float32 values (``bf16_words.rounded_word``) where the
+#: target rounds in 16-bit lanes. Weak keys: instructions being emitted.
 _ROUNDED_FROM: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def rounding_of(value: ir.Value) -> tuple[ir.Value, bool] | None:
-    """(the float32 value, nan_case) that ``value`` (a :func:`round_to` result or its bits) rounded, else None."""
+def rounding_of(value: ir.Value) -> Rounding | None:
+    """The :class:`Rounding` that made ``value`` (a :func:`round_to` result or its bits), else None."""
     return _ROUNDED_FROM.get(value) if isinstance(value, ir.Instruction) else None
 
 
@@ -134,9 +143,11 @@ def bf16_bits(b: ir.IRBuilder, value: ir.Value) -> ir.Value:
     return bits
 
 
-def round_to(b: ir.IRBuilder, value: ir.Value, dtype: DType, nan_case: bool = True) -> ir.Value:
+def round_to(b: ir.IRBuilder, value: ir.Value, dtype: DType, nan_case: bool = True,
+             op_result: bool = False) -> ir.Value:
     """Round a float32 value to bf16/f16 precision (identity for other types). Without ``nan_case``, a NaN
-    ``value`` must be quiet with a zero low half (``nan_payloads.py``): it is left as it is.
+    ``value`` must be quiet with a zero low half (``nan_payloads.py``): it is left as it is. ``op_result``: the
+    rounding is an op's bf16 result, not a cast's (recorded for ``bf16_words.rounded_word``).
 
     bf16 rounds to nearest even in integer arithmetic on every CPU, as torch does (``c10::BFloat16``, ATen's
     vectorized ``cvtfp32_bf16``). Not ``fptrunc float to bfloat``: on CPUs with AVX-512 BF16 LLVM makes it
@@ -155,7 +166,7 @@ def round_to(b: ir.IRBuilder, value: ir.Value, dtype: DType, nan_case: bool = Tr
         is_nan = b.fcmp_unordered("uno", value, value)
         carried = b.select(is_nan, b.or_(bits, ir.Constant(I32, 0x00400000)), carried)
     result = b.bitcast(b.and_(carried, ir.Constant(I32, 0xFFFF0000 - (1 << 32))), F32)
-    _ROUNDED_FROM[result] = (value, nan_case)
+    _ROUNDED_FROM[result] = Rounding(value, nan_case, op_result)
     return result
 
 
