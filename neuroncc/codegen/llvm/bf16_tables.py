@@ -2,8 +2,9 @@
 
 In a bf16 graph every op rounds its result to bf16 (as eager does), so a unary elementwise op whose operand is a
 bf16 value computes a function of that operand's 16 bits: the table of the rounded results over all 65536 bit
-patterns, indexed by the operand's bits, replaces the polynomial, its range reduction and its rounding by one
-load. The table is made from the very code the op has without it: the op's polynomial (``mathlib``) and
+patterns, indexed by the operand's bits, replaces the polynomial, its range reduction and its rounding (or the C
+library's scalar call per lane: sin, cos, tan, atan, expm1, log1p) by one load. The table is made from the very
+code the op has without it: the op's math function (``mathlib.math_call``: a polynomial, or the C library's) and
 rounding (``scalars.round_to``, with or without its NaN case as the op's would be), compiled for the host and
 run over every input (:func:`lookup_table`), so the results are the same bits, NaN payloads included. A module
 holds each table it reads as a constant (128 KiB of .rodata in its object code: a loaded kernel needs nothing
@@ -81,10 +82,10 @@ def _maker_module(function: str, nan_case: bool, target: CpuTarget) -> str:
 
 
 def lookup_table(function: str, nan_case: bool, target: CpuTarget) -> bytes:
-    """The bits of the bf16 results of polynomial ``function`` (``mathlib.POLYNOMIAL``) rounded with or without
-    its NaN case, for every bf16 input's bits (index: the input's 16 bits), as the host runs ``target``'s code:
-    compiled and run once per process and key (a target other than the host's is compiled as the host's: its
-    code is only read, never run)."""
+    """The bits of the bf16 results of math function ``function`` (``mathlib.POLYNOMIAL`` or ``LIBM``) rounded with
+    or without its NaN case, for every bf16 input's bits (index: the input's 16 bits), as the host runs
+    ``target``'s code: compiled and run once per process and key (a target other than the host's is compiled as
+    the host's: its code is only read, never run)."""
     key = (function, nan_case, target.name, target.features)
     with _LOCK:
         table = _TABLES.get(key)

@@ -34,51 +34,54 @@ def _zero(v: ir.Value) -> ir.Constant:
     return ir.Constant(v.type, 0.0 if v.type == F32 else 0)
 
 
-def _float_math(name: str) -> Lowering:
-    return lambda ctx, op, args: math_call(ctx.b, name, *args, target=ctx.target)
-
-
-def _exp_polynomial(ctx, op) -> str:
+def _exp_function(ctx, op) -> str:
     # x - max(x) (softmax, log-sum-exp, log-softmax's gradient) needs neither exp's upper clamp nor its two-step scale
     return "exp_nonpositive" if at_most_zero(ctx.plan.region, op.operands[0]) else "exp"
 
 
-def _gelu_polynomial(ctx, op) -> str:
+def _gelu_function(ctx, op) -> str:
     return "gelu_tanh" if op.attrs["approximate"] == "tanh" else "gelu"
 
 
-def _polynomial(name: str) -> Callable[[EmitContext, Op], str]:
+def _function(name: str) -> Callable[[EmitContext, Op], str]:
     return lambda ctx, op: name
 
 
-#: Unary elementwise op -> the polynomial of the math library (``mathlib.POLYNOMIAL``) its lowering computes, by
-#: the emission context and the op: what a bf16 table of its results is made from (``bf16_tables.py``).
-POLYNOMIAL_OF: dict[str, Callable[[EmitContext, Op], str]] = {
-    "exp": _exp_polynomial,
-    "exp2": _polynomial("exp2"),
-    "log": _polynomial("log"),
-    "log2": _polynomial("log2"),
-    "tanh": _polynomial("tanh"),
-    "sigmoid": _polynomial("sigmoid"),
-    "erf": _polynomial("erf"),
-    "gelu": _gelu_polynomial,
+#: Unary elementwise op -> the math library function its lowering calls (``mathlib.math_call``: a polynomial of
+#: ``mathlib.POLYNOMIAL``, or the C library's function of ``mathlib.LIBM``), by the emission context and the op:
+#: also what a bf16 table of its results is made from (``bf16_tables.py``).
+MATH_FUNCTION_OF: dict[str, Callable[[EmitContext, Op], str]] = {
+    "exp": _exp_function,
+    "exp2": _function("exp2"),
+    "expm1": _function("expm1"),
+    "log": _function("log"),
+    "log2": _function("log2"),
+    "log1p": _function("log1p"),
+    "tanh": _function("tanh"),
+    "sigmoid": _function("sigmoid"),
+    "erf": _function("erf"),
+    "gelu": _gelu_function,
+    "sin": _function("sin"),
+    "cos": _function("cos"),
+    "tan": _function("tan"),
+    "atan": _function("atan"),
 }
 
 
 def _math(ctx, op, args):
-    return math_call(ctx.b, POLYNOMIAL_OF[op.name](ctx, op), *args, target=ctx.target)
+    return math_call(ctx.b, MATH_FUNCTION_OF[op.name](ctx, op), *args, target=ctx.target)
 
 
 def table_function(ctx: EmitContext, op: Op) -> str | None:
-    """The polynomial whose bf16 table ``op`` reads instead of computing it (``bf16_tables.py``), or None: where the
-    target looks such math up (:attr:`CpuTarget.looks_up_bf16_unary_math`) and ``op`` is a unary elementwise
-    polynomial function of a bf16 value with a bf16 result (every bf16 value in a graph is rounded: its result is a
+    """The math function whose bf16 table ``op`` reads instead of computing it (``bf16_tables.py``), or None: where
+    the target looks such math up (:attr:`CpuTarget.looks_up_bf16_unary_math`) and ``op`` is a unary elementwise
+    math function of a bf16 value with a bf16 result (every bf16 value in a graph is rounded: its result is a
     function of the operand's 16 bits)."""
-    if not ctx.target.looks_up_bf16_unary_math or op.name not in POLYNOMIAL_OF:
+    if not ctx.target.looks_up_bf16_unary_math or op.name not in MATH_FUNCTION_OF:
         return None
     if _dtype(op) is not DType.bf16 or op.results[0].type.dtype is not DType.bf16:
         return None
-    return POLYNOMIAL_OF[op.name](ctx, op)
+    return MATH_FUNCTION_OF[op.name](ctx, op)
 
 
 def _intrinsic(name: str) -> Lowering:
@@ -448,18 +451,18 @@ ELEMENTWISE: dict[str, Lowering] = {
     "relu": _relu,
     "exp": _math,
     "exp2": _math,
-    "expm1": _float_math("expm1"),
+    "expm1": _math,
     "log": _math,
     "log2": _math,
-    "log1p": _float_math("log1p"),
+    "log1p": _math,
     "sqrt": _intrinsic("sqrt"),
     "rsqrt": _rsqrt,
     "reciprocal": _reciprocal,
-    "sin": _float_math("sin"),
-    "cos": _float_math("cos"),
-    "tan": _float_math("tan"),
+    "sin": _math,
+    "cos": _math,
+    "tan": _math,
     "tanh": _math,
-    "atan": _float_math("atan"),
+    "atan": _math,
     "sigmoid": _math,
     "erf": _math,
     "gelu": _math,
