@@ -68,9 +68,20 @@ class LoopChoices:
         return self.has("avx512f") or self.has("avx2")
 
     @property
+    def looks_up_bf16_library_math(self) -> bool:
+        """Whether a unary op of a bf16 value with a bf16 result that the C library computes (sin, cos, tan, atan,
+        expm1, log1p: ``mathlib.LIBM``, one scalar call per lane on every CPU) reads its result from a table as
+        :attr:`looks_up_bf16_unary_math`'s ops do (``codegen/llvm/bf16_tables.py``: the same bits). Zen 3, bf16
+        [4096, 1024] (session 25 lead): sin 1.41 / 0.71 ms at 1 / 2 threads against 35.9 / 18.0 with the calls
+        (eager 4.26 / 2.11), cos, expm1, log1p and atan alike: 0.023-0.044 of the time; per element 0.28 ns
+        against 3.0 (sin) and 9.3 (expm1) on normal inputs, 0.6 against 3.7 and 4.8 with the table out of L1
+        (``bench_math_interleave.py --lookup sin,expm1``). Every CPU: the calls it replaces are as scalar with
+        AVX-512 (not measured there), and a table read is a load."""
+        return True
+
+    @property
     def looks_up_bf16_unary_math(self) -> bool:
-        """Whether a unary math op of a bf16 value with a bf16 result (gelu, sigmoid, exp, ..., and the C library's
-        sin, cos, tan, atan, expm1, log1p) reads its
+        """Whether a unary polynomial op of a bf16 value with a bf16 result (gelu, sigmoid, exp, ...) reads its
         result from a 65536-entry table of its rounded results (``codegen/llvm/bf16_tables.py``: the same bits)
         instead of computing it. On Zen 3 (AVX2, session 25 table25), 1 thread: a table read by the lanes' scalar
         loads that LLVM's vectorizer makes 0.28-0.34 ns an element against gelu's polynomial and rounding 0.68-0.71
@@ -78,9 +89,7 @@ class LoopChoices:
         bf16 gelu(x*w+b) * sigmoid(x) [4096, 1024] 0.504-0.506 of its kernel's time at 1 thread, 0.512-0.525 at 2
         with the entries read as 32-bit words' high halves (0.53-0.60 with 16-bit reads; ``bench_bf16_words.py
         --switch tables``, ``bench_math_interleave.py --lookup``). Uniform random bit patterns
-        (every exponent: the 128 KiB table out of L1) make sigmoid's read 0.99-1.11x its polynomial. The C library's
-        functions, a scalar call per lane without a table: bf16 sin, cos, expm1, log1p, atan [4096, 1024] 0.023-0.044 of
-        the time at 1 and 2 threads (session 25 lead, the same bits). AVX-512 keeps its
+        (every exponent: the 128 KiB table out of L1) make sigmoid's read 0.99-1.11x its polynomial. AVX-512 keeps its
         code (its polynomials run 16 lanes at a time, and it was not measured there); so do CPUs without AVX2."""
         return self.has("avx2") and not self.has("avx512f")
 

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from llvmlite import ir
 
 from neuroncc.codegen.llvm.context import EmitContext
-from neuroncc.codegen.llvm.mathlib import math_call
+from neuroncc.codegen.llvm.mathlib import LIBM, math_call
 from neuroncc.codegen.llvm.scalars import (
     F32, F32_EXACT_BITS, I1, I32, I64, bf16_bits, call, compute_type, constant, convert, is_unsigned, round_to,
     type_suffix,
@@ -74,14 +74,16 @@ def _math(ctx, op, args):
 
 def table_function(ctx: EmitContext, op: Op) -> str | None:
     """The math function whose bf16 table ``op`` reads instead of computing it (``bf16_tables.py``), or None: where
-    the target looks such math up (:attr:`CpuTarget.looks_up_bf16_unary_math`) and ``op`` is a unary elementwise
+    the target looks such polynomials up (:attr:`CpuTarget.looks_up_bf16_unary_math`) and ``op`` is a unary elementwise
     math function of a bf16 value with a bf16 result (every bf16 value in a graph is rounded: its result is a
-    function of the operand's 16 bits)."""
-    if not ctx.target.looks_up_bf16_unary_math or op.name not in MATH_FUNCTION_OF:
+    function of the operand's 16 bits). The C library's functions are looked up where
+    :attr:`CpuTarget.looks_up_bf16_library_math` says so."""
+    if op.name not in MATH_FUNCTION_OF or _dtype(op) is not DType.bf16 or op.results[0].type.dtype is not DType.bf16:
         return None
-    if _dtype(op) is not DType.bf16 or op.results[0].type.dtype is not DType.bf16:
-        return None
-    return MATH_FUNCTION_OF[op.name](ctx, op)
+    function = MATH_FUNCTION_OF[op.name](ctx, op)
+    if function in LIBM:
+        return function if ctx.target.looks_up_bf16_library_math else None
+    return function if ctx.target.looks_up_bf16_unary_math else None
 
 
 def _intrinsic(name: str) -> Lowering:
