@@ -88,16 +88,21 @@ def _pair_function(module: ir.Module, blends: bool) -> ir.Function:
     return fn
 
 
-def _vector_variant(module: ir.Module, symbol: str) -> ir.Function:
-    """The pair function on 16 pairs, kept by ``llvm.compiler.used`` (``vector_variants.keep_until_vectorized``)."""
-    floats, words = ir.VectorType(F32, VECTOR_PAIRS), ir.VectorType(I32, VECTOR_PAIRS)
-    halves = ir.VectorType(I16, 2 * VECTOR_PAIRS)
-    fn = ir.Function(module, ir.FunctionType(words, [floats, floats]), symbol)
+def _vector_pair_function(module: ir.Module, symbol: str, pairs: int) -> tuple[ir.Function, ir.IRBuilder]:
+    """A vector pair function of ``pairs`` pairs (two float32 vectors -> their words), internal and always inlined,
+    kept by ``llvm.compiler.used`` until the vectorizer has used it, and a builder at its entry."""
+    fn = ir.Function(module, ir.FunctionType(ir.VectorType(I32, pairs), [ir.VectorType(F32, pairs)] * 2), symbol)
     fn.linkage = "internal"
     fn.attributes.add("alwaysinline")
     fn.attributes.add("nounwind")
     keep_until_vectorized(module, fn)
-    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    return fn, ir.IRBuilder(fn.append_basic_block("entry"))
+
+
+def _vector_variant(module: ir.Module, symbol: str) -> ir.Function:
+    """The pair function on 16 pairs, kept by ``llvm.compiler.used`` (``vector_variants.keep_until_vectorized``)."""
+    words, halves = ir.VectorType(I32, VECTOR_PAIRS), ir.VectorType(I16, 2 * VECTOR_PAIRS)
+    fn, b = _vector_pair_function(module, symbol, VECTOR_PAIRS)
     even, odd = (b.bitcast(arg, halves) for arg in fn.args)
     low = b.shuffle_vector(even, odd, ir.Constant(ir.VectorType(I32, 2 * VECTOR_PAIRS), _interleaved(0)))
     high = b.shuffle_vector(even, odd, ir.Constant(ir.VectorType(I32, 2 * VECTOR_PAIRS), _interleaved(1)))
@@ -110,14 +115,8 @@ def _vector_variant(module: ir.Module, symbol: str) -> ir.Function:
 def _blended_variant(module: ir.Module, symbol: str) -> ir.Function:
     """The pair function on 8 pairs in AVX2's form (the module docstring): each word's halves gathered with
     shifts and masks in 32-bit lanes (blends, no permute), rounded in 16-bit lanes."""
-    floats, words = ir.VectorType(F32, BLENDED_PAIRS), ir.VectorType(I32, BLENDED_PAIRS)
-    halves = ir.VectorType(I16, 2 * BLENDED_PAIRS)
-    fn = ir.Function(module, ir.FunctionType(words, [floats, floats]), symbol)
-    fn.linkage = "internal"
-    fn.attributes.add("alwaysinline")
-    fn.attributes.add("nounwind")
-    keep_until_vectorized(module, fn)
-    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    words, halves = ir.VectorType(I32, BLENDED_PAIRS), ir.VectorType(I16, 2 * BLENDED_PAIRS)
+    fn, b = _vector_pair_function(module, symbol, BLENDED_PAIRS)
     even, odd = (b.bitcast(arg, words) for arg in fn.args)
     sixteen = _splat(words, 16)
     high = b.or_(b.and_(odd, _splat(words, 0xFFFF0000 - (1 << 32))), b.lshr(even, sixteen))
