@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import time
 
-from common import ensure_environment, interleaved, record_compiled_graphs
+from common import ensure_environment, interleaved, record_compiled_graphs, settle_neuroncc
 
 ensure_environment(threads=1)
 
@@ -56,10 +56,7 @@ def main() -> None:
     compiled = torch.compile(layernorm, backend="neuron", dynamic=False, options={"threads": 1})
     for _ in range(3):
         compiled(*xs)
-    import neuroncc.executors.cpu.tiers as tiers
-
-    tiers.OPTIMIZER.wait()
-    compiled(*xs)
+    settle_neuroncc({"compiled": lambda: compiled(*xs)})
     direct = made[-1].direct
     addresses = [t.data_ptr() for t in xs]
     x0 = addresses[0]
@@ -174,11 +171,7 @@ def layers(which: str, threads: int) -> None:
         for _ in range(3):
             for fn in compiled.values():
                 fn(*inputs)
-        import neuroncc.executors.cpu.tiers as tiers
-
-        tiers.OPTIMIZER.wait()
-        for fn in compiled.values():
-            fn(*inputs)
+        settle_neuroncc({name: (lambda fn=fn: fn(*inputs)) for name, fn in compiled.items()})
         fn, args = returned["fn"], returned["args"]
         lean = fn.__wrapped__  # TorchDynamo's disable wrapper around lean_call.lean_inference's callable
         slow = fn.slow
@@ -252,11 +245,7 @@ def cold_layers(which: str, threads: int, rounds: int = 200) -> None:
         big(*big_inputs)
     for _ in range(3):
         small(*small_inputs)
-    import neuroncc.executors.cpu.tiers as tiers
-
-    tiers.OPTIMIZER.wait()
-    big(*big_inputs)
-    small(*small_inputs)
+    settle_neuroncc({"big": lambda: big(*big_inputs), "small": lambda: small(*small_inputs)})
     big_direct = made[-2].direct
     big_addresses = [t.data_ptr() for t in big_inputs]
     big_held = big_direct.launch(big_addresses)
@@ -389,10 +378,7 @@ def lean_ab(rows: list[str], threads: int, repeats: int = 101) -> None:
             gm, example, options={"threads": threads}), dynamic=False)
         for _ in range(3):
             fn(*inputs)
-        import neuroncc.executors.cpu.tiers as tiers
-
-        tiers.OPTIMIZER.wait()
-        fn(*inputs)
+        settle_neuroncc({"fn": lambda: fn(*inputs)})
         graph = made[-1]
         direct = graph.direct
         addresses = [t.data_ptr() for t in inputs]

@@ -63,7 +63,7 @@ def gap(made: list, rows: list[str], threads: int, repeats: int = 61) -> None:
 
     import numpy as np
 
-    from common import interleaved_samples
+    from common import interleaved_samples, settle_neuroncc
     from kernel_cases import cases
     from neuroncc.frontend.backend import neuron_backend
 
@@ -83,10 +83,7 @@ def gap(made: list, rows: list[str], threads: int, repeats: int = 61) -> None:
         compiled = torch.compile(function, backend=recording, dynamic=False)
         for _ in range(3):
             compiled(*inputs)
-        import neuroncc.executors.cpu.tiers as tiers
-
-        tiers.OPTIMIZER.wait()
-        compiled(*inputs)
+        settle_neuroncc({"compiled": lambda: compiled(*inputs)})
         graph, fn = made[-1], returned["fn"]
         lean, slow = fn.__wrapped__, fn.slow
         direct = graph.direct
@@ -139,7 +136,7 @@ def entry_ab(made: list, rows: list[str], threads: int, repeats: int = 201) -> N
 
     import numpy as np
 
-    from common import interleaved_samples
+    from common import interleaved_samples, settle_neuroncc
     from kernel_cases import cases
     from neuroncc.frontend.backend import neuron_backend
 
@@ -170,11 +167,7 @@ def entry_ab(made: list, rows: list[str], threads: int, repeats: int = 201) -> N
         for _ in range(3):
             for fn in compiled.values():
                 fn(*inputs)
-        import neuroncc.executors.cpu.tiers as tiers
-
-        tiers.OPTIMIZER.wait()
-        for fn in compiled.values():
-            fn(*inputs)
+        settle_neuroncc({name: (lambda fn=fn: fn(*inputs)) for name, fn in compiled.items()})
         graph = made[-1]
         direct = graph.direct
         addresses = [t.data_ptr() for t in inputs]
