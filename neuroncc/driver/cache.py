@@ -9,6 +9,7 @@ compile is published to all of them.
       entries/<key>/          one artifact per key (see neuroncc.driver.artifact)
       locks/<key>.lock        flock'ed while a process looks up, compiles and publishes that key
       tmp/<key16>.<pid>.*     artifacts being written, and old entries being deleted
+      tables/<digest>         tables a compile computes once per host (codegen/llvm/table_files.py)
 
 A lookup reads ``entries/<key>`` without locking and checks every file's sha256; on a miss the process takes
 the key's lock, looks again (another process may have just published it), compiles, writes the artifact into
@@ -42,6 +43,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from neuroncc.codegen.llvm import table_files
 from neuroncc.errors import ArtifactError, NeuronccError
 from neuroncc.driver.cache_locks import LockTimeoutError, flock_until, temp_is_stale
 from neuroncc.driver.notices import CacheWarning
@@ -79,6 +81,8 @@ if TYPE_CHECKING:  # the remote tier and its bundles are imported where a remote
 CACHE_DIR_VARIABLE = "NEURONCC_CACHE_DIR"
 DISABLE_VARIABLE = "NEURONCC_DISABLE_CACHE"
 DEFAULT_CACHE_DIR = "~/.cache/neuroncc"
+#: The cache directory's subdirectory of computed tables (``codegen/llvm/table_files.py``).
+TABLES_DIR = "tables"
 
 
 class CompileCache:
@@ -218,6 +222,7 @@ class CompileCache:
                         return executable
                 self._checkpoint("compile")
                 self.stats.add("compiles")
+                table_files.keep_in(self.root / TABLES_DIR)  # what the compile makes once, for later processes
                 result = compile_fn(request)
                 self._checkpoint("compiled")
                 if self.publish_in_background and self.remote is None:
@@ -510,7 +515,19 @@ class CompileCache:
         self._collect_garbage()
         if older_than_s is None:
             self._remove_idle_locks()
+            freed += self._remove_tables()
         return removed, freed
+
+    def _remove_tables(self) -> int:
+        """Delete the kept tables (a compile that needs one makes it again); the bytes freed."""
+        freed = 0
+        with contextlib.suppress(FileNotFoundError):
+            for path in (self.root / TABLES_DIR).iterdir():
+                with contextlib.suppress(FileNotFoundError):
+                    size = path.stat().st_size
+                    path.unlink()
+                    freed += size
+        return freed
 
     def _entry_dirs(self) -> list[Path]:
         PUBLISHER.flush()

@@ -6,7 +6,9 @@ patterns, indexed by the operand's bits, replaces the polynomial, its range redu
 library's scalar call per lane: sin, cos, tan, atan, expm1, log1p) by one load. The table is made from the very
 code the op has without it: the op's math function (``mathlib.math_call``: a polynomial, or the C library's) and
 rounding (``scalars.round_to``, with or without its NaN case as the op's would be), compiled for the host and
-run over every input (:func:`lookup_table`), so the results are the same bits, NaN payloads included. A module
+run over every input (:func:`lookup_table`), so the results are the same bits, NaN payloads included; a process
+compiling through a compile cache keeps each table it makes there for later processes (``table_files.py``: ~30-45
+ms of a cold compile per table on Zen 3, named by the digest of what made it). A module
 holds each table it reads as a constant (128 KiB of .rodata in its object code: a loaded kernel needs nothing
 else). Real activations touch a few thousand entries (normal data: ~13 exponents x 128 mantissas x 2 signs),
 which stay in L1/L2.
@@ -23,12 +25,16 @@ Where it is emitted is :attr:`CpuTarget.looks_up_bf16_unary_math`'s decision and
 
 from __future__ import annotations
 
+import array
 import ctypes
+import hashlib
 import threading
 
+import llvmlite
+from llvmlite import binding as llvm
 from llvmlite import ir
 
-from neuroncc.codegen.llvm import jit
+from neuroncc.codegen.llvm import jit, table_files
 from neuroncc.codegen.llvm.entries import RECIPROCAL_ESTIMATES
 from neuroncc.codegen.llvm.loop_hints import hint_math_loop
 from neuroncc.codegen.llvm.mathlib import math_call
@@ -85,22 +91,41 @@ def lookup_table(function: str, nan_case: bool, target: CpuTarget) -> bytes:
     """The bits of the bf16 results of math function ``function`` (``mathlib.POLYNOMIAL`` or ``LIBM``) rounded with
     or without its NaN case, for every bf16 input's bits (index: the input's 16 bits), as the host runs
     ``target``'s code: compiled and run once per process and key (a target other than the host's is compiled as
-    the host's: its code is only read, never run)."""
+    the host's: its code is only read, never run), or read back from the compile cache's tables
+    (``table_files.py``) where an earlier process made it."""
     key = (function, nan_case, target.name, target.features)
     with _LOCK:
         table = _TABLES.get(key)
     if table is not None:
         return table
-    # as objects for MCJIT: no linker run for a module called once (3 of its ~30 ms)
-    code = jit.compile_ir([_maker_module(function, nan_case, target)], form=CodeForm.OBJECTS)
-    inputs = (ctypes.c_uint16 * ENTRIES)(*range(ENTRIES))
-    outputs = (ctypes.c_uint16 * ENTRIES)()
-    ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)(code.address(_MAKER))(
-        ctypes.addressof(inputs), ctypes.addressof(outputs))
-    table = bytes(outputs)
+    maker = _maker_module(function, nan_case, target)
+    name = _kept_name(maker, target)
+    table = table_files.load(name, 2 * ENTRIES)
+    if table is None:
+        table = _made(maker)
+        table_files.save(name, table)
     with _LOCK:
         _TABLES.setdefault(key, table)
     return table
+
+
+def _kept_name(maker: str, target: CpuTarget) -> str:
+    """The name a table is kept under: the digest of what its bytes depend on (the maker's text, the target it is
+    emitted for, the host CPU that runs it, the LLVM that compiles it)."""
+    parts = (maker, target.name, target.features, jit.host_target().fingerprint,
+             ".".join(map(str, llvm.llvm_version_info)), llvmlite.__version__)
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()
+
+
+def _made(maker: str) -> bytes:
+    """The table ``maker``'s module makes: compiled, and run over every input."""
+    # as objects for MCJIT: no linker run for a module called once (3 of its ~30 ms)
+    code = jit.compile_ir([maker], form=CodeForm.OBJECTS)
+    inputs = array.array("H", range(ENTRIES))  # (a ctypes array from range() took ~12 ms)
+    outputs = bytearray(2 * ENTRIES)
+    make = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)(code.address(_MAKER))
+    make(inputs.buffer_info()[0], ctypes.addressof((ctypes.c_char * len(outputs)).from_buffer(outputs)))
+    return bytes(outputs)
 
 
 def looked_up(b: ir.IRBuilder, function: str, nan_case: bool, target: CpuTarget, value: ir.Value) -> ir.Value:
