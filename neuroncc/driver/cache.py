@@ -52,7 +52,6 @@ from neuroncc.driver.artifact import (
     ARTIFACT_CODECS,
     ArtifactCodec,
     ComponentRecord,
-    Manifest,
     artifact_size,
     fsync_directory,
     read_artifact,
