@@ -191,6 +191,26 @@ def test_matmul_epilogue_runs_row_block_by_row_block(op, rows, blocks, rng, monk
     assert step.row_block == blocks and exe._runners[0].row_block == blocks
 
 
+@pytest.mark.parametrize("dtype", [DType.f32, DType.bf16])
+@pytest.mark.parametrize("op", ["mm", "addmm"])
+def test_a_transposed_first_operand_is_row_blocked_by_its_columns(op, dtype, rng, monkeypatch):
+    """The product's rows are the stored first operand's columns where the layout pass stores it transposed (a
+    Linear's weight gradient, x^T @ grad: a bf16 transformer's backward raised 'Trying to resize storage')."""
+    monkeypatch.setattr(CpuTarget, "small_mm_max_macs", property(lambda self: 0))
+    b = Builder(op)
+    xt = b.param(TensorType((8, 50), dtype), "xt")  # x [50, 8] stored transposed
+    w = b.param(TensorType((8, 64), dtype), "w")
+    bias = b.param(TensorType((64,), dtype), "bias")
+    h = b.op("mm", xt, w, transpose_a=True) if op == "mm" else b.op("addmm", bias, xt, w, beta=0.5,
+                                                                     transpose_a=True)
+    kernel = _with_matmul_rows(make_kernel(b.ops, [xt, w, bias], [b.op("relu", h)], "epilogue"), 8)
+    b.ops = [kernel]
+    inputs = [rng.standard_normal(s).astype(np.float32) for s in [(8, 50), (8, 64), (64,)]]
+    inputs = inputs if dtype is DType.f32 else [round_to_bf16(a) for a in inputs]
+    exe, _ = run_both(b.build(list(kernel.results)), inputs)
+    assert exe.plan.steps[0].row_block == 8
+
+
 def test_column_reduction_epilogue_is_not_row_blocked(rng):
     """A column sum needs every row before it is complete: even a kernel tiled in row blocks runs one block."""
     b = Builder("colsum")

@@ -212,12 +212,13 @@ class NativeKernel:
         operands, results = list(operands), list(results)
         if row_end is not None:
             rows = slice(row_start, row_end)
-            if len(operands) == 2:  # mm
-                operands[0] = operands[0][rows]
-            else:  # addmm: bias [M, N] is sliced too; [N] and [1, N] broadcast
-                operands[1] = operands[1][rows]
-                if operands[0].ndim == 2 and operands[0].shape[0] == self.rows > 1:
-                    operands[0] = operands[0][rows]
+            # the product's rows are its first matrix's rows: a columns of the stored operand where the layout
+            # pass stores it transposed (a bf16 Linear's weight gradient: x^T @ grad)
+            first = 0 if len(operands) == 2 else 1  # mm, addmm
+            by_columns = bool(op.attrs.get("transpose_a"))
+            operands[first] = operands[first][:, rows] if by_columns else operands[first][rows]
+            if first == 1 and operands[0].ndim == 2 and operands[0].shape[0] == self.rows > 1:
+                operands[0] = operands[0][rows]  # addmm's bias [M, N] is sliced too; [N] and [1, N] broadcast
             results = [r[rows] for r in results]
         run_extern(op.name, op.attrs, operands, results, op.results[0].type.dtype)
         return None
