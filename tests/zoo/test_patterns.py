@@ -1,6 +1,6 @@
 """Common training and inference patterns that compile as written (each compared with eager): bf16 autocast
-training, activation checkpointing, GPT-2 ``generate()`` with a compiled forward, nn.MultiheadAttention,
-channels_last convolutions, ``torch.inference_mode()``."""
+training, a model in bf16, activation checkpointing, GPT-2 ``generate()`` with a compiled forward,
+nn.MultiheadAttention, channels_last convolutions, ``torch.inference_mode()``."""
 
 from __future__ import annotations
 
@@ -34,6 +34,19 @@ def test_bf16_autocast_training():
         assert out.dtype == torch.bfloat16
         out.float().square().mean().backward()
     _grads_match(eager, ours, rtol=2e-2, atol=2e-2)  # bf16 products: half-precision tolerances
+
+
+def test_bf16_parameters_training():
+    # a model cast to bf16 (not autocast): the weight gradient x^T @ grad is a product of a transposed operand that
+    # the launcher runs a block of rows at a time (at these sizes; it took the stored rows and raised)
+    torch.manual_seed(0)
+    eager = nn.Sequential(nn.Linear(256, 1024), nn.ReLU()).to(torch.bfloat16)
+    ours = copy.deepcopy(eager)
+    compiled = torch.compile(ours, backend="neuron", dynamic=False)
+    x = torch.randn(128, 256, dtype=torch.bfloat16)
+    for model in (eager, compiled):
+        model(x).float().square().mean().backward()
+    _grads_match(eager, ours, rtol=2e-2, atol=2e-2)
 
 
 class _Checkpointed(nn.Module):
