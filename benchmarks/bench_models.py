@@ -8,6 +8,8 @@
     (f1) training step of (d); (f2) training step of (e): zero_grad, forward, loss = mean(out^2), backward,
          SGD step (lr 1e-3, torch's default foreach implementation, run eagerly for all three: only the model
          is compiled)
+    (e16), (f2_16) (e) and (f2) with the block's parameters and input in bf16 (the training step at batch 2,
+         seq 128: eager's bf16 products run ATen's own loops where the CPU has no AVX-512 BF16, ~1 s a step)
 
 Steady state: the three implementations interleaved call by call in one process, medians of ``--repeat``.
 Cold compile / warm first call: a fresh process per measurement (``--first-call``) times ``torch.compile`` +
@@ -74,6 +76,10 @@ ROWS: dict[str, tuple[str, Callable[[], nn.Module], Callable[[], torch.Tensor], 
                      lambda: torch.randn(32, 16, 64), False),
     "f1": ("(f) MLP training step (SGD)", mlp, lambda: torch.randn(256, 1024), True),
     "f2": ("(f) transformer training step (SGD)", transformer_block, lambda: torch.randn(8, 256, 512), True),
+    "e16": ("(e) in bf16", lambda: transformer_block().to(torch.bfloat16),
+            lambda: torch.randn(8, 256, 512, dtype=torch.bfloat16), False),
+    "f2_16": ("(f2) in bf16, [2, 128]", lambda: transformer_block().to(torch.bfloat16),
+              lambda: torch.randn(2, 128, 512, dtype=torch.bfloat16), True),
 }
 
 
