@@ -11,12 +11,13 @@ import numpy as np
 from codegen_helpers import special_floats
 from test_bf16_rounding import ZEN4
 from test_bf16_words import _assembly
-from test_pairs import AVX2, layernorm_graph, to_bits
+from test_pairs import AVX2, _bf16, _bits, layernorm_graph, to_bits
 from test_row_pass_bursts import var_mean_layernorm
 
 from neuroncc.codegen.llvm.regions import fuse_whole_function
 from neuroncc.executors.cpu.launcher import build_cpu_executable
 from neuroncc.hardware.host import CpuTarget
+from neuroncc.ir import Builder, DType, TensorType
 
 ROW_CACHE = "alloca [1024 x float], align 4096"
 
@@ -112,3 +113,25 @@ def test_early_means_give_the_same_bits(rng, monkeypatch):
         want = build_cpu_executable(fn, {"threads": threads})(*inputs)
         for g, w in zip(got, want, strict=True):
             np.testing.assert_array_equal(g, w)
+
+
+def test_a_row_loop_over_blocks_of_rows_computes_its_means_in_turn(rng, monkeypatch):
+    # a bf16 LayerNorm over [2, 8, 32] whose output's first token is also selected (BERT's pooler reads the CLS
+    # token): its row loop runs over dim 0 alone, each iteration 8 rows of 32; the mean pass a row early covered
+    # the stage's last dim only, and its compile raised
+    b = Builder("layernorm_cls")
+    x = b.param(TensorType((2, 8, 32), DType.i16), "x")
+    xf = _bf16(b, x)
+    var = b.op("var", xf, dims=(2,), keepdim=True, correction=0.0)
+    mean = b.op("mean", xf, dims=(2,), keepdim=True)
+    rstd = b.op("rsqrt", b.op("add", var, b.op("full", shape=(), dtype=DType.f32, value=1e-12)))
+    y = b.op("cast", b.op("mul", b.op("sub", xf, mean), rstd), dtype=DType.bf16)
+    fn = fuse_whole_function(b.build([b.op("bitcast", y, dtype=DType.i16),
+                                      b.op("bitcast", b.op("select", y, dim=1, index=0), dtype=DType.i16)]))
+    inputs = [to_bits((rng.standard_normal((2, 8, 32)) * 3 + 1).astype(np.float32))]
+    _early(monkeypatch, True)
+    got = build_cpu_executable(fn, {"threads": 2})(*inputs)
+    _early(monkeypatch, False)
+    want = build_cpu_executable(fn, {"threads": 2})(*inputs)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_array_equal(g, w)

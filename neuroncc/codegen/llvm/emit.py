@@ -241,6 +241,9 @@ class KernelEmitter(IndexArithmetic, BufferAccess, MapStages):
         storing = [(number, shared) for number, shared in shared_means(phase.stages).items() if shared.stores]
         if len(storing) != 1 or storing[0][0] != 0:
             return None
+        variance = phase.stages[0]
+        if len(variance.shape) - len(variance.reduced) != len(phase.outer):  # (its mean pass loops over rows only:
+            return None  # not a row loop over blocks of them, as where a token's row is also selected: BERT's CLS)
         operand = self.plan.access.get(storing[0][1].stage.op.operands[0])
         return storing[0] if isinstance(operand, Computed) and widens_bf16(operand.op) else None
 
