@@ -26,10 +26,12 @@ early-means`` (``--rows c16``): a row loop's variance's mean pass a row early, b
 (``CpuTarget.means_a_row_early``, AVX2's default; bf16 LayerNorm) against each row's passes in turn (every CPU before
 session 25). ``--switch blended-lanes``: output words rounded in 16-bit lanes with AVX2's shifts and blends
 (``CpuTarget.rounds_bf16_in_word_lanes_with_blends``, AVX2's default since session 25, ``bf16_words.py``) against
-32-bit lanes. ``--force``: the "on" builds with the switch on where the host's default is off.
+32-bit lanes. ``--switch stream-ahead`` (not a bf16 switch; ``--rows c'``): a streamed map stage's inputs prefetched
+``CpuTarget.one_pass_stream_prefetch_lines`` lines ahead in its row loop's only pass over them (AVX2's default since
+session 26; float32 x*w+b) against the hardware's prefetchers alone. ``--force``: the "on" builds with the switch on where the host's default is off.
 
     /work/bin/heavy x python benchmarks/bench_bf16_words.py [--rows a16,b16,c16] [--threads 1,2] [--repeats 25]
-        [--switch word-lanes|op-results|widened-rows|paired-sums|row-pass-bursts|widened-rows-exp|write-first|softmax25|tables|deviations|early-means|blended-lanes]
+        [--switch word-lanes|op-results|widened-rows|paired-sums|row-pass-bursts|widened-rows-exp|write-first|softmax25|tables|deviations|early-means|blended-lanes|stream-ahead]
         [--force]
 
 Each row's graph is the one torch.compile hands the neuron backend (dumped through the ``dump_dir`` option, then
@@ -57,7 +59,7 @@ ensure_environment(threads=2)
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from kernel_cases import cases  # noqa: E402
+from kernel_cases import cases, in_graph_order  # noqa: E402
 from neuroncc.executors.cpu.launcher import build_cpu_executable  # noqa: E402
 from neuroncc.hardware.host import CpuTarget  # noqa: E402
 from neuroncc.ir.parser import parse  # noqa: E402
@@ -71,7 +73,8 @@ SWITCHES = {"word-lanes": "rounds_bf16_in_word_lanes", "op-results": "rounds_bf1
             "softmax25": ("caches_widened_bf16_rows_for_exp", "writes_delayed_group_before_the_exponentials"),
             "tables": "looks_up_bf16_unary_math",
             "deviations": "caches_variance_deviations", "early-means": "means_a_row_early",
-            "blended-lanes": "rounds_bf16_in_word_lanes_with_blends"}
+            "blended-lanes": "rounds_bf16_in_word_lanes_with_blends",
+            "stream-ahead": "one_pass_stream_prefetch_lines"}
 #: switches that change the order of a sum's terms (the bits may differ: counted, not asserted)
 REORDERS = {"paired-sums"}
 
@@ -105,6 +108,21 @@ def build(fn, threads: int, switch: str, on: bool, force: bool = False):
                 setattr(CpuTarget, name, default)
 
 
+def graph_order(case, exe, inputs: list[torch.Tensor], arrays: list[np.ndarray]) -> list[np.ndarray]:
+    """``arrays`` (``inputs`` as the executable takes them) in the order ``exe``'s graph takes them
+    (``kernel_cases.in_graph_order``)."""
+    expected = case.eager(*inputs)
+
+    def run(order: list[np.ndarray]) -> torch.Tensor:
+        got = torch.from_numpy(exe(*order)[0])
+        return got.view(torch.bfloat16) if expected.dtype == torch.bfloat16 else got
+
+    order = in_graph_order(arrays, len(exe.function.params), run, expected, case.tolerance)
+    if order is None:
+        raise SystemExit(f"{case.key}: no order of the row's inputs gives eager's result")
+    return order
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows", default="a16,b16,c16")
@@ -127,6 +145,8 @@ def main() -> None:
             builds = {}
             for name, on in (("off 1", False), ("on 1", True), ("off 2", False), ("on 2", True)):
                 exe = build(fn, threads, args.switch, on, args.force)
+                if not builds:  # (the graph's inputs in its own order: row (c')'s are b, x, w)
+                    arrays = graph_order(case, exe, inputs, arrays)
                 builds[name] = (lambda exe=exe: exe(*arrays))
             results = [call() for call in builds.values()]
             for other in results[1:]:

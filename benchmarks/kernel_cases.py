@@ -22,6 +22,7 @@ own functions allow, not the slower general exp's.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -256,6 +257,37 @@ def implementations(case: Case, inputs: list[torch.Tensor], threads: int,
     else:
         impls["neuroncc"] = neuron(case.eager)
     return {name: ((lambda f=f: f(*inputs)), None) for name, f in impls.items()}
+
+
+#: the most inputs a row's graph is tried in every order of (:func:`in_graph_order`)
+MAX_REORDERED_INPUTS = 4
+
+
+def in_graph_order(inputs: list, count: int, run: Callable[[list], torch.Tensor | None], expected: torch.Tensor,
+                   tolerance: tuple[float, float]) -> list | None:
+    """The first ``count`` of ``inputs``, in the first order (the function's own first) whose result ``run(order)``
+    is ``expected`` at ``tolerance``, or None. A graph takes its inputs in the order TorchDynamo met them, which
+    need not be the function's (row (c')'s ``torch.addcmul(b, x, w)``: b, x, w); inputs of one shape in swapped roles
+    give another result (x*b+w for x*w+b), so only the graph's own order passes. ``run`` returns None (or raises
+    ``neuroncc.errors.InputError``) where the order's shapes are not the graph's."""
+    from neuroncc.errors import InputError
+
+    if count > len(inputs) or len(inputs) > MAX_REORDERED_INPUTS:
+        return None
+    rtol, atol = tolerance
+    for order in itertools.permutations(inputs, count):
+        try:
+            got = run(list(order))
+        except InputError:
+            continue
+        if got is None:
+            continue
+        try:
+            torch.testing.assert_close(got.float(), expected.float(), rtol=rtol, atol=atol)
+        except AssertionError:
+            continue
+        return list(order)
+    return None
 
 
 def _flat(result) -> list[torch.Tensor]:

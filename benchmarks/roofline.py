@@ -22,7 +22,9 @@ executable's numpy path and the others torch.compile, so the rows' fractions hel
 ``--numpy-path`` restores that for comparison). The "kernel alone" column is the same compiled graph's kernels
 on the row's inputs into an output held between calls (the direct call's address call: no TorchDynamo, no
 output made), interleaved with the rest: the row's time minus it is the call's cost (``-`` for a row of several
-graphs or with state: cross-entropy's forward and backward, AdamW).
+graphs or with state: cross-entropy's forward and backward, AdamW). A graph whose inputs TorchDynamo met in another
+order than the function's (row (c'), ``torch.addcmul(b, x, w)``: b, x, w) gets the row's inputs in its own order,
+the one whose result is eager's (``kernel_cases.in_graph_order``; since session 26: before, (c') had no kernel alone).
 
 A row's roofline time is max(memory time, compute time), compute time = sum over its polynomial functions
 of evaluations / throughput + (other flops + bf16 conversions) / FMA peak. Where the CPU reads bf16 unary math
@@ -68,7 +70,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 import microkernels as mk  # noqa: E402
-from kernel_cases import Case, cases, check, implementations  # noqa: E402
+from kernel_cases import Case, cases, check, implementations, in_graph_order  # noqa: E402
 from neuroncc.codegen.llvm import jit  # noqa: E402
 from neuroncc.codegen.llvm.mathlib import POLYNOMIAL  # noqa: E402
 
@@ -233,26 +235,26 @@ def row_calls(machine: Machine, case: Case, inputs: list[torch.Tensor], threads:
 
 def kernel_alone(graphs: list, inputs: list[torch.Tensor], case: Case):
     """``run()``: the row's one compiled graph's kernels on ``inputs`` into outputs held between calls (its
-    direct call's address call), or None (several graphs, no direct call, or a result that is not eager's:
-    the graph's parameters are not the row's inputs in order)."""
+    direct call's address call), or None (several graphs, no direct call, or no result that is eager's). The row's
+    inputs go in the graph's own order (``kernel_cases.in_graph_order``: row (c')'s graph takes b, x, w)."""
     if len(graphs) != 1 or graphs[0].direct is None or graphs[0].graph.mutations:
         return None
     direct = graphs[0].direct
-    if any(position >= len(inputs) for position, *_ in direct.inputs):
-        return None
-    held = direct(list(inputs))  # None unless each parameter's tensor has the dtype, shape and strides it takes
-    if held is None:
-        return None
-    addresses = [inputs[position].data_ptr() for position, *_ in direct.inputs]
-    pointers = [0 if tensor is None else tensor.data_ptr() for tensor in held]
     expected = [t for t in (case.eager(*inputs),) if isinstance(t, torch.Tensor)]
-    if len(expected) != 1 or len(held) != 1:
+    if len(expected) != 1 or not direct.inputs:
         return None
-    rtol, atol = case.tolerance
-    try:
-        torch.testing.assert_close(held[0].float(), expected[0].float(), rtol=rtol, atol=atol)
-    except AssertionError:
+
+    def run(order: list[torch.Tensor]) -> torch.Tensor | None:
+        held = direct(order)  # None unless each parameter's tensor has the dtype, shape and strides it takes
+        return held[0] if held is not None and len(held) == 1 else None
+
+    order = in_graph_order(inputs, max(position for position, *_ in direct.inputs) + 1, run, expected[0],
+                           case.tolerance)
+    if order is None:
         return None
+    held = direct(order)
+    addresses = [order[position].data_ptr() for position, *_ in direct.inputs]
+    pointers = [0 if tensor is None else tensor.data_ptr() for tensor in held]
     return lambda held=held: direct.run(addresses, pointers)  # (held: the outputs live as long as the call)
 
 

@@ -221,6 +221,21 @@ class LoopChoices:
         return 0 if self.has("avx512f") else 2
 
     @property
+    def one_pass_stream_prefetch_lines(self) -> int:
+        """Lines ahead that a streamed map stage computing no transcendental function, with float32 outputs, prefetches
+        its inputs in its row loop's first pass over them (x*w+b: its only pass; not a norm's write pass, whose row
+        the row loop's bursts prefetched: ``prefetch.row_bursts``): one prefetch per piece of one vector
+        (``map_stages.py``: two per line), that many lines past the piece; 0: none, the hardware's prefetchers
+        alone. Without AVX-512: 24 (1536 bytes; Zen 3's L1 tracks 24 misses). Zen 3, float32 x*w+b [8192, 1024]'s
+        kernel against none, two builds each, interleaved in one process (session 26 stream26): 1 thread 0.885-0.955
+        of the time on a held output (two runs of 201-301 rounds), 0.908-0.941 through the numpy path
+        (``bench_bf16_words.py --switch stream-ahead``, two runs); 2 threads 0.93-0.96 (one build 1.02) and
+        0.898-0.984; the copy roof / time 0.86-0.87 -> 0.91-0.98 at 1 thread. 8 lines 0.96-1.02, 16 lines 0.93-1.03, 32 lines 0.97,
+        64 (the next row) 0.97-1.06; prefetches in a norm's write pass (RMSNorm: 8-32 lines) 1.03-1.13. With
+        AVX-512: 0 (not measured: its code is unchanged)."""
+        return 0 if self.has("avx512f") else 24
+
+    @property
     def streamed_map_piece_lines(self) -> int:
         """Lines of a piece of a streamed map stage computing a transcendental per element (``_map_stage``), for
         float32 outputs: each piece is computed into a stack buffer, then written out with non-temporal stores.

@@ -78,9 +78,14 @@ class MapStages:
             row = self._entry.alloca(ir.ArrayType(storage_type(target.dtype), piece))
             row.align = CACHE_LINE_BYTES
             rows[target.arg] = row
-        # its inputs a few pieces ahead where the target says so (a compute-bound loop: ``prefetch.py``)
+        # its inputs a few pieces ahead where the target says so (a compute-bound loop: ``prefetch.py``), or, in
+        # a row loop's only pass over them (``CpuTarget.one_pass_stream_prefetch_lines``), some lines ahead
         pieces_ahead = self.target.streamed_map_prefetch_pieces * MEMORY_BURST_LINES // lines if burst else 0
         inputs = streamed_map_inputs(self.plan, stage) if pieces_ahead else ()
+        if not burst and set(itemsizes) == {4} and self._stage_number == 0:
+            pieces_ahead = self.target.one_pass_stream_prefetch_lines * CACHE_LINE_BYTES // (piece * 4)
+            inputs = tuple(layout for layout in streamed_map_inputs(self.plan, stage)
+                           if layout not in self._prefetched) if pieces_ahead else ()
 
         def stream(prefix: Index, start: Any, stop: Any) -> None:
             if inputs:
