@@ -53,7 +53,9 @@ thread).
 forward and backward kernels alone (the executables the backend builds for its two graphs), each call timed by
 the wall clock and by the calling thread's CPU time at once (roofline's 1-thread column is CPU time, its 2-thread
 column wall time: the split shows what each clock sees), calls interleaved; "rest" is the step less its two
-kernels (TorchDynamo, AOTAutograd, the graph break, the call path).
+kernels (TorchDynamo, AOTAutograd, the graph break, the call path). Each call's minor page faults and system time
+(``getrusage``, the whole process: the team's threads too) are shown as median / mean: a heap that grows faults
+in one call of many, which moves the mean, not the median.
 
 ``a+b`` (``burst16+nanbits``: the code before session 25): both variants' changes.
 
@@ -65,6 +67,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import resource
 import statistics
 import sys
 import tempfile
@@ -332,7 +335,7 @@ def main() -> None:
                     print(f"{kernel} {name} #{build + 1}: {'bitwise equal' if bitwise else 'OTHER BITS'} to the first",
                           flush=True)
                     for got, want in zip(results, reference):
-                        if name == "noexp":
+                        if "noexp" in name.split("+"):
                             break
                         np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-7)
                     key = f"{kernel} {name} #{build + 1}"
@@ -370,25 +373,35 @@ def split(args: argparse.Namespace) -> None:
                  "forward": lambda: built[0](*arrays[0]), "backward": lambda: built[1](*arrays[1])}
         walls: dict[str, list[float]] = {key: [] for key in calls}
         cpus: dict[str, list[float]] = {key: [] for key in calls}
+        faults: dict[str, list[float]] = {key: [] for key in calls}
+        systems: dict[str, list[float]] = {key: [] for key in calls}
         for call in calls.values():
             call(), call()
         order, names = random.Random(0x5EED), list(calls)
         for _ in range(args.rounds):
             order.shuffle(names)
             for name in names:
+                usage = resource.getrusage(resource.RUSAGE_SELF)
                 wall, cpu = time.perf_counter(), time.thread_time()
                 calls[name]()
                 cpus[name].append(time.thread_time() - cpu)
                 walls[name].append(time.perf_counter() - wall)
+                after = resource.getrusage(resource.RUSAGE_SELF)
+                faults[name].append(after.ru_minflt - usage.ru_minflt)
+                systems[name].append(after.ru_stime - usage.ru_stime)
         wall = {key: statistics.median(v) * 1e3 for key, v in walls.items()}
         cpu = {key: statistics.median(v) * 1e3 for key, v in cpus.items()}
         for key in [*calls, "rest"]:
             w = wall[key] if key != "rest" else wall["step"] - wall["forward"] - wall["backward"]
             c = cpu[key] if key != "rest" else cpu["step"] - cpu["forward"] - cpu["backward"]
-            rows.append([key, str(threads), f"{w:.3f}", f"{c:.3f}"])
+            minor = f"{statistics.median(faults[key]):.0f} / {statistics.mean(faults[key]):.1f}" if key in faults else "-"
+            system = f"{statistics.median(systems[key]) * 1e3:.3f} / {statistics.mean(systems[key]) * 1e3:.3f}" \
+                if key in systems else "-"
+            rows.append([key, str(threads), f"{w:.3f}", f"{c:.3f}", minor, system])
         print(f"threads {threads}, load {__import__('os').getloadavg()[0]:.2f}, "
               f"{time.strftime('%H:%M:%S', time.gmtime())} UTC, {args.rounds} rounds", flush=True)
-    print(table(rows, ["piece", "threads", "wall ms", "calling thread's CPU ms"]))
+    print(table(rows, ["piece", "threads", "wall ms", "calling thread's CPU ms", "minor faults / call (median / mean)",
+                       "system ms / call (process; median / mean)"]))
 
 
 def _backward_arguments(fn, saved, logits, target) -> list:
