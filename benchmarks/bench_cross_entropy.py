@@ -24,7 +24,10 @@ Variants (``--variants``, comma-separated) of the forward's online log-sum-exp (
 - ``inloop``: each whole chunk's sum in its exp loop (``online.SUM_CHUNK_APART`` off: the code before session 23,
   and AVX-512's), against main's chunk buffer summed in a loop of its own
   (``CpuTarget.sums_online_exponentials_apart``);
-- ``ahead2``, ``ahead4``: the next block's prefetches that many blocks ahead (main: 1);
+- ``ahead1``, ``ahead3``: the next blocks' prefetches that many blocks ahead (``CpuTarget.online_prefetch_blocks_ahead``:
+  AVX2 2, AVX-512 1); ``spread0`` (before session 26, AVX-512's), ``spread4``: each chunk's prefetches in a burst
+  before its loop, or in pieces of that many lines through it (``CpuTarget.online_exp_prefetch_piece_lines``: AVX2
+  2); ``spread0+ahead1``: the code before session 26;
 - a name ending in ``i8`` or ``i2`` (``mainI8``, ``inloopI2``): the polynomial loops interleaved by 8 or 2 (AVX2's
   ``CpuTarget.polynomial_interleave`` is 4);
 - ``nanbits``: each block's max loop with the amax's NaN bits (before session 25, AVX-512's code), against main's
@@ -116,6 +119,7 @@ def _variant(name: str):
         CpuTarget.online_exp_chunk_lines = property(lambda self: 0)  # type: ignore[method-assign]
     saved_exp, next_block, apart = mathlib.POLYNOMIAL["exp_nonpositive"], online._next_block, online.SUM_CHUNK_APART
     interleave = CpuTarget.polynomial_interleave
+    blocks_ahead, piece_spread = CpuTarget.online_prefetch_blocks_ahead, CpuTarget.online_exp_prefetch_piece_lines
     pieces = CpuTarget.streamed_map_prefetch_pieces
     piece_lines = CpuTarget.streamed_map_piece_lines
     if "pf" in name and name.startswith(("pf", "burst")):  # the backward's input prefetched that many 16-line
@@ -145,7 +149,7 @@ def _variant(name: str):
     if name.startswith("split"):  # experiment: ``splitN``: each chunk's exp loop in N parts, a burst before each
         parts = int(name[5:])
         online._cached_then_summed = lambda em, summand, idx, partial, chunk: (summand, idx, partial, chunk)
-        online.chunk_loop = lambda em, lo, hi, body, ahead, lines, whole: _split_chunks(
+        online.chunk_loop = lambda em, lo, hi, body, ahead, lines, whole, *spread: _split_chunks(
             em, lo, hi, body, ahead, lines, whole, parts)
     if name.startswith("burst"):  # the backward's pieces of that many lines (``burst16``: before session 25)
         lines = int(name[5:].split("pf")[0])
@@ -154,8 +158,11 @@ def _variant(name: str):
         online.SUM_CHUNK_APART = False
     if name.lower().endswith(("i8", "i2")):  # the polynomial loops interleaved by 8 / 2 (AVX2: 4)
         CpuTarget.polynomial_interleave = property(lambda self: int(name[-1]))  # type: ignore[method-assign]
-    if name.startswith("ahead"):  # the next block's prefetches that many blocks ahead (main: 1)
-        online._next_block = lambda em, source, idx: _blocks_ahead(em, source, idx, int(name[5:]))
+    if name.startswith("ahead"):  # the next blocks' prefetches that many blocks ahead (AVX2: 2, AVX-512: 1)
+        CpuTarget.online_prefetch_blocks_ahead = property(lambda self: int(name[5:]))  # type: ignore[method-assign]
+    if name.startswith("spread"):  # each chunk's prefetches in pieces of N lines through its loop (AVX2: 2; 0: a
+        lines = int(name[6:])  # burst before the chunk's loop, before session 26 and AVX-512's)
+        CpuTarget.online_exp_prefetch_piece_lines = property(lambda self: lines)  # type: ignore[method-assign]
     if name == "noexp":  # the memory skeleton: exp_nonpositive as its clamp alone (not cross-entropy)
         mathlib.POLYNOMIAL["exp_nonpositive"] = lambda b, x, target: mathlib._raised_keeping_nan(b, x, -104.0)
     if name == "plain":
@@ -180,6 +187,8 @@ def _variant(name: str):
         CpuTarget.online_block_max_without_nan_bits = nan_bits  # type: ignore[method-assign]
         online.chunk_loop = chunk_loop
         CpuTarget.polynomial_interleave = interleave  # type: ignore[method-assign]
+        CpuTarget.online_prefetch_blocks_ahead = blocks_ahead  # type: ignore[method-assign]
+        CpuTarget.online_exp_prefetch_piece_lines = piece_spread  # type: ignore[method-assign]
         CpuTarget.streamed_map_prefetch_pieces = pieces  # type: ignore[method-assign]
         CpuTarget.streams_outputs = streamed  # type: ignore[method-assign]
         CpuTarget.online_exp_chunk_lines = chunks  # type: ignore[method-assign]
@@ -224,7 +233,7 @@ def _merged_chunks(em, summand, idx, partial, elements: int, merged: int, offset
     chunk = elements // merged
     buffer = em.b.gep(buffer, [ir.Constant(I64, 0), ir.Constant(I64, offset // 4)], inbounds=True)
 
-    def whole(start):
+    def whole(start, elements_of):
         def store(i):
             slot = em.b.gep(buffer, [em.ir_index(em.sub(i, start))], source_etype=ir.FloatType(), inbounds=True)
             em.b.store(summand(idx[:-1] + [i]), slot)
@@ -233,24 +242,11 @@ def _merged_chunks(em, summand, idx, partial, elements: int, merged: int, offset
             slot = em.b.gep(buffer, [em.ir_index(j)], source_etype=ir.FloatType(), inbounds=True)
             em.b.store(em.b.fadd(em.b.load(partial), em.b.load(slot), flags=online.REASSOC), partial)
 
-        em.loop(start, em.add(start, elements), store)
+        elements_of(start, store)
         for k in range(merged):
             em.loop(k * chunk, (k + 1) * chunk, add)
 
     return whole
-
-
-def _blocks_ahead(em, source, idx, blocks: int):
-    """``online._next_block``'s stream ``blocks`` blocks ahead instead of one."""
-    from neuroncc.codegen.llvm.context import Ahead
-    from neuroncc.codegen.llvm.scalars import storage_itemsize, storage_type
-
-    def at(i):
-        element = em.address(source, idx[:-1] + [i])
-        return em.b.gep(element, [ir.Constant(I64, blocks * online.BLOCK)], source_etype=storage_type(source.dtype),
-                        inbounds=False)
-
-    return Ahead(at, storage_itemsize(source.dtype))
 
 
 def _one_loop(em, lo, hi, body, ahead, lines: int = 0) -> None:

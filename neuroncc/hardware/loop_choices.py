@@ -234,6 +234,32 @@ class LoopChoices:
         return MEMORY_BURST_LINES if self.has("avx512f") else 2
 
     @property
+    def online_exp_prefetch_piece_lines(self) -> int:
+        """Lines of each piece of an online log-sum-exp chunk (:attr:`online_exp_chunk_lines`) whose exponentials
+        follow the prefetches of their own lines of the block ahead (``prefetch.chunk_loop``: a loop over the
+        chunk's pieces, each piece's prefetches inside it), instead of all the chunk's prefetches in a burst
+        before its loop (0). Only for chunks summed apart (:attr:`sums_online_exponentials_apart`): a sum in the
+        exp loop would be reduced piece by piece, in another order. Taken with :attr:`online_prefetch_blocks_ahead`: the burst of a 32-line chunk outran
+        the core's 24 miss buffers and held the exp loop's own work behind it, so the prefetches could not go
+        further ahead; spread, one piece's 2 lines per 32 exponentials (one vector iteration), they can.
+
+        Without AVX-512: 2 lines. Zen 3, cross-entropy's forward kernel [512, 32000] (session 26 xent26,
+        ``bench_cross_entropy.py``, two builds each, interleaved medians of 41 rounds, the same bits): spread and 2
+        blocks ahead against the burst 1 block ahead 0.90-0.95 at 2 threads and 0.92-0.94 at 1 (four runs);
+        spread alone 0.95-0.99 / 0.96-0.99, bursts 2 blocks ahead 1.04-1.07 / 1.00, pieces of 4 lines 0.95 at 1
+        thread, of 1 line 1.03. AVX-512 keeps its bursts (not measured there)."""
+        return 0 if self.has("avx512f") else 2
+
+    @property
+    def online_prefetch_blocks_ahead(self) -> int:
+        """How many blocks ahead (``online.BLOCK`` elements each: 4 KiB of float32) the online log-sum-exp's
+        exponential loops prefetch x for the block max loops to come (``online._next_block``). 2 without
+        AVX-512, with :attr:`online_exp_prefetch_piece_lines` (its numbers): one block's 640-odd cycles of
+        exponentials were too short for a block's 64 lines to arrive on this VM's memory (the max loop waited
+        for them), 3 and 4 blocks ahead 0.92-0.96 where 2 read 0.90-0.94. With AVX-512: 1 (its code unchanged)."""
+        return 1 if self.has("avx512f") else 2
+
+    @property
     def sums_online_exponentials_apart(self) -> bool:
         """Whether the online log-sum-exp (``codegen/llvm/online.py``) stores each whole chunk's exponentials
         into a buffer on the stack and sums them in a loop of its own (the same additions in the same order:
