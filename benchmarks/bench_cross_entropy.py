@@ -24,8 +24,8 @@ Variants (``--variants``, comma-separated) of the forward's online log-sum-exp (
 - ``inloop``: each whole chunk's sum in its exp loop (``online.SUM_CHUNK_APART`` off: the code before session 23,
   and AVX-512's), against main's chunk buffer summed in a loop of its own
   (``CpuTarget.sums_online_exponentials_apart``);
-- ``ahead1``, ``ahead3``: the next blocks' prefetches that many blocks ahead (``CpuTarget.online_prefetch_blocks_ahead``:
-  AVX2 2, AVX-512 1); ``spread0`` (before session 26, AVX-512's), ``spread4``: each chunk's prefetches in a burst
+- ``ahead1``, ``ahead3``: the next blocks' prefetches that many blocks ahead
+  (``CpuTarget.online_prefetch_blocks_ahead``: AVX2 2, AVX-512 1); ``spread0`` (before session 26, AVX-512's), ``spread4``: each chunk's prefetches in a burst
   before its loop, or in pieces of that many lines through it (``CpuTarget.online_exp_prefetch_piece_lines``: AVX2
   2); ``spread0+ahead1``: the code before session 26;
 - a name ending in ``i8`` or ``i2`` (``mainI8``, ``inloopI2``): the polynomial loops interleaved by 8 or 2 (AVX2's
@@ -390,7 +390,8 @@ def split(args: argparse.Namespace) -> None:
         for key in [*calls, "rest"]:
             w = wall[key] if key != "rest" else wall["step"] - wall["forward"] - wall["backward"]
             c = cpu[key] if key != "rest" else cpu["step"] - cpu["forward"] - cpu["backward"]
-            minor = f"{statistics.median(faults[key]):.0f} / {statistics.mean(faults[key]):.1f}" if key in faults else "-"
+            minor = f"{statistics.median(faults[key]):.0f} / {statistics.mean(faults[key]):.1f}" \
+                if key in faults else "-"
             system = f"{statistics.median(systems[key]) * 1e3:.3f} / {statistics.mean(systems[key]) * 1e3:.3f}" \
                 if key in systems else "-"
             rows.append([key, str(threads), f"{w:.3f}", f"{c:.3f}", minor, system])

@@ -292,7 +292,7 @@ def test_online_log_sum_exp_spreads_its_prefetches_two_blocks_ahead_on_avx2(rng,
     # CpuTarget.online_exp_prefetch_piece_lines and online_prefetch_blocks_ahead (AVX2: 2 and 2): a chunk's
     # prefetches go through its exp loop, 2 lines per vector iteration of 32 exponentials, for the block 2 blocks
     # (8 KiB) ahead, not in a burst of 32 before the loop for the next block, which outran the core's miss buffers
-    # (session 26 xent26: cross-entropy's forward [512, 32000] 0.90-0.95 of its time at 2 threads, 0.92-0.94 at 1,
+    # (session 26 xent26: cross-entropy's forward [512, 32000] 0.90-0.94 of its time at 2 threads, 0.92-0.96 at 1,
     # Zen 3). The same bits; AVX-512's code is as before.
     from neuroncc.codegen.llvm.regions import fuse_whole_function
     from neuroncc.hardware.host import CpuTarget
