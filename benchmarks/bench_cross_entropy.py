@@ -24,7 +24,10 @@ Variants (``--variants``, comma-separated) of the forward's online log-sum-exp (
 - ``inloop``: each whole chunk's sum in its exp loop (``online.SUM_CHUNK_APART`` off: the code before session 23,
   and AVX-512's), against main's chunk buffer summed in a loop of its own
   (``CpuTarget.sums_online_exponentials_apart``);
-- ``ahead2``, ``ahead4``: the next block's prefetches that many blocks ahead (main: 1);
+- ``ahead1``, ``ahead3``: the next blocks' prefetches that many blocks ahead
+  (``CpuTarget.online_prefetch_blocks_ahead``: AVX2 2, AVX-512 1); ``spread0`` (before session 26, AVX-512's), ``spread4``: each chunk's prefetches in a burst
+  before its loop, or in pieces of that many lines through it (``CpuTarget.online_exp_prefetch_piece_lines``: AVX2
+  2); ``spread0+ahead1``: the code before session 26;
 - a name ending in ``i8`` or ``i2`` (``mainI8``, ``inloopI2``): the polynomial loops interleaved by 8 or 2 (AVX2's
   ``CpuTarget.polynomial_interleave`` is 4);
 - ``nanbits``: each block's max loop with the amax's NaN bits (before session 25, AVX-512's code), against main's
@@ -35,7 +38,8 @@ Variants (``--variants``, comma-separated) of the forward's online log-sum-exp (
   chunk's buffer N bytes further on the stack; ``splitN``: each chunk's exponentials in N loops, a burst of
   prefetches before each;
 
-of both kernels: ``noexp``: exp_nonpositive as its clamp alone (the memory skeleton; not cross-entropy, its
+of the forward: ``maxline``: each block's max over its first line alone (a bound on what the max loops cost: other
+values, not compared); of both kernels: ``noexp``: exp_nonpositive as its clamp alone (the memory skeleton; not cross-entropy, its
 results are not compared); and of the backward: ``pf0`` (main before session 23, AVX-512's), ``pf1``, ``pf3``, ...: its input prefetched that
 many 16-line bursts ahead (``CpuTarget.streamed_map_prefetch_pieces``; AVX2: 2); ``burst16`` (before session 25,
 AVX-512's), ``burst4``, ``burst4pf4``, ...: its pieces of that many lines (``CpuTarget.streamed_map_piece_lines``;
@@ -53,7 +57,9 @@ thread).
 forward and backward kernels alone (the executables the backend builds for its two graphs), each call timed by
 the wall clock and by the calling thread's CPU time at once (roofline's 1-thread column is CPU time, its 2-thread
 column wall time: the split shows what each clock sees), calls interleaved; "rest" is the step less its two
-kernels (TorchDynamo, AOTAutograd, the graph break, the call path).
+kernels (TorchDynamo, AOTAutograd, the graph break, the call path). Each call's minor page faults and system time
+(``getrusage``, the whole process: the team's threads too) are shown as median / mean: a heap that grows faults
+in one call of many, which moves the mean, not the median.
 
 ``a+b`` (``burst16+nanbits``: the code before session 25): both variants' changes.
 
@@ -65,6 +71,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import resource
 import statistics
 import sys
 import tempfile
@@ -113,6 +120,7 @@ def _variant(name: str):
         CpuTarget.online_exp_chunk_lines = property(lambda self: 0)  # type: ignore[method-assign]
     saved_exp, next_block, apart = mathlib.POLYNOMIAL["exp_nonpositive"], online._next_block, online.SUM_CHUNK_APART
     interleave = CpuTarget.polynomial_interleave
+    blocks_ahead, piece_spread = CpuTarget.online_prefetch_blocks_ahead, CpuTarget.online_exp_prefetch_piece_lines
     pieces = CpuTarget.streamed_map_prefetch_pieces
     piece_lines = CpuTarget.streamed_map_piece_lines
     if "pf" in name and name.startswith(("pf", "burst")):  # the backward's input prefetched that many 16-line
@@ -142,7 +150,7 @@ def _variant(name: str):
     if name.startswith("split"):  # experiment: ``splitN``: each chunk's exp loop in N parts, a burst before each
         parts = int(name[5:])
         online._cached_then_summed = lambda em, summand, idx, partial, chunk: (summand, idx, partial, chunk)
-        online.chunk_loop = lambda em, lo, hi, body, ahead, lines, whole: _split_chunks(
+        online.chunk_loop = lambda em, lo, hi, body, ahead, lines, whole, *spread: _split_chunks(
             em, lo, hi, body, ahead, lines, whole, parts)
     if name.startswith("burst"):  # the backward's pieces of that many lines (``burst16``: before session 25)
         lines = int(name[5:].split("pf")[0])
@@ -151,8 +159,15 @@ def _variant(name: str):
         online.SUM_CHUNK_APART = False
     if name.lower().endswith(("i8", "i2")):  # the polynomial loops interleaved by 8 / 2 (AVX2: 4)
         CpuTarget.polynomial_interleave = property(lambda self: int(name[-1]))  # type: ignore[method-assign]
-    if name.startswith("ahead"):  # the next block's prefetches that many blocks ahead (main: 1)
-        online._next_block = lambda em, source, idx: _blocks_ahead(em, source, idx, int(name[5:]))
+    if name.startswith("ahead"):  # the next blocks' prefetches that many blocks ahead (AVX2: 2, AVX-512: 1)
+        CpuTarget.online_prefetch_blocks_ahead = property(lambda self: int(name[5:]))  # type: ignore[method-assign]
+    if name.startswith("spread"):  # each chunk's prefetches in pieces of N lines through its loop (AVX2: 2; 0: a
+        lines = int(name[6:])  # burst before the chunk's loop, before session 26 and AVX-512's)
+        CpuTarget.online_exp_prefetch_piece_lines = property(lambda self: lines)  # type: ignore[method-assign]
+    block_max = online._block_max
+    if name == "maxline":  # bound: each block's max over its first line alone (not cross-entropy: other values)
+        online._block_max = lambda em, x_value, idx, lo, hi, careful: block_max(
+            em, x_value, idx, lo, em.min(em.add(lo, 16), hi), careful)
     if name == "noexp":  # the memory skeleton: exp_nonpositive as its clamp alone (not cross-entropy)
         mathlib.POLYNOMIAL["exp_nonpositive"] = lambda b, x, target: mathlib._raised_keeping_nan(b, x, -104.0)
     if name == "plain":
@@ -175,8 +190,10 @@ def _variant(name: str):
         CpuTarget.streamed_map_piece_lines = piece_lines  # type: ignore[method-assign]
         online.COMBINERS["amax"], online._cached_then_summed = amax, cached
         CpuTarget.online_block_max_without_nan_bits = nan_bits  # type: ignore[method-assign]
-        online.chunk_loop = chunk_loop
+        online.chunk_loop, online._block_max = chunk_loop, block_max
         CpuTarget.polynomial_interleave = interleave  # type: ignore[method-assign]
+        CpuTarget.online_prefetch_blocks_ahead = blocks_ahead  # type: ignore[method-assign]
+        CpuTarget.online_exp_prefetch_piece_lines = piece_spread  # type: ignore[method-assign]
         CpuTarget.streamed_map_prefetch_pieces = pieces  # type: ignore[method-assign]
         CpuTarget.streams_outputs = streamed  # type: ignore[method-assign]
         CpuTarget.online_exp_chunk_lines = chunks  # type: ignore[method-assign]
@@ -221,7 +238,7 @@ def _merged_chunks(em, summand, idx, partial, elements: int, merged: int, offset
     chunk = elements // merged
     buffer = em.b.gep(buffer, [ir.Constant(I64, 0), ir.Constant(I64, offset // 4)], inbounds=True)
 
-    def whole(start):
+    def whole(start, elements_of):
         def store(i):
             slot = em.b.gep(buffer, [em.ir_index(em.sub(i, start))], source_etype=ir.FloatType(), inbounds=True)
             em.b.store(summand(idx[:-1] + [i]), slot)
@@ -230,24 +247,11 @@ def _merged_chunks(em, summand, idx, partial, elements: int, merged: int, offset
             slot = em.b.gep(buffer, [em.ir_index(j)], source_etype=ir.FloatType(), inbounds=True)
             em.b.store(em.b.fadd(em.b.load(partial), em.b.load(slot), flags=online.REASSOC), partial)
 
-        em.loop(start, em.add(start, elements), store)
+        elements_of(start, store)
         for k in range(merged):
             em.loop(k * chunk, (k + 1) * chunk, add)
 
     return whole
-
-
-def _blocks_ahead(em, source, idx, blocks: int):
-    """``online._next_block``'s stream ``blocks`` blocks ahead instead of one."""
-    from neuroncc.codegen.llvm.context import Ahead
-    from neuroncc.codegen.llvm.scalars import storage_itemsize, storage_type
-
-    def at(i):
-        element = em.address(source, idx[:-1] + [i])
-        return em.b.gep(element, [ir.Constant(I64, blocks * online.BLOCK)], source_etype=storage_type(source.dtype),
-                        inbounds=False)
-
-    return Ahead(at, storage_itemsize(source.dtype))
 
 
 def _one_loop(em, lo, hi, body, ahead, lines: int = 0) -> None:
@@ -332,7 +336,7 @@ def main() -> None:
                     print(f"{kernel} {name} #{build + 1}: {'bitwise equal' if bitwise else 'OTHER BITS'} to the first",
                           flush=True)
                     for got, want in zip(results, reference):
-                        if name == "noexp":
+                        if {"noexp", "maxline"} & set(name.split("+")):
                             break
                         np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-7)
                     key = f"{kernel} {name} #{build + 1}"
@@ -370,25 +374,36 @@ def split(args: argparse.Namespace) -> None:
                  "forward": lambda: built[0](*arrays[0]), "backward": lambda: built[1](*arrays[1])}
         walls: dict[str, list[float]] = {key: [] for key in calls}
         cpus: dict[str, list[float]] = {key: [] for key in calls}
+        faults: dict[str, list[float]] = {key: [] for key in calls}
+        systems: dict[str, list[float]] = {key: [] for key in calls}
         for call in calls.values():
             call(), call()
         order, names = random.Random(0x5EED), list(calls)
         for _ in range(args.rounds):
             order.shuffle(names)
             for name in names:
+                usage = resource.getrusage(resource.RUSAGE_SELF)
                 wall, cpu = time.perf_counter(), time.thread_time()
                 calls[name]()
                 cpus[name].append(time.thread_time() - cpu)
                 walls[name].append(time.perf_counter() - wall)
+                after = resource.getrusage(resource.RUSAGE_SELF)
+                faults[name].append(after.ru_minflt - usage.ru_minflt)
+                systems[name].append(after.ru_stime - usage.ru_stime)
         wall = {key: statistics.median(v) * 1e3 for key, v in walls.items()}
         cpu = {key: statistics.median(v) * 1e3 for key, v in cpus.items()}
         for key in [*calls, "rest"]:
             w = wall[key] if key != "rest" else wall["step"] - wall["forward"] - wall["backward"]
             c = cpu[key] if key != "rest" else cpu["step"] - cpu["forward"] - cpu["backward"]
-            rows.append([key, str(threads), f"{w:.3f}", f"{c:.3f}"])
+            minor = f"{statistics.median(faults[key]):.0f} / {statistics.mean(faults[key]):.1f}" \
+                if key in faults else "-"
+            system = f"{statistics.median(systems[key]) * 1e3:.3f} / {statistics.mean(systems[key]) * 1e3:.3f}" \
+                if key in systems else "-"
+            rows.append([key, str(threads), f"{w:.3f}", f"{c:.3f}", minor, system])
         print(f"threads {threads}, load {__import__('os').getloadavg()[0]:.2f}, "
               f"{time.strftime('%H:%M:%S', time.gmtime())} UTC, {args.rounds} rounds", flush=True)
-    print(table(rows, ["piece", "threads", "wall ms", "calling thread's CPU ms"]))
+    print(table(rows, ["piece", "threads", "wall ms", "calling thread's CPU ms", "minor faults / call (median / mean)",
+                       "system ms / call (process; median / mean)"]))
 
 
 def _backward_arguments(fn, saved, logits, target) -> list:

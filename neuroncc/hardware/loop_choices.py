@@ -249,6 +249,37 @@ class LoopChoices:
         return MEMORY_BURST_LINES if self.has("avx512f") else 2
 
     @property
+    def online_exp_prefetch_piece_lines(self) -> int:
+        """Lines of each piece of an online log-sum-exp chunk (:attr:`online_exp_chunk_lines`) whose exponentials
+        follow the prefetches of their own lines of the block ahead (``prefetch.chunk_loop``: a loop over the
+        chunk's pieces, each piece's prefetches inside it), instead of all the chunk's prefetches in a burst
+        before its loop (0). Only for chunks summed apart (:attr:`sums_online_exponentials_apart`): a sum in the
+        exp loop would be reduced piece by piece, in another order. Taken with :attr:`online_prefetch_blocks_ahead`
+        (2 blocks ahead in bursts was slower, spread 1 block ahead a little faster, both together the most): a
+        burst of 32 prefetches is more than the core's 24 L1 miss buffers (Zen 3), so it likely held the exp loop
+        behind it, the more so the further ahead (no counters in this VM to show it); spread, 2 lines per 32
+        exponentials (one vector iteration), they go out at the pace memory takes them.
+
+        Without AVX-512: 2 lines. Zen 3, cross-entropy's forward kernel [512, 32000] (session 26 xent26,
+        ``bench_cross_entropy.py``, two builds each, interleaved medians of 41 rounds, the same bits): spread and 2
+        blocks ahead against the burst 1 block ahead 0.90-0.94 at 2 threads and 0.92-0.96 at 1 (five runs); spread
+        alone 0.95-1.01 / 0.96-1.01, bursts 2 blocks ahead 1.04-1.07 / 1.00, pieces of 4 lines 0.95 at 1 thread,
+        of 1 line 1.03; the fwd+bwd row through torch.compile 0.969-0.975 / 0.978-0.979 (two runs of 61 and 101
+        rounds). AVX-512 keeps its bursts (not measured there)."""
+        return 0 if self.has("avx512f") else 2
+
+    @property
+    def online_prefetch_blocks_ahead(self) -> int:
+        """How many blocks ahead (``online.BLOCK`` elements each: 4 KiB of float32) the online log-sum-exp's
+        exponential loops prefetch x for the block max loops to come (``online._next_block``). 2 without
+        AVX-512, with :attr:`online_exp_prefetch_piece_lines` (its numbers): a block's exponentials take ~650
+        cycles at the exp microkernel's rate, about two to three memory latencies on this VM, too short for its 64
+        lines to arrive before the next max loop reads them; in the same runs 3 blocks ahead read 0.91-0.94 /
+        0.95-0.97 where 2 read 0.91-0.93 / 0.94-0.96, 4 blocks 0.92-0.94 / 0.96-0.97. With AVX-512: 1 (its code
+        unchanged)."""
+        return 1 if self.has("avx512f") else 2
+
+    @property
     def sums_online_exponentials_apart(self) -> bool:
         """Whether the online log-sum-exp (``codegen/llvm/online.py``) stores each whole chunk's exponentials
         into a buffer on the stack and sums them in a loop of its own (the same additions in the same order:

@@ -141,6 +141,7 @@ def _row_total(em: EmitContext, online: OnlineMax, idx: list[Any], out_index: li
     # The block's max loop reads it from memory, its exponentials from L1: while they are computed, the next
     # block (for the last block of a row, the next row's first) is prefetched, so that the next max loop finds
     # it in L1 instead of waiting for memory with the core idle (cross-entropy [512, 32000]: 10% faster)
+    # (``CpuTarget.online_prefetch_blocks_ahead`` blocks ahead)
     ahead = () if online.source is None else (_next_block(em, online.source, idx),)
 
     def block(lo: Any, hi: Any) -> None:
@@ -169,7 +170,9 @@ def _row_total(em: EmitContext, online: OnlineMax, idx: list[Any], out_index: li
             if chunk_lines and ahead:
                 whole_chunk = _cached_then_summed(em, summand, idx, partial, chunk_elements(ahead, chunk_lines)) \
                     if SUM_CHUNK_APART and em.target.sums_online_exponentials_apart else None
-                chunk_loop(em, lo, hi, add, ahead, chunk_lines, whole_chunk)
+                # (a sum in the exp loop would be reduced per piece: other bits; spread where it is apart)
+                chunk_loop(em, lo, hi, add, ahead, chunk_lines, whole_chunk,
+                           em.target.online_exp_prefetch_piece_lines if whole_chunk else 0)
             else:
                 spread_loop(em, lo, hi, add, ahead)
             b = em.b
@@ -237,7 +240,7 @@ def _cached_then_summed(em: EmitContext, summand: Any, idx: list[Any], partial: 
     buffer = em.alloca(F32, chunk)
     buffer.align = CACHE_LINE_BYTES  # (whole vectors per line: no store splits a line)
 
-    def whole_chunk(start: Any) -> None:
+    def whole_chunk(start: Any, elements: Any) -> None:
         def store(i: Any) -> None:
             slot = em.b.gep(buffer, [ir.Constant(I64, 0), em.ir_index(em.sub(i, start))], inbounds=True)
             em.b.store(summand(idx[:-1] + [i]), slot)
@@ -246,16 +249,21 @@ def _cached_then_summed(em: EmitContext, summand: Any, idx: list[Any], partial: 
             slot = em.b.gep(buffer, [ir.Constant(I64, 0), em.ir_index(j)], inbounds=True)
             em.b.store(em.b.fadd(em.b.load(partial), em.b.load(slot), flags=REASSOC), partial)
 
-        em.loop(start, em.add(start, chunk), store)
+        elements(start, store)
         em.loop(0, chunk, add)
 
     return whole_chunk
 
 
 def _next_block(em: EmitContext, source: Layout, idx: list[Any]) -> Ahead:
-    """The stream of the elements ``BLOCK`` after each element of the row of ``source`` at ``idx``."""
+    """The stream of the elements ``CpuTarget.online_prefetch_blocks_ahead`` blocks after each element of the row
+    of ``source`` at ``idx`` (past a row's end: the next rows', contiguous; past the tensor's end a prefetch
+    does not fault)."""
+    distance = BLOCK * em.target.online_prefetch_blocks_ahead
+
     def at(i: Any) -> ir.Value:
         element = em.address(source, idx[:-1] + [i])
-        return em.b.gep(element, [ir.Constant(I64, BLOCK)], source_etype=storage_type(source.dtype), inbounds=False)
+        return em.b.gep(element, [ir.Constant(I64, distance)], source_etype=storage_type(source.dtype),
+                        inbounds=False)
 
     return Ahead(at, storage_itemsize(source.dtype))

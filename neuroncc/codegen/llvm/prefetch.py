@@ -255,23 +255,43 @@ def chunk_elements(ahead: Sequence[Ahead], lines: int) -> int:
 
 
 def chunk_loop(em: EmitContext, lo: Any, hi: Any, body: Callable[[Any], None], ahead: Sequence[Ahead],
-               lines: int, whole_chunk: Callable[[Any], None] | None = None) -> None:
+               lines: int, whole_chunk: Callable[[Any, Callable], None] | None = None, piece_lines: int = 0) -> None:
     """for i in [lo, hi): body(i), as :func:`spread_loop` with groups (chunks) of ``lines`` lines' elements of
     the widest stream of ``ahead``, each a loop of constant length: the vectorizer runs it whole (no remainder
     loop, the loop's constants kept in registers across chunks). The elements after the last whole chunk run in
-    a loop of their own, without prefetches (``CpuTarget.online_exp_chunk_lines``). ``whole_chunk(start)``, when
-    given, emits a whole chunk's work from ``start`` (after its prefetches) instead of the loop of ``body``."""
+    a loop of their own, without prefetches (``CpuTarget.online_exp_chunk_lines``). ``whole_chunk(start,
+    elements)``, when given, emits a whole chunk's work from ``start`` instead of the loop of ``body``: its loop
+    over the chunk's elements by ``elements(start, element_body)``, which prefetches them.
+
+    The prefetches of a chunk's lines go in a burst before its loop, or where ``piece_lines`` is set
+    (``CpuTarget.online_exp_prefetch_piece_lines``), spread through it: the loop runs over pieces of that many
+    lines, each after the prefetches of its own lines (a piece of one vector iteration: LLVM keeps one loop, the
+    prefetches in its body)."""
     chunk = chunk_elements(ahead, lines)
     prefetch = _prefetch_intrinsic(em.b.module)
     whole = em.div(em.sub(hi, lo), chunk)
+    piece = chunk_elements(ahead, piece_lines) if piece_lines else chunk
+
+    def in_pieces(start: Any, element_body: Callable[[Any], None]) -> None:
+        def one_piece(k: Any) -> None:
+            first = em.add(start, em.mul(k, piece))
+            _prefetch_lines(em, prefetch, ahead, first, piece)
+            em.loop(first, em.add(first, piece), element_body)
+
+        em.loop(0, chunk // piece, one_piece)
+
+    def after_burst(start: Any, element_body: Callable[[Any], None]) -> None:
+        em.loop(start, em.add(start, chunk), element_body)
 
     def one_chunk(g: Any) -> None:
         start = em.add(lo, em.mul(g, chunk))
-        _prefetch_lines(em, prefetch, ahead, start, chunk)
+        if not piece_lines:
+            _prefetch_lines(em, prefetch, ahead, start, chunk)
+        elements = in_pieces if piece_lines else after_burst
         if whole_chunk is None:
-            em.loop(start, em.add(start, chunk), body)
+            elements(start, body)
         else:
-            whole_chunk(start)
+            whole_chunk(start, elements)
 
     em.loop(0, whole, one_chunk)
     em.loop(em.add(lo, em.mul(whole, chunk)), hi, body)
