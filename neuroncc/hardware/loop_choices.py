@@ -136,6 +136,22 @@ class LoopChoices:
         return self.has("avx2") and not self.has("avx512f")
 
     @property
+    def places_write_buffers_past_the_output(self) -> bool:
+        """Whether a row loop whose write pass streams its output rows and loads the variance's cached deviations
+        (``caches_variance_deviations``: bf16 LayerNorm) places the float32 stack buffers that write loop reads (the
+        deviations, the widened weight and bias) at run time, half an alias period's half past the output row
+        (``row_buffers.write_buffer_shift``), instead of where the stack frame puts them. The write loop's loads
+        of those buffers are checked against its non-temporal stores, which wait in the store queue for a
+        write-combining buffer, by their low 12 bits (4K aliasing): a load 32-480 bytes past a store still queued
+        waits for it. With the frame's placement (the buffers at 0 and 4032 modulo 4096) the outputs torch and the
+        ``neuron`` device allocate (64 and 0 past a page) were the worst case. Zen 3, bf16 LayerNorm [8192, 1024]'s
+        kernel with its output at a chosen offset (session 26 bf16ln26): at 0 / 64 / 128 bytes past a 2 KiB
+        boundary 1.12 / 1.17 / 1.09 of its time at 512-1984 (the write loop 7.5-9.7 cycles per 16 elements against
+        4.9 alone). AVX-512 (the widened row cache, no cached deviations) not measured: its code is left as it
+        was."""
+        return self.has("avx2") and not self.has("avx512f")
+
+    @property
     def means_a_row_early(self) -> bool:
         """Whether a row loop whose first stage is a variance over a widened bf16 row computing its own mean (bf16
         LayerNorm as torch.compile hands it over: ``stages.SharedMean``) runs each row's deviation pass, the next
