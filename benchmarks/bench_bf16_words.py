@@ -30,11 +30,11 @@ session 25). ``--switch blended-lanes``: output words rounded in 16-bit lanes wi
 a 2 KiB period past the output rows (``CpuTarget.places_write_buffers_past_the_output``, AVX2's default since session
 26; bf16 LayerNorm) against where the stack frame puts them. ``--force``: the "on" builds with the switch on where the
 host's default is off. ``--output-offset N``: each build called on its inputs' addresses into an output held between
-calls that starts N bytes past a 4 KiB boundary (``AddressCall``; the allocator's placement otherwise: torch's and the
-``neuron`` device's large blocks start 64 and 0 past one, the benchmarks' heap anywhere).
+calls that starts N bytes past a 4 KiB boundary (``AddressCall``; the allocator's placement otherwise: torch's first
+large tensors and the ``neuron`` device's large blocks start 64 and 0 past one, the benchmarks' heap anywhere).
 
     /work/bin/heavy x python benchmarks/bench_bf16_words.py [--rows a16,b16,c16] [--threads 1,2] [--repeats 25]
-        [--switch word-lanes|op-results|widened-rows|paired-sums|row-pass-bursts|widened-rows-exp|write-first|softmax25|tables|deviations|early-means|blended-lanes]
+        [--switch word-lanes|op-results|widened-rows|paired-sums|row-pass-bursts|widened-rows-exp|write-first|softmax25|tables|deviations|early-means|blended-lanes|write-buffers]
         [--force] [--output-offset N]
 
 Each row's graph is the one torch.compile hands the neuron backend (dumped through the ``dump_dir`` option, then
