@@ -28,11 +28,17 @@ session 25). ``--switch blended-lanes``: output words rounded in 16-bit lanes wi
 (``CpuTarget.rounds_bf16_in_word_lanes_with_blends``, AVX2's default since session 25, ``bf16_words.py``) against
 32-bit lanes. ``--switch stream-ahead`` (not a bf16 switch; ``--rows c'``): a streamed map stage's inputs prefetched
 ``CpuTarget.one_pass_stream_prefetch_lines`` lines ahead in its row loop's only pass over them (AVX2's default since
-session 26; float32 x*w+b) against the hardware's prefetchers alone. ``--force``: the "on" builds with the switch on where the host's default is off.
+session 26; float32 x*w+b) against the hardware's prefetchers alone. ``--switch write-buffers`` (``--rows c16``): the
+write pass's stack buffers placed at run time half a 2 KiB period past the output rows
+(``CpuTarget.places_write_buffers_past_the_output``, AVX2's default since session 26; bf16 LayerNorm) against where
+the stack frame puts them. ``--force``: the "on" builds with the switch on where the
+host's default is off. ``--output-offset N``: each build called on its inputs' addresses into an output held between
+calls that starts N bytes past a 4 KiB boundary (``AddressCall``; the allocator's placement otherwise: torch's first
+large tensors and the ``neuron`` device's large blocks start 64 and 0 past one, the benchmarks' heap anywhere).
 
     /work/bin/heavy x python benchmarks/bench_bf16_words.py [--rows a16,b16,c16] [--threads 1,2] [--repeats 25]
-        [--switch word-lanes|op-results|widened-rows|paired-sums|row-pass-bursts|widened-rows-exp|write-first|softmax25|tables|deviations|early-means|blended-lanes|stream-ahead]
-        [--force]
+        [--switch word-lanes|op-results|widened-rows|paired-sums|row-pass-bursts|widened-rows-exp|write-first|softmax25|tables|deviations|early-means|blended-lanes|stream-ahead|write-buffers]
+        [--force] [--output-offset N]
 
 Each row's graph is the one torch.compile hands the neuron backend (dumped through the ``dump_dir`` option, then
 the cpu pipeline), built as an executable twice per variant in the order ABAB (later builds of one process ran
@@ -60,6 +66,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from kernel_cases import cases, in_graph_order  # noqa: E402
+from neuroncc.executors.cpu.address_call import AddressCall  # noqa: E402
 from neuroncc.executors.cpu.launcher import build_cpu_executable  # noqa: E402
 from neuroncc.hardware.host import CpuTarget  # noqa: E402
 from neuroncc.ir.parser import parse  # noqa: E402
@@ -74,7 +81,8 @@ SWITCHES = {"word-lanes": "rounds_bf16_in_word_lanes", "op-results": "rounds_bf1
             "tables": "looks_up_bf16_unary_math",
             "deviations": "caches_variance_deviations", "early-means": "means_a_row_early",
             "blended-lanes": "rounds_bf16_in_word_lanes_with_blends",
-            "stream-ahead": "one_pass_stream_prefetch_lines"}
+            "stream-ahead": "one_pass_stream_prefetch_lines",
+            "write-buffers": "places_write_buffers_past_the_output"}
 #: switches that change the order of a sum's terms (the bits may differ: counted, not asserted)
 REORDERS = {"paired-sums"}
 
@@ -123,6 +131,24 @@ def graph_order(case, exe, inputs: list[torch.Tensor], arrays: list[np.ndarray])
     return order
 
 
+def placed_call(exe, arrays: list[np.ndarray], offset: int):
+    """``call()``: ``exe`` on ``arrays``' addresses into outputs held between calls, each ``offset`` bytes past a
+    4 KiB boundary; returns them."""
+    outputs = []
+    for made in exe(*arrays):  # (the outputs' shapes and dtypes; C order)
+        raw = np.empty(made.nbytes + 8192, np.uint8)
+        start = -raw.ctypes.data % 4096 + offset
+        outputs.append(raw[start:start + made.nbytes].view(made.dtype).reshape(made.shape))
+    call, inputs = AddressCall(exe), [a.ctypes.data for a in arrays]
+    addresses = [o.ctypes.data for o in outputs]
+
+    def run() -> list[np.ndarray]:
+        call(inputs, addresses)
+        return outputs
+
+    return run
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows", default="a16,b16,c16")
@@ -132,6 +158,8 @@ def main() -> None:
                         help="the CpuTarget switch flipped between builds (see the module docstring)")
     parser.add_argument("--force", action="store_true",
                         help="the 'on' builds with the switch on whatever the host's default (AVX2's are off)")
+    parser.add_argument("--output-offset", type=int, default=None,
+                        help="call into held outputs starting this many bytes past a 4 KiB boundary")
     args = parser.parse_args()
     keys = args.rows.split(",")
     rows = []
@@ -147,7 +175,8 @@ def main() -> None:
                 exe = build(fn, threads, args.switch, on, args.force)
                 if not builds:  # (the graph's inputs in its own order: row (c')'s are b, x, w)
                     arrays = graph_order(case, exe, inputs, arrays)
-                builds[name] = (lambda exe=exe: exe(*arrays))
+                builds[name] = (lambda exe=exe: exe(*arrays)) if args.output_offset is None else \
+                    placed_call(exe, arrays, args.output_offset)
             results = [call() for call in builds.values()]
             for other in results[1:]:
                 for got, want in zip(other, results[0], strict=True):

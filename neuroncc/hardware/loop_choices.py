@@ -136,6 +136,25 @@ class LoopChoices:
         return self.has("avx2") and not self.has("avx512f")
 
     @property
+    def places_write_buffers_past_the_output(self) -> bool:
+        """Whether a row loop whose write pass streams its output rows and loads the variance's cached deviations
+        (``caches_variance_deviations``: bf16 LayerNorm) places the float32 stack buffers that write loop reads (the
+        deviations, the widened weight and bias) at run time, 1 KiB past the output row modulo 2 KiB
+        (``row_buffers.write_buffer_shift``), instead of where the stack frame puts them (0 and 4032 past a 4 KiB
+        boundary). The write loop's loads are checked against its non-temporal stores, which wait in the store
+        queue for a write-combining buffer, by their low 12 bits (4K aliasing): a load 32 to ~300 bytes past a
+        queued store waits for it. With the frame's placement that was every output starting 0-300 bytes past a
+        2 KiB boundary or 32 before one (the ``neuron`` device's large blocks start on a page, torch's first large
+        tensors 64 past one, heap blocks anywhere). Zen 3, bf16 LayerNorm [8192, 1024]'s kernel on an output at a
+        chosen offset (session 26 bf16ln26, ``bench_bf16_words.py --switch write-buffers --output-offset``, two
+        builds each, 61 interleaved rounds): 0 past a 4 KiB boundary 0.80-0.87 of the time at 1 thread and
+        0.81-0.90 at 2, 64 past 0.82-0.87 and 0.85, 128 past 0.92 and 0.87, 2016 past 0.70 (1 thread), 2048 past
+        0.81; at 448, 896, 1088 and 1280 past and on the benchmarks' heap outputs 0.98-1.02 (the builds' spread);
+        the same bits. AVX-512 (the widened row cache, no cached deviations) not measured: its code is left as it
+        was."""
+        return self.has("avx2") and not self.has("avx512f")
+
+    @property
     def means_a_row_early(self) -> bool:
         """Whether a row loop whose first stage is a variance over a widened bf16 row computing its own mean (bf16
         LayerNorm as torch.compile hands it over: ``stages.SharedMean``) runs each row's deviation pass, the next

@@ -46,7 +46,9 @@ from neuroncc.codegen.llvm.stages import (
 from neuroncc.codegen.llvm.transpose import emit_transposed
 from neuroncc.codegen.llvm.views import Layout
 from neuroncc.codegen.llvm.refine import deviation_row_cache, widened_row_cache
-from neuroncc.codegen.llvm.row_buffers import BEFORE_THE_ROWS, allocate_rows, emit_widened, row_slot, widened_rows
+from neuroncc.codegen.llvm.row_buffers import (
+    BEFORE_THE_ROWS, allocate_rows, emit_widened, row_slot, widened_rows, write_buffer_shift,
+)
 from neuroncc.errors import CodegenError
 from neuroncc.hardware.host import CACHE_LINE_BYTES, CpuTarget, host_cpu
 from neuroncc.hardware.loop_choices import MEMORY_BURST_LINES
@@ -83,7 +85,7 @@ class KernelEmitter(IndexArithmetic, BufferAccess, MapStages):
         self._carrier: int | None = None  # the stage whose loop carries those prefetches (None: the row's start)
         self._ahead: tuple[Ahead, ...] = ()  # the current row's prefetch streams, for the carrier stage
         self._owned: tuple[Layout, ...] = ()  # outputs whose row the carrier prefetches for writing: plain stores
-        self._rows: dict[Value, ir.AllocaInstr] = {}
+        self._rows: dict[Value, ir.Value] = {}
         self._row_depth, self._pair_rows, self._row_copies = 0, frozenset(), 1
         self._delayed: int | None = None  # the row loop's stage written one row late (``delayed_writes.py``)
         self._after_group: Any = None  # its code for a group of the carrier's elements, at the current row
@@ -229,7 +231,8 @@ class KernelEmitter(IndexArithmetic, BufferAccess, MapStages):
         self._row_cache, self._row_depth = dict(phase.row_cache), len(phase.outer)
         widened = widened_rows(self.plan, phase)  # (filled here, before the row loop, then read as row caches)
         self._pair_rows = pair_ordered_rows(self.plan, phase.row_cache, [*phase.stages, *(sums or [])]) | set(widened)
-        self._rows = allocate_rows(self, phase, self._row_copies) | emit_widened(self, widened)
+        shift = write_buffer_shift(self, phase)  # (the write pass's buffers placed past its output rows)
+        self._rows = allocate_rows(self, phase, self._row_copies, shift) | emit_widened(self, widened, shift)
         self._row_cache.update(dict.fromkeys(widened, BEFORE_THE_ROWS))
         self._early_mean = self._mean_a_row_early(phase) if delays else None
 

@@ -19,9 +19,10 @@ from typing import Any
 from llvmlite import ir
 
 from neuroncc.codegen.llvm.elementwise import ELEMENTWISE
-from neuroncc.codegen.llvm.kernel_plan import Computed, KernelPlan, RowLoop
+from neuroncc.codegen.llvm.kernel_plan import Computed, KernelPlan, MapStage, RowLoop
 from neuroncc.codegen.llvm.pairs import pair_position, pairs_halfwords
-from neuroncc.codegen.llvm.scalars import F32, I64, compute_type
+from neuroncc.codegen.llvm.scalars import F32, I64, compute_type, storage_itemsize
+from neuroncc.codegen.llvm.streams import streams
 from neuroncc.codegen.llvm.views import Layout
 from neuroncc.hardware.host import ALIAS_PERIOD_BYTES, CACHE_LINE_BYTES
 from neuroncc.ir.dtypes import DType
@@ -31,6 +32,13 @@ from neuroncc.ir.types import contiguous_strides
 
 #: The row cache position of a row widened before the row loop (before the first stage, position 0).
 BEFORE_THE_ROWS = -1
+
+#: The period modulo which a placed write buffer (:func:`write_buffer_shift`) keeps its distance from the output
+#: rows: half an alias period, so that rows of a multiple of it all start at one offset modulo it.
+WRITE_BUFFER_PERIOD = ALIAS_PERIOD_BYTES // 2
+#: How far past the output row (modulo ``WRITE_BUFFER_PERIOD``) a placed write buffer starts: as far as can be from
+#: the 4K-aliasing window on either side (a load 32-480 bytes past a queued store waits for it).
+WRITE_BUFFER_DISTANCE = WRITE_BUFFER_PERIOD // 2
 
 
 def widened_rows(plan: KernelPlan, phase: RowLoop) -> tuple[Value, ...]:
@@ -71,13 +79,50 @@ def _of_params(plan: KernelPlan, value: Value) -> bool:
         all(_of_params(plan, operand) for operand in access.op.operands)
 
 
-def emit_widened(em: Any, values: tuple[Value, ...]) -> dict[Value, ir.AllocaInstr]:
-    """A float32 stack buffer per value of ``values`` (:func:`widened_rows`), filled here in pair order."""
+def write_buffer_shift(em: Any, phase: RowLoop) -> ir.Value | None:
+    """Bytes past an alias period boundary at which the stack buffers a row loop's write pass loads start, so that
+    they start ``WRITE_BUFFER_DISTANCE`` past its output rows modulo ``WRITE_BUFFER_PERIOD``
+    (``CpuTarget.places_write_buffers_past_the_output``); None to leave them where the frame puts them. Taken where
+    the phase caches a variance's deviations (``emit``'s ``_deviations``: bf16 LayerNorm's write pass loads them)
+    and its last stage streams an output whose rows are whole periods: every row then starts at the same offset
+    modulo the period, the one the buffers keep their distance from (computed once, from the output's address)."""
+    last = phase.stages[-1] if phase.stages else None
+    if not em.target.places_write_buffers_past_the_output or not em._deviations or not isinstance(last, MapStage):
+        return None
+    depth = len(phase.outer)
+    for _, target in last.items:
+        row_bytes = math.prod(target.shape[depth:]) * storage_itemsize(target.dtype)
+        if row_bytes % WRITE_BUFFER_PERIOD == 0 and streams(em, target, 0):
+            address = em.b.ptrtoint(em.address(target, [0] * len(target.shape)), I64)
+            past = em.b.add(address, ir.Constant(I64, WRITE_BUFFER_DISTANCE))
+            return em.b.and_(past, ir.Constant(I64, WRITE_BUFFER_PERIOD - CACHE_LINE_BYTES))
+    return None
+
+
+def _stack_row(em: Any, element: ir.Type, length: int, itemsize: int, shift: ir.Value | None) -> ir.Value:
+    """A stack buffer of ``length`` elements (``itemsize`` bytes each) starting on an alias period boundary, or
+    ``shift`` bytes past one (:func:`write_buffer_shift`: the buffer one period longer)."""
+    if shift is None:
+        buffer = em._entry.alloca(ir.ArrayType(element, length))
+        buffer.align = ALIAS_PERIOD_BYTES
+        return buffer
+    buffer = em._entry.alloca(ir.ArrayType(element, length + WRITE_BUFFER_PERIOD // itemsize))
+    buffer.align = ALIAS_PERIOD_BYTES
+    start = em.b.gep(buffer, [ir.Constant(I64, 0), em.b.udiv(shift, ir.Constant(I64, itemsize))], inbounds=True)
+    return em.b.bitcast(start, ir.PointerType(ir.ArrayType(element, length)))
+
+
+def emit_widened(em: Any, values: tuple[Value, ...], shift: ir.Value | None = None) -> dict[Value, ir.Value]:
+    """A float32 stack buffer per value of ``values`` (:func:`widened_rows`), filled here in pair order
+    (``shift``: placed past the output rows, :func:`write_buffer_shift`)."""
     buffers = {}
     for value in values:
         (n,) = value.type.shape
-        buffer = buffers[value] = em._entry.alloca(ir.ArrayType(F32, n))
-        buffer.align = CACHE_LINE_BYTES
+        if shift is None:
+            buffer = buffers[value] = em._entry.alloca(ir.ArrayType(F32, n))
+            buffer.align = CACHE_LINE_BYTES
+        else:
+            buffer = buffers[value] = _stack_row(em, F32, n, 4, shift)
 
         def pair(k: Any, value: Value = value, buffer: ir.AllocaInstr = buffer, n: int = n) -> None:
             for half in (0, 1):
@@ -89,20 +134,20 @@ def emit_widened(em: Any, values: tuple[Value, ...]) -> dict[Value, ir.AllocaIns
     return buffers
 
 
-def allocate_rows(em: Any, phase: RowLoop, copies: int = 1) -> dict[Value, ir.AllocaInstr]:
+def allocate_rows(em: Any, phase: RowLoop, copies: int = 1, shift: ir.Value | None = None) -> dict[Value, ir.Value]:
     """A stack buffer per row cache of ``phase`` (one row: the dims after its outer dims; ``copies`` rows, used in
     turn by consecutive rows, :func:`copy_stride` apart: a row written one row late, ``delayed_writes.py``, reads
     its cache while the next row's is written). Each starts on an ``ALIAS_PERIOD_BYTES`` boundary: where it lies
     relative to the rows the loop reads and writes then does not depend on where the thread's stack happens to be.
     Its stores and those rows' loads and stores alias in the low 12 bits (4K aliasing) for some placements: softmax
     [4096, 1024] at 1 thread, over ten placements of its input and output, 2-16% slower with the stack's (random)
-    placement than with the cache page-aligned (session 13, docs/performance-history.md)."""
+    placement than with the cache page-aligned (session 13, docs/performance-history.md). ``shift``: each starts
+    that many bytes past the boundary instead (:func:`write_buffer_shift`)."""
     buffers = {}
     for value in phase.row_cache:
         row = max(math.prod(value.type.shape[len(phase.outer):]), 1)
         length = row if copies == 1 else copy_stride(row, _itemsize(value)) * (copies - 1) + row
-        buffers[value] = em._entry.alloca(ir.ArrayType(compute_type(value.type.dtype), length))
-        buffers[value].align = ALIAS_PERIOD_BYTES
+        buffers[value] = _stack_row(em, compute_type(value.type.dtype), length, _itemsize(value), shift)
     return buffers
 
 

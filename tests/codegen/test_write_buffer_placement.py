@@ -1,0 +1,87 @@
+"""The stack buffers bf16 LayerNorm's streamed write pass loads placed at run time past its output rows on AVX2
+(``CpuTarget.places_write_buffers_past_the_output``, ``row_buffers.write_buffer_shift``): the cached deviations and
+the widened weight and bias start half a 2 KiB period past the output row modulo 2 KiB, whatever the output's
+address, so that the write loop's loads are not 4K-aliased with its queued non-temporal stores; the bits are the
+same, and Zen 4's and float32 LayerNorm's code is unchanged."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+from test_bf16_rounding import ZEN4
+from test_pairs import AVX2, layernorm_graph, to_bits
+from test_row_pass_bursts import var_mean_layernorm
+
+from neuroncc.codegen.llvm import jit
+from neuroncc.codegen.llvm.emit import emit_kernel
+from neuroncc.codegen.llvm.regions import fuse_whole_function
+from neuroncc.codegen.llvm.schedule import plan_kernel
+from neuroncc.codegen.llvm.views import Layout
+from neuroncc.executors.cpu.address_call import AddressCall
+from neuroncc.executors.cpu.launcher import build_cpu_executable
+from neuroncc.hardware.host import CpuTarget
+from neuroncc.ir import Function
+
+#: a row buffer one 2 KiB period (512 floats) longer than its row: placed at run time
+PLACED = "alloca [1536 x float], align 4096"
+
+
+def _switch(monkeypatch, on: bool) -> None:
+    monkeypatch.setattr(CpuTarget, "places_write_buffers_past_the_output", property(lambda self: on))
+
+
+def _code(fn: Function, target: CpuTarget) -> tuple[str, str]:
+    """The kernel's IR and assembly for ``target``, its buffers aligned (as the launcher's are: streamed outputs)."""
+    layouts = [Layout.of(k, p.type) for k, p in enumerate(fn.params)]
+    outputs = [Layout.of(len(fn.params) + k, v.type) for k, v in enumerate(fn.outputs)]
+    plan = dataclasses.replace(plan_kernel(fn, layouts, outputs), aligned_args=frozenset(range(len(layouts) + 1)))
+    texts, _ = emit_kernel(plan, "k", target)
+    return "".join(texts), jit.assembly(texts, target).split("k_p0:")[1].split(".Lfunc_end")[0]
+
+
+def test_avx2_bf16_layernorm_places_its_write_buffers_past_the_output(monkeypatch):
+    fn, avx2 = layernorm_graph(4096, 1024), CpuTarget("znver3", AVX2)
+    on_ir, on = _code(fn, avx2)
+    _switch(monkeypatch, False)
+    off_ir, off = _code(fn, avx2)
+    # the deviations' row cache and the widened weight and bias: one period longer, started at the output's address
+    # plus half a period, modulo the period, in cache lines
+    assert on_ir.count(PLACED) == 3 and PLACED not in off_ir
+    assert "ptrtoint" in on_ir and "and i64" in on_ir and "1984" in on_ir
+    # the same loops: the write loop reads its three buffers through registers, not at offsets from the frame
+    write_on, write_off = on[on.rindex("vsqrtss"):], off[off.rindex("vsqrtss"):]
+    assert write_on.count("vmulps") == write_off.count("vmulps") == 4 and "vmovntdq" in write_on
+    assert "(%rsp," in write_off and "(%rsp," not in write_on
+
+
+def test_zen4_and_float32_layernorm_code_is_unchanged(monkeypatch):
+    zen4, avx2 = CpuTarget("znver4", ZEN4), CpuTarget("znver3", AVX2)
+    assert not zen4.places_write_buffers_past_the_output and avx2.places_write_buffers_past_the_output
+    default_zen4, default_f32 = _code(layernorm_graph(4096, 1024), zen4), _code(var_mean_layernorm(4096, 1024), avx2)
+    _switch(monkeypatch, True)  # (Zen 4 caches no deviations, float32 LayerNorm neither: nothing to place)
+    assert _code(layernorm_graph(4096, 1024), zen4) == default_zen4
+    assert _code(var_mean_layernorm(4096, 1024), avx2) == default_f32
+
+
+def _placed_output(nbytes: int, offset: int) -> np.ndarray:
+    raw = np.empty(nbytes + 8192, np.uint8)
+    start = -raw.ctypes.data % 4096 + offset
+    return raw[start:start + nbytes].view(np.int16)
+
+
+def test_placed_write_buffers_give_the_same_bits(rng, monkeypatch):
+    rows, cols = 4096, 1024  # (16 MiB in and out: streamed, as the placement needs)
+    fn = fuse_whole_function(layernorm_graph(rows, cols))
+    x = (rng.standard_normal((rows, cols)) * 3 + 1).astype(np.float32)
+    x[0, :3], x[1, 5], x[2, :2] = [np.inf, 1e30, -0.0], np.nan, [3e38, -3e38]
+    inputs = [to_bits(x)] + [to_bits((rng.standard_normal(cols) * 2).astype(np.float32)) for _ in range(2)]
+    for threads in (2, 1):
+        _switch(monkeypatch, False)
+        (want,) = build_cpu_executable(fn, {"threads": threads})(*inputs)
+        _switch(monkeypatch, True)
+        call = AddressCall(build_cpu_executable(fn, {"threads": threads}))
+        for offset in (0, 64, 1280, 2048 + 960):  # past the output row: 1024, 1088, 256, 0 modulo 2 KiB
+            got = _placed_output(want.nbytes, offset)
+            call([a.ctypes.data for a in inputs], [got.ctypes.data])
+            np.testing.assert_array_equal(got.reshape(want.shape), want)
