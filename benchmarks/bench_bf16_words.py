@@ -30,10 +30,13 @@ session 25). ``--switch blended-lanes``: output words rounded in 16-bit lanes wi
 product, sigmoid's -x folded into its constants (``CpuTarget.scales_one_plus_exp_in_one_step``, AVX2's default since
 session 26, ``mathlib._exp_in_one_step``) against two products and 0 - x. ``--switch gelu-half`` (``--rows a``): gelu as
 x (1/2 + erf/2) (``CpuTarget.halves_gelu_in_its_erf``, AVX2's default since session 26) against (x/2)(1 + erf).
+``--switch split-math`` (``--rows a``): a row's independent polynomials but the last computed by loops of their own
+into L1 buffers (``CpuTarget.splits_polynomial_math_loops``, AVX2's default since session 26) against one loop.
+``--switch row-a-26``: the three at once.
 ``--force``: the "on" builds with the switch on where the host's default is off.
 
     /work/bin/heavy x python benchmarks/bench_bf16_words.py [--rows a16,b16,c16] [--threads 1,2] [--repeats 25]
-        [--switch word-lanes|op-results|widened-rows|paired-sums|row-pass-bursts|widened-rows-exp|write-first|softmax25|tables|deviations|early-means|blended-lanes|one-step-exp|gelu-half]
+        [--switch word-lanes|op-results|widened-rows|paired-sums|row-pass-bursts|widened-rows-exp|write-first|softmax25|tables|deviations|early-means|blended-lanes|one-step-exp|gelu-half|split-math|row-a-26]
         [--force]
 
 Each row's graph is the one torch.compile hands the neuron backend (dumped through the ``dump_dir`` option, then
@@ -76,7 +79,9 @@ SWITCHES = {"word-lanes": "rounds_bf16_in_word_lanes", "op-results": "rounds_bf1
             "tables": "looks_up_bf16_unary_math",
             "deviations": "caches_variance_deviations", "early-means": "means_a_row_early",
             "blended-lanes": "rounds_bf16_in_word_lanes_with_blends",
-            "one-step-exp": "scales_one_plus_exp_in_one_step", "gelu-half": "halves_gelu_in_its_erf"}
+            "one-step-exp": "scales_one_plus_exp_in_one_step", "gelu-half": "halves_gelu_in_its_erf",
+            "split-math": "splits_polynomial_math_loops",
+            "row-a-26": ("splits_polynomial_math_loops", "scales_one_plus_exp_in_one_step", "halves_gelu_in_its_erf")}
 #: switches that change the order of a sum's terms (the bits may differ: counted, not asserted)
 REORDERS = {"paired-sums"}
 

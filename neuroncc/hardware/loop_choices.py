@@ -288,6 +288,18 @@ class LoopChoices:
         return self.has("avx2") and not self.has("avx512f")
 
     @property
+    def splits_polynomial_math_loops(self) -> bool:
+        """Whether a map stage whose elements evaluate two independent polynomials (gelu(x*w+b)*sigmoid(x)) computes
+        all but the last of them by loops of their own over the row into L1 buffers, then its own loop loads them
+        (``map_stages.MapStages._split_math``): the same operations (the same bits) in loops whose constants and
+        four interleaved chains fit AVX2's 16 registers better. Without AVX-512 (its code is unchanged: not measured
+        there). Zen 3 (session 26 polya26, ``bench_bf16_words.py --switch split-math --rows a``, two builds each,
+        interleaved medians of 61 rounds, two runs): float32 gelu(x*w+b)*sigmoid(x) [4096, 1024]'s kernel (gelu's loop
+        first, then sigmoid's with the product) 0.944-0.948 of the time at 1 thread and 0.932-0.940 at 2; the loop with
+        sigmoid first measured alike (0.959 / 0.954 in an exploratory run against 0.941 / 0.970)."""
+        return self.has("avx2") and not self.has("avx512f")
+
+    @property
     def polynomial_interleave(self) -> int:
         """Vector iterations a loop computing polynomial math runs side by side (``loop_hints.py``): 4 with AVX2,
         2 with AVX-512, the same 32 float lanes in flight (Zen 4 runs a 512-bit op as two 256-bit halves).
