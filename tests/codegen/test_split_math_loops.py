@@ -73,6 +73,13 @@ def test_one_polynomial_long_rows_and_bf16_tables_keep_one_loop():
     assert "ncc.math." not in bf16 and "x float]" not in bf16
 
 
+def test_polynomials_written_as_outputs_are_not_split():
+    # (their loop would copy each buffer to its output)
+    b = Builder("outputs")
+    x = b.param(TensorType((64, 256), DType.f32), "x")
+    assert _math_loops(_llvm_ir(b.build([b.op(name, x) for name in ("exp", "sigmoid", "tanh")]), AVX2)) == 1
+
+
 def test_zen4s_and_sses_row_a_is_unchanged(monkeypatch):
     fn = gelu_sigmoid(64, 1024)
     for target in (ZEN4, SSE):

@@ -124,8 +124,8 @@ class MapStages:
     def _split_math(self, stage: MapStage, ranges: list[tuple[Any, Any]]) -> list[Value]:
         """The polynomial math values of ``stage`` that loops of their own compute into L1 buffers before its loop
         (``CpuTarget.splits_polynomial_math_loops``): where its values evaluate two or more polynomials (math library
-        functions, not bf16 tables) of which none is an operand of another, every one but the last in the order the
-        loop generates them (gelu(x*w+b)*sigmoid(x): gelu). Only over one loop (the row's last dim, a static extent
+        functions, not bf16 tables) of which none is an operand of another and none an output of the stage, every one
+        but the last in the order the loop generates them (gelu(x*w+b)*sigmoid(x): gelu). Only over one loop (the row's last dim, a static extent
         of at most ``SPLIT_MATH_MAX``), not over element pairs, of values at the stage's own index."""
         if not self.target.splits_polynomial_math_loops or not ranges or \
                 any(hi is not None for _, hi in ranges[:-1]) or ranges[-1][1] is None:
@@ -148,7 +148,9 @@ class MapStages:
                 found.append(value)
                 continue
             pending += reversed(op.operands)
-        return found[:-1] if len(found) > 1 else []
+        # (a polynomial that is itself an output would be copied from its buffer to the output: LLVM's memcpy)
+        outputs = {value for value, _ in stage.items}
+        return found[:-1] if len(found) > 1 and not outputs.intersection(found) else []
 
     def _split_math_loops(self, stage: MapStage, ranges: list[tuple[Any, Any]], split: list[Value]) -> None:
         """``stage``'s loop with the values ``split`` (:meth:`_split_math`) computed first, each by a loop of its own
