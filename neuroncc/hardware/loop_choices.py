@@ -262,15 +262,16 @@ class LoopChoices:
 
     @property
     def scales_one_plus_exp_in_one_step(self) -> bool:
-        """Whether sigmoid's and gelu_tanh's e**w (clamped to [-86, 88.8], ``mathlib.ONE_PLUS_EXP_FLOOR``) is scaled
-        by 2**n in one product (``mathlib._exp_in_one_step``: the polynomial times 2, exactly, then one product with
-        2**(n - 1), always a normal float there) instead of two (``mathlib._scale``), and sigmoid's -x is folded into
-        its constants (no 0 - x): the same bits for every input, 8 vector instructions fewer per 8 sigmoids and a
-        shorter chain. Without AVX-512, whose one vscalefps scales by any n (its code is unchanged). Zen 3 (session 26
-        polya26; an exhaustive check of all 2**32 inputs: the same bits): float32 gelu(x*w+b)*sigmoid(x) [4096, 1024]'s
-        kernel 0.943-0.951 of the time at 1 thread and 0.931-0.956 at 2 (``bench_bf16_words.py --switch one-step-exp
-        --rows a``, two builds each, interleaved medians of 41-61 rounds, three runs); the roofline's microkernels
-        (L1-resident) sigmoid 0.725, gelu_tanh 0.795 of the time."""
+        """Whether sigmoid's and gelu_tanh's e**w (w clamped to [-86, 88.8], ``mathlib.ONE_PLUS_EXP_FLOOR``) and tanh's
+        e**2|x| (2|x| in [0, 20]) are scaled by 2**n in one product (``mathlib._exp_in_one_step``: the polynomial times
+        2, exactly, then one product with 2**(n - 1), always a normal float there) instead of two (``mathlib._scale``),
+        and sigmoid's -x is folded into its constants (no 0 - x): the same bits for every input, 8 vector instructions
+        fewer per 8 sigmoids and a shorter chain. Without AVX-512, whose one vscalefps scales by any n (its code is
+        unchanged). Zen 3 (session 26 polya26; an exhaustive check of all 2**32 inputs: the same bits): float32
+        gelu(x*w+b)*sigmoid(x) [4096, 1024]'s kernel 0.943-0.951 of the time at 1 thread and 0.931-0.956 at 2
+        (``bench_bf16_words.py --switch one-step-exp --rows a``, two builds each, interleaved medians of 41-61 rounds,
+        three runs); the roofline's microkernels (L1-resident) sigmoid 0.725-0.744, gelu_tanh 0.795, tanh 0.948-0.950 of
+        the time (tanh's too: all 2**32 inputs give the same bits)."""
         return self.has("avx2") and not self.has("avx512f")
 
     @property
@@ -282,9 +283,9 @@ class LoopChoices:
         is 1/2, and x * 1/2 rounds as x/2 did (an exhaustive check of all 2**32 inputs: the same bits). Without
         AVX-512 (its code is unchanged: not measured there). Zen 3 (session 26 polya26, ``bench_bf16_words.py --switch
         gelu-half --rows a``, two builds each, interleaved medians of 41-61 rounds): float32 gelu(x*w+b)*sigmoid(x)
-        [4096, 1024]'s kernel 0.975-1.004 of the time at 1 thread and 0.971-0.996 at 2 in four runs, 0.975-0.978 / 0.979-
-        0.983 with its gelu in a loop of its own (``splits_polynomial_math_loops``); the gelu microkernel alone
-        (L1-resident) 1.005-1.049: a small gain, kept for the kernel."""
+        [4096, 1024]'s kernel 0.975-1.004 of the time at 1 thread and 0.971-0.996 at 2 in four runs,
+        0.968-0.978 / 0.967-0.983 in two with its gelu in a loop of its own (``splits_polynomial_math_loops``); the
+        gelu microkernel alone (L1-resident) 1.005-1.049: a small gain, kept for the kernel."""
         return self.has("avx2") and not self.has("avx512f")
 
     @property

@@ -1,4 +1,4 @@
-"""AVX2's sigmoid and gelu_tanh scale their e**w by 2**n in one product, sigmoid without its 0 - x
+"""AVX2's sigmoid, gelu_tanh and tanh scale their e**w by 2**n in one product, sigmoid without its 0 - x
 (``CpuTarget.scales_one_plus_exp_in_one_step``, ``mathlib._exp_in_one_step``), and its gelu halves inside its erf
 (``CpuTarget.halves_gelu_in_its_erf``): the same bits as before for every input (an exhaustive count over all 2**32
 float32 patterns found no difference: docs/performance-history.md, session 26 polya26), fewer instructions; AVX-512's
@@ -47,15 +47,15 @@ def test_the_decisions_are_avx2s(decision):
 
 
 def test_avx2s_sigmoid_scales_once_without_negating_and_its_gelu_halves_in_its_erf(monkeypatch):
-    sigmoid, gelu_tanh, gelu = (_body(name, AVX2) for name in ("sigmoid", "gelu_tanh", "gelu"))
+    sigmoid, gelu_tanh, gelu, tanh = (_body(name, AVX2) for name in ("sigmoid", "gelu_tanh", "gelu", "tanh"))
     # one power of two (a shift) and one product scale e**w; sigmoid's argument is x itself
-    for body in (sigmoid, gelu_tanh):
+    for body in (sigmoid, gelu_tanh, tanh):
         assert body.count("shl i32") == 1 and "ashr" not in body
     assert "fsub float              0x0" not in sigmoid
     assert "0x3fe0000000000000" in gelu and "0x3ff0000000000000" not in gelu  # (1/2 + erf/2: no 1, no x * 1/2)
     _without(monkeypatch, *DECISIONS)
-    sigmoid, gelu_tanh, gelu = (_body(name, AVX2) for name in ("sigmoid", "gelu_tanh", "gelu"))
-    for body in (sigmoid, gelu_tanh):
+    sigmoid, gelu_tanh, gelu, tanh = (_body(name, AVX2) for name in ("sigmoid", "gelu_tanh", "gelu", "tanh"))
+    for body in (sigmoid, gelu_tanh, tanh):
         assert body.count("shl i32") == 2 and "ashr" in body
     assert "fsub float              0x0" in sigmoid
     assert "0x3ff0000000000000" in gelu
@@ -64,14 +64,14 @@ def test_avx2s_sigmoid_scales_once_without_negating_and_its_gelu_halves_in_its_e
 def test_zen4s_and_sses_math_is_unchanged(monkeypatch):
     # their decisions are off, so their code is the code with both forced off
     for target in (ZEN4, SSE):
-        now = [_body(name, target) for name in ("sigmoid", "gelu_tanh", "gelu")]
+        now = [_body(name, target) for name in ("sigmoid", "gelu_tanh", "gelu", "tanh")]
         _without(monkeypatch, *DECISIONS)
-        assert [_body(name, target) for name in ("sigmoid", "gelu_tanh", "gelu")] == now
+        assert [_body(name, target) for name in ("sigmoid", "gelu_tanh", "gelu", "tanh")] == now
         monkeypatch.undo()
 
 
 @pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="runs x86 code")
-@pytest.mark.parametrize("name", ["sigmoid", "gelu_tanh", "gelu"])
+@pytest.mark.parametrize("name", ["sigmoid", "gelu_tanh", "gelu", "tanh"])
 def test_avx2s_results_keep_their_bits(name, monkeypatch):
     """Every 4099th float bit pattern, a dense grid over the clamps' range and the specials (NaNs with payloads
     and either sign, infinities, zeros, subnormals) give the bits of before."""

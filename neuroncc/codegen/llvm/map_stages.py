@@ -125,8 +125,9 @@ class MapStages:
         """The polynomial math values of ``stage`` that loops of their own compute into L1 buffers before its loop
         (``CpuTarget.splits_polynomial_math_loops``): where its values evaluate two or more polynomials (math library
         functions, not bf16 tables) of which none is an operand of another and none an output of the stage, every one
-        but the last in the order the loop generates them (gelu(x*w+b)*sigmoid(x): gelu). Only over one loop (the row's last dim, a static extent
-        of at most ``SPLIT_MATH_MAX``), not over element pairs, of values at the stage's own index."""
+        but the last in the order the loop generates them (gelu(x*w+b)*sigmoid(x): gelu). Only over one loop (the
+        row's last dim, a static extent of at most ``SPLIT_MATH_MAX``), not over element pairs, of values at the
+        stage's own index."""
         if not self.target.splits_polynomial_math_loops or not ranges or \
                 any(hi is not None for _, hi in ranges[:-1]) or ranges[-1][1] is None:
             return []

@@ -250,7 +250,9 @@ def _tanh(b: ir.IRBuilder, x: ir.Value, target: CpuTarget) -> ir.Value:
     small = b.fadd(b.fmul(b.fmul(horner(b, z, [-5.70498872745e-3, 2.06390887954e-2, -5.37397155531e-2,
                                                 1.33314422036e-1, -3.33332819422e-1]), z), x, flags=FAST), x)
     # tanh(10) is 1.0f; e stays finite (NaN is put back below)
-    e = _exp_in_range(b, b.fmul(call(b, "llvm.minnum.f32", [ax, _c(10.0)]), _c(2.0)), target)
+    twice = b.fmul(call(b, "llvm.minnum.f32", [ax, _c(10.0)]), _c(2.0))
+    # (2|x| in [0, 20]: n in [0, 29], one product scales, see :func:`_exp_in_one_step`)
+    e = _exp_in_one_step(b, twice, negated=False) if _in_one_step(target, 0.0) else _exp_in_range(b, twice, target)
     large = call(b, "llvm.copysign.f32", [b.fsub(_c(1.0), b.fdiv(_c(2.0), b.fadd(e, _c(1.0)), flags=RECIP)), x])
     return b.select(_is_nan(b, x), x, b.select(b.fcmp_ordered("<", ax, _c(0.625)), small, large))
 
