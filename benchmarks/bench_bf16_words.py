@@ -31,14 +31,20 @@ session 25). ``--switch blended-lanes``: output words rounded in 16-bit lanes wi
 session 26; float32 x*w+b) against the hardware's prefetchers alone. ``--switch write-buffers`` (``--rows c16``): the
 write pass's stack buffers placed at run time half a 2 KiB period past the output rows
 (``CpuTarget.places_write_buffers_past_the_output``, AVX2's default since session 26; bf16 LayerNorm) against where
-the stack frame puts them. ``--force``: the "on" builds with the switch on where the
-host's default is off. ``--output-offset N``: each build called on its inputs' addresses into an output held between
-calls that starts N bytes past a 4 KiB boundary (``AddressCall``; the allocator's placement otherwise: torch's first
-large tensors and the ``neuron`` device's large blocks start 64 and 0 past one, the benchmarks' heap anywhere).
+the stack frame puts them. ``--switch one-step-exp`` (``--rows a``; not a bf16 switch): sigmoid's and gelu_tanh's
+e**w scaled in one product, sigmoid's -x folded into its constants (``CpuTarget.scales_one_plus_exp_in_one_step``,
+AVX2's default since session 26, ``mathlib._exp_in_one_step``) against two products and 0 - x. ``--switch gelu-half`` (``--rows a``): gelu as
+x (1/2 + erf/2) (``CpuTarget.halves_gelu_in_its_erf``, AVX2's default since session 26) against (x/2)(1 + erf).
+``--switch split-math`` (``--rows a``): a row's independent polynomials but the last computed by loops of their own
+into L1 buffers (``CpuTarget.splits_polynomial_math_loops``, AVX2's default since session 26) against one loop.
+``--switch row-a-26``: the three at once.
+``--force``: the "on" builds with the switch on where the host's default is off. ``--output-offset N``: each build
+called on its inputs' addresses into an output held between calls that starts N bytes past a 4 KiB boundary
+(``AddressCall``; the allocator's placement otherwise: torch's first large tensors and the ``neuron`` device's large
+blocks start 64 and 0 past one, the benchmarks' heap anywhere).
 
     /work/bin/heavy x python benchmarks/bench_bf16_words.py [--rows a16,b16,c16] [--threads 1,2] [--repeats 25]
-        [--switch word-lanes|op-results|widened-rows|paired-sums|row-pass-bursts|widened-rows-exp|write-first|softmax25|tables|deviations|early-means|blended-lanes|stream-ahead|write-buffers]
-        [--force] [--output-offset N]
+        [--switch NAME (one of SWITCHES)] [--force] [--output-offset N]
 
 Each row's graph is the one torch.compile hands the neuron backend (dumped through the ``dump_dir`` option, then
 the cpu pipeline), built as an executable twice per variant in the order ABAB (later builds of one process ran
@@ -82,7 +88,10 @@ SWITCHES = {"word-lanes": "rounds_bf16_in_word_lanes", "op-results": "rounds_bf1
             "deviations": "caches_variance_deviations", "early-means": "means_a_row_early",
             "blended-lanes": "rounds_bf16_in_word_lanes_with_blends",
             "stream-ahead": "one_pass_stream_prefetch_lines",
-            "write-buffers": "places_write_buffers_past_the_output"}
+            "write-buffers": "places_write_buffers_past_the_output",
+            "one-step-exp": "scales_one_plus_exp_in_one_step", "gelu-half": "halves_gelu_in_its_erf",
+            "split-math": "splits_polynomial_math_loops",
+            "row-a-26": ("splits_polynomial_math_loops", "scales_one_plus_exp_in_one_step", "halves_gelu_in_its_erf")}
 #: switches that change the order of a sum's terms (the bits may differ: counted, not asserted)
 REORDERS = {"paired-sums"}
 

@@ -326,6 +326,46 @@ class LoopChoices:
         return not self.has("avx512f")
 
     @property
+    def scales_one_plus_exp_in_one_step(self) -> bool:
+        """Whether sigmoid's and gelu_tanh's e**w (w clamped to [-86, 88.8], ``mathlib.ONE_PLUS_EXP_FLOOR``) and tanh's
+        e**2|x| (2|x| in [0, 20]) are scaled by 2**n in one product (``mathlib._exp_in_one_step``: the polynomial times
+        2, exactly, then one product with 2**(n - 1), always a normal float there) instead of two (``mathlib._scale``),
+        and sigmoid's -x is folded into its constants (no 0 - x): the same bits for every input, 8 vector instructions
+        fewer per 8 sigmoids and a shorter chain. Without AVX-512, whose one vscalefps scales by any n (its code is
+        unchanged). Zen 3 (session 26 polya26; an exhaustive check of all 2**32 inputs: the same bits): float32
+        gelu(x*w+b)*sigmoid(x) [4096, 1024]'s kernel 0.943-0.951 of the time at 1 thread and 0.931-0.956 at 2
+        (``bench_bf16_words.py --switch one-step-exp --rows a``, two builds each, interleaved medians of 41-61 rounds,
+        three runs); the roofline's microkernels (L1-resident) sigmoid 0.725-0.744, gelu_tanh 0.795, tanh 0.948-0.950 of
+        the time (tanh's too: all 2**32 inputs give the same bits)."""
+        return self.has("avx2") and not self.has("avx512f")
+
+    @property
+    def halves_gelu_in_its_erf(self) -> bool:
+        """Whether gelu(x) = (x/2)(1 + erf(x/sqrt 2)) is computed as x (1/2 + erf/2) (``mathlib._gelu``), erf/2 by its
+        rational function's numerator coefficients halved: one product per vector fewer and one constant less in
+        the loop's registers. The same bits for every input: halving is exact at every step where the values are
+        normal; where x/2 is not (|x| < 2**-125) erf(x/sqrt 2) is far below 1's ulp, so 1 + erf is 1 and 1/2 + erf/2
+        is 1/2, and x * 1/2 rounds as x/2 did (an exhaustive check of all 2**32 inputs: the same bits). Without
+        AVX-512 (its code is unchanged: not measured there). Zen 3 (session 26 polya26, ``bench_bf16_words.py --switch
+        gelu-half --rows a``, two builds each, interleaved medians of 41-61 rounds): float32 gelu(x*w+b)*sigmoid(x)
+        [4096, 1024]'s kernel 0.975-1.004 of the time at 1 thread and 0.971-0.996 at 2 in four runs,
+        0.968-0.978 / 0.967-0.983 in two with its gelu in a loop of its own (``splits_polynomial_math_loops``); the
+        gelu microkernel alone (L1-resident) 1.005-1.049: a small gain, kept for the kernel."""
+        return self.has("avx2") and not self.has("avx512f")
+
+    @property
+    def splits_polynomial_math_loops(self) -> bool:
+        """Whether a map stage whose elements evaluate two independent polynomials (gelu(x*w+b)*sigmoid(x)) computes
+        all but the last of them by loops of their own over the row into L1 buffers, then its own loop loads them
+        (``map_stages.MapStages._split_math``): the same operations (the same bits) in loops whose constants and
+        four interleaved chains fit AVX2's 16 registers better. Without AVX-512 (its code is unchanged: not measured
+        there). Zen 3 (session 26 polya26, ``bench_bf16_words.py --switch split-math --rows a``, two builds each,
+        interleaved medians of 61 rounds, two runs): float32 gelu(x*w+b)*sigmoid(x) [4096, 1024]'s kernel (gelu's loop
+        first, then sigmoid's with the product) 0.944-0.948 of the time at 1 thread and 0.932-0.940 at 2; the loop with
+        sigmoid first measured alike (0.959 / 0.954 in an exploratory run against 0.941 / 0.970)."""
+        return self.has("avx2") and not self.has("avx512f")
+
+    @property
     def polynomial_interleave(self) -> int:
         """Vector iterations a loop computing polynomial math runs side by side (``loop_hints.py``): 4 with AVX2,
         2 with AVX-512, the same 32 float lanes in flight (Zen 4 runs a 512-bit op as two 256-bit halves).

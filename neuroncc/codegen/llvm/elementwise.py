@@ -14,7 +14,7 @@ from collections.abc import Callable
 from llvmlite import ir
 
 from neuroncc.codegen.llvm.context import EmitContext
-from neuroncc.codegen.llvm.mathlib import LIBM, math_call
+from neuroncc.codegen.llvm.mathlib import LIBM, POLYNOMIAL, math_call
 from neuroncc.codegen.llvm.scalars import (
     F32, F32_EXACT_BITS, I1, I32, I64, bf16_bits, call, compute_type, constant, convert, is_unsigned, round_to,
     type_suffix,
@@ -84,6 +84,15 @@ def table_function(ctx: EmitContext, op: Op) -> str | None:
     if function in LIBM:
         return function if ctx.target.looks_up_bf16_library_math else None
     return function if ctx.target.looks_up_bf16_unary_math else None
+
+
+def evaluated_polynomial(ctx: EmitContext, op: Op) -> str | None:
+    """The math library polynomial (``mathlib.POLYNOMIAL``) that ``op``'s lowering evaluates, or None: not a math
+    function, the C library's, or read from a bf16 table (:func:`table_function`)."""
+    if op.name not in MATH_FUNCTION_OF or table_function(ctx, op) is not None:
+        return None
+    function = MATH_FUNCTION_OF[op.name](ctx, op)
+    return function if function in POLYNOMIAL else None
 
 
 def _intrinsic(name: str) -> Lowering:

@@ -16,11 +16,12 @@ from typing import Any
 from llvmlite import ir
 
 from neuroncc.codegen.llvm.context import Index
-from neuroncc.codegen.llvm.kernel_plan import MapStage, Stage
+from neuroncc.codegen.llvm.elementwise import ELEMENTWISE, evaluated_polynomial
+from neuroncc.codegen.llvm.kernel_plan import Computed, MapStage, Stage
 from neuroncc.codegen.llvm.one_hot_rows import emit_correction, emit_split_rows, find_one_hot, knowing
 from neuroncc.codegen.llvm.pairs import Pair, pairs_halfwords
 from neuroncc.codegen.llvm.prefetch import emit_prefetch_pieces_ahead, streamed_map_inputs
-from neuroncc.codegen.llvm.scalars import I64, storage_itemsize, storage_type, store
+from neuroncc.codegen.llvm.scalars import I64, compute_type, storage_itemsize, storage_type, store
 from neuroncc.codegen.llvm.streams import emit_stream_row, stream_bytes, streams
 from neuroncc.codegen.llvm.views import Layout
 from neuroncc.hardware.host import CACHE_LINE_BYTES
@@ -34,6 +35,11 @@ from neuroncc.ir.opdef import Trait
 #: the stack-buffer round trip costs more than the read-for-ownership it saves (gelu(x*w+b)*sigmoid(x) on
 #: [4096, 1024], 2 threads: 1.96 ms streamed, 1.76 ms with plain stores).
 STREAM_MAX_TRANSCENDENTALS = 2
+
+#: The longest row (elements) whose polynomial math a map stage splits into loops of its own
+#: (``CpuTarget.splits_polynomial_math_loops``): the buffers of the split values and the inputs the row reads again
+#: stay in L1 (32 KiB).
+SPLIT_MATH_MAX = 2048
 
 
 class MapStages:
@@ -49,6 +55,10 @@ class MapStages:
         one_hot = find_one_hot(self.plan, stage, ranges, self._generated_op,
                                keeps_rows=self._stage_number in self._row_cache.values())
         if (not streamed or not ranges or ranges[-1][1] is None) and one_hot is None:
+            split = self._split_math(stage, ranges)
+            if split:
+                self._split_math_loops(stage, ranges, split)
+                return
             self.stage_nest(stage, ranges, lambda idx: self._map_body(stage, idx, {}))
             return
         if not streamed:
@@ -115,6 +125,62 @@ class MapStages:
             self._streamed = True
 
         self.nest(ranges[:-1], body)
+
+    def _split_math(self, stage: MapStage, ranges: list[tuple[Any, Any]]) -> list[Value]:
+        """The polynomial math values of ``stage`` that loops of their own compute into L1 buffers before its loop
+        (``CpuTarget.splits_polynomial_math_loops``): where its values evaluate two or more polynomials (math library
+        functions, not bf16 tables) of which none is an operand of another and none an output of the stage, every one
+        but the last in the order the loop generates them (gelu(x*w+b)*sigmoid(x): gelu). Only over one loop (the
+        row's last dim, a static extent of at most ``SPLIT_MATH_MAX``), not over element pairs, of values at the
+        stage's own index."""
+        if not self.target.splits_polynomial_math_loops or not ranges or \
+                any(hi is not None for _, hi in ranges[:-1]) or ranges[-1][1] is None:
+            return []
+        extent = self._static_extent(*ranges[-1])
+        if not extent or extent > SPLIT_MATH_MAX or pairs_halfwords(self.plan, stage):
+            return []
+        found: list[Value] = []
+        seen: set[Value] = set()
+        pending = [value for value, _ in reversed(stage.items)]
+        while pending:  # (depth first, the first operand's subtree first, as ``value_at`` generates them)
+            value = pending.pop()
+            access = self.plan.access.get(value)
+            if value in seen or not isinstance(access, Computed) or access.op.name not in ELEMENTWISE or \
+                    self._loads_row_cache(value):
+                continue
+            seen.add(value)
+            op = access.op
+            if evaluated_polynomial(self, op) is not None and value.type.shape == stage.shape:
+                found.append(value)
+                continue
+            pending += reversed(op.operands)
+        # (a polynomial that is itself an output would be copied from its buffer to the output: LLVM's memcpy)
+        outputs = {value for value, _ in stage.items}
+        return found[:-1] if len(found) > 1 and not outputs.intersection(found) else []
+
+    def _split_math_loops(self, stage: MapStage, ranges: list[tuple[Any, Any]], split: list[Value]) -> None:
+        """``stage``'s loop with the values ``split`` (:meth:`_split_math`) computed first, each by a loop of its own
+        over the same range into a stack buffer, and loaded from it by the stage's loop: the same operations on the
+        same values (the same bits), in loops that keep fewer constants and chains in the 16 registers."""
+        lo, hi = ranges[-1]
+        extent = self._static_extent(lo, hi)
+        buffers = {}
+        for value in split:
+            buffers[value] = self._entry.alloca(ir.ArrayType(compute_type(value.type.dtype), extent))
+            buffers[value].align = CACHE_LINE_BYTES
+
+        def slot(value: Value, i: Any) -> ir.Value:
+            return self.b.gep(buffers[value], [ir.Constant(I64, 0), self.ir_index(self.sub(i, lo))], inbounds=True)
+
+        for value in split:
+            self.nest(ranges, lambda idx, value=value: self.b.store(self.value_at(value, idx), slot(value, idx[-1])))
+
+        def body(idx: Index) -> None:
+            for value in split:
+                self.bind(value, idx, self.b.load(slot(value, idx[-1])))
+            self._map_body(stage, idx, {})
+
+        self.nest(ranges, body)
 
     def _map_body(self, stage: MapStage, idx: Index, rows: dict, lo: Any = 0) -> None:
         for value, target in stage.items:

@@ -133,7 +133,39 @@ ONE_PLUS_EXP_FLOOR = -86.0
 
 def _exp_clamped(b: ir.IRBuilder, x: ir.Value, target: CpuTarget, floor: float) -> ir.Value:
     """e**x for any x, clamped to [``floor``, 88.8] (with AVX-512 to [-104, 88.8]: vscalefps scales by any n)."""
+    if _in_one_step(target, floor):
+        return _exp_in_one_step(b, _clamp_keeping_nan(b, x, floor, 88.8), negated=False)
     return _exp_in_range(b, _clamp_keeping_nan(b, x, -104.0 if target.scalef else floor, 88.8), target)
+
+
+def _in_one_step(target: CpuTarget, floor: float) -> bool:
+    """Whether an exp clamped to [``floor``, 88.8] scales in one step (:func:`_exp_in_one_step`): where the target
+    says so (``CpuTarget.scales_one_plus_exp_in_one_step``) and 2**(n - 1) is a normal float for every n = round(x /
+    ln 2) of the range (n >= -125: the floor of sigmoid's and gelu_tanh's 1 + e**w, ``ONE_PLUS_EXP_FLOOR``)."""
+    return target.scales_one_plus_exp_in_one_step and round(floor * 1.4426950408889634) >= -125
+
+
+def _exp_in_one_step(b: ir.IRBuilder, xc: ir.Value, negated: bool) -> ir.Value:
+    """e**xc (``negated``: e**-xc) for xc clamped as :func:`_in_one_step` allows (``negated``: its negative), or NaN:
+    :func:`_exp_in_range`'s result bits in fewer instructions, without AVX-512. n = round(x / ln 2) and r = x - n ln 2
+    as there (``negated``: -x's n from xc times -1/ln 2, which is the same product, and -r, by the same FMAs with
+    their signs mirrored: rounding to nearest is symmetric, so each is the exact negative); e**r by the polynomial
+    with its coefficients times 2 (``negated``: of -r, the odd powers' signs flipped: each Horner step is then
+    exactly +-2 times exp's), so 2 e**r exactly; then one product with 2**(n - 1), a normal float for n in [-125,
+    128], rounds it once, as _scale's two products do (the first of them is exact). The sign of xc leaves NaN's bits
+    as they are: sigmoid no longer computes 0 - x. Per vector: _scale's shift, add, subtract, shift, add and
+    product (6) and sigmoid's subtraction go."""
+    assert len(_EXP_POLY) % 2 == 1  # (an even degree: the flipped polynomial's last step has exp's sign)
+    sign = -1.0 if negated else 1.0
+    n, whole = _round_to_integer(b, b.fmul(xc, _c(sign * 1.4426950408889634), flags=FAST))
+    if negated:  # -r = n ln2_hi - (-xc), then + n ln2_lo (ln2_lo = 2.12194440e-4: exp subtracts n times its negative)
+        r = b.fadd(xc, b.fmul(n, _c(0.693359375), flags=FAST), flags=FAST)
+        r = b.fadd(r, b.fmul(n, _c(-2.12194440e-4), flags=FAST), flags=FAST)
+    else:
+        r = b.fsub(xc, b.fmul(n, _c(0.693359375), flags=FAST), flags=FAST)
+        r = b.fsub(r, b.fmul(n, _c(-2.12194440e-4), flags=FAST), flags=FAST)
+    twice = horner(b, r, [2.0 * coefficient * sign ** k for k, coefficient in enumerate(_EXP_POLY)])
+    return b.fmul(twice, _pow2(b, b.sub(whole, ir.Constant(I32, 1))))
 
 
 def _exp(b: ir.IRBuilder, x: ir.Value, target: CpuTarget) -> ir.Value:
@@ -218,7 +250,9 @@ def _tanh(b: ir.IRBuilder, x: ir.Value, target: CpuTarget) -> ir.Value:
     small = b.fadd(b.fmul(b.fmul(horner(b, z, [-5.70498872745e-3, 2.06390887954e-2, -5.37397155531e-2,
                                                 1.33314422036e-1, -3.33332819422e-1]), z), x, flags=FAST), x)
     # tanh(10) is 1.0f; e stays finite (NaN is put back below)
-    e = _exp_in_range(b, b.fmul(call(b, "llvm.minnum.f32", [ax, _c(10.0)]), _c(2.0)), target)
+    twice = b.fmul(call(b, "llvm.minnum.f32", [ax, _c(10.0)]), _c(2.0))
+    # (2|x| in [0, 20]: n in [0, 29], one product scales, see :func:`_exp_in_one_step`)
+    e = _exp_in_one_step(b, twice, negated=False) if _in_one_step(target, 0.0) else _exp_in_range(b, twice, target)
     large = call(b, "llvm.copysign.f32", [b.fsub(_c(1.0), b.fdiv(_c(2.0), b.fadd(e, _c(1.0)), flags=RECIP)), x])
     return b.select(_is_nan(b, x), x, b.select(b.fcmp_ordered("<", ax, _c(0.625)), small, large))
 
@@ -228,7 +262,10 @@ def _sigmoid(b: ir.IRBuilder, x: ir.Value, target: CpuTarget) -> ir.Value:
     # -x as 0 - x (the same for every x but NaN; exp(+-0) is 1): a NaN comes out as the same NaN, where fneg
     # flipped its sign, and x * sigmoid(x) (silu) then gave a NaN whose sign depended on which operand of the
     # multiply the register allocator put first (the quick and optimized tiers' bits differed)
-    e = _exp_clamped(b, b.fsub(_c(0.0), x), target, ONE_PLUS_EXP_FLOOR)
+    if _in_one_step(target, ONE_PLUS_EXP_FLOOR):  # (x clamped to [-88.8, -floor]: e**-x of -x clamped to [floor, 88.8])
+        e = _exp_in_one_step(b, _clamp_keeping_nan(b, x, -88.8, -ONE_PLUS_EXP_FLOOR), negated=True)
+    else:
+        e = _exp_clamped(b, b.fsub(_c(0.0), x), target, ONE_PLUS_EXP_FLOOR)
     # A true division, not the reciprocal estimate: the estimate makes 1 / 1 0.99999994, so sigmoid(+inf)
     # and sigmoid(0) were off by an ulp and silu's gradient x * (1 - sigmoid(x)) at +inf was inf, not
     # eager's NaN (found by the fuzzer).
@@ -243,13 +280,14 @@ _ERF_Q = [-1.45660718464996e-05, -2.13374055278905e-04, -1.68282697438203e-03, -
           -1.42647390514189e-02]
 
 
-def _erf_rational(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
-    """The rational function at x clamped to [-4, 4]: erf(x) within 5e-7, but an ulp short of +-1 past 4."""
+def _erf_rational(b: ir.IRBuilder, x: ir.Value, scale: float = 1.0) -> ir.Value:
+    """The rational function at x clamped to [-4, 4]: erf(x) within 5e-7, but an ulp short of +-1 past 4 (``scale``, a
+    power of two: ``scale`` times it, exactly where the numerator stays normal, by P's coefficients times ``scale``)."""
     # ordered compares keep NaN in xc, and the rational function carries it to the result
     xc = b.select(b.fcmp_ordered("<", x, _c(-4.0)), _c(-4.0), x)
     xc = b.select(b.fcmp_ordered(">", xc, _c(4.0)), _c(4.0), xc)
     x2 = b.fmul(xc, xc)
-    return b.fdiv(b.fmul(xc, horner(b, x2, _ERF_P)), horner(b, x2, _ERF_Q), flags=RECIP)
+    return b.fdiv(b.fmul(xc, horner(b, x2, [scale * c for c in _ERF_P])), horner(b, x2, _ERF_Q), flags=RECIP)
 
 
 def _erf(b: ir.IRBuilder, x: ir.Value, target: CpuTarget) -> ir.Value:
@@ -263,11 +301,14 @@ def _erf(b: ir.IRBuilder, x: ir.Value, target: CpuTarget) -> ir.Value:
 def _gelu(b: ir.IRBuilder, x: ir.Value, target: CpuTarget) -> ir.Value:
     # erf's saturation is not needed here: below -5.7 the select makes 1 + erf exactly 0, and above 4 sqrt 2
     # 1 + erf is 2 - an ulp or 2, within the tolerance of gelu(x) = x (NaN still flows through)
-    cdf = b.fadd(_c(1.0), _erf_rational(b, b.fmul(x, _c(math.sqrt(0.5)))))
+    half = target.halves_gelu_in_its_erf
+    cdf = b.fadd(_c(0.5 if half else 1.0), _erf_rational(b, b.fmul(x, _c(math.sqrt(0.5))), 0.5 if half else 1.0))
     # Below -5.7, erf(x/sqrt2) rounds to -1 in float32, so PyTorch's 1 + erf is exactly 0: the result is -0,
     # and -inf * 0 is NaN. The polynomial erf stops a hair short of -1, so make that exact.
     cdf = b.select(b.fcmp_ordered("<", x, _c(-5.7)), _c(0.0), cdf)
-    return b.fmul(b.fmul(x, _c(0.5)), cdf)
+    # (x/2) (1 + erf) as x ((1 + erf)/2): halving is exact but for |x| < 2**-125, where 1 + erf is exactly 1 (see
+    # ``CpuTarget.halves_gelu_in_its_erf``)
+    return b.fmul(x, cdf) if half else b.fmul(b.fmul(x, _c(0.5)), cdf)
 
 
 def _gelu_tanh(b: ir.IRBuilder, x: ir.Value, target: CpuTarget) -> ir.Value:
