@@ -126,6 +126,18 @@ class LoopChoices:
         return self.has("avx2") and not self.has("avx512f")
 
     @property
+    def writes_delayed_elements_in_the_exp_loop(self) -> bool:
+        """Whether a softmax-like row pass writes the previous row's float32 outputs (``delayed_writes.py``) in its
+        exp loop, each block of one vector iteration's elements (32 with AVX2) stored with non-temporal stores
+        beside the block's exponentials, instead of a loop of its own before or after each group's: the write's
+        loads, multiplies and stores ride in the FMA-bound exp loop's iterations (its idle load and store ports)
+        instead of a loop between its groups. Zen 3 (AVX2), float32 softmax [4096, 1024]'s row through
+        ``bench_bf16_words.py --switch exp-loop-write``, two builds each, the same bits (session 26 softmax26):
+        1 thread 0.947 / 0.960 (41 rounds), 0.960 / 0.963 and 0.942 / 0.948 (101); 2 threads 0.951 / 0.959,
+        0.962 / 0.966 and 0.953 / 0.945. AVX-512: not measured, as before."""
+        return self.has("avx2") and not self.has("avx512f")
+
+    @property
     def caches_variance_deviations(self) -> bool:
         """Whether a variance's deviation pass over a widened bf16 row stores x - mean into a float32 row cache that a
         later stage's x - mean (bf16 LayerNorm's write pass) loads (``refine.deviation_row_cache``) instead of
