@@ -26,10 +26,13 @@ early-means`` (``--rows c16``): a row loop's variance's mean pass a row early, b
 (``CpuTarget.means_a_row_early``, AVX2's default; bf16 LayerNorm) against each row's passes in turn (every CPU before
 session 25). ``--switch blended-lanes``: output words rounded in 16-bit lanes with AVX2's shifts and blends
 (``CpuTarget.rounds_bf16_in_word_lanes_with_blends``, AVX2's default since session 25, ``bf16_words.py``) against
-32-bit lanes. ``--force``: the "on" builds with the switch on where the host's default is off.
+32-bit lanes. ``--switch exp-loop-write`` (``--rows b``): float32 softmax's delayed write in its exp loop, a
+block of 32 outputs of the previous row stored beside each block of 32 exponentials
+(``CpuTarget.writes_delayed_elements_in_the_exp_loop``, ``delayed_writes.DelayedGroups.fused``) against a loop of its
+own in each group. ``--force``: the "on" builds with the switch on where the host's default is off.
 
     /work/bin/heavy x python benchmarks/bench_bf16_words.py [--rows a16,b16,c16] [--threads 1,2] [--repeats 25]
-        [--switch word-lanes|op-results|widened-rows|paired-sums|row-pass-bursts|widened-rows-exp|write-first|softmax25|tables|deviations|early-means|blended-lanes]
+        [--switch word-lanes|op-results|widened-rows|paired-sums|row-pass-bursts|widened-rows-exp|write-first|softmax25|tables|deviations|early-means|blended-lanes|exp-loop-write]
         [--force]
 
 Each row's graph is the one torch.compile hands the neuron backend (dumped through the ``dump_dir`` option, then
@@ -71,7 +74,8 @@ SWITCHES = {"word-lanes": "rounds_bf16_in_word_lanes", "op-results": "rounds_bf1
             "softmax25": ("caches_widened_bf16_rows_for_exp", "writes_delayed_group_before_the_exponentials"),
             "tables": "looks_up_bf16_unary_math",
             "deviations": "caches_variance_deviations", "early-means": "means_a_row_early",
-            "blended-lanes": "rounds_bf16_in_word_lanes_with_blends"}
+            "blended-lanes": "rounds_bf16_in_word_lanes_with_blends",
+            "exp-loop-write": "writes_delayed_elements_in_the_exp_loop"}
 #: switches that change the order of a sum's terms (the bits may differ: counted, not asserted)
 REORDERS = {"paired-sums"}
 
