@@ -42,11 +42,11 @@ def test_avx2_writes_the_previous_row_in_the_exp_loop_and_avx512_as_before(monke
     _in_the_exp_loop(monkeypatch, False)
     assert not _stores_beside_exponentials(_assembly(fn, zen3)[1])
     assert _assembly(fn, zen4) == zen4_code
-    # bf16 outputs (words written in pairs) keep their write loops
+    # bf16 outputs (words written in pairs) and rows of one group (256 float32) keep their write loops
     monkeypatch.undo()
-    bf16 = _assembly(_softmax_bits(2201, 1024), zen3)[1]
+    kept = [_assembly(fn, zen3)[1] for fn in (_softmax_bits(2201, 1024), _softmax(4100, 256))]
     _in_the_exp_loop(monkeypatch, False)
-    assert _assembly(_softmax_bits(2201, 1024), zen3)[1] == bf16
+    assert [_assembly(fn, zen3)[1] for fn in (_softmax_bits(2201, 1024), _softmax(4100, 256))] == kept
 
 
 def test_the_write_in_the_exp_loop_gives_the_same_bits(rng, monkeypatch):
