@@ -197,8 +197,8 @@ def spread_loop(em: EmitContext, lo: Any, hi: Any, body: Callable[[Any], None], 
     constant), or before it, after the prefetches, where the target says so
     (``CpuTarget.writes_delayed_group_before_the_exponentials``): the delayed write of the previous row's
     elements (``delayed_writes.py``). Where the target says so and the groups are whole (two or more),
-    ``after.fused(start, stop, length, body, inner)`` emits a group's elements and its write in one loop instead (``delayed_writes.
-    DelayedGroups``; it returns False where it does not apply)."""
+    ``after.fused(start, stop, length, body, inner)`` emits a group's elements and its write in one loop instead
+    (``delayed_writes.DelayedGroups``; it returns False where it does not apply)."""
     loop = inner if inner is not None else em.loop
     if not ahead and after is None:
         loop(lo, hi, body)
