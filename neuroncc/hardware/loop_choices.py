@@ -135,7 +135,7 @@ class LoopChoices:
         ``bench_bf16_words.py --switch exp-loop-write``, two builds each, the same bits (session 26 softmax26):
         1 thread 0.947 / 0.960 (41 rounds), 0.960 / 0.963 and 0.942 / 0.948 (101); 2 threads 0.951 / 0.959,
         0.962 / 0.966 and 0.953 / 0.945. Other shapes (a one-off, 61 rounds, 1 thread): [8192, 1024] 0.95, [4096,
-        512] 0.95, [4096, 768] 0.92, [2048, 2048] 0.90-0.97, [1024, 4096] 1.01; [4096, 1024] 0.94-0.97 in 9 of 11
+        512] 0.95, [4096, 768] 0.92, [2048, 2048] 0.90-0.97, [1024, 4096] 1.01; [4096, 1024] 0.93-0.97 in 11 of 13
         processes and 1.06 in 2 (a placement of the process's buffers not pinned down: the input's offset in its
         page alone did not reproduce it); rows of one group (256) 0.98-1.05, so ``prefetch.spread_loop`` leaves
         those as they were. bf16 outputs (words in pairs, built: 1.04 at 1 and 2 threads) keep their write loops.
