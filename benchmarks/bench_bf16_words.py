@@ -37,7 +37,10 @@ AVX2's default since session 26, ``mathlib._exp_in_one_step``) against two produ
 x (1/2 + erf/2) (``CpuTarget.halves_gelu_in_its_erf``, AVX2's default since session 26) against (x/2)(1 + erf).
 ``--switch split-math`` (``--rows a``): a row's independent polynomials but the last computed by loops of their own
 into L1 buffers (``CpuTarget.splits_polynomial_math_loops``, AVX2's default since session 26) against one loop.
-``--switch row-a-26``: the three at once.
+``--switch row-a-26``: the three at once. ``--switch exp-loop-write`` (``--rows b``): float32 softmax's delayed write in its exp loop, a
+block of 32 outputs of the previous row stored beside each block of 32 exponentials
+(``CpuTarget.writes_delayed_elements_in_the_exp_loop``, ``delayed_writes.DelayedGroups.fused``) against a loop of its
+own in each group.
 ``--force``: the "on" builds with the switch on where the host's default is off. ``--output-offset N``: each build
 called on its inputs' addresses into an output held between calls that starts N bytes past a 4 KiB boundary
 (``AddressCall``; the allocator's placement otherwise: torch's first large tensors and the ``neuron`` device's large
@@ -91,7 +94,8 @@ SWITCHES = {"word-lanes": "rounds_bf16_in_word_lanes", "op-results": "rounds_bf1
             "write-buffers": "places_write_buffers_past_the_output",
             "one-step-exp": "scales_one_plus_exp_in_one_step", "gelu-half": "halves_gelu_in_its_erf",
             "split-math": "splits_polynomial_math_loops",
-            "row-a-26": ("splits_polynomial_math_loops", "scales_one_plus_exp_in_one_step", "halves_gelu_in_its_erf")}
+            "row-a-26": ("splits_polynomial_math_loops", "scales_one_plus_exp_in_one_step", "halves_gelu_in_its_erf"),
+            "exp-loop-write": "writes_delayed_elements_in_the_exp_loop"}
 #: switches that change the order of a sum's terms (the bits may differ: counted, not asserted)
 REORDERS = {"paired-sums"}
 

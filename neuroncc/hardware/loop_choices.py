@@ -126,6 +126,23 @@ class LoopChoices:
         return self.has("avx2") and not self.has("avx512f")
 
     @property
+    def writes_delayed_elements_in_the_exp_loop(self) -> bool:
+        """Whether a softmax-like row pass writes the previous row's float32 outputs (``delayed_writes.py``) in its
+        exp loop, each block of one vector iteration's elements (32 with AVX2) stored with non-temporal stores
+        beside the block's exponentials, instead of a loop of its own before or after each group's: the write's
+        loads, multiplies and stores ride in the FMA-bound exp loop's iterations (its idle load and store ports)
+        instead of a loop between its groups. Zen 3 (AVX2), float32 softmax [4096, 1024]'s row through
+        ``bench_bf16_words.py --switch exp-loop-write``, two builds each, the same bits (session 26 softmax26):
+        1 thread 0.947 / 0.960 (41 rounds), 0.960 / 0.963 and 0.942 / 0.948 (101); 2 threads 0.951 / 0.959,
+        0.962 / 0.966 and 0.953 / 0.945. Other shapes (a one-off, 61 rounds, 1 thread): [8192, 1024] 0.95, [4096,
+        512] 0.95, [4096, 768] 0.92, [2048, 2048] 0.90-0.97, [1024, 4096] 1.01; [4096, 1024] 0.93-0.97 in 11 of 13
+        processes and 1.06 in 2 (a placement of the process's buffers not pinned down: the input's offset in its
+        page alone did not reproduce it); rows of one group (256) 0.98-1.05, so ``prefetch.spread_loop`` leaves
+        those as they were. bf16 outputs (words in pairs, built: 1.04 at 1 and 2 threads) keep their write loops.
+        AVX-512: not measured, as before."""
+        return self.has("avx2") and not self.has("avx512f")
+
+    @property
     def caches_variance_deviations(self) -> bool:
         """Whether a variance's deviation pass over a widened bf16 row stores x - mean into a float32 row cache that a
         later stage's x - mean (bf16 LayerNorm's write pass) loads (``refine.deviation_row_cache``) instead of

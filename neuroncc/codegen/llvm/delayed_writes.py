@@ -14,18 +14,28 @@ a group of its elements beside each group of the carrier's (``prefetch.spread_lo
 exponentials on AVX2, after them elsewhere: ``CpuTarget.writes_delayed_group_before_the_exponentials``):
 ``MEMORY_BURST_LINES`` lines of non-temporal stores at a time, which drain while exponentials are computed. The row caches
 hold two rows (row r's is written while row r - 1's is read; ``row_buffers.row_slot``), and the last row of a
-thread's range is written after its row loop. :func:`delayed_write_stage` is the decision, the rest its code.
+thread's range is written after its row loop. Where the target says so (AVX2:
+``CpuTarget.writes_delayed_elements_in_the_exp_loop``) a float32 write is not a loop beside each group's but part of
+the group's exp loop: each vector iteration's 32 exponentials, then the previous row's 32 outputs
+(:meth:`DelayedGroups.fused`). :func:`delayed_write_stage` is the decision, the rest its code.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from llvmlite import ir
 
 from neuroncc.codegen.llvm.kernel_plan import MapStage, RowLoop
 from neuroncc.codegen.llvm.prefetch import rows_written_by_carried_pass
-from neuroncc.codegen.llvm.streams import streams
+from neuroncc.codegen.llvm.pairs import pairs_halfwords
+from neuroncc.codegen.llvm.row_buffers import row_number
+from neuroncc.codegen.llvm.scalars import F32, I32, I64
+from neuroncc.codegen.llvm.streams import stream_bytes, streams
+from neuroncc.hardware.host import CACHE_LINE_BYTES
+from neuroncc.ir.dtypes import DType
 
 #: Whether write passes are delayed where :func:`delayed_write_stage` allows (a switch for one-process A/Bs).
 DELAY_WRITES = True
@@ -54,6 +64,98 @@ def emit_delayed_group(em: Any, phase: RowLoop, stage_number: int, row: Any, fir
     with em.fresh_values():
         with em.b.if_then(em.b.icmp_signed(">", em.ir_index(row), em.ir_index(first_row))):
             _write(em, phase.stages[stage_number], stage_number, previous, (start, stop), length)
+
+
+@dataclass(frozen=True)
+class DelayedGroups:
+    """The delayed write of the row before ``row`` (outer digits ``previous``) in the groups of the carrier's loop
+    (``prefetch.spread_loop``): called with a group's range, its elements in a loop of their own
+    (:func:`emit_delayed_group`); :meth:`fused` writes them in the group's exp loop."""
+
+    em: Any
+    phase: RowLoop
+    stage_number: int
+    row: Any
+    first_row: Any
+    current: list[Any]
+    previous: list[Any]
+
+    def __call__(self, start: Any, stop: Any, length: int) -> None:
+        emit_delayed_group(self.em, self.phase, self.stage_number, self.row, self.first_row, self.previous, start,
+                           stop, length)
+
+    def fused(self, start: Any, stop: Any, length: int, body: Callable[[Any], None],
+              elements: Callable[[Any, Any, Callable[[Any], None]], None]) -> bool:
+        """The group [start, stop) (``length`` elements) of the carrier's ``body`` run by ``elements``, each block of
+        one vector iteration's elements also computing the previous row's outputs into a stack piece that is then
+        stored with non-temporal stores (as ``MapStages._map_stage``'s streamed pieces: LLVM keeps the piece in
+        registers); the first row of the thread's range writes nothing. False (nothing emitted) where the write's
+        outputs or the carrier's loop are not all float32 elements (pairs, bf16 words)."""
+        em = self.em
+        stage = self.phase.stages[self.stage_number]
+        width = em.target.vector_bits // 32 * em.target.polynomial_interleave
+        targets = [target for _, target in stage.items]
+        if any(target.dtype is not DType.f32 for target in targets) or length % width \
+                or pairs_halfwords(em.plan, self.phase.stages[self.stage_number - 1]) \
+                or pairs_halfwords(em.plan, stage):
+            return False
+        pieces = {}
+        for target in targets:
+            piece = em._entry.alloca(ir.ArrayType(F32, width))
+            piece.align = CACHE_LINE_BYTES
+            pieces[target.arg] = piece
+        carrier = em._stage_number
+
+        def block(j: Any) -> None:
+            base = em.add(start, em.mul(j, width))
+
+            def element(i: Any) -> None:
+                body(i)
+                with em.fresh_values():
+                    em._stage_number = self.stage_number
+                    em._map_body(stage, self.previous + [i], pieces, base)
+                    em._stage_number = carrier
+
+            elements(base, em.add(base, width), element)
+            em._stage_number = self.stage_number
+            for target in targets:  # (unrolled: each vector forwarded from the piece's stores to its own vmovntps)
+                _stream_piece(em, pieces[target.arg], target, self.previous + [base], width)
+            em._stage_number = carrier
+            em._streamed = True
+
+        # (each row copy's code of its own: with both row caches at known offsets of their buffer the vectorizer
+        # sees the exponentials' stores and the write's loads apart; at unknown ones it left the loop scalar)
+        rows = (em.form(row_number(em, self.current, self.phase.outer)),
+                em.form(row_number(em, self.previous, self.phase.outer)))
+        b = em.b
+        with b.if_else(b.icmp_signed(">", em.ir_index(self.row), em.ir_index(self.first_row))) as (then, other):
+            with then:
+                odd = b.trunc(em.ir_index(self.row), ir.IntType(1))
+                with b.if_else(odd) as (on_odd, on_even):
+                    for copy, branch in ((1, on_odd), (0, on_even)):
+                        with branch:
+                            with em.fresh_values():
+                                em._row_copy_of = {rows[0]: copy, rows[1]: 1 - copy}
+                                em.loop(0, em.div(em.sub(stop, start), width), block)
+                                em._row_copy_of = {}
+            with other:
+                with em.fresh_values():
+                    elements(start, stop, body)
+        return True
+
+
+def _stream_piece(em: Any, piece: ir.Value, target: Any, idx: list[Any], count: int) -> None:
+    """``count`` float32 elements of ``piece`` stored to ``target`` at ``idx`` with non-temporal vector stores."""
+    lanes = stream_bytes(em.target) // 4
+    vector = ir.VectorType(F32, lanes)
+    destination = em.address(target, idx)
+    nontemporal = em.module.add_metadata([ir.Constant(I32, 1)])
+    for offset in range(0, count, lanes):
+        source = em.b.bitcast(em.b.gep(piece, [ir.Constant(I64, 0), ir.Constant(I64, offset)], inbounds=True),
+                              vector.as_pointer())
+        store = em.b.gep(destination, [ir.Constant(I64, offset)], source_etype=F32, inbounds=True)
+        em.b.store(em.b.load(source, align=stream_bytes(em.target)), store,
+                   align=stream_bytes(em.target)).set_metadata("nontemporal", nontemporal)
 
 
 def emit_last_row(em: Any, phase: RowLoop, stage_number: int, first_row: Any, end: ir.Value) -> None:

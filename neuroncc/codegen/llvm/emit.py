@@ -22,7 +22,7 @@ from neuroncc.codegen.llvm.access import ACCESS, broadcast_index
 from neuroncc.codegen.llvm.bf16_tables import looked_up
 from neuroncc.codegen.llvm.buffer_access import BufferAccess
 from neuroncc.codegen.llvm.context import Ahead, Index
-from neuroncc.codegen.llvm.delayed_writes import delayed_write_stage, emit_delayed_group, emit_last_row
+from neuroncc.codegen.llvm.delayed_writes import DelayedGroups, delayed_write_stage, emit_last_row
 from neuroncc.codegen.llvm.elementwise import ELEMENTWISE, EXACT, table_function, widens_bf16
 from neuroncc.codegen.llvm.entries import RECIPROCAL_ESTIMATES, add_phase_entry, vector_width_attribute
 from neuroncc.codegen.llvm.indexing import ROUNDS, IndexArithmetic
@@ -152,6 +152,7 @@ class KernelEmitter(IndexArithmetic, BufferAccess, MapStages):
         self._row_cache, self._rows, self._row_depth, self._prefetched, self._pair_rows = {}, {}, 0, (), frozenset()
         self._carrier, self._ahead, self._owned = None, (), ()
         self._delayed, self._after_group, self._row_copies, self._deviations = None, None, 1, {}
+        self._row_copy_of: dict = {}  # row number's form -> its row copy, where known (``row_buffers.row_slot``)
         self._early_mean = None
         start, end = body_fn.args[n_args], body_fn.args[n_args + 1]
         self._range = (start, end)
@@ -277,8 +278,8 @@ class KernelEmitter(IndexArithmetic, BufferAccess, MapStages):
         if self._delayed is not None:
             skipped.add(self._delayed)
             previous = self._digits(self.sub(flat, 1), phase.outer)
-            self._after_group = lambda start, stop, length: emit_delayed_group(
-                self, phase, self._delayed, flat, self._range[0], previous, start, stop, length)
+            self._after_group = DelayedGroups(self, phase, self._delayed, flat, self._range[0], list(outer[:depth]),
+                                              previous)
         if self._early_mean is not None:  # (its mean pass ran a row early: the variance loads the mean)
             means[self._early_mean[0]] = SharedMean(self._early_mean[1].stage, stores=False)
         passes = [number for number in range(len(phase.stages)) if number not in skipped]

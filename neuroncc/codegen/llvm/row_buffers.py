@@ -151,6 +151,14 @@ def allocate_rows(em: Any, phase: RowLoop, copies: int = 1, shift: ir.Value | No
     return buffers
 
 
+def row_number(em: Any, digits: list[Any], outer: tuple[int, ...]) -> Any:
+    """The flat number of the row at the outer ``digits`` in a grid of ``outer`` rows."""
+    number: Any = 0
+    for i, stride in zip(digits, contiguous_strides(tuple(outer))):
+        number = em.add(number, em.mul(i, stride))
+    return number
+
+
 def copy_stride(row: int, itemsize: int) -> int:
     """Elements (of ``itemsize`` bytes) from one copy of a row cache to the next: the row, then padding that puts
     the copies half of ``ALIAS_PERIOD_BYTES`` apart modulo it. Copies a whole number of 4 KiB apart (a row of 1024
@@ -177,9 +185,8 @@ def row_slot(em: Any, value: Value, idx: list) -> ir.Value:
     for i, stride in zip(row, contiguous_strides(shape)):
         flat = em.add(flat, em.mul(i, stride))
     if em._row_copies > 1 and depth:  # consecutive rows in turn (see :func:`allocate_rows`)
-        outer: Any = 0
-        for i, stride in zip(idx[:depth], contiguous_strides(tuple(value.type.shape[:depth]))):
-            outer = em.add(outer, em.mul(i, stride))
+        outer = row_number(em, idx[:depth], value.type.shape[:depth])
+        copy = em._row_copy_of.get(em.form(outer))  # (a copy known where the code is versioned on it)
         stride = copy_stride(math.prod(shape), _itemsize(value))
-        flat = em.add(flat, em.mul(em.rem(outer, em._row_copies), stride))
+        flat = em.add(flat, em.mul(em.rem(outer, em._row_copies) if copy is None else copy, stride))
     return em.b.gep(em._rows[value], [ir.Constant(I64, 0), em.ir_index(flat)], inbounds=True)
