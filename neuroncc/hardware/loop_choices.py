@@ -266,9 +266,9 @@ class LoopChoices:
         kernel against none, two builds each, interleaved in one process (session 26 stream26): 1 thread 0.885-0.955
         of the time on a held output (two runs of 201-301 rounds), 0.908-0.941 through the numpy path
         (``bench_bf16_words.py --switch stream-ahead``, two runs); 2 threads 0.93-0.96 (one build 1.02) and
-        0.898-0.984; the copy roof / time 0.86-0.87 -> 0.91-0.98 at 1 thread. 8 lines 0.96-1.02, 16 lines 0.93-1.03, 32 lines 0.97,
-        64 (the next row) 0.97-1.06; prefetches in a norm's write pass (RMSNorm: 8-32 lines) 1.03-1.13. With
-        AVX-512: 0 (not measured: its code is unchanged)."""
+        0.898-0.984; the copy roof / time 0.86-0.87 -> 0.91-0.98 at 1 thread. 8 lines 0.96-1.02, 16 lines
+        0.93-1.03, 32 lines 0.97, 64 (the next row) 0.97-1.06; prefetches in a norm's write pass (RMSNorm: 8-32
+        lines) 1.03-1.13. With AVX-512: 0 (not measured: its code is unchanged)."""
         return 0 if self.has("avx512f") else 24
 
     @property

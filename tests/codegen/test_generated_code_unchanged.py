@@ -3,47 +3,45 @@ pass (recorded on main at c823aba): the pass's default decisions are the code ge
 
 The hashes are of the LLVM IR text (the cpu target: benchmarks/bench_kernels.py's graphs, one kernel each as the
 benchmark builds them and through the default pipeline) and of the NKI module (benchmarks/nki_generated_costs.py's
-kernels on each generation). The LLVM IR is generated for a pinned host, a Zen 3 with AVX2 (the math library and
-the tile pass's vector width depend on the CPU), so the hashes hold on any machine. A change here must be
-deliberate: say why in the commit, then update the hashes (``python tests/codegen/test_generated_code_unchanged.py``
-prints them). Changed since c823aba: gelu and softmax (the math library's exp scales by exponent bits instead of
+kernels on each generation). The LLVM IR is generated for a pinned host, a Zen 3 with AVX2 (the math library and the
+tile pass's vector width depend on the CPU), so the hashes hold on any machine. A change here must be deliberate:
+say why in the commit, then update the hashes (``python tests/codegen/test_generated_code_unchanged.py`` prints
+them). Changed since c823aba: gelu and softmax (the math library's exp scales by exponent bits instead of
 ``llvm.ldexp``, which is a C library call per lane without AVX-512; gelu's polynomial), and layernorm (its
-variance's first pass stores the mean of the same rows instead of a third pass computing it again); then
-layernorm again (session 7: each row prefetches the next row of its input, ``prefetch.py``); every kernel
-module (session 7: its ``_team`` function left for the process's one OpenMP team entry; the texts are the
-former texts without those functions, checked line for line); softmax, layernorm and stream (session 9: streamed
-outputs go out a vector at a time instead of through a 16 KiB buffer, ``streams.stream_bytes``); softmax
-again (session 9: its exp pass prefetches the next row, a burst of lines per group of elements,
-``prefetch.spread_loop``); gelu and softmax (session 9: loops computing polynomial math carry an interleave count
-for the vectorizer, ``loop_hints.py``; sigmoid negates by 0 - x); layernorm (session 11: the next row's prefetches
-in bursts, one before each pass over the row, ``prefetch.row_bursts``); softmax (session 11: its exp pass also
-prefetches the row's output lines for writing and its write pass stores plainly,
-``prefetch.rows_written_by_carried_pass``); softmax (session 12: exp of x - max(x) is the math library's
-non-positive exp, without the upper clamp and with a one-step scale, ``signs.at_most_zero``); softmax (session
-13: its write pass one row late, inside the next row's exp pass, with non-temporal stores, ``delayed_writes.py``,
-its sum over the row cache in a loop of its own, ``stages.SUM_ROW_CACHE_APART``, and its row cache page-aligned,
-``row_buffers.allocate_rows``); layernorm (session 15: its mean and variance passes start their vector loops at
-a vector boundary of the row, ``stages._Reducer._aligned_start``); every kernel (session 18: an index's terms and
-partial sums are built once per loop body and shared, ``indexing.materialize``; fewer mul/add instructions, the
-same O3 assembly for these kernels on Zen 4); softmax (session 20: without AVX-512 the non-positive exp clamps at
--104.5 instead of -104, its one changed constant: the scale is then +0 and the product does not underflow,
-``mathlib.EXP_NONPOSITIVE_FLOOR``); gelu (session 20 underflow: without AVX-512 gelu_tanh clamps its exponent at
--86 instead of -104, its one changed constant: e**w stays normal and 1 + e**w is 1 either way,
+variance's first pass stores the mean of the same rows instead of a third pass computing it again); then layernorm
+again (session 7: each row prefetches the next row of its input, ``prefetch.py``); every kernel module (session 7:
+its ``_team`` function left for the process's one OpenMP team entry; the texts are the former texts without those
+functions, checked line for line); softmax, layernorm and stream (session 9: streamed outputs go out a vector at a
+time instead of through a 16 KiB buffer, ``streams.stream_bytes``); softmax again (session 9: its exp pass
+prefetches the next row, a burst of lines per group of elements, ``prefetch.spread_loop``); gelu and softmax
+(session 9: loops computing polynomial math carry an interleave count for the vectorizer, ``loop_hints.py``; sigmoid
+negates by 0 - x); layernorm (session 11: the next row's prefetches in bursts, one before each pass over the row,
+``prefetch.row_bursts``); softmax (session 11: its exp pass also prefetches the row's output lines for writing and
+its write pass stores plainly, ``prefetch.rows_written_by_carried_pass``); softmax (session 12: exp of x - max(x) is
+the math library's non-positive exp, without the upper clamp and with a one-step scale, ``signs.at_most_zero``);
+softmax (session 13: its write pass one row late, inside the next row's exp pass, with non-temporal stores,
+``delayed_writes.py``, its sum over the row cache in a loop of its own, ``stages.SUM_ROW_CACHE_APART``, and its row
+cache page-aligned, ``row_buffers.allocate_rows``); layernorm (session 15: its mean and variance passes start their
+vector loops at a vector boundary of the row, ``stages._Reducer._aligned_start``); every kernel (session 18: an
+index's terms and partial sums are built once per loop body and shared, ``indexing.materialize``; fewer mul/add
+instructions, the same O3 assembly for these kernels on Zen 4); softmax (session 20: without AVX-512 the
+non-positive exp clamps at -104.5 instead of -104, its one changed constant: the scale is then +0 and the product
+does not underflow, ``mathlib.EXP_NONPOSITIVE_FLOOR``); gelu (session 20 underflow: without AVX-512 gelu_tanh clamps
+its exponent at -86 instead of -104, its one changed constant: e**w stays normal and 1 + e**w is 1 either way,
 ``mathlib.ONE_PLUS_EXP_FLOOR``); every kernel (session 22: phase functions named by a digest of their code,
-``kernel_names.py``, instead of ``k{op index}``; the texts are the former texts with ``"k0_`` renamed, checked
-by hashing them with the name put back); softmax (session 25: without AVX-512 its delayed write group goes before
-each group's exponentials, ``CpuTarget.writes_delayed_group_before_the_exponentials``; the text with the
-property off is the former one, checked by its hash); stream (session 26: without AVX-512 its one pass over x
-prefetches x 24 lines ahead, ``CpuTarget.one_pass_stream_prefetch_lines``; the text with the property off is the
-former one, checked by its hash in ``test_one_pass_stream_prefetch.py``); gelu (session 26: without AVX-512 sigmoid's e**-x scales in one
+``kernel_names.py``, instead of ``k{op index}``; the texts are the former texts with ``"k0_`` renamed, checked by
+hashing them with the name put back); softmax (session 25: without AVX-512 its delayed write group goes before each
+group's exponentials, ``CpuTarget.writes_delayed_group_before_the_exponentials``; the text with the property off is
+the former one, checked by its hash); stream (session 26: without AVX-512 its one pass over x prefetches x 24 lines
+ahead, ``CpuTarget.one_pass_stream_prefetch_lines``; the text with the property off is the former one, checked by
+its hash in ``test_one_pass_stream_prefetch.py``); gelu (session 26: without AVX-512 sigmoid's e**-x scales in one
 product and folds -x into its constants, ``CpuTarget.scales_one_plus_exp_in_one_step``, and gelu halves inside its
 erf, ``CpuTarget.halves_gelu_in_its_erf``; the same bits; the text with both properties off is the former one,
 checked by its hash); gelu again (session 26: without AVX-512 its gelu is computed by a loop of its own into an L1
 buffer before the loop of sigmoid and the product, ``CpuTarget.splits_polynomial_math_loops``; the text with the
-property off is the previous one, checked by its hash); softmax (session 26: without AVX-512 its delayed write runs in
-the exp loop, ``CpuTarget.writes_delayed_elements_in_the_exp_loop``; the text with the property off hashes as the
-former one, 11d6005453a3cd96).
-"""
+property off is the previous one, checked by its hash); softmax (session 26: without AVX-512 its delayed write runs
+in the exp loop, ``CpuTarget.writes_delayed_elements_in_the_exp_loop``; the text with the property off hashes as the
+former one, 11d6005453a3cd96)."""
 
 from __future__ import annotations
 
