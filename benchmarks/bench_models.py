@@ -130,6 +130,12 @@ def make_step(row: str, backend: str) -> Callable[[], object]:
 
 
 def steady_state(row: str, repeat: int) -> dict[str, float]:
+    # each row's compiles start from an empty TorchDynamo cache: the transformer rows compile the same forward (its
+    # code object) with both backends, and past torch._dynamo.config.recompile_limit (8) TorchDynamo runs a frame
+    # eagerly with a warning; the bf16 rows (e16, f2_16), the 9th and later, measured eager's time for both compilers
+    import torch._dynamo
+
+    torch._dynamo.reset()
     impls = {name: make_step(row, backend) for name, backend in
              (("eager", "eager"), ("inductor", "inductor"), ("neuroncc", "neuron"))}
     return interleaved(impls, repeats=repeat, warmup=3)

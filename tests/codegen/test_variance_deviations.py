@@ -11,7 +11,7 @@ import numpy as np
 from codegen_helpers import special_floats
 from test_bf16_rounding import ZEN4
 from test_bf16_words import _assembly
-from test_pairs import AVX2, _bf16, _bits, layernorm_graph, to_bits
+from test_pairs import AVX2, _bf16, layernorm_graph, to_bits
 from test_row_pass_bursts import var_mean_layernorm
 
 from neuroncc.codegen.llvm.regions import fuse_whole_function
@@ -24,6 +24,16 @@ ROW_CACHE = "alloca [1024 x float], align 4096"
 
 def _switch(monkeypatch, on: bool) -> None:
     monkeypatch.setattr(CpuTarget, "caches_variance_deviations", property(lambda self: on))
+
+
+def _same_bits_with_and_without(monkeypatch, property_name: str, fn, inputs, threads: int = 2) -> None:
+    """``fn``'s outputs on ``inputs`` are the same bits with the ``CpuTarget`` property on as with it off."""
+    results = []
+    for on in (True, False):
+        monkeypatch.setattr(CpuTarget, property_name, property(lambda self, on=on: on))
+        results.append(build_cpu_executable(fn, {"threads": threads})(*inputs))
+    for got, want in zip(*results, strict=True):
+        np.testing.assert_array_equal(got, want)
 
 
 def _write_loop(asm: str) -> str:
@@ -62,12 +72,7 @@ def test_cached_deviations_give_the_same_bits(rng, monkeypatch):
         x[0] = special_floats(rng, (cols,))  # NaN and infinities: a row of NaN
         x[1, :4], x[2, 5], x[3, :3] = [1e30, -1e30, 1e-30, -0.0], np.inf, [3e38, 3e38, -3e38]  # huge deviations
         inputs = [to_bits(x)] + [to_bits((rng.standard_normal(cols) * 2).astype(np.float32)) for _ in range(2)]
-        _switch(monkeypatch, True)
-        got = build_cpu_executable(fn, {"threads": 2})(*inputs)
-        _switch(monkeypatch, False)
-        want = build_cpu_executable(fn, {"threads": 2})(*inputs)
-        for g, w in zip(got, want, strict=True):
-            np.testing.assert_array_equal(g, w)
+        _same_bits_with_and_without(monkeypatch, "caches_variance_deviations", fn, inputs)
 
 
 # ---- the variance's mean pass a row early (``CpuTarget.means_a_row_early``) ------------------------------------
@@ -107,12 +112,7 @@ def test_early_means_give_the_same_bits(rng, monkeypatch):
         x = (rng.standard_normal((rows, cols)) * 3 + 1).astype(np.float32)
         x[0, :3] = [np.inf, 1e30, -0.0]
         inputs = [to_bits(x)] + [to_bits((rng.standard_normal(cols) * 2).astype(np.float32)) for _ in range(2)]
-        _early(monkeypatch, True)
-        got = build_cpu_executable(fn, {"threads": threads})(*inputs)
-        _early(monkeypatch, False)
-        want = build_cpu_executable(fn, {"threads": threads})(*inputs)
-        for g, w in zip(got, want, strict=True):
-            np.testing.assert_array_equal(g, w)
+        _same_bits_with_and_without(monkeypatch, "means_a_row_early", fn, inputs, threads)
 
 
 def test_a_row_loop_over_blocks_of_rows_computes_its_means_in_turn(rng, monkeypatch):
@@ -129,9 +129,4 @@ def test_a_row_loop_over_blocks_of_rows_computes_its_means_in_turn(rng, monkeypa
     fn = fuse_whole_function(b.build([b.op("bitcast", y, dtype=DType.i16),
                                       b.op("bitcast", b.op("select", y, dim=1, index=0), dtype=DType.i16)]))
     inputs = [to_bits((rng.standard_normal((2, 8, 32)) * 3 + 1).astype(np.float32))]
-    _early(monkeypatch, True)
-    got = build_cpu_executable(fn, {"threads": 2})(*inputs)
-    _early(monkeypatch, False)
-    want = build_cpu_executable(fn, {"threads": 2})(*inputs)
-    for g, w in zip(got, want, strict=True):
-        np.testing.assert_array_equal(g, w)
+    _same_bits_with_and_without(monkeypatch, "means_a_row_early", fn, inputs)
