@@ -23,14 +23,14 @@ lands in the chunks their outputs land in); the "kernel alone" column's roof is 
 held output (the very pages the kernel alone writes). Before, the stream wrote a numpy buffer of its own: one
 measurement found it 6-7% faster to copy into than the kernels' buffers (session 26 stream26), three more
 (``--roof-buffers``, 61-101 rounds, rows a, b, c, c', RMSNorm, bf16 b and c at 1 and 2 threads) 0.89-1.05x the
-held output's time and 0.87-1.07x the fresh tensor's: a buffer's physical pages (4 KiB: no huge pages under any
-output, though numpy asks for them) move a copy by up to ~10% either way, a lottery in every row's fraction (the
+held output's time and 0.87-1.07x the fresh tensor's: a buffer's physical pages (4 KiB: huge pages under 3 of
+85 buffers, though numpy asks for them) move a copy by up to ~10% either way, a lottery in every row's fraction (the
 kernel alone's of (c') and RMSNorm at 1 thread 0.84 / 0.82 of the numpy roof, 0.91 / 0.89 of its own buffer's).
 A fresh tensor costs the copy and the kernel alike (2 threads: the copy 1.02-1.13x its time into the held
 output, the kernel alone 1.00-1.09x), so each column's roof is measured where its call writes. The non-temporal
 stream stays the roof: the fastest copy measured at every row's size and both thread counts, ahead of plain
 stores, torch's ``copy_`` (1.1-1.8x its time; 0.99x once, bf16 softmax's 8 MB at 2 threads) and numpy's
-``copyto`` (1.7-1.8x at 1 thread, 1.7-3.4x at 2: it runs on one). ``--roof-buffers`` prints, per row, those
+``copyto`` (1.65-1.85x at 1 thread, 1.7-3.4x at 2: it runs on one). ``--roof-buffers`` prints, per row, those
 copies, the stream into each kind of buffer and the kernel alone into each.
 
 neuroncc's call: every row is the row's Python function through ``torch.compile(backend="neuron")``, the way a
