@@ -250,9 +250,29 @@ class Stream:
         self.blocks = -(-max(self.n_read, self.n_write) // STREAM_BLOCK)
         self.kernels = {"plain": plain, "streaming": streaming}
 
-    def runner(self, stores: str, threads: int) -> Callable[[], None]:
+    @property
+    def write_bytes(self) -> int:
+        """The bytes a destination of :meth:`runner` must hold."""
+        return max(self.n_write, 16) * 4
+
+    def runner(self, stores: str, threads: int,
+               destination: Callable[[], tuple[int, object]] | None = None) -> Callable[[], object]:
+        """The stream with ``stores`` on ``threads`` threads, into the stream's own buffer or, with
+        ``destination``, into the memory at the address ``destination()`` gives on each call (with an object
+        that keeps it alive for the call: a fresh tensor, as an implementation's call makes its output)."""
         kernel = self.kernels[stores]
-        return lambda: run(kernel, self.args, self.blocks, threads)
+        if destination is None:
+            return lambda: run(kernel, self.args, self.blocks, threads)
+        slots = list(self.args)
+
+        def call() -> object:
+            address, keep = destination()
+            args = (ctypes.c_int64 * 5)(*slots)
+            args[1] = address
+            run(kernel, args, self.blocks, threads)
+            return keep
+
+        return call
 
 
 def fma_peak(target: CpuTarget, threads: int, clock: Callable[[], float], iterations: int = 200_000,

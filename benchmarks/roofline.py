@@ -11,10 +11,27 @@ The machine's limits are measured at run time with microkernels compiled for thi
   once, outputs once, at the user's dtype), timed *interleaved* with the implementations, so that it sees the
   same cache state and the same machine noise; it reads the row's own largest input when that holds all the
   reads (so an input that stays in L3 between the implementations' calls does for it too), with plain and
-  with non-temporal stores (the faster counts). One sample of each per round, as of every implementation, over
+  with non-temporal stores (the faster counts), into the same kind of buffer as the calls it is the roof of
+  (below). One sample of each per round, as of every implementation, over
   45 rounds by default (session 19: 15 before, a roof that moved by 5-20% between measurements of the same row on
   this noisy VM; three samples of each stream kernel per round were tried and dropped: a stream then more often
   follows a stream, which leaves its input in the L3, and the roof came out 4-7% faster: another meaning).
+
+The memory roof's buffer (session 26). A row's "memory roof" is the stream into a fresh torch tensor each call,
+as eager's, Inductor's and neuroncc's calls each make their output (the same allocator, size and lifetime: it
+lands in the chunks their outputs land in); the "kernel alone" column's roof is the stream into that column's own
+held output (the very pages the kernel alone writes). Before, the stream wrote a numpy buffer of its own: one
+measurement found it 6-7% faster to copy into than the kernels' buffers (session 26 stream26), three more
+(``--roof-buffers``, 61-101 rounds, rows a, b, c, c', RMSNorm, bf16 b and c at 1 and 2 threads) 0.89-1.05x the
+held output's time and 0.87-1.07x the fresh tensor's: a buffer's physical pages (4 KiB: huge pages under 3 of
+85 buffers, though numpy asks for them) move a copy by up to ~10% either way, a lottery in every row's fraction (the
+kernel alone's of (c') and RMSNorm at 1 thread 0.84 / 0.82 of the numpy roof, 0.91 / 0.89 of its own buffer's).
+A fresh tensor costs the copy and the kernel alike (2 threads: the copy 1.02-1.13x its time into the held
+output, the kernel alone 1.00-1.09x), so each column's roof is measured where its call writes. The non-temporal
+stream stays the roof: the fastest copy measured at every row's size and both thread counts, ahead of plain
+stores, torch's ``copy_`` (1.1-1.8x its time; 0.99x once, bf16 softmax's 8 MB at 2 threads) and numpy's
+``copyto`` (1.65-1.85x at 1 thread, 1.7-3.4x at 2: it runs on one). ``--roof-buffers`` prints, per row, those
+copies, the stream into each kind of buffer and the kernel alone into each.
 
 neuroncc's call: every row is the row's Python function through ``torch.compile(backend="neuron")``, the way a
 user calls it and the way Inductor's row runs (session 19: rows (a)-(c') ran a hand-built graph through the
@@ -45,9 +62,9 @@ fewest known instructions reach: 8 flops and 5.5 conversion instructions per ele
 ms of flops and 0.5 ms of conversions, against 0.8-1.5 ms of memory.
 
 Run: ``python benchmarks/roofline.py [--rows a,b,c] [--threads 2,1] [--repeats 45] [--numpy-path]
-[--roof-spread N]``. ``--roof-spread N``: no table; for each row N trials of its interleaved measurement with 15
-rounds (the roof as before session 19) alternating with N with ``--repeats`` rounds, and the spread of each roof
-estimate over its trials.
+[--roof-spread N] [--roof-buffers]``. ``--roof-spread N``: no table; for each row N trials of its interleaved
+measurement with 15 rounds (the roof as before session 19) alternating with N with ``--repeats`` rounds, and the
+spread of each roof estimate over its trials.
 """
 
 from __future__ import annotations
@@ -190,25 +207,28 @@ def run_rows(machine: Machine, selected: list[Case], threads: int, repeats: int,
         calls, memory_calls, path = row_calls(machine, case, inputs, threads, numpy_path)
         samples = interleaved_samples({**calls, **memory_calls}, repeats=repeats, clock=clock_for(threads))
         times = {name: statistics.median(values) for name, values in samples.items()}
-        memory = memory_roof(samples, memory_calls)
+        memory = memory_roof(samples, memory_calls, "")
+        held = memory_roof(samples, memory_calls, " held") if "memory held (streaming stores)" in samples else None
         compute = machine.compute_seconds(case.work, threads)
         conversions = machine.conversion_flops(case.work) / machine.peak[threads]
         roof = max(memory, compute)
         ours = times["neuroncc"]
         kernel = times.get("neuroncc kernel alone")
+        kernel_roof = None if held is None else max(held, compute)
         bound = "memory" if memory >= compute else "compute"
         rows.append([case.title, str(threads), path, f"{times['eager'] * 1e3:.2f}", f"{times['inductor'] * 1e3:.2f}",
                      f"{ours * 1e3:.2f}", "-" if kernel is None else f"{kernel * 1e3:.2f}",
                      f"{times['eager'] / ours:.2f}x", f"{times['inductor'] / ours:.2f}x",
-                     f"{memory * 1e3:.2f}", f"{compute * 1e3:.2f}", f"{conversions * 1e3:.2f}", bound,
+                     f"{memory * 1e3:.2f}", "-" if held is None else f"{held * 1e3:.2f}", f"{compute * 1e3:.2f}",
+                     f"{conversions * 1e3:.2f}", bound,
                      f"{(case.work.reads + case.work.writes) / memory / 1e9:.1f}", f"{roof / ours:.0%}",
-                     "-" if kernel is None else f"{roof / kernel:.0%}"])
+                     "-" if kernel is None else f"{kernel_roof / kernel:.0%}"])
         print(" | ".join(rows[-1]), flush=True)
     return rows
 
 
 def row_calls(machine: Machine, case: Case, inputs: list[torch.Tensor], threads: int,
-              numpy_path: bool) -> tuple[dict, dict, str]:
+              numpy_path: bool, buffers: bool = False) -> tuple[dict, dict, str]:
     """The row's calls (eager, Inductor, neuroncc, and neuroncc's kernel alone where the row is one graph), its
     stream kernels' calls, and how neuroncc is called. Settled first: the optimized builds taken, so that the
     kernel alone runs the code the row's call runs."""
@@ -222,21 +242,55 @@ def row_calls(machine: Machine, case: Case, inputs: list[torch.Tensor], threads:
     settle_neuroncc(calls)
     graphs = MADE[first:]
     path = "executable (numpy path)" if numpy_path and case.graph is not None else "torch.compile"
-    kernel = kernel_alone(graphs, inputs, case) if path == "torch.compile" and case.setup is None else None
-    if kernel is not None:
-        calls["neuroncc kernel alone"] = kernel
+    alone = kernel_alone(graphs, inputs, case) if path == "torch.compile" and case.setup is None else None
+    if alone is not None:
+        calls["neuroncc kernel alone"] = alone[0]
     largest = max(inputs, key=lambda t: t.numel() * t.element_size())
     source = (largest.data_ptr(), largest.numel() * largest.element_size())
     stream = mk.Stream(*machine.stream_kernels, case.work.reads, case.work.writes, source)
-    memory_calls = {"memory (plain stores)": stream.runner("plain", threads),
-                    "memory (streaming stores)": stream.runner("streaming", threads)}
+    row_calls.last_held, row_calls.last_stream = (alone[1] if alone else None), stream  # (--roof-buffers)
+    memory_calls = {}
+    for where, destination in destinations(stream, alone, buffers).items():
+        for stores in ("plain", "streaming"):
+            memory_calls[f"memory{where} ({stores} stores)"] = stream.runner(stores, threads, destination)
     return calls, memory_calls, path
 
 
+def huge_page_kb(address: int) -> int | None:
+    """AnonHugePages (kB) of the mapping holding ``address`` (``/proc/self/smaps``), None if not found."""
+    inside = False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        first = line.split()[0]
+        if "-" in first and ":" not in first:
+            lo, hi = (int(x, 16) for x in first.split("-"))
+            inside = lo <= address < hi
+        elif inside and first == "AnonHugePages:":
+            return int(line.split()[1])
+    return None
+
+
+def destinations(stream: mk.Stream, alone: tuple | None, buffers: bool) -> dict[str, object]:
+    """Where the stream kernels write: name suffix -> ``Stream.runner``'s destination."""
+    size = stream.write_bytes
+
+    def fresh() -> tuple[int, torch.Tensor]:  # a new torch tensor each call, as each implementation's output
+        out = torch.empty(size, dtype=torch.uint8)
+        return out.data_ptr(), out
+
+    found = {"": fresh}
+    if buffers:
+        found[" own numpy"] = None  # (the stream's own buffer: numpy's, the roof before session 26)
+    if alone is not None and alone[1] is not None and alone[1].numel() * alone[1].element_size() >= size:
+        held = alone[1]  # the kernel alone's output: the same pages
+        found[" held"] = lambda: (held.data_ptr(), held)
+    return found
+
+
 def kernel_alone(graphs: list, inputs: list[torch.Tensor], case: Case):
-    """``run()``: the row's one compiled graph's kernels on ``inputs`` into outputs held between calls (its
-    direct call's address call), or None (several graphs, no direct call, or no result that is eager's). The row's
-    inputs go in the graph's own order (``kernel_cases.in_graph_order``: row (c')'s graph takes b, x, w)."""
+    """``(run, output)``: ``run()`` is the row's one compiled graph's kernels on ``inputs`` into outputs held
+    between calls (its direct call's address call) and ``output`` the tensor it writes, or None (several graphs,
+    no direct call, or no result that is eager's). The row's inputs go in the graph's own order
+    (``kernel_cases.in_graph_order``: row (c')'s graph takes b, x, w)."""
     if len(graphs) != 1 or graphs[0].direct is None or graphs[0].graph.mutations:
         return None
     direct = graphs[0].direct
@@ -255,12 +309,24 @@ def kernel_alone(graphs: list, inputs: list[torch.Tensor], case: Case):
     held = direct(order)
     addresses = [order[position].data_ptr() for position, *_ in direct.inputs]
     pointers = [0 if tensor is None else tensor.data_ptr() for tensor in held]
-    return lambda held=held: direct.run(addresses, pointers)  # (held: the outputs live as long as the call)
+    # (held: the outputs live as long as the call)
+    run_held = lambda held=held: direct.run(addresses, pointers)  # noqa: E731
+
+    def into(destination):  # (--roof-buffers) the kernel into destination()'s memory, kept alive for the call
+        def call():
+            address, keep = destination()
+            direct.run(addresses, [address])
+            return keep
+        return call
+
+    run_held.into = into
+    return run_held, (held[0] if len(held) == 1 else None)
 
 
-def memory_roof(samples: dict[str, list[float]], memory_calls: dict) -> float:
-    """The faster store kind's median."""
-    return min(statistics.median(samples[name]) for name in memory_calls)
+def memory_roof(samples: dict[str, list[float]], memory_calls: dict, where: str = "") -> float:
+    """The faster store kind's median of the stream kernels into the buffer ``where`` names (``destinations``:
+    "" a fresh tensor each call, " held" the kernel alone's output)."""
+    return min(statistics.median(samples[name]) for name in memory_calls if name.startswith(f"memory{where} ("))
 
 
 #: rounds per row before session 19 (``--roof-spread``'s "before")
@@ -289,9 +355,45 @@ def roof_spread(machine: Machine, selected: list[Case], threads: int, repeats: i
                   f"stdev/median {statistics.stdev(values) / middle:.1%}", flush=True)
 
 
+def roof_buffers(machine: Machine, selected: list[Case], threads: int, repeats: int) -> None:
+    """For each row, the stream kernels into three kinds of buffer (a fresh torch tensor each call, as every
+    implementation's output; the stream's own numpy buffer, the roof before session 26; the kernel alone's held
+    output) and torch's ``copy_`` and numpy's ``copyto`` of the row's largest input into a fresh tensor (where it
+    is the row's bytes), interleaved with the row's calls: medians, and per-round ratios of each to the kernel
+    alone and to neuroncc's call."""
+    torch.set_num_threads(threads)
+    rng = np.random.default_rng(0)
+    for case in selected:
+        inputs = case.make(rng)
+        calls, memory_calls, _ = row_calls(machine, case, inputs, threads, False, buffers=True)
+        largest = max(inputs, key=lambda t: t.numel() * t.element_size())
+        copies = {}
+        if largest.numel() * largest.element_size() == case.work.writes:
+            flat = largest.view(torch.int16) if largest.dtype == torch.bfloat16 else largest
+            copies["torch copy_"] = lambda: torch.empty_like(largest).copy_(largest)
+            copies["numpy copyto"] = lambda: np.copyto((out := torch.empty_like(flat)).numpy(), flat.numpy()) or out
+        if "neuroncc kernel alone" in calls:  # the kernel alone into the stream's other buffers too
+            into = calls["neuroncc kernel alone"].into
+            stream = row_calls.last_stream
+            copies["kernel alone into own numpy"] = into(lambda: (stream.dst.ctypes.data, None))
+            copies["kernel alone into fresh"] = into(destinations(stream, None, False)[""])
+        samples = interleaved_samples({**calls, **memory_calls, **copies}, repeats=repeats, clock=clock_for(threads))
+        references = [name for name in ("neuroncc kernel alone", "neuroncc") if name in samples]
+        held = row_calls.last_held
+        buffers = {"input": largest.data_ptr(), "fresh output": calls["neuroncc"]().data_ptr(),
+                   "fresh output again": torch.empty(int(case.work.writes), dtype=torch.uint8).data_ptr(),
+                   "held": held.data_ptr() if held is not None else 0,
+                   "own numpy": row_calls.last_stream.dst.ctypes.data}
+        print(f"\n{case.title}, {threads} thread(s), {repeats} rounds; buffers (address, its mapping's huge pages): "
+              + ", ".join(f"{k} {v:#x} {huge_page_kb(v)} kB" for k, v in buffers.items()))
+        for name, values in samples.items():
+            ratios = [f"{statistics.median(a / b for a, b in zip(values, samples[ref])):.3f}" for ref in references]
+            print(f"  {name:34s} {statistics.median(values) * 1e3:7.3f} ms  / " + " / ".join(ratios), flush=True)
+
+
 HEADER = ["kernel", "threads", "neuroncc call", "eager ms", "Inductor ms", "neuroncc ms", "kernel alone ms",
-          "vs eager", "vs Inductor", "memory roof ms", "compute roof ms", "of it bf16 conversions ms", "bound",
-          "roof GB/s", "of roofline", "kernel alone of roofline"]
+          "vs eager", "vs Inductor", "memory roof ms", "kernel alone's memory roof ms", "compute roof ms",
+          "of it bf16 conversions ms", "bound", "roof GB/s", "of roofline", "kernel alone of roofline"]
 
 
 def main() -> None:
@@ -306,6 +408,8 @@ def main() -> None:
     parser.add_argument("--roof-spread", type=int, default=0, metavar="N",
                         help="no table: N trials per row of the memory roof with 15 rounds (before session 19) "
                              "alternating with N with --repeats rounds, and each estimate's spread")
+    parser.add_argument("--roof-buffers", action="store_true",
+                        help="no table: each row's copies into three kinds of buffer and by torch and numpy")
     args = parser.parse_args()
     threads = [int(t) for t in args.threads.split(",")]
     keys = [k for k in args.rows.split(",") if k]
@@ -316,6 +420,10 @@ def main() -> None:
     machine = Machine(sorted(set(threads) | {1}))
     print(f"{started}, load average {load} at start")
     print(machine.describe(), flush=True)
+    if args.roof_buffers:
+        for t in threads:
+            roof_buffers(machine, selected, t, args.repeats)
+        return
     if args.roof_spread:
         for t in threads:
             roof_spread(machine, selected, t, args.repeats, args.roof_spread, args.numpy_path)
