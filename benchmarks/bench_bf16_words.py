@@ -87,7 +87,7 @@ SWITCHES = {"word-lanes": "rounds_bf16_in_word_lanes", "op-results": "rounds_bf1
             "row-pass-bursts": "bursts_before_each_row_pass", "widened-rows-exp": "caches_widened_bf16_rows_for_exp",
             "write-first": "writes_delayed_group_before_the_exponentials",
             "softmax25": ("caches_widened_bf16_rows_for_exp", "writes_delayed_group_before_the_exponentials"),
-            "tables": "looks_up_bf16_unary_math",
+            "tables": "looks_up_bf16_unary_math", "lane-pairs": "reads_bf16_tables_by_lane_pairs",
             "deviations": "caches_variance_deviations", "early-means": "means_a_row_early",
             "blended-lanes": "rounds_bf16_in_word_lanes_with_blends",
             "stream-ahead": "one_pass_stream_prefetch_lines",

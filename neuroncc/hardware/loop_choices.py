@@ -94,6 +94,20 @@ class LoopChoices:
         return self.has("avx2") and not self.has("avx512f")
 
     @property
+    def reads_bf16_tables_by_lane_pairs(self) -> bool:
+        """Whether a bf16 table read (``codegen/llvm/bf16_tables.py``) of a computed operand (gelu(x*w+b): x*w+b, not
+        a word the loop loads) takes its indices out of the vector two lanes at a time: a vector variant of the
+        read (``vector_variants.py``) moves each 64-bit pair of lanes to a general register (``vmovq``/``vpextrq``)
+        and makes the two byte offsets by integer shifts (``bextr``/``shr``), where LLVM's per-lane form takes a
+        ``vpextrw`` (2 uops on the vector pipes) per lane. The same bits. Zen 3 (session 26 a16idx26,
+        ``bench_bf16_words.py --switch lane-pairs --rows a16``, two builds each, interleaved medians of 41 and 61
+        rounds): bf16 row (a)'s kernel 0.971-0.984 of the time at 1 thread and 0.974-0.979 at 2 (132 -> 142
+        instructions per 16 elements, 16 fewer 2-uop extracts on the vector pipes). A table read of a loaded word
+        (sigmoid(x)) keeps LLVM's form, whose indices are scalar loads of x (the pairs form there: 1.08 slower).
+        AVX2 only: AVX-512 keeps its code (not measured there)."""
+        return self.has("avx2") and not self.has("avx512f")
+
+    @property
     def caches_widened_bf16_rows(self) -> bool:
         """Whether a row loop that reduces a bf16 row widened to float32 and reads it again in later passes
         (bf16 LayerNorm: the mean, variance and write passes) keeps the widened row in a float32 row cache that

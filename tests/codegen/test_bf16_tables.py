@@ -168,3 +168,46 @@ def test_an_entry_is_read_as_the_high_half_of_32_bits():
     for bits in (0x0000, 0x3F80, 0xC0A0, 0x7F80, 0xFF80, 0x7FC0, 0xFFFF):
         got = np.float32(call(from_bits(np.array([bits], np.uint16).view(np.int16))[0]))
         assert int(got.view(np.uint32)) == int(table[bits]) << 16
+
+
+def _computed_operand_graph(name: str, attrs: dict) -> Function:
+    """op(x * w) on bf16 values (w all ones: x * w is x, a computed operand, for every input but the NaNs)."""
+    b = Builder(f"computed_{name}")
+    x = b.op("bitcast", b.param(TensorType(EVERY_INPUT.shape, DType.i16), "x"), dtype=DType.bf16)
+    w = b.op("bitcast", b.param(TensorType(EVERY_INPUT.shape[-1:], DType.i16), "w"), dtype=DType.bf16)
+    return b.build([b.op("bitcast", b.op(name, b.op("mul", x, w), **attrs), dtype=DType.i16)])
+
+
+def test_the_lane_pairs_decision():
+    assert CpuTarget("znver3", AVX2).reads_bf16_tables_by_lane_pairs
+    assert not CpuTarget("znver4", ZEN4).reads_bf16_tables_by_lane_pairs
+    assert not CpuTarget("x86-64", SSE).reads_bf16_tables_by_lane_pairs
+
+
+@pytest.mark.parametrize("name,attrs", FUNCTIONS[:4] + FUNCTIONS[9:10],
+                         ids=["gelu-none", "gelu-tanh", "sigmoid", "exp", "sin"])
+def test_lane_pairs_read_the_same_bits_for_every_input(monkeypatch, name, attrs):
+    fn = _computed_operand_graph(name, attrs)
+    ones = np.full(EVERY_INPUT.shape[-1:], 0x3F80, np.int16)
+    results = []
+    for pairs in (True, False):
+        monkeypatch.setattr(CpuTarget, "reads_bf16_tables_by_lane_pairs", property(lambda self, p=pairs: p))
+        (got,) = _built(monkeypatch, fn, True)(EVERY_INPUT, ones)
+        results.append(got)
+    np.testing.assert_array_equal(*results)
+    finite = np.isfinite(from_bits(EVERY_INPUT))  # (x * 1 is x there: every finite input's entry read)
+    (plain,) = _built(monkeypatch, _unary_graph(name, attrs), True)(EVERY_INPUT)
+    np.testing.assert_array_equal(results[0][finite], plain[finite])
+
+
+def test_zen3_takes_a_computed_operands_indices_two_lanes_at_a_time():
+    # row (a): gelu's operand x*w+b is computed (its indices by vmovq/vpextrq, no vpextrw); sigmoid's is x, whose
+    # words LLVM loads from memory (the scalar read); Zen 4 and SSE keep their code
+    fn = gelu_sigmoid_graph(64, 1024)
+    zen3 = _llvm_ir(fn, CpuTarget("znver3", AVX2))
+    assert "ncc.bf16_lookup.gelu.plain" in zen3 and "ncc.bf16_lookup.sigmoid" not in zen3
+    for other in (CpuTarget("znver4", ZEN4), CpuTarget("x86-64", SSE)):
+        assert "ncc.bf16_lookup" not in _llvm_ir(fn, other)
+    code = jit.assembly([zen3], CpuTarget("znver3", AVX2))
+    kernel = code[:code.index(".Lfunc_end")]
+    assert "vpextrq" in kernel and "vpextrw" not in kernel and "ncc.bf16_lookup" not in kernel  # (inlined)

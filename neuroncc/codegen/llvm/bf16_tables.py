@@ -21,6 +21,13 @@ vector, where a 16-bit entry took a ``movzwl``, a ``vpinsrw`` and a shift): bf16
 16-bit reads' time on Zen 3, within 1-2% of a table of float32 entries twice the size (session 25 table25).
 Where it is emitted is :attr:`CpuTarget.looks_up_bf16_unary_math`'s decision and
 ``elementwise.table_function``'s (which ops).
+
+An operand the loop computes (gelu(x*w+b)) has no word in memory to read its index from: LLVM takes each lane's
+index out of the vector by ``vpextrw`` (2 uops each on Zen 3's vector pipes). Where
+:attr:`CpuTarget.reads_bf16_tables_by_lane_pairs` says so, such a read is a call with a vector variant
+(``vector_variants.py``) that takes the indices out two lanes at a time (``vmovq``/``vpextrq`` of 64 bits, integer
+shifts to byte offsets), then loads and inserts the entries as before: bf16 row (a)'s kernel 0.97-0.98 of its time
+on Zen 3 (session 26 a16idx26).
 """
 
 from __future__ import annotations
@@ -40,6 +47,7 @@ from neuroncc.codegen.llvm.loop_hints import hint_math_loop
 from neuroncc.codegen.llvm.mathlib import math_call
 from neuroncc.codegen.llvm.native_library import CodeForm
 from neuroncc.codegen.llvm.scalars import F32, I16, I32, I64, PTR, VOID, bf16_bits, round_to
+from neuroncc.codegen.llvm.vector_variants import keep_until_vectorized, scalar_with_variant
 from neuroncc.hardware.host import CACHE_LINE_BYTES, CpuTarget
 from neuroncc.ir.dtypes import DType
 
@@ -128,9 +136,11 @@ def _made(maker: str) -> bytes:
     return bytes(outputs)
 
 
-def looked_up(b: ir.IRBuilder, function: str, nan_case: bool, target: CpuTarget, value: ir.Value) -> ir.Value:
+def looked_up(b: ir.IRBuilder, function: str, nan_case: bool, target: CpuTarget, value: ir.Value,
+              computed: bool = False) -> ir.Value:
     """The bf16 result (a float32 whose low half is zero) of ``function`` of bf16 ``value`` rounded with or without
-    its NaN case: the entry of its table at ``value``'s bits, the table a constant of ``b``'s module."""
+    its NaN case: the entry of its table at ``value``'s bits, the table a constant of ``b``'s module. ``computed``:
+    ``value`` is computed by the loop, not a word it loads (read by lane pairs where the target says so)."""
     module = b.module
     symbol = f"ncc.bf16_table.{function}.{'nan' if nan_case else 'plain'}"
     table = module.globals.get(symbol)
@@ -148,7 +158,56 @@ def looked_up(b: ir.IRBuilder, function: str, nan_case: bool, target: CpuTarget,
         table.global_constant = True
         table.linkage = "internal"
         table.align = CACHE_LINE_BYTES
+    if not (computed and target.reads_bf16_tables_by_lane_pairs):
+        return _entry(b, table, value)
+    name = symbol.replace(_TABLE_SYMBOL, _PAIRS_SYMBOL)
+    fn = module.globals.get(name)
+    if fn is None:
+        variant = _lane_pairs_variant(module, name + ".v8", table)
+        fn = scalar_with_variant(module, name, ir.FunctionType(F32, [F32]), _PAIR_LANES, variant)
+        body = ir.IRBuilder(fn.append_basic_block("entry"))
+        body.ret(_entry(body, table, fn.args[0]))
+    return b.call(fn, [value])
+
+
+#: The symbol prefixes of a table and of its read by lane pairs (``vector_variants.SYMBOLS``).
+_TABLE_SYMBOL, _PAIRS_SYMBOL = "ncc.bf16_table", "ncc.bf16_lookup"
+#: Lanes of the read by lane pairs (AVX2: 256-bit vectors of float32).
+_PAIR_LANES = 8
+#: The mask of an entry read as the high half of 32 bits.
+_HIGH_HALF = 0xFFFF0000 - (1 << 32)
+
+
+def _entry(b: ir.IRBuilder, table: ir.GlobalVariable, value: ir.Value) -> ir.Value:
+    """The float32 of the entry at ``value``'s high half, read as the high half of 32 bits."""
     index = b.zext(b.lshr(b.bitcast(value, I32), ir.Constant(I32, 16)), I64)
     # entry k's bytes are the constant's 2 + 2k and 3 + 2k: the high half of the 32 bits from its byte 2k
     word = b.load(b.gep(table, [index], source_etype=I16, inbounds=True), typ=I32, align=I16.width // 8)
-    return b.bitcast(b.and_(word, ir.Constant(I32, 0xFFFF0000 - (1 << 32))), F32)
+    return b.bitcast(b.and_(word, ir.Constant(I32, _HIGH_HALF)), F32)
+
+
+def _lane_pairs_variant(module: ir.Module, symbol: str, table: ir.GlobalVariable) -> ir.Function:
+    """The entries of 8 lanes, their indices taken out of the vector two lanes at a time: each 64-bit half-lane
+    pair moved to a general register (``vmovq``/``vpextrq``), its two 16-bit indices (bits 16-31 and 48-63) made
+    byte offsets by integer shifts and masks, the entries loaded and inserted as the scalar form's are."""
+    vector = ir.VectorType(F32, _PAIR_LANES)
+    fn = ir.Function(module, ir.FunctionType(vector, [vector]), symbol)
+    fn.linkage = "internal"
+    fn.attributes.add("alwaysinline")
+    fn.attributes.add("nounwind")
+    keep_until_vectorized(module, fn)
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    quads = b.bitcast(fn.args[0], ir.VectorType(I64, _PAIR_LANES // 2))
+    words = ir.Constant(ir.VectorType(I32, _PAIR_LANES), None)
+    even_offset = ir.Constant(I64, 0x1FFFE)
+    for k in range(_PAIR_LANES // 2):
+        quad = b.extract_element(quads, ir.Constant(I32, k))
+        offsets = (b.and_(b.lshr(quad, ir.Constant(I64, 15)), even_offset),
+                   b.and_(b.lshr(quad, ir.Constant(I64, 47)), even_offset))
+        for lane, offset in enumerate(offsets):
+            word = b.load(b.gep(table, [offset], source_etype=ir.IntType(8), inbounds=True), typ=I32,
+                          align=I16.width // 8)
+            words = b.insert_element(words, word, ir.Constant(I32, 2 * k + lane))
+    masked = b.and_(words, ir.Constant(ir.VectorType(I32, _PAIR_LANES), [_HIGH_HALF] * _PAIR_LANES))
+    b.ret(b.bitcast(masked, vector))
+    return fn

@@ -504,7 +504,9 @@ class KernelEmitter(IndexArithmetic, BufferAccess, MapStages):
             args = [self.value_at(v, broadcast_index(self, idx, shape, v.type.shape)) for v in op.operands]
             function = table_function(self, op)
             if function is not None:  # (its entries are rounded)
-                return looked_up(self.b, function, self.rounding_needs_nan_case(op), self.target, args[0])
+                operand = self.plan.access.get(op.operands[0])  # (an exact op's operand: a loaded word, as x's)
+                computed = isinstance(operand, Computed) and operand.op.name not in EXACT
+                return looked_up(self.b, function, self.rounding_needs_nan_case(op), self.target, args[0], computed)
             result = ELEMENTWISE[op.name](self, op, args)
             if op.name not in EXACT:
                 result = round_to(self.b, result, op.results[0].type.dtype, self.rounding_needs_nan_case(op),

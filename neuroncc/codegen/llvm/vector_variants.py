@@ -22,7 +22,7 @@ from neuroncc.codegen.llvm.scalars import F32, I32, call
 from neuroncc.errors import CodegenError
 
 #: The symbol prefixes of functions with vector variants (``jit`` inlines the variants it finds after O3).
-SYMBOLS: tuple[str, ...] = ("ncc.bf16.word", "ncc.scalef")
+SYMBOLS: tuple[str, ...] = ("ncc.bf16.word", "ncc.scalef", "ncc.bf16_lookup")
 #: The scale's symbol and its vector variants' lanes (128-, 256- and 512-bit vectors of float32).
 SCALEF_SYMBOL, SCALEF_LANES = "ncc.scalef", (4, 8, 16)
 
