@@ -1,53 +1,16 @@
-"""The bf16 rows' kernels with a bf16 code-generation switch of ``CpuTarget`` on and off (issue #19), in one process.
-``--switch word-lanes`` (default): output words rounded in 16-bit lanes against 32-bit lanes
-(``CpuTarget.rounds_bf16_in_word_lanes`` on, AVX-512 BW hosts' default, ``codegen/llvm/bf16_words.py``, and off: the
-32-bit rounding every CPU had before). ``--switch op-results``: the roundings of ops with bf16 results without their
-NaN case where ``nan_payloads.py`` allows it (``CpuTarget.rounds_bf16_op_results_without_nan_case``, AVX-512's and,
-since session 24, AVX2's default) against with it (every CPU before session 18; AVX2 before session 24). ``--switch
-widened-rows``: a bf16 row widened to float32 kept in a row cache by the first pass that reduces it
-(``CpuTarget.caches_widened_bf16_rows``, AVX-512's default; bf16 LayerNorm) against widened again in every pass
-(every CPU before session 19). ``--switch paired-sums``: the sum of row-cached terms computed over bf16 pairs in a
-loop of its own (``CpuTarget.sums_paired_row_caches_apart``, AVX2's default; bf16 softmax) against in the loop
-computing them (every CPU before session 20). ``--switch row-pass-bursts`` (not a bf16 switch; ``--rows c``): a
-cheap row loop's next-row prefetches in a burst before each pass over the row
-(``CpuTarget.bursts_before_each_row_pass``, AVX2's default; float32 LayerNorm) against a burst per stage (every CPU
-before session 21). ``--switch widened-rows-exp``: bf16 softmax's row widened to float32 once, by its max pass, for
-its exp pass (``CpuTarget.caches_widened_bf16_rows_for_exp``, AVX2's default since session 25) against widened
-again there.
-``--switch write-first``: softmax's delayed write group before each group's exponentials, not after them
-(``CpuTarget.writes_delayed_group_before_the_exponentials``, AVX2's default since session 25; not a bf16 switch).
-``--switch softmax25``: both of those at once. ``--switch tables``: bf16 unary math (gelu, sigmoid, ...) read from
-65536-entry tables (``CpuTarget.looks_up_bf16_unary_math``, AVX2's default since session 25,
-``codegen/llvm/bf16_tables.py``) against computed by its polynomial (every CPU before).
-``--switch deviations`` (``--rows c16``): a variance's deviations stored by its deviation pass
-into a row cache that the write pass loads (``CpuTarget.caches_variance_deviations``, AVX2's default; bf16 LayerNorm)
-against x widened and the mean subtracted again in the write pass (every CPU before session 25). ``--switch
-early-means`` (``--rows c16``): a row loop's variance's mean pass a row early, beside the previous row's write pass
-(``CpuTarget.means_a_row_early``, AVX2's default; bf16 LayerNorm) against each row's passes in turn (every CPU before
-session 25). ``--switch blended-lanes``: output words rounded in 16-bit lanes with AVX2's shifts and blends
-(``CpuTarget.rounds_bf16_in_word_lanes_with_blends``, AVX2's default since session 25, ``bf16_words.py``) against
-32-bit lanes. ``--switch stream-ahead`` (not a bf16 switch; ``--rows c'``): a streamed map stage's inputs prefetched
-``CpuTarget.one_pass_stream_prefetch_lines`` lines ahead in its row loop's only pass over them (AVX2's default since
-session 26; float32 x*w+b) against the hardware's prefetchers alone. ``--switch write-buffers`` (``--rows c16``): the
-write pass's stack buffers placed at run time half a 2 KiB period past the output rows
-(``CpuTarget.places_write_buffers_past_the_output``, AVX2's default since session 26; bf16 LayerNorm) against where
-the stack frame puts them. ``--switch one-step-exp`` (``--rows a``; not a bf16 switch): sigmoid's and gelu_tanh's
-e**w scaled in one product, sigmoid's -x folded into its constants (``CpuTarget.scales_one_plus_exp_in_one_step``,
-AVX2's default since session 26, ``mathlib._exp_in_one_step``) against two products and 0 - x. ``--switch gelu-half`` (``--rows a``): gelu as
-x (1/2 + erf/2) (``CpuTarget.halves_gelu_in_its_erf``, AVX2's default since session 26) against (x/2)(1 + erf).
-``--switch split-math`` (``--rows a``): a row's independent polynomials but the last computed by loops of their own
-into L1 buffers (``CpuTarget.splits_polynomial_math_loops``, AVX2's default since session 26) against one loop.
-``--switch row-a-26``: the three at once. ``--switch exp-loop-write`` (``--rows b``): float32 softmax's delayed write in its exp loop, a
-block of 32 outputs of the previous row stored beside each block of 32 exponentials
-(``CpuTarget.writes_delayed_elements_in_the_exp_loop``, ``delayed_writes.DelayedGroups.fused``) against a loop of its
-own in each group.
-``--force``: the "on" builds with the switch on where the host's default is off. ``--output-offset N``: each build
-called on its inputs' addresses into an output held between calls that starts N bytes past a 4 KiB boundary
-(``AddressCall``; the allocator's placement otherwise: torch's first large tensors and the ``neuron`` device's large
-blocks start 64 and 0 past one, the benchmarks' heap anywhere).
+"""The kernels of issue #19's rows with one of ``CpuTarget``'s code-generation decisions on and off, in one process.
+
+Each switch (:data:`SWITCHES`; ``--list-switches`` prints them with the first sentence of each property's docstring,
+where what it does and what it measured are written once) flips one or more ``CpuTarget`` properties (their
+defaults: ``hardware/loop_choices.py``), most of them bf16 decisions (word roundings, row caches, tables), some
+float32 ones (``--rows`` names the rows each is meant for). "on" is the host's default; ``--force``: the "on" builds
+with the switch on where the host's default is off. ``--output-offset N``: each build called on its inputs'
+addresses into an output held between calls that starts N bytes past a 4 KiB boundary (``AddressCall``; the
+allocator's placement otherwise: torch's first large tensors and the ``neuron`` device's large blocks start 64 and 0
+past one, the benchmarks' heap anywhere).
 
     /work/bin/heavy x python benchmarks/bench_bf16_words.py [--rows a16,b16,c16] [--threads 1,2] [--repeats 25]
-        [--switch NAME (one of SWITCHES)] [--force] [--output-offset N]
+        [--switch NAME] [--force] [--output-offset N] [--list-switches]
 
 Each row's graph is the one torch.compile hands the neuron backend (dumped through the ``dump_dir`` option, then
 the cpu pipeline), built as an executable twice per variant in the order ABAB (later builds of one process ran
@@ -66,6 +29,7 @@ import inspect
 import tempfile
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 from common import ensure_environment, interleaved, table
 
@@ -82,20 +46,36 @@ from neuroncc.ir.parser import parse  # noqa: E402
 from neuroncc.passes.manager import PassContext  # noqa: E402
 from neuroncc.passes.pipeline import default_pipeline, run_pipeline  # noqa: E402
 
-SWITCHES = {"word-lanes": "rounds_bf16_in_word_lanes", "op-results": "rounds_bf16_op_results_without_nan_case",
-            "widened-rows": "caches_widened_bf16_rows", "paired-sums": "sums_paired_row_caches_apart",
-            "row-pass-bursts": "bursts_before_each_row_pass", "widened-rows-exp": "caches_widened_bf16_rows_for_exp",
-            "write-first": "writes_delayed_group_before_the_exponentials",
-            "softmax25": ("caches_widened_bf16_rows_for_exp", "writes_delayed_group_before_the_exponentials"),
-            "tables": "looks_up_bf16_unary_math", "lane-pairs": "reads_bf16_tables_by_lane_pairs",
-            "deviations": "caches_variance_deviations", "early-means": "means_a_row_early",
-            "blended-lanes": "rounds_bf16_in_word_lanes_with_blends",
-            "stream-ahead": "one_pass_stream_prefetch_lines",
-            "write-buffers": "places_write_buffers_past_the_output",
-            "one-step-exp": "scales_one_plus_exp_in_one_step", "gelu-half": "halves_gelu_in_its_erf",
-            "split-math": "splits_polynomial_math_loops",
-            "row-a-26": ("splits_polynomial_math_loops", "scales_one_plus_exp_in_one_step", "halves_gelu_in_its_erf"),
-            "exp-loop-write": "writes_delayed_elements_in_the_exp_loop"}
+class Switch(NamedTuple):
+    """The ``CpuTarget`` properties a switch flips together, and the rows (``kernel_cases``) it is meant for."""
+
+    properties: tuple[str, ...]
+    rows: str
+
+
+SWITCHES: dict[str, Switch] = {
+    "word-lanes": Switch(("rounds_bf16_in_word_lanes",), "a16,b16,c16"),
+    "op-results": Switch(("rounds_bf16_op_results_without_nan_case",), "a16"),
+    "widened-rows": Switch(("caches_widened_bf16_rows",), "c16"),
+    "paired-sums": Switch(("sums_paired_row_caches_apart",), "b16"),
+    "row-pass-bursts": Switch(("bursts_before_each_row_pass",), "c"),
+    "widened-rows-exp": Switch(("caches_widened_bf16_rows_for_exp",), "b16"),
+    "write-first": Switch(("writes_delayed_group_before_the_exponentials",), "b,b16"),
+    "softmax25": Switch(("caches_widened_bf16_rows_for_exp", "writes_delayed_group_before_the_exponentials"), "b16"),
+    "tables": Switch(("looks_up_bf16_unary_math",), "a16"),
+    "lane-pairs": Switch(("reads_bf16_tables_by_lane_pairs",), "a16"),
+    "deviations": Switch(("caches_variance_deviations",), "c16"),
+    "early-means": Switch(("means_a_row_early",), "c16"),
+    "blended-lanes": Switch(("rounds_bf16_in_word_lanes_with_blends",), "b16,c16"),
+    "stream-ahead": Switch(("one_pass_stream_prefetch_lines",), "c'"),
+    "write-buffers": Switch(("places_write_buffers_past_the_output",), "c16"),
+    "one-step-exp": Switch(("scales_one_plus_exp_in_one_step",), "a"),
+    "gelu-half": Switch(("halves_gelu_in_its_erf",), "a"),
+    "split-math": Switch(("splits_polynomial_math_loops",), "a"),
+    "row-a-26": Switch(("splits_polynomial_math_loops", "scales_one_plus_exp_in_one_step", "halves_gelu_in_its_erf"),
+                       "a"),
+    "exp-loop-write": Switch(("writes_delayed_elements_in_the_exp_loop",), "b"),
+}
 #: switches that change the order of a sum's terms (the bits may differ: counted, not asserted)
 REORDERS = {"paired-sums"}
 
@@ -112,7 +92,7 @@ def backend_graph(case, inputs: list[torch.Tensor]):
 
 def build(fn, threads: int, switch: str, on: bool, force: bool = False):
     """An executable of ``fn`` with ``switch`` off, or on (the host's default; ``force``: on whatever the host)."""
-    names = SWITCHES[switch] if isinstance(SWITCHES[switch], tuple) else (SWITCHES[switch],)
+    names = SWITCHES[switch].properties
     # (a decision of CpuTarget's base class, ``LoopChoices``, is shadowed on CpuTarget and the shadow removed after)
     defaults = {name: CpuTarget.__dict__.get(name) for name in names}
     for name in names:
@@ -162,18 +142,31 @@ def placed_call(exe, arrays: list[np.ndarray], offset: int):
     return run
 
 
+def list_switches() -> None:
+    """Each switch, its rows and its properties with the first sentence of each one's docstring."""
+    for name, switch in SWITCHES.items():
+        print(f"{name} (--rows {switch.rows}):")
+        for prop in switch.properties:
+            doc = " ".join((inspect.getattr_static(CpuTarget, prop).__doc__ or "").split())
+            print(f"    CpuTarget.{prop}: {doc.split('. ')[0].rstrip('.')}.")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows", default="a16,b16,c16")
     parser.add_argument("--threads", default="1,2")
     parser.add_argument("--repeats", type=int, default=25)
     parser.add_argument("--switch", choices=sorted(SWITCHES), default="word-lanes",
-                        help="the CpuTarget switch flipped between builds (see the module docstring)")
+                        help="the CpuTarget switch flipped between builds (--list-switches)")
+    parser.add_argument("--list-switches", action="store_true", help="print each switch and what it flips; no run")
     parser.add_argument("--force", action="store_true",
                         help="the 'on' builds with the switch on whatever the host's default (AVX2's are off)")
     parser.add_argument("--output-offset", type=int, default=None,
                         help="call into held outputs starting this many bytes past a 4 KiB boundary")
     args = parser.parse_args()
+    if args.list_switches:
+        list_switches()
+        return
     keys = args.rows.split(",")
     rows = []
     for threads in (int(t) for t in args.threads.split(",")):
