@@ -128,7 +128,11 @@ class Binding:
             if convert is None:
                 addresses.append(value.data_ptr())
             elif convert == "float32":
-                converted = memory.host_view(value).to(torch.float32)
+                # the span of memory the view reads, converted whole: the kernel reads it in the view's own
+                # strides, which it was compiled for (``to`` makes a view that is not dense, such as a slice of
+                # each row, contiguous: the kernel then read past its rows)
+                span = memory.extent_bytes(value.shape, value.stride(), 1)
+                converted = memory.host_view(value).as_strided((span,), (1,)).to(torch.float32)
                 keep.append(converted)
                 addresses.append(converted.data_ptr())
             else:

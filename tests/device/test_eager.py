@@ -179,6 +179,21 @@ def test_bfloat16_and_half_ops():
         torch.testing.assert_close(x.to("neuron").float().sum(0).cpu(), x.float().sum(0))
 
 
+
+def test_bf16_views_that_are_not_dense():
+    """A bf16 tensor reaches its kernel converted to float32, in the strides the kernel was compiled for: a
+    slice of each row (GPT-2's key and value heads, split from one projection) read rows past its own when the
+    conversion made it contiguous (NaN in a bf16 GPT-2's attention on the device); an expanded view (ViT's CLS
+    token) overlaps itself."""
+    base = torch.randn(2, 8, 96).to(torch.bfloat16)
+    views = [lambda t: t[..., 32:64], lambda t: t[..., :32].view(2, 8, 4, 8).transpose(1, 2),
+             lambda t: t[:, :1, 64:].expand(2, 8, 32)]
+    for view in views:
+        for op in (lambda v: v * 2 + 1, lambda v: torch.cat([v, v], dim=1)):
+            got = op(view(base.to("neuron"))).cpu()
+            torch.testing.assert_close(got.double(), op(view(base)).double(), rtol=1e-2, atol=1e-2)
+
+
 def test_torch_equal_runs_on_the_device():
     a = torch.randn(3, 4)
     n = a.to("neuron")
