@@ -203,9 +203,19 @@ def _overload(name: str) -> Any:
     return getattr(getattr(aten, packet), overload or "default")
 
 
+def shallow_copy_compatible(tensor: torch.Tensor, other: torch.Tensor) -> bool:
+    """Whether ``tensor`` may take ``other``'s storage and metadata in place (``param.data = other``): two dense
+    tensors may, as CPU's and CUDA's do. torch 2.13's TensorImpl says so only for its built-in dense backends, and
+    ``Module._apply`` (``model.to("neuron")``) then gave each module its own new Parameter: tied parameters (GPT-2's
+    ``lm_head.weight is wte.weight``) came apart and trained as two (session 26 lowp26). With this the Parameter
+    objects stay, as on CUDA."""
+    return all(t.layout == torch.strided and not t.is_quantized for t in (tensor, other))
+
+
 def register(library: torch.library.Library) -> None:
     """Register every structural op for PrivateUse1 on ``library`` (an ``aten`` IMPL library)."""
     kernels: dict[str, Callable[..., Any]] = {
+        "_has_compatible_shallow_copy_type": shallow_copy_compatible,
         "empty.memory_format": empty_memory_format,
         "empty_strided": empty_strided,
         "_copy_from": copy_from,

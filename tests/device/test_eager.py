@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import warnings
 
@@ -317,3 +318,20 @@ print("ok")
 """
     done = run_python(code, {"NEURONCC_CACHE_DIR": str(tmp_path / "cache")}, python=warm_python)
     assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-2000:]
+
+
+def test_tied_parameters_stay_tied_through_to_neuron_and_train_as_one():
+    # GPT-2's lm_head.weight is its wte.weight: Module._apply keeps the Parameter objects (as on CUDA) only where the
+    # two tensors are shallow-copy compatible; it gave each module its own copy, and the tie trained apart
+    torch.manual_seed(0)
+    cpu = torch.nn.ModuleDict({"embed": torch.nn.Embedding(16, 8), "head": torch.nn.Linear(8, 16, bias=False)})
+    cpu["head"].weight = cpu["embed"].weight
+    device = copy.deepcopy(cpu).to("neuron")
+    assert device["head"].weight is device["embed"].weight and device["head"].weight.device.type == "neuron"
+    tokens = torch.tensor([[1, 5, 7, 2]])
+    for model, where in ((cpu, "cpu"), (device, "neuron")):
+        loss = F.cross_entropy(model["head"](model["embed"](tokens.to(where)))[0], tokens[0].to(where))
+        loss.backward()
+    torch.testing.assert_close(device["embed"].weight.grad.cpu(), cpu["embed"].weight.grad, rtol=1e-5, atol=1e-6)
+    back = device.to("cpu")
+    assert back["head"].weight is back["embed"].weight and back["head"].weight.device.type == "cpu"
