@@ -54,6 +54,8 @@ RULE_MODULES = {
     "neuroncc/codegen/nki/op_rules.py": "the NKI emission rule per op (the reductions share one rule)",
     "neuroncc/codegen/nki/host_ops.py": "the ops the NKI lowering leaves to the host, per op",
     "neuroncc/codegen/nki/attention.py": "the fused attention lowering: the op pattern it matches (mm, softmax, mm)",
+    "neuroncc/device/autocast_policy.py": "autocast's cast policy per aten op (PyTorch's AutocastCPU lists): aten "
+                                          "overload names, some spelled like IR ops",
 }
 
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from neuroncc.device import autograd_decomposed, config, structural, torch_module
+from neuroncc.device import autocast, autograd_decomposed, config, structural, torch_module
 from neuroncc.device.accelerator import route_accelerator
 from neuroncc.device.printing import print_through_cpu
 
@@ -73,6 +73,7 @@ def register() -> None:
         autograd_decomposed.register(kernels)
         fallback = torch.library.Library("_", "IMPL")
         fallback.fallback(_device_fallback, "PrivateUse1", with_keyset=True)
+        autocast.register(kernels, fallback, DEVICE_NAME)
         _libraries.extend((kernels, fallback))
         structural.install_storage_constructor()
         route_accelerator()
