@@ -28,6 +28,7 @@ from torch._decomp import decomposition_table as torch_decompositions
 from torch.utils._pytree import tree_flatten
 
 from neuroncc.device import op_forms
+from neuroncc.device.autocast import ALL_AUTOCAST_KEYS
 from neuroncc.device.op_forms import OpForm
 from neuroncc.device.signature import rebuild
 from neuroncc.errors import NeuronccError, TypeInferenceError, UnsupportedOpError
@@ -252,7 +253,7 @@ def _traced_graph(form: OpForm, metas: list[torch.Tensor], args: list[Any], kwar
 
     table = _tracing_table(tuple(op for op in (form.op, form.functional) if op is not None))
     try:
-        with mode:
+        with _clean_dispatch_state(), mode:
             return make_fx(torch.func.functionalize(run, remove="mutations_and_views"),
                            decomposition_table=table)(*fakes)
     except CannotCompile:
@@ -260,6 +261,20 @@ def _traced_graph(form: OpForm, metas: list[torch.Tensor], args: list[Any], kwar
     except Exception as error:  # a decomposition or functionalization that does not apply to this call
         raise CannotCompile(f"tracing it failed: {type(error).__name__}: {str(error).splitlines()[0][:200]}") \
             from error
+
+
+_NO_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.Undefined)  # the empty set
+
+
+def _clean_dispatch_state() -> Any:
+    """The dispatcher state a call is traced in: no key forced on, every autocast key off (autocast disabled).
+
+    The device's kernels run inside the dispatcher, in the thread-local state of whatever called them. Inside
+    a user's TorchDispatchMode (``FlopCounterMode``, a logging mode) Functionalize and the keys above Python
+    are excluded, and functionalize() then fails (every op fell back to CPU). Inside ``torch.autocast("cpu")``
+    AutocastCPU is on, and the trace on CPU fake tensors cast to bfloat16 inside the kernel: a kernel that the
+    signature cache then reused outside the region (``addbmm`` on neuron tensors returned bfloat16)."""
+    return torch._C._ForceDispatchKeyGuard(_NO_KEYS, ALL_AUTOCAST_KEYS)
 
 
 @functools.lru_cache(maxsize=256)
