@@ -15,6 +15,7 @@ from collections.abc import Callable
 import torch
 from torch._decomp import _core_aten_decompositions_post_autograd, get_decompositions
 
+from neuroncc.frontend.lowering.amp import amp_decompositions
 from neuroncc.frontend.lowering.coverage import coverage_decompositions
 from neuroncc.frontend.lowering.foreach import foreach_decompositions
 from neuroncc.frontend.lowering.library import library_decompositions
@@ -108,6 +109,7 @@ def _table() -> dict[torch._ops.OperatorBase, Callable]:
     table.update(OWN_DECOMPOSITIONS)
     table.update(fastpath_decompositions())  # fused transformer inference ops (lowering/transformer_fastpath.py)
     table.update(random_decompositions())  # random ops over the Philox generator (frontend/lowering/random_ops.py)
+    table.update(amp_decompositions())  # GradScaler's unscale and scale update (frontend/lowering/amp.py)
     for op in REMOVED_DECOMPOSITIONS:
         table.pop(op, None)
     return table
