@@ -80,11 +80,17 @@ def register() -> None:
         print_through_cpu()
 
 
-#: Ops whose PrivateUse1 entry PyTorch fills with a kernel that only raises, so they never reach the fallback:
-#: ATen calls them for convolutions on a backend it does not know. They get a kernel here, at registration,
-#: that goes where the fallback goes (a process whose first device op is a convolution reached PyTorch's
-#: raising kernel when they were registered only once the dispatcher was imported).
-REGISTERED_AT_ONCE = ("convolution_overrideable", "convolution_backward_overrideable")
+#: Ops that would never reach the fallback, given a kernel here, at registration, that goes where the fallback
+#: goes:
+#: * ``convolution_overrideable`` and its backward: PyTorch fills their PrivateUse1 entry with a kernel that only
+#:   raises; ATen calls them for convolutions on a backend it does not know (a process whose first device op
+#:   was a convolution reached that kernel when they were registered only once the dispatcher was imported).
+#: * ``native_layer_norm``, ``native_group_norm``: their CompositeExplicitAutograd kernels (``math_native_layer_norm``
+#:   ...) would run for the device: a batch norm, then ``out * weight + bias``, which promotes a bfloat16 input
+#:   with float32 weights (autocast's usual case) to a float32 result where CPU's kernel and the op's meta
+#:   give bfloat16. The device compiles them whole, from the front end's decomposition (one program, not three).
+REGISTERED_AT_ONCE = ("convolution_overrideable", "convolution_backward_overrideable", "native_layer_norm",
+                      "native_group_norm")
 
 _fallback: list[Any] = []  # dispatch.device_fallback, once imported
 

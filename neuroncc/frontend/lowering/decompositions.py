@@ -80,9 +80,44 @@ def nll_loss_backward_one_hot(grad_output: torch.Tensor, self: torch.Tensor, tar
 
 _CORE_NLL_LOSS_BACKWARD = _core_aten_decompositions_post_autograd()[aten.nll_loss_backward.default]
 
+def _float32_statistics(input: torch.Tensor, *parameters: torch.Tensor | None) -> bool:
+    """A bfloat16/float16 input normalized with float32 weights (autocast's usual case): CPU's layer and group
+    norm kernels then keep the mean and rstd they save for the backward in float32."""
+    return input.dtype in (torch.bfloat16, torch.float16) and \
+        any(p is not None and p.dtype is torch.float32 for p in parameters)
+
+
+def native_layer_norm_cpu_statistics(input: torch.Tensor, normalized_shape: list[int], weight: torch.Tensor | None,
+                                     bias: torch.Tensor | None, eps: float) -> tuple[torch.Tensor, ...]:
+    """PyTorch's reference, whose statistics on CPU tensors are rounded to the input's dtype; with float32
+    weights they stay float32, as CPU's kernel keeps them (the traced device kernels use CPU fake tensors)."""
+    out, mean, rstd = _REF_LAYER_NORM(input, normalized_shape, weight, bias, eps)
+    if _float32_statistics(input, weight, bias) and mean.dtype is not torch.float32:
+        dims = list(range(input.dim() - len(normalized_shape), input.dim()))
+        variance, mean = torch.var_mean(input.float(), dim=dims, correction=0, keepdim=True)
+        rstd = torch.rsqrt(variance + eps)
+    return out, mean, rstd
+
+
+def native_group_norm_cpu_statistics(input: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
+                                     batch: int, channels: int, inner: int, groups: int,
+                                     eps: float) -> tuple[torch.Tensor, ...]:
+    """The same for group norm: float32 statistics, [batch, groups], with float32 weights."""
+    out, mean, rstd = _REF_GROUP_NORM(input, weight, bias, batch, channels, inner, groups, eps)
+    if _float32_statistics(input, weight, bias) and mean.dtype is not torch.float32:
+        variance, mean = torch.var_mean(input.float().reshape(batch, groups, -1), dim=2, correction=0)
+        rstd = torch.rsqrt(variance + eps)
+    return out, mean, rstd
+
+
+_REF_LAYER_NORM = get_decompositions([aten.native_layer_norm.default])[aten.native_layer_norm.default]
+_REF_GROUP_NORM = get_decompositions([aten.native_group_norm.default])[aten.native_group_norm.default]
+
 #: Our own decompositions of ops the core table decomposes less well for fusion.
 OWN_DECOMPOSITIONS = {
     aten.nll_loss_backward.default: nll_loss_backward_one_hot,  # one-hot by where, not scatter (fuses)
+    aten.native_layer_norm.default: native_layer_norm_cpu_statistics,  # float32 statistics with float32 weights
+    aten.native_group_norm.default: native_group_norm_cpu_statistics,  # the same
 }
 
 
