@@ -1,7 +1,7 @@
 """The neuron device against CPU eager: per-op overhead, a training step, compile times, warm processes.
 
     flock -x /work/heavy.lock env MALLOC_MMAP_THRESHOLD_=1073741824 MALLOC_TRIM_THRESHOLD_=4294967296 \\
-        python benchmarks/bench_device.py [--rows overhead,mlp,encoder,compile,processes,autoload] [--repeat 30]
+        python benchmarks/bench_device.py [--rows overhead,mlp,amp,encoder,compile,processes,autoload] [--repeat 30]
 
 Rows (2 threads, interleaved medians, benchmarks/common.py; compare ratios within one run, the machine is
 shared and the load average is printed):
@@ -11,6 +11,10 @@ shared and the load average is printed):
   lookup, allocation, the kernel call.
 * ``mlp``: one training step (forward, backward, AdamW) of a 512-2048-512 MLP at batch 128: CPU eager, the
   device eager, and the device under ``torch.compile(backend="neuron")``.
+* ``amp``: the MLP step in float32 and under ``torch.autocast(device, dtype=torch.bfloat16)``, CPU eager, the
+  device eager and compiled; and LayerNorm's forward on the device with a bfloat16 input and float32 weights
+  (autocast's mix), as PyTorch's CompositeExplicitAutograd math kernel runs it (batch norm, mul, add: three
+  device kernels) and as the device compiles it whole since session 27.
 * ``encoder``: an eval-mode ``nn.TransformerEncoderLayer`` (batch_first, relu) under ``torch.no_grad()``, the
   inference call: CPU eager (PyTorch's fused fast path, ``aten._transformer_encoder_layer_fwd``), the device
   on the fast path (the fused op compiled as one program through the front end's decomposition; it ran on
@@ -41,7 +45,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import ensure_environment, interleaved, table  # noqa: E402
 
 LOOP = 200
-ROWS = ("overhead", "mlp", "encoder", "compile", "processes", "autoload")
+ROWS = ("overhead", "mlp", "amp", "encoder", "compile", "processes", "autoload")
 
 
 def load() -> str:
@@ -109,6 +113,49 @@ def bench_mlp(repeat: int) -> str:
     base = times["CPU eager"]
     rows = [[name, f"{t * 1e3:.2f}", f"{t / base:.2f}x"] for name, t in times.items()]
     return table(rows, ["MLP 512-2048-512, batch 128, AdamW step", "ms", "vs CPU eager"])
+
+
+def _autocast_step(device: str, setup, dtype) -> None:
+    import torch
+
+    with torch.autocast(device, dtype=dtype, enabled=dtype is not None):
+        loss = torch.nn.functional.mse_loss(setup[0](setup[2]), setup[3])
+    setup[1].zero_grad(set_to_none=True)
+    loss.backward()
+    setup[1].step()
+
+
+def bench_amp(repeat: int) -> str:
+    import torch
+
+    bf16 = torch.bfloat16
+    runs = {"CPU eager float32": ("cpu", None), "CPU eager autocast bf16": ("cpu", bf16),
+            "neuron eager float32": ("neuron", None), "neuron eager autocast bf16": ("neuron", bf16),
+            "neuron compiled autocast bf16": ("neuron", bf16)}
+    setups = {name: _mlp(device) for name, (device, _) in runs.items()}
+    model, optimizer, x, target = setups["neuron compiled autocast bf16"]
+    setups["neuron compiled autocast bf16"] = (torch.compile(model, backend="neuron", dynamic=False), optimizer, x,
+                                               target)
+    calls = {name: (lambda s=setups[name], d=device, t=dtype: _autocast_step(d, s, t))
+             for name, (device, dtype) in runs.items()}
+    for call in calls.values():
+        call(), call()
+    times = interleaved(calls, repeats=repeat)
+    base = times["CPU eager float32"]
+    steps = table([[name, f"{t * 1e3:.2f}", f"{t / base:.2f}x"] for name, t in times.items()],
+                  ["MLP 512-2048-512, batch 128, AdamW step", "ms", "vs CPU eager float32"])
+
+    op = torch.ops.aten.native_layer_norm.default
+    math_kernel = torch._C.DispatchKeySet(torch._C.DispatchKey.CompositeExplicitAutograd)
+    x, weight = torch.randn(128, 8, 512, dtype=bf16, device="neuron"), torch.randn(512, device="neuron")
+    norms = {"ATen's math kernel (3 device kernels)": lambda: op.redispatch(math_kernel, x, [512], weight, weight, 1e-5),
+             "the device's kernel (one program)": lambda: op(x, [512], weight, weight, 1e-5)}
+    with torch.no_grad():
+        for norm in norms.values():
+            norm(), norm()
+        norm_times = interleaved(norms, repeats=repeat)
+    norm_rows = [[name, f"{t * 1e3:.3f}"] for name, t in norm_times.items()]
+    return steps + "\n" + table(norm_rows, ["LayerNorm [128, 8, 512] bf16, float32 weights, on the device", "ms"])
 
 
 def bench_encoder(repeat: int) -> str:
@@ -269,6 +316,8 @@ def main() -> None:
             print(bench_overhead(args.repeat))
         elif row == "mlp":
             print(bench_mlp(args.repeat))
+        elif row == "amp":
+            print(bench_amp(args.repeat))
         elif row == "encoder":
             print(bench_encoder(args.repeat))
         elif row == "compile":
