@@ -4,6 +4,7 @@
       -> structural ops (factories, copies, views, resize, set_, item) for the PrivateUse1 key
       -> one boxed fallback for every other op: the eager compiler (dispatch.py), which on first use of an op
          registers a direct kernel for it so later calls skip the fallback
+      -> AutocastPrivateUse1: a fallthrough, and casting kernels for CPU autocast's ops (autocast.py)
       -> torch.accelerator routing, tensor printing through a CPU copy, neuron UntypedStorages from the
          device's allocator
 
