@@ -112,7 +112,7 @@ def _widest(lower: torch.dtype, tensors: Iterable[torch.Tensor]) -> torch.dtype:
 
 def register(kernels: torch.library.Library, fallback: torch.library.Library, device_type: str) -> None:
     """A fallthrough for every op on the AutocastPrivateUse1 key, and a casting kernel for each op of the
-    policy (``kernels``: an ``aten`` IMPL library; ``fallback``: the ``_`` one). ~2 ms."""
+    policy (``kernels``: an ``aten`` IMPL library; ``fallback``: the ``_`` one): 3.5-5.7 ms of ``register()``."""
     fallback.fallback(torch.library.fallthrough_kernel, AUTOCAST_KEY)
     for name, policy in AUTOCAST_POLICY.items():
         kernels.impl(name, AutocastKernel(name, policy, device_type), AUTOCAST_KEY, with_keyset=True)
