@@ -299,6 +299,21 @@ class LoopChoices:
         return MEMORY_BURST_LINES if self.has("avx512f") else 2
 
     @property
+    def streams_pieces_from_registers(self) -> bool:
+        """Whether a streamed map stage's whole pieces of :attr:`streamed_map_piece_lines` lines (float32 outputs)
+        with a one-hot compare along the row (cross-entropy's gradient: ``one_hot_rows.py``) go out from registers:
+        a piece that holds its row's target is computed as before (its results into the stack buffer, the target's
+        element corrected there, then the copy with `vmovntps`), every other piece (all but one or two of a row's
+        1000) by code whose buffer is written and read whole at constant places only, so LLVM keeps it in
+        registers and stores each result with `vmovntps` as it is computed: no buffer stores, reloads and copy loop
+        (8 memory operations and a loop per 32 elements; LLVM shares the two paths' math). The same bits. Without
+        AVX-512: on. Zen 3, cross-entropy's backward kernel [512, 32000] against the buffered pieces, two builds
+        each, interleaved medians of 41-61 rounds (``bench_cross_entropy.py --variants registers0,main``;
+        session 27 xent27): 0.89-0.91 at 1 thread, 0.92-0.93 at 2. With AVX-512 (16-line pieces): off (not
+        measured: its code is unchanged)."""
+        return not self.has("avx512f")
+
+    @property
     def online_exp_prefetch_piece_lines(self) -> int:
         """Lines of each piece of an online log-sum-exp chunk (:attr:`online_exp_chunk_lines`) whose exponentials
         follow the prefetches of their own lines of the block ahead (``prefetch.chunk_loop``: a loop over the
