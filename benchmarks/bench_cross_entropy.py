@@ -43,8 +43,9 @@ values, not compared); of both kernels: ``noexp``: exp_nonpositive as its clamp 
 results are not compared); and of the backward: ``pf0`` (main before session 23, AVX-512's), ``pf1``, ``pf3``, ...: its input prefetched that
 many 16-line bursts ahead (``CpuTarget.streamed_map_prefetch_pieces``; AVX2: 2); ``burst16`` (before session 25,
 AVX-512's), ``burst4``, ``burst4pf4``, ...: its pieces of that many lines (``CpuTarget.streamed_map_piece_lines``;
-AVX2: 2); ``registers0`` (before session 27, AVX-512's): every piece through its stack buffer, against the pieces
-without the row's target from registers (``CpuTarget.streams_pieces_from_registers``; AVX2: on);
+AVX2: 2); ``registers0`` (before session 27, AVX-512's): every piece through its stack buffer, ``registers2``,
+``registers4``, ...: the pieces without the row's target from registers, in pieces of that many lines, each one
+vector iteration interleaved by its vectors (``CpuTarget.register_piece_lines``; AVX2: 4);
 ``plain``: its gradient written with plain stores (the forward as built) (``CpuTarget.streams_outputs`` false) instead
 of non-temporal ones.
 
@@ -178,10 +179,33 @@ def _variant(name: str):
             em, x_value, idx, lo, em.min(em.add(lo, 16), hi), careful)
     if name == "noexp":  # the memory skeleton: exp_nonpositive as its clamp alone (not cross-entropy)
         mathlib.POLYNOMIAL["exp_nonpositive"] = lambda b, x, target: mathlib._raised_keeping_nan(b, x, -104.0)
-    registers = CpuTarget.streams_pieces_from_registers
-    if name.startswith("registers"):  # the pieces without the row's target from registers (AVX2: on), or not
-        on = name != "registers0"
-        CpuTarget.streams_pieces_from_registers = property(lambda self: on)  # type: ignore[method-assign]
+    registers = CpuTarget.register_piece_lines
+    from neuroncc.codegen.llvm import map_stages
+    pieces_ahead = map_stages.emit_prefetch_pieces_ahead
+    if name.startswith("farN") or name.startswith("far"):  # experiment: ``farN``: also prefetcht1 N x further
+        far = int(name[3:])
+        map_stages.emit_prefetch_pieces_ahead = lambda em, inputs, prefix, start, piece, pieces: (
+            pieces_ahead(em, inputs, prefix, start, piece, pieces),
+            _prefetch_l2(em, inputs, prefix, start, piece, far * pieces))
+    lines_of = prefetch._prefetch_lines
+    if name.startswith("locality"):  # experiment: ``localityN``: every prefetch with locality N (3: prefetcht0, 2:
+        locality = int(name[8:])  # prefetcht1, 1: prefetcht2, 0: prefetchnta)
+
+        def lines_with(em, intrinsic, ahead, start, elements):
+            for stream in ahead:
+                first = stream.at(start)
+                for line in range(-(-elements * stream.itemsize // CACHE_LINE_BYTES)):
+                    address = em.b.gep(first, [ir.Constant(I64, line * CACHE_LINE_BYTES)], source_etype=I8)
+                    em.b.call(intrinsic, [address, ir.Constant(I32, int(stream.write)), ir.Constant(I32, locality),
+                                          ir.Constant(I32, 1)])
+
+        prefetch._prefetch_lines = lines_with
+    if name.startswith("t1only"):  # experiment: the backward's prefetches into L2 (prefetcht1) instead of L1
+        map_stages.emit_prefetch_pieces_ahead = lambda em, inputs, prefix, start, piece, pieces: _prefetch_l2(
+            em, inputs, prefix, start, piece, pieces)
+    if name.startswith("registers"):  # the pieces without the row's target from registers, of N lines (AVX2: 4),
+        register_lines = int(name[9:])  # or not (0)
+        CpuTarget.register_piece_lines = property(lambda self: register_lines)  # type: ignore[method-assign]
     if name == "plain":
         CpuTarget.streams_outputs = lambda self, footprint_bytes: False  # type: ignore[method-assign]
     elif name.startswith("loop"):
@@ -208,8 +232,21 @@ def _variant(name: str):
         CpuTarget.online_exp_prefetch_piece_lines = piece_spread  # type: ignore[method-assign]
         CpuTarget.streamed_map_prefetch_pieces = pieces  # type: ignore[method-assign]
         CpuTarget.streams_outputs = streamed  # type: ignore[method-assign]
-        CpuTarget.streams_pieces_from_registers = registers  # type: ignore[method-assign]
+        CpuTarget.register_piece_lines = registers  # type: ignore[method-assign]
+        map_stages.emit_prefetch_pieces_ahead = pieces_ahead
+        prefetch._prefetch_lines = lines_of
         CpuTarget.online_exp_chunk_lines = chunks  # type: ignore[method-assign]
+
+
+def _prefetch_l2(em, inputs, prefix, start, piece: int, pieces: int) -> None:
+    """``prefetch.emit_prefetch_pieces_ahead`` with ``prefetcht1`` (locality 2: into L2) instead of ``prefetcht0``."""
+    for layout in inputs:
+        first = em.b.gep(em.address(layout, list(prefix) + [start]), [ir.Constant(I64, pieces * piece)],
+                         source_etype=ir.FloatType(), inbounds=False)
+        for line in range(-(-piece * 4 // CACHE_LINE_BYTES)):
+            address = em.b.gep(first, [ir.Constant(I64, line * CACHE_LINE_BYTES)], source_etype=I8)
+            em.b.call(prefetch._prefetch_intrinsic(em.b.module),
+                      [address, ir.Constant(I32, 0), ir.Constant(I32, 2), ir.Constant(I32, 1)])
 
 
 def _split_chunks(em, lo, hi, body, ahead, lines: int, parts_of, parts: int) -> None:

@@ -299,19 +299,23 @@ class LoopChoices:
         return MEMORY_BURST_LINES if self.has("avx512f") else 2
 
     @property
-    def streams_pieces_from_registers(self) -> bool:
-        """Whether a streamed map stage's whole pieces of :attr:`streamed_map_piece_lines` lines (float32 outputs)
-        with a one-hot compare along the row (cross-entropy's gradient: ``one_hot_rows.py``) go out from registers:
-        a piece that holds its row's target is computed as before (its results into the stack buffer, the target's
-        element corrected there, then the copy with `vmovntps`), every other piece (all but one or two of a row's
-        1000) by code whose buffer is written and read whole at constant places only, so LLVM keeps it in
-        registers and stores each result with `vmovntps` as it is computed: no buffer stores, reloads and copy loop
-        (8 memory operations and a loop per 32 elements; LLVM shares the two paths' math). The same bits. Without
-        AVX-512: on. Zen 3, cross-entropy's backward kernel [512, 32000] against the buffered pieces, two builds
-        each, interleaved medians of 41-61 rounds (``bench_cross_entropy.py --variants registers0,main``;
-        session 27 xent27): 0.89-0.91 at 1 thread, 0.92-0.93 at 2. With AVX-512 (16-line pieces): off (not
-        measured: its code is unchanged)."""
-        return not self.has("avx512f")
+    def register_piece_lines(self) -> int:
+        """Lines of the whole pieces of a streamed map stage computing a transcendental per element with a one-hot
+        compare along the row (cross-entropy's gradient: ``one_hot_rows.py``; float32 outputs) that go out from
+        registers; 0: every piece through its stack buffer (:attr:`streamed_map_piece_lines`). A piece that holds
+        its row's target is computed as before (its results into the buffer, the target's element corrected
+        there, then the copy with `vmovntps`); every other piece (all but one or two of a row's) by code whose
+        buffer is written and read whole at constant places only, so LLVM keeps it in registers and stores each
+        result with `vmovntps` as it is computed: no buffer stores, reloads and copy loop. The piece is one vector
+        iteration of its loop, interleaved by the piece's vectors (4 lines: 8 vectors of 8 float32, where the
+        other polynomial loops take :attr:`polynomial_interleave`). The same bits. Without AVX-512: 4. Zen 3,
+        cross-entropy's backward kernel [512, 32000], two builds each, interleaved medians of 41-61 rounds
+        (``bench_cross_entropy.py``; session 27 xent27): pieces of 2 lines from registers (interleave 4) against
+        the buffered pieces 0.89-0.91 of the time at 1 thread and 0.92-0.95 at 2 (three runs), the row through
+        torch.compile 0.93-0.95 / 0.94-0.98; 4 lines interleaved by 8 against 2 by 4 0.94-0.96 at 1 thread and
+        0.99-1.02 at 2 (three runs); 4 lines by 4 1.09-1.10 / 0.98-1.03, 8 by 8 1.05 / 1.01-1.04, 1 line by 2
+        1.15 / 1.07. With AVX-512: 0 (not measured: its code is unchanged)."""
+        return 0 if self.has("avx512f") else 4
 
     @property
     def online_exp_prefetch_piece_lines(self) -> int:

@@ -81,7 +81,12 @@ class MapStages:
         # through the math), others of ``MEMORY_BURST_LINES``.
         burst = transcendentals > 0
         itemsizes = [storage_itemsize(t.dtype) for t in streamed]
-        lines = self.target.streamed_map_piece_lines if set(itemsizes) == {4} else MEMORY_BURST_LINES
+        # a piece without its row's target from registers (``CpuTarget.register_piece_lines``): through buffers of
+        # its own, written and read whole at constant places only
+        register_lines = self.target.register_piece_lines if one_hot is not None and burst and set(itemsizes) == {4} \
+            else 0
+        lines = register_lines or (self.target.streamed_map_piece_lines if set(itemsizes) == {4}
+                                   else MEMORY_BURST_LINES)
         piece = min(length, lines * CACHE_LINE_BYTES // max(itemsizes) if burst
                     else stream_bytes(self.target) // min(itemsizes))
         rows = {}
@@ -110,10 +115,8 @@ class MapStages:
                 else:
                     emit_stream_row(self, buffers[target.arg], target, prefix + [start], piece, unrolled=True)
 
-        # a piece without its row's target through buffers of its own, written and read whole at constant places
-        # only: in registers (``CpuTarget.streams_pieces_from_registers``)
         registers = {}
-        if one_hot is not None and burst and set(itemsizes) == {4} and self.target.streams_pieces_from_registers:
+        if register_lines:
             for target in streamed:
                 registers[target.arg] = self._entry.alloca(ir.ArrayType(storage_type(target.dtype), piece))
                 registers[target.arg].align = CACHE_LINE_BYTES
@@ -125,11 +128,13 @@ class MapStages:
                 computed(prefix, start, stop, rows)
                 return
             _, inside = target_inside(self, stage, one_hot, prefix, start, stop)
+            self._math_interleave = piece * 32 // self.target.vector_bits  # (the piece: one vector iteration)
             with self.b.if_else(inside) as (holding, other):
                 with holding, self.fresh_values():
                     computed(prefix, start, stop, rows)
                 with other, self.fresh_values():
                     computed(prefix, start, stop, registers)
+            self._math_interleave = 0
 
         def body(prefix: Index) -> None:
             if piece == length:
