@@ -123,7 +123,8 @@ def test_pieces_from_registers_give_the_buffered_bits(rng, monkeypatch):
     fn = fuse_whole_function(_gradient(rows, classes))
     x = (rng.standard_normal((rows, classes)) * 4).astype(np.float32)
     x[3, :5] = [np.nan, np.inf, -np.inf, 88.0, -200.0]
-    edges = [0, 31, 32, 63, 64, 127, 128, 16383, 16384, 16415, 16416, classes - 32, classes - 1, -100, classes, -1, 2**40]
+    edges = [0, 31, 32, 63, 64, 127, 128, 16383, 16384, 16415, 16416, classes - 32, classes - 1,  # pieces' edges
+             -100, classes, -1, 2**40]
     labels = np.array(edges + list(rng.integers(0, classes, rows - len(edges))), np.int64)
     inputs = [x, labels, rng.uniform(0.5, 2, (rows, 1)).astype(np.float32), np.full((rows, 1), 4.0, np.float32)]
     (got,) = build_cpu_executable(fn, {"threads": 2})(*inputs)
