@@ -43,7 +43,10 @@ values, not compared); of both kernels: ``noexp``: exp_nonpositive as its clamp 
 results are not compared); and of the backward: ``pf0`` (main before session 23, AVX-512's), ``pf1``, ``pf3``, ...: its input prefetched that
 many 16-line bursts ahead (``CpuTarget.streamed_map_prefetch_pieces``; AVX2: 2); ``burst16`` (before session 25,
 AVX-512's), ``burst4``, ``burst4pf4``, ...: its pieces of that many lines (``CpuTarget.streamed_map_piece_lines``;
-AVX2: 2); ``plain``: its gradient written with plain stores (the forward as built) (``CpuTarget.streams_outputs`` false) instead
+AVX2: 2); ``registers0`` (before session 27, AVX-512's): every piece through its stack buffer, ``registers2``,
+``registers4``, ...: the pieces without the row's target from registers, in pieces of that many lines, each one
+vector iteration interleaved by its vectors (``CpuTarget.register_piece_lines``; AVX2: 4);
+``plain``: its gradient written with plain stores (the forward as built) (``CpuTarget.streams_outputs`` false) instead
 of non-temporal ones.
 
 The backward has no online log-sum-exp (its code is the same in the forward's variants): its builds, timed beside
@@ -61,10 +64,16 @@ kernels (TorchDynamo, AOTAutograd, the graph break, the call path). Each call's 
 (``getrusage``, the whole process: the team's threads too) are shown as median / mean: a heap that grows faults
 in one call of many, which moves the mean, not the median.
 
+``--needs`` itemizes each kernel against what it must do, interleaved in one process at each thread count (session
+27): the kernel as built (main) and its memory skeleton (``noexp``), beside the stream kernels of its bytes
+(``microkernels.Stream`` on the row's own logits: the forward's 65.5 MB read alone, the backward's 65.5 MB read and
+65.5 MB written with non-temporal stores) and its 16.4M exponentials at ``exp_nonpositive``'s microkernel rate (the
+fastest of 7 runs, L1-resident, as roofline.py counts it). Its need is the larger of its memory and exp times.
+
 ``a+b`` (``burst16+nanbits``: the code before session 25): both variants' changes.
 
 Run: ``python benchmarks/bench_cross_entropy.py [--threads 2,1] [--builds 2] [--repeats 15] [--variants groups,loop]
-[--row [--rounds 31]] [--split [--rounds 31]]``.
+[--row [--rounds 31]] [--split [--rounds 31]] [--needs [--rounds 31]]``.
 """
 
 from __future__ import annotations
@@ -170,6 +179,33 @@ def _variant(name: str):
             em, x_value, idx, lo, em.min(em.add(lo, 16), hi), careful)
     if name == "noexp":  # the memory skeleton: exp_nonpositive as its clamp alone (not cross-entropy)
         mathlib.POLYNOMIAL["exp_nonpositive"] = lambda b, x, target: mathlib._raised_keeping_nan(b, x, -104.0)
+    registers = CpuTarget.register_piece_lines
+    from neuroncc.codegen.llvm import map_stages
+    pieces_ahead = map_stages.emit_prefetch_pieces_ahead
+    if name.startswith("farN") or name.startswith("far"):  # experiment: ``farN``: also prefetcht1 N x further
+        far = int(name[3:])
+        map_stages.emit_prefetch_pieces_ahead = lambda em, inputs, prefix, start, piece, pieces: (
+            pieces_ahead(em, inputs, prefix, start, piece, pieces),
+            _prefetch_l2(em, inputs, prefix, start, piece, far * pieces))
+    lines_of = prefetch._prefetch_lines
+    if name.startswith("locality"):  # experiment: ``localityN``: every prefetch with locality N (3: prefetcht0, 2:
+        locality = int(name[8:])  # prefetcht1, 1: prefetcht2, 0: prefetchnta)
+
+        def lines_with(em, intrinsic, ahead, start, elements):
+            for stream in ahead:
+                first = stream.at(start)
+                for line in range(-(-elements * stream.itemsize // CACHE_LINE_BYTES)):
+                    address = em.b.gep(first, [ir.Constant(I64, line * CACHE_LINE_BYTES)], source_etype=I8)
+                    em.b.call(intrinsic, [address, ir.Constant(I32, int(stream.write)), ir.Constant(I32, locality),
+                                          ir.Constant(I32, 1)])
+
+        prefetch._prefetch_lines = lines_with
+    if name.startswith("t1only"):  # experiment: the backward's prefetches into L2 (prefetcht1) instead of L1
+        map_stages.emit_prefetch_pieces_ahead = lambda em, inputs, prefix, start, piece, pieces: _prefetch_l2(
+            em, inputs, prefix, start, piece, pieces)
+    if name.startswith("registers"):  # the pieces without the row's target from registers, of N lines (AVX2: 4),
+        register_lines = int(name[9:])  # or not (0)
+        CpuTarget.register_piece_lines = property(lambda self: register_lines)  # type: ignore[method-assign]
     if name == "plain":
         CpuTarget.streams_outputs = lambda self, footprint_bytes: False  # type: ignore[method-assign]
     elif name.startswith("loop"):
@@ -196,7 +232,21 @@ def _variant(name: str):
         CpuTarget.online_exp_prefetch_piece_lines = piece_spread  # type: ignore[method-assign]
         CpuTarget.streamed_map_prefetch_pieces = pieces  # type: ignore[method-assign]
         CpuTarget.streams_outputs = streamed  # type: ignore[method-assign]
+        CpuTarget.register_piece_lines = registers  # type: ignore[method-assign]
+        map_stages.emit_prefetch_pieces_ahead = pieces_ahead
+        prefetch._prefetch_lines = lines_of
         CpuTarget.online_exp_chunk_lines = chunks  # type: ignore[method-assign]
+
+
+def _prefetch_l2(em, inputs, prefix, start, piece: int, pieces: int) -> None:
+    """``prefetch.emit_prefetch_pieces_ahead`` with ``prefetcht1`` (locality 2: into L2) instead of ``prefetcht0``."""
+    for layout in inputs:
+        first = em.b.gep(em.address(layout, list(prefix) + [start]), [ir.Constant(I64, pieces * piece)],
+                         source_etype=ir.FloatType(), inbounds=False)
+        for line in range(-(-piece * 4 // CACHE_LINE_BYTES)):
+            address = em.b.gep(first, [ir.Constant(I64, line * CACHE_LINE_BYTES)], source_etype=I8)
+            em.b.call(prefetch._prefetch_intrinsic(em.b.module),
+                      [address, ir.Constant(I32, 0), ir.Constant(I32, 2), ir.Constant(I32, 1)])
 
 
 def _split_chunks(em, lo, hi, body, ahead, lines: int, parts_of, parts: int) -> None:
@@ -291,10 +341,14 @@ def main() -> None:
     parser.add_argument("--row", action="store_true", help="time the whole row through torch.compile instead")
     parser.add_argument("--rounds", type=int, default=31, help="--row's interleaved rounds")
     parser.add_argument("--split", action="store_true", help="itemize the row: step, kernels, both clocks")
+    parser.add_argument("--needs", action="store_true", help="each kernel against its bytes and exponentials")
     args = parser.parse_args()
     names = args.variants.split(",")
     if args.split:
         split(args)
+        return
+    if args.needs:
+        needs(args)
         return
     if args.row:
         import variant_ab  # (it turns the compile caches off: every variant's build compiles)
@@ -404,6 +458,50 @@ def split(args: argparse.Namespace) -> None:
               f"{time.strftime('%H:%M:%S', time.gmtime())} UTC, {args.rounds} rounds", flush=True)
     print(table(rows, ["piece", "threads", "wall ms", "calling thread's CPU ms", "minor faults / call (median / mean)",
                        "system ms / call (process; median / mean)"]))
+
+
+def needs(args: argparse.Namespace) -> None:
+    """``--needs``: each kernel (main and its memory skeleton ``noexp``) beside the streams of its bytes and the
+    microkernel time of its exponentials, interleaved at each thread count."""
+    import microkernels as mk
+    from neuroncc.codegen.llvm import jit
+
+    inputs = kc.cases()[[c.key for c in kc.cases()].index("ce")].make(np.random.default_rng(0))
+    graphs = dumped_graphs(inputs)
+    forward = next(fn for name, fn in graphs if len(fn.params) == 2)
+    backward = next(fn for name, fn in graphs if len(fn.params) > 2)
+    logits, target = inputs[0].numpy(), inputs[1].numpy()
+    nbytes, elements = logits.nbytes, logits.size
+    source = (logits.ctypes.data, nbytes)
+    kernels = mk.compile_kernel(mk.stream_module(False), "stream"), mk.compile_kernel(mk.stream_module(True), "stream")
+    host = jit.host_target()
+    rows = []
+    for threads in [int(t) for t in args.threads.split(",")]:
+        torch.set_num_threads(threads)
+        clock = time.thread_time if threads == 1 else time.perf_counter
+        built = {}
+        for name in ("main", "noexp"):
+            with variant(name):
+                built[name] = [build_cpu_executable(run_pipeline(default_pipeline("cpu"), fn, PassContext()),
+                                                    {"threads": threads}) for fn in (forward, backward)]
+        arrays = [[logits, target], _backward_arguments(backward, built["main"][0](logits, target), logits, target)]
+        calls = {f"{kernel} {name}": (lambda exe=exes[k], a=arrays[k]: exe(*a))
+                 for name, exes in built.items() for k, kernel in enumerate(("forward", "backward"))}
+        calls["forward's read (stream)"] = mk.Stream(*kernels, nbytes, 0, source).runner("streaming", threads)
+        calls["backward's copy (stream)"] = mk.Stream(*kernels, nbytes, nbytes, source).runner("streaming", threads)
+        samples = interleaved_samples(calls, repeats=args.rounds, clock=clock)
+        ms = {key: statistics.median(v) * 1e3 for key, v in samples.items()}
+        exp_ms = elements / mk.math_throughput("exp_nonpositive", host, threads, clock) * 1e3
+        for kernel, memory in (("forward", "forward's read (stream)"), ("backward", "backward's copy (stream)")):
+            need = max(ms[memory], exp_ms)
+            rows.append([kernel, str(threads), f"{ms[f'{kernel} main']:.3f}", f"{ms[f'{kernel} noexp']:.3f}",
+                         f"{ms[memory]:.3f} ({nbytes * (1 if kernel == 'forward' else 2) / ms[memory] / 1e6:.1f} GB/s)",
+                         f"{exp_ms:.3f}", f"{need / ms[f'{kernel} main']:.0%}"])
+            print(" | ".join(rows[-1]), flush=True)
+        print(f"threads {threads}, load {__import__('os').getloadavg()[0]:.2f}, "
+              f"{time.strftime('%H:%M:%S', time.gmtime())} UTC, {args.rounds} rounds", flush=True)
+    print(table(rows, ["kernel", "threads", "ms", "memory skeleton (noexp) ms", "its bytes' stream ms",
+                       "its exponentials ms (microkernel)", "need / ms"]))
 
 
 def _backward_arguments(fn, saved, logits, target) -> list:

@@ -299,6 +299,25 @@ class LoopChoices:
         return MEMORY_BURST_LINES if self.has("avx512f") else 2
 
     @property
+    def register_piece_lines(self) -> int:
+        """Lines of the whole pieces of a streamed map stage computing a transcendental per element with a one-hot
+        compare along the row (cross-entropy's gradient: ``one_hot_rows.py``; float32 outputs) that go out from
+        registers; 0: every piece through its stack buffer (:attr:`streamed_map_piece_lines`). A piece that holds
+        its row's target is computed as before (its results into the buffer, the target's element corrected
+        there, then the copy with `vmovntps`); every other piece (all but one or two of a row's) by code whose
+        buffer is written and read whole at constant places only, so LLVM keeps it in registers and stores each
+        result with `vmovntps` as it is computed: no buffer stores, reloads and copy loop. The piece is one vector
+        iteration of its loop, interleaved by the piece's vectors (4 lines: 8 vectors of 8 float32, where the
+        other polynomial loops take :attr:`polynomial_interleave`). The same bits. Without AVX-512: 4. Zen 3,
+        cross-entropy's backward kernel [512, 32000], two builds each, interleaved medians of 41-61 rounds
+        (``bench_cross_entropy.py``; session 27 xent27): pieces of 2 lines from registers (interleave 4) against
+        the buffered pieces 0.89-0.91 of the time at 1 thread and 0.92-0.95 at 2 (three runs), the row through
+        torch.compile 0.93-0.95 / 0.94-0.98; 4 lines interleaved by 8 against 2 by 4 0.94-0.96 at 1 thread and
+        0.99-1.02 at 2 (three runs); 4 lines by 4 1.09-1.10 / 0.98-1.03, 8 by 8 1.05 / 1.01-1.04, 1 line by 2
+        1.15 / 1.07. With AVX-512: 0 (not measured: its code is unchanged)."""
+        return 0 if self.has("avx512f") else 4
+
+    @property
     def online_exp_prefetch_piece_lines(self) -> int:
         """Lines of each piece of an online log-sum-exp chunk (:attr:`online_exp_chunk_lines`) whose exponentials
         follow the prefetches of their own lines of the block ahead (``prefetch.chunk_loop``: a loop over the

@@ -91,3 +91,44 @@ def test_the_prefetches_give_the_same_bits(rng, monkeypatch):
     _piece_lines(monkeypatch, 16)
     (sixteen,) = build_cpu_executable(fn, {"threads": 2})(x, m, s)
     np.testing.assert_array_equal(got, sixteen)
+
+
+def _registers(monkeypatch, lines: int) -> None:
+    monkeypatch.setattr(CpuTarget, "register_piece_lines", property(lambda self: lines))
+
+
+def test_avx2_streams_the_gradients_pieces_from_registers_and_avx512_as_before(monkeypatch):
+    # CpuTarget.register_piece_lines (session 27 xent27): a piece without its row's one-hot target is stored with
+    # `vmovntps` straight from the math's registers, not through the stack buffer's copy loop (its one store in a
+    # loop); the piece holding the target keeps the buffer for its correction. 4 lines: 8 stores, 8 vectors'
+    # polynomials interleaved
+    from test_one_hot_rows import _gradient
+
+    fn = _gradient(1024, 4096)
+    zen3, zen4 = CpuTarget("znver3", AVX2), CpuTarget("znver4", ZEN4)
+    assert zen3.register_piece_lines == 4 and zen4.register_piece_lines == 0
+    direct, zen4_code = _assembly(fn, zen3), _assembly(fn, zen4)
+    _registers(monkeypatch, 0)
+    buffered = _assembly(fn, zen3)
+    assert buffered.count("vmovntps") == 1 and re.search(r"cmpq\s+\$128, %r", buffered)  # the copy loop
+    assert direct.count("vmovntps") >= 9  # a store per vector of the piece, and the target's piece's copy loop
+    assert direct.count("vpslld\t$23") >= 8  # the 8 vectors' exponentials side by side
+    assert _assembly(fn, zen4) == zen4_code
+
+
+def test_pieces_from_registers_give_the_buffered_bits(rng, monkeypatch):
+    from test_one_hot_rows import _gradient
+
+    rows, classes = 48, 32000  # 6 MB out (streamed on any host), blocks of 16384 and 15616 columns
+    fn = fuse_whole_function(_gradient(rows, classes))
+    x = (rng.standard_normal((rows, classes)) * 4).astype(np.float32)
+    x[3, :5] = [np.nan, np.inf, -np.inf, 88.0, -200.0]
+    edges = [0, 31, 32, 63, 64, 127, 128, 16383, 16384, 16415, 16416, classes - 32, classes - 1,  # pieces' edges
+             -100, classes, -1, 2**40]
+    labels = np.array(edges + list(rng.integers(0, classes, rows - len(edges))), np.int64)
+    inputs = [x, labels, rng.uniform(0.5, 2, (rows, 1)).astype(np.float32), np.full((rows, 1), 4.0, np.float32)]
+    (got,) = build_cpu_executable(fn, {"threads": 2})(*inputs)
+    _registers(monkeypatch, 0)
+    (want,) = build_cpu_executable(fn, {"threads": 2})(*inputs)
+    np.testing.assert_array_equal(got.view(np.int32), want.view(np.int32))
+    assert all(got[r, t] < 0 for r, t in enumerate(labels) if 0 <= t < classes and r != 3)  # corrected

@@ -97,6 +97,7 @@ class KernelEmitter(IndexArithmetic, BufferAccess, MapStages):
         self._early_mean: tuple[int, SharedMean] | None = None
         self._next_burst: Callable[[], None] | None = None  # the current stage's second pass's burst (``next_pass``)
         self._streamed = False  # the current phase wrote non-temporal stores
+        self._math_interleave = 0  # a polynomial loop's interleave count where a stage sets its own (map_stages.py)
         self._pair: Pair | None = None  # the element pair of the innermost loop being emitted (``pairs.py``)
         self._nan_payloads: NanPayloads | None = None  # (for ``rounding_needs_nan_case``)
         self.known: dict[Value, bool] = {}  # bool values known at every index of the code being emitted
@@ -173,7 +174,7 @@ class KernelEmitter(IndexArithmetic, BufferAccess, MapStages):
 
     def innermost_loop_emitted(self, latch: ir.Instruction, blocks: list[ir.Block]) -> None:
         if computes_polynomial_math(blocks):
-            hint_math_loop(latch, self.target)
+            hint_math_loop(latch, self.target, self._math_interleave)
 
     def alloca(self, t: ir.Type, count: int = 1) -> ir.AllocaInstr:
         """Stack slot(s) in the entry block (promoted to registers by SROA when scalar)."""

@@ -61,9 +61,10 @@ class _LoopID(ir.values.MDValue):
         return id(self)
 
 
-def hint_math_loop(latch: ir.Instruction, target: CpuTarget) -> None:
-    """Give the loop whose back edge is the branch ``latch`` the interleave count of :func:`math_interleave`."""
+def hint_math_loop(latch: ir.Instruction, target: CpuTarget, interleave: int = 0) -> None:
+    """Give the loop whose back edge is the branch ``latch`` the interleave count of :func:`math_interleave`, or
+    ``interleave`` where given (a streamed piece's loop: ``CpuTarget.register_piece_lines``)."""
     module = latch.parent.parent.module
     count = module.add_metadata([ir.MetaDataString(module, "llvm.loop.interleave.count"),
-                                 ir.Constant(I32, math_interleave(target))])
+                                 ir.Constant(I32, interleave or math_interleave(target))])
     latch.set_metadata("llvm.loop", _LoopID(module, [count]))

@@ -18,7 +18,8 @@ from llvmlite import ir
 from neuroncc.codegen.llvm.context import Index
 from neuroncc.codegen.llvm.elementwise import ELEMENTWISE, evaluated_polynomial
 from neuroncc.codegen.llvm.kernel_plan import Computed, MapStage, Stage
-from neuroncc.codegen.llvm.one_hot_rows import emit_correction, emit_split_rows, find_one_hot, knowing
+from neuroncc.codegen.llvm.one_hot_rows import (emit_correction, emit_split_rows, find_one_hot, knowing,
+                                                target_inside)
 from neuroncc.codegen.llvm.pairs import Pair, pairs_halfwords
 from neuroncc.codegen.llvm.prefetch import emit_prefetch_pieces_ahead, streamed_map_inputs
 from neuroncc.codegen.llvm.scalars import I64, compute_type, storage_itemsize, storage_type, store
@@ -80,7 +81,12 @@ class MapStages:
         # through the math), others of ``MEMORY_BURST_LINES``.
         burst = transcendentals > 0
         itemsizes = [storage_itemsize(t.dtype) for t in streamed]
-        lines = self.target.streamed_map_piece_lines if set(itemsizes) == {4} else MEMORY_BURST_LINES
+        # a piece without its row's target from registers (``CpuTarget.register_piece_lines``): through buffers of
+        # its own, written and read whole at constant places only
+        register_lines = self.target.register_piece_lines if one_hot is not None and burst and set(itemsizes) == {4} \
+            else 0
+        lines = register_lines or (self.target.streamed_map_piece_lines if set(itemsizes) == {4}
+                                   else MEMORY_BURST_LINES)
         piece = min(length, lines * CACHE_LINE_BYTES // max(itemsizes) if burst
                     else stream_bytes(self.target) // min(itemsizes))
         rows = {}
@@ -97,16 +103,38 @@ class MapStages:
             inputs = tuple(layout for layout in streamed_map_inputs(self.plan, stage)
                            if layout not in self._prefetched) if pieces_ahead else ()
 
-        def stream(prefix: Index, start: Any, stop: Any) -> None:
-            if inputs:
-                emit_prefetch_pieces_ahead(self, inputs, prefix, start, piece, pieces_ahead)
+        def computed(prefix: Index, start: Any, stop: Any, buffers: dict) -> None:
             with knowing(self, one_hot, False):
-                self.innermost_loop(start, stop, lambda i: self._map_body(stage, prefix + [i], rows, start), stage)
-            if one_hot is not None:  # (the correction into the piece's buffer, before it streams out)
+                self.innermost_loop(start, stop, lambda i: self._map_body(stage, prefix + [i], buffers, start), stage)
+            if one_hot is not None and buffers is rows:  # (the correction into the piece's buffer, before it streams)
                 emit_correction(self, stage, one_hot, prefix, start, stop,
                                 lambda idx: self._map_body(stage, idx, rows, start))
             for target in streamed:
-                emit_stream_row(self, rows[target.arg], target, prefix + [start], self.sub(stop, start))
+                if buffers is rows:
+                    emit_stream_row(self, rows[target.arg], target, prefix + [start], self.sub(stop, start))
+                else:
+                    emit_stream_row(self, buffers[target.arg], target, prefix + [start], piece, unrolled=True)
+
+        registers = {}
+        if register_lines:
+            for target in streamed:
+                registers[target.arg] = self._entry.alloca(ir.ArrayType(storage_type(target.dtype), piece))
+                registers[target.arg].align = CACHE_LINE_BYTES
+
+        def stream(prefix: Index, start: Any, stop: Any, whole: bool = False) -> None:
+            if inputs:
+                emit_prefetch_pieces_ahead(self, inputs, prefix, start, piece, pieces_ahead)
+            if not (registers and whole):
+                computed(prefix, start, stop, rows)
+                return
+            _, inside = target_inside(self, stage, one_hot, prefix, start, stop)
+            self._math_interleave = piece * 32 // self.target.vector_bits  # (the piece: one vector iteration)
+            with self.b.if_else(inside) as (holding, other):
+                with holding, self.fresh_values():
+                    computed(prefix, start, stop, rows)
+                with other, self.fresh_values():
+                    computed(prefix, start, stop, registers)
+            self._math_interleave = 0
 
         def body(prefix: Index) -> None:
             if piece == length:
@@ -118,7 +146,8 @@ class MapStages:
 
                 def one_piece(k: Any) -> None:
                     start = self.add(lo, self.mul(k, piece))
-                    stream(prefix, start, self.add(start, piece) if whole else self.min(self.add(start, piece), hi))
+                    stream(prefix, start, self.add(start, piece) if whole else self.min(self.add(start, piece), hi),
+                           whole)
 
                 # whole vector pieces (rows and blocks are whole lines); a row's last block may end in a shorter burst
                 self.loop(0, self.div(self.add(self.sub(hi, lo), piece - 1 if burst else 0), piece), one_piece)

@@ -115,14 +115,19 @@ def emit_correction(em: Any, stage: MapStage, one_hot: OneHot, prefix: Index, lo
                     body: Callable[[Index], None]) -> None:
     """After the loop over [lo, hi) of the row at ``prefix`` ran with the compare false: ``body`` at the row's
     target, with the compare true, when the target lies in [lo, hi). ``em``: the kernel emitter."""
+    target, inside = target_inside(em, stage, one_hot, prefix, lo, hi)
+    with em.b.if_then(inside), em.fresh_values(), knowing(em, one_hot, True):
+        body([*prefix, target])
+
+
+def target_inside(em: Any, stage: MapStage, one_hot: OneHot, prefix: Index, lo: Any, hi: Any) -> tuple:
+    """(the target column of the row at ``prefix``, whether it lies in [lo, hi)) as IR values."""
     compare, b = one_hot.compare, em.b
     at = broadcast_index(em, [*prefix, lo], stage.shape, compare.type.shape)
     target = em.value_at(one_hot.target, broadcast_index(em, at, compare.type.shape, one_hot.target.type.shape))
     if target.type != I64:
         target = b.sext(target, I64)
-    inside = b.and_(b.icmp_signed(">=", target, em.ir_index(lo)), b.icmp_signed("<", target, em.ir_index(hi)))
-    with b.if_then(inside), em.fresh_values(), knowing(em, one_hot, True):
-        body([*prefix, target])
+    return target, b.and_(b.icmp_signed(">=", target, em.ir_index(lo)), b.icmp_signed("<", target, em.ir_index(hi)))
 
 
 def emit_split_rows(em: Any, stage: MapStage, one_hot: OneHot, ranges: list[tuple[Any, Any]],

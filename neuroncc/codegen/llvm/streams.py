@@ -47,8 +47,10 @@ def stream_bytes(cpu: CpuTarget) -> int:
     return min(STREAM_PIECE_BYTES, cpu.vector_bits // 8)
 
 
-def emit_stream_row(em: Any, row: ir.Value, target: Layout, idx: Index, count: Any) -> None:
-    """Copy ``count`` elements (whole vectors) from ``row`` to ``target`` at ``idx``, a vector per store."""
+def emit_stream_row(em: Any, row: ir.Value, target: Layout, idx: Index, count: Any, unrolled: bool = False) -> None:
+    """Copy ``count`` elements (whole vectors) from ``row`` to ``target`` at ``idx``, a vector per store;
+    ``unrolled``: ``count`` is an int and the stores follow one another, no loop (the buffer is then read at
+    constant places only, which lets LLVM keep it in registers)."""
     piece = stream_bytes(em.target)
     lanes = piece // storage_itemsize(target.dtype)
     vector = ir.VectorType(storage_type(target.dtype), lanes)
@@ -62,4 +64,8 @@ def emit_stream_row(em: Any, row: ir.Value, target: Layout, idx: Index, count: A
         value = em.b.load(src, typ=vector, align=piece)
         em.b.store(value, dst, align=piece).set_metadata("nontemporal", nontemporal)
 
+    if unrolled:
+        for j in range(count // lanes):
+            copy(j)
+        return
     em.loop(0, em.div(count, lanes), copy)
