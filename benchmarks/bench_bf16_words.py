@@ -75,6 +75,7 @@ SWITCHES: dict[str, Switch] = {
     "row-a-26": Switch(("splits_polynomial_math_loops", "scales_one_plus_exp_in_one_step", "halves_gelu_in_its_erf"),
                        "a"),
     "exp-loop-write": Switch(("writes_delayed_elements_in_the_exp_loop",), "b"),
+    "nans-by-sum": Switch(("finds_row_nans_by_the_sum",), "b,b16"),
 }
 #: switches that change the order of a sum's terms (the bits may differ: counted, not asserted)
 REORDERS = {"paired-sums"}

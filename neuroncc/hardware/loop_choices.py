@@ -157,6 +157,19 @@ class LoopChoices:
         return self.has("avx2") and not self.has("avx512f")
 
     @property
+    def finds_row_nans_by_the_sum(self) -> bool:
+        """Whether a softmax-like row loop (a float max pass, then the sum of row-cached exponentials that carries the
+        previous row's delayed write) takes its max without the magnitude bits that flag a NaN (two integer
+        instructions per vector beside the vmaxps) and runs the row's max and exp passes once more, as before, where
+        its sum is NaN (``codegen/llvm/nan_rows.py``): a NaN in the row makes the sum NaN. The same bits. Zen 3 (session 27
+        softmax27; two builds each, interleaved medians of 61 rounds): float32 softmax [4096, 1024] 0.950 / 0.949 of
+        the time at 1 thread, 0.952 / 0.960 at 2, bf16 0.975 / 0.977 and 0.965 / 0.966 (``bench_bf16_words.py
+        --switch nans-by-sum``); the kernel step (``variant_ab.py``) 0.965 (float32) and 0.956 (L3-resident [256,
+        1024] x16) at 1 thread, 0.967 / 0.976 at 2. The max loop is 7 instructions per 32 elements instead of 19.
+        AVX2 only (AVX-512 keeps its code: not measured there)."""
+        return self.has("avx2") and not self.has("avx512f")
+
+    @property
     def caches_variance_deviations(self) -> bool:
         """Whether a variance's deviation pass over a widened bf16 row stores x - mean into a float32 row cache that a
         later stage's x - mean (bf16 LayerNorm's write pass) loads (``refine.deviation_row_cache``) instead of

@@ -46,6 +46,8 @@ class EmitContext(Protocol):
     target: CpuTarget
     #: The plan being emitted: its region's ops say what each value is computed from (``ir/signs.py`` asks).
     plan: KernelPlan
+    #: Whether a float amax emitted now keeps no NaN flag (``nan_rows.max_without_nan_flag``: the row's sum finds NaNs).
+    flagless_amax: bool
 
     # ---- values and buffers ---------------------------------------------------------------------------
 

@@ -11,6 +11,7 @@ needs no runtime alias checks.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Callable
 from dataclasses import replace
@@ -30,6 +31,7 @@ from neuroncc.codegen.llvm.ir_text import module_text, quick_names
 from neuroncc.codegen.llvm.map_stages import MapStages
 from neuroncc.codegen.llvm.loop_hints import computes_polynomial_math, hint_math_loop
 from neuroncc.codegen.llvm.nan_payloads import NanPayloads
+from neuroncc.codegen.llvm.nan_rows import finds_nans_by_the_sum, max_without_nan_flag, redo_nan_row
 from neuroncc.codegen.llvm.kernel_plan import (
     BlockedMap, ChunkedRows, CombineColumns, CombinePartials, Computed, ExtraKind, KernelPlan, KeptDims,
     MapStage, PartialReduce, Phase, ReduceStage, RowLoop, ScatterLoop, SplitColumns, Stage, TransposedMap,
@@ -89,6 +91,7 @@ class KernelEmitter(IndexArithmetic, BufferAccess, MapStages):
         self._row_depth, self._pair_rows, self._row_copies = 0, frozenset(), 1
         self._delayed: int | None = None  # the row loop's stage written one row late (``delayed_writes.py``)
         self._after_group: Any = None  # its code for a group of the carrier's elements, at the current row
+        self.flagless_amax = False  # float amax without its NaN flag (``nan_rows.max_without_nan_flag``)
         self._range: tuple[ir.Value, ir.Value] = None  # type: ignore[assignment]  # the phase's [start, end)
         self._stage_number = 0  # position of the stage being emitted in its phase (row caches key on it)
         self._filled: set[Value] = set()  # row caches the current stage has filled (``row_cache_filled``)
@@ -296,13 +299,18 @@ class KernelEmitter(IndexArithmetic, BufferAccess, MapStages):
                                        rows_ahead=1 if self._early_mean is None else EARLY_MEAN_PREFETCH_ROWS)
 
         part = 0
+        nans_by_sum = finds_nans_by_the_sum(self, phase)
         for number, count in zip(passes, counts):
             stage = phase.stages[number]
             burst(part)
             self._next_burst = (lambda part=part: burst(part + 1)) if count == 2 else None
             part += count
             self._stage_number, self._filled = number, set()
-            self._stage_at(stage, outer, depth, means.get(number), maxima.get(number))
+            with max_without_nan_flag(self) if nans_by_sum and number == 0 else contextlib.nullcontext():
+                self._stage_at(stage, outer, depth, means.get(number), maxima.get(number))
+            if nans_by_sum and number == 1:
+                redo_nan_row(self, phase, outer, depth, lambda n: self._stage_at(
+                    phase.stages[n], outer, depth, means.get(n), maxima.get(n)))
             if self._early_mean is not None and number == self._early_mean[0]:
                 self._next_mean(phase, self.add(flat, 1))
         self._next_burst = None

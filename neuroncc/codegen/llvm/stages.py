@@ -23,6 +23,7 @@ from neuroncc.codegen.llvm.kernel_plan import (
 from neuroncc.codegen.llvm.online import OnlineMax, online_total
 from neuroncc.codegen.llvm.pairs import pairs_halfwords
 from neuroncc.codegen.llvm.prefetch import spread_loop
+from neuroncc.codegen.llvm.nan_rows import AMAX, AMAX_WITHOUT_NAN_FLAG
 from neuroncc.codegen.llvm.reductions import COMBINERS, REASSOC, Combiner
 from neuroncc.codegen.llvm.scalars import F32, F64, I1, I64, round_to
 from neuroncc.codegen.llvm.views import Layout
@@ -142,6 +143,8 @@ class _Reducer:
     def __init__(self, em: EmitContext, stage: ReduceStage):
         self.em, self.stage, self.op = em, stage, stage.op
         self.combiner: Combiner = COMBINERS[self.op.name]
+        if em.flagless_amax and self.combiner is AMAX:
+            self.combiner = AMAX_WITHOUT_NAN_FLAG
         self.dtype = self.op.operands[0].type.dtype
         self.shape = stage.shape
         self.reduced = list(stage.reduced)

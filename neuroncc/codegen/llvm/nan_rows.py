@@ -1,0 +1,72 @@
+"""Softmax's row max without its NaN bookkeeping, the row's NaNs found by its sum instead (AVX2:
+``CpuTarget.finds_row_nans_by_the_sum``).
+
+A float amax keeps, beside its running max, the largest magnitude bits it has seen (``reductions._extreme``): two
+integer instructions per vector that say whether the row holds a NaN, whose max is then NaN. In a softmax-like row
+loop (a max pass, then the sum of row-cached exp(x - max) carrying the previous row's delayed write) a NaN in the row
+makes every exponential it enters NaN, so the row's sum is NaN too. So the max pass runs without the magnitudes
+(:data:`AMAX_WITHOUT_NAN_FLAG`), and where the row's sum is NaN (a NaN in the row, or a sum that is NaN for other
+reasons: -inf - -inf) the max pass and the exp pass run once more as they always ran, with the magnitudes and
+without the prefetches and the delayed write the first exp pass carried: the same max, exponentials and sum, bit
+for bit. A row without NaN has the same max either way (the same vmaxps), so the same everything.
+
+May import: the code generator's modules below ``emit``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import replace
+from typing import Any
+
+from neuroncc.codegen.llvm.kernel_plan import ReduceStage, RowLoop
+from neuroncc.codegen.llvm.reductions import COMBINERS
+
+AMAX = COMBINERS["amax"]
+
+
+def _max_only(b, dtype, accs, x, pos):
+    updated = AMAX.update(b, dtype, accs, x, pos)
+    return [updated[0], accs[1]] if dtype.is_float else updated
+
+
+#: amax without the magnitude bits beside its running max (they stay at their start: no NaN seen)
+AMAX_WITHOUT_NAN_FLAG = replace(AMAX, update=_max_only)
+
+
+def finds_nans_by_the_sum(em: Any, phase: RowLoop) -> bool:
+    """Whether ``phase`` is a row loop whose float max pass (stage 0) the sum of exponentials (stage 1, the carrier of
+    a delayed write) follows, and the target finds its rows' NaNs by that sum."""
+    if not em.target.finds_row_nans_by_the_sum or em._carrier != 1 or em._delayed is None:
+        return False
+    first, carrier = phase.stages[0], phase.stages[1]
+    return isinstance(first, ReduceStage) and COMBINERS.get(first.op.name) is AMAX \
+        and first.op.operands[0].type.dtype.is_float and isinstance(carrier, ReduceStage) \
+        and COMBINERS[carrier.op.name].float_sum and not COMBINERS[carrier.op.name].two_pass
+
+
+@contextlib.contextmanager
+def max_without_nan_flag(em: Any):
+    """Reductions emitted inside take amax as :data:`AMAX_WITHOUT_NAN_FLAG`."""
+    saved, em.flagless_amax = em.flagless_amax, True
+    try:
+        yield
+    finally:
+        em.flagless_amax = saved
+
+
+def redo_nan_row(em: Any, phase: RowLoop, outer: list[Any], depth: int, emit_stage) -> None:
+    """Where the row's sum (stage 1's result) is NaN: stages 0 and 1 once more, as they are emitted without this
+    module, without the carried prefetches and delayed write (``emit_stage(number)`` emits one)."""
+    carrier = phase.stages[1]
+    index = list(outer[:depth]) + [0] * (len(carrier.shape) - depth)
+    total = em.load(carrier.target, index)
+    with em.fresh_values(), em.b.if_then(em.b.fcmp_unordered("uno", total, total), likely=False):
+        saved = em._ahead, em._after_group
+        em._ahead, em._after_group = (), None
+        try:
+            for number in (0, 1):
+                em._stage_number, em._filled = number, set()
+                emit_stage(number)
+        finally:
+            em._ahead, em._after_group = saved

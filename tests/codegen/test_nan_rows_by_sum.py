@@ -1,0 +1,73 @@
+"""Softmax's max pass without its NaN flag on AVX2, a row's NaNs found by its sum (``CpuTarget.finds_row_nans_by_the_sum``,
+``codegen/llvm/nan_rows.py``): the max loop has no magnitude bits (no ``vpmaxud``), a row whose sum is NaN runs its
+max and exp passes again as before; the same bits for NaN rows of every kind (session 27 softmax27). AVX-512's code is
+as before."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+from codegen_helpers import special_floats
+from test_bf16_rounding import ZEN4
+from test_delayed_write_order import _softmax
+from test_pairs import AVX2, _softmax_bits, to_bits
+from test_widened_exp_rows import _assembly
+
+from neuroncc.codegen.llvm.regions import fuse_whole_function
+from neuroncc.executors.cpu.launcher import build_cpu_executable
+from neuroncc.hardware.host import CpuTarget
+
+BLOCK = re.compile(r"\n\.LBB\d+_\d+:")
+
+
+def _by_sum(monkeypatch, on: bool) -> None:
+    monkeypatch.setattr(CpuTarget, "finds_row_nans_by_the_sum", property(lambda self: on))
+
+
+def _flagless_max_loop(asm: str) -> bool:
+    """Whether a loop block takes vmaxps of the row without the magnitudes' vpmaxud beside it."""
+    return any("vmaxps" in block and "vpmaxud" not in block and "vfmsub" not in block and "jne" in block
+               for block in BLOCK.split(asm))
+
+
+def test_avx2_max_pass_without_nan_flag_and_avx512_as_before(monkeypatch):
+    zen3, zen4 = CpuTarget("znver3", AVX2), CpuTarget("znver4", ZEN4)
+    assert zen3.finds_row_nans_by_the_sum and not zen4.finds_row_nans_by_the_sum
+    functions = (_softmax(1030, 1024), _softmax_bits(2201, 1024))  # (4 MiB outputs: streamed, the write delayed)
+    on = [_assembly(fn, zen3)[1] for fn in functions]
+    zen4_code = [_assembly(fn, zen4) for fn in functions]
+    assert all(_flagless_max_loop(asm) for asm in on)
+    _by_sum(monkeypatch, False)
+    assert not any(_flagless_max_loop(_assembly(fn, zen3)[1]) for fn in functions)
+    assert [_assembly(fn, zen4) for fn in functions] == zen4_code
+
+
+def _nan_rows(rng, rows: int) -> np.ndarray:
+    x = special_floats(rng, (rows, 1024), scale=4.0)  # (row 0: NaN, +-inf, +-0, extremes)
+    x[1, 100], x[2], x[3, 17], x[4, ::2], x[5] = np.nan, -np.inf, np.inf, -0.0, 0.0
+    x[6, :5] = np.array([-np.inf, np.nan, np.inf, -np.inf, np.nan], np.float32)
+    x[7] = np.nan
+    bits = x.view(np.uint32)
+    bits[8, 1023] = 0xFFC01234  # (a negative quiet NaN with a payload, the row's last element)
+    bits[9, 0], bits[9, 515] = 0x7F800001, 0xFF812345  # (signaling NaNs)
+    bits[10, 31] = 0x7FBFFFFF
+    x[11, 300], x[12, :] = np.inf, np.inf
+    x[13, ::3] = np.nan
+    return x
+
+
+def test_nan_rows_give_the_same_bits(rng, monkeypatch):
+    x = _nan_rows(rng, 1033)
+    bf16_x = to_bits(np.resize(x, (2201, 1024)))
+    for fn, inputs in ((_softmax(1033, 1024), [x]), (_softmax_bits(2201, 1024), [bf16_x])):
+        fn = fuse_whole_function(fn)
+        results = []
+        for on in (False, True):
+            _by_sum(monkeypatch, on)
+            for threads in (1, 2):
+                (out,) = build_cpu_executable(fn, {"threads": threads})(*inputs)
+                out = np.asarray(out)
+                results.append(out.view(np.uint32 if out.itemsize == 4 else np.uint16).copy())
+        for result in results[1:]:
+            np.testing.assert_array_equal(result, results[0])
