@@ -58,21 +58,51 @@ STATE_KINDS = {InputKind.PARAMETER: "parameter", InputKind.BUFFER: "buffer",
 
 
 @dataclass(frozen=True, slots=True)
+class DynamicDim:
+    """A size of an exported program's input that ``torch.export.Dim`` left symbolic."""
+
+    dim: int
+    symbol: str  # torch.export's name for it (``s31``); dims sharing a symbol are equal
+    low: int
+    high: int | None  # None: unbounded
+    direct: bool  # the size is the symbol itself (not a derived size such as 2 * s31)
+
+    def describe(self) -> str:
+        bounds = f"{self.low}..{self.high if self.high is not None else 'inf'}"
+        return f"dim {self.dim} is dynamic ({self.symbol}, {bounds})" if self.direct else \
+            f"dim {self.dim} is dynamic ({self.symbol})"
+
+    def admits(self, size: int) -> bool:
+        return not self.direct or (self.low <= size and (self.high is None or size <= self.high))
+
+
+@dataclass(frozen=True, slots=True)
 class ProgramInput:
     """One input of an exported graph: a user input or a piece of the program's state, with its type."""
 
     name: str  # the placeholder's name in the graph
     kind: str  # "input" (given by the caller), "parameter", "buffer" or "constant"
     target: str  # the user input's name, or the state's fully qualified name
-    shape: tuple[int, ...]
+    shape: tuple[int, ...]  # a dynamic dim's size is the exported example's (see ``dynamic``)
     dtype: torch.dtype
+    dynamic: tuple[DynamicDim, ...] = ()  # the sizes torch.export.Dim left symbolic
 
     @property
     def nbytes(self) -> int:
         return math.prod(self.shape) * torch.empty((), dtype=self.dtype).element_size()
 
     def describe(self) -> str:
-        return f"{str(self.dtype).removeprefix('torch.')}{list(self.shape)}"
+        sizes = [str(size) for size in self.shape]
+        for dim in self.dynamic:
+            sizes[dim.dim] = dim.symbol
+        return f"{str(self.dtype).removeprefix('torch.')}[{', '.join(sizes)}]"
+
+    def fits(self, shape: Sequence[int]) -> bool:
+        """Whether a tensor of ``shape`` may be this input (dynamic dims within their bounds)."""
+        dynamic = {dim.dim: dim for dim in self.dynamic}
+        return len(shape) == len(self.shape) and all(
+            dynamic[d].admits(size) if d in dynamic else size == want
+            for d, (size, want) in enumerate(zip(shape, self.shape)))
 
 
 @dataclass(frozen=True)
@@ -160,9 +190,14 @@ def import_inference(program: ExportedProgram, name: str, target: str = DEFAULT_
             mutations.append((index, spec.target))
         elif spec.kind == OutputKind.USER_OUTPUT:
             output_names.append(getattr(spec.arg, "name", f"output{len(output_names)}"))
+        elif spec.kind == OutputKind.USER_INPUT_MUTATION:
+            raise UnsupportedOpError(f"exported program updates its input '{spec.target}' in place (an in-place op "
+                                     "on an input); neuroncc runs programs whose outputs are user outputs and "
+                                     "buffer updates: return the new value instead")
         else:
-            raise UnsupportedOpError(f"exported program output '{spec.arg}' is a {spec.kind.name.lower()}; "
-                                     "neuroncc runs programs whose outputs are user outputs and buffer updates")
+            raise UnsupportedOpError(f"exported program output '{getattr(spec.arg, 'name', spec.arg)}' is a "
+                                     f"{spec.kind.name.lower()}; neuroncc runs programs whose outputs are user "
+                                     "outputs and buffer updates")
     return InferenceGraph(decomposed, imported, inputs, tuple(output_names), tuple(mutations))
 
 
@@ -275,22 +310,83 @@ def _drop_runtime_assertions(gm: fx.GraphModule) -> None:
         gm.recompile()
 
 
-def program_inputs(program: ExportedProgram) -> tuple[ProgramInput, ...]:
+def program_inputs(program: ExportedProgram, *, dynamic: bool = False) -> tuple[ProgramInput, ...]:
     """Every input of ``program``'s graph (user inputs and state), in placeholder order, typed from the graph's
-    metadata. Nothing is allocated: a program may declare absurd sizes, which callers check first."""
+    metadata. Nothing is allocated: a program may declare absurd sizes, which callers check first. A dynamic size
+    (``torch.export.Dim``) raises :class:`DynamicShapeError` naming it, unless ``dynamic``: then the input carries
+    it (:class:`DynamicDim`) and the exported example's size (see :func:`specialize`)."""
     _refuse_unsupported_signature(program)
     placeholders = [n for n in program.graph_module.graph.nodes if n.op == "placeholder"]
-    return tuple(_program_input(spec, node) for spec, node in zip(program.graph_signature.input_specs, placeholders))
+    inputs = tuple(_program_input(program, spec, node)
+                   for spec, node in zip(program.graph_signature.input_specs, placeholders))
+    if not dynamic:
+        for spec in inputs:
+            if spec.dynamic:
+                dims = ", ".join(dim.describe() for dim in spec.dynamic)
+                raise DynamicShapeError(
+                    f"exported program input '{spec.target}' has dynamic sizes ({dims}); neuroncc compiles static "
+                    "shapes: `neuroncc run` runs it at the sizes of --inputs X.npz (or of the exported example), "
+                    "else export without dynamic_shapes")
+    return inputs
 
 
-def _program_input(spec: Any, node: fx.Node) -> ProgramInput:
+def _program_input(program: ExportedProgram, spec: Any, node: fx.Node) -> ProgramInput:
     meta = node.meta.get("val")
     if not isinstance(meta, torch.Tensor):
         raise UnsupportedOpError(f"exported program input '{node.name}' is not a tensor")
-    dynamic = [f"dim {d} is {size}" for d, size in enumerate(meta.shape) if not isinstance(size, int)]
-    if dynamic:
-        raise DynamicShapeError(f"exported program input '{node.name}' has dynamic sizes ({', '.join(dynamic)}); "
-                                "neuroncc compiles static shapes: export without dynamic_shapes")
     kind = "input" if spec.kind == InputKind.USER_INPUT else STATE_KINDS[spec.kind]
     target = spec.arg.name if kind == "input" else spec.target
-    return ProgramInput(node.name, kind, target, tuple(int(s) for s in meta.shape), meta.dtype)
+    shape, dynamic = [], []
+    for d, size in enumerate(meta.shape):
+        if isinstance(size, int):
+            shape.append(size)
+            continue
+        dim = _dynamic_dim(program, d, size)
+        hint = size.node.hint if isinstance(size.node.hint, int) else None
+        if hint is None:
+            raise DynamicShapeError(f"exported program input '{target}' {dim.describe()} and the program keeps no "
+                                    "example size for it; neuroncc compiles static shapes: export without "
+                                    "dynamic_shapes")
+        shape.append(hint)
+        dynamic.append(dim)
+    return ProgramInput(node.name, kind, target, tuple(shape), meta.dtype, tuple(dynamic))
+
+
+def _dynamic_dim(program: ExportedProgram, d: int, size: torch.SymInt) -> DynamicDim:
+    expr = size.node.expr
+    bounds = program.range_constraints.get(expr) if expr.is_Symbol else None
+    if bounds is None:
+        return DynamicDim(d, str(expr), 0, None, direct=False)
+    low, high = bounds.lower, bounds.upper  # sympy integers, or torch's int_oo for an unbounded dim
+    return DynamicDim(d, str(expr), int(low) if low.is_Integer else 0, int(high) if high.is_Integer else None,
+                      direct=True)
+
+
+def specialize(program: ExportedProgram, user_inputs: Sequence[torch.Tensor], where: str) -> ExportedProgram:
+    """``program`` with its dynamic sizes (``torch.export.Dim``) fixed to those of ``user_inputs`` (flat, in the
+    program's order): ``program`` itself when it has none, else the program re-exported at these sizes (every
+    size static, as neuroncc compiles). The sizes are checked against the dims' bounds and against each other
+    first (dims sharing a symbol must be equal); a mismatch is an :class:`InputError` naming the input and dim."""
+    expected = [spec for spec in program_inputs(program, dynamic=True) if spec.kind == "input"]
+    if not any(spec.dynamic for spec in expected):
+        return program
+    seen: dict[str, tuple[str, int, int]] = {}  # symbol -> (input, dim, size) where it was first met
+    for spec, tensor in zip(expected, user_inputs, strict=True):
+        for dim in spec.dynamic:
+            size = int(tensor.shape[dim.dim])
+            if not dim.admits(size):
+                raise InputError(f"{where}: input '{spec.target}' has size {size} in dim {dim.dim}, outside the "
+                                 f"program's bounds ({dim.describe()})")
+            first = seen.setdefault(dim.symbol, (spec.target, dim.dim, size)) if dim.direct else None
+            if first is not None and first[2] != size:
+                raise InputError(f"{where}: input '{spec.target}' has size {size} in dim {dim.dim}, but dim "
+                                 f"{first[1]} of input '{first[0]}' is {first[2]} and the program exported both "
+                                 f"as one dynamic size ({dim.symbol})")
+    args, kwargs = unflatten_user_inputs(program, list(user_inputs))
+    try:
+        with _tracing(None):
+            return torch.export.export(program.module(), args, kwargs)
+    except Exception as exc:  # torch's checks of the inputs against the program's constraints, and tracing
+        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise InputError(f"{where}: cannot fix the program's dynamic sizes to these inputs' "
+                         f"({type(exc).__name__}: {first_line})") from None
