@@ -31,6 +31,7 @@ from torch.export.graph_signature import InputKind, OutputKind, TensorArgument
 
 from neuroncc.errors import DynamicShapeError, InputError, UnsupportedOpError
 from neuroncc.frontend.compiled import CompiledGraph
+from neuroncc.frontend.diagnostics import FLOAT64_WARNING, Float64Warning, uses_float64
 from neuroncc.frontend.lowering.decompositions import REMOVED_DECOMPOSITIONS, decomposition_table
 from neuroncc.frontend.importer import ImportedGraph, import_graph
 from neuroncc.frontend.lowering.attention import attention_tracing
@@ -181,6 +182,8 @@ def import_inference(program: ExportedProgram, name: str, target: str = DEFAULT_
         decomposed = program.run_decompositions(export_decompositions())
     signature = decomposed.graph_signature
     inputs = program_inputs(decomposed)
+    if uses_float64(decomposed.graph_module, ()):  # as the torch backend warns, once per compiled graph
+        warnings.warn(f"program '{name}': {FLOAT64_WARNING}", Float64Warning, stacklevel=2)
     _drop_runtime_assertions(decomposed.graph_module)
     # the cpu target's kernels read bf16 tensors' bits; the other targets take float32 copies (as in aten_compiler)
     imported = import_graph(decomposed.graph_module, name, bf16_bits=target == "cpu")

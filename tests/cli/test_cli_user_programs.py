@@ -192,3 +192,22 @@ def test_complex_inputs_random_and_from_npz(capsys, tmp_path):
     given = run_in_process(capsys, "run", str(path), "--target", "interp", "--check", "-q", "--inputs",
                            str(tmp_path / "in.npz"))
     assert given.returncode == 0 and "check passed" in given.stdout, given.stdout + given.stderr
+
+
+class SoftmaxCumsum(torch.nn.Module):
+    def forward(self, x):
+        return torch.softmax(x, -1).cumsum(-1)
+
+
+def test_float64_programs_say_they_compute_in_float32(capsys, tmp_path):
+    """As under torch.compile (one Float64Warning per graph): the served path and ``run`` say so too."""
+    from neuroncc.frontend.diagnostics import Float64Warning
+
+    path = tmp_path / "double.pt2"
+    program = _export(path, SoftmaxCumsum(), (torch.randn(3, 4, dtype=torch.float64),))
+    with pytest.warns(Float64Warning, match="computes float64 tensors in float32"):
+        neuroncc.compile_program(program, target="interp")
+    result = run_in_process(capsys, "run", str(path), "--target", "interp", "--check", "-q")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stderr.startswith("neuroncc: warning: program 'double': neuroncc computes float64 tensors in "
+                                    "float32") and result.stderr.count("\n") == 1, result.stderr
