@@ -48,7 +48,7 @@ def run_run(args: argparse.Namespace) -> int:
     with programs.one_line_warnings():
         program = programs.load_model(args, progress)  # the model's cheap checks come before torch is imported
         from neuroncc.cli.inputs import user_inputs
-        from neuroncc.frontend.exported import specialize, unflatten_user_inputs
+        from neuroncc.frontend.exported import fixed_inputs, specialize, unflatten_user_inputs
         from torch.utils._pytree import tree_leaves
 
         expected, flat_inputs = user_inputs(program, args.inputs, args.seed, args.model)
@@ -82,7 +82,8 @@ def run_run(args: argparse.Namespace) -> int:
             with progress.step("run eager PyTorch"):
                 eager = _eager(program, flat_inputs, args)
     print(f"{args.model}: target {args.target}, {_cache_words(compiled)}")
-    described = ", ".join(f"{spec.target} {_describe(tensor)}" for spec, tensor in zip(expected, flat_inputs))
+    described = ", ".join([f"{spec.target} {_describe(tensor)}" for spec, tensor in zip(expected, flat_inputs)] +
+                          [f"{name}={value!r} (fixed at export)" for name, value in fixed_inputs(program).values()])
     print(f"  inputs   {described or '(none)'}"
           f"  ({'from ' + args.inputs if args.inputs else f'random, seed {args.seed}'})")
     if dynamic:

@@ -27,7 +27,7 @@ import torch
 import torch.fx as fx
 import torch.utils._pytree as pytree
 from torch.export import ExportedProgram
-from torch.export.graph_signature import InputKind, OutputKind, TensorArgument
+from torch.export.graph_signature import ConstantArgument, InputKind, OutputKind, TensorArgument
 
 from neuroncc.errors import DynamicShapeError, InputError, UnsupportedOpError
 from neuroncc.frontend.compiled import CompiledGraph
@@ -185,6 +185,7 @@ def import_inference(program: ExportedProgram, name: str, target: str = DEFAULT_
     if uses_float64(decomposed.graph_module, ()):  # as the torch backend warns, once per compiled graph
         warnings.warn(f"program '{name}': {FLOAT64_WARNING}", Float64Warning, stacklevel=2)
     _drop_runtime_assertions(decomposed.graph_module)
+    _drop_fixed_placeholders(decomposed)
     # the cpu target's kernels read bf16 tensors' bits; the other targets take float32 copies (as in aten_compiler)
     imported = import_graph(decomposed.graph_module, name, bf16_bits=target == "cpu")
     output_names, mutations = [], []
@@ -222,7 +223,8 @@ def trace_training(program: ExportedProgram, name: str,
     from neuroncc.frontend.joint_cse import partition_joint
 
     _refuse_unsupported_signature(program)
-    module = program.module()
+    # Python values fixed at export would be traced as graph inputs: the joint graph takes the tensors alone.
+    module = flat_module(program) if fixed_inputs(program) else program.module()
     if not any(p.requires_grad for p in module.parameters()):
         raise InputError(f"program '{name}' has nothing to train: it has no parameters that require grad "
                          "(so no backward graph)")
@@ -230,7 +232,8 @@ def trace_training(program: ExportedProgram, name: str,
     check_input_sizes(user_inputs, name)
     # Only their types matter: AOTAutograd traces with fake tensors.
     example_inputs = [torch.zeros(i.shape, dtype=i.dtype) for i in user_inputs]
-    args, kwargs = unflatten_user_inputs(program, list(example_inputs))
+    args, kwargs = (example_inputs, {}) if isinstance(module, FlatModule) else \
+        unflatten_user_inputs(program, list(example_inputs))
     imported: dict[str, ImportedGraph] = {}
     facts: dict[str, SavedFacts] = {}  # what the forward's ops say about its saved activations
 
@@ -283,7 +286,11 @@ def call_eager(program: ExportedProgram, user_inputs: Sequence[torch.Tensor]) ->
 
 
 def unflatten_user_inputs(program: ExportedProgram, flat: list[Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    """The (args, kwargs) a call of ``program``'s module takes, from its flat user inputs (in_spec order)."""
+    """The (args, kwargs) a call of ``program``'s module takes, from its flat user tensors (in_spec order; the
+    Python values the program fixed at export, :func:`fixed_inputs`, are put in their places)."""
+    flat = list(flat)
+    for position, (_, value) in sorted(fixed_inputs(program).items()):
+        flat.insert(position, value)
     spec = program.call_spec.in_spec
     if spec is None:
         return tuple(flat), {}
@@ -291,16 +298,80 @@ def unflatten_user_inputs(program: ExportedProgram, flat: list[Any]) -> tuple[tu
     return tuple(args), dict(kwargs)
 
 
+class FlatModule(torch.nn.Module):
+    """An exported program's eager module called with its flat user tensors alone (positionally, in the program's
+    order): the pytree structure and the Python values fixed at export are filled in. It holds the module's
+    submodules, parameters and buffers under their own names (no prefix), so its state dict is the program's."""
+
+    def __init__(self, program: ExportedProgram):
+        super().__init__()
+        inner = program.module()
+        for name, child in inner.named_children():
+            self.add_module(name, child)
+        for name, parameter in inner.named_parameters(recurse=False):
+            self.register_parameter(name, parameter)
+        for name, buffer in inner.named_buffers(recurse=False):
+            self.register_buffer(name, buffer)
+        object.__setattr__(self, "_program", program)  # plain attributes: not submodules
+        object.__setattr__(self, "_inner", inner)
+
+    def forward(self, *tensors: torch.Tensor) -> Any:
+        args, kwargs = unflatten_user_inputs(self._program, list(tensors))
+        return self._inner(*args, **kwargs)
+
+
+def flat_module(program: ExportedProgram) -> FlatModule:
+    """``program.module()`` called with the flat user tensors ``neuroncc run``/``evaluate`` draw or read."""
+    return FlatModule(program)
+
+
+#: Python values an exported program may take as inputs fixed at export (``use_cache=False``, ``dim=1``).
+FIXED_VALUE_TYPES = (type(None), bool, int, float, str)
+
+
+def fixed_inputs(program: ExportedProgram) -> dict[int, tuple[str, Any]]:
+    """The user inputs ``program`` fixed at export (a Python value passed to ``torch.export.export``, such as a
+    Hugging Face model's ``use_cache=False``), by position among its flat user inputs: (name, value). A call
+    must pass the same value (the exported module checks it), and the compiled graph does not read it."""
+    fixed, position = {}, 0
+    for spec in program.graph_signature.input_specs:
+        if spec.kind != InputKind.USER_INPUT:
+            continue
+        if isinstance(spec.arg, ConstantArgument):
+            fixed[position] = (spec.arg.name, spec.arg.value)
+        position += 1
+    return fixed
+
+
 def _refuse_unsupported_signature(program: ExportedProgram) -> None:
     for spec in program.graph_signature.input_specs:
-        if spec.kind == InputKind.USER_INPUT and not isinstance(spec.arg, TensorArgument):
-            raise UnsupportedOpError(f"exported program input '{getattr(spec.arg, 'name', spec.arg)}' is not a "
-                                     "tensor (a Python value baked into the program); neuroncc compiles programs "
-                                     "whose inputs are all tensors")
+        fixed = isinstance(spec.arg, ConstantArgument) and isinstance(spec.arg.value, FIXED_VALUE_TYPES)
+        if spec.kind == InputKind.USER_INPUT and not isinstance(spec.arg, TensorArgument) and not fixed:
+            what = (f"a Python {type(spec.arg.value).__name__} fixed at export" if isinstance(spec.arg, ConstantArgument)
+                    else f"not a tensor but a dynamic Python number ({type(spec.arg).__name__})")
+            raise UnsupportedOpError(f"exported program input '{getattr(spec.arg, 'name', spec.arg)}' is {what}; "
+                                     "neuroncc compiles programs whose inputs are tensors or Python values (None, "
+                                     "bool, int, float, str) fixed at export: pass it as a tensor, or export it "
+                                     "without a dynamic shape")
         if spec.kind not in STATE_KINDS and spec.kind != InputKind.USER_INPUT:
             raise UnsupportedOpError(f"exported program input '{spec.arg.name}' is a "
                                      f"{spec.kind.name.lower()}; neuroncc supports tensor inputs, parameters, "
                                      "buffers and constant tensors")
+
+
+def _drop_fixed_placeholders(program: ExportedProgram) -> None:
+    """Erase the placeholders of the inputs fixed at export (their values are baked into the graph, which
+    never reads them), so the graph's placeholders are its tensors."""
+    fixed = {spec.arg.name for spec in program.graph_signature.input_specs
+             if spec.kind == InputKind.USER_INPUT and isinstance(spec.arg, ConstantArgument)}
+    gm = program.graph_module
+    erased = False
+    for node in list(gm.graph.nodes):
+        if node.op == "placeholder" and node.name in fixed and not node.users:
+            gm.graph.erase_node(node)
+            erased = True
+    if erased:
+        gm.recompile()
 
 
 def _drop_runtime_assertions(gm: fx.GraphModule) -> None:
@@ -319,9 +390,9 @@ def program_inputs(program: ExportedProgram, *, dynamic: bool = False) -> tuple[
     (``torch.export.Dim``) raises :class:`DynamicShapeError` naming it, unless ``dynamic``: then the input carries
     it (:class:`DynamicDim`) and the exported example's size (see :func:`specialize`)."""
     _refuse_unsupported_signature(program)
-    placeholders = [n for n in program.graph_module.graph.nodes if n.op == "placeholder"]
-    inputs = tuple(_program_input(program, spec, node)
-                   for spec, node in zip(program.graph_signature.input_specs, placeholders))
+    placeholders = {n.name: n for n in program.graph_module.graph.nodes if n.op == "placeholder"}
+    inputs = tuple(_program_input(program, spec, placeholders[spec.arg.name])
+                   for spec in program.graph_signature.input_specs if not isinstance(spec.arg, ConstantArgument))
     if not dynamic:
         for spec in inputs:
             if spec.dynamic:

@@ -118,7 +118,8 @@ CASES = {
     "input updated in place": (lambda c: ["run", str(c.unsupported["input_mutation"])],
                                "updates its input 'x' in place"),
     "AOTInductor package": (lambda c: ["run", _aoti_package(c.files / "aoti.pt2")], "is an AOTInductor package"),
-    "python number input": (lambda c: ["compile", str(c.unsupported["number"]), "--train"], "not a tensor"),
+    "dynamic python number input": (lambda c: ["compile", str(c.unsupported["number"]), "--train"],
+                                    "'factor' is not a tensor but a dynamic Python number"),
     "no backward": (lambda c: ["compile", str(c.unsupported["no_parameters"]), "--train"], "nothing to train"),
     "cache explain bad archive": (lambda c: ["cache", "explain", c.raw(b"nope")], "not a zip"),
     # inputs for run
@@ -209,14 +210,14 @@ class Scale(torch.nn.Module):
 
 @pytest.fixture(scope="module")
 def unsupported_pt2(tmp_path_factory):
-    """Valid archives of programs neuroncc refuses: an op it cannot lower, dynamic sizes, a number input,
-    training a program with nothing to differentiate."""
+    """Valid archives of programs neuroncc refuses: an op it cannot lower, dynamic sizes (refused by compile), a
+    dynamic number input, training a program with nothing to differentiate, an input updated in place."""
     directory = tmp_path_factory.mktemp("pt2")
     x = torch.randn(2, 4)
     programs = {
         "igamma": torch.export.export(Igamma(), (x,)),
         "dynamic": torch.export.export(torch.nn.Linear(4, 3), (x,), dynamic_shapes=({0: torch.export.Dim("n")},)),
-        "number": torch.export.export(Scale(), (x, 3)),
+        "number": torch.export.export(Scale(), (x, 3), dynamic_shapes=(None, torch.export.Dim.DYNAMIC)),
         "no_parameters": torch.export.export(torch.nn.GELU(), (x,)),
         "input_mutation": torch.export.export(AddsInPlace(), (x,)),
     }

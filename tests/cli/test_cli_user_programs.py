@@ -47,9 +47,9 @@ class OwnTypes(torch.nn.Module):
         return KeyedOutput(logits=h.sum(-1), heads=Heads(torch.softmax(h, -1), torch.tanh(h)))
 
 
-def _export(path, module, args, **how):
+def _export(path, module, args, kwargs=None, **how):
     torch.manual_seed(0)
-    program = torch.export.export(module, args, **how)
+    program = torch.export.export(module, args, kwargs, **how)
     torch.export.save(program, path)
     return program
 
@@ -211,3 +211,50 @@ def test_float64_programs_say_they_compute_in_float32(capsys, tmp_path):
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stderr.startswith("neuroncc: warning: program 'double': neuroncc computes float64 tensors in "
                                     "float32") and result.stderr.count("\n") == 1, result.stderr
+
+
+class Scaled(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 3)
+
+    def forward(self, x, factor: int, *, use_cache: bool = True, mode: str | None = None):
+        y = self.linear(x) * factor
+        return (y.cumsum(-1) if use_cache else y) if mode is None else y.flip(-1)
+
+
+def test_python_values_fixed_at_export(capsys, tmp_path):
+    """``torch.export.export(model, (x, 3), {"use_cache": False})``, as Hugging Face decoders are exported: the
+    values are fixed in the program; ``run`` passes them, the served program checks a call passes the same."""
+    path = tmp_path / "scaled.pt2"
+    x = torch.randn(2, 4)
+    program = _export(path, Scaled(), (x, 3), {"use_cache": False, "mode": None})
+    result = run_in_process(capsys, "run", str(path), "--check", "-q", "--repeat", "2")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "x float32[2, 4], factor=3 (fixed at export), use_cache=False (fixed at export)" in result.stdout
+    served = neuroncc.compile_program(program, target="interp")
+    torch.testing.assert_close(served(x, 3, use_cache=False, mode=None),
+                               program.module()(x, 3, use_cache=False, mode=None))
+    with pytest.raises(neuroncc.InputError, match="exported with use_cache=False fixed, got True"):
+        served(x, 3, use_cache=True, mode=None)
+
+
+class DictIn(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 4)
+
+    def forward(self, inputs, *, scale: float = 1.0):
+        return torch.tanh(self.linear(inputs["a"]) * scale + inputs["b"][0])
+
+
+@pytest.mark.parametrize("command", [["evaluate", "--repeat", "1"], ["evaluate", "--train", "--repeat", "1"],
+                                     ["compile", "--train", "--no-cache"]])
+def test_pytree_inputs_and_fixed_values_evaluate_and_train(capsys, tmp_path, command):
+    """evaluate called the module with the flat tensors (a TypeError for dict inputs, an internal error), and the
+    joint export traced a fixed Python value as a graph input (refused as a NoneType input)."""
+    path = tmp_path / "dict_in.pt2"
+    _export(path, DictIn(), ({"a": torch.randn(3, 4), "b": (torch.randn(3, 4),)},), {"scale": 0.5})
+    result = run_in_process(capsys, command[0], str(path), *command[1:], "--target", "interp", "-q")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert ("verdict      PASS" if command[0] == "evaluate" else "forward + backward") in result.stdout
