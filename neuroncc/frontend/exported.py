@@ -162,13 +162,21 @@ def export_decompositions() -> Any:
 
 
 @contextlib.contextmanager
-def _tracing(target: str | None) -> Iterator[None]:
-    """The context both traces run in: the target's SDPA backend (``None``: eager's own choice) and torch's
-    internal deprecation noise (pytree FutureWarnings raised inside torch itself) kept off the user's terminal."""
-    attention = attention_tracing(target) if target is not None else contextlib.nullcontext()
-    with attention, warnings.catch_warnings():
+def torch_internal_warnings_hidden() -> Iterator[None]:
+    """torch's internal deprecation noise (pytree FutureWarnings raised inside torch itself, or by ``copyreg``
+    when a program's module is deep-copied) kept off the user's terminal: nothing the user can act on."""
+    with warnings.catch_warnings():
         warnings.filterwarnings("ignore", category=FutureWarning, module=r"(torch|copyreg)(\.|$)")
         warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"torch(\.|$)")
+        yield
+
+
+@contextlib.contextmanager
+def _tracing(target: str | None) -> Iterator[None]:
+    """The context both traces run in: the target's SDPA backend (``None``: eager's own choice), torch's
+    internal warnings hidden."""
+    attention = attention_tracing(target) if target is not None else contextlib.nullcontext()
+    with attention, torch_internal_warnings_hidden():
         yield
 
 
