@@ -50,6 +50,7 @@ def parse_shapes(text: str) -> tuple[tuple[int, ...], ...]:
 def run_evaluate(args: argparse.Namespace) -> int:
     from neuroncc.cli.inputs import user_inputs
     from neuroncc.evaluation.runner import evaluate
+    from neuroncc.frontend.exported import flat_module, torch_internal_warnings_hidden
 
     if not 1 <= args.repeat <= MAX_REPEAT:
         raise InputError(f"--repeat must be between 1 and {MAX_REPEAT}, got {args.repeat}")
@@ -62,12 +63,16 @@ def run_evaluate(args: argparse.Namespace) -> int:
     with programs.one_line_warnings():
         program = programs.load_model(args, progress)
         _, inputs = user_inputs(program, args.inputs, args.seed, args.model)
-        module = program.module()  # its train/eval behaviour is baked in at export (module.eval() is refused)
+        # the program's module called with the flat tensors (pytrees and fixed Python values filled in); its
+        # train/eval behaviour is baked in at export (module.eval() is refused)
+        module = flat_module(program)
         _cache_environment(args)
         options = {"pipeline": args.pipeline} if args.pipeline else {}
-        report = evaluate(module, tuple(inputs), train=args.train,
-                          target=args.target, shapes=shapes, repeat=args.repeat, rtol=args.rtol, atol=args.atol,
-                          options=options, name=args.model, progress=lambda title: progress.step(title, log=True))
+        with torch_internal_warnings_hidden():  # the module's deep copies would warn from inside torch
+            report = evaluate(module, tuple(inputs), train=args.train,
+                              target=args.target, shapes=shapes, repeat=args.repeat, rtol=args.rtol,
+                              atol=args.atol, options=options, name=args.model,
+                              progress=lambda title: progress.step(title, log=True))
     if args.html:
         try:
             with open(args.html, "w", encoding="utf-8") as out:

@@ -24,7 +24,8 @@ NUMPY_DTYPES: dict[torch.dtype, np.dtype] = {
     torch.float32: np.dtype(np.float32), torch.float64: np.dtype(np.float64), torch.float16: np.dtype(np.float16),
     torch.bfloat16: np.dtype(np.float32), torch.int64: np.dtype(np.int64), torch.int32: np.dtype(np.int32),
     torch.int16: np.dtype(np.int16), torch.int8: np.dtype(np.int8), torch.uint8: np.dtype(np.uint8),
-    torch.bool: np.dtype(np.bool_),
+    torch.bool: np.dtype(np.bool_), torch.complex64: np.dtype(np.complex64),
+    torch.complex128: np.dtype(np.complex128),
 }
 
 #: Random integer inputs are drawn from [0, RANDOM_INT_HIGH): valid indices for any table or class count.
@@ -71,9 +72,10 @@ def _read_member(path: str, archive: zipfile.ZipFile, info: zipfile.ZipInfo, spe
                 shape, fortran, dtype = np.lib.format.read_array_header_2_0(member)
             if dtype.hasobject:
                 raise InputError(f"{where} holds Python objects (a pickle); neuroncc never unpickles")
-            if dtype != want_dtype or tuple(shape) != spec.shape:
+            if dtype != want_dtype or not spec.fits(shape):
+                bounds = "".join(f", {dim.describe()}" for dim in spec.dynamic)
                 raise InputError(f"{where} is {_describe(dtype, shape)}, the program's input '{spec.target}' is "
-                                 f"{_describe(want_dtype, spec.shape)}")
+                                 f"{_describe(want_dtype, spec.shape, spec)}{bounds}")
             if math.prod(shape) * dtype.itemsize > MAX_INPUT_BYTES:
                 raise InputError(f"{where} is absurdly large ({_describe(dtype, shape)})")
         with archive.open(info) as member:  # checked: now read it (read_array parses the header again)
@@ -96,6 +98,8 @@ def random_inputs(expected: Sequence[ProgramInput], seed: int, where: str) -> di
     for spec in expected:
         if spec.dtype.is_floating_point:
             tensors[spec.target] = torch.randn(spec.shape, generator=generator).to(spec.dtype)
+        elif spec.dtype.is_complex:
+            tensors[spec.target] = torch.randn(spec.shape, generator=generator, dtype=spec.dtype)
         elif spec.dtype is torch.bool:
             tensors[spec.target] = torch.randint(0, 2, spec.shape, generator=generator).bool()
         else:
@@ -104,13 +108,17 @@ def random_inputs(expected: Sequence[ProgramInput], seed: int, where: str) -> di
     return tensors
 
 
-def _describe(dtype: np.dtype, shape: Sequence[int]) -> str:
-    return f"{dtype}{list(shape)}"
+def _describe(dtype: np.dtype, shape: Sequence[int], spec: ProgramInput | None = None) -> str:
+    sizes = [str(size) for size in shape]
+    for dim in spec.dynamic if spec is not None else ():
+        sizes[dim.dim] = dim.symbol
+    return f"{dtype}[{', '.join(sizes)}]"
 
 
 def user_inputs(program, npz_path: str | None, seed: int, where: str) -> tuple[list[ProgramInput], list[torch.Tensor]]:
     """The program's user inputs (not its parameters or buffers) and one tensor for each, in order: read from
-    ``npz_path`` when given, else drawn at random from ``seed``."""
-    expected = [spec for spec in program_inputs(program) if spec.kind == "input"]
+    ``npz_path`` when given, else drawn at random from ``seed``. A dynamic size (``torch.export.Dim``) takes the
+    array's size, within the dim's bounds, or at random the exported example's size."""
+    expected = [spec for spec in program_inputs(program, dynamic=True) if spec.kind == "input"]
     tensors = read_npz_inputs(npz_path, expected) if npz_path is not None else random_inputs(expected, seed, where)
     return expected, [tensors[spec.target] for spec in expected]

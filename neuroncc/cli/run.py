@@ -48,11 +48,15 @@ def run_run(args: argparse.Namespace) -> int:
     with programs.one_line_warnings():
         program = programs.load_model(args, progress)  # the model's cheap checks come before torch is imported
         from neuroncc.cli.inputs import user_inputs
-        from neuroncc.frontend.exported import call_eager, unflatten_user_inputs
+        from neuroncc.frontend.exported import fixed_inputs, specialize, unflatten_user_inputs
         from torch.utils._pytree import tree_leaves
 
         expected, flat_inputs = user_inputs(program, args.inputs, args.seed, args.model)
-        served, compiled = programs.served_inference(args, program, progress)
+        dynamic = [(spec, dim) for spec in expected for dim in spec.dynamic]
+        if dynamic:
+            with progress.step("fix the dynamic sizes (re-export)"):
+                static = specialize(program, flat_inputs, args.model)
+        served, compiled = programs.served_inference(args, static if dynamic else program, progress)
         call_args, call_kwargs = unflatten_user_inputs(program, flat_inputs)  # the program's own signature
         if args.trace or args.plot:  # one more call, recorded step by step (after the timed ones' warm-up)
             served(*call_args, **call_kwargs)
@@ -76,11 +80,17 @@ def run_run(args: argparse.Namespace) -> int:
         eager = None
         if args.check:
             with progress.step("run eager PyTorch"):
-                eager = call_eager(program, flat_inputs)
+                eager = _eager(program, flat_inputs, args)
     print(f"{args.model}: target {args.target}, {_cache_words(compiled)}")
-    described = ", ".join(f"{spec.target} {_describe(tensor)}" for spec, tensor in zip(expected, flat_inputs))
+    described = ", ".join([f"{spec.target} {_describe(tensor)}" for spec, tensor in zip(expected, flat_inputs)] +
+                          [f"{name}={value!r} (fixed at export)" for name, value in fixed_inputs(program).values()])
     print(f"  inputs   {described or '(none)'}"
           f"  ({'from ' + args.inputs if args.inputs else f'random, seed {args.seed}'})")
+    if dynamic:
+        sizes = ", ".join(f"{spec.target} dim {dim.dim} = {tensor.shape[dim.dim]} ({dim.symbol})"
+                          for spec, tensor in zip(expected, flat_inputs) for dim in spec.dynamic)
+        print(f"  dynamic  {sizes}: compiled at these sizes "
+              f"(from {'the arrays' if args.inputs else 'the exported example'}; other sizes: --inputs X.npz)")
     for index, (name, tensor) in enumerate(zip(output_names, outputs)):
         print(f"  output {index} {name}: {_describe(tensor)}  {_values(tensor)}")
     timing = f"first call {format_seconds(first)}"
@@ -90,6 +100,20 @@ def run_run(args: argparse.Namespace) -> int:
     if eager is None:
         return EXIT_OK
     return _check(outputs, eager, output_names)
+
+
+def _eager(program, flat_inputs: list[torch.Tensor], args: argparse.Namespace) -> list[torch.Tensor]:
+    """``--check``'s reference: the program's eager module on the same inputs; its failure is the inputs'
+    (eager PyTorch refuses them: an integer division by zero, an index out of range, ...)."""
+    from neuroncc.frontend.exported import call_eager
+
+    try:
+        return call_eager(program, flat_inputs)
+    except Exception as exc:
+        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        hint = "" if args.inputs else " (random integers are drawn from {0, 1}: give fitting ones with --inputs X.npz)"
+        raise InputError(f"{args.model}: eager PyTorch fails on these inputs, so --check has nothing to compare "
+                         f"with: {type(exc).__name__}: {first_line}{hint}") from None
 
 
 def _write_timeline(args: argparse.Namespace, recorder: TimelineRecorder,

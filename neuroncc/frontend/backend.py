@@ -31,7 +31,7 @@ from neuroncc.errors import InputError
 from neuroncc.frontend import graph_cache, stats
 from neuroncc.frontend.accelerator_stream import untrack_current_stream
 from neuroncc.frontend.boundary import HostDevice
-from neuroncc.frontend.diagnostics import Float64Warning, check_graph_features, user_location, uses_float64
+from neuroncc.frontend.diagnostics import FLOAT64_WARNING, Float64Warning, check_graph_features, user_location, uses_float64
 from neuroncc.frontend.options import BackendOptions
 from neuroncc.frontend.specializations import ShapeSpecializations, has_symbolic_sizes
 
@@ -53,8 +53,7 @@ def neuron_backend(gm: fx.GraphModule, example_inputs: Sequence[Any], *, options
     configure_log_from_environ(os.environ)
     check_graph_features(gm, example_inputs, ("cpu", "meta") if device is None else ("cpu", "meta", device.device_type))
     if uses_float64(gm, example_inputs):
-        warnings.warn("neuroncc computes float64 tensors in float32 and complex128 in complex64 (outputs are cast "
-                      "back); convert the model with .float() to silence this", Float64Warning, stacklevel=2)
+        warnings.warn(FLOAT64_WARNING, Float64Warning, stacklevel=2)
     stats.increment("dynamo_graphs")
     name = _graph_name()
     if has_symbolic_sizes(gm, example_inputs):

@@ -29,6 +29,11 @@ _DISTRIBUTIONS_DIR = os.path.join(_TORCH_DIR, "distributions") + os.sep
 _FRAME = re.compile(r'^\s*File "(?P<file>.+)", line (?P<line>\d+), in (?P<function>.+)$')
 
 
+#: What :class:`Float64Warning` says (the torch backend and the exported-program path alike).
+FLOAT64_WARNING = ("neuroncc computes float64 tensors in float32 and complex128 in complex64 (outputs are cast back); "
+                   "convert the model with .float() to silence this")
+
+
 class Float64Warning(UserWarning):
     """float64 tensors in a compiled region: neuroncc computes them in float32 (outputs stay float64)."""
 

@@ -27,10 +27,11 @@ import torch
 import torch.fx as fx
 import torch.utils._pytree as pytree
 from torch.export import ExportedProgram
-from torch.export.graph_signature import InputKind, OutputKind, TensorArgument
+from torch.export.graph_signature import ConstantArgument, InputKind, OutputKind, TensorArgument
 
 from neuroncc.errors import DynamicShapeError, InputError, UnsupportedOpError
 from neuroncc.frontend.compiled import CompiledGraph
+from neuroncc.frontend.diagnostics import FLOAT64_WARNING, Float64Warning, uses_float64
 from neuroncc.frontend.lowering.decompositions import REMOVED_DECOMPOSITIONS, decomposition_table
 from neuroncc.frontend.importer import ImportedGraph, import_graph
 from neuroncc.frontend.lowering.attention import attention_tracing
@@ -58,21 +59,51 @@ STATE_KINDS = {InputKind.PARAMETER: "parameter", InputKind.BUFFER: "buffer",
 
 
 @dataclass(frozen=True, slots=True)
+class DynamicDim:
+    """A size of an exported program's input that ``torch.export.Dim`` left symbolic."""
+
+    dim: int
+    symbol: str  # torch.export's name for it (``s31``); dims sharing a symbol are equal
+    low: int
+    high: int | None  # None: unbounded
+    direct: bool  # the size is the symbol itself (not a derived size such as 2 * s31)
+
+    def describe(self) -> str:
+        bounds = f"{self.low}..{self.high if self.high is not None else 'inf'}"
+        return f"dim {self.dim} is dynamic ({self.symbol}, {bounds})" if self.direct else \
+            f"dim {self.dim} is dynamic ({self.symbol})"
+
+    def admits(self, size: int) -> bool:
+        return not self.direct or (self.low <= size and (self.high is None or size <= self.high))
+
+
+@dataclass(frozen=True, slots=True)
 class ProgramInput:
     """One input of an exported graph: a user input or a piece of the program's state, with its type."""
 
     name: str  # the placeholder's name in the graph
     kind: str  # "input" (given by the caller), "parameter", "buffer" or "constant"
     target: str  # the user input's name, or the state's fully qualified name
-    shape: tuple[int, ...]
+    shape: tuple[int, ...]  # a dynamic dim's size is the exported example's (see ``dynamic``)
     dtype: torch.dtype
+    dynamic: tuple[DynamicDim, ...] = ()  # the sizes torch.export.Dim left symbolic
 
     @property
     def nbytes(self) -> int:
         return math.prod(self.shape) * torch.empty((), dtype=self.dtype).element_size()
 
     def describe(self) -> str:
-        return f"{str(self.dtype).removeprefix('torch.')}{list(self.shape)}"
+        sizes = [str(size) for size in self.shape]
+        for dim in self.dynamic:
+            sizes[dim.dim] = dim.symbol
+        return f"{str(self.dtype).removeprefix('torch.')}[{', '.join(sizes)}]"
+
+    def fits(self, shape: Sequence[int]) -> bool:
+        """Whether a tensor of ``shape`` may be this input (dynamic dims within their bounds)."""
+        dynamic = {dim.dim: dim for dim in self.dynamic}
+        return len(shape) == len(self.shape) and all(
+            dynamic[d].admits(size) if d in dynamic else size == want
+            for d, (size, want) in enumerate(zip(shape, self.shape)))
 
 
 @dataclass(frozen=True)
@@ -131,13 +162,21 @@ def export_decompositions() -> Any:
 
 
 @contextlib.contextmanager
-def _tracing(target: str | None) -> Iterator[None]:
-    """The context both traces run in: the target's SDPA backend (``None``: eager's own choice) and torch's
-    internal deprecation noise (pytree FutureWarnings raised inside torch itself) kept off the user's terminal."""
-    attention = attention_tracing(target) if target is not None else contextlib.nullcontext()
-    with attention, warnings.catch_warnings():
+def torch_internal_warnings_hidden() -> Iterator[None]:
+    """torch's internal deprecation noise (pytree FutureWarnings raised inside torch itself, or by ``copyreg``
+    when a program's module is deep-copied) kept off the user's terminal: nothing the user can act on."""
+    with warnings.catch_warnings():
         warnings.filterwarnings("ignore", category=FutureWarning, module=r"(torch|copyreg)(\.|$)")
         warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"torch(\.|$)")
+        yield
+
+
+@contextlib.contextmanager
+def _tracing(target: str | None) -> Iterator[None]:
+    """The context both traces run in: the target's SDPA backend (``None``: eager's own choice), torch's
+    internal warnings hidden."""
+    attention = attention_tracing(target) if target is not None else contextlib.nullcontext()
+    with attention, torch_internal_warnings_hidden():
         yield
 
 
@@ -151,7 +190,10 @@ def import_inference(program: ExportedProgram, name: str, target: str = DEFAULT_
         decomposed = program.run_decompositions(export_decompositions())
     signature = decomposed.graph_signature
     inputs = program_inputs(decomposed)
+    if uses_float64(decomposed.graph_module, ()):  # as the torch backend warns, once per compiled graph
+        warnings.warn(f"program '{name}': {FLOAT64_WARNING}", Float64Warning, stacklevel=2)
     _drop_runtime_assertions(decomposed.graph_module)
+    _drop_fixed_placeholders(decomposed)
     # the cpu target's kernels read bf16 tensors' bits; the other targets take float32 copies (as in aten_compiler)
     imported = import_graph(decomposed.graph_module, name, bf16_bits=target == "cpu")
     output_names, mutations = [], []
@@ -160,9 +202,14 @@ def import_inference(program: ExportedProgram, name: str, target: str = DEFAULT_
             mutations.append((index, spec.target))
         elif spec.kind == OutputKind.USER_OUTPUT:
             output_names.append(getattr(spec.arg, "name", f"output{len(output_names)}"))
+        elif spec.kind == OutputKind.USER_INPUT_MUTATION:
+            raise UnsupportedOpError(f"exported program updates its input '{spec.target}' in place (an in-place op "
+                                     "on an input); neuroncc runs programs whose outputs are user outputs and "
+                                     "buffer updates: return the new value instead")
         else:
-            raise UnsupportedOpError(f"exported program output '{spec.arg}' is a {spec.kind.name.lower()}; "
-                                     "neuroncc runs programs whose outputs are user outputs and buffer updates")
+            raise UnsupportedOpError(f"exported program output '{getattr(spec.arg, 'name', spec.arg)}' is a "
+                                     f"{spec.kind.name.lower()}; neuroncc runs programs whose outputs are user "
+                                     "outputs and buffer updates")
     return InferenceGraph(decomposed, imported, inputs, tuple(output_names), tuple(mutations))
 
 
@@ -184,7 +231,8 @@ def trace_training(program: ExportedProgram, name: str,
     from neuroncc.frontend.joint_cse import partition_joint
 
     _refuse_unsupported_signature(program)
-    module = program.module()
+    # Python values fixed at export would be traced as graph inputs: the joint graph takes the tensors alone.
+    module = flat_module(program) if fixed_inputs(program) else program.module()
     if not any(p.requires_grad for p in module.parameters()):
         raise InputError(f"program '{name}' has nothing to train: it has no parameters that require grad "
                          "(so no backward graph)")
@@ -192,7 +240,8 @@ def trace_training(program: ExportedProgram, name: str,
     check_input_sizes(user_inputs, name)
     # Only their types matter: AOTAutograd traces with fake tensors.
     example_inputs = [torch.zeros(i.shape, dtype=i.dtype) for i in user_inputs]
-    args, kwargs = unflatten_user_inputs(program, list(example_inputs))
+    args, kwargs = (example_inputs, {}) if isinstance(module, FlatModule) else \
+        unflatten_user_inputs(program, list(example_inputs))
     imported: dict[str, ImportedGraph] = {}
     facts: dict[str, SavedFacts] = {}  # what the forward's ops say about its saved activations
 
@@ -245,7 +294,11 @@ def call_eager(program: ExportedProgram, user_inputs: Sequence[torch.Tensor]) ->
 
 
 def unflatten_user_inputs(program: ExportedProgram, flat: list[Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    """The (args, kwargs) a call of ``program``'s module takes, from its flat user inputs (in_spec order)."""
+    """The (args, kwargs) a call of ``program``'s module takes, from its flat user tensors (in_spec order; the
+    Python values the program fixed at export, :func:`fixed_inputs`, are put in their places)."""
+    flat = list(flat)
+    for position, (_, value) in sorted(fixed_inputs(program).items()):
+        flat.insert(position, value)
     spec = program.call_spec.in_spec
     if spec is None:
         return tuple(flat), {}
@@ -253,16 +306,80 @@ def unflatten_user_inputs(program: ExportedProgram, flat: list[Any]) -> tuple[tu
     return tuple(args), dict(kwargs)
 
 
+class FlatModule(torch.nn.Module):
+    """An exported program's eager module called with its flat user tensors alone (positionally, in the program's
+    order): the pytree structure and the Python values fixed at export are filled in. It holds the module's
+    submodules, parameters and buffers under their own names (no prefix), so its state dict is the program's."""
+
+    def __init__(self, program: ExportedProgram):
+        super().__init__()
+        inner = program.module()
+        for name, child in inner.named_children():
+            self.add_module(name, child)
+        for name, parameter in inner.named_parameters(recurse=False):
+            self.register_parameter(name, parameter)
+        for name, buffer in inner.named_buffers(recurse=False):
+            self.register_buffer(name, buffer)
+        object.__setattr__(self, "_program", program)  # plain attributes: not submodules
+        object.__setattr__(self, "_inner", inner)
+
+    def forward(self, *tensors: torch.Tensor) -> Any:
+        args, kwargs = unflatten_user_inputs(self._program, list(tensors))
+        return self._inner(*args, **kwargs)
+
+
+def flat_module(program: ExportedProgram) -> FlatModule:
+    """``program.module()`` called with the flat user tensors ``neuroncc run``/``evaluate`` draw or read."""
+    return FlatModule(program)
+
+
+#: Python values an exported program may take as inputs fixed at export (``use_cache=False``, ``dim=1``).
+FIXED_VALUE_TYPES = (type(None), bool, int, float, str)
+
+
+def fixed_inputs(program: ExportedProgram) -> dict[int, tuple[str, Any]]:
+    """The user inputs ``program`` fixed at export (a Python value passed to ``torch.export.export``, such as a
+    Hugging Face model's ``use_cache=False``), by position among its flat user inputs: (name, value). A call
+    must pass the same value (the exported module checks it), and the compiled graph does not read it."""
+    fixed, position = {}, 0
+    for spec in program.graph_signature.input_specs:
+        if spec.kind != InputKind.USER_INPUT:
+            continue
+        if isinstance(spec.arg, ConstantArgument):
+            fixed[position] = (spec.arg.name, spec.arg.value)
+        position += 1
+    return fixed
+
+
 def _refuse_unsupported_signature(program: ExportedProgram) -> None:
     for spec in program.graph_signature.input_specs:
-        if spec.kind == InputKind.USER_INPUT and not isinstance(spec.arg, TensorArgument):
-            raise UnsupportedOpError(f"exported program input '{getattr(spec.arg, 'name', spec.arg)}' is not a "
-                                     "tensor (a Python value baked into the program); neuroncc compiles programs "
-                                     "whose inputs are all tensors")
+        fixed = isinstance(spec.arg, ConstantArgument) and isinstance(spec.arg.value, FIXED_VALUE_TYPES)
+        if spec.kind == InputKind.USER_INPUT and not isinstance(spec.arg, TensorArgument) and not fixed:
+            what = (f"a Python {type(spec.arg.value).__name__} fixed at export" if isinstance(spec.arg, ConstantArgument)
+                    else f"not a tensor but a dynamic Python number ({type(spec.arg).__name__})")
+            raise UnsupportedOpError(f"exported program input '{getattr(spec.arg, 'name', spec.arg)}' is {what}; "
+                                     "neuroncc compiles programs whose inputs are tensors or Python values (None, "
+                                     "bool, int, float, str) fixed at export: pass it as a tensor, or export it "
+                                     "without a dynamic shape")
         if spec.kind not in STATE_KINDS and spec.kind != InputKind.USER_INPUT:
             raise UnsupportedOpError(f"exported program input '{spec.arg.name}' is a "
                                      f"{spec.kind.name.lower()}; neuroncc supports tensor inputs, parameters, "
                                      "buffers and constant tensors")
+
+
+def _drop_fixed_placeholders(program: ExportedProgram) -> None:
+    """Erase the placeholders of the inputs fixed at export (their values are baked into the graph, which
+    never reads them), so the graph's placeholders are its tensors."""
+    fixed = {spec.arg.name for spec in program.graph_signature.input_specs
+             if spec.kind == InputKind.USER_INPUT and isinstance(spec.arg, ConstantArgument)}
+    gm = program.graph_module
+    erased = False
+    for node in list(gm.graph.nodes):
+        if node.op == "placeholder" and node.name in fixed and not node.users:
+            gm.graph.erase_node(node)
+            erased = True
+    if erased:
+        gm.recompile()
 
 
 def _drop_runtime_assertions(gm: fx.GraphModule) -> None:
@@ -275,22 +392,83 @@ def _drop_runtime_assertions(gm: fx.GraphModule) -> None:
         gm.recompile()
 
 
-def program_inputs(program: ExportedProgram) -> tuple[ProgramInput, ...]:
+def program_inputs(program: ExportedProgram, *, dynamic: bool = False) -> tuple[ProgramInput, ...]:
     """Every input of ``program``'s graph (user inputs and state), in placeholder order, typed from the graph's
-    metadata. Nothing is allocated: a program may declare absurd sizes, which callers check first."""
+    metadata. Nothing is allocated: a program may declare absurd sizes, which callers check first. A dynamic size
+    (``torch.export.Dim``) raises :class:`DynamicShapeError` naming it, unless ``dynamic``: then the input carries
+    it (:class:`DynamicDim`) and the exported example's size (see :func:`specialize`)."""
     _refuse_unsupported_signature(program)
-    placeholders = [n for n in program.graph_module.graph.nodes if n.op == "placeholder"]
-    return tuple(_program_input(spec, node) for spec, node in zip(program.graph_signature.input_specs, placeholders))
+    placeholders = {n.name: n for n in program.graph_module.graph.nodes if n.op == "placeholder"}
+    inputs = tuple(_program_input(program, spec, placeholders[spec.arg.name])
+                   for spec in program.graph_signature.input_specs if not isinstance(spec.arg, ConstantArgument))
+    if not dynamic:
+        for spec in inputs:
+            if spec.dynamic:
+                dims = ", ".join(dim.describe() for dim in spec.dynamic)
+                raise DynamicShapeError(
+                    f"exported program input '{spec.target}' has dynamic sizes ({dims}); neuroncc compiles static "
+                    "shapes: `neuroncc run` runs it at the sizes of --inputs X.npz (or of the exported example), "
+                    "else export without dynamic_shapes")
+    return inputs
 
 
-def _program_input(spec: Any, node: fx.Node) -> ProgramInput:
+def _program_input(program: ExportedProgram, spec: Any, node: fx.Node) -> ProgramInput:
     meta = node.meta.get("val")
     if not isinstance(meta, torch.Tensor):
         raise UnsupportedOpError(f"exported program input '{node.name}' is not a tensor")
-    dynamic = [f"dim {d} is {size}" for d, size in enumerate(meta.shape) if not isinstance(size, int)]
-    if dynamic:
-        raise DynamicShapeError(f"exported program input '{node.name}' has dynamic sizes ({', '.join(dynamic)}); "
-                                "neuroncc compiles static shapes: export without dynamic_shapes")
     kind = "input" if spec.kind == InputKind.USER_INPUT else STATE_KINDS[spec.kind]
     target = spec.arg.name if kind == "input" else spec.target
-    return ProgramInput(node.name, kind, target, tuple(int(s) for s in meta.shape), meta.dtype)
+    shape, dynamic = [], []
+    for d, size in enumerate(meta.shape):
+        if isinstance(size, int):
+            shape.append(size)
+            continue
+        dim = _dynamic_dim(program, d, size)
+        hint = size.node.hint if isinstance(size.node.hint, int) else None
+        if hint is None:
+            raise DynamicShapeError(f"exported program input '{target}' {dim.describe()} and the program keeps no "
+                                    "example size for it; neuroncc compiles static shapes: export without "
+                                    "dynamic_shapes")
+        shape.append(hint)
+        dynamic.append(dim)
+    return ProgramInput(node.name, kind, target, tuple(shape), meta.dtype, tuple(dynamic))
+
+
+def _dynamic_dim(program: ExportedProgram, d: int, size: torch.SymInt) -> DynamicDim:
+    expr = size.node.expr
+    bounds = program.range_constraints.get(expr) if expr.is_Symbol else None
+    if bounds is None:
+        return DynamicDim(d, str(expr), 0, None, direct=False)
+    low, high = bounds.lower, bounds.upper  # sympy integers, or torch's int_oo for an unbounded dim
+    return DynamicDim(d, str(expr), int(low) if low.is_Integer else 0, int(high) if high.is_Integer else None,
+                      direct=True)
+
+
+def specialize(program: ExportedProgram, user_inputs: Sequence[torch.Tensor], where: str) -> ExportedProgram:
+    """``program`` with its dynamic sizes (``torch.export.Dim``) fixed to those of ``user_inputs`` (flat, in the
+    program's order): ``program`` itself when it has none, else the program re-exported at these sizes (every
+    size static, as neuroncc compiles). The sizes are checked against the dims' bounds and against each other
+    first (dims sharing a symbol must be equal); a mismatch is an :class:`InputError` naming the input and dim."""
+    expected = [spec for spec in program_inputs(program, dynamic=True) if spec.kind == "input"]
+    if not any(spec.dynamic for spec in expected):
+        return program
+    seen: dict[str, tuple[str, int, int]] = {}  # symbol -> (input, dim, size) where it was first met
+    for spec, tensor in zip(expected, user_inputs, strict=True):
+        for dim in spec.dynamic:
+            size = int(tensor.shape[dim.dim])
+            if not dim.admits(size):
+                raise InputError(f"{where}: input '{spec.target}' has size {size} in dim {dim.dim}, outside the "
+                                 f"program's bounds ({dim.describe()})")
+            first = seen.setdefault(dim.symbol, (spec.target, dim.dim, size)) if dim.direct else None
+            if first is not None and first[2] != size:
+                raise InputError(f"{where}: input '{spec.target}' has size {size} in dim {dim.dim}, but dim "
+                                 f"{first[1]} of input '{first[0]}' is {first[2]} and the program exported both "
+                                 f"as one dynamic size ({dim.symbol})")
+    args, kwargs = unflatten_user_inputs(program, list(user_inputs))
+    try:
+        with _tracing(None):
+            return torch.export.export(program.module(), args, kwargs)
+    except Exception as exc:  # torch's checks of the inputs against the program's constraints, and tracing
+        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise InputError(f"{where}: cannot fix the program's dynamic sizes to these inputs' "
+                         f"({type(exc).__name__}: {first_line})") from None

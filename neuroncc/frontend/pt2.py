@@ -90,6 +90,10 @@ def _pick_model(archive: _Archive, model: str | None) -> str:
         if n.startswith(f"{archive.root}models/") and n.endswith(".json")
     )
     if not models:
+        if any(n.startswith(f"{archive.root}data/aotinductor/") for n in archive.zf.namelist()):
+            raise InputError(f"{archive.path}: is an AOTInductor package (torch._inductor.aoti_compile_and_package: "
+                             "compiled code, no exported program); neuroncc reads programs saved with "
+                             "torch.export.save")
         raise InputError(f"{archive.path}: the archive holds no exported program (no models/*.json)")
     if model is None:
         if len(models) > 1:
@@ -164,6 +168,68 @@ def _load_payloads(archive: _Archive, config_name: str, directory: str, kind: st
     return tensors
 
 
+def _with_known_pytree_types(serialized: Any) -> None:
+    """The program's input and output structures (``in_spec``/``out_spec``, pytree JSON) with every container
+    type this process has not registered replaced by a builtin one, in place.
+
+    A program's structures name the user's container types: a Hugging Face model returns a ``ModelOutput``
+    subclass, others a dataclass registered with ``torch.export.register_dataclass``. torch registers them
+    when the module defining them is imported, which the loader will not do (importing modules a file names
+    runs their code), so a fresh ``neuroncc run`` could not read any Hugging Face program. The leaves and their
+    order are what the program computes; the container only groups them. A type keyed by field names (a
+    ``ModelOutput``'s context is its keys, a registered dataclass's its field names and its None fields)
+    becomes a dict of those fields, anything else a tuple.
+    """
+    for entry in serialized.graph_module.module_call_graph:
+        signature = entry.signature
+        if signature is not None:
+            signature.in_spec = _known_spec(signature.in_spec)
+            signature.out_spec = _known_spec(signature.out_spec)
+
+
+def _known_spec(text: str) -> str:
+    import torch.utils._pytree as pytree
+
+    try:
+        protocol, tree = json.loads(text)
+    except (TypeError, ValueError):
+        return text  # not the JSON protocol: torch's deserializer reports it
+    if protocol != 1 or not isinstance(tree, dict):
+        return text
+    changed = False
+
+    def known(node: Any) -> None:
+        nonlocal changed
+        if not isinstance(node, dict):
+            return
+        kind, children = node.get("type"), node.get("children_spec") or []
+        unknown_namedtuple = kind == "collections.namedtuple" and node.get("context") not in \
+            pytree.SERIALIZED_TYPE_TO_PYTHON_TYPE
+        if kind is not None and (kind not in pytree.SERIALIZED_TYPE_TO_PYTHON_TYPE or unknown_namedtuple):
+            keys = _field_names(node.get("context"), len(children))
+            node["type"], node["context"] = ("builtins.dict", json.dumps(keys)) if keys else ("builtins.tuple", "null")
+            changed = True
+        for child in children:
+            known(child)
+
+    known(tree)
+    return json.dumps([protocol, tree]) if changed else text
+
+
+def _field_names(context: Any, count: int) -> list[str] | None:
+    """The field names an unregistered container's serialized context gives its ``count`` children, if any."""
+    try:
+        value = json.loads(context) if isinstance(context, str) else None
+    except ValueError:
+        return None
+    if isinstance(value, list) and len(value) == 2 and all(isinstance(part, list) for part in value):
+        value = value[0]  # register_dataclass: [fields holding values, fields that were None]
+    if isinstance(value, list) and len(value) == count and all(isinstance(k, str) for k in value) and \
+            len(set(value)) == count:
+        return value
+    return None
+
+
 def load_exported_program(path: str | Path, model: str | None = None) -> torch.export.ExportedProgram:
     """Load a ``torch.export.save`` archive without unpickling; refuse anything that would need pickle."""
     from torch._export.serde import schema
@@ -177,6 +243,7 @@ def load_exported_program(path: str | Path, model: str | None = None) -> torch.e
         program_bytes = archive.read(f"models/{name}.json")
         try:
             serialized = _bytes_to_dataclass(schema.ExportedProgram, program_bytes)
+            _with_known_pytree_types(serialized)
         except Exception as exc:
             raise InputError(f"{archive.path}: the program JSON is malformed ({type(exc).__name__}: {exc})") from None
     try:

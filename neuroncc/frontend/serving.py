@@ -47,7 +47,7 @@ from neuroncc.frontend.aten_compiler import cyclic_gc_paused, record_compiled
 from neuroncc.frontend.compiled import CompiledGraph
 from neuroncc.frontend.direct_call import DirectCall, exact_match_guard
 from neuroncc.frontend.imported import ComputedOutput
-from neuroncc.frontend.exported import InferenceGraph, ProgramInput, import_inference, load_program
+from neuroncc.frontend.exported import InferenceGraph, ProgramInput, fixed_inputs, import_inference, load_program
 from neuroncc.ir.ops.library_linalg import LinalgInputError
 
 #: Tensor types a program takes as they are (a Parameter is a plain tensor to the executable).
@@ -278,8 +278,11 @@ class _Signature:
             names = [f"arg_{i}" for i in range(self.args_count)] + list(self.kwarg_names)
         self.names = tuple(names)
         leaves = all(child.is_leaf() for part in (spec.child(0), spec.child(1)) for child in part.children())
+        #: the Python values the program fixed at export, by flat position: a call passes them unchanged
+        self.fixed = fixed_inputs(program)
         #: the number of positional arguments a call may pass as the flat inputs themselves (-1: none)
-        self.flat_positional = len(self.names) if leaves and self.names[self.args_count:] == self.kwarg_names else -1
+        self.flat_positional = len(self.names) if leaves and self.names[self.args_count:] == self.kwarg_names \
+            and not self.fixed else -1
 
     def bind(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> list[Any]:
         if len(args) > len(self.names):
@@ -302,7 +305,14 @@ class _Signature:
         if spec != self.in_spec:
             raise InputError(f"the inputs' structure {_structure(spec)} is not the exported program's "
                              f"{_structure(self.in_spec)}")
-        return leaves
+        if not self.fixed:
+            return leaves
+        for position, (name, value) in self.fixed.items():
+            given = leaves[position]
+            if type(given) is not type(value) or given != value:
+                raise InputError(f"input '{name}': the program was exported with {name}={value!r} fixed, got "
+                                 f"{given!r} (export again to use another value)")
+        return [leaf for position, leaf in enumerate(leaves) if position not in self.fixed]
 
 
 def _structure(spec: pytree.TreeSpec) -> str:

@@ -114,8 +114,12 @@ CASES = {
     "not a regular file": (lambda c: ["run", _fifo(c.files / "fifo.pt2")], "not a regular file"),
     "dangling symlink": (lambda c: ["run", _dangling(c.files / "link.pt2")], "no such file"),
     "op neuroncc cannot compile": (lambda c: ["compile", str(c.unsupported["igamma"])], "aten.igamma"),
-    "dynamic shapes": (lambda c: ["run", str(c.unsupported["dynamic"])], "compiles static shapes"),
-    "python number input": (lambda c: ["compile", str(c.unsupported["number"]), "--train"], "not a tensor"),
+    "dynamic shapes": (lambda c: ["compile", str(c.unsupported["dynamic"])], "compiles static shapes"),
+    "input updated in place": (lambda c: ["run", str(c.unsupported["input_mutation"])],
+                               "updates its input 'x' in place"),
+    "AOTInductor package": (lambda c: ["run", _aoti_package(c.files / "aoti.pt2")], "is an AOTInductor package"),
+    "dynamic python number input": (lambda c: ["compile", str(c.unsupported["number"]), "--train"],
+                                    "'factor' is not a tensor but a dynamic Python number"),
     "no backward": (lambda c: ["compile", str(c.unsupported["no_parameters"]), "--train"], "nothing to train"),
     "cache explain bad archive": (lambda c: ["cache", "explain", c.raw(b"nope")], "not a zip"),
     # inputs for run
@@ -160,6 +164,15 @@ def _dangling(path: Path) -> str:
     return str(path)
 
 
+def _aoti_package(path: Path) -> str:
+    """The layout torch._inductor.aoti_compile_and_package writes (compiled code, no models/*.json)."""
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("aoti/archive_format", "pt2")
+        archive.writestr("aoti/archive_version", "0")
+        archive.writestr("aoti/data/aotinductor/model/c2j54tpd.wrapper.so", b"\x7fELF")
+    return str(path)
+
+
 def _npy(path: Path) -> str:
     with open(path, "wb") as file:
         np.save(file, X)
@@ -184,6 +197,12 @@ class Igamma(torch.nn.Module):
         return torch.igamma(x.abs() + 1, x.abs() + 1)
 
 
+class AddsInPlace(torch.nn.Module):
+    def forward(self, x):
+        x.add_(1)
+        return x * 2
+
+
 class Scale(torch.nn.Module):
     def forward(self, x, factor: int):
         return x * factor
@@ -191,15 +210,16 @@ class Scale(torch.nn.Module):
 
 @pytest.fixture(scope="module")
 def unsupported_pt2(tmp_path_factory):
-    """Valid archives of programs neuroncc refuses: an op it cannot lower, dynamic sizes, a number input,
-    training a program with nothing to differentiate."""
+    """Valid archives of programs neuroncc refuses: an op it cannot lower, dynamic sizes (refused by compile), a
+    dynamic number input, training a program with nothing to differentiate, an input updated in place."""
     directory = tmp_path_factory.mktemp("pt2")
     x = torch.randn(2, 4)
     programs = {
         "igamma": torch.export.export(Igamma(), (x,)),
         "dynamic": torch.export.export(torch.nn.Linear(4, 3), (x,), dynamic_shapes=({0: torch.export.Dim("n")},)),
-        "number": torch.export.export(Scale(), (x, 3)),
+        "number": torch.export.export(Scale(), (x, 3), dynamic_shapes=(None, torch.export.Dim.DYNAMIC)),
         "no_parameters": torch.export.export(torch.nn.GELU(), (x,)),
+        "input_mutation": torch.export.export(AddsInPlace(), (x,)),
     }
     for name, program in programs.items():
         torch.export.save(program, directory / f"{name}.pt2")

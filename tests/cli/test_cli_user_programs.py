@@ -1,0 +1,261 @@
+"""``neuroncc run`` on programs as users export them: their own output types (a Hugging Face ``ModelOutput``, a
+registered dataclass) read in a process that never imported them, dynamic sizes (``torch.export.Dim``) run at
+concrete sizes, complex inputs, and inputs eager PyTorch itself refuses. Every result is checked against the
+exported program's eager module."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+import torch.utils._pytree as pytree
+from cli_testing import ForkServer, edit_json, rewrite, run_in_process
+
+import neuroncc
+from neuroncc.frontend.exported import load_program
+
+
+class KeyedOutput(dict):
+    """A ``ModelOutput`` stand-in: transformers registers each subclass with its keys as the pytree context,
+    under the name ``module.Class``, when the module defining it is imported."""
+
+
+pytree.register_pytree_node(KeyedOutput, lambda o: (list(o.values()), list(o.keys())),
+                            lambda values, keys: KeyedOutput(zip(keys, values)),
+                            serialized_type_name=f"{__name__}.KeyedOutput")
+
+
+@dataclasses.dataclass
+class Heads:
+    scores: torch.Tensor
+    hidden: torch.Tensor
+    unused: torch.Tensor | None = None
+
+
+torch.export.register_dataclass(Heads, serialized_type_name=f"{__name__}.Heads")
+
+
+class OwnTypes(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        h = self.linear(x)
+        return KeyedOutput(logits=h.sum(-1), heads=Heads(torch.softmax(h, -1), torch.tanh(h)))
+
+
+def _export(path, module, args, kwargs=None, **how):
+    torch.manual_seed(0)
+    program = torch.export.export(module, args, kwargs, **how)
+    torch.export.save(program, path)
+    return program
+
+
+@pytest.fixture(scope="module")
+def own_types_pt2(tmp_path_factory):
+    return _saved(tmp_path_factory, "own_types", OwnTypes(), (torch.randn(3, 4),))
+
+
+def _saved(tmp_path_factory, name, module, args, **how):
+    path = tmp_path_factory.mktemp("pt2") / f"{name}.pt2"
+    _export(path, module, args, **how)
+    return path
+
+
+@pytest.fixture(scope="module")
+def cli_server(tmp_path_factory):
+    server = ForkServer(tmp_path_factory.mktemp("forkserver"))
+    yield server
+    server.close()
+
+
+def test_own_output_types_run_in_a_process_that_never_imported_them(own_types_pt2, cli_server, tmp_path):
+    """The forked command has not imported this module, so KeyedOutput and Heads are unknown to its pytree
+    registry (as transformers' ModelOutputs are to a fresh ``neuroncc run``): the program still loads, runs and
+    matches eager, output by output, and writes its outputs."""
+    (tmp_path / "home").mkdir()
+    out = tmp_path / "out.npz"
+    result = cli_server.run("run", str(own_types_pt2), "--target", "interp", "--check", "--save-outputs", str(out),
+                            "-q", cwd=tmp_path, home=tmp_path / "home", cache=tmp_path / "cache")
+    assert result.returncode == 0, result.stderr
+    assert "check passed" in result.stdout and result.stdout.count("check    output") == 3
+    x = torch.randn((3, 4), generator=torch.Generator().manual_seed(0))  # --random's draw for seed 0
+    expected = pytree.tree_leaves(torch.export.load(own_types_pt2).module()(x))
+    with np.load(out) as saved:
+        for ours, theirs in zip(saved.values(), expected, strict=True):
+            np.testing.assert_allclose(ours, theirs.detach().numpy(), rtol=1e-6, atol=1e-6)
+
+
+def test_unknown_output_types_become_dicts_of_their_fields(own_types_pt2, tmp_path):
+    """In this process the types are known: the loader keeps them. Renamed to names no module registers (what a
+    process without the user's code sees), each keyed type comes back as a dict of its fields."""
+    assert type(load_program(own_types_pt2).module()(torch.randn(3, 4))) is KeyedOutput
+
+    def rename(program):
+        for entry in program["graph_module"]["module_call_graph"]:
+            if entry["signature"]:
+                spec = entry["signature"]["out_spec"]
+                entry["signature"]["out_spec"] = spec.replace(__name__, "not_imported_anywhere")
+
+    renamed = rewrite(own_types_pt2, tmp_path / "renamed.pt2", edit_json("models/", rename))
+    x = torch.randn(3, 4)
+    served = neuroncc.compile_program(renamed, target="interp")(x)
+    expected = torch.export.load(own_types_pt2).module()(x)
+    assert set(served) == {"logits", "heads"} and set(served["heads"]) == {"scores", "hidden"}
+    torch.testing.assert_close(served["logits"], expected["logits"].detach())
+    torch.testing.assert_close(served["heads"]["scores"], expected["heads"].scores.detach())
+    torch.testing.assert_close(served["heads"]["hidden"], expected["heads"].hidden.detach())
+
+
+class MatMul(torch.nn.Module):
+    def forward(self, x, y):
+        return torch.relu(x @ y)
+
+
+@pytest.fixture(scope="module")
+def dynamic_pt2(tmp_path_factory):
+    """An MLP with a dynamic batch dim (1..64; exported at 4), and a matmul whose inner dim is one shared size."""
+    mlp = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 4)).eval()
+    batch = torch.export.Dim("batch", min=1, max=64)
+    inner = torch.export.Dim("inner")
+    return {"mlp": _saved(tmp_path_factory, "mlp", mlp, (torch.randn(4, 8),), dynamic_shapes=({0: batch},)),
+            "matmul": _saved(tmp_path_factory, "matmul", MatMul(), (torch.randn(3, 6), torch.randn(6, 5)),
+                             dynamic_shapes={"x": {1: inner}, "y": {0: inner}})}
+
+
+def test_dynamic_batch_runs_at_the_arrays_size(dynamic_pt2, capsys, tmp_path):
+    x = np.random.default_rng(1).standard_normal((7, 8), dtype=np.float32)
+    np.savez(tmp_path / "in.npz", input=x)
+    result = run_in_process(capsys, "run", str(dynamic_pt2["mlp"]), "--inputs", str(tmp_path / "in.npz"), "--check",
+                            "--save-outputs", str(tmp_path / "out.npz"), "-q")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "dynamic  input dim 0 = 7" in result.stdout and "check passed" in result.stdout
+    expected = torch.export.load(dynamic_pt2["mlp"]).module()(torch.from_numpy(x)).detach().numpy()
+    with np.load(tmp_path / "out.npz") as saved:
+        (ours,) = saved.values()
+    np.testing.assert_allclose(ours, expected, rtol=1e-5, atol=1e-5 * np.abs(expected).max())
+    random = run_in_process(capsys, "run", str(dynamic_pt2["mlp"]), "--target", "interp", "--check", "-q")
+    assert random.returncode == 0 and "input dim 0 = 4" in random.stdout  # the exported example's size
+
+
+@pytest.mark.parametrize("case", ["out of bounds", "shared dim differs", "compile"])
+def test_dynamic_sizes_that_cannot_run_are_one_line(dynamic_pt2, capsys, tmp_path, case):
+    rng = np.random.default_rng(2)
+    if case == "out of bounds":
+        np.savez(tmp_path / "in.npz", input=rng.standard_normal((65, 8), dtype=np.float32))
+        argv, needle = ["run", str(dynamic_pt2["mlp"]), "--inputs", str(tmp_path / "in.npz")], "dim 0 is dynamic (s"
+    elif case == "shared dim differs":
+        np.savez(tmp_path / "in.npz", x=rng.standard_normal((3, 6), dtype=np.float32),
+                 y=rng.standard_normal((7, 5), dtype=np.float32))
+        argv, needle = ["run", str(dynamic_pt2["matmul"]), "--inputs", str(tmp_path / "in.npz")], "one dynamic size"
+    else:
+        argv, needle = ["compile", str(dynamic_pt2["mlp"])], "dim 0 is dynamic (s"
+    result = run_in_process(capsys, *argv, "--target", "interp", "-q")
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert result.stderr.count("\n") == 1 and needle in result.stderr, result.stderr
+
+
+class FloorDivide(torch.nn.Module):
+    def forward(self, a, b):
+        return a // b
+
+
+class Squared(torch.nn.Module):
+    def forward(self, z):
+        return (z * z).real, z.abs()
+
+
+def test_eager_refusing_the_inputs_is_a_typed_error(capsys, tmp_path):
+    """Random integers are 0 or 1: an integer division by zero, which eager PyTorch raises on."""
+    path = tmp_path / "div.pt2"
+    ints = torch.randint(1, 9, (4, 4), dtype=torch.int32)
+    _export(path, FloorDivide(), (ints, ints))
+    result = run_in_process(capsys, "run", str(path), "--target", "interp", "--check", "-q")
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "eager PyTorch fails on these inputs" in result.stderr and "ZeroDivisionError" in result.stderr
+    np.savez(tmp_path / "in.npz", a=np.full((4, 4), 7, np.int32), b=np.full((4, 4), 2, np.int32))
+    given = run_in_process(capsys, "run", str(path), "--target", "interp", "--check", "-q", "--inputs",
+                           str(tmp_path / "in.npz"))
+    assert given.returncode == 0 and "check passed" in given.stdout, given.stdout + given.stderr
+
+
+def test_complex_inputs_random_and_from_npz(capsys, tmp_path):
+    path = tmp_path / "complex.pt2"
+    _export(path, Squared(), (torch.randn(3, 4, dtype=torch.complex64),))
+    random = run_in_process(capsys, "run", str(path), "--target", "interp", "--check", "-q")
+    assert random.returncode == 0 and "z complex64[3, 4]" in random.stdout, random.stdout + random.stderr
+    z = (np.arange(12) - 5.5 + 1j * np.arange(12)[::-1]).astype(np.complex64).reshape(3, 4)
+    np.savez(tmp_path / "in.npz", z=z)
+    given = run_in_process(capsys, "run", str(path), "--target", "interp", "--check", "-q", "--inputs",
+                           str(tmp_path / "in.npz"))
+    assert given.returncode == 0 and "check passed" in given.stdout, given.stdout + given.stderr
+
+
+class SoftmaxCumsum(torch.nn.Module):
+    def forward(self, x):
+        return torch.softmax(x, -1).cumsum(-1)
+
+
+def test_float64_programs_say_they_compute_in_float32(capsys, tmp_path):
+    """As under torch.compile (one Float64Warning per graph): the served path and ``run`` say so too."""
+    from neuroncc.frontend.diagnostics import Float64Warning
+
+    path = tmp_path / "double.pt2"
+    program = _export(path, SoftmaxCumsum(), (torch.randn(3, 4, dtype=torch.float64),))
+    with pytest.warns(Float64Warning, match="computes float64 tensors in float32"):
+        neuroncc.compile_program(program, target="interp")
+    result = run_in_process(capsys, "run", str(path), "--target", "interp", "--check", "-q")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stderr.startswith("neuroncc: warning: program 'double': neuroncc computes float64 tensors in "
+                                    "float32") and result.stderr.count("\n") == 1, result.stderr
+
+
+class Scaled(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 3)
+
+    def forward(self, x, factor: int, *, use_cache: bool = True, mode: str | None = None):
+        y = self.linear(x) * factor
+        return (y.cumsum(-1) if use_cache else y) if mode is None else y.flip(-1)
+
+
+def test_python_values_fixed_at_export(capsys, tmp_path):
+    """``torch.export.export(model, (x, 3), {"use_cache": False})``, as Hugging Face decoders are exported: the
+    values are fixed in the program; ``run`` passes them, the served program checks a call passes the same."""
+    path = tmp_path / "scaled.pt2"
+    x = torch.randn(2, 4)
+    program = _export(path, Scaled(), (x, 3), {"use_cache": False, "mode": None})
+    result = run_in_process(capsys, "run", str(path), "--check", "-q", "--repeat", "2")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "x float32[2, 4], factor=3 (fixed at export), use_cache=False (fixed at export)" in result.stdout
+    served = neuroncc.compile_program(program, target="interp")
+    torch.testing.assert_close(served(x, 3, use_cache=False, mode=None),
+                               program.module()(x, 3, use_cache=False, mode=None))
+    with pytest.raises(neuroncc.InputError, match="exported with use_cache=False fixed, got True"):
+        served(x, 3, use_cache=True, mode=None)
+
+
+class DictIn(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 4)
+
+    def forward(self, inputs, *, scale: float = 1.0):
+        return torch.tanh(self.linear(inputs["a"]) * scale + inputs["b"][0])
+
+
+@pytest.mark.parametrize("command", [["evaluate", "--repeat", "1"], ["evaluate", "--train", "--repeat", "1"],
+                                     ["compile", "--train", "--no-cache"]])
+def test_pytree_inputs_and_fixed_values_evaluate_and_train(capsys, tmp_path, command):
+    """evaluate called the module with the flat tensors (a TypeError for dict inputs, an internal error), and the
+    joint export traced a fixed Python value as a graph input (refused as a NoneType input)."""
+    path = tmp_path / "dict_in.pt2"
+    _export(path, DictIn(), ({"a": torch.randn(3, 4), "b": (torch.randn(3, 4),)},), {"scale": 0.5})
+    result = run_in_process(capsys, command[0], str(path), *command[1:], "--target", "interp", "-q")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert ("verdict      PASS" if command[0] == "evaluate" else "forward + backward") in result.stdout
+    assert "warning" not in result.stderr, result.stderr  # torch's internal deprecation noise stays hidden
