@@ -186,6 +186,19 @@ class LoopChoices:
         return self.has("avx2") and not self.has("avx512f")
 
     @property
+    def places_write_buffers_past_partial_period_rows(self) -> bool:
+        """Whether ``places_write_buffers_past_the_output`` also places the write loop's buffers where the output rows
+        are not whole 2 KiB periods but whole 512 or 1024 bytes (bf16 rows of 768, 1280, 1536, 2560 columns): those
+        rows start at offsets that step through the multiples of that period modulo 4 KiB, so no one place is 1 KiB
+        from all of them; the buffers start ``period / 2 - 128`` bytes past every output row modulo the period
+        (``row_buffers.write_buffer_shift``), between the ~330-byte aliasing window (a load 32 to ~300 bytes past a
+        queued store) of one row and the next. Zen 3, bf16 LayerNorm [8192, 768]'s kernel (session 27 bf16ln27,
+        1 thread, 41 interleaved rounds, the kernel called on outputs at a chosen offset past a 4 KiB boundary):
+        0, 64, 512 and 1536 past 0.925-0.953 of the time, 896 past 0.995; placed 256 / 384 past the rows modulo
+        512, 0.94-1.00 / 0.98-1.04. The same bits. AVX-512 (no cached deviations) not measured: left as it was."""
+        return self.has("avx2") and not self.has("avx512f")
+
+    @property
     def means_a_row_early(self) -> bool:
         """Whether a row loop whose first stage is a variance over a widened bf16 row computing its own mean (bf16
         LayerNorm as torch.compile hands it over: ``stages.SharedMean``) runs each row's deviation pass, the next
