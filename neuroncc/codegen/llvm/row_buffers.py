@@ -41,7 +41,7 @@ WRITE_BUFFER_PERIOD = ALIAS_PERIOD_BYTES // 2
 WRITE_BUFFER_DISTANCE = WRITE_BUFFER_PERIOD // 2
 #: The shortest row period (bytes, modulo 4 KiB) for which a placed write buffer can stay clear of every row's
 #: aliasing window (~330 bytes wide): rows of whole 512 bytes (bf16 rows of 768 columns) and longer.
-PARTIAL_PERIOD_MIN = 512
+PARTIAL_PERIOD_MIN = ALIAS_PERIOD_BYTES // 8
 
 
 def widened_rows(plan: KernelPlan, phase: RowLoop) -> tuple[Value, ...]:
