@@ -88,7 +88,8 @@ def write_buffer_shift(em: Any, phase: RowLoop) -> ir.Value | None:
     (``CpuTarget.places_write_buffers_past_the_output``); None to leave them where the frame puts them. Taken where
     the phase caches a variance's deviations (``emit``'s ``_deviations``: bf16 LayerNorm's write pass loads them)
     and its last stage streams an output whose rows are whole periods: every row then starts at the same offset
-    modulo the period, the one the buffers keep their distance from (computed once, from the output's address)."""
+    modulo the period, the one the buffers keep their distance from (computed once, from the output's address);
+    rows of whole 512 or 1024 bytes too, modulo that period (:func:`_placing`)."""
     last = phase.stages[-1] if phase.stages else None
     if not em.target.places_write_buffers_past_the_output or not em._deviations or not isinstance(last, MapStage):
         return None
