@@ -38,7 +38,7 @@ ensure_environment(threads=2)
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from kernel_cases import cases, in_graph_order  # noqa: E402
+from kernel_cases import Case, Work, _inputs, cases, in_graph_order, layernorm  # noqa: E402
 from neuroncc.executors.cpu.address_call import AddressCall  # noqa: E402
 from neuroncc.executors.cpu.launcher import build_cpu_executable  # noqa: E402
 from neuroncc.hardware.host import CpuTarget  # noqa: E402
@@ -69,6 +69,7 @@ SWITCHES: dict[str, Switch] = {
     "blended-lanes": Switch(("rounds_bf16_in_word_lanes_with_blends",), "b16,c16"),
     "stream-ahead": Switch(("one_pass_stream_prefetch_lines",), "c'"),
     "write-buffers": Switch(("places_write_buffers_past_the_output",), "c16"),
+    "partial-rows": Switch(("places_write_buffers_past_partial_period_rows",), "c16h"),
     "one-step-exp": Switch(("scales_one_plus_exp_in_one_step",), "a"),
     "gelu-half": Switch(("halves_gelu_in_its_erf",), "a"),
     "split-math": Switch(("splits_polynomial_math_loops",), "a"),
@@ -79,6 +80,16 @@ SWITCHES: dict[str, Switch] = {
 }
 #: switches that change the order of a sum's terms (the bits may differ: counted, not asserted)
 REORDERS = {"paired-sums"}
+
+
+def bench_rows() -> list[Case]:
+    """``kernel_cases.cases()`` and rows of this harness only: ``c16h``, bf16 LayerNorm over rows of 768 columns
+    (1536 bytes: the output rows step through the multiples of 512 bytes modulo 4 KiB, ``--switch partial-rows``)."""
+    n = 8192 * 768
+    return cases() + [
+        Case("c16h", "(c) bf16 LayerNorm [8192,768]", _inputs((8192, 768), (768,), (768,), dtype=torch.bfloat16),
+             layernorm, Work(2 * n + 3072, 2 * n, {}, 8 * n, widened=n + 1536, rounded=n), tolerance=(1.6e-2, 1e-5)),
+    ]
 
 
 def backend_graph(case, inputs: list[torch.Tensor]):
@@ -173,7 +184,7 @@ def main() -> None:
     for threads in (int(t) for t in args.threads.split(",")):
         torch.set_num_threads(threads)
         clock = time.thread_time if threads == 1 else time.perf_counter
-        for case in (c for c in cases() if c.key in keys):
+        for case in (c for c in bench_rows() if c.key in keys):
             inputs = case.make(np.random.default_rng(0))
             fn = backend_graph(case, inputs)
             arrays = [t.view(torch.int16).numpy() if t.dtype == torch.bfloat16 else t.numpy() for t in inputs]

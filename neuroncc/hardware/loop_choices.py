@@ -199,6 +199,22 @@ class LoopChoices:
         return self.has("avx2") and not self.has("avx512f")
 
     @property
+    def places_write_buffers_past_partial_period_rows(self) -> bool:
+        """Whether ``places_write_buffers_past_the_output`` also places the write loop's buffers where the output rows
+        are not whole 2 KiB periods but whole 512 or 1024 bytes (bf16 rows of 768, 1280, 1536, 2560 columns): those
+        rows start at offsets that step through the multiples of that period modulo 4 KiB, so no one place is 1 KiB
+        from all of them; the buffers start ``period / 2 - 128`` bytes past every output row modulo the period
+        (``row_buffers.write_buffer_shift``), between the ~330-byte aliasing window (a load 32 to ~300 bytes past a
+        queued store) of one row and the next. Zen 3 (session 27 bf16ln27, 41 interleaved rounds, the kernel
+        called on outputs at a chosen offset past a 4 KiB boundary): bf16 LayerNorm [8192, 768]'s kernel at 1
+        thread 0, 64, 512 and 1536 past 0.925-0.953 of the time, 896 past 0.995 (placed 256 / 384 past the rows
+        modulo 512: 0.94-1.00 / 0.98-1.04); [4096, 1536]'s 0, 64, 1024 and 2048 past 0.89-0.91, 3008 past 1.003;
+        ``bench_bf16_words.py --switch partial-rows --rows c16h``: 0.90-0.95 at 1 thread on outputs 0, 64 and 1536
+        past, 0.95-0.97 at 2 threads on 0 past, 0.92 / 0.98 at 2 / 1 threads on heap outputs. The same bits.
+        AVX-512 (no cached deviations) not measured: left as it was."""
+        return self.has("avx2") and not self.has("avx512f")
+
+    @property
     def means_a_row_early(self) -> bool:
         """Whether a row loop whose first stage is a variance over a widened bf16 row computing its own mean (bf16
         LayerNorm as torch.compile hands it over: ``stages.SharedMean``) runs each row's deviation pass, the next

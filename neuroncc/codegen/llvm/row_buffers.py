@@ -39,6 +39,9 @@ WRITE_BUFFER_PERIOD = ALIAS_PERIOD_BYTES // 2
 #: How far past the output row (modulo ``WRITE_BUFFER_PERIOD``) a placed write buffer starts: as far as can be from
 #: the 4K-aliasing window on either side (a load 32-480 bytes past a queued store waits for it).
 WRITE_BUFFER_DISTANCE = WRITE_BUFFER_PERIOD // 2
+#: The shortest row period (bytes, modulo 4 KiB) for which a placed write buffer can stay clear of every row's
+#: aliasing window (~330 bytes wide): rows of whole 512 bytes (bf16 rows of 768 columns) and longer.
+PARTIAL_PERIOD_MIN = ALIAS_PERIOD_BYTES // 8
 
 
 def widened_rows(plan: KernelPlan, phase: RowLoop) -> tuple[Value, ...]:
@@ -85,18 +88,35 @@ def write_buffer_shift(em: Any, phase: RowLoop) -> ir.Value | None:
     (``CpuTarget.places_write_buffers_past_the_output``); None to leave them where the frame puts them. Taken where
     the phase caches a variance's deviations (``emit``'s ``_deviations``: bf16 LayerNorm's write pass loads them)
     and its last stage streams an output whose rows are whole periods: every row then starts at the same offset
-    modulo the period, the one the buffers keep their distance from (computed once, from the output's address)."""
+    modulo the period, the one the buffers keep their distance from (computed once, from the output's address);
+    rows of whole 512 or 1024 bytes too, modulo that period (:func:`_placing`)."""
     last = phase.stages[-1] if phase.stages else None
     if not em.target.places_write_buffers_past_the_output or not em._deviations or not isinstance(last, MapStage):
         return None
     depth = len(phase.outer)
     for _, target in last.items:
         row_bytes = math.prod(target.shape[depth:]) * storage_itemsize(target.dtype)
-        if row_bytes % WRITE_BUFFER_PERIOD == 0 and streams(em, target, 0):
+        placing = _placing(em, row_bytes)
+        if placing is not None and streams(em, target, 0):
+            period, distance = placing
             address = em.b.ptrtoint(em.address(target, [0] * len(target.shape)), I64)
-            past = em.b.add(address, ir.Constant(I64, WRITE_BUFFER_DISTANCE))
-            return em.b.and_(past, ir.Constant(I64, WRITE_BUFFER_PERIOD - CACHE_LINE_BYTES))
+            past = em.b.add(address, ir.Constant(I64, distance))
+            return em.b.and_(past, ir.Constant(I64, period - CACHE_LINE_BYTES))
     return None
+
+
+def _placing(em: Any, row_bytes: int) -> tuple[int, int] | None:
+    """(period, distance) of :func:`write_buffer_shift` for output rows of ``row_bytes``: rows of whole
+    ``WRITE_BUFFER_PERIOD``s all start at one offset modulo it, kept ``WRITE_BUFFER_DISTANCE`` from; rows of whole
+    512 or 1024 bytes (``CpuTarget.places_write_buffers_past_partial_period_rows``) start at every multiple of that
+    period modulo 4 KiB in turn, so the buffers keep half a period less 128 bytes from each row modulo it: past the
+    aliasing window of one row's stores (~32-300 bytes past them), before the next row's. None: not placed."""
+    if row_bytes % WRITE_BUFFER_PERIOD == 0:
+        return WRITE_BUFFER_PERIOD, WRITE_BUFFER_DISTANCE
+    period = math.gcd(row_bytes, WRITE_BUFFER_PERIOD)
+    if period < PARTIAL_PERIOD_MIN or not em.target.places_write_buffers_past_partial_period_rows:
+        return None
+    return period, period // 2 - 2 * CACHE_LINE_BYTES
 
 
 def _stack_row(em: Any, element: ir.Type, length: int, itemsize: int, shift: ir.Value | None) -> ir.Value:
