@@ -293,6 +293,20 @@ def call_eager(program: ExportedProgram, user_inputs: Sequence[torch.Tensor]) ->
     return [leaf for leaf in pytree.tree_leaves(result)]
 
 
+def call_eager_float64(program: ExportedProgram, user_inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """The program's eager module with its floating parameters, buffers and user inputs in float64: a reference
+    near the exact answer for judging a float16/bfloat16 program's results (its eager run rounds as much as ours).
+    The program's own tensors are left as they are (``functional_call`` swaps in float64 copies)."""
+    module = program.module()
+    state = {name: tensor.detach().double() if tensor.is_floating_point() else tensor
+             for name, tensor in [*module.named_parameters(), *module.named_buffers()]}
+    flat = [t.double() if isinstance(t, torch.Tensor) and t.is_floating_point() else t for t in user_inputs]
+    args, kwargs = unflatten_user_inputs(program, flat)
+    with _tracing(None):
+        result = torch.func.functional_call(module, state, args, kwargs)
+    return [leaf for leaf in pytree.tree_leaves(result)]
+
+
 def unflatten_user_inputs(program: ExportedProgram, flat: list[Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
     """The (args, kwargs) a call of ``program``'s module takes, from its flat user tensors (in_spec order; the
     Python values the program fixed at export, :func:`fixed_inputs`, are put in their places)."""

@@ -259,3 +259,44 @@ def test_pytree_inputs_and_fixed_values_evaluate_and_train(capsys, tmp_path, com
     assert result.returncode == 0, result.stdout + result.stderr
     assert ("verdict      PASS" if command[0] == "evaluate" else "forward + backward") in result.stdout
     assert "warning" not in result.stderr, result.stderr  # torch's internal deprecation noise stays hidden
+
+
+class ResidualMLP(torch.nn.Module):
+    """Six float16 residual layers: two correct programs end beyond ``assert_close``'s float16 tolerance of each
+    other, equally far from float64 (eager's rounding differs from neuroncc's by an ulp, amplified per layer)."""
+
+    def __init__(self, layers=6, width=128):
+        super().__init__()
+        self.norm = torch.nn.LayerNorm(width)
+        self.layers = torch.nn.ModuleList(torch.nn.Linear(width, width) for _ in range(layers))
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = torch.nn.functional.gelu(layer(self.norm(x))) + x
+        return x
+
+
+def test_float16_outputs_are_judged_against_float64(capsys, tmp_path):
+    torch.manual_seed(0)
+    path = tmp_path / "f16.pt2"
+    _export(path, ResidualMLP().half(), (torch.randn(8, 128).half(),))
+    result = run_in_process(capsys, "run", str(path), "--random", "--check", "-q")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "check passed" in result.stdout, result.stdout
+
+
+def test_low_precision_check_rejects_results_further_from_float64_than_eager():
+    """``_check`` itself, on made-up results: eager and ours equally far from the exact values on either side
+    (beyond assert_close's float16 tolerance of each other) pass; ours 30x further, or with a NaN eager does not
+    have, fail; float32 outputs keep assert_close's verdict."""
+    from neuroncc.cli.run import _check
+
+    exact = torch.linspace(-1, 1, 101, dtype=torch.float64)
+    step = 1e-3 * torch.where(torch.arange(101) % 2 == 0, 1.0, -1.0).double()
+    eager = (exact + step).half()
+    verdicts = {}
+    for name, ours in {"level": (exact - step).half(), "further": (exact + 30 * step).half(),
+                       "nan": (exact - step).half().index_fill(0, torch.tensor([3]), float("nan"))}.items():
+        verdicts[name] = _check([ours], [eager], ("y",), lambda: [exact])
+    assert verdicts == {"level": 0, "further": 1, "nan": 1}
+    assert _check([(exact - step).float()], [(exact + step).float()], ("y",), lambda: [exact]) == 1
