@@ -31,7 +31,7 @@ from torch._C._distributed_c10d import (
 )
 from torch.distributed import ReduceOp
 
-from neuroncc.distributed import fsdp
+from neuroncc.distributed import ddp, fsdp
 from neuroncc.device.registration import DEVICE_NAME
 from neuroncc.distributed.host import Staging
 from neuroncc.distributed.work import NeuronWork, completed, explain
@@ -328,5 +328,6 @@ class ProcessGroupNeuron(dist.ProcessGroup):
 
 def create(store: dist.Store, rank: int, size: int, timeout: timedelta) -> ProcessGroupNeuron:
     """The creator ``Backend.register_backend`` calls for ``init_process_group("neuron")`` / ``new_group``."""
-    fsdp.install()  # FSDP2 runs over neuron groups: fit it to the device before it can be used
+    fsdp.install()  # FSDP2 and DDP run over neuron groups: fit them to the device before they can be used
+    ddp.install(ProcessGroupNeuron)
     return ProcessGroupNeuron(store, rank, size, timeout)
