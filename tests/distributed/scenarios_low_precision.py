@@ -57,6 +57,31 @@ def collective_checks(rank: int, world: int, gloo: dist.ProcessGroup) -> dict[st
             return [output]
         return run
 
+    def premultiplied_sum(collective):
+        """PREMUL_SUM (NCCL's; FSDP2's set_gradient_divide_factor): gloo refuses it, so its CPU reference is
+        gloo's SUM of inputs multiplied by the factor first (one rounding to the dtype, as the backend does)."""
+        factor = 1 / 3  # not a power of two: the product rounds
+        def run(device, group, dtype, dense):
+            if device.type == "neuron":
+                return collective(device, group, dtype, dense, dist._make_nccl_premul_sum(factor), 1.0)
+            return collective(device, group, dtype, dense, dist.ReduceOp.SUM, factor)
+        return run
+
+    def all_reduce_premultiplied(device, group, dtype, dense, op, factor):
+        t = data(7, dtype, device, dense)
+        if factor != 1.0:
+            t.mul_(factor)
+        dist.all_reduce(t, op=op, group=group)
+        return [t]
+
+    def reduce_scatter_premultiplied(device, group, dtype, dense, op, factor):
+        whole = torch.cat([data(5, dtype, device, True, j + 1) for j in range(world)])
+        before = whole.clone()
+        output = zeros(5, dtype, device, dense)
+        dist.reduce_scatter_tensor(output, whole * factor if factor != 1.0 else whole, op=op, group=group)
+        assert torch.equal(whole.cpu(), before.cpu()), "the input changed"
+        return [output]
+
     def all_gather_into_tensor(device, group, dtype, dense):
         output = zeros(world * 5, dtype, device, dense)
         dist.all_gather_into_tensor(output, data(5, dtype, device, dense), group=group)
@@ -98,6 +123,8 @@ def collective_checks(rank: int, world: int, gloo: dist.ProcessGroup) -> dict[st
     cases = {f"all_reduce {op}": all_reduce(getattr(dist.ReduceOp, op)) for op in ("SUM", "AVG", "MAX")}
     cases.update({f"reduce_scatter_tensor {op}": reduce_scatter_tensor(getattr(dist.ReduceOp, op))
                   for op in ("SUM", "AVG")})
+    cases.update({"all_reduce PREMUL_SUM": premultiplied_sum(all_reduce_premultiplied),
+                  "reduce_scatter_tensor PREMUL_SUM": premultiplied_sum(reduce_scatter_premultiplied)})
     cases.update({"all_gather_into_tensor": all_gather_into_tensor, "all_gather": all_gather,
                   "reduce_scatter": reduce_scatter, "broadcast": broadcast,
                   "all_to_all_single (uneven splits)": all_to_all_single, "isend/irecv": send_recv})
@@ -170,7 +197,7 @@ def train(model: torch.nn.Module, parameters: torch.nn.Module, x: torch.Tensor, 
     return full
 
 
-def fsdp(mp_policy=None, dtype=None, clip=None, compiled=False):
+def fsdp(mp_policy=None, dtype=None, clip=None, compiled=False, divide_factor=None):
     from torch.distributed.fsdp import fully_shard
 
     def run(rank, world, device, group):
@@ -179,6 +206,11 @@ def fsdp(mp_policy=None, dtype=None, clip=None, compiled=False):
         options = {"mp_policy": mp_policy} if mp_policy else {}
         for layer in (model[0], model[2], model):
             fully_shard(layer, mesh=mesh, **options)
+            if divide_factor is not None:
+                # FSDP2 reduces with PREMUL_SUM(1 / factor); gloo has none, so on CPU: SUM, then a division
+                # (the same numbers for a power of two)
+                layer.set_gradient_divide_factor(divide_factor)
+                layer.set_force_sum_reduction_for_comms(device.type == "cpu")
         called = torch.compile(model, backend="neuron" if device.type == "neuron" else "eager",
                                dynamic=False) if compiled else model
         return train(called, model, *batch(rank, world, dtype, device), clip)
@@ -240,6 +272,8 @@ def training_checks(rank: int, world: int, gloo: dist.ProcessGroup) -> dict[str,
             fsdp(MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=bf16, output_dtype=f32)), f32),
         "FSDP2 MixedPrecisionPolicy(param float16, reduce float16)": (
             fsdp(MixedPrecisionPolicy(param_dtype=f16, reduce_dtype=f16)), f32),
+        "FSDP2 MixedPrecisionPolicy(param bf16, reduce bf16), set_gradient_divide_factor": (
+            fsdp(MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=bf16), divide_factor=4.0), f32),
         "FSDP2 MixedPrecisionPolicy(param bf16), torch.compile": (
             fsdp(MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=f32), compiled=True), f32),
         "FSDP2 on a bf16 model, clip_grad_norm_": (fsdp(dtype=bf16, clip=0.05), bf16),
