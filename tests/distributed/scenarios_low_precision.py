@@ -242,6 +242,18 @@ def bf16_compress(device: torch.device):
     return default_hooks.bf16_compress_hook if device.type == "neuron" else same_on_cpu
 
 
+def bf16_compress_wrapper(device: torch.device):
+    """``bf16_compress_wrapper(allreduce_hook)``, the other hook DDP refuses by name off CUDA (on CPU: renamed)."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    hook = default_hooks.bf16_compress_wrapper(default_hooks.allreduce_hook)
+
+    def same_on_cpu(state, bucket):
+        return hook(state, bucket)
+
+    return hook if device.type == "neuron" else same_on_cpu
+
+
 def fp16_compress(device: torch.device):
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
@@ -279,6 +291,7 @@ def training_checks(rank: int, world: int, gloo: dist.ProcessGroup) -> dict[str,
         "FSDP2 on a bf16 model, clip_grad_norm_": (fsdp(dtype=bf16, clip=0.05), bf16),
         "DDP on a bf16 model": (ddp(dtype=bf16), bf16),
         "DDP bf16_compress_hook": (ddp(hook=bf16_compress), f32),
+        "DDP bf16_compress_wrapper(allreduce_hook)": (ddp(hook=bf16_compress_wrapper), f32),
         "DDP fp16_compress_hook": (ddp(hook=fp16_compress), f32),
         "DDP(torch.compile(m)) of a bf16 model": (ddp(dtype=bf16, compiled=True), bf16),
     }

@@ -14,4 +14,4 @@ def test_low_precision_collectives_and_training_match_cpu_over_gloo():
     failures = {f"rank {rank}: {name}": outcome for rank, checks in enumerate(results)
                 for name, outcome in checks.items() if outcome != "ok"}
     assert not failures, "\n".join(f"--- {name}\n{outcome}" for name, outcome in failures.items())
-    assert len(results[0]) == 13 * 4 + 1 + 10  # every collective x {bf16, float16} x {dense, not}, DTensor, training
+    assert len(results[0]) == 13 * 4 + 1 + 11  # every collective x {bf16, float16} x {dense, not}, DTensor, training
