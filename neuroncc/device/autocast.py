@@ -28,6 +28,7 @@ from typing import Any
 import torch
 
 from neuroncc.device.autocast_policy import AUTOCAST_POLICY, CastPolicy
+from neuroncc.device.untraced import untraced
 
 AUTOCAST_KEY = "AutocastPrivateUse1"
 
@@ -115,4 +116,5 @@ def register(kernels: torch.library.Library, fallback: torch.library.Library, de
     policy (``kernels``: an ``aten`` IMPL library; ``fallback``: the ``_`` one): 3.5-5.7 ms of ``register()``."""
     fallback.fallback(torch.library.fallthrough_kernel, AUTOCAST_KEY)
     for name, policy in AUTOCAST_POLICY.items():
-        kernels.impl(name, AutocastKernel(name, policy, device_type), AUTOCAST_KEY, with_keyset=True)
+        # untraced: eager code inside a compiled function (FSDP2's hooks) must not trace the kernel as user code
+        kernels.impl(name, untraced(AutocastKernel(name, policy, device_type)), AUTOCAST_KEY, with_keyset=True)

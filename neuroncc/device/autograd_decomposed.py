@@ -21,6 +21,8 @@ from typing import Any
 
 import torch
 
+from neuroncc.device.untraced import untraced
+
 aten = torch.ops.aten
 
 #: (op name, overloads) whose derivative the device takes through the decomposition. (The ``.vec`` overloads
@@ -78,4 +80,5 @@ def register(library: torch.library.Library) -> None:
             op = getattr(packet, overload, None) if packet is not None else None
             if op is None:
                 continue
-            library.impl(name if overload == "default" else f"{name}.{overload}", _kernel(op), "AutogradPrivateUse1")
+            library.impl(name if overload == "default" else f"{name}.{overload}", untraced(_kernel(op)),
+                         "AutogradPrivateUse1")

@@ -30,6 +30,7 @@ from neuroncc.device.counters import COUNTS, op_state
 from neuroncc.device.op_forms import OpForm, form_of
 from neuroncc.device.registration import REGISTERED_AT_ONCE
 from neuroncc.device.signature import describe
+from neuroncc.device.untraced import untraced
 
 _library: torch.library.Library | None = None
 _handlers: dict[Any, DeviceOp] = {}
@@ -98,8 +99,8 @@ def _register(op: Any) -> None:
     if _library is None:
         return
     try:
-        _library.impl(op._schema.name.split("::")[1] + (f".{op._overloadname}" if op._overloadname != "default"
-                                                         else ""), _handlers[op], "PrivateUse1", with_keyset=True)
+        name = op._schema.name.split("::")[1] + (f".{op._overloadname}" if op._overloadname != "default" else "")
+        _library.impl(name, untraced(_handlers[op]), "PrivateUse1", with_keyset=True)
     except RuntimeError:  # already has a kernel for this key (registered elsewhere): keep using the fallback
         pass
 

@@ -24,6 +24,7 @@ import torch
 from neuroncc.device import autocast, autograd_decomposed, config, structural, torch_module
 from neuroncc.device.accelerator import route_accelerator
 from neuroncc.device.printing import print_through_cpu
+from neuroncc.device.untraced import untraced
 
 DEVICE_NAME = "neuron"
 
@@ -68,12 +69,12 @@ def register() -> None:
                                                     device_guard=_Guard())
         kernels = torch.library.Library("aten", "IMPL")
         for name in REGISTERED_AT_ONCE:
-            kernels.impl(name, _through_fallback(getattr(torch.ops.aten, name).default), "PrivateUse1",
+            kernels.impl(name, untraced(_through_fallback(getattr(torch.ops.aten, name).default)), "PrivateUse1",
                          with_keyset=True)
         structural.register(kernels)
         autograd_decomposed.register(kernels)
         fallback = torch.library.Library("_", "IMPL")
-        fallback.fallback(_device_fallback, "PrivateUse1", with_keyset=True)
+        fallback.fallback(untraced(_device_fallback), "PrivateUse1", with_keyset=True)
         autocast.register(kernels, fallback, DEVICE_NAME)
         _libraries.extend((kernels, fallback))
         structural.install_storage_constructor()

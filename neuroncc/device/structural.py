@@ -20,6 +20,7 @@ from neuroncc.device.allocator import ALLOCATOR
 from neuroncc.device.config import CONFIG
 from neuroncc.device.diagnostics import float64_demoted
 from neuroncc.device.torch_module import current_device
+from neuroncc.device.untraced import untraced
 
 aten = torch.ops.aten
 
@@ -230,7 +231,7 @@ def register(library: torch.library.Library) -> None:
     for name in VIEW_OPS + METADATA_OPS:
         kernels[name.removesuffix(".default")] = _redispatched_to_cpu(_overload(name))
     for name, kernel in kernels.items():
-        library.impl(name, kernel, "PrivateUse1")
+        library.impl(name, untraced(kernel), "PrivateUse1")
     # Copies read a lazily conjugated or negated source through its bit (host_view keeps it): without these,
     # PyTorch's fallback for those bits would materialize the source with clone, whose copy calls _copy_from
     # again, forever.

@@ -31,7 +31,7 @@ from torch._C._distributed_c10d import (
 )
 from torch.distributed import ReduceOp
 
-from neuroncc.distributed import fsdp
+from neuroncc.distributed import ddp, fsdp
 from neuroncc.device.registration import DEVICE_NAME
 from neuroncc.distributed.host import Staging
 from neuroncc.distributed.work import NeuronWork, completed, explain
@@ -40,14 +40,17 @@ from neuroncc.distributed.work import NeuronWork, completed, explain
 BACKEND_NAME = DEVICE_NAME
 
 _AVG = ReduceOp.AVG
+_PREMUL_SUM = ReduceOp.PREMUL_SUM
 _SUPPORTED_OPS = {ReduceOp.SUM, ReduceOp.AVG, ReduceOp.MAX, ReduceOp.MIN, ReduceOp.PRODUCT, ReduceOp.BAND,
-                  ReduceOp.BOR, ReduceOp.BXOR}
+                  ReduceOp.BOR, ReduceOp.BXOR, _PREMUL_SUM}
 
 
-def _reduce_op(opts: Any) -> Any:
-    """The options' reduce op as a ``ReduceOp.RedOpType`` (options hold a ``ReduceOp`` wrapping one)."""
+def _reduce_op(opts: Any) -> tuple[Any, float | torch.Tensor | None]:
+    """The options' reduce op as a ``ReduceOp.RedOpType`` (options hold a ``ReduceOp`` wrapping one), and
+    PREMUL_SUM's factor (None for every other op)."""
     op = getattr(opts, "reduceOp", ReduceOp.SUM)
-    return getattr(op, "op", op)
+    kind = getattr(op, "op", op)
+    return kind, op.factor if kind == _PREMUL_SUM else None
 
 
 class ProcessGroupNeuron(dist.ProcessGroup):
@@ -104,13 +107,18 @@ class ProcessGroupNeuron(dist.ProcessGroup):
         works = [works] if isinstance(works, dist.Work) else list(works)
         return NeuronWork(works, staging.finish, result, what, self.name_for_errors, self._timeout)
 
-    def _staging_for(self, op: Any) -> tuple[Staging, Any]:
-        """The staging of a reducing collective and the op gloo runs (AVG runs as SUM, then a division)."""
+    def _staging_for(self, reduce_op: tuple[Any, float | torch.Tensor | None]) -> tuple[Staging, Any]:
+        """The staging of a reducing collective and the op gloo runs: AVG runs as SUM, then a division;
+        PREMUL_SUM (NCCL's; FSDP2's ``set_gradient_divide_factor``) as SUM of the inputs times its factor
+        (gloo has neither)."""
+        op, factor = reduce_op
         if op not in _SUPPORTED_OPS:
             raise ValueError(f"{self.name_for_errors}: reduce op {op} is not supported (use SUM, AVG, MAX, MIN, "
-                             "PRODUCT or a bitwise op)")
+                             "PRODUCT, PREMUL_SUM or a bitwise op)")
         if op == _AVG:
             return Staging(divisor=self._size), ReduceOp.SUM
+        if op == _PREMUL_SUM:
+            return Staging(factor=factor), ReduceOp.SUM
         return Staging(), op
 
     # ---- all-reduce ---------------------------------------------------------------------------------------
@@ -118,7 +126,7 @@ class ProcessGroupNeuron(dist.ProcessGroup):
     def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> NeuronWork:
         opts = opts or AllreduceOptions()
         staging, op = self._staging_for(_reduce_op(opts))
-        hosts = staging.hosts(tensors, output=True)
+        hosts = staging.reduced_in_place(tensors)
         gloo_opts = AllreduceOptions()
         gloo_opts.reduceOp = op
         gloo_opts.timeout = opts.timeout
@@ -127,7 +135,7 @@ class ProcessGroupNeuron(dist.ProcessGroup):
     def allreduce_coalesced(self, tensors: list[torch.Tensor], opts: Any = None) -> NeuronWork:
         opts = opts or AllreduceCoalescedOptions()
         staging, op = self._staging_for(_reduce_op(opts))
-        hosts = staging.hosts(tensors, output=True)
+        hosts = staging.reduced_in_place(tensors)
         gloo_opts = AllreduceCoalescedOptions()
         gloo_opts.reduceOp = op
         if len({t.dtype for t in hosts}) == 1:
@@ -149,7 +157,7 @@ class ProcessGroupNeuron(dist.ProcessGroup):
         staging, op = self._staging_for(_reduce_op(opts))
         if self._rank != opts.rootRank:
             staging.divisor = 1
-        hosts = staging.hosts(tensors, output=True)
+        hosts = staging.reduced_in_place(tensors)
         gloo_opts = ReduceOptions()
         gloo_opts.reduceOp, gloo_opts.rootRank, gloo_opts.rootTensor = op, opts.rootRank, opts.rootTensor
         return self._run("reduce", staging, tensors, lambda: self._gloo.reduce(hosts, gloo_opts))
@@ -210,13 +218,13 @@ class ProcessGroupNeuron(dist.ProcessGroup):
                        opts: Any = None) -> NeuronWork:
         staging, gloo_opts = self._reduce_scatter_staging(opts)
         host_outputs = staging.hosts(outputs, output=True)
-        host_inputs = [staging.hosts(inputs, output=False) for inputs in input_lists]
+        host_inputs = [[staging.reduced(t) for t in inputs] for inputs in input_lists]
         return self._run("reduce_scatter", staging, list(outputs),
                          lambda: self._gloo.reduce_scatter(host_outputs, host_inputs, gloo_opts))
 
     def reduce_scatter_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> NeuronWork:
         staging, gloo_opts = self._reduce_scatter_staging(opts)
-        host_output, host_input = staging.host(output, output=True), staging.host(input, output=False)
+        host_output, host_input = staging.host(output, output=True), staging.reduced(input)
         return self._run("reduce_scatter_tensor", staging, [output],
                          lambda: self._gloo._reduce_scatter_base(host_output, host_input, gloo_opts))
 
@@ -225,7 +233,7 @@ class ProcessGroupNeuron(dist.ProcessGroup):
     def reduce_scatter_single_coalesced(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor],
                                         opts: Any = None) -> NeuronWork:
         staging, gloo_opts = self._reduce_scatter_staging(opts)
-        pairs = [(staging.host(o, output=True), staging.host(i, output=False)) for o, i in zip(outputs, inputs)]
+        pairs = [(staging.host(o, output=True), staging.reduced(i)) for o, i in zip(outputs, inputs)]
         return self._run("reduce_scatter_tensor (coalesced)", staging, list(outputs),
                          lambda: [self._gloo._reduce_scatter_base(o, i, gloo_opts) for o, i in pairs])
 
@@ -328,5 +336,6 @@ class ProcessGroupNeuron(dist.ProcessGroup):
 
 def create(store: dist.Store, rank: int, size: int, timeout: timedelta) -> ProcessGroupNeuron:
     """The creator ``Backend.register_backend`` calls for ``init_process_group("neuron")`` / ``new_group``."""
-    fsdp.install()  # FSDP2 runs over neuron groups: fit it to the device before it can be used
+    fsdp.install()  # FSDP2 and DDP run over neuron groups: fit them to the device before they can be used
+    ddp.install(ProcessGroupNeuron)
     return ProcessGroupNeuron(store, rank, size, timeout)

@@ -98,3 +98,26 @@ def test_tensor_and_module_methods_exist():
     assert t.is_neuron and t.device.type == "neuron"
     module = torch.nn.Linear(2, 2).neuron()
     assert module.weight.device.type == "neuron"
+
+
+def test_torchdynamo_never_traces_the_device_kernels():
+    """Code that runs eagerly inside a compiled function (FSDP2's hooks, skipped by TorchDynamo as torch's own
+    files) calls the device's Python kernels with TorchDynamo's frame callback active. It traced them as user
+    code, and failed where their numpy code does not trace: a bf16 matmul's rounding raised ``KeyError
+    (torch.uint32)`` (``torch.compile`` of an FSDP2 model with a bf16 MixedPrecisionPolicy, session 27)."""
+    from torch._dynamo.decorators import skip
+
+    def eager_part(a, b):  # skipped as FSDP2's hooks are; what it calls is not
+        return a.bfloat16() @ b.bfloat16()
+
+    skip(eager_part)
+
+    def step(a, b):
+        return eager_part(a, b).float() + 1
+
+    a, b = torch.randn(4, 8), torch.randn(8, 3)
+    compiled = torch.compile(step, backend="neuron", dynamic=False)
+    result = compiled(a.to("neuron"), b.to("neuron"))
+    # within one bf16 rounding of each product (both round an fp32 dot product once)
+    bound = torch.finfo(torch.bfloat16).eps * (a.abs() @ b.abs()).max().item()
+    torch.testing.assert_close(result.cpu(), step(a, b), rtol=0, atol=bound)

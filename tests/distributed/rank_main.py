@@ -22,6 +22,7 @@ neuroncc.distributed.register()
 #: scenario name -> module:function
 SCENARIOS = {
     "collectives": "scenarios_collectives:run",
+    "low_precision": "scenarios_low_precision:run",
     "dead_rank": "scenarios_collectives:dead_rank",
     "device_map": "scenarios_collectives:device_map",
     "ddp": "scenarios_training:ddp",
