@@ -1,11 +1,14 @@
 """The eager device's program for a new signature (device/programs.py): what its build does and does not do."""
 
+import math
+
+import pytest
 import torch
 import torch.fx as fx
 
 from neuroncc.device import op_forms, programs
 from neuroncc.device.signature import describe
-from neuroncc.frontend.importer import import_graph
+from neuroncc.frontend.importer import LOWERINGS, import_graph
 from neuroncc.ir import print_function
 
 aten = torch.ops.aten
@@ -36,3 +39,23 @@ def test_a_directly_built_program_generates_no_python_code_and_imports_as_its_gr
         module = fx.GraphModule(torch.nn.Module(), graph.graph)
         assert print_function(import_graph(graph, "eager").function, canonical=True) == \
             print_function(import_graph(module, "eager").function, canonical=True)
+
+
+@pytest.mark.parametrize("op", [aten.isneginf.default, aten.isposinf.default])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64, torch.int64, torch.bool])
+def test_signed_infinity_is_built_directly_as_the_program_its_reference_traced(op, dtype, monkeypatch):
+    """isneginf/isposinf have a lowering (text generation checks its scores every decoding step, each a new
+    sequence length): no make_fx trace of PyTorch's reference, the same IR it gave, eager's results."""
+    values = torch.tensor([[-math.inf, math.inf, 0.0, math.nan, -1.5], [2.0, -0.0, 3.0, -math.inf, 1.0]])
+    x_cpu = values.to(dtype) if dtype.is_floating_point else torch.tensor([[3, 0, -2], [1, 1, 0]]).to(dtype)
+    x = x_cpu.to("neuron")
+    with monkeypatch.context() as patch:
+        patch.delitem(LOWERINGS, op)
+        traced = print_function(_build(op, (x,)).function, canonical=True)
+
+    def no_trace(*args, **kwargs):
+        raise AssertionError("traced")
+
+    monkeypatch.setattr(programs, "_traced_graph", no_trace)
+    assert print_function(_build(op, (x,)).function, canonical=True) == traced
+    assert torch.equal(op(x).cpu(), op(x_cpu))
