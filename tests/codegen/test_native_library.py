@@ -4,6 +4,7 @@ the fallback to object files for MCJIT where no library can be made or loaded.""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -99,6 +100,27 @@ def test_loads_share_one_private_directory_at_new_names(private_tempdir, fresh_l
     directory.rmdir()  # deleted under the process: the next load makes another
     native_library.load_library(first)
     assert len(directories()) == 1 and directories()[0] != directory
+
+
+@needs_linker
+def test_a_child_forked_while_another_thread_loads_a_library_loads_its_own(fresh_link_directory):
+    """A fork while a thread of the parent holds the directory's lock (a background build loading its library):
+    the child, which has no such thread, takes a fresh lock and makes a directory of its own."""
+    library = build_cpu_executable(softmax_graph(), {}).module.library
+    parents = fresh_link_directory.directory()
+    assert parents is not None
+    with native_library._LINKS._lock:
+        pid = os.fork()
+        if pid == 0:  # the child: an alarm ends it if the load waits for the parent's lock
+            code = 1
+            try:
+                signal.alarm(5)
+                native_library.load_library(library)
+                code = 0 if native_library._LINKS.directory() not in (None, parents) else 2
+            finally:
+                os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
 
 
 @needs_linker

@@ -232,6 +232,12 @@ class _LinkDirectory:
         """This process's directory, if it has made one (tests)."""
         return self._directory if self._pid == os.getpid() else None
 
+    def forget_in_child(self) -> None:
+        """In a forked child: a fresh lock (another thread of the parent may have held it at the fork, and that
+        thread is not in the child) and no directory (the child makes its own)."""
+        self._lock = threading.Lock()
+        self._directory, self._pid, self._count = None, -1, 0
+
 
 def _remove_if_empty(directory: Path, pid: int) -> None:
     if os.getpid() == pid:  # a forked child's exit leaves its parent's directory alone
@@ -270,6 +276,7 @@ def _alive(pid: int) -> bool:
 
 
 _LINKS = _LinkDirectory()
+os.register_at_fork(after_in_child=lambda: _LINKS.forget_in_child())
 
 
 def _write_private(path: Path, data: bytes) -> None:
