@@ -1,7 +1,8 @@
 """The neuron device against CPU eager: per-op overhead, a training step, compile times, warm processes.
 
     flock -x /work/heavy.lock env MALLOC_MMAP_THRESHOLD_=1073741824 MALLOC_TRIM_THRESHOLD_=4294967296 \\
-        python benchmarks/bench_device.py [--rows overhead,mlp,amp,encoder,compile,processes,autoload] [--repeat 30]
+        python benchmarks/bench_device.py [--rows overhead,mlp,amp,encoder,compile,processes,autoload,generate]
+            [--repeat 30]
 
 Rows (2 threads, interleaved medians, benchmarks/common.py; compare ratios within one run, the machine is
 shared and the load average is printed):
@@ -26,6 +27,15 @@ shared and the load average is printed):
   must compile none), the first step's time in each.
 * ``autoload``: what the device's ``torch.backends`` hook adds to ``import torch`` (fresh processes,
   interleaved with the hook off).
+* ``generate``: a tiny HF GPT-2 (2 layers, 64 wide, vocabulary 500; ``transformers``) greedily generating 20
+  tokens for a [2, 7] prompt: every decoding step has a new sequence length, so every op touching the KV cache
+  is a new signature. Each round runs two fresh processes per tree: ``cold`` (an empty compile cache) and
+  ``warm disk`` (the cache the cold one filled: every kernel on disk, none in memory); the warm process then
+  times ``steady`` (the same generate again: every signature met) against CPU eager, interleaved. It also
+  itemizes the warm process's first generate: new entries (``device/entries.py make_entry``) and their
+  seconds, the decomposed ops traced (``programs._traced_graph``), compile-cache loads (``driver/cache.py
+  _load``) and CPU fallbacks. ``--trees name=DIR,...`` runs the rounds of several source trees interleaved
+  (``DIR`` goes first on ``PYTHONPATH``; ``.`` is this one): an A/B of first-use costs.
 """
 
 from __future__ import annotations
@@ -45,7 +55,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import ensure_environment, interleaved, table  # noqa: E402
 
 LOOP = 200
-ROWS = ("overhead", "mlp", "amp", "encoder", "compile", "processes", "autoload")
+ROWS = ("overhead", "mlp", "amp", "encoder", "compile", "processes", "autoload", "generate")
 
 
 def load() -> str:
@@ -301,11 +311,123 @@ def bench_autoload(repeat: int) -> str:
                         "the hook alone, in-process (ms)", "then the first op (ms)"])
 
 
+_GENERATE_SCRIPT = r"""
+import copy, json, statistics, sys, time, warnings
+warnings.filterwarnings("ignore")
+import torch
+torch.set_num_threads(2)
+from transformers import GPT2Config, GPT2LMHeadModel
+from transformers.utils import logging
+logging.set_verbosity_error()
+import neuroncc
+from neuroncc.device import entries, fallback, programs
+from neuroncc.driver import cache
+
+spent = {}  # name -> [calls, seconds] (inclusive; the wrapped functions do not call each other recursively)
+
+
+def timed(owner, name, label):
+    original = getattr(owner, name, None)
+    if original is None:
+        return
+    record = spent.setdefault(label, [0, 0.0])
+
+    def wrapper(*args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return original(*args, **kwargs)
+        finally:
+            record[0] += 1
+            record[1] += time.perf_counter() - start
+
+    setattr(owner, name, wrapper)
+
+
+timed(entries, "make_entry", "new entries")
+timed(entries, "build_program", "programs built")
+timed(programs, "_traced_graph", "decomposed ops traced")
+timed(entries, "compile_kernel", "kernels (compile_kernel)")
+timed(cache.CompileCache, "_load", "compile-cache loads")
+timed(fallback, "run_on_host", "CPU fallback calls")
+torch.manual_seed(0)
+config = GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=500, n_positions=128, bos_token_id=0, eos_token_id=0)
+model = GPT2LMHeadModel(config).eval()
+ids = torch.randint(0, 500, (2, 7))
+
+
+def generate(m, x):
+    return m.generate(x, max_new_tokens=20, do_sample=False, pad_token_id=0)
+
+
+reference = generate(model, ids)
+on_device, device_ids = copy.deepcopy(model).to("neuron"), ids.to("neuron")
+start = time.perf_counter()
+out = generate(on_device, device_ids)
+first = time.perf_counter() - start
+same = torch.equal(out.cpu(), reference)
+itemized = {k: v for k, v in spent.items()}
+stats = neuroncc.stats()
+result = {"first_s": first, "same": same, "spent": itemized, "compiled": stats["eager_kernels_compiled"],
+          "loaded": stats["eager_kernels_loaded"], "fallbacks": neuroncc.get_fallback_ops()}
+if sys.argv[1] == "warm":
+    steady, cpu = [], []
+    for _ in range(int(sys.argv[2])):
+        for which, m, x, times in ((0, on_device, device_ids, steady), (1, model, ids, cpu))[::1 - 2 * (_ % 2)]:
+            start = time.perf_counter()
+            generate(m, x)
+            times.append(time.perf_counter() - start)
+    result["steady_s"], result["cpu_s"] = statistics.median(steady), statistics.median(cpu)
+print(json.dumps(result))
+"""
+
+
+def bench_generate(repeat: int, trees: str) -> str:
+    """Cold and warm-disk fresh processes of each tree, round by round (see the module docstring)."""
+    named = [item.partition("=")[::2] for item in trees.split(",")]
+    runs: dict[str, dict[str, list[dict]]] = {name: {"cold": [], "warm": []} for name, _ in named}
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    rounds = max(repeat // 6, 3)
+    for _ in range(rounds):
+        for name, tree in named:
+            root = os.path.abspath(here if tree in ("", ".") else tree)
+            cache = tempfile.mkdtemp(prefix="bench-device-generate-")
+            env = dict(os.environ, NEURONCC_CACHE_DIR=cache,
+                       PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
+            for kind in ("cold", "warm"):
+                out = subprocess.run([sys.executable, "-c", _GENERATE_SCRIPT, kind, "5"], env=env, cwd="/",
+                                     capture_output=True, text=True, timeout=900)
+                if out.returncode:
+                    raise SystemExit(f"generate ({name}, {kind}) failed:\n{out.stderr[-3000:]}")
+                runs[name][kind].append(json.loads(out.stdout.strip().splitlines()[-1]))
+            subprocess.run(["rm", "-rf", cache], check=False)
+
+    def med(values: list[float]) -> str:
+        return f"{statistics.median(values):.2f}" + (f" ({min(values):.2f}-{max(values):.2f})" if len(values) > 1 else "")
+
+    rows, items = [], []
+    for name, _ in named:
+        cold, warm = runs[name]["cold"], runs[name]["warm"]
+        rows.append([name, med([r["first_s"] for r in cold]), med([r["first_s"] for r in warm]),
+                     f"{statistics.median(r['steady_s'] for r in warm) * 1e3:.0f}",
+                     f"{statistics.median(r['cpu_s'] for r in warm) * 1e3:.0f}",
+                     f"{warm[-1]['compiled']}/{warm[-1]['loaded']}",
+                     "yes" if all(r["same"] for r in cold + warm) else "NO", warm[-1]["fallbacks"] or "-"])
+        for label in warm[-1]["spent"]:
+            calls = warm[-1]["spent"][label][0]
+            seconds = statistics.median(r["spent"].get(label, [0, 0.0])[1] for r in warm)
+            items.append([name, label, calls, f"{seconds:.2f}", f"{seconds / calls * 1e3:.1f}" if calls else "-"])
+    return "\n".join([
+        table(rows, ["GPT-2 tiny, generate 20 tokens", "cold s (min-max)", "warm disk s", "steady ms", "CPU eager ms",
+                     "warm: compiled/loaded", "same tokens", "fallbacks (warm)"]),
+        table(items, ["warm disk, first generate", "what (inclusive)", "calls", "s (median)", "ms each"])])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", default=",".join(ROWS))
     parser.add_argument("--repeat", type=int, default=30)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--trees", default="this=.", help="generate row: name=DIR,... source trees to A/B")
     args = parser.parse_args()
     ensure_environment(args.threads)
     import torch
@@ -326,6 +448,8 @@ def main() -> None:
             print(bench_processes())
         elif row == "autoload":
             print(bench_autoload(args.repeat))
+        elif row == "generate":
+            print(bench_generate(args.repeat, args.trees))
         else:
             raise SystemExit(f"unknown row {row!r} (known: {', '.join(ROWS)})")
         print(f"load average {load()}", flush=True)

@@ -53,7 +53,9 @@ def unsupported_nodes(gm: fx.GraphModule) -> list[fx.Node]:
 
 def import_graph(gm: fx.GraphModule, name: str, bf16_bits: bool = False,
                  host_devices: tuple[str, ...] = ("cpu",), donate: bool = False) -> ImportedGraph:
-    """Translate an aten-level FX graph to an IR function (raises UnsupportedOpError naming the op).
+    """Translate an aten-level FX graph to an IR function (raises UnsupportedOpError naming the op). ``gm``: a
+    GraphModule, or any object with its ``graph`` (the eager device's directly built graphs: ``get_attr`` nodes,
+    which those have none of, read the object's attributes).
 
     ``bf16_bits``: bf16 tensors cross the boundary as their 16-bit patterns (i16 parameters and outputs, the
     tensors' own memory, no copy) and the function converts them to and from bf16 values itself (a few

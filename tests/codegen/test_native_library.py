@@ -4,6 +4,7 @@ the fallback to object files for MCJIT where no library can be made or loaded.""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -42,18 +43,100 @@ def private_tempdir(monkeypatch, tmp_path):
 
 
 def _leftover_libraries() -> set[str]:
-    return {name for name in os.listdir(tempfile.gettempdir()) if name.startswith(("neuroncc-so-", "neuroncc-link-"))}
+    """Files and directories a link or load left in the temporary directory (the process's loader directory
+    stays for its life: counted by what is in it)."""
+    temp = tempfile.gettempdir()
+    found = set()
+    for name in os.listdir(temp):
+        if name.startswith("neuroncc-link-"):
+            found.add(name)
+        elif name.startswith("neuroncc-so-"):
+            found.update(f"{name}/{inner}" for inner in os.listdir(os.path.join(temp, name)))
+    return found
+
+
+@pytest.fixture
+def fresh_link_directory(monkeypatch):
+    """A loader directory of this test's own (made on its first load, in the test's temporary directory)."""
+    monkeypatch.setattr(native_library, "_LINKS", native_library._LinkDirectory())
+    return native_library._LINKS
 
 
 @needs_linker
-def test_a_build_links_one_library_and_loads_it_leaving_no_file(rng, private_tempdir):
+def test_a_build_links_one_library_and_loads_it_leaving_no_file(rng, private_tempdir, fresh_link_directory):
     before = _leftover_libraries()
     exe = build_cpu_executable(softmax_graph(), {})
     assert isinstance(exe.module, LibraryModule) and exe.plan.code_form == "shared-library"
     assert exe.module.library.startswith(b"\x7fELF")
-    assert _leftover_libraries() == before  # linked in a private directory, loaded from one, both removed
+    assert _leftover_libraries() == before  # linked in a private directory (removed), loaded from a link (removed)
     x = rng.standard_normal((8, 64)).astype(np.float32)
     np.testing.assert_allclose(exe(x)[0], interpret(exe.function, [x])[0], rtol=1e-5, atol=1e-6)
+
+
+@needs_linker
+def test_loads_share_one_private_directory_at_new_names(private_tempdir, fresh_link_directory):
+    """A fresh directory per load cost more than the rest of a cache hit's load (native_library's docstring): the
+    process makes one, mode 0700, and opens each library there at a name never used before (the dynamic loader
+    hands back a library it has loaded under a name without opening anything): two different libraries loaded
+    one after the other each run their own code."""
+    first = build_cpu_executable(softmax_graph(), {}).module.library
+    second = build_cpu_executable(many_kernels(), {}).module.library
+    names = []
+    make = native_library._LinkDirectory.new_name
+
+    def recording(self, create):
+        path = make(self, create)
+        names.append(path)
+        return path
+
+    directories = lambda: [p for p in private_tempdir.iterdir() if p.name.startswith("neuroncc-so-")]  # noqa: E731
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(native_library._LinkDirectory, "new_name", recording)
+        loaded = [native_library.load_library(library) for library in (first, second, first)]
+    [directory] = directories()
+    assert directory == fresh_link_directory.directory() and directory.stat().st_mode & 0o777 == 0o700
+    assert len(set(names)) == 3 and {p.parent for p in names} == {directory} and not list(directory.iterdir())
+    assert len({module.handle._handle for module in loaded}) == 3  # three loads, three libraries
+    directory.rmdir()  # deleted under the process: the next load makes another
+    native_library.load_library(first)
+    assert len(directories()) == 1 and directories()[0] != directory
+
+
+@needs_linker
+def test_a_child_forked_while_another_thread_loads_a_library_loads_its_own(fresh_link_directory):
+    """A fork while a thread of the parent holds the directory's lock (a background build loading its library):
+    the child, which has no such thread, takes a fresh lock and makes a directory of its own."""
+    library = build_cpu_executable(softmax_graph(), {}).module.library
+    parents = fresh_link_directory.directory()
+    assert parents is not None
+    with native_library._LINKS._lock:
+        pid = os.fork()
+        if pid == 0:  # the child: an alarm ends it if the load waits for the parent's lock
+            code = 1
+            try:
+                signal.alarm(5)
+                native_library.load_library(library)
+                code = 0 if native_library._LINKS.directory() not in (None, parents) else 2
+            finally:
+                os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+
+
+@needs_linker
+def test_the_loader_directory_is_removed_at_exit_and_a_dead_processes_one_by_the_next(tmp_path):
+    script = ("import os, sys; from neuroncc.codegen.llvm import native_library as n; from neuroncc.executors.cpu"
+              ".launcher import build_cpu_executable; from neuroncc.ir import Builder, DType, TensorType; "
+              "b = Builder('f'); x = b.param(TensorType((4,), DType.f32), 'x'); "
+              "build_cpu_executable(b.build([b.op('exp', x)]), {}); "
+              "print(n._LINKS.directory()); sys.stdout.flush(); os._exit(0) if sys.argv[1] == 'kill' else None")
+    env = dict(os.environ, TMPDIR=str(tmp_path))
+    run = lambda how: subprocess.run([sys.executable, "-c", script, how], env=env, capture_output=True,  # noqa: E731
+                                     text=True, check=True).stdout.strip()
+    killed = Path(run("kill"))
+    assert killed.parent == tmp_path and killed.is_dir()  # os._exit: no exit handlers ran
+    exited = Path(run("exit"))
+    assert exited.parent == tmp_path and not exited.exists() and not killed.exists()
 
 
 @needs_linker

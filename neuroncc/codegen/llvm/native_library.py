@@ -11,19 +11,25 @@ launch plan records the form an artifact holds (``CpuLaunchPlan.code_form``).
 
 Loading: the library's bytes, already checked against the artifact's recorded sha256 by the caller, are written
 to an anonymous memory file (``memfd_create``) sealed against any further change, which the dynamic loader opens
-through a symbolic link to ``/proc/self/fd/N`` at a new name in a fresh private directory (``mkdtemp``: mode
-0700). Nobody can swap or edit the code between the check and ``dlopen``, and a ``noexec`` temporary directory
-does not matter (the code is mapped from the memory file). Where memory files cannot be made or mapped
-executable (no ``memfd_create``; ``vm.memfd_noexec``), the bytes go to a new file (``O_EXCL``, mode 0600) in such
-a directory instead. The name is unique per load because the loader returns an already-loaded library for a
-name it has seen without opening anything. The link or file is removed and the memory file closed right after:
-the mapping keeps its inode alive (so the loader, which also identifies libraries by device and inode, can never
-mistake a later library for it), and nothing is left behind. A library is never unloaded (ctypes never calls
-``dlclose``); :class:`LibraryModule` holds its handle for the executables that use it.
+through a symbolic link to ``/proc/self/fd/N`` at a new name in the process's private directory (``mkdtemp``:
+mode 0700, made on the first load, :class:`_LinkDirectory`). Nobody can swap or edit the code between the check
+and ``dlopen``, and a ``noexec`` temporary directory does not matter (the code is mapped from the memory file).
+Where memory files cannot be made or mapped executable (no ``memfd_create``; ``vm.memfd_noexec``), the bytes go
+to a new file (``O_EXCL``, mode 0600) in that directory instead. The name is unique per load (a counter) because
+the loader returns an already-loaded library for a name it has seen without opening anything. The link or file
+is removed and the memory file closed right after: the mapping keeps its inode alive (so the loader, which also
+identifies libraries by device and inode, can never mistake a later library for it). The directory stays, empty,
+for the process's life and is removed at exit (one left by a killed process is removed by the next process that
+loads a library). It is made once because a fresh directory per load cost more than the rest of the load: mkdtemp
+and rmdir took 0.9-2.3 ms a load on this machine's ext4, a link and its removal in an existing directory 20-50
+us, and a warm process of the eager device loads one library per new op signature (session 27, devgen27). A
+library is never unloaded (ctypes never calls ``dlclose``); :class:`LibraryModule` holds its handle for the
+executables that use it.
 """
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import enum
 import fcntl
@@ -173,18 +179,104 @@ def _load_from_private_file(library: bytes) -> ctypes.CDLL:
 
 
 def _load_through_private_name(make: Callable[[Path], None]) -> ctypes.CDLL:
-    """``dlopen`` of the file ``make`` creates at a new name in a fresh private directory (both removed after)."""
-    directory = tempfile.mkdtemp(prefix="neuroncc-so-")  # mode 0700, a new name
-    path = Path(directory) / "kernels.so"
+    """``dlopen`` of the file ``make`` creates at a new name in the process's private directory (removed after)."""
+    path = _LINKS.new_name(make)
     try:
-        make(path)
         return ctypes.CDLL(str(path), mode=os.RTLD_LOCAL | os.RTLD_NOW)
     finally:
-        for remove in (lambda: os.unlink(path), lambda: os.rmdir(directory)):
-            try:
-                remove()
-            except OSError:
-                pass
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+
+
+class _LinkDirectory:
+    """The process's private directory (mode 0700) where the loader opens each library at a name never used
+    before: ``<tmp>/neuroncc-so-<pid>-<random>/<n>.so``. Made on the first load and again in a forked child (its
+    own, by pid) or when someone deleted it; removed at exit. Empty directories of dead processes (a kill skips
+    the removal at exit) are removed when a process makes its own."""
+
+    PREFIX = "neuroncc-so-"
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._directory: Path | None = None
+        self._pid = -1
+        self._count = 0
+
+    def new_name(self, make: Callable[[Path], None]) -> Path:
+        """A new path in the directory, after ``make(path)`` created the file or link there."""
+        with self._lock:
+            for attempt in (0, 1):
+                if self._directory is None or self._pid != os.getpid() or attempt:
+                    self._make_directory()
+                self._count += 1
+                path = self._directory / f"{self._count}.so"  # type: ignore[operator]
+                try:
+                    make(path)
+                    return path
+                except FileNotFoundError:  # the directory was deleted under us: make another, once
+                    if attempt:
+                        raise
+        raise AssertionError("unreachable")
+
+    def _make_directory(self) -> None:
+        pid = os.getpid()
+        temp = tempfile.gettempdir()
+        _remove_empty_directories_of_dead_processes(temp, self.PREFIX)
+        self._directory = Path(tempfile.mkdtemp(prefix=f"{self.PREFIX}{pid}-", dir=temp))  # mode 0700, new
+        self._pid, self._count = pid, 0
+        atexit.register(_remove_if_empty, self._directory, pid)
+
+    def directory(self) -> Path | None:
+        """This process's directory, if it has made one (tests)."""
+        return self._directory if self._pid == os.getpid() else None
+
+    def forget_in_child(self) -> None:
+        """In a forked child: a fresh lock (another thread of the parent may have held it at the fork, and that
+        thread is not in the child) and no directory (the child makes its own)."""
+        self._lock = threading.Lock()
+        self._directory, self._pid, self._count = None, -1, 0
+
+
+def _remove_if_empty(directory: Path, pid: int) -> None:
+    if os.getpid() == pid:  # a forked child's exit leaves its parent's directory alone
+        try:
+            os.rmdir(directory)
+        except OSError:
+            pass
+
+
+def _remove_empty_directories_of_dead_processes(temp: str, prefix: str) -> None:
+    """rmdir (which refuses a non-empty directory) every ``<prefix><pid>-*`` whose process is gone."""
+    try:
+        names = os.listdir(temp)
+    except OSError:
+        return
+    for name in names:
+        if not name.startswith(prefix):
+            continue
+        pid_text = name[len(prefix):].partition("-")[0]
+        if not pid_text.isdigit() or _alive(int(pid_text)):
+            continue
+        try:
+            os.rmdir(os.path.join(temp, name))
+        except OSError:
+            pass
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's process: alive
+        return True
+    return True
+
+
+_LINKS = _LinkDirectory()
+os.register_at_fork(after_in_child=lambda: _LINKS.forget_in_child())
 
 
 def _write_private(path: Path, data: bytes) -> None:
