@@ -44,6 +44,10 @@ def set_library(library: torch.library.Library) -> None:
     for name in (*REGISTERED_AT_ONCE, *ADJUSTED_AT_ONCE):  # their kernels are registration.py's: handlers only
         op = getattr(torch.ops.aten, name).default
         _handlers.setdefault(op, DeviceOp(op))
+    from neuroncc.frontend.lowering.rnn_cells import missing_meta_kernels  # with the first op, not at autoload
+
+    for name, kernel in missing_meta_kernels().items():  # every new call is checked on meta tensors first
+        library.impl(name, kernel, "Meta")
 
 
 def device_fallback(keyset: Any, op: Any, *args: Any, **kwargs: Any) -> Any:

@@ -24,7 +24,6 @@ import torch
 from neuroncc.device import autocast, autograd_decomposed, config, structural, torch_module
 from neuroncc.device.accelerator import route_accelerator
 from neuroncc.device.printing import print_through_cpu
-from neuroncc.frontend.lowering.rnn_cells import missing_meta_kernels
 
 DEVICE_NAME = "neuron"
 
@@ -73,8 +72,6 @@ def register() -> None:
                          with_keyset=True)
         structural.register(kernels)
         autograd_decomposed.register(kernels)
-        for name, kernel in missing_meta_kernels().items():
-            kernels.impl(name, kernel, "Meta")
         kernels.impl("_thnn_fused_lstm_cell", _lstm_cell_with_biases, "PrivateUse1", with_keyset=True)
         fallback = torch.library.Library("_", "IMPL")
         fallback.fallback(_device_fallback, "PrivateUse1", with_keyset=True)
