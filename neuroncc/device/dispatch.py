@@ -28,7 +28,7 @@ from neuroncc.device import diagnostics, memory
 from neuroncc.device.config import CONFIG
 from neuroncc.device.counters import COUNTS, op_state
 from neuroncc.device.op_forms import OpForm, form_of
-from neuroncc.device.registration import REGISTERED_AT_ONCE
+from neuroncc.device.registration import ADJUSTED_AT_ONCE, REGISTERED_AT_ONCE
 from neuroncc.device.signature import describe
 from neuroncc.device.untraced import untraced
 
@@ -42,9 +42,13 @@ def set_library(library: torch.library.Library) -> None:
     """The ``aten`` IMPL library direct kernels are registered on (kept alive by registration.py)."""
     global _library
     _library = library
-    for name in REGISTERED_AT_ONCE:  # their kernels are registration.py's (through the fallback): handlers only
+    for name in (*REGISTERED_AT_ONCE, *ADJUSTED_AT_ONCE):  # their kernels are registration.py's: handlers only
         op = getattr(torch.ops.aten, name).default
         _handlers.setdefault(op, DeviceOp(op))
+    from neuroncc.frontend.lowering.rnn_cells import missing_meta_kernels  # with the first op, not at autoload
+
+    for name, kernel in missing_meta_kernels().items():  # every new call is checked on meta tensors first
+        library.impl(name, kernel, "Meta")
 
 
 def device_fallback(keyset: Any, op: Any, *args: Any, **kwargs: Any) -> Any:

@@ -73,6 +73,7 @@ def register() -> None:
                          with_keyset=True)
         structural.register(kernels)
         autograd_decomposed.register(kernels)
+        kernels.impl("_thnn_fused_lstm_cell", _lstm_cell_with_biases, "PrivateUse1", with_keyset=True)
         fallback = torch.library.Library("_", "IMPL")
         fallback.fallback(untraced(_device_fallback), "PrivateUse1", with_keyset=True)
         autocast.register(kernels, fallback, DEVICE_NAME)
@@ -94,11 +95,27 @@ def register() -> None:
 REGISTERED_AT_ONCE = ("convolution_overrideable", "convolution_backward_overrideable", "native_layer_norm",
                       "native_group_norm")
 
+#: Ops whose PrivateUse1 kernel here adjusts a call before the fallback takes it (dispatch.py makes their handlers
+#: without registering them again).
+ADJUSTED_AT_ONCE = ("_thnn_fused_lstm_cell",)
+
 _fallback: list[Any] = []  # dispatch.device_fallback, once imported
 
 
 def _through_fallback(op: Any) -> Any:
     return lambda keyset, *args, **kwargs: _device_fallback(keyset, op, *args, **kwargs)
+
+
+def _lstm_cell_with_biases(keyset: Any, input_gates: torch.Tensor, hidden_gates: torch.Tensor, cx: torch.Tensor,
+                           input_bias: torch.Tensor | None = None, hidden_bias: torch.Tensor | None = None) -> Any:
+    """``_thnn_fused_lstm_cell`` of an ``nn.LSTM(bias=False)`` (no biases) with zero biases: PyTorch's meta kernel
+    of the op, which the device checks each new call with, reads the device of the absent biases and raises
+    (torch 2.13). Adding zeros changes no value but a zero's sign; autograd, above this kernel, saw no biases."""
+    if input_bias is None and hidden_bias is None:
+        input_bias = hidden_bias = torch.zeros(input_gates.shape[1], dtype=input_gates.dtype,
+                                               device=input_gates.device)
+    return _device_fallback(keyset, torch.ops.aten._thnn_fused_lstm_cell.default, input_gates, hidden_gates, cx,
+                            input_bias, hidden_bias)
 
 
 def _device_fallback(keyset: Any, op: Any, *args: Any, **kwargs: Any) -> Any:

@@ -20,6 +20,7 @@ from neuroncc.frontend.lowering.coverage import coverage_decompositions
 from neuroncc.frontend.lowering.foreach import foreach_decompositions
 from neuroncc.frontend.lowering.library import library_decompositions
 from neuroncc.frontend.lowering.random_ops import random_decompositions
+from neuroncc.frontend.lowering.rnn_cells import rnn_cell_decompositions
 from neuroncc.frontend.lowering.transformer_fastpath import fastpath_decompositions
 
 aten = torch.ops.aten
@@ -143,6 +144,7 @@ def _table() -> dict[torch._ops.OperatorBase, Callable]:
     table.update(foreach_decompositions())  # _foreach_* -> one aten call per tensor (frontend/lowering/foreach.py)
     table.update(OWN_DECOMPOSITIONS)
     table.update(fastpath_decompositions())  # fused transformer inference ops (lowering/transformer_fastpath.py)
+    table.update(rnn_cell_decompositions())  # LSTM/GRU fused cells and their backward ops (lowering/rnn_cells.py)
     table.update(random_decompositions())  # random ops over the Philox generator (frontend/lowering/random_ops.py)
     table.update(amp_decompositions())  # GradScaler's unscale and scale update (frontend/lowering/amp.py)
     for op in REMOVED_DECOMPOSITIONS:

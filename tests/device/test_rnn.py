@@ -1,0 +1,53 @@
+"""``nn.LSTM`` and ``nn.GRU`` on the neuron device: ATen's RNN code runs each step through the fused cell ops
+(``_thnn_fused_lstm_cell`` / ``_thnn_fused_gru_cell``, CUDA kernels only), which the device compiles from the
+front end's decompositions (frontend/lowering/rnn_cells.py), forward and backward, matching CPU eager (PyTorch's
+own float32 tolerances). Before, both modules raised NotImplementedError on the device."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+import torch.nn as nn
+
+import neuroncc
+
+CASES = [
+    (nn.LSTM, {}),
+    (nn.LSTM, {"num_layers": 2, "bidirectional": True, "batch_first": True}),
+    (nn.LSTM, {"bias": False}),
+    (nn.LSTM, {"proj_size": 4}),
+    (nn.GRU, {}),
+    (nn.GRU, {"num_layers": 2, "bidirectional": True, "batch_first": True}),
+    (nn.GRU, {"bias": False}),
+]
+
+
+def _outputs(result):
+    output, state = result
+    return [output, *(state if isinstance(state, tuple) else (state,))]
+
+
+@pytest.mark.parametrize("module, kwargs", CASES, ids=lambda c: c.__name__ if isinstance(c, type) else str(c))
+def test_rnn_forward_and_backward_match_cpu(module, kwargs):
+    neuroncc.set_fallback_mode("error")  # every op, the fused cells and their backward included, on the device
+    cpu = module(8, 16, **kwargs)
+    device = copy.deepcopy(cpu).to("neuron")
+    x = torch.randn(2, 4, 8) if kwargs.get("batch_first") else torch.randn(4, 2, 8)
+    x_cpu, x_device = x.clone().requires_grad_(), x.to("neuron").requires_grad_()
+    want, got = _outputs(cpu(x_cpu)), _outputs(device(x_device))
+    for w, g in zip(want, got):
+        torch.testing.assert_close(g.cpu(), w)
+    sum((k + 1) * w.sum() for k, w in enumerate(want)).backward()  # weighed apart: every output's gradient counts
+    sum((k + 1) * g.sum() for k, g in enumerate(got)).backward()
+    torch.testing.assert_close(x_device.grad.cpu(), x_cpu.grad)
+    for (name, p_cpu), p_device in zip(cpu.named_parameters(), device.parameters()):
+        torch.testing.assert_close(p_device.grad.cpu(), p_cpu.grad, msg=name)
+
+
+def test_lstm_without_grad_is_one_kernel_per_step():
+    lstm = nn.LSTM(8, 16).to("neuron")
+    with torch.no_grad():
+        lstm(torch.randn(3, 2, 8, device="neuron"))
+    assert neuroncc.get_executed_ops()["aten._thnn_fused_lstm_cell.default"] == 3
