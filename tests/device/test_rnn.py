@@ -51,3 +51,20 @@ def test_lstm_without_grad_is_one_kernel_per_step():
     with torch.no_grad():
         lstm(torch.randn(3, 2, 8, device="neuron"))
     assert neuroncc.get_executed_ops()["aten._thnn_fused_lstm_cell.default"] == 3
+
+
+@pytest.mark.parametrize("module", [nn.LSTM, nn.GRU], ids=lambda c: c.__name__)
+def test_compiled_rnn_on_device_tensors_matches_cpu(module):
+    """TorchDynamo breaks the graph inside the RNN's forward; the ops between its graphs run eagerly on the device,
+    whose kernels it must not trace as user code (device/untraced.py): before, it recompiled the device's kernel
+    per storage offset until GRU raised its specialization limit."""
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    cpu = module(8, 16, num_layers=2, batch_first=True)
+    compiled = torch.compile(copy.deepcopy(cpu).to("neuron"), backend="neuron")
+    for _ in range(2):
+        x = torch.randn(3, 5, 8)
+        want, got = _outputs(cpu(x)), _outputs(compiled(x.to("neuron")))
+        for w, g in zip(want, got):
+            torch.testing.assert_close(g.cpu(), w)
