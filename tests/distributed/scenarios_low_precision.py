@@ -2,8 +2,8 @@
 CPU tensors over a gloo group of the same processes (PyTorch's own path): every collective on bf16/float16
 tensors (dense, non-contiguous, sizes that are no multiple of the world size), DTensor ops on bf16 shards, and
 3 training steps of FSDP2 with a MixedPrecisionPolicy (also under torch.compile), FSDP2 and DDP on a bf16
-model (with clip_grad_norm_), DDP with the bf16/fp16 gradient-compression hooks and DDP(torch.compile(m)) of
-a bf16 model. Each check reports "ok" or its failure, so one launch covers them all."""
+model (with clip_grad_norm_), DDP with the bf16/fp16 gradient-compression hooks, DDP(torch.compile(m)) of
+a bf16 model, and DDP and FSDP2 under torch.autocast("neuron") against torch.autocast("cpu"). Each check reports "ok" or its failure, so one launch covers them all."""
 
 from __future__ import annotations
 
@@ -178,14 +178,19 @@ def batch(rank: int, world: int, dtype: torch.dtype | None, device: torch.device
 
 
 def train(model: torch.nn.Module, parameters: torch.nn.Module, x: torch.Tensor, y: torch.Tensor,
-          clip: float | None = None) -> dict[str, torch.Tensor]:
-    """STEPS SGD steps (the loss in float32, as mixed-precision training computes it); the full parameters and
-    the gradient norms clip_grad_norm_ returned, on CPU."""
+          clip: float | None = None, autocast: torch.dtype | None = None) -> dict[str, torch.Tensor]:
+    """STEPS SGD steps (the loss in float32, as mixed-precision training computes it; the forward under
+    ``torch.autocast(x's device type, autocast)`` if given); the full parameters and the gradient norms
+    clip_grad_norm_ returned, on CPU."""
     optimizer = torch.optim.SGD(parameters.parameters(), lr=LR)
     norms = []
     for _ in range(STEPS):
         optimizer.zero_grad()
-        torch.nn.functional.mse_loss(model(x).float(), y).backward()
+        with torch.autocast(x.device.type, dtype=autocast or torch.bfloat16, enabled=autocast is not None):
+            output = model(x)
+            assert autocast is None or output.dtype == autocast, (x.device, output.dtype)  # the Linear's autocast
+            loss = torch.nn.functional.mse_loss(output.float(), y)
+        loss.backward()
         if clip is not None:
             norms.append(torch.nn.utils.clip_grad_norm_(parameters.parameters(), clip))
         optimizer.step()
@@ -197,7 +202,7 @@ def train(model: torch.nn.Module, parameters: torch.nn.Module, x: torch.Tensor, 
     return full
 
 
-def fsdp(mp_policy=None, dtype=None, clip=None, compiled=False, divide_factor=None):
+def fsdp(mp_policy=None, dtype=None, clip=None, compiled=False, divide_factor=None, autocast=None):
     from torch.distributed.fsdp import fully_shard
 
     def run(rank, world, device, group):
@@ -213,11 +218,11 @@ def fsdp(mp_policy=None, dtype=None, clip=None, compiled=False, divide_factor=No
                 layer.set_force_sum_reduction_for_comms(device.type == "cpu")
         called = torch.compile(model, backend="neuron" if device.type == "neuron" else "eager",
                                dynamic=False) if compiled else model
-        return train(called, model, *batch(rank, world, dtype, device), clip)
+        return train(called, model, *batch(rank, world, dtype, device), clip, autocast)
     return run
 
 
-def ddp(dtype=None, hook=None, compiled=False):
+def ddp(dtype=None, hook=None, compiled=False, autocast=None):
     from torch.nn.parallel import DistributedDataParallel
 
     def run(rank, world, device, group):
@@ -227,7 +232,7 @@ def ddp(dtype=None, hook=None, compiled=False):
         wrapped = DistributedDataParallel(inner, process_group=group)
         if hook is not None:
             wrapped.register_comm_hook(None, hook(device))
-        return train(wrapped, model, *batch(rank, world, dtype, device))
+        return train(wrapped, model, *batch(rank, world, dtype, device), autocast=autocast)
     return run
 
 
@@ -294,6 +299,10 @@ def training_checks(rank: int, world: int, gloo: dist.ProcessGroup) -> dict[str,
         "DDP bf16_compress_wrapper(allreduce_hook)": (ddp(hook=bf16_compress_wrapper), f32),
         "DDP fp16_compress_hook": (ddp(hook=fp16_compress), f32),
         "DDP(torch.compile(m)) of a bf16 model": (ddp(dtype=bf16, compiled=True), bf16),
+        # torch.autocast("neuron") against torch.autocast("cpu"): the same op lists, products in bf16
+        "DDP under torch.autocast(bf16)": (ddp(autocast=bf16), bf16),
+        "FSDP2 under torch.autocast(bf16)": (fsdp(autocast=bf16), bf16),
+        "DDP under torch.autocast(float16)": (ddp(autocast=f16), f16),
     }
     checks = {}
     for name, (run, dtype) in runs.items():
