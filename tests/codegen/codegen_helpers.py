@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
+
+from neuroncc.codegen.llvm import jit
+from neuroncc.codegen.llvm.emit import emit_kernel
+from neuroncc.codegen.llvm.schedule import plan_kernel
+from neuroncc.codegen.llvm.views import Layout
+from neuroncc.hardware.host import CpuTarget
 
 from neuroncc.executors.cpu.launcher import build_cpu_executable
 from neuroncc.ir import Builder, DType, Function, TensorType, interpret
@@ -59,3 +67,12 @@ def many_kernels():
     for _ in range(3):  # a matmul ends a kernel: each epilogue is one more
         h = b.op("sigmoid", b.op("mm", b.op("permute", h, dims=(1, 0)), b.op("exp", h)))
     return run_pipeline(default_pipeline("cpu"), b.build([soft, norm, h, b.op("sum", h, dims=(0,))]))
+
+
+def aligned_kernel_code(fn: Function, target: CpuTarget) -> tuple[str, str]:
+    """The kernel's IR and assembly for ``target``, its buffers aligned (as the launcher's are: streamed outputs)."""
+    layouts = [Layout.of(k, p.type) for k, p in enumerate(fn.params)]
+    outputs = [Layout.of(len(fn.params) + k, v.type) for k, v in enumerate(fn.outputs)]
+    plan = dataclasses.replace(plan_kernel(fn, layouts, outputs), aligned_args=frozenset(range(len(layouts) + 1)))
+    texts, _ = emit_kernel(plan, "k", target)
+    return "".join(texts), jit.assembly(texts, target).split("k_p0:")[1].split(".Lfunc_end")[0]

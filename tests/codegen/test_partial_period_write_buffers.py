@@ -6,49 +6,35 @@ bias start half a period less 128 bytes past each of them modulo the period; the
 
 from __future__ import annotations
 
-import dataclasses
 import re
 
 import numpy as np
+from codegen_helpers import aligned_kernel_code
 from test_bf16_rounding import ZEN4
 from test_pairs import AVX2, layernorm_graph, to_bits
 
-from neuroncc.codegen.llvm import jit
-from neuroncc.codegen.llvm.emit import emit_kernel
 from neuroncc.codegen.llvm.regions import fuse_whole_function
-from neuroncc.codegen.llvm.schedule import plan_kernel
-from neuroncc.codegen.llvm.views import Layout
 from neuroncc.executors.cpu.address_call import AddressCall
 from neuroncc.executors.cpu.launcher import build_cpu_executable
 from neuroncc.hardware.host import CpuTarget
-from neuroncc.ir import Function
 
 
 def _switch(monkeypatch, on: bool) -> None:
     monkeypatch.setattr(CpuTarget, "places_write_buffers_past_partial_period_rows", property(lambda self: on))
 
 
-def _code(fn: Function, target: CpuTarget) -> tuple[str, str]:
-    """The kernel's IR and assembly for ``target``, its buffers aligned (as the launcher's are: streamed outputs)."""
-    layouts = [Layout.of(k, p.type) for k, p in enumerate(fn.params)]
-    outputs = [Layout.of(len(fn.params) + k, v.type) for k, v in enumerate(fn.outputs)]
-    plan = dataclasses.replace(plan_kernel(fn, layouts, outputs), aligned_args=frozenset(range(len(layouts) + 1)))
-    texts, _ = emit_kernel(plan, "k", target)
-    return "".join(texts), jit.assembly(texts, target).split("k_p0:")[1].split(".Lfunc_end")[0]
-
-
 def test_avx2_places_the_write_buffers_past_rows_of_whole_512_and_1024_bytes(monkeypatch):
     avx2 = CpuTarget("znver3", AVX2)
     assert avx2.places_write_buffers_past_partial_period_rows
     for cols, mask, distance in ((768, 448, 128), (1536, 960, 384)):  # rows of 1536 / 3072 bytes
-        on_ir, _ = _code(layernorm_graph(4096, cols), avx2)
+        on_ir, _ = aligned_kernel_code(layernorm_graph(4096, cols), avx2)
         # the three buffers one 2 KiB period longer, started at the output's address plus the distance, modulo
         # the row period in cache lines
         placed = f"alloca [{cols + 512} x float], align 4096"
         assert on_ir.count(placed) == 3, cols
         assert re.search(rf"add i64 %\S+, {distance}\n.*\n?.*and i64 %\S+, {mask}\n", on_ir), cols
         _switch(monkeypatch, False)
-        off_ir, _ = _code(layernorm_graph(4096, cols), avx2)
+        off_ir, _ = aligned_kernel_code(layernorm_graph(4096, cols), avx2)
         assert placed not in off_ir and "ptrtoint" not in off_ir, cols
         monkeypatch.undo()
 
@@ -56,14 +42,14 @@ def test_avx2_places_the_write_buffers_past_rows_of_whole_512_and_1024_bytes(mon
 def test_whole_period_rows_and_zen4_code_are_unchanged(monkeypatch):
     zen4, avx2 = CpuTarget("znver4", ZEN4), CpuTarget("znver3", AVX2)
     assert not zen4.places_write_buffers_past_partial_period_rows
-    default_1024, default_zen4 = _code(layernorm_graph(4096, 1024), avx2), _code(layernorm_graph(4096, 768), zen4)
+    default_1024, default_zen4 = aligned_kernel_code(layernorm_graph(4096, 1024), avx2), aligned_kernel_code(layernorm_graph(4096, 768), zen4)
     assert "1984" in default_1024[0]  # (rows of whole 2 KiB: placed as before, 1 KiB past modulo 2 KiB)
     _switch(monkeypatch, False)
-    assert _code(layernorm_graph(4096, 1024), avx2) == default_1024
+    assert aligned_kernel_code(layernorm_graph(4096, 1024), avx2) == default_1024
     _switch(monkeypatch, True)  # (Zen 4 caches no deviations: nothing to place)
-    assert _code(layernorm_graph(4096, 768), zen4) == default_zen4
+    assert aligned_kernel_code(layernorm_graph(4096, 768), zen4) == default_zen4
     # rows of 1000 bf16 (2000 bytes: every 16 bytes modulo 4 KiB in turn) are not placed
-    assert "ptrtoint" not in _code(layernorm_graph(4096, 1000), avx2)[0]
+    assert "ptrtoint" not in aligned_kernel_code(layernorm_graph(4096, 1000), avx2)[0]
 
 
 def _placed_output(nbytes: int, offset: int) -> np.ndarray:

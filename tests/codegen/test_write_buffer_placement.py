@@ -6,22 +6,16 @@ same, and Zen 4's and float32 LayerNorm's code is unchanged."""
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
+from codegen_helpers import aligned_kernel_code
 from test_bf16_rounding import ZEN4
 from test_pairs import AVX2, layernorm_graph, to_bits
 from test_row_pass_bursts import var_mean_layernorm
 
-from neuroncc.codegen.llvm import jit
-from neuroncc.codegen.llvm.emit import emit_kernel
 from neuroncc.codegen.llvm.regions import fuse_whole_function
-from neuroncc.codegen.llvm.schedule import plan_kernel
-from neuroncc.codegen.llvm.views import Layout
 from neuroncc.executors.cpu.address_call import AddressCall
 from neuroncc.executors.cpu.launcher import build_cpu_executable
 from neuroncc.hardware.host import CpuTarget
-from neuroncc.ir import Function
 
 #: a row buffer one 2 KiB period (512 floats) longer than its row: placed at run time
 PLACED = "alloca [1536 x float], align 4096"
@@ -31,20 +25,11 @@ def _switch(monkeypatch, on: bool) -> None:
     monkeypatch.setattr(CpuTarget, "places_write_buffers_past_the_output", property(lambda self: on))
 
 
-def _code(fn: Function, target: CpuTarget) -> tuple[str, str]:
-    """The kernel's IR and assembly for ``target``, its buffers aligned (as the launcher's are: streamed outputs)."""
-    layouts = [Layout.of(k, p.type) for k, p in enumerate(fn.params)]
-    outputs = [Layout.of(len(fn.params) + k, v.type) for k, v in enumerate(fn.outputs)]
-    plan = dataclasses.replace(plan_kernel(fn, layouts, outputs), aligned_args=frozenset(range(len(layouts) + 1)))
-    texts, _ = emit_kernel(plan, "k", target)
-    return "".join(texts), jit.assembly(texts, target).split("k_p0:")[1].split(".Lfunc_end")[0]
-
-
 def test_avx2_bf16_layernorm_places_its_write_buffers_past_the_output(monkeypatch):
     fn, avx2 = layernorm_graph(4096, 1024), CpuTarget("znver3", AVX2)
-    on_ir, on = _code(fn, avx2)
+    on_ir, on = aligned_kernel_code(fn, avx2)
     _switch(monkeypatch, False)
-    off_ir, off = _code(fn, avx2)
+    off_ir, off = aligned_kernel_code(fn, avx2)
     # the deviations' row cache and the widened weight and bias: one period longer, started at the output's address
     # plus half a period, modulo the period, in cache lines
     assert on_ir.count(PLACED) == 3 and PLACED not in off_ir
@@ -58,10 +43,10 @@ def test_avx2_bf16_layernorm_places_its_write_buffers_past_the_output(monkeypatc
 def test_zen4_and_float32_layernorm_code_is_unchanged(monkeypatch):
     zen4, avx2 = CpuTarget("znver4", ZEN4), CpuTarget("znver3", AVX2)
     assert not zen4.places_write_buffers_past_the_output and avx2.places_write_buffers_past_the_output
-    default_zen4, default_f32 = _code(layernorm_graph(4096, 1024), zen4), _code(var_mean_layernorm(4096, 1024), avx2)
+    default_zen4, default_f32 = aligned_kernel_code(layernorm_graph(4096, 1024), zen4), aligned_kernel_code(var_mean_layernorm(4096, 1024), avx2)
     _switch(monkeypatch, True)  # (Zen 4 caches no deviations, float32 LayerNorm neither: nothing to place)
-    assert _code(layernorm_graph(4096, 1024), zen4) == default_zen4
-    assert _code(var_mean_layernorm(4096, 1024), avx2) == default_f32
+    assert aligned_kernel_code(layernorm_graph(4096, 1024), zen4) == default_zen4
+    assert aligned_kernel_code(var_mean_layernorm(4096, 1024), avx2) == default_f32
 
 
 def _placed_output(nbytes: int, offset: int) -> np.ndarray:
