@@ -166,7 +166,11 @@ class LoopChoices:
         the time at 1 thread, 0.952 / 0.960 at 2, bf16 0.975 / 0.977 and 0.965 / 0.966 (``bench_bf16_words.py
         --switch nans-by-sum``); the kernel step (``variant_ab.py``) 0.965 (float32) and 0.956 (L3-resident [256,
         1024] x16) at 1 thread, 0.967 / 0.976 at 2. The max loop is 7 instructions per 32 elements instead of 19.
-        AVX2 only (AVX-512 keeps its code: not measured there)."""
+        The price is a row that is wholly -inf (a fully masked attention row: its sum is NaN): it runs both passes
+        twice, ~2.4x a plain row's time (the lead, separate processes: [4096, 1024] all rows masked 3.45-3.50 ms
+        against the old code's 1.88-2.02 at 1 thread, 1.73-1.95 against 1.10-1.16 at 2; half of them masked
+        2.75-2.86 / 1.42-1.63), the old code's time the same for any row. AVX2 only (AVX-512 keeps its code: not
+        measured there)."""
         return self.has("avx2") and not self.has("avx512f")
 
     @property
