@@ -8,14 +8,11 @@ from __future__ import annotations
 
 import re
 
-import numpy as np
 from codegen_helpers import aligned_kernel_code
 from test_bf16_rounding import ZEN4
-from test_pairs import AVX2, layernorm_graph, to_bits
+from test_pairs import AVX2, layernorm_graph
+from test_write_buffer_placement import assert_placed_bits_equal
 
-from neuroncc.codegen.llvm.regions import fuse_whole_function
-from neuroncc.executors.cpu.address_call import AddressCall
-from neuroncc.executors.cpu.launcher import build_cpu_executable
 from neuroncc.hardware.host import CpuTarget
 
 
@@ -52,24 +49,6 @@ def test_whole_period_rows_and_zen4_code_are_unchanged(monkeypatch):
     assert "ptrtoint" not in aligned_kernel_code(layernorm_graph(4096, 1000), avx2)[0]
 
 
-def _placed_output(nbytes: int, offset: int) -> np.ndarray:
-    raw = np.empty(nbytes + 8192, np.uint8)
-    start = -raw.ctypes.data % 4096 + offset
-    return raw[start:start + nbytes].view(np.int16)
-
-
 def test_placed_write_buffers_give_the_same_bits(rng, monkeypatch):
     for rows, cols in ((8192, 768), (4096, 1536)):  # (12 MiB in and out: streamed, as the placement needs)
-        fn = fuse_whole_function(layernorm_graph(rows, cols))
-        x = (rng.standard_normal((rows, cols)) * 3 + 1).astype(np.float32)
-        x[0, :3], x[1, 5], x[2, :2] = [np.inf, 1e30, -0.0], np.nan, [3e38, -3e38]
-        inputs = [to_bits(x)] + [to_bits((rng.standard_normal(cols) * 2).astype(np.float32)) for _ in range(2)]
-        for threads in (2, 1):
-            _switch(monkeypatch, False)
-            (want,) = build_cpu_executable(fn, {"threads": threads})(*inputs)
-            _switch(monkeypatch, True)
-            call = AddressCall(build_cpu_executable(fn, {"threads": threads}))
-            for offset in (0, 64, 1536, 3008):
-                got = _placed_output(want.nbytes, offset)
-                call([a.ctypes.data for a in inputs], [got.ctypes.data])
-                np.testing.assert_array_equal(got.reshape(want.shape), want)
+        assert_placed_bits_equal(rng, lambda on: _switch(monkeypatch, on), rows, cols, (0, 64, 1536, 3008))

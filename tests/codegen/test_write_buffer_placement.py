@@ -49,24 +49,31 @@ def test_zen4_and_float32_layernorm_code_is_unchanged(monkeypatch):
     assert aligned_kernel_code(var_mean_layernorm(4096, 1024), avx2) == default_f32
 
 
-def _placed_output(nbytes: int, offset: int) -> np.ndarray:
+def placed_output(nbytes: int, offset: int) -> np.ndarray:
+    """A bf16 output buffer starting ``offset`` bytes past a 4 KiB boundary."""
     raw = np.empty(nbytes + 8192, np.uint8)
     start = -raw.ctypes.data % 4096 + offset
     return raw[start:start + nbytes].view(np.int16)
 
 
-def test_placed_write_buffers_give_the_same_bits(rng, monkeypatch):
-    rows, cols = 4096, 1024  # (16 MiB in and out: streamed, as the placement needs)
+def assert_placed_bits_equal(rng, switch, rows: int, cols: int, offsets: tuple[int, ...]) -> None:
+    """bf16 LayerNorm [rows, cols] (special values in its first rows) with ``switch(True)``, called into outputs at
+    each of ``offsets`` past a page, gives ``switch(False)``'s bits, at 2 and 1 threads."""
     fn = fuse_whole_function(layernorm_graph(rows, cols))
     x = (rng.standard_normal((rows, cols)) * 3 + 1).astype(np.float32)
     x[0, :3], x[1, 5], x[2, :2] = [np.inf, 1e30, -0.0], np.nan, [3e38, -3e38]
     inputs = [to_bits(x)] + [to_bits((rng.standard_normal(cols) * 2).astype(np.float32)) for _ in range(2)]
     for threads in (2, 1):
-        _switch(monkeypatch, False)
+        switch(False)
         (want,) = build_cpu_executable(fn, {"threads": threads})(*inputs)
-        _switch(monkeypatch, True)
+        switch(True)
         call = AddressCall(build_cpu_executable(fn, {"threads": threads}))
-        for offset in (0, 64, 1280, 2048 + 960):  # past the output row: 1024, 1088, 256, 0 modulo 2 KiB
-            got = _placed_output(want.nbytes, offset)
+        for offset in offsets:
+            got = placed_output(want.nbytes, offset)
             call([a.ctypes.data for a in inputs], [got.ctypes.data])
             np.testing.assert_array_equal(got.reshape(want.shape), want)
+
+
+def test_placed_write_buffers_give_the_same_bits(rng, monkeypatch):
+    # 16 MiB in and out: streamed, as the placement needs; past the output row: 1024, 1088, 256, 0 modulo 2 KiB
+    assert_placed_bits_equal(rng, lambda on: _switch(monkeypatch, on), 4096, 1024, (0, 64, 1280, 2048 + 960))
