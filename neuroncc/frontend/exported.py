@@ -386,23 +386,21 @@ def _drop_fixed_placeholders(program: ExportedProgram) -> None:
     never reads them), so the graph's placeholders are its tensors."""
     fixed = {spec.arg.name for spec in program.graph_signature.input_specs
              if spec.kind == InputKind.USER_INPUT and isinstance(spec.arg, ConstantArgument)}
-    gm = program.graph_module
-    erased = False
-    for node in list(gm.graph.nodes):
-        if node.op == "placeholder" and node.name in fixed and not node.users:
-            gm.graph.erase_node(node)
-            erased = True
-    if erased:
-        gm.recompile()
+    _erase_unused(program.graph_module, lambda node: node.op == "placeholder" and node.name in fixed)
 
 
 def _drop_runtime_assertions(gm: fx.GraphModule) -> None:
-    dropped = False
+    _erase_unused(gm, lambda node: node.op == "call_function" and node.target in RUNTIME_ASSERTIONS)
+
+
+def _erase_unused(gm: fx.GraphModule, selected: Callable[[fx.Node], bool]) -> None:
+    """Erase the nodes ``selected`` picks that nothing reads; recompile the module if any went."""
+    erased = False
     for node in list(gm.graph.nodes):
-        if node.op == "call_function" and node.target in RUNTIME_ASSERTIONS and not node.users:
+        if selected(node) and not node.users:
             gm.graph.erase_node(node)
-            dropped = True
-    if dropped:
+            erased = True
+    if erased:
         gm.recompile()
 
 
