@@ -184,7 +184,12 @@ class LoopChoices:
         max-rerun --masked F``, two builds each, interleaved medians of 25 rounds): [4096, 1024] with every row -inf
         0.613 / 0.615 of the time at 1 thread (float32; bf16 0.619 / 0.618), 0.622 / 0.624 at 2 (bf16 0.609 /
         0.614); half of the rows -inf 0.742 / 0.743 and 0.724 / 0.730 (bf16 0.745-0.763); no row masked 0.98-1.02
-        (the builds' spread). A wholly -inf row now costs ~1.2x a plain row (1.93 against 1.61 ms at 1 thread)."""
+        (the builds' spread). A wholly -inf row now costs ~1.2x a plain row (1.93 against 1.61 ms at 1 thread). The
+        price: the changed cold path moved LLVM's register allocation of the fused exp loop (the same 98
+        instructions, 8 broadcasts instead of 9-10, one scale's vpslld late), 4.5% slower alone on L1-resident data,
+        so plain float32 rows at 1 thread 1.006-1.018 of the time (three runs of 61 rounds; off 2 0.996-1.002), at
+        2 threads 0.995-0.999; bf16 0.994-1.023 (noise). No nesting of the branch tried gave the former loop back.
+        Off: the former code (its IR hash a08679d2b3be2f42)."""
         return self.finds_row_nans_by_the_sum
 
     @property
