@@ -5,9 +5,10 @@ Zen 3) is timed alone and with 4 (or 8) independent instances of one other instr
 instruction that runs on other pipes adds nothing; one that needs an FMA pipe adds half a cycle each (4 of them:
 +50%); one that runs on a pipe shared with the FMAs part of the time adds less. Session 28 softmax28 (Zen 3):
 vmaxps, vaddps, vpaddd, vpminud, vcmpps, vandps and a vbroadcastss from memory add nothing; vmulps and vblendvps
-+50% (the FMA pipes); vpslld +30% (a pipe shared with one FMA pipe). So softmax's exp loop needs the FMA pipes for
-its FMAs and vmulps only: 44 per 32 elements with the fused write, 0.69 cycles an element (not 48 and 0.75: its
-clamp's vmaxps runs elsewhere).
++50% (the FMA pipes); vpslld and vpsrld +30%, vpackusdw +27%, vpshufb +30% (a pipe shared with one FMA pipe),
+vpermq +115%, vcvtps2ph +92%; vpblendw, vpmaxuw, vpcmpeqw, vpsubw, vpor nothing. So softmax's exp loop needs the
+FMA pipes for its FMAs and vmulps only: 44 per 32 elements with the fused write, 0.69 cycles an element (not 48 and
+0.75: its clamp's vmaxps runs elsewhere).
 
 Needs ``gcc`` (the loops are assembled as a shared library). 1 thread, the calling thread's CPU time, the fastest
 of 5 rounds (a limit is what the machine reaches).
@@ -38,6 +39,16 @@ PROBES = {
     "vandps": [f"vandps %ymm15, %ymm{8 + r}, %ymm{8 + r}" for r in range(4)],
     "vblendvps": [f"vblendvps %ymm13, %ymm15, %ymm{8 + r}, %ymm{8 + r}" for r in range(4)],
     "vbroadcastss mem": [f"vbroadcastss (%rsi), %ymm{8 + r}" for r in range(4)],
+    "vpsrld": [f"vpsrld $16, %ymm{8 + r}, %ymm{8 + r}" for r in range(4)],
+    "vpblendw": [f"vpblendw $170, %ymm15, %ymm{8 + r}, %ymm{8 + r}" for r in range(4)],
+    "vpmaxuw": [f"vpmaxuw %ymm15, %ymm{8 + r}, %ymm{8 + r}" for r in range(4)],
+    "vpcmpeqw": [f"vpcmpeqw %ymm15, %ymm{8 + r}, %ymm{8 + r}" for r in range(4)],
+    "vpsubw": [f"vpsubw %ymm15, %ymm{8 + r}, %ymm{8 + r}" for r in range(4)],
+    "vpor": [f"vpor %ymm15, %ymm{8 + r}, %ymm{8 + r}" for r in range(4)],
+    "vpackusdw": [f"vpackusdw %ymm15, %ymm{8 + r}, %ymm{8 + r}" for r in range(4)],
+    "vpermq": [f"vpermq $216, %ymm{8 + r}, %ymm{8 + r}" for r in range(4)],
+    "vpshufb": [f"vpshufb %ymm15, %ymm{8 + r}, %ymm{8 + r}" for r in range(4)],
+    "vcvtps2ph": [f"vcvtps2ph $0, %ymm{8 + r}, %xmm{8 + r}" for r in range(4)],
 }
 
 
