@@ -7,10 +7,11 @@ float32 ones (``--rows`` names the rows each is meant for). "on" is the host's d
 with the switch on where the host's default is off. ``--output-offset N``: each build called on its inputs'
 addresses into an output held between calls that starts N bytes past a 4 KiB boundary (``AddressCall``; the
 allocator's placement otherwise: torch's first large tensors and the ``neuron`` device's large blocks start 64 and 0
-past one, the benchmarks' heap anywhere).
+past one, the benchmarks' heap anywhere). ``--masked F``: a fraction F of the first input's rows, spread evenly,
+wholly -inf (softmax's fully masked attention rows: ``--switch max-rerun``).
 
     /work/bin/heavy x python benchmarks/bench_bf16_words.py [--rows a16,b16,c16] [--threads 1,2] [--repeats 25]
-        [--switch NAME] [--force] [--output-offset N] [--list-switches]
+        [--switch NAME] [--force] [--output-offset N] [--masked F] [--list-switches]
 
 Each row's graph is the one torch.compile hands the neuron backend (dumped through the ``dump_dir`` option, then
 the cpu pipeline), built as an executable twice per variant in the order ABAB (later builds of one process ran
@@ -77,6 +78,7 @@ SWITCHES: dict[str, Switch] = {
                        "a"),
     "exp-loop-write": Switch(("writes_delayed_elements_in_the_exp_loop",), "b"),
     "nans-by-sum": Switch(("finds_row_nans_by_the_sum",), "b,b16"),
+    "max-rerun": Switch(("reruns_the_exp_pass_only_for_another_max",), "b,b16"),
 }
 #: switches that change the order of a sum's terms (the bits may differ: counted, not asserted)
 REORDERS = {"paired-sums"}
@@ -119,6 +121,22 @@ def build(fn, threads: int, switch: str, on: bool, force: bool = False):
                 delattr(CpuTarget, name)
             else:
                 setattr(CpuTarget, name, default)
+
+
+def masked(arrays: list[np.ndarray], like: torch.Tensor, fraction: float) -> list[np.ndarray]:
+    """``arrays`` with a ``fraction`` of the rows of those shaped as ``like`` (the row's first input), spread
+    evenly, wholly -inf."""
+    rows = np.arange(like.shape[0])
+    chosen = np.floor((rows + 1) * fraction) > np.floor(rows * fraction)
+    minus_inf = torch.full(like.shape[1:], -torch.inf, dtype=like.dtype)
+    minus_inf = (minus_inf.view(torch.int16) if like.dtype == torch.bfloat16 else minus_inf).numpy()
+    result = []
+    for array in arrays:
+        if fraction and array.shape == tuple(like.shape):
+            array = array.copy()
+            array[chosen] = minus_inf
+        result.append(array)
+    return result
 
 
 def graph_order(case, exe, inputs: list[torch.Tensor], arrays: list[np.ndarray]) -> list[np.ndarray]:
@@ -175,6 +193,8 @@ def main() -> None:
                         help="the 'on' builds with the switch on whatever the host's default (AVX2's are off)")
     parser.add_argument("--output-offset", type=int, default=None,
                         help="call into held outputs starting this many bytes past a 4 KiB boundary")
+    parser.add_argument("--masked", type=float, default=0.0,
+                        help="this fraction of the first input's rows wholly -inf (masked softmax rows)")
     args = parser.parse_args()
     if args.list_switches:
         list_switches()
@@ -192,7 +212,7 @@ def main() -> None:
             for name, on in (("off 1", False), ("on 1", True), ("off 2", False), ("on 2", True)):
                 exe = build(fn, threads, args.switch, on, args.force)
                 if not builds:  # (the graph's inputs in its own order: row (c')'s are b, x, w)
-                    arrays = graph_order(case, exe, inputs, arrays)
+                    arrays = masked(graph_order(case, exe, inputs, arrays), inputs[0], args.masked)
                 builds[name] = (lambda exe=exe: exe(*arrays)) if args.output_offset is None else \
                     placed_call(exe, arrays, args.output_offset)
             results = [call() for call in builds.values()]

@@ -166,12 +166,31 @@ class LoopChoices:
         the time at 1 thread, 0.952 / 0.960 at 2, bf16 0.975 / 0.977 and 0.965 / 0.966 (``bench_bf16_words.py
         --switch nans-by-sum``); the kernel step (``variant_ab.py``) 0.965 (float32) and 0.956 (L3-resident [256,
         1024] x16) at 1 thread, 0.967 / 0.976 at 2. The max loop is 7 instructions per 32 elements instead of 19.
-        The price is a row that is wholly -inf (a fully masked attention row: its sum is NaN): it runs both passes
+        The price was a row that is wholly -inf (a fully masked attention row: its sum is NaN): it ran both passes
         twice, ~2.4x a plain row's time (the lead, separate processes: [4096, 1024] all rows masked 3.45-3.50 ms
         against the old code's 1.88-2.02 at 1 thread, 1.73-1.95 against 1.10-1.16 at 2; half of them masked
-        2.75-2.86 / 1.42-1.63), the old code's time the same for any row. AVX2 only (AVX-512 keeps its code: not
-        measured there)."""
+        2.75-2.86 / 1.42-1.63), the old code's time the same for any row; since session 28 it runs its max pass
+        again but not its exp pass (``reruns_the_exp_pass_only_for_another_max``: ~1.2x). AVX2 only (AVX-512 keeps
+        its code: not measured there)."""
         return self.has("avx2") and not self.has("avx512f")
+
+    @property
+    def reruns_the_exp_pass_only_for_another_max(self) -> bool:
+        """Whether a row whose sum is NaN (``finds_row_nans_by_the_sum``) runs only its max pass again, with the NaN
+        flag, and its exp pass again only where that max differs in bits from the flagless one (a NaN in the row
+        the flagless max did not take; ``nan_rows.redo_nan_row``) instead of both passes again. A row whose sum is
+        NaN without a NaN in it (wholly -inf: a fully masked attention row; +inf in it) has the same max both ways,
+        so the same exponentials and sum. The same bits. Zen 3 (session 28 softmax28, ``bench_bf16_words.py --switch
+        max-rerun --masked F``, two builds each, interleaved medians of 25 rounds): [4096, 1024] with every row -inf
+        0.613 / 0.615 of the time at 1 thread (float32; bf16 0.619 / 0.618), 0.622 / 0.624 at 2 (bf16 0.609 /
+        0.614); half of the rows -inf 0.742 / 0.743 and 0.724 / 0.730 (bf16 0.745-0.763); no row masked 0.98-1.02
+        (the builds' spread). A wholly -inf row now costs ~1.2x a plain row (1.93 against 1.61 ms at 1 thread). The
+        price: the changed cold path moved LLVM's register allocation of the fused exp loop (the same 98
+        instructions, 8 broadcasts instead of 9-10, one scale's vpslld late), 4.5% slower alone on L1-resident data,
+        so plain float32 rows at 1 thread 1.006-1.018 of the time (three runs of 61 rounds; off 2 0.996-1.002), at
+        2 threads 0.995-0.999; bf16 0.994-1.023 (noise). No nesting of the branch tried gave the former loop back.
+        Off: the former code (its IR hash a08679d2b3be2f42)."""
+        return self.finds_row_nans_by_the_sum
 
     @property
     def caches_variance_deviations(self) -> bool:

@@ -1,7 +1,8 @@
 """Softmax's max pass without its NaN flag on AVX2, a row's NaNs found by its sum (``CpuTarget.finds_row_nans_by_the_sum``,
 ``codegen/llvm/nan_rows.py``): the max loop has no magnitude bits (no ``vpmaxud``), a row whose sum is NaN runs its
-max and exp passes again as before; the same bits for NaN rows of every kind (session 27 softmax27). AVX-512's code is
-as before."""
+max pass again as before, and its exp pass again only where that max differs in bits from the flagless one (session 28
+softmax28: a wholly -inf row, fully masked attention, ran both passes twice); the same bits for NaN rows of every kind
+(session 27 softmax27). AVX-512's code is as before."""
 
 from __future__ import annotations
 
@@ -54,10 +55,24 @@ def _nan_rows(rng, rows: int) -> np.ndarray:
     bits[10, 31] = 0x7FBFFFFF
     x[11, 300], x[12, :] = np.inf, np.inf
     x[13, ::3] = np.nan
+    x[14:18] = -np.inf  # (wholly -inf, and -inf with a NaN last, a NaN with a payload first, +inf)
+    x[15, 1023] = np.nan
+    bits[16, 0] = 0x7FC0ABCD
+    x[17, 5] = np.inf
     return x
 
 
-def test_nan_rows_give_the_same_bits(rng, monkeypatch):
+def test_a_nan_sum_row_runs_its_exp_pass_again_only_for_another_max(monkeypatch):
+    """In the znver3 IR, after the branch on a NaN row sum, the max pass again, then a compare of the two maxima's
+    bits guards the exp pass (``CpuTarget.reruns_the_exp_pass_only_for_another_max``)."""
+    zen3 = CpuTarget("znver3", AVX2)
+    assert zen3.reruns_the_exp_pass_only_for_another_max
+    for fn in (_softmax(1030, 1024), _softmax_bits(2201, 1024)):
+        redo = _assembly(fn, zen3)[0].split("fcmp uno")[1]
+        assert redo.index("icmp ne i32") < redo.index("exp_nonpositive")
+
+
+def test_nan_rows_give_the_same_bits(rng, monkeypatch):  # (with the flag as before; the exp pass as it reruns now)
     x = _nan_rows(rng, 1033)
     bf16_x = to_bits(np.resize(x, (2201, 1024)))
     for fn, inputs in ((_softmax(1033, 1024), [x]), (_softmax_bits(2201, 1024), [bf16_x])):

@@ -6,9 +6,11 @@ integer instructions per vector that say whether the row holds a NaN, whose max 
 loop (a max pass, then the sum of row-cached exp(x - max) carrying the previous row's delayed write) a NaN in the row
 makes every exponential it enters NaN, so the row's sum is NaN too. So the max pass runs without the magnitudes
 (:data:`AMAX_WITHOUT_NAN_FLAG`), and where the row's sum is NaN (a NaN in the row, or a sum that is NaN for other
-reasons: -inf - -inf) the max pass and the exp pass run once more as they always ran, with the magnitudes and
-without the prefetches and the delayed write the first exp pass carried: the same max, exponentials and sum, bit
-for bit. A row without NaN has the same max either way (the same vmaxps), so the same everything.
+reasons: -inf - -inf) the max pass runs once more as it always ran, with the magnitudes, and where that max differs
+in bits from the flagless one the exp pass too, without the prefetches and the delayed write the first exp pass
+carried: the same max, exponentials and sum, bit for bit. A row without NaN has the same max either way (the same
+vmaxps), so the same everything: a wholly -inf row (fully masked attention) runs its exp pass once
+(``CpuTarget.reruns_the_exp_pass_only_for_another_max``, session 28; before it both passes ran twice).
 
 May import: the code generator's modules below ``emit``.
 """
@@ -18,6 +20,8 @@ from __future__ import annotations
 import contextlib
 from dataclasses import replace
 from typing import Any
+
+from llvmlite import ir
 
 from neuroncc.codegen.llvm.kernel_plan import ReduceStage, RowLoop
 from neuroncc.codegen.llvm.reductions import COMBINERS
@@ -56,17 +60,37 @@ def max_without_nan_flag(em: Any):
 
 
 def redo_nan_row(em: Any, phase: RowLoop, outer: list[Any], depth: int, emit_stage) -> None:
-    """Where the row's sum (stage 1's result) is NaN: stages 0 and 1 once more, as they are emitted without this
-    module, without the carried prefetches and delayed write (``emit_stage(number)`` emits one)."""
-    carrier = phase.stages[1]
+    """Where the row's sum (stage 1's result) is NaN: stage 0 once more as it is emitted without this module, and
+    where its max differs in bits from the flagless one (a NaN in the row the flagless max did not take), stage 1
+    once more too, both without the carried prefetches and delayed write (``emit_stage(number)`` emits one).
+
+    A row whose sum is NaN without a NaN in it (all -inf: fully masked attention rows; +inf in it) has the same max
+    both ways, so the same exponentials and sum: its exp pass is not run again (session 28: such a row cost ~2.4x a
+    plain row with both passes run twice)."""
+    carrier, first = phase.stages[1], phase.stages[0]
     index = list(outer[:depth]) + [0] * (len(carrier.shape) - depth)
+    max_index = list(outer[:depth]) + [0] * (len(first.shape) - depth)
     total = em.load(carrier.target, index)
     with em.fresh_values(), em.b.if_then(em.b.fcmp_unordered("uno", total, total), likely=False):
         saved = em._ahead, em._after_group
         em._ahead, em._after_group = (), None
         try:
-            for number in (0, 1):
-                em._stage_number, em._filled = number, set()
-                emit_stage(number)
+            if not em.target.reruns_the_exp_pass_only_for_another_max:
+                for number in (0, 1):
+                    em._stage_number, em._filled = number, set()
+                    emit_stage(number)
+                return
+            flagless = _bits(em.b, em.load(first.target, max_index))
+            em._stage_number, em._filled = 0, set()
+            emit_stage(0)
+            flagged = _bits(em.b, em.load(first.target, max_index))
+            with em.b.if_then(em.b.icmp_unsigned("!=", flagged, flagless), likely=False):
+                em._stage_number, em._filled = 1, set()
+                emit_stage(1)
         finally:
             em._ahead, em._after_group = saved
+
+
+def _bits(b, value):
+    """A float's bits as an integer of its width (NaN payloads compared too)."""
+    return b.bitcast(value, ir.IntType(64 if isinstance(value.type, ir.DoubleType) else 32))
