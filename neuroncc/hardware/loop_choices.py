@@ -391,9 +391,10 @@ class LoopChoices:
         window). A row's first block takes its max before its loop. The same max values, the same additions in
         the same order: the same bits. Without AVX-512: 2. Zen 3, cross-entropy's forward kernel [512, 32000]
         against 0, two builds each, interleaved medians of 41-61 rounds (``bench_cross_entropy.py --variants
-        maxahead0,main``; session 28 xent28): 0.970-0.975 of the time at 1 thread (three runs), 0.949-0.961 at 2
-        (one undisturbed run); 1: 1.010-1.017 / 1.000-1.029. With AVX-512: 0 (not measured: its code is
-        unchanged)."""
+        maxahead0,main``; session 28 xent28): 0.970-0.978 of the time at 1 thread (four runs), 0.949-0.975 at 2
+        (two undisturbed runs); 1: 1.010-1.017 / 1.000-1.029; the fwd+bwd row through torch.compile does not
+        resolve it (0.979-0.995 at 2 threads, 0.991-1.012 at 1, two runs). With AVX-512: 0 (not measured: its code
+        is unchanged)."""
         return 0 if self.has("avx512f") else 2
 
     @property
