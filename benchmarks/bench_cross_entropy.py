@@ -34,6 +34,9 @@ Variants (``--variants``, comma-separated) of the forward's online log-sum-exp (
   loops without them and the row taken again where its total may hold a NaN
   (``CpuTarget.online_block_max_without_nan_bits``); ``nonan``: the loops without them and no retake (wrong for
   NaN rows: an experiment);
+- ``maxahead0`` (before session 28, AVX-512's), ``maxahead1``: each block's max loop in its own block before its
+  exponentials, or a block early before the previous block's exponentials, against main's a block early between
+  the previous block's chunks (``CpuTarget.online_block_max_ahead``; AVX2: 2);
 - experiments, the same bits: ``merged2``: two chunks' exponentials in one loop, then their sums; ``bufN``: each
   chunk's buffer N bytes further on the stack; ``splitN``: each chunk's exponentials in N loops, a burst of
   prefetches before each;
@@ -179,6 +182,10 @@ def _variant(name: str):
             em, x_value, idx, lo, em.min(em.add(lo, 16), hi), careful)
     if name == "noexp":  # the memory skeleton: exp_nonpositive as its clamp alone (not cross-entropy)
         mathlib.POLYNOMIAL["exp_nonpositive"] = lambda b, x, target: mathlib._raised_keeping_nan(b, x, -104.0)
+    max_ahead = CpuTarget.online_block_max_ahead
+    if name.startswith("maxahead"):  # each block's max taken a block early: 1 before, 2 between the previous
+        where = int(name[8:])  # block's chunks; 0 in its own block (before session 28, AVX-512's)
+        CpuTarget.online_block_max_ahead = property(lambda self: where)  # type: ignore[method-assign]
     registers = CpuTarget.register_piece_lines
     from neuroncc.codegen.llvm import map_stages
     pieces_ahead = map_stages.emit_prefetch_pieces_ahead
@@ -233,6 +240,7 @@ def _variant(name: str):
         CpuTarget.streamed_map_prefetch_pieces = pieces  # type: ignore[method-assign]
         CpuTarget.streams_outputs = streamed  # type: ignore[method-assign]
         CpuTarget.register_piece_lines = registers  # type: ignore[method-assign]
+        CpuTarget.online_block_max_ahead = max_ahead  # type: ignore[method-assign]
         map_stages.emit_prefetch_pieces_ahead = pieces_ahead
         prefetch._prefetch_lines = lines_of
         CpuTarget.online_exp_chunk_lines = chunks  # type: ignore[method-assign]

@@ -401,6 +401,22 @@ class LoopChoices:
         return 1 if self.has("avx512f") else 2
 
     @property
+    def online_block_max_ahead(self) -> int:
+        """Where the online log-sum-exp (``online._row_total``) takes each block's max: 0, in the block, before its
+        exponentials, which wait for its loop and reduction; 1, a block early, before the previous block's
+        exponentials; 2, a block early, between the previous block's first chunk (its exponentials and their sum)
+        and the rest, where the max loop's independent loads and vmaxps run beside the chunk's sum chain (16
+        dependent vaddps and the horizontal reduction, the next chunk's exponentials held behind it in the core's
+        window). A row's first block takes its max before its loop. The same max values, the same additions in
+        the same order: the same bits. Without AVX-512: 2. Zen 3, cross-entropy's forward kernel [512, 32000]
+        against 0, two builds each, interleaved medians of 41-61 rounds (``bench_cross_entropy.py --variants
+        maxahead0,main``; session 28 xent28): 0.970-0.978 of the time at 1 thread (four runs), 0.949-0.975 at 2
+        (two undisturbed runs); 1: 1.010-1.017 / 1.000-1.029; the fwd+bwd row through torch.compile does not
+        resolve it (0.979-0.995 at 2 threads, 0.991-1.012 at 1, two runs). With AVX-512: 0 (not measured: its code
+        is unchanged)."""
+        return 0 if self.has("avx512f") else 2
+
+    @property
     def sums_online_exponentials_apart(self) -> bool:
         """Whether the online log-sum-exp (``codegen/llvm/online.py``) stores each whole chunk's exponentials
         into a buffer on the stack and sums them in a loop of its own (the same additions in the same order:

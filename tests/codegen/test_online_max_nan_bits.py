@@ -1,7 +1,9 @@
 """The online log-sum-exp's block max loops without the amax's NaN bits on AVX2
 (``CpuTarget.online_block_max_without_nan_bits``; session 25 xent25: cross-entropy's forward [512, 32000] 4-6%
 faster at 1 and 2 threads on Zen 3). A row whose total may hold a NaN is taken again with the NaN bits, so every
-row gives the bits it gave before, NaN payloads included; AVX-512's code does not change."""
+row gives the bits it gave before, NaN payloads included; AVX-512's code does not change. And each block's max
+taken a block early, between the previous block's chunks (``CpuTarget.online_block_max_ahead``, session 28 xent28),
+with the same bits."""
 
 from __future__ import annotations
 
@@ -31,6 +33,8 @@ def _max_loops_from_memory(asm: str) -> int:
 
 def test_avx2_takes_block_maxima_without_the_nan_bits_and_avx512_as_before(monkeypatch):
     assembly = log_sum_exp_assembly
+    # (each block's max in its own block, as before session 28: the chunk loop emitted once)
+    monkeypatch.setattr(CpuTarget, "online_block_max_ahead", property(lambda self: 0))
     zen3, zen4 = CpuTarget("znver3", AVX2), CpuTarget("znver4", ZEN4)
     assert zen3.online_block_max_without_nan_bits and not zen4.online_block_max_without_nan_bits
     fast, zen4_code = assembly(zen3), assembly(zen4)
@@ -70,3 +74,45 @@ def test_the_block_maxima_without_nan_bits_give_the_same_bits(rng, monkeypatch, 
         np.testing.assert_array_equal(np.asarray(g).view(np.uint32), np.asarray(w).view(np.uint32))
     assert np.isnan(np.asarray(got[1])[[1, 2, 4, 7, 8, 11]]).all()
     assert np.isfinite(np.asarray(got[1])[[0, 5, 10]]).all() and np.isnan(np.asarray(got[0])[[1, 3, 11]]).all()
+
+
+def _loop_kinds(asm: str) -> list[str]:
+    """The loops of an online log-sum-exp's assembly in order: "max" (a block max loop reading x from memory),
+    "exp" (a chunk's exponentials, with their prefetches), "sum" (a chunk's sum over its buffer on the stack)."""
+    kinds: list[str] = []
+    for line in asm.splitlines():
+        kind = "exp" if "prefetcht0" in line else "max" if re.search(r"vmaxps\s+-?\d*\(%r\w+,%r\w+,4\)", line) \
+            else "sum" if re.search(r"vaddps\s+-?\d*\(%rsp", line) else None
+        if kind and kinds[-1:] != [kind]:
+            kinds.append(kind)
+    return kinds
+
+
+def test_avx2_takes_the_next_blocks_max_between_a_blocks_chunks_and_avx512_as_before(monkeypatch):
+    # CpuTarget.online_block_max_ahead (AVX2: 2): the row's first block max before its loop, then in each block
+    # the next block's max loop between its first chunk (exponentials, sum) and its second, so that no block's
+    # exponentials wait for their max loop and the first chunk's sum chain has independent work beside it
+    # (session 28 xent28: cross-entropy's forward [512, 32000] 0.97 of its time at 1 thread, Zen 3)
+    assembly = log_sum_exp_assembly
+    zen3, zen4 = CpuTarget("znver3", AVX2), CpuTarget("znver4", ZEN4)
+    assert (zen3.online_block_max_ahead, zen4.online_block_max_ahead) == (2, 0)
+    ahead, zen4_code = assembly(zen3), assembly(zen4)
+    assert _loop_kinds(ahead) == ["max", "exp", "sum", "max", "exp", "sum"]
+    assert _loop_kinds(assembly(zen3, 4, 1000)) == ["max", "exp", "sum"]  # one block: nothing ahead
+    monkeypatch.setattr(CpuTarget, "online_block_max_ahead", property(lambda self: 0))
+    assert _loop_kinds(assembly(zen3)) == ["max", "exp", "sum"]  # before: each block's max before its chunks
+    assert assembly(zen4) == zen4_code
+
+
+@pytest.mark.parametrize("cols", [32000, 3 * BLOCK, 2 * BLOCK + 300, 2 * BLOCK + 8])
+def test_the_next_blocks_max_taken_early_gives_the_same_bits(rng, monkeypatch, cols):
+    fn = fuse_whole_function(_log_sum_exp_graph(12, cols))
+    x = _special_rows(rng, cols)
+    x[10] = np.linspace(60, -30, cols)  # (and a max falling from block to block)
+    got = {}
+    for where in (2, 1, 0):
+        monkeypatch.setattr(CpuTarget, "online_block_max_ahead", property(lambda self, where=where: where))
+        got[where] = build_cpu_executable(fn, {"threads": 2})(x)
+    for where in (2, 1):
+        for g, w in zip(got[where], got[0], strict=True):
+            np.testing.assert_array_equal(np.asarray(g).view(np.uint32), np.asarray(w).view(np.uint32))

@@ -235,16 +235,18 @@ def test_log_sum_exp_takes_the_max_online_in_one_pass(rng):
 
 
 @pytest.mark.parametrize("cols", [1000, 2 * 1024 + 300])
-def test_online_log_sum_exp_prefetches_the_next_block_while_it_computes_exp(rng, cols):
+def test_online_log_sum_exp_prefetches_the_next_block_while_it_computes_exp(rng, monkeypatch, cols):
     # each block's max loop reads it from memory, its exponentials from L1: those are spread with prefetches of
     # the block after it (the next row's first block after a row's last), one burst of lines per group of
     # elements, after the block's max loop and before its exponentials, so that the next max loop reads from L1
     # (chunks of CpuTarget.online_exp_chunk_lines lines; groups of MEMORY_BURST_LINES lines where that is 0)
     from neuroncc.codegen.llvm import jit
     from neuroncc.codegen.llvm.regions import fuse_whole_function
-    from neuroncc.hardware.host import host_cpu
+    from neuroncc.hardware.host import CpuTarget, host_cpu
     from neuroncc.hardware.loop_choices import MEMORY_BURST_LINES
 
+    # (each block's max in its own block, as before session 28: the chunk loop emitted once)
+    monkeypatch.setattr(CpuTarget, "online_block_max_ahead", property(lambda self: 0))
     fn = fuse_whole_function(_log_sum_exp_graph(16, cols))
     exe, _ = run_both(fn, [(rng.standard_normal((16, cols)) * 4).astype(np.float32)])
     ir_text = "".join(exe.module.llvm_ir)
@@ -268,6 +270,8 @@ def test_online_log_sum_exp_takes_its_exponentials_in_chunks_of_constant_length(
     from test_bf16_rounding import ZEN4
     from test_pairs import AVX2
 
+    # (each block's max in its own block, as before session 28: the chunk loop emitted once)
+    monkeypatch.setattr(CpuTarget, "online_block_max_ahead", property(lambda self: 0))
     fn = fuse_whole_function(_log_sum_exp_graph(16, 32000))
     counts = {}
     # (AVX2's bursts: its prefetches spread through the chunk's loop since session 26, the next test)
@@ -299,6 +303,8 @@ def test_online_log_sum_exp_spreads_its_prefetches_two_blocks_ahead_on_avx2(rng,
     from test_bf16_rounding import ZEN4
     from test_pairs import AVX2
 
+    # (each block's max in its own block, as before session 28: the chunk loop emitted once)
+    monkeypatch.setattr(CpuTarget, "online_block_max_ahead", property(lambda self: 0))
     zen3, zen4 = CpuTarget("znver3", AVX2), CpuTarget("znver4", ZEN4)
     assert (zen3.online_exp_prefetch_piece_lines, zen3.online_prefetch_blocks_ahead) == (2, 2)
     assert (zen4.online_exp_prefetch_piece_lines, zen4.online_prefetch_blocks_ahead) == (0, 1)
@@ -334,6 +340,8 @@ def test_online_log_sum_exp_sums_each_chunk_apart_on_avx2(monkeypatch):
     from test_bf16_rounding import ZEN4
     from test_pairs import AVX2
 
+    # (each block's max in its own block, as before session 28: the chunk loop emitted once)
+    monkeypatch.setattr(CpuTarget, "online_block_max_ahead", property(lambda self: 0))
     assembly = log_sum_exp_assembly
     zen3, zen4 = CpuTarget("znver3", AVX2), CpuTarget("znver4", ZEN4)
     assert zen3.sums_online_exponentials_apart and not zen4.sums_online_exponentials_apart

@@ -144,9 +144,28 @@ def _row_total(em: EmitContext, online: OnlineMax, idx: list[Any], out_index: li
     # (``CpuTarget.online_prefetch_blocks_ahead`` blocks ahead)
     ahead = () if online.source is None else (_next_block(em, online.source, idx),)
 
-    def block(lo: Any, hi: Any) -> None:
+    blocks = -(-n // BLOCK)
+    # the next block's max taken a block early (``CpuTarget.online_block_max_ahead``): held here until its block
+    max_ahead = em.target.online_block_max_ahead if blocks > 1 else 0
+    held = em.alloca(F32) if max_ahead else None
+    if max_ahead:
+        em.b.store(_block_max(em, x_value, idx, 0, min(BLOCK, n), careful), held)
+
+    def next_max(k: Any, lo: Any) -> None:
+        """The max of block k + 1 (from ``lo + BLOCK``) into ``held``, if the row has one."""
+        with em.b.if_then(em.lt(em.add(k, 1), blocks)):
+            with em.fresh_values():
+                start = em.add(lo, BLOCK)
+                em.b.store(_block_max(em, x_value, idx, start, em.min(em.add(start, BLOCK), n), careful), held)
+
+    def block(k: Any, lo: Any, hi: Any) -> None:
         with em.fresh_values():
-            block_max = _block_max(em, x_value, idx, lo, hi, careful)
+            if max_ahead:
+                block_max = em.b.load(held)
+                if max_ahead == 1:
+                    next_max(k, lo)
+            else:
+                block_max = _block_max(em, x_value, idx, lo, hi, careful)
             b = em.b
             old = b.load(running)
             either_nan = b.fcmp_unordered("uno", old, block_max)
@@ -171,10 +190,18 @@ def _row_total(em: EmitContext, online: OnlineMax, idx: list[Any], out_index: li
                 whole_chunk = _cached_then_summed(em, summand, idx, partial, chunk_elements(ahead, chunk_lines)) \
                     if SUM_CHUNK_APART and em.target.sums_online_exponentials_apart else None
                 # (a sum in the exp loop would be reduced per piece: other bits; spread where it is apart)
-                chunk_loop(em, lo, hi, add, ahead, chunk_lines, whole_chunk,
-                           em.target.online_exp_prefetch_piece_lines if whole_chunk else 0)
+                spread = em.target.online_exp_prefetch_piece_lines if whole_chunk else 0
+                if max_ahead == 2:  # between the block's first chunk and the rest (the same chunks, in order)
+                    middle = em.min(em.add(lo, chunk_elements(ahead, chunk_lines)), hi)
+                    chunk_loop(em, lo, middle, add, ahead, chunk_lines, whole_chunk, spread)
+                    next_max(k, lo)
+                    chunk_loop(em, middle, hi, add, ahead, chunk_lines, whole_chunk, spread)
+                else:
+                    chunk_loop(em, lo, hi, add, ahead, chunk_lines, whole_chunk, spread)
             else:
                 spread_loop(em, lo, hi, add, ahead)
+                if max_ahead == 2:
+                    next_max(k, lo)
             b = em.b
             # while every element so far is -inf, exp(x - max) is NaN; the two-pass sum counts them as 0 against
             # a finite max and is NaN when the max stays -inf (fixed below)
@@ -184,7 +211,7 @@ def _row_total(em: EmitContext, online: OnlineMax, idx: list[Any], out_index: li
             if careful is not None:
                 b.store(b.or_(b.load(uncounted), all_minus_inf), uncounted)
 
-    em.loop(0, -(-n // BLOCK), lambda k: block(em.mul(k, BLOCK), em.min(em.add(em.mul(k, BLOCK), BLOCK), n)))
+    em.loop(0, blocks, lambda k: block(k, em.mul(k, BLOCK), em.min(em.add(em.mul(k, BLOCK), BLOCK), n)))
     b = em.b
     final = b.load(running)
     em.store(stage.target, out_index, final)
