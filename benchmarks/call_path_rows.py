@@ -192,8 +192,9 @@ def row_gap(made: list, rows: list[str], threads: int, repeats: int = 101) -> No
     fresh unplaced ``torch.empty_strided`` output, the one-frame call (the output placed), TorchDynamo's
     ``disable`` wrapper around our callable (the global its bytecode calls), and the row's function compiled again
     with a code object of its own (roofline.py compiles Inductor and neuroncc from one function: two cache entries
-    on its code), so each layer is timed on the caches and allocator state the row's neighbours leave. Per round
-    each call minus the kernel alone (the median, and the 25th-75th percentiles), and the outputs' addresses."""
+    on its code) and again with ``dynamic=False`` (as roofline.py called both before session 28), so each layer is
+    timed on the caches and allocator state the row's neighbours leave. Per round each call minus the kernel alone
+    (the median, and the 25th-75th percentiles), and the outputs' addresses."""
     import os
     import statistics
     from types import SimpleNamespace
@@ -213,7 +214,7 @@ def row_gap(made: list, rows: list[str], threads: int, repeats: int = 101) -> No
     for case in (c for c in cases() if c.key in rows):
         inputs = case.make(np.random.default_rng(0))
         first = len(made)
-        impls = implementations(case, inputs, threads, graphs=False)
+        impls = implementations(case, inputs, threads, graphs=False, dynamic=None)  # (as roofline.py)
         check(case, impls, inputs)
         calls = {name: call for name, (call, _) in impls.items()}
         for _ in range(2):
@@ -246,10 +247,12 @@ def row_gap(made: list, rows: list[str], threads: int, repeats: int = 101) -> No
             direct.run(addresses, [out.data_ptr()])
             return out
 
-        own = torch.compile(_fresh_function(function), backend="neuron", dynamic=False, options={"threads": threads})
+        own = torch.compile(_fresh_function(function), backend="neuron", options={"threads": threads})
+        static = torch.compile(_fresh_function(function), backend="neuron", dynamic=False, options={"threads": threads})
         for _ in range(3):
             own(*inputs)
-        settle_neuroncc({"own": lambda: own(*inputs)})
+            static(*inputs)
+        settle_neuroncc({"own": lambda: own(*inputs), "static": lambda: static(*inputs)})
         lean = next(value for name, value in function.__globals__.items() if name.startswith("__compiled_fn")
                     and hasattr(getattr(value, "__wrapped__", None), "slow"))
         entries = torch._dynamo.eval_frame._debug_get_cache_entry_list(function.__code__)
@@ -261,6 +264,7 @@ def row_gap(made: list, rows: list[str], threads: int, repeats: int = 101) -> No
             "Dynamo's disable(lean), its global": lambda: lean(*inputs),
             "torch.compile call (the row)": compiled,
             "torch.compile call, a code object of its own": lambda: own(*inputs),
+            "the same, dynamic=False (roofline.py before)": lambda: static(*inputs),
             "eager": calls["eager"],
             "inductor": calls["inductor"],
             "memory roof (streaming stores, fresh)": stream.runner("streaming", threads, fresh),

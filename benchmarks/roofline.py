@@ -37,7 +37,9 @@ stores, torch's ``copy_`` (1.1-1.8x its time; 0.99x once, bf16 softmax's 8 MB at
 copies, the stream into each kind of buffer and the kernel alone into each.
 
 neuroncc's call: every row is the row's Python function through ``torch.compile(backend="neuron")``, the way a
-user calls it and the way Inductor's row runs (session 19: rows (a)-(c') ran a hand-built graph through the
+user calls it and the way Inductor's row runs (since session 28 with torch.compile's default ``dynamic``, as a user
+calls it: ``dynamic=False`` cost both backends' calls 20-45 us of TorchDynamo's config patch each;
+``bench_call_path.py --row-gap``) (session 19: rows (a)-(c') ran a hand-built graph through the
 executable's numpy path and the others torch.compile, so the rows' fractions held different call costs;
 ``--numpy-path`` restores that for comparison). The "kernel alone" column is the same compiled graph's kernels
 on the row's inputs into an output held between calls (the direct call's address call: no TorchDynamo, no
@@ -267,7 +269,7 @@ def row_calls(machine: Machine, case: Case, inputs: list[torch.Tensor], threads:
     stream kernels' calls, and how neuroncc is called. Settled first: the optimized builds taken, so that the
     kernel alone runs the code the row's call runs."""
     first = len(MADE)
-    impls = implementations(case, inputs, threads, graphs=numpy_path)
+    impls = implementations(case, inputs, threads, graphs=numpy_path, dynamic=None)
     check(case, impls, inputs)
     calls = {name: call for name, (call, _) in impls.items()}
     for _ in range(2):
