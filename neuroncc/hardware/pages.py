@@ -28,7 +28,7 @@ def _libc() -> object | None:
     if not sys.platform.startswith("linux"):
         return None
     try:
-        libc = ctypes.CDLL(None, use_errno=True)
+        libc = ctypes.PyDLL(None, use_errno=True)  # the GIL held through the two short system calls (_RESIDENT)
         libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
         libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
     except (OSError, AttributeError):
@@ -37,7 +37,7 @@ def _libc() -> object | None:
 
 
 _LIBC = _libc()
-_RESIDENT = ctypes.create_string_buffer(1)  # mincore's answer for one page (calls hold the GIL: one buffer)
+_RESIDENT = ctypes.create_string_buffer(1)  # mincore's answer for one page (PyDLL calls keep the GIL: one buffer)
 
 
 def advise_fresh_huge_pages(address: int, nbytes: int) -> bool:
