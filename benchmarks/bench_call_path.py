@@ -27,6 +27,8 @@ runs before the graph (the accelerator's current stream, the runtime-overhead ra
 19's one-frame lean call against the call before it, interleaved in one process.
 ``--gap b,c,b16,c16 [--threads N] [--repeats R]`` and ``--entry-ab ...``: on roofline.py's own rows, every layer
 of the call with the row's kernel in it, and session 24's one-frame lean entry A/B (call_path_rows.py).
+``--row-gap a,b,c,rms [--threads N] [--repeats R]``: the layers interleaved with roofline.py's own calls of the row
+(eager, Inductor, the memory roof's stream), as its table measures the gap (session 28).
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ ensure_environment(threads=1)
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from call_path_rows import _fresh_function, dynamo_parts, entry_ab, gap, print_minus_kernel  # noqa: E402
+from call_path_rows import _fresh_function, dynamo_parts, entry_ab, gap, print_minus_kernel, row_gap  # noqa: E402
 
 
 made = record_compiled_graphs()
@@ -414,6 +416,9 @@ if __name__ == "__main__":
     elif "--entry-ab" in sys.argv:
         entry_ab(made, sys.argv[sys.argv.index("--entry-ab") + 1].split(","), threads,
                  int(sys.argv[sys.argv.index("--repeats") + 1]) if "--repeats" in sys.argv else 201)
+    elif "--row-gap" in sys.argv:
+        row_gap(made, sys.argv[sys.argv.index("--row-gap") + 1].split(","), threads,
+                int(sys.argv[sys.argv.index("--repeats") + 1]) if "--repeats" in sys.argv else 101)
     elif "--gap" in sys.argv:
         gap(made, sys.argv[sys.argv.index("--gap") + 1].split(","), threads,
             int(sys.argv[sys.argv.index("--repeats") + 1]) if "--repeats" in sys.argv else 61)

@@ -183,3 +183,101 @@ def entry_ab(made: list, rows: list[str], threads: int, repeats: int = 201) -> N
         diffs = [x - y for x, y in zip(b, a)]
         print(f"  before - after per round: median {statistics.median(diffs) * 1e6:.1f} us, faster in "
               f"{sum(d > 0 for d in diffs)}/{len(diffs)} rounds, before/after {statistics.median(x / y for x, y in zip(b, a)):.4f}")
+
+
+def row_gap(made: list, rows: list[str], threads: int, repeats: int = 101) -> None:
+    """Issue #19's gap as roofline.py measures it (``--row-gap``, session 28): the row's calls there (eager, Inductor,
+    the neuroncc ``torch.compile`` call, the memory roof's stream into a fresh tensor) interleaved in one process
+    with its kernel alone (held output), the kernel into a second held output (another buffer's pages), into a
+    fresh unplaced ``torch.empty_strided`` output, the one-frame call (the output placed), TorchDynamo's
+    ``disable`` wrapper around our callable (the global its bytecode calls), and the row's function compiled again
+    with a code object of its own (roofline.py compiles Inductor and neuroncc from one function: two cache entries
+    on its code) and again with ``dynamic=False`` (as roofline.py called both before session 28), so each layer is
+    timed on the caches and allocator state the row's neighbours leave. Per round each call minus the kernel alone
+    (the median, and the 25th-75th percentiles), and the outputs' addresses."""
+    import os
+    import statistics
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    import microkernels as mk
+    from common import interleaved_samples, settle_neuroncc
+    from kernel_cases import cases, check, implementations
+
+    torch.set_num_threads(threads)
+    clock = time.thread_time if threads == 1 else time.perf_counter
+    print(f"{threads} thread(s), {'CPU time' if threads == 1 else 'wall time'}, {repeats} rounds, load "
+          f"{', '.join(f'{x:.2f}' for x in os.getloadavg())}, {time.strftime('%H:%M UTC', time.gmtime())}")
+    machine = SimpleNamespace(stream_kernels=(mk.compile_kernel(mk.stream_module(False), "stream"),
+                                              mk.compile_kernel(mk.stream_module(True), "stream")))
+    for case in (c for c in cases() if c.key in rows):
+        inputs = case.make(np.random.default_rng(0))
+        first = len(made)
+        impls = implementations(case, inputs, threads, graphs=False, dynamic=None)  # (as roofline.py)
+        check(case, impls, inputs)
+        calls = {name: call for name, (call, _) in impls.items()}
+        for _ in range(2):
+            for call in calls.values():
+                call()
+        settle_neuroncc(calls)
+        graph = made[first:][-1]
+        direct = graph.direct
+        addresses = [t.data_ptr() for t in inputs]
+        held = direct.launch(addresses)
+        pointers = [t.data_ptr() for t in held]
+        held2 = direct.launch(addresses)
+        pointers2 = [t.data_ptr() for t in held2]
+        shape, strides, dtype = direct.results[0]
+        full = list(inputs)
+        compiled = calls["neuroncc"]
+        seen = {"held": pointers[0], "held 2": pointers2[0]}
+        for name in ("eager", "inductor", "neuroncc", "eager", "neuroncc", "neuroncc"):
+            seen[f"{name} output"] = calls[name]().data_ptr()
+        function = case.eager
+        stream = mk.Stream(*machine.stream_kernels, case.work.reads, case.work.writes,
+                           (addresses[0], inputs[0].numel() * inputs[0].element_size()))
+
+        def fresh():
+            out = torch.empty(stream.write_bytes, dtype=torch.uint8)
+            return out.data_ptr(), out
+
+        def fresh_output():
+            out = torch.empty_strided(shape, strides, dtype=dtype)
+            direct.run(addresses, [out.data_ptr()])
+            return out
+
+        own = torch.compile(_fresh_function(function), backend="neuron", options={"threads": threads})
+        static = torch.compile(_fresh_function(function), backend="neuron", dynamic=False, options={"threads": threads})
+        for _ in range(3):
+            own(*inputs)
+            static(*inputs)
+        settle_neuroncc({"own": lambda: own(*inputs), "static": lambda: static(*inputs)})
+        lean = next(value for name, value in function.__globals__.items() if name.startswith("__compiled_fn")
+                    and hasattr(getattr(value, "__wrapped__", None), "slow"))
+        entries = torch._dynamo.eval_frame._debug_get_cache_entry_list(function.__code__)
+        impls = {
+            "kernel alone (output held)": lambda: direct.run(addresses, pointers),
+            "kernel into another held output": lambda: direct.run(addresses, pointers2),
+            "kernel + torch.empty_strided output": fresh_output,
+            "one-frame call (outputs_call)": lambda: direct.outputs_call(full),
+            "Dynamo's disable(lean), its global": lambda: lean(*inputs),
+            "torch.compile call (the row)": compiled,
+            "torch.compile call, a code object of its own": lambda: own(*inputs),
+            "the same, dynamic=False (roofline.py before)": lambda: static(*inputs),
+            "eager": calls["eager"],
+            "inductor": calls["inductor"],
+            "memory roof (streaming stores, fresh)": stream.runner("streaming", threads, fresh),
+        }
+        samples = interleaved_samples(impls, repeats=repeats, warmup=3, clock=clock)
+        kernel = samples["kernel alone (output held)"]
+        print(f"{case.title}: one-frame call {'on' if direct.outputs_call else 'off'}; {len(entries)} cache "
+              f"entries on its code; inputs mod 4096 "
+              f"{[a % 4096 for a in addresses]}")
+        print("  addresses (mod 4096): " + ", ".join(f"{name} {address:#x} ({address % 4096})"
+                                                   for name, address in seen.items()))
+        for name, times in samples.items():
+            extra = sorted(t - k for t, k in zip(times, kernel))
+            q = lambda f: extra[int(f * (len(extra) - 1))]  # noqa: E731
+            print(f"  {name:42s} {statistics.median(times) * 1e3:7.3f} ms, minus the kernel per round "
+                  f"{statistics.median(extra) * 1e6:7.1f} us (25-75%: {q(.25) * 1e6:6.1f} .. {q(.75) * 1e6:6.1f})")

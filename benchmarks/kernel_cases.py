@@ -235,17 +235,22 @@ def cases() -> list[Case]:
 
 
 def implementations(case: Case, inputs: list[torch.Tensor], threads: int,
-                    graphs: bool = True) -> dict[str, tuple]:
+                    graphs: bool = True, dynamic: bool | None = False) -> dict[str, tuple]:
     """name -> (call, result) for eager, Inductor and neuroncc, built for ``threads`` threads. ``graphs``: a row
     with a hand-built graph runs it through ``build_cpu_executable``'s numpy path (bench_kernels.py); False: every
-    row's neuroncc is ``eager`` through torch.compile, as Inductor's is (roofline.py)."""
+    row's neuroncc is ``eager`` through torch.compile, as Inductor's is (roofline.py). ``dynamic``: torch.compile's
+    argument for both backends; roofline.py passes None, torch.compile's default, as a user calls it (``False``
+    costs every call TorchDynamo's config patch, entered and left: 20-45 us a call on a roofline row's caches,
+    session 28 rowgap28, ``bench_call_path.py --row-gap``); rows with a ``setup`` (the optimizer step) keep False."""
     torch._dynamo.reset()
+    if case.setup is not None:
+        dynamic = False
     # threads as an option: without it a graph runs with torch's thread count at its first compile, and the
     # 1-thread rows reused the 2-thread rows' executables from the graph cache (their CPU time was the calling
     # thread's share of a 2-thread run: RMSNorm at "110%" of its roofline)
-    neuron = lambda f: torch.compile(f, backend="neuron", dynamic=False,  # noqa: E731
+    neuron = lambda f: torch.compile(f, backend="neuron", dynamic=dynamic,  # noqa: E731
                                      options={"threads": threads})
-    inductor = lambda f: torch.compile(f, dynamic=False)  # noqa: E731
+    inductor = lambda f: torch.compile(f, dynamic=dynamic)  # noqa: E731
     if case.setup is not None:
         return {"eager": case.setup(None, inputs), "inductor": case.setup(inductor, inputs),
                 "neuroncc": case.setup(neuron, inputs)}

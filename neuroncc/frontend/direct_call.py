@@ -36,6 +36,7 @@ from neuroncc.frontend.convert import _NUMPY_DTYPES
 from neuroncc.frontend.imported import ComputedOutput, ImportedGraph
 from neuroncc.hardware.host import ALIAS_PERIOD_BYTES, ALIAS_WINDOW_BYTES, CACHE_LINE_BYTES, PLACED_OUTPUT_MIN_BYTES, \
     placement_shift
+from neuroncc.hardware import pages
 from neuroncc.ir.dtypes import DType
 
 
@@ -147,6 +148,8 @@ class DirectCall:
             for index, shape, strides, dtype, nbytes in self._placed:
                 made[index] = tensor = _placed(nbytes, shape, strides, dtype, near)
                 pointers[index] = tensor.data_ptr()
+                if nbytes >= pages.HUGE_OUTPUT_MIN_BYTES:  # fresh memory faulted in huge pages (hardware/pages.py)
+                    pages.advise_fresh_huge_pages(pointers[index], nbytes)
         if self.moved:
             # the block of the last call, taken (one atomic swap: a call on another thread meanwhile makes its
             # own); torch's CPU allocations start on a cache line, as the launch plan assumes of output buffers
@@ -176,6 +179,8 @@ class DirectCall:
         shape, strides, dtype = self.results[0]
         nbytes = _extent_bytes(shape, strides, dtype)
         placed = nbytes >= PLACED_OUTPUT_MIN_BYTES  # as :meth:`launch` splits _made / _placed
+        huge, advise = nbytes >= pages.HUGE_OUTPUT_MIN_BYTES, pages.advise_fresh_huge_pages
+        touched = [0]  # the last output address found touched already: a heap block reused is not asked again
         period, window = ALIAS_PERIOD_BYTES, ALIAS_WINDOW_BYTES
         tensors_of, one_input, run, qualify, owner = self._tensors, len(self.inputs) == 1, self.run, \
             self._qualify, self
@@ -198,6 +203,8 @@ class DirectCall:
                         out = _placed(nbytes, shape, strides, dtype, addresses.copy())
                         base = out.data_ptr()
                         break
+            if huge and base != touched[0]:  # fresh memory (glibc maps 32 MiB and more anew each call): huge pages
+                touched[0] = 0 if advise(base, nbytes) else base
             run(addresses, [base])
             return [out]
 
