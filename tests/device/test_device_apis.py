@@ -6,6 +6,8 @@ from __future__ import annotations
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
+from device.conftest import run_python
+
 
 def test_pin_memory_makes_a_pinned_copy_with_the_same_values_and_strides():
     source = torch.randn(4, 6).t()
@@ -31,3 +33,47 @@ def test_dataloader_with_workers_and_pinned_memory_feeds_the_device():
     torch.accelerator.synchronize()
     torch.testing.assert_close(torch.cat([s for s, _ in seen]), features.sum(dim=(1, 2, 3)))
     assert torch.equal(torch.cat([y for _, y in seen]), labels)
+
+
+def test_memory_counters_move_by_what_a_tensor_takes_and_drop_when_it_goes():
+    memory = torch.accelerator.memory
+    memory.empty_cache()
+    memory.reset_peak_memory_stats()
+    before = memory.memory_allocated()
+    assert memory.max_memory_allocated() == before == torch.neuron.memory_allocated("neuron:0")
+    tensor = torch.empty(1 << 20, device="neuron")  # 4 MiB: a multiple of the allocator's rounding
+    assert memory.memory_allocated() - before == 4 << 20
+    assert memory.max_memory_allocated() == before + (4 << 20)
+    assert memory.memory_reserved() >= before + (4 << 20)
+    del tensor
+    assert memory.memory_allocated() == before
+    assert memory.max_memory_allocated() == before + (4 << 20)  # the peak stays until it is reset
+    memory.reset_peak_memory_stats()
+    assert memory.max_memory_allocated() == before
+    memory.empty_cache()
+    assert memory.memory_reserved() == memory.memory_stats()["reserved_bytes.all.current"] >= before
+
+
+def test_accelerator_empty_host_cache_after_device_ops_does_not_crash():
+    # was a segmentation fault (in torch's C++) once the device had run an op: a fresh process
+    result = run_python("import torch; torch.ones(2, device='neuron'); torch.accelerator.memory.empty_host_cache(); "
+                        "print('done')")
+    assert result.returncode == 0 and result.stdout.split() == ["done"], (result.returncode, result.stderr[-2000:])
+
+
+def test_accelerator_capability_answers_for_the_device():
+    dtypes = torch.accelerator.get_device_capability()["supported_dtypes"]  # raised RuntimeError
+    assert {torch.float32, torch.bfloat16, torch.int64, torch.bool} <= dtypes and torch.float64 not in dtypes
+    for dtype in dtypes:
+        assert torch.zeros(2, dtype=dtype, device="neuron").dtype == dtype
+
+
+def test_torch_neuron_has_the_cuda_helpers_scripts_call():
+    tensor = torch.empty(1 << 18, device="neuron")  # 1 MiB
+    properties = torch.neuron.get_device_properties(0)
+    assert properties.total_memory == torch.neuron.mem_get_info()[1] and properties.name
+    summary = torch.neuron.memory_summary()
+    assert "Allocated memory" in summary and "1.00 MiB" in summary
+    torch.neuron.reset_max_memory_allocated()
+    assert torch.neuron.max_memory_allocated() == torch.neuron.memory_allocated()
+    del tensor
