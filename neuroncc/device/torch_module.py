@@ -22,6 +22,11 @@ from neuroncc.device.streams import Event, Stream, current_stream, default_strea
 
 _state = threading.local()  # the current device is per thread, as CUDA's is
 
+#: torch.utils.checkpoint saves and restores a device module's RNG state only when this is true (as
+#: ``torch.cuda._initialized`` after CUDA's lazy init): without it, dropout recomputed under checkpointing
+#: drew a different mask than the forward's, and gradients were wrong
+_initialized = True
+
 
 def is_available() -> bool:
     return True

@@ -3,7 +3,11 @@ the DataLoader, torch.accelerator's memory counters, torch.neuron's CUDA-named h
 
 from __future__ import annotations
 
+import copy
+
+import pytest
 import torch
+from torch.utils.checkpoint import checkpoint
 from torch.utils.data import DataLoader, TensorDataset
 
 from device.conftest import run_python
@@ -77,3 +81,24 @@ def test_torch_neuron_has_the_cuda_helpers_scripts_call():
     torch.neuron.reset_max_memory_allocated()
     assert torch.neuron.max_memory_allocated() == torch.neuron.memory_allocated()
     del tensor
+
+
+@pytest.mark.parametrize("use_reentrant", [False, True])
+def test_checkpoint_recomputes_dropout_with_the_forwards_mask(use_reentrant):
+    """Gradients through a checkpointed block with dropout equal those without checkpointing, as on CPU."""
+    inputs = torch.randn(6, 4)
+    layer = torch.nn.Linear(4, 8)
+
+    def grads(device, checkpointed):
+        model = copy.deepcopy(layer).to(device)
+        x = inputs.clone().to(device).requires_grad_(True)
+        block = lambda t: torch.nn.functional.dropout(torch.tanh(model(t)), 0.5)  # noqa: E731
+        torch.manual_seed(7)
+        out = checkpoint(block, x, use_reentrant=use_reentrant) if checkpointed else block(x)
+        out.sum().backward()
+        return out.detach().cpu(), x.grad.cpu(), model.weight.grad.cpu()
+
+    for device in ("cpu", "neuron"):
+        plain, checkpointed = grads(device, False), grads(device, True)
+        for a, b in zip(plain, checkpointed):
+            torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6)
