@@ -13,6 +13,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from device.conftest import run_python
 
 
+@pytest.mark.filterwarnings("ignore:.*device.*pin_memory.*:DeprecationWarning", "ignore:.*pin_memory.*device.*")
 def test_pin_memory_makes_a_pinned_copy_with_the_same_values_and_strides():
     source = torch.randn(4, 6).t()
     pinned = source.pin_memory()
