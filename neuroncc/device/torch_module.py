@@ -22,6 +22,11 @@ from neuroncc.device.streams import Event, Stream, current_stream, default_strea
 
 _state = threading.local()  # the current device is per thread, as CUDA's is
 
+#: torch.utils.checkpoint saves and restores a device module's RNG state only when this is true (as
+#: ``torch.cuda._initialized`` after CUDA's lazy init): without it, dropout recomputed under checkpointing
+#: drew a different mask than the forward's, and gradients were wrong
+_initialized = True
+
 
 def is_available() -> bool:
     return True
@@ -179,6 +184,68 @@ def empty_cache() -> None:
     """Give the host every cached, unused block of every device."""
     for pool in ALLOCATOR.pools():
         pool.empty_cache()
+
+
+def empty_host_cache() -> None:
+    """Nothing to free: pinned memory is ordinary host memory, freed with its tensors (``pinned.py``)."""
+
+
+def reset_max_memory_allocated(device: Any = None) -> None:
+    """``torch.cuda``'s older name: resets every peak counter, as CUDA's does."""
+    reset_peak_memory_stats(device)
+
+
+def memory_summary(device: Any = None, abbreviated: bool = False) -> str:
+    """A table of the allocator's counters, like ``torch.cuda.memory_summary`` (one line per counter)."""
+    index = _index(device, default_current=True)
+    stats = memory_stats(index)
+    rows = [f"{_name()}:{index} memory summary (neuroncc caching allocator; bytes are block sizes)"]
+    for kind, label in (("allocated_bytes", "Allocated memory"), ("reserved_bytes", "Reserved memory")):
+        rows.append(f"  {label:<18} current {_mib(stats[f'{kind}.all.current']):>12}  "
+                    f"peak {_mib(stats[f'{kind}.all.peak']):>12}  total {_mib(stats[f'{kind}.all.allocated']):>12}  "
+                    f"freed {_mib(stats[f'{kind}.all.freed']):>12}")
+    rows.append(f"  {'Active blocks':<18} current {stats['active.all.current']:>12}  "
+                f"peak {stats['active.all.peak']:>12}  total {stats['active.all.allocated']:>12}")
+    rows.append(f"  {'Segments':<18} current {stats['segment.all.current']:>12}  peak {stats['segment.all.peak']:>12}")
+    rows.append(f"  cache hits {stats['num_cache_hits']}, OOMs {stats['num_ooms']}")
+    return "\n".join(rows) + "\n"
+
+
+def _mib(nbytes: int) -> str:
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if nbytes >= size:
+            return f"{nbytes / size:.2f} {unit}"
+    return f"{nbytes} B"
+
+
+class DeviceProperties:
+    """``torch.neuron.get_device_properties(i)``, with the fields scripts read from CUDA's."""
+
+    def __init__(self, index: int):
+        self.name = get_device_name(index)
+        self.major, self.minor = get_device_capability(index)
+        self.total_memory = mem_get_info(index)[1]
+        self.multi_processor_count = os.cpu_count() or 1
+        self.is_integrated = True  # the device's memory is the host's
+
+    def __repr__(self) -> str:
+        return (f"_NeuronDeviceProperties(name='{self.name}', major={self.major}, minor={self.minor}, "
+                f"total_memory={self.total_memory // 2**20}MB, multi_processor_count={self.multi_processor_count})")
+
+
+def get_device_properties(device: Any = None) -> DeviceProperties:
+    return DeviceProperties(_index(device, default_current=True))
+
+
+#: dtypes a tensor keeps on the device (float64 and complex128 are stored in single precision)
+SUPPORTED_DTYPES = frozenset({torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
+                              torch.float16, torch.bfloat16, torch.float32, torch.complex64})
+
+
+def accelerator_capability(device: Any = None) -> dict[str, Any]:
+    """``torch.accelerator.get_device_capability`` for the device: the dtypes its tensors keep."""
+    _index(device, default_current=True)
+    return {"supported_dtypes": set(SUPPORTED_DTYPES)}
 
 
 def mem_get_info(device: Any = None) -> tuple[int, int]:
