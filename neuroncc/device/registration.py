@@ -6,7 +6,7 @@
          registers a direct kernel for it so later calls skip the fallback
       -> AutocastPrivateUse1: a fallthrough, and casting kernels for CPU autocast's ops (autocast.py)
       -> torch.accelerator routing, tensor printing through a CPU copy, neuron UntypedStorages from the
-         device's allocator
+         device's allocator, CPU tensors' ``pin_memory()`` (pinned.py)
 
 Cheap: the eager dispatcher behind the fallback (dispatch.py and what it imports) is imported on the first op
 that reaches the fallback, the compiler on the first op it compiles. Called by the ``torch.backends`` entry
@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from neuroncc.device import autocast, autograd_decomposed, config, structural, torch_module
+from neuroncc.device import autocast, autograd_decomposed, config, pinned, structural, torch_module
 from neuroncc.device.accelerator import route_accelerator
 from neuroncc.device.printing import print_through_cpu
 from neuroncc.device.untraced import untraced
@@ -73,6 +73,7 @@ def register() -> None:
                          with_keyset=True)
         structural.register(kernels)
         autograd_decomposed.register(kernels)
+        pinned.register(kernels)
         kernels.impl("_thnn_fused_lstm_cell", _lstm_cell_with_biases, "PrivateUse1", with_keyset=True)
         fallback = torch.library.Library("_", "IMPL")
         fallback.fallback(untraced(_device_fallback), "PrivateUse1", with_keyset=True)

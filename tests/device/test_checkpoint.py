@@ -145,3 +145,31 @@ def test_meta_initialization_then_the_device():
     assigned.load_state_dict({name: t.to("neuron") for name, t in expected.items()}, assign=True)
     x = torch.randn(3, 8)
     torch.testing.assert_close(assigned(x.to("neuron")).cpu(), make_model("cpu")(x), rtol=1e-5, atol=1e-5)
+
+
+def test_pin_memory_where_the_device_is_the_accelerator():
+    """``pin_memory()`` pins for the current accelerator, the device, whose memory is host memory: a copy (it raised
+    PyTorch's missing getPinnedMemoryAllocator error). What pins: torch.distributed checkpoint's staging of a state
+    dict in pinned CPU memory, and ``DataLoader(pin_memory=True)`` (which pins whenever an accelerator exists)."""
+    from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
+
+    x = torch.randn(3, 4).t().requires_grad_()
+    pinned = x.pin_memory()
+    assert pinned.device.type == "cpu" and pinned.stride() == x.stride() and torch.equal(pinned, x)
+    pinned.sum().backward()
+    assert torch.equal(x.grad, torch.ones(4, 3))
+
+    state = {"model": make_model("neuron").state_dict(), "step": torch.tensor(3, device="neuron")}
+    stager = DefaultStager(StagingOptions(use_pinned_memory=True, use_shared_memory=False, use_async_staging=False,
+                                          use_non_blocking_copy=False))
+    staged = stager.stage(state)
+    stager.close()
+    assert staged["step"].device.type == "cpu" and staged["step"].item() == 3
+    for name, expected in make_model("cpu").state_dict().items():
+        assert staged["model"][name].device.type == "cpu" and torch.equal(staged["model"][name], expected), name
+
+    dataset = torch.utils.data.TensorDataset(torch.arange(12.0).reshape(6, 2), torch.arange(6))
+    loaded = [[t.to("neuron", non_blocking=True).cpu() for t in batch]
+              for batch in torch.utils.data.DataLoader(dataset, batch_size=4, pin_memory=True)]
+    expected = list(torch.utils.data.DataLoader(dataset, batch_size=4))
+    assert len(loaded) == 2 and all(torch.equal(a, b) for got, want in zip(loaded, expected) for a, b in zip(got, want))
