@@ -22,6 +22,12 @@ from neuroncc.device.streams import Event, Stream, current_stream, default_strea
 
 _state = threading.local()  # the current device is per thread, as CUDA's is
 
+#: The device needs no lazy initialization: it is ready once registered. PyTorch reads this attribute, not
+#: is_initialized(): torch.utils.checkpoint stashes and restores a device's RNG state for the recomputation only
+#: when its module's ``_initialized`` is true (without it, activation checkpointing recomputed dropout with a
+#: different mask: wrong gradients).
+_initialized = True
+
 
 def is_available() -> bool:
     return True

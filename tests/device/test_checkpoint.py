@@ -173,3 +173,24 @@ def test_pin_memory_where_the_device_is_the_accelerator():
               for batch in torch.utils.data.DataLoader(dataset, batch_size=4, pin_memory=True)]
     expected = list(torch.utils.data.DataLoader(dataset, batch_size=4))
     assert len(loaded) == 2 and all(torch.equal(a, b) for got, want in zip(loaded, expected) for a, b in zip(got, want))
+
+
+@pytest.mark.parametrize("use_reentrant", [False, True])
+def test_activation_checkpointing_recomputes_dropout_with_the_forwards_mask(use_reentrant):
+    """torch.utils.checkpoint restores the device's RNG state for the recomputation (it asks the device module's
+    ``_initialized``): the gradients equal the plain run's bitwise, as on CPU; a different mask before the fix."""
+    from torch.utils.checkpoint import checkpoint
+
+    def gradients(device: str, checkpointed: bool) -> list[torch.Tensor]:
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.Dropout(0.5), torch.nn.GELU(),
+                                    torch.nn.Linear(32, 4)).to(device)
+        x = torch.randn(5, 8, device=device, requires_grad=True)
+        torch.manual_seed(7)
+        y = checkpoint(model, x, use_reentrant=use_reentrant) if checkpointed else model(x)
+        y.square().sum().backward()
+        return [t.cpu() for t in (y.detach(), x.grad, model[0].weight.grad)]
+
+    for device in ("cpu", "neuron"):
+        for got, expected in zip(gradients(device, True), gradients(device, False)):
+            torch.testing.assert_close(got, expected, rtol=0, atol=0, msg=lambda m: f"{device}: {m}")
