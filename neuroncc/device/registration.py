@@ -6,7 +6,7 @@
          registers a direct kernel for it so later calls skip the fallback
       -> AutocastPrivateUse1: a fallthrough, and casting kernels for CPU autocast's ops (autocast.py)
       -> torch.accelerator routing, tensor printing through a CPU copy, neuron UntypedStorages from the
-         device's allocator
+         device's allocator, CPU tensors' ``pin_memory()`` (pinned.py)
 
 Cheap: the eager dispatcher behind the fallback (dispatch.py and what it imports) is imported on the first op
 that reaches the fallback, the compiler on the first op it compiles. Called by the ``torch.backends`` entry

@@ -88,6 +88,15 @@ class ProcessGroupNeuron(dist.ProcessGroup):
         return self._size
 
     @property
+    def _device_types(self) -> list[torch.device]:
+        """The devices whose tensors the group takes: CPU's and the device's. torch fills this list (its C++
+        property) only for groups it assembles from backends; a Python group it keeps whole has none, and
+        torch.distributed's Python code reads it: ``dcp.async_save`` refuses a group without ``cpu``,
+        ``set_model_state_dict(..., broadcast_from_rank0=True)`` indexes it (an IndexError on an empty list),
+        object collectives pick ``cpu`` from it as they did from the empty list."""
+        return [torch.device("cpu"), torch.device(DEVICE_NAME)]
+
+    @property
     def name_for_errors(self) -> str:
         return f"neuron process group (rank {self._rank} of {self._size})"
 

@@ -33,6 +33,9 @@ SCENARIOS = {
     "checkpoint_save": "scenarios_training:checkpoint_save",
     "checkpoint_load": "scenarios_training:checkpoint_load",
     "all_apis": "scenarios_training:all_apis",
+    "checkpoint_resume": "scenarios_checkpoint:run",
+    "checkpoint_save_for_one": "scenarios_checkpoint:save_for_one",
+    "checkpoint_load_in_one": "scenarios_checkpoint:load_in_one",
 }
 
 
