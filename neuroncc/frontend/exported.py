@@ -116,6 +116,9 @@ class InferenceGraph:
     inputs: tuple[ProgramInput, ...]  # in graph placeholder order
     output_names: tuple[str, ...]  # the user outputs, in order
     buffer_mutations: tuple[tuple[int, str], ...]  # (graph output index, buffer fqn) written back per call
+    #: (graph output index, position among the user inputs) of each input the program updates in place: the new
+    #: value is copied into the caller's tensor after each call, as eager PyTorch leaves it
+    input_mutations: tuple[tuple[int, int], ...] = ()
 
     @property
     def user_inputs(self) -> tuple[ProgramInput, ...]:
@@ -196,21 +199,21 @@ def import_inference(program: ExportedProgram, name: str, target: str = DEFAULT_
     _drop_fixed_placeholders(decomposed)
     # the cpu target's kernels read bf16 tensors' bits; the other targets take float32 copies (as in aten_compiler)
     imported = import_graph(decomposed.graph_module, name, bf16_bits=target == "cpu")
-    output_names, mutations = [], []
+    output_names, mutations, input_mutations = [], [], []
+    user_position = {spec.name: position for position, spec in enumerate(i for i in inputs if i.kind == "input")}
     for index, spec in enumerate(signature.output_specs):
         if spec.kind == OutputKind.BUFFER_MUTATION:
             mutations.append((index, spec.target))
         elif spec.kind == OutputKind.USER_OUTPUT:
             output_names.append(getattr(spec.arg, "name", f"output{len(output_names)}"))
-        elif spec.kind == OutputKind.USER_INPUT_MUTATION:
-            raise UnsupportedOpError(f"exported program updates its input '{spec.target}' in place (an in-place op "
-                                     "on an input); neuroncc runs programs whose outputs are user outputs and "
-                                     "buffer updates: return the new value instead")
+        elif spec.kind == OutputKind.USER_INPUT_MUTATION and spec.target in user_position:
+            input_mutations.append((index, user_position[spec.target]))
         else:
             raise UnsupportedOpError(f"exported program output '{getattr(spec.arg, 'name', spec.arg)}' is a "
                                      f"{spec.kind.name.lower()}; neuroncc runs programs whose outputs are user "
-                                     "outputs and buffer updates")
-    return InferenceGraph(decomposed, imported, inputs, tuple(output_names), tuple(mutations))
+                                     "outputs, buffer updates and in-place updates of inputs")
+    return InferenceGraph(decomposed, imported, inputs, tuple(output_names), tuple(mutations),
+                          tuple(input_mutations))
 
 
 def trace_training(program: ExportedProgram, name: str,
@@ -287,24 +290,43 @@ def check_input_sizes(inputs: Sequence[ProgramInput], where: str, limit: int = M
 
 def call_eager(program: ExportedProgram, user_inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
     """Run the (undecomposed) program with eager PyTorch; returns its flattened user outputs."""
+    return call_eager_with_state(program, user_inputs).outputs
+
+
+@dataclass(frozen=True)
+class EagerRun:
+    """One call of a program's eager module: its flat user outputs, its buffers after the call (by fqn) and
+    the flat user inputs it ran on after the call (an input the program updates in place holds its new value)."""
+
+    outputs: list[torch.Tensor]
+    buffers: dict[str, torch.Tensor]
+    inputs: list[torch.Tensor]
+
+
+def call_eager_with_state(program: ExportedProgram, user_inputs: Sequence[torch.Tensor],
+                          float64: bool = False) -> EagerRun:
+    """Run the (undecomposed) program's eager module once, from the program's state, on ``user_inputs`` (which
+    it updates in place if the program does): the state torch's exported program leaves behind.
+
+    ``float64``: the floating parameters, buffers and inputs in float64 (copies: the program's own tensors and
+    ``user_inputs`` are left as they are), a reference near the exact answer for judging a float16/bfloat16
+    program's results (its eager run rounds as much as ours)."""
+    module = program.module()
+    state = {name: tensor.detach().double() if float64 and tensor.is_floating_point() else tensor
+             for name, tensor in [*module.named_parameters(), *module.named_buffers()]}
+    buffers = {name: state[name] for name, _ in module.named_buffers()}
+    if float64:
+        user_inputs = [t.double() if isinstance(t, torch.Tensor) and t.is_floating_point() else t
+                       for t in user_inputs]
     args, kwargs = unflatten_user_inputs(program, list(user_inputs))
-    with _tracing(None):
-        result = program.module()(*args, **kwargs)
-    return [leaf for leaf in pytree.tree_leaves(result)]
+    with _tracing(None):  # functional_call swaps the float64 copies in: the buffers' updates land in them
+        result = torch.func.functional_call(module, state, args, kwargs) if float64 else module(*args, **kwargs)
+    return EagerRun([leaf for leaf in pytree.tree_leaves(result)], buffers, list(user_inputs))
 
 
 def call_eager_float64(program: ExportedProgram, user_inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-    """The program's eager module with its floating parameters, buffers and user inputs in float64: a reference
-    near the exact answer for judging a float16/bfloat16 program's results (its eager run rounds as much as ours).
-    The program's own tensors are left as they are (``functional_call`` swaps in float64 copies)."""
-    module = program.module()
-    state = {name: tensor.detach().double() if tensor.is_floating_point() else tensor
-             for name, tensor in [*module.named_parameters(), *module.named_buffers()]}
-    flat = [t.double() if isinstance(t, torch.Tensor) and t.is_floating_point() else t for t in user_inputs]
-    args, kwargs = unflatten_user_inputs(program, flat)
-    with _tracing(None):
-        result = torch.func.functional_call(module, state, args, kwargs)
-    return [leaf for leaf in pytree.tree_leaves(result)]
+    """The program's user outputs computed in float64 (see :func:`call_eager_with_state`)."""
+    return call_eager_with_state(program, user_inputs, float64=True).outputs
 
 
 def unflatten_user_inputs(program: ExportedProgram, flat: list[Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
@@ -340,6 +362,15 @@ class FlatModule(torch.nn.Module):
     def forward(self, *tensors: torch.Tensor) -> Any:
         args, kwargs = unflatten_user_inputs(self._program, list(tensors))
         return self._inner(*args, **kwargs)
+
+    def _apply(self, fn: Callable[..., Any], recurse: bool = True) -> FlatModule:
+        """``.double()``, ``.to()``, ...: the module's own parameters and buffers are replaced by new tensors;
+        the inner module (which the forward runs) is given them too, else it would read the old ones (evaluate's
+        float64 reference read float32 buffers a program updates: ``index_copy_`` refused the mix)."""
+        super()._apply(fn, recurse)
+        self._inner._parameters.update(self._parameters)
+        self._inner._buffers.update(self._buffers)
+        return self
 
 
 def flat_module(program: ExportedProgram) -> FlatModule:

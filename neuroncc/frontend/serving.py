@@ -94,7 +94,8 @@ class CompiledProgram:
 
     ``state`` maps each parameter, buffer and constant (by fully qualified name) to the tensor the program reads
     (a copy of the program's, made here); a buffer the program updates (BatchNorm's running statistics in train
-    mode) is replaced there by its new value after each call. ``cache`` says how the executable was obtained: ``"hit"`` (loaded from the compile
+    mode) is replaced there by its new value after each call. An input the program updates in place (``x.add_(1)``
+    in its forward) is updated in the caller's tensor after each call, as eager PyTorch leaves it. ``cache`` says how the executable was obtained: ``"hit"`` (loaded from the compile
     cache), ``"miss"`` (compiled, now stored) or ``"uncached"``.
     """
 
@@ -118,9 +119,13 @@ class CompiledProgram:
         slot_of = {spec.target: position for position, spec in enumerate(graph.inputs) if spec.kind == "buffer"}
         #: (graph output, buffer fqn, its argument position) per buffer the program updates
         self._updates = tuple((index, fqn, slot_of[fqn]) for index, fqn in graph.buffer_mutations)
+        #: (graph output, position in the call's flat inputs) per input the program updates in place
+        self._input_updates = graph.input_mutations
         self._guard: Any = None  # the C++ check of a call's user inputs (exact_match_guard), once one passed
-        self._direct = _DirectProgram.of(self._compiled, self._arguments, self._user_positions, user_outputs,
-                                         graph.program.call_spec.out_spec, self._updates)
+        # a program updating its inputs takes the general path, which copies the new values into them
+        self._direct = None if self._input_updates else _DirectProgram.of(
+            self._compiled, self._arguments, self._user_positions, user_outputs, graph.program.call_spec.out_spec,
+            self._updates)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         signature = self._signature
@@ -128,6 +133,7 @@ class CompiledProgram:
         guard = self._guard
         if guard is not None and guard.check(*flat):  # tensors of the kind a call before passed in Python
             return self._direct(flat, self._state)
+        given = flat
         flat = self._checked(flat)
         arguments = self._arguments.copy()
         for position, tensor in zip(self._user_positions, flat):
@@ -137,6 +143,10 @@ class CompiledProgram:
             self._state[fqn] = self._arguments[position] = outputs[index]
             if self._direct is not None:  # its addresses too
                 self._direct.moved_state(position, outputs[index])
+        if self._input_updates:  # the caller's tensors updated in place, as eager leaves them
+            with torch.no_grad():
+                for index, position in self._input_updates:
+                    given[position].copy_(outputs[index])
         return self._returned(self._user_outputs(outputs))
 
     @property
