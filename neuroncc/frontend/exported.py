@@ -265,7 +265,10 @@ def trace_training(program: ExportedProgram, name: str,
             return compiled
         return compile_one
 
-    with _tracing(target), contextlib.ExitStack() as stack:
+    # oneDNN off while tracing: PyTorch's aten.lstm decomposition otherwise takes its oneDNN layer op
+    # (mkldnn_rnn_layer, and mkldnn_rnn_layer_backward as its derivative) for CPU float32/bf16 inputs that do
+    # not require grad, weights that do included; off, it is the LSTM's own math (linear + cells), as on devices
+    with _tracing(target), torch.backends.mkldnn.flags(enabled=False), contextlib.ExitStack() as stack:
         joint = aot_export_joint_with_descriptors(stack, module, tuple(args), kwargs,
                                                   decompositions=decomposition_table())
         step = aot_compile_joint_with_descriptors(joint, partition_fn=partition_joint,

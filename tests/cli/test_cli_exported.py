@@ -1,5 +1,6 @@
 """neuroncc.frontend.exported: .pt2 -> IR for inference and for training, checked against eager PyTorch."""
 
+import pytest
 import torch
 
 from neuroncc.examples.classifier import ClassifierConfig, build_example, make_batch
@@ -97,3 +98,36 @@ def test_training_on_cpu_keeps_saved_activations_in_our_layout(classifier_pt2, m
     _check_one_step_against_eager(graphs, rtol=1e-4, atol=1e-5)
     saved_copies = [c for c in layout_copies if len(c[0]) == 4]
     assert not saved_copies, f"saved activations copied into eager's layout: {saved_copies}"
+
+
+class Tagger(torch.nn.Module):
+    """A 2-layer bidirectional LSTM tagger: its inputs never require grad, so PyTorch's ``aten.lstm``
+    decomposition picks the oneDNN layer op (``mkldnn_rnn_layer``) for the joint graph."""
+
+    def __init__(self, bias):
+        super().__init__()
+        self.rnn = torch.nn.LSTM(3, 5, num_layers=2, bidirectional=True, batch_first=True, bias=bias)
+        self.head = torch.nn.Linear(10, 2)
+
+    def forward(self, x):
+        out, (h, c) = self.rnn(x)
+        return self.head(out).sum() + (h * c).sum()
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_training_an_exported_lstm_matches_eager_gradients(bias):
+    """``neuroncc compile --train`` of an exported LSTM refused ``aten.mkldnn_rnn_layer`` (no lowering, nor for its
+    oneDNN backward); traced with oneDNN off it is the LSTM's math, and one step's loss and gradients are eager's."""
+    torch.manual_seed(0)
+    model, x = Tagger(bias), torch.randn(2, 4, 3)
+    graphs = trace_training(torch.export.export(model, (x,)), "tagger", _interp)
+    parameters = dict(graphs.module.named_parameters())
+    ours = [parameters[n].detach().clone().requires_grad_(True) for n in graphs.parameter_names]
+    loss = graphs.step(*ours, x)
+    loss.backward()
+    eager_loss = model(x)
+    eager_loss.backward()
+    torch.testing.assert_close(loss.detach(), eager_loss.detach())
+    eager_parameters = dict(model.named_parameters())
+    for name, parameter in zip(graphs.parameter_names, ours):
+        torch.testing.assert_close(parameter.grad, eager_parameters[name].grad, msg=name)
