@@ -236,6 +236,7 @@ def trace_training(program: ExportedProgram, name: str,
     _refuse_unsupported_signature(program)
     # Python values fixed at export would be traced as graph inputs: the joint graph takes the tensors alone.
     module = flat_module(program) if fixed_inputs(program) else program.module()
+    _drop_self_copies(module._inner if isinstance(module, FlatModule) else module)
     if not any(p.requires_grad for p in module.parameters()):
         raise InputError(f"program '{name}' has nothing to train: it has no parameters that require grad "
                          "(so no backward graph)")
@@ -279,6 +280,24 @@ def trace_training(program: ExportedProgram, name: str,
     parameter_names = tuple(n for n, _ in module.named_parameters())
     buffer_names = tuple(n for n, _ in module.named_buffers())
     return TrainingGraphs(module, imported["forward"], imported["backward"], step, parameter_names, buffer_names)
+
+
+def _drop_self_copies(gm: fx.GraphModule) -> None:
+    """Erase the ``copy_(buffer, new)`` torch's module of an exported graph ends with where ``new`` is the buffer
+    itself, updated by an in-place op (``count.add_(1)``): a no-op that bumps the buffer's version after autograd
+    saved it, so that the backward of anything reading the updated buffer (a counter in a product) raised
+    "modified by an inplace operation" (the exported module's own backward does too)."""
+    def self_copy(node: fx.Node) -> bool:
+        if node.op != "call_function" or node.target is not torch.ops.aten.copy_.default or node.users:
+            return False
+        target, source = node.args[0], node.args[1]
+        if not (isinstance(source, fx.Node) and isinstance(source.target, torch._ops.OpOverload) and source.args
+                and source.args[0] is target):
+            return False
+        written = source.target._schema.arguments[0].alias_info  # the op writes its first operand: returns it
+        return written is not None and written.is_write
+
+    _erase_unused(gm, self_copy)
 
 
 def check_input_sizes(inputs: Sequence[ProgramInput], where: str, limit: int = MAX_INPUT_BYTES) -> None:

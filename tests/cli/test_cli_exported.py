@@ -131,3 +131,39 @@ def test_training_an_exported_lstm_matches_eager_gradients(bias):
     eager_parameters = dict(model.named_parameters())
     for name, parameter in zip(graphs.parameter_names, ours):
         torch.testing.assert_close(parameter.grad, eager_parameters[name].grad, msg=name)
+
+
+class Counted(torch.nn.Module):
+    """A counter buffer updated in place and then read by a differentiated product."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 3)
+        self.register_buffer("count", torch.zeros((), dtype=torch.int64))
+
+    def forward(self, x):
+        self.count += 1
+        return (self.linear(x) * self.count).sum()
+
+
+def test_training_a_program_that_reads_an_updated_counter():
+    """torch's module of the exported graph copies the counter onto itself after autograd saved it (its own
+    backward raises "modified by an inplace operation"; so did ``neuroncc compile --train``): that no-op copy is
+    dropped before the joint graph is traced, and two steps give the model's loss, gradients and count."""
+    torch.manual_seed(0)
+    model, x = Counted(), torch.randn(2, 4)
+    program = torch.export.export(Counted(), (x,))
+    graphs = trace_training(program, "counted", _interp)
+    parameters, buffers = dict(graphs.module.named_parameters()), dict(graphs.module.named_buffers())
+    model.load_state_dict({**parameters, **buffers})
+    ours = [parameters[n].detach().clone().requires_grad_(True) for n in graphs.parameter_names]
+    count = buffers["count"].clone()
+    for _ in range(2):
+        loss = graphs.step(*ours, count, x)
+        loss.backward()
+        eager_loss = model(x)
+        eager_loss.backward()
+        torch.testing.assert_close(loss.detach(), eager_loss.detach())
+    assert int(count) == int(model.count) == 2
+    for name, parameter in zip(graphs.parameter_names, ours):
+        torch.testing.assert_close(parameter.grad, dict(model.named_parameters())[name].grad, msg=name)
