@@ -190,7 +190,12 @@ def import_inference(program: ExportedProgram, name: str, target: str = DEFAULT_
     ``neuroncc.compile_program`` import (and cache) one program as the same function."""
     _refuse_unsupported_signature(program)
     with _tracing(target):
-        decomposed = program.run_decompositions(export_decompositions())
+        try:
+            decomposed = program.run_decompositions(export_decompositions())
+        except (AssertionError, RuntimeError) as exc:
+            if "_assert_tensor_metadata" not in str(exc):
+                raise
+            raise UnsupportedOpError(_inconsistent_metadata(exc)) from None
     signature = decomposed.graph_signature
     inputs = program_inputs(decomposed)
     if uses_float64(decomposed.graph_module, ()):  # as the torch backend warns, once per compiled graph
@@ -214,6 +219,14 @@ def import_inference(program: ExportedProgram, name: str, target: str = DEFAULT_
                                      "outputs, buffer updates and in-place updates of inputs")
     return InferenceGraph(decomposed, imported, inputs, tuple(output_names), tuple(mutations),
                           tuple(input_mutations))
+
+
+def _inconsistent_metadata(exc: Exception) -> str:
+    """Why a program whose recorded dtype checks fail on its own values cannot be imported."""
+    first_line = str(exc).strip().splitlines()[0]
+    return (f"exported program contradicts itself: a dtype check torch.export recorded fails on the program's "
+            f"own values ({first_line}); torch's own module of it fails the same way. A strict=True export of a "
+            "torch.autocast region inside forward records such checks: export it with strict=False (the default)")
 
 
 def trace_training(program: ExportedProgram, name: str,

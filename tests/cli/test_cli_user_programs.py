@@ -390,3 +390,28 @@ def test_evaluate_float64_reference_reads_the_roots_own_state(capsys, tmp_path):
     torch.testing.assert_close(double(x, torch.tensor([0, 2, 5])), expected)
     result = run_in_process(capsys, "evaluate", str(path), "--repeat", "1", "--target", "interp", "-q")
     assert result.returncode == 0 and "verdict      PASS" in result.stdout, result.stdout + result.stderr
+
+
+class AutocastInside(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            h = self.linear(x).relu()
+        return h.float() * 2
+
+
+def test_strict_export_of_an_autocast_region_is_one_line(capsys, tmp_path):
+    """strict=True records ``h.float()``'s dtype check as float32 where the region made h bfloat16: torch's own
+    module of the program fails, and ``run`` was an internal error; strict=False (the default) runs."""
+    for strict, code in ((True, 2), (False, 0)):
+        path = tmp_path / f"autocast_{strict}.pt2"
+        _export(path, AutocastInside(), (torch.randn(3, 4),), strict=strict)
+        result = run_in_process(capsys, "run", str(path), "--check", "-q")
+        assert result.returncode == code, result.stdout + result.stderr
+    assert result.stdout.endswith("check passed: every output matches eager PyTorch\n")
+    refused = run_in_process(capsys, "run", str(tmp_path / "autocast_True.pt2"), "-q")
+    assert refused.stderr.count("\n") == 1 and "contradicts itself" in refused.stderr, refused.stderr
+    assert "export it with strict=False" in refused.stderr
