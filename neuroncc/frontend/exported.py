@@ -221,6 +221,18 @@ def import_inference(program: ExportedProgram, name: str, target: str = DEFAULT_
                           tuple(input_mutations))
 
 
+@contextlib.contextmanager
+def _onednn_off() -> Iterator[None]:
+    """``torch.backends.mkldnn.flags(enabled=False)`` without its other flags (setting them printed a TF32
+    warning about Intel GPUs on every ``--train``)."""
+    enabled = torch._C._get_mkldnn_enabled()
+    torch._C._set_mkldnn_enabled(False)
+    try:
+        yield
+    finally:
+        torch._C._set_mkldnn_enabled(enabled)
+
+
 def _inconsistent_metadata(exc: Exception) -> str:
     """Why a program whose recorded dtype checks fail on its own values cannot be imported."""
     first_line = str(exc).strip().splitlines()[0]
@@ -282,7 +294,7 @@ def trace_training(program: ExportedProgram, name: str,
     # oneDNN off while tracing: PyTorch's aten.lstm decomposition otherwise takes its oneDNN layer op
     # (mkldnn_rnn_layer, and mkldnn_rnn_layer_backward as its derivative) for CPU float32/bf16 inputs that do
     # not require grad, weights that do included; off, it is the LSTM's own math (linear + cells), as on devices
-    with _tracing(target), torch.backends.mkldnn.flags(enabled=False), contextlib.ExitStack() as stack:
+    with _tracing(target), _onednn_off(), contextlib.ExitStack() as stack:
         joint = aot_export_joint_with_descriptors(stack, module, tuple(args), kwargs,
                                                   decompositions=decomposition_table())
         step = aot_compile_joint_with_descriptors(joint, partition_fn=partition_joint,
