@@ -415,3 +415,18 @@ def test_strict_export_of_an_autocast_region_is_one_line(capsys, tmp_path):
     refused = run_in_process(capsys, "run", str(tmp_path / "autocast_True.pt2"), "-q")
     assert refused.stderr.count("\n") == 1 and "contradicts itself" in refused.stderr, refused.stderr
     assert "export it with strict=False" in refused.stderr
+
+
+def test_evaluate_a_program_updating_its_inputs_with_a_dtype_cast(capsys, tmp_path):
+    """evaluate ran neuroncc, eager float32 and eager float64 one after the other on the same input tensors, so
+    the later runs saw inputs the earlier updated in place (a FAIL on a correct result); and the float64 copy
+    failed the dtype check ``.to(torch.bfloat16)`` leaves (an internal error), which torch.compile also reported
+    as an op run on eager PyTorch."""
+    path = tmp_path / "state.pt2"
+    _state_program(path)
+    np.savez(tmp_path / "in.npz", x=np.random.default_rng(0).standard_normal((4, 4), dtype=np.float32),
+             position=np.array([1, 4]), scratch=np.zeros((4, 4), np.float32), steps=np.array(0))
+    result = run_in_process(capsys, "evaluate", str(path), "--inputs", str(tmp_path / "in.npz"), "--repeat", "1",
+                            "--target", "interp", "-q")
+    assert result.returncode == 0 and "verdict      PASS" in result.stdout, result.stdout + result.stderr
+    assert "fallbacks    none" in result.stdout and not result.stderr, result.stdout + result.stderr
