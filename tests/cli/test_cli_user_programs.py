@@ -349,7 +349,15 @@ def test_served_program_updates_its_state_and_inputs_as_eager(tmp_path):
     """Three calls of ``compile_program``'s callable leave the buffers and the caller's tensors as three calls of
     the exported module do (a counter input included)."""
     program = _state_program(tmp_path / "state.pt2")
-    served, eager = neuroncc.compile_program(program, target="interp"), program.module()
+    for target in ("interp", "cpu"):
+        served = neuroncc.compile_program(program, target=target)
+        _three_calls_as_eager(program, served)
+        # on cpu the calls after the first passed the C++ guard and took the direct call (data pointers)
+        assert (served._guard is not None) == (target == "cpu")
+
+
+def _three_calls_as_eager(program, served):
+    eager = program.module()
     ours_steps, eager_steps = torch.zeros((), dtype=torch.int64), torch.zeros((), dtype=torch.int64)
     for call in range(3):
         x, position = torch.randn(4, 4), torch.tensor([call, 5 - call])
