@@ -60,18 +60,25 @@ def run_run(args: argparse.Namespace) -> int:
             with progress.step("fix the dynamic sizes (re-export)"):
                 static = specialize(program, flat_inputs, args.model)
         served, compiled = programs.served_inference(args, static if dynamic else program, progress)
+        graph = served.graph
+        # a program updating its inputs in place updates them at every call: eager's reference starts from copies
+        pristine = [tensor.clone() for tensor in flat_inputs] if args.check and graph.input_mutations else flat_inputs
         call_args, call_kwargs = unflatten_user_inputs(program, flat_inputs)  # the program's own signature
-        if args.trace or args.plot:  # one more call, recorded step by step (after the timed ones' warm-up)
+        with progress.step("run"):
+            start = time.perf_counter()
+            returned = served(*call_args, **call_kwargs)
+            first = time.perf_counter() - start
+            # the state the first call left (buffers and inputs it updated), compared with eager's by --check
+            updated = [served.state[fqn].clone() for _, fqn in graph.buffer_mutations] + \
+                [flat_inputs[position].clone() for _, position in graph.input_mutations]
+        if args.trace or args.plot:  # one more call, recorded step by step (after a warm-up call)
             served(*call_args, **call_kwargs)
             recorder = TimelineRecorder()
             with progress.step("record one call's timeline"), installed(recorder):
                 served(*call_args, **call_kwargs)
             _write_timeline(args, recorder, compiled)
+        times = []
         with progress.step("run"):
-            start = time.perf_counter()
-            returned = served(*call_args, **call_kwargs)
-            first = time.perf_counter() - start
-            times = []
             for _ in range(args.repeat):  # the served call, as a caller of neuroncc.compile_program times it
                 start = time.perf_counter()
                 served(*call_args, **call_kwargs)
@@ -83,7 +90,7 @@ def run_run(args: argparse.Namespace) -> int:
         eager = None
         if args.check:
             with progress.step("run eager PyTorch"):
-                eager = _eager(program, flat_inputs, args)
+                eager = _checked_values(_eager(program, pristine, args), graph, expected)
     print(f"{args.model}: target {args.target}, {_cache_words(compiled)}")
     described = ", ".join([f"{spec.target} {_describe(tensor)}" for spec, tensor in zip(expected, flat_inputs)] +
                           [f"{name}={value!r} (fixed at export)" for name, value in fixed_inputs(program).values()])
@@ -102,16 +109,27 @@ def run_run(args: argparse.Namespace) -> int:
     print(f"  time     {timing}")
     if eager is None:
         return EXIT_OK
-    return _check(outputs, eager, output_names, functools.cache(lambda: _exact(program, flat_inputs)))
+    names = output_names + tuple(f"buffer {fqn}" for _, fqn in graph.buffer_mutations) + \
+        tuple(f"input {expected[position].target} (updated in place)" for _, position in graph.input_mutations)
+    return _check(outputs + updated, eager, names,
+                  functools.cache(lambda: _exact(program, pristine, graph, expected)), len(outputs))
 
 
-def _eager(program, flat_inputs: list[torch.Tensor], args: argparse.Namespace) -> list[torch.Tensor]:
-    """``--check``'s reference: the program's eager module on the same inputs; its failure is the inputs'
-    (eager PyTorch refuses them: an integer division by zero, an index out of range, ...)."""
-    from neuroncc.frontend.exported import call_eager
+def _checked_values(run, graph, expected) -> list[torch.Tensor]:
+    """What ``--check`` compares, from one eager run (:class:`~neuroncc.frontend.exported.EagerRun`): the user
+    outputs, then each buffer and input the program updates, in the graph's order of its updates."""
+    return run.outputs + [run.buffers[fqn] for _, fqn in graph.buffer_mutations] + \
+        [run.inputs[position] for _, position in graph.input_mutations]
+
+
+def _eager(program, flat_inputs: list[torch.Tensor], args: argparse.Namespace):
+    """``--check``'s reference: the program's eager module on copies of the same inputs (an
+    :class:`~neuroncc.frontend.exported.EagerRun`); its failure is the inputs' (eager PyTorch refuses them: an
+    integer division by zero, an index out of range, ...)."""
+    from neuroncc.frontend.exported import call_eager_with_state
 
     try:
-        return call_eager(program, flat_inputs)
+        return call_eager_with_state(program, [tensor.clone() for tensor in flat_inputs])
     except Exception as exc:
         first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         hint = "" if args.inputs else " (random integers are drawn from {0, 1}: give fitting ones with --inputs X.npz)"
@@ -119,12 +137,12 @@ def _eager(program, flat_inputs: list[torch.Tensor], args: argparse.Namespace) -
                          f"with: {type(exc).__name__}: {first_line}{hint}") from None
 
 
-def _exact(program, flat_inputs: list[torch.Tensor]) -> list[torch.Tensor] | str:
-    """The float64 reference a float16/bfloat16 output is judged by, or why there is none."""
-    from neuroncc.frontend.exported import call_eager_float64
+def _exact(program, flat_inputs: list[torch.Tensor], graph, expected) -> list[torch.Tensor] | str:
+    """The float64 reference a float16/bfloat16 output or updated state is judged by, or why there is none."""
+    from neuroncc.frontend.exported import call_eager_with_state
 
     try:
-        return call_eager_float64(program, flat_inputs)
+        return _checked_values(call_eager_with_state(program, flat_inputs, float64=True), graph, expected)
     except Exception as exc:  # a program whose ops insist on their dtypes: judged by eager's rounding alone
         first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         return f"no float64 reference ({type(exc).__name__}: {first_line})"
@@ -141,13 +159,16 @@ def _write_timeline(args: argparse.Namespace, recorder: TimelineRecorder,
 
 
 def _check(outputs: list[torch.Tensor], eager: list[torch.Tensor], names: tuple[str, ...],
-           exact: Callable[[], list[torch.Tensor] | str]) -> int:
-    """Every output against eager's within ``assert_close``'s tolerances for its dtype; a float16/bfloat16 output
-    outside them passes when it is as close to the float64 reference as eager's (:func:`_as_exact_as_eager`)."""
+           exact: Callable[[], list[torch.Tensor] | str], returned: int | None = None) -> int:
+    """Every output (the first ``returned`` values; then the buffers and inputs the program updated) against
+    eager's within ``assert_close``'s tolerances for its dtype; a float16/bfloat16 value outside them passes when
+    it is as close to the float64 reference as eager's (:func:`_as_exact_as_eager`)."""
     import torch
 
+    returned = len(outputs) if returned is None else returned
     if len(outputs) != len(eager):
-        print(f"check FAILED: neuroncc returned {len(outputs)} outputs, eager PyTorch {len(eager)}")
+        print(f"check FAILED: neuroncc returned {returned} outputs, eager PyTorch "
+              f"{len(eager) - len(outputs) + returned}")
         return EXIT_CHECK_FAILED
     failed = by_float64 = 0
     for index, (name, ours, theirs) in enumerate(zip(names, outputs, eager)):
@@ -168,12 +189,14 @@ def _check(outputs: list[torch.Tensor], eager: list[torch.Tensor], names: tuple[
                 verdict = f"ok ({words})" if judged else f"{verdict}; {words}"
                 problem = None if judged else problem
                 by_float64 += judged
-        print(f"  check    output {index} {name}: max abs error {abs_error:.3g}, max rel error {rel_error:.3g}: "
-              f"{verdict}")
+        what = f"output {index} {name}" if index < returned else name  # "buffer bn.running_mean"
+        print(f"  check    {what}: max abs error {abs_error:.3g}, max rel error {rel_error:.3g}: {verdict}")
         failed += problem is not None
-    print("check passed: every output matches eager PyTorch" + (" or is as close to float64 as eager's" if
-                                                                 by_float64 else "") if not failed else
-          f"check FAILED: {failed} of {len(outputs)} outputs differ from eager PyTorch")
+    state = " and updated buffer or input" if len(outputs) > returned else ""
+    print(f"check passed: every output{state} matches eager PyTorch" + (" or is as close to float64 as eager's" if
+                                                                        by_float64 else "") if not failed else
+          f"check FAILED: {failed} of {len(outputs)} outputs{' (and updated state)' if state else ''} differ from "
+          "eager PyTorch")
     return EXIT_CHECK_FAILED if failed else EXIT_OK
 
 

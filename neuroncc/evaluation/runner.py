@@ -64,17 +64,17 @@ def evaluate(model: torch.nn.Module | Callable[..., Any], inputs: Any, *, train:
 
     with stage("compile and run with neuroncc"):
         start = time.perf_counter()
-        ours_out = _step(compiled, ours, args, train, lambda outs: cotangents)
+        ours_out = _step(compiled, ours, _fresh(args), train, lambda outs: cotangents)
         first_call = time.perf_counter() - start
         if train:  # the first step compiled the forward graph; cotangents are drawn from its outputs' shapes
             cotangents = _cotangents(ours_out.outputs)
             _reset(ours, model)
             start = time.perf_counter()
-            ours_out = _step(compiled, ours, args, train, lambda outs: cotangents)
+            ours_out = _step(compiled, ours, _fresh(args), train, lambda outs: cotangents)
             first_call += time.perf_counter() - start  # the backward graph compiles in this step
     with stage("run eager PyTorch in float32 and float64"):
-        eager_out = _step(eager32, eager32, args, train, lambda outs: cotangents)
-        exact_out = _step(eager64, eager64, _to_float64(args), train,
+        eager_out = _step(eager32, eager32, _fresh(args), train, lambda outs: cotangents)
+        exact_out = _step(eager64, eager64, _to_float64(_fresh(args)), train,
                           lambda outs: [c.double() for c in cotangents] if cotangents else None)
     report.differences = _differences(ours_out, eager_out, exact_out, rtol, atol)
     with stage(f"time {repeat} calls of each, interleaved"):
@@ -143,6 +143,13 @@ def _step(fn: Any, module: Any, args: tuple[Any, ...], train: bool,
                     p.sub_(SGD_LR * p.grad)
     parameters = {n: p.detach().clone() for n, p in named.items()}
     return StepResult([o.detach() for o in outputs], gradients, parameters)
+
+
+def _fresh(args: tuple[Any, ...]) -> tuple[Any, ...]:
+    """Copies of the tensor inputs: each compared run starts from the same values, also when the model updates
+    its inputs in place (an exported program's ``x.add_(1)``: the runs after the first saw updated inputs)."""
+    return tuple(a.detach().clone().requires_grad_(a.requires_grad) if isinstance(a, torch.Tensor) else a
+                 for a in args)
 
 
 def _to_float64(args: tuple[Any, ...]) -> tuple[Any, ...]:

@@ -116,6 +116,9 @@ class InferenceGraph:
     inputs: tuple[ProgramInput, ...]  # in graph placeholder order
     output_names: tuple[str, ...]  # the user outputs, in order
     buffer_mutations: tuple[tuple[int, str], ...]  # (graph output index, buffer fqn) written back per call
+    #: (graph output index, position among the user inputs) of each input the program updates in place: the new
+    #: value is copied into the caller's tensor after each call, as eager PyTorch leaves it
+    input_mutations: tuple[tuple[int, int], ...] = ()
 
     @property
     def user_inputs(self) -> tuple[ProgramInput, ...]:
@@ -187,7 +190,12 @@ def import_inference(program: ExportedProgram, name: str, target: str = DEFAULT_
     ``neuroncc.compile_program`` import (and cache) one program as the same function."""
     _refuse_unsupported_signature(program)
     with _tracing(target):
-        decomposed = program.run_decompositions(export_decompositions())
+        try:
+            decomposed = program.run_decompositions(export_decompositions())
+        except (AssertionError, RuntimeError) as exc:
+            if "_assert_tensor_metadata" not in str(exc):
+                raise
+            raise UnsupportedOpError(_inconsistent_metadata(exc)) from None
     signature = decomposed.graph_signature
     inputs = program_inputs(decomposed)
     if uses_float64(decomposed.graph_module, ()):  # as the torch backend warns, once per compiled graph
@@ -196,21 +204,41 @@ def import_inference(program: ExportedProgram, name: str, target: str = DEFAULT_
     _drop_fixed_placeholders(decomposed)
     # the cpu target's kernels read bf16 tensors' bits; the other targets take float32 copies (as in aten_compiler)
     imported = import_graph(decomposed.graph_module, name, bf16_bits=target == "cpu")
-    output_names, mutations = [], []
+    output_names, mutations, input_mutations = [], [], []
+    user_position = {spec.name: position for position, spec in enumerate(i for i in inputs if i.kind == "input")}
     for index, spec in enumerate(signature.output_specs):
         if spec.kind == OutputKind.BUFFER_MUTATION:
             mutations.append((index, spec.target))
         elif spec.kind == OutputKind.USER_OUTPUT:
             output_names.append(getattr(spec.arg, "name", f"output{len(output_names)}"))
-        elif spec.kind == OutputKind.USER_INPUT_MUTATION:
-            raise UnsupportedOpError(f"exported program updates its input '{spec.target}' in place (an in-place op "
-                                     "on an input); neuroncc runs programs whose outputs are user outputs and "
-                                     "buffer updates: return the new value instead")
+        elif spec.kind == OutputKind.USER_INPUT_MUTATION and spec.target in user_position:
+            input_mutations.append((index, user_position[spec.target]))
         else:
             raise UnsupportedOpError(f"exported program output '{getattr(spec.arg, 'name', spec.arg)}' is a "
                                      f"{spec.kind.name.lower()}; neuroncc runs programs whose outputs are user "
-                                     "outputs and buffer updates")
-    return InferenceGraph(decomposed, imported, inputs, tuple(output_names), tuple(mutations))
+                                     "outputs, buffer updates and in-place updates of inputs")
+    return InferenceGraph(decomposed, imported, inputs, tuple(output_names), tuple(mutations),
+                          tuple(input_mutations))
+
+
+@contextlib.contextmanager
+def _onednn_off() -> Iterator[None]:
+    """``torch.backends.mkldnn.flags(enabled=False)`` without its other flags (setting them printed a TF32
+    warning about Intel GPUs on every ``--train``)."""
+    enabled = torch._C._get_mkldnn_enabled()
+    torch._C._set_mkldnn_enabled(False)
+    try:
+        yield
+    finally:
+        torch._C._set_mkldnn_enabled(enabled)
+
+
+def _inconsistent_metadata(exc: Exception) -> str:
+    """Why a program whose recorded dtype checks fail on its own values cannot be imported."""
+    first_line = str(exc).strip().splitlines()[0]
+    return (f"exported program contradicts itself: a dtype check torch.export recorded fails on the program's "
+            f"own values ({first_line}); torch's own module of it fails the same way. A strict=True export of a "
+            "torch.autocast region inside forward records such checks: export it with strict=False (the default)")
 
 
 def trace_training(program: ExportedProgram, name: str,
@@ -233,6 +261,7 @@ def trace_training(program: ExportedProgram, name: str,
     _refuse_unsupported_signature(program)
     # Python values fixed at export would be traced as graph inputs: the joint graph takes the tensors alone.
     module = flat_module(program) if fixed_inputs(program) else program.module()
+    _drop_self_copies(module._inner if isinstance(module, FlatModule) else module)
     if not any(p.requires_grad for p in module.parameters()):
         raise InputError(f"program '{name}' has nothing to train: it has no parameters that require grad "
                          "(so no backward graph)")
@@ -262,7 +291,10 @@ def trace_training(program: ExportedProgram, name: str,
             return compiled
         return compile_one
 
-    with _tracing(target), contextlib.ExitStack() as stack:
+    # oneDNN off while tracing: PyTorch's aten.lstm decomposition otherwise takes its oneDNN layer op
+    # (mkldnn_rnn_layer, and mkldnn_rnn_layer_backward as its derivative) for CPU float32/bf16 inputs that do
+    # not require grad, weights that do included; off, it is the LSTM's own math (linear + cells), as on devices
+    with _tracing(target), _onednn_off(), contextlib.ExitStack() as stack:
         joint = aot_export_joint_with_descriptors(stack, module, tuple(args), kwargs,
                                                   decompositions=decomposition_table())
         step = aot_compile_joint_with_descriptors(joint, partition_fn=partition_joint,
@@ -273,6 +305,24 @@ def trace_training(program: ExportedProgram, name: str,
     parameter_names = tuple(n for n, _ in module.named_parameters())
     buffer_names = tuple(n for n, _ in module.named_buffers())
     return TrainingGraphs(module, imported["forward"], imported["backward"], step, parameter_names, buffer_names)
+
+
+def _drop_self_copies(gm: fx.GraphModule) -> None:
+    """Erase the ``copy_(buffer, new)`` torch's module of an exported graph ends with where ``new`` is the buffer
+    itself, updated by an in-place op (``count.add_(1)``): a no-op that bumps the buffer's version after autograd
+    saved it, so that the backward of anything reading the updated buffer (a counter in a product) raised
+    "modified by an inplace operation" (the exported module's own backward does too)."""
+    def self_copy(node: fx.Node) -> bool:
+        if node.op != "call_function" or node.target is not torch.ops.aten.copy_.default or node.users:
+            return False
+        target, source = node.args[0], node.args[1]
+        if not (isinstance(source, fx.Node) and isinstance(source.target, torch._ops.OpOverload) and source.args
+                and source.args[0] is target):
+            return False
+        written = source.target._schema.arguments[0].alias_info  # the op writes its first operand: returns it
+        return written is not None and written.is_write
+
+    _erase_unused(gm, self_copy)
 
 
 def check_input_sizes(inputs: Sequence[ProgramInput], where: str, limit: int = MAX_INPUT_BYTES) -> None:
@@ -287,24 +337,43 @@ def check_input_sizes(inputs: Sequence[ProgramInput], where: str, limit: int = M
 
 def call_eager(program: ExportedProgram, user_inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
     """Run the (undecomposed) program with eager PyTorch; returns its flattened user outputs."""
+    return call_eager_with_state(program, user_inputs).outputs
+
+
+@dataclass(frozen=True)
+class EagerRun:
+    """One call of a program's eager module: its flat user outputs, its buffers after the call (by fqn) and
+    the flat user inputs it ran on after the call (an input the program updates in place holds its new value)."""
+
+    outputs: list[torch.Tensor]
+    buffers: dict[str, torch.Tensor]
+    inputs: list[torch.Tensor]
+
+
+def call_eager_with_state(program: ExportedProgram, user_inputs: Sequence[torch.Tensor],
+                          float64: bool = False) -> EagerRun:
+    """Run the (undecomposed) program's eager module once, from the program's state, on ``user_inputs`` (which
+    it updates in place if the program does): the state torch's exported program leaves behind.
+
+    ``float64``: the floating parameters, buffers and inputs in float64 (copies: the program's own tensors and
+    ``user_inputs`` are left as they are), a reference near the exact answer for judging a float16/bfloat16
+    program's results (its eager run rounds as much as ours)."""
+    module = program.module()
+    state = {name: tensor.detach().double() if float64 and tensor.is_floating_point() else tensor
+             for name, tensor in [*module.named_parameters(), *module.named_buffers()]}
+    buffers = {name: state[name] for name, _ in module.named_buffers()}
+    if float64:
+        user_inputs = [t.double() if isinstance(t, torch.Tensor) and t.is_floating_point() else t
+                       for t in user_inputs]
     args, kwargs = unflatten_user_inputs(program, list(user_inputs))
-    with _tracing(None):
-        result = program.module()(*args, **kwargs)
-    return [leaf for leaf in pytree.tree_leaves(result)]
+    with _tracing(None):  # functional_call swaps the float64 copies in: the buffers' updates land in them
+        result = torch.func.functional_call(module, state, args, kwargs) if float64 else module(*args, **kwargs)
+    return EagerRun([leaf for leaf in pytree.tree_leaves(result)], buffers, list(user_inputs))
 
 
 def call_eager_float64(program: ExportedProgram, user_inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-    """The program's eager module with its floating parameters, buffers and user inputs in float64: a reference
-    near the exact answer for judging a float16/bfloat16 program's results (its eager run rounds as much as ours).
-    The program's own tensors are left as they are (``functional_call`` swaps in float64 copies)."""
-    module = program.module()
-    state = {name: tensor.detach().double() if tensor.is_floating_point() else tensor
-             for name, tensor in [*module.named_parameters(), *module.named_buffers()]}
-    flat = [t.double() if isinstance(t, torch.Tensor) and t.is_floating_point() else t for t in user_inputs]
-    args, kwargs = unflatten_user_inputs(program, flat)
-    with _tracing(None):
-        result = torch.func.functional_call(module, state, args, kwargs)
-    return [leaf for leaf in pytree.tree_leaves(result)]
+    """The program's user outputs computed in float64 (see :func:`call_eager_with_state`)."""
+    return call_eager_with_state(program, user_inputs, float64=True).outputs
 
 
 def unflatten_user_inputs(program: ExportedProgram, flat: list[Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
@@ -336,10 +405,22 @@ class FlatModule(torch.nn.Module):
             self.register_buffer(name, buffer)
         object.__setattr__(self, "_program", program)  # plain attributes: not submodules
         object.__setattr__(self, "_inner", inner)
+        # the checks torch.export leaves (``x.to(dtype)`` asserts x's dtype) compute nothing and fail on the
+        # float64 copy evaluate runs (and torch.compile reported them as fallbacks): dropped, as for the import
+        _drop_runtime_assertions(inner)
 
     def forward(self, *tensors: torch.Tensor) -> Any:
         args, kwargs = unflatten_user_inputs(self._program, list(tensors))
         return self._inner(*args, **kwargs)
+
+    def _apply(self, fn: Callable[..., Any], recurse: bool = True) -> FlatModule:
+        """``.double()``, ``.to()``, ...: the module's own parameters and buffers are replaced by new tensors;
+        the inner module (which the forward runs) is given them too, else it would read the old ones (evaluate's
+        float64 reference read float32 buffers a program updates: ``index_copy_`` refused the mix)."""
+        super()._apply(fn, recurse)
+        self._inner._parameters.update(self._parameters)
+        self._inner._buffers.update(self._buffers)
+        return self
 
 
 def flat_module(program: ExportedProgram) -> FlatModule:

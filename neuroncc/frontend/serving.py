@@ -94,7 +94,9 @@ class CompiledProgram:
 
     ``state`` maps each parameter, buffer and constant (by fully qualified name) to the tensor the program reads
     (a copy of the program's, made here); a buffer the program updates (BatchNorm's running statistics in train
-    mode) is replaced there by its new value after each call. ``cache`` says how the executable was obtained: ``"hit"`` (loaded from the compile
+    mode) is replaced there by its new value after each call. An input the program updates in place (``x.add_(1)``
+    in its forward) is updated in the caller's tensor after each call, as eager PyTorch leaves it, on the direct
+    call too. ``cache`` says how the executable was obtained: ``"hit"`` (loaded from the compile
     cache), ``"miss"`` (compiled, now stored) or ``"uncached"``.
     """
 
@@ -118,9 +120,11 @@ class CompiledProgram:
         slot_of = {spec.target: position for position, spec in enumerate(graph.inputs) if spec.kind == "buffer"}
         #: (graph output, buffer fqn, its argument position) per buffer the program updates
         self._updates = tuple((index, fqn, slot_of[fqn]) for index, fqn in graph.buffer_mutations)
+        #: (graph output, position in the call's flat inputs) per input the program updates in place
+        self._input_updates = graph.input_mutations
         self._guard: Any = None  # the C++ check of a call's user inputs (exact_match_guard), once one passed
         self._direct = _DirectProgram.of(self._compiled, self._arguments, self._user_positions, user_outputs,
-                                         graph.program.call_spec.out_spec, self._updates)
+                                         graph.program.call_spec.out_spec, self._updates, self._input_updates)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         signature = self._signature
@@ -128,6 +132,7 @@ class CompiledProgram:
         guard = self._guard
         if guard is not None and guard.check(*flat):  # tensors of the kind a call before passed in Python
             return self._direct(flat, self._state)
+        given = flat
         flat = self._checked(flat)
         arguments = self._arguments.copy()
         for position, tensor in zip(self._user_positions, flat):
@@ -137,6 +142,10 @@ class CompiledProgram:
             self._state[fqn] = self._arguments[position] = outputs[index]
             if self._direct is not None:  # its addresses too
                 self._direct.moved_state(position, outputs[index])
+        if self._input_updates:  # the caller's tensors updated in place, as eager leaves them
+            with torch.no_grad():
+                for index, position in self._input_updates:
+                    given[position].copy_(outputs[index])
         return self._returned(self._user_outputs(outputs))
 
     @property
@@ -165,7 +174,8 @@ class _DirectProgram:
     state's addresses are kept between calls (a buffer update replaces one), each call adds its inputs'."""
 
     def __init__(self, direct: DirectCall, arguments: list[Any], user_positions: tuple[int, ...],
-                 computed: list[int], out_spec: pytree.TreeSpec | None, updates: tuple[tuple[int, int, int], ...]):
+                 computed: list[int], out_spec: pytree.TreeSpec | None, updates: tuple[tuple[int, int, int], ...],
+                 input_updates: tuple[tuple[int, int], ...] = ()):
         self.launch = direct.launch
         self.arguments = arguments  # the program's (shared): a buffer update replaces its tensor there too
         number_of = {position: number for number, (position, *_) in enumerate(direct.inputs)}
@@ -191,22 +201,25 @@ class _DirectProgram:
                 pick = itemgetter(*computed) if computed else (lambda made: ())
                 self.results = lambda made: returned(pick(made))
         self.updates = updates
+        self.input_updates = input_updates  # (made output, index in the call's flat inputs)
 
     @staticmethod
     def of(compiled: CompiledGraph, arguments: list[Any], user_positions: tuple[int, ...], user_outputs: list[int],
-           out_spec: pytree.TreeSpec | None, updates: tuple[tuple[int, str, int], ...]) -> _DirectProgram | None:
+           out_spec: pytree.TreeSpec | None, updates: tuple[tuple[int, str, int], ...],
+           input_updates: tuple[tuple[int, int], ...] = ()) -> _DirectProgram | None:
         """The direct call when every output the program returns or updates is computed (not an input returned
         as it is, nor a constant), else None (every call then takes :class:`CompiledGraph`'s path)."""
         direct = compiled.direct
         if direct is None:
             return None
         outputs = [output for output, _ in compiled.outputs]
-        wanted = [*user_outputs, *(index for index, *_ in updates)]
+        wanted = [*user_outputs, *(index for index, *_ in updates), *(index for index, _ in input_updates)]
         if not wanted or not all(isinstance(outputs[index], ComputedOutput) for index in wanted):
             return None
         return _DirectProgram(direct, arguments, user_positions, [outputs[index].index for index in user_outputs],
                               out_spec,
-                              tuple((outputs[index].index, fqn, position) for index, fqn, position in updates))
+                              tuple((outputs[index].index, fqn, position) for index, fqn, position in updates),
+                              tuple((outputs[index].index, position) for index, position in input_updates))
 
     def takes(self, tensors: list[torch.Tensor]) -> bool:
         """Whether the executable reads these (checked) user inputs as they are laid out."""
@@ -234,6 +247,8 @@ class _DirectProgram:
         for index, fqn, position in self.updates:
             state[fqn] = tensor = made[index]
             self.moved_state(position, tensor)
+        for index, position in self.input_updates:  # the guard passed tensors that do not require grad
+            flat[position].copy_(made[index])
         return self.results(made)
 
 

@@ -1,5 +1,8 @@
 """neuroncc.frontend.exported: .pt2 -> IR for inference and for training, checked against eager PyTorch."""
 
+import warnings
+
+import pytest
 import torch
 
 from neuroncc.examples.classifier import ClassifierConfig, build_example, make_batch
@@ -97,3 +100,76 @@ def test_training_on_cpu_keeps_saved_activations_in_our_layout(classifier_pt2, m
     _check_one_step_against_eager(graphs, rtol=1e-4, atol=1e-5)
     saved_copies = [c for c in layout_copies if len(c[0]) == 4]
     assert not saved_copies, f"saved activations copied into eager's layout: {saved_copies}"
+
+
+class Tagger(torch.nn.Module):
+    """A 2-layer bidirectional LSTM tagger: its inputs never require grad, so PyTorch's ``aten.lstm``
+    decomposition picks the oneDNN layer op (``mkldnn_rnn_layer``) for the joint graph."""
+
+    def __init__(self, bias):
+        super().__init__()
+        self.rnn = torch.nn.LSTM(3, 5, num_layers=2, bidirectional=True, batch_first=True, bias=bias)
+        self.head = torch.nn.Linear(10, 2)
+
+    def forward(self, x):
+        out, (h, c) = self.rnn(x)
+        return self.head(out).sum() + (h * c).sum()
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_training_an_exported_lstm_matches_eager_gradients(bias):
+    """``neuroncc compile --train`` of an exported LSTM refused ``aten.mkldnn_rnn_layer`` (no lowering, nor for its
+    oneDNN backward); traced with oneDNN off it is the LSTM's math, and one step's loss and gradients are eager's."""
+    torch.manual_seed(0)
+    model, x = Tagger(bias), torch.randn(2, 4, 3)
+    program = torch.export.export(model, (x,))
+    with warnings.catch_warnings(record=True) as caught:  # turning oneDNN off says nothing (no TF32 warning)
+        warnings.simplefilter("always")
+        graphs = trace_training(program, "tagger", _interp)
+    assert not [w for w in caught if "TF32" in str(w.message)]
+    parameters = dict(graphs.module.named_parameters())
+    ours = [parameters[n].detach().clone().requires_grad_(True) for n in graphs.parameter_names]
+    loss = graphs.step(*ours, x)
+    loss.backward()
+    eager_loss = model(x)
+    eager_loss.backward()
+    torch.testing.assert_close(loss.detach(), eager_loss.detach())
+    eager_parameters = dict(model.named_parameters())
+    for name, parameter in zip(graphs.parameter_names, ours):
+        torch.testing.assert_close(parameter.grad, eager_parameters[name].grad, msg=name)
+
+
+class Counted(torch.nn.Module):
+    """A counter buffer updated in place and then read by a differentiated product."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 3)
+        self.register_buffer("count", torch.zeros((), dtype=torch.int64))
+
+    def forward(self, x):
+        self.count += 1
+        return (self.linear(x) * self.count).sum()
+
+
+def test_training_a_program_that_reads_an_updated_counter():
+    """torch's module of the exported graph copies the counter onto itself after autograd saved it (its own
+    backward raises "modified by an inplace operation"; so did ``neuroncc compile --train``): that no-op copy is
+    dropped before the joint graph is traced, and two steps give the model's loss, gradients and count."""
+    torch.manual_seed(0)
+    model, x = Counted(), torch.randn(2, 4)
+    program = torch.export.export(Counted(), (x,))
+    graphs = trace_training(program, "counted", _interp)
+    parameters, buffers = dict(graphs.module.named_parameters()), dict(graphs.module.named_buffers())
+    model.load_state_dict({**parameters, **buffers})
+    ours = [parameters[n].detach().clone().requires_grad_(True) for n in graphs.parameter_names]
+    count = buffers["count"].clone()
+    for _ in range(2):
+        loss = graphs.step(*ours, count, x)
+        loss.backward()
+        eager_loss = model(x)
+        eager_loss.backward()
+        torch.testing.assert_close(loss.detach(), eager_loss.detach())
+    assert int(count) == int(model.count) == 2
+    for name, parameter in zip(graphs.parameter_names, ours):
+        torch.testing.assert_close(parameter.grad, dict(model.named_parameters())[name].grad, msg=name)

@@ -115,8 +115,6 @@ CASES = {
     "dangling symlink": (lambda c: ["run", _dangling(c.files / "link.pt2")], "no such file"),
     "op neuroncc cannot compile": (lambda c: ["compile", str(c.unsupported["igamma"])], "aten.igamma"),
     "dynamic shapes": (lambda c: ["compile", str(c.unsupported["dynamic"])], "compiles static shapes"),
-    "input updated in place": (lambda c: ["run", str(c.unsupported["input_mutation"])],
-                               "updates its input 'x' in place"),
     "AOTInductor package": (lambda c: ["run", _aoti_package(c.files / "aoti.pt2")], "is an AOTInductor package"),
     "dynamic python number input": (lambda c: ["compile", str(c.unsupported["number"]), "--train"],
                                     "'factor' is not a tensor but a dynamic Python number"),
@@ -197,12 +195,6 @@ class Igamma(torch.nn.Module):
         return torch.igamma(x.abs() + 1, x.abs() + 1)
 
 
-class AddsInPlace(torch.nn.Module):
-    def forward(self, x):
-        x.add_(1)
-        return x * 2
-
-
 class Scale(torch.nn.Module):
     def forward(self, x, factor: int):
         return x * factor
@@ -211,7 +203,7 @@ class Scale(torch.nn.Module):
 @pytest.fixture(scope="module")
 def unsupported_pt2(tmp_path_factory):
     """Valid archives of programs neuroncc refuses: an op it cannot lower, dynamic sizes (refused by compile), a
-    dynamic number input, training a program with nothing to differentiate, an input updated in place."""
+    dynamic number input, training a program with nothing to differentiate."""
     directory = tmp_path_factory.mktemp("pt2")
     x = torch.randn(2, 4)
     programs = {
@@ -219,7 +211,6 @@ def unsupported_pt2(tmp_path_factory):
         "dynamic": torch.export.export(torch.nn.Linear(4, 3), (x,), dynamic_shapes=({0: torch.export.Dim("n")},)),
         "number": torch.export.export(Scale(), (x, 3), dynamic_shapes=(None, torch.export.Dim.DYNAMIC)),
         "no_parameters": torch.export.export(torch.nn.GELU(), (x,)),
-        "input_mutation": torch.export.export(AddsInPlace(), (x,)),
     }
     for name, program in programs.items():
         torch.export.save(program, directory / f"{name}.pt2")

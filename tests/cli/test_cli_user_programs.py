@@ -300,3 +300,141 @@ def test_low_precision_check_rejects_results_further_from_float64_than_eager():
         verdicts[name] = _check([ours], [eager], ("y",), lambda: [exact])
     assert verdicts == {"level": 0, "further": 1, "nan": 1}
     assert _check([(exact - step).float()], [(exact + step).float()], ("y",), lambda: [exact]) == 1
+
+
+class UpdatesState(torch.nn.Module):
+    """Train-mode BatchNorm (running statistics, a counter), a KV cache written with ``index_copy_``, a bfloat16
+    moving average, and two inputs updated in place (one written with ``copy_``)."""
+
+    def __init__(self):
+        super().__init__()
+        self.norm = torch.nn.BatchNorm1d(4)
+        self.register_buffer("cache", torch.zeros(2, 6, 4))
+        self.register_buffer("ema", torch.zeros(4, dtype=torch.bfloat16))
+
+    def forward(self, x, position, scratch, steps):
+        h = self.norm(x)
+        self.cache.index_copy_(1, position, h.view(2, -1, 4))
+        self.ema.mul_(0.5).add_(h.mean(0).to(torch.bfloat16))
+        scratch.copy_(h * 2)
+        steps.add_(1)
+        return self.cache.sum(1) + self.ema.float(), scratch.relu()
+
+
+def _state_program(path):
+    example = (torch.randn(4, 4), torch.tensor([1, 4]), torch.zeros(4, 4), torch.zeros((), dtype=torch.int64))
+    return _export(path, UpdatesState().train(), example)
+
+
+def test_run_check_compares_updated_buffers_and_inputs(capsys, tmp_path):
+    """``run --check`` compares the state the program leaves after one call (buffers and inputs it updates in
+    place) with what eager's exported module leaves, line by line; the in-place input updates were refused."""
+    path = tmp_path / "state.pt2"
+    _state_program(path)
+    np.savez(tmp_path / "in.npz", x=np.random.default_rng(0).standard_normal((4, 4), dtype=np.float32),
+             position=np.array([1, 4]), scratch=np.zeros((4, 4), np.float32), steps=np.array(0))
+    result = run_in_process(capsys, "run", str(path), "--inputs", str(tmp_path / "in.npz"), "--check", "-q",
+                            "--repeat", "2")
+    assert result.returncode == 0, result.stdout + result.stderr
+    checked = [line.split(":")[0].strip() for line in result.stdout.splitlines() if line.startswith("  check")]
+    assert [name.rsplit(" ", 1)[0] for name in checked[:2]] == ["check    output 0", "check    output 1"]
+    assert sorted(checked[2:]) == sorted([
+        *(f"check    buffer {fqn}" for fqn in ("norm.running_mean", "norm.running_var", "norm.num_batches_tracked",
+                                               "cache", "ema")),
+        "check    input scratch (updated in place)", "check    input steps (updated in place)"])
+    assert "check passed: every output and updated buffer or input matches eager PyTorch" in result.stdout
+
+
+def test_served_program_updates_its_state_and_inputs_as_eager(tmp_path):
+    """Three calls of ``compile_program``'s callable leave the buffers and the caller's tensors as three calls of
+    the exported module do (a counter input included)."""
+    program = _state_program(tmp_path / "state.pt2")
+    for target in ("interp", "cpu"):
+        served = neuroncc.compile_program(program, target=target)
+        _three_calls_as_eager(program, served)
+        # on cpu the calls after the first passed the C++ guard and took the direct call (data pointers)
+        assert (served._guard is not None) == (target == "cpu")
+
+
+def _three_calls_as_eager(program, served):
+    eager = program.module()
+    ours_steps, eager_steps = torch.zeros((), dtype=torch.int64), torch.zeros((), dtype=torch.int64)
+    for call in range(3):
+        x, position = torch.randn(4, 4), torch.tensor([call, 5 - call])
+        ours_scratch, eager_scratch = torch.zeros(4, 4), torch.zeros(4, 4)
+        ours = served(x, position, ours_scratch, ours_steps)
+        torch.testing.assert_close(ours, eager(x, position, eager_scratch, eager_steps))
+        torch.testing.assert_close(ours_scratch, eager_scratch)
+    assert int(ours_steps) == int(eager_steps) == 3
+    buffers = dict(eager.named_buffers())
+    for fqn in ("norm.running_mean", "norm.running_var", "norm.num_batches_tracked", "cache", "ema"):
+        torch.testing.assert_close(served.state[fqn], buffers[fqn])
+
+
+class RootCache(torch.nn.Module):
+    """A parameter and an updated buffer on the root module (not in a submodule)."""
+
+    def __init__(self):
+        super().__init__()
+        self.scale = torch.nn.Parameter(torch.randn(4))
+        self.register_buffer("cache", torch.zeros(2, 6, 4))
+
+    def forward(self, x, position):
+        self.cache.index_copy_(1, position, x * self.scale)
+        return self.cache.sum(1)
+
+
+def test_evaluate_float64_reference_reads_the_roots_own_state(capsys, tmp_path):
+    """evaluate's float64 copy (``.double()``) replaced the root module's tensors in the flat module only: the
+    program's module read the float32 buffer (``index_copy_`` refused float64 values into it: an internal
+    error) and the float32 parameter (a reference computed partly in float32)."""
+    from neuroncc.frontend.exported import flat_module
+
+    path = tmp_path / "root.pt2"
+    program = _export(path, RootCache(), (torch.randn(2, 3, 4), torch.tensor([0, 2, 5])))
+    double = flat_module(program).double()
+    x = torch.randn(2, 3, 4, dtype=torch.float64)
+    expected = (x * program.module().scale.detach().double()).sum(1)
+    torch.testing.assert_close(double(x, torch.tensor([0, 2, 5])), expected)
+    result = run_in_process(capsys, "evaluate", str(path), "--repeat", "1", "--target", "interp", "-q")
+    assert result.returncode == 0 and "verdict      PASS" in result.stdout, result.stdout + result.stderr
+
+
+class AutocastInside(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            h = self.linear(x).relu()
+        return h.float() * 2
+
+
+def test_strict_export_of_an_autocast_region_is_one_line(capsys, tmp_path):
+    """strict=True records ``h.float()``'s dtype check as float32 where the region made h bfloat16: torch's own
+    module of the program fails, and ``run`` was an internal error; strict=False (the default) runs."""
+    for strict, code in ((True, 2), (False, 0)):
+        path = tmp_path / f"autocast_{strict}.pt2"
+        _export(path, AutocastInside(), (torch.randn(3, 4),), strict=strict)
+        result = run_in_process(capsys, "run", str(path), "--check", "-q")
+        assert result.returncode == code, result.stdout + result.stderr
+    assert result.stdout.endswith("check passed: every output matches eager PyTorch\n")
+    refused = run_in_process(capsys, "run", str(tmp_path / "autocast_True.pt2"), "-q")
+    assert refused.stderr.count("\n") == 1 and "contradicts itself" in refused.stderr, refused.stderr
+    assert "export it with strict=False" in refused.stderr
+
+
+def test_evaluate_a_program_updating_its_inputs_with_a_dtype_cast(capsys, tmp_path):
+    """evaluate ran neuroncc, eager float32 and eager float64 one after the other on the same input tensors, so
+    the later runs saw inputs the earlier updated in place (a FAIL on a correct result); and the float64 copy
+    failed the dtype check ``.to(torch.bfloat16)`` leaves (an internal error), which torch.compile also reported
+    as an op run on eager PyTorch."""
+    path = tmp_path / "state.pt2"
+    _state_program(path)
+    np.savez(tmp_path / "in.npz", x=np.random.default_rng(0).standard_normal((4, 4), dtype=np.float32),
+             position=np.array([1, 4]), scratch=np.zeros((4, 4), np.float32), steps=np.array(0))
+    result = run_in_process(capsys, "evaluate", str(path), "--inputs", str(tmp_path / "in.npz"), "--repeat", "1",
+                            "--target", "interp", "-q")
+    assert result.returncode == 0 and "verdict      PASS" in result.stdout, result.stdout + result.stderr
+    assert "fallbacks    none" in result.stdout and not result.stderr, result.stdout + result.stderr

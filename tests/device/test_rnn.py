@@ -68,3 +68,42 @@ def test_compiled_rnn_on_device_tensors_matches_cpu(module):
         want, got = _outputs(cpu(x)), _outputs(compiled(x.to("neuron")))
         for w, g in zip(want, got):
             torch.testing.assert_close(g.cpu(), w)
+
+
+class PackedTagger(nn.Module):
+    """Padded sequences of different lengths through a packed RNN, as taggers run them."""
+
+    def __init__(self, module):
+        super().__init__()
+        self.rnn = module(8, 16, num_layers=2, bidirectional=True, batch_first=True)
+
+    def forward(self, x, lengths):
+        packed = nn.utils.rnn.pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
+        out, state = self.rnn(packed)
+        padded, _ = nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=x.shape[1])
+        return [padded, *(state if isinstance(state, tuple) else (state,))]
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+@pytest.mark.parametrize("module", [nn.LSTM, nn.GRU], ids=lambda c: c.__name__)
+def test_packed_sequences_forward_and_backward_match_cpu(module, compiled):
+    """``pack_padded_sequence(..., enforce_sorted=False)`` / ``pad_packed_sequence`` around a 2-layer
+    bidirectional RNN on the device, eagerly and under ``torch.compile(backend="neuron")``: outputs, the input's
+    and every parameter's gradients are CPU's (this worked when first tried, in session 28)."""
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    neuroncc.set_fallback_mode("error")  # packing, unpacking and the cells all on the device
+    cpu = PackedTagger(module)
+    device = copy.deepcopy(cpu).to("neuron")
+    run = torch.compile(device, backend="neuron") if compiled else device
+    x, lengths = torch.randn(4, 5, 8), torch.tensor([3, 5, 1, 4])  # lengths stay on CPU, as PyTorch requires
+    x_cpu, x_device = x.clone().requires_grad_(), x.to("neuron").requires_grad_()
+    want, got = cpu(x_cpu, lengths), run(x_device, lengths)
+    for w, g in zip(want, got):
+        torch.testing.assert_close(g.cpu(), w)
+    sum((k + 1) * w.square().sum() for k, w in enumerate(want)).backward()
+    sum((k + 1) * g.square().sum() for k, g in enumerate(got)).backward()
+    torch.testing.assert_close(x_device.grad.cpu(), x_cpu.grad)
+    for (name, p_cpu), p_device in zip(cpu.named_parameters(), device.parameters()):
+        torch.testing.assert_close(p_device.grad.cpu(), p_cpu.grad, msg=name)
