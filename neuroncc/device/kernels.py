@@ -99,12 +99,15 @@ class Binding:
         # per IR output: (how, (bytes, shape, strides, dtype, bare-contiguous), the executable's layout)
         self.outputs: list[tuple[str, tuple[Any, ...], tuple[Any, ...]]] = []
         for position, value in enumerate(function.outputs):
-            exec_layout = (tuple(value.type.shape), tuple(layouts[position]), _STORAGE[value.type.dtype])
+            storage = _STORAGE[value.type.dtype]
+            exec_layout = (tuple(value.type.shape), tuple(layouts[position]), storage)
             wanted = results.get(position) or writes.get(position)
             if wanted is None:
                 self.outputs.append((_UNUSED, (), exec_layout))
                 continue
             shape, strides, dtype = tuple(wanted[0]), tuple(wanted[1]), _ON_DEVICE.get(wanted[2], wanted[2])
+            if storage is torch.int16 and dtype is torch.bfloat16:  # a bf16 result's bits (importer's bf16_bits)
+                exec_layout = exec_layout[:2] + (dtype,)
             in_place = value.type.dtype is not DType.bf16 and dtype == exec_layout[2] and \
                 _same_layout(shape, strides, exec_layout[1])
             spec = (memory.extent_bytes(shape, strides, dtype.itemsize), shape, strides, dtype,
