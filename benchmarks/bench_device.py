@@ -9,7 +9,8 @@ shared and the load average is printed):
 
 * ``overhead``: small eager ops (16 elements) on CPU and on the device, microseconds per op (each sample
   times a loop of 200 calls). The device's number is its whole cost per op: dispatch, signature, kernel
-  lookup, allocation, the kernel call.
+  lookup, allocation, the kernel call. The device runs each op in float32, bfloat16 and float16
+  (interleaved): a low-precision op should cost what a float32 one does (it cost 8x before session 28).
 * ``mlp``: one training step (forward, backward, AdamW) of a 512-2048-512 MLP at batch 128: CPU eager, the
   device eager, and the device under ``torch.compile(backend="neuron")``.
 * ``amp``: the MLP step in float32 and under ``torch.autocast(device, dtype=torch.bfloat16)``, CPU eager, the
@@ -52,7 +53,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from common import ensure_environment, interleaved, table  # noqa: E402
+from common import ensure_environment, interleaved, interleaved_samples, table  # noqa: E402
 
 LOOP = 200
 ROWS = ("overhead", "mlp", "amp", "encoder", "compile", "processes", "autoload", "generate")
@@ -73,20 +74,28 @@ def bench_overhead(repeat: int) -> str:
         "in-place add_": lambda x, y: x.add_(y, alpha=1e-3),
         "view": lambda x, y: x.view(4, 4),
     }
+    dtypes = {"float32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
     rows = []
     for name, op in cases.items():
-        tensors = {"cpu": (torch.randn(16), torch.randn(16))}
-        tensors["neuron"] = tuple(t.to("neuron") for t in tensors["cpu"])
+        cpu = (torch.randn(16), torch.randn(16))
+        tensors = {"cpu": cpu}
+        tensors.update({f"neuron {d}": tuple(t.to(dtype).to("neuron") for t in cpu) for d, dtype in dtypes.items()})
 
         def loop(device: str, op=op) -> None:
             x, y = tensors[device]
             for _ in range(LOOP):
                 op(x, y)
 
-        times = interleaved({d: (lambda d=d: loop(d)) for d in ("cpu", "neuron")}, repeats=repeat)
-        cpu, neuron = (times[d] / LOOP * 1e6 for d in ("cpu", "neuron"))
-        rows.append([name, f"{cpu:.2f}", f"{neuron:.2f}", f"{neuron / cpu:.1f}x"])
-    return table(rows, ["op (16 elements)", "CPU eager us", "neuron us", "ratio"])
+        samples = interleaved_samples({d: (lambda d=d: loop(d)) for d in tensors}, repeats=repeat)
+        us = {d: [t / LOOP * 1e6 for t in times] for d, times in samples.items()}
+        median = {d: statistics.median(times) for d, times in us.items()}
+        f32 = median["neuron float32"]
+        rows.append([name, f"{median['cpu']:.2f}", f"{f32:.2f} ({min(us['neuron float32']):.1f}-"
+                     f"{max(us['neuron float32']):.1f})", f"{f32 / median['cpu']:.1f}x"]
+                    + [f"{median[f'neuron {d}']:.2f} ({min(us[f'neuron {d}']):.1f}-{max(us[f'neuron {d}']):.1f})"
+                       f" {median[f'neuron {d}'] / f32:.2f}x" for d in ("bf16", "f16")])
+    return table(rows, ["op (16 elements)", "CPU eager us", "neuron float32 us (min-max)", "vs CPU",
+                        "neuron bf16 us, vs float32", "neuron f16 us, vs float32"])
 
 
 def _mlp(device: str):

@@ -7,8 +7,10 @@ and lets the executable write it in place when its output layout is those stride
 through a temporary. Results the call writes into existing tensors (``add_``, ``out=``, a compiled graph's
 input mutations) come back in a temporary and are copied in (or, for a whole storage, exchange memory with
 it; small ones use the entry's own scratch memory, cheaper than a fresh block per call): the executable's
-outputs must not alias its inputs (the kernels' pointers are ``noalias``). Dtypes an executable stores differently (bfloat16 travels as float32, see
-neuroncc.executors.executable) are converted on the way.
+outputs must not alias its inputs (the kernels' pointers are ``noalias``). The eager programs take bfloat16
+tensors as their bits (i16 parameters and outputs, ``programs._program``): read and written in place, like
+float16. Dtypes an executable stores differently (a compiled graph's bf16 parameters travel as float32, see
+neuroncc.executors.executable; float64 computes as float32) are converted on the way.
 """
 
 from __future__ import annotations
@@ -99,12 +101,15 @@ class Binding:
         # per IR output: (how, (bytes, shape, strides, dtype, bare-contiguous), the executable's layout)
         self.outputs: list[tuple[str, tuple[Any, ...], tuple[Any, ...]]] = []
         for position, value in enumerate(function.outputs):
-            exec_layout = (tuple(value.type.shape), tuple(layouts[position]), _STORAGE[value.type.dtype])
+            storage = _STORAGE[value.type.dtype]
+            exec_layout = (tuple(value.type.shape), tuple(layouts[position]), storage)
             wanted = results.get(position) or writes.get(position)
             if wanted is None:
                 self.outputs.append((_UNUSED, (), exec_layout))
                 continue
             shape, strides, dtype = tuple(wanted[0]), tuple(wanted[1]), _ON_DEVICE.get(wanted[2], wanted[2])
+            if storage is torch.int16 and dtype is torch.bfloat16:  # a bf16 result's bits (importer's bf16_bits)
+                exec_layout = exec_layout[:2] + (dtype,)
             in_place = value.type.dtype is not DType.bf16 and dtype == exec_layout[2] and \
                 _same_layout(shape, strides, exec_layout[1])
             spec = (memory.extent_bytes(shape, strides, dtype.itemsize), shape, strides, dtype,

@@ -299,7 +299,10 @@ def _tracing_table(ops: tuple[Any, ...]) -> dict[Any, Any]:
 def _program(gm: fx.GraphModule | DirectGraph, result_tree: Any, sentinel_values: list[float] | None = None) -> Program:
     """Import ``gm``; with ``sentinel_values``, lift the constants holding them into parameters."""
     try:
-        imported = import_graph(gm, "eager", host_devices=("cpu", torch._C._get_privateuse1_backend_name()))
+        # bf16 tensors cross as their bits (i16 parameters and outputs): the kernel reads and writes the
+        # tensors' own memory, as torch.compile's cpu kernels do, instead of float32 copies made per call
+        imported = import_graph(gm, "eager", bf16_bits=True,
+                                host_devices=("cpu", torch._C._get_privateuse1_backend_name()))
     except (UnsupportedOpError, TypeInferenceError, LoweringBug) as error:
         raise CannotCompile(str(error).splitlines()[0] if isinstance(error, UnsupportedOpError) and
                             "reason:" not in str(error) else _reason(error)) from error
