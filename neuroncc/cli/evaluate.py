@@ -9,8 +9,10 @@
 The program runs as an eager module (``ExportedProgram.module()``) three ways on the same inputs (random, or
 ``--inputs X.npz`` as for ``neuroncc run``): through ``torch.compile(backend="neuron")`` with fallback to
 eager PyTorch for ops neuroncc cannot compile (listed, with counts and source lines), eagerly in float32 and
-eagerly in float64. Every output (and with --train every gradient and updated parameter) is compared: within
-``--rtol``/``--atol`` of eager float32 or the command exits 1. Compile time is split into tracing (TorchDynamo,
+eagerly in float64. Every output, every buffer and tensor input the call updates in place (a training-mode
+BatchNorm's running statistics, a KV cache, an input written with ``add_``: by name, after one call), and with
+--train every gradient and updated parameter, is compared: within ``--rtol``/``--atol`` of eager float32 or the
+command exits 1. Compile time is split into tracing (TorchDynamo,
 AOTAutograd, FX -> IR), passes, code generation and the compile cache; steady-state time is the median and
 spread of ``--repeat`` calls of each, interleaved. ``--shapes`` gives extra input shapes, one ``AxB`` per tensor
 input joined by commas (or for the first input only); a program exported with static shapes may refuse them,
@@ -62,7 +64,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
     progress = programs.progress_for(args)
     with programs.one_line_warnings():
         program = programs.load_model(args, progress)
-        _, inputs = user_inputs(program, args.inputs, args.seed, args.model)
+        expected, inputs = user_inputs(program, args.inputs, args.seed, args.model)
         # the program's module called with the flat tensors (pytrees and fixed Python values filled in); its
         # train/eval behaviour is baked in at export (module.eval() is refused)
         module = flat_module(program)
@@ -72,6 +74,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
             report = evaluate(module, tuple(inputs), train=args.train,
                               target=args.target, shapes=shapes, repeat=args.repeat, rtol=args.rtol,
                               atol=args.atol, options=options, name=args.model,
+                              input_names=[spec.target for spec in expected],
                               progress=lambda title: progress.step(title, log=True))
     if args.html:
         try:

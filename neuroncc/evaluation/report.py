@@ -4,9 +4,10 @@ Sections, in the order a team deciding whether a model is ready reads them:
 
 1. verdict: do the numbers stay within tolerance (exit 1 of ``neuroncc evaluate`` when not);
 2. fallbacks: ops that ran on eager PyTorch instead of neuroncc, with counts and the user's source lines;
-3. numerics: per output (and, in training, per gradient and per parameter after one optimizer step) the max
-   absolute and relative difference from eager PyTorch in float32, and from eager in float64, beside eager
-   float32's own difference from float64 (how far any float32 run is from the exact answer);
+3. numerics: per output, per buffer and input the call updated in place (and, in training, per gradient and per
+   parameter after one optimizer step) the max absolute and relative difference from eager PyTorch in float32,
+   and from eager in float64, beside eager float32's own difference from float64 (how far any float32 run is
+   from the exact answer);
 4. compile time, split into tracing (TorchDynamo, AOTAutograd, FX -> IR), passes, code generation and the
    compile cache, per graph;
 5. steady state: time per call (median and spread) of neuroncc and eager, sampled interleaved;
@@ -45,7 +46,7 @@ class Difference:
     ``rel64``), and eager float32's own distance from float64 (``eager_abs64``/``eager_rel64``)."""
 
     name: str
-    kind: str  # "output" | "gradient" | "parameter" (after one optimizer step)
+    kind: str  # "output" | "buffer" | "input" (updated in place) | "gradient" | "parameter" (after one SGD step)
     shape: tuple[int, ...]
     abs32: float
     rel32: float

@@ -4,7 +4,10 @@ Three copies of the model run on the same inputs: neuroncc (``torch.compile(back
 with ``fallback="cpu"``, so an op neuroncc cannot compile is reported instead of failing the evaluation),
 eager float32 and eager float64. With ``train=True`` each runs a training step: forward, backward of a
 fixed random projection of every floating output (random cotangents: a plain ``sum`` has zero gradient through
-a softmax), and one SGD step; gradients and updated parameters are compared too.
+a softmax), and one SGD step; gradients and updated parameters are compared too. The state a call updates in
+place (a buffer such as a training-mode BatchNorm's ``running_mean``, a tensor input written with ``add_``) is
+compared after the call, as outputs are: every buffer and tensor input that neuroncc's run or eager float32's left
+different from its value before the call.
 """
 
 from __future__ import annotations
@@ -34,13 +37,14 @@ SGD_LR = 1e-2
 def evaluate(model: torch.nn.Module | Callable[..., Any], inputs: Any, *, train: bool = False, target: str = "cpu",
              shapes: Sequence[Sequence[Sequence[int]]] = (), repeat: int = 20, rtol: float = DEFAULT_RTOL,
              atol: float = DEFAULT_ATOL, options: dict[str, Any] | None = None,
-             name: str | None = None,
+             name: str | None = None, input_names: Sequence[str] | None = None,
              progress: Callable[[str], ContextManager[Any]] | None = None) -> EvaluationReport:
     """Evaluate ``model`` on ``inputs`` (a tensor or a tuple of positional arguments) under neuroncc.
 
     ``shapes``: extra input shapes to try (one shape per tensor input, or for the first input only), each
     reported as reusing a compiled graph or compiling new ones, with the reason. ``repeat``: calls sampled
     for the steady-state times. ``options``: the backend's options (``fallback`` defaults to ``"cpu"``).
+    ``input_names``: the inputs' names in the report when a call updates them in place (default ``arg 0``, ...).
     ``progress(title)`` (a context manager, e.g. the CLI's ``Progress.step``) is entered around each stage.
     Returns an :class:`~neuroncc.evaluation.report.EvaluationReport`; ``report.passed`` is the verdict.
     """
@@ -55,6 +59,7 @@ def evaluate(model: torch.nn.Module | Callable[..., Any], inputs: Any, *, train:
     if train and not isinstance(model, torch.nn.Module):
         raise InputError("evaluate(train=True) needs a torch.nn.Module (its parameters are trained)")
     report = EvaluationReport(name or type(model).__name__, target, train, rtol, atol)
+    before = _state_after(model, args)  # buffers and inputs before any call: what a call updated differs
     ours, eager32, eager64 = _copies(model)
     compiled = torch.compile(ours, backend="neuron", dynamic=False,
                              options={"fallback": "cpu", **(options or {}), "target": target})
@@ -77,6 +82,10 @@ def evaluate(model: torch.nn.Module | Callable[..., Any], inputs: Any, *, train:
         exact_out = _step(eager64, eager64, _to_float64(_fresh(args)), train,
                           lambda outs: [c.double() for c in cotangents] if cotangents else None)
     report.differences = _differences(ours_out, eager_out, exact_out, rtol, atol)
+    names = [*(input_names or ())][:len(args)]
+    names += [f"arg {position}" for position in range(len(names), len(args))]
+    updated = _updated_state(ours_out, eager_out, exact_out, before, names, rtol, atol)
+    report.differences[len(ours_out.outputs):len(ours_out.outputs)] = updated  # after the outputs, as run --check
     with stage(f"time {repeat} calls of each, interleaved"):
         report.kernels = _kernel_timeline(compiled, ours, args, train, cotangents)
         ours_samples, eager_samples = _steady_state(compiled, ours, eager32, args, train, cotangents, repeat)
@@ -92,11 +101,23 @@ def evaluate(model: torch.nn.Module | Callable[..., Any], inputs: Any, *, train:
 # ---- running ------------------------------------------------------------------------------------------------
 
 class StepResult:
-    """Outputs (flattened), gradients and parameters after one SGD step, by name."""
+    """Outputs (flattened), gradients and parameters after one SGD step, by name; ``buffers`` (by name) and
+    ``inputs`` (by position, ``None`` for a non-tensor) as the call left them."""
 
     def __init__(self, outputs: list[torch.Tensor], gradients: dict[str, torch.Tensor],
-                 parameters: dict[str, torch.Tensor]):
+                 parameters: dict[str, torch.Tensor], state: StepResult | None = None):
         self.outputs, self.gradients, self.parameters = outputs, gradients, parameters
+        self.buffers: dict[str, torch.Tensor] = state.buffers if state else {}
+        self.inputs: list[torch.Tensor | None] = state.inputs if state else []
+
+
+def _state_after(module: Any, args: tuple[Any, ...]) -> StepResult:
+    """Copies of ``module``'s buffers and of the tensor inputs (a step result holding only them)."""
+    state = StepResult([], {}, {})
+    if isinstance(module, torch.nn.Module):
+        state.buffers = {n: b.detach().clone() for n, b in module.named_buffers()}
+    state.inputs = [a.detach().clone() if isinstance(a, torch.Tensor) else None for a in args]
+    return state
 
 
 def _copies(model: Any) -> tuple[Any, Any, Any]:
@@ -126,7 +147,8 @@ def _step(fn: Any, module: Any, args: tuple[Any, ...], train: bool,
           cotangents: Callable[[list[torch.Tensor]], list[torch.Tensor] | None]) -> StepResult:
     if not train:
         with torch.no_grad():
-            return StepResult([o.detach() for o in _floating(fn(*args))], {}, {})
+            outputs = [o.detach() for o in _floating(fn(*args))]
+        return StepResult(outputs, {}, {}, _state_after(module, args))
     module.zero_grad(set_to_none=True)
     outputs = _floating(fn(*args))
     chosen = cotangents(outputs)
@@ -142,7 +164,7 @@ def _step(fn: Any, module: Any, args: tuple[Any, ...], train: bool,
                 if p.grad is not None:
                     p.sub_(SGD_LR * p.grad)
     parameters = {n: p.detach().clone() for n, p in named.items()}
-    return StepResult([o.detach() for o in outputs], gradients, parameters)
+    return StepResult([o.detach() for o in outputs], gradients, parameters, _state_after(module, args))
 
 
 def _fresh(args: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -208,6 +230,33 @@ def _differences(ours: StepResult, eager: StepResult, exact: StepResult, rtol: f
             if pname in theirs_map:
                 found.append(_difference(pname, kind, mine, theirs_map[pname], exact_map.get(pname), rtol, atol))
     return found
+
+
+def _updated_state(ours: StepResult, eager: StepResult, exact: StepResult, before: StepResult,
+                   input_names: list[str], rtol: float, atol: float) -> list[Difference]:
+    """The buffers and tensor inputs the call updated in place (neuroncc's run or eager float32's left them
+    different from before the call), each compared as an output is."""
+    found = []
+    for bname, old in before.buffers.items():
+        mine, theirs = ours.buffers.get(bname), eager.buffers.get(bname)
+        if mine is not None and theirs is not None and not (_unchanged(mine, old) and _unchanged(theirs, old)):
+            found.append(_difference(bname, "buffer", mine, theirs, exact.buffers.get(bname), rtol, atol))
+    for position, old in enumerate(before.inputs):
+        if old is None or position >= min(len(ours.inputs), len(eager.inputs)):
+            continue
+        mine, theirs = ours.inputs[position], eager.inputs[position]
+        if not (_unchanged(mine, old) and _unchanged(theirs, old)):
+            reference = exact.inputs[position] if position < len(exact.inputs) else None
+            found.append(_difference(input_names[position], "input", mine, theirs, reference, rtol, atol))
+    return found
+
+
+def _unchanged(after: torch.Tensor, before: torch.Tensor) -> bool:
+    """The same dtype, shape and values (NaN where NaN was)."""
+    if after.dtype != before.dtype or after.shape != before.shape:
+        return False
+    return bool(((after == before) | (torch.isnan(after) & torch.isnan(before))).all()) \
+        if after.dtype.is_floating_point or after.dtype.is_complex else torch.equal(after, before)
 
 
 # ---- time ---------------------------------------------------------------------------------------------------

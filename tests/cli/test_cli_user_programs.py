@@ -6,6 +6,7 @@ exported program's eager module."""
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import numpy as np
 import pytest
@@ -438,3 +439,41 @@ def test_evaluate_a_program_updating_its_inputs_with_a_dtype_cast(capsys, tmp_pa
                             "--target", "interp", "-q")
     assert result.returncode == 0 and "verdict      PASS" in result.stdout, result.stdout + result.stderr
     assert "fallbacks    none" in result.stdout and not result.stderr, result.stdout + result.stderr
+
+
+def test_evaluate_judges_the_updated_buffers_and_inputs(capsys, tmp_path, monkeypatch):
+    """evaluate compares the state one call leaves (the buffers and inputs it updates in place), each by name,
+    as it compares outputs: it compared only outputs, so a wrong running statistic or counter passed."""
+    from neuroncc.evaluation import runner
+
+    path = tmp_path / "state.pt2"
+    _state_program(path)
+    np.savez(tmp_path / "in.npz", x=np.random.default_rng(0).standard_normal((4, 4), dtype=np.float32),
+             position=np.array([1, 4]), scratch=np.zeros((4, 4), np.float32), steps=np.array(0))
+    argv = ("evaluate", str(path), "--inputs", str(tmp_path / "in.npz"), "--repeat", "1", "--target", "interp",
+            "-q", "--json")
+    result = run_in_process(capsys, *argv)
+    assert result.returncode == 0, result.stdout + result.stderr
+    found = [(d["kind"], d["name"], d["within"]) for d in json.loads(result.stdout)["differences"]]
+    assert found[:2] == [("output", "output 0", True), ("output", "output 1", True)]
+    assert sorted(found[2:]) == sorted([
+        *(("buffer", fqn, True) for fqn in ("norm.running_mean", "norm.running_var", "norm.num_batches_tracked",
+                                            "cache", "ema")),
+        ("input", "scratch", True), ("input", "steps", True)])  # x and position are read, not updated
+
+    step = runner._step
+
+    def corrupting(fn, module, args, train, cotangents):  # neuroncc's run leaves a wrong statistic and counter
+        def wrong(*tensors):
+            returned = fn(*tensors)
+            module.norm.running_mean.add_(1e-3)
+            tensors[3].add_(1)
+            return returned
+        return step(wrong if fn is not module else fn, module, args, train, cotangents)
+
+    monkeypatch.setattr(runner, "_step", corrupting)
+    result = run_in_process(capsys, *argv[:-1])
+    assert result.returncode == 1, result.stdout + result.stderr
+    failed = [line.split()[1:3] for line in result.stdout.splitlines() if line.startswith("    FAIL")]
+    assert failed == [["buffer", "norm.running_mean"], ["input", "steps"]], result.stdout
+    assert "verdict      FAIL" in result.stdout

@@ -111,3 +111,29 @@ def test_bad_arguments_are_input_errors():
         neuroncc.evaluate(Block(), torch.randn(8, 16), repeat=0)
     with pytest.raises(neuroncc.InputError, match="non-negative"):
         neuroncc.evaluate(Block(), torch.randn(8, 16), atol=-1.0)
+
+
+class Stateful(nn.Module):
+    """A training-mode BatchNorm (running statistics and a counter) and an input accumulated in place."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc, self.norm = nn.Linear(4, 4), nn.BatchNorm1d(4)
+
+    def forward(self, x, total):
+        h = self.norm(self.fc(x))
+        total.add_(h.detach().sum(0))  # a running total (no graph through the calls)
+        return h.relu()
+
+
+@pytest.mark.parametrize("train", [False, True])
+def test_the_state_a_call_updates_is_compared_by_name(train):
+    x, total = torch.randn(8, 4), torch.zeros(4)
+    report = neuroncc.evaluate(Stateful().train(), (x, total), train=train, repeat=1, input_names=["x"])
+    found = [(d.kind, d.name) for d in report.differences if d.kind not in ("gradient", "parameter")]
+    assert found == [("output", "output 0"), ("buffer", "norm.running_mean"), ("buffer", "norm.running_var"),
+                     ("buffer", "norm.num_batches_tracked"), ("input", "arg 1")]  # x is read, not updated
+    assert report.passed, report.text()
+    mean = next(d for d in report.differences if d.name == "norm.running_mean")
+    assert mean.abs64 is not None and mean.shape == (4,)
+    assert "buffer    norm.running_mean" in report.text()
