@@ -39,6 +39,18 @@ def _isolated_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("NEURONCC_CACHE_DIR", str(tmp_path / "neuroncc-cache"))
 
 
+@pytest.fixture(autouse=True)
+def _environment_restored():
+    """A test's changes to ``os.environ`` end with it. Libraries write there too (transformers' ``generate`` sets
+    ``TOKENIZERS_PARALLELISM`` when it compiles a step): left behind, every later test of the worker that starts a
+    child through the warm interpreter (``warm_python``) found its environment changed and failed."""
+    saved = dict(os.environ)
+    yield
+    if dict(os.environ) != saved:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
 @pytest.fixture
 def layout_copies(monkeypatch):
     """The graph outputs the torch front end copies into eager's strides: (shape, strides, eager's strides)."""

@@ -23,14 +23,6 @@ from transformers.utils import logging  # noqa: E402
 logging.set_verbosity_error()
 
 
-@pytest.fixture(autouse=True)
-def _environment_restored(monkeypatch: pytest.MonkeyPatch) -> None:
-    """``generate`` sets ``TOKENIZERS_PARALLELISM`` in ``os.environ`` whenever it compiles a step (a static cache):
-    left there, every later test of this worker that starts a child through the warm interpreter
-    (tests/warm_python.py) found its environment changed and failed. Undone after each test."""
-    monkeypatch.setenv("TOKENIZERS_PARALLELISM", os.environ.get("TOKENIZERS_PARALLELISM", "false"))
-
-
 def _scaled(model: torch.nn.Module, factor: float = 4.0) -> torch.nn.Module:
     with torch.no_grad():
         for parameter in model.parameters():
