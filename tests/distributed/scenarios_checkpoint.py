@@ -7,7 +7,6 @@ FSDP2 checkpoint (model and optimizer) in a single process."""
 
 from __future__ import annotations
 
-import traceback
 from collections.abc import Callable
 from pathlib import Path
 
@@ -18,6 +17,8 @@ from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model
                                                      get_optimizer_state_dict, get_state_dict,
                                                      set_model_state_dict, set_optimizer_state_dict, set_state_dict)
 from torch.distributed.device_mesh import DeviceMesh
+
+from scenario_checks import run_checks
 
 LR, BATCH_PER_RANK = 1e-2, 2
 IN, HIDDEN, OUT = 7, 13, 3  # no multiple of the world size: FSDP2 pads the shards
@@ -190,15 +191,7 @@ def checks(rank: int, world: int, directory: str, gloo: dist.ProcessGroup) -> di
 
 def run(rank: int, world: int, directory: str) -> dict[str, str]:
     gloo = dist.new_group(backend="gloo")
-    results = {}
-    for name, check in checks(rank, world, directory, gloo).items():
-        try:
-            check()
-            results[name] = "ok"
-        except Exception:
-            results[name] = traceback.format_exc(limit=8)[-2500:]
-        dist.barrier()  # a failed check leaves no collective half-matched for the next one
-    return results
+    return run_checks(checks(rank, world, directory, gloo))
 
 
 # ---- a 2-rank checkpoint resumed by one process -------------------------------------------------------------

@@ -7,13 +7,13 @@ a bf16 model, and DDP and FSDP2 under torch.autocast("neuron") against torch.aut
 
 from __future__ import annotations
 
-import traceback
 from collections.abc import Callable
 
 import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh
 
+from scenario_checks import run_checks
 from scenarios_collectives import value
 
 LOW = (torch.bfloat16, torch.float16)
@@ -318,12 +318,4 @@ def run(rank: int, world: int) -> dict[str, str]:
     gloo = dist.new_group(backend="gloo")
     checks = {**collective_checks(rank, world, gloo), "DTensor ops on bf16 shards": dtensor_check(rank, world, gloo),
               **training_checks(rank, world, gloo)}
-    results = {}
-    for name, check in checks.items():
-        try:
-            check()
-            results[name] = "ok"
-        except Exception:
-            results[name] = traceback.format_exc(limit=6)[-2000:]
-        dist.barrier()  # a failed check leaves no collective half-matched for the next one
-    return results
+    return run_checks(checks)
