@@ -7,9 +7,10 @@ and lets the executable write it in place when its output layout is those stride
 through a temporary. Results the call writes into existing tensors (``add_``, ``out=``, a compiled graph's
 input mutations) come back in a temporary and are copied in (or, for a whole storage, exchange memory with
 it; small ones use the entry's own scratch memory, cheaper than a fresh block per call): the executable's
-outputs must not alias its inputs (the kernels' pointers are ``noalias``). The eager programs take bfloat16
-tensors as their bits (i16 parameters and outputs, ``programs._program``): read and written in place, like
-float16. Dtypes an executable stores differently (a compiled graph's bf16 parameters travel as float32, see
+outputs must not alias its inputs (the kernels' pointers are ``noalias``). The eager programs and compiled
+graphs take bfloat16 tensors as their bits (i16 parameters and outputs, ``programs._program`` and
+``frontend/aten_compiler.py``): read and written in place, like float16. Dtypes an executable stores
+differently (bf16 parameters of a function imported without ``bf16_bits`` travel as float32, see
 neuroncc.executors.executable; float64 computes as float32) are converted on the way.
 """
 

@@ -44,9 +44,10 @@ def compile_aten_graph(gm: fx.GraphModule, name: str, options: BackendOptions,
     what its forward's ops said about the activations it reads (``saved_facts.py``)."""
     with cyclic_gc_paused():
         start = time.perf_counter()
-        # the cpu target's kernels convert bf16 bits themselves; the NKI simulator keeps float32 copies (and so
-        # does a host device's boundary, whose Binding converts bf16 itself)
-        imported = import_graph(gm, name, bf16_bits=options.target == "cpu" and device is None,
+        # the cpu target's kernels convert bf16 bits themselves, on CPU tensors and a host device's alike (its
+        # Binding passes a bf16 tensor's memory as the i16 parameter and lets a bf16 result's bits be written
+        # into the new or mutated tensor); the NKI simulator keeps float32 copies
+        imported = import_graph(gm, name, bf16_bits=options.target == "cpu",
                                 host_devices=("cpu",) if device is None else ("cpu", device.device_type),
                                 donate=donate and device is None)
         if saved_facts is not None:

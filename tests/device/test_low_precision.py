@@ -130,3 +130,101 @@ def test_compiled_bf16_clamp_rounds_its_bounds_as_eager_does():
     x = torch.randn(64).to(torch.bfloat16)
     compiled = torch.compile(lambda t: t.clamp(min=0.1, max=0.3), backend="neuron", dynamic=False)
     assert torch.equal(_bits(compiled(x)), _bits(x.clamp(min=0.1, max=0.3)))
+
+
+def _update_and_compute(x, w, buffer, row):
+    buffer.mul_(0.5).add_(x[0, :4].float().sum())  # a bf16 input updated in place (its whole storage)
+    row.add_(1)  # a bf16 view of a larger tensor, updated in place
+    y = F.linear(x, w).relu()
+    return y.softmax(-1), y.t(), (x[::2] * 3).sum(0), y.float().mean()
+
+
+def test_compiled_graphs_take_bf16_tensors_as_their_bits(monkeypatch):
+    """torch.compile on neuron tensors passes a bf16 tensor's memory as the executable's i16 parameter and
+    writes bf16 results and input updates as bits (no float32 copy of any bf16 input, output or update, as on
+    CPU tensors); the bits of every result and update are those of the same graph compiled on CPU tensors."""
+    from neuroncc.device import compiled as device_compiled
+
+    bindings = []
+    make = device_compiled._binding
+    monkeypatch.setattr(device_compiled, "_binding",
+                        lambda compiled, args: bindings.append((compiled, make(compiled, args))) or bindings[-1][1])
+
+    def inputs(device):
+        generator = torch.Generator().manual_seed(0)
+        x = torch.randn(16, 40, generator=generator)[:, ::2].t().to(torch.bfloat16)  # a transposed view
+        w = torch.randn(12, 16, generator=generator).to(torch.bfloat16)
+        buffer = torch.randn(3, 5, generator=generator).to(torch.bfloat16)
+        big = torch.randn(4, 6, generator=generator).to(torch.bfloat16)
+        x = x.to(device).t().contiguous().t()  # a transposed layout on the device too
+        return x, w.to(device), buffer.to(device), big.to(device)
+
+    torch._dynamo.reset()
+    step = torch.compile(_update_and_compute, backend="neuron", dynamic=False)
+    (x, w, buffer, big), (cx, cw, cbuffer, cbig) = inputs("neuron"), inputs("cpu")
+    for _ in range(2):  # the same graph called again: inputs read in place, results new
+        got = step(x, w, buffer, big[1])
+        want = step(cx, cw, cbuffer, cbig[1])
+        for g, c in zip(got, want, strict=True):
+            assert g.device.type == "neuron" and g.dtype == c.dtype and g.stride() == c.stride()
+            assert torch.equal(_bits(g.cpu()), _bits(c))
+        assert torch.equal(_bits(buffer.cpu()), _bits(cbuffer)) and torch.equal(_bits(big.cpu()), _bits(cbig))
+    assert len(bindings) == 1
+    compiled, binding = bindings[0]
+    assert DType.bf16 not in {p.type.dtype for p in compiled.executable.function.params}
+    assert DType.bf16 not in {v.type.dtype for v in compiled.executable.function.outputs}
+    assert binding.plain_inputs  # every input read where it is, no float32 copy
+    # every result and update in the executable's layout written by it into the tensor it becomes or updates
+    # (y.t() is computed row-major: a layout copy, as in float32)
+    direct = [how in ("new", "write") for how, spec, layout in binding.outputs if spec[2] == layout[1]]
+    assert len(direct) == 5 and all(direct), binding.outputs
+
+
+@pytest.mark.parametrize("autocast", [False, True], ids=["bf16 model", "autocast"])
+def test_a_compiled_bf16_training_step_has_the_bits_of_the_float32_copies_one(autocast, monkeypatch):
+    """A bf16 model with BatchNorm (its running statistics: bf16 buffers the forward graph updates) or a float32
+    model under bf16 autocast (bf16 activations the forward graph saves for the backward one), compiled and
+    trained on the device with bf16 crossing as bits: losses, gradients, parameters and buffers have the bits
+    of the same steps with bf16 crossing as float32 copies (the device's compiled graphs before session 28's
+    cbf16), and the forward's loss and buffers those of the CPU-compiled step. (The first layer's gradients
+    differ from the CPU-compiled step's by an ulp, with float32 copies as with bits.)"""
+    from neuroncc.frontend import aten_compiler
+    from neuroncc.frontend.importer import import_graph
+
+    def model_on(device):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(24, 32), torch.nn.BatchNorm1d(32), torch.nn.GELU(),
+                                    torch.nn.Linear(32, 8))
+        return model.to(device, dtype=torch.float32 if autocast else torch.bfloat16)
+
+    def train(device, steps):
+        torch._dynamo.reset()
+        model = model_on(device)
+        step = torch.compile(lambda x: model(x).float().square().mean(), backend="neuron", dynamic=False)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        generator = torch.Generator().manual_seed(1)
+        losses = []
+        for _ in range(steps):
+            x = torch.randn(16, 24, generator=generator).to(device, dtype=model[0].weight.dtype)
+            with torch.autocast(device, dtype=torch.bfloat16, enabled=autocast):
+                loss = step(x)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            losses.append(loss.detach().cpu())
+        return (losses, [p.grad.cpu() for p in model.parameters()], [t.cpu() for t in model.state_dict().values()],
+                [t.cpu() for t in model.buffers()])
+
+    def same(got, want):
+        for g, w in zip(got, want, strict=True):
+            assert g.dtype == w.dtype and torch.equal(_bits(g), _bits(w)), (g, w)
+
+    bits = train("neuron", 3)
+    with monkeypatch.context() as patch:
+        patch.setattr(aten_compiler, "import_graph", lambda *a, **k: import_graph(*a, **{**k, "bf16_bits": False}))
+        copies = train("neuron", 3)
+    for got, want in zip(bits, copies, strict=True):
+        same(got, want)
+    (loss,), _, _, buffers = train("neuron", 1)
+    (cpu_loss,), _, _, cpu_buffers = train("cpu", 1)
+    same([loss, *buffers], [cpu_loss, *cpu_buffers])
