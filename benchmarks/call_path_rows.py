@@ -203,7 +203,7 @@ def row_gap(made: list, rows: list[str], threads: int, repeats: int = 101) -> No
 
     import microkernels as mk
     from common import interleaved_samples, settle_neuroncc
-    from kernel_cases import cases, check, implementations
+    from kernel_cases import cases, settled_calls
 
     torch.set_num_threads(threads)
     clock = time.thread_time if threads == 1 else time.perf_counter
@@ -214,13 +214,7 @@ def row_gap(made: list, rows: list[str], threads: int, repeats: int = 101) -> No
     for case in (c for c in cases() if c.key in rows):
         inputs = case.make(np.random.default_rng(0))
         first = len(made)
-        impls = implementations(case, inputs, threads, graphs=False, dynamic=None)  # (as roofline.py)
-        check(case, impls, inputs)
-        calls = {name: call for name, (call, _) in impls.items()}
-        for _ in range(2):
-            for call in calls.values():
-                call()
-        settle_neuroncc(calls)
+        calls = settled_calls(case, inputs, threads, graphs=False)  # (as roofline.py)
         graph = made[first:][-1]
         direct = graph.direct
         addresses = [t.data_ptr() for t in inputs]

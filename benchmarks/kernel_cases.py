@@ -315,3 +315,18 @@ def check(case: Case, impls: dict[str, tuple], inputs: list[torch.Tensor]) -> No
         got = _flat(current() if current is not None else got)
         for g, e in zip(got, expected, strict=True):
             torch.testing.assert_close(g.float(), e.float(), rtol=rtol, atol=atol, msg=lambda m: f"{name}: {m}")
+
+
+def settled_calls(case: Case, inputs: list[torch.Tensor], threads: int, graphs: bool) -> dict[str, Callable]:
+    """The row's implementations (``dynamic=None``: torch.compile's default, as users call it) as calls, checked
+    against eager, each run twice and then settled on neuroncc's optimized code (``common.settle_neuroncc``)."""
+    from common import settle_neuroncc
+
+    impls = implementations(case, inputs, threads, graphs=graphs, dynamic=None)
+    check(case, impls, inputs)
+    calls = {name: call for name, (call, _) in impls.items()}
+    for _ in range(2):
+        for call in calls.values():
+            call()
+    settle_neuroncc(calls)
+    return calls

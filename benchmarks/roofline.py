@@ -84,7 +84,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import (ensure_environment, interleaved_samples, record_compiled_graphs,  # noqa: E402
-                    settle_neuroncc, table)
+                    table)
 
 ensure_environment(threads=2)
 
@@ -92,7 +92,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 import microkernels as mk  # noqa: E402
-from kernel_cases import Case, cases, check, implementations, in_graph_order  # noqa: E402
+from kernel_cases import Case, cases, in_graph_order, settled_calls  # noqa: E402
 from neuroncc.codegen.llvm import jit  # noqa: E402
 from neuroncc.codegen.llvm.mathlib import POLYNOMIAL  # noqa: E402
 
@@ -269,13 +269,7 @@ def row_calls(machine: Machine, case: Case, inputs: list[torch.Tensor], threads:
     stream kernels' calls, and how neuroncc is called. Settled first: the optimized builds taken, so that the
     kernel alone runs the code the row's call runs."""
     first = len(MADE)
-    impls = implementations(case, inputs, threads, graphs=numpy_path, dynamic=None)
-    check(case, impls, inputs)
-    calls = {name: call for name, (call, _) in impls.items()}
-    for _ in range(2):
-        for call in calls.values():
-            call()
-    settle_neuroncc(calls)
+    calls = settled_calls(case, inputs, threads, graphs=numpy_path)
     graphs = MADE[first:]
     path = "executable (numpy path)" if numpy_path and case.graph is not None else "torch.compile"
     alone = kernel_alone(graphs, inputs, case) if path == "torch.compile" and case.setup is None else None
