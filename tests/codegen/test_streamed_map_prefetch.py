@@ -42,12 +42,9 @@ def _assembly(fn: Function, target: CpuTarget) -> str:
     return jit.assembly(texts, target).split("k_p0:")[1].split(".Lfunc_end")[0]
 
 
-def _pieces(monkeypatch, pieces: int) -> None:
-    monkeypatch.setattr(CpuTarget, "streamed_map_prefetch_pieces", property(lambda self: pieces))
-
-
-def _piece_lines(monkeypatch, lines: int) -> None:
-    monkeypatch.setattr(CpuTarget, "streamed_map_piece_lines", property(lambda self: lines))
+def _chosen(monkeypatch, choice: str, value: int) -> None:
+    """``CpuTarget.<choice>`` reads ``value`` on every target for the rest of the test."""
+    monkeypatch.setattr(CpuTarget, choice, property(lambda self: value))
 
 
 def test_avx2_prefetches_the_input_two_pieces_ahead_and_avx512_as_before(monkeypatch):
@@ -58,7 +55,7 @@ def test_avx2_prefetches_the_input_two_pieces_ahead_and_avx512_as_before(monkeyp
     zen4_code = _assembly(fn, zen4)
     assert "vmovntps" in ahead and ahead.count("prefetcht0") == 2  # a piece's 2 lines of x, 2 KiB ahead
     assert "prefetcht0\t2048(" in ahead
-    _pieces(monkeypatch, 0)
+    _chosen(monkeypatch, "streamed_map_prefetch_pieces", 0)
     assert "prefetcht0" not in _assembly(fn, zen3)
     assert _assembly(fn, zen4) == zen4_code and "prefetcht0" not in zen4_code and "vmovntps" in zen4_code
 
@@ -71,7 +68,7 @@ def test_avx2_streams_float32_pieces_of_two_lines_and_avx512_as_before(monkeypat
     zen3, zen4 = CpuTarget("znver3", AVX2), CpuTarget("znver4", ZEN4)
     assert zen3.streamed_map_piece_lines == 2 and zen4.streamed_map_piece_lines == 16
     two, zen4_code = _assembly(fn, zen3), _assembly(fn, zen4)
-    _piece_lines(monkeypatch, 16)
+    _chosen(monkeypatch, "streamed_map_piece_lines", 16)
     sixteen = _assembly(fn, zen3)
     assert two.count("prefetcht0") == 2 and sixteen.count("prefetcht0") == 16  # a piece's lines, 2 KiB ahead
     assert "prefetcht0\t2048(" in two and "prefetcht0\t2048(" in sixteen
@@ -85,16 +82,12 @@ def test_the_prefetches_give_the_same_bits(rng, monkeypatch):
     x[3, :5] = [np.nan, np.inf, -np.inf, 88.0, -200.0]
     m, s = x.max(axis=1, keepdims=True), rng.random((1024, 1)).astype(np.float32)
     (got,) = build_cpu_executable(fn, {"threads": 2})(x, m, s)
-    _pieces(monkeypatch, 0)
+    _chosen(monkeypatch, "streamed_map_prefetch_pieces", 0)
     (want,) = build_cpu_executable(fn, {"threads": 2})(x, m, s)
     np.testing.assert_array_equal(got, want)
-    _piece_lines(monkeypatch, 16)
+    _chosen(monkeypatch, "streamed_map_piece_lines", 16)
     (sixteen,) = build_cpu_executable(fn, {"threads": 2})(x, m, s)
     np.testing.assert_array_equal(got, sixteen)
-
-
-def _registers(monkeypatch, lines: int) -> None:
-    monkeypatch.setattr(CpuTarget, "register_piece_lines", property(lambda self: lines))
 
 
 def test_avx2_streams_the_gradients_pieces_from_registers_and_avx512_as_before(monkeypatch):
@@ -108,7 +101,7 @@ def test_avx2_streams_the_gradients_pieces_from_registers_and_avx512_as_before(m
     zen3, zen4 = CpuTarget("znver3", AVX2), CpuTarget("znver4", ZEN4)
     assert zen3.register_piece_lines == 4 and zen4.register_piece_lines == 0
     direct, zen4_code = _assembly(fn, zen3), _assembly(fn, zen4)
-    _registers(monkeypatch, 0)
+    _chosen(monkeypatch, "register_piece_lines", 0)
     buffered = _assembly(fn, zen3)
     assert buffered.count("vmovntps") == 1 and re.search(r"cmpq\s+\$128, %r", buffered)  # the copy loop
     assert direct.count("vmovntps") >= 9  # a store per vector of the piece, and the target's piece's copy loop
@@ -128,7 +121,7 @@ def test_pieces_from_registers_give_the_buffered_bits(rng, monkeypatch):
     labels = np.array(edges + list(rng.integers(0, classes, rows - len(edges))), np.int64)
     inputs = [x, labels, rng.uniform(0.5, 2, (rows, 1)).astype(np.float32), np.full((rows, 1), 4.0, np.float32)]
     (got,) = build_cpu_executable(fn, {"threads": 2})(*inputs)
-    _registers(monkeypatch, 0)
+    _chosen(monkeypatch, "register_piece_lines", 0)
     (want,) = build_cpu_executable(fn, {"threads": 2})(*inputs)
     np.testing.assert_array_equal(got.view(np.int32), want.view(np.int32))
     assert all(got[r, t] < 0 for r, t in enumerate(labels) if 0 <= t < classes and r != 3)  # corrected
