@@ -77,10 +77,17 @@ in one call of many, which moves the mean, not the median.
 65.5 MB written with non-temporal stores) and its 16.4M exponentials at ``exp_nonpositive``'s microkernel rate (the
 fastest of 7 runs, L1-resident, as roofline.py counts it). Its need is the larger of its memory and exp times.
 
+``--floor`` times each kernel's elementwise arithmetic alone as ``microkernels.math_throughput`` times the
+exponential (L1-resident x and y, the loop hints of the kernels' math loops, the fastest of 5 runs; session 29):
+``exp_nonpositive`` itself (roofline.py's count), the forward's exp(x - m) and the backward's
+0 - exp((x - m) - l) * s, each over the row's 16.4M elements: the least each kernel's instructions take where
+nothing waits for memory (the forward's block max and chunk sums come on top: one vector max and one vector add
+per 8 elements).
+
 ``a+b`` (``burst16+nanbits``: the code before session 25): both variants' changes.
 
 Run: ``python benchmarks/bench_cross_entropy.py [--threads 2,1] [--builds 2] [--repeats 15] [--variants groups,loop]
-[--row [--rounds 31]] [--split [--rounds 31]] [--needs [--rounds 31]]``.
+[--row [--rounds 31]] [--split [--rounds 31]] [--needs [--rounds 31]] [--floor]``.
 """
 
 from __future__ import annotations
@@ -355,8 +362,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=31, help="--row's interleaved rounds")
     parser.add_argument("--split", action="store_true", help="itemize the row: step, kernels, both clocks")
     parser.add_argument("--needs", action="store_true", help="each kernel against its bytes and exponentials")
+    parser.add_argument("--floor", action="store_true", help="each kernel's elementwise math alone, L1-resident")
     args = parser.parse_args()
     names = args.variants.split(",")
+    if args.floor:
+        floor(args)
+        return
     if args.split:
         split(args)
         return
@@ -537,6 +548,48 @@ def needs(args: argparse.Namespace) -> None:
               f"{time.strftime('%H:%M:%S', time.gmtime())} UTC, {args.rounds} rounds", flush=True)
     print(table(rows, ["kernel", "threads", "ms", "memory skeleton (noexp) ms", "its bytes' stream ms",
                        "its exponentials ms (microkernel)", "need / ms"]))
+
+
+#: ``--floor``'s microkernels: name -> the element's arithmetic around ``exp_nonpositive`` (m, l, s: constants)
+FLOORS = {
+    "exp_nonpositive": None,
+    "forward_nonpositive": lambda b, x, exp: exp(b.fsub(x, ir.Constant(ir.FloatType(), 0.25))),
+    "backward_nonpositive": lambda b, x, exp: b.fsub(ir.Constant(ir.FloatType(), 0.0), b.fmul(exp(b.fsub(
+        b.fsub(x, ir.Constant(ir.FloatType(), 0.25)), ir.Constant(ir.FloatType(), 0.5))),
+        ir.Constant(ir.FloatType(), -0.0019))),
+}
+
+
+def floor(args: argparse.Namespace) -> None:
+    """``--floor``: each kernel's elementwise arithmetic as a microkernel (see the module docstring)."""
+    import microkernels as mk
+    from neuroncc.codegen.llvm import jit
+
+    target, exp = jit.host_target(), mathlib.POLYNOMIAL["exp_nonpositive"]
+    elements = 512 * VOCAB
+    rows = []
+    try:
+        for name, around in FLOORS.items():
+            if around is not None:
+                mathlib.POLYNOMIAL[name] = lambda b, x, t, around=around: around(b, x, lambda v: exp(b, v, t))
+        for threads in [int(t) for t in args.threads.split(",")]:
+            clock = time.thread_time if threads == 1 else time.perf_counter
+            best = {name: 0.0 for name in FLOORS}
+            for _ in range(5):  # (interleaved: the fastest of each)
+                for name in FLOORS:
+                    best[name] = max(best[name], mk.math_throughput(name, target, threads, clock))
+            for name in FLOORS:
+                count, per = mk.loop_instructions(name, target)
+                rows.append([name, str(threads), f"{count} / {per}", f"{elements / best[name] * 1e3:.3f}",
+                             f"{best['exp_nonpositive'] / best[name]:.3f}"])
+            print(f"threads {threads}, load {__import__('os').getloadavg()[0]:.2f}, "
+                  f"{time.strftime('%H:%M:%S', time.gmtime())} UTC", flush=True)
+    finally:
+        for name, around in FLOORS.items():
+            if around is not None:
+                mathlib.POLYNOMIAL.pop(name, None)
+    print(table(rows, ["math (L1-resident)", "threads", "vector instructions / elements", "ms per 512 x 32000",
+                       "time / exp's"]))
 
 
 def _backward_arguments(fn, saved, logits, target) -> list:
