@@ -50,7 +50,7 @@ def make_entry(handler: Any, args: tuple[Any, ...], kwargs: dict[str, Any], tens
         if _out_resizes(form, args, kwargs, tensors, floats):
             return ResizeOuts(handler)
     # a signature an earlier process compiled: its kernel straight from the compile cache, no program built
-    slot = signature_index.Slot.of(form.op, describe(args, kwargs)[0], COMPILE_OPTIONS)
+    slot = signature_index.Slot.of(form.op, describe(args, kwargs)[0])
     hit = slot.lookup(tensors) if slot is not None else None
     if hit is not None:
         COUNTS["eager_kernels_loaded"] += 1
@@ -75,7 +75,7 @@ _EXECUTABLES: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionar
 
 #: The call that compiles an op waits for it: LLVM's quick tier first where it computes the same bits, the
 #: optimized code swapped in from the background (neuroncc.executors.cpu.tiers; the disk cache stores that)
-COMPILE_OPTIONS = {"quick_first": True}
+COMPILE_OPTIONS = signature_index.COMPILE_OPTIONS
 
 
 def compile_kernel(form: OpForm, program: Program, index: int, tensors: list[torch.Tensor], state: Any,

@@ -3,23 +3,28 @@
 A new signature's entry (entries.py ``make_entry``) builds the op's program (a meta run, a one-op FX graph or a
 trace through the decompositions, the importer; twice more when floats are lifted) and prints it, only to find
 its compile-cache key; on a warm disk the kernel is then loaded, not compiled. Text generation meets a few
-hundred signatures (every decoding step has a new sequence length): building programs was 1.2 s of a warm
-process's 2.6 s first ``generate`` (bench_device.py ``generate``, session 29). The index skips that build:
+hundred signatures (every decoding step has a new sequence length): building programs was 1.1 s of a warm
+process's 2.1 s first ``generate`` (bench_device.py ``generate``, session 29). The index skips that build:
 
-    index key  driver.graph_entries.graph_key over the op, the signature's text (every tensor's dtype, shape,
-               strides and device index, every non-float argument: signature.describe's key), the default
-               dtype, how programs are built here (this module's format, entries.COMPILE_OPTIONS), then the
-               target, host and versions (the neuroncc source digest among them: any change of neuroncc's code
-               is another key)
-    entry      a graph entry (target ``aot:cpu``, graph name ``eager:<op>``; ``neuroncc cache list`` shows it)
-               whose JSON says which artifact the program compiled to and how a call binds to it (the
-               Program's inputs, outputs, result tree, writes): what CompiledKernel needs, not the IR
+    the index  one graph entry per cache directory and build environment (driver.graph_entries; target
+               ``aot:cpu``, graph name ``eager:signature-index``; its key covers the target, host and versions,
+               the neuroncc source digest among them: any change of neuroncc's code is another index), whose
+               JSON lists signatures with what each compiled to
+    a record   named by the op, the default dtype and the signature's text (every tensor's dtype, shape,
+               strides and device index, every non-float argument: signature.describe's key): the artifact's
+               compile-cache key and how a call binds to it (the Program's inputs, outputs, result tree,
+               writes): what CompiledKernel needs, not the IR
 
-A hit reads the entry after the full check of ``read_graph_entry`` (manifest, every file's sha256), loads the
-artifact by its key after the cache's own full check (``CompileCache.load_entry``), and checks the binding
-against the artifact's function (parameter count and dtypes, output numbers); anything that does not fit is a
-miss, and the entry is written again from this call's program. Nothing is unpickled (JSON; the result tree by
-``treespec_loads``).
+A process reads the index once, at its first new signature, after the full check of ``read_graph_entry``
+(manifest, every file's sha256). A hit loads the artifact by its key after the cache's own full check
+(``CompileCache.load_entry``) and checks the binding against the artifact's function (parameter count and
+dtypes, output numbers); anything that does not fit is a miss, and the record is written again from this
+call's program. Nothing is unpickled (JSON; the result tree by ``treespec_loads``).
+
+New records are added to the entry in batches (every :data:`FLUSH_EVERY`, and at exit) on the cache's writer
+thread, each batch merged with what other processes added meanwhile, under the entry's lock; the index keeps
+the newest :data:`CAPACITY` records. A process that does not exit normally loses its last batch (those
+signatures build their programs again next time: the index is an optimization, never a source of truth).
 
 Only programs that do not depend on the call's float values are indexed (``Program.lifted``, or a call without
 floats): exactly the entries the device reuses for every value in memory too (a ``ByFloatValue`` signature
@@ -28,9 +33,11 @@ builds its program per value). Signatures that run on CPU are not indexed (their
 
 from __future__ import annotations
 
+import atexit
 import json
 import logging
 import os
+import threading
 import weakref
 from typing import Any
 
@@ -40,17 +47,22 @@ from torch.utils._pytree import treespec_dumps, treespec_loads
 from neuroncc.device.counters import COUNTS
 from neuroncc.device.programs import Program
 from neuroncc.driver.cache import CompileCache, cache_from_environ
-from neuroncc.driver.cache_key import CacheKey
-from neuroncc.driver.graph_entries import graph_key, read_graph_entry, write_graph_entry
+from neuroncc.driver.graph_entries import graph_key, read_graph_entry, update_graph_entry
 from neuroncc.frontend.imported import ComputedOutput, UnencodableOutput, decode_output, encode_output
 from neuroncc.ir import DType
 
 log = logging.getLogger("neuroncc.device")
 
-#: Bump when the entry's layout or the meaning of a signature's text changes (it is part of the key).
+#: Bump when the entry's layout or the meaning of a record's name changes (it is part of the key).
 INDEX_FORMAT = 1
-KIND = "eager-signature"
+KIND = "eager-signature-index"
 TARGET = "cpu"
+#: How the device compiles its programs (entries.py passes these to compile_graph): the index's key says it.
+COMPILE_OPTIONS = {"quick_first": True}
+#: Signatures recorded before a batch is written to the index entry.
+FLUSH_EVERY = 64
+#: Records the index keeps (the newest): a generate of a few thousand tokens meets that many signatures.
+CAPACITY = 20_000
 
 #: executable -> the compile-cache key it was compiled or loaded under (entries.compile_kernel notes it)
 ARTIFACT_KEYS: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
@@ -101,19 +113,84 @@ def _ints(values: Any) -> str:
     return "[" + ",".join(map(str, values)) + "]"
 
 
+
+
+def record_name(op: Any, signature: tuple[Any, ...]) -> str:
+    """The record's name of ``op``'s call with ``signature``; raises :class:`Unindexable`."""
+    return f"{op} {_name(torch.get_default_dtype())} {signature_text(signature)}"
+
+
 def _cache() -> CompileCache | None:
     cache = cache_from_environ(os.environ)
     return cache if cache is not None and cache.ensure_usable() else None
 
 
-def index_key(op: Any, signature: tuple[Any, ...], compile_options: dict[str, Any], cache: CompileCache) -> CacheKey:
-    """The index key of ``op``'s ``signature`` (see the module docstring); raises :class:`Unindexable`."""
-    text = signature_text(signature)
-    parts = [("eager_op", str(op), str(op)), ("eager_signature", text, f"{len(signature)} arguments"),
-             ("default_dtype", _name(torch.get_default_dtype()), None),
-             ("eager_programs", json.dumps({"format": INDEX_FORMAT, "compile": compile_options}, sort_keys=True),
-              None)]
-    return graph_key(parts, TARGET, cache.build_environment())
+def _records_of(payload: Any) -> dict[str, Any]:
+    """An index payload's records by name ({} for anything else)."""
+    if payload is None or payload.get("kind") != KIND or payload.get("format") != INDEX_FORMAT or \
+            type(payload.get("records")) is not list:
+        return {}
+    return {item[0]: item[1] for item in payload["records"]
+            if type(item) is list and len(item) == 2 and type(item[0]) is str}
+
+
+class _Index:
+    """This process's copy of one cache directory's index entry, and its records not yet written there."""
+
+    def __init__(self, cache: CompileCache):
+        self.cache = cache
+        options = json.dumps({"format": INDEX_FORMAT, "compile": COMPILE_OPTIONS}, sort_keys=True)
+        self.key = graph_key([("eager_index", options, None)], TARGET, cache.build_environment())
+        self.records = _records_of(read_graph_entry(cache, self.key.key, TARGET))
+        self.pending: dict[str, Any] = {}
+        self.lock = threading.Lock()
+
+    def add(self, name: str, record: dict[str, Any]) -> None:
+        with self.lock:
+            self.records[name] = record
+            self.pending[name] = record
+            full = len(self.pending) >= FLUSH_EVERY
+        if full:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write the pending records into the index entry, merged with it under its lock."""
+        with self.lock:
+            pending, self.pending = self.pending, {}
+        if not pending:
+            return
+
+        def merged(current: Any) -> dict[str, Any]:
+            records = _records_of(current)
+            for name, record in pending.items():
+                records.pop(name, None)  # to the end: the newest
+                records[name] = record
+            kept = list(records.items())[-CAPACITY:]
+            return {"kind": KIND, "format": INDEX_FORMAT, "records": [[name, record] for name, record in kept]}
+
+        update_graph_entry(self.cache, self.key, graph_name="eager:signature-index", target=TARGET, update=merged,
+                           neuroncc_version=_version())
+
+
+#: cache directory -> its index, read at the process's first new signature
+_INDEXES: dict[Any, _Index] = {}
+_INDEXES_LOCK = threading.Lock()
+
+
+def _index_of(cache: CompileCache) -> _Index:
+    with _INDEXES_LOCK:
+        index = _INDEXES.get(cache.root)
+        if index is None:
+            if not _INDEXES:
+                atexit.register(flush_all)
+            index = _INDEXES[cache.root] = _Index(cache)
+        return index
+
+
+def flush_all() -> None:
+    """Write every index's pending records (at exit)."""
+    for index in list(_INDEXES.values()):
+        index.flush()
 
 
 class Hit:
@@ -128,75 +205,70 @@ class Hit:
 class Slot:
     """One signature's place in the index: ``lookup()`` it, and ``record()`` the program built on a miss."""
 
-    def __init__(self, cache: CompileCache, key: CacheKey, op: Any):
-        self.cache, self.key, self.op = cache, key, op
-        self.replace = False  # the entry there did not fit: the one recorded replaces it
+    def __init__(self, index: _Index, name: str, op: Any):
+        self.index, self.name, self.op = index, name, op
 
     @staticmethod
-    def of(op: Any, signature: tuple[Any, ...], compile_options: dict[str, Any]) -> Slot | None:
+    def of(op: Any, signature: tuple[Any, ...]) -> Slot | None:
         """The slot of ``op``'s call with ``signature``, or None (no usable cache, or a signature the index
         cannot describe)."""
-        cache = _cache()
-        if cache is None:
-            return None
         try:
-            return Slot(cache, index_key(op, signature, compile_options, cache), op)
+            name = record_name(op, signature)
         except Unindexable as reason:
             log.debug("neuroncc: not indexing a signature of %s: %s", op, reason)
             return None
+        cache = _cache()
+        return Slot(_index_of(cache), name, op) if cache is not None else None
 
     def lookup(self, tensors: list[torch.Tensor]) -> Hit | None:
-        payload = read_graph_entry(self.cache, self.key.key, TARGET)
-        if payload is None:
+        record = self.index.records.get(self.name)
+        if record is None:
             return None
         try:
-            hit = self._rebuild(payload, tensors)
+            hit = self._rebuild(record, tensors)
         except (Unindexable, UnencodableOutput, KeyError, TypeError, ValueError) as problem:
-            log.info("neuroncc: signature index entry %s of %s does not fit (%s); building the program",
-                     self.key.key[:16], self.op, problem)
+            log.info("neuroncc: a signature index record of %s does not fit (%s); building the program", self.op,
+                     problem)
             hit = None
         if hit is None:
-            self.replace = True
             COUNTS["eager_index_misfits"] += 1
             return None
         COUNTS["eager_index_hits"] += 1
         return hit
 
-    def _rebuild(self, payload: dict[str, Any], tensors: list[torch.Tensor]) -> Hit | None:
-        if payload.get("kind") != KIND or payload.get("format") != INDEX_FORMAT or payload.get("op") != str(self.op):
-            raise Unindexable(f"kind {payload.get('kind')!r}, format {payload.get('format')!r}")
-        artifact = payload["artifact"]
+    def _rebuild(self, record: Any, tensors: list[torch.Tensor]) -> Hit | None:
+        if type(record) is not dict:
+            raise Unindexable("a record that is not an object")
+        artifact = record["artifact"]
         if type(artifact) is not str:
             raise Unindexable("artifact key")
-        executable = self.cache.load_entry(artifact, TARGET)
+        executable = self.index.cache.load_entry(artifact, TARGET)
         if executable is None:  # gone from the cache (cleared, or never published): build and compile again
             return None
-        inputs, writes = _int_list(payload["inputs"]), [_int_list(pair) for pair in payload["writes"]]
-        if type(payload["lifted"]) is not bool or any(len(pair) != 2 for pair in writes):
+        inputs, writes = _int_list(record["inputs"]), [_int_list(pair) for pair in record["writes"]]
+        if type(record["lifted"]) is not bool or any(len(pair) != 2 for pair in writes):
             raise Unindexable("flags")
-        outputs = tuple(decode_output(o) for o in payload["outputs"])
-        program = Program(None, tuple(inputs), outputs, treespec_loads(payload["result_tree"]),
-                          tuple((a, b) for a, b in writes), payload["lifted"])
+        outputs = tuple(decode_output(o) for o in record["outputs"])
+        program = Program(None, tuple(inputs), outputs, treespec_loads(record["result_tree"]),
+                          tuple((a, b) for a, b in writes), record["lifted"])
         _check_binding(program, executable.function, tensors)
         ARTIFACT_KEYS[executable] = artifact
         return Hit(program, executable)
 
     def record(self, program: Program, executable: Any) -> None:
-        """Index the program just built for this signature (once its executable's key is known)."""
+        """Index the program just built for this signature (if its executable's key is known)."""
         artifact = ARTIFACT_KEYS.get(executable)
         if artifact is None:
             return
         try:
-            payload = {"kind": KIND, "format": INDEX_FORMAT, "op": str(self.op), "artifact": artifact,
-                       "inputs": list(program.inputs), "outputs": [encode_output(o) for o in program.outputs],
-                       "result_tree": treespec_dumps(program.result_tree),
-                       "writes": [list(pair) for pair in program.writes], "lifted": program.lifted}
-        except (UnencodableOutput, TypeError, NotImplementedError) as problem:  # e.g. a result tree of a type
-            log.debug("neuroncc: not indexing a program of %s: %s", self.op, problem)  # treespec_dumps refuses
+            record = {"artifact": artifact, "inputs": list(program.inputs),
+                      "outputs": [encode_output(o) for o in program.outputs],
+                      "result_tree": treespec_dumps(program.result_tree),
+                      "writes": [list(pair) for pair in program.writes], "lifted": program.lifted}
+        except (UnencodableOutput, TypeError, NotImplementedError) as problem:  # a result tree treespec_dumps
+            log.debug("neuroncc: not indexing a program of %s: %s", self.op, problem)  # cannot write
             return
-        write_graph_entry(self.cache, self.key, graph_name=f"eager:{self.op}", target=TARGET, inputs=[],
-                          options={}, payload=payload, timings={}, neuroncc_version=_version(),
-                          replace=self.replace)
+        self.index.add(self.name, record)
 
 
 def _int_list(data: Any) -> list[int]:
