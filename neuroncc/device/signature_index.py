@@ -48,6 +48,7 @@ from neuroncc.device.counters import COUNTS
 from neuroncc.device.programs import Program
 from neuroncc.driver.cache import CompileCache, cache_from_environ
 from neuroncc.driver.graph_entries import graph_key, read_graph_entry, update_graph_entry
+from neuroncc.driver.publisher import PUBLISHER
 from neuroncc.frontend.imported import ComputedOutput, UnencodableOutput, decode_output, encode_output
 from neuroncc.ir import DType
 
@@ -153,9 +154,15 @@ class _Index:
         if full:
             self.flush()
 
-    def flush(self) -> None:
-        """Write the pending records into the index entry, merged with it under its lock."""
+    def flush(self, at_exit: bool = False) -> None:
+        """Write the pending records into the index entry, merged with it under its lock. While an earlier
+        batch is still queued on the cache's writer (behind the artifacts it publishes) they wait for the next
+        batch: waiting for the writer here would make the op that compiled wait for every write before it.
+        ``at_exit``: written now, and waited for (the writer would not finish it after the atexit handlers)."""
+        where = (self.cache.root, self.key.key)
         with self.lock:
+            if not at_exit and PUBLISHER.pending(where):
+                return
             pending, self.pending = self.pending, {}
         if not pending:
             return
@@ -170,6 +177,8 @@ class _Index:
 
         update_graph_entry(self.cache, self.key, graph_name="eager:signature-index", target=TARGET, update=merged,
                            neuroncc_version=_version())
+        if at_exit:
+            PUBLISHER.wait(where)
 
 
 #: cache directory -> its index, read at the process's first new signature
@@ -190,7 +199,7 @@ def _index_of(cache: CompileCache) -> _Index:
 def flush_all() -> None:
     """Write every index's pending records (at exit)."""
     for index in list(_INDEXES.values()):
-        index.flush()
+        index.flush(at_exit=True)
 
 
 class Hit:
