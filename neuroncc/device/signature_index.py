@@ -42,11 +42,11 @@ import weakref
 from typing import Any
 
 import torch
-from torch.utils._pytree import treespec_dumps, treespec_loads
+from torch.utils._pytree import tree_structure, treespec_dumps, treespec_loads
 
 from neuroncc.device.counters import COUNTS
 from neuroncc.device.programs import Program
-from neuroncc.driver.cache import CompileCache, cache_from_environ
+from neuroncc.driver.cache import CACHE_DIR_VARIABLE, DISABLE_VARIABLE, CompileCache, cache_from_environ
 from neuroncc.driver.graph_entries import graph_key, read_graph_entry, update_graph_entry
 from neuroncc.driver.publisher import PUBLISHER
 from neuroncc.frontend.imported import ComputedOutput, UnencodableOutput, decode_output, encode_output
@@ -64,6 +64,9 @@ COMPILE_OPTIONS = {"quick_first": True}
 FLUSH_EVERY = 64
 #: Records the index keeps (the newest): a generate of a few thousand tokens meets that many signatures.
 CAPACITY = 20_000
+
+#: the result tree of an op returning one tensor (most ops), as written
+_LEAF = treespec_dumps(tree_structure(0))
 
 #: executable -> the compile-cache key it was compiled or loaded under (entries.compile_kernel notes it)
 ARTIFACT_KEYS: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
@@ -124,6 +127,19 @@ def record_name(op: Any, signature: tuple[Any, ...]) -> str:
 def _cache() -> CompileCache | None:
     cache = cache_from_environ(os.environ)
     return cache if cache is not None and cache.ensure_usable() else None
+
+
+#: (``$NEURONCC_CACHE_DIR``, ``$NEURONCC_DISABLE_CACHE``) -> the index of the cache they name (None: no usable
+#: cache): opening the cache for every new signature cost ~0.1 ms of it
+_BY_SETTING: dict[tuple[str | None, str | None], _Index | None] = {}
+
+
+def _current_index() -> _Index | None:
+    setting = (os.environ.get(CACHE_DIR_VARIABLE), os.environ.get(DISABLE_VARIABLE))
+    if setting not in _BY_SETTING:
+        cache = _cache()
+        _BY_SETTING[setting] = _index_of(cache) if cache is not None else None
+    return _BY_SETTING[setting]
 
 
 def _records_of(payload: Any) -> dict[str, Any]:
@@ -226,8 +242,8 @@ class Slot:
         except Unindexable as reason:
             log.debug("neuroncc: not indexing a signature of %s: %s", op, reason)
             return None
-        cache = _cache()
-        return Slot(_index_of(cache), name, op) if cache is not None else None
+        index = _current_index()
+        return Slot(index, name, op) if index is not None else None
 
     def lookup(self, tensors: list[torch.Tensor]) -> Hit | None:
         record = self.index.records.get(self.name)
@@ -272,7 +288,7 @@ class Slot:
         try:
             record = {"artifact": artifact, "inputs": list(program.inputs),
                       "outputs": [encode_output(o) for o in program.outputs],
-                      "result_tree": treespec_dumps(program.result_tree),
+                      "result_tree": _LEAF if program.result_tree.is_leaf() else treespec_dumps(program.result_tree),
                       "writes": [list(pair) for pair in program.writes], "lifted": program.lifted}
         except (UnencodableOutput, TypeError, NotImplementedError) as problem:  # a result tree treespec_dumps
             log.debug("neuroncc: not indexing a program of %s: %s", self.op, problem)  # cannot write
