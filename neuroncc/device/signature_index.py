@@ -192,7 +192,7 @@ class _Index:
             return {"kind": KIND, "format": INDEX_FORMAT, "records": [[name, record] for name, record in kept]}
 
         update_graph_entry(self.cache, self.key, graph_name="eager:signature-index", target=TARGET, update=merged,
-                           neuroncc_version=_version())
+                           neuroncc_version=self.cache.build_environment().neuroncc_version)
         if at_exit:
             PUBLISHER.wait(where)
 
@@ -332,9 +332,3 @@ def _check_binding(program: Program, function: Any, tensors: list[torch.Tensor])
     for tensor, output in program.writes:
         if not (0 <= tensor < len(tensors) and 0 <= output < count):
             raise Unindexable(f"write {tensor} <- {output}")
-
-
-def _version() -> str:
-    import neuroncc
-
-    return neuroncc.__version__
