@@ -9,6 +9,8 @@ from typing import Any
 DESCRIPTIONS = {
     "eager_kernels_compiled": "op kernels compiled for the neuron device (a signature seen for the first time)",
     "eager_kernels_loaded": "op kernels loaded from the compile cache on disk instead of compiling",
+    "eager_index_hits": "op kernels found through the signature index (no program built: signature_index.py)",
+    "eager_index_misfits": "signature index entries that did not fit their artifact (rebuilt and replaced)",
     "eager_kernels_evicted": "op kernels dropped from memory (least recently used, past the capacity)",
     "eager_fallback_signatures": "op signatures that run on CPU because neuroncc cannot compile them",
     "eager_fallback_calls": "calls of ops on neuron tensors that ran on CPU",

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from neuroncc.device import generators, memory, tracking
+from neuroncc.device import generators, memory, signature_index, tracking
 from neuroncc.device.counters import COUNTS
 from neuroncc.device.fallback import HostFallback, HostRandom, run_on_host
 from neuroncc.device.kernels import CompiledKernel
@@ -49,13 +49,21 @@ def make_entry(handler: Any, args: tuple[Any, ...], kwargs: dict[str, Any], tens
     if form.out_arguments:
         if _out_resizes(form, args, kwargs, tensors, floats):
             return ResizeOuts(handler)
+    # a signature an earlier process compiled: its kernel straight from the compile cache, no program built
+    slot = signature_index.Slot.of(form.op, describe(args, kwargs)[0])
+    hit = slot.lookup(tensors) if slot is not None else None
+    if hit is not None:
+        COUNTS["eager_kernels_loaded"] += 1
+        return CompiledKernel(form, hit.program, hit.executable, index, tensors, state)
     try:
         program = build_program(form, args, kwargs, tensors, floats)
-        kernel = compile_kernel(form, program, index, tensors, state)
+        # indexed only when the kernel serves every value of the call's floats (as this entry does)
+        value_free = program.lifted or not floats
+        kernel = compile_kernel(form, program, index, tensors, state, slot if value_free else None)
     except CannotCompile as error:
         COUNTS["eager_fallback_signatures"] += 1
         return HostFallback(form, error.reason, index, state, refused=error.refused)
-    if program.lifted or not floats:
+    if value_free:
         return kernel
     return ByFloatValue(form, kernel, floats, index, state)
 
@@ -67,17 +75,21 @@ _EXECUTABLES: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionar
 
 #: The call that compiles an op waits for it: LLVM's quick tier first where it computes the same bits, the
 #: optimized code swapped in from the background (neuroncc.executors.cpu.tiers; the disk cache stores that)
-COMPILE_OPTIONS = {"quick_first": True}
+COMPILE_OPTIONS = signature_index.COMPILE_OPTIONS
 
 
-def compile_kernel(form: OpForm, program: Program, index: int, tensors: list[torch.Tensor], state: Any) -> CompiledKernel:
-    """Compile ``program`` for the cpu target through the compile cache (memory here, disk there)."""
+def compile_kernel(form: OpForm, program: Program, index: int, tensors: list[torch.Tensor], state: Any,
+                   slot: signature_index.Slot | None = None) -> CompiledKernel:
+    """Compile ``program`` for the cpu target through the compile cache (memory here, disk there); ``slot``:
+    the signature's place in the signature index, where the program's binding and artifact are recorded."""
     text = print_function(program.function, canonical=True)
     executable = _EXECUTABLES.get(text)
     if executable is None:
         before = CACHE_STATS.snapshot()
+        keys: list[str | None] = []
         try:
-            executable = compile_graph(program.function, target="cpu", options=COMPILE_OPTIONS)
+            executable = compile_graph(program.function, target="cpu", options=COMPILE_OPTIONS,
+                                       on_compiled=lambda record: keys.append(record.key))
         except NeuronccError as error:
             raise CannotCompile(f"compiling it failed: {str(error).splitlines()[0]}") from error
         except Exception as error:  # noqa: BLE001 - a compiler bug: the op still runs (on CPU), the warning says it
@@ -86,6 +98,10 @@ def compile_kernel(form: OpForm, program: Program, index: int, tensors: list[tor
         after = CACHE_STATS.snapshot()
         COUNTS["eager_kernels_loaded" if after["hits"] > before["hits"] else "eager_kernels_compiled"] += 1
         _EXECUTABLES[text] = executable
+        if keys and keys[0] is not None:
+            signature_index.ARTIFACT_KEYS[executable] = keys[0]
+    if slot is not None:
+        slot.record(program, executable)
     return CompiledKernel(form, program, executable, index, tensors, state)
 
 

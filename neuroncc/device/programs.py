@@ -58,10 +58,12 @@ class Program:
     ``inputs[i]`` feeds IR parameter ``i``: a call tensor index (>= 0) or ``-1 - k`` for lifted float ``k``.
     ``outputs`` are the new results (flattened; ``result_tree`` rebuilds the op's return value from them).
     ``writes`` pairs a call tensor index with the IR output holding its new value (in-place and out= ops).
-    ``lifted`` says the floats are parameters (else the program holds their values).
+    ``lifted`` says the floats are parameters (else the program holds their values). ``function`` is None
+    for a program found through the signature index (signature_index.py): its kernel was compiled before,
+    and a call needs only the binding.
     """
 
-    function: Function
+    function: Function | None
     inputs: tuple[int, ...]
     outputs: tuple[GraphOutput, ...]
     result_tree: Any

@@ -3,12 +3,15 @@
 A graph entry is an ordinary cache entry (``entries/<key>/``, the artifact format of
 :mod:`neuroncc.driver.artifact`: a ``manifest.json`` with the key's components and the sha256 of every file,
 plus a self-checksum), whose one file is ``aot_graph.json``: JSON data the front end wrote (which compiled
-artifacts, by their keys, a TorchDynamo graph became, and what AOTAutograd's runtime needs to run them). Its
+artifacts, by their keys, a TorchDynamo graph became, and what AOTAutograd's runtime needs to run them; or the
+eager device's signature index, ``neuroncc.device.signature_index``). Its
 manifest's target is ``aot:<target>`` (``aot:cpu``), so ``neuroncc cache list / verify / explain --key /
 clear``, the remote tier's bundles and ``torch.compiler.save_cache_artifacts()`` handle it as any entry.
 
     write_graph_entry(cache, key, ...)   under the key's lock: written into tmp/, renamed into entries/<key>
                                          (by the cache's background writer, if it has one)
+    update_graph_entry(cache, key, ...)  the same, the new payload made from the current one under the lock (the
+                                         eager device's signature index, which many processes add to)
     read_graph_entry(cache, key)         -> the JSON payload, after the full check of the entry (manifest,
                                             format version, key, every file's size and sha256); a damaged
                                             entry is a miss with one CacheWarning
@@ -27,7 +30,7 @@ import os
 import shutil
 import tempfile
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -98,19 +101,56 @@ def write_graph_entry(cache: CompileCache, key: CacheKey, *, graph_name: str, ta
     if not cache.ensure_usable():
         return False
     try:
-        data = (json.dumps(payload, sort_keys=True, separators=(",", ":"), allow_nan=False) + "\n").encode()
-        fields = dict(
-            format_version=FORMAT_VERSION, key=key.key,
-            key_components={c.name: ComponentRecord(digest=c.digest, summary=c.summary) for c in key.components},
-            target=TARGET_PREFIX + target, graph_name=graph_name,
-            inputs=[TensorRecord(dtype=d, shape=list(s), strides=list(t)) for d, s, t in inputs], outputs=[],
-            options=json.loads(json.dumps(dict(options), sort_keys=True, default=str)), pipeline="", stages=[],
-            target_files=[PAYLOAD_NAME], timings=dict(timings), neuroncc_version=neuroncc_version,
-            created_at=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"))
+        data = _payload_bytes(payload)
+        fields = _manifest_fields(key, graph_name, target, inputs, options, timings, neuroncc_version)
         return cache.publish_locked(key.key, lambda: _write_entry(cache, key.key, data, fields, replace))
     except (OSError, ValueError, NeuronccError) as exc:
         _write_failed(cache, key.key, exc)
         return False
+
+
+def update_graph_entry(cache: CompileCache, key: CacheKey, *, graph_name: str, target: str,
+                       update: Callable[[Mapping[str, Any] | None], Mapping[str, Any]],
+                       neuroncc_version: str) -> bool:
+    """Replace the graph entry ``key`` by ``update(its current payload)`` (None when there is none, or it is
+    damaged), holding the key's lock from the read to the rename: processes updating one entry at once each
+    see the others' updates (an index several processes add to). On the cache's writer when it publishes in
+    the background (True: handed over). False, with one warning, if it could not be written."""
+    if not cache.ensure_usable():
+        return False
+
+    def write() -> bool:
+        try:
+            current = _payload_of(cache.entries_dir / key.key, target)
+        except (ArtifactError, OSError, UnicodeDecodeError, ValueError):
+            current = None  # damaged: replaced
+        data = _payload_bytes(update(current))
+        fields = _manifest_fields(key, graph_name, target, [], {}, {}, neuroncc_version)
+        return _write_entry(cache, key.key, data, fields, replace=True)
+
+    try:
+        return cache.publish_locked(key.key, write)
+    except (OSError, ValueError, NeuronccError) as exc:
+        _write_failed(cache, key.key, exc)
+        return False
+
+
+def _payload_bytes(payload: Mapping[str, Any]) -> bytes:
+    return (json.dumps(payload, sort_keys=True, separators=(",", ":"), allow_nan=False) + "\n").encode()
+
+
+def _manifest_fields(key: CacheKey, graph_name: str, target: str,
+                     inputs: Sequence[tuple[str, Sequence[int], Sequence[int]]], options: Mapping[str, Any],
+                     timings: Mapping[str, float], neuroncc_version: str) -> dict[str, Any]:
+    """A graph entry's manifest fields but its files' digests."""
+    return dict(
+        format_version=FORMAT_VERSION, key=key.key,
+        key_components={c.name: ComponentRecord(digest=c.digest, summary=c.summary) for c in key.components},
+        target=TARGET_PREFIX + target, graph_name=graph_name,
+        inputs=[TensorRecord(dtype=d, shape=list(s), strides=list(t)) for d, s, t in inputs], outputs=[],
+        options=json.loads(json.dumps(dict(options), sort_keys=True, default=str)), pipeline="", stages=[],
+        target_files=[PAYLOAD_NAME], timings=dict(timings), neuroncc_version=neuroncc_version,
+        created_at=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"))
 
 
 def _write_entry(cache: CompileCache, key: str, data: bytes, fields: dict[str, Any], replace: bool) -> bool:
@@ -153,18 +193,24 @@ def read_graph_entry(cache: CompileCache, key: str, target: str) -> Mapping[str,
     if not directory.exists():
         return None
     try:
-        manifest = verify_artifact(directory)
-        if manifest.target != TARGET_PREFIX + target:
-            raise ArtifactError(f"{directory}: an entry of target '{manifest.target}', not a graph entry for "
-                                f"'{target}'")
-        payload = json.loads((directory / PAYLOAD_NAME).read_bytes().decode("utf-8"))
-        if not isinstance(payload, dict):
-            raise ArtifactError(f"{directory / PAYLOAD_NAME}: not a JSON object")
+        payload = _payload_of(directory, target)
     except (ArtifactError, OSError, UnicodeDecodeError, ValueError) as exc:
         cache.stats.add("bad_entries")
         warnings.warn(f"ignoring damaged graph cache entry {key[:16]} ({exc}); recompiling", CacheWarning,
                       stacklevel=3)
         return None
+    return payload
+
+
+def _payload_of(directory: Path, target: str) -> dict[str, Any]:
+    """The payload of the graph entry in ``directory``, after the full check; raises ArtifactError (or OSError,
+    ValueError) if it is damaged or not a graph entry for ``target``."""
+    manifest = verify_artifact(directory)
+    if manifest.target != TARGET_PREFIX + target:
+        raise ArtifactError(f"{directory}: an entry of target '{manifest.target}', not a graph entry for '{target}'")
+    payload = json.loads((directory / PAYLOAD_NAME).read_bytes().decode("utf-8"))
+    if not isinstance(payload, dict):
+        raise ArtifactError(f"{directory / PAYLOAD_NAME}: not a JSON object")
     return payload
 
 

@@ -76,6 +76,10 @@ class Publisher:
         if pending is not None:
             pending.done.wait()
 
+    def pending(self, key: WriteKey) -> bool:
+        """Whether a write of ``key`` is queued or under way."""
+        return key in self._pending
+
     def flush(self) -> None:
         """Return once every write submitted so far has finished."""
         for pending in list(self._pending.values()):

@@ -53,9 +53,8 @@ from neuroncc.executors.executable import Executable
 from neuroncc.frontend import cache_artifacts, stats
 from neuroncc.frontend.aot_metadata import BadMetadata, UnsupportedMetadata, decode_metadata, encode_metadata
 from neuroncc.frontend.compiled import CompiledGraph
-from neuroncc.frontend.convert import TensorSpec
 from neuroncc.frontend.graph_key import Uncacheable, key_parts
-from neuroncc.frontend.imported import ComputedOutput, ConstantOutput, ImportedGraph, InputOutput
+from neuroncc.frontend.imported import ImportedGraph, UnencodableOutput, decode_output, encode_output
 from neuroncc.frontend.lean_call import lean_inference, lean_refusal
 from neuroncc.frontend.options import BackendOptions
 import neuroncc
@@ -256,20 +255,10 @@ def _int_list(data: Any) -> list[int]:
 
 
 def _decode_output(data: Any) -> Any:
-    if type(data) is not list or not data:
-        raise BadMetadata("graph output")
-    kind, *rest = data
-    if kind == "computed" and len(rest) == 4:
-        index, shape, stride, dtype = rest
-        value = getattr(torch, dtype, None) if type(dtype) is str and dtype.isidentifier() else None
-        if type(index) is not int or type(value) is not torch.dtype:
-            raise BadMetadata(f"computed output {data!r}")
-        return ComputedOutput(index, TensorSpec(tuple(_int_list(shape)), tuple(_int_list(stride)), value))
-    if kind == "input" and len(rest) == 1 and type(rest[0]) is int:
-        return InputOutput(rest[0])
-    if kind == "constant" and len(rest) == 1 and (rest[0] is None or type(rest[0]) in (bool, int, float)):
-        return ConstantOutput(rest[0])
-    raise BadMetadata(f"graph output {data!r}")
+    try:
+        return decode_output(data)
+    except UnencodableOutput as exc:
+        raise BadMetadata(str(exc)) from None
 
 
 # ---- a miss: what the compilers see, published once complete ----------------------------------------------
@@ -280,19 +269,10 @@ def describe_graph(compiled: Any, free_layouts: frozenset[int]) -> dict[str, Any
     if not isinstance(compiled, CompiledGraph) or compiled.artifact_key is None or compiled.device is not None:
         raise Uncacheable("a graph compiled without the compile cache, in pieces, or for a host device")
     graph = compiled.graph
-    outputs: list[Any] = []
-    for output in graph.outputs:
-        if isinstance(output, ComputedOutput):
-            spec = output.spec
-            outputs.append(["computed", output.index, list(spec.shape), list(spec.stride),
-                            str(spec.dtype).removeprefix("torch.")])
-        elif isinstance(output, InputOutput):
-            outputs.append(["input", output.position])
-        elif output.value is None or type(output.value) in (bool, int) or (
-                type(output.value) is float and output.value == output.value and abs(output.value) != float("inf")):
-            outputs.append(["constant", output.value])
-        else:
-            raise Uncacheable(f"a graph output constant {output.value!r}")
+    try:
+        outputs = [encode_output(output) for output in graph.outputs]
+    except UnencodableOutput as exc:
+        raise Uncacheable(str(exc)) from None
     return {"artifact": compiled.artifact_key, "param_positions": list(graph.param_positions), "outputs": outputs,
             "mutations": [list(pair) for pair in graph.mutations], "bf16_bits": graph.bf16_bits,
             "rng_key": graph.rng_key, "free_layouts": sorted(free_layouts)}

@@ -41,6 +41,47 @@ class ConstantOutput:
 GraphOutput = ComputedOutput | InputOutput | ConstantOutput
 
 
+class UnencodableOutput(ValueError):
+    """A graph output :func:`encode_output` cannot write as JSON (a constant that is not None, a bool, an int or
+    a finite float), or stored data :func:`decode_output` does not read as one."""
+
+
+def encode_output(output: GraphOutput) -> list[Any]:
+    """``output`` as JSON data (the graph cache's entries and the device's signature index store outputs so)."""
+    if isinstance(output, ComputedOutput):
+        spec = output.spec
+        return ["computed", output.index, list(spec.shape), list(spec.stride), str(spec.dtype).removeprefix("torch.")]
+    if isinstance(output, InputOutput):
+        return ["input", output.position]
+    value = output.value
+    if value is None or type(value) in (bool, int) or (
+            type(value) is float and value == value and abs(value) != float("inf")):
+        return ["constant", value]
+    raise UnencodableOutput(f"a graph output constant {value!r}")
+
+
+def decode_output(data: Any) -> GraphOutput:
+    """The output :func:`encode_output` wrote; raises :class:`UnencodableOutput` for anything else."""
+    if type(data) is not list or not data:
+        raise UnencodableOutput(f"graph output {data!r}")
+    kind, *rest = data
+    if kind == "computed" and len(rest) == 4:
+        index, shape, stride, dtype = rest
+        value = getattr(torch, dtype, None) if type(dtype) is str and dtype.isidentifier() else None
+        if type(index) is not int or type(value) is not torch.dtype or not _ints(shape) or not _ints(stride):
+            raise UnencodableOutput(f"computed output {data!r}")
+        return ComputedOutput(index, TensorSpec(tuple(shape), tuple(stride), value))
+    if kind == "input" and len(rest) == 1 and type(rest[0]) is int:
+        return InputOutput(rest[0])
+    if kind == "constant" and len(rest) == 1 and (rest[0] is None or type(rest[0]) in (bool, int, float)):
+        return ConstantOutput(rest[0])
+    raise UnencodableOutput(f"graph output {data!r}")
+
+
+def _ints(data: Any) -> bool:
+    return type(data) is list and all(type(v) is int for v in data)
+
+
 @dataclass(frozen=True, slots=True)
 class ImportedGraph:
     """An IR function plus how to feed it from, and return its results to, the FX graph's calling convention.
