@@ -222,6 +222,18 @@ class LoopChoices:
         return self.has("avx2") and not self.has("avx512f")
 
     @property
+    def places_delayed_word_write_buffers_past_the_output(self) -> bool:
+        """Whether a softmax-like row loop whose delayed write (``delayed_writes.py``) rounds its outputs to bf16
+        words in a loop of its own places its row caches (the two copies of the exponentials that write loop loads,
+        and the widened row) at run time 1 KiB past the output rows modulo 2 KiB, as
+        ``places_write_buffers_past_the_output`` does for bf16 LayerNorm (``row_buffers.write_buffer_shift``),
+        instead of on a 4 KiB boundary: the write loop's loads of the exponentials were 4K-aliased with its own
+        queued non-temporal stores wherever the output rows started a little past a 2 KiB boundary, where torch's
+        large fresh tensors land (64-256 past one, with glibc's defaults as with the benchmarks' settings).
+        Measured: session 29 bf16sm29 (docs/performance-history.md)."""
+        return self.has("avx2") and not self.has("avx512f")
+
+    @property
     def places_write_buffers_past_partial_period_rows(self) -> bool:
         """Whether ``places_write_buffers_past_the_output`` also places the write loop's buffers where the output rows
         are not whole 2 KiB periods but whole 512 or 1024 bytes (bf16 rows of 768, 1280, 1536, 2560 columns): those
