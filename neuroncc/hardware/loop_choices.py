@@ -229,8 +229,12 @@ class LoopChoices:
         ``places_write_buffers_past_the_output`` does for bf16 LayerNorm (``row_buffers.write_buffer_shift``),
         instead of on a 4 KiB boundary: the write loop's loads of the exponentials were 4K-aliased with its own
         queued non-temporal stores wherever the output rows started a little past a 2 KiB boundary, where torch's
-        large fresh tensors land (64-256 past one, with glibc's defaults as with the benchmarks' settings).
-        Measured: session 29 bf16sm29 (docs/performance-history.md)."""
+        large fresh tensors often land (64-256 past one, with glibc's defaults as with the benchmarks' settings).
+        Zen 3, bf16 softmax [4096, 1024]'s kernel into an output at a chosen offset past a 4 KiB boundary
+        (``bench_bf16_words.py --switch word-write-buffers --output-offset``, two builds each, 41 interleaved rounds;
+        session 29 bf16sm29): 64 past 0.94 of the time at 1 and 2 threads, 2112 past 0.95 (1 thread), 2176 past
+        0.96 / 0.975 (1 / 2 threads); 0, 128, 512 and 1088 past and heap outputs 0.97-1.01 (the builds' spread).
+        The same loops and bits. AVX-512 not measured: its code is left as it was."""
         return self.has("avx2") and not self.has("avx512f")
 
     @property
