@@ -70,6 +70,7 @@ SWITCHES: dict[str, Switch] = {
     "blended-lanes": Switch(("rounds_bf16_in_word_lanes_with_blends",), "b16,c16"),
     "stream-ahead": Switch(("one_pass_stream_prefetch_lines",), "c'"),
     "write-buffers": Switch(("places_write_buffers_past_the_output",), "c16"),
+    "word-write-buffers": Switch(("places_delayed_word_write_buffers_past_the_output",), "b16"),
     "partial-rows": Switch(("places_write_buffers_past_partial_period_rows",), "c16h"),
     "one-step-exp": Switch(("scales_one_plus_exp_in_one_step",), "a"),
     "gelu-half": Switch(("halves_gelu_in_its_erf",), "a"),

@@ -222,6 +222,22 @@ class LoopChoices:
         return self.has("avx2") and not self.has("avx512f")
 
     @property
+    def places_delayed_word_write_buffers_past_the_output(self) -> bool:
+        """Whether a softmax-like row loop whose delayed write (``delayed_writes.py``) rounds its outputs to bf16
+        words in a loop of its own places its row caches (the two copies of the exponentials that write loop loads,
+        and the widened row) at run time 1 KiB past the output rows modulo 2 KiB, as
+        ``places_write_buffers_past_the_output`` does for bf16 LayerNorm (``row_buffers.write_buffer_shift``),
+        instead of on a 4 KiB boundary: the write loop's loads of the exponentials were 4K-aliased with its own
+        queued non-temporal stores wherever the output rows started a little past a 2 KiB boundary, where torch's
+        large fresh tensors often land (64-256 past one, with glibc's defaults as with the benchmarks' settings).
+        Zen 3, bf16 softmax [4096, 1024]'s kernel into an output at a chosen offset past a 4 KiB boundary
+        (``bench_bf16_words.py --switch word-write-buffers --output-offset``, two builds each, 41 interleaved rounds;
+        session 29 bf16sm29): 64 past 0.94 of the time at 1 and 2 threads, 2112 past 0.95 (1 thread), 2176 past
+        0.96 / 0.975 (1 / 2 threads); 0, 128, 512 and 1088 past and heap outputs 0.97-1.01 (the builds' spread).
+        The same loops and bits. AVX-512 not measured: its code is left as it was."""
+        return self.has("avx2") and not self.has("avx512f")
+
+    @property
     def places_write_buffers_past_partial_period_rows(self) -> bool:
         """Whether ``places_write_buffers_past_the_output`` also places the write loop's buffers where the output rows
         are not whole 2 KiB periods but whole 512 or 1024 bytes (bf16 rows of 768, 1280, 1536, 2560 columns): those

@@ -86,12 +86,15 @@ def write_buffer_shift(em: Any, phase: RowLoop) -> ir.Value | None:
     """Bytes past an alias period boundary at which the stack buffers a row loop's write pass loads start, so that
     they start ``WRITE_BUFFER_DISTANCE`` past its output rows modulo ``WRITE_BUFFER_PERIOD``
     (``CpuTarget.places_write_buffers_past_the_output``); None to leave them where the frame puts them. Taken where
-    the phase caches a variance's deviations (``emit``'s ``_deviations``: bf16 LayerNorm's write pass loads them)
-    and its last stage streams an output whose rows are whole periods: every row then starts at the same offset
+    the phase caches a variance's deviations (``emit``'s ``_deviations``: bf16 LayerNorm's write pass loads them),
+    or where its last stage is a delayed write over bf16 words (bf16 softmax's write loop loads the previous row's
+    exponentials: ``CpuTarget.places_delayed_word_write_buffers_past_the_output``), and its last stage streams an output whose rows are whole periods: every row then starts at the same offset
     modulo the period, the one the buffers keep their distance from (computed once, from the output's address);
     rows of whole 512 or 1024 bytes too, modulo that period (:func:`_placing`)."""
     last = phase.stages[-1] if phase.stages else None
-    if not em.target.places_write_buffers_past_the_output or not em._deviations or not isinstance(last, MapStage):
+    if not isinstance(last, MapStage) or not (
+            em.target.places_write_buffers_past_the_output and em._deviations
+            or em.target.places_delayed_word_write_buffers_past_the_output and _delayed_word_write(em, phase)):
         return None
     depth = len(phase.outer)
     for _, target in last.items:
@@ -103,6 +106,12 @@ def write_buffer_shift(em: Any, phase: RowLoop) -> ir.Value | None:
             past = em.b.add(address, ir.Constant(I64, distance))
             return em.b.and_(past, ir.Constant(I64, period - CACHE_LINE_BYTES))
     return None
+
+
+def _delayed_word_write(em: Any, phase: RowLoop) -> bool:
+    """Whether ``phase``'s last stage is a delayed write (``delayed_writes.py``) over element pairs (bf16 words):
+    a write loop of its own that loads the row-cached exponentials while its non-temporal stores queue."""
+    return em._delayed == len(phase.stages) - 1 and pairs_halfwords(em.plan, phase.stages[-1])
 
 
 def _placing(em: Any, row_bytes: int) -> tuple[int, int] | None:
