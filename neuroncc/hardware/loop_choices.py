@@ -193,20 +193,6 @@ class LoopChoices:
         return self.finds_row_nans_by_the_sum
 
     @property
-    def calls_the_nan_row_redo_as_a_function(self) -> bool:
-        """Whether that redo (``reruns_the_exp_pass_only_for_another_max``) is a ``noinline`` ``preserve_allcc``
-        function of its own the row calls where its sum is NaN (``nan_rows._outlined``, built without ``vzeroupper``)
-        instead of code inline in the row loop, so that LLVM allocates the hot fused exp loop's registers as without
-        the redo (inline, the cold redo's loops moved that allocation: softmax28's price). The same bits. Zen 3
-        (session 29 smexp29): the hot loop is then the property-off loop instruction for instruction (but for register
-        names and two execution domains), the bits those of the inline redo (half the rows -inf: 0.736 / 0.740 of the
-        property-off time at 1 thread, inline 0.734 / 0.738); plain rows ``bench_bf16_words.py --switch redo-call``
-        (41 rounds) float32 1.006 / 0.986 at 1 thread (off 2 0.989), bf16 0.981 / 0.976 (off 2 0.974), and the two
-        hot loops alone on L1 data (61 rounds) 0.2991 / 0.2994 against 0.3018 / 0.2983 ns an element: within the
-        noise. Off: the redo inline (its IR hash 8a46ea65fa7f8dbe)."""
-        return self.reruns_the_exp_pass_only_for_another_max
-
-    @property
     def caches_variance_deviations(self) -> bool:
         """Whether a variance's deviation pass over a widened bf16 row stores x - mean into a float32 row cache that a
         later stage's x - mean (bf16 LayerNorm's write pass) loads (``refine.deviation_row_cache``) instead of

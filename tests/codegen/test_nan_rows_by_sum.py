@@ -15,7 +15,6 @@ from test_delayed_write_order import _softmax
 from test_pairs import AVX2, _softmax_bits, to_bits
 from test_widened_exp_rows import _assembly
 
-from neuroncc.codegen.llvm import jit
 from neuroncc.codegen.llvm.regions import fuse_whole_function
 from neuroncc.executors.cpu.launcher import build_cpu_executable
 from neuroncc.hardware.host import CpuTarget
@@ -64,88 +63,14 @@ def _nan_rows(rng, rows: int) -> np.ndarray:
 
 
 def test_a_nan_sum_row_runs_its_exp_pass_again_only_for_another_max(monkeypatch):
-    """In the znver3 IR, the branch on a NaN row sum calls the redo (a function of its own since session 28
-    smredo28), which runs the max pass again, then a compare of the two maxima's bits guards the exp pass
-    (``CpuTarget.reruns_the_exp_pass_only_for_another_max``)."""
+    """In the znver3 IR, after the branch on a NaN row sum, the max pass again, then a compare of the two maxima's
+    bits guards the exp pass (``CpuTarget.reruns_the_exp_pass_only_for_another_max``)."""
     zen3 = CpuTarget("znver3", AVX2)
     assert zen3.reruns_the_exp_pass_only_for_another_max
     for fn in (_softmax(1030, 1024), _softmax_bits(2201, 1024)):
-        text = _assembly(fn, zen3)[0]
-        assert re.search(r'fcmp uno[^\n]*\n[^\n]*\n[^\n]*:\n  call preserve_allcc void @"[^"]*\.nan_row"', text)
-        redo = re.split(r'define internal preserve_allcc void @"[^"]*\.nan_row"', text)[1]
+        redo = _assembly(fn, zen3)[0].split("fcmp uno")[1]
         assert redo.index("icmp ne i32") < redo.index("exp_nonpositive")
 
-
-def _dataflow(block: str) -> list[str]:
-    """``block``'s instructions with each ymm register named by the value it holds (each write a new name; values
-    the block reads before writing them by first use), GPRs and stack slots by first use: two blocks compare equal
-    when they are the same instructions on the same values in the same order, whatever registers hold them."""
-    names: dict[str, str] = {}
-    fresh = {"g": 0, "s": 0}
-    out = []
-    for line in block.splitlines():
-        parts = line.split(None, 1)
-        if len(parts) < 2 or parts[0].startswith((".", "#")):
-            continue
-        opcode, operands = parts[0].replace("vmovdqa", "vmovaps").replace("vpbroadcastd", "vbroadcastss"), parts[1]
-        written = re.fullmatch(r".*,\s*(%ymm\d+)", operands)
-        read_write = written and opcode.startswith(("vfm", "vfnm"))  # (an FMA reads its destination)
-
-        def name(match: re.Match, last: int) -> str:
-            reg = match.group(0)
-            if written and match.start() == last and not read_write:
-                return "OUT"
-            if reg.startswith("%ymm"):
-                return names.setdefault(reg, f"in{len(names)}")
-            kind = "s" if reg.endswith("(%rsp)") else "g"
-            key = f"{kind}:{reg}"
-            if key not in names:
-                names[key], fresh[kind] = f"{kind}{fresh[kind]}", fresh[kind] + 1
-            return names[key]
-
-        last = operands.rindex("%ymm") if written else -1
-        text = re.sub(r"-?\d+\(%rsp\)|%ymm\d+|%r\w+|%e\w+", lambda m: name(m, last), operands)
-        if written:
-            names[written.group(1)] = f"v{len(out)}"
-        out.append(f"{opcode} {text}")
-    return out
-
-
-def _hot_exp_loops(asm: str) -> list[list[str]]:
-    """The exp loops that carry the delayed write (``vmovntps``), as :func:`_dataflow` gives them."""
-    return [_dataflow(block) for block in BLOCK.split(asm) if "vfmsub" in block and "vmovntps" in block]
-
-
-def test_the_redo_is_a_function_of_its_own_and_the_hot_exp_loop_as_without_it(monkeypatch):
-    """The redo (the flagged max pass and the guarded exp pass) is a ``noinline`` ``preserve_allcc`` function the
-    row calls where its sum is NaN (``nan_rows._outlined``), so the hot exp loop's instructions are those of the
-    code without it (session 28 smredo28; inline, the redo moved the loop's register allocation: softmax28)."""
-    zen3 = CpuTarget("znver3", AVX2)
-    fn = _softmax(1030, 1024)
-    text, on = _assembly(fn, zen3)
-    assert re.search(r'define internal preserve_allcc void @"[^"]*\.nan_row"', text)
-    assert re.search(r'call preserve_allcc void @"[^"]*\.nan_row"', text)
-    monkeypatch.setattr(CpuTarget, "reruns_the_exp_pass_only_for_another_max", property(lambda self: False))
-    off = _assembly(fn, zen3)[1]
-    assert _hot_exp_loops(on) and _hot_exp_loops(on) == _hot_exp_loops(off)
-
-
-def test_the_redo_function_returns_without_vzeroupper():
-    """The redo function returns without ``vzeroupper`` (its ``target-features`` end in ``-vzeroupper``): LLVM puts
-    one before the return of a function that used ymm registers, after a ``preserve_allcc`` epilogue has restored
-    the caller's, so the caller's vectors kept across the call lost their upper halves and the rows after a row
-    whose sum was NaN got wrong bits (session 28 smredo28's outlined form; session 29 smexp29). The phase function
-    itself still returns with one."""
-    zen3 = CpuTarget("znver3", AVX2)
-    for fn in (_softmax(1030, 1024), _softmax_bits(2201, 1024)):
-        ir_text = _assembly(fn, zen3)[0]
-        assert re.search(r'define internal preserve_allcc void @"[^"]*\.nan_row"\([^\n]*"target-features"="[^"]*'
-                         r',-vzeroupper"', ir_text)
-        asm = jit.assembly([ir_text], zen3)
-        phase, redo = asm.split("k_p0:")[1].split(".nan_row:\n")
-        redo = redo.split(".Lfunc_end")[0]
-        assert "callq\tk_p0.body.nan_row" in phase and "vzeroupper" in phase.split(".Lfunc_end")[0]
-        assert "retq" in redo and "vzeroupper" not in redo and "vmovups\t%ymm15" in redo  # (it saves them)
 
 def test_nan_rows_give_the_same_bits(rng, monkeypatch):  # (with the flag as before; the exp pass as it reruns now)
     x = _nan_rows(rng, 1033)

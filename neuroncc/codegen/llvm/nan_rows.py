@@ -80,17 +80,13 @@ def redo_nan_row(em: Any, phase: RowLoop, outer: list[Any], depth: int, emit_sta
                     em._stage_number, em._filled = number, set()
                     emit_stage(number)
                 return
-
-            def redo() -> None:
-                flagless = _bits(em.b, em.load(first.target, max_index))
-                em._stage_number, em._filled = 0, set()
-                emit_stage(0)
-                flagged = _bits(em.b, em.load(first.target, max_index))
-                with em.b.if_then(em.b.icmp_unsigned("!=", flagged, flagless), likely=False):
-                    em._stage_number, em._filled = 1, set()
-                    emit_stage(1)
-
-            _outlined(em, redo) if em.target.calls_the_nan_row_redo_as_a_function else redo()
+            flagless = _bits(em.b, em.load(first.target, max_index))
+            em._stage_number, em._filled = 0, set()
+            emit_stage(0)
+            flagged = _bits(em.b, em.load(first.target, max_index))
+            with em.b.if_then(em.b.icmp_unsigned("!=", flagged, flagless), likely=False):
+                em._stage_number, em._filled = 1, set()
+                emit_stage(1)
         finally:
             em._ahead, em._after_group = saved
 
@@ -98,100 +94,3 @@ def redo_nan_row(em: Any, phase: RowLoop, outer: list[Any], depth: int, emit_sta
 def _bits(b, value):
     """A float's bits as an integer of its width (NaN payloads compared too)."""
     return b.bitcast(value, ir.IntType(64 if isinstance(value.type, ir.DoubleType) else 32))
-
-def _outlined(em: Any, body) -> None:
-    """``body()``'s code emitted into a function of its own and called here (``CpuTarget.calls_the_nan_row_redo_as_a_
-    function``): ``noinline``, its arguments the values of the calling function its code uses (found after it is
-    emitted; the caller's stack slots only it uses move into it), called with ``preserve_allcc`` (it saves every
-    register it uses but r11: the call clobbers no vector register). So the caller's register allocation does not
-    see its loops: inline, the redo's loops moved LLVM's allocation of softmax's hot exp loop (session 28
-    softmax28); called so, the hot loop's instructions are those of the code without the redo but for the names of
-    its registers (session 28 smredo28).
-
-    The function is built without the ``vzeroupper`` tuning (its ``target-features``: the target's and
-    ``-vzeroupper``): LLVM's x86 backend puts a ``vzeroupper`` before every return of a function that used ymm
-    registers, also after a ``preserve_allcc`` function's epilogue has restored the caller's ymm registers, whose
-    upper halves it then zeroes: lanes 4-7 of every vector the caller kept in a register across the call (the exp
-    loop's constants) went wrong, so the rows after a row whose sum was NaN got wrong bits (session 28 smredo28's
-    outlined form; found by session 29 smexp29). The caller's own return keeps its ``vzeroupper``."""
-    caller = em.b
-    outer = caller.function
-    function = ir.Function(em.module, ir.FunctionType(ir.VoidType(), []),
-                           em.module.get_unique_name(f"{outer.name}.nan_row"))
-    function.linkage = "internal"
-    function.calling_convention = "preserve_allcc"
-    for attribute in outer.attributes:
-        set.add(function.attributes, attribute)  # (string attributes: the set underneath, as ``emit`` adds them)
-    function.attributes.add("noinline")
-    features = ",".join(part for part in (em.target.machine_features, "-vzeroupper") if part)
-    set.add(function.attributes, f'"target-features"="{features}"')  # (see above: no vzeroupper before its ret)
-    entry = function.append_basic_block("entry")
-    em.b = ir.IRBuilder(function.append_basic_block("start"))
-    try:
-        body()
-        em.b.ret_void()
-    finally:
-        em.b = caller
-    used = _outside_values(function)
-    kept = _operands_used_in(outer)
-    slots = [value for value in used if isinstance(value, ir.AllocaInstr) and id(value) not in kept]
-    for slot in slots:  # (the caller's stack slots only the redo uses: its accumulators)
-        slot.parent.instructions.remove(slot)
-        slot.parent = entry
-        slot.name = "slot"  # (a name of this function's scope)
-        entry.instructions.append(slot)
-    ir.IRBuilder(entry).branch(function.blocks[1])
-    used = [value for value in used if not any(value is slot for slot in slots)]
-    function.ftype = ir.FunctionType(ir.VoidType(), [value.type for value in used])
-    function.type = function.ftype.as_pointer()
-    function.args = tuple(ir.Argument(function, value.type) for value in used)
-    replaced = {id(value): argument for value, argument in zip(used, function.args)}
-    for value, argument in zip(used, function.args):
-        if isinstance(value, ir.Argument):  # (the caller's buffer arguments keep their noalias and alignment)
-            for attribute in value.attributes:
-                argument.add_attribute(attribute)
-            argument.attributes.align = value.attributes.align
-    for block in function.blocks:
-        for instruction in block.instructions:
-            _replace_operands(instruction, replaced)
-    caller.call(function, used)
-
-
-def _operands(instruction: Any) -> list[Any]:
-    """The values ``instruction`` uses (a GEP keeps its own beside its operands)."""
-    if isinstance(instruction, ir.PhiInstr):
-        return [value for value, _ in instruction.incomings]
-    if isinstance(instruction, ir.GEPInstr):
-        return [instruction.pointer, *instruction.indices]
-    return list(instruction.operands)
-
-
-def _replace_operands(instruction: Any, replaced: dict[int, Any]) -> None:
-    def new(value):
-        return replaced.get(id(value), value)
-
-    if isinstance(instruction, ir.PhiInstr):
-        instruction.incomings = [(new(value), block) for value, block in instruction.incomings]
-    elif isinstance(instruction, ir.GEPInstr):
-        instruction.pointer, instruction.indices = new(instruction.pointer), [new(i) for i in instruction.indices]
-    assert not isinstance(instruction, (ir.ExtractValue, ir.InsertValue))
-    instruction.operands = type(instruction.operands)(new(value) for value in instruction.operands)
-    instruction._clear_string_cache()
-
-
-def _operands_used_in(function: ir.Function) -> set[int]:
-    return {id(value) for block in function.blocks for instruction in block.instructions
-            for value in _operands(instruction)}
-
-
-def _outside_values(function: ir.Function) -> list[ir.Value]:
-    """The arguments and instructions of other functions that ``function``'s instructions use, in first use order."""
-    used: dict[int, ir.Value] = {}
-    for block in function.blocks:
-        for instruction in block.instructions:
-            for value in _operands(instruction):
-                outside = isinstance(value, ir.Argument) and value.parent is not function or \
-                    isinstance(value, ir.Instruction) and value.parent.parent is not function
-                if outside:
-                    used.setdefault(id(value), value)
-    return list(used.values())
