@@ -71,6 +71,9 @@ _ROUTES: dict[str, Callable[..., Any]] = {
     "set_device_index": torch_module.set_device,
     "set_device_idx": torch_module.set_device,
     "synchronize": torch_module.synchronize,
+    # the device's streams (streams.py): their record_event() records an event of the device's clock
+    "current_stream": torch_module.current_stream,
+    "set_stream": torch_module.set_stream,
     "get_device_capability": torch_module.accelerator_capability,
     "empty_cache": torch_module.empty_cache,
     "empty_host_cache": torch_module.empty_host_cache,

@@ -17,8 +17,9 @@ from neuroncc.device import generators, memory, signature_index, tracking
 from neuroncc.device.counters import COUNTS
 from neuroncc.device.fallback import HostFallback, HostRandom, run_on_host
 from neuroncc.device.kernels import CompiledKernel
+from neuroncc.device.layouts import SELF_FORMAT
 from neuroncc.device.op_forms import OpForm, argument
-from neuroncc.device.programs import CannotCompile, Program, build_program, out_shapes
+from neuroncc.device.programs import CannotCompile, Program, build_program, out_layouts
 from neuroncc.device.signature import describe
 from neuroncc.errors import NeuronccError
 from neuroncc.ir import print_function
@@ -137,22 +138,26 @@ class ResizeOuts:
 
     def call(self, args: tuple[Any, ...], kwargs: dict[str, Any], tensors: list[torch.Tensor],
              floats: list[float]) -> Any:
-        for name, shape in _out_resizes(self.handler.form, args, kwargs, tensors, floats):
-            argument(self.handler.op, name, args, kwargs).resize_(shape)
+        for name, shape, strides in _out_resizes(self.handler.form, args, kwargs, tensors, floats):
+            out = argument(self.handler.op, name, args, kwargs).resize_(shape)
+            if out.stride() != strides and memory.dense_strides(shape, strides):  # eager's layout (out_layouts)
+                out.as_strided_(shape, strides)
         return self.handler(None, *args, **kwargs)
 
 
 def _out_resizes(form: OpForm, args: tuple[Any, ...], kwargs: dict[str, Any], tensors: list[torch.Tensor],
-                 floats: list[float]) -> list[tuple[str, torch.Size]]:
+                 floats: list[float]) -> list[tuple[str, torch.Size, tuple[int, ...]]]:
     try:
-        shapes = out_shapes(form, args, kwargs, tensors, floats)
+        layouts = out_layouts(form, args, kwargs, tensors, floats)
     except CannotCompile:
         return []
     resizes = []
-    for name, shape in zip(form.out_arguments, shapes):
+    restrides = form.functional in SELF_FORMAT  # CPU's kernel lays its out= tensor out in its input's format
+    for name, layout in zip(form.out_arguments, layouts):
         out = argument(form.op, name, args, kwargs)
-        if isinstance(out, torch.Tensor) and shape is not None and out.shape != shape:
-            resizes.append((name, shape))
+        if isinstance(out, torch.Tensor) and layout is not None and \
+                (out.shape != layout[0] or restrides and out.stride() != layout[1]):
+            resizes.append((name, *layout))
     return resizes
 
 

@@ -25,9 +25,9 @@ from typing import Any
 import torch
 import torch.fx as fx
 from torch._decomp import decomposition_table as torch_decompositions
-from torch.utils._pytree import tree_flatten
+from torch.utils._pytree import tree_flatten, tree_leaves
 
-from neuroncc.device import op_forms
+from neuroncc.device import layouts, op_forms
 from neuroncc.device.autocast import ALL_AUTOCAST_KEYS
 from neuroncc.device.op_forms import OpForm
 from neuroncc.device.signature import rebuild
@@ -93,6 +93,9 @@ def build_program(form: OpForm, args: tuple[Any, ...], kwargs: dict[str, Any], t
     metas, slot_args, slot_kwargs = _meta_call(args, kwargs, tensors, floats)
     meta_result = _run_on_meta(form.op, slot_args, slot_kwargs, floats)
     result_tree = tree_flatten(meta_result)[1]
+    # the results' strides: eager's on CPU (memory formats propagate as there), not the program's last node's
+    strides = layouts.new_result_strides(form, layouts.eager_result(form.op, slot_args, slot_kwargs,
+                                                                    lambda v: _concrete(v, floats), meta_result))
     if form.writes:
         direct = form.functional is not None and all(r is not None for r in form.returns)
     else:
@@ -108,23 +111,44 @@ def build_program(form: OpForm, args: tuple[Any, ...], kwargs: dict[str, Any], t
         return _traced_graph(form, metas, slot_args, slot_kwargs, values)
 
     if floats and lift:
-        lifted = _lifted(build, len(floats), result_tree)
+        lifted = _lifted(build, len(floats), result_tree, strides)
         if lifted is not None:
             return lifted
-    return _program(build(floats), result_tree)
+    return _program(build(floats), result_tree, strides)
 
 
-def out_shapes(form: OpForm, args: tuple[Any, ...], kwargs: dict[str, Any], tensors: list[torch.Tensor],
-               floats: list[float]) -> list[torch.Size | None]:
-    """The shapes the op gives its ``out=`` tensors (it resizes them when they differ, as eager does): run on
-    meta tensors, whose out tensors it resizes."""
+def out_layouts(form: OpForm, args: tuple[Any, ...], kwargs: dict[str, Any], tensors: list[torch.Tensor],
+                floats: list[float]) -> list[tuple[torch.Size, tuple[int, ...]] | None]:
+    """The shapes and strides the op gives its ``out=`` tensors (it resizes them when their shapes differ, as
+    eager does): run on meta tensors, whose out tensors it resizes. A resized tensor is laid out as the op's
+    functional result on CPU (TensorIterator's rule: ``abs`` of a channels_last tensor, which reaches the device
+    as ``abs.out`` into an empty tensor, is channels_last; the meta kernel resizes contiguously)."""
     _, slot_args, slot_kwargs = _meta_call(args, kwargs, tensors, floats)
     _run_on_meta(form.op, slot_args, slot_kwargs, floats)
+    functional = _functional_result(form, slot_args, slot_kwargs, floats)
     shapes = []
-    for name in form.out_arguments:
+    for position, name in enumerate(form.out_arguments):
         value = op_forms.argument(form.op, name, slot_args, slot_kwargs)
-        shapes.append(value.shape if isinstance(value, torch.Tensor) else None)
+        if not isinstance(value, torch.Tensor):
+            shapes.append(None)
+            continue
+        like = functional[position] if position < len(functional) else None
+        strides = like.stride() if isinstance(like, torch.Tensor) and like.shape == value.shape else value.stride()
+        shapes.append((value.shape, strides))
     return shapes
+
+
+def _functional_result(form: OpForm, args: list[Any], kwargs: dict[str, Any], floats: list[float]) -> list[Any]:
+    """The leaves of the op's functional form's result on CPU (meta tensors in CPU's layout; [] if none)."""
+    if form.foreach or form.functional is None or form.functional is form.op:
+        return []
+    functional_args, functional_kwargs = op_forms.without(form.op, form.out_arguments, args, kwargs)
+    try:
+        result = _run_on_meta(form.functional, functional_args, functional_kwargs, floats)
+    except CannotCompile:
+        return []
+    return tree_leaves(layouts.eager_result(form.functional, functional_args, functional_kwargs,
+                                            lambda v: _concrete(v, floats), result))
 
 
 def _meta_call(args: tuple[Any, ...], kwargs: dict[str, Any], tensors: list[torch.Tensor],
@@ -298,8 +322,10 @@ def _tracing_table(ops: tuple[Any, ...]) -> dict[Any, Any]:
     return {**base, **extra} if extra else base
 
 
-def _program(gm: fx.GraphModule | DirectGraph, result_tree: Any, sentinel_values: list[float] | None = None) -> Program:
-    """Import ``gm``; with ``sentinel_values``, lift the constants holding them into parameters."""
+def _program(gm: fx.GraphModule | DirectGraph, result_tree: Any, strides: list[tuple[int, ...] | None],
+             sentinel_values: list[float] | None = None) -> Program:
+    """Import ``gm``, its new results in eager's ``strides``; with ``sentinel_values``, lift the constants holding
+    them into parameters."""
     try:
         # bf16 tensors cross as their bits (i16 parameters and outputs): the kernel reads and writes the
         # tensors' own memory, as torch.compile's cpu kernels do, instead of float32 copies made per call
@@ -313,8 +339,8 @@ def _program(gm: fx.GraphModule | DirectGraph, result_tree: Any, sentinel_values
     if sentinel_values is not None:
         function, lifted_inputs = _lift(function, sentinel_values)
         inputs += lifted_inputs
-    return Program(function, inputs, imported.outputs, result_tree, tuple(imported.mutations),
-                   lifted=sentinel_values is not None)
+    return Program(function, inputs, layouts.laid_out(imported.outputs, strides), result_tree,
+                   tuple(imported.mutations), lifted=sentinel_values is not None)
 
 
 def _reason(error: Exception) -> str:
@@ -325,13 +351,13 @@ def _reason(error: Exception) -> str:
     return text.splitlines()[0] if text else type(error).__name__
 
 
-def _lifted(build: Any, count: int, result_tree: Any) -> Program | None:
+def _lifted(build: Any, count: int, result_tree: Any, strides: list[tuple[int, ...] | None]) -> Program | None:
     """The program with the floats as parameters, if both sentinel builds agree (see the module docstring)."""
     programs = []
     for which in (0, 1):
         values = sentinels(count, which)
         try:
-            program = _program(build(values), result_tree, values)
+            program = _program(build(values), result_tree, strides, values)
         except (CannotCompile, NeuronccError, RuntimeError, ValueError, TypeError):
             return None
         programs.append(program)

@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from neuroncc.device import autocast, autograd_decomposed, config, pinned, structural, torch_module
+from neuroncc.device import autocast, autograd_decomposed, config, pinned, streams, structural, torch_module
 from neuroncc.device.accelerator import route_accelerator
 from neuroncc.device.printing import print_through_cpu
 from neuroncc.device.untraced import untraced
@@ -73,6 +73,7 @@ def register() -> None:
                          with_keyset=True)
         structural.register(kernels)
         pinned.register(kernels)
+        streams.register(kernels)
         autograd_decomposed.register(kernels)
         kernels.impl("_thnn_fused_lstm_cell", _lstm_cell_with_biases, "PrivateUse1", with_keyset=True)
         fallback = torch.library.Library("_", "IMPL")

@@ -4,7 +4,12 @@ written for CUDA streams asks a device module for.
 The device is synchronous (an op's work is done when its call returns, see torch_module), so there is nothing
 to order between streams: a stream is a named context that keeps what torch.cuda code expects (the current
 stream per device, ``wait_stream``/``wait_event`` as no-ops that are correct because everything before them has
-run), and an event is a point in time (``elapsed_time`` measures host time between two recorded events).
+run), and an event is a point in time (``elapsed_time`` measures host time between two recorded events, which
+is the device's time for the work between them).
+
+A ``torch.neuron.Stream`` is a ``torch.Stream`` (as ``torch.cuda.Stream`` is), so it goes wherever PyTorch takes
+one: ``tensor.record_stream(torch.neuron.current_stream())``, whose device kernel here does nothing (memory
+freed while "in use" by a stream has no pending work to wait for).
 """
 
 from __future__ import annotations
@@ -29,16 +34,17 @@ def _device_index(device: Any) -> int:
     return device.index if device.index is not None else torch.get_device_module("neuron").current_device()
 
 
-class Stream:
-    """A stream of the synchronous neuron device: work submitted "on" it has run when its call returns."""
+class Stream(torch.Stream):
+    """A stream of the synchronous neuron device: work submitted "on" it has run when its call returns. Streams
+    compare by identity (each is a context of its own, as torch.cuda's streams are distinct)."""
+
+    __eq__, __ne__, __hash__ = object.__eq__, object.__ne__, object.__hash__
+
+    def __new__(cls, device: Any = None, priority: int = 0, **kwargs: Any) -> Stream:
+        return super().__new__(cls, device=torch.device("neuron", _device_index(device)))
 
     def __init__(self, device: Any = None, priority: int = 0, **kwargs: Any):
-        self.device_index = _device_index(device)
         self.priority = priority
-
-    @property
-    def device(self) -> torch.device:
-        return torch.device("neuron", self.device_index)
 
     def wait_stream(self, stream: Stream) -> None:
         """Nothing to wait for: the other stream's work has already run."""
@@ -69,11 +75,21 @@ class Stream:
         return f"<torch.neuron.Stream device=neuron:{self.device_index} priority={self.priority}>"
 
 
-class Event:
-    """A recorded point in the (synchronous) device's work."""
+class Event(torch.Event):
+    """A recorded point in the (synchronous) device's work: ``record()`` reads the host clock, after every op
+    before it has run; ``elapsed_time`` is the host milliseconds between two recorded events (with
+    ``enable_timing=True``, as CUDA requires), which is the device's time for the work between them. A
+    ``torch.Event`` (PyTorch's class, :func:`route_torch_event`) on the device is one of these."""
 
-    def __init__(self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False):
-        self.enable_timing = enable_timing
+    def __new__(cls, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False,
+                device: Any = None) -> Event:
+        return super().__new__(cls, torch.device("neuron", _device_index(device)), enable_timing=enable_timing,
+                               blocking=blocking, interprocess=interprocess)
+
+    def __init__(self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False,
+                 device: Any = None):
+        self.timing = enable_timing
+        self.index = _device_index(device)
         self.recorded_at: float | None = None
 
     def record(self, stream: Stream | None = None) -> None:
@@ -89,10 +105,62 @@ class Event:
         pass
 
     def elapsed_time(self, end_event: Event) -> float:
-        """Milliseconds between this event and ``end_event``, both recorded."""
+        """Milliseconds between this event and ``end_event``, both recorded with ``record()``."""
+        if not (self.timing and getattr(end_event, "timing", False)):
+            raise RuntimeError("Both events must be created with argument 'enable_timing=True'.")
         if self.recorded_at is None or end_event.recorded_at is None:
-            raise RuntimeError("elapsed_time needs both events recorded")
+            raise RuntimeError("elapsed_time: both events must be recorded first, with Event.record() (the neuron "
+                               "device times events on the host clock)")
         return (end_event.recorded_at - self.recorded_at) * 1000.0
+
+    def __repr__(self) -> str:
+        return f"<torch.neuron.Event device=neuron:{self.index} enable_timing={self.timing}>"
+
+
+class _AnyEvent(type):
+    """The metaclass of the routed ``torch.Event``: every PyTorch event is an instance of it (events made in C++,
+    ``torch.Stream.record_event()``'s, are of PyTorch's own class)."""
+
+    def __instancecheck__(cls, instance: Any) -> bool:
+        return isinstance(instance, _TORCH_EVENT)
+
+    def __subclasscheck__(cls, subclass: type) -> bool:
+        return issubclass(subclass, _TORCH_EVENT)
+
+
+_TORCH_EVENT = torch.Event  # PyTorch's own class (C++): its synchronize/elapsed_time go to the C++ device guard
+
+
+class _RoutedEvent(_TORCH_EVENT, metaclass=_AnyEvent):
+    """``torch.Event`` once the device is registered: an event of the neuron device (``device="neuron"``, or
+    none while neuron is the accelerator) is a :class:`Event`; any other is PyTorch's own. PyTorch's would raise
+    ``Backend doesn't support synchronizing events`` from ``synchronize()`` and ``elapsed_time()`` on the device
+    (a Python backend cannot implement the C++ guard's event functions in torch 2.13)."""
+
+    __neuroncc_routed__ = True
+
+    def __new__(cls, device: Any = None, *, enable_timing: bool = False, blocking: bool = False,
+                interprocess: bool = False) -> Any:
+        if _names_neuron(device):
+            return Event(enable_timing, blocking, interprocess, device=device)
+        return _TORCH_EVENT(device, enable_timing=enable_timing, blocking=blocking, interprocess=interprocess)
+
+
+def _names_neuron(device: Any) -> bool:
+    name = torch._C._get_privateuse1_backend_name()
+    if device is None:
+        accelerator = torch._C._accelerator_getAccelerator()
+        return accelerator is not None and accelerator.type == name
+    if isinstance(device, int):
+        return False
+    return torch.device(device).type == name
+
+
+def route_torch_event() -> None:
+    """Make ``torch.Event`` :class:`_RoutedEvent` (idempotent)."""
+    if not getattr(torch.Event, "__neuroncc_routed__", False):
+        _RoutedEvent.__doc__ = (_TORCH_EVENT.__doc__ or "") + "\n\n" + (_RoutedEvent.__doc__ or "")
+        torch.Event = _RoutedEvent
 
 
 def _streams() -> dict[int, Stream]:
@@ -132,6 +200,17 @@ def stream(stream: Stream | None) -> Iterator[None]:
         return
     with stream:
         yield
+
+
+def record_stream(tensor: torch.Tensor, stream: torch.Stream) -> None:
+    """``aten::record_stream`` on the device: nothing to record (no work is ever pending on a stream)."""
+
+
+def register(kernels: torch.library.Library) -> None:
+    """Put the device's ``record_stream`` kernel on ``kernels`` (a ``torch.library.Library("aten", "IMPL")``) and
+    route ``torch.Event`` (:func:`route_torch_event`)."""
+    kernels.impl("record_stream", record_stream, "PrivateUse1")
+    route_torch_event()
 
 
 __all__ = ["Event", "Stream", "current_stream", "default_stream", "set_stream", "stream"]

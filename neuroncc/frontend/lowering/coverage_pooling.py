@@ -41,7 +41,7 @@ def _pooled_length(size: int, kernel: int, stride: int, pad: int, ceil_mode: boo
 
 def _window_matrix(starts: torch.Tensor, ends: torch.Tensor, size: int) -> torch.Tensor:
     """Bool [out, size]: input i lies in output o's window [starts[o], ends[o])."""
-    i = torch.arange(size)
+    i = torch.arange(size, device=starts.device)
     return (starts.unsqueeze(1) <= i) & (i < ends.unsqueeze(1))
 
 
@@ -60,16 +60,17 @@ def _outer(vectors: list[torch.Tensor]) -> torch.Tensor:
 
 
 def _avg_windows(x_shape: Sequence[int], nspatial: int, kernel_size: Any, stride: Any, padding: Any,
-                 ceil_mode: bool, count_include_pad: bool,
-                 divisor_override: Any) -> tuple[list[torch.Tensor], torch.Tensor | float]:
-    """The per-dim window matrices of avg_pool and its divisor (a tensor over the output's spatial dims)."""
+                 ceil_mode: bool, count_include_pad: bool, divisor_override: Any,
+                 device: torch.device) -> tuple[list[torch.Tensor], torch.Tensor | float]:
+    """The per-dim window matrices of avg_pool and its divisor (a tensor over the output's spatial dims), on
+    ``device`` (the pooled tensor's: a neuron tensor's trace under torch.compile mixes no CPU tensor into it)."""
     kernel = _per_dim(kernel_size, nspatial)
     strides = _per_dim(stride, nspatial, kernel)
     pads = _per_dim(padding, nspatial, [0])
     matrices, pool_sizes, valid = [], [], []
     for size, k, s, p in zip(x_shape[-nspatial:], kernel, strides, pads):
         out = _pooled_length(size, k, s, p, ceil_mode)
-        starts = torch.arange(out) * s - p
+        starts = torch.arange(out, device=device) * s - p
         ends = torch.clamp(starts + k, max=size + p)  # a window may overhang the padding (ceil_mode)
         matrices.append(_window_matrix(starts, ends, size))
         pool_sizes.append(ends - starts)
@@ -91,7 +92,7 @@ def _avg_pool(nspatial: int) -> Callable[..., Any]:
         if nspatial == 2 and _convolution_lowers_it(self, ceil_mode, divisor_override):
             return NotImplemented
         matrices, divisor = _avg_windows(self.shape, nspatial, kernel_size, stride, padding, ceil_mode,
-                                         count_include_pad, divisor_override)
+                                         count_include_pad, divisor_override, self.device)
         summed = self
         for d, matrix in enumerate(matrices):
             summed = _along(summed, self.ndim - nspatial + d, matrix)
@@ -106,7 +107,7 @@ def _avg_pool_backward(nspatial: int) -> Callable[..., Any]:
         if nspatial == 2 and _convolution_lowers_it(self, ceil_mode, divisor_override):
             return NotImplemented
         matrices, divisor = _avg_windows(self.shape, nspatial, kernel_size, stride, padding, ceil_mode,
-                                         count_include_pad, divisor_override)
+                                         count_include_pad, divisor_override, grad_output.device)
         grad = grad_output / divisor
         for d, matrix in enumerate(matrices):
             grad = _along(grad, self.ndim - nspatial + d, matrix.t())
@@ -115,18 +116,19 @@ def _avg_pool_backward(nspatial: int) -> Callable[..., Any]:
     return decomposition
 
 
-def _adaptive_bounds(size: int, out: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Adaptive pooling's windows: [floor(o * size / out), ceil((o + 1) * size / out))."""
-    o = torch.arange(out)
+def _adaptive_bounds(size: int, out: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Adaptive pooling's windows: [floor(o * size / out), ceil((o + 1) * size / out)), on ``device``."""
+    o = torch.arange(out, device=device)
     return torch.div(o * size, out, rounding_mode="floor"), torch.div((o + 1) * size + out - 1, out,
                                                                         rounding_mode="floor")
 
 
-def _adaptive_avg_windows(x_shape: Sequence[int], output_size: Sequence[int]) -> tuple[list[torch.Tensor], torch.Tensor]:
+def _adaptive_avg_windows(x_shape: Sequence[int], output_size: Sequence[int],
+                          device: torch.device) -> tuple[list[torch.Tensor], torch.Tensor]:
     nspatial = len(output_size)
     matrices, counts = [], []
     for size, out in zip(x_shape[-nspatial:], output_size):
-        starts, ends = _adaptive_bounds(size, out)
+        starts, ends = _adaptive_bounds(size, out, device)
         matrices.append(_window_matrix(starts, ends, size))
         counts.append(ends - starts)
     return matrices, _outer(counts)
@@ -135,7 +137,7 @@ def _adaptive_avg_windows(x_shape: Sequence[int], output_size: Sequence[int]) ->
 def adaptive_avg_pool(self: torch.Tensor, output_size: Any) -> torch.Tensor:
     """_adaptive_avg_pool2d/3d: the window sums over the window sizes."""
     output_size = list(output_size)
-    matrices, counts = _adaptive_avg_windows(self.shape, output_size)
+    matrices, counts = _adaptive_avg_windows(self.shape, output_size, self.device)
     summed = self
     for d, matrix in enumerate(matrices):
         summed = _along(summed, self.ndim - len(output_size) + d, matrix)
@@ -145,7 +147,7 @@ def adaptive_avg_pool(self: torch.Tensor, output_size: Any) -> torch.Tensor:
 def _adaptive_avg_pool_backward(nspatial: int) -> Callable[..., Any]:
     def decomposition(grad_output: torch.Tensor, self: torch.Tensor) -> torch.Tensor:
         output_size = list(grad_output.shape[-nspatial:])
-        matrices, counts = _adaptive_avg_windows(self.shape, output_size)
+        matrices, counts = _adaptive_avg_windows(self.shape, output_size, grad_output.device)
         grad = grad_output / counts
         for d, matrix in enumerate(matrices):
             grad = _along(grad, self.ndim - nspatial + d, matrix.t())
@@ -165,9 +167,10 @@ def _adaptive_max_pool(nspatial: int, torch_rule: Callable[..., Any]) -> Callabl
         lead = self.ndim - nspatial
         windows, flat_index, strides = self, None, [math.prod(self.shape[lead + d + 1:]) for d in range(nspatial)]
         for d, (size, out) in enumerate(zip(self.shape[lead:], output_size)):
-            starts, ends = _adaptive_bounds(size, out)
+            starts, ends = _adaptive_bounds(size, out, self.device)
             width = max(-(-(o + 1) * size // out) - (o * size) // out for o in range(out))
-            index = torch.minimum(starts.unsqueeze(1) + torch.arange(width), ends.unsqueeze(1) - 1)  # [out, K]
+            window = torch.arange(width, device=self.device)
+            index = torch.minimum(starts.unsqueeze(1) + window, ends.unsqueeze(1) - 1)  # [out, K]
             axis = lead + 2 * d  # each earlier spatial dim became (out, K)
             picked = windows.index_select(axis, index.reshape(-1))
             windows = picked.reshape(picked.shape[:axis] + (out, width) + picked.shape[axis + 1:])
@@ -189,7 +192,8 @@ def _max_pool_backward(nspatial: int) -> Callable[..., Any]:
     def decomposition(grad_output: torch.Tensor, self: torch.Tensor, *args: Any) -> torch.Tensor:
         indices = args[-1]
         lead = self.shape[:-nspatial]
-        grad = torch.zeros(lead + (math.prod(self.shape[-nspatial:]),), dtype=grad_output.dtype)
+        grad = torch.zeros(lead + (math.prod(self.shape[-nspatial:]),), dtype=grad_output.dtype,
+                           device=grad_output.device)
         grad = grad.scatter_add(-1, indices.flatten(-nspatial), grad_output.flatten(-nspatial))
         return grad.reshape(self.shape)
 
@@ -203,16 +207,16 @@ def _aa_scale(size: int, out: int, align_corners: bool, scale: float | None) -> 
     return 1.0 / scale if scale is not None and scale > 0 else size / out
 
 
-def _aa_weights(size: int, out: int, align_corners: bool, scale: float | None) -> torch.Tensor:
+def _aa_weights(size: int, out: int, align_corners: bool, scale: float | None, device: torch.device) -> torch.Tensor:
     """[out, size] antialiased bilinear weights as ATen's _compute_indices_min_size_weights_aa computes them:
     a triangle filter stretched by the scale when downsampling, cut to [xmin, xmin + xsize), normalized."""
     step = _aa_scale(size, out, align_corners, scale)
     support = step if step >= 1.0 else 1.0
     invscale = 1.0 / step if step >= 1.0 else 1.0
-    center = (torch.arange(out, dtype=torch.float32) + 0.5) * step
+    center = (torch.arange(out, dtype=torch.float32, device=device) + 0.5) * step
     xmin = torch.clamp(torch.trunc(center - support + 0.5), min=0)
     xmax = torch.clamp(torch.trunc(center + support + 0.5), max=size)
-    i = torch.arange(size, dtype=torch.float32)
+    i = torch.arange(size, dtype=torch.float32, device=device)
     taps = torch.clamp(1 - ((i - center.unsqueeze(1) + 0.5) * invscale).abs(), min=0)
     inside = (xmin.unsqueeze(1) <= i) & (i < xmax.unsqueeze(1))
     taps = torch.where(inside, taps, 0.0)
@@ -224,16 +228,17 @@ def upsample_bilinear2d_aa(self: torch.Tensor, output_size: Any, align_corners: 
                            scales_w: Any = None) -> torch.Tensor:
     """aten._upsample_bilinear2d_aa: separable, the width pass first as eager runs it."""
     out_h, out_w = output_size
-    width = _aa_weights(self.shape[-1], out_w, align_corners, scales_w).to(self.dtype)
-    height = _aa_weights(self.shape[-2], out_h, align_corners, scales_h).to(self.dtype)
+    width = _aa_weights(self.shape[-1], out_w, align_corners, scales_w, self.device).to(self.dtype)
+    height = _aa_weights(self.shape[-2], out_h, align_corners, scales_h, self.device).to(self.dtype)
     return _along(_along(self, self.ndim - 1, width), self.ndim - 2, height).contiguous()  # eager's layout
 
 
 def upsample_bilinear2d_aa_backward(grad_output: torch.Tensor, output_size: Any, input_size: Any,
                                     align_corners: bool, scales_h: Any = None, scales_w: Any = None) -> torch.Tensor:
     out_h, out_w = output_size
-    width = _aa_weights(input_size[-1], out_w, align_corners, scales_w).to(grad_output.dtype)
-    height = _aa_weights(input_size[-2], out_h, align_corners, scales_h).to(grad_output.dtype)
+    device = grad_output.device
+    width = _aa_weights(input_size[-1], out_w, align_corners, scales_w, device).to(grad_output.dtype)
+    height = _aa_weights(input_size[-2], out_h, align_corners, scales_h, device).to(grad_output.dtype)
     grad = _along(grad_output, grad_output.ndim - 2, height.t())
     return _along(grad, grad_output.ndim - 1, width.t()).contiguous()
 

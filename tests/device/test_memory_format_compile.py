@@ -1,0 +1,39 @@
+"""``torch.compile(..., backend="neuron")`` of CNN pieces on neuron tensors: the same values and gradients as
+eager on CPU.
+
+The front end's pooling decompositions (``frontend/lowering/coverage_pooling.py``) built their window matrices
+and divisors on CPU: traced over neuron fake tensors they mixed devices, and adaptive pools to a size other
+than 1 (VGG's ``AdaptiveAvgPool2d((7, 7))``), ceil-mode or divisor-override average pools, 3-d pools and
+their backwards failed to compile (``FakeTensorDeviceMismatchError``, or an abort inside autograd's engine).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+POOLS = {
+    "adaptive_avg_3": lambda x: F.adaptive_avg_pool2d(x, 3),
+    "adaptive_max_3": lambda x: F.adaptive_max_pool2d(x, 3),
+    "avg_ceil_mode": lambda x: F.avg_pool2d(x, 3, 2, ceil_mode=True),
+    "avg_divisor": lambda x: F.avg_pool2d(x, 2, divisor_override=3),
+    "adaptive_avg_3d": lambda x: F.adaptive_avg_pool3d(x.unsqueeze(2).expand(-1, -1, 4, -1, -1), 3),
+    "adaptive_avg_1d": lambda x: F.adaptive_avg_pool1d(x.flatten(2), 5),
+    "bilinear_antialias": lambda x: F.interpolate(x, size=(5, 3), mode="bilinear", antialias=True),
+}
+
+
+@pytest.mark.parametrize("name", sorted(POOLS))
+def test_compiled_pooling_on_the_device_matches_cpu(name):
+    pool = POOLS[name]
+    x = torch.randn(2, 3, 8, 8)
+    expected_x = x.clone().requires_grad_()
+    expected = pool(expected_x)
+    expected.square().sum().backward()
+    torch._dynamo.reset()
+    device_x = x.to("neuron").requires_grad_()
+    got = torch.compile(pool, backend="neuron")(device_x)
+    got.square().sum().backward()
+    torch.testing.assert_close(got.cpu(), expected, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(device_x.grad.cpu(), expected_x.grad, rtol=1e-5, atol=1e-6)
