@@ -257,3 +257,66 @@ def after(threads: int, repeats: int = 61) -> None:
     print(f"{'before the call':30s}" + "".join(f"{c:>30s}" for c in calls))
     for w in work:
         print(f"{w:30s}" + "".join(f"{_quartiles(samples[(w, c)]):>30s}" for c in calls))
+
+
+def serve_ab(made: list, rows: list[str], threads: int, repeats: int = 301) -> None:
+    """``neuroncc.compile_program``'s call on roofline.py's rows: the one-frame call (session 29) against the launch
+    path before it (the same program compiled twice, the second with ``_one`` cleared: its calls take
+    ``_DirectProgram`` and ``DirectCall.launch`` as before), interleaved with the kernel alone and the row's
+    ``torch.compile`` call in a fresh random order each round; wall clock. Per round minus the kernel alone, and
+    before - after."""
+    import numpy as np
+
+    import neuroncc
+    from common import settle_neuroncc
+    from kernel_cases import cases
+
+    torch.set_num_threads(threads)
+    clock = time.perf_counter_ns
+    options = {"threads": threads}
+    print(f"{threads} thread(s), wall time, {repeats} rounds, load {os.getloadavg()[0]:.2f}, "
+          f"{time.strftime('%H:%M UTC', time.gmtime())}")
+    for case in (c for c in cases() if c.key in rows):
+        inputs = case.make(np.random.default_rng(0))
+
+        class Program(torch.nn.Module):
+            def forward(self, *args):
+                return case.eager(*args)
+        program = torch.export.export(Program(), tuple(inputs))
+        first = len(made)
+        after_ = neuroncc.compile_program(program, options=options)
+        before = neuroncc.compile_program(program, options=options)
+        assert after_._one is not None, "the program does not take the one-frame call"
+        before._one = None
+        row = torch.compile(_fresh_function(case.eager), backend="neuron", options=options)
+        calls = {"compile_program, launch path (before)": lambda: before(*inputs),
+                 "compile_program, one-frame call (after)": lambda: after_(*inputs),
+                 "torch.compile(backend='neuron')": lambda: row(*inputs)}
+        for _ in range(3):
+            for call in calls.values():
+                call()
+        settle_neuroncc(calls)
+        assert torch.equal(before(*inputs), after_(*inputs)), "the two paths' bits differ"
+        direct = made[first].direct
+        addresses = [t.data_ptr() for t in inputs]
+        held = direct.launch(addresses)
+        pointers = [t.data_ptr() for t in held]
+        timed = {"kernel alone (output held)": lambda: direct.run(addresses, pointers), **calls}
+        samples: dict[str, list] = {name: [] for name in timed}
+        names, order, kept = list(timed), random.Random(0x5EED), []
+        for _ in range(repeats):
+            order.shuffle(names)
+            for name in names:
+                start = clock()
+                kept.append(timed[name]())
+                samples[name].append(clock() - start)
+                kept.clear()
+        kernel = samples["kernel alone (output held)"]
+        print(f"{case.title}: kernel alone {statistics.median(kernel) / 1e6:.3f} ms")
+        for name in calls:
+            print(f"  {name:42s} {statistics.median(samples[name]) / 1e6:7.3f} ms, minus the kernel per round "
+                  f"{_quartiles([t - k for t, k in zip(samples[name], kernel)])}")
+        b, a = samples["compile_program, launch path (before)"], samples["compile_program, one-frame call (after)"]
+        print(f"  before - after per round {_quartiles([x - y for x, y in zip(b, a)])}, faster in "
+              f"{sum(x > y for x, y in zip(b, a))}/{len(b)} rounds, before/after "
+              f"{statistics.median(x / y for x, y in zip(b, a)):.4f}")

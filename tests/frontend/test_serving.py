@@ -85,6 +85,22 @@ def test_after_the_first_call_inputs_are_checked_by_the_guard_alone(tiny, monkey
         assert len(checked) == count + 1
 
 
+def test_a_one_output_program_enters_the_one_frame_call_with_fresh_outputs(tiny, normalized, monkeypatch):
+    from neuroncc.frontend import serving
+
+    model, x, served = tiny
+    assert served._one is not None and normalized[1]._one is None  # a buffer update keeps the launch path
+    with torch.no_grad():
+        served(x)  # (the first call of the module makes the guard)
+        monkeypatch.setattr(serving._DirectProgram, "__call__", lambda *args: pytest.fail("the launch path ran"))
+        first, second = served(x), served(torch.randn(8, 64))
+        torch.testing.assert_close(first, model(x))
+        assert first.data_ptr() != second.data_ptr() and not first.requires_grad
+        with pytest.raises(neuroncc.InputError, match="requires grad"):  # the guard still comes first
+            with torch.enable_grad():
+                served(x.clone().requires_grad_())
+
+
 def test_bf16_and_the_general_path_of_other_targets():
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 4)).eval()
