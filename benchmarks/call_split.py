@@ -182,7 +182,7 @@ def split(made: list, rows: list[str], threads: int, repeats: int = 201) -> None
 def after(threads: int, repeats: int = 61) -> None:
     """A tiny call's time right after each kind of work, interleaved: eager ``x + 1`` on 16 elements, the same
     through ``torch.compile`` with ``backend="eager"`` (TorchDynamo's floor) and ``backend="neuron"``, and 200
-    additions in the interpreter; after nothing (warm), row (a)'s kernel at 2 and 1 threads, 2 ms of the
+    additions in the interpreter; after nothing more (the previous pair, in a shuffled order, ran last), row (a)'s kernel at 2 and 1 threads, 2 ms of the
     interpreter spinning, a 2 ms sleep, 32 MB read (``numpy.sum``), 32 MB written (``fill``), 4 MB and 512 KB
     read. Medians (25-75%), wall clock."""
     import numpy as np
@@ -237,7 +237,7 @@ def after(threads: int, repeats: int = 61) -> None:
         end = time.perf_counter() + seconds
         while time.perf_counter() < end:
             pass
-    work = {"nothing (warm)": lambda: None, "row (a)'s kernel, 2 threads": made_kernels[2],
+    work = {"nothing (the previous pair ran last)": lambda: None, "row (a)'s kernel, 2 threads": made_kernels[2],
             "row (a)'s kernel, 1 thread": made_kernels[1], "2 ms interpreter spin": spin,
             "2 ms sleep": lambda: time.sleep(0.002), "32 MB read": large.sum, "32 MB written": lambda: written.fill(1.0),
             "4 MB read": middle.sum, "512 KB read": l2.sum}
