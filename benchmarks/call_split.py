@@ -182,9 +182,9 @@ def split(made: list, rows: list[str], threads: int, repeats: int = 201) -> None
 def after(threads: int, repeats: int = 61) -> None:
     """A tiny call's time right after each kind of work, interleaved: eager ``x + 1`` on 16 elements, the same
     through ``torch.compile`` with ``backend="eager"`` (TorchDynamo's floor) and ``backend="neuron"``, and 200
-    additions in the interpreter; after nothing more (the previous pair, in a shuffled order, ran last), row (a)'s kernel at 2 and 1 threads, 2 ms of the
-    interpreter spinning, a 2 ms sleep, 32 MB read (``numpy.sum``), 32 MB written (``fill``), 4 MB and 512 KB
-    read. Medians (25-75%), wall clock."""
+    additions in the interpreter; after nothing more (the previous pair, in a shuffled order, ran last), row (a)'s
+    kernel at 2 and 1 threads, 2 ms of the interpreter spinning, a 2 ms sleep, 32 MB read (``numpy.sum``), 32 MB
+    written (``fill``), 4 MB and 512 KB read. Medians (25-75%), wall clock."""
     import numpy as np
 
     from common import settle_neuroncc
