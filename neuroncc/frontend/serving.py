@@ -48,6 +48,7 @@ from neuroncc.frontend.compiled import CompiledGraph
 from neuroncc.frontend.direct_call import DirectCall, exact_match_guard
 from neuroncc.frontend.imported import ComputedOutput
 from neuroncc.frontend.exported import InferenceGraph, ProgramInput, fixed_inputs, import_inference, load_program
+from neuroncc.hardware.host import PLACED_OUTPUT_MIN_BYTES
 from neuroncc.ir.ops.library_linalg import LinalgInputError
 
 #: Tensor types a program takes as they are (a Parameter is a plain tensor to the executable).
@@ -218,9 +219,12 @@ class _DirectProgram:
         self.updates = updates
         self.input_updates = input_updates  # (made output, index in the call's flat inputs)
         #: ``DirectCall.outputs_call`` when the program returns that call's one output as it is (a tensor, not in a
-        #: structure) and updates no buffer or input, else None
+        #: structure), of 1 MiB or more, and updates no buffer or input, else None. Its own check of the tensors
+        #: comes after the program's guard: on a large kernel's cold caches the frames it saves win (15-90 us a
+        #: call on row (a)), on a tiny MLP's warm ones the second check loses (~1 us, 4%: session 29)
         self.one_output = direct.outputs_call if (
             len(computed) == 1 and out_spec is not None and out_spec.is_leaf() and not updates and not input_updates
+            and direct.one_output_bytes >= PLACED_OUTPUT_MIN_BYTES
         ) else None
 
     @staticmethod
