@@ -32,8 +32,8 @@ of the call with the row's kernel in it, and session 24's one-frame lean entry A
 ``--split a,a16 [--threads N] [--repeats R]``: the row's call split where TorchDynamo calls the backend (its entry,
 ours, its exit), beside the user's levers (``record_runtime_overhead``, the ``skip_guard_eval_unsafe`` stance,
 ``neuroncc.compile_program``) and a trivial graph through each backend, warm and after the kernel; ``--after``:
-a tiny call's time after each kind of work; ``--serve-ab a,a16``: ``compile_program``'s one-frame call A/B (call_split.py,
-session 29).
+a tiny call's time after each kind of work; ``--serve-ab a,a16``: ``compile_program``'s one-frame call A/B
+(call_split.py, session 29).
 """
 
 from __future__ import annotations

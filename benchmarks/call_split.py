@@ -239,7 +239,8 @@ def after(threads: int, repeats: int = 61) -> None:
             pass
     work = {"nothing (the previous pair ran last)": lambda: None, "row (a)'s kernel, 2 threads": made_kernels[2],
             "row (a)'s kernel, 1 thread": made_kernels[1], "2 ms interpreter spin": spin,
-            "2 ms sleep": lambda: time.sleep(0.002), "32 MB read": large.sum, "32 MB written": lambda: written.fill(1.0),
+            "2 ms sleep": lambda: time.sleep(0.002), "32 MB read": large.sum,
+            "32 MB written": lambda: written.fill(1.0),
             "4 MB read": middle.sum, "512 KB read": l2.sum}
     pairs = [(w, c) for w in work for c in calls]
     samples: dict = {pair: [] for pair in pairs}
