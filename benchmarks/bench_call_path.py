@@ -29,6 +29,11 @@ runs before the graph (the accelerator's current stream, the runtime-overhead ra
 of the call with the row's kernel in it, and session 24's one-frame lean entry A/B (call_path_rows.py).
 ``--row-gap a,b,c,rms [--threads N] [--repeats R]``: the layers interleaved with roofline.py's own calls of the row
 (eager, Inductor, the memory roof's stream), as its table measures the gap (session 28).
+``--split a,a16 [--threads N] [--repeats R]``: the row's call split where TorchDynamo calls the backend (its entry,
+ours, its exit), beside the user's levers (``record_runtime_overhead``, the ``skip_guard_eval_unsafe`` stance,
+``neuroncc.compile_program``) and a trivial graph through each backend, warm and after the kernel; ``--after``:
+a tiny call's time after each kind of work; ``--serve-ab a,a16``: ``compile_program``'s one-frame call A/B
+(call_split.py, session 29).
 """
 
 from __future__ import annotations
@@ -422,6 +427,20 @@ if __name__ == "__main__":
     elif "--gap" in sys.argv:
         gap(made, sys.argv[sys.argv.index("--gap") + 1].split(","), threads,
             int(sys.argv[sys.argv.index("--repeats") + 1]) if "--repeats" in sys.argv else 61)
+    elif "--split" in sys.argv:
+        from call_split import split
+
+        split(made, sys.argv[sys.argv.index("--split") + 1].split(","), threads,
+              int(sys.argv[sys.argv.index("--repeats") + 1]) if "--repeats" in sys.argv else 201)
+    elif "--serve-ab" in sys.argv:
+        from call_split import serve_ab
+
+        serve_ab(made, sys.argv[sys.argv.index("--serve-ab") + 1].split(","), threads,
+                 int(sys.argv[sys.argv.index("--repeats") + 1]) if "--repeats" in sys.argv else 301)
+    elif "--after" in sys.argv:
+        from call_split import after
+
+        after(threads, int(sys.argv[sys.argv.index("--repeats") + 1]) if "--repeats" in sys.argv else 61)
     elif "--cold" in sys.argv:
         cold_layers(sys.argv[sys.argv.index("--cold") + 1], threads)
     else:

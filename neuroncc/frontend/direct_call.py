@@ -104,6 +104,8 @@ class DirectCall:
         self._made = [entry for entry in made if _extent_bytes(*entry[1:]) < PLACED_OUTPUT_MIN_BYTES]
         self._placed = [(*entry, _extent_bytes(*entry[1:])) for entry in made
                         if _extent_bytes(*entry[1:]) >= PLACED_OUTPUT_MIN_BYTES]
+        #: the bytes of :attr:`outputs_call`'s output (0 without that call)
+        self.one_output_bytes = 0
         #: ``call(args) -> the graph's outputs, or None`` in one Python frame, for the commonest graph (see
         #: :meth:`_one_output_call`), else None (the caller takes :meth:`__call__`)
         self.outputs_call = self._one_output_call(outputs)
@@ -177,7 +179,7 @@ class DirectCall:
                 not isinstance(outputs[0][0], ComputedOutput):
             return None
         shape, strides, dtype = self.results[0]
-        nbytes = _extent_bytes(shape, strides, dtype)
+        self.one_output_bytes = nbytes = _extent_bytes(shape, strides, dtype)
         placed = nbytes >= PLACED_OUTPUT_MIN_BYTES  # as :meth:`launch` splits _made / _placed
         huge, advise = nbytes >= pages.HUGE_OUTPUT_MIN_BYTES, pages.advise_fresh_huge_pages
         touched = [0]  # the last output address found touched already: a heap block reused is not asked again

@@ -85,6 +85,36 @@ def test_after_the_first_call_inputs_are_checked_by_the_guard_alone(tiny, monkey
         assert len(checked) == count + 1
 
 
+class _Scaled(torch.nn.Module):
+    """One output of 2 MiB from an input and two parameters (the state before the input)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w, self.b = torch.nn.Parameter(torch.randn(1024)), torch.nn.Parameter(torch.randn(1024))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.gelu(x * self.w + self.b)
+
+
+def test_a_large_one_output_program_enters_the_one_frame_call_with_fresh_outputs(tiny, normalized, monkeypatch):
+    from neuroncc.frontend import serving
+
+    torch.manual_seed(0)
+    model, x = _Scaled().eval(), torch.randn(512, 1024)
+    served = neuroncc.compile_program(torch.export.export(model, (x,)))
+    # the tiny MLP's 320-byte output and a buffer update keep the launch path
+    assert served._one is not None and tiny[2]._one is None and normalized[1]._one is None
+    with torch.no_grad():
+        served(x)  # (the first call makes the guard)
+        monkeypatch.setattr(serving._DirectProgram, "__call__", lambda *args: pytest.fail("the launch path ran"))
+        first, second = served(x), served(torch.randn(512, 1024))
+        torch.testing.assert_close(first, model(x))
+        assert first.data_ptr() != second.data_ptr() and not first.requires_grad
+        with pytest.raises(neuroncc.InputError, match="requires grad"):  # the guard still comes first
+            with torch.enable_grad():
+                served(x.clone().requires_grad_())
+
+
 def test_bf16_and_the_general_path_of_other_targets():
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 4)).eval()
