@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import warnings
 
 import pytest
 import torch
@@ -12,6 +13,7 @@ from torch._dynamo.exc import BackendCompilerFailed
 
 import neuroncc
 from frontend import models
+from neuroncc.frontend.diagnostics import Float64Warning
 
 TOL = {"rtol": 1e-5, "atol": 1e-5}
 LENGTHS = (3, 5, 8, 6)
@@ -127,3 +129,32 @@ def test_fallback_mode_specializes_too():
     for cols in (3, 6):
         x = torch.randn(2, cols)
         torch.testing.assert_close(compiled(x), torch.cumsum(x, 1).sin(), **TOL)
+
+
+def test_dynamic_true_layer_norm_specializes_its_unspecialized_eps():
+    # dynamic=True passes a module's float attribute (LayerNorm's eps) as a 0-d float64 tensor read with
+    # .item(): it is specialized like a size, not refused as a data-dependent read, and no float64 warning
+    model = nn.Sequential(nn.Linear(8, 16), nn.LayerNorm(16)).eval()
+    compiled = torch.compile(model, backend="neuron", dynamic=True)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error", Float64Warning)
+        for rows in (2, 5, 2):
+            x = torch.randn(rows, 3, 8)
+            torch.testing.assert_close(compiled(x), model(x), **TOL)
+    assert neuroncc.stats()["shape_specializations"] == 2
+
+
+def test_float_argument_that_changes_compiles_one_specialization_per_value(caplog):
+    # dynamic=None: the second value of a float argument makes TorchDynamo pass it unspecialized
+    def f(x, scale: float):
+        return (x * scale).softmax(-1) + scale
+
+    compiled = torch.compile(f, backend="neuron")
+    x = torch.randn(4, 8)
+    with caplog.at_level(logging.INFO, logger="neuroncc.frontend"):
+        for scale in (0.5, 0.7, 0.9, 0.7, -0.0, 0.0):
+            torch.testing.assert_close(compiled(x, scale), f(x, scale), **TOL)
+    assert neuroncc.stats()["shape_specializations"] == 4  # 0.7, 0.9, -0.0, 0.0 (0.5: the static graph)
+    lines = [r.getMessage() for r in caplog.records if "recompiling" in r.getMessage()]
+    assert "new Python float value" in lines[0] and "'scale': 0.7 -> 0.9" in lines[0]
+    assert "as a tensor" in lines[-1] and "pad_to_bucket" not in lines[-1]
