@@ -19,8 +19,13 @@ its value is part of the key and the ``.item()`` becomes a constant (one compile
 ``dynamic=False``, where TorchDynamo guards on the value).
 
 The number of specializations per graph is bounded (``options={"max_specializations": N}``, default
-:data:`DEFAULT_MAX_SPECIALIZATIONS`); one more raises :class:`~neuroncc.errors.SpecializationLimitError`, which
-says to pad inputs to a few sizes (``neuroncc.pad_to_bucket``) or raise the bound.
+:data:`DEFAULT_MAX_SPECIALIZATIONS`). Past it, a new shape runs the graph on eager PyTorch, with one
+:class:`~neuroncc.errors.SpecializationLimitWarning` per graph that says to pad inputs to a few sizes
+(``neuroncc.pad_to_bucket``) or raise the bound, as TorchDynamo runs a frame past its ``recompile_limit``; with
+``torch._dynamo.config.fail_on_recompile_limit_hit`` it raises :class:`~neuroncc.errors.SpecializationLimitError`.
+A specialization is a recompile for ``torch.compiler.set_stance``: ``"fail_on_recompile"`` raises TorchDynamo's
+``RecompileError`` for a new shape, ``"eager_on_recompile"`` runs it eagerly (shapes compiled before still run
+compiled).
 """
 
 from __future__ import annotations
@@ -28,13 +33,14 @@ from __future__ import annotations
 import logging
 import re
 import threading
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 import torch.fx as fx
 
-from neuroncc.errors import SpecializationLimitError
+from neuroncc.errors import SpecializationLimitError, SpecializationLimitWarning
 from neuroncc.frontend import stats
 from neuroncc.frontend.options import DEFAULT_MAX_SPECIALIZATIONS
 
@@ -109,6 +115,7 @@ class ShapeSpecializations:
         self._compiled: dict[tuple[Any, ...], Callable[..., Any]] = {}
         self._last_key: tuple[Any, ...] | None = None
         self._lock = threading.Lock()
+        self._warned_limit = False
         concrete = [_concrete(v) for v in example_inputs]
         self._specialize(self._key(concrete), concrete)
 
@@ -121,9 +128,43 @@ class ShapeSpecializations:
         compiled = self._compiled.get(key)
         if compiled is None:
             with self._lock:
-                compiled = self._compiled.get(key) or self._specialize(key, args)
+                compiled = self._compiled.get(key)
+                if compiled is None and self._runs_eagerly(key):
+                    compiled = None
+                elif compiled is None:
+                    compiled = self._specialize(key, args)
+            if compiled is None:
+                return self.gm(*args)  # the symbolic graph, on eager PyTorch
         self._last_key = key
         return compiled(*[args[i] for i in self._passed_positions])
+
+    def _runs_eagerly(self, key: tuple[Any, ...]) -> bool:
+        """Whether a shape not compiled yet runs eagerly instead (torch.compile's stance, the bound); raises
+        where the stance or TorchDynamo's configuration asks for an error."""
+        stance = getattr(getattr(torch._dynamo.eval_frame, "_stance", None), "stance", "default")
+        where = f"code at {self.where}" if self.where else "a graph"
+        compiled = "; ".join(self._describe(k) for k in self._compiled)
+        if stance == "fail_on_recompile":
+            raise torch._dynamo.exc.RecompileError(
+                f"neuroncc: {where} (graph {self.name}) was called with a new input shape ({self._describe(key)}) "
+                f"while torch.compile's stance is 'fail_on_recompile'; shapes compiled: {compiled}")
+        if stance == "eager_on_recompile" and self._compiled:
+            return True
+        if len(self._compiled) < self.limit:
+            return False
+        message = (f"neuroncc: {where} (graph {self.name}) was called with one input shape more "
+                   f"({self._describe(key)}) than its {self.limit} specializations "
+                   f"(options={{'max_specializations': {self.limit}}}); shapes compiled: {compiled}.\n  Pad "
+                   "variable sizes to a few buckets outside the compiled region (neuroncc.pad_to_bucket / "
+                   "neuroncc.bucketed), or raise the bound with options={'max_specializations': N}")
+        if torch._dynamo.config.fail_on_recompile_limit_hit:
+            raise SpecializationLimitError(message)
+        if not self._warned_limit:
+            self._warned_limit = True
+            warnings.warn(f"{message}.\n  Shapes not compiled run on eager PyTorch from now on, as TorchDynamo "
+                          "does past its recompile_limit (torch._dynamo.config.fail_on_recompile_limit_hit = True "
+                          "makes this an error)", SpecializationLimitWarning, stacklevel=3)
+        return True
 
     # ---- keys and their differences ---------------------------------------------------------------------
 
@@ -169,15 +210,6 @@ class ShapeSpecializations:
 
     def _specialize(self, key: tuple[Any, ...], args: Sequence[Any]) -> Callable[..., Any]:
         number = len(self._compiled) + 1
-        where = f"code at {self.where}" if self.where else "a graph"
-        if number > self.limit:
-            raise SpecializationLimitError(
-                f"neuroncc: {where} (graph {self.name}) was called with one input shape more "
-                f"({self._describe(key)}) than its {self.limit} specializations "
-                f"(options={{'max_specializations': {self.limit}}}); shapes compiled: "
-                f"{'; '.join(self._describe(k) for k in self._compiled)}.\n  Pad variable sizes to a few "
-                "buckets outside the compiled region (neuroncc.pad_to_bucket / neuroncc.bucketed), or raise "
-                "the bound with options={'max_specializations': N}")
         self._log(number, key)
         values = {p: args[p] for p in self._scalar_positions}
         values.update({p: args[p].item() for p in self._value_positions})
