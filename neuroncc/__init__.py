@@ -24,6 +24,7 @@ from neuroncc.errors import (
     PassError,
     PipelineError,
     SpecializationLimitError,
+    SpecializationLimitWarning,
     UnsupportedOpError,
     VerifyError,
 )
@@ -83,6 +84,6 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "ArtifactError", "CodegenError", "DynamicShapeError", "InputError", "NeuronccError", "ParseError", "PassError", "PipelineError",
-    "SpecializationLimitError", "UnsupportedOpError", "VerifyError", "DeviceFallbackError", "DeviceDisabledWarning",
+    "SpecializationLimitError", "SpecializationLimitWarning", "UnsupportedOpError", "VerifyError", "DeviceFallbackError", "DeviceDisabledWarning",
     "__version__", *_FRONTEND_EXPORTS,
 ]

@@ -85,6 +85,12 @@ class DeviceFallbackError(UnsupportedOpError):
         super().__init__(message)
 
 
+class SpecializationLimitWarning(UserWarning):
+    """A graph with symbolic sizes met one input shape more than ``max_specializations``: shapes not compiled
+    run on eager PyTorch from then on, as TorchDynamo runs a frame past its ``recompile_limit`` (with
+    ``torch._dynamo.config.fail_on_recompile_limit_hit`` set, :class:`SpecializationLimitError` instead)."""
+
+
 class DeviceDisabledWarning(UserWarning):
     """The ``neuron`` device could not register when torch loaded it (the message says why); torch works
     without it. A warning, not an error: a broken neuroncc install must never break ``import torch``."""

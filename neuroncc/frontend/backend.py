@@ -33,7 +33,7 @@ from neuroncc.frontend.accelerator_stream import untrack_current_stream
 from neuroncc.frontend.boundary import HostDevice
 from neuroncc.frontend.diagnostics import FLOAT64_WARNING, Float64Warning, check_graph_features, user_location, uses_float64
 from neuroncc.frontend.options import BackendOptions
-from neuroncc.frontend.specializations import ShapeSpecializations, has_symbolic_sizes
+from neuroncc.frontend.specializations import ShapeSpecializations, has_symbolic_sizes, unspecialized_scalars
 
 log = logging.getLogger("neuroncc.frontend")
 # TORCH_LOGS="neuroncc" / "+neuroncc" and torch._logging.set_logs(neuroncc=logging.INFO) control neuroncc's loggers
@@ -52,12 +52,14 @@ def neuron_backend(gm: fx.GraphModule, example_inputs: Sequence[Any], *, options
     config = BackendOptions.from_user(options, os.environ)
     configure_log_from_environ(os.environ)
     check_graph_features(gm, example_inputs, ("cpu", "meta") if device is None else ("cpu", "meta", device.device_type))
-    if uses_float64(gm, example_inputs):
+    scalars = unspecialized_scalars([n for n in gm.graph.nodes if n.op == "placeholder"])
+    if uses_float64(gm, example_inputs, scalars):
         warnings.warn(FLOAT64_WARNING, Float64Warning, stacklevel=2)
     stats.increment("dynamo_graphs")
     name = _graph_name()
     if has_symbolic_sizes(gm, example_inputs):
-        # Symbolic sizes: one static compile per concrete shape seen at run time (the first one now).
+        # Symbolic sizes (or unspecialized Python floats): one static compile per concrete shape (and float
+        # value) seen at run time, the first one now.
         return ShapeSpecializations(gm, example_inputs, functools.partial(compile_static, config=config, device=device),
                                     name, config.max_specializations, _first_location(gm))
     _log_specialization(gm, example_inputs, name)

@@ -187,12 +187,16 @@ def check_graph_features(gm: fx.GraphModule, example_inputs: Sequence[Any],
                 "compute the log-probability or sample outside the compiled region, or write the formula out")
 
 
-def uses_float64(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> bool:
-    """True if the graph reads or computes float64 (or complex128) tensors."""
+def uses_float64(gm: fx.GraphModule, example_inputs: Sequence[Any], scalars: Sequence[int] = ()) -> bool:
+    """True if the graph reads or computes float64 (or complex128) tensors. ``scalars``: positions of inputs
+    that are Python floats passed as 0-d float64 tensors (specialized away, not computed on)."""
     double = (torch.float64, torch.complex128)
-    if any(isinstance(v, torch.Tensor) and v.dtype in double for v in example_inputs):
+    if any(isinstance(v, torch.Tensor) and v.dtype in double for i, v in enumerate(example_inputs) if i not in scalars):
         return True
-    return any(isinstance(_example(n), torch.Tensor) and _example(n).dtype in double for n in gm.graph.nodes)
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    skipped = {placeholders[i] for i in scalars if i < len(placeholders)}
+    return any(isinstance(_example(n), torch.Tensor) and _example(n).dtype in double
+               for n in gm.graph.nodes if n not in skipped)
 
 
 # ---- data-dependent shapes -----------------------------------------------------------------------------

@@ -12,9 +12,20 @@ backend is the same as for ``dynamic=False``.
                                 -> else: log why (input, dimension, old -> new size), specialize the graph
                                    to S, compile (AOTAutograd + neuroncc), remember it, run it
 
+A Python float TorchDynamo did not specialize (``dynamic=True``, or a float argument whose value changed under
+``dynamic=None``: ``torch._dynamo.config.specialize_float`` is False) arrives as a 0-d float64 tensor read with
+``.item()``; AOTAutograd cannot trace that read with static sizes, so such a float is specialized like a size:
+its value is part of the key and the ``.item()`` becomes a constant (one compile per value, as with
+``dynamic=False``, where TorchDynamo guards on the value).
+
 The number of specializations per graph is bounded (``options={"max_specializations": N}``, default
-:data:`DEFAULT_MAX_SPECIALIZATIONS`); one more raises :class:`~neuroncc.errors.SpecializationLimitError`, which
-says to pad inputs to a few sizes (``neuroncc.pad_to_bucket``) or raise the bound.
+:data:`DEFAULT_MAX_SPECIALIZATIONS`). Past it, a new shape runs the graph on eager PyTorch, with one
+:class:`~neuroncc.errors.SpecializationLimitWarning` per graph that says to pad inputs to a few sizes
+(``neuroncc.pad_to_bucket``) or raise the bound, as TorchDynamo runs a frame past its ``recompile_limit``; with
+``torch._dynamo.config.fail_on_recompile_limit_hit`` it raises :class:`~neuroncc.errors.SpecializationLimitError`.
+A specialization is a recompile for ``torch.compiler.set_stance``: ``"fail_on_recompile"`` raises TorchDynamo's
+``RecompileError`` for a new shape, ``"eager_on_recompile"`` runs it eagerly (shapes compiled before still run
+compiled).
 """
 
 from __future__ import annotations
@@ -22,13 +33,14 @@ from __future__ import annotations
 import logging
 import re
 import threading
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 import torch.fx as fx
 
-from neuroncc.errors import SpecializationLimitError
+from neuroncc.errors import SpecializationLimitError, SpecializationLimitWarning
 from neuroncc.frontend import stats
 from neuroncc.frontend.options import DEFAULT_MAX_SPECIALIZATIONS
 
@@ -46,9 +58,31 @@ StaticCompiler = Callable[[fx.GraphModule, list[Any], str], Callable[..., Any]]
 
 
 def has_symbolic_sizes(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> bool:
-    """True if TorchDynamo handed over symbolic sizes (SymInt inputs, or tensors with symbolic sizes)."""
-    return any(_is_symbolic(v) for v in example_inputs) or any(
-        _is_symbolic(_example(n)) for n in gm.graph.nodes if n.op == "placeholder")
+    """True if TorchDynamo handed over symbolic sizes (SymInt inputs, or tensors with symbolic sizes) or
+    Python scalars it did not specialize (0-d tensors read with ``.item()``: :func:`unspecialized_scalars`)."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    return (any(_is_symbolic(v) for v in example_inputs) or any(_is_symbolic(_example(n)) for n in placeholders)
+            or bool(unspecialized_scalars(placeholders)))
+
+
+def unspecialized_scalars(placeholders: Sequence[fx.Node]) -> tuple[int, ...]:
+    """Positions of the placeholders that are Python scalars TorchDynamo passes as 0-d tensors and reads only
+    with ``.item()`` (an unspecialized float: a module's ``eps`` under ``dynamic=True``, a float argument
+    whose value changed)."""
+    return tuple(i for i, n in enumerate(placeholders) if _is_unspecialized_scalar(n))
+
+
+def _is_unspecialized_scalar(node: fx.Node) -> bool:
+    grapharg = node.meta.get("grapharg")
+    example = _example(node)
+    return (getattr(grapharg, "pass_arg_as_tensor", False) is True and isinstance(example, torch.Tensor)
+            and example.dim() == 0 and bool(node.users) and all(_is_item(user) for user in node.users))
+
+
+def _is_item(node: fx.Node) -> bool:
+    return ((node.op == "call_method" and node.target == "item")
+            or (node.op == "call_function" and node.target in (torch.Tensor.item,
+                                                                 torch.ops.aten._local_scalar_dense.default)))
 
 
 class ShapeSpecializations:
@@ -67,16 +101,21 @@ class ShapeSpecializations:
         self._placeholders = placeholders
         #: positions of scalar (SymInt/SymFloat/SymBool) inputs: replaced by their values, not passed on
         self._scalar_positions = tuple(i for i, v in enumerate(example_inputs) if isinstance(v, _SYMBOLIC))
+        #: positions of unspecialized Python scalars (0-d tensors read with .item()): their values are part of
+        #: the key and become constants, not passed on
+        self._value_positions = unspecialized_scalars(placeholders)
         #: positions of tensors with a symbolic size or stride: their sizes and strides are part of the key
         self._tensor_positions = tuple(
             i for i, n in enumerate(placeholders)
             if i not in self._scalar_positions and _is_symbolic(_example(n)))
-        self._passed_positions = tuple(i for i in range(len(placeholders)) if i not in self._scalar_positions)
+        self._passed_positions = tuple(i for i in range(len(placeholders))
+                                       if i not in self._scalar_positions and i not in self._value_positions)
         # read now: TorchDynamo drops the placeholders' source metadata once the frame is compiled
         self._labels = [_input_label(n) for n in placeholders]
         self._compiled: dict[tuple[Any, ...], Callable[..., Any]] = {}
         self._last_key: tuple[Any, ...] | None = None
         self._lock = threading.Lock()
+        self._warned_limit = False
         concrete = [_concrete(v) for v in example_inputs]
         self._specialize(self._key(concrete), concrete)
 
@@ -89,22 +128,59 @@ class ShapeSpecializations:
         compiled = self._compiled.get(key)
         if compiled is None:
             with self._lock:
-                compiled = self._compiled.get(key) or self._specialize(key, args)
+                compiled = self._compiled.get(key)
+                if compiled is None and self._runs_eagerly(key):
+                    compiled = None
+                elif compiled is None:
+                    compiled = self._specialize(key, args)
+            if compiled is None:
+                return self.gm(*args)  # the symbolic graph, on eager PyTorch
         self._last_key = key
         return compiled(*[args[i] for i in self._passed_positions])
+
+    def _runs_eagerly(self, key: tuple[Any, ...]) -> bool:
+        """Whether a shape not compiled yet runs eagerly instead (torch.compile's stance, the bound); raises
+        where the stance or TorchDynamo's configuration asks for an error."""
+        stance = getattr(getattr(torch._dynamo.eval_frame, "_stance", None), "stance", "default")
+        where = f"code at {self.where}" if self.where else "a graph"
+        compiled = "; ".join(self._describe(k) for k in self._compiled)
+        if stance == "fail_on_recompile":
+            raise torch._dynamo.exc.RecompileError(
+                f"neuroncc: {where} (graph {self.name}) was called with a new input shape ({self._describe(key)}) "
+                f"while torch.compile's stance is 'fail_on_recompile'; shapes compiled: {compiled}")
+        if stance == "eager_on_recompile" and self._compiled:
+            return True
+        if len(self._compiled) < self.limit:
+            return False
+        message = (f"neuroncc: {where} (graph {self.name}) was called with one input shape more "
+                   f"({self._describe(key)}) than its {self.limit} specializations "
+                   f"(options={{'max_specializations': {self.limit}}}); shapes compiled: {compiled}.\n  Pad "
+                   "variable sizes to a few buckets outside the compiled region (neuroncc.pad_to_bucket / "
+                   "neuroncc.bucketed), or raise the bound with options={'max_specializations': N}")
+        if torch._dynamo.config.fail_on_recompile_limit_hit:
+            raise SpecializationLimitError(message)
+        if not self._warned_limit:
+            self._warned_limit = True
+            warnings.warn(f"{message}.\n  Shapes not compiled run on eager PyTorch from now on, as TorchDynamo "
+                          "does past its recompile_limit (torch._dynamo.config.fail_on_recompile_limit_hit = True "
+                          "makes this an error)", SpecializationLimitWarning, stacklevel=3)
+        return True
 
     # ---- keys and their differences ---------------------------------------------------------------------
 
     def _key(self, args: Sequence[Any]) -> tuple[Any, ...]:
         scalars = tuple(args[i] for i in self._scalar_positions)
         tensors = tuple((tuple(args[i].shape), args[i].stride()) for i in self._tensor_positions)
-        return scalars + tensors
+        # repr: a float's exact value, NaN equal to itself, -0.0 apart from 0.0
+        values = tuple(repr(args[i].item()) for i in self._value_positions)
+        return scalars + tensors + values
 
     def _changes(self, old: tuple[Any, ...], new: tuple[Any, ...]) -> list[str]:
         """What differs between two keys: ``input 'x' dimension 1: 3 -> 5`` (sizes first, then strides)."""
         count = len(self._scalar_positions)
+        tensors = count + len(self._tensor_positions)
         changes: list[str] = []
-        for position, (before, after) in zip(self._tensor_positions, zip(old[count:], new[count:])):
+        for position, (before, after) in zip(self._tensor_positions, zip(old[count:tensors], new[count:tensors])):
             label = self._label(position)
             if len(before[0]) != len(after[0]):
                 changes.append(f"input {label} rank {len(before[0])} -> {len(after[0])}")
@@ -113,6 +189,8 @@ class ShapeSpecializations:
                         for d, (a, b) in enumerate(zip(before[0], after[0])) if a != b]
             if before[0] == after[0] and before[1] != after[1]:
                 changes.append(f"input {label} strides {list(before[1])} -> {list(after[1])}")
+        changes += [f"{self._label(position)}: {a} -> {b}"
+                    for position, a, b in zip(self._value_positions, old[tensors:], new[tensors:]) if a != b]
         if not changes:  # only scalars changed (an int argument, or sizes of tensors that are not inputs)
             changes = [f"{self._label(position)}: {a} -> {b}"
                        for position, a, b in zip(self._scalar_positions, old[:count], new[:count]) if a != b]
@@ -123,24 +201,19 @@ class ShapeSpecializations:
 
     def _describe(self, key: tuple[Any, ...]) -> str:
         count = len(self._scalar_positions)
-        shapes = [f"{self._label(p)} {list(shape)}" for p, (shape, _) in zip(self._tensor_positions, key[count:])]
+        tensors = count + len(self._tensor_positions)
+        shapes = [f"{self._label(p)} {list(shape)}" for p, (shape, _) in zip(self._tensor_positions, key[count:tensors])]
+        shapes += [f"{self._label(p)} = {value}" for p, value in zip(self._value_positions, key[tensors:])]
         return ", ".join(shapes) or ", ".join(map(str, key[:count]))
 
     # ---- compiling one specialization --------------------------------------------------------------------
 
     def _specialize(self, key: tuple[Any, ...], args: Sequence[Any]) -> Callable[..., Any]:
         number = len(self._compiled) + 1
-        where = f"code at {self.where}" if self.where else "a graph"
-        if number > self.limit:
-            raise SpecializationLimitError(
-                f"neuroncc: {where} (graph {self.name}) was called with one input shape more "
-                f"({self._describe(key)}) than its {self.limit} specializations "
-                f"(options={{'max_specializations': {self.limit}}}); shapes compiled: "
-                f"{'; '.join(self._describe(k) for k in self._compiled)}.\n  Pad variable sizes to a few "
-                "buckets outside the compiled region (neuroncc.pad_to_bucket / neuroncc.bucketed), or raise "
-                "the bound with options={'max_specializations': N}")
         self._log(number, key)
-        specialized = specialize_graph(self.gm, {p: args[p] for p in self._scalar_positions})
+        values = {p: args[p] for p in self._scalar_positions}
+        values.update({p: args[p].item() for p in self._value_positions})
+        specialized = specialize_graph(self.gm, values)
         passed = [args[i] for i in self._passed_positions]
         # Outside TorchDynamo's tracing context: AOTAutograd must fake the concrete inputs with static sizes,
         # not reuse the symbolic fake mode of the frame being compiled.
@@ -157,26 +230,38 @@ class ShapeSpecializations:
                      "(one per input shape, at most %d)", where, self.name, self._describe(key), self.limit)
             return
         reason = "; ".join(self._changes(self._last_key, key)) or "a new input shape"
+        sizes = len(self._scalar_positions) + len(self._tensor_positions)
+        value_only = key[:sizes] == self._last_key[:sizes]  # only an unspecialized Python float changed
         suggest = number >= SUGGEST_BUCKETS_AFTER
-        hint = (f" ({number} shapes so far: pad inputs to a few sizes with neuroncc.pad_to_bucket to bound "
-                "compiles)") if suggest else ""
+        if value_only:
+            hint = (f" ({number} specializations so far: pass a float that changes between calls as a tensor, "
+                    "which is an input of the compiled code, not a constant of it)") if suggest else ""
+        else:
+            hint = (f" ({number} shapes so far: pad inputs to a few sizes with neuroncc.pad_to_bucket to bound "
+                    "compiles)") if suggest else ""
         log.log(logging.WARNING if suggest else logging.INFO,
-                "neuroncc: recompiling %s (graph %s) for a new shape, specialization #%d of at most %d: %s%s",
-                where, self.name, number, self.limit, reason, hint)
+                "neuroncc: recompiling %s (graph %s) for a new %s, specialization #%d of at most %d: %s%s",
+                where, self.name, "Python float value" if value_only else "shape", number, self.limit, reason, hint)
 
 
 def specialize_graph(gm: fx.GraphModule, values: dict[int, Any]) -> fx.GraphModule:
-    """A copy of ``gm`` whose placeholders at ``values``' positions are replaced by those constants."""
+    """A copy of ``gm`` whose placeholders at ``values``' positions are replaced by those constants (an
+    unspecialized scalar's ``.item()`` reads too)."""
     graph = fx.Graph()
     env: dict[fx.Node, Any] = {}
+    replaced: set[fx.Node] = set()
     position = 0
     for node in gm.graph.nodes:
         if node.op == "placeholder":
             if position in values:
                 env[node] = values[position]
+                replaced.add(node)
             else:
                 env[node] = graph.node_copy(node, lambda n: env[n])
             position += 1
+            continue
+        if _is_item(node) and node.args and node.args[0] in replaced:
+            env[node] = env[node.args[0]]
             continue
         env[node] = graph.node_copy(node, lambda n: env[n])
     specialized = fx.GraphModule(gm, graph, gm.__class__.__name__)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import warnings
 
 import pytest
 import torch
@@ -12,6 +13,7 @@ from torch._dynamo.exc import BackendCompilerFailed
 
 import neuroncc
 from frontend import models
+from neuroncc.frontend.diagnostics import Float64Warning
 
 TOL = {"rtol": 1e-5, "atol": 1e-5}
 LENGTHS = (3, 5, 8, 6)
@@ -94,7 +96,27 @@ def test_recompile_log_names_input_dimension_and_sizes(caplog):
     assert lines[1].levelno == logging.WARNING and "neuroncc.pad_to_bucket" in lines[1].getMessage()
 
 
-def test_too_many_shapes_is_a_typed_error_that_suggests_buckets():
+def test_too_many_shapes_run_eagerly_with_one_warning_that_suggests_buckets():
+    # as TorchDynamo past its recompile_limit: a server's ninth sequence length is slower, never an error
+    def f(x):
+        return x.sin() * 2
+
+    compiled = torch.compile(f, backend="neuron", dynamic=True, options={"max_specializations": 2})
+    for rows in (2, 4, 2):
+        compiled(torch.randn(rows, 3))
+    with pytest.warns(neuroncc.SpecializationLimitWarning) as record:
+        for rows in (6, 7, 6, 4):
+            x = torch.randn(rows, 3)
+            torch.testing.assert_close(compiled(x), f(x), **TOL)
+    assert len(record) == 1
+    message = str(record[0].message)
+    assert "'x' [6, 3]" in message and "max_specializations" in message and "pad_to_bucket" in message
+    assert "'x' [2, 3]; 'x' [4, 3]" in message and "eager" in message
+    assert neuroncc.stats()["shape_specializations"] == 2
+
+
+def test_too_many_shapes_is_a_typed_error_with_fail_on_recompile_limit_hit(monkeypatch):
+    monkeypatch.setattr(torch._dynamo.config, "fail_on_recompile_limit_hit", True)
     compiled = torch.compile(lambda x: x * 2, backend="neuron", dynamic=True, options={"max_specializations": 2})
     compiled(torch.randn(2, 3))
     compiled(torch.randn(4, 3))
@@ -127,3 +149,53 @@ def test_fallback_mode_specializes_too():
     for cols in (3, 6):
         x = torch.randn(2, cols)
         torch.testing.assert_close(compiled(x), torch.cumsum(x, 1).sin(), **TOL)
+
+
+def test_dynamic_true_layer_norm_specializes_its_unspecialized_eps():
+    # dynamic=True passes a module's float attribute (LayerNorm's eps) as a 0-d float64 tensor read with
+    # .item(): it is specialized like a size, not refused as a data-dependent read, and no float64 warning
+    model = nn.Sequential(nn.Linear(8, 16), nn.LayerNorm(16)).eval()
+    compiled = torch.compile(model, backend="neuron", dynamic=True)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error", Float64Warning)
+        for rows in (2, 5, 2):
+            x = torch.randn(rows, 3, 8)
+            torch.testing.assert_close(compiled(x), model(x), **TOL)
+    assert neuroncc.stats()["shape_specializations"] == 2
+
+
+def test_float_argument_that_changes_compiles_one_specialization_per_value(caplog):
+    # dynamic=None: the second value of a float argument makes TorchDynamo pass it unspecialized
+    def f(x, scale: float):
+        return (x * scale).softmax(-1) + scale
+
+    compiled = torch.compile(f, backend="neuron")
+    x = torch.randn(4, 8)
+    with caplog.at_level(logging.INFO, logger="neuroncc.frontend"):
+        for scale in (0.5, 0.7, 0.9, 0.7, -0.0, 0.0):
+            torch.testing.assert_close(compiled(x, scale), f(x, scale), **TOL)
+    assert neuroncc.stats()["shape_specializations"] == 4  # 0.7, 0.9, -0.0, 0.0 (0.5: the static graph)
+    lines = [r.getMessage() for r in caplog.records if "recompiling" in r.getMessage()]
+    assert "new Python float value" in lines[0] and "'scale': 0.7 -> 0.9" in lines[0]
+    assert "as a tensor" in lines[-1] and "pad_to_bucket" not in lines[-1]
+
+
+def test_a_new_shape_is_a_recompile_for_torch_compile_stances():
+    def f(x):
+        return x.cos() + 1
+
+    compiled = torch.compile(f, backend="neuron", dynamic=True)
+    compiled(torch.randn(2, 3))
+    try:
+        torch.compiler.set_stance("fail_on_recompile")
+        torch.testing.assert_close(compiled(torch.ones(2, 3)), f(torch.ones(2, 3)), **TOL)  # compiled before
+        with pytest.raises(torch._dynamo.exc.RecompileError, match=r"'x' \[5, 3\]\) while torch.compile's stance is 'fail_on_recompile'"):
+            compiled(torch.randn(5, 3))
+        torch.compiler.set_stance("eager_on_recompile")
+        x = torch.randn(5, 3)
+        torch.testing.assert_close(compiled(x), f(x), **TOL)
+        assert neuroncc.stats()["shape_specializations"] == 1  # run eagerly, not compiled
+    finally:
+        torch.compiler.set_stance("default")
+    torch.testing.assert_close(compiled(x), f(x), **TOL)
+    assert neuroncc.stats()["shape_specializations"] == 2
