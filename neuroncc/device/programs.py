@@ -365,3 +365,35 @@ def _lift(fn: Function, values: list[float]) -> tuple[Function, tuple[int, ...]]
         return fn, ()
     lifted = Function(fn.name, fn.params + tuple(params.values()), tuple(kept), fn.outputs, fn.metadata)
     return lifted.replace_uses(replaced), tuple(-1 - k for k, _ in params)
+
+
+def traced_program(run: Any, tensors: list[torch.Tensor], count: int) -> Program:
+    """The program of ``run(inputs, floats)``: a Python function of torch ops over (fakes of) ``tensors`` that
+    writes its results into them with ``copy_`` and returns nothing, its ``count`` floats lifted into kernel
+    arguments (fused_optimizers.py's multi-tensor steps). Raises CannotCompile when it cannot be traced or a
+    float's value shapes the program."""
+    metas = [torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta") for t in tensors]
+
+    def build(values: list[float]) -> fx.GraphModule:
+        from torch._subclasses.fake_tensor import FakeTensorMode
+        from torch.fx.experimental.proxy_tensor import make_fx
+
+        mode = FakeTensorMode()
+        with mode:
+            fakes = [torch.empty_strided(m.shape, m.stride(), dtype=m.dtype) for m in metas]
+
+        def traced(*inputs: torch.Tensor) -> tuple[()]:
+            run(list(inputs), values)
+            return ()
+
+        with _clean_dispatch_state(), mode:
+            return make_fx(torch.func.functionalize(traced, remove="mutations_and_views"),
+                           decomposition_table=decomposition_table())(*fakes)
+
+    result_tree = tree_flatten(None)[1]
+    if not count:
+        return _program(build([]), result_tree)
+    program = _lifted(build, count, result_tree)
+    if program is None:
+        raise CannotCompile("its floats could not be made kernel arguments")
+    return program
