@@ -12,6 +12,9 @@ element (bf16/fp16 tensors widened to float32, rounded on store). The device doe
 * the kernel is one program per signature (list length, shapes, dtype, flags), traced from :func:`_adam` or
   :func:`_sgd` below with the floats as sentinels (programs.traced_program) and compiled through the compile
   cache like every other device op: a new learning rate or step count is a new argument, never a new kernel.
+  It computes every parameter, moment and (unscaled) gradient in the tensor's own memory (donated, as
+  torch.compile's optimizer graphs do): one read and one write per element, no fresh memory per step. Tensors
+  that overlap one another go to CPU's kernel instead.
 
 ``found_inf`` set (GradScaler saw an inf) skips the update, as CPU's kernel does; ``grad_scale`` divides the
 gradients (written back, unscaled) before the update. The per-element order is the CPU kernel's (its vector
@@ -41,6 +44,12 @@ def _value(tensor: torch.Tensor) -> float:
     if tensor.dtype is torch.float32 and tensor.numel() == 1:
         return ctypes.c_float.from_address(tensor.data_ptr()).value
     return float(tensor.reshape(()).cpu().item() if tensor.device.type != "cpu" else tensor.item())
+
+
+def _disjoint(tensors: list[torch.Tensor]) -> bool:
+    """Whether no two of the (dense) tensors share a byte."""
+    spans = sorted((t.data_ptr(), t.data_ptr() + t.numel() * t.element_size()) for t in tensors)
+    return all(end <= start for (_, end), (start, _) in zip(spans, spans[1:]))
 
 
 def _f32(value: float) -> float:
@@ -127,6 +136,7 @@ class FusedStep:
         self.adam = "adam" in name
         self.adamw = "adamw" in name
         self.kernels: dict[tuple, Any] = {}
+        self.plain: bool | None = None
 
     def call(self, args: tuple[Any, ...], kwargs: dict[str, Any], tensors: list[torch.Tensor],
              floats: list[float]) -> Any:
@@ -144,13 +154,17 @@ class FusedStep:
         params = list(get("self"))
         if not params:
             return None
-        if not self._plain(params, get):
+        if self.plain is None:  # the signature (dtypes, shapes, strides, list lengths) decides it: once
+            self.plain = self._plain(params, get)
+        if not self.plain:
             return run_on_host(self.form, args, kwargs, self.index)
         scale = get("grad_scale")
         if self.adam:
             inputs, numbers, variant = self._adam_call(params, get, lr, scale is not None)
         else:
             inputs, numbers, variant = self._sgd_call(params, get, lr, scale is not None)
+        if not _disjoint(inputs):  # the kernel writes each tensor in place: overlapping ones go to CPU's kernel
+            return run_on_host(self.form, args, kwargs, self.index)
         if scale is not None:
             inputs.append(scale)
         kernel = self.kernels.get(variant)

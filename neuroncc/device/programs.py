@@ -296,13 +296,16 @@ def _tracing_table(ops: tuple[Any, ...]) -> dict[Any, Any]:
     return {**base, **extra} if extra else base
 
 
-def _program(gm: fx.GraphModule | DirectGraph, result_tree: Any, sentinel_values: list[float] | None = None) -> Program:
-    """Import ``gm``; with ``sentinel_values``, lift the constants holding them into parameters."""
+def _program(gm: fx.GraphModule | DirectGraph, result_tree: Any, sentinel_values: list[float] | None = None,
+             donate: bool = False) -> Program:
+    """Import ``gm``; with ``sentinel_values``, lift the constants holding them into parameters. ``donate``: the
+    kernels may compute each written tensor in its own memory (import_graph's ``donate``; the caller's binding
+    then passes no output memory for it)."""
     try:
         # bf16 tensors cross as their bits (i16 parameters and outputs): the kernel reads and writes the
         # tensors' own memory, as torch.compile's cpu kernels do, instead of float32 copies made per call
         imported = import_graph(gm, "eager", bf16_bits=True,
-                                host_devices=("cpu", torch._C._get_privateuse1_backend_name()))
+                                host_devices=("cpu", torch._C._get_privateuse1_backend_name()), donate=donate)
     except (UnsupportedOpError, TypeInferenceError, LoweringBug) as error:
         raise CannotCompile(str(error).splitlines()[0] if isinstance(error, UnsupportedOpError) and
                             "reason:" not in str(error) else _reason(error)) from error
@@ -323,13 +326,13 @@ def _reason(error: Exception) -> str:
     return text.splitlines()[0] if text else type(error).__name__
 
 
-def _lifted(build: Any, count: int, result_tree: Any) -> Program | None:
+def _lifted(build: Any, count: int, result_tree: Any, donate: bool = False) -> Program | None:
     """The program with the floats as parameters, if both sentinel builds agree (see the module docstring)."""
     programs = []
     for which in (0, 1):
         values = sentinels(count, which)
         try:
-            program = _program(build(values), result_tree, values)
+            program = _program(build(values), result_tree, values, donate)
         except (CannotCompile, NeuronccError, RuntimeError, ValueError, TypeError):
             return None
         programs.append(program)
@@ -370,8 +373,9 @@ def _lift(fn: Function, values: list[float]) -> tuple[Function, tuple[int, ...]]
 def traced_program(run: Any, tensors: list[torch.Tensor], count: int) -> Program:
     """The program of ``run(inputs, floats)``: a Python function of torch ops over (fakes of) ``tensors`` that
     writes its results into them with ``copy_`` and returns nothing, its ``count`` floats lifted into kernel
-    arguments (fused_optimizers.py's multi-tensor steps). Raises CannotCompile when it cannot be traced or a
-    float's value shapes the program."""
+    arguments (fused_optimizers.py's multi-tensor steps). Each written tensor is computed in its own memory
+    (donated): the caller passes tensors that do not overlap. Raises CannotCompile when it cannot be traced or
+    a float's value shapes the program."""
     metas = [torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta") for t in tensors]
 
     def build(values: list[float]) -> fx.GraphModule:
@@ -392,8 +396,8 @@ def traced_program(run: Any, tensors: list[torch.Tensor], count: int) -> Program
 
     result_tree = tree_flatten(None)[1]
     if not count:
-        return _program(build([]), result_tree)
-    program = _lifted(build, count, result_tree)
+        return _program(build([]), result_tree, donate=True)
+    program = _lifted(build, count, result_tree, donate=True)
     if program is None:
         raise CannotCompile("its floats could not be made kernel arguments")
     return program

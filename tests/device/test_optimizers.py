@@ -145,3 +145,21 @@ def test_gradscaler_training_with_fused_adamw():
 
     for actual, expected in zip(train("neuron"), train("cpu"), strict=True):
         torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("overlap", [False, True], ids=["disjoint_views", "overlapping_views"])
+def test_fused_step_over_views_of_one_buffer(overlap):
+    """Parameters viewing one flat buffer (a "flat parameters" layout): the kernel writes each in place; views
+    that overlap one another go to CPU's kernel (its in-order result)."""
+    def call(device: str) -> torch.Tensor:
+        generator = torch.Generator().manual_seed(0)
+        flat = [torch.randn(96, generator=generator).to(device) for _ in range(4)]
+        flat[3] = flat[3].abs()
+        spans = [(0, 40), (30, 70)] if overlap else [(0, 40), (40, 96)]
+        lists = [[t[a:b] for a, b in spans] for t in flat]
+        steps = [torch.tensor(2.0, device=device) for _ in spans]
+        torch._fused_adamw_(*lists, [], steps, lr=0.01, beta1=0.9, beta2=0.999, weight_decay=0.01, eps=1e-8,
+                            amsgrad=False, maximize=False)
+        return torch.cat([t.cpu() for t in flat])
+
+    _close([call("neuron")], [call("cpu")], torch.float32)
