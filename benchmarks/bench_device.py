@@ -14,7 +14,7 @@ shared and the load average is printed):
 * ``mlp``: one training step (forward, backward, AdamW) of a 512-2048-512 MLP at batch 128: CPU eager, the
   device eager, and the device under ``torch.compile(backend="neuron")``.
 * ``optim``: ``optimizer.step()`` alone (gradients fixed) over a small parameter set (a 64-64-8 MLP's 4
-  tensors, 4.7K elements: per-op overhead) and a large one (a 4-layer d=256 transformer's 50 tensors, 3.2M
+  tensors, 4.7K elements: per-op overhead) and a large one (a 4-layer d=256 transformer's 50 tensors, 3.7M
   elements: memory bandwidth), for SGD with momentum, Adam and AdamW in each form a user can ask for (the
   default, ``foreach=True``, ``foreach=False``, ``fused=True``): CPU eager against the device, interleaved.
 * ``amp``: the MLP step in float32 and under ``torch.autocast(device, dtype=torch.bfloat16)``, CPU eager, the
