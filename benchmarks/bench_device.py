@@ -13,6 +13,10 @@ shared and the load average is printed):
   (interleaved): a low-precision op should cost what a float32 one does (it cost 8x before session 28).
 * ``mlp``: one training step (forward, backward, AdamW) of a 512-2048-512 MLP at batch 128: CPU eager, the
   device eager, and the device under ``torch.compile(backend="neuron")``.
+* ``optim``: ``optimizer.step()`` alone (gradients fixed) over a small parameter set (a 64-64-8 MLP's 4
+  tensors, 4.7K elements: per-op overhead) and a large one (a 4-layer d=256 transformer's 50 tensors, 3.7M
+  elements: memory bandwidth), for SGD with momentum, Adam and AdamW in each form a user can ask for (the
+  default, ``foreach=True``, ``foreach=False``, ``fused=True``): CPU eager against the device, interleaved.
 * ``amp``: the MLP step in float32 and under ``torch.autocast(device, dtype=torch.bfloat16)``, CPU eager, the
   device eager and compiled; and LayerNorm's forward on the device with a bfloat16 input and float32 weights
   (autocast's mix), as PyTorch's CompositeExplicitAutograd math kernel runs it (batch norm, mul, add: three
@@ -44,6 +48,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -56,7 +61,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import ensure_environment, interleaved, interleaved_samples, table  # noqa: E402
 
 LOOP = 200
-ROWS = ("overhead", "mlp", "amp", "encoder", "compile", "processes", "autoload", "generate")
+ROWS = ("overhead", "mlp", "optim", "amp", "encoder", "compile", "processes", "autoload", "generate")
 
 
 def load() -> str:
@@ -132,6 +137,58 @@ def bench_mlp(repeat: int) -> str:
     base = times["CPU eager"]
     rows = [[name, f"{t * 1e3:.2f}", f"{t / base:.2f}x"] for name, t in times.items()]
     return table(rows, ["MLP 512-2048-512, batch 128, AdamW step", "ms", "vs CPU eager"])
+
+
+def _optim_shapes(which: str) -> list[tuple[int, ...]]:
+    if which == "small":
+        return [(64, 64), (64,), (8, 64), (8,)]
+    d, ffn = 256, 1024
+    shapes: list[tuple[int, ...]] = [(2048, d)]
+    for _ in range(4):
+        shapes += [(d,), (d,), (3 * d, d), (3 * d,), (d, d), (d,), (d,), (d,), (ffn, d), (ffn,), (d, ffn), (d,)]
+    return shapes + [(d,)]
+
+
+def _optim_step(device: str, which: str, optimizer: str, form: dict):
+    """``optimizer.step`` over fresh parameters of set ``which`` on ``device``, their gradients fixed."""
+    import torch
+
+    generator = torch.Generator().manual_seed(0)
+    params = [torch.nn.Parameter(torch.randn(s, generator=generator).to(device)) for s in _optim_shapes(which)]
+    for p in params:
+        p.grad = (torch.randn(p.shape, generator=generator) * 1e-2).to(device)
+    made = {"SGD momentum": lambda: torch.optim.SGD(params, lr=1e-3, momentum=0.9, **form),
+            "Adam": lambda: torch.optim.Adam(params, lr=1e-3, **form),
+            "AdamW": lambda: torch.optim.AdamW(params, lr=1e-3, weight_decay=1e-2, **form)}[optimizer]()
+    for _ in range(3):  # the state made and every kernel compiled before timing
+        made.step()
+    return made.step
+
+
+def bench_optim(repeat: int) -> str:
+    import warnings
+
+    forms = {"default": {}, "foreach=True": {"foreach": True}, "foreach=False": {"foreach": False},
+             "fused=True": {"fused": True}}
+    rows = []
+    for which in ("small", "large"):
+        elements = sum(math.prod(s) for s in _optim_shapes(which))
+        for optimizer in ("SGD momentum", "Adam", "AdamW"):
+            steps = {}
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # a form that falls back warns once; the table shows its time
+                for name, form in forms.items():
+                    steps[f"cpu {name}"] = _optim_step("cpu", which, optimizer, form)
+                    steps[f"neuron {name}"] = _optim_step("neuron", which, optimizer, form)
+                samples = interleaved_samples(steps, repeats=repeat)
+            us = {name: statistics.median(s) * 1e6 for name, s in samples.items()}
+            for name in forms:
+                cpu, dev = us[f"cpu {name}"], us[f"neuron {name}"]
+                spread = samples[f"neuron {name}"]
+                rows.append([f"{optimizer}, {which} ({len(_optim_shapes(which))} tensors, {elements / 1e3:.0f}K)",
+                             name, f"{cpu:.0f}", f"{dev:.0f} ({min(spread) * 1e6:.0f}-{max(spread) * 1e6:.0f})",
+                             f"{dev / cpu:.2f}x"])
+    return table(rows, ["optimizer.step() alone", "form", "CPU eager us", "neuron us (min-max)", "vs CPU"])
 
 
 def _autocast_step(device: str, setup, dtype) -> None:
@@ -447,6 +504,8 @@ def main() -> None:
             print(bench_overhead(args.repeat))
         elif row == "mlp":
             print(bench_mlp(args.repeat))
+        elif row == "optim":
+            print(bench_optim(args.repeat))
         elif row == "amp":
             print(bench_amp(args.repeat))
         elif row == "encoder":

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from neuroncc.device import generators, memory, signature_index, tracking
+from neuroncc.device import fused_optimizers, generators, memory, signature_index, tracking
 from neuroncc.device.counters import COUNTS
 from neuroncc.device.fallback import HostFallback, HostRandom, run_on_host
 from neuroncc.device.kernels import CompiledKernel
@@ -371,5 +371,5 @@ REDIRECTS = {
     aten.convolution_overrideable.default: (aten.convolution.default, _same_arguments),
     aten.convolution_backward_overrideable.default: (aten.convolution_backward.default, _with_bias_sizes),
 }
-#: Ops with an entry of their own.
-CUSTOM_ENTRIES = {aten.native_dropout.default: NativeDropout, aten.equal.default: Equal}
+#: Ops with an entry of their own (and the fused optimizer steps: fused_optimizers.py).
+CUSTOM_ENTRIES = {aten.native_dropout.default: NativeDropout, aten.equal.default: Equal, **fused_optimizers.ENTRIES}

@@ -62,6 +62,8 @@ def _address(buffer: Any) -> int:
 
 
 _NEW, _NEW_VIA_CPU, _WRITE, _WRITE_VIA_CPU, _UNUSED = "new", "new via cpu", "write", "write via cpu", "unused"
+#: a write the executable computes in its input's own memory (a donated input, ``executable.in_place``)
+_DONATED = "donated"
 
 
 class Binding:
@@ -101,12 +103,16 @@ class Binding:
         self.direct_inputs = all(c is None or c is ctypes.c_float for c in self.convert)
         # per IR output: (how, (bytes, shape, strides, dtype, bare-contiguous), the executable's layout)
         self.outputs: list[tuple[str, tuple[Any, ...], tuple[Any, ...]]] = []
+        donated = getattr(executable, "in_place", None) or {}
         for position, value in enumerate(function.outputs):
             storage = _STORAGE[value.type.dtype]
             exec_layout = (tuple(value.type.shape), tuple(layouts[position]), storage)
             wanted = results.get(position) or writes.get(position)
             if wanted is None:
                 self.outputs.append((_UNUSED, (), exec_layout))
+                continue
+            if position in donated and position in writes:
+                self.outputs.append((_DONATED, (), exec_layout))
                 continue
             shape, strides, dtype = tuple(wanted[0]), tuple(wanted[1]), _ON_DEVICE.get(wanted[2], wanted[2])
             if storage is torch.int16 and dtype is torch.bfloat16:  # a bf16 result's bits (importer's bf16_bits)
@@ -148,12 +154,14 @@ class Binding:
         new = memory.new_tensor
         buffers: list[torch.Tensor] = []
         for how, spec, (shape, exec_strides, storage) in self.outputs:
-            if how in (_NEW, _WRITE):
+            if how == _DONATED:
+                buffers.append(None)
+            elif how in (_NEW, _WRITE):
                 nbytes, wanted_shape, strides, dtype, contiguous = spec
                 buffers.append(new(nbytes, wanted_shape, strides, dtype, index, contiguous))
             else:
                 buffers.append(torch.empty_strided(shape, exec_strides, dtype=storage))
-        self.run(addresses, [b.data_ptr() for b in buffers])
+        self.run(addresses, [b.data_ptr() if b is not None else 0 for b in buffers])
         made: dict[int, torch.Tensor] = {}
         for position, ((how, spec, _), buffer) in enumerate(zip(self.outputs, buffers)):
             if how == _NEW:
@@ -249,9 +257,9 @@ class CompiledKernel:
         passed or by keyword), every output is written straight into its argument's fresh memory, and the
         inputs are tensors or floats passed as float32 buffers."""
         binding = self.binding
+        kinds = {how for how, _, _ in binding.outputs}
         return (form.writes and not program.outputs and all(r is not None for r in form.returns)
-                and binding.direct_inputs and bool(binding.outputs)
-                and all(how == _WRITE for how, _, _ in binding.outputs))
+                and binding.direct_inputs and bool(binding.outputs) and (kinds == {_WRITE} or kinds == {_DONATED}))
 
     def _in_place(self) -> Any:
         """The in-place call as one closure (``x.add_(y, alpha=a)``, an optimizer's update): the kernel writes
@@ -261,7 +269,11 @@ class CompiledKernel:
         run, index, state, commit = binding.run, self.index, self.state, memory.commit
         sources = tuple(self.sources)
         floats_at = tuple(-1 - s for s in sources if s < 0)
-        outputs = tuple((spec, self.writes[position]) for position, (_, spec, _) in enumerate(binding.outputs))
+        # every write computed in its argument's own memory (fused_optimizers.py's programs): no output memory
+        donated = binding.outputs[0][0] == _DONATED
+        no_outputs = [0] * len(binding.outputs)
+        outputs = () if donated else \
+            tuple((spec, self.writes[position]) for position, (_, spec, _) in enumerate(binding.outputs))
         makers = tuple(memory.tensor_maker(*spec[:4], index, spec[4]) for spec, _ in outputs)
         op = form.op
         positions = {a.name: p for p, a in enumerate(op._schema.arguments)}
@@ -269,7 +281,7 @@ class CompiledKernel:
         c_float, addressof, memmove = ctypes.c_float, ctypes.addressof, ctypes.memmove
         # small results (a bias's optimizer update, a step counter): through this entry's scratch memory
         scratch, scratch_lock = None, threading.Lock()
-        if sum(spec[0] for spec, _ in outputs) <= SMALL_WRITE_BYTES:
+        if outputs and sum(spec[0] for spec, _ in outputs) <= SMALL_WRITE_BYTES:
             memory_and_addresses = [scratch_block(spec[0]) for spec, _ in outputs]
             self._scratch = [m for m, _ in memory_and_addresses]  # kept alive with the entry
             scratch = [address for _, address in memory_and_addresses]
@@ -283,7 +295,12 @@ class CompiledKernel:
                 addresses = [tensors[s].data_ptr() if s >= 0 else addressof(next(lifted)) for s in sources]
             else:
                 addresses = [tensors[s].data_ptr() for s in sources]
-            if scratch is not None:
+            if donated:
+                try:
+                    run(addresses, no_outputs)
+                except KernelIndexError:
+                    return run_on_host(form, args, kwargs, index)
+            elif scratch is not None:
                 with scratch_lock:
                     try:
                         run(addresses, scratch)

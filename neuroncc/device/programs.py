@@ -323,14 +323,15 @@ def _tracing_table(ops: tuple[Any, ...]) -> dict[Any, Any]:
 
 
 def _program(gm: fx.GraphModule | DirectGraph, result_tree: Any, strides: list[tuple[int, ...] | None],
-             sentinel_values: list[float] | None = None) -> Program:
+             sentinel_values: list[float] | None = None, donate: bool = False) -> Program:
     """Import ``gm``, its new results in eager's ``strides``; with ``sentinel_values``, lift the constants holding
-    them into parameters."""
+    them into parameters. ``donate``: the kernels may compute each written tensor in its own memory
+    (import_graph's ``donate``; the caller's binding then passes no output memory for it)."""
     try:
         # bf16 tensors cross as their bits (i16 parameters and outputs): the kernel reads and writes the
         # tensors' own memory, as torch.compile's cpu kernels do, instead of float32 copies made per call
         imported = import_graph(gm, "eager", bf16_bits=True,
-                                host_devices=("cpu", torch._C._get_privateuse1_backend_name()))
+                                host_devices=("cpu", torch._C._get_privateuse1_backend_name()), donate=donate)
     except (UnsupportedOpError, TypeInferenceError, LoweringBug) as error:
         raise CannotCompile(str(error).splitlines()[0] if isinstance(error, UnsupportedOpError) and
                             "reason:" not in str(error) else _reason(error)) from error
@@ -351,13 +352,14 @@ def _reason(error: Exception) -> str:
     return text.splitlines()[0] if text else type(error).__name__
 
 
-def _lifted(build: Any, count: int, result_tree: Any, strides: list[tuple[int, ...] | None]) -> Program | None:
+def _lifted(build: Any, count: int, result_tree: Any, strides: list[tuple[int, ...] | None],
+            donate: bool = False) -> Program | None:
     """The program with the floats as parameters, if both sentinel builds agree (see the module docstring)."""
     programs = []
     for which in (0, 1):
         values = sentinels(count, which)
         try:
-            program = _program(build(values), result_tree, strides, values)
+            program = _program(build(values), result_tree, strides, values, donate)
         except (CannotCompile, NeuronccError, RuntimeError, ValueError, TypeError):
             return None
         programs.append(program)
@@ -393,3 +395,36 @@ def _lift(fn: Function, values: list[float]) -> tuple[Function, tuple[int, ...]]
         return fn, ()
     lifted = Function(fn.name, fn.params + tuple(params.values()), tuple(kept), fn.outputs, fn.metadata)
     return lifted.replace_uses(replaced), tuple(-1 - k for k, _ in params)
+
+
+def traced_program(run: Any, tensors: list[torch.Tensor], count: int) -> Program:
+    """The program of ``run(inputs, floats)``: a Python function of torch ops over (fakes of) ``tensors`` that
+    writes its results into them with ``copy_`` and returns nothing, its ``count`` floats lifted into kernel
+    arguments (fused_optimizers.py's multi-tensor steps). Each written tensor is computed in its own memory
+    (donated): the caller passes tensors that do not overlap. Raises CannotCompile when it cannot be traced or
+    a float's value shapes the program."""
+    metas = [torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta") for t in tensors]
+
+    def build(values: list[float]) -> fx.GraphModule:
+        from torch._subclasses.fake_tensor import FakeTensorMode
+        from torch.fx.experimental.proxy_tensor import make_fx
+
+        mode = FakeTensorMode()
+        with mode:
+            fakes = [torch.empty_strided(m.shape, m.stride(), dtype=m.dtype) for m in metas]
+
+        def traced(*inputs: torch.Tensor) -> tuple[()]:
+            run(list(inputs), values)
+            return ()
+
+        with _clean_dispatch_state(), mode:
+            return make_fx(torch.func.functionalize(traced, remove="mutations_and_views"),
+                           decomposition_table=decomposition_table())(*fakes)
+
+    result_tree = tree_flatten(None)[1]
+    if not count:
+        return _program(build([]), result_tree, [], donate=True)
+    program = _lifted(build, count, result_tree, [], donate=True)
+    if program is None:
+        raise CannotCompile("its floats could not be made kernel arguments")
+    return program
