@@ -95,6 +95,9 @@ def _avg_pool(nspatial: int) -> Callable[..., Any]:
         summed = self
         for d, matrix in enumerate(matrices):
             summed = _along(summed, self.ndim - nspatial + d, matrix)
+        if not self.is_floating_point():  # ATen's integer average: the window sum over the divisor, truncated
+            return torch.div(summed, divisor if isinstance(divisor, torch.Tensor) else int(divisor),
+                             rounding_mode="trunc")
         return summed / divisor
 
     return decomposition
