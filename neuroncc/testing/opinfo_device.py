@@ -58,7 +58,7 @@ LETTERS = {PASS: "ran on the device and matches CPU", FALLBACK: "matches CPU, wi
            EAGER_FAILS: "CPU itself raises (not counted)", NOT_APPLICABLE: "nothing to check"}
 DEVICE_MODES = ("fwd", "bwd")
 #: The dtypes ``--dtype`` sweeps (float32 is the default sweep, with its own table and rules).
-SWEEP_DTYPES = ("float32", "bfloat16", "float16", "int64", "int32", "bool", "uint8")
+SWEEP_DTYPES = ("float32", "bfloat16", "float16", "int64", "int32", "int16", "int8", "bool", "uint8")
 
 
 def torch_tolerance(op: Any, dtype: torch.dtype) -> Tolerance:

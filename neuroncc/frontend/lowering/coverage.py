@@ -206,7 +206,8 @@ def _addbmm(input: torch.Tensor, batch1: torch.Tensor, batch2: torch.Tensor, *, 
     # Integer tensors take alpha and beta as integers (ATen's Scalar.to<int64_t>() truncates 0.6 to 0).
     if not input.is_floating_point() and not input.is_complex():
         alpha, beta = (bool(alpha), bool(beta)) if input.dtype is torch.bool else (int(alpha), int(beta))
-    product = torch.bmm(batch1, batch2).sum(0)
+    product = torch.bmm(batch1, batch2)
+    product = product.sum(0, dtype=product.dtype)  # int32 stays int32 (sum widens integers to int64)
     product = product if alpha == 1 else product * alpha
     return product if beta == 0 else (input if beta == 1 else input * beta) + product
 

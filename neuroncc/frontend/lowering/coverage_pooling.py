@@ -225,7 +225,11 @@ def _aa_weights(size: int, out: int, align_corners: bool, scale: float | None) -
 
 def upsample_bilinear2d_aa(self: torch.Tensor, output_size: Any, align_corners: bool, scales_h: Any = None,
                            scales_w: Any = None) -> torch.Tensor:
-    """aten._upsample_bilinear2d_aa: separable, the width pass first as eager runs it."""
+    """aten._upsample_bilinear2d_aa: separable, the width pass first as eager runs it. Not for uint8: ATen's
+    uint8 kernel uses fixed-point weights with its own rounding (the device runs it on CPU); the weights cast
+    to an integer dtype were all 0 (an all-zero image)."""
+    if not self.is_floating_point():
+        return NotImplemented
     out_h, out_w = output_size
     width = _aa_weights(self.shape[-1], out_w, align_corners, scales_w).to(self.dtype)
     height = _aa_weights(self.shape[-2], out_h, align_corners, scales_h).to(self.dtype)
