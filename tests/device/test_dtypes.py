@@ -74,12 +74,17 @@ def test_scatter_reduce_keeps_the_input_dtype(dtype, reduce, include_self):
         _same(_on_device(fn, x, rows, src), fn(x, rows, src))
 
 
-def test_uint8_antialiased_resize_matches_cpu():
-    """ATen resizes uint8 images with fixed-point weights: the device's float weights cast to uint8 were all 0
-    (an all-black image). It runs on CPU now."""
+@pytest.mark.parametrize("antialias", (True, False))
+@pytest.mark.parametrize("size", ((4, 5), (13, 17)))
+def test_uint8_bilinear_resize_matches_cpu(antialias, size):
+    """ATen resizes uint8 images with fixed-point weights and its own rounding: the device's antialiased
+    resize cast its float weights to uint8 (all 0: a black image), the plain one rounded the float result
+    (one off in 16% of the pixels). Both run on CPU now; float images stay on the device."""
     x = torch.randint(0, 256, (2, 3, 10, 12), dtype=torch.uint8)
-    fn = lambda t: F.interpolate(t, size=(4, 5), mode="bilinear", antialias=True)  # noqa: E731
+    fn = lambda t: F.interpolate(t, size=size, mode="bilinear", antialias=antialias)  # noqa: E731
     _same(_on_device(fn, x, fallback_ok=True), fn(x))
+    image = x.float() / 255
+    torch.testing.assert_close(_on_device(fn, image), fn(image))
 
 
 def test_a_decomposition_of_another_dtype_falls_back(monkeypatch):

@@ -306,6 +306,18 @@ def _torch_rule(op: Any) -> Callable[..., Any]:
     return decomposition_table[op]
 
 
+def _floats_only(op: Any) -> Callable[..., Any]:
+    """PyTorch's rule for ``op``, declined for integer images: ATen resizes uint8 bilinearly with fixed-point
+    weights and its own rounding, one off (in 16% of the pixels) from the rounded float result the rule gives;
+    the call runs on CPU."""
+    rule = _torch_rule(op)
+
+    def decomposition(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+        return rule(self, *args, **kwargs) if self.is_floating_point() else NotImplemented
+
+    return decomposition
+
+
 #: aten op -> decomposition written here (one comment per rule).
 POOLING_FORMULAS: dict[Any, Callable[..., Any]] = {
     aten.avg_pool2d.default: _avg_pool(2),  # separable window sums; ceil_mode, divisor_override, 3-d input
@@ -323,4 +335,6 @@ POOLING_FORMULAS: dict[Any, Callable[..., Any]] = {
     aten._upsample_bilinear2d_aa.default: upsample_bilinear2d_aa,  # separable antialiased weight matrices
     aten._upsample_bilinear2d_aa_backward.default: upsample_bilinear2d_aa_backward,  # their transposes
     aten.grid_sampler_3d.default: grid_sampler_3d,  # corner gathers, weighted, in eager's order
+    aten.upsample_bilinear2d.default: _floats_only(aten.upsample_bilinear2d.default),  # not uint8 (see there)
+    aten.upsample_bilinear2d.vec: _floats_only(aten.upsample_bilinear2d.vec),
 }
