@@ -119,3 +119,16 @@ def test_int16_under_torch_compile():
     fn = lambda t: (t * 3 + 1).sum(1)  # noqa: E731
     compiled = torch.compile(fn, backend="neuron", fullgraph=True, dynamic=False)
     _same(compiled(x.to("neuron")).cpu(), fn(x))
+
+
+@pytest.mark.parametrize("dtype", (torch.bfloat16, torch.float16))
+def test_zero_dim_low_precision_with_a_python_float_keeps_its_dtype(dtype):
+    """``loss_bf16 * 0.5``: eager's wrapped number never wins type promotion; the device's 0-d float32 tensor
+    for it did against a 0-d bf16/f16 tensor (the result was float32). CPU's bits, on every call."""
+    x = torch.tensor(-1.4765625, dtype=dtype)
+    for fn in (lambda t: t * 0.7071067811865476, lambda t: 0.1 + t, lambda t: t / 3.0, torch.special.ndtr,
+               lambda t: t * 2):
+        for _ in range(3):  # the first call, then the entry's later calls
+            _same(_on_device(fn, x), fn(x))
+    y = torch.randn(5, dtype=dtype)
+    _same(_on_device(lambda t: t * 0.7, y), y * 0.7)
