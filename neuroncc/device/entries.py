@@ -241,6 +241,7 @@ class WrapNumbers:
         self.tick = 0
         self.places: tuple[list[int], list[str]] | None = None
         self.direct: Any = None
+        self.eager_dtype: torch.dtype | None = None  # the result's dtype where the wrapped call's differs
 
     def call(self, args: tuple[Any, ...], kwargs: dict[str, Any], tensors: list[torch.Tensor],
              floats: list[float]) -> Any:
@@ -252,6 +253,7 @@ class WrapNumbers:
             positions = [p for p, _ in self.parameters if p < len(args) and isinstance(args[p], int | float | bool)]
             names = [n for p, n in self.parameters if p >= len(args) and isinstance(kwargs.get(n), int | float | bool)]
             places = self.places = (positions, names)
+            self.eager_dtype = _eager_dtype(self.handler.op, args, kwargs)
         positions, names = places
         new_args = list(args)
         for position in positions:
@@ -264,6 +266,8 @@ class WrapNumbers:
             return self.handler(None, *new_args, **kwargs)
         key, wrapped_tensors, wrapped_floats = describe(new_args, kwargs)
         result = self.handler(None, *new_args, **kwargs)
+        if self.eager_dtype is not None and isinstance(result, torch.Tensor) and result.dtype != self.eager_dtype:
+            return result.to(self.eager_dtype)  # one rounding of the float32 result, as CPU's opmath kernels
         kernel = self.handler.entries.get(key)
         if isinstance(kernel, CompiledKernel) and not wrapped_floats:
             feed = self._feed(new_args, positions, wrapped_tensors)
@@ -290,6 +294,22 @@ class WrapNumbers:
             else:
                 feed.append((-1, position, _NUMBER_BUFFERS[tensor.dtype]))
         return feed
+
+
+def _eager_dtype(op: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> torch.dtype | None:
+    """The dtype eager gives the call with its Python numbers, where the wrapped call's may differ: eager's
+    wrapped numbers never win type promotion, the 0-d float32 tensors :func:`wrapped_number` makes do against
+    0-d float16/bfloat16 tensors (``loss_bf16 * 0.5`` was float32). None when no tensor argument is such."""
+    if not any(isinstance(a, torch.Tensor) and a.dim() == 0 and a.dtype in (torch.float16, torch.bfloat16)
+               for a in (*args, *kwargs.values())):
+        return None
+    def meta(value: Any) -> Any:
+        return torch.empty_like(value, device="meta") if isinstance(value, torch.Tensor) else value
+    try:
+        result = op(*(meta(a) for a in args), **{k: meta(v) for k, v in kwargs.items()})
+    except Exception:  # the call itself raises it, as eager words it
+        return None
+    return result.dtype if isinstance(result, torch.Tensor) else None
 
 
 #: the ctypes type holding a wrapped number's 0-d tensor's bytes, by its dtype (wrapped_number's three)

@@ -113,8 +113,20 @@ def build_program(form: OpForm, args: tuple[Any, ...], kwargs: dict[str, Any], t
     if floats and lift:
         lifted = _lifted(build, len(floats), result_tree, strides)
         if lifted is not None:
-            return lifted
-    return _program(build(floats), result_tree, strides)
+            return _same_dtypes(form, lifted, meta_result)
+    return _same_dtypes(form, _program(build(floats), result_tree, strides), meta_result)
+
+
+def _same_dtypes(form: OpForm, program: Program, meta_result: Any) -> Program:
+    """``program``, if its results have the op's dtypes. A decomposition that promotes where the op does not
+    (an integer avg_pool's true division) would hand the user a float tensor: that call runs on CPU."""
+    if form.writes:  # results written into the call's tensors take their dtypes
+        return program
+    for output, meta in zip(program.outputs, tree_flatten(meta_result)[0]):
+        spec = getattr(output, "spec", None)
+        if spec is not None and isinstance(meta, torch.Tensor) and spec.dtype != meta.dtype:
+            raise CannotCompile(f"its decomposition computes {spec.dtype} where the op returns {meta.dtype}")
+    return program
 
 
 def out_layouts(form: OpForm, args: tuple[Any, ...], kwargs: dict[str, Any], tensors: list[torch.Tensor],

@@ -86,7 +86,7 @@ class _Importer:
 
     def run(self) -> ImportedGraph:
         params = [self._param(node) for node in self.placeholders]
-        self.ctx.env.update(zip(self.placeholders, (self._from_bits(p) for p in params)))
+        self.ctx.env.update(zip(self.placeholders, (self._from_bits(p, n) for p, n in zip(params, self.placeholders))))
         outputs: tuple[GraphOutput, ...] = ()
         ir_outputs: list[Value] = []
         for node in self.gm.graph.nodes:
@@ -144,9 +144,10 @@ class _Importer:
             dtype = DType.i16  # the tensor's bits (see import_graph)
         return self.ctx.builder.param(TensorType(shape, dtype, strides), hint=node.name)
 
-    def _from_bits(self, param: Value) -> Value:
-        """A bf16 input's value from its i16 bits (exact: the bits are the high half of its float32)."""
-        if not (self.bf16_bits and param.type.dtype is DType.i16):
+    def _from_bits(self, param: Value, node: fx.Node) -> Value:
+        """A bf16 input's value from its i16 bits (exact: the bits are the high half of its float32). An int16
+        input is an i16 parameter too, and its own value (read as bf16 bits, int16 ops returned zeros)."""
+        if not (self.bf16_bits and param.type.dtype is DType.i16 and meta_value(node).dtype is torch.bfloat16):
             return param
         return self.ctx.emit("bitcast", param, dtype=DType.bf16)
 

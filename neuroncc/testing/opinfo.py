@@ -75,6 +75,8 @@ class SweepConfig:
     max_samples: int | None = None
     sample_timeout_s: float = 60.0
     seed: int = 0
+    #: The device sweep's sample dtype (``torch.bfloat16``'s name without ``torch.``); empty: the mode's dtype.
+    dtype: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,12 +121,17 @@ def op_key(op: Any) -> str:
 
 def float32_opinfos() -> list[Any]:
     """Every OpInfo of ``op_db`` that supports float32 on CPU, sorted by key."""
+    return opinfos_for(torch.float32)
+
+
+def opinfos_for(dtype: torch.dtype) -> list[Any]:
+    """Every OpInfo of ``op_db`` that supports ``dtype`` on CPU, sorted by key."""
     from torch.testing._internal import common_methods_invocations
 
     # Random ops call ``wrapper_set_seed(op, ...)``, which saves and restores the RNG state in ways dynamo
     # cannot trace. The sweep seeds the RNG before every run itself, so a plain call is equivalent.
     common_methods_invocations.wrapper_set_seed = _call_unseeded
-    ops = [op for op in common_methods_invocations.op_db if torch.float32 in op.supported_dtypes("cpu")]
+    ops = [op for op in common_methods_invocations.op_db if dtype in op.supported_dtypes("cpu")]
     return sorted(ops, key=op_key)
 
 
@@ -169,9 +176,11 @@ def seed_generators(seed: int) -> None:
     torch.default_generator.manual_seed(seed)
 
 
-def samples_for(op: Any, mode: str, seed: int, limit: int | None = None) -> Iterator[Any]:
+def samples_for(op: Any, mode: str, seed: int, limit: int | None = None,
+                dtype: torch.dtype | None = None) -> Iterator[Any]:
+    """The op's samples for ``mode``, in ``dtype`` (default: the mode's)."""
     seed_generators(seed)
-    samples = op.sample_inputs("cpu", _MODE_DTYPE[mode], requires_grad=(mode == "bwd"))
+    samples = op.sample_inputs("cpu", dtype or _MODE_DTYPE[mode], requires_grad=(mode == "bwd"))
     return itertools.islice(samples, limit) if limit is not None else iter(samples)
 
 
@@ -274,13 +283,15 @@ def _assert_close(actual: Any, expected: Any, rtol: float, atol: float) -> None:
             raise AssertionError(f"{actual!r} != {expected!r}") from None
 
 
-def compare_runs(got: _Run, want: _Run, key: str, dtype: torch.dtype, exact: _Run | None = None) -> str | None:
+def compare_runs(got: _Run, want: _Run, key: str, dtype: torch.dtype, exact: _Run | None = None,
+                 tolerance: Any = None) -> str | None:
     """None when ``got`` matches ``want``; otherwise what differs (outputs, gradients, mutated inputs).
 
     With ``exact`` (the sample run in float64), a float tensor outside the tolerance still matches when it is
-    as close to the float64 answer as eager's is (:mod:`neuroncc.testing.compare`).
+    as close to the float64 answer as eager's is (:mod:`neuroncc.testing.compare`). ``tolerance`` (a
+    :class:`~neuroncc.testing.opinfo_policy.Tolerance`) replaces the sweep's own for ``(key, dtype)``.
     """
-    tolerance = tolerance_for(key, dtype)
+    tolerance = tolerance or tolerance_for(key, dtype)
     metadata_only = metadata_only_reason(key) is not None or random_reason(key) is not None
     parts = [("output", got.outputs, want.outputs, exact and exact.outputs),
              ("input after the call", got.inputs_after, want.inputs_after, exact and exact.inputs_after)]

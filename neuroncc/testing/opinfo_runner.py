@@ -35,7 +35,7 @@ COMPILE_SWEEP = "neuroncc.testing.opinfo:run_mode"
 def _worker_main(connection: Connection, config: SweepConfig, mode_runner: str = COMPILE_SWEEP) -> None:
     import torch
 
-    from neuroncc.testing.opinfo import float32_opinfos, op_key
+    from neuroncc.testing.opinfo import op_key, opinfos_for
 
     module, _, name = mode_runner.partition(":")
     run_mode = getattr(importlib.import_module(module), name)
@@ -43,7 +43,7 @@ def _worker_main(connection: Connection, config: SweepConfig, mode_runner: str =
     warnings.simplefilter("ignore")
     logging.getLogger("torch").setLevel(logging.ERROR)
     torch.set_num_threads(1)
-    ops = {op_key(op): op for op in float32_opinfos()}
+    ops = {op_key(op): op for op in opinfos_for(getattr(torch, config.dtype or "float32"))}
     connection.send(("ready", None))
     while True:
         message = connection.recv()

@@ -254,6 +254,11 @@ DEVICE_TABLE_PATH = REPO_ROOT / "tests" / "device" / "opinfo_status.json"
 DEVICE_MARKER = "## On the neuron device (eager, per-op compiled)"
 
 
+def device_table_path(dtype: str = "float32") -> Path:
+    """The device sweep's table for ``dtype``: ``opinfo_status.json`` for float32, else ``opinfo_status_<dtype>.json``."""
+    return DEVICE_TABLE_PATH if dtype == "float32" else DEVICE_TABLE_PATH.with_name(f"opinfo_status_{dtype}.json")
+
+
 def device_op_statuses(table: StatusTable) -> dict[str, str]:
     """An OpInfo's status over all its modes: the worst mode's."""
     order = ["mismatch", "crash", "fallback", "device", "n/a", "eager-fails"]

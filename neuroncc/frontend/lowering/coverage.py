@@ -203,7 +203,11 @@ def _log_ndtr(x: torch.Tensor) -> torch.Tensor:
 def _addbmm(input: torch.Tensor, batch1: torch.Tensor, batch2: torch.Tensor, *, beta: Any = 1,
             alpha: Any = 1) -> torch.Tensor:
     # beta * input + alpha * sum_b batch1[b] @ batch2[b]; beta = 0 ignores input (NaN in it included), as aten.
-    product = torch.bmm(batch1, batch2).sum(0)
+    # Integer tensors take alpha and beta as integers (ATen's Scalar.to<int64_t>() truncates 0.6 to 0).
+    if not input.is_floating_point() and not input.is_complex():
+        alpha, beta = (bool(alpha), bool(beta)) if input.dtype is torch.bool else (int(alpha), int(beta))
+    product = torch.bmm(batch1, batch2)
+    product = product.sum(0, dtype=product.dtype)  # int32 stays int32 (sum widens integers to int64)
     product = product if alpha == 1 else product * alpha
     return product if beta == 0 else (input if beta == 1 else input * beta) + product
 
@@ -231,7 +235,7 @@ def _masked_scan(reduce: Callable[..., torch.Tensor], identity: int) -> Callable
         for _ in range(a.ndim - dim - 1):
             mask = mask.unsqueeze(-1)
         masked = torch.where(mask, a.to(dtype).unsqueeze(dim + 1), identity)
-        return reduce(masked, dim)
+        return reduce(masked, dim).to(dtype)  # sum and prod widen int32 to int64; wrapping agrees mod 2**32
 
     return decomposition
 

@@ -78,7 +78,9 @@ def _dense_scatter_reduce(self: torch.Tensor, dim: int, index: torch.Tensor, src
         combined = _COMBINE[reduce](region, reduced)
     else:
         combined = torch.where(hit.any(dim), reduced, region)
-    return _paste(self, combined)
+    # prod widens int32/uint8/bool to int64 (amax/amin of bool meet an integer identity): back to self's
+    # dtype, which wrapping products agree with modulo 2**bits, and bool's and/or with
+    return _paste(self, combined.to(self.dtype))
 
 
 def _paste(base: torch.Tensor, part: torch.Tensor) -> torch.Tensor:

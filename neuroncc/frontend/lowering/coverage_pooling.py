@@ -96,6 +96,9 @@ def _avg_pool(nspatial: int) -> Callable[..., Any]:
         summed = self
         for d, matrix in enumerate(matrices):
             summed = _along(summed, self.ndim - nspatial + d, matrix)
+        if not self.is_floating_point():  # ATen's integer average: the window sum over the divisor, truncated
+            return torch.div(summed, divisor if isinstance(divisor, torch.Tensor) else int(divisor),
+                             rounding_mode="trunc")
         return summed / divisor
 
     return decomposition
@@ -226,7 +229,11 @@ def _aa_weights(size: int, out: int, align_corners: bool, scale: float | None, d
 
 def upsample_bilinear2d_aa(self: torch.Tensor, output_size: Any, align_corners: bool, scales_h: Any = None,
                            scales_w: Any = None) -> torch.Tensor:
-    """aten._upsample_bilinear2d_aa: separable, the width pass first as eager runs it."""
+    """aten._upsample_bilinear2d_aa: separable, the width pass first as eager runs it. Not for uint8: ATen's
+    uint8 kernel uses fixed-point weights with its own rounding (the device runs it on CPU); the weights cast
+    to an integer dtype were all 0 (an all-zero image)."""
+    if not self.is_floating_point():
+        return NotImplemented
     out_h, out_w = output_size
     width = _aa_weights(self.shape[-1], out_w, align_corners, scales_w, self.device).to(self.dtype)
     height = _aa_weights(self.shape[-2], out_h, align_corners, scales_h, self.device).to(self.dtype)
@@ -304,6 +311,18 @@ def _torch_rule(op: Any) -> Callable[..., Any]:
     return decomposition_table[op]
 
 
+def _floats_only(op: Any) -> Callable[..., Any]:
+    """PyTorch's rule for ``op``, declined for integer images: ATen resizes uint8 bilinearly with fixed-point
+    weights and its own rounding, one off (in 16% of the pixels) from the rounded float result the rule gives;
+    the call runs on CPU."""
+    rule = _torch_rule(op)
+
+    def decomposition(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+        return rule(self, *args, **kwargs) if self.is_floating_point() else NotImplemented
+
+    return decomposition
+
+
 #: aten op -> decomposition written here (one comment per rule).
 POOLING_FORMULAS: dict[Any, Callable[..., Any]] = {
     aten.avg_pool2d.default: _avg_pool(2),  # separable window sums; ceil_mode, divisor_override, 3-d input
@@ -321,4 +340,6 @@ POOLING_FORMULAS: dict[Any, Callable[..., Any]] = {
     aten._upsample_bilinear2d_aa.default: upsample_bilinear2d_aa,  # separable antialiased weight matrices
     aten._upsample_bilinear2d_aa_backward.default: upsample_bilinear2d_aa_backward,  # their transposes
     aten.grid_sampler_3d.default: grid_sampler_3d,  # corner gathers, weighted, in eager's order
+    aten.upsample_bilinear2d.default: _floats_only(aten.upsample_bilinear2d.default),  # not uint8 (see there)
+    aten.upsample_bilinear2d.vec: _floats_only(aten.upsample_bilinear2d.vec),
 }
