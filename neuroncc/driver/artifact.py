@@ -215,16 +215,37 @@ def file_digest(path: Path) -> FileRecord:
 
 
 def verify_files(directory: Path, manifest: Manifest) -> None:
-    """Raise :class:`ArtifactError` unless every recorded file exists with its recorded size and sha256."""
+    """Raise :class:`ArtifactError` unless every recorded file exists with its recorded size and sha256.
+
+    Every file of every load goes through here (~15 per cpu artifact), so each is checked with one open, fstat,
+    read and close on its descriptor (the size read is the size checked); Path.stat/open and a chunked read
+    loop cost ~3x as much (session 29 load29)."""
+    base = os.fspath(directory)
     for name, record in manifest.files.items():
-        path = inside_artifact(directory, name)
+        parts = name.split("/")
+        if name.startswith("/") or ".." in parts or all(part in ("", ".") for part in parts):
+            raise ArtifactError(f"{directory}: file name {name!r} leaves the artifact directory")  # inside_artifact's
+        path = os.path.join(base, name)
         try:
-            size = path.stat().st_size
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         except FileNotFoundError:
             raise ArtifactError(f"{path}: missing") from None
-        if size != record.size:
-            raise ArtifactError(f"{path}: {size} bytes, the manifest says {record.size}")
-        if file_digest(path).sha256 != record.sha256:
+        except OSError as exc:
+            raise ArtifactError(f"{path}: unreadable ({exc})") from None
+        try:
+            size = os.fstat(fd).st_size
+            if size != record.size:
+                raise ArtifactError(f"{path}: {size} bytes, the manifest says {record.size}")
+            digest = hashlib.sha256()
+            remaining = size + 1  # one byte more: a file that grew since the fstat fails the size below
+            while remaining and (chunk := os.read(fd, min(remaining, 1 << 24))):
+                digest.update(chunk)
+                remaining -= len(chunk)
+        except OSError as exc:
+            raise ArtifactError(f"{path}: unreadable ({exc})") from None
+        finally:
+            os.close(fd)
+        if remaining != 1 or digest.hexdigest() != record.sha256:
             raise ArtifactError(f"{path}: sha256 mismatch (the file was modified or damaged)")
 
 

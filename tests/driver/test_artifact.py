@@ -117,12 +117,36 @@ def _rewrite_manifest(directory: Path, **changes) -> None:
     ({"surprise": 1}, "invalid manifest"),
     ({"inputs": "x"}, "invalid manifest"),
     ({"files": {"../../etc/passwd": {"sha256": "0" * 64, "size": 1}}}, "leaves the artifact"),
+    ({"files": {"/etc/passwd": {"sha256": "0" * 64, "size": 1}}}, "leaves the artifact"),
+    ({"files": {"stages/../../x": {"sha256": "0" * 64, "size": 1}}}, "leaves the artifact"),
+    ({"files": {"./": {"sha256": "0" * 64, "size": 1}}}, "leaves the artifact"),
+    ({"files": {"": {"sha256": "0" * 64, "size": 1}}}, "leaves the artifact"),
     ({"key": "cd" * 32}, "not its directory name"),
 ])
 def test_bad_manifests_are_artifact_errors(tmp_path, changes, message):
     directory = _write(tmp_path, "interp")
     _rewrite_manifest(directory, **changes)
     with pytest.raises(ArtifactError, match=message):
+        verify_artifact(directory)
+
+
+def test_a_file_that_grew_after_its_size_was_read_is_a_mismatch(tmp_path, monkeypatch):
+    """verify_files reads each file through one descriptor: bytes beyond the size its fstat gave fail the check."""
+    import os
+
+    directory = _write(tmp_path, "interp")
+    real_fstat = os.fstat
+    grown = directory / "graph.nir"
+
+    def fstat_then_grow(fd):
+        result = real_fstat(fd)
+        if os.path.realpath(f"/proc/self/fd/{fd}") == str(grown.resolve()):
+            with open(grown, "ab") as f:
+                f.write(b"// appended\n")
+        return result
+
+    monkeypatch.setattr(os, "fstat", fstat_then_grow)
+    with pytest.raises(ArtifactError, match="sha256 mismatch"):
         verify_artifact(directory)
 
 
