@@ -60,6 +60,16 @@ def _wide(t: torch.Tensor) -> torch.Tensor:
     return t if t.dtype is torch.float32 else t.float()
 
 
+def _gradient(grad: torch.Tensor, scale: torch.Tensor | None, maximize: bool) -> torch.Tensor:
+    """A parameter's gradient as the step uses it: unscaled by GradScaler's ``grad_scale`` (and written back so,
+    as CPU's fused kernels do), negated to maximize."""
+    g = _wide(grad)
+    if scale is not None:
+        g = g / scale
+        grad.copy_(g)
+    return -g if maximize else g
+
+
 def _adam(tensors: list[torch.Tensor], floats: list[float], n: int, variant: tuple) -> None:
     """One Adam/AdamW step over ``n`` tensors, CPU's fused kernel's element math (see the module docstring).
 
@@ -72,12 +82,8 @@ def _adam(tensors: list[torch.Tensor], floats: list[float], n: int, variant: tup
     scale = tensors[-1] if scaled else None
     decay_term, lerp, beta2, square_weight, eps = floats[:5]
     for i in range(n):
-        p, g, m, v = _wide(params[i]), _wide(grads[i]), _wide(avgs[i]), _wide(squares[i])
-        if scale is not None:
-            g = g / scale
-            grads[i].copy_(g)
-        if maximize:
-            g = -g
+        p, m, v = _wide(params[i]), _wide(avgs[i]), _wide(squares[i])
+        g = _gradient(grads[i], scale, maximize)
         if decay:
             if adamw:
                 p = p * decay_term
@@ -107,12 +113,8 @@ def _sgd(tensors: list[torch.Tensor], floats: list[float], n: int, variant: tupl
     scale = tensors[-1] if scaled else None
     weight_decay, momentum, undamped, neg_lr = floats
     for i in range(n):
-        p, g = _wide(params[i]), _wide(grads[i])
-        if scale is not None:
-            g = g / scale
-            grads[i].copy_(g)
-        if maximize:
-            g = -g
+        p = _wide(params[i])
+        g = _gradient(grads[i], scale, maximize)
         if decay:
             g = p * weight_decay + g
         if with_momentum:
