@@ -8,23 +8,19 @@ from __future__ import annotations
 
 import ctypes
 import math
-import weakref
 from typing import Any
 
 import torch
 
 from neuroncc.device import fused_optimizers, generators, memory, signature_index, tracking
+from neuroncc.device.kernel_compile import compile_kernel
 from neuroncc.device.counters import COUNTS
 from neuroncc.device.fallback import HostFallback, HostRandom, run_on_host
 from neuroncc.device.kernels import CompiledKernel
 from neuroncc.device.layouts import SELF_FORMAT
 from neuroncc.device.op_forms import OpForm, argument
-from neuroncc.device.programs import CannotCompile, Program, build_program, out_layouts
+from neuroncc.device.programs import CannotCompile, build_program, out_layouts
 from neuroncc.device.signature import describe
-from neuroncc.errors import NeuronccError
-from neuroncc.ir import print_function
-from neuroncc.driver.process_cache import CACHE_STATS
-from neuroncc.driver.compile import compile_graph
 from neuroncc.frontend import profiling
 
 aten = torch.ops.aten
@@ -67,43 +63,6 @@ def make_entry(handler: Any, args: tuple[Any, ...], kwargs: dict[str, Any], tens
     if value_free:
         return kernel
     return ByFloatValue(form, kernel, floats, index, state)
-
-
-#: executables by their program's canonical text, while some entry uses them: ops that compute the same
-#: program (``mul.out`` on eager's first call, ``mul.Tensor`` after it) share one executable
-_EXECUTABLES: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
-
-
-#: The call that compiles an op waits for it: LLVM's quick tier first where it computes the same bits, the
-#: optimized code swapped in from the background (neuroncc.executors.cpu.tiers; the disk cache stores that)
-COMPILE_OPTIONS = signature_index.COMPILE_OPTIONS
-
-
-def compile_kernel(form: OpForm, program: Program, index: int, tensors: list[torch.Tensor], state: Any,
-                   slot: signature_index.Slot | None = None) -> CompiledKernel:
-    """Compile ``program`` for the cpu target through the compile cache (memory here, disk there); ``slot``:
-    the signature's place in the signature index, where the program's binding and artifact are recorded."""
-    text = print_function(program.function, canonical=True)
-    executable = _EXECUTABLES.get(text)
-    if executable is None:
-        before = CACHE_STATS.snapshot()
-        keys: list[str | None] = []
-        try:
-            executable = compile_graph(program.function, target="cpu", options=COMPILE_OPTIONS,
-                                       on_compiled=lambda record: keys.append(record.key))
-        except NeuronccError as error:
-            raise CannotCompile(f"compiling it failed: {str(error).splitlines()[0]}") from error
-        except Exception as error:  # noqa: BLE001 - a compiler bug: the op still runs (on CPU), the warning says it
-            raise CannotCompile(f"neuroncc failed compiling it (a compiler bug: {type(error).__name__}: "
-                                f"{str(error).splitlines()[0] if str(error) else ''})") from error
-        after = CACHE_STATS.snapshot()
-        COUNTS["eager_kernels_loaded" if after["hits"] > before["hits"] else "eager_kernels_compiled"] += 1
-        _EXECUTABLES[text] = executable
-        if keys and keys[0] is not None:
-            signature_index.ARTIFACT_KEYS[executable] = keys[0]
-    if slot is not None:
-        slot.record(program, executable)
-    return CompiledKernel(form, program, executable, index, tensors, state)
 
 
 class ByFloatValue:

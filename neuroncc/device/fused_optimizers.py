@@ -32,6 +32,7 @@ import torch
 
 from neuroncc.device.counters import COUNTS
 from neuroncc.device.fallback import HostFallback, run_on_host
+from neuroncc.device.kernel_compile import compile_kernel
 from neuroncc.device.op_forms import OpForm, argument
 from neuroncc.device.programs import CannotCompile, traced_program
 
@@ -229,8 +230,6 @@ class FusedStep:
         return inputs, numbers, variant
 
     def _compile(self, inputs: list[torch.Tensor], count: int, n: int, variant: tuple) -> Any:
-        from neuroncc.device.entries import compile_kernel  # the compiler (this module loads with it)
-
         math_of = _adam if self.adam else _sgd
         try:
             program = traced_program(lambda ts, fs: math_of(ts, fs, n, variant), inputs, count)

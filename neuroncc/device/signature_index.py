@@ -38,13 +38,13 @@ import json
 import logging
 import os
 import threading
-import weakref
 from typing import Any
 
 import torch
 from torch.utils._pytree import tree_structure, treespec_dumps, treespec_loads
 
 from neuroncc.device.counters import COUNTS
+from neuroncc.device.kernel_compile import ARTIFACT_KEYS, COMPILE_OPTIONS
 from neuroncc.device.programs import Program
 from neuroncc.driver.cache import CACHE_DIR_VARIABLE, DISABLE_VARIABLE, CompileCache, cache_from_environ
 from neuroncc.driver.graph_entries import graph_key, read_graph_entry, update_graph_entry
@@ -58,8 +58,6 @@ log = logging.getLogger("neuroncc.device")
 INDEX_FORMAT = 1
 KIND = "eager-signature-index"
 TARGET = "cpu"
-#: How the device compiles its programs (entries.py passes these to compile_graph): the index's key says it.
-COMPILE_OPTIONS = {"quick_first": True}
 #: Signatures recorded before a batch is written to the index entry.
 FLUSH_EVERY = 64
 #: Records the index keeps (the newest): a generate of a few thousand tokens meets that many signatures.
@@ -68,8 +66,6 @@ CAPACITY = 20_000
 #: the result tree of an op returning one tensor (most ops), as written
 _LEAF = treespec_dumps(tree_structure(0))
 
-#: executable -> the compile-cache key it was compiled or loaded under (entries.compile_kernel notes it)
-ARTIFACT_KEYS: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
 
 
 class Unindexable(Exception):

@@ -103,7 +103,7 @@ def test_a_second_process_compiles_nothing_it_has_seen(tmp_path, warm_python):
 
 def test_an_op_neuroncc_cannot_compile_falls_back_with_one_warning():
     x = torch.tensor([0.0, 1.5, 0.0, -2.0], device="neuron")
-    # a process's first mul on the device reaches it as aten.mul.out (see device/entries.py's _EXECUTABLES), the
+    # a process's first mul on the device reaches it as aten.mul.out (see device/kernel_compile.py's _EXECUTABLES), the
     # later ones as aten.mul.Tensor: make this test's mul a later one whatever ran before it in the process
     x * 2
     neuroncc.clear_op_tracking()
