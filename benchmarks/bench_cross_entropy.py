@@ -112,6 +112,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from llvmlite import ir  # noqa: E402
 
+import cross_entropy_floor  # noqa: E402
 import kernel_cases as kc  # noqa: E402
 from neuroncc.codegen.llvm import mathlib, online, prefetch  # noqa: E402
 from neuroncc.executors.cpu.launcher import build_cpu_executable  # noqa: E402
@@ -366,7 +367,7 @@ def main() -> None:
     args = parser.parse_args()
     names = args.variants.split(",")
     if args.floor:
-        floor(args)
+        cross_entropy_floor.floor(args.threads, 512 * VOCAB)
         return
     if args.split:
         split(args)
@@ -548,48 +549,6 @@ def needs(args: argparse.Namespace) -> None:
               f"{time.strftime('%H:%M:%S', time.gmtime())} UTC, {args.rounds} rounds", flush=True)
     print(table(rows, ["kernel", "threads", "ms", "memory skeleton (noexp) ms", "its bytes' stream ms",
                        "its exponentials ms (microkernel)", "need / ms"]))
-
-
-#: ``--floor``'s microkernels: name -> the element's arithmetic around ``exp_nonpositive`` (m, l, s: constants)
-FLOORS = {
-    "exp_nonpositive": None,
-    "forward_nonpositive": lambda b, x, exp: exp(b.fsub(x, ir.Constant(ir.FloatType(), 0.25))),
-    "backward_nonpositive": lambda b, x, exp: b.fsub(ir.Constant(ir.FloatType(), 0.0), b.fmul(exp(b.fsub(
-        b.fsub(x, ir.Constant(ir.FloatType(), 0.25)), ir.Constant(ir.FloatType(), 0.5))),
-        ir.Constant(ir.FloatType(), -0.0019))),
-}
-
-
-def floor(args: argparse.Namespace) -> None:
-    """``--floor``: each kernel's elementwise arithmetic as a microkernel (see the module docstring)."""
-    import microkernels as mk
-    from neuroncc.codegen.llvm import jit
-
-    target, exp = jit.host_target(), mathlib.POLYNOMIAL["exp_nonpositive"]
-    elements = 512 * VOCAB
-    rows = []
-    try:
-        for name, around in FLOORS.items():
-            if around is not None:
-                mathlib.POLYNOMIAL[name] = lambda b, x, t, around=around: around(b, x, lambda v: exp(b, v, t))
-        for threads in [int(t) for t in args.threads.split(",")]:
-            clock = time.thread_time if threads == 1 else time.perf_counter
-            best = {name: 0.0 for name in FLOORS}
-            for _ in range(5):  # (interleaved: the fastest of each)
-                for name in FLOORS:
-                    best[name] = max(best[name], mk.math_throughput(name, target, threads, clock))
-            for name in FLOORS:
-                count, per = mk.loop_instructions(name, target)
-                rows.append([name, str(threads), f"{count} / {per}", f"{elements / best[name] * 1e3:.3f}",
-                             f"{best['exp_nonpositive'] / best[name]:.3f}"])
-            print(f"threads {threads}, load {__import__('os').getloadavg()[0]:.2f}, "
-                  f"{time.strftime('%H:%M:%S', time.gmtime())} UTC", flush=True)
-    finally:
-        for name, around in FLOORS.items():
-            if around is not None:
-                mathlib.POLYNOMIAL.pop(name, None)
-    print(table(rows, ["math (L1-resident)", "threads", "vector instructions / elements", "ms per 512 x 32000",
-                       "time / exp's"]))
 
 
 def _backward_arguments(fn, saved, logits, target) -> list:
