@@ -411,37 +411,38 @@ def lean_ab(rows: list[str], threads: int, repeats: int = 101) -> None:
 if __name__ == "__main__":
     import sys
 
-    threads = int(sys.argv[sys.argv.index("--threads") + 1]) if "--threads" in sys.argv else 1
+    def _value(flag: str) -> str:
+        return sys.argv[sys.argv.index(flag) + 1]
+
+    def _repeats(default: int) -> int:
+        return int(_value("--repeats")) if "--repeats" in sys.argv else default
+
+    threads = int(_value("--threads")) if "--threads" in sys.argv else 1
     if "--layers" in sys.argv:
-        layers(sys.argv[sys.argv.index("--layers") + 1], threads)
+        layers(_value("--layers"), threads)
     elif "--stream-ab" in sys.argv:
-        stream_ab(sys.argv[sys.argv.index("--stream-ab") + 1].split(","), threads)
+        stream_ab(_value("--stream-ab").split(","), threads)
     elif "--lean-ab" in sys.argv:
-        lean_ab(sys.argv[sys.argv.index("--lean-ab") + 1].split(","), threads)
+        lean_ab(_value("--lean-ab").split(","), threads)
     elif "--entry-ab" in sys.argv:
-        entry_ab(made, sys.argv[sys.argv.index("--entry-ab") + 1].split(","), threads,
-                 int(sys.argv[sys.argv.index("--repeats") + 1]) if "--repeats" in sys.argv else 201)
+        entry_ab(made, _value("--entry-ab").split(","), threads, _repeats(201))
     elif "--row-gap" in sys.argv:
-        row_gap(made, sys.argv[sys.argv.index("--row-gap") + 1].split(","), threads,
-                int(sys.argv[sys.argv.index("--repeats") + 1]) if "--repeats" in sys.argv else 101)
+        row_gap(made, _value("--row-gap").split(","), threads, _repeats(101))
     elif "--gap" in sys.argv:
-        gap(made, sys.argv[sys.argv.index("--gap") + 1].split(","), threads,
-            int(sys.argv[sys.argv.index("--repeats") + 1]) if "--repeats" in sys.argv else 61)
+        gap(made, _value("--gap").split(","), threads, _repeats(61))
     elif "--split" in sys.argv:
         from call_split import split
 
-        split(made, sys.argv[sys.argv.index("--split") + 1].split(","), threads,
-              int(sys.argv[sys.argv.index("--repeats") + 1]) if "--repeats" in sys.argv else 201)
+        split(made, _value("--split").split(","), threads, _repeats(201))
     elif "--serve-ab" in sys.argv:
         from call_split import serve_ab
 
-        serve_ab(made, sys.argv[sys.argv.index("--serve-ab") + 1].split(","), threads,
-                 int(sys.argv[sys.argv.index("--repeats") + 1]) if "--repeats" in sys.argv else 301)
+        serve_ab(made, _value("--serve-ab").split(","), threads, _repeats(301))
     elif "--after" in sys.argv:
         from call_split import after
 
-        after(threads, int(sys.argv[sys.argv.index("--repeats") + 1]) if "--repeats" in sys.argv else 61)
+        after(threads, _repeats(61))
     elif "--cold" in sys.argv:
-        cold_layers(sys.argv[sys.argv.index("--cold") + 1], threads)
+        cold_layers(_value("--cold"), threads)
     else:
         main()
