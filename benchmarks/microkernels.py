@@ -8,6 +8,8 @@ kernels (same target machine, same O3 pipeline), each run on 1 thread or on ATen
 - ``math``: ``y[i] = f(x[i])`` over an L1-resident block, repeated: the throughput of each polynomial function
   exactly as neuroncc's math library emits it (``neuroncc.codegen.llvm.mathlib``), vectorized by O3 with the
   loop hints neuroncc's kernels give such loops (``neuroncc.codegen.llvm.loop_hints``).
+- ``element`` (session 30): the same loop over any element arithmetic: ``roofline_work.py``'s necessary work of a
+  row per element (its ops, polynomial functions and bf16 conversions in one loop), measured as the math is.
 
 Every kernel is a phase-style function ``void f(ptr args, i64 start, i64 end)``, so it runs under the same
 thread runner (and OpenMP team entry) as the generated kernels.
@@ -153,10 +155,21 @@ def stream_module(nontemporal: bool) -> str:
 
 def math_module(name: str, target: CpuTarget) -> str:
     """``math(args = {x, y, repeats}, start, end)``: each outer iteration computes y = f(x) over MATH_BLOCK
+    elements ``repeats`` times (x and y: per-thread blocks, MATH_BLOCK floats each): :func:`element_module` with
+    polynomial function ``name`` as the element's work."""
+    return element_module(f"math_{name}", target, lambda b, value: math_call(b, name, value, target=target))
+
+
+def element_module(name: str, target: CpuTarget, element: Callable[[ir.IRBuilder, ir.Value], ir.Value],
+                   interleave: int = 0) -> str:
+    """``math(args = {x, y, repeats}, start, end)``: each outer iteration computes y = element(x) over MATH_BLOCK
     elements ``repeats`` times (x and y: per-thread blocks, MATH_BLOCK floats each). The element loop is a
     function of its own whose pointers are ``noalias``, like a kernel phase's (``emit.py``): no runtime alias
-    check, and LLVM's vectorizer takes the loop's hints (it ignores an interleave count where it must check)."""
-    module = ir.Module(f"math_{name}")
+    check, and LLVM's vectorizer takes the loop's hints (it ignores an interleave count where it must check).
+    ``element(builder, x)`` builds the element's float32 arithmetic (``roofline_work.py``: a row's necessary
+    work per element; :func:`math_module`: one polynomial function). ``interleave``: the loop's interleave count
+    (0: the math loops' own, ``loop_hints.math_interleave``)."""
+    module = ir.Module(name)
     block = ir.Function(module, ir.FunctionType(VOID, [PTR, PTR]), "math.block")
     block.linkage = "internal"
     set.add(block.attributes, RECIPROCAL_ESTIMATES)  # as on every generated phase (see ``entries``)
@@ -165,12 +178,12 @@ def math_module(name: str, target: CpuTarget) -> str:
     xs, ys = block.args
     b = ir.IRBuilder(block.append_basic_block("entry"))
 
-    def element(i: ir.Value) -> None:
+    def body(i: ir.Value) -> None:
         value = b.load(b.gep(xs, [i], source_etype=F32, inbounds=True), typ=F32)
-        b.store(math_call(b, name, value, target=target), b.gep(ys, [i], source_etype=F32, inbounds=True))
+        b.store(element(b, value), b.gep(ys, [i], source_etype=F32, inbounds=True))
 
     # the loop hints neuroncc's kernels give their math loops (interleaved vectors: loop_hints.py)
-    hint_math_loop(_loop(b, ir.Constant(I64, 0), ir.Constant(I64, MATH_BLOCK), element), target)
+    hint_math_loop(_loop(b, ir.Constant(I64, 0), ir.Constant(I64, MATH_BLOCK), body), target, interleave)
     b.ret_void()
 
     fn, b, args, start, end = _function(module, "math")
@@ -298,11 +311,20 @@ def math_throughput(name: str, target: CpuTarget, threads: int, clock: Callable[
                     samples: int = 7) -> float:
     """Elements per second of polynomial function ``name`` on L1-resident data, on ``threads`` threads: the fastest
     of ``samples`` runs (see ``fma_peak``)."""
-    kernel = compile_kernel(math_module(name, target), "math")
+    low, high = (0.01, 8.0) if name.startswith("log") else (-12.0, 0.0) if name.endswith("nonpositive") else \
+        (-6.0, 6.0)
+    return module_throughput(math_module(name, target), threads, clock, (low, high), repeats, samples)
+
+
+def module_throughput(text: str | Compiled, threads: int, clock: Callable[[], float],
+                      inputs: tuple[float, float] = (-6.0, 6.0), repeats: int = 200, samples: int = 7) -> float:
+    """Elements per second of an :func:`element_module` (its IR ``text``, or its kernel compiled) on L1-resident
+    inputs drawn uniformly from ``inputs``, on ``threads`` threads: the fastest of ``samples`` runs (see
+    ``fma_peak``)."""
+    kernel = compile_kernel(text, "math") if isinstance(text, str) else text
     rng = np.random.default_rng(0)
     x = aligned_empty(2 * MATH_BLOCK)
-    x[:] = rng.uniform(0.01, 8.0, x.size) if name.startswith("log") else \
-        rng.uniform(-12.0, 0.0, x.size) if name.endswith("nonpositive") else rng.uniform(-6.0, 6.0, x.size)
+    x[:] = rng.uniform(inputs[0], inputs[1], x.size)
     y = aligned_empty(2 * MATH_BLOCK)
     args = (ctypes.c_int64 * 3)(x.ctypes.data, y.ctypes.data, repeats)
     n = max(threads, 1) * 2
@@ -315,10 +337,11 @@ def math_throughput(name: str, target: CpuTarget, threads: int, clock: Callable[
     return MATH_BLOCK * repeats * n / min(times)
 
 
-def loop_instructions(name: str, target: CpuTarget) -> tuple[int, int]:
-    """(vector instructions, elements) of the hottest loop of the math kernel for ``name`` in the assembly
-    LLVM emits for ``target``: the instruction count per element that the throughput comes from."""
-    asm = jit.assembly([math_module(name, target)], target)
+def loop_instructions(name: str, target: CpuTarget, text: str | None = None) -> tuple[int, int]:
+    """(vector instructions, elements) of the hottest loop of the math kernel for ``name`` (or of the
+    :func:`element_module` ``text``) in the assembly LLVM emits for ``target``: the instruction count per element
+    that the throughput comes from."""
+    asm = jit.assembly([text if text is not None else math_module(name, target)], target)
     body = asm.split("\nmath:")[1].split(".Lfunc_end")[0]
     blocks: list[list[str]] = [[]]
     for line in body.splitlines():
@@ -328,7 +351,8 @@ def loop_instructions(name: str, target: CpuTarget) -> tuple[int, int]:
             blocks[-1].append(line.strip())
     best = max(blocks, key=lambda lines: sum(1 for line in lines if line.startswith("v")))
     count = sum(1 for line in best if line.startswith("v") and "vzeroupper" not in line)
-    stores = [line for line in best if line.split()[0] in ("vmovups", "vmovaps") and line.endswith(")")
+    stores = [line for line in best if line.split()[0] in ("vmovups", "vmovaps", "vmovdqu", "vmovdqa")
+              and line.endswith(")")
               and "(%rsp" not in line and "(%rbp" not in line]  # y's vector stores, not spills
     return count, max(len(stores), 1) * target.vector_bits // 32
 
@@ -355,7 +379,8 @@ def lookup_throughput(target: CpuTarget, threads: int, clock: Callable[[], float
     return max(rates)
 
 
-__all__ = ["Stream", "aligned_empty", "compile_kernel", "fma_peak", "math_throughput", "stream_module",
+__all__ = ["Stream", "aligned_empty", "compile_kernel", "element_module", "fma_peak", "math_throughput",
+           "module_throughput", "stream_module",
            "POLYNOMIAL", "bf16_math_module", "bf16_table", "lookup_throughput"]
 
 

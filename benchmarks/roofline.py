@@ -92,6 +92,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 import microkernels as mk  # noqa: E402
+import roofline_work  # noqa: E402
 from kernel_cases import Case, cases, in_graph_order, settled_calls  # noqa: E402
 from neuroncc.codegen.llvm import jit  # noqa: E402
 from neuroncc.codegen.llvm.mathlib import POLYNOMIAL  # noqa: E402
@@ -136,6 +137,10 @@ class Machine:
         plain, streaming = mk.compile_kernel(mk.stream_module(False), "stream"), \
             mk.compile_kernel(mk.stream_module(True), "stream")
         self.stream_kernels = (plain, streaming)
+        #: (row key, phase, form, bf16 conversions) -> (compiled kernels at each interleave count, functions used)
+        self.element_kernels: dict[tuple, tuple[list, list[str]]] = {}
+        #: the same key -> {threads: the fastest elements per second measured, over the interleave counts}
+        self.element_rates: dict[tuple, dict[int, float]] = {}
 
     def remeasure(self, work, threads: int) -> str:
         """The limits ``work``'s compute time rests on, at ``threads``, measured again, each kept at the faster of
@@ -163,7 +168,10 @@ class Machine:
             self.math[name][threads] = max(self.math[name][threads], rate)
         return ", ".join(rose)
 
-    def compute_seconds(self, work, threads: int) -> float:
+    def compute_seconds_before(self, work, threads: int) -> float:
+        """The compute roof before session 30: each polynomial function at its own loop's rate, plus the row's other
+        operations as flops and its bf16 conversions' instructions as flops, at the FMA peak (see the module
+        docstring)."""
         seconds = (work.flops + self.conversion_flops(work)) / self.peak[threads]
         for name, count in work.math.items():
             seconds += count / (self.lookup[threads] if self._looks_up(work) else self.math[name][threads])
@@ -178,6 +186,67 @@ class Machine:
         looked_up = sum(work.math.values()) if self._looks_up(work) else 0  # (their roundings: in the tables)
         return sum((getattr(work, kind) - (looked_up if kind == "rounded_kept" else 0)) * instructions
                    for kind, instructions in counts.items())
+
+    #: the element loops' interleave counts measured (the fastest counts): the math loops' 4 spilled and ran
+    #: slower than 2 for some rows' work on Zen 3 (session 30)
+    ELEMENT_INTERLEAVES = (1, 2, 4)
+
+    def _element_keys(self, case: Case) -> list[tuple]:
+        bf16 = case.work.widened > 0
+        return [(case.key, index, form, conversions) for index, _ in enumerate(roofline_work.phases(case.key))
+                for form in ("fused", "rest") for conversions in ((False, True) if bf16 else (False,))]
+
+    def measure_elements(self, case: Case, threads: int) -> None:
+        """Measure (again) the element loops of ``case``'s phases at ``threads`` (``roofline_work``), keeping the
+        fastest of this and every earlier measurement (see :meth:`remeasure`)."""
+        phases = roofline_work.phases(case.key)
+        clock = clock_for(threads)
+        for key in self._element_keys(case):
+            _, index, form, conversions = key
+            phase = phases[index]
+            if key not in self.element_kernels:
+                looks_up = phase.lookups > 0 and self.target.looks_up_bf16_unary_math
+                kernels, used = [], []
+                for interleave in self.ELEMENT_INTERLEAVES:
+                    def element(b, x, used=used):
+                        ops = roofline_work.Ops(b, x, self.target, conversions, looks_up, form == "fused")
+                        value = phase.element(ops)
+                        used[:] = ops.used
+                        return value
+                    kernels.append(mk.compile_kernel(mk.element_module(f"{case.key}_{index}_{form}", self.target,
+                                                                       element, interleave), "math"))
+                self.element_kernels[key] = (kernels, used)
+            kernels, _ = self.element_kernels[key]
+            rate = max(mk.module_throughput(kernel, threads, clock, phase.inputs) for kernel in kernels)
+            rates = self.element_rates.setdefault(key, {})
+            rates[threads] = max(rates.get(threads, 0.0), rate)
+
+    def phase_compute(self, case: Case, index: int, threads: int, conversions: bool = True) -> tuple[float, str]:
+        """(seconds, form) of phase ``index`` of ``case``'s necessary element work at ``threads``: the faster of its
+        element loop with the functions in it ("fused") and the loop without them plus each function at its own
+        loop's rate ("split"); bf16 table reads (where the CPU looks bf16 unary math up) added to both."""
+        phase = roofline_work.phases(case.key)[index]
+        bf16 = conversions and case.work.widened > 0
+        fused_key, rest_key = (case.key, index, "fused", bf16), (case.key, index, "rest", bf16)
+        used = self.element_kernels[fused_key][1]
+        n = phase.elements
+        looked_up = phase.lookups > 0 and self.target.looks_up_bf16_unary_math
+        tables = phase.lookups * n / self.lookup[threads] if looked_up else 0.0
+        fused = n / self.element_rates[fused_key][threads] + tables
+        split = n / self.element_rates[rest_key][threads] + tables + \
+            sum(n / self.math[name][threads] for name in used)
+        return (fused, "fused") if fused <= split else (split, "split")
+
+    def describe_work(self, case: Case, threads: int) -> str:
+        """The row's phases' necessary work per element and its element loops' measured rates at ``threads``."""
+        parts = []
+        for index, phase in enumerate(roofline_work.phases(case.key)):
+            rates = ", ".join(f"{form}{' bf16' if bf16 else ''} {self.element_rates[(case.key, index, form, bf16)][threads] / 1e9:.2f}"
+                              for (key, i, form, bf16) in self._element_keys(case) if i == index)
+            seconds, form = self.phase_compute(case, index, threads)
+            parts.append(f"{phase.name or 'work'}: {phase.ops}; element loops (Gelem/s): {rates}; "
+                         f"{seconds * 1e3:.3f} ms ({form})")
+        return "; ".join(parts)
 
     def describe(self) -> str:
         lines = [f"CPU: {cpu_model()} ({self.target.name} to LLVM); vector width used: {self.target.vector_bits} "
@@ -237,37 +306,59 @@ def run_rows(machine: Machine, selected: list[Case], threads: int, repeats: int,
         inputs = case.make(rng)
         calls, memory_calls, path = row_calls(machine, case, inputs, threads, numpy_path)
         rose = [machine.remeasure(case.work, threads)]  # the compute limits around the row too (``remeasure``)
+        machine.measure_elements(case, threads)
         samples = interleaved_samples({**calls, **memory_calls}, repeats=repeats, clock=clock_for(threads))
         rose.append(machine.remeasure(case.work, threads))
+        machine.measure_elements(case, threads)
         if any(rose):
             print(f"  {case.title}, {threads} thread(s): limits measured faster around the row: "
                   + "; ".join(r for r in rose if r), flush=True)
         times = {name: statistics.median(values) for name, values in samples.items()}
-        memory = memory_roof(samples, memory_calls, "")
-        held = memory_roof(samples, memory_calls, " held") if "memory held (streaming stores)" in samples else None
-        compute = machine.compute_seconds(case.work, threads)
-        conversions = machine.conversion_flops(case.work) / machine.peak[threads]
-        roof = max(memory, compute)
+        memories = phase_memory(samples, memory_calls, "", repeats)
+        held = phase_memory(samples, memory_calls, " held", repeats) \
+            if "memory held (streaming stores)" in samples else None
+        computes = [machine.phase_compute(case, i, threads) for i in range(len(memories))]
+        without = [machine.phase_compute(case, i, threads, conversions=False)[0] for i in range(len(memories))]
+        compute = sum(seconds for seconds, _ in computes)
+        conversions = compute - sum(without)
+        memory = sum(memories)
+        roof = sum(max(m, c) for m, (c, _) in zip(memories, computes))  # phases add (``roofline_work``)
+        before = machine.compute_seconds_before(case.work, threads)
+        roof_before = max(memory, before)
         ours = times["neuroncc"]
         kernel = times.get("neuroncc kernel alone")
-        kernel_roof = None if held is None else max(held, compute)
-        bound = "memory" if memory >= compute else "compute"
+        kernel_roof = None if held is None else sum(max(m, c) for m, (c, _) in zip(held, computes))
+        kernel_roof_before = None if held is None else max(sum(held), before)
+        bound = "+".join(("memory" if m >= c else f"compute ({form})") for m, (c, form) in zip(memories, computes))
         rows.append([case.title, str(threads), path, f"{times['eager'] * 1e3:.2f}", f"{times['inductor'] * 1e3:.2f}",
                      f"{ours * 1e3:.2f}", "-" if kernel is None else f"{kernel * 1e3:.2f}",
                      f"{times['eager'] / ours:.2f}x", f"{times['inductor'] / ours:.2f}x",
-                     f"{memory * 1e3:.2f}", "-" if held is None else f"{held * 1e3:.2f}", f"{compute * 1e3:.2f}",
-                     f"{conversions * 1e3:.2f}", bound,
+                     f"{memory * 1e3:.2f}", "-" if held is None else f"{sum(held) * 1e3:.2f}",
+                     f"{compute * 1e3:.2f}", f"{conversions * 1e3:.2f}", f"{before * 1e3:.2f}", bound,
                      f"{(case.work.reads + case.work.writes) / memory / 1e9:.1f}", f"{roof / ours:.0%}",
-                     "-" if kernel is None else f"{kernel_roof / kernel:.0%}"])
+                     "-" if kernel is None else f"{kernel_roof / kernel:.0%}", f"{roof_before / ours:.0%}",
+                     "-" if kernel is None else f"{kernel_roof_before / kernel:.0%}"])
         print(" | ".join(rows[-1]), flush=True)
+        print("  " + machine.describe_work(case, threads), flush=True)
     return rows
+
+
+def phase_memory(samples: dict[str, list[float]], memory_calls: dict, where: str, repeats: int) -> list[float]:
+    """Each phase's memory time: a row of one phase, :func:`memory_roof`; a row of several, the faster store kind's
+    median of each phase's stream within the calls that stream the phases one after the other (``Phases``)."""
+    names = [name for name in memory_calls if name.startswith(f"memory{where} (")]
+    parts = [getattr(memory_calls[name], "parts", None) for name in names]
+    if parts[0] is None:
+        return [memory_roof(samples, memory_calls, where)]
+    return [min(statistics.median(kind[i][-repeats:]) for kind in parts) for i in range(len(parts[0]))]
 
 
 def row_calls(machine: Machine, case: Case, inputs: list[torch.Tensor], threads: int,
               numpy_path: bool, buffers: bool = False) -> tuple[dict, dict, str]:
     """The row's calls (eager, Inductor, neuroncc, and neuroncc's kernel alone where the row is one graph), its
     stream kernels' calls, and how neuroncc is called. Settled first: the optimized builds taken, so that the
-    kernel alone runs the code the row's call runs."""
+    kernel alone runs the code the row's call runs. A row of several phases (``roofline_work``) streams each
+    phase's bytes, one phase after the other, in one call per store kind (each phase's time kept apart)."""
     first = len(MADE)
     calls = settled_calls(case, inputs, threads, graphs=numpy_path)
     graphs = MADE[first:]
@@ -280,10 +371,34 @@ def row_calls(machine: Machine, case: Case, inputs: list[torch.Tensor], threads:
     stream = mk.Stream(*machine.stream_kernels, case.work.reads, case.work.writes, source)
     row_calls.last_held, row_calls.last_stream = (alone[1] if alone else None), stream  # (--roof-buffers)
     memory_calls = {}
+    phases = roofline_work.phases(case.key)
+    if len(phases) > 1:
+        streams = [mk.Stream(*machine.stream_kernels, phase.reads, phase.writes, source) for phase in phases]
+        for stores in ("plain", "streaming"):
+            memory_calls[f"memory ({stores} stores)"] = Phases(streams, stores, threads)
+        return calls, memory_calls, path
     for where, destination in destinations(stream, alone, buffers).items():
         for stores in ("plain", "streaming"):
             memory_calls[f"memory{where} ({stores} stores)"] = stream.runner(stores, threads, destination)
     return calls, memory_calls, path
+
+
+class Phases:
+    """A call streaming each phase's bytes in turn (each into a fresh tensor, as the row's calls write), each phase's
+    time appended to ``parts[phase]`` (the warm-up calls' too: the last ``repeats`` are the rounds')."""
+
+    def __init__(self, streams: list[mk.Stream], stores: str, threads: int):
+        self.runners = [stream.runner(stores, threads, destinations(stream, None, False)[""]) for stream in streams]
+        self.parts: list[list[float]] = [[] for _ in streams]
+        self.clock = clock_for(threads)
+
+    def __call__(self) -> list:
+        kept = []
+        for runner, times in zip(self.runners, self.parts):
+            begin = self.clock()
+            kept.append(runner())
+            times.append(self.clock() - begin)
+        return kept
 
 
 def huge_page_kb(address: int) -> int | None:
@@ -423,7 +538,8 @@ def roof_buffers(machine: Machine, selected: list[Case], threads: int, repeats: 
 
 HEADER = ["kernel", "threads", "neuroncc call", "eager ms", "Inductor ms", "neuroncc ms", "kernel alone ms",
           "vs eager", "vs Inductor", "memory roof ms", "kernel alone's memory roof ms", "compute roof ms",
-          "of it bf16 conversions ms", "bound", "roof GB/s", "of roofline", "kernel alone of roofline"]
+          "of it bf16 conversions ms", "compute roof before s30 ms", "bound", "roof GB/s", "of roofline",
+          "kernel alone of roofline", "of roofline before s30", "kernel alone before s30"]
 
 
 def main() -> None:
