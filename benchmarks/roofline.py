@@ -48,14 +48,30 @@ graphs or with state: cross-entropy's forward and backward, AdamW). A graph whos
 order than the function's (row (c'), ``torch.addcmul(b, x, w)``: b, x, w) gets the row's inputs in its own order,
 the one whose result is eager's (``kernel_cases.in_graph_order``; since session 26: before, (c') had no kernel alone).
 
-A row's roofline time is max(memory time, compute time), compute time = sum over its polynomial functions
-of evaluations / throughput + (other flops + bf16 conversions) / FMA peak. Where the CPU reads bf16 unary math
-from tables (``CpuTarget.looks_up_bf16_unary_math``, session 25) a row's math of bf16 values (``Work.bf16_math``)
-counts at the table read's throughput (``microkernels.lookup_throughput``) and without its roundings. The
-fraction is roofline time / neuroncc's time (100% = at the machine's limit). 2 threads: wall-clock medians; 1
-thread: the calling thread's CPU time.
+A row's roofline time (since session 30) is the sum over its phases (a graph that must finish before the next
+starts: cross-entropy's forward and backward; every other row is one phase) of max(the phase's memory time, its
+compute time). The compute time is the phase's **necessary element work measured** (``roofline_work.py``): the
+operations any correct implementation does per element (each op of the row's definition once, a reduction's
+accumulate as one op, its polynomial functions as neuroncc's math library evaluates them, its bf16 conversions at
+the fewest integer instructions known), run as one loop over L1-resident data (``microkernels.element_module``,
+interleave counts 1, 2 and 4: the fastest), and the faster of two forms: every operation in that one loop
+("fused"), or the loop without the polynomial functions plus each function at its own loop's rate ("split": the
+functions in loops of their own, as row (a)'s gelu is). Where the CPU reads bf16 unary math from tables
+(``CpuTarget.looks_up_bf16_unary_math``, session 25) each evaluation is a table read at
+``microkernels.lookup_throughput``'s rate, added (its rounding is in the table). Each phase's memory time is its
+own bytes' stream (a row of several phases streams them one after the other in one call, each timed apart).
 
-bf16 conversions: a CPU without bf16 conversion instructions (AVX2) widens and rounds with integer vector
+Before session 30 the compute time was the sum over the polynomial functions of evaluations / throughput plus the
+other operations as flops and the conversions' instructions as flops at the FMA peak (2 FMAs of 2 flops per lane a
+cycle: a ``vsubps`` a quarter of a cycle per vector), and memory and compute combined as max over the whole row.
+That undercounted: on Zen 3 an add-pipe operation beside the exponential costs ~3x the quarter cycle (session 29
+xent29: one ``vsubps`` per 8 elements 12% of ``exp_nonpositive``'s time), and cross-entropy's compute-bound forward
+and memory-bound backward cannot overlap. The table prints both (``compute roof before s30 ms``, ``of roofline
+before s30``: the old count on the same run's measurements). The fraction is roofline time / neuroncc's time (100%
+= at the machine's limit). 2 threads: wall-clock medians; 1 thread: the calling thread's CPU time.
+
+bf16 conversions (the count before session 30; since, ``roofline_work.CONVERSIONS`` as instructions in the
+element loop): a CPU without bf16 conversion instructions (AVX2) widens and rounds with integer vector
 instructions, work the bf16 dtype asks for as surely as its flops (``kernel_cases.Work``: each input element
 widened once, each output rounded once, and each intermediate result of a bf16 op rounded, as eager rounds
 after every op). They count at the fewest instructions known (:data:`CONVERSION_INSTRUCTIONS`), each
@@ -324,7 +340,8 @@ def run_rows(machine: Machine, selected: list[Case], threads: int, repeats: int,
         memory = sum(memories)
         roof = sum(max(m, c) for m, (c, _) in zip(memories, computes))  # phases add (``roofline_work``)
         before = machine.compute_seconds_before(case.work, threads)
-        roof_before = max(memory, before)
+        whole = memory_roof(samples, memory_calls, " whole") if len(memories) > 1 else memory
+        roof_before = max(whole, before)
         ours = times["neuroncc"]
         kernel = times.get("neuroncc kernel alone")
         kernel_roof = None if held is None else sum(max(m, c) for m, (c, _) in zip(held, computes))
@@ -339,7 +356,9 @@ def run_rows(machine: Machine, selected: list[Case], threads: int, repeats: int,
                      "-" if kernel is None else f"{kernel_roof / kernel:.0%}", f"{roof_before / ours:.0%}",
                      "-" if kernel is None else f"{kernel_roof_before / kernel:.0%}"])
         print(" | ".join(rows[-1]), flush=True)
-        print("  " + machine.describe_work(case, threads), flush=True)
+        print("  " + machine.describe_work(case, threads) + (
+            f"; memory per phase {' + '.join(f'{m * 1e3:.2f}' for m in memories)} ms, the row's bytes in one stream "
+            f"{whole * 1e3:.2f} ms (the roof before s30)" if len(memories) > 1 else ""), flush=True)
     return rows
 
 
@@ -376,6 +395,9 @@ def row_calls(machine: Machine, case: Case, inputs: list[torch.Tensor], threads:
         streams = [mk.Stream(*machine.stream_kernels, phase.reads, phase.writes, source) for phase in phases]
         for stores in ("plain", "streaming"):
             memory_calls[f"memory ({stores} stores)"] = Phases(streams, stores, threads)
+            # (the whole row's bytes in one stream: the memory roof before session 30)
+            memory_calls[f"memory whole ({stores} stores)"] = stream.runner(stores, threads,
+                                                                           destinations(stream, None, False)[""])
         return calls, memory_calls, path
     for where, destination in destinations(stream, alone, buffers).items():
         for stores in ("plain", "streaming"):
