@@ -249,6 +249,8 @@ class Machine:
         looked_up = phase.lookups > 0 and self.target.looks_up_bf16_unary_math
         tables = phase.lookups * n / self.lookup[threads] if looked_up else 0.0
         fused = n / self.element_rates[fused_key][threads] + tables
+        if not used:  # (no function to split off: one form, the faster reading of its two builds)
+            return min(fused, n / self.element_rates[rest_key][threads] + tables), "fused"
         split = n / self.element_rates[rest_key][threads] + tables + \
             sum(n / self.math[name][threads] for name in used)
         return (fused, "fused") if fused <= split else (split, "split")
