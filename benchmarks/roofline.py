@@ -7,9 +7,10 @@ The machine's limits are measured at run time with microkernels compiled for thi
   per second on L1-resident data, and the vector instructions per element of its loop;
 - both compute limits are the fastest of several back-to-back runs: a limit is what the machine reaches, and
   on a shared host another process taking a core only ever slows a run; since session 28 the limits a row's
-  compute time rests on are measured again just before and just after its interleaved calls, and each is the
-  fastest of all of the run's measurements (``Machine.remeasure``: a disturbance outside the benchmark lock can
-  last longer than one back-to-back measurement);
+  compute time rests on are measured again just before and just after its interleaved calls, since session 30
+  once more after every row has run, and each is the fastest of all of the run's measurements
+  (``Machine.remeasure``: a disturbance outside the benchmark lock can last longer than one back-to-back
+  measurement);
 - memory: for each row, a stream kernel that reads and writes exactly the row's unavoidable bytes (inputs
   once, outputs once, at the user's dtype), timed *interleaved* with the implementations, so that it sees the
   same cache state and the same machine noise; it reads the row's own largest input when that holds all the
@@ -316,10 +317,12 @@ MADE = record_compiled_graphs()  # each CompiledGraph the neuron backend makes (
 
 
 def run_rows(machine: Machine, selected: list[Case], threads: int, repeats: int,
-             numpy_path: bool) -> list[list[str]]:
+             numpy_path: bool) -> list[tuple]:
+    """Each row's interleaved calls at ``threads``: (case, threads, path, medians, memory per phase, the kernel
+    alone's memory per phase or None, the whole row's stream), for :func:`table_row` once every row has run."""
     torch.set_num_threads(threads)
     rng = np.random.default_rng(0)
-    rows = []
+    measured = []
     for case in selected:
         inputs = case.make(rng)
         calls, memory_calls, path = row_calls(machine, case, inputs, threads, numpy_path)
@@ -335,33 +338,42 @@ def run_rows(machine: Machine, selected: list[Case], threads: int, repeats: int,
         memories = phase_memory(samples, memory_calls, "", repeats)
         held = phase_memory(samples, memory_calls, " held", repeats) \
             if "memory held (streaming stores)" in samples else None
-        computes = [machine.phase_compute(case, i, threads) for i in range(len(memories))]
-        without = [machine.phase_compute(case, i, threads, conversions=False)[0] for i in range(len(memories))]
-        compute = sum(seconds for seconds, _ in computes)
-        conversions = compute - sum(without)
-        memory = sum(memories)
-        roof = sum(max(m, c) for m, (c, _) in zip(memories, computes))  # phases add (``roofline_work``)
-        before = machine.compute_seconds_before(case.work, threads)
-        whole = memory_roof(samples, memory_calls, " whole") if len(memories) > 1 else memory
-        roof_before = max(whole, before)
-        ours = times["neuroncc"]
-        kernel = times.get("neuroncc kernel alone")
-        kernel_roof = None if held is None else sum(max(m, c) for m, (c, _) in zip(held, computes))
-        kernel_roof_before = None if held is None else max(sum(held), before)
-        bound = "+".join(("memory" if m >= c else f"compute ({form})") for m, (c, form) in zip(memories, computes))
-        rows.append([case.title, str(threads), path, f"{times['eager'] * 1e3:.2f}", f"{times['inductor'] * 1e3:.2f}",
-                     f"{ours * 1e3:.2f}", "-" if kernel is None else f"{kernel * 1e3:.2f}",
-                     f"{times['eager'] / ours:.2f}x", f"{times['inductor'] / ours:.2f}x",
-                     f"{memory * 1e3:.2f}", "-" if held is None else f"{sum(held) * 1e3:.2f}",
-                     f"{compute * 1e3:.2f}", f"{conversions * 1e3:.2f}", f"{before * 1e3:.2f}", bound,
-                     f"{(case.work.reads + case.work.writes) / memory / 1e9:.1f}", f"{roof / ours:.0%}",
-                     "-" if kernel is None else f"{kernel_roof / kernel:.0%}", f"{roof_before / ours:.0%}",
-                     "-" if kernel is None else f"{kernel_roof_before / kernel:.0%}"])
-        print(" | ".join(rows[-1]), flush=True)
-        print("  " + machine.describe_work(case, threads) + (
-            f"; memory per phase {' + '.join(f'{m * 1e3:.2f}' for m in memories)} ms, the row's bytes in one stream "
-            f"{whole * 1e3:.2f} ms (the roof before s30)" if len(memories) > 1 else ""), flush=True)
-    return rows
+        whole = memory_roof(samples, memory_calls, " whole") if len(memories) > 1 else sum(memories)
+        measured.append((case, threads, path, times, memories, held, whole))
+        print(f"  {case.title}, {threads} thread(s): neuroncc {times['neuroncc'] * 1e3:.2f} ms, memory "
+              f"{' + '.join(f'{m * 1e3:.2f}' for m in memories)} ms", flush=True)
+    return measured
+
+
+def table_row(machine: Machine, case: Case, threads: int, path: str, times: dict, memories: list[float],
+              held: list[float] | None, whole: float) -> list[str]:
+    """The table's row of one measured row (:func:`run_rows`), with the compute limits as measured by then."""
+    computes = [machine.phase_compute(case, i, threads) for i in range(len(memories))]
+    without = [machine.phase_compute(case, i, threads, conversions=False)[0] for i in range(len(memories))]
+    compute = sum(seconds for seconds, _ in computes)
+    conversions = compute - sum(without)
+    memory = sum(memories)
+    roof = sum(max(m, c) for m, (c, _) in zip(memories, computes))  # phases add (``roofline_work``)
+    before = machine.compute_seconds_before(case.work, threads)
+    roof_before = max(whole, before)
+    ours = times["neuroncc"]
+    kernel = times.get("neuroncc kernel alone")
+    kernel_roof = None if held is None else sum(max(m, c) for m, (c, _) in zip(held, computes))
+    kernel_roof_before = None if held is None else max(sum(held), before)
+    bound = "+".join(("memory" if m >= c else f"compute ({form})") for m, (c, form) in zip(memories, computes))
+    row = [case.title, str(threads), path, f"{times['eager'] * 1e3:.2f}", f"{times['inductor'] * 1e3:.2f}",
+           f"{ours * 1e3:.2f}", "-" if kernel is None else f"{kernel * 1e3:.2f}",
+           f"{times['eager'] / ours:.2f}x", f"{times['inductor'] / ours:.2f}x",
+           f"{memory * 1e3:.2f}", "-" if held is None else f"{sum(held) * 1e3:.2f}",
+           f"{compute * 1e3:.2f}", f"{conversions * 1e3:.2f}", f"{before * 1e3:.2f}", bound,
+           f"{(case.work.reads + case.work.writes) / memory / 1e9:.1f}", f"{roof / ours:.0%}",
+           "-" if kernel is None else f"{kernel_roof / kernel:.0%}", f"{roof_before / ours:.0%}",
+           "-" if kernel is None else f"{kernel_roof_before / kernel:.0%}"]
+    print(" | ".join(row), flush=True)
+    print("  " + machine.describe_work(case, threads) + (
+        f"; memory per phase {' + '.join(f'{m * 1e3:.2f}' for m in memories)} ms, the row's bytes in one stream "
+        f"{whole * 1e3:.2f} ms (the roof before s30)" if len(memories) > 1 else ""), flush=True)
+    return row
 
 
 def phase_memory(samples: dict[str, list[float]], memory_calls: dict, where: str, repeats: int) -> list[float]:
@@ -598,9 +610,20 @@ def main() -> None:
         for t in threads:
             roof_spread(machine, selected, t, args.repeats, args.roof_spread, args.numpy_path)
         return
-    rows = []
+    measured = []
     for t in threads:
-        rows += run_rows(machine, selected, t, args.repeats, args.numpy_path)
+        measured += run_rows(machine, selected, t, args.repeats, args.numpy_path)
+    # the compute limits once more, minutes after the rows' own measurements: a limit is the fastest reading, and a
+    # process outside the benchmark lock that takes a core for the seconds around a row spoils both of its readings
+    # (session 30: row (a)'s 2-thread loop without its functions read 12.3 Gelem/s around the row, 44-45 in other runs)
+    print("\nthe compute limits measured again; the rows:", flush=True)
+    for case, t, *_ in measured:
+        torch.set_num_threads(t)
+        rose = machine.remeasure(case.work, t)
+        machine.measure_elements(case, t)
+        if rose:
+            print(f"  {case.title}, {t} thread(s): limits measured faster at the end: {rose}", flush=True)
+    rows = [table_row(machine, *record) for record in measured]
     with open("/proc/loadavg") as f:
         load_end = f.read().split()[0]
     print(f"\nload average {load} at start, {load_end} at the end; {len(threads)} thread setting(s), medians of "
