@@ -16,7 +16,8 @@ The machine's limits are measured at run time with microkernels compiled for thi
   same cache state and the same machine noise; it reads the row's own largest input when that holds all the
   reads (so an input that stays in L3 between the implementations' calls does for it too), with plain and
   with non-temporal stores (the faster counts), into the same kind of buffer as the calls it is the roof of
-  (below). One sample of each per round, as of every implementation, over
+  (below; a row that updates its inputs in place, the AdamW step, since session 30 also streams in place, over the
+  lines it reads: the faster counts). One sample of each per round, as of every implementation, over
   45 rounds by default (session 19: 15 before, a roof that moved by 5-20% between measurements of the same row on
   this noisy VM; three samples of each stream kernel per round were tried and dropped: a stream then more often
   follows a stream, which leaves its input in the L3, and the roof came out 4-7% faster: another meaning).
@@ -341,7 +342,8 @@ def run_rows(machine: Machine, selected: list[Case], threads: int, repeats: int,
         whole = memory_roof(samples, memory_calls, " whole") if len(memories) > 1 else sum(memories)
         measured.append((case, threads, path, times, memories, held, whole))
         print(f"  {case.title}, {threads} thread(s): neuroncc {times['neuroncc'] * 1e3:.2f} ms, memory "
-              f"{' + '.join(f'{m * 1e3:.2f}' for m in memories)} ms", flush=True)
+              f"{' + '.join(f'{m * 1e3:.2f}' for m in memories)} ms (" + ", ".join(
+                  f"{name[len('memory'):].strip()} {times[name] * 1e3:.2f}" for name in memory_calls) + ")", flush=True)
     return measured
 
 
@@ -416,6 +418,10 @@ def row_calls(machine: Machine, case: Case, inputs: list[torch.Tensor], threads:
     for where, destination in destinations(stream, alone, buffers).items():
         for stores in ("plain", "streaming"):
             memory_calls[f"memory{where} ({stores} stores)"] = stream.runner(stores, threads, destination)
+    if phases[0].in_place:  # (session 30: an update in place writes back lines it has just read, no fresh pages)
+        for stores in ("plain", "streaming"):
+            memory_calls[f"memory (in place, {stores} stores)"] = stream.runner(
+                stores, threads, lambda: (stream.args[0], None))
     return calls, memory_calls, path
 
 

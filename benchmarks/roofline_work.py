@@ -67,6 +67,8 @@ class Phase:
     reads: int | None = None
     writes: int | None = None
     lookups: int = 0
+    #: the phase writes its outputs over its inputs (an optimizer step): its bytes may also stream in place
+    in_place: bool = False
 
 
 class Ops:
@@ -222,6 +224,7 @@ def phases(key: str) -> list[Phase]:
                Phase("backward", n_ce, "x - (max + lse), exp_nonpositive, * s (2 ops, 1 function)", _xent_backward,
                      reads=4 * n_ce, writes=4 * n_ce)],
         "adamw": [Phase("", _elements(*ADAMW_SHAPES), "p*(1-lr wd), g - m, FMA, g*g, v*b2, FMA, sqrt, * c, + eps, "
-                        "/, FMA (11 ops: a sqrt and a division among them)", _adamw, inputs=(0.5, 2.0))],
+                        "/, FMA (11 ops: a sqrt and a division among them)", _adamw, inputs=(0.5, 2.0),
+                        in_place=True)],
     }
     return table[key]
