@@ -133,14 +133,10 @@ CONVERSION_INSTRUCTIONS = {"widened": 1.0, "rounded": 4.5, "rounded_kept": 5.0}
 #: takes more instructions than the integer sequences (``scalars.round_to``; session 15).
 CONVERSION_INSTRUCTIONS_AVX512 = {"widened": 1.0, "rounded": 2.5, "rounded_kept": 4.0}
 
-THREAD_CLOCK = {1: time.thread_time}  # 1 thread: CPU time of the calling thread; else wall clock
+clock_for = roofline_work.clock_for
 
 
-def clock_for(threads: int):
-    return THREAD_CLOCK.get(threads, time.perf_counter)
-
-
-class Machine:
+class Machine(roofline_work.ElementRoof):
     """The limits measured on this machine (see the module docstring)."""
 
     def __init__(self, threads: list[int]):
@@ -204,69 +200,6 @@ class Machine:
         looked_up = sum(work.math.values()) if self._looks_up(work) else 0  # (their roundings: in the tables)
         return sum((getattr(work, kind) - (looked_up if kind == "rounded_kept" else 0)) * instructions
                    for kind, instructions in counts.items())
-
-    #: the element loops' interleave counts measured (the fastest counts): the math loops' 4 spilled and ran
-    #: slower than 2 for some rows' work on Zen 3 (session 30)
-    ELEMENT_INTERLEAVES = (1, 2, 4)
-
-    def _element_keys(self, case: Case) -> list[tuple]:
-        bf16 = case.work.widened > 0
-        return [(case.key, index, form, conversions) for index, _ in enumerate(roofline_work.phases(case.key))
-                for form in ("fused", "rest") for conversions in ((False, True) if bf16 else (False,))]
-
-    def measure_elements(self, case: Case, threads: int) -> None:
-        """Measure (again) the element loops of ``case``'s phases at ``threads`` (``roofline_work``), keeping the
-        fastest of this and every earlier measurement (see :meth:`remeasure`)."""
-        phases = roofline_work.phases(case.key)
-        clock = clock_for(threads)
-        for key in self._element_keys(case):
-            _, index, form, conversions = key
-            phase = phases[index]
-            if key not in self.element_kernels:
-                looks_up = phase.lookups > 0 and self.target.looks_up_bf16_unary_math
-                kernels, used = [], []
-                for interleave in self.ELEMENT_INTERLEAVES:
-                    def element(b, x, used=used):
-                        ops = roofline_work.Ops(b, x, self.target, conversions, looks_up, form == "fused")
-                        value = phase.element(ops)
-                        used[:] = ops.used
-                        return value
-                    kernels.append(mk.compile_kernel(mk.element_module(f"{case.key}_{index}_{form}", self.target,
-                                                                       element, interleave), "math"))
-                self.element_kernels[key] = (kernels, used)
-            kernels, _ = self.element_kernels[key]
-            rate = max(mk.module_throughput(kernel, threads, clock, phase.inputs) for kernel in kernels)
-            rates = self.element_rates.setdefault(key, {})
-            rates[threads] = max(rates.get(threads, 0.0), rate)
-
-    def phase_compute(self, case: Case, index: int, threads: int, conversions: bool = True) -> tuple[float, str]:
-        """(seconds, form) of phase ``index`` of ``case``'s necessary element work at ``threads``: the faster of its
-        element loop with the functions in it ("fused") and the loop without them plus each function at its own
-        loop's rate ("split"); bf16 table reads (where the CPU looks bf16 unary math up) added to both."""
-        phase = roofline_work.phases(case.key)[index]
-        bf16 = conversions and case.work.widened > 0
-        fused_key, rest_key = (case.key, index, "fused", bf16), (case.key, index, "rest", bf16)
-        used = self.element_kernels[fused_key][1]
-        n = phase.elements
-        looked_up = phase.lookups > 0 and self.target.looks_up_bf16_unary_math
-        tables = phase.lookups * n / self.lookup[threads] if looked_up else 0.0
-        fused = n / self.element_rates[fused_key][threads] + tables
-        if not used:  # (no function to split off: one form, the faster reading of its two builds)
-            return min(fused, n / self.element_rates[rest_key][threads] + tables), "fused"
-        split = n / self.element_rates[rest_key][threads] + tables + \
-            sum(n / self.math[name][threads] for name in used)
-        return (fused, "fused") if fused <= split else (split, "split")
-
-    def describe_work(self, case: Case, threads: int) -> str:
-        """The row's phases' necessary work per element and its element loops' measured rates at ``threads``."""
-        parts = []
-        for index, phase in enumerate(roofline_work.phases(case.key)):
-            rates = ", ".join(f"{form}{' bf16' if bf16 else ''} {self.element_rates[(case.key, index, form, bf16)][threads] / 1e9:.2f}"
-                              for (key, i, form, bf16) in self._element_keys(case) if i == index)
-            seconds, form = self.phase_compute(case, index, threads)
-            parts.append(f"{phase.name or 'work'}: {phase.ops}; element loops (Gelem/s): {rates}; "
-                         f"{seconds * 1e3:.3f} ms ({form})")
-        return "; ".join(parts)
 
     def describe(self) -> str:
         lines = [f"CPU: {cpu_model()} ({self.target.name} to LLVM); vector width used: {self.target.vector_bits} "

@@ -34,12 +34,14 @@ Memory and compute combine per phase, max(memory, compute), and phases add: a ph
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from llvmlite import ir
 
-from kernel_cases import ADAMW_SHAPES, _elements
+import microkernels as mk
+from kernel_cases import ADAMW_SHAPES, Case, _elements
 from neuroncc.codegen.llvm.mathlib import math_call
 
 F32 = ir.FloatType()
@@ -228,3 +230,85 @@ def phases(key: str) -> list[Phase]:
                         in_place=True)],
     }
     return table[key]
+
+
+THREAD_CLOCK = {1: time.thread_time}  # 1 thread: CPU time of the calling thread; else wall clock
+
+
+def clock_for(threads: int):
+    return THREAD_CLOCK.get(threads, time.perf_counter)
+
+
+class ElementRoof:
+    """roofline.py's ``Machine``'s compute roof of a row (see the module docstring): its element loops, compiled for
+    ``self.target``, their fastest measured rates, and each phase's time from them, ``self.math`` (each polynomial
+    function's rate) and ``self.lookup`` (the bf16 table read's)."""
+
+    #: (row key, phase, form, bf16 conversions) -> (compiled kernels at each interleave count, functions used)
+    element_kernels: dict[tuple, tuple[list, list[str]]]
+    #: the same key -> {threads: the fastest elements per second measured, over the interleave counts}
+    element_rates: dict[tuple, dict[int, float]]
+
+    #: the element loops' interleave counts measured (the fastest counts): the math loops' 4 spilled and ran
+    #: slower than 2 for some rows' work on Zen 3 (session 30)
+    ELEMENT_INTERLEAVES = (1, 2, 4)
+
+    def _element_keys(self, case: Case) -> list[tuple]:
+        bf16 = case.work.widened > 0
+        return [(case.key, index, form, conversions) for index, _ in enumerate(phases(case.key))
+                for form in ("fused", "rest") for conversions in ((False, True) if bf16 else (False,))]
+
+    def measure_elements(self, case: Case, threads: int) -> None:
+        """Measure (again) the element loops of ``case``'s phases at ``threads`` (``roofline_work``), keeping the
+        fastest of this and every earlier measurement (see ``Machine.remeasure``)."""
+        row = phases(case.key)
+        clock = clock_for(threads)
+        for key in self._element_keys(case):
+            _, index, form, conversions = key
+            phase = row[index]
+            if key not in self.element_kernels:
+                looks_up = phase.lookups > 0 and self.target.looks_up_bf16_unary_math
+                kernels, used = [], []
+                for interleave in self.ELEMENT_INTERLEAVES:
+                    def element(b, x, used=used):
+                        ops = Ops(b, x, self.target, conversions, looks_up, form == "fused")
+                        value = phase.element(ops)
+                        used[:] = ops.used
+                        return value
+                    kernels.append(mk.compile_kernel(mk.element_module(f"{case.key}_{index}_{form}", self.target,
+                                                                       element, interleave), "math"))
+                self.element_kernels[key] = (kernels, used)
+            kernels, _ = self.element_kernels[key]
+            rate = max(mk.module_throughput(kernel, threads, clock, phase.inputs) for kernel in kernels)
+            rates = self.element_rates.setdefault(key, {})
+            rates[threads] = max(rates.get(threads, 0.0), rate)
+
+    def phase_compute(self, case: Case, index: int, threads: int, conversions: bool = True) -> tuple[float, str]:
+        """(seconds, form) of phase ``index`` of ``case``'s necessary element work at ``threads``: the faster of its
+        element loop with the functions in it ("fused") and the loop without them plus each function at its own
+        loop's rate ("split"); bf16 table reads (where the CPU looks bf16 unary math up) added to both."""
+        phase = phases(case.key)[index]
+        bf16 = conversions and case.work.widened > 0
+        fused_key, rest_key = (case.key, index, "fused", bf16), (case.key, index, "rest", bf16)
+        used = self.element_kernels[fused_key][1]
+        n = phase.elements
+        looked_up = phase.lookups > 0 and self.target.looks_up_bf16_unary_math
+        tables = phase.lookups * n / self.lookup[threads] if looked_up else 0.0
+        fused = n / self.element_rates[fused_key][threads] + tables
+        if not used:  # (no function to split off: one form, the faster reading of its two builds)
+            return min(fused, n / self.element_rates[rest_key][threads] + tables), "fused"
+        split = n / self.element_rates[rest_key][threads] + tables + \
+            sum(n / self.math[name][threads] for name in used)
+        return (fused, "fused") if fused <= split else (split, "split")
+
+    def describe_work(self, case: Case, threads: int) -> str:
+        """The row's phases' necessary work per element and its element loops' measured rates at ``threads``."""
+        parts = []
+        for index, phase in enumerate(phases(case.key)):
+            rates = ", ".join(f"{form}{' bf16' if bf16 else ''} {self.element_rates[key][threads] / 1e9:.2f}"
+                              for key in self._element_keys(case) if key[1] == index for form, bf16 in [key[2:]])
+            seconds, form = self.phase_compute(case, index, threads)
+            parts.append(f"{phase.name or 'work'}: {phase.ops}; element loops (Gelem/s): {rates}; "
+                         f"{seconds * 1e3:.3f} ms ({form})")
+        return "; ".join(parts)
+
