@@ -7,7 +7,10 @@ other row is one phase) the operations any correct implementation does per eleme
 definition once; a reduction's accumulate as one op; a division by a row's value as a product by its reciprocal;
 a row constant computed once per row is not counted), written as float32 arithmetic on one element and run by
 ``microkernels.element_module`` over L1-resident data, vectorized by O3 with the math loops' hints, the fastest
-of several runs. Polynomial functions are neuroncc's own (``mathlib``; the fastest form it has for the argument:
+of several runs and of interleave counts 1, 2 and 4, in two forms, the faster counting: all of it in one loop
+("fused"), or the loop without the polynomial functions plus each function at its own loop's rate ("split": the
+functions in loops of their own, as row (a)'s gelu is; on Zen 3 (a)'s fused loop spills and runs 1.15x the split
+form, softmax's fused 1.09x). Polynomial functions are neuroncc's own (``mathlib``; the fastest form it has for the argument:
 ``exp_nonpositive`` for exp(x - max)). bf16 rows add their conversions as integer operations on the float32 bits,
 in the fewest instructions known per vector (:data:`CONVERSIONS`: widening an input 1, rounding a result that is
 read again 5, rounding and packing an output 4 of its 4.5, the half instruction left out), so that they cost in the
@@ -28,7 +31,8 @@ constants: a weight, a row's max) so that none is dead: the instructions and the
 element's chain is independent of the others', and a reduction's accumulate costs its one instruction, not its
 latency chain (an optimistic count: a roof).
 
-Memory and compute combine per phase, max(memory, compute), and phases add: a phase waits for the one before it
+Memory and compute combine per phase, max(memory, compute) (memory: the phase's bytes streamed, and streamed in
+place too where the phase updates its inputs, ``Phase.in_place``), and phases add: a phase waits for the one before it
 (cross-entropy's backward cannot start before the forward's loss is known, TorchDynamo's graph break between them).
 """
 
