@@ -126,15 +126,15 @@ def test_new_generators_do_not_grow_the_devices_op_table():
     assert sum(len(handler.entries) for handler in dispatch._handlers.values()) == before
 
 
-def test_seeded_draws_repeat_across_processes():
-    code = ("import json, torch\n"
+def test_seeded_draws_repeat_across_processes(warm_python):
+    code = ("import json, torch, neuroncc.device\n"
             "g = torch.Generator(device='neuron').manual_seed(1234)\n"
             "a = torch.randn(5, generator=g, device='neuron')\n"
             "p = torch.randperm(10, generator=g, device='neuron')\n"
             "torch.manual_seed(7)\n"
             "d = torch.nn.functional.dropout(torch.ones(16, device='neuron'), 0.5)\n"
             "print(json.dumps([a.cpu().tolist(), p.cpu().tolist(), d.cpu().tolist()]))")
-    runs = [run_python(code) for _ in range(2)]
+    runs = [run_python(code, python=warm_python), run_python(code, python=warm_python.other)]
     for run in runs:
         assert run.returncode == 0, run.stderr
     outputs = [json.loads(run.stdout.strip().splitlines()[-1]) for run in runs]
