@@ -48,7 +48,7 @@ def _typed(run_backward: Callable[..., Any]) -> Callable[..., Any]:
 
 def route_backward() -> None:
     """Wrap ``torch.autograd``'s engine entry (both its names, as torch's own patch does; idempotent)."""
-    import torch.autograd.graph  # torch itself: the device layer's modules import it when torch loads them
+    import torch.autograd.graph
 
     current = torch.autograd.graph._engine_run_backward
     if getattr(current, "__neuroncc_routed__", False):
