@@ -2,8 +2,9 @@
 host path around CPU's kernel costs (the device's random numbers are drawn on the host, where its memory is).
 
     randn(64); bernoulli_(0.5) of 64; randperm(100); randn(64) with a new seeded torch.Generator each call
-    (a pipeline seeding each image; a CPU generator, which the device's random ops take as they take a neuron one,
-    so that trees without ``torch.Generator("neuron")`` run it too); x[mask] of 64 (a CPU fallback: its result's shape depends on the data)
+    (a pipeline seeding each image; a CPU generator, which the device's random ops take as they take a
+    neuron one, so that trees without ``torch.Generator("neuron")`` run it too); x[mask] of 64 (a CPU
+    fallback: its result's shape depends on the data)
 
 Each row: the device and CPU interleaved call by call in one process (a call = ``--inner`` ops), medians of
 ``--repeat`` rounds, microseconds an op. Compare two trees by running each tree's copy of this file (it imports
