@@ -85,6 +85,12 @@ class DeviceFallbackError(UnsupportedOpError):
         super().__init__(message)
 
 
+class DeviceAutogradError(NeuronccError, RuntimeError):
+    """A backward pass (``backward()``, ``torch.autograd.grad``) over tensors on ``neuron:1`` or above: PyTorch's
+    autograd engine cannot run it for a Python-registered device in torch 2.13 (a ``RuntimeError``, as the
+    engine's own assert was)."""
+
+
 class SpecializationLimitWarning(UserWarning):
     """A graph with symbolic sizes met one input shape more than ``max_specializations``: shapes not compiled
     run on eager PyTorch from then on, as TorchDynamo runs a frame past its ``recompile_limit`` (with

@@ -12,9 +12,10 @@ its importer) and below the CLI; see docs/device.md.
 Modules: registration (what torch is told), torch_module (``torch.neuron``), accelerator and printing (torch
 functions that answer for the device), allocator and memory (host memory and tensors over it), structural
 (factories, copies, views), dispatch (every other op), signature, op_forms, programs, entries, kernels
-(per-op compilation), fallback (CPU), generators (RNG), autocast and autocast_policy (``torch.autocast("neuron")``),
-tracking and counters (what ran where), config, streams and resize (what FSDP2 and code written for CUDA streams
-ask of a device: synchronous streams and events, storage resizing).
+(per-op compilation), fallback (CPU), generators (RNG, ``torch.Generator(device="neuron")``),
+backward_devices (the typed error of a backward off ``neuron:0``), autocast and autocast_policy
+(``torch.autocast("neuron")``), tracking and counters (what ran where), config, streams and resize (what FSDP2
+and code written for CUDA streams ask of a device: synchronous streams and events, storage resizing).
 
 May import: errors, hardware, ir, passes, codegen, executors, driver, frontend, torch. Imported by:
 distributed, cli (and ``neuroncc._autoload_device``, the entry point torch calls).

@@ -44,8 +44,9 @@ def run_on_host(form: OpForm, args: tuple[Any, ...], kwargs: dict[str, Any], ind
             return _CPU
         return value
 
-    host_args = tree_map(to_host, list(args))
-    host_kwargs = tree_map(to_host, dict(kwargs))
+    host_args = [tree_map(to_host, value) if type(value) in _CONTAINERS else to_host(value) for value in args]
+    host_kwargs = {name: tree_map(to_host, value) if type(value) in _CONTAINERS else to_host(value)
+                   for name, value in kwargs.items()}
     # out= tensors: CPU kernels resize them as they need, which the device's memory (not resizable from CPU)
     # cannot follow; they get CPU tensors, copied into the neuron ones (resized as eager would) afterwards.
     outs = {name: host_kwargs[name] for name in form.out_arguments if isinstance(host_kwargs.get(name), torch.Tensor)}
@@ -54,7 +55,8 @@ def run_on_host(form: OpForm, args: tuple[Any, ...], kwargs: dict[str, Any], ind
     if generator is not None:
         _use_generator(form, host_args, host_kwargs, generator)
     result = form.op(*host_args, **host_kwargs)
-    if any(isinstance(leaf, torch.Tensor) and leaf.is_nested for leaf in tree_leaves(result)):
+    if result.is_nested if type(result) is torch.Tensor else \
+            any(isinstance(leaf, torch.Tensor) and leaf.is_nested for leaf in tree_leaves(result)):
         raise nested_result_error(form.name)
     for name in outs:
         target, computed = kwargs[name], host_kwargs[name]
@@ -69,10 +71,14 @@ def run_on_host(form: OpForm, args: tuple[Any, ...], kwargs: dict[str, Any], ind
                     args[i] if (i := _position(form, name)) < len(args) else kwargs[name]
                     for name, value in zip(form.returns, results)]
         return returned[0] if len(returned) == 1 else tuple(returned)
+    if type(result) is torch.Tensor:
+        return _to_device(result, sources, index)
     return tree_map(lambda value: _to_device(value, sources, index), result)
 
 
 _CPU = torch.device("cpu")
+#: argument types walked with pytree (an op's other arguments are leaves: mapped directly, without pytree's walk)
+_CONTAINERS = (list, tuple, dict)
 
 
 def nested_result_error(op_name: str) -> UnsupportedOpError:
@@ -110,14 +116,20 @@ def _position(form: OpForm, name: str) -> int:
 
 def _use_generator(form: OpForm, args: list[Any], kwargs: dict[str, Any], generator: torch.Generator) -> None:
     """Give a random op the device's generator where the caller passed none."""
-    for position, argument in enumerate(form.op._schema.arguments):
-        if "Generator" not in str(argument.type):
-            continue
+    arguments = _GENERATOR_ARGUMENTS.get(form.op)
+    if arguments is None:
+        arguments = _GENERATOR_ARGUMENTS[form.op] = tuple(
+            (position, argument) for position, argument in enumerate(form.op._schema.arguments)
+            if "Generator" in str(argument.type))
+    for position, argument in arguments:
         if argument.kwarg_only or position >= len(args):
             if kwargs.get(argument.name) is None:
                 kwargs[argument.name] = generator
         elif args[position] is None:
             args[position] = generator
+
+
+_GENERATOR_ARGUMENTS: dict[Any, tuple[tuple[int, Any], ...]] = {}  # op -> its Generator arguments
 
 
 class HostFallback:

@@ -23,6 +23,8 @@ import torch
 
 from neuroncc.device import autocast, autograd_decomposed, config, pinned, streams, structural, torch_module
 from neuroncc.device.accelerator import route_accelerator
+from neuroncc.device.backward_devices import route_backward
+from neuroncc.device.generators import route_torch_generator
 from neuroncc.device.printing import print_through_cpu
 from neuroncc.device.untraced import untraced
 
@@ -74,6 +76,8 @@ def register() -> None:
         structural.register(kernels)
         pinned.register(kernels)
         streams.register(kernels)
+        route_torch_generator()
+        route_backward()
         autograd_decomposed.register(kernels)
         kernels.impl("_thnn_fused_lstm_cell", _lstm_cell_with_biases, "PrivateUse1", with_keyset=True)
         fallback = torch.library.Library("_", "IMPL")

@@ -36,6 +36,21 @@ class _Marker:
 FLOAT = _Marker("FLOAT")
 _TRUE, _FALSE = _Marker("True"), _Marker("False")
 _LIST = _Marker("[")
+
+
+class _GeneratorMarker:
+    """Where a ``Generator`` is: random ops draw from the one passed at call time, so which one is no part of
+    what the entry is made for (its object in the key kept one entry, and the generator, alive per generator
+    ever used). Not a :class:`_Marker`: signature_index still finds such a signature unindexable."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "Generator"
+
+
+GENERATOR = _GeneratorMarker()
+_Generator = torch._C.Generator
 _Tensor = torch.Tensor
 _float64 = torch.float64
 
@@ -92,8 +107,10 @@ def _walk(value: Any, key: list[Any], tensors: list[torch.Tensor], floats: list[
             key.append(len(value))
             for item in value:
                 _walk(item, key, tensors, floats)
+    elif kind is _Generator:  # as the dispatcher passes one to a Python kernel (its own wrapper)
+        key.append(GENERATOR)
     else:
-        key.append(value)  # int, None, str, dtype, device, layout, memory format, complex, Generator
+        key.append(value)  # int, None, str, dtype, device, layout, memory format, complex
 
 
 def rebuild(args: Sequence[Any], kwargs: dict[str, Any], tensor: Callable[[int, torch.Tensor], Any],

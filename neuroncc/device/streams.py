@@ -153,7 +153,10 @@ def _names_neuron(device: Any) -> bool:
         return accelerator is not None and accelerator.type == name
     if isinstance(device, int):
         return False
-    return torch.device(device).type == name
+    try:
+        return torch.device(device).type == name
+    except (RuntimeError, TypeError):
+        return False  # PyTorch's own class raises its error for it
 
 
 def route_torch_event() -> None:
@@ -161,6 +164,43 @@ def route_torch_event() -> None:
     if not getattr(torch.Event, "__neuroncc_routed__", False):
         _RoutedEvent.__doc__ = (_TORCH_EVENT.__doc__ or "") + "\n\n" + (_RoutedEvent.__doc__ or "")
         torch.Event = _RoutedEvent
+
+
+_TORCH_STREAM = torch.Stream  # PyTorch's own class (C++): its events cannot synchronize or time on the device
+
+
+class _AnyStream(type(_TORCH_STREAM)):  # type: ignore[misc]
+    """The metaclass of the routed ``torch.Stream``: every PyTorch stream is an instance of it."""
+
+    def __instancecheck__(cls, instance: Any) -> bool:
+        return isinstance(instance, _TORCH_STREAM)
+
+    def __subclasscheck__(cls, subclass: type) -> bool:
+        return issubclass(subclass, _TORCH_STREAM)
+
+
+class _RoutedStream(_TORCH_STREAM, metaclass=_AnyStream):
+    """``torch.Stream`` once the device is registered: a stream of the neuron device (``torch.Stream("neuron")``,
+    or no device while neuron is the accelerator) is a :class:`Stream`, so ``with torch.Stream("neuron"):``
+    makes it current and its ``record_event()`` gives an event that synchronizes and times. PyTorch's own (made
+    through the C++ device guard, which a Python backend cannot give streams or events in torch 2.13) did
+    neither. Any other stream, and one rebuilt from ``stream_id``/``device_index``/``device_type``, is
+    PyTorch's own."""
+
+    __neuroncc_routed__ = True
+
+    def __new__(cls, device: Any = None, *args: Any, priority: int = 0, **kwargs: Any) -> Any:
+        if not args and not kwargs and (_names_neuron(device) or isinstance(device, int) and _names_neuron(None)):
+            return Stream(device, priority=priority)
+        return _TORCH_STREAM(device, *args, priority=priority, **kwargs) if device is not None else \
+            _TORCH_STREAM(*args, priority=priority, **kwargs)
+
+
+def route_torch_stream() -> None:
+    """Make ``torch.Stream`` :class:`_RoutedStream` (idempotent)."""
+    if not getattr(torch.Stream, "__neuroncc_routed__", False):
+        _RoutedStream.__doc__ = (_TORCH_STREAM.__doc__ or "") + "\n\n" + (_RoutedStream.__doc__ or "")
+        torch.Stream = _RoutedStream
 
 
 def _streams() -> dict[int, Stream]:
@@ -208,9 +248,10 @@ def record_stream(tensor: torch.Tensor, stream: torch.Stream) -> None:
 
 def register(kernels: torch.library.Library) -> None:
     """Put the device's ``record_stream`` kernel on ``kernels`` (a ``torch.library.Library("aten", "IMPL")``) and
-    route ``torch.Event`` (:func:`route_torch_event`)."""
+    route ``torch.Event`` and ``torch.Stream`` (:func:`route_torch_event`, :func:`route_torch_stream`)."""
     kernels.impl("record_stream", record_stream, "PrivateUse1")
     route_torch_event()
+    route_torch_stream()
 
 
 __all__ = ["Event", "Stream", "current_stream", "default_stream", "set_stream", "stream"]

@@ -60,3 +60,24 @@ def test_side_stream_prefetch_with_record_stream_gives_cpus_values():
     on_device.record_stream(torch.Stream("neuron"))
     assert isinstance(side, torch.Stream) and side != torch.neuron.current_stream()
     torch.testing.assert_close((on_device * 2).softmax(-1).cpu(), (batch * 2).softmax(-1))
+
+
+def test_a_torch_stream_of_the_device_is_current_inside_with_and_its_events_time():
+    # device-agnostic code: torch.Stream("neuron") (or torch.Stream() with neuron as the accelerator)
+    side = torch.Stream("neuron")
+    assert isinstance(side, torch.Stream) and side.device == torch.device("neuron", 0)
+    assert isinstance(torch.Stream(), torch.neuron.Stream) and torch.Stream("neuron", priority=-1).priority == -1
+    with side:
+        assert torch.accelerator.current_stream() is side and torch.neuron.current_stream() is side
+        x = torch.randn(16, 16, device="neuron")
+        start = side.record_event(torch.Event(enable_timing=True))
+        y = x @ x
+        time.sleep(0.01)
+        end = side.record_event(torch.Event(enable_timing=True))
+    assert torch.neuron.current_stream() is torch.neuron.default_stream()
+    plain = torch.Stream("neuron").record_event()
+    plain.synchronize()
+    end.synchronize()
+    assert plain.query() and start.elapsed_time(end) >= 10.0
+    torch.testing.assert_close(y.cpu(), x.cpu() @ x.cpu())
+    assert type(torch.Stream("cpu")) is torch._C.Stream  # any other device's stream is PyTorch's own
