@@ -17,6 +17,7 @@ layout differs). ``tests/device/test_memory_format.py`` compares them with CPU.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -94,11 +95,17 @@ def _restrided(result: Any, on_cpu: Any) -> Any:
 def new_result_strides(form: OpForm, result: Any) -> list[tuple[int, ...] | None]:
     """Eager's strides of each new result (``eager_result``'s), in a program's output order; None where the
     result is not a dense tensor."""
+    return [None if layout is None else layout[1] for layout in new_result_layouts(form, result)]
+
+
+def new_result_layouts(form: OpForm, result: Any) -> list[tuple[tuple[int, ...], tuple[int, ...]] | None]:
+    """Shape and eager strides of each new result, in a program's output order; None where the result is not a
+    dense tensor."""
     leaves = tree_leaves(result)
     if form.writes:
         leaves = [leaf for leaf, name in zip(leaves, form.returns) if name is None]
-    return [tuple(leaf.stride()) if isinstance(leaf, torch.Tensor) and memory.dense_strides(leaf.shape, leaf.stride())
-            else None for leaf in leaves]
+    return [(tuple(leaf.shape), tuple(leaf.stride())) if isinstance(leaf, torch.Tensor) and
+            memory.dense_strides(leaf.shape, leaf.stride()) else None for leaf in leaves]
 
 
 def laid_out(outputs: tuple[GraphOutput, ...], strides: list[tuple[int, ...] | None]) -> tuple[GraphOutput, ...]:
@@ -113,3 +120,108 @@ def laid_out(outputs: tuple[GraphOutput, ...], strides: list[tuple[int, ...] | N
             output = ComputedOutput(output.index, TensorSpec(output.spec.shape, wanted, output.spec.dtype))
         laid.append(output)
     return tuple(laid)
+
+
+# --- computing in memory order ------------------------------------------------------------------------------
+#: ops that normalize each channel (dim 1) over every other dim: on a tensor whose channels are innermost in
+#: memory (channels_last, channels_last_3d) they are the same op on its bytes seen as ``[elements / C, C]``
+#: rows (BatchNorm1d's form). Per op: the arguments of the input's shape.
+PER_CHANNEL = {
+    aten.native_batch_norm.default: ("input",),
+    aten._native_batch_norm_legit.default: ("input",),
+    aten._native_batch_norm_legit.no_stats: ("input",),
+    aten._native_batch_norm_legit_no_training.default: ("input",),
+    aten.native_batch_norm_backward.default: ("grad_out", "input"),
+}
+
+
+def memory_order_shapes(form: OpForm, args: list[Any], kwargs: dict[str, Any], tensors: list[Any],
+                        strides: list[tuple[int, ...] | None]) -> list[tuple[int, ...]] | None:
+    """The shapes in which the program of a call is built over its tensors' bytes in memory order, each tensor
+    then read (and each new result written) as a contiguous tensor of that shape; None: build it over the
+    tensors as they are (contiguous operands, mixed layouts, other ops).
+
+    A dense tensor in any memory order is a flat buffer: a pointwise op (``torch.Tag.pointwise``) whose tensors
+    are all of one shape and one dense non-contiguous layout (besides 0-d ones), and whose new results are
+    laid out so too, is the same op over flat ``[numel]`` buffers (a channels_last ReLU, its backward, a residual
+    add). A PER_CHANNEL op whose input's channels are innermost is the same op over ``[numel / C, C]`` rows.
+    Without this the kernels compute in the logical (NCHW) order, reading such tensors with a stride and
+    writing each result through a transposing copy (``kernels.Binding``'s temporary).
+
+    ``tensors`` are the call's tensors (anything with shape and stride), ``strides`` the new results' eager
+    strides (:func:`new_result_strides`); written tensors are among ``tensors``."""
+    sized = [t for t in tensors if len(t.shape) > 0]
+    if not sized or form.foreach:
+        return None
+    if torch.Tag.pointwise in form.op.tags or form.functional is not None and torch.Tag.pointwise in form.functional.tags:
+        shape, layout = tuple(sized[0].shape), tuple(sized[0].stride())
+        if len(shape) < 2 or not _permuted_dense(shape, layout) or \
+                any(tuple(t.shape) != shape or not _same_strides(shape, t.stride(), layout) for t in sized) or \
+                any(s is None or not _same_strides(shape, s, layout) for s in strides):
+            return None
+        flat = (math.prod(shape),)
+        return [flat if len(t.shape) > 0 else () for t in tensors]
+    names = PER_CHANNEL.get(form.op)
+    if names is None:
+        return None
+    full = [argument(form.op, name, args, kwargs) for name in names]
+    shape, layout = tuple(full[0].shape), tuple(full[0].stride())
+    if len(shape) < 3 or shape[1] < 2 or layout[1] != 1 or not _permuted_dense(shape, layout) or \
+            any(tuple(t.shape) != shape or not _same_strides(shape, t.stride(), layout) for t in full) or \
+            any(s is not None and len(s) == len(shape) and not _same_strides(shape, s, layout) for s in strides):
+        return None
+    rows = (math.prod(shape) // shape[1], shape[1])
+    ids = {id(t) for t in full}
+    return [rows if id(t) in ids else tuple(t.shape) for t in tensors]
+
+
+def _permuted_dense(shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:
+    """Dense, not contiguous, and holding elements (a layout worth building in memory order)."""
+    return math.prod(shape) > 1 and memory.dense_strides(shape, strides) and \
+        not _same_strides(shape, strides, _contiguous(shape))
+
+
+def _same_strides(shape: tuple[int, ...], a: Any, b: Any) -> bool:
+    """The same strides in every dim of size above 1 (the same element order in memory)."""
+    return len(a) == len(b) == len(shape) and all(n == 1 or x == y for n, x, y in zip(shape, a, b))
+
+
+def _contiguous(shape: tuple[int, ...]) -> tuple[int, ...]:
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= max(size, 1)
+    return tuple(reversed(strides))
+
+
+def in_memory_order(outputs: tuple[GraphOutput, ...], results: list[tuple[tuple[int, ...], tuple[int, ...]] | None],
+                    shapes: dict[tuple[int, ...], tuple[int, ...]]) -> tuple[GraphOutput, ...] | None:
+    """The outputs of a program built in memory order (:func:`memory_order_shapes`) as the op's new results:
+    each computed one of the memory-order shape of its result's shape (``shapes``: logical -> memory-order
+    shape) is that result, in eager's layout (``results``: shape and strides per new result).
+    ``kernels.Binding`` writes such an output in place: its contiguous bytes are the result's in memory order.
+    None when the outputs are not the new results one for one."""
+    if len(outputs) != len(results):
+        return None
+    laid = []
+    for output, result in zip(outputs, results):
+        if isinstance(output, ComputedOutput) and result is not None and result[0] in shapes and \
+                shapes[result[0]] == output.spec.shape:
+            output = ComputedOutput(output.index, TensorSpec(result[0], result[1], output.spec.dtype))
+        laid.append(output)
+    return tuple(laid)
+
+
+#: ops whose device program is one ATen call (an extern step: executors/cpu/extern.py), which writes its result
+#: into the program's contiguous output: for operands in another memory format the result is transposed there
+#: and back into eager's layout by ``kernels.Binding``
+ATEN_EXTERNS = frozenset({aten.convolution.default, aten.convolution_backward.default})
+
+
+def aten_on_device_memory(form: OpForm, tensors: list[torch.Tensor]) -> bool:
+    """Whether the call runs ATen's own kernel on the device's memory (``fallback.run_on_host``: host views of
+    the operands, the results copied into device memory in ATen's layout) instead of its program: an
+    ATEN_EXTERNS op over float32 tensors some of which are dense in another memory format than contiguous
+    (channels_last), where ATen's result is laid out so too."""
+    return form.op in ATEN_EXTERNS and all(t.dtype is torch.float32 for t in tensors) and \
+        any(t.dim() >= 3 and _permuted_dense(tuple(t.shape), tuple(t.stride())) for t in tensors)
