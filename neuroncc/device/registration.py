@@ -21,7 +21,8 @@ from typing import Any
 
 import torch
 
-from neuroncc.device import autocast, autograd_decomposed, config, pinned, streams, structural, torch_module
+from neuroncc.device import (autocast, autograd_decomposed, config, fake_convolution, pinned, streams, structural,
+                             torch_module)
 from neuroncc.device.accelerator import route_accelerator
 from neuroncc.device.printing import print_through_cpu
 from neuroncc.device.untraced import untraced
@@ -81,6 +82,7 @@ def register() -> None:
         autocast.register(kernels, fallback, DEVICE_NAME)
         _libraries.extend((kernels, fallback))
         structural.install_storage_constructor()
+        fake_convolution.install(DEVICE_NAME)  # traced convolutions laid out as eager's (CPU's)
         route_accelerator()
         print_through_cpu()
 
