@@ -151,9 +151,11 @@ def memory_order_shapes(form: OpForm, args: list[Any], kwargs: dict[str, Any], t
     ``tensors`` are the call's tensors (anything with shape and stride), ``strides`` the new results' eager
     strides (:func:`new_result_strides`); written tensors are among ``tensors``."""
     sized = [t for t in tensors if len(t.shape) > 0]
-    if not sized or form.foreach:
+    if not sized:
         return None
-    if torch.Tag.pointwise in form.op.tags or form.functional is not None and torch.Tag.pointwise in form.functional.tags:
+    if form.foreach:
+        return _foreach_memory_order(form, args, tensors, strides)
+    if _pointwise(form.op) or form.functional is not None and _pointwise(form.functional):
         shape, layout = tuple(sized[0].shape), tuple(sized[0].stride())
         if len(shape) < 2 or not _permuted_dense(shape, layout) or \
                 any(tuple(t.shape) != shape or not _same_strides(shape, t.stride(), layout) for t in sized) or \
@@ -173,6 +175,43 @@ def memory_order_shapes(form: OpForm, args: list[Any], kwargs: dict[str, Any], t
     rows = (math.prod(shape) // shape[1], shape[1])
     ids = {id(t) for t in full}
     return [rows if id(t) in ids else tuple(t.shape) for t in tensors]
+
+
+def _foreach_memory_order(form: OpForm, args: list[Any], tensors: list[Any],
+                          strides: list[tuple[int, ...] | None]) -> list[tuple[int, ...]] | None:
+    """memory_order_shapes of a pointwise ``_foreach_`` op (an optimizer's step over channels_last convolution
+    weights): each list position whose tensors share one dense non-contiguous layout (and its new result, if
+    any) is built over flat buffers, the other positions as they are."""
+    element = getattr(aten, form.op._schema.name.split("::")[1].removeprefix("_foreach_").removesuffix("_"), None)
+    if element is None or not any(_pointwise(getattr(element, name)) for name in element.overloads()):
+        return None
+    arguments = form.op._schema.arguments
+    lists = [value for a, value in zip(arguments, args) if isinstance(a.type, torch._C.ListType)
+             and isinstance(value, list | tuple) and any(isinstance(v, torch.Tensor) for v in value)]
+    if not lists or len({len(value) for value in lists}) != 1:
+        return None
+    flat: dict[int, bool] = {}  # id(tensor) -> built over its flat buffer
+    for position in range(len(lists[0])):
+        group = [value[position] for value in lists if isinstance(value[position], torch.Tensor)]
+        shape, layout = tuple(group[0].shape), tuple(group[0].stride())
+        result = strides[position] if len(strides) == len(lists[0]) else None
+        fits = len(shape) >= 2 and _permuted_dense(shape, layout) and \
+            all(tuple(t.shape) == shape and _same_strides(shape, t.stride(), layout) for t in group) and \
+            (not strides or result is not None and _same_strides(shape, result, layout))
+        for t in group:
+            if flat.setdefault(id(t), fits) != fits:
+                return None  # one tensor at two positions, built two ways
+    if not any(flat.values()):
+        return None
+    return [(math.prod(t.shape),) if flat.get(id(t)) else tuple(t.shape) for t in tensors]
+
+
+#: ops that set every element alike (not tagged pointwise): flat buffers too
+_FILLS = frozenset({aten.zero_.default, aten.zero.default, aten.fill_.Scalar, aten.fill.Scalar})
+
+
+def _pointwise(op: Any) -> bool:
+    return torch.Tag.pointwise in op.tags or op in _FILLS
 
 
 def _permuted_dense(shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:

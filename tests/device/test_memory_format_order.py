@@ -117,3 +117,27 @@ def test_memory_order_edge_cases_match_cpu():
     ]
     for case in cases:
         _check(case("cpu"), case("neuron"))
+
+
+def test_channels_last_foreach_optimizer_steps_compute_over_flat_buffers():
+    """SGD with momentum and Adam over channels_last convolution weights beside contiguous ones: the foreach
+    ops' channels_last positions are flat buffers, the others as they are."""
+    torch.manual_seed(0)
+    weights = [torch.randn(8, 4, 3, 3).to(memory_format=CL), torch.randn(8), torch.randn(6, 8, 3, 3),
+               torch.randn(5, 3, 1, 1).to(memory_format=CL)]
+    grads = [torch.randn_like(w) for w in weights]
+    results = {}
+    for device in ("cpu", "neuron"):
+        params = [nn.Parameter(w.clone().to(device)) for w in weights]
+        steps = [torch.optim.SGD(params[:2], lr=0.1, momentum=0.9), torch.optim.Adam(params[2:], lr=0.1)]
+        for _ in range(2):
+            for p, g in zip(params, grads):
+                p.grad = g.clone().to(device)
+            for optimizer in steps:
+                optimizer.step()
+        values, on_device = [p.detach() for p in params], [g.to(device) for g in grads]
+        results[device] = values + list(torch._foreach_addcmul(values, on_device, on_device, value=0.5))
+    for expected, got in zip(results["cpu"], results["neuron"]):
+        _check(expected, got)
+    assert _transposing({"_foreach_add_", "_foreach_mul_", "_foreach_addcmul_", "_foreach_addcdiv_",
+                         "_foreach_lerp_", "_foreach_sqrt", "_foreach_div_", "_foreach_addcmul", "zero_"}) == []
