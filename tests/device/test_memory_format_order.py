@@ -25,19 +25,26 @@ def _check(expected: torch.Tensor, got: torch.Tensor, tolerance: float = 1e-5) -
     assert _strides(got) == _strides(expected), (got.stride(), expected.stride())
 
 
-def _transposing(ops: set[str]) -> list[tuple[str, str]]:
-    """(op, how) for each compiled entry of ``ops`` writing a result through a temporary in another layout."""
+def _entries() -> set[int]:
+    """The device's entries so far (another test of the process may have made entries of the same ops)."""
+    return {id(entry) for handler in dispatch.handlers() for entry in handler.entries.values()}
+
+
+def _transposing(ops: set[str], before: set[int]) -> list[tuple[str, str]]:
+    """(op, how) for each compiled entry of ``ops`` made since ``before`` (:func:`_entries`) writing a result
+    through a temporary in another layout."""
     found = []
     for handler in dispatch.handlers():
         if str(handler.op).split(".")[1] not in ops:
             continue
         for entry in handler.entries.values():
-            if isinstance(entry, CompiledKernel):
+            if isinstance(entry, CompiledKernel) and id(entry) not in before:
                 found += [(str(handler.op), how) for how, _, _ in entry.binding.outputs if "via cpu" in how]
     return found
 
 
 def test_channels_last_pointwise_chain_forward_and_backward_without_transposing_copies():
+    before = _entries()
     x = torch.randn(3, 6, 5, 7).to(memory_format=CL)
     g = torch.randn(3, 6, 5, 7).to(memory_format=CL)
 
@@ -55,10 +62,11 @@ def test_channels_last_pointwise_chain_forward_and_backward_without_transposing_
     for expected, got in zip(run("cpu"), run("neuron")):
         _check(expected, got)
     assert _transposing({"relu", "relu_", "mul", "add", "add_", "sigmoid", "sigmoid_backward", "sub", "exp",
-                         "gelu", "gelu_backward", "threshold_backward", "neg"}) == []
+                         "gelu", "gelu_backward", "threshold_backward", "neg"}, before) == []
 
 
 def test_channels_last_batch_norm_training_and_eval_compute_over_rows():
+    before = _entries()
     torch.manual_seed(0)
     for shape, fmt in (((4, 8, 5, 6), CL), ((2, 4, 3, 5, 6), CL3)):
         x, g = torch.randn(shape).to(memory_format=fmt), torch.randn(shape).to(memory_format=fmt)
@@ -76,7 +84,7 @@ def test_channels_last_batch_norm_training_and_eval_compute_over_rows():
         for expected, got in zip(results["cpu"], results["neuron"]):
             _check(expected, got, 1e-4)  # sums over N*H*W elements in another order
     assert _transposing({"native_batch_norm", "native_batch_norm_backward", "_native_batch_norm_legit",
-                         "_native_batch_norm_legit_no_training"}) == []
+                         "_native_batch_norm_legit_no_training"}, before) == []
 
 
 def test_channels_last_convolution_runs_aten_on_device_memory():
@@ -122,6 +130,7 @@ def test_memory_order_edge_cases_match_cpu():
 def test_channels_last_foreach_optimizer_steps_compute_over_flat_buffers():
     """SGD with momentum and Adam over channels_last convolution weights beside contiguous ones: the foreach
     ops' channels_last positions are flat buffers, the others as they are."""
+    before = _entries()
     torch.manual_seed(0)
     weights = [torch.randn(8, 4, 3, 3).to(memory_format=CL), torch.randn(8), torch.randn(6, 8, 3, 3),
                torch.randn(5, 3, 1, 1).to(memory_format=CL)]
@@ -139,5 +148,6 @@ def test_channels_last_foreach_optimizer_steps_compute_over_flat_buffers():
         results[device] = values + list(torch._foreach_addcmul(values, on_device, on_device, value=0.5))
     for expected, got in zip(results["cpu"], results["neuron"]):
         _check(expected, got)
-    assert _transposing({"_foreach_add_", "_foreach_mul_", "_foreach_addcmul_", "_foreach_addcdiv_",
-                         "_foreach_lerp_", "_foreach_sqrt", "_foreach_div_", "_foreach_addcmul", "zero_"}) == []
+    foreach = {"_foreach_add_", "_foreach_mul_", "_foreach_addcmul_", "_foreach_addcdiv_", "_foreach_lerp_",
+               "_foreach_sqrt", "_foreach_div_", "_foreach_addcmul", "zero_"}
+    assert _transposing(foreach, before) == []
