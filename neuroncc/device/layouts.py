@@ -135,16 +135,25 @@ PER_CHANNEL = {
 }
 
 
+#: how a call's tensor is presented to a program built in memory order: (shape, strides), None strides for a
+#: contiguous tensor of that shape over the tensor's bytes
+Presented = tuple[tuple[int, ...], tuple[int, ...] | None]
+
+
 def memory_order_shapes(form: OpForm, args: list[Any], kwargs: dict[str, Any], tensors: list[Any],
-                        strides: list[tuple[int, ...] | None]) -> list[tuple[int, ...]] | None:
-    """The shapes in which the program of a call is built over its tensors' bytes in memory order, each tensor
-    then read (and each new result written) as a contiguous tensor of that shape; None: build it over the
-    tensors as they are (contiguous operands, mixed layouts, other ops).
+                        strides: list[tuple[int, ...] | None]) -> list[Presented] | None:
+    """How the program of a call is built over its tensors' bytes in memory order: per tensor, the shape (and
+    strides, where it is not contiguous in that shape) it is read as; each new result is written as a
+    contiguous tensor of its memory-order shape. None: build it over the tensors as they are (contiguous
+    operands, mixed layouts, other ops).
 
     A dense tensor in any memory order is a flat buffer: a pointwise op (``torch.Tag.pointwise``) whose tensors
     are all of one shape and one dense non-contiguous layout (besides 0-d ones), and whose new results are
     laid out so too, is the same op over flat ``[numel]`` buffers (a channels_last ReLU, its backward, a residual
-    add). A PER_CHANNEL op whose input's channels are innermost is the same op over ``[numel / C, C]`` rows.
+    add). With operands that broadcast (a per-channel scale ``[1, C, 1, 1]``, an expanded gradient), the op is
+    built over every tensor permuted into the full-shape tensors' memory order (``[N, H, W, C]``; the
+    broadcast ones keep their strides, permuted): a pointwise op commutes with a permutation of all its
+    operands. A PER_CHANNEL op whose input's channels are innermost is the same op over ``[numel / C, C]`` rows.
     Without this the kernels compute in the logical (NCHW) order, reading such tensors with a stride and
     writing each result through a transposing copy (``kernels.Binding``'s temporary).
 
@@ -156,13 +165,7 @@ def memory_order_shapes(form: OpForm, args: list[Any], kwargs: dict[str, Any], t
     if form.foreach:
         return _foreach_memory_order(form, args, tensors, strides)
     if _pointwise(form.op) or form.functional is not None and _pointwise(form.functional):
-        shape, layout = tuple(sized[0].shape), tuple(sized[0].stride())
-        if len(shape) < 2 or not _permuted_dense(shape, layout) or \
-                any(tuple(t.shape) != shape or not _same_strides(shape, t.stride(), layout) for t in sized) or \
-                any(s is None or not _same_strides(shape, s, layout) for s in strides):
-            return None
-        flat = (math.prod(shape),)
-        return [flat if len(t.shape) > 0 else () for t in tensors]
+        return _pointwise_memory_order(form, args, kwargs, tensors, strides)
     names = PER_CHANNEL.get(form.op)
     if names is None:
         return None
@@ -174,11 +177,60 @@ def memory_order_shapes(form: OpForm, args: list[Any], kwargs: dict[str, Any], t
         return None
     rows = (math.prod(shape) // shape[1], shape[1])
     ids = {id(t) for t in full}
-    return [rows if id(t) in ids else tuple(t.shape) for t in tensors]
+    return [(rows, None) if id(t) in ids else _as_is(t) for t in tensors]
+
+
+def _as_is(tensor: Any) -> Presented:
+    return tuple(tensor.shape), tuple(tensor.stride())
+
+
+def _pointwise_memory_order(form: OpForm, args: list[Any], kwargs: dict[str, Any], tensors: list[Any],
+                            strides: list[tuple[int, ...] | None]) -> list[Presented] | None:
+    full = max((tuple(t.shape) for t in tensors), key=len)
+    rank = len(full)
+    sized = [t for t in tensors if len(t.shape) > 0]
+    written = [argument(form.op, name, args, kwargs) for name in form.written]
+    if rank < 2 or any(_broadcast(tuple(t.shape), full) is None for t in sized) or \
+            any(not isinstance(t, torch.Tensor) or tuple(t.shape) != full for t in written):
+        return None
+    # the layout of the results (new ones, or the written tensors)
+    layout = strides[0] if strides else tuple(written[0].stride()) if written else None
+    if layout is None or not _permuted_dense(full, layout) or \
+            any(s is None or not _same_strides(full, s, layout) for s in strides) or \
+            any(not _same_strides(full, t.stride(), layout) for t in written):
+        return None
+    whole = {id(t) for t in sized if tuple(t.shape) == full and _same_strides(full, t.stride(), layout)}
+    if len(whole) == len({id(t) for t in sized}):
+        flat = (math.prod(full),)
+        return [(flat, None) if len(t.shape) > 0 else ((), None) for t in tensors]
+    order = sorted(range(rank), key=lambda d: (-layout[d] if full[d] != 1 else 0, d))
+    if tuple(full[d] for d in order) == full:
+        # [8, 8, 8, 8]: the results' memory-order shape is their own, and kernels.Binding could not tell their
+        # bytes from a logical layout (it knows a memory-order output by its other shape)
+        return None
+    presented: list[Presented] = []
+    for t in tensors:
+        if len(t.shape) == 0:
+            presented.append(((), None))
+        elif id(t) in whole:
+            presented.append((tuple(full[d] for d in order), None))
+        else:  # broadcast or in another layout: aligned to the full rank, its strides kept (permuted with its dims)
+            shape = (1,) * (rank - t.dim()) + tuple(t.shape)
+            step = (0,) * (rank - t.dim()) + tuple(t.stride())
+            presented.append((tuple(shape[d] for d in order), tuple(step[d] for d in order)))
+    return presented
+
+
+def _broadcast(shape: tuple[int, ...], full: tuple[int, ...]) -> tuple[int, ...] | None:
+    """``shape`` aligned to ``full``'s rank when it broadcasts to ``full``, else None."""
+    if len(shape) > len(full):
+        return None
+    aligned = (1,) * (len(full) - len(shape)) + shape
+    return aligned if all(a in (1, f) for a, f in zip(aligned, full)) else None
 
 
 def _foreach_memory_order(form: OpForm, args: list[Any], tensors: list[Any],
-                          strides: list[tuple[int, ...] | None]) -> list[tuple[int, ...]] | None:
+                            strides: list[tuple[int, ...] | None]) -> list[Presented] | None:
     """memory_order_shapes of a pointwise ``_foreach_`` op (an optimizer's step over channels_last convolution
     weights): each list position whose tensors share one dense non-contiguous layout (and its new result, if
     any) is built over flat buffers, the other positions as they are."""
@@ -203,7 +255,7 @@ def _foreach_memory_order(form: OpForm, args: list[Any], tensors: list[Any],
                 return None  # one tensor at two positions, built two ways
     if not any(flat.values()):
         return None
-    return [(math.prod(t.shape),) if flat.get(id(t)) else tuple(t.shape) for t in tensors]
+    return [((math.prod(t.shape),), None) if flat.get(id(t)) else _as_is(t) for t in tensors]
 
 
 #: ops that set every element alike (not tagged pointwise): flat buffers too

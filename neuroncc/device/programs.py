@@ -103,7 +103,7 @@ def build_program(form: OpForm, args: tuple[Any, ...], kwargs: dict[str, Any], t
     if shapes is not None:
         program = _build(form, *_meta_call(args, kwargs, tensors, floats, shapes), floats, lift, result_tree,
                          strides, meta_result)
-        logical = {tuple(t.shape): shape for t, shape in zip(tensors, shapes) if tuple(t.shape) != shape}
+        logical = {tuple(t.shape): shape for t, (shape, _) in zip(tensors, shapes) if tuple(t.shape) != shape}
         outputs = layouts.in_memory_order(program.outputs, results, logical)
         if outputs is not None:
             return dataclasses.replace(program, outputs=outputs)
@@ -182,13 +182,15 @@ def _functional_result(form: OpForm, args: list[Any], kwargs: dict[str, Any], fl
 
 
 def _meta_call(args: tuple[Any, ...], kwargs: dict[str, Any], tensors: list[torch.Tensor], floats: list[float],
-               shapes: list[tuple[int, ...]] | None = None) -> tuple[list[torch.Tensor], list[Any], dict[str, Any]]:
-    """Meta tensors of the call's tensors (with ``shapes``: contiguous ones of those shapes), and its arguments
-    over them with float slots."""
+               shapes: list[layouts.Presented] | None = None) -> tuple[list[torch.Tensor], list[Any], dict[str, Any]]:
+    """Meta tensors of the call's tensors (with ``shapes``: as presented there, layouts.memory_order_shapes),
+    and its arguments over them with float slots."""
     if shapes is None:
         metas = [torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta") for t in tensors]
     else:
-        metas = [torch.empty(shape, dtype=t.dtype, device="meta") for t, shape in zip(tensors, shapes, strict=True)]
+        metas = [torch.empty(shape, dtype=t.dtype, device="meta") if strides is None else
+                 torch.empty_strided(shape, strides, dtype=t.dtype, device="meta")
+                 for t, (shape, strides) in zip(tensors, shapes, strict=True)]
     slot_args, slot_kwargs = rebuild(args, kwargs, lambda i, t: metas[i], [_FloatSlot(k) for k in range(len(floats))])
     return metas, slot_args, slot_kwargs
 

@@ -151,3 +151,28 @@ def test_channels_last_foreach_optimizer_steps_compute_over_flat_buffers():
     foreach = {"_foreach_add_", "_foreach_mul_", "_foreach_addcmul_", "_foreach_addcdiv_", "_foreach_lerp_",
                "_foreach_sqrt", "_foreach_div_", "_foreach_addcmul", "zero_"}
     assert _transposing(foreach, before) == []
+
+
+def test_channels_last_pointwise_ops_with_broadcast_operands_compute_in_memory_order():
+    """A per-channel scale or bias (``[1, C, 1, 1]``, ``[C, 1, 1]``), an expanded gradient, an operand in another
+    layout: the op is built over the tensors permuted into the channels_last order ([N, H, W, C])."""
+    before = _entries()
+    torch.manual_seed(0)
+    x = torch.randn(4, 6, 5, 7).to(memory_format=CL)
+    b, c, g = torch.randn(1, 6, 1, 1), torch.randn(6, 1, 1), torch.randn(6)
+    m = torch.randn(4, 6, 1, 1).to(memory_format=CL)
+    other = torch.randn(7, 5, 6, 4).permute(3, 2, 1, 0)  # dense, in another order
+    square = torch.randn(4, 4, 4, 4)  # its memory-order shape is its own: built as it is
+
+    def run(device):
+        a = x.to(device)
+        y = a.clone()
+        y.mul_(b.to(device)).add_(c.to(device))  # in place
+        return [a + b.to(device), a * c.to(device), a * g.to(device)[:, None, None],
+                torch.where(a > 0, a, m.to(device)), torch.addcmul(a, b.to(device), a, value=0.5),
+                torch.ops.aten.threshold_backward(m.to(device).expand(4, 6, 5, 7), a, 0.0), y, a + other.to(device),
+                torch.ops.aten.threshold_backward(square.to(device), square.to(device, memory_format=CL), 0.0)]
+
+    for expected, got in zip(run("cpu"), run("neuron")):
+        _check(expected, got)
+    assert _transposing({"add", "add_", "mul", "mul_", "where", "addcmul", "gt"}, before) == []
