@@ -13,6 +13,11 @@ sums are channels_last; ``is_contiguous(memory_format=...)`` answers as on CPU).
 A program's last node (a decomposition's) can have other strides than the op's meta kernel; the program's new
 results get these instead (kernels.Binding writes them so, through a temporary when the kernel's own output
 layout differs). ``tests/device/test_memory_format.py`` compares them with CPU.
+
+The second half decides how a call is computed in its tensors' memory order (``memory_order_shapes``: pointwise
+ops over flat or permuted buffers, batch norm over ``[elements / C, C]`` rows; ``aten_on_device_memory``:
+convolutions by ATen on the device's memory), so channels_last tensors are not transposed per op
+(``tests/device/test_memory_format_order.py``).
 """
 
 from __future__ import annotations
