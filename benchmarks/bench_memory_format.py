@@ -1,12 +1,13 @@
 """A small CNN's training step in channels_last against contiguous (NCHW), on CPU eager and on the neuron device.
 
-    /work/bin/heavy x python benchmarks/bench_memory_format.py [--repeat 20] [--batch 32] [--compile]
+    /work/bin/heavy x python benchmarks/bench_memory_format.py [--repeat 20] [--batch 32] [--compile] [--threads 2]
 
 One step: forward, cross-entropy, backward, SGD with momentum, of conv3x3(3->32)-BN-ReLU-maxpool-conv3x3(32->64)-
 BN-ReLU-conv3x3(64->64, stride 2)-BN-ReLU-adaptive-avg-pool-linear on [batch, 3, 32, 32]. The four (or, with
 ``--compile``, six: the device under ``torch.compile(backend="neuron")`` too) run interleaved in one process, 2
-threads (benchmarks/common.py); the table gives the median step and its spread, and each channels_last step's
-ratio to the contiguous one of the same runner. Before the timing, each runner's loss is checked to match CPU's,
+threads unless ``--threads`` says (benchmarks/common.py); the table gives the median step and its spread, and
+each channels_last step's ratio to the contiguous one of the same runner (the median of the rounds' ratios); the
+last line puts the device's ratio beside CPU eager's. Before the timing, each runner's loss is checked to match CPU's,
 and the table says whether a channels_last runner's activations are channels_last (as CPU's are).
 """
 
@@ -27,8 +28,9 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=20)
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--compile", action="store_true", help="also the device under torch.compile")
+    parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
-    ensure_environment()
+    ensure_environment(args.threads)
     import torch
     import torch.nn as nn
     import torch.nn.functional as F
@@ -84,16 +86,20 @@ def main() -> None:
             kept[label] = "yes" if seen.is_contiguous(memory_format=cl) else "no"
     samples = interleaved_samples({label: step for label, (_, step) in runners.items()}, repeats=args.repeat)
     medians = {label: statistics.median(times) for label, times in samples.items()}
-    rows = []
+    rows, ratio = [], {}
     for label, times in samples.items():
         base = label.replace("channels_last", "contiguous")
-        ratios = [a / b for a, b in zip(times, samples[base])]
+        ratio[label] = statistics.median(a / b for a, b in zip(times, samples[base]))
         rows.append([label, f"{medians[label] * 1e3:.2f}", f"{min(times) * 1e3:.2f}-{max(times) * 1e3:.2f}",
-                     f"{statistics.median(ratios):.2f}" if base != label else "",
+                     f"{ratio[label]:.2f}" if base != label else "",
                      f"{medians[label] / medians['cpu eager ' + label.rsplit(' ', 1)[1]]:.2f}", kept.get(label, "")])
-    print(f"batch {args.batch}, {args.repeat} interleaved rounds, load average {os.getloadavg()[0]:.2f}")
+    print(f"batch {args.batch}, {args.repeat} interleaved rounds, {args.threads} threads, "
+          f"load average {os.getloadavg()[0]:.2f}")
     print(table(rows, ["runner", "median ms", "min-max ms", "CL / contiguous (per round)", "/ CPU eager same format",
                        "activations CL"]))
+    compiled = f", device compiled {ratio['neuron compiled channels_last']:.2f}" if args.compile else ""
+    print(f"channels_last / contiguous: device eager {ratio['neuron eager channels_last']:.2f}{compiled}, "
+          f"CPU eager {ratio['cpu eager channels_last']:.2f}")
 
 
 if __name__ == "__main__":

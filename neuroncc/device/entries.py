@@ -17,10 +17,12 @@ from neuroncc.device.kernel_compile import compile_kernel
 from neuroncc.device.counters import COUNTS
 from neuroncc.device.fallback import HostFallback, HostRandom, run_on_host
 from neuroncc.device.kernels import CompiledKernel
+from neuroncc.device import layouts
 from neuroncc.device.layouts import SELF_FORMAT
 from neuroncc.device.op_forms import OpForm, argument
 from neuroncc.device.programs import CannotCompile, build_program, out_layouts
 from neuroncc.device.signature import describe
+from neuroncc.executors.tracing import StepInfo, active_tracer
 from neuroncc.frontend import profiling
 
 aten = torch.ops.aten
@@ -43,6 +45,8 @@ def make_entry(handler: Any, args: tuple[Any, ...], kwargs: dict[str, Any], tens
         return custom(form, index, state)
     if form.random:
         return HostRandom(form, index, state)
+    if layouts.aten_on_device_memory(form, tensors):
+        return AtenOnDeviceMemory(form, index, state)
     if form.out_arguments:
         if _out_resizes(form, args, kwargs, tensors, floats):
             return ResizeOuts(handler)
@@ -63,6 +67,27 @@ def make_entry(handler: Any, args: tuple[Any, ...], kwargs: dict[str, Any], tens
     if value_free:
         return kernel
     return ByFloatValue(form, kernel, floats, index, state)
+
+
+class AtenOnDeviceMemory:
+    """A call whose program would be one ATen call writing through a transposing copy (a channels_last
+    convolution, layouts.aten_on_device_memory): ATen's kernel runs on the device's memory instead, its result
+    copied into device memory as laid out (one copy, no transposes). A device op, not a fallback."""
+
+    holds_kernel = False
+
+    def __init__(self, form: OpForm, index: int, state: Any):
+        self.form, self.index, self.state = form, index, state
+        self.tick = 0
+
+    def call(self, args: tuple[Any, ...], kwargs: dict[str, Any], tensors: list[torch.Tensor],
+             floats: list[float]) -> Any:
+        self.state.device_calls += 1
+        tracer = active_tracer()  # torch.profiler sees it as the extern step its program would run
+        if tracer is None:
+            return run_on_host(self.form, args, kwargs, self.index)
+        with tracer.step(StepInfo(self.form.name, "extern", "neuron device")):
+            return run_on_host(self.form, args, kwargs, self.index)
 
 
 class ByFloatValue:

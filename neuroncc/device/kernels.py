@@ -47,6 +47,27 @@ def _same_layout(shape: Sequence[int], a: Sequence[int], b: Sequence[int]) -> bo
     return all(size == 1 or x == y for size, x, y in zip(shape, a, b))
 
 
+def _holds(shape: Sequence[int], strides: Sequence[int], exec_shape: Sequence[int], exec_strides: Sequence[int]
+           ) -> bool:
+    """Whether the executable's output (``exec_shape``, ``exec_strides``) is the bytes of a tensor of ``shape``
+    and ``strides``: the same layout, or (a program built over its tensors in memory order:
+    layouts.memory_order_shapes, the only programs whose outputs have another shape than their results) a
+    contiguous output of a dense result's elements in memory order."""
+    if tuple(shape) == tuple(exec_shape):
+        return _same_layout(shape, strides, exec_strides)
+    return memory.numel(tuple(shape)) == memory.numel(tuple(exec_shape)) and memory.dense_strides(shape, strides) \
+        and tuple(exec_strides) == memory.bare_strides(tuple(exec_shape))
+
+
+def _in_memory_order(tensor: torch.Tensor, shape: Sequence[int]) -> torch.Tensor:
+    """A dense ``tensor`` seen as a contiguous tensor of ``shape`` over its elements in memory order (its own
+    view when the shapes agree)."""
+    if tuple(tensor.shape) == tuple(shape):
+        return tensor
+    order = sorted(range(tensor.dim()), key=lambda d: -tensor.stride(d))
+    return tensor.permute(order).reshape(-1).view(tuple(shape))
+
+
 def _scalar_maker(dtype: DType) -> Any:
     """A lifted float -> a 0-d buffer of the parameter's storage type (fresh per call: thread safe)."""
     if dtype is DType.f32:
@@ -118,7 +139,7 @@ class Binding:
             if storage is torch.int16 and dtype is torch.bfloat16:  # a bf16 result's bits (importer's bf16_bits)
                 exec_layout = exec_layout[:2] + (dtype,)
             in_place = value.type.dtype is not DType.bf16 and dtype == exec_layout[2] and \
-                _same_layout(shape, strides, exec_layout[1])
+                _holds(shape, strides, exec_layout[0], exec_layout[1])
             spec = (memory.extent_bytes(shape, strides, dtype.itemsize), shape, strides, dtype,
                     strides == memory.bare_strides(shape))
             if position in results:
@@ -168,11 +189,11 @@ class Binding:
                 made[position] = buffer
             elif how == _NEW_VIA_CPU:
                 made[position] = memory.new_tensor(*spec[:4], index)
-                memory.host_view(made[position]).copy_(buffer)
+                _in_memory_order(memory.host_view(made[position]), buffer.shape).copy_(buffer)
             elif how == _WRITE:
                 memory.commit(targets[position], buffer, spec[0])
             elif how == _WRITE_VIA_CPU:
-                memory.host_view(targets[position]).copy_(buffer)
+                _in_memory_order(memory.host_view(targets[position]), buffer.shape).copy_(buffer)
         return made
 
     def call_fast(self, values: Sequence[Any], index: int) -> list[torch.Tensor]:

@@ -17,6 +17,7 @@ kernel is keyed by them.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import operator
 from dataclasses import dataclass
@@ -94,8 +95,25 @@ def build_program(form: OpForm, args: tuple[Any, ...], kwargs: dict[str, Any], t
     meta_result = _run_on_meta(form.op, slot_args, slot_kwargs, floats)
     result_tree = tree_flatten(meta_result)[1]
     # the results' strides: eager's on CPU (memory formats propagate as there), not the program's last node's
-    strides = layouts.new_result_strides(form, layouts.eager_result(form.op, slot_args, slot_kwargs,
+    results = layouts.new_result_layouts(form, layouts.eager_result(form.op, slot_args, slot_kwargs,
                                                                     lambda v: _concrete(v, floats), meta_result))
+    strides = [None if result is None else result[1] for result in results]
+    # over the tensors' bytes in memory order where the op allows it (a channels_last ReLU: flat buffers)
+    shapes = layouts.memory_order_shapes(form, slot_args, slot_kwargs, metas, strides)
+    if shapes is not None:
+        program = _build(form, *_meta_call(args, kwargs, tensors, floats, shapes), floats, lift, result_tree,
+                         strides, meta_result)
+        logical = {tuple(t.shape): shape for t, (shape, _) in zip(tensors, shapes) if tuple(t.shape) != shape}
+        outputs = layouts.in_memory_order(program.outputs, results, logical)
+        if outputs is not None:
+            return dataclasses.replace(program, outputs=outputs)
+    return _build(form, metas, slot_args, slot_kwargs, floats, lift, result_tree, strides, meta_result)
+
+
+def _build(form: OpForm, metas: list[torch.Tensor], slot_args: list[Any], slot_kwargs: dict[str, Any],
+           floats: list[float], lift: bool, result_tree: Any, strides: list[tuple[int, ...] | None],
+           meta_result: Any) -> Program:
+    """build_program's program over ``metas`` (the call's tensors, or their bytes in memory order)."""
     if form.writes:
         direct = form.functional is not None and all(r is not None for r in form.returns)
     else:
@@ -163,10 +181,16 @@ def _functional_result(form: OpForm, args: list[Any], kwargs: dict[str, Any], fl
                                             lambda v: _concrete(v, floats), result))
 
 
-def _meta_call(args: tuple[Any, ...], kwargs: dict[str, Any], tensors: list[torch.Tensor],
-               floats: list[float]) -> tuple[list[torch.Tensor], list[Any], dict[str, Any]]:
-    """Meta tensors of the call's tensors, and its arguments over them with float slots."""
-    metas = [torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta") for t in tensors]
+def _meta_call(args: tuple[Any, ...], kwargs: dict[str, Any], tensors: list[torch.Tensor], floats: list[float],
+               shapes: list[layouts.Presented] | None = None) -> tuple[list[torch.Tensor], list[Any], dict[str, Any]]:
+    """Meta tensors of the call's tensors (with ``shapes``: as presented there, layouts.memory_order_shapes),
+    and its arguments over them with float slots."""
+    if shapes is None:
+        metas = [torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta") for t in tensors]
+    else:
+        metas = [torch.empty(shape, dtype=t.dtype, device="meta") if strides is None else
+                 torch.empty_strided(shape, strides, dtype=t.dtype, device="meta")
+                 for t, (shape, strides) in zip(tensors, shapes, strict=True)]
     slot_args, slot_kwargs = rebuild(args, kwargs, lambda i, t: metas[i], [_FloatSlot(k) for k in range(len(floats))])
     return metas, slot_args, slot_kwargs
 

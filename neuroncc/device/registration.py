@@ -21,7 +21,8 @@ from typing import Any
 
 import torch
 
-from neuroncc.device import autocast, autograd_decomposed, config, pinned, streams, structural, torch_module
+from neuroncc.device import (autocast, autograd_decomposed, config, fake_convolution, pinned, streams, structural,
+                             torch_module)
 from neuroncc.device.accelerator import route_accelerator
 from neuroncc.device.backward_devices import route_backward
 from neuroncc.device.generators import route_torch_generator
@@ -85,6 +86,7 @@ def register() -> None:
         autocast.register(kernels, fallback, DEVICE_NAME)
         _libraries.extend((kernels, fallback))
         structural.install_storage_constructor()
+        fake_convolution.install(DEVICE_NAME)  # traced convolutions laid out as eager's (CPU's)
         route_accelerator()
         print_through_cpu()
 

@@ -9,8 +9,11 @@ their backwards failed to compile (``FakeTensorDeviceMismatchError``, or an abor
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
+import torch.nn as nn
 import torch.nn.functional as F
 
 POOLS = {
@@ -37,3 +40,24 @@ def test_compiled_pooling_on_the_device_matches_cpu(name):
     got.square().sum().backward()
     torch.testing.assert_close(got.cpu(), expected, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(device_x.grad.cpu(), expected_x.grad, rtol=1e-5, atol=1e-6)
+
+
+def test_compiled_channels_last_convolutions_on_the_device_return_eagers_strides():
+    """PyTorch's fake convolution on a PrivateUse1 device is contiguous; the device's eager convolution gives
+    CPU's channels_last (neuroncc/device/fake_convolution.py): the compiled graph's outputs are laid out as
+    eager's, with eager's values and gradients."""
+    cl = torch.channels_last
+    torch.manual_seed(0)
+    block = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.Conv2d(8, 4, 3, stride=2))
+    x = torch.randn(2, 3, 10, 10).to(memory_format=cl)
+    results = {}
+    for device in ("cpu", "neuron"):
+        torch._dynamo.reset()
+        model = copy.deepcopy(block).to(device, memory_format=cl)
+        a = x.detach().to(device).requires_grad_()
+        y = (torch.compile(model, backend="neuron") if device == "neuron" else model)(a)
+        y.square().sum().backward()
+        results[device] = [y, a.grad, model[0].weight.grad, model[3].weight.grad]
+    for expected, got in zip(results["cpu"], results["neuron"]):
+        torch.testing.assert_close(got.cpu(), expected, rtol=1e-4, atol=1e-4)
+        assert got.stride() == expected.stride(), (got.stride(), expected.stride())
