@@ -28,8 +28,9 @@ import torch
 from neuroncc.device.fused_optimizers import compile_step, disjoint
 
 _FLOATING = (torch.float32, torch.bfloat16, torch.float16)
-#: (kind, variant, dtype, device index, shapes) -> the compiled step (or None: PyTorch's function runs it)
-_KERNELS: dict[tuple, Any] = {}
+#: (kind, variant, dtype, device index, shapes) -> [the compiled step (None: PyTorch's function runs it), the
+#: addresses last found disjoint]
+_KERNELS: dict[tuple, list[Any]] = {}
 _installed = False
 
 
@@ -79,15 +80,19 @@ def _run(kind: str, math_of: Any, inputs: list[torch.Tensor], numbers: list[floa
          dtype: torch.dtype, index: int) -> bool:
     """Run the step's program over ``inputs`` (compiled on first use of its signature); False when it cannot
     run here (the caller runs PyTorch's function)."""
-    if not disjoint(inputs):
-        return False
     key = (kind, variant, dtype, index, tuple(t.shape for t in inputs))
-    kernel = _KERNELS.get(key)
-    if key not in _KERNELS:
-        kernel = _KERNELS[key] = compile_step(kind, lambda ts, fs: math_of(ts, fs, n, variant), inputs, len(numbers),
-                                              index)
+    entry = _KERNELS.get(key)
+    if entry is None:
+        kernel = compile_step(kind, lambda ts, fs: math_of(ts, fs, n, variant), inputs, len(numbers), index)
+        entry = _KERNELS[key] = [kernel, None]
+    kernel, checked = entry
     if kernel is None:
         return False
+    addresses = tuple(t.data_ptr() for t in inputs)
+    if addresses != checked:  # the kernel writes each tensor in place: overlapping ones go to PyTorch's function
+        if not disjoint(inputs):
+            return False
+        entry[1] = addresses
     kernel.call((), {}, inputs, numbers)
     return True
 

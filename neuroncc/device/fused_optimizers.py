@@ -147,6 +147,7 @@ class FusedStep:
         self.adamw = "adamw" in name
         self.kernels: dict[tuple, Any] = {}
         self.plain: bool | None = None
+        self.checked: tuple[int, ...] | None = None  # the tensors' addresses last found disjoint
 
     def call(self, args: tuple[Any, ...], kwargs: dict[str, Any], tensors: list[torch.Tensor],
              floats: list[float]) -> Any:
@@ -173,8 +174,11 @@ class FusedStep:
             inputs, numbers, variant = self._adam_call(params, get, lr, scale is not None)
         else:
             inputs, numbers, variant = self._sgd_call(params, get, lr, scale is not None)
-        if not disjoint(inputs):  # the kernel writes each tensor in place: overlapping ones go to CPU's kernel
-            return run_on_host(self.form, args, kwargs, self.index)
+        addresses = tuple(t.data_ptr() for t in inputs)
+        if addresses != self.checked:  # the kernel writes each tensor in place: overlapping ones go to CPU's kernel
+            if not disjoint(inputs):
+                return run_on_host(self.form, args, kwargs, self.index)
+            self.checked = addresses
         if scale is not None:
             inputs.append(scale)
         kernel = self.kernels.get(variant)
