@@ -33,7 +33,7 @@ import torch
 from neuroncc.device.counters import COUNTS, op_state
 from neuroncc.device.fallback import HostFallback, run_on_host
 from neuroncc.device.kernel_compile import COMPILE_OPTIONS, compile_kernel
-from neuroncc.device.op_forms import OpForm, argument, form_of
+from neuroncc.device.op_forms import OpForm, form_of
 from neuroncc.device.programs import CannotCompile, traced_program
 from neuroncc.passes.pipeline import default_pipeline
 
@@ -148,13 +148,18 @@ class FusedStep:
         self.kernels: dict[tuple, Any] = {}
         self.plain: bool | None = None
         self.checked: tuple[int, ...] | None = None  # the tensors' addresses last found disjoint
+        #: argument name -> (position, default): reading ``op._schema`` per call cost more than the rest of the call
+        self.positions = {a.name: (k, a.default_value) for k, a in enumerate(form.op._schema.arguments)}
 
     def call(self, args: tuple[Any, ...], kwargs: dict[str, Any], tensors: list[torch.Tensor],
              floats: list[float]) -> Any:
-        op = self.form.op
+        positions = self.positions
 
-        def get(name: str) -> Any:
-            return argument(op, name, args, kwargs)
+        def get(name: str) -> Any:  # op_forms.argument, with the schema's positions read once
+            if name in kwargs:
+                return kwargs[name]
+            position, default = positions[name]
+            return args[position] if position < len(args) else default
 
         found_inf = get("found_inf")
         if found_inf is not None and _value(found_inf) == 1.0:  # CPU's kernel: no update at all
