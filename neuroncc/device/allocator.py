@@ -181,7 +181,7 @@ def _fresh(size: int) -> tuple[np.ndarray, int]:
     cycling through the page: any two blocks start 0 or at least ALIAS_WINDOW_BYTES apart modulo the page (a
     kernel's output is not 4K-aliased with its inputs), but not all in the same L1 sets. A kernel streaming many
     page-aligned tensors at once (an optimizer step: parameter, gradient and two moments, read and written in
-    place) ran 1.6-1.9x slower than over the same tensors spread (docs/performance-history.md, session 30)."""
+    place) ran 1.2-2.0x slower than over the same tensors spread (docs/performance-history.md, session 30)."""
     alignment = block_alignment(size)  # large blocks: a page, so that a kernel's output is not 4K-aliased with its inputs
     if alignment < ALIAS_PERIOD_BYTES:
         memory = np.empty(size + alignment, dtype=np.uint8)

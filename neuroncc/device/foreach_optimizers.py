@@ -24,6 +24,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from torch.autograd.graph import increment_version
 
 from neuroncc.device.fused_optimizers import compile_step, disjoint
 
@@ -77,9 +78,10 @@ def _dense(lists: list[list[Any]]) -> tuple[torch.dtype, int] | None:
 
 
 def _run(kind: str, math_of: Any, inputs: list[torch.Tensor], numbers: list[float], n: int, variant: tuple,
-         dtype: torch.dtype, index: int) -> bool:
+         dtype: torch.dtype, index: int, written: list[torch.Tensor]) -> bool:
     """Run the step's program over ``inputs`` (compiled on first use of its signature); False when it cannot
-    run here (the caller runs PyTorch's function)."""
+    run here (the caller runs PyTorch's function). ``written``: the tensors it writes, whose version counters
+    go up as PyTorch's in-place ops make them (autograd's check of saved tensors sees the step)."""
     key = (kind, variant, dtype, index, tuple(t.shape for t in inputs))
     entry = _KERNELS.get(key)
     if entry is None:
@@ -94,6 +96,7 @@ def _run(kind: str, math_of: Any, inputs: list[torch.Tensor], numbers: list[floa
             return False
         entry[1] = addresses
     kernel.call((), {}, inputs, numbers)
+    increment_version(written)
     return True
 
 
@@ -115,6 +118,7 @@ def _adam_step(params: list[torch.Tensor], grads: list[torch.Tensor], exp_avgs: 
             or not all(s.is_cpu and s.numel() == 1 and not s.requires_grad for s in state_steps):
         return False
     inputs = [t for tensors in lists for t in tensors]
+    n = len(params)
     # the foreach function's scalars, as it computes them (after its step += 1)
     torch._foreach_add_(state_steps, torch.tensor(1.0, device="cpu"), alpha=1.0)
     decay_term = 1 - lr * weight_decay if decoupled_weight_decay else weight_decay
@@ -124,7 +128,8 @@ def _adam_step(params: list[torch.Tensor], grads: list[torch.Tensor], exp_avgs: 
         numbers.append((lr / (1 - beta1 ** step)) * -1)
         numbers.append((1 - beta2 ** step) ** 0.5)
     variant = (decoupled_weight_decay, amsgrad, maximize, weight_decay != 0)
-    if _run("adam", _adam, inputs, numbers, len(params), variant, *placed):
+    written = inputs[:n] + inputs[2 * n:]  # all but the gradients
+    if _run("adam", _adam, inputs, numbers, n, variant, *placed, written):
         return True
     torch._foreach_sub_(state_steps, 1.0)  # PyTorch's function counts the step itself
     return False
@@ -179,7 +184,9 @@ def _sgd_step(params: list[torch.Tensor], grads: list[torch.Tensor], momentum_bu
     writes_grads = momentum != 0 and nesterov and not maximize and weight_decay == 0
     variant = (maximize, weight_decay != 0, momentum != 0, nesterov, writes_grads)
     inputs = [t for tensors in lists for t in tensors]
-    return _run("sgd", _sgd, inputs, [weight_decay, momentum, 1 - dampening, -lr], len(params), variant, *placed)
+    n = len(params)
+    written = inputs[:n] + inputs[2 * n:] + (inputs[n:2 * n] if writes_grads else [])
+    return _run("sgd", _sgd, inputs, [weight_decay, momentum, 1 - dampening, -lr], n, variant, *placed, written)
 
 
 def _sgd(tensors: list[torch.Tensor], floats: list[float], n: int, variant: tuple) -> None:

@@ -42,7 +42,7 @@ _FLOATING = (torch.float32, torch.bfloat16, torch.float16)
 
 #: A step's program is compiled with one loop per tensor (``fuse{horizontal=false}``), as CPU's kernel runs:
 #: merged, same-shape tensors' loops stream 4-5 arrays each at once (28 streams for four [768, 256] weights),
-#: which ran the large AdamW row's step 1.0-1.1x slower (docs/performance-history.md, session 30).
+#: which ran the large AdamW row's step 1.01-1.05x slower (docs/performance-history.md, session 30).
 STEP_OPTIONS = {**COMPILE_OPTIONS, "pipeline": default_pipeline("cpu").replace(",fuse,", ",fuse{horizontal=false},")}
 assert "horizontal=false" in STEP_OPTIONS["pipeline"]
 
