@@ -29,6 +29,8 @@ from torch.autograd.graph import increment_version
 from neuroncc.device.fused_optimizers import compile_step, disjoint
 
 _FLOATING = (torch.float32, torch.bfloat16, torch.float16)
+#: tensor types the program reads and writes directly (a subclass, e.g. a DTensor, runs PyTorch's function)
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
 #: (kind, variant, dtype, device index, shapes) -> [the compiled step (None: PyTorch's function runs it), the
 #: addresses last found disjoint]
 _KERNELS: dict[tuple, list[Any]] = {}
@@ -61,8 +63,8 @@ def _routed(original: Any, step: Any) -> Any:
 
 
 def _dense(lists: list[list[Any]]) -> tuple[torch.dtype, int] | None:
-    """(dtype, device index) when every list is as long as the first and holds, per position, contiguous
-    tensors of one dtype and shape on one neuron device, none requiring grad; else None."""
+    """(dtype, device index) when every list is as long as the first and holds, per position, contiguous plain
+    tensors (no subclass) of one dtype and shape on one neuron device; else None."""
     first = lists[0]
     if not first or any(len(tensors) != len(first) for tensors in lists):
         return None
@@ -71,7 +73,7 @@ def _dense(lists: list[list[Any]]) -> tuple[torch.dtype, int] | None:
         return None
     for tensors in lists:
         for t, p in zip(tensors, first):
-            if (type(t) is not torch.Tensor and not isinstance(t, torch.Tensor)) or t.dtype is not dtype \
+            if type(t) not in _PLAIN or t.dtype is not dtype \
                     or t.device != device or t.shape != p.shape or not t.is_contiguous() or t.is_sparse:
                 return None
     return dtype, device.index or 0
