@@ -16,7 +16,9 @@ shared and the load average is printed):
 * ``optim``: ``optimizer.step()`` alone (gradients fixed) over a small parameter set (a 64-64-8 MLP's 4
   tensors, 4.7K elements: per-op overhead) and a large one (a 4-layer d=256 transformer's 50 tensors, 3.7M
   elements: memory bandwidth), for SGD with momentum, Adam and AdamW in each form a user can ask for (the
-  default, ``foreach=True``, ``foreach=False``, ``fused=True``): CPU eager against the device, interleaved.
+  default, ``foreach=True``, ``foreach=False``, ``fused=True``): CPU eager against the device, interleaved, and
+  each against CPU's fused kernel; then what runs beside the step every step (GradScaler's unscale,
+  ``clip_grad_norm_``, ``zero_grad(set_to_none=False)``). ``--threads 1`` for the one-thread medians.
 * ``amp``: the MLP step in float32 and under ``torch.autocast(device, dtype=torch.bfloat16)``, CPU eager, the
   device eager and compiled; and LayerNorm's forward on the device with a bfloat16 input and float32 weights
   (autocast's mix), as PyTorch's CompositeExplicitAutograd math kernel runs it (batch norm, mul, add: three
@@ -165,14 +167,34 @@ def _optim_step(device: str, which: str, optimizer: str, form: dict):
     return made.step
 
 
+def _around_step(device: str, which: str) -> dict:
+    """What runs every step beside the optimizer, over the parameters of set ``which`` on ``device``:
+    GradScaler's unscale (``_amp_foreach_non_finite_check_and_unscale_``), ``clip_grad_norm_`` (Hugging Face's
+    ``max_grad_norm=1.0``) and ``zero_grad(set_to_none=False)``."""
+    import torch
+
+    generator = torch.Generator().manual_seed(0)
+    params = [torch.nn.Parameter(torch.randn(s, generator=generator).to(device)) for s in _optim_shapes(which)]
+    for p in params:
+        p.grad = (torch.randn(p.shape, generator=generator) * 1e-2).to(device)
+    grads = [p.grad for p in params]
+    found_inf, inv_scale = torch.zeros(1, device=device), torch.ones(1, device=device)
+    zeroed = [g.clone() for g in grads]
+    return {"GradScaler unscale_": lambda: torch._amp_foreach_non_finite_check_and_unscale_(grads, found_inf,
+                                                                                          inv_scale),
+            "clip_grad_norm_(1e9)": lambda: torch.nn.utils.clip_grad_norm_(params, 1e9),
+            "zero_grad(set_to_none=False)": lambda: torch._foreach_zero_(zeroed)}
+
+
 def bench_optim(repeat: int) -> str:
     import warnings
 
     forms = {"default": {}, "foreach=True": {"foreach": True}, "foreach=False": {"foreach": False},
              "fused=True": {"fused": True}}
-    rows = []
+    rows, around = [], []
     for which in ("small", "large"):
         elements = sum(math.prod(s) for s in _optim_shapes(which))
+        label = f"{which} ({len(_optim_shapes(which))} tensors, {elements / 1e3:.0f}K)"
         for optimizer in ("SGD momentum", "Adam", "AdamW"):
             steps = {}
             with warnings.catch_warnings():
@@ -185,10 +207,23 @@ def bench_optim(repeat: int) -> str:
             for name in forms:
                 cpu, dev = us[f"cpu {name}"], us[f"neuron {name}"]
                 spread = samples[f"neuron {name}"]
-                rows.append([f"{optimizer}, {which} ({len(_optim_shapes(which))} tensors, {elements / 1e3:.0f}K)",
-                             name, f"{cpu:.0f}", f"{dev:.0f} ({min(spread) * 1e6:.0f}-{max(spread) * 1e6:.0f})",
-                             f"{dev / cpu:.2f}x"])
-    return table(rows, ["optimizer.step() alone", "form", "CPU eager us", "neuron us (min-max)", "vs CPU"])
+                rows.append([f"{optimizer}, {label}", name, f"{cpu:.0f}",
+                             f"{dev:.0f} ({min(spread) * 1e6:.0f}-{max(spread) * 1e6:.0f})", f"{dev / cpu:.2f}x",
+                             f"{dev / us['cpu fused=True']:.2f}x"])
+        cases = {f"{device} {name}": call for device in ("cpu", "neuron")
+                 for name, call in _around_step(device, which).items()}
+        for call in cases.values():  # every kernel compiled before timing
+            call()
+        samples = interleaved_samples(cases, repeats=repeat)
+        us = {name: statistics.median(s) * 1e6 for name, s in samples.items()}
+        for name in _around_step("cpu", "small"):
+            cpu, dev, spread = us[f"cpu {name}"], us[f"neuron {name}"], samples[f"neuron {name}"]
+            around.append([f"{name}, {label}", f"{cpu:.0f}", f"{dev:.0f} ({min(spread) * 1e6:.0f}-"
+                           f"{max(spread) * 1e6:.0f})", f"{dev / cpu:.2f}x"])
+    return "\n".join([
+        table(rows, ["optimizer.step() alone", "form", "CPU eager us", "neuron us (min-max)", "vs CPU",
+                     "vs CPU fused"]),
+        table(around, ["beside the step", "CPU eager us", "neuron us (min-max)", "vs CPU"])])
 
 
 def _autocast_step(device: str, setup, dtype) -> None:

@@ -9,20 +9,21 @@ frees it.
 
 Sizes are rounded up like CUDA's caching allocator (512 bytes below 1 MiB, 64 KiB above), so a training loop
 that frees and reallocates the same shapes every step hits the cache. Blocks start 64-byte aligned (the
-kernels' vector stores rely on it), large ones on a page (``hardware.host.block_alignment``: 4K aliasing). The
-counters follow ``torch.cuda.memory_stats()``' names; "allocated" bytes are block sizes (rounded), "reserved"
+kernels' vector stores rely on it), large ones a multiple of 256 bytes past a page (4K aliasing and L1 sets:
+``_fresh``). The counters follow ``torch.cuda.memory_stats()``' names; "allocated" bytes are block sizes (rounded), "reserved"
 bytes are allocated plus cached.
 """
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections import defaultdict
 
 import numpy as np
 
 from neuroncc.device.config import CONFIG
-from neuroncc.hardware.host import block_alignment
+from neuroncc.hardware.host import ALIAS_PERIOD_BYTES, ALIAS_WINDOW_BYTES, block_alignment
 
 ALIGNMENT = 64
 _SMALL_LIMIT = 1 << 20
@@ -171,11 +172,25 @@ def scratch_block(nbytes: int) -> tuple[np.ndarray, int]:
     return _fresh(max(nbytes, 1))
 
 
+#: Large blocks start this many bytes past a page, cycling through the page (below)
+_large_offsets = itertools.count()
+
+
 def _fresh(size: int) -> tuple[np.ndarray, int]:
+    """A new block's memory and address. A large block starts ``k * ALIAS_WINDOW_BYTES`` past a page, ``k``
+    cycling through the page: any two blocks start 0 or at least ALIAS_WINDOW_BYTES apart modulo the page (a
+    kernel's output is not 4K-aliased with its inputs), but not all in the same L1 sets. A kernel streaming many
+    page-aligned tensors at once (an optimizer step: parameter, gradient and two moments, read and written in
+    place) ran 1.2-2.0x slower than over the same tensors spread (docs/performance-history.md, session 30)."""
     alignment = block_alignment(size)  # large blocks: a page, so that a kernel's output is not 4K-aliased with its inputs
-    memory = np.empty(size + alignment, dtype=np.uint8)
+    if alignment < ALIAS_PERIOD_BYTES:
+        memory = np.empty(size + alignment, dtype=np.uint8)
+        address = memory.ctypes.data
+        return memory, address + (-address % alignment)
+    memory = np.empty(size + 2 * alignment, dtype=np.uint8)
     address = memory.ctypes.data
-    return memory, address + (-address % alignment)
+    offset = next(_large_offsets) * ALIAS_WINDOW_BYTES % ALIAS_PERIOD_BYTES
+    return memory, address + (-address % alignment) + offset
 
 
 class Allocator:

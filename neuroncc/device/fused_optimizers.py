@@ -30,14 +30,21 @@ from typing import Any
 
 import torch
 
-from neuroncc.device.counters import COUNTS
+from neuroncc.device.counters import COUNTS, op_state
 from neuroncc.device.fallback import HostFallback, run_on_host
-from neuroncc.device.kernel_compile import compile_kernel
-from neuroncc.device.op_forms import OpForm, argument
+from neuroncc.device.kernel_compile import COMPILE_OPTIONS, compile_kernel
+from neuroncc.device.op_forms import OpForm, form_of
 from neuroncc.device.programs import CannotCompile, traced_program
+from neuroncc.passes.pipeline import default_pipeline
 
 aten = torch.ops.aten
 _FLOATING = (torch.float32, torch.bfloat16, torch.float16)
+
+#: A step's program is compiled with one loop per tensor (``fuse{horizontal=false}``), as CPU's kernel runs:
+#: merged, same-shape tensors' loops stream 4-5 arrays each at once (28 streams for four [768, 256] weights),
+#: which ran the large AdamW row's step 1.01-1.05x slower (docs/performance-history.md, session 30).
+STEP_OPTIONS = {**COMPILE_OPTIONS, "pipeline": default_pipeline("cpu").replace(",fuse,", ",fuse{horizontal=false},")}
+assert "horizontal=false" in STEP_OPTIONS["pipeline"]
 
 
 def _value(tensor: torch.Tensor) -> float:
@@ -47,7 +54,7 @@ def _value(tensor: torch.Tensor) -> float:
     return float(tensor.reshape(()).cpu().item() if tensor.device.type != "cpu" else tensor.item())
 
 
-def _disjoint(tensors: list[torch.Tensor]) -> bool:
+def disjoint(tensors: list[torch.Tensor]) -> bool:
     """Whether no two of the (dense) tensors share a byte."""
     spans = sorted((t.data_ptr(), t.data_ptr() + t.numel() * t.element_size()) for t in tensors)
     return all(end <= start for (_, end), (start, _) in zip(spans, spans[1:]))
@@ -140,13 +147,19 @@ class FusedStep:
         self.adamw = "adamw" in name
         self.kernels: dict[tuple, Any] = {}
         self.plain: bool | None = None
+        self.checked: tuple[int, ...] | None = None  # the tensors' addresses last found disjoint
+        #: argument name -> (position, default): reading ``op._schema`` per call cost more than the rest of the call
+        self.positions = {a.name: (k, a.default_value) for k, a in enumerate(form.op._schema.arguments)}
 
     def call(self, args: tuple[Any, ...], kwargs: dict[str, Any], tensors: list[torch.Tensor],
              floats: list[float]) -> Any:
-        op = self.form.op
+        positions = self.positions
 
-        def get(name: str) -> Any:
-            return argument(op, name, args, kwargs)
+        def get(name: str) -> Any:  # op_forms.argument, with the schema's positions read once
+            if name in kwargs:
+                return kwargs[name]
+            position, default = positions[name]
+            return args[position] if position < len(args) else default
 
         found_inf = get("found_inf")
         if found_inf is not None and _value(found_inf) == 1.0:  # CPU's kernel: no update at all
@@ -166,8 +179,11 @@ class FusedStep:
             inputs, numbers, variant = self._adam_call(params, get, lr, scale is not None)
         else:
             inputs, numbers, variant = self._sgd_call(params, get, lr, scale is not None)
-        if not _disjoint(inputs):  # the kernel writes each tensor in place: overlapping ones go to CPU's kernel
-            return run_on_host(self.form, args, kwargs, self.index)
+        addresses = tuple(t.data_ptr() for t in inputs)
+        if addresses != self.checked:  # the kernel writes each tensor in place: overlapping ones go to CPU's kernel
+            if not disjoint(inputs):
+                return run_on_host(self.form, args, kwargs, self.index)
+            self.checked = addresses
         if scale is not None:
             inputs.append(scale)
         kernel = self.kernels.get(variant)
@@ -233,10 +249,25 @@ class FusedStep:
         math_of = _adam if self.adam else _sgd
         try:
             program = traced_program(lambda ts, fs: math_of(ts, fs, n, variant), inputs, count)
-            return compile_kernel(self.form, program, self.index, inputs, self.state)
+            return compile_kernel(self.form, program, self.index, inputs, self.state, options=STEP_OPTIONS)
         except CannotCompile as error:
             COUNTS["eager_fallback_signatures"] += 1
             return HostFallback(self.form, error.reason, self.index, self.state)
+
+
+def compile_step(kind: str, run: Any, inputs: list[torch.Tensor], count: int, index: int) -> Any:
+    """The compiled program of a multi-tensor step that is no aten op (foreach_optimizers.py's routed foreach
+    steps): ``run(tensors, floats)`` writes ``inputs`` in place from them and ``count`` lifted floats. Its calls
+    count as ``torch.optim._multi_tensor_<kind>`` in ``neuroncc.get_executed_ops()``. None when it cannot be
+    compiled (the caller runs PyTorch's function)."""
+    form = form_of(aten._fused_adam_.default if kind == "adam" else aten._fused_sgd_.default)  # its binding: in place
+    try:
+        program = traced_program(run, inputs, count)
+        return compile_kernel(form, program, index, inputs, op_state(f"torch.optim._multi_tensor_{kind}"),
+                              options=STEP_OPTIONS)
+    except CannotCompile:
+        COUNTS["eager_fallback_signatures"] += 1
+        return None
 
 
 #: op -> its entry (entries.CUSTOM_ENTRIES)

@@ -43,16 +43,21 @@ COMPILE_OPTIONS = {"quick_first": True}
 
 
 def compile_kernel(form: OpForm, program: Program, index: int, tensors: list[torch.Tensor], state: Any,
-                   slot: Recorder | None = None) -> CompiledKernel:
+                   slot: Recorder | None = None, options: dict[str, Any] | None = None) -> CompiledKernel:
     """Compile ``program`` for the cpu target through the compile cache (memory here, disk there); ``slot``:
-    the signature's place in the signature index, where the program's binding and artifact are recorded."""
+    the signature's place in the signature index, where the program's binding and artifact are recorded;
+    ``options``: the compile options (:data:`COMPILE_OPTIONS` unless given)."""
     text = print_function(program.function, canonical=True)
+    if options is None:
+        options = COMPILE_OPTIONS
+    else:
+        text += f"\n{sorted(options.items())!r}"
     executable = _EXECUTABLES.get(text)
     if executable is None:
         before = CACHE_STATS.snapshot()
         keys: list[str | None] = []
         try:
-            executable = compile_graph(program.function, target="cpu", options=COMPILE_OPTIONS,
+            executable = compile_graph(program.function, target="cpu", options=options,
                                        on_compiled=lambda record: keys.append(record.key))
         except NeuronccError as error:
             raise CannotCompile(f"compiling it failed: {str(error).splitlines()[0]}") from error

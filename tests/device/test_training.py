@@ -104,12 +104,16 @@ def test_a_model_runs_wholly_on_the_device_in_error_mode():
 
 
 def test_foreach_optimizer_steps_are_one_device_kernel_per_list_op():
-    """PyTorch's generic foreach kernels would loop per tensor; the device compiles each list op whole."""
+    """PyTorch's generic foreach kernels would loop per tensor; the device compiles each list op whole, and
+    torch.optim's foreach AdamW step is one program (foreach_optimizers.py)."""
     model = models.MLP().to("neuron")
     optimizer = torch.optim.AdamW(model.parameters(), lr=0.01, foreach=True)
     for _ in range(2):
         model(torch.randn(4, 8, device="neuron")).sum().backward()
         optimizer.step()
+    params = [p.detach() for p in model.parameters()]
+    torch._foreach_lerp_(params, [p.grad for p in model.parameters()], 0.5)
     executed = neuroncc.get_executed_ops()
-    assert executed.get("aten._foreach_addcdiv_.ScalarList") == 2, executed
-    assert executed.get("aten._foreach_lerp_.Scalar") == 2, executed
+    assert executed.get("torch.optim._multi_tensor_adam") == 2, executed
+    assert executed.get("aten._foreach_lerp_.Scalar") == 1, executed
+    assert "aten.lerp_.Scalar" not in executed and "aten.addcdiv_.default" not in executed, executed
