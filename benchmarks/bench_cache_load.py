@@ -55,7 +55,8 @@ if probe:
     timed(launcher, "CpuExecutable", "cpu: CpuExecutable()")
     timed(launcher, "load_cpu_executable", "cpu codec (all)")
 root = Path(sys.argv[1])
-keys = sorted(os.listdir(root / "entries"))
+keys = sorted(key for key in os.listdir(root / "entries")  # cpu artifacts (not graph entries: the signature index)
+              if json.loads((root / "entries" / key / "manifest.json").read_text())["target"] == "cpu")
 cache = CompileCache(root, stats=CacheStats())
 start = time.perf_counter()
 for key in keys:

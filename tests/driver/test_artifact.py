@@ -45,6 +45,41 @@ def _write(tmp_path: Path, target: str, fn=None, **changes) -> Path:
     return directory
 
 
+def test_a_load_opens_each_file_of_its_artifact_once(tmp_path, target, monkeypatch):
+    """read_artifact checks every file's sha256 and hands the bytes it checked to the graph's parse and the
+    target's loader: no file is opened again after its check (the cpu loader read the plan, the graph, the code,
+    kernels.ll and runtime.json a second time: session 30 cload30). The loaded executable still runs right."""
+    import builtins
+    import io
+    import os
+
+    fn = sample_function()
+    directory = _write(tmp_path, target, fn)
+    opened: list[str] = []
+    real_os_open, real_open = os.open, builtins.open
+
+    def os_open(path, *args, **kwargs):
+        opened.append(os.fspath(path))
+        return real_os_open(path, *args, **kwargs)
+
+    def open_(file, *args, **kwargs):
+        if isinstance(file, (str, os.PathLike)):
+            opened.append(os.fspath(file))
+        return real_open(file, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", os_open)
+    monkeypatch.setattr(builtins, "open", open_)
+    monkeypatch.setattr(io, "open", open_)
+    manifest, executable = read_artifact(directory, ARTIFACT_CODECS[target])
+    monkeypatch.undo()
+    inside = [Path(path).relative_to(directory).as_posix() for path in opened
+              if Path(path).is_relative_to(directory)]
+    assert sorted(inside) == sorted(["manifest.json", *manifest.files]), inside
+    inputs = sample_inputs(fn)
+    for out, ref in zip(executable(*inputs), interpret(fn, inputs)):
+        np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)
+
+
 def test_round_trip_runs_like_the_graph(tmp_path, target):
     fn = sample_function()
     directory = _write(tmp_path, target, fn)
