@@ -89,11 +89,11 @@ def _record_decoder(cls: type) -> Decoder:
     def decode_record(data: Any, where: Where) -> Any:
         if type(data) is not dict:
             raise SchemaError(where, f"expected an object, got {_json_type(data)}")
-        unexpected = sorted(set(data) - names)
-        if unexpected:
-            raise SchemaError((where, unexpected[0]), "unexpected field")
-        missing = [name for name, _ in fields if name not in data]
-        if missing:
+        if data.keys() != names:  # one set comparison; the field to name only when they differ
+            unexpected = sorted(set(data) - names)
+            if unexpected:
+                raise SchemaError((where, unexpected[0]), "unexpected field")
+            missing = [name for name, _ in fields if name not in data]
             raise SchemaError((where, missing[0]), "missing field")
         return cls(**{name: field(data[name], (where, name)) for name, field in fields})
 
@@ -140,7 +140,14 @@ def _decoder(hint: Any, metadata: Mapping[str, Any]) -> Decoder:
 
         return decode_dict
     if dataclasses.is_dataclass(hint):
-        return lambda data, where: _record_decoder(hint)(data, where)
+        made: list[Decoder] = []  # the record's decoder, made at its first value (a record may nest itself)
+
+        def decode_nested(data: Any, where: Where) -> Any:
+            if not made:
+                made.append(_record_decoder(hint))
+            return made[0](data, where)
+
+        return decode_nested
     raise TypeError(f"strict_json: no decoder for {hint!r}")
 
 
