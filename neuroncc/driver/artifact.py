@@ -5,7 +5,7 @@
                            pipeline, per-stage timings, versions, and the sha256 and size of every other file
       graph.nir            the graph the executable runs (after the pipeline), as text
       constants.npz        its large constants, by resource name (np.load(allow_pickle=False); absent if none)
-      stages/NN-NAME.nir   the IR text after each pipeline stage (for reading; not needed to load)
+      stages.nir           the IR text after each pipeline stage (for reading; not needed to load)
       ...                  the target's own files (cpu: kernels.ll LLVM IR, kernels.so the kernels linked into
                            one shared library (or kernels.a, their object files, where no linker was found),
                            launch plan .json, the launcher's process-wide helpers' code runtime.json;
@@ -42,12 +42,17 @@ from neuroncc.executors.executable import Executable
 
 #: Bump when the directory layout or the manifest schema changes; older entries then read as misses.
 #: 2: cpu kernels as one shared library (kernels.so; kernels.a only where the compiling process had no linker)
-FORMAT_VERSION = 2
+#: 3: the stages' IR in one file, stages.nir (was stages/NN-NAME.nir, a file each)
+FORMAT_VERSION = 3
 
 MANIFEST_NAME = "manifest.json"
 GRAPH_NAME = "graph.nir"
 CONSTANTS_NAME = "constants.npz"
-STAGES_DIR = "stages"
+#: the IR after each pipeline stage, one file (format 3; format 2 had a file per stage under ``stages/``: a hit
+#: checks every file, and 8 of an eager kernel's 14 were stages): per stage a header line
+#: ``// stage NN-NAME.nir BYTES`` and then that many bytes of its text (:func:`read_stages`)
+STAGES_NAME = "stages.nir"
+_STAGE_HEADER = "// stage "
 
 # ---- the target protocol ---------------------------------------------------------------------------------
 
@@ -164,7 +169,7 @@ class Manifest:
     outputs: list[TensorRecord]
     options: dict[str, Any]
     pipeline: str
-    stages: list[str]  # file names under stages/, in pipeline order
+    stages: list[str]  # the stages' names (NN-NAME.nir) in stages.nir, in pipeline order
     target_files: list[str]
     timings: dict[str, float]
     neuroncc_version: str
@@ -308,6 +313,24 @@ def _stage_file_name(index: int, stage: str) -> str:
     return f"{index:02d}-{safe}.nir"
 
 
+def read_stages(directory: Path) -> dict[str, str]:
+    """The IR text after each pipeline stage of an artifact, by its name (``NN-NAME.nir``), in pipeline order
+    (for reading: a load never needs it). Raises :class:`ArtifactError` for a malformed file."""
+    path = directory / STAGES_NAME
+    if not path.exists():
+        return {}
+    data, stages, pos = path.read_bytes(), {}, 0
+    while pos < len(data):
+        end = data.find(b"\n", pos)
+        header = data[pos:end].decode("utf-8", errors="replace") if end >= 0 else ""
+        name, _, size = header.removeprefix(_STAGE_HEADER).rpartition(" ")
+        if not header.startswith(_STAGE_HEADER) or not size.isdigit():
+            raise ArtifactError(f"{path}: malformed stage header at byte {pos}")
+        pos = end + 1 + int(size)
+        stages[name] = data[end + 1:pos].decode("utf-8", errors="replace")
+    return stages
+
+
 def write_graph(fn: Function, directory: Path) -> None:
     """``graph.nir`` plus ``constants.npz`` (when ``fn`` has large constants)."""
     write_new_file(directory / GRAPH_NAME, print_function(fn).encode())
@@ -355,11 +378,13 @@ def write_artifact(directory: Path, executable: Executable, contents: Any, codec
     checkpoint("graph-written")
     stage_names = []
     if contents.stages:
-        (directory / STAGES_DIR).mkdir(mode=0o700)
+        sections = []
         for index, (stage, text) in enumerate(contents.stages.items()):
             name = _stage_file_name(index, stage)
-            write_new_file(directory / STAGES_DIR / name, text.encode())
+            data = text.encode()
+            sections.append(f"{_STAGE_HEADER}{name} {len(data)}\n".encode() + data)
             stage_names.append(name)
+        write_new_file(directory / STAGES_NAME, b"".join(sections))
     target_files = [str(name) for name in codec.save(executable, directory)]
     for name in target_files:
         if not inside_artifact(directory, name).is_file():
