@@ -387,8 +387,10 @@ def write_artifact(directory: Path, executable: Executable, contents: Any, codec
         write_new_file(directory / STAGES_NAME, b"".join(sections))
     target_files = [str(name) for name in codec.save(executable, directory)]
     for name in target_files:
-        if not inside_artifact(directory, name).is_file():
+        path = inside_artifact(directory, name)
+        if not path.is_file():
             raise ArtifactError(f"target '{contents.target}' reported saving {name!r} but did not write it")
+        os.chmod(path, 0o600)  # a codec writes with the umask's mode; the cache's files are 0600 (docs/cache.md)
     files = {
         path.relative_to(directory).as_posix(): file_digest(path)
         for path in sorted(directory.rglob("*")) if path.is_file()

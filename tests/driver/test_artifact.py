@@ -81,6 +81,15 @@ def test_a_load_opens_each_file_of_its_artifact_once(tmp_path, target, monkeypat
         np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)
 
 
+def test_every_file_of_an_artifact_is_private(tmp_path, target):
+    """docs/cache.md: files in the cache are 0600; the cpu and nki-sim codecs wrote theirs with the umask's mode
+    (0644) until session 30."""
+    directory = _write(tmp_path, target, stages={"input": "x"})
+    modes = {path.relative_to(directory).as_posix(): path.stat().st_mode & 0o777
+             for path in directory.rglob("*") if path.is_file()}
+    assert set(modes.values()) == {0o600}, modes
+
+
 def test_round_trip_runs_like_the_graph(tmp_path, target):
     fn = sample_function()
     directory = _write(tmp_path, target, fn)
