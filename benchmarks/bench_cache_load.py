@@ -3,9 +3,12 @@ one compile cache through ``CompileCache.load_entry`` (manifest, every file's sh
 codec's load), rounds interleaved by tree; median ms per load and the steps' share (in-process probes).
 
     python benchmarks/bench_cache_load.py --cache DIR [--trees base=/work/main,this=.] [--rounds 7]
+    python benchmarks/bench_cache_load.py --cache base=DIR1,this=DIR2 --trees base=/tmp/base,this=.
 
 DIR: a filled cache directory, e.g. the one a cold ``bench_device.py --rows generate`` process fills
-(NEURONCC_CACHE_DIR=DIR; 294 kernels of a tiny GPT-2's generate). torch is imported first (the BLAS steps'
+(NEURONCC_CACHE_DIR=DIR; 294 kernels of a tiny GPT-2's generate); its cpu entries are loaded (not the signature
+index's graph entry). Trees of different artifact format versions (session 30: 3) each need a cache of their own
+format, filled by that tree: ``--cache NAME=DIR,...`` names each tree's. torch is imported first (the BLAS steps'
 library lookup needs it, as in every process that loads eager kernels).
 """
 
@@ -55,7 +58,8 @@ if probe:
     timed(launcher, "CpuExecutable", "cpu: CpuExecutable()")
     timed(launcher, "load_cpu_executable", "cpu codec (all)")
 root = Path(sys.argv[1])
-keys = sorted(os.listdir(root / "entries"))
+keys = sorted(key for key in os.listdir(root / "entries")  # cpu artifacts (not graph entries: the signature index)
+              if json.loads((root / "entries" / key / "manifest.json").read_text())["target"] == "cpu")
 cache = CompileCache(root, stats=CacheStats())
 start = time.perf_counter()
 for key in keys:
@@ -67,7 +71,7 @@ print(json.dumps({"loads": len(keys), "total_s": total, "spent": spent}))
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--cache", required=True, help="a filled compile cache directory")
+    parser.add_argument("--cache", required=True, help="a filled compile cache directory, or NAME=DIR,... per tree")
     parser.add_argument("--trees", default="this=.", help="name=DIR,... source trees to A/B")
     parser.add_argument("--rounds", type=int, default=7)
     args = parser.parse_args()
@@ -82,7 +86,9 @@ def main() -> None:
                 root = os.path.abspath(here if tree in ("", ".") else tree)
                 env = dict(os.environ, **_MALLOC,
                            PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
-                out = subprocess.run([sys.executable, "-c", _SCRIPT, args.cache, mode], env=env, cwd="/",
+                cache = dict(item.partition("=")[::2] for item in args.cache.split(",")).get(name, args.cache) \
+                    if "=" in args.cache else args.cache
+                out = subprocess.run([sys.executable, "-c", _SCRIPT, cache, mode], env=env, cwd="/",
                                      capture_output=True, text=True, timeout=600)
                 if out.returncode:
                     raise SystemExit(f"{name} failed:\n{out.stderr[-3000:]}")

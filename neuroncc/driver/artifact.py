@@ -5,7 +5,7 @@
                            pipeline, per-stage timings, versions, and the sha256 and size of every other file
       graph.nir            the graph the executable runs (after the pipeline), as text
       constants.npz        its large constants, by resource name (np.load(allow_pickle=False); absent if none)
-      stages/NN-NAME.nir   the IR text after each pipeline stage (for reading; not needed to load)
+      stages.nir           the IR text after each pipeline stage (for reading; not needed to load)
       ...                  the target's own files (cpu: kernels.ll LLVM IR, kernels.so the kernels linked into
                            one shared library (or kernels.a, their object files, where no linker was found),
                            launch plan .json, the launcher's process-wide helpers' code runtime.json;
@@ -22,6 +22,7 @@ directory and a loader that rebuilds the executable from the directory and the g
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import re
@@ -41,19 +42,25 @@ from neuroncc.executors.executable import Executable
 
 #: Bump when the directory layout or the manifest schema changes; older entries then read as misses.
 #: 2: cpu kernels as one shared library (kernels.so; kernels.a only where the compiling process had no linker)
-FORMAT_VERSION = 2
+#: 3: the stages' IR in one file, stages.nir (was stages/NN-NAME.nir, a file each)
+FORMAT_VERSION = 3
 
 MANIFEST_NAME = "manifest.json"
 GRAPH_NAME = "graph.nir"
 CONSTANTS_NAME = "constants.npz"
-STAGES_DIR = "stages"
+#: the IR after each pipeline stage, one file (format 3; format 2 had a file per stage under ``stages/``: a hit
+#: checks every file, and 8 of an eager kernel's 14 were stages): per stage a header line
+#: ``// stage NN-NAME.nir BYTES`` and then that many bytes of its text (:func:`read_stages`)
+STAGES_NAME = "stages.nir"
+_STAGE_HEADER = "// stage "
 
 # ---- the target protocol ---------------------------------------------------------------------------------
 
 Saver = Callable[[Executable, Path], Sequence[str]]
-#: ``load(directory, fn, options)``: ``options`` are the compile options the artifact was stored under (its
-#: manifest's, part of the key): a cpu executable takes its thread count and threading from them as a build does
-Loader = Callable[[Path, Function, Mapping[str, Any]], Executable]
+#: ``load(directory, fn, options, files)``: ``options`` are the compile options the artifact was stored under (its
+#: manifest's, part of the key): a cpu executable takes its thread count and threading from them as a build does;
+#: ``files``: every file's bytes by name, as checked against the manifest (a loader reads nothing again)
+Loader = Callable[[Path, Function, Mapping[str, Any], Mapping[str, bytes]], Executable]
 
 
 def _no_host_dependence() -> str:
@@ -65,8 +72,9 @@ class ArtifactCodec:
     """How one target's executable is written into an artifact directory and read back.
 
     ``save(executable, directory)`` writes the target's own files (the graph is written for every target by
-    :func:`write_artifact`) and returns their names relative to ``directory``. ``load(directory, fn)``
-    rebuilds the executable from those files and the graph ``fn`` read from ``graph.nir``.
+    :func:`write_artifact`) and returns their names relative to ``directory``. ``load(directory, fn, options, files)``
+    rebuilds the executable from those files (their bytes as checked, ``files``) and the graph ``fn`` read from
+    ``graph.nir``.
     ``host_fingerprint()`` names what on this machine the saved code depends on (cpu: the host CPU and its
     features); it is part of the cache key, so object code is never loaded on a machine it was not built for.
     """
@@ -80,27 +88,27 @@ def _save_with_method(executable: Executable, directory: Path) -> Sequence[str]:
     return executable.save(directory)  # type: ignore[attr-defined]
 
 
-def _load_interp(directory: Path, fn: Function, options: Mapping[str, Any]) -> Executable:
+def _load_interp(directory: Path, fn: Function, options: Mapping[str, Any], files: Mapping[str, bytes]) -> Executable:
     # imported for an interp artifact only: a graph cache hit loads cpu artifacts
     from neuroncc.executors.interpreter_executable import load_interp_executable
 
     return load_interp_executable(directory, fn)
 
 
-def _load_cpu(directory: Path, fn: Function, options: Mapping[str, Any]) -> Executable:
+def _load_cpu(directory: Path, fn: Function, options: Mapping[str, Any], files: Mapping[str, bytes]) -> Executable:
     from neuroncc.executors.cpu.launcher import load_cpu_executable  # type: ignore[import-not-found]
 
     # the codec's contract: every file, the plan and graph.nir among them, was checked against its sha256; the
     # options: a ``threads`` option stays fixed on a hit as on the build (without them the loaded executable
     # followed torch's count: session 20 a1t)
-    return load_cpu_executable(directory, fn, options, graph_checked=True)
+    return load_cpu_executable(directory, fn, options, graph_checked=True, files=files)
 
 
-def _load_nki(directory: Path, fn: Function, options: Mapping[str, Any]) -> Executable:
+def _load_nki(directory: Path, fn: Function, options: Mapping[str, Any], files: Mapping[str, bytes]) -> Executable:
     # the NKI simulator: imported for an nki-sim artifact only (~60 ms, which loading a cpu artifact never needs)
     from neuroncc.executors.nki_sim.executable import load_nki_executable
 
-    return load_nki_executable(directory, fn)
+    return load_nki_executable(directory, fn, files)
 
 
 def _host_cpu_fingerprint() -> str:
@@ -161,7 +169,7 @@ class Manifest:
     outputs: list[TensorRecord]
     options: dict[str, Any]
     pipeline: str
-    stages: list[str]  # file names under stages/, in pipeline order
+    stages: list[str]  # the stages' names (NN-NAME.nir) in stages.nir, in pipeline order
     target_files: list[str]
     timings: dict[str, float]
     neuroncc_version: str
@@ -214,13 +222,17 @@ def file_digest(path: Path) -> FileRecord:
     return FileRecord(sha256=h.hexdigest(), size=size)
 
 
-def verify_files(directory: Path, manifest: Manifest) -> None:
-    """Raise :class:`ArtifactError` unless every recorded file exists with its recorded size and sha256.
+def verify_files(directory: Path, manifest: Manifest) -> dict[str, bytes]:
+    """Every recorded file's bytes, by name, once each was found with its recorded size and sha256; raise
+    :class:`ArtifactError` naming the first one that was not.
 
     Every file of every load goes through here (~15 per cpu artifact), so each is checked with one open, fstat,
     read and close on its descriptor (the size read is the size checked); Path.stat/open and a chunked read
-    loop cost ~3x as much (session 29 load29)."""
+    loop cost ~3x as much (session 29 load29). The bytes checked are the bytes a loader then uses
+    (:func:`read_artifact` hands them to the graph's parse and the target's codec): a hit opens each file of
+    its entry once, and nothing is read again after its check (session 30 cload30)."""
     base = os.fspath(directory)
+    contents: dict[str, bytes] = {}
     for name, record in manifest.files.items():
         parts = name.split("/")
         if name.startswith("/") or ".." in parts or all(part in ("", ".") for part in parts):
@@ -236,26 +248,34 @@ def verify_files(directory: Path, manifest: Manifest) -> None:
             size = os.fstat(fd).st_size
             if size != record.size:
                 raise ArtifactError(f"{path}: {size} bytes, the manifest says {record.size}")
-            digest = hashlib.sha256()
+            chunks = []
             remaining = size + 1  # one byte more: a file that grew since the fstat fails the size below
             while remaining and (chunk := os.read(fd, min(remaining, 1 << 24))):
-                digest.update(chunk)
+                chunks.append(chunk)
                 remaining -= len(chunk)
         except OSError as exc:
             raise ArtifactError(f"{path}: unreadable ({exc})") from None
         finally:
             os.close(fd)
-        if remaining != 1 or digest.hexdigest() != record.sha256:
+        data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        if remaining != 1 or hashlib.sha256(data).hexdigest() != record.sha256:
             raise ArtifactError(f"{path}: sha256 mismatch (the file was modified or damaged)")
+        contents[name] = data
+    return contents
 
 
 def verify_artifact(directory: Path) -> Manifest:
     """The manifest of a fully intact artifact; :class:`ArtifactError` naming the first problem otherwise."""
+    return read_verified(directory)[0]
+
+
+def read_verified(directory: Path) -> tuple[Manifest, dict[str, bytes]]:
+    """The manifest of a fully intact artifact and its files' bytes, each checked against the manifest (see
+    :func:`verify_files`); :class:`ArtifactError` naming the first problem otherwise."""
     manifest = read_manifest(directory)
     if manifest.key != directory.name:
         raise ArtifactError(f"{directory}: holds key {manifest.key[:16]}..., not its directory name")
-    verify_files(directory, manifest)
-    return manifest
+    return manifest, verify_files(directory, manifest)
 
 
 def inside_artifact(directory: Path, name: str) -> Path:
@@ -293,6 +313,24 @@ def _stage_file_name(index: int, stage: str) -> str:
     return f"{index:02d}-{safe}.nir"
 
 
+def read_stages(directory: Path) -> dict[str, str]:
+    """The IR text after each pipeline stage of an artifact, by its name (``NN-NAME.nir``), in pipeline order
+    (for reading: a load never needs it). Raises :class:`ArtifactError` for a malformed file."""
+    path = directory / STAGES_NAME
+    if not path.exists():
+        return {}
+    data, stages, pos = path.read_bytes(), {}, 0
+    while pos < len(data):
+        end = data.find(b"\n", pos)
+        header = data[pos:end].decode("utf-8", errors="replace") if end >= 0 else ""
+        name, _, size = header.removeprefix(_STAGE_HEADER).rpartition(" ")
+        if not header.startswith(_STAGE_HEADER) or not size.isdigit():
+            raise ArtifactError(f"{path}: malformed stage header at byte {pos}")
+        pos = end + 1 + int(size)
+        stages[name] = data[end + 1:pos].decode("utf-8", errors="replace")
+    return stages
+
+
 def write_graph(fn: Function, directory: Path) -> None:
     """``graph.nir`` plus ``constants.npz`` (when ``fn`` has large constants)."""
     write_new_file(directory / GRAPH_NAME, print_function(fn).encode())
@@ -302,13 +340,26 @@ def write_graph(fn: Function, directory: Path) -> None:
             np.savez(f, **{name: np.ascontiguousarray(array) for name, array in resources.items()})
 
 
-def read_graph(directory: Path) -> Function:
+def read_graph(directory: Path, files: Mapping[str, bytes] | None = None) -> Function:
+    """The graph of an artifact: from ``files``, its files' bytes as :func:`read_verified` checked them, else
+    read from ``directory``."""
     resources: dict[str, np.ndarray] = {}
-    constants = directory / CONSTANTS_NAME
-    if constants.exists():
+    if files is None:
+        constants: Any = directory / CONSTANTS_NAME
+        if not constants.exists():
+            constants = None
+        text = (directory / GRAPH_NAME).read_text(encoding="utf-8")
+    else:
+        constants = io.BytesIO(files[CONSTANTS_NAME]) if CONSTANTS_NAME in files else None
+        try:
+            text = files[GRAPH_NAME].decode("utf-8")
+        except KeyError:
+            raise ArtifactError(f"{directory}: no {GRAPH_NAME} in its manifest") from None
+        except UnicodeDecodeError as exc:
+            raise ArtifactError(f"{directory / GRAPH_NAME}: unreadable ({exc})") from None
+    if constants is not None:
         with np.load(constants, allow_pickle=False) as archive:
             resources = {name: archive[name] for name in archive.files}
-    text = (directory / GRAPH_NAME).read_text(encoding="utf-8")
     # The graph was verified when it was compiled and its sha256 was checked before we got here; verifying
     # it again would nearly double the warm-load time of a large graph.
     return parse(text, source=str(directory / GRAPH_NAME), resources=resources, verify=False)
@@ -327,15 +378,19 @@ def write_artifact(directory: Path, executable: Executable, contents: Any, codec
     checkpoint("graph-written")
     stage_names = []
     if contents.stages:
-        (directory / STAGES_DIR).mkdir(mode=0o700)
+        sections = []
         for index, (stage, text) in enumerate(contents.stages.items()):
             name = _stage_file_name(index, stage)
-            write_new_file(directory / STAGES_DIR / name, text.encode())
+            data = text.encode()
+            sections.append(f"{_STAGE_HEADER}{name} {len(data)}\n".encode() + data)
             stage_names.append(name)
+        write_new_file(directory / STAGES_NAME, b"".join(sections))
     target_files = [str(name) for name in codec.save(executable, directory)]
     for name in target_files:
-        if not inside_artifact(directory, name).is_file():
+        path = inside_artifact(directory, name)
+        if not path.is_file():
             raise ArtifactError(f"target '{contents.target}' reported saving {name!r} but did not write it")
+        os.chmod(path, 0o600)  # a codec writes with the umask's mode; the cache's files are 0600 (docs/cache.md)
     files = {
         path.relative_to(directory).as_posix(): file_digest(path)
         for path in sorted(directory.rglob("*")) if path.is_file()
@@ -362,9 +417,10 @@ def write_artifact(directory: Path, executable: Executable, contents: Any, codec
 
 
 def read_artifact(directory: Path, codec: ArtifactCodec) -> tuple[Manifest, Executable]:
-    """Verify ``directory`` completely, then load its executable. Raises :class:`ArtifactError` if damaged."""
-    manifest = verify_artifact(directory)
-    return manifest, codec.load(directory, read_graph(directory), manifest.options)
+    """Verify ``directory`` completely, then load its executable from the bytes checked (no file is read twice).
+    Raises :class:`ArtifactError` if damaged."""
+    manifest, files = read_verified(directory)
+    return manifest, codec.load(directory, read_graph(directory, files), manifest.options, files)
 
 
 def artifact_size(directory: Path) -> int:

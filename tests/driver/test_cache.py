@@ -220,7 +220,7 @@ def test_entry_under_the_wrong_key_is_a_miss(cache, compiler, request_for):
 def test_loader_failure_is_a_miss_not_a_crash(cache, compiler, request_for, monkeypatch, target):
     cache.get_or_compile(request_for(), compiler)
 
-    def broken_loader(directory, fn, options):
+    def broken_loader(directory, fn, options, files):
         raise RuntimeError("loader bug")
 
     codec = dataclasses.replace(artifact.ARTIFACT_CODECS[target], load=broken_loader)

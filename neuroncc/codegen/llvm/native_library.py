@@ -11,20 +11,24 @@ launch plan records the form an artifact holds (``CpuLaunchPlan.code_form``).
 
 Loading: the library's bytes, already checked against the artifact's recorded sha256 by the caller, are written
 to an anonymous memory file (``memfd_create``) sealed against any further change, which the dynamic loader opens
-through a symbolic link to ``/proc/self/fd/N`` at a new name in the process's private directory (``mkdtemp``:
-mode 0700, made on the first load, :class:`_LinkDirectory`). Nobody can swap or edit the code between the check
-and ``dlopen``, and a ``noexec`` temporary directory does not matter (the code is mapped from the memory file).
-Where memory files cannot be made or mapped executable (no ``memfd_create``; ``vm.memfd_noexec``), the bytes go
-to a new file (``O_EXCL``, mode 0600) in that directory instead. The name is unique per load (a counter) because
-the loader returns an already-loaded library for a name it has seen without opening anything. The link or file
-is removed and the memory file closed right after: the mapping keeps its inode alive (so the loader, which also
+as ``/proc/self/fd/N`` spelled in a way never used before in the process (:func:`_memory_file_name`: ``.``
+components between ``/proc/self`` and ``fd`` spell a counter in binary, ``/proc/self/./fd/N``,
+``/proc/self/.//fd/N``, ...). Nobody can swap or edit the code between the check and ``dlopen``, and a
+``noexec`` temporary directory does not matter (the code is mapped from the memory file). The name must be new
+because the loader returns an already-loaded library for a name it has seen without opening anything, and
+descriptor numbers are reused once closed; the loader compares names as text, so a new spelling of the same path
+is a new name. Where memory files cannot be made or mapped executable (no ``memfd_create``; ``vm.memfd_noexec``;
+no ``/proc``), the bytes go to a new file (``O_EXCL``, mode 0600) at a new name (a counter) in the process's
+private directory (``mkdtemp``: mode 0700, made on the first such load, :class:`_LinkDirectory`). The file is
+removed and the memory file closed right after: the mapping keeps its inode alive (so the loader, which also
 identifies libraries by device and inode, can never mistake a later library for it). The directory stays, empty,
 for the process's life and is removed at exit (one left by a killed process is removed by the next process that
 loads a library). It is made once because a fresh directory per load cost more than the rest of the load: mkdtemp
-and rmdir took 0.9-2.3 ms a load on this machine's ext4, a link and its removal in an existing directory 20-50
-us, and a warm process of the eager device loads one library per new op signature (session 27, devgen27). A
-library is never unloaded (ctypes never calls ``dlclose``); :class:`LibraryModule` holds its handle for the
-executables that use it.
+and rmdir took 0.9-2.3 ms a load on this machine's ext4 (session 27, devgen27). Until session 30 the memory file
+was opened through a symbolic link in that directory: its creation and removal cost 0.2-0.37 ms a load on the
+same ext4 (20-50 us when measured in session 27), and a warm process of the eager device loads one library per
+new op signature (cload30). A library is never unloaded (ctypes never calls ``dlclose``); :class:`LibraryModule`
+holds its handle for the executables that use it.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ import atexit
 import ctypes
 import enum
 import fcntl
+import itertools
 import os
 import shutil
 import subprocess
@@ -155,9 +160,10 @@ _MFD_EXEC = getattr(os, "MFD_EXEC", 0x0010)
 def _load_from_memory(library: bytes) -> ctypes.CDLL:
     """``dlopen`` of ``library`` written to a memory file sealed against writes; OSError if this system cannot.
 
-    The loader opens it through a symbolic link to ``/proc/self/fd/N`` in a fresh private directory: the dynamic
-    loader takes a name it has loaded before for that library without opening anything, and descriptor numbers
-    are reused once closed, so ``/proc/self/fd/N`` itself would hand a later library the first one's code."""
+    The loader opens it as ``/proc/self/fd/N`` spelled as never before in the process (:func:`_memory_file_name`):
+    the dynamic loader takes a name it has loaded before for that library without opening anything, and
+    descriptor numbers are reused once closed, so ``/proc/self/fd/N`` itself would hand a later library the
+    first one's code."""
     if not hasattr(os, "memfd_create") or not hasattr(fcntl, "F_ADD_SEALS"):
         raise OSError("memory files are not available here")
     flags = os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING
@@ -169,9 +175,22 @@ def _load_from_memory(library: bytes) -> ctypes.CDLL:
         _write_all(fd, library)
         fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SEAL | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW
                     | fcntl.F_SEAL_WRITE)
-        return _load_through_private_name(lambda path: os.symlink(f"/proc/self/fd/{fd}", path))
+        return ctypes.CDLL(_memory_file_name(fd, next(_MEMORY_LOADS)), mode=os.RTLD_LOCAL | os.RTLD_NOW)
     finally:
         os.close(fd)  # the mapping keeps the memory file alive
+
+
+#: loads through a memory file in this process (a forked child goes on counting from its parent's number, which
+#: its own loader has not seen either); ``next`` on it is atomic under the GIL
+_MEMORY_LOADS = itertools.count(1)
+
+
+def _memory_file_name(fd: int, number: int) -> str:
+    """``/proc/self/fd/<fd>``, spelled differently for every ``number`` (>= 1): after ``/proc/self``, one ``.``
+    component per binary digit 1 of ``number`` and an empty one (``//``) per digit 0. The kernel resolves every
+    spelling to the descriptor; the dynamic loader, which compares the names it has loaded as text, sees a new
+    one. ~40 characters for a million loads."""
+    return "/proc/self/" + "".join("./" if digit == "1" else "/" for digit in f"{number:b}") + f"fd/{fd}"
 
 
 def _load_from_private_file(library: bytes) -> ctypes.CDLL:
@@ -179,7 +198,8 @@ def _load_from_private_file(library: bytes) -> ctypes.CDLL:
 
 
 def _load_through_private_name(make: Callable[[Path], None]) -> ctypes.CDLL:
-    """``dlopen`` of the file ``make`` creates at a new name in the process's private directory (removed after)."""
+    """``dlopen`` of the file ``make`` creates at a new name in the process's private directory (removed after):
+    where memory files do not work."""
     path = _LINKS.new_name(make)
     try:
         return ctypes.CDLL(str(path), mode=os.RTLD_LOCAL | os.RTLD_NOW)

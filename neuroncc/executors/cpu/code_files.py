@@ -8,6 +8,7 @@ cache: docs/cache.md).
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -27,23 +28,44 @@ def stored_code(module: Any) -> bytes:
     return module.library if module.form is CodeForm.SHARED_LIBRARY else write_archive(module.objects)
 
 
-def load_code(directory: Path, plan: CpuLaunchPlan) -> Any:
+class CodeFiles:
+    """An artifact's files for its loader: the bytes its manifest check read (``checked``: name -> bytes), or,
+    for a file not among them (a caller without that check), the file in ``directory``."""
+
+    def __init__(self, directory: Path, checked: Mapping[str, bytes] | None = None):
+        self.directory, self.checked = directory, checked or {}
+
+    def path(self, name: str) -> Path:
+        return self.directory / name
+
+    def has(self, name: str) -> bool:
+        return name in self.checked or (self.directory / name).exists()
+
+    def data(self, name: str) -> bytes:
+        data = self.checked.get(name)
+        return data if data is not None else (self.directory / name).read_bytes()
+
+    def text(self, name: str) -> str:
+        return self.data(name).decode("utf-8")
+
+
+def load_code(files: CodeFiles, plan: CpuLaunchPlan) -> Any:
     """The kernels' code of an artifact (``jit.LoadedCode``), checked against the plan's checksum before it is
     loaded: a shared library through the dynamic loader (no LLVM), objects through MCJIT."""
+    directory = files.directory
     try:
         form = CodeForm(plan.code_form)
     except ValueError:
         raise ArtifactError(f"{directory}: unknown code form {plan.code_form!r}") from None
-    path = directory / CODE_FILES[form]
+    path = files.path(CODE_FILES[form])
     try:
-        code = path.read_bytes()
+        code = files.data(CODE_FILES[form])
     except OSError as exc:
         raise ArtifactError(f"cannot read kernel object code in {directory}: {exc}") from None
     if hashlib.sha256(code).hexdigest() != plan.object_sha256:
         raise ArtifactError(f"{path} is corrupt (checksum mismatch)")
     try:
-        llvm_ir = split_modules((directory / IR_FILE).read_text(encoding="utf-8")) \
-            if (directory / IR_FILE).exists() else []
+        llvm_ir = split_modules(files.text(IR_FILE)) if files.has(IR_FILE) else []
     except (OSError, UnicodeDecodeError):
         llvm_ir = []  # for inspection only: the code file is what runs
     if form is CodeForm.SHARED_LIBRARY:
@@ -53,4 +75,4 @@ def load_code(directory: Path, plan: CpuLaunchPlan) -> Any:
     return jit.load_objects(read_archive(code, str(path)), llvm_ir)
 
 
-__all__ = ["CODE_FILES", "IR_FILE", "LIBRARY_FILE", "OBJECT_FILE", "PLAN_FILE", "load_code", "stored_code"]
+__all__ = ["CODE_FILES", "CodeFiles", "IR_FILE", "LIBRARY_FILE", "OBJECT_FILE", "PLAN_FILE", "load_code", "stored_code"]

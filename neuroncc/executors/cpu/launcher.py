@@ -48,7 +48,7 @@ from neuroncc.ir.types import contiguous_strides
 from neuroncc.executors.cpu.adopt import SuppliedExtern
 from neuroncc.executors.cpu import arena_reserve
 from neuroncc.executors.cpu.array_call import array_call
-from neuroncc.executors.cpu.code_files import CODE_FILES, IR_FILE, PLAN_FILE, load_code, stored_code
+from neuroncc.executors.cpu.code_files import CODE_FILES, IR_FILE, PLAN_FILE, CodeFiles, load_code, stored_code
 from neuroncc.executors.cpu.buffers import copy_layouts, returned_strides
 from neuroncc.executors.cpu.buffers import data_address as _data_address
 from neuroncc.executors.cpu.buffers import flat_view as _flat
@@ -548,19 +548,21 @@ def _executable(top: Function, plan: CpuLaunchPlan, module: Any, options: Mappin
 
 
 def load_cpu_executable(directory: str | Path, fn: Function, options: Mapping[str, Any] | None = None, *,
-                        graph_checked: bool = False) -> CpuExecutable:
+                        graph_checked: bool = False, files: Mapping[str, bytes] | None = None) -> CpuExecutable:
     """Load an executable saved by :meth:`CpuExecutable.save` for ``fn`` without recompiling.
 
     Raises ArtifactError when the files are missing or corrupt, or were built for another graph or CPU.
     ``graph_checked``: the caller read ``fn`` and the plan from one artifact whose files it checked against
     their recorded sha256 (:func:`neuroncc.driver.artifact.read_artifact`), so the plan's ``function_hash``
     is the hash of ``fn``'s text as it was saved, and is not computed again (printing the graph and hashing it,
-    ~1-1.5 ms per graph of a warm start).
+    ~1-1.5 ms per graph of a warm start). ``files``: the artifact's files' bytes by name as that check read
+    them, used instead of reading the files again (a file missing there is read from ``directory``).
     """
     options = options or {}
     directory = Path(directory)
+    files = CodeFiles(directory, files)
     try:
-        plan = CpuLaunchPlan.from_json((directory / PLAN_FILE).read_text(encoding="utf-8"))
+        plan = CpuLaunchPlan.from_json(files.text(PLAN_FILE))
     except (OSError, UnicodeDecodeError) as exc:
         raise ArtifactError(f"cannot read {directory / PLAN_FILE}: {exc}") from None
     top = wrap_remaining_ops(fn)
@@ -571,10 +573,10 @@ def load_cpu_executable(directory: str | Path, fn: Function, options: Mapping[st
         raise ArtifactError(f"{directory}: compiled for CPU '{plan.cpu}', this is '{host.name}'")
     module = None
     if any(step.native for step in plan.steps):
-        module = load_code(directory, plan)
+        module = load_code(files, plan)
         if wants_offers(tuple(HELPERS)):
             try:
-                offer((directory / RUNTIME_FILE).read_text(encoding="utf-8"))
+                offer(files.text(RUNTIME_FILE))
             except (OSError, UnicodeDecodeError):
                 pass  # an artifact without the helpers (older, or none written): they are compiled when needed
     return CpuExecutable(top, plan, module, thread_count(options), threading_mode=threading_mode(options),

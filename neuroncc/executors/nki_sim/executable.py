@@ -203,15 +203,19 @@ def build_nki_executable(fn: Function, options: Mapping[str, Any] | None = None)
     return NkiExecutable(fn, program)
 
 
-def load_nki_executable(directory: str | Path, fn: Function) -> NkiExecutable:
-    """The executable saved by :meth:`NkiExecutable.save` for ``fn``, without emitting again.
+def load_nki_executable(directory: str | Path, fn: Function,
+                        files: Mapping[str, bytes] | None = None) -> NkiExecutable:
+    """The executable saved by :meth:`NkiExecutable.save` for ``fn``, without emitting again. ``files``: the
+    artifact's files' bytes as its manifest check read them (else they are read from ``directory``).
 
     Raises :class:`ArtifactError` when the files are missing, malformed, or belong to another graph.
     """
     directory = Path(directory)
+    files = files or {}
     try:
-        source = (directory / SOURCE_FILE).read_text(encoding="utf-8")
-        plan = NkiLaunchPlan.from_json((directory / PLAN_FILE).read_text(encoding="utf-8"))
+        source = (files[SOURCE_FILE] if SOURCE_FILE in files else (directory / SOURCE_FILE).read_bytes()).decode()
+        plan = NkiLaunchPlan.from_json(
+            (files[PLAN_FILE] if PLAN_FILE in files else (directory / PLAN_FILE).read_bytes()).decode())
     except (OSError, UnicodeDecodeError) as exc:
         raise ArtifactError(f"cannot read the NKI kernels in {directory}: {exc}") from None
     except (ValueError, KeyError, TypeError) as exc:
