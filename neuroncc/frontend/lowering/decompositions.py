@@ -111,6 +111,15 @@ def native_group_norm_cpu_statistics(input: torch.Tensor, weight: torch.Tensor |
     return out, mean, rstd
 
 
+def eye_int64_positions(n: int, m: int | None = None, *, dtype: torch.dtype | None = None, layout: object = None,
+                        device: object = None, pin_memory: bool = False) -> torch.Tensor:
+    """aten.eye: PyTorch's reference compares two aranges of the narrowest unsigned type holding n and m, which
+    is uint16 for 256 <= n < 65536 (SimCLR's ``torch.eye(2 * batch, dtype=torch.bool)``), a dtype the IR
+    lacks; the same comparison of int64 positions."""
+    rows = torch.arange(n, device=device).unsqueeze(-1)
+    return (rows == torch.arange(n if m is None else m, device=device)).to(dtype or torch.get_default_dtype())
+
+
 _REF_LAYER_NORM = get_decompositions([aten.native_layer_norm.default])[aten.native_layer_norm.default]
 _REF_GROUP_NORM = get_decompositions([aten.native_group_norm.default])[aten.native_group_norm.default]
 
@@ -119,6 +128,8 @@ OWN_DECOMPOSITIONS = {
     aten.nll_loss_backward.default: nll_loss_backward_one_hot,  # one-hot by where, not scatter (fuses)
     aten.native_layer_norm.default: native_layer_norm_cpu_statistics,  # float32 statistics with float32 weights
     aten.native_group_norm.default: native_group_norm_cpu_statistics,  # the same
+    aten.eye.default: eye_int64_positions,  # int64 positions, not uint16 ones
+    aten.eye.m: eye_int64_positions,
 }
 
 

@@ -1,0 +1,56 @@
+"""Training recipes users copy (tutorials, model repos), on the device eagerly and under torch.compile, against CPU
+eager: each test is a recipe that failed or was wrong on the device before the fix it names (session 30)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import neuroncc
+
+TOL = {"rtol": 1e-4, "atol": 1e-5}
+
+
+def _compiled_on_device(fn: Callable[..., torch.Tensor], *inputs: torch.Tensor) -> None:
+    expected = fn(*inputs)
+    got = torch.compile(fn, backend="neuron")(*(t.to("neuron") for t in inputs))
+    assert got.device.type == "neuron"
+    torch.testing.assert_close(got.cpu(), expected, **TOL)
+    torch._dynamo.reset()
+
+
+_OFFSETS = torch.tensor([0, 3, 7])
+#: ops whose front-end decomposition makes helper tensors (positions, masks): made without a device, they were
+#: CPU tensors beside the graph's neuron fake tensors, and torch.compile on neuron tensors failed with
+#: FakeTensorDeviceMismatchError (nn.Embedding(max_norm=...), scatter_reduce amax, integer cumsum: Llama's mask)
+HELPER_TENSOR_OPS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
+    "embedding_max_norm": lambda w, ids: F.embedding(ids, w, max_norm=1.0).sum(),
+    "scatter_reduce_amax": lambda w, ids: torch.zeros(5, 8, device=w.device).scatter_reduce(
+        0, (ids.reshape(-1)[:16] % 5).reshape(2, 8), w[:2], "amax"),
+    "cumprod": lambda w, ids: torch.cumprod(w[:4], 0),
+    "integer_cumsum": lambda w, ids: (ids != 3).cumsum(-1),
+    "embedding_bag_max": lambda w, ids: F.embedding_bag(ids.reshape(-1), w, _OFFSETS.to(w.device), mode="max"),
+    "nonzero_static": lambda w, ids: torch.nonzero_static(w[:3] > 0, size=5),
+}
+
+
+@pytest.mark.parametrize("name", HELPER_TENSOR_OPS)
+def test_compiled_decompositions_make_their_helper_tensors_on_the_device(name):
+    generator = torch.Generator().manual_seed(0)
+    weight, ids = torch.randn(30, 8, generator=generator), torch.randint(0, 30, (4, 6), generator=generator)
+    _compiled_on_device(HELPER_TENSOR_OPS[name], weight, ids)
+
+
+@pytest.mark.parametrize("n", [4, 300])
+def test_eye_of_any_size_eager_and_compiled(n):
+    """SimCLR's NT-Xent masks the diagonal with torch.eye(2 * batch, dtype=torch.bool): from n = 256 on,
+    PyTorch's reference builds it from uint16 positions, which the IR lacks (compiled: UnsupportedOpError;
+    eager: a CPU fallback)."""
+    neuroncc.set_fallback_mode("error")
+    assert torch.equal(torch.eye(n, dtype=torch.bool, device="neuron").cpu(), torch.eye(n, dtype=torch.bool))
+    assert torch.equal(torch.eye(n, n + 3, device="neuron").cpu(), torch.eye(n, n + 3))
+    _compiled_on_device(lambda x: x.masked_fill(torch.eye(x.shape[0], dtype=torch.bool, device=x.device), 0.0),
+                        torch.ones(n, n))
