@@ -54,3 +54,35 @@ def test_eye_of_any_size_eager_and_compiled(n):
     assert torch.equal(torch.eye(n, n + 3, device="neuron").cpu(), torch.eye(n, n + 3))
     _compiled_on_device(lambda x: x.masked_fill(torch.eye(x.shape[0], dtype=torch.bool, device=x.device), 0.0),
                         torch.ones(n, n))
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+@pytest.mark.parametrize("dim", [0, None])
+def test_weight_norm_trains_as_on_cpu(dim, compiled):
+    """nn.utils.parametrizations.weight_norm (HiFi-GAN, wav2vec2's positional conv): the fused path's backward,
+    aten._weight_norm_interface_backward, had no decomposition (eager: a CPU fallback; compiled:
+    UnsupportedOpError)."""
+    neuroncc.set_fallback_mode("error")
+    parametrizations = torch.nn.utils.parametrizations
+
+    def train(device: str) -> tuple[list[float], dict[str, torch.Tensor]]:
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(parametrizations.weight_norm(torch.nn.Linear(6, 8), dim=dim), torch.nn.Tanh(),
+                                    torch.nn.Unflatten(1, (8, 1)),
+                                    parametrizations.weight_norm(torch.nn.Conv1d(8, 3, 1))).to(device)
+        run = torch.compile(model, backend="neuron") if compiled and device == "neuron" else model
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+        losses, generator = [], torch.Generator().manual_seed(1)
+        for _ in range(3):
+            x = torch.randn(4, 6, generator=generator).to(device)
+            loss = run(x).square().mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            losses.append(loss.item())
+        return losses, {k: v.cpu() for k, v in model.state_dict().items()}
+
+    (cpu_losses, cpu_state), (losses, state) = train("cpu"), train("neuron")
+    torch.testing.assert_close(losses, cpu_losses, **TOL)
+    torch.testing.assert_close(state, cpu_state, **TOL)
+    torch._dynamo.reset()
