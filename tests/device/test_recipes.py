@@ -86,3 +86,30 @@ def test_weight_norm_trains_as_on_cpu(dim, compiled):
     torch.testing.assert_close(losses, cpu_losses, **TOL)
     torch.testing.assert_close(state, cpu_state, **TOL)
     torch._dynamo.reset()
+
+
+def test_compiled_per_sample_gradients_and_jacobians():
+    """Opacus-style per-sample gradients, torch.compile(vmap(grad(loss))) over functional_call, and a compiled
+    jacrev / jacfwd: refused as "torch.func transforms" before session 30; AOTAutograd traces them away."""
+    from torch.func import functional_call, grad, jacfwd, jacrev, vmap
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(6, 4), torch.nn.Tanh(), torch.nn.Linear(4, 3))
+    generator = torch.Generator().manual_seed(1)
+    x, y = torch.randn(5, 6, generator=generator), torch.randint(0, 3, (5,), generator=generator)
+
+    def per_sample(module: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:
+        def loss(params: dict[str, torch.Tensor], xi: torch.Tensor, yi: torch.Tensor) -> torch.Tensor:
+            return F.cross_entropy(functional_call(module, params, (xi.unsqueeze(0),)), yi.unsqueeze(0))
+        params = {k: v.detach() for k, v in module.named_parameters()}
+        return vmap(grad(loss), in_dims=(None, 0, 0))(params, x, y)
+
+    expected = per_sample(model, x, y)
+    expected_jacobians = jacrev(model)(x[:2]), jacfwd(model)(x[:2])
+    model.to("neuron")
+    got = torch.compile(per_sample, backend="neuron")(model, x.to("neuron"), y.to("neuron"))
+    torch.testing.assert_close({k: v.cpu() for k, v in got.items()}, expected, **TOL)
+    jacobians = torch.compile(lambda inputs: (jacrev(model)(inputs), jacfwd(model)(inputs)), backend="neuron")(
+        x[:2].to("neuron"))
+    torch.testing.assert_close(tuple(j.cpu() for j in jacobians), expected_jacobians, **TOL)
+    torch._dynamo.reset()
