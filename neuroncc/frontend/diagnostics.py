@@ -3,8 +3,8 @@
 Every refusal names the problem (the aten op and its input types, or the feature), the user's ``file:line``
 (the innermost frame of ``node.meta["stack_trace"]`` outside PyTorch's own sources) and what to do about it.
 The checks in :func:`check_graph_features` run on TorchDynamo's graph, before AOTAutograd, because that is
-where ``torch.distributions`` (and ``torch.func``, whose failures are named) are still visible. (Symbolic sizes are not refused: they are
-specialized per call, see :mod:`neuroncc.frontend.specializations`.)
+where ``torch.distributions`` (and ``torch.func``, whose failures are named) are still visible. (Symbolic sizes
+are not refused: they are specialized per call, see :mod:`neuroncc.frontend.specializations`.)
 """
 
 from __future__ import annotations

@@ -214,9 +214,11 @@ def as_strided_scatter(self: torch.Tensor, src: torch.Tensor, size: Any, stride:
     """aten.as_strided_scatter of a contiguous tensor: index_put at the view's flat storage positions."""
     if not self.is_contiguous():
         return NotImplemented  # the view would address storage positions the logical tensor does not name
-    flat_index = torch.full(tuple(size), int(storage_offset or 0), dtype=torch.int64, device=self.device)
+    flat_index = torch.full(tuple(size), int(storage_offset or 0), dtype=torch.int64,
+                            device=self.device)
     for d, (n, s) in enumerate(zip(size, stride)):
-        flat_index = flat_index + (torch.arange(n, device=self.device) * s).reshape([-1 if e == d else 1 for e in range(len(size))])
+        steps = torch.arange(n, device=self.device) * s
+        flat_index = flat_index + steps.reshape([-1 if e == d else 1 for e in range(len(size))])
     return torch.index_put(self.reshape(-1), (flat_index,), src).reshape(self.shape)
 
 
