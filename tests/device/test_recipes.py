@@ -113,3 +113,16 @@ def test_compiled_per_sample_gradients_and_jacobians():
         x[:2].to("neuron"))
     torch.testing.assert_close(tuple(j.cpu() for j in jacobians), expected_jacobians, **TOL)
     torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("make", [lambda: torch.nn.Embedding(10, 4, sparse=True),
+                                  lambda: torch.nn.EmbeddingBag(10, 4, sparse=True)], ids=["Embedding", "EmbeddingBag"])
+def test_sparse_embedding_gradients_are_refused_by_name(make):
+    """sparse=True makes sparse gradients, which the device cannot hold: PyTorch's "Could not run ... 'Sparseneuron'
+    backend" (Embedding), or a CPU sparse gradient autograd rejected (EmbeddingBag), became a typed error."""
+    module = make().to("neuron")
+    loss = module(torch.tensor([[1, 2, 3], [4, 5, 1]], device="neuron")).sum()
+    with pytest.raises(neuroncc.UnsupportedOpError, match="sparse=False"):
+        loss.backward()
+    with pytest.raises(neuroncc.UnsupportedOpError, match="sparse tensor"):
+        torch.eye(3, device="neuron").to_sparse()
