@@ -10,7 +10,8 @@ fallback mode ``error`` it raises :class:`neuroncc.errors.DeviceFallbackError` i
 A result that is a nested or sparse tensor cannot live on the device (its memory is one strided buffer per
 tensor): the op raises :class:`neuroncc.errors.UnsupportedOpError` naming it and the user's line
 (``nn.TransformerEncoder``'s ``enable_nested_tensor`` path makes a nested one in eval mode from
-``src_key_padding_mask``; ``nn.EmbeddingBag(sparse=True)``'s backward a sparse one).
+``src_key_padding_mask``; ``nn.EmbeddingBag(sparse=True)``'s backward a sparse one. ``to_sparse()`` still
+returns a CPU sparse tensor).
 
 Random ops (a ``Generator`` argument) run the same way, drawing from the device's generator, and are device
 ops, not fallbacks: the device's random numbers are made on the host.
@@ -57,8 +58,9 @@ def run_on_host(form: OpForm, args: tuple[Any, ...], kwargs: dict[str, Any], ind
     result = form.op(*host_args, **host_kwargs)
     if any(isinstance(leaf, torch.Tensor) and leaf.is_nested for leaf in tree_leaves(result)):
         raise nested_result_error(form.name)
-    if any(isinstance(leaf, torch.Tensor) and leaf.layout != torch.strided for leaf in tree_leaves(result)):
-        raise sparse_result_error(form.name)
+    if form.name.endswith("_backward.default") and any(
+            isinstance(leaf, torch.Tensor) and leaf.layout != torch.strided for leaf in tree_leaves(result)):
+        raise sparse_result_error(form.name)  # a sparse gradient, which autograd would reject as a CPU tensor
     for name in outs:
         target, computed = kwargs[name], host_kwargs[name]
         if target.shape != computed.shape:
