@@ -124,3 +124,19 @@ def test_sparse_embedding_gradients_are_refused_by_name(make):
     loss = module(torch.tensor([[1, 2, 3], [4, 5, 1]], device="neuron")).sum()
     with pytest.raises(neuroncc.UnsupportedOpError, match="sparse=False"):
         loss.backward()
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+def test_the_recipes_example_trains_as_on_cpu(compiled):
+    """examples/finetune_recipes.py: accumulation, OneCycleLR, clipping, label smoothing, a padded
+    TransformerEncoder and an EMA model give CPU eager's losses on the device."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "examples" / "finetune_recipes.py"
+    spec = importlib.util.spec_from_file_location("finetune_recipes", path)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    expected = example.train("cpu", steps=3)
+    torch.testing.assert_close(example.train("neuron", compile=compiled, steps=3), expected, rtol=1e-4, atol=1e-4)
+    torch._dynamo.reset()
