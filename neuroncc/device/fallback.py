@@ -7,9 +7,11 @@ argument's memory become neuron views of that argument's storage; fresh results 
 memory. The first fallback of each op warns once, naming the op, why, and the user's ``file:line``; with the
 fallback mode ``error`` it raises :class:`neuroncc.errors.DeviceFallbackError` instead.
 
-A result that is a nested tensor cannot live on the device (its memory is one strided buffer per tensor): the
-op raises :class:`neuroncc.errors.UnsupportedOpError` naming it and the user's line (``nn.TransformerEncoder``'s
-``enable_nested_tensor`` path makes one in eval mode from ``src_key_padding_mask``).
+A result that is a nested or sparse tensor cannot live on the device (its memory is one strided buffer per
+tensor): the op raises :class:`neuroncc.errors.UnsupportedOpError` naming it and the user's line
+(``nn.TransformerEncoder``'s ``enable_nested_tensor`` path makes a nested one in eval mode from
+``src_key_padding_mask``; ``nn.EmbeddingBag(sparse=True)``'s backward a sparse one. ``to_sparse()`` still
+returns a CPU sparse tensor).
 
 Random ops (a ``Generator`` argument) run the same way, drawing from the device's generator, and are device
 ops, not fallbacks: the device's random numbers are made on the host.
@@ -58,6 +60,9 @@ def run_on_host(form: OpForm, args: tuple[Any, ...], kwargs: dict[str, Any], ind
     if result.is_nested if type(result) is torch.Tensor else \
             any(isinstance(leaf, torch.Tensor) and leaf.is_nested for leaf in tree_leaves(result)):
         raise nested_result_error(form.name)
+    if form.name.endswith("_backward.default") and any(
+            isinstance(leaf, torch.Tensor) and leaf.layout != torch.strided for leaf in tree_leaves(result)):
+        raise sparse_result_error(form.name)  # a sparse gradient, which autograd would reject as a CPU tensor
     for name in outs:
         target, computed = kwargs[name], host_kwargs[name]
         if target.shape != computed.shape:
@@ -89,6 +94,15 @@ def nested_result_error(op_name: str) -> UnsupportedOpError:
         "src_key_padding_mask (its enable_nested_tensor fast path): construct it with enable_nested_tensor=False "
         "(the same outputs at the unpadded positions; the padded ones hold the layers' values instead of zeros), "
         "or keep the model on CPU")
+
+
+def sparse_result_error(op_name: str) -> UnsupportedOpError:
+    where = user_location()
+    return UnsupportedOpError(
+        f"neuroncc: {op_name}{f' at {where}' if where else ''} makes a sparse tensor, which the neuron device "
+        "cannot hold (it stores strided tensors only). nn.Embedding(sparse=True) and nn.EmbeddingBag(sparse=True) "
+        "make sparse gradients: construct them with sparse=False (dense gradients, the same values; "
+        "torch.optim.SparseAdam then becomes Adam), or convert with .to_dense()")
 
 
 def _to_device(value: Any, sources: dict[int, torch.Tensor], index: int) -> Any:

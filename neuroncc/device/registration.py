@@ -81,6 +81,9 @@ def register() -> None:
         route_backward()
         autograd_decomposed.register(kernels)
         kernels.impl("_thnn_fused_lstm_cell", _lstm_cell_with_biases, "PrivateUse1", with_keyset=True)
+        # sparse neuron tensors (nn.Embedding(sparse=True)'s gradient) are refused by name, not by PyTorch's
+        # "Could not run ... with arguments from the 'Sparseneuron' backend"
+        kernels.impl("_sparse_coo_tensor_with_dims_and_tensors", untraced(_sparse_refused), "SparsePrivateUse1")
         fallback = torch.library.Library("_", "IMPL")
         fallback.fallback(untraced(_device_fallback), "PrivateUse1", with_keyset=True)
         autocast.register(kernels, fallback, DEVICE_NAME)
@@ -124,6 +127,12 @@ def _lstm_cell_with_biases(keyset: Any, input_gates: torch.Tensor, hidden_gates:
                                                device=input_gates.device)
     return _device_fallback(keyset, torch.ops.aten._thnn_fused_lstm_cell.default, input_gates, hidden_gates, cx,
                             input_bias, hidden_bias)
+
+
+def _sparse_refused(*args: Any, **kwargs: Any) -> Any:
+    from neuroncc.device.fallback import sparse_result_error
+
+    raise sparse_result_error("aten._sparse_coo_tensor_with_dims_and_tensors")
 
 
 def _device_fallback(keyset: Any, op: Any, *args: Any, **kwargs: Any) -> Any:

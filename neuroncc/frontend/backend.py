@@ -3,7 +3,7 @@
 Registered only through the ``torch_dynamo_backends`` entry point in pyproject.toml (registering it again at
 import would trip TorchDynamo's duplicate-name assertion). The backend is a thin adapter:
 
-    TorchDynamo graph -> feature checks (no sparse/nested, no torch.func/distributions)
+    TorchDynamo graph -> feature checks (no sparse/nested, no torch.distributions)
       -> symbolic sizes? one static specialization per concrete shape at run time (specializations.py)
       -> the graph cache (graph_cache.py): a graph seen before runs from its entry, without what follows
       -> a miss (aot_compile.py, imported only then): AOTAutograd (our decomposition table, min-cut
@@ -27,11 +27,12 @@ import torch
 import torch.fx as fx
 
 from neuroncc.driver.log_settings import configure_log_from_environ
-from neuroncc.errors import InputError
+from neuroncc.errors import InputError, NeuronccError
 from neuroncc.frontend import graph_cache, stats
 from neuroncc.frontend.accelerator_stream import untrack_current_stream
 from neuroncc.frontend.boundary import HostDevice
-from neuroncc.frontend.diagnostics import FLOAT64_WARNING, Float64Warning, check_graph_features, user_location, uses_float64
+from neuroncc.frontend.diagnostics import (FLOAT64_WARNING, Float64Warning, check_graph_features, functorch_node,
+                                          functorch_failure, user_location, uses_float64)
 from neuroncc.frontend.options import BackendOptions
 from neuroncc.frontend.specializations import ShapeSpecializations, has_symbolic_sizes, unspecialized_scalars
 
@@ -77,7 +78,15 @@ def compile_static(gm: fx.GraphModule, example_inputs: list[Any], name: str, *,
     # whose graphs all hit never loads them: tests/frontend/test_warm_imports.py)
     from neuroncc.frontend.aot_compile import compile_with_aot_autograd
 
-    return compile_with_aot_autograd(gm, example_inputs, name, config, device, cached.recorder)
+    transform = functorch_node(gm)
+    if transform is None:
+        return compile_with_aot_autograd(gm, example_inputs, name, config, device, cached.recorder)
+    try:  # torch.func transforms: AOTAutograd traces them away (per-sample gradients, jacrev, MAML's inner grad)
+        return compile_with_aot_autograd(gm, example_inputs, name, config, device, cached.recorder)
+    except NeuronccError:
+        raise
+    except Exception as error:  # what PyTorch's tracing of the transform refused: named, typed
+        raise functorch_failure(transform) from error
 
 
 def _graph_name() -> str:

@@ -75,7 +75,7 @@ def bucketed(fn: Callable[..., Any] | None = None, *, buckets: Sequence[int], di
         target = padded[args[0]].shape[dim]
         if mask is not None:
             shape = first.shape[: dim % first.dim() + 1]
-            kwargs[mask] = (torch.arange(target) < length).expand(*shape[:-1], target)
+            kwargs[mask] = (torch.arange(target, device=first.device) < length).expand(*shape[:-1], target)
         result = fn(*padded, **kwargs)
         if target == length:
             return result

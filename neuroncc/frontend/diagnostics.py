@@ -3,8 +3,8 @@
 Every refusal names the problem (the aten op and its input types, or the feature), the user's ``file:line``
 (the innermost frame of ``node.meta["stack_trace"]`` outside PyTorch's own sources) and what to do about it.
 The checks in :func:`check_graph_features` run on TorchDynamo's graph, before AOTAutograd, because that is
-where ``torch.func`` and ``torch.distributions`` are still visible. (Symbolic sizes are not refused: they are
-specialized per call, see :mod:`neuroncc.frontend.specializations`.)
+where ``torch.distributions`` (and ``torch.func``, whose failures are named) are still visible. (Symbolic sizes
+are not refused: they are specialized per call, see :mod:`neuroncc.frontend.specializations`.)
 """
 
 from __future__ import annotations
@@ -161,6 +161,19 @@ def _functorch_target(node: fx.Node) -> bool:
     return module.startswith(("torch._functorch", "torch._C._functorch"))
 
 
+def functorch_node(gm: fx.GraphModule) -> fx.Node | None:
+    """The graph's first call into torch.func's transform machinery (TorchDynamo writes vmap/grad/jacrev/...
+    as functorch level calls around the ops they transform, which AOTAutograd traces away), or None."""
+    return next((n for n in gm.graph.nodes if n.op == "call_function" and _functorch_target(n)), None)
+
+
+def functorch_failure(node: fx.Node) -> UnsupportedOpError:
+    """The typed error for a graph using torch.func whose compile failed in PyTorch's own tracing."""
+    return unsupported_feature("this use of torch.func transforms (vmap, grad, jacrev, ...)", node,
+                               "call the transform outside the compiled region, or compile the function it "
+                               "transforms")
+
+
 def check_graph_features(gm: fx.GraphModule, example_inputs: Sequence[Any],
                          devices: tuple[str, ...] = ("cpu", "meta")) -> None:
     """Refuse TorchDynamo graphs that use a feature neuroncc does not compile, naming it and the user's line;
@@ -177,10 +190,6 @@ def check_graph_features(gm: fx.GraphModule, example_inputs: Sequence[Any],
         if found and node.op != "placeholder":
             raise unsupported_feature(found[0], node, found[1])
         frames = stack_frames(node)
-        if node.op == "call_function" and _functorch_target(node):
-            raise unsupported_feature(
-                "torch.func transforms (vmap, grad, jacrev, ...)", node,
-                "call the transform outside the compiled region, or compile the function it transforms")
         if any(os.path.abspath(f.file).startswith(_DISTRIBUTIONS_DIR) for f in frames):
             raise unsupported_feature(
                 "torch.distributions", node,

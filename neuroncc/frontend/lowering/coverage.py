@@ -230,7 +230,7 @@ def _masked_scan(reduce: Callable[..., torch.Tensor], identity: int) -> Callable
         length = a.shape[dim]
         if a.numel() * length > _SCAN_LIMIT:
             return NotImplemented
-        positions = torch.arange(length)
+        positions = torch.arange(length, device=a.device)
         mask = positions.unsqueeze(1) <= positions  # [i, j]: i contributes to j
         for _ in range(a.ndim - dim - 1):
             mask = mask.unsqueeze(-1)

@@ -54,7 +54,7 @@ def _identity(reduce: str, dtype: torch.dtype) -> float | int:
 
 def _one_hot(index: torch.Tensor, dim: int, length: int) -> torch.Tensor:
     """hit[.., k, m, ..] = index[.., k, ..] == m: the index unsqueezed after ``dim``, compared with 0..length-1."""
-    positions = torch.arange(length).reshape((length,) + (1,) * (index.ndim - dim - 1))
+    positions = torch.arange(length, device=index.device).reshape((length,) + (1,) * (index.ndim - dim - 1))
     return index.unsqueeze(dim + 1) == positions
 
 
@@ -88,7 +88,7 @@ def _paste(base: torch.Tensor, part: torch.Tensor) -> torch.Tensor:
     if part.shape == base.shape:
         return part
     pads = [p for d in reversed(range(base.ndim)) for p in (0, base.shape[d] - part.shape[d])]
-    inside = torch.nn.functional.pad(torch.ones(part.shape, dtype=torch.bool), pads, value=False)
+    inside = torch.nn.functional.pad(torch.ones(part.shape, dtype=torch.bool, device=part.device), pads, value=False)
     return torch.where(inside, torch.nn.functional.pad(part, pads), base)
 
 
@@ -137,7 +137,7 @@ def _segments(data: torch.Tensor, lengths: torch.Tensor | None, offsets: torch.T
     length, rest = data.shape[axis], data.ndim - axis - 1
     if starts.numel() * length * max(1, math.prod(data.shape[axis + 1:])) > DENSE_LIMIT:
         return None
-    positions = torch.arange(length)
+    positions = torch.arange(length, device=data.device)
     inside = (starts.unsqueeze(-1) <= positions) & (positions < ends.unsqueeze(-1))  # [.., S, L]
     return axis, rest, inside.reshape(inside.shape + (1,) * rest), starts, ends
 
@@ -159,7 +159,7 @@ def segment_reduce(data: torch.Tensor, reduce: str, *, lengths: torch.Tensor | N
     picked = torch.where(inside, data.unsqueeze(axis), _identity(name, data.dtype))
     reduced = _REDUCERS[name](picked, axis + 1)
     if initial is not None:
-        reduced = _COMBINE[name](reduced, torch.full((), initial, dtype=data.dtype))
+        reduced = _COMBINE[name](reduced, torch.full((), initial, dtype=data.dtype, device=data.device))
     if reduce != "mean":
         return reduced
     counts = (ends - starts).reshape(ends.shape + (1,) * rest).to(data.dtype)
@@ -203,7 +203,7 @@ def diagonal_scatter(self: torch.Tensor, src: torch.Tensor, offset: int = 0, dim
     rank = self.ndim
     dim1, dim2 = dim1 % rank, dim2 % rank
     order = [d for d in range(rank) if d not in (dim1, dim2)] + [dim1, dim2]
-    steps = torch.arange(src.shape[-1])
+    steps = torch.arange(src.shape[-1], device=self.device)
     rows, cols = steps + max(-offset, 0), steps + max(offset, 0)
     moved = aten.index_put.default(self.permute(order), [None] * (rank - 2) + [rows, cols], src)
     return moved.permute([order.index(d) for d in range(rank)])
@@ -214,9 +214,11 @@ def as_strided_scatter(self: torch.Tensor, src: torch.Tensor, size: Any, stride:
     """aten.as_strided_scatter of a contiguous tensor: index_put at the view's flat storage positions."""
     if not self.is_contiguous():
         return NotImplemented  # the view would address storage positions the logical tensor does not name
-    flat_index = torch.full(tuple(size), int(storage_offset or 0), dtype=torch.int64)
+    flat_index = torch.full(tuple(size), int(storage_offset or 0), dtype=torch.int64,
+                            device=self.device)
     for d, (n, s) in enumerate(zip(size, stride)):
-        flat_index = flat_index + (torch.arange(n) * s).reshape([-1 if e == d else 1 for e in range(len(size))])
+        steps = torch.arange(n, device=self.device) * s
+        flat_index = flat_index + steps.reshape([-1 if e == d else 1 for e in range(len(size))])
     return torch.index_put(self.reshape(-1), (flat_index,), src).reshape(self.shape)
 
 
@@ -235,7 +237,7 @@ def nonzero_static(self: torch.Tensor, *, size: int, fill_value: int = -1) -> to
     """aten.nonzero_static: the coordinates of the first ``size`` nonzeros (row-major), padded with
     fill_value; a scatter of every nonzero's coordinates into its rank among the nonzeros."""
     rank, count = self.ndim, self.numel()
-    out = torch.full((size + 1, rank), fill_value, dtype=torch.int64)
+    out = torch.full((size + 1, rank), fill_value, dtype=torch.int64, device=self.device)
     if rank == 0 or count == 0:
         if rank == 0:  # a 0-dim tensor has no coordinates: (size, 0)
             return out[:size]
@@ -243,7 +245,7 @@ def nonzero_static(self: torch.Tensor, *, size: int, fill_value: int = -1) -> to
     nonzero = (self != 0).reshape(-1)
     rank_of = torch.cumsum(nonzero, 0) - 1
     row = torch.where(nonzero & (rank_of < size), rank_of, size)  # row `size` collects the rest, then goes
-    flat = torch.arange(count)
+    flat = torch.arange(count, device=self.device)
     strides = [math.prod(self.shape[d + 1:]) for d in range(rank)]
     coords = torch.stack([(flat // strides[d]) % self.shape[d] for d in range(rank)], dim=1)
     return out.scatter(0, row.unsqueeze(1).expand(count, rank), coords)[:size]
@@ -253,7 +255,7 @@ def scatter_with_reduce(self: torch.Tensor, dim: int, index: torch.Tensor, src: 
     """aten.scatter.reduce / scatter.value_reduce (the legacy ``reduce=`` spelling): add is scatter_add,
     multiply a scatter_reduce prod that includes self."""
     if not isinstance(src, torch.Tensor):
-        src = torch.full(index.shape, src, dtype=self.dtype)
+        src = torch.full(index.shape, src, dtype=self.dtype, device=self.device)
     if reduce == "add":
         return self.scatter_add(dim, index, src)
     if reduce == "multiply":
@@ -312,7 +314,7 @@ def embedding_renorm(weight: torch.Tensor, indices: torch.Tensor, max_norm: floa
     rows = weight.shape[0]
     if indices.numel() * rows > DENSE_LIMIT:
         return NotImplemented
-    named = (indices.reshape(-1, 1) == torch.arange(rows)).any(0)
+    named = (indices.reshape(-1, 1) == torch.arange(rows, device=weight.device)).any(0)
     norms = torch.linalg.vector_norm(weight, norm_type, dim=1)
     scale = torch.where(named & (norms > max_norm), max_norm / (norms + 1e-7), 1.0)
     return weight * scale.unsqueeze(1)
@@ -341,7 +343,7 @@ def embedding_bag(weight: torch.Tensor, indices: torch.Tensor, offsets: torch.Te
     if indices.ndim != 1 or length * rows_count * weight.shape[1] > DENSE_LIMIT or (mode == 0 and not fast_sum
                                                                                       and weight.stride(1) != 1):
         return NotImplemented
-    position = torch.arange(length)
+    position = torch.arange(length, device=indices.device)
     starts = offsets[:rows_count]
     ends = offsets[1:rows_count + 1] if include_last_offset else torch.cat([offsets[1:], offsets.new_full((1,), length)])
     member = (starts.unsqueeze(1) <= position) & (position < ends.unsqueeze(1))  # [bags, L]
@@ -361,8 +363,8 @@ def embedding_bag(weight: torch.Tensor, indices: torch.Tensor, offsets: torch.Te
         output = torch.where(picked, rows.unsqueeze(0), 0.0).sum(1)
         if mode == 1:
             output = output / torch.clamp(counts, min=1).unsqueeze(1).to(output.dtype)
-        max_indices = torch.zeros(rows_count, dtype=offsets.dtype)
-    bag_size = counts.to(offsets.dtype) if mode else torch.zeros(rows_count, dtype=offsets.dtype)
+        max_indices = torch.zeros(rows_count, dtype=offsets.dtype, device=offsets.device)
+    bag_size = counts.to(offsets.dtype) if mode else torch.zeros(rows_count, dtype=offsets.dtype, device=offsets.device)
     if mode == 1:
         max_indices = bag_size  # eager hands back bag_size there
     if fast_sum:

@@ -66,10 +66,10 @@ def cdist_backward(grad: torch.Tensor, x1: torch.Tensor, x2: torch.Tensor, p: fl
     return full.sum_to_size(x1.shape)
 
 
-def _pairs(rows: int) -> tuple[torch.Tensor, torch.Tensor]:
+def _pairs(rows: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     """(i, j) for every i < j in row-major order, as pdist lists them."""
-    firsts = [torch.full((rows - 1 - i,), i, dtype=torch.int64) for i in range(rows - 1)]
-    seconds = [torch.arange(i + 1, rows) for i in range(rows - 1)]
+    firsts = [torch.full((rows - 1 - i,), i, dtype=torch.int64, device=device) for i in range(rows - 1)]
+    seconds = [torch.arange(i + 1, rows, device=device) for i in range(rows - 1)]
     return torch.cat(firsts), torch.cat(seconds)
 
 
@@ -80,7 +80,7 @@ def pdist_forward(self: torch.Tensor, p: float = 2) -> Any:
         return NotImplemented
     if rows < 2:
         return self.new_zeros((0,))
-    first, second = _pairs(rows)
+    first, second = _pairs(rows, self.device)
     return _pnorm(self[first] - self[second], p)
 
 
@@ -91,7 +91,7 @@ def pdist_backward(grad: torch.Tensor, self: torch.Tensor, p: float, pdist: torc
         return NotImplemented
     if rows < 2:
         return torch.zeros_like(self)
-    first, second = _pairs(rows)
+    first, second = _pairs(rows, self.device)
     contribution = grad.unsqueeze(-1) * _pnorm_grad(self[first] - self[second], pdist, p)
     return torch.zeros_like(self).index_add(0, first, contribution).index_add(0, second, -contribution)
 

@@ -111,6 +111,30 @@ def native_group_norm_cpu_statistics(input: torch.Tensor, weight: torch.Tensor |
     return out, mean, rstd
 
 
+def eye_int64_positions(n: int, m: int | None = None, *, dtype: torch.dtype | None = None, layout: object = None,
+                        device: object = None, pin_memory: bool = False) -> torch.Tensor:
+    """aten.eye: PyTorch's reference compares two aranges of the narrowest unsigned type holding n and m, which
+    is uint16 for 256 <= n < 65536 (SimCLR's ``torch.eye(2 * batch, dtype=torch.bool)``), a dtype the IR
+    lacks; the same comparison of int64 positions."""
+    rows = torch.arange(n, device=device).unsqueeze(-1)
+    return (rows == torch.arange(n if m is None else m, device=device)).to(dtype or torch.get_default_dtype())
+
+
+def weight_norm_interface_backward(grad_w: torch.Tensor, saved_v: torch.Tensor, saved_g: torch.Tensor,
+                                   saved_norms: torch.Tensor, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """aten._weight_norm_interface_backward (``weight_norm`` over dim 0 or the last dim: the fused path PyTorch's
+    ``_weight_norm`` takes on CPU and neuron tensors), which the core table lacks: ATen's CPU kernel's formulas,
+    with s the sum of grad_w * v over each slice, grad_g = s / norm and grad_v = g / norm * (grad_w - v * s /
+    norm^2)."""
+    dims = [d for d in range(saved_v.dim()) if d != dim % saved_v.dim()]
+    acc = torch.float32 if saved_v.dtype in (torch.bfloat16, torch.float16) else saved_v.dtype  # as ATen's kernel
+    v, norms = saved_v.to(acc), saved_norms.to(acc)
+    sums = (grad_w.to(acc) * v).sum(dims, keepdim=True)
+    grad_g = sums / norms
+    grad_v = (saved_g.to(acc) / norms) * (grad_w.to(acc) - v * (grad_g / norms))
+    return grad_v.to(saved_v.dtype), grad_g.reshape(saved_g.shape).to(saved_g.dtype)
+
+
 _REF_LAYER_NORM = get_decompositions([aten.native_layer_norm.default])[aten.native_layer_norm.default]
 _REF_GROUP_NORM = get_decompositions([aten.native_group_norm.default])[aten.native_group_norm.default]
 
@@ -119,6 +143,9 @@ OWN_DECOMPOSITIONS = {
     aten.nll_loss_backward.default: nll_loss_backward_one_hot,  # one-hot by where, not scatter (fuses)
     aten.native_layer_norm.default: native_layer_norm_cpu_statistics,  # float32 statistics with float32 weights
     aten.native_group_norm.default: native_group_norm_cpu_statistics,  # the same
+    aten.eye.default: eye_int64_positions,  # int64 positions, not uint16 ones
+    aten.eye.m: eye_int64_positions,
+    aten._weight_norm_interface_backward.default: weight_norm_interface_backward,  # the core table has none
 }
 
 
