@@ -18,8 +18,10 @@ recently used half are dropped (a dropped kernel comes back from the disk cache 
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -141,6 +143,17 @@ def _takes_device_kernel(qualified: str) -> bool:
         return False
 
 
+@contextlib.contextmanager
+def building() -> Iterator[None]:
+    """Held while an entry is made or a kernel compiled for a call (the first call of a signature, a new
+    float value's or optimizer variant's kernel): TorchDynamo's compile lock, then ``_lock``. The order and why
+    calls of kernels compiled before take neither: ``neuroncc/frontend/tracing.py``."""
+    from neuroncc.frontend.tracing import exclusive  # with the first op, as the compiler's modules
+
+    with exclusive(), _lock:
+        yield
+
+
 class DeviceOp:
     """The PrivateUse1 kernel of one aten overload; see the module docstring."""
 
@@ -167,7 +180,10 @@ class DeviceOp:
                  tensors: list[torch.Tensor], floats: list[float]) -> Any:
         from neuroncc.device import entries  # the compiler: imported on the first op (keeps registration cheap)
 
-        with _lock:
+        with building():
+            entry = self.entries.get(key)
+            if entry is not None:  # another thread made it meanwhile
+                return entry
             index = check_devices(self.form, tensors)
             if index > 0 and torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
                 diagnostics.autograd_off_device_zero(index)
