@@ -194,9 +194,12 @@ class DeviceOp:
             return entry
 
 
-#: Ops that take index tensors on CPU with their input on the device, as CUDA's do.
+#: Ops that take index tensors on CPU with their input on the device, as CUDA's do; and the foreach ops whose
+#: ``scalars`` are a 1-d CPU tensor (CUDA's too: torch.optim's Adam passes its step sizes so while any thread
+#: of the process compiles, ``torch.compiler.is_compiling()`` being process-wide).
 CPU_INDICES = frozenset({"aten::index", "aten::index_put", "aten::index_put_", "aten::_index_put_impl_",
-                         "aten::_unsafe_index", "aten::_unsafe_index_put"})
+                         "aten::_unsafe_index", "aten::_unsafe_index_put", "aten::_foreach_addcdiv",
+                         "aten::_foreach_addcdiv_", "aten::_foreach_addcmul", "aten::_foreach_addcmul_"})
 
 
 def check_devices(form: OpForm, tensors: list[torch.Tensor]) -> int:
