@@ -18,8 +18,10 @@ recently used half are dropped (a dropped kernel comes back from the disk cache 
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -145,6 +147,17 @@ def _takes_device_kernel(qualified: str) -> bool:
         return False
 
 
+@contextlib.contextmanager
+def building() -> Iterator[None]:
+    """Held while an entry is made or a kernel compiled for a call (the first call of a signature, a new
+    float value's or optimizer variant's kernel): TorchDynamo's compile lock, then ``_lock``. The order and why
+    calls of kernels compiled before take neither: ``neuroncc/frontend/tracing.py``."""
+    from neuroncc.frontend.tracing import exclusive  # with the first op, as the compiler's modules
+
+    with exclusive(), _lock:
+        yield
+
+
 class DeviceOp:
     """The PrivateUse1 kernel of one aten overload; see the module docstring."""
 
@@ -171,7 +184,10 @@ class DeviceOp:
                  tensors: list[torch.Tensor], floats: list[float]) -> Any:
         from neuroncc.device import entries  # the compiler: imported on the first op (keeps registration cheap)
 
-        with _lock:
+        with building():
+            entry = self.entries.get(key)
+            if entry is not None:  # another thread made it meanwhile
+                return entry
             index = check_devices(self.form, tensors)
             if index > 0 and torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
                 diagnostics.autograd_off_device_zero(index)
@@ -182,9 +198,12 @@ class DeviceOp:
             return entry
 
 
-#: Ops that take index tensors on CPU with their input on the device, as CUDA's do.
+#: Ops that take index tensors on CPU with their input on the device, as CUDA's do; and the foreach ops whose
+#: ``scalars`` are a 1-d CPU tensor (CUDA's too: torch.optim's Adam passes its step sizes so while any thread
+#: of the process compiles, ``torch.compiler.is_compiling()`` being process-wide).
 CPU_INDICES = frozenset({"aten::index", "aten::index_put", "aten::index_put_", "aten::_index_put_impl_",
-                         "aten::_unsafe_index", "aten::_unsafe_index_put"})
+                         "aten::_unsafe_index", "aten::_unsafe_index_put", "aten::_foreach_addcdiv",
+                         "aten::_foreach_addcdiv_", "aten::_foreach_addcmul", "aten::_foreach_addcmul_"})
 
 
 def check_devices(form: OpForm, tensors: list[torch.Tensor]) -> int:

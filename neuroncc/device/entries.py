@@ -15,6 +15,7 @@ import torch
 from neuroncc.device import fused_optimizers, generators, memory, signature_index, tracking
 from neuroncc.device.kernel_compile import compile_kernel
 from neuroncc.device.counters import COUNTS
+from neuroncc.device.dispatch import building
 from neuroncc.device.fallback import HostFallback, HostRandom, run_on_host
 from neuroncc.device.kernels import CompiledKernel
 from neuroncc.device import layouts
@@ -104,8 +105,12 @@ class ByFloatValue:
              floats: list[float]) -> Any:
         kernel = self.kernels.get(tuple(floats))
         if kernel is None:
-            program = build_program(self.form, args, kwargs, tensors, floats, lift=False)
-            kernel = self.kernels[tuple(floats)] = compile_kernel(self.form, program, self.index, tensors, self.state)
+            with building():
+                kernel = self.kernels.get(tuple(floats))
+                if kernel is None:
+                    program = build_program(self.form, args, kwargs, tensors, floats, lift=False)
+                    kernel = self.kernels[tuple(floats)] = compile_kernel(self.form, program, self.index, tensors,
+                                                                          self.state)
         return kernel.call(args, kwargs, tensors, floats)
 
 

@@ -26,6 +26,7 @@ from typing import Any
 import torch
 from torch.autograd.graph import increment_version
 
+from neuroncc.device.dispatch import building
 from neuroncc.device.fused_optimizers import compile_step, disjoint
 
 _FLOATING = (torch.float32, torch.bfloat16, torch.float16)
@@ -87,8 +88,11 @@ def _run(kind: str, math_of: Any, inputs: list[torch.Tensor], numbers: list[floa
     key = (kind, variant, dtype, index, tuple(t.shape for t in inputs))
     entry = _KERNELS.get(key)
     if entry is None:
-        kernel = compile_step(kind, lambda ts, fs: math_of(ts, fs, n, variant), inputs, len(numbers), index)
-        entry = _KERNELS[key] = [kernel, None]
+        with building():  # one thread traces and compiles it (frontend/tracing.py)
+            entry = _KERNELS.get(key)
+            if entry is None:
+                kernel = compile_step(kind, lambda ts, fs: math_of(ts, fs, n, variant), inputs, len(numbers), index)
+                entry = _KERNELS[key] = [kernel, None]
     kernel, checked = entry
     if kernel is None:
         return False

@@ -31,6 +31,7 @@ from typing import Any
 import torch
 
 from neuroncc.device.counters import COUNTS, op_state
+from neuroncc.device.dispatch import building
 from neuroncc.device.fallback import HostFallback, run_on_host
 from neuroncc.device.kernel_compile import COMPILE_OPTIONS, compile_kernel
 from neuroncc.device.op_forms import OpForm, form_of
@@ -188,7 +189,10 @@ class FusedStep:
             inputs.append(scale)
         kernel = self.kernels.get(variant)
         if kernel is None:
-            kernel = self.kernels[variant] = self._compile(inputs, len(numbers), len(params), variant)
+            with building():  # one thread compiles it (frontend/tracing.py)
+                kernel = self.kernels.get(variant)
+                if kernel is None:
+                    kernel = self.kernels[variant] = self._compile(inputs, len(numbers), len(params), variant)
         if isinstance(kernel, HostFallback):
             return kernel.call(args, kwargs, tensors, floats)
         return kernel.call(args, kwargs, inputs, numbers)

@@ -36,6 +36,7 @@ from neuroncc.errors import NeuronccError, TypeInferenceError, UnsupportedOpErro
 from neuroncc.frontend.lowering.decompositions import decomposition_table
 from neuroncc.frontend.importer import LOWERINGS, GraphOutput, import_graph
 from neuroncc.frontend.lowering.context import LoweringBug
+from neuroncc.frontend.tracing import make_fx_here
 from neuroncc.ir import Category, Function, TensorType, Trait, Value, print_function
 
 aten = torch.ops.aten
@@ -292,7 +293,6 @@ def _traced_graph(form: OpForm, metas: list[torch.Tensor], args: list[Any], kwar
                   floats: list[float]) -> fx.GraphModule:
     """make_fx through the decomposition table, functionalized, on CPU fake tensors of the call's layout."""
     from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.fx.experimental.proxy_tensor import make_fx
 
     mode = FakeTensorMode()
     with mode:
@@ -325,8 +325,8 @@ def _traced_graph(form: OpForm, metas: list[torch.Tensor], args: list[Any], kwar
     table = _tracing_table(tuple(op for op in (form.op, form.functional) if op is not None))
     try:
         with _clean_dispatch_state(), mode:
-            return make_fx(torch.func.functionalize(run, remove="mutations_and_views"),
-                           decomposition_table=table)(*fakes)
+            # traced where other threads do not see it (their torch.compile'd calls): frontend/tracing.py
+            return make_fx_here(torch.func.functionalize(run, remove="mutations_and_views"), table)(*fakes)
     except CannotCompile:
         raise
     except Exception as error:  # a decomposition or functionalization that does not apply to this call
@@ -443,7 +443,6 @@ def traced_program(run: Any, tensors: list[torch.Tensor], count: int) -> Program
 
     def build(values: list[float]) -> fx.GraphModule:
         from torch._subclasses.fake_tensor import FakeTensorMode
-        from torch.fx.experimental.proxy_tensor import make_fx
 
         mode = FakeTensorMode()
         with mode:
@@ -454,8 +453,8 @@ def traced_program(run: Any, tensors: list[torch.Tensor], count: int) -> Program
             return ()
 
         with _clean_dispatch_state(), mode:
-            return make_fx(torch.func.functionalize(traced, remove="mutations_and_views"),
-                           decomposition_table=decomposition_table())(*fakes)
+            return make_fx_here(torch.func.functionalize(traced, remove="mutations_and_views"),
+                                decomposition_table())(*fakes)
 
     result_tree = tree_flatten(None)[1]
     if not count:

@@ -41,7 +41,7 @@ import torch
 import torch.fx as fx
 
 from neuroncc.errors import SpecializationLimitError, SpecializationLimitWarning
-from neuroncc.frontend import stats
+from neuroncc.frontend import stats, tracing
 from neuroncc.frontend.options import DEFAULT_MAX_SPECIALIZATIONS
 
 log = logging.getLogger("neuroncc.frontend")
@@ -127,7 +127,8 @@ class ShapeSpecializations:
         key = self._key(args)
         compiled = self._compiled.get(key)
         if compiled is None:
-            with self._lock:
+            # a compile at call time: under TorchDynamo's lock and session as its recompiles (tracing.py)
+            with tracing.compiling(), self._lock:
                 compiled = self._compiled.get(key)
                 if compiled is None and self._runs_eagerly(key):
                     compiled = None
