@@ -117,6 +117,11 @@ def build_program(form: OpForm, args: tuple[Any, ...], kwargs: dict[str, Any], t
     return _same_dtypes(form, _program(build(floats), result_tree, strides), meta_result)
 
 
+#: Ops whose meta kernel gives float32 statistics for a bf16/f16 input where CPU's kernel gives the input's
+#: dtype (native_batch_norm's save_mean/save_invstd: every bf16 BatchNorm training step ran on CPU).
+_CPU_KEEPS_INPUT_DTYPE = frozenset({aten.native_batch_norm.default})
+
+
 def _same_dtypes(form: OpForm, program: Program, meta_result: Any) -> Program:
     """``program``, if its results have the op's dtypes. A decomposition that promotes where the op does not
     (an integer avg_pool's true division) would hand the user a float tensor: that call runs on CPU."""
@@ -124,6 +129,8 @@ def _same_dtypes(form: OpForm, program: Program, meta_result: Any) -> Program:
         return program
     for output, meta in zip(program.outputs, tree_flatten(meta_result)[0]):
         spec = getattr(output, "spec", None)
+        if form.op in _CPU_KEEPS_INPUT_DTYPE and isinstance(meta, torch.Tensor) and meta.dtype is torch.float32:
+            continue
         if spec is not None and isinstance(meta, torch.Tensor) and spec.dtype != meta.dtype:
             raise CannotCompile(f"its decomposition computes {spec.dtype} where the op returns {meta.dtype}")
     return program

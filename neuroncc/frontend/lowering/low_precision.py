@@ -1,0 +1,165 @@
+"""bfloat16/float16 ops rounded where CPU eager's kernels round them (the decision, made once, for the device's
+eager ops and for torch.compile graphs alike).
+
+PyTorch's decompositions compute a half-precision op in float32 and round its result once
+(``pw_cast_for_opmath``, ``computation_dtype``). Most of ATen's CPU kernels do too, and there the two agree
+bit for bit; but some CPU kernels round intermediates to the input's dtype: their arithmetic is written in
+``scalar_t`` (each ``BFloat16``/``Half`` operation converts to float, computes and rounds back), or they
+keep a per-row or per-channel statistic in a ``scalar_t`` buffer. A user comparing a bf16 model on the
+device with CPU then sees different numbers. Each entry below wraps the decomposition it replaces, rounds
+exactly where the CPU kernel rounds (``_rounded``: to the dtype and back to float32, the IR's two casts), and
+leaves every other dtype to that decomposition:
+
+| op | CPU kernel (aten/src/ATen/native/cpu) | rounded to the input's dtype |
+|---|---|---|
+| ``_log_softmax`` over the last dim | ``serial_vec_log_softmax_lastdim_range``: max and sum buffers of ``scalar_t`` | sum(exp(x - max)), then its log; x - max - log(sum) in float32, rounded once |
+| ``native_batch_norm`` and the ``_native_batch_norm_legit*`` family, training | statistics saved in ``scalar_t``; the output from them as ``x * alpha + beta`` | mean, 1/sqrt(var + eps), bf16's sum of squares and var (float32 weights keep float32 statistics, as CPU) |
+| ``linalg_cross`` | ``cross`` in ``scalar_t`` arithmetic | each product, then the difference |
+| ``logit`` | ``logit_kernel`` in ``scalar_t`` arithmetic | eps and 1 - eps, 1 - x, the quotient, the log |
+| ``mse_loss`` | ``mse_kernel``: ``diff = a - b; diff * diff`` in ``scalar_t`` | the difference, its square (then the mean or sum accumulates in float32) |
+
+log_softmax over another dim keeps the float32 buffers (``serial_vec_logsoftmax_range``): rounded once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+
+from neuroncc.ir import round_to_bf16
+
+aten = torch.ops.aten
+
+LOW_PRECISION = (torch.bfloat16, torch.float16)
+
+
+def _rounded(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``x`` (float32) rounded to ``dtype`` as a CPU kernel's ``scalar_t`` intermediate, back in float32."""
+    return x.to(dtype).to(torch.float32)
+
+
+def _rounded_scalar(value: float, dtype: torch.dtype) -> float:
+    """A Python float as a ``scalar_t`` constant (``Scalar::to<BFloat16>``: through float32), in Python: the
+    trace must not make a tensor of no tensor arguments."""
+    if dtype is torch.float16:
+        return float(np.float16(np.float32(value)))
+    return float(round_to_bf16(np.float32(value)))
+
+
+def _log_softmax(base: Callable[..., Any]) -> Callable[..., Any]:
+    def decomposition(x: torch.Tensor, dim: int, half_to_float: bool) -> torch.Tensor:
+        last = x.dim() > 0 and dim % x.dim() == x.dim() - 1
+        if x.dtype not in LOW_PRECISION or half_to_float or not last or x.numel() == 0:
+            return base(x, dim, half_to_float)
+        shifted = x.to(torch.float32)
+        shifted = shifted - torch.amax(shifted, dim, keepdim=True)
+        total = _rounded(torch.sum(torch.exp(shifted), dim, keepdim=True), x.dtype)
+        return (shifted - _rounded(torch.log(total), x.dtype)).to(x.dtype).contiguous()
+
+    return decomposition
+
+
+def _batch_norm(base: Callable[..., Any], op: Any, stateless: Callable[..., Any]) -> Callable[..., Any]:
+    """A training batch norm's output and saved statistics as CPU's kernel computes them (the running
+    statistics stay the base decomposition's): the mean and 1/sqrt(var + eps) saved in the input's dtype
+    (bf16 also rounds the sum of squared deviations, which CPU keeps in a ``scalar_t`` buffer, and that sum
+    over the count; float16 keeps both in float32), the output from the rounded statistics as ``x * alpha + beta``, alpha = invstd * weight,
+    beta = bias - mean * alpha in float32 (``batch_norm_cpu_collect_stats_*``,
+    ``batch_norm_cpu_transform_input_template``). With float32 weights (mixed) CPU keeps float32
+    statistics: the base decomposition's."""
+    names = [argument.name for argument in op._schema.arguments]
+    always = "training" not in names  # _batch_norm_with_update*: training by definition
+    functional = op._schema.name.endswith("_functional")  # returns the new running statistics
+
+    def decomposition(*args: Any, **kwargs: Any) -> Any:
+        bound = dict(zip(names, args), **kwargs)
+        x, weight, bias, eps = bound["input"], bound.get("weight"), bound.get("bias"), bound["eps"]
+        training = always or bool(bound["training"])
+        if not training or x.dtype not in LOW_PRECISION or x.dim() < 2 or x.numel() == 0 or \
+                any(p is not None and p.dtype is not x.dtype for p in (weight, bias)):
+            return base(*args, **kwargs)
+        if functional or bound.get("running_mean") is None:
+            results = base(*args, **kwargs)
+        else:  # the functional form, whose new running statistics (from float32 ones, as CPU) are written here
+            *results, new_mean, new_var = stateless(x, weight, bias, bound["running_mean"], bound["running_var"],
+                                                    True, bound["momentum"], eps)
+            bound["running_mean"].copy_(new_mean)
+            bound["running_var"].copy_(new_var)
+        dims = [0] + list(range(2, x.dim()))
+        count = x.numel() // x.shape[1]
+        variance, mean = torch.var_mean(x.to(torch.float32), dims, correction=0)
+        if x.dtype is torch.bfloat16:
+            variance = _rounded(_rounded(variance * count, x.dtype) / count, x.dtype)
+        mean = _rounded(mean, x.dtype)
+        invstd = _rounded(1.0 / torch.sqrt(variance + eps), x.dtype)
+        alpha = invstd if weight is None else invstd * weight.to(torch.float32)
+        beta = -mean * alpha if bias is None else bias.to(torch.float32) - mean * alpha
+        shape = [1, x.shape[1]] + [1] * (x.dim() - 2)
+        output = (x.to(torch.float32) * alpha.reshape(shape) + beta.reshape(shape)).to(x.dtype)
+        return (output, mean.to(x.dtype), invstd.to(x.dtype), *results[3:])
+
+    return decomposition
+
+
+def _linalg_cross(base: Callable[..., Any]) -> Callable[..., Any]:
+    def decomposition(a: torch.Tensor, b: torch.Tensor, dim: int = -1) -> torch.Tensor:
+        if a.dtype not in LOW_PRECISION or b.dtype is not a.dtype:
+            return base(a, b, dim)
+        a, b = torch.broadcast_tensors(a, b)
+        dim = dim % a.dim()
+        index = torch.arange(3, device=a.device)
+        ahead, behind = (index + 1) % 3, (index + 2) % 3
+        left = _rounded(a.index_select(dim, ahead).float() * b.index_select(dim, behind).float(), a.dtype)
+        right = _rounded(a.index_select(dim, behind).float() * b.index_select(dim, ahead).float(), a.dtype)
+        return (left - right).to(a.dtype)
+
+    return decomposition
+
+
+def _logit(base: Callable[..., Any]) -> Callable[..., Any]:
+    def decomposition(x: torch.Tensor, eps: float | None = None) -> torch.Tensor:
+        if x.dtype not in LOW_PRECISION:
+            return base(x, eps)
+        dtype = x.dtype
+        x = x.to(torch.float32)
+        if eps is not None:
+            low = _rounded_scalar(eps, dtype)  # scalar_t lo = eps; hi = scalar_t(1) - eps
+            high = _rounded_scalar(1.0 - low, dtype)
+            x = torch.clamp(x, low, high)
+        return torch.log(_rounded(x / _rounded(1.0 - x, dtype), dtype)).to(dtype)
+
+    return decomposition
+
+
+def _mse_loss(base: Callable[..., Any]) -> Callable[..., Any]:
+    def decomposition(x: torch.Tensor, target: torch.Tensor, reduction: int = 1) -> torch.Tensor:
+        if x.dtype not in LOW_PRECISION or target.dtype is not x.dtype:
+            return base(x, target, reduction)
+        difference = _rounded(x.to(torch.float32) - target.to(torch.float32), x.dtype)
+        loss = (difference * difference).to(x.dtype)
+        if reduction == 1:
+            return torch.mean(loss)
+        return torch.sum(loss) if reduction == 2 else loss
+
+    return decomposition
+
+
+_BATCH_NORMS = (aten.native_batch_norm.default, aten._native_batch_norm_legit.default,
+                aten._native_batch_norm_legit.no_stats, aten._native_batch_norm_legit_functional.default,
+                aten._batch_norm_with_update_functional.default)
+
+
+def low_precision_decompositions(table: dict[Any, Callable[..., Any]]) -> dict[Any, Callable[..., Any]]:
+    """The entries replacing ``table``'s decompositions of the ops above (each falls back to the one it
+    replaces outside bf16/f16)."""
+    wrappers: dict[Any, Callable[..., Any]] = {
+        aten._log_softmax.default: _log_softmax, aten.linalg_cross.default: _linalg_cross,
+        aten.logit.default: _logit, aten.mse_loss.default: _mse_loss,
+    }
+    entries = {op: wrap(table[op]) for op, wrap in wrappers.items() if op in table}
+    stateless = table[aten._native_batch_norm_legit_functional.default]
+    entries.update({op: _batch_norm(table[op], op, stateless) for op in _BATCH_NORMS if op in table})
+    return entries
