@@ -16,6 +16,7 @@ leaves every other dtype to that decomposition:
 | ``native_batch_norm`` and the ``_native_batch_norm_legit*`` family, training | statistics saved in ``scalar_t``; the output from them as ``x * alpha + beta`` | mean, 1/sqrt(var + eps), bf16's sum of squares and var (float32 weights keep float32 statistics, as CPU) |
 | ``linalg_cross`` | ``cross`` in ``scalar_t`` arithmetic | each product, then the difference |
 | ``logit`` | ``logit_kernel`` in ``scalar_t`` arithmetic | eps and 1 - eps, 1 - x, the quotient, the log |
+| ``upsample_linear1d``, ``upsample_trilinear3d`` | ``cpu_upsample_linear``: weights in ``scalar_t`` | each dim's two weights (the sum of the corners in float32) |
 | ``mse_loss`` | ``mse_kernel``: ``diff = a - b; diff * diff`` in ``scalar_t`` | the difference, its square (then the mean or sum accumulates in float32) |
 
 log_softmax over another dim keeps the float32 buffers (``serial_vec_logsoftmax_range``): rounded once.
@@ -28,6 +29,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch._decomp import decomposition_table as torch_decompositions
 
 from neuroncc.ir import round_to_bf16
 
@@ -147,6 +149,36 @@ def _mse_loss(base: Callable[..., Any]) -> Callable[..., Any]:
     return decomposition
 
 
+def _upsample_linear(base: Callable[..., Any]) -> Callable[..., Any]:
+    """upsample_linear1d/trilinear3d: CPU's kernel keeps each dim's weights in ``scalar_t`` (lambda1 rounded,
+    lambda0 = 1 - lambda1 rounded) and sums the corners, innermost dim first, in float32 (bilinear's kernel
+    keeps float32 weights: the decomposition's)."""
+    from torch._decomp.decompositions import _compute_scale, _compute_source_index
+    from torch._prims_common import suggest_memory_format
+
+    def decomposition(x: torch.Tensor, output_size: list[int], align_corners: bool, *scales: Any) -> torch.Tensor:
+        if x.dtype not in LOW_PRECISION:
+            return base(x, output_size, align_corners, *scales)
+        dims = len(output_size)
+        scales = tuple(scales) + (None,) * (dims - len(scales))
+        values = [x.to(torch.float32)]
+        for dim in reversed(range(dims)):  # the innermost dim first
+            in_size, out_size = x.shape[2 + dim], output_size[dim]
+            scale = _compute_scale(in_size, out_size, align_corners, scales[dim])
+            source = _compute_source_index(scale, torch.arange(out_size, device=x.device).to(torch.float32),
+                                           align_corners).clamp(min=0.0)
+            low = source.to(torch.int64).clamp(max=in_size - 1)
+            high = (low + 1).clamp(max=in_size - 1)
+            lambda1 = _rounded((source - low).clamp(0.0, 1.0), x.dtype)
+            lambda0 = _rounded(1.0 - lambda1, x.dtype)
+            shape = [out_size] + [1] * (dims - 1 - dim)
+            values = [v.index_select(2 + dim, low) * lambda0.reshape(shape) +
+                      v.index_select(2 + dim, high) * lambda1.reshape(shape) for v in values]
+        return values[0].to(x.dtype).contiguous(memory_format=suggest_memory_format(x))
+
+    return decomposition
+
+
 _BATCH_NORMS = (aten.native_batch_norm.default, aten._native_batch_norm_legit.default,
                 aten._native_batch_norm_legit.no_stats, aten._native_batch_norm_legit_functional.default,
                 aten._batch_norm_with_update_functional.default)
@@ -160,6 +192,8 @@ def low_precision_decompositions(table: dict[Any, Callable[..., Any]]) -> dict[A
         aten.logit.default: _logit, aten.mse_loss.default: _mse_loss,
     }
     entries = {op: wrap(table[op]) for op, wrap in wrappers.items() if op in table}
+    for op in (aten.upsample_linear1d.default, aten.upsample_trilinear3d.default):  # torch's own table's
+        entries[op] = _upsample_linear(table.get(op) or torch_decompositions[op])
     stateless = table[aten._native_batch_norm_legit_functional.default]
     entries.update({op: _batch_norm(table[op], op, stateless) for op in _BATCH_NORMS if op in table})
     return entries
