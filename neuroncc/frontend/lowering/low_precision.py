@@ -17,6 +17,7 @@ leaves every other dtype to that decomposition:
 | ``linalg_cross`` | ``cross`` in ``scalar_t`` arithmetic | each product, then the difference |
 | ``logit`` | ``logit_kernel`` in ``scalar_t`` arithmetic | eps and 1 - eps, 1 - x, the quotient, the log |
 | ``upsample_linear1d``, ``upsample_trilinear3d`` | ``cpu_upsample_linear``: weights in ``scalar_t`` | each dim's two weights (the sum of the corners in float32) |
+| ``addr`` (registered for the device: its composite kernel ran) | ``addr_kernel`` in ``scalar_t`` arithmetic | beta and alpha, alpha * vec1, its product with vec2, beta * self, the sum (float32: the same order) |
 | ``mse_loss`` | ``mse_kernel``: ``diff = a - b; diff * diff`` in ``scalar_t`` | the difference, its square (then the mean or sum accumulates in float32) |
 
 log_softmax over another dim keeps the float32 buffers (``serial_vec_logsoftmax_range``): rounded once.
@@ -27,11 +28,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
 import torch
 from torch._decomp import decomposition_table as torch_decompositions
-
-from neuroncc.ir import round_to_bf16
 
 aten = torch.ops.aten
 
@@ -43,12 +41,11 @@ def _rounded(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return x.to(dtype).to(torch.float32)
 
 
-def _rounded_scalar(value: float, dtype: torch.dtype) -> float:
-    """A Python float as a ``scalar_t`` constant (``Scalar::to<BFloat16>``: through float32), in Python: the
-    trace must not make a tensor of no tensor arguments."""
-    if dtype is torch.float16:
-        return float(np.float16(np.float32(value)))
-    return float(round_to_bf16(np.float32(value)))
+def _rounded_scalar(value: float, dtype: torch.dtype, like: torch.Tensor) -> torch.Tensor:
+    """A Python float as a ``scalar_t`` constant (``Scalar::to<BFloat16>``), a 0-d float32 tensor rounded in
+    the program: the device lifts the float into a parameter (device/programs.py), which a constant rounded
+    here in Python would hide (two sentinels can round to one bf16 value)."""
+    return _rounded(torch.full((), value, dtype=torch.float32, device=like.device), dtype)
 
 
 def _log_softmax(base: Callable[..., Any]) -> Callable[..., Any]:
@@ -128,9 +125,9 @@ def _logit(base: Callable[..., Any]) -> Callable[..., Any]:
         dtype = x.dtype
         x = x.to(torch.float32)
         if eps is not None:
-            low = _rounded_scalar(eps, dtype)  # scalar_t lo = eps; hi = scalar_t(1) - eps
-            high = _rounded_scalar(1.0 - low, dtype)
-            x = torch.clamp(x, low, high)
+            low = _rounded_scalar(eps, dtype, x)  # scalar_t lo = eps; hi = scalar_t(1) - eps
+            high = _rounded(1.0 - low, dtype)
+            x = torch.where(x < low, low, torch.where(x > high, high, x))  # x0 = x < lo ? lo : (x > hi ? hi : x)
         return torch.log(_rounded(x / _rounded(1.0 - x, dtype), dtype)).to(dtype)
 
     return decomposition
@@ -145,6 +142,23 @@ def _mse_loss(base: Callable[..., Any]) -> Callable[..., Any]:
         if reduction == 1:
             return torch.mean(loss)
         return torch.sum(loss) if reduction == 2 else loss
+
+    return decomposition
+
+
+def _addr(base: Callable[..., Any]) -> Callable[..., Any]:
+    """``addr_kernel``: ``beta * self + alpha * vec1 * vec2`` in ``scalar_t`` arithmetic (beta and alpha
+    converted to it), each product and the sum rounded; beta == 0 leaves ``self`` out."""
+    def decomposition(self: torch.Tensor, vec1: torch.Tensor, vec2: torch.Tensor, *, beta: Any = 1,
+                      alpha: Any = 1) -> torch.Tensor:
+        dtype = self.dtype
+        if dtype not in (*LOW_PRECISION, torch.float32) or vec1.dtype is not dtype or vec2.dtype is not dtype:
+            return base(self, vec1, vec2, beta=beta, alpha=alpha)  # (float32: the same order, no rounding)
+        scaled = _rounded(vec1.to(torch.float32) * _rounded_scalar(alpha, dtype, vec1), dtype)
+        outer = _rounded(scaled.unsqueeze(1) * vec2.to(torch.float32), dtype)
+        if beta == 0:
+            return torch.broadcast_to(outer, self.shape).to(dtype).clone()
+        return (_rounded(self.to(torch.float32) * _rounded_scalar(beta, dtype, self), dtype) + outer).to(dtype)
 
     return decomposition
 
@@ -189,11 +203,14 @@ def low_precision_decompositions(table: dict[Any, Callable[..., Any]]) -> dict[A
     replaces outside bf16/f16)."""
     wrappers: dict[Any, Callable[..., Any]] = {
         aten._log_softmax.default: _log_softmax, aten.linalg_cross.default: _linalg_cross,
-        aten.logit.default: _logit, aten.mse_loss.default: _mse_loss,
+        aten.logit.default: _logit, aten.mse_loss.default: _mse_loss, aten.addr.default: _addr,
+        aten.upsample_linear1d.default: _upsample_linear, aten.upsample_trilinear3d.default: _upsample_linear,
     }
-    entries = {op: wrap(table[op]) for op, wrap in wrappers.items() if op in table}
-    for op in (aten.upsample_linear1d.default, aten.upsample_trilinear3d.default):  # torch's own table's
-        entries[op] = _upsample_linear(table.get(op) or torch_decompositions[op])
+    entries = {}
+    for op, wrap in wrappers.items():  # ours, else torch's own table's (the device traces with both)
+        base = table.get(op) or torch_decompositions.get(op)
+        if base is not None:
+            entries[op] = wrap(base)
     stateless = table[aten._native_batch_norm_legit_functional.default]
     entries.update({op: _batch_norm(table[op], op, stateless) for op in _BATCH_NORMS if op in table})
     return entries
