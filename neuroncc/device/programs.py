@@ -117,9 +117,10 @@ def build_program(form: OpForm, args: tuple[Any, ...], kwargs: dict[str, Any], t
     return _same_dtypes(form, _program(build(floats), result_tree, strides), meta_result)
 
 
-#: Ops whose meta kernel gives float32 statistics for a bf16/f16 input where CPU's kernel gives the input's
-#: dtype (native_batch_norm's save_mean/save_invstd: every bf16 BatchNorm training step ran on CPU).
-_CPU_KEEPS_INPUT_DTYPE = frozenset({aten.native_batch_norm.default})
+#: Ops whose meta kernel gives float32 statistics for a bf16/f16 input with weights of its dtype where CPU's
+#: kernel gives the input's dtype (native_batch_norm's save_mean/save_invstd, native_layer_norm's mean/rstd:
+#: every such BatchNorm training step and LayerNorm ran on CPU, with a DeviceFallbackWarning).
+_CPU_KEEPS_INPUT_DTYPE = frozenset({aten.native_batch_norm.default, aten.native_layer_norm.default})
 
 
 def _same_dtypes(form: OpForm, program: Program, meta_result: Any) -> Program:
