@@ -53,6 +53,8 @@ CASES = {  # name: (function, shapes, scale of the inputs)
     "addr with beta and alpha": (lambda s, a, b: torch.addr(s, a, b, beta=0.2, alpha=0.6), [(5, 10), (5,), (10,)],
                                  3.0),
     "addr with beta 0": (lambda s, a, b: torch.addr(s, a, b, beta=0, alpha=0.3), [(5, 10), (5,), (10,)], 3.0),
+    "addr with beta 0.0 and a NaN in self": (lambda s, a, b: torch.addr(s.log(), a, b, beta=0.0, alpha=0.3),
+                                             [(5, 10), (5,), (10,)], 3.0),
     "interpolate linear": (lambda x: F.interpolate(x, size=12, mode="linear"), [(2, 3, 7)], 3.0),
     "interpolate linear, align_corners": (lambda x: F.interpolate(x, size=12, mode="linear", align_corners=True),
                                           [(2, 3, 7)], 3.0),

@@ -156,9 +156,10 @@ def _addr(base: Callable[..., Any]) -> Callable[..., Any]:
             return base(self, vec1, vec2, beta=beta, alpha=alpha)  # (float32: the same order, no rounding)
         scaled = _rounded(vec1.to(torch.float32) * _rounded_scalar(alpha, dtype, vec1), dtype)
         outer = _rounded(scaled.unsqueeze(1) * vec2.to(torch.float32), dtype)
-        if beta == 0:
-            return torch.broadcast_to(outer, self.shape).to(dtype).clone()
-        return (_rounded(self.to(torch.float32) * _rounded_scalar(beta, dtype, self), dtype) + outer).to(dtype)
+        # beta == 0 leaves self out (NaN too), decided in the program: the device lifts beta into a parameter
+        factor = torch.full((), beta, dtype=torch.float32, device=self.device)
+        total = _rounded(self.to(torch.float32) * _rounded(factor, dtype), dtype) + outer
+        return torch.where(factor == 0, outer, total).to(dtype)
 
     return decomposition
 
