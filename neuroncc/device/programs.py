@@ -136,6 +136,12 @@ def _build(form: OpForm, metas: list[torch.Tensor], slot_args: list[Any], slot_k
     return _same_dtypes(form, _program(build(floats), result_tree, strides), meta_result)
 
 
+#: Ops whose meta kernel gives float32 statistics for a bf16/f16 input with weights of its dtype where CPU's
+#: kernel gives the input's dtype (native_batch_norm's save_mean/save_invstd, native_layer_norm's mean/rstd:
+#: every such BatchNorm training step and LayerNorm ran on CPU, with a DeviceFallbackWarning).
+_CPU_KEEPS_INPUT_DTYPE = frozenset({aten.native_batch_norm.default, aten.native_layer_norm.default})
+
+
 def _same_dtypes(form: OpForm, program: Program, meta_result: Any) -> Program:
     """``program``, if its results have the op's dtypes. A decomposition that promotes where the op does not
     (an integer avg_pool's true division) would hand the user a float tensor: that call runs on CPU."""
@@ -143,6 +149,8 @@ def _same_dtypes(form: OpForm, program: Program, meta_result: Any) -> Program:
         return program
     for output, meta in zip(program.outputs, tree_flatten(meta_result)[0]):
         spec = getattr(output, "spec", None)
+        if form.op in _CPU_KEEPS_INPUT_DTYPE and isinstance(meta, torch.Tensor) and meta.dtype is torch.float32:
+            continue
         if spec is not None and isinstance(meta, torch.Tensor) and spec.dtype != meta.dtype:
             raise CannotCompile(f"its decomposition computes {spec.dtype} where the op returns {meta.dtype}")
     return program

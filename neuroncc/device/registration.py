@@ -103,8 +103,10 @@ def register() -> None:
 #:   ...) would run for the device: a batch norm, then ``out * weight + bias``, which promotes a bfloat16 input
 #:   with float32 weights (autocast's usual case) to a float32 result where CPU's kernel and the op's meta
 #:   give bfloat16. The device compiles them whole, from the front end's decomposition (one program, not three).
+#: * ``addr``: its CompositeExplicitAutograd kernel (``beta * self + alpha * outer``, three device ops) rounds a
+#:   bf16/f16 result where CPU's kernel does not (frontend/lowering/low_precision.py has CPU's).
 REGISTERED_AT_ONCE = ("convolution_overrideable", "convolution_backward_overrideable", "native_layer_norm",
-                      "native_group_norm")
+                      "native_group_norm", "addr")
 
 #: Ops whose PrivateUse1 kernel here adjusts a call before the fallback takes it (dispatch.py makes their handlers
 #: without registering them again).

@@ -350,6 +350,8 @@ def embedding_bag(weight: torch.Tensor, indices: torch.Tensor, offsets: torch.Te
     if padding_idx >= 0:
         member = member & (indices != padding_idx)
     rows = weight[indices]
+    if mode != 2 and weight.dtype in (torch.bfloat16, torch.float16):  # CPU: weighted sum and mean in float32
+        rows = rows.to(torch.float32)
     if per_sample_weights is not None:
         rows = rows * per_sample_weights.unsqueeze(1)
     counts = member.sum(1)
@@ -363,6 +365,7 @@ def embedding_bag(weight: torch.Tensor, indices: torch.Tensor, offsets: torch.Te
         output = torch.where(picked, rows.unsqueeze(0), 0.0).sum(1)
         if mode == 1:
             output = output / torch.clamp(counts, min=1).unsqueeze(1).to(output.dtype)
+        output = output.to(weight.dtype)
         max_indices = torch.zeros(rows_count, dtype=offsets.dtype, device=offsets.device)
     bag_size = counts.to(offsets.dtype) if mode else torch.zeros(rows_count, dtype=offsets.dtype, device=offsets.device)
     if mode == 1:

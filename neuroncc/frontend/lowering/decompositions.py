@@ -19,6 +19,7 @@ from neuroncc.frontend.lowering.amp import amp_decompositions
 from neuroncc.frontend.lowering.coverage import coverage_decompositions
 from neuroncc.frontend.lowering.foreach import foreach_decompositions
 from neuroncc.frontend.lowering.library import library_decompositions
+from neuroncc.frontend.lowering.low_precision import low_precision_decompositions
 from neuroncc.frontend.lowering.random_ops import random_decompositions
 from neuroncc.frontend.lowering.rnn_cells import rnn_cell_decompositions
 from neuroncc.frontend.lowering.transformer_fastpath import fastpath_decompositions
@@ -170,6 +171,7 @@ def _table() -> dict[torch._ops.OperatorBase, Callable]:
     table.update(library_decompositions())  # pinv over svd/eigh (frontend/lowering/library.py)
     table.update(foreach_decompositions())  # _foreach_* -> one aten call per tensor (frontend/lowering/foreach.py)
     table.update(OWN_DECOMPOSITIONS)
+    table.update(low_precision_decompositions(table))  # bf16/f16 rounded where CPU rounds (low_precision.py)
     table.update(fastpath_decompositions())  # fused transformer inference ops (lowering/transformer_fastpath.py)
     table.update(rnn_cell_decompositions())  # LSTM/GRU fused cells and their backward ops (lowering/rnn_cells.py)
     table.update(random_decompositions())  # random ops over the Philox generator (frontend/lowering/random_ops.py)
