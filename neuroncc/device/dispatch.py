@@ -18,15 +18,14 @@ recently used half are dropped (a dropped kernel comes back from the disk cache 
 
 from __future__ import annotations
 
-import contextlib
 import itertools
-import threading
-from collections.abc import Iterator
 from typing import Any
 
 import torch
 
 from neuroncc.device import diagnostics, memory
+from neuroncc.device.build_lock import LOCK as _lock
+from neuroncc.device.build_lock import building
 from neuroncc.device.config import CONFIG
 from neuroncc.device.counters import COUNTS, op_state
 from neuroncc.device.op_forms import OpForm, form_of
@@ -36,7 +35,6 @@ from neuroncc.device.untraced import untraced
 
 _library: torch.library.Library | None = None
 _handlers: dict[Any, DeviceOp] = {}
-_lock = threading.RLock()
 _ticks = itertools.count(1)
 
 
@@ -145,17 +143,6 @@ def _takes_device_kernel(qualified: str) -> bool:
         return not has(qualified, "PrivateUse1") or has(qualified, "CompositeExplicitAutogradNonFunctional")
     except RuntimeError:  # a TorchScript-only overload (aten::add.t): not a dispatcher op
         return False
-
-
-@contextlib.contextmanager
-def building() -> Iterator[None]:
-    """Held while an entry is made or a kernel compiled for a call (the first call of a signature, a new
-    float value's or optimizer variant's kernel): TorchDynamo's compile lock, then ``_lock``. The order and why
-    calls of kernels compiled before take neither: ``neuroncc/frontend/tracing.py``."""
-    from neuroncc.frontend.tracing import exclusive  # with the first op, as the compiler's modules
-
-    with exclusive(), _lock:
-        yield
 
 
 class DeviceOp:

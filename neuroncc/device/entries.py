@@ -15,7 +15,7 @@ import torch
 from neuroncc.device import fused_optimizers, generators, memory, signature_index, tracking
 from neuroncc.device.kernel_compile import compile_kernel
 from neuroncc.device.counters import COUNTS
-from neuroncc.device.dispatch import building
+from neuroncc.device.build_lock import building
 from neuroncc.device.fallback import HostFallback, HostRandom, run_on_host
 from neuroncc.device.kernels import CompiledKernel
 from neuroncc.device import layouts
@@ -70,16 +70,21 @@ def make_entry(handler: Any, args: tuple[Any, ...], kwargs: dict[str, Any], tens
     return ByFloatValue(form, kernel, floats, index, state)
 
 
-class AtenOnDeviceMemory:
-    """A call whose program would be one ATen call writing through a transposing copy (a channels_last
-    convolution, layouts.aten_on_device_memory): ATen's kernel runs on the device's memory instead, its result
-    copied into device memory as laid out (one copy, no transposes). A device op, not a fallback."""
+class KernelFreeEntry:
+    """An entry that holds no compiled kernel of its own (never evicted with the kernels): its op's form, the
+    device index and the op's counters."""
 
     holds_kernel = False
 
     def __init__(self, form: OpForm, index: int, state: Any):
         self.form, self.index, self.state = form, index, state
         self.tick = 0
+
+
+class AtenOnDeviceMemory(KernelFreeEntry):
+    """A call whose program would be one ATen call writing through a transposing copy (a channels_last
+    convolution, layouts.aten_on_device_memory): ATen's kernel runs on the device's memory instead, its result
+    copied into device memory as laid out (one copy, no transposes). A device op, not a fallback."""
 
     def call(self, args: tuple[Any, ...], kwargs: dict[str, Any], tensors: list[torch.Tensor],
              floats: list[float]) -> Any:
@@ -150,14 +155,8 @@ def _out_resizes(form: OpForm, args: tuple[Any, ...], kwargs: dict[str, Any], te
     return resizes
 
 
-class NativeDropout:
+class NativeDropout(KernelFreeEntry):
     """``aten.native_dropout``: the mask drawn from the device's generator, the scaling compiled."""
-
-    holds_kernel = False
-
-    def __init__(self, form: OpForm, index: int, state: Any):
-        self.form, self.index, self.state = form, index, state
-        self.tick = 0
 
     def call(self, args: tuple[Any, ...], kwargs: dict[str, Any], tensors: list[torch.Tensor],
              floats: list[float]) -> Any:
@@ -173,15 +172,9 @@ class NativeDropout:
         return input * mask * (1.0 / (1.0 - p)), mask
 
 
-class Equal:
+class Equal(KernelFreeEntry):
     """``aten.equal`` (``torch.equal``): a Python bool, so its value is needed at once: the same sizes, then a
     compiled ``eq`` and ``all`` on the device, read back. Tensors CPU's kernel refuses go to it for its error."""
-
-    holds_kernel = False
-
-    def __init__(self, form: OpForm, index: int, state: Any):
-        self.form, self.index, self.state = form, index, state
-        self.tick = 0
 
     def call(self, args: tuple[Any, ...], kwargs: dict[str, Any], tensors: list[torch.Tensor],
              floats: list[float]) -> Any:

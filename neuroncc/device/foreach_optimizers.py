@@ -26,7 +26,7 @@ from typing import Any
 import torch
 from torch.autograd.graph import increment_version
 
-from neuroncc.device.dispatch import building
+from neuroncc.device.build_lock import building
 from neuroncc.device.fused_optimizers import compile_step, disjoint
 
 _FLOATING = (torch.float32, torch.bfloat16, torch.float16)

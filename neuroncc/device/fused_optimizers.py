@@ -31,7 +31,7 @@ from typing import Any
 import torch
 
 from neuroncc.device.counters import COUNTS, op_state
-from neuroncc.device.dispatch import building
+from neuroncc.device.build_lock import building
 from neuroncc.device.fallback import HostFallback, run_on_host
 from neuroncc.device.kernel_compile import COMPILE_OPTIONS, compile_kernel
 from neuroncc.device.op_forms import OpForm, form_of

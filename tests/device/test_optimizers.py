@@ -82,9 +82,8 @@ def test_fused_tensor_lr_with_a_scheduler(optimizer):
     _close(actual, _run("cpu", optimizer, options, steps=4, scheduler=True), torch.float32)
 
 
-def test_a_new_learning_rate_is_an_argument_not_a_kernel():
-    params = [torch.nn.Parameter(torch.randn(s, device="neuron")) for s in SHAPES]
-    optimizer = torch.optim.AdamW(params, lr=0.1, fused=True)
+def _scheduled_steps_compile_once(optimizer: torch.optim.Optimizer, params: list[torch.nn.Parameter]) -> None:
+    """Four steps with a new float learning rate each (StepLR): kernels are made by the first step only."""
     schedule = torch.optim.lr_scheduler.StepLR(optimizer, 1, gamma=0.5)
     for step in range(4):
         for p in params:
@@ -94,6 +93,12 @@ def test_a_new_learning_rate_is_an_argument_not_a_kernel():
         if step == 0:
             compiled = neuroncc.stats()["eager_kernels_compiled"] + neuroncc.stats()["eager_kernels_loaded"]
     assert neuroncc.stats()["eager_kernels_compiled"] + neuroncc.stats()["eager_kernels_loaded"] == compiled
+
+
+def test_a_new_learning_rate_is_an_argument_not_a_kernel():
+    params = [torch.nn.Parameter(torch.randn(s, device="neuron")) for s in SHAPES]
+    optimizer = torch.optim.AdamW(params, lr=0.1, fused=True)
+    _scheduled_steps_compile_once(optimizer, params)
 
 
 @pytest.mark.parametrize("op", ["_fused_adamw_", "_fused_sgd_"])
@@ -209,15 +214,7 @@ def test_default_step_keeps_pytorchs_state_and_takes_a_new_learning_rate_as_an_a
     learning rate each step compiles nothing new."""
     params = [torch.nn.Parameter(torch.randn(s, device="neuron")) for s in SHAPES]
     optimizer = torch.optim.AdamW(params, lr=0.1)
-    schedule = torch.optim.lr_scheduler.StepLR(optimizer, 1, gamma=0.5)
-    for step in range(4):
-        for p in params:
-            p.grad = torch.randn(p.shape, device="neuron")
-        optimizer.step()
-        schedule.step()
-        if step == 0:
-            compiled = neuroncc.stats()["eager_kernels_compiled"] + neuroncc.stats()["eager_kernels_loaded"]
-    assert neuroncc.stats()["eager_kernels_compiled"] + neuroncc.stats()["eager_kernels_loaded"] == compiled
+    _scheduled_steps_compile_once(optimizer, params)
     assert neuroncc.get_executed_ops()["torch.optim._multi_tensor_adam"] == 4
     state = optimizer.state[params[0]]
     assert state["step"].device.type == "cpu" and state["step"].item() == 4.0
