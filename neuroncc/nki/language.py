@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from neuroncc.hardware import neuron as hw
-from neuroncc.nki import isa_compute, isa_movement, masking, ops, validate
+from neuroncc.nki import isa_compute, isa_movement, masking, ops, unsupported, validate
 from neuroncc.nki.allocate import ParDim, allocate, buffer_of, par_dim
 from neuroncc.nki.blocked import BlockedTensor
 from neuroncc.nki.context import current
@@ -311,6 +311,11 @@ def loop_reduce(x: Tensor, op: object, loop_indices: object = None, dtype: objec
     x = validate.tensor("loop_reduce", "x", x)
     ops.resolve_alu(op, "loop_reduce")
     return LoopReduce(x, op, dtype, mask)
+
+
+def __getattr__(name: str) -> object:
+    """NKI language functions the simulator lacks: a function raising ``NKIUnsupportedError`` when called."""
+    return unsupported.stub("nki.language", name)
 
 
 __all__ = [

@@ -84,3 +84,30 @@ def test_a_broken_rule_names_the_kernel_line(kernel, args, message, text):
         kernel(*args)
     assert message in str(caught.value)
     assert f"at {__file__}:{_line_of(kernel, text)} in {kernel.__name__}" in str(caught.value)
+
+
+@nki.jit
+def top8_of_rows(a):
+    out = nl.ndarray((128, 8), dtype=nl.float32, buffer=nl.shared_hbm)
+    nl.store(out, nisa.max8(src=nl.load(a)))  # not simulated
+    return out
+
+
+@nki.jit
+def random_tile(a):
+    out = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+    nl.store(out, nl.rand((128, 512), dtype=nl.float32))  # not simulated
+    return out
+
+
+@pytest.mark.parametrize("kernel, name", [(top8_of_rows, "nki.isa.max8"), (random_tile, "nki.language.rand")])
+def test_an_unsupported_nki_api_is_a_typed_error_at_the_kernel_line(kernel, name):
+    with pytest.raises(nki.NKIUnsupportedError, match=f"{name} is not supported by neuroncc's NKI simulator") as caught:
+        kernel(A)
+    assert f"at {__file__}:{_line_of(kernel, 'not simulated')} in {kernel.__name__}" in str(caught.value)
+
+
+def test_names_nki_does_not_have_stay_attribute_errors():
+    assert not hasattr(nisa, "no_such_instruction") and not hasattr(nl, "no_such_function")
+    from neuroncc.nki.isa import max8  # an unsupported API imports; only calling it fails
+    assert max8.__name__ == "max8"
