@@ -32,6 +32,8 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         "tensor_scalar_cumulative": "tensor_scalar_cumulative is not simulated (nisa.tensor_tensor_scan is)",
         "dropout": _RANDOM, "rand2": _RANDOM, "rand_set_state": _RANDOM, "rand_get_state": _RANDOM,
         "set_rng_seed": _RANDOM, "dma_compute": "DMA compute is not simulated",
+        "tensor_copy_dynamic_src": "dynamic (runtime-valued) indices are not simulated",
+        "tensor_copy_dynamic_dst": "dynamic (runtime-valued) indices are not simulated",
     },
     "nki.language": {
         "rand": _RANDOM, "random_seed": _RANDOM, "dropout": _RANDOM, "gather_flattened": _INDIRECT,
