@@ -24,7 +24,6 @@ from neuroncc.nki.allocate import allocate
 from neuroncc.nki.context import current
 from neuroncc.nki.dtypes import DType, bool_, dtype_of, float32, promote
 from neuroncc.nki.errors import NKISimulationError
-from neuroncc.nki.index import Mask
 from neuroncc.nki.instructions import emit, operand, write
 from neuroncc.nki.tensor import Buffer, Tensor
 from neuroncc.nki.trace import Engine
@@ -272,13 +271,10 @@ def _reduce(name: str, op_name: str, x: Tensor, axis: int | Sequence[int], dtype
         kept = dropped if len(dropped) >= 2 else kept  # an on-chip tile keeps a free dim
     result = _new_tile(kept, x.dtype if dtype is None else dtype_of(dtype), buffer)
     trailing = tuple(range(x.ndim - len(axes), x.ndim))
-    if axes != trailing and 0 not in axes and (mask is None or isinstance(mask, Mask)):
+    if axes != trailing and 0 not in axes and mask is None:
         order = [i for i in range(x.ndim) if i not in axes] + list(axes)
         x = Tensor(x.storage, x.layout, x.offset, tuple(x.axes[i] for i in order))
         axes = trailing
-        if isinstance(mask, Mask) and mask.values.ndim <= x.ndim:  # the mask's axes move with x's
-            values = mask.values.reshape((1,) * (x.ndim - mask.values.ndim) + mask.values.shape)
-            mask = Mask(values.transpose(order))
     return isa_compute.tensor_reduce(result, ops.ALU_OPS[op_name], x, axis=axes, keepdims=keepdims, mask=mask)
 
 

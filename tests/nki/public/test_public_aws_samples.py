@@ -57,10 +57,3 @@ def test_store_of_a_number_fills_the_hbm_tensor():
     np.testing.assert_array_equal(aws.example_kernel(np.zeros_like(src), use_scalar=True), src)
     x = np.arange(128 * 512, dtype=np.float32).reshape(128, 512)
     np.testing.assert_array_equal(aws.example_kernel(x), x)
-
-
-def test_contributed_max_pooling_reduces_non_trailing_axes_under_a_mask(rng):
-    # nl.max(in_tile[i_h, i_kh, i_w + i_kw], axis=[1, 3], mask=...): 200 rows, so the second tile is masked.
-    x = rng.random((200, 64), dtype=np.float32)
-    windows = np.lib.stride_tricks.sliding_window_view(x, (3, 3))
-    np.testing.assert_array_equal(aws.max_pooling_2d_stride_1(x, 3), windows.max(axis=(2, 3)))
