@@ -51,12 +51,14 @@ from neuroncc.nki.launch import (
 )
 from neuroncc.nki.profile import EngineUsage, KernelProfile
 from neuroncc.nki.target import TARGET_ENV_VAR, TARGETS, Target
+from neuroncc.nki.unsupported import NKIUnsupportedError
 from neuroncc.nki.tensor import Tensor as tensor
 
 __neuroncc_alias__ = True  # install_import_aliases: this package may stand in for `nki` / `neuronxcc.nki`
 
 __all__ = [
-    "BenchmarkResult", "EngineUsage", "HostArray", "Kernel", "KernelProfile", "NKISimulationError", "TARGETS",
+    "BenchmarkResult", "EngineUsage", "HostArray", "Kernel", "KernelProfile", "NKISimulationError",
+    "NKIUnsupportedError", "TARGETS",
     "TARGET_ENV_VAR", "Target", "TensorSpec", "baremetal", "benchmark", "bfloat16_array", "compiler", "host_array",
     "install_import_aliases", "isa", "jit", "language", "profile", "simulate", "simulate_kernel", "tensor",
     "trace_kernel", "typing", "uninstall_import_aliases",

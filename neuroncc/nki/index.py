@@ -303,6 +303,10 @@ def advanced_view(tensor: Tensor, keys: Sequence[object]) -> Tensor:
             exprs.append(key)
         elif _is_int_index(key):
             exprs.append(IndexExpr((), (), int(key)))  # type: ignore[call-overload]
+        elif isinstance(key, Tensor):
+            raise NKISimulationError(
+                f"tensor '{tensor.name}' indexed by the values of tile '{key.name}' (index {position}): indirect "
+                f"DMA (data-dependent addressing) is not supported by neuroncc's simulator")
         else:
             raise NKISimulationError(
                 f"tensor '{tensor.name}': NKI does not mix basic indexing ({key!r}) with nl.arange index "

@@ -24,6 +24,7 @@ from neuroncc.nki.isa_movement import (
 from neuroncc.nki.isa_mx import nc_matmul_mx, quantize_mx
 from neuroncc.nki.isa_reduce import bn_aggr, bn_stats, tensor_scalar_reduce, tensor_tensor_scan
 from neuroncc.nki.isa_tensor_engine import nc_matmul, nc_transpose
+from neuroncc.nki import unsupported
 
 
 class nc_version(enum.IntEnum):  # noqa: N801 - spelled as in NKI
@@ -70,3 +71,8 @@ __all__ = [
     "tensor_scalar", "tensor_scalar_reduce", "tensor_tensor", "tensor_tensor_scan", "unknown_engine",
     "vector_engine",
 ]
+
+
+def __getattr__(name: str) -> object:
+    """NKI instructions the simulator lacks: a function raising ``NKIUnsupportedError`` when called."""
+    return unsupported.stub("nki.isa", name)

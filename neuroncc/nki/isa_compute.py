@@ -108,6 +108,8 @@ def tensor_scalar(dst: Tensor | None = None, data: Tensor | None = None, op0: ob
         # Only the leading arguments can have arrived positionally; the rest are keywords already in place.
         shifted_reverse = operand0 if isinstance(operand0, bool) else reverse0
         dst, data, op0, operand0, reverse0 = None, dst, data, op0, shifted_reverse
+    elif data is None and isinstance(dst, Tensor) and op0 is not None:  # NKI 0.1: tensor_scalar(x, op0=...)
+        dst, data = None, dst
     if dst is None and isinstance(data, Tensor):
         dst = new_result(data.shape, dtype_of(dtype) if dtype else data.dtype)
     if mask is not None:

@@ -157,12 +157,15 @@ def tensor_copy_predicated(dst: Tensor, src: Tensor | float | int, predicate: Te
     return dst
 
 
-def memset(dst: Tensor | tuple[int, ...], value: float | int, dtype: object = None, engine: engine = engine.unknown,
-           name: str | None = None, mask: object = None) -> Tensor:
+def memset(dst: Tensor | tuple[int, ...] | None = None, value: float | int = 0, dtype: object = None,
+           engine: engine = engine.unknown, name: str | None = None, mask: object = None,
+           shape: tuple[int, ...] | None = None) -> Tensor:
     """Fill an on-chip tile with ``value`` (VectorE unless ``engine`` says).
 
-    NKI 0.1's ``memset(shape, value, dtype)`` returns a new tile filled with ``value``.
+    NKI 0.1's ``memset(shape, value, dtype)`` (also ``shape=`` by keyword) returns a new tile filled with ``value``.
     """
+    if dst is None and shape is not None:
+        dst = shape
     if isinstance(dst, (tuple, list)):
         dst = new_result(tuple(int(n) for n in dst), dtype_of(dtype) if dtype is not None else float32)
     if mask is not None:

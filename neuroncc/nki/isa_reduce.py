@@ -143,6 +143,16 @@ def tensor_tensor_scan(dst: Tensor | None = None, data0: Tensor | None = None, d
     return dst
 
 
+def _statistics_box(op: str, mask: object, data: Tensor) -> masking.Restriction | None:
+    """The box of ``data`` a ``bn_stats`` / ``bn_aggr`` mask selects (None: nothing selected)."""
+    restricted = masking.restriction(op, mask, data.shape)
+    if restricted is None or restricted.empty:
+        return None
+    if restricted.keep is not None:
+        raise NKISimulationError(f"{op}: the mask must select a rectangle of data (slice it instead)")
+    return restricted
+
+
 def bn_stats(dst: Tensor | None = None, data: Tensor | None = None, name: str | None = None, dtype: object = None,
              mask: object = None) -> Tensor:
     """Per-partition statistics of up to 512 elements for ``bn_aggr`` (VectorE): six values per partition,
@@ -152,8 +162,11 @@ def bn_stats(dst: Tensor | None = None, data: Tensor | None = None, name: str | 
     data = validate.tensor("bn_stats", "data", data)
     if dst is None:
         dst = new_result((data.shape[0], 6), dtype_of(dtype) if dtype else data.dtype)
-    if mask is not None:
-        raise NKISimulationError("bn_stats: masks are not supported; slice the operands instead")
+    if mask is not None:  # the statistics of the selected box of data (the LayerNorm tutorial's last block)
+        restricted = _statistics_box("bn_stats", mask, data)
+        if restricted is not None:
+            bn_stats(dst=dst[(restricted.box[0],) + (slice(None),) * (dst.ndim - 1)], data=restricted.trim(data))
+        return dst
     context = current()
     for role, value in (("data", data), ("dst", dst)):
         validate.space("bn_stats", role, value, validate.ON_CHIP)
@@ -184,8 +197,11 @@ def bn_aggr(dst: Tensor | None = None, data: Tensor | None = None, name: str | N
     data = validate.tensor("bn_aggr", "data", data)
     if dst is None:
         dst = new_result((data.shape[0], 2), dtype_of(dtype) if dtype else data.dtype)
-    if mask is not None:
-        raise NKISimulationError("bn_aggr: masks are not supported; slice the operands instead")
+    if mask is not None:  # the statistics of the selected box of data (the LayerNorm tutorial's last block)
+        restricted = _statistics_box("bn_aggr", mask, data)
+        if restricted is not None:
+            bn_aggr(dst=dst[(restricted.box[0],) + (slice(None),) * (dst.ndim - 1)], data=restricted.trim(data))
+        return dst
     context = current()
     for role, value in (("data", data), ("dst", dst)):
         validate.space("bn_aggr", role, value, validate.ON_CHIP)

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from neuroncc.hardware import neuron as hw
-from neuroncc.nki import isa_compute, isa_movement, masking, ops, validate
+from neuroncc.nki import isa_compute, isa_movement, masking, ops, unsupported, validate
 from neuroncc.nki.allocate import ParDim, allocate, buffer_of, par_dim
 from neuroncc.nki.blocked import BlockedTensor
 from neuroncc.nki.context import current
@@ -186,6 +186,8 @@ def store(dst: Tensor, value: Tensor, mask: object = None, **_hints: object) -> 
     A PSUM tile is first copied to SBUF (DMA cannot read PSUM; NKI's docs: "an extra copy will be performed").
     """
     dst = validate.tensor("store", "dst", dst)
+    if isinstance(value, (int, float, np.number)) and not isinstance(value, bool):
+        value = _constant_tile(dst, value)  # nl.store(out, 100): "effectively a memset" of the HBM tensor
     value = validate.tensor("store", "value", value)
     validate.space("store", "dst", dst, validate.HBM)
     validate.space("store", "value", value, validate.ON_CHIP)
@@ -196,6 +198,17 @@ def store(dst: Tensor, value: Tensor, mask: object = None, **_hints: object) -> 
         masking.run_masked("store", mask, dst.shape, _dma_as("store"), None, dst=dst, src=value)
         return
     isa_movement.dma_copy(dst, value, op_name="store")
+
+
+def _constant_tile(dst: Tensor, value: float | int) -> Tensor:
+    """An SBUF tile of ``dst``'s shape filled with ``value`` (memset), for storing a number into HBM."""
+    shape = dst.shape if dst.ndim >= 2 else (dst.shape[0] if dst.ndim else 1, 1)
+    if shape[0] > hw.PARTITIONS:
+        raise NKISimulationError(
+            f"store of the number {value} into '{dst.name}' {list(dst.shape)}: partition dimension {shape[0]} "
+            f"exceeds maximum {hw.PARTITIONS}; store into 128-row slices")
+    tile = allocate("store", shape, dst.dtype, Buffer.SBUF, transient=True)
+    return isa_movement.memset(tile, value)
 
 
 @nki_op("copy")  # nisa.activation(op=nl.copy) is the identity activation
@@ -298,6 +311,11 @@ def loop_reduce(x: Tensor, op: object, loop_indices: object = None, dtype: objec
     x = validate.tensor("loop_reduce", "x", x)
     ops.resolve_alu(op, "loop_reduce")
     return LoopReduce(x, op, dtype, mask)
+
+
+def __getattr__(name: str) -> object:
+    """NKI language functions the simulator lacks: a function raising ``NKIUnsupportedError`` when called."""
+    return unsupported.stub("nki.language", name)
 
 
 __all__ = [

@@ -30,6 +30,7 @@ from neuroncc.nki.profile import KernelProfile, build_profile
 from neuroncc.nki.target import Target, resolve_target
 from neuroncc.nki.tensor import Buffer, Tensor
 from neuroncc.nki.timeline import write_profile
+from neuroncc.nki.typing import TensorAnnotation
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +43,18 @@ class TensorSpec:
     @staticmethod
     def of(shape: tuple[int, ...] | list[int], dtype: object) -> TensorSpec:
         return TensorSpec(tuple(int(n) for n in shape), dtype_of(dtype))
+
+    @staticmethod
+    def from_annotation(annotation: TensorAnnotation, name: str) -> TensorSpec:
+        """NKI 0.1's ``nt.tensor[[8192, 4096], nl.bfloat16]`` passed in place of an input (the profiling
+        docs' and the matmul tutorial's benchmarks): the shape and dtype of an argument without values."""
+        spec = annotation.spec
+        if (isinstance(spec, tuple) and len(spec) == 2 and isinstance(spec[0], (list, tuple))
+                and all(isinstance(n, int) for n in spec[0])):
+            return TensorSpec.of(spec[0], spec[1])
+        raise NKISimulationError(
+            f"argument {name} is the annotation nt.tensor[{spec!r}]: a placeholder input needs a shape and a "
+            f"dtype, nt.tensor[[rows, cols], nl.float32]")
 
 
 def bfloat16_array(values: np.ndarray) -> HostArray:
@@ -221,7 +234,8 @@ def benchmark(kernel: Kernel | Callable[..., Any] | None = None, *, target: str 
     estimate in seconds.
     """
     def run(launcher: _Launcher, *args: Any, **kwargs: Any) -> BenchmarkResult:
-        outputs, cores = _launch(launcher.kernel, launcher.target, execute, args, kwargs)
+        numerics = execute and not _placeholders(args, kwargs)
+        outputs, cores = _launch(launcher.kernel, launcher.target, numerics, args, kwargs)
         profiles = tuple(build_profile(events, launcher.target) for events in cores)
         slowest = _slowest(list(profiles))
         result = BenchmarkResult(outputs, slowest, tuple(cores[profiles.index(slowest)]), profiles)
@@ -241,7 +255,7 @@ def profile(func: Kernel | Callable[..., Any] | None = None, *, working_director
     def run(launcher: _Launcher, *args: Any, **kwargs: Any) -> Any:
         if not working_directory:
             raise NKISimulationError("nki.profile needs working_directory=")
-        outputs, cores = _launch(launcher.kernel, launcher.target, True, args, kwargs)
+        outputs, cores = _launch(launcher.kernel, launcher.target, not _placeholders(args, kwargs), args, kwargs)
         name = getattr(launcher.kernel, "__name__", "kernel")
         write_profile(working_directory, save_trace_name, name, cores, launcher.target,
                       overwrite=bool(options.get("overwrite", True)))
@@ -289,7 +303,11 @@ def _launch(kernel: Any, target: Target, numerics: bool, args: tuple[Any, ...],
         for program in itertools.product(*(range(n) for n in grid)):
             context.begin_program(program)
             starts.append((len(context.events), kernel.core_of(program)))
-            result = kernel.fn(*inputs, **named)
+            try:
+                result = kernel.fn(*inputs, **named)
+            except NKISimulationError as error:
+                _locate(error)
+                raise
         outputs = _to_host(result, numerics)
         if numerics and write_back:
             _write_back(list(args) + list(kwargs.values()), inputs + list(named.values()), context)
@@ -316,7 +334,31 @@ def _split_by_core(events: list[tr.Event], starts: list[tuple[int, int]], cores:
     return traces
 
 
+_PACKAGE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _locate(error: NKISimulationError) -> None:
+    """Add the kernel's line that made ``error`` (the innermost frame outside the simulator) to its message,
+    as NKI's compiler reports the kernel line of a broken rule."""
+    frame, where = error.__traceback__, None
+    while frame is not None:
+        filename = frame.tb_frame.f_code.co_filename
+        if not os.path.abspath(filename).startswith(_PACKAGE + os.sep):
+            where = f"{filename}:{frame.tb_lineno} in {frame.tb_frame.f_code.co_name}"
+        frame = frame.tb_next
+    if where and error.args and isinstance(error.args[0], str) and "\n  at " not in error.args[0]:
+        error.args = (f"{error.args[0]}\n  at {where}",) + error.args[1:]
+
+
+def _placeholders(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> bool:
+    """Whether an argument is a shape without values (``TensorSpec``, ``nt.tensor[[shape], dtype]``): such a
+    benchmark or profile is cost-only, as NKI's benchmark of placeholder inputs measures without results."""
+    return any(isinstance(v, (TensorSpec, TensorAnnotation)) for v in list(args) + list(kwargs.values()))
+
+
 def _to_device(value: Any, context: SimulationContext, name: str) -> Any:
+    if isinstance(value, TensorAnnotation):
+        value = TensorSpec.from_annotation(value, name)
     if isinstance(value, HostArray):
         return context.new_tensor(value.values.shape, value.dtype, Buffer.HBM, name, data=value.values.copy())
     if isinstance(value, np.ndarray):
@@ -327,7 +369,9 @@ def _to_device(value: Any, context: SimulationContext, name: str) -> Any:
         return context.new_tensor(value.shape, kind, Buffer.HBM, name, data=data)
     if isinstance(value, TensorSpec):
         if context.numerics:
-            raise NKISimulationError(f"argument {name} is a TensorSpec (no values); pass arrays, or run cost-only")
+            raise NKISimulationError(
+                f"argument {name} is a placeholder {list(value.shape)} {value.dtype.name} with no values: pass "
+                f"numpy arrays to simulate, or benchmark it (nki.benchmark runs placeholder inputs cost-only)")
         return context.new_tensor(value.shape, value.dtype, Buffer.HBM, name)
     if isinstance(value, (list, tuple)):
         return type(value)(_to_device(v, context, f"{name}_{i}") for i, v in enumerate(value))
