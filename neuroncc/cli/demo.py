@@ -77,6 +77,9 @@ def _settle_background_writes() -> None:
     write into the demo's directory, and removing it under them failed the demo at exit ("Directory not
     empty") or lost their entries with a warning each."""
     OPTIMIZER.wait()
+    index = sys.modules.get("neuroncc.device.signature_index")
+    if index is not None:  # the device's part indexed its signatures in the demo's cache: written before it goes
+        index.flush_all()
     PUBLISHER.flush()
 
 

@@ -211,7 +211,8 @@ def _index_of(cache: CompileCache) -> _Index:
 def flush_all() -> None:
     """Write every index's pending records (at exit)."""
     for index in list(_INDEXES.values()):
-        index.flush(at_exit=True)
+        if index.cache.root.is_dir():  # a temporary cache removed before exit has nowhere to keep them
+            index.flush(at_exit=True)
 
 
 class Hit:

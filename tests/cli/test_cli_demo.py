@@ -46,3 +46,18 @@ def test_demo_trains_like_eager_and_hits_the_cache_on_a_rerun(tmp_path):
     assert len(list((out / "cache" / "entries").iterdir())) > 2
     assert files_under(cwd) == [] and files_under(home) == []
     assert not (tmp_path / "env-cache").exists()
+
+
+def test_demo_in_its_temporary_directory_warns_nothing_and_leaves_nothing(tmp_path):
+    """Without -o the demo's files (its cache among them) live in a temporary directory removed at exit: what the
+    device indexed there is written before the directory goes, not at the process's exit into a missing
+    directory (a CacheWarning on the user's terminal, session 30)."""
+    cwd, home = tmp_path / "cwd", tmp_path / "home"
+    cwd.mkdir()
+    home.mkdir()
+    result = run_process("demo", "--steps", "2", cwd=cwd, home=home, cache=tmp_path / "env-cache")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.rstrip().splitlines()[-1].endswith("neuroncc and eager PyTorch agree")
+    assert result.stderr == ""
+    assert files_under(cwd) == [] and files_under(home) == []
+    assert not (tmp_path / "env-cache").exists()
