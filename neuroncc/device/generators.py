@@ -24,6 +24,8 @@ from typing import Any
 
 import torch
 
+from neuroncc.device.routed_classes import instances_of
+
 _TORCH_GENERATOR = torch._C.Generator  # PyTorch's own class: torch.Generator before routing
 
 _lock = threading.Lock()
@@ -81,17 +83,7 @@ def _names_neuron(device: Any) -> bool:
         return False  # PyTorch's own class raises its error for it
 
 
-class _AnyGenerator(type(_TORCH_GENERATOR)):  # type: ignore[misc]
-    """The metaclass of the routed ``torch.Generator``: every PyTorch generator is an instance of it."""
-
-    def __instancecheck__(cls, instance: Any) -> bool:
-        return isinstance(instance, _TORCH_GENERATOR)
-
-    def __subclasscheck__(cls, subclass: type) -> bool:
-        return issubclass(subclass, _TORCH_GENERATOR)
-
-
-class _RoutedGenerator(_TORCH_GENERATOR, metaclass=_AnyGenerator):
+class _RoutedGenerator(_TORCH_GENERATOR, metaclass=instances_of(_TORCH_GENERATOR)):
     """``torch.Generator`` once the device is registered: a generator of a neuron device
     (``torch.Generator(device="neuron")``, ``"neuron:1"``, or an index while neuron is the accelerator) is a
     :class:`DeviceGenerator`; any other (no device: CPU, as always) is PyTorch's own."""

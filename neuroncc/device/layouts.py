@@ -33,6 +33,7 @@ from neuroncc.device.autocast import ALL_AUTOCAST_KEYS
 from neuroncc.device.op_forms import OpForm, argument
 from neuroncc.frontend.convert import TensorSpec
 from neuroncc.frontend.importer import ComputedOutput, GraphOutput
+from neuroncc.ir.types import contiguous_strides
 
 aten = torch.ops.aten
 
@@ -274,20 +275,13 @@ def _pointwise(op: Any) -> bool:
 def _permuted_dense(shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:
     """Dense, not contiguous, and holding elements (a layout worth building in memory order)."""
     return math.prod(shape) > 1 and memory.dense_strides(shape, strides) and \
-        not _same_strides(shape, strides, _contiguous(shape))
+        not _same_strides(shape, strides, contiguous_strides(shape))
 
 
 def _same_strides(shape: tuple[int, ...], a: Any, b: Any) -> bool:
     """The same strides in every dim of size above 1 (the same element order in memory)."""
     return len(a) == len(b) == len(shape) and all(n == 1 or x == y for n, x, y in zip(shape, a, b))
 
-
-def _contiguous(shape: tuple[int, ...]) -> tuple[int, ...]:
-    strides, step = [], 1
-    for size in reversed(shape):
-        strides.append(step)
-        step *= max(size, 1)
-    return tuple(reversed(strides))
 
 
 def in_memory_order(outputs: tuple[GraphOutput, ...], results: list[tuple[tuple[int, ...], tuple[int, ...]] | None],

@@ -22,6 +22,8 @@ from typing import Any
 
 import torch
 
+from neuroncc.device.routed_classes import instances_of
+
 _state = threading.local()  # the current stream per device, per thread (as CUDA's)
 
 
@@ -117,21 +119,10 @@ class Event(torch.Event):
         return f"<torch.neuron.Event device=neuron:{self.index} enable_timing={self.timing}>"
 
 
-class _AnyEvent(type):
-    """The metaclass of the routed ``torch.Event``: every PyTorch event is an instance of it (events made in C++,
-    ``torch.Stream.record_event()``'s, are of PyTorch's own class)."""
-
-    def __instancecheck__(cls, instance: Any) -> bool:
-        return isinstance(instance, _TORCH_EVENT)
-
-    def __subclasscheck__(cls, subclass: type) -> bool:
-        return issubclass(subclass, _TORCH_EVENT)
-
-
 _TORCH_EVENT = torch.Event  # PyTorch's own class (C++): its synchronize/elapsed_time go to the C++ device guard
 
 
-class _RoutedEvent(_TORCH_EVENT, metaclass=_AnyEvent):
+class _RoutedEvent(_TORCH_EVENT, metaclass=instances_of(_TORCH_EVENT)):
     """``torch.Event`` once the device is registered: an event of the neuron device (``device="neuron"``, or
     none while neuron is the accelerator) is a :class:`Event`; any other is PyTorch's own. PyTorch's would raise
     ``Backend doesn't support synchronizing events`` from ``synchronize()`` and ``elapsed_time()`` on the device
@@ -169,17 +160,7 @@ def route_torch_event() -> None:
 _TORCH_STREAM = torch.Stream  # PyTorch's own class (C++): its events cannot synchronize or time on the device
 
 
-class _AnyStream(type(_TORCH_STREAM)):  # type: ignore[misc]
-    """The metaclass of the routed ``torch.Stream``: every PyTorch stream is an instance of it."""
-
-    def __instancecheck__(cls, instance: Any) -> bool:
-        return isinstance(instance, _TORCH_STREAM)
-
-    def __subclasscheck__(cls, subclass: type) -> bool:
-        return issubclass(subclass, _TORCH_STREAM)
-
-
-class _RoutedStream(_TORCH_STREAM, metaclass=_AnyStream):
+class _RoutedStream(_TORCH_STREAM, metaclass=instances_of(_TORCH_STREAM)):
     """``torch.Stream`` once the device is registered: a stream of the neuron device (``torch.Stream("neuron")``,
     or no device while neuron is the accelerator) is a :class:`Stream`, so ``with torch.Stream("neuron"):``
     makes it current and its ``record_event()`` gives an event that synchronizes and times. PyTorch's own (made

@@ -23,6 +23,16 @@ def _fresh_tracking():
     neuroncc.set_fallback_mode("cpu")
 
 
+@pytest.fixture
+def two_devices():
+    """Two neuron devices for the test; the count and the current device as before after it."""
+    count = torch.neuron.device_count()
+    neuroncc.device.set_device_count(2)
+    yield
+    neuroncc.device.set_device_count(count)
+    torch.neuron.set_device(0)
+
+
 def run_python(code: str, env: dict[str, str] | None = None, timeout: float = 300,
                python=None) -> subprocess.CompletedProcess:
     """Run ``code`` in a fresh process (this venv, the worktree's neuroncc) and return the finished process: a

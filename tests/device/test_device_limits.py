@@ -6,16 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-import neuroncc.device
 from neuroncc.errors import DeviceAutogradError
-
-
-@pytest.fixture
-def two_devices():
-    count = torch.neuron.device_count()
-    neuroncc.device.set_device_count(2)
-    yield
-    neuroncc.device.set_device_count(count)
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning")

@@ -5,17 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-import neuroncc.device
 from neuroncc.device.allocator import round_size
-
-
-@pytest.fixture
-def two_devices():
-    count = torch.neuron.device_count()
-    neuroncc.device.set_device_count(2)
-    yield
-    neuroncc.device.set_device_count(count)
-    torch.neuron.set_device(0)
 
 
 def test_device_module_basics(two_devices):
