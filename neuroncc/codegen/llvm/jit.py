@@ -41,7 +41,7 @@ from typing import Any
 import llvmlite.binding as llvm
 from llvmlite.binding import ffi
 
-from neuroncc.codegen.llvm import vector_variants
+from neuroncc.codegen.llvm import fork_safety, vector_variants
 from neuroncc.codegen.llvm.entries import optimize_first
 from neuroncc.codegen.llvm.native_library import CodeForm, LibraryModule, code_form, give_up, link, load_library
 from neuroncc.codegen.llvm.object_memo import ObjectMemo
@@ -51,6 +51,7 @@ from neuroncc.hardware.host import host_cpu as _host
 
 _LOCK = threading.Lock()
 _STATE: dict[str, object] = {}
+fork_safety.hold_across_fork(_LOCK)  # it guards LLVM's initialization: a child must not inherit it held
 
 
 def _initialize() -> None:

@@ -13,17 +13,18 @@ helpers.py) that the first call would otherwise compile on the calling thread (~
 
 ``fork``: a child process has none of the parent's threads, and LLVM workers that hold llvmlite's process-wide
 lock when the parent forks would leave it held in the child forever. So the process waits for every pending
-build before it forks (``os.register_at_fork``): the child starts with the code loaded (or the error recorded),
-and nothing of LLVM mid-call.
+build before it forks (``codegen/llvm/fork_safety.py``'s hook, which then holds LLVM's lock across the fork):
+the child starts with the code loaded (or the error recorded), and nothing of LLVM mid-call.
 """
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
+
+from neuroncc.codegen.llvm import fork_safety
 
 #: the threads finishing builds (a thread removes itself when done)
 _RUNNING: set[threading.Thread] = set()
@@ -75,6 +76,6 @@ def wait_for_pending() -> None:
             thread.join()
 
 
-os.register_at_fork(before=wait_for_pending)
+fork_safety.before_holding_llvm(wait_for_pending)
 
 __all__ = ["finish_in_background", "wait_for_pending"]
