@@ -157,21 +157,6 @@ class LoopChoices:
         return self.has("avx2") and not self.has("avx512f")
 
     @property
-    def sums_row_cache_by_groups(self) -> bool:
-        """Whether the sum of a row's cached exponentials (``stages._Reducer._sums_row_cache_apart``) whose exp loop
-        carries the previous row's write (``writes_delayed_elements_in_the_exp_loop``) is added in pieces, a group
-        of the row cache after each next group's exp loop and the last group's after the groups, into four
-        carried <8 x float> partials in the order of the vectorized sum loop it replaces (element 32j + 8p + l into
-        partial p, lane l; the same final reduction), instead of that loop over the whole row after its groups
-        (``delayed_writes.GroupSums``). The same bits. A group's piece reads lines written one group earlier: the
-        row cache's offsets modulo 4 KiB match the output's where the output is page aligned, and a piece right
-        after its own group (built, 1.28x the time at 1 thread) met that group's pending non-temporal stores
-        there. Zen 3, float32 softmax [4096, 1024]'s kernel step, two builds each, interleaved medians (session 31
-        k31, see docs/performance-history.md): 1 thread 0.84 / 0.83 of the time, 2 threads 0.91-0.93. AVX-512
-        keeps its code (its sum stays in the exp loop: ``SUM_IN_LOOP_MIN_REGISTERS``)."""
-        return self.writes_delayed_elements_in_the_exp_loop
-
-    @property
     def finds_row_nans_by_the_sum(self) -> bool:
         """Whether a softmax-like row loop (a float max pass, then the sum of row-cached exponentials that carries the
         previous row's delayed write) takes its max without the magnitude bits that flag a NaN (two integer

@@ -32,8 +32,7 @@ from neuroncc.codegen.llvm.kernel_plan import MapStage, RowLoop
 from neuroncc.codegen.llvm.prefetch import rows_written_by_carried_pass
 from neuroncc.codegen.llvm.pairs import pairs_halfwords
 from neuroncc.codegen.llvm.row_buffers import row_number
-from neuroncc.codegen.llvm.reductions import REASSOC
-from neuroncc.codegen.llvm.scalars import F32, I32, I64, intrinsic
+from neuroncc.codegen.llvm.scalars import F32, I32, I64
 from neuroncc.codegen.llvm.streams import stream_bytes, streams
 from neuroncc.hardware.host import CACHE_LINE_BYTES
 from neuroncc.ir.dtypes import DType
@@ -85,13 +84,6 @@ class DelayedGroups:
         emit_delayed_group(self.em, self.phase, self.stage_number, self.row, self.first_row, self.previous, start,
                            stop, length)
 
-    def fuses(self) -> bool:
-        """Whether :meth:`fused` can write the groups in their exp loop (float32 elements, not in pairs)."""
-        stage = self.phase.stages[self.stage_number]
-        return not (any(target.dtype is not DType.f32 for _, target in stage.items)
-                    or pairs_halfwords(self.em.plan, self.phase.stages[self.stage_number - 1])
-                    or pairs_halfwords(self.em.plan, stage))
-
     def fused(self, start: Any, stop: Any, length: int, body: Callable[[Any], None],
               elements: Callable[[Any, Any, Callable[[Any], None]], None]) -> bool:
         """The group [start, stop) (``length`` elements) of the carrier's ``body`` run by ``elements``, each block of
@@ -103,7 +95,9 @@ class DelayedGroups:
         stage = self.phase.stages[self.stage_number]
         width = em.target.vector_bits // 32 * em.target.polynomial_interleave
         targets = [target for _, target in stage.items]
-        if length % width or not self.fuses():
+        if any(target.dtype is not DType.f32 for target in targets) or length % width \
+                or pairs_halfwords(em.plan, self.phase.stages[self.stage_number - 1]) \
+                or pairs_halfwords(em.plan, stage):
             return False
         pieces = {}
         for target in targets:
@@ -178,54 +172,3 @@ def _write(em: Any, stage: MapStage, stage_number: int, outer: list[Any], column
     saved, em._stage_number = em._stage_number, stage_number  # (row caches are read by later stages)
     em._map_stage(stage, [(i, None) for i in outer] + [columns], length)
     em._stage_number = saved
-
-
-#: Vector iterations the loop vectorizer interleaves in a float32 sum loop over a row cache (LLVM's choice for
-#: AVX2's znver3 code: four <8 x float> partials); :class:`GroupSums` adds in that order.
-SUM_PARTIALS = 4
-
-
-class GroupSums:
-    """The sum of a row's cached float32 terms in pieces (``CpuTarget.sums_row_cache_by_groups``): a group of the
-    row cache added after the next group's exp loop (``prefetch.spread_loop``'s ``summed``), the last group's
-    after the groups, instead of the vectorized loop over the whole row after them, whose order it keeps:
-    element 32j + 8p + l (AVX2) into partial p, lane l, from the loop's start value in lane 0 of partial 0 and
-    -0.0 elsewhere, then p1 + p0, p2 + that, p3 + that and one reassociating ``llvm.vector.reduce.fadd`` (the
-    vectorizer's code, read in the optimized IR): the same bits. ``cached(i)`` is the row cache's element i;
-    ``partial`` the float32 slot the loop would have added into (read for the start value, written with the
-    sum)."""
-
-    def __init__(self, em: Any, cached: Callable[[Any], ir.Value], partial: ir.Value):
-        self.em, self.cached, self.partial = em, cached, partial
-        self.vector = ir.VectorType(F32, em.target.vector_bits // 32)
-        self.parts = [em.alloca(self.vector) for _ in range(SUM_PARTIALS)]
-        b = em.b
-        negative_zero = ir.Constant(self.vector, [ir.Constant(F32, -0.0)] * self.vector.count)
-        for number, part in enumerate(self.parts):
-            b.store(b.insert_element(negative_zero, b.load(partial), ir.Constant(I32, 0)) if number == 0
-                    else negative_zero, part)
-
-    def piece(self, start: Any, length: int) -> None:
-        """The row cache's ``length`` elements from ``start`` (a multiple of 32 with AVX2) added to the partials."""
-        em, lanes = self.em, self.vector.count
-        step = lanes * SUM_PARTIALS
-        assert length % step == 0
-
-        def block(j: Any) -> None:
-            b = em.b
-            base = em.add(start, em.mul(j, step))
-            for number, part in enumerate(self.parts):
-                pointer = b.bitcast(self.cached(em.add(base, number * lanes)), self.vector.as_pointer())
-                b.store(b.fadd(b.load(part), b.load(pointer, align=4), flags=REASSOC), part)
-
-        with em.fresh_values():
-            em.loop(0, length // step, block)
-
-    def finish(self) -> None:
-        """The partials reduced as the vectorized loop reduces them, into ``partial``."""
-        b = self.em.b
-        total = b.load(self.parts[0])
-        for part in self.parts[1:]:
-            total = b.fadd(b.load(part), total, flags=REASSOC)
-        reduce = intrinsic(b.module, f"llvm.vector.reduce.fadd.v{self.vector.count}f32", F32, [F32, self.vector])
-        b.store(b.call(reduce, [ir.Constant(F32, -0.0), total], fastmath=REASSOC), self.partial)

@@ -187,8 +187,7 @@ def emit_prefetch_next_row(em: EmitContext, layout: Layout, outer: Index, part: 
 
 def spread_loop(em: EmitContext, lo: Any, hi: Any, body: Callable[[Any], None], ahead: Sequence[Ahead],
                 inner: Callable[[Any, Any, Callable[[Any], None]], None] | None = None,
-                after: Callable[[Any, Any, int], None] | None = None,
-                summed: Callable[[Any, int], None] | None = None) -> bool:
+                after: Callable[[Any, Any, int], None] | None = None) -> None:
     """for i in [lo, hi): body(i), in groups of elements each preceded by the prefetches of the lines of its
     elements in every stream of ``ahead`` (``MEMORY_BURST_LINES`` lines of the widest); a plain loop without
     streams. A reduction over the loop keeps a vector accumulator per group (one horizontal add per group).
@@ -199,13 +198,11 @@ def spread_loop(em: EmitContext, lo: Any, hi: Any, body: Callable[[Any], None], 
     (``CpuTarget.writes_delayed_group_before_the_exponentials``): the delayed write of the previous row's
     elements (``delayed_writes.py``). Where the target says so and the groups are whole (two or more),
     ``after.fused(start, stop, length, body, inner)`` emits a group's elements and its write in one loop instead
-    (``delayed_writes.DelayedGroups``; it returns False where it does not apply). Where the groups are so fused
-    and ``summed`` is given, ``summed(start, length)`` follows each group's loop for the group before it, and the
-    last group's follows the groups (``delayed_writes.GroupSums``): True then, else False (``summed`` unused)."""
+    (``delayed_writes.DelayedGroups``; it returns False where it does not apply)."""
     loop = inner if inner is not None else em.loop
     if not ahead and after is None:
         loop(lo, hi, body)
-        return False
+        return
     group = MEMORY_BURST_LINES * CACHE_LINE_BYTES // max((stream.itemsize for stream in ahead), default=4)
     whole = isinstance(lo, int) and isinstance(hi, int) and (hi - lo) % group == 0
     prefetch = _prefetch_intrinsic(em.b.module)
@@ -216,17 +213,11 @@ def spread_loop(em: EmitContext, lo: Any, hi: Any, body: Callable[[Any], None], 
     fused = getattr(after, "fused", None) if whole and hi - lo >= 2 * group \
         and em.target.writes_delayed_elements_in_the_exp_loop else None
 
-    pieces: list[bool] = []
-
     def one_group(g: Any) -> None:
         start = em.add(lo, em.mul(g, group))
         _prefetch_lines(em, prefetch, ahead, start, covered)
         stop = em.add(start, group) if whole else em.min(em.add(start, group), hi)
         if fused is not None and fused(start, stop, group, body, loop):
-            if summed is not None:  # (the group before: its lines' low 12 bits away from this group's stores)
-                with em.b.if_then(em.b.icmp_signed(">", em.ir_index(g), ir.Constant(I64, 0))):
-                    summed(em.sub(start, group), group)
-                pieces.append(True)
             return
         if write_first:
             after(start, stop, group if whole else 0)
@@ -235,9 +226,6 @@ def spread_loop(em: EmitContext, lo: Any, hi: Any, body: Callable[[Any], None], 
             after(start, stop, group if whole else 0)
 
     em.loop(0, em.div(em.add(em.sub(hi, lo), group - 1), group), one_group)
-    if pieces:
-        summed(hi - group, group)
-    return bool(pieces)
 
 
 def streamed_map_inputs(plan: KernelPlan, stage: MapStage) -> tuple[Layout, ...]:

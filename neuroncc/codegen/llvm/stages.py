@@ -17,7 +17,6 @@ from llvmlite import ir
 
 from neuroncc.codegen.llvm.access import SCATTERS
 from neuroncc.codegen.llvm.context import EmitContext
-from neuroncc.codegen.llvm.delayed_writes import DelayedGroups, GroupSums
 from neuroncc.codegen.llvm.kernel_plan import (
     ColumnSum, CombinePartials, PartialReduce, ReduceStage, ScatterStage, Stage,
 )
@@ -26,7 +25,6 @@ from neuroncc.codegen.llvm.pairs import pairs_halfwords
 from neuroncc.codegen.llvm.prefetch import spread_loop
 from neuroncc.codegen.llvm.nan_rows import AMAX, AMAX_WITHOUT_NAN_FLAG
 from neuroncc.codegen.llvm.reductions import COMBINERS, REASSOC, Combiner
-from neuroncc.codegen.llvm.row_buffers import row_slot
 from neuroncc.codegen.llvm.scalars import F32, F64, I1, I64, round_to
 from neuroncc.codegen.llvm.views import Layout
 from neuroncc.ir.dtypes import DType
@@ -290,12 +288,8 @@ class _Reducer:
 
             elements = lambda start, stop, body: em.innermost_loop(start, stop, body, self.stage)  # noqa: E731
             if self._sums_row_cache_apart(mean):
-                sums = self._group_sums(full, innermost, partial)
-                if spread_loop(em, lo, hi, cache, em.carried_prefetches(), elements, em.carried_writes(),
-                               sums.piece if sums is not None else None):
-                    sums.finish()
-                else:  # (over pairs where the row is in pair order: whole vectors of it)
-                    elements(lo, hi, add_cached)
+                spread_loop(em, lo, hi, cache, em.carried_prefetches(), elements, em.carried_writes())
+                elements(lo, hi, add_cached)  # (over pairs where the row is in pair order: whole vectors of it)
             else:
                 ahead, after = em.carried_prefetches(), em.carried_writes()
                 split = self._aligned_start(full, lo, hi) if not ahead and after is None else None
@@ -319,20 +313,6 @@ class _Reducer:
 
         self._reduced_loops(idx, outer_dims, self.reduced[:-1])
         return em.b.load(total)
-
-    def _group_sums(self, full: list[Any], innermost: int, partial: ir.Value) -> GroupSums | None:
-        """The row cache's sum in pieces through the exp loop's groups (``CpuTarget.sums_row_cache_by_groups``)."""
-        em, after = self.em, self.em.carried_writes()
-        if not em.target.sums_row_cache_by_groups or not isinstance(after, DelayedGroups) \
-                or not after.fuses():
-            return None
-
-        def cached(i: Any) -> ir.Value:
-            inner = list(full)
-            inner[innermost] = i
-            return row_slot(em, self.op.operands[0], inner)
-
-        return GroupSums(em, cached, partial)
 
     def _aligned_start(self, full: list[Any], lo: Any, hi: Any) -> Any:
         """Where the vector loop of a float sum over [lo, hi) of the last dim starts so that its loads are aligned:
