@@ -8,7 +8,7 @@ tensors made and stacked every step (3.7x CPU's time, session 31). :func:`instal
 tensors of one floating dtype on one neuron device (``foreach`` not False) runs the function's own ops, in its
 order, as one traced program (foreach_optimizers.run_step: compiled once per signature, the tensors' memory
 read and written where it is; ``max_norm`` a lifted float). The values are the functions', bit for bit
-(tests/device/test_clip_grad.py). Anything else, and TorchDynamo tracing the call, runs PyTorch's function. The
+(tests/device/test_training_step.py). Anything else, and TorchDynamo tracing the call, runs PyTorch's function. The
 calls count as ``torch.nn.utils.clip_grad._get_total_norm`` / ``_clip_grads_with_norm_`` in
 ``neuroncc.get_executed_ops()``.
 """

@@ -8,7 +8,7 @@ and one swap per tensor a call (Python work per tensor: 2.3-4.8x CPU's kernel ov
 31). :class:`DonatedForeach` compiles the same op (its own decomposition, traced as fused_optimizers.compile_step
 traces a step) as a program that computes each written tensor in its own memory, and passes it the tensors'
 addresses: one native call, no memory made. The values are the generic entry's, bit for bit (the same
-per-element ops; tests/device/test_foreach_donated.py).
+per-element ops; tests/device/test_training_step.py).
 
 It takes a signature whose tensors are all contiguous and whose call has no Python floats (:meth:`takes`, asked
 by entries.make_entry: any other signature keeps the generic entry), and a call whose tensors do not overlap
