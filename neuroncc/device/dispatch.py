@@ -86,12 +86,14 @@ def _register_foreach_ops() -> None:
     PyTorch's generic foreach kernels (CompositeExplicitAutograd, used for backends without their own) loop
     over the lists calling the per-tensor op, so an optimizer step would be one kernel call per parameter
     and op. The device's own foreach kernel compiles the whole list into one program instead; torch.optim's
-    foreach Adam/AdamW/SGD steps become one program each (foreach_optimizers.py)."""
+    foreach Adam/AdamW/SGD steps become one program each (foreach_optimizers.py), clip_grad_norm_ two
+    (clip_grad.py)."""
     global _foreach_registered
     _foreach_registered = True
-    from neuroncc.device.foreach_optimizers import install  # the compiler: imported on the first op
+    from neuroncc.device import clip_grad, foreach_optimizers  # the compiler: imported on the first op
 
-    install()
+    foreach_optimizers.install()
+    clip_grad.install()
     for name in torch._C._dispatch_get_all_op_names():
         if not name.startswith("aten::_foreach_"):
             continue

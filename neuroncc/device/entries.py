@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from neuroncc.device import fused_optimizers, generators, memory, signature_index, tracking
+from neuroncc.device import foreach_donated, fused_optimizers, generators, memory, signature_index, tracking
 from neuroncc.device.kernel_compile import compile_kernel
 from neuroncc.device.counters import COUNTS
 from neuroncc.device.build_lock import building
@@ -42,7 +42,7 @@ def make_entry(handler: Any, args: tuple[Any, ...], kwargs: dict[str, Any], tens
     if redirect is not None:
         return Redirect(lookup(redirect[0]), redirect[1])
     custom = CUSTOM_ENTRIES.get(form.op)
-    if custom is not None:
+    if custom is not None and (not hasattr(custom, "takes") or custom.takes(tensors, floats)):
         return custom(form, index, state)
     if form.random:
         return HostRandom(form, index, state)
@@ -373,5 +373,7 @@ REDIRECTS = {
     aten.convolution_overrideable.default: (aten.convolution.default, _same_arguments),
     aten.convolution_backward_overrideable.default: (aten.convolution_backward.default, _with_bias_sizes),
 }
-#: Ops with an entry of their own (and the fused optimizer steps: fused_optimizers.py).
-CUSTOM_ENTRIES = {aten.native_dropout.default: NativeDropout, aten.equal.default: Equal, **fused_optimizers.ENTRIES}
+#: Ops with an entry of their own (the fused optimizer steps: fused_optimizers.py; in-place foreach ops computed in
+#: place: foreach_donated.py, for the signatures its ``takes`` accepts).
+CUSTOM_ENTRIES = {aten.native_dropout.default: NativeDropout, aten.equal.default: Equal, **fused_optimizers.ENTRIES,
+                  **foreach_donated.ENTRIES}

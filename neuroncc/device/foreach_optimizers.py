@@ -23,18 +23,21 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import torch
 from torch.autograd.graph import increment_version
 
 from neuroncc.device.build_lock import building
-from neuroncc.device.fused_optimizers import compile_step, disjoint
+from neuroncc.device.foreach_donated import spans_disjoint
+from neuroncc.device.fused_optimizers import compile_step
 
 _FLOATING = (torch.float32, torch.bfloat16, torch.float16)
 #: tensor types the program reads and writes directly (a subclass, e.g. a DTensor, runs PyTorch's function)
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
 #: (kind, variant, dtype, device index, shapes) -> [the compiled step (None: PyTorch's function runs it), the
-#: addresses last found disjoint]
+#: addresses last found disjoint, the tensors' sizes in bytes]
 _KERNELS: dict[tuple, list[Any]] = {}
+_data_ptr = torch.Tensor.data_ptr
 _installed = False
 
 
@@ -63,7 +66,7 @@ def _routed(original: Any, step: Any) -> Any:
     return routed
 
 
-def _dense(lists: list[list[Any]]) -> tuple[torch.dtype, int] | None:
+def dense(lists: list[list[Any]]) -> tuple[torch.dtype, int] | None:
     """(dtype, device index) when every list is as long as the first and holds, per position, contiguous plain
     tensors (no subclass) of one dtype and shape on one neuron device; else None."""
     first = lists[0]
@@ -80,7 +83,7 @@ def _dense(lists: list[list[Any]]) -> tuple[torch.dtype, int] | None:
     return dtype, device.index or 0
 
 
-def _run(kind: str, math_of: Any, inputs: list[torch.Tensor], numbers: list[float], n: int, variant: tuple,
+def run_step(kind: str, math_of: Any, inputs: list[torch.Tensor], numbers: list[float], n: int, variant: tuple,
          dtype: torch.dtype, index: int, written: list[torch.Tensor]) -> bool:
     """Run the step's program over ``inputs`` (compiled on first use of its signature); False when it cannot
     run here (the caller runs PyTorch's function). ``written``: the tensors it writes, whose version counters
@@ -93,12 +96,14 @@ def _run(kind: str, math_of: Any, inputs: list[torch.Tensor], numbers: list[floa
             if entry is None:
                 kernel = compile_step(kind, lambda ts, fs: math_of(ts, fs, n, variant), inputs, len(numbers), index)
                 entry = _KERNELS[key] = [kernel, None]
-    kernel, checked = entry
+    kernel, checked = entry[0], entry[1]
     if kernel is None:
         return False
-    addresses = tuple(t.data_ptr() for t in inputs)
+    addresses = tuple(map(_data_ptr, inputs))
     if addresses != checked:  # the kernel writes each tensor in place: overlapping ones go to PyTorch's function
-        if not disjoint(inputs):
+        if len(entry) == 2:
+            entry.append(np.array([t.numel() * t.element_size() for t in inputs], dtype=np.uint64))
+        if not spans_disjoint(list(addresses), entry[2]):
             return False
         entry[1] = addresses
     kernel.call((), {}, inputs, numbers)
@@ -119,7 +124,7 @@ def _adam_step(params: list[torch.Tensor], grads: list[torch.Tensor], exp_avgs: 
     if not all(type(x) in (float, int) for x in (beta1, beta2, lr, weight_decay, eps)):
         return False
     lists = [params, grads, exp_avgs, exp_avg_sqs] + ([max_exp_avg_sqs] if amsgrad else [])
-    placed = _dense(lists)
+    placed = dense(lists)
     if placed is None or len(state_steps) != len(params) \
             or not all(s.is_cpu and s.numel() == 1 and not s.requires_grad for s in state_steps):
         return False
@@ -135,7 +140,7 @@ def _adam_step(params: list[torch.Tensor], grads: list[torch.Tensor], exp_avgs: 
         numbers.append((1 - beta2 ** step) ** 0.5)
     variant = (decoupled_weight_decay, amsgrad, maximize, weight_decay != 0)
     written = inputs[:n] + inputs[2 * n:]  # all but the gradients
-    if _run("adam", _adam, inputs, numbers, n, variant, *placed, written):
+    if run_step("adam", _adam, inputs, numbers, n, variant, *placed, written):
         return True
     torch._foreach_sub_(state_steps, 1.0)  # PyTorch's function counts the step itself
     return False
@@ -183,7 +188,7 @@ def _sgd_step(params: list[torch.Tensor], grads: list[torch.Tensor], momentum_bu
     lists = [params, grads] + ([momentum_buffer_list] if momentum != 0 else [])
     if momentum != 0 and any(b is None for b in momentum_buffer_list):
         return False
-    placed = _dense(lists)
+    placed = dense(lists)
     if placed is None:
         return False
     # nesterov adds the buffers into the gradients in place when neither maximize nor a weight decay copied them
@@ -192,7 +197,7 @@ def _sgd_step(params: list[torch.Tensor], grads: list[torch.Tensor], momentum_bu
     inputs = [t for tensors in lists for t in tensors]
     n = len(params)
     written = inputs[:n] + inputs[2 * n:] + (inputs[n:2 * n] if writes_grads else [])
-    return _run("sgd", _sgd, inputs, [weight_decay, momentum, 1 - dampening, -lr], n, variant, *placed, written)
+    return run_step("sgd", _sgd, inputs, [weight_decay, momentum, 1 - dampening, -lr], n, variant, *placed, written)
 
 
 def _sgd(tensors: list[torch.Tensor], floats: list[float], n: int, variant: tuple) -> None:

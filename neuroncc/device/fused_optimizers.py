@@ -261,14 +261,15 @@ class FusedStep:
 
 def compile_step(kind: str, run: Any, inputs: list[torch.Tensor], count: int, index: int) -> Any:
     """The compiled program of a multi-tensor step that is no aten op (foreach_optimizers.py's routed foreach
-    steps): ``run(tensors, floats)`` writes ``inputs`` in place from them and ``count`` lifted floats. Its calls
-    count as ``torch.optim._multi_tensor_<kind>`` in ``neuroncc.get_executed_ops()``. None when it cannot be
+    steps and clip_grad_norm_'s parts): ``run(tensors, floats)`` writes ``inputs`` in place from them and
+    ``count`` lifted floats. Its calls count as ``torch.optim._multi_tensor_<kind>`` in
+    ``neuroncc.get_executed_ops()`` (``kind`` "adam" or "sgd"), else as ``kind`` itself. None when it cannot be
     compiled (the caller runs PyTorch's function)."""
-    form = form_of(aten._fused_adam_.default if kind == "adam" else aten._fused_sgd_.default)  # its binding: in place
+    form = form_of(aten._fused_sgd_.default if kind == "sgd" else aten._fused_adam_.default)  # its binding: in place
+    name = f"torch.optim._multi_tensor_{kind}" if kind in ("adam", "sgd") else kind
     try:
         program = traced_program(run, inputs, count)
-        return compile_kernel(form, program, index, inputs, op_state(f"torch.optim._multi_tensor_{kind}"),
-                              options=STEP_OPTIONS)
+        return compile_kernel(form, program, index, inputs, op_state(name), options=STEP_OPTIONS)
     except CannotCompile:
         COUNTS["eager_fallback_signatures"] += 1
         return None

@@ -1,0 +1,130 @@
+"""In-place foreach ops of a training step computed in their tensors' own memory: GradScaler's unscale
+(``_amp_foreach_non_finite_check_and_unscale_``) and ``clip_grad_norm_``'s scaling (``_foreach_mul_`` by a 0-d
+tensor; ``_foreach_div_`` too).
+
+The device's generic entry for an in-place op (kernels.CompiledKernel) writes every result into fresh memory and
+then swaps that memory into its argument: for a foreach op over a model's gradients, one allocation, one release
+and one swap per tensor a call (Python work per tensor: 2.3-4.8x CPU's kernel over 120 small gradients, session
+31). :class:`DonatedForeach` compiles the same op (its own decomposition, traced as fused_optimizers.compile_step
+traces a step) as a program that computes each written tensor in its own memory, and passes it the tensors'
+addresses: one native call, no memory made. The values are the generic entry's, bit for bit (the same
+per-element ops; tests/device/test_training_step.py).
+
+It takes a signature whose tensors are all contiguous and whose call has no Python floats (:meth:`takes`, asked
+by entries.make_entry: any other signature keeps the generic entry), and a call whose tensors do not overlap
+one another (checked per new set of addresses: a gradient made by backward is new memory every step); a call
+whose tensors overlap runs CPU's kernel on the device's memory (fallback.run_on_host: PyTorch's in-order
+semantics).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from neuroncc.device.build_lock import building
+from neuroncc.device.counters import COUNTS
+from neuroncc.device.fallback import HostFallback, run_on_host
+from neuroncc.device.fused_optimizers import STEP_OPTIONS
+from neuroncc.device.kernel_compile import compile_kernel
+from neuroncc.device.op_forms import OpForm
+from neuroncc.device.programs import CannotCompile, traced_program
+from neuroncc.device.signature import rebuild
+
+aten = torch.ops.aten
+_FLOATING = (torch.float32, torch.bfloat16, torch.float16)
+
+
+def spans_disjoint(starts: list[int], sizes: np.ndarray) -> bool:
+    """Whether no two of the byte spans ``[starts[i], starts[i] + sizes[i])`` share a byte (numpy: a model's
+    few hundred gradients in ~20 us, where sorting tuples in Python took ~0.5 ms)."""
+    if len(starts) < 2:
+        return True
+    begin = np.fromiter(starts, dtype=np.uint64, count=len(starts))
+    order = np.argsort(begin, kind="stable")
+    begin, end = begin[order], begin[order] + sizes[order]
+    return bool((end[:-1] <= begin[1:]).all())
+
+
+class DonatedForeach:
+    """The device entry of one signature of an in-place foreach op (see the module docstring)."""
+
+    holds_kernel = True
+
+    def __init__(self, form: OpForm, index: int, state: Any):
+        self.form, self.index, self.state = form, index, state
+        self.tick = 0
+        self.kernels: list[Any] | None = None
+        self.sizes: np.ndarray | None = None
+        self.checked: tuple[int, ...] | None = None  # the addresses last found disjoint
+
+    @staticmethod
+    def takes(tensors: list[torch.Tensor], floats: list[float]) -> bool:
+        """Whether this entry computes a signature (else the generic entry does): no floats to lift, every
+        tensor a contiguous plain floating tensor (the 0-d scale may be any float dtype)."""
+        return not floats and bool(tensors) and all(
+            type(t) in (torch.Tensor, torch.nn.Parameter) and t.is_contiguous() and t.dtype in _FLOATING
+            for t in tensors)
+
+    def call(self, args: tuple[Any, ...], kwargs: dict[str, Any], tensors: list[torch.Tensor],
+             floats: list[float]) -> Any:
+        if self.sizes is None:
+            self.sizes = np.array([t.numel() * t.element_size() for t in tensors], dtype=np.uint64)
+        addresses = tuple(map(torch.Tensor.data_ptr, tensors))
+        if addresses != self.checked:  # the program writes each tensor in place: overlapping ones go to CPU's kernel
+            if not spans_disjoint(list(addresses), self.sizes):
+                self.state.device_calls += 1
+                return run_on_host(self.form, args, kwargs, self.index)
+            self.checked = addresses
+        kernels = self.kernels
+        if kernels is None:
+            with building():  # one thread traces and compiles them (frontend/tracing.py)
+                kernels = self.kernels
+                if kernels is None:
+                    kernels = self.kernels = self._compile(args, kwargs, tensors)
+        result = None
+        for kernel in kernels:
+            result = kernel.call(args, kwargs, tensors, floats)
+        self.state.device_calls -= len(kernels) - 1  # one call of the op
+        return result
+
+    def _compile(self, args: tuple[Any, ...], kwargs: dict[str, Any], tensors: list[torch.Tensor]) -> list[Any]:
+        """The op's programs, in the order they run: one, or for the unscale two (:data:`_SPLIT`)."""
+        n = len(args[0])
+        if self.form.op in _SPLIT:  # the check (found_inf), then the scaling (the gradients)
+            parts = [set(range(n)), set(range(n, len(tensors)))]
+        else:
+            parts = [set()]
+        try:
+            return [self._program(args, kwargs, tensors, discarded) for discarded in parts]
+        except CannotCompile as error:
+            COUNTS["eager_fallback_signatures"] += 1
+            return [HostFallback(self.form, error.reason, self.index, self.state)]
+
+    def _program(self, args: tuple[Any, ...], kwargs: dict[str, Any], tensors: list[torch.Tensor],
+                 discarded: set[int]) -> Any:
+        """The op's own decomposition over the call's tensors, the writes into those at ``discarded`` dropped (the
+        op writes copies of them: dead code)."""
+        op = self.form.op
+
+        def run(inputs: list[torch.Tensor], _floats: list[float]) -> None:
+            new_args, new_kwargs = rebuild(args, kwargs,
+                                           lambda i, _t: inputs[i].clone() if i in discarded else inputs[i], [])
+            op(*new_args, **new_kwargs)
+
+        program = traced_program(run, tensors, 0)
+        return compile_kernel(self.form, program, self.index, tensors, self.state, options=STEP_OPTIONS)
+
+
+#: Ops computed as two programs: ``_amp_foreach_non_finite_check_and_unscale_``'s check reads every gradient
+#: (a reduction) and its scaling writes them; in one program no gradient could be written in place (a kernel
+#: writes a parameter's memory only when no other stage reads it: codegen/llvm/in_place.py), so every
+#: gradient went through fresh memory. The check runs first, then the scaling, each the op's own ops.
+_SPLIT = frozenset({aten._amp_foreach_non_finite_check_and_unscale_.default})
+
+
+#: op -> its entry (entries.CUSTOM_ENTRIES)
+ENTRIES = {op: DonatedForeach for op in (aten._amp_foreach_non_finite_check_and_unscale_.default,
+                                          aten._foreach_mul_.Tensor, aten._foreach_div_.Tensor)}
