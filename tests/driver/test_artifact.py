@@ -57,7 +57,7 @@ def test_a_load_opens_each_file_of_its_artifact_once(tmp_path, target, monkeypat
     import os
 
     fn = sample_function()
-    directory = _write(tmp_path, target, fn)
+    directory = _write(tmp_path, target, fn, stages={"input": "x"})
     opened: list[str] = []
     real_os_open, real_open = os.open, builtins.open
 
