@@ -199,7 +199,7 @@ def test_importing_the_core_does_not_load_torch():
 
 #: Third-party packages heavy or optional enough that the core imports them inside the functions that need them.
 HEAVY = {"torch", "functorch", "llvmlite", "matplotlib", "redis",
-         "networkx"}  # ~0.2 s; the fusion pass imports it, so the pass pipeline is heavy too
+         "networkx"}  # ~0.1-0.2 s; the fusion planner imports it when it runs (session 31 nir31: not with the passes)
 #: neuroncc's own modules that cost as much: each target's machinery is imported when that target is used, so
 #: that a process running cpu code (a warm start loading its artifacts) does not load the NKI simulator.
 HEAVY_MODULES = {
@@ -219,6 +219,8 @@ OFF_THE_HIT_PATH = {
     "neuroncc.driver.cache_entry",  # the entries the cache CLI lists (CompileCache.list_entries)
     "neuroncc.executors.interpreter_executable",  # the interp target's executable: built or loaded for it only
     "neuroncc.frontend.compiled_graph_record",  # what the front end keeps of a compile (stats.record_compile)
+    "neuroncc.passes.pipeline",  # every pass (~20 ms): to key a compile (driver/cache_key.py), never a graph cache
+    # hit (tests/frontend/test_warm_imports.py's COMPILE_ONLY); heavy while it imported networkx (before session 31)
 }
 
 #: Packages whose modules still import each other in a cycle (none left: keep it empty).

@@ -12,8 +12,11 @@
                            nki-sim: the NKI kernel sources)
 
 Nothing here is pickled: text, JSON, ``.npz`` and machine code only. Every file is checked against its recorded
-sha256 when the artifact is read (before the target's loader sees any of it: machine code is loaded only after),
-and the manifest carries a checksum of itself, so a flipped bit anywhere is caught.
+size and sha256 before anything uses its bytes (machine code is loaded only after), and the manifest carries a
+checksum of its own bytes, so a flipped bit anywhere is caught: :func:`verify_artifact` (``neuroncc cache verify``,
+publishing, bundles) checks every file; a cache hit (:func:`read_artifact`) hashes every file it reads before it
+uses it and checks the size of the ones it never reads (the stages' text; ``runtime.json`` once the process has
+the helpers it offers).
 
 Targets plug in through :data:`ARTIFACT_CODECS`: a saver that writes the executable's own files into the
 directory and a loader that rebuilds the executable from the directory and the graph.
@@ -43,7 +46,8 @@ from neuroncc.executors.executable import Executable
 #: Bump when the directory layout or the manifest schema changes; older entries then read as misses.
 #: 2: cpu kernels as one shared library (kernels.so; kernels.a only where the compiling process had no linker)
 #: 3: the stages' IR in one file, stages.nir (was stages/NN-NAME.nir, a file each)
-FORMAT_VERSION = 3
+#: 4: manifest_sha256 is the sha256 of the manifest's bytes before it (was of a canonical re-dump of its fields)
+FORMAT_VERSION = 4
 
 MANIFEST_NAME = "manifest.json"
 GRAPH_NAME = "graph.nir"
@@ -59,7 +63,8 @@ _STAGE_HEADER = "// stage "
 Saver = Callable[[Executable, Path], Sequence[str]]
 #: ``load(directory, fn, options, files)``: ``options`` are the compile options the artifact was stored under (its
 #: manifest's, part of the key): a cpu executable takes its thread count and threading from them as a build does;
-#: ``files``: every file's bytes by name, as checked against the manifest (a loader reads nothing again)
+#: ``files``: every file's bytes by name, each checked against the manifest when first asked for (a loader reads
+#: nothing again, and should ask only for what it uses: :class:`CheckedFiles`)
 Loader = Callable[[Path, Function, Mapping[str, Any], Mapping[str, bytes]], Executable]
 
 
@@ -177,23 +182,41 @@ class Manifest:
     files: dict[str, FileRecord]  # every file of the artifact except manifest.json
 
 
-def _checksum(fields: Mapping[str, Any]) -> str:
-    canonical = json.dumps(fields, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
-    return hashlib.sha256(canonical.encode()).hexdigest()
+#: manifest.json ends with this member and then ``"<64 hex digits>"\n}\n``: the sha256 of every byte before it
+_SEAL = b',\n "manifest_sha256": "'
+_SEAL_TAIL = re.compile(rb'[0-9a-f]{64}"\n\}\n')
+
+
+def seal_manifest(fields: Mapping[str, Any]) -> bytes:
+    """``fields`` as ``manifest.json``'s bytes: indented JSON (field order kept: key components in key order)
+    whose last member, ``manifest_sha256``, is the sha256 of the bytes before it (format 4: checking it is one
+    hash of ~4 KB, 5 us, where the canonical re-dump of the fields format 3 hashed took 60-90 us a load)."""
+    text = json.dumps(dict(fields), indent=1)  # a non-empty object: ends with "\n}"
+    if "manifest_sha256" in fields or not text.endswith("\n}"):
+        raise ValueError("a manifest's fields are a non-empty object without manifest_sha256")
+    body = text[:-2].encode()
+    return body + _SEAL + hashlib.sha256(body).hexdigest().encode() + b'"\n}\n'
 
 
 def manifest_bytes(manifest: Manifest) -> bytes:
-    """The manifest as written: its fields plus ``manifest_sha256``, a checksum of the fields themselves."""
-    fields = encode(manifest)
-    fields["manifest_sha256"] = _checksum(fields)
-    return (json.dumps(fields, indent=1) + "\n").encode()  # field order kept: key components in key order
+    """The manifest as written: its fields plus ``manifest_sha256``, a checksum of the bytes before it."""
+    return seal_manifest(encode(manifest))
+
+
+def _sealed(data: bytes) -> bool:
+    """Whether ``data`` ends with the seal :func:`seal_manifest` writes and that seal is the sha256 of the bytes
+    before it."""
+    at = data.rfind(_SEAL)
+    tail = data[at + len(_SEAL):] if at >= 0 else b""
+    return _SEAL_TAIL.fullmatch(tail) is not None and hashlib.sha256(data[:at]).hexdigest().encode() == tail[:64]
 
 
 def read_manifest(directory: Path) -> Manifest:
     """Read and check ``manifest.json`` (schema, self-checksum, format version) without touching other files."""
     path = directory / MANIFEST_NAME
     try:
-        raw = json.loads(path.read_bytes().decode("utf-8"))
+        data = path.read_bytes()
+        raw = json.loads(data.decode("utf-8"))
     except FileNotFoundError:
         raise ArtifactError(f"{path}: missing") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -203,8 +226,8 @@ def read_manifest(directory: Path) -> Manifest:
     version = raw.get("format_version")
     if version != FORMAT_VERSION:
         raise ArtifactError(f"{path}: artifact format version {version!r}, this neuroncc reads {FORMAT_VERSION}")
-    stored_checksum = raw.pop("manifest_sha256", None)
-    if stored_checksum != _checksum(raw):
+    raw.pop("manifest_sha256", None)
+    if not _sealed(data):
         raise ArtifactError(f"{path}: manifest checksum mismatch (the file was modified or damaged)")
     try:
         return decode(Manifest, raw)
@@ -222,46 +245,97 @@ def file_digest(path: Path) -> FileRecord:
     return FileRecord(sha256=h.hexdigest(), size=size)
 
 
+def _safe_name(directory: Path, name: str) -> None:
+    parts = name.split("/")
+    if name.startswith("/") or ".." in parts or all(part in ("", ".") for part in parts):
+        raise ArtifactError(f"{directory}: file name {name!r} leaves the artifact directory")  # inside_artifact's
+
+
+def _read_checked(directory: Path, name: str, record: FileRecord) -> bytes:
+    """The bytes of the artifact's file ``name``, once found with its recorded size and sha256.
+
+    One open, fstat, read and close on its descriptor (the size read is the size checked); Path.stat/open and a
+    chunked read loop cost ~3x as much (session 29 load29)."""
+    path = os.path.join(os.fspath(directory), name)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise ArtifactError(f"{path}: missing") from None
+    except OSError as exc:
+        raise ArtifactError(f"{path}: unreadable ({exc})") from None
+    try:
+        size = os.fstat(fd).st_size
+        if size != record.size:
+            raise ArtifactError(f"{path}: {size} bytes, the manifest says {record.size}")
+        chunks = []
+        remaining = size + 1  # one byte more: a file that grew since the fstat fails the size below
+        while remaining and (chunk := os.read(fd, min(remaining, 1 << 24))):
+            chunks.append(chunk)
+            remaining -= len(chunk)
+    except OSError as exc:
+        raise ArtifactError(f"{path}: unreadable ({exc})") from None
+    finally:
+        os.close(fd)
+    data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+    if remaining != 1 or hashlib.sha256(data).hexdigest() != record.sha256:
+        raise ArtifactError(f"{path}: sha256 mismatch (the file was modified or damaged)")
+    return data
+
+
 def verify_files(directory: Path, manifest: Manifest) -> dict[str, bytes]:
     """Every recorded file's bytes, by name, once each was found with its recorded size and sha256; raise
-    :class:`ArtifactError` naming the first one that was not.
+    :class:`ArtifactError` naming the first one that was not (:func:`verify_artifact`'s full check)."""
+    for name in manifest.files:
+        _safe_name(directory, name)
+    return {name: _read_checked(directory, name, record) for name, record in manifest.files.items()}
 
-    Every file of every load goes through here (~15 per cpu artifact), so each is checked with one open, fstat,
-    read and close on its descriptor (the size read is the size checked); Path.stat/open and a chunked read
-    loop cost ~3x as much (session 29 load29). The bytes checked are the bytes a loader then uses
-    (:func:`read_artifact` hands them to the graph's parse and the target's codec): a hit opens each file of
-    its entry once, and nothing is read again after its check (session 30 cload30)."""
-    base = os.fspath(directory)
-    contents: dict[str, bytes] = {}
-    for name, record in manifest.files.items():
-        parts = name.split("/")
-        if name.startswith("/") or ".." in parts or all(part in ("", ".") for part in parts):
-            raise ArtifactError(f"{directory}: file name {name!r} leaves the artifact directory")  # inside_artifact's
-        path = os.path.join(base, name)
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-        except FileNotFoundError:
-            raise ArtifactError(f"{path}: missing") from None
-        except OSError as exc:
-            raise ArtifactError(f"{path}: unreadable ({exc})") from None
-        try:
-            size = os.fstat(fd).st_size
+
+class CheckedFiles(Mapping[str, bytes]):
+    """A cache hit's view of an artifact's files (:func:`read_artifact`): ``files[name]`` reads the file once and
+    checks its size and sha256 against the manifest before returning its bytes (:class:`ArtifactError`
+    otherwise), so every byte a loader uses was checked, and a file no one asks for is not read or hashed: the
+    stages' text (2 KB, never used by a load) and ``runtime.json`` (36 KB, used once per process) were 15 and
+    38 us of a ~1.4 ms load (session 31 nir31). :meth:`check_unread` checks the others' sizes.
+
+    Every name is checked when it is made (none leaves the directory)."""
+
+    def __init__(self, directory: Path, manifest: Manifest):
+        self.directory, self.records = directory, manifest.files
+        for name in self.records:
+            _safe_name(directory, name)
+        self.read: dict[str, bytes] = {}
+
+    def __getitem__(self, name: str) -> bytes:
+        data = self.read.get(name)
+        if data is None:
+            data = self.read[name] = _read_checked(self.directory, name, self.records[name])
+        return data
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.records
+
+    def __iter__(self):
+        return iter(self.records)
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def check_unread(self) -> None:
+        """Each file not read is there with its recorded size (a missing or truncated one fails a hit as a
+        damaged file it reads does); its bytes are hashed by :func:`verify_artifact` and whoever reads it."""
+        base = os.fspath(self.directory)
+        for name, record in self.records.items():
+            if name in self.read:
+                continue
+            path = os.path.join(base, name)
+            try:
+                size = os.stat(path).st_size
+            except FileNotFoundError:
+                raise ArtifactError(f"{path}: missing") from None
+            except OSError as exc:
+                raise ArtifactError(f"{path}: unreadable ({exc})") from None
             if size != record.size:
                 raise ArtifactError(f"{path}: {size} bytes, the manifest says {record.size}")
-            chunks = []
-            remaining = size + 1  # one byte more: a file that grew since the fstat fails the size below
-            while remaining and (chunk := os.read(fd, min(remaining, 1 << 24))):
-                chunks.append(chunk)
-                remaining -= len(chunk)
-        except OSError as exc:
-            raise ArtifactError(f"{path}: unreadable ({exc})") from None
-        finally:
-            os.close(fd)
-        data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-        if remaining != 1 or hashlib.sha256(data).hexdigest() != record.sha256:
-            raise ArtifactError(f"{path}: sha256 mismatch (the file was modified or damaged)")
-        contents[name] = data
-    return contents
 
 
 def verify_artifact(directory: Path) -> Manifest:
@@ -272,10 +346,15 @@ def verify_artifact(directory: Path) -> Manifest:
 def read_verified(directory: Path) -> tuple[Manifest, dict[str, bytes]]:
     """The manifest of a fully intact artifact and its files' bytes, each checked against the manifest (see
     :func:`verify_files`); :class:`ArtifactError` naming the first problem otherwise."""
+    manifest = _read_own_manifest(directory)
+    return manifest, verify_files(directory, manifest)
+
+
+def _read_own_manifest(directory: Path) -> Manifest:
     manifest = read_manifest(directory)
     if manifest.key != directory.name:
         raise ArtifactError(f"{directory}: holds key {manifest.key[:16]}..., not its directory name")
-    return manifest, verify_files(directory, manifest)
+    return manifest
 
 
 def inside_artifact(directory: Path, name: str) -> Path:
@@ -315,11 +394,13 @@ def _stage_file_name(index: int, stage: str) -> str:
 
 def read_stages(directory: Path) -> dict[str, str]:
     """The IR text after each pipeline stage of an artifact, by its name (``NN-NAME.nir``), in pipeline order
-    (for reading: a load never needs it). Raises :class:`ArtifactError` for a malformed file."""
+    (for reading: a load never reads it). Checked against the manifest (size, sha256) as a hit's files are;
+    raises :class:`ArtifactError` for a damaged or malformed file."""
     path = directory / STAGES_NAME
-    if not path.exists():
+    record = _read_own_manifest(directory).files.get(STAGES_NAME)
+    if record is None:
         return {}
-    data, stages, pos = path.read_bytes(), {}, 0
+    data, stages, pos = _read_checked(directory, STAGES_NAME, record), {}, 0
     while pos < len(data):
         end = data.find(b"\n", pos)
         header = data[pos:end].decode("utf-8", errors="replace") if end >= 0 else ""
@@ -417,10 +498,15 @@ def write_artifact(directory: Path, executable: Executable, contents: Any, codec
 
 
 def read_artifact(directory: Path, codec: ArtifactCodec) -> tuple[Manifest, Executable]:
-    """Verify ``directory`` completely, then load its executable from the bytes checked (no file is read twice).
-    Raises :class:`ArtifactError` if damaged."""
-    manifest, files = read_verified(directory)
-    return manifest, codec.load(directory, read_graph(directory, files), manifest.options, files)
+    """Load the executable of ``directory``: its manifest checked (schema, self-checksum, format version, key),
+    every file the graph's parse and the target's loader read checked (size, sha256) before its bytes are used,
+    and read once (:class:`CheckedFiles`), the others' sizes checked after. Raises :class:`ArtifactError` if
+    damaged."""
+    manifest = _read_own_manifest(directory)
+    files = CheckedFiles(directory, manifest)
+    executable = codec.load(directory, read_graph(directory, files), manifest.options, files)
+    files.check_unread()
+    return manifest, executable
 
 
 def artifact_size(directory: Path) -> int:

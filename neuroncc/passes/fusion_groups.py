@@ -30,8 +30,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-import networkx as nx
-
 from neuroncc.ir import REGISTRY, Category, Function, Op, Trait, Value
 
 VIEW, CONSTANT, MATMUL, OPAQUE, BARRIER, COMPUTE = "view", "constant", "matmul", "opaque", "barrier", "compute"
@@ -107,6 +105,11 @@ class FusionPlanner:
     """Partition the non-free ops of ``fn`` into groups (see the module docstring)."""
 
     def __init__(self, fn: Function, *, epilogues: bool = True, horizontal: bool = True):
+        # imported by the first fusion, not with the passes: a process whose programs all load from the compile
+        # cache imports the passes (a compile's key names its pipeline) but never fuses, and networkx's import
+        # (with its scan of installed entry points) was ~0.1 s of a warm start's first step (session 31 nir31)
+        import networkx as nx
+
         self.nx = nx
         self.fn = fn
         self.position = {op: i for i, op in enumerate(fn.ops)}

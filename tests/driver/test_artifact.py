@@ -18,6 +18,7 @@ from neuroncc.driver.artifact import (
     ComponentRecord,
     file_digest,
     manifest_bytes,
+    seal_manifest,
     read_artifact,
     read_graph,
     read_manifest,
@@ -47,15 +48,16 @@ def _write(tmp_path: Path, target: str, fn=None, **changes) -> Path:
 
 
 def test_a_load_opens_each_file_of_its_artifact_once(tmp_path, target, monkeypatch):
-    """read_artifact checks every file's sha256 and hands the bytes it checked to the graph's parse and the
-    target's loader: no file is opened again after its check (the cpu loader read the plan, the graph, the code,
-    kernels.ll and runtime.json a second time: session 30 cload30). The loaded executable still runs right."""
+    """read_artifact hands the graph's parse and the target's loader each file's bytes as it checked them (size,
+    sha256): no file is opened again after its check (the cpu loader read the plan, the graph, the code,
+    kernels.ll and runtime.json a second time: session 30 cload30), and the stages' text, which no load uses, is
+    not read at all (session 31 nir31). The loaded executable still runs right."""
     import builtins
     import io
     import os
 
     fn = sample_function()
-    directory = _write(tmp_path, target, fn)
+    directory = _write(tmp_path, target, fn, stages={"input": "x"})
     opened: list[str] = []
     real_os_open, real_open = os.open, builtins.open
 
@@ -75,7 +77,8 @@ def test_a_load_opens_each_file_of_its_artifact_once(tmp_path, target, monkeypat
     monkeypatch.undo()
     inside = [Path(path).relative_to(directory).as_posix() for path in opened
               if Path(path).is_relative_to(directory)]
-    assert sorted(inside) == sorted(["manifest.json", *manifest.files]), inside
+    assert len(inside) == len(set(inside)), inside
+    assert {"manifest.json", "graph.nir"} <= set(inside) <= {"manifest.json", *manifest.files} - {"stages.nir"}, inside
     inputs = sample_inputs(fn)
     for out, ref in zip(executable(*inputs), interpret(fn, inputs)):
         np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)
@@ -160,10 +163,7 @@ def _rewrite_manifest(directory: Path, **changes) -> None:
     fields = json.loads((directory / "manifest.json").read_text())
     fields.pop("manifest_sha256")
     fields.update(changes)
-    from neuroncc.driver.artifact import _checksum
-
-    fields["manifest_sha256"] = _checksum(fields)
-    (directory / "manifest.json").write_text(json.dumps(fields))
+    (directory / "manifest.json").write_bytes(seal_manifest(fields))
 
 
 @pytest.mark.parametrize("changes, message", [
@@ -182,6 +182,82 @@ def test_bad_manifests_are_artifact_errors(tmp_path, changes, message):
     _rewrite_manifest(directory, **changes)
     with pytest.raises(ArtifactError, match=message):
         verify_artifact(directory)
+
+
+def _flip_a_bit(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x10
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("name", ["graph.nir", "constants.npz", "plan.json", "kernels.so", "kernels.ll"])
+def test_a_hit_refuses_a_damaged_file_it_reads(tmp_path, name):
+    """Every file a cpu hit uses is hashed before its bytes are used: a flipped bit is an ArtifactError."""
+    directory = _write(tmp_path, "cpu", stages={"input": "x"})
+    _flip_a_bit(directory / name)
+    with pytest.raises(ArtifactError, match=f"{name}: sha256 mismatch"):
+        read_artifact(directory, ARTIFACT_CODECS["cpu"])
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda path: path.write_bytes(path.read_bytes()[:-1]), r"\d+ bytes, the manifest says"),
+    (lambda path: path.unlink(), "missing"),
+])
+def test_a_hit_refuses_a_truncated_or_missing_file_it_does_not_read(tmp_path, damage, message):
+    """The stages' text is not read by a load, but a missing or truncated one still fails the hit (its size is
+    checked), as before session 31 nir31, when every file was hashed on every hit."""
+    directory = _write(tmp_path, "cpu", stages={"input": "x"})
+    damage(directory / "stages.nir")
+    with pytest.raises(ArtifactError, match=f"stages.nir: {message}"):
+        read_artifact(directory, ARTIFACT_CODECS["cpu"])
+
+
+def test_a_flipped_bit_in_a_file_no_load_reads_is_found_by_verify_not_by_a_hit(tmp_path):
+    """A hit hashes what it uses; the stages' text (for reading) is hashed by verify_artifact (``neuroncc cache
+    verify``, publishing, bundles) and by read_stages, which checks it against the manifest."""
+    fn = sample_function()
+    directory = _write(tmp_path, "cpu", fn, stages={"input": "x" * 64})
+    _flip_a_bit(directory / "stages.nir")
+    _, executable = read_artifact(directory, ARTIFACT_CODECS["cpu"])
+    inputs = sample_inputs(fn)
+    for out, ref in zip(executable(*inputs), interpret(fn, inputs)):
+        np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)
+    for check in (verify_artifact, read_stages):
+        with pytest.raises(ArtifactError, match="stages.nir: sha256 mismatch"):
+            check(directory)
+
+
+def test_the_manifest_seal_is_the_sha256_of_the_bytes_before_it(tmp_path):
+    """Format 4: manifest.json ends with ``"manifest_sha256": "<sha256 of every byte before this member>"``;
+    anything after it, or a seal of other bytes, is a checksum mismatch."""
+    import hashlib
+
+    directory = _write(tmp_path, "interp")
+    data = (directory / "manifest.json").read_bytes()
+    body, _, tail = data.rpartition(b',\n "manifest_sha256": "')
+    assert tail == hashlib.sha256(body).hexdigest().encode() + b'"\n}\n'
+    assert json.loads(data)["manifest_sha256"] == tail[:64].decode()
+    for edited in (data + b" ", data.replace(b'"manifest_sha256": "', b'"manifest_sha256":  "'),
+                   body.replace(b'"pipeline": ""', b'"pipeline": "x"') + data[len(body):]):
+        (directory / "manifest.json").write_bytes(edited)
+        with pytest.raises(ArtifactError, match="checksum"):
+            read_manifest(directory)
+
+
+def test_a_format_3_manifest_is_refused_by_its_version(tmp_path):
+    """A format-3 entry (its checksum over a canonical re-dump of the fields) is another format: refused by its
+    version before its checksum is looked at (and never found: format_version is part of the key)."""
+    import hashlib
+
+    directory = _write(tmp_path, "interp")
+    fields = json.loads((directory / "manifest.json").read_text())
+    fields.pop("manifest_sha256")
+    fields["format_version"] = 3
+    canonical = json.dumps(fields, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    fields["manifest_sha256"] = hashlib.sha256(canonical.encode()).hexdigest()
+    (directory / "manifest.json").write_text(json.dumps(fields, indent=1) + "\n")
+    with pytest.raises(ArtifactError, match="artifact format version 3, this neuroncc reads 4"):
+        read_manifest(directory)
 
 
 def test_a_file_that_grew_after_its_size_was_read_is_a_mismatch(tmp_path, monkeypatch):

@@ -158,6 +158,8 @@ def test_damaged_file_is_a_miss_with_one_warning(cache, compiler, request_for, d
     cache.get_or_compile(request_for(), compiler)
     entry = _only_entry(cache)
     names = sorted(p.relative_to(entry.directory) for p in entry.directory.rglob("*") if p.is_file())
+    if damage == "bit-flip":  # a hit hashes the files it reads; the others' sizes (test_artifact.py's hit tests)
+        names = [name for name in names if name.as_posix() not in ("stages.nir", "runtime.json")]
     for index, name in enumerate(names):  # every file of the entry, one at a time
         if index:
             compiler.calls, cache.stats.bad_entries = 1, 0
