@@ -194,6 +194,41 @@ def _upsample_linear(base: Callable[..., Any]) -> Callable[..., Any]:
     return decomposition
 
 
+def _index_add(base: Callable[..., Any]) -> Callable[..., Any]:
+    """``index_add``: CPU adds a bf16/f16 ``source`` along the first or the last dim of a 2-d or larger tensor
+    in float32 and rounds once (its scatter_add path); along a middle dim, or into a 1-d tensor, it rounds
+    after every add in index order (``add_`` per index), which the base decomposition's accumulating
+    ``index_put`` does (docs/ir.md). Found by emulation against eager (torch 2.13, alpha = 1; other alphas
+    round in neither order: the base's)."""
+    def decomposition(x: torch.Tensor, dim: int, index: torch.Tensor, source: torch.Tensor, *,
+                      alpha: Any = 1) -> torch.Tensor:
+        once = x.dim() >= 2 and dim % x.dim() in (0, x.dim() - 1)
+        if x.dtype not in LOW_PRECISION or source.dtype is not x.dtype or not once or alpha != 1:
+            return base(x, dim, index, source, alpha=alpha)
+        return base(x.to(torch.float32), dim, index, source.to(torch.float32)).to(x.dtype)
+
+    return decomposition
+
+
+def _embedding_dense_backward(base: Callable[..., Any]) -> Callable[..., Any]:
+    """``embedding_dense_backward``: CPU adds each index's bf16/f16 gradient row into its weight row in the
+    gradient's dtype, in index order (``grad_weight[k].add_(grad[i])``), where the decomposition adds in
+    float32 and rounds once: accumulated in the dtype (the IR's accumulating write rounds after every add).
+    ``scale_grad_by_freq`` (a double scale per add) keeps the base's."""
+    def decomposition(grad: torch.Tensor, indices: torch.Tensor, num_weights: int, padding_idx: int,
+                      scale_grad_by_freq: bool) -> torch.Tensor:
+        if grad.dtype not in LOW_PRECISION or scale_grad_by_freq:
+            return base(grad, indices, num_weights, padding_idx, scale_grad_by_freq)
+        indices = indices.to(torch.int64)
+        rows = grad.reshape(indices.numel(), -1)
+        flat = indices.reshape(-1)
+        rows = rows.masked_fill((flat == padding_idx).unsqueeze(1), 0)  # the padding row gets nothing
+        total = rows.new_zeros((num_weights, rows.shape[1])).index_put([flat], rows, accumulate=True)
+        return total.reshape((num_weights,) + tuple(grad.shape[indices.dim():]))
+
+    return decomposition
+
+
 _BATCH_NORMS = (aten.native_batch_norm.default, aten._native_batch_norm_legit.default,
                 aten._native_batch_norm_legit.no_stats, aten._native_batch_norm_legit_functional.default,
                 aten._batch_norm_with_update_functional.default)
@@ -206,6 +241,7 @@ def low_precision_decompositions(table: dict[Any, Callable[..., Any]]) -> dict[A
         aten._log_softmax.default: _log_softmax, aten.linalg_cross.default: _linalg_cross,
         aten.logit.default: _logit, aten.mse_loss.default: _mse_loss, aten.addr.default: _addr,
         aten.upsample_linear1d.default: _upsample_linear, aten.upsample_trilinear3d.default: _upsample_linear,
+        aten.index_add.default: _index_add, aten.embedding_dense_backward.default: _embedding_dense_backward,
     }
     entries = {}
     for op, wrap in wrappers.items():  # ours, else torch's own table's (the device traces with both)
