@@ -61,3 +61,22 @@ def test_a_low_precision_embeddings_gradient_is_cpus(dtype):
 
     expected = gradient("cpu")
     assert torch.equal(gradient("neuron").view(torch.int16), expected.view(torch.int16))
+
+
+@pytest.mark.parametrize("dtype", LOW, ids=str)
+@pytest.mark.parametrize("include_self", [True, False])
+@pytest.mark.parametrize("shape, dim", [((ROWS, WIDTH), 0), ((3, ROWS, 4), 1), ((ROWS,), 0)])
+def test_index_reduce_mean_adds_in_index_order_and_divides_once(dtype, include_self, shape, dim):
+    generator = torch.Generator().manual_seed(0)
+    sizes = list(shape)
+    sizes[dim] = COUNT
+    x = torch.randn(shape, generator=generator).to(dtype)
+    source = torch.randn(sizes, generator=generator).to(dtype)
+    index = torch.randint(0, ROWS, (COUNT,), generator=generator)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # index_reduce is in beta
+        warnings.simplefilter("error", DeviceFallbackWarning)
+        expected = x.index_reduce(dim, index, source, "mean", include_self=include_self)
+        got = x.to("neuron").index_reduce(dim, index.to("neuron"), source.to("neuron"), "mean",
+                                          include_self=include_self).cpu()
+    assert torch.equal(got.view(torch.int16), expected.view(torch.int16))

@@ -229,6 +229,28 @@ def _embedding_dense_backward(base: Callable[..., Any]) -> Callable[..., Any]:
     return decomposition
 
 
+def _index_reduce(base: Callable[..., Any]) -> Callable[..., Any]:
+    """``index_reduce`` mean: CPU adds each slice into its row in the input's dtype, in index order (the IR's
+    accumulating write), counts in float and divides once (``result / count`` rounded), where the base
+    decomposition's ``scatter_reduce`` adds in float32 (CPU's scatter kernels' order)."""
+    def decomposition(x: torch.Tensor, dim: int, index: torch.Tensor, source: torch.Tensor, reduce: str, *,
+                      include_self: bool = True) -> torch.Tensor:
+        if x.dtype not in LOW_PRECISION or source.dtype is not x.dtype or reduce != "mean" or x.dim() == 0:
+            return base(x, dim, index, source, reduce, include_self=include_self)
+        dim = dim % x.dim()
+        rows, slices, index = x.movedim(dim, 0), source.movedim(dim, 0), index.reshape(-1).to(torch.int64)
+        shape = [-1] + [1] * (rows.dim() - 1)
+        hit = torch.zeros(rows.shape[0], dtype=torch.bool, device=x.device).index_fill(0, index, True)
+        start = rows if include_self else rows.masked_fill(hit.reshape(shape), 0)
+        total = start.index_put([index], slices, accumulate=True)
+        counts = torch.full((rows.shape[0],), 1.0 if include_self else 0.0, device=x.device)
+        counts = counts.index_add(0, index, torch.ones(index.numel(), device=x.device))
+        counts = torch.where(counts == 0, 1.0, counts)
+        return (total.to(torch.float32) / counts.reshape(shape)).to(x.dtype).movedim(0, dim).contiguous()
+
+    return decomposition
+
+
 _BATCH_NORMS = (aten.native_batch_norm.default, aten._native_batch_norm_legit.default,
                 aten._native_batch_norm_legit.no_stats, aten._native_batch_norm_legit_functional.default,
                 aten._batch_norm_with_update_functional.default)
@@ -242,6 +264,7 @@ def low_precision_decompositions(table: dict[Any, Callable[..., Any]]) -> dict[A
         aten.logit.default: _logit, aten.mse_loss.default: _mse_loss, aten.addr.default: _addr,
         aten.upsample_linear1d.default: _upsample_linear, aten.upsample_trilinear3d.default: _upsample_linear,
         aten.index_add.default: _index_add, aten.embedding_dense_backward.default: _embedding_dense_backward,
+        aten.index_reduce.default: _index_reduce,
     }
     entries = {}
     for op, wrap in wrappers.items():  # ours, else torch's own table's (the device traces with both)
