@@ -19,6 +19,9 @@ leaves every other dtype to that decomposition:
 | ``upsample_linear1d``, ``upsample_trilinear3d`` | ``cpu_upsample_linear``: weights in ``scalar_t`` | each dim's two weights (the sum of the corners in float32) |
 | ``addr`` (registered for the device: its composite kernel ran) | ``addr_kernel`` in ``scalar_t`` arithmetic | beta and alpha, alpha * vec1, its product with vec2, beta * self, the sum (float32: the same order) |
 | ``mse_loss`` | ``mse_kernel``: ``diff = a - b; diff * diff`` in ``scalar_t`` | the difference, its square (then the mean or sum accumulates in float32) |
+| ``embedding_dense_backward`` | ``grad_weight[k].add_(grad[i])`` per index | after every add, in index order (accumulated in the dtype) |
+| ``index_add`` | first/last dim: scatter_add's float32 buffer; else ``add_`` per index | once (float32), else after every add |
+| ``index_reduce`` mean | ``scalar_t`` adds per index, the count in float | after every add; the quotient once |
 
 log_softmax over another dim keeps the float32 buffers (``serial_vec_logsoftmax_range``): rounded once.
 """
