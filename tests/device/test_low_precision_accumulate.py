@@ -80,3 +80,18 @@ def test_index_reduce_mean_adds_in_index_order_and_divides_once(dtype, include_s
         got = x.to("neuron").index_reduce(dim, index.to("neuron"), source.to("neuron"), "mean",
                                           include_self=include_self).cpu()
     assert torch.equal(got.view(torch.int16), expected.view(torch.int16))
+
+
+@pytest.mark.parametrize("dtype", LOW, ids=str)
+@pytest.mark.parametrize("beta, alpha", [(1, 1), (0.5, 0.3), (0.0, 1.0)])
+def test_addbmm_rounds_after_each_batch(dtype, beta, alpha):
+    """CPU's addbmm adds each batch's float32 product into the bf16/f16 result (rounded per batch)."""
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(16, 12, generator=generator).to(dtype)
+    batch1 = torch.randn(6, 16, 9, generator=generator).to(dtype)
+    batch2 = torch.randn(6, 9, 12, generator=generator).to(dtype)
+    expected = torch.addbmm(x, batch1, batch2, beta=beta, alpha=alpha)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeviceFallbackWarning)
+        got = torch.addbmm(x.to("neuron"), batch1.to("neuron"), batch2.to("neuron"), beta=beta, alpha=alpha).cpu()
+    assert torch.equal(got.view(torch.int16), expected.view(torch.int16))

@@ -254,6 +254,33 @@ def _index_reduce(base: Callable[..., Any]) -> Callable[..., Any]:
     return decomposition
 
 
+#: addbmm batches unrolled one rounded add each (a longer batch keeps the base's single rounding)
+_ADDBMM_UNROLLED = 64
+
+
+def _addbmm(base: Callable[..., Any]) -> Callable[..., Any]:
+    """``addbmm``: CPU starts from ``beta * self`` rounded (nothing for beta = 0) and adds each batch's
+    product, ``alpha * (batch1[b] @ batch2[b])`` in float32, into the bf16/f16 result (``addmm_`` per batch,
+    each rounded). ``beta == 0`` is a Python branch: the device's lifted floats guard it (device/stand_ins.py)."""
+    def decomposition(x: torch.Tensor, batch1: torch.Tensor, batch2: torch.Tensor, *, beta: Any = 1,
+                      alpha: Any = 1) -> torch.Tensor:
+        dtype = x.dtype
+        if dtype not in LOW_PRECISION or batch1.dtype is not dtype or batch2.dtype is not dtype or \
+                batch1.shape[0] > _ADDBMM_UNROLLED or batch1.shape[0] == 0:
+            return base(x, batch1, batch2, beta=beta, alpha=alpha)
+        products = torch.bmm(batch1.to(torch.float32), batch2.to(torch.float32))
+        shape = products.shape[1:]
+        if beta == 0:
+            result = torch.zeros(shape, dtype=torch.float32, device=x.device)
+        else:
+            result = _rounded(x.to(torch.float32).expand(shape) * _rounded_scalar(beta, torch.float32, x), dtype)
+        for product in products.unbind(0):
+            result = _rounded(result + product * alpha, dtype)
+        return result.to(dtype)
+
+    return decomposition
+
+
 _BATCH_NORMS = (aten.native_batch_norm.default, aten._native_batch_norm_legit.default,
                 aten._native_batch_norm_legit.no_stats, aten._native_batch_norm_legit_functional.default,
                 aten._batch_norm_with_update_functional.default)
@@ -267,7 +294,7 @@ def low_precision_decompositions(table: dict[Any, Callable[..., Any]]) -> dict[A
         aten.logit.default: _logit, aten.mse_loss.default: _mse_loss, aten.addr.default: _addr,
         aten.upsample_linear1d.default: _upsample_linear, aten.upsample_trilinear3d.default: _upsample_linear,
         aten.index_add.default: _index_add, aten.embedding_dense_backward.default: _embedding_dense_backward,
-        aten.index_reduce.default: _index_reduce,
+        aten.index_reduce.default: _index_reduce, aten.addbmm.default: _addbmm,
     }
     entries = {}
     for op, wrap in wrappers.items():  # ours, else torch's own table's (the device traces with both)
