@@ -61,10 +61,14 @@ def make_entry(handler: Any, args: tuple[Any, ...], kwargs: dict[str, Any], tens
         program = build_program(form, args, kwargs, tensors, floats)
         # indexed only when the kernel serves every value of the call's floats (as this entry does)
         value_free = program.lifted or not floats
-        kernel = compile_kernel(form, program, index, tensors, state, slot if value_free else None)
+        # (a guarded kernel serves the values its guards admit: not indexed, the index holds no guards)
+        kernel = compile_kernel(form, program, index, tensors, state,
+                                slot if value_free and not program.guards else None)
     except CannotCompile as error:
         COUNTS["eager_fallback_signatures"] += 1
         return HostFallback(form, error.reason, index, state, refused=error.refused)
+    if value_free and program.guards:
+        return Guarded(form, kernel, program.guards, index, state)
     if value_free:
         return kernel
     return ByFloatValue(form, kernel, floats, index, state)
@@ -117,6 +121,23 @@ class ByFloatValue:
                     kernel = self.kernels[tuple(floats)] = compile_kernel(self.form, program, self.index, tensors,
                                                                           self.state)
         return kernel.call(args, kwargs, tensors, floats)
+
+
+class Guarded(ByFloatValue):
+    """A lifted kernel whose build branched on its floats (programs.Program.guards): it serves the values its
+    guards admit; each other tuple of floats gets its own kernel, built with them (``beta=0.0`` after
+    ``beta=0.5``)."""
+
+    def __init__(self, form: OpForm, lifted: CompiledKernel, guards: Any, index: int, state: Any):
+        super().__init__(form, lifted, [], index, state)
+        self.kernels.clear()
+        self.lifted, self.guards = lifted, guards
+
+    def call(self, args: tuple[Any, ...], kwargs: dict[str, Any], tensors: list[torch.Tensor],
+             floats: list[float]) -> Any:
+        if self.guards.holds(floats):
+            return self.lifted.call(args, kwargs, tensors, floats)
+        return super().call(args, kwargs, tensors, floats)
 
 
 class ResizeOuts:

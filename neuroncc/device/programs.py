@@ -12,7 +12,9 @@ Lifting: the graph is built twice, with two different sentinel values in the pla
 ``full`` constant, that constant becomes a parameter; if the two lifted programs print the same, the kernel
 provably does not depend on the floats' values (no lowering derived another constant from one), and it is
 compiled once for every value. Otherwise the program is built again with the call's real floats, and the
-kernel is keyed by them.
+kernel is keyed by them. The first build's floats are stand-ins (stand_ins.py) that record every Python
+branch on them (``if beta == 0``): the kernel serves only the values that branch the same way
+(``Program.guards``); the others are built with their real floats.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from torch._decomp import decomposition_table as torch_decompositions
 from torch.utils._pytree import tree_flatten, tree_leaves
 
 from neuroncc.device import layouts, op_forms
+from neuroncc.device.stand_ins import Guards, plain, stand_ins, watching, watching_table
 from neuroncc.device.autocast import ALL_AUTOCAST_KEYS
 from neuroncc.device.op_forms import OpForm
 from neuroncc.device.signature import rebuild
@@ -60,7 +63,8 @@ class Program:
     ``inputs[i]`` feeds IR parameter ``i``: a call tensor index (>= 0) or ``-1 - k`` for lifted float ``k``.
     ``outputs`` are the new results (flattened; ``result_tree`` rebuilds the op's return value from them).
     ``writes`` pairs a call tensor index with the IR output holding its new value (in-place and out= ops).
-    ``lifted`` says the floats are parameters (else the program holds their values). ``function`` is None
+    ``lifted`` says the floats are parameters (else the program holds their values); ``guards``, which values
+    of them the program serves (the Python branches on them its build took). ``function`` is None
     for a program found through the signature index (signature_index.py): its kernel was compiled before,
     and a call needs only the binding.
     """
@@ -71,6 +75,7 @@ class Program:
     result_tree: Any
     writes: tuple[tuple[int, int], ...]
     lifted: bool
+    guards: Guards = Guards()
 
 
 class _FloatSlot:
@@ -130,7 +135,7 @@ def _build(form: OpForm, metas: list[torch.Tensor], slot_args: list[Any], slot_k
         return _traced_graph(form, metas, slot_args, slot_kwargs, values)
 
     if floats and lift:
-        lifted = _lifted(build, len(floats), result_tree, strides)
+        lifted = _lifted(build, len(floats), result_tree, strides, real=floats)
         if lifted is not None:
             return _same_dtypes(form, lifted, meta_result)
     return _same_dtypes(form, _program(build(floats), result_tree, strides), meta_result)
@@ -363,7 +368,7 @@ def _tracing_table(ops: tuple[Any, ...]) -> dict[Any, Any]:
     an op (``interpolate`` through the ``.vec`` overloads); the device is handed the op itself."""
     base = decomposition_table()
     extra = {op: torch_decompositions[op] for op in ops if op not in base and op in torch_decompositions}
-    return {**base, **extra} if extra else base
+    return watching_table({**base, **extra} if extra else base)
 
 
 def _program(gm: fx.GraphModule | DirectGraph, result_tree: Any, strides: list[tuple[int, ...] | None],
@@ -397,13 +402,23 @@ def _reason(error: Exception) -> str:
 
 
 def _lifted(build: Any, count: int, result_tree: Any, strides: list[tuple[int, ...] | None],
-            donate: bool = False) -> Program | None:
-    """The program with the floats as parameters, if both sentinel builds agree (see the module docstring)."""
+            donate: bool = False, real: list[float] | None = None) -> Program | None:
+    """The program with the floats as parameters, if both sentinel builds agree (see the module docstring).
+    With the call's ``real`` floats, the first build's are stand-ins, and the program (with its guards) only
+    if those floats take the branches the stand-ins took."""
     programs = []
+    guards = Guards()
     for which in (0, 1):
         values = sentinels(count, which)
         try:
-            program = _program(build(values), result_tree, strides, values, donate)
+            if real is not None and which == 0:
+                with watching(stand_ins(values)) as watch:
+                    program = _program(build(watch.values), result_tree, strides, values, donate)
+                guards = watch.guards
+                if not guards.holds(real):
+                    return None
+            else:
+                program = _program(build(values), result_tree, strides, values, donate)
         except (CannotCompile, NeuronccError, RuntimeError, ValueError, TypeError):
             return None
         programs.append(program)
@@ -413,7 +428,7 @@ def _lifted(build: Any, count: int, result_tree: Any, strides: list[tuple[int, .
         return None
     if not any(i < 0 for i in first.inputs):
         return None
-    return first
+    return dataclasses.replace(first, guards=guards) if guards else first
 
 
 def _lift(fn: Function, values: list[float]) -> tuple[Function, tuple[int, ...]]:
@@ -427,6 +442,7 @@ def _lift(fn: Function, values: list[float]) -> tuple[Function, tuple[int, ...]]
         # a fill (full): the one value the attributes give every element (constants are stored data, not lifted)
         value = op.opdef.splat_value(op.attrs) if op.opdef.category is Category.CONSTANT and not op.has(Trait.STORED) \
             else None
+        value = plain(value)  # a stand-in's lookup is no branch on it
         result_type = op.results[0].type if op.results else None
         if isinstance(value, float) and value in index_of and result_type is not None and result_type.shape == ():
             slot = (index_of[value], result_type.dtype)

@@ -570,8 +570,8 @@ def emit_scatter(em: EmitContext, stage: ScatterStage) -> None:
         value = scatter.value(em, op, idx)
         if accumulate:
             old = em.load(target, where)
-            if dtype.is_float:
-                value = b.fadd(old, value)
+            if dtype.is_float:  # bf16/f16: rounded after every add, in index order, as PyTorch's CPU kernels
+                value = round_to(b, b.fadd(old, value), dtype)
             elif dtype.is_bool:
                 value = b.or_(old, value)
             else:
@@ -579,10 +579,6 @@ def emit_scatter(em: EmitContext, stage: ScatterStage) -> None:
         em.store(target, where, value)
 
     em.nest([(0, n) for n in stage.shape], write)
-    if accumulate and dtype.is_float and dtype.value != "f32":
-        # the reference accumulates in float32 and rounds once at the end
-        em.nest([(0, n) for n in stage.shape],
-                lambda idx: em.store(target, positions(idx), round_to(em.b, em.load(target, positions(idx)), dtype)))
 
 
 __all__ = ["SharedMean", "passes_over_row", "shared_means", "emit_column_combine", "column_partial_update", "emit_column_partials", "emit_column_reset", "emit_combine", "emit_partial", "emit_mean_pass", "emit_reduce", "emit_scatter", "I1"]

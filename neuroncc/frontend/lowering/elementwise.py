@@ -59,8 +59,10 @@ def _arith(ctx: LoweringContext, ir_name: str, dtype: DType, a: Any, b: Any, **a
 
 
 def _scaled(ctx: LoweringContext, other: Any, alpha: Any, dtype: DType) -> Any:
-    """``alpha * other`` for add/sub's alpha argument (a Python scalar stays a scalar)."""
-    if alpha == 1:
+    """``alpha * other`` for add/sub's alpha argument (a Python scalar stays a scalar). The shortcut is for
+    plain numbers: a lifted float's stand-in (a float subclass, device/stand_ins.py) would record the question
+    and guard the kernel, and ``other * alpha`` is exact for alpha = 1 as well."""
+    if type(alpha) in (int, float, bool) and alpha == 1:
         return other
     if not isinstance(other, fx.Node):
         return other * alpha

@@ -19,6 +19,9 @@ leaves every other dtype to that decomposition:
 | ``upsample_linear1d``, ``upsample_trilinear3d`` | ``cpu_upsample_linear``: weights in ``scalar_t`` | each dim's two weights (the sum of the corners in float32) |
 | ``addr`` (registered for the device: its composite kernel ran) | ``addr_kernel`` in ``scalar_t`` arithmetic | beta and alpha, alpha * vec1, its product with vec2, beta * self, the sum (float32: the same order) |
 | ``mse_loss`` | ``mse_kernel``: ``diff = a - b; diff * diff`` in ``scalar_t`` | the difference, its square (then the mean or sum accumulates in float32) |
+| ``embedding_dense_backward`` | ``grad_weight[k].add_(grad[i])`` per index | after every add, in index order (accumulated in the dtype) |
+| ``index_add`` | first/last dim: scatter_add's float32 buffer; else ``add_`` per index | once (float32), else after every add |
+| ``index_reduce`` mean | ``scalar_t`` adds per index, the count in float | after every add; the quotient once |
 
 log_softmax over another dim keeps the float32 buffers (``serial_vec_logsoftmax_range``): rounded once.
 """
@@ -194,6 +197,90 @@ def _upsample_linear(base: Callable[..., Any]) -> Callable[..., Any]:
     return decomposition
 
 
+def _index_add(base: Callable[..., Any]) -> Callable[..., Any]:
+    """``index_add``: CPU adds a bf16/f16 ``source`` along the first or the last dim of a 2-d or larger tensor
+    in float32 and rounds once (its scatter_add path); along a middle dim, or into a 1-d tensor, it rounds
+    after every add in index order (``add_`` per index), which the base decomposition's accumulating
+    ``index_put`` does (docs/ir.md). Found by emulation against eager (torch 2.13, alpha = 1; other alphas
+    round in neither order: the base's)."""
+    def decomposition(x: torch.Tensor, dim: int, index: torch.Tensor, source: torch.Tensor, *,
+                      alpha: Any = 1) -> torch.Tensor:
+        once = x.dim() >= 2 and dim % x.dim() in (0, x.dim() - 1)
+        if x.dtype not in LOW_PRECISION or source.dtype is not x.dtype or not once or alpha != 1:
+            return base(x, dim, index, source, alpha=alpha)
+        return base(x.to(torch.float32), dim, index, source.to(torch.float32)).to(x.dtype)
+
+    return decomposition
+
+
+def _embedding_dense_backward(base: Callable[..., Any]) -> Callable[..., Any]:
+    """``embedding_dense_backward``: CPU adds each index's bf16/f16 gradient row into its weight row in the
+    gradient's dtype, in index order (``grad_weight[k].add_(grad[i])``), where the decomposition adds in
+    float32 and rounds once: accumulated in the dtype (the IR's accumulating write rounds after every add).
+    ``scale_grad_by_freq`` (a double scale per add) keeps the base's."""
+    def decomposition(grad: torch.Tensor, indices: torch.Tensor, num_weights: int, padding_idx: int,
+                      scale_grad_by_freq: bool) -> torch.Tensor:
+        if grad.dtype not in LOW_PRECISION or scale_grad_by_freq:
+            return base(grad, indices, num_weights, padding_idx, scale_grad_by_freq)
+        indices = indices.to(torch.int64)
+        rows = grad.reshape(indices.numel(), -1)
+        flat = indices.reshape(-1)
+        rows = rows.masked_fill((flat == padding_idx).unsqueeze(1), 0)  # the padding row gets nothing
+        total = rows.new_zeros((num_weights, rows.shape[1])).index_put([flat], rows, accumulate=True)
+        return total.reshape((num_weights,) + tuple(grad.shape[indices.dim():]))
+
+    return decomposition
+
+
+def _index_reduce(base: Callable[..., Any]) -> Callable[..., Any]:
+    """``index_reduce`` mean: CPU adds each slice into its row in the input's dtype, in index order (the IR's
+    accumulating write), counts in float and divides once (``result / count`` rounded), where the base
+    decomposition's ``scatter_reduce`` adds in float32 (CPU's scatter kernels' order)."""
+    def decomposition(x: torch.Tensor, dim: int, index: torch.Tensor, source: torch.Tensor, reduce: str, *,
+                      include_self: bool = True) -> torch.Tensor:
+        if x.dtype not in LOW_PRECISION or source.dtype is not x.dtype or reduce != "mean" or x.dim() == 0:
+            return base(x, dim, index, source, reduce, include_self=include_self)
+        dim = dim % x.dim()
+        rows, slices, index = x.movedim(dim, 0), source.movedim(dim, 0), index.reshape(-1).to(torch.int64)
+        shape = [-1] + [1] * (rows.dim() - 1)
+        hit = torch.zeros(rows.shape[0], dtype=torch.bool, device=x.device).index_fill(0, index, True)
+        start = rows if include_self else rows.masked_fill(hit.reshape(shape), 0)
+        total = start.index_put([index], slices, accumulate=True)
+        counts = torch.full((rows.shape[0],), 1.0 if include_self else 0.0, device=x.device)
+        counts = counts.index_add(0, index, torch.ones(index.numel(), device=x.device))
+        counts = torch.where(counts == 0, 1.0, counts)
+        return (total.to(torch.float32) / counts.reshape(shape)).to(x.dtype).movedim(0, dim).contiguous()
+
+    return decomposition
+
+
+#: addbmm batches unrolled one rounded add each (a longer batch keeps the base's single rounding)
+_ADDBMM_UNROLLED = 64
+
+
+def _addbmm(base: Callable[..., Any]) -> Callable[..., Any]:
+    """``addbmm``: CPU starts from ``beta * self`` rounded (nothing for beta = 0) and adds each batch's
+    product, ``alpha * (batch1[b] @ batch2[b])`` in float32, into the bf16/f16 result (``addmm_`` per batch,
+    each rounded). ``beta == 0`` is a Python branch: the device's lifted floats guard it (device/stand_ins.py)."""
+    def decomposition(x: torch.Tensor, batch1: torch.Tensor, batch2: torch.Tensor, *, beta: Any = 1,
+                      alpha: Any = 1) -> torch.Tensor:
+        dtype = x.dtype
+        if dtype not in LOW_PRECISION or batch1.dtype is not dtype or batch2.dtype is not dtype or \
+                batch1.shape[0] > _ADDBMM_UNROLLED or batch1.shape[0] == 0:
+            return base(x, batch1, batch2, beta=beta, alpha=alpha)
+        products = torch.bmm(batch1.to(torch.float32), batch2.to(torch.float32))
+        shape = products.shape[1:]
+        if beta == 0:
+            result = torch.zeros(shape, dtype=torch.float32, device=x.device)
+        else:
+            result = _rounded(x.to(torch.float32).expand(shape) * _rounded_scalar(beta, torch.float32, x), dtype)
+        for product in products.unbind(0):
+            result = _rounded(result + product * alpha, dtype)
+        return result.to(dtype)
+
+    return decomposition
+
+
 _BATCH_NORMS = (aten.native_batch_norm.default, aten._native_batch_norm_legit.default,
                 aten._native_batch_norm_legit.no_stats, aten._native_batch_norm_legit_functional.default,
                 aten._batch_norm_with_update_functional.default)
@@ -206,6 +293,8 @@ def low_precision_decompositions(table: dict[Any, Callable[..., Any]]) -> dict[A
         aten._log_softmax.default: _log_softmax, aten.linalg_cross.default: _linalg_cross,
         aten.logit.default: _logit, aten.mse_loss.default: _mse_loss, aten.addr.default: _addr,
         aten.upsample_linear1d.default: _upsample_linear, aten.upsample_trilinear3d.default: _upsample_linear,
+        aten.index_add.default: _index_add, aten.embedding_dense_backward.default: _embedding_dense_backward,
+        aten.index_reduce.default: _index_reduce, aten.addbmm.default: _addbmm,
     }
     entries = {}
     for op, wrap in wrappers.items():  # ours, else torch's own table's (the device traces with both)

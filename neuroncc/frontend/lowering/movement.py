@@ -16,7 +16,7 @@ import torch.fx as fx
 
 from neuroncc.errors import UnsupportedOpError
 from neuroncc.frontend.lowering.context import LoweringContext, meta_value, normalize_dim
-from neuroncc.ir import Value
+from neuroncc.ir import DType, Value
 
 aten = torch.ops.aten
 Lowering = Callable[..., Any]
@@ -175,7 +175,14 @@ def _scatter(reduce: str) -> Lowering:
         else:
             values = ctx.emit("full", shape=idx.type.shape, dtype=x.type.dtype,
                               value=ctx.python_scalar(source, x.type.dtype))
-        return ctx.emit("scatter", x, idx, values, dim=normalize_dim(dim, x.type.rank), reduce=reduce)
+        dim = normalize_dim(dim, x.type.rank)
+        if reduce == "add" and x.type.dtype in (DType.bf16, DType.f16):
+            # CPU's scatter_add accumulates bf16/f16 in float32 and rounds once (the IR's accumulating
+            # write rounds after every add, as index_put's accumulate on CPU): added in f32
+            total = ctx.emit("scatter", ctx.cast(x, DType.f32), idx, ctx.cast(values, DType.f32), dim=dim,
+                             reduce=reduce)
+            return ctx.cast(total, x.type.dtype)
+        return ctx.emit("scatter", x, idx, values, dim=dim, reduce=reduce)
 
     return lower
 

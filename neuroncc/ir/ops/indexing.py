@@ -8,9 +8,12 @@ broadcast shape (in place when the indexed dims are adjacent, at the front other
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from neuroncc.ir.attrs import Attrs
+from neuroncc.ir.dtypes import DType, to_storage
 from neuroncc.ir.opdef import AttrSpec, Category, OpDef, Trait, broadcast_shapes, fail, normalize_dim, same_dtype
 from neuroncc.ir.types import TensorType
 
@@ -68,7 +71,29 @@ def _infer_scatter(types: tuple[TensorType, ...], attrs: Attrs) -> TensorType:
     return x.contiguous()
 
 
-def _scatter(x, index, src, dim, reduce):
+def _add_at(out: np.ndarray, key: Any, values: np.ndarray, out_dtype: DType | None) -> None:
+    """``np.add.at(out, key, values)``; in bf16/f16 each add rounded, in index order (row-major over the
+    values), as PyTorch's CPU kernels accumulate (index_put's accumulate, embedding's backward)."""
+    if out_dtype not in (DType.bf16, DType.f16):
+        np.add.at(out, key, values)
+        return
+    positions = np.arange(out.size).reshape(out.shape)[key]
+    values = np.broadcast_to(values, positions.shape).reshape(-1)
+    positions = positions.reshape(-1)
+    order = np.argsort(positions, kind="stable")
+    ranks = np.empty(len(positions), dtype=np.int64)  # each add's place among the adds to its position
+    sorted_positions = positions[order]
+    starts = np.r_[0, np.flatnonzero(np.diff(sorted_positions)) + 1] if len(positions) else np.zeros(0, np.int64)
+    group_start = np.repeat(starts, np.diff(np.r_[starts, len(positions)]))
+    ranks[order] = np.arange(len(positions)) - group_start
+    flat = out.reshape(-1)
+    for rank in range(int(ranks.max()) + 1 if len(ranks) else 0):  # one add per position and wave
+        chosen = ranks == rank
+        where = positions[chosen]
+        flat[where] = to_storage(flat[where] + values[chosen], out_dtype)
+
+
+def _scatter(x, index, src, dim, reduce, out_dtype=None):
     out = x.copy()
     if index.size == 0:
         return out
@@ -80,7 +105,7 @@ def _scatter(x, index, src, dim, reduce):
     grids[dim] = checked_indices(index, x.shape[dim], dim)
     values = src[tuple(slice(0, n) for n in index.shape)]
     if reduce == "add":
-        np.add.at(out, tuple(grids), values)
+        _add_at(out, tuple(grids), values, out_dtype)
     else:
         out[tuple(grids)] = values
     return out
@@ -147,11 +172,11 @@ def _infer_index_put(types: tuple[TensorType, ...], attrs: Attrs) -> TensorType:
     return x.contiguous()
 
 
-def _index_put(x, values, *indices, dims, accumulate):
+def _index_put(x, values, *indices, dims, accumulate, out_dtype=None):
     out = x.copy()
     key = _numpy_index(x.ndim, dims, indices)
     if accumulate:
-        np.add.at(out, key, np.broadcast_to(values, out[key].shape))
+        _add_at(out, key, np.broadcast_to(values, out[key].shape), out_dtype)
     else:
         out[key] = values
     return out
@@ -172,14 +197,16 @@ OPS = (
           "out[i][j] = x[index[i][j]][j] (dim 0), as torch.gather"),
     OpDef("scatter", Category.INDEX, (3, 3), _infer_scatter, _scatter,
           {"dim": AttrSpec("int"), "reduce": AttrSpec("str", "none")},
-          "copy of x with src written (or added, reduce=add) at index along dim", traits=_WRITE),
+          "copy of x with src written (or added, reduce=add) at index along dim", traits=_WRITE,
+          wants_out_dtype=True),
     OpDef("index_select", Category.INDEX, (2, 2), _infer_index_select, _index_select, {"dim": AttrSpec("int")},
           "rows of x along dim picked by a 1-d index"),
     OpDef("index", Category.INDEX, (2, None), _infer_index, _index, {"dims": AttrSpec("ints")},
           "advanced indexing x[..., i0, ..., i1, ...] (aten.index.Tensor)"),
     OpDef("index_put", Category.INDEX, (3, None), _infer_index_put, _index_put,
           {"dims": AttrSpec("ints"), "accumulate": AttrSpec("bool", False)},
-          "copy of x with values written (or accumulated) at advanced indices", traits=_WRITE),
+          "copy of x with values written (or accumulated) at advanced indices", traits=_WRITE,
+          wants_out_dtype=True),
     OpDef("embedding", Category.INDEX, (2, 2), _infer_embedding,
           lambda w, idx: w[idx.astype(np.int64)], {}, "weight[indices] (embedding lookup)"),
 )

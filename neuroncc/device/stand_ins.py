@@ -1,0 +1,158 @@
+"""Lifted floats' stand-ins that notice being looked at: the guards a lifted program holds for.
+
+The device builds a call's program with stand-in values in the place of its Python floats (programs.py,
+"Lifting") and serves every later value of them with that one kernel. Code that branches in Python on such a
+float -- a decomposition's ``if beta == 0: return product`` (addmv, baddbmm, addbmm), a lowering's
+``if exponent == 3`` (bf16 ``pow``) -- takes the stand-in's path, and the kernel was wrong for the values that
+take the other one (``torch.baddbmm(torch.empty(...), q, k, beta=0.0)``: NaN where eager gives the product).
+
+A :class:`StandIn` is the stand-in float itself; arithmetic on it gives stand-ins, and each comparison, ``bool``
+or integer conversion of one is recorded with its outcome. Those outcomes are the lifted program's
+:class:`Guards`: a call whose real floats decide every recorded question the same way traces the same program,
+so the kernel serves it; any other call is built with its real floats (entries.py). The floats reach the
+front end's lowerings as FX arguments (the stand-ins themselves) and its decompositions through the
+dispatcher, which passes plain floats: :func:`watching_table` hands each decomposition the stand-in of an
+argument equal to a sentinel. Not seen: branches in C++ kernels, and Python code that converts the float
+first (``float(x)``, ``math.isnan``).
+"""
+
+from __future__ import annotations
+
+import functools
+import operator
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+Floats = Sequence[float]
+
+
+class StandIn(float):
+    """A stand-in float whose value is ``compute(floats)`` for a call's real floats."""
+
+    __slots__ = ("compute",)
+
+    def __new__(cls, value: float, compute: Callable[[Floats], Any]) -> StandIn:
+        self = super().__new__(cls, value)
+        self.compute = compute
+        return self
+
+    __hash__ = float.__hash__
+
+
+def _compute(value: Any) -> Callable[[Floats], Any]:
+    if isinstance(value, StandIn):
+        return value.compute
+    return lambda floats: value
+
+
+def _arithmetic(method: Callable[..., Any]) -> Callable[..., Any]:
+    def apply(self: StandIn, *other: Any) -> Any:
+        result = method(float(self), *[float(o) if isinstance(o, StandIn) else o for o in other])
+        if not isinstance(result, float) or not _RECORDER.active:
+            return result
+        left, rights = self.compute, [_compute(o) for o in other]
+        return StandIn(result, lambda floats: method(left(floats), *[r(floats) for r in rights]))
+
+    return apply
+
+
+def _question(method: Callable[..., Any]) -> Callable[..., Any]:
+    def ask(self: StandIn, *other: Any) -> Any:
+        result = method(float(self), *[float(o) if isinstance(o, StandIn) else o for o in other])
+        if result is NotImplemented:
+            return result
+        left, rights = self.compute, [_compute(o) for o in other]
+        _RECORDER.record(lambda floats: method(left(floats), *[r(floats) for r in rights]), result)
+        return result
+
+    return ask
+
+
+for _name in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow"):
+    _forward = getattr(float, f"__{_name}__")
+    _backward = getattr(float, f"__r{_name}__")
+    setattr(StandIn, f"__{_name}__", _arithmetic(_forward))
+    setattr(StandIn, f"__r{_name}__", _arithmetic(_backward))
+for _name in ("neg", "pos", "abs"):
+    setattr(StandIn, f"__{_name}__", _arithmetic(getattr(float, f"__{_name}__")))
+for _name in ("eq", "ne", "lt", "le", "gt", "ge", "bool", "int", "trunc", "floor", "ceil", "round"):
+    setattr(StandIn, f"__{_name}__", _question(getattr(float, f"__{_name}__")))
+
+
+class Guards(tuple):
+    """The recorded questions and their answers: ``holds(floats)`` says whether a call's floats answer them
+    all the same way (and so trace the same program)."""
+
+    def holds(self, floats: Floats) -> bool:
+        try:
+            return all(ask(floats) == answer for ask, answer in self)
+        except (ArithmeticError, ValueError, OverflowError):
+            return False
+
+
+class _Recorder(threading.local):
+    def __init__(self) -> None:
+        self.active = False
+        self.questions: list[tuple[Callable[[Floats], Any], Any]] = []
+        self.by_value: dict[float, StandIn] = {}
+
+    def record(self, ask: Callable[[Floats], Any], answer: Any) -> None:
+        if self.active:
+            self.questions.append((ask, answer))
+
+
+_RECORDER = _Recorder()
+
+
+def stand_ins(values: Sequence[float]) -> list[StandIn]:
+    """The stand-ins of a call's floats, ``values`` being the sentinel values (programs.sentinels)."""
+    return [StandIn(value, operator.itemgetter(index)) for index, value in enumerate(values)]
+
+
+class watching:
+    """Records the questions asked of ``values`` (stand-ins) while a program is built; ``guards`` after."""
+
+    def __init__(self, values: Sequence[StandIn]):
+        self.values = values
+        self.guards = Guards()
+
+    def __enter__(self) -> watching:
+        if _RECORDER.active:
+            raise RuntimeError("nested stand-in recording")
+        _RECORDER.active, _RECORDER.questions = True, []
+        _RECORDER.by_value = {float(v): v for v in self.values}
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.guards = Guards(_RECORDER.questions)
+        _RECORDER.active, _RECORDER.questions, _RECORDER.by_value = False, [], {}
+
+
+def plain(value: Any) -> Any:
+    """``value`` as a plain float if it is a stand-in (for lookups that must not count as questions)."""
+    return float(value) if isinstance(value, StandIn) else value
+
+
+def _with_stand_ins(value: Any) -> Any:
+    if type(value) is float:
+        return _RECORDER.by_value.get(value, value)
+    if isinstance(value, list | tuple) and any(type(v) is float for v in value):
+        return type(value)(_RECORDER.by_value.get(v, v) if type(v) is float else v for v in value)
+    return value
+
+
+def _watched(decomposition: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(decomposition)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        if not _RECORDER.active or not _RECORDER.by_value:
+            return decomposition(*args, **kwargs)
+        return decomposition(*[_with_stand_ins(a) for a in args],
+                             **{k: _with_stand_ins(v) for k, v in kwargs.items()})
+
+    return call
+
+
+def watching_table(table: dict[Any, Callable[..., Any]]) -> dict[Any, Callable[..., Any]]:
+    """``table`` whose decompositions see a lifted float's stand-in (the dispatcher hands them plain floats)."""
+    return {op: _watched(fn) for op, fn in table.items()}
