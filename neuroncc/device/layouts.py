@@ -309,13 +309,14 @@ ATEN_EXTERNS = frozenset({aten.convolution.default, aten.convolution_backward.de
 #: ops (every overload: ``out=`` forms too) whose CPU kernels compute channels_last (and channels_last_3d) tensors
 #: in their memory order, vectorized over the channels, while the device's programs compute in the logical
 #: order (reading with a stride, writing through a transposing temporary): pools, their backwards, the 2-d
-#: reflection/replication pads
+#: reflection pad (not replication_pad2d: its CPU kernel called alone lays its result out contiguously, where
+#: eager's ``F.pad`` gives channels_last)
 CHANNELS_LAST_KERNELS = frozenset({
     aten.max_pool2d_with_indices, aten.max_pool2d_with_indices_backward, aten.avg_pool2d, aten.avg_pool2d_backward,
     aten._adaptive_avg_pool2d, aten._adaptive_avg_pool2d_backward, aten.adaptive_max_pool2d,
     aten.adaptive_max_pool2d_backward, aten.max_pool3d_with_indices, aten.max_pool3d_with_indices_backward,
     aten.avg_pool3d, aten.avg_pool3d_backward, aten._adaptive_avg_pool3d, aten._adaptive_avg_pool3d_backward,
-    aten.reflection_pad2d, aten.reflection_pad2d_backward, aten.replication_pad2d, aten.replication_pad2d_backward,
+    aten.reflection_pad2d, aten.reflection_pad2d_backward,
 })
 
 
