@@ -9,6 +9,8 @@ threads unless ``--threads`` says (benchmarks/common.py); the table gives the me
 each channels_last step's ratio to the contiguous one of the same runner (the median of the rounds' ratios); the
 last line puts the device's ratio beside CPU eager's. Before the timing, each runner's loss is checked to match CPU's,
 and the table says whether a channels_last runner's activations are channels_last (as CPU's are).
+The compiled channels_last model compiles after the contiguous one: a TorchDynamo recompile on the input's
+strides, which marks them dynamic, so neuroncc compiles it as a shape specialization (frontend/specializations.py).
 """
 
 from __future__ import annotations

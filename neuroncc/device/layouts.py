@@ -306,12 +306,27 @@ def in_memory_order(outputs: tuple[GraphOutput, ...], results: list[tuple[tuple[
 #: into the program's contiguous output: for operands in another memory format the result is transposed there
 #: and back into eager's layout by ``kernels.Binding``
 ATEN_EXTERNS = frozenset({aten.convolution.default, aten.convolution_backward.default})
+#: ops (every overload: ``out=`` forms too) whose CPU kernels compute channels_last (and channels_last_3d) tensors
+#: in their memory order, vectorized over the channels, while the device's programs compute in the logical
+#: order (reading with a stride, writing through a transposing temporary): pools, their backwards, the 2-d
+#: reflection pad (not replication_pad2d: its CPU kernel called alone lays its result out contiguously, where
+#: eager's ``F.pad`` gives channels_last)
+CHANNELS_LAST_KERNELS = frozenset({
+    aten.max_pool2d_with_indices, aten.max_pool2d_with_indices_backward, aten.avg_pool2d, aten.avg_pool2d_backward,
+    aten._adaptive_avg_pool2d, aten._adaptive_avg_pool2d_backward, aten.adaptive_max_pool2d,
+    aten.adaptive_max_pool2d_backward, aten.max_pool3d_with_indices, aten.max_pool3d_with_indices_backward,
+    aten.avg_pool3d, aten.avg_pool3d_backward, aten._adaptive_avg_pool3d, aten._adaptive_avg_pool3d_backward,
+    aten.reflection_pad2d, aten.reflection_pad2d_backward,
+})
 
 
 def aten_on_device_memory(form: OpForm, tensors: list[torch.Tensor]) -> bool:
     """Whether the call runs ATen's own kernel on the device's memory (``fallback.run_on_host``: host views of
     the operands, the results copied into device memory in ATen's layout) instead of its program: an
-    ATEN_EXTERNS op over float32 tensors some of which are dense in another memory format than contiguous
-    (channels_last), where ATen's result is laid out so too."""
-    return form.op in ATEN_EXTERNS and all(t.dtype is torch.float32 for t in tensors) and \
+    ATEN_EXTERNS or CHANNELS_LAST_KERNELS op whose floating-point tensors are float32 and some of whose tensors
+    are dense in another memory format than contiguous (channels_last), where ATen's result is laid out so too
+    (computed in memory order, CPU eager's values)."""
+    if form.op not in ATEN_EXTERNS and getattr(form.op, "overloadpacket", None) not in CHANNELS_LAST_KERNELS:
+        return False
+    return all(t.dtype is torch.float32 for t in tensors if t.is_floating_point()) and \
         any(t.dim() >= 3 and _permuted_dense(tuple(t.shape), tuple(t.stride())) for t in tensors)

@@ -217,8 +217,13 @@ class ShapeSpecializations:
         specialized = specialize_graph(self.gm, values)
         passed = [args[i] for i in self._passed_positions]
         # Outside TorchDynamo's tracing context: AOTAutograd must fake the concrete inputs with static sizes,
-        # not reuse the symbolic fake mode of the frame being compiled.
-        with torch._guards.tracing(None):
+        # not reuse the symbolic fake mode of the frame being compiled. In a context of their own: without
+        # one, AOTAutograd does not ask the forward for its output strides, and the activations it saves took
+        # eager's layouts (transposed after every forward of a channels_last model, read with a stride by the
+        # backward's kernels: saved_layouts.py)
+        from torch._subclasses.fake_tensor import FakeTensorMode
+
+        with torch._guards.tracing(torch._guards.TracingContext(FakeTensorMode())):
             compiled = self._compile_static(specialized, passed, f"{self.name}_s{number}")
         stats.increment("shape_specializations")
         self._compiled[key] = compiled

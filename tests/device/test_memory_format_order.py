@@ -176,3 +176,36 @@ def test_channels_last_pointwise_ops_with_broadcast_operands_compute_in_memory_o
     for expected, got in zip(run("cpu"), run("neuron")):
         _check(expected, got)
     assert _transposing({"add", "add_", "mul", "mul_", "where", "addcmul", "gt"}, before) == []
+
+
+def test_channels_last_pools_and_pads_run_atens_kernels_in_memory_order():
+    """Pools, adaptive pools, their backwards and the 2-d reflection pad of channels_last tensors
+    run ATen's channels_last kernels on the device's memory (layouts.CHANNELS_LAST_KERNELS), as convolutions do:
+    no program computing in the logical order and transposing its result; CPU eager's values and strides, with
+    contiguous inputs still built as programs."""
+    before = _entries()
+    torch.manual_seed(0)
+    x = torch.randn(2, 6, 9, 10)
+    pieces = [lambda a: F.max_pool2d(a, 2), lambda a: F.max_pool2d(a, 3, 2, 1), lambda a: F.avg_pool2d(a, 2),
+              lambda a: F.adaptive_avg_pool2d(a, 1), lambda a: F.adaptive_avg_pool2d(a, (4, 3)),
+              lambda a: F.adaptive_max_pool2d(a, 3), lambda a: F.pad(a, (1, 1, 2, 1), mode="reflect"),
+              lambda a: F.pad(a, (2, 1, 1, 2), mode="replicate"),
+              lambda a: F.max_pool3d(a.unsqueeze(2).expand(-1, -1, 4, -1, -1).contiguous(memory_format=CL3), 2)]
+    for fmt in (CL, torch.contiguous_format):
+        results = {}
+        for device in ("cpu", "neuron"):
+            a = x.to(device).to(memory_format=fmt).clone().detach().requires_grad_()
+            outs = [piece(a) for piece in pieces]
+            weights = [torch.linspace(-1, 1, o.numel()).reshape(o.shape).to(device) for o in outs]
+            sum((o * w).sum() for o, w in zip(outs, weights)).backward()
+            results[device] = outs + [a.grad]
+        for expected, got in zip(results["cpu"], results["neuron"]):
+            _check(expected, got)
+    ops = {"max_pool2d_with_indices", "max_pool2d_with_indices_backward", "avg_pool2d", "avg_pool2d_backward",
+           "_adaptive_avg_pool2d", "_adaptive_avg_pool2d_backward", "adaptive_max_pool2d",
+           "adaptive_max_pool2d_backward", "reflection_pad2d", "reflection_pad2d_backward", "max_pool3d_with_indices", "max_pool3d_with_indices_backward"}
+    assert _transposing(ops, before) == []
+    on_memory = {str(handler.op).split(".")[1] for handler in dispatch.handlers()
+                 for entry in handler.entries.values()
+                 if isinstance(entry, entries.AtenOnDeviceMemory) and id(entry) not in before}
+    assert {"max_pool2d_with_indices", "_adaptive_avg_pool2d", "reflection_pad2d"} <= on_memory, on_memory

@@ -67,3 +67,30 @@ def test_inference_graphs_report_nothing(compiled_graphs):
         out = torch.compile(model, backend="neuron", dynamic=False)(x)
     torch.testing.assert_close(out, model(x), rtol=1e-4, atol=1e-5)
     assert set(compiled_graphs) == {"inference"}
+
+
+def test_specializations_keep_saved_activations_in_our_layout(compiled_graphs, layout_copies):
+    """A graph with symbolic sizes compiles a static specialization per shape (frontend/specializations.py),
+    outside TorchDynamo's tracing context. Without a context of its own AOTAutograd did not ask the forward
+    for its output strides: a channels_last CNN's saved activations took eager's channels_last layout,
+    transposed out of the forward's buffers after every call and read with a stride by the backward's kernels
+    (a training step 1.3x its contiguous one)."""
+    cl = torch.channels_last
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+                                torch.nn.Conv2d(8, 8, 3), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1),
+                                torch.nn.Flatten(), torch.nn.Linear(8, 4)).to(memory_format=cl)
+    x = torch.randn(2, 3, 10, 10).to(memory_format=cl)
+    expected_out, expected_grads = _train_step(model, x)
+    compiled = torch.compile(model, backend="neuron", dynamic=True)
+    for _ in range(2):
+        out, grads = _train_step(compiled, x)
+        torch.testing.assert_close(out, expected_out, rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(grads, expected_grads, rtol=1e-4, atol=1e-5)
+        assert [g.stride() for g in grads] == [g.stride() for g in expected_grads]
+    activations = [copy for copy in layout_copies if copy[0][0] == 2]
+    assert not activations, f"saved activations copied into eager's layout: {activations}"
+    backward = compiled_graphs["backward"]
+    strided = [p.hint for p in backward.executable.function.params  # the model's input x is channels_last
+               if p.type.rank == 4 and not p.type.is_contiguous and not p.hint.startswith("primals")]
+    assert not strided, f"the backward reads saved activations with a stride: {strided}"
