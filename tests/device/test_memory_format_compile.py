@@ -46,42 +46,35 @@ def test_compiled_channels_last_convolutions_on_the_device_return_eagers_strides
     """PyTorch's fake convolution on a PrivateUse1 device is contiguous; the device's eager convolution gives
     CPU's channels_last (neuroncc/device/fake_convolution.py): the compiled graph's outputs are laid out as
     eager's, with eager's values and gradients."""
-    cl = torch.channels_last
     torch.manual_seed(0)
     block = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.Conv2d(8, 4, 3, stride=2))
+    _compiled_on_the_device_matches_cpu(block, [0, 3], dynamic=False)
+
+
+def _compiled_on_the_device_matches_cpu(block: nn.Module, weighted: list[int], dynamic: bool) -> None:
+    """``block`` in channels_last, eager on CPU and compiled on the device: the output's, the input's gradient's
+    and the ``weighted`` layers' weight gradients' values and strides."""
+    cl = torch.channels_last
     x = torch.randn(2, 3, 10, 10).to(memory_format=cl)
     results = {}
     for device in ("cpu", "neuron"):
         torch._dynamo.reset()
         model = copy.deepcopy(block).to(device, memory_format=cl)
         a = x.detach().to(device).requires_grad_()
-        y = (torch.compile(model, backend="neuron") if device == "neuron" else model)(a)
+        forward = torch.compile(model, backend="neuron", dynamic=dynamic) if device == "neuron" else model
+        y = forward(a)
         y.square().sum().backward()
-        results[device] = [y, a.grad, model[0].weight.grad, model[3].weight.grad]
+        results[device] = [y, a.grad, *(model[i].weight.grad for i in weighted)]
     for expected, got in zip(results["cpu"], results["neuron"]):
         torch.testing.assert_close(got.cpu(), expected, rtol=1e-4, atol=1e-4)
         assert got.stride() == expected.stride(), (got.stride(), expected.stride())
-
 
 
 def test_compiled_channels_last_specialization_on_the_device_matches_cpu():
     """A channels_last block compiled with symbolic sizes (one static specialization per shape,
     frontend/specializations.py; tests/frontend/test_saved_layouts.py checks its saved layouts): eager's values,
     gradients and strides."""
-    cl = torch.channels_last
     torch.manual_seed(0)
     block = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.Conv2d(8, 8, 3),
                           nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 4))
-    x = torch.randn(2, 3, 10, 10).to(memory_format=cl)
-    results = {}
-    for device in ("cpu", "neuron"):
-        torch._dynamo.reset()
-        model = copy.deepcopy(block).to(device, memory_format=cl)
-        a = x.detach().to(device).requires_grad_()
-        forward = torch.compile(model, backend="neuron", dynamic=True) if device == "neuron" else model
-        y = forward(a)
-        y.square().sum().backward()
-        results[device] = [y, a.grad, model[0].weight.grad, model[3].weight.grad, model[7].weight.grad]
-    for expected, got in zip(results["cpu"], results["neuron"]):
-        torch.testing.assert_close(got.cpu(), expected, rtol=1e-4, atol=1e-4)
-        assert got.stride() == expected.stride(), (got.stride(), expected.stride())
+    _compiled_on_the_device_matches_cpu(block, [0, 3, 7], dynamic=True)
