@@ -69,15 +69,20 @@ def _question(method: Callable[..., Any]) -> Callable[..., Any]:
     return ask
 
 
-for _name in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow"):
-    _forward = getattr(float, f"__{_name}__")
-    _backward = getattr(float, f"__r{_name}__")
-    setattr(StandIn, f"__{_name}__", _arithmetic(_forward))
-    setattr(StandIn, f"__r{_name}__", _arithmetic(_backward))
-for _name in ("neg", "pos", "abs"):
-    setattr(StandIn, f"__{_name}__", _arithmetic(getattr(float, f"__{_name}__")))
-for _name in ("eq", "ne", "lt", "le", "gt", "ge", "bool", "int", "trunc", "floor", "ceil", "round"):
-    setattr(StandIn, f"__{_name}__", _question(getattr(float, f"__{_name}__")))
+#: float's number protocol by its methods' names: arithmetic (each with its reflected form) gives stand-ins,
+#: questions (comparisons, conversions) are recorded with their answers
+_BINARY = ("__add__", "__sub__", "__mul__", "__truediv__", "__floordiv__", "__mod__", "__pow__")
+_UNARY = ("__neg__", "__pos__", "__abs__")
+_QUESTIONS = ("__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__", "__bool__", "__int__", "__trunc__",
+              "__floor__", "__ceil__", "__round__")
+for _method in _BINARY:
+    _reflected = "__r" + _method[2:]
+    setattr(StandIn, _method, _arithmetic(getattr(float, _method)))
+    setattr(StandIn, _reflected, _arithmetic(getattr(float, _reflected)))
+for _method in _UNARY:
+    setattr(StandIn, _method, _arithmetic(getattr(float, _method)))
+for _method in _QUESTIONS:
+    setattr(StandIn, _method, _question(getattr(float, _method)))
 
 
 class Guards(tuple):
