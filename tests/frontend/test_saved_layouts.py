@@ -30,15 +30,21 @@ def _train_step(module, x):
     return out, [p.grad.clone() for p in module.parameters()]
 
 
-def test_saved_activations_keep_our_layout_and_gradients_match(compiled_graphs, layout_copies):
-    model = Attention()
-    x = torch.randn(2, 8, 32)
+def _trains_like_eager(model, x, dynamic: bool) -> None:
+    """Two compiled training steps of ``model`` give eager's output and gradients, the gradients in eager's
+    strides."""
     expected_out, expected_grads = _train_step(model, x)
-    compiled = torch.compile(model, backend="neuron", dynamic=False)
+    compiled = torch.compile(model, backend="neuron", dynamic=dynamic)
     for _ in range(2):
         out, grads = _train_step(compiled, x)
         torch.testing.assert_close(out, expected_out, rtol=1e-4, atol=1e-5)
         torch.testing.assert_close(grads, expected_grads, rtol=1e-4, atol=1e-5)
+        assert [g.stride() for g in grads] == [g.stride() for g in expected_grads]
+
+
+def test_saved_activations_keep_our_layout_and_gradients_match(compiled_graphs, layout_copies):
+    model = Attention()
+    _trains_like_eager(model, torch.randn(2, 8, 32), dynamic=False)
     forward, backward = compiled_graphs["forward"], compiled_graphs["backward"]
     # the saved q/k/v: eager's are strided views of the projection, ours are contiguous
     eager_strides = [o.spec.stride for o in forward.graph.outputs if hasattr(o, "spec")]
@@ -80,14 +86,7 @@ def test_specializations_keep_saved_activations_in_our_layout(compiled_graphs, l
     model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
                                 torch.nn.Conv2d(8, 8, 3), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1),
                                 torch.nn.Flatten(), torch.nn.Linear(8, 4)).to(memory_format=cl)
-    x = torch.randn(2, 3, 10, 10).to(memory_format=cl)
-    expected_out, expected_grads = _train_step(model, x)
-    compiled = torch.compile(model, backend="neuron", dynamic=True)
-    for _ in range(2):
-        out, grads = _train_step(compiled, x)
-        torch.testing.assert_close(out, expected_out, rtol=1e-4, atol=1e-5)
-        torch.testing.assert_close(grads, expected_grads, rtol=1e-4, atol=1e-5)
-        assert [g.stride() for g in grads] == [g.stride() for g in expected_grads]
+    _trains_like_eager(model, torch.randn(2, 3, 10, 10).to(memory_format=cl), dynamic=True)
     activations = [copy for copy in layout_copies if copy[0][0] == 2]
     assert not activations, f"saved activations copied into eager's layout: {activations}"
     backward = compiled_graphs["backward"]
