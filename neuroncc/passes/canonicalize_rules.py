@@ -204,6 +204,8 @@ def slice_of_slice(site: Site) -> Replacement:
     length = site.result.type.shape[outer["dim"]]
     start = first["start"] + outer["start"] * first["step"]
     step = first["step"] * outer["step"]
+    if not length:  # an empty slice's start may lie past the inner one's end: empty at the inner end instead
+        start = min(start, first["end"])
     end = start + (length - 1) * step + 1 if length else start
     return site.emit("slice", inner.operands[0], dim=outer["dim"], start=start, end=end, step=step)
 
