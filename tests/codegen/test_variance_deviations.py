@@ -107,12 +107,24 @@ def test_zen4_and_float32_layernorm_compute_each_rows_mean_in_turn(monkeypatch):
 
 
 def test_early_means_give_the_same_bits(rng, monkeypatch):
+    _switch(monkeypatch, True)  # (the write pass loads the cached deviations: on every host, as on AVX2's)
     for rows, cols, threads in ((67, 1024, 2), (1, 1024, 2), (5, 2 * 16 * 3 + 2 * 5, 1)):
         fn = fuse_whole_function(layernorm_graph(rows, cols))
         x = (rng.standard_normal((rows, cols)) * 3 + 1).astype(np.float32)
         x[0, :3] = [np.inf, 1e30, -0.0]
         inputs = [to_bits(x)] + [to_bits((rng.standard_normal(cols) * 2).astype(np.float32)) for _ in range(2)]
         _same_bits_with_and_without(monkeypatch, "means_a_row_early", fn, inputs, threads)
+
+
+def test_a_mean_is_not_taken_a_row_early_where_the_write_pass_subtracts_it(monkeypatch):
+    # without cached deviations the write pass subtracts the row's mean from x again, and the next row's mean pass
+    # would have overwritten it by then (AVX-512 hosts, whose deviations are not cached, gave every row but the
+    # last the next row's mean with the early mean forced on): the code is the same as without it
+    _switch(monkeypatch, False)
+    fn, avx2 = layernorm_graph(64, 1024), CpuTarget("znver3", AVX2)
+    early = _assembly(fn, avx2)
+    _early(monkeypatch, False)
+    assert _assembly(fn, avx2) == early
 
 
 def test_a_row_loop_over_blocks_of_rows_computes_its_means_in_turn(rng, monkeypatch):

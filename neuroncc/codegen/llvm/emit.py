@@ -250,6 +250,8 @@ class KernelEmitter(IndexArithmetic, BufferAccess, MapStages):
         if len(storing) != 1 or storing[0][0] != 0:
             return None
         variance = phase.stages[0]
+        if variance.op not in self._deviations:  # (the write pass would subtract the mean slot, by then the next row's:
+            return None  # only a write pass that loads the row's cached deviations leaves the slot free early)
         if len(variance.shape) - len(variance.reduced) != len(phase.outer):  # (its mean pass loops over rows only:
             return None  # not a row loop over blocks of them, as where a token's row is also selected: BERT's CLS)
         operand = self.plan.access.get(storing[0][1].stage.op.operands[0])
