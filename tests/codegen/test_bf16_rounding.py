@@ -23,6 +23,8 @@ from neuroncc.ir import Builder, DType, TensorType, interpret
 #: a Zen 4's features as the code generator reads them (AVX-512 with BF16)
 ZEN4 = ("+avx,+avx2,+fma,+f16c,+bmi,+bmi2,+popcnt,+sse4.2,+avx512f,+avx512vl,+avx512bw,+avx512dq,+avx512cd,"
         "+avx512bf16,+avx512vbmi,+avx512vbmi2,+avx512vnni")
+#: an Intel Sapphire Rapids' features as the code generator reads them (AVX-512 with BF16 and FP16)
+SAPPHIRE_RAPIDS = ZEN4 + ",+avx512fp16,+amx-bf16,+amx-tile,+amx-int8"
 COLS = 1024
 
 
