@@ -47,6 +47,20 @@ class LoopChoices:
         return self.has("avx512bw")
 
     @property
+    def rounds_bf16_pairs_by_conversion(self) -> bool:
+        """Whether a pair of float32 results rounded in 16-bit lanes (:attr:`rounds_bf16_in_word_lanes`) is rounded by
+        AVX-512 BF16's ``vcvtne2ps2bf16`` and one ``vpermw`` instead, a pair of vectors holding a denormal float32
+        (which the instruction takes as zero) by the 16-bit lanes' rounding (``codegen/llvm/bf16_words.py``): per 32
+        results 5 instructions (two ``vfpclassps`` and a ``kortestw`` among them) where the 16-bit lanes take 7 (two
+        ``vpermt2w``). The same bits. Intel's AVX-512 cores (:meth:`_intel_avx512`; session 32 math32, Granite Rapids
+        class, ``bench_bf16_words.py --switch pair-conversion``, two builds each, interleaved medians of 41 rounds):
+        the kernels of bf16 LayerNorm [8192, 1024] 0.946 / 0.957 of the time at 1 thread (0.966 / 1.023 at 2),
+        softmax [4096, 1024] 0.963 / 0.965 (1.002 / 1.002 at 2), gelu(x*w+b)*sigmoid(x) with its tables 0.973 / 0.983
+        (0.958 / 0.990 at 2); with its polynomials instead (not this CPU's code since its tables) 1.06-1.08 at 1
+        thread in one run of 25 rounds. Other AVX-512 CPUs (Zen 4 has BF16) keep their code: not measured there."""
+        return self.has("avx512bw") and self.has("avx512bf16") and self._intel_avx512()
+
+    @property
     def rounds_bf16_in_word_lanes_with_blends(self) -> bool:
         """Whether, without AVX-512 BW (``rounds_bf16_in_word_lanes``), a pair of float32 results is rounded to bf16
         and packed in 16-bit lanes with AVX2's instructions (``codegen/llvm/bf16_words.py``, 8 pairs a call): per pair

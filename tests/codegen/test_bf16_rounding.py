@@ -3,7 +3,9 @@ included, on any CPU (``scalars.round_to``).
 
 AVX-512 BF16's ``vcvtneps2bf16`` (what LLVM selects for ``fptrunc float to bfloat`` on CPUs that have it) treats
 subnormal inputs as zero; torch rounds them like any other value. The kernels round in integer arithmetic on
-every CPU, so the results do not depend on the CPU the code was compiled for."""
+every CPU, so the results do not depend on the CPU the code was compiled for; Intel's AVX-512 cores round paired
+outputs by ``vcvtne2ps2bf16`` where no input of the pair of vectors is subnormal (session 32, ``bf16_words.py``), so
+this test checks that form too when run there."""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ import re
 
 import numpy as np
 import pytest
-from test_bf16_rounding import ZEN4, _float32_patterns
+from test_bf16_rounding import SAPPHIRE_RAPIDS, ZEN4, _float32_patterns
 from test_pairs import _NAN_PATTERNS, AVX2, affine_graph, to_bits
 
 from neuroncc.codegen.llvm import jit
@@ -75,3 +75,37 @@ def test_a_zen4_write_loop_rounds_in_word_lanes_and_avx2_in_32_bit_lanes():
     assert write and all(re.search(r"vpcmpnleuw|vpcmpuw", block) and "vpaddd" not in block for block in write)
     text, asm = _assembly(fn, CpuTarget("znver3", AVX2))
     assert "ncc.bf16.word.v16" not in text and "vperm" not in asm
+
+
+
+@pytest.mark.skipif(not host_cpu().rounds_bf16_pairs_by_conversion, reason="the host has no AVX-512 BF16 and FP16")
+@pytest.mark.parametrize("cols", [1024, 2 * 16 * 3 + 2 * 5])
+def test_conversion_rounds_every_pattern_as_the_word_lanes(rng, monkeypatch, cols):
+    # vcvtne2ps2bf16 takes denormals as zero: a pair of vectors holding one takes the word lanes' rounding (every 7th
+    # subnormal, alone in their vectors and beside normal values where the runs of patterns meet; random patterns hold
+    # one in ~12% of the pairs of vectors)
+    x = _float32_patterns(rng).reshape(-1)
+    if cols % 32:
+        x = x[::23]
+    x = np.concatenate([x, np.zeros(-x.size % cols, np.float32)]).reshape(-1, cols)
+    w = to_bits(rng.standard_normal(cols).astype(np.float32))
+    w[:len(_NAN_PATTERNS)] = _NAN_PATTERNS
+    fn = _cast_graph(x.shape[0], cols)
+    assert "vcvtne2ps2bf16" in _assembly(fn, host_cpu())[1]
+    got = build_cpu_executable(fuse_whole_function(fn), {"threads": 2})(x, w)
+    monkeypatch.setattr(CpuTarget, "rounds_bf16_pairs_by_conversion", property(lambda self: False))
+    assert "vcvtne2ps2bf16" not in _assembly(fn, host_cpu())[1]
+    want = build_cpu_executable(fuse_whole_function(fn), {"threads": 2})(x, w)
+    for g, e, reference in zip(got, want, interpret(fn, [x, w]), strict=True):
+        np.testing.assert_array_equal(g, e)
+        np.testing.assert_array_equal(g, reference)
+
+
+def test_an_intel_write_loop_rounds_by_conversion_and_a_zen4_in_word_lanes():
+    # Sapphire Rapids: vcvtne2ps2bf16 and one vpermw per pair of vectors, each after a vfpclassps per vector and a
+    # branch to the word lanes' rounding; Zen 4 (BF16 without FP16: not measured) keeps the word lanes
+    fn = affine_graph(64, 1024)
+    _, asm = _assembly(fn, CpuTarget("sapphirerapids", SAPPHIRE_RAPIDS))
+    assert re.search(r"vfpclassps\s+\$32", asm) and "vcvtne2ps2bf16" in asm and re.search(r"vpermw\s", asm)
+    _, asm = _assembly(fn, CpuTarget("znver4", ZEN4))
+    assert "vcvtne2ps2bf16" not in asm and "vfpclassps" not in asm
