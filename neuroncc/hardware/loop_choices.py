@@ -33,10 +33,10 @@ class LoopChoices:
         raise NotImplementedError
 
     def _intel_avx512(self) -> bool:
-        """Whether the CPU is one of Intel's AVX-512 cores of Sapphire Rapids' generation or later (session 32 measured a
-        Granite Rapids-class Xeon): AVX-512 FP16 marks them here, AMD's Zen 4 has AVX-512 BF16 without it. Their
-        512-bit vector instructions issue to two ports (0 and 5), where Zen 4 splits each into two 256-bit halves;
-        decisions measured on them alone say so and keep other AVX-512 CPUs' code."""
+        """Whether the CPU is one of Intel's AVX-512 cores of Sapphire Rapids' generation or later (session 32
+        measured a Granite Rapids-class Xeon): AVX-512 FP16 marks them here, AMD's Zen 4 has AVX-512 BF16 without
+        it. Their 512-bit vector instructions issue to two ports (0 and 5), where Zen 4 splits each into two 256-bit
+        halves; decisions measured on them alone say so and keep other AVX-512 CPUs' code."""
         return self.has("avx512f") and self.has("avx512fp16")
 
     @property

@@ -143,13 +143,13 @@ _DENORMAL_CLASS = 0x20
 
 
 def _converted_variant(module: ir.Module, symbol: str) -> ir.Function:
-    """The pair function on 16 pairs by AVX-512 BF16's ``vcvtne2ps2bf16`` (:attr:`CpuTarget.rounds_bf16_pairs_by_conversion`):
-    both vectors rounded to nearest even in one instruction, their words put in pair order by one ``vpermw``. The
-    instruction treats denormal inputs as zero (Intel SDM: the result is a signed zero where torch rounds them), so a
-    ``vfpclassps`` per vector flags them and a pair of vectors holding one takes the 16-bit lanes' rounding
-    (:func:`_word_lane_rounding`) instead; every other input rounds as it does: normal values to nearest even, zeros
-    and infinities as they are, a NaN to its high half with the quiet bit set (here already set, the low half zero).
-    The same bits as the 32-bit rounding for every input."""
+    """The pair function on 16 pairs by AVX-512 BF16's ``vcvtne2ps2bf16``
+    (:attr:`CpuTarget.rounds_bf16_pairs_by_conversion`): both vectors rounded to nearest even in one instruction,
+    their words put in pair order by one ``vpermw``. The instruction treats denormal inputs as zero (Intel SDM: the
+    result is a signed zero where torch rounds them), so a ``vfpclassps`` per vector flags them and a pair of vectors
+    holding one takes the 16-bit lanes' rounding (:func:`_word_lane_rounding`) instead; every other input rounds as
+    it does: normal values to nearest even, zeros and infinities as they are, a NaN to its high half with the quiet
+    bit set (here already set, the low half zero). The same bits as the 32-bit rounding for every input."""
     fn, b = _vector_pair_function(module, symbol, VECTOR_PAIRS)
     even, odd = fn.args
     masks = [call(b, "llvm.x86.avx512.fpclass.ps.512", [value, ir.Constant(I32, _DENORMAL_CLASS)],
@@ -161,7 +161,8 @@ def _converted_variant(module: ir.Module, symbol: str) -> ir.Function:
     b.ret(_word_lane_rounding(b, even, odd))
     b.position_at_end(fast)
     # (the high 16 words from the first operand, the low 16 from the second: evens, then odds)
-    converted = call(b, "llvm.x86.avx512bf16.cvtne2ps2bf16.512", [odd, even], ir.VectorType(_BFloat(), 2 * VECTOR_PAIRS))
+    converted = call(b, "llvm.x86.avx512bf16.cvtne2ps2bf16.512", [odd, even],
+                     ir.VectorType(_BFloat(), 2 * VECTOR_PAIRS))
     halves = b.bitcast(converted, ir.VectorType(I16, 2 * VECTOR_PAIRS))
     order = ir.Constant(ir.VectorType(I32, 2 * VECTOR_PAIRS),
                         [k + VECTOR_PAIRS * half for k in range(VECTOR_PAIRS) for half in (0, 1)])
