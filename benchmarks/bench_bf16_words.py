@@ -56,6 +56,7 @@ class Switch(NamedTuple):
 
 SWITCHES: dict[str, Switch] = {
     "word-lanes": Switch(("rounds_bf16_in_word_lanes",), "a16,b16,c16"),
+    "pair-conversion": Switch(("rounds_bf16_pairs_by_conversion",), "a16,b16,c16"),
     "op-results": Switch(("rounds_bf16_op_results_without_nan_case",), "a16"),
     "widened-rows": Switch(("caches_widened_bf16_rows",), "c16"),
     "paired-sums": Switch(("sums_paired_row_caches_apart",), "b16"),

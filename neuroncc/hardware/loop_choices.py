@@ -32,12 +32,33 @@ class LoopChoices:
     def has(self, feature: str) -> bool:  # (the target's)
         raise NotImplementedError
 
+    def _intel_avx512(self) -> bool:
+        """Whether the CPU is one of Intel's AVX-512 cores of Sapphire Rapids' generation or later (session 32
+        measured a Granite Rapids-class Xeon): AVX-512 FP16 marks them here, AMD's Zen 4 has AVX-512 BF16 without
+        it. Their 512-bit vector instructions issue to two ports (0 and 5), where Zen 4 splits each into two 256-bit
+        halves; decisions measured on them alone say so and keep other AVX-512 CPUs' code."""
+        return self.has("avx512f") and self.has("avx512fp16")
+
     @property
     def rounds_bf16_in_word_lanes(self) -> bool:
         """Whether a pair of float32 results is rounded to bf16 and packed in 16-bit lanes (AVX-512 BW's unsigned
         word compare into a mask, masked word add and two-table word permute: 5 vector instructions per 32
         results against 9 in 32-bit lanes; ``codegen/llvm/bf16_words.py``). AVX2 has none of the three."""
         return self.has("avx512bw")
+
+    @property
+    def rounds_bf16_pairs_by_conversion(self) -> bool:
+        """Whether a pair of float32 results rounded in 16-bit lanes (:attr:`rounds_bf16_in_word_lanes`) is rounded by
+        AVX-512 BF16's ``vcvtne2ps2bf16`` and one ``vpermw`` instead, a pair of vectors holding a denormal float32
+        (which the instruction takes as zero) by the 16-bit lanes' rounding (``codegen/llvm/bf16_words.py``): per 32
+        results 5 instructions (two ``vfpclassps`` and a ``kortestw`` among them) where the 16-bit lanes take 7 (two
+        ``vpermt2w``). The same bits. Intel's AVX-512 cores (:meth:`_intel_avx512`; session 32 math32, Granite Rapids
+        class, ``bench_bf16_words.py --switch pair-conversion``, two builds each, interleaved medians of 41 rounds):
+        the kernels of bf16 LayerNorm [8192, 1024] 0.946 / 0.957 of the time at 1 thread (0.966 / 1.023 at 2),
+        softmax [4096, 1024] 0.963 / 0.965 (1.002 / 1.002 at 2), gelu(x*w+b)*sigmoid(x) with its tables 0.973 / 0.983
+        (0.958 / 0.990 at 2); with its polynomials instead (not this CPU's code since its tables) 1.06-1.08 at 1
+        thread in one run of 25 rounds. Other AVX-512 CPUs (Zen 4 has BF16) keep their code: not measured there."""
+        return self.has("avx512bw") and self.has("avx512bf16") and self._intel_avx512()
 
     @property
     def rounds_bf16_in_word_lanes_with_blends(self) -> bool:
@@ -89,9 +110,12 @@ class LoopChoices:
         bf16 gelu(x*w+b) * sigmoid(x) [4096, 1024] 0.504-0.506 of its kernel's time at 1 thread, 0.512-0.525 at 2
         with the entries read as 32-bit words' high halves (0.53-0.60 with 16-bit reads; ``bench_bf16_words.py
         --switch tables``, ``bench_math_interleave.py --lookup``). Uniform random bit patterns
-        (every exponent: the 128 KiB table out of L1) make sigmoid's read 0.99-1.11x its polynomial. AVX-512 keeps its
-        code (its polynomials run 16 lanes at a time, and it was not measured there); so do CPUs without AVX2."""
-        return self.has("avx2") and not self.has("avx512f")
+        (every exponent: the 128 KiB table out of L1) make sigmoid's read 0.99-1.11x its polynomial. Intel's AVX-512
+        cores (:meth:`_intel_avx512`; session 32 math32, Granite Rapids class, ``bench_bf16_words.py --switch tables
+        --force --rows a16``, two builds each, interleaved medians of 21 rounds, the same bits): bf16 row (a)'s kernel
+        0.468 / 0.476 of the time at 1 thread, 0.468 / 0.452 at 2 (4.02 -> 1.88 ms at 1 thread, 2.43 -> 1.14 at 2).
+        Other AVX-512 CPUs (Zen 4) keep their code: not measured there; so do CPUs without AVX2."""
+        return (self.has("avx2") and not self.has("avx512f")) or self._intel_avx512()
 
     @property
     def reads_bf16_tables_by_lane_pairs(self) -> bool:

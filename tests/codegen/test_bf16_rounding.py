@@ -3,7 +3,9 @@ included, on any CPU (``scalars.round_to``).
 
 AVX-512 BF16's ``vcvtneps2bf16`` (what LLVM selects for ``fptrunc float to bfloat`` on CPUs that have it) treats
 subnormal inputs as zero; torch rounds them like any other value. The kernels round in integer arithmetic on
-every CPU, so the results do not depend on the CPU the code was compiled for."""
+every CPU, so the results do not depend on the CPU the code was compiled for; Intel's AVX-512 cores round paired
+outputs by ``vcvtne2ps2bf16`` where no input of the pair of vectors is subnormal (session 32, ``bf16_words.py``), so
+this test checks that form too when run there."""
 
 from __future__ import annotations
 
@@ -23,6 +25,8 @@ from neuroncc.ir import Builder, DType, TensorType, interpret
 #: a Zen 4's features as the code generator reads them (AVX-512 with BF16)
 ZEN4 = ("+avx,+avx2,+fma,+f16c,+bmi,+bmi2,+popcnt,+sse4.2,+avx512f,+avx512vl,+avx512bw,+avx512dq,+avx512cd,"
         "+avx512bf16,+avx512vbmi,+avx512vbmi2,+avx512vnni")
+#: an Intel Sapphire Rapids' features as the code generator reads them (AVX-512 with BF16 and FP16)
+SAPPHIRE_RAPIDS = ZEN4 + ",+avx512fp16,+amx-bf16,+amx-tile,+amx-int8"
 COLS = 1024
 
 

@@ -1,8 +1,8 @@
-"""bf16 unary math by table (``codegen/llvm/bf16_tables.py``, session 25 table25): on AVX2
-(``CpuTarget.looks_up_bf16_unary_math``) a unary polynomial op of a bf16 value with a bf16 result reads its rounded
-result from a 65536-entry table made by the op's own polynomial and rounding: every bit as computing it, for every
-input (NaN payloads, infinities, subnormals), and as the reference's NaN bits in row (a); AVX-512 and CPUs without
-AVX2 compute as before, and so does float32 math on AVX2."""
+"""bf16 unary math by table (``codegen/llvm/bf16_tables.py``, session 25 table25): on AVX2 and Intel's AVX-512
+(session 32; ``CpuTarget.looks_up_bf16_unary_math``) a unary polynomial op of a bf16 value with a bf16 result reads
+its rounded result from a 65536-entry table made by the op's own polynomial and rounding: every bit as computing it,
+for every input (NaN payloads, infinities, subnormals), and as the reference's NaN bits in row (a); other AVX-512
+CPUs (Zen 4) and CPUs without AVX2 compute as before, and so does float32 math on AVX2."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from llvmlite import ir
 from test_bf16_op_results import SSE, _inputs, _llvm_ir, gelu_sigmoid_graph
-from test_bf16_rounding import ZEN4
+from test_bf16_rounding import SAPPHIRE_RAPIDS, ZEN4
 from test_pairs import _NAN_PATTERNS, AVX2, from_bits
 
 from neuroncc.codegen.llvm import bf16_tables, jit
@@ -51,6 +51,7 @@ def _built(monkeypatch, fn: Function, tables: bool):
 
 def test_the_decision():
     assert CpuTarget("znver3", AVX2).looks_up_bf16_unary_math
+    assert CpuTarget("sapphirerapids", SAPPHIRE_RAPIDS).looks_up_bf16_unary_math  # (session 32: Intel's AVX-512)
     assert not CpuTarget("znver4", ZEN4).looks_up_bf16_unary_math
     assert not CpuTarget("x86-64", SSE).looks_up_bf16_unary_math
 

@@ -9,7 +9,7 @@ import re
 
 import numpy as np
 import pytest
-from test_bf16_rounding import ZEN4, _float32_patterns
+from test_bf16_rounding import SAPPHIRE_RAPIDS, ZEN4, _float32_patterns
 from test_pairs import _NAN_PATTERNS, AVX2, affine_graph, to_bits
 
 from neuroncc.codegen.llvm import jit
@@ -42,26 +42,39 @@ def _assembly(fn: Function, target: CpuTarget) -> tuple[str, str]:
     return "".join(texts), jit.assembly(texts, target).split("k_p0:")[1].split(".Lfunc_end")[0]
 
 
-@host_word_lanes
-@pytest.mark.parametrize("cols", [1024, 2 * 16 * 3 + 2 * 5])  # whole vectors of pairs; and a scalar remainder
-def test_word_lanes_round_every_pattern_as_the_32_bit_rounding(rng, monkeypatch, cols):
+def _patterns(rng, cols: int) -> tuple[np.ndarray, np.ndarray, Function]:
+    """Every pattern of ``_float32_patterns`` as rows of ``cols`` (every 23rd where ``cols`` leaves a scalar remainder:
+    subnormals, ties, the overflow edge, NaNs, random ones), a weight holding NaN patterns, and ``_cast_graph``."""
     x = _float32_patterns(rng).reshape(-1)
-    if cols % 32:  # every 23rd pattern (subnormals, ties, the overflow edge, NaNs, random ones): the remainder's
+    if cols % 32:
         x = x[::23]
     x = np.concatenate([x, np.zeros(-x.size % cols, np.float32)]).reshape(-1, cols)
     w = to_bits(rng.standard_normal(cols).astype(np.float32))
     w[:len(_NAN_PATTERNS)] = _NAN_PATTERNS
-    fn = _cast_graph(x.shape[0], cols)
-    text, _ = _assembly(fn, host_cpu())
-    # x*w+b's words in 16-bit lanes; the float32 cast keeps its NaN case in 32-bit lanes (the form saves nothing there)
-    assert len(re.findall(r'call i32 @"ncc\.bf16\.word"', text)) == 1 and "fcmp uno" in text
+    return x, w, _cast_graph(x.shape[0], cols)
+
+
+def _same_bits_with_it_off(monkeypatch, fn: Function, x: np.ndarray, w: np.ndarray, decision: str,
+                           code_of_it: str) -> None:
+    """``fn``'s results on the host are the reference's bits, and the same with ``CpuTarget.<decision>`` off, whose
+    code (``code_of_it`` in the IR or assembly) is then gone."""
     got = build_cpu_executable(fuse_whole_function(fn), {"threads": 2})(x, w)
-    monkeypatch.setattr(CpuTarget, "rounds_bf16_in_word_lanes", property(lambda self: False))
-    assert "ncc.bf16.word" not in _assembly(fn, host_cpu())[0]
+    monkeypatch.setattr(CpuTarget, decision, property(lambda self: False))
+    assert code_of_it not in "".join(_assembly(fn, host_cpu()))
     want = build_cpu_executable(fuse_whole_function(fn), {"threads": 2})(x, w)
     for g, e, reference in zip(got, want, interpret(fn, [x, w]), strict=True):
         np.testing.assert_array_equal(g, e)
         np.testing.assert_array_equal(g, reference)
+
+
+@host_word_lanes
+@pytest.mark.parametrize("cols", [1024, 2 * 16 * 3 + 2 * 5])  # whole vectors of pairs; and a scalar remainder
+def test_word_lanes_round_every_pattern_as_the_32_bit_rounding(rng, monkeypatch, cols):
+    x, w, fn = _patterns(rng, cols)
+    text, _ = _assembly(fn, host_cpu())
+    # x*w+b's words in 16-bit lanes; the float32 cast keeps its NaN case in 32-bit lanes (the form saves nothing there)
+    assert len(re.findall(r'call i32 @"ncc\.bf16\.word"', text)) == 1 and "fcmp uno" in text
+    _same_bits_with_it_off(monkeypatch, fn, x, w, "rounds_bf16_in_word_lanes", "ncc.bf16.word")
 
 
 def test_a_zen4_write_loop_rounds_in_word_lanes_and_avx2_in_32_bit_lanes():
@@ -75,3 +88,25 @@ def test_a_zen4_write_loop_rounds_in_word_lanes_and_avx2_in_32_bit_lanes():
     assert write and all(re.search(r"vpcmpnleuw|vpcmpuw", block) and "vpaddd" not in block for block in write)
     text, asm = _assembly(fn, CpuTarget("znver3", AVX2))
     assert "ncc.bf16.word.v16" not in text and "vperm" not in asm
+
+
+
+@pytest.mark.skipif(not host_cpu().rounds_bf16_pairs_by_conversion, reason="the host has no AVX-512 BF16 and FP16")
+@pytest.mark.parametrize("cols", [1024, 2 * 16 * 3 + 2 * 5])
+def test_conversion_rounds_every_pattern_as_the_word_lanes(rng, monkeypatch, cols):
+    # vcvtne2ps2bf16 takes denormals as zero: a pair of vectors holding one takes the word lanes' rounding (every 7th
+    # subnormal, alone in their vectors and beside normal values where the runs of patterns meet; random patterns hold
+    # one in ~12% of the pairs of vectors)
+    x, w, fn = _patterns(rng, cols)
+    assert "vcvtne2ps2bf16" in _assembly(fn, host_cpu())[1]
+    _same_bits_with_it_off(monkeypatch, fn, x, w, "rounds_bf16_pairs_by_conversion", "vcvtne2ps2bf16")
+
+
+def test_an_intel_write_loop_rounds_by_conversion_and_a_zen4_in_word_lanes():
+    # Sapphire Rapids: vcvtne2ps2bf16 and one vpermw per pair of vectors, each after a vfpclassps per vector and a
+    # branch to the word lanes' rounding; Zen 4 (BF16 without FP16: not measured) keeps the word lanes
+    fn = affine_graph(64, 1024)
+    _, asm = _assembly(fn, CpuTarget("sapphirerapids", SAPPHIRE_RAPIDS))
+    assert re.search(r"vfpclassps\s+\$32", asm) and "vcvtne2ps2bf16" in asm and re.search(r"vpermw\s", asm)
+    _, asm = _assembly(fn, CpuTarget("znver4", ZEN4))
+    assert "vcvtne2ps2bf16" not in asm and "vfpclassps" not in asm

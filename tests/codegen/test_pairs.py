@@ -139,7 +139,9 @@ def test_a_streamed_bf16_output_is_stored_from_the_registers_that_computed_it(rn
     stores = [block for block in re.split(r"\n\S+:", assembly) if re.search(r"vmovnt\w+", block)]
     assert stores
     for block in stores:
-        assert "vpblendw" in block or "vpermt2w" in block, block  # the loop that computes the words
+        # the loop that computes the words (AVX2's blends, AVX-512 BW's word permutes, Intel's conversion:
+        # bf16_words.py)
+        assert "vpblendw" in block or "vpermt2w" in block or "vcvtne2ps2bf16" in block, block
         # no words reloaded from a stack buffer (the write loop may load float32 rows from the stack: AVX-512's row
         # cache of the widened x, ``refine.widened_row_cache``; those feed its arithmetic, not its stores)
         last_written: dict[str, str] = {}

@@ -18,7 +18,9 @@ which measured faster on Zen 3 than AVX2's ``vpgatherdd`` (``benchmarks/bench_ma
 reads 32 bits whose high half is the entry (the table starts 2 bytes after its constant), masked to the float32 of
 the bf16 result: the vectorizer folds such a load into its insert (``vinsertps`` from memory, then one ``vpand`` per
 vector, where a 16-bit entry took a ``movzwl``, a ``vpinsrw`` and a shift): bf16 row (a)'s kernel 0.91-0.92 of the
-16-bit reads' time on Zen 3, within 1-2% of a table of float32 entries twice the size (session 25 table25).
+16-bit reads' time on Zen 3, within 1-2% of a table of float32 entries twice the size (session 25 table25). For
+Intel's AVX-512 cores LLVM makes them one ``vpgatherdd`` per vector of 16 lanes: bf16 row (a)'s kernel 0.45-0.48 of
+the time of its polynomials (session 32 math32).
 Where it is emitted is :attr:`CpuTarget.looks_up_bf16_unary_math`'s decision and
 ``elementwise.table_function``'s (which ops).
 

@@ -18,6 +18,11 @@ pairs), which the vectorizer calls instead, and which is inlined after it (``jit
 until then by ``llvm.compiler.used``). :func:`rounded_word` is the code, :attr:`CpuTarget.rounds_bf16_in_word_lanes`
 the decision.
 
+Intel's AVX-512 cores with BF16 (:attr:`CpuTarget.rounds_bf16_pairs_by_conversion`, session 32) round the pair of
+vectors by ``vcvtne2ps2bf16`` (both to nearest even, the words of one vector, then the other's) and put the words in
+pair order by one ``vpermw``: 2 instructions. The instruction takes denormal inputs as zero, so a ``vfpclassps`` per
+vector flags them and a pair of vectors holding one branches to the 16-bit lanes' code (:func:`_converted_variant`).
+
 AVX2 (no unsigned 16-bit compare into a mask, no two-table word permute) has a form of its own
 (:attr:`CpuTarget.rounds_bf16_in_word_lanes_with_blends`, 8 pairs a call): of the two vectors' 32-bit words, the
 high halves in word order as ``(odd & 0xFFFF0000) | (even >> 16)`` and the low halves as ``(odd << 16) | (even &
@@ -31,7 +36,7 @@ from __future__ import annotations
 from llvmlite import ir
 
 from neuroncc.codegen.llvm.pairs import word_of
-from neuroncc.codegen.llvm.scalars import F32, I16, I32, bf16_bits, round_to, rounding_of
+from neuroncc.codegen.llvm.scalars import F32, I16, I32, bf16_bits, call, round_to, rounding_of
 from neuroncc.codegen.llvm.vector_variants import keep_until_vectorized, scalar_with_variant
 from neuroncc.hardware.host import CpuTarget
 from neuroncc.ir.dtypes import DType
@@ -68,17 +73,20 @@ def rounded_word(b: ir.IRBuilder, even: ir.Value, odd: ir.Value, target: CpuTarg
         return None
     if blends and (rounded[0].op_result or rounded[1].op_result):
         return None  # (AVX2: an op's result, bf16 row (a)'s, measured slower so)
-    return b.call(_pair_function(b.module, blends), [rounded[0].value, rounded[1].value])
+    converts = not blends and target.rounds_bf16_pairs_by_conversion
+    return b.call(_pair_function(b.module, blends, converts), [rounded[0].value, rounded[1].value])
 
 
-def _pair_function(module: ir.Module, blends: bool) -> ir.Function:
-    """The pair function of ``module`` (one target per module), its vector variant AVX2's (``blends``) or
-    AVX-512 BW's."""
+def _pair_function(module: ir.Module, blends: bool, converts: bool = False) -> ir.Function:
+    """The pair function of ``module`` (one target per module), its vector variant AVX2's (``blends``), AVX-512
+    BF16's conversion (``converts``) or AVX-512 BW's."""
     existing = module.globals.get(SYMBOL)
     if existing is not None:
         return existing
     if blends:
         variant, pairs = _blended_variant(module, SYMBOL + BLENDED_VARIANT), BLENDED_PAIRS
+    elif converts:
+        variant, pairs = _converted_variant(module, SYMBOL + VARIANT), VECTOR_PAIRS
     else:
         variant, pairs = _vector_variant(module, SYMBOL + VARIANT), VECTOR_PAIRS
     fn = scalar_with_variant(module, SYMBOL, ir.FunctionType(I32, [F32, F32]), pairs, variant)
@@ -101,14 +109,64 @@ def _vector_pair_function(module: ir.Module, symbol: str, pairs: int) -> tuple[i
 
 def _vector_variant(module: ir.Module, symbol: str) -> ir.Function:
     """The pair function on 16 pairs, kept by ``llvm.compiler.used`` (``vector_variants.keep_until_vectorized``)."""
-    words, halves = ir.VectorType(I32, VECTOR_PAIRS), ir.VectorType(I16, 2 * VECTOR_PAIRS)
     fn, b = _vector_pair_function(module, symbol, VECTOR_PAIRS)
-    even, odd = (b.bitcast(arg, halves) for arg in fn.args)
+    b.ret(_word_lane_rounding(b, *fn.args))
+    return fn
+
+
+def _word_lane_rounding(b: ir.IRBuilder, even_floats: ir.Value, odd_floats: ir.Value) -> ir.Value:
+    """The 16 words of two vectors of 16 float32 each rounded in 16-bit lanes (AVX-512 BW: the module docstring)."""
+    words, halves = ir.VectorType(I32, VECTOR_PAIRS), ir.VectorType(I16, 2 * VECTOR_PAIRS)
+    even, odd = b.bitcast(even_floats, halves), b.bitcast(odd_floats, halves)
     low = b.shuffle_vector(even, odd, ir.Constant(ir.VectorType(I32, 2 * VECTOR_PAIRS), _interleaved(0)))
     high = b.shuffle_vector(even, odd, ir.Constant(ir.VectorType(I32, 2 * VECTOR_PAIRS), _interleaved(1)))
     parity_in_low = b.or_(low, b.and_(high, _splat(halves, 1)))
     carry = b.icmp_unsigned(">", parity_in_low, _splat(halves, 0x8000 - (1 << 16)))
-    b.ret(b.bitcast(b.select(carry, b.add(high, _splat(halves, 1)), high), words))
+    return b.bitcast(b.select(carry, b.add(high, _splat(halves, 1)), high), words)
+
+
+class _BFloat(ir.Type):
+    """LLVM's ``bfloat`` (llvmlite has no such type): the element of ``vcvtne2ps2bf16``'s result."""
+
+    def _to_string(self) -> str:
+        return "bfloat"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _BFloat)
+
+    def __hash__(self) -> int:
+        return hash("bfloat")
+
+
+#: ``vfpclassps``'s class bit of denormal inputs (either sign).
+_DENORMAL_CLASS = 0x20
+
+
+def _converted_variant(module: ir.Module, symbol: str) -> ir.Function:
+    """The pair function on 16 pairs by AVX-512 BF16's ``vcvtne2ps2bf16``
+    (:attr:`CpuTarget.rounds_bf16_pairs_by_conversion`): both vectors rounded to nearest even in one instruction,
+    their words put in pair order by one ``vpermw``. The instruction treats denormal inputs as zero (Intel SDM: the
+    result is a signed zero where torch rounds them), so a ``vfpclassps`` per vector flags them and a pair of vectors
+    holding one takes the 16-bit lanes' rounding (:func:`_word_lane_rounding`) instead; every other input rounds as
+    it does: normal values to nearest even, zeros and infinities as they are, a NaN to its high half with the quiet
+    bit set (here already set, the low half zero). The same bits as the 32-bit rounding for every input."""
+    fn, b = _vector_pair_function(module, symbol, VECTOR_PAIRS)
+    even, odd = fn.args
+    masks = [call(b, "llvm.x86.avx512.fpclass.ps.512", [value, ir.Constant(I32, _DENORMAL_CLASS)],
+                  ir.VectorType(ir.IntType(1), VECTOR_PAIRS)) for value in (even, odd)]
+    denormal = b.icmp_unsigned("!=", b.bitcast(b.or_(*masks), I16), ir.Constant(I16, 0))
+    fast, slow = fn.append_basic_block("converted"), fn.append_basic_block("denormal")
+    b.cbranch(denormal, slow, fast).set_weights([1, 1 << 20])
+    b.position_at_end(slow)
+    b.ret(_word_lane_rounding(b, even, odd))
+    b.position_at_end(fast)
+    # (the high 16 words from the first operand, the low 16 from the second: evens, then odds)
+    converted = call(b, "llvm.x86.avx512bf16.cvtne2ps2bf16.512", [odd, even],
+                     ir.VectorType(_BFloat(), 2 * VECTOR_PAIRS))
+    halves = b.bitcast(converted, ir.VectorType(I16, 2 * VECTOR_PAIRS))
+    order = ir.Constant(ir.VectorType(I32, 2 * VECTOR_PAIRS),
+                        [k + VECTOR_PAIRS * half for k in range(VECTOR_PAIRS) for half in (0, 1)])
+    b.ret(b.bitcast(b.shuffle_vector(halves, halves, order), ir.VectorType(I32, VECTOR_PAIRS)))
     return fn
 
 

@@ -152,7 +152,8 @@ def round_to(b: ir.IRBuilder, value: ir.Value, dtype: DType, nan_case: bool = Tr
     bf16 rounds to nearest even in integer arithmetic on every CPU, as torch does (``c10::BFloat16``, ATen's
     vectorized ``cvtfp32_bf16``). Not ``fptrunc float to bfloat``: on CPUs with AVX-512 BF16 LLVM makes it
     ``vcvtneps2bf16``, which treats subnormal inputs as zero (Intel SDM; on Zen 4 every subnormal float32 with a
-    nonzero rounding came out a signed zero), where torch rounds them (``tests/codegen/test_bf16_rounding.py``)."""
+    nonzero rounding came out a signed zero), where torch rounds them (``tests/codegen/test_bf16_rounding.py``).
+    (Paired outputs on Intel's AVX-512 cores use it where no input is subnormal: ``bf16_words.py``.)"""
     if dtype is DType.f16:
         return b.fpext(b.fptrunc(value, F16), F32)
     if dtype is not DType.bf16:
