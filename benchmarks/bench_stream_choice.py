@@ -112,10 +112,11 @@ def build(case: kc.Case, inputs: list, threads: int, streamed: bool) -> dict[str
     return calls
 
 
-def reader_calls(call: Callable, cols: int, readers: list[str], parts: dict[str, list[float]],
+def reader_calls(call: Callable, like: torch.Tensor, readers: list[str], parts: dict[str, list[float]],
                  clock: Callable[[], float]) -> dict[str, Callable]:
     """``call`` followed by each reader of its output, the reader's own time appended to ``parts[reader]``."""
-    weight = torch.from_numpy(np.random.default_rng(1).standard_normal((cols, 64)).astype(np.float32))
+    weight = torch.from_numpy(np.random.default_rng(1).standard_normal((like.shape[-1], 64)).astype(np.float32))
+    weight = weight.to(like.dtype)
     read = {"mm": lambda out: out @ weight, "sum": lambda out: out.sum()}
 
     def pair(name: str) -> Callable[[], None]:
@@ -144,7 +145,7 @@ def measure(key: str, threads: int, rounds: int, readers: list[str]) -> None:
                 calls[f"{variant} {number} {mode}"] = call
             if key != "ce" and readers:
                 parts = reader_parts.setdefault(f"{variant} {number}", {})
-                for name, call in reader_calls(made["call"], inputs[0].shape[-1], readers, parts, clock).items():
+                for name, call in reader_calls(made["call"], inputs[0], readers, parts, clock).items():
                     calls[f"{variant} {number} {name}"] = call
     for call in calls.values():
         call()
