@@ -136,9 +136,9 @@ class CpuTarget(LoopChoices):
         Intel Xeon (AVX-512, AMX), 2 cores, L3 reported 480 MiB, session 32 (``bench_stream_choice.py``, three
         processes, each kernel built both ways, interleaved, as a user calls it into a fresh output / into a
         held one / followed by its output's next reader, ``out @ W`` or ``out.sum()``, 1 and 2 threads):
-        streamed / plain time 0.70-0.79 / 0.59-0.72 / 0.81-0.96 for LayerNorm, x*w+b and RMSNorm [8192, 1024]
+        streamed / plain time 0.70-0.79 / 0.59-0.71 / 0.81-0.96 for LayerNorm, x*w+b and RMSNorm [8192, 1024]
         (64 MiB), 0.78-0.90 / 0.77-0.86 / 0.85-0.95 for softmax [16384, 1024] (128 MiB); softmax [4096, 1024]
-        (32 MiB) even with its reader (0.86-1.01 / 0.67-0.81 / 0.96-1.09); softmax [1024, 1024] and [2048,
+        (32 MiB) even with its reader (0.85-1.01 / 0.67-0.81 / 0.96-1.09); softmax [1024, 1024] and [2048,
         1024] (8 and 16 MiB) slower streamed as a user calls them (1.01-1.48 / 0.64-0.90 / 1.00-1.38). A held
         copy back to back keeps ~16 MiB a core in the cache there (1 thread: plain stores 22.7 GB/s at 16 MB,
         19.5 at 32, memory's 13 from 64). The 480 MiB's quarter (120 MiB, the rule before) kept those 64 MiB
