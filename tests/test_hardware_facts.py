@@ -8,6 +8,7 @@ and cache-line alignments.
 from __future__ import annotations
 
 import ast
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -92,7 +93,8 @@ def test_host_cpu_as_llvm_sees_it():
     host = host_cpu()
     assert host is host_cpu()  # read once
     assert host.name and host.cores >= 1 and host.f32_lanes * 32 == host.vector_bits
-    assert host.fingerprint == f"{host.triple} {host.name} {host.features} llc={host.last_level_cache_bytes}"
+    assert host.fingerprint == (f"{host.triple} {host.name} {host.features} llc={host.last_level_cache_bytes} "
+                                f"streams>={host.stream_footprint_bytes}")
     widths = {"+avx,+avx2,-avx512f": 256, "+avx,+avx512f": 512, "+sse2,-avx": 128, "+neon": 128}
     for features, bits in widths.items():
         assert HostCpu(name="cpu", features=features, triple="t", cores=2).vector_bits == bits
@@ -116,6 +118,22 @@ def test_outputs_are_streamed_only_when_the_kernels_data_fills_a_quarter_of_the_
     assert not HostCpu(name="cpu", features="", last_level_cache_bytes=480 * mb).streams_outputs(64 * mb)
     assert HostCpu(name="cpu", features="", last_level_cache_bytes=480 * mb).streams_outputs(128 * mb)
     assert HostCpu(name="cpu", features="").streams_outputs(1)  # unknown size: the emitter's threshold decides
+
+
+def test_a_last_level_cache_larger_than_the_cores_keep_counts_as_what_they_keep():
+    """A VM reports its host's whole L3 (480 MiB for 2 cores): past 16 MiB a core, the cores bound the footprint
+    from which outputs stream (session 32: 64 MiB kernels 0.70-0.79x the time streamed there, 8-16 MiB ones
+    1.01-1.48x)."""
+    mb = 1 << 20
+    vm = HostCpu(name="cpu", features="", last_level_cache_bytes=480 * mb, cores=2)
+    assert vm.stream_footprint_bytes == 32 * mb
+    assert vm.streams_outputs(32 * mb) and vm.streams_outputs(64 * mb) and not vm.streams_outputs(16 * mb)
+    assert not dataclasses.replace(vm, cores=8).streams_outputs(64 * mb)  # a quarter of the L3 is less: 120 MiB
+    # Zen 3 and Zen 4 (32 MB L3, 2 cores): a quarter, 8 MiB, as before; on one core too
+    for cores in (1, 2, 0):
+        zen = HostCpu(name="znver3", features="", last_level_cache_bytes=32 * mb, cores=cores)
+        assert zen.stream_footprint_bytes == 8 * mb
+    assert HostCpu(name="cpu", features="", cores=2).stream_footprint_bytes == 0  # unknown size: always
 
 
 def test_onednn_takes_products_from_64m_multiply_adds_with_avx512_and_only_big_weights_without():

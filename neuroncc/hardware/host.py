@@ -30,8 +30,11 @@ from neuroncc.hardware.loop_choices import LoopChoices
 CACHE_LINE_BYTES = 64
 
 #: A kernel whose inputs and outputs fill at least 1/STREAM_LLC_SHARE of the last-level cache writes its large
-#: outputs past the caches (:meth:`CpuTarget.streams_outputs`).
+#: outputs past the caches (:meth:`CpuTarget.streams_outputs`) ...
 STREAM_LLC_SHARE = 4
+#: ... or at least this many bytes per core the process may run on, where that is less: the most of a shared
+#: last-level cache a core's kernels keep (:attr:`CpuTarget.stream_footprint_bytes`).
+LLC_KEPT_PER_CORE = 16 << 20
 
 #: 4K aliasing: a load is first checked against the older stores still in the store buffer by the low 12 bits
 #: of its address only, and one that matches waits as if it depended on the store. A kernel whose output starts
@@ -110,21 +113,45 @@ class CpuTarget(LoopChoices):
     features: str
     #: bytes of the largest cache (the last level, shared by the cores; 0: unknown)
     last_level_cache_bytes: int = 0
+    #: CPUs the process may run on (0: unknown)
+    cores: int = 0
 
     def streams_outputs(self, footprint_bytes: int) -> bool:
         """Whether a kernel touching ``footprint_bytes`` (its inputs and outputs together) writes its large
-        outputs with non-temporal stores, past the caches. Streaming saves the read-for-ownership of each
-        output line, but a streamed line goes to memory and is fetched back from there by its next reader,
-        where a plain store leaves it in the last-level cache. So outputs are streamed only when the footprint
-        is at least a quarter of that cache (:data:`STREAM_LLC_SHARE`): the cache is shared with the other
-        cores (and, in a VM, other tenants), so less of it than its size holds a kernel's data. Measured on an
-        Intel Xeon reporting a 480 MB L3 (one process, the same kernel built both ways, interleaved), plain
-        stores won up to 64 MB (softmax [4096, 1024], 32 MB, 1 thread: 2.41 ms against 3.47 streamed; LayerNorm
-        [8192, 1024], 64 MB, 2 threads: 2.07 against 3.07) and streaming from 128 MB (softmax [16384, 1024],
-        1 thread: 9.45 against 12.52; 512 MB: 20.8 against 27.7 at 2 threads). On a Zen 3 with a 32 MB L3 a
-        quarter is 8 MB, where the emitter's own 4 MB output threshold already made kernels stream. With the
-        size unknown, large outputs are streamed (the emitter's threshold alone decides)."""
-        return not self.last_level_cache_bytes or footprint_bytes * STREAM_LLC_SHARE >= self.last_level_cache_bytes
+        outputs with non-temporal stores, past the caches: from :attr:`stream_footprint_bytes` on."""
+        return footprint_bytes >= self.stream_footprint_bytes
+
+    @property
+    def stream_footprint_bytes(self) -> int:
+        """The smallest footprint of a kernel whose large outputs are streamed. Streaming saves the
+        read-for-ownership of each output line, but a streamed line goes to memory and is fetched back from
+        there by its next reader, where a plain store leaves it in the last-level cache; and a fresh output
+        usually lands in memory the allocator has just given back, whose lines a plain store finds in the
+        cache while a non-temporal one must evict them. So outputs are streamed only when the footprint is at
+        least a quarter of that cache (:data:`STREAM_LLC_SHARE`: the cache is shared with the other cores and,
+        in a VM, other tenants) and at least :data:`LLC_KEPT_PER_CORE` per core the process may run on, where
+        that is less: a VM reports its host's whole last-level cache however few of the host's cores it has.
+        With the cache's size unknown, 0 (the emitter's output threshold alone decides).
+
+        Intel Xeon (AVX-512, AMX), 2 cores, L3 reported 480 MiB, session 32 (``bench_stream_choice.py``, three
+        processes, each kernel built both ways, interleaved, as a user calls it into a fresh output / into a
+        held one / followed by its output's next reader, ``out @ W`` or ``out.sum()``, 1 and 2 threads):
+        streamed / plain time 0.70-0.79 / 0.59-0.71 / 0.81-0.96 for LayerNorm, x*w+b and RMSNorm [8192, 1024]
+        (64 MiB), 0.78-0.90 / 0.77-0.86 / 0.85-0.95 for softmax [16384, 1024] (128 MiB); softmax [4096, 1024]
+        (32 MiB) even with its reader (0.85-1.01 / 0.67-0.81 / 0.96-1.09); softmax [1024, 1024] and [2048,
+        1024] (8 and 16 MiB) slower streamed as a user calls them (1.01-1.48 / 0.64-0.90 / 1.00-1.38). A held
+        copy back to back keeps ~16 MiB a core in the cache there (1 thread: plain stores 22.7 GB/s at 16 MB,
+        19.5 at 32, memory's 13 from 64). The 480 MiB's quarter (120 MiB, the rule before) kept those 64 MiB
+        rows on plain stores; the 2 cores' 32 MiB stream them. (Session 8's Intel VM, of the same report,
+        found plain stores faster at 32-64 MB against the streamed code of then, which computed each row into
+        a buffer and copied it out in one burst of non-temporal stores: since session 9 they leave the compute
+        loop a vector at a time.) On Zen 3 and Zen 4 with a 32 MB L3 and 2 cores a quarter is 8 MB, below the
+        cores' 32 MiB: the rule of sessions 8-31 (not re-measured), where the emitter's own 4 MiB output
+        threshold already made kernels stream."""
+        if not self.last_level_cache_bytes:
+            return 0
+        share = -(-self.last_level_cache_bytes // STREAM_LLC_SHARE)
+        return min(share, self.cores * LLC_KEPT_PER_CORE) if self.cores else share
 
     def has(self, feature: str) -> bool:
         """Whether the CPU has ``feature`` (an LLVM feature name without its sign: "avx512f", "fma")."""
@@ -259,13 +286,14 @@ class HostCpu(CpuTarget):
     """The CPU generated code runs on: a :class:`CpuTarget` with the process's triple and usable cores."""
 
     triple: str = ""  # LLVM's process triple, e.g. x86_64-unknown-linux-gnu
-    cores: int = 1  # CPUs this process may run on
 
     @property
     def fingerprint(self) -> str:
-        """Triple, CPU name, features and last-level cache size: code compiled for one fingerprint runs only on
-        that CPU (the cache size decides which outputs are streamed: :meth:`CpuTarget.streams_outputs`)."""
-        return f"{self.triple} {self.name} {self.features} llc={self.last_level_cache_bytes}"
+        """Triple, CPU name, features, last-level cache size and the footprint from which outputs are streamed
+        (:attr:`CpuTarget.stream_footprint_bytes`, which the cores bound): code compiled for one fingerprint
+        runs only on that CPU."""
+        return (f"{self.triple} {self.name} {self.features} llc={self.last_level_cache_bytes} "
+                f"streams>={self.stream_footprint_bytes}")
 
 
 _LOCK = threading.Lock()
