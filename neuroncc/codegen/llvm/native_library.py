@@ -50,6 +50,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from neuroncc.codegen.llvm.ar_archive import write_archive
+from neuroncc.codegen.llvm.fork_safety import in_child, renew_in_child
 from neuroncc.errors import ArtifactError, SharedLibraryWarning
 
 _log = logging.getLogger("neuroncc.codegen")
@@ -67,7 +68,7 @@ class CodeForm(enum.Enum):
 #: objects ask for.
 LINK_FLAGS = ("-shared", "-Bsymbolic", "--build-id=none", "-z", "noexecstack", "-z", "now")
 
-_LOCK = threading.Lock()
+_LOCK = renew_in_child(threading.Lock())
 _BROKEN: list[str] = []  # why shared libraries do not work in this process (linking or loading failed once)
 
 
@@ -316,7 +317,7 @@ def _alive(pid: int) -> bool:
 
 
 _LINKS = _LinkDirectory()
-os.register_at_fork(after_in_child=lambda: _LINKS.forget_in_child())
+in_child(lambda: _LINKS.forget_in_child())
 
 
 def _write_private(path: Path, data: bytes) -> None:
