@@ -175,7 +175,10 @@ class _ImportLock:
 
     @staticmethod
     def release() -> None:
-        _imp.release_lock()
+        try:
+            _imp.release_lock()
+        except RuntimeError:  # an interpreter whose child starts with the lock free: nothing to release
+            pass
 
 
 _IMPORT_LOCK = _ImportLock()
