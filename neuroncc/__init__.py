@@ -23,6 +23,7 @@ from neuroncc.errors import (
     ParseError,
     PassError,
     PipelineError,
+    SharedLibraryWarning,
     SpecializationLimitError,
     SpecializationLimitWarning,
     UnsupportedOpError,
@@ -85,5 +86,6 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "ArtifactError", "CodegenError", "DynamicShapeError", "InputError", "NeuronccError", "ParseError", "PassError", "PipelineError",
     "SpecializationLimitError", "SpecializationLimitWarning", "UnsupportedOpError", "VerifyError", "DeviceFallbackError", "DeviceDisabledWarning",
+    "SharedLibraryWarning",
     "__version__", *_FRONTEND_EXPORTS,
 ]

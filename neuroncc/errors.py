@@ -102,6 +102,13 @@ class DeviceDisabledWarning(UserWarning):
     without it. A warning, not an error: a broken neuroncc install must never break ``import torch``."""
 
 
+class SharedLibraryWarning(UserWarning):
+    """Linking the kernels into a shared library, or loading one, failed in this process: it compiles kernels as
+    objects for LLVM's MCJIT from then on (correct, slower to load; ``codegen/llvm/native_library.py``). The
+    message names the step and why: the linker's command line and its stderr, or the loader's error and the
+    file it opened."""
+
+
 class CollectiveError(NeuronccError):
     """A collective or point-to-point operation of the ``neuron`` process group failed: a peer died or closed
     its connection, or the operation did not complete within the group's timeout. The message names the

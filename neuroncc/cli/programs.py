@@ -3,7 +3,8 @@
     load_model(args, progress)            the .pt2, loaded without unpickling
     inference_graph(args, program, ...)   decomposed and imported to IR
     served_inference(args, program, ...)  that graph compiled through the cache and served as
-                                          neuroncc.compile_program serves it (how ``run`` calls a program)
+                                          neuroncc.compile_program serves it (how ``run`` calls a program);
+                                          a program cache hit neither decomposes nor imports it
     training_graphs(args, program, ...)   forward + backward through AOTAutograd's joint export
     compile_function(fn, kind, ...)       one IR function through driver.compile_graph and the cache,
                                           reporting its key and whether it was a hit
@@ -146,11 +147,25 @@ def served_inference(args: argparse.Namespace, program, progress: Progress):
     ``neuroncc.compile_program`` serves it: a :class:`~neuroncc.frontend.serving.CompiledProgram` holding the
     program's state, called with the program's own signature (one guard and a data-pointer call per call). The
     one way the CLI runs an exported program. Returns (the served program, how it was compiled)."""
-    from neuroncc.frontend.serving import CompiledProgram  # imports torch
+    import neuroncc.frontend.program_cache as program_cache  # imports torch
+    from neuroncc.frontend.serving import CompiledProgram
 
+    cache = open_cache(args)
+    with progress.step("look up the program in the compile cache") as step:
+        start = time.perf_counter()
+        key = program_cache.key_for(program, graph_name(args.model), args.target, args.pipeline, None, cache)
+        hit = program_cache.lookup(cache, key, program, args.target) if key is not None else None
+        step.detail = "hit" if hit is not None else "miss" if key is not None else "not cached"
+    if hit is not None:  # nothing decomposed, imported or compiled
+        executable = hit.executable
+        compiled = CompiledFunction("inference", executable.function, executable, args.target, hit.artifact, "hit",
+                                    time.perf_counter() - start, cache.entry_dir(hit.artifact))
+        return CompiledProgram(hit.graph, executable, program_hit=hit.artifact), compiled
     graph = inference_graph(args, program, progress)
     compiled = compile_function(graph.imported.function, "inference", target=args.target, pipeline=args.pipeline,
-                                cache=open_cache(args), progress=progress)
+                                cache=cache, progress=progress)
+    if key is not None and compiled.key is not None:
+        program_cache.store(cache, key, program, graph, compiled.key, args.target)
     return CompiledProgram(graph, compiled.executable, compiled.record), compiled
 
 

@@ -24,6 +24,7 @@ import numpy as np
 
 from neuroncc.device.config import CONFIG
 from neuroncc.hardware.host import ALIAS_PERIOD_BYTES, ALIAS_WINDOW_BYTES, block_alignment
+from neuroncc.codegen.llvm.fork_safety import renew_in_child
 
 ALIGNMENT = 64
 _SMALL_LIMIT = 1 << 20
@@ -67,7 +68,7 @@ class DevicePool:
 
     def __init__(self, index: int):
         self.index = index
-        self._lock = threading.RLock()  # RLock: a block may die (and come back here) inside an allocation
+        self._lock = renew_in_child(threading.RLock())  # RLock: a block may die (and come back here) inside an allocation
         self._free: dict[int, list[tuple[np.ndarray, int]]] = defaultdict(list)
         self.cached_bytes = 0
         self.allocated = self.allocated_peak = self.allocated_total = 0
@@ -198,7 +199,7 @@ class Allocator:
 
     def __init__(self) -> None:
         self._pools: dict[int, DevicePool] = {}
-        self._lock = threading.Lock()
+        self._lock = renew_in_child(threading.Lock())
         self.by_index: list[DevicePool] = []  # pools by device index, for the hot path
 
     def pool(self, index: int) -> DevicePool:

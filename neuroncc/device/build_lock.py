@@ -11,8 +11,13 @@ import contextlib
 import threading
 from collections.abc import Iterator
 
-#: The device's handlers and signature entries (lock 3 of ``frontend/tracing.py``'s order)
+from neuroncc.codegen.llvm import fork_safety
+
+#: The device's handlers and signature entries (lock 3 of ``frontend/tracing.py``'s order). Held across a fork
+#: (``codegen/llvm/fork_safety.py``): a build leaves the tables half-made, so a fork waits for it, and the child,
+#: which has no thread of the parent's, can build.
 LOCK = threading.RLock()
+fork_safety.hold_across_fork(LOCK, fork_safety.DEVICE_BUILD)
 
 
 @contextlib.contextmanager

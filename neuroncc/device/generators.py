@@ -25,10 +25,11 @@ from typing import Any
 import torch
 
 from neuroncc.device.routed_classes import instances_of
+from neuroncc.codegen.llvm.fork_safety import renew_in_child
 
 _TORCH_GENERATOR = torch._C.Generator  # PyTorch's own class: torch.Generator before routing
 
-_lock = threading.Lock()
+_lock = renew_in_child(threading.Lock())
 _generators: dict[int, DeviceGenerator] = {}
 
 

@@ -35,6 +35,7 @@ from neuroncc.frontend.imported import ComputedOutput, InputOutput
 from neuroncc.ir import DType
 from neuroncc.executors.cpu.address_call import AddressCall
 from neuroncc.executors.cpu.launcher import KernelIndexError
+from neuroncc.codegen.llvm.fork_safety import renew_in_child
 
 _STORAGE = {DType.f32: torch.float32, DType.bf16: torch.float32, DType.f16: torch.float16, DType.i64: torch.int64,
             DType.i32: torch.int32, DType.i16: torch.int16, DType.i8: torch.int8, DType.u8: torch.uint8,
@@ -301,7 +302,7 @@ class CompiledKernel:
         returned = tuple((positions[name], name) for name in form.returns)
         c_float, addressof, memmove = ctypes.c_float, ctypes.addressof, ctypes.memmove
         # small results (a bias's optimizer update, a step counter): through this entry's scratch memory
-        scratch, scratch_lock = None, threading.Lock()
+        scratch, scratch_lock = None, renew_in_child(threading.Lock())
         if outputs and sum(spec[0] for spec, _ in outputs) <= SMALL_WRITE_BYTES:
             memory_and_addresses = [scratch_block(spec[0]) for spec, _ in outputs]
             self._scratch = [m for m, _ in memory_and_addresses]  # kept alive with the entry

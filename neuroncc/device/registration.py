@@ -28,10 +28,11 @@ from neuroncc.device.backward_devices import route_backward
 from neuroncc.device.generators import route_torch_generator
 from neuroncc.device.printing import print_through_cpu
 from neuroncc.device.untraced import untraced
+from neuroncc.codegen.llvm.fork_safety import renew_in_child
 
 DEVICE_NAME = "neuron"
 
-_lock = threading.Lock()
+_lock = renew_in_child(threading.Lock())
 _libraries: list[torch.library.Library] = []  # kept alive: dropping a Library unregisters its kernels
 
 

@@ -51,6 +51,7 @@ from neuroncc.driver.graph_entries import graph_key, read_graph_entry, update_gr
 from neuroncc.driver.publisher import PUBLISHER
 from neuroncc.frontend.imported import ComputedOutput, UnencodableOutput, decode_output, encode_output
 from neuroncc.ir import DType
+from neuroncc.codegen.llvm.fork_safety import renew_in_child
 
 log = logging.getLogger("neuroncc.device")
 
@@ -156,7 +157,7 @@ class _Index:
         self.key = graph_key([("eager_index", options, None)], TARGET, cache.build_environment())
         self.records = _records_of(read_graph_entry(cache, self.key.key, TARGET))
         self.pending: dict[str, Any] = {}
-        self.lock = threading.Lock()
+        self.lock = renew_in_child(threading.Lock())
 
     def add(self, name: str, record: dict[str, Any]) -> None:
         with self.lock:
@@ -195,7 +196,7 @@ class _Index:
 
 #: cache directory -> its index, read at the process's first new signature
 _INDEXES: dict[Any, _Index] = {}
-_INDEXES_LOCK = threading.Lock()
+_INDEXES_LOCK = renew_in_child(threading.Lock())
 
 
 def _index_of(cache: CompileCache) -> _Index:

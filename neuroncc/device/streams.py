@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from neuroncc.device.routed_classes import instances_of
+from neuroncc.codegen.llvm.fork_safety import renew_in_child
 
 _state = threading.local()  # the current stream per device, per thread (as CUDA's)
 
@@ -201,7 +202,7 @@ def default_stream(device: Any = None) -> Stream:
 
 
 _DEFAULTS: dict[int, Stream] = {}
-_DEFAULTS_LOCK = threading.Lock()
+_DEFAULTS_LOCK = renew_in_child(threading.Lock())
 
 
 def current_stream(device: Any = None) -> Stream:

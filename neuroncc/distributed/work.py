@@ -15,6 +15,7 @@ import torch.distributed as dist
 from torch.futures import Future
 
 from neuroncc.errors import CollectiveError
+from neuroncc.codegen.llvm.fork_safety import renew_in_child
 
 
 def explain(what: str, where: str, error: BaseException, timeout: timedelta | None) -> CollectiveError:
@@ -46,7 +47,7 @@ class NeuronWork(dist.Work):
         self._what, self._where, self._timeout = what, where, timeout
         self._finished = False
         self._error: CollectiveError | None = None
-        self._lock = threading.Lock()
+        self._lock = renew_in_child(threading.Lock())
 
     def _finish_once(self) -> None:
         with self._lock:

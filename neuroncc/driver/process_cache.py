@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from neuroncc.executors.executable import Executable
+from neuroncc.codegen.llvm.fork_safety import renew_in_child
 
 
 @dataclass
@@ -69,7 +70,7 @@ class MemoryTier:
     def __init__(self, capacity: int = 512):
         self.capacity = capacity
         self._executables: collections.OrderedDict[tuple[Path, str], Executable] = collections.OrderedDict()
-        self._lock = threading.Lock()
+        self._lock = renew_in_child(threading.Lock())
 
     def get(self, key: tuple[Path, str]) -> Executable | None:
         with self._lock:

@@ -24,6 +24,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
+from neuroncc.codegen.llvm import fork_safety
 from neuroncc.driver.notices import CacheWarning
 
 #: A pending write's identity: (cache root, key).
@@ -42,9 +43,9 @@ class Publisher:
 
     def __init__(self) -> None:
         self._reset()
-        # the child must see a consistent snapshot: the lock is held across fork
-        os.register_at_fork(before=self._lock_for_fork, after_in_parent=self._unlock_after_fork,
-                            after_in_child=self._after_fork_in_child)
+        # the child must see a consistent snapshot: the lock is held across fork (taken last: fork_safety.QUEUES)
+        fork_safety.hold_across_fork(lambda: self._lock, fork_safety.QUEUES)
+        fork_safety.in_child(self._after_fork_in_child)
 
     def _reset(self) -> None:
         self._lock = threading.Lock()
@@ -103,12 +104,6 @@ class Publisher:
                     if self._pending.get(key) is pending:
                         del self._pending[key]
                 pending.done.set()
-
-    def _lock_for_fork(self) -> None:
-        self._lock.acquire()
-
-    def _unlock_after_fork(self) -> None:
-        self._lock.release()
 
     def _after_fork_in_child(self) -> None:
         for pending in self._pending.values():

@@ -28,6 +28,7 @@ from neuroncc.driver.bundle import HEADER, MAC_SIZE, BadBundleError, BundleHead,
 from neuroncc.driver.notices import CacheWarning
 from neuroncc.driver.remote_settings import RemoteSettings, settings_from_environ
 from neuroncc.errors import ArtifactError
+from neuroncc.codegen.llvm.fork_safety import renew_in_child
 
 ARTIFACT_PREFIX = "neuroncc:artifact:"
 LOCK_PREFIX = "neuroncc:lock:"
@@ -76,7 +77,7 @@ class RemoteTier:
         self._client: Any = None
         self._scripts: dict[str, Any] = {}
         self._down: str | None = None
-        self._lock = threading.Lock()
+        self._lock = renew_in_child(threading.Lock())
 
     @property
     def available(self) -> bool:
@@ -305,7 +306,7 @@ class _LeaseRenewer:
 
 
 _TIERS: dict[RemoteSettings, RemoteTier] = {}
-_TIERS_LOCK = threading.Lock()
+_TIERS_LOCK = renew_in_child(threading.Lock())
 
 
 def tier_for(settings: RemoteSettings) -> RemoteTier:

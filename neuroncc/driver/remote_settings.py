@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from neuroncc.driver.notices import CacheWarning
 from neuroncc.errors import InputError
+from neuroncc.codegen.llvm.fork_safety import renew_in_child
 
 URL_VARIABLE = "NEURONCC_REMOTE_CACHE"
 KEY_VARIABLE = "NEURONCC_REMOTE_CACHE_KEY"
@@ -60,7 +61,7 @@ def display_url(url: str) -> str:
 
 
 _NOTICES: set[str] = set()
-_NOTICES_LOCK = threading.Lock()
+_NOTICES_LOCK = renew_in_child(threading.Lock())
 
 
 def notice_once(message: str) -> None:

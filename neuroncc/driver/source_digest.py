@@ -36,6 +36,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from neuroncc.codegen.llvm.fork_safety import renew_in_child
+
 STAMP_VERSION = 1
 STAMP_DIR = "source"
 #: A file changed less than this long before the stat list was taken keeps the stamp from being written.
@@ -47,7 +49,7 @@ FileStat = tuple[str, int, int, int, int]
 #: (resolved package directory, sha256 of its stat list) -> digest, for the settled lists this process hashed
 #: or read from a stamp (the stamp's argument, kept in memory)
 _DIGESTS: dict[tuple[str, str], str] = {}
-_DIGESTS_LOCK = threading.Lock()
+_DIGESTS_LOCK = renew_in_child(threading.Lock())
 
 
 def source_files(package_dir: Path) -> list[str]:

@@ -11,7 +11,9 @@ Sections, in the order a team deciding whether a model is ready reads them:
 4. compile time, split into tracing (TorchDynamo, AOTAutograd, FX -> IR), passes, code generation and the
    compile cache, per graph;
 5. steady state: time per call (median and spread) of neuroncc and eager, sampled interleaved;
-6. recompiles: for each extra input shape, whether it compiled new graphs and why (the input that changed).
+6. recompiles: for each extra input shape, whether it compiled new graphs and why (the input that changed);
+7. notices: what the process had to give up on the way, e.g. kernels in shared libraries after a link or load
+   failed (``codegen/llvm/native_library.py``'s ``give_up``: correct, but loaded by MCJIT from then on).
 """
 
 from __future__ import annotations
@@ -135,6 +137,7 @@ class EvaluationReport:
     steady_state: list[Timing] = field(default_factory=list)
     shapes: list[ShapeRun] = field(default_factory=list)
     kernels: list[KernelTime] = field(default_factory=list)
+    notices: list[str] = field(default_factory=list)
 
     @property
     def passed(self) -> bool:
@@ -148,7 +151,7 @@ class EvaluationReport:
                 "compile": self.compile.to_dict() if self.compile else None,
                 "steady_state": [t.to_dict() for t in self.steady_state],
                 "shapes": [asdict(s) for s in self.shapes],
-                "kernels": [asdict(k) for k in self.kernels]}
+                "kernels": [asdict(k) for k in self.kernels], "notices": list(self.notices)}
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=1, allow_nan=True)
@@ -199,6 +202,8 @@ def render_text(report: EvaluationReport) -> list[str]:
             verdict = f"{run.new_graphs} new graph(s) compiled" if run.new_graphs else "reused a compiled graph"
             lines.append(f"  shapes       {shapes}: {verdict} in {format_seconds(run.seconds)}"
                          + (f"; {'; '.join(run.reasons)}" if run.reasons else ""))
+    for notice in report.notices:
+        lines.append(f"  notice       {notice}")
     return lines
 
 

@@ -22,6 +22,7 @@ from typing import Any, ContextManager
 import torch
 import torch.utils._pytree as pytree
 
+from neuroncc.codegen.llvm import native_library
 from neuroncc.errors import InputError
 from neuroncc.evaluation.fallbacks import FallbackSnapshot
 from neuroncc.evaluation.report import (
@@ -95,6 +96,8 @@ def evaluate(model: torch.nn.Module | Callable[..., Any], inputs: Any, *, train:
         with stage(f"try input shapes {[list(s) for s in shape]}"):
             report.shapes.append(_try_shape(compiled, ours, args, shape, train))
     report.fallbacks = fallbacks.since()
+    report.notices = [f"shared-library kernels given up in this process ({reason}): kernels load through MCJIT"
+                      for reason in native_library.given_up()]
     return report
 
 

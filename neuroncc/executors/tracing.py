@@ -21,6 +21,8 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, ContextManager, Protocol
 
+from neuroncc.codegen.llvm.fork_safety import renew_in_child
+
 #: The kinds of step a tracer sees: the whole graph, a compiled kernel, an extern (BLAS/ATen) call, a kernel
 #: the reference interpreter runs, a host step (view copies, NKI host programs), an op run by eager PyTorch.
 STEP_KINDS = ("graph", "kernel", "extern", "interpreted", "host", "fallback")
@@ -59,7 +61,7 @@ class Tracer(Protocol):
 
 
 _tracers: tuple[Tracer, ...] = ()
-_install_lock = threading.Lock()
+_install_lock = renew_in_child(threading.Lock())
 
 #: Whether any installed tracer may be active now: the executables' per-call check, before
 #: :func:`active_tracer`. ``bool`` (False) with no tracer installed; with one, that tracer's ``watching`` (or
@@ -146,7 +148,7 @@ class TimelineRecorder:
     def __init__(self) -> None:
         self.origin = time.perf_counter()
         self.steps: list[TimedStep] = []
-        self._lock = threading.Lock()
+        self._lock = renew_in_child(threading.Lock())
 
     def active(self) -> bool:
         return True

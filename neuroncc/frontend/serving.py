@@ -6,7 +6,8 @@
 
 :func:`compile_program` imports the program's inference graph (:func:`~neuroncc.frontend.exported.import_inference`,
 the loader and decompositions ``neuroncc compile/run`` use) and compiles it through the compile cache (a second
-process loads the executable and compiles nothing). The :class:`CompiledProgram` it returns holds the program's
+process loads the executable and compiles nothing: found by the program cache, ``program_cache.py``, before the
+program is decomposed). The :class:`CompiledProgram` it returns holds the program's
 state (parameters, buffers, constants) and is called like the exported module: positional and keyword inputs,
 pytrees in and out (the program's in/out specs), buffer updates kept in its state.
 
@@ -38,11 +39,12 @@ import torch.utils._pytree as pytree
 from torch.export import ExportedProgram
 from torch.export.graph_signature import OutputKind
 
+from neuroncc.driver.cache import cache_from_environ
 from neuroncc.driver.compile import DEFAULT_TARGET, compile_graph
 from neuroncc.driver.records import CompileRecord
 from neuroncc.errors import InputError
 from neuroncc.executors.executable import TARGETS, Executable
-from neuroncc.frontend import stats
+from neuroncc.frontend import cache_artifacts, program_cache, stats
 from neuroncc.frontend.aten_compiler import cyclic_gc_paused, record_compiled
 from neuroncc.frontend.compiled import CompiledGraph
 from neuroncc.frontend.direct_call import DirectCall, exact_match_guard
@@ -74,14 +76,27 @@ def compile_program(program: ExportedProgram | str | os.PathLike[str], *, target
     else:
         raise InputError(f"compile_program takes a torch.export.ExportedProgram or the path of a .pt2 archive, "
                          f"got {type(program).__name__}")
+    cache = cache_from_environ(os.environ)
+    key = program_cache.key_for(program, function_name, target, pipeline, options, cache)
+    hit = program_cache.lookup(cache, key, program, target) if key is not None else None  # type: ignore[arg-type]
+    if hit is not None:  # nothing decomposed, imported or compiled
+        stats.record_executable(hit.executable, target)
+        for entry in (key.key, hit.artifact):  # type: ignore[union-attr]
+            cache_artifacts.record(entry)  # portable: torch.compiler.save_cache_artifacts() carries both
+        return CompiledProgram(hit.graph, hit.executable, program_hit=hit.artifact)
     graph = import_inference(program, function_name, target)
     records: list[CompileRecord] = []
     with cyclic_gc_paused():
         executable = compile_graph(graph.imported.function, target=target, pipeline=pipeline, options=options,
+                                   cache=cache,
                                    on_compiled=lambda record: (records.append(record), record_compiled(record, 0.0)))
     stats.increment("graphs_compiled")  # counted as the torch backend counts its graphs (aten_compiler.py)
     stats.record_executable(executable, target)
-    return CompiledProgram(graph, executable, records[0] if records else None)
+    record = records[0] if records else None
+    if key is not None and record is not None and record.cache != "uncached":
+        if program_cache.store(cache, key, program, graph, record.key, target):  # type: ignore[arg-type]
+            cache_artifacts.record(key.key)
+    return CompiledProgram(graph, executable, record)
 
 
 def _function_name(stem: str) -> str:
@@ -101,12 +116,15 @@ class CompiledProgram:
     cache), ``"miss"`` (compiled, now stored) or ``"uncached"``.
     """
 
-    def __init__(self, graph: InferenceGraph, executable: Executable, record: CompileRecord | None = None):
+    def __init__(self, graph: InferenceGraph, executable: Executable, record: CompileRecord | None = None, *,
+                 program_hit: str | None = None):
+        """``record``: what compiling ``graph`` reported; ``program_hit``: instead, the artifact key a program
+        cache entry loaded ``executable`` by (``program_cache.py``: a hit, nothing decomposed or compiled)."""
         self.graph = graph
-        self.cache = record.cache if record is not None else "uncached"
+        self.cache = "hit" if program_hit else record.cache if record is not None else "uncached"
         self._state: dict[str, torch.Tensor] = graph.initial_state()
-        self._compiled = CompiledGraph(graph.imported, executable,
-                                       artifact_key=record.key if record and record.cache != "uncached" else None)
+        artifact = program_hit or (record.key if record and record.cache != "uncached" else None)
+        self._compiled = CompiledGraph(graph.imported, executable, artifact_key=artifact)
         self.executable = self._compiled.executable
         self._inputs: tuple[ProgramInput, ...] = graph.user_inputs
         self._signature = _Signature(graph.program)

@@ -43,6 +43,7 @@ import torch.fx as fx
 from neuroncc.errors import SpecializationLimitError, SpecializationLimitWarning
 from neuroncc.frontend import stats, tracing
 from neuroncc.frontend.options import DEFAULT_MAX_SPECIALIZATIONS
+from neuroncc.codegen.llvm.fork_safety import renew_in_child
 
 log = logging.getLogger("neuroncc.frontend")
 
@@ -114,7 +115,7 @@ class ShapeSpecializations:
         self._labels = [_input_label(n) for n in placeholders]
         self._compiled: dict[tuple[Any, ...], Callable[..., Any]] = {}
         self._last_key: tuple[Any, ...] | None = None
-        self._lock = threading.Lock()
+        self._lock = renew_in_child(threading.Lock())
         self._warned_limit = False
         concrete = [_concrete(v) for v in example_inputs]
         self._specialize(self._key(concrete), concrete)

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from neuroncc.driver.process_cache import CACHE_STATS
 from neuroncc.ir import Category
+from neuroncc.codegen.llvm.fork_safety import renew_in_child
 
 if TYPE_CHECKING:  # the records come from a compile: a graph cache hit makes none, nor imports them
     from neuroncc.driver.records import CompileRecord
@@ -47,7 +48,7 @@ COUNTERS: Mapping[str, str] = {
                                "uncacheable_reasons())",
 }
 
-_lock = threading.Lock()
+_lock = renew_in_child(threading.Lock())
 _counters: Counter[str] = Counter()
 _fallback_ops: Counter[str] = Counter()
 _fallback_sites: dict[str, list[str]] = {}  # op -> the user's file:line of each node (as far as known)

@@ -297,6 +297,9 @@ class HostCpu(CpuTarget):
 
 
 _LOCK = threading.Lock()
+#: a fork's child has a fresh lock: a thread of the parent's may have held it (asking LLVM) at the fork. Here, not
+#: in codegen/llvm/fork_safety.py's hook, which this layer cannot import: the lock takes no other.
+os.register_at_fork(after_in_child=_LOCK._at_fork_reinit)
 _HOST: list[HostCpu] = []
 _ASKED: list[tuple[str, str, str]] = []  # LLVM's own answer, when this process asked it (llvm_answer_asked)
 

@@ -113,6 +113,9 @@ def pass_registry() -> PassRegistry:
 SCAN_SETTLE_NS = 2_000_000_000
 
 _SCAN_LOCK = threading.Lock()
+#: a fork's child has a fresh lock (as codegen/llvm/fork_safety.py renews the leaf locks, which this layer cannot
+#: import): a thread of the parent's may have held it at the fork
+os.register_at_fork(after_in_child=_SCAN_LOCK._at_fork_reinit)
 _LAST_SCAN: list[tuple[tuple, dict[str, metadata.EntryPoint]]] = []
 
 

@@ -8,6 +8,7 @@ from cli_testing import run_in_process
 import neuroncc
 from neuroncc.frontend.compiled import CompiledGraph
 from neuroncc.frontend.serving import CompiledProgram
+from torch.export import ExportedProgram
 
 
 def test_random_inputs_match_eager(classifier_pt2, capsys):
@@ -104,3 +105,25 @@ def test_program_picks_one_of_several(multi_pt2, capsys):
     assert "output 0 addmm: float32[3, 5]" in result.stdout and "check passed" in result.stdout
     unnamed = run_in_process(capsys, "run", str(multi_pt2), "--target", "interp")
     assert unnamed.returncode == 2 and "holds several programs (large, small)" in unnamed.stderr
+
+
+def test_a_warm_run_hits_without_decomposing(good_pt2, capsys, monkeypatch):
+    """The program cache (frontend/program_cache.py): a warm run loads the compiled program before decomposing it."""
+    decompositions = []
+    original = ExportedProgram.run_decompositions
+
+    def counted(self, *args, **kwargs):
+        decompositions.append(self)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(ExportedProgram, "run_decompositions", counted)
+    model = good_pt2
+    cold = run_in_process(capsys, "run", str(model), "--random", "--check", "-q")
+    assert cold.returncode == 0, cold.stdout + cold.stderr
+    assert "compiled and cached" in cold.stdout and len(decompositions) == 1
+    warm = run_in_process(capsys, "run", str(model), "--random", "--check", "-q")
+    assert warm.returncode == 0, warm.stdout + warm.stderr
+    assert "loaded from the compile cache" in warm.stdout and "check passed" in warm.stdout
+    assert len(decompositions) == 1, "the warm run decomposed the program"
+    key_line = [line for line in cold.stdout.splitlines() if "key " in line]
+    assert key_line and key_line[0].split("key ")[1] in warm.stdout  # the same artifact

@@ -76,3 +76,15 @@ def aligned_kernel_code(fn: Function, target: CpuTarget) -> tuple[str, str]:
     plan = dataclasses.replace(plan_kernel(fn, layouts, outputs), aligned_args=frozenset(range(len(layouts) + 1)))
     texts, _ = emit_kernel(plan, "k", target)
     return "".join(texts), jit.assembly(texts, target).split("k_p0:")[1].split(".Lfunc_end")[0]
+
+
+def background_builds_finished() -> None:
+    """Wait for the builds earlier tests left running in the background (the optimizer tier's, a torch.compile
+    graph's link), before a test patches how kernels are linked or loaded: a build linking in the background
+    meanwhile would fail and give the process's shared-library form up for every later test of the worker
+    (native_library.give_up)."""
+    from neuroncc.executors.cpu import deferred_code
+    from neuroncc.executors.cpu.tiers import OPTIMIZER
+
+    deferred_code.wait_for_pending()
+    OPTIMIZER.wait()

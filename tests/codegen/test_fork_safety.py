@@ -1,5 +1,6 @@
-"""A process forked while another thread is inside LLVM (or holds a lock around LLVM's calls) gives its child
-free locks: the child's LLVM calls run instead of hanging forever (codegen/llvm/fork_safety.py).
+"""A process forked while another thread is inside LLVM (or holds a lock around LLVM's calls, or any lock of
+neuroncc's) gives its child free locks: the child's calls run instead of hanging forever
+(codegen/llvm/fork_safety.py; the device's locks: tests/device/test_fork_safety_device.py).
 
 Session 31: a DataLoader worker forked while the quick-first optimizer compiled hung in its first steps (the
 garbage collector finalizing an llvmlite object took llvmlite's lock, held by a thread the child does not have),
@@ -8,61 +9,23 @@ and with it a whole CI run. Each test forks for real and waits for the child a b
 
 from __future__ import annotations
 
+import importlib
 import os
-import signal
+import sys
 import threading
 import time
 
 import llvmlite.binding as llvm
+import pytest
+from fork_testing import fork_and_wait, fork_while_held
 
 from neuroncc.codegen.llvm import fork_safety, jit
-
-CHILD_SECONDS = 30.0  # a child that has not answered by then is stuck on a lock (it needs milliseconds)
-
-
-def _fork_while_held(enter_lock, child_work) -> tuple[int | None, str]:
-    """Fork while another thread is inside ``enter_lock`` (a context manager it holds ~0.3 s); the child runs
-    ``child_work()`` and writes what it returns. Returns the child's exit code (None: it hung) and its text."""
-    inside, leave = threading.Event(), threading.Event()
-
-    def hold() -> None:
-        with enter_lock:
-            inside.set()
-            leave.wait(0.3)
-
-    holder = threading.Thread(target=hold)
-    holder.start()
-    assert inside.wait(10)
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        code = 1
-        try:
-            os.close(read)
-            os.write(write, str(child_work()).encode())
-            code = 0
-        finally:
-            os._exit(code)
-    os.close(write)
-    leave.set()
-    holder.join(10)
-    deadline = time.monotonic() + CHILD_SECONDS
-    while (done := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
-        time.sleep(0.02)
-    if done[0] == 0:
-        os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
-        os.close(read)
-        return None, ""
-    with os.fdopen(read, "rb") as source:
-        return os.waitstatus_to_exitcode(done[1]), source.read().decode()
-
 
 def test_a_child_forked_while_another_thread_is_inside_llvm_calls_llvm():
     jit.host_target()  # llvmlite's bindings loaded, as in any process that compiled
     from llvmlite.binding import ffi
 
-    code, text = _fork_while_held(ffi.lib._lock, llvm.get_process_triple)
+    code, text = fork_while_held(ffi.lib._lock, llvm.get_process_triple)
     assert code is not None, "the child hung on llvmlite's lock, held by a thread it does not have"
     assert (code, text) == (0, llvm.get_process_triple())
 
@@ -72,7 +35,7 @@ def test_a_child_forked_while_another_thread_holds_the_jit_lock_compiles():
         module = jit.compile_ir(["define i32 @seven() {\n  ret i32 7\n}\n"])
         return len(module.objects)
 
-    code, text = _fork_while_held(jit._LOCK, compile_in_child)
+    code, text = fork_while_held(jit._LOCK, compile_in_child)
     assert code is not None, "the child hung on the jit's lock, held by a thread it does not have"
     assert (code, text) == (0, "1")
 
@@ -83,3 +46,114 @@ def test_the_hook_finds_llvmlites_lock():
     lock = fork_safety.llvm_lock()
     assert lock is not None and lock.acquire(timeout=5)
     lock.release()
+
+
+class _Recorded:
+    """A lock that records when the fork hook takes it."""
+
+    def __init__(self, name: str, taken: list[str]):
+        self.name, self.taken, self._lock = name, taken, threading.Lock()
+
+    def acquire(self) -> bool:
+        self.taken.append(self.name)
+        return self._lock.acquire()
+
+    def release(self) -> None:
+        self._lock.release()
+
+
+@pytest.fixture
+def registrations():
+    """The hook's registrations as they were before the test (a test's own are removed after it)."""
+    holds, children = list(fork_safety._HOLDS), list(fork_safety._CHILD)
+    yield
+    fork_safety._HOLDS[:], fork_safety._CHILD[:] = holds, children
+
+
+def test_the_hook_takes_the_held_locks_in_rank_order_and_releases_them(registrations):
+    taken: list[str] = []
+    for name, rank in [("queue", fork_safety.QUEUES), ("build", fork_safety.DEVICE_BUILD),
+                       ("compile", fork_safety.DYNAMO_COMPILE), ("jit", fork_safety.JIT)]:
+        fork_safety.hold_across_fork(_Recorded(name, taken), rank)
+    code, text = fork_and_wait(lambda: "child")
+    assert (code, text) == (0, "child")
+    assert taken == ["compile", "build", "jit", "queue"]
+    assert not fork_safety._HELD
+
+
+def test_a_renewed_lock_is_free_in_the_child_and_held_in_the_parent_until_its_holder_leaves():
+    lock = fork_safety.renew_in_child(threading.Lock())
+    code, text = fork_while_held(lock, lambda: lock.acquire(timeout=5))
+    assert code is not None and (code, text) == (0, "True"), text
+    assert lock.acquire(timeout=10)  # the parent's holder left
+    lock.release()
+
+
+def test_a_child_forked_while_a_thread_compiles_with_torchdynamo_takes_its_lock():
+    importlib.import_module("torch._dynamo.convert_frame")  # TorchDynamo loaded, as in a compiling process
+    lock = fork_safety.dynamo_compile_lock()
+    assert lock is sys.modules["torch._dynamo.convert_frame"].compile_lock
+    code, text = fork_while_held(lock, lambda: lock.acquire(timeout=5))
+    assert code is not None and (code, text) == (0, "True"), "the child inherited TorchDynamo's lock held"
+
+
+def test_a_child_forked_after_the_thread_pool_ran_runs_its_loops_on_new_workers():
+    from neuroncc.executors.cpu.threads import PARALLEL_MIN_WORK, get_pool
+
+    pool = get_pool(2)
+    seen: list[tuple[int, int]] = []
+
+    def loop() -> int:
+        del seen[:]
+        pool.parallel_for(lambda args, start, end: seen.append((start, end)), 0, 8, PARALLEL_MIN_WORK)
+        return sum(end - start for start, end in seen)
+
+    assert loop() == 8 and pool._workers  # its worker threads started (the child has none of them)
+    code, text = fork_and_wait(loop)
+    assert code is not None, "the child waited for a worker thread it does not have"
+    assert (code, text) == (0, "8")
+    code, text = fork_while_held(pool._lock, loop)  # and while another thread ran a region
+    assert (code, text) == (0, "8"), text
+
+
+def test_the_cache_writers_queue_is_held_across_a_fork_and_the_child_writes_its_own():
+    from neuroncc.driver.publisher import PUBLISHER
+
+    written: list[str] = []
+
+    def child() -> str:
+        read, write = os.pipe()
+        os.close(read)
+        PUBLISHER.submit(("fork-test", "k" * 16), lambda: written.append("child"), write)
+        PUBLISHER.flush()
+        return ",".join(written)
+
+    code, text = fork_while_held(PUBLISHER._lock, child)
+    assert (code, text) == (0, "child"), text
+
+
+def test_a_child_forked_while_another_thread_imports_a_module_imports_it_whole(tmp_path, monkeypatch):
+    """A module imported on another thread when the process forks: the fork waits for the import, so the child
+    has the whole module (not a half-run body in sys.modules behind an import lock nobody releases)."""
+    (tmp_path / "slow_module_for_fork.py").write_text("import time\ntime.sleep(0.5)\nDONE = 'whole'\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    started = threading.Event()
+
+    def import_it() -> None:
+        started.set()
+        importlib.import_module("slow_module_for_fork")
+
+    importer = threading.Thread(target=import_it)
+    importer.start()
+    assert started.wait(10)
+    for _ in range(5000):  # until its body runs
+        if "slow_module_for_fork" in sys.modules:
+            break
+        time.sleep(0.001)
+    try:
+        code, text = fork_and_wait(lambda: importlib.import_module("slow_module_for_fork").DONE)
+    finally:
+        importer.join(10)
+        sys.modules.pop("slow_module_for_fork", None)
+    assert code is not None, "the child hung importing a module another thread of its parent was importing"
+    assert (code, text) == (0, "whole"), text

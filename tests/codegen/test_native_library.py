@@ -13,11 +13,11 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from codegen_helpers import many_kernels
+from codegen_helpers import background_builds_finished, many_kernels
 
 from neuroncc.codegen.llvm import jit, native_library
 from neuroncc.codegen.llvm.native_library import CodeForm, LibraryModule
-from neuroncc.errors import ArtifactError
+from neuroncc.errors import ArtifactError, SharedLibraryWarning
 from neuroncc.executors.cpu import code_files
 from neuroncc.executors.cpu.launcher import build_cpu_executable, load_cpu_executable, stored_code
 from neuroncc.ir import Builder, DType, TensorType, interpret
@@ -201,6 +201,7 @@ def test_position_independent_kernels_use_no_global_offset_table():
 
 
 def test_without_a_linker_kernels_are_objects_for_mcjit(monkeypatch, rng, tmp_path):
+    background_builds_finished()
     monkeypatch.setattr(native_library, "linker", lambda: None)
     assert native_library.code_form() is CodeForm.OBJECTS
     exe = build_cpu_executable(softmax_graph(), {})
@@ -214,11 +215,13 @@ def test_without_a_linker_kernels_are_objects_for_mcjit(monkeypatch, rng, tmp_pa
 
 @needs_linker
 def test_a_failing_link_falls_back_to_objects_for_the_rest_of_the_process(monkeypatch, rng):
+    background_builds_finished()
     monkeypatch.setattr(native_library, "_BROKEN", [])
     monkeypatch.setattr(native_library, "linker", lambda: "/bin/false")
-    exe = build_cpu_executable(softmax_graph(), {})
+    with pytest.warns(SharedLibraryWarning, match="/bin/false"):
+        exe = build_cpu_executable(softmax_graph(), {})
     assert isinstance(exe.module, jit.JitModule) and exe.plan.code_form == "objects"
-    assert native_library._BROKEN and "ld failed" in native_library._BROKEN[0]
+    assert native_library._BROKEN and "`/bin/false -shared" in native_library._BROKEN[0]
     monkeypatch.setattr(native_library, "linker", lambda: "/usr/bin/ld")
     assert native_library.code_form() is CodeForm.OBJECTS  # decided once a library failed
     x = rng.standard_normal((8, 64)).astype(np.float32)

@@ -137,3 +137,15 @@ def test_the_state_a_call_updates_is_compared_by_name(train):
     mean = next(d for d in report.differences if d.name == "norm.running_mean")
     assert mean.abs64 is not None and mean.shape == (4,)
     assert "buffer    norm.running_mean" in report.text()
+
+
+def test_a_given_up_shared_library_form_is_a_notice(monkeypatch):
+    from neuroncc.codegen.llvm import native_library
+
+    monkeypatch.setattr(native_library, "_BROKEN", [])
+    assert neuroncc.evaluate(Block(), torch.randn(8, 16), repeat=1).notices == []
+    monkeypatch.setattr(native_library, "_BROKEN", ["linking 3 kernel object(s) into a library failed: the reason"])
+    report = neuroncc.evaluate(Block(), torch.randn(8, 16), repeat=1)
+    assert len(report.notices) == 1 and "the reason" in report.notices[0] and "MCJIT" in report.notices[0]
+    assert "  notice       shared-library kernels given up" in report.text()
+    assert json.loads(report.to_json())["notices"] == report.notices

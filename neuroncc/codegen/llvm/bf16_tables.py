@@ -52,13 +52,14 @@ from neuroncc.codegen.llvm.scalars import F32, I16, I32, I64, PTR, VOID, bf16_bi
 from neuroncc.codegen.llvm.vector_variants import keep_until_vectorized, scalar_with_variant
 from neuroncc.hardware.host import CACHE_LINE_BYTES, CpuTarget
 from neuroncc.ir.dtypes import DType
+from neuroncc.codegen.llvm.fork_safety import renew_in_child
 
 #: Entries of a table: one per bf16 bit pattern.
 ENTRIES = 1 << 16
 #: The kernel that makes a table, and its loop's symbol.
 _MAKER = "ncc.bf16_table.make"
 
-_LOCK = threading.Lock()
+_LOCK = renew_in_child(threading.Lock())
 #: (function, nan_case, CPU name, features) -> the table's bytes (little-endian i16 entries)
 _TABLES: dict[tuple[str, bool, str, str], bytes] = {}
 #: the same key -> the table as an LLVM constant's text (formatting 128 KiB took ~6 ms a module)

@@ -1,48 +1,102 @@
-"""llvmlite's process-wide lock across ``fork``: a child process never starts with it held.
+"""neuroncc's one ``fork`` hook: a child process never starts with a lock held by a thread it does not have.
 
-Every call into LLVM's bindings holds llvmlite's one process-wide lock (``llvmlite.binding.ffi.lib._lock``, a
-re-entrant lock), and neuroncc calls LLVM on background threads: the optimizer of quick-first builds
-(``executors/cpu/tiers.py``), the threads finishing a build's link (``executors/cpu/deferred_code.py``), a
-build's LLVM workers (``jit.KernelCompiler``). A forked child has only the thread that forked; if another
-thread held the lock at that moment, the child's copy stays held forever and the child's first LLVM call hangs,
-often one nobody asked for: the garbage collector finalizing an llvmlite object (``TargetMachine.__del__``) in
-the child's first steps. Session 31 found a DataLoader worker (``num_workers=2``, forked from a process whose
-optimizer was compiling) hanging so, which hung a whole CI run.
+A forked child has only the thread that forked. A lock another thread held at that moment stays held in the
+child forever, and the child's first use of it hangs, often one nobody asked for: the garbage collector
+finalizing an llvmlite object (``TargetMachine.__del__``) takes llvmlite's lock in the child's first steps.
+Session 31 found a DataLoader worker (``num_workers=2``, forked from a process whose optimizer was compiling)
+hanging so, which hung a whole CI run. Each lock a background thread (neuroncc's own, the autograd engine's, a
+user's thread running compiled code or ``neuron`` tensors) can hold is handled here, in one of two ways:
 
-So before a fork the process first runs the registered waits (:func:`before_holding_llvm`: threads whose work
-needs LLVM finish first, or the fork would wait for them while holding the lock they need), then takes the lock
-itself: the fork waits for the LLVM call in progress (one call, never a whole compile), no thread is inside LLVM
-while the process is copied (so LLVM's own state, its mutexes and pass managers, is whole in the child), and
-both processes release the lock after. ``subprocess`` does not fork through Python's hooks (nor need them: the
-child execs at once), so linking with ``ld`` from a background thread never waits here.
+* **held across the fork** (:func:`hold_across_fork`): the hook takes it before the fork, so the fork waits for
+  the holder to leave, and both processes release it after. For locks that guard work which must be whole in
+  the child and that are held for a while (a compile, an LLVM call). Taken in rank order, which is the lock
+  order every thread follows (``frontend/tracing.py``), so the hook never holds one a holder of another waits
+  for:
 
-Nothing here imports llvmlite: a process that never loaded LLVM's bindings has nothing to hold.
+  ============== =====================================================================================
+  rank           lock
+  ============== =====================================================================================
+  DYNAMO_COMPILE TorchDynamo's ``compile_lock`` once TorchDynamo is loaded (``frontend/tracing.py``; the
+                 device's builds take it first): a fork waits for a TorchDynamo compile in progress
+  DEVICE_BUILD   the ``neuron`` device's build lock (``device/build_lock.py``): its handler tables and
+                 signature entries are whole in the child; a fork waits for a kernel build in progress
+  JIT            the jit's lock around LLVM's initialization (``jit.py``)
+  LLVM           llvmlite's process-wide lock, when its bindings are loaded: the fork waits for one LLVM call
+                 (never a whole compile), and no thread is inside LLVM while the process is copied, so its own
+                 state (mutexes, pass managers) is whole in the child
+  QUEUES         the background queues' locks (the compile cache's writer, ``driver/publisher.py``; the
+                 optimizer tier, ``executors/cpu/tiers.py``): held for a few bytecodes; the child sees a
+                 queue's entries and their files consistent, and resets it (``in_child``)
+  ============== =====================================================================================
+
+* **renewed in the child** (:func:`renew_in_child`: ``_at_fork_reinit``, as the standard library renews its
+  logging locks): leaf locks held for a dictionary update, a counter, or one kernel call, which take no other
+  lock and have nothing left half-done that matters to the child (the allocator's pools, the device's signature
+  index, a kernel entry's scratch memory, an executable's arena, the CPU thread pool's region lock). Renewing
+  them needs no order, so they cannot deadlock a fork.
+
+Imports are the one lock of Python's own that bites here: a module another thread is importing has its import
+lock held and its half-run body in ``sys.modules``, so a child forked meanwhile hangs at its first import of that
+module (session 32 found a DataLoader worker so, importing the device's fallback module beside a thread that
+was importing it). So the hook first waits until no other thread is importing (bounded:
+:data:`IMPORT_WAIT_SECONDS`), and after taking the locks takes the interpreter's import lock at such a moment and
+holds it to the fork, so that no import starts in between (the fork takes that lock itself next).
+
+Before any lock is taken the registered waits run (:func:`before_holding_llvm`: threads whose work needs LLVM
+finish first, or the fork would wait for them while holding the lock they need), and after the locks are
+released the child's callbacks run (:func:`in_child`: the thread pool forgets its workers, which the child does
+not have). ``subprocess`` does not fork through Python's hooks (nor need them: the child execs at once), so
+linking with ``ld`` from a background thread never waits here.
+
+Nothing here imports llvmlite or torch: a process that never loaded them has nothing of theirs to hold.
 """
 
 from __future__ import annotations
 
+import _imp
 import os
 import sys
+import threading
+import time
+import weakref
 from collections.abc import Callable
 from typing import Any
 
-#: run before each fork, in the order registered, before the lock is taken
+DYNAMO_COMPILE, DEVICE_BUILD, JIT, LLVM, QUEUES = 10, 30, 40, 50, 60
+
+#: run before each fork, in the order registered, before any lock is taken
 _WAITS: list[Callable[[], None]] = []
-#: locks taken before LLVM's own, in the order registered: ones a thread may hold while it waits for LLVM's
-_OUTER_LOCKS: list[Any] = []
+#: (rank, registration number, the lock or a function giving the current one or None) held across each fork
+_HOLDS: list[tuple[int, int, Any]] = []
+#: leaf locks given a fresh state in the child (weakly held: a lock dies with its executable or entry)
+_RENEWED: weakref.WeakSet[Any] = weakref.WeakSet()
+#: run in the child after the locks are released and renewed, in the order registered
+_CHILD: list[Callable[[], None]] = []
 #: the locks while the hook holds them (between ``before`` and ``after`` of one fork)
 _HELD: list[Any] = []
 
 
 def before_holding_llvm(wait: Callable[[], None]) -> None:
-    """Run ``wait()`` before every fork, before LLVM's lock is taken (e.g. join the threads still calling LLVM)."""
+    """Run ``wait()`` before every fork, before any lock is taken (e.g. join the threads still calling LLVM)."""
     _WAITS.append(wait)
 
 
-def hold_across_fork(lock: Any) -> None:
-    """Hold ``lock`` across every fork too, taken before LLVM's lock (a lock that guards LLVM calls, taken
-    before them): no other thread holds it in the child."""
-    _OUTER_LOCKS.append(lock)
+def hold_across_fork(lock: Any, rank: int = JIT) -> None:
+    """Hold ``lock`` across every fork, taken in ``rank`` order (the module docstring's table; registration order
+    within a rank). ``lock`` may be a function returning the lock to hold now, or None (nothing to hold)."""
+    _HOLDS.append((rank, len(_HOLDS), lock))
+    _HOLDS.sort(key=lambda hold: hold[:2])
+
+
+def renew_in_child(lock: Any) -> Any:
+    """Give ``lock`` (a ``threading.Lock`` or ``RLock``) a fresh, unheld state in every forked child; returns it."""
+    _RENEWED.add(lock)
+    return lock
+
+
+def in_child(callback: Callable[[], None]) -> None:
+    """Run ``callback()`` in every forked child, after the locks are released and renewed."""
+    _CHILD.append(callback)
 
 
 def llvm_lock() -> Any | None:
@@ -51,13 +105,83 @@ def llvm_lock() -> Any | None:
     return None if ffi is None else ffi.lib._lock._lock
 
 
+def dynamo_compile_lock() -> Any | None:
+    """TorchDynamo's ``compile_lock`` if TorchDynamo is loaded in this process, else None."""
+    convert_frame = sys.modules.get("torch._dynamo.convert_frame")
+    return None if convert_frame is None else convert_frame.compile_lock
+
+
+def _locks_to_hold() -> list[Any]:
+    found = []
+    for _, _, lock in _HOLDS:
+        current = lock() if callable(lock) and not hasattr(lock, "acquire") else lock
+        if current is not None:
+            found.append(current)
+    return found
+
+
+#: Seconds a fork waits for other threads' imports to finish (an import waiting for a lock the hook holds would
+#: otherwise stop the fork for good; after this the fork goes ahead, and only that module is unusable in the child)
+IMPORT_WAIT_SECONDS = 30.0
+
+
+def _imports_in_progress() -> list[str]:
+    """Modules another thread is importing now (it holds their import lock: importlib's ``_ModuleLock``, which
+    a forked child would inherit held, hanging the child's first import of the module, whose half-run body is in
+    ``sys.modules`` meanwhile). Read under the import lock, as importlib changes the table."""
+    bootstrap = sys.modules["importlib._bootstrap"]
+    me = threading.get_ident()
+    busy = []
+    for name, reference in list(getattr(bootstrap, "_module_locks", {}).items()):
+        lock = reference()
+        if lock is not None and getattr(lock, "owner", None) not in (None, me):
+            busy.append(name)
+    return busy
+
+
+def _hold_import_lock_once_no_import_runs(seconds: float) -> None:
+    """Take the interpreter's import lock at a moment no other thread is importing a module (waiting up to
+    ``seconds``): no import starts between this and the fork, which takes the same lock (reentrant) next."""
+    deadline = time.monotonic() + seconds
+    while True:
+        _imp.acquire_lock()
+        if not _imports_in_progress() or time.monotonic() > deadline:
+            return
+        _imp.release_lock()
+        time.sleep(0.001)
+
+
 def _before_fork() -> None:
-    for wait in _WAITS:
-        wait()
-    llvm = llvm_lock()
-    for lock in [*_OUTER_LOCKS, *([llvm] if llvm is not None else [])]:
-        lock.acquire()
-        _HELD.append(lock)
+    for _ in range(3):
+        _hold_import_lock_once_no_import_runs(IMPORT_WAIT_SECONDS)
+        _imp.release_lock()  # the waits and the locks below may need other threads' imports to finish
+        for wait in _WAITS:
+            wait()
+        for lock in _locks_to_hold():
+            lock.acquire()
+            _HELD.append(lock)
+        _hold_import_lock_once_no_import_runs(IMPORT_WAIT_SECONDS / 10)
+        _HELD.append(_IMPORT_LOCK)
+        if all(any(lock is held for held in _HELD) for lock in _locks_to_hold()):
+            return
+        # another thread loaded a module with a lock to hold meanwhile (TorchDynamo's, at a thread's first device
+        # build) and may hold it now: let go, and take them all again in their order
+        _release()
+
+
+class _ImportLock:
+    """The interpreter's import lock as :data:`_HELD` releases it (in the child too: CPython makes the child's
+    held once by the thread that forked, ``_PyImport_ReInitLock``)."""
+
+    @staticmethod
+    def release() -> None:
+        try:
+            _imp.release_lock()
+        except RuntimeError:  # an interpreter whose child starts with the lock free: nothing to release
+            pass
+
+
+_IMPORT_LOCK = _ImportLock()
 
 
 def _release() -> None:
@@ -66,6 +190,17 @@ def _release() -> None:
         _HELD.pop().release()
 
 
-os.register_at_fork(before=_before_fork, after_in_parent=_release, after_in_child=_release)
+def _after_in_child() -> None:
+    _release()
+    for lock in list(_RENEWED):
+        lock._at_fork_reinit()
+    for callback in _CHILD:
+        callback()
 
-__all__ = ["before_holding_llvm", "hold_across_fork", "llvm_lock"]
+
+hold_across_fork(dynamo_compile_lock, DYNAMO_COMPILE)
+hold_across_fork(llvm_lock, LLVM)
+os.register_at_fork(before=_before_fork, after_in_parent=_release, after_in_child=_after_in_child)
+
+__all__ = ["DEVICE_BUILD", "DYNAMO_COMPILE", "JIT", "LLVM", "QUEUES", "before_holding_llvm", "hold_across_fork",
+           "dynamo_compile_lock", "in_child", "llvm_lock", "renew_in_child"]

@@ -38,17 +38,22 @@ import ctypes
 import enum
 import fcntl
 import itertools
+import logging
 import os
 import shutil
 import subprocess
 import tempfile
 import threading
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from neuroncc.codegen.llvm.ar_archive import write_archive
-from neuroncc.errors import ArtifactError
+from neuroncc.codegen.llvm.fork_safety import in_child, renew_in_child
+from neuroncc.errors import ArtifactError, SharedLibraryWarning
+
+_log = logging.getLogger("neuroncc.codegen")
 
 
 class CodeForm(enum.Enum):
@@ -63,7 +68,7 @@ class CodeForm(enum.Enum):
 #: objects ask for.
 LINK_FLAGS = ("-shared", "-Bsymbolic", "--build-id=none", "-z", "noexecstack", "-z", "now")
 
-_LOCK = threading.Lock()
+_LOCK = renew_in_child(threading.Lock())
 _BROKEN: list[str] = []  # why shared libraries do not work in this process (linking or loading failed once)
 
 
@@ -85,9 +90,24 @@ def code_form(stored: bool = True) -> CodeForm:
 
 
 def give_up(reason: str) -> None:
-    """Record that linking or loading a library failed here: :func:`code_form` says ``OBJECTS`` from now on."""
+    """Record that linking or loading a library failed here: :func:`code_form` says ``OBJECTS`` from now on.
+
+    Never silently: one :class:`~neuroncc.errors.SharedLibraryWarning` naming ``reason`` (the linker's command
+    and stderr, or the loader's error and file), a warning on the ``neuroncc.codegen`` logger (``NEURONCC_LOG``,
+    ``TORCH_LOGS=neuroncc``), and the reason kept for :func:`given_up` (``neuroncc.evaluate``'s report lists it).
+    Until session 32 the process went on silently, and two test processes of session 31 that gave up left no
+    trace of which link or load failed."""
     with _LOCK:
         _BROKEN.append(reason)
+    message = f"neuroncc: {reason}; this process compiles kernels as objects for MCJIT from now on"
+    _log.warning("%s", message)
+    warnings.warn(message, SharedLibraryWarning, stacklevel=2)
+
+
+def given_up() -> tuple[str, ...]:
+    """Why this process gave the shared-library form up (empty: it has not), in order."""
+    with _LOCK:
+        return tuple(_BROKEN)
 
 
 @dataclass
@@ -133,7 +153,8 @@ def link(objects: list[bytes]) -> bytes:
         done = subprocess.run([command, *LINK_FLAGS, "-o", str(output), "--whole-archive", str(archive)],
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=120)
         if done.returncode != 0:
-            raise OSError(f"ld failed ({done.returncode}): {done.stderr.decode(errors='replace').strip()[:500]}")
+            raise OSError(f"`{' '.join(done.args)}` exited with "
+                          f"{done.returncode}: {done.stderr.decode(errors='replace').strip()[:2000]}")
         return output.read_bytes()
 
 
@@ -296,7 +317,7 @@ def _alive(pid: int) -> bool:
 
 
 _LINKS = _LinkDirectory()
-os.register_at_fork(after_in_child=lambda: _LINKS.forget_in_child())
+in_child(lambda: _LINKS.forget_in_child())
 
 
 def _write_private(path: Path, data: bytes) -> None:
@@ -313,4 +334,4 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view):]
 
 
-__all__ = ["CodeForm", "LibraryModule", "code_form", "give_up", "link", "linker", "load_library"]
+__all__ = ["CodeForm", "LibraryModule", "code_form", "give_up", "given_up", "link", "linker", "load_library"]

@@ -20,6 +20,8 @@ from __future__ import annotations
 import collections
 import threading
 
+from neuroncc.codegen.llvm.fork_safety import renew_in_child
+
 #: The most object code kept per process (the least recently used goes first); the test suite raises it.
 CAPACITY_BYTES = 64 << 20
 
@@ -33,7 +35,7 @@ class ObjectMemo:
         self.hits = self.misses = 0
         self._objects: collections.OrderedDict[tuple, bytes] = collections.OrderedDict()
         self._bytes = 0
-        self._lock = threading.Lock()
+        self._lock = renew_in_child(threading.Lock())
 
     def get(self, key: tuple) -> bytes | None:
         with self._lock:

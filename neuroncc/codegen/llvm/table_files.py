@@ -24,11 +24,13 @@ import tempfile
 import threading
 from pathlib import Path
 
+from neuroncc.codegen.llvm.fork_safety import renew_in_child
+
 #: The first bytes of a table file (and its format's version).
 MAGIC = b"neuroncc-table-1\n"
 _DIGEST_BYTES = hashlib.sha256().digest_size
 
-_LOCK = threading.Lock()
+_LOCK = renew_in_child(threading.Lock())
 _DIRECTORY: list[Path] = []  # where this process keeps tables: the last compile cache it compiled through
 
 

@@ -29,6 +29,8 @@ from collections.abc import Callable
 
 import numpy as np
 
+from neuroncc.codegen.llvm.fork_safety import renew_in_child
+
 #: Bytes of a reserve when no build of this process has asked for an arena yet: the transformer block's larger
 #: arena (25.4 MB, its backward's) with room; a larger first arena does not take it (and a later compile's
 #: reserve is sized by the largest arena seen, :data:`MAX_RESERVE_BYTES` at most).
@@ -49,7 +51,7 @@ class _Reserve:
         self.buffer: np.ndarray | None = None
 
 
-_LOCK = threading.Lock()
+_LOCK = renew_in_child(threading.Lock())
 #: the reserve being faulted in, or ready and untaken; None: no reserve
 _reserve: _Reserve | None = None
 #: the largest arena an executable of this process asked for (the next reserve's size)

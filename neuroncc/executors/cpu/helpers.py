@@ -23,7 +23,6 @@ import base64
 import binascii
 import hashlib
 import json
-import os
 import threading
 from collections.abc import Callable
 
@@ -31,12 +30,13 @@ from typing import Any
 
 from neuroncc.codegen.llvm.native_library import CodeForm, load_library
 from neuroncc.errors import NeuronccError
+from neuroncc.codegen.llvm.fork_safety import in_child, renew_in_child
 
 RUNTIME_FILE = "runtime.json"
 RUNTIME_VERSION = 2  # 2: each helper's code form (a shared library or an object file)
 TEAM, SEQUENCE = "team", "sequence"  # the helpers' names (threads.py, native_sequence.py)
 
-_LOCK = threading.Lock()
+_LOCK = renew_in_child(threading.Lock())
 #: helper name -> the lock its compile (or load) holds: a thread that needs a helper another thread is making
 #: waits for that one instead of compiling it again. A torch.compile graph's first call needs the team entry
 #: while the build's background thread (deferred_code.py) is compiling it: compiling it a second time took the
@@ -131,7 +131,7 @@ def _after_fork_in_child() -> None:
     _MAKING.clear()
 
 
-os.register_at_fork(after_in_child=_after_fork_in_child)
+in_child(_after_fork_in_child)
 
 
 def _digest(text: str) -> str:

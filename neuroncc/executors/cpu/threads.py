@@ -34,6 +34,7 @@ from pathlib import Path
 from neuroncc.codegen.llvm.team_entry import TEAM_ENTRY, team_entry_ir
 from neuroncc.executors.cpu.helpers import TEAM, helper_module
 from neuroncc.hardware.host import available_cores
+from neuroncc.codegen.llvm.fork_safety import in_child, renew_in_child
 
 #: Below this much work a phase runs on one thread. Work is elements touched, times 8 for a phase that computes
 #: a transcendental function (``codegen/llvm/launch_cost.py``). Waking a pool worker costs 40-50 us on this
@@ -87,7 +88,12 @@ class ThreadPool:
     def __init__(self, threads: int):
         self.threads = max(threads, 1)
         self._workers: list[_Worker] = []
-        self._lock = threading.Lock()
+        self._lock = renew_in_child(threading.Lock())
+
+    def forget_workers(self) -> None:
+        """In a forked child: the workers were the parent's threads (the child has none of them; waking one would
+        wait forever), so the next region starts new ones."""
+        self._workers = []
 
     def _ensure_workers(self) -> None:
         while len(self._workers) < self.threads - 1:
@@ -130,6 +136,7 @@ class ThreadPool:
 
 
 _POOLS: dict[int, ThreadPool] = {}
+in_child(lambda: [pool.forget_workers() for pool in _POOLS.values()])
 
 
 def get_pool(threads: int) -> ThreadPool:

@@ -33,13 +33,13 @@ running compile). After ``fork`` the child runs the jobs the parent had not fini
 from __future__ import annotations
 
 import collections
-import os
 import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import Any
 
+from neuroncc.codegen.llvm import fork_safety
 from neuroncc.codegen.llvm.launch_plan import CpuLaunchPlan, StepKind
 
 #: Most work (sum over native phases of outer iterations x work per iteration, ~elements) an executable may
@@ -82,8 +82,8 @@ class BackgroundOptimizer:
 
     def __init__(self) -> None:
         self._reset()
-        os.register_at_fork(before=self._lock_for_fork, after_in_parent=self._unlock_after_fork,
-                            after_in_child=self._after_fork_in_child)
+        fork_safety.hold_across_fork(lambda: self._lock, fork_safety.QUEUES)  # taken last (fork_safety.py)
+        fork_safety.in_child(self._after_fork_in_child)
 
     def _reset(self) -> None:
         self._lock = threading.Lock()
@@ -150,12 +150,6 @@ class BackgroundOptimizer:
             job.future.set_exception(exc)
         else:
             job.future.set_result(result)
-
-    def _lock_for_fork(self) -> None:
-        self._lock.acquire()
-
-    def _unlock_after_fork(self) -> None:
-        self._lock.release()
 
     def _after_fork_in_child(self) -> None:
         # the parent's thread finishes these there; the child's copies of their futures need a run of their own

@@ -49,6 +49,7 @@ from neuroncc.nki.target import resolve_target
 from neuroncc.passes.kernels import check_kernel_contract
 from neuroncc.passes.manager import PassContext
 from neuroncc.passes.pipeline import default_pipeline, run_pipeline
+from neuroncc.codegen.llvm.fork_safety import renew_in_child
 
 SOURCE_FILE, PLAN_FILE = "nki_kernels.py", "nki_plan.json"
 DEFAULT_NKI_TARGET = "trn2"
@@ -86,7 +87,7 @@ class NkiExecutable:
         resources = collect_resources(function)
         self.host_programs = {index: parse(step.program, source=f"<host step {step.name}>", resources=resources)
                               for index, step in enumerate(self.plan.steps) if step.kind == "host"}
-        self._lock = threading.Lock()
+        self._lock = renew_in_child(threading.Lock())
         self._graph_info = StepInfo(function.name, "graph", function.name,
                                     tuple((p.type.shape, p.type.layout_strides, p.type.dtype.value) for p in function.params))
         self._step_infos = [StepInfo(step.name, "kernel" if step.kind == "kernel" else "host", function.name,
