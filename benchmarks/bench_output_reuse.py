@@ -50,7 +50,7 @@ class _NoReuse:
     def take(self):
         return None
 
-    def keep(self, tensor, nbytes):
+    def keep(self, tensor):
         pass
 
 
@@ -68,19 +68,6 @@ def _compiled(case, threads: int, ring):
     finally:
         direct_call.OutputRing = saved_ring
     return function
-
-
-def _huge_kb(address: int) -> int:
-    """AnonHugePages of the mapping of this process that holds ``address`` (/proc/self/smaps)."""
-    inside = False
-    for line in Path("/proc/self/smaps").read_text().splitlines():
-        first = line.split()[0]
-        if "-" in first and ":" not in first:
-            low, high = (int(x, 16) for x in first.split("-"))
-            inside = low <= address < high
-        elif inside and first == "AnonHugePages:":
-            return int(line.split()[1])
-    return -1
 
 
 def main() -> None:
@@ -144,8 +131,6 @@ def main() -> None:
                 + f"; fresh/reuse per round: median {statistics.median(ratios):.3f}, "
                   f"quartiles {ratios[len(ratios) // 4]:.3f}-{ratios[3 * len(ratios) // 4]:.3f}; distinct output "
                   f"addresses in 6 calls: {distinct}", flush=True)
-            print("  AnonHugePages of the mappings holding the last outputs: " + ", ".join(
-                f"{name} {_huge_kb(last[name].data_ptr())} kB" for name in ("fresh", "reuse")))
             last.clear()
 
 
