@@ -34,6 +34,7 @@ import torch
 from neuroncc.executors.cpu.address_call import AddressCall
 from neuroncc.frontend.convert import _NUMPY_DTYPES
 from neuroncc.frontend.imported import ComputedOutput, ImportedGraph
+from neuroncc.frontend.output_reuse import OutputRing
 from neuroncc.hardware.host import ALIAS_PERIOD_BYTES, ALIAS_WINDOW_BYTES, CACHE_LINE_BYTES, PLACED_OUTPUT_MIN_BYTES, \
     placement_shift
 from neuroncc.hardware import pages
@@ -174,7 +175,8 @@ class DirectCall:
         no input update moved): :meth:`__call__`, :meth:`launch` and :func:`_placed` as one closure, the graph's
         output list made directly. Written for the caches a roofline row's kernel leaves (session 18 callfast:
         each statement and frame there is a miss, 5-15 us): the same checks, allocation and placement, fewer
-        frames and lists. None for any other graph."""
+        frames and lists; an output of PLACED_OUTPUT_MIN_BYTES or more in the memory of one the caller has dropped
+        when there is one (:class:`~neuroncc.frontend.output_reuse.OutputRing`). None for any other graph."""
         if len(self.results) != 1 or self.not_made or len(outputs) != 1 or \
                 not isinstance(outputs[0][0], ComputedOutput):
             return None
@@ -187,6 +189,8 @@ class DirectCall:
         tensors_of, one_input, run, qualify, owner = self._tensors, len(self.inputs) == 1, self.run, \
             self._qualify, self
         empty_strided = torch.empty_strided
+        ring = OutputRing()  # the storages of its last outputs, used again once the caller has dropped them
+        take, keep = ring.take, ring.keep
 
         def call(args: Any) -> list[torch.Tensor] | None:
             tensors = tensors_of(args)
@@ -197,16 +201,25 @@ class DirectCall:
                 if not qualify(tensors):
                     return None
             addresses = [tensor.data_ptr() for tensor in tensors]
-            out = empty_strided(shape, strides, dtype=dtype)
-            base = out.data_ptr()
-            if placed:  # _placed's check inline; its longer storage only when 4K-aliased with an input
+            out = take() if placed else None  # the memory of an output the caller has dropped (output_reuse.py)
+            if out is not None:
+                base = out.data_ptr()
                 for address in addresses:
                     if 0 < (base - address) % period < window:
-                        out = _placed(nbytes, shape, strides, dtype, addresses.copy())
-                        base = out.data_ptr()
+                        out = None  # 4K-aliased with this call's inputs: a fresh output, placed
                         break
-            if huge and base != touched[0]:  # fresh memory (glibc maps 32 MiB and more anew each call): huge pages
-                touched[0] = 0 if advise(base, nbytes) else base
+            if out is None:
+                out = empty_strided(shape, strides, dtype=dtype)
+                base = out.data_ptr()
+                if placed:  # _placed's check inline; its longer storage only when 4K-aliased with an input
+                    for address in addresses:
+                        if 0 < (base - address) % period < window:
+                            out = _placed(nbytes, shape, strides, dtype, addresses.copy())
+                            base = out.data_ptr()
+                            break
+                    keep(out)
+                if huge and base != touched[0]:  # fresh memory (glibc maps 32 MiB and more anew each call)
+                    touched[0] = 0 if advise(base, nbytes) else base
             run(addresses, [base])
             return [out]
 

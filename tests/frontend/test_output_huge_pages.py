@@ -76,10 +76,11 @@ def test_the_one_frame_call_asks_for_its_large_output(advised, compiled_graphs):
     import neuroncc.executors.cpu.tiers as tiers
 
     tiers.OPTIMIZER.wait()
-    compiled(x, w)
+    kept = [compiled(x, w), compiled(x, w)]  # held: the call's output is fresh memory (output_reuse.py)
     assert compiled_graphs["inference"]._fast is not None  # settled: the one-frame call
     advised.clear()
     out = compiled(x, w)
+    assert all(out.data_ptr() != k.data_ptr() for k in kept)
     torch.testing.assert_close(out, f(x, w), rtol=1e-5, atol=1e-5)
     assert advised and advised[-1] == (out.data_ptr(), out.numel() * 4)
     small = torch.compile(lambda a: a * 2.0, backend="neuron", dynamic=False)

@@ -1,0 +1,77 @@
+"""A large output's memory used again once its caller has dropped every reference to it.
+
+Under glibc's default settings an allocation of 32 MiB or more is mapped anew each call, and the kernel writing
+it faults its pages in and the system zeroes each (session 28 rowgap28): LayerNorm [8192, 1024]'s call through
+``torch.compile`` took 8.2 ms against its kernel's 2.8 at 2 threads on session 32's Intel Xeon VM (eager 8.8,
+Inductor 10.1: they pay it too). A compiled graph that gets its memory back when the caller drops an output writes
+the same pages every call, as a caller would with ``out=``: 3.2 ms (docs/performance-history.md, session 32 call32).
+Smaller outputs come from glibc's heap, already faulted in: there it changed nothing measurable.
+
+What the caller sees is unchanged: each call returns a new tensor (its own ``TensorImpl``, no ``_base``, resizable
+storage allocated by torch's CPU allocator), and memory is used again only when nothing holds its storage: no
+tensor or view (``_storage_Use_Count`` counts each ``TensorImpl``, autograd's saved tensors, numpy arrays and DLPack
+exports through the tensor they keep), no Python storage object (once made, torch keeps it with the storage and
+it counts too: such a storage is never used again), and its data pointer unchanged (``resize_`` to a larger size
+and ``share_memory_`` move it). What a caller can tell apart is only a ``StorageWeakRef`` to a dropped output's
+storage, which stays alive while the graph keeps it: as memory an allocator caches.
+
+A graph keeps at most :data:`KEPT_OUTPUTS` of its outputs' storages: a loop ``y = f(x)`` still holds the previous
+output while the next call runs, so two are needed for every call to find one free.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+import torch
+
+#: storages a graph keeps: the one its caller still holds during the call, and the one it dropped before
+KEPT_OUTPUTS = 2
+_USE_COUNT = torch._C._storage_Use_Count
+_STORAGE = torch._C._storage_address  # the StorageImpl's address: no Python storage object made
+
+
+class _Kept:
+    __slots__ = ("keeper", "storage", "address")
+
+    def __init__(self, tensor: torch.Tensor):
+        #: our own tensor over the output's storage (never handed out): it alone holds the storage once the
+        #: caller has dropped every reference
+        self.keeper = torch.empty(0, dtype=tensor.dtype).set_(tensor)
+        self.storage = _STORAGE(self.keeper)
+        self.address = self.keeper.data_ptr()
+
+
+class OutputRing:
+    """The storages of a graph's last outputs of one shape, strides and dtype: :meth:`take` gives a new tensor over
+    one nobody else holds (or None), :meth:`keep` records a fresh output. Safe against calls on several threads:
+    an entry is popped (one atomic deque operation) before it is checked, so two calls never take the same one."""
+
+    def __init__(self) -> None:
+        self._kept: deque[_Kept] = deque(maxlen=KEPT_OUTPUTS)
+
+    def take(self) -> torch.Tensor | None:
+        """A new tensor over a kept storage that only this ring holds (the entry goes back as the newest), or None
+        when every kept storage is still in use."""
+        kept = self._kept
+        for _ in range(len(kept)):
+            try:
+                entry = kept.popleft()
+            except IndexError:  # another thread's call took the rest
+                return None
+            if _USE_COUNT(entry.storage) != 1 or entry.keeper.data_ptr() != entry.address:
+                if entry.keeper.data_ptr() == entry.address:
+                    kept.append(entry)  # still the caller's: back at the end, the oldest tried first next time
+                continue  # moved (resized larger, shared): dropped, never written again
+            out = torch.empty(0, dtype=entry.keeper.dtype).set_(entry.keeper)
+            kept.append(entry)
+            return out
+        return None
+
+    def keep(self, tensor: torch.Tensor) -> None:
+        """Record ``tensor``'s storage (a fresh output, about to be handed out): the oldest entry is dropped when
+        the ring is full."""
+        self._kept.append(_Kept(tensor))
+
+
+__all__ = ["KEPT_OUTPUTS", "OutputRing"]

@@ -1,0 +1,165 @@
+"""A compiled graph's large output written into the memory of one its caller has dropped
+(``neuroncc/frontend/output_reuse.py``): used again only when nothing holds the storage, never while the caller
+keeps the output, a view, its storage or an array over it, and each call's output an ordinary new tensor."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+import torch
+
+from neuroncc.frontend import output_reuse
+
+ROWS, COLS = 512, 1024  # a 2 MiB float32 output: PLACED_OUTPUT_MIN_BYTES or more, the one-frame call's reuse
+
+
+def _scaled(x, w):
+    return x * w + 1.0
+
+
+@pytest.fixture
+def compiled():
+    """(call, inputs, expected(inputs)) of a one-output graph whose output is 2 MiB, its ring fresh."""
+    torch._dynamo.reset()
+    function = torch.compile(_scaled, backend="neuron", options={"quick_first": False})  # one build: one ring
+    x, w = torch.randn(ROWS, COLS), torch.randn(COLS)
+    expected = _scaled(x, w)
+    torch.testing.assert_close(function(x, w), expected)
+    yield function, (x, w), expected
+    torch._dynamo.reset()
+
+
+def test_a_dropped_output_is_written_again_and_a_kept_one_never(compiled):
+    function, inputs, expected = compiled
+    kept = function(*inputs)
+    address = kept.data_ptr()
+    second = function(*inputs)
+    assert second.data_ptr() != address  # the caller keeps the first: fresh memory
+    kept_values = kept.clone()
+    del second
+    third = function(*inputs)
+    assert third.data_ptr() != address
+    torch.testing.assert_close(kept, kept_values, rtol=0, atol=0)
+    torch.testing.assert_close(third, expected)
+    dropped = third.data_ptr()
+    del third
+    fourth = function(*inputs)
+    assert fourth.data_ptr() == dropped  # nothing held the third: its memory written again
+    torch.testing.assert_close(fourth, expected)
+    assert fourth._base is None and not fourth.requires_grad and fourth.untyped_storage().resizable()
+
+
+def test_a_loop_rebinding_its_result_finds_memory_each_call(compiled):
+    """``y = f(x)`` keeps the previous output during the call: two kept storages serve such a loop."""
+    function, inputs, expected = compiled
+    y = function(*inputs)
+    seen = set()
+    for _ in range(6):
+        previous = y.data_ptr()
+        y = function(*inputs)
+        assert y.data_ptr() != previous
+        seen.add(y.data_ptr())
+        torch.testing.assert_close(y, expected)
+    assert len(seen) <= output_reuse.KEPT_OUTPUTS
+
+
+@pytest.mark.parametrize("holder", ["view", "storage", "numpy", "saved by autograd", "dlpack"])
+def test_memory_held_through_anything_is_never_written(compiled, holder):
+    function, (x, w), expected = compiled
+    out = function(x, w)
+    address = out.data_ptr()
+    if holder == "view":
+        held = out[ROWS // 2:]
+    elif holder == "storage":
+        held = out.untyped_storage()
+    elif holder == "numpy":
+        held = out.numpy()
+    elif holder == "saved by autograd":
+        weight = torch.ones(COLS, requires_grad=True)
+        held = out * weight  # mul saves ``out`` for weight's gradient
+    else:
+        held = torch.from_dlpack(out)
+    before = out.clone()
+    del out
+    outputs = [function(x * 2, w) for _ in range(3)]
+    assert all(o.data_ptr() != address for o in outputs)
+    assert torch.equal(torch.frombuffer(_bytes_at(address, before), dtype=torch.float32).view(ROWS, COLS), before)
+    if holder == "saved by autograd":
+        held.sum().backward()  # reads the saved output
+        torch.testing.assert_close(weight.grad, before.sum(0))
+    del held
+
+
+def _bytes_at(address: int, like: torch.Tensor) -> bytearray:
+    import ctypes
+
+    return bytearray((ctypes.c_char * (like.numel() * like.element_size())).from_address(address))
+
+
+def test_an_output_resized_or_shared_is_not_written_again(compiled):
+    function, (x, w), expected = compiled
+    out = function(x, w)
+    out.resize_(ROWS * 2, COLS)  # larger: torch moves the storage's data
+    out[ROWS:] = 7.0
+    del out
+    torch.testing.assert_close(function(x, w), expected)
+    shared = function(x, w)
+    shared.share_memory_()  # its data now in shared memory, which another process may map
+    fd, size = shared.untyped_storage()._share_fd_cpu_()
+    elsewhere = torch.UntypedStorage._new_shared_fd_cpu(fd, size)  # as a receiving process maps it
+    seen = torch.empty(0).set_(elsewhere, 0, (ROWS, COLS), (COLS, 1))
+    before = seen.clone()
+    del shared
+    for scale in (2.0, -1.0, 3.0):
+        torch.testing.assert_close(function(x * scale, w), _scaled(x * scale, w))
+    assert torch.equal(seen, before)
+
+
+def test_calls_on_two_threads_never_share_an_output(compiled):
+    function, (x, w), _ = compiled
+    results: dict[int, list[torch.Tensor]] = {0: [], 1: []}
+    factors = {0: 1.0, 1: -3.0}
+
+    def calls(number: int) -> None:
+        for _ in range(20):
+            results[number].append(function(x * factors[number], w))
+            if len(results[number]) > 2:
+                results[number].pop(0)  # dropped: its memory may serve either thread next
+
+    threads = [threading.Thread(target=calls, args=(n,)) for n in (0, 1)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert not any(thread.is_alive() for thread in threads)
+    for number, kept in results.items():
+        for out in kept:
+            torch.testing.assert_close(out, _scaled(x * factors[number], w))
+    addresses = [o.data_ptr() for kept in results.values() for o in kept]
+    assert len(set(addresses)) == len(addresses)
+
+
+def test_the_ring_gives_memory_back_only_when_nothing_holds_it():
+    ring = output_reuse.OutputRing()
+    out = torch.empty(1 << 20)
+    ring.keep(out)
+    assert ring.take() is None  # the caller holds it
+    address = out.data_ptr()
+    del out
+    again = ring.take()
+    assert again is not None and again.data_ptr() == address and again.shape == (1 << 20,)
+    assert ring.take() is None  # ``again`` holds it now
+    del again
+    assert ring.take() is not None
+
+
+def test_kept_memory_values_match_numpy_reference(compiled):
+    """The values in reused memory are the kernel's, not the previous call's: inputs changed between calls."""
+    function, (x, w), _ = compiled
+    for scale in (1.0, -2.0, 0.5):
+        x_now = x * scale
+        out = function(x_now, w)
+        np.testing.assert_allclose(out.numpy(), x_now.numpy() * w.numpy() + 1.0, rtol=1e-6, atol=1e-6)
+        del out
