@@ -16,23 +16,28 @@ and ``share_memory_`` move it). What a caller can tell apart is only a ``Storage
 storage, which stays alive while the graph keeps it: as memory an allocator caches.
 
 A graph keeps at most :data:`KEPT_OUTPUTS` of its outputs' storages: a loop ``y = f(x)`` still holds the previous
-output while the next call runs, so two are needed for every call to find one free.
+output while the next call runs, so two are needed for every call to find one free. And the process keeps at most
+:data:`KEPT_BYTES_LIMIT` bytes of them over all its graphs, the storages kept longest ago given up first: a server
+compiling a graph per input shape would otherwise hold two dropped outputs of every shape it ever saw.
 """
 
 from __future__ import annotations
 
-from collections import deque
+import threading
+from collections import OrderedDict, deque
 
 import torch
 
 #: storages a graph keeps: the one its caller still holds during the call, and the one it dropped before
 KEPT_OUTPUTS = 2
+#: bytes of output storages the process keeps over all its graphs (an output larger than this is never kept)
+KEPT_BYTES_LIMIT = 1 << 30
 _USE_COUNT = torch._C._storage_Use_Count
 _STORAGE = torch._C._storage_address  # the StorageImpl's address: no Python storage object made
 
 
 class _Kept:
-    __slots__ = ("keeper", "storage", "address")
+    __slots__ = ("keeper", "storage", "address", "nbytes", "given_up")
 
     def __init__(self, tensor: torch.Tensor):
         #: our own tensor over the output's storage (never handed out): it alone holds the storage once the
@@ -40,6 +45,43 @@ class _Kept:
         self.keeper = torch.empty(0, dtype=tensor.dtype).set_(tensor)
         self.storage = _STORAGE(self.keeper)
         self.address = self.keeper.data_ptr()
+        # (not untyped_storage().nbytes(): a Python storage object, once made, counts as a holder for good)
+        self.nbytes = (tensor.storage_offset() + tensor.numel()) * tensor.element_size()
+        self.given_up = False  # set once the process's limit dropped it: never used again
+
+
+class _KeptBytes:
+    """Every ring's entries in the order they were kept, and their bytes: :meth:`add` gives up the oldest while the
+    total is over :data:`KEPT_BYTES_LIMIT`."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._entries: OrderedDict[int, tuple[_Kept, deque[_Kept]]] = OrderedDict()
+        self.total = 0
+
+    def add(self, entry: _Kept, ring: deque[_Kept]) -> None:
+        with self._lock:
+            self._entries[id(entry)] = (entry, ring)
+            self.total += entry.nbytes
+            while self.total > KEPT_BYTES_LIMIT and self._entries:
+                self._drop(*self._entries.popitem(last=False)[1])
+
+    def discard(self, entry: _Kept) -> None:
+        """``entry`` left its ring (pushed out by a newer one, or moved by its caller)."""
+        with self._lock:
+            if self._entries.pop(id(entry), None) is not None:
+                self.total -= entry.nbytes
+
+    def _drop(self, entry: _Kept, ring: deque[_Kept]) -> None:
+        self.total -= entry.nbytes
+        entry.given_up = True  # (a call that popped it meanwhile sees this and neither uses nor returns it)
+        try:
+            ring.remove(entry)
+        except ValueError:  # popped by a call on another thread at this moment
+            pass
+
+
+_KEPT_BYTES = _KeptBytes()
 
 
 class OutputRing:
@@ -59,19 +101,41 @@ class OutputRing:
                 entry = kept.popleft()
             except IndexError:  # another thread's call took the rest
                 return None
+            if entry.given_up:
+                continue  # (the process's limit dropped it while it was popped here)
             if _USE_COUNT(entry.storage) != 1 or entry.keeper.data_ptr() != entry.address:
                 if entry.keeper.data_ptr() == entry.address:
                     kept.append(entry)  # still the caller's: back at the end, the oldest tried first next time
-                continue  # moved (resized larger, shared): dropped, never written again
+                else:
+                    _KEPT_BYTES.discard(entry)  # moved (resized larger, shared): dropped, never written again
+                continue
             out = torch.empty(0, dtype=entry.keeper.dtype).set_(entry.keeper)
             kept.append(entry)
             return out
         return None
 
     def keep(self, tensor: torch.Tensor) -> None:
-        """Record ``tensor``'s storage (a fresh output, about to be handed out): the oldest entry is dropped when
-        the ring is full."""
-        self._kept.append(_Kept(tensor))
+        """Record ``tensor``'s storage (a fresh output, about to be handed out): the ring's oldest entry is dropped
+        when the ring is full, and the process's oldest while its kept bytes are over :data:`KEPT_BYTES_LIMIT`."""
+        entry = _Kept(tensor)
+        if entry.nbytes > KEPT_BYTES_LIMIT:
+            return
+        if len(self._kept) == KEPT_OUTPUTS:
+            try:
+                _KEPT_BYTES.discard(self._kept.popleft())
+            except IndexError:  # taken by a call on another thread at this moment
+                pass
+        self._kept.append(entry)
+        _KEPT_BYTES.add(entry, self._kept)
+
+    def __del__(self) -> None:
+        for entry in list(self._kept):
+            _KEPT_BYTES.discard(entry)
 
 
-__all__ = ["KEPT_OUTPUTS", "OutputRing"]
+def kept_bytes() -> int:
+    """Bytes of output storages the process's graphs keep now (at most :data:`KEPT_BYTES_LIMIT`)."""
+    return _KEPT_BYTES.total
+
+
+__all__ = ["KEPT_BYTES_LIMIT", "KEPT_OUTPUTS", "OutputRing", "kept_bytes"]

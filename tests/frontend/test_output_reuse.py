@@ -163,3 +163,24 @@ def test_kept_memory_values_match_numpy_reference(compiled):
         out = function(x_now, w)
         np.testing.assert_allclose(out.numpy(), x_now.numpy() * w.numpy() + 1.0, rtol=1e-6, atol=1e-6)
         del out
+
+
+def test_the_process_keeps_at_most_its_limit_over_all_graphs(monkeypatch):
+    """Rings of many graphs (a server compiling one per input shape) keep at most KEPT_BYTES_LIMIT of dropped
+    outputs: the storages kept longest ago are given up first, and never handed out again."""
+    monkeypatch.setattr(output_reuse, "KEPT_BYTES_LIMIT", 3 << 20)
+    monkeypatch.setattr(output_reuse, "_KEPT_BYTES", output_reuse._KeptBytes())  # (other tests' graphs go meanwhile)
+    start = 0
+    rings = [output_reuse.OutputRing() for _ in range(3)]
+    for ring in rings:
+        ring.keep(torch.empty(1 << 18))  # 1 MiB each, dropped by its caller at once
+    assert output_reuse.kept_bytes() - start == 3 << 20
+    rings[0].keep(torch.empty(1 << 18))  # over the limit: the oldest kept (ring 0's first) is given up
+    assert output_reuse.kept_bytes() - start <= 3 << 20
+    assert [ring.take() is not None for ring in rings] == [True, True, True]  # ring 0 keeps its newer one
+    assert len(rings[0]._kept) == 1
+    big = output_reuse.OutputRing()
+    big.keep(torch.empty(1 << 20))  # 4 MiB: over the limit alone, never kept
+    assert big.take() is None and len(big._kept) == 0
+    del rings, ring
+    assert output_reuse.kept_bytes() == start  # a graph's ring gone: its bytes no longer counted
