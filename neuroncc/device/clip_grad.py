@@ -71,8 +71,8 @@ def _total_norm(tensors: list[torch.Tensor], norm_type: float) -> torch.Tensor |
     if placed is None:
         return None
     with torch.no_grad():
-        out = torch.empty((), dtype=placed[0], device=tensors[0].device)
-        if run_step(_TOTAL, _total_norm_math, [*tensors, out], [], len(tensors), (norm_type,), *placed, [out]):
+        out = torch.empty((), dtype=placed.dtype, device=tensors[0].device)
+        if run_step(_TOTAL, _total_norm_math, [*tensors, out], [], len(tensors), (norm_type,), placed, [out]):
             return out
     return None
 
@@ -91,10 +91,10 @@ def _clip(parameters: list[torch.Tensor], max_norm: float, total_norm: torch.Ten
         return False
     placed = dense([grads])
     if placed is None or type(total_norm) is not torch.Tensor or total_norm.dim() != 0 \
-            or total_norm.dtype is not placed[0] or total_norm.device != grads[0].device:
+            or total_norm.dtype is not placed.dtype or total_norm.device != grads[0].device:
         return False
     with torch.no_grad():
-        return run_step(_CLIP, _clip_math, [*grads, total_norm], [max_norm], len(grads), (), *placed, grads)
+        return run_step(_CLIP, _clip_math, [*grads, total_norm], [max_norm], len(grads), (), placed, grads)
 
 
 def _clip_math(tensors: list[torch.Tensor], floats: list[float], n: int, variant: tuple) -> None:

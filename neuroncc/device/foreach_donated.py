@@ -27,10 +27,9 @@ import torch
 from neuroncc.device.build_lock import building
 from neuroncc.device.counters import COUNTS
 from neuroncc.device.fallback import HostFallback, run_on_host
-from neuroncc.device.fused_optimizers import STEP_OPTIONS
-from neuroncc.device.kernel_compile import compile_kernel
+from neuroncc.device.fused_optimizers import compile_traced
 from neuroncc.device.op_forms import OpForm
-from neuroncc.device.programs import CannotCompile, traced_program
+from neuroncc.device.programs import CannotCompile
 from neuroncc.device.signature import rebuild
 
 aten = torch.ops.aten
@@ -98,15 +97,16 @@ class DonatedForeach:
         else:
             parts = [set()]
         try:
-            return [self._program(args, kwargs, tensors, discarded) for discarded in parts]
+            return [self._program(args, kwargs, tensors, discarded, f"part {k} of {len(parts)}")
+                    for k, discarded in enumerate(parts)]
         except CannotCompile as error:
             COUNTS["eager_fallback_signatures"] += 1
             return [HostFallback(self.form, error.reason, self.index, self.state)]
 
     def _program(self, args: tuple[Any, ...], kwargs: dict[str, Any], tensors: list[torch.Tensor],
-                 discarded: set[int]) -> Any:
+                 discarded: set[int], part: str) -> Any:
         """The op's own decomposition over the call's tensors, the writes into those at ``discarded`` dropped (the
-        op writes copies of them: dead code)."""
+        op writes copies of them: dead code); ``part`` names it among the op's programs (the signature index)."""
         op = self.form.op
 
         def run(inputs: list[torch.Tensor], _floats: list[float]) -> None:
@@ -114,8 +114,7 @@ class DonatedForeach:
                                            lambda i, _t: inputs[i].clone() if i in discarded else inputs[i], [])
             op(*new_args, **new_kwargs)
 
-        program = traced_program(run, tensors, 0)
-        return compile_kernel(self.form, program, self.index, tensors, self.state, options=STEP_OPTIONS)
+        return compile_traced(self.form, str(op), part, run, tensors, 0, self.index, self.state)
 
 
 #: Ops computed as two programs: ``_amp_foreach_non_finite_check_and_unscale_``'s check reads every gradient

@@ -21,7 +21,8 @@ results come out bitwise (tests/device/test_optimizers.py).
 
 from __future__ import annotations
 
-from typing import Any
+from operator import attrgetter
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -33,9 +34,12 @@ from neuroncc.device.fused_optimizers import compile_step
 
 _FLOATING = (torch.float32, torch.bfloat16, torch.float16)
 #: tensor types the program reads and writes directly (a subclass, e.g. a DTensor, runs PyTorch's function)
-_PLAIN = (torch.Tensor, torch.nn.Parameter)
-#: (kind, variant, dtype, device index, shapes) -> [the compiled step (None: PyTorch's function runs it), the
-#: addresses last found disjoint, the tensors' sizes in bytes]
+_PLAIN = frozenset((torch.Tensor, torch.nn.Parameter))
+_shape_of, _dtype_of, _device_of = attrgetter("shape"), attrgetter("dtype"), attrgetter("device")
+_is_cpu_of, _requires_grad_of = attrgetter("is_cpu"), attrgetter("requires_grad")
+_is_contiguous, _numel, _item = torch.Tensor.is_contiguous, torch.Tensor.numel, torch.Tensor.item
+#: (kind, variant, dtype, device index, input count, first list's shapes) -> [the compiled step (None: PyTorch's
+#: function runs it), the addresses last found disjoint, the tensors' sizes in bytes]
 _KERNELS: dict[tuple, list[Any]] = {}
 _data_ptr = torch.Tensor.data_ptr
 _installed = False
@@ -66,35 +70,51 @@ def _routed(original: Any, step: Any) -> Any:
     return routed
 
 
-def dense(lists: list[list[Any]]) -> tuple[torch.dtype, int] | None:
-    """(dtype, device index) when every list is as long as the first and holds, per position, contiguous plain
-    tensors (no subclass) of one dtype and shape on one neuron device; else None."""
+class Placement(NamedTuple):
+    """Where a routed call's tensor lists live: their dtype, neuron device index, and the first list's shapes
+    (every list holds the same shapes, position by position)."""
+
+    dtype: torch.dtype
+    index: int
+    shapes: tuple[torch.Size, ...]
+
+
+def dense(lists: list[list[Any]]) -> Placement | None:
+    """The lists' :class:`Placement` when every list is as long as the first and holds, per position,
+    contiguous plain tensors (no subclass) of one dtype and shape on one neuron device; else None.
+
+    Each property is read for a whole list at once (``map`` over C-level getters: no Python frame per tensor;
+    ~0.4 us a tensor, where tensor-by-tensor checks cost ~1). The device holds strided tensors only: a sparse
+    tensor is on another device, and its list fails the device check before ``is_contiguous`` is asked."""
     first = lists[0]
     if not first or any(len(tensors) != len(first) for tensors in lists):
         return None
     dtype, device = first[0].dtype, first[0].device
     if dtype not in _FLOATING or device.type != "neuron":
         return None
+    shapes = tuple(map(_shape_of, first))
     for tensors in lists:
-        for t, p in zip(tensors, first):
-            if type(t) not in _PLAIN or t.dtype is not dtype \
-                    or t.device != device or t.shape != p.shape or not t.is_contiguous() or t.is_sparse:
-                return None
-    return dtype, device.index or 0
+        if not _PLAIN.issuperset(map(type, tensors)) or set(map(_dtype_of, tensors)) != {dtype} \
+                or set(map(_device_of, tensors)) != {device} or not all(map(_is_contiguous, tensors)) \
+                or (tensors is not first and tuple(map(_shape_of, tensors)) != shapes):
+            return None
+    return Placement(dtype, device.index or 0, shapes)
 
 
 def run_step(kind: str, math_of: Any, inputs: list[torch.Tensor], numbers: list[float], n: int, variant: tuple,
-         dtype: torch.dtype, index: int, written: list[torch.Tensor]) -> bool:
+             placed: Placement, written: list[torch.Tensor]) -> bool:
     """Run the step's program over ``inputs`` (compiled on first use of its signature); False when it cannot
-    run here (the caller runs PyTorch's function). ``written``: the tensors it writes, whose version counters
-    go up as PyTorch's in-place ops make them (autograd's check of saved tensors sees the step)."""
-    key = (kind, variant, dtype, index, tuple(t.shape for t in inputs))
+    run here (the caller runs PyTorch's function). ``inputs``: the lists :func:`dense` placed, then tensors the
+    kind fixes (a 0-d norm); ``written``: the tensors it writes, whose version counters go up as PyTorch's
+    in-place ops make them (autograd's check of saved tensors sees the step)."""
+    key = (kind, variant, placed.dtype, placed.index, len(inputs), placed.shapes)
     entry = _KERNELS.get(key)
     if entry is None:
         with building():  # one thread traces and compiles it (frontend/tracing.py)
             entry = _KERNELS.get(key)
             if entry is None:
-                kernel = compile_step(kind, lambda ts, fs: math_of(ts, fs, n, variant), inputs, len(numbers), index)
+                kernel = compile_step(kind, repr((n, variant)), lambda ts, fs: math_of(ts, fs, n, variant), inputs,
+                                      len(numbers), placed.index)
                 entry = _KERNELS[key] = [kernel, None]
     kernel, checked = entry[0], entry[1]
     if kernel is None:
@@ -106,12 +126,19 @@ def run_step(kind: str, math_of: Any, inputs: list[torch.Tensor], numbers: list[
         if not spans_disjoint(list(addresses), entry[2]):
             return False
         entry[1] = addresses
-    kernel.call((), {}, inputs, numbers)
+    if not kernel.run_donated(addresses, numbers):
+        kernel.call((), {}, inputs, numbers)
     increment_version(written)
     return True
 
 
 # ---- Adam / AdamW: torch.optim.adam._multi_tensor_adam, capturable=False ----------------------------------------
+
+def _host_counts(steps: list[Any]) -> bool:
+    """Whether the ``step`` counts are one-element CPU tensors outside autograd (PyTorch's, capturable=False)."""
+    return _PLAIN.issuperset(map(type, steps)) and all(map(_is_cpu_of, steps)) \
+        and set(map(_numel, steps)) == {1} and not any(map(_requires_grad_of, steps))
+
 
 def _adam_step(params: list[torch.Tensor], grads: list[torch.Tensor], exp_avgs: list[torch.Tensor],
                exp_avg_sqs: list[torch.Tensor], max_exp_avg_sqs: list[torch.Tensor], state_steps: list[torch.Tensor],
@@ -125,22 +152,25 @@ def _adam_step(params: list[torch.Tensor], grads: list[torch.Tensor], exp_avgs: 
         return False
     lists = [params, grads, exp_avgs, exp_avg_sqs] + ([max_exp_avg_sqs] if amsgrad else [])
     placed = dense(lists)
-    if placed is None or len(state_steps) != len(params) \
-            or not all(s.is_cpu and s.numel() == 1 and not s.requires_grad for s in state_steps):
+    if placed is None or len(state_steps) != len(params) or not _host_counts(state_steps):
         return False
     inputs = [t for tensors in lists for t in tensors]
     n = len(params)
-    # the foreach function's scalars, as it computes them (after its step += 1)
+    # the foreach function's scalars, as it computes them (after its step += 1), once per distinct step
     torch._foreach_add_(state_steps, torch.tensor(1.0, device="cpu"), alpha=1.0)
     decay_term = 1 - lr * weight_decay if decoupled_weight_decay else weight_decay
     numbers = [decay_term, 1 - beta1, beta2, 1 - beta2, eps]
-    for step in state_steps:
-        step = step.item()
-        numbers.append((lr / (1 - beta1 ** step)) * -1)
-        numbers.append((1 - beta2 ** step) ** 0.5)
-    variant = (decoupled_weight_decay, amsgrad, maximize, weight_decay != 0)
+    steps = list(map(_item, state_steps))  # as the foreach function reads them (step.item())
+    uniform = steps.count(steps[0]) == n  # the usual case: one pair of scalars for every tensor
+    scalars: dict[float, tuple[float, float]] = {}
+    for step in steps[:1] if uniform else steps:
+        pair = scalars.get(step)
+        if pair is None:
+            pair = scalars[step] = ((lr / (1 - beta1 ** step)) * -1, (1 - beta2 ** step) ** 0.5)
+        numbers += pair
+    variant = (decoupled_weight_decay, amsgrad, maximize, weight_decay != 0, uniform)
     written = inputs[:n] + inputs[2 * n:]  # all but the gradients
-    if run_step("adam", _adam, inputs, numbers, n, variant, *placed, written):
+    if run_step("adam", _adam, inputs, numbers, n, variant, placed, written):
         return True
     torch._foreach_sub_(state_steps, 1.0)  # PyTorch's function counts the step itself
     return False
@@ -149,8 +179,8 @@ def _adam_step(params: list[torch.Tensor], grads: list[torch.Tensor], exp_avgs: 
 def _adam(tensors: list[torch.Tensor], floats: list[float], n: int, variant: tuple) -> None:
     """``_multi_tensor_adam``'s ops (capturable=False) per tensor: ``tensors`` params, grads, exp_avgs,
     exp_avg_sqs[, max_exp_avg_sqs]; ``floats`` the decay term, 1 - beta1, beta2, 1 - beta2, eps, then per tensor
-    (step size, sqrt of bias correction 2)."""
-    decoupled, amsgrad, maximize, decay = variant
+    (step size, sqrt of bias correction 2), or that pair once when every tensor's step is the same (``uniform``)."""
+    decoupled, amsgrad, maximize, decay, uniform = variant
     params, grads, avgs, squares = (tensors[k * n:(k + 1) * n] for k in range(4))
     maxima = tensors[4 * n:5 * n] if amsgrad else []
     decay_term, lerp_weight, beta2, square_weight, eps = floats[:5]
@@ -170,8 +200,9 @@ def _adam(tensors: list[torch.Tensor], floats: list[float], n: int, variant: tup
         if amsgrad:
             v = torch.maximum(maxima[i], v)
             maxima[i].copy_(v)
-        denom = torch.add(torch.div(torch.sqrt(v), floats[6 + 2 * i]), eps)
-        params[i].copy_(torch.addcdiv(p, m, denom, value=floats[5 + 2 * i]))
+        step_size, correction = floats[5:7] if uniform else floats[5 + 2 * i:7 + 2 * i]
+        denom = torch.add(torch.div(torch.sqrt(v), correction), eps)
+        params[i].copy_(torch.addcdiv(p, m, denom, value=step_size))
 
 
 # ---- SGD: torch.optim.sgd._multi_tensor_sgd ----------------------------------------------------------------------
@@ -197,7 +228,7 @@ def _sgd_step(params: list[torch.Tensor], grads: list[torch.Tensor], momentum_bu
     inputs = [t for tensors in lists for t in tensors]
     n = len(params)
     written = inputs[:n] + inputs[2 * n:] + (inputs[n:2 * n] if writes_grads else [])
-    return run_step("sgd", _sgd, inputs, [weight_decay, momentum, 1 - dampening, -lr], n, variant, *placed, written)
+    return run_step("sgd", _sgd, inputs, [weight_decay, momentum, 1 - dampening, -lr], n, variant, placed, written)
 
 
 def _sgd(tensors: list[torch.Tensor], floats: list[float], n: int, variant: tuple) -> None:

@@ -30,10 +30,12 @@ from typing import Any
 
 import torch
 
+from neuroncc.device import signature_index
 from neuroncc.device.counters import COUNTS, op_state
 from neuroncc.device.build_lock import building
 from neuroncc.device.fallback import HostFallback, run_on_host
 from neuroncc.device.kernel_compile import COMPILE_OPTIONS, compile_kernel
+from neuroncc.device.kernels import CompiledKernel
 from neuroncc.device.op_forms import OpForm, form_of
 from neuroncc.device.programs import CannotCompile, traced_program
 from neuroncc.passes.pipeline import default_pipeline
@@ -252,24 +254,41 @@ class FusedStep:
     def _compile(self, inputs: list[torch.Tensor], count: int, n: int, variant: tuple) -> Any:
         math_of = _adam if self.adam else _sgd
         try:
-            program = traced_program(lambda ts, fs: math_of(ts, fs, n, variant), inputs, count)
-            return compile_kernel(self.form, program, self.index, inputs, self.state, options=STEP_OPTIONS)
+            return compile_traced(self.form, str(self.form.op), repr((n, variant)),
+                                  lambda ts, fs: math_of(ts, fs, n, variant), inputs, count, self.index, self.state)
         except CannotCompile as error:
             COUNTS["eager_fallback_signatures"] += 1
             return HostFallback(self.form, error.reason, self.index, self.state)
 
 
-def compile_step(kind: str, run: Any, inputs: list[torch.Tensor], count: int, index: int) -> Any:
+def compile_traced(form: OpForm, kind: str, describes: str, run: Any, inputs: list[torch.Tensor], count: int,
+                   index: int, state: Any) -> CompiledKernel:
+    """The kernel of ``run(tensors, floats)``'s program (programs.traced_program: written in place, ``count``
+    lifted floats) compiled as a step (:data:`STEP_OPTIONS`), or, when the signature index knows it
+    (``kind``, ``describes``: what else the program depends on, and the tensors), loaded straight from the
+    compile cache: a warm process traces none of its steps. Raises CannotCompile."""
+    try:
+        slot = signature_index.Slot.named(signature_index.program_name(kind, describes, inputs, count), kind)
+    except signature_index.Unindexable:
+        slot = None
+    hit = slot.lookup(inputs) if slot is not None else None
+    if hit is not None:
+        COUNTS["eager_kernels_loaded"] += 1
+        return CompiledKernel(form, hit.program, hit.executable, index, inputs, state)
+    program = traced_program(run, inputs, count)
+    return compile_kernel(form, program, index, inputs, state, slot=slot, options=STEP_OPTIONS)
+
+
+def compile_step(kind: str, describes: str, run: Any, inputs: list[torch.Tensor], count: int, index: int) -> Any:
     """The compiled program of a multi-tensor step that is no aten op (foreach_optimizers.py's routed foreach
     steps and clip_grad_norm_'s parts): ``run(tensors, floats)`` writes ``inputs`` in place from them and
-    ``count`` lifted floats. Its calls count as ``torch.optim._multi_tensor_<kind>`` in
-    ``neuroncc.get_executed_ops()`` (``kind`` "adam" or "sgd"), else as ``kind`` itself. None when it cannot be
-    compiled (the caller runs PyTorch's function)."""
+    ``count`` lifted floats; ``describes`` what else it depends on (its variant). Its calls count as
+    ``torch.optim._multi_tensor_<kind>`` in ``neuroncc.get_executed_ops()`` (``kind`` "adam" or "sgd"), else as
+    ``kind`` itself. None when it cannot be compiled (the caller runs PyTorch's function)."""
     form = form_of(aten._fused_sgd_.default if kind == "sgd" else aten._fused_adam_.default)  # its binding: in place
     name = f"torch.optim._multi_tensor_{kind}" if kind in ("adam", "sgd") else kind
     try:
-        program = traced_program(run, inputs, count)
-        return compile_kernel(form, program, index, inputs, op_state(name), options=STEP_OPTIONS)
+        return compile_traced(form, name, describes, run, inputs, count, index, op_state(name))
     except CannotCompile:
         COUNTS["eager_fallback_signatures"] += 1
         return None

@@ -148,6 +148,10 @@ class Binding:
             else:
                 dense = memory.dense_strides(shape, strides)
                 self.outputs.append((_WRITE if in_place and dense else _WRITE_VIA_CPU, spec, exec_layout))
+        #: every output computed in its input's own memory, the inputs tensors or float32 buffers
+        self.donated_only = self.direct_inputs and bool(self.outputs) and \
+            all(how == _DONATED for how, _, _ in self.outputs)
+        self.no_outputs = [0] * len(self.outputs)
         #: the common call: no conversion, every output a new tensor written in place
         self.fast = [spec for _, spec, _ in self.outputs] if self.direct_inputs and \
             all(how == _NEW for how, _, _ in self.outputs) else None
@@ -344,6 +348,21 @@ class CompiledKernel:
             return values[0] if len(values) == 1 else tuple(values)
 
         return call
+
+    def run_donated(self, addresses: Sequence[int], floats: Sequence[float]) -> bool:
+        """Run a program that computes every write in its tensor's own memory (a multi-tensor step's:
+        fused_optimizers.compile_step) over the call's tensors at ``addresses`` (read by the caller, which also
+        checked they do not overlap) and its lifted ``floats``; False (nothing run) when this kernel's writes go
+        through fresh memory or its inputs need converting (the caller then uses :meth:`call`)."""
+        binding = self.binding  # read once: the optimizer's thread may rebind it
+        if not binding.donated_only:
+            return False
+        buffers = [ctypes.c_float(value) for value in floats]  # alive until the kernel has run
+        addressof = ctypes.addressof
+        self.state.device_calls += 1
+        binding.run([addresses[s] if s >= 0 else addressof(buffers[-1 - s]) for s in self.sources],
+                    binding.no_outputs)
+        return True
 
     def _one_tensor_in_one_out(self) -> Any:
         """The commonest call as one closure: tensors in, one new tensor out (instance attribute lookups and

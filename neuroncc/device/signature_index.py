@@ -34,6 +34,7 @@ builds its program per value). Signatures that run on CPU are not indexed (their
 from __future__ import annotations
 
 import atexit
+import hashlib
 import json
 import logging
 import os
@@ -119,6 +120,16 @@ def _ints(values: Any) -> str:
 def record_name(op: Any, signature: tuple[Any, ...]) -> str:
     """The record's name of ``op``'s call with ``signature``; raises :class:`Unindexable`."""
     return f"{op} {_name(torch.get_default_dtype())} {signature_text(signature)}"
+
+
+def program_name(kind: str, describes: str, tensors: list[torch.Tensor], count: int) -> str:
+    """The record's name of a program the device builds for no one aten call (a routed optimizer step,
+    ``clip_grad_norm_``'s parts, a fused or donated foreach op's program): its ``kind``, what else it depends on
+    (``describes``: its variant), every tensor's dtype, shape and strides and its count of lifted floats. A
+    step over a model's few hundred tensors makes a long text: the name carries its digest."""
+    text = " ".join((describes, str(count), *(f"T({_name(t.dtype)},{_ints(t.shape)},{_ints(t.stride())})"
+                                             for t in tensors)))
+    return f"{kind} {_name(torch.get_default_dtype())} sha256:{hashlib.sha256(text.encode()).hexdigest()}"
 
 
 def _cache() -> CompileCache | None:
@@ -240,6 +251,12 @@ class Slot:
         except Unindexable as reason:
             log.debug("neuroncc: not indexing a signature of %s: %s", op, reason)
             return None
+        return Slot.named(name, op)
+
+    @staticmethod
+    def named(name: str, op: Any) -> Slot | None:
+        """The slot of the record ``name`` (:func:`record_name`, :func:`program_name`), or None (no usable
+        cache)."""
         index = _current_index()
         return Slot(index, name, op) if index is not None else None
 

@@ -271,3 +271,46 @@ def test_fused_step_compiles_one_loop_per_tensor(monkeypatch):
         p.grad = torch.randn(p.shape, device="neuron")
     torch.optim.Adam(params, lr=0.1, fused=True).step()
     assert any("fuse{horizontal=false}" in p for p in pipelines), pipelines
+
+
+def test_default_step_over_parameters_at_different_steps_has_the_foreach_bits(monkeypatch):
+    """Parameters whose ``step`` counts differ (one got no gradient at first) get each its own scalars: the
+    routed step passes a pair per tensor then, one pair for all when the counts agree; both bitwise PyTorch's
+    foreach function on the device."""
+    def run() -> list[torch.Tensor]:
+        generator = torch.Generator().manual_seed(0)
+        params = [torch.nn.Parameter(torch.randn(s, generator=generator).to("neuron")) for s in SHAPES]
+        optimizer = torch.optim.AdamW(params, lr=0.1, weight_decay=0.1)
+        for step in range(4):
+            for k, p in enumerate(params):
+                p.grad = None if step == 0 and k == 2 else torch.randn(p.shape, generator=generator).to("neuron")
+            optimizer.step()
+        assert [optimizer.state[p]["step"].item() for p in params] == [4.0, 4.0, 3.0, 4.0]
+        return [p.detach().cpu() for p in params]
+
+    actual = run()
+    assert neuroncc.get_executed_ops()["torch.optim._multi_tensor_adam"] == 4
+    _unrouted(monkeypatch)
+    for a, e in zip(actual, run(), strict=True):
+        assert torch.equal(a, e)
+
+
+def test_default_step_over_a_transposed_gradient_runs_pytorchs_function(monkeypatch):
+    """A call the program does not compute (here a non-contiguous gradient) runs PyTorch's foreach function: its
+    device bits, and no routed step counted."""
+    def run() -> list[torch.Tensor]:
+        generator = torch.Generator().manual_seed(0)
+        params = [torch.nn.Parameter(torch.randn(s, generator=generator).to("neuron")) for s in [(8, 8), (5,)]]
+        optimizer = torch.optim.Adam(params, lr=0.1)
+        for _ in range(2):
+            for p in params:
+                p.grad = torch.randn(p.shape, generator=generator).to("neuron")
+            params[0].grad = params[0].grad.t()
+            optimizer.step()
+        return [p.detach().cpu() for p in params]
+
+    actual = run()
+    assert "torch.optim._multi_tensor_adam" not in neuroncc.get_executed_ops()
+    _unrouted(monkeypatch)
+    for a, e in zip(actual, run(), strict=True):
+        assert torch.equal(a, e)

@@ -146,3 +146,49 @@ def test_record_names_carry_the_op_and_the_default_dtype():
         assert record_name(torch.ops.aten.neg.default, key) != name
     finally:
         torch.set_default_dtype(previous)
+
+
+#: a training loop's multi-tensor programs: the routed foreach AdamW and SGD steps, clip_grad_norm_'s two parts,
+#: GradScaler's unscale (two programs), the fused AdamW op
+STEPS = r"""
+import json, warnings, torch, neuroncc
+warnings.simplefilter("ignore")  # GradScaler's float64 reciprocal
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.LayerNorm(16), torch.nn.Linear(16, 4)).to("neuron")
+params = list(model.parameters())
+x, y = torch.randn(5, 8).to("neuron"), torch.randn(5, 4).to("neuron")
+optimizers = [torch.optim.AdamW(params, lr=1e-2), torch.optim.SGD(params, lr=1e-2, momentum=0.9),
+              torch.optim.AdamW(params, lr=1e-2, fused=True)]
+scaler = torch.amp.GradScaler("neuron")
+for step in range(6):
+    optimizer = optimizers[step % 3]
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    scaler.scale(loss).backward()
+    scaler.unscale_(optimizer)
+    torch.nn.utils.clip_grad_norm_(params, 1.0)
+    scaler.step(optimizer)
+    scaler.update()
+    optimizer.zero_grad()
+s, ops = neuroncc.stats(), neuroncc.get_executed_ops()
+print(json.dumps({"compiled": s["eager_kernels_compiled"], "loaded": s["eager_kernels_loaded"],
+                  "hits": s["eager_index_hits"], "misfits": s["eager_index_misfits"],
+                  "routed": [ops.get(name, 0) for name in ("torch.optim._multi_tensor_adam", "torch.optim._multi_tensor_sgd",
+                             "torch.nn.utils.clip_grad._get_total_norm", "aten._fused_adamw_.default")],
+                  "bits": [p.detach().cpu().view(torch.int32).flatten().tolist() for p in params]}))
+"""
+
+
+def test_a_second_process_builds_no_program_for_a_training_loops_steps(tmp_path, warm_python):
+    """The optimizer steps, clip_grad_norm_'s parts, GradScaler's unscale and the fused step are in the index too:
+    a warm process traces none of them, and computes the first process's bits."""
+    env = {"NEURONCC_CACHE_DIR": str(tmp_path / "cache")}
+    runs = []
+    for python in (warm_python, warm_python.other):
+        done = run_python(STEPS, env, python=python)
+        assert done.returncode == 0, done.stderr
+        runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    first, second = runs
+    assert first["routed"] == second["routed"] and all(first["routed"]), first["routed"]
+    assert first["compiled"] > 0 and second["compiled"] == 0 and second["misfits"] == 0
+    assert second["hits"] == second["loaded"] >= first["compiled"] - 2  # ops sharing a program (mul.out / mul)
+    assert second["bits"] == first["bits"]
