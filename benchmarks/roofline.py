@@ -31,8 +31,12 @@ measurement found it 6-7% faster to copy into than the kernels' buffers (session
 held output's time and 0.87-1.07x the fresh tensor's: a buffer's physical pages (4 KiB: huge pages under 3 of
 85 buffers, though numpy asks for them) move a copy by up to ~10% either way, a lottery in every row's fraction (the
 kernel alone's of (c') and RMSNorm at 1 thread 0.84 / 0.82 of the numpy roof, 0.91 / 0.89 of its own buffer's).
-A fresh tensor costs the copy and the kernel alike (2 threads: the copy 1.02-1.13x its time into the held
-output, the kernel alone 1.00-1.09x), so each column's roof is measured where its call writes. The non-temporal
+Since session 32 a row's call may write its output into the memory of one its caller dropped
+(``frontend/output_reuse.py``), as the kernel alone writes its held output: the call's memory roof is the faster of
+the two streams (into a fresh tensor, into the held output; before, the fresh tensor's alone, which the call then
+beat: softmax at 2 threads 102% of it). A fresh tensor costs the copy and the kernel alike (2 threads: the copy
+1.02-1.13x its time into the held output, the kernel alone 1.00-1.09x), so each column's roof is measured where
+its call writes. The non-temporal
 stream stays the roof: the fastest copy measured at every row's size and both thread counts, ahead of plain
 stores, torch's ``copy_`` (1.1-1.8x its time; 0.99x once, bf16 softmax's 8 MB at 2 threads) and numpy's
 ``copyto`` (1.65-1.85x at 1 thread, 1.7-3.4x at 2: it runs on one). ``--roof-buffers`` prints, per row, those
@@ -287,6 +291,8 @@ def table_row(machine: Machine, case: Case, threads: int, path: str, times: dict
     without = [machine.phase_compute(case, i, threads, conversions=False)[0] for i in range(len(memories))]
     compute = sum(seconds for seconds, _ in computes)
     conversions = compute - sum(without)
+    if held is not None:  # the call may write memory it kept (output_reuse.py, session 32): the faster stream
+        memories = [min(fresh, kept) for fresh, kept in zip(memories, held)]
     memory = sum(memories)
     roof = sum(max(m, c) for m, (c, _) in zip(memories, computes))  # phases add (``roofline_work``)
     before = machine.compute_seconds_before(case.work, threads)
