@@ -249,7 +249,8 @@ def store(cache: CompileCache, key: CacheKey, program: ExportedProgram, graph: I
         "buffer_mutations": [list(pair) for pair in graph.buffer_mutations],
         "input_mutations": [list(pair) for pair in graph.input_mutations],
     }
-    inputs = [(str(s.dtype).removeprefix("torch."), list(s.shape), list(contiguous_strides(s.shape))) for s in graph.inputs]
+    inputs = [(str(s.dtype).removeprefix("torch."), list(s.shape), list(contiguous_strides(s.shape)))
+              for s in graph.inputs]
     return write_graph_entry(cache, key, graph_name=f"program:{imported.function.name}", target=target,
                              inputs=inputs, options={}, payload=payload, timings={},
                              neuroncc_version=cache.build_environment().neuroncc_version, replace=True)

@@ -81,6 +81,22 @@ def test_the_hook_takes_the_held_locks_in_rank_order_and_releases_them(registrat
     assert not fork_safety._HELD
 
 
+def test_a_lock_that_keeps_changing_never_leaves_the_fork_holding_nothing(registrations):
+    # a registration whose lock is another each time it is asked (a module loaded again and again while the hook
+    # takes its locks): the hook tries TAKE_ATTEMPTS times, then the fork goes ahead holding the steady locks
+    taken: list[str] = []
+    fork_safety.hold_across_fork(_Recorded("steady", taken), fork_safety.JIT)
+    fork_safety.hold_across_fork(lambda: _Recorded("changing", taken), fork_safety.QUEUES)
+    fork_safety._before_fork()
+    try:
+        names = [getattr(lock, "name", None) for lock in fork_safety._HELD]  # (beside the process's own locks)
+        assert "steady" in names and "changing" in names
+        assert taken.count("steady") == fork_safety.TAKE_ATTEMPTS
+    finally:
+        fork_safety._release()
+    assert not fork_safety._HELD
+
+
 def test_a_renewed_lock_is_free_in_the_child_and_held_in_the_parent_until_its_holder_leaves():
     lock = fork_safety.renew_in_child(threading.Lock())
     code, text = fork_while_held(lock, lambda: lock.acquire(timeout=5))

@@ -151,8 +151,12 @@ def _hold_import_lock_once_no_import_runs(seconds: float) -> None:
         time.sleep(0.001)
 
 
+#: Times the hook takes its locks again when a module with a lock to hold was loaded while it took them
+TAKE_ATTEMPTS = 3
+
+
 def _before_fork() -> None:
-    for _ in range(3):
+    for attempt in range(TAKE_ATTEMPTS):
         _hold_import_lock_once_no_import_runs(IMPORT_WAIT_SECONDS)
         _imp.release_lock()  # the waits and the locks below may need other threads' imports to finish
         for wait in _WAITS:
@@ -162,8 +166,8 @@ def _before_fork() -> None:
             _HELD.append(lock)
         _hold_import_lock_once_no_import_runs(IMPORT_WAIT_SECONDS / 10)
         _HELD.append(_IMPORT_LOCK)
-        if all(any(lock is held for held in _HELD) for lock in _locks_to_hold()):
-            return
+        if all(any(lock is held for held in _HELD) for lock in _locks_to_hold()) or attempt == TAKE_ATTEMPTS - 1:
+            return  # (after the last attempt: the fork goes ahead holding what it took, never with nothing)
         # another thread loaded a module with a lock to hold meanwhile (TorchDynamo's, at a thread's first device
         # build) and may hold it now: let go, and take them all again in their order
         _release()
