@@ -296,7 +296,7 @@ class _Reducer:
                 if split is not None:
                     elements(lo, split, add)
                     lo = split
-                spread_loop(em, lo, hi, add, ahead, elements, after)
+                spread_loop(em, lo, hi, add, ahead, elements, after, accumulates=True)
             em.b.store(em.b.fadd(em.b.load(total), em.b.fpext(em.b.load(partial), F64)), total)
 
         def outer_dims(full: list[Any]) -> None:
