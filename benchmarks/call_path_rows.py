@@ -269,8 +269,8 @@ def row_gap(made: list, rows: list[str], threads: int, repeats: int = 101) -> No
         impls = {
             "kernel alone (output held)": lambda: direct.run(addresses, pointers),
             "kernel into another held output": lambda: direct.run(addresses, pointers2),
-            **{f"kernel into the call's kept output {number}": (lambda address=address: direct.run(addresses, [address]))
-               for number, address in enumerate(kept)},
+            **{f"kernel into the call's kept output {number}":
+               (lambda address=address: direct.run(addresses, [address])) for number, address in enumerate(kept)},
             "kernel + torch.empty_strided output": fresh_output,
             "one-frame call (outputs_call)": lambda: direct.outputs_call(full),
             "Dynamo's disable(lean), its global": lambda: lean(*order),

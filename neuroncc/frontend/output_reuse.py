@@ -39,8 +39,8 @@ _USE_COUNT = torch._C._storage_Use_Count
 _STORAGE = torch._C._storage_address  # the StorageImpl's address: no Python storage object made
 _EMPTY = torch.empty
 _INFERENCE = torch.is_inference_mode_enabled
-#: a new plain tensor over another's storage, sizes and strides in one call, no ATen call dispatched (what
-#: ``nn.Parameter`` is made by: a detach that still allows ``resize_`` and ``set_``)
+#: a new plain tensor over another's storage, sizes and strides in one call (what ``nn.Parameter`` is made by: a
+#: detach that still allows ``resize_`` and ``set_``, run below Python's dispatch modes)
 _OVER = torch.Tensor._make_subclass
 _TENSOR = torch.Tensor
 
@@ -124,7 +124,7 @@ class OutputRing:
                 # an inference tensor exactly when a fresh output would be one: made and set_ in this mode
                 out = _EMPTY(0, dtype=entry.dtype).set_(entry.keeper)
             else:
-                # one call instead of two dispatched ATen calls (empty, set_): each is a cold path after a
+                # one call instead of two ATen calls from Python (empty, set_): each is a cold path after a
                 # large kernel, ~30 us together at 1 thread on Zen 4 (performance-history.md, session 33 call33)
                 out = _OVER(_TENSOR, entry.keeper)
             kept.append(entry)
