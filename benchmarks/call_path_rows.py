@@ -188,13 +188,16 @@ def entry_ab(made: list, rows: list[str], threads: int, repeats: int = 201) -> N
 def row_gap(made: list, rows: list[str], threads: int, repeats: int = 101) -> None:
     """Issue #19's gap as roofline.py measures it (``--row-gap``, session 28): the row's calls there (eager, Inductor,
     the neuroncc ``torch.compile`` call, the memory roof's stream into a fresh tensor) interleaved in one process
-    with its kernel alone (held output), the kernel into a second held output (another buffer's pages), into a
+    with its kernel alone (held output), the kernel into a second held output (another buffer's pages), into the
+    memory the row's call writes (the storage its output ring keeps once the caller dropped the output: since
+    session 33, so that the call's layers are told apart from the page lottery between two buffers), into a
     fresh unplaced ``torch.empty_strided`` output, the one-frame call (the output placed), TorchDynamo's
     ``disable`` wrapper around our callable (the global its bytecode calls), and the row's function compiled again
     with a code object of its own (roofline.py compiles Inductor and neuroncc from one function: two cache entries
     on its code) and again with ``dynamic=False`` (as roofline.py called both before session 28), so each layer is
     timed on the caches and allocator state the row's neighbours leave. Per round each call minus the kernel alone
-    (the median, and the 25th-75th percentiles), and the outputs' addresses."""
+    (the median, and the 25th-75th percentiles), and the outputs' addresses. The layers below TorchDynamo take the
+    inputs in the graph's own order (``kernel_cases.in_graph_order``; before session 33 row (c') failed here)."""
     import os
     import statistics
     from types import SimpleNamespace
@@ -203,7 +206,8 @@ def row_gap(made: list, rows: list[str], threads: int, repeats: int = 101) -> No
 
     import microkernels as mk
     from common import interleaved_samples, settle_neuroncc
-    from kernel_cases import cases, settled_calls
+    from kernel_cases import cases, in_graph_order, settled_calls
+    from neuroncc.frontend.output_reuse import OutputRing
 
     torch.set_num_threads(threads)
     clock = time.thread_time if threads == 1 else time.perf_counter
@@ -217,20 +221,24 @@ def row_gap(made: list, rows: list[str], threads: int, repeats: int = 101) -> No
         calls = settled_calls(case, inputs, threads, graphs=False)  # (as roofline.py)
         graph = made[first:][-1]
         direct = graph.direct
-        addresses = [t.data_ptr() for t in inputs]
+        # the graph's own order of the inputs (row (c')'s graph takes b, x, w: kernel_cases.in_graph_order)
+        expected = case.eager(*inputs)
+        order = in_graph_order(inputs, max(position for position, *_ in direct.inputs) + 1,
+                               lambda order: (direct([*order]) or [None])[0], expected, case.tolerance) or inputs
+        addresses = [t.data_ptr() for t in order]
         held = direct.launch(addresses)
         pointers = [t.data_ptr() for t in held]
         held2 = direct.launch(addresses)
         pointers2 = [t.data_ptr() for t in held2]
         shape, strides, dtype = direct.results[0]
-        full = list(inputs)
+        full = list(order)
         compiled = calls["neuroncc"]
         seen = {"held": pointers[0], "held 2": pointers2[0]}
         for name in ("eager", "inductor", "neuroncc", "eager", "neuroncc", "neuroncc"):
             seen[f"{name} output"] = calls[name]().data_ptr()
         function = case.eager
         stream = mk.Stream(*machine.stream_kernels, case.work.reads, case.work.writes,
-                           (addresses[0], inputs[0].numel() * inputs[0].element_size()))
+                           (inputs[0].data_ptr(), inputs[0].numel() * inputs[0].element_size()))
 
         def fresh():
             out = torch.empty(stream.write_bytes, dtype=torch.uint8)
@@ -250,12 +258,22 @@ def row_gap(made: list, rows: list[str], threads: int, repeats: int = 101) -> No
         lean = next(value for name, value in function.__globals__.items() if name.startswith("__compiled_fn")
                     and hasattr(getattr(value, "__wrapped__", None), "slow"))
         entries = torch._dynamo.eval_frame._debug_get_cache_entry_list(function.__code__)
+        # the memory the row's call writes: the storage its output ring keeps (frontend/output_reuse.py), once
+        # the caller dropped the output (as roofline.py's calls do)
+        ring = next((cell.cell_contents.__self__ for cell in (direct.outputs_call.__closure__ or ())
+                     if isinstance(getattr(cell.cell_contents, "__self__", None), OutputRing)), None) \
+            if direct.outputs_call is not None else None
+        compiled()
+        kept = [entry.address for entry in ring._kept] if ring is not None else []
+        seen.update({f"kept {number}": address for number, address in enumerate(kept)})
         impls = {
             "kernel alone (output held)": lambda: direct.run(addresses, pointers),
             "kernel into another held output": lambda: direct.run(addresses, pointers2),
+            **{f"kernel into the call's kept output {number}":
+               (lambda address=address: direct.run(addresses, [address])) for number, address in enumerate(kept)},
             "kernel + torch.empty_strided output": fresh_output,
             "one-frame call (outputs_call)": lambda: direct.outputs_call(full),
-            "Dynamo's disable(lean), its global": lambda: lean(*inputs),
+            "Dynamo's disable(lean), its global": lambda: lean(*order),
             "torch.compile call (the row)": compiled,
             "torch.compile call, a code object of its own": lambda: own(*inputs),
             "the same, dynamic=False (roofline.py before)": lambda: static(*inputs),

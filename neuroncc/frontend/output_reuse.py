@@ -8,7 +8,10 @@ the same pages every call, as a caller would with ``out=``: 3.2 ms (docs/perform
 Smaller outputs come from glibc's heap, already faulted in: there it changed nothing measurable.
 
 What the caller sees is unchanged: each call returns a new tensor (its own ``TensorImpl``, no ``_base``, resizable
-storage allocated by torch's CPU allocator), and memory is used again only when nothing holds its storage: no
+storage allocated by torch's CPU allocator, an inference tensor exactly under ``torch.inference_mode``; made in one
+call over the kept storage, it shares that storage's version counter with the graph's own tensor over it, so its
+``_version`` counts the in-place writes to earlier outputs in that memory), and memory is used again only when
+nothing holds its storage: no
 tensor or view (``_storage_Use_Count`` counts each ``TensorImpl``, autograd's saved tensors, numpy arrays and DLPack
 exports through the tensor they keep), no Python storage object (once made, torch keeps it with the storage and
 it counts too: such a storage is never used again), and its data pointer unchanged (``resize_`` to a larger size
@@ -34,15 +37,23 @@ KEPT_OUTPUTS = 2
 KEPT_BYTES_LIMIT = 1 << 30
 _USE_COUNT = torch._C._storage_Use_Count
 _STORAGE = torch._C._storage_address  # the StorageImpl's address: no Python storage object made
+_EMPTY = torch.empty
+_INFERENCE = torch.is_inference_mode_enabled
+#: a new plain tensor over another's storage, sizes and strides in one call (what ``nn.Parameter`` is made by: a
+#: detach that still allows ``resize_`` and ``set_``, run below Python's dispatch modes)
+_OVER = torch.Tensor._make_subclass
+_TENSOR = torch.Tensor
 
 
 class _Kept:
-    __slots__ = ("keeper", "storage", "address", "nbytes", "given_up")
+    __slots__ = ("keeper", "dtype", "inference", "storage", "address", "nbytes", "given_up")
 
     def __init__(self, tensor: torch.Tensor):
         #: our own tensor over the output's storage (never handed out): it alone holds the storage once the
         #: caller has dropped every reference
         self.keeper = torch.empty(0, dtype=tensor.dtype).set_(tensor)
+        self.dtype = tensor.dtype
+        self.inference = self.keeper.is_inference()  # (kept under ``torch.inference_mode``)
         self.storage = _STORAGE(self.keeper)
         self.address = self.keeper.data_ptr()
         # (not untyped_storage().nbytes(): a Python storage object, once made, counts as a holder for good)
@@ -109,7 +120,13 @@ class OutputRing:
                 else:
                     _KEPT_BYTES.discard(entry)  # moved (resized larger, shared): dropped, never written again
                 continue
-            out = torch.empty(0, dtype=entry.keeper.dtype).set_(entry.keeper)
+            if entry.inference or _INFERENCE():
+                # an inference tensor exactly when a fresh output would be one: made and set_ in this mode
+                out = _EMPTY(0, dtype=entry.dtype).set_(entry.keeper)
+            else:
+                # one call instead of two ATen calls from Python (empty, set_): each is a cold path after a
+                # large kernel, ~30 us together at 1 thread on Zen 4 (performance-history.md, session 33 call33)
+                out = _OVER(_TENSOR, entry.keeper)
             kept.append(entry)
             return out
         return None
