@@ -311,9 +311,13 @@ class LoopChoices:
         0.863-0.902 at 2 (docs/performance-history.md, session 21 ln21). Not the burst size alone: RMSNorm's two
         bursts of 32 (unchanged) run at ~90% of the copy, and capping them at 24 or 16 lines was 7-26% slower.
         Only rows of at least ``MEMORY_BURST_LINES`` lines per pass: bf16 LayerNorm's 32 lines would go 16/16/0
-        (0.98-1.00 in two runs, 1.05 in a third) and stay 16/16. AVX-512 not measured: its code is left as it
-        was."""
-        return not self.has("avx512f")
+        (0.98-1.00 in two runs, 1.05 in a third) and stay 16/16. Zen 4 (AVX-512 without FP16: not
+        :meth:`_intel_avx512`; session 33 norm33, float32 LayerNorm [8192, 1024]'s kernel, two builds each,
+        interleaved medians of 31 rounds, the same bits; ``bench_bf16_words.py --switch row-pass-bursts --force
+        --rows c`` and a scratch A/B): 0.911-0.948 of the time at 1 thread and 0.898-0.981 at 2 in two runs
+        (bursts 2 rows ahead 1.07-1.13, no prefetches 1.02-1.05, prefetcht1/t2/nta instead of t0 no better);
+        RMSNorm's code is unchanged (0.99-1.03). Intel's AVX-512 cores keep two bursts: not measured there."""
+        return not self.has("avx512f") or not self._intel_avx512()
 
     @property
     def column_sums_share_a_loop(self) -> bool:
