@@ -61,6 +61,20 @@ class LoopChoices:
         return self.has("avx512bw") and self.has("avx512bf16") and self._intel_avx512()
 
     @property
+    def rounds_bf16_cast_pairs_by_conversion(self) -> bool:
+        """Whether a pair of casts' roundings to bf16 (not ops' bf16 results: ``scalars.Rounding.op_result``) is rounded
+        by ``vcvtne2ps2bf16`` as :attr:`rounds_bf16_pairs_by_conversion` rounds every pair (``bf16_words.py``: the same
+        bits), on every CPU with AVX-512 BF16. Zen 4 (session 33 norm33, ``bench_bf16_words.py --switch pair-conversion
+        --force``, two builds each, interleaved medians of 25-31 rounds): bf16 LayerNorm [8192, 1024]'s kernel 0.949 /
+        0.949 of the time at 1 thread, 0.948 / 0.986 at 2; bf16 softmax [4096, 1024] 0.980 / 1.011 and 1.020 / 1.004
+        (even); but bf16 gelu(x*w+b)*sigmoid(x), whose words are op results in its polynomial loop, 1.16 / 1.16 at 1
+        thread and 1.13 / 1.13 at 2 (as math32 found on Intel with the polynomials), so op results keep the 16-bit
+        lanes there. (Its tables, :attr:`looks_up_bf16_unary_math`, are 1.17-1.18x slower on Zen 4, whose
+        ``vpgatherdd`` is slow: not taken.) One pair function per module: a module holding both kinds of words takes
+        the form of the first (the same bits either way)."""
+        return self.has("avx512bw") and self.has("avx512bf16")
+
+    @property
     def rounds_bf16_in_word_lanes_with_blends(self) -> bool:
         """Whether, without AVX-512 BW (``rounds_bf16_in_word_lanes``), a pair of float32 results is rounded to bf16
         and packed in 16-bit lanes with AVX2's instructions (``codegen/llvm/bf16_words.py``, 8 pairs a call): per pair
