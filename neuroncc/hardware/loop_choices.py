@@ -236,9 +236,13 @@ class LoopChoices:
         later stage's x - mean (bf16 LayerNorm's write pass) loads (``refine.deviation_row_cache``) instead of
         widening x and subtracting again: the write loop 20 -> 16 vector instructions per 16 elements (llvm-mca 7.3 ->
         5.4 cycles) for 8 stores per 64 in the deviation loop. Zen 3, bf16 LayerNorm [8192, 1024]'s kernel 0.852-0.854
-        of the time at 1 thread, 0.904-0.907 at 2 (session 25 bf16ln25). AVX-512 (whose widened row cache spares
-        the widening) not measured: its code is left as it was."""
-        return self.has("avx2") and not self.has("avx512f")
+        of the time at 1 thread, 0.904-0.907 at 2 (session 25 bf16ln25). Zen 4 (AVX-512 without FP16: not :meth:`_intel_avx512`) takes it with :attr:`means_a_row_early` and
+        :attr:`places_write_buffers_past_the_output` (session 33 norm33, scratch A/B of bf16 LayerNorm [8192, 1024]'s
+        kernel, two builds each, interleaved medians of 31 rounds, the same bits): the three together 0.87-0.88 of the
+        time at 1 thread and 0.87-0.90 at 2 on fresh outputs, 0.60-0.67 / 0.65-0.91 on held outputs 0 and 64 bytes
+        past a page (where the widened row cache's loads were 4K-aliased with the queued stores); the deviations
+        alone 0.99-1.01. Intel's AVX-512 cores keep their code (not measured there)."""
+        return self.has("avx2") and not self._intel_avx512()
 
     @property
     def places_write_buffers_past_the_output(self) -> bool:
@@ -255,9 +259,9 @@ class LoopChoices:
         builds each, 61 interleaved rounds): 0 past a 4 KiB boundary 0.80-0.87 of the time at 1 thread and
         0.81-0.90 at 2, 64 past 0.82-0.87 and 0.85, 128 past 0.92 and 0.87, 2016 past 0.70 (1 thread), 2048 past
         0.81; at 448, 896, 1088 and 1280 past and on the benchmarks' heap outputs 0.98-1.02 (the builds' spread);
-        the same bits. AVX-512 (the widened row cache, no cached deviations) not measured: its code is left as it
-        was."""
-        return self.has("avx2") and not self.has("avx512f")
+        the same bits. Zen 4: with :attr:`caches_variance_deviations` (its numbers); Intel's AVX-512 cores keep
+        their code (not measured there)."""
+        return self.has("avx2") and not self._intel_avx512()
 
     @property
     def places_delayed_word_write_buffers_past_the_output(self) -> bool:
@@ -299,8 +303,9 @@ class LoopChoices:
         row, session 23) overlap the other row's loops; its prefetches go two rows ahead
         (``emit.EARLY_MEAN_PREFETCH_ROWS``). The same bits. Zen 3, bf16 LayerNorm [8192, 1024]'s kernel: 0.946-0.950
         of the time at 1 and 2 threads (session 25 bf16ln25); float32 LayerNorm (memory-bound) 1.10: not taken.
-        AVX-512 not measured: its code is left as it was."""
-        return self.has("avx2") and not self.has("avx512f")
+        Zen 4: with :attr:`caches_variance_deviations` (its numbers), without which it does not apply; Intel's AVX-512
+        cores keep their code (not measured there)."""
+        return self.has("avx2") and not self._intel_avx512()
 
     @property
     def sums_paired_row_caches_apart(self) -> bool:
