@@ -236,12 +236,14 @@ class LoopChoices:
         later stage's x - mean (bf16 LayerNorm's write pass) loads (``refine.deviation_row_cache``) instead of
         widening x and subtracting again: the write loop 20 -> 16 vector instructions per 16 elements (llvm-mca 7.3 ->
         5.4 cycles) for 8 stores per 64 in the deviation loop. Zen 3, bf16 LayerNorm [8192, 1024]'s kernel 0.852-0.854
-        of the time at 1 thread, 0.904-0.907 at 2 (session 25 bf16ln25). Zen 4 (AVX-512 without FP16: not :meth:`_intel_avx512`) takes it with :attr:`means_a_row_early` and
-        :attr:`places_write_buffers_past_the_output` (session 33 norm33, scratch A/B of bf16 LayerNorm [8192, 1024]'s
-        kernel, two builds each, interleaved medians of 31 rounds, the same bits): the three together 0.87-0.88 of the
-        time at 1 thread and 0.87-0.90 at 2 on fresh outputs, 0.60-0.67 / 0.65-0.91 on held outputs 0 and 64 bytes
-        past a page (where the widened row cache's loads were 4K-aliased with the queued stores); the deviations
-        alone 0.99-1.01. Intel's AVX-512 cores keep their code (not measured there)."""
+        of the time at 1 thread, 0.904-0.907 at 2 (session 25 bf16ln25). Zen 4 (AVX-512 without FP16: not
+        :meth:`_intel_avx512`) takes it with :attr:`means_a_row_early` and :attr:`places_write_buffers_past_the_output`
+        (session 33 norm33, scratch A/B of bf16 LayerNorm [8192, 1024]'s kernel, two builds each, interleaved medians
+        of 31 rounds, the same bits): the three together 0.87-0.88 of the time at 1 thread and 0.87-0.90 at 2 on fresh
+        outputs, 0.60-0.67 / 0.65-0.91 on held outputs 0 and 64 bytes past a page (where the widened row cache's loads
+        were 4K-aliased with the queued stores); the deviations alone 0.99-1.01; with
+        :attr:`rounds_bf16_cast_pairs_by_conversion` against main's code 0.76-0.87 (three runs, 41-61 rounds). Intel's
+        AVX-512 cores keep their code (not measured there)."""
         return self.has("avx2") and not self._intel_avx512()
 
     @property
@@ -333,7 +335,8 @@ class LoopChoices:
         (0.98-1.00 in two runs, 1.05 in a third) and stay 16/16. Zen 4 (AVX-512 without FP16: not
         :meth:`_intel_avx512`; session 33 norm33, float32 LayerNorm [8192, 1024]'s kernel, two builds each,
         interleaved medians of 31 rounds, the same bits; ``bench_bf16_words.py --switch row-pass-bursts --force
-        --rows c`` and a scratch A/B): 0.911-0.948 of the time at 1 thread and 0.898-0.981 at 2 in two runs
+        --rows c`` and a scratch A/B): 0.889-0.948 of the time at 1 thread in four runs of five (1.006-1.014 in the
+        fifth) and 0.898-0.992 at 2
         (bursts 2 rows ahead 1.07-1.13, no prefetches 1.02-1.05, prefetcht1/t2/nta instead of t0 no better);
         RMSNorm's code is unchanged (0.99-1.03). Intel's AVX-512 cores keep two bursts: not measured there."""
         return not self.has("avx512f") or not self._intel_avx512()

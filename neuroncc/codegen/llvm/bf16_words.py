@@ -20,8 +20,9 @@ the decision.
 
 Intel's AVX-512 cores with BF16 (:attr:`CpuTarget.rounds_bf16_pairs_by_conversion`, session 32), and other AVX-512
 BF16 CPUs (Zen 4) for casts' roundings only (:attr:`CpuTarget.rounds_bf16_cast_pairs_by_conversion`, session 33: bf16
-LayerNorm's and softmax's outputs, not row (a)'s op results), round the pair of vectors by ``vcvtne2ps2bf16`` (both to nearest even, the words of one vector, then the other's) and put the words in
-pair order by one ``vpermw``: 2 instructions. The instruction takes denormal inputs as zero, so a ``vfpclassps`` per
+LayerNorm's and softmax's outputs, not row (a)'s op results), round the pair of vectors by ``vcvtne2ps2bf16`` (both
+to nearest even, the words of one vector, then the other's) and put the words in pair order by one ``vpermw``: 2
+instructions. The instruction takes denormal inputs as zero, so a ``vfpclassps`` per
 vector flags them and a pair of vectors holding one branches to the 16-bit lanes' code (:func:`_converted_variant`).
 
 AVX2 (no unsigned 16-bit compare into a mask, no two-table word permute) has a form of its own
