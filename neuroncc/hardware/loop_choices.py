@@ -61,6 +61,20 @@ class LoopChoices:
         return self.has("avx512bw") and self.has("avx512bf16") and self._intel_avx512()
 
     @property
+    def rounds_bf16_cast_pairs_by_conversion(self) -> bool:
+        """Whether a pair of casts' roundings to bf16 (not ops' bf16 results: ``scalars.Rounding.op_result``) is rounded
+        by ``vcvtne2ps2bf16`` as :attr:`rounds_bf16_pairs_by_conversion` rounds every pair (``bf16_words.py``: the same
+        bits), on every CPU with AVX-512 BF16. Zen 4 (session 33 norm33, ``bench_bf16_words.py --switch pair-conversion
+        --force``, two builds each, interleaved medians of 25-31 rounds): bf16 LayerNorm [8192, 1024]'s kernel 0.949 /
+        0.949 of the time at 1 thread, 0.948 / 0.986 at 2; bf16 softmax [4096, 1024] 0.980 / 1.011 and 1.020 / 1.004
+        (even); but bf16 gelu(x*w+b)*sigmoid(x), whose words are op results in its polynomial loop, 1.16 / 1.16 at 1
+        thread and 1.13 / 1.13 at 2 (as math32 found on Intel with the polynomials), so op results keep the 16-bit
+        lanes there. (Its tables, :attr:`looks_up_bf16_unary_math`, are 1.17-1.18x slower on Zen 4, whose
+        ``vpgatherdd`` is slow: not taken.) One pair function per module: a module holding both kinds of words takes
+        the form of the first (the same bits either way)."""
+        return self.has("avx512bw") and self.has("avx512bf16")
+
+    @property
     def rounds_bf16_in_word_lanes_with_blends(self) -> bool:
         """Whether, without AVX-512 BW (``rounds_bf16_in_word_lanes``), a pair of float32 results is rounded to bf16
         and packed in 16-bit lanes with AVX2's instructions (``codegen/llvm/bf16_words.py``, 8 pairs a call): per pair
@@ -222,9 +236,15 @@ class LoopChoices:
         later stage's x - mean (bf16 LayerNorm's write pass) loads (``refine.deviation_row_cache``) instead of
         widening x and subtracting again: the write loop 20 -> 16 vector instructions per 16 elements (llvm-mca 7.3 ->
         5.4 cycles) for 8 stores per 64 in the deviation loop. Zen 3, bf16 LayerNorm [8192, 1024]'s kernel 0.852-0.854
-        of the time at 1 thread, 0.904-0.907 at 2 (session 25 bf16ln25). AVX-512 (whose widened row cache spares
-        the widening) not measured: its code is left as it was."""
-        return self.has("avx2") and not self.has("avx512f")
+        of the time at 1 thread, 0.904-0.907 at 2 (session 25 bf16ln25). Zen 4 (AVX-512 without FP16: not
+        :meth:`_intel_avx512`) takes it with :attr:`means_a_row_early` and :attr:`places_write_buffers_past_the_output`
+        (session 33 norm33, scratch A/B of bf16 LayerNorm [8192, 1024]'s kernel, two builds each, interleaved medians
+        of 31 rounds, the same bits): the three together 0.87-0.88 of the time at 1 thread and 0.87-0.90 at 2 on fresh
+        outputs, 0.60-0.67 / 0.65-0.91 on held outputs 0 and 64 bytes past a page (where the widened row cache's loads
+        were 4K-aliased with the queued stores); the deviations alone 0.99-1.01; with
+        :attr:`rounds_bf16_cast_pairs_by_conversion` against main's code 0.76-0.87 (three runs, 41-61 rounds). Intel's
+        AVX-512 cores keep their code (not measured there)."""
+        return self.has("avx2") and not self._intel_avx512()
 
     @property
     def places_write_buffers_past_the_output(self) -> bool:
@@ -241,9 +261,9 @@ class LoopChoices:
         builds each, 61 interleaved rounds): 0 past a 4 KiB boundary 0.80-0.87 of the time at 1 thread and
         0.81-0.90 at 2, 64 past 0.82-0.87 and 0.85, 128 past 0.92 and 0.87, 2016 past 0.70 (1 thread), 2048 past
         0.81; at 448, 896, 1088 and 1280 past and on the benchmarks' heap outputs 0.98-1.02 (the builds' spread);
-        the same bits. AVX-512 (the widened row cache, no cached deviations) not measured: its code is left as it
-        was."""
-        return self.has("avx2") and not self.has("avx512f")
+        the same bits. Zen 4: with :attr:`caches_variance_deviations` (its numbers); Intel's AVX-512 cores keep
+        their code (not measured there)."""
+        return self.has("avx2") and not self._intel_avx512()
 
     @property
     def places_delayed_word_write_buffers_past_the_output(self) -> bool:
@@ -285,8 +305,9 @@ class LoopChoices:
         row, session 23) overlap the other row's loops; its prefetches go two rows ahead
         (``emit.EARLY_MEAN_PREFETCH_ROWS``). The same bits. Zen 3, bf16 LayerNorm [8192, 1024]'s kernel: 0.946-0.950
         of the time at 1 and 2 threads (session 25 bf16ln25); float32 LayerNorm (memory-bound) 1.10: not taken.
-        AVX-512 not measured: its code is left as it was."""
-        return self.has("avx2") and not self.has("avx512f")
+        Zen 4: with :attr:`caches_variance_deviations` (its numbers), without which it does not apply; Intel's AVX-512
+        cores keep their code (not measured there)."""
+        return self.has("avx2") and not self._intel_avx512()
 
     @property
     def sums_paired_row_caches_apart(self) -> bool:
@@ -311,9 +332,14 @@ class LoopChoices:
         0.863-0.902 at 2 (docs/performance-history.md, session 21 ln21). Not the burst size alone: RMSNorm's two
         bursts of 32 (unchanged) run at ~90% of the copy, and capping them at 24 or 16 lines was 7-26% slower.
         Only rows of at least ``MEMORY_BURST_LINES`` lines per pass: bf16 LayerNorm's 32 lines would go 16/16/0
-        (0.98-1.00 in two runs, 1.05 in a third) and stay 16/16. AVX-512 not measured: its code is left as it
-        was."""
-        return not self.has("avx512f")
+        (0.98-1.00 in two runs, 1.05 in a third) and stay 16/16. Zen 4 (AVX-512 without FP16: not
+        :meth:`_intel_avx512`; session 33 norm33, float32 LayerNorm [8192, 1024]'s kernel, two builds each,
+        interleaved medians of 31 rounds, the same bits; ``bench_bf16_words.py --switch row-pass-bursts --force
+        --rows c`` and a scratch A/B): 0.889-0.948 of the time at 1 thread in four runs of five (1.006-1.014 in the
+        fifth) and 0.898-0.992 at 2
+        (bursts 2 rows ahead 1.07-1.13, no prefetches 1.02-1.05, prefetcht1/t2/nta instead of t0 no better);
+        RMSNorm's code is unchanged (0.99-1.03). Intel's AVX-512 cores keep two bursts: not measured there."""
+        return not self.has("avx512f") or not self._intel_avx512()
 
     @property
     def column_sums_share_a_loop(self) -> bool:

@@ -81,9 +81,12 @@ def _kernel(target: CpuTarget) -> tuple[str, str]:
     return "".join(texts), jit.assembly(texts, target).split("k_p0:")[1]
 
 
-def test_no_cpu_gets_the_bf16_conversion_instruction():
+def test_no_cpu_gets_the_bf16_conversion_instruction(monkeypatch):
     # x*w+b on bf16 bits, for a Zen 4 (AVX-512 BF16) and a Zen 3 (AVX2): the same integer rounding in the IR (the
-    # parity bit's shift and and, 0x7FFF, the low half dropped), no bfloat type, no vcvtneps2bf16 in the code
+    # parity bit's shift and and, 0x7FFF, the low half dropped), no bfloat type, no vcvtneps2bf16 in the code. (The
+    # one exception, a pair of vectors' words by vcvtne2ps2bf16 behind a branch for denormals, bf16_words.py's, is
+    # turned off here: test_bf16_words.py holds its bits.)
+    monkeypatch.setattr(CpuTarget, "rounds_bf16_cast_pairs_by_conversion", property(lambda self: False))
     for target in (CpuTarget("znver4", ZEN4), CpuTarget("znver3", AVX2)):
         text, asm = _kernel(target)
         assert "bfloat" not in text and "cvtneps2bf16" not in asm

@@ -77,11 +77,12 @@ def test_word_lanes_round_every_pattern_as_the_32_bit_rounding(rng, monkeypatch,
     _same_bits_with_it_off(monkeypatch, fn, x, w, "rounds_bf16_in_word_lanes", "ncc.bf16.word")
 
 
-def test_a_zen4_write_loop_rounds_in_word_lanes_and_avx2_in_32_bit_lanes():
-    # Zen 4: the halves apart with two word permutes, the carry an unsigned word compare, no 32-bit adds of the
-    # rounding left in the loop (x*w+b's; the weight and bias widened once); AVX2: not this form (its own, with
-    # blends: test_bf16_word_blends.py)
+def test_a_zen4_write_loop_rounds_in_word_lanes_and_avx2_in_32_bit_lanes(monkeypatch):
+    # Zen 4 (its casts' words by conversion off: test_an_intel_write_loop_rounds_by_conversion...): the halves apart
+    # with two word permutes, the carry an unsigned word compare, no 32-bit adds of the rounding left in the loop
+    # (x*w+b's; the weight and bias widened once); AVX2: not this form (its own, with blends: test_bf16_word_blends.py)
     fn = affine_graph(64, 1024)
+    monkeypatch.setattr(CpuTarget, "rounds_bf16_cast_pairs_by_conversion", property(lambda self: False))
     text, asm = _assembly(fn, CpuTarget("znver4", ZEN4))
     loops = [block for block in re.split(r"\n\.LBB\d+_\d+:", asm) if "vmovntdq" in block or "vmovdqu" in block]
     write = [block for block in loops if re.search(r"vperm[it]2w", block)]
@@ -91,22 +92,37 @@ def test_a_zen4_write_loop_rounds_in_word_lanes_and_avx2_in_32_bit_lanes():
 
 
 
-@pytest.mark.skipif(not host_cpu().rounds_bf16_pairs_by_conversion, reason="the host has no AVX-512 BF16 and FP16")
+@pytest.mark.skipif(not host_cpu().rounds_bf16_cast_pairs_by_conversion, reason="the host has no AVX-512 BF16")
 @pytest.mark.parametrize("cols", [1024, 2 * 16 * 3 + 2 * 5])
 def test_conversion_rounds_every_pattern_as_the_word_lanes(rng, monkeypatch, cols):
     # vcvtne2ps2bf16 takes denormals as zero: a pair of vectors holding one takes the word lanes' rounding (every 7th
     # subnormal, alone in their vectors and beside normal values where the runs of patterns meet; random patterns hold
-    # one in ~12% of the pairs of vectors)
+    # one in ~12% of the pairs of vectors); the words are a cast's: converted on every AVX-512 BF16 CPU
     x, w, fn = _patterns(rng, cols)
     assert "vcvtne2ps2bf16" in _assembly(fn, host_cpu())[1]
+    monkeypatch.setattr(CpuTarget, "rounds_bf16_cast_pairs_by_conversion", property(lambda self: False))
     _same_bits_with_it_off(monkeypatch, fn, x, w, "rounds_bf16_pairs_by_conversion", "vcvtne2ps2bf16")
 
 
-def test_an_intel_write_loop_rounds_by_conversion_and_a_zen4_in_word_lanes():
+def _op_result_affine_graph(rows: int, cols: int) -> Function:
+    """x*w+b of bf16 values with bf16 results (eager's bf16 ops, each rounded: op results, not casts)."""
+    b = Builder("affine_ops")
+    x, w, bias = (b.op("bitcast", b.param(TensorType(shape, DType.i16), name), dtype=DType.bf16)
+                  for shape, name in (((rows, cols), "x"), ((cols,), "w"), ((cols,), "b")))
+    return b.build([b.op("bitcast", b.op("add", b.op("mul", x, w), bias), dtype=DType.i16)])
+
+
+def test_an_intel_write_loop_rounds_by_conversion_and_a_zen4_its_casts_only():
     # Sapphire Rapids: vcvtne2ps2bf16 and one vpermw per pair of vectors, each after a vfpclassps per vector and a
-    # branch to the word lanes' rounding; Zen 4 (BF16 without FP16: not measured) keeps the word lanes
-    fn = affine_graph(64, 1024)
-    _, asm = _assembly(fn, CpuTarget("sapphirerapids", SAPPHIRE_RAPIDS))
+    # branch to the word lanes' rounding, for casts' words and ops' bf16 results; Zen 4 (BF16 without FP16) for
+    # casts' words (x*w+b widened, computed in float32 and cast back: bf16 LayerNorm's and softmax's outputs), its
+    # ops' bf16 results in the word lanes (bf16 row (a): 1.16x slower converted)
+    cast, ops = affine_graph(64, 1024), _op_result_affine_graph(64, 1024)
+    for fn in (cast, ops):
+        _, asm = _assembly(fn, CpuTarget("sapphirerapids", SAPPHIRE_RAPIDS))
+        assert re.search(r"vfpclassps\s+\$32", asm) and "vcvtne2ps2bf16" in asm and re.search(r"vpermw\s", asm)
+    zen4 = CpuTarget("znver4", ZEN4)
+    _, asm = _assembly(cast, zen4)
     assert re.search(r"vfpclassps\s+\$32", asm) and "vcvtne2ps2bf16" in asm and re.search(r"vpermw\s", asm)
-    _, asm = _assembly(fn, CpuTarget("znver4", ZEN4))
-    assert "vcvtne2ps2bf16" not in asm and "vfpclassps" not in asm
+    _, asm = _assembly(ops, zen4)
+    assert "vcvtne2ps2bf16" not in asm and "vfpclassps" not in asm and re.search(r"vperm[it]2w", asm)

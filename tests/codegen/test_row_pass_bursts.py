@@ -1,14 +1,14 @@
-"""A cheap row loop's next-row prefetches in a burst before each pass over the row on AVX2
+"""A cheap row loop's next-row prefetches in a burst before each pass over the row on AVX2 and Zen 4
 (``CpuTarget.bursts_before_each_row_pass``): float32 LayerNorm as torch.compile hands it over (a var and a mean of
 x, one stage of two passes: ``stages.SharedMean``) prefetches a 64-line row in three bursts (22/22/20 lines, before
 its mean, deviation and write passes) instead of two of 32; bf16 LayerNorm's 32 lines (too few for a burst of
-``MEMORY_BURST_LINES`` before each pass), RMSNorm and Zen 4's code are unchanged."""
+``MEMORY_BURST_LINES`` before each pass), RMSNorm and the code of Intel's AVX-512 cores are unchanged."""
 
 from __future__ import annotations
 
 import numpy as np
 from codegen_helpers import run_both
-from test_bf16_rounding import ZEN4
+from test_bf16_rounding import SAPPHIRE_RAPIDS, ZEN4
 from test_bf16_words import _assembly
 from test_pairs import AVX2, layernorm_graph
 
@@ -45,24 +45,30 @@ def _off(monkeypatch) -> None:
     monkeypatch.setattr(CpuTarget, "bursts_before_each_row_pass", property(lambda self: False))
 
 
-def test_avx2_layernorm_prefetches_a_burst_before_each_of_its_three_passes(monkeypatch):
-    fn, avx2 = var_mean_layernorm(64, 1024), CpuTarget("znver3", AVX2)
-    on, asm = _assembly(fn, avx2)
-    _off(monkeypatch)
-    off, _ = _assembly(fn, avx2)
-    # a loop of prefetches before the mean, the deviation and the write pass (before: the first two together)
-    assert on.count(PREFETCH) == 3 and off.count(PREFETCH) == 2
-    assert asm.count("prefetcht0") == 3
-    mean_pass, deviation_pass = asm.index("vaddps"), asm.index("vsubps")
-    assert asm.index("prefetcht0") < mean_pass < asm.index("prefetcht0", mean_pass) < deviation_pass
+def test_layernorm_prefetches_a_burst_before_each_of_its_three_passes_on_avx2_and_zen4(monkeypatch):
+    fn = var_mean_layernorm(64, 1024)
+    for target in (CpuTarget("znver3", AVX2), CpuTarget("znver4", ZEN4)):
+        monkeypatch.undo()
+        assert target.bursts_before_each_row_pass
+        on, asm = _assembly(fn, target)
+        _off(monkeypatch)
+        off, _ = _assembly(fn, target)
+        # a loop of prefetches before the mean, the deviation and the write pass (before: the first two together)
+        assert on.count(PREFETCH) == 3 and off.count(PREFETCH) == 2
+        assert asm.count("prefetcht0") == 3
+        mean_pass, deviation_pass = asm.index("vaddps"), asm.index("vsubps")
+        assert asm.index("prefetcht0") < mean_pass < asm.index("prefetcht0", mean_pass) < deviation_pass
 
 
-def test_zen4_layernorm_bf16_layernorm_and_rmsnorm_code_is_unchanged(monkeypatch):
-    layernorm, zen4, avx2 = var_mean_layernorm(64, 1024), CpuTarget("znver4", ZEN4), CpuTarget("znver3", AVX2)
-    default_zen4, default_rms = _assembly(layernorm, zen4), _assembly(rmsnorm(64, 1024), avx2)
+def test_intel_avx512_layernorm_bf16_layernorm_and_rmsnorm_code_is_unchanged(monkeypatch):
+    layernorm, avx2 = var_mean_layernorm(64, 1024), CpuTarget("znver3", AVX2)
+    intel = CpuTarget("sapphirerapids", SAPPHIRE_RAPIDS)
+    assert not intel.bursts_before_each_row_pass
+    default_intel, default_rms = _assembly(layernorm, intel), _assembly(rmsnorm(64, 1024), avx2)
     default_bf16 = _assembly(layernorm_graph(64, 1024), avx2)
+    assert default_intel[0].count(PREFETCH) == 2
     _off(monkeypatch)
-    assert _assembly(layernorm, zen4) == default_zen4
+    assert _assembly(layernorm, intel) == default_intel
     assert _assembly(rmsnorm(64, 1024), avx2) == default_rms  # (one pass per stage: a burst per stage as before)
     assert _assembly(layernorm_graph(64, 1024), avx2) == default_bf16  # (32 lines: 16/16 before two passes)
 

@@ -1,7 +1,7 @@
 """A variance's deviations row-cached for a later stage's x - mean on AVX2 (``CpuTarget.caches_variance_deviations``,
 ``refine.deviation_row_cache``): bf16 LayerNorm's deviation pass stores x - mean into a float32 row cache, and its
 write pass loads it there instead of widening x and subtracting the mean again; the bits are those of the code that
-computes it twice, and Zen 4's code is unchanged."""
+computes it twice; Zen 4 takes it too (with the mean a row early), Intel's AVX-512 cores' code is unchanged."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import re
 
 import numpy as np
 from codegen_helpers import special_floats
-from test_bf16_rounding import ZEN4
+from test_bf16_rounding import SAPPHIRE_RAPIDS, ZEN4
 from test_bf16_words import _assembly
 from test_pairs import AVX2, _bf16, layernorm_graph, to_bits
 from test_row_pass_bursts import var_mean_layernorm
@@ -56,12 +56,25 @@ def test_avx2_bf16_layernorm_writes_from_the_cached_deviations(monkeypatch):
     assert on_ir.count(ROW_CACHE) == off_ir.count(ROW_CACHE) + 1
 
 
-def test_zen4_and_float32_layernorm_code_is_unchanged(monkeypatch):
-    zen4, avx2 = CpuTarget("znver4", ZEN4), CpuTarget("znver3", AVX2)
-    assert not zen4.caches_variance_deviations and avx2.caches_variance_deviations
-    default_zen4, default_f32 = _assembly(layernorm_graph(64, 1024), zen4), _assembly(var_mean_layernorm(64, 1024), avx2)
+def test_zen4_bf16_layernorm_writes_from_the_cached_deviations(monkeypatch):
+    # (Zen 4's write loop widens nothing either way: the widened row cache; it loads x - mean instead of x)
+    fn, zen4 = layernorm_graph(64, 1024), CpuTarget("znver4", ZEN4)
+    monkeypatch.setattr(CpuTarget, "means_a_row_early", property(lambda self: False))
+    assert zen4.caches_variance_deviations
+    on_ir, on = _assembly(fn, zen4)
     _switch(monkeypatch, False)
-    assert _assembly(layernorm_graph(64, 1024), zen4) == default_zen4
+    off_ir, off = _assembly(fn, zen4)
+    assert "vsubps" in _write_loop(off) and "vsubps" not in _write_loop(on)
+    assert on_ir.count(ROW_CACHE) == off_ir.count(ROW_CACHE) + 1
+
+
+def test_intel_avx512_and_float32_layernorm_code_is_unchanged(monkeypatch):
+    intel, avx2 = CpuTarget("sapphirerapids", SAPPHIRE_RAPIDS), CpuTarget("znver3", AVX2)
+    assert not intel.caches_variance_deviations and avx2.caches_variance_deviations
+    default_intel = _assembly(layernorm_graph(64, 1024), intel)
+    default_f32 = _assembly(var_mean_layernorm(64, 1024), avx2)
+    _switch(monkeypatch, False)
+    assert _assembly(layernorm_graph(64, 1024), intel) == default_intel
     assert _assembly(var_mean_layernorm(64, 1024), avx2) == default_f32  # (no widening to spare: not cached)
 
 
@@ -96,13 +109,24 @@ def test_avx2_bf16_layernorm_computes_the_next_rows_mean_before_writing_a_row(mo
     assert first_mean < deviations < on.index("vcvtsd2ss", deviations) < on.index("vsqrtss")
 
 
-def test_zen4_and_float32_layernorm_compute_each_rows_mean_in_turn(monkeypatch):
-    zen4, avx2 = CpuTarget("znver4", ZEN4), CpuTarget("znver3", AVX2)
-    assert not zen4.means_a_row_early and avx2.means_a_row_early
-    f32 = var_mean_layernorm(64, 1024)
-    default_zen4, default_f32 = _assembly(layernorm_graph(64, 1024), zen4), _assembly(f32, avx2)
+def test_zen4_bf16_layernorm_computes_the_next_rows_mean_before_writing_a_row(monkeypatch):
+    fn, zen4 = layernorm_graph(64, 1024), CpuTarget("znver4", ZEN4)
+    assert zen4.means_a_row_early
+    on_ir, on = _assembly(fn, zen4)
     _early(monkeypatch, False)
-    assert _assembly(layernorm_graph(64, 1024), zen4) == default_zen4
+    off_ir, off = _assembly(fn, zen4)
+    assert on_ir.count("fdiv double") == off_ir.count("fdiv double") + 1
+    first_mean, deviations = on.index("vcvtsd2ss"), on.index("vsubps")
+    assert first_mean < deviations < on.index("vcvtsd2ss", deviations) < on.index("vsqrtss")
+
+
+def test_intel_avx512_and_float32_layernorm_compute_each_rows_mean_in_turn(monkeypatch):
+    intel, avx2 = CpuTarget("sapphirerapids", SAPPHIRE_RAPIDS), CpuTarget("znver3", AVX2)
+    assert not intel.means_a_row_early and avx2.means_a_row_early
+    f32 = var_mean_layernorm(64, 1024)
+    default_intel, default_f32 = _assembly(layernorm_graph(64, 1024), intel), _assembly(f32, avx2)
+    _early(monkeypatch, False)
+    assert _assembly(layernorm_graph(64, 1024), intel) == default_intel
     assert _assembly(f32, avx2) == default_f32  # (memory-bound: 10% slower a row early)
 
 

@@ -2,13 +2,13 @@
 (``CpuTarget.places_write_buffers_past_the_output``, ``row_buffers.write_buffer_shift``): the cached deviations and
 the widened weight and bias start half a 2 KiB period past the output row modulo 2 KiB, whatever the output's
 address, so that the write loop's loads are not 4K-aliased with its queued non-temporal stores; the bits are the
-same, and Zen 4's and float32 LayerNorm's code is unchanged."""
+same; Zen 4 places them too, Intel's AVX-512 cores' and float32 LayerNorm's code is unchanged."""
 
 from __future__ import annotations
 
 import numpy as np
 from codegen_helpers import aligned_kernel_code
-from test_bf16_rounding import ZEN4
+from test_bf16_rounding import SAPPHIRE_RAPIDS, ZEN4
 from test_pairs import AVX2, layernorm_graph, to_bits
 from test_row_pass_bursts import var_mean_layernorm
 
@@ -25,27 +25,30 @@ def _switch(monkeypatch, on: bool) -> None:
     monkeypatch.setattr(CpuTarget, "places_write_buffers_past_the_output", property(lambda self: on))
 
 
-def test_avx2_bf16_layernorm_places_its_write_buffers_past_the_output(monkeypatch):
-    fn, avx2 = layernorm_graph(4096, 1024), CpuTarget("znver3", AVX2)
-    on_ir, on = aligned_kernel_code(fn, avx2)
-    _switch(monkeypatch, False)
-    off_ir, off = aligned_kernel_code(fn, avx2)
-    # the deviations' row cache and the widened weight and bias: one period longer, started at the output's address
-    # plus half a period, modulo the period, in cache lines
-    assert on_ir.count(PLACED) == 3 and PLACED not in off_ir
-    assert "ptrtoint" in on_ir and "and i64" in on_ir and "1984" in on_ir
-    # the same loops: the write loop reads its three buffers through registers, not at offsets from the frame
-    write_on, write_off = on[on.rindex("vsqrtss"):], off[off.rindex("vsqrtss"):]
-    assert write_on.count("vmulps") == write_off.count("vmulps") == 4 and "vmovntdq" in write_on
-    assert "(%rsp," in write_off and "(%rsp," not in write_on
+def test_avx2_and_zen4_bf16_layernorm_place_their_write_buffers_past_the_output(monkeypatch):
+    fn = layernorm_graph(4096, 1024)
+    for target, placed in ((CpuTarget("znver3", AVX2), 3), (CpuTarget("znver4", ZEN4), 4)):
+        monkeypatch.undo()
+        on_ir, on = aligned_kernel_code(fn, target)
+        _switch(monkeypatch, False)
+        off_ir, off = aligned_kernel_code(fn, target)
+        # the deviations' row cache and the widened weight and bias (Zen 4: and its widened row cache): one period
+        # longer, started at the output's address plus half a period, modulo the period, in cache lines
+        assert on_ir.count(PLACED) == placed and PLACED not in off_ir
+        assert "ptrtoint" in on_ir and "and i64" in on_ir and "1984" in on_ir
+        # the same loops: the write loop reads its three buffers through registers, not at offsets from the frame
+        write_on, write_off = on[on.rindex("vsqrtss"):], off[off.rindex("vsqrtss"):]
+        assert write_on.count("vmulps") == write_off.count("vmulps") and "vmovntdq" in write_on
+        assert "(%rsp," in write_off and "(%rsp," not in write_on
 
 
-def test_zen4_and_float32_layernorm_code_is_unchanged(monkeypatch):
-    zen4, avx2 = CpuTarget("znver4", ZEN4), CpuTarget("znver3", AVX2)
-    assert not zen4.places_write_buffers_past_the_output and avx2.places_write_buffers_past_the_output
-    default_zen4, default_f32 = aligned_kernel_code(layernorm_graph(4096, 1024), zen4), aligned_kernel_code(var_mean_layernorm(4096, 1024), avx2)
-    _switch(monkeypatch, True)  # (Zen 4 caches no deviations, float32 LayerNorm neither: nothing to place)
-    assert aligned_kernel_code(layernorm_graph(4096, 1024), zen4) == default_zen4
+def test_intel_avx512_and_float32_layernorm_code_is_unchanged(monkeypatch):
+    intel, avx2 = CpuTarget("sapphirerapids", SAPPHIRE_RAPIDS), CpuTarget("znver3", AVX2)
+    assert not intel.places_write_buffers_past_the_output and avx2.places_write_buffers_past_the_output
+    default_intel = aligned_kernel_code(layernorm_graph(4096, 1024), intel)
+    default_f32 = aligned_kernel_code(var_mean_layernorm(4096, 1024), avx2)
+    _switch(monkeypatch, True)  # (Intel caches no deviations, float32 LayerNorm neither: nothing to place)
+    assert aligned_kernel_code(layernorm_graph(4096, 1024), intel) == default_intel
     assert aligned_kernel_code(var_mean_layernorm(4096, 1024), avx2) == default_f32
 
 

@@ -18,9 +18,11 @@ pairs), which the vectorizer calls instead, and which is inlined after it (``jit
 until then by ``llvm.compiler.used``). :func:`rounded_word` is the code, :attr:`CpuTarget.rounds_bf16_in_word_lanes`
 the decision.
 
-Intel's AVX-512 cores with BF16 (:attr:`CpuTarget.rounds_bf16_pairs_by_conversion`, session 32) round the pair of
-vectors by ``vcvtne2ps2bf16`` (both to nearest even, the words of one vector, then the other's) and put the words in
-pair order by one ``vpermw``: 2 instructions. The instruction takes denormal inputs as zero, so a ``vfpclassps`` per
+Intel's AVX-512 cores with BF16 (:attr:`CpuTarget.rounds_bf16_pairs_by_conversion`, session 32), and other AVX-512
+BF16 CPUs (Zen 4) for casts' roundings only (:attr:`CpuTarget.rounds_bf16_cast_pairs_by_conversion`, session 33: bf16
+LayerNorm's and softmax's outputs, not row (a)'s op results), round the pair of vectors by ``vcvtne2ps2bf16`` (both
+to nearest even, the words of one vector, then the other's) and put the words in pair order by one ``vpermw``: 2
+instructions. The instruction takes denormal inputs as zero, so a ``vfpclassps`` per
 vector flags them and a pair of vectors holding one branches to the 16-bit lanes' code (:func:`_converted_variant`).
 
 AVX2 (no unsigned 16-bit compare into a mask, no two-table word permute) has a form of its own
@@ -73,7 +75,9 @@ def rounded_word(b: ir.IRBuilder, even: ir.Value, odd: ir.Value, target: CpuTarg
         return None
     if blends and (rounded[0].op_result or rounded[1].op_result):
         return None  # (AVX2: an op's result, bf16 row (a)'s, measured slower so)
-    converts = not blends and target.rounds_bf16_pairs_by_conversion
+    op_result = rounded[0].op_result or rounded[1].op_result
+    converts = not blends and (target.rounds_bf16_pairs_by_conversion
+                               or target.rounds_bf16_cast_pairs_by_conversion and not op_result)
     return b.call(_pair_function(b.module, blends, converts), [rounded[0].value, rounded[1].value])
 
 
