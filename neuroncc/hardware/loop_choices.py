@@ -182,8 +182,8 @@ class LoopChoices:
         too); the loop 32 elements an iteration with no stack access, 4 more instructions than the exp loop for the
         write's 2 ``vmulps`` and 2 ``vmovntps``. Float32 softmax [4096, 1024] (``bench_bf16_words.py --switch
         exp-loop-write``, two builds each, interleaved medians of 61 rounds): 1 thread 0.913 / 0.929, 0.971 /
-        0.970, 0.972 / 0.955, 0.962 / 0.950, 0.930 / 0.926 of the time (five runs); 2 threads 0.910 / 0.950, 0.975 /
-        1.015 (a disturbed run: 2.2 ms), 0.976 / 0.970. Intel's AVX-512 cores (:meth:`_intel_avx512`) keep their
+        0.970, 0.972 / 0.955, 0.962 / 0.950, 0.930 / 0.926, 0.954 / 0.948 of the time (six runs); 2 threads 0.910 /
+        0.950, 0.975 / 1.015 (a disturbed run: 2.2 ms), 0.976 / 0.970, 0.930 / 0.938. Intel's AVX-512 cores (:meth:`_intel_avx512`) keep their
         code: not measured there."""
         return self.has("avx2") and not self._intel_avx512()
 
