@@ -191,8 +191,15 @@ class LoopChoices:
         processes and 1.06 in 2 (a placement of the process's buffers not pinned down: the input's offset in its
         page alone did not reproduce it); rows of one group (256) 0.98-1.05, so ``prefetch.spread_loop`` leaves
         those as they were. bf16 outputs (words in pairs, built: 1.04 at 1 and 2 threads) keep their write loops.
-        AVX-512: not measured, as before."""
-        return self.has("avx2") and not self.has("avx512f")
+        Zen 4 (AVX-512 without FP16; session 33 soft33): the row's sum stays in the exp loop there, carried in vector
+        lanes through the blocks in the group loop's own order (``reductions.LaneSums``: the same bits, NaN payloads
+        too); the loop 32 elements an iteration with no stack access, 4 more instructions than the exp loop for the
+        write's 2 ``vmulps`` and 2 ``vmovntps``. Float32 softmax [4096, 1024] (``bench_bf16_words.py --switch
+        exp-loop-write``, two builds each, interleaved medians of 61 rounds): 1 thread 0.913 / 0.929, 0.971 /
+        0.970, 0.972 / 0.955, 0.962 / 0.950, 0.930 / 0.926, 0.954 / 0.948 of the time (six runs); 2 threads 0.910 /
+        0.950, 0.975 / 1.015 (a disturbed run: 2.2 ms), 0.976 / 0.970, 0.930 / 0.938. Intel's AVX-512 cores (:meth:`_intel_avx512`) keep their
+        code: not measured there."""
+        return self.has("avx2") and not self._intel_avx512()
 
     @property
     def finds_row_nans_by_the_sum(self) -> bool:

@@ -1,22 +1,28 @@
-"""Softmax's delayed write in the exp loop on AVX2 (``CpuTarget.writes_delayed_elements_in_the_exp_loop``,
-``delayed_writes.DelayedGroups.fused``): each block of 32 exponentials of row r is followed, in the same vectorized
-loop iteration, by the previous row's 32 outputs stored with ``vmovntps``, instead of a write loop of its own in
-each group (session 26 softmax26). AVX-512's code is as before; the bits do not change."""
+"""Softmax's delayed write in the exp loop on AVX2 and Zen 4 (``CpuTarget.writes_delayed_elements_in_the_exp_loop``,
+``delayed_writes.DelayedGroups.fused``): each block of one vector iteration's exponentials of row r is followed, in the
+same vectorized loop iteration, by the previous row's outputs stored with ``vmovntps``, instead of a write loop of its
+own in each group (session 26 softmax26 on Zen 3, session 33 soft33 on Zen 4). With AVX-512 the row's sum stays in
+the exp loop: the fused loop adds it lane by lane in the order of the group's own vectorized loop
+(``reductions.LaneSums``), no horizontal add per block. Intel's AVX-512 cores' code is as before; the bits do not
+change."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import numpy as np
-from codegen_helpers import special_floats
-from test_bf16_rounding import ZEN4
+import pytest
+from test_bf16_rounding import SAPPHIRE_RAPIDS, ZEN4
 from test_delayed_write_order import _softmax
+from test_nan_rows_by_sum import _nan_rows
 from test_pairs import AVX2, _softmax_bits
 from test_widened_exp_rows import _assembly
 
 from neuroncc.codegen.llvm import stages
 from neuroncc.codegen.llvm.regions import fuse_whole_function
 from neuroncc.executors.cpu.launcher import build_cpu_executable
+from neuroncc.hardware import host
 from neuroncc.hardware.host import CpuTarget
 
 BLOCK = re.compile(r"\n\.LBB\d+_\d+:")
@@ -31,32 +37,42 @@ def _stores_beside_exponentials(asm: str) -> bool:
     return any("vfmsub" in block and "vmovnt" in block for block in BLOCK.split(asm))
 
 
-def test_avx2_writes_the_previous_row_in_the_exp_loop_and_avx512_as_before(monkeypatch):
+def test_avx2_and_zen4_write_the_previous_row_in_the_exp_loop_and_intel_avx512_as_before(monkeypatch):
     zen3, zen4 = CpuTarget("znver3", AVX2), CpuTarget("znver4", ZEN4)
-    assert zen3.writes_delayed_elements_in_the_exp_loop
-    assert not zen4.writes_delayed_elements_in_the_exp_loop
+    intel = CpuTarget("sapphirerapids", SAPPHIRE_RAPIDS)
+    assert zen3.writes_delayed_elements_in_the_exp_loop and zen4.writes_delayed_elements_in_the_exp_loop
+    assert not intel.writes_delayed_elements_in_the_exp_loop
     fn = _softmax(1030, 1024)  # (an output of 4 MiB: streamed, the write delayed)
     on = _assembly(fn, zen3)[1]
     assert _stores_beside_exponentials(on)
     assert "vfmadd213ss" not in on  # (the fused loop vectorized: its row caches at known offsets)
-    zen4_code = _assembly(fn, zen4)
+    zen4_on = _assembly(fn, zen4)[1]
+    fused = [block for block in BLOCK.split(zen4_on) if "vfmsub" in block and "vmovnt" in block]
+    assert fused and "vfmadd213ss" not in zen4_on
+    # (the row's sum carried in vector lanes through the blocks: no horizontal add in the fused loop's body)
+    assert not any("vextractf" in block or "vaddss" in block for block in fused)
+    intel_code = _assembly(fn, intel)
     _in_the_exp_loop(monkeypatch, False)
     assert not _stores_beside_exponentials(_assembly(fn, zen3)[1])
-    assert _assembly(fn, zen4) == zen4_code
+    assert not _stores_beside_exponentials(_assembly(fn, zen4)[1])
+    assert _assembly(fn, intel) == intel_code
     # bf16 outputs (words written in pairs) and rows of one group (256 float32) keep their write loops
     monkeypatch.undo()
-    kept = [_assembly(fn, zen3)[1] for fn in (_softmax_bits(2201, 1024), _softmax(4100, 256))]
-    _in_the_exp_loop(monkeypatch, False)
-    assert [_assembly(fn, zen3)[1] for fn in (_softmax_bits(2201, 1024), _softmax(4100, 256))] == kept
+    for target in (zen3, zen4):
+        kept = [_assembly(fn, target)[1] for fn in (_softmax_bits(2201, 1024), _softmax(4100, 256))]
+        _in_the_exp_loop(monkeypatch, False)
+        assert [_assembly(fn, target)[1] for fn in (_softmax_bits(2201, 1024), _softmax(4100, 256))] == kept
+        monkeypatch.undo()
 
 
-def test_the_write_in_the_exp_loop_gives_the_same_bits(rng, monkeypatch):
-    x = special_floats(rng, (1033, 1024), scale=4.0)  # (row 0: NaN, +-inf, +-0, extremes; an odd row count)
-    x[1, 100], x[2], x[3, 17], x[4, ::2], x[5] = np.nan, -np.inf, np.inf, -0.0, 0.0
-    x[6, :5] = np.array([-np.inf, np.nan, np.inf, -np.inf, np.nan], np.float32)
+@pytest.mark.parametrize("cpu", ["host", "avx2"])
+def test_the_write_in_the_exp_loop_gives_the_same_bits(rng, monkeypatch, cpu):
+    if cpu == "avx2":  # (AVX2's code, its four-vector interleave of 8-lane sums, run on this host too)
+        monkeypatch.setattr(host, "_HOST", [dataclasses.replace(host.host_cpu(), name="znver3", features=AVX2)])
+    x = _nan_rows(rng, 1033)  # (NaN, +-inf, +-0 and extremes; NaNs with payloads, signaling NaNs: an odd row count)
     fn = fuse_whole_function(_softmax(1033, 1024))
-    # the sum in a loop of its own over the row cache (AVX2's) or in the exp loop (AVX-512's): a fused loop that
-    # carried the sum added each block's lanes up on its own (other bits on Zen 4), so it is taken only for the first
+    # the sum in a loop of its own over the row cache (AVX2's) or in the exp loop (AVX-512's, whose fused loop adds
+    # the sum's lanes in the group loop's order: reductions.LaneSums), on every host
     for apart in (True, False):
         monkeypatch.setattr(stages, "SUM_ROW_CACHE_APART", apart)
         results = []

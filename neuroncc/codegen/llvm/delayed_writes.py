@@ -14,10 +14,10 @@ a group of its elements beside each group of the carrier's (``prefetch.spread_lo
 exponentials on AVX2, after them elsewhere: ``CpuTarget.writes_delayed_group_before_the_exponentials``):
 ``MEMORY_BURST_LINES`` lines of non-temporal stores at a time, which drain while exponentials are computed. The row caches
 hold two rows (row r's is written while row r - 1's is read; ``row_buffers.row_slot``), and the last row of a
-thread's range is written after its row loop. Where the target says so (AVX2:
+thread's range is written after its row loop. Where the target says so (AVX2, Zen 4:
 ``CpuTarget.writes_delayed_elements_in_the_exp_loop``) a float32 write is not a loop beside each group's but part of
 the group's exp loop: each vector iteration's 32 exponentials, then the previous row's 32 outputs
-(:meth:`DelayedGroups.fused`). :func:`delayed_write_stage` is the decision, the rest its code.
+(:meth:`DelayedGroups.fused`; a row sum in that loop, AVX-512's, added by ``reductions.LaneSums``). :func:`delayed_write_stage` is the decision, the rest its code.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from llvmlite import ir
 from neuroncc.codegen.llvm.kernel_plan import MapStage, RowLoop
 from neuroncc.codegen.llvm.prefetch import rows_written_by_carried_pass
 from neuroncc.codegen.llvm.pairs import pairs_halfwords
+from neuroncc.codegen.llvm.reductions import LaneSums, RowSum
 from neuroncc.codegen.llvm.row_buffers import row_number
 from neuroncc.codegen.llvm.scalars import F32, I32, I64
 from neuroncc.codegen.llvm.streams import stream_bytes, streams
@@ -105,12 +106,21 @@ class DelayedGroups:
             piece.align = CACHE_LINE_BYTES
             pieces[target.arg] = piece
         carrier = em._stage_number
+        sums = None  # (a row sum in the loop, AVX-512's: its lanes as the group's own vectorized loop adds them)
+        if isinstance(body, RowSum):
+            lanes = em.target.vector_bits // 32
+            array = em._entry.alloca(ir.ArrayType(F32, width))
+            array.align = CACHE_LINE_BYTES
+            sums = LaneSums(body, lanes, width // lanes, array)
 
         def block(j: Any) -> None:
             base = em.add(start, em.mul(j, width))
 
             def element(i: Any) -> None:
-                body(i)
+                if sums is None:
+                    body(i)
+                else:
+                    sums.add(em.sub(i, base), i)
                 with em.fresh_values():
                     em._stage_number = self.stage_number
                     em._map_body(stage, self.previous + [i], pieces, base)
@@ -136,7 +146,11 @@ class DelayedGroups:
                         with branch:
                             with em.fresh_values():
                                 em._row_copy_of = {rows[0]: copy, rows[1]: 1 - copy}
+                                if sums is not None:
+                                    sums.start()
                                 em.loop(0, em.div(em.sub(stop, start), width), block)
+                                if sums is not None:
+                                    sums.finish()
                                 em._row_copy_of = {}
             with other:
                 with em.fresh_values():

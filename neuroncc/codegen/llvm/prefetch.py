@@ -187,7 +187,7 @@ def emit_prefetch_next_row(em: EmitContext, layout: Layout, outer: Index, part: 
 
 def spread_loop(em: EmitContext, lo: Any, hi: Any, body: Callable[[Any], None], ahead: Sequence[Ahead],
                 inner: Callable[[Any, Any, Callable[[Any], None]], None] | None = None,
-                after: Callable[[Any, Any, int], None] | None = None, accumulates: bool = False) -> None:
+                after: Callable[[Any, Any, int], None] | None = None) -> None:
     """for i in [lo, hi): body(i), in groups of elements each preceded by the prefetches of the lines of its
     elements in every stream of ``ahead`` (``MEMORY_BURST_LINES`` lines of the widest); a plain loop without
     streams. A reduction over the loop keeps a vector accumulator per group (one horizontal add per group).
@@ -198,10 +198,8 @@ def spread_loop(em: EmitContext, lo: Any, hi: Any, body: Callable[[Any], None], 
     (``CpuTarget.writes_delayed_group_before_the_exponentials``): the delayed write of the previous row's
     elements (``delayed_writes.py``). Where the target says so and the groups are whole (two or more),
     ``after.fused(start, stop, length, body, inner)`` emits a group's elements and its write in one loop instead
-    (``delayed_writes.DelayedGroups``; it returns False where it does not apply), unless ``body`` ``accumulates`` a
-    reduction: the fused loop runs a group in blocks of one vector iteration, and LLVM's vectorized sum would add
-    each block's lanes up on its own instead of the group's, other bits (Zen 4's softmax, whose sum stays in its exp
-    loop with AVX-512's 32 registers: ``stages._sums_row_cache_apart``)."""
+    (``delayed_writes.DelayedGroups``; it returns False where it does not apply; a row sum in the loop comes as a
+    ``reductions.RowSum`` body, whose lanes the fused loop adds in the group loop's own order)."""
     loop = inner if inner is not None else em.loop
     if not ahead and after is None:
         loop(lo, hi, body)
@@ -214,7 +212,7 @@ def spread_loop(em: EmitContext, lo: Any, hi: Any, body: Callable[[Any], None], 
     write_first = after is not None and em.target.writes_delayed_group_before_the_exponentials
     # (rows of one group, 256 float32, were 0.98-1.05 with the write in the exp loop: left as they are)
     fused = getattr(after, "fused", None) if whole and hi - lo >= 2 * group \
-        and em.target.writes_delayed_elements_in_the_exp_loop and not accumulates else None
+        and em.target.writes_delayed_elements_in_the_exp_loop else None
 
     def one_group(g: Any) -> None:
         start = em.add(lo, em.mul(g, group))

@@ -203,3 +203,66 @@ def _max_without_nan_bits(b, dtype, accs, x, pos):
 #: loops, which find NaN rows by their total: ``online.online_total``).
 MAX_WITHOUT_NAN_BITS = Combiner(lambda dtype: [F32], lambda dtype: _MAX_INIT(dtype)[:1], _max_without_nan_bits,
                                 _identity_finish)
+
+
+@dataclass(frozen=True)
+class RowSum:
+    """The element body of a float sum whose loop adds each element's ``term(i)`` into ``partial`` (a float32 stack
+    slot) with ``reassoc``: LLVM's vectorizer keeps a vector of partial sums per interleaved part, the first starting
+    from the slot's value in its lane 0 and -0.0 elsewhere, and reduces them after the loop. A loop that takes the
+    elements a vector iteration at a time (``delayed_writes.DelayedGroups.fused``) adds them by :class:`LaneSums`."""
+
+    b: ir.IRBuilder
+    partial: ir.Value
+    term: Callable[[Any], ir.Value]
+
+    def __call__(self, i: Any) -> None:
+        self.b.store(self.b.fadd(self.b.load(self.partial), self.term(i), flags=REASSOC), self.partial)
+
+
+@dataclass(frozen=True)
+class LaneSums:
+    """A :class:`RowSum`'s loop, vectorized with ``lanes`` float32 per vector and ``parts`` vectors per iteration,
+    written out: lane k of ``array`` (``lanes * parts`` float32 on the stack) adds the elements k, k + lanes * parts,
+    ... of the loop in order (:meth:`add`, no ``reassoc``: nothing may regroup them), from the slot's value in lane 0
+    and -0.0 elsewhere (:meth:`start`); :meth:`finish` combines the parts as the vectorizer does (part 1 + part 0,
+    part 2 + that, ...; a lane NaN in both keeps the later part's NaN, as the vectorizer's code does on x86, whichever
+    operand order LLVM gives the add), reduces the vector by ``llvm.vector.reduce.fadd`` and stores the sum into the
+    slot. The same additions in the same order as :class:`RowSum`'s vectorized loop (the same bits, NaN payloads
+    too), where the loop's elements run a vector iteration at a time beside other work: LLVM would otherwise reduce
+    each iteration's sum horizontally (another order, and a chain of ~30 cycles per iteration on Zen 4)."""
+
+    row_sum: RowSum
+    lanes: int
+    parts: int
+    array: ir.Value
+
+    def _part(self, part: int) -> ir.Value:
+        b = self.row_sum.b
+        element = b.gep(self.array, [ir.Constant(I64, 0), ir.Constant(I64, part * self.lanes)], inbounds=True)
+        return b.bitcast(element, ir.VectorType(F32, self.lanes).as_pointer())
+
+    def start(self) -> None:
+        b, vector = self.row_sum.b, ir.VectorType(F32, self.lanes)
+        zeros = ir.Constant(vector, [ir.Constant(F32, -0.0)] * self.lanes)
+        first = b.insert_element(zeros, b.load(self.row_sum.partial), ir.Constant(I32, 0))
+        for part in range(self.parts):
+            b.store(first if part == 0 else zeros, self._part(part))
+
+    def add(self, k: Any, i: Any) -> None:
+        """Element ``i`` of the loop, lane ``k`` of the array (its place in the vector iteration)."""
+        b = self.row_sum.b
+        lane = b.gep(self.array, [ir.Constant(I64, 0), k if isinstance(k, ir.Value) else ir.Constant(I64, k)],
+                     inbounds=True)
+        b.store(b.fadd(b.load(lane), self.row_sum.term(i)), lane)
+
+    def finish(self) -> None:
+        b = self.row_sum.b
+        total = b.load(self._part(0))
+        for part in range(1, self.parts):
+            # (x86 returns the first operand's NaN where both are NaN, and LLVM may swap an fadd's operands: where
+            # part p is NaN (quiet: a sum), it is taken as the vectorizer's part p + total gives it)
+            later = b.load(self._part(part))
+            total = b.select(b.fcmp_unordered("uno", later, later), later, b.fadd(later, total))
+        reduce = intrinsic(b.module, f"llvm.vector.reduce.fadd.v{self.lanes}f32", F32, [F32, total.type])
+        b.store(b.call(reduce, [ir.Constant(F32, -0.0), total], fastmath=REASSOC), self.row_sum.partial)

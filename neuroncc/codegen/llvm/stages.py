@@ -24,7 +24,7 @@ from neuroncc.codegen.llvm.online import OnlineMax, online_total
 from neuroncc.codegen.llvm.pairs import pairs_halfwords
 from neuroncc.codegen.llvm.prefetch import spread_loop
 from neuroncc.codegen.llvm.nan_rows import AMAX, AMAX_WITHOUT_NAN_FLAG
-from neuroncc.codegen.llvm.reductions import COMBINERS, REASSOC, Combiner
+from neuroncc.codegen.llvm.reductions import COMBINERS, REASSOC, Combiner, RowSum
 from neuroncc.codegen.llvm.scalars import F32, F64, I1, I64, round_to
 from neuroncc.codegen.llvm.views import Layout
 from neuroncc.ir.dtypes import DType
@@ -263,16 +263,21 @@ class _Reducer:
 
             even: list[ir.Value] = []  # over element pairs: the pair's even term, added with the odd one
 
-            def add(i: Any) -> None:
+            def term(i: Any) -> ir.Value:
                 inner = list(full)
                 inner[innermost] = i
+                return self._x(inner, mean)
+
+            row_sum = RowSum(b, partial, term)
+
+            def add(i: Any) -> None:
                 half = em.pair_half(i)
                 if half is None:
-                    em.b.store(em.b.fadd(em.b.load(partial), self._x(inner, mean), flags=REASSOC), partial)
+                    row_sum(i)
                 elif half == 0:
-                    even.append(self._x(inner, mean))
+                    even.append(term(i))
                 else:
-                    pair = em.b.fadd(even.pop(), self._x(inner, mean), flags=REASSOC)
+                    pair = em.b.fadd(even.pop(), term(i), flags=REASSOC)
                     em.b.store(em.b.fadd(em.b.load(partial), pair, flags=REASSOC), partial)
 
             def cache(i: Any) -> None:  # (the summand is stored into its row cache as it is generated)
@@ -296,7 +301,9 @@ class _Reducer:
                 if split is not None:
                     elements(lo, split, add)
                     lo = split
-                spread_loop(em, lo, hi, add, ahead, elements, after, accumulates=True)
+                # (a row sum's own body where its elements are not pairs: a fused write loop adds them in its order)
+                spread_loop(em, lo, hi, add if pairs_halfwords(em.plan, self.stage) else row_sum, ahead, elements,
+                            after)
             em.b.store(em.b.fadd(em.b.load(total), em.b.fpext(em.b.load(partial), F64)), total)
 
         def outer_dims(full: list[Any]) -> None:
