@@ -42,6 +42,15 @@ was importing it). So the hook first waits until no other thread is importing (b
 :data:`IMPORT_WAIT_SECONDS`), and after taking the locks takes the interpreter's import lock at such a moment and
 holds it to the fork, so that no import starts in between (the fork takes that lock itself next).
 
+Locks no hook can reach are the last: a C library's or a C++ library's own (glibc's exit-function list, which
+``__cxa_atexit`` takes for each C++ static's destructor at its first use; a static being initialized; an ATen or
+LLVM mutex held for a moment). A fork copies such a lock held if a thread was inside at that moment, and glibc
+renews malloc's and the loader's locks in the child, not these (session 33: a DataLoader worker hung at its first
+``__cxa_atexit``, in ``torch.set_num_threads``, on the lock the parent's busy thread held registering an ATen
+static's destructor). So the hook's last step waits (bounded: :data:`QUIET_WAIT_SECONDS`) until no other thread
+is running: each is blocked in the kernel (on the GIL, which the forking thread holds to the fork, on a lock, on
+I/O), none inside such a section (:func:`_wait_until_other_threads_stop`).
+
 Before any lock is taken the registered waits run (:func:`before_holding_llvm`: threads whose work needs LLVM
 finish first, or the fork would wait for them while holding the lock they need), and after the locks are
 released the child's callbacks run (:func:`in_child`: the thread pool forgets its workers, which the child does
@@ -54,6 +63,7 @@ Nothing here imports llvmlite or torch: a process that never loaded them has not
 from __future__ import annotations
 
 import _imp
+import ctypes
 import os
 import sys
 import threading
@@ -151,6 +161,91 @@ def _hold_import_lock_once_no_import_runs(seconds: float) -> None:
         time.sleep(0.001)
 
 
+#: Seconds a fork waits for the process's other threads to stop running (:func:`_wait_until_other_threads_stop`);
+#: after this the fork goes ahead (a thread computing without a pause for that long)
+QUIET_WAIT_SECONDS = 1.0
+#: What the last fork's wait saw: seconds waited, and whether every other thread had stopped (tests, diagnosis)
+LAST_QUIET_WAIT: dict[str, float | bool] = {}
+
+
+class _ThreadStates:
+    """Each thread's scheduler state from ``/proc/self/task/N/stat``, read through libc with the GIL held
+    (``ctypes.PyDLL``: Python's own file reads would let other threads take the GIL, and so start running native
+    code, between the reads and the fork)."""
+
+    def __init__(self) -> None:
+        libc = ctypes.PyDLL(None)
+        self.open, self.read, self.close, self.sleep = libc.open, libc.read, libc.close, libc.usleep
+        self.open.argtypes, self.open.restype = [ctypes.c_char_p, ctypes.c_int], ctypes.c_int
+        self.read.argtypes, self.read.restype = [ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t], ctypes.c_ssize_t
+        self.close.argtypes, self.sleep.argtypes = [ctypes.c_int], [ctypes.c_uint]
+        self.buffer = ctypes.create_string_buffer(1024)
+
+    def _fields(self, path: bytes) -> list[bytes]:
+        """The fields of a ``stat`` file after the command name ("pid (name) S ...": the name may hold anything)."""
+        fd = self.open(path, os.O_RDONLY)
+        if fd < 0:
+            return []  # (a thread that ended)
+        size = self.read(fd, self.buffer, len(self.buffer) - 1)
+        self.close(fd)
+        text = self.buffer.raw[:max(size, 0)]
+        return text[text.rfind(b")") + 2:].split()
+
+    def threads(self) -> int:
+        """How many threads the process has now."""
+        fields = self._fields(b"/proc/self/stat")
+        return int(fields[17]) if len(fields) > 17 else -1
+
+    def running(self, tids: list[int]) -> list[int]:
+        """The threads of ``tids`` running or runnable now (state ``R``: not blocked in the kernel)."""
+        return [tid for tid in tids if self._fields(b"/proc/self/task/%d/stat" % tid)[:1] == [b"R"]]
+
+
+_STATES: list[_ThreadStates] = []
+#: The switch interval while a fork waits, and how many of the process's own intervals the wait lasts at least:
+#: a thread waiting for the GIL asks the holder to let it go after an interval (which would let it run on, into
+#: native code, between the last look and the fork); with the long one, the asks still coming are from waits begun
+#: before, all made (and served, in the loop) within the settling time
+_WAIT_SWITCH_INTERVAL, _SETTLE_INTERVALS = 1000.0, 2.0
+_SWITCH_INTERVAL: list[float] = []
+
+
+def _wait_until_other_threads_stop(seconds: float) -> None:
+    """Wait (up to ``seconds``, holding the GIL) until no other thread of the process is running: each is blocked
+    in the kernel (on the GIL this thread holds, on a lock the hook holds, on I/O), not inside native code.
+
+    A lock the C library or a C++ library takes for a moment is in no hook's reach, and a fork copies it held if
+    a thread was inside at that moment: the child's first use of it waits forever. Session 33 found one so: a
+    DataLoader worker waited in ``torch.set_num_threads`` -> ``caffe2::pthreadpool()`` (its first function-local
+    static with a destructor: ``__cxa_atexit``) on glibc's ``__exit_funcs_lock``, which the parent's busy thread
+    held at the fork, registering the destructor of a static ATen creates at an operator's first call (with the
+    GIL released). glibc's fork renews malloc's and the loader's locks, not that one. A thread inside such a
+    section is running (``R``); one waiting for the GIL, a lock or I/O holds none of them, and cannot start one
+    before the fork: it needs the GIL to go on, which this thread holds to the fork."""
+    if not os.path.isdir("/proc/self/task"):
+        return  # no per-thread states to read (not Linux): the fork goes ahead as before
+    if not _STATES:
+        _STATES.append(_ThreadStates())
+    states, me = _STATES[0], threading.get_native_id()
+    if states.threads() == 1:
+        return  # this thread alone
+    start, interval = time.monotonic(), sys.getswitchinterval()
+    if not _SWITCH_INTERVAL:
+        _SWITCH_INTERVAL.append(interval)  # restored after the fork, in both processes (_release)
+        sys.setswitchinterval(_WAIT_SWITCH_INTERVAL)
+    others, listed = [], 0
+    while True:
+        count = states.threads()
+        if count != listed:  # listed again only when threads came or went (listing lets the GIL go)
+            others, listed = [int(name) for name in os.listdir("/proc/self/task") if int(name) != me], count
+        quiet = not states.running(others)
+        waited = time.monotonic() - start
+        if (quiet and waited > interval * _SETTLE_INTERVALS) or waited > seconds:
+            LAST_QUIET_WAIT.update(seconds=waited, quiet=quiet)
+            return
+        states.sleep(50)  # (the GIL kept: a thread that needs it stops at it)
+
+
 #: Times the hook takes its locks again when a module with a lock to hold was loaded while it took them
 TAKE_ATTEMPTS = 3
 
@@ -167,7 +262,9 @@ def _before_fork() -> None:
         _hold_import_lock_once_no_import_runs(IMPORT_WAIT_SECONDS / 10)
         _HELD.append(_IMPORT_LOCK)
         if all(any(lock is held for held in _HELD) for lock in _locks_to_hold()) or attempt == TAKE_ATTEMPTS - 1:
-            return  # (after the last attempt: the fork goes ahead holding what it took, never with nothing)
+            # (after the last attempt: the fork goes ahead holding what it took, never with nothing)
+            _wait_until_other_threads_stop(QUIET_WAIT_SECONDS)
+            return
         # another thread loaded a module with a lock to hold meanwhile (TorchDynamo's, at a thread's first device
         # build) and may hold it now: let go, and take them all again in their order
         _release()
@@ -192,6 +289,8 @@ def _release() -> None:
     # in the child too: the thread that forked owns the copies (the same thread identity), so it releases them
     while _HELD:
         _HELD.pop().release()
+    if _SWITCH_INTERVAL:
+        sys.setswitchinterval(_SWITCH_INTERVAL.pop())
 
 
 def _after_in_child() -> None:

@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from neuroncc.codegen.llvm.fork_safety import renew_in_child
 from neuroncc.codegen.llvm.native_library import code_form
 from neuroncc.codegen.llvm.regions import wrap_remaining_ops
 from neuroncc.errors import ArtifactError, InputError
@@ -113,7 +114,9 @@ class CpuExecutable:
             # one lock, so their calls never overlap in it
             self._lock, self._arena_buffer = arena_of._lock, arena_of._arena_buffer
         else:
-            self._lock = threading.Lock()
+            # renewed in a forked child (codegen/llvm/fork_safety.py): a call another thread was making at the
+            # fork leaves nothing the child's own calls read (they write their intermediates before reading them)
+            self._lock = renew_in_child(threading.Lock())
             #: the arena's whole memory (its capacity): the process's arena reserve when it fits, whose pages are
             #: in already (arena_reserve.py), else fresh
             self._arena_buffer = arena_reserve.take(plan.arena_bytes)
@@ -162,7 +165,7 @@ class CpuExecutable:
         self.code_pending: Future | None = module if isinstance(module, Future) else None
         if self.code_pending is not None:
             self.module = None
-        self._bind_lock = threading.Lock()
+        self._bind_lock = renew_in_child(threading.Lock())  # (a bind another thread made is made again whole)
         self._runners: list[Any] = [None if self.code_pending is not None and _runs_code(step) else self._runner(step)
                                     for step in plan.steps]
         if self.code_pending is None:
