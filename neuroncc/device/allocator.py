@@ -19,7 +19,6 @@ from __future__ import annotations
 import itertools
 import threading
 from collections import defaultdict
-from collections.abc import Callable
 
 import numpy as np
 
@@ -40,21 +39,20 @@ def round_size(nbytes: int) -> int:
 
 
 class Block:
-    """``size`` bytes of host memory at ``address``, owned by the pool ``give_back`` returns it to when this dies
-    (``give_back((size, memory, address))``: :meth:`DevicePool.release` for a large block, the append of the
-    pool's list of blocks to take back for a small one)."""
+    """``size`` bytes of host memory at ``address``, owned by ``pool`` (returned to it when this dies)."""
 
-    __slots__ = ("give_back", "size", "address", "memory")
+    __slots__ = ("pool", "size", "address", "memory")
 
-    def __init__(self, give_back: Callable[[tuple[int, np.ndarray, int]], None], size: int, address: int,
-                 memory: np.ndarray):
-        self.give_back, self.size, self.address, self.memory = give_back, size, address, memory
+    def __init__(self, pool: DevicePool | None, size: int, address: int, memory: np.ndarray):
+        self.pool, self.size, self.address, self.memory = pool, size, address, memory
 
     def __del__(self) -> None:
-        try:
-            self.give_back((self.size, self.memory, self.address))
-        except Exception:  # interpreter shutdown: the memory goes with the process
-            pass
+        pool = self.pool
+        if pool is not None:
+            try:
+                pool.release(self.size, self.memory, self.address)
+            except Exception:  # interpreter shutdown: the memory goes with the process
+                pass
 
 
 class DevicePool:
@@ -62,15 +60,9 @@ class DevicePool:
 
     The eager path makes and frees a tensor per op, so the hot path keeps the fewest counters (current bytes
     and blocks, their peaks, allocations and cache hits, bytes allocated in all); the counters of frees are
-    derived from them (what was allocated and is no longer), with an offset taken when they are reset.
+    derived from them (what was allocated and is no longer), with an offset taken when they are reset."""
 
-    A small block that dies is appended to ``_returned`` (one list append, atomic under the GIL: no lock, no
-    counter in the dying tensor's thread; ``optimizer.zero_grad()`` drops a model's gradients one by one) and
-    taken back into the free lists and counters under the lock by the next allocation or reading of the
-    counters (:meth:`_take_back`): each reads what it would have read had the block come back at once. A large
-    one comes back at once (:meth:`release`): its memory is freed now when the cache is full."""
-
-    __slots__ = ("index", "_lock", "_free", "_returned", "_return_small", "_return_large", "cached_bytes", "allocated", "allocated_peak", "allocated_total",
+    __slots__ = ("index", "_lock", "_free", "cached_bytes", "allocated", "allocated_peak", "allocated_total",
                  "active", "active_peak", "allocations", "cache_hits", "reserved", "reserved_peak",
                  "reserved_total", "released_total", "segments", "segments_peak", "_freed_base", "_frees_base")
 
@@ -78,8 +70,6 @@ class DevicePool:
         self.index = index
         self._lock = renew_in_child(threading.RLock())  # RLock: a block may die (and come back here) inside an allocation
         self._free: dict[int, list[tuple[np.ndarray, int]]] = defaultdict(list)
-        self._returned: list[tuple[int, np.ndarray, int]] = []  # small blocks dead, not yet taken back
-        self._return_small, self._return_large = self._returned.append, self.release
         self.cached_bytes = 0
         self.allocated = self.allocated_peak = self.allocated_total = 0
         self.active = self.active_peak = self.allocations = self.cache_hits = 0
@@ -89,33 +79,16 @@ class DevicePool:
 
     @property
     def freed_total(self) -> int:
-        with self._lock:
-            self._take_back()
-            return self.allocated_total - self.allocated + self._freed_base
+        return self.allocated_total - self.allocated + self._freed_base
 
     @property
     def frees(self) -> int:
-        with self._lock:
-            self._take_back()
-            return self.allocations - self.active + self._frees_base
-
-    def _take_back(self) -> None:
-        """The small blocks that died since the last call, back into the free lists and counters (the lock
-        held). Blocks dying meanwhile (another thread, or a collection inside this one) append after the
-        ones taken: each is taken once."""
-        returned = self._returned
-        while returned:
-            taken = returned[:]
-            del returned[:len(taken)]
-            for size, memory, address in taken:
-                self._give_back(size, memory, address)
+        return self.allocations - self.active + self._frees_base
 
     def allocate(self, nbytes: int) -> Block:
         size = -(-max(nbytes, 1) // _SMALL_ROUND) * _SMALL_ROUND if nbytes < _SMALL_LIMIT else \
             -(-nbytes // _LARGE_ROUND) * _LARGE_ROUND
         with self._lock:
-            if self._returned:
-                self._take_back()
             free = self._free.get(size)
             if free:
                 memory, address = free.pop()
@@ -131,7 +104,7 @@ class DevicePool:
                 self.allocated_peak = allocated
             if active > self.active_peak:
                 self.active_peak = active
-        return Block(self._return_small if size < _SMALL_LIMIT else self._return_large, size, address, memory)
+        return Block(self, size, address, memory)
 
     def _grow(self, size: int) -> tuple[np.ndarray, int]:
         """A new segment of ``size`` bytes (the free list had none of that size)."""
@@ -145,19 +118,15 @@ class DevicePool:
             self.segments_peak = self.segments
         return memory, address
 
-    def release(self, block: tuple[int, np.ndarray, int]) -> None:
-        """A dead block's ``(size, memory, address)`` back now."""
+    def release(self, size: int, memory: np.ndarray, address: int) -> None:
         with self._lock:
-            self._give_back(*block)
-
-    def _give_back(self, size: int, memory: np.ndarray, address: int) -> None:
-        self.allocated -= size
-        self.active -= 1
-        if self.cached_bytes + size <= CONFIG.cached_bytes:
-            self._free[size].append((memory, address))
-            self.cached_bytes += size
-        else:
-            self._drop(size)
+            self.allocated -= size
+            self.active -= 1
+            if self.cached_bytes + size <= CONFIG.cached_bytes:
+                self._free[size].append((memory, address))
+                self.cached_bytes += size
+            else:
+                self._drop(size)
 
     def _drop(self, size: int) -> None:
         self.reserved -= size
@@ -167,7 +136,6 @@ class DevicePool:
     def empty_cache(self) -> None:
         """Free every cached (unused) block."""
         with self._lock:
-            self._take_back()
             for size, blocks in self._free.items():
                 for _ in blocks:
                     self._drop(size)
@@ -176,20 +144,17 @@ class DevicePool:
 
     def reset_peak(self) -> None:
         with self._lock:
-            self._take_back()
             self.allocated_peak, self.reserved_peak = self.allocated, self.reserved
             self.active_peak, self.segments_peak = self.active, self.segments
 
     def reset_accumulated(self) -> None:
         with self._lock:
-            self._take_back()
             self.allocated_total = self.reserved_total = self.released_total = 0
             self.allocations = self.cache_hits = 0
             self._freed_base, self._frees_base = self.allocated, self.active
 
     def stats(self) -> dict[str, int]:
         with self._lock:
-            self._take_back()
             return {
                 "active.all.allocated": self.allocations, "active.all.current": self.active,
                 "active.all.freed": self.frees, "active.all.peak": self.active_peak,

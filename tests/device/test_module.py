@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import threading
-
 import pytest
 import torch
 
-from neuroncc.device.allocator import ALLOCATOR, round_size
+from neuroncc.device.allocator import round_size
 
 
 def test_device_module_basics(two_devices):
@@ -66,40 +64,6 @@ def test_memory_is_returned_when_the_last_user_dies():
     del reused
     torch.neuron.empty_cache()
     assert torch.neuron.memory_reserved() == torch.neuron.memory_allocated()
-
-
-def test_small_blocks_come_back_without_the_pools_lock_and_are_counted_and_reused():
-    """A small tensor's death takes no lock (``optimizer.zero_grad()`` drops a model's gradients one by one):
-    with the pool's lock held by another thread, 120 gradients die at once; the next allocation or reading of
-    the counters takes them back, counted as if at once, and a block of the same size is reused."""
-    pool = ALLOCATOR.pool(0)
-    torch.neuron.empty_cache()
-    base = torch.neuron.memory_stats()
-    grads = [torch.empty(s, device="neuron") for s in [(64, 64), (64,), (64,), (64,)] * 30]
-    addresses = {g.data_ptr() for g in grads}
-    held, done = threading.Event(), threading.Event()
-
-    def hold():
-        with pool._lock:
-            held.set()
-            done.wait(10)
-
-    holder = threading.Thread(target=hold)
-    holder.start()
-    held.wait(10)
-    dropping = threading.Thread(target=grads.clear)
-    dropping.start()
-    dropping.join(5)
-    finished = not dropping.is_alive()
-    done.set()
-    holder.join()
-    dropping.join()
-    assert finished, "a dying block waited for the pool's lock"
-    after = torch.neuron.memory_stats()
-    assert after["active.all.current"] == base["active.all.current"]
-    assert after["allocated_bytes.all.current"] == base["allocated_bytes.all.current"]
-    assert after["active.all.freed"] == base["active.all.freed"] + 120
-    assert torch.empty(64, 64, device="neuron").data_ptr() in addresses
 
 
 def test_peak_statistics_reset():
