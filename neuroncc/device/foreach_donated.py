@@ -15,15 +15,25 @@ by entries.make_entry: any other signature keeps the generic entry), and a call 
 one another (checked per new set of addresses: a gradient made by backward is new memory every step); a call
 whose tensors overlap runs CPU's kernel on the device's memory (fallback.run_on_host: PyTorch's in-order
 semantics).
+
+GradScaler's unscale runs in one pass over the gradients when its ``inv_scale`` is finite and at most 1 in
+magnitude (a scale of at least 1: every step but after long runs of backoffs): then a gradient holds an inf or a
+NaN exactly when its unscaled value does (a finite value times such a factor rounds to a finite value no larger;
+inf or NaN times any factor is inf or NaN), so :func:`_unscale_in_one_pass` checks the values it writes, each
+gradient's rows as the kernel computes them (the check reads the row it just wrote, not the gradient again:
+``refine.cache_written_rows``, ``in_place.writes_in_place``). Any other ``inv_scale`` takes the two programs.
 """
 
 from __future__ import annotations
 
+import ctypes
+import math
 from typing import Any
 
 import numpy as np
 import torch
 
+from neuroncc.codegen.llvm.refine import ROW_CACHE_MAX
 from neuroncc.device.build_lock import building
 from neuroncc.device.counters import COUNTS
 from neuroncc.device.fallback import HostFallback, run_on_host
@@ -58,6 +68,7 @@ class DonatedForeach:
         self.kernels: list[Any] | None = None
         self.sizes: np.ndarray | None = None
         self.checked: tuple[int, ...] | None = None  # the addresses last found disjoint
+        self.one_pass: Any = None  # the unscale's one-pass kernel (False: none; see the module docstring)
 
     @staticmethod
     def takes(tensors: list[torch.Tensor], floats: list[float]) -> bool:
@@ -77,6 +88,15 @@ class DonatedForeach:
                 self.state.device_calls += 1
                 return run_on_host(self.form, args, kwargs, self.index)
             self.checked = addresses
+        if self.form.op in _SPLIT and _scales_down(tensors[-1]):
+            kernel = self.one_pass
+            if kernel is None:
+                with building():
+                    kernel = self.one_pass
+                    if kernel is None:
+                        kernel = self.one_pass = self._compile_one_pass(args, kwargs, tensors)
+            if kernel is not False:
+                return kernel.call(args, kwargs, tensors, floats)
         kernels = self.kernels
         if kernels is None:
             with building():  # one thread traces and compiles them (frontend/tracing.py)
@@ -103,6 +123,19 @@ class DonatedForeach:
             COUNTS["eager_fallback_signatures"] += 1
             return [HostFallback(self.form, error.reason, self.index, self.state)]
 
+    def _compile_one_pass(self, args: tuple[Any, ...], kwargs: dict[str, Any], tensors: list[torch.Tensor]) -> Any:
+        """The unscale as one program over each gradient's rows (:func:`_as_rows`; the kernel is called with the
+        gradients themselves: it takes addresses), or False when it does not write every gradient where it is."""
+        n = len(args[0])
+        inputs = [*map(_as_rows, tensors[:n]), *tensors[n:]]
+        try:
+            kernel = compile_traced(self.form, str(self.form.op), "one pass", _unscale_in_one_pass, inputs, 0,
+                                    self.index, self.state)
+        except CannotCompile:
+            return False
+        in_place = getattr(kernel.executable, "in_place", None) or {}
+        return kernel if all(k in in_place for k in range(n)) else False
+
     def _program(self, args: tuple[Any, ...], kwargs: dict[str, Any], tensors: list[torch.Tensor],
                  discarded: set[int], part: str) -> Any:
         """The op's own decomposition over the call's tensors, the writes into those at ``discarded`` dropped (the
@@ -117,10 +150,53 @@ class DonatedForeach:
         return compile_traced(self.form, str(op), part, run, tensors, 0, self.index, self.state)
 
 
-#: Ops computed as two programs: ``_amp_foreach_non_finite_check_and_unscale_``'s check reads every gradient
-#: (a reduction) and its scaling writes them; in one program no gradient could be written in place (a kernel
-#: writes a parameter's memory only when no other stage reads it: codegen/llvm/in_place.py), so every
-#: gradient went through fresh memory. The check runs first, then the scaling, each the op's own ops.
+def _scales_down(inv_scale: torch.Tensor) -> bool:
+    """Whether GradScaler's ``inv_scale`` (a float32 one-element tensor, read where it is: device memory is host
+    memory) is finite and at most 1 in magnitude: the one pass's check is then exact (module docstring)."""
+    if inv_scale.dtype is not torch.float32 or inv_scale.numel() != 1:
+        return False
+    value = ctypes.c_float.from_address(inv_scale.data_ptr()).value
+    return math.isfinite(value) and abs(value) <= 1.0
+
+
+def _as_rows(grad: torch.Tensor) -> torch.Tensor:
+    """A contiguous gradient as a 2-d view of rows the kernel checks as it writes them: its last dim's rows, or
+    one row, split where longer than a row the kernel keeps (``ROW_CACHE_MAX``) into the longest rows that fit."""
+    columns = grad.shape[-1] if grad.dim() >= 2 and grad.numel() > ROW_CACHE_MAX else grad.numel()
+    if columns > ROW_CACHE_MAX:
+        columns = next(c for c in range(ROW_CACHE_MAX, 0, -1) if grad.numel() % c == 0)
+    return grad.view(-1, columns) if columns else grad.view(1, 0)
+
+
+def _finite(values: torch.Tensor) -> torch.Tensor:
+    """``torch.isfinite(values)``; for bfloat16, from the bits the program writes (the device's programs hold
+    bf16 tensors as their bits: a check of the bf16 values would read the gradient again, not the written row):
+    a bf16 value is finite unless its 8 exponent bits are all ones."""
+    if values.dtype is torch.bfloat16:
+        return (values.view(torch.int16) & 0x7F80) != 0x7F80
+    return torch.isfinite(values)
+
+
+def _unscale_in_one_pass(inputs: list[torch.Tensor], _floats: list[float]) -> None:
+    """``_amp_foreach_non_finite_check_and_unscale_(grads, found_inf, inv_scale)`` for an ``inv_scale`` that
+    :func:`_scales_down`, over 2-d gradients: each gradient unscaled as the op's decomposition does
+    (frontend/lowering/amp.py), and checked on its unscaled rows."""
+    grads, found_inf, inv_scale = inputs[:-2], inputs[-2], inputs[-1]
+    found = found_inf
+    for grad in grads:
+        unscaled = (grad * inv_scale).to(grad.dtype)
+        grad.copy_(unscaled)
+        rows = _finite(unscaled).all(dim=-1)
+        finite = rows.reshape(()) if rows.numel() == 1 else rows.all()
+        found = torch.where(finite, found, torch.ones_like(found))
+    found_inf.copy_(found)
+
+
+#: Ops computed as two programs where the one pass is not exact (module docstring):
+#: ``_amp_foreach_non_finite_check_and_unscale_``'s check reads every gradient (a reduction) and its scaling
+#: writes them; in one program no gradient could be written in place (a kernel writes a parameter's memory only
+#: when no other stage reads it: codegen/llvm/in_place.py). The check runs first, then the scaling, each the
+#: op's own ops.
 _SPLIT = frozenset({aten._amp_foreach_non_finite_check_and_unscale_.default})
 
 

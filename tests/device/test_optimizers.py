@@ -314,3 +314,44 @@ def test_default_step_over_a_transposed_gradient_runs_pytorchs_function(monkeypa
     _unrouted(monkeypatch)
     for a, e in zip(actual, run(), strict=True):
         assert torch.equal(a, e)
+
+
+def test_an_unrouted_step_and_lerp_into_or_from_transposed_tensors_run_on_the_device():
+    """``_foreach_lerp_`` with a transposed gradient (what PyTorch's foreach Adam calls when a step is not routed)
+    and ``lerp`` into a transposed ``out=`` compile (PyTorch's decomposition of the out= form writes
+    ``prims.copy_strided``): no CPU fallback, CPU eager's values to float32 rounding (CPU's vector lerp is one
+    fused multiply-add), and the device's own contiguous lerp's bits."""
+    neuroncc.set_fallback_mode("error")
+    generator = torch.Generator().manual_seed(3)
+    avg, grad = torch.randn(16, 8, generator=generator), torch.randn(8, 16, generator=generator).t()
+    bias, bias_grad = torch.randn(37, generator=generator), torch.randn(37, generator=generator)
+    for weight in (0.1, 0.9):  # lerp's two forms
+        cpu = [avg.clone(), bias.clone()]
+        torch._foreach_lerp_(cpu, [grad, bias_grad], weight)
+        device = [avg.to("neuron"), bias.to("neuron")]
+        torch._foreach_lerp_(device, [grad.to("neuron"), bias_grad.to("neuron")], weight)
+        contiguous = [avg.to("neuron"), bias.to("neuron")]
+        torch._foreach_lerp_(contiguous, [grad.contiguous().to("neuron"), bias_grad.to("neuron")], weight)
+        for d, c, e in zip(device, contiguous, cpu, strict=True):
+            torch.testing.assert_close(d.cpu(), e, **F32)
+            assert torch.equal(d.cpu(), c.cpu())
+        out, out_cpu = torch.empty(8, 16, device="neuron").t(), torch.empty(8, 16).t()
+        torch.lerp(avg.to("neuron"), grad.to("neuron"), weight, out=out)
+        torch.lerp(avg, grad, weight, out=out_cpu)
+        torch.testing.assert_close(out.cpu(), out_cpu, **F32)
+    neuroncc.set_fallback_mode("cpu")
+
+    def run(device: str) -> list[torch.Tensor]:
+        generator = torch.Generator().manual_seed(0)
+        params = [torch.nn.Parameter(torch.randn(s, generator=generator).to(device)) for s in [(8, 8), (5,)]]
+        optimizer = torch.optim.Adam(params, lr=0.1)
+        for _ in range(2):
+            for p in params:
+                p.grad = torch.randn(p.shape, generator=generator).to(device)
+            params[0].grad = params[0].grad.t()
+            optimizer.step()
+        return [p.detach().cpu() for p in params]
+
+    for a, e in zip(run("neuron"), run("cpu"), strict=True):
+        torch.testing.assert_close(a, e, **F32)
+    assert neuroncc.get_fallback_ops() == {}

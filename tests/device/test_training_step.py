@@ -52,6 +52,38 @@ def test_unscale_writes_the_gradients_in_their_memory_with_cpus_values(dtype, ba
     assert neuroncc.get_executed_ops()["aten._amp_foreach_non_finite_check_and_unscale_.default"] == 1
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
+@pytest.mark.parametrize("bad", [None, float("inf"), float("nan"), 3e38], ids=["finite", "inf", "nan", "large"])
+@pytest.mark.parametrize("inv_scale", [2.0 ** -16, 1.0, 0.0, -0.5, 4.0, float("inf")])
+def test_unscale_checks_the_values_it_writes_in_one_pass_where_that_is_exact(dtype, bad, inv_scale):
+    """GradScaler's unscale is one program over the gradients (the check reads the unscaled rows it writes) for
+    an inv_scale that is finite and at most 1 in magnitude, and two programs for any other (a finite gradient
+    may overflow when scaled up: 3e38 * 4); CPU's gradients and found_inf exactly either way, every gradient
+    written where it is, rows longer than the kernel keeps (40000 elements) included."""
+    neuroncc.set_fallback_mode("error")
+    shapes = [*SHAPES, (40000,), (3, 20000), ()]
+    generator = torch.Generator().manual_seed(2)
+    expected = [(torch.randn(s, generator=generator) * 100).to(dtype) for s in shapes]
+    if bad is not None:
+        expected[3][5] = bad
+    actual = [g.to("neuron") for g in expected]
+    found_cpu, inv_cpu = torch.zeros(()), torch.full((), inv_scale)
+    torch._amp_foreach_non_finite_check_and_unscale_(expected, found_cpu, inv_cpu)
+    addresses = [g.data_ptr() for g in actual]
+    found = torch.zeros((), device="neuron")
+    name = "aten._amp_foreach_non_finite_check_and_unscale_.default"
+    for entry in _entries(name):  # an earlier case's programs forgotten: this call makes the ones it runs
+        entry.one_pass = entry.kernels = None
+    torch._amp_foreach_non_finite_check_and_unscale_(actual, found, inv_cpu.to("neuron"))
+    assert found.item() == found_cpu.item()
+    for a, e in zip(actual, expected, strict=True):
+        torch.testing.assert_close(a.cpu(), e, rtol=0, atol=0, equal_nan=True)
+    assert [g.data_ptr() for g in actual] == addresses
+    one_pass = abs(inv_scale) <= 1.0
+    entry, = [e for e in _entries(name) if e.checked is not None and e.checked[:len(shapes)] == tuple(addresses)]
+    assert bool(entry.one_pass) is one_pass and (entry.kernels is None) is one_pass
+
+
 def test_foreach_mul_by_a_tensor_writes_in_place_and_overlapping_lists_keep_pytorchs_order():
     """``_foreach_mul_(grads, coef)`` (clip_grad_norm_'s scaling, called directly) keeps each tensor's memory; a
     list whose tensors overlap (views of one buffer) runs CPU's in-order kernel: the overlap multiplied twice."""

@@ -324,6 +324,8 @@ _OTHER = {
     aten.alias.default: _identity,
     aten.detach.default: _identity,
     aten.lift_fresh_copy.default: _identity,
+    # a copy with the given strides (PyTorch's out= decompositions: lerp.Scalar_out): the layout is the caller's
+    torch.ops.prims.copy_strided.default: _identity,
 }
 
 ELEMENTWISE_LOWERINGS: dict[Any, Lowering] = {**_UNARY, **_BINARY, **_COMPARE, **_OTHER}

@@ -102,7 +102,8 @@ BIT_FORMULAS: dict[Any, Any] = {
 
 
 def _view_dtype(ctx: LoweringContext, node: Any, self: Any, dtype: Any) -> Value:
-    """aten.view.dtype: a same-width reinterpretation, the IR's bitcast (float32 <-> int32, bfloat16 <-> int16)."""
+    """aten.view.dtype (and its functional form view_copy.dtype, as a traced program holds it): a same-width
+    reinterpretation, the IR's bitcast (float32 <-> int32, bfloat16 <-> int16)."""
     source = ctx.value(self)
     target = ctx.out_dtype(node)
     if source.type.dtype is target:
@@ -113,4 +114,4 @@ def _view_dtype(ctx: LoweringContext, node: Any, self: Any, dtype: Any) -> Value
     return ctx.emit("bitcast", source, dtype=target)
 
 
-BIT_LOWERINGS: dict[Any, Any] = {aten.view.dtype: _view_dtype}
+BIT_LOWERINGS: dict[Any, Any] = {aten.view.dtype: _view_dtype, aten.view_copy.dtype: _view_dtype}
