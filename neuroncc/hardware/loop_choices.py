@@ -36,7 +36,9 @@ class LoopChoices:
         """Whether the CPU is one of Intel's AVX-512 cores of Sapphire Rapids' generation or later (session 32
         measured a Granite Rapids-class Xeon): AVX-512 FP16 marks them here, AMD's Zen 4 has AVX-512 BF16 without
         it. Their 512-bit vector instructions issue to two ports (0 and 5), where Zen 4 splits each into two 256-bit
-        halves; decisions measured on them alone say so and keep other AVX-512 CPUs' code."""
+        halves; decisions measured on them alone say so and keep other AVX-512 CPUs' code. Decisions measured on Zen 4
+        (session 33) apply to every AVX-512 CPU but these, Intel's before Sapphire Rapids (AVX-512 without FP16)
+        among them: not measured there."""
         return self.has("avx512f") and self.has("avx512fp16")
 
     @property
@@ -70,8 +72,7 @@ class LoopChoices:
         (even); but bf16 gelu(x*w+b)*sigmoid(x), whose words are op results in its polynomial loop, 1.16 / 1.16 at 1
         thread and 1.13 / 1.13 at 2 (as math32 found on Intel with the polynomials), so op results keep the 16-bit
         lanes there. (Its tables, :attr:`looks_up_bf16_unary_math`, are 1.17-1.18x slower on Zen 4, whose
-        ``vpgatherdd`` is slow: not taken.) One pair function per module: a module holding both kinds of words takes
-        the form of the first (the same bits either way)."""
+        ``vpgatherdd`` is slow: not taken.) A module holding both kinds of words has both pair functions."""
         return self.has("avx512bw") and self.has("avx512bf16")
 
     @property
@@ -197,8 +198,8 @@ class LoopChoices:
         write's 2 ``vmulps`` and 2 ``vmovntps``. Float32 softmax [4096, 1024] (``bench_bf16_words.py --switch
         exp-loop-write``, two builds each, interleaved medians of 61 rounds): 1 thread 0.913 / 0.929, 0.971 /
         0.970, 0.972 / 0.955, 0.962 / 0.950, 0.930 / 0.926, 0.954 / 0.948 of the time (six runs); 2 threads 0.910 /
-        0.950, 0.975 / 1.015 (a disturbed run: 2.2 ms), 0.976 / 0.970, 0.930 / 0.938. Intel's AVX-512 cores (:meth:`_intel_avx512`) keep their
-        code: not measured there."""
+        0.950, 0.975 / 1.015 (a disturbed run: 2.2 ms), 0.976 / 0.970, 0.930 / 0.938. Intel's AVX-512 cores
+        (:meth:`_intel_avx512`) keep their code: not measured there."""
         return self.has("avx2") and not self._intel_avx512()
 
     @property
@@ -346,7 +347,7 @@ class LoopChoices:
         fifth) and 0.898-0.992 at 2
         (bursts 2 rows ahead 1.07-1.13, no prefetches 1.02-1.05, prefetcht1/t2/nta instead of t0 no better);
         RMSNorm's code is unchanged (0.99-1.03). Intel's AVX-512 cores keep two bursts: not measured there."""
-        return not self.has("avx512f") or not self._intel_avx512()
+        return not self._intel_avx512()
 
     @property
     def column_sums_share_a_loop(self) -> bool:

@@ -72,8 +72,9 @@ def _same_bits_with_it_off(monkeypatch, fn: Function, x: np.ndarray, w: np.ndarr
 def test_word_lanes_round_every_pattern_as_the_32_bit_rounding(rng, monkeypatch, cols):
     x, w, fn = _patterns(rng, cols)
     text, _ = _assembly(fn, host_cpu())
-    # x*w+b's words in 16-bit lanes; the float32 cast keeps its NaN case in 32-bit lanes (the form saves nothing there)
-    assert len(re.findall(r'call i32 @"ncc\.bf16\.word"', text)) == 1 and "fcmp uno" in text
+    # x*w+b's words in 16-bit lanes (by the conversion's pair function where the host converts casts' words: its
+    # denormal branch's); the float32 cast keeps its NaN case in 32-bit lanes (the form saves nothing there)
+    assert len(re.findall(r'call i32 @"ncc\.bf16\.word(\.converted)?"', text)) == 1 and "fcmp uno" in text
     _same_bits_with_it_off(monkeypatch, fn, x, w, "rounds_bf16_in_word_lanes", "ncc.bf16.word")
 
 
@@ -126,3 +127,27 @@ def test_an_intel_write_loop_rounds_by_conversion_and_a_zen4_its_casts_only():
     assert re.search(r"vfpclassps\s+\$32", asm) and "vcvtne2ps2bf16" in asm and re.search(r"vpermw\s", asm)
     _, asm = _assembly(ops, zen4)
     assert "vcvtne2ps2bf16" not in asm and "vfpclassps" not in asm and re.search(r"vperm[it]2w", asm)
+
+
+def _ops_and_cast_graph(rows: int, cols: int) -> Function:
+    """x*w+b of bf16 values with a bf16 result (an op result) and x*0.375 computed in float32 and cast to bf16 (a
+    cast's words), both written by one row loop."""
+    b = Builder("ops_and_cast")
+    x, w, bias = (b.op("bitcast", b.param(TensorType(shape, DType.i16), name), dtype=DType.bf16)
+                  for shape, name in (((rows, cols), "x"), ((cols,), "w"), ((cols,), "b")))
+    scaled = b.op("mul", b.op("cast", x, dtype=DType.f32), b.op("full", shape=(), dtype=DType.f32, value=0.375))
+    return b.build([b.op("bitcast", b.op("add", b.op("mul", x, w), bias), dtype=DType.i16),
+                    b.op("bitcast", b.op("cast", scaled, dtype=DType.bf16), dtype=DType.i16)])
+
+
+def test_a_zen4_module_with_both_kinds_of_words_rounds_each_in_its_own_form(rng):
+    # the decision is per word (casts converted, ops' results in word lanes), not per module: each form is a pair
+    # function of its own name, whichever the module meets first
+    fn = _ops_and_cast_graph(64, 1024)
+    text, asm = _assembly(fn, CpuTarget("znver4", ZEN4))
+    assert "ncc.bf16.word.converted.v16" in text and "ncc.bf16.word.v16" in text
+    assert "vcvtne2ps2bf16" in asm and re.search(r"vperm[it]2w", asm)
+    params = [to_bits(rng.standard_normal(shape).astype(np.float32) * 3) for shape in ((64, 1024), (1024,), (1024,))]
+    got = build_cpu_executable(fuse_whole_function(fn), {"threads": 2})(*params)
+    for result, want in zip(got, interpret(fn, params)):
+        np.testing.assert_array_equal(np.asarray(result), np.asarray(want))

@@ -49,6 +49,8 @@ VECTOR_PAIRS = 16
 BLENDED_PAIRS = 8
 #: The symbol prefix of the functions defined here (``jit`` inlines the vector variants it finds after O3).
 SYMBOL = "ncc.bf16.word"
+#: The name suffix of the pair function rounding by AVX-512 BF16's conversion (its vector variant's before ``VARIANT``).
+CONVERTED = ".converted"
 #: The name suffix of a vector variant.
 VARIANT = ".v16"
 #: The name suffix of AVX2's vector variant.
@@ -82,18 +84,20 @@ def rounded_word(b: ir.IRBuilder, even: ir.Value, odd: ir.Value, target: CpuTarg
 
 
 def _pair_function(module: ir.Module, blends: bool, converts: bool = False) -> ir.Function:
-    """The pair function of ``module`` (one target per module), its vector variant AVX2's (``blends``), AVX-512
-    BF16's conversion (``converts``) or AVX-512 BW's."""
-    existing = module.globals.get(SYMBOL)
+    """The pair function of ``module`` (one target per module) for its form: its vector variant AVX2's
+    (``blends``), AVX-512 BF16's conversion (``converts``, a function of its own name: a module may round casts'
+    words so and ops' results in 16-bit lanes, ``CpuTarget.rounds_bf16_cast_pairs_by_conversion``) or AVX-512 BW's."""
+    symbol = SYMBOL + CONVERTED if converts and not blends else SYMBOL
+    existing = module.globals.get(symbol)
     if existing is not None:
         return existing
     if blends:
-        variant, pairs = _blended_variant(module, SYMBOL + BLENDED_VARIANT), BLENDED_PAIRS
+        variant, pairs = _blended_variant(module, symbol + BLENDED_VARIANT), BLENDED_PAIRS
     elif converts:
-        variant, pairs = _converted_variant(module, SYMBOL + VARIANT), VECTOR_PAIRS
+        variant, pairs = _converted_variant(module, symbol + VARIANT), VECTOR_PAIRS
     else:
-        variant, pairs = _vector_variant(module, SYMBOL + VARIANT), VECTOR_PAIRS
-    fn = scalar_with_variant(module, SYMBOL, ir.FunctionType(I32, [F32, F32]), pairs, variant)
+        variant, pairs = _vector_variant(module, symbol + VARIANT), VECTOR_PAIRS
+    fn = scalar_with_variant(module, symbol, ir.FunctionType(I32, [F32, F32]), pairs, variant)
     body = ir.IRBuilder(fn.append_basic_block("entry"))
     even, odd = (bf16_bits(body, round_to(body, arg, DType.bf16, nan_case=False)) for arg in fn.args)
     body.ret(word_of(body, even, odd))
