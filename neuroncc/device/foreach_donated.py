@@ -125,9 +125,13 @@ class DonatedForeach:
 
     def _compile_one_pass(self, args: tuple[Any, ...], kwargs: dict[str, Any], tensors: list[torch.Tensor]) -> Any:
         """The unscale as one program over each gradient's rows (:func:`_as_rows`; the kernel is called with the
-        gradients themselves: it takes addresses), or False when it does not write every gradient where it is."""
+        gradients themselves: it takes addresses), or False when a gradient has no such rows or the program does not
+        write every gradient where it is."""
         n = len(args[0])
-        inputs = [*map(_as_rows, tensors[:n]), *tensors[n:]]
+        rows = [_as_rows(grad) for grad in tensors[:n]]
+        if any(grad is None for grad in rows):
+            return False
+        inputs = [*rows, *tensors[n:]]
         try:
             kernel = compile_traced(self.form, str(self.form.op), "one pass", _unscale_in_one_pass, inputs, 0,
                                     self.index, self.state)
@@ -159,12 +163,20 @@ def _scales_down(inv_scale: torch.Tensor) -> bool:
     return math.isfinite(value) and abs(value) <= 1.0
 
 
-def _as_rows(grad: torch.Tensor) -> torch.Tensor:
+#: The shortest rows a gradient's rows longer than a kept row are split into; a gradient with no such split (a
+#: prime length above ``ROW_CACHE_MAX``: rows of one element, a row loop's overhead per element) takes the two programs
+MIN_SPLIT_COLUMNS = 256
+
+
+def _as_rows(grad: torch.Tensor) -> torch.Tensor | None:
     """A contiguous gradient as a 2-d view of rows the kernel checks as it writes them: its last dim's rows, or
-    one row, split where longer than a row the kernel keeps (``ROW_CACHE_MAX``) into the longest rows that fit."""
+    one row, split where longer than a row the kernel keeps (``ROW_CACHE_MAX``) into the longest rows that fit and
+    divide it, of at least ``MIN_SPLIT_COLUMNS`` (None when none does)."""
     columns = grad.shape[-1] if grad.dim() >= 2 and grad.numel() > ROW_CACHE_MAX else grad.numel()
     if columns > ROW_CACHE_MAX:
-        columns = next(c for c in range(ROW_CACHE_MAX, 0, -1) if grad.numel() % c == 0)
+        columns = next((c for c in range(ROW_CACHE_MAX, MIN_SPLIT_COLUMNS - 1, -1) if grad.numel() % c == 0), None)
+        if columns is None:
+            return None
     return grad.view(-1, columns) if columns else grad.view(1, 0)
 
 

@@ -84,6 +84,33 @@ def test_unscale_checks_the_values_it_writes_in_one_pass_where_that_is_exact(dty
     assert bool(entry.one_pass) is one_pass and (entry.kernels is None) is one_pass
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
+@pytest.mark.parametrize("bad", [None, float("nan")], ids=["finite", "nan"])
+def test_unscale_of_a_gradient_with_no_rows_to_split_into_takes_the_two_programs(dtype, bad):
+    """A gradient of a prime length above a kept row (16411 elements: its one-pass rows would be one element
+    each) sends the call to the two programs; CPU's gradients and found_inf exactly, each written where it is."""
+    neuroncc.set_fallback_mode("error")
+    generator = torch.Generator().manual_seed(3)
+    expected = [(torch.randn(s, generator=generator) * 100).to(dtype) for s in ((7, 5), (16411,), (3, 16411))]
+    if bad is not None:
+        expected[2][1, 7] = bad
+    actual = [g.to("neuron") for g in expected]
+    found_cpu, inv_cpu = torch.zeros(()), torch.full((), 2.0 ** -16)
+    torch._amp_foreach_non_finite_check_and_unscale_(expected, found_cpu, inv_cpu)
+    addresses = [g.data_ptr() for g in actual]
+    found = torch.zeros((), device="neuron")
+    name = "aten._amp_foreach_non_finite_check_and_unscale_.default"
+    for entry in _entries(name):
+        entry.one_pass = entry.kernels = None
+    torch._amp_foreach_non_finite_check_and_unscale_(actual, found, inv_cpu.to("neuron"))
+    assert found.item() == found_cpu.item() == (0.0 if bad is None else 1.0)
+    for a, e in zip(actual, expected, strict=True):
+        torch.testing.assert_close(a.cpu(), e, rtol=0, atol=0, equal_nan=True)
+    assert [g.data_ptr() for g in actual] == addresses
+    entry, = [e for e in _entries(name) if e.checked is not None and e.checked[:3] == tuple(addresses)]
+    assert entry.one_pass is False and entry.kernels is not None
+
+
 def test_foreach_mul_by_a_tensor_writes_in_place_and_overlapping_lists_keep_pytorchs_order():
     """``_foreach_mul_(grads, coef)`` (clip_grad_norm_'s scaling, called directly) keeps each tensor's memory; a
     list whose tensors overlap (views of one buffer) runs CPU's in-order kernel: the overlap multiplied twice."""
