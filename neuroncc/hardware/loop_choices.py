@@ -178,8 +178,9 @@ class LoopChoices:
         instructions per 64 elements on Zen 4 with :attr:`widens_bf16_rows_again_in_the_exp_pass`. The same bits. Zen 4 (session 34 bfsoft34, bf16
         softmax [4096, 1024]'s kernel with :attr:`widens_bf16_rows_again_in_the_exp_pass`, ``bench_bf16_words.py
         --switch widen-again-nans``, two builds each, interleaved medians of 41-61 rounds, the same bits): 1 thread
-        0.927 / 0.928, 0.876 / 0.873, 0.954 / 0.963, 0.964 / 0.961 of the time (four processes), 2 threads 0.923 /
-        0.917, 0.943 / 0.938, 0.932 / 0.929 (0.952 / 0.993 in a fifth); the price is a wholly -inf row's max pass
+        0.927 / 0.928, 0.876 / 0.873, 0.954 / 0.963, 0.964 / 0.961, 0.959 / 0.959 of the time, 2 threads 0.923 /
+        0.917, 0.943 / 0.938, 0.919 / 0.919 (0.952 / 0.993 in a fourth); on outputs held 0 or 64 past a page 0.90-0.96
+        at 1 thread (one build of six 1.06), 0.88-0.96 at 2; the price is a wholly -inf row's max pass
         run twice (a fully masked attention row): every row -inf 1.09 / 1.11 at 1 thread and 1.10 / 1.12 at 2, half
         of them 1.03. This alone (the widened row still stored) 0.989 / 0.997 of the time at 1 thread. Float32
         softmax keeps its flag on Zen 4 (session 33 soft33 read finding its NaNs by the sum 0.96 and 1.07 in two
