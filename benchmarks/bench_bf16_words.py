@@ -80,6 +80,9 @@ SWITCHES: dict[str, Switch] = {
                        "a"),
     "exp-loop-write": Switch(("writes_delayed_elements_in_the_exp_loop",), "b"),
     "nans-by-sum": Switch(("finds_row_nans_by_the_sum",), "b,b16"),
+    "widen-again": Switch(("widens_bf16_rows_again_in_the_exp_pass",), "b16"),
+    "bf16-nans-by-sum": Switch(("finds_bf16_row_nans_by_the_sum",), "b16"),
+    "widen-again-nans": Switch(("widens_bf16_rows_again_in_the_exp_pass", "finds_bf16_row_nans_by_the_sum"), "b16"),
     "max-rerun": Switch(("reruns_the_exp_pass_only_for_another_max",), "b,b16"),
 }
 #: switches that change the order of a sum's terms (the bits may differ: counted, not asserted)

@@ -157,6 +157,37 @@ class LoopChoices:
         return self.has("avx512f")
 
     @property
+    def widens_bf16_rows_again_in_the_exp_pass(self) -> bool:
+        """Whether a softmax-like row loop over a bf16 row (its exp pass carrying the previous row's delayed write:
+        ``delayed_writes.py``) widens the row's words again in its exp pass instead of keeping the row its max pass
+        widened in a float32 row cache (:attr:`caches_widened_bf16_rows`, which bf16 LayerNorm keeps). The same
+        values, so the same bits. Zen 4 stores 256 bits a cycle: the max pass's two 512-bit stores of the widened
+        row per 32 elements bound it once its NaN flag is gone (:attr:`finds_bf16_row_nans_by_the_sum`), and the exp
+        loop takes the shift and the and per 32 elements (and one load instead of two) for less. Alone each of the
+        two is within noise, together they are faster (session 34 bfsoft34, bf16 softmax [4096, 1024]'s kernel:
+        the numbers in :attr:`finds_bf16_row_nans_by_the_sum`; this alone 0.987-1.008 of the time at 1 thread,
+        0.984-0.996 at 2, ``bench_bf16_words.py --switch widen-again``, two builds each, 41 rounds). Every AVX-512 CPU but Intel's (:meth:`_intel_avx512`: not
+        measured there); AVX2 keeps the row its exp pass reads widened (:attr:`caches_widened_bf16_rows_for_exp`)."""
+        return self.has("avx512f") and not self._intel_avx512()
+
+    @property
+    def finds_bf16_row_nans_by_the_sum(self) -> bool:
+        """Whether a softmax-like row loop whose max pass reduces a bf16 row widened to float32 (bf16 softmax) finds
+        its rows' NaNs by the sum as :attr:`finds_row_nans_by_the_sum` (AVX2's) does for every such loop, a NaN sum's
+        row rerunning its max pass (:attr:`reruns_the_exp_pass_only_for_another_max`): the max loop 32 -> 16 vector
+        instructions per 64 elements on Zen 4 with :attr:`widens_bf16_rows_again_in_the_exp_pass`. The same bits. Zen 4 (session 34 bfsoft34, bf16
+        softmax [4096, 1024]'s kernel with :attr:`widens_bf16_rows_again_in_the_exp_pass`, ``bench_bf16_words.py
+        --switch widen-again-nans``, two builds each, interleaved medians of 41-61 rounds, the same bits): 1 thread
+        0.927 / 0.928, 0.876 / 0.873, 0.954 / 0.963, 0.964 / 0.961, 0.959 / 0.959 of the time, 2 threads 0.923 /
+        0.917, 0.943 / 0.938, 0.919 / 0.919 (0.952 / 0.993 in a fourth); on outputs held 0 or 64 past a page 0.90-0.96
+        at 1 thread (one build of six 1.06), 0.88-0.96 at 2; the price is a wholly -inf row's max pass
+        run twice (a fully masked attention row): every row -inf 1.09 / 1.11 at 1 thread and 1.10 / 1.12 at 2, half
+        of them 1.03. This alone (the widened row still stored) 0.989 / 0.997 of the time at 1 thread. Float32
+        softmax keeps its flag on Zen 4 (session 33 soft33 read finding its NaNs by the sum 0.96 and 1.07 in two
+        processes). Every AVX-512 CPU but Intel's (:meth:`_intel_avx512`: not measured there)."""
+        return self.finds_row_nans_by_the_sum or (self.has("avx512f") and not self._intel_avx512())
+
+    @property
     def caches_widened_bf16_rows_for_exp(self) -> bool:
         """Whether a softmax-like row loop (its exp pass carries the next row's prefetches and the previous row's
         delayed write: ``prefetch.carrier_stage``, ``delayed_writes.py``) keeps the bf16 row its max pass reduced
@@ -235,8 +266,9 @@ class LoopChoices:
         instructions, 8 broadcasts instead of 9-10, one scale's vpslld late), 4.5% slower alone on L1-resident data,
         so plain float32 rows at 1 thread 1.006-1.018 of the time (three runs of 61 rounds; off 2 0.996-1.002), at
         2 threads 0.995-0.999; bf16 0.994-1.023 (noise). No nesting of the branch tried gave the former loop back.
-        Off: the former code (its IR hash a08679d2b3be2f42)."""
-        return self.finds_row_nans_by_the_sum
+        Off: the former code (its IR hash a08679d2b3be2f42). Zen 4's bf16 rows
+        (:attr:`finds_bf16_row_nans_by_the_sum`) take it too (not measured apart there)."""
+        return self.finds_row_nans_by_the_sum or self.finds_bf16_row_nans_by_the_sum
 
     @property
     def caches_variance_deviations(self) -> bool:

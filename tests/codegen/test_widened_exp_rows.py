@@ -54,7 +54,9 @@ def test_avx2_widens_softmax_rows_once_and_zen4_and_layernorm_as_before(monkeypa
     assert len(ROW_BUFFER.findall(on[0])) == len(ROW_BUFFER.findall(off[0])) + 1  # (the widened row's)
     assert _assembly(layernorm, zen3) == layernorm_code  # (bf16 LayerNorm: no pass computes a transcendental)
     _widen_for_exp(monkeypatch, True)
-    assert _assembly(softmax, zen4) == zen4_code  # (AVX-512 keeps every such row widened already)
+    # (AVX-512 keeps every such row widened already; Zen 4's exp pass widens again:
+    # ``CpuTarget.widens_bf16_rows_again_in_the_exp_pass``)
+    assert _assembly(softmax, zen4) == zen4_code
 
 
 def test_softmax_rows_widened_for_exp_give_the_same_bits(rng, monkeypatch):

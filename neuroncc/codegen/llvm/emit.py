@@ -225,9 +225,10 @@ class KernelEmitter(IndexArithmetic, BufferAccess, MapStages):
             if self._delayed is None:
                 self._owned = rows_written_by_carried_pass(self.plan, phase, self._carrier)
         self._row_copies = 1 if self._delayed is None else 2
-        if self.target.caches_widened_bf16_rows:  # (bf16 rows widened once, by the first pass that reduces them)
+        again = self._delayed is not None and self.target.widens_bf16_rows_again_in_the_exp_pass  # (softmax's)
+        if self.target.caches_widened_bf16_rows and not again:  # (bf16 rows widened once, by their first pass)
             phase = replace(phase, row_cache={**widened_row_cache(self.plan, phase), **phase.row_cache})
-        elif self.target.caches_widened_bf16_rows_for_exp and self._delayed is not None:  # (softmax's exp pass)
+        elif self.target.caches_widened_bf16_rows_for_exp and self._delayed is not None and not again:
             phase = replace(phase, row_cache={**widened_row_cache(self.plan, phase, self._carrier), **phase.row_cache})
         if self.target.caches_variance_deviations:  # (stored by the variance's deviation pass)
             deviations = deviation_row_cache(self.plan, phase, shared_means(phase.stages))
