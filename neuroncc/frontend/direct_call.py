@@ -262,10 +262,12 @@ def _placed(nbytes: int, shape: tuple[int, ...], strides: tuple[int, ...], dtype
     tensor = torch.empty_strided(shape, strides, dtype=dtype)
     base = tensor.data_ptr()
     if placement_shift(base, near):
-        raw = torch.empty(nbytes + ALIAS_PERIOD_BYTES, dtype=torch.uint8)
+        # (the longer memory in the output's dtype, set_ over as a tensor: a Python storage object, once made,
+        # would hold the storage for good, and the output ring would never find it dropped: output_reuse.py)
+        raw = torch.empty((nbytes + ALIAS_PERIOD_BYTES) // dtype.itemsize, dtype=dtype)
         base = raw.data_ptr()
         shift = placement_shift(base, near)
-        tensor = torch.empty(0, dtype=dtype).set_(raw.untyped_storage(), shift // dtype.itemsize, shape, strides)
+        tensor = torch.empty(0, dtype=dtype).set_(raw, shift // dtype.itemsize, shape, strides)
         base += shift
     near.append(base)
     return tensor
