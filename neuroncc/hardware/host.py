@@ -52,10 +52,10 @@ ALIAS_WINDOW_BYTES = 256
 #: The distances past an input (modulo ALIAS_PERIOD_BYTES) at which a large output is placed elsewhere
 #: (:func:`placement_shift`; the one-frame call reads it when it is made). Zen 4 (session 34 mem34,
 #: ``bench_placement.py --sweep``: one kernel into outputs d bytes past its input in huge-page memory, interleaved)
-#: is slow at 0 past as well: at 1 thread LayerNorm [8192, 1024]'s and x*w+b's kernels ran 0.90-0.97 of d = 0's
-#: time 1024-2048 past in most processes (0.84 to 1.07 over six), RMSNorm's and softmax's within 3%, 2 threads within
-#: 2%; but the rows through ``torch.compile`` with 0 to 1023 counted as aliased there (every output at least 1024
-#: past its inputs) ran 0.98-1.03 of this rule's time (four processes, 31-61 rounds): not taken.
+#: is slow at 0 past as well: at 1 thread 1024-2048 past, x*w+b's kernel ran 0.90-0.98 of d = 0's time and LayerNorm
+#: [8192, 1024]'s 0.84-1.07 (five processes), RMSNorm's and softmax's 0.97-1.01, at 2 threads all within 2%; but the
+#: rows through ``torch.compile`` with 0 to 1023 counted as aliased (every output at least 1024 past its inputs) ran
+#: 0.97-1.03 of this rule's time (three processes, 31-61 rounds): not taken.
 ALIASED_DISTANCES = range(1, ALIAS_WINDOW_BYTES)
 
 #: Outputs of at least this many bytes are placed by :func:`placement_shift` (their memory is allocated one
