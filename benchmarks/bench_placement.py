@@ -5,7 +5,8 @@ roofline's rows see), medians:
 
 - ``--sweep``: each row's kernel (``kernel_cases``' keys, as torch.compile hands the graph over) called into
   outputs started ``d`` bytes past its largest input modulo 4 KiB, for a list of ``d``, two buffers per ``d``,
-  each in memory of its own on huge pages (the distance apart from the page lottery; no eager in the rotation);
+  each in memory of its own on huge pages (the distance apart from the page lottery; no eager in the rotation;
+  ``d`` a multiple of 64: outputs start on a cache line);
 - the A/B (default): the rows as a user calls them (RMSNorm through ``torch.compile(backend="neuron")``, the
   data-pointer boundary; LayerNorm (c) as ``bench_kernels``/``roofline`` call it, numpy arrays into
   ``build_cpu_executable``'s executable), with inputs made by torch and by numpy, each call once with the
@@ -162,6 +163,8 @@ def sweep(keys: list[str], threads: int, repeats: int, clock, distances: list[in
         for d in distances:
             for k in (1, 2):
                 out = huge_page_memory(expected.nbytes, keep) + (x + d) % 4096
+                if out % 64:  # (the kernels' vector and non-temporal stores need a cache line: AddressCall's contract)
+                    raise SystemExit(f"d = {d}: an output {out % 64} bytes past a cache line; give multiples of 64")
                 run(addresses, [out])
                 got = np.frombuffer((ctypes_bytes(expected.nbytes)).from_address(out), dtype=np.uint8)
                 np.testing.assert_array_equal(got, expected.view(np.uint8).reshape(-1))
