@@ -4,14 +4,15 @@ Each switch (:data:`SWITCHES`; ``--list-switches`` prints them with the first se
 where what it does and what it measured are written once) flips one or more ``CpuTarget`` properties (their
 defaults: ``hardware/loop_choices.py``), most of them bf16 decisions (word roundings, row caches, tables), some
 float32 ones (``--rows`` names the rows each is meant for). "on" is the host's default; ``--force``: the "on" builds
-with the switch on where the host's default is off. ``--output-offset N``: each build called on its inputs'
+with the switch on where the host's default is off; ``--value N``: a number switch's "on" builds with that value
+(``stream-ahead``'s lines ahead; "off" is 0). ``--output-offset N``: each build called on its inputs'
 addresses into an output held between calls that starts N bytes past a 4 KiB boundary (``AddressCall``; the
 allocator's placement otherwise: torch's first large tensors and the ``neuron`` device's large blocks start 64 and 0
 past one, the benchmarks' heap anywhere). ``--masked F``: a fraction F of the first input's rows, spread evenly,
 wholly -inf (softmax's fully masked attention rows: ``--switch max-rerun``).
 
     /work/bin/heavy x python benchmarks/bench_bf16_words.py [--rows a16,b16,c16] [--threads 1,2] [--repeats 25]
-        [--switch NAME] [--force] [--output-offset N] [--masked F] [--list-switches]
+        [--switch NAME] [--force] [--value N] [--output-offset N] [--masked F] [--list-switches]
 
 Each row's graph is the one torch.compile hands the neuron backend (dumped through the ``dump_dir`` option, then
 the cpu pipeline), built as an executable twice per variant in the order ABAB (later builds of one process ran
@@ -109,15 +110,18 @@ def backend_graph(case, inputs: list[torch.Tensor]):
         return run_pipeline(default_pipeline("cpu"), parse(path.read_text()), PassContext())
 
 
-def build(fn, threads: int, switch: str, on: bool, force: bool = False):
-    """An executable of ``fn`` with ``switch`` off, or on (the host's default; ``force``: on whatever the host)."""
+def build(fn, threads: int, switch: str, on: bool, force: bool = False, value: int | None = None):
+    """An executable of ``fn`` with ``switch`` off, or on (the host's default; ``force``: on whatever the host;
+    ``value``: a number property's value in the "on" builds whatever the host, e.g. ``stream-ahead``'s lines; off
+    is 0)."""
     names = SWITCHES[switch].properties
     # (a decision of CpuTarget's base class, ``LoopChoices``, is shadowed on CpuTarget and the shadow removed after)
     defaults = {name: CpuTarget.__dict__.get(name) for name in names}
+    forced = value if value is not None else True
     for name in names:
         default = inspect.getattr_static(CpuTarget, name)
-        setattr(CpuTarget, name, property(lambda self: True) if on and force else default if on
-                else property(lambda self: False))
+        setattr(CpuTarget, name, property(lambda self: forced) if on and (force or value is not None)
+                else default if on else property(lambda self: False))
     try:
         return build_cpu_executable(fn, {"threads": threads})
     finally:
@@ -196,6 +200,8 @@ def main() -> None:
     parser.add_argument("--list-switches", action="store_true", help="print each switch and what it flips; no run")
     parser.add_argument("--force", action="store_true",
                         help="the 'on' builds with the switch on whatever the host's default (AVX2's are off)")
+    parser.add_argument("--value", type=int, default=None,
+                        help="a number switch's value in the 'on' builds (stream-ahead: lines ahead), whatever the host")
     parser.add_argument("--output-offset", type=int, default=None,
                         help="call into held outputs starting this many bytes past a 4 KiB boundary")
     parser.add_argument("--masked", type=float, default=0.0,
@@ -215,7 +221,7 @@ def main() -> None:
             arrays = [t.view(torch.int16).numpy() if t.dtype == torch.bfloat16 else t.numpy() for t in inputs]
             builds = {}
             for name, on in (("off 1", False), ("on 1", True), ("off 2", False), ("on 2", True)):
-                exe = build(fn, threads, args.switch, on, args.force)
+                exe = build(fn, threads, args.switch, on, args.force, args.value)
                 if not builds:  # (the graph's inputs in its own order: row (c')'s are b, x, w)
                     arrays = masked(graph_order(case, exe, inputs, arrays), inputs[0], args.masked)
                 builds[name] = (lambda exe=exe: exe(*arrays)) if args.output_offset is None else \

@@ -3,14 +3,17 @@
 Two measurements, one process each, calls interleaved (eager's in the rotation, so the caches see what the
 roofline's rows see), medians:
 
-- ``--sweep``: one kernel (RMSNorm or LayerNorm [8192, 1024], hand-built graph) called on fixed buffers with
-  its output started ``d`` bytes past its input modulo 4 KiB, for a list of ``d``;
+- ``--sweep``: each row's kernel (``kernel_cases``' keys, as torch.compile hands the graph over) called into
+  outputs started ``d`` bytes past its largest input modulo 4 KiB, for a list of ``d``, two buffers per ``d``,
+  each in memory of its own on huge pages (the distance apart from the page lottery; no eager in the rotation;
+  ``d`` a multiple of 64: outputs start on a cache line);
 - the A/B (default): the rows as a user calls them (RMSNorm through ``torch.compile(backend="neuron")``, the
   data-pointer boundary; LayerNorm (c) as ``bench_kernels``/``roofline`` call it, numpy arrays into
   ``build_cpu_executable``'s executable), with inputs made by torch and by numpy, each call once with the
   placement and once without (``placement_shift`` patched to 0: the output where the allocator put it).
 
-Run: ``python benchmarks/bench_placement.py [--threads 1] [--repeats 31] [--sweep rms,c] [--user-malloc]``.
+Run: ``/work/bin/heavy x python benchmarks/bench_placement.py [--threads 1] [--repeats 31] [--sweep "rms,c,c'"]
+[--distances 0,64,...] [--user-malloc]``.
 """
 
 from __future__ import annotations
@@ -121,44 +124,75 @@ def ab(threads: int, repeats: int, clock) -> list[list[str]]:
     return rows
 
 
+def huge_page_memory(nbytes: int, keep: list) -> int:
+    """The address of ``nbytes`` (and two pages more) of fresh memory on transparent huge pages where the kernel
+    gives them (``MADV_HUGEPAGE`` before the first touch, then touched), starting on a 2 MiB boundary: outputs
+    placed in it sit on physically contiguous memory, so the sweep reads the distance, not the page lottery."""
+    import ctypes
+    import mmap
+
+    memory = mmap.mmap(-1, nbytes + (4 << 20))
+    keep.append(memory)
+    address = ctypes.addressof(ctypes.c_char.from_buffer(memory))
+    base = -(-address // (2 << 20)) * (2 << 20)
+    libc = ctypes.CDLL(None)
+    libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    libc.madvise(base, nbytes + 8192, 14)  # MADV_HUGEPAGE (a hint: 4 KiB pages where the kernel has none)
+    ctypes.memset(base, 1, nbytes + 8192)
+    return base
+
+
 def sweep(keys: list[str], threads: int, repeats: int, clock, distances: list[int]) -> list[list[str]]:
+    """Each row's kernel (``kernel_cases``' rows as torch.compile hands them over, ``bench_bf16_words``) called on
+    its inputs into outputs starting ``d`` bytes past its largest input modulo 4 KiB, two buffers of their own
+    per distance (each in huge-page memory), all interleaved; each buffer's median and their mean against
+    ``d = 0``'s."""
+    import bench_bf16_words as words
+
     rows = []
-    rng = np.random.default_rng(0)
-    for key in keys:
-        graph, eager = GRAPHS[key]
-        exe = build_cpu_executable(graph(ROWS, COLS), {"threads": threads})
-        run = AddressCall(exe)
-        inputs = inputs_for(key, "numpy", rng)
-        nbytes = ROWS * COLS * 4
-        memory = np.empty(nbytes + 3 * 4096, dtype=np.uint8)
-        # the first address past 4 KiB into ``memory`` at x's page offset: out = start + d (d < 0: before it)
-        start = memory.ctypes.data + (inputs[0].data_ptr() - memory.ctypes.data) % 4096 + 4096
-        expected = eager(*inputs)
-        impls = {"eager": lambda: eager(*inputs)}
+    for case in (c for c in words.bench_rows() if c.key in keys):
+        inputs = case.make(np.random.default_rng(0))
+        arrays = [t.view(torch.int16).numpy() if t.dtype == torch.bfloat16 else t.numpy() for t in inputs]
+        exe = build_cpu_executable(words.backend_graph(case, inputs), {"threads": threads})
+        arrays = words.graph_order(case, exe, inputs, arrays)
+        expected = exe(*arrays)[0]
+        run, addresses = AddressCall(exe), [a.ctypes.data for a in arrays]
+        x = max(arrays, key=lambda a: a.nbytes).ctypes.data
+        keep: list = []
+        impls = {}
         for d in distances:
-            out = start + d
-            assert (out - inputs[0].data_ptr()) % 4096 == d % 4096
-            addresses = [t.data_ptr() for t in inputs]
-            impls[f"d={d}"] = lambda out=out, addresses=addresses: run(addresses, [out])
-            run(addresses, [out])
-            result = np.frombuffer((np.ctypeslib.as_ctypes_type(np.float32) * (ROWS * COLS)).from_address(out),
-                                   dtype=np.float32).reshape(ROWS, COLS)
-            torch.testing.assert_close(torch.from_numpy(result.copy()), expected, rtol=1.3e-6, atol=1e-5)
+            for k in (1, 2):
+                out = huge_page_memory(expected.nbytes, keep) + (x + d) % 4096
+                if out % 64:  # (the kernels' vector and non-temporal stores need a cache line: AddressCall's contract)
+                    raise SystemExit(f"d = {d}: an output {out % 64} bytes past a cache line; give multiples of 64")
+                run(addresses, [out])
+                got = np.frombuffer((ctypes_bytes(expected.nbytes)).from_address(out), dtype=np.uint8)
+                np.testing.assert_array_equal(got, expected.view(np.uint8).reshape(-1))
+                impls[f"{d}/{k}"] = lambda out=out: run(addresses, [out])
         times = interleaved(impls, repeats=repeats, clock=clock)
-        base = times["d=0"]
+        base = (times["0/1"] + times["0/2"]) / 2 if 0 in distances else 1.0
         for d in distances:
-            rows.append([key, str(threads), str(d), f"{times[f'd={d}'] * 1e3:.2f}", f"{times[f'd={d}'] / base:.3f}"])
+            pair = times[f"{d}/1"], times[f"{d}/2"]
+            rows.append([case.key, str(threads), str(d), f"{pair[0] * 1e3:.3f} / {pair[1] * 1e3:.3f}",
+                         f"{sum(pair) / 2 / base:.3f}"])
             print(" | ".join(rows[-1]), flush=True)
     return rows
+
+
+def ctypes_bytes(nbytes: int):
+    import ctypes
+
+    return ctypes.c_uint8 * nbytes
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", default="2,1")
     parser.add_argument("--repeats", type=int, default=31)
-    parser.add_argument("--sweep", default="", help="rows to sweep the output's distance for (rms, c)")
+    parser.add_argument("--sweep", default="", help="rows to sweep the output's distance for (kernel_cases' keys: "
+                                                    "c, c', rms, b, ...)")
     parser.add_argument("--user-malloc", action="store_true", help="keep glibc's malloc defaults")
-    parser.add_argument("--distances", default="0,32,64,128,192,256,512,1024,2048,3072,-64,-256")
+    parser.add_argument("--distances", default="0,64,256,512,1024,1536,2048,2560,3072,3584,3840,4032")
     args = parser.parse_args()
     with open("/proc/loadavg") as f:
         load = f.read().split()[0]
@@ -176,7 +210,7 @@ def main() -> None:
         load_end = f.read().split()[0]
     print(f"load {load} -> {load_end}")
     if args.sweep:
-        print(table(results, ["row", "threads", "d (bytes, mod 4096)", "ms", "vs d=0"]))
+        print(table(results, ["row", "threads", "d (bytes past x, mod 4096)", "ms (two buffers)", "vs d=0"]))
     else:
         print(table(results, ["row", "inputs made by", "threads", "eager ms", "unplaced ms", "placed ms",
                               "placed / unplaced", "out - x mod 4096 (unplaced, placed)"]))

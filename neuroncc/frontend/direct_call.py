@@ -35,8 +35,8 @@ from neuroncc.executors.cpu.address_call import AddressCall
 from neuroncc.frontend.convert import _NUMPY_DTYPES
 from neuroncc.frontend.imported import ComputedOutput, ImportedGraph
 from neuroncc.frontend.output_reuse import OutputRing
-from neuroncc.hardware.host import ALIAS_PERIOD_BYTES, ALIAS_WINDOW_BYTES, CACHE_LINE_BYTES, PLACED_OUTPUT_MIN_BYTES, \
-    placement_shift
+from neuroncc.hardware import host
+from neuroncc.hardware.host import ALIAS_PERIOD_BYTES, CACHE_LINE_BYTES, PLACED_OUTPUT_MIN_BYTES, placement_shift
 from neuroncc.hardware import pages
 from neuroncc.ir.dtypes import DType
 
@@ -185,7 +185,7 @@ class DirectCall:
         placed = nbytes >= PLACED_OUTPUT_MIN_BYTES  # as :meth:`launch` splits _made / _placed
         huge, advise = nbytes >= pages.HUGE_OUTPUT_MIN_BYTES, pages.advise_fresh_huge_pages
         touched = [0]  # the last output address found touched already: a heap block reused is not asked again
-        period, window = ALIAS_PERIOD_BYTES, ALIAS_WINDOW_BYTES
+        period, aliased = ALIAS_PERIOD_BYTES, host.ALIASED_DISTANCES  # (placement_shift's test, inline)
         tensors_of, one_input, run, qualify, owner = self._tensors, len(self.inputs) == 1, self.run, \
             self._qualify, self
         empty_strided = torch.empty_strided
@@ -205,7 +205,7 @@ class DirectCall:
             if out is not None:
                 base = out.data_ptr()
                 for address in addresses:
-                    if 0 < (base - address) % period < window:
+                    if (base - address) % period in aliased:
                         out = None  # 4K-aliased with this call's inputs: a fresh output, placed
                         break
             if out is None:
@@ -213,7 +213,7 @@ class DirectCall:
                 base = out.data_ptr()
                 if placed:  # _placed's check inline; its longer storage only when 4K-aliased with an input
                     for address in addresses:
-                        if 0 < (base - address) % period < window:
+                        if (base - address) % period in aliased:
                             out = _placed(nbytes, shape, strides, dtype, addresses.copy())
                             base = out.data_ptr()
                             break
@@ -262,10 +262,12 @@ def _placed(nbytes: int, shape: tuple[int, ...], strides: tuple[int, ...], dtype
     tensor = torch.empty_strided(shape, strides, dtype=dtype)
     base = tensor.data_ptr()
     if placement_shift(base, near):
-        raw = torch.empty(nbytes + ALIAS_PERIOD_BYTES, dtype=torch.uint8)
+        # (the longer memory in the output's dtype, set_ over as a tensor: a Python storage object, once made,
+        # would hold the storage for good, and the output ring would never find it dropped: output_reuse.py)
+        raw = torch.empty((nbytes + ALIAS_PERIOD_BYTES) // dtype.itemsize, dtype=dtype)
         base = raw.data_ptr()
         shift = placement_shift(base, near)
-        tensor = torch.empty(0, dtype=dtype).set_(raw.untyped_storage(), shift // dtype.itemsize, shape, strides)
+        tensor = torch.empty(0, dtype=dtype).set_(raw, shift // dtype.itemsize, shape, strides)
         base += shift
     near.append(base)
     return tensor

@@ -440,7 +440,10 @@ class LoopChoices:
         (``bench_bf16_words.py --switch stream-ahead``, two runs); 2 threads 0.93-0.96 (one build 1.02) and
         0.898-0.984; the copy roof / time 0.86-0.87 -> 0.91-0.98 at 1 thread. 8 lines 0.96-1.02, 16 lines
         0.93-1.03, 32 lines 0.97, 64 (the next row) 0.97-1.06; prefetches in a norm's write pass (RMSNorm: 8-32
-        lines) 1.03-1.13. With AVX-512: 0 (not measured: its code is unchanged)."""
+        lines) 1.03-1.13. With AVX-512: 0. Zen 4 (session 34 mem34, ``bench_bf16_words.py --switch stream-ahead
+        --value N --rows c'``, two builds each, 41 rounds, the same bits): against none at 1 thread 24 lines
+        1.01-1.08 in three processes, 4-16 lines 1.00-1.04, 32 lines 0.97-1.00 in two, 48 and 64 1.04-1.06; at 2
+        threads 24 and 32 lines 0.99-1.01. Zen 4's own prefetchers keep up with one pass; Intel's not measured."""
         return 0 if self.has("avx512f") else 24
 
     @property

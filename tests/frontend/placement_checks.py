@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from neuroncc.hardware.host import ALIAS_PERIOD_BYTES, ALIAS_WINDOW_BYTES
+from neuroncc.hardware import host
+from neuroncc.hardware.host import ALIAS_PERIOD_BYTES
 
 ROWS, COLS = 512, 512  # 1 MiB float32: a large output, placed
 
@@ -22,14 +23,15 @@ def input_at(memory: torch.Tensor, offset: int) -> torch.Tensor:
 
 def check_outputs_off_inputs_modulo_4k(compiled, memory: torch.Tensor, w: torch.Tensor) -> None:
     """At every 16-byte page offset of the input, ``compiled``'s output (of :func:`scaled_plus_one`) is right, is
-    not 4K-aliased with the input or the weight (``hardware.host.placement_shift``), and is no view (the caller
-    may modify it in place)."""
+    not 4K-aliased with the input or the weight (``hardware.host.placement_shift``: at none of
+    ``host.ALIASED_DISTANCES`` past either), and is no view (the caller may modify it in place)."""
+    distances = host.ALIASED_DISTANCES
     for offset in range(0, ALIAS_PERIOD_BYTES // 4, 4):
         x = input_at(memory, offset)
         out = compiled(x, w)
         torch.testing.assert_close(out, scaled_plus_one(x, w))
         for source in (x, w):
-            assert not 0 < (out.data_ptr() - source.data_ptr()) % ALIAS_PERIOD_BYTES < ALIAS_WINDOW_BYTES, offset
+            assert (out.data_ptr() - source.data_ptr()) % ALIAS_PERIOD_BYTES not in distances, offset
         assert out._base is None and out.is_contiguous()
     out.add_(1.0)
 

@@ -69,9 +69,16 @@ def test_a_call_the_checks_decline_still_runs_the_slow_path(compiled_graphs, ful
     torch.testing.assert_close(got[0], a.tanh() * 2.0)
 
 
-def test_large_outputs_of_the_one_frame_call_start_off_their_inputs_modulo_4k(compiled_graphs, full_calls):
+@pytest.mark.parametrize("distances", [range(1, 256), range(0, 1024)], ids=["zen3", "zen4"])
+def test_large_outputs_of_the_one_frame_call_start_off_their_inputs_modulo_4k(compiled_graphs, full_calls,
+                                                                             distances, monkeypatch):
     """At every 16-byte page offset of the input the output is not 4K-aliased with it or the weight, is no view
-    and is right: the placement of ``_placed``, checked inline."""
+    and is right: the placement of ``_placed``, checked inline, with the distances of ``host.ALIASED_DISTANCES``
+    and with Zen 4's slow ones (session 34), read when the call is made."""
+    from neuroncc.hardware import host
+
+    monkeypatch.setattr(host, "ALIASED_DISTANCES", distances)
+    torch._dynamo.reset()
     memory, w = placement_checks.placement_memory(), torch.linspace(-1, 1, placement_checks.COLS)
     compiled = torch.compile(placement_checks.scaled_plus_one, backend="neuron", dynamic=False)
     _settled(compiled, placement_checks.input_at(memory, 0), w)
