@@ -54,6 +54,7 @@ from neuroncc.codegen.llvm.row_buffers import (
 from neuroncc.errors import CodegenError
 from neuroncc.hardware.host import CACHE_LINE_BYTES, CpuTarget, host_cpu
 from neuroncc.hardware.loop_choices import MEMORY_BURST_LINES
+from neuroncc.ir.dtypes import DType
 from neuroncc.ir.graph import Op, Value
 
 #: How many rows ahead a row loop whose variance's mean pass runs a row early (``CpuTarget.means_a_row_early``)
@@ -277,7 +278,9 @@ class KernelEmitter(IndexArithmetic, BufferAccess, MapStages):
         means = shared_means(phase.stages)
         maxima = online_maxima(self.plan, phase)
         if self._carrier is not None and self._carrier not in maxima:  # (an online sum prefetches for itself)
-            self._ahead = tuple(next_row(self, layout, outer[:depth]) for layout in self._prefetched) + \
+            fetched = self.target.prefetches_the_next_row_in_the_exp_pass  # (else the groups alone; float32 rows)
+            self._ahead = tuple(next_row(self, layout, outer[:depth], fetched or layout.dtype is not DType.f32)
+                                for layout in self._prefetched) + \
                 tuple(this_row(self, layout, outer[:depth]) for layout in self._owned)
         skipped = {phase.stages.index(shared.stage) for shared in means.values() if shared.stores}  # stored
         skipped |= {phase.stages.index(online.stage) for online in maxima.values()}  # stored by their sums

@@ -308,8 +308,8 @@ def chunk_loop(em: EmitContext, lo: Any, hi: Any, body: Callable[[Any], None], a
 def _prefetch_lines(em: EmitContext, prefetch: ir.Function, ahead: Sequence[Ahead], start: Any,
                     elements: int) -> None:
     """Prefetch (into L1, for reading or writing as each stream says) the lines of ``elements`` elements from
-    ``start`` in every stream of ``ahead``."""
-    for stream in ahead:
+    ``start`` in every stream of ``ahead`` that is ``fetched``."""
+    for stream in (stream for stream in ahead if stream.fetched):
         first = stream.at(start)
         for line in range(-(-elements * stream.itemsize // CACHE_LINE_BYTES)):
             address = em.b.gep(first, [ir.Constant(I64, line * CACHE_LINE_BYTES)], source_etype=I8)
@@ -327,15 +327,16 @@ def group_elements(lo: Any, hi: Any, group: int) -> int:
     return group
 
 
-def next_row(em: EmitContext, layout: Layout, outer: Index) -> Ahead:
-    """The stream of ``layout``'s row after the one at the outer index ``outer`` (rows of one dim, contiguous)."""
+def next_row(em: EmitContext, layout: Layout, outer: Index, fetched: bool = True) -> Ahead:
+    """The stream of ``layout``'s row after the one at the outer index ``outer`` (rows of one dim, contiguous;
+    ``fetched``: see ``Ahead``)."""
     row = math.prod(layout.shape[len(outer):])
 
     def at(i: Any) -> ir.Value:
         element = em.address(layout, list(outer) + [i])
         return em.b.gep(element, [ir.Constant(I64, row)], source_etype=storage_type(layout.dtype), inbounds=False)
 
-    return Ahead(at, storage_itemsize(layout.dtype))
+    return Ahead(at, storage_itemsize(layout.dtype), fetched=fetched)
 
 
 def this_row(em: EmitContext, layout: Layout, outer: Index) -> Ahead:
