@@ -81,7 +81,7 @@ SWITCHES: dict[str, Switch] = {
     "exp-loop-write": Switch(("writes_delayed_elements_in_the_exp_loop",), "b"),
     "nans-by-sum": Switch(("finds_row_nans_by_the_sum",), "b,b16"),
     "max-rerun": Switch(("reruns_the_exp_pass_only_for_another_max",), "b,b16"),
-    "next-row-prefetch": Switch(("prefetches_the_next_row_in_the_exp_pass",), "b"),
+    "next-row-l2": Switch(("prefetches_the_next_row_into_l2_in_the_exp_pass",), "b"),
 }
 #: switches that change the order of a sum's terms (the bits may differ: counted, not asserted)
 REORDERS = {"paired-sums"}

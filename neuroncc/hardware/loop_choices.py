@@ -203,18 +203,20 @@ class LoopChoices:
         return self.has("avx2") and not self._intel_avx512()
 
     @property
-    def prefetches_the_next_row_in_the_exp_pass(self) -> bool:
-        """Whether a softmax-like row pass (its exp loop carries the row loop's prefetches: ``prefetch.carrier_stage``)
-        prefetches the next row of its inputs (``prefetcht0``, ``MEMORY_BURST_LINES`` lines before each group of its
-        elements, ``prefetch.spread_loop``), rather than leaving the next row to the hardware's prefetchers. The groups,
-        the delayed write and the bits are the same either way. Zen 3 (AVX2): the prefetches made softmax [4096, 1024]
-        13% faster at 2 threads and 24% at 1 (session 9). Zen 4 (AVX-512 without FP16; session 34 soft34, float32
-        softmax [4096, 1024]'s kernel at 1 thread, two builds each on one shared input and output, every timed call
-        after a call on other buffers, interleaved medians): 0.87-0.89 of the time with the fastest of 16 input/output
-        pairs and 0.71-0.73 with the slowest (where the prefetched kernel read 1.6-2.0 ms against 1.1-1.3: without
-        them 1.11-1.18 on both); prefetcht2 instead 0.91 / 0.75, prefetchnta 0.99 / 0.98, 2 rows ahead 0.99-1.06.
-        Intel's AVX-512 cores (:meth:`_intel_avx512`) keep them: not measured there."""
-        return not self.has("avx512f") or self._intel_avx512()
+    def prefetches_the_next_row_into_l2_in_the_exp_pass(self) -> bool:
+        """Whether a float32 softmax-like row pass (its exp loop carries the row loop's prefetches of the next row:
+        ``prefetch.carrier_stage``, ``MEMORY_BURST_LINES`` lines before each group of its elements,
+        ``prefetch.spread_loop``) prefetches them with ``prefetcht2`` (locality 1) instead of ``prefetcht0`` (3): into
+        the L2, leaving the L1's miss buffers to the loop's non-temporal stores of the previous row (the delayed
+        write). The same instructions otherwise, the same bits. Zen 4 (AVX-512 without FP16; session 34 soft34,
+        float32 softmax [4096, 1024]'s kernel, two builds each on one shared input and output, every timed call
+        after a call on other buffers, the fastest and the slowest of 16 input/output pairs, interleaved medians of
+        31-61 rounds): ``prefetcht2`` 0.91-0.95 of the time on the fastest pair and 0.72-0.75 on the slowest at 1
+        thread (three runs), 0.90-0.95 / 0.96-0.70 at 2 (three runs); no prefetches at all 0.85-0.89 / 0.69-0.73 at
+        1 thread but 0.89-1.10 / 0.69-1.19 at 2 (six runs); ``prefetchnta`` 0.97-1.00, ``prefetcht1`` 1.10, two rows
+        ahead 0.99-1.06. bf16 rows (not measured) and AVX2 and Intel's AVX-512 cores (:meth:`_intel_avx512`) keep
+        ``prefetcht0``."""
+        return self.has("avx512f") and not self._intel_avx512()
 
     @property
     def finds_row_nans_by_the_sum(self) -> bool:

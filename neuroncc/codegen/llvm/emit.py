@@ -278,8 +278,8 @@ class KernelEmitter(IndexArithmetic, BufferAccess, MapStages):
         means = shared_means(phase.stages)
         maxima = online_maxima(self.plan, phase)
         if self._carrier is not None and self._carrier not in maxima:  # (an online sum prefetches for itself)
-            fetched = self.target.prefetches_the_next_row_in_the_exp_pass  # (else the groups alone; float32 rows)
-            self._ahead = tuple(next_row(self, layout, outer[:depth], fetched or layout.dtype is not DType.f32)
+            into_l2 = self.target.prefetches_the_next_row_into_l2_in_the_exp_pass  # (float32 rows: prefetcht2)
+            self._ahead = tuple(next_row(self, layout, outer[:depth], 1 if into_l2 and layout.dtype is DType.f32 else 3)
                                 for layout in self._prefetched) + \
                 tuple(this_row(self, layout, outer[:depth]) for layout in self._owned)
         skipped = {phase.stages.index(shared.stage) for shared in means.values() if shared.stores}  # stored
