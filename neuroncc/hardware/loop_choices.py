@@ -215,7 +215,7 @@ class LoopChoices:
         (seven runs), 0.90-1.01 / 0.70-1.07 at 2 (ten runs); ``bench_bf16_words.py --switch next-row-l2`` (fresh
         outputs, the input partly in L3 from the call before) 0.98 at 1 thread, 1.03-1.04 at 2. No prefetches at all:
         0.85-0.95 / 0.69-0.75 at 1 thread, but 0.89-1.11 / 0.69-1.19 at 2 (ten runs); ``prefetchnta`` 0.97-1.00,
-        ``prefetcht1`` 1.10, two rows ahead 0.99-1.06, ``prefetcht2`` two rows ahead 0.97-1.05 / 0.83-0.84 at 1
+        ``prefetcht1`` 1.10, two rows ahead 0.99-1.01, ``prefetcht2`` two rows ahead 0.97-1.05 / 0.83-0.84 at 1
         thread. bf16 rows (not measured) and AVX2 and Intel's AVX-512 cores (:meth:`_intel_avx512`) keep
         ``prefetcht0``."""
         return self.has("avx512f") and not self._intel_avx512()
