@@ -14,7 +14,9 @@ Variants (``--variants``, comma-separated; ``a+b`` both): ``t0`` / ``t2``: the n
 pass with ``prefetcht0`` / ``prefetcht2`` (``CpuTarget.prefetches_the_next_row_into_l2_in_the_exp_pass`` off / on:
 Zen 4's default is ``t2``, session 34); ``none``: no software prefetch (the same groups); ``locN``: every prefetch
 with LLVM's locality N (3 ``prefetcht0``, 2 ``prefetcht1``, 1 ``prefetcht2``, 0 ``prefetchnta``); ``headL.F``: only
-the first F of each group's 16 lines, with locality L; ``aN``: N rows ahead instead of the next row.
+the first F of each group's 16 lines, with locality L; ``aN``: N rows ahead instead of the next row; ``spreadL``:
+no bursts, each block of the fused exp loop (``delayed_writes.DelayedGroups.fused``) followed by the prefetches of
+its own lines of the next row (two per 32 float32), with locality L.
 
     /work/bin/heavy x python benchmarks/bench_softmax_prefetch.py --threads 1 --variants t0,t2,none [--rounds 41]
 """
@@ -36,7 +38,7 @@ import numpy as np
 import torch
 from llvmlite import ir
 
-from neuroncc.codegen.llvm import emit, prefetch
+from neuroncc.codegen.llvm import delayed_writes, emit, prefetch
 from neuroncc.codegen.llvm.scalars import I8, I32, I64
 from neuroncc.executors.cpu.launcher import build_cpu_executable
 from neuroncc.hardware.host import CACHE_LINE_BYTES, CpuTarget
@@ -59,6 +61,21 @@ def _lines(locality: int | None, first: int | None = None, none: bool = False):
     return lines
 
 
+def _spread(locality: int):
+    """``delayed_writes._stream_piece`` that also prefetches the next row's lines of the fused block it follows."""
+    stream_piece = delayed_writes._stream_piece
+
+    def piece(em, buffer, target, index, width):
+        stream_piece(em, buffer, target, index, width)
+        intrinsic = prefetch._prefetch_intrinsic(em.b.module)
+        for stream in (stream for stream in em._ahead if not stream.write):
+            base = stream.at(index[-1])
+            for line in range(-(-width * stream.itemsize // CACHE_LINE_BYTES)):
+                address = em.b.gep(base, [ir.Constant(I64, line * CACHE_LINE_BYTES)], source_etype=I8)
+                em.b.call(intrinsic, [address, ir.Constant(I32, 0), ir.Constant(I32, locality), ir.Constant(I32, 1)])
+    return piece
+
+
 def variant(spec: str):
     @contextlib.contextmanager
     def patched():
@@ -74,6 +91,9 @@ def variant(spec: str):
                 elif part.startswith("head"):
                     locality, first = part[4:].split(".")
                     stack.enter_context(bsp.patched(prefetch, "_prefetch_lines", _lines(int(locality), int(first))))
+                elif part.startswith("spread"):  # spreadL: each fused block's own lines (2), locality L, no bursts
+                    stack.enter_context(bsp.patched(prefetch, "_prefetch_lines", _lines(None, none=True)))
+                    stack.enter_context(bsp.patched(delayed_writes, "_stream_piece", _spread(int(part[6:]))))
                 elif part.startswith("a"):
                     stack.enter_context(bsp.patched(emit, "next_row", bmi._rows_ahead(int(part[1:]))))
                 else:
