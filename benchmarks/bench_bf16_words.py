@@ -85,6 +85,7 @@ SWITCHES: dict[str, Switch] = {
     "bf16-nans-by-sum": Switch(("finds_bf16_row_nans_by_the_sum",), "b16"),
     "widen-again-nans": Switch(("widens_bf16_rows_again_in_the_exp_pass", "finds_bf16_row_nans_by_the_sum"), "b16"),
     "max-rerun": Switch(("reruns_the_exp_pass_only_for_another_max",), "b,b16"),
+    "next-row-l2": Switch(("prefetches_the_next_row_into_l2_in_the_exp_pass",), "b"),
 }
 #: switches that change the order of a sum's terms (the bits may differ: counted, not asserted)
 REORDERS = {"paired-sums"}

@@ -49,6 +49,7 @@ AVX-512's), ``burst4``, ``burst4pf4``, ...: its pieces of that many lines (``Cpu
 AVX2: 2); ``registers0`` (before session 27, AVX-512's): every piece through its stack buffer, ``registers2``,
 ``registers4``, ...: the pieces without the row's target from registers, in pieces of that many lines, each one
 vector iteration interleaved by its vectors (``CpuTarget.register_piece_lines``; AVX2: 4);
+``nofetch``: no software prefetch in either kernel (the online log-sum-exp's chunks keep their places: the same bits);
 ``plain``: its gradient written with plain stores (the forward as built) (``CpuTarget.streams_outputs`` false) instead
 of non-temporal ones.
 
@@ -220,6 +221,8 @@ def _variant(name: str):
                                           ir.Constant(I32, 1)])
 
         prefetch._prefetch_lines = lines_with
+    if name == "nofetch":  # no software prefetch in either kernel (the hardware's prefetchers alone; the same bits)
+        prefetch._prefetch_lines = lambda em, intrinsic, ahead, start, elements: None
     if name.startswith("t1only"):  # experiment: the backward's prefetches into L2 (prefetcht1) instead of L1
         map_stages.emit_prefetch_pieces_ahead = lambda em, inputs, prefix, start, piece, pieces: _prefetch_l2(
             em, inputs, prefix, start, piece, pieces)

@@ -36,11 +36,12 @@ from neuroncc.codegen.llvm.scalars import I64, storage_type  # noqa: E402
 
 def _rows_ahead(rows: int):
     """``prefetch.next_row`` for the row ``rows`` rows past the current one: the spread prefetches' distance."""
-    def next_row(em, layout, outer):
-        nearest = prefetch.next_row(em, layout, outer)
+    def next_row(em, layout, outer, locality=3):
+        nearest = prefetch.next_row(em, layout, outer, locality)
         row = math.prod(layout.shape[len(outer):])
         return Ahead(lambda i: em.b.gep(nearest.at(i), [ir.Constant(I64, (rows - 1) * row)],
-                                        source_etype=storage_type(layout.dtype), inbounds=False), nearest.itemsize)
+                                        source_etype=storage_type(layout.dtype), inbounds=False), nearest.itemsize,
+                     locality=locality)
     return next_row
 
 

@@ -234,6 +234,24 @@ class LoopChoices:
         return self.has("avx2") and not self._intel_avx512()
 
     @property
+    def prefetches_the_next_row_into_l2_in_the_exp_pass(self) -> bool:
+        """Whether a float32 softmax-like row pass (its exp loop carries the row loop's prefetches of the next row:
+        ``prefetch.carrier_stage``, ``MEMORY_BURST_LINES`` lines before each group of its elements,
+        ``prefetch.spread_loop``) prefetches them with ``prefetcht2`` (locality 1) instead of ``prefetcht0`` (3): into
+        the L2, leaving the L1's miss buffers to the loop's non-temporal stores of the previous row (the delayed
+        write). The same instructions otherwise, the same bits. Zen 4 (AVX-512 without FP16; session 34 soft34,
+        float32 softmax [4096, 1024]'s kernel, two builds each on one shared input and output, every timed call after
+        a call on other buffers, the fastest and the slowest of 16 input/output pairs, interleaved medians of 41-61
+        rounds): ``prefetcht2`` 0.91-1.01 of the time on the fastest pair and 0.72-0.85 on the slowest at 1 thread
+        (seven runs), 0.90-1.01 / 0.70-1.07 at 2 (ten runs); ``bench_bf16_words.py --switch next-row-l2`` (fresh
+        outputs, the input partly in L3 from the call before) 0.98 at 1 thread, 1.03-1.04 at 2. No prefetches at all:
+        0.85-0.95 / 0.69-0.75 at 1 thread, but 0.89-1.11 / 0.69-1.19 at 2 (ten runs); ``prefetchnta`` 0.97-1.00,
+        ``prefetcht1`` 1.10, two rows ahead 0.99-1.01, ``prefetcht2`` two rows ahead 0.97-1.05 / 0.83-0.84 at 1
+        thread. bf16 rows (not measured) and AVX2 and Intel's AVX-512 cores (:meth:`_intel_avx512`) keep
+        ``prefetcht0``."""
+        return self.has("avx512f") and not self._intel_avx512()
+
+    @property
     def finds_row_nans_by_the_sum(self) -> bool:
         """Whether a softmax-like row loop (a float max pass, then the sum of row-cached exponentials that carries the
         previous row's delayed write) takes its max without the magnitude bits that flag a NaN (two integer

@@ -28,11 +28,13 @@ Index = list
 class Ahead:
     """Memory a compute-bound loop prefetches as it goes (``prefetch.spread_loop``): for its element ``i``, the
     element at ``at(i)`` (of ``itemsize`` bytes: the next row's, or the next block's, element ``i``; with
-    ``write``, the element a later pass writes: prefetched for writing, ``prefetchw``)."""
+    ``write``, the element a later pass writes: prefetched for writing, ``prefetchw``), with LLVM's ``locality``
+    (3: ``prefetcht0``, into L1; 1: ``prefetcht2``, ``CpuTarget.prefetches_the_next_row_into_l2_in_the_exp_pass``)."""
 
     at: Callable[[Any], ir.Value]
     itemsize: int
     write: bool = False
+    locality: int = 3
 
 
 class EmitContext(Protocol):

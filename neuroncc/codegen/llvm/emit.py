@@ -54,6 +54,7 @@ from neuroncc.codegen.llvm.row_buffers import (
 from neuroncc.errors import CodegenError
 from neuroncc.hardware.host import CACHE_LINE_BYTES, CpuTarget, host_cpu
 from neuroncc.hardware.loop_choices import MEMORY_BURST_LINES
+from neuroncc.ir.dtypes import DType
 from neuroncc.ir.graph import Op, Value
 
 #: How many rows ahead a row loop whose variance's mean pass runs a row early (``CpuTarget.means_a_row_early``)
@@ -278,7 +279,9 @@ class KernelEmitter(IndexArithmetic, BufferAccess, MapStages):
         means = shared_means(phase.stages)
         maxima = online_maxima(self.plan, phase)
         if self._carrier is not None and self._carrier not in maxima:  # (an online sum prefetches for itself)
-            self._ahead = tuple(next_row(self, layout, outer[:depth]) for layout in self._prefetched) + \
+            into_l2 = self.target.prefetches_the_next_row_into_l2_in_the_exp_pass  # (float32 rows: prefetcht2)
+            self._ahead = tuple(next_row(self, layout, outer[:depth], 1 if into_l2 and layout.dtype is DType.f32 else 3)
+                                for layout in self._prefetched) + \
                 tuple(this_row(self, layout, outer[:depth]) for layout in self._owned)
         skipped = {phase.stages.index(shared.stage) for shared in means.values() if shared.stores}  # stored
         skipped |= {phase.stages.index(online.stage) for online in maxima.values()}  # stored by their sums

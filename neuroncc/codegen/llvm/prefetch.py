@@ -15,7 +15,8 @@ Where the prefetches go depends on the passes:
   [8192, 1024]: 13% faster at 1 thread than without, all at the row's start);
 - a compute-bound pass (a transcendental per element: softmax's sum of exp): spread through that pass's loop,
   ``MEMORY_BURST_LINES`` lines before each group of its elements (:func:`spread_loop`), so that the row arrives
-  while exp is computed. All of a row's prefetches at once (at the row's start, or at the start of the exp pass)
+  while exp is computed (on Zen 4 a float32 row into the L2 only, ``prefetcht2``:
+  ``CpuTarget.prefetches_the_next_row_into_l2_in_the_exp_pass``). All of a row's prefetches at once (at the row's start, or at the start of the exp pass)
   wait for the core's miss buffers with the pass's own loads queued behind them: softmax [4096, 1024] was 4-5%
   slower with them than with none, and spread it is 13% faster at 2 threads and 24% at 1 (Zen 3, session 9).
   The pass that carries them is :func:`carrier_stage`: a float sum over the row (the row caches the exponentials
@@ -307,13 +308,13 @@ def chunk_loop(em: EmitContext, lo: Any, hi: Any, body: Callable[[Any], None], a
 
 def _prefetch_lines(em: EmitContext, prefetch: ir.Function, ahead: Sequence[Ahead], start: Any,
                     elements: int) -> None:
-    """Prefetch (into L1, for reading or writing as each stream says) the lines of ``elements`` elements from
-    ``start`` in every stream of ``ahead``."""
+    """Prefetch (for reading or writing, into the cache level, as each stream says) the lines of ``elements``
+    elements from ``start`` in every stream of ``ahead``."""
     for stream in ahead:
         first = stream.at(start)
         for line in range(-(-elements * stream.itemsize // CACHE_LINE_BYTES)):
             address = em.b.gep(first, [ir.Constant(I64, line * CACHE_LINE_BYTES)], source_etype=I8)
-            em.b.call(prefetch, [address, ir.Constant(I32, int(stream.write)), ir.Constant(I32, 3),
+            em.b.call(prefetch, [address, ir.Constant(I32, int(stream.write)), ir.Constant(I32, stream.locality),
                                  ir.Constant(I32, 1)])
 
 
@@ -327,15 +328,16 @@ def group_elements(lo: Any, hi: Any, group: int) -> int:
     return group
 
 
-def next_row(em: EmitContext, layout: Layout, outer: Index) -> Ahead:
-    """The stream of ``layout``'s row after the one at the outer index ``outer`` (rows of one dim, contiguous)."""
+def next_row(em: EmitContext, layout: Layout, outer: Index, locality: int = 3) -> Ahead:
+    """The stream of ``layout``'s row after the one at the outer index ``outer`` (rows of one dim, contiguous;
+    prefetched with ``locality``: see ``Ahead``)."""
     row = math.prod(layout.shape[len(outer):])
 
     def at(i: Any) -> ir.Value:
         element = em.address(layout, list(outer) + [i])
         return em.b.gep(element, [ir.Constant(I64, row)], source_etype=storage_type(layout.dtype), inbounds=False)
 
-    return Ahead(at, storage_itemsize(layout.dtype))
+    return Ahead(at, storage_itemsize(layout.dtype), locality=locality)
 
 
 def this_row(em: EmitContext, layout: Layout, outer: Index) -> Ahead:
