@@ -280,17 +280,31 @@ _ERF_Q = [-1.45660718464996e-05, -2.13374055278905e-04, -1.68282697438203e-03, -
           -1.42647390514189e-02]
 
 
-def _erf_rational(b: ir.IRBuilder, x: ir.Value, scale: float = 1.0, divides: bool = False) -> ir.Value:
+def _erf_rational(b: ir.IRBuilder, x: ir.Value, scale: float = 1.0) -> ir.Value:
     """The rational function at x clamped to [-4, 4]: erf(x) within 5e-7, but an ulp short of +-1 past 4 (``scale``, a
-    power of two: ``scale`` times it, exactly where the numerator stays normal, by P's coefficients times ``scale``).
-    Its ratio by the reciprocal estimate and a Newton step, or (``divides``: :func:`_gelu_divided`) by a true division,
-    correctly rounded."""
+    power of two: ``scale`` times it, exactly where the numerator stays normal, by P's coefficients times ``scale``)."""
     # ordered compares keep NaN in xc, and the rational function carries it to the result
     xc = b.select(b.fcmp_ordered("<", x, _c(-4.0)), _c(-4.0), x)
     xc = b.select(b.fcmp_ordered(">", xc, _c(4.0)), _c(4.0), xc)
     x2 = b.fmul(xc, xc)
-    return b.fdiv(b.fmul(xc, horner(b, x2, [scale * c for c in _ERF_P])), horner(b, x2, _ERF_Q),
-                  flags=() if divides else RECIP)
+    return b.fdiv(b.fmul(xc, horner(b, x2, [scale * c for c in _ERF_P])), horner(b, x2, _ERF_Q), flags=RECIP)
+
+
+def _erf_of_x_over_sqrt2_divided(b: ir.IRBuilder, x: ir.Value, scale: float) -> ir.Value:
+    """``scale`` erf(x / sqrt 2) by the rational function of :func:`_erf_rational` with the 1/sqrt 2 folded into its
+    coefficients (x clamped to [-4 sqrt 2, 4 sqrt 2], P times sqrt(1/2) and both in powers of x**2 = 2 (x / sqrt 2)**2:
+    one product fewer) and its ratio by a true division, correctly rounded."""
+    bound = 4.0 * math.sqrt(2.0)
+    xc = b.select(b.fcmp_ordered("<", x, _c(-bound)), _c(-bound), x)
+    xc = b.select(b.fcmp_ordered(">", xc, _c(bound)), _c(bound), xc)
+    y = b.fmul(xc, xc)
+
+    def in_powers_of_y(coefficients: list[float], factor: float) -> list[float]:  # (highest power first)
+        last = len(coefficients) - 1
+        return [factor * c * 0.5 ** (last - i) for i, c in enumerate(coefficients)]
+
+    numerator = b.fmul(xc, horner(b, y, in_powers_of_y(_ERF_P, scale * math.sqrt(0.5))))
+    return b.fdiv(numerator, horner(b, y, in_powers_of_y(_ERF_Q, 1.0)))
 
 
 def _erf(b: ir.IRBuilder, x: ir.Value, target: CpuTarget) -> ir.Value:
@@ -301,33 +315,28 @@ def _erf(b: ir.IRBuilder, x: ir.Value, target: CpuTarget) -> ir.Value:
     return b.select(b.fcmp_ordered(">=", call(b, "llvm.fabs.f32", [x]), _c(4.0)), saturated, rational)
 
 
-def _gelu(b: ir.IRBuilder, x: ir.Value, target: CpuTarget, divides: bool = False) -> ir.Value:
-    """gelu's erf form, erf's ratio by the reciprocal estimate and a Newton step (``divides``: a true division, then
-    1 + erf raised to 0 instead of the select below -5.7: :func:`_gelu_divided`)."""
+def _gelu(b: ir.IRBuilder, x: ir.Value, target: CpuTarget) -> ir.Value:
     # erf's saturation is not needed here: below -5.7 the select makes 1 + erf exactly 0, and above 4 sqrt 2
     # 1 + erf is 2 - an ulp or 2, within the tolerance of gelu(x) = x (NaN still flows through)
-    half = divides or target.halves_gelu_in_its_erf
-    cdf = b.fadd(_c(0.5 if half else 1.0), _erf_rational(b, b.fmul(x, _c(math.sqrt(0.5))), 0.5 if half else 1.0,
-                                                         divides))
-    if divides:  # (raised to +0: one vmaxps, no compare; NaN kept)
-        cdf = _raised_keeping_nan(b, cdf, 0.0)
-    else:
-        # Below -5.7, erf(x/sqrt2) rounds to -1 in float32, so PyTorch's 1 + erf is exactly 0: the result is -0,
-        # and -inf * 0 is NaN. The polynomial erf stops a hair short of -1, so make that exact.
-        cdf = b.select(b.fcmp_ordered("<", x, _c(-5.7)), _c(0.0), cdf)
+    half = target.halves_gelu_in_its_erf
+    cdf = b.fadd(_c(0.5 if half else 1.0), _erf_rational(b, b.fmul(x, _c(math.sqrt(0.5))), 0.5 if half else 1.0))
+    # Below -5.7, erf(x/sqrt2) rounds to -1 in float32, so PyTorch's 1 + erf is exactly 0: the result is -0,
+    # and -inf * 0 is NaN. The polynomial erf stops a hair short of -1, so make that exact.
+    cdf = b.select(b.fcmp_ordered("<", x, _c(-5.7)), _c(0.0), cdf)
     # (x/2) (1 + erf) as x ((1 + erf)/2): halving is exact but for |x| < 2**-125, where 1 + erf is exactly 1 (see
     # ``CpuTarget.halves_gelu_in_its_erf``)
     return b.fmul(x, cdf) if half else b.fmul(b.fmul(x, _c(0.5)), cdf)
 
 
 def _gelu_divided(b: ir.IRBuilder, x: ir.Value, target: CpuTarget) -> ir.Value:
-    """gelu's erf form with erf's ratio by a true division, correctly rounded (the float32 gelu of CPUs whose
-    ``CpuTarget.divides_gelu_erf_ratio``): the division is 2 cycles of Zen 4's two FMA pipes (its divider's 6 beside
-    them), the reciprocal estimate, its product and two FMAs 4. The divided ratio passes -1 by an ulp at erf's clamp
-    (x below -4 sqrt 2), where 1 + erf is then below 0: raised to +0 (a vmaxps, on the add pipes) it is exactly 0
-    from x = -5.5 down, and x * 0 the -0 (and -inf * 0 the NaN) of PyTorch's float32 gelu from -5.7 down, without
-    the compare (on the FMA pipes) of the estimate's form; above -5.5 it is the estimate's within 2 ulp."""
-    return _gelu(b, x, target, divides=True)
+    """gelu's erf form as x (1/2 + erf(x / sqrt 2)/2), erf by :func:`_erf_of_x_over_sqrt2_divided` (a true division,
+    the 1/sqrt 2 in its coefficients), for CPUs whose ``CpuTarget.divides_gelu_erf_ratio``: the division is 2 cycles
+    of Zen 4's two FMA pipes (its divider's 6 beside them), the reciprocal estimate, its product and two FMAs 4. Its
+    ratio passes -1 by an ulp at the clamp (x below -4 sqrt 2), where 1/2 + erf/2 is then below 0: raised to +0 (a
+    vmaxps, on the add pipes; NaN kept) it is exactly 0 there, and x * 0 PyTorch's -0 (-inf * 0 its NaN), without
+    the compare (on the FMA pipes) of :func:`_gelu`'s select. Results within 2**-21 |x| of :func:`_gelu`'s."""
+    cdf = b.fadd(_c(0.5), _erf_of_x_over_sqrt2_divided(b, x, 0.5))
+    return b.fmul(x, _raised_keeping_nan(b, cdf, 0.0))
 
 
 def _gelu_tanh(b: ir.IRBuilder, x: ir.Value, target: CpuTarget) -> ir.Value:
