@@ -77,6 +77,7 @@ SWITCHES: dict[str, Switch] = {
     "one-step-exp": Switch(("scales_one_plus_exp_in_one_step",), "a"),
     "gelu-half": Switch(("halves_gelu_in_its_erf",), "a"),
     "split-math": Switch(("splits_polynomial_math_loops",), "a"),
+    "erf-division": Switch(("divides_gelu_erf_ratio",), "a"),
     "row-a-26": Switch(("splits_polynomial_math_loops", "scales_one_plus_exp_in_one_step", "halves_gelu_in_its_erf"),
                        "a"),
     "exp-loop-write": Switch(("writes_delayed_elements_in_the_exp_loop",), "b"),
@@ -87,8 +88,8 @@ SWITCHES: dict[str, Switch] = {
     "max-rerun": Switch(("reruns_the_exp_pass_only_for_another_max",), "b,b16"),
     "next-row-l2": Switch(("prefetches_the_next_row_into_l2_in_the_exp_pass",), "b"),
 }
-#: switches that change the order of a sum's terms (the bits may differ: counted, not asserted)
-REORDERS = {"paired-sums"}
+#: switches whose bits may differ (counted, not asserted): the order of a sum's terms, a division's rounding
+REORDERS = {"paired-sums", "erf-division"}
 
 
 def bench_rows() -> list[Case]:

@@ -46,7 +46,9 @@ from llvmlite import ir
 
 import microkernels as mk
 from kernel_cases import ADAMW_SHAPES, Case, _elements
+from neuroncc.codegen.llvm.elementwise import gelu_function
 from neuroncc.codegen.llvm.mathlib import math_call
+from neuroncc.ir.dtypes import DType
 
 F32 = ir.FloatType()
 I32 = ir.IntType(32)
@@ -116,6 +118,8 @@ class Ops:
         return self.b.fdiv(a, d)
 
     def math(self, name: str, a):
+        if name == "gelu":  # (the form the row's gelu op evaluates: ``elementwise.gelu_function``)
+            name = gelu_function(self.target, "none", DType.f32 if self.counts is None else DType.bf16)
         self.used.append(name)
         return math_call(self.b, name, a, target=self.target) if self.functions else a
 

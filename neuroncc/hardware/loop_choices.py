@@ -599,6 +599,25 @@ class LoopChoices:
         return self.has("avx2") and not self.has("avx512f")
 
     @property
+    def divides_gelu_erf_ratio(self) -> bool:
+        """Whether a float32 gelu (erf form) evaluates ``mathlib._gelu_divided`` (``elementwise.gelu_function``): its
+        erf's numerator divided by its denominator with the divide instruction (correctly rounded) instead of the
+        reciprocal estimate and a Newton step (``mathlib.RECIP``), 1/2 + erf/2 raised to +0 by a max instead of the
+        compare and select below -5.7, the 1/sqrt 2 folded into erf's coefficients. Zen 4's two FMA pipes run the
+        estimate, its product and two FMAs in 4 cycles per 512-bit vector, a division in 2 (its divider's 6 beside
+        them), a compare and a product in 1 each, a max on the add pipes in none of theirs: row (a)'s loop 66 -> 56
+        cycles of the FMA pipes per 32 elements, 130 -> 106 vector instructions. Results within 2**-21 |x| of the
+        estimate's form, as close to erf's gelu (1.48e-6 at most on [-8, 8], the mean error 1% more); -0 and NaN in
+        the far negative tail as PyTorch's. Zen 4 (session 34 poly34, ``bench_bf16_words.py --switch erf-division
+        --rows a``, two builds each, interleaved medians of 41 rounds, two runs): float32 gelu(x*w+b)*sigmoid(x)
+        [4096, 1024]'s kernel 0.90-0.91 of the time at 1 thread, 0.91-0.93 at 2 (without the fold 0.93-0.94 /
+        0.92-0.96). bf16 gelu keeps the estimate: its loop of four 16-lane chains (pairs) spilled more with the division, 1.05-1.06
+        of the time at 1 thread in three runs, 0.98-0.99 at 2; erf halved alone there 0.99-1.07 at 1 thread and
+        0.96-1.07 at 2. Intel's AVX-512 cores (not measured) and AVX2 (its division of a 256-bit vector not measured
+        against the estimate) keep the estimate."""
+        return self.has("avx512f") and not self._intel_avx512()
+
+    @property
     def splits_polynomial_math_loops(self) -> bool:
         """Whether a map stage whose elements evaluate two independent polynomials (gelu(x*w+b)*sigmoid(x)) computes
         all but the last of them by loops of their own over the row into L1 buffers, then its own loop loads them

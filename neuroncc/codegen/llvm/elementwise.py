@@ -19,6 +19,7 @@ from neuroncc.codegen.llvm.scalars import (
     F32, F32_EXACT_BITS, I1, I32, I64, bf16_bits, call, compute_type, constant, convert, is_unsigned, round_to,
     type_suffix,
 )
+from neuroncc.hardware.host import CpuTarget
 from neuroncc.ir.dtypes import DType
 from neuroncc.ir.graph import Op
 from neuroncc.ir.signs import at_most_zero
@@ -39,8 +40,17 @@ def _exp_function(ctx, op) -> str:
     return "exp_nonpositive" if at_most_zero(ctx.plan.region, op.operands[0]) else "exp"
 
 
+def gelu_function(target: CpuTarget, approximate: str, dtype: DType) -> str:
+    """The math library function a gelu op with this ``approximate`` attribute and result ``dtype`` evaluates:
+    its tanh form, or its erf form, whose ratio a float32 gelu divides where the target says so
+    (``CpuTarget.divides_gelu_erf_ratio``: ``gelu_divided``)."""
+    if approximate == "tanh":
+        return "gelu_tanh"
+    return "gelu_divided" if dtype is DType.f32 and target.divides_gelu_erf_ratio else "gelu"
+
+
 def _gelu_function(ctx, op) -> str:
-    return "gelu_tanh" if op.attrs["approximate"] == "tanh" else "gelu"
+    return gelu_function(ctx.target, op.attrs["approximate"], op.results[0].type.dtype)
 
 
 def _function(name: str) -> Callable[[EmitContext, Op], str]:
