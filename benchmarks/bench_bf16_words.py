@@ -81,6 +81,7 @@ SWITCHES: dict[str, Switch] = {
     "exp-loop-write": Switch(("writes_delayed_elements_in_the_exp_loop",), "b"),
     "nans-by-sum": Switch(("finds_row_nans_by_the_sum",), "b,b16"),
     "max-rerun": Switch(("reruns_the_exp_pass_only_for_another_max",), "b,b16"),
+    "multiplied-widening": Switch(("widens_summed_bf16_by_multiplication",), "c16"),
 }
 #: switches that change the order of a sum's terms (the bits may differ: counted, not asserted)
 REORDERS = {"paired-sums"}

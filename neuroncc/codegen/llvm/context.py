@@ -48,6 +48,12 @@ class EmitContext(Protocol):
     plan: KernelPlan
     #: Whether a float amax emitted now keeps no NaN flag (``nan_rows.max_without_nan_flag``: the row's sum finds NaNs).
     flagless_amax: bool
+    #: The factor bf16 words' even halves widen by where set (``widening.py``), else None (a shift).
+    widening_factor: ir.Value | None
+
+    def opaque_factor(self, value: int) -> ir.Value:
+        """``value`` as an i32 LLVM cannot fold, made once per phase function (``widening.py``)."""
+        ...
 
     # ---- values and buffers ---------------------------------------------------------------------------
 
