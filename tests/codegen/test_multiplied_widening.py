@@ -11,6 +11,7 @@ from codegen_helpers import special_floats
 from test_bf16_rounding import SAPPHIRE_RAPIDS, ZEN4
 from test_bf16_words import _assembly
 from test_pairs import AVX2, layernorm_graph, to_bits
+from test_row_pass_bursts import var_mean_layernorm
 from test_variance_deviations import _same_bits_with_and_without
 
 from neuroncc.codegen.llvm import widening
@@ -56,6 +57,14 @@ def test_avx2_and_intel_avx512_keep_their_shifts(monkeypatch):
     default = [_assembly(fn, target) for target in targets]
     monkeypatch.setattr(widening, "MULTIPLY_WIDENING", False)
     assert [_assembly(fn, target) for target in targets] == default
+
+
+def test_float32_sums_keep_their_code(monkeypatch):
+    # (a float32 mean or variance widens nothing: no factor is made, the module's text is the same)
+    fn, zen4 = var_mean_layernorm(64, 1024), CpuTarget("znver4", ZEN4)
+    default = _assembly(fn, zen4)
+    monkeypatch.setattr(widening, "MULTIPLY_WIDENING", False)
+    assert _assembly(fn, zen4) == default
 
 
 def test_multiplied_widening_gives_the_same_bits(rng, monkeypatch):

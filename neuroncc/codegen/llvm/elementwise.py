@@ -437,7 +437,7 @@ def _bitcast(ctx, op, args):
     b, (x,) = ctx.b, args
     target = op.attrs["dtype"]
     if target is DType.bf16:  # i16 bits -> the float32 holding the bf16 value: the bits in the high half
-        word = widened_even(b, x, getattr(ctx, "widening_factor", None))  # (``widening.py``)
+        word = widened_even(ctx, x)  # (``widening.py``)
         return b.bitcast(b.shl(b.zext(x, I32), ir.Constant(I32, 16)) if word is None else word, F32)
     if target is DType.i16 and x.type == F32:  # a bf16 value (its low half is zero): the high half
         return bf16_bits(b, x)

@@ -105,7 +105,7 @@ class KernelEmitter(IndexArithmetic, BufferAccess, MapStages):
         self._pair: Pair | None = None  # the element pair of the innermost loop being emitted (``pairs.py``)
         self._nan_payloads: NanPayloads | None = None  # (for ``rounding_needs_nan_case``)
         self.known: dict[Value, bool] = {}  # bool values known at every index of the code being emitted
-        self.widening_factor: ir.Value | None = None  # bf16 widened by this factor where set (``widening.py``)
+        self.multiplies_widening = False  # bf16 words' even halves widened by a multiply (``widening.py``)
         self._opaque: dict[int, ir.Value] = {}  # the phase function's opaque constants (``opaque_factor``)
         # argument slot -> the region constant's data (a read at a constant index folds to its value)
         self._constant_data = {plan.n_params + plan.n_outputs + k: plan.region.ops[extra.op_index].attrs["value"]
@@ -160,7 +160,7 @@ class KernelEmitter(IndexArithmetic, BufferAccess, MapStages):
         self._carrier, self._ahead, self._owned = None, (), ()
         self._delayed, self._after_group, self._row_copies, self._deviations = None, None, 1, {}
         self._row_copy_of: dict = {}  # row number's form -> its row copy, where known (``row_buffers.row_slot``)
-        self._early_mean, self._opaque, self.widening_factor = None, {}, None
+        self._early_mean, self._opaque, self.multiplies_widening = None, {}, False
         start, end = body_fn.args[n_args], body_fn.args[n_args + 1]
         self._range = (start, end)
         body = self._phase_body(phase)

@@ -11,7 +11,8 @@ LLVM cannot see through: 65536 passed through an empty inline ``asm`` once in th
 vectorizer broadcasts once per loop.
 
 :func:`multiplied_widening` is the decision (``CpuTarget.widens_summed_bf16_by_multiplication``, a mean's or a
-variance's float sum), :func:`widened_even` the code.
+variance's float sum), :func:`widened_even` the code (the factor made where a word is widened so: float32 sums' code is
+unchanged).
 """
 
 from __future__ import annotations
@@ -33,16 +34,15 @@ FACTOR = 1 << 16
 @contextlib.contextmanager
 def multiplied_widening(em: Any, summed: bool) -> Iterator[None]:
     """While emitting a float sum (``summed``: a mean's or a variance's, whose loops add and subtract), the even
-    halves of bf16 words widen by the opaque factor (``em.widening_factor``) where the target says so."""
+    halves of bf16 words widen by multiplying (``em.multiplies_widening``) where the target says so."""
     if not (summed and MULTIPLY_WIDENING and em.target.widens_summed_bf16_by_multiplication):
         yield
         return
-    saved = em.widening_factor
-    em.widening_factor = em.opaque_factor(FACTOR)
+    saved, em.multiplies_widening = em.multiplies_widening, True
     try:
         yield
     finally:
-        em.widening_factor = saved
+        em.multiplies_widening = saved
 
 
 def opaque_constant(entry: ir.IRBuilder, value: int) -> ir.Value:
@@ -51,15 +51,16 @@ def opaque_constant(entry: ir.IRBuilder, value: int) -> ir.Value:
                      name="factor")
 
 
-def widened_even(b: ir.IRBuilder, bits: ir.Value, factor: ir.Value | None) -> ir.Value | None:
-    """``bits`` (i16) shifted into the high half of an i32 as ``word * factor``, where ``bits`` is the low half of a
-    32-bit word (a paired load's even element: ``pairs.half_of``) and a factor is set; None otherwise."""
-    if factor is None or not isinstance(bits, ir.CastInstr) or bits.opname != "trunc":
+def widened_even(ctx: Any, bits: ir.Value) -> ir.Value | None:
+    """``bits`` (i16) shifted into the high half of an i32 as ``word * FACTOR`` (the factor made opaque once per
+    phase function: ``ctx.opaque_factor``), where ``bits`` is the low half of a 32-bit word (a paired load's even
+    element: ``pairs.half_of``) and ``ctx`` multiplies (:func:`multiplied_widening`); None otherwise."""
+    if not getattr(ctx, "multiplies_widening", False) or not isinstance(bits, ir.CastInstr) or bits.opname != "trunc":
         return None
     (word,) = bits.operands
     if word.type != I32 or (isinstance(word, ir.Instruction) and word.opname == "lshr"):
         return None
-    return b.mul(word, factor)
+    return ctx.b.mul(word, ctx.opaque_factor(FACTOR))
 
 
 __all__ = ["FACTOR", "MULTIPLY_WIDENING", "multiplied_widening", "opaque_constant", "widened_even"]
