@@ -15,11 +15,11 @@ from llvmlite import ir
 
 from neuroncc.codegen.llvm.context import EmitContext
 from neuroncc.codegen.llvm.mathlib import LIBM, POLYNOMIAL, math_call
-from neuroncc.codegen.llvm.widening import widened_even
 from neuroncc.codegen.llvm.scalars import (
     F32, F32_EXACT_BITS, I1, I32, I64, bf16_bits, call, compute_type, constant, convert, is_unsigned, round_to,
     type_suffix,
 )
+from neuroncc.codegen.llvm.widening import widened_even
 from neuroncc.ir.dtypes import DType
 from neuroncc.ir.graph import Op
 from neuroncc.ir.signs import at_most_zero
