@@ -356,6 +356,16 @@ class LoopChoices:
         return self.has("avx2") and not self.has("avx512f")
 
     @property
+    def widens_summed_bf16_by_multiplication(self) -> bool:
+        """Whether the even halves of bf16 words a mean's or a variance's float sum widens (bf16 LayerNorm's mean and
+        deviation passes) are widened by ``vpmulld`` by 65536 instead of ``vpslld`` by 16 (``codegen/llvm/widening.py``:
+        the same bits). Zen 4 issues a 512-bit shift to the pipes that run ``vaddps``, which those loops are bound by,
+        and ``vpmulld`` beside them (microbenchmarks, session 34 bfln34: 12 ``vaddps`` and 12 ``vpslld`` in 23 cycles, 12
+        ``vaddps`` and 12 ``vpmulld`` in 12; the kernel's mean loop 26 -> 18 ns a row of 1024 on L1 data, its deviation
+        loop 44 -> 37). AVX2 CPUs and Intel's AVX-512 cores keep the shift (not measured there)."""
+        return self.has("avx512f") and not self._intel_avx512()
+
+    @property
     def means_a_row_early(self) -> bool:
         """Whether a row loop whose first stage is a variance over a widened bf16 row computing its own mean (bf16
         LayerNorm as torch.compile hands it over: ``stages.SharedMean``) runs each row's deviation pass, the next

@@ -50,6 +50,12 @@ class EmitContext(Protocol):
     plan: KernelPlan
     #: Whether a float amax emitted now keeps no NaN flag (``nan_rows.max_without_nan_flag``: the row's sum finds NaNs).
     flagless_amax: bool
+    #: Whether bf16 words' even halves widen by a multiply here (``widening.py``), not a shift.
+    multiplies_widening: bool
+
+    def opaque_factor(self, value: int) -> ir.Value:
+        """``value`` as an i32 LLVM cannot fold, made once per phase function (``widening.py``)."""
+        ...
 
     # ---- values and buffers ---------------------------------------------------------------------------
 

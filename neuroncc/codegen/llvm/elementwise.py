@@ -19,6 +19,7 @@ from neuroncc.codegen.llvm.scalars import (
     F32, F32_EXACT_BITS, I1, I32, I64, bf16_bits, call, compute_type, constant, convert, is_unsigned, round_to,
     type_suffix,
 )
+from neuroncc.codegen.llvm.widening import widened_even
 from neuroncc.hardware.host import CpuTarget
 from neuroncc.ir.dtypes import DType
 from neuroncc.ir.graph import Op
@@ -446,7 +447,8 @@ def _bitcast(ctx, op, args):
     b, (x,) = ctx.b, args
     target = op.attrs["dtype"]
     if target is DType.bf16:  # i16 bits -> the float32 holding the bf16 value: the bits in the high half
-        return b.bitcast(b.shl(b.zext(x, I32), ir.Constant(I32, 16)), F32)
+        word = widened_even(ctx, x)  # (``widening.py``)
+        return b.bitcast(b.shl(b.zext(x, I32), ir.Constant(I32, 16)) if word is None else word, F32)
     if target is DType.i16 and x.type == F32:  # a bf16 value (its low half is zero): the high half
         return bf16_bits(b, x)
     return b.bitcast(x, compute_type(target))

@@ -47,6 +47,7 @@ from neuroncc.codegen.llvm.stages import (
 )
 from neuroncc.codegen.llvm.transpose import emit_transposed
 from neuroncc.codegen.llvm.views import Layout
+from neuroncc.codegen.llvm.widening import opaque_constant
 from neuroncc.codegen.llvm.refine import deviation_row_cache, widened_row_cache
 from neuroncc.codegen.llvm.row_buffers import (
     BEFORE_THE_ROWS, allocate_rows, emit_widened, row_slot, widened_rows, write_buffer_shift,
@@ -105,6 +106,8 @@ class KernelEmitter(IndexArithmetic, BufferAccess, MapStages):
         self._pair: Pair | None = None  # the element pair of the innermost loop being emitted (``pairs.py``)
         self._nan_payloads: NanPayloads | None = None  # (for ``rounding_needs_nan_case``)
         self.known: dict[Value, bool] = {}  # bool values known at every index of the code being emitted
+        self.multiplies_widening = False  # bf16 words' even halves widened by a multiply (``widening.py``)
+        self._opaque: dict[int, ir.Value] = {}  # the phase function's opaque constants (``opaque_factor``)
         # argument slot -> the region constant's data (a read at a constant index folds to its value)
         self._constant_data = {plan.n_params + plan.n_outputs + k: plan.region.ops[extra.op_index].attrs["value"]
                                for k, extra in enumerate(plan.extra) if extra.kind == ExtraKind.CONSTANT}
@@ -158,7 +161,7 @@ class KernelEmitter(IndexArithmetic, BufferAccess, MapStages):
         self._carrier, self._ahead, self._owned = None, (), ()
         self._delayed, self._after_group, self._row_copies, self._deviations = None, None, 1, {}
         self._row_copy_of: dict = {}  # row number's form -> its row copy, where known (``row_buffers.row_slot``)
-        self._early_mean = None
+        self._early_mean, self._opaque, self.multiplies_widening = None, {}, False
         start, end = body_fn.args[n_args], body_fn.args[n_args + 1]
         self._range = (start, end)
         body = self._phase_body(phase)
@@ -179,6 +182,12 @@ class KernelEmitter(IndexArithmetic, BufferAccess, MapStages):
     def innermost_loop_emitted(self, latch: ir.Instruction, blocks: list[ir.Block]) -> None:
         if computes_polynomial_math(blocks):
             hint_math_loop(latch, self.target, self._math_interleave)
+
+    def opaque_factor(self, value: int) -> ir.Value:
+        """``value`` as an i32 LLVM cannot fold, made once per phase function in its entry block (``widening.py``)."""
+        if value not in self._opaque:
+            self._opaque[value] = opaque_constant(self._entry, value)
+        return self._opaque[value]
 
     def alloca(self, t: ir.Type, count: int = 1) -> ir.AllocaInstr:
         """Stack slot(s) in the entry block (promoted to registers by SROA when scalar)."""

@@ -27,6 +27,7 @@ from neuroncc.codegen.llvm.nan_rows import AMAX, AMAX_WITHOUT_NAN_FLAG
 from neuroncc.codegen.llvm.reductions import COMBINERS, REASSOC, Combiner, RowSum
 from neuroncc.codegen.llvm.scalars import F32, F64, I1, I64, round_to
 from neuroncc.codegen.llvm.views import Layout
+from neuroncc.codegen.llvm.widening import multiplied_widening
 from neuroncc.ir.dtypes import DType
 from neuroncc.ir.types import contiguous_strides
 
@@ -318,7 +319,8 @@ class _Reducer:
                 em.loop(0, -(-n // CHUNK), lambda c: chunk(
                     full, em.mul(c, CHUNK), em.min(em.add(em.mul(c, CHUNK), CHUNK), n)))
 
-        self._reduced_loops(idx, outer_dims, self.reduced[:-1])
+        with multiplied_widening(em, self.combiner.two_pass or self.combiner.is_first_pass):  # (``widening.py``)
+            self._reduced_loops(idx, outer_dims, self.reduced[:-1])
         return em.b.load(total)
 
     def _aligned_start(self, full: list[Any], lo: Any, hi: Any) -> Any:
