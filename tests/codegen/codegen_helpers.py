@@ -5,9 +5,12 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
+from llvmlite import ir
 
 from neuroncc.codegen.llvm import jit
 from neuroncc.codegen.llvm.emit import emit_kernel
+from neuroncc.codegen.llvm.mathlib import math_call
+from neuroncc.codegen.llvm.scalars import F32
 from neuroncc.codegen.llvm.schedule import plan_kernel
 from neuroncc.codegen.llvm.views import Layout
 from neuroncc.hardware.host import CpuTarget
@@ -88,3 +91,13 @@ def background_builds_finished() -> None:
 
     deferred_code.wait_for_pending()
     OPTIMIZER.wait()
+
+
+def math_function_body(name: str, target: CpuTarget) -> str:
+    """The LLVM IR of math library function ``name``'s body (float32) as ``target`` gets it."""
+    module = ir.Module("f")
+    fn = ir.Function(module, ir.FunctionType(F32, [F32]), "f")
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    b.ret(math_call(b, name, fn.args[0], target=target))
+    text = str(module)
+    return text[text.index(f'define internal float @"ncc.math.{name}"'):]

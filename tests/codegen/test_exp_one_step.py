@@ -10,13 +10,11 @@ import platform
 
 import numpy as np
 import pytest
-from llvmlite import ir
 
-from neuroncc.codegen.llvm.mathlib import math_call
-from neuroncc.codegen.llvm.scalars import F32
 from neuroncc.hardware import loop_choices
 from neuroncc.hardware.host import CpuTarget
 
+from codegen_helpers import math_function_body
 from mxcsr_probe import with_flags
 
 AVX2 = CpuTarget("znver3", "+avx,+avx2,+fma,-avx512f")
@@ -30,15 +28,6 @@ def _without(monkeypatch, *names: str) -> None:
         monkeypatch.setattr(loop_choices.LoopChoices, name, property(lambda self: False))
 
 
-def _body(name: str, target: CpuTarget) -> str:
-    """The LLVM IR of math function ``name``'s body as ``target`` gets it."""
-    module = ir.Module("f")
-    fn = ir.Function(module, ir.FunctionType(F32, [F32]), "f")
-    b = ir.IRBuilder(fn.append_basic_block("entry"))
-    b.ret(math_call(b, name, fn.args[0], target=target))
-    text = str(module)
-    return text[text.index(f'define internal float @"ncc.math.{name}"'):]
-
 
 @pytest.mark.parametrize("decision", DECISIONS)
 def test_the_decisions_are_avx2s(decision):
@@ -47,14 +36,14 @@ def test_the_decisions_are_avx2s(decision):
 
 
 def test_avx2s_sigmoid_scales_once_without_negating_and_its_gelu_halves_in_its_erf(monkeypatch):
-    sigmoid, gelu_tanh, gelu, tanh = (_body(name, AVX2) for name in ("sigmoid", "gelu_tanh", "gelu", "tanh"))
+    sigmoid, gelu_tanh, gelu, tanh = (math_function_body(name, AVX2) for name in ("sigmoid", "gelu_tanh", "gelu", "tanh"))
     # one power of two (a shift) and one product scale e**w; sigmoid's argument is x itself
     for body in (sigmoid, gelu_tanh, tanh):
         assert body.count("shl i32") == 1 and "ashr" not in body
     assert "fsub float              0x0" not in sigmoid
     assert "0x3fe0000000000000" in gelu and "0x3ff0000000000000" not in gelu  # (1/2 + erf/2: no 1, no x * 1/2)
     _without(monkeypatch, *DECISIONS)
-    sigmoid, gelu_tanh, gelu, tanh = (_body(name, AVX2) for name in ("sigmoid", "gelu_tanh", "gelu", "tanh"))
+    sigmoid, gelu_tanh, gelu, tanh = (math_function_body(name, AVX2) for name in ("sigmoid", "gelu_tanh", "gelu", "tanh"))
     for body in (sigmoid, gelu_tanh, tanh):
         assert body.count("shl i32") == 2 and "ashr" in body
     assert "fsub float              0x0" in sigmoid
@@ -64,9 +53,9 @@ def test_avx2s_sigmoid_scales_once_without_negating_and_its_gelu_halves_in_its_e
 def test_zen4s_and_sses_math_is_unchanged(monkeypatch):
     # their decisions are off, so their code is the code with both forced off
     for target in (ZEN4, SSE):
-        now = [_body(name, target) for name in ("sigmoid", "gelu_tanh", "gelu", "tanh")]
+        now = [math_function_body(name, target) for name in ("sigmoid", "gelu_tanh", "gelu", "tanh")]
         _without(monkeypatch, *DECISIONS)
-        assert [_body(name, target) for name in ("sigmoid", "gelu_tanh", "gelu", "tanh")] == now
+        assert [math_function_body(name, target) for name in ("sigmoid", "gelu_tanh", "gelu", "tanh")] == now
         monkeypatch.undo()
 
 

@@ -12,14 +12,12 @@ import platform
 
 import numpy as np
 import pytest
-from llvmlite import ir
 
 from neuroncc.codegen.llvm.elementwise import gelu_function
-from neuroncc.codegen.llvm.mathlib import math_call
-from neuroncc.codegen.llvm.scalars import F32
 from neuroncc.hardware.host import CpuTarget
 from neuroncc.ir.dtypes import DType
 
+from codegen_helpers import math_function_body
 from mxcsr_probe import with_flags
 
 AVX2 = CpuTarget("znver3", "+avx,+avx2,+fma,-avx512f")
@@ -27,15 +25,6 @@ ZEN4 = CpuTarget("znver4", "+avx,+avx2,+fma,+avx512f,+avx512vl,+avx512bw,+avx512
 INTEL = CpuTarget("sapphirerapids", "+avx,+avx2,+fma,+avx512f,+avx512vl,+avx512bw,+avx512dq,+avx512bf16,+avx512fp16")
 SSE = CpuTarget("x86-64", "+sse2,+sse4.2,-avx,-avx2,-fma,-avx512f")
 
-
-def _body(name: str, target: CpuTarget) -> str:
-    """The LLVM IR of math function ``name``'s body as ``target`` gets it."""
-    module = ir.Module("f")
-    fn = ir.Function(module, ir.FunctionType(F32, [F32]), "f")
-    b = ir.IRBuilder(fn.append_basic_block("entry"))
-    b.ret(math_call(b, name, fn.args[0], target=target))
-    text = str(module)
-    return text[text.index(f'define internal float @"ncc.math.{name}"'):]
 
 
 def test_zen4s_float32_gelu_divides():
@@ -49,7 +38,7 @@ def test_zen4s_float32_gelu_divides():
 
 
 def test_the_divided_form_divides_without_the_compare():
-    divided, estimated = _body("gelu_divided", ZEN4), _body("gelu", ZEN4)
+    divided, estimated = math_function_body("gelu_divided", ZEN4), math_function_body("gelu", ZEN4)
     assert "fdiv arcp" in estimated and "fdiv arcp" not in divided and "fdiv float" in divided
     # the estimate's form selects 0 where x < -5.7 (a vcmpps); the divided form raises 1 + erf to 0 (a vmaxps)
     assert "fcmp olt float %\".1\", 0xc016cccc" in estimated and "0xc016cccc" not in divided
