@@ -2,7 +2,7 @@
 
 Each switch (:data:`SWITCHES`; ``--list-switches`` prints them with the first sentence of each property's docstring,
 where what it does and what it measured are written once) flips one or more ``CpuTarget`` properties (their
-defaults: ``hardware/loop_choices.py``), most of them bf16 decisions (word roundings, row caches, tables), some
+defaults: the ``hardware/loop_choices/`` package), most of them bf16 decisions (word roundings, row caches, tables), some
 float32 ones (``--rows`` names the rows each is meant for). "on" is the host's default; ``--force``: the "on" builds
 with the switch on where the host's default is off; ``--value N``: a number switch's "on" builds with that value
 (``stream-ahead``'s lines ahead; "off" is 0). ``--output-offset N``: each build called on its inputs'

@@ -1,0 +1,134 @@
+"""How a bf16 value is rounded, widened and looked up on a CPU: word-lane and paired roundings, the
+conversion instructions, math tables, the widening of summed words.
+
+Each decision a property, measured where it was made (the numbers and the session in its docstring).
+
+May import: this package's ``base``.
+"""
+
+from __future__ import annotations
+
+from neuroncc.hardware.loop_choices.base import ChoiceBase
+
+
+class Bf16Choices(ChoiceBase):
+    """How a bf16 value is rounded, widened and looked up (a part of
+    :class:`~neuroncc.hardware.loop_choices.LoopChoices`)."""
+
+    __slots__ = ()
+
+    @property
+    def rounds_bf16_in_word_lanes(self) -> bool:
+        """Whether a pair of float32 results is rounded to bf16 and packed in 16-bit lanes (AVX-512 BW's unsigned
+        word compare into a mask, masked word add and two-table word permute: 5 vector instructions per 32
+        results against 9 in 32-bit lanes; ``codegen/llvm/bf16_words.py``). AVX2 has none of the three."""
+        return self.has("avx512bw")
+
+    @property
+    def rounds_bf16_pairs_by_conversion(self) -> bool:
+        """Whether a pair of float32 results rounded in 16-bit lanes (:attr:`rounds_bf16_in_word_lanes`) is rounded by
+        AVX-512 BF16's ``vcvtne2ps2bf16`` and one ``vpermw`` instead, a pair of vectors holding a denormal float32
+        (which the instruction takes as zero) by the 16-bit lanes' rounding (``codegen/llvm/bf16_words.py``): per 32
+        results 5 instructions (two ``vfpclassps`` and a ``kortestw`` among them) where the 16-bit lanes take 7 (two
+        ``vpermt2w``). The same bits. Intel's AVX-512 cores (:meth:`_intel_avx512`; session 32 math32, Granite Rapids
+        class, ``bench_bf16_words.py --switch pair-conversion``, two builds each, interleaved medians of 41 rounds):
+        the kernels of bf16 LayerNorm [8192, 1024] 0.946 / 0.957 of the time at 1 thread (0.966 / 1.023 at 2),
+        softmax [4096, 1024] 0.963 / 0.965 (1.002 / 1.002 at 2), gelu(x*w+b)*sigmoid(x) with its tables 0.973 / 0.983
+        (0.958 / 0.990 at 2); with its polynomials instead (not this CPU's code since its tables) 1.06-1.08 at 1
+        thread in one run of 25 rounds. Other AVX-512 CPUs (Zen 4 has BF16) keep their code: not measured there."""
+        return self.has("avx512bw") and self.has("avx512bf16") and self._intel_avx512()
+
+    @property
+    def rounds_bf16_cast_pairs_by_conversion(self) -> bool:
+        """Whether a pair of casts' roundings to bf16 (not ops' bf16 results: ``scalars.Rounding.op_result``) is rounded
+        by ``vcvtne2ps2bf16`` as :attr:`rounds_bf16_pairs_by_conversion` rounds every pair (``bf16_words.py``: the same
+        bits), on every CPU with AVX-512 BF16. Zen 4 (session 33 norm33, ``bench_bf16_words.py --switch pair-conversion
+        --force``, two builds each, interleaved medians of 25-31 rounds): bf16 LayerNorm [8192, 1024]'s kernel 0.949 /
+        0.949 of the time at 1 thread, 0.948 / 0.986 at 2; bf16 softmax [4096, 1024] 0.980 / 1.011 and 1.020 / 1.004
+        (even); but bf16 gelu(x*w+b)*sigmoid(x), whose words are op results in its polynomial loop, 1.16 / 1.16 at 1
+        thread and 1.13 / 1.13 at 2 (as math32 found on Intel with the polynomials), so op results keep the 16-bit
+        lanes there. (Its tables, :attr:`looks_up_bf16_unary_math`, are 1.17-1.18x slower on Zen 4, whose
+        ``vpgatherdd`` is slow: not taken.) A module holding both kinds of words has both pair functions."""
+        return self.has("avx512bw") and self.has("avx512bf16")
+
+    @property
+    def rounds_bf16_in_word_lanes_with_blends(self) -> bool:
+        """Whether, without AVX-512 BW (``rounds_bf16_in_word_lanes``), a pair of float32 results is rounded to bf16
+        and packed in 16-bit lanes with AVX2's instructions (``codegen/llvm/bf16_words.py``, 8 pairs a call): per pair
+        of vectors the high halves in word order by ``vpsrld`` + ``vpblendw``, the low halves by ``vpslld`` +
+        ``vpblendw``, the parity or'ed into the low half, the carry by ``vpmaxuw`` + ``vpcmpeqw``, a ``vpsubw``: 9
+        vector instructions and 2 shifts where the 32-bit rounding takes 10 and 3. The same bits. Taken for casts'
+        roundings without the NaN case (bf16 LayerNorm's and softmax's outputs). Zen 3 (session 25 round25,
+        ``bench_bf16_words.py --switch blended-lanes``, two builds each, 61-301 interleaved rounds): bf16 LayerNorm
+        [8192, 1024]'s kernel 0.981 of the time at 1 thread (0.976-0.997, ten A/Bs) and 0.986 at 2 (0.978-1.009, nine),
+        bf16 softmax [4096, 1024] 0.993 at both (0.984-0.998); on bf16 row (a)'s op result (its gelu*sigmoid) 1.006
+        at 1 thread and 1.007 at 2: not taken there. AVX-512 keeps its code (not measured there)."""
+        return self.has("avx2") and not self.has("avx512f")
+
+    @property
+    def rounds_bf16_op_results_without_nan_case(self) -> bool:
+        """Whether an op with a bf16 result (eager's bf16 ops round after each op) drops its rounding's NaN case
+        where its NaNs are already quiet with zero low halves (``codegen/llvm/nan_payloads.py``), as a cast to
+        bf16 does everywhere. With AVX-512's 32 vector registers: bf16 gelu(x*w+b)*sigmoid(x)'s loop (Zen 4, its
+        five roundings' cases gone) 0.87-0.88 of the time at 1 and 2 threads (session 18). With AVX2 (Zen 3, 16
+        registers) the case is a compare and a blend on the two FMA pipes and an or per rounding: the same loop
+        992 -> 873 instructions per 64 elements, 196 -> 157 stack accesses; its kernel 0.833-0.836 of the time at 1
+        and 2 threads (session 24 bf16a24, ``bench_bf16_words.py --switch op-results --force``, two builds each,
+        interleaved medians of 41; sessions 11 and 13 had measured the arithmetic ops' alone 2-5% slower, on code
+        since changed: its loops now run four vectors interleaved). Other CPUs (no AVX2) keep the case: not
+        measured."""
+        return self.has("avx512f") or self.has("avx2")
+
+    @property
+    def looks_up_bf16_library_math(self) -> bool:
+        """Whether a unary op of a bf16 value with a bf16 result that the C library computes (sin, cos, tan, atan,
+        expm1, log1p: ``mathlib.LIBM``, one scalar call per lane on every CPU) reads its result from a table as
+        :attr:`looks_up_bf16_unary_math`'s ops do (``codegen/llvm/bf16_tables.py``: the same bits). Zen 3, bf16
+        [4096, 1024] (session 25 lead): sin 1.41 / 0.71 ms at 1 / 2 threads against 35.9 / 18.0 with the calls
+        (eager 4.26 / 2.11), cos, expm1, log1p and atan alike: 0.023-0.044 of the time; per element 0.28 ns
+        against 3.0 (sin) and 9.3 (expm1) on normal inputs, 0.6 against 3.7 and 4.8 with the table out of L1
+        (``bench_math_interleave.py --lookup sin,expm1``). Every CPU: the calls it replaces are as scalar with
+        AVX-512 (not measured there), and a table read is a load."""
+        return True
+
+    @property
+    def looks_up_bf16_unary_math(self) -> bool:
+        """Whether a unary polynomial op of a bf16 value with a bf16 result (gelu, sigmoid, exp, ...) reads its
+        result from a 65536-entry table of its rounded results (``codegen/llvm/bf16_tables.py``: the same bits)
+        instead of computing it. On Zen 3 (AVX2, session 25 table25), 1 thread: a table read by the lanes' scalar
+        loads that LLVM's vectorizer makes 0.28-0.34 ns an element against gelu's polynomial and rounding 0.68-0.71
+        and sigmoid's 0.57-0.62 on normal bf16 inputs (0.41-0.55 of the time; AVX2's ``vpgatherdd`` 0.48-0.52), and
+        bf16 gelu(x*w+b) * sigmoid(x) [4096, 1024] 0.504-0.506 of its kernel's time at 1 thread, 0.512-0.525 at 2
+        with the entries read as 32-bit words' high halves (0.53-0.60 with 16-bit reads; ``bench_bf16_words.py
+        --switch tables``, ``bench_math_interleave.py --lookup``). Uniform random bit patterns
+        (every exponent: the 128 KiB table out of L1) make sigmoid's read 0.99-1.11x its polynomial. Intel's AVX-512
+        cores (:meth:`_intel_avx512`; session 32 math32, Granite Rapids class, ``bench_bf16_words.py --switch tables
+        --force --rows a16``, two builds each, interleaved medians of 21 rounds, the same bits): bf16 row (a)'s kernel
+        0.468 / 0.476 of the time at 1 thread, 0.468 / 0.452 at 2 (4.02 -> 1.88 ms at 1 thread, 2.43 -> 1.14 at 2).
+        Other AVX-512 CPUs (Zen 4) keep their code: not measured there; so do CPUs without AVX2."""
+        return (self.has("avx2") and not self.has("avx512f")) or self._intel_avx512()
+
+    @property
+    def reads_bf16_tables_by_lane_pairs(self) -> bool:
+        """Whether a bf16 table read (``codegen/llvm/bf16_tables.py``) of a computed operand (gelu(x*w+b): x*w+b, not
+        a word the loop loads) takes its indices out of the vector two lanes at a time: a vector variant of the
+        read (``vector_variants.py``) moves each 64-bit pair of lanes to a general register (``vmovq``/``vpextrq``)
+        and makes the two byte offsets by integer shifts (``bextr``/``shr``), where LLVM's per-lane form takes a
+        ``vpextrw`` (2 uops on the vector pipes) per lane. The same bits. Zen 3 (session 26 a16idx26,
+        ``bench_bf16_words.py --switch lane-pairs --rows a16``, two builds each, interleaved medians of 41 and 61
+        rounds): bf16 row (a)'s kernel 0.971-0.984 of the time at 1 thread and 0.974-0.979 at 2 (132 -> 142
+        instructions per 16 elements, 16 fewer 2-uop extracts on the vector pipes). A table read of a loaded word
+        (sigmoid(x)) keeps LLVM's form, whose indices are scalar loads of x (the pairs form there: 1.08 slower).
+        AVX2 only: AVX-512 keeps its code (not measured there)."""
+        return self.has("avx2") and not self.has("avx512f")
+
+    @property
+    def widens_summed_bf16_by_multiplication(self) -> bool:
+        """Whether the even halves of bf16 words a mean's or a variance's float sum widens (bf16 LayerNorm's mean and
+        deviation passes) are widened by ``vpmulld`` by 65536 instead of ``vpslld`` by 16 (``codegen/llvm/widening.py``:
+        the same bits). Zen 4 issues a 512-bit shift to the pipes that run ``vaddps``, which those loops are bound by,
+        and ``vpmulld`` beside them (microbenchmarks, session 34 bfln34: 12 ``vaddps`` and 12 ``vpslld`` in 23 cycles,
+        12
+        ``vaddps`` and 12 ``vpmulld`` in 12; the kernel's mean loop 26 -> 18 ns a row of 1024 on L1 data, its deviation
+        loop 44 -> 37). AVX2 CPUs and Intel's AVX-512 cores keep the shift (not measured there)."""
+        return self.has("avx512f") and not self._intel_avx512()

@@ -1,0 +1,91 @@
+"""How the polynomial math functions are evaluated on a CPU: exp's scaling in one step, gelu's erf halved or
+divided, split and interleaved math loops.
+
+Each decision a property, measured where it was made (the numbers and the session in its docstring).
+
+May import: this package's ``base``.
+"""
+
+from __future__ import annotations
+
+from neuroncc.hardware.loop_choices.base import ChoiceBase
+
+
+class PolynomialChoices(ChoiceBase):
+    """How the polynomial math functions are evaluated (a part of
+    :class:`~neuroncc.hardware.loop_choices.LoopChoices`)."""
+
+    __slots__ = ()
+
+    @property
+    def scales_one_plus_exp_in_one_step(self) -> bool:
+        """Whether sigmoid's and gelu_tanh's e**w (w clamped to [-86, 88.8], ``mathlib.ONE_PLUS_EXP_FLOOR``) and tanh's
+        e**2|x| (2|x| in [0, 20]) are scaled by 2**n in one product (``mathlib._exp_in_one_step``: the polynomial times
+        2, exactly, then one product with 2**(n - 1), always a normal float there) instead of two (``mathlib._scale``),
+        and sigmoid's -x is folded into its constants (no 0 - x): the same bits for every input, 8 vector instructions
+        fewer per 8 sigmoids and a shorter chain. Without AVX-512, whose one vscalefps scales by any n (its code is
+        unchanged). Zen 3 (session 26 polya26; an exhaustive check of all 2**32 inputs: the same bits): float32
+        gelu(x*w+b)*sigmoid(x) [4096, 1024]'s kernel 0.943-0.951 of the time at 1 thread and 0.931-0.956 at 2
+        (``bench_bf16_words.py --switch one-step-exp --rows a``, two builds each, interleaved medians of 41-61 rounds,
+        three runs); the roofline's microkernels (L1-resident) sigmoid 0.725-0.744, gelu_tanh 0.795, tanh 0.948-0.950 of
+        the time (tanh's too: all 2**32 inputs give the same bits)."""
+        return self.has("avx2") and not self.has("avx512f")
+
+    @property
+    def halves_gelu_in_its_erf(self) -> bool:
+        """Whether gelu(x) = (x/2)(1 + erf(x/sqrt 2)) is computed as x (1/2 + erf/2) (``mathlib._gelu``), erf/2 by its
+        rational function's numerator coefficients halved: one product per vector fewer and one constant less in
+        the loop's registers. The same bits for every input: halving is exact at every step where the values are
+        normal; where x/2 is not (|x| < 2**-125) erf(x/sqrt 2) is far below 1's ulp, so 1 + erf is 1 and 1/2 + erf/2
+        is 1/2, and x * 1/2 rounds as x/2 did (an exhaustive check of all 2**32 inputs: the same bits). Without
+        AVX-512 (its code is unchanged: not measured there). Zen 3 (session 26 polya26, ``bench_bf16_words.py --switch
+        gelu-half --rows a``, two builds each, interleaved medians of 41-61 rounds): float32 gelu(x*w+b)*sigmoid(x)
+        [4096, 1024]'s kernel 0.975-1.004 of the time at 1 thread and 0.971-0.996 at 2 in four runs,
+        0.968-0.978 / 0.967-0.983 in two with its gelu in a loop of its own (``splits_polynomial_math_loops``); the
+        gelu microkernel alone (L1-resident) 1.005-1.049: a small gain, kept for the kernel."""
+        return self.has("avx2") and not self.has("avx512f")
+
+    @property
+    def divides_gelu_erf_ratio(self) -> bool:
+        """Whether a float32 gelu (erf form) evaluates ``mathlib._gelu_divided`` (``elementwise.gelu_function``): its
+        erf's numerator divided by its denominator with the divide instruction (correctly rounded) instead of the
+        reciprocal estimate and a Newton step (``mathlib.RECIP``), 1/2 + erf/2 raised to +0 by a max instead of the
+        compare and select below -5.7, the 1/sqrt 2 folded into erf's coefficients. Zen 4's two FMA pipes run the
+        estimate, its product and two FMAs in 4 cycles per 512-bit vector, a division in 2 (its divider's 6 beside
+        them), a compare and a product in 1 each, a max on the add pipes in none of theirs: row (a)'s loop 66 -> 56
+        cycles of the FMA pipes per 32 elements, 130 -> 106 vector instructions. Results within 2**-21 |x| of the
+        estimate's form, as close to erf's gelu (1.48e-6 at most on [-8, 8], the mean error 1% more); -0 and NaN in
+        the far negative tail as PyTorch's. Zen 4 (session 34 poly34, ``bench_bf16_words.py --switch erf-division
+        --rows a``, two builds each, interleaved medians of 41 rounds, two runs): float32 gelu(x*w+b)*sigmoid(x)
+        [4096, 1024]'s kernel 0.90-0.91 of the time at 1 thread, 0.91-0.93 at 2 (without the fold 0.93-0.94 /
+        0.92-0.96). bf16 gelu keeps the estimate: its loop of four 16-lane chains (pairs) spilled more with the
+        division, 1.05-1.06
+        of the time at 1 thread in three runs, 0.98-0.99 at 2; erf halved alone there 0.99-1.07 at 1 thread and
+        0.96-1.07 at 2. Intel's AVX-512 cores (not measured) and AVX2 (its division of a 256-bit vector not measured
+        against the estimate) keep the estimate."""
+        return self.has("avx512f") and not self._intel_avx512()
+
+    @property
+    def splits_polynomial_math_loops(self) -> bool:
+        """Whether a map stage whose elements evaluate two independent polynomials (gelu(x*w+b)*sigmoid(x)) computes
+        all but the last of them by loops of their own over the row into L1 buffers, then its own loop loads them
+        (``map_stages.MapStages._split_math``): the same operations (the same bits) in loops whose constants and
+        four interleaved chains fit AVX2's 16 registers better. Without AVX-512 (its code is unchanged: not measured
+        there). Zen 3 (session 26 polya26, ``bench_bf16_words.py --switch split-math --rows a``, two builds each,
+        interleaved medians of 61 rounds, two runs): float32 gelu(x*w+b)*sigmoid(x) [4096, 1024]'s kernel (gelu's loop
+        first, then sigmoid's with the product) 0.944-0.948 of the time at 1 thread and 0.932-0.940 at 2; the loop with
+        sigmoid first measured alike (0.959 / 0.954 in an exploratory run against 0.941 / 0.970)."""
+        return self.has("avx2") and not self.has("avx512f")
+
+    @property
+    def polynomial_interleave(self) -> int:
+        """Vector iterations a loop computing polynomial math runs side by side (``loop_hints.py``): 4 with AVX2,
+        2 with AVX-512, the same 32 float lanes in flight (Zen 4 runs a 512-bit op as two 256-bit halves).
+        On Zen 4, 2 against 4, three interleaved A/B runs: cross-entropy fwd+bwd 0.95-0.99 at 1 and 2 threads,
+        softmax on L2-resident rows 0.97-0.99 at 1 thread, the memory-bound rows within the noise (0.95-1.07);
+        8 was 1.09x slower (session 19 softmax1t, ``benchmarks/bench_math_interleave.py``). On Zen 3 (AVX2), two
+        runs against 4 (session 20 expavx2): 2 slower on softmax and gelu (softmax [4096, 1024] 1.07-1.32,
+        gelu*sigmoid 1.09-1.14, L2-resident softmax 1.07-1.09; cross-entropy 0.98-0.99), 8 slower on
+        gelu*sigmoid (1.04-1.06) and on softmax [4096, 1024] at 1 thread (1.05-1.09), faster on L2-resident
+        softmax at 1 thread only (0.93-0.96; 0.90 and 1.05 at 2), cross-entropy even (0.98-1.01): 4 stays."""
+        return 2 if self.has("avx512f") else 4

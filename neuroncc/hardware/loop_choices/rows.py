@@ -1,0 +1,285 @@
+"""How a softmax-like or norm-like row loop is shaped on a CPU: which rows it keeps widened or cached, where its
+delayed write and its next row's prefetches go, how its NaNs are found, where its write buffers sit, its bursts.
+
+Each decision a property, measured where it was made (the numbers and the session in its docstring).
+
+May import: this package's ``base``.
+"""
+
+from __future__ import annotations
+
+from neuroncc.hardware.loop_choices.base import ChoiceBase
+
+
+class RowLoopChoices(ChoiceBase):
+    """How a softmax-like or norm-like row loop is shaped (a part of
+    :class:`~neuroncc.hardware.loop_choices.LoopChoices`)."""
+
+    __slots__ = ()
+
+    @property
+    def caches_widened_bf16_rows(self) -> bool:
+        """Whether a row loop that reduces a bf16 row widened to float32 and reads it again in later passes
+        (bf16 LayerNorm: the mean, variance and write passes) keeps the widened row in a float32 row cache that
+        its first pass fills (``refine.widened_row_cache``): the later passes load float32 from L1 instead of
+        widening each word again (a shift and an and per 32 elements per pass). With AVX-512 the first pass's
+        two stores per 32 elements stay in its one loop (``stages.SUM_IN_LOOP_MIN_REGISTERS``); AVX2's code is
+        left as it was (its row-cached sums are added in a loop of their own)."""
+        return self.has("avx512f")
+
+    @property
+    def widens_bf16_rows_again_in_the_exp_pass(self) -> bool:
+        """Whether a softmax-like row loop over a bf16 row (its exp pass carrying the previous row's delayed write:
+        ``delayed_writes.py``) widens the row's words again in its exp pass instead of keeping the row its max pass
+        widened in a float32 row cache (:attr:`caches_widened_bf16_rows`, which bf16 LayerNorm keeps). The same
+        values, so the same bits. Zen 4 stores 256 bits a cycle: the max pass's two 512-bit stores of the widened
+        row per 32 elements bound it once its NaN flag is gone (:attr:`finds_bf16_row_nans_by_the_sum`), and the exp
+        loop takes the shift and the and per 32 elements (and one load instead of two) for less. Alone each of the
+        two is within noise, together they are faster (session 34 bfsoft34, bf16 softmax [4096, 1024]'s kernel:
+        the numbers in :attr:`finds_bf16_row_nans_by_the_sum`; this alone 0.987-1.008 of the time at 1 thread,
+        0.984-0.996 at 2, ``bench_bf16_words.py --switch widen-again``, two builds each, 41 rounds). Every AVX-512 CPU
+        but Intel's (:meth:`_intel_avx512`: not
+        measured there); AVX2 keeps the row its exp pass reads widened (:attr:`caches_widened_bf16_rows_for_exp`)."""
+        return self.has("avx512f") and not self._intel_avx512()
+
+    @property
+    def finds_bf16_row_nans_by_the_sum(self) -> bool:
+        """Whether a softmax-like row loop whose max pass reduces a bf16 row widened to float32 (bf16 softmax) finds
+        its rows' NaNs by the sum as :attr:`finds_row_nans_by_the_sum` (AVX2's) does for every such loop, a NaN sum's
+        row rerunning its max pass (:attr:`reruns_the_exp_pass_only_for_another_max`): the max loop 32 -> 16 vector
+        instructions per 64 elements on Zen 4 with :attr:`widens_bf16_rows_again_in_the_exp_pass`. The same bits. Zen 4
+        (session 34 bfsoft34, bf16
+        softmax [4096, 1024]'s kernel with :attr:`widens_bf16_rows_again_in_the_exp_pass`, ``bench_bf16_words.py
+        --switch widen-again-nans``, two builds each, interleaved medians of 41-61 rounds, the same bits): 1 thread
+        0.927 / 0.928, 0.876 / 0.873, 0.954 / 0.963, 0.964 / 0.961, 0.959 / 0.959 of the time, 2 threads 0.923 /
+        0.917, 0.943 / 0.938, 0.919 / 0.919 (0.952 / 0.993 in a fourth); on outputs held 0 or 64 past a page 0.90-0.96
+        at 1 thread (one build of six 1.06), 0.88-0.96 at 2; the price is a wholly -inf row's max pass
+        run twice (a fully masked attention row): every row -inf 1.09 / 1.11 at 1 thread and 1.10 / 1.12 at 2, half
+        of them 1.03. This alone (the widened row still stored) 0.989 / 0.997 of the time at 1 thread. Float32
+        softmax keeps its flag on Zen 4 (session 33 soft33 read finding its NaNs by the sum 0.96 and 1.07 in two
+        processes). Every AVX-512 CPU but Intel's (:meth:`_intel_avx512`: not measured there)."""
+        return self.finds_row_nans_by_the_sum or (self.has("avx512f") and not self._intel_avx512())
+
+    @property
+    def caches_widened_bf16_rows_for_exp(self) -> bool:
+        """Whether a softmax-like row loop (its exp pass carries the next row's prefetches and the previous row's
+        delayed write: ``prefetch.carrier_stage``, ``delayed_writes.py``) keeps the bf16 row its max pass reduced
+        widened to float32 for the exp pass (``refine.widened_row_cache``'s ``read_by``), where
+        ``caches_widened_bf16_rows`` (AVX-512) does not keep every such row already. Zen 3 (AVX2): the exp loop no
+        longer spills the words it widens (183 -> 179 instructions per 64 elements, 11 -> 6 stack accesses), the
+        max pass stores two vectors per word; bf16 softmax [4096, 1024] 0.982-0.986 of the time at 1 thread and
+        0.976-0.987 at 2, the same bits (session 25 softmax25, ``bench_bf16_words.py --switch widened-rows-exp``).
+        Loops without a transcendental (bf16 LayerNorm: session 20 read the cache mixed on AVX2) widen again."""
+        return self.has("avx2") and not self.has("avx512f")
+
+    @property
+    def writes_delayed_group_before_the_exponentials(self) -> bool:
+        """Whether each group of a softmax-like row pass (``prefetch.spread_loop``: the next row's prefetches, the
+        group's exponentials) writes its share of the previous row (``delayed_writes.py``) before the exponentials
+        rather than after them: the sum's loop then follows a row's last exponentials directly. Zen 3 (AVX2), ten
+        one-process A/Bs of 61-151 rounds (session 25 softmax25): float32 softmax [4096, 1024] medians 0.980 of
+        the time at 1 thread (0.954-1.019) and 0.986 at 2 (0.963-1.056); bf16 0.918-0.977 and 0.945-0.980 in four
+        (``bench_bf16_words.py --switch write-first``); the same bits. AVX-512: not measured, as before."""
+        return self.has("avx2") and not self.has("avx512f")
+
+    @property
+    def writes_delayed_elements_in_the_exp_loop(self) -> bool:
+        """Whether a softmax-like row pass writes the previous row's float32 outputs (``delayed_writes.py``) in its
+        exp loop, each block of one vector iteration's elements (32 with AVX2) stored with non-temporal stores
+        beside the block's exponentials, instead of a loop of its own before or after each group's: the write's
+        loads, multiplies and stores ride in the FMA-bound exp loop's iterations (its idle load and store ports)
+        instead of a loop between its groups. Zen 3 (AVX2), float32 softmax [4096, 1024]'s row through
+        ``bench_bf16_words.py --switch exp-loop-write``, two builds each, the same bits (session 26 softmax26):
+        1 thread 0.947 / 0.960 (41 rounds), 0.960 / 0.963 and 0.942 / 0.948 (101); 2 threads 0.951 / 0.959,
+        0.962 / 0.966 and 0.953 / 0.945. Other shapes (a one-off, 61 rounds, 1 thread): [8192, 1024] 0.95, [4096,
+        512] 0.95, [4096, 768] 0.92, [2048, 2048] 0.90-0.97, [1024, 4096] 1.01; [4096, 1024] 0.93-0.97 in 11 of 13
+        processes and 1.06 in 2 (a placement of the process's buffers not pinned down: the input's offset in its
+        page alone did not reproduce it); rows of one group (256) 0.98-1.05, so ``prefetch.spread_loop`` leaves
+        those as they were. bf16 outputs (words in pairs, built: 1.04 at 1 and 2 threads) keep their write loops.
+        Zen 4 (AVX-512 without FP16; session 33 soft33): the row's sum stays in the exp loop there, carried in vector
+        lanes through the blocks in the group loop's own order (``reductions.LaneSums``: the same bits, NaN payloads
+        too); the loop 32 elements an iteration with no stack access, 4 more instructions than the exp loop for the
+        write's 2 ``vmulps`` and 2 ``vmovntps``. Float32 softmax [4096, 1024] (``bench_bf16_words.py --switch
+        exp-loop-write``, two builds each, interleaved medians of 61 rounds): 1 thread 0.913 / 0.929, 0.971 /
+        0.970, 0.972 / 0.955, 0.962 / 0.950, 0.930 / 0.926, 0.954 / 0.948 of the time (six runs); 2 threads 0.910 /
+        0.950, 0.975 / 1.015 (a disturbed run: 2.2 ms), 0.976 / 0.970, 0.930 / 0.938. Intel's AVX-512 cores
+        (:meth:`_intel_avx512`) keep their code: not measured there."""
+        return self.has("avx2") and not self._intel_avx512()
+
+    @property
+    def prefetches_the_next_row_into_l2_in_the_exp_pass(self) -> bool:
+        """Whether a float32 softmax-like row pass (its exp loop carries the row loop's prefetches of the next row:
+        ``prefetch.carrier_stage``, ``MEMORY_BURST_LINES`` lines before each group of its elements,
+        ``prefetch.spread_loop``) prefetches them with ``prefetcht2`` (locality 1) instead of ``prefetcht0`` (3): into
+        the L2, leaving the L1's miss buffers to the loop's non-temporal stores of the previous row (the delayed
+        write). The same instructions otherwise, the same bits. Zen 4 (AVX-512 without FP16; session 34 soft34,
+        float32 softmax [4096, 1024]'s kernel, two builds each on one shared input and output, every timed call after
+        a call on other buffers, the fastest and the slowest of 16 input/output pairs, interleaved medians of 41-61
+        rounds): ``prefetcht2`` 0.91-1.01 of the time on the fastest pair and 0.72-0.85 on the slowest at 1 thread
+        (seven runs), 0.90-1.01 / 0.70-1.07 at 2 (ten runs); ``bench_bf16_words.py --switch next-row-l2`` (fresh
+        outputs, the input partly in L3 from the call before) 0.98 at 1 thread, 1.03-1.04 at 2. No prefetches at all:
+        0.85-0.95 / 0.69-0.75 at 1 thread, but 0.89-1.11 / 0.69-1.19 at 2 (ten runs); ``prefetchnta`` 0.97-1.00,
+        ``prefetcht1`` 1.10, two rows ahead 0.99-1.01, ``prefetcht2`` two rows ahead 0.97-1.05 / 0.83-0.84 at 1
+        thread. bf16 rows (not measured) and AVX2 and Intel's AVX-512 cores (:meth:`_intel_avx512`) keep
+        ``prefetcht0``."""
+        return self.has("avx512f") and not self._intel_avx512()
+
+    @property
+    def finds_row_nans_by_the_sum(self) -> bool:
+        """Whether a softmax-like row loop (a float max pass, then the sum of row-cached exponentials that carries the
+        previous row's delayed write) takes its max without the magnitude bits that flag a NaN (two integer
+        instructions per vector beside the vmaxps) and runs the row's max and exp passes once more, as before, where
+        its sum is NaN (``codegen/llvm/nan_rows.py``): a NaN in the row makes the sum NaN. The same bits. Zen 3 (session
+        27
+        softmax27; two builds each, interleaved medians of 61 rounds): float32 softmax [4096, 1024] 0.950 / 0.949 of
+        the time at 1 thread, 0.952 / 0.960 at 2, bf16 0.975 / 0.977 and 0.965 / 0.966 (``bench_bf16_words.py
+        --switch nans-by-sum``); the kernel step (``variant_ab.py``) 0.965 (float32) and 0.956 (L3-resident [256,
+        1024] x16) at 1 thread, 0.967 / 0.976 at 2. The max loop is 7 instructions per 32 elements instead of 19.
+        The price was a row that is wholly -inf (a fully masked attention row: its sum is NaN): it ran both passes
+        twice, ~2.4x a plain row's time (the lead, separate processes: [4096, 1024] all rows masked 3.45-3.50 ms
+        against the old code's 1.88-2.02 at 1 thread, 1.73-1.95 against 1.10-1.16 at 2; half of them masked
+        2.75-2.86 / 1.42-1.63), the old code's time the same for any row; since session 28 it runs its max pass
+        again but not its exp pass (``reruns_the_exp_pass_only_for_another_max``: ~1.2x). AVX2 only (AVX-512 keeps
+        its code: not measured there)."""
+        return self.has("avx2") and not self.has("avx512f")
+
+    @property
+    def reruns_the_exp_pass_only_for_another_max(self) -> bool:
+        """Whether a row whose sum is NaN (``finds_row_nans_by_the_sum``) runs only its max pass again, with the NaN
+        flag, and its exp pass again only where that max differs in bits from the flagless one (a NaN in the row
+        the flagless max did not take; ``nan_rows.redo_nan_row``) instead of both passes again. A row whose sum is
+        NaN without a NaN in it (wholly -inf: a fully masked attention row; +inf in it) has the same max both ways,
+        so the same exponentials and sum. The same bits. Zen 3 (session 28 softmax28, ``bench_bf16_words.py --switch
+        max-rerun --masked F``, two builds each, interleaved medians of 25 rounds): [4096, 1024] with every row -inf
+        0.613 / 0.615 of the time at 1 thread (float32; bf16 0.619 / 0.618), 0.622 / 0.624 at 2 (bf16 0.609 /
+        0.614); half of the rows -inf 0.742 / 0.743 and 0.724 / 0.730 (bf16 0.745-0.763); no row masked 0.98-1.02
+        (the builds' spread). A wholly -inf row now costs ~1.2x a plain row (1.93 against 1.61 ms at 1 thread). The
+        price: the changed cold path moved LLVM's register allocation of the fused exp loop (the same 98
+        instructions, 8 broadcasts instead of 9-10, one scale's vpslld late), 4.5% slower alone on L1-resident data,
+        so plain float32 rows at 1 thread 1.006-1.018 of the time (three runs of 61 rounds; off 2 0.996-1.002), at
+        2 threads 0.995-0.999; bf16 0.994-1.023 (noise). No nesting of the branch tried gave the former loop back.
+        Off: the former code (its IR hash a08679d2b3be2f42). Zen 4's bf16 rows
+        (:attr:`finds_bf16_row_nans_by_the_sum`) take it too (not measured apart there)."""
+        return self.finds_row_nans_by_the_sum or self.finds_bf16_row_nans_by_the_sum
+
+    @property
+    def caches_variance_deviations(self) -> bool:
+        """Whether a variance's deviation pass over a widened bf16 row stores x - mean into a float32 row cache that a
+        later stage's x - mean (bf16 LayerNorm's write pass) loads (``refine.deviation_row_cache``) instead of
+        widening x and subtracting again: the write loop 20 -> 16 vector instructions per 16 elements (llvm-mca 7.3 ->
+        5.4 cycles) for 8 stores per 64 in the deviation loop. Zen 3, bf16 LayerNorm [8192, 1024]'s kernel 0.852-0.854
+        of the time at 1 thread, 0.904-0.907 at 2 (session 25 bf16ln25). Zen 4 (AVX-512 without FP16: not
+        :meth:`_intel_avx512`) takes it with :attr:`means_a_row_early` and :attr:`places_write_buffers_past_the_output`
+        (session 33 norm33, scratch A/B of bf16 LayerNorm [8192, 1024]'s kernel, two builds each, interleaved medians
+        of 31 rounds, the same bits): the three together 0.87-0.88 of the time at 1 thread and 0.87-0.90 at 2 on fresh
+        outputs, 0.60-0.67 / 0.65-0.91 on held outputs 0 and 64 bytes past a page (where the widened row cache's loads
+        were 4K-aliased with the queued stores); the deviations alone 0.99-1.01; with
+        :attr:`rounds_bf16_cast_pairs_by_conversion` against main's code 0.76-0.87 (three runs, 41-61 rounds). Intel's
+        AVX-512 cores keep their code (not measured there)."""
+        return self.has("avx2") and not self._intel_avx512()
+
+    @property
+    def places_write_buffers_past_the_output(self) -> bool:
+        """Whether a row loop whose write pass streams its output rows and loads the variance's cached deviations
+        (``caches_variance_deviations``: bf16 LayerNorm) places the float32 stack buffers that write loop reads (the
+        deviations, the widened weight and bias) at run time, 1 KiB past the output row modulo 2 KiB
+        (``row_buffers.write_buffer_shift``), instead of where the stack frame puts them (0 and 4032 past a 4 KiB
+        boundary). The write loop's loads are checked against its non-temporal stores, which wait in the store
+        queue for a write-combining buffer, by their low 12 bits (4K aliasing): a load 32 to ~300 bytes past a
+        queued store waits for it. With the frame's placement that was every output starting 0-300 bytes past a
+        2 KiB boundary or 32 before one (the ``neuron`` device's large blocks start on a page, torch's first large
+        tensors 64 past one, heap blocks anywhere). Zen 3, bf16 LayerNorm [8192, 1024]'s kernel on an output at a
+        chosen offset (session 26 bf16ln26, ``bench_bf16_words.py --switch write-buffers --output-offset``, two
+        builds each, 61 interleaved rounds): 0 past a 4 KiB boundary 0.80-0.87 of the time at 1 thread and
+        0.81-0.90 at 2, 64 past 0.82-0.87 and 0.85, 128 past 0.92 and 0.87, 2016 past 0.70 (1 thread), 2048 past
+        0.81; at 448, 896, 1088 and 1280 past and on the benchmarks' heap outputs 0.98-1.02 (the builds' spread);
+        the same bits. Zen 4: with :attr:`caches_variance_deviations` (its numbers); Intel's AVX-512 cores keep
+        their code (not measured there)."""
+        return self.has("avx2") and not self._intel_avx512()
+
+    @property
+    def places_delayed_word_write_buffers_past_the_output(self) -> bool:
+        """Whether a softmax-like row loop whose delayed write (``delayed_writes.py``) rounds its outputs to bf16
+        words in a loop of its own places its row caches (the two copies of the exponentials that write loop loads,
+        and the widened row) at run time 1 KiB past the output rows modulo 2 KiB, as
+        ``places_write_buffers_past_the_output`` does for bf16 LayerNorm (``row_buffers.write_buffer_shift``),
+        instead of on a 4 KiB boundary: the write loop's loads of the exponentials were 4K-aliased with its own
+        queued non-temporal stores wherever the output rows started a little past a 2 KiB boundary, where torch's
+        large fresh tensors often land (64-256 past one, with glibc's defaults as with the benchmarks' settings).
+        Zen 3, bf16 softmax [4096, 1024]'s kernel into an output at a chosen offset past a 4 KiB boundary
+        (``bench_bf16_words.py --switch word-write-buffers --output-offset``, two builds each, 41 interleaved rounds;
+        session 29 bf16sm29): 64 past 0.94 of the time at 1 and 2 threads, 2112 past 0.95 (1 thread), 2176 past
+        0.96 / 0.975 (1 / 2 threads); 0, 128, 512 and 1088 past and heap outputs 0.97-1.01 (the builds' spread).
+        The same loops and bits. AVX-512 not measured: its code is left as it was."""
+        return self.has("avx2") and not self.has("avx512f")
+
+    @property
+    def places_write_buffers_past_partial_period_rows(self) -> bool:
+        """Whether ``places_write_buffers_past_the_output`` also places the write loop's buffers where the output rows
+        are not whole 2 KiB periods but whole 512 or 1024 bytes (bf16 rows of 768, 1280, 1536, 2560 columns): those
+        rows start at offsets that step through the multiples of that period modulo 4 KiB, so no one place is 1 KiB
+        from all of them; the buffers start ``period / 2 - 128`` bytes past every output row modulo the period
+        (``row_buffers.write_buffer_shift``), between the ~330-byte aliasing window (a load 32 to ~300 bytes past a
+        queued store) of one row and the next. Zen 3 (session 27 bf16ln27, 41 interleaved rounds, the kernel
+        called on outputs at a chosen offset past a 4 KiB boundary): bf16 LayerNorm [8192, 768]'s kernel at 1
+        thread 0, 64, 512 and 1536 past 0.925-0.953 of the time, 896 past 0.995 (placed 256 / 384 past the rows
+        modulo 512: 0.94-1.00 / 0.98-1.04); [4096, 1536]'s 0, 64, 1024 and 2048 past 0.89-0.91, 3008 past 1.003;
+        ``bench_bf16_words.py --switch partial-rows --rows c16h``: 0.90-0.95 at 1 thread on outputs 0, 64 and 1536
+        past, 0.95-0.97 at 2 threads on 0 past, 0.92 / 0.98 at 2 / 1 threads on heap outputs. The same bits.
+        AVX-512 (no cached deviations) not measured: left as it was."""
+        return self.has("avx2") and not self.has("avx512f")
+
+    @property
+    def means_a_row_early(self) -> bool:
+        """Whether a row loop whose first stage is a variance over a widened bf16 row computing its own mean (bf16
+        LayerNorm as torch.compile hands it over: ``stages.SharedMean``) runs each row's deviation pass, the next
+        row's mean pass, then the row's write pass, so that one row's reductions (horizontal sums, rsqrt: ~80 ns a
+        row, session 23) overlap the other row's loops; its prefetches go two rows ahead
+        (``emit.EARLY_MEAN_PREFETCH_ROWS``). The same bits. Zen 3, bf16 LayerNorm [8192, 1024]'s kernel: 0.946-0.950
+        of the time at 1 and 2 threads (session 25 bf16ln25); float32 LayerNorm (memory-bound) 1.10: not taken.
+        Zen 4: with :attr:`caches_variance_deviations` (its numbers), without which it does not apply; Intel's AVX-512
+        cores keep their code (not measured there)."""
+        return self.has("avx2") and not self._intel_avx512()
+
+    @property
+    def sums_paired_row_caches_apart(self) -> bool:
+        """Whether a float sum of row-cached terms computed by a loop over bf16 element pairs (bf16 softmax's
+        exp(x - max)) adds them in a loop of its own, as float32 loops do with fewer than
+        ``stages.SUM_IN_LOOP_MIN_REGISTERS`` registers (AVX2; ``stages._Reducer._sums_row_cache_apart``). On Zen 3
+        the paired exp loop ran eight chains of exp (interleave 4, two halves each) and four partial sums in 16
+        registers: 230 -> 184 instructions per 64 elements without the sums (fewer spills), bf16 softmax
+        [4096, 1024] 0.972-0.987 of the time at 1 thread and 0.973-0.993 at 2 (three one-process A/Bs, session
+        20 bf16avx2). AVX-512 never sums apart (32 registers)."""
+        return not self.has("avx512f")
+
+    @property
+    def bursts_before_each_row_pass(self) -> bool:
+        """Whether a cheap row loop's prefetches of the next row (``prefetch.row_bursts``) go out in a burst before
+        each of its passes over the row, a variance's own mean pass counted apart from its deviations' pass
+        (``stages.passes_over_row``), rather than one burst per stage. torch.compile hands float32 LayerNorm over
+        as a var and then a mean of x: one stage of two passes (the variance stores the mean, ``stages.SharedMean``),
+        so its 64-line rows went out in two bursts of 32, before the mean and the write passes, where a mean
+        before the var (the hand-built graphs of earlier sessions) gives three stages and bursts of 22/22/20. Now
+        torch's form gets those three too. Zen 3, LayerNorm [8192, 1024]: 0.845-0.915 of the time at 1 thread,
+        0.863-0.902 at 2 (docs/performance-history.md, session 21 ln21). Not the burst size alone: RMSNorm's two
+        bursts of 32 (unchanged) run at ~90% of the copy, and capping them at 24 or 16 lines was 7-26% slower.
+        Only rows of at least ``MEMORY_BURST_LINES`` lines per pass: bf16 LayerNorm's 32 lines would go 16/16/0
+        (0.98-1.00 in two runs, 1.05 in a third) and stay 16/16. Zen 4 (AVX-512 without FP16: not
+        :meth:`_intel_avx512`; session 33 norm33, float32 LayerNorm [8192, 1024]'s kernel, two builds each,
+        interleaved medians of 31 rounds, the same bits; ``bench_bf16_words.py --switch row-pass-bursts --force
+        --rows c`` and a scratch A/B): 0.889-0.948 of the time at 1 thread in four runs of five (1.006-1.014 in the
+        fifth) and 0.898-0.992 at 2
+        (bursts 2 rows ahead 1.07-1.13, no prefetches 1.02-1.05, prefetcht1/t2/nta instead of t0 no better);
+        RMSNorm's code is unchanged (0.99-1.03). Intel's AVX-512 cores keep two bursts: not measured there."""
+        return not self._intel_avx512()
+
+    @property
+    def column_sums_share_a_loop(self) -> bool:
+        """Whether the column sums of a chunked row phase that run over the same columns add to their partials in
+        one loop (``emit.KernelEmitter._chunk_row``) rather than in a loop per sum. The bits are the same either
+        way (each partial takes the rows in the same order); what changes is LLVM's work: on Zen 3 (AVX2) the
+        transformer step's two LayerNorm-backward O3 modules (three and two sums) compiled in 0.71-0.89 of their
+        time, the backward's first call waited ~18 ms less for its code, and the kernels ran 1-4% faster at 1
+        thread, within +-8% at 2 (docs/performance-history.md, session 20 cold20). AVX-512 not measured: its
+        code is left as it was."""
+        return not self.has("avx512f")
