@@ -25,8 +25,6 @@ from llvmlite import ir
 
 from neuroncc.codegen.llvm.scalars import I32
 
-#: Whether the decision applies at all (a switch for one-process A/Bs).
-MULTIPLY_WIDENING = True
 #: The factor: a word times it is its low half shifted into the high half, mod 2^32.
 FACTOR = 1 << 16
 
@@ -35,7 +33,7 @@ FACTOR = 1 << 16
 def multiplied_widening(em: Any, summed: bool) -> Iterator[None]:
     """While emitting a float sum (``summed``: a mean's or a variance's, whose loops add and subtract), the even
     halves of bf16 words widen by multiplying (``em.multiplies_widening``) where the target says so."""
-    if not (summed and MULTIPLY_WIDENING and em.target.widens_summed_bf16_by_multiplication):
+    if not (summed and em.target.widens_summed_bf16_by_multiplication):
         yield
         return
     saved, em.multiplies_widening = em.multiplies_widening, True
@@ -63,4 +61,4 @@ def widened_even(ctx: Any, bits: ir.Value) -> ir.Value | None:
     return ctx.b.mul(word, ctx.opaque_factor(FACTOR))
 
 
-__all__ = ["FACTOR", "MULTIPLY_WIDENING", "multiplied_widening", "opaque_constant", "widened_even"]
+__all__ = ["FACTOR", "multiplied_widening", "opaque_constant", "widened_even"]

@@ -1,17 +1,17 @@
 """Calling a cpu executable on raw addresses, for callers that own the memory (the ``neuron`` device).
 
-``CpuExecutable.__call__`` takes numpy arrays and returns fresh ones. A caller whose tensors already live in
-host memory it allocated (the eager device) wants neither: it passes each parameter's data address, laid out
-as the parameter's type says, and the address of memory for each output, laid out as
-``executable.output_strides`` says, and the kernels read and write there directly. An output's address must be a
-multiple of 64 (``CACHE_LINE_BYTES``): kernels stream large outputs with aligned non-temporal stores
-(``vmovntps``/``vmovntdq``), which fault on other addresses. Every caller's outputs are (torch's CPU allocator, the
-output ring's kept storage and ``placement_shift``'s whole cache lines, the device's blocks); inputs may be anywhere. On the common path (native
-kernels and BLAS steps) no numpy array is made at all; steps that need arrays (ATen externs, interpreted
-kernels, a BLAS call that declines) get numpy views over the addresses, made on first use in the call.
-Outputs the plan does not write into an output buffer of their own (views of an input, of the arena or of a
-constant, repeated outputs, results ATen supplied) are copied into the caller's memory at the end; outputs
-computed in a donated input (``exe.in_place``) are in that input's memory, and their output address is unused.
+``CpuExecutable.__call__`` takes numpy arrays and returns fresh ones. A caller whose tensors already live in host
+memory it allocated (the eager device) wants neither: it passes each parameter's data address, laid out as the
+parameter's type says, and the address of memory for each output, laid out as ``executable.output_strides`` says,
+and the kernels read and write there directly. An output's address must be a multiple of 64 (``CACHE_LINE_BYTES``):
+kernels stream large outputs with aligned non-temporal stores (``vmovntps``/``vmovntdq``), which fault on other
+addresses. Every caller's outputs are (torch's CPU allocator, the output ring's kept storage and
+``placement_shift``'s whole cache lines, the device's blocks); inputs may be anywhere. On the common path (native
+kernels and BLAS steps) no numpy array is made at all; steps that need arrays (ATen externs, interpreted kernels, a
+BLAS call that declines) get numpy views over the addresses, made on first use in the call. Outputs the plan does
+not write into an output buffer of their own (views of an input, of the arena or of a constant, repeated outputs,
+results ATen supplied) are copied into the caller's memory at the end; outputs computed in a donated input
+(``exe.in_place``) are in that input's memory, and their output address is unused.
 
 This module works on the launcher's plan and buffers: it is the launcher's second calling convention, kept
 beside it.

@@ -1,8 +1,6 @@
 """How a bf16 value is rounded, widened and looked up on a CPU: word-lane and paired roundings, the
 conversion instructions, math tables, the widening of summed words.
 
-Each decision a property, measured where it was made (the numbers and the session in its docstring).
-
 May import: this package's ``base``.
 """
 

@@ -1,8 +1,6 @@
 """How the polynomial math functions are evaluated on a CPU: exp's scaling in one step, gelu's erf halved or
 divided, split and interleaved math loops.
 
-Each decision a property, measured where it was made (the numbers and the session in its docstring).
-
 May import: this package's ``base``.
 """
 

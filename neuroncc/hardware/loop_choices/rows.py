@@ -1,8 +1,6 @@
 """How a softmax-like or norm-like row loop is shaped on a CPU: which rows it keeps widened or cached, where its
 delayed write and its next row's prefetches go, how its NaNs are found, where its write buffers sit, its bursts.
 
-Each decision a property, measured where it was made (the numbers and the session in its docstring).
-
 May import: this package's ``base``.
 """
 

@@ -1,8 +1,6 @@
 """How a streamed map stage and an online log-sum-exp (cross-entropy) move their data on a CPU: chunk and piece
 lengths, prefetch distances, block maxima ahead, sums apart.
 
-Each decision a property, measured where it was made (the numbers and the session in its docstring).
-
 May import: this package's ``base``.
 """
 
