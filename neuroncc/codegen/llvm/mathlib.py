@@ -280,31 +280,26 @@ _ERF_Q = [-1.45660718464996e-05, -2.13374055278905e-04, -1.68282697438203e-03, -
           -1.42647390514189e-02]
 
 
-def _erf_rational(b: ir.IRBuilder, x: ir.Value, scale: float = 1.0) -> ir.Value:
+def _erf_rational(b: ir.IRBuilder, x: ir.Value, scale: float = 1.0, over_sqrt2: bool = False,
+                  divided: bool = False) -> ir.Value:
     """The rational function at x clamped to [-4, 4]: erf(x) within 5e-7, but an ulp short of +-1 past 4 (``scale``, a
-    power of two: ``scale`` times it, exactly where the numerator stays normal, by P's coefficients times ``scale``)."""
+    power of two: ``scale`` times it, exactly where the numerator stays normal, by P's coefficients times ``scale``).
+    ``over_sqrt2``: erf(x / sqrt 2), the 1/sqrt 2 folded into the coefficients (x clamped to [-4 sqrt 2, 4 sqrt 2],
+    P times sqrt(1/2) and both in powers of x**2 = 2 (x / sqrt 2)**2: one product fewer than dividing x first).
+    ``divided``: the ratio by a true division, correctly rounded, instead of the reciprocal estimate and its Newton
+    step (``RECIP``)."""
+    bound = 4.0 * math.sqrt(2.0) if over_sqrt2 else 4.0
+
+    def folded(coefficients: list[float], factor: float) -> list[float]:  # (highest power first)
+        last = len(coefficients) - 1
+        return [factor * c * (0.5 ** (last - i) if over_sqrt2 else 1.0) for i, c in enumerate(coefficients)]
+
     # ordered compares keep NaN in xc, and the rational function carries it to the result
-    xc = b.select(b.fcmp_ordered("<", x, _c(-4.0)), _c(-4.0), x)
-    xc = b.select(b.fcmp_ordered(">", xc, _c(4.0)), _c(4.0), xc)
-    x2 = b.fmul(xc, xc)
-    return b.fdiv(b.fmul(xc, horner(b, x2, [scale * c for c in _ERF_P])), horner(b, x2, _ERF_Q), flags=RECIP)
-
-
-def _erf_of_x_over_sqrt2_divided(b: ir.IRBuilder, x: ir.Value, scale: float) -> ir.Value:
-    """``scale`` erf(x / sqrt 2) by the rational function of :func:`_erf_rational` with the 1/sqrt 2 folded into its
-    coefficients (x clamped to [-4 sqrt 2, 4 sqrt 2], P times sqrt(1/2) and both in powers of x**2 = 2 (x / sqrt 2)**2:
-    one product fewer) and its ratio by a true division, correctly rounded."""
-    bound = 4.0 * math.sqrt(2.0)
     xc = b.select(b.fcmp_ordered("<", x, _c(-bound)), _c(-bound), x)
     xc = b.select(b.fcmp_ordered(">", xc, _c(bound)), _c(bound), xc)
-    y = b.fmul(xc, xc)
-
-    def in_powers_of_y(coefficients: list[float], factor: float) -> list[float]:  # (highest power first)
-        last = len(coefficients) - 1
-        return [factor * c * 0.5 ** (last - i) for i, c in enumerate(coefficients)]
-
-    numerator = b.fmul(xc, horner(b, y, in_powers_of_y(_ERF_P, scale * math.sqrt(0.5))))
-    return b.fdiv(numerator, horner(b, y, in_powers_of_y(_ERF_Q, 1.0)))
+    x2 = b.fmul(xc, xc)
+    numerator = b.fmul(xc, horner(b, x2, folded(_ERF_P, scale * math.sqrt(0.5) if over_sqrt2 else scale)))
+    return b.fdiv(numerator, horner(b, x2, folded(_ERF_Q, 1.0)), flags=() if divided else RECIP)
 
 
 def _erf(b: ir.IRBuilder, x: ir.Value, target: CpuTarget) -> ir.Value:
@@ -329,13 +324,14 @@ def _gelu(b: ir.IRBuilder, x: ir.Value, target: CpuTarget) -> ir.Value:
 
 
 def _gelu_divided(b: ir.IRBuilder, x: ir.Value, target: CpuTarget) -> ir.Value:
-    """gelu's erf form as x (1/2 + erf(x / sqrt 2)/2), erf by :func:`_erf_of_x_over_sqrt2_divided` (a true division,
-    the 1/sqrt 2 in its coefficients), for CPUs whose ``CpuTarget.divides_gelu_erf_ratio``: the division is 2 cycles
-    of Zen 4's two FMA pipes (its divider's 6 beside them), the reciprocal estimate, its product and two FMAs 4. Its
-    ratio passes -1 by an ulp at the clamp (x below -4 sqrt 2), where 1/2 + erf/2 is then below 0: raised to +0 (a
-    vmaxps, on the add pipes; NaN kept) it is exactly 0 there, and x * 0 PyTorch's -0 (-inf * 0 its NaN), without
-    the compare (on the FMA pipes) of :func:`_gelu`'s select. Results within 2**-21 |x| of :func:`_gelu`'s."""
-    cdf = b.fadd(_c(0.5), _erf_of_x_over_sqrt2_divided(b, x, 0.5))
+    """gelu's erf form as x (1/2 + erf(x / sqrt 2)/2), erf by :func:`_erf_rational` over sqrt 2 and divided (a true
+    division, the 1/sqrt 2 in its coefficients), for CPUs whose ``CpuTarget.divides_gelu_erf_ratio``: the division
+    is 2 cycles of Zen 4's two FMA pipes (its divider's 6 beside them), the reciprocal estimate, its product and two
+    FMAs 4. Its ratio passes -1 by an ulp at the clamp (x below -4 sqrt 2), where 1/2 + erf/2 is then below 0:
+    raised to +0 (a vmaxps, on the add pipes; NaN kept) it is exactly 0 there, and x * 0 PyTorch's -0 (-inf * 0 its
+    NaN), without the compare (on the FMA pipes) of :func:`_gelu`'s select. Results within 2**-21 |x| of
+    :func:`_gelu`'s."""
+    cdf = b.fadd(_c(0.5), _erf_rational(b, x, 0.5, over_sqrt2=True, divided=True))
     return b.fmul(x, _raised_keeping_nan(b, cdf, 0.0))
 
 
