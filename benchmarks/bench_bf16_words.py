@@ -2,8 +2,8 @@
 
 Each switch (:data:`SWITCHES`; ``--list-switches`` prints them with the first sentence of each property's docstring,
 where what it does and what it measured are written once) flips one or more ``CpuTarget`` properties (their
-defaults: the ``hardware/loop_choices/`` package), most of them bf16 decisions (word roundings, row caches, tables), some
-float32 ones (``--rows`` names the rows each is meant for). "on" is the host's default; ``--force``: the "on" builds
+defaults: the ``hardware/loop_choices/`` package), most of them bf16 decisions (word roundings, row caches,
+tables), some float32 ones (``--rows`` names the rows each is meant for). "on" is the host's default; ``--force``: the "on" builds
 with the switch on where the host's default is off; ``--value N``: a number switch's "on" builds with that value
 (``stream-ahead``'s lines ahead; "off" is 0). ``--output-offset N``: each build called on its inputs'
 addresses into an output held between calls that starts N bytes past a 4 KiB boundary (``AddressCall``; the
@@ -204,7 +204,8 @@ def main() -> None:
     parser.add_argument("--force", action="store_true",
                         help="the 'on' builds with the switch on whatever the host's default (AVX2's are off)")
     parser.add_argument("--value", type=int, default=None,
-                        help="a number switch's value in the 'on' builds (stream-ahead: lines ahead), whatever the host")
+                        help="a number switch's value in the 'on' builds (stream-ahead: lines ahead), "
+                             "whatever the host")
     parser.add_argument("--output-offset", type=int, default=None,
                         help="call into held outputs starting this many bytes past a 4 KiB boundary")
     parser.add_argument("--masked", type=float, default=0.0,

@@ -36,14 +36,15 @@ def test_the_decisions_are_avx2s(decision):
 
 
 def test_avx2s_sigmoid_scales_once_without_negating_and_its_gelu_halves_in_its_erf(monkeypatch):
-    sigmoid, gelu_tanh, gelu, tanh = (math_function_body(name, AVX2) for name in ("sigmoid", "gelu_tanh", "gelu", "tanh"))
+    names = ("sigmoid", "gelu_tanh", "gelu", "tanh")
+    sigmoid, gelu_tanh, gelu, tanh = (math_function_body(name, AVX2) for name in names)
     # one power of two (a shift) and one product scale e**w; sigmoid's argument is x itself
     for body in (sigmoid, gelu_tanh, tanh):
         assert body.count("shl i32") == 1 and "ashr" not in body
     assert "fsub float              0x0" not in sigmoid
     assert "0x3fe0000000000000" in gelu and "0x3ff0000000000000" not in gelu  # (1/2 + erf/2: no 1, no x * 1/2)
     _without(monkeypatch, *DECISIONS)
-    sigmoid, gelu_tanh, gelu, tanh = (math_function_body(name, AVX2) for name in ("sigmoid", "gelu_tanh", "gelu", "tanh"))
+    sigmoid, gelu_tanh, gelu, tanh = (math_function_body(name, AVX2) for name in names)
     for body in (sigmoid, gelu_tanh, tanh):
         assert body.count("shl i32") == 2 and "ashr" in body
     assert "fsub float              0x0" in sigmoid

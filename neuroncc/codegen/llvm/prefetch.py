@@ -16,13 +16,13 @@ Where the prefetches go depends on the passes:
 - a compute-bound pass (a transcendental per element: softmax's sum of exp): spread through that pass's loop,
   ``MEMORY_BURST_LINES`` lines before each group of its elements (:func:`spread_loop`), so that the row arrives
   while exp is computed (on Zen 4 a float32 row into the L2 only, ``prefetcht2``:
-  ``CpuTarget.prefetches_the_next_row_into_l2_in_the_exp_pass``). All of a row's prefetches at once (at the
-  row's start, or at the start of the exp pass) wait for the core's miss buffers with the pass's own loads queued behind them: softmax [4096, 1024] was 4-5%
-  slower with them than with none, and spread it is 13% faster at 2 threads and 24% at 1 (Zen 3, session 9).
-  The pass that carries them is :func:`carrier_stage`: a float sum over the row (the row caches the exponentials
-  there, as softmax does). The online log-sum-exp prefetches its next block in its blocks' loops the same way
-  (``online.py``; in chunks of constant length, :func:`chunk_loop`, where the target says so): for rows of up to a
-  block, that is the next row.
+  ``CpuTarget.prefetches_the_next_row_into_l2_in_the_exp_pass``). All of a row's prefetches at once (at the row's
+  start, or at the start of the exp pass) wait for the core's miss buffers with the pass's own loads queued behind
+  them: softmax [4096, 1024] was 4-5% slower with them than with none, and spread it is 13% faster at 2 threads and
+  24% at 1 (Zen 3, session 9). The pass that carries them is :func:`carrier_stage`: a float sum over the row (the
+  row caches the exponentials there, as softmax does). The online log-sum-exp prefetches its next block in its
+  blocks' loops the same way (``online.py``; in chunks of constant length, :func:`chunk_loop`, where the target says
+  so): for rows of up to a block, that is the next row.
 
 The write pass after such a carrier (softmax's division by the sum) is a burst of stores at the end of each row,
 with nothing left to compute: as non-temporal stores it waited for the core's few write-combining buffers to
