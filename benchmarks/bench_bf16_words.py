@@ -2,10 +2,10 @@
 
 Each switch (:data:`SWITCHES`; ``--list-switches`` prints them with the first sentence of each property's docstring,
 where what it does and what it measured are written once) flips one or more ``CpuTarget`` properties (their
-defaults: the ``hardware/loop_choices/`` package), most of them bf16 decisions (word roundings, row caches,
-tables), some float32 ones (``--rows`` names the rows each is meant for). "on" is the host's default; ``--force``: the "on" builds
-with the switch on where the host's default is off; ``--value N``: a number switch's "on" builds with that value
-(``stream-ahead``'s lines ahead; "off" is 0). ``--output-offset N``: each build called on its inputs'
+defaults: the ``hardware/loop_choices/`` package), most of them bf16 decisions (word roundings, row caches, tables),
+some float32 ones (``--rows`` names the rows each is meant for). "on" is the host's default; ``--force``: the "on"
+builds with the switch on where the host's default is off; ``--value N``: a number switch's "on" builds with that
+value (``stream-ahead``'s lines ahead; "off" is 0). ``--output-offset N``: each build called on its inputs'
 addresses into an output held between calls that starts N bytes past a 4 KiB boundary (``AddressCall``; the
 allocator's placement otherwise: torch's first large tensors and the ``neuron`` device's large blocks start 64 and 0
 past one, the benchmarks' heap anywhere). ``--masked F``: a fraction F of the first input's rows, spread evenly,
