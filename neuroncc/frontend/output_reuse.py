@@ -39,10 +39,10 @@ _USE_COUNT = torch._C._storage_Use_Count
 _STORAGE = torch._C._storage_address  # the StorageImpl's address: no Python storage object made
 _EMPTY = torch.empty
 _INFERENCE = torch.is_inference_mode_enabled
-#: a new plain tensor over another's storage, sizes and strides in one call (what ``nn.Parameter`` is made by: a
-#: detach that still allows ``resize_`` and ``set_``, run below Python's dispatch modes)
-_OVER = torch.Tensor._make_subclass
-_TENSOR = torch.Tensor
+#: a new plain tensor over another's storage, sizes and strides in one ATen call (its own ``TensorImpl``, no
+#: ``_base``, resizable, sharing the version counter; a dispatch mode sees it, as it sees a fresh output's
+#: ``empty_strided``)
+_DETACH = torch.Tensor.detach
 
 
 class _Kept:
@@ -124,9 +124,11 @@ class OutputRing:
                 # an inference tensor exactly when a fresh output would be one: made and set_ in this mode
                 out = _EMPTY(0, dtype=entry.dtype).set_(entry.keeper)
             else:
-                # one call instead of two ATen calls from Python (empty, set_): each is a cold path after a
-                # large kernel, ~30 us together at 1 thread on Zen 4 (performance-history.md, session 33 call33)
-                out = _OVER(_TENSOR, entry.keeper)
+                # one ATen call instead of two from Python (empty, set_): each is a cold path after a large kernel,
+                # ~30 us together at 1 thread on Zen 4 (performance-history.md, session 33 call33); ``detach`` rather
+                # than ``Tensor._make_subclass`` (the same detach behind a seven-argument parser and a stashed
+                # dispatch-mode stack): 3-10 us less a call there (session 35 call35)
+                out = _DETACH(entry.keeper)
             kept.append(entry)
             return out
         return None

@@ -221,8 +221,8 @@ class _AtenCalls(TorchDispatchMode):
 
 def test_a_dropped_output_comes_back_in_one_call():
     """After a large kernel each ATen call from Python is a cold path (~30 us for ``empty`` + ``set_`` at 1 thread on
-    Zen 4): the kept memory comes back as a tensor made in one call (``Tensor._make_subclass``, whose detach runs
-    below Python's dispatch modes: the mode sees nothing), still an ordinary tensor of its own."""
+    Zen 4): the kept memory comes back as a tensor made by one ``detach`` (not ``Tensor._make_subclass``, the same
+    detach behind a longer path: 10-14 us more a call there, session 35), still an ordinary tensor of its own."""
     ring = output_reuse.OutputRing()
     out = torch.randn(ROWS, COLS)
     values = out.clone()
@@ -231,7 +231,7 @@ def test_a_dropped_output_comes_back_in_one_call():
     del out
     with _AtenCalls() as mode:
         again = ring.take()
-    assert mode.calls == []
+    assert mode.calls == ["aten.detach.default"]
     assert type(again) is torch.Tensor and again._base is None and not again._is_view()
     assert again.data_ptr() == address and again.shape == (ROWS, COLS) and again.stride() == (COLS, 1)
     assert not again.requires_grad and not again.is_inference()
