@@ -34,6 +34,9 @@ ours, its exit), beside the user's levers (``record_runtime_overhead``, the ``sk
 ``neuroncc.compile_program``) and a trivial graph through each backend, warm and after the kernel; ``--after``:
 a tiny call's time after each kind of work; ``--serve-ab a,a16``: ``compile_program``'s one-frame call A/B
 (call_split.py, session 29).
+``--items c',rms [--threads N] [--repeats R]``: the row's call itemized with each call's own kernel time taken out
+(its launches stamped): as built, without DirectCall's tensor check, with earlier takes of the output ring, and
+TorchDynamo's part alone (call_items.py, session 35).
 """
 
 from __future__ import annotations
@@ -438,6 +441,10 @@ if __name__ == "__main__":
         from call_split import serve_ab
 
         serve_ab(made, _value("--serve-ab").split(","), threads, _repeats(301))
+    elif "--items" in sys.argv:
+        from call_items import items
+
+        items(made, _value("--items").split(","), threads, _repeats(301))
     elif "--after" in sys.argv:
         from call_split import after
 

@@ -29,8 +29,8 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 import neuroncc.frontend.direct_call as direct_call  # noqa: E402
-from neuroncc.executors.cpu.address_call import AddressCall  # noqa: E402
 import neuroncc.frontend.output_reuse as output_reuse  # noqa: E402
+from call_items import StampedCall  # noqa: E402
 from kernel_cases import cases, in_graph_order, settled_calls  # noqa: E402
 
 MADE = record_compiled_graphs()
@@ -59,22 +59,6 @@ class EarlierRing(output_reuse.OutputRing):
             kept.append(entry)
             return out
         return None
-
-
-class StampedCall(AddressCall):
-    """The address call whose runner stamps each launch (seconds in :attr:`last`)."""
-
-    last = [0.0]
-
-    def runner(self):
-        run, last, clock = super().runner(), StampedCall.last, time.perf_counter
-
-        def stamped(inputs, outputs):
-            start = clock()
-            run(inputs, outputs)
-            last[0] = clock() - start
-
-        return stamped
 
 
 def _ring(call) -> output_reuse.OutputRing:
