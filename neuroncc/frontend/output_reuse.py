@@ -40,8 +40,8 @@ _STORAGE = torch._C._storage_address  # the StorageImpl's address: no Python sto
 _EMPTY = torch.empty
 _INFERENCE = torch.is_inference_mode_enabled
 #: a new plain tensor over another's storage, sizes and strides in one ATen call (its own ``TensorImpl``, no
-#: ``_base``, resizable, sharing the version counter; a dispatch mode sees it, as it sees a fresh output's
-#: ``empty_strided``)
+#: ``_base``, resizable, sharing the version counter; a torch function or dispatch mode sees it, as it sees a fresh
+#: output's ``empty_strided``)
 _DETACH = torch.Tensor.detach
 
 
