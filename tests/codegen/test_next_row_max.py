@@ -3,7 +3,9 @@
 write also loads the next row and takes its max and NaN magnitudes (``vmaxps`` and ``vpmaxud`` beside the
 exponentials), its prefetches go two rows ahead, and only the first row of a thread's range runs a max pass (for
 itself and the row after it); the same bits (NaN rows of every kind, payloads too) at 1 and 2 threads and for ranges
-of one, two and odd numbers of rows. AVX2, Intel's AVX-512 cores and bf16 rows keep their code."""
+of one, two and odd numbers of rows. bf16 rows take the next row's words in their exp loop too (a max without the
+NaN flag: their NaN rows' bits are ``test_bf16_nan_rows_by_sum.py``'s). AVX2 and Intel's AVX-512 cores keep their
+code."""
 
 from __future__ import annotations
 
@@ -14,13 +16,17 @@ import pytest
 from test_bf16_rounding import SAPPHIRE_RAPIDS, ZEN4
 from test_delayed_write_order import _softmax
 from test_nan_rows_by_sum import BLOCK, _nan_rows
-from test_pairs import AVX2, _softmax_bits
+from test_pairs import AVX2, _softmax_bits, to_bits
 from test_widened_exp_rows import _assembly
 
 from neuroncc.codegen.llvm import streams
 from neuroncc.codegen.llvm.regions import fuse_whole_function
 from neuroncc.executors.cpu.launcher import build_cpu_executable
 from neuroncc.hardware.host import CpuTarget
+
+
+#: Rows of ``_nan_rows`` for the small cases: plain rows with a NaN row and a NaN-payload row between them
+SMALL = [20, 1, 21, 8, 22]
 
 
 def _next_max(monkeypatch, on: bool) -> None:
@@ -30,6 +36,12 @@ def _next_max(monkeypatch, on: bool) -> None:
 def _exp_loops_taking_a_max(asm: str) -> int:
     """Loop blocks with the exponentials (``vscalefps``) and a running max with its NaN magnitudes beside them."""
     return sum("vscalefps" in block and "vpmaxud" in block and "jne" in block for block in BLOCK.split(asm))
+
+
+def _bf16_exp_loops_taking_a_max(asm: str) -> bool:
+    """Whether an exp loop block (``vscalefps``) takes more ``vmaxps`` than its exponentials' clamps (one each)."""
+    return any(block.count("vmaxps") > block.count("vscalefps") and "jne" in block
+               for block in BLOCK.split(asm) if "vscalefps" in block)
 
 
 def _max_loops(asm: str) -> int:
@@ -47,14 +59,19 @@ def test_zen4_float32_softmax_takes_the_next_row_max_in_its_exp_loop(monkeypatch
     assert _exp_loops_taking_a_max(code) == 2 and _max_loops(code) == 2
     assert re.search(r"prefetcht2\s+8192\(", code) and not re.search(r"prefetcht2\s+4096\(", code)  # (2 rows on)
     kept = {target.name: _assembly(softmax, target)[1] for target in (zen3, intel)}
+    assert not any(_exp_loops_taking_a_max(asm) for asm in kept.values())
+    # bf16 rows: the exp loop's vmaxps of the next row's widened words beside its clamp's (a max without the flag)
     bf16 = _assembly(_softmax_bits(2201, 1024), zen4)[1]
-    assert not any(_exp_loops_taking_a_max(asm) for asm in (*kept.values(), bf16))
+    assert _bf16_exp_loops_taking_a_max(bf16) and re.search(r"prefetcht0\s+4096\(", bf16)
+    kept_bf16 = _assembly(_softmax_bits(2201, 1024), intel)[1]
     _next_max(monkeypatch, False)
     before = _assembly(softmax, zen4)[1]
     assert _exp_loops_taking_a_max(before) == 0 and _max_loops(before) == 1
     assert re.search(r"prefetcht2\s+4096\(", before) and not re.search(r"prefetcht2\s+8192\(", before)
     assert {target.name: _assembly(softmax, target)[1] for target in (zen3, intel)} == kept
-    assert _assembly(_softmax_bits(2201, 1024), zen4)[1] == bf16
+    bf16_before = _assembly(_softmax_bits(2201, 1024), zen4)[1]
+    assert not _bf16_exp_loops_taking_a_max(bf16_before) and re.search(r"prefetcht0\s+2048\(", bf16_before)
+    assert _assembly(_softmax_bits(2201, 1024), intel)[1] == kept_bf16
 
 
 @pytest.mark.parametrize("threads", [1, 2])
@@ -63,7 +80,8 @@ def test_the_next_row_max_in_the_exp_loop_gives_the_same_bits(rng, monkeypatch, 
     if rows < 32:  # (small outputs streamed too, so that the write is delayed into the exp loop: ranges of 1-3 rows)
         monkeypatch.setattr(streams, "STREAM_MIN_BYTES", 0)
         monkeypatch.setattr(CpuTarget, "streams_outputs", lambda self, nbytes: True)
-    x = np.ascontiguousarray(_nan_rows(rng, max(rows, 32))[:rows])
+    x = _nan_rows(rng, 1033)
+    x = x[SMALL[:rows]] if rows <= len(SMALL) else x
     fn = fuse_whole_function(_softmax(rows, 1024))
     results = []
     for on in (False, True):
@@ -85,4 +103,21 @@ def test_nan_and_infinite_rows_next_to_each_other(rng, monkeypatch):
         _next_max(monkeypatch, on)
         (out,) = build_cpu_executable(fn, {"threads": 1})(x)
         results.append(np.asarray(out).view(np.uint32))
+    np.testing.assert_array_equal(results[1], results[0])
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("rows", [3, 2201])
+def test_bf16_rows_taking_the_next_row_max_give_the_same_bits(rng, monkeypatch, threads, rows):
+    if rows < 32:  # (streamed, so that the write is delayed: a range of 1-2 rows at 2 threads)
+        monkeypatch.setattr(streams, "STREAM_MIN_BYTES", 0)
+        monkeypatch.setattr(CpuTarget, "streams_outputs", lambda self, nbytes: True)
+    x = _nan_rows(rng, 1033)  # (NaN rows of every kind, -inf rows, payloads)
+    x = to_bits(x[SMALL[:rows]] if rows <= len(SMALL) else np.resize(x, (rows, 1024)))
+    fn = fuse_whole_function(_softmax_bits(rows, 1024))
+    results = []
+    for on in (False, True):
+        _next_max(monkeypatch, on)
+        (out,) = build_cpu_executable(fn, {"threads": threads})(x)
+        results.append(np.asarray(out).view(np.uint16).copy())
     np.testing.assert_array_equal(results[1], results[0])

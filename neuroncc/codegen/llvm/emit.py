@@ -240,7 +240,6 @@ class KernelEmitter(IndexArithmetic, BufferAccess, MapStages):
             if self._delayed is None:
                 self._owned = rows_written_by_carried_pass(self.plan, phase, self._carrier)
         self._row_copies = 1 if self._delayed is None else 2
-        self._next_max = next_row_max(self, phase) if delays and self._delayed is not None else None
         again = self._delayed is not None and self.target.widens_bf16_rows_again_in_the_exp_pass  # (softmax's)
         if self.target.caches_widened_bf16_rows and not again:  # (bf16 rows widened once, by their first pass)
             phase = replace(phase, row_cache={**widened_row_cache(self.plan, phase), **phase.row_cache})
@@ -251,6 +250,7 @@ class KernelEmitter(IndexArithmetic, BufferAccess, MapStages):
             self._deviations = {phase.stages[number].op: value for value, number in deviations.items()}
             phase = replace(phase, row_cache={**deviations, **phase.row_cache})
         self._row_cache, self._row_depth = dict(phase.row_cache), len(phase.outer)
+        self._next_max = next_row_max(self, phase) if delays and self._delayed is not None else None
         widened = widened_rows(self.plan, phase)  # (filled here, before the row loop, then read as row caches)
         self._pair_rows = pair_ordered_rows(self.plan, phase.row_cache, [*phase.stages, *(sums or [])]) | set(widened)
         shift = write_buffer_shift(self, phase)  # (the write pass's buffers placed past its output rows)
@@ -329,8 +329,9 @@ class KernelEmitter(IndexArithmetic, BufferAccess, MapStages):
             part += count
             self._stage_number, self._filled = number, set()
             if self._next_max is not None and number == 0:  # (the range's first row: its max and the next row's)
-                self._max_ahead = max_ahead(self, self._next_max, flat, self._range[0], self._range[1])
-                self._first_maxima(phase, flat, self._max_ahead.following_outer[0])
+                self._max_ahead = max_ahead(self, self._next_max, flat, self._range[0], self._range[1], nans_by_sum)
+                with max_without_nan_flag(self) if nans_by_sum else contextlib.nullcontext():
+                    self._first_maxima(phase, flat, self._max_ahead.following_outer[0])
                 continue
             if self._max_ahead is not None and number == 1:
                 self._max_ahead.start()
