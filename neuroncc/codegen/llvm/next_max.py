@@ -3,22 +3,23 @@
 
 A float32 softmax row loop is a max pass, the sum of exp(x - max) (the carrier of the next row's prefetches and of
 the previous row's delayed write, its exponentials row-cached: ``delayed_writes.py``) and the write. The max pass
-only loads and compares, the exp loop is bound by its FMA pipes (10 FMA-pipe operations per 16 elements on Zen 4)
-with its loads, ``vmaxps`` and adds on other pipes idle half the time; yet the exp loop of a row cannot start
-before its max is known, so every row waits for its max pass and the max's horizontal reduction with the FMA pipes
-idle (at 1 thread the kernel on L2-resident rows took ~1.5x its exponentials' time). Here each vector iteration of
-row r's fused exp loop (``DelayedGroups.fused``) also loads the same elements of row r + 1 (of the row loop's
-thread range; the range's last row its own) and takes them into the running max and the NaN magnitudes, in vector
-lanes on the stack (kept in registers), exactly as the max pass's ``reductions._extreme`` update does; after the
-row's exp loop they are reduced and the max stored where the max pass stores it. The range's first row runs the max
-pass for itself and for the row after it; no other row runs it. The max is the same value (max is exact; a NaN row's
-max is NaN by its magnitudes as before), so the exponentials, the sum and the output are the same bits. bf16 rows
-(their write a loop of its own, words in pairs) take the next row's widened words in the exp loop's own vectorized
-loop (:meth:`MaxAhead.add_element`, ``prefetch.spread_loop``), a max without the magnitudes as their max pass
-(``nan_rows.py``: a row whose sum is NaN runs its max pass again with them, and its exp pass where that max
-differs). The exp
-loop's prefetches go two rows ahead (:data:`ROWS_AHEAD`): with them one row ahead, as before, the next row's loads
-came right after its prefetches and waited for memory (slower than the max pass in some processes).
+only loads and compares, while the exp loop is bound by its FMA pipes (10 FMA-pipe operations per 16 elements on
+Zen 4) with its load ports and other pipes idle half the time. Here each vector iteration of row r's fused exp loop
+(``DelayedGroups.fused``) also loads the same elements of row r + 1 (of the row loop's thread range; the range's
+last row its own) and takes them into the running max and the NaN magnitudes, in vector lanes on the stack (kept in
+registers), exactly as the max pass's ``reductions._extreme`` update does; after the row's exp loop they are
+reduced and the max stored where the max pass stores it. The range's first row runs the max pass for itself and for
+the row after it; no other row runs it. The max is the same value (max is exact; a NaN row's max is NaN by its
+magnitudes as before), so the exponentials, the sum and the output are the same bits. The exp loop's prefetches go
+two rows ahead (:data:`ROWS_AHEAD`): the next row's loads then find it in the L2 (one row ahead, as before, they
+came right after its prefetches and waited for memory). The input is read while exponentials are computed instead
+of in a pass of loads alone: on rows in the L2 the kernel gains little (0.96-0.98 of the time at 1 thread), on rows
+from memory 0.81-0.89 (Zen 4, session 35; ``CpuTarget.takes_the_next_row_max_in_the_exp_loop``).
+
+bf16 rows (their write a loop of its own, words in pairs) take the next row's widened words in the exp loop's own
+vectorized loop (:meth:`MaxAhead.add_element`, ``prefetch.spread_loop``), a max without the magnitudes as their max
+pass (``nan_rows.py``: a row whose sum is NaN runs its max pass again with them, and its exp pass where that max
+differs).
 
 :func:`next_row_max` is the decision, :class:`MaxAhead` its code.
 

@@ -110,13 +110,13 @@ class RowLoopChoices(ChoiceBase):
         :meth:`writes_delayed_elements_in_the_exp_loop`) also takes the next row's max, with no max pass of the row's
         own (``codegen/llvm/next_max.py``), its prefetches two rows ahead (``next_max.ROWS_AHEAD``: the next row's
         loads then find it in the L2). The same bits. Zen 4 (AVX-512 without FP16; session 35 sm35, float32 softmax
-        [4096, 1024], two builds each, interleaved medians of 31-41 rounds, one process per line of numbers): 1
-        thread 0.81-0.87 of the time on fresh outputs (five processes), 0.69-0.77 into held outputs, 0.96-0.99 on
-        L2-resident rows; 2 threads 0.95-0.96 (three processes). With the prefetches one row ahead the next row's
-        loads waited for memory: 0.87-1.11 at 1 thread, 0.93-1.06 at 2; the prefetches two rows ahead without the
-        fusion 0.94-0.95 at 1 thread, 0.90-0.97 at 2. bf16 softmax [4096, 1024] (its exp loop's own vectorized loop
+        [4096, 1024], two builds each, interleaved medians of 31-41 rounds): 1 thread 0.81-0.89 of the time on fresh
+        outputs (seven processes), 0.74-0.80 into held outputs, 0.96-0.98 on L2-resident rows; 2 threads 0.91-0.96
+        (six processes; 0.99-1.01 in a seventh). With the prefetches one row ahead the next row's loads waited for
+        memory: 0.86-1.11 at 1 thread, 0.93-1.09 at 2; the prefetches two rows ahead without the fusion 0.94-0.95 at
+        1 thread, 0.90-0.97 at 2. bf16 softmax [4096, 1024] (its exp loop's own vectorized loop
         takes the next row's words, a flagless max: :meth:`finds_bf16_row_nans_by_the_sum`): 1 thread 0.93-1.01 (five
-        processes; 0.93-0.97 in four), 2 threads 0.98-1.03 (three). AVX2 and Intel's AVX-512 cores
+        processes; 0.93-0.97 in four), 2 threads 0.94-1.03 (four). AVX2 and Intel's AVX-512 cores
         (:meth:`_intel_avx512`) keep their code: not measured there."""
         return self.has("avx512f") and not self._intel_avx512()
 
