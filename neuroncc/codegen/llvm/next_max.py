@@ -56,9 +56,10 @@ def next_row_max(em: Any, phase: RowLoop) -> ReduceStage | None:
     """The max stage (stage 0) whose next row's max the exp loop takes (see the module docstring), or None: a row
     loop of one outer dim, stage 0 an amax over the row's last dim that fills no row cache, stage 1 (the carrier) a
     float sum over the same row, stage 2 its delayed write (``delayed_writes.py``); float32 rows and outputs with
-    the write fused into the exp loop (``CpuTarget.writes_delayed_elements_in_the_exp_loop``, the groups whole) and
-    the max's own NaN magnitudes, or 16-bit rows (bf16 words widened) whose NaNs the row's sum finds
-    (``nan_rows.py``: a flagless max); the target's choice."""
+    the write fused into the exp loop (``CpuTarget.writes_delayed_elements_in_the_exp_loop``) and the max's own NaN
+    magnitudes, or 16-bit rows (bf16 words widened) whose NaNs the row's sum finds (``nan_rows.py``: a flagless
+    max); rows of two or more whole prefetch groups (``prefetch.spread_loop``: 256 float32, 512 bf16); the
+    target's choice."""
     if not NEXT_ROW_MAX or not em.target.takes_the_next_row_max_in_the_exp_loop:
         return None
     if em._carrier != 1 or em._delayed != 2 or len(phase.outer) != 1 or len(phase.stages) != 3:
@@ -79,7 +80,9 @@ def next_row_max(em: Any, phase: RowLoop) -> ReduceStage | None:
                 or not em.target.writes_delayed_elements_in_the_exp_loop:
             return None
         return first
-    if all(layout.dtype.itemsize == 2 for layout in em._prefetched) and finds_nans_by_the_sum(em, phase):
+    group = MEMORY_BURST_LINES * CACHE_LINE_BYTES // 2
+    if all(layout.dtype.itemsize == 2 for layout in em._prefetched) and finds_nans_by_the_sum(em, phase) \
+            and first.shape[-1] % group == 0 and first.shape[-1] >= 2 * group:  # (rows of whole groups, as measured)
         return first  # (bf16 rows: the exp loop's own vectorized loop, a flagless max: ``nan_rows``' sum finds NaNs)
     return None
 
