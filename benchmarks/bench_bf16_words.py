@@ -87,6 +87,7 @@ SWITCHES: dict[str, Switch] = {
     "widen-again-nans": Switch(("widens_bf16_rows_again_in_the_exp_pass", "finds_bf16_row_nans_by_the_sum"), "b16"),
     "max-rerun": Switch(("reruns_the_exp_pass_only_for_another_max",), "b,b16"),
     "next-row-l2": Switch(("prefetches_the_next_row_into_l2_in_the_exp_pass",), "b"),
+    "next-row-max": Switch(("takes_the_next_row_max_in_the_exp_loop",), "b"),
     "multiplied-widening": Switch(("widens_summed_bf16_by_multiplication",), "c16"),
 }
 #: switches whose bits may differ (counted, not asserted): the order of a sum's terms, a division's rounding

@@ -18,7 +18,8 @@ max pass: with none at all the kernel took 0.80-1.06 of its time at 2 threads an
 before the per-group running max and the rescaled cached exponentials such a pass would add. The exact form of
 that saving did not pay either: the max of row r + 1 taken inside row r's exp pass, a group after each of its
 groups (bit for bit the same output, the prefetches 1 or 2 rows ahead), ran 5-13% slower than the max pass of
-its own at 1 and 2 threads (session 17).
+its own at 1 and 2 threads (session 17). Taken in the same loop as the exponentials, a vector of the next row beside
+each vector of this row's, it does pay on Zen 4 (``next_max.py``, session 35).
 """
 
 from __future__ import annotations

@@ -16,7 +16,8 @@ Where the prefetches go depends on the passes:
 - a compute-bound pass (a transcendental per element: softmax's sum of exp): spread through that pass's loop,
   ``MEMORY_BURST_LINES`` lines before each group of its elements (:func:`spread_loop`), so that the row arrives
   while exp is computed (on Zen 4 a float32 row into the L2 only, ``prefetcht2``:
-  ``CpuTarget.prefetches_the_next_row_into_l2_in_the_exp_pass``). All of a row's prefetches at once (at the row's
+  ``CpuTarget.prefetches_the_next_row_into_l2_in_the_exp_pass``; two rows ahead where the exp loop also takes the
+  next row's max: ``next_max.py``). All of a row's prefetches at once (at the row's
   start, or at the start of the exp pass) wait for the core's miss buffers with the pass's own loads queued behind
   them: softmax [4096, 1024] was 4-5% slower with them than with none, and spread it is 13% faster at 2 threads and
   24% at 1 (Zen 3, session 9). The pass that carries them is :func:`carrier_stage`: a float sum over the row (the
@@ -223,7 +224,11 @@ def spread_loop(em: EmitContext, lo: Any, hi: Any, body: Callable[[Any], None], 
             return
         if write_first:
             after(start, stop, group if whole else 0)
-        loop(start, stop, body)
+        ahead_max = getattr(em, "_max_ahead", None)  # (the next row's max beside: ``next_max.py``)
+        if ahead_max is not None:
+            loop(start, stop, lambda i: (body(i), ahead_max.add_element(i)))
+        else:
+            loop(start, stop, body)
         if after is not None and not write_first:
             after(start, stop, group if whole else 0)
 
@@ -328,10 +333,10 @@ def group_elements(lo: Any, hi: Any, group: int) -> int:
     return group
 
 
-def next_row(em: EmitContext, layout: Layout, outer: Index, locality: int = 3) -> Ahead:
-    """The stream of ``layout``'s row after the one at the outer index ``outer`` (rows of one dim, contiguous;
-    prefetched with ``locality``: see ``Ahead``)."""
-    row = math.prod(layout.shape[len(outer):])
+def next_row(em: EmitContext, layout: Layout, outer: Index, locality: int = 3, rows: int = 1) -> Ahead:
+    """The stream of ``layout``'s row ``rows`` rows after the one at the outer index ``outer`` (rows of one dim,
+    contiguous; prefetched with ``locality``: see ``Ahead``)."""
+    row = math.prod(layout.shape[len(outer):]) * rows
 
     def at(i: Any) -> ir.Value:
         element = em.address(layout, list(outer) + [i])

@@ -105,6 +105,22 @@ class RowLoopChoices(ChoiceBase):
         return self.has("avx2") and not self._intel_avx512()
 
     @property
+    def takes_the_next_row_max_in_the_exp_loop(self) -> bool:
+        """Whether a softmax row loop's exp loop (the carrier of the previous row's delayed write) also takes the next
+        row's max, with no max pass of the row's own (``codegen/llvm/next_max.py``): float32 rows where the write is
+        fused into the exp loop (:meth:`writes_delayed_elements_in_the_exp_loop`), their prefetches two rows ahead
+        (``next_max.ROWS_AHEAD``: the next row's loads then find it in the L2); bf16 rows in the exp loop's own
+        vectorized loop, a flagless max (:meth:`finds_bf16_row_nans_by_the_sum`). The same bits. Zen 4 (AVX-512
+        without FP16; session 35 sm35, softmax [4096, 1024], two builds each, interleaved medians of 31-41 rounds):
+        float32 at 1 thread 0.81-0.89 of the time on fresh outputs (nine processes), 0.74-0.80 into held outputs,
+        0.96-0.98 on L2-resident rows; at 2 threads 0.91-0.96 (seven processes; 0.99-1.01 in two, near the
+        machine's bandwidth). With the prefetches one row ahead the next row's loads waited for memory: 0.86-1.11
+        at 1 thread, 0.93-1.09 at 2; the prefetches two rows ahead without the fusion 0.94-0.95 at 1 thread,
+        0.90-0.97 at 2. bf16 at 1 thread 0.93-1.01 (seven processes; 0.93-0.98 in six), at 2 threads 0.94-1.03
+        (five). AVX2 and Intel's AVX-512 cores (:meth:`_intel_avx512`) keep their code: not measured there."""
+        return self.has("avx512f") and not self._intel_avx512()
+
+    @property
     def prefetches_the_next_row_into_l2_in_the_exp_pass(self) -> bool:
         """Whether a float32 softmax-like row pass (its exp loop carries the row loop's prefetches of the next row:
         ``prefetch.carrier_stage``, ``MEMORY_BURST_LINES`` lines before each group of its elements,
