@@ -105,8 +105,12 @@ class StreamChoices(ChoiceBase):
         the buffered pieces 0.89-0.91 of the time at 1 thread and 0.92-0.95 at 2 (three runs), the row through
         torch.compile 0.93-0.95 / 0.94-0.98; 4 lines interleaved by 8 against 2 by 4 0.94-0.96 at 1 thread and
         0.99-1.02 at 2 (three runs); 4 lines by 4 1.09-1.10 / 0.98-1.03, 8 by 8 1.05 / 1.01-1.04, 1 line by 2
-        1.15 / 1.07. With AVX-512: 0 (not measured: its code is unchanged)."""
-        return 0 if self.has("avx512f") else 4
+        1.15 / 1.07. Zen 4 (AVX-512 without FP16): 4 (4 zmm vectors a piece). Its backward kernel against the
+        buffered pieces (session 35 xent35, ``bench_cross_entropy.py --kernels backward``, two builds, one shared
+        input, interleaved medians of 25 rounds): 0.82-0.83 of the time at 1 thread, 0.96 at 2 (two runs); 2 lines
+        0.79-0.83 / 0.96-0.97, 8 lines 0.83-0.90 / 0.95-0.96, 16 lines 1.58-1.64 (spilled). Intel's AVX-512 cores: 0
+        (not measured: their code is unchanged)."""
+        return 0 if self._intel_avx512() else 4
 
     @property
     def online_exp_prefetch_piece_lines(self) -> int:
