@@ -38,6 +38,13 @@ Variants (``--variants``, comma-separated) of the forward's online log-sum-exp (
 - ``maxahead0`` (before session 28, AVX-512's), ``maxahead1``: each block's max loop in its own block before its
   exponentials, or a block early before the previous block's exponentials, against main's a block early between
   the previous block's chunks (``CpuTarget.online_block_max_ahead``; AVX2: 2);
+- ``blockN``: blocks of N elements (``CpuTarget.online_block_elements``: Zen 4 4096, elsewhere 1024; other bits);
+  ``withoutnan``: the block max loops without the NaN bits where the target keeps them (Intel's AVX-512);
+  ``l2aheadN``: also ``prefetcht2`` of x N blocks ahead (``CpuTarget.online_l2_prefetch_blocks_ahead``: Zen 4 4,
+  elsewhere 0), ``l2onlyN``: those alone; ``lseN_M`` (``lseN_M_L``): the exp loops' prefetches N elements ahead
+  into L1 and M elements ahead into L2 (with LLVM's locality L; 0 elements: none); ``before35``: Zen 4's code
+  before session 35 (``BEFORE_35``: its 1024-element blocks, 8-line chunks, NaN bits, no L2 prefetches, and the
+  gradient's pieces through their buffers);
 - experiments, the same bits: ``merged2``: two chunks' exponentials in one loop, then their sums; ``bufN``: each
   chunk's buffer N bytes further on the stack; ``splitN``: each chunk's exponentials in N loops, a burst of
   prefetches before each;
@@ -79,6 +86,10 @@ in one call of many, which moves the mean, not the median.
 65.5 MB written with non-temporal stores) and its 16.4M exponentials at ``exp_nonpositive``'s microkernel rate (the
 fastest of 7 runs, L1-resident, as roofline.py counts it). Its need is the larger of its memory and exp times.
 
+``--memory dram,l3,l2`` times each build (variants mode) on the plain logits and on memory that holds only 128 or 4
+of their rows (``aliased_rows.py``: the same addresses and loops, x resident in the L3 or the L2), each ratio
+against the first variant's first build on the same memory (session 35).
+
 ``--floor`` times each kernel's elementwise arithmetic alone as ``microkernels.math_throughput`` times the
 exponential (L1-resident x and y, the loop hints of the kernels' math loops, the fastest of 5 runs; session 29):
 ``exp_nonpositive`` itself (roofline.py's count), the forward's exp(x - m) and the backward's
@@ -114,6 +125,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from llvmlite import ir  # noqa: E402
 
+import aliased_rows  # noqa: E402
 import cross_entropy_floor  # noqa: E402
 import kernel_cases as kc  # noqa: E402
 from neuroncc.codegen.llvm import mathlib, online, prefetch  # noqa: E402
@@ -128,9 +140,9 @@ from neuroncc.passes.pipeline import default_pipeline, run_pipeline  # noqa: E40
 VOCAB = 32000  # the row's classes (its graphs are those with a [rows, VOCAB] parameter)
 
 
-#: Zen 4's online log-sum-exp before session 35 (``before35``): 1024-element blocks, 8-line chunks, the block max
-#: loops with their NaN bits, no prefetches into L2 (AVX-512's code elsewhere)
-BEFORE_35 = "block1024+chunks8+nanbits+l2ahead0"
+#: Zen 4's code before session 35 (``before35``): the online log-sum-exp's 1024-element blocks, 8-line chunks, block
+#: max loops with their NaN bits and no prefetches into L2; the gradient's pieces all through their stack buffer
+BEFORE_35 = "block1024+chunks8+nanbits+l2ahead0+registers0"
 
 
 @contextlib.contextmanager
@@ -403,6 +415,7 @@ def main() -> None:
     parser.add_argument("--split", action="store_true", help="itemize the row: step, kernels, both clocks")
     parser.add_argument("--needs", action="store_true", help="each kernel against its bytes and exponentials")
     parser.add_argument("--floor", action="store_true", help="each kernel's elementwise math alone, L1-resident")
+    parser.add_argument("--memory", default="dram", help="the logits' memory: dram, l3, l2 (aliased_rows.py)")
     args = parser.parse_args()
     names = args.variants.split(",")
     if args.floor:
@@ -427,6 +440,7 @@ def main() -> None:
     forward = next(fn for name, fn in graphs if len(fn.params) == 2)
     backward = next((fn for name, fn in graphs if len(fn.params) > 2), None)
     logits, target = inputs[0].numpy(), inputs[1].numpy()
+    memories = {name: aliased_rows.aliased(logits, aliased_rows.MEMORIES[name]) for name in args.memory.split(",")}
     rows = []
     for threads in [int(t) for t in args.threads.split(",")]:
         torch.set_num_threads(threads)
@@ -457,14 +471,16 @@ def main() -> None:
                         if {"noexp", "maxline"} & set(name.split("+")):
                             break
                         np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-7)
-                    key = f"{kernel} {name} #{build + 1}"
-                    calls[key] = (lambda exe=exe, arrays=arrays: exe(*arrays))
-                    firsts.setdefault(kernel, key)
+                    for memory in args.memory.split(","):  # (the same build on each memory of the logits)
+                        on = [memories[memory] if a is logits else a for a in arrays]
+                        key = f"{kernel} {name} #{build + 1}" + (f" {memory}" if "," in args.memory else "")
+                        calls[key] = (lambda exe=exe, on=on: exe(*on))
+                        firsts.setdefault((kernel, memory), key)
         clock = time.thread_time if threads == 1 else time.perf_counter
         samples = interleaved_samples(calls, repeats=args.repeats, clock=clock)
         for key, times in samples.items():
-            kernel = key.split()[0]
-            base = statistics.median(samples[firsts[kernel]])
+            kernel, memory = key.split()[0], key.split()[-1] if "," in args.memory else args.memory
+            base = statistics.median(samples[firsts[kernel, memory]])
             median = statistics.median(times)
             rows.append([key, str(threads), f"{median * 1e3:.3f}", f"{median / base:.3f}"])
             print(" | ".join(rows[-1]), flush=True)

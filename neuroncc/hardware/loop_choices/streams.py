@@ -135,7 +135,7 @@ class StreamChoices(ChoiceBase):
     @property
     def online_prefetch_blocks_ahead(self) -> int:
         """How many blocks ahead (:attr:`online_block_elements` elements each) the online log-sum-exp's
-        exponential loops prefetch x for the block max loops to come (``online._next_block``). 2 without
+        exponential loops prefetch x for the block max loops to come (``online._next_blocks``). 2 without
         AVX-512, with :attr:`online_exp_prefetch_piece_lines` (its numbers): a block's exponentials take ~650
         cycles at the exp microkernel's rate, about two to three memory latencies on this VM, too short for its 64
         lines to arrive before the next max loop reads them; in the same runs 3 blocks ahead read 0.91-0.94 /
@@ -158,12 +158,12 @@ class StreamChoices(ChoiceBase):
         Zen 4, cross-entropy's forward kernel [512, 32000], against main's code (1024-element blocks, 8-line chunks,
         the max loops with their NaN bits, prefetches 1 block ahead into L1 alone; session 35 xent35,
         ``bench_cross_entropy.py --kernels forward``, one shared input, two builds each, interleaved medians of 25
-        rounds): the four together 0.795 of the time at 1 thread, 0.80-0.81 at 2; without the NaN-bit change 0.837 /
-        0.84, with 8-line chunks 0.835 / 0.87, with 2048-element blocks (8 blocks ahead into L2) 0.80-0.81 / 0.81;
-        with L2 prefetches alone (1024-element blocks, 4 ahead) 0.94 / 0.92-0.93. On memory that holds only 512 KiB
-        of the logits (every 4 rows' pages mapped again for the next 4: L2-resident, the same loops, ``alias_rows``
-        in docs/performance-history.md's section) main takes 3.8 ms at 1 thread against the exp loop's 2.65 ms
-        floor: most of the kernel's excess was its loops' structure, not memory."""
+        rounds, three runs): the four together 0.78-0.83 of the time at 1 thread, 0.78-0.81 at 2; without the NaN-bit
+        change 0.82-0.84 / 0.83-0.84, with 8-line chunks 0.835-0.86 / 0.87, with 2048-element blocks (8 blocks ahead into L2) 0.80-0.81 / 0.81;
+        with L2 prefetches alone (1024-element blocks, 4 ahead) 0.94 / 0.92-0.93. With x resident in the L2
+        (``bench_cross_entropy.py --memory l2``: the same loops and addresses on 512 KB of physical rows) main took
+        3.8-4.1 ms at 1 thread against the exp loop's 2.65 ms floor, this code 3.4: most of the kernel's excess was
+        its loops' structure, not memory."""
         return 4096 if self.has("avx512f") and not self._intel_avx512() else 1024
 
     @property
@@ -173,9 +173,10 @@ class StreamChoices(ChoiceBase):
         prefetches into L1; 0: none. Zen 4 (AVX-512 without FP16): 4 (64 KiB ahead with its 4096-element blocks),
         so that the L1 prefetches of the next block (and its max loop) find it in L2: each 4 KiB page of x starts a
         new stream, where the hardware's prefetchers stop. Cross-entropy's forward kernel [512, 32000] with
-        :attr:`online_block_elements`'s other changes (session 35 xent35, interleaved in one process): 2 blocks
-        ahead 0.797-0.83 of main's time, 4 ahead 0.795-0.81; without them 0.89 / 0.89; ``prefetcht1`` 2 ahead 0.905 /
-        0.86 where ``prefetcht2`` read 0.885 / 0.84, ``prefetcht0`` and ``prefetchnta`` 0.97-1.00. Elsewhere 0 (not
+        :attr:`online_block_elements`'s other changes (session 35 xent35, interleaved in one process, at 1 / 2
+        threads): 2 blocks ahead 0.797 / 0.80-0.83 of main's time, 4 ahead 0.78-0.83 / 0.78-0.81; without them (the
+        other three changes alone) 0.98-1.01 / 1.00-1.01; ``prefetcht1`` 2 ahead 0.905 / 0.86 where ``prefetcht2``
+        read 0.885 / 0.84, ``prefetcht0`` and ``prefetchnta`` 0.97-1.00. Elsewhere 0 (not
         measured)."""
         return 4 if self.has("avx512f") and not self._intel_avx512() else 0
 
