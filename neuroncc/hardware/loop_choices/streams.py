@@ -40,7 +40,8 @@ class StreamChoices(ChoiceBase):
         Zen 4 (AVX-512 without FP16): 16 lines, with its blocks of 4096 elements and its prefetches into L2
         (:attr:`online_block_elements`): half the chunks' horizontal adds and bursts. Cross-entropy's forward
         [512, 32000] with the other two, against 8 lines (session 35 xent35, ``bench_cross_entropy.py``, two builds,
-        interleaved medians of 25 rounds): 0.94-0.96 of the time at 1 thread, 0.92-0.95 at 2; 32 lines 1.08-1.11."""
+        interleaved medians of 25-31 rounds, two runs): 0.91-0.97 of the time at 1 thread, 0.92-0.94 at 2; 32 lines
+        1.08-1.11 (one run)."""
         if not self.has("avx512f"):
             return 32
         return 8 if self._intel_avx512() else 16
@@ -107,9 +108,9 @@ class StreamChoices(ChoiceBase):
         0.99-1.02 at 2 (three runs); 4 lines by 4 1.09-1.10 / 0.98-1.03, 8 by 8 1.05 / 1.01-1.04, 1 line by 2
         1.15 / 1.07. Zen 4 (AVX-512 without FP16): 4 (4 zmm vectors a piece). Its backward kernel against the
         buffered pieces (session 35 xent35, ``bench_cross_entropy.py --kernels backward``, two builds, one shared
-        input, interleaved medians of 25 rounds): 0.82-0.83 of the time at 1 thread, 0.96 at 2 (two runs); 2 lines
-        0.79-0.83 / 0.96-0.97, 8 lines 0.83-0.90 / 0.95-0.96, 16 lines 1.58-1.64 (spilled). Intel's AVX-512 cores: 0
-        (not measured: their code is unchanged)."""
+        input, interleaved medians of 25-31 rounds): 0.81-0.87 of the time at 1 thread (four runs), 0.958-0.985 at 2
+        (three runs); 2 lines 0.79-0.88 / 0.96-0.98, 8 lines 0.83-0.90 at 1 thread, 16 lines 1.58-1.64 (spilled).
+        Intel's AVX-512 cores: 0 (not measured: their code is unchanged)."""
         return 0 if self._intel_avx512() else 4
 
     @property
@@ -157,10 +158,10 @@ class StreamChoices(ChoiceBase):
 
         Zen 4, cross-entropy's forward kernel [512, 32000], against main's code (1024-element blocks, 8-line chunks,
         the max loops with their NaN bits, prefetches 1 block ahead into L1 alone; session 35 xent35,
-        ``bench_cross_entropy.py --kernels forward``, one shared input, two builds each, interleaved medians of 25
+        ``bench_cross_entropy.py --kernels forward``, one shared input, two builds each, interleaved medians of 25-31
         rounds, three runs): the four together 0.78-0.83 of the time at 1 thread, 0.78-0.81 at 2; without the NaN-bit
-        change 0.82-0.84 / 0.83-0.84, with 8-line chunks 0.835-0.86 / 0.87, with 2048-element blocks (8 blocks ahead into L2) 0.80-0.81 / 0.81;
-        with L2 prefetches alone (1024-element blocks, 4 ahead) 0.94 / 0.92-0.93. With x resident in the L2
+        change 0.82-0.84 / 0.83-0.84, with 8-line chunks 0.835-0.86 / 0.87, with 2048-element blocks (8 blocks ahead
+        into L2) 0.79-0.81 / 0.80-0.81; with L2 prefetches alone (1024-element blocks, 4 ahead) 0.94 / 0.92-0.93. With x resident in the L2
         (``bench_cross_entropy.py --memory l2``: the same loops and addresses on 512 KB of physical rows) main took
         3.8-4.1 ms at 1 thread against the exp loop's 2.65 ms floor, this code 3.4: most of the kernel's excess was
         its loops' structure, not memory."""
@@ -223,5 +224,5 @@ class StreamChoices(ChoiceBase):
         AVX-512: false (not measured: its code is unchanged), but on Zen 4 (AVX-512 without FP16), where the loop
         without them has a quarter of the instructions: cross-entropy's forward with
         :attr:`online_block_elements`'s other changes, against the loops with them (session 35 xent35, two builds each,
-        interleaved medians of 25 rounds): 0.95 of the time at 1 thread, 0.94-0.96 at 2."""
+        interleaved medians of 25-31 rounds, two runs): 0.94-1.00 of the time at 1 thread, 0.95-0.98 at 2."""
         return not self.has("avx512f") or not self._intel_avx512()
