@@ -161,10 +161,10 @@ class StreamChoices(ChoiceBase):
         ``bench_cross_entropy.py --kernels forward``, one shared input, two builds each, interleaved medians of 25-31
         rounds, three runs): the four together 0.78-0.83 of the time at 1 thread, 0.78-0.81 at 2; without the NaN-bit
         change 0.82-0.84 / 0.83-0.84, with 8-line chunks 0.835-0.86 / 0.87, with 2048-element blocks (8 blocks ahead
-        into L2) 0.79-0.81 / 0.80-0.81; with L2 prefetches alone (1024-element blocks, 4 ahead) 0.94 / 0.92-0.93. With x resident in the L2
-        (``bench_cross_entropy.py --memory l2``: the same loops and addresses on 512 KB of physical rows) main took
-        3.8-4.1 ms at 1 thread against the exp loop's 2.65 ms floor, this code 3.4: most of the kernel's excess was
-        its loops' structure, not memory."""
+        into L2) 0.79-0.81 / 0.80-0.81; with L2 prefetches alone (1024-element blocks, 4 ahead) 0.94 / 0.92-0.93.
+        With x resident in the L2 (``bench_cross_entropy.py --memory l2``: the same loops and addresses on 512 KB
+        of physical rows) main took 3.8-4.1 ms at 1 thread against the exp loop's 2.65 ms floor, this code 3.4:
+        most of the kernel's excess was its loops' structure, not memory."""
         return 4096 if self.has("avx512f") and not self._intel_avx512() else 1024
 
     @property
