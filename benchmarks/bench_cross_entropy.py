@@ -19,7 +19,8 @@ Variants (``--variants``, comma-separated) of the forward's online log-sum-exp (
 - ``groups8``, ``groups32``, ``groups64``: groups (and bursts) of that many lines (``prefetch.MEMORY_BURST_LINES``;
   64: one group per block, all its prefetches at its start);
 - ``loop``: one loop over each block's exponentials, no software prefetch;
-- ``loop512``, ``loop2048``, ``loop4096``: ``loop`` with blocks of that many elements (``online.BLOCK``);
+- ``loop512``, ``loop2048``, ``loop4096``: ``loop`` with blocks of that many elements
+  (``CpuTarget.online_block_elements``);
 - ``head8``, ``head16``, ...: one loop after a burst of prefetches of the next block's first that many lines;
 - ``inloop``: each whole chunk's sum in its exp loop (``online.SUM_CHUNK_APART`` off: the code before session 23,
   and AVX-512's), against main's chunk buffer summed in a loop of its own
@@ -37,6 +38,13 @@ Variants (``--variants``, comma-separated) of the forward's online log-sum-exp (
 - ``maxahead0`` (before session 28, AVX-512's), ``maxahead1``: each block's max loop in its own block before its
   exponentials, or a block early before the previous block's exponentials, against main's a block early between
   the previous block's chunks (``CpuTarget.online_block_max_ahead``; AVX2: 2);
+- ``blockN``: blocks of N elements (``CpuTarget.online_block_elements``: Zen 4 4096, elsewhere 1024; other bits);
+  ``withoutnan``: the block max loops without the NaN bits where the target keeps them (Intel's AVX-512);
+  ``l2aheadN``: also ``prefetcht2`` of x N blocks ahead (``CpuTarget.online_l2_prefetch_blocks_ahead``: Zen 4 4,
+  elsewhere 0), ``l2onlyN``: those alone; ``lseN_M`` (``lseN_M_L``): the exp loops' prefetches N elements ahead
+  into L1 and M elements ahead into L2 (with LLVM's locality L; 0 elements: none); ``before35``: Zen 4's code
+  before session 35 (``BEFORE_35``: its 1024-element blocks, 8-line chunks, NaN bits, no L2 prefetches, and the
+  gradient's pieces through their buffers);
 - experiments, the same bits: ``merged2``: two chunks' exponentials in one loop, then their sums; ``bufN``: each
   chunk's buffer N bytes further on the stack; ``splitN``: each chunk's exponentials in N loops, a burst of
   prefetches before each;
@@ -78,6 +86,10 @@ in one call of many, which moves the mean, not the median.
 65.5 MB written with non-temporal stores) and its 16.4M exponentials at ``exp_nonpositive``'s microkernel rate (the
 fastest of 7 runs, L1-resident, as roofline.py counts it). Its need is the larger of its memory and exp times.
 
+``--memory dram,l3,l2`` times each build (variants mode) on the plain logits and on memory that holds only 128 or 4
+of their rows (``aliased_rows.py``: the same addresses and loops, x resident in the L3 or the L2), each ratio
+against the first variant's first build on the same memory (session 35).
+
 ``--floor`` times each kernel's elementwise arithmetic alone as ``microkernels.math_throughput`` times the
 exponential (L1-resident x and y, the loop hints of the kernels' math loops, the fastest of 5 runs; session 29):
 ``exp_nonpositive`` itself (roofline.py's count), the forward's exp(x - m) and the backward's
@@ -113,6 +125,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from llvmlite import ir  # noqa: E402
 
+import aliased_rows  # noqa: E402
 import cross_entropy_floor  # noqa: E402
 import kernel_cases as kc  # noqa: E402
 from neuroncc.codegen.llvm import mathlib, online, prefetch  # noqa: E402
@@ -127,12 +140,17 @@ from neuroncc.passes.pipeline import default_pipeline, run_pipeline  # noqa: E40
 VOCAB = 32000  # the row's classes (its graphs are those with a [rows, VOCAB] parameter)
 
 
+#: Zen 4's code before session 35 (``before35``): the online log-sum-exp's 1024-element blocks, 8-line chunks, block
+#: max loops with their NaN bits and no prefetches into L2; the gradient's pieces all through their stack buffer
+BEFORE_35 = "block1024+chunks8+nanbits+l2ahead0+registers0"
+
+
 @contextlib.contextmanager
 def variant(name: str):
     """The code generator as variant ``name`` builds (see the module docstring), for the builds inside; ``a+b``:
     both variants' changes at once."""
     with contextlib.ExitStack() as stack:
-        for part in name.split("+"):
+        for part in name.replace("before35", BEFORE_35).split("+"):
             stack.enter_context(_variant(part))
         yield
 
@@ -140,11 +158,11 @@ def variant(name: str):
 @contextlib.contextmanager
 def _variant(name: str):
     """One variant of :func:`variant`."""
-    spread, block, burst = online.spread_loop, online.BLOCK, prefetch.MEMORY_BURST_LINES
+    spread, block, burst = online.spread_loop, CpuTarget.online_block_elements, prefetch.MEMORY_BURST_LINES
     streamed, chunks = CpuTarget.streams_outputs, CpuTarget.online_exp_chunk_lines
     if name.startswith(("groups", "loop", "head")):  # these change (or are) the spread groups, not the chunks
         CpuTarget.online_exp_chunk_lines = property(lambda self: 0)  # type: ignore[method-assign]
-    saved_exp, next_block, apart = mathlib.POLYNOMIAL["exp_nonpositive"], online._next_block, online.SUM_CHUNK_APART
+    saved_exp, next_block, apart = mathlib.POLYNOMIAL["exp_nonpositive"], online._next_blocks, online.SUM_CHUNK_APART
     interleave = CpuTarget.polynomial_interleave
     blocks_ahead, piece_spread = CpuTarget.online_prefetch_blocks_ahead, CpuTarget.online_exp_prefetch_piece_lines
     pieces = CpuTarget.streamed_map_prefetch_pieces
@@ -156,6 +174,14 @@ def _variant(name: str):
     nan_bits = CpuTarget.online_block_max_without_nan_bits
     if name.startswith("nanbits"):  # the block max loops with the NaN bits (before session 25; AVX-512's code)
         CpuTarget.online_block_max_without_nan_bits = property(lambda self: False)  # type: ignore[method-assign]
+    if name == "withoutnan":  # the block max loops without the NaN bits, the row retaken where NaN (AVX2's code)
+        CpuTarget.online_block_max_without_nan_bits = property(lambda self: True)  # type: ignore[method-assign]
+    if name.startswith("lse"):  # ``lseN_M``: the exp loops' prefetches N elements ahead into L1 and
+        near, far, *far_locality = (int(part) for part in name[3:].split("_"))  # M elements ahead into L2 (0:
+        online._next_blocks = lambda em, source, idx: _streams_ahead(  # none; ``lseN_M_L``: with locality L)
+            em, source, idx, near, far, *far_locality)
+    if name.startswith("block"):  # ``blockN``: blocks of N elements (``CpuTarget.online_block_elements``)
+        CpuTarget.online_block_elements = property(lambda self: int(name[5:]))  # type: ignore[method-assign]
     if name == "nonan":  # experiment: the block max loop without its NaN bits (wrong for NaN rows)
         import dataclasses
         from neuroncc.codegen.llvm.reductions import _MAX_INIT, _MAX_UPDATE
@@ -187,6 +213,12 @@ def _variant(name: str):
         CpuTarget.polynomial_interleave = property(lambda self: int(name[-1]))  # type: ignore[method-assign]
     if name.startswith("ahead"):  # the next blocks' prefetches that many blocks ahead (AVX2: 2, AVX-512: 1)
         CpuTarget.online_prefetch_blocks_ahead = property(lambda self: int(name[5:]))  # type: ignore[method-assign]
+    l2_ahead = CpuTarget.online_l2_prefetch_blocks_ahead
+    if name.startswith(("l2ahead", "l2only")):  # also (or only) prefetcht2 of the block N blocks ahead
+        far = int(name[7:] if name.startswith("l2ahead") else name[6:])
+        CpuTarget.online_l2_prefetch_blocks_ahead = property(lambda self: far)  # type: ignore[method-assign]
+        if name.startswith("l2only"):
+            CpuTarget.online_prefetch_blocks_ahead = property(lambda self: 0)  # type: ignore[method-assign]
     if name.startswith("spread"):  # each chunk's prefetches in pieces of N lines through its loop (AVX2: 2; 0: a
         lines = int(name[6:])  # burst before the chunk's loop, before session 26 and AVX-512's)
         CpuTarget.online_exp_prefetch_piece_lines = property(lambda self: lines)  # type: ignore[method-assign]
@@ -233,7 +265,8 @@ def _variant(name: str):
         CpuTarget.streams_outputs = lambda self, footprint_bytes: False  # type: ignore[method-assign]
     elif name.startswith("loop"):
         online.spread_loop = _one_loop
-        online.BLOCK = int(name[4:]) if name != "loop" else block
+        if name != "loop":
+            CpuTarget.online_block_elements = property(lambda self: int(name[4:]))  # type: ignore[method-assign]
     elif name.startswith("head"):
         online.spread_loop = lambda em, lo, hi, body, ahead: _one_loop(em, lo, hi, body, ahead, int(name[4:]))
     elif name.startswith("chunks"):
@@ -243,8 +276,9 @@ def _variant(name: str):
     try:
         yield
     finally:
-        online.spread_loop, online.BLOCK, prefetch.MEMORY_BURST_LINES = spread, block, burst
-        mathlib.POLYNOMIAL["exp_nonpositive"], online._next_block = saved_exp, next_block
+        online.spread_loop, prefetch.MEMORY_BURST_LINES = spread, burst
+        CpuTarget.online_block_elements = block  # type: ignore[method-assign]
+        mathlib.POLYNOMIAL["exp_nonpositive"], online._next_blocks = saved_exp, next_block
         online.SUM_CHUNK_APART = apart
         CpuTarget.streamed_map_piece_lines = piece_lines  # type: ignore[method-assign]
         online.COMBINERS["amax"], online._cached_then_summed = amax, cached
@@ -257,9 +291,23 @@ def _variant(name: str):
         CpuTarget.streams_outputs = streamed  # type: ignore[method-assign]
         CpuTarget.register_piece_lines = registers  # type: ignore[method-assign]
         CpuTarget.online_block_max_ahead = max_ahead  # type: ignore[method-assign]
+        CpuTarget.online_l2_prefetch_blocks_ahead = l2_ahead  # type: ignore[method-assign]
         map_stages.emit_prefetch_pieces_ahead = pieces_ahead
         prefetch._prefetch_lines = lines_of
         CpuTarget.online_exp_chunk_lines = chunks  # type: ignore[method-assign]
+
+
+def _streams_ahead(em, source, idx, near: int, far: int, far_locality: int = 1) -> tuple:
+    """``online._next_blocks`` with its streams ``near`` elements ahead into L1 and ``far`` elements ahead into L2."""
+    from neuroncc.codegen.llvm.context import Ahead
+
+    def stream(distance: int, locality: int) -> Ahead:
+        def at(i):
+            return em.b.gep(em.address(source, idx[:-1] + [i]), [ir.Constant(I64, distance)],
+                            source_etype=ir.FloatType(), inbounds=False)
+        return Ahead(at, 4, locality=locality)
+
+    return tuple(stream(distance, locality) for distance, locality in ((far, far_locality), (near, 3)) if distance)
 
 
 def _prefetch_l2(em, inputs, prefix, start, piece: int, pieces: int) -> None:
@@ -367,6 +415,7 @@ def main() -> None:
     parser.add_argument("--split", action="store_true", help="itemize the row: step, kernels, both clocks")
     parser.add_argument("--needs", action="store_true", help="each kernel against its bytes and exponentials")
     parser.add_argument("--floor", action="store_true", help="each kernel's elementwise math alone, L1-resident")
+    parser.add_argument("--memory", default="dram", help="the logits' memory: dram, l3, l2 (aliased_rows.py)")
     args = parser.parse_args()
     names = args.variants.split(",")
     if args.floor:
@@ -391,6 +440,7 @@ def main() -> None:
     forward = next(fn for name, fn in graphs if len(fn.params) == 2)
     backward = next((fn for name, fn in graphs if len(fn.params) > 2), None)
     logits, target = inputs[0].numpy(), inputs[1].numpy()
+    memories = {name: aliased_rows.aliased(logits, aliased_rows.MEMORIES[name]) for name in args.memory.split(",")}
     rows = []
     for threads in [int(t) for t in args.threads.split(",")]:
         torch.set_num_threads(threads)
@@ -421,14 +471,16 @@ def main() -> None:
                         if {"noexp", "maxline"} & set(name.split("+")):
                             break
                         np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-7)
-                    key = f"{kernel} {name} #{build + 1}"
-                    calls[key] = (lambda exe=exe, arrays=arrays: exe(*arrays))
-                    firsts.setdefault(kernel, key)
+                    for memory in args.memory.split(","):  # (the same build on each memory of the logits)
+                        on = [memories[memory] if a is logits else a for a in arrays]
+                        key = f"{kernel} {name} #{build + 1}" + (f" {memory}" if "," in args.memory else "")
+                        calls[key] = (lambda exe=exe, on=on: exe(*on))
+                        firsts.setdefault((kernel, memory), key)
         clock = time.thread_time if threads == 1 else time.perf_counter
         samples = interleaved_samples(calls, repeats=args.repeats, clock=clock)
         for key, times in samples.items():
-            kernel = key.split()[0]
-            base = statistics.median(samples[firsts[kernel]])
+            kernel, memory = key.split()[0], key.split()[-1] if "," in args.memory else args.memory
+            base = statistics.median(samples[firsts[kernel, memory]])
             median = statistics.median(times)
             rows.append([key, str(threads), f"{median * 1e3:.3f}", f"{median / base:.3f}"])
             print(" | ".join(rows[-1]), flush=True)

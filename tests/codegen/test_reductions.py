@@ -212,8 +212,11 @@ def test_log_sum_exp_takes_the_max_online_in_one_pass(rng):
     # the sum of exp(x - max) computes the max block by block (online.py): the max stage is not emitted, the
     # row is read once for both; rows with specials (NaN, +-inf, all -inf, -inf before finite values, a max
     # growing from block to block, a partial last block) give what the two passes give
-    from neuroncc.codegen.llvm.online import BLOCK, online_maxima
+    from neuroncc.codegen.llvm.online import online_maxima
     from neuroncc.codegen.llvm.regions import fuse_whole_function
+    from neuroncc.hardware.host import host_cpu
+
+    BLOCK = host_cpu().online_block_elements
 
     cols = 2 * BLOCK + 300
     xs = (rng.standard_normal((8, cols)) * 4).astype(np.float32)
@@ -253,7 +256,8 @@ def test_online_log_sum_exp_prefetches_the_next_block_while_it_computes_exp(rng,
     host = host_cpu()
     lines = host.online_exp_chunk_lines and host.online_exp_prefetch_piece_lines or host.online_exp_chunk_lines \
         or MEMORY_BURST_LINES  # (a chunk's burst, or its pieces' prefetches in its loop, emitted once)
-    assert ir_text.count('call void @"llvm.prefetch.p0"') == lines
+    streams = 2 if host.online_l2_prefetch_blocks_ahead else 1  # (Zen 4: also into L2, further ahead)
+    assert ir_text.count('call void @"llvm.prefetch.p0"') == lines * streams
     assert ir_text.index('@"llvm.maxnum.f32"(') < ir_text.index('@"llvm.prefetch.p0"(') < \
         ir_text.rindex('@"ncc.math.exp"(')  # (the first exp scales the total when the max grows)
     assert "prefetcht0" in jit.assembly(exe.module.llvm_ir)
@@ -263,11 +267,13 @@ def test_online_log_sum_exp_takes_its_exponentials_in_chunks_of_constant_length(
     # CpuTarget.online_exp_chunk_lines: each chunk of lines after its prefetches of the next block's same lines is
     # a loop of constant length, vectorized whole: no remainder loop per group as the spread groups of
     # MEMORY_BURST_LINES lines have (their end is min(start + 256, hi)). AVX-512: chunks of 8 lines (128 float32,
-    # session 18); AVX2: chunks of 32 lines (512 float32, two per 1024-element block; session 20, Zen 3)
+    # session 18), on Zen 4 16 lines (session 35, with its 4096-element blocks), each also after the prefetches
+    # of its lines 4 blocks ahead into L2 (prefetcht2); AVX2: chunks of 32 lines (512 float32, two per
+    # 1024-element block; session 20, Zen 3)
     from neuroncc.codegen.llvm import jit
     from neuroncc.codegen.llvm.regions import fuse_whole_function
     from neuroncc.hardware.host import CpuTarget
-    from test_bf16_rounding import ZEN4
+    from test_bf16_rounding import SAPPHIRE_RAPIDS, ZEN4
     from test_pairs import AVX2
 
     # (each block's max in its own block, as before session 28: the chunk loop emitted once)
@@ -276,15 +282,21 @@ def test_online_log_sum_exp_takes_its_exponentials_in_chunks_of_constant_length(
     counts = {}
     # (AVX2's bursts: its prefetches spread through the chunk's loop since session 26, the next test)
     monkeypatch.setattr(CpuTarget, "online_exp_prefetch_piece_lines", property(lambda self: 0))
-    for name, target in (("avx512", CpuTarget("znver4", ZEN4)), ("avx2", CpuTarget("znver3", AVX2))):
+    targets = {"zen4": CpuTarget("znver4", ZEN4), "intel": CpuTarget("sapphirerapids", SAPPHIRE_RAPIDS),
+               "avx2": CpuTarget("znver3", AVX2)}
+    for name, target in targets.items():
         plan = plan_kernel(fn.ops[0].regions[0], [Layout.of(0, fn.params[0].type)],
                            [Layout.of(1 + k, v.type) for k, v in enumerate(fn.outputs)])
         texts, _ = emit_kernel(plan, "k", target)
-        counts[name] = "".join(texts).count('call void @"llvm.prefetch.p0"')
-        assert jit.assembly(texts, target).count("prefetcht0") == counts[name]  # one burst, in one chunk loop
-    assert CpuTarget("znver4", ZEN4).online_exp_chunk_lines == 8
-    assert CpuTarget("znver3", AVX2).online_exp_chunk_lines == 32
-    assert counts == {"avx512": 8, "avx2": 32}  # (the groups: MEMORY_BURST_LINES, 16)
+        asm = jit.assembly(texts, target)
+        counts[name] = (asm.count("prefetcht0"), asm.count("prefetcht2"))  # one burst each, in one chunk loop
+        assert "".join(texts).count('call void @"llvm.prefetch.p0"') == sum(counts[name])
+        if name == "zen4":  # the L2's lines 4 blocks (of 4096 elements) ahead, the L1's 1 block ahead
+            assert set(re.findall(r"prefetcht2\s+(-?\d+)\(", asm)) == {str(4 * 4096 * 4 + 64 * k) for k in range(16)}
+            assert set(re.findall(r"prefetcht0\s+(-?\d+)\(", asm)) == {str(4096 * 4 + 64 * k) for k in range(16)}
+    assert [t.online_exp_chunk_lines for t in targets.values()] == [16, 8, 32]
+    assert [t.online_block_elements for t in targets.values()] == [4096, 1024, 1024]
+    assert counts == {"zen4": (16, 16), "intel": (8, 0), "avx2": (32, 0)}  # (the groups: MEMORY_BURST_LINES, 16)
 
 
 def _prefetch_offsets(asm: str) -> list[int]:

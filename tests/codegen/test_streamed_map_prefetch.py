@@ -10,7 +10,7 @@ import dataclasses
 import re
 
 import numpy as np
-from test_bf16_rounding import ZEN4
+from test_bf16_rounding import SAPPHIRE_RAPIDS, ZEN4
 from test_pairs import AVX2
 
 from neuroncc.codegen.llvm import jit
@@ -90,23 +90,26 @@ def test_the_prefetches_give_the_same_bits(rng, monkeypatch):
     np.testing.assert_array_equal(got, sixteen)
 
 
-def test_avx2_streams_the_gradients_pieces_from_registers_and_avx512_as_before(monkeypatch):
-    # CpuTarget.register_piece_lines (session 27 xent27): a piece without its row's one-hot target is stored with
-    # `vmovntps` straight from the math's registers, not through the stack buffer's copy loop (its one store in a
-    # loop); the piece holding the target keeps the buffer for its correction. 4 lines: 8 stores, 8 vectors'
-    # polynomials interleaved
+def test_avx2_and_zen4_stream_the_gradients_pieces_from_registers_and_intel_avx512_as_before(monkeypatch):
+    # CpuTarget.register_piece_lines (session 27 xent27, Zen 3; session 35 xent35, Zen 4): a piece without its
+    # row's one-hot target is stored with `vmovntps` straight from the math's registers, not through the stack
+    # buffer's copy loop (its one store in a loop); the piece holding the target keeps the buffer for its
+    # correction. 4 lines: 8 ymm (4 zmm) stores, their vectors' polynomials interleaved
     from test_one_hot_rows import _gradient
 
     fn = _gradient(1024, 4096)
     zen3, zen4 = CpuTarget("znver3", AVX2), CpuTarget("znver4", ZEN4)
-    assert zen3.register_piece_lines == 4 and zen4.register_piece_lines == 0
-    direct, zen4_code = _assembly(fn, zen3), _assembly(fn, zen4)
+    intel = CpuTarget("sapphirerapids", SAPPHIRE_RAPIDS)
+    assert (zen3.register_piece_lines, zen4.register_piece_lines, intel.register_piece_lines) == (4, 4, 0)
+    direct, zen4_direct, intel_code = _assembly(fn, zen3), _assembly(fn, zen4), _assembly(fn, intel)
     _chosen(monkeypatch, "register_piece_lines", 0)
     buffered = _assembly(fn, zen3)
     assert buffered.count("vmovntps") == 1 and re.search(r"cmpq\s+\$128, %r", buffered)  # the copy loop
     assert direct.count("vmovntps") >= 9  # a store per vector of the piece, and the target's piece's copy loop
     assert direct.count("vpslld\t$23") >= 8  # the 8 vectors' exponentials side by side
-    assert _assembly(fn, zen4) == zen4_code
+    assert _assembly(fn, zen4).count("vmovntps") == 1
+    assert zen4_direct.count("vmovntps") >= 5 and zen4_direct.count("vscalefps") >= 4  # (4 zmm side by side)
+    assert _assembly(fn, intel) == intel_code
 
 
 def test_pieces_from_registers_give_the_buffered_bits(rng, monkeypatch):

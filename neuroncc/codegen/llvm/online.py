@@ -4,8 +4,9 @@ Cross-entropy's forward and log_softmax reduce each row twice: its max, then the
 pass reads the row from memory and computes almost nothing; the second computes an exponential per element
 from cache; one waits for the other. For rows longer than L1 (a 32000-class row is 128 KB) the second pass
 also reads the row again from L2. Here the sum's pass computes the max itself, block by block: the max of a
-block of ``BLOCK`` elements (read from memory), then the block's exponentials against the running max while
-the block is in L1; when the running max grows, the total so far is scaled by exp(old - new) (once per block,
+block of ``CpuTarget.online_block_elements`` elements (read from memory, or from L2 where the exponential loops
+prefetch further ahead into it), then the block's exponentials against the running max while the block is in L1;
+when the running max grows, the total so far is scaled by exp(old - new) (once per block,
 not per element). The total is then exactly as accurate as the two-pass one (the scaled partial totals carry
 one more rounding each), the max is the same value (max is exact in any order), and the max stage itself is
 not emitted: the sum stores its result (like :class:`stages.SharedMean`).
@@ -40,8 +41,6 @@ from neuroncc.codegen.llvm.views import Layout
 from neuroncc.hardware.host import CACHE_LINE_BYTES
 from neuroncc.ir.dtypes import DType
 
-#: Elements of a block: 4 KB of float32, in L1 between the block's max and its exponentials.
-BLOCK = 1024
 #: A whole chunk's exponentials stored into a chunk buffer and summed in a loop of their own where the target
 #: says so (``CpuTarget.sums_online_exponentials_apart``; a switch for one-process A/Bs).
 SUM_CHUNK_APART = True
@@ -143,21 +142,23 @@ def _row_total(em: EmitContext, online: OnlineMax, idx: list[Any], out_index: li
     # block (for the last block of a row, the next row's first) is prefetched, so that the next max loop finds
     # it in L1 instead of waiting for memory with the core idle (cross-entropy [512, 32000]: 10% faster)
     # (``CpuTarget.online_prefetch_blocks_ahead`` blocks ahead)
-    ahead = () if online.source is None else (_next_block(em, online.source, idx),)
+    ahead = () if online.source is None else _next_blocks(em, online.source, idx)
 
-    blocks = -(-n // BLOCK)
+    block_elements = em.target.online_block_elements
+    blocks = -(-n // block_elements)
     # the next block's max taken a block early (``CpuTarget.online_block_max_ahead``): held here until its block
     max_ahead = em.target.online_block_max_ahead if blocks > 1 else 0
     held = em.alloca(F32) if max_ahead else None
     if max_ahead:
-        em.b.store(_block_max(em, x_value, idx, 0, min(BLOCK, n), careful), held)
+        em.b.store(_block_max(em, x_value, idx, 0, min(block_elements, n), careful), held)
 
     def next_max(k: Any, lo: Any) -> None:
-        """The max of block k + 1 (from ``lo + BLOCK``) into ``held``, if the row has one."""
+        """The max of block k + 1 (from ``lo + block_elements``) into ``held``, if the row has one."""
         with em.b.if_then(em.lt(em.add(k, 1), blocks)):
             with em.fresh_values():
-                start = em.add(lo, BLOCK)
-                em.b.store(_block_max(em, x_value, idx, start, em.min(em.add(start, BLOCK), n), careful), held)
+                start = em.add(lo, block_elements)
+                stop = em.min(em.add(start, block_elements), n)
+                em.b.store(_block_max(em, x_value, idx, start, stop, careful), held)
 
     def block(k: Any, lo: Any, hi: Any) -> None:
         with em.fresh_values():
@@ -212,7 +213,8 @@ def _row_total(em: EmitContext, online: OnlineMax, idx: list[Any], out_index: li
             if careful is not None:
                 b.store(b.or_(b.load(uncounted), all_minus_inf), uncounted)
 
-    em.loop(0, blocks, lambda k: block(k, em.mul(k, BLOCK), em.min(em.add(em.mul(k, BLOCK), BLOCK), n)))
+    em.loop(0, blocks, lambda k: block(k, em.mul(k, block_elements),
+                                       em.min(em.add(em.mul(k, block_elements), block_elements), n)))
     b = em.b
     final = b.load(running)
     em.store(stage.target, out_index, final)
@@ -283,15 +285,20 @@ def _cached_then_summed(em: EmitContext, summand: Any, idx: list[Any], partial: 
     return whole_chunk
 
 
-def _next_block(em: EmitContext, source: Layout, idx: list[Any]) -> Ahead:
-    """The stream of the elements ``CpuTarget.online_prefetch_blocks_ahead`` blocks after each element of the row
-    of ``source`` at ``idx`` (past a row's end: the next rows', contiguous; past the tensor's end a prefetch
-    does not fault)."""
-    distance = BLOCK * em.target.online_prefetch_blocks_ahead
+def _next_blocks(em: EmitContext, source: Layout, idx: list[Any]) -> tuple[Ahead, ...]:
+    """The streams of the elements ahead of each element of the row of ``source`` at ``idx`` that its exponential
+    loops prefetch: ``CpuTarget.online_prefetch_blocks_ahead`` blocks on, into L1 (past a row's end: the next
+    rows', contiguous; past the tensor's end a prefetch does not fault); and where the target says so
+    (``CpuTarget.online_l2_prefetch_blocks_ahead``) that many blocks on, into L2 (``prefetcht2``)."""
+    def stream(blocks: int, locality: int) -> Ahead:
+        distance = em.target.online_block_elements * blocks
 
-    def at(i: Any) -> ir.Value:
-        element = em.address(source, idx[:-1] + [i])
-        return em.b.gep(element, [ir.Constant(I64, distance)], source_etype=storage_type(source.dtype),
-                        inbounds=False)
+        def at(i: Any) -> ir.Value:
+            element = em.address(source, idx[:-1] + [i])
+            return em.b.gep(element, [ir.Constant(I64, distance)], source_etype=storage_type(source.dtype),
+                            inbounds=False)
 
-    return Ahead(at, storage_itemsize(source.dtype))
+        return Ahead(at, storage_itemsize(source.dtype), locality=locality)
+
+    near, far = em.target.online_prefetch_blocks_ahead, em.target.online_l2_prefetch_blocks_ahead
+    return tuple(stream(blocks, locality) for blocks, locality in ((far, 1), (near, 3)) if blocks)

@@ -35,8 +35,16 @@ class StreamChoices(ChoiceBase):
         reloads). Zen 3, the same A/B (session 20 expavx2), against the groups: 32 lines 0.88-1.00 at 2 threads
         and 0.91-0.98 at 1 (three runs, seven builds; the least where memory was fast), 16 lines 0.94-0.97 /
         0.955-0.976 (three runs), 8 lines 1.01-1.04 / 1.02, 4 lines 1.12-1.22, 64 lines (one chunk per block)
-        1.02-1.04. The row through ``torch.compile`` did not show it (0.98-1.01, two runs of 31 and 61 rounds)."""
-        return 8 if self.has("avx512f") else 32
+        1.02-1.04. The row through ``torch.compile`` did not show it (0.98-1.01, two runs of 31 and 61 rounds).
+
+        Zen 4 (AVX-512 without FP16): 16 lines, with its blocks of 4096 elements and its prefetches into L2
+        (:attr:`online_block_elements`): half the chunks' horizontal adds and bursts. Cross-entropy's forward
+        [512, 32000] with the other two, against 8 lines (session 35 xent35, ``bench_cross_entropy.py``, two builds,
+        interleaved medians of 25-31 rounds, two runs): 0.91-0.97 of the time at 1 thread, 0.92-0.94 at 2; 32 lines
+        1.08-1.11 (one run)."""
+        if not self.has("avx512f"):
+            return 32
+        return 8 if self._intel_avx512() else 16
 
     @property
     def streamed_map_prefetch_pieces(self) -> int:
@@ -98,8 +106,12 @@ class StreamChoices(ChoiceBase):
         the buffered pieces 0.89-0.91 of the time at 1 thread and 0.92-0.95 at 2 (three runs), the row through
         torch.compile 0.93-0.95 / 0.94-0.98; 4 lines interleaved by 8 against 2 by 4 0.94-0.96 at 1 thread and
         0.99-1.02 at 2 (three runs); 4 lines by 4 1.09-1.10 / 0.98-1.03, 8 by 8 1.05 / 1.01-1.04, 1 line by 2
-        1.15 / 1.07. With AVX-512: 0 (not measured: its code is unchanged)."""
-        return 0 if self.has("avx512f") else 4
+        1.15 / 1.07. Zen 4 (AVX-512 without FP16): 4 (4 zmm vectors a piece). Its backward kernel against the
+        buffered pieces (session 35 xent35, ``bench_cross_entropy.py --kernels backward``, two builds, one shared
+        input, interleaved medians of 25-31 rounds): 0.81-0.87 of the time at 1 thread (four runs), 0.958-0.985 at 2
+        (three runs); 2 lines 0.79-0.88 / 0.96-0.98, 8 lines 0.83-0.90 at 1 thread, 16 lines 1.58-1.64 (spilled).
+        Intel's AVX-512 cores: 0 (not measured: their code is unchanged)."""
+        return 0 if self._intel_avx512() else 4
 
     @property
     def online_exp_prefetch_piece_lines(self) -> int:
@@ -123,14 +135,51 @@ class StreamChoices(ChoiceBase):
 
     @property
     def online_prefetch_blocks_ahead(self) -> int:
-        """How many blocks ahead (``online.BLOCK`` elements each: 4 KiB of float32) the online log-sum-exp's
-        exponential loops prefetch x for the block max loops to come (``online._next_block``). 2 without
+        """How many blocks ahead (:attr:`online_block_elements` elements each) the online log-sum-exp's
+        exponential loops prefetch x for the block max loops to come (``online._next_blocks``). 2 without
         AVX-512, with :attr:`online_exp_prefetch_piece_lines` (its numbers): a block's exponentials take ~650
         cycles at the exp microkernel's rate, about two to three memory latencies on this VM, too short for its 64
         lines to arrive before the next max loop reads them; in the same runs 3 blocks ahead read 0.91-0.94 /
         0.95-0.97 where 2 read 0.91-0.93 / 0.94-0.96, 4 blocks 0.92-0.94 / 0.96-0.97. With AVX-512: 1 (its code
         unchanged)."""
         return 1 if self.has("avx512f") else 2
+
+    @property
+    def online_block_elements(self) -> int:
+        """Elements of a block of the online log-sum-exp (``codegen/llvm/online.py``): its max loop, then its
+        exponentials against the running max while the block is in L1. 1024 (4 KiB of float32) but on Zen 4 (AVX-512
+        without FP16), where it is 4096 (16 KiB: the block, and the next one as it is prefetched, fill the 32 KiB L1),
+        with 16-line chunks (:attr:`online_exp_chunk_lines`), the block max loops without the NaN bits
+        (:attr:`online_block_max_without_nan_bits`) and x prefetched into L2 4 blocks ahead
+        (:attr:`online_l2_prefetch_blocks_ahead`). A block's max loop waits for the block's loads and its
+        reduction before the block's exponentials can start (its exp loop's FMA pipes idle meanwhile): a quarter as
+        many blocks, a quarter as many waits. Other bits than 1024's blocks (the running max grows at other places,
+        the block's float32 partial sum carries 4x as many chunk sums), as accurate.
+
+        Zen 4, cross-entropy's forward kernel [512, 32000], against main's code (1024-element blocks, 8-line chunks,
+        the max loops with their NaN bits, prefetches 1 block ahead into L1 alone; session 35 xent35,
+        ``bench_cross_entropy.py --kernels forward``, one shared input, two builds each, interleaved medians of 25-31
+        rounds, three runs): the four together 0.78-0.83 of the time at 1 thread, 0.78-0.81 at 2; without the NaN-bit
+        change 0.82-0.84 / 0.83-0.84, with 8-line chunks 0.835-0.86 / 0.87, with 2048-element blocks (8 blocks ahead
+        into L2) 0.79-0.81 / 0.80-0.81; with L2 prefetches alone (1024-element blocks, 4 ahead) 0.94 / 0.92-0.93.
+        With x resident in the L2 (``bench_cross_entropy.py --memory l2``: the same loops and addresses on 512 KB
+        of physical rows) main took 3.8-4.1 ms at 1 thread against the exp loop's 2.65 ms floor, this code 3.4:
+        most of the kernel's excess was its loops' structure, not memory."""
+        return 4096 if self.has("avx512f") and not self._intel_avx512() else 1024
+
+    @property
+    def online_l2_prefetch_blocks_ahead(self) -> int:
+        """How many blocks ahead (:attr:`online_block_elements` each) the online log-sum-exp's exponential loops also
+        prefetch x into L2 (``prefetcht2``, ``online._next_blocks``), beside :attr:`online_prefetch_blocks_ahead`'s
+        prefetches into L1; 0: none. Zen 4 (AVX-512 without FP16): 4 (64 KiB ahead with its 4096-element blocks),
+        so that the L1 prefetches of the next block (and its max loop) find it in L2: each 4 KiB page of x starts a
+        new stream, where the hardware's prefetchers stop. Cross-entropy's forward kernel [512, 32000] with
+        :attr:`online_block_elements`'s other changes (session 35 xent35, interleaved in one process, at 1 / 2
+        threads): 2 blocks ahead 0.797 / 0.80-0.83 of main's time, 4 ahead 0.78-0.83 / 0.78-0.81; without them (the
+        other three changes alone) 0.98-1.01 / 1.00-1.01; ``prefetcht1`` 2 ahead 0.905 / 0.86 where ``prefetcht2``
+        read 0.885 / 0.84, ``prefetcht0`` and ``prefetchnta`` 0.97-1.00. Elsewhere 0 (not
+        measured)."""
+        return 4 if self.has("avx512f") and not self._intel_avx512() else 0
 
     @property
     def online_block_max_ahead(self) -> int:
@@ -172,5 +221,8 @@ class StreamChoices(ChoiceBase):
         kernel [512, 32000] against the NaN bits, two builds each, interleaved medians of 41 rounds
         (``bench_cross_entropy.py --variants nanbits,main``, two runs): 0.94-1.01 at 2 threads, 0.93-0.95 at 1
         (the bare loop without the retake: 0.94-0.98 and 0.96-0.97 in four runs; session 25 xent25). With
-        AVX-512: false (not measured: its code is unchanged)."""
-        return not self.has("avx512f")
+        AVX-512: false (not measured: its code is unchanged), but on Zen 4 (AVX-512 without FP16), where the loop
+        without them has a quarter of the instructions: cross-entropy's forward with
+        :attr:`online_block_elements`'s other changes, against the loops with them (session 35 xent35, two builds each,
+        interleaved medians of 25-31 rounds, two runs): 0.94-1.00 of the time at 1 thread, 0.95-0.98 at 2."""
+        return not self.has("avx512f") or not self._intel_avx512()
