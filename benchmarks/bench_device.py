@@ -79,6 +79,8 @@ def bench_overhead(repeat: int) -> str:
         "relu": lambda x, y: x.relu(),
         "sum": lambda x, y: x.sum(),
         "in-place add_": lambda x, y: x.add_(y, alpha=1e-3),
+        "add, alpha=0.5": lambda x, y: torch.add(x, y, alpha=0.5),
+        "layer_norm (3 results)": lambda x, y: torch.nn.functional.layer_norm(x, (16,)),
         "view": lambda x, y: x.view(4, 4),
     }
     dtypes = {"float32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
