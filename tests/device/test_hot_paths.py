@@ -167,3 +167,57 @@ def test_numbers_reach_the_wrapped_signature_kernel_directly_after_the_first_cal
         torch.testing.assert_close((x * (0.25 + step)).cpu(), x_cpu * (0.25 + step), rtol=0, atol=0)
     assert not entries._WRAPPED  # no wrapped tensor was made for these calls
     assert before > 0
+
+
+def test_new_results_take_the_closure_each_in_its_own_memory_and_match_cpu_as_floats_change():
+    """``native_layer_norm`` (three new results, its eps lifted) and ``add(x, y, alpha=...)`` (one new result, a
+    lifted float) run through kernels.py's new-results closure: eager's values, dtypes, shapes and strides for
+    every value of the floats, each result a tensor of its own memory."""
+    x_cpu, w_cpu, b_cpu = torch.randn(8, 16), torch.randn(16), torch.randn(16)
+    x, w, b = x_cpu.to("neuron"), w_cpu.to("neuron"), b_cpu.to("neuron")
+    for eps in (1e-5, 1e-3, 0.5):
+        got = torch.native_layer_norm(x, (16,), w, b, eps)
+        want = torch.native_layer_norm(x_cpu, (16,), w_cpu, b_cpu, eps)
+        assert isinstance(got, tuple) and len(got) == 3
+        for g, e in zip(got, want):
+            assert g.device.type == "neuron" and g.dtype == e.dtype
+            assert g.shape == e.shape and g.stride() == e.stride()
+            torch.testing.assert_close(g.cpu(), e)
+        storages = {t.untyped_storage().data_ptr() for t in got}
+        assert len(storages) == 3 and x.untyped_storage().data_ptr() not in storages
+    entry = _entry(torch.ops.aten.native_layer_norm.default, (x, [16], w, b, 1e-5))
+    assert isinstance(entry, CompiledKernel)
+    assert getattr(entry.call, "__func__", None) is not CompiledKernel.call  # the new-results closure
+    for alpha in (0.5, -2.0):
+        got = torch.add(x, x, alpha=alpha)
+        assert isinstance(got, torch.Tensor)
+        torch.testing.assert_close(got.cpu(), torch.add(x_cpu, x_cpu, alpha=alpha))
+    entry = _entry(torch.ops.aten.add.Tensor, (x, x), {"alpha": 0.5})
+    assert getattr(entry.call, "__func__", None) is not CompiledKernel.call
+
+
+def test_a_kernel_registered_at_once_calls_its_handler_straight_after_its_first_call():
+    """``native_layer_norm``'s kernel (registration.REGISTERED_AT_ONCE) goes through the boxed fallback once,
+    then to the op's device kernel without it."""
+    from neuroncc.device import registration
+
+    x = torch.randn(4, 8).to("neuron")
+    first = torch.nn.functional.layer_norm(x, (8,))
+
+    def refused(*args, **kwargs):
+        raise AssertionError("the fallback was called again")
+
+    fallback = registration._fallback[0]
+    registration._fallback[0] = refused
+    try:
+        again = torch.nn.functional.layer_norm(x, (8,))
+    finally:
+        registration._fallback[0] = fallback
+    torch.testing.assert_close(again.cpu(), first.cpu())
+
+
+def test_size_lists_are_keyed_as_their_tuples_and_bools_stay_apart():
+    x = torch.randn(4, 4).to("neuron")
+    assert describe((x, [4, 4]), {})[0] == describe((x, (4, 4)), {})[0]
+    assert describe((x, [1, True]), {})[0] != describe((x, [1, 1]), {})[0]
+    assert describe((x, []), {})[0] == describe((x, ()), {})[0]
