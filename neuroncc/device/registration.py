@@ -123,10 +123,10 @@ def _through_fallback(op: Any) -> Any:
 
     def kernel(keyset: Any, *args: Any, **kwargs: Any) -> Any:
         if direct:
-            return direct[0](keyset, *args, **kwargs)
+            return direct[0](*args, **kwargs)
         result = _device_fallback(keyset, op, *args, **kwargs)
         if not direct:
-            direct.append(importlib.import_module("neuroncc.device.dispatch").handler_for(op))
+            direct.append(importlib.import_module("neuroncc.device.dispatch").handler_for(op).run)
         return result
 
     return kernel

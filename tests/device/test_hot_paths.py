@@ -221,3 +221,14 @@ def test_size_lists_are_keyed_as_their_tuples_and_bools_stay_apart():
     assert describe((x, [4, 4]), {})[0] == describe((x, (4, 4)), {})[0]
     assert describe((x, [1, True]), {})[0] != describe((x, [1, 1]), {})[0]
     assert describe((x, []), {})[0] == describe((x, ()), {})[0]
+
+
+def test_the_registered_kernel_takes_the_call_without_a_keyset():
+    """dispatch.py registers ``DeviceOp.run`` (no keyset argument for the dispatcher to box); ``DeviceOp(keyset,
+    ...)``, the fallback's form, gives the same result."""
+    x_cpu, y_cpu = torch.randn(6), torch.randn(6)
+    x, y = x_cpu.to("neuron"), y_cpu.to("neuron")
+    torch.testing.assert_close((x - y).cpu(), x_cpu - y_cpu)
+    handler = dispatch.handler_for(torch.ops.aten.sub.Tensor)
+    torch.testing.assert_close(handler.run(x, y).cpu(), x_cpu - y_cpu)
+    torch.testing.assert_close(handler(None, x, y, alpha=2).cpu(), torch.sub(x_cpu, y_cpu, alpha=2))
