@@ -16,6 +16,7 @@ point (autoload.py) when torch is imported, by ``import neuroncc.device``, and s
 from __future__ import annotations
 
 import importlib
+import itertools
 import threading
 from typing import Any
 
@@ -48,8 +49,10 @@ class _Hooks(torch._C._acc.PrivateUse1Hooks):
 
 
 class _Guard(torch._C._acc.DeviceGuard):
-    def type_(self) -> torch._C._autograd.DeviceType:
-        return torch._C._autograd.DeviceType.PrivateUse1
+    #: The device type, which PyTorch's C++ asks through pybind11 for every device guard and every autograd node
+    #: on the device (2 a view under autograd, ~37 a Linear + LayerNorm block's backward): a C-level callable
+    #: returning the constant, so that an ask runs no Python frame (the backward ~2% faster).
+    type_ = staticmethod(itertools.repeat(torch._C._autograd.DeviceType.PrivateUse1).__next__)
 
 
 def is_registered() -> bool:

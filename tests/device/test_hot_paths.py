@@ -232,3 +232,27 @@ def test_the_registered_kernel_takes_the_call_without_a_keyset():
     handler = dispatch.handler_for(torch.ops.aten.sub.Tensor)
     torch.testing.assert_close(handler.run(x, y).cpu(), x_cpu - y_cpu)
     torch.testing.assert_close(handler(None, x, y, alpha=2).cpu(), torch.sub(x_cpu, y_cpu, alpha=2))
+
+
+def test_the_device_guard_answers_its_type_without_a_python_frame():
+    """PyTorch's C++ asks the device guard its type for every autograd node on the device (twice for a view under
+    autograd): registration._Guard answers by a C-level callable, no Python frame per ask."""
+    import sys
+
+    weight = torch.nn.Parameter(torch.randn(4, 4).to("neuron"))
+    weight.t()
+    asked = []
+
+    def profile(frame, event, arg):
+        if event == "call" and frame.f_code.co_name == "type_":
+            asked.append(frame)
+
+    sys.setprofile(profile)
+    try:
+        view = weight.t()
+    finally:
+        sys.setprofile(None)
+    assert view.grad_fn is not None and not asked
+    from neuroncc.device.registration import _Guard
+
+    assert _Guard().type_() == torch._C._autograd.DeviceType.PrivateUse1
