@@ -1,5 +1,6 @@
-"""The eager path's per-call shortcuts (kernels.py's in-place closure, entries.py's shared wrapped numbers)
-give eager's results whatever the call varies: values of floats, layouts, views, argument places."""
+"""The eager path's per-call shortcuts (kernels.py's in-place and new-results closures, entries.py's shared
+wrapped numbers, the kernels registered without a keyset, the device guard's type) give eager's results whatever
+the call varies: values of floats, layouts, views, argument places."""
 
 import math
 
