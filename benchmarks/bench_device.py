@@ -59,6 +59,8 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+# this tree's neuroncc, not the one the venv was installed from (another work tree's copy of this script A/Bs)
+sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from common import ensure_environment, interleaved, interleaved_samples, table  # noqa: E402
 
