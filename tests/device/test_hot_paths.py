@@ -257,3 +257,31 @@ def test_the_device_guard_answers_its_type_without_a_python_frame():
     from neuroncc.device.registration import _Guard
 
     assert _Guard().type_() == torch._C._autograd.DeviceType.PrivateUse1
+
+
+def test_factories_with_contiguous_strides_take_the_cheaper_tensor_and_keep_eager_strides():
+    """``torch.empty``/``empty_like``/``zeros`` with contiguous strides make their tensor the way compiled results
+    are made (memory.new_tensor's bare tensor, no ``set_``); other strides, zero-size shapes and other devices keep
+    ``set_``; every one has CPU's strides and storage size."""
+    from neuroncc.device import memory
+
+    cases = [((4, 4), None), ((0, 3), None), ((2, 0, 3), None), ((3, 4), (1, 3)), ((5,), (2,)), ((), None)]
+    for shape, stride in cases:
+        got = torch.empty_strided(shape, stride, device="neuron") if stride else torch.empty(shape, device="neuron")
+        want = torch.empty_strided(shape, stride) if stride else torch.empty(shape)
+        assert got.stride() == want.stride() and got.untyped_storage().nbytes() == want.untyped_storage().nbytes()
+    x = torch.randn(3, 5).to("neuron")
+    redispatch = memory._redispatch_set
+
+    def refused(*args, **kwargs):
+        raise AssertionError("set_ was called")
+
+    memory._redispatch_set = refused
+    try:
+        made = [torch.empty(4, 4, device="neuron"), torch.empty_like(x), torch.zeros(2, 3, device=torch.device("neuron")),
+                torch.ones(7, device="neuron:0")]
+    finally:
+        memory._redispatch_set = redispatch
+    assert [t.shape for t in made] == [(4, 4), (3, 5), (2, 3), (7,)]
+    torch.testing.assert_close(made[2].cpu(), torch.zeros(2, 3))
+    torch.testing.assert_close(made[3].cpu(), torch.ones(7))
