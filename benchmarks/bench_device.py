@@ -59,6 +59,8 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+# this tree's neuroncc, not the one the venv was installed from (another work tree's copy of this script A/Bs)
+sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from common import ensure_environment, interleaved, interleaved_samples, table  # noqa: E402
 
@@ -79,6 +81,8 @@ def bench_overhead(repeat: int) -> str:
         "relu": lambda x, y: x.relu(),
         "sum": lambda x, y: x.sum(),
         "in-place add_": lambda x, y: x.add_(y, alpha=1e-3),
+        "add, alpha=0.5": lambda x, y: torch.add(x, y, alpha=0.5),
+        "layer_norm (3 results)": lambda x, y: torch.nn.functional.layer_norm(x, (16,)),
         "view": lambda x, y: x.view(4, 4),
     }
     dtypes = {"float32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}

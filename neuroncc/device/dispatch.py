@@ -4,7 +4,8 @@
       -> handler_for(op): a DeviceOp, registered as the op's own PrivateUse1 kernel (and for the in-place,
          out= and functional overloads of its family that have no real PrivateUse1 kernel), so that later
          calls skip the fallback's boxing
-      -> DeviceOp(keyset, *args): signature.describe -> the entry for that signature, made on first use:
+      -> DeviceOp.run(*args) (registered without the keyset; ``DeviceOp(keyset, *args)`` from the fallback):
+         signature.describe -> the entry for that signature, made on first use:
            CompiledKernel   programs.build_program -> driver.compile.compile_graph (memory + disk cache)
            ByFloatValue     the same, keyed by the float values too (the kernel depends on them)
            HostFallback     the op cannot be compiled: CPU kernels on the device's memory, warned once
@@ -110,7 +111,8 @@ def _register(op: Any) -> None:
         return
     try:
         name = op._schema.name.split("::")[1] + (f".{op._overloadname}" if op._overloadname != "default" else "")
-        _library.impl(name, untraced(_handlers[op]), "PrivateUse1", with_keyset=True)
+        # registered without the keyset (no kernel here reads it): the dispatcher boxes one argument fewer a call
+        _library.impl(name, untraced(_handlers[op].run), "PrivateUse1")
     except RuntimeError:  # already has a kernel for this key (registered elsewhere): keep using the fallback
         pass
 
@@ -162,6 +164,10 @@ class DeviceOp:
         return form_of(self.op)
 
     def __call__(self, keyset: Any, *args: Any, **kwargs: Any) -> Any:
+        return self.run(*args, **kwargs)
+
+    def run(self, *args: Any, **kwargs: Any) -> Any:
+        """The op's call (the kernel registered for it, and what ``__call__`` runs)."""
         key, tensors, floats = describe(args, kwargs)
         entry = self.entries.get(key)
         if entry is None:

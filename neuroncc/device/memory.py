@@ -86,8 +86,11 @@ def _bare_on(index: int, dtype: torch.dtype) -> torch.Tensor:
 
 def empty_strided(shape: tuple[int, ...] | list[int], stride: tuple[int, ...] | list[int], dtype: torch.dtype,
                   index: int) -> torch.Tensor:
-    """A new neuron tensor on device ``index`` with fresh memory from the allocator."""
-    return new_tensor(extent_bytes(shape, stride, dtype.itemsize), shape, stride, dtype, index)
+    """A new neuron tensor on device ``index`` with fresh memory from the allocator (a factory's, ``empty_like``'s:
+    contiguous strides take :func:`new_tensor`'s cheaper way)."""
+    stride = tuple(stride)
+    return new_tensor(extent_bytes(shape, stride, dtype.itemsize), shape, stride, dtype, index,
+                      stride == bare_strides(shape))
 
 
 def new_tensor(nbytes: int, shape: tuple[int, ...] | list[int], stride: tuple[int, ...] | list[int],

@@ -72,6 +72,9 @@ def describe(args: Sequence[Any], kwargs: dict[str, Any]) -> tuple[tuple[Any, ..
             floats.append(value)
             key.append(FLOAT)
             continue
+        elif kind is list and _all_ints(value):  # sizes, dims (layer_norm's normalized_shape)
+            key.append(tuple(value))
+            continue
         _walk(value, key, tensors, floats)
     if kwargs:
         for name, value in kwargs.items():
@@ -82,6 +85,11 @@ def describe(args: Sequence[Any], kwargs: dict[str, Any]) -> tuple[tuple[Any, ..
             else:
                 _walk(value, key, tensors, floats)
     return tuple(key), tensors, floats
+
+
+def _all_ints(items: list[Any] | tuple[Any, ...]) -> bool:
+    """Whether every item is an ``int`` (not a bool, not a SymInt), by C-level calls only."""
+    return [*map(type, items)].count(int) == len(items)
 
 
 def _walk(value: Any, key: list[Any], tensors: list[torch.Tensor], floats: list[float]) -> None:
@@ -100,7 +108,7 @@ def _walk(value: Any, key: list[Any], tensors: list[torch.Tensor], floats: list[
     elif kind is bool:
         key.append(_TRUE if value else _FALSE)
     elif kind is list or kind is tuple:
-        if all(type(item) is int for item in value):
+        if _all_ints(value):
             key.append(tuple(value))
         else:
             key.append(_LIST)
@@ -131,7 +139,7 @@ def rebuild(args: Sequence[Any], kwargs: dict[str, Any], tensor: Callable[[int, 
             counts[0] += 1
             return tensor(counts[0] - 1, value)
         if kind is list or kind is tuple:
-            if all(type(item) is int for item in value):
+            if _all_ints(value):
                 return value
             return [sub(item) for item in value]
         return value

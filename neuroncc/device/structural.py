@@ -45,7 +45,8 @@ def device_index(device: torch.device | str | int | None) -> int:
     """The neuron device index a factory's ``device=`` argument names (no index: the current device)."""
     if device is None:
         return current_device()
-    index = device if isinstance(device, int) else torch.device(device).index
+    index = device.index if type(device) is torch.device else device if isinstance(device, int) else \
+        torch.device(device).index
     if index is None:
         return current_device()
     if not 0 <= index < CONFIG.device_count:

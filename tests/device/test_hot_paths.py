@@ -1,5 +1,6 @@
-"""The eager path's per-call shortcuts (kernels.py's in-place closure, entries.py's shared wrapped numbers)
-give eager's results whatever the call varies: values of floats, layouts, views, argument places."""
+"""The eager path's per-call shortcuts (kernels.py's in-place and new-results closures, entries.py's shared
+wrapped numbers, the kernels registered without a keyset, the device guard's type) give eager's results whatever
+the call varies: values of floats, layouts, views, argument places."""
 
 import math
 
@@ -167,3 +168,120 @@ def test_numbers_reach_the_wrapped_signature_kernel_directly_after_the_first_cal
         torch.testing.assert_close((x * (0.25 + step)).cpu(), x_cpu * (0.25 + step), rtol=0, atol=0)
     assert not entries._WRAPPED  # no wrapped tensor was made for these calls
     assert before > 0
+
+
+def test_new_results_take_the_closure_each_in_its_own_memory_and_match_cpu_as_floats_change():
+    """``native_layer_norm`` (three new results, its eps lifted) and ``add(x, y, alpha=...)`` (one new result, a
+    lifted float) run through kernels.py's new-results closure: eager's values, dtypes, shapes and strides for
+    every value of the floats, each result a tensor of its own memory."""
+    x_cpu, w_cpu, b_cpu = torch.randn(8, 16), torch.randn(16), torch.randn(16)
+    x, w, b = x_cpu.to("neuron"), w_cpu.to("neuron"), b_cpu.to("neuron")
+    for eps in (1e-5, 1e-3, 0.5):
+        got = torch.native_layer_norm(x, (16,), w, b, eps)
+        want = torch.native_layer_norm(x_cpu, (16,), w_cpu, b_cpu, eps)
+        assert isinstance(got, tuple) and len(got) == 3
+        for g, e in zip(got, want):
+            assert g.device.type == "neuron" and g.dtype == e.dtype
+            assert g.shape == e.shape and g.stride() == e.stride()
+            torch.testing.assert_close(g.cpu(), e)
+        storages = {t.untyped_storage().data_ptr() for t in got}
+        assert len(storages) == 3 and x.untyped_storage().data_ptr() not in storages
+    entry = _entry(torch.ops.aten.native_layer_norm.default, (x, [16], w, b, 1e-5))
+    assert isinstance(entry, CompiledKernel)
+    assert getattr(entry.call, "__func__", None) is not CompiledKernel.call  # the new-results closure
+    for alpha in (0.5, -2.0):
+        got = torch.add(x, x, alpha=alpha)
+        assert isinstance(got, torch.Tensor)
+        torch.testing.assert_close(got.cpu(), torch.add(x_cpu, x_cpu, alpha=alpha))
+    entry = _entry(torch.ops.aten.add.Tensor, (x, x), {"alpha": 0.5})
+    assert getattr(entry.call, "__func__", None) is not CompiledKernel.call
+
+
+def test_a_kernel_registered_at_once_calls_its_handler_straight_after_its_first_call():
+    """``native_layer_norm``'s kernel (registration.REGISTERED_AT_ONCE) goes through the boxed fallback once,
+    then to the op's device kernel without it."""
+    from neuroncc.device import registration
+
+    x = torch.randn(4, 8).to("neuron")
+    first = torch.nn.functional.layer_norm(x, (8,))
+
+    def refused(*args, **kwargs):
+        raise AssertionError("the fallback was called again")
+
+    fallback = registration._fallback[0]
+    registration._fallback[0] = refused
+    try:
+        again = torch.nn.functional.layer_norm(x, (8,))
+    finally:
+        registration._fallback[0] = fallback
+    torch.testing.assert_close(again.cpu(), first.cpu())
+
+
+def test_size_lists_are_keyed_as_their_tuples_and_bools_stay_apart():
+    x = torch.randn(4, 4).to("neuron")
+    assert describe((x, [4, 4]), {})[0] == describe((x, (4, 4)), {})[0]
+    assert describe((x, [1, True]), {})[0] != describe((x, [1, 1]), {})[0]
+    assert describe((x, []), {})[0] == describe((x, ()), {})[0]
+
+
+def test_the_registered_kernel_takes_the_call_without_a_keyset():
+    """dispatch.py registers ``DeviceOp.run`` (no keyset argument for the dispatcher to box); ``DeviceOp(keyset,
+    ...)``, the fallback's form, gives the same result."""
+    x_cpu, y_cpu = torch.randn(6), torch.randn(6)
+    x, y = x_cpu.to("neuron"), y_cpu.to("neuron")
+    torch.testing.assert_close((x - y).cpu(), x_cpu - y_cpu)
+    handler = dispatch.handler_for(torch.ops.aten.sub.Tensor)
+    torch.testing.assert_close(handler.run(x, y).cpu(), x_cpu - y_cpu)
+    torch.testing.assert_close(handler(None, x, y, alpha=2).cpu(), torch.sub(x_cpu, y_cpu, alpha=2))
+
+
+def test_the_device_guard_answers_its_type_without_a_python_frame():
+    """PyTorch's C++ asks the device guard its type for every autograd node on the device (twice for a view under
+    autograd): registration._Guard answers by a C-level callable, no Python frame per ask."""
+    import sys
+
+    weight = torch.nn.Parameter(torch.randn(4, 4).to("neuron"))
+    weight.t()
+    asked = []
+
+    def profile(frame, event, arg):
+        if event == "call" and frame.f_code.co_name == "type_":
+            asked.append(frame)
+
+    sys.setprofile(profile)
+    try:
+        view = weight.t()
+    finally:
+        sys.setprofile(None)
+    assert view.grad_fn is not None and not asked
+    from neuroncc.device.registration import _Guard
+
+    assert _Guard().type_() == torch._C._autograd.DeviceType.PrivateUse1
+
+
+def test_factories_with_contiguous_strides_take_the_cheaper_tensor_and_keep_eager_strides():
+    """``torch.empty``/``empty_like``/``zeros`` with contiguous strides make their tensor the way compiled results
+    are made (memory.new_tensor's bare tensor, no ``set_``); other strides, zero-size shapes and other devices keep
+    ``set_``; every one has CPU's strides and storage size."""
+    from neuroncc.device import memory
+
+    cases = [((4, 4), None), ((0, 3), None), ((2, 0, 3), None), ((3, 4), (1, 3)), ((5,), (2,)), ((), None)]
+    for shape, stride in cases:
+        got = torch.empty_strided(shape, stride, device="neuron") if stride else torch.empty(shape, device="neuron")
+        want = torch.empty_strided(shape, stride) if stride else torch.empty(shape)
+        assert got.stride() == want.stride() and got.untyped_storage().nbytes() == want.untyped_storage().nbytes()
+    x = torch.randn(3, 5).to("neuron")
+    redispatch = memory._redispatch_set
+
+    def refused(*args, **kwargs):
+        raise AssertionError("set_ was called")
+
+    memory._redispatch_set = refused
+    try:
+        made = [torch.empty(4, 4, device="neuron"), torch.empty_like(x), torch.zeros(2, 3, device=torch.device("neuron")),
+                torch.ones(7, device="neuron:0")]
+    finally:
+        memory._redispatch_set = redispatch
+    assert [t.shape for t in made] == [(4, 4), (3, 5), (2, 3), (7,)]
+    torch.testing.assert_close(made[2].cpu(), torch.zeros(2, 3))
+    torch.testing.assert_close(made[3].cpu(), torch.ones(7))
