@@ -88,6 +88,7 @@ SWITCHES: dict[str, Switch] = {
     "max-rerun": Switch(("reruns_the_exp_pass_only_for_another_max",), "b,b16"),
     "next-row-l2": Switch(("prefetches_the_next_row_into_l2_in_the_exp_pass",), "b"),
     "multiplied-widening": Switch(("widens_summed_bf16_by_multiplication",), "c16"),
+    "function-pieces": Switch(("function_piece_lines",), "a"),
 }
 #: switches whose bits may differ (counted, not asserted): the order of a sum's terms, a division's rounding
 REORDERS = {"paired-sums", "erf-division"}
