@@ -88,7 +88,7 @@ class PolynomialChoices(ChoiceBase):
         [4096, 1024]'s kernel against the loop (``bench_bf16_words.py --switch function-pieces --rows a``, two builds
         each, interleaved medians of 41 rounds, four processes per thread count) 0.94-0.96 of the time at 1 thread,
         0.92-0.97 at 2 on fresh outputs and 0.88-0.91 on a held one. Of it: 4 vectors without the prefetches
-        0.95-0.99 at 1 thread and 0.95-0.99 at 2; the pieces' stores non-temporal (from registers, no stack buffer)
+        0.94-1.00 at 1 thread and 0.95-1.01 at 2; the pieces' stores non-temporal (from registers, no stack buffer)
         as fast or up to 3% slower than plain. AVX2 (16 registers, its own 4-vector interleave and split loops)
         and Intel's AVX-512 cores (not measured) keep their code."""
         return 4 if self.has("avx512f") and not self._intel_avx512() else 0
