@@ -89,6 +89,7 @@ SWITCHES: dict[str, Switch] = {
     "next-row-l2": Switch(("prefetches_the_next_row_into_l2_in_the_exp_pass",), "b"),
     "next-row-max": Switch(("takes_the_next_row_max_in_the_exp_loop",), "b"),
     "multiplied-widening": Switch(("widens_summed_bf16_by_multiplication",), "c16"),
+    "function-pieces": Switch(("function_piece_lines",), "a"),
 }
 #: switches whose bits may differ (counted, not asserted): the order of a sum's terms, a division's rounding
 REORDERS = {"paired-sums", "erf-division"}

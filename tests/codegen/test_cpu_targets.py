@@ -139,6 +139,8 @@ def test_loops_computing_polynomial_math_interleave_vectors(name):
     # registers; such a loop is bound by its dependent chains, so it runs math_interleave(target) vector
     # iterations side by side (loop_hints.py): that many vector stores per iteration of its loop. The loops of
     # the max pass and the write pass of a softmax, which compute no polynomial, keep LLVM's choice (no hint).
+    # Where the target runs such a stage in pieces (CpuTarget.function_piece_lines: Zen 4, test_function_pieces.py),
+    # a piece's vectors.
     from neuroncc.codegen.llvm.loop_hints import math_interleave
 
     target = TARGETS[name]
@@ -151,7 +153,7 @@ def test_loops_computing_polynomial_math_interleave_vectors(name):
     layouts = [Layout.of(k, p.type) for k, p in enumerate(fn.params)]
     plan = plan_kernel(fn, layouts, [Layout.of(3, y.type)])
     texts, _ = emit_kernel(plan, "k", target)
-    count = math_interleave(target)
+    count = target.function_piece_lines * 512 // target.vector_bits or math_interleave(target)
     assert f'!"llvm.loop.interleave.count", i32 {count}' in "".join(texts)
     body = jit.assembly(texts, target).split("k_p0:")[1].split(".Lfunc_end")[0]
     register = "zmm" if target.vector_bits == 512 else "ymm"

@@ -37,6 +37,10 @@ from neuroncc.ir.opdef import Trait
 #: [4096, 1024], 2 threads: 1.96 ms streamed, 1.76 ms with plain stores).
 STREAM_MAX_TRANSCENDENTALS = 2
 
+#: The fewest math library polynomials per element of a map stage that runs its rows in pieces where the target
+#: says so (``CpuTarget.function_piece_lines``; gelu(x*w+b)*sigmoid(x)).
+PIECES_MIN_POLYNOMIALS = 2
+
 #: The longest row (elements) whose polynomial math a map stage splits into loops of its own
 #: (``CpuTarget.splits_polynomial_math_loops``): the buffers of the split values and the inputs the row reads again
 #: stay in L1 (32 KiB).
@@ -59,6 +63,10 @@ class MapStages:
             split = self._split_math(stage, ranges)
             if split:
                 self._split_math_loops(stage, ranges, split)
+                return
+            lines = self._function_piece_lines(stage, ranges, block)
+            if lines:
+                self._function_pieces(stage, ranges, lines)
                 return
             self.stage_nest(stage, ranges, lambda idx: self._map_body(stage, idx, {}))
             return
@@ -154,6 +162,61 @@ class MapStages:
             self._streamed = True
 
         self.nest(ranges[:-1], body)
+
+    def _function_piece_lines(self, stage: MapStage, ranges: list[tuple[Any, Any]], block: int) -> int:
+        """Lines of float32 output per piece of ``stage``'s rows where it evaluates :data:`PIECES_MIN_POLYNOMIALS`
+        or more polynomial functions per element (``CpuTarget.function_piece_lines``; gelu(x*w+b)*sigmoid(x)):
+        float32 outputs, not over element pairs, one loop over rows (or blocks) of whole pieces; else 0."""
+        lines = self.target.function_piece_lines
+        if not lines or not ranges or ranges[-1][1] is None or pairs_halfwords(self.plan, stage) or \
+                any(storage_itemsize(t.dtype) != 4 for _, t in stage.items):
+            return 0
+        piece = lines * CACHE_LINE_BYTES // 4
+        if (block or stage.shape[-1]) % piece or stage.shape[-1] % piece or \
+                self._static_extent(*ranges[-1]) != (block or stage.shape[-1]):
+            return 0
+        return lines if self._polynomials_per_element(stage) >= PIECES_MIN_POLYNOMIALS else 0
+
+    def _polynomials_per_element(self, stage: MapStage) -> int:
+        """How many math library polynomials (not the C library's functions, not bf16 tables) ``stage`` evaluates
+        per element: at the stage's own shape (a function of loop-invariant operands leaves the loop), shared
+        operands once, loaded and row-cached values free."""
+        seen: set[Value] = set()
+        pending, count = [value for value, _ in stage.items], 0
+        while pending:
+            value = pending.pop()
+            access = self.plan.access.get(value)
+            if value in seen or not isinstance(access, Computed) or access.op.name not in ELEMENTWISE or \
+                    self._loads_row_cache(value):
+                continue
+            seen.add(value)
+            count += evaluated_polynomial(self, access.op) is not None and value.type.shape == stage.shape
+            pending += access.op.operands
+        return count
+
+    def _function_pieces(self, stage: MapStage, ranges: list[tuple[Any, Any]], lines: int) -> None:
+        """``stage``'s nest with each row in pieces of ``lines`` lines of output (:meth:`_function_piece_lines`), each
+        piece one vector iteration of its loop (its vectors interleaved: more independent chains of the functions'
+        math in flight than :attr:`CpuTarget.polynomial_interleave`'s) after the prefetches of its inputs' lines
+        ``CpuTarget.function_prefetch_lines`` ahead. Plain stores; the same operations, the same bits."""
+        lo, hi = ranges[-1]
+        piece = lines * CACHE_LINE_BYTES // 4
+        ahead = self.target.function_prefetch_lines // lines
+        inputs = streamed_map_inputs(self.plan, stage) if ahead else ()
+
+        def row(prefix: Index) -> None:
+            def one_piece(k: Any) -> None:
+                start = self.add(lo, self.mul(k, piece))
+                if inputs:
+                    emit_prefetch_pieces_ahead(self, inputs, prefix, start, piece, ahead)
+                self.innermost_loop(start, self.add(start, piece), lambda i: self._map_body(stage, prefix + [i], {}),
+                                    stage)
+
+            self.loop(0, self.div(self.sub(hi, lo), piece), one_piece)
+
+        self._math_interleave = piece * 32 // self.target.vector_bits
+        self.nest(ranges[:-1], row)
+        self._math_interleave = 0
 
     def _split_math(self, stage: MapStage, ranges: list[tuple[Any, Any]]) -> list[Value]:
         """The polynomial math values of ``stage`` that loops of their own compute into L1 buffers before its loop

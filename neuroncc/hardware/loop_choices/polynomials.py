@@ -76,6 +76,32 @@ class PolynomialChoices(ChoiceBase):
         return self.has("avx2") and not self.has("avx512f")
 
     @property
+    def function_piece_lines(self) -> int:
+        """Lines of float32 output per piece of a map stage's rows where each element evaluates two or more
+        transcendental functions (gelu(x*w+b)*sigmoid(x): ``map_stages.MapStages._function_pieces``): each piece is one
+        vector iteration of its loop, its vectors interleaved (4 lines: 4 zmm vectors, where other math loops
+        interleave :attr:`polynomial_interleave` 2), after the prefetches of its inputs' lines
+        :attr:`function_prefetch_lines` ahead; 0: the stage's one loop over the row as other map stages. The same
+        operations, plain stores: the same bits. Zen 4 (session 35 bfa35; the loop is FMA-pipe bound, 56 cycles of
+        the pipes per 32 elements, and its two long chains per vector wait on one another: on data in L1/L2 the
+        row's phase ran 0.95 of the time at 1 thread with 4 vectors in flight): float32 gelu(x*w+b)*sigmoid(x)
+        [4096, 1024]'s kernel against the loop (``bench_bf16_words.py --switch function-pieces --rows a``, two builds
+        each, interleaved medians of 41 rounds, four processes per thread count) 0.94-0.96 of the time at 1 thread,
+        0.92-0.97 at 2 on fresh outputs and 0.88-0.91 on a held one. Of it: 4 vectors without the prefetches
+        0.94-1.00 at 1 thread and 0.95-1.01 at 2; the pieces' stores non-temporal (from registers, no stack buffer)
+        as fast or up to 3% slower than plain. AVX2 (16 registers, its own 4-vector interleave and split loops)
+        and Intel's AVX-512 cores (not measured) keep their code."""
+        return 4 if self.has("avx512f") and not self._intel_avx512() else 0
+
+    @property
+    def function_prefetch_lines(self) -> int:
+        """Lines ahead of each piece of :attr:`function_piece_lines` that the piece prefetches its inputs' lines
+        (into L1, ``prefetch.emit_prefetch_pieces_ahead``); 0: none. Zen 4 (session 35 bfa35, row (a) as there, one
+        process, 41 rounds): 8, 16, 32 and 64 lines alike (0.94-0.97 of the loop's time at 2 threads, 0.95-0.96 at
+        1); 16 (1 KiB of x, 16 misses in flight)."""
+        return 16 if self.function_piece_lines else 0
+
+    @property
     def polynomial_interleave(self) -> int:
         """Vector iterations a loop computing polynomial math runs side by side (``loop_hints.py``): 4 with AVX2,
         2 with AVX-512, the same 32 float lanes in flight (Zen 4 runs a 512-bit op as two 256-bit halves).
