@@ -90,6 +90,7 @@ SWITCHES: dict[str, Switch] = {
     "next-row-max": Switch(("takes_the_next_row_max_in_the_exp_loop",), "b"),
     "multiplied-widening": Switch(("widens_summed_bf16_by_multiplication",), "c16"),
     "function-pieces": Switch(("function_piece_lines",), "a"),
+    "split-pairs": Switch(("bf16_pair_split_interleave",), "a16"),
 }
 #: switches whose bits may differ (counted, not asserted): the order of a sum's terms, a division's rounding
 REORDERS = {"paired-sums", "erf-division"}

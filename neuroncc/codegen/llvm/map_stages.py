@@ -20,7 +20,7 @@ from neuroncc.codegen.llvm.elementwise import ELEMENTWISE, evaluated_polynomial
 from neuroncc.codegen.llvm.kernel_plan import Computed, MapStage, Stage
 from neuroncc.codegen.llvm.one_hot_rows import (emit_correction, emit_split_rows, find_one_hot, knowing,
                                                 target_inside)
-from neuroncc.codegen.llvm.pairs import Pair, pairs_halfwords
+from neuroncc.codegen.llvm.pairs import Pair, pair_position, pairs_halfwords
 from neuroncc.codegen.llvm.prefetch import emit_prefetch_pieces_ahead, streamed_map_inputs
 from neuroncc.codegen.llvm.scalars import I64, compute_type, storage_itemsize, storage_type, store
 from neuroncc.codegen.llvm.streams import emit_stream_row, stream_bytes, streams
@@ -223,13 +223,15 @@ class MapStages:
         (``CpuTarget.splits_polynomial_math_loops``): where its values evaluate two or more polynomials (math library
         functions, not bf16 tables) of which none is an operand of another and none an output of the stage, every one
         but the last in the order the loop generates them (gelu(x*w+b)*sigmoid(x): gelu). Only over one loop (the
-        row's last dim, a static extent of at most ``SPLIT_MATH_MAX``), not over element pairs, of values at the
-        stage's own index."""
-        if not self.target.splits_polynomial_math_loops or not ranges or \
-                any(hi is not None for _, hi in ranges[:-1]) or ranges[-1][1] is None:
+        row's last dim, a static extent of at most ``SPLIT_MATH_MAX``), of values at the stage's own index. Over
+        element pairs where the target says so (``CpuTarget.bf16_pair_split_interleave``): every one but the first
+        instead (bf16 row (a): sigmoid, the stage's loop then computes gelu; gelu's loop first measured slower)."""
+        paired = bool(ranges) and ranges[-1][1] is not None and pairs_halfwords(self.plan, stage)
+        if not (self.target.bf16_pair_split_interleave if paired else self.target.splits_polynomial_math_loops) or \
+                not ranges or any(hi is not None for _, hi in ranges[:-1]) or ranges[-1][1] is None:
             return []
         extent = self._static_extent(*ranges[-1])
-        if not extent or extent > SPLIT_MATH_MAX or pairs_halfwords(self.plan, stage):
+        if not extent or extent > SPLIT_MATH_MAX or (paired and extent % 2):
             return []
         found: list[Value] = []
         seen: set[Value] = set()
@@ -248,31 +250,41 @@ class MapStages:
             pending += reversed(op.operands)
         # (a polynomial that is itself an output would be copied from its buffer to the output: LLVM's memcpy)
         outputs = {value for value, _ in stage.items}
-        return found[:-1] if len(found) > 1 and not outputs.intersection(found) else []
+        if len(found) < 2 or outputs.intersection(found):
+            return []
+        return found[1:] if paired else found[:-1]
 
     def _split_math_loops(self, stage: MapStage, ranges: list[tuple[Any, Any]], split: list[Value]) -> None:
         """``stage``'s loop with the values ``split`` (:meth:`_split_math`) computed first, each by a loop of its own
         over the same range into a stack buffer, and loaded from it by the stage's loop: the same operations on the
-        same values (the same bits), in loops that keep fewer constants and chains in the 16 registers."""
+        same values (the same bits), in loops that keep fewer constants and chains in the 16 registers (AVX2). Over
+        element pairs (``CpuTarget.bf16_pair_split_interleave``) every loop runs over pairs with that interleave count
+        and the buffers are in pair order (the evens, then the odds: ``pairs.pair_position``), so each loop's vector
+        of even (or odd) halves is one contiguous store or load."""
         lo, hi = ranges[-1]
         extent = self._static_extent(lo, hi)
+        paired = pairs_halfwords(self.plan, stage)
         buffers = {}
         for value in split:
             buffers[value] = self._entry.alloca(ir.ArrayType(compute_type(value.type.dtype), extent))
             buffers[value].align = CACHE_LINE_BYTES
 
         def slot(value: Value, i: Any) -> ir.Value:
-            return self.b.gep(buffers[value], [ir.Constant(I64, 0), self.ir_index(self.sub(i, lo))], inbounds=True)
+            at = pair_position(self, self.sub(i, lo), extent) if paired else self.sub(i, lo)
+            return self.b.gep(buffers[value], [ir.Constant(I64, 0), self.ir_index(at)], inbounds=True)
 
+        self._math_interleave = self.target.bf16_pair_split_interleave if paired else 0
         for value in split:
-            self.nest(ranges, lambda idx, value=value: self.b.store(self.value_at(value, idx), slot(value, idx[-1])))
+            self.stage_nest(stage, ranges,
+                            lambda idx, value=value: self.b.store(self.value_at(value, idx), slot(value, idx[-1])))
 
         def body(idx: Index) -> None:
             for value in split:
                 self.bind(value, idx, self.b.load(slot(value, idx[-1])))
             self._map_body(stage, idx, {})
 
-        self.nest(ranges, body)
+        self.stage_nest(stage, ranges, body)
+        self._math_interleave = 0
 
     def _map_body(self, stage: MapStage, idx: Index, rows: dict, lo: Any = 0) -> None:
         for value, target in stage.items:

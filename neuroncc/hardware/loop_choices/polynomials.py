@@ -76,6 +76,23 @@ class PolynomialChoices(ChoiceBase):
         return self.has("avx2") and not self.has("avx512f")
 
     @property
+    def bf16_pair_split_interleave(self) -> int:
+        """Vector iterations interleaved in each loop of a map stage over bf16 element pairs (``pairs.py``) whose
+        elements evaluate two independent polynomials (bf16 gelu(x*w+b)*sigmoid(x)) split as
+        :attr:`splits_polynomial_math_loops` splits float32's (``map_stages.MapStages._split_math``), but the other way
+        round: all but the first (gelu's) by paired loops of their own (sigmoid's) into L1 buffers in pair order (the
+        evens, then the odds), then the stage's paired loop (gelu, the product) loads them; 0: the one pair loop. The
+        same operations on the same values (the same bits). Zen 4 (session 35 bfsplit35, ``bench_bf16_words.py --switch
+        split-pairs --rows a16``, two builds each, interleaved medians of 41 rounds, three processes): bf16
+        gelu(x*w+b)*sigmoid(x) [4096, 1024]'s kernel 0.90-0.95 of the time at 1 thread and 0.91-0.95 at 2 with 4 vectors
+        (8 chains of 16 lanes) in each loop; other bf16 maps of two polynomials 0.95-0.97 at 1 thread, 0.95-1.00 at 2.
+        The pair loop's 334 vector instructions per 64 elements are the roof's, at ~61% of its pipes' rate: too few
+        independent chains for the core's schedulers. Gelu's loop first (AVX2's order): 1.04-1.06 at 1 thread with 2
+        vectors in each loop, 0.98-1.00 with 4; sigmoid's first with 2 and 2 0.98-1.04, 2 and 4 0.95-0.98, 4 and 8
+        0.92-1.02, 8 and 4 0.97-1.01. AVX2 (tables) and Intel's AVX-512 cores (not measured) keep the one loop."""
+        return 4 if self.has("avx512f") and not self._intel_avx512() else 0
+
+    @property
     def function_piece_lines(self) -> int:
         """Lines of float32 output per piece of a map stage's rows where each element evaluates two or more
         transcendental functions (gelu(x*w+b)*sigmoid(x): ``map_stages.MapStages._function_pieces``): each piece is one
