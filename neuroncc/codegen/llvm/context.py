@@ -52,6 +52,9 @@ class EmitContext(Protocol):
     flagless_amax: bool
     #: Whether bf16 words' even halves widen by a multiply here (``widening.py``), not a shift.
     multiplies_widening: bool
+    #: The next row's max that the row's exp loop being emitted takes beside its own work (``next_max.MaxAhead``:
+    #: its loops add each element of that row), or None.
+    max_ahead: Any
 
     def opaque_factor(self, value: int) -> ir.Value:
         """``value`` as an i32 LLVM cannot fold, made once per phase function (``widening.py``)."""

@@ -126,8 +126,8 @@ class DelayedGroups:
                     em._stage_number = self.stage_number
                     em._map_body(stage, self.previous + [i], pieces, base)
                     em._stage_number = carrier
-                if em._max_ahead is not None:  # (the next row's max: ``next_max.py``)
-                    em._max_ahead.add(em.sub(i, base), i)
+                if em.max_ahead is not None:  # (the next row's max: ``next_max.py``)
+                    em.max_ahead.add(em.sub(i, base), i)
 
             elements(base, em.add(base, width), element)
             em._stage_number = self.stage_number

@@ -31,8 +31,7 @@ from neuroncc.codegen.llvm.ir_text import module_text, quick_names
 from neuroncc.codegen.llvm.map_stages import MapStages
 from neuroncc.codegen.llvm.loop_hints import computes_polynomial_math, hint_math_loop
 from neuroncc.codegen.llvm.nan_payloads import NanPayloads
-from neuroncc.codegen.llvm import next_max
-from neuroncc.codegen.llvm.next_max import MaxAhead, max_ahead, next_row_max
+from neuroncc.codegen.llvm.next_max import ROWS_AHEAD, MaxAhead, next_row_max, row_max_ahead
 from neuroncc.codegen.llvm.nan_rows import finds_nans_by_the_sum, max_without_nan_flag, redo_nan_row
 from neuroncc.codegen.llvm.kernel_plan import (
     BlockedMap, ChunkedRows, CombineColumns, CombinePartials, Computed, ExtraKind, KernelPlan, KeptDims,
@@ -96,7 +95,7 @@ class KernelEmitter(IndexArithmetic, BufferAccess, MapStages):
         self._delayed: int | None = None  # the row loop's stage written one row late (``delayed_writes.py``)
         self._after_group: Any = None  # its code for a group of the carrier's elements, at the current row
         self._next_max: ReduceStage | None = None  # the max stage the exp loop takes a row ahead (``next_max.py``)
-        self._max_ahead: MaxAhead | None = None  # its code at the current row
+        self.max_ahead: MaxAhead | None = None  # its code at the current row (``EmitContext.max_ahead``)
         self.flagless_amax = False  # float amax without its NaN flag (``nan_rows.max_without_nan_flag``)
         self._range: tuple[ir.Value, ir.Value] = None  # type: ignore[assignment]  # the phase's [start, end)
         self._stage_number = 0  # position of the stage being emitted in its phase (row caches key on it)
@@ -164,7 +163,7 @@ class KernelEmitter(IndexArithmetic, BufferAccess, MapStages):
         self._row_cache, self._rows, self._row_depth, self._prefetched, self._pair_rows = {}, {}, 0, (), frozenset()
         self._carrier, self._ahead, self._owned = None, (), ()
         self._delayed, self._after_group, self._row_copies, self._deviations = None, None, 1, {}
-        self._next_max, self._max_ahead = None, None
+        self._next_max, self.max_ahead = None, None
         self._row_copy_of: dict = {}  # row number's form -> its row copy, where known (``row_buffers.row_slot``)
         self._early_mean, self._opaque, self.multiplies_widening = None, {}, False
         start, end = body_fn.args[n_args], body_fn.args[n_args + 1]
@@ -295,7 +294,7 @@ class KernelEmitter(IndexArithmetic, BufferAccess, MapStages):
         maxima = online_maxima(self.plan, phase)
         if self._carrier is not None and self._carrier not in maxima:  # (an online sum prefetches for itself)
             into_l2 = self.target.prefetches_the_next_row_into_l2_in_the_exp_pass  # (float32 rows: prefetcht2)
-            rows = next_max.ROWS_AHEAD if self._next_max is not None else 1  # (its loads find the next row in L2)
+            rows = ROWS_AHEAD if self._next_max is not None else 1  # (its loads find the next row in L2)
             self._ahead = tuple(next_row(self, layout, outer[:depth], 1 if into_l2 and layout.dtype is DType.f32 else 3,
                                          rows) for layout in self._prefetched) + \
                 tuple(this_row(self, layout, outer[:depth]) for layout in self._owned)
@@ -329,17 +328,17 @@ class KernelEmitter(IndexArithmetic, BufferAccess, MapStages):
             part += count
             self._stage_number, self._filled = number, set()
             if self._next_max is not None and number == 0:  # (the range's first row: its max and the next row's)
-                self._max_ahead = max_ahead(self, self._next_max, flat, self._range[0], self._range[1], nans_by_sum)
+                self.max_ahead = row_max_ahead(self, self._next_max, flat, self._range[0], self._range[1], nans_by_sum)
                 with max_without_nan_flag(self) if nans_by_sum else contextlib.nullcontext():
-                    self._first_maxima(phase, flat, self._max_ahead.following_outer[0])
+                    self._first_maxima(phase, flat, self.max_ahead.following_outer[0])
                 continue
-            if self._max_ahead is not None and number == 1:
-                self._max_ahead.start()
+            if self.max_ahead is not None and number == 1:
+                self.max_ahead.start()
             with max_without_nan_flag(self) if nans_by_sum and number == 0 else contextlib.nullcontext():
                 self._stage_at(stage, outer, depth, means.get(number), maxima.get(number))
-            if self._max_ahead is not None:
-                self._max_ahead.finish()
-                self._max_ahead = None
+            if self.max_ahead is not None:
+                self.max_ahead.finish()
+                self.max_ahead = None
             if nans_by_sum and number == 1:
                 redo_nan_row(self, phase, outer, depth, lambda n: self._stage_at(
                     phase.stages[n], outer, depth, means.get(n), maxima.get(n)))

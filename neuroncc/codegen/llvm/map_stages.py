@@ -181,8 +181,16 @@ class MapStages:
         """How many math library polynomials (not the C library's functions, not bf16 tables) ``stage`` evaluates
         per element: at the stage's own shape (a function of loop-invariant operands leaves the loop), shared
         operands once, loaded and row-cached values free."""
+        return len(self._stage_polynomials(stage, within_polynomials=True))
+
+    def _stage_polynomials(self, stage: MapStage, within_polynomials: bool) -> list[Value]:
+        """The math library polynomial values ``stage`` evaluates at its own shape, depth first in the order its loop
+        generates them (the first operand's subtree first, as ``value_at`` does), each once; computed elementwise
+        values only (loaded and row-cached ones are not evaluated). ``within_polynomials``: also those among a
+        polynomial's operands (else a polynomial's operands are not searched)."""
+        found: list[Value] = []
         seen: set[Value] = set()
-        pending, count = [value for value, _ in stage.items], 0
+        pending = [value for value, _ in reversed(stage.items)]
         while pending:
             value = pending.pop()
             access = self.plan.access.get(value)
@@ -190,9 +198,12 @@ class MapStages:
                     self._loads_row_cache(value):
                 continue
             seen.add(value)
-            count += evaluated_polynomial(self, access.op) is not None and value.type.shape == stage.shape
-            pending += access.op.operands
-        return count
+            if evaluated_polynomial(self, access.op) is not None and value.type.shape == stage.shape:
+                found.append(value)
+                if not within_polynomials:
+                    continue
+            pending += reversed(access.op.operands)
+        return found
 
     def _function_pieces(self, stage: MapStage, ranges: list[tuple[Any, Any]], lines: int) -> None:
         """``stage``'s nest with each row in pieces of ``lines`` lines of output (:meth:`_function_piece_lines`), each
@@ -233,21 +244,7 @@ class MapStages:
         extent = self._static_extent(*ranges[-1])
         if not extent or extent > SPLIT_MATH_MAX or (paired and extent % 2):
             return []
-        found: list[Value] = []
-        seen: set[Value] = set()
-        pending = [value for value, _ in reversed(stage.items)]
-        while pending:  # (depth first, the first operand's subtree first, as ``value_at`` generates them)
-            value = pending.pop()
-            access = self.plan.access.get(value)
-            if value in seen or not isinstance(access, Computed) or access.op.name not in ELEMENTWISE or \
-                    self._loads_row_cache(value):
-                continue
-            seen.add(value)
-            op = access.op
-            if evaluated_polynomial(self, op) is not None and value.type.shape == stage.shape:
-                found.append(value)
-                continue
-            pending += reversed(op.operands)
+        found = self._stage_polynomials(stage, within_polynomials=False)
         # (a polynomial that is itself an output would be copied from its buffer to the output: LLVM's memcpy)
         outputs = {value for value, _ in stage.items}
         if len(found) < 2 or outputs.intersection(found):

@@ -21,7 +21,8 @@ vectorized loop (:meth:`MaxAhead.add_element`, ``prefetch.spread_loop``), a max 
 pass (``nan_rows.py``: a row whose sum is NaN runs its max pass again with them, and its exp pass where that max
 differs).
 
-:func:`next_row_max` is the decision, :class:`MaxAhead` its code.
+:func:`next_row_max` is the decision, :class:`MaxAhead` its code (the emitter's ``max_ahead`` while a row's exp loop
+is emitted: ``EmitContext.max_ahead``).
 
 May import: the code generator's modules below ``emit``.
 """
@@ -119,27 +120,25 @@ class MaxAhead:
     def add_element(self, i: Any) -> None:
         """Element ``i`` of the following row into the scalar slots (a loop LLVM vectorizes, which keeps vector
         accumulators and reduces them after the loop)."""
-        em, b = self.em, self.em.b
-        self.added = True
-        with em.fresh_values():
-            x = em.value_at(self.stage.op.operands[0], list(self.following_outer) + [i])
-            combiner = AMAX_WITHOUT_NAN_FLAG if self.flagless else AMAX
-            for slot, value in zip(self.slots, combiner.update(b, DType.f32, [b.load(s) for s in self.slots], x, None)):
-                b.store(value, slot)
+        self._update(self.slots, i)
 
     def add(self, k: Any, i: Any) -> None:
         """Element ``i`` of the following row into lane ``k``."""
+        em = self.em
+        at = [ir.Constant(ir.IntType(64), 0), em.ir_index(k)]
+        self._update([em.b.gep(array, at, inbounds=True) for array in (self.values, self.magnitudes)], i)
+
+    def _update(self, accumulators: Any, i: Any) -> None:
+        """The max's update (its value and NaN magnitude, or its value alone where flagless) of element ``i`` of the
+        following row into the two ``accumulators`` (pointers)."""
         em, b = self.em, self.em.b
         self.added = True
         with em.fresh_values():
             x = em.value_at(self.stage.op.operands[0], list(self.following_outer) + [i])
-            lanes = []
-            for array, element in ((self.values, F32), (self.magnitudes, I32)):
-                lanes.append(b.gep(array, [ir.Constant(ir.IntType(64), 0), em.ir_index(k)], inbounds=True))
-            accs = [b.load(lane) for lane in lanes]
             combiner = AMAX_WITHOUT_NAN_FLAG if self.flagless else AMAX
-            for lane, value in zip(lanes, combiner.update(b, DType.f32, accs, x, None)):
-                b.store(value, lane)
+            for pointer, value in zip(accumulators, combiner.update(b, DType.f32, [b.load(p) for p in accumulators],
+                                                                     x, None)):
+                b.store(value, pointer)
 
     def finish(self) -> None:
         em, b = self.em, self.em.b
@@ -160,7 +159,7 @@ class MaxAhead:
             em.store(self.stage.target, index, value)
 
 
-def max_ahead(em: Any, stage: ReduceStage, row: Any, first_row: Any, end: Any, flagless: bool) -> MaxAhead:
+def row_max_ahead(em: Any, stage: ReduceStage, row: Any, first_row: Any, end: Any, flagless: bool) -> MaxAhead:
     """The :class:`MaxAhead` of row ``row`` of the range [first_row, end)."""
     width = em.target.vector_bits // 32 * em.target.polynomial_interleave
     following = em.min(em.add(row, 1), em.sub(end, 1))

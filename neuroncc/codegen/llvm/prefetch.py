@@ -224,7 +224,7 @@ def spread_loop(em: EmitContext, lo: Any, hi: Any, body: Callable[[Any], None], 
             return
         if write_first:
             after(start, stop, group if whole else 0)
-        ahead_max = getattr(em, "_max_ahead", None)  # (the next row's max beside: ``next_max.py``)
+        ahead_max = em.max_ahead  # (the next row's max beside: ``next_max.py``)
         if ahead_max is not None:
             loop(start, stop, lambda i: (body(i), ahead_max.add_element(i)))
         else:
