@@ -43,8 +43,8 @@ Variants (``--variants``, comma-separated) of the forward's online log-sum-exp (
   ``l2aheadN``: also ``prefetcht2`` of x N blocks ahead (``CpuTarget.online_l2_prefetch_blocks_ahead``: Zen 4 4,
   elsewhere 0), ``l2onlyN``: those alone; ``lseN_M`` (``lseN_M_L``): the exp loops' prefetches N elements ahead
   into L1 and M elements ahead into L2 (with LLVM's locality L; 0 elements: none); ``before35``: Zen 4's code
-  before session 35 (``cross_entropy_variants.BEFORE_35``: its 1024-element blocks, 8-line chunks, NaN bits, no L2 prefetches, and the
-  gradient's pieces through their buffers);
+  before session 35 (``cross_entropy_variants.BEFORE_35``: its 1024-element blocks, 8-line chunks, NaN bits, no
+  L2 prefetches, and the gradient's pieces through their buffers);
 - experiments, the same bits: ``merged2``: two chunks' exponentials in one loop, then their sums; ``bufN``: each
   chunk's buffer N bytes further on the stack; ``splitN``: each chunk's exponentials in N loops, a burst of
   prefetches before each;

@@ -278,8 +278,8 @@ def test_factories_with_contiguous_strides_take_the_cheaper_tensor_and_keep_eage
 
     memory._redispatch_set = refused
     try:
-        made = [torch.empty(4, 4, device="neuron"), torch.empty_like(x), torch.zeros(2, 3, device=torch.device("neuron")),
-                torch.ones(7, device="neuron:0")]
+        made = [torch.empty(4, 4, device="neuron"), torch.empty_like(x),
+                torch.zeros(2, 3, device=torch.device("neuron")), torch.ones(7, device="neuron:0")]
     finally:
         memory._redispatch_set = redispatch
     assert [t.shape for t in made] == [(4, 4), (3, 5), (2, 3), (7,)]
