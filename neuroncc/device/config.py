@@ -66,7 +66,7 @@ CONFIG = DeviceConfig()
 
 
 def load_from_environment() -> None:
-    global CONFIG
+    # in place, not rebound: modules that imported CONFIG by name keep seeing the live settings
     fresh = DeviceConfig.from_environ(os.environ)
     for field_name in fresh.__dataclass_fields__:
         setattr(CONFIG, field_name, getattr(fresh, field_name))
