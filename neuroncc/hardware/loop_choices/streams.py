@@ -198,6 +198,16 @@ class StreamChoices(ChoiceBase):
         return 0 if self.has("avx512f") else 2
 
     @property
+    def takes_the_next_block_max_in_the_exp_loop(self) -> bool:
+        """Whether the online log-sum-exp (``online._fused_chunks``) takes each block's max in the previous block's
+        exponential loop (a vector of the next block loaded beside each vector of this block's, into a running max in
+        vector lanes, off the FMA pipes that bound the loop), so that only a row's first block runs a max loop of its
+        own, with the chunks' sums added in the lanes of the vectorized loop they replace
+        (``reductions.LaneSums``): the same max values and additions, the same bits. Zen 4 (AVX-512 without FP16).
+        Elsewhere false (not measured)."""
+        return self.has("avx512f") and not self._intel_avx512()
+
+    @property
     def sums_online_exponentials_apart(self) -> bool:
         """Whether the online log-sum-exp (``codegen/llvm/online.py``) stores each whole chunk's exponentials
         into a buffer on the stack and sums them in a loop of its own (the same additions in the same order:
