@@ -50,9 +50,11 @@ def _variant(name: str):
         CpuTarget.online_block_max_without_nan_bits = property(lambda self: False)  # type: ignore[method-assign]
     if name == "withoutnan":  # the block max loops without the NaN bits, the row retaken where NaN (AVX2's code)
         CpuTarget.online_block_max_without_nan_bits = property(lambda self: True)  # type: ignore[method-assign]
+    if name == "withnear":  # the fused blocks with the L1 stream a block ahead too (``online._next_blocks``' near)
+        online._next_blocks = lambda em, source, idx, near=True: next_block(em, source, idx)
     if name.startswith("lse"):  # ``lseN_M``: the exp loops' prefetches N elements ahead into L1 and
         near, far, *far_locality = (int(part) for part in name[3:].split("_"))  # M elements ahead into L2 (0:
-        online._next_blocks = lambda em, source, idx: _streams_ahead(  # none; ``lseN_M_L``: with locality L)
+        online._next_blocks = lambda em, source, idx, *_: _streams_ahead(  # none; ``lseN_M_L``: with locality L)
             em, source, idx, near, far, *far_locality)
     if name.startswith("block"):  # ``blockN``: blocks of N elements (``CpuTarget.online_block_elements``)
         CpuTarget.online_block_elements = property(lambda self: int(name[5:]))  # type: ignore[method-assign]
