@@ -44,7 +44,10 @@ Variants (``--variants``, comma-separated) of the forward's online log-sum-exp (
   elsewhere 0), ``l2onlyN``: those alone; ``lseN_M`` (``lseN_M_L``): the exp loops' prefetches N elements ahead
   into L1 and M elements ahead into L2 (with LLVM's locality L; 0 elements: none); ``before35``: Zen 4's code
   before session 35 (``cross_entropy_variants.BEFORE_35``: its 1024-element blocks, 8-line chunks, NaN bits, no
-  L2 prefetches, and the gradient's pieces through their buffers);
+  L2 prefetches, and the gradient's pieces through their buffers); ``unfused`` / ``fused``: each block's max in a max
+  loop of its own, or in the previous block's exp loop with the block's sums in vector lanes
+  (``CpuTarget.takes_the_next_block_max_in_the_exp_loop``: Zen 4 since session 36; ``unfused`` is Zen 4's code
+  before it); ``withnear``: the fused blocks with the L1 prefetches a block ahead kept;
 - experiments, the same bits: ``merged2``: two chunks' exponentials in one loop, then their sums; ``bufN``: each
   chunk's buffer N bytes further on the stack; ``splitN``: each chunk's exponentials in N loops, a burst of
   prefetches before each;

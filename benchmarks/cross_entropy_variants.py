@@ -16,7 +16,7 @@ from neuroncc.hardware.host import CACHE_LINE_BYTES, CpuTarget
 
 #: Zen 4's code before session 35 (``before35``): the online log-sum-exp's 1024-element blocks, 8-line chunks, block
 #: max loops with their NaN bits and no prefetches into L2; the gradient's pieces all through their stack buffer
-BEFORE_35 = "block1024+chunks8+nanbits+l2ahead0+registers0"
+BEFORE_35 = "block1024+chunks8+nanbits+l2ahead0+registers0+unfused"
 
 
 @contextlib.contextmanager
@@ -50,9 +50,11 @@ def _variant(name: str):
         CpuTarget.online_block_max_without_nan_bits = property(lambda self: False)  # type: ignore[method-assign]
     if name == "withoutnan":  # the block max loops without the NaN bits, the row retaken where NaN (AVX2's code)
         CpuTarget.online_block_max_without_nan_bits = property(lambda self: True)  # type: ignore[method-assign]
+    if name == "withnear":  # the fused blocks with the L1 stream a block ahead too (``online._next_blocks``' near)
+        online._next_blocks = lambda em, source, idx, near=True: next_block(em, source, idx)
     if name.startswith("lse"):  # ``lseN_M``: the exp loops' prefetches N elements ahead into L1 and
         near, far, *far_locality = (int(part) for part in name[3:].split("_"))  # M elements ahead into L2 (0:
-        online._next_blocks = lambda em, source, idx: _streams_ahead(  # none; ``lseN_M_L``: with locality L)
+        online._next_blocks = lambda em, source, idx, *_: _streams_ahead(  # none; ``lseN_M_L``: with locality L)
             em, source, idx, near, far, *far_locality)
     if name.startswith("block"):  # ``blockN``: blocks of N elements (``CpuTarget.online_block_elements``)
         CpuTarget.online_block_elements = property(lambda self: int(name[5:]))  # type: ignore[method-assign]
@@ -83,7 +85,7 @@ def _variant(name: str):
         CpuTarget.streamed_map_piece_lines = property(lambda self: lines)  # type: ignore[method-assign]
     if name.startswith("inloop"):  # each chunk's sum in its exp loop (before session 23; AVX-512's code)
         online.SUM_CHUNK_APART = False
-    if name.lower().endswith(("i8", "i2")):  # the polynomial loops interleaved by 8 / 2 (AVX2: 4)
+    if name.lower().endswith(("i8", "i4", "i2")):  # the polynomial loops interleaved by 8, 4, 2 (AVX2: 4)
         CpuTarget.polynomial_interleave = property(lambda self: int(name[-1]))  # type: ignore[method-assign]
     if name.startswith("ahead"):  # the next blocks' prefetches that many blocks ahead (AVX2: 2, AVX-512: 1)
         CpuTarget.online_prefetch_blocks_ahead = property(lambda self: int(name[5:]))  # type: ignore[method-assign]
@@ -106,6 +108,10 @@ def _variant(name: str):
     if name.startswith("maxahead"):  # each block's max taken a block early: 1 before, 2 between the previous
         where = int(name[8:])  # block's chunks; 0 in its own block (before session 28, AVX-512's)
         CpuTarget.online_block_max_ahead = property(lambda self: where)  # type: ignore[method-assign]
+    fused_max = CpuTarget.takes_the_next_block_max_in_the_exp_loop
+    if name in ("unfused", "fused"):  # each block's max in its own max loop, or in the previous block's exp loop
+        on = name == "fused"  # (``CpuTarget.takes_the_next_block_max_in_the_exp_loop``: Zen 4 since session 36)
+        CpuTarget.takes_the_next_block_max_in_the_exp_loop = property(lambda self: on)  # type: ignore[method-assign]
     registers = CpuTarget.register_piece_lines
     from neuroncc.codegen.llvm import map_stages
     pieces_ahead = map_stages.emit_prefetch_pieces_ahead
@@ -165,6 +171,7 @@ def _variant(name: str):
         CpuTarget.streams_outputs = streamed  # type: ignore[method-assign]
         CpuTarget.register_piece_lines = registers  # type: ignore[method-assign]
         CpuTarget.online_block_max_ahead = max_ahead  # type: ignore[method-assign]
+        CpuTarget.takes_the_next_block_max_in_the_exp_loop = fused_max  # type: ignore[method-assign]
         CpuTarget.online_l2_prefetch_blocks_ahead = l2_ahead  # type: ignore[method-assign]
         map_stages.emit_prefetch_pieces_ahead = pieces_ahead
         prefetch._prefetch_lines = lines_of

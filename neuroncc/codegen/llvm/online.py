@@ -21,6 +21,11 @@ that saving did not pay either: the max of row r + 1 taken inside row r's exp pa
 groups (bit for bit the same output, the prefetches 1 or 2 rows ahead), ran 5-13% slower than the max pass of
 its own at 1 and 2 threads (session 17). Taken in the same loop as the exponentials, a vector of the next row beside
 each vector of this row's, it does pay on Zen 4 (``next_max.py``, session 35).
+
+On Zen 4 the online log-sum-exp does the same with its blocks (:func:`_fused_chunks`,
+``CpuTarget.takes_the_next_block_max_in_the_exp_loop``, session 36): each block's exponential loop also loads the
+next block and takes its max in vector lanes, so only a row's first block runs a max loop, and the block's sums
+stay in vector lanes until the block's end (cross-entropy's forward 0.90-0.94 of its time at 1 thread).
 """
 
 from __future__ import annotations
@@ -35,8 +40,8 @@ from neuroncc.codegen.llvm.context import Ahead, EmitContext
 from neuroncc.codegen.llvm.kernel_plan import Computed, KernelPlan, ReduceStage, RowLoop
 from neuroncc.codegen.llvm.mathlib import math_call
 from neuroncc.codegen.llvm.prefetch import chunk_elements, chunk_loop, spread_loop
-from neuroncc.codegen.llvm.reductions import COMBINERS, MAX_WITHOUT_NAN_BITS, REASSOC
-from neuroncc.codegen.llvm.scalars import F32, F64, I1, I64, storage_itemsize, storage_type
+from neuroncc.codegen.llvm.reductions import COMBINERS, MAX_WITHOUT_NAN_BITS, REASSOC, LaneSums, RowSum
+from neuroncc.codegen.llvm.scalars import F32, F64, I1, I64, intrinsic, storage_itemsize, storage_type
 from neuroncc.codegen.llvm.views import Layout
 from neuroncc.hardware.host import CACHE_LINE_BYTES
 from neuroncc.ir.dtypes import DType
@@ -104,6 +109,8 @@ def online_total(em: EmitContext, online: OnlineMax, idx: list[Any], out_index: 
     or every element -inf) or a block's exponentials were counted as 0 (a running max of -inf: a NaN there would
     not reach the total). Any other row has no NaN, so both ways compute the same values in the same order:
     the same bits in every case."""
+    if _fuses_block_maxima(em, online):
+        return _fused_row_total(em, online, idx, out_index, summand)
     if not em.target.online_block_max_without_nan_bits:
         return _row_total(em, online, idx, out_index, summand, None)[0]
     b = em.b
@@ -124,11 +131,39 @@ def online_total(em: EmitContext, online: OnlineMax, idx: list[Any], out_index: 
     return b.load(result)
 
 
+def _fuses_block_maxima(em: EmitContext, online: OnlineMax) -> bool:
+    """Whether the row's blocks take the next block's max in their exponential loops (:func:`_fused_chunks`)."""
+    return bool(em.target.takes_the_next_block_max_in_the_exp_loop and online.source is not None
+                and em.target.online_block_max_without_nan_bits
+                and em.target.online_exp_chunk_lines and not em.target.sums_online_exponentials_apart
+                and online.stage.shape[-1] > em.target.online_block_elements)
+
+
+def _fused_row_total(em: EmitContext, online: OnlineMax, idx: list[Any], out_index: list[Any],
+                     summand: Any) -> ir.Value:
+    """:func:`online_total` with each block's max taken in the previous block's exponential loop
+    (:func:`_fused_chunks`), without the NaN bits; the row taken again as before, with the combiner's NaN bits and
+    max loops of their own, where its total came out NaN or a block was counted as 0 (the same bits in every
+    case: see :func:`online_total`)."""
+    b = em.b
+    result = em.alloca(F64)
+    with em.fresh_values():
+        total, uncounted = _row_total(em, online, idx, out_index, summand, False, fused=True)
+        b = em.b
+        b.store(total, result)
+        again = b.or_(b.fcmp_unordered("uno", total, total), uncounted)
+    with b.if_then(again):
+        with em.fresh_values():
+            em.b.store(_row_total(em, online, idx, out_index, summand, None)[0], result)
+    return em.b.load(result)
+
+
 def _row_total(em: EmitContext, online: OnlineMax, idx: list[Any], out_index: list[Any], summand: Any,
-               careful: ir.Value | None) -> tuple[ir.Value, ir.Value]:
+               careful: ir.Value | bool | None, fused: bool = False) -> tuple[ir.Value, ir.Value]:
     """:func:`online_total`'s row: its total, and whether a block's exponentials were counted as 0.
-    ``careful``: None, the combiner's block max loops (NaN seen); else an i1, true: those loops, false: the
-    loops without the NaN bits."""
+    ``careful``: None, the combiner's block max loops (NaN seen); False, the loops without the NaN bits; else an
+    i1, true: those loops, false: the loops without the NaN bits. ``fused``: each block's max taken in the
+    previous block's exponential loop (:func:`_fused_chunks`; ``careful`` False)."""
     b = em.b
     stage = online.stage
     x_value, max_value = stage.op.operands[0], stage.op.results[0]
@@ -142,14 +177,14 @@ def _row_total(em: EmitContext, online: OnlineMax, idx: list[Any], out_index: li
     # block (for the last block of a row, the next row's first) is prefetched, so that the next max loop finds
     # it in L1 instead of waiting for memory with the core idle (cross-entropy [512, 32000]: 10% faster)
     # (``CpuTarget.online_prefetch_blocks_ahead`` blocks ahead)
-    ahead = () if online.source is None else _next_blocks(em, online.source, idx)
+    ahead = () if online.source is None else _next_blocks(em, online.source, idx, near=not fused)
 
     block_elements = em.target.online_block_elements
     blocks = -(-n // block_elements)
     # the next block's max taken a block early (``CpuTarget.online_block_max_ahead``): held here until its block
-    max_ahead = em.target.online_block_max_ahead if blocks > 1 else 0
-    held = em.alloca(F32) if max_ahead else None
-    if max_ahead:
+    max_ahead = em.target.online_block_max_ahead if blocks > 1 and not fused else 0
+    held = em.alloca(F32) if max_ahead or fused else None
+    if max_ahead or fused:
         em.b.store(_block_max(em, x_value, idx, 0, min(block_elements, n), careful), held)
 
     def next_max(k: Any, lo: Any) -> None:
@@ -162,7 +197,7 @@ def _row_total(em: EmitContext, online: OnlineMax, idx: list[Any], out_index: li
 
     def block(k: Any, lo: Any, hi: Any) -> None:
         with em.fresh_values():
-            if max_ahead:
+            if max_ahead or fused:
                 block_max = em.b.load(held)
                 if max_ahead == 1:
                     next_max(k, lo)
@@ -188,7 +223,9 @@ def _row_total(em: EmitContext, online: OnlineMax, idx: list[Any], out_index: li
 
             # in chunks of constant length where the target says so (``CpuTarget.online_exp_chunk_lines``)
             chunk_lines = em.target.online_exp_chunk_lines
-            if chunk_lines and ahead:
+            if fused:
+                _fused_chunks(em, x_value, idx, summand, partial, add, ahead, chunk_lines, (k, lo, hi, n), held)
+            elif chunk_lines and ahead:
                 whole_chunk = _cached_then_summed(em, summand, idx, partial, chunk_elements(ahead, chunk_lines)) \
                     if SUM_CHUNK_APART and em.target.sums_online_exponentials_apart else None
                 # (a sum in the exp loop would be reduced per piece: other bits; spread where it is apart)
@@ -243,6 +280,9 @@ def _block_max(em: EmitContext, x_value: Any, idx: list[Any], lo: Any, hi: Any, 
     if careful is None:
         return loop(COMBINERS["amax"])
     found = em.alloca(F32)
+    if careful is False:
+        em.b.store(loop(MAX_WITHOUT_NAN_BITS), found)
+        return _frozen(em.b, em.b.load(found))
     with em.b.if_else(careful) as (with_nan_bits, without):
         with with_nan_bits:
             em.b.store(loop(COMBINERS["amax"]), found)
@@ -251,6 +291,68 @@ def _block_max(em: EmitContext, x_value: Any, idx: list[Any], lo: Any, hi: Any, 
     # frozen after the branches meet: a freeze of the loop's own result went into its recurrence, which lost its
     # nnan there and was vectorized with NaN checks and an early exit
     return _frozen(em.b, em.b.load(found))
+
+
+def _fused_chunks(em: EmitContext, x_value: Any, idx: list[Any], summand: Any, partial: ir.Value, add: Any,
+                  ahead: tuple[Ahead, ...], lines: int, block: tuple[Any, Any, Any, int], held: ir.Value) -> None:
+    """Block k's ([lo, hi) of the row's n elements) exponentials and their sum into ``partial``, with the next
+    block's max (``CpuTarget.takes_the_next_block_max_in_the_exp_loop``), into ``held``.
+
+    The block's whole chunks of ``lines`` lines (``prefetch.chunk_loop``: the same chunks and prefetches) run as
+    loops of vector iterations (``vector_bits / 32 * polynomial_interleave`` elements each: one iteration of
+    LLVM's vectorized loop), every element's exponential added into its lane of the block's sums
+    (``reductions.LaneSums``, from ``partial``; reduced once after the block's whole chunks, not once per chunk:
+    each chunk's horizontal sum started the next chunk's sums, a chain the exponentials waited behind), and in
+    each chunk whose elements one block on are in block k + 1, those elements into their lanes of a running max
+    without the NaN bits (in registers: each vector a load and a vmaxps beside the exponentials, off the FMA pipes
+    that bound the loop). The block's elements after its last whole chunk are added by ``add`` (the summand's
+    vectorized loop); the next block's elements no chunk took (past the last whole chunk of either block) go
+    through a max loop of their own; the next block's max, frozen as :func:`_block_max`'s, into ``held``."""
+    k, lo, hi, n = block
+    block_elements = em.target.online_block_elements
+    chunk = chunk_elements(ahead, lines)
+    lanes = em.target.vector_bits // 32
+    width = lanes * em.target.polynomial_interleave
+    next_hi = em.min(em.add(hi, block_elements), n)  # (hi itself past the row's last block: no next block)
+    taken = em.mul(em.min(em.div(em.sub(hi, lo), chunk), em.div(em.sub(next_hi, hi), chunk)), chunk)
+    whole_end = em.add(lo, em.mul(em.div(em.sub(hi, lo), chunk), chunk))
+    b = em.b
+    maxima = em.alloca(F32, width)
+    maxima.align = CACHE_LINE_BYTES
+    maxima_vector = b.bitcast(maxima, ir.VectorType(F32, width).as_pointer())
+    b.store(ir.Constant(ir.VectorType(F32, width), [-math.inf] * width), maxima_vector)
+    array = em.alloca(F32, width)
+    array.align = CACHE_LINE_BYTES
+    sums = LaneSums(RowSum(b, partial, lambda i: summand(idx[:-1] + [i])), lanes, width // lanes, array)
+    maxnum = intrinsic(b.module, "llvm.maxnum.f32", F32, [F32, F32])
+
+    def whole_chunk(start: Any, with_max: bool) -> None:
+        def vector(j: Any) -> None:
+            base = em.add(start, em.mul(j, width))
+
+            def element(i: Any) -> None:
+                sums.add(em.ir_index(em.sub(i, base)), i)
+                if with_max:
+                    with em.fresh_values():
+                        lane = em.b.gep(maxima, [ir.Constant(I64, 0), em.ir_index(em.sub(i, base))], inbounds=True)
+                        x = em.value_at(x_value, idx[:-1] + [em.add(i, block_elements)])
+                        em.b.store(em.b.call(maxnum, [em.b.load(lane), x], fastmath=("nnan", "nsz")), lane)
+
+            em.loop(base, em.add(base, width), element)
+
+        em.loop(0, chunk // width, vector)
+
+    sums.start()
+    middle = em.add(lo, taken)
+    chunk_loop(em, lo, middle, add, ahead, lines, lambda start, elements: whole_chunk(start, True))
+    chunk_loop(em, middle, whole_end, add, ahead, lines, lambda start, elements: whole_chunk(start, False))
+    sums.finish()
+    em.loop(whole_end, hi, add)
+    b = em.b
+    reduce = intrinsic(b.module, f"llvm.vector.reduce.fmax.v{width}f32", F32, [ir.VectorType(F32, width)])
+    lanes_max = b.call(reduce, [b.load(maxima_vector)], fastmath=("nnan", "nsz"))
+    rest = _block_max(em, x_value, idx, em.add(hi, taken), next_hi, False)
+    em.b.store(_frozen(em.b, em.b.call(maxnum, [lanes_max, rest], fastmath=("nnan", "nsz"))), held)
 
 
 def _frozen(b: ir.IRBuilder, value: ir.Value) -> ir.Value:
@@ -285,10 +387,11 @@ def _cached_then_summed(em: EmitContext, summand: Any, idx: list[Any], partial: 
     return whole_chunk
 
 
-def _next_blocks(em: EmitContext, source: Layout, idx: list[Any]) -> tuple[Ahead, ...]:
+def _next_blocks(em: EmitContext, source: Layout, idx: list[Any], near: bool = True) -> tuple[Ahead, ...]:
     """The streams of the elements ahead of each element of the row of ``source`` at ``idx`` that its exponential
     loops prefetch: ``CpuTarget.online_prefetch_blocks_ahead`` blocks on, into L1 (past a row's end: the next
-    rows', contiguous; past the tensor's end a prefetch does not fault); and where the target says so
+    rows', contiguous; past the tensor's end a prefetch does not fault), unless not ``near`` (the exp loops that
+    load the next block themselves: :func:`_fused_chunks`); and where the target says so
     (``CpuTarget.online_l2_prefetch_blocks_ahead``) that many blocks on, into L2 (``prefetcht2``)."""
     def stream(blocks: int, locality: int) -> Ahead:
         distance = em.target.online_block_elements * blocks
@@ -300,5 +403,5 @@ def _next_blocks(em: EmitContext, source: Layout, idx: list[Any]) -> tuple[Ahead
 
         return Ahead(at, storage_itemsize(source.dtype), locality=locality)
 
-    near, far = em.target.online_prefetch_blocks_ahead, em.target.online_l2_prefetch_blocks_ahead
+    near, far = em.target.online_prefetch_blocks_ahead if near else 0, em.target.online_l2_prefetch_blocks_ahead
     return tuple(stream(blocks, locality) for blocks, locality in ((far, 1), (near, 3)) if blocks)

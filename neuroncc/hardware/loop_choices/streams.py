@@ -198,6 +198,27 @@ class StreamChoices(ChoiceBase):
         return 0 if self.has("avx512f") else 2
 
     @property
+    def takes_the_next_block_max_in_the_exp_loop(self) -> bool:
+        """Whether the online log-sum-exp (``online._fused_chunks``) takes each block's max in the previous block's
+        exponential loop: a vector of the next block loaded beside each vector of this block's, into a running max in
+        vector lanes (a load and a vmaxps per vector, off the FMA pipes that bound the loop), so that only a row's
+        first block runs a max loop of its own; the block's sums in the vector lanes of the loop they replace
+        (``reductions.LaneSums``), reduced once per block instead of once per chunk (each chunk's horizontal sum
+        started the next chunk's sums: a chain of ~50 cycles the exponentials waited behind); no prefetches of the
+        next block into L1 (the loop loads it: :attr:`online_prefetch_blocks_ahead` is for the max loops). The same
+        max values (and NaN rows' bits: taken again with the max loops as before), the sums in another order (as
+        accurate). Needs the block max loops without the NaN bits (:attr:`online_block_max_without_nan_bits`).
+
+        Zen 4 (AVX-512 without FP16). Cross-entropy's forward kernel [512, 32000] against the max loops (session 36
+        xent36, ``bench_cross_entropy.py --variants unfused,main --memory dram,l3,l2``, two builds each, interleaved
+        medians of 25 rounds, five processes): 0.90-0.94 of the time at 1 thread on its logits, 0.88-0.97 with them
+        in the L3, 0.91-0.94 in the L2 (one process 0.94-1.01); at 2 threads 0.98-1.03 on the logits (there it reads
+        memory at ~31 GB/s either way), 0.88-0.95 in the L3 and L2. The max alone in the loop, the sums per chunk as
+        before (the same bits): 0.97-0.99 at 1 and 2 threads; with the L1 prefetches kept: as without them (0.99-1.02
+        at 1 thread, 0.96-1.01 at 2). Elsewhere false (not measured)."""
+        return self.has("avx512f") and not self._intel_avx512()
+
+    @property
     def sums_online_exponentials_apart(self) -> bool:
         """Whether the online log-sum-exp (``codegen/llvm/online.py``) stores each whole chunk's exponentials
         into a buffer on the stack and sums them in a loop of its own (the same additions in the same order:
