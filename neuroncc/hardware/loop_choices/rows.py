@@ -256,6 +256,13 @@ class RowLoopChoices(ChoiceBase):
         return self.has("avx2") and not self._intel_avx512()
 
     @property
+    def takes_the_variance_in_one_pass(self) -> bool:
+        """Whether a float32 variance that computes its own mean (LayerNorm's var_mean) reads its row once, summing x,
+        x - c and (x - c)^2 with c the mean of the row's first elements (``shifted_moments.py``), instead of a mean
+        pass and then a deviation pass; the mean keeps its bits, the variance's may differ in the last places."""
+        return self.has("avx512f") and not self._intel_avx512()
+
+    @property
     def sums_paired_row_caches_apart(self) -> bool:
         """Whether a float sum of row-cached terms computed by a loop over bf16 element pairs (bf16 softmax's
         exp(x - max)) adds them in a loop of its own, as float32 loops do with fewer than
