@@ -6,19 +6,23 @@ multiply per vector) once the mean's horizontal sum and division are done. :func
 per element x of the row (float32 partials per ``stages.CHUNK``, float64 totals, as the two passes)
 
     S0 += x                      the mean's sum, the same adds in the same lanes as the mean pass (its bits)
-    d   = fma(x, 1, -c)          x - c, on the FMA pipes (the 1 opaque: LLVM would fold it into a subtraction)
+    d   = x - c
     S1 += d
     S2  = fma(d, d, S2)
 
-with c the mean of the row's first ``SHIFT_ELEMENTS`` elements. Two adds and two FMAs per vector: on Zen 4 the adds
-and the FMAs issue to different pipes, so ~2 cycles per vector where the two passes' adds took 3, and no wait for
-the mean between the passes. Then, in float64, M2 = S2 - S1 * S1 / n: the sum of squared deviations from the
-row's mean c + S1 / n. Its rounding error is S2's times (1 + (mean - c)^2 / variance), the cancellation; the shift
-keeps that small for rows with a large mean relative to their spread (the sum of x^2 and the square of the mean
-would lose it all). Where (mean - c)^2 > ``FALLBACK_RATIO`` * variance (an outlier among the row's first elements:
-with c the mean of 16, rare for rows of independent values), or the sums are not finite, the row runs today's
-deviation pass (``stages._Reducer._float_total``) from the stored mean: the two passes' bits there. The mean
-stored for the mean stage is S0's, the two passes' bits everywhere.
+with c the mean of the row's first ``SHIFT_ELEMENTS`` elements: three adds and an FMA per vector, as many adds as the
+two passes' (one, then a subtraction and an add) but one loop over the row, and no wait for the mean's horizontal
+sum and division between two loops. (x - c by an FMA, x * 1 - c with the 1 made opaque, would move a third of the
+adds to the FMA pipes: measured no faster on Zen 4, where the loop is not what bounds the row.) Then, in float64,
+M2 = S2 - S1 * S1 / n: the sum of squared deviations from the row's mean c + S1 / n. Its rounding error is S2's
+times 1 + (mean - c)^2 / variance (the cancellation); the shift keeps that small for rows whose mean is large
+against their spread (where the sum of x^2 less n mean^2 would lose every bit), and the variance is taken about
+the mean in float64, not about its float32 rounding as the two passes take it (rows whose mean is 10^4 to 10^5
+times their spread: the two passes' variance off by 4e-6 to 7e-4 of itself, this one's within float32's
+tolerance). Where (mean - c)^2 > ``FALLBACK_RATIO`` * variance (an outlier among the row's first elements: with c
+the mean of 16, rare for rows of independent values), or the sums are not finite, the row runs the deviation pass
+(``stages._Reducer._float_total``) from the stored mean: the two passes' bits there. The mean stored for the mean
+stage is S0's, the two passes' bits everywhere.
 """
 
 from __future__ import annotations
@@ -30,15 +34,13 @@ from llvmlite import ir
 from neuroncc.codegen.llvm.kernel_plan import ReduceStage
 from neuroncc.codegen.llvm.pairs import pairs_halfwords
 from neuroncc.codegen.llvm.reductions import COMBINERS, REASSOC
-from neuroncc.codegen.llvm.scalars import F32, F64, intrinsic
+from neuroncc.codegen.llvm.scalars import F32, F64
 from neuroncc.ir.dtypes import DType
 
 #: The shift c is the mean of the row's first this many elements (fewer in shorter rows).
 SHIFT_ELEMENTS = 16
 #: A row whose (mean - c)^2 exceeds this times its variance takes the deviation pass again (see the docstring).
 FALLBACK_RATIO = 1.0
-#: float32 1.0's bits (the FMA's opaque factor).
-ONE_BITS = 0x3F800000
 
 
 def takes_one_pass(em: Any, stage: Any, carried: bool) -> bool:
@@ -55,7 +57,8 @@ def takes_one_pass(em: Any, stage: Any, carried: bool) -> bool:
 
 def one_pass_variance(reducer: Any, idx: list[Any], store_mean: Any, step: int) -> ir.Value:
     """The float64 sum of squared deviations of ``reducer``'s row at ``idx`` (``stages._Reducer``; its finish divides
-    it; ``step``: elements per float32 partial, ``stages.CHUNK``), after ``store_mean(mean)`` stored the row's float32 mean (S0's) where its mean stage reads it."""
+    it; ``step``: elements per float32 partial, ``stages.CHUNK``), after ``store_mean(mean)`` stored the row's float32
+    mean (S0's) where its mean stage reads it."""
     em = reducer.em
     b = em.b
     totals = [em.alloca(F64) for _ in range(3)]
@@ -74,9 +77,6 @@ def one_pass_variance(reducer: Any, idx: list[Any], store_mean: Any, step: int) 
         head = [b.fadd(head[j], head[j + 1]) if j + 1 < len(head) else head[j] for j in range(0, len(head), 2)]
     shift = head[0]
     shift = b.fmul(shift, ir.Constant(F32, 1.0 / k)) if k > 1 else shift
-    minus_shift = b.fsub(ir.Constant(F32, -0.0), shift)
-    one = b.bitcast(em.opaque_factor(ONE_BITS), F32)
-    fma = intrinsic(b.module, "llvm.fma.f32", F32, [F32, F32, F32])
 
     def chunk(full: list[Any], lo: Any, hi: Any) -> None:
         partials = [em.alloca(F32) for _ in range(3)]
@@ -88,7 +88,7 @@ def one_pass_variance(reducer: Any, idx: list[Any], store_mean: Any, step: int) 
             inner = list(full)
             inner[innermost] = i
             x = reducer._x(inner)
-            deviation = bb.call(fma, [x, one, minus_shift])
+            deviation = bb.fsub(x, shift)
             s0, s1, s2 = (bb.load(p) for p in partials)
             bb.store(bb.fadd(s0, x, flags=REASSOC), partials[0])
             bb.store(bb.fadd(s1, deviation, flags=REASSOC), partials[1])

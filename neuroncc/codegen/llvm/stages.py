@@ -90,8 +90,8 @@ def passes_over_row(stage: Stage, shared_mean: SharedMean | None, one_pass: bool
     own mean first (none shared, or one it stores for the mean stage) in a pass of its own (not ``one_pass``:
     ``shifted_moments.takes_one_pass``), else 1."""
     own_mean = shared_mean is None or shared_mean.stores
-    return 2 if not one_pass and isinstance(stage, ReduceStage) and COMBINERS[stage.op.name].two_pass and _registers_path(stage) \
-        and own_mean else 1
+    return 2 if not one_pass and isinstance(stage, ReduceStage) and COMBINERS[stage.op.name].two_pass \
+        and _registers_path(stage) and own_mean else 1
 
 
 def emit_mean_pass(em: EmitContext, stage: ReduceStage, shared_mean: SharedMean, outer: list[Any]) -> None:
