@@ -91,9 +91,10 @@ SWITCHES: dict[str, Switch] = {
     "multiplied-widening": Switch(("widens_summed_bf16_by_multiplication",), "c16"),
     "function-pieces": Switch(("function_piece_lines",), "a"),
     "split-pairs": Switch(("bf16_pair_split_interleave",), "a16"),
+    "one-pass-variance": Switch(("takes_the_variance_in_one_pass",), "c"),
 }
 #: switches whose bits may differ (counted, not asserted): the order of a sum's terms, a division's rounding
-REORDERS = {"paired-sums", "erf-division"}
+REORDERS = {"paired-sums", "erf-division", "one-pass-variance"}
 
 
 def bench_rows() -> list[Case]:

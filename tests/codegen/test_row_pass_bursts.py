@@ -45,10 +45,17 @@ def _off(monkeypatch) -> None:
     monkeypatch.setattr(CpuTarget, "bursts_before_each_row_pass", property(lambda self: False))
 
 
+def _two_passes(monkeypatch) -> None:
+    """The variance's mean and deviations in passes of their own (Zen 4 takes them in one: ``shifted_moments.py``,
+    whose row has a burst before each of its two passes, ``test_one_pass_variance.py``)."""
+    monkeypatch.setattr(CpuTarget, "takes_the_variance_in_one_pass", property(lambda self: False))
+
+
 def test_layernorm_prefetches_a_burst_before_each_of_its_three_passes_on_avx2_and_zen4(monkeypatch):
     fn = var_mean_layernorm(64, 1024)
     for target in (CpuTarget("znver3", AVX2), CpuTarget("znver4", ZEN4)):
         monkeypatch.undo()
+        _two_passes(monkeypatch)
         assert target.bursts_before_each_row_pass
         on, asm = _assembly(fn, target)
         _off(monkeypatch)

@@ -42,6 +42,7 @@ from neuroncc.codegen.llvm.pairs import Pair, pair_ordered_rows
 from neuroncc.codegen.llvm.prefetch import carrier_stage, emit_prefetch_next_row, next_row, rows_to_prefetch
 from neuroncc.codegen.llvm.prefetch import row_lines, rows_written_by_carried_pass, this_row
 from neuroncc.codegen.llvm.scalars import I1, I64, PTR, VOID, round_to
+from neuroncc.codegen.llvm.shifted_moments import takes_one_pass
 from neuroncc.codegen.llvm.stages import (
     SharedMean, column_partial_update, emit_column_combine, emit_column_partials, emit_column_reset, emit_combine,
     emit_mean_pass, emit_partial, emit_reduce, emit_scatter, passes_over_row, shared_means,
@@ -308,7 +309,9 @@ class KernelEmitter(IndexArithmetic, BufferAccess, MapStages):
         if self._early_mean is not None:  # (its mean pass ran a row early: the variance loads the mean)
             means[self._early_mean[0]] = SharedMean(self._early_mean[1].stage, stores=False)
         passes = [number for number in range(len(phase.stages)) if number not in skipped]
-        counts = [passes_over_row(phase.stages[number], means.get(number)) for number in passes]
+        counts = [passes_over_row(phase.stages[number], means.get(number),
+                                  takes_one_pass(self, phase.stages[number], number == self._carrier))
+                  for number in passes]
         if not self.target.bursts_before_each_row_pass or any(  # (a burst of at least MEMORY_BURST_LINES each)
                 row_lines(layout, depth) < MEMORY_BURST_LINES * sum(counts) for layout in self._prefetched):
             counts = [1] * len(passes)

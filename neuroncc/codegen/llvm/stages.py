@@ -26,6 +26,7 @@ from neuroncc.codegen.llvm.prefetch import spread_loop
 from neuroncc.codegen.llvm.nan_rows import AMAX, AMAX_WITHOUT_NAN_FLAG
 from neuroncc.codegen.llvm.reductions import COMBINERS, REASSOC, Combiner, RowSum
 from neuroncc.codegen.llvm.scalars import F32, F64, I1, I64, round_to
+from neuroncc.codegen.llvm.shifted_moments import one_pass_variance, takes_one_pass
 from neuroncc.codegen.llvm.views import Layout
 from neuroncc.codegen.llvm.widening import multiplied_widening
 from neuroncc.ir.dtypes import DType
@@ -84,12 +85,13 @@ def shared_means(stages: tuple[Stage, ...]) -> dict[int, SharedMean]:
     return shared
 
 
-def passes_over_row(stage: Stage, shared_mean: SharedMean | None) -> int:
+def passes_over_row(stage: Stage, shared_mean: SharedMean | None, one_pass: bool = False) -> int:
     """How many times a row loop's ``stage`` reads its row: 2 for a variance on the registers path that computes its
-    own mean first (none shared, or one it stores for the mean stage), else 1."""
+    own mean first (none shared, or one it stores for the mean stage) in a pass of its own (not ``one_pass``:
+    ``shifted_moments.takes_one_pass``), else 1."""
     own_mean = shared_mean is None or shared_mean.stores
-    return 2 if isinstance(stage, ReduceStage) and COMBINERS[stage.op.name].two_pass and _registers_path(stage) \
-        and own_mean else 1
+    return 2 if not one_pass and isinstance(stage, ReduceStage) and COMBINERS[stage.op.name].two_pass \
+        and _registers_path(stage) and own_mean else 1
 
 
 def emit_mean_pass(em: EmitContext, stage: ReduceStage, shared_mean: SharedMean, outer: list[Any]) -> None:
@@ -216,6 +218,11 @@ class _Reducer:
         shared = self.shared_mean
         if self.combiner.two_pass and shared is not None and not shared.stores:
             mean = self.em.load(shared.stage.target, self._out_index(idx, shared.stage.op))
+        elif self.combiner.two_pass and self.float_sum and takes_one_pass(
+                self.em, self.stage, bool(self.em.carried_prefetches()) or self.em.carried_writes() is not None):
+            self._store(idx, [one_pass_variance(self, idx, lambda mean: None if shared is None else self.em.store(
+                shared.stage.target, self._out_index(idx, shared.stage.op), mean), CHUNK)])
+            return
         elif self.combiner.two_pass:
             total = self._float_total(idx, None)
             self.em.row_cache_filled(self.op.operands[0])  # (the deviation pass loads it: ``widened_row_cache``)

@@ -256,6 +256,21 @@ class RowLoopChoices(ChoiceBase):
         return self.has("avx2") and not self._intel_avx512()
 
     @property
+    def takes_the_variance_in_one_pass(self) -> bool:
+        """Whether a float32 variance that computes its own mean (LayerNorm's var_mean) reads its row once, summing x,
+        x - c and (x - c)^2 with c the mean of the row's first 16 elements (``shifted_moments.py``), instead of a
+        mean pass and then a deviation pass: the mean keeps its bits, the variance is taken about the mean in float64
+        (other bits in its last places, as close to float64's or closer); a row whose shift is far from its mean takes
+        the deviation pass again. Zen 4 (AVX-512 without FP16: not :meth:`_intel_avx512`; session 36 ln36, float32
+        LayerNorm [8192, 1024]'s kernel, ``bench_bf16_words.py --switch one-pass-variance --rows c``, two builds
+        each, interleaved medians of 41 rounds): 0.87-0.98 of the time at 1 thread in five processes, 0.96-1.01 at 2
+        (memory-bound there); held outputs 64 past a page 0.89, after an eager call each round 0.94-0.95. bf16 rows
+        (over element pairs) keep their passes: their pair sums need as many adds in one pass as in two, and the
+        write pass would subtract the mean again (1.10-1.12 of the time at 1 thread). AVX2 and Intel's AVX-512
+        cores keep their code (not measured there)."""
+        return self.has("avx512f") and not self._intel_avx512()
+
+    @property
     def sums_paired_row_caches_apart(self) -> bool:
         """Whether a float sum of row-cached terms computed by a loop over bf16 element pairs (bf16 softmax's
         exp(x - max)) adds them in a loop of its own, as float32 loops do with fewer than
