@@ -39,11 +39,12 @@ def _max_only(b, dtype, accs, x, pos):
 AMAX_WITHOUT_NAN_FLAG = replace(AMAX, update=_max_only)
 
 
-def finds_nans_by_the_sum(em: Any, phase: RowLoop) -> bool:
+def finds_nans_by_the_sum(em: Any, phase: RowLoop, next_max: bool = False) -> bool:
     """Whether ``phase`` is a row loop whose float max pass (stage 0) the sum of exponentials (stage 1, the carrier of
     a delayed write) follows, and the target finds its rows' NaNs by that sum (every such row's:
     ``CpuTarget.finds_row_nans_by_the_sum``; a max pass over a bf16 row widened:
-    ``CpuTarget.finds_bf16_row_nans_by_the_sum``)."""
+    ``CpuTarget.finds_bf16_row_nans_by_the_sum``; ``next_max``, a max the exp loop takes a row ahead
+    (``next_max.py``): ``CpuTarget.finds_next_row_max_nans_by_the_sum``)."""
     if not em.target.finds_bf16_row_nans_by_the_sum or em._carrier != 1 or em._delayed is None:
         return False
     first, carrier = phase.stages[0], phase.stages[1]
@@ -51,7 +52,7 @@ def finds_nans_by_the_sum(em: Any, phase: RowLoop) -> bool:
             and first.op.operands[0].type.dtype.is_float and isinstance(carrier, ReduceStage)
             and COMBINERS[carrier.op.name].float_sum and not COMBINERS[carrier.op.name].two_pass):
         return False
-    if em.target.finds_row_nans_by_the_sum:
+    if em.target.finds_row_nans_by_the_sum or (next_max and em.target.finds_next_row_max_nans_by_the_sum):
         return True
     access = em.plan.access.get(first.op.operands[0])
     return isinstance(access, Computed) and widens_bf16(access.op)

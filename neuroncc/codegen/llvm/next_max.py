@@ -74,7 +74,7 @@ def next_row_max(em: Any, phase: RowLoop) -> ReduceStage | None:
         group = MEMORY_BURST_LINES * CACHE_LINE_BYTES // 4
         width = em.target.vector_bits // 32 * em.target.polynomial_interleave
         n = first.shape[-1]
-        if n % group or n < 2 * group or group % width or finds_nans_by_the_sum(em, phase) \
+        if n % group or n < 2 * group or group % width \
                 or not em.target.writes_delayed_elements_in_the_exp_loop:
             return None
         return first

@@ -121,6 +121,17 @@ class RowLoopChoices(ChoiceBase):
         return self.has("avx512f") and not self._intel_avx512()
 
     @property
+    def finds_next_row_max_nans_by_the_sum(self) -> bool:
+        """Whether a float32 softmax row loop whose exp loop takes the next row's max
+        (:meth:`takes_the_next_row_max_in_the_exp_loop`) takes it without the NaN magnitudes beside it (a ``vandps``
+        and a ``vpmaxud`` per 16 elements in the FMA-bound exp loop), the row's NaNs found by its sum as
+        :meth:`finds_row_nans_by_the_sum` (AVX2's) finds them: a NaN-sum row runs its max pass again with the
+        magnitudes, and its exp pass where that max differs (:meth:`reruns_the_exp_pass_only_for_another_max`). The
+        same bits. MEASURED. AVX2 and Intel's AVX-512 cores (:meth:`_intel_avx512`) keep their code: not measured
+        there."""
+        return self.has("avx512f") and not self._intel_avx512()
+
+    @property
     def prefetches_the_next_row_into_l2_in_the_exp_pass(self) -> bool:
         """Whether a float32 softmax-like row pass (its exp loop carries the row loop's prefetches of the next row:
         ``prefetch.carrier_stage``, ``MEMORY_BURST_LINES`` lines before each group of its elements,
