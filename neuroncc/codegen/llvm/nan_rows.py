@@ -1,5 +1,7 @@
 """Softmax's row max without its NaN bookkeeping, the row's NaNs found by its sum instead (AVX2:
-``CpuTarget.finds_row_nans_by_the_sum``; bf16 rows on Zen 4: ``CpuTarget.finds_bf16_row_nans_by_the_sum``).
+``CpuTarget.finds_row_nans_by_the_sum``; bf16 rows on Zen 4: ``CpuTarget.finds_bf16_row_nans_by_the_sum``; float32
+rows on Zen 4 whose exp loop takes the next row's max, ``next_max.py``:
+``CpuTarget.finds_next_row_max_nans_by_the_sum``).
 
 A float amax keeps, beside its running max, the largest magnitude bits it has seen (``reductions._extreme``): two
 integer instructions per vector that say whether the row holds a NaN, whose max is then NaN. In a softmax-like row
@@ -45,17 +47,19 @@ def finds_nans_by_the_sum(em: Any, phase: RowLoop, next_max: bool = False) -> bo
     ``CpuTarget.finds_row_nans_by_the_sum``; a max pass over a bf16 row widened:
     ``CpuTarget.finds_bf16_row_nans_by_the_sum``; ``next_max``, a max the exp loop takes a row ahead
     (``next_max.py``): ``CpuTarget.finds_next_row_max_nans_by_the_sum``)."""
-    if not em.target.finds_bf16_row_nans_by_the_sum or em._carrier != 1 or em._delayed is None:
+    target = em.target
+    every = target.finds_row_nans_by_the_sum or (next_max and target.finds_next_row_max_nans_by_the_sum)
+    if not (every or target.finds_bf16_row_nans_by_the_sum) or em._carrier != 1 or em._delayed is None:
         return False
     first, carrier = phase.stages[0], phase.stages[1]
     if not (isinstance(first, ReduceStage) and COMBINERS.get(first.op.name) is AMAX
             and first.op.operands[0].type.dtype.is_float and isinstance(carrier, ReduceStage)
             and COMBINERS[carrier.op.name].float_sum and not COMBINERS[carrier.op.name].two_pass):
         return False
-    if em.target.finds_row_nans_by_the_sum or (next_max and em.target.finds_next_row_max_nans_by_the_sum):
+    if every:
         return True
     access = em.plan.access.get(first.op.operands[0])
-    return isinstance(access, Computed) and widens_bf16(access.op)
+    return target.finds_bf16_row_nans_by_the_sum and isinstance(access, Computed) and widens_bf16(access.op)
 
 
 @contextlib.contextmanager
