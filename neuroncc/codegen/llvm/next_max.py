@@ -13,9 +13,9 @@ they are reduced and the max stored where the max pass stores it. The range's fi
 itself and for the row after it; no other row runs it. The max is the same value (max is exact; a NaN row's max is
 NaN by its magnitudes as before), so the exponentials, the sum and the output are the same bits. The exp loop's
 prefetches go two rows ahead (:data:`ROWS_AHEAD`): the next row's loads then find it in the L2 (one row ahead, as
-before, they came right after its prefetches and waited for memory). The input is read while exponentials are computed instead
-of in a pass of loads alone: on rows in the L2 the kernel gains little (0.96-0.98 of the time at 1 thread), on rows
-from memory 0.81-0.89 (Zen 4, session 35; ``CpuTarget.takes_the_next_row_max_in_the_exp_loop``).
+before, they came right after its prefetches and waited for memory). The input is read while exponentials are
+computed instead of in a pass of loads alone: on rows in the L2 the kernel gains little (0.96-0.98 of the time at 1
+thread), on rows from memory 0.81-0.89 (Zen 4, session 35; ``CpuTarget.takes_the_next_row_max_in_the_exp_loop``).
 
 bf16 rows (their write a loop of its own, words in pairs) take the next row's widened words in the exp loop's own
 vectorized loop (:meth:`MaxAhead.add_element`, ``prefetch.spread_loop``), a max without the magnitudes as their max
