@@ -132,7 +132,7 @@ class RowLoopChoices(ChoiceBase):
         and 0.924 / 0.916 of the time at 1 thread, 0.988 / 0.990 and 0.991 / 0.993 at 2 (``--switch nans-by-sum
         --force``, the same code: 0.919 / 0.926 and 0.994 / 1.011); ``bench_softmax_prefetch.py --variants
         flag,flagless`` 0.95-0.97 on the fastest input/output pair and 0.92 on the slowest at 1 thread (two
-        processes), 1.00 / 0.95 at 2; on L2-resident rows 0.91-0.94. The price is a wholly -inf row's max pass run
+        processes), 1.00 / 0.95 at 2 (two); on L2-resident rows 0.91-0.94. The price is a wholly -inf row's max pass run
         twice (a fully masked attention row): every row -inf 1.02-1.05 at 1 thread, half of them 0.97-0.99. AVX2 and
         Intel's AVX-512 cores (:meth:`_intel_avx512`) keep their code: not measured there."""
         return self.has("avx512f") and not self._intel_avx512()
