@@ -12,9 +12,11 @@ first variant's (the mean of its two builds), and the median of the per-round ra
 
 Variants (``--variants``, comma-separated; ``a+b`` both): ``t0`` / ``t2``: the next row's prefetches in the exp
 pass with ``prefetcht0`` / ``prefetcht2`` (``CpuTarget.prefetches_the_next_row_into_l2_in_the_exp_pass`` off / on:
-Zen 4's default is ``t2``, session 34); ``none``: no software prefetch (the same groups); ``locN``: every prefetch
-with LLVM's locality N (3 ``prefetcht0``, 2 ``prefetcht1``, 1 ``prefetcht2``, 0 ``prefetchnta``); ``headL.F``: only
-the first F of each group's 16 lines, with locality L; ``aN``: N rows ahead instead of the next row; ``spreadL``:
+Zen 4's default is ``t2``, session 34); ``flag`` / ``flagless``: the next row's max in the exp loop with / without
+its NaN magnitudes (``CpuTarget.finds_next_row_max_nans_by_the_sum`` off / on: Zen 4's default is ``flagless``,
+session 36); ``none``: no software prefetch (the same groups); ``locN``: every prefetch with LLVM's locality N (3
+``prefetcht0``, 2 ``prefetcht1``, 1 ``prefetcht2``, 0 ``prefetchnta``); ``headL.F``: only the first F of each
+group's 16 lines, with locality L; ``aN``: N rows ahead instead of the next row; ``spreadL``:
 no bursts, each block of the fused exp loop (``delayed_writes.DelayedGroups.fused``) followed by the prefetches of
 its own lines of the next row (two per 32 float32), with locality L.
 
@@ -84,6 +86,9 @@ def variant(spec: str):
                 if part in ("t0", "t2"):
                     stack.enter_context(bsp.patched(CpuTarget, "prefetches_the_next_row_into_l2_in_the_exp_pass",
                                                     property(lambda self, on=part == "t2": on)))
+                elif part in ("flag", "flagless"):
+                    stack.enter_context(bsp.patched(CpuTarget, "finds_next_row_max_nans_by_the_sum",
+                                                    property(lambda self, on=part == "flagless": on)))
                 elif part == "none":
                     stack.enter_context(bsp.patched(prefetch, "_prefetch_lines", _lines(None, none=True)))
                 elif part.startswith("loc"):

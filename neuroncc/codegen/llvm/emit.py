@@ -323,7 +323,7 @@ class KernelEmitter(IndexArithmetic, BufferAccess, MapStages):
                                        rows_ahead=1 if self._early_mean is None else EARLY_MEAN_PREFETCH_ROWS)
 
         part = 0
-        nans_by_sum = finds_nans_by_the_sum(self, phase)
+        nans_by_sum = finds_nans_by_the_sum(self, phase, self._next_max is not None)
         for number, count in zip(passes, counts):
             stage = phase.stages[number]
             burst(part)

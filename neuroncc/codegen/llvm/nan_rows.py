@@ -1,5 +1,7 @@
 """Softmax's row max without its NaN bookkeeping, the row's NaNs found by its sum instead (AVX2:
-``CpuTarget.finds_row_nans_by_the_sum``; bf16 rows on Zen 4: ``CpuTarget.finds_bf16_row_nans_by_the_sum``).
+``CpuTarget.finds_row_nans_by_the_sum``; bf16 rows on Zen 4: ``CpuTarget.finds_bf16_row_nans_by_the_sum``; float32
+rows on Zen 4 whose exp loop takes the next row's max, ``next_max.py``:
+``CpuTarget.finds_next_row_max_nans_by_the_sum``).
 
 A float amax keeps, beside its running max, the largest magnitude bits it has seen (``reductions._extreme``): two
 integer instructions per vector that say whether the row holds a NaN, whose max is then NaN. In a softmax-like row
@@ -39,22 +41,25 @@ def _max_only(b, dtype, accs, x, pos):
 AMAX_WITHOUT_NAN_FLAG = replace(AMAX, update=_max_only)
 
 
-def finds_nans_by_the_sum(em: Any, phase: RowLoop) -> bool:
+def finds_nans_by_the_sum(em: Any, phase: RowLoop, next_max: bool = False) -> bool:
     """Whether ``phase`` is a row loop whose float max pass (stage 0) the sum of exponentials (stage 1, the carrier of
     a delayed write) follows, and the target finds its rows' NaNs by that sum (every such row's:
     ``CpuTarget.finds_row_nans_by_the_sum``; a max pass over a bf16 row widened:
-    ``CpuTarget.finds_bf16_row_nans_by_the_sum``)."""
-    if not em.target.finds_bf16_row_nans_by_the_sum or em._carrier != 1 or em._delayed is None:
+    ``CpuTarget.finds_bf16_row_nans_by_the_sum``; ``next_max``, a max the exp loop takes a row ahead
+    (``next_max.py``): ``CpuTarget.finds_next_row_max_nans_by_the_sum``)."""
+    target = em.target
+    every = target.finds_row_nans_by_the_sum or (next_max and target.finds_next_row_max_nans_by_the_sum)
+    if not (every or target.finds_bf16_row_nans_by_the_sum) or em._carrier != 1 or em._delayed is None:
         return False
     first, carrier = phase.stages[0], phase.stages[1]
     if not (isinstance(first, ReduceStage) and COMBINERS.get(first.op.name) is AMAX
             and first.op.operands[0].type.dtype.is_float and isinstance(carrier, ReduceStage)
             and COMBINERS[carrier.op.name].float_sum and not COMBINERS[carrier.op.name].two_pass):
         return False
-    if em.target.finds_row_nans_by_the_sum:
+    if every:
         return True
     access = em.plan.access.get(first.op.operands[0])
-    return isinstance(access, Computed) and widens_bf16(access.op)
+    return target.finds_bf16_row_nans_by_the_sum and isinstance(access, Computed) and widens_bf16(access.op)
 
 
 @contextlib.contextmanager

@@ -7,14 +7,15 @@ only loads and compares, while the exp loop is bound by its FMA pipes (10 FMA-pi
 Zen 4) with its load ports and other pipes idle half the time. Here each vector iteration of row r's fused exp loop
 (``DelayedGroups.fused``) also loads the same elements of row r + 1 (of the row loop's thread range; the range's
 last row its own) and takes them into the running max and the NaN magnitudes, in vector lanes on the stack (kept in
-registers), exactly as the max pass's ``reductions._extreme`` update does; after the row's exp loop they are
-reduced and the max stored where the max pass stores it. The range's first row runs the max pass for itself and for
-the row after it; no other row runs it. The max is the same value (max is exact; a NaN row's max is NaN by its
-magnitudes as before), so the exponentials, the sum and the output are the same bits. The exp loop's prefetches go
-two rows ahead (:data:`ROWS_AHEAD`): the next row's loads then find it in the L2 (one row ahead, as before, they
-came right after its prefetches and waited for memory). The input is read while exponentials are computed instead
-of in a pass of loads alone: on rows in the L2 the kernel gains little (0.96-0.98 of the time at 1 thread), on rows
-from memory 0.81-0.89 (Zen 4, session 35; ``CpuTarget.takes_the_next_row_max_in_the_exp_loop``).
+registers), exactly as the max pass's ``reductions._extreme`` update does (on Zen 4 the max alone, the rows' NaNs
+found by their sums: ``CpuTarget.finds_next_row_max_nans_by_the_sum``, ``nan_rows.py``); after the row's exp loop
+they are reduced and the max stored where the max pass stores it. The range's first row runs the max pass for
+itself and for the row after it; no other row runs it. The max is the same value (max is exact; a NaN row's max is
+NaN by its magnitudes as before), so the exponentials, the sum and the output are the same bits. The exp loop's
+prefetches go two rows ahead (:data:`ROWS_AHEAD`): the next row's loads then find it in the L2 (one row ahead, as
+before, they came right after its prefetches and waited for memory). The input is read while exponentials are
+computed instead of in a pass of loads alone: on rows in the L2 the kernel gains little (0.96-0.98 of the time at 1
+thread), on rows from memory 0.81-0.89 (Zen 4, session 35; ``CpuTarget.takes_the_next_row_max_in_the_exp_loop``).
 
 bf16 rows (their write a loop of its own, words in pairs) take the next row's widened words in the exp loop's own
 vectorized loop (:meth:`MaxAhead.add_element`, ``prefetch.spread_loop``), a max without the magnitudes as their max
@@ -54,10 +55,10 @@ def next_row_max(em: Any, phase: RowLoop) -> ReduceStage | None:
     """The max stage (stage 0) whose next row's max the exp loop takes (see the module docstring), or None: a row
     loop of one outer dim, stage 0 an amax over the row's last dim that fills no row cache, stage 1 (the carrier) a
     float sum over the same row, stage 2 its delayed write (``delayed_writes.py``); float32 rows and outputs with
-    the write fused into the exp loop (``CpuTarget.writes_delayed_elements_in_the_exp_loop``) and the max's own NaN
-    magnitudes, or 16-bit rows (bf16 words widened) whose NaNs the row's sum finds (``nan_rows.py``: a flagless
-    max); rows of two or more whole prefetch groups (``prefetch.spread_loop``: 256 float32, 512 bf16); the
-    target's choice."""
+    the write fused into the exp loop (``CpuTarget.writes_delayed_elements_in_the_exp_loop``), with the max's own NaN
+    magnitudes or without them (``CpuTarget.finds_next_row_max_nans_by_the_sum``: ``nan_rows.py``), or 16-bit rows
+    (bf16 words widened) whose NaNs the row's sum finds (``nan_rows.py``: a flagless max); rows of two or more whole
+    prefetch groups (``prefetch.spread_loop``: 256 float32, 512 bf16); the target's choice."""
     if not em.target.takes_the_next_row_max_in_the_exp_loop:
         return None
     if em._carrier != 1 or em._delayed != 2 or len(phase.outer) != 1 or len(phase.stages) != 3:
@@ -74,7 +75,7 @@ def next_row_max(em: Any, phase: RowLoop) -> ReduceStage | None:
         group = MEMORY_BURST_LINES * CACHE_LINE_BYTES // 4
         width = em.target.vector_bits // 32 * em.target.polynomial_interleave
         n = first.shape[-1]
-        if n % group or n < 2 * group or group % width or finds_nans_by_the_sum(em, phase) \
+        if n % group or n < 2 * group or group % width \
                 or not em.target.writes_delayed_elements_in_the_exp_loop:
             return None
         return first

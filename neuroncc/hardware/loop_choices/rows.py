@@ -121,6 +121,23 @@ class RowLoopChoices(ChoiceBase):
         return self.has("avx512f") and not self._intel_avx512()
 
     @property
+    def finds_next_row_max_nans_by_the_sum(self) -> bool:
+        """Whether a float32 softmax row loop whose exp loop takes the next row's max
+        (:meth:`takes_the_next_row_max_in_the_exp_loop`) takes it without the NaN magnitudes beside it (a ``vandps``
+        and a ``vpmaxud`` per 16 elements in the FMA-bound exp loop), the row's NaNs found by its sum as
+        :meth:`finds_row_nans_by_the_sum` (AVX2's) finds them: a NaN-sum row runs its max pass again with the
+        magnitudes, and its exp pass where that max differs (:meth:`reruns_the_exp_pass_only_for_another_max`). The
+        same bits. Zen 4 (AVX-512 without FP16; session 36 sm36, float32 softmax [4096, 1024]'s kernel, two builds
+        each, interleaved medians of 41 rounds): ``bench_bf16_words.py --switch next-max-nans-by-sum`` 0.946 / 0.925
+        and 0.924 / 0.916 of the time at 1 thread, 0.988 / 0.990 and 0.991 / 0.993 at 2 (``--switch nans-by-sum
+        --force``, the same code: 0.919 / 0.926 and 0.994 / 1.011); ``bench_softmax_prefetch.py --variants
+        flag,flagless`` 0.95-0.97 on the fastest input/output pair and 0.92 on the slowest at 1 thread (two
+        processes), 1.00 / 0.95 at 2 (two); on L2-resident rows 0.91-0.94. The price is a wholly -inf row's max pass run
+        twice (a fully masked attention row): every row -inf 1.02-1.05 at 1 thread, half of them 0.97-0.99. AVX2 and
+        Intel's AVX-512 cores (:meth:`_intel_avx512`) keep their code: not measured there."""
+        return self.has("avx512f") and not self._intel_avx512()
+
+    @property
     def prefetches_the_next_row_into_l2_in_the_exp_pass(self) -> bool:
         """Whether a float32 softmax-like row pass (its exp loop carries the row loop's prefetches of the next row:
         ``prefetch.carrier_stage``, ``MEMORY_BURST_LINES`` lines before each group of its elements,
