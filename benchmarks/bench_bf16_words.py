@@ -91,6 +91,7 @@ SWITCHES: dict[str, Switch] = {
     "multiplied-widening": Switch(("widens_summed_bf16_by_multiplication",), "c16"),
     "function-pieces": Switch(("function_piece_lines",), "a"),
     "split-pairs": Switch(("bf16_pair_split_interleave",), "a16"),
+    "parity-or": Switch(("rounds_bf16_parity_by_or",), "a16,b16,c16"),
 }
 #: switches whose bits may differ (counted, not asserted): the order of a sum's terms, a division's rounding
 REORDERS = {"paired-sums", "erf-division"}
