@@ -68,8 +68,10 @@ class Bf16Choices(ChoiceBase):
         """Whether a bf16 rounding in 32-bit lanes (``scalars.round_to``) ors the kept half's parity into the low
         half before adding 0x7FFF instead of adding it (the same carry, so the same bits for every float32:
         ``tests/codegen/test_bf16_parity_by_or.py``): AVX-512's ``vpternlogd`` takes the parity's and and the or,
-        4 vector instructions a rounding instead of 5, on the pipes row (a)'s polynomial adds use (session 36
-        bfa36). AVX2 (an and and an or: 5 either way) keeps its code (not measured)."""
+        4 vector instructions a rounding instead of 5, on the pipes row (a)'s polynomials use: bf16
+        gelu(x*w+b)*sigmoid(x)'s kernel 0.957-0.973 of the time at 1 thread, 0.966-0.984 at 2 (Zen 4, seven
+        processes; other bf16 kernels rounding op results 0.94-1.00; session 36 bfa36, ``bench_bf16_words.py
+        --switch parity-or``). AVX2 (an and and an or: 5 either way) keeps its code (not measured)."""
         return self.has("avx512f")
 
     @property
