@@ -131,7 +131,8 @@ CONVERSION_INSTRUCTIONS = {"widened": 1.0, "rounded": 4.5, "rounded_kept": 5.0}
 #: widening 1 (as above); rounding and packing 2.5 (5 per pair of vectors: the high and the low halves apart,
 #: two vpermt2w; the parity or'ed into the low half, one vpternlogd; the carry, low half > 0x8000, one vpcmpuw
 #: into a mask; the high half + 1 under it, one masked vpaddw); rounding a result kept as float32 4 (the parity
-#: tested into a mask, the addend 0x7FFF or 0x8000 by it, the add, the clearing of the low half). AVX-512 BF16's
+#: shifted down, or'ed into the low half with its and in one vpternlogd, the add of 0x7FFF, the clearing of the
+#: low half: the code's since session 36, ``CpuTarget.rounds_bf16_parity_by_or``). AVX-512 BF16's
 #: vcvtne2ps2bf16 (half an instruction per vector) does not count: it treats subnormal inputs as zero where torch
 #: rounds them, and making it exact (a subnormal test, a masked or before it and a masked subtract after it)
 #: takes more instructions than the integer sequences (``scalars.round_to``; session 15).

@@ -41,7 +41,7 @@ from neuroncc.codegen.llvm.online import OnlineMax, online_maxima
 from neuroncc.codegen.llvm.pairs import Pair, pair_ordered_rows
 from neuroncc.codegen.llvm.prefetch import carrier_stage, emit_prefetch_next_row, next_row, rows_to_prefetch
 from neuroncc.codegen.llvm.prefetch import row_lines, rows_written_by_carried_pass, this_row
-from neuroncc.codegen.llvm.scalars import I1, I64, PTR, VOID, round_to
+from neuroncc.codegen.llvm.scalars import I1, I64, PTR, VOID, round_parity_by_or, round_to
 from neuroncc.codegen.llvm.shifted_moments import takes_one_pass
 from neuroncc.codegen.llvm.stages import (
     SharedMean, column_partial_update, emit_column_combine, emit_column_partials, emit_column_reset, emit_combine,
@@ -137,6 +137,7 @@ class KernelEmitter(IndexArithmetic, BufferAccess, MapStages):
     def _emit_phase_once(self, number: int, phase: Phase) -> str:
         symbol = f"{self.symbol}_p{number}"
         self.module = ir.Module(name=symbol)
+        round_parity_by_or(self.module, self.target.rounds_bf16_parity_by_or)
         self._reset_indexing()
         n_args = self.plan.n_args
         body_fn = quick_names(ir.Function(self.module, ir.FunctionType(VOID, [PTR] * n_args + [I64, I64]),

@@ -143,6 +143,17 @@ def bf16_bits(b: ir.IRBuilder, value: ir.Value) -> ir.Value:
     return bits
 
 
+#: The attribute of an ``ir.Module`` (its code for one target) set where the module's bf16 roundings or the kept
+#: half's parity into the low half (``CpuTarget.rounds_bf16_parity_by_or``, :func:`round_parity_by_or`).
+PARITY_BY_OR = "ncc_rounds_bf16_parity_by_or"
+
+
+def round_parity_by_or(module: ir.Module, on: bool) -> None:
+    """Make :func:`round_to`'s bf16 roundings in ``module`` or the kept half's parity into the low half (``on``)
+    or add it (the same bits: ``CpuTarget.rounds_bf16_parity_by_or``)."""
+    setattr(module, PARITY_BY_OR, on)
+
+
 def round_to(b: ir.IRBuilder, value: ir.Value, dtype: DType, nan_case: bool = True,
              op_result: bool = False) -> ir.Value:
     """Round a float32 value to bf16/f16 precision (identity for other types). Without ``nan_case``, a NaN
@@ -160,7 +171,12 @@ def round_to(b: ir.IRBuilder, value: ir.Value, dtype: DType, nan_case: bool = Tr
         return value
     bits = b.bitcast(value, I32)
     lsb = b.and_(b.lshr(bits, ir.Constant(I32, 16)), ir.Constant(I32, 1))
-    carried = b.add(bits, b.add(lsb, ir.Constant(I32, 0x7FFF)))
+    if getattr(b.module, PARITY_BY_OR, False):
+        # the parity or'ed into the low half instead of added (low + parity > 0x8000 exactly when low | parity
+        # is: the same carry into the kept half): AVX-512's vpternlogd takes the and and the or (4 instructions)
+        carried = b.add(b.or_(bits, lsb), ir.Constant(I32, 0x7FFF))
+    else:
+        carried = b.add(bits, b.add(lsb, ir.Constant(I32, 0x7FFF)))
     if nan_case:
         # the quiet bit set before the low half is cleared: one clearing serves both cases (a vector and
         # fewer per rounding than clearing each case's low half on its own)

@@ -64,6 +64,17 @@ class Bf16Choices(ChoiceBase):
         return self.has("avx2") and not self.has("avx512f")
 
     @property
+    def rounds_bf16_parity_by_or(self) -> bool:
+        """Whether a bf16 rounding in 32-bit lanes (``scalars.round_to``) ors the kept half's parity into the low
+        half before adding 0x7FFF instead of adding it (the same carry, so the same bits for every float32:
+        ``tests/codegen/test_bf16_parity_by_or.py``): AVX-512's ``vpternlogd`` takes the parity's and and the or,
+        4 vector instructions a rounding instead of 5, on the pipes row (a)'s polynomials use: bf16
+        gelu(x*w+b)*sigmoid(x)'s kernel 0.957-0.973 of the time at 1 thread, 0.966-0.984 at 2 (Zen 4, seven
+        processes; other bf16 kernels rounding op results 0.94-1.00; session 36 bfa36, ``bench_bf16_words.py
+        --switch parity-or``). AVX2 (an and and an or: 5 either way) keeps its code (not measured)."""
+        return self.has("avx512f")
+
+    @property
     def rounds_bf16_op_results_without_nan_case(self) -> bool:
         """Whether an op with a bf16 result (eager's bf16 ops round after each op) drops its rounding's NaN case
         where its NaNs are already quiet with zero low halves (``codegen/llvm/nan_payloads.py``), as a cast to
