@@ -93,6 +93,7 @@ SWITCHES: dict[str, Switch] = {
     "function-pieces": Switch(("function_piece_lines",), "a"),
     "split-pairs": Switch(("bf16_pair_split_interleave",), "a16"),
     "one-pass-variance": Switch(("takes_the_variance_in_one_pass",), "c"),
+    "word-test": Switch(("tests_converted_bf16_pairs_by_their_words",), "b16,c16"),
 }
 #: switches whose bits may differ (counted, not asserted): the order of a sum's terms, a division's rounding
 REORDERS = {"paired-sums", "erf-division", "one-pass-variance"}
