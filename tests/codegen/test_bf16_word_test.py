@@ -1,5 +1,6 @@
-"""Converted bf16 pairs' denormals found in the conversion's words (``CpuTarget.tests_converted_bf16_pairs_by_their_words``,
-``codegen/llvm/bf16_words.py``): one ``vptestnmw`` per pair of vectors instead of two ``vfpclassps``, the same bits."""
+"""Converted bf16 pairs' denormals found in the conversion's words
+(``CpuTarget.tests_converted_bf16_pairs_by_their_words``, ``codegen/llvm/bf16_words.py``): one ``vptestnmw`` per
+pair of vectors instead of two ``vfpclassps``, the same bits."""
 
 from __future__ import annotations
 

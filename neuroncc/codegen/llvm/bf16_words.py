@@ -190,22 +190,27 @@ def _converted_variant(module: ir.Module, symbol: str, by_words: bool = False) -
 def _words_tested_variant(module: ir.Module, symbol: str) -> ir.Function:
     """:func:`_converted_variant`'s pair function testing the conversion's words: one ``vptestnmw`` of the 32 words
     against 0x7FFF per pair of vectors, a ``vfpclassps`` of each vector only where a word is +-0 (an input zero or
-    denormal), the 16-bit lanes' rounding only where one is denormal. The 0x7FFF mask is an opaque constant (an
-    empty ``asm``, hoisted out of the loop): with a plain constant LLVM folds the word test into float compares of
-    the words widened again (``vpmovzxwd`` + ``vpslld`` + ``vcmpeqps``, session 34 bfsoft34: 1.13x the time)."""
+    denormal), the 16-bit lanes' rounding only where one is denormal. The words pass through an empty ``asm``
+    (no instruction; the permute takes them from it too, so no register copy): seeing them as the conversion's
+    bfloat values, LLVM folds the word test into float compares of the words widened again (``vpmovzxwd`` +
+    ``vpslld`` + ``vcmpeqps``, session 34 bfsoft34: 1.13x the time). An opaque 0x7FFF mask instead left an asm
+    in the loop (the vector variant is inlined after O3's LICM): a register copy an iteration, or a broadcast from
+    a general register where the mask was a scalar."""
     fn, b = _vector_pair_function(module, symbol, VECTOR_PAIRS)
     even, odd = fn.args
     converted = call(b, "llvm.x86.avx512bf16.cvtne2ps2bf16.512", [odd, even],
                      ir.VectorType(_BFloat(), 2 * VECTOR_PAIRS))
-    halves = b.bitcast(converted, ir.VectorType(I16, 2 * VECTOR_PAIRS))
+    # (the words through an empty asm, opaque: LLVM then cannot fold their test into float compares of the words
+    # widened again; the permute takes them from it too, so no register copy)
+    vector = ir.VectorType(I32, VECTOR_PAIRS)
+    opaque = b.call(ir.InlineAsm(ir.FunctionType(vector, [vector]), "", "=v,0", side_effect=False),
+                    [b.bitcast(converted, vector)], "words", attrs=("readnone", "nounwind"))
+    halves = b.bitcast(opaque, ir.VectorType(I16, 2 * VECTOR_PAIRS))
     order = ir.Constant(ir.VectorType(I32, 2 * VECTOR_PAIRS),
                         [k + VECTOR_PAIRS * half for k in range(VECTOR_PAIRS) for half in (0, 1)])
-    words = b.bitcast(b.shuffle_vector(halves, halves, order), ir.VectorType(I32, VECTOR_PAIRS))
-    # (the vector itself opaque: its constant's load stays out of the loop, the asm a register copy at most)
-    vector = ir.VectorType(I32, VECTOR_PAIRS)
-    splat = b.call(ir.InlineAsm(ir.FunctionType(vector, [vector]), "", "=v,0", side_effect=False),
-                   [ir.Constant(vector, [0x7FFF7FFF] * VECTOR_PAIRS)], "magnitude", attrs=("readnone", "nounwind"))
-    zeros = b.icmp_unsigned("==", b.and_(halves, b.bitcast(splat, halves.type)), ir.Constant(halves.type, None))
+    words = b.bitcast(b.shuffle_vector(halves, halves, order), vector)
+    zeros = b.icmp_unsigned("==", b.and_(halves, ir.Constant(halves.type, [0x7FFF] * 2 * VECTOR_PAIRS)),
+                            ir.Constant(halves.type, None))
     zero_word = b.icmp_unsigned("!=", b.bitcast(zeros, I32), ir.Constant(I32, 0))
     fast, check, slow = (fn.append_basic_block(name) for name in ("converted", "zero_words", "denormal"))
     b.cbranch(zero_word, check, fast).set_weights([1, 1 << 20])
