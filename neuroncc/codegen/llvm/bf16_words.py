@@ -23,7 +23,9 @@ BF16 CPUs (Zen 4) for casts' roundings only (:attr:`CpuTarget.rounds_bf16_cast_p
 LayerNorm's and softmax's outputs, not row (a)'s op results), round the pair of vectors by ``vcvtne2ps2bf16`` (both
 to nearest even, the words of one vector, then the other's) and put the words in pair order by one ``vpermw``: 2
 instructions. The instruction takes denormal inputs as zero, so a ``vfpclassps`` per
-vector flags them and a pair of vectors holding one branches to the 16-bit lanes' code (:func:`_converted_variant`).
+vector flags them and a pair of vectors holding one branches to the 16-bit lanes' code (:func:`_converted_variant`);
+on Zen 4 one ``vptestnmw`` of the conversion's words finds the pairs holding a zero or a denormal first, and only
+those take the ``vfpclassps`` (:attr:`CpuTarget.tests_converted_bf16_pairs_by_their_words`).
 
 AVX2 (no unsigned 16-bit compare into a mask, no two-table word permute) has a form of its own
 (:attr:`CpuTarget.rounds_bf16_in_word_lanes_with_blends`, 8 pairs a call): of the two vectors' 32-bit words, the
