@@ -58,10 +58,10 @@ class Bf16Choices(ChoiceBase):
         otherwise compare them as widened floats) sends a pair holding a zero word to the ``vfpclassps`` test, and
         a pair holding a denormal on to the 16-bit lanes' rounding (``codegen/llvm/bf16_words.py``). The same bits.
         Zen 4 (session 36 bfw36, ``bench_bf16_words.py --switch word-test``, two builds each, interleaved medians of
-        41 rounds, three to five processes): bf16 softmax [4096, 1024]'s kernel 0.92-0.98 of the time at 1 thread, 0.94-1.00
-        at 2; bf16 LayerNorm [8192, 1024] and [8192, 768] (bound by their stores) 0.95-1.02 at 1 and 2 threads,
-        even; softmax rows half masked (half their words zero, each such pair tested both ways) 0.99-1.02. Intel's
-        AVX-512 cores keep the two tests (not measured there)."""
+        41 rounds, three to five processes): bf16 softmax [4096, 1024]'s kernel 0.92-0.98 of the time at 1
+        thread, 0.94-1.00 at 2; bf16 LayerNorm [8192, 1024] and [8192, 768] (bound by their stores) 0.95-1.03 at 1
+        and 2 threads, even; softmax rows half masked (half their words zero, each such pair tested both ways)
+        0.99-1.02. Intel's AVX-512 cores keep the two tests (not measured there)."""
         return self.has("avx512bw") and self.has("avx512bf16") and not self._intel_avx512()
 
     @property
