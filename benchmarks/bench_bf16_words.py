@@ -9,10 +9,11 @@ value (``stream-ahead``'s lines ahead; "off" is 0). ``--output-offset N``: each 
 addresses into an output held between calls that starts N bytes past a 4 KiB boundary (``AddressCall``; the
 allocator's placement otherwise: torch's first large tensors and the ``neuron`` device's large blocks start 64 and 0
 past one, the benchmarks' heap anywhere). ``--masked F``: a fraction F of the first input's rows, spread evenly,
-wholly -inf (softmax's fully masked attention rows: ``--switch max-rerun``).
+wholly -inf (softmax's fully masked attention rows: ``--switch max-rerun``); ``--masked-columns F``: the last F
+of every row -inf (zeros in softmax's output: ``--switch word-test``).
 
     /work/bin/heavy x python benchmarks/bench_bf16_words.py [--rows a16,b16,c16] [--threads 1,2] [--repeats 25]
-        [--switch NAME] [--force] [--value N] [--output-offset N] [--masked F] [--list-switches]
+        [--switch NAME] [--force] [--value N] [--output-offset N] [--masked F] [--masked-columns F] [--list-switches]
 
 Each row's graph is the one torch.compile hands the neuron backend (dumped through the ``dump_dir`` option, then
 the cpu pipeline), built as an executable twice per variant in the order ABAB (later builds of one process ran
@@ -94,6 +95,7 @@ SWITCHES: dict[str, Switch] = {
     "split-pairs": Switch(("bf16_pair_split_interleave",), "a16"),
     "one-pass-variance": Switch(("takes_the_variance_in_one_pass",), "c"),
     "parity-or": Switch(("rounds_bf16_parity_by_or",), "a16,b16,c16"),
+    "word-test": Switch(("tests_converted_bf16_pairs_by_their_words",), "b16,c16"),
 }
 #: switches whose bits may differ (counted, not asserted): the order of a sum's terms, a division's rounding
 REORDERS = {"paired-sums", "erf-division", "one-pass-variance"}
@@ -157,6 +159,23 @@ def masked(arrays: list[np.ndarray], like: torch.Tensor, fraction: float) -> lis
     return result
 
 
+def masked_columns(arrays: list[np.ndarray], like: torch.Tensor, fraction: float) -> list[np.ndarray]:
+    """``arrays`` with the last ``fraction`` of each row of those shaped as ``like`` -inf (softmax rows under an
+    attention mask: exact zeros in the output)."""
+    if not fraction:
+        return arrays
+    cols = like.shape[-1]
+    minus_inf = torch.tensor(-torch.inf, dtype=like.dtype)
+    minus_inf = (minus_inf.view(torch.int16) if like.dtype == torch.bfloat16 else minus_inf).numpy()
+    result = []
+    for array in arrays:
+        if array.shape == tuple(like.shape):
+            array = array.copy()
+            array[..., cols - int(round(cols * fraction)):] = minus_inf
+        result.append(array)
+    return result
+
+
 def graph_order(case, exe, inputs: list[torch.Tensor], arrays: list[np.ndarray]) -> list[np.ndarray]:
     """``arrays`` (``inputs`` as the executable takes them) in the order ``exe``'s graph takes them
     (``kernel_cases.in_graph_order``)."""
@@ -216,6 +235,9 @@ def main() -> None:
                         help="call into held outputs starting this many bytes past a 4 KiB boundary")
     parser.add_argument("--masked", type=float, default=0.0,
                         help="this fraction of the first input's rows wholly -inf (masked softmax rows)")
+    parser.add_argument("--masked-columns", type=float, default=0.0,
+                        help="this fraction of each row of the first input -inf, at its end (zeros in softmax's "
+                             "output)")
     args = parser.parse_args()
     if args.list_switches:
         list_switches()
@@ -234,6 +256,7 @@ def main() -> None:
                 exe = build(fn, threads, args.switch, on, args.force, args.value)
                 if not builds:  # (the graph's inputs in its own order: row (c')'s are b, x, w)
                     arrays = masked(graph_order(case, exe, inputs, arrays), inputs[0], args.masked)
+                    arrays = masked_columns(arrays, inputs[0], args.masked_columns)
                 builds[name] = (lambda exe=exe: exe(*arrays)) if args.output_offset is None else \
                     placed_call(exe, arrays, args.output_offset)
             results = [call() for call in builds.values()]

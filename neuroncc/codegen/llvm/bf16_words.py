@@ -23,7 +23,9 @@ BF16 CPUs (Zen 4) for casts' roundings only (:attr:`CpuTarget.rounds_bf16_cast_p
 LayerNorm's and softmax's outputs, not row (a)'s op results), round the pair of vectors by ``vcvtne2ps2bf16`` (both
 to nearest even, the words of one vector, then the other's) and put the words in pair order by one ``vpermw``: 2
 instructions. The instruction takes denormal inputs as zero, so a ``vfpclassps`` per
-vector flags them and a pair of vectors holding one branches to the 16-bit lanes' code (:func:`_converted_variant`).
+vector flags them and a pair of vectors holding one branches to the 16-bit lanes' code (:func:`_converted_variant`);
+on Zen 4 one ``vptestnmw`` of the conversion's words finds the pairs holding a zero or a denormal first, and only
+those take the ``vfpclassps`` (:attr:`CpuTarget.tests_converted_bf16_pairs_by_their_words`).
 
 AVX2 (no unsigned 16-bit compare into a mask, no two-table word permute) has a form of its own
 (:attr:`CpuTarget.rounds_bf16_in_word_lanes_with_blends`, 8 pairs a call): of the two vectors' 32-bit words, the
@@ -80,13 +82,15 @@ def rounded_word(b: ir.IRBuilder, even: ir.Value, odd: ir.Value, target: CpuTarg
     op_result = rounded[0].op_result or rounded[1].op_result
     converts = not blends and (target.rounds_bf16_pairs_by_conversion
                                or target.rounds_bf16_cast_pairs_by_conversion and not op_result)
-    return b.call(_pair_function(b.module, blends, converts), [rounded[0].value, rounded[1].value])
+    by_words = converts and target.tests_converted_bf16_pairs_by_their_words
+    return b.call(_pair_function(b.module, blends, converts, by_words), [rounded[0].value, rounded[1].value])
 
 
-def _pair_function(module: ir.Module, blends: bool, converts: bool = False) -> ir.Function:
+def _pair_function(module: ir.Module, blends: bool, converts: bool = False, by_words: bool = False) -> ir.Function:
     """The pair function of ``module`` (one target per module) for its form: its vector variant AVX2's
     (``blends``), AVX-512 BF16's conversion (``converts``, a function of its own name: a module may round casts'
-    words so and ops' results in 16-bit lanes, ``CpuTarget.rounds_bf16_cast_pairs_by_conversion``) or AVX-512 BW's."""
+    words so and ops' results in 16-bit lanes, ``CpuTarget.rounds_bf16_cast_pairs_by_conversion``; ``by_words``:
+    its denormals found in its words, ``CpuTarget.tests_converted_bf16_pairs_by_their_words``) or AVX-512 BW's."""
     symbol = SYMBOL + CONVERTED if converts and not blends else SYMBOL
     existing = module.globals.get(symbol)
     if existing is not None:
@@ -94,7 +98,7 @@ def _pair_function(module: ir.Module, blends: bool, converts: bool = False) -> i
     if blends:
         variant, pairs = _blended_variant(module, symbol + BLENDED_VARIANT), BLENDED_PAIRS
     elif converts:
-        variant, pairs = _converted_variant(module, symbol + VARIANT), VECTOR_PAIRS
+        variant, pairs = _converted_variant(module, symbol + VARIANT, by_words), VECTOR_PAIRS
     else:
         variant, pairs = _vector_variant(module, symbol + VARIANT), VECTOR_PAIRS
     fn = scalar_with_variant(module, symbol, ir.FunctionType(I32, [F32, F32]), pairs, variant)
@@ -150,14 +154,21 @@ class _BFloat(ir.Type):
 _DENORMAL_CLASS = 0x20
 
 
-def _converted_variant(module: ir.Module, symbol: str) -> ir.Function:
+def _converted_variant(module: ir.Module, symbol: str, by_words: bool = False) -> ir.Function:
     """The pair function on 16 pairs by AVX-512 BF16's ``vcvtne2ps2bf16``
     (:attr:`CpuTarget.rounds_bf16_pairs_by_conversion`): both vectors rounded to nearest even in one instruction,
     their words put in pair order by one ``vpermw``. The instruction treats denormal inputs as zero (Intel SDM: the
     result is a signed zero where torch rounds them), so a ``vfpclassps`` per vector flags them and a pair of vectors
     holding one takes the 16-bit lanes' rounding (:func:`_word_lane_rounding`) instead; every other input rounds as
     it does: normal values to nearest even, zeros and infinities as they are, a NaN to its high half with the quiet
-    bit set (here already set, the low half zero). The same bits as the 32-bit rounding for every input."""
+    bit set (here already set, the low half zero). The same bits as the 32-bit rounding for every input.
+
+    ``by_words`` (:attr:`CpuTarget.tests_converted_bf16_pairs_by_their_words`): the conversion first, its 32 words
+    tested against 0x7FFF at once (``vptestnmw``: a word is +-0 exactly where its input is zero or denormal, a
+    normal float32 rounding to a normal bf16 or infinity), and only a pair holding such a word takes the
+    ``vfpclassps`` test (:func:`_words_tested_variant`)."""
+    if by_words:
+        return _words_tested_variant(module, symbol)
     fn, b = _vector_pair_function(module, symbol, VECTOR_PAIRS)
     even, odd = fn.args
     masks = [call(b, "llvm.x86.avx512.fpclass.ps.512", [value, ir.Constant(I32, _DENORMAL_CLASS)],
@@ -175,6 +186,45 @@ def _converted_variant(module: ir.Module, symbol: str) -> ir.Function:
     order = ir.Constant(ir.VectorType(I32, 2 * VECTOR_PAIRS),
                         [k + VECTOR_PAIRS * half for k in range(VECTOR_PAIRS) for half in (0, 1)])
     b.ret(b.bitcast(b.shuffle_vector(halves, halves, order), ir.VectorType(I32, VECTOR_PAIRS)))
+    return fn
+
+
+def _words_tested_variant(module: ir.Module, symbol: str) -> ir.Function:
+    """:func:`_converted_variant`'s pair function testing the conversion's words: one ``vptestnmw`` of the 32 words
+    against 0x7FFF per pair of vectors, a ``vfpclassps`` of each vector only where a word is +-0 (an input zero or
+    denormal), the 16-bit lanes' rounding only where one is denormal. The words pass through an empty ``asm``
+    (no instruction; the permute takes them from it too, so no register copy): seeing them as the conversion's
+    bfloat values, LLVM folds the word test into float compares of the words widened again (``vpmovzxwd`` +
+    ``vpslld`` + ``vcmpeqps``, session 34 bfsoft34: 1.13x the time). An opaque 0x7FFF mask instead left an asm
+    in the loop (the vector variant is inlined after O3's LICM): a register copy an iteration, or a broadcast from
+    a general register where the mask was a scalar."""
+    fn, b = _vector_pair_function(module, symbol, VECTOR_PAIRS)
+    even, odd = fn.args
+    converted = call(b, "llvm.x86.avx512bf16.cvtne2ps2bf16.512", [odd, even],
+                     ir.VectorType(_BFloat(), 2 * VECTOR_PAIRS))
+    # (the words through an empty asm, opaque: LLVM then cannot fold their test into float compares of the words
+    # widened again; the permute takes them from it too, so no register copy)
+    vector = ir.VectorType(I32, VECTOR_PAIRS)
+    opaque = b.call(ir.InlineAsm(ir.FunctionType(vector, [vector]), "", "=v,0", side_effect=False),
+                    [b.bitcast(converted, vector)], "words", attrs=("readnone", "nounwind"))
+    halves = b.bitcast(opaque, ir.VectorType(I16, 2 * VECTOR_PAIRS))
+    order = ir.Constant(ir.VectorType(I32, 2 * VECTOR_PAIRS),
+                        [k + VECTOR_PAIRS * half for k in range(VECTOR_PAIRS) for half in (0, 1)])
+    words = b.bitcast(b.shuffle_vector(halves, halves, order), vector)
+    zeros = b.icmp_unsigned("==", b.and_(halves, ir.Constant(halves.type, [0x7FFF] * 2 * VECTOR_PAIRS)),
+                            ir.Constant(halves.type, None))
+    zero_word = b.icmp_unsigned("!=", b.bitcast(zeros, I32), ir.Constant(I32, 0))
+    fast, check, slow = (fn.append_basic_block(name) for name in ("converted", "zero_words", "denormal"))
+    b.cbranch(zero_word, check, fast).set_weights([1, 1 << 20])
+    b.position_at_end(fast)
+    b.ret(words)
+    b.position_at_end(check)
+    masks = [call(b, "llvm.x86.avx512.fpclass.ps.512", [value, ir.Constant(I32, _DENORMAL_CLASS)],
+                  ir.VectorType(ir.IntType(1), VECTOR_PAIRS)) for value in (even, odd)]
+    denormal = b.icmp_unsigned("!=", b.bitcast(b.or_(*masks), I16), ir.Constant(I16, 0))
+    b.cbranch(denormal, slow, fast).set_weights([1, 1 << 10])
+    b.position_at_end(slow)
+    b.ret(_word_lane_rounding(b, even, odd))
     return fn
 
 

@@ -50,6 +50,21 @@ class Bf16Choices(ChoiceBase):
         return self.has("avx512bw") and self.has("avx512bf16")
 
     @property
+    def tests_converted_bf16_pairs_by_their_words(self) -> bool:
+        """Whether a pair of vectors rounded by ``vcvtne2ps2bf16`` (:attr:`rounds_bf16_pairs_by_conversion`,
+        :attr:`rounds_bf16_cast_pairs_by_conversion`) finds its denormal inputs in the conversion's words instead of
+        by two ``vfpclassps``: the instruction gives a signed zero for a denormal input and only for it and zeros,
+        so one ``vptestnmw`` of the 32 words against 0x7FFF (the words through an empty ``asm``: LLVM would
+        otherwise compare them as widened floats) sends a pair holding a zero word to the ``vfpclassps`` test, and
+        a pair holding a denormal on to the 16-bit lanes' rounding (``codegen/llvm/bf16_words.py``). The same bits.
+        Zen 4 (session 36 bfw36, ``bench_bf16_words.py --switch word-test``, two builds each, interleaved medians of
+        41 rounds, three to five processes): bf16 softmax [4096, 1024]'s kernel 0.92-0.98 of the time at 1
+        thread, 0.94-1.00 at 2; bf16 LayerNorm [8192, 1024] and [8192, 768] (bound by their stores) 0.95-1.03 at 1
+        and 2 threads, even; softmax rows half masked (half their words zero, each such pair tested both ways)
+        0.99-1.02. Intel's AVX-512 cores keep the two tests (not measured there)."""
+        return self.has("avx512bw") and self.has("avx512bf16") and not self._intel_avx512()
+
+    @property
     def rounds_bf16_in_word_lanes_with_blends(self) -> bool:
         """Whether, without AVX-512 BW (``rounds_bf16_in_word_lanes``), a pair of float32 results is rounded to bf16
         and packed in 16-bit lanes with AVX2's instructions (``codegen/llvm/bf16_words.py``, 8 pairs a call): per pair
