@@ -33,7 +33,7 @@ from neuroncc.cli.diagnostics import Diagnostic, check_expected, expected_errors
 from neuroncc.codegen.llvm.regions import wrap_remaining_ops
 from neuroncc.codegen.nki import emit_program
 from neuroncc.errors import InputError, NeuronccError, PipelineError
-from neuroncc.hardware.host import host_cpu
+from neuroncc.hardware.host import target_cpu
 from neuroncc.ir import Function, parse_module, print_module
 from neuroncc.ir.cases import has_code, split_input
 from neuroncc.passes.manager import PassContext, Pipeline, format_option
@@ -89,7 +89,7 @@ def generated_code(fn: Function, emit: str, nki_target: str) -> str:
         return emit_program(fn, nki_target).source
     from neuroncc.codegen.llvm.program import plan_launch  # llvmlite: only when LLVM IR is asked for
 
-    host = host_cpu()
+    host = target_cpu()
     plan, texts = plan_launch(wrap_remaining_ops(fn), host.name, host.features)
     notes = [f"; func @{fn.name} (LLVM IR of its kernels, before optimization)\n"]
     for step in plan.steps:
