@@ -13,19 +13,20 @@ cache keeps answers by it (``neuroncc/driver/host_stamp.py``, which passes one t
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import hashlib
 import importlib.util
 import os
 import sys
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from neuroncc.errors import TargetCpuError
 from neuroncc.hardware.loop_choices import LoopChoices
-from neuroncc.hardware.named_cpu import CPU_VARIABLE
+from neuroncc.hardware.named_cpu import CPU_VARIABLE, llvm_cpu_features, missing_features
 
 #: Bytes of one cache line (x86-64 and the common aarch64 cores): the unit of non-temporal stores, of the
 #: transposing copies' squares and of buffer alignment in generated CPU code.
@@ -360,6 +361,24 @@ def set_cpu(name: str | None) -> None:
         target_cpu()  # the check, before anything is compiled
 
 
+@contextlib.contextmanager
+def compiling_for(name: str | None) -> Iterator[None]:
+    """Compile for CPU ``name`` (None or "": the host's) within, whatever the process's setting: for tests and
+    benchmarks that build one kernel for two CPUs in one process (``benchmarks/bench_named_cpu.py``). Builds
+    only (``build_cpu_executable``): the compile cache's keys are memoized per process
+    (``driver.cache_key``)."""
+    with _LOCK:
+        saved = list(_NAMED)
+        _NAMED[:] = [(name or "").strip()]
+    try:
+        if name:
+            target_cpu()
+        yield
+    finally:
+        with _LOCK:
+            _NAMED[:] = saved
+
+
 def named_cpu(environ: Mapping[str, str] | None = None) -> str:
     """The CPU named to compile for ('' for the host's): :func:`set_cpu`'s, else ``$NEURONCC_CPU`` (read once
     per process, at the first compile or cache lookup)."""
@@ -384,8 +403,6 @@ def target_cpu(host: HostCpu | None = None) -> HostCpu:
     with _LOCK:
         found = _TARGETS.get((name, host))
     if found is None:
-        from neuroncc.hardware.named_cpu import llvm_cpu_features, missing_features
-
         features = llvm_cpu_features(name, host.features)
         missing = missing_features(features, host.features)
         if missing:

@@ -100,20 +100,19 @@ def _probe(name: str, features: list[str]) -> set[str]:
 
 class _StderrCapture:
     """What is written to file descriptor 2 meanwhile (LLVM warns of an unknown CPU there, not to Python), kept
-    from the process's stderr."""
+    from the process's stderr: a pipe (LLVM writes a line or two, far below its 64 KiB; a temporary file's
+    module, ``tempfile``, would cost ``import torch`` its import: this module is on that path)."""
 
     def __enter__(self) -> _StderrCapture:
-        import tempfile  # (lazily: host.py, which ``import torch`` imports, imports this module)
-
         self.text = ""
-        self._file = tempfile.TemporaryFile()
+        self._read, write = os.pipe()
         self._saved = os.dup(2)
-        os.dup2(self._file.fileno(), 2)
+        os.dup2(write, 2)
+        os.close(write)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        os.dup2(self._saved, 2)
+        os.dup2(self._saved, 2)  # (closes the pipe's last write end: the read below ends)
         os.close(self._saved)
-        self._file.seek(0)
-        self.text = self._file.read().decode("utf-8", "replace")
-        self._file.close()
+        with os.fdopen(self._read, "rb") as said:
+            self.text = said.read().decode("utf-8", "replace")
