@@ -198,6 +198,9 @@ def test_unset_changes_nothing():
 
 
 def test_set_cpu_is_checked_at_once_and_holds_for_the_process(monkeypatch):
+    import neuroncc
+
+    assert neuroncc.set_cpu is set_cpu and neuroncc.TargetCpuError is TargetCpuError
     monkeypatch.setattr(host_module, "_NAMED", [])
     with pytest.raises(TargetCpuError, match="LLVM knows no CPU"):
         set_cpu("not-a-cpu")

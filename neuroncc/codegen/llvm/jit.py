@@ -319,16 +319,12 @@ _MACHINES = threading.local()
 
 
 def _thread_machine(tier: Tier, form: CodeForm) -> llvm.TargetMachine:
-    """This thread's machine for ``tier`` and ``form`` for the CPU compiled for now (:func:`host_target`: one per
-    process but in tests and benchmarks that build for several, ``hardware.host.compiling_for``)."""
     machines = getattr(_MACHINES, "by_tier", None)
     if machines is None:
         machines = _MACHINES.by_tier = {}
-    target = host_target()
-    key = (tier, form, target.name, target.machine_features)
-    if key not in machines:
-        machines[key] = target_machine(target, tier=tier, form=form)
-    return machines[key]
+    if (tier, form) not in machines:
+        machines[tier, form] = target_machine(tier=tier, form=form)
+    return machines[tier, form]
 
 
 #: Inbox priorities: optimized modules first (see KernelCompiler), then quick ones, then the workers' stop.
