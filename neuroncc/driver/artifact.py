@@ -39,8 +39,7 @@ import numpy as np
 
 from neuroncc.driver.strict_json import SchemaError, decode, encode, minimum, pattern
 from neuroncc.errors import ArtifactError
-from neuroncc.driver.host_stamp import remembered_host_cpu
-from neuroncc.hardware.host import target_cpu
+from neuroncc.driver.host_stamp import remembered_target_cpu
 from neuroncc.ir import Function, TensorType, collect_resources, parse, print_function
 from neuroncc.executors.executable import Executable
 
@@ -120,7 +119,7 @@ def _load_nki(directory: Path, fn: Function, options: Mapping[str, Any], files: 
 def _host_cpu_fingerprint() -> str:
     # LLVM's answer from the cache directory's stamp when it has one; the CPU NEURONCC_CPU names, when it does
     # (checked against that host: a named CPU's artifacts never mix with the host's or another CPU's)
-    return target_cpu(remembered_host_cpu()).fingerprint
+    return remembered_target_cpu().fingerprint
 
 
 #: Every target whose executables can be cached, by target name. A target missing here compiles uncached.

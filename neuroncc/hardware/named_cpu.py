@@ -59,6 +59,14 @@ def llvm_cpu_features(name: str, host_features: str) -> str:
         return _FEATURES[key]
 
 
+def remember_features(name: str, host_features: str, features: str) -> None:
+    """Take ``features`` as :func:`llvm_cpu_features`' answer for ``name`` on a host with ``host_features`` (an
+    earlier process's answer on this machine, remembered by the compile cache: ``driver/host_stamp.py``), so that
+    this process does not load LLVM to ask again."""
+    with _LOCK:
+        _FEATURES.setdefault((name, host_features), features)
+
+
 def missing_features(named: str, host: str) -> list[str]:
     """The features that feature string ``named`` has and ``host`` does not (sorted): what code for the named
     CPU may use that this host cannot run (SIGILL)."""
