@@ -68,6 +68,7 @@ SWITCHES: dict[str, Switch] = {
     "softmax25": Switch(("caches_widened_bf16_rows_for_exp", "writes_delayed_group_before_the_exponentials"), "b16"),
     "tables": Switch(("looks_up_bf16_unary_math",), "a16"),
     "lane-pairs": Switch(("reads_bf16_tables_by_lane_pairs",), "a16"),
+    "tables-lane-pairs": Switch(("looks_up_bf16_unary_math", "reads_bf16_tables_by_lane_pairs"), "a16"),
     "deviations": Switch(("caches_variance_deviations",), "c16"),
     "early-means": Switch(("means_a_row_early",), "c16"),
     "blended-lanes": Switch(("rounds_bf16_in_word_lanes_with_blends",), "b16,c16"),

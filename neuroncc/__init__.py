@@ -26,6 +26,7 @@ from neuroncc.errors import (
     SharedLibraryWarning,
     SpecializationLimitError,
     SpecializationLimitWarning,
+    TargetCpuError,
     UnsupportedOpError,
     VerifyError,
 )
@@ -46,6 +47,7 @@ _FRONTEND_EXPORTS = {
     "evaluate": "neuroncc.evaluation.runner",
     "compile_program": "neuroncc.frontend.serving",
     "CompiledProgram": "neuroncc.frontend.serving",
+    "set_cpu": "neuroncc.hardware.host",  # (no torch: compile for a named CPU, NEURONCC_CPU)
 }
 
 
@@ -86,6 +88,6 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "ArtifactError", "CodegenError", "DynamicShapeError", "InputError", "NeuronccError", "ParseError", "PassError", "PipelineError",
     "SpecializationLimitError", "SpecializationLimitWarning", "UnsupportedOpError", "VerifyError", "DeviceFallbackError", "DeviceDisabledWarning",
-    "SharedLibraryWarning",
+    "SharedLibraryWarning", "TargetCpuError",
     "__version__", *_FRONTEND_EXPORTS,
 ]

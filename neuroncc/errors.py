@@ -76,6 +76,12 @@ class InputError(NeuronccError):
     """A user-supplied file or argument is unusable (not a .pt2, wrong inputs, absurd shapes, ...)."""
 
 
+class TargetCpuError(InputError):
+    """The CPU named to compile for (``NEURONCC_CPU``, ``neuroncc.set_cpu``, ``--cpu``) is unknown to LLVM, or has
+    features this host lacks (its code would die here of an illegal instruction); the message names the setting,
+    the CPU and the missing features. Raised before anything is compiled or loaded."""
+
+
 class DeviceFallbackError(UnsupportedOpError):
     """An op on ``neuron`` tensors that neuroncc cannot compile, while CPU fallbacks are turned into errors
     (``neuroncc.set_fallback_mode("error")`` / ``NEURONCC_DEVICE_FALLBACK=error``). Carries the op's name."""

@@ -58,6 +58,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return EXIT_USAGE
     try:
+        if getattr(args, "apply_cpu", None) is not None:
+            args.apply_cpu(args)  # --cpu NAME (cli/cpu_option.py): checked before anything is compiled
         return int(args.func(args) or 0)
     except NeuronccError as exc:
         message = "; ".join(line.strip() for line in str(exc).splitlines() if line.strip())

@@ -20,7 +20,7 @@ import json
 import time
 from pathlib import Path
 
-from neuroncc.cli import precompile, programs
+from neuroncc.cli import cpu_option, precompile, programs
 from neuroncc.cli.progress import Progress, format_seconds
 from neuroncc.cli.summary import summarize
 
@@ -77,6 +77,7 @@ def compile_report(args: argparse.Namespace, compiled: list[programs.CompiledFun
     return {
         "model": args.model,
         "target": args.target,
+        "cpu": cpu_option.target_cpu_name() if args.target == "cpu" else None,
         "mode": "train" if args.train else "inference",
         "cache_dir": str(cache.root) if cache is not None else None,
         "seconds": total,
@@ -95,6 +96,8 @@ def print_report(args: argparse.Namespace, compiled: list[programs.CompiledFunct
                  cache, total: float) -> None:
     mode = "forward + backward (--train)" if args.train else "inference"
     print(f"{args.model}: {mode}, target {args.target}, {format_seconds(total)} in all")
+    if args.target == "cpu":
+        print(f"  cpu      code for {cpu_option.cpu_line()}")
     for index, c in enumerate(compiled):
         print(f"  {c.kind} @{c.function.name}")
         print(f"    key      {c.key or '- (compiled without the cache)'}")

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import argparse
 
-from neuroncc.cli import programs
+from neuroncc.cli import cpu_option, programs
 from neuroncc.cli.summary import summarize
 from neuroncc.errors import InputError
 from neuroncc.ir import Function, print_function
@@ -62,7 +62,8 @@ def run_inspect(args: argparse.Namespace) -> int:
             for kind, fn in functions:
                 compiled = programs.compile_function(fn, kind, target=args.target, pipeline=args.pipeline,
                                                      cache=cache, progress=progress)
-                sections.append((f"kernels of {kind} @{fn.name} (target {args.target})",
+                code_for = f", code for {cpu_option.cpu_line()}" if args.target == "cpu" else ""
+                sections.append((f"kernels of {kind} @{fn.name} (target {args.target}{code_for})",
                                  summarize(compiled.ran_function).lines()))
         if args.nki or args.cost:
             if args.target != "nki-sim":  # the graphs nki-sim compiles (see frontend/lowering/attention.py)

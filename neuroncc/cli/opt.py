@@ -33,7 +33,8 @@ from neuroncc.cli.diagnostics import Diagnostic, check_expected, expected_errors
 from neuroncc.codegen.llvm.regions import wrap_remaining_ops
 from neuroncc.codegen.nki import emit_program
 from neuroncc.errors import InputError, NeuronccError, PipelineError
-from neuroncc.hardware.host import host_cpu
+from neuroncc.cli.cpu_option import add_cpu_argument
+from neuroncc.hardware.host import target_cpu
 from neuroncc.ir import Function, parse_module, print_module
 from neuroncc.ir.cases import has_code, split_input
 from neuroncc.passes.manager import PassContext, Pipeline, format_option
@@ -89,9 +90,9 @@ def generated_code(fn: Function, emit: str, nki_target: str) -> str:
         return emit_program(fn, nki_target).source
     from neuroncc.codegen.llvm.program import plan_launch  # llvmlite: only when LLVM IR is asked for
 
-    host = host_cpu()
+    host = target_cpu()
     plan, texts = plan_launch(wrap_remaining_ops(fn), host.name, host.features)
-    notes = [f"; func @{fn.name} (LLVM IR of its kernels, before optimization)\n"]
+    notes = [f"; func @{fn.name} (LLVM IR of its kernels, before optimization, for CPU {host.name})\n"]
     for step in plan.steps:
         if step.reason:
             notes.append(f"; op #{step.op_index} ({step.kind}) runs in the interpreter: {step.reason}\n")
@@ -192,6 +193,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                              "IR (llvm) or the NKI kernels for --nki-target (nki)")
     parser.add_argument("--nki-target", choices=("trn1", "trn2", "trn3"), default="trn2",
                         help="the NeuronCore generation --emit nki generates for (default trn2)")
+    add_cpu_argument(parser, help="the CPU --emit llvm and the cpu tile pass generate for, as -march does (an "
+                                  "LLVM CPU name whose features this host has: znver3, x86-64-v3, ...; default: "
+                                  "$NEURONCC_CPU, else the host's)")
     parser.add_argument("--list-passes", action="store_true",
                         help="list every available pass (plug-ins included) with its options")
     parser.set_defaults(func=run_opt)

@@ -28,6 +28,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from neuroncc.cli.cpu_option import add_cpu_argument
 from neuroncc.cli.progress import Progress
 from neuroncc.errors import InputError
 from neuroncc.ir import Function
@@ -66,6 +67,7 @@ def add_model_arguments(parser: argparse.ArgumentParser, *, train: bool = True, 
     parser.add_argument("--cache-dir", metavar="DIR", default=None,
                         help="the compile cache (default: $NEURONCC_CACHE_DIR or ~/.cache/neuroncc)")
     parser.add_argument("--no-cache", action="store_true", help="compile without reading or writing the cache")
+    add_cpu_argument(parser)
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress display on stderr")
 
 

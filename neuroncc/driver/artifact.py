@@ -39,7 +39,7 @@ import numpy as np
 
 from neuroncc.driver.strict_json import SchemaError, decode, encode, minimum, pattern
 from neuroncc.errors import ArtifactError
-from neuroncc.driver.host_stamp import remembered_host_cpu
+from neuroncc.driver.host_stamp import remembered_target_cpu
 from neuroncc.ir import Function, TensorType, collect_resources, parse, print_function
 from neuroncc.executors.executable import Executable
 
@@ -80,8 +80,9 @@ class ArtifactCodec:
     :func:`write_artifact`) and returns their names relative to ``directory``. ``load(directory, fn, options, files)``
     rebuilds the executable from those files (their bytes as checked, ``files``) and the graph ``fn`` read from
     ``graph.nir``.
-    ``host_fingerprint()`` names what on this machine the saved code depends on (cpu: the host CPU and its
-    features); it is part of the cache key, so object code is never loaded on a machine it was not built for.
+    ``host_fingerprint()`` names what on this machine the saved code depends on (cpu: the CPU compiled for,
+    the host's or the one ``NEURONCC_CPU`` names, and its features); it is part of the cache key, so object
+    code is never loaded on a machine it was not built for.
     """
 
     save: Saver
@@ -117,7 +118,9 @@ def _load_nki(directory: Path, fn: Function, options: Mapping[str, Any], files: 
 
 
 def _host_cpu_fingerprint() -> str:
-    return remembered_host_cpu().fingerprint  # LLVM's answer from the cache directory's stamp when it has one
+    # LLVM's answer from the cache directory's stamp when it has one; the CPU NEURONCC_CPU names, when it does
+    # (checked against that host: a named CPU's artifacts never mix with the host's or another CPU's)
+    return remembered_target_cpu().fingerprint
 
 
 #: Every target whose executables can be cached, by target name. A target missing here compiles uncached.

@@ -9,6 +9,12 @@ every graph-cache hit paid for three strings. So the answer is stored beside the
     <cache dir>/source/host-<identity[:16]>.json
         {"version", "identity", "name", "features", "triple", "checksum"}
 
+A CPU named to compile for (``NEURONCC_CPU``: :func:`remembered_target_cpu`) has LLVM's features of it stamped
+beside the host's, under the same identity and the CPU's name, with the host's features it was asked against:
+
+    <cache dir>/source/cpu-<identity[:16]>-<name>.json
+        {"version", "identity", "name", "host_features", "features", "checksum"}
+
 A host with another CPU, other flags or another llvmlite has another identity, so machines sharing one cache
 directory (over NFS, or containers on different hosts) each find their own file, never another's. A file that is
 unreadable, damaged (its checksum), of another version or identity is ignored and rewritten. Where the identity
@@ -17,12 +23,15 @@ cannot be read without LLVM (no /proc/cpuinfo) LLVM is asked every time.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from neuroncc.driver.source_digest import STAMP_DIR, read_checked, write_checked
 from neuroncc.hardware.host import (
-    HostCpu, LlvmHost, host_cpu, host_cpu_known, llvm_answer_asked, llvm_host, llvm_host_identity,
+    HostCpu, LlvmHost, host_cpu, host_cpu_known, llvm_answer_asked, llvm_host, llvm_host_identity, named_cpu,
+    target_cpu,
 )
+from neuroncc.hardware.named_cpu import llvm_cpu_features, remember_features
 
 STAMP_VERSION = 1
 
@@ -59,6 +68,36 @@ def remembered_host_cpu(stamp_root: Path | None = None) -> HostCpu:
     return host_cpu(answer)
 
 
+def remembered_target_cpu(stamp_root: Path | None = None) -> HostCpu:
+    """The CPU the code generator compiles for (``hardware.host.target_cpu``) with LLVM's answers from the stamps
+    under ``stamp_root`` (default: :func:`remember_host_in`'s): the host's (:func:`remembered_host_cpu`) and, for
+    a CPU ``NEURONCC_CPU`` names, LLVM's features of it, kept beside the host's under the same identity and the
+    CPU's name (``source/cpu-<identity[:16]>-<name>.json``: asking LLVM loads its bindings and probes, ~70-150 ms
+    a process). The check that this host runs the named CPU's code is made either way."""
+    host = remembered_host_cpu(stamp_root)
+    name = named_cpu()
+    root = stamp_root if stamp_root is not None else (_STAMP_ROOT[0] if _STAMP_ROOT else None)
+    identity = llvm_host_identity() if name and root is not None and _STAMPABLE.fullmatch(name) else None
+    if identity is None:
+        return target_cpu(host)
+    path = root / STAMP_DIR / f"cpu-{identity[:16]}-{name}.json"
+    fields = read_checked(path)
+    stamped = fields is not None and fields.get("version") == STAMP_VERSION and fields.get("identity") == identity \
+        and fields.get("name") == name and fields.get("host_features") == host.features \
+        and type(fields.get("features")) is str and fields.get("features")
+    if stamped:
+        remember_features(name, host.features, fields["features"])  # type: ignore[index]
+    target = target_cpu(host)  # (asks LLVM when not stamped; raises for a CPU this host cannot run)
+    if not stamped:
+        write_checked(path, {"version": STAMP_VERSION, "identity": identity, "name": name,
+                             "host_features": host.features, "features": llvm_cpu_features(name, host.features)})
+    return target
+
+
+#: CPU names a stamp's file name may carry (LLVM's names: "znver3", "x86-64-v3", "skylake-avx512")
+_STAMPABLE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+
+
 def stamp_asked_answer(stamp_root: Path) -> None:
     """When this process asked LLVM itself (a compile loads it anyway), stamp its answer under ``stamp_root`` if
     the directory has none yet (once per process and directory): so that the next process, a cold compile's
@@ -92,4 +131,4 @@ def _read_stamp(path: Path, identity: str) -> LlvmHost | None:
     return answer  # type: ignore[return-value]
 
 
-__all__ = ["remember_host_in", "remembered_host_cpu", "stamp_asked_answer"]
+__all__ = ["remember_host_in", "remembered_host_cpu", "remembered_target_cpu", "stamp_asked_answer"]

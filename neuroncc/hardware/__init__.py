@@ -4,8 +4,11 @@
   sizes and banks, matmul tile limits, engine clocks and lanes, DMA bandwidth and efficiency, matmul
   destination dtypes. The layout and tile passes, the NKI emitter, the simulator (``neuroncc.nki``) and its
   cost model all read them from here.
-- :mod:`~neuroncc.hardware.host`: the host CPU as LLVM sees it (name, features, vector width, cores) and the
-  cache line the CPU code generator assumes.
+- :mod:`~neuroncc.hardware.host`: the host CPU as LLVM sees it (name, features, vector width, cores), the CPU
+  the code generator compiles for (``target_cpu``: the host's, or one named by ``NEURONCC_CPU`` /
+  ``neuroncc.set_cpu``) and the cache line the CPU code generator assumes.
+- :mod:`~neuroncc.hardware.named_cpu`: a named CPU's LLVM features (asked of LLVM's inliner) and what of them
+  this host lacks.
 - :mod:`~neuroncc.hardware.loop_choices`: how the CPU code generator shapes its row loops on a CPU (bf16
   roundings, row caches, prefetch bursts, online exponentials), each decision measured and read as a property of
   ``host.CpuTarget``.

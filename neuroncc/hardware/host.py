@@ -13,17 +13,20 @@ cache keeps answers by it (``neuroncc/driver/host_stamp.py``, which passes one t
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import hashlib
 import importlib.util
 import os
 import sys
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from neuroncc.errors import TargetCpuError
 from neuroncc.hardware.loop_choices import LoopChoices
+from neuroncc.hardware.named_cpu import CPU_VARIABLE, llvm_cpu_features, missing_features
 
 #: Bytes of one cache line (x86-64 and the common aarch64 cores): the unit of non-temporal stores, of the
 #: transposing copies' squares and of buffer alignment in generated CPU code.
@@ -297,14 +300,16 @@ class HostCpu(CpuTarget):
     """The CPU generated code runs on: a :class:`CpuTarget` with the process's triple and usable cores."""
 
     triple: str = ""  # LLVM's process triple, e.g. x86_64-unknown-linux-gnu
+    #: a CPU named to compile for (:func:`target_cpu`), not the host's own
+    named: bool = False
 
     @property
     def fingerprint(self) -> str:
         """Triple, CPU name, features, last-level cache size and the footprint from which outputs are streamed
         (:attr:`CpuTarget.stream_footprint_bytes`, which the cores bound): code compiled for one fingerprint
         runs only on that CPU."""
-        return (f"{self.triple} {self.name} {self.features} llc={self.last_level_cache_bytes} "
-                f"streams>={self.stream_footprint_bytes}")
+        return (f"{self.triple} {self.name}{'(named)' if self.named else ''} {self.features} "
+                f"llc={self.last_level_cache_bytes} streams>={self.stream_footprint_bytes}")
 
 
 _LOCK = threading.Lock()
@@ -332,6 +337,86 @@ def host_cpu(llvm_answer: LlvmHost | None = None) -> HostCpu:
             _HOST.append(HostCpu(name=name, features=features, last_level_cache_bytes=last_level_cache_bytes(),
                                  triple=triple, cores=available_cores()))
         return _HOST[0]
+
+
+#: The CPU named to compile for (:func:`set_cpu`; else ``$NEURONCC_CPU``), once settled: [name] ('' for the host)
+_NAMED: list[str] = []
+_TARGETS: dict[tuple[str, HostCpu], HostCpu] = {}
+
+
+def set_cpu(name: str | None) -> None:
+    """Compile for CPU ``name`` (an LLVM ``-mcpu`` name: "znver3", "x86-64-v3", "haswell") instead of this
+    host's, in this process; None or "": for the host. Overrides ``$NEURONCC_CPU``. Call it before the first
+    compile or cache lookup: the process compiles for one CPU (its caches of compiled code and of cache keys
+    hold that CPU's), so naming another one afterwards raises :class:`TargetCpuError`. Checked at once: a CPU
+    LLVM does not know, or one with features this host lacks, raises :class:`TargetCpuError`."""
+    name = (name or "").strip()
+    with _LOCK:
+        if _NAMED and _NAMED[0] != name:
+            raise TargetCpuError(f"neuroncc.set_cpu({name!r}): this process already compiles for "
+                                 f"{_NAMED[0] or 'the host CPU'}; name the CPU before the first compile "
+                                 f"(or set {CPU_VARIABLE} before the process starts)")
+        _NAMED[:] = [name]
+    if name:
+        target_cpu()  # the check, before anything is compiled
+
+
+@contextlib.contextmanager
+def compiling_for(name: str | None) -> Iterator[None]:
+    """Compile for CPU ``name`` (None or "": the host's) within, whatever the process's setting: for tests and
+    benchmarks that build one kernel for two CPUs in one process (``benchmarks/bench_named_cpu.py``). Builds
+    only (``build_cpu_executable``): the compile cache's keys are memoized per process (``driver.cache_key``),
+    and so is the calling thread's LLVM target machine (``codegen/llvm/jit._thread_machine``, which compiles a
+    build's modules on that thread when it has one compile worker: the caller resets it; compile workers make
+    their own machines for each build)."""
+    with _LOCK:
+        saved = list(_NAMED)
+        _NAMED[:] = [(name or "").strip()]
+    try:
+        if name:
+            target_cpu()
+        yield
+    finally:
+        with _LOCK:
+            _NAMED[:] = saved
+
+
+def named_cpu(environ: Mapping[str, str] | None = None) -> str:
+    """The CPU named to compile for ('' for the host's): :func:`set_cpu`'s, else ``$NEURONCC_CPU`` (read once
+    per process, at the first compile or cache lookup)."""
+    with _LOCK:
+        if not _NAMED:
+            _NAMED.append((os.environ if environ is None else environ).get(CPU_VARIABLE, "").strip())
+        return _NAMED[0]
+
+
+def target_cpu(host: HostCpu | None = None) -> HostCpu:
+    """The CPU the code generator compiles for: :func:`host_cpu` (or ``host``: the same CPU, LLVM's answer
+    remembered by the compile cache), or the CPU :func:`named_cpu` names. A named CPU takes its name and
+    features from LLVM's definition of it (``named_cpu.llvm_cpu_features``: what the code generator decides by,
+    the vector width and the loop choices among them), and the rest from the host: the triple, the cores this
+    process may run on and the last-level cache the OS reports (facts of the machine the code runs on, which
+    the CPU's name does not fix: a VM's cores, a part's cache size), so the streaming threshold stays the
+    host's. Raises :class:`TargetCpuError` when the host lacks a feature of the named CPU."""
+    name = named_cpu()
+    host = host if host is not None else host_cpu()
+    if not name:
+        return host
+    with _LOCK:
+        found = _TARGETS.get((name, host))
+    if found is None:
+        features = llvm_cpu_features(name, host.features)
+        missing = missing_features(features, host.features)
+        if missing:
+            raise TargetCpuError(f"{CPU_VARIABLE}={name}: this host ({host.name}) cannot run code for {name}: it "
+                                 f"lacks {', '.join(missing)} (code made for them would die of an illegal "
+                                 f"instruction here); name a CPU whose features this host has, or unset "
+                                 f"{CPU_VARIABLE}")
+        found = HostCpu(name=name, features=features, last_level_cache_bytes=host.last_level_cache_bytes,
+                        cores=host.cores, triple=host.triple, named=True)
+        with _LOCK:
+            _TARGETS[(name, host)] = found
+    return found
 
 
 def llvm_answer_asked() -> LlvmHost | None:

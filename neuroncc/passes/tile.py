@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, ClassVar, Literal
 
 from neuroncc.errors import PassError
 from neuroncc.hardware import neuron_core
-from neuroncc.hardware.host import host_cpu
+from neuroncc.hardware.host import target_cpu
 from neuroncc.ir import REGISTRY, Category, Function, Op, Trait
 from neuroncc.passes.kernels import contraction_size, kernel_domain, region_matmul
 from neuroncc.passes.layout import choose_partition_dim
@@ -133,7 +133,7 @@ def _nki_attrs(core: NeuronCore, kernel: Op, fixed: tuple[int, ...]) -> dict:
 
 
 def _cpu_attrs(region: Function, vector_width: int, inner_block: int) -> dict:
-    attrs: dict = {"domain": kernel_domain(region), "vector_width": vector_width or host_cpu().f32_lanes,
+    attrs: dict = {"domain": kernel_domain(region), "vector_width": vector_width or target_cpu().f32_lanes,
                    "inner_block": inner_block or CPU_INNER_BLOCK}
     matmul = region_matmul(region)
     if matmul is not None and matmul.has(Trait.MATRIX_PRODUCT) and matmul.result.type.rank == 2:

@@ -3,7 +3,7 @@
 import json
 import re
 
-from cli_testing import run_in_process
+from cli_testing import run_in_process, run_process
 
 from neuroncc.ir import parse
 from neuroncc.driver.artifact import read_manifest
@@ -87,3 +87,28 @@ def test_compile_progress_lines_on_a_log(good_pt2, capsys):
     assert re.fullmatch(r"neuroncc: compile inference for interp \(compiled, cached\)  \S+ m?s\n", result.stderr)
     quiet = run_in_process(capsys, "compile", str(good_pt2), "--target", "interp", "-q")
     assert quiet.stderr == ""
+
+
+def test_compile_for_a_named_cpu_says_so_and_is_its_own_key(good_pt2, tmp_path):
+    """``--cpu`` (``NEURONCC_CPU``): the report names the CPU the code is for; its key is not the host's; a CPU
+    the host cannot run is a one-line error (exit 2) before anything is compiled. In fresh processes: the CPU
+    is settled once per process."""
+    import pytest
+
+    from neuroncc.hardware.host import host_cpu
+    from neuroncc.hardware.named_cpu import llvm_cpu_features, missing_features
+
+    host = host_cpu()
+    if not host.has("avx2") or missing_features(llvm_cpu_features("x86-64-v3", host.features), host.features):
+        pytest.skip("this host cannot run x86-64-v3's code")
+    run = dict(cwd=tmp_path, home=tmp_path / "home", cache=tmp_path / "cache")
+    mine = run_process("compile", str(good_pt2), "--json", "-q", **run)
+    named = run_process("compile", str(good_pt2), "--json", "-q", "--cpu", "x86-64-v3", **run)
+    text = run_process("compile", str(good_pt2), "-q", "--cpu", "x86-64-v3", **run)
+    assert mine.returncode == named.returncode == text.returncode == 0, named.stderr
+    mine, named = json.loads(mine.stdout), json.loads(named.stdout)
+    assert (mine["cpu"], named["cpu"]) == (host.name, "x86-64-v3")
+    assert mine["graphs"][0]["key"] != named["graphs"][0]["key"]
+    assert "cpu      code for x86-64-v3 (NEURONCC_CPU or --cpu; host " in text.stdout and "hit:" in text.stdout
+    bad = run_process("compile", str(good_pt2), "-q", "--cpu", "not-a-cpu", **run)
+    assert bad.returncode == 2 and "neuroncc: error: NEURONCC_CPU=not-a-cpu: LLVM knows no CPU" in bad.stderr

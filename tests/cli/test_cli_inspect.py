@@ -142,3 +142,14 @@ def test_an_op_the_emitter_cannot_do_is_a_one_line_error(transposed_conv_pt2, fl
     assert result.stderr.count("\n") == 1, result.stderr
     assert "cannot compile func @convt" in result.stderr and "transposed convolution" in result.stderr
     assert result.stdout == ""  # nothing half-printed
+
+
+def test_kernels_on_the_cpu_target_name_the_cpu_the_code_is_for(good_pt2, capsys):
+    from neuroncc.hardware.host import target_cpu
+
+    result = run_in_process(capsys, "inspect", str(good_pt2), "--kernels", "--target", "cpu")
+    assert result.returncode == 0, result.stderr
+    cpu = target_cpu()
+    (title,) = _sections(result.stdout)
+    assert title.startswith("kernels of inference @small (target cpu, code for ")
+    assert f"code for {cpu.name} " in title and f"{cpu.vector_bits}-bit vectors" in title

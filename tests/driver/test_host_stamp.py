@@ -55,6 +55,44 @@ def test_a_second_process_takes_the_answer_from_the_file_without_loading_llvm(tm
     assert second["fingerprint"] == host.host_cpu().fingerprint  # the answer this process asked LLVM for
 
 
+TARGET_PROBE = PROBE.replace("remembered_host_cpu", "remembered_target_cpu")
+
+
+@pytest.mark.skipif(host.llvm_host_identity() is None or not Path("/proc/self/maps").exists(),
+                    reason="no /proc/cpuinfo or llvmlite library: LLVM is asked every time")
+def test_a_named_cpus_features_are_remembered_too(tmp_path):
+    """NEURONCC_CPU: LLVM's features of the named CPU stamped beside the host's, so a second process (a warm
+    start's cache hits) neither loads LLVM nor probes; the same fingerprint either way."""
+    import os
+
+    from neuroncc.hardware.named_cpu import llvm_cpu_features, missing_features
+
+    name = "x86-64-v2"
+    if missing_features(llvm_cpu_features(name, host.host_cpu().features), host.host_cpu().features):
+        pytest.skip(f"this host cannot run {name}'s code")
+    env = dict(os.environ, NEURONCC_CPU=name)
+
+    def probe() -> dict:
+        run = subprocess.run([sys.executable, "-c", TARGET_PROBE, str(tmp_path)], capture_output=True, text=True,
+                             timeout=120, env=env)
+        assert run.returncode == 0, run.stderr
+        return json.loads(run.stdout.strip().splitlines()[-1])
+
+    first = probe()
+    assert first["llvm_mapped"] and f" {name}(named) " in first["fingerprint"]
+    (stamp,) = (tmp_path / "source").glob(f"cpu-*-{name}.json")
+    second = probe()
+    assert second == {"fingerprint": first["fingerprint"], "llvm_mapped": False}
+    # a stamp of another host's features is not taken (the name's features are asked again, and stamped anew)
+    fields = read_checked(stamp)
+    fields["host_features"] = "+sse2"
+    from neuroncc.driver.source_digest import write_checked
+
+    write_checked(stamp, {k: v for k, v in fields.items() if k != "checksum"})
+    third = probe()
+    assert third["llvm_mapped"] and third["fingerprint"] == first["fingerprint"]
+
+
 @pytest.fixture
 def fresh_host(monkeypatch, tmp_path):
     """No CPU read yet in this process; LLVM's answers counted (a made-up CPU per identity)."""

@@ -55,7 +55,7 @@ from neuroncc.codegen.llvm.row_buffers import (
     BEFORE_THE_ROWS, allocate_rows, emit_widened, row_slot, widened_rows, write_buffer_shift,
 )
 from neuroncc.errors import CodegenError
-from neuroncc.hardware.host import CACHE_LINE_BYTES, CpuTarget, host_cpu
+from neuroncc.hardware.host import CACHE_LINE_BYTES, CpuTarget, target_cpu
 from neuroncc.hardware.loop_choices import MEMORY_BURST_LINES
 from neuroncc.ir.dtypes import DType
 from neuroncc.ir.graph import Op, Value
@@ -571,9 +571,9 @@ class KernelEmitter(IndexArithmetic, BufferAccess, MapStages):
 
 
 def emit_kernel(plan: KernelPlan, symbol: str, target: CpuTarget | None = None) -> tuple[list[str], list[str]]:
-    """One kernel's phase functions (``{symbol}_p{i}``) for ``target`` (default: the host CPU): the LLVM IR
-    text of each phase's module and their symbols, in run order."""
+    """One kernel's phase functions (``{symbol}_p{i}``) for ``target`` (default: the CPU compiled for,
+    ``target_cpu``): the LLVM IR text of each phase's module and their symbols, in run order."""
     if target is None:
-        target = host_cpu()
+        target = target_cpu()
     phases = KernelEmitter(plan, symbol, target).emit()
     return [module_text(module) for _, module in phases], [name for name, _ in phases]

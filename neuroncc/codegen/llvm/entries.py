@@ -29,7 +29,7 @@ def optimize_first(text: str) -> bool:
     return f"!{OPTIMIZE_FIRST_METADATA} =" in text
 
 from neuroncc.codegen.llvm.scalars import I64, PTR, VOID
-from neuroncc.hardware.host import host_cpu
+from neuroncc.hardware.host import target_cpu
 
 #: fdivs flagged arcp (polynomial math, true division) may use the hardware reciprocal estimate plus one
 #: Newton step: ~1 ulp, several times the throughput of vdivps. The square-root estimate stays off: with it,
@@ -43,7 +43,7 @@ def vector_width_attribute(vector_width: int) -> str | None:
     kernel's tile decision), or None when that is no narrower than the host's widest vectors: LLVM's own
     choice for the CPU then stands."""
     bits = vector_width * 32
-    if not vector_width or bits >= host_cpu().vector_bits:
+    if not vector_width or bits >= target_cpu().vector_bits:
         return None
     return f'"prefer-vector-width"="{bits}"'
 

@@ -13,7 +13,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from neuroncc.hardware.host import host_cpu
+from neuroncc.hardware.host import target_cpu
 from neuroncc.ir.dtypes import DType
 from neuroncc.ir.opdef import Category, Trait
 from neuroncc.ir.ops import REGISTRY
@@ -28,7 +28,7 @@ def onednn_shapes_eligible(name: str, attrs: Mapping[str, Any], shapes: Sequence
         return False
     first = len(shapes) - 2  # the factors are the last two operands
     a, b = shapes[first], shapes[first + 1]
-    if len(a) != 2 or len(b) != 2 or not host_cpu().onednn_takes(a[0], a[1], b[1]):  # mm, addmm: no batch dims
+    if len(a) != 2 or len(b) != 2 or not target_cpu().onednn_takes(a[0], a[1], b[1]):  # mm, addmm: no batch dims
         return False
     if first == 1:  # addmm: its first operand is the bias
         bias = shapes[0]

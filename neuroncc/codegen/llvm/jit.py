@@ -47,7 +47,7 @@ from neuroncc.codegen.llvm.native_library import CodeForm, LibraryModule, code_f
 from neuroncc.codegen.llvm.object_memo import ObjectMemo
 from neuroncc.errors import ArtifactError, CodegenError, NeuronccError
 from neuroncc.hardware.host import CpuTarget
-from neuroncc.hardware.host import host_cpu as _host
+from neuroncc.hardware.host import target_cpu as _host
 
 _LOCK = threading.Lock()
 _STATE: dict[str, object] = {}
@@ -92,13 +92,15 @@ def tier_independent(text: str) -> bool:
 
 
 def host_cpu() -> tuple[str, str]:
-    """The host CPU's name and feature string (part of the artifact's identity: code is CPU-specific)."""
+    """The name and feature string of the CPU code is compiled for (part of the artifact's identity: code is
+    CPU-specific): the host's, or the one ``NEURONCC_CPU`` names (``hardware.host.target_cpu``)."""
     host = _host()
     return host.name, host.features
 
 
 def host_target() -> CpuTarget:
-    """The host CPU as the code generator sees it (see :mod:`neuroncc.hardware.host`)."""
+    """The CPU the code generator compiles for, as it sees it: the host's, or the one ``NEURONCC_CPU`` names
+    (:func:`neuroncc.hardware.host.target_cpu`)."""
     return _host()
 
 

@@ -27,7 +27,7 @@ from neuroncc.codegen.llvm.scalars import storage_itemsize
 from neuroncc.codegen.llvm.schedule import plan_kernel
 from neuroncc.codegen.llvm.small_matmul import emit_small_matmul, plan_small_matmul
 from neuroncc.errors import CodegenError
-from neuroncc.hardware.host import host_cpu
+from neuroncc.hardware.host import target_cpu
 from neuroncc.ir.dtypes import DType
 from neuroncc.ir.graph import Function, Value
 from neuroncc.ir.opdef import Category, Trait
@@ -314,7 +314,7 @@ class _LaunchPlanner:
                      n_args: int, step_index: int) -> PhaseSpec | None:
         """The phase running matmul ``op`` as generated code (``small_matmul.py`` decides), its module added;
         None where BLAS or ATen runs it."""
-        matmul = plan_small_matmul(op, operands, result, host_cpu())
+        matmul = plan_small_matmul(op, operands, result, target_cpu())
         if matmul is None:
             return None
         symbol = self.add_module(emit_small_matmul(matmul, symbol, n_args), symbol, step_index)

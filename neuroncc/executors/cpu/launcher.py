@@ -76,7 +76,7 @@ from neuroncc.executors import tracing
 from neuroncc.executors.tracing import active_tracer, traced_steps
 from neuroncc.ir.interpreter import run_op
 from neuroncc.ir.dtypes import to_storage
-from neuroncc.hardware.host import host_cpu
+from neuroncc.hardware.host import target_cpu
 
 
 def _runs_code(step: StepSpec) -> bool:
@@ -571,9 +571,10 @@ def load_cpu_executable(directory: str | Path, fn: Function, options: Mapping[st
     top = wrap_remaining_ops(fn)
     if not (graph_checked and top is fn) and plan.function_hash != function_hash(top):
         raise ArtifactError(f"{directory}: the saved executable was compiled for a different graph")
-    host = host_cpu()
-    if (plan.cpu, plan.features) != (host.name, host.features):
-        raise ArtifactError(f"{directory}: compiled for CPU '{plan.cpu}', this is '{host.name}'")
+    target = target_cpu()  # the host's, or the one NEURONCC_CPU names (checked: the host runs its code)
+    if (plan.cpu, plan.features) != (target.name, target.features):
+        raise ArtifactError(f"{directory}: compiled for CPU '{plan.cpu}', this process compiles for "
+                            f"'{target.name}'{' (NEURONCC_CPU)' if target.named else ''}")
     module = None
     if any(step.native for step in plan.steps):
         module = load_code(files, plan)

@@ -21,7 +21,7 @@ from neuroncc.executors.cpu.buffers import storage_dtype as _storage_dtype
 from neuroncc.executors.cpu.buffers import strided_view as _view
 from neuroncc.executors.cpu.extern import run_extern
 from neuroncc.executors.cpu.step_host import StepHost
-from neuroncc.hardware.host import host_cpu
+from neuroncc.hardware.host import target_cpu
 from neuroncc.ir.opdef import Trait
 
 PHASE_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
@@ -232,7 +232,7 @@ def prepare_blas(op: Any, layouts: Any) -> blas.BlasMatmul | None:
     *operands, result = layouts
     batched = op.results[0].type.rank == 3  # bmm: oneDNN takes no batched products, so BLAS takes all sizes
     return blas.prepare(op.name, op.attrs, [(v.shape, v.strides) for v in operands], (result.shape, result.strides),
-                        [v.dtype for v in layouts], onednn_takes=None if batched else host_cpu().onednn_takes)
+                        [v.dtype for v in layouts], onednn_takes=None if batched else target_cpu().onednn_takes)
 
 
 def _runs_inline(runner: Any, n_outer: int, work: int, serial: bool) -> bool:
