@@ -60,6 +60,9 @@ AVX-512's), ``burst4``, ``burst4pf4``, ...: its pieces of that many lines (``Cpu
 AVX2: 2); ``registers0`` (before session 27, AVX-512's): every piece through its stack buffer, ``registers2``,
 ``registers4``, ...: the pieces without the row's target from registers, in pieces of that many lines, each one
 vector iteration interleaved by its vectors (``CpuTarget.register_piece_lines``; AVX2: 4);
+``mulscale`` / ``foldscale``: the gradient's exp(x - max - lse) * s as an exponential and a multiply, or s folded
+into the exponential's coefficients and scale (``CpuTarget.folds_row_scale_into_exp``: Zen 4 since session 36;
+``mulscale`` is Zen 4's code before it; the same bits where s is a power of two, as the benchmark's mean);
 ``nofetch``: no software prefetch in either kernel (the online log-sum-exp's chunks keep their places: the same bits);
 ``plain``: its gradient written with plain stores (the forward as built) (``CpuTarget.streams_outputs`` false) instead
 of non-temporal ones.

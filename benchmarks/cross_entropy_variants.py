@@ -112,6 +112,10 @@ def _variant(name: str):
     if name in ("unfused", "fused"):  # each block's max in its own max loop, or in the previous block's exp loop
         on = name == "fused"  # (``CpuTarget.takes_the_next_block_max_in_the_exp_loop``: Zen 4 since session 36)
         CpuTarget.takes_the_next_block_max_in_the_exp_loop = property(lambda self: on)  # type: ignore[method-assign]
+    scale_fold = CpuTarget.folds_row_scale_into_exp
+    if name in ("mulscale", "foldscale"):  # the backward's e**x * s as a multiply per element, or s folded into the
+        on = name == "foldscale"  # exponential (``CpuTarget.folds_row_scale_into_exp``: Zen 4 since session 36)
+        CpuTarget.folds_row_scale_into_exp = property(lambda self: on)  # type: ignore[method-assign]
     registers = CpuTarget.register_piece_lines
     from neuroncc.codegen.llvm import map_stages
     pieces_ahead = map_stages.emit_prefetch_pieces_ahead
@@ -172,6 +176,7 @@ def _variant(name: str):
         CpuTarget.register_piece_lines = registers  # type: ignore[method-assign]
         CpuTarget.online_block_max_ahead = max_ahead  # type: ignore[method-assign]
         CpuTarget.takes_the_next_block_max_in_the_exp_loop = fused_max  # type: ignore[method-assign]
+        CpuTarget.folds_row_scale_into_exp = scale_fold  # type: ignore[method-assign]
         CpuTarget.online_l2_prefetch_blocks_ahead = l2_ahead  # type: ignore[method-assign]
         map_stages.emit_prefetch_pieces_ahead = pieces_ahead
         prefetch._prefetch_lines = lines_of

@@ -191,6 +191,24 @@ def _arith(float_op: str, int_op: str, bool_op: str | None = None) -> Lowering:
     return lower
 
 
+def _mul(ctx, op, args):
+    """a * c; e**x * s for a row-invariant s as one function (``CpuTarget.folds_row_scale_into_exp``: s in the
+    polynomial's coefficients and the scale, no multiply per element)."""
+    for exp, scale, mine, operand in ((args[0], args[1], op.operands[0], op.operands[1]),
+                                      (args[1], args[0], op.operands[1], op.operands[0])):
+        if (exp.type == F32 and isinstance(exp, ir.CallInstr) and exp.callee.name == "ncc.math.exp_nonpositive"
+                and ctx.target.folds_row_scale_into_exp and _row_invariant(op, operand)
+                and len(ctx.plan.region.users().get(mine, ())) == 1 and mine not in ctx.plan.region.outputs):
+            return math_call(ctx.b, "exp_nonpositive_times", exp.args[0], scale, target=ctx.target)
+    return _arith("fmul", "mul", "and_")(ctx, op, args)
+
+
+def _row_invariant(op: Op, operand) -> bool:
+    """Whether ``operand`` broadcasts along the last dimension of ``op``'s result (one value per row)."""
+    shape, result = operand.type.shape, op.results[0].type.shape
+    return len(result) > 0 and result[-1] > 1 and (len(shape) == 0 or shape[-1] == 1)
+
+
 def _safe_divisor(ctx, a: ir.Value, c: ir.Value) -> tuple[ir.Value, ir.Value]:
     """Integer division guard: x/0 gives 0 (numpy) and INT_MIN/-1 must not trap."""
     b = ctx.b
@@ -499,7 +517,7 @@ ELEMENTWISE: dict[str, Lowering] = {
     "bitwise_not": _bitwise_not,
     "add": _arith("fadd", "add", "or_"),
     "sub": _arith("fsub", "sub"),
-    "mul": _arith("fmul", "mul", "and_"),
+    "mul": _mul,
     "div": _div,
     "pow": _pow,
     "maximum": _max_min("maximum", "smax", "umax", "or_"),

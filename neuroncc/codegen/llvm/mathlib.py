@@ -205,6 +205,42 @@ def _exp_nonpositive(b: ir.IRBuilder, x: ir.Value, target: CpuTarget) -> ir.Valu
     return b.fmul(scaled, _pow2(b, b.add(whole, ir.Constant(I32, _EXP_NONPOSITIVE_SHIFT))))
 
 
+def _exp_nonpositive_times(b: ir.IRBuilder, x: ir.Value, s: ir.Value, target: CpuTarget) -> ir.Value:
+    """e**x * s for x <= 0 or NaN and a loop-invariant s (a row's scale: the cross-entropy gradient's upstream
+    gradient over the row's count), with AVX-512's vscalefps (``CpuTarget.folds_row_scale_into_exp``): s = m * 2**E
+    with |m| in [1, 2) (a denormal s normalized first: exact), the polynomial's coefficients times m and the scale
+    by n + E, so the product costs no multiply per element (the coefficients and E are the row's, hoisted out of
+    the loop): one rounding of e**x * s where the plain product rounds e**x and then the product (the same bits
+    where s is a power of two and nothing is denormal; tests/codegen/test_exp_times_row_scale.py). x is clamped
+    where the result rounds to +-0 (-104 less (E + 1) ln 2 for E >= -1: the product's e**x rounds to 0 below -104).
+    s = +-0: m = +-1 and E = -inf (vscalefps by -inf gives +-0, as the product); s NaN: m = s (NaN out); s = +-inf:
+    m = +-1 and E = +inf, no clamp: +-inf for finite x, NaN for -inf or NaN, as the product, but +-inf also where
+    the product's e**x underflowed to 0 (x < -104: inf times 0 is NaN there; the exact product is +-inf)."""
+    assert target.scalef
+    fabs = call(b, "llvm.fabs.f32", [s], F32)
+    tiny = b.fcmp_ordered("<", fabs, _c(2.0 ** -100))
+    bits = b.bitcast(b.select(tiny, b.fmul(s, _c(2.0 ** 64)), s), I32)  # (exact; zero stays zero)
+    field = b.and_(b.lshr(bits, ir.Constant(I32, 23)), ir.Constant(I32, 0xFF))
+    mantissa = b.bitcast(b.or_(b.and_(bits, ir.Constant(I32, -0x7F800001)), ir.Constant(I32, 0x3F800000)), F32)
+    mantissa = b.select(b.fcmp_unordered("uno", s, s), s, mantissa)  # (+-0 and +-inf: +-1; NaN: s)
+    exponent = b.fsub(b.sitofp(b.sub(field, ir.Constant(I32, 127)), F32), b.select(tiny, _c(64.0), _c(0.0)))
+    exponent = b.select(b.fcmp_ordered("==", s, _c(0.0)), _c(-math.inf),
+                        b.select(b.fcmp_ordered("==", fabs, _c(math.inf)), _c(math.inf), exponent))
+    # the clamp where e**x * s rounds to +-0 (the product: e**x rounds to 0 below -104, and so does the product;
+    # here s's exponent moves the underflow down: at x = -104 - (E + 1) ln 2 the result is below 2**-150)
+    above = b.fadd(exponent, _c(1.0))
+    low = b.fsub(_c(-104.0), b.fmul(b.select(b.fcmp_ordered(">", above, _c(0.0)), above, _c(0.0)),
+                                    _c(0.6931471805599453)))
+    xc = b.select(b.fcmp_ordered(">", low, x), low, x)  # (one vmaxps by the row's low, NaN kept)
+    n, _ = _round_to_integer(b, b.fmul(xc, _c(1.4426950408889634), flags=FAST))
+    r = b.fsub(xc, b.fmul(n, _c(0.693359375), flags=FAST), flags=FAST)
+    r = b.fsub(r, b.fmul(n, _c(-2.12194440e-4), flags=FAST), flags=FAST)
+    acc = b.fmul(_c(_EXP_POLY[0]), mantissa)
+    for coefficient in _EXP_POLY[1:]:
+        acc = b.fadd(b.fmul(acc, r, flags=FAST), b.fmul(_c(coefficient), mantissa), flags=FAST)
+    return scaled_by_float(b, acc, b.fadd(n, exponent))
+
+
 def _exp2(b: ir.IRBuilder, x: ir.Value, target: CpuTarget) -> ir.Value:
     """2**x: n = round(x), e**((x - n) ln 2) by exp's polynomial, times 2**n; on AVX-512 (VL) by vscalefps of the
     float n, as :func:`_exp_in_range` (no integer n, no conversion back; the same bits)."""
@@ -346,9 +382,10 @@ def _gelu_tanh(b: ir.IRBuilder, x: ir.Value, target: CpuTarget) -> ir.Value:
 
 
 #: Polynomial functions by name: each body builder takes the builder, its float argument and the CPU target.
-POLYNOMIAL: dict[str, Callable[[ir.IRBuilder, ir.Value, CpuTarget], ir.Value]] = {
+POLYNOMIAL: dict[str, Callable[..., ir.Value]] = {
     "exp": _exp,
     "exp_nonpositive": _exp_nonpositive,
+    "exp_nonpositive_times": _exp_nonpositive_times,
     "exp2": _exp2,
     "log": _log,
     "log2": _log2,
@@ -388,10 +425,10 @@ def math_call(b: ir.IRBuilder, name: str, *args: ir.Value, target: CpuTarget) ->
     symbol = f"ncc.math.{name}"
     fn = module.globals.get(symbol)
     if fn is None:
-        fn = ir.Function(module, ir.FunctionType(F32, [F32]), symbol)
+        fn = ir.Function(module, ir.FunctionType(F32, [F32] * len(args)), symbol)
         fn.linkage = "internal"
         fn.attributes.add("alwaysinline")
         fn.attributes.add("nounwind")
         body = ir.IRBuilder(fn.append_basic_block("entry"))
-        body.ret(POLYNOMIAL[name](body, fn.args[0], target))
+        body.ret(POLYNOMIAL[name](body, *fn.args, target))
     return b.call(fn, list(args))

@@ -130,3 +130,17 @@ class PolynomialChoices(ChoiceBase):
         gelu*sigmoid (1.04-1.06) and on softmax [4096, 1024] at 1 thread (1.05-1.09), faster on L2-resident
         softmax at 1 thread only (0.93-0.96; 0.90 and 1.05 at 2), cross-entropy even (0.98-1.01): 4 stays."""
         return 2 if self.has("avx512f") else 4
+
+    @property
+    def folds_row_scale_into_exp(self) -> bool:
+        """Whether e**x * s, x <= 0 and s one value per row (cross-entropy's gradient: the softmax times the upstream
+        gradient over the row's count), is one function (``mathlib._exp_nonpositive_times``): s's mantissa in the
+        polynomial's coefficients, its exponent in vscalefps' scale, no multiply per element (4 of the backward loop's
+        40 FMA-pipe ops per 64 elements, a vaddps of s's exponent into the scale instead). Zen 4 (AVX-512 without FP16):
+        cross-entropy's backward kernel [512, 32000] against the multiply (session 36 xent36b, ``bench_cross_entropy.py
+        --variants mulscale,foldscale --kernels backward --memory dram,l3,l2``, two builds each, interleaved medians of
+        41 rounds, five processes): 0.977-0.986 of the time at 1 thread on its logits, 0.982-0.999 in the L3,
+        0.979-0.987 in the L2; at 2 threads (its output's write stream) 0.985-1.003, 0.994-1.016, 0.996-1.001. The
+        row through ``torch.compile`` (``--row``, three processes): 0.988-0.999 at 1 thread, 0.997-1.012 at 2.
+        Elsewhere false (not measured; AVX2 has no vscalefps)."""
+        return self.scalef and not self._intel_avx512()
