@@ -232,7 +232,13 @@ def spread_loop(em: EmitContext, lo: Any, hi: Any, body: Callable[[Any], None], 
         if after is not None and not write_first:
             after(start, stop, group if whole else 0)
 
-    em.loop(0, em.div(em.add(em.sub(hi, lo), group - 1), group), one_group)
+    def groups() -> None:
+        em.loop(0, em.div(em.add(em.sub(hi, lo), group - 1), group), one_group)
+
+    if fused is not None and hasattr(after, "around_groups"):  # (a row sum's lanes through all the groups)
+        after.around_groups(body, group, groups)
+    else:
+        groups()
 
 
 def streamed_map_inputs(plan: KernelPlan, stage: MapStage) -> tuple[Layout, ...]:

@@ -138,6 +138,16 @@ class RowLoopChoices(ChoiceBase):
         return self.has("avx512f") and not self._intel_avx512()
 
     @property
+    def carries_the_row_sum_in_lanes_through_the_groups(self) -> bool:
+        """Whether a float32 softmax row whose write is fused into its exp loop
+        (:meth:`writes_delayed_elements_in_the_exp_loop`) keeps its sum in vector lanes through all the row's groups
+        (``delayed_writes.DelayedGroups.around_groups``: one horizontal sum a row) instead of reducing them at the end
+        of each group of 256 elements (the next group's lanes started from that sum: a chain of ~8 adds and the
+        reduction every group). The sum's terms are added in another order, so a row's sum, and its outputs, may
+        differ by an ulp or so (as accurate). Zen 4 (AVX-512 without FP16): session 36 sm36b (measured below)."""
+        return self.has("avx512f") and not self._intel_avx512()
+
+    @property
     def prefetches_the_next_row_into_l2_in_the_exp_pass(self) -> bool:
         """Whether a float32 softmax-like row pass (its exp loop carries the row loop's prefetches of the next row:
         ``prefetch.carrier_stage``, ``MEMORY_BURST_LINES`` lines before each group of its elements,
