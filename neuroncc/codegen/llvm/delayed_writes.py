@@ -17,7 +17,8 @@ hold two rows (row r's is written while row r - 1's is read; ``row_buffers.row_s
 thread's range is written after its row loop. Where the target says so (AVX2, Zen 4:
 ``CpuTarget.writes_delayed_elements_in_the_exp_loop``) a float32 write is not a loop beside each group's but part of
 the group's exp loop: each vector iteration's 32 exponentials, then the previous row's 32 outputs
-(:meth:`DelayedGroups.fused`; a row sum in that loop, AVX-512's, added by ``reductions.LaneSums``).
+(:meth:`DelayedGroups.fused`; a row sum in that loop, AVX-512's, added by ``reductions.LaneSums``, on Zen 4 in
+lanes carried through all the row's groups: :meth:`DelayedGroups.around_groups`).
 :func:`delayed_write_stage` is the decision, the rest its code.
 """
 

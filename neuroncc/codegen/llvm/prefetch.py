@@ -201,7 +201,8 @@ def spread_loop(em: EmitContext, lo: Any, hi: Any, body: Callable[[Any], None], 
     elements (``delayed_writes.py``). Where the target says so and the groups are whole (two or more),
     ``after.fused(start, stop, length, body, inner)`` emits a group's elements and its write in one loop instead
     (``delayed_writes.DelayedGroups``; it returns False where it does not apply; a row sum in the loop comes as a
-    ``reductions.RowSum`` body, whose lanes the fused loop adds in the group loop's own order)."""
+    ``reductions.RowSum`` body, whose lanes the fused loop adds in the group loop's own order, or where the target says
+    so in lanes through all the groups: ``after.around_groups(body, group, groups)`` emits the loop over them)."""
     loop = inner if inner is not None else em.loop
     if not ahead and after is None:
         loop(lo, hi, body)
