@@ -17,14 +17,15 @@ hold two rows (row r's is written while row r - 1's is read; ``row_buffers.row_s
 thread's range is written after its row loop. Where the target says so (AVX2, Zen 4:
 ``CpuTarget.writes_delayed_elements_in_the_exp_loop``) a float32 write is not a loop beside each group's but part of
 the group's exp loop: each vector iteration's 32 exponentials, then the previous row's 32 outputs
-(:meth:`DelayedGroups.fused`; a row sum in that loop, AVX-512's, added by ``reductions.LaneSums``).
+(:meth:`DelayedGroups.fused`; a row sum in that loop, AVX-512's, added by ``reductions.LaneSums``, on Zen 4 in
+lanes carried through all the row's groups: :meth:`DelayedGroups.around_groups`).
 :func:`delayed_write_stage` is the decision, the rest its code.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from llvmlite import ir
@@ -81,10 +82,42 @@ class DelayedGroups:
     first_row: Any
     current: list[Any]
     previous: list[Any]
+    held: list[LaneSums] = field(default_factory=list)  # (the row's lane sums while :meth:`around_groups` runs)
 
     def __call__(self, start: Any, stop: Any, length: int) -> None:
         emit_delayed_group(self.em, self.phase, self.stage_number, self.row, self.first_row, self.previous, start,
                            stop, length)
+
+    def _fusable(self, length: int) -> bool:
+        """Whether :meth:`fused` takes groups of ``length`` elements: float32 outputs and elements (no pairs)."""
+        em = self.em
+        stage = self.phase.stages[self.stage_number]
+        width = em.target.vector_bits // 32 * em.target.polynomial_interleave
+        return all(target.dtype is DType.f32 for _, target in stage.items) and length % width == 0 \
+            and not pairs_halfwords(em.plan, self.phase.stages[self.stage_number - 1]) \
+            and not pairs_halfwords(em.plan, stage)
+
+    def around_groups(self, body: Callable[[Any], None], length: int, groups: Callable[[], None]) -> None:
+        """``groups()`` (the loop over the row's groups, each a :meth:`fused` one), with a row sum's lanes
+        (``reductions.LaneSums``) carried through all of them and reduced once after the last where the target says
+        so (``CpuTarget.carries_the_row_sum_in_lanes_through_the_groups``); otherwise each group reduces its own."""
+        em = self.em
+        if not (isinstance(body, RowSum) and em.target.carries_the_row_sum_in_lanes_through_the_groups
+                and self._fusable(length)):
+            groups()
+            return
+        lanes = em.target.vector_bits // 32
+        width = lanes * em.target.polynomial_interleave
+        array = em._entry.alloca(ir.ArrayType(F32, width))
+        array.align = CACHE_LINE_BYTES
+        sums = LaneSums(body, lanes, width // lanes, array)
+        sums.start()
+        self.held.append(sums)
+        try:
+            groups()
+        finally:
+            self.held.pop()
+        sums.finish()
 
     def fused(self, start: Any, stop: Any, length: int, body: Callable[[Any], None],
               elements: Callable[[Any, Any, Callable[[Any], None]], None]) -> bool:
@@ -97,9 +130,7 @@ class DelayedGroups:
         stage = self.phase.stages[self.stage_number]
         width = em.target.vector_bits // 32 * em.target.polynomial_interleave
         targets = [target for _, target in stage.items]
-        if any(target.dtype is not DType.f32 for target in targets) or length % width \
-                or pairs_halfwords(em.plan, self.phase.stages[self.stage_number - 1]) \
-                or pairs_halfwords(em.plan, stage):
+        if not self._fusable(length):
             return False
         pieces = {}
         for target in targets:
@@ -108,7 +139,10 @@ class DelayedGroups:
             pieces[target.arg] = piece
         carrier = em._stage_number
         sums = None  # (a row sum in the loop, AVX-512's: its lanes as the group's own vectorized loop adds them)
-        if isinstance(body, RowSum):
+        whole_row = bool(self.held)  # (lanes carried through the row's groups: :meth:`around_groups`)
+        if whole_row:
+            sums = self.held[-1]
+        elif isinstance(body, RowSum):
             lanes = em.target.vector_bits // 32
             array = em._entry.alloca(ir.ArrayType(F32, width))
             array.align = CACHE_LINE_BYTES
@@ -149,15 +183,20 @@ class DelayedGroups:
                         with branch:
                             with em.fresh_values():
                                 em._row_copy_of = {rows[0]: copy, rows[1]: 1 - copy}
-                                if sums is not None:
+                                if sums is not None and not whole_row:
                                     sums.start()
                                 em.loop(0, em.div(em.sub(stop, start), width), block)
-                                if sums is not None:
+                                if sums is not None and not whole_row:
                                     sums.finish()
                                 em._row_copy_of = {}
             with other:
                 with em.fresh_values():
-                    elements(start, stop, body)
+                    if whole_row:  # (the range's first row: no write, its terms into the row's lanes)
+                        em.loop(0, em.div(em.sub(stop, start), width), lambda j: elements(
+                            em.add(start, em.mul(j, width)), em.add(start, em.mul(em.add(j, 1), width)),
+                            lambda i, j=j: sums.add(em.sub(i, em.add(start, em.mul(j, width))), i)))
+                    else:
+                        elements(start, stop, body)
         return True
 
 

@@ -201,7 +201,8 @@ def spread_loop(em: EmitContext, lo: Any, hi: Any, body: Callable[[Any], None], 
     elements (``delayed_writes.py``). Where the target says so and the groups are whole (two or more),
     ``after.fused(start, stop, length, body, inner)`` emits a group's elements and its write in one loop instead
     (``delayed_writes.DelayedGroups``; it returns False where it does not apply; a row sum in the loop comes as a
-    ``reductions.RowSum`` body, whose lanes the fused loop adds in the group loop's own order)."""
+    ``reductions.RowSum`` body, whose lanes the fused loop adds in the group loop's own order, or where the target says
+    so in lanes through all the groups: ``after.around_groups(body, group, groups)`` emits the loop over them)."""
     loop = inner if inner is not None else em.loop
     if not ahead and after is None:
         loop(lo, hi, body)
@@ -232,7 +233,13 @@ def spread_loop(em: EmitContext, lo: Any, hi: Any, body: Callable[[Any], None], 
         if after is not None and not write_first:
             after(start, stop, group if whole else 0)
 
-    em.loop(0, em.div(em.add(em.sub(hi, lo), group - 1), group), one_group)
+    def groups() -> None:
+        em.loop(0, em.div(em.add(em.sub(hi, lo), group - 1), group), one_group)
+
+    if fused is not None and hasattr(after, "around_groups"):  # (a row sum's lanes through all the groups)
+        after.around_groups(body, group, groups)
+    else:
+        groups()
 
 
 def streamed_map_inputs(plan: KernelPlan, stage: MapStage) -> tuple[Layout, ...]:

@@ -138,6 +138,23 @@ class RowLoopChoices(ChoiceBase):
         return self.has("avx512f") and not self._intel_avx512()
 
     @property
+    def carries_the_row_sum_in_lanes_through_the_groups(self) -> bool:
+        """Whether a float32 softmax row whose write is fused into its exp loop
+        (:meth:`writes_delayed_elements_in_the_exp_loop`) keeps its sum in vector lanes through all the row's groups
+        (``delayed_writes.DelayedGroups.around_groups``: one horizontal sum a row) instead of reducing them at the end
+        of each group of 256 elements (the next group's lanes started from that sum: a chain of ~8 adds and the
+        reduction every group). The sum's terms are added in another order, so a row's sum, and its outputs, may
+        differ by an ulp or so (as accurate: on [4096, 1024] of randn its largest relative error against float64
+        5.4e-7 where the groups' form had 6.9e-7, the rows' sums' largest deviation from 1 1.6e-7 where 3.8e-7). Zen 4
+        (AVX-512 without FP16; session 36 sm36b, float32 softmax [4096, 1024]'s kernel, ``bench_bf16_words.py --switch
+        row-sum-lanes``, two builds each, interleaved medians of 41-61 rounds, five processes): 1 thread 0.942 /
+        0.942, 0.946 / 0.951, 0.948 / 0.958, 0.964 / 0.940, 0.930 / 0.935 of the time; 2 threads 0.986 / 1.001,
+        0.992 / 0.981, 0.995 / 0.994, 0.971 / 0.968, 0.979 / 0.992; L2-resident rows ([64, 1024]) 0.95 at 1 thread.
+        bf16 rows (their sums in their groups' own vectorized loops, pairs) keep their code. AVX2 and Intel's
+        AVX-512 cores (:meth:`_intel_avx512`) keep theirs: not measured there."""
+        return self.has("avx512f") and not self._intel_avx512()
+
+    @property
     def prefetches_the_next_row_into_l2_in_the_exp_pass(self) -> bool:
         """Whether a float32 softmax-like row pass (its exp loop carries the row loop's prefetches of the next row:
         ``prefetch.carrier_stage``, ``MEMORY_BURST_LINES`` lines before each group of its elements,
