@@ -29,6 +29,26 @@ from neuroncc.hardware.host import CpuTarget
 SMALL = [20, 1, 21, 8, 22]
 
 
+def special_rows(rng, monkeypatch, rows: int) -> np.ndarray:
+    """``rows`` rows of ``_nan_rows`` for a float32 softmax whose write is delayed into its exp loop: fewer than 32
+    rows take SMALL's and have their small output streamed too (so that the write is delayed: ranges of 1-3 rows)."""
+    if rows < 32:
+        monkeypatch.setattr(streams, "STREAM_MIN_BYTES", 0)
+        monkeypatch.setattr(CpuTarget, "streams_outputs", lambda self, nbytes: True)
+    x = _nan_rows(rng, 1033)
+    return x[SMALL[:rows]] if rows <= len(SMALL) else x
+
+
+def outputs_off_and_on(monkeypatch, decision: str, fn, x: np.ndarray, threads: int) -> list[np.ndarray]:
+    """``fn``'s output on ``x`` built with the CpuTarget property ``decision`` off, then on."""
+    results = []
+    for on in (False, True):
+        monkeypatch.setattr(CpuTarget, decision, property(lambda self, on=on: on))
+        (out,) = build_cpu_executable(fn, {"threads": threads})(x)
+        results.append(np.asarray(out).copy())
+    return results
+
+
 def _next_max(monkeypatch, on: bool) -> None:
     monkeypatch.setattr(CpuTarget, "takes_the_next_row_max_in_the_exp_loop", property(lambda self: on))
 
@@ -79,18 +99,10 @@ def test_zen4_float32_softmax_takes_the_next_row_max_in_its_exp_loop(monkeypatch
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("rows", [1, 2, 3, 5, 1033])
 def test_the_next_row_max_in_the_exp_loop_gives_the_same_bits(rng, monkeypatch, threads, rows):
-    if rows < 32:  # (small outputs streamed too, so that the write is delayed into the exp loop: ranges of 1-3 rows)
-        monkeypatch.setattr(streams, "STREAM_MIN_BYTES", 0)
-        monkeypatch.setattr(CpuTarget, "streams_outputs", lambda self, nbytes: True)
-    x = _nan_rows(rng, 1033)
-    x = x[SMALL[:rows]] if rows <= len(SMALL) else x
-    fn = fuse_whole_function(_softmax(rows, 1024))
-    results = []
-    for on in (False, True):
-        _next_max(monkeypatch, on)
-        (out,) = build_cpu_executable(fn, {"threads": threads})(x)
-        results.append(np.asarray(out).view(np.uint32))
-    np.testing.assert_array_equal(results[1], results[0])
+    x = special_rows(rng, monkeypatch, rows)
+    before, after = outputs_off_and_on(monkeypatch, "takes_the_next_row_max_in_the_exp_loop",
+                                       fuse_whole_function(_softmax(rows, 1024)), x, threads)
+    np.testing.assert_array_equal(after.view(np.uint32), before.view(np.uint32))
 
 
 def test_nan_and_infinite_rows_next_to_each_other(rng, monkeypatch):

@@ -12,13 +12,11 @@ import pytest
 from test_bf16_rounding import SAPPHIRE_RAPIDS, ZEN4
 from test_delayed_write_order import _softmax
 from test_nan_rows_by_sum import BLOCK, _nan_rows
-from test_next_row_max import SMALL, _exp_loops_taking_a_max
+from test_next_row_max import _exp_loops_taking_a_max, outputs_off_and_on, special_rows
 from test_pairs import AVX2
 from test_widened_exp_rows import _assembly
 
-from neuroncc.codegen.llvm import streams
 from neuroncc.codegen.llvm.regions import fuse_whole_function
-from neuroncc.executors.cpu.launcher import build_cpu_executable
 from neuroncc.hardware.host import CpuTarget
 
 
@@ -52,25 +50,13 @@ def test_zen4_float32_exp_loop_takes_the_next_row_max_without_its_nan_magnitudes
     assert {target.name: _assembly(softmax, target)[1] for target in (zen3, intel)} == kept
 
 
-def _both(monkeypatch, fn, x, threads: int) -> list[np.ndarray]:
-    results = []
-    for on in (False, True):
-        _flagless(monkeypatch, on)
-        (out,) = build_cpu_executable(fn, {"threads": threads})(x)
-        results.append(np.asarray(out).view(np.uint32).copy())
-    return results
-
-
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("rows", [1, 2, 3, 5, 1033])
 def test_the_flagless_next_row_max_gives_the_same_bits(rng, monkeypatch, threads, rows):
-    if rows < 32:  # (small outputs streamed too, so that the write is delayed into the exp loop: ranges of 1-3 rows)
-        monkeypatch.setattr(streams, "STREAM_MIN_BYTES", 0)
-        monkeypatch.setattr(CpuTarget, "streams_outputs", lambda self, nbytes: True)
-    x = _nan_rows(rng, 1033)
-    x = x[SMALL[:rows]] if rows <= len(SMALL) else x
-    before, after = _both(monkeypatch, fuse_whole_function(_softmax(rows, 1024)), x, threads)
-    np.testing.assert_array_equal(after, before)
+    x = special_rows(rng, monkeypatch, rows)
+    before, after = outputs_off_and_on(monkeypatch, "finds_next_row_max_nans_by_the_sum",
+                                       fuse_whole_function(_softmax(rows, 1024)), x, threads)
+    np.testing.assert_array_equal(after.view(np.uint32), before.view(np.uint32))
 
 
 @pytest.mark.parametrize("threads", [1, 2])
@@ -81,5 +67,6 @@ def test_special_rows_between_plain_ones_and_masked_rows_give_the_same_bits(rng,
     x[1:80:2] = _nan_rows(rng, 40)
     x[90:100] = -np.inf
     x[104:120:3] = -np.inf
-    before, after = _both(monkeypatch, fuse_whole_function(_softmax(120, 1024)), x, threads)
-    np.testing.assert_array_equal(after, before)
+    before, after = outputs_off_and_on(monkeypatch, "finds_next_row_max_nans_by_the_sum",
+                                       fuse_whole_function(_softmax(120, 1024)), x, threads)
+    np.testing.assert_array_equal(after.view(np.uint32), before.view(np.uint32))

@@ -13,13 +13,11 @@ import torch
 from test_bf16_rounding import SAPPHIRE_RAPIDS, ZEN4
 from test_delayed_write_order import _softmax
 from test_nan_rows_by_sum import _nan_rows
-from test_next_row_max import SMALL
+from test_next_row_max import outputs_off_and_on, special_rows
 from test_pairs import AVX2
 from test_widened_exp_rows import _assembly
 
-from neuroncc.codegen.llvm import streams
 from neuroncc.codegen.llvm.regions import fuse_whole_function
-from neuroncc.executors.cpu.launcher import build_cpu_executable
 from neuroncc.hardware.host import CpuTarget
 
 REDUCE = '@"llvm.vector.reduce.fadd.v16f32"('
@@ -53,12 +51,7 @@ def test_zen4_reduces_the_row_sum_once_a_row(monkeypatch):
 
 
 def _both(monkeypatch, fn, x, threads: int) -> list[np.ndarray]:
-    results = []
-    for on in (False, True):
-        _lanes(monkeypatch, on)
-        (out,) = build_cpu_executable(fn, {"threads": threads})(x)
-        results.append(np.asarray(out).copy())
-    return results
+    return outputs_off_and_on(monkeypatch, "carries_the_row_sum_in_lanes_through_the_groups", fn, x, threads)
 
 
 def _as_before_within_tolerance(x: np.ndarray, before: np.ndarray, after: np.ndarray) -> None:
@@ -76,11 +69,7 @@ def _as_before_within_tolerance(x: np.ndarray, before: np.ndarray, after: np.nda
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("rows", [1, 2, 3, 5, 1033])
 def test_special_and_plain_rows_as_before(rng, monkeypatch, threads, rows):
-    if rows < 32:  # (small outputs streamed too, so that the write is delayed into the exp loop: ranges of 1-3 rows)
-        monkeypatch.setattr(streams, "STREAM_MIN_BYTES", 0)
-        monkeypatch.setattr(CpuTarget, "streams_outputs", lambda self, nbytes: True)
-    x = _nan_rows(rng, 1033)
-    x = x[SMALL[:rows]] if rows <= len(SMALL) else x
+    x = special_rows(rng, monkeypatch, rows)
     before, after = _both(monkeypatch, fuse_whole_function(_softmax(rows, 1024)), x, threads)
     _as_before_within_tolerance(x, before, after)
 
