@@ -76,3 +76,15 @@ def test_avx2s_results_keep_their_bits(name, monkeypatch):
     _without(monkeypatch, *DECISIONS)
     _, before = with_flags(name, AVX2, x)
     assert (now.view(np.uint32) == before.view(np.uint32)).all()
+
+
+@pytest.mark.parametrize("target", [AVX2, ZEN4], ids=["avx2", "avx512"])
+def test_every_one_float_polynomial_builds_from_one_argument(target):
+    """``mathlib.POLYNOMIAL`` holds the functions of one float (what an op's lowering evaluates per element, a bf16
+    table holds and benchmarks/roofline.py measures by name); a function of an element and a row's scale lives in
+    ``SCALED_POLYNOMIAL`` and takes two (roofline.py failed on one placed among the first)."""
+    from neuroncc.codegen.llvm.mathlib import POLYNOMIAL, SCALED_POLYNOMIAL
+
+    for name in POLYNOMIAL:
+        assert f'@"ncc.math.{name}"(float' in math_function_body(name, target)
+    assert not POLYNOMIAL.keys() & SCALED_POLYNOMIAL.keys()

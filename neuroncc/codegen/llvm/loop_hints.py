@@ -23,7 +23,7 @@ from collections.abc import Iterable
 
 from llvmlite import ir
 
-from neuroncc.codegen.llvm.mathlib import POLYNOMIAL
+from neuroncc.codegen.llvm.mathlib import POLYNOMIAL, SCALED_POLYNOMIAL
 from neuroncc.codegen.llvm.scalars import I32
 from neuroncc.hardware.host import CpuTarget
 
@@ -39,7 +39,7 @@ def math_interleave(target: CpuTarget) -> int:
 def computes_polynomial_math(blocks: Iterable[ir.Block]) -> bool:
     """Whether the instructions of ``blocks`` call a polynomial function of the math library (``mathlib.py``)."""
     return any(isinstance(instruction, ir.CallInstr) and instruction.callee.name.startswith("ncc.math.")
-               and instruction.callee.name[len("ncc.math."):] in POLYNOMIAL
+               and instruction.callee.name[len("ncc.math."):] in POLYNOMIAL.keys() | SCALED_POLYNOMIAL.keys()
                for block in blocks for instruction in block.instructions)
 
 

@@ -381,11 +381,11 @@ def _gelu_tanh(b: ir.IRBuilder, x: ir.Value, target: CpuTarget) -> ir.Value:
     return b.fdiv(x, b.fadd(_c(1.0), e))  # a true division: 1 + e may be inf
 
 
-#: Polynomial functions by name: each body builder takes the builder, its float argument and the CPU target.
-POLYNOMIAL: dict[str, Callable[..., ir.Value]] = {
+#: Polynomial functions of one float by name: each body builder takes the builder, its float argument and the CPU
+#: target (what an op's lowering evaluates per element, a bf16 table holds and roofline.py measures).
+POLYNOMIAL: dict[str, Callable[[ir.IRBuilder, ir.Value, CpuTarget], ir.Value]] = {
     "exp": _exp,
     "exp_nonpositive": _exp_nonpositive,
-    "exp_nonpositive_times": _exp_nonpositive_times,
     "exp2": _exp2,
     "log": _log,
     "log2": _log2,
@@ -395,6 +395,12 @@ POLYNOMIAL: dict[str, Callable[..., ir.Value]] = {
     "gelu": _gelu,
     "gelu_divided": _gelu_divided,
     "gelu_tanh": _gelu_tanh,
+}
+
+#: Polynomial functions of an element and a loop-invariant float (a row's scale) by name: the body builder takes
+#: the builder, both arguments and the CPU target (the elementwise ``mul`` lowering's fused forms).
+SCALED_POLYNOMIAL: dict[str, Callable[[ir.IRBuilder, ir.Value, ir.Value, CpuTarget], ir.Value]] = {
+    "exp_nonpositive_times": _exp_nonpositive_times,
 }
 
 #: C library functions (scalar, exact) for the rest.
@@ -430,5 +436,6 @@ def math_call(b: ir.IRBuilder, name: str, *args: ir.Value, target: CpuTarget) ->
         fn.attributes.add("alwaysinline")
         fn.attributes.add("nounwind")
         body = ir.IRBuilder(fn.append_basic_block("entry"))
-        body.ret(POLYNOMIAL[name](body, *fn.args, target))
+        builder = POLYNOMIAL[name] if name in POLYNOMIAL else SCALED_POLYNOMIAL[name]
+        body.ret(builder(body, *fn.args, target))
     return b.call(fn, list(args))
