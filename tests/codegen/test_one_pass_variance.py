@@ -71,8 +71,9 @@ def far_rows(rng: np.random.Generator, n: int) -> np.ndarray:
     return np.stack(rows).astype(np.float32)
 
 
-def test_zen4_takes_the_variance_in_one_pass_other_cpus_do_not():
-    assert CpuTarget("znver4", ZEN4).takes_the_variance_in_one_pass
+def test_no_cpu_takes_the_variance_in_one_pass_until_the_zoo_losses_are_found():
+    # (off: the zoo's bf16-parameter training losses, CpuTarget.takes_the_variance_in_one_pass's docstring)
+    assert not CpuTarget("znver4", ZEN4).takes_the_variance_in_one_pass
     assert not CpuTarget("znver3", AVX2).takes_the_variance_in_one_pass
     assert not CpuTarget("sapphirerapids", SAPPHIRE_RAPIDS).takes_the_variance_in_one_pass
 
@@ -80,6 +81,7 @@ def test_zen4_takes_the_variance_in_one_pass_other_cpus_do_not():
 def test_layernorm_on_zen4_reads_its_row_in_two_passes_not_three(monkeypatch):
     fn = var_mean_layernorm(64, 1024)
     zen4 = CpuTarget("znver4", ZEN4)
+    _one_pass(monkeypatch, True)
     on, asm = _assembly(fn, zen4)
     # a burst of the next row's lines before each pass: the statistics and the write; the squares summed by FMAs
     assert on.count(PREFETCH) == 2 and on.count(FALLBACK) == 1 and asm.count("prefetcht0") == 2
@@ -88,7 +90,6 @@ def test_layernorm_on_zen4_reads_its_row_in_two_passes_not_three(monkeypatch):
     _one_pass(monkeypatch, False)
     off, _ = _assembly(fn, zen4)
     assert off.count(PREFETCH) == 3 and FALLBACK not in off
-    assert _assembly(fn, CpuTarget("znver3", AVX2))[0].count(PREFETCH) == 3
 
 
 @pytest.mark.parametrize("cols", [1, 3, 16, 17, 300, 1024, 5000])

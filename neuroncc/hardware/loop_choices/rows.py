@@ -301,8 +301,13 @@ class RowLoopChoices(ChoiceBase):
         (memory-bound there); held outputs 64 past a page 0.89, after an eager call each round 0.94-0.95. bf16 rows
         (over element pairs) keep their passes: their pair sums need as many adds in one pass as in two, and the
         write pass would subtract the mean again (1.10-1.12 of the time at 1 thread). AVX2 and Intel's AVX-512
-        cores keep their code (not measured there)."""
-        return self.has("avx512f") and not self._intel_avx512()
+        cores keep their code (not measured there).
+
+        Off on every CPU for now: with it on, ``tests/zoo/test_zoo.py::test_low_precision_parameters_train_and_infer``
+        (bert, gpt2 and convnext trained with bf16 parameters) read losses 0.015-0.14 from float64 where eager's is
+        0.0005, differently from run to run (a one-pass variance on a fused operand in those graphs, not yet found;
+        session 36's fresh-clone run). The code and its tests (which switch it on) stay for whoever finds it."""
+        return False
 
     @property
     def sums_paired_row_caches_apart(self) -> bool:
