@@ -41,7 +41,7 @@ import sys
 import time
 import types
 
-from common import ensure_environment, record_compiled_graphs, settle_neuroncc
+from common import ensure_environment, record_compiled_graphs, settle_neuroncc, spread_us
 
 ensure_environment(threads=1)
 
@@ -212,12 +212,10 @@ def after_stream(threads: int, row: str, repeats: int) -> None:
           f"load {os.getloadavg()[0]:.2f}, {time.strftime('%H:%M UTC', time.gmtime())}")
     reference = call_times["after the stream (plain loads)"]
     for label in streams:
-        times = sorted(call_times[label])
-        saved = sorted(a - b for a, b in zip(reference, call_times[label]))
-        q = lambda values, f: values[int(f * (len(values) - 1))] * 1e6  # noqa: E731
+        saved = [a - b for a, b in zip(reference, call_times[label])]
         print(f"  {label:44s} stream {statistics.median(stream_times[label]) * 1e3:6.3f} ms, call "
-              f"{statistics.median(times) * 1e6:6.1f} us ({q(times, .25):6.1f} .. {q(times, .75):6.1f}), "
-              f"after the stream minus this {statistics.median(saved) * 1e6:6.1f}", flush=True)
+              f"{spread_us(call_times[label])} us, after the stream minus this {statistics.median(saved) * 1e6:6.1f}",
+              flush=True)
 
 
 def reuse(threads: int, mib: int, repeats: int) -> None:

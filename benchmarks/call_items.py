@@ -28,6 +28,7 @@ import statistics
 import time
 
 import torch
+from common import spread_us
 
 import neuroncc.frontend.direct_call as direct_call
 import neuroncc.frontend.output_reuse as output_reuse
@@ -199,10 +200,6 @@ def items(made: list, rows: list[str], threads: int, repeats: int = 301) -> None
               f"minus this per round")
         reference = rest["torch.compile call as built"]
         for label in impls:
-            own = sorted(rest[label])
-            saved = sorted(a - b for a, b in zip(reference, rest[label]))
-            q = lambda values, f: values[int(f * (len(values) - 1))] * 1e6  # noqa: E731
+            saved = [a - b for a, b in zip(reference, rest[label])]
             print(f"  {label:48s} kernel {statistics.median(kernel[label]) * 1e3:6.3f} ms, rest "
-                  f"{statistics.median(own) * 1e6:6.1f} ({q(own, .25):6.1f} .. {q(own, .75):6.1f}), as built minus "
-                  f"this {statistics.median(saved) * 1e6:6.1f} ({q(saved, .25):6.1f} .. {q(saved, .75):6.1f})",
-                  flush=True)
+                  f"{spread_us(rest[label])}, as built minus this {spread_us(saved)}", flush=True)

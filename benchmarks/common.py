@@ -129,6 +129,13 @@ def _time(fn: Callable[[], object], clock: Callable[[], float] = time.perf_count
     return clock() - start
 
 
+def spread_us(seconds: list[float]) -> str:
+    """``seconds``' median and quartiles in microseconds: "median (25% .. 75%)"."""
+    ordered = sorted(seconds)
+    quartile = lambda f: ordered[int(f * (len(ordered) - 1))] * 1e6  # noqa: E731
+    return f"{statistics.median(ordered) * 1e6:6.1f} ({quartile(.25):6.1f} .. {quartile(.75):6.1f})"
+
+
 def table(rows: list[list[str]], header: list[str]) -> str:
     widths = [max(len(str(r[i])) for r in rows + [header]) for i in range(len(header))]
     lines = ["| " + " | ".join(str(h).ljust(w) for h, w in zip(header, widths)) + " |",
