@@ -28,7 +28,6 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from kernel_cases import cases, in_graph_order  # noqa: E402
-from neuroncc.codegen.llvm import jit  # noqa: E402
 from neuroncc.executors.cpu.launcher import build_cpu_executable  # noqa: E402
 from neuroncc.hardware.host import compiling_for, host_cpu, target_cpu  # noqa: E402
 from neuroncc.ir.parser import parse  # noqa: E402
@@ -49,7 +48,6 @@ def dumped_graph(case, inputs: list[torch.Tensor]):
 def build(graph, threads: int, cpu: str | None):
     """An executable of ``graph`` (the pipeline run for ``cpu`` too) compiled for ``cpu`` (None: the host's)."""
     with compiling_for(cpu):
-        jit._MACHINES.by_tier = {}  # this thread's LLVM machines (a 1-thread build compiles here) for ``cpu`` too
         fn = run_pipeline(default_pipeline("cpu"), graph, PassContext())
         return build_cpu_executable(fn, {"threads": threads})
 

@@ -365,10 +365,9 @@ def set_cpu(name: str | None) -> None:
 def compiling_for(name: str | None) -> Iterator[None]:
     """Compile for CPU ``name`` (None or "": the host's) within, whatever the process's setting: for tests and
     benchmarks that build one kernel for two CPUs in one process (``benchmarks/bench_named_cpu.py``). Builds
-    only (``build_cpu_executable``): the compile cache's keys are memoized per process (``driver.cache_key``),
-    and so is the calling thread's LLVM target machine (``codegen/llvm/jit._thread_machine``, which compiles a
-    build's modules on that thread when it has one compile worker: the caller resets it; compile workers make
-    their own machines for each build)."""
+    only (``build_cpu_executable``): the compile cache's keys are memoized per process (``driver.cache_key``).
+    The calling thread's LLVM target machines (``codegen/llvm/jit._thread_machine``) are kept per CPU, and
+    compile workers make their own for each build."""
     with _LOCK:
         saved = list(_NAMED)
         _NAMED[:] = [(name or "").strip()]

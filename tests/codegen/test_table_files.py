@@ -14,7 +14,8 @@ from neuroncc.codegen.llvm import bf16_tables, jit, table_files
 from neuroncc.driver.cache import TABLES_DIR, CompileCache
 from neuroncc.driver.compile import compile_uncached, make_request
 from neuroncc.driver.process_cache import CacheStats
-from neuroncc.hardware.host import CpuTarget, host_cpu
+from neuroncc.hardware.host import CpuTarget, compiling_for, host_cpu
+from neuroncc.hardware.named_cpu import llvm_cpu_features, missing_features
 
 SIZE = 2 * bf16_tables.ENTRIES
 
@@ -32,9 +33,9 @@ def _count_makes(monkeypatch) -> list[str]:
     made: list[str] = []
     real = bf16_tables._made
 
-    def counted(maker: str) -> bytes:
+    def counted(maker: str, cpu: CpuTarget) -> bytes:
         made.append(maker)
-        return real(maker)
+        return real(maker, cpu)
 
     monkeypatch.setattr(bf16_tables, "_made", counted)
     return made
@@ -135,3 +136,27 @@ def test_making_a_table_compiles_once_per_process(new_process, monkeypatch):
     bf16_tables.lookup_table("log", False, host_cpu())
     bf16_tables.lookup_table("log", False, host_cpu())
     assert len(calls) == 1
+
+
+def test_a_table_is_made_by_its_own_targets_code_whatever_the_process_compiles_for(new_process):
+    # a polynomial's last bits follow the machine code LLVM makes of it for a CPU: AVX2's table made by an AVX-512
+    # machine is not AVX2's kernels' own (a later build took one of each from the memo, session 36)
+    host = host_cpu()
+    if not host.has("avx512f"):
+        pytest.skip("needs a host whose own code is not AVX2's")
+    avx2 = CpuTarget("znver3", llvm_cpu_features("znver3", host.features))
+    if missing_features(avx2.features, host.features):
+        pytest.skip("the host cannot run znver3's code")
+    assert bf16_tables.maker_cpu(avx2) is avx2 and bf16_tables.maker_cpu(host) is host
+    maker = bf16_tables._maker_module("gelu", False, avx2)
+    own, by_host = bf16_tables._made(maker, avx2), bf16_tables._made(maker, host)
+    assert own != by_host, "the premise: the two machines' gelu tables differ"
+    with compiling_for(None):  # the process compiles for the host (its thread's machine is AVX-512's)
+        assert bf16_tables.lookup_table("gelu", False, avx2) == own
+    with compiling_for("znver3"):
+        bf16_tables._TABLES.clear()
+        assert bf16_tables.lookup_table("gelu", False, avx2) == own
+    # a CPU this host cannot run is made by the host's code (only emitted for, never run)
+    beyond = CpuTarget("znver5", avx2.features + ",+avx512vp2intersect")
+    if "avx512vp2intersect" not in host.features:
+        assert bf16_tables.maker_cpu(beyond) is host

@@ -5,8 +5,10 @@ bf16 value computes a function of that operand's 16 bits: the table of the round
 patterns, indexed by the operand's bits, replaces the polynomial, its range reduction and its rounding (or the C
 library's scalar call per lane: sin, cos, tan, atan, expm1, log1p) by one load. The table is made from the very
 code the op has without it: the op's math function (``mathlib.math_call``: a polynomial, or the C library's) and
-rounding (``scalars.round_to``, with or without its NaN case as the op's would be), compiled for the host and
-run over every input (:func:`lookup_table`), so the results are the same bits, NaN payloads included; a process
+rounding (``scalars.round_to``, with or without its NaN case as the op's would be), compiled for the CPU whose
+kernels read the table and run over every input (:func:`lookup_table`), so the results are the same bits, NaN
+payloads included (a polynomial's last bits depend on the machine code LLVM makes of it, which follows the CPU
+compiled for: AVX2's gelu table made by an AVX-512 machine differed in 2 of 65536 entries, session 36); a process
 compiling through a compile cache keeps each table it makes there for later processes (``table_files.py``: ~30-45
 ms of a cold compile per table on Zen 3, named by the digest of what made it). A module
 holds each table it reads as a constant (128 KiB of .rodata in its object code: a loaded kernel needs nothing
@@ -50,7 +52,8 @@ from neuroncc.codegen.llvm.mathlib import math_call
 from neuroncc.codegen.llvm.native_library import CodeForm
 from neuroncc.codegen.llvm.scalars import F32, I16, I32, I64, PTR, VOID, bf16_bits, round_to
 from neuroncc.codegen.llvm.vector_variants import keep_until_vectorized, scalar_with_variant
-from neuroncc.hardware.host import CACHE_LINE_BYTES, CpuTarget
+from neuroncc.hardware.host import CACHE_LINE_BYTES, CpuTarget, host_cpu
+from neuroncc.hardware.named_cpu import missing_features
 from neuroncc.ir.dtypes import DType
 from neuroncc.codegen.llvm.fork_safety import renew_in_child
 
@@ -60,7 +63,8 @@ ENTRIES = 1 << 16
 _MAKER = "ncc.bf16_table.make"
 
 _LOCK = renew_in_child(threading.Lock())
-#: (function, nan_case, CPU name, features) -> the table's bytes (little-endian i16 entries)
+#: (function, nan_case, the name and machine features of the CPU its maker was compiled for) -> the table's bytes
+#: (little-endian i16 entries)
 _TABLES: dict[tuple[str, bool, str, str], bytes] = {}
 #: the same key -> the table as an LLVM constant's text (formatting 128 KiB took ~6 ms a module)
 _CONSTANTS: dict[tuple[str, bool, str, str], str] = {}
@@ -98,13 +102,25 @@ def _maker_module(function: str, nan_case: bool, target: CpuTarget) -> str:
     return str(module)
 
 
+def maker_cpu(target: CpuTarget) -> CpuTarget:
+    """The CPU a table for ``target``'s kernels is made by: ``target`` itself, whose kernels' polynomials the
+    table stands for, when this host can run its code (the host's CPU, a named one, AVX2 on an AVX-512 host);
+    else the host's (a target only emitted for, in tests: its code is read, never run)."""
+    host = host_cpu()
+    return target if not missing_features(target.features, host.features) else host
+
+
+def _key(function: str, nan_case: bool, target: CpuTarget) -> tuple[str, bool, str, str]:
+    maker = maker_cpu(target)
+    return function, nan_case, maker.name, maker.machine_features
+
+
 def lookup_table(function: str, nan_case: bool, target: CpuTarget) -> bytes:
     """The bits of the bf16 results of math function ``function`` (``mathlib.POLYNOMIAL`` or ``LIBM``) rounded with
-    or without its NaN case, for every bf16 input's bits (index: the input's 16 bits), as the host runs
-    ``target``'s code: compiled and run once per process and key (a target other than the host's is compiled as
-    the host's: its code is only read, never run), or read back from the compile cache's tables
-    (``table_files.py``) where an earlier process made it."""
-    key = (function, nan_case, target.name, target.features)
+    or without its NaN case, for every bf16 input's bits (index: the input's 16 bits), as ``target``'s code
+    computes them (:func:`maker_cpu`): compiled and run once per process and key, or read back from the compile
+    cache's tables (``table_files.py``) where an earlier process made it."""
+    key = _key(function, nan_case, target)
     with _LOCK:
         table = _TABLES.get(key)
     if table is not None:
@@ -113,7 +129,7 @@ def lookup_table(function: str, nan_case: bool, target: CpuTarget) -> bytes:
     name = _kept_name(maker, target)
     table = table_files.load(name, 2 * ENTRIES)
     if table is None:
-        table = _made(maker)
+        table = _made(maker, maker_cpu(target))
         table_files.save(name, table)
     with _LOCK:
         _TABLES.setdefault(key, table)
@@ -121,17 +137,19 @@ def lookup_table(function: str, nan_case: bool, target: CpuTarget) -> bytes:
 
 
 def _kept_name(maker: str, target: CpuTarget) -> str:
-    """The name a table is kept under: the digest of what its bytes depend on (the maker's text, the target it is
-    emitted for, the host CPU that runs it, the LLVM that compiles it)."""
-    parts = (maker, target.name, target.features, jit.host_target().fingerprint,
+    """The name a table is kept under: the digest of what its bytes depend on (the maker's text, the CPU it is
+    compiled for, the host CPU that runs it (an estimate instruction's bits may differ between makers), the LLVM
+    that compiles it)."""
+    compiled_for = maker_cpu(target)
+    parts = (maker, compiled_for.name, compiled_for.machine_features, host_cpu().fingerprint,
              ".".join(map(str, llvm.llvm_version_info)), llvmlite.__version__)
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()
 
 
-def _made(maker: str) -> bytes:
-    """The table ``maker``'s module makes: compiled, and run over every input."""
+def _made(maker: str, cpu: CpuTarget) -> bytes:
+    """The table ``maker``'s module makes: compiled for ``cpu``, and run over every input."""
     # as objects for MCJIT: no linker run for a module called once (3 of its ~30 ms)
-    code = jit.compile_ir([maker], form=CodeForm.OBJECTS)
+    code = jit.compile_ir([maker], form=CodeForm.OBJECTS, target=cpu)
     inputs = array.array("H", range(ENTRIES))  # (a ctypes array from range() took ~12 ms)
     outputs = bytearray(2 * ENTRIES)
     make = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)(code.address(_MAKER))
@@ -148,7 +166,7 @@ def looked_up(b: ir.IRBuilder, function: str, nan_case: bool, target: CpuTarget,
     symbol = f"ncc.bf16_table.{function}.{'nan' if nan_case else 'plain'}"
     table = module.globals.get(symbol)
     if table is None:
-        key = (function, nan_case, target.name, target.features)
+        key = _key(function, nan_case, target)
         with _LOCK:
             text = _CONSTANTS.get(key)
         if text is None:

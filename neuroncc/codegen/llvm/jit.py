@@ -318,13 +318,17 @@ def _llvm_compile(text: str, context: Any, tm: llvm.TargetMachine, tier: Tier) -
 _MACHINES = threading.local()
 
 
-def _thread_machine(tier: Tier, form: CodeForm) -> llvm.TargetMachine:
-    machines = getattr(_MACHINES, "by_tier", None)
+def _thread_machine(tier: Tier, form: CodeForm, target: CpuTarget | None = None) -> llvm.TargetMachine:
+    """This thread's target machine for ``target`` (default: the CPU the process compiles for, which
+    ``hardware.host.compiling_for`` may switch between builds), ``tier`` and ``form``."""
+    target = target or host_target()
+    machines = getattr(_MACHINES, "by_key", None)
     if machines is None:
-        machines = _MACHINES.by_tier = {}
-    if (tier, form) not in machines:
-        machines[tier, form] = target_machine(tier=tier, form=form)
-    return machines[tier, form]
+        machines = _MACHINES.by_key = {}
+    key = (tier, form, target.name, target.machine_features)
+    if key not in machines:
+        machines[key] = target_machine(target, tier=tier, form=form)
+    return machines[key]
 
 
 #: Inbox priorities: optimized modules first (see KernelCompiler), then quick ones, then the workers' stop.
@@ -476,19 +480,21 @@ class KernelCompiler:
 
 
 def compile_ir(ir_texts: list[str], workers: int = 1, tier: Tier = Tier.OPTIMIZED,
-               form: CodeForm | None = None) -> LoadedCode:
+               form: CodeForm | None = None, target: CpuTarget | None = None) -> LoadedCode:
     """Verify, optimize (at ``tier``), emit object code (in code ``form``, default: the process's) and load it.
-    Raises CodegenError on invalid IR.
+    ``target``: compile for that CPU (the host must run its code) instead of the process's, on the calling
+    thread. Raises CodegenError on invalid IR.
 
     One module, or one worker, compiles on the calling thread: starting and joining a worker thread costs
     more than a quick-tier module's compile on a busy machine."""
     form = form or code_form()
-    if workers <= 1 or len(ir_texts) == 1:
+    if workers <= 1 or len(ir_texts) == 1 or target is not None:
         with _LOCK:
             _initialize()
         if not ir_texts:
             raise CodegenError("no LLVM modules to compile")
-        return _load(_compile_all(ir_texts, [tier] * len(ir_texts), form), ir_texts, [tier] * len(ir_texts), form)
+        tiers = [tier] * len(ir_texts)
+        return _load(_compile_all(ir_texts, tiers, form, target), ir_texts, tiers, form, target)
     compiler = KernelCompiler(workers, tier, form=form)
     for text in ir_texts:
         compiler.submit(text)
@@ -516,15 +522,18 @@ def reoptimize(module: LoadedCode, tiers: list[Tier]) -> LoadedCode:
 LoadedCode = LibraryModule | JitModule
 
 
-def _compile_all(texts: list[str], tiers: list[Tier], form: CodeForm) -> list[bytes]:
-    """Each module's object code in ``form``, compiled on the calling thread (a fresh context: its uniqued
-    types go with it)."""
+def _compile_all(texts: list[str], tiers: list[Tier], form: CodeForm,
+                 target: CpuTarget | None = None) -> list[bytes]:
+    """Each module's object code in ``form`` for ``target`` (default: the process's CPU), compiled on the calling
+    thread (a fresh context: its uniqued types go with it)."""
     context = llvm.create_context()
-    return [_compile_module(text, context, _thread_machine(tier, form), tier) for text, tier in zip(texts, tiers)]
+    return [_compile_module(text, context, _thread_machine(tier, form, target), tier)
+            for text, tier in zip(texts, tiers)]
 
 
-def _load(objects: list[bytes], texts: list[str], tiers: list[Tier], form: CodeForm) -> LoadedCode:
-    """Load freshly compiled ``objects``: linked into a library and loaded by the dynamic loader in the shared
+def _load(objects: list[bytes], texts: list[str], tiers: list[Tier], form: CodeForm,
+          target: CpuTarget | None = None) -> LoadedCode:
+    """Load freshly compiled ``objects`` (compiled for ``target``, default: the process's CPU): linked into a library and loaded by the dynamic loader in the shared
     form. When that fails (the linker refuses, or the library cannot be mapped: a ``noexec`` temporary
     directory), the process gives the shared form up (``native_library.give_up``) and these modules compile
     again, as objects for MCJIT, at their ``tiers``.
@@ -544,7 +553,7 @@ def _load(objects: list[bytes], texts: list[str], tiers: list[Tier], form: CodeF
             give_up(f"{step} failed: {type(exc).__name__}: {exc}")
         finally:
             _SWITCH_INTERVAL.release()
-        objects = _compile_all(texts, tiers, CodeForm.OBJECTS)
+        objects = _compile_all(texts, tiers, CodeForm.OBJECTS, target)
     return load_objects(objects, texts)
 
 
