@@ -248,6 +248,9 @@ class KernelEmitter(IndexArithmetic, BufferAccess, MapStages):
             phase = replace(phase, row_cache={**widened_row_cache(self.plan, phase, self._carrier), **phase.row_cache})
         if self.target.caches_variance_deviations:  # (stored by the variance's deviation pass)
             deviations = deviation_row_cache(self.plan, phase, shared_means(phase.stages))
+            # (a variance read in one pass has no deviation pass to store them: its write stage subtracts the mean)
+            deviations = {value: number for value, number in deviations.items()
+                          if not takes_one_pass(self, phase.stages[number], number == self._carrier)}
             self._deviations = {phase.stages[number].op: value for value, number in deviations.items()}
             phase = replace(phase, row_cache={**deviations, **phase.row_cache})
         self._row_cache, self._row_depth = dict(phase.row_cache), len(phase.outer)

@@ -303,11 +303,13 @@ class RowLoopChoices(ChoiceBase):
         write pass would subtract the mean again (1.10-1.12 of the time at 1 thread). AVX2 and Intel's AVX-512
         cores keep their code (not measured there).
 
-        Off on every CPU for now: with it on, ``tests/zoo/test_zoo.py::test_low_precision_parameters_train_and_infer``
-        (bert, gpt2 and convnext trained with bf16 parameters) read losses 0.015-0.14 from float64 where eager's is
-        0.0005, differently from run to run (a one-pass variance on a fused operand in those graphs, not yet found;
-        session 36's fresh-clone run). The code and its tests (which switch it on) stay for whoever finds it."""
-        return False
+        Switched off after session 36 (the zoo's bf16-parameter training of bert, gpt2 and convnext read losses
+        0.015-0.14 from float64, eager's 0.0005, differently from run to run), on again since session 37 (lnfix37):
+        where a variance's operand was a widened bf16 value the one pass did not unroll in element pairs (a sum of
+        two bf16 products' float32 words), the write stage loaded its x - mean from the deviation row cache
+        (:attr:`caches_variance_deviations`) that only a deviation pass stores: uninitialized stack. A variance read
+        in one pass now gets no deviation cache (``emit._cache_rows``); its write stage subtracts the mean."""
+        return self.has("avx512f") and not self._intel_avx512()
 
     @property
     def sums_paired_row_caches_apart(self) -> bool:
