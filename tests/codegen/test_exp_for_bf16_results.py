@@ -132,6 +132,7 @@ def test_bf16_softmax_as_accurate(rng, monkeypatch, threads, scale):
     want_bits = want.to(torch.bfloat16).view(torch.int16).numpy()
     nan = np.isnan(from_bits(before))
     np.testing.assert_array_equal(np.isnan(from_bits(after)), nan)
+    np.testing.assert_array_equal(after[nan], before[nan])  # (their bits: NaN payloads as before)
     np.testing.assert_array_equal(nan, np.isnan(want.numpy()))
     for out in (before, after):
         got = from_bits(out)[~nan].astype(np.float64)
