@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Any
 
 from llvmlite import ir
 
@@ -38,7 +39,37 @@ def _zero(v: ir.Value) -> ir.Constant:
 
 def _exp_function(ctx, op) -> str:
     # x - max(x) (softmax, log-sum-exp, log-softmax's gradient) needs neither exp's upper clamp nor its two-step scale
-    return "exp_nonpositive" if at_most_zero(ctx.plan.region, op.operands[0]) else "exp"
+    if not at_most_zero(ctx.plan.region, op.operands[0]):
+        return "exp"
+    if ctx.target.evaluates_exp_for_bf16_results_in_degree_five and reaches_only_bf16(ctx.plan.region, op.results[0]):
+        return "exp_nonpositive_for_bf16"
+    return "exp_nonpositive"
+
+
+#: Ops through which a value's relative error stays its own (plus their roundings): sums (of exponentials: terms of
+#: one sign), products and quotients.
+_RELATIVE_ERROR_OPS = frozenset({"sum", "mul", "div"})
+
+
+def reaches_only_bf16(region: Any, value: Any) -> bool:
+    """Whether every result ``value`` of ``region`` reaches is a cast to bf16 of it through sums, products and
+    quotients only (softmax's exponentials: their sum, e / sum, cast to bf16), none of them a region output."""
+    users = region.users()
+    pending, seen = [value], set()
+    while pending:
+        v = pending.pop()
+        if v in seen:
+            continue
+        seen.add(v)
+        if v in region.outputs or not users.get(v):
+            return False
+        for user, _ in users[v]:
+            if user.name == "cast" and user.attrs.get("dtype") is DType.bf16:
+                continue
+            if user.name not in _RELATIVE_ERROR_OPS or len(user.results) != 1:
+                return False
+            pending.append(user.results[0])
+    return True
 
 
 def gelu_function(target: CpuTarget, approximate: str, dtype: DType) -> str:

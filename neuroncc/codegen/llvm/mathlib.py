@@ -88,9 +88,16 @@ _EXP_POLY = [0.0013814539415761828, 0.00836874544620514, 0.04166838899254799, 0.
              0.4999999403953552, 1.0, 1.0]
 
 
-def _exp_reduced(b: ir.IRBuilder, r: ir.Value) -> ir.Value:
-    """e**r for |r| <= ln(2)/2 (a hair more where the rounding of x/ln 2 tied): six FMAs."""
-    return horner(b, r, _EXP_POLY)
+#: e**r of degree 5 (the same form: r**0's and r**1's coefficients 1), for exponentials whose only results are bf16
+#: (:func:`_exp_nonpositive_for_bf16`): within 2.1 ulp of e**r on [-0.3471, 0.3471] in float32 arithmetic, where
+#: :data:`_EXP_POLY`'s are within 0.72 (a minimax fit of the relative error with those two coefficients fixed).
+_EXP_POLY_DEGREE_5 = [0.008312453515827656, 0.04189077764749527, 0.16667117178440094, 0.4999922811985016, 1.0, 1.0]
+
+
+def _exp_reduced(b: ir.IRBuilder, r: ir.Value, poly: list[float] = _EXP_POLY) -> ir.Value:
+    """e**r for |r| <= ln(2)/2 (a hair more where the rounding of x/ln 2 tied): six FMAs (``poly``: its
+    coefficients, highest power first)."""
+    return horner(b, r, poly)
 
 
 def _round_to_integer(b: ir.IRBuilder, x: ir.Value) -> tuple[ir.Value, ir.Value]:
@@ -100,7 +107,7 @@ def _round_to_integer(b: ir.IRBuilder, x: ir.Value) -> tuple[ir.Value, ir.Value]
     return b.fsub(shifted, _c(_ROUNDER)), b.sub(b.bitcast(shifted, I32), ir.Constant(I32, _ROUNDER_BITS))
 
 
-def _exp_in_range(b: ir.IRBuilder, xc: ir.Value, target: CpuTarget) -> ir.Value:
+def _exp_in_range(b: ir.IRBuilder, xc: ir.Value, target: CpuTarget, poly: list[float] = _EXP_POLY) -> ir.Value:
     """e**xc for xc in [-104, 88.8] (without AVX-512 [-175.5, 88.8]) or NaN (callers clamp; NaN comes out as NaN):
     n = round(xc / ln 2) by the rounding constant (fused into the multiply), r = xc - n ln 2 in two FMAs
     (Cody-Waite: n * 0.693359375 is exact), e**r by the polynomial, times 2**n. With AVX-512 (VL) the scale is
@@ -110,8 +117,8 @@ def _exp_in_range(b: ir.IRBuilder, xc: ir.Value, target: CpuTarget) -> ir.Value:
     r = b.fsub(xc, b.fmul(n, _c(0.693359375), flags=FAST), flags=FAST)
     r = b.fsub(r, b.fmul(n, _c(-2.12194440e-4), flags=FAST), flags=FAST)
     if target.scales_by_float_exponent:
-        return scaled_by_float(b, _exp_reduced(b, r), n)
-    return _scale(b, _exp_reduced(b, r), whole, target)
+        return scaled_by_float(b, _exp_reduced(b, r, poly), n)
+    return _scale(b, _exp_reduced(b, r, poly), whole, target)
 
 
 #: Where exp clamps its argument from below without AVX-512: at -175.5, n = round(x / ln 2) = -253 and the first
@@ -183,7 +190,7 @@ _EXP_NONPOSITIVE_SHIFT = 24
 EXP_NONPOSITIVE_FLOOR = -104.5
 
 
-def _exp_nonpositive(b: ir.IRBuilder, x: ir.Value, target: CpuTarget) -> ir.Value:
+def _exp_nonpositive(b: ir.IRBuilder, x: ir.Value, target: CpuTarget, poly: list[float] = _EXP_POLY) -> ir.Value:
     """e**x for x <= 0 or NaN (x - max(x) in softmax and log-sum-exp; ``signs.at_most_zero`` decides where): exp's
     range reduction and polynomial without the upper clamp, and a one-step scale. For xc in [-104.5, 0]
     (:data:`EXP_NONPOSITIVE_FLOOR`), n = round(xc / ln 2) is in [-151, 0], so 2**n is not always a normal float but
@@ -196,13 +203,28 @@ def _exp_nonpositive(b: ir.IRBuilder, x: ir.Value, target: CpuTarget) -> ir.Valu
     entropy's forward 19-21% (Zen 3, docs/performance-history.md, session 12). (The result is still exact up to
     x = 71: n + 24 stays a normal exponent.)"""
     if target.scalef:  # (one vscalefps scales by any n)
-        return _exp_in_range(b, _raised_keeping_nan(b, x, -104.0), target)
+        return _exp_in_range(b, _raised_keeping_nan(b, x, -104.0), target, poly)
     xc = _raised_keeping_nan(b, x, EXP_NONPOSITIVE_FLOOR)
     n, whole = _round_to_integer(b, b.fmul(xc, _c(1.4426950408889634), flags=FAST))
     r = b.fsub(xc, b.fmul(n, _c(0.693359375), flags=FAST), flags=FAST)
     r = b.fsub(r, b.fmul(n, _c(-2.12194440e-4), flags=FAST), flags=FAST)
-    scaled = horner(b, r, [c * 2.0 ** -_EXP_NONPOSITIVE_SHIFT for c in _EXP_POLY])
+    scaled = horner(b, r, [c * 2.0 ** -_EXP_NONPOSITIVE_SHIFT for c in poly])
     return b.fmul(scaled, _pow2(b, b.add(whole, ir.Constant(I32, _EXP_NONPOSITIVE_SHIFT))))
+
+
+def _exp_nonpositive_for_bf16(b: ir.IRBuilder, x: ir.Value, target: CpuTarget) -> ir.Value:
+    """:func:`_exp_nonpositive` for exponentials whose every result is rounded to bf16 through sums, products and
+    quotients only (``elementwise.reaches_only_bf16``: bf16 softmax), where the target says so
+    (``CpuTarget.evaluates_exp_for_bf16_results_in_degree_five``): a polynomial of degree 5
+    (:data:`_EXP_POLY_DEGREE_5`) and, with vscalefps, r = x - n ln 2 in one FMA by ln 2's float (its error n times
+    1.9e-9): two FMAs fewer per element. Within 2.7 ulp of e**x for x >= -20, 5 down to -87.3 (normal results;
+    exp_nonpositive within ~1), where a bf16 result's rounding is 2**-9. exp(0) is 1 exactly."""
+    if not target.scalef:
+        return _exp_nonpositive(b, x, target, _EXP_POLY_DEGREE_5)
+    xc = _raised_keeping_nan(b, x, -104.0)
+    n, _ = _round_to_integer(b, b.fmul(xc, _c(1.4426950408889634), flags=FAST))
+    r = b.fsub(xc, b.fmul(n, _c(0.6931471805599453), flags=FAST), flags=FAST)
+    return scaled_by_float(b, _exp_reduced(b, r, _EXP_POLY_DEGREE_5), n)
 
 
 def _exp_nonpositive_times(b: ir.IRBuilder, x: ir.Value, s: ir.Value, target: CpuTarget) -> ir.Value:
@@ -386,6 +408,7 @@ def _gelu_tanh(b: ir.IRBuilder, x: ir.Value, target: CpuTarget) -> ir.Value:
 POLYNOMIAL: dict[str, Callable[[ir.IRBuilder, ir.Value, CpuTarget], ir.Value]] = {
     "exp": _exp,
     "exp_nonpositive": _exp_nonpositive,
+    "exp_nonpositive_for_bf16": _exp_nonpositive_for_bf16,
     "exp2": _exp2,
     "log": _log,
     "log2": _log2,

@@ -144,3 +144,18 @@ class PolynomialChoices(ChoiceBase):
         row through ``torch.compile`` (``--row``, three processes): 0.988-0.999 at 1 thread, 0.997-1.012 at 2.
         Elsewhere false (not measured; AVX2 has no vscalefps)."""
         return self.scalef and not self._intel_avx512()
+
+    @property
+    def evaluates_exp_for_bf16_results_in_degree_five(self) -> bool:
+        """Whether an exp whose every result is rounded to bf16 through sums, products and quotients only (bf16
+        softmax: ``elementwise.reaches_only_bf16``) evaluates ``mathlib._exp_nonpositive_for_bf16``: its polynomial in
+        degree 5 and r = x - n ln 2 in one FMA, two FMAs fewer per element (28 FMA-pipe ops per 64 elements where
+        there were 36), within 2.7 ulp of e**x for x >= -20 and 5 below where the degree-6 exp is within ~1;
+        a bf16 result's rounding is 2**-9. Other bits in ~50-60 of bf16 softmax [4096, 1024]'s 4.2M words, about as
+        many correctly rounded against float64 as the degree-6 code's and eager's (randn: 75 against 37 and 60;
+        randn * 10: 87 against 72 and 58; every output within a bf16 ulp). Zen 4 (AVX-512 without FP16; session 37
+        bfsm37, ``bench_bf16_words.py --switch exp-degree-5 --rows b16``, two builds each, interleaved medians of 41
+        rounds, three processes at 1 thread and four at 2): bf16 softmax's kernel 0.896-0.903 of the time at 1
+        thread, 0.88-0.96 at 2 (the degree-5 polynomial alone 0.945-0.957 / 0.94-0.955). AVX2 and Intel's AVX-512
+        cores keep the degree-6 exp (not measured)."""
+        return self.scalef and not self._intel_avx512()
