@@ -253,13 +253,17 @@ def _lane_pairs_variant(module: ir.Module, symbol: str, table: ir.GlobalVariable
     return fn
 
 
+def _operand(value: ir.Value | None, opname: str) -> ir.Value | None:
+    """The first operand of LLVM instruction ``value`` where it is an ``opname``, else None."""
+    return value.operands[0] if isinstance(value, ir.Instruction) and value.opname == opname else None
+
+
 def _pair_word(value: ir.Value) -> tuple[ir.Value, int] | None:
     """(the loaded 32-bit word, 0 or 1) where ``value`` is a paired loop's even or odd bf16 element widened from the
     word it loads (``pairs.half_of``, then shifted into a float32's high half), else None."""
-    for opname in ("bitcast", "shl", "zext", "trunc"):
-        if not isinstance(value, ir.Instruction) or value.opname != opname:
-            return None
-        value = value.operands[0]
+    value = _operand(_operand(_operand(_operand(value, "bitcast"), "shl"), "zext"), "trunc")
+    if value is None:
+        return None
     half = 0
     if isinstance(value, ir.Instruction) and value.opname == "lshr":
         value, shift = value.operands
