@@ -1,8 +1,9 @@
 """bf16 unary math by table (``codegen/llvm/bf16_tables.py``, session 25 table25): on AVX2 and Intel's AVX-512
 (session 32; ``CpuTarget.looks_up_bf16_unary_math``) a unary polynomial op of a bf16 value with a bf16 result reads
 its rounded result from a 65536-entry table made by the op's own polynomial and rounding: every bit as computing it,
-for every input (NaN payloads, infinities, subnormals), and as the reference's NaN bits in row (a); other AVX-512
-CPUs (Zen 4) and CPUs without AVX2 compute as before, and so does float32 math on AVX2."""
+for every input (NaN payloads, infinities, subnormals), and as the reference's NaN bits in row (a); Zen 4 (session
+37: ``CpuTarget.bf16_table_loop_lanes``, ``test_bf16_table_loops.py``) reads them in 8-lane loops; CPUs without AVX2
+compute as before, and so does float32 math on AVX2."""
 
 from __future__ import annotations
 
@@ -52,7 +53,7 @@ def _built(monkeypatch, fn: Function, tables: bool):
 def test_the_decision():
     assert CpuTarget("znver3", AVX2).looks_up_bf16_unary_math
     assert CpuTarget("sapphirerapids", SAPPHIRE_RAPIDS).looks_up_bf16_unary_math  # (session 32: Intel's AVX-512)
-    assert not CpuTarget("znver4", ZEN4).looks_up_bf16_unary_math
+    assert CpuTarget("znver4", ZEN4).looks_up_bf16_unary_math  # (session 37: in 8-lane loops)
     assert not CpuTarget("x86-64", SSE).looks_up_bf16_unary_math
 
 
@@ -102,12 +103,13 @@ def test_row_a_through_tables_keeps_every_bit(rng, monkeypatch, approximate):
     np.testing.assert_array_equal(looked_up[nan], want[nan])
 
 
-def test_avx2_reads_tables_where_zen4_sse_and_float32_math_compute():
+def test_avx2_reads_tables_where_sse_and_float32_math_compute():
     fn = gelu_sigmoid_graph(64, 1024)
-    zen3 = _llvm_ir(fn, CpuTarget("znver3", AVX2))
-    assert "@\"ncc.bf16_table.gelu.plain\"" in zen3 and "@\"ncc.bf16_table.sigmoid.plain\"" in zen3
-    assert "ncc.math." not in zen3  # no polynomial left in the kernel
-    for other in (CpuTarget("znver4", ZEN4), CpuTarget("x86-64", SSE)):
+    for cpu in (CpuTarget("znver3", AVX2), CpuTarget("znver4", ZEN4)):
+        code = _llvm_ir(fn, cpu)
+        assert "@\"ncc.bf16_table.gelu.plain\"" in code and "@\"ncc.bf16_table.sigmoid.plain\"" in code
+        assert "ncc.math." not in code  # no polynomial left in the kernel
+    for other in (CpuTarget("x86-64", SSE),):
         code = _llvm_ir(fn, other)
         assert "ncc.bf16_table" not in code and "@\"ncc.math.gelu\"" in code and "@\"ncc.math.sigmoid\"" in code
     # a float32 result (or operand) is no function of 16 bits: computed
@@ -181,7 +183,8 @@ def _computed_operand_graph(name: str, attrs: dict) -> Function:
 
 def test_the_lane_pairs_decision():
     assert CpuTarget("znver3", AVX2).reads_bf16_tables_by_lane_pairs
-    assert not CpuTarget("znver4", ZEN4).reads_bf16_tables_by_lane_pairs
+    assert CpuTarget("znver4", ZEN4).reads_bf16_tables_by_lane_pairs  # (session 37: its 8-lane table loops)
+    assert not CpuTarget("sapphirerapids", SAPPHIRE_RAPIDS).reads_bf16_tables_by_lane_pairs
     assert not CpuTarget("x86-64", SSE).reads_bf16_tables_by_lane_pairs
 
 
@@ -203,11 +206,11 @@ def test_lane_pairs_read_the_same_bits_for_every_input(monkeypatch, name, attrs)
 
 def test_zen3_takes_a_computed_operands_indices_two_lanes_at_a_time():
     # row (a): gelu's operand x*w+b is computed (its indices by vmovq/vpextrq, no vpextrw); sigmoid's is x, whose
-    # words LLVM loads from memory (the scalar read); Zen 4 and SSE keep their code
+    # words LLVM loads from memory (the scalar read); SSE keeps its code (Zen 4's: test_bf16_table_loops.py)
     fn = gelu_sigmoid_graph(64, 1024)
     zen3 = _llvm_ir(fn, CpuTarget("znver3", AVX2))
     assert "ncc.bf16_lookup.gelu.plain" in zen3 and "ncc.bf16_lookup.sigmoid" not in zen3
-    for other in (CpuTarget("znver4", ZEN4), CpuTarget("x86-64", SSE)):
+    for other in (CpuTarget("x86-64", SSE),):
         assert "ncc.bf16_lookup" not in _llvm_ir(fn, other)
     code = jit.assembly([zen3], CpuTarget("znver3", AVX2))
     kernel = code[:code.index(".Lfunc_end")]

@@ -2,7 +2,9 @@
 (``CpuTarget.bf16_pair_split_interleave``, ``map_stages.MapStages._split_math``): bf16 gelu(x*w+b)*sigmoid(x)'s
 sigmoid by a paired loop of its own into an L1 buffer in pair order, then gelu and the product by the stage's paired
 loop, 4 vectors interleaved in each; the same bits (NaN payloads, infinities, zeros, subnormals, ties); other CPUs,
-odd rows and rows past ``SPLIT_MATH_MAX`` as before."""
+odd rows and rows past ``SPLIT_MATH_MAX`` as before. Row (a) reads its gelu and sigmoid from bf16 tables on Zen 4
+since session 37 (``CpuTarget.bf16_table_loop_lanes``: no polynomial left to split): here the tables are off, as for
+a bf16 map of two polynomials that its stage cannot read by table (a float32 polynomial beside them)."""
 
 from __future__ import annotations
 
@@ -23,6 +25,12 @@ from neuroncc.executors.cpu.launcher import build_cpu_executable
 from neuroncc.hardware.host import CpuTarget
 
 CHOICE = "bf16_pair_split_interleave"
+
+
+@pytest.fixture(autouse=True)
+def _polynomials(monkeypatch):
+    """Zen 4's polynomials (its tables off: ``CpuTarget.bf16_table_loop_lanes``)."""
+    monkeypatch.setattr(CpuTarget, "bf16_table_loop_lanes", property(lambda self: 0))
 
 
 def _loops(text: str) -> list[int]:

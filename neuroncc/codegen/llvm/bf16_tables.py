@@ -32,6 +32,13 @@ index out of the vector by ``vpextrw`` (2 uops each on Zen 3's vector pipes). Wh
 (``vector_variants.py``) that takes the indices out two lanes at a time (``vmovq``/``vpextrq`` of 64 bits, integer
 shifts to byte offsets), then loads and inserts the entries as before: bf16 row (a)'s kernel 0.97-0.98 of its time
 on Zen 3 (session 26 a16idx26).
+
+Zen 4 (:attr:`CpuTarget.bf16_table_loop_lanes`: 16-lane ``vpgatherdd`` made its tables slower than its
+polynomials) runs a loop reading tables 8 lanes a vector iteration (``loop_hints.hint_math_loop``), with AVX2's
+reads: computed operands by lane pairs, each pair through an empty ``asm`` (:func:`_opaque`: LLVM's AVX-512
+combines otherwise vectorize the pairs' shifts and move every index out alone), and an element the paired loop
+loads (sigmoid(x)) by its word (:attr:`CpuTarget.reads_bf16_table_indices_from_loaded_words`,
+:func:`_word_read`): four indices in each 64 bits of the loaded words, read from memory by ``movq``.
 """
 
 from __future__ import annotations
@@ -158,10 +165,12 @@ def _made(maker: str, cpu: CpuTarget) -> bytes:
 
 
 def looked_up(b: ir.IRBuilder, function: str, nan_case: bool, target: CpuTarget, value: ir.Value,
-              computed: bool = False) -> ir.Value:
+              computed: bool = False, narrow: bool = False) -> ir.Value:
     """The bf16 result (a float32 whose low half is zero) of ``function`` of bf16 ``value`` rounded with or without
     its NaN case: the entry of its table at ``value``'s bits, the table a constant of ``b``'s module. ``computed``:
-    ``value`` is computed by the loop, not a word it loads (read by lane pairs where the target says so)."""
+    ``value`` is computed by the loop, not a word it loads (read by lane pairs where the target says so).
+    ``narrow``: the loop reads tables in narrow loops (``CpuTarget.bf16_table_loop_lanes``: lane pairs, words);
+    else, where the target has such loops, by LLVM's form (``vpgatherdd`` at 16 lanes)."""
     module = b.module
     symbol = f"ncc.bf16_table.{function}.{'nan' if nan_case else 'plain'}"
     table = module.globals.get(symbol)
@@ -179,12 +188,17 @@ def looked_up(b: ir.IRBuilder, function: str, nan_case: bool, target: CpuTarget,
         table.global_constant = True
         table.linkage = "internal"
         table.align = CACHE_LINE_BYTES
-    if not (computed and target.reads_bf16_tables_by_lane_pairs):
+    if target.bf16_table_loop_lanes and not narrow:
+        return _entry(b, table, value)
+    paired = _pair_word(value) if target.reads_bf16_table_indices_from_loaded_words else None
+    if paired is not None:
+        return b.call(_word_read(module, symbol, table, paired[1]), [paired[0]])
+    if not ((computed or narrow) and target.reads_bf16_tables_by_lane_pairs):
         return _entry(b, table, value)
     name = symbol.replace(_TABLE_SYMBOL, _PAIRS_SYMBOL)
     fn = module.globals.get(name)
     if fn is None:
-        variant = _lane_pairs_variant(module, name + ".v8", table)
+        variant = _lane_pairs_variant(module, name + ".v8", table, opaque=narrow)
         fn = scalar_with_variant(module, name, ir.FunctionType(F32, [F32]), _PAIR_LANES, variant)
         body = ir.IRBuilder(fn.append_basic_block("entry"))
         body.ret(_entry(body, table, fn.args[0]))
@@ -207,28 +221,108 @@ def _entry(b: ir.IRBuilder, table: ir.GlobalVariable, value: ir.Value) -> ir.Val
     return b.bitcast(b.and_(word, ir.Constant(I32, _HIGH_HALF)), F32)
 
 
-def _lane_pairs_variant(module: ir.Module, symbol: str, table: ir.GlobalVariable) -> ir.Function:
-    """The entries of 8 lanes, their indices taken out of the vector two lanes at a time: each 64-bit half-lane
-    pair moved to a general register (``vmovq``/``vpextrq``), its two 16-bit indices (bits 16-31 and 48-63) made
-    byte offsets by integer shifts and masks, the entries loaded and inserted as the scalar form's are."""
+def _opaque(b: ir.IRBuilder, quad: ir.Value) -> ir.Value:
+    """``quad`` (i64) through an empty ``asm``: no instruction, but LLVM cannot see through it, so the index
+    arithmetic after it stays in general registers (on AVX-512 its combines make the lane pairs' shifts 512-bit
+    ``vpermt2w`` + ``vpsrlvq`` + ``vpandq`` and then move every index out on its own: twice the moves)."""
+    return b.call(ir.InlineAsm(ir.FunctionType(I64, [I64]), "", "=r,0", side_effect=False), [quad],
+                  attrs=("readnone", "nounwind"))
+
+
+def _read_lanes(b: ir.IRBuilder, table: ir.GlobalVariable, offsets: list[ir.Value]) -> ir.Value:
+    """The float32 vector of the entries at byte ``offsets`` (one a lane), read as the high halves of 32 bits."""
+    words = ir.Constant(ir.VectorType(I32, len(offsets)), None)
+    for lane, offset in enumerate(offsets):
+        word = b.load(b.gep(table, [offset], source_etype=ir.IntType(8), inbounds=True), typ=I32,
+                      align=I16.width // 8)
+        words = b.insert_element(words, word, ir.Constant(I32, lane))
+    masked = b.and_(words, ir.Constant(ir.VectorType(I32, len(offsets)), [_HIGH_HALF] * len(offsets)))
+    return b.bitcast(masked, ir.VectorType(F32, len(offsets)))
+
+
+def _variant_function(module: ir.Module, symbol: str, argument: ir.Type) -> tuple[ir.Function, ir.IRBuilder]:
+    """A vector variant of ``_PAIR_LANES`` lanes taking a vector of ``argument``, internal and always inlined,
+    kept until the vectorizer has used it, and a builder at its entry."""
     vector = ir.VectorType(F32, _PAIR_LANES)
-    fn = ir.Function(module, ir.FunctionType(vector, [vector]), symbol)
+    fn = ir.Function(module, ir.FunctionType(vector, [ir.VectorType(argument, _PAIR_LANES)]), symbol)
     fn.linkage = "internal"
     fn.attributes.add("alwaysinline")
     fn.attributes.add("nounwind")
     keep_until_vectorized(module, fn)
-    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    return fn, ir.IRBuilder(fn.append_basic_block("entry"))
+
+
+def _lane_pairs_variant(module: ir.Module, symbol: str, table: ir.GlobalVariable, opaque: bool = False) -> ir.Function:
+    """The entries of 8 lanes, their indices taken out of the vector two lanes at a time: each 64-bit half-lane
+    pair moved to a general register (``vmovq``/``vpextrq``), its two 16-bit indices (bits 16-31 and 48-63) made
+    byte offsets by integer shifts and masks, the entries loaded and inserted as the scalar form's are; ``opaque``:
+    each pair through :func:`_opaque` first."""
+    fn, b = _variant_function(module, symbol, F32)
     quads = b.bitcast(fn.args[0], ir.VectorType(I64, _PAIR_LANES // 2))
-    words = ir.Constant(ir.VectorType(I32, _PAIR_LANES), None)
     even_offset = ir.Constant(I64, 0x1FFFE)
+    offsets = []
     for k in range(_PAIR_LANES // 2):
         quad = b.extract_element(quads, ir.Constant(I32, k))
-        offsets = (b.and_(b.lshr(quad, ir.Constant(I64, 15)), even_offset),
-                   b.and_(b.lshr(quad, ir.Constant(I64, 47)), even_offset))
-        for lane, offset in enumerate(offsets):
-            word = b.load(b.gep(table, [offset], source_etype=ir.IntType(8), inbounds=True), typ=I32,
+        if opaque:
+            quad = _opaque(b, quad)
+        offsets += [b.and_(b.lshr(quad, ir.Constant(I64, 15)), even_offset),
+                    b.and_(b.lshr(quad, ir.Constant(I64, 47)), even_offset)]
+    b.ret(_read_lanes(b, table, offsets))
+    return fn
+
+
+def _operand(value: ir.Value | None, opname: str) -> ir.Value | None:
+    """The first operand of LLVM instruction ``value`` where it is an ``opname``, else None."""
+    return value.operands[0] if isinstance(value, ir.Instruction) and value.opname == opname else None
+
+
+def _pair_word(value: ir.Value) -> tuple[ir.Value, int] | None:
+    """(the loaded 32-bit word, 0 or 1) where ``value`` is a paired loop's even or odd bf16 element widened from the
+    word it loads (``pairs.half_of``, then shifted into a float32's high half), else None."""
+    value = _operand(_operand(_operand(_operand(value, "bitcast"), "shl"), "zext"), "trunc")
+    if value is None:
+        return None
+    half = 0
+    if isinstance(value, ir.Instruction) and value.opname == "lshr":
+        value, shift = value.operands
+        if not (isinstance(shift, ir.Constant) and shift.constant == 16):
+            return None
+        half = 1
+    return (value, half) if isinstance(value, ir.LoadInstr) and value.type == I32 else None
+
+
+def _word_read(module: ir.Module, symbol: str, table: ir.GlobalVariable, half: int) -> ir.Function:
+    """The read of ``table`` at the ``half`` (0: low, 1: high) element of a loaded pair's word: a scalar function
+    of the word with a vector variant of 8 words (:func:`_word_pairs_variant`)."""
+    name = symbol.replace(_TABLE_SYMBOL, _PAIRS_SYMBOL) + f".word{half}"
+    fn = module.globals.get(name)
+    if fn is None:
+        variant = _word_pairs_variant(module, name + ".v8", table, half)
+        fn = scalar_with_variant(module, name, ir.FunctionType(F32, [I32]), _PAIR_LANES, variant)
+        body = ir.IRBuilder(fn.append_basic_block("entry"))
+        word = fn.args[0]
+        index = body.lshr(word, ir.Constant(I32, 16)) if half else body.and_(word, ir.Constant(I32, 0xFFFF))
+        entry = body.load(body.gep(table, [body.zext(index, I64)], source_etype=I16, inbounds=True), typ=I32,
                           align=I16.width // 8)
-            words = b.insert_element(words, word, ir.Constant(I32, 2 * k + lane))
-    masked = b.and_(words, ir.Constant(ir.VectorType(I32, _PAIR_LANES), [_HIGH_HALF] * _PAIR_LANES))
-    b.ret(b.bitcast(masked, vector))
+        body.ret(body.bitcast(body.and_(entry, ir.Constant(I32, _HIGH_HALF)), F32))
+    return fn
+
+
+def _word_pairs_variant(module: ir.Module, symbol: str, table: ir.GlobalVariable, half: int) -> ir.Function:
+    """The entries of 8 loaded words' ``half`` elements, four indices in each 64 bits of the words: each pair of
+    words through :func:`_opaque` (LLVM reads it from memory with a ``movq``, the loop's vector load of the
+    words aside), the even elements' byte offsets its bits 0-15 and 32-47 shifted left by 1, the odd ones' its
+    bits 16-31 and 48-63 shifted right by 15 and 47. The even and odd reads of a word take the same 64 bits."""
+    fn, b = _variant_function(module, symbol, I32)
+    quads = b.bitcast(fn.args[0], ir.VectorType(I64, _PAIR_LANES // 2))
+    even_offset = ir.Constant(I64, 0x1FFFE)
+    offsets = []
+    for k in range(_PAIR_LANES // 2):
+        quad = _opaque(b, b.extract_element(quads, ir.Constant(I32, k)))
+        if half:
+            shifted = b.lshr(quad, ir.Constant(I64, 15)), b.lshr(quad, ir.Constant(I64, 47))
+        else:
+            shifted = b.shl(quad, ir.Constant(I64, 1)), b.lshr(quad, ir.Constant(I64, 31))
+        offsets += [b.and_(offset, even_offset) for offset in shifted]
+    b.ret(_read_lanes(b, table, offsets))
     return fn

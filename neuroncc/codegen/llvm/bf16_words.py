@@ -33,6 +33,12 @@ high halves in word order as ``(odd & 0xFFFF0000) | (even >> 16)`` and the low h
 0xFFFF)`` (LLVM: ``vpsrld`` + ``vpblendw`` and ``vpslld`` + ``vpblendw``, the words staying in their lanes), then
 the same parity, carry (``vpmaxuw`` + ``vpcmpeqw``: no unsigned word compare) and ``vpsubw``: 9 vector
 instructions per 16 results, 2 of them shifts, where the 32-bit rounding takes 10 and 3.
+
+AVX-512 CPUs whose loops reading bf16 tables run 8 lanes a vector iteration (Zen 4:
+:attr:`CpuTarget.bf16_table_loop_lanes`) give each AVX-512 pair function a second variant on 8 pairs too (the
+vectorizer takes the one of its loop's lanes; in a module without such a loop it is dead code): the conversion's at
+256 bits (``vcvtne2ps2bf16`` ymm, ``vfpclassps`` ymm, ``vptestnmw`` ymm), and for op results the 32-bit rounding
+(:func:`_rounded_in_32_bits_variant`, measured faster there than the 16-bit lanes at 8 pairs).
 """
 
 from __future__ import annotations
@@ -41,12 +47,14 @@ from llvmlite import ir
 
 from neuroncc.codegen.llvm.pairs import word_of
 from neuroncc.codegen.llvm.scalars import F32, I16, I32, bf16_bits, call, round_to, rounding_of
-from neuroncc.codegen.llvm.vector_variants import keep_until_vectorized, scalar_with_variant
+from neuroncc.codegen.llvm.vector_variants import keep_until_vectorized, scalar_with_variants
 from neuroncc.hardware.host import CpuTarget
 from neuroncc.ir.dtypes import DType
 
 #: Pairs per call of the vector variant: 16 words, two 512-bit vectors of float32 in, one out.
 VECTOR_PAIRS = 16
+#: Pairs per call of an AVX-512 form's narrow variant (256-bit vectors: ``CpuTarget.bf16_table_loop_lanes``).
+NARROW_PAIRS = 8
 #: Pairs per call of AVX2's vector variant: 8 words, two 256-bit vectors of float32 in, one out.
 BLENDED_PAIRS = 8
 #: The symbol prefix of the functions defined here (``jit`` inlines the vector variants it finds after O3).
@@ -57,6 +65,8 @@ CONVERTED = ".converted"
 VARIANT = ".v16"
 #: The name suffix of AVX2's vector variant.
 BLENDED_VARIANT = ".v8"
+#: The name suffix of an AVX-512 form's narrow variant.
+NARROW_VARIANT = ".n8"
 
 
 def rounded_word(b: ir.IRBuilder, even: ir.Value, odd: ir.Value, target: CpuTarget) -> ir.Value | None:
@@ -83,25 +93,32 @@ def rounded_word(b: ir.IRBuilder, even: ir.Value, odd: ir.Value, target: CpuTarg
     converts = not blends and (target.rounds_bf16_pairs_by_conversion
                                or target.rounds_bf16_cast_pairs_by_conversion and not op_result)
     by_words = converts and target.tests_converted_bf16_pairs_by_their_words
-    return b.call(_pair_function(b.module, blends, converts, by_words), [rounded[0].value, rounded[1].value])
+    narrow = not blends and bool(target.bf16_table_loop_lanes)
+    return b.call(_pair_function(b.module, blends, converts, by_words, narrow), [rounded[0].value, rounded[1].value])
 
 
-def _pair_function(module: ir.Module, blends: bool, converts: bool = False, by_words: bool = False) -> ir.Function:
+def _pair_function(module: ir.Module, blends: bool, converts: bool = False, by_words: bool = False,
+                   narrow: bool = False) -> ir.Function:
     """The pair function of ``module`` (one target per module) for its form: its vector variant AVX2's
     (``blends``), AVX-512 BF16's conversion (``converts``, a function of its own name: a module may round casts'
     words so and ops' results in 16-bit lanes, ``CpuTarget.rounds_bf16_cast_pairs_by_conversion``; ``by_words``:
-    its denormals found in its words, ``CpuTarget.tests_converted_bf16_pairs_by_their_words``) or AVX-512 BW's."""
+    its denormals found in its words, ``CpuTarget.tests_converted_bf16_pairs_by_their_words``) or AVX-512 BW's;
+    ``narrow``: an AVX-512 form's variant on 8 pairs too (256-bit vectors: a loop reading bf16 tables,
+    ``CpuTarget.bf16_table_loop_lanes``)."""
     symbol = SYMBOL + CONVERTED if converts and not blends else SYMBOL
     existing = module.globals.get(symbol)
     if existing is not None:
         return existing
     if blends:
-        variant, pairs = _blended_variant(module, symbol + BLENDED_VARIANT), BLENDED_PAIRS
-    elif converts:
-        variant, pairs = _converted_variant(module, symbol + VARIANT, by_words), VECTOR_PAIRS
+        variants = [(BLENDED_PAIRS, _blended_variant(module, symbol + BLENDED_VARIANT))]
     else:
-        variant, pairs = _vector_variant(module, symbol + VARIANT), VECTOR_PAIRS
-    fn = scalar_with_variant(module, symbol, ir.FunctionType(I32, [F32, F32]), pairs, variant)
+        widths = (VECTOR_PAIRS, NARROW_PAIRS) if narrow else (VECTOR_PAIRS,)
+        suffixes = {VECTOR_PAIRS: VARIANT, NARROW_PAIRS: NARROW_VARIANT}
+        made = (lambda name, pairs: _converted_variant(module, name, by_words, pairs)) if converts else \
+            (lambda name, pairs: _vector_variant(module, name) if pairs == VECTOR_PAIRS
+             else _rounded_in_32_bits_variant(module, name, pairs))
+        variants = [(pairs, made(symbol + suffixes[pairs], pairs)) for pairs in widths]
+    fn = scalar_with_variants(module, symbol, ir.FunctionType(I32, [F32, F32]), variants)
     body = ir.IRBuilder(fn.append_basic_block("entry"))
     even, odd = (bf16_bits(body, round_to(body, arg, DType.bf16, nan_case=False)) for arg in fn.args)
     body.ret(word_of(body, even, odd))
@@ -119,19 +136,39 @@ def _vector_pair_function(module: ir.Module, symbol: str, pairs: int) -> tuple[i
     return fn, ir.IRBuilder(fn.append_basic_block("entry"))
 
 
-def _vector_variant(module: ir.Module, symbol: str) -> ir.Function:
-    """The pair function on 16 pairs, kept by ``llvm.compiler.used`` (``vector_variants.keep_until_vectorized``)."""
-    fn, b = _vector_pair_function(module, symbol, VECTOR_PAIRS)
+def _vector_variant(module: ir.Module, symbol: str, pairs: int = VECTOR_PAIRS) -> ir.Function:
+    """The pair function on ``pairs`` pairs, kept by ``llvm.compiler.used`` (``vector_variants.keep_until_vectorized``)."""
+    fn, b = _vector_pair_function(module, symbol, pairs)
     b.ret(_word_lane_rounding(b, *fn.args))
     return fn
 
 
+def _rounded_in_32_bits_variant(module: ir.Module, symbol: str, pairs: int) -> ir.Function:
+    """The pair function on ``pairs`` pairs in 32-bit lanes (the narrow variant of the 16-bit lanes' form): each
+    vector rounded as ``scalars.round_to`` rounds without the NaN case (the kept half's parity or'ed into the low
+    half, + 0x7FFF, the low half cleared: the same bits), the even one's high halves shifted into the odd one's
+    low halves: LLVM's code for the scalar pair at 8 lanes (``vpsrld``, ``vpternlogd``, ``vpaddd`` a vector, then
+    ``vpsrld`` + ``vpblendw``). In bf16 row (a)'s 8-lane table loop on Zen 4 0.96-0.97 of the time of the 16-bit
+    lanes at 8 pairs (``vpermt2w`` ymm, session 37 bfa37: one process, 1 and 2 threads)."""
+    fn, b = _vector_pair_function(module, symbol, pairs)
+    words = ir.VectorType(I32, pairs)
+    rounded = []
+    for arg in fn.args:
+        bits = b.bitcast(arg, words)
+        parity = b.and_(b.lshr(bits, _splat(words, 16)), _splat(words, 1))
+        rounded.append(b.and_(b.add(b.or_(bits, parity), _splat(words, 0x7FFF)), _splat(words, 0xFFFF0000 - (1 << 32))))
+    b.ret(b.or_(b.lshr(rounded[0], _splat(words, 16)), rounded[1]))
+    return fn
+
+
 def _word_lane_rounding(b: ir.IRBuilder, even_floats: ir.Value, odd_floats: ir.Value) -> ir.Value:
-    """The 16 words of two vectors of 16 float32 each rounded in 16-bit lanes (AVX-512 BW: the module docstring)."""
-    words, halves = ir.VectorType(I32, VECTOR_PAIRS), ir.VectorType(I16, 2 * VECTOR_PAIRS)
+    """The words of two vectors of 16 (or 8) float32 each rounded in 16-bit lanes (AVX-512 BW, with VL for 8: the
+    module docstring)."""
+    pairs = even_floats.type.count
+    words, halves = ir.VectorType(I32, pairs), ir.VectorType(I16, 2 * pairs)
     even, odd = b.bitcast(even_floats, halves), b.bitcast(odd_floats, halves)
-    low = b.shuffle_vector(even, odd, ir.Constant(ir.VectorType(I32, 2 * VECTOR_PAIRS), _interleaved(0)))
-    high = b.shuffle_vector(even, odd, ir.Constant(ir.VectorType(I32, 2 * VECTOR_PAIRS), _interleaved(1)))
+    low = b.shuffle_vector(even, odd, ir.Constant(ir.VectorType(I32, 2 * pairs), _interleaved(0, pairs)))
+    high = b.shuffle_vector(even, odd, ir.Constant(ir.VectorType(I32, 2 * pairs), _interleaved(1, pairs)))
     parity_in_low = b.or_(low, b.and_(high, _splat(halves, 1)))
     carry = b.icmp_unsigned(">", parity_in_low, _splat(halves, 0x8000 - (1 << 16)))
     return b.bitcast(b.select(carry, b.add(high, _splat(halves, 1)), high), words)
@@ -154,7 +191,8 @@ class _BFloat(ir.Type):
 _DENORMAL_CLASS = 0x20
 
 
-def _converted_variant(module: ir.Module, symbol: str, by_words: bool = False) -> ir.Function:
+def _converted_variant(module: ir.Module, symbol: str, by_words: bool = False,
+                       pairs: int = VECTOR_PAIRS) -> ir.Function:
     """The pair function on 16 pairs by AVX-512 BF16's ``vcvtne2ps2bf16``
     (:attr:`CpuTarget.rounds_bf16_pairs_by_conversion`): both vectors rounded to nearest even in one instruction,
     their words put in pair order by one ``vpermw``. The instruction treats denormal inputs as zero (Intel SDM: the
@@ -168,28 +206,28 @@ def _converted_variant(module: ir.Module, symbol: str, by_words: bool = False) -
     normal float32 rounding to a normal bf16 or infinity), and only a pair holding such a word takes the
     ``vfpclassps`` test (:func:`_words_tested_variant`)."""
     if by_words:
-        return _words_tested_variant(module, symbol)
-    fn, b = _vector_pair_function(module, symbol, VECTOR_PAIRS)
+        return _words_tested_variant(module, symbol, pairs)
+    fn, b = _vector_pair_function(module, symbol, pairs)
     even, odd = fn.args
-    masks = [call(b, "llvm.x86.avx512.fpclass.ps.512", [value, ir.Constant(I32, _DENORMAL_CLASS)],
-                  ir.VectorType(ir.IntType(1), VECTOR_PAIRS)) for value in (even, odd)]
-    denormal = b.icmp_unsigned("!=", b.bitcast(b.or_(*masks), I16), ir.Constant(I16, 0))
+    masks = [call(b, f"llvm.x86.avx512.fpclass.ps.{32 * pairs}", [value, ir.Constant(I32, _DENORMAL_CLASS)],
+                  ir.VectorType(ir.IntType(1), pairs)) for value in (even, odd)]
+    denormal = b.icmp_unsigned("!=", b.bitcast(b.or_(*masks), ir.IntType(pairs)), ir.Constant(ir.IntType(pairs), 0))
     fast, slow = fn.append_basic_block("converted"), fn.append_basic_block("denormal")
     b.cbranch(denormal, slow, fast).set_weights([1, 1 << 20])
     b.position_at_end(slow)
     b.ret(_word_lane_rounding(b, even, odd))
     b.position_at_end(fast)
     # (the high 16 words from the first operand, the low 16 from the second: evens, then odds)
-    converted = call(b, "llvm.x86.avx512bf16.cvtne2ps2bf16.512", [odd, even],
-                     ir.VectorType(_BFloat(), 2 * VECTOR_PAIRS))
-    halves = b.bitcast(converted, ir.VectorType(I16, 2 * VECTOR_PAIRS))
-    order = ir.Constant(ir.VectorType(I32, 2 * VECTOR_PAIRS),
-                        [k + VECTOR_PAIRS * half for k in range(VECTOR_PAIRS) for half in (0, 1)])
-    b.ret(b.bitcast(b.shuffle_vector(halves, halves, order), ir.VectorType(I32, VECTOR_PAIRS)))
+    converted = call(b, f"llvm.x86.avx512bf16.cvtne2ps2bf16.{32 * pairs}", [odd, even],
+                     ir.VectorType(_BFloat(), 2 * pairs))
+    halves = b.bitcast(converted, ir.VectorType(I16, 2 * pairs))
+    order = ir.Constant(ir.VectorType(I32, 2 * pairs),
+                        [k + pairs * half for k in range(pairs) for half in (0, 1)])
+    b.ret(b.bitcast(b.shuffle_vector(halves, halves, order), ir.VectorType(I32, pairs)))
     return fn
 
 
-def _words_tested_variant(module: ir.Module, symbol: str) -> ir.Function:
+def _words_tested_variant(module: ir.Module, symbol: str, pairs: int = VECTOR_PAIRS) -> ir.Function:
     """:func:`_converted_variant`'s pair function testing the conversion's words: one ``vptestnmw`` of the 32 words
     against 0x7FFF per pair of vectors, a ``vfpclassps`` of each vector only where a word is +-0 (an input zero or
     denormal), the 16-bit lanes' rounding only where one is denormal. The words pass through an empty ``asm``
@@ -198,30 +236,30 @@ def _words_tested_variant(module: ir.Module, symbol: str) -> ir.Function:
     ``vpslld`` + ``vcmpeqps``, session 34 bfsoft34: 1.13x the time). An opaque 0x7FFF mask instead left an asm
     in the loop (the vector variant is inlined after O3's LICM): a register copy an iteration, or a broadcast from
     a general register where the mask was a scalar."""
-    fn, b = _vector_pair_function(module, symbol, VECTOR_PAIRS)
+    fn, b = _vector_pair_function(module, symbol, pairs)
     even, odd = fn.args
-    converted = call(b, "llvm.x86.avx512bf16.cvtne2ps2bf16.512", [odd, even],
-                     ir.VectorType(_BFloat(), 2 * VECTOR_PAIRS))
+    converted = call(b, f"llvm.x86.avx512bf16.cvtne2ps2bf16.{32 * pairs}", [odd, even],
+                     ir.VectorType(_BFloat(), 2 * pairs))
     # (the words through an empty asm, opaque: LLVM then cannot fold their test into float compares of the words
     # widened again; the permute takes them from it too, so no register copy)
-    vector = ir.VectorType(I32, VECTOR_PAIRS)
+    vector = ir.VectorType(I32, pairs)
     opaque = b.call(ir.InlineAsm(ir.FunctionType(vector, [vector]), "", "=v,0", side_effect=False),
                     [b.bitcast(converted, vector)], "words", attrs=("readnone", "nounwind"))
-    halves = b.bitcast(opaque, ir.VectorType(I16, 2 * VECTOR_PAIRS))
-    order = ir.Constant(ir.VectorType(I32, 2 * VECTOR_PAIRS),
-                        [k + VECTOR_PAIRS * half for k in range(VECTOR_PAIRS) for half in (0, 1)])
+    halves = b.bitcast(opaque, ir.VectorType(I16, 2 * pairs))
+    order = ir.Constant(ir.VectorType(I32, 2 * pairs),
+                        [k + pairs * half for k in range(pairs) for half in (0, 1)])
     words = b.bitcast(b.shuffle_vector(halves, halves, order), vector)
-    zeros = b.icmp_unsigned("==", b.and_(halves, ir.Constant(halves.type, [0x7FFF] * 2 * VECTOR_PAIRS)),
+    zeros = b.icmp_unsigned("==", b.and_(halves, ir.Constant(halves.type, [0x7FFF] * 2 * pairs)),
                             ir.Constant(halves.type, None))
-    zero_word = b.icmp_unsigned("!=", b.bitcast(zeros, I32), ir.Constant(I32, 0))
+    zero_word = b.icmp_unsigned("!=", b.bitcast(zeros, ir.IntType(2 * pairs)), ir.Constant(ir.IntType(2 * pairs), 0))
     fast, check, slow = (fn.append_basic_block(name) for name in ("converted", "zero_words", "denormal"))
     b.cbranch(zero_word, check, fast).set_weights([1, 1 << 20])
     b.position_at_end(fast)
     b.ret(words)
     b.position_at_end(check)
-    masks = [call(b, "llvm.x86.avx512.fpclass.ps.512", [value, ir.Constant(I32, _DENORMAL_CLASS)],
-                  ir.VectorType(ir.IntType(1), VECTOR_PAIRS)) for value in (even, odd)]
-    denormal = b.icmp_unsigned("!=", b.bitcast(b.or_(*masks), I16), ir.Constant(I16, 0))
+    masks = [call(b, f"llvm.x86.avx512.fpclass.ps.{32 * pairs}", [value, ir.Constant(I32, _DENORMAL_CLASS)],
+                  ir.VectorType(ir.IntType(1), pairs)) for value in (even, odd)]
+    denormal = b.icmp_unsigned("!=", b.bitcast(b.or_(*masks), ir.IntType(pairs)), ir.Constant(ir.IntType(pairs), 0))
     b.cbranch(denormal, slow, fast).set_weights([1, 1 << 10])
     b.position_at_end(slow)
     b.ret(_word_lane_rounding(b, even, odd))
@@ -244,12 +282,12 @@ def _blended_variant(module: ir.Module, symbol: str) -> ir.Function:
     return fn
 
 
-def _interleaved(half: int) -> list[int]:
+def _interleaved(half: int, pairs: int = VECTOR_PAIRS) -> list[int]:
     """Shuffle indices taking ``half`` (0: low, 1: high) of each word of the first vector, then of the second,
     alternately: word k of the result holds pair k's even element's half, then its odd element's."""
     out = []
-    for k in range(VECTOR_PAIRS):
-        out += [2 * k + half, 2 * VECTOR_PAIRS + 2 * k + half]
+    for k in range(pairs):
+        out += [2 * k + half, 2 * pairs + 2 * k + half]
     return out
 
 

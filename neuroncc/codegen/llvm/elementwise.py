@@ -125,6 +125,8 @@ def table_function(ctx: EmitContext, op: Op) -> str | None:
     function = MATH_FUNCTION_OF[op.name](ctx, op)
     if function in LIBM:
         return function if ctx.target.looks_up_bf16_library_math else None
+    if ctx.target.bf16_table_loop_lanes and not getattr(ctx, "narrow_tables", False):
+        return None  # (its tables only in narrow loops: a map stage with no other polynomial, ``map_stages.py``)
     return function if ctx.target.looks_up_bf16_unary_math else None
 
 

@@ -29,7 +29,7 @@ from neuroncc.codegen.llvm.entries import RECIPROCAL_ESTIMATES, add_phase_entry,
 from neuroncc.codegen.llvm.indexing import ROUNDS, IndexArithmetic
 from neuroncc.codegen.llvm.ir_text import module_text, quick_names
 from neuroncc.codegen.llvm.map_stages import MapStages
-from neuroncc.codegen.llvm.loop_hints import computes_polynomial_math, hint_math_loop
+from neuroncc.codegen.llvm.loop_hints import computes_polynomial_math, hint_math_loop, reads_bf16_tables
 from neuroncc.codegen.llvm.nan_payloads import NanPayloads
 from neuroncc.codegen.llvm.next_max import ROWS_AHEAD, MaxAhead, next_row_max, row_max_ahead
 from neuroncc.codegen.llvm.nan_rows import finds_nans_by_the_sum, max_without_nan_flag, redo_nan_row
@@ -107,6 +107,9 @@ class KernelEmitter(IndexArithmetic, BufferAccess, MapStages):
         self._next_burst: Callable[[], None] | None = None  # the current stage's second pass's burst (``next_pass``)
         self._streamed = False  # the current phase wrote non-temporal stores
         self._math_interleave = 0  # a polynomial loop's interleave count where a stage sets its own (map_stages.py)
+        #: whether the map stage being emitted reads bf16 tables in narrow loops (``CpuTarget.bf16_table_loop_lanes``;
+        #: a stage with other polynomials keeps the CPU's widest vectors: ``map_stages.MapStages._map_stage``)
+        self.narrow_tables = False
         self._pair: Pair | None = None  # the element pair of the innermost loop being emitted (``pairs.py``)
         self._nan_payloads: NanPayloads | None = None  # (for ``rounding_needs_nan_case``)
         self.known: dict[Value, bool] = {}  # bool values known at every index of the code being emitted
@@ -186,7 +189,9 @@ class KernelEmitter(IndexArithmetic, BufferAccess, MapStages):
         return symbol
 
     def innermost_loop_emitted(self, latch: ir.Instruction, blocks: list[ir.Block]) -> None:
-        if computes_polynomial_math(blocks):
+        if self.narrow_tables and reads_bf16_tables(blocks):  # (its reads' vector variants are of these lanes)
+            hint_math_loop(latch, self.target, 1, self.target.bf16_table_loop_lanes)
+        elif computes_polynomial_math(blocks):
             hint_math_loop(latch, self.target, self._math_interleave)
 
     def opaque_factor(self, value: int) -> ir.Value:
@@ -562,7 +567,8 @@ class KernelEmitter(IndexArithmetic, BufferAccess, MapStages):
             if function is not None:  # (its entries are rounded)
                 operand = self.plan.access.get(op.operands[0])  # (an exact op's operand: a loaded word, as x's)
                 computed = isinstance(operand, Computed) and operand.op.name not in EXACT
-                return looked_up(self.b, function, self.rounding_needs_nan_case(op), self.target, args[0], computed)
+                return looked_up(self.b, function, self.rounding_needs_nan_case(op), self.target, args[0], computed,
+                                 self.narrow_tables)
             result = ELEMENTWISE[op.name](self, op, args)
             if op.name not in EXACT:
                 result = round_to(self.b, result, op.results[0].type.dtype, self.rounding_needs_nan_case(op),

@@ -14,7 +14,9 @@ loop LLVM interleaves by 2 already, 2.91 / 2.75 (4) ms.
 
 :func:`math_interleave` is the decision (for the target), :func:`hint_math_loop` its code, for the kernel
 emitter's innermost loops (``emit.py``) and for the roofline's math microkernels (which measure the code the
-kernels get).
+kernels get). A loop reading bf16 tables (:func:`reads_bf16_tables`) gets its vector iteration's lanes and an
+interleave count of 1 where :attr:`CpuTarget.bf16_table_loop_lanes` says so (``emit.py``): Zen 4, 8 lanes (2
+interleaved measured 1.08 against 0.86 of the polynomials' time, session 37).
 """
 
 from __future__ import annotations
@@ -61,10 +63,27 @@ class _LoopID(ir.values.MDValue):
         return id(self)
 
 
-def hint_math_loop(latch: ir.Instruction, target: CpuTarget, interleave: int = 0) -> None:
+def hint_math_loop(latch: ir.Instruction, target: CpuTarget, interleave: int = 0, width: int = 0) -> None:
     """Give the loop whose back edge is the branch ``latch`` the interleave count of :func:`math_interleave`, or
-    ``interleave`` where given (a streamed piece's loop: ``CpuTarget.register_piece_lines``)."""
+    ``interleave`` where given (a streamed piece's loop: ``CpuTarget.register_piece_lines``); ``width``: its vector
+    iterations' lanes too (``llvm.loop.vectorize.width``)."""
     module = latch.parent.parent.module
-    count = module.add_metadata([ir.MetaDataString(module, "llvm.loop.interleave.count"),
-                                 ir.Constant(I32, interleave or math_interleave(target))])
-    latch.set_metadata("llvm.loop", _LoopID(module, [count]))
+    properties = [module.add_metadata([ir.MetaDataString(module, "llvm.loop.interleave.count"),
+                                       ir.Constant(I32, interleave or math_interleave(target))])]
+    if width:
+        properties.append(module.add_metadata([ir.MetaDataString(module, "llvm.loop.vectorize.width"),
+                                               ir.Constant(I32, width)]))
+    latch.set_metadata("llvm.loop", _LoopID(module, properties))
+
+
+def reads_bf16_tables(blocks: Iterable[ir.Block]) -> bool:
+    """Whether the instructions of ``blocks`` read a bf16 math table (``bf16_tables.py``): a load from one, or a call
+    of its read by lane pairs."""
+    for block in blocks:
+        for instruction in block.instructions:
+            if isinstance(instruction, ir.CallInstr) and instruction.callee.name.startswith("ncc.bf16_lookup"):
+                return True
+            if isinstance(instruction, ir.GEPInstr) and isinstance(instruction.pointer, ir.GlobalVariable) \
+                    and instruction.pointer.name.startswith("ncc.bf16_table"):
+                return True
+    return False

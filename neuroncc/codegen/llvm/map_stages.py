@@ -52,7 +52,18 @@ class MapStages:
 
     def _map_stage(self, stage: MapStage, ranges: list[tuple[Any, Any]], block: int) -> None:
         """The nest of a map stage over ``ranges``; ``block``: the length of its last range when it is a block
-        of the last dim (0: the whole dim)."""
+        of the last dim (0: the whole dim). Where the target reads bf16 tables in narrow loops
+        (``CpuTarget.bf16_table_loop_lanes``), a stage evaluating no polynomial but by table does so
+        (:attr:`narrow_tables`)."""
+        if self.target.bf16_table_loop_lanes:
+            self.narrow_tables = True
+            self.narrow_tables = not self._stage_polynomials(stage, within_polynomials=True)
+        try:
+            self._map_stage_nest(stage, ranges, block)
+        finally:
+            self.narrow_tables = False
+
+    def _map_stage_nest(self, stage: MapStage, ranges: list[tuple[Any, Any]], block: int) -> None:
         streamed = [t for _, t in stage.items if streams(self, t, block)]
         transcendentals = self._transcendentals([v for v, _ in stage.items]) if streamed else 0
         if transcendentals >= STREAM_MAX_TRANSCENDENTALS:

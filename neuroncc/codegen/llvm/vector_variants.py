@@ -49,10 +49,17 @@ def scalar_with_variant(module: ir.Module, symbol: str, fn_type: ir.FunctionType
                         variant: ir.Function) -> ir.Function:
     """The scalar function ``symbol`` (body left to the caller), noinline until the vectorizer has replaced its
     calls by ``variant`` on ``lanes`` lanes (a call it vectorizes must not touch memory)."""
+    return scalar_with_variants(module, symbol, fn_type, [(lanes, variant)])
+
+
+def scalar_with_variants(module: ir.Module, symbol: str, fn_type: ir.FunctionType,
+                         variants: list[tuple[int, ir.Function]]) -> ir.Function:
+    """:func:`scalar_with_variant` with one or more ``variants`` (lanes, function): the vectorizer takes the one of
+    its loop's lanes."""
     fn = ir.Function(module, fn_type, symbol)
     fn.linkage = "internal"
     set.add(fn.attributes, "noinline")
-    _with_variants(fn, [(lanes, variant)])
+    _with_variants(fn, variants)
     return fn
 
 

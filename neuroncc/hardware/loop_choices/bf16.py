@@ -45,8 +45,9 @@ class Bf16Choices(ChoiceBase):
         0.949 of the time at 1 thread, 0.948 / 0.986 at 2; bf16 softmax [4096, 1024] 0.980 / 1.011 and 1.020 / 1.004
         (even); but bf16 gelu(x*w+b)*sigmoid(x), whose words are op results in its polynomial loop, 1.16 / 1.16 at 1
         thread and 1.13 / 1.13 at 2 (as math32 found on Intel with the polynomials), so op results keep the 16-bit
-        lanes there. (Its tables, :attr:`looks_up_bf16_unary_math`, are 1.17-1.18x slower on Zen 4, whose
-        ``vpgatherdd`` is slow: not taken.) A module holding both kinds of words has both pair functions."""
+        lanes there. (Its tables, :attr:`looks_up_bf16_unary_math`, were 1.17-1.18x slower on Zen 4 by 16-lane
+        ``vpgatherdd``; since session 37 read in 8-lane loops, :attr:`bf16_table_loop_lanes`.) A module holding both
+        kinds of words has both pair functions."""
         return self.has("avx512bw") and self.has("avx512bf16")
 
     @property
@@ -129,8 +130,11 @@ class Bf16Choices(ChoiceBase):
         cores (:meth:`_intel_avx512`; session 32 math32, Granite Rapids class, ``bench_bf16_words.py --switch tables
         --force --rows a16``, two builds each, interleaved medians of 21 rounds, the same bits): bf16 row (a)'s kernel
         0.468 / 0.476 of the time at 1 thread, 0.468 / 0.452 at 2 (4.02 -> 1.88 ms at 1 thread, 2.43 -> 1.14 at 2).
-        Other AVX-512 CPUs (Zen 4) keep their code: not measured there; so do CPUs without AVX2."""
-        return (self.has("avx2") and not self.has("avx512f")) or self._intel_avx512()
+        Zen 4 (session 33 norm33 and 36 bft36: its 16-lane ``vpgatherdd`` reads made row (a) 1.17-1.42x its
+        polynomials' time; a gather-free 16-lane read 1.02-1.05x) reads them in 8-lane loops
+        (:attr:`bf16_table_loop_lanes`, session 37: row (a) 0.77-0.81 of the polynomials' time). CPUs without AVX2
+        keep their code."""
+        return (self.has("avx2") and not self.has("avx512f")) or self._intel_avx512() or bool(self.bf16_table_loop_lanes)
 
     @property
     def reads_bf16_tables_by_lane_pairs(self) -> bool:
@@ -143,8 +147,12 @@ class Bf16Choices(ChoiceBase):
         rounds): bf16 row (a)'s kernel 0.971-0.984 of the time at 1 thread and 0.974-0.979 at 2 (132 -> 142
         instructions per 16 elements, 16 fewer 2-uop extracts on the vector pipes). A table read of a loaded word
         (sigmoid(x)) keeps LLVM's form, whose indices are scalar loads of x (the pairs form there: 1.08 slower).
-        AVX2 only: AVX-512 keeps its code (not measured there)."""
-        return self.has("avx2") and not self.has("avx512f")
+        AVX2, and AVX-512 CPUs reading tables in 8-lane loops (:attr:`bf16_table_loop_lanes`: Zen 4), where every
+        read that :attr:`reads_bf16_table_indices_from_loaded_words` does not take goes by lane pairs (LLVM's form
+        there is a ``vpgatherdd`` ymm: row (a) 1.07 of the polynomials' time with sigmoid's read so, 0.86 by lane
+        pairs), each pair through an empty ``asm`` first (LLVM's combines otherwise made the pairs' shifts 512-bit
+        vector code and moved each index out alone: 1.24x). Intel's AVX-512 cores keep their gathers."""
+        return (self.has("avx2") and not self.has("avx512f")) or bool(self.bf16_table_loop_lanes)
 
     @property
     def widens_summed_bf16_by_multiplication(self) -> bool:
@@ -156,3 +164,41 @@ class Bf16Choices(ChoiceBase):
         ``vaddps`` and 12 ``vpmulld`` in 12; the kernel's mean loop 26 -> 18 ns a row of 1024 on L1 data, its deviation
         loop 44 -> 37). AVX2 CPUs and Intel's AVX-512 cores keep the shift (not measured there)."""
         return self.has("avx512f") and not self._intel_avx512()
+
+    @property
+    def bf16_table_loop_lanes(self) -> int:
+        """Lanes of a vector iteration of a loop reading bf16 tables (:attr:`looks_up_bf16_unary_math`,
+        :attr:`looks_up_bf16_library_math`; ``loop_hints.hint_math_loop``'s ``llvm.loop.vectorize.width``, one
+        vector iteration at a time); 0: LLVM's choice (the CPU's widest vectors). 8 on AVX-512 CPUs but Intel's:
+        the loop at 256 bits with AVX-512 VL/BW instructions, its reads AVX2's (no ``vpgatherdd``: indices moved to
+        general registers two or four at a time, :attr:`reads_bf16_tables_by_lane_pairs`,
+        :attr:`reads_bf16_table_indices_from_loaded_words`; entries by ``vmovd`` + ``vpinsrd`` per 4 lanes), its
+        bf16 pairs by 8-pair variants of the pair functions (op results by the 32-bit rounding, casts by the
+        conversion: ``codegen/llvm/bf16_words.py``). The same bits (the tables are the polynomials' results). Only a map stage
+        with no other polynomial reads them so (``map_stages.MapStages._map_stage``); one with a float32 polynomial
+        beside them keeps its polynomials and its 512-bit loop (its loop at 8 lanes measured 1.04-1.31x). Zen 4
+        (session 37 bfa37): AVX2's code of bf16 gelu(x*w+b)*sigmoid(x) [4096, 1024] (``NEURONCC_CPU=znver3``, its
+        tables in 8 lanes) ran 0.75-0.99 of Zen 4's polynomials' time in one process, Zen 4's tables by 16-lane
+        ``vpgatherdd`` 1.28x (session 36 bft36); with this, the kernel 0.76-0.77 of the polynomials' time at 1
+        thread and 0.74-0.76 at 2 (``bench_bf16_words.py --switch table-loops``, three processes each), AVX2's
+        code 1.01-1.04x its time (``bench_named_cpu.py``, three processes). The 8-lane loop with LLVM's own reads
+        (``vpgatherdd`` ymm, or per-lane extracts) 1.07-1.24x the polynomials' time; interleaved 2 0.99 against
+        0.86; 16 lanes by the 8-lane reads 1.02-1.06. Other bf16 kernels [4096, 1024] (normal inputs, 1 / 2
+        threads): sin 0.56 / 0.58 and expm1 0.57 (library tables before too, by gathers), gelu 0.53 / 0.54, tanh
+        0.40 / 0.44, sigmoid 0.70 / 0.71, gelu(x)*sigmoid(x) 0.52-0.56 / 0.61-0.64 of their time; silu(x)*sigmoid(x)
+        and silu(x)*exp(x) (a float32 polynomial in the stage) 0.99-1.01. Intel's AVX-512 cores keep their 16-lane
+        gathers (session 32: fast there); AVX2 its own loops."""
+        return 8 if self.has("avx512bw") and self.has("avx512vl") and not self._intel_avx512() else 0
+
+    @property
+    def reads_bf16_table_indices_from_loaded_words(self) -> bool:
+        """Whether a bf16 table read of an element a paired loop loads (sigmoid(x): the even or odd half of x's
+        32-bit word, ``pairs.py``) is a call of the word with a vector variant of 8 words
+        (``codegen/llvm/bf16_tables.py``): each 64 bits of the words (LLVM reads them from memory with a ``movq``)
+        hold four indices, the even halves' read and the odd halves' taking the same 64 bits: 4 general-register
+        loads per 16 indices, no vector-to-general moves, where the lane pairs of the widened halves take 8 moves
+        and LLVM's per-lane form 16. The same bits. Zen 4 (session 37 bfa37, in :attr:`bf16_table_loop_lanes`'s 8-lane
+        loops): bf16 gelu(x*w+b)*sigmoid(x)'s kernel 0.745 of its polynomials' time against 0.86 with sigmoid's read
+        by lane pairs too (one process, 1 thread; AVX2's code 0.75 there). Where :attr:`bf16_table_loop_lanes` is set
+        (AVX2 keeps LLVM's form: not measured there)."""
+        return bool(self.bf16_table_loop_lanes)
