@@ -367,7 +367,10 @@ def lookup_throughput(target: CpuTarget, threads: int, clock: Callable[[], float
     values = np.random.default_rng(0).standard_normal(2 * MATH_BLOCK).astype(np.float32)
     x = ((values.view(np.uint32) + 0x8000) >> 16).astype(np.uint16).view(np.int16)  # (no NaNs: no tie care)
     rates = []
-    for form in ("lookup", "lookup16"):  # (the kernels' read and the 16-bit one: about as fast here; the faster)
+    # (the kernels' read and the 16-bit one: about as fast here; the faster; where the CPU reads tables in narrow
+    # loops, also those loops' read, as its kernels' paired loops read their loaded words)
+    forms = ("lookup", "lookup16") + (("lookup-pairs",) if target.bf16_table_loop_lanes else ())
+    for form in forms:
         call, _, elements = bf16_math_runner("sigmoid", target, form, x, table, threads, repeats=400)
         call()
         times = []
@@ -384,8 +387,10 @@ __all__ = ["Stream", "aligned_empty", "compile_kernel", "element_module", "fma_p
            "POLYNOMIAL", "bf16_math_module", "bf16_table", "lookup_throughput"]
 
 
-#: The forms of :func:`bf16_math_module`'s element loop.
-BF16_MATH_FORMS = ("polynomial", "lookup16", "lookup", "gather")
+#: The forms of :func:`bf16_math_module`'s element loop (``lookup-pairs`` only on CPUs with narrow table loops).
+BF16_MATH_FORMS = ("polynomial", "lookup16", "lookup", "gather", "lookup-pairs")
+#: The forms whose output is the entries' float32 (bf16 bits in the high halves).
+_FLOAT_OUTPUT_FORMS = ("lookup", "lookup-pairs")
 
 
 def bf16_math_module(name: str, target: CpuTarget, form: str, block: int = MATH_BLOCK) -> str:
@@ -401,7 +406,10 @@ def bf16_math_module(name: str, target: CpuTarget, form: str, block: int = MATH_
       the 32 bits from 2 bytes before it, masked to the float32 of the bf16 result, which is what y holds here
       (float32: stored as 16 bits, LLVM would narrow the read to them);
     - ``gather``: explicit vectors of 8: the 32-bit words at byte offsets 2 * x (``vpgatherdd``, scale 2; the
-      table padded by 2 bytes) of which the low halves are kept."""
+      table padded by 2 bytes) of which the low halves are kept;
+    - ``lookup-pairs``: the loop of a kernel on a CPU with narrow table loops (``CpuTarget.bf16_table_loop_lanes``,
+      Zen 4): x read as 32-bit words of two elements, each element's entry read by ``bf16_tables.looked_up`` as
+      such a loop reads it (indices from the loaded words), the loop's vector iterations that many lanes."""
     from neuroncc.codegen.llvm.scalars import bf16_bits, round_to
     from neuroncc.ir.dtypes import DType
     i16 = ir.IntType(16)
@@ -428,6 +436,19 @@ def bf16_math_module(name: str, target: CpuTarget, form: str, block: int = MATH_
                     align=2)
 
         _loop(b, ir.Constant(I64, 0), ir.Constant(I64, block), vector, step=lanes)
+    elif form == "lookup-pairs":
+        from neuroncc.codegen.llvm.bf16_tables import looked_up
+
+        def pair(i: ir.Value) -> None:
+            word = b.load(b.gep(xs, [i], source_etype=I32, inbounds=True), typ=I32)
+            for half, bits in enumerate((b.trunc(word, i16), b.trunc(b.lshr(word, ir.Constant(I32, 16)), i16))):
+                value = b.bitcast(b.shl(b.zext(bits, I32), ir.Constant(I32, 16)), F32)
+                entry = looked_up(b, name, False, target, value, narrow=True)
+                b.store(entry, b.gep(ys, [b.add(b.add(i, i), ir.Constant(I64, half))], source_etype=F32,
+                                     inbounds=True))
+
+        hint_math_loop(_loop(b, ir.Constant(I64, 0), ir.Constant(I64, block // 2), pair), target,
+                       width=target.bf16_table_loop_lanes)
     else:
         def element(i: ir.Value) -> None:
             bits = b.load(b.gep(xs, [i], source_etype=i16, inbounds=True), typ=i16)
@@ -455,7 +476,7 @@ def bf16_math_module(name: str, target: CpuTarget, form: str, block: int = MATH_
     def outer(k: ir.Value) -> None:
         offset = b.mul(b.and_(k, ir.Constant(I64, 1)), ir.Constant(I64, block))  # two threads: two blocks
         xs = b.gep(x, [offset], source_etype=i16)
-        ys = b.gep(y, [offset], source_etype=F32 if form == "lookup" else i16)
+        ys = b.gep(y, [offset], source_etype=F32 if form in _FLOAT_OUTPUT_FORMS else i16)
         _loop(b, ir.Constant(I64, 0), repeats, lambda _: b.call(fn_block, [xs, ys, table]))
 
     _loop(b, start, end, outer)
@@ -480,7 +501,7 @@ def bf16_math_runner(name: str, target: CpuTarget, form: str, x: np.ndarray, tab
     """(a call of ``form``'s kernel over ``x`` (2 * MATH_BLOCK bf16 bits) on ``threads`` threads, its output (the bf16
     bits), the elements a call computes). ``table``: :func:`bf16_table`'s."""
     kernel = compile_kernel(bf16_math_module(name, target, form), "bf16_math")
-    y = np.zeros(2 * MATH_BLOCK, np.int32 if form == "lookup" else np.int16)
+    y = np.zeros(2 * MATH_BLOCK, np.int32 if form in _FLOAT_OUTPUT_FORMS else np.int16)
     args = (ctypes.c_int64 * 4)(x.ctypes.data, y.ctypes.data, repeats, table.ctypes.data + 2)
     n = max(threads, 1) * 2
 
@@ -489,4 +510,4 @@ def bf16_math_runner(name: str, target: CpuTarget, form: str, x: np.ndarray, tab
 
     call.keep = (kernel, args, x, y, table)  # alive while the call is
     # (the lookup form's float32 results: their high halves, a view, are the bf16 bits)
-    return call, y.view(np.int16)[1::2] if form == "lookup" else y, MATH_BLOCK * repeats * n
+    return call, y.view(np.int16)[1::2] if form in _FLOAT_OUTPUT_FORMS else y, MATH_BLOCK * repeats * n

@@ -101,7 +101,7 @@ def test_the_8_pair_variants_round_as_the_scalar_pair(rng, form):
     name = [n for n in module.globals if n.endswith(bf16_words.NARROW_VARIANT)][0]
     test = ir.Function(module, ir.FunctionType(ir.VoidType(), [ir.PointerType()] * 3), "test")
     b = ir.IRBuilder(test.append_basic_block("entry"))
-    floats, words = ir.VectorType(ir.FloatType(), 8), ir.VectorType(ir.IntType(32), 8)
+    floats = ir.VectorType(ir.FloatType(), 8)
     even, odd = (b.load(arg, typ=floats, align=4) for arg in test.args[:2])
     b.store(b.call(module.globals[name], [even, odd]), test.args[2], align=4)
     b.ret_void()
