@@ -98,6 +98,7 @@ SWITCHES: dict[str, Switch] = {
     "parity-or": Switch(("rounds_bf16_parity_by_or",), "a16,b16,c16"),
     "word-test": Switch(("tests_converted_bf16_pairs_by_their_words",), "b16,c16"),
     "row-sum-lanes": Switch(("carries_the_row_sum_in_lanes_through_the_groups",), "b,b16"),
+    "team-guided": Switch(("team_guided_chunks",), "a,b,c,c',rms,a16,b16,c16"),
 }
 #: switches whose bits may differ (counted, not asserted): the order of a sum's terms, a division's rounding
 REORDERS = {"paired-sums", "erf-division", "one-pass-variance", "row-sum-lanes"}
