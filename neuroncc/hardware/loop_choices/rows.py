@@ -26,9 +26,9 @@ class RowLoopChoices(ChoiceBase):
         x*w+b [8192, 1024]) showed both threads start within 1-2 us of the call (after an eager ATen call as after
         another team call) and end 60-150 us apart with equal chunks (the median), 6-12 us apart guided; the
         kernels against equal chunks (``bench_bf16_words.py --switch team-guided --value 32``, two builds each,
-        interleaved medians of 41 rounds, three processes): softmax 0.94-0.99, row (a) 0.92-1.00, LayerNorm
-        0.95-1.00, x*w+b 0.98-1.01, RMSNorm 1.00-1.02, the bf16 rows 0.92-1.00, cross-entropy's kernels 0.97-1.00,
-        the AdamW step 0.93-1.00. Finer chunks of one length cost each chunk's start (a row's prefetches begin
+        interleaved medians of 41 rounds, four processes): softmax 0.94-0.99, row (a) 0.92-1.00, LayerNorm
+        0.95-1.00, x*w+b 0.98-1.01, RMSNorm 1.00-1.02, the bf16 rows 0.92-1.01, cross-entropy's kernels 0.95-1.00,
+        the AdamW step 0.93-1.00: faster in the processes where the threads fall out of step, even elsewhere. Finer chunks of one length cost each chunk's start (a row's prefetches begin
         again: cross-entropy's forward 1.05-1.30x with 32-256 chunks per thread); coarser ones (1-2 per thread:
         the read streams farther apart) measured even. Other CPUs (not measured) keep equal chunks."""
         return 32 if self.has("avx512f") and not self._intel_avx512() else 0
