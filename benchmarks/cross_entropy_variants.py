@@ -124,6 +124,10 @@ def _variant(name: str):
         map_stages.emit_prefetch_pieces_ahead = lambda em, inputs, prefix, start, piece, pieces: (
             pieces_ahead(em, inputs, prefix, start, piece, pieces),
             _prefetch_l2(em, inputs, prefix, start, piece, far * pieces))
+    team_chunks = CpuTarget.__dict__.get("team_guided_chunks")
+    if name.startswith("guided"):  # ``guidedN``: the 2+-thread team's guided schedule, chunks down to 1/N of a
+        guided = int(name[6:])  # thread's share (``guided0``: chunks of one length; ``CpuTarget.team_guided_chunks``)
+        CpuTarget.team_guided_chunks = property(lambda self: guided)  # type: ignore[method-assign]
     lines_of = prefetch._prefetch_lines
     if name.startswith("locality"):  # experiment: ``localityN``: every prefetch with locality N (3: prefetcht0, 2:
         locality = int(name[8:])  # prefetcht1, 1: prefetcht2, 0: prefetchnta)
@@ -181,6 +185,11 @@ def _variant(name: str):
         map_stages.emit_prefetch_pieces_ahead = pieces_ahead
         prefetch._prefetch_lines = lines_of
         CpuTarget.online_exp_chunk_lines = chunks  # type: ignore[method-assign]
+        if team_chunks is None:
+            if "team_guided_chunks" in CpuTarget.__dict__:
+                del CpuTarget.team_guided_chunks
+        else:
+            CpuTarget.team_guided_chunks = team_chunks  # type: ignore[method-assign]
 
 
 def _streams_ahead(em, source, idx, near: int, far: int, far_locality: int = 1) -> tuple:

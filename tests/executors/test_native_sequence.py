@@ -199,8 +199,8 @@ def test_team_words_follow_the_python_runners_split():
     tasks = []
     words = native_sequence.phase_words(kernel, tasks)
     (_, address, n_outer, work, _), = kernel.phases
-    chunk, threads = exe.team.split(n_outer, work)
+    chunk, threads, spread = exe.team.split(n_outer, work, exe.team_guided_chunks)
     assert words == [TEAM, exe.team.gomp_parallel_address, threads_module.team_entry(), ctypes.addressof(tasks[0]),
                      threads]
-    assert list(tasks[0]) == [address, kernel.args_address, 0, n_outer, chunk, 0]
+    assert list(tasks[0]) == [address, kernel.args_address, 0, n_outer, chunk, 0, spread]
     assert len(words) == WIDTH[TEAM] and 1 < threads <= 2 and chunk < n_outer

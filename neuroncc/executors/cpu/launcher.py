@@ -108,6 +108,8 @@ class CpuExecutable:
         self._by_threads: dict[int, CpuExecutable] = {threads: self}
         self.pool = get_pool(threads)
         self.team = get_team(threads) if threading_mode == "openmp" else None
+        #: the team's schedule (``CpuTarget.team_guided_chunks``: 0, chunks of one length; G, guided)
+        self.team_guided_chunks = target_cpu().team_guided_chunks
         if arena_of is not None and arena_of._arena_buffer.nbytes >= plan.arena_bytes:
             # another executable's arena, whose pages its calls touch (or have touched) already: the optimized
             # build of a quick executable (tiers.py), or one whose calls follow the other's (sharing_arena);

@@ -222,8 +222,8 @@ def phase_words(kernel: Any, tasks: list[Any]) -> list[int] | None:
         elif team is None:
             return None
         else:
-            chunk, threads = team.split(n_outer, work)
-            task = (ctypes.c_int64 * len(TEAM_TASK_FIELDS))(address, kernel.args_address, 0, n_outer, chunk, 0)
+            chunk, threads, spread = team.split(n_outer, work, kernel.exe.team_guided_chunks)
+            task = (ctypes.c_int64 * len(TEAM_TASK_FIELDS))(address, kernel.args_address, 0, n_outer, chunk, 0, spread)
             tasks.append(task)
             words += [TEAM, team.gomp_parallel_address, team_entry(), ctypes.addressof(task), threads]
     return words

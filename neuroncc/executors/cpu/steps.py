@@ -153,7 +153,7 @@ class NativeKernel:
             if serial:
                 fn(self.args_address, start, end)
             elif team is not None:
-                team.run(fn, address, self.args_address, start, end, work)
+                team.run(fn, address, self.args_address, start, end, work, self.exe.team_guided_chunks)
             elif start == 0:
                 pool.parallel_for(fn, self.args_address, end, work)
             else:

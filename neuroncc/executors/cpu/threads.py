@@ -60,6 +60,8 @@ def default_threads() -> int:
 #: Chunks per thread: threads take chunks from a shared counter, so one descheduled thread (a busy or
 #: oversubscribed machine) delays at most one chunk instead of half of the loop.
 CHUNKS_PER_THREAD = 4
+#: A guided schedule's take (``OpenMPTeam.split``): the items left over this many times the team's size.
+GUIDED_SPREAD = 2
 
 
 class _Worker(threading.Thread):
@@ -188,24 +190,30 @@ class OpenMPTeam:
         return self.threads <= 1 or n < 2 or n * max(work_per_item, 1) < TEAM_MIN_WORK
 
     def run(self, fn: Callable[[int, int, int], None], fn_address: int, args: int, start: int, end: int,
-            work_per_item: int = 1) -> None:
+            work_per_item: int = 1, guided_chunks: int = 0) -> None:
         """Run fn(args, lo, hi) over [start, end): on the team when big enough, else on this thread.
-        ``fn_address``: the address of ``fn``'s code (the team entry calls it)."""
+        ``fn_address``: the address of ``fn``'s code (the team entry calls it); ``guided_chunks``: see
+        :meth:`split`."""
         n = end - start
         if self.runs_inline(n, work_per_item):
             if n > 0:
                 fn(args, start, end)
             return
-        chunk, threads = self.split(n, work_per_item)
-        task = (ctypes.c_int64 * 6)(fn_address, args, start, end, chunk, 0)  # team_entry.TEAM_TASK_FIELDS
+        chunk, threads, spread = self.split(n, work_per_item, guided_chunks)
+        task = (ctypes.c_int64 * 7)(fn_address, args, start, end, chunk, 0, spread)  # team_entry.TEAM_TASK_FIELDS
         self._gomp_parallel(team_entry(), ctypes.addressof(task), threads, 0)
 
-    def split(self, n: int, work_per_item: int = 1) -> tuple[int, int]:
-        """``(chunk, threads)``: the chunk length and the team size of a loop of ``n`` items that does not run
-        inline (a few chunks per thread, none below half of :data:`TEAM_MIN_WORK`)."""
+    def split(self, n: int, work_per_item: int = 1, guided_chunks: int = 0) -> tuple[int, int, int]:
+        """``(chunk, threads, spread)``: the chunk length, the team size and the team entry's ``spread``
+        (``team_entry.team_entry_ir``) of a loop of ``n`` items that does not run inline. ``guided_chunks`` 0:
+        :data:`CHUNKS_PER_THREAD` chunks per thread of one length (spread 0); G > 0: a guided schedule, each take
+        the items left over twice the team's size (:data:`GUIDED_SPREAD`), at least ``n / (threads * G)``. No
+        chunk below half of :data:`TEAM_MIN_WORK`."""
         total = n * max(work_per_item, 1)
-        chunks = min(n, self.threads * CHUNKS_PER_THREAD, max(total // (TEAM_MIN_WORK // 2), 2))
-        return -(-n // chunks), min(self.threads, chunks)
+        per_thread = guided_chunks or CHUNKS_PER_THREAD
+        chunks = min(n, self.threads * per_thread, max(total // (TEAM_MIN_WORK // 2), 2))
+        threads = min(self.threads, chunks)
+        return -(-n // chunks), threads, GUIDED_SPREAD * threads if guided_chunks else 0
 
 
 _TEAMS: dict[int, OpenMPTeam | None] = {}

@@ -16,6 +16,24 @@ class RowLoopChoices(ChoiceBase):
     __slots__ = ()
 
     @property
+    def team_guided_chunks(self) -> int:
+        """How a 2+-thread OpenMP team splits a phase's rows (``executors/cpu/threads.py``, the team entry
+        ``codegen/llvm/team_entry.py``; read by an executable when it is made). 0: 4 chunks per thread of one
+        length, taken in order from a shared counter. G > 0: a guided schedule, each take the rows left over
+        4 (two per thread of 2), down to chunks of 1/G of a thread's share, so the threads end within a small
+        chunk of each other where equal chunks leave them up to a whole chunk (an eighth of the rows) apart.
+        Zen 4, 2 threads (session 37 team37): per-thread clock stamps of the team's calls (softmax [4096, 1024],
+        x*w+b [8192, 1024]) showed both threads start within 1-2 us of the call (after an eager ATen call as after
+        another team call) and end 60-150 us apart with equal chunks (the median), 6-12 us apart guided; the
+        kernels against equal chunks (``bench_bf16_words.py --switch team-guided --value 32``, two builds each,
+        interleaved medians of 41 rounds, four processes): softmax 0.94-0.99, row (a) 0.92-1.00, LayerNorm
+        0.95-1.00, x*w+b 0.98-1.01, RMSNorm 1.00-1.02, the bf16 rows 0.92-1.01, cross-entropy's kernels 0.95-1.00,
+        the AdamW step 0.93-1.00: faster in the processes where the threads fall out of step, even elsewhere. Finer chunks of one length cost each chunk's start (a row's prefetches begin
+        again: cross-entropy's forward 1.05-1.30x with 32-256 chunks per thread); coarser ones (1-2 per thread:
+        the read streams farther apart) measured even. Other CPUs (not measured) keep equal chunks."""
+        return 32 if self.has("avx512f") and not self._intel_avx512() else 0
+
+    @property
     def caches_widened_bf16_rows(self) -> bool:
         """Whether a row loop that reduces a bf16 row widened to float32 and reads it again in later passes
         (bf16 LayerNorm: the mean, variance and write passes) keeps the widened row in a float32 row cache that
