@@ -14,12 +14,12 @@ import numpy as np
 import pytest
 from codegen_helpers import assert_matches
 from poison_rows import ROWS, VARIANCES, digest, inputs, llvm_ir
+from test_pairs import layernorm_graph
 from test_one_pass_variance import FALLBACK, _widened, residual_layernorm_of_products
 
 from neuroncc.codegen.llvm import emit, poison
 from neuroncc.driver import artifact
 from neuroncc.driver.compile import compile_graph
-from neuroncc.executors.cpu.launcher import build_cpu_executable
 from neuroncc.hardware import host
 from neuroncc.hardware.host import CpuTarget
 from neuroncc.hardware.scratch_poison import POISON_VARIABLE, poisoning_scratch
@@ -134,6 +134,34 @@ def test_each_row_fills_its_row_caches_again_before_their_stage(kind, cpu):
     assert f"@{poison.FILL}" in rows or f'@"{poison.FILL}"' in rows
 
 
+def test_a_row_cache_left_from_the_previous_row_reads_nan(rng, monkeypatch):
+    # a stale read: the deviation row cache stored only at the thread's first row (a fault put in), every later
+    # row's write stage loading that row's x - mean. On identical rows those are the right values: the normal build
+    # gives the interpreter's values, and so would a fill once a call; the fill before each row's producer stage
+    # gives NaN from the second row on
+    monkeypatch.setattr(CpuTarget, "caches_variance_deviations", property(lambda self: True))
+    original, stored = emit.KernelEmitter.deviation_computed, []
+
+    def first_row_only(self, variance, idx, deviation):
+        stored.append(variance)
+        with self.fresh_values(), self.b.if_then(self.b.icmp_signed("==", self.ir_index(idx[0]), self._range[0])):
+            original(self, variance, idx, deviation)
+
+    monkeypatch.setattr(emit.KernelEmitter, "deviation_computed", first_row_only)
+    fn = layernorm_graph(6, 1024)
+    x, w, bias = inputs(fn, rng)
+    x = np.tile(x[:1], (6, 1))
+    want = _widened(interpret(fn, [x, w, bias])[0])
+    with poisoning_scratch(False):
+        normal = compile_graph(fn, target="cpu", options={"threads": 1}, cache=None)
+    assert stored  # (the kernel caches the deviations)
+    np.testing.assert_allclose(_widened(normal(x, w, bias)[0]), want, rtol=2 ** -7, atol=1e-6)
+    with poisoning_scratch(True):
+        poisoned = _widened(compile_graph(fn, target="cpu", options={"threads": 1}, cache=None)(x, w, bias)[0])
+    np.testing.assert_allclose(poisoned[0], want[0], rtol=2 ** -7, atol=1e-6)
+    assert np.isnan(poisoned[1:]).all()
+
+
 def test_the_patterns_are_nans_of_each_width():
     assert np.isnan(np.array([poison.WORD_F32], np.uint32).view(np.float32)).all()
     assert np.isnan(np.array([poison.WORD_F64 * (1 << 32 | 1)], np.uint64).view(np.float64)).all()
@@ -172,8 +200,8 @@ def test_every_row_kind_in_the_checking_build_gives_the_interpreters_values(kind
         _one_pass(monkeypatch, one_pass)
     fn = ROWS[kind](rows, cols)
     arrays = inputs(fn, rng)
-    with poisoning_scratch(True):
-        exe = build_cpu_executable(fn, {"threads": 2})
+    with poisoning_scratch(True):  # (through the pipeline: the fused row kernels)
+        exe = compile_graph(fn, target="cpu", options={"threads": 2}, cache=None)
     assert exe.stats["interpreted_kernels"] == 0, exe.stats["interpreted_reasons"]
     if kind not in ELEMENTWISE:  # (their loops keep no buffer)
         assert any(poison.FILL in text for text in exe.module.llvm_ir)
