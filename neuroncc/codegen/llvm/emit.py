@@ -185,7 +185,7 @@ class KernelEmitter(IndexArithmetic, BufferAccess, MapStages):
             self.b.fence("seq_cst")  # order non-temporal stores before another thread reads the buffer
         self.b.ret_void()
         if self._poisons:  # (the checking build: every stack buffer NaN until stored, ``poison.py``)
-            poison_entry(self, self._entry)
+            poison_entry(self._entry)
         self._entry.branch(start_block)
         return symbol
 
@@ -339,7 +339,7 @@ class KernelEmitter(IndexArithmetic, BufferAccess, MapStages):
             part += count
             self._stage_number, self._filled = number, set()
             if self._poisons:  # (the row caches this stage stores, NaN again for this row: ``poison.py``)
-                poison_row(self, number, outer, depth, row_slot)
+                poison_row(self, number, outer, depth)
             if self._next_max is not None and number == 0:  # (the range's first row: its max and the next row's)
                 self.max_ahead = row_max_ahead(self, self._next_max, flat, self._range[0], self._range[1], nans_by_sum)
                 with max_without_nan_flag(self) if nans_by_sum else contextlib.nullcontext():

@@ -19,8 +19,7 @@ The patterns are NaNs of every float width in the buffer's element type (float32
 float16 words ``0x7FBA`` / ``0x7DBA``, float64 ``0x7FFBADBA7FFBADBA``), and the same bits in integer buffers (a
 float's bits kept as integers: the next row's max magnitudes, bf16 words): arithmetic keeps a NaN's payload, so a
 poisoned output shows where it came from. The fill is a call of one internal function per module, a loop of 32-bit
-stores (LLVM drops the stores a later store overwrites before any load). The normal build emits none of it: its IR
-is unchanged (``tests/codegen/test_poison_scratch.py``).
+stores. The normal build emits none of it: its IR is unchanged (``tests/codegen/test_poison_scratch.py``).
 """
 
 from __future__ import annotations
@@ -30,6 +29,7 @@ from typing import Any
 
 from llvmlite import ir
 
+from neuroncc.codegen.llvm.row_buffers import row_slot
 from neuroncc.codegen.llvm.scalars import I32, I64, VOID
 from neuroncc.hardware.scratch_poison import poisons_scratch
 
@@ -117,7 +117,7 @@ def fill(b: ir.IRBuilder, pointer: ir.Value, element: ir.Type, count: Any) -> No
     b.call(_fill_function(b.module), [start, words, ir.Constant(I32, word)])
 
 
-def poison_entry(em: Any, entry: ir.IRBuilder) -> None:
+def poison_entry(entry: ir.IRBuilder) -> None:
     """Fill every buffer ``alloca``'d in the phase function's entry block (``entry``, positioned at its end): once
     a call, before the function's first instruction after them."""
     for instruction in list(entry.block.instructions):
@@ -131,7 +131,7 @@ def poison_entry(em: Any, entry: ir.IRBuilder) -> None:
             fill(entry, instruction, element, count)
 
 
-def poison_row(em: Any, stage_number: int, outer: list[Any], depth: int, row_slot: Any) -> None:
+def poison_row(em: Any, stage_number: int, outer: list[Any], depth: int) -> None:
     """Fill the row caches stage ``stage_number`` of a row loop stores (``em._row_cache``; not the rows widened before
     the loop), the copy of the row at ``outer``: before that stage runs for the row."""
     for value, producer in em._row_cache.items():
