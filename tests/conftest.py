@@ -8,6 +8,12 @@ settings.register_profile("dev", max_examples=30, deadline=None, suppress_health
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
+def pytest_addoption(parser):
+    parser.addoption("--poison-scratch", action="store_true", default=False,
+                     help="compile the checking build: kernels' scratch buffers NaN until written "
+                          "(NEURONCC_POISON_SCRATCH=1, docs/reliability.md)")
+
+
 def pytest_configure(config):
     """Under pytest-xdist, each worker's OpenMP team gets its share of the cores, not all of them.
 
@@ -17,6 +23,8 @@ def pytest_configure(config):
     (libgomp reads it once); subprocesses the tests start inherit it. Tests of the thread split choose their
     thread counts explicitly (``torch.set_num_threads``, the ``threads`` option), so they still run 2 threads.
     An explicit OMP_NUM_THREADS wins."""
+    if config.getoption("--poison-scratch", False):  # (before any compile; xdist's workers inherit it)
+        os.environ["NEURONCC_POISON_SCRATCH"] = "1"
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0") or 0)
     if workers > 1 and "OMP_NUM_THREADS" not in os.environ:
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
@@ -27,6 +35,15 @@ def pytest_configure(config):
     from neuroncc.codegen.llvm import jit
 
     jit.OBJECT_MEMO.resize(0 if os.environ.get("NEURONCC_TEST_OBJECT_MEMO", "1") == "0" else TEST_MEMO_BYTES)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under ``--poison-scratch`` the tests that pin the normal build's code (``normal_build``) are skipped."""
+    if config.getoption("--poison-scratch", False):
+        skip = pytest.mark.skip(reason="pins the normal build's code; --poison-scratch compiles the checking build")
+        for item in items:
+            if item.get_closest_marker("normal_build") is not None:
+                item.add_marker(skip)
 
 
 #: The object memo's capacity in a test process (the product's default keeps 64 MiB).

@@ -21,12 +21,13 @@ import os
 import sys
 import threading
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from neuroncc.errors import TargetCpuError
 from neuroncc.hardware.loop_choices import LoopChoices
 from neuroncc.hardware.named_cpu import CPU_VARIABLE, llvm_cpu_features, missing_features
+from neuroncc.hardware.scratch_poison import poisons_scratch
 
 #: Bytes of one cache line (x86-64 and the common aarch64 cores): the unit of non-temporal stores, of the
 #: transposing copies' squares and of buffer alignment in generated CPU code.
@@ -129,6 +130,8 @@ class CpuTarget(LoopChoices):
     last_level_cache_bytes: int = 0
     #: CPUs the process may run on (0: unknown)
     cores: int = 0
+    #: the checking build: scratch buffers filled with a NaN pattern before each use (``scratch_poison.py``)
+    poisons_scratch: bool = False
 
     def streams_outputs(self, footprint_bytes: int) -> bool:
         """Whether a kernel touching ``footprint_bytes`` (its inputs and outputs together) writes its large
@@ -309,7 +312,8 @@ class HostCpu(CpuTarget):
         (:attr:`CpuTarget.stream_footprint_bytes`, which the cores bound): code compiled for one fingerprint
         runs only on that CPU."""
         return (f"{self.triple} {self.name}{'(named)' if self.named else ''} {self.features} "
-                f"llc={self.last_level_cache_bytes} streams>={self.stream_footprint_bytes}")
+                f"llc={self.last_level_cache_bytes} streams>={self.stream_footprint_bytes}"
+                f"{' poisoned-scratch' if self.poisons_scratch else ''}")
 
 
 _LOCK = threading.Lock()
@@ -397,6 +401,12 @@ def target_cpu(host: HostCpu | None = None) -> HostCpu:
     process may run on and the last-level cache the OS reports (facts of the machine the code runs on, which
     the CPU's name does not fix: a VM's cores, a part's cache size), so the streaming threshold stays the
     host's. Raises :class:`TargetCpuError` when the host lacks a feature of the named CPU."""
+    found = _target_cpu(host)
+    # the checking build (``scratch_poison.py``): another target, so another fingerprint and cache key
+    return replace(found, poisons_scratch=True) if poisons_scratch() else found
+
+
+def _target_cpu(host: HostCpu | None) -> HostCpu:
     name = named_cpu()
     host = host if host is not None else host_cpu()
     if not name:

@@ -7,6 +7,7 @@ outputs and AVX-512's code do not change; the bits do not either."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from test_bf16_rounding import ZEN4
 from test_generated_code_unchanged import _digest, llvm_ir
 from test_pairs import AVX2, affine_graph, layernorm_graph
@@ -56,6 +57,7 @@ def test_norms_bf16_and_zen4_code_is_unchanged(monkeypatch):
     assert _assembly(affine(1024, 1024), zen4) == zen4_code
 
 
+@pytest.mark.normal_build
 def test_the_stream_kernels_text_without_them_is_the_former_one(monkeypatch):
     _none(monkeypatch)
     assert _digest(llvm_ir("stream", "whole")) == "87075beada9470bc"  # (test_generated_code_unchanged's, before)

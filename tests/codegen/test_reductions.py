@@ -132,6 +132,7 @@ def test_batchnorm_statistics_iterate_channels_in_parallel(rng):
     assert [step.phases[0].n_outer for step in exe.plan.steps] == [16, 16, 160]
 
 
+@pytest.mark.normal_build  # (its loop count: the checking build's fills are loops too)
 @pytest.mark.parametrize("mean_first", [False, True])
 def test_a_variance_shares_the_mean_of_the_same_rows(mean_first, rng):
     # var_mean (LayerNorm's statistics) is a var and a mean of the same rows: the variance's first pass is that

@@ -51,6 +51,7 @@ from neuroncc.codegen.llvm.transpose import emit_transposed
 from neuroncc.codegen.llvm.views import Layout
 from neuroncc.codegen.llvm.widening import opaque_constant
 from neuroncc.codegen.llvm.refine import deviation_row_cache, widened_row_cache
+from neuroncc.codegen.llvm.poison import poison_entry, poison_row, poisons
 from neuroncc.codegen.llvm.row_buffers import (
     BEFORE_THE_ROWS, allocate_rows, emit_widened, row_slot, widened_rows, write_buffer_shift,
 )
@@ -75,6 +76,7 @@ class KernelEmitter(IndexArithmetic, BufferAccess, MapStages):
 
     def __init__(self, plan: KernelPlan, symbol: str, target: CpuTarget):
         self.target = target  # the CPU the code is for (the math library's choices depend on it)
+        self._poisons = poisons(self)  # the checking build (``poison.py``)
         self.module: ir.Module = None  # type: ignore[assignment]  # the current phase's
         self.modules: list[ir.Module] = []
         self.plan = plan
@@ -185,6 +187,8 @@ class KernelEmitter(IndexArithmetic, BufferAccess, MapStages):
         if self._streamed:
             self.b.fence("seq_cst")  # order non-temporal stores before another thread reads the buffer
         self.b.ret_void()
+        if self._poisons:  # (the checking build: every stack buffer NaN until stored, ``poison.py``)
+            poison_entry(self._entry)
         self._entry.branch(start_block)
         return symbol
 
@@ -339,6 +343,8 @@ class KernelEmitter(IndexArithmetic, BufferAccess, MapStages):
             self._next_burst = (lambda part=part: burst(part + 1)) if count == 2 else None
             part += count
             self._stage_number, self._filled = number, set()
+            if self._poisons:  # (the row caches this stage stores, NaN again for this row: ``poison.py``)
+                poison_row(self, number, outer, depth)
             if self._next_max is not None and number == 0:  # (the range's first row: its max and the next row's)
                 self.max_ahead = row_max_ahead(self, self._next_max, flat, self._range[0], self._range[1], nans_by_sum)
                 with max_without_nan_flag(self) if nans_by_sum else contextlib.nullcontext():
