@@ -1,11 +1,10 @@
 """The row kernels the checking build's tests run (``test_poison_scratch.py``): every row kind of the roofline
 (softmax, LayerNorm, RMSNorm, cross-entropy's forward and backward rows, x*w+b and gelu(x*w+b)*sigmoid(x)) in float32
 and on bf16 bits, the zoo's residual LayerNorm of two bf16 products, and the softmax and LayerNorm backwards; their
-inputs; and the LLVM IR a target gets for one (the normal build's IR is pinned by digest)."""
+inputs; and the LLVM IR a target gets for one."""
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable
 
 import numpy as np
@@ -125,7 +124,3 @@ def llvm_ir(kind: str, rows: int, cols: int, cpu: str) -> str:
         return "".join(texts)
     finally:
         host._HOST[:], host._NAMED[:] = saved, named
-
-
-def digest(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
