@@ -140,7 +140,7 @@ def test_a_kernel_compiled_for_znver3_runs_here_matches_eager_and_has_no_zmm(tmp
     assert out.returncode == 0, out.stderr
     report = json.loads(out.stdout.strip().splitlines()[-1])
     assert report["name"] == cpu and report["named"] and report["bits"] == 256
-    assert max(report["diffs"]) < 1e-5
+    assert all(d < 1e-5 for d in report["diffs"]), report["diffs"]  # (max() of [0.0, nan] is 0.0: a NaN passed)
     assert not report["zmm"] and report["ymm"]
     # the artifacts stored are znver3's: their plan says so
     plans = [json.loads(p.read_text()) for p in (tmp_path / "cache").rglob("plan.json")]

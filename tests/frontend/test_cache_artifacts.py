@@ -5,6 +5,7 @@ eager; a payload that does not verify is refused with a typed error and nothing 
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import zlib
@@ -167,3 +168,16 @@ def test_a_compile_records_its_entry_without_exporting_it(fresh_manager, monkeyp
         torch.compiler.load_cache_artifacts(saved[0])  # the empty entry is skipped with a warning
     installed = {p.name for p in (tmp_path / "another-machine" / "entries").iterdir()}
     assert installed == set(exported[1:])
+
+
+def test_a_nan_anywhere_is_the_largest_difference():
+    # (the child took builtin max() of the per-tensor differences: max(0.0, nan) is 0.0, so a NaN gradient after
+    # a finite loss passed ``< 1e-5``)
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("cache_artifacts_child", CHILD)
+    child = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(child)
+    finite, nan = torch.tensor([1.0, 2.0]), torch.tensor([1.0, float("nan")])
+    for compiled in ([finite, nan], [nan, finite]):
+        assert math.isnan(child.largest_difference([finite, finite], compiled))
+    assert child.largest_difference([finite, finite], [finite, finite + 0.5]) == 0.5

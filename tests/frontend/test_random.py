@@ -31,6 +31,18 @@ def _ok(failure):
     assert failure is None, failure
 
 
+@pytest.mark.parametrize("kind", ["normal", "uniform", "exponential"])
+def test_nan_draws_fail_the_kolmogorov_smirnov_check(kind):
+    rng = np.random.default_rng(0)
+    draws, cdf = {"normal": (rng.standard_normal(4096), normal_cdf), "uniform": (rng.random(4096), uniform_cdf()),
+                  "exponential": (rng.exponential(1.0, 4096), exponential_cdf())}[kind]
+    _ok(check_ks(draws, cdf, "draws"))
+    for nans in (1, 4096):
+        bad = draws.copy()
+        bad[:nans] = np.nan
+        assert check_ks(bad, cdf, "draws") is not None, nans
+
+
 @pytest.mark.parametrize("p", [0.1, 0.5])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_dropout_drops_p_within_3_sigma_of_a_million_elements(p, dtype):

@@ -220,6 +220,18 @@ SPECIAL_FLOATS = [math.nan, math.inf, -math.inf, -0.0, 0.0, 1e-45, 5e-324, 1e-40
                   -2.5, 0.1, 1 / 3]
 
 
+def _same_float(mine: float, other: float) -> bool:
+    """The same value and sign; NaN only where the original is NaN (``mine == other or isnan(other)`` let a
+    finite attribute that came back NaN pass)."""
+    return math.copysign(1, mine) == math.copysign(1, other) and (
+        mine == other or math.isnan(mine) and math.isnan(other))
+
+
+def test_a_finite_attribute_that_comes_back_nan_is_not_the_same():
+    assert not _same_float(0.1, math.nan) and not _same_float(-2.5, -math.nan)
+    assert _same_float(math.nan, math.nan) and _same_float(-0.0, -0.0) and not _same_float(0.0, -0.0)
+
+
 @pytest.mark.parametrize("value", SPECIAL_FLOATS, ids=repr)
 def test_special_float_attributes_round_trip_bit_exactly(value):
     b = Builder("f")
@@ -233,7 +245,7 @@ def test_special_float_attributes_round_trip_bit_exactly(value):
         for key in ours.attrs:
             mine, other = ours.attrs[key], theirs.attrs[key]
             if isinstance(mine, float):
-                assert math.copysign(1, mine) == math.copysign(1, other) and (mine == other or math.isnan(other))
+                assert _same_float(mine, other), (key, mine, other)
 
 
 @pytest.mark.parametrize("dtype", [F32, DType.bf16, DType.f16])
