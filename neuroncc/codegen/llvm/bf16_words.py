@@ -35,19 +35,23 @@ the same parity, carry (``vpmaxuw`` + ``vpcmpeqw``: no unsigned word compare) an
 instructions per 16 results, 2 of them shifts, where the 32-bit rounding takes 10 and 3.
 
 AVX-512 CPUs whose loops reading bf16 tables run 8 lanes a vector iteration (Zen 4:
-:attr:`CpuTarget.bf16_table_loop_lanes`) give each AVX-512 pair function a second variant on 8 pairs too (the
-vectorizer takes the one of its loop's lanes; in a module without such a loop it is dead code): the conversion's at
+:attr:`CpuTarget.bf16_table_loop_lanes`) give an AVX-512 pair function such a loop calls a second variant on 8
+pairs (:func:`with_narrow_variants`, only there: elsewhere it was dead code, ~140 assembly lines in bf16 softmax's
+and LayerNorm's modules; the vectorizer takes the one of its loop's lanes): the conversion's at
 256 bits (``vcvtne2ps2bf16`` ymm, ``vfpclassps`` ymm, ``vptestnmw`` ymm), and for op results the 32-bit rounding
 (:func:`_rounded_in_32_bits_variant`, measured faster there than the 16-bit lanes at 8 pairs).
 """
 
 from __future__ import annotations
 
+import weakref
+from collections.abc import Iterable
+
 from llvmlite import ir
 
 from neuroncc.codegen.llvm.pairs import word_of
 from neuroncc.codegen.llvm.scalars import F32, I16, I32, bf16_bits, call, round_to, rounding_of
-from neuroncc.codegen.llvm.vector_variants import keep_until_vectorized, scalar_with_variants
+from neuroncc.codegen.llvm.vector_variants import keep_until_vectorized, scalar_with_variants, with_variants
 from neuroncc.hardware.host import CpuTarget
 from neuroncc.ir.dtypes import DType
 
@@ -67,6 +71,8 @@ VARIANT = ".v16"
 BLENDED_VARIANT = ".v8"
 #: The name suffix of an AVX-512 form's narrow variant.
 NARROW_VARIANT = ".n8"
+#: The AVX-512 pair functions without their narrow variant yet: (converts, by_words, the 16 pairs' variant).
+_WIDE_FORMS: weakref.WeakKeyDictionary[ir.Function, tuple[bool, bool, ir.Function]] = weakref.WeakKeyDictionary()
 
 
 def rounded_word(b: ir.IRBuilder, even: ir.Value, odd: ir.Value, target: CpuTarget) -> ir.Value | None:
@@ -93,18 +99,38 @@ def rounded_word(b: ir.IRBuilder, even: ir.Value, odd: ir.Value, target: CpuTarg
     converts = not blends and (target.rounds_bf16_pairs_by_conversion
                                or target.rounds_bf16_cast_pairs_by_conversion and not op_result)
     by_words = converts and target.tests_converted_bf16_pairs_by_their_words
-    narrow = not blends and bool(target.bf16_table_loop_lanes)
-    return b.call(_pair_function(b.module, blends, converts, by_words, narrow), [rounded[0].value, rounded[1].value])
+    return b.call(_pair_function(b.module, blends, converts, by_words), [rounded[0].value, rounded[1].value])
 
 
-def _pair_function(module: ir.Module, blends: bool, converts: bool = False, by_words: bool = False,
-                   narrow: bool = False) -> ir.Function:
+def with_narrow_variants(blocks: Iterable[ir.Block]) -> None:
+    """Give the AVX-512 pair functions ``blocks`` call (a loop of ``CpuTarget.bf16_table_loop_lanes`` lanes: one
+    reading bf16 tables) their variant on 8 pairs, once per module: a module without such a loop has none (it
+    would be dead code there, kept by ``llvm.compiler.used``). The variant is placed beside the 16 pairs' one, as
+    if made with it."""
+    for block in blocks:
+        for instruction in block.instructions:
+            if isinstance(instruction, ir.CallInstr) and instruction.callee in _WIDE_FORMS:
+                _add_narrow_variant(instruction.callee)
+
+
+def _add_narrow_variant(fn: ir.Function) -> None:
+    """Make ``fn``'s narrow variant, after its 16 pairs' one in the module, and name both for the vectorizer."""
+    converts, by_words, wide = _WIDE_FORMS.pop(fn)
+    module, name = fn.module, fn.name + NARROW_VARIANT
+    later = list(module.globals)[list(module.globals).index(wide.name) + 1:]
+    narrow = _converted_variant(module, name, by_words, NARROW_PAIRS) if converts else \
+        _rounded_in_32_bits_variant(module, name, NARROW_PAIRS)
+    for key in later:  # (the module's order as before: the narrow variant right after the wide one)
+        module.globals.move_to_end(key)
+    with_variants(fn, [(VECTOR_PAIRS, wide), (NARROW_PAIRS, narrow)])
+
+
+def _pair_function(module: ir.Module, blends: bool, converts: bool = False, by_words: bool = False) -> ir.Function:
     """The pair function of ``module`` (one target per module) for its form: its vector variant AVX2's
     (``blends``), AVX-512 BF16's conversion (``converts``, a function of its own name: a module may round casts'
     words so and ops' results in 16-bit lanes, ``CpuTarget.rounds_bf16_cast_pairs_by_conversion``; ``by_words``:
     its denormals found in its words, ``CpuTarget.tests_converted_bf16_pairs_by_their_words``) or AVX-512 BW's;
-    ``narrow``: an AVX-512 form's variant on 8 pairs too (256-bit vectors: a loop reading bf16 tables,
-    ``CpuTarget.bf16_table_loop_lanes``)."""
+    its 8 pairs' variant is added by :func:`with_narrow_variants` where a loop asks for it."""
     symbol = SYMBOL + CONVERTED if converts and not blends else SYMBOL
     existing = module.globals.get(symbol)
     if existing is not None:
@@ -112,13 +138,12 @@ def _pair_function(module: ir.Module, blends: bool, converts: bool = False, by_w
     if blends:
         variants = [(BLENDED_PAIRS, _blended_variant(module, symbol + BLENDED_VARIANT))]
     else:
-        widths = (VECTOR_PAIRS, NARROW_PAIRS) if narrow else (VECTOR_PAIRS,)
-        suffixes = {VECTOR_PAIRS: VARIANT, NARROW_PAIRS: NARROW_VARIANT}
-        made = (lambda name, pairs: _converted_variant(module, name, by_words, pairs)) if converts else \
-            (lambda name, pairs: _vector_variant(module, name) if pairs == VECTOR_PAIRS
-             else _rounded_in_32_bits_variant(module, name, pairs))
-        variants = [(pairs, made(symbol + suffixes[pairs], pairs)) for pairs in widths]
+        wide = _converted_variant(module, symbol + VARIANT, by_words) if converts else \
+            _vector_variant(module, symbol + VARIANT)
+        variants = [(VECTOR_PAIRS, wide)]
     fn = scalar_with_variants(module, symbol, ir.FunctionType(I32, [F32, F32]), variants)
+    if not blends:
+        _WIDE_FORMS[fn] = converts, by_words, variants[0][1]
     body = ir.IRBuilder(fn.append_basic_block("entry"))
     even, odd = (bf16_bits(body, round_to(body, arg, DType.bf16, nan_case=False)) for arg in fn.args)
     body.ret(word_of(body, even, odd))

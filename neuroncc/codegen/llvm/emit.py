@@ -21,6 +21,7 @@ from llvmlite import ir
 
 from neuroncc.codegen.llvm.access import ACCESS, broadcast_index
 from neuroncc.codegen.llvm.bf16_tables import looked_up
+from neuroncc.codegen.llvm.bf16_words import with_narrow_variants
 from neuroncc.codegen.llvm.buffer_access import BufferAccess
 from neuroncc.codegen.llvm.context import Ahead, Index
 from neuroncc.codegen.llvm.delayed_writes import DelayedGroups, delayed_write_stage, emit_last_row
@@ -195,6 +196,7 @@ class KernelEmitter(IndexArithmetic, BufferAccess, MapStages):
     def innermost_loop_emitted(self, latch: ir.Instruction, blocks: list[ir.Block]) -> None:
         if self.narrow_tables and reads_bf16_tables(blocks):  # (its reads' vector variants are of these lanes)
             hint_math_loop(latch, self.target, 1, self.target.bf16_table_loop_lanes)
+            with_narrow_variants(blocks)  # (its pair functions' variants of these lanes)
         elif computes_polynomial_math(blocks):
             hint_math_loop(latch, self.target, self._math_interleave)
 

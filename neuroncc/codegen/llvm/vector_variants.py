@@ -63,6 +63,13 @@ def scalar_with_variants(module: ir.Module, symbol: str, fn_type: ir.FunctionTyp
     return fn
 
 
+def with_variants(fn: ir.Function, variants: list[tuple[int, ir.Function]]) -> None:
+    """Name ``variants`` (lanes, function) as ``fn``'s vector variants in place of those it named."""
+    for attribute in [a for a in fn.attributes if a.startswith('"vector-function-abi-variant"=')]:
+        set.discard(fn.attributes, attribute)
+    _with_variants(fn, variants)
+
+
 def _with_variants(fn: ir.Function, variants: list[tuple[int, ir.Function]]) -> None:
     """Mark ``fn`` free of side effects and name its vector ``variants`` (lanes, function) for the vectorizer."""
     args = "v" * len(fn.function_type.args)
