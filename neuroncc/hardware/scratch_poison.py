@@ -1,4 +1,5 @@
-"""The checking build's setting: scratch buffers filled with a NaN pattern before each use (``NEURONCC_POISON_SCRATCH``).
+"""The checking build's setting (``NEURONCC_POISON_SCRATCH``): scratch buffers filled with a NaN pattern before each
+use.
 
 With ``NEURONCC_POISON_SCRATCH=1`` (read once per process, at the first compile or cache lookup; or
 :func:`set_poison_scratch` before that) the CPU code generator compiles for a :class:`~neuroncc.hardware.host.HostCpu`

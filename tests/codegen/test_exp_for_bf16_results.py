@@ -1,8 +1,9 @@
 """bf16 softmax's exponentials in degree 5 on Zen 4 (``CpuTarget.evaluates_exp_for_bf16_results_in_degree_five``,
 session 37 bfsm37): an exp whose every result is rounded to bf16 through sums, products and quotients only
 (``elementwise.reaches_only_bf16``) evaluates ``mathlib._exp_nonpositive_for_bf16``, two FMAs fewer per element
-(a degree-5 polynomial, r in one FMA) and within 2.7 ulp of e**x for x >= -20, 5 below (the degree-6 exp: ~1). Its outputs are as accurate as the degree-6 code's (a bf16 rounding is
-2**-9): NaN where they were, as many correctly rounded. Other exps, AVX2 and Intel's AVX-512 cores keep their code."""
+(a degree-5 polynomial, r in one FMA) and within 2.7 ulp of e**x for x >= -20, 5 below (the degree-6 exp: ~1).
+Its outputs are as accurate as the degree-6 code's (a bf16 rounding is 2**-9): NaN where they were, as many correctly
+rounded. Other exps, AVX2 and Intel's AVX-512 cores keep their code."""
 
 from __future__ import annotations
 

@@ -162,7 +162,8 @@ def _vector_pair_function(module: ir.Module, symbol: str, pairs: int) -> tuple[i
 
 
 def _vector_variant(module: ir.Module, symbol: str, pairs: int = VECTOR_PAIRS) -> ir.Function:
-    """The pair function on ``pairs`` pairs, kept by ``llvm.compiler.used`` (``vector_variants.keep_until_vectorized``)."""
+    """The pair function on ``pairs`` pairs, kept by ``llvm.compiler.used``
+    (``vector_variants.keep_until_vectorized``)."""
     fn, b = _vector_pair_function(module, symbol, pairs)
     b.ret(_word_lane_rounding(b, *fn.args))
     return fn

@@ -405,7 +405,8 @@ class KernelCompiler:
     object file, and the objects are kept in submission order, so the result does not depend on the number
     of workers or on which worker compiled what. A worker takes the optimized modules queued before the
     quick ones: an optimized module costs ~25x a quick one (the transformer step's LayerNorm backward: 90 ms
-    against 2-7 ms), so it is the one the compile ends up waiting for, unless it starts as early as it can. ``tier``: how much LLVM optimizes (:class:`Tier`).
+    against 2-7 ms), so it is the one the compile ends up waiting for, unless it starts as early as it can.
+    ``tier``: how much LLVM optimizes (:class:`Tier`).
     ``quick_when_independent``: a module that computes the same bits at every tier (:func:`tier_independent`)
     compiles at the quick tier instead, unless it asks to be optimized first (``entries.optimize_first``: the
     generated matrix products); ``tiers`` records each module's (:func:`reoptimize` makes the
@@ -533,8 +534,8 @@ def _compile_all(texts: list[str], tiers: list[Tier], form: CodeForm,
 
 def _load(objects: list[bytes], texts: list[str], tiers: list[Tier], form: CodeForm,
           target: CpuTarget | None = None) -> LoadedCode:
-    """Load freshly compiled ``objects`` (compiled for ``target``, default: the process's CPU): linked into a library and loaded by the dynamic loader in the shared
-    form. When that fails (the linker refuses, or the library cannot be mapped: a ``noexec`` temporary
+    """Load freshly compiled ``objects`` (compiled for ``target``, default: the process's CPU): linked into a
+    library and loaded by the dynamic loader in the shared form. When that fails (the linker refuses, or the library cannot be mapped: a ``noexec`` temporary
     directory), the process gives the shared form up (``native_library.give_up``) and these modules compile
     again, as objects for MCJIT, at their ``tiers``.
 

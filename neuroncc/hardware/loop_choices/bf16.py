@@ -134,7 +134,8 @@ class Bf16Choices(ChoiceBase):
         polynomials' time; a gather-free 16-lane read 1.02-1.05x) reads them in 8-lane loops
         (:attr:`bf16_table_loop_lanes`, session 37: row (a) 0.77-0.81 of the polynomials' time). CPUs without AVX2
         keep their code."""
-        return (self.has("avx2") and not self.has("avx512f")) or self._intel_avx512() or bool(self.bf16_table_loop_lanes)
+        return ((self.has("avx2") and not self.has("avx512f")) or self._intel_avx512()
+                or bool(self.bf16_table_loop_lanes))
 
     @property
     def reads_bf16_tables_by_lane_pairs(self) -> bool:
@@ -174,11 +175,11 @@ class Bf16Choices(ChoiceBase):
         general registers two or four at a time, :attr:`reads_bf16_tables_by_lane_pairs`,
         :attr:`reads_bf16_table_indices_from_loaded_words`; entries by ``vmovd`` + ``vpinsrd`` per 4 lanes), its
         bf16 pairs by 8-pair variants of the pair functions (op results by the 32-bit rounding, casts by the
-        conversion: ``codegen/llvm/bf16_words.py``). The same bits (the tables are the polynomials' results). Only a map stage
-        with no other polynomial reads them so (``map_stages.MapStages._map_stage``); one with a float32 polynomial
-        beside them keeps its polynomials and its 512-bit loop (its loop at 8 lanes measured 1.04-1.31x). Zen 4
-        (session 37 bfa37): AVX2's code of bf16 gelu(x*w+b)*sigmoid(x) [4096, 1024] (``NEURONCC_CPU=znver3``, its
-        tables in 8 lanes) ran 0.75-0.99 of Zen 4's polynomials' time in one process, Zen 4's tables by 16-lane
+        conversion: ``codegen/llvm/bf16_words.py``). The same bits (the tables are the polynomials' results). Only a
+        map stage with no other polynomial reads them so (``map_stages.MapStages._map_stage``); one with a float32
+        polynomial beside them keeps its polynomials and its 512-bit loop (its loop at 8 lanes measured
+        1.04-1.31x). Zen 4 (session 37 bfa37): AVX2's code of bf16 gelu(x*w+b)*sigmoid(x) [4096, 1024]
+        (``NEURONCC_CPU=znver3``, its tables in 8 lanes) ran 0.75-0.99 of Zen 4's polynomials' time in one process, Zen 4's tables by 16-lane
         ``vpgatherdd`` 1.28x (session 36 bft36); with this, the kernel 0.76-0.77 of the polynomials' time at 1
         thread and 0.74-0.76 at 2 (``bench_bf16_words.py --switch table-loops``, three processes each), AVX2's
         code 1.01-1.04x its time (``bench_named_cpu.py``, three processes). The 8-lane loop with LLVM's own reads

@@ -28,9 +28,10 @@ class RowLoopChoices(ChoiceBase):
         kernels against equal chunks (``bench_bf16_words.py --switch team-guided --value 32``, two builds each,
         interleaved medians of 41 rounds, four processes): softmax 0.94-0.99, row (a) 0.92-1.00, LayerNorm
         0.95-1.00, x*w+b 0.98-1.01, RMSNorm 1.00-1.02, the bf16 rows 0.92-1.01, cross-entropy's kernels 0.95-1.00,
-        the AdamW step 0.93-1.00: faster in the processes where the threads fall out of step, even elsewhere. Finer chunks of one length cost each chunk's start (a row's prefetches begin
-        again: cross-entropy's forward 1.05-1.30x with 32-256 chunks per thread); coarser ones (1-2 per thread:
-        the read streams farther apart) measured even. Other CPUs (not measured) keep equal chunks."""
+        the AdamW step 0.93-1.00: faster in the processes where the threads fall out of step, even elsewhere.
+        Finer chunks of one length cost each chunk's start (a row's prefetches begin again: cross-entropy's forward
+        1.05-1.30x with 32-256 chunks per thread); coarser ones (1-2 per thread: the read streams farther apart)
+        measured even. Other CPUs (not measured) keep equal chunks."""
         return 32 if self.has("avx512f") and not self._intel_avx512() else 0
 
     @property
