@@ -179,16 +179,16 @@ class Bf16Choices(ChoiceBase):
         map stage with no other polynomial reads them so (``map_stages.MapStages._map_stage``); one with a float32
         polynomial beside them keeps its polynomials and its 512-bit loop (its loop at 8 lanes measured
         1.04-1.31x). Zen 4 (session 37 bfa37): AVX2's code of bf16 gelu(x*w+b)*sigmoid(x) [4096, 1024]
-        (``NEURONCC_CPU=znver3``, its tables in 8 lanes) ran 0.75-0.99 of Zen 4's polynomials' time in one process, Zen 4's tables by 16-lane
-        ``vpgatherdd`` 1.28x (session 36 bft36); with this, the kernel 0.76-0.77 of the polynomials' time at 1
-        thread and 0.74-0.76 at 2 (``bench_bf16_words.py --switch table-loops``, three processes each), AVX2's
-        code 1.01-1.04x its time (``bench_named_cpu.py``, three processes). The 8-lane loop with LLVM's own reads
-        (``vpgatherdd`` ymm, or per-lane extracts) 1.07-1.24x the polynomials' time; interleaved 2 0.99 against
-        0.86; 16 lanes by the 8-lane reads 1.02-1.06. Other bf16 kernels [4096, 1024] (normal inputs, 1 / 2
-        threads): sin 0.56 / 0.58 and expm1 0.57 (library tables before too, by gathers), gelu 0.53 / 0.54, tanh
-        0.40 / 0.44, sigmoid 0.70 / 0.71, gelu(x)*sigmoid(x) 0.52-0.56 / 0.61-0.64 of their time; silu(x)*sigmoid(x)
-        and silu(x)*exp(x) (a float32 polynomial in the stage) 0.99-1.01. Intel's AVX-512 cores keep their 16-lane
-        gathers (session 32: fast there); AVX2 its own loops."""
+        (``NEURONCC_CPU=znver3``, its tables in 8 lanes) ran 0.75-0.99 of Zen 4's polynomials' time in one process, Zen
+        4's tables by 16-lane ``vpgatherdd`` 1.28x (session 36 bft36); with this, the kernel 0.76-0.77 of the
+        polynomials' time at 1 thread and 0.74-0.76 at 2 (``bench_bf16_words.py --switch table-loops``, three processes
+        each), AVX2's code 1.01-1.04x its time (``bench_named_cpu.py``, three processes). The 8-lane loop with LLVM's
+        own reads (``vpgatherdd`` ymm, or per-lane extracts) 1.07-1.24x the polynomials' time; interleaved 2 0.99
+        against 0.86; 16 lanes by the 8-lane reads 1.02-1.06. Other bf16 kernels [4096, 1024] (normal inputs, 1 / 2
+        threads): sin 0.56 / 0.58 and expm1 0.57 (library tables before too, by gathers), gelu 0.53 / 0.54, tanh 0.40 /
+        0.44, sigmoid 0.70 / 0.71, gelu(x)*sigmoid(x) 0.52-0.56 / 0.61-0.64 of their time; silu(x)*sigmoid(x) and
+        silu(x)*exp(x) (a float32 polynomial in the stage) 0.99-1.01. Intel's AVX-512 cores keep their 16-lane gathers
+        (session 32: fast there); AVX2 its own loops."""
         return 8 if self.has("avx512bw") and self.has("avx512vl") and not self._intel_avx512() else 0
 
     @property
