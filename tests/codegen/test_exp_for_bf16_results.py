@@ -7,12 +7,10 @@ rounded. Other exps, AVX2 and Intel's AVX-512 cores keep their code."""
 
 from __future__ import annotations
 
-import ctypes
-
 import numpy as np
 import pytest
 import torch
-from llvmlite import ir
+from mxcsr_probe import with_flags
 from test_bf16_rounding import SAPPHIRE_RAPIDS, ZEN4
 from test_delayed_write_order import _softmax
 from test_next_row_max import outputs_off_and_on
@@ -21,9 +19,7 @@ from test_widened_exp_rows import _assembly
 
 from neuroncc.codegen.llvm import jit
 from neuroncc.codegen.llvm.elementwise import reaches_only_bf16
-from neuroncc.codegen.llvm.mathlib import _exp_nonpositive_for_bf16
 from neuroncc.codegen.llvm.regions import fuse_whole_function
-from neuroncc.codegen.llvm.scalars import F32, I64
 from neuroncc.hardware.host import CpuTarget
 from neuroncc.ir import Builder, DType, TensorType
 
@@ -78,28 +74,8 @@ def test_only_exps_reaching_bf16_roundings_alone(tail, only_bf16):
 
 
 def _evaluated(xs: np.ndarray) -> np.ndarray:
-    """``_exp_nonpositive_for_bf16`` of each float32 of ``xs`` on the host (scalar code)."""
-    module = ir.Module("exp_for_bf16")
-    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [F32.as_pointer(), F32.as_pointer(), I64]), "run")
-    entry, loop, done = (fn.append_basic_block(name) for name in ("entry", "loop", "done"))
-    b = ir.IRBuilder(entry)
-    b.branch(loop)
-    b.position_at_end(loop)
-    i = b.phi(I64)
-    i.add_incoming(ir.Constant(I64, 0), entry)
-    x = b.load(b.gep(fn.args[0], [i]))
-    b.store(_exp_nonpositive_for_bf16(b, x, jit.host_target()), b.gep(fn.args[1], [i]))
-    following = b.add(i, ir.Constant(I64, 1))
-    i.add_incoming(following, loop)
-    b.cbranch(b.icmp_signed("<", following, fn.args[2]), loop, done)
-    b.position_at_end(done)
-    b.ret_void()
-    compiled = jit.compile_ir([str(module)])
-    run = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)(compiled.address("run"))
-    xs = np.ascontiguousarray(xs, np.float32)
-    out = np.empty_like(xs)
-    run(xs.ctypes.data, out.ctypes.data, xs.size)
-    return out
+    """``exp_nonpositive_for_bf16`` of each float32 of ``xs`` on the host (scalar code)."""
+    return with_flags("exp_nonpositive_for_bf16", jit.host_target(), np.ascontiguousarray(xs, np.float32))[1]
 
 
 def test_the_exp_for_bf16_results_within_a_few_ulp_of_e_to_the_x():
