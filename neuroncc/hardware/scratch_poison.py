@@ -18,7 +18,10 @@ import os
 import threading
 from collections.abc import Iterator, Mapping
 
-#: The environment variable that turns the checking build on ("1"; unset, "" or "0": off).
+from neuroncc.errors import InputError
+
+#: The environment variable that turns the checking build on ("1", "true", "yes", "on"; unset, "", "0", "false",
+#: "no", "off": off; anything else raises).
 POISON_VARIABLE = "NEURONCC_POISON_SCRATCH"
 
 _LOCK = threading.Lock()
@@ -26,8 +29,17 @@ os.register_at_fork(after_in_child=_LOCK._at_fork_reinit)
 _SETTING: list[bool] = []  # [on], once settled
 
 
+#: The setting's words (case aside) for on and off.
+_ON, _OFF = ("1", "true", "yes", "on"), ("", "0", "false", "no", "off")
+
+
 def _parse(text: str) -> bool:
-    return text.strip().lower() not in ("", "0", "false", "no", "off")
+    """The setting ``text`` says; anything else (a typo must not quietly pick a build) is an :class:`InputError`."""
+    word = text.strip().lower()
+    if word not in _ON + _OFF:
+        raise InputError(f"{POISON_VARIABLE}={text!r}: not a setting; use 1 (the checking build: scratch filled with "
+                         f"NaN before use) or 0 / unset (the normal build)")
+    return word in _ON
 
 
 def poisons_scratch(environ: Mapping[str, str] | None = None) -> bool:

@@ -20,13 +20,16 @@ from test_one_pass_variance import FALLBACK, _widened, residual_layernorm_of_pro
 from neuroncc.codegen.llvm import emit, poison
 from neuroncc.driver import artifact
 from neuroncc.driver.compile import compile_graph
-from neuroncc.hardware import host
+from neuroncc.errors import InputError
+from neuroncc.hardware import host, scratch_poison
 from neuroncc.hardware.host import CpuTarget
 from neuroncc.hardware.scratch_poison import POISON_VARIABLE, poisoning_scratch
 from neuroncc.ir import DType, interpret
 
+
 def _one_pass(monkeypatch, on: bool) -> None:
     monkeypatch.setattr(CpuTarget, "takes_the_variance_in_one_pass", property(lambda self: on))
+
 
 def test_the_setting_is_in_the_targets_fingerprint(monkeypatch):
     plain = host.HostCpu(name="znver4", features="+avx2", triple="x86_64-unknown-linux-gnu")
@@ -39,6 +42,24 @@ def test_the_setting_is_in_the_targets_fingerprint(monkeypatch):
     with poisoning_scratch(True):
         assert host.target_cpu().poisons_scratch and host.target_cpu().fingerprint == poisoned.fingerprint
     assert POISON_VARIABLE == "NEURONCC_POISON_SCRATCH"
+
+
+@pytest.mark.parametrize("text, on", [("1", True), (" Yes", True), ("on", True), ("", False), ("0", False),
+                                      ("off", False), ("False", False)])
+
+
+def test_the_settings_words(monkeypatch, text, on):
+    monkeypatch.setattr(scratch_poison, "_SETTING", [])
+    assert scratch_poison.poisons_scratch({POISON_VARIABLE: text}) is on
+
+
+@pytest.mark.parametrize("text", ["2", "flase", "poison"])
+def test_a_setting_that_is_no_word_is_a_typed_error_naming_it(monkeypatch, text):
+    monkeypatch.setattr(scratch_poison, "_SETTING", [])
+    with pytest.raises(InputError, match=f"NEURONCC_POISON_SCRATCH={text!r}: not a setting"):
+        scratch_poison.poisons_scratch({POISON_VARIABLE: text})
+    assert scratch_poison._SETTING == []  # (nothing settled: a corrected environment is read next time)
+
 
 def test_the_cache_keys_host_component_names_the_checking_build():
     # (what ``driver.cache_key`` hashes as the "host" component of a cpu artifact: another key, so a poisoned
@@ -74,8 +95,11 @@ def test_the_checking_build_fills_its_buffers_and_row_caches(cpu):
     with poisoning_scratch(False):
         assert poison.FILL not in llvm_ir("layernorm_bf16", 16, 1024, cpu)
 
+
 @pytest.mark.parametrize("kind, cpu", [("layernorm_bf16", "znver4"), ("layernorm_bf16", "znver3"),
                                        ("softmax", "znver4"), ("softmax_bf16", "znver3")])
+
+
 def test_each_row_fills_its_row_caches_again_before_their_stage(kind, cpu):
     # (not only once a call: a stage reading a cache its producer did not store for this row would read the
     # previous row's values, a stale read, which only a fill per row turns into NaN)
@@ -119,6 +143,7 @@ def test_the_patterns_are_nans_of_each_width():
     assert np.isnan(np.array([poison.WORD_F16], np.uint32).view(np.float16)).all()
     assert np.isnan(_widened(np.array([poison.WORD_BF16], np.uint32).view(np.uint16))).all()
 
+
 @pytest.mark.parametrize("tokens, cols", [(8, 32), (5, 48)])
 def test_a_deviation_cache_no_pass_stores_reads_nan_on_every_call(tokens, cols, rng, monkeypatch):
     # session 37's fault put back: the deviation row cache planned for a variance that takes its one pass (no
@@ -141,8 +166,11 @@ SHAPES = [(5, 1000), (3, 77), (17, 1024), (2, 4100)]
 CASES = [(kind, shape, one_pass) for kind in ROWS for shape in SHAPES
          for one_pass in ((True, False) if kind in VARIANCES else (None,))]
 
+
 @pytest.mark.parametrize("kind, shape, one_pass", CASES,
                          ids=[f"{k}-{r}x{c}-{'' if o is None else ('one' if o else 'two')}" for k, (r, c), o in CASES])
+
+
 def test_every_row_kind_in_the_checking_build_gives_the_interpreters_values(kind, shape, one_pass, rng, monkeypatch):
     rows, cols = shape
     if kind == "residual_layernorm":  # (two sequences of rows tokens; its products' weights cols x cols)

@@ -56,7 +56,7 @@ class MapStages:
         (``CpuTarget.bf16_table_loop_lanes``), a stage evaluating no polynomial but by table does so
         (:attr:`narrow_tables`)."""
         if self.target.bf16_table_loop_lanes:
-            self.narrow_tables = True
+            self.narrow_tables = True  # (so that the count below takes the stage's table reads as reads)
             self.narrow_tables = not self._stage_polynomials(stage, within_polynomials=True)
         try:
             self._map_stage_nest(stage, ranges, block)
