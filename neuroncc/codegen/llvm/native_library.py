@@ -171,7 +171,8 @@ def _run_linker(arguments: list[str]) -> subprocess.CompletedProcess:
     and a thread adding a variable meanwhile (``os.environ[...] = ...``, pytest's ``monkeypatch.setenv``: the
     tests' autouse fixtures do it for every test, beside the builds earlier tests left linking in the
     background) makes ``setenv`` move that array and free the old one, whose first entries ``free`` overwrites
-    with its own pointers: exec then fails with EFAULT (``OSError: [Errno 14] Bad address: '/usr/bin/ld'``;
+    with its own pointers (one removing a variable shifts the entries between the kernel's count of them and its
+    copy): exec then fails with EFAULT (``OSError: [Errno 14] Bad address: '/usr/bin/ld'``;
     sessions 36-37, one test worker in every suite run). With ``env=`` the arguments and the environment are
     built by the calling thread, which ``vfork`` stops until the exec, so no other thread can change what the
     exec reads. A spawn that still fails for a transient reason (EAGAIN, ENOMEM, EFAULT) runs once more before the
