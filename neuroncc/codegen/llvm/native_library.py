@@ -3,8 +3,9 @@
 A compiled graph's phases are object files (:mod:`neuroncc.codegen.llvm.jit` compiles one per phase). Where a
 linker is available when they are compiled, they are position-independent (small code model, RIP-relative
 constant-pool loads, no GOT: the kernels call nothing but ``memmove``) and ``ld -shared`` links them into one
-library, which ``dlopen`` loads. A process that loads a cached artifact then maps machine code without importing
-llvmlite or initializing LLVM (~25-30 ms of a warm start). Where no linker is found, or linking or loading a
+library, which ``dlopen`` loads (``ld`` started with a copy of the environment, and once more after a transient
+failure to start: :func:`_run_linker`). A process that loads a cached artifact then maps machine code without
+importing llvmlite or initializing LLVM (~25-30 ms of a warm start). Where no linker is found, or linking or loading a
 library fails here, the objects are compiled with static relocations and the large code model instead and loaded
 into an MCJIT engine (the :class:`CodeForm` ``OBJECTS``): :func:`code_form` is the one place that decides, and the
 launch plan records the form an artifact holds (``CpuLaunchPlan.code_form``).
@@ -36,6 +37,7 @@ from __future__ import annotations
 import atexit
 import ctypes
 import enum
+import errno
 import fcntl
 import itertools
 import logging
@@ -45,7 +47,7 @@ import subprocess
 import tempfile
 import threading
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -150,12 +152,52 @@ def link(objects: list[bytes]) -> bytes:
         archive = Path(directory) / "kernels.a"
         _write_private(archive, write_archive(objects))
         output = Path(directory) / "kernels.so"
-        done = subprocess.run([command, *LINK_FLAGS, "-o", str(output), "--whole-archive", str(archive)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=120)
+        done = _run_linker([command, *LINK_FLAGS, "-o", str(output), "--whole-archive", str(archive)])
         if done.returncode != 0:
             raise OSError(f"`{' '.join(done.args)}` exited with "
                           f"{done.returncode}: {done.stderr.decode(errors='replace').strip()[:2000]}")
         return output.read_bytes()
+
+
+#: ``errno`` of a spawn that failed before the linker ran, saying nothing about the linker: worth one more try.
+_TRANSIENT_SPAWN_ERRORS = frozenset({errno.EFAULT, errno.EAGAIN, errno.ENOMEM})
+
+
+def _run_linker(arguments: list[str]) -> subprocess.CompletedProcess:
+    """``ld`` run with ``arguments``, given a copy of the environment (:func:`environment_copy`), never the live one.
+
+    ``subprocess`` starts the child with ``vfork``: until it execs, the child shares the parent's memory while the
+    parent's other threads run on. Without ``env=`` the child's exec reads the process's live ``environ`` array,
+    and a thread adding a variable meanwhile (``os.environ[...] = ...``, pytest's ``monkeypatch.setenv``: the
+    tests' autouse fixtures do it for every test, beside the builds earlier tests left linking in the
+    background) makes ``setenv`` move that array and free the old one, whose first entries ``free`` overwrites
+    with its own pointers (one removing a variable shifts the entries between the kernel's count of them and its
+    copy): exec then fails with EFAULT (``OSError: [Errno 14] Bad address: '/usr/bin/ld'``;
+    sessions 36-37, one test worker in every suite run). With ``env=`` the arguments and the environment are
+    built by the calling thread, which ``vfork`` stops until the exec, so no other thread can change what the
+    exec reads. A spawn that still fails for a transient reason (EAGAIN, ENOMEM, EFAULT) runs once more before the
+    failure reaches ``jit._load`` (which gives the shared form up for the rest of the process)."""
+    def run() -> subprocess.CompletedProcess:
+        return subprocess.run(arguments, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=120,
+                              env=environment_copy())
+
+    try:
+        return run()
+    except OSError as exc:
+        if exc.errno not in _TRANSIENT_SPAWN_ERRORS:
+            raise
+        _log.info("neuroncc: starting the linker failed (%s: %s); trying once more", type(exc).__name__, exc)
+    return run()
+
+
+def environment_copy(environ: Mapping[str, str] = os.environ) -> dict[str, str]:
+    """A copy of ``environ`` for a child's ``env=``, taken while other threads may change it (a variable removed
+    between listing the names and reading its value: copied again)."""
+    while True:
+        try:
+            return dict(environ)
+        except (KeyError, RuntimeError):
+            continue
 
 
 def load_library(library: bytes, objects: list[bytes] | None = None,
