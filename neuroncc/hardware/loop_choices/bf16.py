@@ -211,8 +211,8 @@ class Bf16Choices(ChoiceBase):
         the odd one's high: a loaded pair's layout) as a loaded word is read (``bf16_tables._word_pairs_variant``,
         :attr:`reads_bf16_table_indices_from_loaded_words`: four indices to 64 bits, 4 vector-to-general moves per
         16 elements and 2 vector instructions to pack), not by lane pairs of the float32 vectors (8 moves and 2
-        extracts). The same bits. Zen 4 (session 38 bfa38): bf16 gelu(x*w+b)*sigmoid(x)'s kernel 0.92 of the
-        lane pairs' time at 1 thread and 0.93-0.96 at 2 (``bench_bf16_words.py --switch packed-operands``); the
-        packed words stored to a stack buffer and read back by 64-bit loads instead 1.17-1.18x. Where
+        extracts). The same bits. Zen 4 (session 38 bfa38): bf16 gelu(x*w+b)*sigmoid(x)'s kernel 0.92-0.94 of the
+        lane pairs' time at 1 and 2 threads (``bench_bf16_words.py --switch packed-operands``, three processes
+        each); the packed words stored to a stack buffer and read back by 64-bit loads instead 1.17-1.18x. Where
         :attr:`bf16_table_loop_lanes` is set."""
         return bool(self.bf16_table_loop_lanes)
