@@ -100,6 +100,7 @@ SWITCHES: dict[str, Switch] = {
     "row-sum-lanes": Switch(("carries_the_row_sum_in_lanes_through_the_groups",), "b,b16"),
     "exp-degree-5": Switch(("evaluates_exp_for_bf16_results_in_degree_five",), "b16"),
     "table-loops": Switch(("bf16_table_loop_lanes",), "a16"),
+    "packed-operands": Switch(("packs_computed_bf16_table_operands",), "a16"),
     "team-guided": Switch(("team_guided_chunks",), "a,b,c,c',rms,a16,b16,c16"),
 }
 #: switches whose bits may differ (counted, not asserted): the order of a sum's terms, a division's rounding

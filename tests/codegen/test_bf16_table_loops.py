@@ -36,8 +36,10 @@ def test_the_decision():
     zen4 = CpuTarget("znver4", ZEN4)
     assert zen4.bf16_table_loop_lanes == 8 and zen4.reads_bf16_table_indices_from_loaded_words
     assert zen4.looks_up_bf16_unary_math and zen4.reads_bf16_tables_by_lane_pairs
+    assert zen4.packs_computed_bf16_table_operands
     for other in (CpuTarget("znver3", AVX2), CpuTarget("sapphirerapids", SAPPHIRE_RAPIDS), CpuTarget("x86-64", SSE)):
         assert other.bf16_table_loop_lanes == 0 and not other.reads_bf16_table_indices_from_loaded_words
+        assert not other.packs_computed_bf16_table_operands
 
 
 def _widths(text: str) -> list[int]:
@@ -49,12 +51,28 @@ def test_zen4_row_a_reads_its_tables_in_an_8_lane_loop_without_gathers():
     text, asm = aligned_kernel_code(gelu_sigmoid_graph(64, 1024), CpuTarget("znver4", ZEN4))
     assert "ncc.math." not in text and _widths(text) == [8]
     assert '"ncc.bf16_lookup.sigmoid.plain.word0"' in text and '"ncc.bf16_lookup.sigmoid.plain.word1"' in text
-    assert '"ncc.bf16_lookup.gelu.plain"' in text  # (a computed operand: by lane pairs)
+    # a computed operand: the pair's two packed into one word, read as x's words are
+    assert '"ncc.bf16_lookup.gelu.plain.word0"' in text and '"ncc.bf16_lookup.gelu.plain.word1"' in text
+    assert '"ncc.bf16_lookup.gelu.plain"' not in text
     assert "gather" not in asm and "zmm" not in asm and "ymm" in asm and "call" not in asm
     assert re.search(r"movq\s+\d*\(%r\w+,%r\w+,4\), %r", asm)  # x's words read as 64 bits into general registers
     # Zen 3 (AVX2) keeps its code: no width, no word reads
     zen3, _ = aligned_kernel_code(gelu_sigmoid_graph(64, 1024), CpuTarget("znver3", AVX2))
     assert _widths(zen3) == [] and ".word0" not in zen3
+
+
+def _moves_out(asm: str) -> int:
+    """The vector-to-general register moves (``vmovq``/``vpextrq`` into a 64-bit register) in ``asm``'s loop."""
+    return len(re.findall(r"\t(?:vmovq|vpextrq)\t[^\n]*%xmm\d+, %r\w+\n", asm))
+
+
+def test_zen4_row_a_packs_gelus_operands_into_words(monkeypatch):
+    # 4 moves per 16 elements (8 words: four 64-bit quads of 4 indices) where the lane pairs took 8
+    _, packed = aligned_kernel_code(gelu_sigmoid_graph(64, 1024), CpuTarget("znver4", ZEN4))
+    monkeypatch.setattr(CpuTarget, "packs_computed_bf16_table_operands", property(lambda self: False))
+    text, pairs = aligned_kernel_code(gelu_sigmoid_graph(64, 1024), CpuTarget("znver4", ZEN4))
+    assert '"ncc.bf16_lookup.gelu.plain"' in text and ".gelu.plain.word" not in text
+    assert (_moves_out(packed), _moves_out(pairs)) == (4, 8)
 
 
 def _mixed_graph(rows: int, cols: int) -> Function:

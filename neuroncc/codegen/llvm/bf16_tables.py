@@ -38,7 +38,9 @@ polynomials) runs a loop reading tables 8 lanes a vector iteration (``loop_hints
 reads: computed operands by lane pairs, each pair through an empty ``asm`` (:func:`_opaque`: LLVM's AVX-512
 combines otherwise vectorize the pairs' shifts and move every index out alone), and an element the paired loop
 loads (sigmoid(x)) by its word (:attr:`CpuTarget.reads_bf16_table_indices_from_loaded_words`,
-:func:`_word_read`): four indices in each 64 bits of the loaded words, read from memory by ``movq``.
+:func:`_word_read`): four indices in each 64 bits of the loaded words, read from memory by ``movq``; a computed
+operand's pair packed into such a word first (:func:`packed_word`,
+:attr:`CpuTarget.packs_computed_bf16_table_operands`) and read so (4 moves per 16 elements, not 8).
 """
 
 from __future__ import annotations
@@ -165,12 +167,15 @@ def _made(maker: str, cpu: CpuTarget) -> bytes:
 
 
 def looked_up(b: ir.IRBuilder, function: str, nan_case: bool, target: CpuTarget, value: ir.Value,
-              computed: bool = False, narrow: bool = False) -> ir.Value:
+              computed: bool = False, narrow: bool = False,
+              packed: tuple[ir.Value, int] | None = None) -> ir.Value:
     """The bf16 result (a float32 whose low half is zero) of ``function`` of bf16 ``value`` rounded with or without
     its NaN case: the entry of its table at ``value``'s bits, the table a constant of ``b``'s module. ``computed``:
     ``value`` is computed by the loop, not a word it loads (read by lane pairs where the target says so).
     ``narrow``: the loop reads tables in narrow loops (``CpuTarget.bf16_table_loop_lanes``: lane pairs, words);
-    else, where the target has such loops, by LLVM's form (``vpgatherdd`` at 16 lanes)."""
+    else, where the target has such loops, by LLVM's form (``vpgatherdd`` at 16 lanes). ``packed``: (the 32-bit
+    word of the pair's two computed operands, :func:`packed_word`; which half ``value`` is), read as a loaded word
+    is (``CpuTarget.packs_computed_bf16_table_operands``)."""
     module = b.module
     symbol = f"ncc.bf16_table.{function}.{'nan' if nan_case else 'plain'}"
     table = module.globals.get(symbol)
@@ -190,7 +195,8 @@ def looked_up(b: ir.IRBuilder, function: str, nan_case: bool, target: CpuTarget,
         table.align = CACHE_LINE_BYTES
     if target.bf16_table_loop_lanes and not narrow:
         return _entry(b, table, value)
-    paired = _pair_word(value) if target.reads_bf16_table_indices_from_loaded_words else None
+    paired = packed if packed is not None else (
+        _pair_word(value) if target.reads_bf16_table_indices_from_loaded_words else None)
     if paired is not None:
         return b.call(_word_read(module, symbol, table, paired[1]), [paired[0]])
     if not ((computed or narrow) and target.reads_bf16_tables_by_lane_pairs):
@@ -291,9 +297,17 @@ def _pair_word(value: ir.Value) -> tuple[ir.Value, int] | None:
     return (value, half) if isinstance(value, ir.LoadInstr) and value.type == I32 else None
 
 
+def packed_word(b: ir.IRBuilder, even: ir.Value, odd: ir.Value) -> ir.Value:
+    """The 32-bit word of bf16 values ``even`` and ``odd`` (float32s whose low halves are zero): ``even``'s bits
+    in its low half, ``odd``'s in its high half, as a paired loop's loaded word holds its two elements."""
+    odd_bits = b.and_(b.bitcast(odd, I32), ir.Constant(I32, _HIGH_HALF))
+    return b.or_(b.lshr(b.bitcast(even, I32), ir.Constant(I32, 16)), odd_bits)
+
+
 def _word_read(module: ir.Module, symbol: str, table: ir.GlobalVariable, half: int) -> ir.Function:
-    """The read of ``table`` at the ``half`` (0: low, 1: high) element of a loaded pair's word: a scalar function
-    of the word with a vector variant of 8 words (:func:`_word_pairs_variant`)."""
+    """The read of ``table`` at the ``half`` (0: low, 1: high) element of a pair's word (loaded, or packed by
+    :func:`packed_word`): a scalar function of the word with a vector variant of 8 words
+    (:func:`_word_pairs_variant`)."""
     name = symbol.replace(_TABLE_SYMBOL, _PAIRS_SYMBOL) + f".word{half}"
     fn = module.globals.get(name)
     if fn is None:
@@ -309,10 +323,11 @@ def _word_read(module: ir.Module, symbol: str, table: ir.GlobalVariable, half: i
 
 
 def _word_pairs_variant(module: ir.Module, symbol: str, table: ir.GlobalVariable, half: int) -> ir.Function:
-    """The entries of 8 loaded words' ``half`` elements, four indices in each 64 bits of the words: each pair of
-    words through :func:`_opaque` (LLVM reads it from memory with a ``movq``, the loop's vector load of the
-    words aside), the even elements' byte offsets its bits 0-15 and 32-47 shifted left by 1, the odd ones' its
-    bits 16-31 and 48-63 shifted right by 15 and 47. The even and odd reads of a word take the same 64 bits."""
+    """The entries of 8 words' ``half`` elements, four indices in each 64 bits of the words: each pair of words through
+    :func:`_opaque` (loaded words: LLVM reads it from memory with a ``movq``, the loop's vector load of the words aside;
+    packed ones: moved out by ``vmovq``/``vpextrq``, 4 moves per 16 elements), the even elements' byte offsets its bits
+    0-15 and 32-47 shifted left by 1, the odd ones' its bits 16-31 and 48-63 shifted right by 15 and 47. The even and
+    odd reads of a word take the same 64 bits."""
     fn, b = _variant_function(module, symbol, I32)
     quads = b.bitcast(fn.args[0], ir.VectorType(I64, _PAIR_LANES // 2))
     even_offset = ir.Constant(I64, 0x1FFFE)

@@ -575,8 +575,9 @@ class KernelEmitter(IndexArithmetic, BufferAccess, MapStages):
             if function is not None:  # (its entries are rounded)
                 operand = self.plan.access.get(op.operands[0])  # (an exact op's operand: a loaded word, as x's)
                 computed = isinstance(operand, Computed) and operand.op.name not in EXACT
+                packed = self.packed_operands(op, idx) if computed and self.narrow_tables else None
                 return looked_up(self.b, function, self.rounding_needs_nan_case(op), self.target, args[0], computed,
-                                 self.narrow_tables)
+                                 self.narrow_tables, packed)
             result = ELEMENTWISE[op.name](self, op, args)
             if op.name not in EXACT:
                 result = round_to(self.b, result, op.results[0].type.dtype, self.rounding_needs_nan_case(op),

@@ -15,6 +15,8 @@ from typing import Any
 
 from llvmlite import ir
 
+from neuroncc.codegen.llvm.access import broadcast_index
+from neuroncc.codegen.llvm.bf16_tables import packed_word
 from neuroncc.codegen.llvm.context import Index
 from neuroncc.codegen.llvm.elementwise import ELEMENTWISE, evaluated_polynomial
 from neuroncc.codegen.llvm.kernel_plan import Computed, MapStage, Stage
@@ -28,7 +30,7 @@ from neuroncc.codegen.llvm.views import Layout
 from neuroncc.hardware.host import CACHE_LINE_BYTES
 from neuroncc.hardware.loop_choices import MEMORY_BURST_LINES
 from neuroncc.ir.dtypes import DType
-from neuroncc.ir.graph import Value
+from neuroncc.ir.graph import Op, Value
 from neuroncc.ir.opdef import Trait
 
 #: Outputs that ``streams.streams`` would write with non-temporal stores are written so unless each element of
@@ -309,6 +311,24 @@ class MapStages:
                     self._store_half(("row", target.arg), slot(pair.even), result, half)
             else:
                 self.store(target, idx, result)
+
+    def packed_operands(self, op: Op, idx: Index) -> tuple[ir.Value, int] | None:
+        """(the 32-bit word of the current pair's two bf16 operands of unary ``op``, the even one's bits low and the
+        odd one's high, as a loaded pair's word; 0 or 1: which of them ``idx`` is) where the target reads computed
+        operands' table indices so (``CpuTarget.packs_computed_bf16_table_operands``), else None."""
+        pair = self._pair
+        half = self.pair_half(idx[-1]) if pair is not None and self.target.packs_computed_bf16_table_operands else None
+        if half is None:
+            return None
+        operand, shape = op.operands[0], op.results[0].type.shape
+        prefix = list(idx[:-1])
+
+        def word() -> ir.Value:
+            even, odd = (self.value_at(operand, broadcast_index(self, prefix + [i], shape, operand.type.shape))
+                         for i in (pair.even, pair.odd))
+            return packed_word(self.b, even, odd)
+
+        return self.memoized(("packed operands", *self._memo_key(operand, prefix + [pair.even])), word), half
 
     def stage_nest(self, stage: Stage, ranges: list[tuple[Any, Any]], body: Callable[[Index], None]) -> None:
         """``nest(ranges, body)`` whose innermost loop is the stage's :meth:`innermost_loop` when that runs over

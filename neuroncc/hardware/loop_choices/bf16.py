@@ -203,3 +203,16 @@ class Bf16Choices(ChoiceBase):
         by lane pairs too (one process, 1 thread; AVX2's code 0.75 there). Where :attr:`bf16_table_loop_lanes` is set
         (AVX2 keeps LLVM's form: not measured there)."""
         return bool(self.bf16_table_loop_lanes)
+
+    @property
+    def packs_computed_bf16_table_operands(self) -> bool:
+        """Whether a narrow table loop (:attr:`bf16_table_loop_lanes`) reads the indices of an operand it computes
+        (gelu(x*w+b)) from the pair's two rounded operands packed into one 32-bit word (the even one's bits low,
+        the odd one's high: a loaded pair's layout) as a loaded word is read (``bf16_tables._word_pairs_variant``,
+        :attr:`reads_bf16_table_indices_from_loaded_words`: four indices to 64 bits, 4 vector-to-general moves per
+        16 elements and 2 vector instructions to pack), not by lane pairs of the float32 vectors (8 moves and 2
+        extracts). The same bits. Zen 4 (session 38 bfa38): bf16 gelu(x*w+b)*sigmoid(x)'s kernel 0.92-0.94 of the
+        lane pairs' time at 1 and 2 threads (``bench_bf16_words.py --switch packed-operands``, three processes
+        each); the packed words stored to a stack buffer and read back by 64-bit loads instead 1.17-1.18x. Where
+        :attr:`bf16_table_loop_lanes` is set."""
+        return bool(self.bf16_table_loop_lanes)
