@@ -155,7 +155,11 @@ class DirectCall:
                 # are then written again each step, neither allocated nor asked about huge pages)
                 tensor = ring.take()
                 if tensor is not None and placement_shift(tensor.data_ptr(), near):
-                    tensor = None
+                    # (its other storage, if free: the call's small inputs move from call to call, and each
+                    # makes ALIAS_WINDOW_BYTES of the period aliased)
+                    tensor = ring.take()
+                    if tensor is not None and placement_shift(tensor.data_ptr(), near):
+                        tensor = None
                 if tensor is None:
                     tensor = _placed(nbytes, shape, strides, dtype, near)
                     ring.keep(tensor)
