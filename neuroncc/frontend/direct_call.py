@@ -103,7 +103,8 @@ class DirectCall:
         made = [(index, *result) for index, result in enumerate(self.results) if index not in self.not_made]
         #: outputs made by ``torch.empty_strided``, and the large ones placed off their inputs (:func:`_placed`)
         self._made = [entry for entry in made if _extent_bytes(*entry[1:]) < PLACED_OUTPUT_MIN_BYTES]
-        self._placed = [(*entry, _extent_bytes(*entry[1:])) for entry in made
+        #: (each with the ring of its last storages: used again once the caller has dropped them, output_reuse.py)
+        self._placed = [(*entry, _extent_bytes(*entry[1:]), OutputRing()) for entry in made
                         if _extent_bytes(*entry[1:]) >= PLACED_OUTPUT_MIN_BYTES]
         #: the bytes of :attr:`outputs_call`'s output (0 without that call)
         self.one_output_bytes = 0
@@ -148,11 +149,26 @@ class DirectCall:
             pointers[index] = tensor.data_ptr()
         if self._placed:
             near = addresses.copy()
-            for index, shape, strides, dtype, nbytes in self._placed:
-                made[index] = tensor = _placed(nbytes, shape, strides, dtype, near)
+            for index, shape, strides, dtype, nbytes, ring in self._placed:
+                # the memory of this output the caller has dropped, unless 4K-aliased with this call's inputs or
+                # the outputs placed before it (as the one-output call: a training step's gradient, whose pages
+                # are then written again each step, neither allocated nor asked about huge pages)
+                tensor = ring.take()
+                if tensor is not None and placement_shift(tensor.data_ptr(), near):
+                    # (its other storage, if free: the call's small inputs move from call to call, and each
+                    # makes ALIAS_WINDOW_BYTES of the period aliased)
+                    tensor = ring.take()
+                    if tensor is not None and placement_shift(tensor.data_ptr(), near):
+                        tensor = None
+                if tensor is None:
+                    tensor = _placed(nbytes, shape, strides, dtype, near)
+                    ring.keep(tensor)
+                    if nbytes >= pages.HUGE_OUTPUT_MIN_BYTES:  # fresh memory faulted in huge pages (pages.py)
+                        pages.advise_fresh_huge_pages(tensor.data_ptr(), nbytes)
+                else:
+                    near.append(tensor.data_ptr())
+                made[index] = tensor
                 pointers[index] = tensor.data_ptr()
-                if nbytes >= pages.HUGE_OUTPUT_MIN_BYTES:  # fresh memory faulted in huge pages (hardware/pages.py)
-                    pages.advise_fresh_huge_pages(pointers[index], nbytes)
         if self.moved:
             # the block of the last call, taken (one atomic swap: a call on another thread meanwhile makes its
             # own); torch's CPU allocations start on a cache line, as the launch plan assumes of output buffers

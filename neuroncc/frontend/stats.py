@@ -28,6 +28,7 @@ if TYPE_CHECKING:  # the records come from a compile: a graph cache hit makes no
 #: Every counter, with what it counts. ``stats()`` always returns all of them.
 COUNTERS: Mapping[str, str] = {
     "dynamo_graphs": "graphs handed to the backend by TorchDynamo (one per specialization)",
+    "detach_graphs": "graphs TorchDynamo handed over whose every op is a detach: run as traced, not compiled",
     "shape_specializations": "static specializations compiled from graphs with symbolic sizes (one per shape)",
     "graphs_compiled": "aten graphs compiled to an executable (forward + backward + inference + fallback pieces)",
     "forward_graphs": "training forward graphs compiled",

@@ -199,3 +199,39 @@ def test_prims_fma_decomposes_when_the_table_was_built_before_torchdynamo_loaded
         "torch.testing.assert_close(got, want); torch.testing.assert_close(p, want_p)\n"
         "assert torch.ops.prims.fma.default in decomposition_table()\n")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=300)
+
+
+def _training_step(logits, target):
+    logits = logits.detach().requires_grad_()  # a graph break: TorchDynamo's first graph is this detach alone
+    loss = torch.nn.functional.cross_entropy(logits, target)
+    loss.backward()  # a graph break: the last graph is the loss's detach alone
+    return loss.detach(), logits.grad
+
+
+def test_graphs_of_detaches_run_as_traced():
+    """TorchDynamo's graphs around a training step's graph breaks compute nothing (their outputs alias their
+    inputs): they run as traced, eager's detach, not through AOTAutograd's runtime and a launch of ours."""
+    torch._dynamo.reset()
+    neuroncc.reset_stats()
+    logits, target = torch.randn(8, 40), torch.randint(0, 40, (8,))
+    compiled = torch.compile(_training_step, backend="neuron", dynamic=False)
+    for _ in range(2):
+        loss, grad = compiled(logits, target)
+        want_loss, want_grad = _training_step(logits, target)
+        torch.testing.assert_close(loss, want_loss)
+        torch.testing.assert_close(grad, want_grad)
+        assert not loss.requires_grad and loss.grad_fn is None
+    counts = neuroncc.stats()
+    assert counts["dynamo_graphs"] == 3 and counts["detach_graphs"] == 2
+    assert counts["inference_graphs"] == 0  # (each detach graph was an inference graph compiled before)
+
+
+def test_only_a_graph_of_nothing_but_detaches_is_left_uncompiled():
+    from neuroncc.frontend.backend import detaches_only
+
+    graph_of = torch.fx.symbolic_trace
+    assert detaches_only(graph_of(lambda x: x.detach()))
+    assert detaches_only(graph_of(lambda x, y: (torch.detach(x), y.detach())))
+    assert not detaches_only(graph_of(lambda x: x.detach() + 1))
+    assert not detaches_only(graph_of(lambda x: x.detach().clone()))
+    assert not detaches_only(graph_of(lambda x: x))  # no op at all: TorchDynamo hands over no such graph
