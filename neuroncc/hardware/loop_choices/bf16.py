@@ -167,6 +167,15 @@ class Bf16Choices(ChoiceBase):
         return self.has("avx512f") and not self._intel_avx512()
 
     @property
+    def sums_bf16_means_by_dot_products(self) -> bool:
+        """Whether a mean's float sum of a row of bf16 words (bf16 LayerNorm's mean pass) adds them by AVX-512 BF16's
+        ``vdpbf16ps`` against bf16 ones, 32 words an instruction on the FMA pipes, instead of widening each word's
+        halves and adding them on the add pipes (``codegen/llvm/dot_sums.py``; a row holding a word below 2^-119, a
+        zero or a denormal, sums in the pair loop: the instruction flushes denormals). Another order of the same
+        roundings' kind: other bits of the mean by an ulp. Zen 4 (session 38 bfln38): being measured."""
+        return self.has("avx512bf16") and not self._intel_avx512()
+
+    @property
     def bf16_table_loop_lanes(self) -> int:
         """Lanes of a vector iteration of a loop reading bf16 tables (:attr:`looks_up_bf16_unary_math`,
         :attr:`looks_up_bf16_library_math`; ``loop_hints.hint_math_loop``'s ``llvm.loop.vectorize.width``, one
