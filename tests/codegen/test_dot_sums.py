@@ -1,4 +1,4 @@
-"""A mean's sum of bf16 words by ``vdpbf16ps`` on Zen 4 (``CpuTarget.sums_bf16_means_by_dot_products``,
+"""A mean's sum of bf16 words by ``vdpbf16ps`` on Zen 4 (``CpuTarget.sums_bf16_rows_by_dot_products``,
 ``codegen/llvm/dot_sums.py``): bf16 LayerNorm's mean passes take it, its deviation pass keeps its pair loop; a row
 holding a word below 2^-119 (a zero, a denormal, a tiny normal: the instruction takes denormals as zero and flushes
 denormal sums) sums in the pair loop. Results as the interpreter's on normal, denormal, tiny, zero, NaN and infinite
@@ -21,7 +21,7 @@ from neuroncc.executors.cpu.launcher import build_cpu_executable
 from neuroncc.hardware.host import CpuTarget, host_cpu
 from neuroncc.ir import DType, interpret
 
-PROPERTY = "sums_bf16_means_by_dot_products"
+PROPERTY = "sums_bf16_rows_by_dot_products"
 
 
 def _switch(monkeypatch, on: bool) -> None:
@@ -30,7 +30,7 @@ def _switch(monkeypatch, on: bool) -> None:
 
 def test_zen4_sums_the_means_by_dot_products(monkeypatch):
     fn, zen4 = layernorm_graph(64, 1024), CpuTarget("znver4", ZEN4)
-    assert zen4.sums_bf16_means_by_dot_products
+    assert zen4.sums_bf16_rows_by_dot_products
     _, on = _assembly(fn, zen4)
     _switch(monkeypatch, False)
     _, off = _assembly(fn, zen4)
@@ -46,7 +46,7 @@ def test_zen4_sums_the_means_by_dot_products(monkeypatch):
 def test_avx2_and_intel_avx512_keep_their_pair_loops():
     fn = layernorm_graph(64, 1024)
     for target in (CpuTarget("znver3", AVX2), CpuTarget("sapphirerapids", SAPPHIRE_RAPIDS)):
-        assert not target.sums_bf16_means_by_dot_products
+        assert not target.sums_bf16_rows_by_dot_products
         assert "vdpbf16ps" not in _assembly(fn, target)[1], target.name
 
 
@@ -72,7 +72,7 @@ def _rows(rng, rows: int, cols: int) -> np.ndarray:
     return bits
 
 
-@pytest.mark.skipif(not host_cpu().sums_bf16_means_by_dot_products, reason="the host does not take it")
+@pytest.mark.skipif(not host_cpu().sums_bf16_rows_by_dot_products, reason="the host does not take it")
 @pytest.mark.parametrize(("cols", "threads"), [(1024, 2), (768, 1), (256 + 64 + 6, 1), (256, 2)])
 def test_dot_summed_means_match_the_interpreter(rng, monkeypatch, cols, threads):
     rows = 32
@@ -93,3 +93,42 @@ def test_dot_summed_means_match_the_interpreter(rng, monkeypatch, cols, threads)
     # denormal row's outputs are its deviations scaled, which the tolerance above cannot tell from a flushed mean's)
     for row in (0, 1, 2, 3, 7, 8, 9, 10):
         np.testing.assert_array_equal(got[True][row], got[False][row], err_msg=f"row {row}")
+
+
+def _row_reduction(op: str, rows: int, cols: int):
+    """x.sum(-1) or x.mean(-1) on bf16 bits (a float sum of the widened words, rounded to bf16)."""
+    from test_pairs import _bf16, _bits
+
+    from neuroncc.ir import Builder, TensorType
+
+    b = Builder(f"bf16_{op}")
+    x = b.param(TensorType((rows, cols), DType.i16), "x")
+    return b.build([_bits(b, b.op(op, _bf16(b, x), dims=(1,), keepdim=True))])
+
+
+def test_zen4_row_sums_and_means_take_them_too(monkeypatch):
+    zen4 = CpuTarget("znver4", ZEN4)
+    for op in ("sum", "mean"):
+        assert _assembly(_row_reduction(op, 64, 1024), zen4)[1].count("vdpbf16ps") == 8, op
+    _switch(monkeypatch, False)
+    assert "vdpbf16ps" not in _assembly(_row_reduction("sum", 64, 1024), zen4)[1]
+
+
+@pytest.mark.skipif(not host_cpu().sums_bf16_rows_by_dot_products, reason="the host does not take it")
+@pytest.mark.parametrize("op", ["sum", "mean"])
+def test_dot_summed_row_sums_match_the_interpreter(rng, monkeypatch, op):
+    rows, cols = 32, 1024
+    fn = fuse_whole_function(_row_reduction(op, rows, cols))
+    x = _rows(rng, rows, cols)
+    got = {}
+    for on in (True, False):
+        _switch(monkeypatch, on)
+        got[on] = build_cpu_executable(fn, {"threads": 2})(x)[0]
+    want = interpret(fn, [x])[0]
+    assert_matches(from_bits(got[True]), from_bits(want), DType.bf16, op)
+    nan = np.isnan(from_bits(want))
+    assert nan.any()
+    np.testing.assert_array_equal(got[True][nan], want[nan])
+    for row in (0, 1, 2, 3, 7, 8, 9, 10):  # (the pair loop's rows)
+        np.testing.assert_array_equal(got[True][row], got[False][row], err_msg=f"row {row}")
+    assert op == "mean" or from_bits(got[True][1]) != 0  # (a denormal row's sum a denormal, not flushed)

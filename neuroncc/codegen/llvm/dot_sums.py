@@ -1,19 +1,23 @@
-"""A mean's sum of bf16 words by AVX-512 BF16's ``vdpbf16ps``.
+"""A row's float sum of bf16 words by AVX-512 BF16's ``vdpbf16ps``.
 
-A float sum of a row of bf16 values (a mean's pass: bf16 LayerNorm's mean) widens each word's two halves and adds
-them (``stages._Reducer._float_total``, pair order): per 32 elements one load, a ``vpmulld`` and a ``vpandq`` (the
-halves, ``widening.py``) and two ``vaddps``, bound by the add pipes. ``vdpbf16ps acc, words, ones`` multiplies each
-word's two bf16 halves by 1 (exact) and adds both into the word's float32 lane: one instruction per 32 elements, on
-the FMA pipes. Its semantics (Intel SDM; measured the same on Zen 4): the odd half's product is added first, then the
+A float sum over a row of bf16 values (a sum's, a mean's, a variance's mean pass: bf16 LayerNorm's) widens each
+word's two halves and adds them (``stages._Reducer._float_total``, pair order): per 32 elements one load, a
+``vpmulld`` and a ``vpandq`` (the halves, ``widening.py``) and two ``vaddps``, bound by the add pipes.
+``vdpbf16ps acc, words, ones`` multiplies each word's two bf16 halves by 1 (exact) and adds both into the word's
+float32 lane: one instruction per 32 elements, on the FMA pipes (Zen 4: one a cycle, 6 cycles' latency, so 8
+accumulators). Its semantics (Intel SDM; measured the same on Zen 4): the odd half's product is added first, then the
 even half's, each rounded to nearest even, MXCSR not consulted; denormal inputs (the words and the accumulator) are
 taken as zero and denormal results flushed to zero. So a vector holding a word whose exponent field is below 8 (a
 zero, a denormal or a normal below 2^-119) sends the whole sum to the pair loop (a flag per vector, one
 ``vptestmw`` into a mask register carried through the loop): if every word is above, each word is a multiple of
 2^-126, so is every partial sum (each rounded sum of multiples of a power of two is one), and a nonzero one is at
 least 2^-126, normal: nothing is flushed, no input is taken as zero, and the sum is the words' sum in another order
-(each of its roundings as a float add's). Infinities and NaNs go through (a NaN product's payload, quieted).
+(each of its roundings as a float add's). Infinities and NaNs go through (a NaN product's payload, quieted: a row
+with one NaN payload sums to it as the pair loop does; of two different ones the later product's wins, where the pair
+loop keeps its accumulator's). Only a static range of at least one block (rows of 256 to 4096 words: a longer row's
+chunks, ``stages.CHUNK``, have dynamic bounds) and a pass that fills no row cache read after it.
 
-:func:`dot_summed` is the decision and the code (``CpuTarget.sums_bf16_means_by_dot_products``).
+:func:`dot_summed` is the decision and the code (``CpuTarget.sums_bf16_rows_by_dot_products``).
 """
 
 from __future__ import annotations
@@ -50,10 +54,11 @@ _FLAGS = ir.VectorType(ir.IntType(1), WORDS)
 
 
 def summed_words(em: Any, reducer: Any, mean: Any) -> Layout | None:
-    """The i16 buffer whose bf16 words the float sum of ``reducer`` (a mean's: no ``mean`` subtracted) widens and
-    adds, where its target sums them by dot products; None where the sum keeps its pair loop."""
-    if mean is not None or not em.target.sums_bf16_means_by_dot_products \
-            or not (reducer.combiner.two_pass or reducer.combiner.is_first_pass) \
+    """The i16 buffer whose bf16 words the float sum of ``reducer`` (no ``mean`` subtracted: a sum's, a mean's, a
+    variance's mean pass) widens and adds, where its target sums them by dot products; None where the sum keeps its
+    pair loop."""
+    if mean is not None or not em.target.sums_bf16_rows_by_dot_products \
+            or not reducer.float_sum \
             or reducer.reduced != [len(reducer.shape) - 1] or not pairs_halfwords(em.plan, reducer.stage) \
             or em.carried_prefetches() or em.carried_writes() is not None:
         return None
@@ -77,7 +82,7 @@ def dot_summed(em: Any, reducer: Any, full: list[Any], lo: Any, hi: Any, partial
     """Add the sum of ``reducer``'s terms over [lo, hi) of its last dim at ``full`` into ``partial`` (float32) by
     ``vdpbf16ps`` (see the module docstring), the words past the last whole block and every word of a sum whose
     words are not all at least 2^-119 or zero by ``pair_loop(start, stop)`` (today's loop); False (nothing emitted)
-    where the sum is not a mean's of bf16 words over a static range of at least one block."""
+    where the sum is not one of bf16 words over a static range of at least one block."""
     words = summed_words(em, reducer, mean)
     if words is None or not (isinstance(lo, int) and isinstance(hi, int)) or (hi - lo) // BLOCK == 0:
         return False
