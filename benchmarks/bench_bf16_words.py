@@ -102,9 +102,10 @@ SWITCHES: dict[str, Switch] = {
     "table-loops": Switch(("bf16_table_loop_lanes",), "a16"),
     "packed-operands": Switch(("packs_computed_bf16_table_operands",), "a16"),
     "team-guided": Switch(("team_guided_chunks",), "a,b,c,c',rms,a16,b16,c16"),
+    "dot-sums": Switch(("sums_bf16_rows_by_dot_products",), "c16,c16h"),
 }
 #: switches whose bits may differ (counted, not asserted): the order of a sum's terms, a division's rounding
-REORDERS = {"paired-sums", "erf-division", "one-pass-variance", "row-sum-lanes", "exp-degree-5"}
+REORDERS = {"paired-sums", "erf-division", "one-pass-variance", "row-sum-lanes", "exp-degree-5", "dot-sums"}
 
 
 def bench_rows() -> list[Case]:

@@ -17,6 +17,7 @@ from llvmlite import ir
 
 from neuroncc.codegen.llvm.access import SCATTERS
 from neuroncc.codegen.llvm.context import EmitContext
+from neuroncc.codegen.llvm.dot_sums import dot_summed
 from neuroncc.codegen.llvm.kernel_plan import (
     ColumnSum, CombinePartials, PartialReduce, ReduceStage, ScatterStage, Stage,
 )
@@ -98,6 +99,7 @@ def emit_mean_pass(em: EmitContext, stage: ReduceStage, shared_mean: SharedMean,
     """A variance's first pass alone at the outer index ``outer``: its mean, stored for the mean stage it shares
     (``shared_mean``), which its deviation pass then loads (``SharedMean.stores`` False)."""
     reducer = _Reducer(em, stage)
+    reducer.alone = True  # (no row cache it writes is marked filled, so none is read after it: ``dot_sums.py``)
     idx: list[Any] = list(outer) + [None] * (len(stage.shape) - len(outer))
     total = reducer._float_total(idx, None)
     mean = em.b.fptrunc(em.b.fdiv(total, ir.Constant(F64, float(max(reducer.count, 1)))), F32)
@@ -156,6 +158,7 @@ class _Reducer:
         self.bounds: dict[int, tuple[Any, Any]] = {}  # restricted [lo, hi) of some reduced dims
         self.shared_mean: SharedMean | None = None
         self.online: OnlineMax | None = None
+        self.alone = False  # a mean pass alone (``emit_mean_pass``)
 
     # -- helpers ----------------------------------------------------------------------------------------
 
@@ -303,7 +306,7 @@ class _Reducer:
             if self._sums_row_cache_apart(mean):
                 spread_loop(em, lo, hi, cache, em.carried_prefetches(), elements, em.carried_writes())
                 elements(lo, hi, add_cached)  # (over pairs where the row is in pair order: whole vectors of it)
-            else:
+            elif not dot_summed(em, self, full, lo, hi, partial, mean, lambda start, stop: elements(start, stop, add)):
                 ahead, after = em.carried_prefetches(), em.carried_writes()
                 split = self._aligned_start(full, lo, hi) if not ahead and after is None else None
                 if split is not None:

@@ -167,6 +167,21 @@ class Bf16Choices(ChoiceBase):
         return self.has("avx512f") and not self._intel_avx512()
 
     @property
+    def sums_bf16_rows_by_dot_products(self) -> bool:
+        """Whether a float sum over a row of bf16 words (a sum's, a mean's, bf16 LayerNorm's mean passes) adds them by
+        AVX-512 BF16's ``vdpbf16ps`` against bf16 ones, 32 words an instruction on the FMA pipes, instead of widening
+        each word's halves and adding them on the add pipes (``codegen/llvm/dot_sums.py``; a row holding a word below
+        2^-119, a zero or a denormal, sums in the pair loop: the instruction flushes denormals). Another order of the
+        same kind of roundings: a sum's bits may differ by its last place (none of the rows measured did). Zen 4
+        (session 38 bfln38, interleaved medians, two builds each, three processes; a microbenchmark's row of 1024
+        on L1 data: 15 ns a row, 12 without the flags' tests, the pair loop with shifts 30, session 34's with
+        ``vpmulld`` 18): bf16 LayerNorm [8192, 1024]'s kernel 0.963-0.984 of the time at 1 thread,
+        0.945-1.003 at 2 (``bench_bf16_words.py --switch dot-sums``), [8192, 768] even (0.97-1.01); a bf16 row
+        sum and mean of [8192, 1024] 0.80-0.97 at 1 thread, 0.82-0.99 at 2. Intel's AVX-512 cores (not measured)
+        keep their loops."""
+        return self.has("avx512bf16") and not self._intel_avx512()
+
+    @property
     def bf16_table_loop_lanes(self) -> int:
         """Lanes of a vector iteration of a loop reading bf16 tables (:attr:`looks_up_bf16_unary_math`,
         :attr:`looks_up_bf16_library_math`; ``loop_hints.hint_math_loop``'s ``llvm.loop.vectorize.width``, one
