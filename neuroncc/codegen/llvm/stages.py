@@ -98,8 +98,7 @@ def passes_over_row(stage: Stage, shared_mean: SharedMean | None, one_pass: bool
 def emit_mean_pass(em: EmitContext, stage: ReduceStage, shared_mean: SharedMean, outer: list[Any]) -> None:
     """A variance's first pass alone at the outer index ``outer``: its mean, stored for the mean stage it shares
     (``shared_mean``), which its deviation pass then loads (``SharedMean.stores`` False)."""
-    reducer = _Reducer(em, stage)
-    reducer.alone = True  # (no row cache it writes is marked filled, so none is read after it: ``dot_sums.py``)
+    reducer = _Reducer(em, stage, alone=True)  # (no row cache it writes is read after it: ``dot_sums.py``)
     idx: list[Any] = list(outer) + [None] * (len(stage.shape) - len(outer))
     total = reducer._float_total(idx, None)
     mean = em.b.fptrunc(em.b.fdiv(total, ir.Constant(F64, float(max(reducer.count, 1)))), F32)
@@ -145,8 +144,8 @@ def emit_reduce(em: EmitContext, stage: ReduceStage, outer: list[Any], columns: 
 
 
 class _Reducer:
-    def __init__(self, em: EmitContext, stage: ReduceStage):
-        self.em, self.stage, self.op = em, stage, stage.op
+    def __init__(self, em: EmitContext, stage: ReduceStage, alone: bool = False):
+        self.em, self.stage, self.op, self.alone = em, stage, stage.op, alone  # (alone: ``emit_mean_pass``'s)
         self.combiner: Combiner = COMBINERS[self.op.name]
         if em.flagless_amax and self.combiner is AMAX:
             self.combiner = AMAX_WITHOUT_NAN_FLAG
@@ -158,7 +157,6 @@ class _Reducer:
         self.bounds: dict[int, tuple[Any, Any]] = {}  # restricted [lo, hi) of some reduced dims
         self.shared_mean: SharedMean | None = None
         self.online: OnlineMax | None = None
-        self.alone = False  # a mean pass alone (``emit_mean_pass``)
 
     # -- helpers ----------------------------------------------------------------------------------------
 
