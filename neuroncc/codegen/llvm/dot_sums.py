@@ -28,13 +28,12 @@ from typing import Any
 from llvmlite import ir
 
 from neuroncc.codegen.llvm.bf16_words import _BFloat
-from neuroncc.codegen.llvm.elementwise import widens_bf16
+from neuroncc.codegen.llvm.elementwise import reinterprets_words_as_bf16, widens_bf16
 from neuroncc.codegen.llvm.kernel_plan import Computed
 from neuroncc.codegen.llvm.pairs import WORD_ALIGN, halfwords, pairs_halfwords
 from neuroncc.codegen.llvm.reductions import REASSOC
 from neuroncc.codegen.llvm.scalars import F32, I16, I64, call
 from neuroncc.codegen.llvm.views import Layout
-from neuroncc.ir.dtypes import DType
 
 #: bf16 words a vector (a ``vdpbf16ps`` of 512 bits), and accumulators: the instruction's latency (6 cycles on Zen 4)
 #: at one a cycle
@@ -70,7 +69,7 @@ def summed_words(em: Any, reducer: Any, mean: Any) -> Layout | None:
         return None  # (the pass stores the row it widens for its next passes: ``refine.widened_row_cache``; a mean
         # pass alone, ``stages.emit_mean_pass``, marks no row cache filled: its deviation pass widens the words again)
     words = em.plan.access.get(widened.op.operands[0])
-    if isinstance(words, Computed) and words.op.name == "bitcast" and words.op.operands[0].type.dtype is DType.i16:
+    if isinstance(words, Computed) and reinterprets_words_as_bf16(words.op):
         words = em.plan.access.get(words.op.operands[0])
     if not isinstance(words, Layout) or not halfwords(words) or words.shape[-1] != reducer.shape[-1]:
         return None

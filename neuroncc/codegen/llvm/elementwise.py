@@ -511,6 +511,12 @@ def widens_bf16(op: Op) -> bool:
     return op.name == "cast" and op.operands[0].type.dtype is DType.bf16 and op.attrs["dtype"] is DType.f32
 
 
+def reinterprets_words_as_bf16(op: Op) -> bool:
+    """Whether ``op`` reads 16-bit integer words as bf16 (a ``bitcast``: the same bits), so a loop summing the
+    bf16 values may read the words themselves (``dot_sums.summed_words``)."""
+    return op.name == "bitcast" and op.operands[0].type.dtype is DType.i16
+
+
 def float_difference(op: Op) -> bool:
     """Whether ``op`` is ``a - b`` of float32 operands, lowered to one ``fsub`` without a rounding: the deviation a
     variance computes of its operand and its mean (``refine.deviation_row_cache``)."""
