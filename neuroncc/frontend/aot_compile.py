@@ -31,7 +31,8 @@ from neuroncc.frontend.fallback import has_communication, partition_and_compile
 from neuroncc.frontend.joint_cse import partition_joint
 from neuroncc.frontend.lean_call import lean_inference, lean_refusal, module_params_buffers
 from neuroncc.frontend import lean_training as lean_training_switch
-from neuroncc.frontend.lean_training import lean_training, lean_training_once_decided, lean_training_refusal
+from neuroncc.frontend.lean_training import (lean_training, lean_training_once_decided, lean_training_refusal,
+                                             saved_tensors_hooks_active)
 from neuroncc.frontend.lowering.attention import attention_tracing
 from neuroncc.frontend.lowering.decompositions import decomposition_table
 from neuroncc.frontend.lowering.random_ops import regenerate_random_in_backward, save_random_states
@@ -83,13 +84,14 @@ def compile_with_aot_autograd(gm: fx.GraphModule, example_inputs: list[Any], nam
         # its backward is compiled (AOTAutograd compiles a static graph's backward lazily, at its first call)
         params_buffers = module_params_buffers(gm)
         call_inputs, disable_amp = len(params_buffers) + len(example_inputs), torch._C._is_any_autocast_enabled()
+        saved_hooks = saved_tensors_hooks_active()
 
         def decide() -> Callable[..., Any] | None:
             if not compilers.compiled_training:
                 return None
             forward, backward, meta, graph_inputs, detach = compilers.compiled_training[-1]
-            if lean_training_refusal(forward, backward, meta, graph_inputs, call_inputs, disable_amp,
-                                     detach) is None:
+            if lean_training_refusal(forward, backward, meta, graph_inputs, call_inputs, disable_amp, detach,
+                                     saved_hooks) is None:
                 return lean_training(compiled, forward, backward, meta, params_buffers)
             return compiled
 

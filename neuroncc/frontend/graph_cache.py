@@ -56,7 +56,7 @@ from neuroncc.frontend.compiled import CompiledGraph
 from neuroncc.frontend.graph_key import Uncacheable, key_parts
 from neuroncc.frontend.imported import ImportedGraph, UnencodableOutput, decode_output, encode_output
 from neuroncc.frontend.lean_call import lean_inference, lean_refusal
-from neuroncc.frontend.lean_training import lean_training, lean_training_refusal
+from neuroncc.frontend.lean_training import lean_training, lean_training_refusal, saved_tensors_hooks_active
 from neuroncc.frontend.options import BackendOptions
 import neuroncc
 
@@ -210,8 +210,8 @@ def _rebuild(payload: Any, cache: CompileCache, target: str, gm: fx.GraphModule,
     if not training:
         if lean_refusal(forward, meta, inputs, inputs, disable_amp) is None:
             return lean_inference(runtime, forward, params_buffers)
-    elif lean_training_refusal(forward, backward_graph, meta, inputs, inputs, disable_amp,
-                                                    detach) is None:
+    elif lean_training_refusal(forward, backward_graph, meta, inputs, inputs, disable_amp, detach,
+                               saved_tensors_hooks_active()) is None:
         return lean_training(runtime, forward, backward_graph, meta, params_buffers)
     return runtime
 

@@ -35,10 +35,11 @@ ENABLED = True
 
 
 def lean_training_refusal(forward: Any, backward: Any, meta: Any, graph_inputs: int, call_inputs: int,
-                          disable_amp: bool, detach: Sequence[int]) -> str | None:
+                          disable_amp: bool, detach: Sequence[int], saved_hooks: bool) -> str | None:
     """Why a training graph compiled as ``forward`` / ``backward`` (AOTAutograd's runtime metadata ``meta``;
-    ``detach``: the inputs AOTAutograd detaches) needs AOTAutograd's runtime, or None when it does nothing
-    the lean function does not."""
+    ``detach``: the inputs AOTAutograd detaches; ``saved_hooks``: saved-tensors hooks were active when its
+    runtime was made, which AOTAutograd may have inlined into the graphs and disables around its calls) needs
+    AOTAutograd's runtime, or None when it does nothing the lean function does not."""
     if not ENABLED:
         return "switched off"
     for graph in (forward, backward):  # (one without a direct call takes its own call, as under AOTAutograd)
@@ -52,6 +53,8 @@ def lean_training_refusal(forward: Any, backward: Any, meta: Any, graph_inputs: 
         return "autocast is disabled around the call"
     if detach:
         return "inputs detached before the call"
+    if saved_hooks:
+        return "saved-tensors hooks"
     if meta.num_mutated_inp_runtime_indices or meta.mutated_graph_handled_indices or meta.num_outputs_aliased or \
             meta.num_intermediate_bases or meta.num_unsafe_view_outputs or \
             meta.indices_of_inputs_that_requires_grad_with_mutations_in_bw:
@@ -76,6 +79,12 @@ def lean_training_refusal(forward: Any, backward: Any, meta: Any, graph_inputs: 
                     for m in meta.subclass_tangent_meta):
         return "tangents that are not plain tensors"
     return None
+
+
+def saved_tensors_hooks_active() -> bool:
+    """Saved-tensors hooks active now (``lean_training_refusal``'s ``saved_hooks``, taken where AOTAutograd's
+    runtime is made)."""
+    return bool(torch._functorch._aot_autograd.utils.top_saved_tensors_hooks())
 
 
 def lean_training(slow: Callable[..., Any], forward: CompiledGraph, backward: CompiledGraph, meta: Any,

@@ -174,4 +174,21 @@ def test_input_mutations_and_aliased_outputs_keep_aot_autograds_runtime():
 
 
 def test_the_refusal_names_what_needs_aot_autograds_runtime():
-    assert lean_training.lean_training_refusal(object(), object(), None, 1, 1, False, []) == "not a cpu graph"
+    assert lean_training.lean_training_refusal(object(), object(), None, 1, 1, False, [], False) == "not a cpu graph"
+
+
+def test_saved_tensors_hooks_keep_aot_autograds_runtime():
+    x, w = torch.randn(8, 16), torch.randn(16, 4, requires_grad=True)
+    packed = []
+
+    def pack(tensor):
+        packed.append(tensor.shape)
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        compiled = torch.compile(_cube, backend="neuron", dynamic=False)
+        for _ in range(2):
+            loss = compiled(x, w)
+            loss.backward()
+    assert _node(loss) == "CompiledFunctionBackward"
+    torch.testing.assert_close(w.grad, 2 * torch.autograd.grad(_cube(x, w), w)[0])
