@@ -30,6 +30,9 @@ from neuroncc.frontend.diagnostics import DATA_DEPENDENT_ERRORS, data_dependent_
 from neuroncc.frontend.fallback import has_communication, partition_and_compile
 from neuroncc.frontend.joint_cse import partition_joint
 from neuroncc.frontend.lean_call import lean_inference, lean_refusal, module_params_buffers
+from neuroncc.frontend import lean_training as lean_training_switch
+from neuroncc.frontend.lean_training import (lean_training, lean_training_once_decided, lean_training_refusal,
+                                             saved_tensors_hooks_active)
 from neuroncc.frontend.lowering.attention import attention_tracing
 from neuroncc.frontend.lowering.decompositions import decomposition_table
 from neuroncc.frontend.lowering.random_ops import regenerate_random_in_backward, save_random_states
@@ -76,6 +79,23 @@ def compile_with_aot_autograd(gm: fx.GraphModule, example_inputs: list[Any], nam
         if lean_refusal(graph, meta, graph_inputs, len(params_buffers) + len(example_inputs),
                         torch._C._is_any_autocast_enabled()) is None:
             return lean_inference(compiled, graph, params_buffers)
+    elif compilers.compiled_forward and lean_training_switch.ENABLED:
+        # a training graph: AOTAutograd's runtime left out where it does nothing (lean_training.py), decided when
+        # its backward is compiled (AOTAutograd compiles a static graph's backward lazily, at its first call)
+        params_buffers = module_params_buffers(gm)
+        call_inputs, disable_amp = len(params_buffers) + len(example_inputs), torch._C._is_any_autocast_enabled()
+        saved_hooks = saved_tensors_hooks_active()
+
+        def decide() -> Callable[..., Any] | None:
+            if not compilers.compiled_training:
+                return None
+            forward, backward, meta, graph_inputs, detach = compilers.compiled_training[-1]
+            if lean_training_refusal(forward, backward, meta, graph_inputs, call_inputs, disable_amp, detach,
+                                     saved_hooks) is None:
+                return lean_training(compiled, forward, backward, meta, params_buffers)
+            return compiled
+
+        return lean_training_once_decided(compiled, decide)
     return compiled
 
 
@@ -89,8 +109,12 @@ class AtenCompilers:
     recorder: graph_cache.GraphRecorder | None = None  # collects the graph cache's entry on a miss
     #: the forward graph compiled (its backward shares its arena)
     compiled_forward: list[Any] = field(default_factory=list)
+    forward_inputs: list[int] = field(default_factory=list)
     #: the inference graph compiled, with AOTAutograd's runtime metadata and its number of inputs (lean_call.py)
     compiled_inference: list[tuple[Any, Any, int]] = field(default_factory=list)
+    #: the training graph compiled: forward, backward, AOTAutograd's runtime metadata, the forward's number of
+    #: inputs and the inputs AOTAutograd detaches (lean_training.py)
+    compiled_training: list[tuple[Any, Any, Any, int, list[int]]] = field(default_factory=list)
     #: "forward": what the forward graph's ops say about its saved activations, for the backward graph
     saved_facts: dict[str, SavedFacts] = field(default_factory=dict)
 
@@ -102,6 +126,7 @@ class AtenCompilers:
         saved = saved_activations(gm) if not self._partitioned(gm) else frozenset()
         compiled = self._compile(gm, "forward", saved)
         self.compiled_forward.append(compiled)
+        self.forward_inputs.append(sum(node.op == "placeholder" for node in gm.graph.nodes))
         if isinstance(compiled, CompiledGraph):  # what its ops say about the activations the backward reads
             self.saved_facts["forward"] = forward_facts(gm, compiled.graph)
         report_output_strides(compiled, saved)
@@ -117,6 +142,13 @@ class AtenCompilers:
             forward.share_arena_with(compiled)  # their calls follow one another: one arena (as on a hit)
         if self.recorder is not None:
             self.recorder.backward_compiled(gm, compiled)
+        context = torch._guards.TracingContext.try_get()
+        meta = getattr(context, "fw_metadata", None)
+        if forward is not None and meta is not None:
+            from torch._functorch._aot_autograd.graph_compile import _compute_indices_of_inps_to_detach
+
+            self.compiled_training.append((forward, compiled, meta, self.forward_inputs[-1],
+                                           _compute_indices_of_inps_to_detach(gm, None, meta, meta)))
         return compiled
 
     def inference(self, gm: fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:

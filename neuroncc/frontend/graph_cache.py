@@ -56,6 +56,7 @@ from neuroncc.frontend.compiled import CompiledGraph
 from neuroncc.frontend.graph_key import Uncacheable, key_parts
 from neuroncc.frontend.imported import ImportedGraph, UnencodableOutput, decode_output, encode_output
 from neuroncc.frontend.lean_call import lean_inference, lean_refusal
+from neuroncc.frontend.lean_training import lean_training, lean_training_refusal, saved_tensors_hooks_active
 from neuroncc.frontend.options import BackendOptions
 import neuroncc
 
@@ -203,12 +204,17 @@ def _rebuild(payload: Any, cache: CompileCache, target: str, gm: fx.GraphModule,
     # refuses the others), so the dispatch wrapper list is empty
     compiled, _ = post_compile([], compiled, aot_config, runtime_metadata=meta)
     runtime = _module_call(compiled, params_buffers, gm)
-    if not training:  # AOTAutograd's wrappers left out where they do nothing (lean_call.py), as on a compile;
-        # the graph takes one argument per input (the dedupe wrapper's list is empty: see above)
-        inputs = len(params_buffers) + sum(node.op == "placeholder" for node in gm.graph.nodes)
+    # AOTAutograd's wrappers left out where they do nothing (lean_call.py, lean_training.py), as on a compile;
+    # the graph takes one argument per input (the dedupe wrapper's list is empty: see above)
+    inputs = len(params_buffers) + sum(node.op == "placeholder" for node in gm.graph.nodes)
+    if not training:
         if lean_refusal(forward, meta, inputs, inputs, disable_amp) is None:
             return lean_inference(runtime, forward, params_buffers)
+    elif lean_training_refusal(forward, backward_graph, meta, inputs, inputs, disable_amp, detach,
+                               saved_tensors_hooks_active()) is None:
+        return lean_training(runtime, forward, backward_graph, meta, params_buffers)
     return runtime
+
 
 
 def _module_call(compiled: Callable[..., Any], params_buffers: list[Any], gm: fx.GraphModule) -> Callable[..., Any]:
