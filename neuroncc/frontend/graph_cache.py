@@ -216,7 +216,6 @@ def _rebuild(payload: Any, cache: CompileCache, target: str, gm: fx.GraphModule,
     return runtime
 
 
-
 def _module_call(compiled: Callable[..., Any], params_buffers: list[Any], gm: fx.GraphModule) -> Callable[..., Any]:
     """What ``aot_module_simplified`` and TorchDynamo's ``aot_autograd`` wrap around the runtime."""
     def forward(*runtime_args: Any) -> Any:
