@@ -60,12 +60,19 @@ def lean_inference(slow: Callable[..., Any], compiled: CompiledGraph,
     """The callable TorchDynamo calls for an inference graph :func:`lean_refusal` accepted: ``compiled``'s lean
     call on ``[*params_buffers, *args]``, ``slow`` (AOTAutograd's runtime) for a call that declines it. Carries
     what ``aot_module_simplified``'s callable carries (``zero_grad``, ``named_parameters``, ...)."""
-    lean = compiled.lean_entry(tuple(params_buffers), slow)  # the call's check and its fallback in one frame
+    # (the call's check and its fallback in one frame)
+    return standing_in_for(slow, compiled.lean_entry(tuple(params_buffers), slow))
+
+
+def standing_in_for(slow: Callable[..., Any], entry: Callable[..., Any]) -> Callable[..., Any]:
+    """``entry`` as TorchDynamo calls it in place of AOTAutograd's callable ``slow``: carrying what
+    ``aot_module_simplified``'s callable carries (``zero_grad``, ``named_parameters``, ...) and ``slow`` itself,
+    not traced by TorchDynamo."""
     for name in ("zero_grad", "named_parameters", "named_buffers", "serialize"):
         if hasattr(slow, name):
-            setattr(lean, name, getattr(slow, name))
-    lean.slow = slow  # type: ignore[attr-defined]
-    return torch._dynamo.disable(lean, reason="do not trace AOT-compiled graph")
+            setattr(entry, name, getattr(slow, name))
+    entry.slow = slow  # type: ignore[attr-defined]
+    return torch._dynamo.disable(entry, reason="do not trace AOT-compiled graph")
 
 
 def module_params_buffers(gm: torch.nn.Module) -> list[Any]:

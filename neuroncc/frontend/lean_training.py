@@ -28,6 +28,7 @@ from torch._functorch._aot_autograd.runtime_wrappers import AOTDispatchAutograd,
 from torch._functorch._aot_autograd.schemas import OutputType, PlainTensorMeta, SubclassCreationMeta
 
 from neuroncc.frontend.compiled import CompiledGraph
+from neuroncc.frontend.lean_call import standing_in_for
 
 
 #: the lean training call in use (False: AOTAutograd's runtime for every training graph; for A/Bs)
@@ -101,12 +102,8 @@ def lean_training(slow: Callable[..., Any], forward: CompiledGraph, backward: Co
             return slow(*args)
         return list(apply(*prefix, *args))
 
-    for name in ("zero_grad", "named_parameters", "named_buffers", "serialize"):
-        if hasattr(slow, name):
-            setattr(entry, name, getattr(slow, name))
-    entry.slow = slow  # type: ignore[attr-defined]
     entry.function = function  # type: ignore[attr-defined]
-    return torch._dynamo.disable(entry, reason="do not trace AOT-compiled graph")
+    return standing_in_for(slow, entry)
 
 
 def lean_training_once_decided(slow: Callable[..., Any],
@@ -123,11 +120,7 @@ def lean_training_once_decided(slow: Callable[..., Any],
                 return slow(*args)
         return call(*args)
 
-    for name in ("zero_grad", "named_parameters", "named_buffers", "serialize"):
-        if hasattr(slow, name):
-            setattr(entry, name, getattr(slow, name))
-    entry.slow = slow  # type: ignore[attr-defined]
-    return torch._dynamo.disable(entry, reason="do not trace AOT-compiled graph")
+    return standing_in_for(slow, entry)
 
 
 def _lean_function(forward: CompiledGraph, backward: CompiledGraph, meta: Any) -> type[torch.autograd.Function]:

@@ -5,6 +5,7 @@ or Python ints, which fold) and returns the compute-typed value, usually by aski
 operand's value at a remapped index. Nothing is copied: ``permute`` of a computed value is the operand read
 with permuted indices, ``cat`` reads every piece at a clamped index and selects (branch-free, so loops over
 it still vectorize), ``gather``/``embedding`` load their index first and then the data.
+Scatters (``SCATTERS``) write instead: :func:`emit_scatter` is their stage's serial loop.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 from llvmlite import ir
 
 from neuroncc.codegen.llvm.context import EmitContext, Index
+from neuroncc.codegen.llvm.kernel_plan import ScatterStage
 from neuroncc.codegen.llvm.philox import RANDOM
 from neuroncc.codegen.llvm.scalars import (
     F32, F32_EXACT_BITS, F64, I1, I32, I64, call, compute_type, constant, round_to, to_index,
@@ -430,3 +432,30 @@ ACCESS: dict[str, AccessLowering] = {
     "constant": _scalar_constant,
     **RANDOM,  # philox_bits, philox_uniform (philox.py)
 }
+
+
+def emit_scatter(em: EmitContext, stage: ScatterStage) -> None:
+    """Serial loop writing (or accumulating) data-dependent positions of the stage's buffer."""
+    op, target = stage.op, stage.target
+    scatter = SCATTERS[op.name]
+    accumulate = scatter.accumulates(op)
+    dtype = target.dtype
+
+    def positions(idx: list[Any]) -> list[Any]:
+        return scatter.position(em, op, idx)
+
+    def write(idx: list[Any]) -> None:
+        b = em.b
+        where = positions(idx)
+        value = scatter.value(em, op, idx)
+        if accumulate:
+            old = em.load(target, where)
+            if dtype.is_float:  # bf16/f16: rounded after every add, in index order, as PyTorch's CPU kernels
+                value = round_to(b, b.fadd(old, value), dtype)
+            elif dtype.is_bool:
+                value = b.or_(old, value)
+            else:
+                value = b.add(old, value)
+        em.store(target, where, value)
+
+    em.nest([(0, n) for n in stage.shape], write)

@@ -19,7 +19,7 @@ from typing import Any, assert_never
 
 from llvmlite import ir
 
-from neuroncc.codegen.llvm.access import ACCESS, broadcast_index
+from neuroncc.codegen.llvm.access import ACCESS, broadcast_index, emit_scatter
 from neuroncc.codegen.llvm.bf16_tables import looked_up
 from neuroncc.codegen.llvm.bf16_words import with_narrow_variants
 from neuroncc.codegen.llvm.buffer_access import BufferAccess
@@ -46,7 +46,7 @@ from neuroncc.codegen.llvm.scalars import I1, I64, PTR, VOID, round_parity_by_or
 from neuroncc.codegen.llvm.shifted_moments import takes_one_pass
 from neuroncc.codegen.llvm.stages import (
     SharedMean, column_partial_update, emit_column_combine, emit_column_partials, emit_column_reset, emit_combine,
-    emit_mean_pass, emit_partial, emit_reduce, emit_scatter, passes_over_row, shared_means,
+    emit_mean_pass, emit_partial, emit_reduce, passes_over_row, shared_means,
 )
 from neuroncc.codegen.llvm.transpose import emit_transposed
 from neuroncc.codegen.llvm.views import Layout

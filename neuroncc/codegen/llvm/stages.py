@@ -15,11 +15,10 @@ from typing import Any
 
 from llvmlite import ir
 
-from neuroncc.codegen.llvm.access import SCATTERS
 from neuroncc.codegen.llvm.context import EmitContext
 from neuroncc.codegen.llvm.dot_sums import dot_summed
 from neuroncc.codegen.llvm.kernel_plan import (
-    ColumnSum, CombinePartials, PartialReduce, ReduceStage, ScatterStage, Stage,
+    ColumnSum, CombinePartials, PartialReduce, ReduceStage, Stage,
 )
 from neuroncc.codegen.llvm.online import OnlineMax, online_total
 from neuroncc.codegen.llvm.pairs import pairs_halfwords
@@ -571,31 +570,4 @@ def emit_column_combine(em: EmitContext, column_sum: ColumnSum, chunks: int) -> 
         [0] * count + list(kept), [em.b.load(_column_partials(em, stage, 0, slot, kept), typ=F64)]))
 
 
-def emit_scatter(em: EmitContext, stage: ScatterStage) -> None:
-    """Serial loop writing (or accumulating) data-dependent positions of the stage's buffer."""
-    op, target = stage.op, stage.target
-    scatter = SCATTERS[op.name]
-    accumulate = scatter.accumulates(op)
-    dtype = target.dtype
-
-    def positions(idx: list[Any]) -> list[Any]:
-        return scatter.position(em, op, idx)
-
-    def write(idx: list[Any]) -> None:
-        b = em.b
-        where = positions(idx)
-        value = scatter.value(em, op, idx)
-        if accumulate:
-            old = em.load(target, where)
-            if dtype.is_float:  # bf16/f16: rounded after every add, in index order, as PyTorch's CPU kernels
-                value = round_to(b, b.fadd(old, value), dtype)
-            elif dtype.is_bool:
-                value = b.or_(old, value)
-            else:
-                value = b.add(old, value)
-        em.store(target, where, value)
-
-    em.nest([(0, n) for n in stage.shape], write)
-
-
-__all__ = ["SharedMean", "passes_over_row", "shared_means", "emit_column_combine", "column_partial_update", "emit_column_partials", "emit_column_reset", "emit_combine", "emit_partial", "emit_mean_pass", "emit_reduce", "emit_scatter", "I1"]
+__all__ = ["SharedMean", "passes_over_row", "shared_means", "emit_column_combine", "column_partial_update", "emit_column_partials", "emit_column_reset", "emit_combine", "emit_partial", "emit_mean_pass", "emit_reduce", "I1"]
