@@ -85,6 +85,7 @@ def test_the_same_bits_as_the_row_loop(rng, monkeypatch, shape, lines):
     x = (rng.standard_normal(shape) * 4).astype(np.float32)
     x[3, :10] = [np.nan, np.inf, -np.inf, 88.0, -200.0, 1e-40, -0.0, 6.0, -5.7, 5.65]
     w, b = rng.standard_normal(shape[1]).astype(np.float32), rng.standard_normal(shape[1]).astype(np.float32)
+    _chosen(monkeypatch, "splits_polynomial_math_loops", False)  # (AVX2's default: its functions' own loops)
     _chosen(monkeypatch, "function_piece_lines", lines)
     _chosen(monkeypatch, "function_prefetch_lines", 16)
     pieces = build_cpu_executable(fn, {"threads": 2})

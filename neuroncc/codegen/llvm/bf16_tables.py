@@ -134,7 +134,9 @@ def lookup_table(function: str, nan_case: bool, target: CpuTarget) -> bytes:
         table = _TABLES.get(key)
     if table is not None:
         return table
-    maker = _maker_module(function, nan_case, target)
+    # (emitted for the CPU that makes it: a target this host cannot run gets the host's table, and its maker must
+    # not hold that target's instructions, which LLVM cannot compile for the host)
+    maker = _maker_module(function, nan_case, maker_cpu(target))
     name = _kept_name(maker, target)
     table = table_files.load(name, 2 * ENTRIES)
     if table is None:
