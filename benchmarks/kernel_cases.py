@@ -16,8 +16,8 @@ after every op: gelu(x*w+b)*sigmoid(x) rounds x*w, +b, gelu and sigmoid before i
 are counted as the function its kernel evaluates: ``exp_nonpositive`` for exp(x - max(x)) (softmax, and cross-entropy's
 forward: ``ir/signs.at_most_zero``, faster than ``exp``, and since session 14 cross-entropy's backward too: exp(x - amax -
 log) of the forward's saved max and log-sum, whose facts the front end hands the backward graph,
-``frontend/saved_facts.py``), on Zen 4 bf16 softmax's as ``exp_nonpositive_for_bf16`` (its degree-5 polynomial:
-``CpuTarget.evaluates_exp_for_bf16_results_in_degree_five``, session 37), ``exp`` where the sign is not known. Each
+``frontend/saved_facts.py``), on Zen 4 and AVX2 bf16 softmax's as ``exp_nonpositive_for_bf16`` (its degree-5 polynomial:
+``CpuTarget.evaluates_exp_for_bf16_results_in_degree_five``, sessions 37, 39), ``exp`` where the sign is not known. Each
 function's throughput is measured on its own (``microkernels.py``), so a row's roof is what its own functions allow, not
 the slower general exp's.
 """

@@ -156,6 +156,10 @@ class PolynomialChoices(ChoiceBase):
         randn * 10: 87 against 72 and 58; every output within a bf16 ulp). Zen 4 (AVX-512 without FP16; session 37
         bfsm37, ``bench_bf16_words.py --switch exp-degree-5 --rows b16``, two builds each, interleaved medians of 41
         rounds, three processes at 1 thread and four at 2): bf16 softmax's kernel 0.896-0.903 of the time at 1
-        thread, 0.88-0.96 at 2 (the degree-5 polynomial alone 0.945-0.957 / 0.94-0.955). AVX2 and Intel's AVX-512
-        cores keep the degree-6 exp (not measured)."""
-        return self.scalef and not self._intel_avx512()
+        thread, 0.88-0.96 at 2 (the degree-5 polynomial alone 0.945-0.957 / 0.94-0.955). AVX2 (no vscalefps:
+        ``_exp_nonpositive``'s scale by 2**(n + 24), r in one FMA too; 10 -> 8 FMA-pipe ops per vector), Zen 3
+        (session 39 reg39n, ``--switch exp-degree-5 --force --rows b16``, two builds each, interleaved medians of
+        31 rounds): bf16 softmax's kernel 0.873-0.880 of the time at 1 thread, 0.889-0.892 at 2 (the degree-5
+        polynomial with r's two FMAs 0.916-0.945 at 1). Intel's AVX-512 cores keep the degree-6 exp (not
+        measured)."""
+        return (self.scalef and not self._intel_avx512()) or (self.has("avx2") and not self.has("avx512f"))
