@@ -217,8 +217,9 @@ def _exp_nonpositive_for_bf16(b: ir.IRBuilder, x: ir.Value, target: CpuTarget) -
     quotients only (``elementwise.reaches_only_bf16``: bf16 softmax), where the target says so
     (``CpuTarget.evaluates_exp_for_bf16_results_in_degree_five``): a polynomial of degree 5
     (:data:`_EXP_POLY_DEGREE_5`) and r = x - n ln 2 in one FMA by ln 2's float (its error n times 1.9e-9): two FMAs
-    fewer per element (without vscalefps, AVX2: scaled as :func:`_exp_nonpositive` scales). Within 2.7 ulp of e**x for x >= -20, 5 down to -87.3 (normal results;
-    exp_nonpositive within ~1), where a bf16 result's rounding is 2**-9. exp(0) is 1 exactly."""
+    fewer per element (without vscalefps, AVX2: scaled as :func:`_exp_nonpositive` scales). Within 2.7 ulp of e**x
+    for x >= -20, 5 down to -87.3 (normal results; exp_nonpositive within ~1), where a bf16 result's rounding is
+    2**-9. exp(0) is 1 exactly."""
     if not target.scalef:  # (AVX2: _exp_nonpositive's clamp and scale by 2**(n + 24))
         xc = _raised_keeping_nan(b, x, EXP_NONPOSITIVE_FLOOR)
         n, whole = _round_to_integer(b, b.fmul(xc, _c(1.4426950408889634), flags=FAST))
