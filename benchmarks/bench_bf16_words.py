@@ -91,6 +91,8 @@ SWITCHES: dict[str, Switch] = {
     "next-row-l2": Switch(("prefetches_the_next_row_into_l2_in_the_exp_pass",), "b"),
     "next-row-max": Switch(("takes_the_next_row_max_in_the_exp_loop",), "b"),
     "next-max-nans-by-sum": Switch(("finds_next_row_max_nans_by_the_sum",), "b"),
+    "next-row-max-flagless": Switch(("takes_the_next_row_max_in_the_exp_loop", "finds_next_row_max_nans_by_the_sum"),
+                                    "b"),
     "multiplied-widening": Switch(("widens_summed_bf16_by_multiplication",), "c16"),
     "function-pieces": Switch(("function_piece_lines",), "a"),
     "split-pairs": Switch(("bf16_pair_split_interleave",), "a16"),

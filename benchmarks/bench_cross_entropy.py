@@ -47,7 +47,9 @@ Variants (``--variants``, comma-separated) of the forward's online log-sum-exp (
   L2 prefetches, and the gradient's pieces through their buffers); ``unfused`` / ``fused``: each block's max in a max
   loop of its own, or in the previous block's exp loop with the block's sums in vector lanes
   (``CpuTarget.takes_the_next_block_max_in_the_exp_loop``: Zen 4 since session 36; ``unfused`` is Zen 4's code
-  before it); ``withnear``: the fused blocks with the L1 prefetches a block ahead kept;
+  before it); ``withnear``: the fused blocks with the L1 prefetches a block ahead kept; ``lanesum``: each chunk's
+  sum in its exp loop where the target sums them apart (``CpuTarget.sums_online_exponentials_apart``: AVX2), which
+  ``fused`` needs (``fused+lanesum``: the fused blocks on AVX2; session 39);
 - experiments, the same bits: ``merged2``: two chunks' exponentials in one loop, then their sums; ``bufN``: each
   chunk's buffer N bytes further on the stack; ``splitN``: each chunk's exponentials in N loops, a burst of
   prefetches before each;

@@ -112,6 +112,10 @@ def _variant(name: str):
     if name in ("unfused", "fused"):  # each block's max in its own max loop, or in the previous block's exp loop
         on = name == "fused"  # (``CpuTarget.takes_the_next_block_max_in_the_exp_loop``: Zen 4 since session 36)
         CpuTarget.takes_the_next_block_max_in_the_exp_loop = property(lambda self: on)  # type: ignore[method-assign]
+    lane_sums = CpuTarget.sums_online_exponentials_apart
+    if name == "lanesum":  # each chunk's sum in its exp loop by the target's choice (AVX2: apart, 16 registers), so
+        # that ``fused`` can take AVX2 (it needs the sums in the loop)
+        CpuTarget.sums_online_exponentials_apart = property(lambda self: False)  # type: ignore[method-assign]
     scale_fold = CpuTarget.folds_row_scale_into_exp
     if name in ("mulscale", "foldscale"):  # the backward's e**x * s as a multiply per element, or s folded into the
         on = name == "foldscale"  # exponential (``CpuTarget.folds_row_scale_into_exp``: Zen 4 since session 36)
@@ -181,6 +185,7 @@ def _variant(name: str):
         CpuTarget.online_block_max_ahead = max_ahead  # type: ignore[method-assign]
         CpuTarget.takes_the_next_block_max_in_the_exp_loop = fused_max  # type: ignore[method-assign]
         CpuTarget.folds_row_scale_into_exp = scale_fold  # type: ignore[method-assign]
+        CpuTarget.sums_online_exponentials_apart = lane_sums  # type: ignore[method-assign]
         CpuTarget.online_l2_prefetch_blocks_ahead = l2_ahead  # type: ignore[method-assign]
         map_stages.emit_prefetch_pieces_ahead = pieces_ahead
         prefetch._prefetch_lines = lines_of
