@@ -31,6 +31,7 @@ class RowLoopChoices(ChoiceBase):
         the AdamW step 0.93-1.00: faster in the processes where the threads fall out of step, even elsewhere.
         Finer chunks of one length cost each chunk's start (a row's prefetches begin again: cross-entropy's forward
         1.05-1.30x with 32-256 chunks per thread); coarser ones (1-2 per thread: the read streams farther apart)
+<<<<<<< HEAD
         measured even. AVX2 (Zen 3, 2 threads; session 39 sm39, ``bench_bf16_words.py --switch team-guided --value
         32 --rows b``, two builds each, interleaved medians of 25-41 rounds, four processes, the same bits): float32
         softmax [4096, 1024]'s kernel guided over equal 0.897, 0.989, 0.941, 0.959 (the most where equal chunks took
@@ -39,6 +40,12 @@ class RowLoopChoices(ChoiceBase):
         measured) keep equal chunks."""
         zen4 = self.has("avx512f") and not self._intel_avx512()
         return 32 if zen4 or (self.has("avx2") and not self.has("avx512f")) else 0
+=======
+        measured even. Zen 3 (AVX2, session 39 ln39, ``--switch team-guided --force --rows c,c',rms``, 2 threads, three
+        processes): LayerNorm 0.91-0.92 / 1.17-1.22 / 1.00, x*w+b 1.04-1.05 / 0.99-1.01 / 1.00-1.02, RMSNorm 1.00 /
+        1.03-1.05 / 0.97: no steady gain, so AVX2 keeps equal chunks, as Intel's cores do (not measured)."""
+        return 32 if self.has("avx512f") and not self._intel_avx512() else 0
+>>>>>>> ln39
 
     @property
     def caches_widened_bf16_rows(self) -> bool:
@@ -326,7 +333,8 @@ class RowLoopChoices(ChoiceBase):
         (memory-bound there); held outputs 64 past a page 0.89, after an eager call each round 0.94-0.95. bf16 rows
         (over element pairs) keep their passes: their pair sums need as many adds in one pass as in two, and the
         write pass would subtract the mean again (1.10-1.12 of the time at 1 thread). AVX2 and Intel's AVX-512
-        cores keep their code (not measured there).
+        cores keep their code (Intel not measured; Zen 3, AVX2, session 39 ln39, the same A/B with ``--force``, three
+        processes: 1.13-1.21 of the time at 1 thread, 1.00-1.11 at 2, so AVX2 keeps its two passes).
 
         Switched off after session 36 (the zoo's bf16-parameter training of bert, gpt2 and convnext read losses
         0.015-0.14 from float64, eager's 0.0005, differently from run to run), on again since session 37 (lnfix37):
