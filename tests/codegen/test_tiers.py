@@ -238,6 +238,27 @@ def test_a_quiet_period_delays_the_optimizer_and_a_shorter_one_never_shortens_it
     assert min(started) - submitted >= 0.39
 
 
+def test_waiting_for_the_builds_or_exiting_ends_the_quiet_period():
+    """Whoever waits for the optimizer (``wait``) or an exiting interpreter would only sleep through a quiet
+    period: no burst of first calls can follow. A process that queued a build with 60 s of quiet exits at once
+    (it slept the whole period before, as every fresh process of the test suite that compiled a graph did)."""
+    import subprocess
+    import sys
+    import time
+
+    started = []
+    submitted = time.monotonic()
+    job = tiers.OPTIMIZER.submit(lambda: started.append(time.monotonic()), quiet=60.0)
+    tiers.OPTIMIZER.wait()
+    assert job.done() and started[0] - submitted < 10
+    child = ("import sys, time; from neuroncc.executors.cpu import tiers; "
+             "tiers.OPTIMIZER.submit(lambda: sys.stdout.write('built'), quiet=60.0); time.sleep(0.2)")
+    begun = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=120)
+    assert (done.returncode, done.stdout, done.stderr) == (0, "built", "")
+    assert time.monotonic() - begun < 30
+
+
 @pytest.mark.parametrize("mode", [True, "modules"])
 def test_the_optimized_build_shares_the_quick_executables_arena_and_lock(rng, mode):
     """Its pages are touched already, and the process keeps one arena per graph, not two; one lock, so a call

@@ -28,6 +28,11 @@ the optimized code follows the burst.
 The background thread is not a daemon and exits when it has nothing left to do: the interpreter waits for
 pending optimizations at exit (the cache writer waits for them anyway, and LLVM must not be torn down under a
 running compile). After ``fork`` the child runs the jobs the parent had not finished again.
+
+Nothing waits out a quiet period once someone waits for the builds (:meth:`BackgroundOptimizer.wait`) or the
+interpreter is exiting: no burst of first calls can follow, so the idle second was only time lost (a process
+that compiled a graph and exited slept up to ``GRAPH_QUIET_SECONDS`` before its optimized build started: each
+CLI command, each fresh process of the test suite).
 """
 
 from __future__ import annotations
@@ -81,9 +86,15 @@ class BackgroundOptimizer:
     """Runs queued optimized builds in order on one background thread (see the module docstring)."""
 
     def __init__(self) -> None:
+        self._exiting = False
         self._reset()
         fork_safety.hold_across_fork(lambda: self._lock, fork_safety.QUEUES)  # taken last (fork_safety.py)
         fork_safety.in_child(self._after_fork_in_child)
+        # called when the interpreter starts exiting, before it joins the non-daemon threads (this one among them)
+        try:
+            threading._register_atexit(self._hurry_at_exit)
+        except RuntimeError:  # (made while the interpreter exits: nothing is left to hurry)
+            pass
 
     def _reset(self) -> None:
         self._lock = threading.Lock()
@@ -91,6 +102,17 @@ class BackgroundOptimizer:
         self._running: _Job | None = None
         self._thread: threading.Thread | None = None
         self._quiet_at = 0.0  # time.monotonic() from which the compiler counts as idle
+        self._woken = threading.Event()  # ends the thread's quiet period early (``_hurry``)
+
+    def _hurry(self) -> None:
+        """No quiet period for the builds queued so far: the thread starts them now."""
+        with self._lock:
+            self._quiet_at = 0.0
+        self._woken.set()
+
+    def _hurry_at_exit(self) -> None:
+        self._exiting = True
+        self._hurry()
 
     def submit(self, build: Callable[[], Any], quiet: float = QUIET_SECONDS) -> Future:
         """Run ``build()`` in the background, not before ``quiet`` seconds without another submission (a
@@ -98,7 +120,8 @@ class BackgroundOptimizer:
         exception) becomes the returned future's."""
         job = _Job(build, Future())
         with self._lock:
-            self._quiet_at = max(self._quiet_at, time.monotonic() + quiet)
+            if not self._exiting:
+                self._quiet_at = max(self._quiet_at, time.monotonic() + quiet)
             self._queue.append(job)
             self._start_locked()
         return job.future
@@ -120,7 +143,9 @@ class BackgroundOptimizer:
             return len(self._queue) + (self._running is not None)
 
     def wait(self) -> None:
-        """Return once every build submitted so far has finished (tests; a benchmark's quiet point)."""
+        """Return once every build submitted so far has finished (tests; a benchmark's quiet point); they start
+        at once, with no quiet period left to wait out."""
+        self._hurry()
         with self._lock:
             futures = [job.future for job in self._queue] + ([self._running.future] if self._running else [])
         for future in futures:
@@ -129,7 +154,8 @@ class BackgroundOptimizer:
     def _drain(self) -> None:
         while True:
             while (idle_in := self._quiet_at - time.monotonic()) > 0:
-                time.sleep(idle_in)
+                self._woken.wait(idle_in)
+                self._woken.clear()
             with self._lock:
                 if not self._queue:
                     self._thread = None
