@@ -37,9 +37,13 @@ def test_the_decision():
     assert zen4.bf16_table_loop_lanes == 8 and zen4.reads_bf16_table_indices_from_loaded_words
     assert zen4.looks_up_bf16_unary_math and zen4.reads_bf16_tables_by_lane_pairs
     assert zen4.packs_computed_bf16_table_operands
-    for other in (CpuTarget("znver3", AVX2), CpuTarget("sapphirerapids", SAPPHIRE_RAPIDS), CpuTarget("x86-64", SSE)):
+    for other in (CpuTarget("sapphirerapids", SAPPHIRE_RAPIDS), CpuTarget("x86-64", SSE)):
         assert other.bf16_table_loop_lanes == 0 and not other.reads_bf16_table_indices_from_loaded_words
         assert not other.packs_computed_bf16_table_operands
+    # Zen 3 (AVX2, session 39): its own loops, a loaded word's indices read by words too
+    zen3 = CpuTarget("znver3", AVX2)
+    assert zen3.bf16_table_loop_lanes == 0 and zen3.reads_bf16_table_indices_from_loaded_words
+    assert not zen3.packs_computed_bf16_table_operands
 
 
 def _widths(text: str) -> list[int]:
@@ -56,9 +60,12 @@ def test_zen4_row_a_reads_its_tables_in_an_8_lane_loop_without_gathers():
     assert '"ncc.bf16_lookup.gelu.plain"' not in text
     assert "gather" not in asm and "zmm" not in asm and "ymm" in asm and "call" not in asm
     assert re.search(r"movq\s+\d*\(%r\w+,%r\w+,4\), %r", asm)  # x's words read as 64 bits into general registers
-    # Zen 3 (AVX2) keeps its code: no width, no word reads
-    zen3, _ = aligned_kernel_code(gelu_sigmoid_graph(64, 1024), CpuTarget("znver3", AVX2))
-    assert _widths(zen3) == [] and ".word0" not in zen3
+    # Zen 3 (AVX2) keeps its loop (no width) and gelu's lane pairs; x's sigmoid read by its words (session 39)
+    zen3, zen3_asm = aligned_kernel_code(gelu_sigmoid_graph(64, 1024), CpuTarget("znver3", AVX2))
+    assert _widths(zen3) == [] and '"ncc.bf16_lookup.sigmoid.plain.word0"' in zen3
+    assert '"ncc.bf16_lookup.gelu.plain"' in zen3 and ".gelu.plain.word" not in zen3
+    assert "gather" not in zen3_asm and "zmm" not in zen3_asm and "call" not in zen3_asm
+    assert re.search(r"movq\s+\d*\(%r\w+,%r\w+,4\), %r", zen3_asm)  # x's words read as 64 bits
 
 
 def _moves_out(asm: str) -> int:

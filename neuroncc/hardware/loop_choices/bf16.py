@@ -215,9 +215,18 @@ class Bf16Choices(ChoiceBase):
         loads per 16 indices, no vector-to-general moves, where the lane pairs of the widened halves take 8 moves
         and LLVM's per-lane form 16. The same bits. Zen 4 (session 37 bfa37, in :attr:`bf16_table_loop_lanes`'s 8-lane
         loops): bf16 gelu(x*w+b)*sigmoid(x)'s kernel 0.745 of its polynomials' time against 0.86 with sigmoid's read
-        by lane pairs too (one process, 1 thread; AVX2's code 0.75 there). Where :attr:`bf16_table_loop_lanes` is set
-        (AVX2 keeps LLVM's form: not measured there)."""
-        return bool(self.bf16_table_loop_lanes)
+        by lane pairs too (one process, 1 thread; AVX2's code 0.75 there). Where :attr:`bf16_table_loop_lanes` is set,
+        and on AVX2 (:attr:`_avx2_only`): Zen 3 (session 39 reg39a, ``bench_bf16_words.py --rows a16 --switch
+        loaded-words --force``, interleaved medians of 25 rounds in each process, the same bits) bf16 row (a)'s
+        kernel 0.952-0.964 of LLVM's per-lane form's time at 1 thread (three processes), 0.909-0.918 at 2 (one;
+        142 instructions per 16 elements either way: x's words read as 64 bits, 4 ``movl`` and ``movzwl`` fewer,
+        4 ``bextr`` and ``shrq`` more)."""
+        return bool(self.bf16_table_loop_lanes) or self._avx2_only
+
+    @property
+    def _avx2_only(self) -> bool:
+        """AVX2 without AVX-512 (Zen 3 and older x86-64-v3 CPUs)."""
+        return self.has("avx2") and not self.has("avx512f")
 
     @property
     def packs_computed_bf16_table_operands(self) -> bool:
@@ -229,5 +238,6 @@ class Bf16Choices(ChoiceBase):
         extracts). The same bits. Zen 4 (session 38 bfa38): bf16 gelu(x*w+b)*sigmoid(x)'s kernel 0.92-0.94 of the
         lane pairs' time at 1 and 2 threads (``bench_bf16_words.py --switch packed-operands``, three processes
         each); the packed words stored to a stack buffer and read back by 64-bit loads instead 1.17-1.18x. Where
-        :attr:`bf16_table_loop_lanes` is set."""
+        :attr:`bf16_table_loop_lanes` is set (the emitter packs only in narrow table loops: on AVX2 forcing this
+        changes no code, session 39)."""
         return bool(self.bf16_table_loop_lanes)
