@@ -32,8 +32,9 @@ class RowLoopChoices(ChoiceBase):
         Finer chunks of one length cost each chunk's start (a row's prefetches begin again: cross-entropy's forward
         1.05-1.30x with 32-256 chunks per thread); coarser ones (1-2 per thread: the read streams farther apart)
         measured even. AVX2 too: Zen 3, 2 threads (session 39 a39, ``--switch team-guided --value 32 --rows a``, two
-        builds each, interleaved medians of 25 rounds, its float32 gelu divided): row (a)'s kernel SEE_TEAM (other rows
-        on AVX2: their sessions' measurements). Intel's AVX-512 cores (not measured) keep equal chunks."""
+        builds each, interleaved medians of 25 rounds, its float32 gelu divided): row (a)'s kernel 0.922-0.938 (two
+        processes; other rows on AVX2: their sessions' measurements). Intel's AVX-512 cores (not measured) keep equal
+        chunks."""
         return 32 if (self.has("avx512f") or self.has("avx2")) and not self._intel_avx512() else 0
 
     @property
