@@ -50,10 +50,13 @@ from neuroncc.passes.manager import PassContext  # noqa: E402
 from neuroncc.passes.pipeline import default_pipeline, run_pipeline  # noqa: E402
 
 class Switch(NamedTuple):
-    """The ``CpuTarget`` properties a switch flips together, and the rows (``kernel_cases``) it is meant for."""
+    """The ``CpuTarget`` properties a switch flips together, and the rows (``kernel_cases``) it is meant for;
+    ``unset``: properties the "on" builds turn off (the "off" builds keep the host's default), e.g. AVX2's split
+    math loops where the pieces replace them."""
 
     properties: tuple[str, ...]
     rows: str
+    unset: tuple[str, ...] = ()
 
 
 SWITCHES: dict[str, Switch] = {
@@ -106,10 +109,16 @@ SWITCHES: dict[str, Switch] = {
     "loaded-words": Switch(("reads_bf16_table_indices_from_loaded_words",), "a16"),
     "words-packed": Switch(("reads_bf16_table_indices_from_loaded_words", "packs_computed_bf16_table_operands"), "a16"),
     "team-guided": Switch(("team_guided_chunks",), "a,b,c,c',rms,a16,b16,c16"),
+    "unsplit-pieces": Switch(("function_piece_lines",), "a", unset=("splits_polynomial_math_loops",)),
+    "unsplit-pieces-division": Switch(("function_piece_lines", "divides_gelu_erf_ratio"), "a",
+                                      unset=("splits_polynomial_math_loops",)),
+    "division-guided": Switch(("divides_gelu_erf_ratio", "team_guided_chunks"), "a"),
+    "unsplit-division": Switch(("divides_gelu_erf_ratio",), "a", unset=("splits_polynomial_math_loops",)),
     "dot-sums": Switch(("sums_bf16_rows_by_dot_products",), "c16,c16h"),
 }
 #: switches whose bits may differ (counted, not asserted): the order of a sum's terms, a division's rounding
-REORDERS = {"paired-sums", "erf-division", "one-pass-variance", "row-sum-lanes", "exp-degree-5", "dot-sums"}
+REORDERS = {"paired-sums", "erf-division", "unsplit-pieces-division", "unsplit-division", "division-guided",
+            "one-pass-variance", "row-sum-lanes", "exp-degree-5", "dot-sums"}
 
 
 def bench_rows() -> list[Case]:
@@ -136,14 +145,16 @@ def build(fn, threads: int, switch: str, on: bool, force: bool = False, value: i
     """An executable of ``fn`` with ``switch`` off, or on (the host's default; ``force``: on whatever the host;
     ``value``: a number property's value in the "on" builds whatever the host, e.g. ``stream-ahead``'s lines; off
     is 0)."""
-    names = SWITCHES[switch].properties
+    names, unset = SWITCHES[switch].properties, SWITCHES[switch].unset
     # (a decision of CpuTarget's base class, ``LoopChoices``, is shadowed on CpuTarget and the shadow removed after)
-    defaults = {name: CpuTarget.__dict__.get(name) for name in names}
+    defaults = {name: CpuTarget.__dict__.get(name) for name in names + unset}
     forced = value if value is not None else True
     for name in names:
         default = inspect.getattr_static(CpuTarget, name)
         setattr(CpuTarget, name, property(lambda self: forced) if on and (force or value is not None)
                 else default if on else property(lambda self: False))
+    for name in unset:
+        setattr(CpuTarget, name, property(lambda self: False) if on else inspect.getattr_static(CpuTarget, name))
     try:
         return build_cpu_executable(fn, {"threads": threads})
     finally:

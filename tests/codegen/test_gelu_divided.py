@@ -1,8 +1,9 @@
-"""Zen 4's float32 gelu divides its erf's ratio (``CpuTarget.divides_gelu_erf_ratio``, ``mathlib._gelu_divided``):
-a true division instead of the reciprocal estimate and its Newton step (fewer cycles of Zen 4's two FMA pipes),
-1/2 + erf/2 raised to +0 instead of the compare below -5.7, the 1/sqrt 2 in erf's coefficients; bf16 gelu, other CPUs
-and gelu_tanh keep their forms. Its results: the estimate form's within 2**-21 |x| (a few ulp of 1 + erf, times x),
-as close to erf's own gelu, and PyTorch's -0 and NaN in the far negative tail and at -inf
+"""Zen 4's and AVX2's float32 gelu divides its erf's ratio (``CpuTarget.divides_gelu_erf_ratio``,
+``mathlib._gelu_divided``): a true division instead of the reciprocal estimate and its Newton step (fewer cycles of
+the two FMA pipes of Zen 4 and of Zen 3, session 39 a39), 1/2 + erf/2 raised to +0 instead of the compare below
+-5.7, the 1/sqrt 2 in erf's coefficients; bf16 gelu, Intel's AVX-512 cores, SSE and gelu_tanh keep their forms.
+Its results (AVX2's code, the estimate form with AVX2's halved erf): within 2**-21 |x| of the estimate form's (a few
+ulp of 1 + erf, times x), as close to erf's own gelu, and PyTorch's -0 and NaN in the far negative tail and at -inf
 (docs/performance-history.md, session 34 poly34)."""
 
 from __future__ import annotations
@@ -27,14 +28,15 @@ SSE = CpuTarget("x86-64", "+sse2,+sse4.2,-avx,-avx2,-fma,-avx512f")
 
 
 
-def test_zen4s_float32_gelu_divides():
-    assert ZEN4.divides_gelu_erf_ratio
-    assert not AVX2.divides_gelu_erf_ratio and not INTEL.divides_gelu_erf_ratio and not SSE.divides_gelu_erf_ratio
-    assert gelu_function(ZEN4, "none", DType.f32) == "gelu_divided"
-    # bf16 gelu keeps the estimate (measured no faster there), as do the other CPUs and the tanh form
-    assert gelu_function(ZEN4, "none", DType.bf16) == "gelu"
-    assert gelu_function(AVX2, "none", DType.f32) == gelu_function(INTEL, "none", DType.f32) == "gelu"
-    assert gelu_function(ZEN4, "tanh", DType.f32) == "gelu_tanh"
+def test_zen4s_and_avx2s_float32_gelu_divides():
+    assert ZEN4.divides_gelu_erf_ratio and AVX2.divides_gelu_erf_ratio  # (AVX2: session 39 a39, Zen 3)
+    assert not INTEL.divides_gelu_erf_ratio and not SSE.divides_gelu_erf_ratio
+    assert gelu_function(ZEN4, "none", DType.f32) == gelu_function(AVX2, "none", DType.f32) == "gelu_divided"
+    # bf16 gelu keeps the estimate (measured no faster there; AVX2's reads tables), as do the other CPUs and the
+    # tanh form
+    assert gelu_function(ZEN4, "none", DType.bf16) == gelu_function(AVX2, "none", DType.bf16) == "gelu"
+    assert gelu_function(INTEL, "none", DType.f32) == gelu_function(SSE, "none", DType.f32) == "gelu"
+    assert gelu_function(ZEN4, "tanh", DType.f32) == gelu_function(AVX2, "tanh", DType.f32) == "gelu_tanh"
 
 
 def test_the_divided_form_divides_without_the_compare():

@@ -113,5 +113,5 @@ def test_split_keeps_equal_chunks_unless_guided():
 def test_zen4_and_avx2_take_the_guided_schedule():
     assert CpuTarget("znver4", ZEN4).team_guided_chunks == 32
     assert CpuTarget("sapphirerapids", SAPPHIRE_RAPIDS).team_guided_chunks == 0
-    assert CpuTarget("znver3", "+avx,+avx2,+fma,-avx512f").team_guided_chunks == 32  # (session 39)
+    assert CpuTarget("znver3", "+avx,+avx2,+fma,-avx512f").team_guided_chunks == 32  # (session 39, Zen 3)
     assert CpuTarget("x86-64", "+sse2,-avx,-avx2,-avx512f").team_guided_chunks == 0

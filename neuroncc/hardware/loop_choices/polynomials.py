@@ -57,11 +57,20 @@ class PolynomialChoices(ChoiceBase):
         --rows a``, two builds each, interleaved medians of 41 rounds, two runs): float32 gelu(x*w+b)*sigmoid(x)
         [4096, 1024]'s kernel 0.90-0.91 of the time at 1 thread, 0.91-0.93 at 2 (without the fold 0.93-0.94 /
         0.92-0.96). bf16 gelu keeps the estimate: its loop of four 16-lane chains (pairs) spilled more with the
-        division, 1.05-1.06
-        of the time at 1 thread in three runs, 0.98-0.99 at 2; erf halved alone there 0.99-1.07 at 1 thread and
-        0.96-1.07 at 2. Intel's AVX-512 cores (not measured) and AVX2 (its division of a 256-bit vector not measured
-        against the estimate) keep the estimate."""
-        return self.has("avx512f") and not self._intel_avx512()
+        division, 1.05-1.06 of the time at 1 thread in three runs, 0.98-0.99 at 2; erf halved alone there 0.99-1.07 at 1
+        thread and 0.96-1.07 at 2. AVX2 divides too (its gelu in a loop of its own,
+        :attr:`splits_polynomial_math_loops`): on Zen 3 the estimate form's gelu loop ran 80 FMA-pipe ops per 32
+        elements (of them 4 vrcpps, 12 for the Newton step, 4 compares, 4 products by 1/sqrt 2), the divided one 56 and
+        4 vdivps on the divider beside them (the sigmoid loop's 4 already there), and its chains are shorter (the loops
+        run at ~60% of the pipes' rate: too few independent chains in 16 registers, not the pipes). Zen 3 (session 39
+        a39, ``bench_bf16_words.py --switch erf-division --force --rows a``, two builds each, interleaved medians of 25
+        rounds): float32 gelu(x*w+b)*sigmoid(x) [4096, 1024]'s kernel 0.962-0.981 of the time at 1 thread (two
+        processes), 0.956-0.978 at 2 (two processes; a third drifted); with the guided team (:attr:`team_guided_chunks`)
+        against neither 0.957-0.966 at 2. Its results as close to erf's gelu as the estimate form's (row (a) against
+        float64: max error 1.18e-6 against 1.20e-6, the mean 1% less; 27% of its outputs other bits). Intel's AVX-512
+        cores (not measured) keep the estimate; every AVX2 CPU divides (Intel's AVX2 cores, whose 256-bit division is
+        slower than Zen 3's, not measured)."""
+        return (self.has("avx512f") or self.has("avx2")) and not self._intel_avx512()
 
     @property
     def splits_polynomial_math_loops(self) -> bool:

@@ -31,15 +31,14 @@ class RowLoopChoices(ChoiceBase):
         the AdamW step 0.93-1.00: faster in the processes where the threads fall out of step, even elsewhere.
         Finer chunks of one length cost each chunk's start (a row's prefetches begin again: cross-entropy's forward
         1.05-1.30x with 32-256 chunks per thread); coarser ones (1-2 per thread: the read streams farther apart)
-        measured even. AVX2 (Zen 3, 2 threads; session 39 sm39, ``bench_bf16_words.py --switch team-guided --value
-        32 --rows b``, two builds each, interleaved medians of 25-41 rounds, four processes, the same bits): float32
-        softmax [4096, 1024]'s kernel guided over equal 0.897, 0.989, 0.941, 0.959 (the most where equal chunks took
-        1.04-1.05 ms, guided 0.93-0.94); cross-entropy's kernels (``bench_cross_entropy.py --variants
-        main,guided32``, one process) 1.003 / 1.007, even; LayerNorm, x*w+b and
-        RMSNorm (session 39 ln39, ``--switch team-guided --force --rows c,c',rms``, three processes): LayerNorm
-        0.91-0.92 / 1.17-1.22 / 1.00, x*w+b 1.04-1.05 / 0.99-1.01 / 1.00-1.02, RMSNorm 1.00 / 1.03-1.05 / 0.97.
-        Intel's AVX-512 cores and CPUs without AVX2 (not
-        measured) keep equal chunks."""
+        measured even. AVX2 too (Zen 3, 2 threads, session 39, ``bench_bf16_words.py --switch team-guided --value 32``,
+        two builds each, interleaved medians of 25-41 rounds, the same bits): float32 softmax [4096, 1024]'s kernel
+        (sm39, four processes) 0.897, 0.989, 0.941, 0.959 (the most where equal chunks took 1.04-1.05 ms, guided
+        0.93-0.94); row (a) (a39, its gelu divided, two processes) 0.922-0.938; cross-entropy's kernels (sm39,
+        ``bench_cross_entropy.py --variants main,guided32``) 1.003 / 1.007; LayerNorm, x*w+b and RMSNorm (ln39, three
+        processes on a noisy host) LayerNorm 0.91-0.92 / 1.17-1.22 / 1.00, x*w+b 1.04-1.05 / 0.99-1.01 / 1.00-1.02,
+        RMSNorm 1.00 / 1.03-1.05 / 0.97: faster where the threads fall out of step, as on Zen 4, the memory-bound rows
+        even but for one process. Intel's AVX-512 cores and CPUs without AVX2 (not measured) keep equal chunks."""
         zen4 = self.has("avx512f") and not self._intel_avx512()
         return 32 if zen4 or (self.has("avx2") and not self.has("avx512f")) else 0
 
