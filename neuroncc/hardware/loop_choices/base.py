@@ -33,3 +33,8 @@ class ChoiceBase:
         (session 33) apply to every AVX-512 CPU but these, Intel's before Sapphire Rapids (AVX-512 without FP16)
         among them: not measured there."""
         return self.has("avx512f") and self.has("avx512fp16")
+
+    def _avx2_only(self) -> bool:
+        """Whether the CPU has AVX2 without AVX-512 (AMD's Zen 3 and other x86-64-v3 CPUs): decisions measured on
+        Zen 3 (sessions 12-31, 39) say so and keep AVX-512 CPUs' code."""
+        return self.has("avx2") and not self.has("avx512f")

@@ -77,7 +77,7 @@ class Bf16Choices(ChoiceBase):
         [8192, 1024]'s kernel 0.981 of the time at 1 thread (0.976-0.997, ten A/Bs) and 0.986 at 2 (0.978-1.009, nine),
         bf16 softmax [4096, 1024] 0.993 at both (0.984-0.998); on bf16 row (a)'s op result (its gelu*sigmoid) 1.006
         at 1 thread and 1.007 at 2: not taken there. AVX-512 keeps its code (not measured there)."""
-        return self.has("avx2") and not self.has("avx512f")
+        return self._avx2_only()
 
     @property
     def rounds_bf16_parity_by_or(self) -> bool:
@@ -134,7 +134,7 @@ class Bf16Choices(ChoiceBase):
         polynomials' time; a gather-free 16-lane read 1.02-1.05x) reads them in 8-lane loops
         (:attr:`bf16_table_loop_lanes`, session 37: row (a) 0.77-0.81 of the polynomials' time). CPUs without AVX2
         keep their code."""
-        return ((self.has("avx2") and not self.has("avx512f")) or self._intel_avx512()
+        return (self._avx2_only() or self._intel_avx512()
                 or bool(self.bf16_table_loop_lanes))
 
     @property
@@ -153,7 +153,7 @@ class Bf16Choices(ChoiceBase):
         there is a ``vpgatherdd`` ymm: row (a) 1.07 of the polynomials' time with sigmoid's read so, 0.86 by lane
         pairs), each pair through an empty ``asm`` first (LLVM's combines otherwise made the pairs' shifts 512-bit
         vector code and moved each index out alone: 1.24x). Intel's AVX-512 cores keep their gathers."""
-        return (self.has("avx2") and not self.has("avx512f")) or bool(self.bf16_table_loop_lanes)
+        return self._avx2_only() or bool(self.bf16_table_loop_lanes)
 
     @property
     def widens_summed_bf16_by_multiplication(self) -> bool:
@@ -216,17 +216,12 @@ class Bf16Choices(ChoiceBase):
         and LLVM's per-lane form 16. The same bits. Zen 4 (session 37 bfa37, in :attr:`bf16_table_loop_lanes`'s 8-lane
         loops): bf16 gelu(x*w+b)*sigmoid(x)'s kernel 0.745 of its polynomials' time against 0.86 with sigmoid's read
         by lane pairs too (one process, 1 thread; AVX2's code 0.75 there). Where :attr:`bf16_table_loop_lanes` is set,
-        and on AVX2 (:attr:`_avx2_only`): Zen 3 (session 39 reg39a, ``bench_bf16_words.py --rows a16 --switch
+        and on AVX2 (:meth:`_avx2_only`): Zen 3 (session 39 reg39a, ``bench_bf16_words.py --rows a16 --switch
         loaded-words --force``, interleaved medians of 25 rounds in each process, the same bits) bf16 row (a)'s
         kernel 0.952-0.964 of LLVM's per-lane form's time at 1 thread (three processes), 0.909-0.918 at 2 (one;
         142 instructions per 16 elements either way: x's words read as 64 bits, 4 ``movl`` and ``movzwl`` fewer,
         4 ``bextr`` and ``shrq`` more)."""
-        return bool(self.bf16_table_loop_lanes) or self._avx2_only
-
-    @property
-    def _avx2_only(self) -> bool:
-        """AVX2 without AVX-512 (Zen 3 and older x86-64-v3 CPUs)."""
-        return self.has("avx2") and not self.has("avx512f")
+        return bool(self.bf16_table_loop_lanes) or self._avx2_only()
 
     @property
     def packs_computed_bf16_table_operands(self) -> bool:

@@ -27,7 +27,7 @@ class PolynomialChoices(ChoiceBase):
         (``bench_bf16_words.py --switch one-step-exp --rows a``, two builds each, interleaved medians of 41-61 rounds,
         three runs); the roofline's microkernels (L1-resident) sigmoid 0.725-0.744, gelu_tanh 0.795, tanh 0.948-0.950 of
         the time (tanh's too: all 2**32 inputs give the same bits)."""
-        return self.has("avx2") and not self.has("avx512f")
+        return self._avx2_only()
 
     @property
     def halves_gelu_in_its_erf(self) -> bool:
@@ -41,7 +41,7 @@ class PolynomialChoices(ChoiceBase):
         [4096, 1024]'s kernel 0.975-1.004 of the time at 1 thread and 0.971-0.996 at 2 in four runs,
         0.968-0.978 / 0.967-0.983 in two with its gelu in a loop of its own (``splits_polynomial_math_loops``); the
         gelu microkernel alone (L1-resident) 1.005-1.049: a small gain, kept for the kernel."""
-        return self.has("avx2") and not self.has("avx512f")
+        return self._avx2_only()
 
     @property
     def divides_gelu_erf_ratio(self) -> bool:
@@ -82,7 +82,7 @@ class PolynomialChoices(ChoiceBase):
         interleaved medians of 61 rounds, two runs): float32 gelu(x*w+b)*sigmoid(x) [4096, 1024]'s kernel (gelu's loop
         first, then sigmoid's with the product) 0.944-0.948 of the time at 1 thread and 0.932-0.940 at 2; the loop with
         sigmoid first measured alike (0.959 / 0.954 in an exploratory run against 0.941 / 0.970)."""
-        return self.has("avx2") and not self.has("avx512f")
+        return self._avx2_only()
 
     @property
     def bf16_pair_split_interleave(self) -> int:
@@ -171,4 +171,4 @@ class PolynomialChoices(ChoiceBase):
         31 rounds): bf16 softmax's kernel 0.873-0.880 of the time at 1 thread, 0.889-0.892 at 2 (the degree-5
         polynomial with r's two FMAs 0.916-0.945 at 1). Intel's AVX-512 cores keep the degree-6 exp (not
         measured)."""
-        return (self.scalef and not self._intel_avx512()) or (self.has("avx2") and not self.has("avx512f"))
+        return (self.scalef and not self._intel_avx512()) or self._avx2_only()

@@ -40,7 +40,7 @@ class RowLoopChoices(ChoiceBase):
         RMSNorm 1.00 / 1.03-1.05 / 0.97: faster where the threads fall out of step, as on Zen 4, the memory-bound rows
         even but for one process. Intel's AVX-512 cores and CPUs without AVX2 (not measured) keep equal chunks."""
         zen4 = self.has("avx512f") and not self._intel_avx512()
-        return 32 if zen4 or (self.has("avx2") and not self.has("avx512f")) else 0
+        return 32 if zen4 or self._avx2_only() else 0
 
     @property
     def caches_widened_bf16_rows(self) -> bool:
@@ -95,7 +95,7 @@ class RowLoopChoices(ChoiceBase):
         max pass stores two vectors per word; bf16 softmax [4096, 1024] 0.982-0.986 of the time at 1 thread and
         0.976-0.987 at 2, the same bits (session 25 softmax25, ``bench_bf16_words.py --switch widened-rows-exp``).
         Loops without a transcendental (bf16 LayerNorm: session 20 read the cache mixed on AVX2) widen again."""
-        return self.has("avx2") and not self.has("avx512f")
+        return self._avx2_only()
 
     @property
     def writes_delayed_group_before_the_exponentials(self) -> bool:
@@ -105,7 +105,7 @@ class RowLoopChoices(ChoiceBase):
         one-process A/Bs of 61-151 rounds (session 25 softmax25): float32 softmax [4096, 1024] medians 0.980 of
         the time at 1 thread (0.954-1.019) and 0.986 at 2 (0.963-1.056); bf16 0.918-0.977 and 0.945-0.980 in four
         (``bench_bf16_words.py --switch write-first``); the same bits. AVX-512: not measured, as before."""
-        return self.has("avx2") and not self.has("avx512f")
+        return self._avx2_only()
 
     @property
     def writes_delayed_elements_in_the_exp_loop(self) -> bool:
@@ -216,7 +216,7 @@ class RowLoopChoices(ChoiceBase):
         2.75-2.86 / 1.42-1.63), the old code's time the same for any row; since session 28 it runs its max pass
         again but not its exp pass (``reruns_the_exp_pass_only_for_another_max``: ~1.2x). AVX2 only (AVX-512 keeps
         its code: not measured there)."""
-        return self.has("avx2") and not self.has("avx512f")
+        return self._avx2_only()
 
     @property
     def reruns_the_exp_pass_only_for_another_max(self) -> bool:
@@ -286,7 +286,7 @@ class RowLoopChoices(ChoiceBase):
         session 29 bf16sm29): 64 past 0.94 of the time at 1 and 2 threads, 2112 past 0.95 (1 thread), 2176 past
         0.96 / 0.975 (1 / 2 threads); 0, 128, 512 and 1088 past and heap outputs 0.97-1.01 (the builds' spread).
         The same loops and bits. AVX-512 not measured: its code is left as it was."""
-        return self.has("avx2") and not self.has("avx512f")
+        return self._avx2_only()
 
     @property
     def places_write_buffers_past_partial_period_rows(self) -> bool:
@@ -302,7 +302,7 @@ class RowLoopChoices(ChoiceBase):
         ``bench_bf16_words.py --switch partial-rows --rows c16h``: 0.90-0.95 at 1 thread on outputs 0, 64 and 1536
         past, 0.95-0.97 at 2 threads on 0 past, 0.92 / 0.98 at 2 / 1 threads on heap outputs. The same bits.
         AVX-512 (no cached deviations) not measured: left as it was."""
-        return self.has("avx2") and not self.has("avx512f")
+        return self._avx2_only()
 
     @property
     def means_a_row_early(self) -> bool:
