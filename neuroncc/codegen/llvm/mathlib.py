@@ -204,10 +204,21 @@ def _exp_nonpositive(b: ir.IRBuilder, x: ir.Value, target: CpuTarget, poly: list
     x = 71: n + 24 stays a normal exponent.)"""
     if target.scalef:  # (one vscalefps scales by any n)
         return _exp_in_range(b, _raised_keeping_nan(b, x, -104.0), target, poly)
+    return _exp_nonpositive_by_exponent_bits(b, x, poly, reduced_in_one_fma=False)
+
+
+def _exp_nonpositive_by_exponent_bits(b: ir.IRBuilder, x: ir.Value, poly: list[float],
+                                      reduced_in_one_fma: bool) -> ir.Value:
+    """:func:`_exp_nonpositive` without vscalefps: x clamped at :data:`EXP_NONPOSITIVE_FLOOR`, ``poly``'s
+    coefficients times 2**-24 and one product with 2**(n + 24) made from exponent bits. r = x - n ln 2 by ln 2 in two
+    Cody-Waite parts (exp's bits), or ``reduced_in_one_fma`` by ln 2's float (:func:`_exp_nonpositive_for_bf16`)."""
     xc = _raised_keeping_nan(b, x, EXP_NONPOSITIVE_FLOOR)
     n, whole = _round_to_integer(b, b.fmul(xc, _c(1.4426950408889634), flags=FAST))
-    r = b.fsub(xc, b.fmul(n, _c(0.693359375), flags=FAST), flags=FAST)
-    r = b.fsub(r, b.fmul(n, _c(-2.12194440e-4), flags=FAST), flags=FAST)
+    if reduced_in_one_fma:
+        r = b.fsub(xc, b.fmul(n, _c(0.6931471805599453), flags=FAST), flags=FAST)
+    else:
+        r = b.fsub(xc, b.fmul(n, _c(0.693359375), flags=FAST), flags=FAST)
+        r = b.fsub(r, b.fmul(n, _c(-2.12194440e-4), flags=FAST), flags=FAST)
     scaled = horner(b, r, [c * 2.0 ** -_EXP_NONPOSITIVE_SHIFT for c in poly])
     return b.fmul(scaled, _pow2(b, b.add(whole, ir.Constant(I32, _EXP_NONPOSITIVE_SHIFT))))
 
@@ -221,11 +232,7 @@ def _exp_nonpositive_for_bf16(b: ir.IRBuilder, x: ir.Value, target: CpuTarget) -
     for x >= -20, 5 down to -87.3 (normal results; exp_nonpositive within ~1), where a bf16 result's rounding is
     2**-9. exp(0) is 1 exactly."""
     if not target.scalef:  # (AVX2: _exp_nonpositive's clamp and scale by 2**(n + 24))
-        xc = _raised_keeping_nan(b, x, EXP_NONPOSITIVE_FLOOR)
-        n, whole = _round_to_integer(b, b.fmul(xc, _c(1.4426950408889634), flags=FAST))
-        r = b.fsub(xc, b.fmul(n, _c(0.6931471805599453), flags=FAST), flags=FAST)
-        scaled = horner(b, r, [c * 2.0 ** -_EXP_NONPOSITIVE_SHIFT for c in _EXP_POLY_DEGREE_5])
-        return b.fmul(scaled, _pow2(b, b.add(whole, ir.Constant(I32, _EXP_NONPOSITIVE_SHIFT))))
+        return _exp_nonpositive_by_exponent_bits(b, x, _EXP_POLY_DEGREE_5, reduced_in_one_fma=True)
     xc = _raised_keeping_nan(b, x, -104.0)
     n, _ = _round_to_integer(b, b.fmul(xc, _c(1.4426950408889634), flags=FAST))
     r = b.fsub(xc, b.fmul(n, _c(0.6931471805599453), flags=FAST), flags=FAST)

@@ -90,11 +90,15 @@ class BackgroundOptimizer:
         self._reset()
         fork_safety.hold_across_fork(lambda: self._lock, fork_safety.QUEUES)  # taken last (fork_safety.py)
         fork_safety.in_child(self._after_fork_in_child)
-        # called when the interpreter starts exiting, before it joins the non-daemon threads (this one among them)
-        try:
-            threading._register_atexit(self._hurry_at_exit)
-        except RuntimeError:  # (made while the interpreter exits: nothing is left to hurry)
-            pass
+        # called when the interpreter starts exiting, before it joins the non-daemon threads (this one among them);
+        # a private hook (concurrent.futures' too): where a Python lacks it, an exiting process waits out the quiet
+        # period as before
+        register_at_exit = getattr(threading, "_register_atexit", None)
+        if register_at_exit is not None:
+            try:
+                register_at_exit(self._hurry_at_exit)
+            except RuntimeError:  # (made while the interpreter exits: nothing is left to hurry)
+                pass
 
     def _reset(self) -> None:
         self._lock = threading.Lock()
