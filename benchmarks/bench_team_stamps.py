@@ -4,14 +4,15 @@ probe, made a benchmark).
 Every launch of the row's compiled graph on the OpenMP team runs a stamped copy of the team entry behind a stamped
 ``GOMP_parallel`` (``team_probe.py``): each thread's arrival, each chunk's rows and its start and end (``rdtscp``:
 time stamp and CPU), each thread's exit. The row's calls run as ``roofline.py`` runs them, in a shuffled order each
-round: eager, Inductor, the ``torch.compile`` call, the kernel alone (its graph's kernels into a held output), and
+round: eager, Inductor, the ``torch.compile`` call, the kernel alone (its graph's kernels into a held output),
 "solo": the kernel alone's team task run by a team of one (the other core idle: the rate the two threads should
-each keep), and the solo's work on 64 rows in L2 called 64 times (the rate without memory). Per kind of call, medians with the 10th and 90th percentiles of: the launch (``GOMP_parallel`` entered
-to returned), the Python path around it, each thread's arrival (the wake), busy time, rows and ns a row, ns a row
-of every chunk by CPU, the threads' end imbalance and idle thread-us. Around the rounds: each thread's time run and
+each keep), and the solo's work on 64 rows in L2 called 64 times (the rate without memory). Each call's wall time;
+per kind of stamped call, medians with the 10th and 90th percentiles of: the launch (``GOMP_parallel`` entered to
+returned), the Python path around it, each thread's arrival (the wake), busy time, rows and ns a row, ns a row of
+every chunk by CPU, the threads' end imbalance and idle thread-us. Around the rounds: each thread's time run and
 time waited runnable (``/proc/self/task/*/schedstat``: another task on its core), the machine's ``/proc/stat``
-ticks (steal: the host) and the other processes that ran. ``--clock``: instead, the cores' clock by a dependent
-add chain and by 512-bit FMA chains, on one core alone and on both at once.
+ticks (steal: the host), the other processes that ran and this process's page faults. ``--clock``: instead, the
+cores' clock by a dependent add chain and by 512-bit FMA chains, on one core alone and on both at once.
 
     /work/bin/heavy x python benchmarks/bench_team_stamps.py [--rows a] [--threads 2] [--rounds 61] [--clock]
 """
@@ -22,6 +23,7 @@ import argparse
 import ctypes
 import os
 import random
+import resource
 import statistics
 import sys
 import time
@@ -122,13 +124,16 @@ def process_ticks() -> dict[int, tuple[str, int]]:
 
 
 def machine_ticks() -> list[int]:
-    return [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:9]]
+    """The machine's ``/proc/stat`` ticks (user ... steal) and this process's minor and major page faults."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:9]] + \
+        [usage.ru_minflt, usage.ru_majflt]
 
 
 def report_neighbours(before: tuple, after: tuple, seconds: float) -> None:
     threads0, machine0, processes0 = before
     threads1, machine1, processes1 = after
-    names = "user nice system idle iowait irq softirq steal".split()
+    names = "user nice system idle iowait irq softirq steal".split() + ["(this process's) minor faults", "major faults"]
     print(f"rounds: {seconds:.2f} s; machine ticks (1/100 s, both CPUs):",
           ", ".join(f"{n} {b - a}" for n, a, b in zip(names, machine0, machine1)))
     for tid, (name, run, wait) in sorted(threads1.items()):
