@@ -285,8 +285,16 @@ class RowLoopChoices(ChoiceBase):
         (``bench_bf16_words.py --switch word-write-buffers --output-offset``, two builds each, 41 interleaved rounds;
         session 29 bf16sm29): 64 past 0.94 of the time at 1 and 2 threads, 2112 past 0.95 (1 thread), 2176 past
         0.96 / 0.975 (1 / 2 threads); 0, 128, 512 and 1088 past and heap outputs 0.97-1.01 (the builds' spread).
-        The same loops and bits. AVX-512 not measured: its code is left as it was."""
-        return self._avx2_only()
+        The same loops and bits. Zen 4 (session 40 bfsm40; its write loop loads the two halves of a row's
+        exponentials 2 KiB apart beside one ``vmovntdq`` per 32 words, the caches on the frame's 4 KiB boundaries
+        without this; ``--switch word-write-buffers --force``, two builds each, interleaved medians of 41-61
+        rounds, on 1 / on 2 (off 2) of "off 1", one process each): output 64 past a 4 KiB boundary, 1 thread 0.929
+        / 0.925 (0.958), 0.933 / 0.888 (0.960), 0.957 / 0.957 (1.021), 0.907 / 0.898 (0.967), 0.934 / 1.005
+        (1.012); 2 threads 0.955 / 0.951 (1.010), 0.915 / 0.958 (1.033), 0.980 / 0.990 (1.023), 0.971 / 0.908
+        (1.061), 0.927 / 0.901 (0.891); 0, 192 and 1088 past and heap outputs within this host's spread (heap:
+        0.90-1.01 at 1 thread, 0.99-1.04 at 2, "off 2" 0.97-1.02). Intel's AVX-512 cores keep their code: not
+        measured."""
+        return self.has("avx2") and not self._intel_avx512()
 
     @property
     def places_write_buffers_past_partial_period_rows(self) -> bool:
