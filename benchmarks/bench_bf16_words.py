@@ -10,10 +10,14 @@ addresses into an output held between calls that starts N bytes past a 4 KiB bou
 allocator's placement otherwise: torch's first large tensors and the ``neuron`` device's large blocks start 64 and 0
 past one, the benchmarks' heap anywhere). ``--masked F``: a fraction F of the first input's rows, spread evenly,
 wholly -inf (softmax's fully masked attention rows: ``--switch max-rerun``); ``--masked-columns F``: the last F
-of every row -inf (zeros in softmax's output: ``--switch word-test``).
+of every row -inf (zeros in softmax's output: ``--switch word-test``). ``--cold``: 64 MiB of other memory written
+before each call, untimed, so that each call reads its input from memory as roofline.py's interleaved rounds do
+(without it a 16 MiB input stays in the L3 between the builds' calls: float32 softmax's 1-thread kernel 0.90-0.99 ms
+warm, 1.02-1.57 cold, session 40 sm40; 2-thread times are not usable with it: the team sleeps through the write).
 
     /work/bin/heavy x python benchmarks/bench_bf16_words.py [--rows a16,b16,c16] [--threads 1,2] [--repeats 25]
-        [--switch NAME] [--force] [--value N] [--output-offset N] [--masked F] [--masked-columns F] [--list-switches]
+        [--switch NAME] [--force] [--value N] [--output-offset N] [--masked F] [--masked-columns F] [--cold]
+        [--list-switches]
 
 Each row's graph is the one torch.compile hands the neuron backend (dumped through the ``dump_dir`` option, then
 the cpu pipeline), built as an executable twice per variant in the order ABAB (later builds of one process ran
@@ -29,6 +33,8 @@ from __future__ import annotations
 
 import argparse
 import inspect
+import random
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -114,11 +120,13 @@ SWITCHES: dict[str, Switch] = {
                                       unset=("splits_polynomial_math_loops",)),
     "division-guided": Switch(("divides_gelu_erf_ratio", "team_guided_chunks"), "a"),
     "unsplit-division": Switch(("divides_gelu_erf_ratio",), "a", unset=("splits_polynomial_math_loops",)),
+    "stream-footprint": Switch(("stream_footprint_bytes",), "b"),
     "dot-sums": Switch(("sums_bf16_rows_by_dot_products",), "c16,c16h"),
 }
 #: switches whose bits may differ (counted, not asserted): the order of a sum's terms, a division's rounding
 REORDERS = {"paired-sums", "erf-division", "unsplit-pieces-division", "unsplit-division", "division-guided",
-            "one-pass-variance", "row-sum-lanes", "exp-degree-5", "dot-sums"}
+            "one-pass-variance", "row-sum-lanes", "exp-degree-5", "dot-sums", "stream-footprint",
+            "exp-loop-write"}
 
 
 def bench_rows() -> list[Case]:
@@ -163,6 +171,23 @@ def build(fn, threads: int, switch: str, on: bool, force: bool = False, value: i
                 delattr(CpuTarget, name)
             else:
                 setattr(CpuTarget, name, default)
+
+
+def cold_interleaved(builds: dict, repeats: int, clock) -> dict[str, float]:
+    """:func:`common.interleaved`'s medians with 64 MiB of other memory written before each call (not timed)."""
+    other = np.zeros(16 << 20, dtype=np.float32)
+    names, order = list(builds), random.Random(0x5EED)
+    for fn in builds.values():
+        fn()
+    samples: dict[str, list[float]] = {name: [] for name in builds}
+    for _ in range(repeats):
+        order.shuffle(names)
+        for name in names:
+            other += 1.0
+            start = clock()
+            builds[name]()
+            samples[name].append(clock() - start)
+    return {name: statistics.median(times) for name, times in samples.items()}
 
 
 def masked(arrays: list[np.ndarray], like: torch.Tensor, fraction: float) -> list[np.ndarray]:
@@ -257,6 +282,9 @@ def main() -> None:
                         help="call into held outputs starting this many bytes past a 4 KiB boundary")
     parser.add_argument("--masked", type=float, default=0.0,
                         help="this fraction of the first input's rows wholly -inf (masked softmax rows)")
+    parser.add_argument("--cold", action="store_true",
+                        help="each call after 64 MiB of other memory written (untimed): the row's input from memory, "
+                             "as in roofline.py's rounds, not from the L3 the previous call left it in")
     parser.add_argument("--masked-columns", type=float, default=0.0,
                         help="this fraction of each row of the first input -inf, at its end (zeros in softmax's "
                              "output)")
@@ -288,7 +316,8 @@ def main() -> None:
                         print(f"{case.key}: {np.count_nonzero(got != want)} of {got.size} words differ", flush=True)
                     else:
                         np.testing.assert_array_equal(got, want)
-            times = interleaved(builds, repeats=args.repeats, clock=clock)
+            times = cold_interleaved(builds, args.repeats, clock) if args.cold else \
+                interleaved(builds, repeats=args.repeats, clock=clock)
             base = times["off 1"]
             rows.append([case.key, str(threads)] + [f"{times[n] * 1e3:.3f} ({times[n] / base:.3f})" for n in builds])
             print(" | ".join(rows[-1]), flush=True)
