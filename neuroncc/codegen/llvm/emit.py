@@ -331,8 +331,7 @@ class KernelEmitter(IndexArithmetic, BufferAccess, MapStages):
                 row_lines(layout, depth) < MEMORY_BURST_LINES * sum(counts) for layout in self._prefetched):
             counts = [1] * len(passes)
         bursts = sum(counts)
-        # (a variance read in one pass: the next row's first lines only, where the target says so)
-        first_lines = self.target.one_pass_row_prefetch_lines if any(
+        first_lines = self.target.one_pass_row_prefetch_lines if any(  # (a variance read in one pass)
             takes_one_pass(self, phase.stages[number], number == self._carrier) for number in passes) else 0
 
         def burst(part: int) -> None:

@@ -349,8 +349,9 @@ class RowLoopChoices(ChoiceBase):
         lines 0.90-0.97 of the time at 1 thread in seven processes, 1.01-1.05 in an eighth, the host's slow mode
         (the kernel 2.9 ms, the copy roof 1.9); 8 lines 0.90-1.02, 4 lines 0.93-1.08, 24 and 32 lines (the first
         burst alone) 0.94-0.96 fast and 1.10-1.25 slow, none 0.88-1.12; at 2 threads 4-8 lines and none 0.95-1.03
-        (memory-bound there). RMSNorm's rows (no variance) keep their bursts: 16 lines 0.95-1.17. AVX2 and Intel's
-        AVX-512 cores keep theirs (not measured)."""
+        (memory-bound there); ``bench_bf16_words.py --switch one-pass-row-lines --rows c`` 0.924-0.956 at 1 thread
+        (three processes), 0.97-1.01 at 2 (two). RMSNorm's rows (no variance) keep their bursts: 16 lines 0.95-1.17.
+        AVX2 and Intel's AVX-512 cores keep theirs (not measured)."""
         return 16 if self.has("avx512f") and not self._intel_avx512() else 0
 
     @property
