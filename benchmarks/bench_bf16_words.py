@@ -122,6 +122,7 @@ SWITCHES: dict[str, Switch] = {
     "unsplit-division": Switch(("divides_gelu_erf_ratio",), "a", unset=("splits_polynomial_math_loops",)),
     "stream-footprint": Switch(("stream_footprint_bytes",), "b"),
     "dot-sums": Switch(("sums_bf16_rows_by_dot_products",), "c16,c16h"),
+    "one-pass-row-lines": Switch(("one_pass_row_prefetch_lines",), "c"),
 }
 #: switches whose bits may differ (counted, not asserted): the order of a sum's terms, a division's rounding
 REORDERS = {"paired-sums", "erf-division", "unsplit-pieces-division", "unsplit-division", "division-guided",

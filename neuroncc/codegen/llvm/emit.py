@@ -331,11 +331,14 @@ class KernelEmitter(IndexArithmetic, BufferAccess, MapStages):
                 row_lines(layout, depth) < MEMORY_BURST_LINES * sum(counts) for layout in self._prefetched):
             counts = [1] * len(passes)
         bursts = sum(counts)
+        first_lines = self.target.one_pass_row_prefetch_lines if any(  # (a variance read in one pass)
+            takes_one_pass(self, phase.stages[number], number == self._carrier) for number in passes) else 0
 
         def burst(part: int) -> None:
             for layout in self._prefetched if self._carrier is None else ():  # (cheap passes: a burst before each)
                 emit_prefetch_next_row(self, layout, outer[:depth], part, bursts,
-                                       rows_ahead=1 if self._early_mean is None else EARLY_MEAN_PREFETCH_ROWS)
+                                       rows_ahead=1 if self._early_mean is None else EARLY_MEAN_PREFETCH_ROWS,
+                                       first_lines=first_lines)
 
         part = 0
         nans_by_sum = finds_nans_by_the_sum(self, phase, self._next_max is not None)

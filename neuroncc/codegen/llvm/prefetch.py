@@ -165,14 +165,17 @@ def row_lines(layout: Layout, depth: int) -> int:
 
 
 def emit_prefetch_next_row(em: EmitContext, layout: Layout, outer: Index, part: int = 0, passes: int = 1,
-                           rows_ahead: int = 1) -> None:
+                           rows_ahead: int = 1, first_lines: int = 0) -> None:
     """Prefetch (for reading, into all cache levels) the cache lines of the row after ``layout``'s row at the
     outer index ``outer`` that pass ``part`` of ``passes`` over the row fetches (:func:`row_bursts`; all of them
-    for one pass). Prefetches do not fault, so the row after the buffer's last is harmless."""
+    for one pass), of the row's first ``first_lines`` only where that is set (``CpuTarget.one_pass_row_prefetch
+    _lines``). Prefetches do not fault, so the row after the buffer's last is harmless."""
     b = em.b
     depth = len(outer)
     row = math.prod(layout.shape[depth:])
     lines = row_bursts(row_lines(layout, depth), passes)[part]
+    if first_lines:
+        lines = range(min(lines.start, first_lines), min(lines.stop, first_lines))
     if not lines:
         return
     start: Any = em.address(layout, list(outer) + [0] * (len(layout.shape) - depth))

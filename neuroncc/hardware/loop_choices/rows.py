@@ -348,6 +348,21 @@ class RowLoopChoices(ChoiceBase):
         return self.has("avx512f") and not self._intel_avx512()
 
     @property
+    def one_pass_row_prefetch_lines(self) -> int:
+        """Lines of the next row that a cheap row loop whose variance takes one pass (:attr:`takes_the_variance_in_one
+        _pass`: float32 LayerNorm) prefetches, the row's first ones, in its first burst (``prefetch.row_bursts``);
+        the core's prefetchers fetch the rest; 0: all of them, in a burst before each pass (32 and 32 for rows of
+        64 lines). Zen 4 (AVX-512 without FP16; session 40 ln40, float32 LayerNorm [8192, 1024]'s kernel, two builds
+        each, interleaved medians of 41 rounds in one process, the same bits, ratio to the two bursts of 32): 16
+        lines 0.90-0.97 of the time at 1 thread in seven processes, 1.01-1.05 in an eighth, the host's slow mode
+        (the kernel 2.9 ms, the copy roof 1.9); 8 lines 0.90-1.02, 4 lines 0.93-1.08, 24 and 32 lines (the first
+        burst alone) 0.94-0.96 fast and 1.10-1.25 slow, none 0.88-1.12; at 2 threads 4-8 lines and none 0.95-1.03
+        (memory-bound there); ``bench_bf16_words.py --switch one-pass-row-lines --rows c`` 0.924-0.956 at 1 thread
+        (three processes), 0.97-1.01 at 2 (two). RMSNorm's rows (no variance) keep their bursts: 16 lines 0.95-1.17.
+        AVX2 and Intel's AVX-512 cores keep theirs (not measured)."""
+        return 16 if self.has("avx512f") and not self._intel_avx512() else 0
+
+    @property
     def sums_paired_row_caches_apart(self) -> bool:
         """Whether a float sum of row-cached terms computed by a loop over bf16 element pairs (bf16 softmax's
         exp(x - max)) adds them in a loop of its own, as float32 loops do with fewer than
