@@ -115,10 +115,11 @@ SWITCHES: dict[str, Switch] = {
     "division-guided": Switch(("divides_gelu_erf_ratio", "team_guided_chunks"), "a"),
     "unsplit-division": Switch(("divides_gelu_erf_ratio",), "a", unset=("splits_polynomial_math_loops",)),
     "dot-sums": Switch(("sums_bf16_rows_by_dot_products",), "c16,c16h"),
+    "dot-variance": Switch(("takes_bf16_variance_by_dot_products",), "c16,c16h"),
 }
 #: switches whose bits may differ (counted, not asserted): the order of a sum's terms, a division's rounding
 REORDERS = {"paired-sums", "erf-division", "unsplit-pieces-division", "unsplit-division", "division-guided",
-            "one-pass-variance", "row-sum-lanes", "exp-degree-5", "dot-sums"}
+            "one-pass-variance", "row-sum-lanes", "exp-degree-5", "dot-sums", "dot-variance"}
 
 
 def bench_rows() -> list[Case]:
