@@ -196,8 +196,8 @@ class Bf16Choices(ChoiceBase):
         ``test_dot_variance.py``). Requires :attr:`sums_bf16_rows_by_dot_products`. Zen 4 (session 40 bfln40,
         ``bench_bf16_words.py --switch dot-variance``, two builds each, interleaved medians of 41 rounds): bf16
         LayerNorm [8192, 1024]'s kernel 0.86-0.88 of the time at 1 thread, [8192, 768] 0.87-0.90 (two processes;
-        before the weight and bias were placed and the rows prefetched 3 ahead: 0.89-1.03); 2 threads in its
-        history section. Intel's AVX-512 cores and AVX2 keep their code."""
+        before the weight and bias were placed and the rows prefetched 3 ahead: 0.89-1.03), 0.97-1.00 at 2 threads
+        ([8192, 768] 0.91-0.94). Intel's AVX-512 cores and AVX2 keep their code."""
         return self.sums_bf16_rows_by_dot_products and self.means_a_row_early
 
     @property
