@@ -123,11 +123,12 @@ SWITCHES: dict[str, Switch] = {
     "stream-footprint": Switch(("stream_footprint_bytes",), "b"),
     "dot-sums": Switch(("sums_bf16_rows_by_dot_products",), "c16,c16h"),
     "one-pass-row-lines": Switch(("one_pass_row_prefetch_lines",), "c"),
+    "dot-variance": Switch(("takes_bf16_variance_by_dot_products",), "c16,c16h"),
 }
 #: switches whose bits may differ (counted, not asserted): the order of a sum's terms, a division's rounding
 REORDERS = {"paired-sums", "erf-division", "unsplit-pieces-division", "unsplit-division", "division-guided",
             "one-pass-variance", "row-sum-lanes", "exp-degree-5", "dot-sums", "stream-footprint",
-            "exp-loop-write"}
+            "exp-loop-write", "dot-variance"}
 
 
 def bench_rows() -> list[Case]:

@@ -110,6 +110,8 @@ def test_avx2_bf16_layernorm_computes_the_next_rows_mean_before_writing_a_row(mo
 
 
 def test_zen4_bf16_layernorm_computes_the_next_rows_mean_before_writing_a_row(monkeypatch):
+    # (its deviation pass: the variance from its mean pass's squares pinned off)
+    monkeypatch.setattr(CpuTarget, "takes_bf16_variance_by_dot_products", property(lambda self: False))
     fn, zen4 = layernorm_graph(64, 1024), CpuTarget("znver4", ZEN4)
     assert zen4.means_a_row_early
     on_ir, on = _assembly(fn, zen4)
@@ -131,6 +133,8 @@ def test_intel_avx512_and_float32_layernorm_compute_each_rows_mean_in_turn(monke
 
 
 def test_early_means_give_the_same_bits(rng, monkeypatch):
+    # (the deviation pass's bits: the variance from its mean pass's squares pinned off)
+    monkeypatch.setattr(CpuTarget, "takes_bf16_variance_by_dot_products", property(lambda self: False))
     _switch(monkeypatch, True)  # (the write pass loads the cached deviations: on every host, as on AVX2's)
     for rows, cols, threads in ((67, 1024, 2), (1, 1024, 2), (5, 2 * 16 * 3 + 2 * 5, 1)):
         fn = fuse_whole_function(layernorm_graph(rows, cols))

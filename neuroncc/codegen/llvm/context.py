@@ -118,6 +118,12 @@ class EmitContext(Protocol):
         where a later stage reads that ``x - mean`` again (``refine.deviation_row_cache``)."""
         ...
 
+    def variance_squares(self, stage: Any) -> ir.Value | None:
+        """The float64 slot into which the mean pass of ``stage`` (a variance over bf16 words whose mean pass runs a
+        row early) stores its row's sum of squares, which its variance then reads instead of a deviation pass
+        (``CpuTarget.takes_bf16_variance_by_dot_products``, ``dot_sums.dot_variance``); None elsewhere."""
+        ...
+
     def next_pass(self) -> None:
         """The current stage's second pass over its row starts (a variance's deviations, after its own mean pass):
         the next row's prefetches due before it (``prefetch.row_bursts``)."""

@@ -22,6 +22,7 @@ chunks, ``stages.CHUNK``, have dynamic bounds) and a pass that fills no row cach
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -29,10 +30,10 @@ from llvmlite import ir
 
 from neuroncc.codegen.llvm.bf16_words import _BFloat
 from neuroncc.codegen.llvm.elementwise import reinterprets_words_as_bf16, widens_bf16
-from neuroncc.codegen.llvm.kernel_plan import Computed
+from neuroncc.codegen.llvm.kernel_plan import Computed, ReduceStage
 from neuroncc.codegen.llvm.pairs import WORD_ALIGN, halfwords, pairs_halfwords
 from neuroncc.codegen.llvm.reductions import REASSOC
-from neuroncc.codegen.llvm.scalars import F32, I16, I64, call
+from neuroncc.codegen.llvm.scalars import F32, F64, I16, I64, call
 from neuroncc.codegen.llvm.views import Layout
 
 #: bf16 words a vector (a ``vdpbf16ps`` of 512 bits), and accumulators: the instruction's latency (6 cycles on Zen 4)
@@ -48,7 +49,17 @@ EXPONENT_HIGH = 0x7C00
 #: bf16 1.0.
 ONE = 0x3F80
 
+#: The longest row :func:`takes_dot_variance` takes: one float32 partial (``stages.CHUNK``'s; a longer row's chunks
+#: have dynamic bounds).
+MAX_WORDS = 4096
+#: A row whose n mean^2 exceeds this times its sum of squared deviations takes its deviation pass
+#: (:func:`dot_variance`).
+FALLBACK_RATIO = 0.25
+#: A row whose sum of squared deviations is below this takes its deviation pass (:func:`dot_variance`).
+SMALLEST_SQUARES = 2.0 ** -80
+
 _FLOATS, _HALVES = ir.VectorType(F32, WORDS // 2), ir.VectorType(I16, WORDS)
+_DOUBLES = ir.VectorType(F64, WORDS // 2)
 _FLAGS = ir.VectorType(ir.IntType(1), WORDS)
 
 
@@ -77,15 +88,18 @@ def summed_words(em: Any, reducer: Any, mean: Any) -> Layout | None:
 
 
 def dot_summed(em: Any, reducer: Any, full: list[Any], lo: Any, hi: Any, partial: ir.Value, mean: Any,
-               pair_loop: Callable[[Any, Any], None]) -> bool:
+               pair_loop: Callable[[Any, Any], None], squares: ir.Value | None = None) -> bool:
     """Add the sum of ``reducer``'s terms over [lo, hi) of its last dim at ``full`` into ``partial`` (float32) by
     ``vdpbf16ps`` (see the module docstring), the words past the last whole block and every word of a sum whose
     words are not all at least 2^-119 or zero by ``pair_loop(start, stop)`` (today's loop); False (nothing emitted)
-    where the sum is not one of bf16 words over a static range of at least one block."""
+    where the sum is not one of bf16 words over a static range of at least one block. ``squares`` (a float64 slot,
+    :func:`dot_variance`'s): the same loop also sums the words' squares, ``vdpbf16ps acc, words, words``, stored
+    there where the range is whole blocks and the sum took the dot products, else NaN."""
     words = summed_words(em, reducer, mean)
     if words is None or not (isinstance(lo, int) and isinstance(hi, int)) or (hi - lo) // BLOCK == 0:
         return False
     blocks = (hi - lo) // BLOCK
+    squared = squares is not None and lo + blocks * BLOCK == hi
     b = em.b
     start = list(full)
     start[reducer.reduced[-1]] = lo
@@ -98,47 +112,114 @@ def dot_summed(em: Any, reducer: Any, full: list[Any], lo: Any, hi: Any, partial
     b.position_at_end(body)
     block = b.phi(I64, "block")
     accs = [b.phi(_FLOATS, f"dot{k}") for k in range(VECTORS)]
+    square_accs = [b.phi(_FLOATS, f"square{k}") for k in range(VECTORS)] if squared else []
     flags = [b.phi(_FLAGS, f"normal{k}") for k in range(CHAINS)]
-    new_accs, new_flags = [], list(flags)
+    new_accs, new_squares, new_flags = [], [], list(flags)
     for k, acc in enumerate(accs):
         offset = b.add(b.mul(block, ir.Constant(I64, BLOCK)), ir.Constant(I64, k * WORDS))
         vector = b.load(b.gep(base, [offset], source_etype=I16, inbounds=True), typ=_HALVES, align=WORD_ALIGN)
-        new_accs.append(call(b, "llvm.x86.avx512bf16.dpbf16ps.512",
-                             [acc, b.bitcast(vector, ir.VectorType(_BFloat(), WORDS)), ones], _FLOATS))
+        bf16 = b.bitcast(vector, ir.VectorType(_BFloat(), WORDS))
+        new_accs.append(call(b, "llvm.x86.avx512bf16.dpbf16ps.512", [acc, bf16, ones], _FLOATS))
+        if squared:
+            new_squares.append(call(b, "llvm.x86.avx512bf16.dpbf16ps.512", [square_accs[k], bf16, bf16], _FLOATS))
         new_flags[k % CHAINS] = b.and_(new_flags[k % CHAINS],
                                        b.icmp_unsigned("!=", b.and_(vector, high), ir.Constant(_HALVES, None)))
     following = b.add(block, ir.Constant(I64, 1))
     b.cbranch(b.icmp_unsigned("<", following, ir.Constant(I64, blocks)), body, done)
     block.add_incoming(ir.Constant(I64, 0), entry)
     block.add_incoming(following, body)
-    for phi, new in zip(accs, new_accs):
+    for phi, new in [*zip(accs, new_accs), *zip(square_accs, new_squares)]:
         phi.add_incoming(ir.Constant(_FLOATS, None), entry)
         phi.add_incoming(new, body)
     for phi, new in zip(flags, new_flags):
         phi.add_incoming(ir.Constant(_FLAGS, [1] * WORDS), entry)
         phi.add_incoming(new, body)
     b.position_at_end(done)
-    while len(new_accs) > 1:  # (a tree: 0 + 1, 2 + 3, ...; then their sums so)
-        new_accs = [b.fadd(x, y, flags=REASSOC) for x, y in zip(new_accs[::2], new_accs[1::2])]
+    total = _tree(b, new_accs)
     while len(new_flags) > 1:
         new_flags = [b.and_(x, y) for x, y in zip(new_flags[::2], new_flags[1::2])]
-    total, lanes = new_accs[0], WORDS // 2
-    while lanes > 1:  # (the lanes' halves added: 16 -> 8 -> 4 -> 2 -> 1)
-        lanes //= 2
-        low = b.shuffle_vector(total, total, ir.Constant(ir.VectorType(ir.IntType(32), lanes), list(range(lanes))))
-        upper = b.shuffle_vector(total, total, ir.Constant(ir.VectorType(ir.IntType(32), lanes),
-                                                           list(range(lanes, 2 * lanes))))
-        total = b.fadd(low, upper, flags=REASSOC)
-    total = b.extract_element(total, ir.Constant(ir.IntType(32), 0))
+    total = _lanes(b, total)
     normal = b.icmp_unsigned("==", b.bitcast(new_flags[0], ir.IntType(WORDS)), ir.Constant(ir.IntType(WORDS), -1))
+    if squares is not None:  # (NaN: the variance takes its deviation pass)
+        # (the lanes added in float64: S2's one float32 rounding fewer, so the variance as close to float64's as the
+        # deviation pass's; ``dot_variance``)
+        b.store(_lanes(b, _tree(b, [b.fpext(v, _DOUBLES) for v in new_squares])) if squared
+                else ir.Constant(F64, math.nan), squares)
     with b.if_else(normal, likely=True) as (summed, other):
         with summed, em.fresh_values():
             b.store(b.fadd(b.load(partial), total, flags=REASSOC), partial)
             if lo + blocks * BLOCK < hi:
                 pair_loop(lo + blocks * BLOCK, hi)
         with other, em.fresh_values():
+            if squares is not None:
+                b.store(ir.Constant(F64, math.nan), squares)
             pair_loop(lo, hi)
     return True
 
 
-__all__ = ["BLOCK", "dot_summed", "summed_words"]
+def _tree(b: ir.IRBuilder, accs: list[ir.Value]) -> ir.Value:
+    """The accumulators added as a tree: 0 + 1, 2 + 3, ...; then their sums so."""
+    while len(accs) > 1:
+        accs = [b.fadd(x, y, flags=REASSOC) for x, y in zip(accs[::2], accs[1::2])]
+    return accs[0]
+
+
+def _lanes(b: ir.IRBuilder, total: ir.Value) -> ir.Value:
+    """The float sum of a vector's lanes, its halves added: 16 -> 8 -> 4 -> 2 -> 1."""
+    lanes = WORDS // 2
+    while lanes > 1:
+        lanes //= 2
+        low = b.shuffle_vector(total, total, ir.Constant(ir.VectorType(ir.IntType(32), lanes), list(range(lanes))))
+        upper = b.shuffle_vector(total, total, ir.Constant(ir.VectorType(ir.IntType(32), lanes),
+                                                           list(range(lanes, 2 * lanes))))
+        total = b.fadd(low, upper, flags=REASSOC)
+    return b.extract_element(total, ir.Constant(ir.IntType(32), 0))
+
+
+def takes_dot_variance(em: Any, phase: Any, means: dict[int, Any]) -> bool:
+    """Whether the row loop ``phase``'s first stage, a variance over a static row of whole blocks of bf16 words (at
+    most ``MAX_WORDS``) whose mean pass runs a row early (``CpuTarget.means_a_row_early``), takes its sum of
+    squared deviations from the squares its mean pass sums (:func:`dot_variance`,
+    ``CpuTarget.takes_bf16_variance_by_dot_products``): then no deviation pass fills its widened row or deviation
+    caches, and its write pass widens x and subtracts the mean itself, from the row's own slot of the mean stage's
+    buffer (the next row's mean is stored in the next slot). ``means``: ``stages.shared_means`` of its stages."""
+    if not (em.target.takes_bf16_variance_by_dot_products and em.target.means_a_row_early) \
+            or em._delayed is not None or em._carrier is not None:
+        return False
+    storing = [(number, shared) for number, shared in means.items() if shared.stores]
+    if len(storing) != 1 or storing[0][0] != 0:
+        return False
+    variance, target = phase.stages[0], storing[0][1].stage.target
+    n, k = variance.shape[-1], len(phase.outer)
+    return isinstance(variance, ReduceStage) and variance.reduced == (len(variance.shape) - 1,) \
+        and n % BLOCK == 0 and BLOCK <= n <= MAX_WORDS and len(variance.shape) - 1 == k \
+        and math.prod(target.shape) == math.prod(variance.shape[:k])
+
+
+def dot_variance(reducer: Any, idx: list[Any], mean: ir.Value, squares: ir.Value) -> ir.Value:
+    """The float64 sum of squared deviations of ``reducer``'s row at ``idx`` (a variance whose float32 ``mean`` its
+    mean pass stored) from the sum of the row's squares its mean pass took by dot products (``squares``:
+    :func:`dot_summed`'s, NaN where it took none): S2 - n mean^2, no deviation pass
+    (``CpuTarget.takes_bf16_variance_by_dot_products``). Each square of a bf16 word is exact in float32, S2 a float
+    sum of them (each add rounded as a float add's); its rounding error is S2's times 1 + n mean^2 / M2 (the
+    cancellation), so a row whose n mean^2 exceeds ``FALLBACK_RATIO`` times M2, whose M2 is below
+    ``SMALLEST_SQUARES`` (the instruction flushes a square below 2^-126: at most 4096 of them, 2^-114 in all) or not
+    finite (an infinite or NaN word, a square past float32's range) takes the deviation pass from the stored mean:
+    today's bits there."""
+    em = reducer.em
+    b = em.b
+    m = b.fpext(mean, F64)
+    centered = b.fmul(b.fmul(m, m), ir.Constant(F64, float(max(reducer.count, 1))))  # n mean^2
+    m2 = b.fsub(b.load(squares), centered)
+    kept = b.and_(b.fcmp_ordered("<=", centered, b.fmul(m2, ir.Constant(F64, FALLBACK_RATIO))),
+                  b.and_(b.fcmp_ordered(">=", m2, ir.Constant(F64, SMALLEST_SQUARES)),
+                         b.fcmp_ordered("<", m2, ir.Constant(F64, math.inf))))
+    result = em.alloca(F64)
+    b.store(m2, result)
+    with em.fresh_values(), b.if_then(b.not_(kept), likely=False):
+        em.b.store(reducer._float_total(idx, mean), result)
+    return em.b.load(result)
+
+
+__all__ = ["BLOCK", "FALLBACK_RATIO", "SMALLEST_SQUARES", "dot_summed", "dot_variance", "summed_words",
+           "takes_dot_variance"]

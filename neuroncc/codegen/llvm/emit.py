@@ -42,8 +42,9 @@ from neuroncc.codegen.llvm.online import OnlineMax, online_maxima
 from neuroncc.codegen.llvm.pairs import Pair, pair_ordered_rows
 from neuroncc.codegen.llvm.prefetch import carrier_stage, emit_prefetch_next_row, next_row, rows_to_prefetch
 from neuroncc.codegen.llvm.prefetch import row_lines, rows_written_by_carried_pass, this_row
-from neuroncc.codegen.llvm.scalars import I1, I64, PTR, VOID, round_parity_by_or, round_to
+from neuroncc.codegen.llvm.scalars import F64, I1, I64, PTR, VOID, round_parity_by_or, round_to
 from neuroncc.codegen.llvm.shifted_moments import takes_one_pass
+from neuroncc.codegen.llvm.dot_sums import takes_dot_variance
 from neuroncc.codegen.llvm.stages import (
     SharedMean, column_partial_update, emit_column_combine, emit_column_partials, emit_column_reset, emit_combine,
     emit_mean_pass, emit_partial, emit_reduce, passes_over_row, shared_means,
@@ -66,6 +67,10 @@ from neuroncc.ir.graph import Op, Value
 #: prefetches: the row whose mean the next row's iteration computes (1 row ahead: 3-5% slower than without the
 #: early means, Zen 3; 3 rows ahead: within the noise of 2).
 EARLY_MEAN_PREFETCH_ROWS = 2
+#: The same where the variance takes its sum of squares from that mean pass (``dot_sums.takes_dot_variance``): its
+#: row's passes take less time, so the rows prefetched 2 ahead had not arrived (session 40 bfln40: 3 ahead 0.91-0.97
+#: of 2's time at 1 thread).
+DOT_VARIANCE_PREFETCH_ROWS = 3
 
 
 class KernelEmitter(IndexArithmetic, BufferAccess, MapStages):
@@ -107,6 +112,8 @@ class KernelEmitter(IndexArithmetic, BufferAccess, MapStages):
         self._deviations: dict[Op, Value] = {}  # variance -> its row-cached deviations (``deviation_computed``)
         # the variance whose mean pass runs a row early, and its mean stage (``_mean_a_row_early``)
         self._early_mean: tuple[int, SharedMean] | None = None
+        self._squares: tuple[Stage, ir.Value] | None = None  # its mean pass's sum of squares (``variance_squares``)
+        self._dot_variance = False  # the phase's variance takes them (``dot_sums.takes_dot_variance``)
         self._next_burst: Callable[[], None] | None = None  # the current stage's second pass's burst (``next_pass``)
         self._streamed = False  # the current phase wrote non-temporal stores
         self._math_interleave = 0  # a polynomial loop's interleave count where a stage sets its own (map_stages.py)
@@ -173,7 +180,7 @@ class KernelEmitter(IndexArithmetic, BufferAccess, MapStages):
         self._delayed, self._after_group, self._row_copies, self._deviations = None, None, 1, {}
         self._next_max, self.max_ahead = None, None
         self._row_copy_of: dict = {}  # row number's form -> its row copy, where known (``row_buffers.row_slot``)
-        self._early_mean, self._opaque, self.multiplies_widening = None, {}, False
+        self._early_mean, self._opaque, self.multiplies_widening, self._squares = None, {}, False, None
         start, end = body_fn.args[n_args], body_fn.args[n_args + 1]
         self._range = (start, end)
         body = self._phase_body(phase)
@@ -253,15 +260,20 @@ class KernelEmitter(IndexArithmetic, BufferAccess, MapStages):
                 self._owned = rows_written_by_carried_pass(self.plan, phase, self._carrier)
         self._row_copies = 1 if self._delayed is None else 2
         again = self._delayed is not None and self.target.widens_bf16_rows_again_in_the_exp_pass  # (softmax's)
+        # (a variance from its mean pass's squares: no deviation pass fills its widened row or deviation caches)
+        by_dots = self._dot_variance = delays and takes_dot_variance(self, phase, shared_means(phase.stages))
         if self.target.caches_widened_bf16_rows and not again:  # (bf16 rows widened once, by their first pass)
-            phase = replace(phase, row_cache={**widened_row_cache(self.plan, phase), **phase.row_cache})
+            widened_rows_cached = {value: number for value, number in widened_row_cache(self.plan, phase).items()
+                                   if not (by_dots and number == 0)}
+            phase = replace(phase, row_cache={**widened_rows_cached, **phase.row_cache})
         elif self.target.caches_widened_bf16_rows_for_exp and self._delayed is not None and not again:
             phase = replace(phase, row_cache={**widened_row_cache(self.plan, phase, self._carrier), **phase.row_cache})
         if self.target.caches_variance_deviations:  # (stored by the variance's deviation pass)
             deviations = deviation_row_cache(self.plan, phase, shared_means(phase.stages))
             # (a variance read in one pass has no deviation pass to store them: its write stage subtracts the mean)
             deviations = {value: number for value, number in deviations.items()
-                          if not takes_one_pass(self, phase.stages[number], number == self._carrier)}
+                          if not takes_one_pass(self, phase.stages[number], number == self._carrier)
+                          and not (by_dots and number == 0)}
             self._deviations = {phase.stages[number].op: value for value, number in deviations.items()}
             phase = replace(phase, row_cache={**deviations, **phase.row_cache})
         self._row_cache, self._row_depth = dict(phase.row_cache), len(phase.outer)
@@ -271,9 +283,13 @@ class KernelEmitter(IndexArithmetic, BufferAccess, MapStages):
         shift = write_buffer_shift(self, phase)  # (the write pass's buffers placed past its output rows)
         self._rows = allocate_rows(self, phase, self._row_copies, shift) | emit_widened(self, widened, shift)
         self._row_cache.update(dict.fromkeys(widened, BEFORE_THE_ROWS))
-        self._early_mean = self._mean_a_row_early(phase) if delays else None
+        self._early_mean = self._mean_a_row_early(phase, by_dots) if delays else None
+        self._squares = (phase.stages[0], self.alloca(F64)) if by_dots and self._early_mean is not None else None
 
-    def _mean_a_row_early(self, phase: RowLoop) -> tuple[int, SharedMean] | None:
+    def variance_squares(self, stage: Any) -> ir.Value | None:
+        return self._squares[1] if self._squares is not None and self._squares[0] is stage else None
+
+    def _mean_a_row_early(self, phase: RowLoop, by_dots: bool = False) -> tuple[int, SharedMean] | None:
         """The variance whose mean pass runs a row early (``CpuTarget.means_a_row_early``), and the mean stage it
         stores for: the phase's first stage, the one variance that stores its mean, over a widened bf16 row."""
         if not self.target.means_a_row_early or self._delayed is not None or self._carrier is not None:
@@ -282,8 +298,8 @@ class KernelEmitter(IndexArithmetic, BufferAccess, MapStages):
         if len(storing) != 1 or storing[0][0] != 0:
             return None
         variance = phase.stages[0]
-        if variance.op not in self._deviations:  # (the write pass would subtract the mean slot, by then the next row's:
-            return None  # only a write pass that loads the row's cached deviations leaves the slot free early)
+        if variance.op not in self._deviations and not by_dots:  # (the write pass would subtract the mean slot, by
+            return None  # then the next row's: only cached deviations or the row's own slot, ``takes_dot_variance``)
         if len(variance.shape) - len(variance.reduced) != len(phase.outer):  # (its mean pass loops over rows only:
             return None  # not a row loop over blocks of them, as where a token's row is also selected: BERT's CLS)
         operand = self.plan.access.get(storing[0][1].stage.op.operands[0])
@@ -337,7 +353,8 @@ class KernelEmitter(IndexArithmetic, BufferAccess, MapStages):
         def burst(part: int) -> None:
             for layout in self._prefetched if self._carrier is None else ():  # (cheap passes: a burst before each)
                 emit_prefetch_next_row(self, layout, outer[:depth], part, bursts,
-                                       rows_ahead=1 if self._early_mean is None else EARLY_MEAN_PREFETCH_ROWS,
+                                       rows_ahead=1 if self._early_mean is None else EARLY_MEAN_PREFETCH_ROWS
+                                       if self._squares is None else DOT_VARIANCE_PREFETCH_ROWS,
                                        first_lines=first_lines)
 
         part = 0

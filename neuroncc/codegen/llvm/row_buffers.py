@@ -86,14 +86,15 @@ def write_buffer_shift(em: Any, phase: RowLoop) -> ir.Value | None:
     """Bytes past an alias period boundary at which the stack buffers a row loop's write pass loads start, so that
     they start ``WRITE_BUFFER_DISTANCE`` past its output rows modulo ``WRITE_BUFFER_PERIOD``
     (``CpuTarget.places_write_buffers_past_the_output``); None to leave them where the frame puts them. Taken where
-    the phase caches a variance's deviations (``emit``'s ``_deviations``: bf16 LayerNorm's write pass loads them),
+    the phase caches a variance's deviations (``emit``'s ``_deviations``: bf16 LayerNorm's write pass loads them, or
+    takes its variance from its mean pass's squares, ``_dot_variance``: its write pass loads the weight and bias),
     or where its last stage is a delayed write over bf16 words (bf16 softmax's write loop loads the previous row's
     exponentials: ``CpuTarget.places_delayed_word_write_buffers_past_the_output``), and its last stage streams an output whose rows are whole periods: every row then starts at the same offset
     modulo the period, the one the buffers keep their distance from (computed once, from the output's address);
     rows of whole 512 or 1024 bytes too, modulo that period (:func:`_placing`)."""
     last = phase.stages[-1] if phase.stages else None
     if not isinstance(last, MapStage) or not (
-            em.target.places_write_buffers_past_the_output and em._deviations
+            em.target.places_write_buffers_past_the_output and (em._deviations or em._dot_variance)
             or em.target.places_delayed_word_write_buffers_past_the_output and _delayed_word_write(em, phase)):
         return None
     depth = len(phase.outer)

@@ -16,7 +16,7 @@ from typing import Any
 from llvmlite import ir
 
 from neuroncc.codegen.llvm.context import EmitContext
-from neuroncc.codegen.llvm.dot_sums import dot_summed
+from neuroncc.codegen.llvm.dot_sums import dot_summed, dot_variance
 from neuroncc.codegen.llvm.kernel_plan import (
     ColumnSum, CombinePartials, PartialReduce, ReduceStage, Stage,
 )
@@ -99,6 +99,9 @@ def emit_mean_pass(em: EmitContext, stage: ReduceStage, shared_mean: SharedMean,
     (``shared_mean``), which its deviation pass then loads (``SharedMean.stores`` False)."""
     reducer = _Reducer(em, stage, alone=True)  # (no row cache it writes is read after it: ``dot_sums.py``)
     idx: list[Any] = list(outer) + [None] * (len(stage.shape) - len(outer))
+    reducer.squares = em.variance_squares(stage)  # (its sum of squares too, where the variance takes it)
+    if reducer.squares is not None:
+        em.b.store(ir.Constant(F64, math.nan), reducer.squares)  # (none taken: the deviation pass)
     total = reducer._float_total(idx, None)
     mean = em.b.fptrunc(em.b.fdiv(total, ir.Constant(F64, float(max(reducer.count, 1)))), F32)
     em.store(shared_mean.stage.target, reducer._out_index(idx, shared_mean.stage.op), mean)
@@ -156,6 +159,7 @@ class _Reducer:
         self.bounds: dict[int, tuple[Any, Any]] = {}  # restricted [lo, hi) of some reduced dims
         self.shared_mean: SharedMean | None = None
         self.online: OnlineMax | None = None
+        self.squares: ir.Value | None = None  # a mean pass's sum of squares' slot (``dot_sums.dot_variance``)
 
     # -- helpers ----------------------------------------------------------------------------------------
 
@@ -218,6 +222,10 @@ class _Reducer:
         shared = self.shared_mean
         if self.combiner.two_pass and shared is not None and not shared.stores:
             mean = self.em.load(shared.stage.target, self._out_index(idx, shared.stage.op))
+            squares = self.em.variance_squares(self.stage)
+            if squares is not None and self.float_sum:  # (its mean pass summed the squares too)
+                self._store(idx, [dot_variance(self, idx, mean, squares)])
+                return
         elif self.combiner.two_pass and self.float_sum and takes_one_pass(
                 self.em, self.stage, bool(self.em.carried_prefetches()) or self.em.carried_writes() is not None):
             self._store(idx, [one_pass_variance(self, idx, lambda mean: None if shared is None else self.em.store(
@@ -303,7 +311,8 @@ class _Reducer:
             if self._sums_row_cache_apart(mean):
                 spread_loop(em, lo, hi, cache, em.carried_prefetches(), elements, em.carried_writes())
                 elements(lo, hi, add_cached)  # (over pairs where the row is in pair order: whole vectors of it)
-            elif not dot_summed(em, self, full, lo, hi, partial, mean, lambda start, stop: elements(start, stop, add)):
+            elif not dot_summed(em, self, full, lo, hi, partial, mean, lambda start, stop: elements(start, stop, add),
+                                None if mean is not None else self.squares):
                 ahead, after = em.carried_prefetches(), em.carried_writes()
                 split = self._aligned_start(full, lo, hi) if not ahead and after is None else None
                 if split is not None:

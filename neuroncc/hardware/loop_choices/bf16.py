@@ -182,6 +182,25 @@ class Bf16Choices(ChoiceBase):
         return self.has("avx512bf16") and not self._intel_avx512()
 
     @property
+    def takes_bf16_variance_by_dot_products(self) -> bool:
+        """Whether a variance over a row of bf16 words whose mean pass runs a row early (bf16 LayerNorm's:
+        :attr:`means_a_row_early`) takes the row's sum of squares in that mean pass's loop, ``vdpbf16ps acc, x, x``
+        beside its sum (each square exact in float32, the lanes added in float64), and its sum of squared deviations
+        as S2 - n mean^2 in float64, with no deviation pass: no deviation or widened row cache is stored, the write
+        pass widens x and subtracts the mean itself, its weight and bias placed past the output
+        (:attr:`places_write_buffers_past_the_output`), the rows prefetched 3 ahead instead of 2
+        (``codegen/llvm/dot_sums.py``'s ``dot_variance``; a row whose n mean^2 exceeds a quarter of its M2, whose M2
+        is below 2^-80 or not finite takes the deviation pass: today's bits there). Other bits in the variance's
+        last places, as close to float64's or closer (simulated over 20000 rows of 1024 per shift: mean relative
+        error 2.3e-8 against the deviation pass's 3.3e-8 for rows of mean 0-0.25 of their spread, 2.7e-8 at 0.5;
+        ``test_dot_variance.py``). Requires :attr:`sums_bf16_rows_by_dot_products`. Zen 4 (session 40 bfln40,
+        ``bench_bf16_words.py --switch dot-variance``, two builds each, interleaved medians of 41 rounds): bf16
+        LayerNorm [8192, 1024]'s kernel 0.86-0.88 of the time at 1 thread, [8192, 768] 0.87-0.90 (two processes;
+        before the weight and bias were placed and the rows prefetched 3 ahead: 0.89-1.03), 0.97-1.00 at 2 threads
+        ([8192, 768] 0.91-0.94). Intel's AVX-512 cores and AVX2 keep their code."""
+        return self.sums_bf16_rows_by_dot_products and self.means_a_row_early
+
+    @property
     def bf16_table_loop_lanes(self) -> int:
         """Lanes of a vector iteration of a loop reading bf16 tables (:attr:`looks_up_bf16_unary_math`,
         :attr:`looks_up_bf16_library_math`; ``loop_hints.hint_math_loop``'s ``llvm.loop.vectorize.width``, one
