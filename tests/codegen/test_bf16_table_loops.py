@@ -82,6 +82,44 @@ def test_zen4_row_a_packs_gelus_operands_into_words(monkeypatch):
     assert (_moves_out(packed), _moves_out(pairs)) == (4, 8)
 
 
+def _loop_body(asm: str) -> str:
+    """The text of ``asm``'s innermost loop: from the label its last backward ``jne`` jumps to, to that ``jne``."""
+    label = re.findall(r"\tjne\t(\.LBB\d+_\d+)\n", asm)[0]  # (the first: the innermost loop ends first)
+    return asm.split(label + ":")[1].split(f"jne\t{label}")[0]
+
+
+def test_zen4_row_a_packs_gelus_operands_a_vector_ahead(monkeypatch):
+    # the loop's moves of gelu's packed words out to general registers read the words the previous iteration
+    # packed (a register LLVM carries): they come before this iteration's x*w; without, after it
+    assert CpuTarget("znver4", ZEN4).packs_bf16_table_operands_ahead
+    assert not CpuTarget("znver3", AVX2).packs_bf16_table_operands_ahead
+    assert not CpuTarget("sapphirerapids", SAPPHIRE_RAPIDS).packs_bf16_table_operands_ahead
+    _, asm = aligned_kernel_code(gelu_sigmoid_graph(64, 1024), CpuTarget("znver4", ZEN4))
+    loop = _loop_body(asm)
+    assert loop.index("\tvmovq\t%xmm") < loop.index("\tvmulps") and "(%rsp" not in loop.split("vmovdqu\t%")[0]
+    assert _moves_out(loop) == 4 and "zmm" not in asm and "call" not in asm
+    monkeypatch.setattr(CpuTarget, "packs_bf16_table_operands_ahead", property(lambda self: False))
+    loop = _loop_body(aligned_kernel_code(gelu_sigmoid_graph(64, 1024), CpuTarget("znver4", ZEN4))[1])
+    assert loop.index("\tvmovq\t%xmm") > loop.index("\tvmulps")
+
+
+@ON_ZEN4_LIKE_HOST
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("cols", [32, 48, 1024, 1038, 1040])
+def test_row_a_ahead_keeps_every_bit(rng, monkeypatch, threads, cols):
+    # the operands packed a vector ahead against packed at their own pair (a row of 16-24 pairs: a loop of 8-16
+    # and the last vector; 519 pairs: a scalar remainder of the pipelined loop)
+    inputs = _bf16_inputs(rng, 16, cols)
+    results = []
+    for ahead in (True, False):
+        with monkeypatch.context() as patch:
+            patch.setattr(CpuTarget, "packs_bf16_table_operands_ahead", property(lambda self, on=ahead: on))
+            (got,) = build_cpu_executable(fuse_whole_function(gelu_sigmoid_graph(16, cols)), {"threads": threads})(
+                *inputs)
+        results.append(got)
+    np.testing.assert_array_equal(*results)
+
+
 def _mixed_graph(rows: int, cols: int) -> Function:
     """sigmoid(x) (a bf16 op: a table) times exp of x widened (a float32 polynomial) in one map stage."""
     b = Builder("mixed")

@@ -236,3 +236,13 @@ class Bf16Choices(ChoiceBase):
         :attr:`bf16_table_loop_lanes` is set (the emitter packs only in narrow table loops: on AVX2 forcing this
         changes no code, session 39)."""
         return bool(self.bf16_table_loop_lanes)
+
+    @property
+    def packs_bf16_table_operands_ahead(self) -> bool:
+        """Whether a narrow table loop packing its computed table operands (:attr:`packs_computed_bf16_table_operands`)
+        packs them a vector iteration ahead (software pipelining, ``map_stages.MapStages._pipelined_pairs``): each
+        iteration computes and packs the next vector's operands (gelu(x*w+b): x*w+b, its roundings, the pack) and
+        reads its own table entries at the words packed one iteration before, which LLVM's loop load elimination
+        carries in a register; a prologue packs a row's first vector, its last vector reads only. The same bits.
+        Measuring (session 40)."""
+        return bool(self.bf16_table_loop_lanes)
