@@ -75,6 +75,7 @@ def _moves_out(asm: str) -> int:
 
 def test_zen4_row_a_packs_gelus_operands_into_words(monkeypatch):
     # 4 moves per 16 elements (8 words: four 64-bit quads of 4 indices) where the lane pairs took 8
+    monkeypatch.setattr(CpuTarget, "bf16_table_operand_vectors_ahead", property(lambda self: 0))  # (in the loop)
     _, packed = aligned_kernel_code(gelu_sigmoid_graph(64, 1024), CpuTarget("znver4", ZEN4))
     monkeypatch.setattr(CpuTarget, "packs_computed_bf16_table_operands", property(lambda self: False))
     text, pairs = aligned_kernel_code(gelu_sigmoid_graph(64, 1024), CpuTarget("znver4", ZEN4))
@@ -82,42 +83,54 @@ def test_zen4_row_a_packs_gelus_operands_into_words(monkeypatch):
     assert (_moves_out(packed), _moves_out(pairs)) == (4, 8)
 
 
-def _loop_body(asm: str) -> str:
-    """The text of ``asm``'s innermost loop: from the label its last backward ``jne`` jumps to, to that ``jne``."""
-    label = re.findall(r"\tjne\t(\.LBB\d+_\d+)\n", asm)[0]  # (the first: the innermost loop ends first)
-    return asm.split(label + ":")[1].split(f"jne\t{label}")[0]
+def _table_loop(asm: str) -> str:
+    """The text of ``asm``'s first loop reading tables (``vpinsrd``): from the label a ``jne`` jumps back to, to it."""
+    for label in re.findall(r"\tjne\t(\.LBB\d+_\d+)\n", asm):
+        body = asm.split(label + ":")[1].split(f"jne\t{label}")[0]
+        if "vpinsrd" in body:
+            return body
+    raise AssertionError("no table loop")
 
 
-def test_zen4_row_a_packs_gelus_operands_a_vector_ahead(monkeypatch):
-    # the loop's moves of gelu's packed words out to general registers read the words the previous iteration
-    # packed (a register LLVM carries): they come before this iteration's x*w; without, after it
-    assert CpuTarget("znver4", ZEN4).packs_bf16_table_operands_ahead
-    assert not CpuTarget("znver3", AVX2).packs_bf16_table_operands_ahead
-    assert not CpuTarget("sapphirerapids", SAPPHIRE_RAPIDS).packs_bf16_table_operands_ahead
+def _row_a_table_loop(monkeypatch, vectors_ahead: int) -> str:
+    monkeypatch.setattr(CpuTarget, "bf16_table_operand_vectors_ahead", property(lambda self: vectors_ahead))
     _, asm = aligned_kernel_code(gelu_sigmoid_graph(64, 1024), CpuTarget("znver4", ZEN4))
-    loop = _loop_body(asm)
-    assert loop.index("\tvmovq\t%xmm") < loop.index("\tvmulps") and "(%rsp" not in loop.split("vmovdqu\t%")[0]
-    assert _moves_out(loop) == 4 and "zmm" not in asm and "call" not in asm
-    monkeypatch.setattr(CpuTarget, "packs_bf16_table_operands_ahead", property(lambda self: False))
-    loop = _loop_body(aligned_kernel_code(gelu_sigmoid_graph(64, 1024), CpuTarget("znver4", ZEN4))[1])
-    assert loop.index("\tvmovq\t%xmm") > loop.index("\tvmulps")
+    assert "zmm" not in asm and "call" not in asm and "gather" not in asm
+    return _table_loop(asm)
+
+
+def test_zen4_row_a_packs_gelus_operands_vectors_ahead(monkeypatch):
+    assert CpuTarget("znver4", ZEN4).bf16_table_operand_vectors_ahead == 2
+    assert not CpuTarget("znver3", AVX2).bf16_table_operand_vectors_ahead
+    assert not CpuTarget("sapphirerapids", SAPPHIRE_RAPIDS).bf16_table_operand_vectors_ahead
+    # two ahead: gelu's words stored and read back two iterations later as 64-bit quads, no moves out
+    loop = _row_a_table_loop(monkeypatch, 2)
+    assert _moves_out(loop) == 0 and len(re.findall(r"\tmovq\t-?\d*\(%rsp,%r\w+\), %r", loop)) == 4
+    # one ahead: the moves out read the words the iteration before packed (a register LLVM carries), before this
+    # iteration's x*w; in the iteration that packs them, after it
+    loop = _row_a_table_loop(monkeypatch, 1)
+    assert _moves_out(loop) == 4 and loop.index("\tvmovq\t%xmm") < loop.index("\tvmulps")
+    assert "(%rsp," not in loop
+    loop = _row_a_table_loop(monkeypatch, 0)
+    assert _moves_out(loop) == 4 and loop.index("\tvmovq\t%xmm") > loop.index("\tvmulps")
 
 
 @ON_ZEN4_LIKE_HOST
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("cols", [32, 48, 1024, 1038, 1040])
 def test_row_a_ahead_keeps_every_bit(rng, monkeypatch, threads, cols):
-    # the operands packed a vector ahead against packed at their own pair (a row of 16-24 pairs: a loop of 8-16
-    # and the last vector; 519 pairs: a scalar remainder of the pipelined loop)
+    # the operands packed two and one vectors ahead against packed at their own pair (rows of 16-24 pairs: a
+    # prologue, a loop of 0-16 pairs, the last vectors; 519 pairs: a scalar remainder of the pipelined loop)
     inputs = _bf16_inputs(rng, 16, cols)
     results = []
-    for ahead in (True, False):
+    for ahead in (2, 1, 0):
         with monkeypatch.context() as patch:
-            patch.setattr(CpuTarget, "packs_bf16_table_operands_ahead", property(lambda self, on=ahead: on))
+            patch.setattr(CpuTarget, "bf16_table_operand_vectors_ahead", property(lambda self, n=ahead: n))
             (got,) = build_cpu_executable(fuse_whole_function(gelu_sigmoid_graph(16, cols)), {"threads": threads})(
                 *inputs)
         results.append(got)
-    np.testing.assert_array_equal(*results)
+    np.testing.assert_array_equal(results[0], results[2])
+    np.testing.assert_array_equal(results[1], results[2])
 
 
 def _mixed_graph(rows: int, cols: int) -> Function:

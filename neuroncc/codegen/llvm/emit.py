@@ -195,7 +195,9 @@ class KernelEmitter(IndexArithmetic, BufferAccess, MapStages):
         return symbol
 
     def innermost_loop_emitted(self, latch: ir.Instruction, blocks: list[ir.Block]) -> None:
-        if self.narrow_tables and reads_bf16_tables(blocks):  # (its reads' vector variants are of these lanes)
+        # (its reads' vector variants are of these lanes; a prologue packing table operands ahead as its loop)
+        prologue = self._operands_ahead is not None and not self._operands_ahead.distance
+        if self.narrow_tables and (reads_bf16_tables(blocks) or prologue):
             hint_math_loop(latch, self.target, 1, self.target.bf16_table_loop_lanes)
             with_narrow_variants(blocks)  # (its pair functions' variants of these lanes)
         elif computes_polynomial_math(blocks):

@@ -396,11 +396,11 @@ class MapStages:
 
     def _operands_packed_ahead(self, stage: Stage, pairs: int) -> list[Op]:
         """The table reads of ``stage`` whose computed operands a narrow table loop of ``pairs`` iterations packs a
-        vector iteration ahead (``CpuTarget.packs_bf16_table_operands_ahead``): unary ops read from a table at the
+        few vector iterations ahead (``CpuTarget.bf16_table_operand_vectors_ahead``): unary ops read from a table at the
         stage's shape whose operand is computed (not exact: :meth:`packed_operands`' reads), depth first."""
-        lanes = self.target.bf16_table_loop_lanes
-        if not (self.narrow_tables and self.target.packs_computed_bf16_table_operands and
-                self.target.packs_bf16_table_operands_ahead) or pairs <= lanes or not isinstance(stage, MapStage):
+        lanes = self.target.bf16_table_loop_lanes * self.target.bf16_table_operand_vectors_ahead
+        if not (self.narrow_tables and self.target.packs_computed_bf16_table_operands and lanes) or \
+                pairs <= lanes or not isinstance(stage, MapStage):
             return []
         found: list[Op] = []
         seen: set[Value] = set()
@@ -430,7 +430,7 @@ class MapStages:
         words the one before stored into a register carried between them (and the loop's stores, then unread, are
         removed), so gelu(x*w+b)'s index chain (x*w+b, its roundings, the pack) runs a vector iteration ahead of
         the moves out and the table reads that wait for it."""
-        lanes = self.target.bf16_table_loop_lanes
+        lanes = self.target.bf16_table_loop_lanes * self.target.bf16_table_operand_vectors_ahead
         buffers = {op: self.alloca(I32, pairs) for op in ops}
         for buffer in buffers.values():
             buffer.align = CACHE_LINE_BYTES
