@@ -59,7 +59,8 @@ def test_zen4_row_a_reads_its_tables_in_an_8_lane_loop_without_gathers():
     assert '"ncc.bf16_lookup.gelu.plain.word0"' in text and '"ncc.bf16_lookup.gelu.plain.word1"' in text
     assert '"ncc.bf16_lookup.gelu.plain"' not in text
     assert "gather" not in asm and "zmm" not in asm and "ymm" in asm and "call" not in asm
-    assert re.search(r"movq\s+\d*\(%r\w+,%r\w+,4\), %r", asm)  # x's words read as 64 bits into general registers
+    # x's words read as 64 bits into general registers (not the stack's: gelu's words packed ahead)
+    assert re.search(r"movq\s+-?\d*\(%r(?!sp)\w+,%r\w+(?:,\d)?\), %r", asm)
     # Zen 3 (AVX2) keeps its loop (no width) and gelu's lane pairs; x's sigmoid read by its words (session 39)
     zen3, zen3_asm = aligned_kernel_code(gelu_sigmoid_graph(64, 1024), CpuTarget("znver3", AVX2))
     assert _widths(zen3) == [] and '"ncc.bf16_lookup.sigmoid.plain.word0"' in zen3
@@ -117,10 +118,10 @@ def test_zen4_row_a_packs_gelus_operands_vectors_ahead(monkeypatch):
 
 @ON_ZEN4_LIKE_HOST
 @pytest.mark.parametrize("threads", [1, 2])
-@pytest.mark.parametrize("cols", [32, 48, 1024, 1038, 1040])
+@pytest.mark.parametrize("cols", [128, 1024, 1038, 1040])
 def test_row_a_ahead_keeps_every_bit(rng, monkeypatch, threads, cols):
-    # the operands packed two and one vectors ahead against packed at their own pair (rows of 16-24 pairs: a
-    # prologue, a loop of 0-16 pairs, the last vectors; 519 pairs: a scalar remainder of the pipelined loop)
+    # the operands packed two and one vectors ahead against packed at their own pair (a row of 64 pairs: a
+    # prologue of 16, a loop of 32-56, the last vectors; 519 pairs: a scalar remainder of the pipelined loop)
     inputs = _bf16_inputs(rng, 16, cols)
     results = []
     for ahead in (2, 1, 0):

@@ -422,14 +422,15 @@ class MapStages:
 
     def _pipelined_pairs(self, lo: Any, pairs: int, pair: Callable[[Any], None], ops: list[Op],
                          prefix: Index) -> None:
-        """The paired loop of ``pairs`` iterations software-pipelined by a vector iteration (``lanes`` pairs, from
-        ``lo``; ``prefix``: its outer indices): a prologue packs the first vector's words of each table read of
-        ``ops`` into a stack buffer of a row's words, the loop packs the next vector's words into it beside this
-        vector's reads, which load theirs from it, and the last vector packs and reads its own (a loop of one
-        vector iteration, no scalar code). LLVM's loop load elimination turns each vector iteration's load of the
-        words the one before stored into a register carried between them (and the loop's stores, then unread, are
-        removed), so gelu(x*w+b)'s index chain (x*w+b, its roundings, the pack) runs a vector iteration ahead of
-        the moves out and the table reads that wait for it."""
+        """The paired loop of ``pairs`` iterations from ``lo`` software-pipelined by
+        ``CpuTarget.bf16_table_operand_vectors_ahead`` vector iterations (``prefix``: its outer indices): a prologue
+        packs the first vectors' words of each table read of ``ops`` into a stack buffer of a row's words, the loop
+        packs the words that many vectors on into it beside this vector's reads, which load theirs from it, and the
+        last vectors pack and read their own (a loop of whole vector iterations, no scalar code). One vector ahead,
+        LLVM's loop load elimination turns each iteration's load of the words the one before stored into a register
+        carried between them (the loop's stores, then unread, are removed); two ahead, the words are read back from
+        the buffer as 64-bit quads (no moves out to general registers). Either way gelu(x*w+b)'s index chain (x*w+b,
+        its roundings, the pack) is off the path of the table reads that wait for it."""
         lanes = self.target.bf16_table_loop_lanes * self.target.bf16_table_operand_vectors_ahead
         buffers = {op: self.alloca(I32, pairs) for op in ops}
         for buffer in buffers.values():
