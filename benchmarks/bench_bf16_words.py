@@ -112,6 +112,7 @@ SWITCHES: dict[str, Switch] = {
     "exp-degree-5": Switch(("evaluates_exp_for_bf16_results_in_degree_five",), "b16"),
     "table-loops": Switch(("bf16_table_loop_lanes",), "a16"),
     "packed-operands": Switch(("packs_computed_bf16_table_operands",), "a16"),
+    "operands-ahead": Switch(("bf16_table_operand_vectors_ahead",), "a16"),
     "loaded-words": Switch(("reads_bf16_table_indices_from_loaded_words",), "a16"),
     "words-packed": Switch(("reads_bf16_table_indices_from_loaded_words", "packs_computed_bf16_table_operands"), "a16"),
     "team-guided": Switch(("team_guided_chunks",), "a,b,c,c',rms,a16,b16,c16"),

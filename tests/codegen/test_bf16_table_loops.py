@@ -59,7 +59,8 @@ def test_zen4_row_a_reads_its_tables_in_an_8_lane_loop_without_gathers():
     assert '"ncc.bf16_lookup.gelu.plain.word0"' in text and '"ncc.bf16_lookup.gelu.plain.word1"' in text
     assert '"ncc.bf16_lookup.gelu.plain"' not in text
     assert "gather" not in asm and "zmm" not in asm and "ymm" in asm and "call" not in asm
-    assert re.search(r"movq\s+\d*\(%r\w+,%r\w+,4\), %r", asm)  # x's words read as 64 bits into general registers
+    # x's words read as 64 bits into general registers (not the stack's: gelu's words packed ahead)
+    assert re.search(r"movq\s+-?\d*\(%r(?!sp)\w+,%r\w+(?:,\d)?\), %r", asm)
     # Zen 3 (AVX2) keeps its loop (no width) and gelu's lane pairs; x's sigmoid read by its words (session 39)
     zen3, zen3_asm = aligned_kernel_code(gelu_sigmoid_graph(64, 1024), CpuTarget("znver3", AVX2))
     assert _widths(zen3) == [] and '"ncc.bf16_lookup.sigmoid.plain.word0"' in zen3
@@ -75,11 +76,62 @@ def _moves_out(asm: str) -> int:
 
 def test_zen4_row_a_packs_gelus_operands_into_words(monkeypatch):
     # 4 moves per 16 elements (8 words: four 64-bit quads of 4 indices) where the lane pairs took 8
+    monkeypatch.setattr(CpuTarget, "bf16_table_operand_vectors_ahead", property(lambda self: 0))  # (in the loop)
     _, packed = aligned_kernel_code(gelu_sigmoid_graph(64, 1024), CpuTarget("znver4", ZEN4))
     monkeypatch.setattr(CpuTarget, "packs_computed_bf16_table_operands", property(lambda self: False))
     text, pairs = aligned_kernel_code(gelu_sigmoid_graph(64, 1024), CpuTarget("znver4", ZEN4))
     assert '"ncc.bf16_lookup.gelu.plain"' in text and ".gelu.plain.word" not in text
     assert (_moves_out(packed), _moves_out(pairs)) == (4, 8)
+
+
+def _table_loop(asm: str) -> str:
+    """The text of ``asm``'s first loop reading tables (``vpinsrd``): from the label a ``jne`` jumps back to, to it."""
+    for label in re.findall(r"\tjne\t(\.LBB\d+_\d+)\n", asm):
+        body = asm.split(label + ":")[1].split(f"jne\t{label}")[0]
+        if "vpinsrd" in body:
+            return body
+    raise AssertionError("no table loop")
+
+
+def _row_a_table_loop(monkeypatch, vectors_ahead: int) -> str:
+    monkeypatch.setattr(CpuTarget, "bf16_table_operand_vectors_ahead", property(lambda self: vectors_ahead))
+    _, asm = aligned_kernel_code(gelu_sigmoid_graph(64, 1024), CpuTarget("znver4", ZEN4))
+    assert "zmm" not in asm and "call" not in asm and "gather" not in asm
+    return _table_loop(asm)
+
+
+def test_zen4_row_a_packs_gelus_operands_vectors_ahead(monkeypatch):
+    assert CpuTarget("znver4", ZEN4).bf16_table_operand_vectors_ahead == 2
+    assert not CpuTarget("znver3", AVX2).bf16_table_operand_vectors_ahead
+    assert not CpuTarget("sapphirerapids", SAPPHIRE_RAPIDS).bf16_table_operand_vectors_ahead
+    # two ahead: gelu's words stored and read back two iterations later as 64-bit quads, no moves out
+    loop = _row_a_table_loop(monkeypatch, 2)
+    assert _moves_out(loop) == 0 and len(re.findall(r"\tmovq\t-?\d*\(%rsp,%r\w+\), %r", loop)) == 4
+    # one ahead: the moves out read the words the iteration before packed (a register LLVM carries), before this
+    # iteration's x*w; in the iteration that packs them, after it
+    loop = _row_a_table_loop(monkeypatch, 1)
+    assert _moves_out(loop) == 4 and loop.index("\tvmovq\t%xmm") < loop.index("\tvmulps")
+    assert "(%rsp," not in loop
+    loop = _row_a_table_loop(monkeypatch, 0)
+    assert _moves_out(loop) == 4 and loop.index("\tvmovq\t%xmm") > loop.index("\tvmulps")
+
+
+@ON_ZEN4_LIKE_HOST
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("cols", [128, 1024, 1038, 1040])
+def test_row_a_ahead_keeps_every_bit(rng, monkeypatch, threads, cols):
+    # the operands packed two and one vectors ahead against packed at their own pair (a row of 64 pairs: a
+    # prologue of 16, a loop of 32-56, the last vectors; 519 pairs: a scalar remainder of the pipelined loop)
+    inputs = _bf16_inputs(rng, 16, cols)
+    results = []
+    for ahead in (2, 1, 0):
+        with monkeypatch.context() as patch:
+            patch.setattr(CpuTarget, "bf16_table_operand_vectors_ahead", property(lambda self, n=ahead: n))
+            (got,) = build_cpu_executable(fuse_whole_function(gelu_sigmoid_graph(16, cols)), {"threads": threads})(
+                *inputs)
+        results.append(got)
+    np.testing.assert_array_equal(results[0], results[2])
+    np.testing.assert_array_equal(results[1], results[2])
 
 
 def _mixed_graph(rows: int, cols: int) -> Function:

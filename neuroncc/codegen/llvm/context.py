@@ -185,9 +185,10 @@ class EmitContext(Protocol):
         pairs), else None."""
         ...
 
-    def innermost_loop(self, lo: Any, hi: Any, body: Callable[[Any], None], stage: Any) -> None:
+    def innermost_loop(self, lo: Any, hi: Any, body: Callable[[Any], None], stage: Any,
+                       prefix: Index | None = None) -> None:
         """for i in [lo, hi): body(i), the loop over ``stage``'s last dim (over element pairs where the stage
-        reads or writes 16-bit data along it: ``pairs.py``)."""
+        reads or writes 16-bit data along it: ``pairs.py``; ``prefix``: the outer indices, where known)."""
         ...
 
     def stage_nest(self, stage: Any, ranges: list[tuple[Any, Any]], body: Callable[[Index], None]) -> None:

@@ -29,7 +29,7 @@ from neuroncc.codegen.llvm.elementwise import ELEMENTWISE, EXACT, table_function
 from neuroncc.codegen.llvm.entries import RECIPROCAL_ESTIMATES, add_phase_entry, vector_width_attribute
 from neuroncc.codegen.llvm.indexing import ROUNDS, IndexArithmetic
 from neuroncc.codegen.llvm.ir_text import module_text, quick_names
-from neuroncc.codegen.llvm.map_stages import MapStages
+from neuroncc.codegen.llvm.map_stages import MapStages, OperandsAhead
 from neuroncc.codegen.llvm.loop_hints import computes_polynomial_math, hint_math_loop, reads_bf16_tables
 from neuroncc.codegen.llvm.nan_payloads import NanPayloads
 from neuroncc.codegen.llvm.next_max import ROWS_AHEAD, MaxAhead, next_row_max, row_max_ahead
@@ -121,6 +121,7 @@ class KernelEmitter(IndexArithmetic, BufferAccess, MapStages):
         #: a stage with other polynomials keeps the CPU's widest vectors: ``map_stages.MapStages._map_stage``)
         self.narrow_tables = False
         self._pair: Pair | None = None  # the element pair of the innermost loop being emitted (``pairs.py``)
+        self._operands_ahead: OperandsAhead | None = None  # its table operands packed ahead (``map_stages.py``)
         self._nan_payloads: NanPayloads | None = None  # (for ``rounding_needs_nan_case``)
         self.known: dict[Value, bool] = {}  # bool values known at every index of the code being emitted
         self.multiplies_widening = False  # bf16 words' even halves widened by a multiply (``widening.py``)
@@ -201,7 +202,9 @@ class KernelEmitter(IndexArithmetic, BufferAccess, MapStages):
         return symbol
 
     def innermost_loop_emitted(self, latch: ir.Instruction, blocks: list[ir.Block]) -> None:
-        if self.narrow_tables and reads_bf16_tables(blocks):  # (its reads' vector variants are of these lanes)
+        # (its reads' vector variants are of these lanes; a prologue packing table operands ahead as its loop)
+        prologue = self._operands_ahead is not None and not self._operands_ahead.distance
+        if self.narrow_tables and (reads_bf16_tables(blocks) or prologue):
             hint_math_loop(latch, self.target, 1, self.target.bf16_table_loop_lanes)
             with_narrow_variants(blocks)  # (its pair functions' variants of these lanes)
         elif computes_polynomial_math(blocks):

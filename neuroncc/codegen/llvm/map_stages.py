@@ -11,6 +11,7 @@ written as 16-bit data loops over element pairs (``pairs.py``).
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from llvmlite import ir
@@ -18,13 +19,13 @@ from llvmlite import ir
 from neuroncc.codegen.llvm.access import broadcast_index
 from neuroncc.codegen.llvm.bf16_tables import packed_word
 from neuroncc.codegen.llvm.context import Index
-from neuroncc.codegen.llvm.elementwise import ELEMENTWISE, evaluated_polynomial
+from neuroncc.codegen.llvm.elementwise import ELEMENTWISE, EXACT, evaluated_polynomial, table_function
 from neuroncc.codegen.llvm.kernel_plan import Computed, MapStage, Stage
 from neuroncc.codegen.llvm.one_hot_rows import (emit_correction, emit_split_rows, find_one_hot, knowing,
                                                 target_inside)
 from neuroncc.codegen.llvm.pairs import Pair, pair_position, pairs_halfwords
 from neuroncc.codegen.llvm.prefetch import emit_prefetch_pieces_ahead, streamed_map_inputs
-from neuroncc.codegen.llvm.scalars import I64, compute_type, storage_itemsize, storage_type, store
+from neuroncc.codegen.llvm.scalars import I32, I64, compute_type, storage_itemsize, storage_type, store
 from neuroncc.codegen.llvm.streams import emit_stream_row, stream_bytes, streams
 from neuroncc.codegen.llvm.views import Layout
 from neuroncc.hardware.host import CACHE_LINE_BYTES
@@ -47,6 +48,17 @@ PIECES_MIN_POLYNOMIALS = 2
 #: (``CpuTarget.splits_polynomial_math_loops``): the buffers of the split values and the inputs the row reads again
 #: stay in L1 (32 KiB).
 SPLIT_MATH_MAX = 2048
+
+
+@dataclass
+class OperandsAhead:
+    """A paired loop's table operands packed a vector iteration ahead (``MapStages._pipelined_pairs``)."""
+
+    buffers: dict[Op, ir.AllocaInstr]  # each table read's packed words of the row, one i32 a pair
+    prefix: Index  # the loop's outer indices
+    distance: int  # the pairs ahead the loop being emitted packs (0: the prologue's)
+    pair: Any  # the pair counter of the iteration being emitted
+    packing: bool = False  # the words are being packed (their reads computed, not loaded)
 
 
 class MapStages:
@@ -322,6 +334,11 @@ class MapStages:
             return None
         operand, shape = op.operands[0], op.results[0].type.shape
         prefix = list(idx[:-1])
+        ahead = self._operands_ahead
+        if ahead is not None and not ahead.packing and op in ahead.buffers:  # (packed a vector iteration ago)
+            slot = self.b.gep(ahead.buffers[op], [ir.Constant(I32, 0), self.ir_index(ahead.pair)], inbounds=True)
+            return self.memoized(("packed operands", *self._memo_key(operand, prefix + [pair.even])),
+                                 lambda: self.b.load(slot)), half
 
         def word() -> ir.Value:
             even, odd = (self.value_at(operand, broadcast_index(self, prefix + [i], shape, operand.type.shape))
@@ -337,28 +354,110 @@ class MapStages:
             self.nest(ranges, body)
             return
         lo, hi = ranges[-1]
-        self.nest(ranges[:-1], lambda prefix: self.innermost_loop(lo, hi, lambda i: body(prefix + [i]), stage))
+        self.nest(ranges[:-1], lambda prefix: self.innermost_loop(lo, hi, lambda i: body(prefix + [i]), stage,
+                                                                  list(prefix)))
 
-    def innermost_loop(self, lo: Any, hi: Any, body: Callable[[Any], None], stage: Stage) -> None:
+    def innermost_loop(self, lo: Any, hi: Any, body: Callable[[Any], None], stage: Stage,
+                       prefix: Index | None = None) -> None:
         """for i in [lo, hi): body(i), the loop over ``stage``'s last dim: over element pairs, body(2k) then
         body(2k + 1) per iteration, when the stage reads or writes 16-bit data along that dim and the extent is
-        even (``pairs.py``; the loads and stores of a pair's halves then share 32-bit words)."""
+        even (``pairs.py``; the loads and stores of a pair's halves then share 32-bit words). ``prefix``: the
+        outer indices (a narrow table loop given them packs its computed table operands a vector ahead where the
+        target says so: :meth:`_pipelined_pairs`)."""
         extent = self._static_extent(lo, hi)
         if self._pair is not None or not extent or extent % 2 or not pairs_halfwords(self.plan, stage):
             self.loop(lo, hi, body)
             return
 
         def pair(k: Any) -> None:
-            even = self.add(lo, self.mul(k, 2))
-            odd = self.add(even, 1)
-            self._pair = Pair(even, odd, self.form(even), self.form(odd))
-            body(even)
-            body(odd)
+            self._pair = self._pair_at(lo, k)
+            ahead = self._operands_ahead
+            if ahead is not None:
+                ahead.pair = k
+                if ahead.distance:
+                    self._pack_operands_at(ahead, lo, self.add(k, ahead.distance))
+            body(self._pair.even)
+            body(self._pair.odd)
             for pointer, value in self._pair.pending.values():  # an even half whose odd half was not stored
                 self.b.store(value, pointer)
             self._pair = None
 
-        self.loop(0, extent // 2, pair)
+        ops = self._operands_packed_ahead(stage, extent // 2) if prefix is not None else []
+        if ops:
+            self._pipelined_pairs(lo, extent // 2, pair, ops, prefix)
+        else:
+            self.loop(0, extent // 2, pair)
+
+    def _pair_at(self, lo: Any, k: Any) -> Pair:
+        """The element pair of iteration ``k`` of a paired loop from ``lo``."""
+        even = self.add(lo, self.mul(k, 2))
+        odd = self.add(even, 1)
+        return Pair(even, odd, self.form(even), self.form(odd))
+
+    def _operands_packed_ahead(self, stage: Stage, pairs: int) -> list[Op]:
+        """The table reads of ``stage`` whose computed operands a narrow table loop of ``pairs`` iterations packs a
+        few vector iterations ahead (``CpuTarget.bf16_table_operand_vectors_ahead``): unary ops read from a table at the
+        stage's shape whose operand is computed (not exact: :meth:`packed_operands`' reads), depth first."""
+        lanes = self.target.bf16_table_loop_lanes * self.target.bf16_table_operand_vectors_ahead
+        if not (self.narrow_tables and self.target.packs_computed_bf16_table_operands and lanes) or \
+                pairs <= lanes or not isinstance(stage, MapStage):
+            return []
+        found: list[Op] = []
+        seen: set[Value] = set()
+        pending = [value for value, _ in reversed(stage.items)]
+        while pending:
+            value = pending.pop()
+            access = self.plan.access.get(value)
+            if value in seen or not isinstance(access, Computed) or access.op.name not in ELEMENTWISE or \
+                    self._loads_row_cache(value):
+                continue
+            seen.add(value)
+            op = access.op
+            operand = self.plan.access.get(op.operands[0]) if op.operands else None
+            if table_function(self, op) is not None and value.type.shape == stage.shape and \
+                    isinstance(operand, Computed) and operand.op.name not in EXACT:
+                found.append(op)
+            pending += reversed(op.operands)
+        return found
+
+    def _pipelined_pairs(self, lo: Any, pairs: int, pair: Callable[[Any], None], ops: list[Op],
+                         prefix: Index) -> None:
+        """The paired loop of ``pairs`` iterations from ``lo`` software-pipelined by
+        ``CpuTarget.bf16_table_operand_vectors_ahead`` vector iterations (``prefix``: its outer indices): a prologue
+        packs the first vectors' words of each table read of ``ops`` into a stack buffer of a row's words, the loop
+        packs the words that many vectors on into it beside this vector's reads, which load theirs from it, and the
+        last vectors pack and read their own (a loop of whole vector iterations, no scalar code). One vector ahead,
+        LLVM's loop load elimination turns each iteration's load of the words the one before stored into a register
+        carried between them (the loop's stores, then unread, are removed); two ahead, the words are read back from
+        the buffer as 64-bit quads (no moves out to general registers). Either way gelu(x*w+b)'s index chain (x*w+b,
+        its roundings, the pack) is off the path of the table reads that wait for it."""
+        lanes = self.target.bf16_table_loop_lanes * self.target.bf16_table_operand_vectors_ahead
+        buffers = {op: self.alloca(I32, pairs) for op in ops}
+        for buffer in buffers.values():
+            buffer.align = CACHE_LINE_BYTES
+        ahead = OperandsAhead(buffers, prefix, 0, 0)
+        self._operands_ahead = ahead
+        try:
+            self.loop(0, lanes, lambda k: self._pack_operands_at(ahead, lo, k))
+            ahead.distance = lanes
+            self.loop(0, pairs - lanes, pair)
+            self._operands_ahead = None  # (the last vector packs its own words: the loop's stores then dead)
+            self.loop(pairs - lanes, pairs, pair)
+        finally:
+            self._operands_ahead = None
+
+    def _pack_operands_at(self, ahead: OperandsAhead, lo: Any, k: Any) -> None:
+        """Store the packed words of ``ahead``'s table operands at pair ``k`` of the loop from ``lo`` to their
+        buffers' slot ``k``."""
+        current, self._pair = self._pair, self._pair_at(lo, k)
+        ahead.packing = True
+        try:
+            for op, buffer in ahead.buffers.items():
+                word, _ = self.packed_operands(op, ahead.prefix + [self._pair.even])
+                self.b.store(word, self.b.gep(buffer, [ir.Constant(I32, 0), self.ir_index(k)], inbounds=True))
+        finally:
+            ahead.packing = False
+            self._pair = current
 
     def _transcendentals(self, values: list[Value]) -> int:
         """How many transcendental functions computing ``values`` at one index evaluates (shared operands

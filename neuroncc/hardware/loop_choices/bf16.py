@@ -255,3 +255,23 @@ class Bf16Choices(ChoiceBase):
         :attr:`bf16_table_loop_lanes` is set (the emitter packs only in narrow table loops: on AVX2 forcing this
         changes no code, session 39)."""
         return bool(self.bf16_table_loop_lanes)
+
+    @property
+    def bf16_table_operand_vectors_ahead(self) -> int:
+        """How many vector iterations ahead a narrow table loop packing its computed table operands
+        (:attr:`packs_computed_bf16_table_operands`) packs them (software pipelining,
+        ``map_stages.MapStages._pipelined_pairs``; 0: in the iteration that reads them): each iteration computes and
+        packs gelu(x*w+b)'s operand words (x*w+b, its roundings, the pack) of the vector this many iterations on into
+        a row buffer and reads its tables at the words packed that many iterations before; a prologue packs a row's
+        first vectors, its last vectors pack their own. The same bits. One vector ahead, LLVM's loop load
+        elimination carries the words in a register (the moves out to general registers stay); two ahead, they
+        go through the buffer (a 256-bit store, four 64-bit loads two iterations later: no vector-to-general
+        moves, 81 vector-side ops an iteration against 86). Zen 4 (session 40 bfa40, ``bench_bf16_words.py
+        --switch operands-ahead --rows a16``, two builds each, interleaved medians of 25 rounds, one thread count a
+        process): bf16 gelu(x*w+b)*sigmoid(x) [4096, 1024]'s kernel, one ahead, 0.950-0.965 of the time at 1 thread
+        and 0.939-0.949 at 2 (three processes each); two ahead 0.979-0.989 / 0.961-0.973 of one ahead's (three
+        each); two ahead against none 0.894-0.927 at 1 thread in three processes of four (one 1.021), 0.892-0.944
+        at 2 (three); three ahead 0.953 / 0.910 (one process each, not taken). Carrying the table entries a vector ahead instead (gelu's and sigmoid's reads whole, four
+        registers carried) 1.12-1.13x one ahead's time at 1 thread. Where :attr:`bf16_table_loop_lanes` is set
+        (AVX2 and Intel's AVX-512 cores pack no operands: not measured)."""
+        return 2 if self.bf16_table_loop_lanes else 0
