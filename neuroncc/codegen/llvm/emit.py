@@ -24,8 +24,9 @@ from neuroncc.codegen.llvm.bf16_tables import looked_up
 from neuroncc.codegen.llvm.bf16_words import with_narrow_variants
 from neuroncc.codegen.llvm.buffer_access import BufferAccess
 from neuroncc.codegen.llvm.context import Ahead, Index
+from neuroncc.codegen.llvm.early_means import emit_next_mean, mean_a_row_early, prefetch_rows_ahead
 from neuroncc.codegen.llvm.delayed_writes import DelayedGroups, delayed_write_stage, emit_last_row
-from neuroncc.codegen.llvm.elementwise import ELEMENTWISE, EXACT, table_function, widens_bf16
+from neuroncc.codegen.llvm.elementwise import ELEMENTWISE, EXACT, table_function
 from neuroncc.codegen.llvm.entries import RECIPROCAL_ESTIMATES, add_phase_entry, vector_width_attribute
 from neuroncc.codegen.llvm.indexing import ROUNDS, IndexArithmetic
 from neuroncc.codegen.llvm.ir_text import module_text, quick_names
@@ -47,7 +48,7 @@ from neuroncc.codegen.llvm.shifted_moments import takes_one_pass
 from neuroncc.codegen.llvm.dot_sums import takes_dot_variance
 from neuroncc.codegen.llvm.stages import (
     SharedMean, column_partial_update, emit_column_combine, emit_column_partials, emit_column_reset, emit_combine,
-    emit_mean_pass, emit_partial, emit_reduce, passes_over_row, shared_means,
+    emit_partial, emit_reduce, passes_over_row, shared_means,
 )
 from neuroncc.codegen.llvm.transpose import emit_transposed
 from neuroncc.codegen.llvm.views import Layout
@@ -62,15 +63,6 @@ from neuroncc.hardware.host import CACHE_LINE_BYTES, CpuTarget, target_cpu
 from neuroncc.hardware.loop_choices import MEMORY_BURST_LINES
 from neuroncc.ir.dtypes import DType
 from neuroncc.ir.graph import Op, Value
-
-#: How many rows ahead a row loop whose variance's mean pass runs a row early (``CpuTarget.means_a_row_early``)
-#: prefetches: the row whose mean the next row's iteration computes (1 row ahead: 3-5% slower than without the
-#: early means, Zen 3; 3 rows ahead: within the noise of 2).
-EARLY_MEAN_PREFETCH_ROWS = 2
-#: The same where the variance takes its sum of squares from that mean pass (``dot_sums.takes_dot_variance``): its
-#: row's passes take less time, so the rows prefetched 2 ahead had not arrived (session 40 bfln40: 3 ahead 0.91-0.97
-#: of 2's time at 1 thread).
-DOT_VARIANCE_PREFETCH_ROWS = 3
 
 
 class KernelEmitter(IndexArithmetic, BufferAccess, MapStages):
@@ -110,7 +102,7 @@ class KernelEmitter(IndexArithmetic, BufferAccess, MapStages):
         self._stage_number = 0  # position of the stage being emitted in its phase (row caches key on it)
         self._filled: set[Value] = set()  # row caches the current stage has filled (``row_cache_filled``)
         self._deviations: dict[Op, Value] = {}  # variance -> its row-cached deviations (``deviation_computed``)
-        # the variance whose mean pass runs a row early, and its mean stage (``_mean_a_row_early``)
+        # the variance whose mean pass runs a row early, and its mean stage (``early_means.mean_a_row_early``)
         self._early_mean: tuple[int, SharedMean] | None = None
         self._squares: tuple[Stage, ir.Value] | None = None  # its mean pass's sum of squares (``variance_squares``)
         self._dot_variance = False  # the phase's variance takes them (``dot_sums.takes_dot_variance``)
@@ -188,7 +180,7 @@ class KernelEmitter(IndexArithmetic, BufferAccess, MapStages):
         self._streamed = False
         if self._early_mean is not None:  # (the first row's mean; each row computes the next one's)
             assert isinstance(phase, RowLoop)
-            self._next_mean(phase, start)
+            emit_next_mean(self, phase, start)
         self.outer_loop(start, end, phase.n_outer, body)
         if self._delayed is not None:
             assert isinstance(phase, RowLoop)
@@ -286,39 +278,11 @@ class KernelEmitter(IndexArithmetic, BufferAccess, MapStages):
         shift = write_buffer_shift(self, phase)  # (the write pass's buffers placed past its output rows)
         self._rows = allocate_rows(self, phase, self._row_copies, shift) | emit_widened(self, widened, shift)
         self._row_cache.update(dict.fromkeys(widened, BEFORE_THE_ROWS))
-        self._early_mean = self._mean_a_row_early(phase, by_dots) if delays else None
+        self._early_mean = mean_a_row_early(self, phase, by_dots) if delays else None
         self._squares = (phase.stages[0], self.alloca(F64)) if by_dots and self._early_mean is not None else None
 
     def variance_squares(self, stage: Any) -> ir.Value | None:
         return self._squares[1] if self._squares is not None and self._squares[0] is stage else None
-
-    def _mean_a_row_early(self, phase: RowLoop, by_dots: bool = False) -> tuple[int, SharedMean] | None:
-        """The variance whose mean pass runs a row early (``CpuTarget.means_a_row_early``), and the mean stage it
-        stores for: the phase's first stage, the one variance that stores its mean, over a widened bf16 row."""
-        if not self.target.means_a_row_early or self._delayed is not None or self._carrier is not None:
-            return None
-        storing = [(number, shared) for number, shared in shared_means(phase.stages).items() if shared.stores]
-        if len(storing) != 1 or storing[0][0] != 0:
-            return None
-        variance = phase.stages[0]
-        if variance.op not in self._deviations and not by_dots:  # (the write pass would subtract the mean slot, by
-            return None  # then the next row's: only cached deviations or the row's own slot, ``takes_dot_variance``)
-        if len(variance.shape) - len(variance.reduced) != len(phase.outer):  # (its mean pass loops over rows only:
-            return None  # not a row loop over blocks of them, as where a token's row is also selected: BERT's CLS)
-        operand = self.plan.access.get(storing[0][1].stage.op.operands[0])
-        return storing[0] if isinstance(operand, Computed) and widens_bf16(operand.op) else None
-
-    def _next_mean(self, phase: RowLoop, row: Any) -> None:
-        """The early variance's mean pass over ``row`` (flat), stored for its deviation pass, if ``row`` is in the
-        thread's range."""
-        assert self._early_mean is not None
-        number, shared = self._early_mean
-        stage = phase.stages[number]
-        assert isinstance(stage, ReduceStage)
-        with self.fresh_values(), self.b.if_then(self.b.icmp_signed("<", self.ir_index(row), self._range[1])):
-            saved, self._stage_number = self._stage_number, number
-            emit_mean_pass(self, stage, shared, self._digits(row, phase.outer))
-            self._stage_number = saved
 
     def _rows_at(self, phase: RowLoop, outer: Index, flat: Any = None) -> None:
         """Every stage of the row loop at its outer index ``outer`` (``flat``: as one number), in turn (a mean that
@@ -355,9 +319,7 @@ class KernelEmitter(IndexArithmetic, BufferAccess, MapStages):
 
         def burst(part: int) -> None:
             for layout in self._prefetched if self._carrier is None else ():  # (cheap passes: a burst before each)
-                emit_prefetch_next_row(self, layout, outer[:depth], part, bursts,
-                                       rows_ahead=1 if self._early_mean is None else EARLY_MEAN_PREFETCH_ROWS
-                                       if self._squares is None else DOT_VARIANCE_PREFETCH_ROWS,
+                emit_prefetch_next_row(self, layout, outer[:depth], part, bursts, prefetch_rows_ahead(self),
                                        first_lines=first_lines)
 
         part = 0
@@ -386,7 +348,7 @@ class KernelEmitter(IndexArithmetic, BufferAccess, MapStages):
                 redo_nan_row(self, phase, outer, depth, lambda n: self._stage_at(
                     phase.stages[n], outer, depth, means.get(n), maxima.get(n)))
             if self._early_mean is not None and number == self._early_mean[0]:
-                self._next_mean(phase, self.add(flat, 1))
+                emit_next_mean(self, phase, self.add(flat, 1))
         self._next_burst = None
 
     def _first_maxima(self, phase: RowLoop, flat: Any, following: Any) -> None:

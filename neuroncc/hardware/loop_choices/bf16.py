@@ -271,7 +271,8 @@ class Bf16Choices(ChoiceBase):
         process): bf16 gelu(x*w+b)*sigmoid(x) [4096, 1024]'s kernel, one ahead, 0.950-0.965 of the time at 1 thread
         and 0.939-0.949 at 2 (three processes each); two ahead 0.979-0.989 / 0.961-0.973 of one ahead's (three
         each); two ahead against none 0.894-0.927 at 1 thread in three processes of four (one 1.021), 0.892-0.944
-        at 2 (three); three ahead 0.953 / 0.910 (one process each, not taken). Carrying the table entries a vector ahead instead (gelu's and sigmoid's reads whole, four
-        registers carried) 1.12-1.13x one ahead's time at 1 thread. Where :attr:`bf16_table_loop_lanes` is set
+        at 2 (three); three ahead 0.953 / 0.910 (one process each, not taken). Carrying the table entries a vector
+        ahead instead (gelu's and sigmoid's reads whole, four registers carried) 1.12-1.13x one ahead's time at 1
+        thread. Where :attr:`bf16_table_loop_lanes` is set
         (AVX2 and Intel's AVX-512 cores pack no operands: not measured)."""
         return 2 if self.bf16_table_loop_lanes else 0

@@ -318,10 +318,11 @@ class RowLoopChoices(ChoiceBase):
         LayerNorm as torch.compile hands it over: ``stages.SharedMean``) runs each row's deviation pass, the next
         row's mean pass, then the row's write pass, so that one row's reductions (horizontal sums, rsqrt: ~80 ns a
         row, session 23) overlap the other row's loops; its prefetches go two rows ahead
-        (``emit.EARLY_MEAN_PREFETCH_ROWS``). The same bits. Zen 3, bf16 LayerNorm [8192, 1024]'s kernel: 0.946-0.950
-        of the time at 1 and 2 threads (session 25 bf16ln25); float32 LayerNorm (memory-bound) 1.10: not taken.
-        Zen 4: with :attr:`caches_variance_deviations` (its numbers), without which it does not apply; Intel's AVX-512
-        cores keep their code (not measured there)."""
+        (``early_means.EARLY_MEAN_PREFETCH_ROWS``). The same bits. Zen 3, bf16 LayerNorm [8192, 1024]'s kernel:
+        0.946-0.950 of the time at 1 and 2 threads (session 25 bf16ln25); float32 LayerNorm (memory-bound) 1.10: not
+        taken. Zen 4: with :attr:`caches_variance_deviations` (its numbers), without which it does not apply, or
+        with :attr:`takes_bf16_variance_by_dot_products` (its rows three ahead); Intel's AVX-512 cores keep their code
+        (not measured there)."""
         return self.has("avx2") and not self._intel_avx512()
 
     @property
