@@ -371,11 +371,11 @@ class RowLoopChoices(ChoiceBase):
         inputs and held outputs; each TLB miss a nested walk) where a standalone C loop of the kernel's shape ran
         0.54-0.67 of its time with both buffers on 2 MiB pages, and 0.63-0.68 of it on 4 KiB pages with the two
         page touches; ``bench_bf16_words.py --switch touch-pages --cold``, 1 thread, both touches against none,
-        five processes: softmax [4096, 1024] 0.78-0.96, LayerNorm [8192, 1024] 0.63-0.90, RMSNorm 0.78-0.97 (1.07-1.09
-        in one), bf16 softmax 0.93, bf16 LayerNorm 0.90-0.92 (one); warm at 2 threads 0.98-1.03 (RMSNorm 0.79 in one of
-        three). The output's touch alone (``--switch touch-output``): softmax 0.93-1.03 and LayerNorm 0.87-1.09 (six
-        processes), RMSNorm 0.89-0.97 (four); 1, 4 and 8 rows ahead the same within the noise. AVX2 and Intel's AVX-512
-        cores: none (not measured)."""
+        six processes: softmax [4096, 1024] 0.78-0.96, LayerNorm [8192, 1024] 0.63-0.90, RMSNorm 0.78-0.98 (1.07-1.09
+        in one); bf16 softmax 0.78-0.94, bf16 LayerNorm 0.84-0.92 (1.02-1.03 in one of four); warm at 2 threads
+        0.98-1.03 (RMSNorm 0.79 in one of three), bf16 0.93-0.97 (one). The output's touch alone (``--switch
+        touch-output``): softmax 0.93-1.03 and LayerNorm 0.87-1.09 (six processes), RMSNorm 0.89-0.97 (four); 1, 4
+        and 8 rows ahead the same within the noise. AVX2 and Intel's AVX-512 cores: none (not measured)."""
         return 2 if self.has("avx512f") and not self._intel_avx512() else 0
 
     @property
