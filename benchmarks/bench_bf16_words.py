@@ -83,6 +83,7 @@ SWITCHES: dict[str, Switch] = {
     "blended-lanes": Switch(("rounds_bf16_in_word_lanes_with_blends",), "b16,c16"),
     "stream-ahead": Switch(("one_pass_stream_prefetch_lines",), "c'"),
     "touch-output": Switch(("touches_streamed_output_rows_ahead",), "b,c,rms"),
+    "touch-one-pass": Switch(("touches_one_pass_rows",), "a,c'"),
     "touch-input": Switch(("touches_input_pages_rows_ahead",), "b,c,rms"),
     "touch-pages": Switch(("touches_input_pages_rows_ahead", "touches_streamed_output_rows_ahead"), "b,c,rms"),
     "write-buffers": Switch(("places_write_buffers_past_the_output",), "c16"),

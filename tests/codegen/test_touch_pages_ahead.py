@@ -2,7 +2,8 @@
 streamed outputs' row 2 rows ahead (``CpuTarget.touches_input_pages_rows_ahead``,
 ``touches_streamed_output_rows_ahead``; ``prefetch.emit_touch_pages_ahead``), so that the pages' translations are
 in the TLB before the row's own prefetches and non-temporal stores reach them; AVX2 and Intel's AVX-512 cores emit
-none; the same bits either way."""
+none; a row loop of one memory-bound pass (x*w+b) touches too (``touches_one_pass_rows``); the same bits either
+way."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from test_widened_exp_rows import _assembly
 
 from neuroncc.executors.cpu.launcher import build_cpu_executable
 from neuroncc.hardware.host import CpuTarget
+from neuroncc.ir import Builder, DType, TensorType
 
 TOUCH = "i32 0, i32 0, i32 1)"  # (llvm.prefetch's read, no locality, data: prefetchnta)
 
@@ -60,3 +62,29 @@ def test_touching_pages_ahead_gives_the_same_bits(rng, monkeypatch):
             for got, want in zip(touched, plain, strict=True):
                 np.testing.assert_array_equal(got, want)
     run_both(_softmax(37, 1024), [x[:37]], threads=1)  # (against the reference interpreter)
+
+
+def _scale_shift(rows: int, cols: int):
+    b = Builder("scale_shift")
+    x = b.param(TensorType((rows, cols), DType.f32), "x")
+    w = b.param(TensorType((cols,), DType.f32), "w")
+    bias = b.param(TensorType((cols,), DType.f32), "b")
+    return b.build([b.op("add", b.op("mul", x, w), bias)])
+
+
+def test_a_streamed_one_pass_map_touches_its_rows_pages_on_zen4_only(rng, monkeypatch):
+    zen4 = CpuTarget("znver4", ZEN4)
+    _, asm = _assembly(_scale_shift(8192, 1024), zen4)  # (32 MiB each way: the output streamed)
+    assert sorted(line.split()[1].split("(")[0] for line in asm.splitlines() if "prefetchnta" in line) == \
+        ["32768", "8192"]
+    assert TOUCH not in _assembly(_scale_shift(64, 1024), zen4)[0]  # (in cache: not streamed)
+    assert TOUCH not in _assembly(_scale_shift(8192, 1024), CpuTarget("znver3", AVX2))[0]
+    monkeypatch.setattr(CpuTarget, "touches_one_pass_rows", property(lambda self: False))
+    assert TOUCH not in _assembly(_scale_shift(8192, 1024), zen4)[0]
+    monkeypatch.undo()
+    fn = _scale_shift(8192, 1024)
+    args = [rng.standard_normal((8192, 1024)).astype(np.float32), rng.standard_normal(1024).astype(np.float32),
+            rng.standard_normal(1024).astype(np.float32)]
+    touched = build_cpu_executable(fn, {"threads": 1})(*args)
+    no_page_touches(monkeypatch)
+    np.testing.assert_array_equal(touched[0], build_cpu_executable(fn, {"threads": 1})(*args)[0])

@@ -197,6 +197,15 @@ def emit_prefetch_next_row(em: EmitContext, layout: Layout, outer: Index, part: 
     em.loop(lines.start, lines.stop, line)
 
 
+def touches_one_pass(em: EmitContext, phase: RowLoop) -> bool:
+    """Whether a row loop of one pass takes :func:`emit_touch_pages_ahead`'s touches of its map stage's rows: a
+    streamed output (a memory-bound stage), no transcendental per element (compute-bound: row (a)'s gelu measured
+    even)."""
+    stage = phase.stages[0]
+    return len(phase.stages) == 1 and isinstance(stage, MapStage) and len(phase.outer) > 0 \
+        and not _computes_transcendental(em.plan, stage) and any(streams(em, target, 0) for _, target in stage.items)
+
+
 def emit_touch_pages_ahead(em: EmitContext, phase: RowLoop, outer: Index, inputs: Sequence[Layout]) -> None:
     """One prefetch (non-temporal hint) of each 4 KiB page of the row ``CpuTarget.touches_input_pages_rows_ahead``
     rows after the row at ``outer`` of each of ``inputs`` (the rows the loop prefetches), and of the row
@@ -210,6 +219,8 @@ def emit_touch_pages_ahead(em: EmitContext, phase: RowLoop, outer: Index, inputs
                for _, target in stage.items if streams(em, target, 0) and target.shape[:depth] == phase.outer}
     touched = [(layout, inputs_ahead) for layout in inputs if inputs_ahead] + \
         [(layout, outputs_ahead) for layout in outputs.values()]
+    touched = [(layout, rows_ahead) for layout, rows_ahead in touched if depth and  # (rows, not whole buffers)
+               math.prod(layout.shape[depth:]) * storage_itemsize(layout.dtype) <= ROW_MAX_BYTES]
     if touched:
         prefetch = _prefetch_intrinsic(em.b.module)
         for layout, rows_ahead in touched:

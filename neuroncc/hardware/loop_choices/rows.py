@@ -379,6 +379,17 @@ class RowLoopChoices(ChoiceBase):
         return 2 if self.has("avx512f") and not self._intel_avx512() else 0
 
     @property
+    def touches_one_pass_rows(self) -> bool:
+        """Whether a row loop of one memory-bound pass (one map stage, no transcendental per element, its output
+        streamed: x*w+b) takes the touches of :attr:`touches_input_pages_rows_ahead` and
+        :attr:`touches_streamed_output_rows_ahead` too (``prefetch.touches_one_pass``). Zen 4 (AVX-512 without
+        FP16), session 40 stream40, ``bench_bf16_words.py --switch touch-one-pass``: x*w+b [8192, 1024] 0.74-0.79 of
+        the time at 1 thread (``--cold``, four processes), 1.00-1.01 at 2 (warm, one); row (a)'s gelu (a
+        transcendental, compute-bound) 0.99-1.01 with them, so it keeps its code. AVX2 and Intel's AVX-512 cores:
+        none (not measured)."""
+        return self.has("avx512f") and not self._intel_avx512()
+
+    @property
     def touches_input_pages_rows_ahead(self) -> int:
         """Rows ahead at which a row loop that prefetches its inputs' next rows (``prefetch.rows_to_prefetch``)
         prefetches (``prefetchnta``) one line of each 4 KiB page of their row (``prefetch.emit_touch_pages_ahead``):
