@@ -12,7 +12,7 @@ from codegen_helpers import run_both
 from test_bf16_rounding import SAPPHIRE_RAPIDS, ZEN4
 from test_bf16_words import _assembly
 from test_pairs import AVX2
-from test_row_pass_bursts import PREFETCH, rmsnorm, var_mean_layernorm
+from test_row_pass_bursts import PREFETCH, no_page_touches, rmsnorm, var_mean_layernorm
 
 from neuroncc.executors.cpu.launcher import build_cpu_executable
 from neuroncc.hardware.host import CpuTarget
@@ -33,6 +33,7 @@ def test_only_zen4_prefetches_the_first_lines_alone():
 def test_zen4_layernorm_prefetches_its_next_rows_first_16_lines_in_one_burst(monkeypatch):
     fn = var_mean_layernorm(64, 1024)
     zen4 = CpuTarget("znver4", ZEN4)
+    no_page_touches(monkeypatch)
     ir_text, asm = _assembly(fn, zen4)
     assert ir_text.count(PREFETCH) == 1 and asm.count("prefetcht0") == 1
     assert "cmpq\t$1024, %" in asm[asm.index("prefetcht0"):]  # (16 lines of 64 bytes)

@@ -15,7 +15,7 @@ from codegen_helpers import run_both
 from test_bf16_rounding import SAPPHIRE_RAPIDS, ZEN4
 from test_bf16_words import _assembly
 from test_pairs import AVX2
-from test_row_pass_bursts import PREFETCH, var_mean_layernorm
+from test_row_pass_bursts import PREFETCH, no_page_touches, var_mean_layernorm
 
 from neuroncc.codegen.llvm import shifted_moments
 from neuroncc.driver.compile import compile_graph
@@ -84,6 +84,7 @@ def test_layernorm_on_zen4_reads_its_row_in_two_passes_not_three(monkeypatch):
     fn = var_mean_layernorm(64, 1024)
     zen4 = CpuTarget("znver4", ZEN4)
     _one_pass(monkeypatch, True)
+    no_page_touches(monkeypatch)
     # (all the next row's lines: Zen 4's first lines alone are test_one_pass_row_prefetch_lines.py's)
     monkeypatch.setattr(CpuTarget, "one_pass_row_prefetch_lines", property(lambda self: 0))
     on, asm = _assembly(fn, zen4)

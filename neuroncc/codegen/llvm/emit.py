@@ -42,7 +42,8 @@ from neuroncc.codegen.llvm.kernel_plan import (
 from neuroncc.codegen.llvm.online import OnlineMax, online_maxima
 from neuroncc.codegen.llvm.pairs import Pair, pair_ordered_rows
 from neuroncc.codegen.llvm.prefetch import carrier_stage, emit_prefetch_next_row, next_row, rows_to_prefetch
-from neuroncc.codegen.llvm.prefetch import row_lines, rows_written_by_carried_pass, this_row
+from neuroncc.codegen.llvm.prefetch import emit_touch_pages_ahead, row_lines, rows_written_by_carried_pass
+from neuroncc.codegen.llvm.prefetch import streamed_map_inputs, this_row, touches_one_pass
 from neuroncc.codegen.llvm.scalars import F64, I1, I64, PTR, VOID, round_parity_by_or, round_to
 from neuroncc.codegen.llvm.shifted_moments import takes_one_pass
 from neuroncc.codegen.llvm.dot_sums import takes_dot_variance
@@ -291,6 +292,12 @@ class KernelEmitter(IndexArithmetic, BufferAccess, MapStages):
         depth = len(phase.outer)
         means = shared_means(phase.stages)
         maxima = online_maxima(self.plan, phase)
+        if self._prefetched and not maxima:  # (passes over rows that come from memory; not the online max: unmeasured)
+            emit_touch_pages_ahead(self, phase, outer[:depth], self._prefetched)
+        elif self.target.touches_one_pass_rows and touches_one_pass(self, phase):  # (x*w+b's rows)
+            emit_touch_pages_ahead(self, phase, outer[:depth], tuple(
+                layout for layout in streamed_map_inputs(self.plan, phase.stages[0])
+                if layout.is_contiguous and layout.shape[:depth] == phase.outer))
         if self._carrier is not None and self._carrier not in maxima:  # (an online sum prefetches for itself)
             into_l2 = self.target.prefetches_the_next_row_into_l2_in_the_exp_pass  # (float32 rows: prefetcht2)
             rows = ROWS_AHEAD if self._next_max is not None else 1  # (its loads find the next row in L2)

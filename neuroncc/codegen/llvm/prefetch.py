@@ -35,6 +35,10 @@ as they are evicted, while the later rows compute (softmax [4096, 1024] float32,
 and 20-24% at 2 than with non-temporal stores; prefetchw before non-temporal stores: 14-53% slower;
 docs/performance-history.md, session 11).
 
+On Zen 4 a row loop also prefetches one line of each 4 KiB page of its inputs' rows 8 rows ahead and of its streamed
+outputs' rows 2 rows ahead (:func:`emit_touch_pages_ahead`): in a KVM guest on 4 KiB pages each row is a TLB miss
+each way, a nested page walk, and taken early it no longer holds the row's prefetches and stores (session 40).
+
 :func:`rows_to_prefetch`, :func:`carrier_stage` and :func:`rows_written_by_carried_pass` are the decision (which
 inputs and outputs of a phase, which stage's loop carries them, from its plan), :func:`emit_prefetch_next_row`,
 :func:`spread_loop`, :func:`next_row` and :func:`this_row` its code.
@@ -53,12 +57,15 @@ from neuroncc.codegen.llvm.elementwise import ELEMENTWISE
 from neuroncc.codegen.llvm.kernel_plan import Computed, KernelPlan, MapStage, ReduceStage, RowLoop, Stage
 from neuroncc.codegen.llvm.reductions import COMBINERS
 from neuroncc.codegen.llvm.scalars import I32, I64, I8, PTR, VOID, storage_itemsize, storage_type
+from neuroncc.codegen.llvm.streams import streams
 from neuroncc.codegen.llvm.views import Layout
 from neuroncc.hardware.host import CACHE_LINE_BYTES
 from neuroncc.hardware.loop_choices import MEMORY_BURST_LINES
 from neuroncc.ir.graph import Value
 from neuroncc.ir.opdef import Trait
 
+#: The pages whose translations :func:`emit_touch_pages_ahead` fetches ahead.
+SMALL_PAGE_BYTES = 4096
 #: Rows of at most this many bytes (per input) are prefetched: with the row in use, half of L1.
 ROW_MAX_BYTES = 1 << 14
 
@@ -188,6 +195,41 @@ def emit_prefetch_next_row(em: EmitContext, layout: Layout, outer: Index, part: 
         em.b.call(prefetch, [address, ir.Constant(I32, 0), ir.Constant(I32, 3), ir.Constant(I32, 1)])
 
     em.loop(lines.start, lines.stop, line)
+
+
+def touches_one_pass(em: EmitContext, phase: RowLoop) -> bool:
+    """Whether a row loop of one pass takes :func:`emit_touch_pages_ahead`'s touches of its map stage's rows: a
+    streamed output (a memory-bound stage), no transcendental per element (compute-bound: row (a)'s gelu measured
+    even)."""
+    stage = phase.stages[0]
+    return len(phase.stages) == 1 and isinstance(stage, MapStage) and len(phase.outer) > 0 \
+        and not _computes_transcendental(em.plan, stage) and any(streams(em, target, 0) for _, target in stage.items)
+
+
+def emit_touch_pages_ahead(em: EmitContext, phase: RowLoop, outer: Index, inputs: Sequence[Layout]) -> None:
+    """One prefetch (non-temporal hint) of each 4 KiB page of the row ``CpuTarget.touches_input_pages_rows_ahead``
+    rows after the row at ``outer`` of each of ``inputs`` (the rows the loop prefetches), and of the row
+    ``CpuTarget.touches_streamed_output_rows_ahead`` rows after it of the phase's streamed (non-temporal) outputs:
+    the page's translation is then in the TLB before the row's own prefetches and stores reach it (a row a 4 KiB
+    page: a page walk a row each way). A line read ahead per page. Prefetches do not fault, so rows past a buffer's
+    end are harmless."""
+    depth = len(outer)
+    inputs_ahead, outputs_ahead = em.target.touches_input_pages_rows_ahead, em.target.touches_streamed_output_rows_ahead
+    outputs = {target.arg: target for stage in phase.stages if isinstance(stage, MapStage) and outputs_ahead
+               for _, target in stage.items if streams(em, target, 0) and target.shape[:depth] == phase.outer}
+    touched = [(layout, inputs_ahead) for layout in inputs if inputs_ahead] + \
+        [(layout, outputs_ahead) for layout in outputs.values()]
+    touched = [(layout, rows_ahead) for layout, rows_ahead in touched if depth and  # (rows, not whole buffers)
+               math.prod(layout.shape[depth:]) * storage_itemsize(layout.dtype) <= ROW_MAX_BYTES]
+    if touched:
+        prefetch = _prefetch_intrinsic(em.b.module)
+        for layout, rows_ahead in touched:
+            row_bytes = math.prod(layout.shape[depth:]) * storage_itemsize(layout.dtype)
+            start: Any = em.address(layout, list(outer) + [0] * (len(layout.shape) - depth))
+            ahead = em.b.gep(start, [ir.Constant(I64, row_bytes * rows_ahead)], source_etype=I8, inbounds=False)
+            for page in range(0, row_bytes, SMALL_PAGE_BYTES):
+                address = em.b.gep(ahead, [ir.Constant(I64, page)], source_etype=I8, inbounds=False)
+                em.b.call(prefetch, [address, ir.Constant(I32, 0), ir.Constant(I32, 0), ir.Constant(I32, 1)])
 
 
 def spread_loop(em: EmitContext, lo: Any, hi: Any, body: Callable[[Any], None], ahead: Sequence[Ahead],

@@ -364,6 +364,45 @@ class RowLoopChoices(ChoiceBase):
         return 16 if self.has("avx512f") and not self._intel_avx512() else 0
 
     @property
+    def touches_streamed_output_rows_ahead(self) -> int:
+        """Rows ahead at which a row loop prefetches (``prefetchnta``) one line of each 4 KiB page of its streamed
+        (non-temporal) outputs' row (``prefetch.emit_touch_pages_ahead``), so that the page's translation is in the
+        TLB when the row's stores reach it; 0: none. Zen 4 (AVX-512 without FP16), with
+        :attr:`touches_input_pages_rows_ahead`, session 40 stream40: a KVM guest on 4 KiB pages (the benchmarks'
+        inputs and held outputs; each TLB miss a nested walk) where a standalone C loop of the kernel's shape ran
+        0.54-0.67 of its time with both buffers on 2 MiB pages, and 0.63-0.68 of it on 4 KiB pages with the two
+        page touches; ``bench_bf16_words.py --switch touch-pages --cold``, 1 thread, both touches against none,
+        six processes: softmax [4096, 1024] 0.78-0.96, LayerNorm [8192, 1024] 0.63-0.90, RMSNorm 0.78-0.98 (1.07-1.09
+        in one); bf16 softmax 0.78-0.94, bf16 LayerNorm 0.84-0.92 (1.02-1.03 in one of four); warm at 2 threads
+        0.98-1.03 (RMSNorm 0.79 in one of three), bf16 0.93-0.97 (one). The output's touch alone (``--switch
+        touch-output``): softmax 0.93-1.03 and LayerNorm 0.87-1.09 (six processes), RMSNorm 0.89-0.97 (four); 1, 4
+        and 8 rows ahead the same within the noise. AVX2 and Intel's AVX-512 cores: none (not measured)."""
+        return 2 if self.has("avx512f") and not self._intel_avx512() else 0
+
+    @property
+    def touches_one_pass_rows(self) -> bool:
+        """Whether a row loop of one memory-bound pass (one map stage, no transcendental per element, its output
+        streamed: x*w+b) takes the touches of :attr:`touches_input_pages_rows_ahead` and
+        :attr:`touches_streamed_output_rows_ahead` too (``prefetch.touches_one_pass``). Zen 4 (AVX-512 without
+        FP16), session 40 stream40, ``bench_bf16_words.py --switch touch-one-pass``: x*w+b [8192, 1024] 0.74-0.79 of
+        the time at 1 thread (``--cold``, four processes), 1.00-1.01 at 2 (warm, one); row (a)'s gelu (a
+        transcendental, compute-bound) 0.99-1.01 with them, so it keeps its code. AVX2 and Intel's AVX-512 cores:
+        none (not measured)."""
+        return self.has("avx512f") and not self._intel_avx512()
+
+    @property
+    def touches_input_pages_rows_ahead(self) -> int:
+        """Rows ahead at which a row loop that prefetches its inputs' next rows (``prefetch.rows_to_prefetch``)
+        prefetches (``prefetchnta``) one line of each 4 KiB page of their row (``prefetch.emit_touch_pages_ahead``):
+        the page's translation is then in the TLB when the next rows' own prefetches (one or two rows ahead) reach
+        it; 0: none. Zen 4 (AVX-512 without FP16), session 40 stream40: the standalone loop with its output on 2 MiB
+        pages and its input on 4 KiB ones ran 0.72-0.84 of its time with the input touched 4, 8 or 16 rows ahead (all
+        the same); in the kernels with the output's touch (:attr:`touches_streamed_output_rows_ahead`) on both ways
+        (``bench_bf16_words.py --switch touch-input --cold``, 1 thread, two processes): softmax 0.97-1.00, LayerNorm
+        0.87-0.98, RMSNorm 0.89-1.00. AVX2 and Intel's AVX-512 cores: none (not measured)."""
+        return 8 if self.has("avx512f") and not self._intel_avx512() else 0
+
+    @property
     def sums_paired_row_caches_apart(self) -> bool:
         """Whether a float sum of row-cached terms computed by a loop over bf16 element pairs (bf16 softmax's
         exp(x - max)) adds them in a loop of its own, as float32 loops do with fewer than
