@@ -376,7 +376,11 @@ class RowLoopChoices(ChoiceBase):
         in one); bf16 softmax 0.78-0.94, bf16 LayerNorm 0.84-0.92 (1.02-1.03 in one of four); warm at 2 threads
         0.98-1.03 (RMSNorm 0.79 in one of three), bf16 0.93-0.97 (one). The output's touch alone (``--switch
         touch-output``): softmax 0.93-1.03 and LayerNorm 0.87-1.09 (six processes), RMSNorm 0.89-0.97 (four); 1, 4
-        and 8 rows ahead the same within the noise. AVX2 and Intel's AVX-512 cores: none (not measured)."""
+        and 8 rows ahead the same within the noise. Re-measured on the merged tree (the lead, both touches, ``--cold``,
+        1 thread, one process each): softmax 0.69-0.96 and LayerNorm 0.73-0.98 (two), bf16 LayerNorm with
+        :attr:`takes_bf16_variance_by_dot_products` 0.76-0.88 (one); RMSNorm 1.00-1.10x in three processes in the
+        host's fast mode (its kernel 1.8-2.6 ms) and 0.76-0.89 in three in its slow mode (3.3-3.6 ms): kept, the
+        walks cost most where the host is slow. AVX2 and Intel's AVX-512 cores: none (not measured)."""
         return 2 if self.has("avx512f") and not self._intel_avx512() else 0
 
     @property
