@@ -14,12 +14,12 @@ import pytest
 from codegen_helpers import aligned_kernel_code, assert_matches, special_floats
 from test_bf16_rounding import SAPPHIRE_RAPIDS, ZEN4
 from test_bf16_words import _assembly
-from test_pairs import _NAN_PATTERNS, AVX2, _bf16, _bits, from_bits, layernorm_graph, to_bits
+from test_pairs import _NAN_PATTERNS, AVX2, from_bits, layernorm_graph, to_bits
 
 from neuroncc.codegen.llvm.regions import fuse_whole_function
 from neuroncc.executors.cpu.launcher import build_cpu_executable
 from neuroncc.hardware.host import CpuTarget, host_cpu
-from neuroncc.ir import Builder, DType, TensorType, interpret
+from neuroncc.ir import DType, interpret
 
 PROPERTY = "takes_bf16_variance_by_dot_products"
 SQUARES = r"vdpbf16ps\s+(%zmm\d+), \1, %zmm\d+"
@@ -106,27 +106,13 @@ def test_results_match_the_interpreter_and_the_deviation_pass_rows_keep_their_bi
         np.testing.assert_array_equal(got[True][row], got[False][row], err_msg=f"row {row}")
 
 
-def _layernorm_and_variance(rows: int, cols: int):
-    """``layernorm_graph`` with its float32 variance a second output."""
-    b = Builder("layernorm_variance")
-    x = b.param(TensorType((rows, cols), DType.i16), "x")
-    w = b.param(TensorType((cols,), DType.i16), "w")
-    bias = b.param(TensorType((cols,), DType.i16), "b")
-    xf = _bf16(b, x)
-    var = b.op("var", xf, dims=(1,), keepdim=True, correction=0.0)
-    mean = b.op("mean", xf, dims=(1,), keepdim=True)
-    rstd = b.op("rsqrt", b.op("add", var, b.op("full", shape=(), dtype=DType.f32, value=1e-5)))
-    y = b.op("add", b.op("mul", b.op("mul", b.op("sub", xf, mean), rstd), _bf16(b, w)), _bf16(b, bias))
-    return b.build([_bits(b, y), var])
-
-
 @needs_host
 @pytest.mark.parametrize("shift", [0.0, 0.4])
 def test_the_variance_is_as_close_to_float64s_as_the_deviation_pass(rng, monkeypatch, shift):
     rows, cols = 2048, 1024
-    fn = fuse_whole_function(_layernorm_and_variance(rows, cols))
+    fn = fuse_whole_function(layernorm_graph(rows, cols, variance_output=True))
     zen4 = CpuTarget("znver4", ZEN4)
-    assert len(re.findall(SQUARES, _assembly(_layernorm_and_variance(64, cols), zen4)[1])) == 16
+    assert len(re.findall(SQUARES, _assembly(layernorm_graph(64, cols, variance_output=True), zen4)[1])) == 16
     x = to_bits((rng.standard_normal((rows, cols)) + shift).astype(np.float32))
     w, bias = (to_bits(rng.standard_normal(cols).astype(np.float32)) for _ in range(2))
     xf = from_bits(x).astype(np.float64)

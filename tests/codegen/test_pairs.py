@@ -51,8 +51,9 @@ def affine_graph(rows: int, cols: int, start: int = 0) -> Function:
     return b.build([_bits(b, y)])
 
 
-def layernorm_graph(rows: int, cols: int) -> Function:
-    """F.layer_norm on bf16 tensors as AOTAutograd hands it to neuroncc's importer (bf16 bits in and out)."""
+def layernorm_graph(rows: int, cols: int, variance_output: bool = False) -> Function:
+    """F.layer_norm on bf16 tensors as AOTAutograd hands it to neuroncc's importer (bf16 bits in and out); with
+    ``variance_output``, its float32 variance a second output."""
     b = Builder("layernorm_bits")
     x = b.param(TensorType((rows, cols), DType.i16), "x")
     w = b.param(TensorType((cols,), DType.i16), "w")
@@ -62,7 +63,7 @@ def layernorm_graph(rows: int, cols: int) -> Function:
     mean = b.op("mean", xf, dims=(1,), keepdim=True)
     rstd = b.op("rsqrt", b.op("add", var, b.op("full", shape=(), dtype=DType.f32, value=1e-5)))
     y = b.op("add", b.op("mul", b.op("mul", b.op("sub", xf, mean), rstd), _bf16(b, w)), _bf16(b, bias))
-    return b.build([_bits(b, y)])
+    return b.build([_bits(b, y), var] if variance_output else [_bits(b, y)])
 
 
 @pytest.mark.parametrize(("cols", "start"), [(1024, 0), (2, 0), (1023, 0), (1024, 1), (96, 3)])

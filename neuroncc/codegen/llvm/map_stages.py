@@ -209,11 +209,22 @@ class MapStages:
         return len(self._stage_polynomials(stage, within_polynomials=True))
 
     def _stage_polynomials(self, stage: MapStage, within_polynomials: bool) -> list[Value]:
-        """The math library polynomial values ``stage`` evaluates at its own shape, depth first in the order its loop
-        generates them (the first operand's subtree first, as ``value_at`` does), each once; computed elementwise
-        values only (loaded and row-cached ones are not evaluated). ``within_polynomials``: also those among a
-        polynomial's operands (else a polynomial's operands are not searched)."""
-        found: list[Value] = []
+        """The math library polynomial values ``stage`` evaluates at its own shape, in :meth:`_computed_values`' order.
+        ``within_polynomials``: also those among a polynomial's operands (else a polynomial's operands are not
+        searched)."""
+        def polynomial(value: Value, access: Computed) -> bool:
+            return evaluated_polynomial(self, access.op) is not None and value.type.shape == stage.shape
+
+        return [value for value, access in self._computed_values(
+            stage, lambda value, access: within_polynomials or not polynomial(value, access))
+            if polynomial(value, access)]
+
+    def _computed_values(self, stage: Stage,
+                         descend: Callable[[Value, Computed], bool]) -> list[tuple[Value, Computed]]:
+        """The computed elementwise values of ``stage``'s loop, depth first in the order its loop generates them (the
+        first operand's subtree first, as ``value_at`` does), each once; loaded and row-cached values (not evaluated
+        there) are not visited, nor the operands of a value for which ``descend(value, access)`` is false."""
+        found: list[tuple[Value, Computed]] = []
         seen: set[Value] = set()
         pending = [value for value, _ in reversed(stage.items)]
         while pending:
@@ -223,11 +234,9 @@ class MapStages:
                     self._loads_row_cache(value):
                 continue
             seen.add(value)
-            if evaluated_polynomial(self, access.op) is not None and value.type.shape == stage.shape:
-                found.append(value)
-                if not within_polynomials:
-                    continue
-            pending += reversed(access.op.operands)
+            found.append((value, access))
+            if descend(value, access):
+                pending += reversed(access.op.operands)
         return found
 
     def _function_pieces(self, stage: MapStage, ranges: list[tuple[Any, Any]], lines: int) -> None:
@@ -402,23 +411,13 @@ class MapStages:
         if not (self.narrow_tables and self.target.packs_computed_bf16_table_operands and lanes) or \
                 pairs <= lanes or not isinstance(stage, MapStage):
             return []
-        found: list[Op] = []
-        seen: set[Value] = set()
-        pending = [value for value, _ in reversed(stage.items)]
-        while pending:
-            value = pending.pop()
-            access = self.plan.access.get(value)
-            if value in seen or not isinstance(access, Computed) or access.op.name not in ELEMENTWISE or \
-                    self._loads_row_cache(value):
-                continue
-            seen.add(value)
-            op = access.op
+        def packed(value: Value, op: Op) -> bool:
             operand = self.plan.access.get(op.operands[0]) if op.operands else None
-            if table_function(self, op) is not None and value.type.shape == stage.shape and \
-                    isinstance(operand, Computed) and operand.op.name not in EXACT:
-                found.append(op)
-            pending += reversed(op.operands)
-        return found
+            return table_function(self, op) is not None and value.type.shape == stage.shape and \
+                isinstance(operand, Computed) and operand.op.name not in EXACT
+
+        return [access.op for value, access in self._computed_values(stage, lambda value, access: True)
+                if packed(value, access.op)]
 
     def _pipelined_pairs(self, lo: Any, pairs: int, pair: Callable[[Any], None], ops: list[Op],
                          prefix: Index) -> None:
