@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import roofline  # noqa: E402  (its environment, its compiled-graph record, its kernel alone)
 import torch  # noqa: E402
 
-from call_items import StampedCall, stamped_direct  # noqa: E402
+from call_items import StampedCall, compiled_graph_global, dynamo_part_alone, stamped_direct  # noqa: E402
 from kernel_cases import cases, in_graph_order, settled_calls  # noqa: E402
 
 
@@ -100,24 +100,13 @@ def dynamo_alone(case, compiled, graph, stamped, order: list[torch.Tensor], ring
     """The row's ``torch.compile`` call with the compiled graph TorchDynamo's bytecode calls replaced by
     ``disable(f)``, ``f`` the stamped kernel into the ring's storage returning a held list: TorchDynamo's entry,
     guards, bytecode, wrapper and exit, nothing of neuroncc's (call_items.py's "TorchDynamo's part alone")."""
-    names = case.eager.__globals__
-    name = next(n for n, value in names.items() if n.startswith("__compiled_fn")
-                and getattr(getattr(value, "__wrapped__", None), "__closure__", None)
-                and any(cell.cell_contents is graph for cell in value.__wrapped__.__closure__))
-    built, held = names[name], [torch.empty(0)]
+    names, name = compiled_graph_global(case, graph)
+    held = [torch.empty(0)]
     addresses = [order[position].data_ptr() for position, *_ in stamped.inputs]
     check.zero_()
     stamped.run(addresses, [check.data_ptr()])
     torch.testing.assert_close(check, expected, rtol=case.tolerance[0], atol=case.tolerance[1])
-    floor = torch._dynamo.disable(lambda *args: stamped.run(addresses, [ring]) or held)
-
-    def call():
-        names[name] = floor
-        try:
-            return compiled()
-        finally:
-            names[name] = built
-    return call
+    return dynamo_part_alone(compiled, names, name, lambda *args: stamped.run(addresses, [ring]) or held)
 
 
 def measure(case, threads: int, repeats: int) -> None:

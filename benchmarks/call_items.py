@@ -105,6 +105,30 @@ class _Passes:
         return True
 
 
+def compiled_graph_global(case, graph) -> tuple[dict, str]:
+    """The globals of ``case``'s eager function and the name under which TorchDynamo's bytecode calls the backend's
+    compiled ``graph`` (a ``__compiled_fn`` global whose wrapped closure holds it)."""
+    names = case.eager.__globals__
+    return names, next(n for n, value in names.items() if n.startswith("__compiled_fn")
+                       and getattr(getattr(value, "__wrapped__", None), "__closure__", None)
+                       and any(cell.cell_contents is graph for cell in value.__wrapped__.__closure__))
+
+
+def dynamo_part_alone(compiled, names: dict, name: str, stand_in):
+    """``compiled`` (the ``torch.compile`` call) with the global ``name`` TorchDynamo's bytecode calls replaced, for
+    the call, by ``disable(stand_in)``: TorchDynamo's entry, guards, bytecode, wrapper and exit around ``stand_in``
+    alone, nothing of the backend's."""
+    built, floor = names[name], torch._dynamo.disable(stand_in)
+
+    def call():
+        names[name] = floor
+        try:
+            return compiled()
+        finally:
+            names[name] = built
+    return call
+
+
 def items(made: list, rows: list[str], threads: int, repeats: int = 301) -> None:
     import numpy as np
 
@@ -119,11 +143,8 @@ def items(made: list, rows: list[str], threads: int, repeats: int = 301) -> None
         calls = settled_calls(case, inputs, threads, graphs=False)
         graph = made[first:][-1]
         compiled = calls["neuroncc"]
-        names = case.eager.__globals__
-        name = next(n for n, value in names.items() if n.startswith("__compiled_fn")
-                    and getattr(getattr(value, "__wrapped__", None), "__closure__", None)
-                    and any(cell.cell_contents is graph for cell in value.__wrapped__.__closure__))
-        built_global, built_fast = names[name], graph._fast
+        names, name = compiled_graph_global(case, graph)
+        built_fast = graph._fast
         if built_fast is None or built_fast is not graph.direct.outputs_call:
             print(f"{case.title}: not called by the one-frame call; skipped")
             continue
@@ -164,15 +185,7 @@ def items(made: list, rows: list[str], threads: int, repeats: int = 301) -> None
             built.run(addresses, [shared.address])
             return held
 
-        floor = torch._dynamo.disable(dynamo_only)
-
-        def dynamo_part():
-            names[name] = floor
-            try:
-                return compiled()
-            finally:
-                names[name] = built_global
-
+        dynamo_part = dynamo_part_alone(compiled, names, name, dynamo_only)
         impls = {
             "kernel alone (stamped)": lambda: built.run(addresses, [shared.address]),
             "torch.compile call as built": through(built.outputs_call),

@@ -74,6 +74,22 @@ def _rows(rng, rows: int, cols: int) -> np.ndarray:
     return bits
 
 
+def layernorm_on_and_off(monkeypatch, switch, fn, inputs: list[np.ndarray], threads: int) -> dict[bool, np.ndarray]:
+    """bf16 LayerNorm ``fn``'s output bits built with a property on and off (``switch(monkeypatch, on)``), the "on"
+    build's checked against the interpreter: within bf16's tolerance, NaN where the interpreter's is (the inputs hold
+    one NaN a row: the payload every result of the row takes) with its bits."""
+    got = {}
+    for on in (True, False):
+        switch(monkeypatch, on)
+        got[on] = build_cpu_executable(fuse_whole_function(fn), {"threads": threads})(*inputs)[0]
+    want = interpret(fn, inputs)[0]
+    assert_matches(from_bits(got[True]), from_bits(want), DType.bf16, "layernorm")
+    nan = np.isnan(from_bits(want))
+    assert nan.any() and np.isnan(from_bits(got[True])[nan]).all()
+    np.testing.assert_array_equal(got[True][nan], want[nan])
+    return got
+
+
 @pytest.mark.skipif(not host_cpu().sums_bf16_rows_by_dot_products, reason="the host does not take it")
 @pytest.mark.parametrize(("cols", "threads"), [(1024, 2), (768, 1), (256 + 64 + 6, 1), (256, 2)])
 def test_dot_summed_means_match_the_interpreter(rng, monkeypatch, cols, threads):
@@ -82,15 +98,7 @@ def test_dot_summed_means_match_the_interpreter(rng, monkeypatch, cols, threads)
     inputs = [_rows(rng, rows, cols)] + [to_bits((rng.standard_normal(cols) * 2).astype(np.float32))
                                           for _ in range(2)]
     inputs[2][:cols // 2] = 0  # (a bias of zeros: a denormal row's outputs are its deviations scaled, not the bias)
-    got = {}
-    for on in (True, False):
-        _switch(monkeypatch, on)
-        got[on] = build_cpu_executable(fuse_whole_function(fn), {"threads": threads})(*inputs)[0]
-    want = interpret(fn, inputs)[0]
-    assert_matches(from_bits(got[True]), from_bits(want), DType.bf16, "layernorm")
-    nan = np.isnan(from_bits(want))  # (one NaN a row: the payload every result of the row takes)
-    assert nan.any() and np.isnan(from_bits(got[True])[nan]).all()
-    np.testing.assert_array_equal(got[True][nan], want[nan])
+    got = layernorm_on_and_off(monkeypatch, _switch, fn, inputs, threads)
     # rows holding a zero, denormal or tiny word sum in the pair loop: the same bits as without the property (a
     # denormal row's outputs are its deviations scaled, which the tolerance above cannot tell from a flushed mean's)
     for row in (0, 1, 2, 3, 7, 8, 9, 10):

@@ -11,15 +11,15 @@ import re
 
 import numpy as np
 import pytest
-from codegen_helpers import aligned_kernel_code, assert_matches, special_floats
+from codegen_helpers import aligned_kernel_code, special_floats
 from test_bf16_rounding import SAPPHIRE_RAPIDS, ZEN4
 from test_bf16_words import _assembly
+from test_dot_sums import layernorm_on_and_off
 from test_pairs import _NAN_PATTERNS, AVX2, from_bits, layernorm_graph, to_bits
 
 from neuroncc.codegen.llvm.regions import fuse_whole_function
 from neuroncc.executors.cpu.launcher import build_cpu_executable
 from neuroncc.hardware.host import CpuTarget, host_cpu
-from neuroncc.ir import DType, interpret
 
 PROPERTY = "takes_bf16_variance_by_dot_products"
 SQUARES = r"vdpbf16ps\s+(%zmm\d+), \1, %zmm\d+"
@@ -93,15 +93,7 @@ def test_results_match_the_interpreter_and_the_deviation_pass_rows_keep_their_bi
     fn = layernorm_graph(rows, cols)
     inputs = [_rows(rng, rows, cols)] + [to_bits((rng.standard_normal(cols) * 2).astype(np.float32))
                                           for _ in range(2)]
-    got = {}
-    for on in (True, False):
-        _switch(monkeypatch, on)
-        got[on] = build_cpu_executable(fuse_whole_function(fn), {"threads": threads})(*inputs)[0]
-    want = interpret(fn, inputs)[0]
-    assert_matches(from_bits(got[True]), from_bits(want), DType.bf16, "layernorm")
-    nan = np.isnan(from_bits(want))
-    assert nan.any() and np.isnan(from_bits(got[True])[nan]).all()
-    np.testing.assert_array_equal(got[True][nan], want[nan])
+    got = layernorm_on_and_off(monkeypatch, _switch, fn, inputs, threads)
     for row in DEVIATION_PASS_ROWS:
         np.testing.assert_array_equal(got[True][row], got[False][row], err_msg=f"row {row}")
 
