@@ -211,8 +211,8 @@ class Bf16Choices(ChoiceBase):
         non-temporal stores where x sits a little past the output modulo 4 KiB (4K aliasing); the copy gained at every
         placement measured. The same bits. Zen 4 (session 41 bfln41, ``bench_bf16_words.py --switch word-copies``, two
         builds each, interleaved medians of 41 rounds): bf16 LayerNorm [8192, 1024]'s kernel with its input from
-        memory (``--cold``) 0.89-0.93 of the time at 1 thread (three processes; rows 3 ahead: 0.90-0.95 in six), even
-        with the input in the L3 at 2 threads (0.97-1.02, three), 0.99-1.06 at 1 (one; 3 ahead 1.00-1.11 in three:
+        memory (``--cold``) 0.89-0.93 of the time at 1 thread (four processes; rows 3 ahead: 0.90-0.95 in six), even
+        with the input in the L3 at 2 threads (0.97-1.02, four), 0.99-1.06 at 1 (one; 3 ahead 1.00-1.11 in three:
         the store per 32 words); on held buffers from memory at 2 threads (the team's wall clock) 0.84-0.98. The
         gain is the write loop's reads of the copy (the stores alone: 0.98-1.01). AVX2 and Intel's AVX-512 cores keep
         their code."""
