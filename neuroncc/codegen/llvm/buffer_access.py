@@ -14,6 +14,7 @@ from neuroncc.codegen.llvm.context import Index
 from neuroncc.codegen.llvm.pairs import WORD_ALIGN, half_of, halfwords, word_of
 from neuroncc.codegen.llvm.scalars import I16, I32, I64, constant, load, storage_type, store
 from neuroncc.codegen.llvm.views import Layout
+from neuroncc.codegen.llvm.word_copies import copy_row
 
 
 class BufferAccess:
@@ -51,9 +52,18 @@ class BufferAccess:
             assert self._pair is not None
             even = list(idx[:-1]) + [self._pair.even]
             word = self.memoized(("pair", layout.arg, self.form(self._offset(layout, even))),
-                                 lambda: self.b.load(self.address(layout, even), typ=I32, align=WORD_ALIGN))
+                                 lambda: self.b.load(self._word_address(layout, even), typ=I32, align=WORD_ALIGN))
             return half_of(self.b, word, half)
         return load(self.b, self.address(layout, idx), layout.dtype)
+
+    def _word_address(self, layout: Layout, even: Index) -> ir.Value:
+        """Where a pair's word is read: its row's copy where the stage reads one (``word_copies.py``), else its
+        buffer."""
+        copies = self._word_copies
+        if copies is None or layout != copies.words or self._stage_number != copies.reader:
+            return self.address(layout, even)
+        row = copy_row(self, copies, self._offset(layout, [*even[:-1], 0]))
+        return self.b.gep(row, [self.ir_index(even[-1])], source_etype=I16, inbounds=True)
 
     def store(self, layout: Layout, idx: Index, value: ir.Value) -> ir.Instruction | None:
         half = self._pair_half(layout, idx)

@@ -124,6 +124,11 @@ class EmitContext(Protocol):
         (``CpuTarget.takes_bf16_variance_by_dot_products``, ``dot_sums.dot_variance``); None elsewhere."""
         ...
 
+    def word_copies(self, words: Any) -> Any:
+        """The stack rows into which the mean pass that sums ``words`` (a Layout) by dot products copies them for the
+        write pass (``word_copies.WordCopies``, ``CpuTarget.copies_bf16_rows_for_the_write_pass``); None elsewhere."""
+        ...
+
     def next_pass(self) -> None:
         """The current stage's second pass over its row starts (a variance's deviations, after its own mean pass):
         the next row's prefetches due before it (``prefetch.row_bursts``)."""

@@ -35,6 +35,7 @@ from neuroncc.codegen.llvm.pairs import WORD_ALIGN, halfwords, pairs_halfwords
 from neuroncc.codegen.llvm.reductions import REASSOC
 from neuroncc.codegen.llvm.scalars import F32, F64, I16, I64, call
 from neuroncc.codegen.llvm.views import Layout
+from neuroncc.codegen.llvm.word_copies import copy_row
 
 #: bf16 words a vector (a ``vdpbf16ps`` of 512 bits), and accumulators: the instruction's latency (6 cycles on Zen 4)
 #: at one a cycle
@@ -104,6 +105,9 @@ def dot_summed(em: Any, reducer: Any, full: list[Any], lo: Any, hi: Any, partial
     start = list(full)
     start[reducer.reduced[-1]] = lo
     base = em.address(words, start)
+    # (the row's words stored for its write pass too: ``word_copies.py``)
+    copies = em.word_copies(words) if squared else None
+    copy = None if copies is None else copy_row(em, copies, em._offset(words, start))
     ones = b.bitcast(ir.Constant(_HALVES, [ONE] * WORDS), ir.VectorType(_BFloat(), WORDS))
     high = ir.Constant(_HALVES, [EXPONENT_HIGH] * WORDS)
     entry = b.block
@@ -118,6 +122,9 @@ def dot_summed(em: Any, reducer: Any, full: list[Any], lo: Any, hi: Any, partial
     for k, acc in enumerate(accs):
         offset = b.add(b.mul(block, ir.Constant(I64, BLOCK)), ir.Constant(I64, k * WORDS))
         vector = b.load(b.gep(base, [offset], source_etype=I16, inbounds=True), typ=_HALVES, align=WORD_ALIGN)
+        if copy is not None:
+            b.store(vector, b.bitcast(b.gep(copy, [offset], source_etype=I16, inbounds=True), _HALVES.as_pointer()),
+                    align=WORD_ALIGN)
         bf16 = b.bitcast(vector, ir.VectorType(_BFloat(), WORDS))
         new_accs.append(call(b, "llvm.x86.avx512bf16.dpbf16ps.512", [acc, bf16, ones], _FLOATS))
         if squared:

@@ -21,6 +21,9 @@ EARLY_MEAN_PREFETCH_ROWS = 2
 #: row's passes take less time, so the rows prefetched 2 ahead had not arrived (session 40 bfln40: 3 ahead 0.91-0.97
 #: of 2's time at 1 thread).
 DOT_VARIANCE_PREFETCH_ROWS = 3
+#: The same where its mean pass also copies the row's words for the write pass (``word_copies.py``): its write pass
+#: no longer reads the input row, and 2 rows ahead measured 0.91-1.00 of 3's time (session 41 bfln41, 1 thread).
+WORD_COPY_PREFETCH_ROWS = 2
 
 
 def mean_a_row_early(em: Any, phase: RowLoop, by_dots: bool = False) -> tuple[int, SharedMean] | None:
@@ -58,4 +61,6 @@ def prefetch_rows_ahead(em: Any) -> int:
     """Rows ahead of this one whose lines the row loop's bursts prefetch."""
     if em._early_mean is None:
         return 1
-    return EARLY_MEAN_PREFETCH_ROWS if em._squares is None else DOT_VARIANCE_PREFETCH_ROWS
+    if em._squares is None:
+        return EARLY_MEAN_PREFETCH_ROWS
+    return DOT_VARIANCE_PREFETCH_ROWS if em._word_copies is None else WORD_COPY_PREFETCH_ROWS

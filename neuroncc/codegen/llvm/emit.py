@@ -54,6 +54,7 @@ from neuroncc.codegen.llvm.stages import (
 from neuroncc.codegen.llvm.transpose import emit_transposed
 from neuroncc.codegen.llvm.views import Layout
 from neuroncc.codegen.llvm.widening import opaque_constant
+from neuroncc.codegen.llvm.word_copies import WordCopies, copied_words
 from neuroncc.codegen.llvm.refine import deviation_row_cache, widened_row_cache
 from neuroncc.codegen.llvm.poison import poison_entry, poison_row, poisons
 from neuroncc.codegen.llvm.row_buffers import (
@@ -107,6 +108,7 @@ class KernelEmitter(IndexArithmetic, BufferAccess, MapStages):
         self._early_mean: tuple[int, SharedMean] | None = None
         self._squares: tuple[Stage, ir.Value] | None = None  # its mean pass's sum of squares (``variance_squares``)
         self._dot_variance = False  # the phase's variance takes them (``dot_sums.takes_dot_variance``)
+        self._word_copies: WordCopies | None = None  # its words copied for the write pass (``word_copies.py``)
         self._next_burst: Callable[[], None] | None = None  # the current stage's second pass's burst (``next_pass``)
         self._streamed = False  # the current phase wrote non-temporal stores
         self._math_interleave = 0  # a polynomial loop's interleave count where a stage sets its own (map_stages.py)
@@ -175,6 +177,7 @@ class KernelEmitter(IndexArithmetic, BufferAccess, MapStages):
         self._next_max, self.max_ahead = None, None
         self._row_copy_of: dict = {}  # row number's form -> its row copy, where known (``row_buffers.row_slot``)
         self._early_mean, self._opaque, self.multiplies_widening, self._squares = None, {}, False, None
+        self._word_copies = None
         start, end = body_fn.args[n_args], body_fn.args[n_args + 1]
         self._range = (start, end)
         body = self._phase_body(phase)
@@ -281,6 +284,10 @@ class KernelEmitter(IndexArithmetic, BufferAccess, MapStages):
         self._row_cache.update(dict.fromkeys(widened, BEFORE_THE_ROWS))
         self._early_mean = mean_a_row_early(self, phase, by_dots) if delays else None
         self._squares = (phase.stages[0], self.alloca(F64)) if by_dots and self._early_mean is not None else None
+        self._word_copies = copied_words(self, phase, shift)
+
+    def word_copies(self, words: Layout) -> WordCopies | None:
+        return self._word_copies if self._word_copies is not None and self._word_copies.words == words else None
 
     def variance_squares(self, stage: Any) -> ir.Value | None:
         return self._squares[1] if self._squares is not None and self._squares[0] is stage else None

@@ -129,7 +129,7 @@ def _placing(em: Any, row_bytes: int) -> tuple[int, int] | None:
     return period, period // 2 - 2 * CACHE_LINE_BYTES
 
 
-def _stack_row(em: Any, element: ir.Type, length: int, itemsize: int, shift: ir.Value | None) -> ir.Value:
+def stack_row(em: Any, element: ir.Type, length: int, itemsize: int, shift: ir.Value | None) -> ir.Value:
     """A stack buffer of ``length`` elements (``itemsize`` bytes each) starting on an alias period boundary, or
     ``shift`` bytes past one (:func:`write_buffer_shift`: the buffer one period longer)."""
     if shift is None:
@@ -152,7 +152,7 @@ def emit_widened(em: Any, values: tuple[Value, ...], shift: ir.Value | None = No
             buffer = buffers[value] = em._entry.alloca(ir.ArrayType(F32, n))
             buffer.align = CACHE_LINE_BYTES
         else:
-            buffer = buffers[value] = _stack_row(em, F32, n, 4, shift)
+            buffer = buffers[value] = stack_row(em, F32, n, 4, shift)
 
         def pair(k: Any, value: Value = value, buffer: ir.AllocaInstr = buffer, n: int = n) -> None:
             for half in (0, 1):
@@ -177,7 +177,7 @@ def allocate_rows(em: Any, phase: RowLoop, copies: int = 1, shift: ir.Value | No
     for value in phase.row_cache:
         row = max(math.prod(value.type.shape[len(phase.outer):]), 1)
         length = row if copies == 1 else copy_stride(row, _itemsize(value)) * (copies - 1) + row
-        buffers[value] = _stack_row(em, compute_type(value.type.dtype), length, _itemsize(value), shift)
+        buffers[value] = stack_row(em, compute_type(value.type.dtype), length, _itemsize(value), shift)
     return buffers
 
 

@@ -201,6 +201,24 @@ class Bf16Choices(ChoiceBase):
         return self.sums_bf16_rows_by_dot_products and self.means_a_row_early
 
     @property
+    def copies_bf16_rows_for_the_write_pass(self) -> bool:
+        """Whether a variance that takes its squares from its early mean pass
+        (:attr:`takes_bf16_variance_by_dot_products`) has that pass store each vector of the row's words it sums into
+        one of two stack rows (by the row's parity) placed past the output rows as the weight and bias are
+        (:attr:`places_write_buffers_past_the_output`: streamed rows of whole 2 KiB), from which its write pass loads
+        them instead of from the input row, and prefetches its rows 2 ahead instead of 3
+        (``codegen/llvm/word_copies.py``). The write loop's x loads from the input row wait for its queued
+        non-temporal stores where x sits a little past the output modulo 4 KiB (4K aliasing); the copy gained at every
+        placement measured. The same bits. Zen 4 (session 41 bfln41, ``bench_bf16_words.py --switch word-copies``, two
+        builds each, interleaved medians of 41 rounds): bf16 LayerNorm [8192, 1024]'s kernel with its input from
+        memory (``--cold``) 0.89-0.93 of the time at 1 thread (four processes; rows 3 ahead: 0.90-0.95 in six), even
+        with the input in the L3 at 2 threads (0.97-1.02, four), 0.99-1.06 at 1 (one; 3 ahead 1.00-1.11 in three:
+        the store per 32 words); on held buffers from memory at 2 threads (the team's wall clock) 0.84-0.98. The
+        gain is the write loop's reads of the copy (the stores alone: 0.98-1.01). AVX2 and Intel's AVX-512 cores keep
+        their code."""
+        return self.takes_bf16_variance_by_dot_products
+
+    @property
     def bf16_table_loop_lanes(self) -> int:
         """Lanes of a vector iteration of a loop reading bf16 tables (:attr:`looks_up_bf16_unary_math`,
         :attr:`looks_up_bf16_library_math`; ``loop_hints.hint_math_loop``'s ``llvm.loop.vectorize.width``, one
