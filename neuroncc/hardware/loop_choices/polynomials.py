@@ -126,8 +126,8 @@ class PolynomialChoices(ChoiceBase):
         loops' time at 1 thread, 0.94-0.95 at 2 (with gelu's estimate form the pieces lost, 1.08 / 1.16). A proxy on Zen
         4 hardware (session 41 avx41: the AVX2 code compiled for ``NEURONCC_CPU=znver3`` and run on an AVX-512 Zen 4,
         whose 256-bit vectors run at full width on its four FP pipes; not the Zen 3 itself; ``--switch function-pieces``
-        and ``unsplit-pieces --value 4``, 25 rounds, six processes per thread count): the kernel 0.76-0.92 of the split
-        loops' time at 1 thread (0.90-0.92 in the host's fast mode, the larger gains in its slow spells), 0.78-0.93 at
+        and ``unsplit-pieces --value 4``, 25 rounds, 6-8 processes per thread count): the kernel 0.76-0.92 of the split
+        loops' time at 1 thread (0.87-0.92 in the host's fast mode, the larger gains in its slow spells), 0.78-0.93 at
         2; the same bits. 2-line pieces (4 vectors) 1.05-1.08 of 4-line pieces' time at 1 thread, 1.04-1.05 at 2; 8
         lines 1.13 / 1.19; the prefetches alike with or without (0.98-1.04). Intel's AVX2 cores (not measured) take the
         pieces too, rows longer than the split loops' (``map_stages.SPLIT_MATH_MAX``) too (not measured: their one loop
