@@ -5,15 +5,16 @@ where what it does and what it measured are written once) flips one or more ``Cp
 defaults: the ``hardware/loop_choices/`` package), most of them bf16 decisions (word roundings, row caches, tables),
 some float32 ones (``--rows`` names the rows each is meant for). "on" is the host's default; ``--force``: the "on"
 builds with the switch on where the host's default is off; ``--value N``: a number switch's "on" builds with that
-value (``stream-ahead``'s lines ahead; "off" is 0). ``--output-offset N``: each build called on its inputs'
-addresses into an output held between calls that starts N bytes past a 4 KiB boundary (``AddressCall``; the
-allocator's placement otherwise: torch's first large tensors and the ``neuron`` device's large blocks start 64 and 0
-past one, the benchmarks' heap anywhere). ``--masked F``: a fraction F of the first input's rows, spread evenly,
-wholly -inf (softmax's fully masked attention rows: ``--switch max-rerun``); ``--masked-columns F``: the last F
-of every row -inf (zeros in softmax's output: ``--switch word-test``). ``--cold``: 64 MiB of other memory written
-before each call, untimed, so that each call reads its input from memory as roofline.py's interleaved rounds do
-(without it a 16 MiB input stays in the L3 between the builds' calls: float32 softmax's 1-thread kernel 0.90-0.99 ms
-warm, 1.02-1.57 cold, session 40 sm40; 2-thread times are not usable with it: the team sleeps through the write).
+value (``stream-ahead``'s lines ahead; "off" is 0; ``piece-lines``' "off" is the host's default, 4). ``--output-offset
+N``: each build called on its inputs' addresses into an output held between calls that starts N bytes past a 4 KiB
+boundary (``AddressCall``; the allocator's placement otherwise: torch's first large tensors and the ``neuron``
+device's large blocks start 64 and 0 past one, the benchmarks' heap anywhere). ``--masked F``: a fraction F of the
+first input's rows, spread evenly, wholly -inf (softmax's fully masked attention rows: ``--switch max-rerun``);
+``--masked-columns F``: the last F of every row -inf (zeros in softmax's output: ``--switch word-test``). ``--cold``:
+64 MiB of other memory written before each call, untimed, so that each call reads its input from memory as
+roofline.py's interleaved rounds do (without it a 16 MiB input stays in the L3 between the builds' calls: float32
+softmax's 1-thread kernel 0.90-0.99 ms warm, 1.02-1.57 cold, session 40 sm40; 2-thread times are not usable with it:
+the team sleeps through the write).
 
     /work/bin/heavy x python benchmarks/bench_bf16_words.py [--rows a16,b16,c16] [--threads 1,2] [--repeats 25]
         [--switch NAME] [--force] [--value N] [--output-offset N] [--masked F] [--masked-columns F] [--cold]
@@ -50,7 +51,7 @@ import torch  # noqa: E402
 from kernel_cases import Case, Work, _inputs, cases, in_graph_order, layernorm  # noqa: E402
 from neuroncc.executors.cpu.address_call import AddressCall  # noqa: E402
 from neuroncc.executors.cpu.launcher import build_cpu_executable  # noqa: E402
-from neuroncc.hardware.host import CpuTarget  # noqa: E402
+from neuroncc.hardware.host import CpuTarget, target_cpu  # noqa: E402
 from neuroncc.ir.parser import parse  # noqa: E402
 from neuroncc.passes.manager import PassContext  # noqa: E402
 from neuroncc.passes.pipeline import default_pipeline, run_pipeline  # noqa: E402
@@ -63,6 +64,7 @@ class Switch(NamedTuple):
     properties: tuple[str, ...]
     rows: str
     unset: tuple[str, ...] = ()
+    off_default: bool = False  # the "off" builds keep the host's default (a number switch: --value against it)
 
 
 SWITCHES: dict[str, Switch] = {
@@ -125,6 +127,8 @@ SWITCHES: dict[str, Switch] = {
                                       unset=("splits_polynomial_math_loops",)),
     "division-guided": Switch(("divides_gelu_erf_ratio", "team_guided_chunks"), "a"),
     "unsplit-division": Switch(("divides_gelu_erf_ratio",), "a", unset=("splits_polynomial_math_loops",)),
+    "piece-lines": Switch(("function_piece_lines",), "a", off_default=True),
+    "piece-prefetch": Switch(("function_prefetch_lines",), "a"),
     "stream-footprint": Switch(("stream_footprint_bytes",), "b"),
     "dot-sums": Switch(("sums_bf16_rows_by_dot_products",), "c16,c16h"),
     "one-pass-row-lines": Switch(("one_pass_row_prefetch_lines",), "c"),
@@ -162,13 +166,14 @@ def build(fn, threads: int, switch: str, on: bool, force: bool = False, value: i
     ``value``: a number property's value in the "on" builds whatever the host, e.g. ``stream-ahead``'s lines; off
     is 0)."""
     names, unset = SWITCHES[switch].properties, SWITCHES[switch].unset
+    off = None if SWITCHES[switch].off_default else property(lambda self: False)
     # (a decision of CpuTarget's base class, ``LoopChoices``, is shadowed on CpuTarget and the shadow removed after)
     defaults = {name: CpuTarget.__dict__.get(name) for name in names + unset}
     forced = value if value is not None else True
     for name in names:
         default = inspect.getattr_static(CpuTarget, name)
         setattr(CpuTarget, name, property(lambda self: forced) if on and (force or value is not None)
-                else default if on else property(lambda self: False))
+                else default if on or off is None else off)
     for name in unset:
         setattr(CpuTarget, name, property(lambda self: False) if on else inspect.getattr_static(CpuTarget, name))
     try:
@@ -301,6 +306,8 @@ def main() -> None:
         list_switches()
         return
     keys = args.rows.split(",")
+    target = target_cpu()  # (the host's, or the one NEURONCC_CPU names: AVX2 code on an AVX-512 host)
+    print(f"target cpu: {target.name}{' (named)' if target.named else ''}", flush=True)
     rows = []
     for threads in (int(t) for t in args.threads.split(",")):
         torch.set_num_threads(threads)

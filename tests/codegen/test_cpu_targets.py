@@ -139,8 +139,8 @@ def test_loops_computing_polynomial_math_interleave_vectors(name):
     # registers; such a loop is bound by its dependent chains, so it runs math_interleave(target) vector
     # iterations side by side (loop_hints.py): that many vector stores per iteration of its loop. The loops of
     # the max pass and the write pass of a softmax, which compute no polynomial, keep LLVM's choice (no hint).
-    # Where the target runs such a stage in pieces (CpuTarget.function_piece_lines: Zen 4, test_function_pieces.py),
-    # a piece's vectors.
+    # Where the target runs such a stage in pieces (CpuTarget.function_piece_lines: Zen 4 and AVX2,
+    # test_function_pieces.py), a piece's vectors.
     from neuroncc.codegen.llvm.loop_hints import math_interleave
 
     target = TARGETS[name]

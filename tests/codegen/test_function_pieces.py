@@ -1,9 +1,10 @@
 """A map stage evaluating two or more transcendental functions per element (gelu(x*w+b)*sigmoid(x)) runs its rows in
-pieces where the target says so (``CpuTarget.function_piece_lines``: Zen 4, 4 lines of float32 output): each piece
-one vector iteration of its loop, 4 zmm vectors interleaved instead of ``polynomial_interleave``'s 2, after the
-prefetches of its lines of x ``CpuTarget.function_prefetch_lines`` (16) lines ahead; plain stores, the same
-operations, the same bits. Elsewhere (AVX2, Intel's AVX-512 cores, rows that are not whole pieces, bf16 pairs) the
-stage's code is as before."""
+pieces where the target says so (``CpuTarget.function_piece_lines``: Zen 4 and AVX2, 4 lines of float32 output):
+each piece one vector iteration of its loop, 4 zmm vectors (AVX2: 8 ymm) interleaved instead of
+``polynomial_interleave``'s 2 (4), after the prefetches of its lines of x ``CpuTarget.function_prefetch_lines`` (16)
+lines ahead; plain stores, the same operations, the same bits. On AVX2 the pieces come before its split math loops
+(``CpuTarget.splits_polynomial_math_loops``), which rows that are not whole pieces keep. Elsewhere (Intel's AVX-512
+cores, rows that are not whole pieces, bf16 pairs) the stage's code is as before."""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ from test_streamed_map_prefetch import _assembly, _chosen
 
 from neuroncc.codegen.llvm.regions import fuse_whole_function
 from neuroncc.executors.cpu.launcher import build_cpu_executable
-from neuroncc.hardware.host import CpuTarget
+from neuroncc.errors import TargetCpuError
+from neuroncc.hardware.host import CpuTarget, compiling_for
 from neuroncc.ir import Builder, DType, Function, TensorType
 
 
@@ -55,11 +57,49 @@ def test_without_the_choice_zen4_interleaves_two_vectors_as_before(monkeypatch):
     assert len(_stores(code)) == 2 and "prefetch" not in code
 
 
-@pytest.mark.parametrize("features", [AVX2, SAPPHIRE_RAPIDS])
-def test_other_cpus_keep_their_code(features):
-    cpu = CpuTarget("znver3" if features == AVX2 else "sapphirerapids", features)
+def test_avx2_runs_pieces_of_eight_vectors_before_its_split_loops(monkeypatch):
+    zen3 = CpuTarget("znver3", AVX2)
+    assert zen3.function_piece_lines == 4 and zen3.function_prefetch_lines == 16 and zen3.splits_polynomial_math_loops
+    code = _assembly(row_a(4096, 1024), zen3)
+    assert len(re.findall(r"vmovups\t%ymm\d+, (-?\d*\(%r\w+,%r\w+\))", code)) == 8  # a piece's 8 vectors, one loop
+    assert len(re.findall(r"vdivps", code)) == 16  # gelu's (divided: divides_gelu_erf_ratio) and sigmoid's
+    assert len(re.findall(r"prefetcht0", code)) == 4
+    _chosen(monkeypatch, "splits_polynomial_math_loops", False)
+    assert _assembly(row_a(4096, 1024), zen3) == code  # (the pieces, whether or not the target splits)
+    monkeypatch.undo()
+    # rows of partial pieces (1040 columns) keep the split loops
+    partial = _assembly(row_a(1024, 1040), zen3)
+    assert "prefetch" not in partial
+    _chosen(monkeypatch, "function_piece_lines", 0)
+    assert _assembly(row_a(1024, 1040), zen3) == partial
+
+
+def test_intel_avx512_keeps_its_code():
+    cpu = CpuTarget("sapphirerapids", SAPPHIRE_RAPIDS)
     assert cpu.function_piece_lines == 0 and cpu.function_prefetch_lines == 0
     assert "prefetch" not in _assembly(row_a(4096, 1024), cpu)
+
+
+def test_avx2_pieces_keep_the_split_loops_bits(rng, monkeypatch):
+    # AVX2's code (compiled for a Zen 3, run here) in pieces against its split loops (gelu divided in both)
+    fn = fuse_whole_function(row_a(64, 1024))
+    x = (rng.standard_normal((64, 1024)) * 4).astype(np.float32)
+    x[3, :10] = [np.nan, np.inf, -np.inf, 88.0, -200.0, 1e-40, -0.0, 6.0, -5.7, 5.65]
+    w, b = rng.standard_normal(1024).astype(np.float32), rng.standard_normal(1024).astype(np.float32)
+    try:
+        with compiling_for("znver3"):
+            pass
+    except TargetCpuError:
+        pytest.skip("the host cannot run a Zen 3's code")
+    with compiling_for("znver3"):
+        pieces = build_cpu_executable(fn, {"threads": 2})
+        _chosen(monkeypatch, "function_piece_lines", 0)
+        split = build_cpu_executable(fn, {"threads": 2})
+    assert "llvm.prefetch" in "".join(pieces.module.llvm_ir)  # (a piece: 8 vector iterations interleaved)
+    assert '"llvm.loop.interleave.count", i32 8' in "".join(pieces.module.llvm_ir)
+    assert "llvm.prefetch" not in "".join(split.module.llvm_ir)
+    (got,), (want,) = pieces(x, w, b), split(x, w, b)
+    np.testing.assert_array_equal(got.view(np.int32), want.view(np.int32))
 
 
 def test_rows_of_partial_pieces_keep_their_code(monkeypatch):

@@ -47,7 +47,10 @@ property off hashes as the former one, 00b4ea870e091e1f); softmax (session 28: w
 runs its exp pass again only where its max with the NaN flag differs from the flagless one,
 ``CpuTarget.reruns_the_exp_pass_only_for_another_max``; the same bits; the text with the property off hashes as the
 former one, a08679d2b3be2f42); gelu (session 39: without AVX-512 too its float32 gelu divides its erf's ratio,
-``CpuTarget.divides_gelu_erf_ratio``; the text with the property off hashes as the former one, f9023c878becc235)."""
+``CpuTarget.divides_gelu_erf_ratio``; the text with the property off hashes as the former one, f9023c878becc235);
+gelu (session 41: without AVX-512 too its rows of whole pieces run in pieces of 4 lines,
+``CpuTarget.function_piece_lines``, before the split loops; the same bits; the text with the property 0 hashes as the
+former one, e491473f1bc65d32)."""
 
 from __future__ import annotations
 
@@ -65,8 +68,8 @@ from neuroncc.passes.pipeline import default_pipeline, run_pipeline
 from neuroncc.testing.models import layer_norm_graph, softmax_graph
 
 LLVM_IR = {
-    ("gelu", "whole"): "e491473f1bc65d32",
-    ("gelu", "pipeline"): "e491473f1bc65d32",
+    ("gelu", "whole"): "054942449ff920b0",
+    ("gelu", "pipeline"): "054942449ff920b0",
     ("softmax", "whole"): "8a46ea65fa7f8dbe",
     ("softmax", "pipeline"): "8a46ea65fa7f8dbe",
     ("layernorm", "whole"): "298787d9e524df41",
@@ -156,7 +159,13 @@ def test_llvm_ir_of_the_benchmark_kernels_is_unchanged(name, how):
 
 def test_gelus_text_without_the_erf_division_is_the_former_one(monkeypatch):
     monkeypatch.setattr(host.CpuTarget, "divides_gelu_erf_ratio", property(lambda self: False))
+    monkeypatch.setattr(host.CpuTarget, "function_piece_lines", property(lambda self: 0))
     assert _digest(llvm_ir("gelu", "pipeline")) == "f9023c878becc235"
+
+
+def test_gelus_text_without_avx2s_pieces_is_the_former_one(monkeypatch):
+    monkeypatch.setattr(host.CpuTarget, "function_piece_lines", property(lambda self: 0))
+    assert _digest(llvm_ir("gelu", "pipeline")) == "e491473f1bc65d32"
 
 
 @pytest.mark.parametrize(("name", "dtype", "target"), sorted(NKI_SOURCE))

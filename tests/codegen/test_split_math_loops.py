@@ -1,7 +1,8 @@
 """AVX2's map stages whose elements evaluate two independent polynomials compute all but the last by loops of their
 own into L1 buffers (``CpuTarget.splits_polynomial_math_loops``, ``map_stages.MapStages._split_math``): float32
 gelu(x*w+b)*sigmoid(x)'s gelu, then sigmoid and the product; the same bits, with the session's math decisions
-(``test_exp_one_step.py``) too; AVX-512's and SSE's code as before."""
+(``test_exp_one_step.py``) too; AVX-512's and SSE's code as before. Rows of whole pieces take AVX2's pieces instead
+(``CpuTarget.function_piece_lines``, ``test_function_pieces.py``): these tests turn them off."""
 
 from __future__ import annotations
 
@@ -50,6 +51,11 @@ def _forced(monkeypatch, on: bool) -> None:
         monkeypatch.setattr(loop_choices.LoopChoices, name, property(lambda self: on))
 
 
+def _without_pieces(monkeypatch) -> None:
+    """Rows of whole pieces split their math as before AVX2's pieces (``CpuTarget.function_piece_lines`` 0)."""
+    monkeypatch.setattr(loop_choices.LoopChoices, "function_piece_lines", property(lambda self: 0))
+
+
 def _math_loops(text: str) -> int:
     return text.count("!llvm.loop")
 
@@ -59,7 +65,8 @@ def test_the_decision():
     assert not ZEN4.splits_polynomial_math_loops and not SSE.splits_polynomial_math_loops
 
 
-def test_zen3s_row_a_computes_its_gelu_by_a_loop_of_its_own():
+def test_zen3s_row_a_computes_its_gelu_by_a_loop_of_its_own(monkeypatch):
+    _without_pieces(monkeypatch)
     text = _llvm_ir(gelu_sigmoid(64, 1024), AVX2)
     assert _math_loops(text) == 2 and "alloca [1024 x float]" in text
     gelu = 'call float @"ncc.math.gelu_divided"'  # (its erf's ratio divided: ``CpuTarget.divides_gelu_erf_ratio``)
@@ -67,7 +74,8 @@ def test_zen3s_row_a_computes_its_gelu_by_a_loop_of_its_own():
     assert text.index(gelu) < text.index('call float @"ncc.math.sigmoid"')
 
 
-def test_one_polynomial_long_rows_and_bf16_tables_keep_one_loop():
+def test_one_polynomial_long_rows_and_bf16_tables_keep_one_loop(monkeypatch):
+    _without_pieces(monkeypatch)
     assert _math_loops(_llvm_ir(silu(64, 1024), AVX2)) == 1
     assert _math_loops(_llvm_ir(gelu_sigmoid(4, 4096), AVX2)) == 1  # (over SPLIT_MATH_MAX: the buffers leave L1)
     bf16 = _llvm_ir(gelu_sigmoid(64, 1024, dtype=DType.bf16), AVX2)  # (its math read from tables: no polynomial)
@@ -112,6 +120,7 @@ def _inputs(rng, rows: int, cols: int) -> list[np.ndarray]:
 def test_row_a_keeps_every_bit(rng, monkeypatch, approximate, cols):
     fn = fuse_whole_function(gelu_sigmoid(8, cols, approximate))
     params = _inputs(rng, 8, cols)
+    _without_pieces(monkeypatch)
     _forced(monkeypatch, True)
     (now,) = build_cpu_executable(fn, {"threads": 2})(*params)
     _forced(monkeypatch, False)

@@ -85,13 +85,14 @@ class MapStages:
         one_hot = find_one_hot(self.plan, stage, ranges, self._generated_op,
                                keeps_rows=self._stage_number in self._row_cache.values())
         if (not streamed or not ranges or ranges[-1][1] is None) and one_hot is None:
-            split = self._split_math(stage, ranges)
-            if split:
-                self._split_math_loops(stage, ranges, split)
-                return
+            # pieces first: where the target runs both, rows of whole pieces take them, other rows the split loops
             lines = self._function_piece_lines(stage, ranges, block)
             if lines:
                 self._function_pieces(stage, ranges, lines)
+                return
+            split = self._split_math(stage, ranges)
+            if split:
+                self._split_math_loops(stage, ranges, split)
                 return
             self.stage_nest(stage, ranges, lambda idx: self._map_body(stage, idx, {}))
             return

@@ -81,7 +81,8 @@ class PolynomialChoices(ChoiceBase):
         there). Zen 3 (session 26 polya26, ``bench_bf16_words.py --switch split-math --rows a``, two builds each,
         interleaved medians of 61 rounds, two runs): float32 gelu(x*w+b)*sigmoid(x) [4096, 1024]'s kernel (gelu's loop
         first, then sigmoid's with the product) 0.944-0.948 of the time at 1 thread and 0.932-0.940 at 2; the loop with
-        sigmoid first measured alike (0.959 / 0.954 in an exploratory run against 0.941 / 0.970)."""
+        sigmoid first measured alike (0.959 / 0.954 in an exploratory run against 0.941 / 0.970). Rows of whole pieces
+        of :attr:`function_piece_lines` take those instead (session 41: faster with gelu divided)."""
         return self._avx2_only()
 
     @property
@@ -115,9 +116,23 @@ class PolynomialChoices(ChoiceBase):
         each, interleaved medians of 41 rounds, four processes per thread count) 0.94-0.96 of the time at 1 thread,
         0.92-0.97 at 2 on fresh outputs and 0.88-0.91 on a held one. Of it: 4 vectors without the prefetches
         0.94-1.00 at 1 thread and 0.95-1.01 at 2; the pieces' stores non-temporal (from registers, no stack buffer)
-        as fast or up to 3% slower than plain. AVX2 (16 registers, its own 4-vector interleave and split loops)
-        and Intel's AVX-512 cores (not measured) keep their code."""
-        return 4 if self.has("avx512f") and not self._intel_avx512() else 0
+        as fast or up to 3% slower than plain. AVX2 too (4 lines: 8 ymm vectors of both functions; rows of whole pieces
+        take them before :attr:`splits_polynomial_math_loops`, other rows keep the split loops): its pieces with gelu's
+        erf divided (:attr:`divides_gelu_erf_ratio`) give 16 independent chains in flight where the split loops give 4
+        per loop, 458 instructions per 64 elements against the split loops' 454 (80 of them stack operands: vectors the
+        16 registers do not hold, stored and reloaded; the split loops' 42). Zen 3 (session 39 a39,
+        ``bench_bf16_words.py --switch unsplit-pieces --value 4 --rows a``, gelu divided in both builds, two builds
+        each, interleaved medians of 25 rounds, two processes per thread count): the kernel 0.92-0.96 of the split
+        loops' time at 1 thread, 0.94-0.95 at 2 (with gelu's estimate form the pieces lost, 1.08 / 1.16). A proxy on Zen
+        4 hardware (session 41 avx41: the AVX2 code compiled for ``NEURONCC_CPU=znver3`` and run on an AVX-512 Zen 4,
+        whose 256-bit vectors run at full width on its four FP pipes; not the Zen 3 itself; ``--switch function-pieces``
+        and ``unsplit-pieces --value 4``, 25 rounds, 6-8 processes per thread count): the kernel 0.76-0.92 of the split
+        loops' time at 1 thread (0.87-0.92 in the host's fast mode, the larger gains in its slow spells), 0.78-0.93 at
+        2; the same bits. 2-line pieces (4 vectors) 1.05-1.08 of 4-line pieces' time at 1 thread, 1.04-1.05 at 2; 8
+        lines 1.13 / 1.19; the prefetches alike with or without (0.98-1.04). Intel's AVX2 cores (not measured) take the
+        pieces too, rows longer than the split loops' (``map_stages.SPLIT_MATH_MAX``) too (not measured: their one loop
+        as Zen 4's was); Intel's AVX-512 cores (not measured) keep their code."""
+        return 4 if (self.has("avx512f") and not self._intel_avx512()) or self._avx2_only() else 0
 
     @property
     def function_prefetch_lines(self) -> int:
