@@ -112,7 +112,6 @@ SWITCHES: dict[str, Switch] = {
     "one-pass-variance": Switch(("takes_the_variance_in_one_pass",), "c"),
     "parity-or": Switch(("rounds_bf16_parity_by_or",), "a16,b16,c16"),
     "word-test": Switch(("tests_converted_bf16_pairs_by_their_words",), "b16,c16"),
-    "row-word-test": Switch(("tests_converted_bf16_words_by_row",), "b16,c16"),
     "row-sum-lanes": Switch(("carries_the_row_sum_in_lanes_through_the_groups",), "b,b16"),
     "exp-degree-5": Switch(("evaluates_exp_for_bf16_results_in_degree_five",), "b16"),
     "table-loops": Switch(("bf16_table_loop_lanes",), "a16"),

@@ -65,8 +65,6 @@ BLENDED_PAIRS = 8
 SYMBOL = "ncc.bf16.word"
 #: The name suffix of the pair function rounding by AVX-512 BF16's conversion (its vector variant's before ``VARIANT``).
 CONVERTED = ".converted"
-#: The name suffix of the converted pair function without its words' test (:func:`untested_word`).
-UNTESTED = ".untested"
 #: The name suffix of a vector variant.
 VARIANT = ".v16"
 #: The name suffix of AVX2's vector variant.
@@ -104,44 +102,6 @@ def rounded_word(b: ir.IRBuilder, even: ir.Value, odd: ir.Value, target: CpuTarg
     return b.call(_pair_function(b.module, blends, converts, by_words), [rounded[0].value, rounded[1].value])
 
 
-def untested_word(b: ir.IRBuilder, even: ir.Value, odd: ir.Value, target: CpuTarget) -> ir.Value | None:
-    """The word :func:`rounded_word` computes by the conversion with its words tested
-    (:attr:`CpuTarget.tests_converted_bf16_pairs_by_their_words`), here without the test: a row's loop of such words
-    (:attr:`CpuTarget.tests_converted_bf16_words_by_row`) keeps :func:`lowest_words` of them and writes the row
-    again with the tested words where a word is +-0. None where the tested form does not apply (the caller
-    takes :func:`rounded_word`). The scalar function (a loop's remainder) is the exact 32-bit rounding."""
-    rounded = rounding_of(even), rounding_of(odd)
-    if not target.tests_converted_bf16_pairs_by_their_words or not target.rounds_bf16_in_word_lanes or \
-            rounded[0] is None or rounded[1] is None or rounded[0].nan_case or rounded[1].nan_case or \
-            rounded[0].op_result or rounded[1].op_result:
-        return None
-    return b.call(_pair_function(b.module, False, True, True, untested=True), [rounded[0].value, rounded[1].value])
-
-
-#: The 16-bit words of a 64-byte piece (:func:`lowest_words`).
-PIECE_WORDS = 32
-
-
-def ones_words() -> ir.Constant:
-    """A row's :func:`lowest_words` before its first piece: every word 0xFFFF."""
-    return ir.Constant(ir.VectorType(I16, PIECE_WORDS), [0xFFFF - (1 << 16)] * PIECE_WORDS)
-
-
-def lowest_words(b: ir.IRBuilder, lowest: ir.Value, piece: ir.Value) -> ir.Value:
-    """``lowest`` (:func:`ones_words` at a row's start) lowered by a streamed piece of 32 words: each word doubled
-    (its sign shifted out) and the lanes' unsigned minimum kept (``vpaddw``, ``vpminuw``: integer pipes, off the FMA
-    pipes on which Zen 4 runs ``vptestnmw``, 512-bit stores and multiplies). A lane is 0 exactly where some word was
-    +-0 (:func:`untested_word`: an input zero or denormal)."""
-    doubled = b.add(piece, piece)
-    return b.select(b.icmp_unsigned("<", doubled, lowest), doubled, lowest)
-
-
-def holds_zero_word(b: ir.IRBuilder, lowest: ir.Value) -> ir.Value:
-    """Whether a row's :func:`lowest_words` saw a +-0 word (one test a row)."""
-    zeros = b.icmp_unsigned("==", lowest, ir.Constant(lowest.type, None))
-    return b.icmp_unsigned("!=", b.bitcast(zeros, ir.IntType(PIECE_WORDS)), ir.Constant(ir.IntType(PIECE_WORDS), 0))
-
-
 def with_narrow_variants(blocks: Iterable[ir.Block]) -> None:
     """Give the AVX-512 pair functions ``blocks`` call (a loop of ``CpuTarget.bf16_table_loop_lanes`` lanes: one
     reading bf16 tables) their variant on 8 pairs, once per module: a module without such a loop has none (it
@@ -165,28 +125,24 @@ def _add_narrow_variant(fn: ir.Function) -> None:
     with_variants(fn, [(VECTOR_PAIRS, wide), (NARROW_PAIRS, narrow)])
 
 
-def _pair_function(module: ir.Module, blends: bool, converts: bool = False, by_words: bool = False,
-                   untested: bool = False) -> ir.Function:
+def _pair_function(module: ir.Module, blends: bool, converts: bool = False, by_words: bool = False) -> ir.Function:
     """The pair function of ``module`` (one target per module) for its form: its vector variant AVX2's
     (``blends``), AVX-512 BF16's conversion (``converts``, a function of its own name: a module may round casts'
     words so and ops' results in 16-bit lanes, ``CpuTarget.rounds_bf16_cast_pairs_by_conversion``; ``by_words``:
     its denormals found in its words, ``CpuTarget.tests_converted_bf16_pairs_by_their_words``) or AVX-512 BW's;
-    its 8 pairs' variant is added by :func:`with_narrow_variants` where a loop asks for it. ``untested``: the
-    conversion's words without their test (:func:`untested_word`)."""
+    its 8 pairs' variant is added by :func:`with_narrow_variants` where a loop asks for it."""
     symbol = SYMBOL + CONVERTED if converts and not blends else SYMBOL
-    symbol += UNTESTED if untested else ""
     existing = module.globals.get(symbol)
     if existing is not None:
         return existing
     if blends:
         variants = [(BLENDED_PAIRS, _blended_variant(module, symbol + BLENDED_VARIANT))]
     else:
-        wide = _untested_variant(module, symbol + VARIANT) if untested else \
-            _converted_variant(module, symbol + VARIANT, by_words) if converts else \
+        wide = _converted_variant(module, symbol + VARIANT, by_words) if converts else \
             _vector_variant(module, symbol + VARIANT)
         variants = [(VECTOR_PAIRS, wide)]
     fn = scalar_with_variants(module, symbol, ir.FunctionType(I32, [F32, F32]), variants)
-    if not blends and not untested:
+    if not blends:
         _WIDE_FORMS[fn] = converts, by_words, variants[0][1]
     body = ir.IRBuilder(fn.append_basic_block("entry"))
     even, odd = (bf16_bits(body, round_to(body, arg, DType.bf16, nan_case=False)) for arg in fn.args)
@@ -294,30 +250,6 @@ def _converted_variant(module: ir.Module, symbol: str, by_words: bool = False,
     order = ir.Constant(ir.VectorType(I32, 2 * pairs),
                         [k + pairs * half for k in range(pairs) for half in (0, 1)])
     b.ret(b.bitcast(b.shuffle_vector(halves, halves, order), ir.VectorType(I32, pairs)))
-    return fn
-
-
-def _converted_words(b: ir.IRBuilder, even: ir.Value, odd: ir.Value) -> tuple[ir.Value, ir.Value]:
-    """The conversion's 2 x ``pairs`` words through an empty ``asm`` (:func:`_words_tested_variant`), and the
-    pair words they make in pair order (one ``vpermw``)."""
-    pairs = even.type.count
-    converted = call(b, f"llvm.x86.avx512bf16.cvtne2ps2bf16.{32 * pairs}", [odd, even],
-                     ir.VectorType(_BFloat(), 2 * pairs))
-    vector = ir.VectorType(I32, pairs)
-    opaque = b.call(ir.InlineAsm(ir.FunctionType(vector, [vector]), "", "=v,0", side_effect=False),
-                    [b.bitcast(converted, vector)], "words", attrs=("readnone", "nounwind"))
-    halves = b.bitcast(opaque, ir.VectorType(I16, 2 * pairs))
-    order = ir.Constant(ir.VectorType(I32, 2 * pairs),
-                        [k + pairs * half for k in range(pairs) for half in (0, 1)])
-    return halves, b.bitcast(b.shuffle_vector(halves, halves, order), vector)
-
-
-def _untested_variant(module: ir.Module, symbol: str) -> ir.Function:
-    """The conversion's pair function on 16 pairs without a test (:func:`untested_word`): ``vcvtne2ps2bf16`` and
-    ``vpermw``, the words through an empty ``asm`` as :func:`_words_tested_variant`'s (LLVM would fold the row's
-    flags of them into float compares)."""
-    fn, b = _vector_pair_function(module, symbol, VECTOR_PAIRS)
-    b.ret(_converted_words(b, *fn.args)[1])
     return fn
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from llvmlite import ir
 
-from neuroncc.codegen.llvm.bf16_words import rounded_word, untested_word
+from neuroncc.codegen.llvm.bf16_words import rounded_word
 from neuroncc.codegen.llvm.context import Index
 from neuroncc.codegen.llvm.pairs import WORD_ALIGN, half_of, halfwords, word_of
 from neuroncc.codegen.llvm.scalars import I16, I32, I64, constant, load, storage_type, store
@@ -75,15 +75,6 @@ class BufferAccess:
                          value, half)
         return None
 
-    def _row_tested_word(self, key: Any, even: ir.Value, odd: ir.Value) -> ir.Value | None:
-        """The pair's word without its test where it goes to a streamed piece's row buffer (``key``) of a row whose
-        streamed words are tested once (``_row_lowest_words``: ``map_stages.MapStages._words_tested_by_row``)."""
-        if self._row_lowest_words is None or key[0] != "row":
-            return None
-        word = untested_word(self.b, even, odd, self.target)
-        self._row_words_untested = self._row_words_untested or word is not None
-        return word
-
     def _store_half(self, key: Any, even_pointer: ir.Value, value: ir.Value, half: int) -> None:
         """Store 16-bit ``value`` as ``half`` of the current pair at the word of ``even_pointer`` (``key``: the
         buffer and the word's offset): the even half waits for the odd one, which stores both as one word."""
@@ -94,8 +85,7 @@ class BufferAccess:
         elif key in pending:
             even = pending.pop(key)[1]
             word_pointer = self.b.bitcast(even_pointer, I32.as_pointer())  # (a row buffer element: typed i16*)
-            word = self._row_tested_word(key, even, value) or rounded_word(self.b, even, value, self.target) or \
-                word_of(self.b, even, value)
+            word = rounded_word(self.b, even, value, self.target) or word_of(self.b, even, value)
             self.b.store(word, word_pointer, align=WORD_ALIGN)
         else:
             self.b.store(value, self.b.gep(even_pointer, [ir.Constant(I64, 1)], source_etype=I16, inbounds=True))

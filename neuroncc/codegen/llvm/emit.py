@@ -116,8 +116,6 @@ class KernelEmitter(IndexArithmetic, BufferAccess, MapStages):
         #: a stage with other polynomials keeps the CPU's widest vectors: ``map_stages.MapStages._map_stage``)
         self.narrow_tables = False
         self._pair: Pair | None = None  # the element pair of the innermost loop being emitted (``pairs.py``)
-        self._row_lowest_words: ir.AllocaInstr | None = None  # (``map_stages.MapStages._words_tested_by_row``)
-        self._row_words_untested = False
         self._operands_ahead: OperandsAhead | None = None  # its table operands packed ahead (``map_stages.py``)
         self._nan_payloads: NanPayloads | None = None  # (for ``rounding_needs_nan_case``)
         self.known: dict[Value, bool] = {}  # bool values known at every index of the code being emitted

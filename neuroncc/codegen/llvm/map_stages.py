@@ -18,7 +18,6 @@ from llvmlite import ir
 
 from neuroncc.codegen.llvm.access import broadcast_index
 from neuroncc.codegen.llvm.bf16_tables import packed_word
-from neuroncc.codegen.llvm.bf16_words import holds_zero_word, ones_words
 from neuroncc.codegen.llvm.context import Index
 from neuroncc.codegen.llvm.elementwise import ELEMENTWISE, EXACT, evaluated_polynomial, table_function
 from neuroncc.codegen.llvm.kernel_plan import Computed, MapStage, Stage
@@ -171,13 +170,6 @@ class MapStages:
             self._math_interleave = 0
 
         def body(prefix: Index) -> None:
-            if self.target.tests_converted_bf16_words_by_row and 2 in itemsizes and pairs_halfwords(self.plan, stage):
-                self._words_tested_by_row(lambda: row(prefix))
-            else:
-                row(prefix)
-            self._streamed = True
-
-        def row(prefix: Index) -> None:
             if piece == length:
                 stream(prefix, lo, hi)
             else:
@@ -192,26 +184,9 @@ class MapStages:
 
                 # whole vector pieces (rows and blocks are whole lines); a row's last block may end in a shorter burst
                 self.loop(0, self.div(self.add(self.sub(hi, lo), piece - 1 if burst else 0), piece), one_piece)
+            self._streamed = True
 
         self.nest(ranges[:-1], body)
-
-    def _words_tested_by_row(self, emit_row: Callable[[], None]) -> None:
-        """``emit_row()`` with its converted pairs' words untested (``bf16_words.untested_word``), the row's lowest
-        magnitude of them kept as its pieces stream (``streams.emit_stream_row``: ``bf16_words.lowest_words``), then,
-        where a word is +-0 (an input zero or denormal), the row again as ever, its words tested
-        (``CpuTarget.tests_converted_bf16_words_by_row``): the same bits."""
-        lowest = self.alloca(ones_words().type)
-        self.b.store(ones_words(), lowest)
-        self._row_lowest_words, self._row_words_untested = lowest, False
-        with self.fresh_values():
-            emit_row()
-        self._row_lowest_words = None
-        if not self._row_words_untested:
-            return
-        with self.b.if_then(holds_zero_word(self.b, self.b.load(lowest)), likely=False):
-            self.b.fence("seq_cst")  # (the untested words' non-temporal stores before their rewrite)
-            with self.fresh_values():
-                emit_row()
 
     def _function_piece_lines(self, stage: MapStage, ranges: list[tuple[Any, Any]], block: int) -> int:
         """Lines of float32 output per piece of ``stage``'s rows where it evaluates :data:`PIECES_MIN_POLYNOMIALS`

@@ -8,12 +8,10 @@ from typing import Any
 
 from llvmlite import ir
 
-from neuroncc.codegen.llvm.bf16_words import PIECE_WORDS, lowest_words
 from neuroncc.codegen.llvm.context import Index
 from neuroncc.codegen.llvm.scalars import I32, I64, storage_itemsize, storage_type
 from neuroncc.codegen.llvm.views import Layout
 from neuroncc.hardware.host import CACHE_LINE_BYTES, CpuTarget
-from neuroncc.ir.dtypes import DType
 
 #: Map-stage outputs at least this large are written with non-temporal stores ...
 STREAM_MIN_BYTES = 1 << 22
@@ -64,9 +62,6 @@ def emit_stream_row(em: Any, row: ir.Value, target: Layout, idx: Index, count: A
         src = em.b.gep(row, [ir.Constant(I64, 0), em.ir_index(offset)], inbounds=True)
         dst = em.b.gep(destination, [em.ir_index(offset)], source_etype=storage_type(target.dtype), inbounds=True)
         value = em.b.load(src, typ=vector, align=piece)
-        lowest = em._row_lowest_words  # (a row whose words are tested once: ``bf16_words.lowest_words``)
-        if lowest is not None and vector.count == PIECE_WORDS and target.dtype is DType.i16:
-            em.b.store(lowest_words(em.b, em.b.load(lowest), value), lowest)
         em.b.store(value, dst, align=piece).set_metadata("nontemporal", nontemporal)
 
     if unrolled:

@@ -66,16 +66,6 @@ class Bf16Choices(ChoiceBase):
         return self.has("avx512bw") and self.has("avx512bf16") and not self._intel_avx512()
 
     @property
-    def tests_converted_bf16_words_by_row(self) -> bool:
-        """Whether a paired loop writing words converted and tested as :attr:`tests_converted_bf16_pairs_by_their_words`
-        tests them once a row instead (``map_stages.MapStages._words_tested_by_row``): the words converted without
-        the test, each word's halves' magnitudes + 0x7FFF and'ed into the row's flags (integer ``and`` and ``add``,
-        off the FMA pipes on which Zen 4 runs ``vptestnmw``, its 512-bit stores and multiplies), and the row
-        written again by the tested loop where a half is +-0 (an input zero or denormal). The same bits. Zen 4 =
-        AVX-512 BF16 without FP16 (Intel's keep their two tests). Session 41 bfw41: MEASURED BELOW."""
-        return self.tests_converted_bf16_pairs_by_their_words and not self.has("avx512fp16")
-
-    @property
     def rounds_bf16_in_word_lanes_with_blends(self) -> bool:
         """Whether, without AVX-512 BW (``rounds_bf16_in_word_lanes``), a pair of float32 results is rounded to bf16
         and packed in 16-bit lanes with AVX2's instructions (``codegen/llvm/bf16_words.py``, 8 pairs a call): per pair
