@@ -86,13 +86,17 @@ def _rows(rng, rows: int, cols: int) -> np.ndarray:
 DEVIATION_PASS_ROWS = tuple(range(11 + len(_NAN_PATTERNS) - 3))
 
 
+def layernorm_inputs(rng, rows: int, cols: int) -> list[np.ndarray]:
+    """x (:func:`_rows`: the deviation pass's rows first), w and b of a bf16 LayerNorm, as bits."""
+    return [_rows(rng, rows, cols)] + [to_bits((rng.standard_normal(cols) * 2).astype(np.float32)) for _ in range(2)]
+
+
 @needs_host
 @pytest.mark.parametrize(("cols", "threads"), [(1024, 2), (1024, 1), (768, 1), (256, 2), (326, 1)])
 def test_results_match_the_interpreter_and_the_deviation_pass_rows_keep_their_bits(rng, monkeypatch, cols, threads):
     rows = 48
     fn = layernorm_graph(rows, cols)
-    inputs = [_rows(rng, rows, cols)] + [to_bits((rng.standard_normal(cols) * 2).astype(np.float32))
-                                          for _ in range(2)]
+    inputs = layernorm_inputs(rng, rows, cols)
     got = layernorm_on_and_off(monkeypatch, _switch, fn, inputs, threads)
     for row in DEVIATION_PASS_ROWS:
         np.testing.assert_array_equal(got[True][row], got[False][row], err_msg=f"row {row}")

@@ -10,8 +10,8 @@ import pytest
 from codegen_helpers import aligned_kernel_code
 from test_bf16_rounding import SAPPHIRE_RAPIDS, ZEN4
 from test_dot_sums import layernorm_on_and_off
-from test_dot_variance import DEVIATION_PASS_ROWS, _rows
-from test_pairs import AVX2, layernorm_graph, to_bits
+from test_dot_variance import DEVIATION_PASS_ROWS, layernorm_inputs
+from test_pairs import AVX2, layernorm_graph
 
 from neuroncc.codegen.llvm.dot_sums import VECTORS
 from neuroncc.hardware.host import CpuTarget, host_cpu
@@ -61,8 +61,7 @@ def test_the_same_bits_as_without_the_copies(rng, monkeypatch, cols, threads):
     # streamed rows (the copies are placed past them), every fallback row of the dot variance among them
     rows = 4096
     fn = layernorm_graph(rows, cols)
-    inputs = [_rows(rng, rows, cols)] + [to_bits((rng.standard_normal(cols) * 2).astype(np.float32))
-                                          for _ in range(2)]
+    inputs = layernorm_inputs(rng, rows, cols)
     got = layernorm_on_and_off(monkeypatch, _switch, fn, inputs, threads)
     np.testing.assert_array_equal(got[True], got[False])
     assert len(DEVIATION_PASS_ROWS) < rows
