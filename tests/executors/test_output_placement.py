@@ -78,6 +78,23 @@ def test_small_outputs_are_left_where_the_allocator_puts_them():
     assert first.base.nbytes < 4 * 8 * 4 + ALIAS_PERIOD_BYTES  # not one alias period longer
 
 
+def test_the_aliasing_window_is_the_cpu_s_and_divides_the_page():
+    """Zen 4's window is 512 bytes (softmax's fused loop slow to 320 past its input: session 41 place41), Zen 3's
+    and the unmeasured Intel AVX-512 cores' 256; each a cache-line multiple dividing the page (the device's blocks
+    step through it), and the host's distances are its own window's."""
+    from neuroncc.hardware.host import CpuTarget, host_cpu
+
+    avx2 = "+avx,+avx2,+fma,-avx512f"
+    avx512 = "+avx,+avx2,+fma,+avx512f,+avx512vl,+avx512bw,+avx512dq,+avx512bf16"
+    windows = {"znver3": CpuTarget("znver3", avx2).alias_window_bytes,
+               "znver4": CpuTarget("znver4", avx512).alias_window_bytes,
+               "sapphirerapids": CpuTarget("sapphirerapids", avx512 + ",+avx512fp16").alias_window_bytes}
+    assert windows == {"znver3": 256, "znver4": 512, "sapphirerapids": 256}
+    for window in windows.values():
+        assert window % CACHE_LINE_BYTES == 0 and ALIAS_PERIOD_BYTES % window == 0
+    assert host.aliased_distances() == range(1, host_cpu().alias_window_bytes)
+
+
 @pytest.mark.parametrize("distances", [ZEN3, ZEN4], ids=["zen3", "zen4"])
 def test_the_shift_is_the_smallest_of_all_cache_line_shifts(distances):
     """Against trying every cache-line shift, for random inputs (1-16 of them)."""
