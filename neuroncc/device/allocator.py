@@ -181,8 +181,9 @@ def _fresh(size: int) -> tuple[np.ndarray, int]:
     """A new block's memory and address. A large block starts ``k`` aliasing windows past a page (the host's
     ``alias_window_bytes``, a divisor of the page: ``aliased_distances``), ``k`` cycling through the page: any
     two blocks start 0 or at least a window apart modulo the page (a kernel's output is not 4K-aliased with its
-    inputs), but not all in the same L1 sets. A kernel streaming many page-aligned tensors at once (an optimizer step: parameter, gradient and two moments, read and written in
-    place) ran 1.2-2.0x slower than over the same tensors spread (docs/performance-history.md, session 30)."""
+    inputs), but not all in the same L1 sets. A kernel streaming many page-aligned tensors at once (an optimizer
+    step: parameter, gradient and two moments, read and written in place) ran 1.2-2.0x slower than over the same
+    tensors spread (docs/performance-history.md, session 30)."""
     alignment = block_alignment(size)  # large blocks: a page, so that a kernel's output is not 4K-aliased with its inputs
     if alignment < ALIAS_PERIOD_BYTES:
         memory = np.empty(size + alignment, dtype=np.uint8)

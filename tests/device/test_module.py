@@ -102,8 +102,9 @@ def test_device_name_and_properties():
 
 def test_large_blocks_start_window_multiples_past_a_page_so_outputs_are_not_4k_aliased_with_inputs():
     """The allocator cannot see a kernel's inputs; its large blocks all start a multiple of the host's aliasing
-    window (``alias_window_bytes``) past a page instead, which ``hardware.host.placement_shift`` allows (0 or at least a window apart: the loads never
-    meet the output's older stores), spread over the page (L1 sets: tests/device/test_optimizers.py)."""
+    window (``alias_window_bytes``) past a page instead, which ``hardware.host.placement_shift`` allows (0 or at
+    least a window apart: the loads never meet the output's older stores), spread over the page (L1 sets:
+    tests/device/test_optimizers.py)."""
     from neuroncc.hardware.host import ALIAS_PERIOD_BYTES, PLACED_OUTPUT_MIN_BYTES, aliased_distances
 
     window = aliased_distances().stop

@@ -1,8 +1,8 @@
 """Large outputs start where they are not 4K-aliased with their inputs (``hardware/host.py``:
 ``placement_shift``): at none of ``aliased_distances()`` past any input modulo ALIAS_PERIOD_BYTES (0 or at least
 the host's ``alias_window_bytes`` past each, or before it; other distances, Zen 3's 1 to 255 and the 0 to 1023
-session 34 measured on Zen 4, by argument). An output a little past its input there made RMSNorm [8192, 1024] up to 52% slower
-(docs/performance-history.md)."""
+session 34 measured on Zen 4, by argument). An output a little past its input there made RMSNorm [8192, 1024] up to
+52% slower (docs/performance-history.md)."""
 
 from __future__ import annotations
 
