@@ -263,9 +263,13 @@ class StreamChoices(ChoiceBase):
         Zen 4 (AVX-512 without FP16): 512, where float32 softmax's fused exp loop (which loads the next row ahead of
         its delayed stores) is still slow at 256-384 past. ``bench_placement.py --sweep``, session 41 place41 (each
         row's kernel into outputs d past its input on huge pages, interleaved, against d = 0; three processes):
-        softmax [4096, 1024] 1.15-1.57 at 64-192, 1.04-1.08 at 256 and 1.04-1.06 at 320 at 1 thread (1.01-1.22 and
-        1.02-1.22 at 2), within 3% from 512 (1.04 in one process at 2 threads) and before the input; LayerNorm
-        [8192, 1024] 1.13-1.20 at 64 at 1 thread; the other rows within 4% past 64. Session 34 mem34 found d = 0
-        itself a few % slow at 1 thread on Zen 4 (so is it here: RMSNorm 0.93-0.95 of it from 192 on), but the rows
-        through ``torch.compile`` with a window of 1024 ran 0.97-1.03 of the 256 window's time: 0 stays placed."""
+        softmax [4096, 1024] at 1 thread 1.17-1.57 at 64-192, 1.04-1.08 at 256-320, 1.00-1.04 at 384, 0.97-1.04 from
+        448 (-256: 0.96-1.02); at 2 threads 1.01-1.46, 1.00-1.22, 1.00-1.09, 1.00-1.04. LayerNorm [8192, 1024] 1.11-1.20
+        at 64 at 1 thread, x*w+b and RMSNorm 1.04-1.09; the bf16 rows and row (a) within 4% past 64 at 1 thread (a up
+        to 1.09 at 2). The rows through ``torch.compile`` with the output's ring storage 256-384 past the input, this
+        window against 256 (``benchmarks/bench_alias_window.py``, 21-41 rounds): softmax 0.84-0.97 at 1 thread in
+        four processes of five (0.99-1.23 in the fifth, load 1.9), 0.79-1.05 at 2 (even); the other rows within the
+        0.92-1.04 that one placement for both gave. Session 34 mem34
+        found d = 0 itself a few % slow at 1 thread on Zen 4 (RMSNorm 0.92-0.96 of it past 128 here), but the rows
+        through ``torch.compile`` with 0 to 1023 counted aliased ran 0.97-1.03 of 1 to 255's time: 0 stays placed."""
         return 512 if self.has("avx512f") and not self._intel_avx512() else 256
