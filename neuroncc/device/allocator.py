@@ -23,7 +23,7 @@ from collections import defaultdict
 import numpy as np
 
 from neuroncc.device.config import CONFIG
-from neuroncc.hardware.host import ALIAS_PERIOD_BYTES, ALIAS_WINDOW_BYTES, block_alignment
+from neuroncc.hardware.host import ALIAS_PERIOD_BYTES, aliased_distances, block_alignment
 from neuroncc.codegen.llvm.fork_safety import renew_in_child
 
 ALIGNMENT = 64
@@ -178,11 +178,12 @@ _large_offsets = itertools.count()
 
 
 def _fresh(size: int) -> tuple[np.ndarray, int]:
-    """A new block's memory and address. A large block starts ``k * ALIAS_WINDOW_BYTES`` past a page, ``k``
-    cycling through the page: any two blocks start 0 or at least ALIAS_WINDOW_BYTES apart modulo the page (a
-    kernel's output is not 4K-aliased with its inputs), but not all in the same L1 sets. A kernel streaming many
-    page-aligned tensors at once (an optimizer step: parameter, gradient and two moments, read and written in
-    place) ran 1.2-2.0x slower than over the same tensors spread (docs/performance-history.md, session 30)."""
+    """A new block's memory and address. A large block starts ``k`` aliasing windows past a page (the host's
+    ``alias_window_bytes``, a divisor of the page: ``aliased_distances``), ``k`` cycling through the page: any
+    two blocks start 0 or at least a window apart modulo the page (a kernel's output is not 4K-aliased with its
+    inputs), but not all in the same L1 sets. A kernel streaming many page-aligned tensors at once (an optimizer
+    step: parameter, gradient and two moments, read and written in place) ran 1.2-2.0x slower than over the same
+    tensors spread (docs/performance-history.md, session 30)."""
     alignment = block_alignment(size)  # large blocks: a page, so that a kernel's output is not 4K-aliased with its inputs
     if alignment < ALIAS_PERIOD_BYTES:
         memory = np.empty(size + alignment, dtype=np.uint8)
@@ -190,7 +191,7 @@ def _fresh(size: int) -> tuple[np.ndarray, int]:
         return memory, address + (-address % alignment)
     memory = np.empty(size + 2 * alignment, dtype=np.uint8)
     address = memory.ctypes.data
-    offset = next(_large_offsets) * ALIAS_WINDOW_BYTES % ALIAS_PERIOD_BYTES
+    offset = next(_large_offsets) * aliased_distances().stop % ALIAS_PERIOD_BYTES
     return memory, address + (-address % alignment) + offset
 
 

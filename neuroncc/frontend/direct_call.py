@@ -156,9 +156,11 @@ class DirectCall:
                 tensor = ring.take()
                 if tensor is not None and placement_shift(tensor.data_ptr(), near):
                     # (its other storage, if free: the call's small inputs move from call to call, and each
-                    # makes ALIAS_WINDOW_BYTES of the period aliased)
+                    # makes a window of the period aliased: host.aliased_distances)
+                    ring.drop(tensor)
                     tensor = ring.take()
                     if tensor is not None and placement_shift(tensor.data_ptr(), near):
+                        ring.drop(tensor)
                         tensor = None
                 if tensor is None:
                     tensor = _placed(nbytes, shape, strides, dtype, near)
@@ -201,12 +203,12 @@ class DirectCall:
         placed = nbytes >= PLACED_OUTPUT_MIN_BYTES  # as :meth:`launch` splits _made / _placed
         huge, advise = nbytes >= pages.HUGE_OUTPUT_MIN_BYTES, pages.advise_fresh_huge_pages
         touched = [0]  # the last output address found touched already: a heap block reused is not asked again
-        period, aliased = ALIAS_PERIOD_BYTES, host.ALIASED_DISTANCES  # (placement_shift's test, inline)
+        period, aliased = ALIAS_PERIOD_BYTES, host.aliased_distances()  # (placement_shift's test, inline)
         tensors_of, one_input, run, qualify, owner = self._tensors, len(self.inputs) == 1, self.run, \
             self._qualify, self
         empty_strided = torch.empty_strided
         ring = OutputRing()  # the storages of its last outputs, used again once the caller has dropped them
-        take, keep = ring.take, ring.keep
+        take, keep, drop = ring.take, ring.keep, ring.drop
 
         def call(args: Any) -> list[torch.Tensor] | None:
             tensors = tensors_of(args)
@@ -222,7 +224,8 @@ class DirectCall:
                 base = out.data_ptr()
                 for address in addresses:
                     if (base - address) % period in aliased:
-                        out = None  # 4K-aliased with this call's inputs: a fresh output, placed
+                        drop(out)  # 4K-aliased with this call's inputs: a fresh output, placed (and kept instead)
+                        out = None
                         break
             if out is None:
                 out = empty_strided(shape, strides, dtype=dtype)

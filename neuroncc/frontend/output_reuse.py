@@ -133,6 +133,21 @@ class OutputRing:
             return out
         return None
 
+    def drop(self, tensor: torch.Tensor) -> None:
+        """Forget the kept storage ``tensor`` (from :meth:`take`) is over: its caller does not use it (4K-aliased
+        with the call's inputs: ``direct_call``). Kept, it would be taken first again by every later call on those
+        inputs, refused, and the fresh output made instead pushed out of the full ring: a fresh allocation a call
+        (page faults where glibc maps large outputs anew)."""
+        address = tensor.data_ptr()
+        for entry in list(self._kept):
+            if entry.address == address:
+                try:
+                    self._kept.remove(entry)
+                except ValueError:  # taken by a call on another thread at this moment
+                    return
+                _KEPT_BYTES.discard(entry)
+                return
+
     def keep(self, tensor: torch.Tensor) -> None:
         """Record ``tensor``'s storage (a fresh output, about to be handed out): the ring's oldest entry is dropped
         when the ring is full, and the process's oldest while its kept bytes are over :data:`KEPT_BYTES_LIMIT`."""

@@ -47,21 +47,6 @@ LLC_KEPT_PER_CORE = 16 << 20
 #: between a kernel's stack buffers (row caches) and the rows it reads and writes (``row_buffers.allocate_rows``).
 ALIAS_PERIOD_BYTES = 4096
 
-#: An output that starts 1 to ALIAS_WINDOW_BYTES - 1 bytes past an input modulo ALIAS_PERIOD_BYTES is 4K-aliased
-#: with it (:func:`placement_shift`). Measured on Zen 3 (RMSNorm and LayerNorm [8192, 1024], the output at a chosen
-#: distance d past the input, 1 and 2 threads; docs/performance-history.md, session 13): d = 32 9-33% slower than
-#: d = 0, 64 4-15%, 128 and 192 up to 7%, 256 to 3072 and outputs before their input within 3%.
-ALIAS_WINDOW_BYTES = 256
-
-#: The distances past an input (modulo ALIAS_PERIOD_BYTES) at which a large output is placed elsewhere
-#: (:func:`placement_shift`; the one-frame call reads it when it is made). Zen 4 (session 34 mem34,
-#: ``bench_placement.py --sweep``: one kernel into outputs d bytes past its input in huge-page memory, interleaved)
-#: is slow at 0 past as well: at 1 thread 1024-2048 past, x*w+b's kernel ran 0.90-0.98 of d = 0's time and LayerNorm
-#: [8192, 1024]'s 0.84-1.07 (five processes), RMSNorm's and softmax's 0.97-1.01, at 2 threads all within 2%; but the
-#: rows through ``torch.compile`` with 0 to 1023 counted as aliased (every output at least 1024 past its inputs) ran
-#: 0.97-1.03 of this rule's time (three processes, 31-61 rounds): not taken.
-ALIASED_DISTANCES = range(1, ALIAS_WINDOW_BYTES)
-
 #: Outputs of at least this many bytes are placed by :func:`placement_shift` (their memory is allocated one
 #: alias period longer, so the shift fits); smaller ones are left where the allocator puts them. Not lower: the
 #: check is Python per output and call, and at 64 KiB it made the small classifier's compiled AdamW step (dozens
@@ -73,15 +58,16 @@ def placement_shift(base: int, inputs: Iterable[int], aliased: range | None = No
     """Bytes to skip from ``base`` (a cache-line-aligned allocation one alias period longer than needed) so that
     an output starting there is not 4K-aliased with any of ``inputs`` (the data addresses its kernels read: the
     call's inputs and the outputs placed before it): it starts at no distance in ``aliased`` past any of them
-    modulo ALIAS_PERIOD_BYTES (by default :data:`ALIASED_DISTANCES`: 0 or at least ALIAS_WINDOW_BYTES past each,
-    or before it). A multiple of CACHE_LINE_BYTES below ALIAS_PERIOD_BYTES: the smallest that works, 0 when
-    none does (more inputs at unlucky offsets than the period has room for). 0 for an output that is fine where
-    it is: an allocator may check first and allocate the longer memory only when needed.
+    modulo ALIAS_PERIOD_BYTES (by default :func:`aliased_distances`: 0 or at least the host's
+    ``alias_window_bytes`` past each, or before it). A multiple of CACHE_LINE_BYTES below ALIAS_PERIOD_BYTES:
+    the smallest that works, 0 when none does (more inputs at unlucky offsets than the period has room for). 0
+    for an output that is fine where it is: an allocator may check first and allocate the longer memory only
+    when needed.
 
     The smallest shift that works is 0 or the first cache line past the end of some input's window (the shift
     a cache line before it is in some window, and it is not), so only those are tried (~1 us for a few inputs)."""
     period = ALIAS_PERIOD_BYTES
-    aliased = ALIASED_DISTANCES if aliased is None else aliased
+    aliased = aliased_distances() if aliased is None else aliased
     past = [(base - address) % period for address in inputs]  # how far past each input the output would start
     if all(d not in aliased for d in past):
         return 0
@@ -89,6 +75,20 @@ def placement_shift(base: int, inputs: Iterable[int], aliased: range | None = No
         if shift < period and all((d + shift) % period not in aliased for d in past):
             return shift
     return 0
+
+
+_ALIASED: list[range] = []  # aliased_distances, once read
+
+
+def aliased_distances() -> range:
+    """The distances past an input (modulo ALIAS_PERIOD_BYTES) at which a large output is 4K-aliased with it, so
+    placed elsewhere (:func:`placement_shift`; the one-frame call reads them once, when it is made): 1 to this
+    machine's :attr:`CpuTarget.alias_window_bytes` - 1 (the CPU the code runs on, whichever it was compiled for).
+    0 is not among them: session 34 mem34 measured Zen 4's rows through ``torch.compile`` with 0 to 1023 counted
+    as aliased 0.97-1.03 of the time with 1 to 255 (three processes, 31-61 rounds)."""
+    if not _ALIASED:
+        _ALIASED.append(range(1, host_cpu().alias_window_bytes))
+    return _ALIASED[0]
 
 
 def block_alignment(nbytes: int) -> int:

@@ -100,15 +100,18 @@ def test_device_name_and_properties():
     assert torch.neuron.is_bf16_supported()
 
 
-def test_large_blocks_start_256_byte_multiples_past_a_page_so_outputs_are_not_4k_aliased_with_inputs():
-    """The allocator cannot see a kernel's inputs; its large blocks all start a multiple of ALIAS_WINDOW_BYTES past
-    a page instead, which ``hardware.host.placement_shift`` allows (0 or at least a window apart: the loads never
-    meet the output's older stores), spread over the page (L1 sets: tests/device/test_optimizers.py)."""
-    from neuroncc.hardware.host import ALIAS_PERIOD_BYTES, ALIAS_WINDOW_BYTES, PLACED_OUTPUT_MIN_BYTES
+def test_large_blocks_start_window_multiples_past_a_page_so_outputs_are_not_4k_aliased_with_inputs():
+    """The allocator cannot see a kernel's inputs; its large blocks all start a multiple of the host's aliasing
+    window (``alias_window_bytes``) past a page instead, which ``hardware.host.placement_shift`` allows (0 or at
+    least a window apart: the loads never meet the output's older stores), spread over the page (L1 sets:
+    tests/device/test_optimizers.py)."""
+    from neuroncc.hardware.host import ALIAS_PERIOD_BYTES, PLACED_OUTPUT_MIN_BYTES, aliased_distances
+
+    window = aliased_distances().stop
 
     x = torch.randn(512, 512).to("neuron")
     y = x * 2.0 + 1.0
     for tensor in (x, y, torch.empty(PLACED_OUTPUT_MIN_BYTES // 4 + 3, device="neuron")):
-        assert tensor.data_ptr() % ALIAS_PERIOD_BYTES % ALIAS_WINDOW_BYTES == 0
-    assert not 0 < (y.data_ptr() - x.data_ptr()) % ALIAS_PERIOD_BYTES < ALIAS_WINDOW_BYTES
+        assert tensor.data_ptr() % ALIAS_PERIOD_BYTES % window == 0
+    assert (y.data_ptr() - x.data_ptr()) % ALIAS_PERIOD_BYTES not in aliased_distances()
     torch.testing.assert_close(y.cpu(), x.cpu() * 2.0 + 1.0)

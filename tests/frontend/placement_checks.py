@@ -24,8 +24,8 @@ def input_at(memory: torch.Tensor, offset: int) -> torch.Tensor:
 def check_outputs_off_inputs_modulo_4k(compiled, memory: torch.Tensor, w: torch.Tensor) -> None:
     """At every 16-byte page offset of the input, ``compiled``'s output (of :func:`scaled_plus_one`) is right, is
     not 4K-aliased with the input or the weight (``hardware.host.placement_shift``: at none of
-    ``host.ALIASED_DISTANCES`` past either), and is no view (the caller may modify it in place)."""
-    distances = host.ALIASED_DISTANCES
+    ``host.aliased_distances()`` past either), and is no view (the caller may modify it in place)."""
+    distances = host.aliased_distances()
     for offset in range(0, ALIAS_PERIOD_BYTES // 4, 4):
         x = input_at(memory, offset)
         out = compiled(x, w)

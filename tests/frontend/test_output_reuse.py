@@ -321,3 +321,39 @@ def test_a_gradient_aliased_with_this_calls_inputs_comes_from_the_rings_other_st
     assert refused and third.data_ptr() in kept - set(refused)
     torch.testing.assert_close(third, want)
     torch._dynamo.reset()
+
+
+def test_a_kept_storage_refused_as_aliased_leaves_the_ring(compiled):
+    """A kept storage 4K-aliased with the call's inputs is refused and dropped from the ring, and the output placed
+    instead is kept and comes back: before, the refused storage stayed first in line, was refused again on every
+    call on those inputs, and each call made a fresh output (pushing the placed one out of the full ring)."""
+    from neuroncc.hardware import host
+
+    function, (x, w), expected = compiled
+    for _ in range(3):
+        function(x, w)  # dropped at once: one storage in the ring
+    kept = function(x, w).data_ptr()
+    memory = torch.empty(ROWS * COLS + host.ALIAS_PERIOD_BYTES // 4)
+    start = (kept - 64 - memory.data_ptr()) % host.ALIAS_PERIOD_BYTES // 4  # the kept storage 64 bytes past x
+    moved = memory[start:start + ROWS * COLS].view(ROWS, COLS)
+    moved.copy_(x)
+    assert (kept - moved.data_ptr()) % host.ALIAS_PERIOD_BYTES == 64
+    placed = function(moved, w)
+    address = placed.data_ptr()
+    assert address != kept
+    assert (address - moved.data_ptr()) % host.ALIAS_PERIOD_BYTES not in host.aliased_distances()
+    torch.testing.assert_close(placed, expected)
+    del placed
+    for _ in range(3):
+        assert function(moved, w).data_ptr() == address  # the placed one, again: no fresh memory per call
+
+
+def test_the_ring_forgets_a_storage_dropped():
+    ring, tensor = output_reuse.OutputRing(), torch.empty(1 << 18)
+    ring.keep(tensor)
+    del tensor
+    taken = ring.take()
+    assert taken is not None
+    ring.drop(taken)
+    del taken
+    assert ring.take() is None

@@ -247,3 +247,29 @@ class StreamChoices(ChoiceBase):
         :attr:`online_block_elements`'s other changes, against the loops with them (session 35 xent35, two builds each,
         interleaved medians of 25-31 rounds, two runs): 0.94-1.00 of the time at 1 thread, 0.95-0.98 at 2."""
         return not self.has("avx512f") or not self._intel_avx512()
+
+    @property
+    def alias_window_bytes(self) -> int:
+        """How far past an input (modulo the 4 KiB alias period) a large output starting there is 4K-aliased with
+        it: a kernel's loads of the input then wait on its older stores to the output whose low 12 address bits
+        match (``hardware/host.py``: ``aliased_distances``, ``placement_shift``, which places outputs at 0 or at
+        least this far past each input, or before it). A multiple of the cache line dividing 4096 (the ``neuron``
+        device's large blocks step through the page by it).
+
+        Without AVX-512, and on Intel's AVX-512 cores (not measured there): 256. Zen 3 (RMSNorm and LayerNorm
+        [8192, 1024], the output at a chosen distance d past the input, 1 and 2 threads; session 13): d = 32 9-33%
+        slower than d = 0, 64 4-15%, 128 and 192 up to 7%, 256 to 3072 and outputs before their input within 3%.
+
+        Zen 4 (AVX-512 without FP16): 512, where float32 softmax's fused exp loop (which loads the next row ahead of
+        its delayed stores) is still slow at 256-384 past. ``bench_placement.py --sweep``, session 41 place41 (each
+        row's kernel into outputs d past its input on huge pages, interleaved, against d = 0; three processes):
+        softmax [4096, 1024] at 1 thread 1.17-1.57 at 64-192, 1.04-1.08 at 256-320, 1.00-1.04 at 384, 0.97-1.04 from
+        448 (-256: 0.96-1.02); at 2 threads 1.01-1.46, 1.00-1.22, 1.00-1.09, 1.00-1.04. LayerNorm [8192, 1024] 1.11-1.20
+        at 64 at 1 thread, x*w+b and RMSNorm 1.04-1.09; the bf16 rows and row (a) within 4% past 64 at 1 thread (a up
+        to 1.09 at 2). The rows through ``torch.compile`` with the output's ring storage 256-384 past the input, this
+        window against 256 (``benchmarks/bench_alias_window.py``, 21-41 rounds): softmax 0.84-0.97 at 1 thread in
+        four processes of five (0.99-1.23 in the fifth, load 1.9), 0.79-1.05 at 2 (even); the other rows within the
+        0.92-1.04 that one placement for both gave. Session 34 mem34
+        found d = 0 itself a few % slow at 1 thread on Zen 4 (RMSNorm 0.92-0.96 of it past 128 here), but the rows
+        through ``torch.compile`` with 0 to 1023 counted aliased ran 0.97-1.03 of 1 to 255's time: 0 stays placed."""
+        return 512 if self.has("avx512f") and not self._intel_avx512() else 256
