@@ -13,6 +13,7 @@ Run: ``/work/bin/heavy x python benchmarks/bench_alias_window.py [--threads 1] [
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -91,9 +92,8 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     clock = time.thread_time if args.threads == 1 else time.perf_counter
-    with open("/proc/loadavg") as f:
-        load = f.read().split()[0]
-    print(time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), f"load {load}, threads {args.threads}, windows",
+    print(time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+          f"load {os.getloadavg()[0]:.2f}, threads {args.threads}, windows",
           WINDOWS, flush=True)
     for case in (c for c in kc.cases() if c.key in args.rows.split(",")):
         measure(case, args.threads, args.repeats, clock, [int(d) for d in args.distances.split(",")])

@@ -134,10 +134,10 @@ class OutputRing:
         return None
 
     def drop(self, tensor: torch.Tensor) -> None:
-        """Forget the kept storage ``tensor`` (from :meth:`take`) is over: its caller does not use it (4K-aliased
-        with the call's inputs: ``direct_call``). Kept, it would be taken first again by every later call on those
-        inputs, refused, and the fresh output made instead pushed out of the full ring: a fresh allocation a call
-        (page faults where glibc maps large outputs anew)."""
+        """Forget the kept storage under ``tensor`` (from :meth:`take`), which its caller refused (4K-aliased with
+        the call's inputs: ``direct_call``). Kept, it would be taken first again by every later call on those
+        inputs, refused again, and the fresh output made instead pushed out of the full ring: a fresh allocation
+        each call (page faults where glibc maps large outputs anew)."""
         address = tensor.data_ptr()
         for entry in list(self._kept):
             if entry.address == address:
