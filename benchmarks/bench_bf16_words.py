@@ -134,6 +134,7 @@ SWITCHES: dict[str, Switch] = {
     "one-pass-row-lines": Switch(("one_pass_row_prefetch_lines",), "c"),
     "dot-variance": Switch(("takes_bf16_variance_by_dot_products",), "c16,c16h"),
     "word-copies": Switch(("copies_bf16_rows_for_the_write_pass",), "c16,c16h"),
+    "sum-rows-core": Switch(("leaves_sum_rows_to_the_core_prefetchers",), "rms,c,c'"),
 }
 #: switches whose bits may differ (counted, not asserted): the order of a sum's terms, a division's rounding
 REORDERS = {"paired-sums", "erf-division", "unsplit-pieces-division", "unsplit-division", "division-guided",

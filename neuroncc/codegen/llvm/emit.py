@@ -43,7 +43,7 @@ from neuroncc.codegen.llvm.online import OnlineMax, online_maxima
 from neuroncc.codegen.llvm.pairs import Pair, pair_ordered_rows
 from neuroncc.codegen.llvm.prefetch import carrier_stage, emit_prefetch_next_row, next_row, rows_to_prefetch
 from neuroncc.codegen.llvm.prefetch import emit_touch_pages_ahead, row_lines, rows_written_by_carried_pass
-from neuroncc.codegen.llvm.prefetch import streamed_map_inputs, this_row, touches_one_pass
+from neuroncc.codegen.llvm.prefetch import leaves_sum_rows_to_the_core, streamed_map_inputs, this_row, touches_one_pass
 from neuroncc.codegen.llvm.scalars import F64, I1, I64, PTR, VOID, round_parity_by_or, round_to
 from neuroncc.codegen.llvm.shifted_moments import takes_one_pass
 from neuroncc.codegen.llvm.dot_sums import takes_dot_variance
@@ -330,9 +330,11 @@ class KernelEmitter(IndexArithmetic, BufferAccess, MapStages):
         bursts = sum(counts)
         first_lines = self.target.one_pass_row_prefetch_lines if any(  # (a variance read in one pass)
             takes_one_pass(self, phase.stages[number], number == self._carrier) for number in passes) else 0
+        bursts_go = self._carrier is None and not leaves_sum_rows_to_the_core(  # (RMSNorm's on Zen 4: none)
+            self, phase, [phase.stages[number] for number in passes])
 
         def burst(part: int) -> None:
-            for layout in self._prefetched if self._carrier is None else ():  # (cheap passes: a burst before each)
+            for layout in self._prefetched if bursts_go else ():  # (cheap passes: a burst before each)
                 emit_prefetch_next_row(self, layout, outer[:depth], part, bursts, prefetch_rows_ahead(self),
                                        first_lines=first_lines)
 

@@ -61,6 +61,7 @@ from neuroncc.codegen.llvm.streams import streams
 from neuroncc.codegen.llvm.views import Layout
 from neuroncc.hardware.host import CACHE_LINE_BYTES
 from neuroncc.hardware.loop_choices import MEMORY_BURST_LINES
+from neuroncc.ir.dtypes import DType
 from neuroncc.ir.graph import Value
 from neuroncc.ir.opdef import Trait
 
@@ -195,6 +196,20 @@ def emit_prefetch_next_row(em: EmitContext, layout: Layout, outer: Index, part: 
         em.b.call(prefetch, [address, ir.Constant(I32, 0), ir.Constant(I32, 3), ir.Constant(I32, 1)])
 
     em.loop(lines.start, lines.stop, line)
+
+
+def leaves_sum_rows_to_the_core(em: EmitContext, phase: RowLoop, stages: Sequence[Stage]) -> bool:
+    """Whether a cheap row loop whose passes (``stages``) are a float32 row's float sum (not a variance) and then
+    its write (RMSNorm: the mean of x*x, then x * rsqrt(...) * w) sends no bursts of the next row's lines: the
+    core's prefetchers fetch the rows, with the page touches ahead (``CpuTarget.leaves_sum_rows_to_the_core
+    _prefetchers``)."""
+    if not (em.target.leaves_sum_rows_to_the_core_prefetchers and len(stages) == 2 and len(phase.outer) > 0):
+        return False
+    first, write = stages
+    return isinstance(first, ReduceStage) and isinstance(write, MapStage) \
+        and COMBINERS[first.op.name].float_sum and not COMBINERS[first.op.name].two_pass \
+        and first.op.operands[0].type.dtype is DType.f32 and first.reduced == (len(first.shape) - 1,) \
+        and all(layout.dtype is DType.f32 for layout in rows_to_prefetch(em.plan, phase))
 
 
 def touches_one_pass(em: EmitContext, phase: RowLoop) -> bool:

@@ -364,6 +364,14 @@ class RowLoopChoices(ChoiceBase):
         return 16 if self.has("avx512f") and not self._intel_avx512() else 0
 
     @property
+    def leaves_sum_rows_to_the_core_prefetchers(self) -> bool:
+        """Whether a cheap row loop of a float32 row's float sum and then its write (RMSNorm: the mean of x*x, then
+        x * rsqrt(...) * w; ``prefetch.leaves_sum_rows_to_the_core``) sends no bursts of the next row's lines before
+        its passes (:attr:`bursts_before_each_row_pass`), leaving the rows to the core's own prefetchers and the page
+        touches (:attr:`touches_input_pages_rows_ahead`). MEASURED-HERE."""
+        return self.has("avx512f") and not self._intel_avx512()
+
+    @property
     def touches_streamed_output_rows_ahead(self) -> int:
         """Rows ahead at which a row loop prefetches (``prefetchnta``) one line of each 4 KiB page of its streamed
         (non-temporal) outputs' row (``prefetch.emit_touch_pages_ahead``), so that the page's translation is in the
