@@ -359,8 +359,9 @@ class RowLoopChoices(ChoiceBase):
         (the kernel 2.9 ms, the copy roof 1.9); 8 lines 0.90-1.02, 4 lines 0.93-1.08, 24 and 32 lines (the first
         burst alone) 0.94-0.96 fast and 1.10-1.25 slow, none 0.88-1.12; at 2 threads 4-8 lines and none 0.95-1.03
         (memory-bound there); ``bench_bf16_words.py --switch one-pass-row-lines --rows c`` 0.924-0.956 at 1 thread
-        (three processes), 0.97-1.01 at 2 (two). RMSNorm's rows (no variance) keep their bursts: 16 lines 0.95-1.17.
-        AVX2 and Intel's AVX-512 cores keep theirs (not measured)."""
+        (three processes), 0.97-1.01 at 2 (two). RMSNorm's rows (no variance): 16 lines 0.95-1.17 (session 40);
+        since session 42 none at all (:attr:`leaves_sum_rows_to_the_core_prefetchers`). AVX2 and Intel's AVX-512
+        cores keep theirs (not measured)."""
         return 16 if self.has("avx512f") and not self._intel_avx512() else 0
 
     @property
@@ -368,7 +369,20 @@ class RowLoopChoices(ChoiceBase):
         """Whether a cheap row loop of a float32 row's float sum and then its write (RMSNorm: the mean of x*x, then
         x * rsqrt(...) * w; ``prefetch.leaves_sum_rows_to_the_core``) sends no bursts of the next row's lines before
         its passes (:attr:`bursts_before_each_row_pass`), leaving the rows to the core's own prefetchers and the page
-        touches (:attr:`touches_input_pages_rows_ahead`). MEASURED-HERE."""
+        touches (:attr:`touches_input_pages_rows_ahead`). Zen 4 (AVX-512 without FP16; session 42 rms42, RMSNorm
+        [8192, 1024]'s kernel, two builds each, interleaved medians of 41 rounds in one process, the same bits;
+        ``bench_bf16_words.py --switch sum-rows-core --rows rms``, ratio to the two bursts of 32 lines): 0.76-0.83 of
+        the time at 1 thread with its input from memory (``--cold``, five processes, three output offsets), 0.79-0.83
+        warm, 0.98-0.99 at 2 threads in three processes and 0.77-0.82 in two; the kernel from 1.22-1.26x a
+        non-temporal copy of its bytes to 0.95-1.02x in a scratch A/B with both kernels writing one held output,
+        where LayerNorm's one pass (16 lines) ran at 0.97-1.07x. Fewer lines in the first burst alone lose less
+        (4 lines 0.80, 8 lines 0.91-0.98, 16 lines 1.00-1.03, the first 32 alone 1.05-1.20: the more lines go out at
+        the row's start, the slower). Rows of 512, 768, 2048 and 4096 float32 the same way (0.77-0.91, cold, one
+        process).
+        LayerNorm keeps its 16 lines (none 0.96-1.05, two processes). AVX2 and Intel's AVX-512 cores keep their
+        bursts (AVX2's code on Zen 4's cores, ``--force`` with ``NEURONCC_CPU=znver3``, no page touches there: 0.92
+        cold at 1 thread, 0.99 at 2, one process each; not measured on Zen 3, where session 21 found RMSNorm's
+        bursts capped at 16-24 lines 7-26% slower)."""
         return self.has("avx512f") and not self._intel_avx512()
 
     @property
