@@ -373,13 +373,14 @@ class RowLoopChoices(ChoiceBase):
         [8192, 1024]'s kernel, two builds each, interleaved medians of 41 rounds in one process, the same bits;
         ``bench_bf16_words.py --switch sum-rows-core --rows rms``, ratio to the two bursts of 32 lines): 0.76-0.83 of
         the time at 1 thread with its input from memory (``--cold``, five processes, three output offsets), 0.79-0.83
-        warm, 0.98-0.99 at 2 threads in three processes and 0.77-0.82 in two; the kernel from 1.22-1.26x a
-        non-temporal copy of its bytes to 0.95-1.02x in a scratch A/B with both kernels writing one held output,
-        where LayerNorm's one pass (16 lines) ran at 0.97-1.07x. Fewer lines in the first burst alone lose less
-        (4 lines 0.80, 8 lines 0.91-0.98, 16 lines 1.00-1.03, the first 32 alone 1.05-1.20: the more lines go out at
-        the row's start, the slower). Rows of 512, 768, 2048 and 4096 float32 the same way (0.77-0.91, cold, one
-        process).
-        LayerNorm keeps its 16 lines (none 0.96-1.05, two processes). AVX2 and Intel's AVX-512 cores keep their
+        warm (two), at 2 threads 0.98-0.99 in two processes and 0.77-0.82 in two (0.94-0.96 in a scratch A/B), never
+        slower. In a scratch A/B with both kernels writing one held output the kernel went from 1.22-1.26x a
+        non-temporal copy of its bytes to 0.95-1.02x, where LayerNorm's one pass (16 lines) ran at 0.97-1.07x; without
+        the page touches too it takes 1.15-1.17x the time (the touches carry the row now). Fewer lines in the first
+        burst alone lose less (4 lines 0.80, 8 lines 0.91-0.98, 16 lines 1.00-1.03, the first 32 alone 1.05-1.20:
+        the more lines go out at the row's start, the slower). Rows of 512, 768, 2048 and 4096 float32 the same way
+        (0.77-0.91, cold, one process). LayerNorm keeps its 16 lines (none 0.96-1.05, two processes), bf16 RMSNorm its
+        bursts of 16 (none 1.03-1.06 cold, 0.98 warm: float32 rows only). AVX2 and Intel's AVX-512 cores keep their
         bursts (AVX2's code on Zen 4's cores, ``--force`` with ``NEURONCC_CPU=znver3``, no page touches there: 0.92
         cold at 1 thread, 0.99 at 2, one process each; not measured on Zen 3, where session 21 found RMSNorm's
         bursts capped at 16-24 lines 7-26% slower)."""
