@@ -375,9 +375,9 @@ class RowLoopChoices(ChoiceBase):
         the time at 1 thread with its input from memory (``--cold``, five processes, three output offsets), 0.79-0.83
         warm (two), at 2 threads 0.98-0.99 in two processes and 0.77-0.82 in two (0.94-0.96 in a scratch A/B), never
         slower. In a scratch A/B with both kernels writing one held output the kernel went from 1.22-1.26x a
-        non-temporal copy of its bytes to 0.95-1.02x, where LayerNorm's one pass (16 lines) ran at 0.97-1.07x; without
-        the page touches too it takes 1.15-1.17x the time (the touches carry the row now). Fewer lines in the first
-        burst alone lose less (4 lines 0.80, 8 lines 0.91-0.98, 16 lines 1.00-1.03, the first 32 alone 1.05-1.20:
+        non-temporal copy of its bytes to 0.95-1.02x, where LayerNorm's one pass (16 lines) ran at 0.97-1.11x; without
+        the page touches too it takes 1.15-1.18x the time (the touches carry the row now). Fewer lines in the first
+        burst alone lose less (4 lines 0.80, 8 lines 0.91-0.98, 16 lines 1.00-1.03, the first 32 alone 1.17-1.20:
         the more lines go out at the row's start, the slower). Rows of 512, 768, 2048 and 4096 float32 the same way
         (0.77-0.91, cold, one process). LayerNorm keeps its 16 lines (none 0.96-1.05, two processes), bf16 RMSNorm its
         bursts of 16 (none 1.03-1.06 cold, 0.98 warm: float32 rows only). AVX2 and Intel's AVX-512 cores keep their
