@@ -21,6 +21,7 @@ HUGE_PAGE_BYTES = 2 << 20
 #: unaligned ends are left out.
 HUGE_OUTPUT_MIN_BYTES = 3 * HUGE_PAGE_BYTES
 _MADV_HUGEPAGE = 14
+_MADV_DONTNEED = 4
 _SMALL_PAGE_BYTES = 4096
 
 
@@ -53,4 +54,20 @@ def advise_fresh_huge_pages(address: int, nbytes: int) -> bool:
     return _LIBC.madvise(low, high - low, _MADV_HUGEPAGE) == 0
 
 
-__all__ = ["HUGE_OUTPUT_MIN_BYTES", "HUGE_PAGE_BYTES", "advise_fresh_huge_pages"]
+def renew_in_huge_pages(address: int, nbytes: int) -> bool:
+    """Give the whole 2 MiB pages inside ``[address, address + nbytes)`` back to the system and ask for transparent
+    huge pages there, so that the next writes fault them in as huge pages (zeroed): for a large output's memory
+    that will be written again and again (an output ring's storage, ``direct_call``) where it came back from the
+    heap already touched in small pages, which :func:`advise_fresh_huge_pages` leaves alone. Its contents are
+    lost: only for memory about to be written whole. True when advised; False where nothing was done (no whole
+    huge page, other systems, or the kernel refused)."""
+    low = -(-address // HUGE_PAGE_BYTES) * HUGE_PAGE_BYTES
+    high = (address + nbytes) // HUGE_PAGE_BYTES * HUGE_PAGE_BYTES
+    if _LIBC is None or high - low < HUGE_PAGE_BYTES:
+        return False
+    if _LIBC.madvise(low, high - low, _MADV_HUGEPAGE) != 0:
+        return False
+    return _LIBC.madvise(low, high - low, _MADV_DONTNEED) == 0
+
+
+__all__ = ["HUGE_OUTPUT_MIN_BYTES", "HUGE_PAGE_BYTES", "advise_fresh_huge_pages", "renew_in_huge_pages"]
