@@ -147,7 +147,12 @@ class DirectCall:
         for index, shape, strides, dtype in self._made:
             made[index] = tensor = torch.empty_strided(shape, strides, dtype=dtype)
             pointers[index] = tensor.data_ptr()
-        if self._placed:
+        if self._placed and KEPT_IN_SLACK:
+            near = addresses.copy()
+            for index, shape, strides, dtype, nbytes, ring in self._placed:
+                made[index] = tensor = _kept_placed(ring, nbytes, shape, strides, dtype, near)
+                pointers[index] = tensor.data_ptr()
+        elif self._placed:
             near = addresses.copy()
             for index, shape, strides, dtype, nbytes, ring in self._placed:
                 # the memory of this output the caller has dropped, unless 4K-aliased with this call's inputs or
@@ -290,6 +295,37 @@ def _placed(nbytes: int, shape: tuple[int, ...], strides: tuple[int, ...], dtype
         base += shift
     near.append(base)
     return tensor
+
+
+#: a multi-output graph's placed outputs kept in memory one alias period longer, placed in it each call (False: the
+#: code before session 42, for A/Bs)
+KEPT_IN_SLACK = True
+#: their memory renewed in huge pages where it came back from the heap in small ones (for A/Bs)
+RENEWS_IN_HUGE_PAGES = True
+
+
+def _kept_placed(ring: OutputRing, nbytes: int, shape: tuple[int, ...], strides: tuple[int, ...],
+                 dtype: torch.dtype, near: list[int]) -> torch.Tensor:
+    """A large output of a graph of several outputs (a training step's gradient), in the memory ``ring`` keeps for
+    it: one alias period longer than the output, so that the output starts where it is not 4K-aliased with this
+    call's inputs or the outputs placed before it (``near``, to which its address is appended) wherever they are.
+    The call's small inputs (a row's maximum, the loss's scale) move from call to call and each makes a window of
+    the period aliased (``host.aliased_distances``): memory of the output's own length, refused there, was dropped
+    and fresh memory taken every few calls. Fresh memory of a huge output is asked for huge pages (``pages.py``),
+    and where the heap gave it back already touched in small pages, renewed in huge ones: the kernels write it
+    every call."""
+    raw = ring.take()
+    if raw is None:
+        raw_bytes = nbytes + ALIAS_PERIOD_BYTES
+        raw = torch.empty(raw_bytes // dtype.itemsize, dtype=dtype)
+        ring.keep(raw)
+        if raw_bytes >= pages.HUGE_OUTPUT_MIN_BYTES and not pages.advise_fresh_huge_pages(raw.data_ptr(), raw_bytes) \
+                and RENEWS_IN_HUGE_PAGES:
+            pages.renew_in_huge_pages(raw.data_ptr(), raw_bytes)
+    base = raw.data_ptr()
+    shift = placement_shift(base, near)
+    near.append(base + shift)
+    return raw.as_strided_(shape, strides, shift // dtype.itemsize)
 
 
 def _extent_bytes(shape: tuple[int, ...], strides: tuple[int, ...], dtype: torch.dtype) -> int:
