@@ -102,6 +102,8 @@ class OutputRing:
 
     def __init__(self) -> None:
         self._kept: deque[_Kept] = deque(maxlen=KEPT_OUTPUTS)
+        #: fresh storages of this ring whose memory its user renewed (``direct_call._kept_placed``: huge pages)
+        self.renewals = 0
 
     def take(self) -> torch.Tensor | None:
         """A new tensor over a kept storage that only this ring holds (the entry goes back as the newest), or None

@@ -141,3 +141,22 @@ def test_launch_renews_a_large_output_the_heap_gave_back_touched(monkeypatch, co
     for _ in range(3):
         compiled(a)  # the kept memory again: nothing renewed
     assert not renewed
+
+
+def test_launch_renews_a_rings_memory_at_most_twice_when_the_caller_holds_every_output(monkeypatch, compiled_graphs):
+    """A caller that holds its outputs past the ring's two makes fresh memory every call: renewing each would zero
+    huge pages every call (more than the small pages cost), so a ring renews its first ``KEPT_OUTPUTS`` only."""
+    from neuroncc.frontend.output_reuse import KEPT_OUTPUTS
+
+    renewed = []
+    monkeypatch.setattr(pages, "advise_fresh_huge_pages", lambda address, nbytes: False)  # (as if touched)
+    monkeypatch.setattr(pages, "renew_in_huge_pages", lambda address, nbytes: renewed.append((address, nbytes)))
+    torch._dynamo.reset()
+    f = lambda a: (a + 1.0, a * 2.0)  # noqa: E731  (two outputs: DirectCall.launch)
+    a = torch.randn(2048, 1024)
+    compiled = torch.compile(f, backend="neuron", dynamic=False)
+    held = [compiled(a) for _ in range(6)]  # every output still held: fresh memory each call
+    assert len(renewed) == 2 * KEPT_OUTPUTS  # (two outputs, each its own ring)
+    for first, second in held:
+        torch.testing.assert_close(first, a + 1.0)
+        torch.testing.assert_close(second, a * 2.0)
