@@ -220,8 +220,8 @@ class Bf16Choices(ChoiceBase):
 
     @property
     def fuses_bf16_layer_norm_weight_and_bias(self) -> bool:
-        """Whether LayerNorm's ``((x - mean) * rstd) * w + b`` whose float32 sum is only rounded to bf16 takes its weight
-        and bias in one fused multiply-add (``codegen/llvm/norm_affine.py``): one rounding fewer than the graph's, so
+        """Whether LayerNorm's ``((x - mean) * rstd) * w + b`` whose float32 sum is only rounded to bf16 takes its
+        weight and bias in one fused multiply-add (``codegen/llvm/norm_affine.py``): one rounding fewer than the graph's, so
         other bits in a few outputs (170 of c16's 8388608, the nearer to float64's in 114 of them; over normal,
         far-mean, tiny-variance, huge- and tiny-weight rows the mean error in bf16 ulps the same to four digits, the
         differing outputs 2:1 nearer float64's), and per 32 elements 11 vector operations in the write loop where
