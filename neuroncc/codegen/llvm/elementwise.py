@@ -238,7 +238,7 @@ def _mul(ctx, op, args):
 
 
 def _add(ctx, op, args):
-    """a + c; LayerNorm's (normalized * w) + b as one fused multiply-add where the target says so
+    """a + c; LayerNorm's (normalized * w) + b as one fused multiply-add where the emitter fuses it
     (``norm_affine.fused_weight_and_bias``)."""
     fused = fused_weight_and_bias(ctx, op, args)
     return fused if fused is not None else _arith("fadd", "add", "or_")(ctx, op, args)
