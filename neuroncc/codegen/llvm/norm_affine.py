@@ -24,10 +24,11 @@ from typing import Any
 from llvmlite import ir
 
 from neuroncc.codegen.llvm.context import EmitContext
-from neuroncc.codegen.llvm.kernel_plan import MapStage, RowLoop
+from neuroncc.codegen.llvm.kernel_plan import Computed, MapStage, RowLoop
 from neuroncc.codegen.llvm.scalars import F32, I32, I64, call
 from neuroncc.ir.dtypes import DType
 from neuroncc.ir.graph import Op, Value
+from neuroncc.ir.opdef import Trait
 
 _EXPONENT = 0x7F800000  # (a float32 whose exponent bits are all set is infinite or NaN)
 
@@ -40,6 +41,7 @@ class Affine:
     rstd: Value
     weight: Value
     bias: Value
+    total: Value  # (the sum, ``+ b``'s result)
 
 
 @dataclass(frozen=True)
@@ -84,7 +86,7 @@ def layer_norm_affine(region: Any, add: Op, product: Any) -> Affine | None:
             centre = producers.get(deviation)
             if centre is not None and centre.name == "sub" and _one_per_row(norm, rstd) and \
                     getattr(producers.get(centre.operands[1]), "name", None) == "mean":
-                return Affine(centre.operands[1], rstd, scale.operands[1 - position], bias)
+                return Affine(centre.operands[1], rstd, scale.operands[1 - position], bias, total)
     return None
 
 
@@ -123,7 +125,8 @@ def emit_guarded(em: Any, rows: AffineRows | None, phase: RowLoop, number: int, 
                  emit: Callable[[], None]) -> None:
     """Stage ``number`` of ``phase`` at row ``outer`` by ``emit``: a map stage of a phase with a fused affine step
     (``rows``) twice, fused on rows whose n are all finite in a call of finite weight and bias, else as the graph."""
-    if rows is None or not isinstance(phase.stages[number], MapStage):
+    stage = phase.stages[number]
+    if rows is None or not isinstance(stage, MapStage) or not _computes(em.plan, stage, rows.affine.total):
         emit()
         return
     b, at_row = em.b, list(outer[:len(phase.outer)])
@@ -141,6 +144,22 @@ def emit_guarded(em: Any, rows: AffineRows | None, phase: RowLoop, number: int, 
                 em.fuses_affine = False
         with graph, em.fresh_values():
             emit()
+
+
+def _computes(plan: Any, stage: MapStage, value: Value) -> bool:
+    """Whether ``stage`` computes ``value`` element by element on the way to what it writes (the stage reads every
+    value the step's row guard reads: a stage before the row's mean, or without the step, is emitted as it is)."""
+    pending, seen = [item for item, _ in stage.items], set()
+    while pending:
+        current = pending.pop()
+        access = plan.access.get(current)
+        if current in seen or not isinstance(access, Computed) or not access.op.has(Trait.POINTWISE):
+            continue
+        if current is value:
+            return True
+        seen.add(current)
+        pending += access.op.operands
+    return False
 
 
 def _one_per_row(op: Op, operand: Any) -> bool:
