@@ -230,7 +230,7 @@ class Bf16Choices(ChoiceBase):
         there were 13 (2 ``vfmadd213ps`` for 2 ``vmulps`` and 2 ``vaddps``). Zen 4 (session 42 bfln42,
         ``bench_bf16_words.py --switch layer-norm-fma``, two builds each, interleaved medians of 31-41 rounds):
         bf16 LayerNorm [8192, 1024]'s kernel 0.92-0.95 of the time at 1 thread with its input in the L3 (four
-        processes), 0.93-0.99 from memory (``--cold``, three), even at 2 threads (0.94-1.03, five); [8192, 768]
+        processes), 0.93-0.99 from memory (``--cold``, four), even at 2 threads (0.94-1.03, five); [8192, 768]
         0.92-1.02 (two). Float32 LayerNorm's code unchanged. AVX2 and Intel's AVX-512 cores keep their code (not
         measured)."""
         return self.has("avx512bf16") and not self._intel_avx512()
