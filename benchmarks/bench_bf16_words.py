@@ -135,11 +135,12 @@ SWITCHES: dict[str, Switch] = {
     "dot-variance": Switch(("takes_bf16_variance_by_dot_products",), "c16,c16h"),
     "word-copies": Switch(("copies_bf16_rows_for_the_write_pass",), "c16,c16h"),
     "sum-rows-core": Switch(("leaves_sum_rows_to_the_core_prefetchers",), "rms,c,c'"),
+    "layer-norm-fma": Switch(("fuses_bf16_layer_norm_weight_and_bias",), "c16,c16h"),
 }
 #: switches whose bits may differ (counted, not asserted): the order of a sum's terms, a division's rounding
 REORDERS = {"paired-sums", "erf-division", "unsplit-pieces-division", "unsplit-division", "division-guided",
             "one-pass-variance", "row-sum-lanes", "exp-degree-5", "dot-sums", "stream-footprint",
-            "exp-loop-write", "dot-variance"}
+            "exp-loop-write", "dot-variance", "layer-norm-fma"}
 
 
 def bench_rows() -> list[Case]:

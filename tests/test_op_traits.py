@@ -49,6 +49,8 @@ RULE_MODULES = {
     "neuroncc/passes/one_hot_sums.py": "one pattern, sum(where(iota == target, s, 0)) through its views: the ops "
                                        "the fold matches",
     "neuroncc/codegen/llvm/online.py": "one pattern of four named ops, sum(exp(x - amax(x))), emitted as one pass",
+    "neuroncc/codegen/llvm/norm_affine.py": "one pattern, LayerNorm's ((x - mean(x)) * r) * w + b cast to bf16: the "
+                                            "ops the fused multiply-add matches",
     "neuroncc/codegen/llvm/one_hot_rows.py": "one pattern, eq(iota, target) along a row through its views: the ops "
                                              "the split matches",
     "neuroncc/codegen/nki/op_rules.py": "the NKI emission rule per op (the reductions share one rule)",

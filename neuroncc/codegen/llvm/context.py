@@ -52,6 +52,9 @@ class EmitContext(Protocol):
     flagless_amax: bool
     #: Whether bf16 words' even halves widen by a multiply here (``widening.py``), not a shift.
     multiplies_widening: bool
+    #: Whether LayerNorm's ``n * w + b`` whose sum is only rounded to bf16 is one fused multiply-add here (a row
+    #: whose every operand is finite: ``norm_affine.emit_guarded``).
+    fuses_affine: bool
     #: The next row's max that the row's exp loop being emitted takes beside its own work (``next_max.MaxAhead``:
     #: its loops add each element of that row), or None.
     max_ahead: Any

@@ -16,6 +16,7 @@ from llvmlite import ir
 
 from neuroncc.codegen.llvm.context import EmitContext
 from neuroncc.codegen.llvm.mathlib import LIBM, POLYNOMIAL, math_call
+from neuroncc.codegen.llvm.norm_affine import fused_weight_and_bias
 from neuroncc.codegen.llvm.scalars import (
     F32, F32_EXACT_BITS, I1, I32, I64, bf16_bits, call, compute_type, constant, convert, is_unsigned, round_to,
     type_suffix,
@@ -234,6 +235,13 @@ def _mul(ctx, op, args):
                 and len(ctx.plan.region.users().get(mine, ())) == 1 and mine not in ctx.plan.region.outputs):
             return math_call(ctx.b, "exp_nonpositive_times", exp.args[0], scale, target=ctx.target)
     return _arith("fmul", "mul", "and_")(ctx, op, args)
+
+
+def _add(ctx, op, args):
+    """a + c; LayerNorm's (normalized * w) + b as one fused multiply-add where the emitter fuses it
+    (``norm_affine.fused_weight_and_bias``)."""
+    fused = fused_weight_and_bias(ctx, op, args)
+    return fused if fused is not None else _arith("fadd", "add", "or_")(ctx, op, args)
 
 
 def _row_invariant(op: Op, operand) -> bool:
@@ -554,7 +562,7 @@ ELEMENTWISE: dict[str, Lowering] = {
     "isinf": _isinf,
     "logical_not": _logical_not,
     "bitwise_not": _bitwise_not,
-    "add": _arith("fadd", "add", "or_"),
+    "add": _add,
     "sub": _arith("fsub", "sub"),
     "mul": _mul,
     "div": _div,

@@ -33,6 +33,7 @@ from neuroncc.codegen.llvm.ir_text import module_text, quick_names
 from neuroncc.codegen.llvm.map_stages import MapStages, OperandsAhead
 from neuroncc.codegen.llvm.loop_hints import computes_polynomial_math, hint_math_loop, reads_bf16_tables
 from neuroncc.codegen.llvm.nan_payloads import NanPayloads
+from neuroncc.codegen.llvm.norm_affine import AffineRows, affine_rows, emit_guarded
 from neuroncc.codegen.llvm.next_max import ROWS_AHEAD, MaxAhead, next_row_max, row_max_ahead
 from neuroncc.codegen.llvm.nan_rows import finds_nans_by_the_sum, max_without_nan_flag, redo_nan_row
 from neuroncc.codegen.llvm.kernel_plan import (
@@ -120,6 +121,8 @@ class KernelEmitter(IndexArithmetic, BufferAccess, MapStages):
         self._nan_payloads: NanPayloads | None = None  # (for ``rounding_needs_nan_case``)
         self.known: dict[Value, bool] = {}  # bool values known at every index of the code being emitted
         self.multiplies_widening = False  # bf16 words' even halves widened by a multiply (``widening.py``)
+        self._affine: AffineRows | None = None  # the phase's LayerNorm affine step, fused where guarded
+        self.fuses_affine = False  # it is fused here (``norm_affine.emit_guarded``)
         self._opaque: dict[int, ir.Value] = {}  # the phase function's opaque constants (``opaque_factor``)
         # argument slot -> the region constant's data (a read at a constant index folds to its value)
         self._constant_data = {plan.n_params + plan.n_outputs + k: plan.region.ops[extra.op_index].attrs["value"]
@@ -281,6 +284,7 @@ class KernelEmitter(IndexArithmetic, BufferAccess, MapStages):
         self._pair_rows = pair_ordered_rows(self.plan, phase.row_cache, [*phase.stages, *(sums or [])]) | set(widened)
         shift = write_buffer_shift(self, phase)  # (the write pass's buffers placed past its output rows)
         self._rows = allocate_rows(self, phase, self._row_copies, shift) | emit_widened(self, widened, shift)
+        self._affine = affine_rows(self, self._rows)  # (LayerNorm's fused weight and bias: ``norm_affine.py``)
         self._row_cache.update(dict.fromkeys(widened, BEFORE_THE_ROWS))
         self._early_mean = mean_a_row_early(self, phase, by_dots) if delays else None
         self._squares = (phase.stages[0], self.alloca(F64)) if by_dots and self._early_mean is not None else None
@@ -356,7 +360,8 @@ class KernelEmitter(IndexArithmetic, BufferAccess, MapStages):
             if self.max_ahead is not None and number == 1:
                 self.max_ahead.start()
             with max_without_nan_flag(self) if nans_by_sum and number == 0 else contextlib.nullcontext():
-                self._stage_at(stage, outer, depth, means.get(number), maxima.get(number))
+                emit_guarded(self, self._affine, phase, number, outer, lambda: self._stage_at(
+                    stage, outer, depth, means.get(number), maxima.get(number)))
             if self.max_ahead is not None:
                 self.max_ahead.finish()
                 self.max_ahead = None

@@ -219,6 +219,23 @@ class Bf16Choices(ChoiceBase):
         return self.takes_bf16_variance_by_dot_products
 
     @property
+    def fuses_bf16_layer_norm_weight_and_bias(self) -> bool:
+        """Whether LayerNorm's ``((x - mean) * rstd) * w + b`` whose float32 sum is only rounded to bf16 takes its
+        weight and bias in one fused multiply-add (``codegen/llvm/norm_affine.py``), on rows whose mean is finite and
+        whose 1/std is finite and positive in calls of finite weight and bias (a second write loop, the graph's, for
+        the others: NaN payloads and infinities as the graph's). One rounding fewer: other bits in a few outputs (170
+        of bf16 LayerNorm [8192, 1024]'s 8388608, 114 of them nearer float64's; over normal, far-mean, tiny-variance,
+        huge- and tiny-weight rows the mean error in bf16 ulps the same to four digits, the differing outputs about
+        2:1 nearer float64's; ``test_norm_affine.py``); per 32 elements 11 vector operations in the write loop where
+        there were 13 (2 ``vfmadd213ps`` for 2 ``vmulps`` and 2 ``vaddps``). Zen 4 (session 42 bfln42,
+        ``bench_bf16_words.py --switch layer-norm-fma``, two builds each, interleaved medians of 31-41 rounds):
+        bf16 LayerNorm [8192, 1024]'s kernel 0.92-0.95 of the time at 1 thread with its input in the L3 (four
+        processes), 0.93-0.99 from memory (``--cold``, four), even at 2 threads (0.94-1.03, five); [8192, 768]
+        0.92-1.02 (two). Float32 LayerNorm's code unchanged. AVX2 and Intel's AVX-512 cores keep their code (not
+        measured)."""
+        return self.has("avx512bf16") and not self._intel_avx512()
+
+    @property
     def bf16_table_loop_lanes(self) -> int:
         """Lanes of a vector iteration of a loop reading bf16 tables (:attr:`looks_up_bf16_unary_math`,
         :attr:`looks_up_bf16_library_math`; ``loop_hints.hint_math_loop``'s ``llvm.loop.vectorize.width``, one
