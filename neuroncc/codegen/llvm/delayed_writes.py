@@ -220,7 +220,7 @@ def emit_last_row(em: Any, phase: RowLoop, stage_number: int, first_row: Any, en
     with em.fresh_values():
         last = em.b.sub(end, ir.Constant(end.type, 1))
         with em.b.if_then(em.b.icmp_signed(">=", last, em.ir_index(first_row))):
-            _write(em, stage, stage_number, em._digits(last, phase.outer), (0, stage.shape[-1]), 0)
+            _write(em, stage, stage_number, em.digits(last, phase.outer), (0, stage.shape[-1]), 0)
 
 
 def _write(em: Any, stage: MapStage, stage_number: int, outer: list[Any], columns: tuple[Any, Any],

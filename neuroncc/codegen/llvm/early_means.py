@@ -53,7 +53,7 @@ def emit_next_mean(em: Any, phase: RowLoop, row: Any) -> None:
     assert isinstance(stage, ReduceStage)
     with em.fresh_values(), em.b.if_then(em.b.icmp_signed("<", em.ir_index(row), em._range[1])):
         saved, em._stage_number = em._stage_number, number
-        emit_mean_pass(em, stage, shared, em._digits(row, phase.outer))
+        emit_mean_pass(em, stage, shared, em.digits(row, phase.outer))
         em._stage_number = saved
 
 

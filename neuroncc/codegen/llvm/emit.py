@@ -227,16 +227,16 @@ class KernelEmitter(IndexArithmetic, BufferAccess, MapStages):
         match phase:
             case RowLoop():
                 self._cache_rows(phase, delays=True)
-                return lambda flat: self._rows_at(phase, self._digits(flat, phase.outer), flat)
+                return lambda flat: self._rows_at(phase, self.digits(flat, phase.outer), flat)
             case ChunkedRows():
                 self._cache_rows(phase.rows, [column_sum.stage for column_sum in phase.sums])
                 return lambda flat: self._chunk(phase, flat)
             case BlockedMap():
-                return lambda flat: self._blocked(phase, self._digits(flat, phase.trip_counts))
+                return lambda flat: self._blocked(phase, self.digits(flat, phase.trip_counts))
             case TransposedMap():
-                return lambda flat: self._transposed(phase, self._digits(flat, phase.trip_counts))
+                return lambda flat: self._transposed(phase, self.digits(flat, phase.trip_counts))
             case SplitColumns(stage=stage, width=width):
-                return lambda flat: emit_reduce(self, stage, [], self._block_range(flat, width, stage.shape[-1]))
+                return lambda flat: emit_reduce(self, stage, [], self.block_range(flat, width, stage.shape[-1]))
             case KeptDims():
                 return lambda flat: self._kept_dims(phase, flat)
             case PartialReduce():
@@ -319,7 +319,7 @@ class KernelEmitter(IndexArithmetic, BufferAccess, MapStages):
         skipped |= {phase.stages.index(online.stage) for online in maxima.values()}  # stored by their sums
         if self._delayed is not None:
             skipped.add(self._delayed)
-            previous = self._digits(self.sub(flat, 1), phase.outer)
+            previous = self.digits(self.sub(flat, 1), phase.outer)
             self._after_group = DelayedGroups(self, phase, self._delayed, flat, self._range[0], list(outer[:depth]),
                                               previous)
         if self._early_mean is not None:  # (its mean pass ran a row early: the variance loads the mean)
@@ -436,8 +436,8 @@ class KernelEmitter(IndexArithmetic, BufferAccess, MapStages):
         step = -(-rows // phase.chunks)
         for column_sum in phase.sums:
             emit_column_reset(self, column_sum, chunk)
-        lo, hi = self._block_range(chunk, step, rows)
-        self.loop(lo, hi, lambda row: self._chunk_row(phase, self._digits(row, phase.rows.outer), row, chunk))
+        lo, hi = self.block_range(chunk, step, rows)
+        self.loop(lo, hi, lambda row: self._chunk_row(phase, self.digits(row, phase.rows.outer), row, chunk))
 
     def _chunk_row(self, phase: ChunkedRows, outer: Index, row: Any, chunk: ir.Value) -> None:
         """The row's stages, then its inputs of the column sums added to the partials: the sums over the same
@@ -447,7 +447,7 @@ class KernelEmitter(IndexArithmetic, BufferAccess, MapStages):
         for number, column_sum in enumerate(phase.sums, start=len(phase.rows.stages)):
             stage = column_sum.stage
             reduced = stage.shape[: len(stage.reduced)]
-            rows = outer if reduced == phase.rows.outer else self._digits(row, reduced)
+            rows = outer if reduced == phase.rows.outer else self.digits(row, reduced)
             update = self._at_stage(number, column_partial_update(self, column_sum, rows, chunk))
             if self.target.column_sums_share_a_loop:
                 loops.setdefault(stage.shape[len(reduced):], []).append(update)
@@ -467,14 +467,14 @@ class KernelEmitter(IndexArithmetic, BufferAccess, MapStages):
         for number, stage in enumerate(phase.stages):
             self._stage_number = number
             ranges: list[tuple[Any, Any]] = [(i, None) for i in outer]
-            ranges[-1] = self._block_range(outer[-1], phase.block, stage.shape[-1])
+            ranges[-1] = self.block_range(outer[-1], phase.block, stage.shape[-1])
             self._map_stage(stage, ranges, phase.block)
 
     def _transposed(self, phase: TransposedMap, outer: Index) -> None:
         for number, stage in enumerate(phase.stages):
             self._stage_number = number
             ranges: list[tuple[Any, Any]] = [(i, None) for i in outer]
-            ranges[-1] = self._block_range(outer[-1], phase.block, stage.shape[-2])
+            ranges[-1] = self.block_range(outer[-1], phase.block, stage.shape[-2])
             emit_transposed(self, phase, stage, ranges + [(0, stage.shape[-1])])
 
     def _kept_dims(self, phase: KeptDims, flat: ir.Value) -> None:
@@ -488,21 +488,6 @@ class KernelEmitter(IndexArithmetic, BufferAccess, MapStages):
     def _combine_columns(self, phase: CombineColumns) -> None:
         for column_sum in phase.sums:
             emit_column_combine(self, column_sum, phase.chunks)
-
-    def _block_range(self, index: Any, block: int, n: int) -> tuple[Any, Any]:
-        """[lo, hi) of block ``index`` of a dim of ``n`` elements in blocks of ``block``. An exact block end
-        keeps the block's length static when the blocks divide the dim (see ``IndexArithmetic.loop``)."""
-        lo = self.mul(index, block)
-        return lo, self.add(lo, block) if n % block == 0 else self.min(self.add(lo, block), n)
-
-    def _digits(self, flat: Any, counts: tuple[int, ...]) -> list[Any]:
-        """The indices of the flat (row-major) position ``flat`` in a grid of ``counts``."""
-        outer: list[Any] = [0] * len(counts)
-        remaining: Any = flat
-        for d in range(len(counts) - 1, -1, -1):
-            outer[d] = self.rem(remaining, counts[d]) if d else remaining
-            remaining = self.div(remaining, counts[d])
-        return outer
 
     # ---- values ---------------------------------------------------------------------------------------
 

@@ -230,6 +230,21 @@ class IndexArithmetic:
         self.memo[-1][key] = result
         return result
 
+    def block_range(self, index: Any, block: int, n: int) -> tuple[Any, Any]:
+        """[lo, hi) of block ``index`` of a dim of ``n`` elements in blocks of ``block``. An exact block end
+        keeps the block's length static when the blocks divide the dim (see :meth:`loop`)."""
+        lo = self.mul(index, block)
+        return lo, self.add(lo, block) if n % block == 0 else self.min(self.add(lo, block), n)
+
+    def digits(self, flat: Any, counts: tuple[int, ...]) -> list[Any]:
+        """The indices of the flat (row-major) position ``flat`` in a grid of ``counts``."""
+        outer: list[Any] = [0] * len(counts)
+        remaining: Any = flat
+        for d in range(len(counts) - 1, -1, -1):
+            outer[d] = self.rem(remaining, counts[d]) if d else remaining
+            remaining = self.div(remaining, counts[d])
+        return outer
+
     def min(self, a: Any, c: Any) -> Any:
         if isinstance(a, int) and isinstance(c, int):
             return min(a, c)
