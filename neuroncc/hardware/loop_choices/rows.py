@@ -427,9 +427,10 @@ class RowLoopChoices(ChoiceBase):
         had no page touches at all (a TLB miss a page, a nested walk in a KVM guest, four pages a row each way);
         ``bench_bf16_words.py --switch wide-row-touches``, two builds each, interleaved medians of 31 rounds, ratio to
         none: RMSNorm [1024, 8192]'s kernel 0.71-0.86 of the time at 1 thread with its input from memory (``--cold``,
-        two processes), 0.87 warm, 0.93-0.94 at 2 threads (two); LayerNorm [1024, 8192] 0.73-0.83 cold, 0.75 warm,
+        three processes), 0.87 warm, 0.93-0.94 at 2 threads (two); LayerNorm [1024, 8192] 0.73-0.83 cold, 0.75 warm,
         0.94-0.96 at 2; the same bits; rows of up to 16 KiB (the roofline's, [2048, 4096]) build the same code.
-        Longer rows not measured; AVX2 (no page touches) and Intel's AVX-512 cores: 0, their code unchanged."""
+        Touches 2, 4 or 16 rows ahead, or the output's 1 or 4, within the noise of these. Longer rows not measured;
+        AVX2 (no page touches) and Intel's AVX-512 cores: 0, their code unchanged."""
         return 1 << 15 if self.has("avx512f") and not self._intel_avx512() else 0
 
     @property
