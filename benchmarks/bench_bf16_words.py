@@ -48,7 +48,7 @@ ensure_environment(threads=2)
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from kernel_cases import Case, Work, _inputs, cases, in_graph_order, layernorm  # noqa: E402
+from kernel_cases import Case, Work, _inputs, cases, in_graph_order, layernorm, rmsnorm  # noqa: E402
 from neuroncc.executors.cpu.address_call import AddressCall  # noqa: E402
 from neuroncc.executors.cpu.launcher import build_cpu_executable  # noqa: E402
 from neuroncc.hardware.host import CpuTarget, target_cpu  # noqa: E402
@@ -136,6 +136,7 @@ SWITCHES: dict[str, Switch] = {
     "word-copies": Switch(("copies_bf16_rows_for_the_write_pass",), "c16,c16h"),
     "sum-rows-core": Switch(("leaves_sum_rows_to_the_core_prefetchers",), "rms,c,c'"),
     "layer-norm-fma": Switch(("fuses_bf16_layer_norm_weight_and_bias",), "c16,c16h"),
+    "wide-row-touches": Switch(("touches_wide_row_pages_up_to_bytes",), "rms8k,ln8k,rms4k,ln4k,rms,c"),
 }
 #: switches whose bits may differ (counted, not asserted): the order of a sum's terms, a division's rounding
 REORDERS = {"paired-sums", "erf-division", "unsplit-pieces-division", "unsplit-division", "division-guided",
@@ -145,12 +146,20 @@ REORDERS = {"paired-sums", "erf-division", "unsplit-pieces-division", "unsplit-d
 
 def bench_rows() -> list[Case]:
     """``kernel_cases.cases()`` and rows of this harness only: ``c16h``, bf16 LayerNorm over rows of 768 columns
-    (1536 bytes: the output rows step through the multiples of 512 bytes modulo 4 KiB, ``--switch partial-rows``)."""
+    (1536 bytes: the output rows step through the multiples of 512 bytes modulo 4 KiB, ``--switch partial-rows``);
+    the norm rows at the widths of LLaMA-style models, float32 RMSNorm and LayerNorm over rows of 4096 (7B:
+    ``rms4k``, ``ln4k``, [2048, 4096]) and 8192 (70B: ``rms8k``, ``ln8k``, [1024, 8192]) floats, the roofline
+    rows' 32 MiB (``--switch wide-row-touches``)."""
     n = 8192 * 768
+    wide = [Case(f"{kind}{cols // 1024}k", f"{label} [{rows},{cols}]", _inputs((rows, cols), *weights), graph,
+                 Work(4 * rows * cols + 4 * cols * len(weights), 4 * rows * cols, {}, flops * rows * cols))
+            for rows, cols in ((2048, 4096), (1024, 8192))
+            for kind, label, graph, weights, flops in (("rms", "RMSNorm", rmsnorm, [(cols,)], 4),
+                                                       ("ln", "LayerNorm", layernorm, [(cols,), (cols,)], 8))]
     return cases() + [
         Case("c16h", "(c) bf16 LayerNorm [8192,768]", _inputs((8192, 768), (768,), (768,), dtype=torch.bfloat16),
              layernorm, Work(2 * n + 3072, 2 * n, {}, 8 * n, widened=n + 1536, rounded=n), tolerance=(1.6e-2, 1e-5)),
-    ]
+    ] + wide
 
 
 def backend_graph(case, inputs: list[torch.Tensor]):

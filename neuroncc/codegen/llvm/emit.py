@@ -45,6 +45,7 @@ from neuroncc.codegen.llvm.pairs import Pair, pair_ordered_rows
 from neuroncc.codegen.llvm.prefetch import carrier_stage, emit_prefetch_next_row, next_row, rows_to_prefetch
 from neuroncc.codegen.llvm.prefetch import emit_touch_pages_ahead, row_lines, rows_written_by_carried_pass
 from neuroncc.codegen.llvm.prefetch import leaves_sum_rows_to_the_core, streamed_map_inputs, this_row, touches_one_pass
+from neuroncc.codegen.llvm.prefetch import rows_to_touch, touched_row_max_bytes  # (the page touches' rows)
 from neuroncc.codegen.llvm.scalars import F64, I1, I64, PTR, VOID, round_parity_by_or, round_to
 from neuroncc.codegen.llvm.shifted_moments import takes_one_pass
 from neuroncc.codegen.llvm.dot_sums import takes_dot_variance
@@ -175,7 +176,7 @@ class KernelEmitter(IndexArithmetic, BufferAccess, MapStages):
         self.memo = [{}]
         self._stage_number = 0
         self._row_cache, self._rows, self._row_depth, self._prefetched, self._pair_rows = {}, {}, 0, (), frozenset()
-        self._carrier, self._ahead, self._owned = None, (), ()
+        self._carrier, self._ahead, self._owned, self._touched = None, (), (), ()
         self._delayed, self._after_group, self._row_copies, self._deviations = None, None, 1, {}
         self._next_max, self.max_ahead = None, None
         self._row_copy_of: dict = {}  # row number's form -> its row copy, where known (``row_buffers.row_slot``)
@@ -255,6 +256,7 @@ class KernelEmitter(IndexArithmetic, BufferAccess, MapStages):
         which read them too), the inputs whose next row each row prefetches (``prefetch.rows_to_prefetch``), and
         the stage written one row late (``delays``: the phase is a plain row loop; ``delayed_writes.py``)."""
         self._prefetched = rows_to_prefetch(self.plan, phase)
+        self._touched = rows_to_touch(self, phase)  # (the prefetched rows, and on Zen 4 wider rows' pages too)
         self._carrier = carrier_stage(self.plan, phase) if self._prefetched else None
         if self._carrier not in online_maxima(self.plan, phase):  # (an online sum carries its own prefetches)
             self._delayed = delayed_write_stage(self, phase, self._carrier) if delays else None
@@ -303,8 +305,8 @@ class KernelEmitter(IndexArithmetic, BufferAccess, MapStages):
         depth = len(phase.outer)
         means = shared_means(phase.stages)
         maxima = online_maxima(self.plan, phase)
-        if self._prefetched and not maxima:  # (passes over rows that come from memory; not the online max: unmeasured)
-            emit_touch_pages_ahead(self, phase, outer[:depth], self._prefetched)
+        if self._touched and not maxima:  # (passes over rows that come from memory; not the online max: unmeasured)
+            emit_touch_pages_ahead(self, phase, outer[:depth], self._touched, touched_row_max_bytes(self, phase))
         elif self.target.touches_one_pass_rows and touches_one_pass(self, phase):  # (x*w+b's rows)
             emit_touch_pages_ahead(self, phase, outer[:depth], tuple(
                 layout for layout in streamed_map_inputs(self.plan, phase.stages[0])

@@ -39,7 +39,9 @@ docs/performance-history.md, session 11).
 
 On Zen 4 a row loop also prefetches one line of each 4 KiB page of its inputs' rows 8 rows ahead and of its streamed
 outputs' rows 2 rows ahead (:func:`emit_touch_pages_ahead`): in a KVM guest on 4 KiB pages each row is a TLB miss
-each way, a nested page walk, and taken early it no longer holds the row's prefetches and stores (session 40).
+each way, a nested page walk, and taken early it no longer holds the row's prefetches and stores (session 40); a
+cheap one (LayerNorm, RMSNorm) also those of rows too long to prefetch, up to 32 KiB (:func:`rows_to_touch`,
+``CpuTarget.touches_wide_row_pages_up_to_bytes``: rows of 8192 float32, session 42).
 
 :func:`rows_to_prefetch`, :func:`carrier_stage` and :func:`rows_written_by_carried_pass` are the decision (which
 inputs and outputs of a phase, which stage's loop carries them, from its plan), :func:`emit_prefetch_next_row`,
@@ -73,9 +75,9 @@ SMALL_PAGE_BYTES = 4096
 ROW_MAX_BYTES = 1 << 14
 
 
-def rows_to_prefetch(plan: KernelPlan, phase: RowLoop) -> tuple[Layout, ...]:
+def rows_to_prefetch(plan: KernelPlan, phase: RowLoop, row_max_bytes: int = ROW_MAX_BYTES) -> tuple[Layout, ...]:
     """The kernel inputs whose next row ``phase`` prefetches: read at the phase's own index through elementwise
-    ops by its first stage, contiguous (the next row follows this one), with rows of at most ``ROW_MAX_BYTES``;
+    ops by its first stage, contiguous (the next row follows this one), with rows of at most ``row_max_bytes``;
     none unless the phase has several stages (passes over the row). A phase with a transcendental per element
     prefetches only through a :func:`carrier_stage`, and only rows of one dim as long as the carrier's."""
     depth = len(phase.outer)
@@ -92,7 +94,7 @@ def rows_to_prefetch(plan: KernelPlan, phase: RowLoop) -> tuple[Layout, ...]:
         for layout in _read_in_place(plan, root, first.shape, set()):
             row_bytes = math.prod(layout.shape[depth:]) * storage_itemsize(layout.dtype)
             if layout.arg < plan.n_params and layout.is_contiguous and layout.shape[:depth] == phase.outer \
-                    and 0 < row_bytes <= ROW_MAX_BYTES and (carrier is None or layout.shape[depth:] ==
+                    and 0 < row_bytes <= row_max_bytes and (carrier is None or layout.shape[depth:] ==
                                                             phase.stages[carrier].shape[depth:]):
                 found.setdefault(layout.arg, layout)
     return tuple(found.values())
@@ -223,13 +225,28 @@ def touches_one_pass(em: EmitContext, phase: RowLoop) -> bool:
         and not _computes_transcendental(em.plan, stage) and any(streams(em, target, 0) for _, target in stage.items)
 
 
-def emit_touch_pages_ahead(em: EmitContext, phase: RowLoop, outer: Index, inputs: Sequence[Layout]) -> None:
+def touched_row_max_bytes(em: EmitContext, phase: RowLoop) -> int:
+    """The longest rows (bytes) whose pages a row loop of several passes touches ahead: ``ROW_MAX_BYTES``, the
+    rows it prefetches, or in a cheap one (no transcendental per element: LayerNorm, RMSNorm) longer rows up to
+    ``CpuTarget.touches_wide_row_pages_up_to_bytes`` too, whose lines it leaves to the core's prefetchers."""
+    wide = em.target.touches_wide_row_pages_up_to_bytes
+    return ROW_MAX_BYTES if wide <= ROW_MAX_BYTES or _transcendental_per_element(em.plan, phase) else wide
+
+
+def rows_to_touch(em: EmitContext, phase: RowLoop) -> tuple[Layout, ...]:
+    """The inputs whose rows' pages :func:`emit_touch_pages_ahead` touches in ``phase``: :func:`rows_to_prefetch`'s
+    with rows of up to :func:`touched_row_max_bytes`."""
+    return rows_to_prefetch(em.plan, phase, touched_row_max_bytes(em, phase))
+
+
+def emit_touch_pages_ahead(em: EmitContext, phase: RowLoop, outer: Index, inputs: Sequence[Layout],
+                           row_max_bytes: int = ROW_MAX_BYTES) -> None:
     """One prefetch (non-temporal hint) of each 4 KiB page of the row ``CpuTarget.touches_input_pages_rows_ahead``
     rows after the row at ``outer`` of each of ``inputs`` (the rows the loop prefetches), and of the row
     ``CpuTarget.touches_streamed_output_rows_ahead`` rows after it of the phase's streamed (non-temporal) outputs:
     the page's translation is then in the TLB before the row's own prefetches and stores reach it (a row a 4 KiB
-    page: a page walk a row each way). A line read ahead per page. Prefetches do not fault, so rows past a buffer's
-    end are harmless."""
+    page: a page walk a row each way). A line read ahead per page; rows of at most ``row_max_bytes``. Prefetches do
+    not fault, so rows past a buffer's end are harmless."""
     depth = len(outer)
     inputs_ahead, outputs_ahead = em.target.touches_input_pages_rows_ahead, em.target.touches_streamed_output_rows_ahead
     outputs = {target.arg: target for stage in phase.stages if isinstance(stage, MapStage) and outputs_ahead
@@ -237,7 +254,7 @@ def emit_touch_pages_ahead(em: EmitContext, phase: RowLoop, outer: Index, inputs
     touched = [(layout, inputs_ahead) for layout in inputs if inputs_ahead] + \
         [(layout, outputs_ahead) for layout in outputs.values()]
     touched = [(layout, rows_ahead) for layout, rows_ahead in touched if depth and  # (rows, not whole buffers)
-               math.prod(layout.shape[depth:]) * storage_itemsize(layout.dtype) <= ROW_MAX_BYTES]
+               math.prod(layout.shape[depth:]) * storage_itemsize(layout.dtype) <= row_max_bytes]
     if touched:
         prefetch = _prefetch_intrinsic(em.b.module)
         for layout, rows_ahead in touched:

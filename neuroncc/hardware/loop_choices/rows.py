@@ -418,6 +418,22 @@ class RowLoopChoices(ChoiceBase):
         return self.has("avx512f") and not self._intel_avx512()
 
     @property
+    def touches_wide_row_pages_up_to_bytes(self) -> int:
+        """The longest rows (bytes) whose pages a cheap row loop of several passes (no transcendental per element:
+        LayerNorm, RMSNorm) touches ahead (:attr:`touches_input_pages_rows_ahead`, and its streamed output's
+        :attr:`touches_streamed_output_rows_ahead`; ``prefetch.touched_row_max_bytes``) where it does not prefetch
+        its rows (longer than ``prefetch.ROW_MAX_BYTES``, 16 KiB); at most ``ROW_MAX_BYTES``: those it prefetches
+        only. Zen 4 (AVX-512 without FP16): 32 KiB (8192 float32: a 70B LLaMA's width), session 42 wide42: such rows
+        had no page touches at all (a TLB miss a page, a nested walk in a KVM guest, four pages a row each way);
+        ``bench_bf16_words.py --switch wide-row-touches``, two builds each, interleaved medians of 31 rounds, ratio to
+        none: RMSNorm [1024, 8192]'s kernel 0.71-0.86 of the time at 1 thread with its input from memory (``--cold``,
+        three processes), 0.87 warm, 0.93-0.94 at 2 threads (two); LayerNorm [1024, 8192] 0.73-0.83 cold, 0.75 warm,
+        0.94-0.96 at 2; the same bits; rows of up to 16 KiB (the roofline's, [2048, 4096]) build the same code.
+        Touches 2, 4 or 16 rows ahead, or the output's 1 or 4, within the noise of these. Longer rows not measured;
+        AVX2 (no page touches) and Intel's AVX-512 cores: 0, their code unchanged."""
+        return 1 << 15 if self.has("avx512f") and not self._intel_avx512() else 0
+
+    @property
     def touches_input_pages_rows_ahead(self) -> int:
         """Rows ahead at which a row loop that prefetches its inputs' next rows (``prefetch.rows_to_prefetch``)
         prefetches (``prefetchnta``) one line of each 4 KiB page of their row (``prefetch.emit_touch_pages_ahead``):
