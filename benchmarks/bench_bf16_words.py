@@ -149,7 +149,8 @@ def bench_rows() -> list[Case]:
     (1536 bytes: the output rows step through the multiples of 512 bytes modulo 4 KiB, ``--switch partial-rows``);
     the norm rows at the widths of LLaMA-style models, float32 RMSNorm and LayerNorm over rows of 4096 (7B:
     ``rms4k``, ``ln4k``, [2048, 4096]) and 8192 (70B: ``rms8k``, ``ln8k``, [1024, 8192]) floats, the roofline
-    rows' 32 MiB (``--switch wide-row-touches``)."""
+    rows' 32 MiB (``--switch wide-row-touches``); bf16 LayerNorm over [16384, 512] (``c16q``) and [4096, 2048]
+    (``c16w``), (c)'s bytes in rows of half and twice its length (session 42 bfrow42: what a row costs)."""
     n = 8192 * 768
     wide = [Case(f"{kind}{cols // 1024}k", f"{label} [{rows},{cols}]", _inputs((rows, cols), *weights), graph,
                  Work(4 * rows * cols + 4 * cols * len(weights), 4 * rows * cols, {}, flops * rows * cols))
@@ -159,7 +160,11 @@ def bench_rows() -> list[Case]:
     return cases() + [
         Case("c16h", "(c) bf16 LayerNorm [8192,768]", _inputs((8192, 768), (768,), (768,), dtype=torch.bfloat16),
              layernorm, Work(2 * n + 3072, 2 * n, {}, 8 * n, widened=n + 1536, rounded=n), tolerance=(1.6e-2, 1e-5)),
-    ] + wide
+    ] + [Case(f"c16{key}", f"(c) bf16 LayerNorm [{rows},{cols}]", _inputs((rows, cols), (cols,), (cols,),
+                                                                       dtype=torch.bfloat16),
+              layernorm, Work(2 * rows * cols + 4 * cols, 2 * rows * cols, {}, 8 * rows * cols,
+                              widened=rows * cols + 2 * cols, rounded=rows * cols), tolerance=(1.6e-2, 1e-5))
+         for key, rows, cols in (("q", 16384, 512), ("w", 4096, 2048))] + wide
 
 
 def backend_graph(case, inputs: list[torch.Tensor]):

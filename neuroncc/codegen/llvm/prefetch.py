@@ -181,7 +181,9 @@ def emit_prefetch_next_row(em: EmitContext, layout: Layout, outer: Index, part: 
     """Prefetch (for reading, into all cache levels) the cache lines of the row after ``layout``'s row at the
     outer index ``outer`` that pass ``part`` of ``passes`` over the row fetches (:func:`row_bursts`; all of them
     for one pass), of the row's first ``first_lines`` only where that is set (``CpuTarget.one_pass_row_prefetch
-    _lines``). Prefetches do not fault, so the row after the buffer's last is harmless."""
+    _lines``). Prefetches do not fault, so the row after the buffer's last is harmless. A loop on purpose: bf16
+    LayerNorm's bursts of 16 as straight-line prefetches took 1.29-1.34x the kernel's time on Zen 4 with its rows from
+    memory (session 42 bfrow42)."""
     b = em.b
     depth = len(outer)
     row = math.prod(layout.shape[depth:])
