@@ -117,17 +117,22 @@ def test_touched_memory_renewed_in_huge_pages_faults_them_in():
     assert not pages.renew_in_huge_pages(past_boundary, pages.HUGE_PAGE_BYTES)  # no whole huge page
 
 
-def test_launch_renews_a_large_output_the_heap_gave_back_touched(monkeypatch, compiled_graphs):
-    """A multi-output graph's large output kept for later calls (a training step's gradient, written every step)
-    whose memory came back from the heap in small pages already touched, which advice cannot change, is renewed
-    in huge pages (``pages.renew_in_huge_pages``); memory advised while fresh is not."""
+def _two_outputs_renewing(monkeypatch) -> tuple[list[tuple[int, int]], object, torch.Tensor]:
+    """A compiled graph of two large outputs (``DirectCall.launch``) whose fresh memory reads as touched already, so
+    that it is renewed, each renewal recorded (address, bytes) instead of made; the list, the graph and its input."""
     renewed = []
     monkeypatch.setattr(pages, "advise_fresh_huge_pages", lambda address, nbytes: False)  # (as if touched)
     monkeypatch.setattr(pages, "renew_in_huge_pages", lambda address, nbytes: renewed.append((address, nbytes)))
     torch._dynamo.reset()
-    f = lambda a: (a + 1.0, a * 2.0)  # noqa: E731  (two outputs: DirectCall.launch)
-    a = torch.randn(2048, 1024)
-    compiled = torch.compile(f, backend="neuron", dynamic=False)
+    f = lambda a: (a + 1.0, a * 2.0)  # noqa: E731
+    return renewed, torch.compile(f, backend="neuron", dynamic=False), torch.randn(2048, 1024)
+
+
+def test_launch_renews_a_large_output_the_heap_gave_back_touched(monkeypatch, compiled_graphs):
+    """A multi-output graph's large output kept for later calls (a training step's gradient, written every step)
+    whose memory came back from the heap in small pages already touched, which advice cannot change, is renewed
+    in huge pages (``pages.renew_in_huge_pages``); memory advised while fresh is not."""
+    renewed, compiled, a = _two_outputs_renewing(monkeypatch)
     first, second = compiled(a)
     for out in (first, second):
         assert any(address <= out.data_ptr() and out.data_ptr() + out.numel() * 4 <= address + nbytes
@@ -148,13 +153,7 @@ def test_launch_renews_a_rings_memory_at_most_twice_when_the_caller_holds_every_
     huge pages every call (more than the small pages cost), so a ring renews its first ``KEPT_OUTPUTS`` only."""
     from neuroncc.frontend.output_reuse import KEPT_OUTPUTS
 
-    renewed = []
-    monkeypatch.setattr(pages, "advise_fresh_huge_pages", lambda address, nbytes: False)  # (as if touched)
-    monkeypatch.setattr(pages, "renew_in_huge_pages", lambda address, nbytes: renewed.append((address, nbytes)))
-    torch._dynamo.reset()
-    f = lambda a: (a + 1.0, a * 2.0)  # noqa: E731  (two outputs: DirectCall.launch)
-    a = torch.randn(2048, 1024)
-    compiled = torch.compile(f, backend="neuron", dynamic=False)
+    renewed, compiled, a = _two_outputs_renewing(monkeypatch)
     held = [compiled(a) for _ in range(6)]  # every output still held: fresh memory each call
     assert len(renewed) == 2 * KEPT_OUTPUTS  # (two outputs, each its own ring)
     for first, second in held:
