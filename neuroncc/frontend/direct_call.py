@@ -147,34 +147,10 @@ class DirectCall:
         for index, shape, strides, dtype in self._made:
             made[index] = tensor = torch.empty_strided(shape, strides, dtype=dtype)
             pointers[index] = tensor.data_ptr()
-        if self._placed and KEPT_IN_SLACK:
-            near = addresses.copy()
+        if self._placed:
+            near = addresses.copy()  # (each placed output is appended: the next is placed off it too)
             for index, shape, strides, dtype, nbytes, ring in self._placed:
                 made[index] = tensor = _kept_placed(ring, nbytes, shape, strides, dtype, near)
-                pointers[index] = tensor.data_ptr()
-        elif self._placed:
-            near = addresses.copy()
-            for index, shape, strides, dtype, nbytes, ring in self._placed:
-                # the memory of this output the caller has dropped, unless 4K-aliased with this call's inputs or
-                # the outputs placed before it (as the one-output call: a training step's gradient, whose pages
-                # are then written again each step, neither allocated nor asked about huge pages)
-                tensor = ring.take()
-                if tensor is not None and placement_shift(tensor.data_ptr(), near):
-                    # (its other storage, if free: the call's small inputs move from call to call, and each
-                    # makes a window of the period aliased: host.aliased_distances)
-                    ring.drop(tensor)
-                    tensor = ring.take()
-                    if tensor is not None and placement_shift(tensor.data_ptr(), near):
-                        ring.drop(tensor)
-                        tensor = None
-                if tensor is None:
-                    tensor = _placed(nbytes, shape, strides, dtype, near)
-                    ring.keep(tensor)
-                    if nbytes >= pages.HUGE_OUTPUT_MIN_BYTES:  # fresh memory faulted in huge pages (pages.py)
-                        pages.advise_fresh_huge_pages(tensor.data_ptr(), nbytes)
-                else:
-                    near.append(tensor.data_ptr())
-                made[index] = tensor
                 pointers[index] = tensor.data_ptr()
         if self.moved:
             # the block of the last call, taken (one atomic swap: a call on another thread meanwhile makes its
@@ -297,13 +273,6 @@ def _placed(nbytes: int, shape: tuple[int, ...], strides: tuple[int, ...], dtype
     return tensor
 
 
-#: a multi-output graph's placed outputs kept in memory one alias period longer, placed in it each call (False: the
-#: code before session 42, for A/Bs)
-KEPT_IN_SLACK = True
-#: their memory renewed in huge pages where it came back from the heap in small ones (for A/Bs)
-RENEWS_IN_HUGE_PAGES = True
-
-
 def _kept_placed(ring: OutputRing, nbytes: int, shape: tuple[int, ...], strides: tuple[int, ...],
                  dtype: torch.dtype, near: list[int]) -> torch.Tensor:
     """A large output of a graph of several outputs (a training step's gradient), in the memory ``ring`` keeps for
@@ -322,7 +291,7 @@ def _kept_placed(ring: OutputRing, nbytes: int, shape: tuple[int, ...], strides:
         raw = torch.empty(raw_bytes // dtype.itemsize, dtype=dtype)
         ring.keep(raw)
         if raw_bytes >= pages.HUGE_OUTPUT_MIN_BYTES and not pages.advise_fresh_huge_pages(raw.data_ptr(), raw_bytes) \
-                and RENEWS_IN_HUGE_PAGES and ring.renewals < KEPT_OUTPUTS:
+                and ring.renewals < KEPT_OUTPUTS:
             ring.renewals += 1
             pages.renew_in_huge_pages(raw.data_ptr(), raw_bytes)
     base = raw.data_ptr()
