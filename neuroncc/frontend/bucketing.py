@@ -15,6 +15,7 @@ Right-padding is exact for causal models (position t never sees positions > t). 
 from __future__ import annotations
 
 import functools
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -23,6 +24,17 @@ import torch.nn.functional as F
 from torch.utils import _pytree as pytree
 
 from neuroncc.errors import InputError
+
+
+#: The bucket count of the :func:`bucketed` call running on this thread. A shape specialization inside it is one of
+#: at most that many, so the recompile log does not suggest buckets to a caller already using them
+#: (specializations.py: the third bucket of the docs' ``buckets=(16, 32, 64)`` warned "pad inputs to a few sizes").
+_running = threading.local()
+
+
+def running_buckets() -> int:
+    """How many buckets the :func:`bucketed` call running on this thread pads to (0 outside one)."""
+    return getattr(_running, "buckets", 0)
 
 
 def bucket_size(size: int, buckets: Sequence[int]) -> int:
@@ -76,7 +88,11 @@ def bucketed(fn: Callable[..., Any] | None = None, *, buckets: Sequence[int], di
         if mask is not None:
             shape = first.shape[: dim % first.dim() + 1]
             kwargs[mask] = (torch.arange(target, device=first.device) < length).expand(*shape[:-1], target)
-        result = fn(*padded, **kwargs)
+        outer, _running.buckets = running_buckets(), len(set(buckets))
+        try:
+            result = fn(*padded, **kwargs)
+        finally:
+            _running.buckets = outer
         if target == length:
             return result
 

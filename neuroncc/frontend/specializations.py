@@ -42,6 +42,7 @@ import torch.fx as fx
 
 from neuroncc.errors import SpecializationLimitError, SpecializationLimitWarning
 from neuroncc.frontend import stats, tracing
+from neuroncc.frontend.bucketing import running_buckets
 from neuroncc.frontend.options import DEFAULT_MAX_SPECIALIZATIONS
 from neuroncc.codegen.llvm.fork_safety import renew_in_child
 
@@ -239,7 +240,8 @@ class ShapeSpecializations:
         reason = "; ".join(self._changes(self._last_key, key)) or "a new input shape"
         sizes = len(self._scalar_positions) + len(self._tensor_positions)
         value_only = key[:sizes] == self._last_key[:sizes]  # only an unspecialized Python float changed
-        suggest = number >= SUGGEST_BUCKETS_AFTER
+        # inside neuroncc.bucketed, as many shapes as it has buckets are what its caller chose: no hint
+        suggest = number >= SUGGEST_BUCKETS_AFTER and not (not value_only and number <= running_buckets())
         if value_only:
             hint = (f" ({number} specializations so far: pass a float that changes between calls as a tensor, "
                     "which is an input of the compiled code, not a constant of it)") if suggest else ""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 import torch
 
@@ -52,3 +54,22 @@ def test_mask_keyword_marks_real_positions():
         x = torch.randn(3, length, 4)
         torch.testing.assert_close(masked_mean(x), x.mean(1))
     assert neuroncc.stats()["dynamo_graphs"] == 1
+
+
+def test_bucketed_shapes_do_not_warn_to_use_buckets(caplog):
+    """docs/torch-backend.md's example compiles with the default ``dynamic=None``: TorchDynamo's second length
+    makes a symbolic graph, whose third shape was a WARNING "pad inputs to a few sizes with neuroncc.pad_to_bucket"
+    to a caller already padding to buckets. Inside ``bucketed`` as many shapes as buckets log at INFO."""
+    model = torch.nn.Sequential(torch.nn.Embedding(100, 16), torch.nn.Linear(16, 100))
+    compiled = torch.compile(model, backend="neuron")
+    run = neuroncc.bucketed(compiled, buckets=(4, 8, 16, 32), dim=1)
+    with caplog.at_level(logging.INFO, logger="neuroncc.frontend"), torch.no_grad():
+        for length in (3, 7, 15, 31, 2):
+            tokens = torch.randint(0, 100, (2, length))
+            torch.testing.assert_close(run(tokens), model(tokens))
+        recompiles = [r for r in caplog.records if "recompiling" in r.getMessage()]
+        assert len(recompiles) == 3 and all(r.levelno == logging.INFO for r in recompiles)
+        assert not any("pad_to_bucket" in r.getMessage() for r in caplog.records)
+        caplog.clear()
+        compiled(torch.randint(0, 100, (2, 12)))  # outside bucketed, a fifth shape still suggests buckets
+    assert any(r.levelno == logging.WARNING and "pad_to_bucket" in r.getMessage() for r in caplog.records)
