@@ -241,7 +241,7 @@ class ShapeSpecializations:
         sizes = len(self._scalar_positions) + len(self._tensor_positions)
         value_only = key[:sizes] == self._last_key[:sizes]  # only an unspecialized Python float changed
         # inside neuroncc.bucketed, as many shapes as it has buckets are what its caller chose: no hint
-        suggest = number >= SUGGEST_BUCKETS_AFTER and not (not value_only and number <= running_buckets())
+        suggest = number >= SUGGEST_BUCKETS_AFTER and (value_only or number > running_buckets())
         if value_only:
             hint = (f" ({number} specializations so far: pass a float that changes between calls as a tensor, "
                     "which is an input of the compiled code, not a constant of it)") if suggest else ""
