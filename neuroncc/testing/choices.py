@@ -13,12 +13,16 @@ May import: everything in neuroncc (it sits above every layer).
 from __future__ import annotations
 
 import inspect
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable, Protocol
 
 from neuroncc.hardware.host import CpuTarget
 
-if TYPE_CHECKING:
-    from pytest import MonkeyPatch
+
+class MonkeyPatch(Protocol):
+    """What these helpers use of pytest's ``monkeypatch`` fixture (which undoes each setattr when the test
+    ends); this package does not import pytest."""
+
+    def setattr(self, target: object, name: str, value: object) -> None: ...
 
 
 def choose(monkeypatch: MonkeyPatch, **choices: Any) -> None:
