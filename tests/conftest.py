@@ -69,6 +69,21 @@ def _environment_restored():
 
 
 @pytest.fixture
+def fresh_dynamo():
+    """No compiled frames, zeroed neuroncc counters and a fixed seed at the start; no compiled frames left after.
+    The front-end folders' conftests make it autouse (a local ``_fresh_dynamo`` asking for it)."""
+    import torch
+
+    import neuroncc
+
+    torch._dynamo.reset()
+    neuroncc.reset_stats()
+    torch.manual_seed(0)
+    yield
+    torch._dynamo.reset()
+
+
+@pytest.fixture
 def layout_copies(monkeypatch):
     """The graph outputs the torch front end copies into eager's strides: (shape, strides, eager's strides)."""
     from neuroncc.frontend import convert

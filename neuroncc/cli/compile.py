@@ -120,14 +120,13 @@ def _cache_line(c: programs.CompiledFunction, cache) -> str:
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "compile", help="compile an exported program (.pt2) through the compile cache",
+    parser = programs.add_command(
+        subparsers, "compile", __doc__,
+        help="compile an exported program (.pt2) through the compile cache",
         description="Compile a torch.export program: decompose, import to neuroncc IR, run the target's pass "
                     "pipeline and code generator, through the compile cache. Prints each graph's cache key, "
                     "hit or miss, and its kernels.",
-        epilog=programs.help_epilog(__doc__, "0 ok, 2 bad input or a graph neuroncc cannot compile (one line on "
-                                             "stderr), 3 internal error"),
-        formatter_class=argparse.RawDescriptionHelpFormatter)
+        exit_codes="0 ok, 2 bad input or a graph neuroncc cannot compile (one line on stderr), 3 internal error")
     programs.add_model_arguments(parser, several=True)
     parser.add_argument("-o", "--output", metavar="DIR",
                         help="copy each compiled graph's artifact (manifest, IR, code) to DIR/<graph name>/ "

@@ -320,13 +320,12 @@ def _row(label: str, text: str, seconds: float | None = None) -> None:
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "demo", help="export, compile, train and inspect the bundled example model (start here)",
+    parser = programs.add_command(
+        subparsers, "demo", __doc__,
+        help="export, compile, train and inspect the bundled example model (start here)",
         description="The neuroncc tour: export a tiny transformer classifier, compile its forward and backward "
                     "graphs, train it against eager PyTorch, show its kernels and a cache hit.",
-        epilog=programs.help_epilog(__doc__, "0 neuroncc and eager PyTorch agree, 1 they do not, "
-                                             "2 bad input, 3 internal error"),
-        formatter_class=argparse.RawDescriptionHelpFormatter)
+        exit_codes="0 neuroncc and eager PyTorch agree, 1 they do not, 2 bad input, 3 internal error")
     parser.add_argument("--steps", type=int, default=8, metavar="N", help="training steps (default 8)")
     parser.add_argument("--target", choices=sorted(TARGETS), default=DEFAULT_TARGET,
                         help=programs.TARGET_HELP.format(default=DEFAULT_TARGET))

@@ -98,14 +98,14 @@ def _cache_environment(args: argparse.Namespace) -> None:
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "evaluate", help="evaluate an exported program under neuroncc: fallbacks, numerics, compile and run time",
+    parser = programs.add_command(
+        subparsers, "evaluate", __doc__,
+        help="evaluate an exported program under neuroncc: fallbacks, numerics, compile and run time",
         description="Run an exported program under neuroncc and under eager PyTorch (float32 and float64) and "
                     "report fallback ops, numeric differences, compile time by stage, steady-state time and "
                     "recompiles over input shapes.",
-        epilog=programs.help_epilog(__doc__, "0 within tolerance, 1 numerics outside the tolerance, "
-                                             "2 bad input (one line on stderr), 3 internal error"),
-        formatter_class=argparse.RawDescriptionHelpFormatter)
+        exit_codes="0 within tolerance, 1 numerics outside the tolerance, "
+                   "2 bad input (one line on stderr), 3 internal error")
     programs.add_model_arguments(parser)
     parser.add_argument("--inputs", metavar="X.npz", help="the inputs, one array per program input (numpy.savez)")
     parser.add_argument("--seed", type=int, default=0, help="the seed of the random inputs (default 0)")

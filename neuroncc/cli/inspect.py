@@ -126,13 +126,12 @@ def _after_sections(args: argparse.Namespace, kind: str, fn: Function, progress)
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "inspect", help="print the IR, per-pass IR, kernels (and NKI code) of an exported program",
+    parser = programs.add_command(
+        subparsers, "inspect", __doc__,
+        help="print the IR, per-pass IR, kernels (and NKI code) of an exported program",
         description="Show what neuroncc makes of a torch.export program: the imported IR, the IR after "
                     "passes, the kernel summary, the generated NKI kernels and their cost estimate.",
-        epilog=programs.help_epilog(__doc__, "0 ok, 2 bad input or a graph the NKI emitter cannot "
-                                             "compile (one line on stderr), 3 internal error"),
-        formatter_class=argparse.RawDescriptionHelpFormatter)
+        exit_codes="0 ok, 2 bad input or a graph the NKI emitter cannot compile (one line on stderr), 3 internal error")
     programs.add_model_arguments(parser)
     parser.add_argument("--ir", action="store_true", help="print the imported IR (the default view)")
     parser.add_argument("--after", metavar="PASS|all", help="print the IR after this pass of the pipeline, or all")

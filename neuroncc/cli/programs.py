@@ -77,6 +77,14 @@ def help_epilog(module_doc: str, exit_codes: str) -> str:
     return module_doc.split("\n\n", 1)[1].replace("``", "").rstrip() + f"\n\nExit codes: {exit_codes}."
 
 
+def add_command(subparsers: argparse._SubParsersAction, name: str, module_doc: str, *, help: str,
+                description: str, exit_codes: str) -> argparse.ArgumentParser:
+    """The parser of the command ``name``, whose ``--help`` ends with :func:`help_epilog`."""
+    return subparsers.add_parser(name, help=help, description=description,
+                                 epilog=help_epilog(module_doc, exit_codes),
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+
+
 def progress_for(args: argparse.Namespace) -> Progress:
     return Progress(enabled=not getattr(args, "quiet", False))
 

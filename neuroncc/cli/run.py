@@ -283,13 +283,12 @@ def _save_outputs(path: str, names: tuple[str, ...], outputs: list[torch.Tensor]
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "run", help="compile and run an exported program (.pt2) on given or random inputs",
+    parser = programs.add_command(
+        subparsers, "run", __doc__,
+        help="compile and run an exported program (.pt2) on given or random inputs",
         description="Compile a torch.export program through the compile cache, run it, print its outputs and "
                     "timings; with --check, compare with eager PyTorch.",
-        epilog=programs.help_epilog(__doc__, "0 ok, 1 --check found a mismatch, "
-                                             "2 bad input (one line on stderr), 3 internal error"),
-        formatter_class=argparse.RawDescriptionHelpFormatter)
+        exit_codes="0 ok, 1 --check found a mismatch, 2 bad input (one line on stderr), 3 internal error")
     programs.add_model_arguments(parser, train=False)
     source = parser.add_mutually_exclusive_group()
     source.add_argument("--inputs", metavar="X.npz", help="the inputs, one array per program input (numpy.savez)")

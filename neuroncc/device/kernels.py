@@ -79,6 +79,16 @@ def _scalar_maker(dtype: DType) -> Any:
     return lambda value: np.array(value, dtype=storage)
 
 
+def _addresses_lifting_floats(tensors: list[torch.Tensor], floats: list[float], sources: Sequence[int],
+                              floats_at: Sequence[int]) -> tuple[list[int], list[ctypes.c_float]]:
+    """A kernel call's argument addresses: ``tensors[s]``'s data for each source ``s >= 0``, and for each negative
+    one the address of a float32 buffer holding the lifted Python float (``floats[k]``, ``k`` from ``floats_at``
+    in order). The buffers are returned too: the caller keeps them alive until the kernel has run."""
+    buffers = [ctypes.c_float(floats[k]) for k in floats_at]
+    lifted = iter(buffers)
+    return [tensors[s].data_ptr() if s >= 0 else ctypes.addressof(next(lifted)) for s in sources], buffers
+
+
 def _address(buffer: Any) -> int:
     return ctypes.addressof(buffer) if isinstance(buffer, ctypes._SimpleCData) else buffer.ctypes.data
 
@@ -306,7 +316,7 @@ class CompiledKernel:
         op = form.op
         positions = {a.name: p for p, a in enumerate(op._schema.arguments)}
         returned = tuple((positions[name], name) for name in form.returns)
-        c_float, addressof, memmove = ctypes.c_float, ctypes.addressof, ctypes.memmove
+        memmove = ctypes.memmove
         # small results (a bias's optimizer update, a step counter): through this entry's scratch memory
         scratch, scratch_lock = None, renew_in_child(threading.Lock())
         if outputs and sum(spec[0] for spec, _ in outputs) <= SMALL_WRITE_BYTES:
@@ -318,9 +328,7 @@ class CompiledKernel:
                  floats: list[float]) -> Any:
             state.device_calls += 1
             if floats_at:
-                buffers = [c_float(floats[k]) for k in floats_at]  # alive until the kernel has run
-                lifted = iter(buffers)
-                addresses = [tensors[s].data_ptr() if s >= 0 else addressof(next(lifted)) for s in sources]
+                addresses, buffers = _addresses_lifting_floats(tensors, floats, sources, floats_at)  # (kept alive)
             else:
                 addresses = [tensors[s].data_ptr() for s in sources]
             if donated:
@@ -372,16 +380,14 @@ class CompiledKernel:
         leaf = self.program.result_tree.is_leaf()
         sources = tuple(self.sources)
         floats_at = tuple(-1 - s for s in sources if s < 0)
-        c_float, addressof, data_ptr = ctypes.c_float, ctypes.addressof, torch.Tensor.data_ptr
+        data_ptr = torch.Tensor.data_ptr
 
         def call(args: tuple[Any, ...], kwargs: dict[str, Any], tensors: list[torch.Tensor],
                  floats: list[float]) -> Any:
             state.device_calls += 1
             made = [make() for make in makers]
             if floats_at:
-                buffers = [c_float(floats[k]) for k in floats_at]  # alive until the kernel has run
-                lifted = iter(buffers)
-                addresses = [tensors[s].data_ptr() if s >= 0 else addressof(next(lifted)) for s in sources]
+                addresses, buffers = _addresses_lifting_floats(tensors, floats, sources, floats_at)  # (kept alive)
             else:
                 addresses = [tensors[s].data_ptr() for s in sources]
             try:

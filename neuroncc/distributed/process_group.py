@@ -179,13 +179,20 @@ class ProcessGroupNeuron(dist.ProcessGroup):
 
     # ---- all-gather ---------------------------------------------------------------------------------------
 
-    def allgather(self, output_lists: list[list[torch.Tensor]], inputs: list[torch.Tensor],
-                  opts: Any = None) -> NeuronWork:
+    def _into_output_lists(self, name: str, collective: Callable[..., Any], output_lists: list[list[torch.Tensor]],
+                           inputs: list[torch.Tensor], opts: Any) -> NeuronWork:
+        """A collective from a list of inputs into lists of outputs (all-gather, gather): gloo's
+        ``collective(host_outputs, host_inputs, opts)`` on host copies of both."""
         staging = Staging()
         host_inputs = staging.hosts(inputs, output=False)
         host_outputs = [staging.hosts(outputs, output=True) for outputs in output_lists]
-        return self._run("all_gather", staging, [t for ts in output_lists for t in ts],
-                         lambda: self._gloo.allgather(host_outputs, host_inputs, opts or AllgatherOptions()))
+        return self._run(name, staging, [t for ts in output_lists for t in ts],
+                         lambda: collective(host_outputs, host_inputs, opts))
+
+    def allgather(self, output_lists: list[list[torch.Tensor]], inputs: list[torch.Tensor],
+                  opts: Any = None) -> NeuronWork:
+        return self._into_output_lists("all_gather", self._gloo.allgather, output_lists, inputs,
+                                       opts or AllgatherOptions())
 
     def all_gather_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> NeuronWork:
         staging = Staging()
@@ -198,12 +205,8 @@ class ProcessGroupNeuron(dist.ProcessGroup):
 
     def allgather_coalesced(self, output_lists: list[list[torch.Tensor]], inputs: list[torch.Tensor],
                             opts: Any = None) -> NeuronWork:
-        staging = Staging()
-        host_inputs = staging.hosts(inputs, output=False)
-        host_outputs = [staging.hosts(outputs, output=True) for outputs in output_lists]
-        return self._run("all_gather (coalesced)", staging, [t for ts in output_lists for t in ts],
-                         lambda: self._gloo.allgather_coalesced(host_outputs, host_inputs,
-                                                                opts or AllgatherOptions()))
+        return self._into_output_lists("all_gather (coalesced)", self._gloo.allgather_coalesced, output_lists,
+                                       inputs, opts or AllgatherOptions())
 
     def all_gather_single_coalesced(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor],
                                     opts: Any = None) -> NeuronWork:
@@ -252,11 +255,7 @@ class ProcessGroupNeuron(dist.ProcessGroup):
 
     def gather(self, output_lists: list[list[torch.Tensor]], inputs: list[torch.Tensor],
                opts: Any = None) -> NeuronWork:
-        staging = Staging()
-        host_inputs = staging.hosts(inputs, output=False)
-        host_outputs = [staging.hosts(outputs, output=True) for outputs in output_lists]
-        return self._run("gather", staging, [t for ts in output_lists for t in ts],
-                         lambda: self._gloo.gather(host_outputs, host_inputs, opts or GatherOptions()))
+        return self._into_output_lists("gather", self._gloo.gather, output_lists, inputs, opts or GatherOptions())
 
     def scatter(self, outputs: list[torch.Tensor], input_lists: list[list[torch.Tensor]],
                 opts: Any = None) -> NeuronWork:

@@ -10,7 +10,7 @@ from cli_testing import run_in_process
 from PIL import Image
 
 from neuroncc.executors.nki_sim.timeline import COMPUTE_TRACKS, DMA_TRACK, KERNELS_TRACK
-from neuroncc.hardware.host import CpuTarget
+from neuroncc.testing.choices import choose
 
 
 def _threads(document, pid):
@@ -60,7 +60,7 @@ def test_inspect_trace_needs_cost(good_pt2, tmp_path, capsys):
 def test_run_trace_and_plot_record_one_call(classifier_pt2, tmp_path, capsys, monkeypatch):
     # the classifier's products as ATen calls on every host (hosts generate them: small_mm_max_macs), so
     # the trace has extern steps to record beside the kernels
-    monkeypatch.setattr(CpuTarget, "small_mm_max_macs", property(lambda self: 0))
+    choose(monkeypatch, small_mm_max_macs=0)
     trace, plot = tmp_path / "run.json", tmp_path / "run.png"
     result = run_in_process(capsys, "run", str(classifier_pt2), "--trace", str(trace), "--plot", str(plot), "-q")
     assert result.returncode == 0, result.stderr

@@ -18,6 +18,7 @@ from test_widened_exp_rows import ROW_BUFFER, _assembly
 from neuroncc.codegen.llvm.regions import fuse_whole_function
 from neuroncc.executors.cpu.launcher import build_cpu_executable
 from neuroncc.hardware.host import CpuTarget
+from neuroncc.testing.choices import choose, choose_by
 
 BLOCK = re.compile(r"\n\.LBB\d+_\d+:")
 PROPERTIES = ("finds_bf16_row_nans_by_the_sum", "widens_bf16_rows_again_in_the_exp_pass")
@@ -25,8 +26,7 @@ PROPERTIES = ("finds_bf16_row_nans_by_the_sum", "widens_bf16_rows_again_in_the_e
 
 def _main_code(monkeypatch) -> None:
     """Both decisions off: the code before them."""
-    for name in PROPERTIES:
-        monkeypatch.setattr(CpuTarget, name, property(lambda self: False))
+    choose(monkeypatch, **dict.fromkeys(PROPERTIES, False))
 
 
 def _max_loops(asm: str) -> list[str]:
@@ -73,7 +73,7 @@ def test_zen4_bf16_max_loop_without_flag_and_stores(monkeypatch):
 
 def test_zen4_float32_softmax_and_bf16_layernorm_as_before(monkeypatch):
     # (float32 softmax's own flagless next-row max, session 36, is ``test_next_row_max_nans_by_sum.py``'s: off here)
-    monkeypatch.setattr(CpuTarget, "finds_next_row_max_nans_by_the_sum", property(lambda self: False))
+    choose(monkeypatch, finds_next_row_max_nans_by_the_sum=False)
     zen4, intel = CpuTarget("znver4", ZEN4), CpuTarget("sapphirerapids", SAPPHIRE_RAPIDS)
     functions = (_softmax(1030, 1024), layernorm_graph(64, 1024))
     code = [_assembly(fn, zen4) for fn in functions] + [_assembly(_softmax_bits(2201, 1024), intel)]
@@ -89,7 +89,7 @@ def test_bf16_nan_rows_give_the_same_bits(rng, monkeypatch):
     for on in (True, False):
         for name in PROPERTIES:
             value = getattr(CpuTarget, name)
-            monkeypatch.setattr(CpuTarget, name, property(lambda self, v=value, on=on: on and v.fget(self)))
+            choose_by(monkeypatch, **{name: lambda target, v=value, on=on: on and v.fget(target)})
         for threads in (1, 2):
             (out,) = build_cpu_executable(fn, {"threads": threads})(x)
             results.append(np.asarray(out).view(np.uint16).copy())

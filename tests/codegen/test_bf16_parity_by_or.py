@@ -22,6 +22,7 @@ from neuroncc.codegen.llvm.views import Layout
 from neuroncc.executors.cpu.launcher import build_cpu_executable
 from neuroncc.hardware.host import CpuTarget, host_cpu
 from neuroncc.ir import Builder, DType, Function, TensorType, interpret
+from neuroncc.testing.choices import choose
 
 
 def _added(bits: np.ndarray) -> np.ndarray:
@@ -78,7 +79,7 @@ def test_avx512_rounds_by_vpternlogd_and_avx2_keeps_its_code(monkeypatch):
     # the product's rounding, the sum's and the cast's (the product's float32 and the sum's bits are kept: 32-bit
     # lanes): the parity's and and or one vpternlogd each on Zen 4, 3 fewer vector instructions; Zen 3's unchanged
     zen4, zen3 = _code(CpuTarget("znver4", ZEN4)), _code(CpuTarget("znver3", AVX2))
-    monkeypatch.setattr(CpuTarget, "rounds_bf16_parity_by_or", property(lambda self: False))
+    choose(monkeypatch, rounds_bf16_parity_by_or=False)
     off = _code(CpuTarget("znver4", ZEN4))
     assert _code(CpuTarget("znver3", AVX2)) == zen3
     on_vector, off_vector = _vector_instructions(zen4[1]), _vector_instructions(off[1])
@@ -99,7 +100,7 @@ def test_kernels_give_the_same_bits_with_the_parity_ored_or_added(rng, monkeypat
     want = interpret(fn, [x, left, right])
     results = []
     for on in (True, False):
-        monkeypatch.setattr(CpuTarget, "rounds_bf16_parity_by_or", property(lambda self, on=on: on))
+        choose(monkeypatch, rounds_bf16_parity_by_or=on)
         got = build_cpu_executable(fuse_whole_function(fn), {"threads": threads})(x, left, right)
         results.append(got)
         for have, expected in zip(got, want):

@@ -21,6 +21,7 @@ from neuroncc.codegen.llvm.schedule import plan_kernel
 from neuroncc.executors.cpu.launcher import build_cpu_executable
 from neuroncc.hardware.host import CpuTarget
 from neuroncc.ir import Builder, DType, TensorType, interpret
+from neuroncc.testing.choices import choose
 
 #: a Zen 4's features as the code generator reads them (AVX-512 with BF16)
 ZEN4 = ("+avx,+avx2,+fma,+f16c,+bmi,+bmi2,+popcnt,+sse4.2,+avx512f,+avx512vl,+avx512bw,+avx512dq,+avx512cd,"
@@ -86,7 +87,7 @@ def test_no_cpu_gets_the_bf16_conversion_instruction(monkeypatch):
     # parity bit's shift and and, 0x7FFF, the low half dropped), no bfloat type, no vcvtneps2bf16 in the code. (The
     # one exception, a pair of vectors' words by vcvtne2ps2bf16 behind a branch for denormals, bf16_words.py's, is
     # turned off here: test_bf16_words.py holds its bits.)
-    monkeypatch.setattr(CpuTarget, "rounds_bf16_cast_pairs_by_conversion", property(lambda self: False))
+    choose(monkeypatch, rounds_bf16_cast_pairs_by_conversion=False)
     for target in (CpuTarget("znver4", ZEN4), CpuTarget("znver3", AVX2)):
         text, asm = _kernel(target)
         assert "bfloat" not in text and "cvtneps2bf16" not in asm

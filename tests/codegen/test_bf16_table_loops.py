@@ -26,6 +26,7 @@ from neuroncc.codegen.llvm.regions import fuse_whole_function
 from neuroncc.executors.cpu.launcher import build_cpu_executable
 from neuroncc.hardware.host import CpuTarget, host_cpu
 from neuroncc.ir import Builder, DType, Function, TensorType
+from neuroncc.testing.choices import choose
 
 ON_ZEN4_LIKE_HOST = pytest.mark.skipif(not host_cpu().bf16_table_loop_lanes,
                                        reason="the host reads no bf16 tables in narrow loops (not an AVX-512 VL/BW "
@@ -76,9 +77,9 @@ def _moves_out(asm: str) -> int:
 
 def test_zen4_row_a_packs_gelus_operands_into_words(monkeypatch):
     # 4 moves per 16 elements (8 words: four 64-bit quads of 4 indices) where the lane pairs took 8
-    monkeypatch.setattr(CpuTarget, "bf16_table_operand_vectors_ahead", property(lambda self: 0))  # (in the loop)
+    choose(monkeypatch, bf16_table_operand_vectors_ahead=0)  # (in the loop)
     _, packed = aligned_kernel_code(gelu_sigmoid_graph(64, 1024), CpuTarget("znver4", ZEN4))
-    monkeypatch.setattr(CpuTarget, "packs_computed_bf16_table_operands", property(lambda self: False))
+    choose(monkeypatch, packs_computed_bf16_table_operands=False)
     text, pairs = aligned_kernel_code(gelu_sigmoid_graph(64, 1024), CpuTarget("znver4", ZEN4))
     assert '"ncc.bf16_lookup.gelu.plain"' in text and ".gelu.plain.word" not in text
     assert (_moves_out(packed), _moves_out(pairs)) == (4, 8)
@@ -94,7 +95,7 @@ def _table_loop(asm: str) -> str:
 
 
 def _row_a_table_loop(monkeypatch, vectors_ahead: int) -> str:
-    monkeypatch.setattr(CpuTarget, "bf16_table_operand_vectors_ahead", property(lambda self: vectors_ahead))
+    choose(monkeypatch, bf16_table_operand_vectors_ahead=vectors_ahead)
     _, asm = aligned_kernel_code(gelu_sigmoid_graph(64, 1024), CpuTarget("znver4", ZEN4))
     assert "zmm" not in asm and "call" not in asm and "gather" not in asm
     return _table_loop(asm)

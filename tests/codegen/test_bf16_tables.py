@@ -25,6 +25,7 @@ from neuroncc.executors.cpu.launcher import build_cpu_executable
 from neuroncc.executors.executable import build_executable
 from neuroncc.hardware.host import CpuTarget, host_cpu
 from neuroncc.ir import Builder, DType, Function, TensorType, interpret
+from neuroncc.testing.choices import choose
 
 #: Every bf16 bit pattern, as a [256, 256] int16 tensor.
 EVERY_INPUT = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.int16).reshape(256, 256)
@@ -46,7 +47,7 @@ def _unary_graph(name: str, attrs: dict, dtype: DType = DType.bf16) -> Function:
 
 
 def _built(monkeypatch, fn: Function, tables: bool):
-    monkeypatch.setattr(CpuTarget, "looks_up_bf16_unary_math", property(lambda self: tables))
+    choose(monkeypatch, looks_up_bf16_unary_math=tables)
     return build_cpu_executable(fuse_whole_function(fn), {"threads": 2})
 
 
@@ -135,7 +136,7 @@ def test_an_artifact_carries_its_tables_in_its_code(tmp_path, rng, monkeypatch):
     # else is read at load, and no table is made again), and the loaded code gives the same bits
     fn = gelu_sigmoid_graph(len(_NAN_PATTERNS) + 2, 256)
     params = _inputs(rng, len(_NAN_PATTERNS) + 2, 256)
-    monkeypatch.setattr(CpuTarget, "looks_up_bf16_unary_math", property(lambda self: True))
+    choose(monkeypatch, looks_up_bf16_unary_math=True)
     executable = build_executable(fn, "cpu")
     contents = ArtifactContents(
         key="ab" * 32, key_components={"graph": ComponentRecord(digest="0" * 64, summary="g")}, target="cpu",
@@ -196,7 +197,7 @@ def test_lane_pairs_read_the_same_bits_for_every_input(monkeypatch, name, attrs)
     ones = np.full(EVERY_INPUT.shape[-1:], 0x3F80, np.int16)
     results = []
     for pairs in (True, False):
-        monkeypatch.setattr(CpuTarget, "reads_bf16_tables_by_lane_pairs", property(lambda self, p=pairs: p))
+        choose(monkeypatch, reads_bf16_tables_by_lane_pairs=pairs)
         (got,) = _built(monkeypatch, fn, True)(EVERY_INPUT, ones)
         results.append(got)
     np.testing.assert_array_equal(*results)

@@ -22,6 +22,7 @@ from neuroncc.codegen.llvm.pairs import word_of
 from neuroncc.codegen.llvm.scalars import F32, I32, I64, bf16_bits, round_to
 from neuroncc.hardware.host import CpuTarget, host_cpu
 from neuroncc.ir import Builder, DType, TensorType
+from neuroncc.testing.choices import choose
 
 ZEN3 = CpuTarget("znver3", AVX2)
 host_avx2_blends = pytest.mark.skipif(not host_cpu().rounds_bf16_in_word_lanes_with_blends,
@@ -105,8 +106,7 @@ def test_avx2_write_loops_round_casts_with_blends(monkeypatch, graph):
     assert "ncc.bf16.word.v8" in text
     write = [block for block in _write_loops(asm) if "vpmaxuw" in block]
     assert write and all("vpblendw" in block and "vpsubw" in block and "vpaddd" not in block for block in write)
-    monkeypatch.setattr(CpuTarget, "rounds_bf16_in_word_lanes_with_blends", property(lambda self: False),
-                        raising=False)
+    choose(monkeypatch, rounds_bf16_in_word_lanes_with_blends=False)
     text, asm = _assembly(fn, ZEN3)
     assert "ncc.bf16.word" not in text and "vpmaxuw" not in asm
 
@@ -120,6 +120,5 @@ def test_avx2_op_results_and_zen4_keep_their_forms(monkeypatch):
     assert "ncc.bf16.word" not in _assembly(fn, ZEN3)[0]
     zen4 = CpuTarget("znver4", ZEN4)
     before = [_assembly(graph, zen4)[1] for graph in (layernorm_graph(64, 1024), _cast_graph(64, 1024))]
-    monkeypatch.setattr(CpuTarget, "rounds_bf16_in_word_lanes_with_blends", property(lambda self: True),
-                        raising=False)
+    choose(monkeypatch, rounds_bf16_in_word_lanes_with_blends=True)
     assert [_assembly(graph, zen4)[1] for graph in (layernorm_graph(64, 1024), _cast_graph(64, 1024))] == before

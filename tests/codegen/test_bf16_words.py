@@ -20,6 +20,7 @@ from neuroncc.codegen.llvm.views import Layout
 from neuroncc.executors.cpu.launcher import build_cpu_executable
 from neuroncc.hardware.host import CpuTarget, host_cpu
 from neuroncc.ir import Builder, DType, Function, TensorType, interpret
+from neuroncc.testing.choices import choose
 
 host_word_lanes = pytest.mark.skipif(not host_cpu().rounds_bf16_in_word_lanes, reason="the host has no AVX-512 BW")
 
@@ -59,7 +60,7 @@ def _same_bits_with_it_off(monkeypatch, fn: Function, x: np.ndarray, w: np.ndarr
     """``fn``'s results on the host are the reference's bits, and the same with ``CpuTarget.<decision>`` off, whose
     code (``code_of_it`` in the IR or assembly) is then gone."""
     got = build_cpu_executable(fuse_whole_function(fn), {"threads": 2})(x, w)
-    monkeypatch.setattr(CpuTarget, decision, property(lambda self: False))
+    choose(monkeypatch, **{decision: False})
     assert code_of_it not in "".join(_assembly(fn, host_cpu()))
     want = build_cpu_executable(fuse_whole_function(fn), {"threads": 2})(x, w)
     for g, e, reference in zip(got, want, interpret(fn, [x, w]), strict=True):
@@ -83,7 +84,7 @@ def test_a_zen4_write_loop_rounds_in_word_lanes_and_avx2_in_32_bit_lanes(monkeyp
     # with two word permutes, the carry an unsigned word compare, no 32-bit adds of the rounding left in the loop
     # (x*w+b's; the weight and bias widened once); AVX2: not this form (its own, with blends: test_bf16_word_blends.py)
     fn = affine_graph(64, 1024)
-    monkeypatch.setattr(CpuTarget, "rounds_bf16_cast_pairs_by_conversion", property(lambda self: False))
+    choose(monkeypatch, rounds_bf16_cast_pairs_by_conversion=False)
     text, asm = _assembly(fn, CpuTarget("znver4", ZEN4))
     loops = [block for block in re.split(r"\n\.LBB\d+_\d+:", asm) if "vmovntdq" in block or "vmovdqu" in block]
     write = [block for block in loops if re.search(r"vperm[it]2w", block)]
@@ -101,7 +102,7 @@ def test_conversion_rounds_every_pattern_as_the_word_lanes(rng, monkeypatch, col
     # one in ~12% of the pairs of vectors); the words are a cast's: converted on every AVX-512 BF16 CPU
     x, w, fn = _patterns(rng, cols)
     assert "vcvtne2ps2bf16" in _assembly(fn, host_cpu())[1]
-    monkeypatch.setattr(CpuTarget, "rounds_bf16_cast_pairs_by_conversion", property(lambda self: False))
+    choose(monkeypatch, rounds_bf16_cast_pairs_by_conversion=False)
     _same_bits_with_it_off(monkeypatch, fn, x, w, "rounds_bf16_pairs_by_conversion", "vcvtne2ps2bf16")
 
 

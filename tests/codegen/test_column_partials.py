@@ -18,6 +18,7 @@ from neuroncc.codegen.llvm.kernel_plan import ChunkedRows, CombineColumns
 from neuroncc.codegen.llvm.regions import fuse_whole_function
 from neuroncc.ir import Builder, DType, TensorType
 from neuroncc.ir.dtypes import round_to_bf16
+from neuroncc.testing.choices import choose
 
 
 def _phases(fn):
@@ -126,9 +127,7 @@ def _loops(texts: list[str]) -> int:
 
 
 def _sharing(monkeypatch, shared: bool) -> None:
-    from neuroncc.hardware.host import CpuTarget
-
-    monkeypatch.setattr(CpuTarget, "column_sums_share_a_loop", property(lambda self: shared))
+    choose(monkeypatch, column_sums_share_a_loop=shared)
 
 
 def test_column_sums_over_the_same_columns_share_one_loop(rng, monkeypatch):

@@ -24,12 +24,13 @@ from neuroncc.codegen.llvm.regions import fuse_whole_function
 from neuroncc.executors.cpu.launcher import build_cpu_executable
 from neuroncc.hardware import host
 from neuroncc.hardware.host import CpuTarget
+from neuroncc.testing.choices import choose
 
 BLOCK = re.compile(r"\n\.LBB\d+_\d+:")
 
 
 def _in_the_exp_loop(monkeypatch, on: bool) -> None:
-    monkeypatch.setattr(CpuTarget, "writes_delayed_elements_in_the_exp_loop", property(lambda self: on))
+    choose(monkeypatch, writes_delayed_elements_in_the_exp_loop=on)
 
 
 def _stores_beside_exponentials(asm: str) -> bool:
@@ -72,7 +73,7 @@ def test_the_write_in_the_exp_loop_gives_the_same_bits(rng, monkeypatch, cpu):
     x = _nan_rows(rng, 1033)  # (NaN, +-inf, +-0 and extremes; NaNs with payloads, signaling NaNs: an odd row count)
     fn = fuse_whole_function(_softmax(1033, 1024))
     # (the sum's lanes through the row's groups add in another order: tests/codegen/test_row_sum_lanes.py)
-    monkeypatch.setattr(CpuTarget, "carries_the_row_sum_in_lanes_through_the_groups", property(lambda self: False))
+    choose(monkeypatch, carries_the_row_sum_in_lanes_through_the_groups=False)
     # the sum in a loop of its own over the row cache (AVX2's) or in the exp loop (AVX-512's, whose fused loop adds
     # the sum's lanes in the group loop's order: reductions.LaneSums), on every host
     for apart in (True, False):

@@ -15,6 +15,7 @@ from neuroncc.codegen.llvm.regions import fuse_whole_function
 from neuroncc.executors.cpu.launcher import build_cpu_executable
 from neuroncc.hardware.host import CpuTarget
 from neuroncc.ir import Builder, DType, Function, TensorType
+from neuroncc.testing.choices import choose
 
 
 def _softmax(rows: int, cols: int) -> Function:
@@ -25,7 +26,7 @@ def _softmax(rows: int, cols: int) -> Function:
 
 
 def _write_first(monkeypatch, on: bool) -> None:
-    monkeypatch.setattr(CpuTarget, "writes_delayed_group_before_the_exponentials", property(lambda self: on))
+    choose(monkeypatch, writes_delayed_group_before_the_exponentials=on)
 
 
 def _stores_before_exponentials(asm: str) -> bool:
@@ -41,7 +42,7 @@ def test_avx2_writes_each_group_before_its_exponentials_and_avx512_as_before(mon
     for fn in (_softmax(1030, 1024), _softmax_bits(2201, 1024)):  # (outputs of 4 MiB: streamed, the write delayed)
         # (AVX2 writes float32 outputs in the exp loop itself: ``test_delayed_write_in_exp_loop.py``; here the
         # groups' own write loops)
-        monkeypatch.setattr(CpuTarget, "writes_delayed_elements_in_the_exp_loop", property(lambda self: False))
+        choose(monkeypatch, writes_delayed_elements_in_the_exp_loop=False)
         assert _stores_before_exponentials(_assembly(fn, zen3)[1])
         zen4_code = _assembly(fn, zen4)
         assert not _stores_before_exponentials(zen4_code[1])

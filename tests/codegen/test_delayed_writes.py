@@ -18,6 +18,7 @@ from neuroncc.codegen.llvm.schedule import plan_kernel
 from neuroncc.codegen.llvm.views import Layout
 from neuroncc.hardware.host import CpuTarget, host_cpu
 from neuroncc.ir import Builder, DType, TensorType
+from neuroncc.testing.choices import choose
 
 #: rows x 1024 float32: an output of at least the emitter's 4 MiB streaming threshold
 ROWS, COLUMNS = 1030, 1024
@@ -84,7 +85,7 @@ def test_the_write_pass_is_delayed_and_streamed_where_the_sum_carries_the_prefet
 def test_delayed_writes_give_the_write_pass_bits_on_any_range_of_rows(ranges, rng, monkeypatch):
     fn = _softmax()
     # (the sum's lanes through the row's groups add in another order: tests/codegen/test_row_sum_lanes.py)
-    monkeypatch.setattr(CpuTarget, "carries_the_row_sum_in_lanes_through_the_groups", property(lambda self: False))
+    choose(monkeypatch, carries_the_row_sum_in_lanes_through_the_groups=False)
     x = (rng.standard_normal((ROWS, COLUMNS)) * 4).astype(np.float32)
     x[3, :] = -np.inf  # an all -inf row: NaN
     x[7, 5] = np.nan

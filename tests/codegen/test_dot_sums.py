@@ -20,17 +20,18 @@ from neuroncc.codegen.llvm.regions import fuse_whole_function
 from neuroncc.executors.cpu.launcher import build_cpu_executable
 from neuroncc.hardware.host import CpuTarget, host_cpu
 from neuroncc.ir import DType, interpret
+from neuroncc.testing.choices import choose
 
 PROPERTY = "sums_bf16_rows_by_dot_products"
 
 
 def _switch(monkeypatch, on: bool) -> None:
-    monkeypatch.setattr(CpuTarget, PROPERTY, property(lambda self: on))
+    choose(monkeypatch, **{PROPERTY: on})
 
 
 def test_zen4_sums_the_means_by_dot_products(monkeypatch):
     # (the squares beside the sums pinned off: this counts the sums and the deviation pass, ``test_dot_variance.py``)
-    monkeypatch.setattr(CpuTarget, "takes_bf16_variance_by_dot_products", property(lambda self: False))
+    choose(monkeypatch, takes_bf16_variance_by_dot_products=False)
     fn, zen4 = layernorm_graph(64, 1024), CpuTarget("znver4", ZEN4)
     assert zen4.sums_bf16_rows_by_dot_products
     _, on = _assembly(fn, zen4)

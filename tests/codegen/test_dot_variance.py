@@ -20,6 +20,7 @@ from test_pairs import _NAN_PATTERNS, AVX2, from_bits, layernorm_graph, to_bits
 from neuroncc.codegen.llvm.regions import fuse_whole_function
 from neuroncc.executors.cpu.launcher import build_cpu_executable
 from neuroncc.hardware.host import CpuTarget, host_cpu
+from neuroncc.testing.choices import choose
 
 PROPERTY = "takes_bf16_variance_by_dot_products"
 SQUARES = r"vdpbf16ps\s+(%zmm\d+), \1, %zmm\d+"
@@ -28,7 +29,7 @@ needs_host = pytest.mark.skipif(not host_cpu().takes_bf16_variance_by_dot_produc
 
 
 def _switch(monkeypatch, on: bool) -> None:
-    monkeypatch.setattr(CpuTarget, PROPERTY, property(lambda self: on))
+    choose(monkeypatch, **{PROPERTY: on})
 
 
 def test_zen4_sums_the_squares_in_the_mean_passes(monkeypatch):

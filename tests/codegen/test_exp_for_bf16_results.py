@@ -23,13 +23,14 @@ from neuroncc.codegen.llvm.elementwise import reaches_only_bf16
 from neuroncc.codegen.llvm.regions import fuse_whole_function
 from neuroncc.hardware.host import CpuTarget
 from neuroncc.ir import Builder, DType, TensorType
+from neuroncc.testing.choices import choose
 
 PROPERTY = "evaluates_exp_for_bf16_results_in_degree_five"
 DEGREE_5 = '@"ncc.math.exp_nonpositive_for_bf16"'
 
 
 def _degree_5(monkeypatch, on: bool) -> None:
-    monkeypatch.setattr(CpuTarget, PROPERTY, property(lambda self: on))
+    choose(monkeypatch, **{PROPERTY: on})
 
 
 def test_zen4_and_avx2_evaluate_bf16_softmax_exps_in_degree_5(monkeypatch):

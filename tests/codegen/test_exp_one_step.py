@@ -11,8 +11,8 @@ import platform
 import numpy as np
 import pytest
 
-from neuroncc.hardware import loop_choices
 from neuroncc.hardware.host import CpuTarget
+from neuroncc.testing.choices import choose
 
 from codegen_helpers import math_function_body
 from mxcsr_probe import with_flags
@@ -24,8 +24,7 @@ DECISIONS = ("scales_one_plus_exp_in_one_step", "halves_gelu_in_its_erf")
 
 
 def _without(monkeypatch, *names: str) -> None:
-    for name in names:
-        monkeypatch.setattr(loop_choices.LoopChoices, name, property(lambda self: False))
+    choose(monkeypatch, **dict.fromkeys(names, False))
 
 
 

@@ -19,10 +19,11 @@ from test_widened_exp_rows import _assembly
 from neuroncc.codegen.llvm.regions import fuse_whole_function
 from neuroncc.executors.cpu.launcher import build_cpu_executable
 from neuroncc.hardware.host import CpuTarget
+from neuroncc.testing.choices import choose
 
 
 def _into_l2(monkeypatch, on: bool) -> None:
-    monkeypatch.setattr(CpuTarget, "prefetches_the_next_row_into_l2_in_the_exp_pass", property(lambda self: on))
+    choose(monkeypatch, prefetches_the_next_row_into_l2_in_the_exp_pass=on)
 
 
 def _count(mnemonic: str, asm: str) -> int:

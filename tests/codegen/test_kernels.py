@@ -11,10 +11,11 @@ from neuroncc.codegen.llvm.views import Layout
 from neuroncc.codegen.llvm.schedule import plan_kernel
 from neuroncc.codegen.llvm.kernel_plan import RowLoop
 from neuroncc.codegen.llvm.regions import fuse_whole_function, make_kernel
-from neuroncc.hardware.host import CpuTarget, host_cpu
+from neuroncc.hardware.host import host_cpu
 from neuroncc.ir import Builder, DType, Op, TensorType, round_to_bf16, verify
 from neuroncc.executors.cpu.launcher import build_cpu_executable
 from neuroncc.passes.tile import tile_kernel
+from neuroncc.testing.choices import choose
 
 
 def softmax_graph(shape, dtype=DType.f32):
@@ -175,7 +176,7 @@ def test_matmul_epilogue_runs_row_block_by_row_block(op, rows, blocks, rng, monk
     """The kernel's matmul_tile decision (rows per block) is what the launcher runs: blocks of it, or one block
     when it covers every row."""
     # the extern path: products on MKL (small ones are generated code, CpuTarget.small_mm_max_macs)
-    monkeypatch.setattr(CpuTarget, "small_mm_max_macs", property(lambda self: 0))
+    choose(monkeypatch, small_mm_max_macs=0)
     b = Builder(op)
     x = b.param(TensorType((50, 8), DType.f32), "x")
     w = b.param(TensorType((8, 64), DType.f32), "w")
@@ -196,7 +197,7 @@ def test_matmul_epilogue_runs_row_block_by_row_block(op, rows, blocks, rng, monk
 def test_a_transposed_first_operand_is_row_blocked_by_its_columns(op, dtype, rng, monkeypatch):
     """The product's rows are the stored first operand's columns where the layout pass stores it transposed (a
     Linear's weight gradient, x^T @ grad: a bf16 transformer's backward raised 'Trying to resize storage')."""
-    monkeypatch.setattr(CpuTarget, "small_mm_max_macs", property(lambda self: 0))
+    choose(monkeypatch, small_mm_max_macs=0)
     b = Builder(op)
     xt = b.param(TensorType((8, 50), dtype), "xt")  # x [50, 8] stored transposed
     w = b.param(TensorType((8, 64), dtype), "w")
@@ -325,8 +326,8 @@ def test_row_loops_prefetch_the_next_row_of_their_input(cols, kind, prefetched, 
         y = b.op("exp", x)
     from neuroncc.codegen.llvm.regions import fuse_whole_function
 
-    for name in ("touches_input_pages_rows_ahead", "touches_streamed_output_rows_ahead"):  # (test_touch_pages_ahead)
-        monkeypatch.setattr(CpuTarget, name, property(lambda self: 0))
+    # (test_touch_pages_ahead)
+    choose(monkeypatch, touches_input_pages_rows_ahead=0, touches_streamed_output_rows_ahead=0)
     exe, _ = run_both(fuse_whole_function(b.build([y])), [rng.standard_normal((64, cols)).astype(np.float32)])
     ir_text = "".join(exe.module.llvm_ir)
     assert ("llvm.prefetch" in ir_text) == prefetched

@@ -10,11 +10,11 @@ from codegen_helpers import run_both
 
 from neuroncc.codegen.llvm.regions import wrap_remaining_ops
 from neuroncc.errors import ArtifactError, InputError
-from neuroncc.hardware.host import CpuTarget
 from neuroncc.ir import Builder, DType, TensorType, interpret, parse, print_function
 from neuroncc.driver.compile import DEFAULT_TARGET, compile_graph
 from neuroncc.codegen.llvm.launch_plan import PLAN_VERSION
 from neuroncc.executors.cpu.launcher import CODE_FILES, CpuExecutable, build_cpu_executable, load_cpu_executable
+from neuroncc.testing.choices import choose
 
 
 def mlp_like():
@@ -147,7 +147,7 @@ def test_reused_extern_views_follow_new_inputs_and_outputs(rng, monkeypatch):
     """Extern steps keep their views of buffers whose address does not change (arena, constants); inputs and
     outputs move between calls (and an input may be updated in place), and every call must see its own."""
     # the extern path: products on MKL (small ones are generated code, CpuTarget.small_mm_max_macs)
-    monkeypatch.setattr(CpuTarget, "small_mm_max_macs", property(lambda self: 0))
+    choose(monkeypatch, small_mm_max_macs=0)
     b = Builder("g")
     x = b.param(TensorType((6, 8), DType.f32), "x")
     w = b.param(TensorType((8, 8), DType.f32), "w")

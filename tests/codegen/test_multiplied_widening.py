@@ -16,6 +16,7 @@ from test_variance_deviations import _same_bits_with_and_without
 
 from neuroncc.codegen.llvm.regions import fuse_whole_function
 from neuroncc.hardware.host import CpuTarget
+from neuroncc.testing.choices import choose
 
 PROPERTY = "widens_summed_bf16_by_multiplication"
 
@@ -34,11 +35,11 @@ def _widening(asm: str) -> tuple[int, int]:
 def test_zen4_sums_widen_by_multiplication(monkeypatch):
     # (the mean passes' pair loops as they were before their dot products, ``test_dot_sums.py``: with those the pair
     # loops are only a row's fallback, laid out after the write pass)
-    monkeypatch.setattr(CpuTarget, "sums_bf16_rows_by_dot_products", property(lambda self: False))
+    choose(monkeypatch, sums_bf16_rows_by_dot_products=False)
     fn, zen4 = layernorm_graph(64, 1024), CpuTarget("znver4", ZEN4)
     assert zen4.widens_summed_bf16_by_multiplication
     on_ir, on = _assembly(fn, zen4)
-    monkeypatch.setattr(CpuTarget, PROPERTY, property(lambda self: False))
+    choose(monkeypatch, **{PROPERTY: False})
     off_ir, off = _assembly(fn, zen4)
     (sums_on, write_on), (sums_off, write_off) = _loops(on), _loops(off)
     # the first row's mean pass, the deviation pass and the next row's mean pass (4 words a loop iteration each)
@@ -67,7 +68,7 @@ def test_float32_sums_keep_their_code(monkeypatch):
     # (a float32 mean or variance widens nothing: no factor is made, the module's text is the same)
     fn, zen4 = var_mean_layernorm(64, 1024), CpuTarget("znver4", ZEN4)
     default = _assembly(fn, zen4)
-    monkeypatch.setattr(CpuTarget, PROPERTY, property(lambda self: False))
+    choose(monkeypatch, **{PROPERTY: False})
     assert _assembly(fn, zen4) == default
 
 

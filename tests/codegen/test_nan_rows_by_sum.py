@@ -18,12 +18,13 @@ from test_widened_exp_rows import _assembly
 from neuroncc.codegen.llvm.regions import fuse_whole_function
 from neuroncc.executors.cpu.launcher import build_cpu_executable
 from neuroncc.hardware.host import CpuTarget
+from neuroncc.testing.choices import choose
 
 BLOCK = re.compile(r"\n\.LBB\d+_\d+:")
 
 
 def _by_sum(monkeypatch, on: bool) -> None:
-    monkeypatch.setattr(CpuTarget, "finds_row_nans_by_the_sum", property(lambda self: on))
+    choose(monkeypatch, finds_row_nans_by_the_sum=on)
 
 
 def _flagless_max_loop(asm: str) -> bool:

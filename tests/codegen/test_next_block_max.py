@@ -19,12 +19,13 @@ from test_reductions import _log_sum_exp_graph, log_sum_exp_assembly
 from neuroncc.codegen.llvm.regions import fuse_whole_function
 from neuroncc.executors.cpu.launcher import build_cpu_executable
 from neuroncc.hardware.host import CpuTarget, host_cpu
+from neuroncc.testing.choices import choose
 
 BLOCK = host_cpu().online_block_elements
 
 
 def _unfused(monkeypatch) -> None:
-    monkeypatch.setattr(CpuTarget, "takes_the_next_block_max_in_the_exp_loop", property(lambda self: False))
+    choose(monkeypatch, takes_the_next_block_max_in_the_exp_loop=False)
 
 
 def _loops(asm: str) -> list[str]:

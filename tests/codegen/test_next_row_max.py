@@ -23,6 +23,7 @@ from neuroncc.codegen.llvm import streams
 from neuroncc.codegen.llvm.regions import fuse_whole_function
 from neuroncc.executors.cpu.launcher import build_cpu_executable
 from neuroncc.hardware.host import CpuTarget
+from neuroncc.testing.choices import choose
 
 
 #: Rows of ``_nan_rows`` for the small cases: plain rows with a NaN row and a NaN-payload row between them
@@ -43,14 +44,14 @@ def outputs_off_and_on(monkeypatch, decision: str, fn, x: np.ndarray, threads: i
     """``fn``'s output on ``x`` built with the CpuTarget property ``decision`` off, then on."""
     results = []
     for on in (False, True):
-        monkeypatch.setattr(CpuTarget, decision, property(lambda self, on=on: on))
+        choose(monkeypatch, **{decision: on})
         (out,) = build_cpu_executable(fn, {"threads": threads})(x)
         results.append(np.asarray(out).copy())
     return results
 
 
 def _next_max(monkeypatch, on: bool) -> None:
-    monkeypatch.setattr(CpuTarget, "takes_the_next_row_max_in_the_exp_loop", property(lambda self: on))
+    choose(monkeypatch, takes_the_next_row_max_in_the_exp_loop=on)
 
 
 def _exp_loops_taking_a_max(asm: str) -> int:
@@ -71,7 +72,7 @@ def _max_loops(asm: str) -> int:
 
 def test_zen4_float32_softmax_takes_the_next_row_max_in_its_exp_loop(monkeypatch):
     # (with its NaN magnitudes, as session 35 built it: without them is ``test_next_row_max_nans_by_sum.py``'s)
-    monkeypatch.setattr(CpuTarget, "finds_next_row_max_nans_by_the_sum", property(lambda self: False))
+    choose(monkeypatch, finds_next_row_max_nans_by_the_sum=False)
     zen3, zen4 = CpuTarget("znver3", AVX2), CpuTarget("znver4", ZEN4)
     intel = CpuTarget("sapphirerapids", SAPPHIRE_RAPIDS)
     assert zen4.takes_the_next_row_max_in_the_exp_loop and not intel.takes_the_next_row_max_in_the_exp_loop

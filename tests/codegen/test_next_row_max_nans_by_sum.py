@@ -18,10 +18,11 @@ from test_widened_exp_rows import _assembly
 
 from neuroncc.codegen.llvm.regions import fuse_whole_function
 from neuroncc.hardware.host import CpuTarget
+from neuroncc.testing.choices import choose
 
 
 def _flagless(monkeypatch, on: bool) -> None:
-    monkeypatch.setattr(CpuTarget, "finds_next_row_max_nans_by_the_sum", property(lambda self: on))
+    choose(monkeypatch, finds_next_row_max_nans_by_the_sum=on)
 
 
 def _flagless_exp_loops_taking_a_max(asm: str) -> int:

@@ -22,6 +22,7 @@ from neuroncc.hardware.host import CpuTarget, host_cpu
 from neuroncc.ir import DType, interpret
 from neuroncc.ir.graph import Builder
 from neuroncc.ir.types import TensorType
+from neuroncc.testing.choices import choose
 
 PROPERTY = "fuses_bf16_layer_norm_weight_and_bias"
 needs_host = pytest.mark.skipif(not host_cpu().fuses_bf16_layer_norm_weight_and_bias,
@@ -29,7 +30,7 @@ needs_host = pytest.mark.skipif(not host_cpu().fuses_bf16_layer_norm_weight_and_
 
 
 def _switch(monkeypatch, on: bool) -> None:
-    monkeypatch.setattr(CpuTarget, PROPERTY, property(lambda self: on))
+    choose(monkeypatch, **{PROPERTY: on})
 
 
 def test_zen4s_write_loop_takes_the_weight_and_bias_in_one_fma(monkeypatch):

@@ -16,10 +16,11 @@ from test_row_pass_bursts import PREFETCH, no_page_touches, rmsnorm, var_mean_la
 
 from neuroncc.executors.cpu.launcher import build_cpu_executable
 from neuroncc.hardware.host import CpuTarget
+from neuroncc.testing.choices import choose
 
 
 def _all_lines(monkeypatch) -> None:
-    monkeypatch.setattr(CpuTarget, "one_pass_row_prefetch_lines", property(lambda self: 0))
+    choose(monkeypatch, one_pass_row_prefetch_lines=0)
 
 
 

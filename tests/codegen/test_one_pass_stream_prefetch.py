@@ -18,6 +18,7 @@ from neuroncc.codegen.llvm.regions import fuse_whole_function
 from neuroncc.executors.cpu.launcher import build_cpu_executable
 from neuroncc.hardware.host import CpuTarget
 from neuroncc.ir import Builder, DType, Function, TensorType
+from neuroncc.testing.choices import choose
 
 
 def affine(rows: int, cols: int) -> Function:
@@ -30,7 +31,7 @@ def affine(rows: int, cols: int) -> Function:
 
 
 def _none(monkeypatch) -> None:
-    monkeypatch.setattr(CpuTarget, "one_pass_stream_prefetch_lines", property(lambda self: 0))
+    choose(monkeypatch, one_pass_stream_prefetch_lines=0)
 
 
 def test_avx2_prefetches_a_one_pass_stream_24_lines_ahead(monkeypatch):
@@ -67,7 +68,7 @@ def test_the_prefetches_give_the_same_bits(rng, monkeypatch):
     for rows, cols in ((1024, 1024), (1031, 1024)):  # 4 MiB and more out: streamed on any host with a 32 MiB L3
         fn = fuse_whole_function(affine(rows, cols))
         inputs = [(rng.standard_normal(s) * 3).astype(np.float32) for s in ((rows, cols), (cols,), (cols,))]
-        monkeypatch.setattr(CpuTarget, "one_pass_stream_prefetch_lines", property(lambda self: 24))
+        choose(monkeypatch, one_pass_stream_prefetch_lines=24)
         got = build_cpu_executable(fn, {"threads": 2})(*inputs)
         _none(monkeypatch)
         want = build_cpu_executable(fn, {"threads": 2})(*inputs)

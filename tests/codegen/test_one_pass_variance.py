@@ -22,13 +22,14 @@ from neuroncc.driver.compile import compile_graph
 from neuroncc.executors.cpu.launcher import build_cpu_executable
 from neuroncc.hardware.host import CpuTarget
 from neuroncc.ir import Builder, DType, Function, TensorType
+from neuroncc.testing.choices import choose
 
 
 FALLBACK = "fcmp ugt double"  # (the one pass's test for a row that takes the deviation pass again)
 
 
 def _one_pass(monkeypatch, on: bool) -> None:
-    monkeypatch.setattr(CpuTarget, "takes_the_variance_in_one_pass", property(lambda self: on))
+    choose(monkeypatch, takes_the_variance_in_one_pass=on)
 
 
 def statistics(rows: int, cols: int, correction: float = 0.0) -> Function:
@@ -86,7 +87,7 @@ def test_layernorm_on_zen4_reads_its_row_in_two_passes_not_three(monkeypatch):
     _one_pass(monkeypatch, True)
     no_page_touches(monkeypatch)
     # (all the next row's lines: Zen 4's first lines alone are test_one_pass_row_prefetch_lines.py's)
-    monkeypatch.setattr(CpuTarget, "one_pass_row_prefetch_lines", property(lambda self: 0))
+    choose(monkeypatch, one_pass_row_prefetch_lines=0)
     on, asm = _assembly(fn, zen4)
     # a burst of the next row's lines before each pass: the statistics and the write; the squares summed by FMAs
     assert on.count(PREFETCH) == 2 and on.count(FALLBACK) == 1 and asm.count("prefetcht0") == 2
@@ -189,7 +190,7 @@ def test_a_one_pass_variance_leaves_its_write_stage_no_deviation_cache_to_load(t
     words = [(rng.standard_normal(p.type.shape).astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)
              .view(np.int16) for p in fn.params]
     want = compile_graph(fn, target="interp", cache=None)(*words)
-    monkeypatch.setattr(CpuTarget, "caches_variance_deviations", property(lambda self: True))
+    choose(monkeypatch, caches_variance_deviations=True)
     _one_pass(monkeypatch, True)
     exe = compile_graph(fn, target="cpu", cache=None)
     assert any(FALLBACK in text for text in exe.module.llvm_ir)  # (the one pass taken)

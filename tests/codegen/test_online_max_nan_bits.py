@@ -19,19 +19,20 @@ from test_reductions import _log_sum_exp_graph, log_sum_exp_assembly
 from neuroncc.codegen.llvm.regions import fuse_whole_function
 from neuroncc.executors.cpu.launcher import build_cpu_executable
 from neuroncc.hardware.host import CpuTarget, host_cpu
+from neuroncc.testing.choices import choose
 
 #: The host's online log-sum-exp blocks (``CpuTarget.online_block_elements``)
 BLOCK = host_cpu().online_block_elements
 
 
 def _with_nan_bits(monkeypatch) -> None:
-    monkeypatch.setattr(CpuTarget, "online_block_max_without_nan_bits", property(lambda self: False))
+    choose(monkeypatch, online_block_max_without_nan_bits=False)
 
 
 def _block_max_loops(monkeypatch) -> None:
     """Each block's max in a max loop (Zen 4 takes it in the previous block's exp loop since session 36, its sums
     in another order: ``test_next_block_max.py``)."""
-    monkeypatch.setattr(CpuTarget, "takes_the_next_block_max_in_the_exp_loop", property(lambda self: False))
+    choose(monkeypatch, takes_the_next_block_max_in_the_exp_loop=False)
 
 
 def _max_loops_from_memory(asm: str, register: str = "ymm") -> int:
@@ -43,7 +44,7 @@ def _max_loops_from_memory(asm: str, register: str = "ymm") -> int:
 def test_avx2_and_zen4_take_block_maxima_without_the_nan_bits_and_intel_avx512_as_before(monkeypatch):
     assembly = log_sum_exp_assembly
     # (each block's max in its own block, as before session 28: the chunk loop emitted once)
-    monkeypatch.setattr(CpuTarget, "online_block_max_ahead", property(lambda self: 0))
+    choose(monkeypatch, online_block_max_ahead=0)
     zen3, zen4 = CpuTarget("znver3", AVX2), CpuTarget("znver4", ZEN4)
     intel = CpuTarget("sapphirerapids", SAPPHIRE_RAPIDS)
     assert zen3.online_block_max_without_nan_bits and zen4.online_block_max_without_nan_bits
@@ -114,7 +115,7 @@ def test_avx2_takes_the_next_blocks_max_between_a_blocks_chunks_and_avx512_as_be
     ahead, zen4_code = assembly(zen3), assembly(zen4)
     assert _loop_kinds(ahead) == ["max", "exp", "sum", "max", "exp", "sum"]
     assert _loop_kinds(assembly(zen3, 4, 1000)) == ["max", "exp", "sum"]  # one block: nothing ahead
-    monkeypatch.setattr(CpuTarget, "online_block_max_ahead", property(lambda self: 0))
+    choose(monkeypatch, online_block_max_ahead=0)
     assert _loop_kinds(assembly(zen3)) == ["max", "exp", "sum"]  # before: each block's max before its chunks
     assert assembly(zen4) == zen4_code
 
@@ -127,7 +128,7 @@ def test_the_next_blocks_max_taken_early_gives_the_same_bits(rng, monkeypatch, c
     x[10] = np.linspace(60, -30, cols)  # (and a max falling from block to block)
     got = {}
     for where in (2, 1, 0):
-        monkeypatch.setattr(CpuTarget, "online_block_max_ahead", property(lambda self, where=where: where))
+        choose(monkeypatch, online_block_max_ahead=where)
         got[where] = build_cpu_executable(fn, {"threads": 2})(x)
     for where in (2, 1):
         for g, w in zip(got[where], got[0], strict=True):

@@ -17,6 +17,7 @@ from neuroncc.codegen.llvm.regions import fuse_whole_function
 from neuroncc.executors.cpu.launcher import build_cpu_executable
 from neuroncc.hardware.host import CpuTarget
 from neuroncc.ir import DType, interpret
+from neuroncc.testing.choices import choose
 
 
 def _summed_from_memory(asm: str) -> int:
@@ -28,9 +29,9 @@ def test_avx2_sums_the_paired_exponentials_apart_and_avx512_as_before(monkeypatc
     fn = _softmax_bits(64, 1024)
     avx2 = _assembly(fn, CpuTarget("znver3", AVX2))[1]
     zen4 = _assembly(fn, CpuTarget("znver4", ZEN4))
-    monkeypatch.setattr(CpuTarget, "sums_paired_row_caches_apart", property(lambda self: False))
+    choose(monkeypatch, sums_paired_row_caches_apart=False)
     assert _summed_from_memory(avx2) >= 4 and _summed_from_memory(_assembly(fn, CpuTarget("znver3", AVX2))[1]) == 0
-    monkeypatch.setattr(CpuTarget, "sums_paired_row_caches_apart", property(lambda self: True))
+    choose(monkeypatch, sums_paired_row_caches_apart=True)
     assert _assembly(fn, CpuTarget("znver4", ZEN4)) == zen4  # (32 registers: AVX-512 never sums apart)
 
 

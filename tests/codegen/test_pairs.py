@@ -18,6 +18,7 @@ from neuroncc.codegen.llvm.schedule import plan_kernel
 from neuroncc.executors.cpu.launcher import build_cpu_executable
 from neuroncc.hardware.host import CpuTarget
 from neuroncc.ir import Builder, DType, Function, TensorType, interpret, round_to_bf16
+from neuroncc.testing.choices import choose
 
 AVX2 = "+avx,+avx2,+fma,+f16c,+bmi,+bmi2,+popcnt,+sse4.2,-avx512f,-avx512vl,-avx512bw,-avx512dq"
 
@@ -244,8 +245,7 @@ def test_the_bf16_weight_and_bias_are_widened_once_not_in_every_row(rng, monkeyp
 
     # (the shifts counted are the widenings' in the 32-bit rounding's loop: AVX2's blended rounding shifts to pack,
     # test_bf16_word_blends.py)
-    monkeypatch.setattr(CpuTarget, "rounds_bf16_in_word_lanes_with_blends", property(lambda self: False),
-                        raising=False)
+    choose(monkeypatch, rounds_bf16_in_word_lanes_with_blends=False)
     fn = layernorm_graph(64, 1024)
     blocks = re.split(r"\n\.LBB\d+_\d+:", _layernorm_assembly(fn))
     (write,) = [block for block in blocks if "vpsrld" in block]  # the loop that rounds to bf16 (and packs)

@@ -14,10 +14,11 @@ from test_pairs import AVX2, layernorm_graph
 from test_write_buffer_placement import assert_placed_bits_equal
 
 from neuroncc.hardware.host import CpuTarget
+from neuroncc.testing.choices import choose
 
 
 def _switch(monkeypatch, on: bool) -> None:
-    monkeypatch.setattr(CpuTarget, "places_write_buffers_past_partial_period_rows", property(lambda self: on))
+    choose(monkeypatch, places_write_buffers_past_partial_period_rows=on)
 
 
 def test_avx2_places_the_write_buffers_past_rows_of_whole_512_and_1024_bytes(monkeypatch):

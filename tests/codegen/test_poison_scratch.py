@@ -22,13 +22,13 @@ from neuroncc.driver import artifact
 from neuroncc.driver.compile import compile_graph
 from neuroncc.errors import InputError
 from neuroncc.hardware import host, scratch_poison
-from neuroncc.hardware.host import CpuTarget
 from neuroncc.hardware.scratch_poison import POISON_VARIABLE, poisoning_scratch
 from neuroncc.ir import DType, interpret
+from neuroncc.testing.choices import choose
 
 
 def _one_pass(monkeypatch, on: bool) -> None:
-    monkeypatch.setattr(CpuTarget, "takes_the_variance_in_one_pass", property(lambda self: on))
+    choose(monkeypatch, takes_the_variance_in_one_pass=on)
 
 
 def test_the_setting_is_in_the_targets_fingerprint(monkeypatch):
@@ -104,7 +104,7 @@ def test_each_row_fills_its_row_caches_again_before_their_stage(kind, cpu, monke
     # (not only once a call: a stage reading a cache its producer did not store for this row would read the
     # previous row's values, a stale read, which only a fill per row turns into NaN; Zen 4's bf16 LayerNorm with
     # its deviation pass, whose caches these are: its variance from its mean pass's squares has none)
-    monkeypatch.setattr(CpuTarget, "takes_bf16_variance_by_dot_products", property(lambda self: False))
+    choose(monkeypatch, takes_bf16_variance_by_dot_products=False)
     with poisoning_scratch(True):
         text = llvm_ir(kind, 16, 1024, cpu)
     rows = text.split("\nstart:", 1)[1].split("\n}", 1)[0]  # (the phase function's code after its entry block)
@@ -116,9 +116,9 @@ def test_a_row_cache_left_from_the_previous_row_reads_nan(rng, monkeypatch):
     # row's write stage loading that row's x - mean. On identical rows those are the right values: the normal build
     # gives the interpreter's values, and so would a fill once a call; the fill before each row's producer stage
     # gives NaN from the second row on
-    monkeypatch.setattr(CpuTarget, "caches_variance_deviations", property(lambda self: True))
+    choose(monkeypatch, caches_variance_deviations=True)
     # (the deviation pass: the variance from its mean pass's squares pinned off)
-    monkeypatch.setattr(CpuTarget, "takes_bf16_variance_by_dot_products", property(lambda self: False))
+    choose(monkeypatch, takes_bf16_variance_by_dot_products=False)
     original, stored = emit.KernelEmitter.deviation_computed, []
 
     def first_row_only(self, variance, idx, deviation):
@@ -155,7 +155,7 @@ def test_a_deviation_cache_no_pass_stores_reads_nan_on_every_call(tokens, cols, 
     # (10^19-10^36, or within the tolerances by chance); the checking build reads the poison: NaN, every call
     fn = residual_layernorm_of_products(2, tokens, cols)
     words = inputs(fn, rng)
-    monkeypatch.setattr(CpuTarget, "caches_variance_deviations", property(lambda self: True))
+    choose(monkeypatch, caches_variance_deviations=True)
     _one_pass(monkeypatch, True)
     monkeypatch.setattr(emit, "takes_one_pass", lambda *args: False)  # (the mend's filter undone)
     with poisoning_scratch(True):

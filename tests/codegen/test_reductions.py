@@ -14,6 +14,7 @@ from neuroncc.codegen.llvm.emit import emit_kernel
 from neuroncc.codegen.llvm.schedule import plan_kernel
 from neuroncc.executors.cpu.launcher import build_cpu_executable
 from neuroncc.ir import Builder, DType, TensorType, round_to_bf16
+from neuroncc.testing.choices import choose
 
 DIMS = [(), (0,), (1,), (2,), (0, 2), (1, 2), (0, 1, 2)]
 
@@ -246,11 +247,11 @@ def test_online_log_sum_exp_prefetches_the_next_block_while_it_computes_exp(rng,
     # (chunks of CpuTarget.online_exp_chunk_lines lines; groups of MEMORY_BURST_LINES lines where that is 0)
     from neuroncc.codegen.llvm import jit
     from neuroncc.codegen.llvm.regions import fuse_whole_function
-    from neuroncc.hardware.host import CpuTarget, host_cpu
+    from neuroncc.hardware.host import host_cpu
     from neuroncc.hardware.loop_choices import MEMORY_BURST_LINES
 
     # (each block's max in its own block, as before session 28: the chunk loop emitted once)
-    monkeypatch.setattr(CpuTarget, "online_block_max_ahead", property(lambda self: 0))
+    choose(monkeypatch, online_block_max_ahead=0)
     fn = fuse_whole_function(_log_sum_exp_graph(16, cols))
     exe, _ = run_both(fn, [(rng.standard_normal((16, cols)) * 4).astype(np.float32)])
     ir_text = "".join(exe.module.llvm_ir)
@@ -279,12 +280,11 @@ def test_online_log_sum_exp_takes_its_exponentials_in_chunks_of_constant_length(
 
     # (each block's max in its own block, as before session 28: the chunk loop emitted once; on Zen 4 not in the
     # previous block's exp loop, as before session 36: test_next_block_max.py)
-    monkeypatch.setattr(CpuTarget, "online_block_max_ahead", property(lambda self: 0))
-    monkeypatch.setattr(CpuTarget, "takes_the_next_block_max_in_the_exp_loop", property(lambda self: False))
+    choose(monkeypatch, online_block_max_ahead=0, takes_the_next_block_max_in_the_exp_loop=False)
     fn = fuse_whole_function(_log_sum_exp_graph(16, 32000))
     counts = {}
     # (AVX2's bursts: its prefetches spread through the chunk's loop since session 26, the next test)
-    monkeypatch.setattr(CpuTarget, "online_exp_prefetch_piece_lines", property(lambda self: 0))
+    choose(monkeypatch, online_exp_prefetch_piece_lines=0)
     targets = {"zen4": CpuTarget("znver4", ZEN4), "intel": CpuTarget("sapphirerapids", SAPPHIRE_RAPIDS),
                "avx2": CpuTarget("znver3", AVX2)}
     for name, target in targets.items():
@@ -319,7 +319,7 @@ def test_online_log_sum_exp_spreads_its_prefetches_two_blocks_ahead_on_avx2(rng,
     from test_pairs import AVX2
 
     # (each block's max in its own block, as before session 28: the chunk loop emitted once)
-    monkeypatch.setattr(CpuTarget, "online_block_max_ahead", property(lambda self: 0))
+    choose(monkeypatch, online_block_max_ahead=0)
     zen3, zen4 = CpuTarget("znver3", AVX2), CpuTarget("znver4", ZEN4)
     assert (zen3.online_exp_prefetch_piece_lines, zen3.online_prefetch_blocks_ahead) == (2, 2)
     assert (zen4.online_exp_prefetch_piece_lines, zen4.online_prefetch_blocks_ahead) == (0, 1)
@@ -328,8 +328,7 @@ def test_online_log_sum_exp_spreads_its_prefetches_two_blocks_ahead_on_avx2(rng,
     x = special_floats(rng, (16, 2 * 1024 + 300), scale=4.0)
     x[3], x[5, ::7] = -np.inf, np.nan  # an all -inf row; a row with NaNs
     got = build_cpu_executable(fn, {"threads": 2})(x)
-    monkeypatch.setattr(CpuTarget, "online_exp_prefetch_piece_lines", property(lambda self: 0))
-    monkeypatch.setattr(CpuTarget, "online_prefetch_blocks_ahead", property(lambda self: 1))
+    choose(monkeypatch, online_exp_prefetch_piece_lines=0, online_prefetch_blocks_ahead=1)
     burst = log_sum_exp_assembly(zen3)
     assert _prefetch_offsets(spread) == [8192, 8256]  # two lines, 2 blocks of 4 KiB ahead, in the exp loop
     assert re.search(r"prefetcht0\s+8256\([^\n]*\n(?:[^\n]*\n){0,80}?\s+vfmadd", spread)
@@ -356,7 +355,7 @@ def test_online_log_sum_exp_sums_each_chunk_apart_on_avx2(monkeypatch):
     from test_pairs import AVX2
 
     # (each block's max in its own block, as before session 28: the chunk loop emitted once)
-    monkeypatch.setattr(CpuTarget, "online_block_max_ahead", property(lambda self: 0))
+    choose(monkeypatch, online_block_max_ahead=0)
     assembly = log_sum_exp_assembly
     zen3, zen4 = CpuTarget("znver3", AVX2), CpuTarget("znver4", ZEN4)
     assert zen3.sums_online_exponentials_apart and not zen4.sums_online_exponentials_apart

@@ -16,6 +16,7 @@ from neuroncc.codegen.llvm.regions import fuse_whole_function
 from neuroncc.executors.cpu.launcher import build_cpu_executable
 from neuroncc.hardware.host import CpuTarget
 from neuroncc.ir import Builder, DType, Function, TensorType
+from neuroncc.testing.choices import choose
 
 PREFETCH = 'call void @"llvm.prefetch.p0"'
 
@@ -23,8 +24,7 @@ PREFETCH = 'call void @"llvm.prefetch.p0"'
 def no_page_touches(monkeypatch) -> None:
     """Zen 4's row loops without their prefetches of the pages ahead (``test_touch_pages_ahead.py``'s subject): the
     prefetches these tests count are the others."""
-    for name in ("touches_input_pages_rows_ahead", "touches_streamed_output_rows_ahead"):
-        monkeypatch.setattr(CpuTarget, name, property(lambda self: 0))
+    choose(monkeypatch, touches_input_pages_rows_ahead=0, touches_streamed_output_rows_ahead=0)
 
 
 def var_mean_layernorm(rows: int, cols: int) -> Function:
@@ -49,13 +49,13 @@ def rmsnorm(rows: int, cols: int) -> Function:
 
 
 def _off(monkeypatch) -> None:
-    monkeypatch.setattr(CpuTarget, "bursts_before_each_row_pass", property(lambda self: False))
+    choose(monkeypatch, bursts_before_each_row_pass=False)
 
 
 def _two_passes(monkeypatch) -> None:
     """The variance's mean and deviations in passes of their own (Zen 4 takes them in one: ``shifted_moments.py``,
     whose row has a burst before each of its two passes, ``test_one_pass_variance.py``)."""
-    monkeypatch.setattr(CpuTarget, "takes_the_variance_in_one_pass", property(lambda self: False))
+    choose(monkeypatch, takes_the_variance_in_one_pass=False)
 
 
 def test_layernorm_prefetches_a_burst_before_each_of_its_three_passes_on_avx2_and_zen4(monkeypatch):
@@ -92,7 +92,7 @@ def test_the_bursts_give_the_same_bits(rng, monkeypatch):
     for cols in (1024, 8 * 5 + 3):  # whole vectors; and a scalar remainder
         fn = fuse_whole_function(var_mean_layernorm(67, cols))
         inputs = [(rng.standard_normal(s) * 3 + 1).astype(np.float32) for s in ((67, cols), (cols,), (cols,))]
-        monkeypatch.setattr(CpuTarget, "bursts_before_each_row_pass", property(lambda self: True))
+        choose(monkeypatch, bursts_before_each_row_pass=True)
         _, got = run_both(fn, inputs)  # against the reference interpreter
         _off(monkeypatch)
         want = build_cpu_executable(fn, {"threads": 2})(*inputs)

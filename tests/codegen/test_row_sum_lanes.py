@@ -19,6 +19,7 @@ from test_widened_exp_rows import _assembly
 
 from neuroncc.codegen.llvm.regions import fuse_whole_function
 from neuroncc.hardware.host import CpuTarget
+from neuroncc.testing.choices import choose
 
 REDUCE = '@"llvm.vector.reduce.fadd.v16f32"('
 
@@ -29,7 +30,7 @@ def _reductions(ir_text: str) -> int:
 
 
 def _lanes(monkeypatch, on: bool) -> None:
-    monkeypatch.setattr(CpuTarget, "carries_the_row_sum_in_lanes_through_the_groups", property(lambda self: on))
+    choose(monkeypatch, carries_the_row_sum_in_lanes_through_the_groups=on)
 
 
 def test_zen4_reduces_the_row_sum_once_a_row(monkeypatch):

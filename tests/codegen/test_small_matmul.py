@@ -22,6 +22,7 @@ from neuroncc.executors.cpu.launcher import build_cpu_executable
 from neuroncc.hardware.host import CpuTarget, host_cpu
 from neuroncc.ir import Builder, DType, TensorType
 from neuroncc.ir.types import contiguous_strides
+from neuroncc.testing.choices import choose
 
 EPS = float(np.finfo(np.float32).eps)
 FORMS = list(itertools.product([False, True], repeat=2))  # (transpose_a, transpose_b)
@@ -172,7 +173,7 @@ def test_code_is_vector_fmas_for_avx2_and_avx512():
 @pytest.fixture
 def generated_2d(monkeypatch):
     """Every float32 mm/addmm up to 2^25 multiply-adds generated, whatever the host (AVX2's bound is lower)."""
-    monkeypatch.setattr(CpuTarget, "small_mm_max_macs", property(lambda self: 1 << 25))
+    choose(monkeypatch, small_mm_max_macs=1 << 25)
 
 
 def mm_graph(m, k, n, ta, tb, bias_shape=None, epilogue=False, alpha=1, beta=1):

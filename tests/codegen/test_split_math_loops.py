@@ -14,9 +14,9 @@ from neuroncc.codegen.llvm.regions import fuse_whole_function
 from neuroncc.codegen.llvm.schedule import plan_kernel
 from neuroncc.codegen.llvm.views import Layout
 from neuroncc.executors.cpu.launcher import build_cpu_executable
-from neuroncc.hardware import loop_choices
 from neuroncc.hardware.host import CpuTarget
 from neuroncc.ir import Builder, DType, Function, TensorType
+from neuroncc.testing.choices import choose
 
 AVX2 = CpuTarget("znver3", "+avx,+avx2,+fma,+f16c,+bmi,+bmi2,+popcnt,+sse4.2,-avx512f,-avx512vl,-avx512bw")
 ZEN4 = CpuTarget("znver4", "+avx,+avx2,+fma,+f16c,+avx512f,+avx512vl,+avx512bw,+avx512dq,+avx512cd,+avx512bf16")
@@ -47,13 +47,12 @@ def _llvm_ir(fn: Function, target: CpuTarget) -> str:
 
 
 def _forced(monkeypatch, on: bool) -> None:
-    for name in DECISIONS:
-        monkeypatch.setattr(loop_choices.LoopChoices, name, property(lambda self: on))
+    choose(monkeypatch, **dict.fromkeys(DECISIONS, on))
 
 
 def _without_pieces(monkeypatch) -> None:
     """Rows of whole pieces split their math as before AVX2's pieces (``CpuTarget.function_piece_lines`` 0)."""
-    monkeypatch.setattr(loop_choices.LoopChoices, "function_piece_lines", property(lambda self: 0))
+    choose(monkeypatch, function_piece_lines=0)
 
 
 def _math_loops(text: str) -> int:

@@ -23,6 +23,7 @@ from test_streamed_map_prefetch import _chosen
 from neuroncc.codegen.llvm.regions import fuse_whole_function
 from neuroncc.executors.cpu.launcher import build_cpu_executable
 from neuroncc.hardware.host import CpuTarget
+from neuroncc.testing.choices import choose
 
 CHOICE = "bf16_pair_split_interleave"
 
@@ -30,7 +31,7 @@ CHOICE = "bf16_pair_split_interleave"
 @pytest.fixture(autouse=True)
 def _polynomials(monkeypatch):
     """Zen 4's polynomials (its tables off: ``CpuTarget.bf16_table_loop_lanes``)."""
-    monkeypatch.setattr(CpuTarget, "bf16_table_loop_lanes", property(lambda self: 0))
+    choose(monkeypatch, bf16_table_loop_lanes=0)
 
 
 def _loops(text: str) -> list[int]:

@@ -21,6 +21,7 @@ from neuroncc.codegen.llvm.views import Layout
 from neuroncc.executors.cpu.launcher import build_cpu_executable
 from neuroncc.hardware.host import CpuTarget
 from neuroncc.ir import Builder, DType, Function, TensorType
+from neuroncc.testing.choices import choose
 
 
 def gradient_like(rows: int, cols: int) -> Function:
@@ -44,7 +45,7 @@ def _assembly(fn: Function, target: CpuTarget) -> str:
 
 def _chosen(monkeypatch, choice: str, value: int) -> None:
     """``CpuTarget.<choice>`` reads ``value`` on every target for the rest of the test."""
-    monkeypatch.setattr(CpuTarget, choice, property(lambda self: value))
+    choose(monkeypatch, **{choice: value})
 
 
 def test_avx2_prefetches_the_input_two_pieces_ahead_and_avx512_as_before(monkeypatch):

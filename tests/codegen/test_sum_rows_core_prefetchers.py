@@ -16,12 +16,13 @@ from test_row_pass_bursts import PREFETCH, no_page_touches, rmsnorm, var_mean_la
 from neuroncc.executors.cpu.launcher import build_cpu_executable
 from neuroncc.hardware.host import CpuTarget
 from neuroncc.ir import Builder, DType, Function, TensorType
+from neuroncc.testing.choices import choose
 
 ZEN4_TARGET = CpuTarget("znver4", ZEN4)
 
 
 def _bursts(monkeypatch) -> None:
-    monkeypatch.setattr(CpuTarget, "leaves_sum_rows_to_the_core_prefetchers", property(lambda self: False))
+    choose(monkeypatch, leaves_sum_rows_to_the_core_prefetchers=False)
 
 
 def _divided_by(reduction: str, rows: int, cols: int) -> Function:

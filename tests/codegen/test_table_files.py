@@ -16,6 +16,7 @@ from neuroncc.driver.compile import compile_uncached, make_request
 from neuroncc.driver.process_cache import CacheStats
 from neuroncc.hardware.host import CpuTarget, compiling_for, host_cpu
 from neuroncc.hardware.named_cpu import llvm_cpu_features, missing_features
+from neuroncc.testing.choices import choose
 
 SIZE = 2 * bf16_tables.ENTRIES
 
@@ -26,7 +27,7 @@ def new_process(monkeypatch):
     monkeypatch.setattr(bf16_tables, "_TABLES", {})
     monkeypatch.setattr(bf16_tables, "_CONSTANTS", {})
     monkeypatch.setattr(table_files, "_DIRECTORY", [])
-    monkeypatch.setattr(CpuTarget, "looks_up_bf16_unary_math", property(lambda self: True))
+    choose(monkeypatch, looks_up_bf16_unary_math=True)
 
 
 def _count_makes(monkeypatch) -> list[str]:

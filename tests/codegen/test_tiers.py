@@ -13,12 +13,12 @@ from neuroncc.codegen.llvm import jit
 from neuroncc.errors import InputError
 from neuroncc.codegen.llvm.entries import optimize_first
 from neuroncc.executors.cpu import tiers
-from neuroncc.hardware.host import CpuTarget
 
 from neuroncc.executors.cpu.launcher import CODE_FILES, build_cpu_executable, load_cpu_executable, stored_code
 from neuroncc.ir import Builder, DType, TensorType
 from neuroncc.passes import run_pipeline
 from neuroncc.passes.pipeline import default_pipeline
+from neuroncc.testing.choices import choose
 
 SHAPE = (37, 129)  # odd sizes: vector bodies and scalar remainders both run
 
@@ -183,7 +183,7 @@ def test_modules_mode_starts_only_the_tier_independent_modules_quick(rng):
 def test_modules_mode_compiles_generated_products_optimized_at_once(monkeypatch):
     """A generated matrix product is tier independent (explicit FMAs, no fast-math flags) but the graph's
     arithmetic bulk: it asks to be optimized first (entries.optimize_first) and is, beside a quick exp."""
-    monkeypatch.setattr(CpuTarget, "small_mm_max_macs", property(lambda self: 1 << 25))
+    choose(monkeypatch, small_mm_max_macs=1 << 25)
     b = Builder("exp_mm_sigmoid")
     x = b.param(TensorType((48, 129), DType.f32), "x")  # 48 rows: items of 16 (SHAPE's 37 stay on MKL)
     y = b.param(TensorType((129, 16), DType.f32), "y")

@@ -19,6 +19,7 @@ from test_widened_exp_rows import _assembly
 from neuroncc.executors.cpu.launcher import build_cpu_executable
 from neuroncc.hardware.host import CpuTarget
 from neuroncc.ir import Builder, DType, TensorType
+from neuroncc.testing.choices import choose
 
 TOUCH = "i32 0, i32 0, i32 1)"  # (llvm.prefetch's read, no locality, data: prefetchnta)
 
@@ -79,7 +80,7 @@ def test_a_streamed_one_pass_map_touches_its_rows_pages_on_zen4_only(rng, monkey
         ["32768", "8192"]
     assert TOUCH not in _assembly(_scale_shift(64, 1024), zen4)[0]  # (in cache: not streamed)
     assert TOUCH not in _assembly(_scale_shift(8192, 1024), CpuTarget("znver3", AVX2))[0]
-    monkeypatch.setattr(CpuTarget, "touches_one_pass_rows", property(lambda self: False))
+    choose(monkeypatch, touches_one_pass_rows=False)
     assert TOUCH not in _assembly(_scale_shift(8192, 1024), zen4)[0]
     monkeypatch.undo()
     fn = _scale_shift(8192, 1024)

@@ -18,19 +18,20 @@ from neuroncc.codegen.llvm.regions import fuse_whole_function
 from neuroncc.executors.cpu.launcher import build_cpu_executable
 from neuroncc.hardware.host import CpuTarget
 from neuroncc.ir import Builder, DType, TensorType
+from neuroncc.testing.choices import choose
 
 ROW_CACHE = "alloca [1024 x float], align 4096"
 
 
 def _switch(monkeypatch, on: bool) -> None:
-    monkeypatch.setattr(CpuTarget, "caches_variance_deviations", property(lambda self: on))
+    choose(monkeypatch, caches_variance_deviations=on)
 
 
 def _same_bits_with_and_without(monkeypatch, property_name: str, fn, inputs, threads: int = 2) -> None:
     """``fn``'s outputs on ``inputs`` are the same bits with the ``CpuTarget`` property on as with it off."""
     results = []
     for on in (True, False):
-        monkeypatch.setattr(CpuTarget, property_name, property(lambda self, on=on: on))
+        choose(monkeypatch, **{property_name: on})
         results.append(build_cpu_executable(fn, {"threads": threads})(*inputs))
     for got, want in zip(*results, strict=True):
         np.testing.assert_array_equal(got, want)
@@ -43,8 +44,7 @@ def _write_loop(asm: str) -> str:
 
 def test_avx2_bf16_layernorm_writes_from_the_cached_deviations(monkeypatch):
     # (the shifts counted are x's widening in the 32-bit rounding's loop: AVX2's blended rounding shifts to pack)
-    monkeypatch.setattr(CpuTarget, "rounds_bf16_in_word_lanes_with_blends", property(lambda self: False),
-                        raising=False)
+    choose(monkeypatch, rounds_bf16_in_word_lanes_with_blends=False)
     fn, avx2 = layernorm_graph(64, 1024), CpuTarget("znver3", AVX2)
     on_ir, on = _assembly(fn, avx2)
     _switch(monkeypatch, False)
@@ -59,7 +59,7 @@ def test_avx2_bf16_layernorm_writes_from_the_cached_deviations(monkeypatch):
 def test_zen4_bf16_layernorm_writes_from_the_cached_deviations(monkeypatch):
     # (Zen 4's write loop widens nothing either way: the widened row cache; it loads x - mean instead of x)
     fn, zen4 = layernorm_graph(64, 1024), CpuTarget("znver4", ZEN4)
-    monkeypatch.setattr(CpuTarget, "means_a_row_early", property(lambda self: False))
+    choose(monkeypatch, means_a_row_early=False)
     assert zen4.caches_variance_deviations
     on_ir, on = _assembly(fn, zen4)
     _switch(monkeypatch, False)
@@ -92,7 +92,7 @@ def test_cached_deviations_give_the_same_bits(rng, monkeypatch):
 
 
 def _early(monkeypatch, on: bool) -> None:
-    monkeypatch.setattr(CpuTarget, "means_a_row_early", property(lambda self: on))
+    choose(monkeypatch, means_a_row_early=on)
 
 
 def test_avx2_bf16_layernorm_computes_the_next_rows_mean_before_writing_a_row(monkeypatch):
@@ -111,7 +111,7 @@ def test_avx2_bf16_layernorm_computes_the_next_rows_mean_before_writing_a_row(mo
 
 def test_zen4_bf16_layernorm_computes_the_next_rows_mean_before_writing_a_row(monkeypatch):
     # (its deviation pass: the variance from its mean pass's squares pinned off)
-    monkeypatch.setattr(CpuTarget, "takes_bf16_variance_by_dot_products", property(lambda self: False))
+    choose(monkeypatch, takes_bf16_variance_by_dot_products=False)
     fn, zen4 = layernorm_graph(64, 1024), CpuTarget("znver4", ZEN4)
     assert zen4.means_a_row_early
     on_ir, on = _assembly(fn, zen4)
@@ -134,7 +134,7 @@ def test_intel_avx512_and_float32_layernorm_compute_each_rows_mean_in_turn(monke
 
 def test_early_means_give_the_same_bits(rng, monkeypatch):
     # (the deviation pass's bits: the variance from its mean pass's squares pinned off)
-    monkeypatch.setattr(CpuTarget, "takes_bf16_variance_by_dot_products", property(lambda self: False))
+    choose(monkeypatch, takes_bf16_variance_by_dot_products=False)
     _switch(monkeypatch, True)  # (the write pass loads the cached deviations: on every host, as on AVX2's)
     for rows, cols, threads in ((67, 1024, 2), (1, 1024, 2), (5, 2 * 16 * 3 + 2 * 5, 1)):
         fn = fuse_whole_function(layernorm_graph(rows, cols))

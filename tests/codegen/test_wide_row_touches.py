@@ -17,13 +17,14 @@ from test_row_pass_bursts import rmsnorm, var_mean_layernorm
 
 from neuroncc.executors.cpu.launcher import build_cpu_executable
 from neuroncc.hardware.host import CpuTarget
+from neuroncc.testing.choices import choose
 
 ZEN4_TARGET = CpuTarget("znver4", ZEN4)
 ROWS = 300
 
 
 def _off(monkeypatch) -> None:
-    monkeypatch.setattr(CpuTarget, "touches_wide_row_pages_up_to_bytes", property(lambda self: 0))
+    choose(monkeypatch, touches_wide_row_pages_up_to_bytes=0)
 
 
 def test_only_zen4_touches_wide_rows():

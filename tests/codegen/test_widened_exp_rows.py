@@ -23,6 +23,7 @@ from neuroncc.codegen.llvm.views import Layout
 from neuroncc.executors.cpu.launcher import build_cpu_executable
 from neuroncc.hardware.host import CpuTarget
 from neuroncc.ir import Function
+from neuroncc.testing.choices import choose
 
 ROW_BUFFER = re.compile(r"alloca \[\d+ x float\], align 4096")  # (row caches: ``row_buffers.allocate_rows``)
 
@@ -38,7 +39,7 @@ def _assembly(fn: Function, target: CpuTarget) -> tuple[str, str]:
 
 
 def _widen_for_exp(monkeypatch, on: bool) -> None:
-    monkeypatch.setattr(CpuTarget, "caches_widened_bf16_rows_for_exp", property(lambda self: on))
+    choose(monkeypatch, caches_widened_bf16_rows_for_exp=on)
 
 
 def test_avx2_widens_softmax_rows_once_and_zen4_and_layernorm_as_before(monkeypatch):

@@ -14,6 +14,7 @@ from test_pairs import AVX2, layernorm_graph, to_bits
 from neuroncc.codegen.llvm.regions import fuse_whole_function
 from neuroncc.executors.cpu.launcher import build_cpu_executable
 from neuroncc.hardware.host import CpuTarget
+from neuroncc.testing.choices import choose, choose_by
 
 
 def _widenings(asm: str) -> int:
@@ -25,11 +26,11 @@ def test_zen4_widens_layernorm_rows_once_and_avx2_as_before(monkeypatch):
     fn = layernorm_graph(64, 1024)
     # (Zen 4's write pass loads the cached deviations and its mean passes run a row early since session 33: off here,
     # the row cache alone then spares the deviation and write passes' widening)
-    for decision in ("caches_variance_deviations", "means_a_row_early"):
-        monkeypatch.setattr(CpuTarget, decision, property(lambda self: not self.has("avx512f")))
+    choose_by(monkeypatch, **{decision: lambda target: not target.has("avx512f")
+                              for decision in ("caches_variance_deviations", "means_a_row_early")})
     on = _assembly(fn, CpuTarget("znver4", ZEN4))
     avx2 = _assembly(fn, CpuTarget("znver3", AVX2))
-    monkeypatch.setattr(CpuTarget, "caches_widened_bf16_rows", property(lambda self: False))
+    choose(monkeypatch, caches_widened_bf16_rows=False)
     off = _assembly(fn, CpuTarget("znver4", ZEN4))
     assert avx2 == _assembly(fn, CpuTarget("znver3", AVX2))  # AVX2's code does not change
     # x's widening in the mean pass only (and the weight's and bias's, before the rows), not in all three passes

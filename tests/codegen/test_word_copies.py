@@ -15,12 +15,13 @@ from test_pairs import AVX2, layernorm_graph
 
 from neuroncc.codegen.llvm.dot_sums import VECTORS
 from neuroncc.hardware.host import CpuTarget, host_cpu
+from neuroncc.testing.choices import choose
 
 PROPERTY = "copies_bf16_rows_for_the_write_pass"
 
 
 def _switch(monkeypatch, on: bool) -> None:
-    monkeypatch.setattr(CpuTarget, PROPERTY, property(lambda self: on))
+    choose(monkeypatch, **{PROPERTY: on})
 
 
 def _copies(ir_text: str, cols: int) -> int:
@@ -45,7 +46,7 @@ def test_rows_not_streamed_or_without_the_dot_variance_copy_nothing(monkeypatch)
     assert _copies(aligned_kernel_code(layernorm_graph(64, 1024), zen4)[0], 1024) == 0  # (not streamed)
     # (rows of 768 words: Zen 4 places no write buffers past partial-period rows)
     assert _copies(aligned_kernel_code(layernorm_graph(4096, 768), zen4)[0], 768) == 0
-    monkeypatch.setattr(CpuTarget, "takes_bf16_variance_by_dot_products", property(lambda self: False))
+    choose(monkeypatch, takes_bf16_variance_by_dot_products=False)
     assert not zen4.copies_bf16_rows_for_the_write_pass
     assert _copies(aligned_kernel_code(layernorm_graph(4096, 1024), zen4)[0], 1024) == 0
 

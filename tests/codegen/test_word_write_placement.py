@@ -21,6 +21,7 @@ from neuroncc.codegen.llvm.regions import fuse_whole_function
 from neuroncc.executors.cpu.address_call import AddressCall
 from neuroncc.executors.cpu.launcher import build_cpu_executable
 from neuroncc.hardware.host import CpuTarget
+from neuroncc.testing.choices import choose
 
 PROPERTY = "places_delayed_word_write_buffers_past_the_output"
 #: the two row caches of bf16 softmax [*, 1024] (the exponentials and the widened row, two row copies each, 6 KiB
@@ -29,7 +30,7 @@ PLACED, FRAMED = "alloca [3072 x float], align 4096", "alloca [2560 x float], al
 
 
 def _switch(monkeypatch, on: bool) -> None:
-    monkeypatch.setattr(CpuTarget, PROPERTY, property(lambda self: on))
+    choose(monkeypatch, **{PROPERTY: on})
 
 
 def test_avx2_bf16_softmax_places_its_row_caches_past_the_output(monkeypatch):

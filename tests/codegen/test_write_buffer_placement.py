@@ -16,13 +16,14 @@ from neuroncc.codegen.llvm.regions import fuse_whole_function
 from neuroncc.executors.cpu.address_call import AddressCall
 from neuroncc.executors.cpu.launcher import build_cpu_executable
 from neuroncc.hardware.host import CpuTarget
+from neuroncc.testing.choices import choose
 
 #: a row buffer one 2 KiB period (512 floats) longer than its row: placed at run time
 PLACED = "alloca [1536 x float], align 4096"
 
 
 def _switch(monkeypatch, on: bool) -> None:
-    monkeypatch.setattr(CpuTarget, "places_write_buffers_past_the_output", property(lambda self: on))
+    choose(monkeypatch, places_write_buffers_past_the_output=on)
 
 
 def test_avx2_and_zen4_bf16_layernorm_place_their_write_buffers_past_the_output(monkeypatch):
@@ -30,7 +31,7 @@ def test_avx2_and_zen4_bf16_layernorm_place_their_write_buffers_past_the_output(
     for target, placed in ((CpuTarget("znver3", AVX2), 3), (CpuTarget("znver4", ZEN4), 4)):
         monkeypatch.undo()
         # (Zen 4's variance from its mean pass's squares pinned off: it has no deviations, ``test_dot_variance.py``)
-        monkeypatch.setattr(CpuTarget, "takes_bf16_variance_by_dot_products", property(lambda self: False))
+        choose(monkeypatch, takes_bf16_variance_by_dot_products=False)
         on_ir, on = aligned_kernel_code(fn, target)
         _switch(monkeypatch, False)
         off_ir, off = aligned_kernel_code(fn, target)

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from cache_testing import read_nir, sample_inputs
+from cache_testing import read_nir, sample_inputs, wait_at_barrier
 from neuroncc.ir import interpret
 from neuroncc.driver.cache import CompileCache
 from neuroncc.driver.process_cache import CACHE_STATS
@@ -55,11 +55,7 @@ def main() -> None:
         cache = CompileCache(CompileCache.directory_from_environ(os.environ), checkpoint=checkpoint,
                              publish_in_background=args.background)
     if args.barrier:  # start all processes' compiles together
-        directory, _, count = args.barrier.partition(":")
-        Path(directory, f"ready.{os.getpid()}").touch()
-        deadline = time.monotonic() + 60
-        while len(list(Path(directory).glob("ready.*"))) < int(count) and time.monotonic() < deadline:
-            time.sleep(0.005)
+        wait_at_barrier(args.barrier)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         executable = compile_graph(fn, target=args.target, cache=cache)

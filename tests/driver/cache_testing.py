@@ -1,8 +1,11 @@
-"""Shared by the cache tests and by ``cache_child.py`` (the separate process some tests start)."""
+"""Shared by the cache tests and by ``cache_child.py`` and ``remote_child.py`` (the separate processes some tests
+start)."""
 
 from __future__ import annotations
 
 import importlib.util
+import os
+import time
 from pathlib import Path
 
 import numpy as np
@@ -56,3 +59,13 @@ def read_nir(path: Path) -> Function:
         with np.load(npz, allow_pickle=False) as archive:
             resources = {name: archive[name] for name in archive.files}
     return parse(path.read_text(), resources=resources)
+
+
+def wait_at_barrier(barrier: str, timeout: float = 60) -> None:
+    """``DIR:COUNT`` (a child's ``--barrier``): mark this process ready in DIR, then wait until COUNT processes
+    are (at most ``timeout`` seconds), so that their compiles start together."""
+    directory, _, count = barrier.partition(":")
+    Path(directory, f"ready.{os.getpid()}").touch()
+    deadline = time.monotonic() + timeout
+    while len(list(Path(directory).glob("ready.*"))) < int(count) and time.monotonic() < deadline:
+        time.sleep(0.005)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from cache_testing import read_nir, sample_inputs
+from cache_testing import read_nir, sample_inputs, wait_at_barrier
 from neuroncc.driver.process_cache import CACHE_STATS
 from neuroncc.driver.cache import cache_from_environ
 from neuroncc.driver.compile import compile_graph
@@ -53,11 +53,7 @@ def main() -> None:
         warnings.simplefilter("always")
         cache = cache_from_environ(os.environ, checkpoint=checkpoint)
         if args.barrier:  # start all processes' compiles together
-            directory, _, count = args.barrier.partition(":")
-            Path(directory, f"ready.{os.getpid()}").touch()
-            deadline = time.monotonic() + 60
-            while len(list(Path(directory).glob("ready.*"))) < int(count) and time.monotonic() < deadline:
-                time.sleep(0.005)
+            wait_at_barrier(args.barrier)
         for index, nir in enumerate(args.nir):
             if index == 1 and args.pause_after_first:
                 Path(args.pause_after_first, "paused").touch()

@@ -1,13 +1,6 @@
 import pytest
-import torch
-
-import neuroncc
 
 
 @pytest.fixture(autouse=True)
-def _fresh_dynamo():
-    torch._dynamo.reset()
-    neuroncc.reset_stats()
-    torch.manual_seed(0)
-    yield
-    torch._dynamo.reset()
+def _fresh_dynamo(fresh_dynamo):
+    """Every test starts with no compiled frames, zeroed neuroncc counters and a fixed seed (tests/conftest.py)."""

@@ -13,13 +13,14 @@ from neuroncc.executors.cpu import adopt, extern
 from neuroncc.driver.compile import compile_graph
 from neuroncc.executors.cpu.extern_library import LIBRARY_CALLS
 from neuroncc.executors.cpu.launcher import CpuExecutable, build_cpu_executable, load_cpu_executable
+from neuroncc.testing.choices import choose
 
 
 @pytest.fixture(autouse=True)
 def products_on_blas(monkeypatch):
     """These tests are of the extern path (MKL, oneDNN): with AVX-512 the small products they use would be
     generated code instead (CpuTarget.small_mm_max_macs)."""
-    monkeypatch.setattr(CpuTarget, "small_mm_max_macs", property(lambda self: 0))
+    choose(monkeypatch, small_mm_max_macs=0)
 
 
 @pytest.fixture

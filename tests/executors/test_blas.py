@@ -13,14 +13,14 @@ from neuroncc.ir.types import contiguous_strides
 from neuroncc.executors.cpu import blas
 from neuroncc.driver.compile import compile_graph
 from neuroncc.executors.cpu.launcher import build_cpu_executable
-from neuroncc.hardware.host import CpuTarget
+from neuroncc.testing.choices import choose
 
 
 @pytest.fixture(autouse=True)
 def products_on_blas(monkeypatch):
     """These tests are of the extern path (MKL, oneDNN): with AVX-512 the small products they use would be
     generated code instead (CpuTarget.small_mm_max_macs)."""
-    monkeypatch.setattr(CpuTarget, "small_mm_max_macs", property(lambda self: 0))
+    choose(monkeypatch, small_mm_max_macs=0)
 
 pytestmark = pytest.mark.skipif(blas.library().sgemm is None, reason="torch's library exports no sgemm_")
 

@@ -23,14 +23,14 @@ from neuroncc.executors.cpu.native_sequence import (
 from neuroncc.executors.cpu.steps import PHASE_FN
 from neuroncc.executors.tracing import TimelineRecorder, installed
 from neuroncc.ir import Builder, DType, TensorType
-from neuroncc.hardware.host import CpuTarget
+from neuroncc.testing.choices import choose
 
 
 @pytest.fixture(autouse=True)
 def products_on_blas(monkeypatch):
     """These tests are of the extern path (MKL, oneDNN): with AVX-512 the small products they use would be
     generated code instead (CpuTarget.small_mm_max_macs)."""
-    monkeypatch.setattr(CpuTarget, "small_mm_max_macs", property(lambda self: 0))
+    choose(monkeypatch, small_mm_max_macs=0)
 
 needs_blas = pytest.mark.skipif(blas.library().sgemm is None, reason="torch's library exports no sgemm_")
 

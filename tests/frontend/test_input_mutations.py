@@ -159,22 +159,29 @@ def _params():
     return params
 
 
-@pytest.mark.parametrize("foreach", [True, False], ids=["foreach", "for_loop"])
-def test_the_adamw_step_writes_parameters_and_moments_in_place(foreach, compiled_in_order):
-    """The step's graph returns nothing: every parameter and both moments are computed in their own memory
-    (3 tensors per parameter, no fresh output for them); only the 0-dim step counters get fresh outputs
-    (the kernel reads the counter again after writing it)."""
+def _steps_match_eager(make) -> list[torch.Tensor]:
+    """Three steps of the optimizer ``make(params)``, compiled and eager, from equal parameters: the parameters
+    and every state eager keeps for them (moments, step counters) agree. Our parameters."""
     eager_params, our_params = _params(), _params()
-    eager = torch.optim.AdamW(eager_params, lr=0.01, weight_decay=0.1, foreach=foreach)
-    ours = torch.optim.AdamW(our_params, lr=0.01, weight_decay=0.1, foreach=foreach)
+    eager, ours = make(eager_params), make(our_params)
     step = torch.compile(ours.step, backend="neuron")
     for _ in range(3):
         eager.step()
         step()
     for a, b in zip(our_params, eager_params):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
-        for key in ("exp_avg", "exp_avg_sq", "step"):
-            torch.testing.assert_close(ours.state[a][key], eager.state[b][key], rtol=1e-5, atol=1e-6)
+        for key, value in eager.state[b].items():
+            torch.testing.assert_close(ours.state[a][key], value, rtol=1e-5, atol=1e-6)
+    return our_params
+
+
+@pytest.mark.parametrize("foreach", [True, False], ids=["foreach", "for_loop"])
+def test_the_adamw_step_writes_parameters_and_moments_in_place(foreach, compiled_in_order):
+    """The step's graph returns nothing: every parameter and both moments are computed in their own memory
+    (3 tensors per parameter, no fresh output for them); only the 0-dim step counters get fresh outputs
+    (the kernel reads the counter again after writing it)."""
+    our_params = _steps_match_eager(
+        lambda params: torch.optim.AdamW(params, lr=0.01, weight_decay=0.1, foreach=foreach))
     (graph,) = [g for g in compiled_in_order if g.graph.mutations]
     n = len(SHAPES)
     assert not graph.outputs  # nothing returned to AOTAutograd: it copies nothing in
@@ -193,16 +200,7 @@ def test_sgd_and_adam_steps_are_in_place_and_match_eager(name, foreach, compiled
             return torch.optim.SGD(params, lr=0.1, momentum=0.9, foreach=foreach)
         return torch.optim.Adam(params, lr=0.01, foreach=foreach)
 
-    eager_params, our_params = _params(), _params()
-    eager, ours = make(eager_params), make(our_params)
-    step = torch.compile(ours.step, backend="neuron")
-    for _ in range(3):
-        eager.step()
-        step()
-    for a, b in zip(our_params, eager_params):
-        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
-        for key, value in eager.state[b].items():
-            torch.testing.assert_close(ours.state[a][key], value, rtol=1e-5, atol=1e-6)
+    _steps_match_eager(make)
     in_place = sum(len(g.in_place) for g in compiled_in_order)
     assert in_place >= 2 * len(SHAPES)  # each parameter and its momentum / first moment at least
 

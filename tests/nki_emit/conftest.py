@@ -9,16 +9,7 @@ def rng() -> np.random.Generator:
 
 @pytest.fixture(autouse=True)
 def _fresh_dynamo(request):
-    """Model tests start with no compiled frames, zeroed neuroncc counters and a fixed seed."""
-    if "models" not in request.module.__name__:  # test_emit_models.py
-        yield
-        return
-    import torch
-
-    import neuroncc
-
-    torch._dynamo.reset()
-    neuroncc.reset_stats()
-    torch.manual_seed(0)
-    yield
-    torch._dynamo.reset()
+    """Model tests start with no compiled frames, zeroed neuroncc counters and a fixed seed (tests/conftest.py's
+    ``fresh_dynamo``)."""
+    if "models" in request.module.__name__:  # test_emit_models.py
+        request.getfixturevalue("fresh_dynamo")

@@ -277,15 +277,10 @@ class PartialReduce(_Loop):
         return _row_work(self.stages, 0) // self.parts
 
 
-@dataclass(frozen=True)
-class CombinePartials(_Loop):
-    """Merges the ``parts`` partial results of a :class:`PartialReduce` (scratch slot ``slot``) and stores
-    the reduction's result."""
+class _OneSerialStage(_Loop):
+    """A phase that runs its one stage ``stage`` once, serially (no parallel loop)."""
 
-    stage: ReduceStage
-    parts: int
-    slot: int
-
+    stage: Stage
     serial = True
 
     @property
@@ -299,6 +294,16 @@ class CombinePartials(_Loop):
     @property
     def work(self) -> int:
         return _row_work(self.stages, 0)
+
+
+@dataclass(frozen=True)
+class CombinePartials(_OneSerialStage):
+    """Merges the ``parts`` partial results of a :class:`PartialReduce` (scratch slot ``slot``) and stores
+    the reduction's result."""
+
+    stage: ReduceStage
+    parts: int
+    slot: int
 
 
 @dataclass(frozen=True)
@@ -360,24 +365,10 @@ class CombineColumns(_Loop):
 
 
 @dataclass(frozen=True)
-class ScatterLoop(_Loop):
+class ScatterLoop(_OneSerialStage):
     """A scatter stage: one serial iteration (its positions are data-dependent)."""
 
     stage: ScatterStage
-
-    serial = True
-
-    @property
-    def stages(self) -> tuple[Stage, ...]:
-        return (self.stage,)
-
-    @property
-    def trip_counts(self) -> tuple[int, ...]:
-        return ()
-
-    @property
-    def work(self) -> int:
-        return _row_work(self.stages, 0)
 
 
 Phase = (RowLoop | BlockedMap | TransposedMap | SplitColumns | KeptDims | PartialReduce | CombinePartials
