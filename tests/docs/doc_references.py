@@ -6,15 +6,15 @@ Two checks, each a function of a page's text (so that a made-up page can show it
   row of its layer table, at the rank ``tests/test_layering.py`` gives it; a subpackage as ``parent/child/`` anywhere
   or ``child/`` in its top-level package's row) and every top-level module (``errors.py``, ``__init__.py``), and
   names no package that does not exist.
-* :func:`reference_problems`: every repository path a page names resolves:
+* :func:`problems_of` (each :func:`reference_problem`): every repository path a page names resolves:
 
-  - ``neuroncc/...``, ``benchmarks/...``, ``tests/...``, ``examples/...``, ``tools/...``: the file or directory
-    exists (``<placeholder>`` and ``*`` match any text); ``dir/module.name`` names a top-level name of
-    ``dir/module.py``;
+  - ``neuroncc/...``, ``benchmarks/...``, ``tests/...``, ``examples/...``, ``tools/...``, ``docs/...``: the file
+    or directory exists (``<placeholder>`` and ``*`` match any text); ``dir/module.name`` names a top-level name
+    of ``dir/module.py``;
   - a path inside the package, ``codegen/llvm/emit.py`` or ``frontend/stats.compile_records``: the same, under
     ``neuroncc/``;
-  - a bare ``name.py``: some file of the repository has that name (:data:`NOT_REPOSITORY_FILES` lists the
-    user's, the tutorial's and the artifacts' own files the docs name);
+  - a bare ``name.py`` or ``page.md``: some file of the repository has that name (:data:`NOT_REPOSITORY_FILES`
+    lists the user's, the tutorial's and the artifacts' own files the docs name);
   - a dotted ``neuroncc.x.y``: it imports and resolves, attribute by attribute (``neuroncc.stats`` through the
     package's lazy names), in this process (importing modules compiles nothing).
 
@@ -41,7 +41,7 @@ ARCHITECTURE = ROOT / "docs" / "architecture.md"
 LAYERING = ROOT / "tests" / "test_layering.py"
 
 #: The repository's top-level directories whose paths the docs name.
-REPOSITORY_DIRS = ("neuroncc", "benchmarks", "tests", "examples", "tools")
+REPOSITORY_DIRS = ("neuroncc", "benchmarks", "tests", "examples", "tools", "docs")
 #: Files the docs name that are not the repository's: the user's own script, the tutorial's, an artifact's.
 NOT_REPOSITORY_FILES = {
     "model.py": "the user's model (docs/observability.md, torch-backend.md, ir.md)",
@@ -54,7 +54,7 @@ _NOT_AFTER = r"(?<![\w./<>{},*:-])"  # not inside a longer path, a URL, a dotted
 _PART = r"(?:[\w.*-]|<[\w-]+>)+"  # one path component; <placeholder> and * stand for any text
 REPOSITORY_PATH = re.compile(_NOT_AFTER + rf"((?:{'|'.join(REPOSITORY_DIRS)})/{_PART}(?:/{_PART})*)")
 PACKAGE_PATH = re.compile(_NOT_AFTER + rf"([a-z_]\w*/{_PART}(?:/{_PART})*)")
-BARE_MODULE = re.compile(_NOT_AFTER + r"([A-Za-z_]\w*\.py)(?![\w/])")
+BARE_FILE = re.compile(_NOT_AFTER + r"([A-Za-z_][\w-]*\.(?:py|md))(?![\w/])")
 DOTTED = re.compile(r"(?<![\w.])(neuroncc(?:\.[A-Za-z_]\w*)+)")
 #: The rows of architecture.md's layer table: ``| 3 | `codegen/` | ...`` or ``| - | `errors.py` | ...``.
 LAYER_ROW = re.compile(r"^\|\s*(?P<rank>\d+|-)\s*\|\s*`(?P<name>[\w.]+/?)`\s*\|", re.MULTILINE)
@@ -170,7 +170,7 @@ def references(text: str, page: str) -> list[Reference]:
     for number, line in enumerate(text.splitlines(), 1):
         spans: list[tuple[int, int]] = []
         for kind, pattern in (("path", REPOSITORY_PATH), ("package path", PACKAGE_PATH),
-                              ("file name", BARE_MODULE), ("dotted name", DOTTED)):
+                              ("file name", BARE_FILE), ("dotted name", DOTTED)):
             for match in pattern.finditer(line):
                 start, end = match.span(1)
                 if any(s <= start < e for s, e in spans):
@@ -218,8 +218,9 @@ def _top_level_names(source: Path) -> frozenset[str]:
 
 @cache
 def repository_file_names() -> frozenset[str]:
-    return frozenset(path.name for folder in REPOSITORY_DIRS for path in (ROOT / folder).rglob("*")
-                     if "__pycache__" not in path.parts)
+    inside = {path.name for folder in REPOSITORY_DIRS for path in (ROOT / folder).rglob("*")
+              if "__pycache__" not in path.parts}
+    return frozenset(inside | {path.name for path in ROOT.glob("*.md")})
 
 
 def resolve_dotted(name: str) -> str | None:

@@ -62,10 +62,11 @@ MADE_UP_PAGE = textwrap.dedent("""\
     Real: `tests/docs/doc_snippets.py`, `tests/device/opinfo_status_<dtype>.json`, `benchmarks/common.interleaved`,
     `codegen/llvm/schedule.py` (`schedule.py`), `frontend/stats.compile_records`, `neuroncc.ir.parse`,
     `neuroncc.stats()`, `neuroncc.testing.random_graphs.graphs`, `examples/train_on_device.py`,
-    `examples/classifier.py`.
+    `examples/classifier.py`, docs/cli.md, [the log](performance-history.md).
     Not ours: `torch.ops.neuroncc.philox_seed`, https://github.com/x/y/tests/z.py, `general/nki/test`, `model.py`.
     Broken: `neuroncc/passes/gone.py`, `tools/nothing.py`, `benchmarks/common.no_such_function`,
-    `frontend/special_*.py`, `gone_module.py`, `neuroncc.hardware.host_cpu`, `neuroncc.no_such_package.x`.
+    `frontend/special_*.py`, `gone_module.py`, `neuroncc.hardware.host_cpu`, `neuroncc.no_such_package.x`,
+    docs/gone.md, [a page](gone-page.md).
 """)
 
 
@@ -74,8 +75,8 @@ def test_the_reference_check_fails_on_a_made_up_page():
     broken = [p.split(": ")[1].split(" (")[0] for p in problems]
     assert broken == ["neuroncc/passes/gone.py", "tools/nothing.py", "benchmarks/common.no_such_function",
                       "frontend/special_*.py", "gone_module.py", "neuroncc.hardware.host_cpu",
-                      "neuroncc.no_such_package.x"], problems
-    assert all(p.startswith(("page.md:6:", "page.md:7:")) for p in problems)
+                      "neuroncc.no_such_package.x", "docs/gone.md", "gone-page.md"], problems
+    assert all(p.startswith(("page.md:6:", "page.md:7:", "page.md:8:")) for p in problems)
     names = {r.text for r in references(MADE_UP_PAGE, "page.md")}
     assert not names & {"neuroncc.philox_seed", "tests/z.py", "z.py", "nki/test"}
 
