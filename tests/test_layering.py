@@ -1,6 +1,6 @@
 """The package's layering, checked on the source with ``ast`` (docs/architecture.md draws it).
 
-    errors, hardware -> ir, nki -> passes -> codegen -> executors -> driver -> frontend -> device
+    errors, hardware -> ir, nki -> passes -> codegen -> executors -> driver -> frontend -> examples, device
         -> distributed, evaluation -> cli
 
 A module imports only its own package and packages of a lower rank (any import statement, also inside
