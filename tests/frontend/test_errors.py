@@ -175,3 +175,26 @@ def test_unknown_option_values_are_input_errors():
         compiled(torch.randn(2))
     assert isinstance(_inner(info.value), neuroncc.InputError)
     assert "fallback" in str(info.value)
+
+
+@pytest.mark.parametrize("options, named", [
+    ({"max_specializatons": 3}, "unknown option 'max_specializatons' (did you mean 'max_specializations'?"),
+    ({"fallbak": "cpu"}, "unknown option 'fallbak' (did you mean 'fallback'?"),
+    ({"turbo": True}, "unknown option 'turbo' (known: compile_threads, dump_dir"),
+])
+def test_unknown_option_names_are_input_errors(options, named):
+    # A misspelled option was ignored without a word: the graph compiled with the option's default.
+    compiled = torch.compile(lambda x: x + 1, backend="neuron", options=options)
+    with pytest.raises(BackendCompilerFailed) as info:
+        compiled(torch.randn(2))
+    assert isinstance(_inner(info.value), neuroncc.InputError)
+    assert named in str(_inner(info.value))
+
+
+def test_every_known_option_name_is_accepted():
+    from neuroncc.frontend.options import COMPILE_KEYS, FRONTEND_KEYS, BackendOptions
+    config = BackendOptions.from_user({"threads": 1, "threading": "python", "compile_threads": 1,
+                                       "quick_first": False, "verify_each": True}, {})
+    assert dict(config.compile_options) == {"threads": 1, "threading": "python", "compile_threads": 1,
+                                            "quick_first": False, "verify_each": True}
+    assert not FRONTEND_KEYS & COMPILE_KEYS
