@@ -98,12 +98,19 @@ class BackendOptions:
                               MappingProxyType(compile_options))
 
 
-def _refuse_unknown_keys(given: Mapping[str, Any]) -> None:
+def check_compile_options(options: Mapping[str, Any] | None) -> None:
+    """``neuroncc.compile_program``'s ``options=``: compile_graph's keys (:data:`COMPILE_KEYS`), refused by name
+    otherwise, as ``torch.compile``'s are."""
+    _refuse_unknown_keys(dict(options or {}), COMPILE_KEYS, "compile_program")
+
+
+def _refuse_unknown_keys(given: Mapping[str, Any], allowed: frozenset[str] = FRONTEND_KEYS | COMPILE_KEYS,
+                         who: str = "neuron backend") -> None:
     """An option no reader takes is a typo or a wish: refuse it by name (with the nearest known one)."""
-    known = sorted(FRONTEND_KEYS | COMPILE_KEYS)
+    known = sorted(allowed)
     for key in given:
-        if key in FRONTEND_KEYS or key in COMPILE_KEYS:
+        if key in allowed:
             continue
         near = difflib.get_close_matches(str(key), known, n=1)
         hint = f"did you mean {near[0]!r}? " if near else ""
-        raise InputError(f"neuron backend: unknown option {key!r} ({hint}known: {', '.join(known)})")
+        raise InputError(f"{who}: unknown option {key!r} ({hint}known: {', '.join(known)})")
