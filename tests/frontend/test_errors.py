@@ -198,3 +198,10 @@ def test_every_known_option_name_is_accepted():
     assert dict(config.compile_options) == {"threads": 1, "threading": "python", "compile_threads": 1,
                                             "quick_first": False, "verify_each": True}
     assert not FRONTEND_KEYS & COMPILE_KEYS
+
+
+def test_a_meta_tensor_at_run_time_is_an_input_error():
+    # numpy's TypeError ("can't convert meta device type tensor") came out of neuroncc's input conversion
+    compiled = torch.compile(lambda x: x + 1, backend="neuron")
+    with pytest.raises(neuroncc.InputError, match=r"a meta tensor float32\[3\] was passed to a compiled graph"):
+        compiled(torch.ones(3, device="meta"))
