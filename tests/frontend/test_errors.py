@@ -205,3 +205,18 @@ def test_a_meta_tensor_at_run_time_is_an_input_error():
     compiled = torch.compile(lambda x: x + 1, backend="neuron")
     with pytest.raises(neuroncc.InputError, match=r"a meta tensor float32\[3\] was passed to a compiled graph"):
         compiled(torch.ones(3, device="meta"))
+
+
+@pytest.mark.parametrize("dtype", [torch.uint16, torch.float8_e4m3fn])
+def test_an_input_dtype_without_an_element_type_is_refused_at_the_users_line(dtype):
+    # the refusal named no input, op or line: "dtype torch.uint16 has no neuroncc element type"
+    def scale(x):
+        return x.float() * 2
+
+    line = scale.__code__.co_firstlineno + 1
+    with pytest.raises(BackendCompilerFailed) as info:
+        torch.compile(scale, backend="neuron")(torch.ones(3).to(dtype))
+    message = str(_inner(info.value))
+    assert isinstance(_inner(info.value), neuroncc.UnsupportedOpError)
+    assert f"{str(dtype).removeprefix('torch.')} tensors as graph inputs (input 0" in message, message
+    assert f"test_errors.py:{line}" in message and "bfloat16, bool, complex128" in message, message
