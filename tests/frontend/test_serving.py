@@ -227,7 +227,7 @@ def test_an_archive_path_and_a_bad_argument(tmp_path, tiny):
     with pytest.raises(neuroncc.InputError, match="unknown target 'gpu'"):
         neuroncc.compile_program(path, target="gpu")
     # a misspelled option compiled with the default, without a word
-    with pytest.raises(neuroncc.InputError, match="compile_program: unknown option .thredas. \\(did you mean .threads."):
+    with pytest.raises(neuroncc.InputError, match=r"compile_program: unknown option .thredas. \(did you mean .threads"):
         neuroncc.compile_program(path, options={"thredas": 1})
 
 
