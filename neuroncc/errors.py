@@ -97,6 +97,12 @@ class DeviceAutogradError(NeuronccError, RuntimeError):
     engine's own assert was)."""
 
 
+class DeviceIndexError(NeuronccError, RuntimeError):
+    """A ``neuron`` device index at or past ``torch.neuron.device_count()`` (``torch.ones(2, device="neuron:5")``,
+    ``torch.accelerator.set_device_index(5)`` on one device): the message names the device, the count and
+    ``NEURONCC_DEVICE_COUNT``. A ``RuntimeError``, as torch.cuda's invalid device ordinal is."""
+
+
 class SpecializationLimitWarning(UserWarning):
     """A graph with symbolic sizes met one input shape more than ``max_specializations``: shapes not compiled
     run on eager PyTorch from then on, as TorchDynamo runs a frame past its ``recompile_limit`` (with

@@ -50,9 +50,15 @@ def _count(n: int, one: str, many: str) -> str:
 
 
 def _open_cache(args: argparse.Namespace):
+    """The cache ``--cache-dir`` (else ``$NEURONCC_CACHE_DIR``) names; a path that is no directory is refused
+    (``cache clear`` of a file was an internal error, ``list`` and ``verify`` found 0 entries in it)."""
     if args.cache_dir:
-        return CompileCache(Path(args.cache_dir).expanduser())
-    return CompileCache(CompileCache.directory_from_environ(os.environ))
+        root, setting = Path(args.cache_dir).expanduser(), "--cache-dir"
+    else:
+        root, setting = CompileCache.directory_from_environ(os.environ), "$NEURONCC_CACHE_DIR"
+    if root.exists() and not root.is_dir():
+        raise InputError(f"{root}: the compile cache ({setting}) must be a directory, this is a file")
+    return CompileCache(root)
 
 
 def _created(entry) -> str:

@@ -271,20 +271,31 @@ def copy_artifact(compiled: CompiledFunction, directory: Path) -> Path:
 
 
 def check_output_directory(path: str) -> Path:
-    """Refuse an output path that cannot be a directory, before any work is done."""
+    """Refuse an output path that cannot be a directory, before any work is done: an existing non-directory,
+    or a path below a file or in a directory this process may not write (its nearest existing ancestor)."""
     directory = Path(path).expanduser()
     if directory.exists() and not directory.is_dir():
         raise InputError(f"{path}: exists and is not a directory")
+    ancestor = directory.absolute()
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise InputError(f"{path}: cannot create the output directory ('{ancestor}' is not a directory)")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise InputError(f"{path}: cannot create the output directory ('{ancestor}' is not writable)")
     return directory
 
 
 def check_output_file(path: str) -> None:
-    """Refuse an output file path whose directory does not exist or that names a directory, before any work."""
+    """Refuse an output file path whose directory does not exist or that names a directory, or that this process
+    may not write, before any work."""
     file = Path(path).expanduser()
     if file.is_dir():
         raise InputError(f"{path}: is a directory, expected a file name to write")
     if not file.parent.is_dir():
         raise InputError(f"{path}: no such directory '{file.parent}'")
+    if not os.access(file if file.exists() else file.parent, os.W_OK):
+        raise InputError(f"{path}: cannot write it (permission denied)")
 
 
 def write_json(path: str, document: object) -> None:

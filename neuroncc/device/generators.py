@@ -26,6 +26,7 @@ import torch
 
 from neuroncc.device.routed_classes import instances_of
 from neuroncc.codegen.llvm.fork_safety import renew_in_child
+from neuroncc.errors import DeviceIndexError
 
 _TORCH_GENERATOR = torch._C.Generator  # PyTorch's own class: torch.Generator before routing
 
@@ -72,8 +73,8 @@ def _index(device: Any) -> int:
     if index is None:
         return module.current_device()
     if not 0 <= index < module.device_count():
-        raise RuntimeError(f"{_name()}:{index} does not exist: torch.{_name()}.device_count() is "
-                           f"{module.device_count()} (set NEURONCC_DEVICE_COUNT for more devices)")
+        raise DeviceIndexError(f"{_name()}:{index} does not exist: torch.{_name()}.device_count() is "
+                               f"{module.device_count()} (set NEURONCC_DEVICE_COUNT for more devices)")
     return index
 
 

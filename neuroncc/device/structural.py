@@ -21,6 +21,7 @@ from neuroncc.device.config import CONFIG
 from neuroncc.device.diagnostics import float64_demoted
 from neuroncc.device.torch_module import current_device
 from neuroncc.device.untraced import untraced
+from neuroncc.errors import DeviceIndexError
 
 aten = torch.ops.aten
 
@@ -50,8 +51,8 @@ def device_index(device: torch.device | str | int | None) -> int:
     if index is None:
         return current_device()
     if not 0 <= index < CONFIG.device_count:
-        raise RuntimeError(f"neuron:{index} does not exist: torch.neuron.device_count() is {CONFIG.device_count} "
-                           "(set NEURONCC_DEVICE_COUNT for more devices)")
+        raise DeviceIndexError(f"neuron:{index} does not exist: torch.neuron.device_count() is {CONFIG.device_count} "
+                               "(set NEURONCC_DEVICE_COUNT for more devices)")
     return index
 
 

@@ -19,6 +19,7 @@ from neuroncc.device import generators
 from neuroncc.device.allocator import ALLOCATOR
 from neuroncc.device.config import CONFIG
 from neuroncc.device.streams import Event, Stream, current_stream, default_stream, set_stream, stream  # noqa: F401
+from neuroncc.errors import DeviceIndexError
 
 _state = threading.local()  # the current device is per thread, as CUDA's is
 
@@ -281,8 +282,8 @@ def _index(device: Any, default_current: bool = True) -> int:
     else:
         raise TypeError(f"expected a device index, a device string or a torch.device, got {type(device).__name__}")
     if index >= device_count():
-        raise RuntimeError(f"{_name()}:{index} does not exist: torch.{_name()}.device_count() is {device_count()} "
-                           "(set NEURONCC_DEVICE_COUNT for more devices)")
+        raise DeviceIndexError(f"{_name()}:{index} does not exist: torch.{_name()}.device_count() is {device_count()} "
+                               "(set NEURONCC_DEVICE_COUNT for more devices)")
     return index
 
 

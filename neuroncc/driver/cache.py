@@ -433,7 +433,7 @@ class CompileCache:
         while True:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
             try:
-                flock_until(fd, deadline, path)
+                flock_until(fd, deadline, path, on_slow=lambda: self._warn_waiting(path))
                 with contextlib.suppress(FileNotFoundError):
                     if os.stat(path).st_ino == os.fstat(fd).st_ino:
                         return fd  # still the lock file at that path (cache clear did not replace it meanwhile)
@@ -457,6 +457,11 @@ class CompileCache:
 
     def _warn(self, message: str) -> None:
         warnings.warn(message, CacheWarning, stacklevel=4)
+
+    def _warn_waiting(self, path: Path) -> None:
+        warnings.warn(f"waiting for the compile lock {path}: another process is compiling the same graph (or is "
+                      f"stuck holding the lock); after {self.lock_timeout_s:g} s this process compiles without "
+                      "the cache", CacheWarning, stacklevel=2)
 
     # ---- inspection and maintenance (the ``neuroncc cache`` CLI) ----------------------------------------
 

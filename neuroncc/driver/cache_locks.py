@@ -8,10 +8,14 @@ from __future__ import annotations
 import fcntl
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from neuroncc.errors import ArtifactError
 
+#: A compile lock waited for this long is said (another process compiles the same graph, or is stuck holding its
+#: lock: a user saw a compile that took minutes with nothing printed).
+WAIT_NOTICE_SECONDS = 10.0
 #: A temp directory this old is stale even if a process with its pid is alive (pids are reused).
 STALE_TEMP_SECONDS = 24 * 3600
 
@@ -20,17 +24,24 @@ class LockTimeoutError(ArtifactError):
     """A key's compile lock was not acquired before its deadline."""
 
 
-def flock_until(fd: int, deadline: float, path: Path) -> None:
+def flock_until(fd: int, deadline: float, path: Path, on_slow: Callable[[], None] | None = None,
+                slow_after: float | None = None) -> None:
     """Take an exclusive ``flock`` on ``fd`` (the lock file ``path``), polling with backoff until ``deadline``
-    (``time.monotonic()``); raises LockTimeoutError after it."""
+    (``time.monotonic()``); raises LockTimeoutError after it. ``on_slow`` is called once when the wait has
+    lasted ``slow_after`` seconds (default :data:`WAIT_NOTICE_SECONDS`), so that a wait is never silent."""
     delay = 0.001
+    notice_at = time.monotonic() + (WAIT_NOTICE_SECONDS if slow_after is None else slow_after)
     while True:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             return
         except BlockingIOError:
-            if time.monotonic() > deadline:
+            now = time.monotonic()
+            if now > deadline:
                 raise LockTimeoutError(f"timed out waiting for compile lock {path}") from None
+            if on_slow is not None and now >= notice_at:
+                on_slow()
+                on_slow = None
             time.sleep(delay)
             delay = min(delay * 2, 0.05)
 

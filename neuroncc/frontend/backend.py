@@ -31,8 +31,8 @@ from neuroncc.errors import InputError, NeuronccError
 from neuroncc.frontend import graph_cache, stats
 from neuroncc.frontend.accelerator_stream import untrack_current_stream
 from neuroncc.frontend.boundary import HostDevice
-from neuroncc.frontend.diagnostics import (FLOAT64_WARNING, Float64Warning, check_graph_features, functorch_node,
-                                          functorch_failure, user_location, uses_float64)
+from neuroncc.frontend.diagnostics import (FLOAT64_WARNING, Float64Warning, check_graph_features, check_input_dtypes,
+                                          functorch_node, functorch_failure, user_location, uses_float64)
 from neuroncc.frontend.options import BackendOptions
 from neuroncc.frontend.specializations import ShapeSpecializations, has_symbolic_sizes, unspecialized_scalars
 
@@ -96,7 +96,9 @@ def compile_static(gm: fx.GraphModule, example_inputs: list[Any], name: str, *,
     # a miss: AOTAutograd, the importer, the lowering rules and the compiler, imported only now (a warm start
     # whose graphs all hit never loads them: tests/frontend/test_warm_imports.py)
     from neuroncc.frontend.aot_compile import compile_with_aot_autograd
+    from neuroncc.frontend.lowering.context import DEMOTED, TORCH_TO_IR
 
+    check_input_dtypes(gm, example_inputs, (*TORCH_TO_IR, *DEMOTED))
     transform = functorch_node(gm)
     if transform is None:
         return compile_with_aot_autograd(gm, example_inputs, name, config, device, cached.recorder)

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from neuroncc.errors import InputError
+
 #: dtypes that cross as another (a copy, unavoidable: numpy has no bfloat16, f64 computes as f32 and complex128
 #: as complex64).
 _CROSSING = {torch.bfloat16: torch.float32, torch.float64: torch.float32, torch.complex128: torch.complex64}
@@ -37,17 +39,24 @@ def to_numpy(tensor: torch.Tensor, bf16_bits: bool = False) -> np.ndarray:
     """A numpy view of a CPU tensor (a float32 copy for bf16 and f64, a complex64 copy for complex128; with
     ``bf16_bits``, a bf16 tensor's bits as an int16 view, no copy: see :func:`neuroncc.frontend.importer.
     import_graph`)."""
-    if bf16_bits and tensor.dtype is torch.bfloat16:
-        return tensor.detach().view(torch.int16).numpy()
-    if tensor.dtype not in _VIA_FLOAT32:
-        try:
-            return tensor.detach().numpy()  # the common case, in one call
-        except RuntimeError:  # a conjugate or negative bit to resolve first
-            pass
-    tensor = tensor.detach()
-    if tensor.dtype in _CROSSING:
-        return tensor.to(_CROSSING[tensor.dtype]).resolve_conj().resolve_neg().numpy()
-    return tensor.resolve_conj().resolve_neg().numpy()
+    try:
+        if bf16_bits and tensor.dtype is torch.bfloat16:
+            return tensor.detach().view(torch.int16).numpy()
+        if tensor.dtype not in _VIA_FLOAT32:
+            try:
+                return tensor.detach().numpy()  # the common case, in one call
+            except RuntimeError:  # a conjugate or negative bit to resolve first
+                pass
+        tensor = tensor.detach()
+        if tensor.dtype in _CROSSING:
+            return tensor.to(_CROSSING[tensor.dtype]).resolve_conj().resolve_neg().numpy()
+        return tensor.resolve_conj().resolve_neg().numpy()
+    except TypeError as exc:  # numpy's "can't convert meta device type tensor": a tensor without host memory
+        if tensor.device.type == "cpu":
+            raise
+        raise InputError(f"a {tensor.device.type} tensor {str(tensor.dtype).removeprefix('torch.')}"
+                         f"{list(tensor.shape)} was passed to a compiled graph: neuroncc runs on tensors in host "
+                         "memory (CPU or neuron); a meta tensor has no values to compute on") from exc
 
 
 class ParameterViews:

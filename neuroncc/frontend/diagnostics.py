@@ -196,6 +196,21 @@ def check_graph_features(gm: fx.GraphModule, example_inputs: Sequence[Any],
                 "compute the log-probability or sample outside the compiled region, or write the formula out")
 
 
+def check_input_dtypes(gm: fx.GraphModule, example_inputs: Sequence[Any], supported: Iterable[torch.dtype]) -> None:
+    """Refuse a graph input whose dtype neuroncc has no element type for (uint16, float8, ...), at the user's line
+    (the lowering's refusal of it named no op, input or line)."""
+    supported = frozenset(supported)
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    for index, value in enumerate(example_inputs):
+        if isinstance(value, torch.Tensor) and value.dtype not in supported:
+            placeholder = placeholders[index] if index < len(placeholders) else None
+            name = f", {placeholder.name}" if placeholder is not None else ""
+            raise unsupported_feature(
+                f"{str(value.dtype).removeprefix('torch.')} tensors as graph inputs (input {index}{name})",
+                placeholder, f"convert it outside the compiled region to one of "
+                f"{', '.join(sorted(str(d).removeprefix('torch.') for d in supported))}")
+
+
 def uses_float64(gm: fx.GraphModule, example_inputs: Sequence[Any], scalars: Sequence[int] = ()) -> bool:
     """True if the graph reads or computes float64 (or complex128) tensors. ``scalars``: positions of inputs
     that are Python floats passed as 0-d float64 tensors (specialized away, not computed on)."""

@@ -19,13 +19,15 @@ backend honours (``NEURONCC_DUMP``, ``NEURONCC_DISABLE_GRAPH_CACHE``); everythin
               how many input shapes a graph with symbolic sizes may compile (default 8; see
               neuroncc.frontend.specializations)
 
-Other keys, and ``dump_dir`` when set (so the pass pipeline can dump its stages there too), are passed to
-``neuroncc.driver.compile.compile_graph`` as its ``options`` (they belong to the passes and code generators
-and are part of the compile cache's key).
+The keys of :data:`COMPILE_KEYS`, and ``dump_dir`` when set (so the pass pipeline can dump its stages there too),
+are passed to ``neuroncc.driver.compile.compile_graph`` as its ``options`` (they belong to the passes and code
+generators and are part of the compile cache's key). Any other key is an ``InputError`` naming it (a misspelled
+``max_specializatons`` was ignored without a word).
 """
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -38,6 +40,11 @@ FALLBACK_MODES = ("none", "cpu")
 RANDOM_MASK_MODES = ("save", "regenerate")
 #: Options the front end consumes itself (target and pipeline reach compile_graph as its own arguments).
 FRONTEND_KEYS = frozenset({"target", "pipeline", "fallback", "max_specializations", "random_masks", "graph_cache"})
+#: Options torch.compile's users may give that compile_graph's readers take: the cpu launcher's (threads,
+#: threading, compile_threads, quick_first, memory_plan: executors/cpu/build_options.py), the nki-sim target's
+#: nki_target (executors/nki_sim/executable.py) and the driver's verify_each (driver/compile.py).
+COMPILE_KEYS = frozenset({"dump_dir", "threads", "threading", "compile_threads", "quick_first", "memory_plan",
+                          "nki_target", "verify_each"})
 #: The default of ``max_specializations`` (TorchDynamo's own ``recompile_limit`` is 8 too).
 DEFAULT_MAX_SPECIALIZATIONS = 8
 DUMP_ENV_VAR = "NEURONCC_DUMP"
@@ -62,6 +69,7 @@ class BackendOptions:
     def from_user(options: Mapping[str, Any] | None, environ: Mapping[str, str]) -> BackendOptions:
         """Validate the user's options; ``environ`` supplies NEURONCC_DUMP when dump_dir is not given."""
         given = dict(options or {})
+        _refuse_unknown_keys(given)
         target = given.get("target") or DEFAULT_TARGET
         if target not in TARGETS:
             raise InputError(f"neuron backend: unknown target '{target}' (known: {', '.join(sorted(TARGETS))})")
@@ -88,3 +96,21 @@ class BackendOptions:
             dump_dir = compile_options["dump_dir"] = str(dump_dir)
         return BackendOptions(target, pipeline, fallback, dump_dir, limit, random_masks, graph_cache,
                               MappingProxyType(compile_options))
+
+
+def check_compile_options(options: Mapping[str, Any] | None) -> None:
+    """``neuroncc.compile_program``'s ``options=``: compile_graph's keys (:data:`COMPILE_KEYS`), refused by name
+    otherwise, as ``torch.compile``'s are."""
+    _refuse_unknown_keys(dict(options or {}), COMPILE_KEYS, "compile_program")
+
+
+def _refuse_unknown_keys(given: Mapping[str, Any], allowed: frozenset[str] = FRONTEND_KEYS | COMPILE_KEYS,
+                         who: str = "neuron backend") -> None:
+    """An option no reader takes is a typo or a wish: refuse it by name (with the nearest known one)."""
+    known = sorted(allowed)
+    for key in given:
+        if key in allowed:
+            continue
+        near = difflib.get_close_matches(str(key), known, n=1)
+        hint = f"did you mean {near[0]!r}? " if near else ""
+        raise InputError(f"{who}: unknown option {key!r} ({hint}known: {', '.join(known)})")

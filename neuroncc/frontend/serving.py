@@ -50,6 +50,7 @@ from neuroncc.frontend.compiled import CompiledGraph
 from neuroncc.frontend.direct_call import DirectCall, exact_match_guard
 from neuroncc.frontend.imported import ComputedOutput
 from neuroncc.frontend.exported import InferenceGraph, ProgramInput, fixed_inputs, import_inference, load_program
+from neuroncc.frontend.options import check_compile_options
 from neuroncc.hardware.host import PLACED_OUTPUT_MIN_BYTES
 from neuroncc.ir.ops.library_linalg import LinalgInputError
 
@@ -68,6 +69,7 @@ def compile_program(program: ExportedProgram | str | os.PathLike[str], *, target
     archive or target, :class:`~neuroncc.errors.UnsupportedOpError` for a program neuroncc cannot compile."""
     if target not in TARGETS:
         raise InputError(f"unknown target '{target}' (known: {', '.join(sorted(TARGETS))})")
+    check_compile_options(options)
     if isinstance(program, (str, os.PathLike)):
         function_name = _function_name(Path(program).stem)
         program = load_program(program, name)

@@ -8,6 +8,7 @@ After parsing, the verifier runs; its errors are reported at the offending op's 
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Mapping
 
@@ -26,6 +27,8 @@ _NAME = re.compile(r"[A-Za-z0-9_.]+")
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
 _NUMBER = re.compile(r"-?(?:inf|nan|\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?)")
 _SHAPE_DTYPE = re.compile(r"((?:\d+x)*)([a-z][a-z0-9]*)")
+#: A tensor's byte size must fit a signed 64-bit offset (the code generators index with i64).
+_BYTE_LIMIT = 2 ** 63
 _STRING = re.compile(r'"(?:[^"\\\n]|\\.)*"')
 _BLANK = re.compile(r"(?:[ \t\r\n]+|//[^\n]*)*")
 _BLANK_START = frozenset(" \t\r\n/")  # the characters _BLANK can start with
@@ -321,8 +324,11 @@ class _Parser:
         if dtype_name not in _DTYPES:
             raise self.error(f"unknown element type '{dtype_name}' (known: {', '.join(_DTYPES)})",
                              self.pos + len(dims))
-        self.pos = found.end()
         shape = tuple(int(d) for d in dims.split("x") if d)
+        if math.prod(shape) * _DTYPES[dtype_name].itemsize >= _BYTE_LIMIT:  # its offsets would overflow i64
+            raise self.error(f"tensor of {dims}{dtype_name} has {math.prod(shape)} elements, more bytes than a "
+                             "64-bit offset can address")
+        self.pos = found.end()
         return shape, _DTYPES[dtype_name]
 
     def parse_int_list(self) -> tuple[int, ...]:

@@ -363,6 +363,8 @@ def _to_device(value: Any, context: SimulationContext, name: str) -> Any:
         return context.new_tensor(value.values.shape, value.dtype, Buffer.HBM, name, data=value.values.copy())
     if isinstance(value, np.ndarray):
         kind = dtype_of(value.dtype)
+        if value.dtype == np.int64 and context.numerics:
+            _check_int32_range(value, name)
         source = value.astype(np.float32) if value.dtype.name in ("bfloat16",) or value.dtype.name.startswith(
             "float8") else value  # ml_dtypes arrays: their values, then rounded to the type again (exact)
         data = cast(source, kind) if context.numerics else None
@@ -376,6 +378,18 @@ def _to_device(value: Any, context: SimulationContext, name: str) -> Any:
     if isinstance(value, (list, tuple)):
         return type(value)(_to_device(v, context, f"{name}_{i}") for i, v in enumerate(value))
     return value
+
+
+def _check_int32_range(value: np.ndarray, name: str) -> None:
+    """An int64 array becomes an int32 tensor (NKI has no 64-bit integers); a value outside int32 would be
+    clipped without a word, so it is refused by name."""
+    info = np.iinfo(np.int32)
+    outside = (value < info.min) | (value > info.max)
+    if outside.any():
+        where = tuple(int(i) for i in np.argwhere(outside)[0])
+        raise NKISimulationError(
+            f"argument {name}: int64 value {int(value[where])} at {list(where)} is outside int32's range; NKI tensors "
+            f"have no 64-bit integers and an int64 array is passed as int32 (pass int32 values)")
 
 
 def _write_back(hosts: list[Any], devices: list[Any], context: SimulationContext) -> None:

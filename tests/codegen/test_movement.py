@@ -82,6 +82,20 @@ def test_out_of_range_index_raises_typed_error():
     np.testing.assert_array_equal(exe(w0, np.array([1, -4]))[0], np.ones((2, 3), np.float32))  # recovers
 
 
+def test_out_of_range_gather_index_raises_typed_error():
+    # gather wrapped an index out of range modulo the size (a silently wrong value; eager and the interpreter raise)
+    b = Builder("gather_oob")
+    x = b.param(TensorType((4, 4), DType.f32), "x")
+    i = b.param(TensorType((1, 2), DType.i64), "i")
+    exe = build_cpu_executable(b.build([b.op("gather", x, i, dim=1)]), {"threads": 1})
+    x0 = np.arange(16, dtype=np.float32).reshape(4, 4)
+    assert exe.stats["interpreted_kernels"] == 0
+    for bad in ([[9, 0]], [[0, -5]]):
+        with pytest.raises(KernelIndexError, match="gather"):
+            exe(x0, np.array(bad))
+    np.testing.assert_array_equal(exe(x0, np.array([[3, -1]]))[0], [[3.0, 3.0]])  # recovers; -1 counts from the end
+
+
 def test_creation_ops_and_constants():
     b = Builder("create")
     x = b.param(TensorType((3, 70), DType.f32), "x")

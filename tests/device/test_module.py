@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from neuroncc.device.allocator import round_size
+from neuroncc.errors import DeviceIndexError
 
 
 def test_device_module_basics(two_devices):
@@ -42,6 +43,21 @@ def test_torch_accelerator_answers_for_the_device(two_devices):
     del t
     acc.empty_cache()
     assert acc.memory_reserved(1) == acc.memory_allocated(1)
+
+
+@pytest.mark.parametrize("call", [
+    lambda: torch.accelerator.set_device_index(5), lambda: torch.accelerator.synchronize(5),
+    lambda: torch.neuron.set_device(5), lambda: torch.neuron.memory_allocated(5),
+    lambda: torch.ones(2, device="neuron:5"), lambda: torch.ones(2).to("neuron:5"),
+    lambda: torch.Generator(device="neuron:5"),
+], ids=["accelerator.set_device_index", "accelerator.synchronize", "neuron.set_device", "neuron.memory_allocated",
+        "factory", "to", "Generator"])
+def test_a_device_index_past_the_count_is_a_typed_error(call, two_devices):
+    # a bare RuntimeError from neuroncc's own code before; still a RuntimeError, as torch.cuda's is
+    with pytest.raises(DeviceIndexError, match=r"neuron:5 does not exist: torch.neuron.device_count\(\) is 2 "
+                                               r"\(set NEURONCC_DEVICE_COUNT"):
+        call()
+    assert issubclass(DeviceIndexError, RuntimeError)
 
 
 def test_memory_is_returned_when_the_last_user_dies():

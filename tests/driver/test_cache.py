@@ -17,7 +17,7 @@ import pytest
 from cache_testing import sample_function, sample_inputs
 
 from neuroncc.ir import interpret
-from neuroncc.driver import artifact
+from neuroncc.driver import artifact, cache_locks
 from neuroncc.driver.cache import CacheWarning, CompileCache
 from neuroncc.driver.process_cache import CACHE_STATS, CacheStats, MemoryTier
 from neuroncc.driver.publisher import PUBLISHER
@@ -266,6 +266,21 @@ def test_lock_held_too_long_compiles_without_the_cache(tmp_path, compiler, reque
         with pytest.warns(CacheWarning, match="timed out"):
             _assert_runs_like_reference(cache.get_or_compile(request, compiler))
     assert cache.list_entries() == [] and compiler.calls == 1
+
+
+def test_a_long_wait_for_a_compile_lock_is_said(tmp_path, compiler, request_for, monkeypatch):
+    # a holder that never lets go: the waiter said nothing until its timeout (600 s by default)
+    monkeypatch.setattr(cache_locks, "WAIT_NOTICE_SECONDS", 0.02)
+    cache = CompileCache(tmp_path / "cache", stats=CacheStats(), lock_timeout_s=0.3)
+    request = request_for()
+    assert cache.ensure_usable()
+    with cache.key_lock(cache.key_of(request).key), warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        _assert_runs_like_reference(cache.get_or_compile(request, compiler))
+    messages = [str(w.message) for w in said if issubclass(w.category, CacheWarning)]
+    assert len(messages) == 2, messages
+    assert messages[0].startswith("waiting for the compile lock ") and "another process is compiling" in messages[0]
+    assert "after 0.3 s this process compiles without the cache" in messages[0] and "timed out" in messages[1]
 
 
 def test_leftovers_of_dead_processes_are_collected(cache, compiler, request_for):

@@ -175,3 +175,48 @@ def test_unknown_option_values_are_input_errors():
         compiled(torch.randn(2))
     assert isinstance(_inner(info.value), neuroncc.InputError)
     assert "fallback" in str(info.value)
+
+
+@pytest.mark.parametrize("options, named", [
+    ({"max_specializatons": 3}, "unknown option 'max_specializatons' (did you mean 'max_specializations'?"),
+    ({"fallbak": "cpu"}, "unknown option 'fallbak' (did you mean 'fallback'?"),
+    ({"turbo": True}, "unknown option 'turbo' (known: compile_threads, dump_dir"),
+])
+def test_unknown_option_names_are_input_errors(options, named):
+    # A misspelled option was ignored without a word: the graph compiled with the option's default.
+    compiled = torch.compile(lambda x: x + 1, backend="neuron", options=options)
+    with pytest.raises(BackendCompilerFailed) as info:
+        compiled(torch.randn(2))
+    assert isinstance(_inner(info.value), neuroncc.InputError)
+    assert named in str(_inner(info.value))
+
+
+def test_every_known_option_name_is_accepted():
+    from neuroncc.frontend.options import COMPILE_KEYS, FRONTEND_KEYS, BackendOptions
+    config = BackendOptions.from_user({"threads": 1, "threading": "python", "compile_threads": 1,
+                                       "quick_first": False, "verify_each": True}, {})
+    assert dict(config.compile_options) == {"threads": 1, "threading": "python", "compile_threads": 1,
+                                            "quick_first": False, "verify_each": True}
+    assert not FRONTEND_KEYS & COMPILE_KEYS
+
+
+def test_a_meta_tensor_at_run_time_is_an_input_error():
+    # numpy's TypeError ("can't convert meta device type tensor") came out of neuroncc's input conversion
+    compiled = torch.compile(lambda x: x + 1, backend="neuron")
+    with pytest.raises(neuroncc.InputError, match=r"a meta tensor float32\[3\] was passed to a compiled graph"):
+        compiled(torch.ones(3, device="meta"))
+
+
+@pytest.mark.parametrize("dtype", [torch.uint16, torch.float8_e4m3fn])
+def test_an_input_dtype_without_an_element_type_is_refused_at_the_users_line(dtype):
+    # the refusal named no input, op or line: "dtype torch.uint16 has no neuroncc element type"
+    def scale(x):
+        return x.float() * 2
+
+    line = scale.__code__.co_firstlineno + 1
+    with pytest.raises(BackendCompilerFailed) as info:
+        torch.compile(scale, backend="neuron")(torch.ones(3).to(dtype))
+    message = str(_inner(info.value))
+    assert isinstance(_inner(info.value), neuroncc.UnsupportedOpError)
+    assert f"{str(dtype).removeprefix('torch.')} tensors as graph inputs (input 0" in message, message
+    assert f"test_errors.py:{line}" in message and "bfloat16, bool, complex128" in message, message

@@ -226,6 +226,9 @@ def test_an_archive_path_and_a_bad_argument(tmp_path, tiny):
         neuroncc.compile_program(model)
     with pytest.raises(neuroncc.InputError, match="unknown target 'gpu'"):
         neuroncc.compile_program(path, target="gpu")
+    # a misspelled option compiled with the default, without a word
+    with pytest.raises(neuroncc.InputError, match=r"compile_program: unknown option .thredas. \(did you mean .threads"):
+        neuroncc.compile_program(path, options={"thredas": 1})
 
 
 _CHILD = """

@@ -66,6 +66,9 @@ MALFORMED = [
     ("negative size", _good("%y: tensor<2x3xf32>", "%y: tensor<2x-3xf32>"), "ParseError", "1:41",
      "expected a shape and element type"),
     ("doubled x", _good("%y: tensor<2x3xf32>", "%y: tensor<2xx3xf32>"), "ParseError", "1:43", "unknown element type"),
+    # its offsets overflowed i64 in the generated code (`opt --emit llvm` printed it without a word)
+    ("size past 64-bit offsets", _good("%y: tensor<2x3xf32>", "%y: tensor<99999999999x99999999999xf32>"),
+     "ParseError", "1:41", "has 9999999999800000000001 elements, more bytes than a 64-bit offset can address"),
     ("strides of the wrong rank", _good("%y: tensor<2x3xf32>", "%y: tensor<2x3xf32, strides=[1]>"), "ParseError",
      "1:34", "strides (1,) do not match rank"),
     ("unclosed type", _good("%y: tensor<2x3xf32>", "%y: tensor<2x3xf32"), "ParseError", "1:48",

@@ -79,3 +79,27 @@ def test_uninitialised_fill_is_nan_for_floats_and_a_sentinel_for_integers():
     assert np.isnan(dtypes.uninitialised_fill(dtypes.bfloat16))
     assert dtypes.uninitialised_fill(dtypes.int16) == -32768
     assert dtypes.uninitialised_fill(dtypes.uint8) == 255
+
+
+def _copy_kernel():
+    import neuroncc.nki as nki
+    import neuroncc.nki.language as nl
+
+    @nki.jit
+    def copy(a):
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        nl.store(out, nl.load(a))
+        return out
+    return nki, copy
+
+
+def test_an_int64_input_outside_int32_is_refused_by_name():
+    # int64 arrays run as int32 (NKI has no 64-bit integers): 2**40 + 5 came back as 2147483647 without a word
+    nki, copy = _copy_kernel()
+    values = np.array([[1, -2], [2**40 + 5, 3]], np.int64)
+    with pytest.raises(NKISimulationError, match=r"argument arg0: int64 value 1099511627781 at \[1, 0\] is outside "
+                                                 r"int32.s range"):
+        nki.simulate_kernel(copy, values)
+    result = nki.simulate_kernel(copy, np.array([[1, -2], [2**31 - 1, -2**31]], np.int64))
+    np.testing.assert_array_equal(result, [[1, -2], [2**31 - 1, -2**31]])
+    assert result.dtype == np.int32

@@ -238,11 +238,10 @@ def _gather(ctx, op, index, idx):
     if x.rank == 0:
         return _operand(ctx, op, 0, [])
     dim = op.attrs["dim"] % x.rank
-    size = x.shape[dim]
-    raw = _index_value(ctx, op, 1, idx)
-    wrapped = ctx.b.srem(raw, ir.Constant(I64, max(size, 1)))  # the reference wraps indices modulo the size
-    wrapped = ctx.b.select(ctx.lt(wrapped, 0), ctx.b.add(wrapped, ir.Constant(I64, size)), wrapped)
-    return _operand(ctx, op, 0, list(idx[:dim]) + [wrapped] + list(idx[dim + 1:]))
+    # checked as the reference checks (ir/ops/indexing.py): an index out of range wrapped modulo the size here,
+    # a silently wrong value where eager and the interpreter raise
+    position = ctx.checked_index(_index_value(ctx, op, 1, idx), x.shape[dim])
+    return _operand(ctx, op, 0, list(idx[:dim]) + [position] + list(idx[dim + 1:]))
 
 
 def _index_select(ctx, op, index, idx):
@@ -401,7 +400,7 @@ def _scalar_constant(ctx, op, index, idx):
 
 #: Index lowerings that check their indices (``ctx.checked_index``: an out-of-range one sets the kernel's error
 #: flag, and the launcher raises). gather wraps instead.
-CHECKED_INDEX_OPS = frozenset({"index_select", "embedding", "index", "scatter", "index_put"})
+CHECKED_INDEX_OPS = frozenset({"gather", "index_select", "embedding", "index", "scatter", "index_put"})
 #: Index lowerings that need operand 0 to have a dimension to index (a 0-dim operand has no native lowering).
 NEED_A_DIM = frozenset({"gather", "scatter", "index_put"})
 
