@@ -129,6 +129,8 @@ SWITCHES: dict[str, Switch] = {
     "unsplit-division": Switch(("divides_gelu_erf_ratio",), "a", unset=("splits_polynomial_math_loops",)),
     "piece-lines": Switch(("function_piece_lines",), "a", off_default=True),
     "piece-prefetch": Switch(("function_prefetch_lines",), "a"),
+    "piece-interleave": Switch(("function_piece_interleave",), "a"),
+    "aligned-spills": Switch(("aligns_vector_spill_slots",), "a"),
     "stream-footprint": Switch(("stream_footprint_bytes",), "b"),
     "dot-sums": Switch(("sums_bf16_rows_by_dot_products",), "c16,c16h"),
     "one-pass-row-lines": Switch(("one_pass_row_prefetch_lines",), "c"),

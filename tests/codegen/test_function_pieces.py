@@ -74,6 +74,25 @@ def test_avx2_runs_pieces_of_eight_vectors_before_its_split_loops(monkeypatch):
     assert _assembly(row_a(1024, 1040), zen3) == partial
 
 
+def test_avx2_pieces_spill_into_aligned_slots(monkeypatch):
+    # the phase's stack aligned to 32 bytes: each ymm spill slot whole in one line and one page (aligned moves);
+    # without the choice the frame is 16-aligned and its slots unaligned moves; Zen 4's pieces spill nothing
+    zen3, zen4 = CpuTarget("znver3", AVX2), CpuTarget("znver4", ZEN4)
+    assert zen3.aligns_vector_spill_slots and not zen4.aligns_vector_spill_slots
+    code = _assembly(row_a(4096, 1024), zen3)
+    assert "andq\t$-32, %rsp" in code and re.findall(r"vmovaps\t%ymm\d+, -?\d*\(%rsp\)", code)
+    assert not re.findall(r"vmovups\t[^\n]*\(%rsp\)", code)
+    zen4_code = _assembly(row_a(4096, 1024), zen4)
+    assert "andq" not in zen4_code and "(%rsp" not in zen4_code
+    # rows of partial pieces (the split loops) keep their frame
+    partial = _assembly(row_a(1024, 1040), zen3)
+    assert "andq\t$-32, %rsp" not in partial
+    _chosen(monkeypatch, "aligns_vector_spill_slots", False)
+    unaligned = _assembly(row_a(4096, 1024), zen3)
+    assert "andq" not in unaligned and re.findall(r"vmovups\t%ymm\d+, -?\d*\(%rsp\)", unaligned)
+    assert _assembly(row_a(1024, 1040), zen3) == partial
+
+
 def test_intel_avx512_keeps_its_code():
     cpu = CpuTarget("sapphirerapids", SAPPHIRE_RAPIDS)
     assert cpu.function_piece_lines == 0 and cpu.function_prefetch_lines == 0

@@ -50,7 +50,9 @@ former one, a08679d2b3be2f42); gelu (session 39: without AVX-512 too its float32
 ``CpuTarget.divides_gelu_erf_ratio``; the text with the property off hashes as the former one, f9023c878becc235);
 gelu (session 41: without AVX-512 too its rows of whole pieces run in pieces of 4 lines,
 ``CpuTarget.function_piece_lines``, before the split loops; the same bits; the text with the property 0 hashes as the
-former one, e491473f1bc65d32)."""
+former one, e491473f1bc65d32); gelu (session 43: without AVX-512 a phase running such pieces aligns its stack to
+32 bytes, ``CpuTarget.aligns_vector_spill_slots``; the same loop, its spill slots aligned; the text with the
+property off hashes as the former one, 054942449ff920b0)."""
 
 from __future__ import annotations
 
@@ -68,8 +70,8 @@ from neuroncc.passes.pipeline import default_pipeline, run_pipeline
 from neuroncc.testing.models import layer_norm_graph, softmax_graph
 
 LLVM_IR = {
-    ("gelu", "whole"): "054942449ff920b0",
-    ("gelu", "pipeline"): "054942449ff920b0",
+    ("gelu", "whole"): "829d6d12d595d10c",
+    ("gelu", "pipeline"): "829d6d12d595d10c",
     ("softmax", "whole"): "8a46ea65fa7f8dbe",
     ("softmax", "pipeline"): "8a46ea65fa7f8dbe",
     ("layernorm", "whole"): "298787d9e524df41",
@@ -166,6 +168,11 @@ def test_gelus_text_without_the_erf_division_is_the_former_one(monkeypatch):
 def test_gelus_text_without_avx2s_pieces_is_the_former_one(monkeypatch):
     monkeypatch.setattr(host.CpuTarget, "function_piece_lines", property(lambda self: 0))
     assert _digest(llvm_ir("gelu", "pipeline")) == "e491473f1bc65d32"
+
+
+def test_gelus_text_without_the_aligned_stack_is_the_former_one(monkeypatch):
+    monkeypatch.setattr(host.CpuTarget, "aligns_vector_spill_slots", property(lambda self: False))
+    assert _digest(llvm_ir("gelu", "pipeline")) == "054942449ff920b0"
 
 
 @pytest.mark.parametrize(("name", "dtype", "target"), sorted(NKI_SOURCE))

@@ -166,7 +166,8 @@ class KernelEmitter(IndexArithmetic, BufferAccess, MapStages):
         vector_width = vector_width_attribute(self.plan.vector_width)
         if vector_width is not None:
             set.add(body_fn.attributes, vector_width)
-        add_phase_entry(self.module, symbol, n_args, (vector_width,) if vector_width is not None else ())
+        self.phase_entry = add_phase_entry(self.module, symbol, n_args,
+                                           (vector_width,) if vector_width is not None else ())
 
         entry = body_fn.append_basic_block("entry")
         self._entry = ir.IRBuilder(entry)

@@ -59,7 +59,7 @@ class FunctionText(ir.Function):
         buf.append(self.text)
 
 
-def add_phase_entry(module: ir.Module, symbol: str, n_args: int, attributes: tuple[str, ...] = ()) -> None:
+def add_phase_entry(module: ir.Module, symbol: str, n_args: int, attributes: tuple[str, ...] = ()) -> FunctionText:
     """``void {symbol}(ptr args, i64 start, i64 end)``: loads the ``n_args`` buffer pointers from ``args`` and
     runs outer iterations [start, end) of the phase (``{symbol}.body``, which is inlined here, so it carries the
     body's string ``attributes`` too). ``noinline``: the loop nest exists once, in this function, whoever calls
@@ -72,4 +72,12 @@ def add_phase_entry(module: ir.Module, symbol: str, n_args: int, attributes: tup
         lines.append(f"  %arg{slot} = load ptr, ptr %slot{slot}")
     operands = [f"ptr %arg{slot}" for slot in range(n_args)] + ["i64 %start", "i64 %end"]
     lines += [f'  call void @"{symbol}.body"({", ".join(operands)})', "  ret void", "}", ""]
-    FunctionText(module, ir.FunctionType(VOID, [PTR, I64, I64]), symbol, "\n".join(lines))
+    return FunctionText(module, ir.FunctionType(VOID, [PTR, I64, I64]), symbol, "\n".join(lines))
+
+
+def align_phase_entry_stack(entry: FunctionText, vector_bytes: int) -> None:
+    """Align the stack of the phase entry ``entry`` (:func:`add_phase_entry`; its body is inlined there) to
+    ``vector_bytes`` (``alignstack``: the prologue rounds the stack pointer down, and LLVM reserves a frame
+    pointer), so that each vector its loops spill has a slot of its own width and alignment, inside one line and
+    one page (``CpuTarget.aligns_vector_spill_slots``)."""
+    entry.text = entry.text.replace(" noinline", f" alignstack({vector_bytes}) noinline", 1)

@@ -20,6 +20,7 @@ from neuroncc.codegen.llvm.access import broadcast_index
 from neuroncc.codegen.llvm.bf16_tables import packed_word
 from neuroncc.codegen.llvm.context import Index
 from neuroncc.codegen.llvm.elementwise import ELEMENTWISE, EXACT, evaluated_polynomial, table_function
+from neuroncc.codegen.llvm.entries import align_phase_entry_stack
 from neuroncc.codegen.llvm.kernel_plan import Computed, MapStage, Stage
 from neuroncc.codegen.llvm.one_hot_rows import (emit_correction, emit_split_rows, find_one_hot, knowing,
                                                 target_inside)
@@ -260,7 +261,9 @@ class MapStages:
 
             self.loop(0, self.div(self.sub(hi, lo), piece), one_piece)
 
-        self._math_interleave = piece * 32 // self.target.vector_bits
+        self._math_interleave = self.target.function_piece_interleave or piece * 32 // self.target.vector_bits
+        if self.target.aligns_vector_spill_slots:
+            align_phase_entry_stack(self.phase_entry, self.target.vector_bits // 8)
         self.nest(ranges[:-1], row)
         self._math_interleave = 0
 

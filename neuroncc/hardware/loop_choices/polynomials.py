@@ -135,6 +135,42 @@ class PolynomialChoices(ChoiceBase):
         return 4 if (self.has("avx512f") and not self._intel_avx512()) or self._avx2_only() else 0
 
     @property
+    def function_piece_interleave(self) -> int:
+        """Vectors of a piece of :attr:`function_piece_lines` interleaved in one vector iteration of its loop (the
+        piece then several vector iterations); 0: the whole piece in one. Fewer vectors side by side spill fewer of
+        them but give the core fewer independent chains: AVX2's row (a) piece loop (8 ymm vectors) stores and reloads
+        80 vectors per 64 elements, 4 side by side 42 (21 per 32), 2 20, 1 none. A proxy on Zen 4 hardware (session 43
+        spill43: the AVX2 code compiled for ``NEURONCC_CPU=znver3`` and run on the Zen 4; ``bench_bf16_words.py
+        --switch piece-interleave --value N --rows a``, two builds each, interleaved medians of 25 rounds, one
+        process each): float32 gelu(x*w+b)*sigmoid(x) [4096, 1024]'s kernel with 4 vectors 1.07 of the whole
+        piece's time at 1 thread and 1.05-1.06 at 2, 2 vectors 1.27 and 1 vector 1.47 at 1 thread: the spills cost
+        less than the chains they buy. 0 everywhere (a switch for a real Zen 3's measurement)."""
+        return 0
+
+    @property
+    def aligns_vector_spill_slots(self) -> bool:
+        """Whether a phase that runs rows in pieces of :attr:`function_piece_lines` aligns its stack to its vectors'
+        width (``entries.align_phase_entry_stack``: ``alignstack``, a frame pointer and one ``andq`` in the
+        prologue), so that each vector its loop spills has a slot of its own width and alignment, inside one cache
+        line and one page. AVX2's row (a) piece loop spills 39 ymm vectors and reloads 41 per 64 elements (16
+        registers for 8 vectors of two functions); in a frame aligned to 16 bytes only, a caller's stack 16 past a
+        32-byte boundary puts every slot across one, and where the frame then spans a 4 KiB boundary one slot
+        straddles two pages (the likely cost; no counters here): the kernel ran 1.3-1.7x its time at 1-3 of 13 C
+        stack depths per process (session 43 avx43 found the lottery, with a 4 KiB period of the stack pointer; it
+        is gone with aligned slots, which move the frame by less than a line: not 4K aliasing of the slots with
+        the streams). The same instructions otherwise (aligned moves), the same bits. A proxy on Zen 4 hardware
+        (session 43 spill43: the AVX2 code compiled for ``NEURONCC_CPU=znver3`` and run on the Zen 4): float32
+        gelu(x*w+b)*sigmoid(x) [4096, 1024]'s kernel at 13 stack depths per process (nested calls, interleaved, 11
+        rounds; ``scratch/spill43/probe_depth.py``) 1.02 / 1.02 / 1.20 (a noisy spell) of its fastest depth at the
+        slowest at 1 thread (three processes; unaligned 1.59 / 1.62 / 1.71), 1.04 / 1.13 at 2 (1.30 / 1.24); its
+        median depth 0.99 / 0.99 / 0.95 of the unaligned one's; at the process's own depth (``bench_bf16_words.py
+        --switch aligned-spills --rows a``, two builds each, interleaved medians of 25 rounds, three processes)
+        0.97-1.01 at 1 thread, 0.98-1.01 at 2. Without AVX-512 (Zen 4's pieces spill nothing; its code unchanged);
+        the split loops (rows of partial pieces, :attr:`splits_polynomial_math_loops`) keep their frame (flat at 13
+        depths in the one process measured)."""
+        return self._avx2_only()
+
+    @property
     def function_prefetch_lines(self) -> int:
         """Lines ahead of each piece of :attr:`function_piece_lines` that the piece prefetches its inputs' lines
         (into L1, ``prefetch.emit_prefetch_pieces_ahead``); 0: none. Zen 4 (session 35 bfa35, row (a) as there, one
