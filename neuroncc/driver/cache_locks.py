@@ -24,13 +24,12 @@ class LockTimeoutError(ArtifactError):
     """A key's compile lock was not acquired before its deadline."""
 
 
-def flock_until(fd: int, deadline: float, path: Path, on_slow: Callable[[], None] | None = None,
-                slow_after: float | None = None) -> None:
+def flock_until(fd: int, deadline: float, path: Path, on_slow: Callable[[], None] | None = None) -> None:
     """Take an exclusive ``flock`` on ``fd`` (the lock file ``path``), polling with backoff until ``deadline``
     (``time.monotonic()``); raises LockTimeoutError after it. ``on_slow`` is called once when the wait has
-    lasted ``slow_after`` seconds (default :data:`WAIT_NOTICE_SECONDS`), so that a wait is never silent."""
+    lasted :data:`WAIT_NOTICE_SECONDS`, so that a wait is never silent."""
     delay = 0.001
-    notice_at = time.monotonic() + (WAIT_NOTICE_SECONDS if slow_after is None else slow_after)
+    notice_at = time.monotonic() + WAIT_NOTICE_SECONDS
     while True:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -198,6 +200,29 @@ def test_every_known_option_name_is_accepted():
     assert dict(config.compile_options) == {"threads": 1, "threading": "python", "compile_threads": 1,
                                             "quick_first": False, "verify_each": True}
     assert not FRONTEND_KEYS & COMPILE_KEYS
+
+
+#: The modules that read compile_graph's options, and how they read a key (``options.get("threads")``,
+#: ``options.pop("pipeline", None)``, ``_count_option(options, "compile_threads", ...)``).
+_OPTION_READERS = ("driver/compile.py", "executors/cpu/build_options.py", "executors/nki_sim/executable.py")
+_OPTION_READ = re.compile(r"""(?:options(?:\.get\(|\.pop\(|\[)|_count_option\(options, )["']([a-z_]+)["']""")
+
+
+def test_the_declared_compile_options_are_the_ones_their_readers_read():
+    # COMPILE_KEYS is declared in the front end, not imported from its readers: an option a reader gains must be
+    # declared (or torch.compile refuses it), and a declared one no reader takes is a typo accepted silently
+    from neuroncc.frontend.options import COMPILE_KEYS
+    package = Path(neuroncc.__file__).parent
+    read = set().union(*(_OPTION_READ.findall((package / path).read_text()) for path in _OPTION_READERS))
+    assert {"threads", "compile_threads", "verify_each", "nki_target", "pipeline"} <= read  # the pattern finds them
+    assert read - {"pipeline"} == COMPILE_KEYS - {"dump_dir"}  # pipeline: a front-end key; dump_dir: the pass dump's
+
+
+def test_compile_program_takes_its_pipeline_in_options_too():
+    from neuroncc.frontend.options import check_compile_options
+    check_compile_options({"pipeline": "canonicalize", "threads": 1})  # compile_graph reads both
+    with pytest.raises(neuroncc.InputError, match=r"compile_program: unknown option 'pipelin' \(did you mean"):
+        check_compile_options({"pipelin": "canonicalize"})
 
 
 def test_a_meta_tensor_at_run_time_is_an_input_error():
