@@ -232,7 +232,7 @@ class WrapNumbers:
 
     The places and kinds of the numbers are part of this entry's signature, so they are found on the first
     call. The 0-d tensors are shared by value (:func:`wrapped_number`): making one costs as much as the rest
-    of a small op (``x * 0.5``). After the first call, when that signature's kernel is the one-result kind
+    of a small op (``x * 0.5``). After the first call, when that signature's kernel is the one-result or in-place kind
     and the numbers are positional, later calls go to it straight with each number in a buffer of the
     0-d tensor's bytes (:meth:`CompiledKernel.fed_by_numbers`): no tensor, no second signature."""
 

@@ -299,35 +299,47 @@ class CompiledKernel:
         return (form.writes and not program.outputs and all(r is not None for r in form.returns)
                 and binding.direct_inputs and bool(binding.outputs) and (kinds == {_WRITE} or kinds == {_DONATED}))
 
-    def _in_place(self) -> Any:
+    def _in_place(self, feed: Sequence[tuple[int, int, Any]] | None = None) -> Any:
         """The in-place call as one closure (``x.add_(y, alpha=a)``, an optimizer's update): the kernel writes
         fresh blocks, each then becomes (or is copied into) its argument, and the written arguments are
-        returned as the op returns them."""
+        returned as the op returns them. With ``feed`` (:meth:`fed_by_numbers`) the closure serves the call
+        whose Python numbers this signature's 0-d tensors stand for (``x.mul_(0.5)``)."""
         binding, form = self.binding, self.form
         run, index, state, commit = binding.run, self.index, self.state, memory.commit
         sources = tuple(self.sources)
         floats_at = tuple(-1 - s for s in sources if s < 0)
+        params = None if feed is None else tuple(feed[s] for s in sources)
+        # each written argument's place among the call's tensors (through the feed: the numbers' call's)
+        writes = self.writes if feed is None else {output: feed[t][0] for output, t in self.writes.items()}
         # every write computed in its argument's own memory (fused_optimizers.py's programs): no output memory
         donated = binding.outputs[0][0] == _DONATED
         no_outputs = [0] * len(binding.outputs)
         outputs = () if donated else \
-            tuple((spec, self.writes[position]) for position, (_, spec, _) in enumerate(binding.outputs))
+            tuple((spec, writes[position]) for position, (_, spec, _) in enumerate(binding.outputs))
         makers = tuple(memory.tensor_maker(*spec[:4], index, spec[4]) for spec, _ in outputs)
         op = form.op
         positions = {a.name: p for p, a in enumerate(op._schema.arguments)}
         returned = tuple((positions[name], name) for name in form.returns)
         memmove = ctypes.memmove
         # small results (a bias's optimizer update, a step counter): through this entry's scratch memory
-        scratch, scratch_lock = None, renew_in_child(threading.Lock())
+        scratch, scratch_blocks, scratch_lock = None, (), renew_in_child(threading.Lock())
         if outputs and sum(spec[0] for spec, _ in outputs) <= SMALL_WRITE_BYTES:
-            memory_and_addresses = [scratch_block(spec[0]) for spec, _ in outputs]
-            self._scratch = [m for m, _ in memory_and_addresses]  # kept alive with the entry
-            scratch = [address for _, address in memory_and_addresses]
+            # (memory, address) pairs, alive with this closure (a fed closure has its own beside the entry's)
+            scratch_blocks = [scratch_block(spec[0]) for spec, _ in outputs]
+            self._scratch = [m for m, _ in scratch_blocks]
+            scratch = [address for _, address in scratch_blocks]
+        addressof = ctypes.addressof
 
         def call(args: tuple[Any, ...], kwargs: dict[str, Any], tensors: list[torch.Tensor],
                  floats: list[float]) -> Any:
             state.device_calls += 1
-            if floats_at:
+            if params is not None:  # the numbers in buffers of their 0-d tensors' bytes, alive until the run
+                numbers = [number_type(args[position]) for _, position, number_type in params
+                           if number_type is not None]
+                held = iter(numbers)
+                addresses = [tensors[t].data_ptr() if number_type is None else addressof(next(held))
+                             for t, _, number_type in params]
+            elif floats_at:
                 addresses, buffers = _addresses_lifting_floats(tensors, floats, sources, floats_at)  # (kept alive)
             else:
                 addresses = [tensors[s].data_ptr() for s in sources]
@@ -342,7 +354,7 @@ class CompiledKernel:
                         run(addresses, scratch)
                     except KernelIndexError:
                         return run_on_host(form, args, kwargs, index)
-                    for ((nbytes, *_), target), address in zip(outputs, scratch):
+                    for ((nbytes, *_), target), (_, address) in zip(outputs, scratch_blocks):
                         memmove(tensors[target].data_ptr(), address, nbytes)
             else:
                 fresh = [make() for make in makers]
@@ -441,9 +453,13 @@ class CompiledKernel:
         signature's tensors (entries.WrapNumbers: ``x * 0.5`` reaches the device with 0.5, which eager wraps
         into a 0-d tensor). ``feed[i]`` says where this signature's call tensor ``i`` comes from:
         ``(j, -1, None)`` the other call's tensor ``j``, ``(-1, p, ctype)`` the number at argument position
-        ``p``, passed in a ctypes buffer holding the 0-d tensor's bytes (no tensor made). Only for the
-        one-result kind of kernel (``one_result``); None otherwise."""
+        ``p``, passed in a ctypes buffer holding the 0-d tensor's bytes (no tensor made). For the one-result
+        kind of kernel (``one_result``) and the in-place kind (``x.mul_(0.5)``: :meth:`_in_place`, numbers
+        never written); None otherwise."""
         if not self.one_result:
+            if (self.tensor_only and self._writes_in_place(self.form, self.program)
+                    and all(feed[t][0] >= 0 for t in self.writes.values())):  # x.mul_(0.5): numbers never written
+                return self._in_place(feed)
             return None
         make = memory.tensor_maker(*self.binding.fast[0][:4], self.index, self.binding.fast[0][4])
         run, index, state, form = self.binding.run, self.index, self.state, self.form

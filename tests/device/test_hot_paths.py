@@ -170,6 +170,35 @@ def test_numbers_reach_the_wrapped_signature_kernel_directly_after_the_first_cal
     assert before > 0
 
 
+def test_in_place_ops_with_numbers_reach_the_wrapped_signature_kernel_directly_too():
+    """``x.mul_(0.5)`` after its first call: the number goes to the in-place kernel of ``x.mul_(tensor(0.5))`` in
+    a buffer (no 0-d tensor, no second dispatch), the result written into ``x`` and returned as ``x``, with
+    eager's bits for float, integer and bool numbers, in small (scratch-memory) and large (fresh-block) tensors."""
+    for shape in ((8,), (256, 64)):  # 32 bytes through the entry's scratch memory; 64 KiB through a fresh block
+        x_cpu = torch.randn(shape)
+        x = x_cpu.to("neuron")
+        for op, values in ((torch.Tensor.mul_, (0.1, 1e-40, -0.0, 3, True)), (torch.Tensor.add_, (0.25, 7)),
+                           (torch.Tensor.sub_, (1.5,)),
+                           (torch.Tensor.div_, (4.0, float("inf")))):  # (x / 3 is x * (1/3) here: within 1.5 ulp)
+            for value in values:
+                for _ in range(3):
+                    got = op(x, value)
+                    op(x_cpu, value)
+                    assert got is x
+                    torch.testing.assert_close(x.cpu(), x_cpu, equal_nan=True, rtol=0, atol=0)
+            x_cpu = torch.randn(shape)
+            x.copy_(x_cpu.to("neuron"))
+        entry = _entry(torch.ops.aten.mul_.Tensor, (x, 0.25))
+        x.mul_(0.25)
+        assert isinstance(entry, entries.WrapNumbers) and entry.direct is not None and entry.holds_kernel
+        entries._WRAPPED.clear()
+        x_cpu = x.cpu()
+        for step in range(5):
+            x.mul_(0.5 + step)
+            torch.testing.assert_close(x.cpu(), x_cpu.mul_(0.5 + step), rtol=0, atol=0)
+        assert not entries._WRAPPED  # no wrapped tensor was made for these calls
+
+
 def test_new_results_take_the_closure_each_in_its_own_memory_and_match_cpu_as_floats_change():
     """``native_layer_norm`` (three new results, its eps lifted) and ``add(x, y, alpha=...)`` (one new result, a
     lifted float) run through kernels.py's new-results closure: eager's values, dtypes, shapes and strides for
