@@ -25,6 +25,7 @@ import numpy as np
 from neuroncc.device.config import CONFIG
 from neuroncc.hardware.host import ALIAS_PERIOD_BYTES, aliased_distances, block_alignment
 from neuroncc.codegen.llvm.fork_safety import renew_in_child
+from neuroncc.device.untraced import untraced
 
 ALIGNMENT = 64
 _SMALL_LIMIT = 1 << 20
@@ -46,6 +47,9 @@ class Block:
     def __init__(self, pool: DevicePool | None, size: int, address: int, memory: np.ndarray):
         self.pool, self.size, self.address, self.memory = pool, size, address, memory
 
+    # a block dies wherever its last tensor does, also in the eager stretches of a compiled function, where
+    # TorchDynamo's frame callback would otherwise trace the release as user code
+    @untraced
     def __del__(self) -> None:
         pool = self.pool
         if pool is not None:

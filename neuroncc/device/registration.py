@@ -84,7 +84,7 @@ def register() -> None:
         route_torch_generator()
         route_backward()
         autograd_decomposed.register(kernels)
-        kernels.impl("_thnn_fused_lstm_cell", _lstm_cell_with_biases, "PrivateUse1", with_keyset=True)
+        kernels.impl("_thnn_fused_lstm_cell", untraced(_lstm_cell_with_biases), "PrivateUse1", with_keyset=True)
         # sparse neuron tensors (nn.Embedding(sparse=True)'s gradient) are refused by name, not by PyTorch's
         # "Could not run ... with arguments from the 'Sparseneuron' backend"
         kernels.impl("_sparse_coo_tensor_with_dims_and_tensors", untraced(_sparse_refused), "SparsePrivateUse1")

@@ -6,12 +6,14 @@ own float32 tolerances). Before, both modules raised NotImplementedError on the 
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 
 import pytest
 import torch
 import torch.nn as nn
 
 import neuroncc
+import neuroncc.device
 
 CASES = [
     (nn.LSTM, {}),
@@ -57,8 +59,10 @@ def test_lstm_without_grad_is_one_kernel_per_step():
 def test_compiled_rnn_on_device_tensors_matches_cpu(module):
     """TorchDynamo breaks the graph inside the RNN's forward; the ops between its graphs run eagerly on the device,
     whose kernels it must not trace as user code (device/untraced.py): before, it recompiled the device's kernel
-    per storage offset until GRU raised its specialization limit."""
+    per storage offset until GRU raised its specialization limit; and until session 44 it traced the LSTM cell's
+    kernel and the device allocator's release of a block freed meanwhile (a warning about ``_thread.get_ident``)."""
     import torch._dynamo
+    from torch._dynamo.convert_frame import input_codes
 
     torch._dynamo.reset()
     cpu = module(8, 16, num_layers=2, batch_first=True)
@@ -68,6 +72,9 @@ def test_compiled_rnn_on_device_tensors_matches_cpu(module):
         want, got = _outputs(cpu(x)), _outputs(compiled(x.to("neuron")))
         for w, g in zip(want, got):
             torch.testing.assert_close(g.cpu(), w)
+    traced = [code.co_filename for code in (ref() for ref in input_codes.seen) if code is not None]
+    device_code = Path(neuroncc.device.__file__).parent
+    assert not [name for name in traced if Path(name).parent == device_code], traced
 
 
 class PackedTagger(nn.Module):
