@@ -126,7 +126,8 @@ class CompiledProgram:
         self.cache = "hit" if program_hit else record.cache if record is not None else "uncached"
         self._state: dict[str, torch.Tensor] = graph.initial_state()
         artifact = program_hit or (record.key if record and record.cache != "uncached" else None)
-        self._compiled = CompiledGraph(graph.imported, executable, artifact_key=artifact)
+        self._compiled = CompiledGraph(graph.imported, executable, artifact_key=artifact,
+                                       source=graph.program.graph_module)
         self.executable = self._compiled.executable
         self._inputs: tuple[ProgramInput, ...] = graph.user_inputs
         self._signature = _Signature(graph.program)
