@@ -12,6 +12,7 @@ Nothing here runs while calls succeed: the call sites catch :class:`~neuroncc.er
 
 from __future__ import annotations
 
+import re
 import warnings
 from collections.abc import Sequence
 from typing import Any
@@ -22,6 +23,8 @@ import torch.fx as fx
 from neuroncc.errors import RuntimeIndexError
 from neuroncc.frontend.diagnostics import op_name, user_location
 
+#: placeholder names AOTAutograd and TorchDynamo make up (the user's names are those torch.export keeps)
+_TRACER_NAME = re.compile(r"^(arg\d+_\d+|primals_\d+|tangents_\d+|l_.*_|s\d+)$")
 #: the words of eager's index errors (gather, index_select, embedding, index, index_put, scatter, ...)
 _INDEX_WORDS = ("out of bounds", "out of range", "index")
 
@@ -113,7 +116,10 @@ def _index_operands(node: fx.Node) -> str:
         if ints:
             types = ", ".join(f"{str(m.dtype).removeprefix('torch.')}[{', '.join(map(str, m.shape))}]"
                               for m in ints)
-            named.append(f"operand '{argument.name}', {types}")
+            inputs = [v.name for v in values if isinstance(v, fx.Node) and v.op == "placeholder"
+                      and not _TRACER_NAME.match(v.name)]
+            given = f", the input '{inputs[0]}'" if len(inputs) == 1 and len(values) == 1 else ""
+            named.append(f"operand '{argument.name}'{given}, {types}")
     return f" ({'; '.join(named)})" if named else ""
 
 
