@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 import warnings
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -27,6 +28,15 @@ from neuroncc.frontend.diagnostics import op_name, user_location
 _TRACER_NAME = re.compile(r"^(arg\d+_\d+|primals_\d+|tangents_\d+|l_.*_|s\d+)$")
 #: the words of eager's index errors (gather, index_select, embedding, index, index_put, scatter, ...)
 _INDEX_WORDS = ("out of bounds", "out of range", "index")
+
+
+@dataclass(frozen=True)
+class RerunSource:
+    """A graph to rerun that takes the call's arguments from ``skip`` on: TorchDynamo's graph behind a graph-cache
+    hit's forward, whose call is AOTAutograd's (parameters and buffers first; the graph holds them itself)."""
+
+    gm: fx.GraphModule
+    skip: int
 
 
 class _NodeFailed(Exception):
@@ -45,13 +55,15 @@ class _Rerun(fx.Interpreter):
             raise _NodeFailed(n, error) from error
 
 
-def located_index_error(error: RuntimeIndexError, gm: fx.GraphModule | None,
+def located_index_error(error: RuntimeIndexError, gm: fx.GraphModule | RerunSource | None,
                         args: Sequence[Any]) -> RuntimeIndexError:
     """``error`` (raised by a call of the graph imported from ``gm`` on ``args``) as the same type, naming the
     aten op, the index operand, eager's words for the value and range, and the user's ``file:line``; the kernel's
     report when the rerun does not find the op (then ``error`` as it is when there is no graph)."""
     if error.location is not None or gm is None:
         return error
+    if isinstance(gm, RerunSource):
+        gm, args = gm.gm, args[gm.skip:]
     found = _failing_node(gm, args)
     if found is None:
         sites = _index_sites(gm)
@@ -71,8 +83,19 @@ def located_index_error(error: RuntimeIndexError, gm: fx.GraphModule | None,
     code = f"\n    {location.code}" if location is not None and location.code else ""
     kernel = f"\n  in neuroncc kernel '{error.kernel}'" if error.kernel else ""
     kernel += f" (its op '{error.op}')" if error.kernel and error.op else ""
-    return type(error)(f"{op_name(node)}{where}: {detail}{operand}{code}{kernel}", op=op_name(node), detail=detail,
-                       kernel=error.kernel, location=str(location) if location is not None else None)
+    return type(error)(f"{_op_label(node)}{where}: {detail}{operand}{code}{kernel}", op=_op_label(node),
+                       detail=detail, kernel=error.kernel, location=str(location) if location is not None else None)
+
+
+def _op_label(node: fx.Node) -> str:
+    """The op as the user may know it: ``aten.gather.default`` for an aten graph's node, ``torch.gather`` or
+    ``Tensor.gather`` for TorchDynamo's (``_VariableFunctionsClass.gather`` is what its qualname says)."""
+    if node.op == "call_method":
+        return f"Tensor.{node.target}"
+    name = op_name(node)
+    if name.startswith("_VariableFunctionsClass."):
+        return "torch." + name.removeprefix("_VariableFunctionsClass.")
+    return name
 
 
 def _failing_node(gm: fx.GraphModule, args: Sequence[Any]) -> tuple[fx.Node, BaseException] | None:
@@ -132,5 +155,5 @@ def _index_sites(gm: fx.GraphModule) -> list[str]:
         if node.op == "call_function" and schema is not None and _index_operands(node) \
                 and any("ind" in argument.name for argument in schema.arguments):
             location = user_location(node)
-            sites.append(f"{op_name(node)} at {location if location is not None else '(unknown)'}")
+            sites.append(f"{_op_label(node)} at {location if location is not None else '(unknown)'}")
     return sites
