@@ -9,23 +9,27 @@ with size 8``). The front end then adds the aten op and the user's ``file:line``
 
 from __future__ import annotations
 
+import ctypes
 from typing import Any
 
 import numpy as np
 
 from neuroncc.codegen.llvm.launch_plan import StepSpec
 from neuroncc.errors import InterpreterIndexError, KernelIndexError
+from neuroncc.executors.cpu.buffers import storage_dtype, strided_view
 from neuroncc.executors.cpu.step_host import StepHost
 from neuroncc.ir.interpreter import interpret
 
 
-def kernel_index_error(exe: StepHost, step: StepSpec, flats: list[Any]) -> KernelIndexError:
-    """The error for kernel step ``step``, whose index check failed in this call (``flats``: its buffers)."""
+def kernel_index_error(exe: StepHost, step: StepSpec, flats: list[Any], addresses: list[int]) -> KernelIndexError:
+    """The error for kernel step ``step``, whose index check failed in this call (``flats``: its buffers' flat
+    arrays where the call has them, ``addresses``: their addresses)."""
     op = exe.function.ops[step.op_index]
     kernel = op.attrs["name"]
     try:
         # copies: the rerun must not write into the caller's buffers (an indexed write's region updates in place)
-        interpret(op.regions[0], [np.array(a, copy=True) for a in exe.arrays(step.operands, flats)])
+        inputs = [np.array(_operand(exe, value, flats, addresses), copy=True) for value in step.operands]
+        interpret(op.regions[0], inputs)
     except InterpreterIndexError as found:
         return KernelIndexError(f"kernel '{kernel}': op '{found.op}': {found.detail}", op=found.op,
                                 detail=found.detail, kernel=kernel)
@@ -33,3 +37,18 @@ def kernel_index_error(exe: StepHost, step: StepSpec, flats: list[Any]) -> Kerne
         pass
     names = sorted({o.name for o in op.regions[0].ops})
     return KernelIndexError(f"kernel '{kernel}' ({', '.join(names)}): index out of range", kernel=kernel)
+
+
+def _operand(exe: StepHost, value: int, flats: list[Any], addresses: list[int]) -> np.ndarray:
+    """A view of plan value ``value``: over its buffer's array when the call has one, else over its address (a
+    direct call passes the tensors' addresses only)."""
+    spec = exe.plan.values[value]
+    if flats[spec.buffer] is not None:
+        return exe.arrays((value,), flats)[0]
+    address = exe.static_address(spec.buffer)
+    if address is None:
+        address = addresses[spec.buffer]
+    dtype = storage_dtype(spec.dtype)
+    extent = 1 + spec.offset + sum((n - 1) * s for n, s in zip(spec.shape, spec.strides)) if all(spec.shape) else 0
+    raw = (ctypes.c_byte * (max(extent, 1) * dtype.itemsize)).from_address(address)
+    return strided_view(np.frombuffer(raw, np.int8).view(dtype), spec)
