@@ -49,3 +49,14 @@ def test_the_interpreter_names_the_op_and_the_value():
         exe(np.ones((4, 8), np.float32), np.ones((6, 8), np.float32), np.array([0, 5, 1]), np.array([0, 1, 2]))
     assert caught.value.op == "index_select"
     assert caught.value.detail == "index 5 is out of bounds for dimension 0 with size 4"  # "axis" in numpy's words
+
+
+def test_the_errors_keep_their_fields_through_pickling():  # a worker process's error reaches its parent whole
+    import pickle
+
+    for kind in (KernelIndexError, InterpreterIndexError):
+        error = kind("message", op="gather", detail="index 9 is out of bounds", kernel="k", location="f.py:3")
+        back = pickle.loads(pickle.dumps(error))
+        assert type(back) is kind and str(back) == "message"
+        assert (back.op, back.detail, back.kernel, back.location) == \
+            ("gather", "index 9 is out of bounds", "k", "f.py:3")
