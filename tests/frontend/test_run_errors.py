@@ -163,3 +163,18 @@ def test_graph_break_at_a_scalar_read_runs_and_locates_errors_in_the_resumed_gra
     # TorchDynamo's resume function is named as the user's function it continues
     assert str(caught.value).startswith(f"aten.gather.default at {_line_of(after_break, 'torch.gather')} "
                                         "(in after_break)")
+
+
+def _one_hot(i):
+    return torch.nn.functional.one_hot(i, 4) * 2
+
+
+def test_a_run_time_assertion_is_refused_naming_it_and_the_line():
+    # F.one_hot's decomposition checks the class range with _assert_async: a run-time assertion the IR lacks
+    with pytest.raises(BackendCompilerFailed) as caught:
+        torch.compile(_one_hot, backend="neuron")(torch.tensor([1, 2]))
+    inner = caught.value.inner_exception
+    assert isinstance(inner, UnsupportedOpError)
+    assert f"aten._assert_async.msg(bool[], 'one_hot: Class values must be non-negative.') at " \
+           f"{_line_of(_one_hot, 'functional.one_hot')}" in str(inner)
+    assert "neuroncc's graphs have no run-time assertions" in str(inner)
