@@ -32,6 +32,39 @@ class InterpreterError(NeuronccError):
     """A graph failed at run time in the reference interpreter (bad inputs, out-of-range index, ...)."""
 
 
+class RuntimeIndexError(NeuronccError, IndexError, RuntimeError):
+    """A compiled graph read or wrote a data-dependent index out of range (gather, index_select, embedding,
+    index, index_put, scatter, ...): an ``IndexError`` as eager's ``x[i]`` raises and a ``RuntimeError`` as
+    eager's ``gather`` raises, so code catching eager's error catches it. ``op`` is the op that failed
+    (the aten op once the front end located it, else the IR op), ``detail`` eager's words for the value
+    (``index 11 is out of bounds for dimension 1 with size 8``), ``location`` the user's ``file:line`` when
+    known, ``kernel`` the fused kernel it ran in; each None when unknown."""
+
+    def __init__(self, message: str, *, op: str | None = None, detail: str | None = None,
+                 kernel: str | None = None, location: str | None = None):
+        self.op, self.detail, self.kernel, self.location = op, detail, kernel, location
+        super().__init__(message)
+
+    def __reduce__(self) -> tuple:  # keyword fields survive pickling (a worker process's error)
+        return (_rebuild_runtime_index_error, (type(self), str(self), self.op, self.detail, self.kernel,
+                                               self.location))
+
+
+def _rebuild_runtime_index_error(cls: type, message: str, op: str | None, detail: str | None,
+                                 kernel: str | None, location: str | None) -> RuntimeIndexError:
+    return cls(message, op=op, detail=detail, kernel=kernel, location=location)
+
+
+class KernelIndexError(RuntimeIndexError):
+    """A native kernel (the cpu target) met an index out of range: the kernel's error flag was set, and the
+    message names the kernel, the op of it that failed and the value, found by rerunning that kernel's ops
+    in the reference interpreter on its inputs (on the failure path only)."""
+
+
+class InterpreterIndexError(InterpreterError, RuntimeIndexError):
+    """The reference interpreter (the interp target, a kernel run interpreted) met an index out of range."""
+
+
 class PassError(NeuronccError):
     """A pass refused its input (for example static-shape on a graph it cannot prove static)."""
 

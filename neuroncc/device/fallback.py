@@ -29,8 +29,38 @@ from neuroncc.device import generators, memory
 from neuroncc.device.config import CONFIG
 from neuroncc.device.diagnostics import DeviceFallbackWarning, user_location
 from neuroncc.device.op_forms import OpForm
-from neuroncc.errors import DeviceFallbackError, UnsupportedOpError
+from neuroncc.errors import DeviceFallbackError, RuntimeIndexError, UnsupportedOpError
 from neuroncc.executors.tracing import StepInfo, active_tracer
+
+
+def index_error_on_host(form: OpForm, args: tuple[Any, ...], kwargs: dict[str, Any], index: int,
+                        kernel_error: RuntimeIndexError) -> Any:
+    """After a device kernel met an index out of range (``kernel_error``): the op's CPU kernel on the same memory,
+    whose error is raised as a :class:`~neuroncc.errors.RuntimeIndexError` naming the op, the index operand, the
+    value and range (eager's words, or the kernel's where eager leaves the value out) and the user's ``file:line``
+    (the innermost caller outside torch and neuroncc); the CPU kernel's result if it does not raise."""
+    try:
+        return run_on_host(form, args, kwargs, index)
+    except (IndexError, RuntimeError) as error:
+        where = user_location()
+        detail = (str(error).strip().splitlines() or ["index out of range"])[0]
+        if kernel_error.detail and not any(c.isdigit() for c in detail):  # "index out of range in self"
+            detail = kernel_error.detail
+        raise RuntimeIndexError(f"{form.name}{f' at {where}' if where else ''}: {detail}"
+                                f"{_index_operands(form, args, kwargs)}", op=form.name, detail=detail,
+                                location=where) from error
+
+
+def _index_operands(form: OpForm, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+    """`` (operand 'index', int64[4, 3])``: the op's integer tensor arguments, named as its schema does."""
+    named = []
+    for position, argument in enumerate(form.op._schema.arguments):
+        value = args[position] if position < len(args) else kwargs.get(argument.name)
+        if isinstance(value, torch.Tensor) and not value.is_floating_point() and not value.is_complex() \
+                and value.dtype is not torch.bool and argument.name not in form.out_arguments:
+            named.append(f"operand '{argument.name}', {str(value.dtype).removeprefix('torch.')}"
+                         f"[{', '.join(map(str, value.shape))}]")
+    return f" ({'; '.join(named)})" if named else ""
 
 
 def run_on_host(form: OpForm, args: tuple[Any, ...], kwargs: dict[str, Any], index: int,

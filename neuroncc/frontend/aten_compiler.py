@@ -64,7 +64,7 @@ def compile_aten_graph(gm: fx.GraphModule, name: str, options: BackendOptions,
     stats.record_executable(executable, options.target)
     log.debug("neuroncc: compiled %s (%d ops) for target %s", name, len(imported.function.ops), options.target)
     artifact_key = records[0].key if records and records[0].cache != "uncached" else None
-    return CompiledGraph(imported, executable, free_layouts, device, artifact_key)
+    return CompiledGraph(imported, executable, free_layouts, device, artifact_key, source=gm)
 
 
 def graph_compile_options(options: BackendOptions) -> Mapping[str, Any]:

@@ -14,10 +14,12 @@ from typing import Any
 import numpy as np
 import torch
 
+from neuroncc.errors import RuntimeIndexError
 from neuroncc.frontend.boundary import HostDevice
 from neuroncc.frontend.direct_call import DirectCall
 from neuroncc.frontend.convert import ParameterViews, TensorSpec, numpy_layout, to_torch, wrap_result
 from neuroncc.frontend.profiling import ensure_installed
+from neuroncc.frontend.run_errors import located_index_error
 from neuroncc.frontend.imported import ComputedOutput, ImportedGraph, InputOutput, draw_key
 from neuroncc.ir.ops.library_linalg import LinalgInputError
 from neuroncc.executors.executable import Executable
@@ -32,12 +34,14 @@ class CompiledGraph:
     copied into eager's. ``output_strides`` lists every output's strides (None for non-computed outputs), for
     AOTAutograd, which compiles the backward graph for them (as it does for Inductor's layouts).
     ``outputs`` pairs each graph output with its numpy layout (for computed ones); ``device`` runs the call
-    instead when the graph's tensors live on a host-memory device.
+    instead when the graph's tensors live on a host-memory device. ``source``: the aten graph ``graph`` was
+    imported from, when known: an index out of range at run time is located in it (run_errors.py).
     """
 
     def __init__(self, graph: ImportedGraph, executable: Executable, free_layouts: frozenset[int] = frozenset(),
-                 device: HostDevice | None = None, artifact_key: str | None = None):
+                 device: HostDevice | None = None, artifact_key: str | None = None, source: Any = None):
         self.graph = graph
+        self.source = source
         self.artifact_key = artifact_key  # the compile cache's key of the executable (None: compiled uncached)
         # An executable with quick-tier code (executors/cpu/tiers.py) brings its optimized build as a future:
         # a call takes that build once it is done (on the caller's thread: a call under way keeps the code it
@@ -120,7 +124,10 @@ class CompiledGraph:
     def __call__(self, args: list[Any]) -> list[Any]:
         self._take_final_code()
         if self.device is not None:
-            outputs = self.device.run(self, args)
+            try:
+                outputs = self.device.run(self, args)
+            except RuntimeIndexError as error:
+                raise located_index_error(error, self.source, args) from error
             args.clear()
             return outputs
         graph = self.graph
@@ -137,6 +144,8 @@ class CompiledGraph:
             # The cpu target's ATen call raises torch's own error; the numpy references (interp, nki-sim) raise
             # the IR's. Users catch what eager raises, whatever the target: the IR's error stays the cause.
             raise torch.linalg.LinAlgError(str(error)) from error
+        except RuntimeIndexError as error:
+            raise located_index_error(error, self.source, args) from error
         outputs = self.graph_outputs(args, lambda output, layout: wrap_result(results[output.index], output.spec,
                                                                              layout))
         if graph.mutations:
@@ -175,6 +184,8 @@ class CompiledGraph:
                     outputs = fast(full)
                 except LinalgInputError as error:
                     raise torch.linalg.LinAlgError(str(error)) from error
+                except RuntimeIndexError as error:
+                    raise located_index_error(error, graph.source, full) from error
             else:
                 outputs = lean(full)
             return declined(*args) if outputs is None else outputs
@@ -191,6 +202,8 @@ class CompiledGraph:
                 return fast(args)
             except LinalgInputError as error:
                 raise torch.linalg.LinAlgError(str(error)) from error
+            except RuntimeIndexError as error:
+                raise located_index_error(error, self.source, args) from error
         self._take_final_code()
         self._fast = self._settled_call()
         return None if self._direct is None else self._direct_outputs(args)
@@ -279,6 +292,8 @@ class CompiledGraph:
             made = self._direct(args)
         except LinalgInputError as error:
             raise torch.linalg.LinAlgError(str(error)) from error
+        except RuntimeIndexError as error:
+            raise located_index_error(error, self.source, args) from error
         if made is None:
             return None
         if self._direct_copies:

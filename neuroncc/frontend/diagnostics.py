@@ -26,6 +26,7 @@ FALLBACK_HINT = 'to run unsupported ops on eager PyTorch instead, pass options={
 
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 _DISTRIBUTIONS_DIR = os.path.join(_TORCH_DIR, "distributions") + os.sep
+_RESUME = re.compile(r"^torch_dynamo_resume_in_(.+)_at_\d+$")
 _FRAME = re.compile(r'^\s*File "(?P<file>.+)", line (?P<line>\d+), in (?P<function>.+)$')
 
 
@@ -59,7 +60,8 @@ def stack_frames(node: fx.Node) -> list[SourceLocation]:
         match = _FRAME.match(text)
         if match:
             code = lines[index + 1].strip() if index + 1 < len(lines) and not _FRAME.match(lines[index + 1]) else ""
-            frames.append(SourceLocation(match["file"], int(match["line"]), match["function"], code))
+            function = _RESUME.sub(r"\1", match["function"])  # TorchDynamo's resume function after a graph break
+            frames.append(SourceLocation(match["file"], int(match["line"]), function, code))
     return frames
 
 
@@ -70,6 +72,23 @@ def user_location(node: fx.Node) -> SourceLocation | None:
         if not os.path.abspath(frame.file).startswith(_TORCH_DIR):
             return frame
     return frames[-1] if frames else None
+
+
+#: Why an aten op without a lowering has none, where "no lowering" would not tell the user what to change.
+NO_LOWERING_REASONS: dict[Any, str] = {
+    torch.ops.aten._local_scalar_dense.default: (
+        "a tensor read as a Python number inside the compiled region (.item(), int(t), .tolist() with "
+        "torch._dynamo.config.capture_scalar_outputs = True): neuroncc compiles graphs whose sizes and scalars "
+        "are known when it compiles; leave capture_scalar_outputs off (TorchDynamo then breaks the graph at the "
+        "read and neuroncc compiles the graphs on either side) or read the number outside the compiled region"),
+    torch.ops.aten._assert_async.msg: (
+        "a check of tensor values at run time (F.one_hot's class range, torch._assert_async): neuroncc's graphs "
+        "have no run-time assertions; validate the values outside the compiled region"),
+    torch.ops.aten._assert_scalar.default: (
+        "a check of a data-dependent number at run time (from .item() with capture_scalar_outputs): neuroncc's "
+        "graphs have no run-time assertions; read the number outside the compiled region"),
+}
+NO_LOWERING = "neuroncc has no lowering for this op"
 
 
 def _describe_arg(arg: Any) -> str:

@@ -286,7 +286,7 @@ def trace_training(program: ExportedProgram, name: str,
             elif "forward" in facts:
                 graph = with_saved_facts(graph, gm, facts["forward"])
             imported[kind] = graph
-            compiled = CompiledGraph(graph, compile_imported(kind, graph), saved)
+            compiled = CompiledGraph(graph, compile_imported(kind, graph), saved, source=gm)
             report_output_strides(compiled, saved)
             return compiled
         return compile_one

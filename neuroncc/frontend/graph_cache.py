@@ -56,6 +56,7 @@ from neuroncc.frontend.compiled import CompiledGraph
 from neuroncc.frontend.graph_key import Uncacheable, key_parts
 from neuroncc.frontend.imported import ImportedGraph, UnencodableOutput, decode_output, encode_output
 from neuroncc.frontend.lean_call import lean_inference, lean_refusal
+from neuroncc.frontend.run_errors import RerunSource
 from neuroncc.frontend.lean_training import lean_training, lean_training_refusal, saved_tensors_hooks_active
 from neuroncc.frontend.options import BackendOptions
 import neuroncc
@@ -174,6 +175,7 @@ def _rebuild(payload: Any, cache: CompileCache, target: str, gm: fx.GraphModule,
     if training:
         backward_executable = _load_graph(payload["backward"], cache, target)
     forward = _compiled_graph(payload["forward"], forward_executable, target)
+    forward.source = RerunSource(gm, len(params_buffers))  # an index error at run time is located in it
     if (context := torch._guards.TracingContext.try_get()) is not None:
         context.fw_metadata = meta  # as AOTAutograd leaves it (read by the DDP optimizer's buckets)
     fw = AOTDispatchSubclassWrapper(trace_joint=training, fw_only=None, maybe_subclass_meta=None,

@@ -25,7 +25,7 @@ from torch.multiprocessing.reductions import StorageWeakRef
 from neuroncc.errors import TypeInferenceError, UnsupportedOpError
 from neuroncc.frontend.convert import TensorSpec, to_numpy
 from neuroncc.frontend.lowering.coverage import COVERAGE_LOWERINGS
-from neuroncc.frontend.diagnostics import op_name, unsupported_op
+from neuroncc.frontend.diagnostics import NO_LOWERING, NO_LOWERING_REASONS, op_name, unsupported_op
 from neuroncc.frontend.imported import ComputedOutput, ConstantOutput, GraphOutput, ImportedGraph, InputOutput
 from neuroncc.frontend.lowering.attention import ATTENTION_LOWERINGS
 from neuroncc.frontend.lowering.complex import COMPLEX_LOWERINGS
@@ -69,7 +69,8 @@ def import_graph(gm: fx.GraphModule, name: str, bf16_bits: bool = False,
     the executable may then compute it in place (the optimizer step's parameters and moments)."""
     missing = unsupported_nodes(gm)
     if missing:
-        raise unsupported_op(missing[0], "neuroncc has no lowering for this op", (op_name(n) for n in missing[1:]))
+        reason = NO_LOWERING_REASONS.get(missing[0].target, NO_LOWERING)
+        raise unsupported_op(missing[0], reason, (op_name(n) for n in missing[1:]))
     return _Importer(gm, name, bf16_bits, host_devices, donate).run()
 
 

@@ -28,7 +28,7 @@ read as data under ``torch.no_grad()`` / ``torch.inference_mode()``, as eager wo
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from operator import itemgetter
 from pathlib import Path
 from types import MappingProxyType
@@ -42,7 +42,7 @@ from torch.export.graph_signature import OutputKind
 from neuroncc.driver.cache import cache_from_environ
 from neuroncc.driver.compile import DEFAULT_TARGET, compile_graph
 from neuroncc.driver.records import CompileRecord
-from neuroncc.errors import InputError
+from neuroncc.errors import InputError, RuntimeIndexError
 from neuroncc.executors.executable import TARGETS, Executable
 from neuroncc.frontend import cache_artifacts, program_cache, stats
 from neuroncc.frontend.aten_compiler import cyclic_gc_paused, record_compiled
@@ -51,6 +51,7 @@ from neuroncc.frontend.direct_call import DirectCall, exact_match_guard
 from neuroncc.frontend.imported import ComputedOutput
 from neuroncc.frontend.exported import InferenceGraph, ProgramInput, fixed_inputs, import_inference, load_program
 from neuroncc.frontend.options import check_compile_options
+from neuroncc.frontend.run_errors import located_index_error
 from neuroncc.hardware.host import PLACED_OUTPUT_MIN_BYTES
 from neuroncc.ir.ops.library_linalg import LinalgInputError
 
@@ -126,7 +127,8 @@ class CompiledProgram:
         self.cache = "hit" if program_hit else record.cache if record is not None else "uncached"
         self._state: dict[str, torch.Tensor] = graph.initial_state()
         artifact = program_hit or (record.key if record and record.cache != "uncached" else None)
-        self._compiled = CompiledGraph(graph.imported, executable, artifact_key=artifact)
+        self._compiled = CompiledGraph(graph.imported, executable, artifact_key=artifact,
+                                       source=graph.program.graph_module)
         self.executable = self._compiled.executable
         self._inputs: tuple[ProgramInput, ...] = graph.user_inputs
         self._signature = _Signature(graph.program)
@@ -160,20 +162,20 @@ class CompiledProgram:
         guard = self._guard
         if guard is not None and guard.check(*flat):  # tensors of the kind a call before passed in Python
             one = self._one
-            if one is not None:
-                try:
-                    made = one((*self._state_prefix, *flat))
-                except LinalgInputError as error:  # what eager raises, as CompiledGraph's calls do
-                    raise torch.linalg.LinAlgError(str(error)) from error
-                if made is not None:
-                    return made[0]
-            return self._direct(flat, self._state)
+            try:
+                if one is not None:
+                    try:
+                        made = one((*self._state_prefix, *flat))
+                    except LinalgInputError as error:  # what eager raises, as CompiledGraph's calls do
+                        raise torch.linalg.LinAlgError(str(error)) from error
+                    if made is not None:
+                        return made[0]
+                return self._direct(flat, self._state)
+            except RuntimeIndexError as error:  # located in the program's graph, as CompiledGraph's calls do
+                raise located_index_error(error, self._compiled.source, self._with_state(flat)) from error
         given = flat
         flat = self._checked(flat)
-        arguments = self._arguments.copy()
-        for position, tensor in zip(self._user_positions, flat):
-            arguments[position] = tensor
-        outputs = self._compiled(arguments)
+        outputs = self._compiled(self._with_state(flat))
         for index, fqn, position in self._updates:
             self._state[fqn] = self._arguments[position] = outputs[index]
             if self._direct is not None:  # its addresses too
@@ -189,6 +191,13 @@ class CompiledProgram:
         """The tensors the program reads, by fully qualified name (read-only: edit a tensor in place, e.g.
         ``copy_``, to change a weight; the calls read these tensors' memory)."""
         return MappingProxyType(self._state)
+
+    def _with_state(self, flat: Sequence[Any]) -> list[Any]:
+        """The graph's arguments: the state, with the user inputs ``flat`` in their positions."""
+        arguments = self._arguments.copy()
+        for position, tensor in zip(self._user_positions, flat):
+            arguments[position] = tensor
+        return arguments
 
     def _checked(self, flat: tuple[Any, ...] | list[Any]) -> list[torch.Tensor]:
         """The call's user inputs checked in Python (InputError names the first wrong one). When the direct

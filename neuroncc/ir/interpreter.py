@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from neuroncc.errors import InterpreterError
+from neuroncc.errors import InterpreterError, InterpreterIndexError
 from neuroncc.ir.dtypes import DType, to_storage
 from neuroncc.ir.graph import Function, Op, Value
 from neuroncc.ir.ops import REGISTRY
@@ -44,7 +44,10 @@ def run_op(op: Op, args: Sequence[np.ndarray]) -> tuple[np.ndarray, ...]:
                 extra = {"out_dtype": op.results[0].type.dtype} if opdef.wants_out_dtype else {}
                 out = opdef.reference(*compute_args, **dict(op.attrs), **extra)
             except IndexError as exc:
-                raise InterpreterError(f"op '{op.name}': index out of range ({exc})") from None
+                # in eager's words: numpy's own check (index_select's take) says "axis" where PyTorch says "dimension"
+                detail = str(exc).replace(" for axis ", " for dimension ")
+                raise InterpreterIndexError(f"op '{op.name}': index out of range ({detail})", op=op.name,
+                                            detail=detail) from None
         outs = out if isinstance(out, tuple) else (out,)
     if len(outs) != len(op.results):
         raise InterpreterError(f"op '{op.name}' produced {len(outs)} results, its type says {len(op.results)}")

@@ -87,8 +87,8 @@ def test_training_on_cpu_keeps_saved_activations_in_our_layout(classifier_pt2, m
     compiled = {}
     compiled_graph = exported.CompiledGraph
 
-    def recording(graph, executable, free_layouts=frozenset()):
-        compiled[graph.function.name] = result = compiled_graph(graph, executable, free_layouts)
+    def recording(graph, executable, free_layouts=frozenset(), **how):
+        compiled[graph.function.name] = result = compiled_graph(graph, executable, free_layouts, **how)
         return result
 
     monkeypatch.setattr(exported, "CompiledGraph", recording)

@@ -477,3 +477,25 @@ def test_evaluate_judges_the_updated_buffers_and_inputs(capsys, tmp_path, monkey
     failed = [line.split()[1:3] for line in result.stdout.splitlines() if line.startswith("    FAIL")]
     assert failed == [["buffer", "norm.running_mean"], ["input", "steps"]], result.stdout
     assert "verdict      FAIL" in result.stdout
+
+
+class Embed(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.table = torch.nn.Embedding(10, 4)
+
+    def forward(self, ids):
+        return self.table(ids).sum(-1)
+
+
+@pytest.mark.parametrize("target", ["cpu", "interp"])
+def test_an_index_out_of_range_in_the_inputs_is_one_line_naming_the_input(capsys, tmp_path, target):
+    path = tmp_path / "embed.pt2"
+    _export(path, Embed(), (torch.tensor([1, 2, 3]),))
+    np.savez(tmp_path / "in.npz", ids=np.array([1, 12, 3]))
+    result = run_in_process(capsys, "run", str(path), "--target", target, "--inputs", str(tmp_path / "in.npz"), "-q")
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr, result.stderr
+    assert "aten.embedding.default at " in result.stderr and "(in forward)" in result.stderr
+    assert "index 12 is out of bounds for dimension 0 with size 10 (operand 'indices', the input 'ids', int64[3])" \
+        in result.stderr, result.stderr

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import inspect
 import json
 import warnings
 
@@ -162,6 +163,30 @@ def test_user_errors_are_eagers_errors():
         torch.ones(2, dtype=torch.int64, device="neuron").add_(1.5)
     with pytest.raises(IndexError):
         torch.nn.functional.embedding(torch.tensor([7], device="neuron"), torch.randn(3, 2, device="neuron"))
+
+
+def test_index_errors_name_the_op_the_operand_the_value_and_the_callers_line():
+    from neuroncc.errors import RuntimeIndexError
+
+    x, index = torch.randn(4, 8, device="neuron"), torch.tensor([[0, 11, 2]] * 4, device="neuron")
+    with pytest.raises(RuntimeIndexError) as caught:
+        line = inspect.currentframe().f_lineno + 1
+        torch.gather(x, 1, index)
+    message = str(caught.value)
+    assert message.startswith(f"aten.gather.out at {__file__}:{line}: "), message
+    assert "index 11 is out of bounds for dimension 1 with size 8 (operand 'index', int64[4, 3])" in message
+    assert isinstance(caught.value, RuntimeError) and caught.value.location == f"{__file__}:{line}"
+    weight = torch.randn(3, 2, device="neuron")
+    with pytest.raises(IndexError, match="index 7 is out of bounds for dimension 0 with size 3"):  # eager's words
+        torch.nn.functional.embedding(torch.tensor([7], device="neuron"), weight)  # leave the value out: the kernel's
+
+    def gather(x, index):
+        return torch.gather(x * 2, 1, index)
+
+    line = inspect.getsourcelines(gather)[1] + 1
+    with pytest.raises(RuntimeIndexError, match=f"aten.gather.default at {__file__}:{line} \\(in gather\\): "
+                       "index 11 is out of bounds for dimension 1 with size 8"):
+        torch.compile(gather, backend="neuron")(x, index)
 
 
 def test_stats_report_the_eager_counters():

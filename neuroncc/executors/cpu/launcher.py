@@ -70,7 +70,8 @@ from neuroncc.codegen.llvm.launch_plan import (
 )
 from neuroncc.executors.cpu.step_host import ErrorFlag
 from neuroncc.executors.cpu.step_names import graph_info, step_infos
-from neuroncc.executors.cpu.steps import BlasStep, KernelIndexError, NativeKernel, prepare_blas
+from neuroncc.errors import KernelIndexError
+from neuroncc.executors.cpu.steps import BlasStep, NativeKernel, prepare_blas
 from neuroncc.executors.cpu.threads import get_pool, get_team
 from neuroncc.executors import tracing
 from neuroncc.executors.tracing import active_tracer, traced_steps

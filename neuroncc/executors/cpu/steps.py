@@ -14,21 +14,17 @@ from typing import Any
 import numpy as np
 
 from neuroncc.codegen.llvm.launch_plan import SlotKind, StepSpec, ValueSpec
-from neuroncc.errors import NeuronccError
 from neuroncc.executors.cpu import blas
 from neuroncc.executors.cpu.adopt import ScratchProduct
 from neuroncc.executors.cpu.buffers import storage_dtype as _storage_dtype
 from neuroncc.executors.cpu.buffers import strided_view as _view
 from neuroncc.executors.cpu.extern import run_extern
+from neuroncc.executors.cpu.index_failure import kernel_index_error
 from neuroncc.executors.cpu.step_host import StepHost
 from neuroncc.hardware.host import target_cpu
 from neuroncc.ir.opdef import Trait
 
 PHASE_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
-
-
-class KernelIndexError(NeuronccError):
-    """A kernel read or wrote a data-dependent index out of range (gather/scatter/index/embedding)."""
 
 
 class BlasStep:
@@ -138,9 +134,7 @@ class NativeKernel:
                 self._phases(0, None)
         del product  # the phases have read it
         if self.step.may_fail and self.exe.error.take():
-            op = self.exe.function.ops[self.step.op_index]
-            names = sorted({o.name for o in op.regions[0].ops})
-            raise KernelIndexError(f"kernel '{op.attrs['name']}' ({', '.join(names)}): index out of range")
+            raise kernel_index_error(self.exe, self.step, flats, addresses)
 
     def _phases(self, row_start: int, row_end: int | None) -> None:
         """Run every phase, on all outer iterations or on those of rows [row_start, row_end)."""

@@ -1,0 +1,159 @@
+"""Run-time index errors of compiled graphs, located in the user's code.
+
+A kernel that met an index out of range says which of its ops failed and on which value
+(``executors/cpu/index_failure.py``), but the IR knows nothing of the user's source. The graph a
+:class:`~neuroncc.frontend.compiled.CompiledGraph` was imported from does: each node's
+``meta["stack_trace"]`` (TorchDynamo, AOTAutograd and torch.export keep it). On the failure path only, the
+graph is rerun eagerly, node by node, on copies of the call's inputs: the node that raises is the op that
+failed, eager's message gives the value and the valid range, the node's stack gives the user's ``file:line``.
+Nothing here runs while calls succeed: the call sites catch :class:`~neuroncc.errors.RuntimeIndexError` in the
+``try`` they already have.
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.fx as fx
+
+from neuroncc.errors import RuntimeIndexError
+from neuroncc.frontend.diagnostics import op_name, user_location
+
+#: placeholder names AOTAutograd and TorchDynamo make up (the user's names are those torch.export keeps)
+_TRACER_NAME = re.compile(r"^(arg\d+_\d+|primals_\d+|tangents_\d+|l_.*_|s\d+)$")
+#: the words of eager's index errors (gather, index_select, embedding, index, index_put, scatter, ...)
+_INDEX_WORDS = ("out of bounds", "out of range", "index")
+
+
+@dataclass(frozen=True)
+class RerunSource:
+    """A graph to rerun that takes the call's arguments from ``skip`` on: TorchDynamo's graph behind a graph-cache
+    hit's forward, whose call is AOTAutograd's (parameters and buffers first; the graph holds them itself)."""
+
+    gm: fx.GraphModule
+    skip: int
+
+
+class _NodeFailed(Exception):
+    def __init__(self, node: fx.Node, error: BaseException):
+        super().__init__(str(error))
+        self.node, self.error = node, error
+
+
+class _Rerun(fx.Interpreter):
+    """An eager run of the graph that stops at the first node raising, naming it."""
+
+    def run_node(self, n: fx.Node) -> Any:
+        try:
+            return super().run_node(n)
+        except Exception as error:  # noqa: BLE001 - any node's failure ends the rerun, named
+            raise _NodeFailed(n, error) from error
+
+
+def located_index_error(error: RuntimeIndexError, gm: fx.GraphModule | RerunSource | None,
+                        args: Sequence[Any]) -> RuntimeIndexError:
+    """``error`` (raised by a call of the graph imported from ``gm`` on ``args``) as the same type, naming the
+    aten op, the index operand, eager's words for the value and range, and the user's ``file:line``; the kernel's
+    report when the rerun does not find the op (then ``error`` as it is when there is no graph)."""
+    if error.location is not None or gm is None:
+        return error
+    if isinstance(gm, RerunSource):
+        gm, args = gm.gm, args[gm.skip:]
+    found = _failing_node(gm, args)
+    if found is None:
+        sites = _index_sites(gm)
+        if not sites:
+            return error
+        return type(error)(f"{error}\n  index ops of this graph: {'; '.join(sites)}", op=error.op,
+                           detail=error.detail, kernel=error.kernel)
+    node, eager_error = found
+    location = user_location(node)
+    # eager's words, unless they leave the value out ("index out of range in self": index_select, embedding)
+    # where the kernel's rerun names it
+    detail = (str(eager_error).strip().splitlines() or ["index out of range"])[0]
+    if error.detail and not any(c.isdigit() for c in detail):
+        detail = error.detail
+    operand = _index_operands(node)
+    where = f" at {location} (in {location.function})" if location is not None else " (source location unknown)"
+    code = f"\n    {location.code}" if location is not None and location.code else ""
+    kernel = f"\n  in neuroncc kernel '{error.kernel}'" if error.kernel else ""
+    kernel += f" (its op '{error.op}')" if error.kernel and error.op else ""
+    return type(error)(f"{_op_label(node)}{where}: {detail}{operand}{code}{kernel}", op=_op_label(node),
+                       detail=detail, kernel=error.kernel, location=str(location) if location is not None else None)
+
+
+def _op_label(node: fx.Node) -> str:
+    """The op as the user may know it: ``aten.gather.default`` for an aten graph's node, ``torch.gather`` or
+    ``Tensor.gather`` for TorchDynamo's (``_VariableFunctionsClass.gather`` is what its qualname says)."""
+    if node.op == "call_method":
+        return f"Tensor.{node.target}"
+    name = op_name(node)
+    if name.startswith("_VariableFunctionsClass."):
+        return "torch." + name.removeprefix("_VariableFunctionsClass.")
+    return name
+
+
+def _failing_node(gm: fx.GraphModule, args: Sequence[Any]) -> tuple[fx.Node, BaseException] | None:
+    """(node, eager's error) of the first node whose eager run raises an index error on copies of ``args``."""
+    copies = [_host_copy(a) for a in args]
+    rerun = _Rerun(gm)
+    rerun.extra_traceback = False
+    try:
+        with torch.no_grad(), torch.random.fork_rng(devices=[]), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            rerun.run(*copies)
+    except _NodeFailed as failed:
+        text = str(failed.error)
+        if isinstance(failed.error, IndexError | RuntimeError) and any(w in text for w in _INDEX_WORDS):
+            return failed.node, failed.error
+        return None
+    except Exception:  # noqa: BLE001 - the rerun is best effort: the kernel's own report stands
+        return None
+    return None
+
+
+def _host_copy(value: Any) -> Any:
+    """A CPU copy of a tensor argument (the rerun must not write into the caller's tensors, nor run the
+    device's ops); anything else as it is."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().to("cpu", copy=True)
+    return value
+
+
+def _index_operands(node: fx.Node) -> str:
+    """`` (operand 'index', int64[4, 3])``: the node's integer tensor arguments, named as its schema does."""
+    schema = getattr(node.target, "_schema", None)
+    if schema is None:
+        return ""
+    named = []
+    for argument, value in zip(schema.arguments, node.args):
+        values = value if isinstance(value, list | tuple) else [value]
+        metas = [v.meta.get("val") for v in values if isinstance(v, fx.Node)]
+        ints = [m for m in metas if isinstance(m, torch.Tensor) and not m.is_floating_point()
+                and not m.is_complex()]
+        if ints:
+            types = ", ".join(f"{str(m.dtype).removeprefix('torch.')}[{', '.join(map(str, m.shape))}]"
+                              for m in ints)
+            inputs = [v.name for v in values if isinstance(v, fx.Node) and v.op == "placeholder"
+                      and not _TRACER_NAME.match(v.name)]
+            given = f", the input '{inputs[0]}'" if len(inputs) == 1 and len(values) == 1 else ""
+            named.append(f"operand '{argument.name}'{given}, {types}")
+    return f" ({'; '.join(named)})" if named else ""
+
+
+def _index_sites(gm: fx.GraphModule) -> list[str]:
+    """``aten.gather.default at f.py:4`` for each node of ``gm`` that reads or writes through integer
+    index tensors: where the failing op may be when the rerun did not find it."""
+    sites = []
+    for node in gm.graph.nodes:
+        schema = getattr(node.target, "_schema", None)
+        if node.op == "call_function" and schema is not None and _index_operands(node) \
+                and any("ind" in argument.name for argument in schema.arguments):
+            location = user_location(node)
+            sites.append(f"{_op_label(node)} at {location if location is not None else '(unknown)'}")
+    return sites
