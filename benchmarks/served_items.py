@@ -9,7 +9,10 @@ clock (1 thread: the calling thread's CPU time; 2: wall), per round minus the ke
 - the served program's one-frame call (``DirectCall.outputs_call`` on state and inputs: no program layer);
 - the served call as a user makes it.
 
-Run: ``python benchmarks/served_items.py [--rows b,rms] [--threads 1] [--repeats 45]``.
+``--renew-ab``: instead of the layers, the same program compiled again with its one-frame call's renewal of heap
+memory in huge pages turned off (before session 44) in the same interleave, and per round before / after.
+
+Run: ``python benchmarks/served_items.py [--rows b,rms] [--threads 1] [--repeats 45] [--renew-ab]``.
 """
 
 from __future__ import annotations
@@ -27,7 +30,18 @@ from common import interleaved_samples  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from kernel_cases import cases  # noqa: E402
+from kernel_cases import cases, served_program  # noqa: E402
+
+
+def _closure(call) -> dict:
+    return dict(zip(call.__code__.co_freevars, call.__closure__))
+
+
+def unrenewed(case, inputs: list[torch.Tensor], threads: int) -> dict:
+    """The row's served program compiled again, its one-frame call's renewal in huge pages turned off."""
+    program = served_program(case, inputs, threads)
+    _closure(program._one)["renew"].cell_contents = lambda address, nbytes: False
+    return {"served unrenewed (before)": lambda: program(*inputs)}
 
 
 def program_layers(program, inputs: list[torch.Tensor]) -> dict:
@@ -59,6 +73,7 @@ def main() -> None:
     parser.add_argument("--rows", default="b,rms")
     parser.add_argument("--threads", default="1")
     parser.add_argument("--repeats", type=int, default=45)
+    parser.add_argument("--renew-ab", action="store_true", help="the one-frame call's renewal A/B (see above)")
     args = parser.parse_args()
     keys = args.rows.split(",")
     threads = [int(t) for t in args.threads.split(",")]
@@ -70,7 +85,7 @@ def main() -> None:
             inputs = case.make(rng)
             calls, memory_calls, _ = roofline.row_calls(machine, case, inputs, count, False, served=True)
             program = calls["neuroncc served"].program
-            layers = program_layers(program, inputs)
+            layers = unrenewed(case, inputs, count) if args.renew_ab else program_layers(program, inputs)
             samples = interleaved_samples({**calls, **memory_calls, **layers}, repeats=args.repeats,
                                           clock=roofline.clock_for(count))
             kernel = samples["neuroncc kernel alone"]
@@ -83,6 +98,11 @@ def main() -> None:
                 q = lambda f: minus[int(f * (len(minus) - 1))]  # noqa: E731
                 print(f"  {name:36s} {statistics.median(values) * 1e3:7.3f} ms, minus the kernel alone per round "
                       f"{statistics.median(minus):7.1f} us ({q(.25):7.1f} .. {q(.75):7.1f})", flush=True)
+            if args.renew_ab:
+                before, after = samples["served unrenewed (before)"], samples["neuroncc served"]
+                print(f"  before/after per round {statistics.median(b / a for b, a in zip(before, after)):.4f}, "
+                      f"after faster in {sum(b > a for b, a in zip(before, after))}/{len(after)} rounds; renewals "
+                      f"{_closure(program._one)['ring'].cell_contents.renewals}", flush=True)
 
 
 if __name__ == "__main__":
