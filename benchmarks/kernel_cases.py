@@ -268,10 +268,10 @@ def implementations(case: Case, inputs: list[torch.Tensor], threads: int,
     "neuroncc served" for an inference row (:func:`served_program`; the call has the program as ``.program``).
     ``graphs``: a row with a hand-built graph runs it through ``build_cpu_executable``'s numpy path
     (bench_kernels.py); False: every row's neuroncc is ``eager`` through torch.compile, as Inductor's is
-    (roofline.py). ``dynamic``: torch.compile's
-    argument for both backends; roofline.py passes None, torch.compile's default, as a user calls it (``False``
-    costs every call TorchDynamo's config patch, entered and left: 20-45 us a call on a roofline row's caches,
-    session 28 rowgap28, ``bench_call_path.py --row-gap``); rows with a ``setup`` (the optimizer step) keep False."""
+    (roofline.py). ``dynamic``: torch.compile's argument for both backends; roofline.py passes None, torch.compile's
+    default, as a user calls it (``False`` costs every call TorchDynamo's config patch, entered and left: 20-45 us a
+    call on a roofline row's caches, session 28 rowgap28, ``bench_call_path.py --row-gap``); rows with a ``setup``
+    (the optimizer step) keep False."""
     torch._dynamo.reset()
     if case.setup is not None:
         dynamic = False
