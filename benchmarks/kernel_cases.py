@@ -75,6 +75,9 @@ class Case:
     graph: Function | None = None
     setup: Callable[..., tuple[Callable[[], Any], Callable[[], list[torch.Tensor]]]] | None = None
     tolerance: tuple[float, float] = (1.3e-6, 1e-5)
+    #: an inference graph a user can serve with ``neuroncc.compile_program`` (:func:`served_program`); False for a
+    #: training step (cross-entropy's forward and backward), which ``torch.export`` gives no inference program of
+    inference: bool = True
 
 
 # ---- hand-built graphs of rows (a)-(c') ---------------------------------------------------------------------
@@ -236,20 +239,39 @@ def cases() -> list[Case]:
         Case("rms", "RMSNorm [8192,1024]", _inputs((8192, 1024), (1024,)), rmsnorm,
              Work(4 * n_c + 4096, 4 * n_c, {}, 4 * n_c)),
         Case("ce", "cross-entropy fwd+bwd [512,32000]", _cross_entropy_inputs(rows_ce, vocab), cross_entropy_step,
-             Work(2 * 4 * n_ce + 8 * rows_ce, 4 * n_ce, {"exp_nonpositive": 2 * n_ce}, 6 * n_ce)),
+             Work(2 * 4 * n_ce + 8 * rows_ce, 4 * n_ce, {"exp_nonpositive": 2 * n_ce}, 6 * n_ce), inference=False),
         Case("adamw", f"AdamW step, {n_adamw / 1e6:.1f}M params in {len(ADAMW_SHAPES)} tensors", _adamw_inputs,
              adamw_eager, Work(4 * 4 * n_adamw, 3 * 4 * n_adamw, {}, 14 * n_adamw), setup=adamw_setup),
     ]
 
 
+def served_program(case: Case, inputs: list[torch.Tensor], threads: int):
+    """The row served as a user serves a model without TorchDynamo: its function as a module's forward,
+    ``torch.export.export`` on the row's inputs, ``neuroncc.compile_program`` of it with ``threads`` as the row's
+    torch.compile calls take them (docs/cli.md, "From Python"). The inputs stay the call's arguments, as in the
+    row's other columns (the same tensors, not weights copied into the program's state). None for a row that is
+    not an inference graph (a training step, an optimizer's state)."""
+    if case.setup is not None or not case.inference:
+        return None
+    import neuroncc
+
+    class Row(torch.nn.Module):
+        def forward(self, *args):
+            return case.eager(*args)
+
+    return neuroncc.compile_program(torch.export.export(Row(), tuple(inputs)), options={"threads": threads})
+
+
 def implementations(case: Case, inputs: list[torch.Tensor], threads: int,
-                    graphs: bool = True, dynamic: bool | None = False) -> dict[str, tuple]:
-    """name -> (call, result) for eager, Inductor and neuroncc, built for ``threads`` threads. ``graphs``: a row
-    with a hand-built graph runs it through ``build_cpu_executable``'s numpy path (bench_kernels.py); False: every
-    row's neuroncc is ``eager`` through torch.compile, as Inductor's is (roofline.py). ``dynamic``: torch.compile's
-    argument for both backends; roofline.py passes None, torch.compile's default, as a user calls it (``False``
-    costs every call TorchDynamo's config patch, entered and left: 20-45 us a call on a roofline row's caches,
-    session 28 rowgap28, ``bench_call_path.py --row-gap``); rows with a ``setup`` (the optimizer step) keep False."""
+                    graphs: bool = True, dynamic: bool | None = False, served: bool = False) -> dict[str, tuple]:
+    """name -> (call, result) for eager, Inductor and neuroncc, built for ``threads`` threads, and with ``served``
+    "neuroncc served" for an inference row (:func:`served_program`; the call has the program as ``.program``).
+    ``graphs``: a row with a hand-built graph runs it through ``build_cpu_executable``'s numpy path
+    (bench_kernels.py); False: every row's neuroncc is ``eager`` through torch.compile, as Inductor's is
+    (roofline.py). ``dynamic``: torch.compile's argument for both backends; roofline.py passes None, torch.compile's
+    default, as a user calls it (``False`` costs every call TorchDynamo's config patch, entered and left: 20-45 us a
+    call on a roofline row's caches, session 28 rowgap28, ``bench_call_path.py --row-gap``); rows with a ``setup``
+    (the optimizer step) keep False."""
     torch._dynamo.reset()
     if case.setup is not None:
         dynamic = False
@@ -269,7 +291,13 @@ def implementations(case: Case, inputs: list[torch.Tensor], threads: int,
         impls["neuroncc"] = lambda *_: [torch.from_numpy(a) for a in exe(*arrays)]
     else:
         impls["neuroncc"] = neuron(case.eager)
-    return {name: ((lambda f=f: f(*inputs)), None) for name, f in impls.items()}
+    program = served_program(case, inputs, threads) if served else None
+    if program is not None:
+        impls["neuroncc served"] = program
+    made = {name: ((lambda f=f: f(*inputs)), None) for name, f in impls.items()}
+    if program is not None:
+        made["neuroncc served"][0].program = program
+    return made
 
 
 #: the most inputs a row's graph is tried in every order of (:func:`in_graph_order`)
@@ -325,12 +353,14 @@ def check(case: Case, impls: dict[str, tuple], inputs: list[torch.Tensor]) -> No
             torch.testing.assert_close(g.float(), e.float(), rtol=rtol, atol=atol, msg=lambda m: f"{name}: {m}")
 
 
-def settled_calls(case: Case, inputs: list[torch.Tensor], threads: int, graphs: bool) -> dict[str, Callable]:
-    """The row's implementations (``dynamic=None``: torch.compile's default, as users call it) as calls, checked
-    against eager, each run twice and then settled on neuroncc's optimized code (``common.settle_neuroncc``)."""
+def settled_calls(case: Case, inputs: list[torch.Tensor], threads: int, graphs: bool,
+                  served: bool = False) -> dict[str, Callable]:
+    """The row's implementations (``dynamic=None``: torch.compile's default, as users call it; ``served``: and the
+    served call, :func:`served_program`) as calls, checked against eager, each run twice and then settled on
+    neuroncc's optimized code (``common.settle_neuroncc``)."""
     from common import settle_neuroncc
 
-    impls = implementations(case, inputs, threads, graphs=graphs, dynamic=None)
+    impls = implementations(case, inputs, threads, graphs=graphs, dynamic=None, served=served)
     check(case, impls, inputs)
     calls = {name: call for name, (call, _) in impls.items()}
     for _ in range(2):

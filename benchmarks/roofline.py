@@ -53,6 +53,12 @@ output made), interleaved with the rest: the row's time minus it is the call's c
 graphs or with state: cross-entropy's forward and backward, AdamW). A graph whose inputs TorchDynamo met in another
 order than the function's (row (c'), ``torch.addcmul(b, x, w)``: b, x, w) gets the row's inputs in its own order,
 the one whose result is eager's (``kernel_cases.in_graph_order``; since session 26: before, (c') had no kernel alone).
+The "served" column (session 44) is the row as a user serves it without TorchDynamo: the row's function as a module's
+forward, ``torch.export.export`` on the row's inputs, ``neuroncc.compile_program`` of it (the row's threads as an
+option, as the torch.compile call's; ``kernel_cases.served_program``), called on the same tensors, checked against
+eager like the others and interleaved in the same rounds; its fraction is of the call's roof (a fresh output each
+call, or the memory of one dropped). ``-`` for the training steps (cross-entropy, AdamW), which have no inference
+program to export; ``--no-served`` leaves the column out.
 
 A row's roofline time (since session 30) is the sum over its phases (a graph that must finish before the next
 starts: cross-entropy's forward and backward; every other row is one phase) of max(the phase's memory time, its
@@ -88,7 +94,7 @@ counted either). Without them bf16 LayerNorm [8192, 1024]'s roof was its memory 
 fewest known instructions reach: 8 flops and 5.5 conversion instructions per element, on Zen 3 at 1 thread 0.7
 ms of flops and 0.5 ms of conversions, against 0.8-1.5 ms of memory.
 
-Run: ``python benchmarks/roofline.py [--rows a,b,c] [--threads 2,1] [--repeats 45] [--numpy-path]
+Run: ``python benchmarks/roofline.py [--rows a,b,c] [--threads 2,1] [--repeats 45] [--numpy-path] [--no-served]
 [--roof-spread N] [--roof-buffers]``. ``--roof-spread N``: no table; for each row N trials of its interleaved
 measurement with 15 rounds (the roof as before session 19) alternating with N with ``--repeats`` rounds, and the
 spread of each roof estimate over its trials.
@@ -256,7 +262,7 @@ MADE = record_compiled_graphs()  # each CompiledGraph the neuron backend makes (
 
 
 def run_rows(machine: Machine, selected: list[Case], threads: int, repeats: int,
-             numpy_path: bool) -> list[tuple]:
+             numpy_path: bool, served: bool = True) -> list[tuple]:
     """Each row's interleaved calls at ``threads``: (case, threads, path, medians, memory per phase, the kernel
     alone's memory per phase or None, the whole row's stream), for :func:`table_row` once every row has run."""
     torch.set_num_threads(threads)
@@ -264,7 +270,7 @@ def run_rows(machine: Machine, selected: list[Case], threads: int, repeats: int,
     measured = []
     for case in selected:
         inputs = case.make(rng)
-        calls, memory_calls, path = row_calls(machine, case, inputs, threads, numpy_path)
+        calls, memory_calls, path = row_calls(machine, case, inputs, threads, numpy_path, served=served)
         rose = [machine.remeasure(case.work, threads)]  # the compute limits around the row too (``remeasure``)
         machine.measure_elements(case, threads)
         samples = interleaved_samples({**calls, **memory_calls}, repeats=repeats, clock=clock_for(threads))
@@ -279,7 +285,9 @@ def run_rows(machine: Machine, selected: list[Case], threads: int, repeats: int,
             if "memory held (streaming stores)" in samples else None
         whole = memory_roof(samples, memory_calls, " whole") if len(memories) > 1 else sum(memories)
         measured.append((case, threads, path, times, memories, held, whole))
-        print(f"  {case.title}, {threads} thread(s): neuroncc {times['neuroncc'] * 1e3:.2f} ms, memory "
+        print(f"  {case.title}, {threads} thread(s): neuroncc {times['neuroncc'] * 1e3:.2f} ms, " + "".join(
+                  f"{name[len('neuroncc '):]} {times[name] * 1e3:.2f} ms, " for name in ("neuroncc kernel alone",
+                  "neuroncc served") if name in times) + "memory "
               f"{' + '.join(f'{m * 1e3:.2f}' for m in memories)} ms (" + ", ".join(
                   f"{name[len('memory'):].strip()} {times[name] * 1e3:.2f}" for name in memory_calls) + ")", flush=True)
     return measured
@@ -300,16 +308,19 @@ def table_row(machine: Machine, case: Case, threads: int, path: str, times: dict
     roof_before = max(whole, before)
     ours = times["neuroncc"]
     kernel = times.get("neuroncc kernel alone")
+    served = times.get("neuroncc served")
     kernel_roof = None if held is None else sum(max(m, c) for m, (c, _) in zip(held, computes))
     kernel_roof_before = None if held is None else max(sum(held), before)
     bound = "+".join(("memory" if m >= c else f"compute ({form})") for m, (c, form) in zip(memories, computes))
     row = [case.title, str(threads), path, f"{times['eager'] * 1e3:.2f}", f"{times['inductor'] * 1e3:.2f}",
            f"{ours * 1e3:.2f}", "-" if kernel is None else f"{kernel * 1e3:.2f}",
+           "-" if served is None else f"{served * 1e3:.2f}",
            f"{times['eager'] / ours:.2f}x", f"{times['inductor'] / ours:.2f}x",
            f"{memory * 1e3:.2f}", "-" if held is None else f"{sum(held) * 1e3:.2f}",
            f"{compute * 1e3:.2f}", f"{conversions * 1e3:.2f}", f"{before * 1e3:.2f}", bound,
            f"{(case.work.reads + case.work.writes) / memory / 1e9:.1f}", f"{roof / ours:.0%}",
-           "-" if kernel is None else f"{kernel_roof / kernel:.0%}", f"{roof_before / ours:.0%}",
+           "-" if kernel is None else f"{kernel_roof / kernel:.0%}", "-" if served is None else f"{roof / served:.0%}",
+           f"{roof_before / ours:.0%}",
            "-" if kernel is None else f"{kernel_roof_before / kernel:.0%}"]
     print(" | ".join(row), flush=True)
     print("  " + machine.describe_work(case, threads) + (
@@ -329,14 +340,15 @@ def phase_memory(samples: dict[str, list[float]], memory_calls: dict, where: str
 
 
 def row_calls(machine: Machine, case: Case, inputs: list[torch.Tensor], threads: int,
-              numpy_path: bool, buffers: bool = False) -> tuple[dict, dict, str]:
+              numpy_path: bool, buffers: bool = False, served: bool = False) -> tuple[dict, dict, str]:
     """The row's calls (eager, Inductor, neuroncc, and neuroncc's kernel alone where the row is one graph), its
     stream kernels' calls, and how neuroncc is called. Settled first: the optimized builds taken, so that the
     kernel alone runs the code the row's call runs. A row of several phases (``roofline_work``) streams each
     phase's bytes, one phase after the other, in one call per store kind (each phase's time kept apart)."""
     first = len(MADE)
-    calls = settled_calls(case, inputs, threads, graphs=numpy_path)
-    graphs = MADE[first:]
+    calls = settled_calls(case, inputs, threads, graphs=numpy_path, served=served)
+    program = getattr(calls.get("neuroncc served"), "program", None)  # (its graph is not the torch.compile call's)
+    graphs = [graph for graph in MADE[first:] if program is None or graph is not program._compiled]
     path = "executable (numpy path)" if numpy_path and case.graph is not None else "torch.compile"
     alone = kernel_alone(graphs, inputs, case) if path == "torch.compile" and case.setup is None else None
     if alone is not None:
@@ -519,9 +531,9 @@ def roof_buffers(machine: Machine, selected: list[Case], threads: int, repeats: 
 
 
 HEADER = ["kernel", "threads", "neuroncc call", "eager ms", "Inductor ms", "neuroncc ms", "kernel alone ms",
-          "vs eager", "vs Inductor", "memory roof ms", "kernel alone's memory roof ms", "compute roof ms",
+          "served ms", "vs eager", "vs Inductor", "memory roof ms", "kernel alone's memory roof ms", "compute roof ms",
           "of it bf16 conversions ms", "compute roof before s30 ms", "bound", "roof GB/s", "of roofline",
-          "kernel alone of roofline", "of roofline before s30", "kernel alone before s30"]
+          "kernel alone of roofline", "served of roofline", "of roofline before s30", "kernel alone before s30"]
 
 
 def main() -> None:
@@ -533,6 +545,9 @@ def main() -> None:
                         help="interleaved rounds per row (default 45; 15 before session 19)")
     parser.add_argument("--numpy-path", action="store_true",
                         help="rows (a)-(c') through their hand-built graph's numpy path (before session 19)")
+    parser.add_argument("--served", action=argparse.BooleanOptionalAction, default=True,
+                        help="the served column: each inference row also through neuroncc.compile_program on "
+                             "torch.export.export of its function as a module, interleaved (default: on)")
     parser.add_argument("--roof-spread", type=int, default=0, metavar="N",
                         help="no table: N trials per row of the memory roof with 15 rounds (before session 19) "
                              "alternating with N with --repeats rounds, and each estimate's spread")
@@ -558,7 +573,7 @@ def main() -> None:
         return
     measured = []
     for t in threads:
-        measured += run_rows(machine, selected, t, args.repeats, args.numpy_path)
+        measured += run_rows(machine, selected, t, args.repeats, args.numpy_path, args.served)
     # the compute limits once more, minutes after the rows' own measurements: a limit is the fastest reading, and a
     # process outside the benchmark lock that takes a core for the seconds around a row spoils both of its readings
     # (session 30: row (a)'s 2-thread loop without its functions read 12.3 Gelem/s around the row, 44-45 in other runs)

@@ -182,7 +182,8 @@ class DirectCall:
         shape, strides, dtype = self.results[0]
         self.one_output_bytes = nbytes = _extent_bytes(shape, strides, dtype)
         placed = nbytes >= PLACED_OUTPUT_MIN_BYTES  # as :meth:`launch` splits _made / _placed
-        huge, advise = nbytes >= pages.HUGE_OUTPUT_MIN_BYTES, pages.advise_fresh_huge_pages
+        huge, advise, renew = nbytes >= pages.HUGE_OUTPUT_MIN_BYTES, pages.advise_fresh_huge_pages, \
+            pages.renew_in_huge_pages
         touched = [0]  # the last output address found touched already: a heap block reused is not asked again
         period, aliased = ALIAS_PERIOD_BYTES, host.aliased_distances()  # (placement_shift's test, inline)
         tensors_of, one_input, run, qualify, owner = self._tensors, len(self.inputs) == 1, self.run, \
@@ -219,7 +220,15 @@ class DirectCall:
                             break
                     keep(out)
                 if huge and base != touched[0]:  # fresh memory (glibc maps 32 MiB and more anew each call)
-                    touched[0] = 0 if advise(base, nbytes) else base
+                    if advise(base, nbytes):
+                        touched[0] = 0
+                    elif placed and ring.renewals < KEPT_OUTPUTS:
+                        # kept in the ring and written again every call: memory the heap gave back in small pages
+                        # renewed in huge ones, at most twice a ring (as ``_kept_placed`` does; session 44 serve44)
+                        ring.renewals += 1
+                        touched[0] = 0 if renew(base, nbytes) else base
+                    else:
+                        touched[0] = base
             run(addresses, [base])
             return [out]
 

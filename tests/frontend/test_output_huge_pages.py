@@ -159,3 +159,47 @@ def test_launch_renews_a_rings_memory_at_most_twice_when_the_caller_holds_every_
     for first, second in held:
         torch.testing.assert_close(first, a + 1.0)
         torch.testing.assert_close(second, a * 2.0)
+
+
+def _one_output_renewing(monkeypatch) -> tuple[list[tuple[int, int]], object, torch.Tensor]:
+    """As :func:`_two_outputs_renewing`, a graph of one large output (``DirectCall.outputs_call``, the one-frame call
+    a roofline row and a served program take)."""
+    renewed = []
+    monkeypatch.setattr(pages, "advise_fresh_huge_pages", lambda address, nbytes: False)  # (as if touched)
+    monkeypatch.setattr(pages, "renew_in_huge_pages", lambda address, nbytes: renewed.append((address, nbytes)))
+    torch._dynamo.reset()
+    f = lambda a: a * 2.0 + 1.0  # noqa: E731
+    return renewed, torch.compile(f, backend="neuron", dynamic=False), torch.randn(2048, 1024)
+
+
+def test_the_one_frame_call_renews_its_rings_memory_the_heap_gave_back_touched(monkeypatch, compiled_graphs):
+    """Session 44 (serve44): the one-output call's ring renews a fresh output's touched heap memory in huge pages as
+    ``launch`` does (the kernel alone's held output had huge pages, the call's ring small ones: RMSNorm's served call
+    1.04x its time at 1 thread); memory kept and used again is not renewed, and a ring renews at most
+    ``KEPT_OUTPUTS`` times when the caller holds every output."""
+    from neuroncc.frontend.output_reuse import KEPT_OUTPUTS
+
+    import neuroncc.executors.cpu.tiers as tiers
+
+    renewed, compiled, a = _one_output_renewing(monkeypatch)
+    compiled(a)
+    tiers.OPTIMIZER.wait()  # (the one-frame call is the optimized build's)
+    compiled(a)  # (the call that takes the optimized build runs it through ``launch``)
+    renewed.clear()
+    out = compiled(a)
+    assert compiled_graphs["inference"]._fast is not None  # settled: the one-frame call
+    assert len(renewed) == 1 and renewed[0][0] == out.data_ptr() and renewed[0][1] >= out.numel() * 4  # its ring's
+    # first output: touched memory renewed
+    torch.testing.assert_close(out, a * 2.0 + 1.0)
+    del out
+    for _ in range(3):
+        torch.testing.assert_close(compiled(a), a * 2.0 + 1.0)
+    count = len(renewed)
+    assert count <= KEPT_OUTPUTS
+    for _ in range(3):
+        compiled(a)  # the kept memory again: nothing renewed
+    assert len(renewed) == count
+    held = [compiled(a) for _ in range(6)]  # every output held: fresh memory each call, renewed at most twice a ring
+    assert len(renewed) == KEPT_OUTPUTS
+    for out in held:
+        torch.testing.assert_close(out, a * 2.0 + 1.0)
