@@ -224,6 +224,25 @@ def test_batch_norm_backward_of_the_new_batch_norm_op_runs_on_the_device():
     assert "aten.native_batch_norm_backward.default" in neuroncc.get_executed_ops()
 
 
+@pytest.mark.parametrize("name, fn", [("cummax", lambda t: torch.cummax(t, -1)), ("cummin", lambda t: torch.cummin(t, 0)),
+                                      ("logcumsumexp", lambda t: torch.logcumsumexp(t, 1))])
+def test_scans_whose_composite_kernel_calls_an_op_without_a_meta_kernel_run_on_the_device(name, fn):
+    """``cummax``/``cummin``/``logcumsumexp`` are registered for the device at once (registration.REGISTERED_AT_ONCE):
+    their composite kernels call ``_cummax_helper``/``_logcumsumexp``, which have no meta kernel, so every call fell
+    back to CPU before session 44. Forward (values and indices) and backward match CPU, with no fallback."""
+    cpu = torch.randn(3, 6, 7, requires_grad=True)
+    device = cpu.detach().to("neuron").requires_grad_()
+    expected, actual = fn(cpu), fn(device)
+    expected, actual = (expected, actual) if isinstance(expected, tuple) else ((expected,), (actual,))
+    for e, a in zip(expected, actual):
+        assert a.device.type == "neuron" and a.dtype == e.dtype
+        torch.testing.assert_close(a.cpu(), e)
+    expected[0].pow(2).sum().backward()
+    actual[0].pow(2).sum().backward()
+    torch.testing.assert_close(device.grad.cpu(), cpu.grad)
+    assert neuroncc.get_fallback_ops() == {}
+
+
 @pytest.mark.parametrize("mode", ["bilinear", "bicubic", "nearest-exact"])
 def test_ops_torch_decomposes_but_the_front_end_table_does_not_run_on_the_device(mode):
     """torch.compile sees interpolate's .vec overloads, decomposed early; the device is handed the op itself."""
