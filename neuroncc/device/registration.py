@@ -109,8 +109,12 @@ def register() -> None:
 #:   give bfloat16. The device compiles them whole, from the front end's decomposition (one program, not three).
 #: * ``addr``: its CompositeExplicitAutograd kernel (``beta * self + alpha * outer``, three device ops) rounds a
 #:   bf16/f16 result where CPU's kernel does not (frontend/lowering/low_precision.py has CPU's).
+#: * ``cummax``, ``cummin``, ``logcumsumexp``, ``cholesky_solve``: their CompositeExplicitAutograd kernels call
+#:   ``_cummax_helper``, ``_cummin_helper``, ``_logcumsumexp`` and ``_cholesky_solve_helper``, which have no meta
+#:   kernel, so every call fell back to CPU; the front end lowers the ops themselves. (bool ``cummax``/``cummin``
+#:   still run on CPU: the IR's scans take no bool.)
 REGISTERED_AT_ONCE = ("convolution_overrideable", "convolution_backward_overrideable", "native_layer_norm",
-                      "native_group_norm", "addr")
+                      "native_group_norm", "addr", "cummax", "cummin", "logcumsumexp", "cholesky_solve")
 
 #: Ops whose PrivateUse1 kernel here adjusts a call before the fallback takes it (dispatch.py makes their handlers
 #: without registering them again).

@@ -249,6 +249,32 @@ def test_batch_norm_backward_of_the_new_batch_norm_op_runs_on_the_device():
     assert "aten.native_batch_norm_backward.default" in neuroncc.get_executed_ops()
 
 
+def _cholesky_solve(t):
+    factor = torch.linalg.cholesky(t[1, :, :6] @ t[1, :, :6].mT + 6 * torch.eye(6, device=t.device))
+    return torch.cholesky_solve(t[0, :, :3], factor)
+
+
+@pytest.mark.parametrize("name, fn", [
+    ("cummax", lambda t: torch.cummax(t, -1)), ("cummin", lambda t: torch.cummin(t, 0)),
+    ("logcumsumexp", lambda t: torch.logcumsumexp(t, 1)), ("cholesky_solve", _cholesky_solve)])
+def test_ops_whose_composite_kernel_calls_an_op_without_a_meta_kernel_run_on_the_device(name, fn):
+    """``cummax``, ``cummin``, ``logcumsumexp`` and ``cholesky_solve`` are registered for the device at once
+    (registration.REGISTERED_AT_ONCE): their composite kernels call helpers (``_cummax_helper``, ``_logcumsumexp``,
+    ``_cholesky_solve_helper``) without a meta kernel, so every call fell back to CPU before session 44. Forward
+    (values and indices) and backward match CPU, with no fallback."""
+    cpu = torch.randn(3, 6, 7, requires_grad=True)
+    device = cpu.detach().to("neuron").requires_grad_()
+    expected, actual = fn(cpu), fn(device)
+    expected, actual = (expected, actual) if isinstance(expected, tuple) else ((expected,), (actual,))
+    for e, a in zip(expected, actual):
+        assert a.device.type == "neuron" and a.dtype == e.dtype
+        torch.testing.assert_close(a.cpu(), e, rtol=1e-4, atol=1e-5)
+    expected[0].pow(2).sum().backward()
+    actual[0].pow(2).sum().backward()
+    torch.testing.assert_close(device.grad.cpu(), cpu.grad, rtol=1e-4, atol=1e-5)
+    assert neuroncc.get_fallback_ops() == {}
+
+
 @pytest.mark.parametrize("mode", ["bilinear", "bicubic", "nearest-exact"])
 def test_ops_torch_decomposes_but_the_front_end_table_does_not_run_on_the_device(mode):
     """torch.compile sees interpolate's .vec overloads, decomposed early; the device is handed the op itself."""
