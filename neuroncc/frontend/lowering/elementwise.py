@@ -299,6 +299,12 @@ _BINARY = {
     aten.bitwise_or.Scalar: binary("bitwise_or"),
     aten.bitwise_xor.Tensor: binary("bitwise_xor"),
     aten.bitwise_xor.Scalar: binary("bitwise_xor"),
+    **{overload: binary("bitwise_left_shift") for overload in (
+        aten.bitwise_left_shift.Tensor, aten.bitwise_left_shift.Tensor_Scalar, aten.bitwise_left_shift.Scalar_Tensor,
+        aten.__lshift__.Tensor, aten.__lshift__.Scalar)},
+    **{overload: binary("bitwise_right_shift") for overload in (
+        aten.bitwise_right_shift.Tensor, aten.bitwise_right_shift.Tensor_Scalar,
+        aten.bitwise_right_shift.Scalar_Tensor, aten.__rshift__.Tensor, aten.__rshift__.Scalar)},
     aten.logical_and.default: logical("logical_and"),
     aten.logical_or.default: logical("logical_or"),
     aten.logical_xor.default: logical("logical_xor"),
