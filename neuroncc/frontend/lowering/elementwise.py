@@ -96,6 +96,22 @@ def binary(ir_name: str) -> Lowering:
     return lower
 
 
+def shift(ir_name: str) -> Lowering:
+    """A bit shift in the result dtype. A Python number is converted as PyTorch's kernels convert it: wrapped into
+    the dtype (``int8 << 260`` shifts by 4; ``uint8 >> -1`` by 255, out of range), where ``full`` would refuse it."""
+    def lower(ctx: LoweringContext, node: fx.Node, self: Any, other: Any) -> Value:
+        dtype = ctx.out_dtype(node)
+        bits = 8 * dtype.itemsize
+        low = 0 if dtype is DType.u8 else -(1 << (bits - 1))
+
+        def wrapped(arg: Any) -> Any:
+            return (arg - low) % (1 << bits) + low if type(arg) in (int, bool) else arg
+
+        return ctx.emit(ir_name, ctx.operand(wrapped(self), dtype), ctx.operand(wrapped(other), dtype))
+
+    return lower
+
+
 def compare(ir_name: str) -> Lowering:
     """``(a, b) -> ir_name(a, b)`` (bool) with both operands cast to their promoted dtype."""
     def lower(ctx: LoweringContext, node: fx.Node, self: Any, other: Any) -> Value:
@@ -299,10 +315,10 @@ _BINARY = {
     aten.bitwise_or.Scalar: binary("bitwise_or"),
     aten.bitwise_xor.Tensor: binary("bitwise_xor"),
     aten.bitwise_xor.Scalar: binary("bitwise_xor"),
-    **{overload: binary("bitwise_left_shift") for overload in (
+    **{overload: shift("bitwise_left_shift") for overload in (
         aten.bitwise_left_shift.Tensor, aten.bitwise_left_shift.Tensor_Scalar, aten.bitwise_left_shift.Scalar_Tensor,
         aten.__lshift__.Tensor, aten.__lshift__.Scalar)},
-    **{overload: binary("bitwise_right_shift") for overload in (
+    **{overload: shift("bitwise_right_shift") for overload in (
         aten.bitwise_right_shift.Tensor, aten.bitwise_right_shift.Tensor_Scalar,
         aten.bitwise_right_shift.Scalar_Tensor, aten.__rshift__.Tensor, aten.__rshift__.Scalar)},
     aten.logical_and.default: logical("logical_and"),

@@ -1,0 +1,57 @@
+"""Bit shifts on the neuron device: compiled per op (no CPU fallback) for every integer dtype, their in-place and
+operator forms, and the int4 unpacking of quantized weights."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import neuroncc
+
+INTEGERS = [torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64]
+
+
+@pytest.fixture(autouse=True)
+def _no_fallback():
+    neuroncc.set_fallback_mode("error")  # a CPU fallback raises DeviceFallbackError (conftest restores "cpu")
+
+
+@pytest.mark.parametrize("dtype", INTEGERS, ids=str)
+def test_shifts_run_on_the_device(dtype):
+    info = torch.iinfo(dtype)
+    a = torch.randint(info.min, info.max, (6, 9), dtype=torch.int64).to(dtype)
+    s = torch.tensor([-1, 0, 1, 3, info.bits - 1, info.bits, info.bits + 5, 2, 7], dtype=torch.int64).to(dtype)
+    d, ds = a.to("neuron"), s.to("neuron")
+    cases = {
+        "x >> 3": (d >> 3, a >> 3),
+        "x << s": (d << ds, a << s),
+        "x >> s": (d >> ds, a >> s),
+        "bitwise_left_shift(x, 2)": (torch.bitwise_left_shift(d, 2), torch.bitwise_left_shift(a, 2)),
+        "bitwise_right_shift(5, s)": (torch.bitwise_right_shift(5, ds), torch.bitwise_right_shift(5, s)),
+    }
+    in_place = d.clone()
+    in_place <<= 2
+    in_place >>= ds
+    cases["<<= 2, >>= s"] = (in_place, (a << 2) >> s)
+    method = d.clone().bitwise_left_shift_(ds).bitwise_right_shift_(1)
+    cases["bitwise_*_shift_"] = (method, a.bitwise_left_shift(s).bitwise_right_shift(1))
+    for what, (got, want) in cases.items():
+        assert got.device.type == "neuron" and got.dtype == want.dtype, what
+        assert torch.equal(got.cpu(), want), what
+    assert neuroncc.get_fallback_ops() == {}
+
+
+def test_int4_unpack_and_dequantize_on_the_device():
+    q = torch.randint(0, 16, (16, 32), dtype=torch.uint8)
+    packed = (q[:, 0::2] | (q[:, 1::2] << 4)).to(torch.uint8)
+    scale = torch.rand(16, 1) + 0.5
+
+    def dequantize(packed, scale):
+        q = torch.stack([packed & 0xF, (packed >> 4) & 0xF], dim=-1).reshape(packed.shape[0], -1)
+        return (q.to(torch.float32) - 8) * scale
+
+    got = dequantize(packed.to("neuron"), scale.to("neuron"))
+    assert torch.equal(got.cpu(), dequantize(packed, scale))
+    repacked = (q.to("neuron")[:, 0::2] | (q.to("neuron")[:, 1::2] << 4)).to(torch.uint8)
+    assert torch.equal(repacked.cpu(), packed)
+    assert neuroncc.get_fallback_ops() == {}
