@@ -15,8 +15,7 @@ from neuroncc.ir.dtypes import to_storage
 from .spec import OpSpec
 from .support import (
     COMPLEX, FLOATS, INTEGRAL, INTS, MAIN, NARROW_INTS, NUMERIC, SPECIALS, TORCH_DTYPES, Case, Tol, broadcast_pair,
-    operand,
-    random_array, rngs, shapes,
+    operand, random_array, rngs, shapes,
 )
 
 #: The dtypes each kind of operand is drawn from (the narrow integer types exercise wrap-around).
