@@ -1,5 +1,6 @@
-"""Bit shifts on the neuron device: compiled per op (no CPU fallback) for every integer dtype, their in-place and
-operator forms, and the int4 unpacking of quantized weights."""
+"""Integer ops on the neuron device, compiled per op (no CPU fallback): bit shifts for every integer dtype, their
+in-place and operator forms, the int4 unpacking of quantized weights, and the float functions PyTorch defines on
+integers (rounding, isnan/isinf, nansum, heaviside, sign of bool)."""
 
 from __future__ import annotations
 
@@ -54,4 +55,29 @@ def test_int4_unpack_and_dequantize_on_the_device():
     assert torch.equal(got.cpu(), dequantize(packed, scale))
     repacked = (q.to("neuron")[:, 0::2] | (q.to("neuron")[:, 1::2] << 4)).to(torch.uint8)
     assert torch.equal(repacked.cpu(), packed)
+    assert neuroncc.get_fallback_ops() == {}
+
+
+FLOAT_FUNCTIONS_OF_INTEGERS = {
+    "ceil": torch.ceil, "floor": torch.floor, "round": torch.round, "trunc": torch.trunc, "isnan": torch.isnan,
+    "isinf": torch.isinf, "nansum": lambda x: torch.nansum(x, 0), "nansum all": torch.nansum,
+    "heaviside": lambda x: torch.heaviside(x, x[1:2]),
+}
+
+
+@pytest.mark.parametrize("dtype", INTEGERS, ids=str)
+def test_float_functions_of_integers_run_on_the_device(dtype):
+    x = torch.randint(-5 if dtype != torch.uint8 else 0, 6, (4, 7)).to(dtype)
+    for what, fn in FLOAT_FUNCTIONS_OF_INTEGERS.items():
+        got, want = fn(x.to("neuron")), fn(x)
+        assert got.dtype == want.dtype and torch.equal(got.cpu(), want), what
+    assert neuroncc.get_fallback_ops() == {}
+
+
+def test_bool_sign_nansum_and_heaviside_run_on_the_device():
+    x = torch.rand(3, 8) < 0.5
+    for what, fn in {"sign": torch.sign, "sgn": torch.sgn, "isnan": torch.isnan, "nansum": torch.nansum,
+                     "heaviside": lambda t: torch.heaviside(t, t[:1])}.items():
+        got, want = fn(x.to("neuron")), fn(x)
+        assert got.dtype == want.dtype and torch.equal(got.cpu(), want), what
     assert neuroncc.get_fallback_ops() == {}

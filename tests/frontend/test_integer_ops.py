@@ -1,5 +1,6 @@
-"""Bit shifts under torch.compile: every overload, integer dtype and edge amount against eager, PyTorch's type
-promotion, and the int4 unpacking of quantized weights."""
+"""Integer ops under torch.compile: bit shifts (every overload, integer dtype and edge amount against eager,
+PyTorch's type promotion, the int4 unpacking of quantized weights) and the float functions PyTorch defines on
+integers (rounding: the identity; isnan/isinf: False; nansum; heaviside; sign of bool)."""
 
 from __future__ import annotations
 
@@ -93,3 +94,17 @@ def test_int4_unpack_and_dequantize_compiled():
     assert torch.equal(_compiled(int4_pack)(q), packed)
     assert torch.equal(_compiled(int4_dequantize)(packed, scale, zero), int4_dequantize(packed, scale, zero))
     torch.testing.assert_close(_compiled(linear)(x, packed, scale, zero), linear(x, packed, scale, zero))
+
+
+@pytest.mark.parametrize("dtype", INTEGERS + [torch.bool], ids=str)
+def test_float_functions_of_integers_compile(dtype):
+    def fn(x):
+        out = [torch.isnan(x), torch.isinf(x), torch.nansum(x, 1), torch.heaviside(x, x[:1]), torch.sign(x)]
+        if dtype != torch.bool:  # PyTorch's CPU kernels refuse to round bool
+            out += [torch.ceil(x), torch.floor(x), torch.round(x), torch.trunc(x)]
+        return out
+
+    x = torch.randint(-5 if dtype not in (torch.uint8, torch.bool) else 0, 6 if dtype != torch.bool else 2, (4, 7))
+    x = x.to(dtype)
+    for position, (g, w) in enumerate(zip(_compiled(fn)(x), fn(x))):
+        assert g.dtype == w.dtype and torch.equal(g, w), f"result #{position}: {g} != {w}"
