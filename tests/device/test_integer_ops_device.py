@@ -1,6 +1,6 @@
 """Integer ops on the neuron device, compiled per op (no CPU fallback): bit shifts for every integer dtype, their
 in-place and operator forms, the int4 unpacking of quantized weights, and the float functions PyTorch defines on
-integers (rounding, isnan/isinf, nansum, heaviside, sign of bool)."""
+integers (rounding, isnan/isinf, nansum, heaviside, sign of bool), gcd and lcm."""
 
 from __future__ import annotations
 
@@ -80,4 +80,14 @@ def test_bool_sign_nansum_and_heaviside_run_on_the_device():
                      "heaviside": lambda t: torch.heaviside(t, t[:1])}.items():
         got, want = fn(x.to("neuron")), fn(x)
         assert got.dtype == want.dtype and torch.equal(got.cpu(), want), what
+    assert neuroncc.get_fallback_ops() == {}
+
+
+@pytest.mark.parametrize("dtype", INTEGERS, ids=str)
+def test_gcd_and_lcm_run_on_the_device(dtype):
+    info = torch.iinfo(dtype)
+    a = torch.randint(info.min + 1, info.max, (3, 40), dtype=torch.int64).to(dtype)
+    b = torch.randint(-30 if info.min else 0, 30, (40,)).to(dtype)
+    assert torch.equal(torch.gcd(a.to("neuron"), b.to("neuron")).cpu(), torch.gcd(a, b))
+    assert torch.equal(torch.lcm(a.to("neuron"), b.to("neuron")).cpu(), torch.lcm(a, b))
     assert neuroncc.get_fallback_ops() == {}
