@@ -1,6 +1,7 @@
 """Integer ops on the neuron device, compiled per op (no CPU fallback): bit shifts for every integer dtype, their
 in-place and operator forms, the int4 unpacking of quantized weights, and the float functions PyTorch defines on
-integers (rounding, isnan/isinf, nansum, heaviside, sign of bool), gcd and lcm."""
+integers (rounding, isnan/isinf, nansum, heaviside, sign of bool), gcd and lcm; and float16 signbit, copysign
+and frexp (read exactly in float32)."""
 
 from __future__ import annotations
 
@@ -90,4 +91,20 @@ def test_gcd_and_lcm_run_on_the_device(dtype):
     b = torch.randint(-30 if info.min else 0, 30, (40,)).to(dtype)
     assert torch.equal(torch.gcd(a.to("neuron"), b.to("neuron")).cpu(), torch.gcd(a, b))
     assert torch.equal(torch.lcm(a.to("neuron"), b.to("neuron")).cpu(), torch.lcm(a, b))
+    assert neuroncc.get_fallback_ops() == {}
+
+
+def test_float16_sign_bits_and_frexp_run_on_the_device():
+    # signed zeros, NaN of either sign, infinities, float16 subnormals (float32 normals), the largest value
+    bits = torch.tensor([0x0000, 0x8000, 0x7E00, 0xFE00, 0x7C00, 0xFC00, 0x0001, 0x83FF, 0x0400, 0x7BFF, 0x3C00,
+                         0xC500], dtype=torch.int32).to(torch.int16)
+    x = bits.view(torch.float16)
+    y = x.flip(0)
+    d, dy = x.to("neuron"), y.to("neuron")
+    assert torch.equal(torch.signbit(d).cpu(), torch.signbit(x))
+    assert torch.equal(torch.copysign(d, dy).cpu().view(torch.int16), torch.copysign(x, y).view(torch.int16))
+    assert torch.equal(torch.copysign(d, -1.0).cpu().view(torch.int16), torch.copysign(x, -1.0).view(torch.int16))
+    (mantissa, exponent), (want_mantissa, want_exponent) = torch.frexp(d), torch.frexp(x)
+    torch.testing.assert_close(mantissa.cpu(), want_mantissa, rtol=0, atol=0, equal_nan=True)
+    assert torch.equal(exponent.cpu(), want_exponent)
     assert neuroncc.get_fallback_ops() == {}
