@@ -58,7 +58,9 @@ def form_of(op: Any) -> OpForm:
 def _functional_form(op: Any, out_arguments: set[str]) -> Any | None:
     schema = op._schema
     base = schema.name.split("::")[1]
-    if not out_arguments:
+    if not out_arguments and base.startswith("__i") and base.endswith("__"):
+        base = "__" + base.removeprefix("__i")  # the operators' in-place forms: __ilshift__ -> __lshift__
+    elif not out_arguments:
         base = base.removesuffix("_")  # add_ -> add
     packet = getattr(aten, base, None)
     if packet is None:

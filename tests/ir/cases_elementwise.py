@@ -14,8 +14,8 @@ from neuroncc.ir.dtypes import to_storage
 
 from .spec import OpSpec
 from .support import (
-    COMPLEX, FLOATS, INTEGRAL, MAIN, NARROW_INTS, NUMERIC, SPECIALS, TORCH_DTYPES, Case, Tol, broadcast_pair, operand,
-    random_array, rngs, shapes,
+    COMPLEX, FLOATS, INTEGRAL, INTS, MAIN, NARROW_INTS, NUMERIC, SPECIALS, TORCH_DTYPES, Case, Tol, broadcast_pair,
+    operand, random_array, rngs, shapes,
 )
 
 #: The dtypes each kind of operand is drawn from (the narrow integer types exercise wrap-around).
@@ -24,6 +24,7 @@ KINDS = {
     "numeric": NUMERIC + NARROW_INTS,
     "float": FLOATS,
     "integral": INTEGRAL + NARROW_INTS,
+    "integer": INTS + NARROW_INTS,
 }
 
 
@@ -107,7 +108,7 @@ def _unary_torch(name: str, fn):
 
 
 def _unary_invalid(name: str, kind: str):
-    bad = {"numeric": BOOL, "float": I64, "integral": F32, "any": None}[kind]
+    bad = {"numeric": BOOL, "float": I64, "integral": F32, "integer": BOOL, "any": None}[kind]
     invalid = [((t((2,), F32), t((2,), F32)), {}), ((), {})]
     if bad is not None:
         invalid.append(((t((2, 3), bad),), {}))
@@ -137,6 +138,8 @@ _BINARY = {
     "bitwise_and": ("integral", torch.bitwise_and),
     "bitwise_or": ("integral", torch.bitwise_or),
     "bitwise_xor": ("integral", torch.bitwise_xor),
+    "bitwise_left_shift": ("integer", torch.bitwise_left_shift),
+    "bitwise_right_shift": ("integer", torch.bitwise_right_shift),
     "logical_and": ("any", torch.logical_and),
     "logical_or": ("any", torch.logical_or),
     "logical_xor": ("any", torch.logical_xor),
@@ -149,6 +152,7 @@ _BINARY = {
 }
 
 _NONZERO_DIVISOR = ("div", "remainder", "fmod")  # integer division by zero is an error in PyTorch
+_SHIFTS = ("bitwise_left_shift", "bitwise_right_shift")
 
 
 def _binary_cases(name: str, kind: str):
@@ -169,6 +173,11 @@ def _binary_cases(name: str, kind: str):
         if name == "pow" and dtype.is_int:
             a = random_array(rng, sa, dtype, low=-3, high=3)
             b = random_array(rng, sb, dtype, low=-2 if dtype != DType.u8 else 0, high=4)
+        elif name in _SHIFTS:
+            # every value, and amounts around the edges: negative, 0, width - 1, width and beyond
+            a = random_array(rng, sa, dtype, low=-1e6, high=1e6)
+            bits = np.dtype(dtype.numpy).itemsize * 8
+            b = rng.integers(-bits - 3, 2 * bits + 4, size=sb).astype(dtype.numpy)  # u8: -1 wraps to 255
         elif name in _NONZERO_DIVISOR and dtype.is_int:
             a = random_array(rng, sa, dtype, low=-20, high=20)
             b = random_array(rng, sb, dtype, low=-6, high=6)
@@ -232,7 +241,7 @@ def _binary_invalid(name: str, kind: str):
         ((t((2, 3), F32), t((3, 2), F32)), {}),  # shapes that do not broadcast
         ((t((2,), F32),), {}),  # arity
     ]
-    bad = {"numeric": BOOL, "float": I64, "integral": F32, "any": None}[kind]
+    bad = {"numeric": BOOL, "float": I64, "integral": F32, "integer": BOOL, "any": None}[kind]
     if bad is not None:
         invalid.append(((t((2,), bad), t((2,), bad)), {}))
     if name == "div":

@@ -10,6 +10,7 @@ from emit_helpers import F32, graph, lower
 from neuroncc.codegen.nki import emit_program
 from neuroncc.errors import CodegenError, UnsupportedOpError
 from neuroncc.executors.nki_sim.executable import NkiUnsupportedError, load_module, nki_source
+from neuroncc.ir import DType
 from neuroncc.testing.models import layer_norm_graph, softmax_graph
 
 
@@ -54,3 +55,11 @@ def test_unsupported_ops_are_refused_naming_the_op():
     with pytest.raises(NkiUnsupportedError, match="cannot compile func @angles.*'atan2'") as caught:
         nki_source(fn)
     assert isinstance(caught.value, UnsupportedOpError)
+
+
+@pytest.mark.parametrize("name", ["bitwise_left_shift", "bitwise_right_shift"])
+def test_shifts_are_refused_naming_the_op(name):
+    # PyTorch defines amounts < 0 or >= the width (0, or the sign fill); NKI's left_shift/right_shift do not say
+    b, (x, y) = graph("shifts", ((4, 4), DType.i32), ((4, 4), DType.i32))
+    with pytest.raises(NkiUnsupportedError, match=f"'{name}'"):
+        nki_source(b.build([b.op(name, x, y)]))

@@ -14,6 +14,7 @@ from typing import Any
 
 from llvmlite import ir
 
+from neuroncc.codegen.llvm.bit_shifts import shift_left, shift_right
 from neuroncc.codegen.llvm.context import EmitContext
 from neuroncc.codegen.llvm.mathlib import LIBM, POLYNOMIAL, math_call
 from neuroncc.codegen.llvm.norm_affine import fused_weight_and_bias
@@ -575,6 +576,8 @@ ELEMENTWISE: dict[str, Lowering] = {
     "bitwise_and": _bitwise("and_"),
     "bitwise_or": _bitwise("or_"),
     "bitwise_xor": _bitwise("xor"),
+    "bitwise_left_shift": shift_left,
+    "bitwise_right_shift": shift_right,
     "logical_and": _logical("and_"),
     "logical_or": _logical("or_"),
     "logical_xor": _logical("xor"),

@@ -21,6 +21,7 @@ import torch.fx as fx
 from torch._decomp import get_decompositions
 
 from neuroncc.frontend.lowering.coverage_indexing import INDEXING_FORMULAS
+from neuroncc.frontend.lowering.coverage_integers import INTEGER_FORMULAS
 from neuroncc.frontend.lowering.coverage_pooling import POOLING_FORMULAS
 from neuroncc.frontend.lowering.coverage_products import PRODUCT_FORMULAS
 from neuroncc.frontend.lowering.context import LoweringContext
@@ -293,6 +294,7 @@ def coverage_decompositions() -> dict[Any, Callable[..., Any]]:
     table.update(INDEXING_FORMULAS)  # scatter/index family (coverage_indexing.py)
     table.update(POOLING_FORMULAS)  # pooling family (coverage_pooling.py)
     table.update(PRODUCT_FORMULAS)  # cdist, pdist, _trilinear (coverage_products.py)
+    table.update(INTEGER_FORMULAS)  # gcd, lcm (coverage_integers.py)
     return table
 
 

@@ -88,10 +88,54 @@ def predicate(ir_name: str) -> Lowering:
     return lower
 
 
+def float_predicate(ir_name: str) -> Lowering:
+    """isnan / isinf: ``ir_name(x)`` on floats; all False on integers and bool, which hold no NaN or infinity (as
+    PyTorch answers; nansum and heaviside's decompositions ask isnan of any dtype)."""
+    def lower(ctx: LoweringContext, node: fx.Node, self: Any) -> Value:
+        x = ctx.value(self)
+        if not (x.type.dtype.is_float or x.type.dtype.is_complex):
+            return ctx.full(ctx.out_shape(node), DType.bool, False)
+        return ctx.emit(ir_name, x)
+
+    return lower
+
+
+def float_rounding(ir_name: str) -> Lowering:
+    """floor / ceil / round / trunc: ``ir_name(x)`` on floats; an integer tensor is its own rounding (same dtype,
+    as PyTorch returns it). Bool stays refused by the IR op, as PyTorch's CPU kernels refuse it."""
+    def lower(ctx: LoweringContext, node: fx.Node, self: Any) -> Value:
+        x = ctx.value(self)
+        return x if x.type.dtype.is_int else ctx.emit(ir_name, x)
+
+    return lower
+
+
+def _sign(ctx: LoweringContext, node: fx.Node, self: Any) -> Value:
+    """sign (and sgn of real tensors): a bool tensor is its own sign (True is 1, False 0; the result is bool)."""
+    x = ctx.value(self)
+    return x if x.type.dtype.is_bool else ctx.emit("sign", ctx.operand(self, ctx.out_dtype(node)))
+
+
 def binary(ir_name: str) -> Lowering:
     """``(a, b) -> ir_name(a, b)`` with both operands cast to the result dtype."""
     def lower(ctx: LoweringContext, node: fx.Node, self: Any, other: Any) -> Value:
         return _arith(ctx, ir_name, ctx.out_dtype(node), self, other)
+
+    return lower
+
+
+def shift(ir_name: str) -> Lowering:
+    """A bit shift in the result dtype. A Python number is converted as PyTorch's kernels convert it: wrapped into
+    the dtype (``int8 << 260`` shifts by 4; ``uint8 >> -1`` by 255, out of range), where ``full`` would refuse it."""
+    def lower(ctx: LoweringContext, node: fx.Node, self: Any, other: Any) -> Value:
+        dtype = ctx.out_dtype(node)
+        bits = 8 * dtype.itemsize
+        low = 0 if dtype is DType.u8 else -(1 << (bits - 1))
+
+        def wrapped(arg: Any) -> Any:
+            return (arg - low) % (1 << bits) + low if type(arg) in (int, bool) else arg
+
+        return ctx.emit(ir_name, ctx.operand(wrapped(self), dtype), ctx.operand(wrapped(other), dtype))
 
     return lower
 
@@ -237,7 +281,7 @@ def _identity(ctx: LoweringContext, node: fx.Node, self: Any, *args: Any, **kwar
 _UNARY = {
     aten.abs.default: unary("abs"),
     aten.neg.default: unary("neg"),
-    aten.sign.default: unary("sign"),
+    aten.sign.default: _sign,
     aten.relu.default: unary("relu"),
     aten.exp.default: unary("exp"),
     aten.exp2.default: unary("exp2"),
@@ -255,13 +299,13 @@ _UNARY = {
     aten.atan.default: unary("atan"),
     aten.sigmoid.default: unary("sigmoid"),
     aten.erf.default: unary("erf"),
-    aten.floor.default: unary("floor"),
-    aten.ceil.default: unary("ceil"),
-    aten.round.default: unary("round"),
-    aten.trunc.default: unary("trunc"),
+    aten.floor.default: float_rounding("floor"),
+    aten.ceil.default: float_rounding("ceil"),
+    aten.round.default: float_rounding("round"),
+    aten.trunc.default: float_rounding("trunc"),
     aten.bitwise_not.default: unary("bitwise_not"),
-    aten.isnan.default: predicate("isnan"),
-    aten.isinf.default: predicate("isinf"),
+    aten.isnan.default: float_predicate("isnan"),
+    aten.isinf.default: float_predicate("isinf"),
     aten.isposinf.default: signed_infinity(1.0),
     aten.isneginf.default: signed_infinity(-1.0),
     aten.logical_not.default: predicate("logical_not"),
@@ -299,6 +343,12 @@ _BINARY = {
     aten.bitwise_or.Scalar: binary("bitwise_or"),
     aten.bitwise_xor.Tensor: binary("bitwise_xor"),
     aten.bitwise_xor.Scalar: binary("bitwise_xor"),
+    **{overload: shift("bitwise_left_shift") for overload in (
+        aten.bitwise_left_shift.Tensor, aten.bitwise_left_shift.Tensor_Scalar, aten.bitwise_left_shift.Scalar_Tensor,
+        aten.__lshift__.Tensor, aten.__lshift__.Scalar)},
+    **{overload: shift("bitwise_right_shift") for overload in (
+        aten.bitwise_right_shift.Tensor, aten.bitwise_right_shift.Tensor_Scalar,
+        aten.bitwise_right_shift.Scalar_Tensor, aten.__rshift__.Tensor, aten.__rshift__.Scalar)},
     aten.logical_and.default: logical("logical_and"),
     aten.logical_or.default: logical("logical_or"),
     aten.logical_xor.default: logical("logical_xor"),

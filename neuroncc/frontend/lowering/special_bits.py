@@ -3,7 +3,9 @@
 Each reinterprets float32 as int32 (``x.view(torch.int32)``, the IR's ``bitcast``) so that signs of zeros and
 NaNs, neighbouring floats and exponents come out exactly as C's functions give them (what eager calls).
 bfloat16 values are held in float32 with the low 16 bits zero, so their sign and exponent are float32's and
-their neighbour is 2^16 float32 steps away. float16 (and float64) decline, and stay refused.
+their neighbour is 2^16 float32 steps away. float16 values convert to float32 exactly (sign of zeros and NaNs
+kept), so signbit, copysign and frexp read them there; nextafter of float16 (whose neighbour is no fixed number of
+float32 steps away: its subnormals are float32 normals) and float64 decline, and stay refused.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ _MANTISSA_AND_SIGN = _SIGN | 0x007FFFFF
 _HALF_EXPONENT = 0x3F000000  # the exponent field of [0.5, 1)
 _SMALLEST_NORMAL = 2.0 ** -126
 _BITS_STEP = {torch.float32: 1, torch.bfloat16: 1 << 16}  # one unit in the last place, in float32 bits
+_EXACT_IN_FLOAT32 = (torch.float32, torch.bfloat16, torch.float16)  # sign, magnitude and exponent read in float32
 
 
 def _bits(x: torch.Tensor) -> torch.Tensor:
@@ -41,7 +44,7 @@ def _signbit(x: torch.Tensor) -> Any:
         return torch.zeros_like(x)
     if not x.is_floating_point():
         return x < 0
-    if x.dtype not in _BITS_STEP:
+    if x.dtype not in _EXACT_IN_FLOAT32:
         return NotImplemented
     return _bits(x) < 0  # the sign bit is int32's sign: -0.0 and -NaN included
 
@@ -49,7 +52,7 @@ def _signbit(x: torch.Tensor) -> Any:
 def _copysign(a: Any, b: Any) -> Any:
     dtype = torch.result_type(a, b)
     dtype = dtype if dtype.is_floating_point else torch.get_default_dtype()
-    if dtype not in _BITS_STEP:
+    if dtype not in _EXACT_IN_FLOAT32:
         return NotImplemented
     a = torch.as_tensor(a).to(torch.float32)
     b = torch.as_tensor(b).to(torch.float32)
@@ -75,7 +78,7 @@ def _nextafter(x: torch.Tensor, y: torch.Tensor) -> Any:
 
 
 def _frexp(x: torch.Tensor) -> Any:
-    if x.dtype not in _BITS_STEP:
+    if x.dtype not in _EXACT_IN_FLOAT32:
         return NotImplemented
     f = x.to(torch.float32)
     # Subnormals: scale by 2^24 (exact) so that the exponent field is not zero, and take 24 off the exponent.

@@ -54,6 +54,7 @@ _ANY = "any"  # numeric or bool
 _NUMERIC = "numeric"  # int or float
 _FLOAT = "float"
 _INTEGRAL = "integral"  # int or bool
+_INTEGER = "integer"  # int only (PyTorch promotes a bool operand of a shift to int64 first)
 
 
 def _check_kind(op: str, t: TensorType, kind: str) -> None:
@@ -62,6 +63,7 @@ def _check_kind(op: str, t: TensorType, kind: str) -> None:
         _NUMERIC: not t.dtype.is_bool,
         _FLOAT: t.dtype.is_float,
         _INTEGRAL: t.dtype.is_int or t.dtype.is_bool,
+        _INTEGER: t.dtype.is_int,
     }[kind]
     if not ok:
         raise fail(op, f"operand #0 has element type {t.dtype.value}, expected a {kind} type")
@@ -232,6 +234,31 @@ def _pow_float(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return out
 
 
+def _shift_amount(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The shift amount as PyTorch's CPU kernels read it: ``b`` in ``a``'s type taken as unsigned (a negative
+    amount is a huge one): the amount clamped to width - 1, and where it was out of range (>= the width)."""
+    bits = a.dtype.itemsize * 8
+    amount = np.asarray(b).astype(f"uint{bits}")  # wraps negative amounts modulo 2**bits
+    return np.minimum(amount, bits - 1).astype(a.dtype), amount >= bits
+
+
+def _shift_left(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a << b wrapping in a's width; an amount out of range (negative or >= the width) gives 0 (measured on
+    torch 2.13 CPU for u8, i8, i16, i32, i64)."""
+    in_range, out_of_range = _shift_amount(a, b)
+    return np.where(out_of_range, np.zeros((), a.dtype), np.left_shift(a, in_range)).astype(a.dtype)
+
+
+def _shift_right(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a >> b, arithmetic for signed types and logical for u8; an amount out of range (negative or >= the width)
+    fills with the sign (-1 for a negative signed a, else 0), as torch 2.13 CPU does."""
+    in_range, out_of_range = _shift_amount(a, b)
+    shifted = np.right_shift(a, in_range)  # a signed a shifted by width - 1 is its sign fill already
+    if a.dtype.kind == "i":
+        return shifted
+    return np.where(out_of_range, np.zeros((), a.dtype), shifted).astype(a.dtype)
+
+
 BINARY = (
     _binary("add", np.add, _ANY, traits=COMMUTATIVE, complex=True),
     _binary("sub", np.subtract, _NUMERIC, complex=True),
@@ -248,6 +275,10 @@ BINARY = (
     _binary("bitwise_and", np.bitwise_and, _INTEGRAL, traits=COMMUTATIVE),
     _binary("bitwise_or", np.bitwise_or, _INTEGRAL, traits=COMMUTATIVE),
     _binary("bitwise_xor", np.bitwise_xor, _INTEGRAL, traits=COMMUTATIVE),
+    _binary("bitwise_left_shift", _shift_left, _INTEGER,
+            doc="a << b in a's width; an amount < 0 or >= the width gives 0 (as torch on CPU)"),
+    _binary("bitwise_right_shift", _shift_right, _INTEGER,
+            doc="a >> b, arithmetic (signed) or logical (u8); an amount < 0 or >= the width fills with the sign"),
     _binary("logical_and", np.logical_and, _ANY, to_bool=True, traits=COMMUTATIVE),
     _binary("logical_or", np.logical_or, _ANY, to_bool=True, traits=COMMUTATIVE),
     _binary("logical_xor", np.logical_xor, _ANY, to_bool=True, traits=COMMUTATIVE),
