@@ -190,6 +190,10 @@ class EmitContext(Protocol):
         """A data-dependent index, wrapped if negative; out of range sets the kernel's error flag."""
         ...
 
+    def fail_if(self, condition: ir.Value) -> None:
+        """Where ``condition`` holds, set the kernel's error flag (an integer divisor of zero, ...)."""
+        ...
+
     # ---- loops ----------------------------------------------------------------------------------------
 
     def loop(self, lo: Any, hi: Any, body: Callable[[Any], None]) -> None:

@@ -250,10 +250,27 @@ def _row_invariant(op: Op, operand) -> bool:
     return len(result) > 0 and result[-1] > 1 and (len(shape) == 0 or shape[-1] == 1)
 
 
+#: Integer lowerings that check their divisor: a zero sets the kernel's error flag and the launcher raises, as
+#: eager raises ZeroDivisionError (``checks_divisor``).
+CHECKED_DIVISOR_OPS = frozenset({"div", "remainder", "fmod"})
+
+
+def checks_divisor(op: Op) -> bool:
+    """Whether ``op``'s lowering checks for a zero divisor (integer division and remainder)."""
+    return op.name in CHECKED_DIVISOR_OPS and op.operands[1].type.dtype.is_int
+
+
+def _zero_divisor(ctx, c: ir.Value) -> ir.Value:
+    """Whether ``c`` is zero, flagged as the kernel's error (the result's lanes then hold 0, never trap)."""
+    zero = ctx.b.icmp_unsigned("==", c, _zero(c))
+    ctx.fail_if(zero)
+    return zero
+
+
 def _safe_divisor(ctx, a: ir.Value, c: ir.Value) -> tuple[ir.Value, ir.Value]:
-    """Integer division guard: x/0 gives 0 (numpy) and INT_MIN/-1 must not trap."""
+    """Integer division guard: x/0 sets the error flag (and gives 0) and INT_MIN/-1 must not trap."""
     b = ctx.b
-    zero = b.icmp_unsigned("==", c, _zero(c))
+    zero = _zero_divisor(ctx, c)
     minus_one = b.icmp_signed("==", c, ir.Constant(c.type, -1))
     divisor = b.select(b.or_(zero, minus_one), ir.Constant(c.type, 1), c)
     return zero, divisor
@@ -262,7 +279,7 @@ def _safe_divisor(ctx, a: ir.Value, c: ir.Value) -> tuple[ir.Value, ir.Value]:
 def _int_div(ctx, op, a: ir.Value, c: ir.Value, mode: str) -> ir.Value:
     b = ctx.b
     if is_unsigned(_dtype(op)):
-        zero = b.icmp_unsigned("==", c, _zero(c))
+        zero = _zero_divisor(ctx, c)
         return b.select(zero, _zero(c), b.udiv(a, b.select(zero, ir.Constant(c.type, 1), c)))
     zero, divisor = _safe_divisor(ctx, a, c)
     minus_one = b.icmp_signed("==", c, ir.Constant(c.type, -1))
@@ -326,7 +343,7 @@ def _float_floor_div(ctx, a: ir.Value, c: ir.Value, quotient: ir.Value) -> ir.Va
 def _int_rem(ctx, op, a: ir.Value, c: ir.Value, python_sign: bool) -> ir.Value:
     b = ctx.b
     if is_unsigned(_dtype(op)):
-        zero = b.icmp_unsigned("==", c, _zero(c))
+        zero = _zero_divisor(ctx, c)
         return b.select(zero, _zero(c), b.urem(a, b.select(zero, ir.Constant(c.type, 1), c)))
     zero, divisor = _safe_divisor(ctx, a, c)
     remainder = b.srem(a, divisor)

@@ -280,9 +280,14 @@ class IndexArithmetic:
         wrapped = b.select(b.icmp_signed("<", raw, ir.Constant(I64, 0)), b.add(raw, ir.Constant(I64, size)), raw)
         bad = b.or_(b.icmp_signed("<", wrapped, ir.Constant(I64, 0)),
                     b.icmp_signed(">=", wrapped, ir.Constant(I64, size)))
-        with b.if_then(bad, likely=False):
-            b.store(ir.Constant(I32, 1), self.ptrs[self.plan.error_slot])
+        self.fail_if(bad)
         return self.clamp(wrapped, 0, max(size - 1, 0))
+
+    def fail_if(self, condition: ir.Value) -> None:
+        """Where ``condition`` holds, set the kernel's error flag (the launcher raises after the kernel): one
+        store on an unlikely branch."""
+        with self.b.if_then(condition, likely=False):
+            self.b.store(ir.Constant(I32, 1), self.ptrs[self.plan.error_slot])
 
     # ---- loops ---------------------------------------------------------------------------------------------
 

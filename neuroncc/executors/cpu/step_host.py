@@ -17,7 +17,7 @@ from neuroncc.ir.graph import Function
 
 
 class ErrorFlag:
-    """The int32 that a kernel sets when it reads or writes a data-dependent index out of range."""
+    """The int32 that a kernel sets when a run-time check fails (an index out of range, an integer divisor of 0)."""
 
     def __init__(self) -> None:
         self._flag = np.zeros(1, dtype=np.int32)
