@@ -15,6 +15,7 @@ from typing import Any
 from llvmlite import ir
 
 from neuroncc.codegen.llvm.context import EmitContext
+from neuroncc.codegen.llvm.launch_plan import FailedCheck
 from neuroncc.codegen.llvm.mathlib import LIBM, POLYNOMIAL, math_call
 from neuroncc.codegen.llvm.norm_affine import fused_weight_and_bias
 from neuroncc.codegen.llvm.scalars import (
@@ -263,7 +264,7 @@ def checks_divisor(op: Op) -> bool:
 def _zero_divisor(ctx, c: ir.Value) -> ir.Value:
     """Whether ``c`` is zero, flagged as the kernel's error (the result's lanes then hold 0, never trap)."""
     zero = ctx.b.icmp_unsigned("==", c, _zero(c))
-    ctx.fail_if(zero)
+    ctx.fail_if(zero, FailedCheck.ZERO_DIVISOR)
     return zero
 
 

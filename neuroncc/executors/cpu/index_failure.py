@@ -15,9 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from neuroncc.codegen.llvm.access import CHECKED_INDEX_OPS
-from neuroncc.codegen.llvm.elementwise import checks_divisor
-from neuroncc.codegen.llvm.launch_plan import StepSpec
+from neuroncc.codegen.llvm.launch_plan import FailedCheck, StepSpec
 from neuroncc.errors import (InterpreterIndexError, InterpreterZeroDivisionError, KernelIndexError,
                              KernelZeroDivisionError, RuntimeCheckError)
 from neuroncc.executors.cpu.buffers import storage_dtype, strided_view
@@ -29,9 +27,11 @@ from neuroncc.ir.interpreter import interpret
 _KERNEL_ERROR = {InterpreterIndexError: KernelIndexError, InterpreterZeroDivisionError: KernelZeroDivisionError}
 
 
-def kernel_check_error(exe: StepHost, step: StepSpec, flats: list[Any], addresses: list[int]) -> RuntimeCheckError:
-    """The error for kernel step ``step``, whose run-time check failed in this call (``flats``: its buffers'
-    flat arrays where the call has them, ``addresses``: their addresses)."""
+def kernel_check_error(exe: StepHost, step: StepSpec, flats: list[Any], addresses: list[int],
+                       failed: int) -> RuntimeCheckError:
+    """The error for kernel step ``step``, whose run-time check ``failed`` (its error flag: a
+    :class:`~neuroncc.codegen.llvm.launch_plan.FailedCheck`) in this call (``flats``: its buffers' flat arrays
+    where the call has them, ``addresses``: their addresses)."""
     op = exe.function.ops[step.op_index]
     kernel = op.attrs["name"]
     try:
@@ -43,9 +43,8 @@ def kernel_check_error(exe: StepHost, step: StepSpec, flats: list[Any], addresse
                                           detail=found.detail, kernel=kernel)
     except Exception:  # noqa: BLE001 - the diagnosis is best effort; the kernel's own report stands
         pass
-    ops = op.regions[0].ops
-    names = ', '.join(sorted({o.name for o in ops}))
-    if not any(o.name in CHECKED_INDEX_OPS for o in ops) and any(checks_divisor(o) for o in ops):
+    names = ', '.join(sorted({o.name for o in op.regions[0].ops}))
+    if failed == FailedCheck.ZERO_DIVISOR:
         return KernelZeroDivisionError(f"kernel '{kernel}' ({names}): integer division by zero", kernel=kernel)
     return KernelIndexError(f"kernel '{kernel}' ({names}): index out of range", kernel=kernel)
 

@@ -133,8 +133,8 @@ class NativeKernel:
             else:
                 self._phases(0, None)
         del product  # the phases have read it
-        if self.step.may_fail and self.exe.error.take():
-            raise kernel_check_error(self.exe, self.step, flats, addresses)
+        if self.step.may_fail and (failed := self.exe.error.take()):
+            raise kernel_check_error(self.exe, self.step, flats, addresses, failed)
 
     def _phases(self, row_start: int, row_end: int | None) -> None:
         """Run every phase, on all outer iterations or on those of rows [row_start, row_end)."""
