@@ -499,3 +499,21 @@ def test_an_index_out_of_range_in_the_inputs_is_one_line_naming_the_input(capsys
     assert "aten.embedding.default at " in result.stderr and "(in forward)" in result.stderr
     assert "index 12 is out of bounds for dimension 0 with size 10 (operand 'indices', the input 'ids', int64[3])" \
         in result.stderr, result.stderr
+
+
+class Buckets(torch.nn.Module):
+    def forward(self, values, width):
+        return values // width
+
+
+@pytest.mark.parametrize("target", ["cpu", "interp"])
+def test_an_integer_division_by_zero_in_the_inputs_is_one_line_naming_the_divisor(capsys, tmp_path, target):
+    path = tmp_path / "buckets.pt2"
+    _export(path, Buckets(), (torch.tensor([10, 11]), torch.tensor([3, 4])))
+    np.savez(tmp_path / "in.npz", values=np.array([10, 11]), width=np.array([3, 0]))
+    result = run_in_process(capsys, "run", str(path), "--target", target, "--inputs", str(tmp_path / "in.npz"), "-q")
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr, result.stderr
+    assert "aten.div.Tensor_mode at " in result.stderr and "(in forward)" in result.stderr, result.stderr
+    assert "integer division by zero (divisor: operand 'other', the input 'width', int64[2])" in result.stderr, \
+        result.stderr
