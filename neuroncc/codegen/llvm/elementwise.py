@@ -251,16 +251,6 @@ def _row_invariant(op: Op, operand) -> bool:
     return len(result) > 0 and result[-1] > 1 and (len(shape) == 0 or shape[-1] == 1)
 
 
-#: Integer lowerings that check their divisor: a zero sets the kernel's error flag and the launcher raises, as
-#: eager raises ZeroDivisionError (``checks_divisor``).
-CHECKED_DIVISOR_OPS = frozenset({"div", "remainder", "fmod"})
-
-
-def checks_divisor(op: Op) -> bool:
-    """Whether ``op``'s lowering checks for a zero divisor (integer division and remainder)."""
-    return op.name in CHECKED_DIVISOR_OPS and op.operands[1].type.dtype.is_int
-
-
 def _zero_divisor(ctx, c: ir.Value) -> ir.Value:
     """Whether ``c`` is zero, flagged as the kernel's error (the result's lanes then hold 0, never trap)."""
     zero = ctx.b.icmp_unsigned("==", c, _zero(c))

@@ -25,9 +25,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 from neuroncc.codegen.llvm import refine, transpose
-from neuroncc.codegen.llvm.access import ACCESS, CHECKED_INDEX_OPS, NEED_A_DIM, SCATTERS
+from neuroncc.codegen.llvm.access import ACCESS, CHECKED_INDEX_OPS, NEED_A_DIM, SCATTERS, checks_divisor
 from neuroncc.codegen.llvm.dimflow import outer_dims_preserved
-from neuroncc.codegen.llvm.elementwise import ELEMENTWISE, checks_divisor
+from neuroncc.codegen.llvm.elementwise import ELEMENTWISE
 from neuroncc.codegen.llvm.kernel_plan import (
     BlockedMap, Computed, ExternCall, ExtraArg, ExtraKind, KernelPlan, MapStage, Phase, ReduceStage, RowLoop,
     ScatterLoop, ScatterStage, Stage, TransposedMap, written_by,
