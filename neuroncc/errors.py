@@ -32,13 +32,14 @@ class InterpreterError(NeuronccError):
     """A graph failed at run time in the reference interpreter (bad inputs, out-of-range index, ...)."""
 
 
-class RuntimeIndexError(NeuronccError, IndexError, RuntimeError):
-    """A compiled graph read or wrote a data-dependent index out of range (gather, index_select, embedding,
-    index, index_put, scatter, ...): an ``IndexError`` as eager's ``x[i]`` raises and a ``RuntimeError`` as
-    eager's ``gather`` raises, so code catching eager's error catches it. ``op`` is the op that failed
-    (the aten op once the front end located it, else the IR op), ``detail`` eager's words for the value
-    (``index 11 is out of bounds for dimension 1 with size 8``), ``location`` the user's ``file:line`` when
-    known, ``kernel`` the fused kernel it ran in; each None when unknown."""
+class RuntimeCheckError(NeuronccError, RuntimeError):
+    """A compiled graph failed a run-time check on its data, where eager PyTorch raises too: an index out of range
+    (:class:`RuntimeIndexError`), an integer division by zero (:class:`RuntimeZeroDivisionError`). A
+    ``RuntimeError`` as eager's are. ``op`` is the op that failed (the aten op once the front end located it, else
+    the IR op), ``detail`` eager's words for the value (``index 11 is out of bounds for dimension 1 with size 8``),
+    ``location`` the user's ``file:line`` when known, ``kernel`` the fused kernel it ran in; each None when
+    unknown. The front end (``frontend/run_errors.py``) and the device (``device/fallback.py``) locate every kind
+    the same way: by rerunning eagerly, on the failure path only."""
 
     def __init__(self, message: str, *, op: str | None = None, detail: str | None = None,
                  kernel: str | None = None, location: str | None = None):
@@ -46,13 +47,25 @@ class RuntimeIndexError(NeuronccError, IndexError, RuntimeError):
         super().__init__(message)
 
     def __reduce__(self) -> tuple:  # keyword fields survive pickling (a worker process's error)
-        return (_rebuild_runtime_index_error, (type(self), str(self), self.op, self.detail, self.kernel,
+        return (_rebuild_runtime_check_error, (type(self), str(self), self.op, self.detail, self.kernel,
                                                self.location))
 
 
-def _rebuild_runtime_index_error(cls: type, message: str, op: str | None, detail: str | None,
-                                 kernel: str | None, location: str | None) -> RuntimeIndexError:
+def _rebuild_runtime_check_error(cls: type, message: str, op: str | None, detail: str | None,
+                                 kernel: str | None, location: str | None) -> RuntimeCheckError:
     return cls(message, op=op, detail=detail, kernel=kernel, location=location)
+
+
+class RuntimeIndexError(RuntimeCheckError, IndexError):
+    """A compiled graph read or wrote a data-dependent index out of range (gather, index_select, embedding,
+    index, index_put, scatter, ...): an ``IndexError`` as eager's ``x[i]`` raises and a ``RuntimeError`` as
+    eager's ``gather`` raises, so code catching eager's error catches it."""
+
+
+class RuntimeZeroDivisionError(RuntimeCheckError, ZeroDivisionError):
+    """A compiled graph divided integers by zero (``x // y``, ``x % y``, ``torch.div(x, y, rounding_mode=...)``,
+    ``torch.fmod``): a ``RuntimeError`` as eager's ``RuntimeError: ZeroDivisionError`` is, and a
+    ``ZeroDivisionError`` as its message says. Float division keeps IEEE's inf and NaN."""
 
 
 class KernelIndexError(RuntimeIndexError):
@@ -61,8 +74,18 @@ class KernelIndexError(RuntimeIndexError):
     in the reference interpreter on its inputs (on the failure path only)."""
 
 
+class KernelZeroDivisionError(RuntimeZeroDivisionError):
+    """A native kernel (the cpu target) divided integers by zero: its error flag was set; found and named as
+    :class:`KernelIndexError` is."""
+
+
 class InterpreterIndexError(InterpreterError, RuntimeIndexError):
     """The reference interpreter (the interp target, a kernel run interpreted) met an index out of range."""
+
+
+class InterpreterZeroDivisionError(InterpreterError, RuntimeZeroDivisionError):
+    """The reference interpreter (the interp and nki-sim targets, a kernel run interpreted) divided integers by
+    zero."""
 
 
 class PassError(NeuronccError):

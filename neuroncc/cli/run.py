@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from neuroncc.cli import programs
 from neuroncc.cli.progress import format_seconds
-from neuroncc.errors import InputError
+from neuroncc.errors import InputError, RuntimeCheckError
 from neuroncc.evaluation.plots import check_plot_path, plot_timeline, save
 from neuroncc.executors.tracing import TimelineRecorder, installed
 import numpy as np
@@ -66,7 +66,13 @@ def run_run(args: argparse.Namespace) -> int:
         call_args, call_kwargs = unflatten_user_inputs(program, flat_inputs)  # the program's own signature
         with progress.step("run"):
             start = time.perf_counter()
-            returned = served(*call_args, **call_kwargs)
+            try:
+                returned = served(*call_args, **call_kwargs)
+            except RuntimeCheckError as error:  # a zero divisor, an index out of range: the inputs' fault
+                if args.inputs:
+                    raise
+                raise type(error)(f"{error}{_RANDOM_INPUTS_HINT}", op=error.op, detail=error.detail,
+                                  kernel=error.kernel, location=error.location) from error
             first = time.perf_counter() - start
             # the state the first call left (buffers and inputs it updated), compared with eager's by --check
             updated = [served.state[fqn].clone() for _, fqn in graph.buffer_mutations] + \
@@ -122,6 +128,10 @@ def _checked_values(run, graph, expected) -> list[torch.Tensor]:
         [run.inputs[position] for _, position in graph.input_mutations]
 
 
+#: what a failure on random inputs (no ``--inputs``) adds
+_RANDOM_INPUTS_HINT = " (random integers are drawn from {0, 1}: give fitting ones with --inputs X.npz)"
+
+
 def _eager(program, flat_inputs: list[torch.Tensor], args: argparse.Namespace):
     """``--check``'s reference: the program's eager module on copies of the same inputs (an
     :class:`~neuroncc.frontend.exported.EagerRun`); its failure is the inputs' (eager PyTorch refuses them: an
@@ -132,7 +142,7 @@ def _eager(program, flat_inputs: list[torch.Tensor], args: argparse.Namespace):
         return call_eager_with_state(program, [tensor.clone() for tensor in flat_inputs])
     except Exception as exc:
         first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        hint = "" if args.inputs else " (random integers are drawn from {0, 1}: give fitting ones with --inputs X.npz)"
+        hint = "" if args.inputs else _RANDOM_INPUTS_HINT
         raise InputError(f"{args.model}: eager PyTorch fails on these inputs, so --check has nothing to compare "
                          f"with: {type(exc).__name__}: {first_line}{hint}") from None
 

@@ -29,26 +29,47 @@ from neuroncc.device import generators, memory
 from neuroncc.device.config import CONFIG
 from neuroncc.device.diagnostics import DeviceFallbackWarning, user_location
 from neuroncc.device.op_forms import OpForm
-from neuroncc.errors import DeviceFallbackError, RuntimeIndexError, UnsupportedOpError
+from neuroncc.errors import (DeviceFallbackError, RuntimeCheckError, RuntimeIndexError, RuntimeZeroDivisionError,
+                             UnsupportedOpError)
 from neuroncc.executors.tracing import StepInfo, active_tracer
 
 
-def index_error_on_host(form: OpForm, args: tuple[Any, ...], kwargs: dict[str, Any], index: int,
-                        kernel_error: RuntimeIndexError) -> Any:
-    """After a device kernel met an index out of range (``kernel_error``): the op's CPU kernel on the same memory,
-    whose error is raised as a :class:`~neuroncc.errors.RuntimeIndexError` naming the op, the index operand, the
-    value and range (eager's words, or the kernel's where eager leaves the value out) and the user's ``file:line``
-    (the innermost caller outside torch and neuroncc); the CPU kernel's result if it does not raise."""
+def check_error_on_host(form: OpForm, args: tuple[Any, ...], kwargs: dict[str, Any], index: int,
+                        kernel_error: RuntimeCheckError) -> Any:
+    """After a device kernel's run-time check failed (``kernel_error``: an index out of range, an integer division
+    by zero): the op's CPU kernel on the same memory, whose error is raised as the same kind
+    (:class:`~neuroncc.errors.RuntimeIndexError`, :class:`~neuroncc.errors.RuntimeZeroDivisionError`) naming
+    the op, the operand (the index, the divisor), the value and range (eager's words, or the kernel's where eager
+    leaves the value out) and the user's ``file:line`` (the innermost caller outside torch and neuroncc); the CPU
+    kernel's result if it does not raise."""
     try:
         return run_on_host(form, args, kwargs, index)
     except (IndexError, RuntimeError) as error:
         where = user_location()
+        at = f" at {where}" if where else ""
+        if isinstance(kernel_error, RuntimeZeroDivisionError):
+            detail = "integer division by zero"
+            raise RuntimeZeroDivisionError(f"{form.name}{at}: {detail}{_divisor_operand(form, args, kwargs)}",
+                                           op=form.name, detail=detail, location=where) from error
         detail = (str(error).strip().splitlines() or ["index out of range"])[0]
         if kernel_error.detail and not any(c.isdigit() for c in detail):  # "index out of range in self"
             detail = kernel_error.detail
-        raise RuntimeIndexError(f"{form.name}{f' at {where}' if where else ''}: {detail}"
+        raise RuntimeIndexError(f"{form.name}{at}: {detail}"
                                 f"{_index_operands(form, args, kwargs)}", op=form.name, detail=detail,
                                 location=where) from error
+
+
+def _divisor_operand(form: OpForm, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+    """`` (divisor: operand 'other', int64[2])``: the op's second argument (``= 0`` when a number)."""
+    arguments = form.op._schema.arguments
+    if len(arguments) < 2:
+        return ""
+    name = arguments[1].name
+    value = args[1] if len(args) > 1 else kwargs.get(name)
+    if isinstance(value, torch.Tensor):
+        shape = ", ".join(map(str, value.shape))
+        return f" (divisor: operand '{name}', {str(value.dtype).removeprefix('torch.')}[{shape}])"
+    return f" (divisor: operand '{name}' = {value})" if value is not None else ""
 
 
 def _index_operands(form: OpForm, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:

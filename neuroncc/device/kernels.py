@@ -27,14 +27,14 @@ from torch.utils._pytree import tree_unflatten
 
 from neuroncc.device import memory
 from neuroncc.device.allocator import scratch_block
-from neuroncc.device.fallback import index_error_on_host
+from neuroncc.device.fallback import check_error_on_host
 from neuroncc.device.op_forms import OpForm, argument
 from neuroncc.device.programs import Program
 from neuroncc.device.thread_count import following_runner
 from neuroncc.frontend.imported import ComputedOutput, InputOutput
 from neuroncc.ir import DType
 from neuroncc.executors.cpu.address_call import AddressCall
-from neuroncc.executors.cpu.launcher import KernelIndexError
+from neuroncc.errors import RuntimeCheckError
 from neuroncc.codegen.llvm.fork_safety import renew_in_child
 
 _STORAGE = {DType.f32: torch.float32, DType.bf16: torch.float32, DType.f16: torch.float16, DType.i64: torch.int64,
@@ -346,22 +346,22 @@ class CompiledKernel:
             if donated:
                 try:
                     run(addresses, no_outputs)
-                except KernelIndexError as kernel_error:
-                    return index_error_on_host(form, args, kwargs, index, kernel_error)
+                except RuntimeCheckError as kernel_error:
+                    return check_error_on_host(form, args, kwargs, index, kernel_error)
             elif scratch is not None:
                 with scratch_lock:
                     try:
                         run(addresses, scratch)
-                    except KernelIndexError as kernel_error:
-                        return index_error_on_host(form, args, kwargs, index, kernel_error)
+                    except RuntimeCheckError as kernel_error:
+                        return check_error_on_host(form, args, kwargs, index, kernel_error)
                     for ((nbytes, *_), target), (_, address) in zip(outputs, scratch_blocks):
                         memmove(tensors[target].data_ptr(), address, nbytes)
             else:
                 fresh = [make() for make in makers]
                 try:
                     run(addresses, [t.data_ptr() for t in fresh])
-                except KernelIndexError as kernel_error:
-                    return index_error_on_host(form, args, kwargs, index, kernel_error)
+                except RuntimeCheckError as kernel_error:
+                    return check_error_on_host(form, args, kwargs, index, kernel_error)
                 for (spec, target), made in zip(outputs, fresh):
                     commit(tensors[target], made, spec[0])
             if not returned:
@@ -404,8 +404,8 @@ class CompiledKernel:
                 addresses = [tensors[s].data_ptr() for s in sources]
             try:
                 run(addresses, list(map(data_ptr, made)))
-            except KernelIndexError as kernel_error:
-                return index_error_on_host(form, args, kwargs, index, kernel_error)
+            except RuntimeCheckError as kernel_error:
+                return check_error_on_host(form, args, kwargs, index, kernel_error)
             if leaf:
                 return made[order[0]]
             return tuple([made[i] for i in order])
@@ -442,8 +442,8 @@ class CompiledKernel:
             try:
                 run(list(map(data_ptr, tensors)) if in_order else [tensors[s].data_ptr() for s in sources],
                     [out.data_ptr()])
-            except KernelIndexError as kernel_error:
-                return index_error_on_host(self.form, args, kwargs, index, kernel_error)
+            except RuntimeCheckError as kernel_error:
+                return check_error_on_host(self.form, args, kwargs, index, kernel_error)
             return out
 
         return call
@@ -475,8 +475,8 @@ class CompiledKernel:
                 out = make()
                 try:
                     run([tensors[tensor].data_ptr(), addressof(number)], [out.data_ptr()])
-                except KernelIndexError as kernel_error:
-                    return index_error_on_host(form, args, kwargs, index, kernel_error)
+                except RuntimeCheckError as kernel_error:
+                    return check_error_on_host(form, args, kwargs, index, kernel_error)
                 return out
 
             return tensor_and_number
@@ -495,8 +495,8 @@ class CompiledKernel:
             out = make()
             try:
                 run(addresses, [out.data_ptr()])
-            except KernelIndexError as kernel_error:
-                return index_error_on_host(form, args, kwargs, index, kernel_error)
+            except RuntimeCheckError as kernel_error:
+                return check_error_on_host(form, args, kwargs, index, kernel_error)
             return out
 
         return call
@@ -511,8 +511,8 @@ class CompiledKernel:
                 values = [tensors[s] if s >= 0 else floats[-1 - s] for s in self.sources]
             try:
                 return self.binding.call_fast(values, self.index)[0]
-            except KernelIndexError as kernel_error:
-                return index_error_on_host(self.form, args, kwargs, self.index, kernel_error)
+            except RuntimeCheckError as kernel_error:
+                return check_error_on_host(self.form, args, kwargs, self.index, kernel_error)
         if self.tensor_only:
             values = [tensors[s] for s in self.sources]
         else:
@@ -520,8 +520,8 @@ class CompiledKernel:
         targets = {output: tensors[tensor] for output, tensor in self.writes.items()} if self.writes else None
         try:
             made = self.binding(values, self.index, targets)
-        except KernelIndexError as kernel_error:  # an index out of range: CPU's kernel raises eager's own error for it
-            return index_error_on_host(self.form, args, kwargs, self.index, kernel_error)
+        except RuntimeCheckError as kernel_error:  # a failed check: CPU's kernel raises eager's own error for it
+            return check_error_on_host(self.form, args, kwargs, self.index, kernel_error)
         new = []  # the program's results, in order
         for output in self.program.outputs:
             if isinstance(output, ComputedOutput):

@@ -14,12 +14,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from neuroncc.errors import RuntimeIndexError
+from neuroncc.errors import RuntimeCheckError
 from neuroncc.frontend.boundary import HostDevice
 from neuroncc.frontend.direct_call import DirectCall
 from neuroncc.frontend.convert import ParameterViews, TensorSpec, numpy_layout, to_torch, wrap_result
 from neuroncc.frontend.profiling import ensure_installed
-from neuroncc.frontend.run_errors import located_index_error
+from neuroncc.frontend.run_errors import located_run_error
 from neuroncc.frontend.imported import ComputedOutput, ImportedGraph, InputOutput, draw_key
 from neuroncc.ir.ops.library_linalg import LinalgInputError
 from neuroncc.executors.executable import Executable
@@ -126,8 +126,8 @@ class CompiledGraph:
         if self.device is not None:
             try:
                 outputs = self.device.run(self, args)
-            except RuntimeIndexError as error:
-                raise located_index_error(error, self.source, args) from error
+            except RuntimeCheckError as error:
+                raise located_run_error(error, self.source, args) from error
             args.clear()
             return outputs
         graph = self.graph
@@ -144,8 +144,8 @@ class CompiledGraph:
             # The cpu target's ATen call raises torch's own error; the numpy references (interp, nki-sim) raise
             # the IR's. Users catch what eager raises, whatever the target: the IR's error stays the cause.
             raise torch.linalg.LinAlgError(str(error)) from error
-        except RuntimeIndexError as error:
-            raise located_index_error(error, self.source, args) from error
+        except RuntimeCheckError as error:
+            raise located_run_error(error, self.source, args) from error
         outputs = self.graph_outputs(args, lambda output, layout: wrap_result(results[output.index], output.spec,
                                                                              layout))
         if graph.mutations:
@@ -184,8 +184,8 @@ class CompiledGraph:
                     outputs = fast(full)
                 except LinalgInputError as error:
                     raise torch.linalg.LinAlgError(str(error)) from error
-                except RuntimeIndexError as error:
-                    raise located_index_error(error, graph.source, full) from error
+                except RuntimeCheckError as error:
+                    raise located_run_error(error, graph.source, full) from error
             else:
                 outputs = lean(full)
             return declined(*args) if outputs is None else outputs
@@ -202,8 +202,8 @@ class CompiledGraph:
                 return fast(args)
             except LinalgInputError as error:
                 raise torch.linalg.LinAlgError(str(error)) from error
-            except RuntimeIndexError as error:
-                raise located_index_error(error, self.source, args) from error
+            except RuntimeCheckError as error:
+                raise located_run_error(error, self.source, args) from error
         self._take_final_code()
         self._fast = self._settled_call()
         return None if self._direct is None else self._direct_outputs(args)
@@ -292,8 +292,8 @@ class CompiledGraph:
             made = self._direct(args)
         except LinalgInputError as error:
             raise torch.linalg.LinAlgError(str(error)) from error
-        except RuntimeIndexError as error:
-            raise located_index_error(error, self.source, args) from error
+        except RuntimeCheckError as error:
+            raise located_run_error(error, self.source, args) from error
         if made is None:
             return None
         if self._direct_copies:

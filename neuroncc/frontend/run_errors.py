@@ -1,12 +1,13 @@
-"""Run-time index errors of compiled graphs, located in the user's code.
+"""Run-time check errors of compiled graphs (an index out of range, an integer division by zero), located in the
+user's code.
 
-A kernel that met an index out of range says which of its ops failed and on which value
+A kernel whose check failed says which of its ops failed and on which value
 (``executors/cpu/index_failure.py``), but the IR knows nothing of the user's source. The graph a
 :class:`~neuroncc.frontend.compiled.CompiledGraph` was imported from does: each node's
 ``meta["stack_trace"]`` (TorchDynamo, AOTAutograd and torch.export keep it). On the failure path only, the
 graph is rerun eagerly, node by node, on copies of the call's inputs: the node that raises is the op that
 failed, eager's message gives the value and the valid range, the node's stack gives the user's ``file:line``.
-Nothing here runs while calls succeed: the call sites catch :class:`~neuroncc.errors.RuntimeIndexError` in the
+Nothing here runs while calls succeed: the call sites catch :class:`~neuroncc.errors.RuntimeCheckError` in the
 ``try`` they already have.
 """
 
@@ -21,7 +22,7 @@ from typing import Any
 import torch
 import torch.fx as fx
 
-from neuroncc.errors import RuntimeIndexError
+from neuroncc.errors import RuntimeCheckError, RuntimeZeroDivisionError
 from neuroncc.frontend.diagnostics import op_name, user_location
 
 #: placeholder names AOTAutograd and TorchDynamo make up (the user's names are those torch.export keeps)
@@ -55,30 +56,35 @@ class _Rerun(fx.Interpreter):
             raise _NodeFailed(n, error) from error
 
 
-def located_index_error(error: RuntimeIndexError, gm: fx.GraphModule | RerunSource | None,
-                        args: Sequence[Any]) -> RuntimeIndexError:
+def located_run_error(error: RuntimeCheckError, gm: fx.GraphModule | RerunSource | None,
+                      args: Sequence[Any]) -> RuntimeCheckError:
     """``error`` (raised by a call of the graph imported from ``gm`` on ``args``) as the same type, naming the
-    aten op, the index operand, eager's words for the value and range, and the user's ``file:line``; the kernel's
-    report when the rerun does not find the op (then ``error`` as it is when there is no graph)."""
+    aten op, the operand (the index, the divisor), eager's words for the value and range, and the user's
+    ``file:line``; the kernel's report when the rerun does not find the op (then ``error`` as it is when there is
+    no graph)."""
     if error.location is not None or gm is None:
         return error
     if isinstance(gm, RerunSource):
         gm, args = gm.gm, args[gm.skip:]
-    found = _failing_node(gm, args)
+    division = isinstance(error, RuntimeZeroDivisionError)
+    found = _failing_node(gm, args, _is_zero_division if division else _is_index_error)
     if found is None:
-        sites = _index_sites(gm)
+        sites = [] if division else _index_sites(gm)
         if not sites:
             return error
         return type(error)(f"{error}\n  index ops of this graph: {'; '.join(sites)}", op=error.op,
                            detail=error.detail, kernel=error.kernel)
     node, eager_error = found
     location = user_location(node)
-    # eager's words, unless they leave the value out ("index out of range in self": index_select, embedding)
-    # where the kernel's rerun names it
-    detail = (str(eager_error).strip().splitlines() or ["index out of range"])[0]
-    if error.detail and not any(c.isdigit() for c in detail):
-        detail = error.detail
-    operand = _index_operands(node)
+    if division:  # eager says "ZeroDivisionError" only
+        detail, operand = "integer division by zero", _divisor_operand(node)
+    else:
+        # eager's words, unless they leave the value out ("index out of range in self": index_select, embedding)
+        # where the kernel's rerun names it
+        detail = (str(eager_error).strip().splitlines() or ["index out of range"])[0]
+        if error.detail and not any(c.isdigit() for c in detail):
+            detail = error.detail
+        operand = _index_operands(node)
     where = f" at {location} (in {location.function})" if location is not None else " (source location unknown)"
     code = f"\n    {location.code}" if location is not None and location.code else ""
     kernel = f"\n  in neuroncc kernel '{error.kernel}'" if error.kernel else ""
@@ -98,8 +104,18 @@ def _op_label(node: fx.Node) -> str:
     return name
 
 
-def _failing_node(gm: fx.GraphModule, args: Sequence[Any]) -> tuple[fx.Node, BaseException] | None:
-    """(node, eager's error) of the first node whose eager run raises an index error on copies of ``args``."""
+def _is_index_error(error: BaseException) -> bool:
+    return isinstance(error, IndexError | RuntimeError) and any(w in str(error) for w in _INDEX_WORDS)
+
+
+def _is_zero_division(error: BaseException) -> bool:
+    return isinstance(error, ZeroDivisionError | RuntimeError) and "ZeroDivisionError" in str(error)
+
+
+def _failing_node(gm: fx.GraphModule, args: Sequence[Any],
+                  matches: Any) -> tuple[fx.Node, BaseException] | None:
+    """(node, eager's error) of the first node whose eager run raises an error that ``matches`` (the kind of
+    error the kernel met) on copies of ``args``."""
     copies = [_host_copy(a) for a in args]
     rerun = _Rerun(gm)
     rerun.extra_traceback = False
@@ -108,10 +124,7 @@ def _failing_node(gm: fx.GraphModule, args: Sequence[Any]) -> tuple[fx.Node, Bas
             warnings.simplefilter("ignore")
             rerun.run(*copies)
     except _NodeFailed as failed:
-        text = str(failed.error)
-        if isinstance(failed.error, IndexError | RuntimeError) and any(w in text for w in _INDEX_WORDS):
-            return failed.node, failed.error
-        return None
+        return (failed.node, failed.error) if matches(failed.error) else None
     except Exception:  # noqa: BLE001 - the rerun is best effort: the kernel's own report stands
         return None
     return None
@@ -144,6 +157,23 @@ def _index_operands(node: fx.Node) -> str:
             given = f", the input '{inputs[0]}'" if len(inputs) == 1 and len(values) == 1 else ""
             named.append(f"operand '{argument.name}'{given}, {types}")
     return f" ({'; '.join(named)})" if named else ""
+
+
+def _divisor_operand(node: fx.Node) -> str:
+    """`` (divisor: operand 'other', the input 'y', int64[2])``: the node's second argument, the divisor of
+    ``x // y``, ``x % y``, ``torch.div``, ``torch.fmod`` (``= 0`` when a number)."""
+    schema = getattr(node.target, "_schema", None)
+    if len(node.args) < 2:
+        return ""
+    value = node.args[1]
+    name = schema.arguments[1].name if schema is not None and len(schema.arguments) > 1 else "other"
+    if not isinstance(value, fx.Node):
+        return f" (divisor: operand '{name}' = {value})"
+    meta = value.meta.get("val")
+    given = f", the input '{value.name}'" if value.op == "placeholder" and not _TRACER_NAME.match(value.name) else ""
+    types = f", {str(meta.dtype).removeprefix('torch.')}[{', '.join(map(str, meta.shape))}]" \
+        if isinstance(meta, torch.Tensor) else ""
+    return f" (divisor: operand '{name}'{given}{types})"
 
 
 def _index_sites(gm: fx.GraphModule) -> list[str]:

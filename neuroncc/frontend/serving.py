@@ -42,7 +42,7 @@ from torch.export.graph_signature import OutputKind
 from neuroncc.driver.cache import cache_from_environ
 from neuroncc.driver.compile import DEFAULT_TARGET, compile_graph
 from neuroncc.driver.records import CompileRecord
-from neuroncc.errors import InputError, RuntimeIndexError
+from neuroncc.errors import InputError, RuntimeCheckError
 from neuroncc.executors.executable import TARGETS, Executable
 from neuroncc.frontend import cache_artifacts, program_cache, stats
 from neuroncc.frontend.aten_compiler import cyclic_gc_paused, record_compiled
@@ -51,7 +51,7 @@ from neuroncc.frontend.direct_call import DirectCall, exact_match_guard
 from neuroncc.frontend.imported import ComputedOutput
 from neuroncc.frontend.exported import InferenceGraph, ProgramInput, fixed_inputs, import_inference, load_program
 from neuroncc.frontend.options import check_compile_options
-from neuroncc.frontend.run_errors import located_index_error
+from neuroncc.frontend.run_errors import located_run_error
 from neuroncc.hardware.host import PLACED_OUTPUT_MIN_BYTES
 from neuroncc.ir.ops.library_linalg import LinalgInputError
 
@@ -171,8 +171,8 @@ class CompiledProgram:
                     if made is not None:
                         return made[0]
                 return self._direct(flat, self._state)
-            except RuntimeIndexError as error:  # located in the program's graph, as CompiledGraph's calls do
-                raise located_index_error(error, self._compiled.source, self._with_state(flat)) from error
+            except RuntimeCheckError as error:  # located in the program's graph, as CompiledGraph's calls do
+                raise located_run_error(error, self._compiled.source, self._with_state(flat)) from error
         given = flat
         flat = self._checked(flat)
         outputs = self._compiled(self._with_state(flat))

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from neuroncc.errors import InterpreterError, InterpreterIndexError
+from neuroncc.errors import InterpreterError, InterpreterIndexError, InterpreterZeroDivisionError
 from neuroncc.ir.dtypes import DType, to_storage
 from neuroncc.ir.graph import Function, Op, Value
 from neuroncc.ir.ops import REGISTRY
@@ -48,6 +48,8 @@ def run_op(op: Op, args: Sequence[np.ndarray]) -> tuple[np.ndarray, ...]:
                 detail = str(exc).replace(" for axis ", " for dimension ")
                 raise InterpreterIndexError(f"op '{op.name}': index out of range ({detail})", op=op.name,
                                             detail=detail) from None
+            except ZeroDivisionError as exc:  # an integer divisor of zero (the reference's check: eager's words)
+                raise InterpreterZeroDivisionError(f"op '{op.name}': {exc}", op=op.name, detail=str(exc)) from None
         outs = out if isinstance(out, tuple) else (out,)
     if len(outs) != len(op.results):
         raise InterpreterError(f"op '{op.name}' produced {len(outs)} results, its type says {len(op.results)}")

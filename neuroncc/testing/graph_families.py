@@ -178,9 +178,21 @@ def _draw_more_elementwise(draw, state: GraphState) -> None:
                dtype)
     if draw(st.booleans()):
         mode = choose(draw, ("floor", "trunc") + (("none",) if dtype.is_float else ()))
-        state.add(b.op("div", x, other, rounding_mode=mode))
+        state.add(b.op("div", x, _nonzero_divisor(b, other), rounding_mode=mode))
     else:
-        state.add(b.op(choose(draw, MORE_FLOAT_BINARY if dtype.is_float else MORE_INT_BINARY), x, other))
+        name = choose(draw, MORE_FLOAT_BINARY if dtype.is_float else MORE_INT_BINARY)
+        state.add(b.op(name, x, _nonzero_divisor(b, other) if name in INT_DIVISIONS else other))
+
+
+#: Ops that raise on an integer divisor of zero (as eager's ZeroDivisionError): random graphs divide by odd
+#: integers (``divisor | 1``), so that every graph runs; tests/executors/test_zero_division.py tests the error.
+INT_DIVISIONS = frozenset({"div", "fmod", "remainder"})
+
+
+def _nonzero_divisor(b, divisor: Value) -> Value:
+    """``divisor | 1`` for an integer divisor (never zero), the divisor itself for a float one."""
+    dtype = divisor.type.dtype
+    return b.op("bitwise_or", divisor, splat(b, 1, dtype)) if dtype.is_int else divisor
 
 
 def _draw_addmm(draw, state: GraphState) -> None:
@@ -219,6 +231,9 @@ def focused_family(names: Sequence[str]) -> Callable:
         if REGISTRY.get(name).arity[0] == 1:
             state.add(state.builder.op(name, x))
         else:
-            state.add(state.builder.op(name, x, broadcast_partner(draw, state, x, FOCUS_SPLATS)))
+            partner = broadcast_partner(draw, state, x, FOCUS_SPLATS)
+            if name in INT_DIVISIONS:
+                partner = _nonzero_divisor(state.builder, partner)
+            state.add(state.builder.op(name, x, partner))
 
     return _draw_focused

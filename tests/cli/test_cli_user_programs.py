@@ -170,13 +170,15 @@ class Squared(torch.nn.Module):
 
 
 def test_eager_refusing_the_inputs_is_a_typed_error(capsys, tmp_path):
-    """Random integers are 0 or 1: an integer division by zero, which eager PyTorch raises on."""
+    """Random integers are 0 or 1: an integer division by zero, which eager PyTorch raises on, and so does the
+    compiled program (before --check runs eager), naming the op and saying where the inputs came from."""
     path = tmp_path / "div.pt2"
     ints = torch.randint(1, 9, (4, 4), dtype=torch.int32)
     _export(path, FloorDivide(), (ints, ints))
     result = run_in_process(capsys, "run", str(path), "--target", "interp", "--check", "-q")
     assert result.returncode == 2, result.stdout + result.stderr
-    assert "eager PyTorch fails on these inputs" in result.stderr and "ZeroDivisionError" in result.stderr
+    assert result.stderr.count("\n") == 1 and "integer division by zero" in result.stderr, result.stderr
+    assert "random integers are drawn from {0, 1}: give fitting ones with --inputs X.npz" in result.stderr
     np.savez(tmp_path / "in.npz", a=np.full((4, 4), 7, np.int32), b=np.full((4, 4), 2, np.int32))
     given = run_in_process(capsys, "run", str(path), "--target", "interp", "--check", "-q", "--inputs",
                            str(tmp_path / "in.npz"))
@@ -499,3 +501,21 @@ def test_an_index_out_of_range_in_the_inputs_is_one_line_naming_the_input(capsys
     assert "aten.embedding.default at " in result.stderr and "(in forward)" in result.stderr
     assert "index 12 is out of bounds for dimension 0 with size 10 (operand 'indices', the input 'ids', int64[3])" \
         in result.stderr, result.stderr
+
+
+class Buckets(torch.nn.Module):
+    def forward(self, values, width):
+        return values // width
+
+
+@pytest.mark.parametrize("target", ["cpu", "interp"])
+def test_an_integer_division_by_zero_in_the_inputs_is_one_line_naming_the_divisor(capsys, tmp_path, target):
+    path = tmp_path / "buckets.pt2"
+    _export(path, Buckets(), (torch.tensor([10, 11]), torch.tensor([3, 4])))
+    np.savez(tmp_path / "in.npz", values=np.array([10, 11]), width=np.array([3, 0]))
+    result = run_in_process(capsys, "run", str(path), "--target", target, "--inputs", str(tmp_path / "in.npz"), "-q")
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr, result.stderr
+    assert "aten.div.Tensor_mode at " in result.stderr and "(in forward)" in result.stderr, result.stderr
+    assert "integer division by zero (divisor: operand 'other', the input 'width', int64[2])" in result.stderr, \
+        result.stderr

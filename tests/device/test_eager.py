@@ -189,6 +189,27 @@ def test_index_errors_name_the_op_the_operand_the_value_and_the_callers_line():
         torch.compile(gather, backend="neuron")(x, index)
 
 
+def test_integer_division_by_zero_raises_eagers_error_naming_the_op_the_divisor_and_the_line():
+    from neuroncc.errors import RuntimeZeroDivisionError
+
+    x, y = torch.tensor([5, 3], device="neuron"), torch.tensor([0, 2], device="neuron")
+    for divide in (lambda: x // y, lambda: x % y, lambda: torch.fmod(x, y), lambda: x // 0,
+                   lambda: torch.div(x, y, rounding_mode="trunc")):
+        with pytest.raises(RuntimeZeroDivisionError) as caught:
+            divide()
+        error = caught.value
+        assert isinstance(error, RuntimeError) and isinstance(error, ZeroDivisionError)
+        assert f" at {__file__}:" in str(error) and ": integer division by zero (divisor: operand '" in str(error)
+        assert "ZeroDivisionError" in str(error.__cause__)  # the CPU kernel's own error, eager's
+    with pytest.raises(RuntimeZeroDivisionError) as caught:
+        line = inspect.currentframe().f_lineno + 1
+        x.remainder_(y)
+    assert f" at {__file__}:{line}: integer division by zero (divisor: operand 'other', int64[2])" in \
+        str(caught.value), str(caught.value)
+    assert torch.equal((x // (y + 1)).cpu(), torch.tensor([5, 1]))
+    assert torch.equal((x.float() / y).cpu(), torch.tensor([float("inf"), 1.5]))  # float division: IEEE
+
+
 def test_stats_report_the_eager_counters():
     x = torch.randn(5, device="neuron")
     (x + 1).neg()

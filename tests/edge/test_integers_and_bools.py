@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from .helpers import assert_both_raise, assert_same
+from .helpers import assert_both_raise, assert_same, compile_neuron
 
 
 def _ints():
@@ -68,9 +68,40 @@ def test_mean_of_integers_raises_like_eager(target):
     assert_both_raise(lambda x: x.mean(), _ints(), target=target)
 
 
-@pytest.mark.xfail(strict=True, reason="known gap: the IR defines no run-time error for integer division by zero; "
-                   "eager raises ZeroDivisionError, neuroncc returns 0 (see docs/reliability.md)")
-@pytest.mark.parametrize("op", ["floor_divide", "remainder"])
-def test_integer_division_by_zero_raises_like_eager(op, target):
-    fn = {"floor_divide": lambda x, y: x // y, "remainder": lambda x, y: x % y}[op]
-    assert_both_raise(fn, torch.tensor([5, 3]), torch.tensor([0, 2]), target=target)
+INT_DIVISIONS = {
+    "floor_divide": lambda x, y: x // y,
+    "remainder": lambda x, y: x % y,
+    "fmod": torch.fmod,
+    "div_trunc": lambda x, y: torch.div(x, y, rounding_mode="trunc"),
+    "div_floor": lambda x, y: torch.div(x, y, rounding_mode="floor"),
+    "scalar_divisor": lambda x, y: x // 0,
+}
+
+
+@pytest.mark.parametrize("op", sorted(INT_DIVISIONS))
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.uint8])
+def test_integer_division_by_zero_raises_like_eager(op, dtype, target):
+    x, y = torch.tensor([5, 3], dtype=dtype), torch.tensor([0, 2], dtype=dtype)
+    with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+        INT_DIVISIONS[op](x, y)
+    with pytest.raises(ZeroDivisionError, match="integer division by zero") as raised:
+        compile_neuron(INT_DIVISIONS[op], target=target)(x, y)
+    assert isinstance(raised.value, RuntimeError)  # as eager's is
+
+
+def test_integer_true_division_by_zero_is_ieee_like_eager(target):
+    # true division promotes integers to float: inf and NaN, no error, as eager
+    assert_same(lambda x, y: (x / y, torch.div(x, y)), torch.tensor([5, 0, -3]), torch.tensor([0, 0, 0]),
+                target=target)
+
+
+def test_float_division_by_zero_keeps_ieee(target):
+    x, y = torch.tensor([5.0, 0.0, -3.0, 2.0]), torch.tensor([0.0, 0.0, 0.0, -0.0])
+    assert_same(lambda x, y: (x / y, x // y, x % y, torch.fmod(x, y)), x, y, target=target)
+
+
+def test_integer_division_without_zero_divisors_is_exact(target):
+    x = torch.tensor([[7, -7, 0, 2**40 + 3], [-(2**62), 9, -1, 5]])
+    y = torch.tensor([[2, -2, 3, -7], [-1, 4, 5, 1]])
+    assert_same(lambda x, y: (x // y, x % y, torch.fmod(x, y), torch.div(x, y, rounding_mode="trunc")), x, y,
+                target=target)

@@ -401,6 +401,16 @@ def _scalar_constant(ctx, op, index, idx):
 #: Index lowerings that check their indices (``ctx.checked_index``: an out-of-range one sets the kernel's error
 #: flag, and the launcher raises). gather wraps instead.
 CHECKED_INDEX_OPS = frozenset({"gather", "index_select", "embedding", "index", "scatter", "index_put"})
+#: Integer lowerings (elementwise.py) that check their divisor: a zero sets the kernel's error flag and the
+#: launcher raises, as eager raises ZeroDivisionError (``checks_divisor``).
+CHECKED_DIVISOR_OPS = frozenset({"div", "remainder", "fmod"})
+
+
+def checks_divisor(op: Op) -> bool:
+    """Whether ``op``'s lowering checks for a zero divisor (integer division and remainder)."""
+    return op.name in CHECKED_DIVISOR_OPS and op.operands[1].type.dtype.is_int
+
+
 #: Index lowerings that need operand 0 to have a dimension to index (a 0-dim operand has no native lowering).
 NEED_A_DIM = frozenset({"gather", "scatter", "index_put"})
 

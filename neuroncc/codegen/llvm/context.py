@@ -16,6 +16,7 @@ from typing import Any, Protocol
 from llvmlite import ir
 
 from neuroncc.codegen.llvm.kernel_plan import KernelPlan
+from neuroncc.codegen.llvm.launch_plan import FailedCheck
 from neuroncc.codegen.llvm.views import Layout
 from neuroncc.hardware.host import CpuTarget
 from neuroncc.ir.graph import Op, Value
@@ -188,6 +189,10 @@ class EmitContext(Protocol):
 
     def checked_index(self, raw: ir.Value, size: int) -> ir.Value:
         """A data-dependent index, wrapped if negative; out of range sets the kernel's error flag."""
+        ...
+
+    def fail_if(self, condition: ir.Value, check: FailedCheck) -> None:
+        """Where ``condition`` holds, set the kernel's error flag to ``check`` (an integer divisor of zero, ...)."""
         ...
 
     # ---- loops ----------------------------------------------------------------------------------------

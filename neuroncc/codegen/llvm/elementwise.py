@@ -16,6 +16,7 @@ from llvmlite import ir
 
 from neuroncc.codegen.llvm.bit_shifts import shift_left, shift_right
 from neuroncc.codegen.llvm.context import EmitContext
+from neuroncc.codegen.llvm.launch_plan import FailedCheck
 from neuroncc.codegen.llvm.mathlib import LIBM, POLYNOMIAL, math_call
 from neuroncc.codegen.llvm.norm_affine import fused_weight_and_bias
 from neuroncc.codegen.llvm.scalars import (
@@ -251,10 +252,17 @@ def _row_invariant(op: Op, operand) -> bool:
     return len(result) > 0 and result[-1] > 1 and (len(shape) == 0 or shape[-1] == 1)
 
 
+def _zero_divisor(ctx, c: ir.Value) -> ir.Value:
+    """Whether ``c`` is zero, flagged as the kernel's error (the result's lanes then hold 0, never trap)."""
+    zero = ctx.b.icmp_unsigned("==", c, _zero(c))
+    ctx.fail_if(zero, FailedCheck.ZERO_DIVISOR)
+    return zero
+
+
 def _safe_divisor(ctx, a: ir.Value, c: ir.Value) -> tuple[ir.Value, ir.Value]:
-    """Integer division guard: x/0 gives 0 (numpy) and INT_MIN/-1 must not trap."""
+    """Integer division guard: x/0 sets the error flag (and gives 0) and INT_MIN/-1 must not trap."""
     b = ctx.b
-    zero = b.icmp_unsigned("==", c, _zero(c))
+    zero = _zero_divisor(ctx, c)
     minus_one = b.icmp_signed("==", c, ir.Constant(c.type, -1))
     divisor = b.select(b.or_(zero, minus_one), ir.Constant(c.type, 1), c)
     return zero, divisor
@@ -263,7 +271,7 @@ def _safe_divisor(ctx, a: ir.Value, c: ir.Value) -> tuple[ir.Value, ir.Value]:
 def _int_div(ctx, op, a: ir.Value, c: ir.Value, mode: str) -> ir.Value:
     b = ctx.b
     if is_unsigned(_dtype(op)):
-        zero = b.icmp_unsigned("==", c, _zero(c))
+        zero = _zero_divisor(ctx, c)
         return b.select(zero, _zero(c), b.udiv(a, b.select(zero, ir.Constant(c.type, 1), c)))
     zero, divisor = _safe_divisor(ctx, a, c)
     minus_one = b.icmp_signed("==", c, ir.Constant(c.type, -1))
@@ -327,7 +335,7 @@ def _float_floor_div(ctx, a: ir.Value, c: ir.Value, quotient: ir.Value) -> ir.Va
 def _int_rem(ctx, op, a: ir.Value, c: ir.Value, python_sign: bool) -> ir.Value:
     b = ctx.b
     if is_unsigned(_dtype(op)):
-        zero = b.icmp_unsigned("==", c, _zero(c))
+        zero = _zero_divisor(ctx, c)
         return b.select(zero, _zero(c), b.urem(a, b.select(zero, ir.Constant(c.type, 1), c)))
     zero, divisor = _safe_divisor(ctx, a, c)
     remainder = b.srem(a, divisor)

@@ -26,6 +26,7 @@ from typing import Any
 from llvmlite import ir
 
 from neuroncc.codegen.llvm.affine import Affine, Var, fold_divmod, split_wishes
+from neuroncc.codegen.llvm.launch_plan import FailedCheck
 from neuroncc.codegen.llvm.scalars import I1, I32, I64
 
 #: Index comparisons folded when both sides are Python ints.
@@ -280,9 +281,14 @@ class IndexArithmetic:
         wrapped = b.select(b.icmp_signed("<", raw, ir.Constant(I64, 0)), b.add(raw, ir.Constant(I64, size)), raw)
         bad = b.or_(b.icmp_signed("<", wrapped, ir.Constant(I64, 0)),
                     b.icmp_signed(">=", wrapped, ir.Constant(I64, size)))
-        with b.if_then(bad, likely=False):
-            b.store(ir.Constant(I32, 1), self.ptrs[self.plan.error_slot])
+        self.fail_if(bad, FailedCheck.INDEX)
         return self.clamp(wrapped, 0, max(size - 1, 0))
+
+    def fail_if(self, condition: ir.Value, check: FailedCheck) -> None:
+        """Where ``condition`` holds, set the kernel's error flag to ``check`` (the launcher raises after the
+        kernel): one store on an unlikely branch."""
+        with self.b.if_then(condition, likely=False):
+            self.b.store(ir.Constant(I32, int(check)), self.ptrs[self.plan.error_slot])
 
     # ---- loops ---------------------------------------------------------------------------------------------
 

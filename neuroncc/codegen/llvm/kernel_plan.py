@@ -418,7 +418,7 @@ class KernelPlan:
     n_outputs: int
     extra: tuple[ExtraArg, ...] = ()
     extern: ExternCall | None = None
-    may_fail: bool = False  # reads data-dependent indices that may be out of range
+    may_fail: bool = False  # reads data-dependent indices that may be out of range, or divides integers
     written: frozenset[int] = frozenset()  # argument slots written inside the kernel (stages, the extern)
     row_blocked: bool = False  # the extern matmul can run block of rows by block, each followed by the phases
     aligned_args: frozenset[int] = frozenset()  # argument slots whose buffers start 64-byte aligned

@@ -102,6 +102,14 @@ class ExternSpec(NamedTuple):
     results: tuple[ValueSpec, ...]
 
 
+class FailedCheck(enum.IntEnum):
+    """What a kernel stores in its error flag when a run-time check fails: the launcher's error says which kind
+    when the rerun of the kernel's ops does not name the op (``executors/cpu/index_failure.py``)."""
+
+    INDEX = 1  # a data-dependent index out of range
+    ZERO_DIVISOR = 2  # an integer divisor of zero
+
+
 class StepSpec(NamedTuple):
     """One step of a launch, in order: a kernel (``native``: compiled, else interpreted for ``reason``), an
     extern call or a view copy, reading value ids ``operands`` and defining ``results``."""

@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from neuroncc.codegen.llvm import refine, transpose
-from neuroncc.codegen.llvm.access import ACCESS, CHECKED_INDEX_OPS, NEED_A_DIM, SCATTERS
+from neuroncc.codegen.llvm.access import ACCESS, CHECKED_INDEX_OPS, NEED_A_DIM, SCATTERS, checks_divisor
 from neuroncc.codegen.llvm.dimflow import outer_dims_preserved
 from neuroncc.codegen.llvm.elementwise import ELEMENTWISE
 from neuroncc.codegen.llvm.kernel_plan import (
@@ -153,7 +153,7 @@ def lay_out(region: Function, params: list[Layout], outputs: list[Layout]) -> tu
             for index, result in enumerate(op.results):
                 access[result] = Computed(op, index)
             seen_compute = seen_compute or category is not Category.CONSTANT
-        may_fail = may_fail or op.name in CHECKED_INDEX_OPS
+        may_fail = may_fail or op.name in CHECKED_INDEX_OPS or checks_divisor(op)
         for result in op.results:
             queue_outputs(result)
         if pending_outputs:

@@ -24,3 +24,8 @@ HOST_OPS: dict[str, str] = {
 #: device; the executable checks that int64 kernel arguments fit int32). So does any int64 result computed from
 #: float operands (a cast: the float may hold any integer).
 INT64_HOST_OPS = frozenset({"add", "sub", "mul", "div", "pow", "remainder", "fmod", "neg", "abs", "sum", "prod"})
+
+#: Integer division and remainder run on the host too, whatever the width: a zero divisor raises there (eager's
+#: ZeroDivisionError, the reference's typed error), where the simulated engines divide in float32 and would
+#: return a wrong integer.
+INT_DIVISION_HOST_OPS = frozenset({"div", "remainder", "fmod"})

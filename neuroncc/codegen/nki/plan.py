@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from neuroncc.codegen.nki.host_ops import HOST_OPS, INT64_HOST_OPS
+from neuroncc.codegen.nki.host_ops import HOST_OPS, INT64_HOST_OPS, INT_DIVISION_HOST_OPS
 from neuroncc.codegen.nki.normalize import normalize_region
 from neuroncc.codegen.nki.philox_keys import key_schedule, on_device
 from neuroncc.codegen.nki.shapes import (
@@ -116,8 +116,9 @@ class _NestPlanner:
     def on_host(self, op: Op) -> bool:
         """Whether ``op`` runs on the host: data-dependent addressing (:data:`HOST_OPS`), integer matmuls
         (TensorE multiplies floats), int64 arithmetic (:data:`INT64_HOST_OPS`) or an int64 result of float
-        operands (a cast), or int64 constants beyond int32."""
-        if op.name in HOST_OPS:
+        operands (a cast), int64 constants beyond int32, or an integer division (:data:`INT_DIVISION_HOST_OPS`:
+        a zero divisor raises)."""
+        if op.name in HOST_OPS or (op.name in INT_DIVISION_HOST_OPS and op.operands[1].type.dtype.is_int):
             return True
         if REGISTRY.get(op.name).category is Category.RANDOM:
             return not on_device(op)

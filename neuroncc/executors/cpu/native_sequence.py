@@ -6,7 +6,7 @@ step builds its pointer list, checks torch's matmul precision and makes a 13-arg
 step in all, against well under a microsecond of arithmetic for a [8, 16] @ [16, 16] matmul).
 
 Consecutive steps that need nothing from Python on their common path (native kernels without a non-BLAS
-extern or an index check, whose phases run on the calling thread or on the OpenMP team; float32 BLAS matmuls,
+extern or a run-time check, whose phases run on the calling thread or on the OpenMP team; float32 BLAS matmuls,
 bias copy included) are encoded into one program of 64-bit words, and a small interpreter compiled once per
 process runs it:
 
@@ -188,7 +188,7 @@ def interpreter() -> Any:
 
 def kernel_words(kernel: Any, tasks: list[Any]) -> list[int] | None:
     """The program of a :class:`~neuroncc.executors.cpu.steps.NativeKernel` step, or None when its common path
-    needs Python (row blocks, an index check, a non-BLAS or batched extern, phases on the Python thread pool).
+    needs Python (row blocks, a run-time check, a non-BLAS or batched extern, phases on the Python thread pool).
     The TEAM tasks it makes are appended to ``tasks`` (the sequence keeps them)."""
     if kernel.row_block or kernel.step.may_fail:
         return None

@@ -17,7 +17,7 @@ from neuroncc.ir.graph import Function
 
 
 class ErrorFlag:
-    """The int32 that a kernel sets when it reads or writes a data-dependent index out of range."""
+    """The int32 that a kernel sets when a run-time check fails (an index out of range, an integer divisor of 0)."""
 
     def __init__(self) -> None:
         self._flag = np.zeros(1, dtype=np.int32)
@@ -27,12 +27,12 @@ class ErrorFlag:
         """Its address: the kernels' error argument slot."""
         return self._flag.ctypes.data
 
-    def take(self) -> bool:
-        """Whether a kernel set the flag since the last take (and clear it)."""
-        if not self._flag[0]:
-            return False
-        self._flag[0] = 0
-        return True
+    def take(self) -> int:
+        """What a kernel set the flag to since the last take (0: nothing; ``launch_plan.FailedCheck``), cleared."""
+        failed = int(self._flag[0])
+        if failed:
+            self._flag[0] = 0
+        return failed
 
 
 class StepHost(Protocol):

@@ -19,7 +19,7 @@ from neuroncc.executors.cpu.adopt import ScratchProduct
 from neuroncc.executors.cpu.buffers import storage_dtype as _storage_dtype
 from neuroncc.executors.cpu.buffers import strided_view as _view
 from neuroncc.executors.cpu.extern import run_extern
-from neuroncc.executors.cpu.index_failure import kernel_index_error
+from neuroncc.executors.cpu.index_failure import kernel_check_error
 from neuroncc.executors.cpu.step_host import StepHost
 from neuroncc.hardware.host import target_cpu
 from neuroncc.ir.opdef import Trait
@@ -91,7 +91,7 @@ class NativeKernel:
         self.fast = self._fast_path()
 
     def _fast_path(self) -> Any:
-        """The common step (no row blocks, phases called straight, no index check) as one closure over
+        """The common step (no row blocks, phases called straight, no run-time check) as one closure over
         locals: the same work as :meth:`__call__` with fewer lookups per launch."""
         if self.row_block or self.serial_calls is None or self.step.may_fail:
             return None
@@ -133,8 +133,8 @@ class NativeKernel:
             else:
                 self._phases(0, None)
         del product  # the phases have read it
-        if self.step.may_fail and self.exe.error.take():
-            raise kernel_index_error(self.exe, self.step, flats, addresses)
+        if self.step.may_fail and (failed := self.exe.error.take()):
+            raise kernel_check_error(self.exe, self.step, flats, addresses, failed)
 
     def _phases(self, row_start: int, row_end: int | None) -> None:
         """Run every phase, on all outer iterations or on those of rows [row_start, row_end)."""

@@ -259,18 +259,31 @@ def _shift_right(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.where(out_of_range, np.zeros((), a.dtype), shifted).astype(a.dtype)
 
 
+def _zero_divisor_raises(reference: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
+    """``reference`` raising ``ZeroDivisionError`` for an integer division by zero, as eager's kernels do (numpy
+    returns 0; floats keep IEEE's inf and NaN). The interpreter raises it as a typed run-time error."""
+
+    def checked(a: np.ndarray, b: np.ndarray, *args: object, **kwargs: object) -> np.ndarray:
+        # (a divisor broadcast into an empty result divides nothing: eager's kernel does not raise)
+        if np.asarray(a).dtype.kind in "iu" and np.broadcast(a, b).size and not np.all(b):
+            raise ZeroDivisionError("integer division by zero")
+        return reference(a, b, *args, **kwargs)
+
+    return checked
+
+
 BINARY = (
     _binary("add", np.add, _ANY, traits=COMMUTATIVE, complex=True),
     _binary("sub", np.subtract, _NUMERIC, complex=True),
     _binary("mul", np.multiply, _ANY, traits=COMMUTATIVE, complex=True),
-    _binary("div", _div, _NUMERIC, attrs={"rounding_mode": AttrSpec("str", "none")},
+    _binary("div", _zero_divisor_raises(_div), _NUMERIC, attrs={"rounding_mode": AttrSpec("str", "none")},
             doc="a/b; rounding_mode floor or trunc rounds the quotient", complex=True),
     _binary("pow", _pow, _NUMERIC, doc="a ** b (integers: a negative exponent gives 1, -1 or 0, as torch.pow)",
             traits=TRANSCENDENTAL),
     _binary("maximum", np.maximum, _ANY, doc="elementwise max, NaN propagates", traits=COMMUTATIVE),
     _binary("minimum", np.minimum, _ANY, doc="elementwise min, NaN propagates", traits=COMMUTATIVE),
-    _binary("remainder", np.mod, _NUMERIC, doc="a - floor(a/b)*b (sign of b)"),
-    _binary("fmod", np.fmod, _NUMERIC, doc="C fmod (sign of a)"),
+    _binary("remainder", _zero_divisor_raises(np.mod), _NUMERIC, doc="a - floor(a/b)*b (sign of b)"),
+    _binary("fmod", _zero_divisor_raises(np.fmod), _NUMERIC, doc="C fmod (sign of a)"),
     _binary("atan2", np.arctan2, _FLOAT, traits=TRANSCENDENTAL),
     _binary("bitwise_and", np.bitwise_and, _INTEGRAL, traits=COMMUTATIVE),
     _binary("bitwise_or", np.bitwise_or, _INTEGRAL, traits=COMMUTATIVE),
