@@ -58,6 +58,8 @@ RULE_MODULES = {
     "neuroncc/codegen/nki/attention.py": "the fused attention lowering: the op pattern it matches (mm, softmax, mm)",
     "neuroncc/device/autocast_policy.py": "autocast's cast policy per aten op (PyTorch's AutocastCPU lists): aten "
                                           "overload names, some spelled like IR ops",
+    "neuroncc/device/registration.py": "the aten ops the device registers kernels for at import (their composite "
+                                       "kernels would not reach it): aten names, some spelled like IR ops",
 }
 
 

@@ -406,9 +406,14 @@ CHECKED_INDEX_OPS = frozenset({"gather", "index_select", "embedding", "index", "
 CHECKED_DIVISOR_OPS = frozenset({"div", "remainder", "fmod"})
 
 
-def checks_divisor(op: Op) -> bool:
-    """Whether ``op``'s lowering checks for a zero divisor (integer division and remainder)."""
-    return op.name in CHECKED_DIVISOR_OPS and op.operands[1].type.dtype.is_int
+def checks_divisor(op: Op, divisor_producer: Op | None = None) -> bool:
+    """Whether ``op``'s lowering checks for a zero divisor (integer division and remainder): not when the divisor
+    is made in the kernel by ``divisor_producer`` with one nonzero value everywhere (``x // 2``), whose check LLVM
+    folds away, so the kernel's call need not read the error flag either."""
+    if op.name not in CHECKED_DIVISOR_OPS or not op.operands[1].type.dtype.is_int:
+        return False
+    splat = divisor_producer.opdef.splat_value(divisor_producer.attrs) if divisor_producer is not None else None
+    return splat is None or splat == 0
 
 
 #: Index lowerings that need operand 0 to have a dimension to index (a 0-dim operand has no native lowering).

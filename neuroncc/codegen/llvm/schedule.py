@@ -153,7 +153,9 @@ def lay_out(region: Function, params: list[Layout], outputs: list[Layout]) -> tu
             for index, result in enumerate(op.results):
                 access[result] = Computed(op, index)
             seen_compute = seen_compute or category is not Category.CONSTANT
-        may_fail = may_fail or op.name in CHECKED_INDEX_OPS or checks_divisor(op)
+        divisor = access.get(op.operands[1]) if len(op.operands) > 1 else None
+        may_fail = may_fail or op.name in CHECKED_INDEX_OPS or \
+            checks_divisor(op, divisor.op if isinstance(divisor, Computed) else None)
         for result in op.results:
             queue_outputs(result)
         if pending_outputs:
