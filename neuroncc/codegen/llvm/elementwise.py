@@ -16,7 +16,7 @@ from llvmlite import ir
 
 from neuroncc.codegen.llvm.bit_shifts import shift_left, shift_right
 from neuroncc.codegen.llvm.context import EmitContext
-from neuroncc.codegen.llvm.launch_plan import FailedCheck
+from neuroncc.codegen.llvm.integer_arithmetic import int_div, int_pow, int_rem
 from neuroncc.codegen.llvm.mathlib import LIBM, POLYNOMIAL, math_call
 from neuroncc.codegen.llvm.norm_affine import fused_weight_and_bias
 from neuroncc.codegen.llvm.scalars import (
@@ -252,44 +252,11 @@ def _row_invariant(op: Op, operand) -> bool:
     return len(result) > 0 and result[-1] > 1 and (len(shape) == 0 or shape[-1] == 1)
 
 
-def _zero_divisor(ctx, c: ir.Value) -> ir.Value:
-    """Whether ``c`` is zero, flagged as the kernel's error (the result's lanes then hold 0, never trap)."""
-    zero = ctx.b.icmp_unsigned("==", c, _zero(c))
-    ctx.fail_if(zero, FailedCheck.ZERO_DIVISOR)
-    return zero
-
-
-def _safe_divisor(ctx, a: ir.Value, c: ir.Value) -> tuple[ir.Value, ir.Value]:
-    """Integer division guard: x/0 sets the error flag (and gives 0) and INT_MIN/-1 must not trap."""
-    b = ctx.b
-    zero = _zero_divisor(ctx, c)
-    minus_one = b.icmp_signed("==", c, ir.Constant(c.type, -1))
-    divisor = b.select(b.or_(zero, minus_one), ir.Constant(c.type, 1), c)
-    return zero, divisor
-
-
-def _int_div(ctx, op, a: ir.Value, c: ir.Value, mode: str) -> ir.Value:
-    b = ctx.b
-    if is_unsigned(_dtype(op)):
-        zero = _zero_divisor(ctx, c)
-        return b.select(zero, _zero(c), b.udiv(a, b.select(zero, ir.Constant(c.type, 1), c)))
-    zero, divisor = _safe_divisor(ctx, a, c)
-    minus_one = b.icmp_signed("==", c, ir.Constant(c.type, -1))
-    quotient = b.sdiv(a, divisor)
-    if mode == "floor":
-        remainder = b.srem(a, divisor)
-        adjust = b.and_(b.icmp_signed("!=", remainder, _zero(c)),
-                        b.icmp_signed("!=", b.icmp_signed("<", remainder, _zero(c)), b.icmp_signed("<", c, _zero(c))))
-        quotient = b.sub(quotient, b.zext(adjust, c.type))
-    quotient = b.select(minus_one, b.neg(a), quotient)
-    return b.select(zero, _zero(c), quotient)
-
-
 def _div(ctx, op, args):
     a, c = args
     mode = op.attrs["rounding_mode"]
     if a.type != F32:
-        return _int_div(ctx, op, a, c, mode)
+        return int_div(ctx, a, c, mode, unsigned=is_unsigned(_dtype(op)))
     if mode == "none":
         # x / y as x * (1/y): within 1.5 ulp, and a broadcast divisor's reciprocal is hoisted out of loops.
         # The reciprocal estimate's Newton step turns 1/inf and 1/0 into NaN (0 * inf), so a zero or infinite
@@ -332,24 +299,10 @@ def _float_floor_div(ctx, a: ir.Value, c: ir.Value, quotient: ir.Value) -> ir.Va
     return b.select(b.fcmp_ordered("==", c, zero), quotient, floordiv)
 
 
-def _int_rem(ctx, op, a: ir.Value, c: ir.Value, python_sign: bool) -> ir.Value:
-    b = ctx.b
-    if is_unsigned(_dtype(op)):
-        zero = _zero_divisor(ctx, c)
-        return b.select(zero, _zero(c), b.urem(a, b.select(zero, ir.Constant(c.type, 1), c)))
-    zero, divisor = _safe_divisor(ctx, a, c)
-    remainder = b.srem(a, divisor)
-    if python_sign:  # remainder takes the divisor's sign
-        fix = b.and_(b.icmp_signed("!=", remainder, _zero(c)),
-                     b.icmp_signed("!=", b.icmp_signed("<", remainder, _zero(c)), b.icmp_signed("<", c, _zero(c))))
-        remainder = b.select(fix, b.add(remainder, c), remainder)
-    return b.select(zero, _zero(c), remainder)
-
-
 def _remainder(ctx, op, args):
     a, c = args
     if a.type != F32:
-        return _int_rem(ctx, op, a, c, python_sign=True)
+        return int_rem(ctx, a, c, python_sign=True, unsigned=is_unsigned(_dtype(op)))
     b = ctx.b
     r = math_call(b, "fmod", a, c, target=ctx.target)
     fix = b.and_(b.fcmp_ordered("!=", r, _zero(r)),
@@ -360,7 +313,7 @@ def _remainder(ctx, op, args):
 def _fmod(ctx, op, args):
     a, c = args
     if a.type != F32:
-        return _int_rem(ctx, op, a, c, python_sign=False)
+        return int_rem(ctx, a, c, python_sign=False, unsigned=is_unsigned(_dtype(op)))
     return math_call(ctx.b, "fmod", a, c, target=ctx.target)
 
 
@@ -368,41 +321,7 @@ def _pow(ctx, op, args):
     a, c = args
     if a.type == F32:
         return math_call(ctx.b, "pow", a, c, target=ctx.target)
-    return _int_pow(ctx, a, c)
-
-
-def _int_pow(ctx, base: ir.Value, exponent: ir.Value) -> ir.Value:
-    """Exponentiation by squaring (wrapping, as numpy); negative exponents give 0 except for base +-1."""
-    b = ctx.b
-    t = base.type
-    entry = b.block
-    head = b.append_basic_block("pow.head")
-    body = b.append_basic_block("pow.body")
-    done = b.append_basic_block("pow.done")
-    b.branch(head)
-    b.position_at_end(head)
-    result = b.phi(t)
-    square = b.phi(t)
-    remaining = b.phi(t)
-    result.add_incoming(ir.Constant(t, 1), entry)
-    square.add_incoming(base, entry)
-    remaining.add_incoming(exponent, entry)
-    b.cbranch(b.icmp_signed(">", remaining, ir.Constant(t, 0)), body, done)
-    b.position_at_end(body)
-    odd = b.trunc(remaining, I1)
-    result.add_incoming(b.select(odd, b.mul(result, square), result), body)
-    square.add_incoming(b.mul(square, square), body)
-    remaining.add_incoming(b.lshr(remaining, ir.Constant(t, 1)), body)
-    b.branch(head)
-    b.position_at_end(done)
-    negative = b.icmp_signed("<", exponent, ir.Constant(t, 0))
-    is_one = b.icmp_signed("==", base, ir.Constant(t, 1))
-    is_minus_one = b.icmp_signed("==", base, ir.Constant(t, -1))
-    odd_exponent = b.trunc(exponent, I1)
-    inverse = b.select(is_one, ir.Constant(t, 1),
-                       b.select(is_minus_one, b.select(odd_exponent, ir.Constant(t, -1), ir.Constant(t, 1)),
-                                ir.Constant(t, 0)))
-    return b.select(negative, inverse, result)
+    return int_pow(ctx, a, c)
 
 
 def _max_min(float_name: str, signed_name: str, unsigned_name: str, bool_op: str) -> Lowering:
