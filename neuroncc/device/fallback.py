@@ -32,6 +32,7 @@ from neuroncc.device.op_forms import OpForm
 from neuroncc.errors import (DeviceFallbackError, RuntimeCheckError, RuntimeIndexError, RuntimeZeroDivisionError,
                              UnsupportedOpError)
 from neuroncc.executors.tracing import StepInfo, active_tracer
+from neuroncc.frontend import run_errors
 
 
 def check_error_on_host(form: OpForm, args: tuple[Any, ...], kwargs: dict[str, Any], index: int,
@@ -40,48 +41,28 @@ def check_error_on_host(form: OpForm, args: tuple[Any, ...], kwargs: dict[str, A
     by zero): the op's CPU kernel on the same memory, whose error is raised as the same kind
     (:class:`~neuroncc.errors.RuntimeIndexError`, :class:`~neuroncc.errors.RuntimeZeroDivisionError`) naming
     the op, the operand (the index, the divisor), the value and range (eager's words, or the kernel's where eager
-    leaves the value out) and the user's ``file:line`` (the innermost caller outside torch and neuroncc); the CPU
-    kernel's result if it does not raise."""
+    leaves the value out) and the user's ``file:line`` (the innermost caller outside torch and neuroncc), worded
+    as the front end words a compiled graph's (``frontend/run_errors.py``); the CPU kernel's result if it does not
+    raise."""
     try:
         return run_on_host(form, args, kwargs, index)
     except (IndexError, RuntimeError) as error:
         where = user_location()
         at = f" at {where}" if where else ""
+        values = [args[p] if p < len(args) else kwargs.get(a.name) for p, a in enumerate(form.op._schema.arguments)]
+        names = [a.name for a in form.op._schema.arguments]
         if isinstance(kernel_error, RuntimeZeroDivisionError):
-            detail = "integer division by zero"
-            raise RuntimeZeroDivisionError(f"{form.name}{at}: {detail}{_divisor_operand(form, args, kwargs)}",
-                                           op=form.name, detail=detail, location=where) from error
-        detail = (str(error).strip().splitlines() or ["index out of range"])[0]
-        if kernel_error.detail and not any(c.isdigit() for c in detail):  # "index out of range in self"
-            detail = kernel_error.detail
-        raise RuntimeIndexError(f"{form.name}{at}: {detail}"
-                                f"{_index_operands(form, args, kwargs)}", op=form.name, detail=detail,
+            detail = run_errors.ZERO_DIVISION_DETAIL
+            operand = run_errors.divisor_text(names[1], values[1]) if len(values) > 1 and values[1] is not None \
+                else ""
+            raise RuntimeZeroDivisionError(f"{form.name}{at}: {detail}{operand}", op=form.name, detail=detail,
+                                           location=where) from error
+        detail = run_errors.index_detail(error, kernel_error.detail)
+        operand = run_errors.index_operands_text(
+            (name, value if isinstance(value, list | tuple) else [value], None)
+            for name, value in zip(names, values) if name not in form.out_arguments)
+        raise RuntimeIndexError(f"{form.name}{at}: {detail}{operand}", op=form.name, detail=detail,
                                 location=where) from error
-
-
-def _divisor_operand(form: OpForm, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
-    """`` (divisor: operand 'other', int64[2])``: the op's second argument (``= 0`` when a number)."""
-    arguments = form.op._schema.arguments
-    if len(arguments) < 2:
-        return ""
-    name = arguments[1].name
-    value = args[1] if len(args) > 1 else kwargs.get(name)
-    if isinstance(value, torch.Tensor):
-        shape = ", ".join(map(str, value.shape))
-        return f" (divisor: operand '{name}', {str(value.dtype).removeprefix('torch.')}[{shape}])"
-    return f" (divisor: operand '{name}' = {value})" if value is not None else ""
-
-
-def _index_operands(form: OpForm, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
-    """`` (operand 'index', int64[4, 3])``: the op's integer tensor arguments, named as its schema does."""
-    named = []
-    for position, argument in enumerate(form.op._schema.arguments):
-        value = args[position] if position < len(args) else kwargs.get(argument.name)
-        if isinstance(value, torch.Tensor) and not value.is_floating_point() and not value.is_complex() \
-                and value.dtype is not torch.bool and argument.name not in form.out_arguments:
-            named.append(f"operand '{argument.name}', {str(value.dtype).removeprefix('torch.')}"
-                         f"[{', '.join(map(str, value.shape))}]")
-    return f" ({'; '.join(named)})" if named else ""
 
 
 def run_on_host(form: OpForm, args: tuple[Any, ...], kwargs: dict[str, Any], index: int,

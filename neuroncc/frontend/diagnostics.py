@@ -91,11 +91,16 @@ NO_LOWERING_REASONS: dict[Any, str] = {
 NO_LOWERING = "neuroncc has no lowering for this op"
 
 
+def tensor_type_text(tensor: torch.Tensor) -> str:
+    """``int64[4, 3]``: a tensor's dtype and shape as neuroncc's messages write them."""
+    return f"{str(tensor.dtype).removeprefix('torch.')}[{', '.join(str(s) for s in tensor.shape)}]"
+
+
 def _describe_arg(arg: Any) -> str:
     if isinstance(arg, fx.Node):
         meta = arg.meta.get("val", arg.meta.get("example_value"))
         if isinstance(meta, torch.Tensor):
-            return f"{str(meta.dtype).removeprefix('torch.')}[{', '.join(str(s) for s in meta.shape)}]"
+            return tensor_type_text(meta)
         return type(meta).__name__ if meta is not None else arg.name
     if isinstance(arg, list | tuple):
         return "[" + ", ".join(_describe_arg(a) for a in arg) + "]"

@@ -2,7 +2,7 @@
 user's code.
 
 A kernel whose check failed says which of its ops failed and on which value
-(``executors/cpu/index_failure.py``), but the IR knows nothing of the user's source. The graph a
+(``executors/cpu/check_failure.py``), but the IR knows nothing of the user's source. The graph a
 :class:`~neuroncc.frontend.compiled.CompiledGraph` was imported from does: each node's
 ``meta["stack_trace"]`` (TorchDynamo, AOTAutograd and torch.export keep it). On the failure path only, the
 graph is rerun eagerly, node by node, on copies of the call's inputs: the node that raises is the op that
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,7 +23,7 @@ import torch
 import torch.fx as fx
 
 from neuroncc.errors import RuntimeCheckError, RuntimeZeroDivisionError
-from neuroncc.frontend.diagnostics import op_name, user_location
+from neuroncc.frontend.diagnostics import op_name, tensor_type_text, user_location
 
 #: placeholder names AOTAutograd and TorchDynamo make up (the user's names are those torch.export keeps)
 _TRACER_NAME = re.compile(r"^(arg\d+_\d+|primals_\d+|tangents_\d+|l_.*_|s\d+)$")
@@ -77,14 +77,9 @@ def located_run_error(error: RuntimeCheckError, gm: fx.GraphModule | RerunSource
     node, eager_error = found
     location = user_location(node)
     if division:  # eager says "ZeroDivisionError" only
-        detail, operand = "integer division by zero", _divisor_operand(node)
+        detail, operand = ZERO_DIVISION_DETAIL, _divisor_operand(node)
     else:
-        # eager's words, unless they leave the value out ("index out of range in self": index_select, embedding)
-        # where the kernel's rerun names it
-        detail = (str(eager_error).strip().splitlines() or ["index out of range"])[0]
-        if error.detail and not any(c.isdigit() for c in detail):
-            detail = error.detail
-        operand = _index_operands(node)
+        detail, operand = index_detail(eager_error, error.detail), _index_operands(node)
     where = f" at {location} (in {location.function})" if location is not None else " (source location unknown)"
     code = f"\n    {location.code}" if location is not None and location.code else ""
     kernel = f"\n  in neuroncc kernel '{error.kernel}'" if error.kernel else ""
@@ -138,42 +133,76 @@ def _host_copy(value: Any) -> Any:
     return value
 
 
+ZERO_DIVISION_DETAIL = "integer division by zero"
+
+
+def index_detail(eager_error: BaseException, kernel_detail: str | None) -> str:
+    """The value and range of an index error in eager's words, unless they leave the value out ("index out of
+    range in self": index_select, embedding), where the kernel's rerun names it (``kernel_detail``)."""
+    detail = (str(eager_error).strip().splitlines() or ["index out of range"])[0]
+    return kernel_detail if kernel_detail and not any(c.isdigit() for c in detail) else detail
+
+
+def index_operands_text(operands: Iterable[tuple[str, Sequence[Any], str | None]]) -> str:
+    """`` (operand 'index', the input 'ids', int64[4, 3])``: of ``(schema name, the argument's values, the program
+    input it is or None)``, the arguments holding integer tensors (real or fake: their dtype and shape)."""
+    named = []
+    for name, values, given in operands:
+        ints = [v for v in values if isinstance(v, torch.Tensor) and not v.is_floating_point()
+                and not v.is_complex() and v.dtype is not torch.bool]
+        if ints:
+            named.append(f"operand '{name}'{_given(given)}, {', '.join(map(tensor_type_text, ints))}")
+    return f" ({'; '.join(named)})" if named else ""
+
+
+def divisor_text(name: str, value: Any, given: str | None = None) -> str:
+    """`` (divisor: operand 'other', the input 'y', int64[2])`` for a tensor (real or fake), ``= 0`` for a number,
+    the name alone when ``value`` is None (its type unknown)."""
+    if value is not None and not isinstance(value, torch.Tensor):
+        return f" (divisor: operand '{name}' = {value})"
+    types = f", {tensor_type_text(value)}" if value is not None else ""
+    return f" (divisor: operand '{name}'{_given(given)}{types})"
+
+
+def _given(name: str | None) -> str:
+    return f", the input '{name}'" if name else ""
+
+
+def _input_name(value: Any) -> str | None:
+    """The program input an argument is, by the name the user gave it (torch.export keeps those)."""
+    return value.name if isinstance(value, fx.Node) and value.op == "placeholder" and \
+        not _TRACER_NAME.match(value.name) else None
+
+
+def _meta(value: Any) -> Any:
+    return value.meta.get("val") if isinstance(value, fx.Node) else None
+
+
 def _index_operands(node: fx.Node) -> str:
     """`` (operand 'index', int64[4, 3])``: the node's integer tensor arguments, named as its schema does."""
     schema = getattr(node.target, "_schema", None)
     if schema is None:
         return ""
-    named = []
+    operands = []
     for argument, value in zip(schema.arguments, node.args):
         values = value if isinstance(value, list | tuple) else [value]
-        metas = [v.meta.get("val") for v in values if isinstance(v, fx.Node)]
-        ints = [m for m in metas if isinstance(m, torch.Tensor) and not m.is_floating_point()
-                and not m.is_complex()]
-        if ints:
-            types = ", ".join(f"{str(m.dtype).removeprefix('torch.')}[{', '.join(map(str, m.shape))}]"
-                              for m in ints)
-            inputs = [v.name for v in values if isinstance(v, fx.Node) and v.op == "placeholder"
-                      and not _TRACER_NAME.match(v.name)]
-            given = f", the input '{inputs[0]}'" if len(inputs) == 1 and len(values) == 1 else ""
-            named.append(f"operand '{argument.name}'{given}, {types}")
-    return f" ({'; '.join(named)})" if named else ""
+        inputs = [name for name in map(_input_name, values) if name]
+        operands.append((argument.name, [_meta(v) for v in values],
+                         inputs[0] if len(inputs) == 1 and len(values) == 1 else None))
+    return index_operands_text(operands)
 
 
 def _divisor_operand(node: fx.Node) -> str:
-    """`` (divisor: operand 'other', the input 'y', int64[2])``: the node's second argument, the divisor of
-    ``x // y``, ``x % y``, ``torch.div``, ``torch.fmod`` (``= 0`` when a number)."""
-    schema = getattr(node.target, "_schema", None)
+    """The divisor of ``x // y``, ``x % y``, ``torch.div``, ``torch.fmod``: the node's second argument."""
     if len(node.args) < 2:
         return ""
-    value = node.args[1]
+    schema = getattr(node.target, "_schema", None)
     name = schema.arguments[1].name if schema is not None and len(schema.arguments) > 1 else "other"
+    value = node.args[1]
     if not isinstance(value, fx.Node):
-        return f" (divisor: operand '{name}' = {value})"
-    meta = value.meta.get("val")
-    given = f", the input '{value.name}'" if value.op == "placeholder" and not _TRACER_NAME.match(value.name) else ""
-    types = f", {str(meta.dtype).removeprefix('torch.')}[{', '.join(map(str, meta.shape))}]" \
-        if isinstance(meta, torch.Tensor) else ""
-    return f" (divisor: operand '{name}'{given}{types})"
+        return divisor_text(name, value)
+    meta = _meta(value)
+    return divisor_text(name, meta if isinstance(meta, torch.Tensor) else None, _input_name(value))
 
 
 def _index_sites(gm: fx.GraphModule) -> list[str]:

@@ -182,6 +182,8 @@ def test_index_errors_name_the_op_the_operand_the_value_and_the_callers_line():
     weight = torch.randn(3, 2, device="neuron")
     with pytest.raises(IndexError, match="index 7 is out of bounds for dimension 0 with size 3"):  # eager's words
         torch.nn.functional.embedding(torch.tensor([7], device="neuron"), weight)  # leave the value out: the kernel's
+    with pytest.raises(IndexError, match=r"index 9 is out of bounds .* \(operand 'indices', int64\[2\]\)"):
+        x[torch.tensor([1, 9], device="neuron")]  # a list operand (aten.index's indices) named as the front end does
 
     def gather(x, index):
         return torch.gather(x * 2, 1, index)

@@ -1,4 +1,4 @@
-"""A kernel whose index check failed names the op of it that failed and the value (executors/cpu/index_failure.py):
+"""A kernel whose index check failed names the op of it that failed and the value (executors/cpu/check_failure.py):
 found on the failure path only, by rerunning the kernel's ops in the reference interpreter on copies of its inputs."""
 
 from __future__ import annotations

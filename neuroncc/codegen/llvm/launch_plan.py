@@ -104,7 +104,7 @@ class ExternSpec(NamedTuple):
 
 class FailedCheck(enum.IntEnum):
     """What a kernel stores in its error flag when a run-time check fails: the launcher's error says which kind
-    when the rerun of the kernel's ops does not name the op (``executors/cpu/index_failure.py``)."""
+    when the rerun of the kernel's ops does not name the op (``executors/cpu/check_failure.py``)."""
 
     INDEX = 1  # a data-dependent index out of range
     ZERO_DIVISOR = 2  # an integer divisor of zero

@@ -19,7 +19,7 @@ from neuroncc.executors.cpu.adopt import ScratchProduct
 from neuroncc.executors.cpu.buffers import storage_dtype as _storage_dtype
 from neuroncc.executors.cpu.buffers import strided_view as _view
 from neuroncc.executors.cpu.extern import run_extern
-from neuroncc.executors.cpu.index_failure import kernel_check_error
+from neuroncc.executors.cpu.check_failure import kernel_check_error
 from neuroncc.executors.cpu.step_host import StepHost
 from neuroncc.hardware.host import target_cpu
 from neuroncc.ir.opdef import Trait
