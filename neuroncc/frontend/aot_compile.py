@@ -20,13 +20,15 @@ import torch
 import torch.fx as fx
 from torch._dynamo.backends.common import aot_autograd
 from torch._functorch._aot_autograd.utils import make_boxed_func
+from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException
+from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
 
 from neuroncc.executors.cpu import helper_start
 from neuroncc.frontend import graph_cache, stats
 from neuroncc.frontend.aten_compiler import compile_aten_graph, imports_gc_paused
 from neuroncc.frontend.boundary import HostDevice
 from neuroncc.frontend.compiled import CompiledGraph
-from neuroncc.frontend.diagnostics import DATA_DEPENDENT_ERRORS, data_dependent_refusal
+from neuroncc.frontend.diagnostics import data_dependent_refusal
 from neuroncc.frontend.fallback import has_communication, partition_and_compile
 from neuroncc.frontend.joint_cse import partition_joint
 from neuroncc.frontend.lean_call import lean_inference, lean_refusal, module_params_buffers
@@ -40,6 +42,12 @@ from neuroncc.frontend.options import BackendOptions
 from neuroncc.frontend.profiling import graph_range
 from neuroncc.frontend.saved_facts import SavedFacts, forward_facts
 from neuroncc.frontend.saved_layouts import report_output_strides, saved_activations, take_input_layouts
+
+#: What AOTAutograd raises when tracing needs a value only known at run time (a size read from a tensor); here,
+#: not in diagnostics.py, whose importers (the device's ops) would load sympy with it.
+DATA_DEPENDENT_ERRORS: tuple[type[BaseException], ...] = (
+    GuardOnDataDependentSymNode, DataDependentOutputException, DynamicOutputShapeException,
+)
 
 
 def compile_with_aot_autograd(gm: fx.GraphModule, example_inputs: list[Any], name: str, config: BackendOptions,

@@ -17,8 +17,6 @@ from typing import Any
 
 import torch
 import torch.fx as fx
-from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException
-from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
 
 from neuroncc.errors import UnsupportedOpError
 
@@ -248,12 +246,6 @@ def uses_float64(gm: fx.GraphModule, example_inputs: Sequence[Any], scalars: Seq
 
 
 # ---- data-dependent shapes -----------------------------------------------------------------------------
-
-#: What AOTAutograd raises when tracing needs a value only known at run time (a size read from a tensor).
-DATA_DEPENDENT_ERRORS: tuple[type[BaseException], ...] = (
-    GuardOnDataDependentSymNode, DataDependentOutputException, DynamicOutputShapeException,
-)
-
 
 def data_dependent_refusal(gm: fx.GraphModule, error: BaseException) -> UnsupportedOpError:
     """The refusal for a graph whose shapes (or control flow) depend on tensor values."""
