@@ -382,9 +382,13 @@ def bench_processes() -> str:
 
 _IMPORT_SCRIPT = "import time; t = time.perf_counter(); import torch; print(time.perf_counter() - t)"
 #: the hook alone (what autoload runs inside ``import torch``), then the first op, each timed in-process
-_HOOK_SCRIPT = ("import os, time; os.environ['TORCH_DEVICE_BACKEND_AUTOLOAD'] = '0'; import torch; "
+#: and then a model's first few ops (a number, a matrix product, a reduction, softmax's traced decomposition),
+#: and whether they imported TorchDynamo (1 or 0)
+_HOOK_SCRIPT = ("import os, sys, time; os.environ['TORCH_DEVICE_BACKEND_AUTOLOAD'] = '0'; import torch; "
                 "t = time.perf_counter(); import neuroncc; neuroncc._autoload_device(); h = time.perf_counter() - t; "
-                "t = time.perf_counter(); torch.ones(1, device='neuron'); print(h, time.perf_counter() - t)")
+                "t = time.perf_counter(); x = torch.ones(64, 64, device='neuron'); o = time.perf_counter() - t; "
+                "t = time.perf_counter(); y = ((x * 2 + 1).relu() @ x).softmax(-1).sum(); "
+                "print(h, o, time.perf_counter() - t, int('torch._dynamo' in sys.modules))")
 
 
 def bench_autoload(repeat: int) -> str:
@@ -399,21 +403,24 @@ def bench_autoload(repeat: int) -> str:
         return [float(v) for v in out.stdout.strip().splitlines()[-1].split()]
 
     run(_HOOK_SCRIPT, "0")  # fills the cache with the first op's kernel
-    with_hook, without, hook, first_op = [], [], [], []
+    with_hook, without, hook, first_op, first_ops, dynamo = [], [], [], [], [], []
     for _ in range(max(repeat // 3, 5)):
         without += run(_IMPORT_SCRIPT, "0")
         with_hook += run(_IMPORT_SCRIPT, "1")
-        alone, op = run(_HOOK_SCRIPT, "0")
+        alone, op, ops, imported = run(_HOOK_SCRIPT, "0")
         hook.append(alone)
         first_op.append(op)
+        first_ops.append(ops)
+        dynamo.append(imported)
 
     def ms(values: list[float]) -> str:
         return f"{statistics.median(values) * 1e3:.1f} (min {min(values) * 1e3:.1f})"
 
     rows = [[ms(without), ms(with_hook), f"{(statistics.median(with_hook) - statistics.median(without)) * 1e3:.0f}",
-             ms(hook), ms(first_op)]]
+             ms(hook), ms(first_op), ms(first_ops), f"{sum(dynamo):.0f} of {len(dynamo)}"]]
     return table(rows, ["import torch, hook off (ms)", "hook on (ms)", "difference (ms)",
-                        "the hook alone, in-process (ms)", "then the first op (ms)"])
+                        "the hook alone, in-process (ms)", "then the first op (ms)", "then 6 more ops (ms)",
+                        "processes that imported TorchDynamo"])
 
 
 _GENERATE_SCRIPT = r"""

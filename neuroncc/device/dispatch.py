@@ -24,9 +24,8 @@ from typing import Any
 
 import torch
 
-from neuroncc.device import diagnostics, memory
+from neuroncc.device import build_lock, diagnostics, memory
 from neuroncc.device.build_lock import LOCK as _lock
-from neuroncc.device.build_lock import building
 from neuroncc.device.config import CONFIG
 from neuroncc.device.counters import COUNTS, op_state
 from neuroncc.device.op_forms import OpForm, form_of
@@ -177,20 +176,24 @@ class DeviceOp:
 
     def _prepare(self, key: tuple[Any, ...], args: tuple[Any, ...], kwargs: dict[str, Any],
                  tensors: list[torch.Tensor], floats: list[float]) -> Any:
+        # without TorchDynamo's compile lock while it is not imported: a cached kernel needs none of it
+        return build_lock.built(lambda: self._make_entry(key, args, kwargs, tensors, floats))
+
+    def _make_entry(self, key: tuple[Any, ...], args: tuple[Any, ...], kwargs: dict[str, Any],
+                    tensors: list[torch.Tensor], floats: list[float]) -> Any:
         from neuroncc.device import entries  # the compiler: imported on the first op (keeps registration cheap)
 
-        with building():
-            entry = self.entries.get(key)
-            if entry is not None:  # another thread made it meanwhile
-                return entry
-            index = check_devices(self.form, tensors)
-            if index > 0 and torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
-                diagnostics.autograd_off_device_zero(index)
-            entry = entries.make_entry(self, args, kwargs, tensors, floats, index, handler_for)
-            self.entries[key] = entry
-            if entry.holds_kernel:
-                _evict_if_full()
+        entry = self.entries.get(key)
+        if entry is not None:  # another thread made it meanwhile
             return entry
+        index = check_devices(self.form, tensors)
+        if index > 0 and torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+            diagnostics.autograd_off_device_zero(index)
+        entry = entries.make_entry(self, args, kwargs, tensors, floats, index, handler_for)
+        self.entries[key] = entry
+        if entry.holds_kernel:
+            _evict_if_full()
+        return entry
 
 
 #: Ops that take index tensors on CPU with their input on the device, as CUDA's do; and the foreach ops whose

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ctypes
 import math
+import struct
 from typing import Any
 
 import torch
@@ -15,7 +16,7 @@ import torch
 from neuroncc.device import foreach_donated, fused_optimizers, generators, memory, signature_index, tracking
 from neuroncc.device.kernel_compile import compile_kernel
 from neuroncc.device.counters import COUNTS
-from neuroncc.device.build_lock import building
+from neuroncc.device.build_lock import built
 from neuroncc.device.fallback import HostFallback, HostRandom, run_on_host
 from neuroncc.device.kernels import CompiledKernel
 from neuroncc.device import layouts
@@ -48,22 +49,29 @@ def make_entry(handler: Any, args: tuple[Any, ...], kwargs: dict[str, Any], tens
         return HostRandom(form, index, state)
     if layouts.aten_on_device_memory(form, tensors):
         return AtenOnDeviceMemory(form, index, state)
-    if form.out_arguments:
-        if _out_resizes(form, args, kwargs, tensors, floats):
-            return ResizeOuts(handler)
-    # a signature an earlier process compiled: its kernel straight from the compile cache, no program built
-    slot = signature_index.Slot.of(form.op, describe(args, kwargs)[0])
+    # a signature an earlier process compiled: its kernel straight from the compile cache, no program built (and
+    # no meta run sizing out= tensors: a signature indexed was one whose outs needed no resize)
+    signature = describe(args, kwargs)[0]
+    slot = signature_index.Slot.of(form.op, signature)
     hit = slot.lookup(tensors) if slot is not None else None
     if hit is not None:
         COUNTS["eager_kernels_loaded"] += 1
         return CompiledKernel(form, hit.program, hit.executable, index, tensors, state)
+    valued = signature_index.Slot.of_values(form.op, signature, floats) if floats else None
+    hit = valued.lookup(tensors) if valued is not None else None
+    if hit is not None:
+        COUNTS["eager_kernels_loaded"] += 1
+        return ByFloatValue(form, CompiledKernel(form, hit.program, hit.executable, index, tensors, state), floats,
+                            index, state)
+    if form.out_arguments and _out_resizes(form, args, kwargs, tensors, floats):
+        return ResizeOuts(handler)
     try:
         program = build_program(form, args, kwargs, tensors, floats)
-        # indexed only when the kernel serves every value of the call's floats (as this entry does)
+        # indexed by the signature when the kernel serves every value of the call's floats (as this entry
+        # does), else by the values too; a guarded kernel serves the values its guards admit: not indexed
         value_free = program.lifted or not floats
-        # (a guarded kernel serves the values its guards admit: not indexed, the index holds no guards)
         kernel = compile_kernel(form, program, index, tensors, state,
-                                slot if value_free and not program.guards else None)
+                                None if program.guards else slot if value_free else valued)
     except CannotCompile as error:
         COUNTS["eager_fallback_signatures"] += 1
         return HostFallback(form, error.reason, index, state, refused=error.refused)
@@ -100,27 +108,48 @@ class AtenOnDeviceMemory(KernelFreeEntry):
             return run_on_host(self.form, args, kwargs, self.index)
 
 
+def _values(floats: list[float]) -> bytes:
+    """The key of a call's float values: their bits (0.0 and -0.0 are equal floats but fill other bits; a NaN is
+    unequal to itself, which would build its kernel again at every call)."""
+    return struct.pack(f"{len(floats)}d", *floats)
+
+
 class ByFloatValue:
     """Kernels of a signature whose program depends on its floats' values: one per distinct tuple of floats."""
 
     holds_kernel = True
+    guarded = False  # (a Guarded's kernels for other values are not indexed: its lifted kernel is not either)
 
     def __init__(self, form: OpForm, first: CompiledKernel, floats: list[float], index: int, state: Any):
         self.form, self.index, self.state = form, index, state
-        self.kernels = {tuple(floats): first}
+        self.kernels = {_values(floats): first}
         self.tick = 0
 
     def call(self, args: tuple[Any, ...], kwargs: dict[str, Any], tensors: list[torch.Tensor],
              floats: list[float]) -> Any:
-        kernel = self.kernels.get(tuple(floats))
+        kernel = self.kernels.get(_values(floats))
         if kernel is None:
-            with building():
-                kernel = self.kernels.get(tuple(floats))
-                if kernel is None:
-                    program = build_program(self.form, args, kwargs, tensors, floats, lift=False)
-                    kernel = self.kernels[tuple(floats)] = compile_kernel(self.form, program, self.index, tensors,
-                                                                          self.state)
+            kernel = built(lambda: self._kernel_for(args, kwargs, tensors, floats))
         return kernel.call(args, kwargs, tensors, floats)
+
+    def _kernel_for(self, args: tuple[Any, ...], kwargs: dict[str, Any], tensors: list[torch.Tensor],
+                    floats: list[float]) -> CompiledKernel:
+        """The kernel of these floats' values: made by another thread meanwhile, loaded through the index, or
+        built and compiled (and indexed)."""
+        kernel = self.kernels.get(_values(floats))
+        if kernel is not None:
+            return kernel
+        valued = signature_index.Slot.of_values(self.form.op, describe(args, kwargs)[0], floats)
+        hit = valued.lookup(tensors) if valued is not None else None
+        if hit is not None:
+            COUNTS["eager_kernels_loaded"] += 1
+            kernel = CompiledKernel(self.form, hit.program, hit.executable, self.index, tensors, self.state)
+        else:
+            program = build_program(self.form, args, kwargs, tensors, floats, lift=False)
+            kernel = compile_kernel(self.form, program, self.index, tensors, self.state,
+                                    None if self.guarded else valued)
+        self.kernels[_values(floats)] = kernel
+        return kernel
 
 
 class Guarded(ByFloatValue):
@@ -130,6 +159,7 @@ class Guarded(ByFloatValue):
 
     def __init__(self, form: OpForm, lifted: CompiledKernel, guards: Any, index: int, state: Any):
         super().__init__(form, lifted, [], index, state)
+        self.guarded = True
         self.kernels.clear()
         self.lifted, self.guards = lifted, guards
 

@@ -30,7 +30,7 @@ import torch.fx as fx
 from torch._decomp import decomposition_table as torch_decompositions
 from torch.utils._pytree import tree_flatten, tree_leaves
 
-from neuroncc.device import layouts, op_forms
+from neuroncc.device import build_lock, layouts, op_forms
 from neuroncc.device.stand_ins import Guards, plain, stand_ins, watching, watching_table
 from neuroncc.device.autocast import ALL_AUTOCAST_KEYS
 from neuroncc.device.op_forms import OpForm
@@ -39,10 +39,17 @@ from neuroncc.errors import NeuronccError, TypeInferenceError, UnsupportedOpErro
 from neuroncc.frontend.lowering.decompositions import decomposition_table
 from neuroncc.frontend.importer import LOWERINGS, GraphOutput, import_graph
 from neuroncc.frontend.lowering.context import LoweringBug
-from neuroncc.frontend.tracing import make_fx_here
+from neuroncc.frontend.tracing import make_fx_here as _make_fx_here
 from neuroncc.ir import Category, Function, TensorType, Trait, Value, print_function
 
 aten = torch.ops.aten
+
+
+def make_fx_here(fn: Any, table: Any) -> Any:
+    """``frontend.tracing.make_fx_here``, after checking this build may trace (``build_lock.py``: a light build
+    gives way to one under TorchDynamo's compile lock)."""
+    build_lock.before_tracing()
+    return _make_fx_here(fn, table)
 
 
 class CannotCompile(Exception):

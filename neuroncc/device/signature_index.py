@@ -26,9 +26,11 @@ thread, each batch merged with what other processes added meanwhile, under the e
 the newest :data:`CAPACITY` records. A process that does not exit normally loses its last batch (those
 signatures build their programs again next time: the index is an optimization, never a source of truth).
 
-Only programs that do not depend on the call's float values are indexed (``Program.lifted``, or a call without
-floats): exactly the entries the device reuses for every value in memory too (a ``ByFloatValue`` signature
-builds its program per value). Signatures that run on CPU are not indexed (their reason is found again).
+Programs that do not depend on the call's float values (``Program.lifted``, or a call without floats) are indexed
+by their signature: exactly the entries the device reuses for every value in memory too. A ``ByFloatValue``
+signature's programs (built per value: ``torch.ones`` and ``torch.zeros``'s ``fill_``) are indexed by the
+signature and the values (:meth:`Slot.of_values`, since session 45). Guarded programs and signatures that run on
+CPU are not indexed (their guards and reasons are found again).
 """
 
 from __future__ import annotations
@@ -248,6 +250,18 @@ class Slot:
         cannot describe)."""
         try:
             name = record_name(op, signature)
+        except Unindexable as reason:
+            log.debug("neuroncc: not indexing a signature of %s: %s", op, reason)
+            return None
+        return Slot.named(name, op)
+
+    @staticmethod
+    def of_values(op: Any, signature: tuple[Any, ...], floats: list[float]) -> Slot | None:
+        """The slot of ``op``'s call with ``signature`` and these float values, for a program built with them
+        as constants (``entries.ByFloatValue``: ``fill_``'s value, ``arange``'s bounds); None as :meth:`of`.
+        ``repr`` tells every float apart (-0.0 from 0.0, each NaN text the same: one kernel serves them)."""
+        try:
+            name = f"{record_name(op, signature)} = {' '.join(map(repr, floats))}"
         except Unindexable as reason:
             log.debug("neuroncc: not indexing a signature of %s: %s", op, reason)
             return None

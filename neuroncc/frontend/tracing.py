@@ -29,7 +29,8 @@ Lock order (a thread holding one may take only those below it; none of them wait
 
 1. TorchDynamo's ``compile_lock`` (:func:`exclusive`; TorchDynamo's compiles).
 2. ``ShapeSpecializations._lock`` (one per graph with symbolic sizes).
-3. ``neuroncc.device.build_lock.LOCK``: the device's handlers and signature entries.
+3. ``neuroncc.device.build_lock.LOCK``: the device's handlers and signature entries (taken alone, without 1,
+   by a first call that traces nothing while TorchDynamo is not imported: ``device/build_lock.py``).
 4. Leaf locks, held for a dictionary update or one kernel call and taking nothing else: a kernel's scratch
    lock (``device/kernels.py``), an executable's arena lock, the process cache's, the compile cache writer's
    queue, the helpers' and the optimizer tier's (``executors/cpu``).

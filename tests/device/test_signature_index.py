@@ -192,3 +192,37 @@ def test_a_second_process_builds_no_program_for_a_training_loops_steps(tmp_path,
     assert first["compiled"] > 0 and second["compiled"] == 0 and second["misfits"] == 0
     assert second["hits"] == second["loaded"] >= first["compiled"] - 2  # ops sharing a program (mul.out / mul)
     assert second["bits"] == first["bits"]
+
+
+#: ops whose kernels depend on their floats' values (entries.ByFloatValue: built with them as constants)
+VALUED = r"""
+import json, torch, neuroncc
+def run(device):
+    x = torch.empty(5, 33, device=device)
+    return [torch.ones(5, 33, device=device), torch.zeros(5, 33, device=device), torch.full((5, 33), 0.0, device=device),
+            torch.full((5, 33), -0.0, device=device), torch.full((5, 33), float("nan"), device=device),
+            torch.full((5, 33), 2.5, device=device), x.fill_(-7.25), torch.zeros(5, 33, device=device)]
+expected = run("cpu")
+results = [r.cpu() for r in run("neuron")]
+s = neuroncc.stats()
+print(json.dumps({"same": all(torch.equal(a.view(torch.int32), b.view(torch.int32)) for a, b in zip(results, expected)),
+                  "compiled": s["eager_kernels_compiled"], "loaded": s["eager_kernels_loaded"],
+                  "hits": s["eager_index_hits"], "misfits": s["eager_index_misfits"]}))
+"""
+
+
+def test_kernels_built_per_float_value_are_indexed_by_their_values(tmp_path, warm_python):
+    """``torch.ones`` and ``torch.zeros`` (``fill_`` with 1.0 and 0.0), ``-0.0`` apart from ``0.0``: a warm process
+    loads each value's kernel through the index and builds no program for it."""
+    env = {"NEURONCC_CACHE_DIR": str(tmp_path / "cache")}
+    first, _ = _run_script(VALUED, env, warm_python)
+    assert first["same"] and first["compiled"] >= 4
+    second, _ = _run_script(VALUED, env, warm_python.other)
+    assert second["same"] and second["compiled"] == 0 and second["misfits"] == 0
+    assert second["hits"] == second["loaded"] >= 4
+
+
+def _run_script(script, env, python):
+    done = run_python(script, env, python=python)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1]), done.stderr
