@@ -5,25 +5,32 @@ shuffled order (``common.interleaved``; 1 thread: the calling thread's CPU time,
 their ratio to the first "reciprocal" build.
 
     /work/bin/heavy x python benchmarks/bench_division.py [--cases scalar,zerod,col,row] [--threads 1,2]
-        [--repeats 41] [--shape 4096,1024]
+        [--repeats 41] [--shape 4096,1024] [--rows ce,adamw]
 
 Cases: ``scalar`` x / 3.0 (a constant of the graph, as torch.compile hands it over), ``zerod`` x / c for a 0-d
 input (the device's ``x / 3.0``: the number in a 0-d buffer), ``col`` x / y[:, None], ``row`` x / y[None, :] (a
-divisor varying along the row: ``vdivps`` before and after, the same code).
+divisor varying along the row: ``vdivps`` before and after, the same code). ``--rows``: instead, roofline rows
+(``kernel_cases``) through ``torch.compile(backend="neuron")``, each variant compiled twice (the optimizer step
+with its own state per build, as ``roofline.py`` runs it): ``ce`` divides its 0-d loss, ``adamw`` its moments by
+the bias corrections (0-d tensors), which are now ``vdivps``.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import time
 
 from common import ensure_environment, interleaved, table
 
 ensure_environment(threads=2)
+# both variants compile the same graphs: no cache may hand one the other's code
+os.environ.update(NEURONCC_DISABLE_GRAPH_CACHE="1", NEURONCC_DISABLE_CACHE="1")
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
+from kernel_cases import cases as kernel_rows  # noqa: E402
 from neuroncc.codegen.llvm import division  # noqa: E402
 from neuroncc.executors.cpu.launcher import build_cpu_executable  # noqa: E402
 from neuroncc.ir import Builder, DType, TensorType  # noqa: E402
@@ -51,13 +58,57 @@ def build(case: str, shape: tuple[int, int], threads: int, reciprocal: bool):
         division.multiplies_by_the_reciprocal = EXACT
 
 
+def compiled_row(case, inputs, reciprocal: bool):
+    """The row's call through torch.compile with the reciprocal multiply (before session 45) or the exact
+    division, compiled (its first call) while that holds; returns the call and its results' getter."""
+    division.multiplies_by_the_reciprocal = (lambda region, op: True) if reciprocal else EXACT
+    try:
+        torch._dynamo.reset()
+        if case.setup is not None:
+            step, values = case.setup(lambda f: torch.compile(f, backend="neuron"), inputs)
+        else:
+            compiled = torch.compile(case.eager, backend="neuron", dynamic=False)
+            step, values = (lambda: compiled(*inputs)), (lambda: compiled(*inputs))
+        step()
+        from neuroncc.executors.cpu import deferred_code
+        deferred_code.wait_for_pending()
+        return step, values
+    finally:
+        division.multiplies_by_the_reciprocal = EXACT
+
+
+def bench_rows(keys: list[str], threads_list: list[int], repeats: int) -> None:
+    rows = []
+    for threads in threads_list:
+        torch.set_num_threads(threads)
+        for case in (c for c in kernel_rows() if c.key in keys):
+            inputs = case.make(np.random.default_rng(0))
+            builds, results = {}, {}
+            for k in (1, 2):
+                for name, reciprocal in (("reciprocal", True), ("exact", False)):
+                    step, values = compiled_row(case, inputs, reciprocal)
+                    builds[f"{name} {k}"], results[f"{name} {k}"] = step, values
+            differ = sum(int((a != b).sum()) for a, b in zip(results["exact 1"](), results["reciprocal 1"]()))
+            clock = time.thread_time if threads == 1 else time.perf_counter
+            times = interleaved(builds, repeats=repeats, clock=clock)
+            base = times["reciprocal 1"]
+            rows.append([case.key, str(threads), str(differ)] +
+                        [f"{times[n] * 1e3:.3f} ({times[n] / base:.3f})" for n in builds])
+            print(rows[-1], flush=True)
+    print(table(rows, ["row", "threads", "elements differing"] + list(builds)))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--cases", default="scalar,zerod,col,row")
     parser.add_argument("--threads", default="1,2")
     parser.add_argument("--repeats", type=int, default=41)
     parser.add_argument("--shape", default="4096,1024")
+    parser.add_argument("--rows", default="")
     args = parser.parse_args()
+    if args.rows:
+        bench_rows(args.rows.split(","), [int(t) for t in args.threads.split(",")], args.repeats)
+        return
     shape = tuple(int(n) for n in args.shape.split(","))
     rng = np.random.default_rng(0)
     x = rng.standard_normal(shape).astype(np.float32)
