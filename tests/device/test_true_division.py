@@ -74,3 +74,14 @@ def test_torch_compile_divides_as_eager():
     _assert_equal(torch.compile(lambda t: t / 0.1, backend="neuron", dynamic=False)(low), low / 0.1)
     mean = torch.compile(lambda t: (t - t.mean()) / 3.0, backend="neuron", dynamic=False)
     torch.testing.assert_close(mean(x), (x - x.mean()) / 3.0)  # (the mean's sum in its own order)
+
+
+def test_foreach_division_by_a_number_has_eagers_bits():
+    """The optimizers' ``_foreach_div_`` (one program for the list) divides as eager's ``div_`` does."""
+    tensors = [torch.randn(300), torch.randn(64, 33)]
+    on_device = [t.to("neuron") for t in tensors]
+    for c in (3.0, 0.1):
+        torch._foreach_div_(on_device, c)
+        torch._foreach_div_(tensors, c)
+        for got, want in zip(on_device, tensors):
+            _assert_equal(got.cpu(), want)
