@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from neuroncc.codegen.llvm import jit
+from neuroncc.codegen.llvm import division, jit
 from neuroncc.errors import InputError
 from neuroncc.codegen.llvm.entries import optimize_first
 from neuroncc.executors.cpu import tiers
@@ -126,20 +126,39 @@ def test_the_optimizer_thread_runs_jobs_in_order_and_reports_errors():
     assert tiers.OPTIMIZER.pending() == 0
 
 
-def test_why_arcp_is_tier_dependent(rng, monkeypatch):
-    """x / y with y broadcast along rows: O3 hoists y's reciprocal out of the row loop and multiplies, the quick
-    tier divides each element by estimate (the numerator folded into the Newton step): other bits. So a module
-    with ``arcp`` never starts quick."""
+def _row_divisor():
     b = Builder("row_divisor")
     x = b.param(TensorType(SHAPE, DType.f32), "x")
     y = b.param(TensorType((SHAPE[0], 1), DType.f32), "y")
-    fn = run_pipeline(default_pipeline("cpu"), b.build([b.op("div", x, y)]))
+    return run_pipeline(default_pipeline("cpu"), b.build([b.op("div", x, y)]))
+
+
+def test_why_arcp_is_tier_dependent(rng, monkeypatch):
+    """x / y with y broadcast along rows, with ``arcp`` (every division before session 45; since then only a
+    divisor the kernel reduced, softmax's sum, whose ``reassoc`` makes its module tier dependent anyway): O3 hoists
+    y's reciprocal out of the row loop and multiplies, the quick tier divides each element: other bits. So a
+    module with ``arcp`` never starts quick."""
+    monkeypatch.setattr(division, "multiplies_by_the_reciprocal", lambda region, op: True)
+    fn = _row_divisor()
     assert build_cpu_executable(fn, {"quick_first": True}).optimized is None
     monkeypatch.setattr(jit, "tier_independent", lambda text: True)  # what a quick start would compute
     quick = build_cpu_executable(fn, {"quick_first": True})
     optimized = quick.optimized.result(timeout=120)
     args = [_special_inputs(rng, 1)[0], (rng.standard_normal((SHAPE[0], 1)) * 3).astype(np.float32)]
     assert (_bits(quick(*args))[0] != _bits(optimized(*args))[0]).any()
+
+
+def test_true_division_by_a_broadcast_divisor_starts_quick_with_the_same_bits(rng):
+    """Without ``arcp`` (``codegen/llvm/division.py``) both tiers divide each element: IEEE's quotient."""
+    quick = build_cpu_executable(_row_divisor(), {"quick_first": True})
+    assert quick.optimized is not None  # (it started quick)
+    optimized = quick.optimized.result(timeout=120)
+    x, y = _special_inputs(rng, 1)[0], (rng.standard_normal((SHAPE[0], 1)) * 3).astype(np.float32)
+    y[:3] = [[0.0], [np.inf], [np.nan]]
+    with np.errstate(all="ignore"):
+        want = x / y
+    for executable in (quick, optimized):
+        assert np.array_equal(_bits(executable(x, y))[0], want.view(np.uint8))
 
 
 # ---- quick_first="modules": torch.compile's graphs decide per module -------------------------------------------

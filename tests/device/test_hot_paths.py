@@ -179,7 +179,7 @@ def test_in_place_ops_with_numbers_reach_the_wrapped_signature_kernel_directly_t
         x = x_cpu.to("neuron")
         for op, values in ((torch.Tensor.mul_, (0.1, 1e-40, -0.0, 3, True)), (torch.Tensor.add_, (0.25, 7)),
                            (torch.Tensor.sub_, (1.5,)),
-                           (torch.Tensor.div_, (4.0, float("inf")))):  # (x / 3 is x * (1/3) here: within 1.5 ulp)
+                           (torch.Tensor.div_, (4.0, float("inf"), 3.0, 0.1))):
             for value in values:
                 for _ in range(3):
                     got = op(x, value)

@@ -16,6 +16,7 @@ from llvmlite import ir
 
 from neuroncc.codegen.llvm.bit_shifts import shift_left, shift_right
 from neuroncc.codegen.llvm.context import EmitContext
+from neuroncc.codegen.llvm.division import true_division
 from neuroncc.codegen.llvm.integer_arithmetic import int_div, int_pow, int_rem
 from neuroncc.codegen.llvm.mathlib import LIBM, POLYNOMIAL, math_call
 from neuroncc.codegen.llvm.norm_affine import fused_weight_and_bias
@@ -258,16 +259,7 @@ def _div(ctx, op, args):
     if a.type != F32:
         return int_div(ctx, a, c, mode, unsigned=is_unsigned(_dtype(op)))
     if mode == "none":
-        # x / y as x * (1/y): within 1.5 ulp, and a broadcast divisor's reciprocal is hoisted out of loops.
-        # The reciprocal estimate's Newton step turns 1/inf and 1/0 into NaN (0 * inf), so a zero or infinite
-        # divisor takes x * (1/y) with the exact reciprocal, +-inf or +-0: IEEE's quotient, NaN cases included.
-        b = ctx.b
-        quotient = b.fdiv(a, c, flags=("arcp",))
-        magnitude = call(b, "llvm.fabs.f32", [c])
-        zero = b.fcmp_ordered("==", magnitude, _zero(c))
-        special = b.or_(zero, b.fcmp_ordered("==", magnitude, ir.Constant(F32, math.inf)))
-        exact_reciprocal = call(b, "llvm.copysign.f32", [b.select(zero, ir.Constant(F32, math.inf), _zero(c)), c])
-        return b.select(special, b.fmul(a, exact_reciprocal), quotient)
+        return true_division(ctx, op, a, c)
     quotient = ctx.b.fdiv(a, c)
     if mode == "floor":
         return _float_floor_div(ctx, a, c, quotient)
