@@ -199,9 +199,9 @@ VALUED = r"""
 import json, torch, neuroncc
 def run(device):
     x = torch.empty(5, 33, device=device)
-    return [torch.ones(5, 33, device=device), torch.zeros(5, 33, device=device), torch.full((5, 33), 0.0, device=device),
-            torch.full((5, 33), -0.0, device=device), torch.full((5, 33), float("nan"), device=device),
-            torch.full((5, 33), 2.5, device=device), x.fill_(-7.25), torch.zeros(5, 33, device=device)]
+    full = [torch.full((5, 33), value, device=device) for value in (0.0, -0.0, float("nan"), 2.5)]
+    return [torch.ones(5, 33, device=device), torch.zeros(5, 33, device=device), *full, x.fill_(-7.25),
+            torch.zeros(5, 33, device=device)]
 expected = run("cpu")
 results = [r.cpu() for r in run("neuron")]
 s = neuroncc.stats()
