@@ -47,22 +47,18 @@ class TraceLockNeeded(BaseException):
 def building() -> Iterator[None]:
     """Held while an entry is made or a kernel compiled for a call (the first call of a signature, a new
     float value's or optimizer variant's kernel): TorchDynamo's compile lock, then :data:`LOCK`."""
-    if getattr(_builds, "depth", 0):
+    if in_light_build():
         raise TraceLockNeeded
     from neuroncc.frontend.tracing import exclusive  # with the first op, as the compiler's modules
 
-    with exclusive(), LOCK:
-        _builds.full = getattr(_builds, "full", 0) + 1
-        try:
-            yield
-        finally:
-            _builds.full -= 1
+    with exclusive(), LOCK, _counted("full"):
+        yield
 
 
 def builds_lightly() -> bool:
     """Whether a first call on this thread builds under :data:`LOCK` alone: TorchDynamo is not imported and
     the thread is in no full build, or it is in a light one already."""
-    if getattr(_builds, "depth", 0):
+    if in_light_build():
         return True
     return not getattr(_builds, "full", 0) and "torch._dynamo.convert_frame" not in sys.modules
 
@@ -74,17 +70,23 @@ def in_light_build() -> bool:
 @contextlib.contextmanager
 def building_lightly() -> Iterator[None]:
     """:data:`LOCK` alone, for a build that traces nothing (see the module docstring)."""
-    with LOCK:
-        _builds.depth = getattr(_builds, "depth", 0) + 1
-        try:
-            yield
-        finally:
-            _builds.depth -= 1
+    with LOCK, _counted("depth"):
+        yield
+
+
+@contextlib.contextmanager
+def _counted(kind: str) -> Iterator[None]:
+    """This thread one build of ``kind`` (``depth``: light, ``full``) deeper while it runs."""
+    setattr(_builds, kind, getattr(_builds, kind, 0) + 1)
+    try:
+        yield
+    finally:
+        setattr(_builds, kind, getattr(_builds, kind) - 1)
 
 
 def before_tracing() -> None:
     """Called before the device traces an op: a light build cannot (:class:`TraceLockNeeded`)."""
-    if getattr(_builds, "depth", 0):
+    if in_light_build():
         raise TraceLockNeeded
 
 
