@@ -49,6 +49,15 @@ def make_entry(handler: Any, args: tuple[Any, ...], kwargs: dict[str, Any], tens
         return HostRandom(form, index, state)
     if layouts.aten_on_device_memory(form, tensors):
         return AtenOnDeviceMemory(form, index, state)
+    entry = _kernel_entry(handler, form, args, kwargs, tensors, floats, index, state)
+    if form.op in CHECKED_FILLS and floats and tensors[0].is_floating_point():
+        return CheckedFill(entry, form, index, tensors[0].dtype)
+    return entry
+
+
+def _kernel_entry(handler: Any, form: OpForm, args: tuple[Any, ...], kwargs: dict[str, Any],
+                  tensors: list[torch.Tensor], floats: list[float], index: int, state: Any) -> Any:
+    """make_entry's entry for a call that runs a kernel of its own: loaded through the index, or built."""
     # a signature an earlier process compiled: its kernel straight from the compile cache, no program built (and
     # no meta run sizing out= tensors: a signature indexed was one whose outs needed no resize)
     signature = describe(args, kwargs)[0]
@@ -112,6 +121,28 @@ def _values(floats: list[float]) -> bytes:
     """The key of a call's float values: their bits (0.0 and -0.0 are equal floats but fill other bits; a NaN is
     unequal to itself, which would build its kernel again at every call)."""
     return struct.pack(f"{len(floats)}d", *floats)
+
+
+#: Fills whose value eager converts to the tensor's dtype with an overflow check (``c10::checked_convert``:
+#: ``torch.full((2,), 70000.0, dtype=torch.float16)`` raises): their kernel lifts the value (one kernel serves
+#: every value, ``programs._lift``), so a value out of the dtype's range runs on CPU, which raises eager's error.
+CHECKED_FILLS = frozenset({aten.fill_.Scalar, aten.fill.Scalar})
+
+
+class CheckedFill:
+    """A fill's entry (:data:`CHECKED_FILLS`), whose finite values beyond the tensor dtype's range run on CPU."""
+
+    def __init__(self, entry: Any, form: OpForm, index: int, dtype: torch.dtype):
+        self.entry, self.form, self.index = entry, form, index
+        self.holds_kernel = entry.holds_kernel
+        self.largest = torch.finfo(dtype).max
+        self.tick = 0
+
+    def call(self, args: tuple[Any, ...], kwargs: dict[str, Any], tensors: list[torch.Tensor],
+             floats: list[float]) -> Any:
+        if abs(floats[0]) > self.largest and not math.isinf(floats[0]):  # (a NaN is no overflow either)
+            return run_on_host(self.form, args, kwargs, self.index)
+        return self.entry.call(args, kwargs, tensors, floats)
 
 
 class ByFloatValue:

@@ -40,7 +40,7 @@ from neuroncc.frontend.lowering.decompositions import decomposition_table
 from neuroncc.frontend.importer import LOWERINGS, GraphOutput, import_graph
 from neuroncc.frontend.lowering.context import LoweringBug
 from neuroncc.frontend.tracing import make_fx_here as _make_fx_here
-from neuroncc.ir import Category, Function, TensorType, Trait, Value, print_function
+from neuroncc.ir import Attrs, Category, Function, Op, TensorType, Trait, Value, print_function
 
 aten = torch.ops.aten
 
@@ -95,9 +95,13 @@ class _FloatSlot:
 
 
 def sentinels(count: int, which: int) -> list[float]:
-    """Float32-exact values, distinct per position: 1.x for the first build, 3.x for the second."""
-    base = 1.0 if which == 0 else 3.0
-    return [base + (2 * k + 1) * 2.0 ** -20 for k in range(count)]
+    """Float32-exact values, distinct per position: 1.x for the first build, 3.x for the second, spaced
+    differently, so that what a build derives from two floats (their difference: linspace's step, their ratio)
+    differs between the builds as the floats do and is not taken for a value-free constant (with one spacing,
+    ``linspace(0.0, 1.5, 7)`` on the device kept the sentinels' step, 3e-7, for every call, session 45)."""
+    if which == 0:
+        return [1.0 + (2 * k + 1) * 2.0 ** -20 for k in range(count)]
+    return [3.0 + (2 * k + 1) * 5 * 2.0 ** -20 for k in range(count)]
 
 
 def build_program(form: OpForm, args: tuple[Any, ...], kwargs: dict[str, Any], tensors: list[torch.Tensor],
@@ -439,8 +443,10 @@ def _lifted(build: Any, count: int, result_tree: Any, strides: list[tuple[int, .
 
 
 def _lift(fn: Function, values: list[float]) -> tuple[Function, tuple[int, ...]]:
-    """``fn`` with every 0-d ``full`` whose value is a sentinel replaced by a new parameter (appended), and
-    the program inputs of those parameters (``-1 - k`` for float ``k``)."""
+    """``fn`` with every ``full`` whose value is a sentinel made of a new 0-d parameter (appended): the parameter
+    itself for a 0-d one, its ``expand`` to the shape for a larger one (``fill_``, ``torch.full``: one kernel
+    for every value, not one per value); and the program inputs of those parameters (``-1 - k`` for float
+    ``k``)."""
     index_of = {value: k for k, value in enumerate(values)}
     params: dict[tuple[int, Any], Value] = {}
     replaced: dict[Value, Value] = {}
@@ -451,14 +457,17 @@ def _lift(fn: Function, values: list[float]) -> tuple[Function, tuple[int, ...]]
             else None
         value = plain(value)  # a stand-in's lookup is no branch on it
         result_type = op.results[0].type if op.results else None
-        if isinstance(value, float) and value in index_of and result_type is not None and result_type.shape == ():
+        if isinstance(value, float) and value in index_of and result_type is not None:
             slot = (index_of[value], result_type.dtype)
             if slot not in params:
                 params[slot] = Value(TensorType((), result_type.dtype), f"scalar{slot[0]}")
-            replaced[op.results[0]] = params[slot]
+            if result_type.shape == ():
+                replaced[op.results[0]] = params[slot]
+            else:
+                kept.append(Op("expand", (params[slot],), op.results, Attrs(shape=list(result_type.shape))))
         else:
             kept.append(op)
-    if not replaced:
+    if not params:
         return fn, ()
     lifted = Function(fn.name, fn.params + tuple(params.values()), tuple(kept), fn.outputs, fn.metadata)
     return lifted.replace_uses(replaced), tuple(-1 - k for k, _ in params)

@@ -412,3 +412,40 @@ def test_tied_parameters_stay_tied_through_to_neuron_and_train_as_one():
     torch.testing.assert_close(device["embed"].weight.grad.cpu(), cpu["embed"].weight.grad, rtol=1e-5, atol=1e-6)
     back = device.to("cpu")
     assert back["head"].weight is back["embed"].weight and back["head"].weight.device.type == "cpu"
+
+
+def test_fills_of_any_value_share_one_kernel_and_overflow_as_eager():
+    """``fill_``'s value is a kernel argument (a diffusion loop's ``torch.full((n,), t)`` per step compiled a kernel
+    per step before session 45); a value beyond the dtype's range raises eager's error, a NaN or infinity fills."""
+    neuroncc.reset_stats()
+    for step in range(12):
+        value = 0.37 * step - 1.1
+        torch.testing.assert_close(torch.full((3, 41), value, device="neuron").cpu(), torch.full((3, 41), value),
+                                   rtol=0, atol=0)
+    assert neuroncc.stats()["eager_kernels_compiled"] <= 1
+    bits = {torch.float32: torch.int32, torch.bfloat16: torch.int16, torch.float16: torch.int16}
+    for dtype, view in bits.items():
+        for value in (-0.0, float("nan"), float("-inf"), 1e-40, 65504.0, 1e5, 3.3e38, 1e39):
+            try:
+                expected = torch.full((2, 7), value, dtype=dtype)
+            except RuntimeError as error:
+                with pytest.raises(RuntimeError, match=re.escape(str(error))):
+                    torch.full((2, 7), value, dtype=dtype, device="neuron")
+                continue
+            got = torch.empty((2, 7), dtype=dtype, device="neuron").fill_(value).cpu()
+            assert torch.equal(got.view(view), expected.view(view)), (dtype, value)
+
+
+@pytest.mark.parametrize("start, end, steps", [(0.0, 1.5, 7), (0.5, 2.5, 5), (2.0, -7.5, 33), (-1.0, 1.0, 100)])
+def test_factories_of_two_floats_compute_from_each_calls_floats(start, end, steps):
+    """A kernel's floats are lifted when two builds with other sentinel values import the same IR; derived from
+    two floats (linspace's step is their difference), a constant matched across builds whose sentinels were
+    equally spaced, and ``linspace(0.0, 1.5, 7)`` kept the sentinels' step (3e-7) before session 45."""
+    for make in (torch.linspace, torch.logspace):
+        torch.testing.assert_close(make(start, end, steps, device="neuron").cpu(), make(start, end, steps),
+                                   rtol=1e-6, atol=1e-6)
+    x = torch.linspace(-3, 3, 61)
+    low, high = start, start + 0.75
+    torch.testing.assert_close(torch.clamp(x.to("neuron"), low, high).cpu(), torch.clamp(x, low, high))
+    torch.testing.assert_close(torch.arange(start, start + 4.0, 0.25, device="neuron").cpu(),
+                               torch.arange(start, start + 4.0, 0.25))

@@ -194,14 +194,17 @@ def test_a_second_process_builds_no_program_for_a_training_loops_steps(tmp_path,
     assert second["bits"] == first["bits"]
 
 
-#: ops whose kernels depend on their floats' values (entries.ByFloatValue: built with them as constants)
+#: ``fill_`` (``torch.ones``/``zeros``/``full``: its value lifted, one kernel for all), and ops whose kernels depend
+#: on their floats' values (entries.ByFloatValue: built with them as constants; indexed by the values)
 VALUED = r"""
 import json, torch, neuroncc
 def run(device):
     x = torch.empty(5, 33, device=device)
+    y = torch.linspace(-3, 3, 165).reshape(5, 33).to(device)
     full = [torch.full((5, 33), value, device=device) for value in (0.0, -0.0, float("nan"), 2.5)]
     return [torch.ones(5, 33, device=device), torch.zeros(5, 33, device=device), *full, x.fill_(-7.25),
-            torch.zeros(5, 33, device=device)]
+            torch.clamp(y, -0.5, 0.25), torch.clamp(y, -1.5, 1.25), torch.nn.functional.leaky_relu(y, 0.3),
+            torch.arange(0, 10.5, 0.5, device=device)]
 expected = run("cpu")
 results = [r.cpu() for r in run("neuron")]
 s = neuroncc.stats()
@@ -211,9 +214,9 @@ print(json.dumps({"same": all(torch.equal(a.view(torch.int32), b.view(torch.int3
 """
 
 
-def test_kernels_built_per_float_value_are_indexed_by_their_values(tmp_path, warm_python):
-    """``torch.ones`` and ``torch.zeros`` (``fill_`` with 1.0 and 0.0), ``-0.0`` apart from ``0.0``: a warm process
-    loads each value's kernel through the index and builds no program for it."""
+def test_fills_and_kernels_built_per_float_value_load_through_the_index(tmp_path, warm_python):
+    """A warm process loads every kernel of VALUED through the index (the fills' one kernel, clamp's per pair of
+    bounds) and builds no program; -0.0 apart from 0.0, NaN's bits, as CPU."""
     env = {"NEURONCC_CACHE_DIR": str(tmp_path / "cache")}
     first, _ = _run_script(VALUED, env, warm_python)
     assert first["same"] and first["compiled"] >= 4
