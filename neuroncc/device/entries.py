@@ -50,7 +50,7 @@ def make_entry(handler: Any, args: tuple[Any, ...], kwargs: dict[str, Any], tens
     if layouts.aten_on_device_memory(form, tensors):
         return AtenOnDeviceMemory(form, index, state)
     entry = _kernel_entry(handler, form, args, kwargs, tensors, floats, index, state)
-    if form.op in CHECKED_FILLS and floats and tensors[0].is_floating_point():
+    if form.op in CHECKED_FILLS and floats and tensors[0].is_floating_point() and entry.holds_kernel:
         return CheckedFill(entry, form, index, tensors[0].dtype)
     return entry
 
@@ -73,7 +73,7 @@ def _kernel_entry(handler: Any, form: OpForm, args: tuple[Any, ...], kwargs: dic
         return ByFloatValue(form, CompiledKernel(form, hit.program, hit.executable, index, tensors, state), floats,
                             index, state)
     if form.out_arguments and _out_resizes(form, args, kwargs, tensors, floats):
-        return ResizeOuts(handler)
+        return ResizeOuts(handler, index)
     try:
         program = build_program(form, args, kwargs, tensors, floats)
         # indexed by the signature when the kernel serves every value of the call's floats (as this entry
@@ -208,13 +208,17 @@ class ResizeOuts:
 
     holds_kernel = False
 
-    def __init__(self, handler: Any):
-        self.handler = handler
+    def __init__(self, handler: Any, index: int):
+        self.handler, self.index = handler, index
         self.tick = 0
 
     def call(self, args: tuple[Any, ...], kwargs: dict[str, Any], tensors: list[torch.Tensor],
              floats: list[float]) -> Any:
-        for name, shape, strides in _out_resizes(self.handler.form, args, kwargs, tensors, floats):
+        resizes = _out_resizes(self.handler.form, args, kwargs, tensors, floats)
+        if not resizes:  # the same signature again would come back here: its meta kernel refused these floats
+            # (CPU raises eager's error: arange's step of the wrong sign), or its outs fit them (CPU computes it)
+            return run_on_host(self.handler.form, args, kwargs, self.index)
+        for name, shape, strides in resizes:
             out = argument(self.handler.op, name, args, kwargs).resize_(shape)
             if out.stride() != strides and memory.dense_strides(shape, strides):  # eager's layout (out_layouts)
                 out.as_strided_(shape, strides)

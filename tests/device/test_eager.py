@@ -449,3 +449,19 @@ def test_factories_of_two_floats_compute_from_each_calls_floats(start, end, step
     torch.testing.assert_close(torch.clamp(x.to("neuron"), low, high).cpu(), torch.clamp(x, low, high))
     torch.testing.assert_close(torch.arange(start, start + 4.0, 0.25, device="neuron").cpu(),
                                torch.arange(start, start + 4.0, 0.25))
+
+
+def test_a_value_the_meta_kernel_refuses_leaves_the_signatures_other_values_on_the_device():
+    """An ``arange`` whose step has the wrong sign raises eager's error, before and after valid calls of the same
+    signature, which run on the device (before session 45 the refused signature's entry sent every later value to
+    CPU, and after a valid call the wrong sign recursed until Python's limit: its out= tensor needed no resize, so
+    the call came back to the entry that resizes)."""
+    neuroncc.reset_stats()
+    for _ in range(2):
+        with pytest.raises(RuntimeError, match="inconsistent with step sign"):
+            torch.arange(0.0, 10.0, -1.0, device="neuron")
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", DeviceFallbackWarning)
+            got = torch.arange(0.0, 10.0, 0.5, device="neuron").cpu()
+        assert torch.equal(got, torch.arange(0.0, 10.0, 0.5))
+    assert neuroncc.stats()["eager_fallback_calls"] == 0
