@@ -190,8 +190,9 @@ class DeviceOp:
         if index > 0 and torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
             diagnostics.autograd_off_device_zero(index)
         entry = entries.make_entry(self, args, kwargs, tensors, floats, index, handler_for)
-        # a call whose meta kernel refused its floats' values (a fill's overflow) raises eager's error on CPU: its
-        # entry is not kept, or the signature's other values, which the meta kernel may accept, would go to CPU too
+        # a call whose meta kernel refused its floats' values (arange's step of the wrong sign) raises eager's
+        # error on CPU: its entry is not kept, or the signature's other values, which the meta kernel may accept,
+        # would go to CPU too
         if not (floats and getattr(entry, "refused", False)):
             self.entries[key] = entry
         if entry.holds_kernel:

@@ -50,8 +50,8 @@ def make_entry(handler: Any, args: tuple[Any, ...], kwargs: dict[str, Any], tens
     if layouts.aten_on_device_memory(form, tensors):
         return AtenOnDeviceMemory(form, index, state)
     entry = _kernel_entry(handler, form, args, kwargs, tensors, floats, index, state)
-    if form.op in CHECKED_FILLS and floats and tensors[0].is_floating_point() and entry.holds_kernel:
-        return CheckedFill(entry, form, index, tensors[0].dtype)
+    if form.op in CHECKED_SCALARS and floats and tensors[0].is_floating_point() and entry.holds_kernel:
+        return CheckedScalars(entry, form, index, tensors[0].dtype)
     return entry
 
 
@@ -123,14 +123,23 @@ def _values(floats: list[float]) -> bytes:
     return struct.pack(f"{len(floats)}d", *floats)
 
 
-#: Fills whose value eager converts to the tensor's dtype with an overflow check (``c10::checked_convert``:
-#: ``torch.full((2,), 70000.0, dtype=torch.float16)`` raises): their kernel lifts the value (one kernel serves
-#: every value, ``programs._lift``), so a value out of the dtype's range runs on CPU, which raises eager's error.
-CHECKED_FILLS = frozenset({aten.fill_.Scalar, aten.fill.Scalar})
+#: Ops whose Python floats eager converts to the tensor's dtype with an overflow check (``c10::checked_convert``:
+#: ``torch.full((2,), 70000.0, dtype=torch.float16)``, ``x16.masked_fill(m, 1e5)`` and ``x16.clamp(max=1e5)``
+#: raise). Their kernels take the floats as arguments (lifted, ``programs._lift``) or built with them as
+#: constants, neither of which checks, so a call with a finite float beyond the dtype's range runs on CPU, which
+#: raises eager's error (:class:`CheckedScalars`).
+CHECKED_SCALARS = frozenset({
+    aten.fill_.Scalar, aten.fill.Scalar, aten.masked_fill.Scalar, aten.masked_fill_.Scalar,
+    aten.index_fill.int_Scalar, aten.index_fill_.int_Scalar,
+    aten.clamp.default, aten.clamp_.default, aten.clamp.out, aten.clamp_min.default, aten.clamp_min_.default,
+    aten.clamp_min.out, aten.clamp_max.default, aten.clamp_max_.default, aten.clamp_max.out,
+    aten.hardtanh.default, aten.hardtanh_.default, aten.hardtanh.out,
+})
 
 
-class CheckedFill:
-    """A fill's entry (:data:`CHECKED_FILLS`), whose finite values beyond the tensor dtype's range run on CPU."""
+class CheckedScalars:
+    """The entry of a :data:`CHECKED_SCALARS` op on a floating-point tensor: calls whose floats are all within
+    the dtype's range (or infinite, or NaN) take the kernel entry, the others run on CPU."""
 
     def __init__(self, entry: Any, form: OpForm, index: int, dtype: torch.dtype):
         self.entry, self.form, self.index = entry, form, index
@@ -140,7 +149,8 @@ class CheckedFill:
 
     def call(self, args: tuple[Any, ...], kwargs: dict[str, Any], tensors: list[torch.Tensor],
              floats: list[float]) -> Any:
-        if abs(floats[0]) > self.largest and not math.isinf(floats[0]):  # (a NaN is no overflow either)
+        largest = self.largest
+        if any(abs(value) > largest and not math.isinf(value) for value in floats):  # (a NaN compares False)
             return run_on_host(self.form, args, kwargs, self.index)
         return self.entry.call(args, kwargs, tensors, floats)
 
