@@ -493,3 +493,12 @@ def test_a_value_the_meta_kernel_refuses_leaves_the_signatures_other_values_on_t
             got = torch.arange(0.0, 10.0, 0.5, device="neuron").cpu()
         assert torch.equal(got, torch.arange(0.0, 10.0, 0.5))
     assert neuroncc.stats()["eager_fallback_calls"] == 0
+
+
+def test_kernels_built_per_float_value_tell_signed_zeros_apart():
+    """clamp's bounds are built into its kernel (entries.ByFloatValue): ``min=-0.0`` after ``min=0.0`` takes a
+    kernel of its own (the values were keyed by ``tuple(floats)``, where 0.0 == -0.0, before session 45)."""
+    x = torch.tensor([-1.0, -0.0, 0.5, 2.0, -3.0])
+    for low in (0.0, -0.0, 0.0):
+        got, expected = x.to("neuron").clamp(low, 1.0).cpu(), x.clamp(low, 1.0)
+        assert torch.equal(got.view(torch.int32), expected.view(torch.int32)), low
