@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from neuroncc.device import foreach_donated, fused_optimizers, generators, memory, signature_index, tracking
+from neuroncc.device import bf16_products, foreach_donated, fused_optimizers, generators, memory, signature_index, tracking
 from neuroncc.device.kernel_compile import compile_kernel
 from neuroncc.device.counters import COUNTS
 from neuroncc.device.build_lock import built
@@ -48,7 +48,7 @@ def make_entry(handler: Any, args: tuple[Any, ...], kwargs: dict[str, Any], tens
     if form.random:
         return HostRandom(form, index, state)
     if layouts.aten_on_device_memory(form, tensors):
-        return AtenOnDeviceMemory(form, index, state)
+        return bf16_products.entry(form, tensors, index, state) or AtenOnDeviceMemory(form, index, state)
     entry = _kernel_entry(handler, form, args, kwargs, tensors, floats, index, state)
     if form.op in CHECKED_SCALARS and floats and tensors[0].is_floating_point() and entry.holds_kernel:
         return CheckedScalars(entry, form, index, tensors[0].dtype)
