@@ -20,9 +20,11 @@ shared and the load average is printed):
   each against CPU's fused kernel; then what runs beside the step every step (GradScaler's unscale,
   ``clip_grad_norm_``, ``zero_grad(set_to_none=False)``). ``--threads 1`` for the one-thread medians.
 * ``amp``: the MLP step in float32 and under ``torch.autocast(device, dtype=torch.bfloat16)``, CPU eager, the
-  device eager and compiled; and LayerNorm's forward on the device with a bfloat16 input and float32 weights
-  (autocast's mix), as PyTorch's CompositeExplicitAutograd math kernel runs it (batch norm, mul, add: three
-  device kernels) and as the device compiles it whole since session 27.
+  device eager and compiled (on a host with native bf16 products also compiled with them as float32 products of
+  the bf16 values, as before session 46: ``extern.aten_multiplies_bf16_natively`` off for its calls); and
+  LayerNorm's forward on the device with a bfloat16 input and float32 weights (autocast's mix), as PyTorch's
+  CompositeExplicitAutograd math kernel runs it (batch norm, mul, add: three device kernels) and as the device
+  compiles it whole since session 27.
 * ``encoder``: an eval-mode ``nn.TransformerEncoderLayer`` (batch_first, relu) under ``torch.no_grad()``, the
   inference call: CPU eager (PyTorch's fused fast path, ``aten._transformer_encoder_layer_fwd``), the device
   on the fast path (the fused op compiled as one program through the front end's decomposition; it ran on
@@ -57,6 +59,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 # this tree's neuroncc, not the one the venv was installed from (another work tree's copy of this script A/Bs)
@@ -242,17 +245,29 @@ def _autocast_step(device: str, setup, dtype) -> None:
 
 def bench_amp(repeat: int) -> str:
     import torch
+    from neuroncc.executors.cpu import extern
 
     bf16 = torch.bfloat16
+    float32_products = "neuron compiled autocast bf16, float32 products (before session 46)"
     runs = {"CPU eager float32": ("cpu", None), "CPU eager autocast bf16": ("cpu", bf16),
             "neuron eager float32": ("neuron", None), "neuron eager autocast bf16": ("neuron", bf16),
             "neuron compiled autocast bf16": ("neuron", bf16)}
+    if extern.aten_multiplies_bf16_natively():  # the compiled graphs' bf16 products as float32 products, as before
+        runs[float32_products] = ("neuron", bf16)
     setups = {name: _mlp(device) for name, (device, _) in runs.items()}
-    model, optimizer, x, target = setups["neuron compiled autocast bf16"]
-    setups["neuron compiled autocast bf16"] = (torch.compile(model, backend="neuron", dynamic=False), optimizer, x,
-                                               target)
-    calls = {name: (lambda s=setups[name], d=device, t=dtype: _autocast_step(d, s, t))
-             for name, (device, dtype) in runs.items()}
+    for name in ("neuron compiled autocast bf16", float32_products):
+        if name in setups:
+            model, optimizer, x, target = setups[name]
+            setups[name] = (torch.compile(model, backend="neuron", dynamic=False), optimizer, x, target)
+
+    def step(name: str, device: str, dtype: Any) -> None:
+        extern._NATIVE_BF16 = None if name != float32_products else False  # (None: asks the host again)
+        try:
+            _autocast_step(device, setups[name], dtype)
+        finally:
+            extern._NATIVE_BF16 = None
+
+    calls = {name: (lambda n=name, d=device, t=dtype: step(n, d, t)) for name, (device, dtype) in runs.items()}
     for call in calls.values():
         call(), call()
     times = interleaved(calls, repeats=repeat)
