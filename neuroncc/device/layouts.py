@@ -332,13 +332,18 @@ BF16_PRODUCTS = frozenset({aten.mm, aten.addmm, aten.bmm, aten.baddbmm})
 def aten_on_device_memory(form: OpForm, tensors: list[torch.Tensor]) -> bool:
     """Whether the call runs ATen's own kernel on the device's memory (``fallback.run_on_host``: host views of
     the operands, the results copied into device memory in ATen's layout) instead of its program: a
-    BF16_PRODUCTS op on bf16 tensors where the host multiplies bf16 natively (CPU eager's bits and speed), or an
-    ATEN_EXTERNS or CHANNELS_LAST_KERNELS op whose floating-point tensors are float32 and some of whose tensors
+    BF16_PRODUCTS or ATEN_EXTERNS op on bf16 tensors where the host multiplies bf16 natively (CPU eager's bits and
+    speed: a bf16 convolution's program took 2.1-2.4x CPU eager's time, session 46), or an ATEN_EXTERNS or
+    CHANNELS_LAST_KERNELS op whose floating-point tensors are float32 and some of whose tensors
     are dense in another memory format than contiguous (channels_last), where ATen's result is laid out so too
     (computed in memory order, CPU eager's values)."""
     packet = getattr(form.op, "overloadpacket", None)
-    if packet in BF16_PRODUCTS:
-        return bool(tensors) and all(t.dtype is torch.bfloat16 for t in tensors) and aten_multiplies_bf16_natively()
+    if packet in BF16_PRODUCTS or form.op in ATEN_EXTERNS:
+        floats = [t for t in tensors if t.is_floating_point()]
+        if floats and all(t.dtype is torch.bfloat16 for t in floats) and aten_multiplies_bf16_natively():
+            return True
+        if packet in BF16_PRODUCTS:
+            return False
     if form.op not in ATEN_EXTERNS and packet not in CHANNELS_LAST_KERNELS:
         return False
     return all(t.dtype is torch.float32 for t in tensors if t.is_floating_point()) and \

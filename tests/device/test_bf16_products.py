@@ -1,5 +1,5 @@
-"""bf16 matrix products on the device and in compiled graphs: ATen's own bf16 kernel where the host multiplies
-bf16 natively (CPU eager's bits), the float32 product of the same values elsewhere."""
+"""bf16 matrix products and convolutions on the device and in compiled graphs: ATen's own bf16 kernels where the
+host multiplies bf16 natively (CPU eager's bits), the float32 product of the same values elsewhere."""
 
 import numpy as np
 import pytest
@@ -125,3 +125,33 @@ def test_a_compiled_bf16_linear_has_cpu_eagers_bits():
             assert torch.equal(_bits(got), _bits(expected))
         else:
             torch.testing.assert_close(got, expected)
+
+
+def test_a_bf16_cnn_training_step_has_cpu_eagers_bits_on_the_device_and_compiled():
+    """A bf16 CNN's forward and backward (convolutions, their backward, a Linear) on the device, and compiled on
+    CPU and on neuron tensors: CPU eager's bits on a native bf16 host (ATen's bf16 convolution kernels; the float32
+    convolution of the same values, rounded, gave other bits in many elements)."""
+    def model():
+        torch.manual_seed(0)
+        return torch.nn.Sequential(torch.nn.Conv2d(64, 32, 3, padding=1), torch.nn.ReLU(),
+                                   torch.nn.Conv2d(32, 16, 3, stride=2), torch.nn.Flatten(),
+                                   torch.nn.Linear(16 * 7 * 7, 10)).to(torch.bfloat16)
+
+    def step(net, x):
+        out = net(x)
+        out.float().square().mean().backward()
+        return [out] + [p.grad for p in net.parameters()]
+
+    x = torch.randn(4, 64, 16, 16, generator=torch.Generator().manual_seed(1)).to(torch.bfloat16)
+    expected = step(model(), x)
+    torch._dynamo.reset()
+    runs = {"device": step(model().to("neuron"), x.to("neuron")),
+            "compiled": step(torch.compile(model(), backend="neuron", dynamic=False), x),
+            "compiled on the device": step(torch.compile(model().to("neuron"), backend="neuron", dynamic=False),
+                                           x.to("neuron"))}
+    for name, results in runs.items():
+        for got, want in zip(results, expected, strict=True):
+            if NATIVE:
+                assert torch.equal(_bits(got.cpu()), _bits(want)), name
+            else:
+                torch.testing.assert_close(got.cpu(), want, atol=0.05, rtol=0.02)

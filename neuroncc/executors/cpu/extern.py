@@ -23,12 +23,21 @@ def _spatial(values: Sequence[int], n: int, fill: int) -> list[int]:
     return values * n if len(values) == 1 else values
 
 
-def _tensor(array: np.ndarray) -> Any:
+def _tensor(array: np.ndarray, narrow: bool = False) -> Any:
+    """A torch tensor over ``array`` (float16 widened; ``narrow``: a float32 array holding bf16 values as a
+    bfloat16 tensor, for ATen's bf16 kernels)."""
     import torch
 
+    if narrow:
+        return torch.from_numpy(array).to(torch.bfloat16)
     if array.dtype == np.float16:
         return torch.from_numpy(array).float()
     return torch.from_numpy(array)
+
+
+def _store(torch: Any, result: np.ndarray, value: Any) -> None:
+    """Write ATen's result tensor into the launcher's result array (a bf16 result widened, exactly)."""
+    result[...] = (value.float() if value.dtype == torch.bfloat16 else value).numpy()
 
 
 def run_extern(name: str, attrs: Mapping[str, Any], operands: Sequence[np.ndarray], results: Sequence[np.ndarray],
@@ -40,7 +49,8 @@ def run_extern(name: str, attrs: Mapping[str, Any], operands: Sequence[np.ndarra
         _run_numpy(name, attrs, operands, results)
         return
     direct = dtype is not DType.f16 and all(r.flags.writeable and r.flags.c_contiguous for r in results)
-    if dtype is DType.bf16 and REGISTRY.get(name).has(Trait.MATRIX_PRODUCT) and aten_multiplies_bf16_natively():
+    native_bf16 = dtype is DType.bf16 and aten_multiplies_bf16_natively()
+    if native_bf16 and REGISTRY.get(name).has(Trait.MATRIX_PRODUCT):
         _bf16_product(torch, name, attrs, operands, results[0])
         return
     if REGISTRY.get(name).has(Trait.MATRIX_PRODUCT):
@@ -51,7 +61,9 @@ def run_extern(name: str, attrs: Mapping[str, Any], operands: Sequence[np.ndarra
         else:
             results[0][...] = _matmul(torch, name, attrs, args, None).numpy()
     elif name in _CONVOLUTIONS:
-        _CONVOLUTIONS[name](torch, attrs, operands, results)
+        _CONVOLUTIONS[name](torch, attrs, operands, results, native_bf16)
+        if native_bf16:  # ATen's bf16 convolution: its results are bf16 values already
+            return
     else:
         raise ValueError(f"'{name}' is not an extern kernel")
     if dtype is DType.bf16:
@@ -120,19 +132,19 @@ def _dense(tensor: Any) -> Any:
 
 
 def _convolution(torch: Any, attrs: Mapping[str, Any], operands: Sequence[np.ndarray],
-                 results: Sequence[np.ndarray]) -> None:
-    x, w = _dense(_tensor(operands[0])), _dense(_tensor(operands[1]))
-    bias = _tensor(operands[2]) if len(operands) > 2 else None
+                 results: Sequence[np.ndarray], narrow: bool) -> None:
+    x, w = _dense(_tensor(operands[0], narrow)), _dense(_tensor(operands[1], narrow))
+    bias = _tensor(operands[2], narrow) if len(operands) > 2 else None
     n = x.dim() - 2
     out = torch.convolution(x, w, bias, _spatial(attrs["stride"], n, 1), _spatial(attrs["padding"], n, 0),
                             _spatial(attrs["dilation"], n, 1), attrs["transposed"],
                             _spatial(attrs["output_padding"], n, 0), attrs["groups"])
-    results[0][...] = out.numpy()
+    _store(torch, results[0], out)
 
 
 def _convolution_backward(torch: Any, attrs: Mapping[str, Any], operands: Sequence[np.ndarray],
-                          results: Sequence[np.ndarray]) -> None:
-    grad, x, w = (_dense(_tensor(a)) for a in operands)
+                          results: Sequence[np.ndarray], narrow: bool) -> None:
+    grad, x, w = (_dense(_tensor(a, narrow)) for a in operands)
     n = x.dim() - 2
     mask = [bool(m) for m in attrs["output_mask"]]
     grads = torch.ops.aten.convolution_backward(
@@ -140,11 +152,13 @@ def _convolution_backward(torch: Any, attrs: Mapping[str, Any], operands: Sequen
         _spatial(attrs["padding"], n, 0), _spatial(attrs["dilation"], n, 1), attrs["transposed"],
         _spatial(attrs["output_padding"], n, 0), attrs["groups"], mask)
     for result, tensor in zip(results, [g for g, wanted in zip(grads, mask) if wanted]):
-        result[...] = tensor.numpy()
+        _store(torch, result, tensor)
 
 
-#: Convolution op -> its ATen call (one entry per op).
-_CONVOLUTIONS: dict[str, Callable[[Any, Mapping[str, Any], Sequence[np.ndarray], Sequence[np.ndarray]], None]] = {
+#: Convolution op -> its ATen call (one entry per op; the last argument: bf16 operands narrowed for ATen's bf16
+#: kernel, on hosts that multiply bf16 natively).
+_CONVOLUTIONS: dict[str, Callable[[Any, Mapping[str, Any], Sequence[np.ndarray], Sequence[np.ndarray], bool],
+                                  None]] = {
     "convolution": _convolution,
     "convolution_backward": _convolution_backward,
 }
