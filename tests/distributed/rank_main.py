@@ -4,11 +4,13 @@ JSON-able result on the last line of stdout."""
 
 from __future__ import annotations
 
+import atexit
 import datetime
 import importlib
 import json
 import os
 import sys
+import threading
 
 import torch
 import torch.distributed as dist
@@ -54,5 +56,16 @@ def main() -> int:
     return 0
 
 
+def exit_without_finalizing(code: int) -> None:
+    """End as the interpreter would (the non-daemon threads joined, the atexit handlers run, the output flushed)
+    but without its finalization, ~1 s of module teardown after importing torch and TorchDynamo, per rank (as
+    tests/warm_python.py's children end). A rank whose scenario raised ends the ordinary way."""
+    threading._shutdown()
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_without_finalizing(main())

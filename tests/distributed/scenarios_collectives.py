@@ -241,8 +241,11 @@ def dead_rank(rank: int, world: int, mode: str = "die") -> dict[str, object]:
     t = on(value(rank))
     dist.all_reduce(t)  # everyone is connected
     if rank == world - 1:
-        if mode == "hang":
-            time.sleep(float(os.environ["TEST_PG_TIMEOUT"]) * 3)
+        if mode == "hang":  # silent until the others have exited (the test then creates TEST_HANG_RELEASE)
+            release = os.environ.get("TEST_HANG_RELEASE")
+            deadline = time.monotonic() + float(os.environ["TEST_PG_TIMEOUT"]) * 3  # (at most 3 timeouts)
+            while time.monotonic() < deadline and not (release and os.path.exists(release)):
+                time.sleep(0.05)
         os._exit(17)
     start = time.monotonic()
     try:

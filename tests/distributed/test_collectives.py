@@ -21,10 +21,18 @@ def test_every_collective_matches_the_single_process_result(world):
 
 
 @pytest.mark.parametrize("mode", ["die", "hang"])
-def test_a_rank_that_dies_or_hangs_fails_the_others_clearly_within_the_timeout(mode):
+def test_a_rank_that_dies_or_hangs_fails_the_others_clearly_within_the_timeout(mode, tmp_path):
     timeout_s = 4.0
     start = time.monotonic()
-    outputs = finish(start_ranks("dead_rank", 2, mode, extra_env={"TEST_PG_TIMEOUT": str(timeout_s)}), 180)
+    # a hanging rank stays silent until every other rank has exited, then ends (not 3 timeouts later)
+    release = tmp_path / "release-the-hanging-rank"
+    *others, last = start_ranks("dead_rank", 2, mode,
+                                extra_env={"TEST_PG_TIMEOUT": str(timeout_s), "TEST_HANG_RELEASE": str(release)})
+    try:
+        outputs = finish(others, 180)
+    finally:
+        release.touch()
+    outputs += finish([last], 180 - (time.monotonic() - start))
     *survivors, (dead_code, _, _) = outputs
     assert dead_code == 17
     for code, stdout, stderr in survivors:
