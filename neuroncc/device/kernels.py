@@ -75,8 +75,16 @@ def _scalar_maker(dtype: DType) -> Any:
         return ctypes.c_float
     if dtype is DType.bf16:  # bf16 travels as float32 holding a bf16 value
         return lambda value: ctypes.c_float(float(torch.tensor(value, dtype=torch.bfloat16)))
+    if dtype is DType.f16:  # through float32, as eager converts a Python float (c10::Half(double) takes a float):
+        # 1 + 2**-11 + 2**-40 is float16's 1.0 there, not the nearest float16 of the double, 1.0009765625
+        return _float16_scalar
     storage = dtype.numpy
     return lambda value: np.array(value, dtype=storage)
+
+
+def _float16_scalar(value: float) -> np.ndarray:
+    with np.errstate(over="ignore"):  # (beyond float32's range: inf, as c10's conversion gives)
+        return np.array(np.float32(value), dtype=np.float16)
 
 
 def _addresses_lifting_floats(tensors: list[torch.Tensor], floats: list[float], sources: Sequence[int],

@@ -445,12 +445,19 @@ def _lifted(build: Any, count: int, result_tree: Any, strides: list[tuple[int, .
 def _lift(fn: Function, values: list[float]) -> tuple[Function, tuple[int, ...]]:
     """``fn`` with every ``full`` whose value is a sentinel made of a new 0-d parameter (appended): the parameter
     itself for a 0-d one, its ``expand`` to the shape for a larger one (``fill_``, ``torch.full``: one kernel
-    for every value, not one per value); and the program inputs of those parameters (``-1 - k`` for float
-    ``k``)."""
+    for every value, not one per value); and every sentinel held in an attribute the op also takes as an operand
+    (``OpDef.operand_attrs``: ``clamp``'s bounds) passed so; and the program inputs of those parameters
+    (``-1 - k`` for float ``k``)."""
     index_of = {value: k for k, value in enumerate(values)}
     params: dict[tuple[int, Any], Value] = {}
     replaced: dict[Value, Value] = {}
     kept = []
+
+    def param(k: int, dtype: Any) -> Value:
+        if (k, dtype) not in params:
+            params[(k, dtype)] = Value(TensorType((), dtype), f"scalar{k}")
+        return params[(k, dtype)]
+
     for op in fn.ops:
         # a fill (full): the one value the attributes give every element (constants are stored data, not lifted)
         value = op.opdef.splat_value(op.attrs) if op.opdef.category is Category.CONSTANT and not op.has(Trait.STORED) \
@@ -458,19 +465,32 @@ def _lift(fn: Function, values: list[float]) -> tuple[Function, tuple[int, ...]]
         value = plain(value)  # a stand-in's lookup is no branch on it
         result_type = op.results[0].type if op.results else None
         if isinstance(value, float) and value in index_of and result_type is not None:
-            slot = (index_of[value], result_type.dtype)
-            if slot not in params:
-                params[slot] = Value(TensorType((), result_type.dtype), f"scalar{slot[0]}")
+            lifted = param(index_of[value], result_type.dtype)
             if result_type.shape == ():
-                replaced[op.results[0]] = params[slot]
+                replaced[op.results[0]] = lifted
             else:
-                kept.append(Op("expand", (params[slot],), op.results, Attrs(shape=list(result_type.shape))))
+                kept.append(Op("expand", (lifted,), op.results, Attrs(shape=list(result_type.shape))))
+        elif op.opdef.operand_attrs and result_type is not None:
+            kept.append(_attrs_as_operands(op, index_of, lambda k: param(k, result_type.dtype)))
         else:
             kept.append(op)
     if not params:
         return fn, ()
-    lifted = Function(fn.name, fn.params + tuple(params.values()), tuple(kept), fn.outputs, fn.metadata)
-    return lifted.replace_uses(replaced), tuple(-1 - k for k, _ in params)
+    lifted_fn = Function(fn.name, fn.params + tuple(params.values()), tuple(kept), fn.outputs, fn.metadata)
+    return lifted_fn.replace_uses(replaced), tuple(-1 - k for k, _ in params)
+
+
+def _attrs_as_operands(op: Op, index_of: dict[float, int], param: Any) -> Op:
+    """``op`` with each of its ``operand_attrs`` that holds a sentinel passed as the 0-d parameter ``param(k)``
+    of float ``k`` instead (the op's ``lifted`` attribute names them, in ``operand_attrs`` order)."""
+    names = op.opdef.operand_attrs
+    lifted = [k for k, name in enumerate(names) if isinstance(plain(op.attrs[name]), float)
+              and plain(op.attrs[name]) in index_of]
+    if not lifted:
+        return op
+    extra = [param(index_of[plain(op.attrs[names[k]])]) for k in lifted]
+    attrs = Attrs({**dict(op.attrs), **{names[k]: None for k in lifted}, "lifted": tuple(lifted)})
+    return Op(op.name, (*op.operands, *extra), op.results, attrs)
 
 
 def traced_program(run: Any, tensors: list[torch.Tensor], count: int) -> Program:

@@ -24,6 +24,8 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import torch._prims_common as _prims_common
+
 Floats = Sequence[float]
 
 
@@ -38,6 +40,28 @@ class StandIn(float):
         return self
 
     __hash__ = float.__hash__
+
+
+def _python_type_of_stand_ins(original: Callable[[type], type]) -> Callable[[type], type]:
+    """PyTorch's ``_prims_common._maybe_get_pytype`` (the Python number type of an argument's type, asked by
+    ``is_weakly_lesser_type`` and ``get_higher_type``) answering ``float`` for a stand-in's type too.
+
+    PyTorch's references check a number argument's Python type against the tensor's (``leaky_relu``'s
+    ``negative_slope``, ``elu``'s ``alpha``, ``softplus``'s ``beta``, ``addcmul``'s ``value``, ``lerp``'s type
+    promotion): a stand-in, a float subclass, failed it ("Expected builtin numeric types"), the lifted build
+    failed, and each of those ops compiled one kernel per value of its float (session 46). Every other type
+    is answered as before."""
+    if getattr(original, "sees_stand_ins", False):
+        return original
+
+    def python_type(typ: type) -> type:
+        return float if typ is StandIn else original(typ)
+
+    python_type.sees_stand_ins = True  # type: ignore[attr-defined]
+    return python_type
+
+
+_prims_common._maybe_get_pytype = _python_type_of_stand_ins(_prims_common._maybe_get_pytype)
 
 
 def _compute(value: Any) -> Callable[[Floats], Any]:

@@ -156,6 +156,13 @@ class OpDef:
     reduces: ReducedDimsFn | None = None
     #: creation ops: the one value every element holds, when the attributes decide it (else None)
     splat: SplatFn | None = None
+    #: float attributes the op also takes as 0-d operands of its element type (after its own operands, in this
+    #: order; its ``lifted`` attribute lists which, by position here): the device's lifting
+    #: (``device/programs._lift``) makes a Python float held in one a kernel argument, so one kernel serves every
+    #: value (``clamp``'s bounds), where a value built into the code would compile once per value. (Chosen over
+    #: lowering clamp to maximum/minimum of a ``full``: those order -0.0 below 0.0 where eager's clamp compares
+    #: them equal, and torch.compile's constant clamp keeps its IR and generated code unchanged this way.)
+    operand_attrs: tuple[str, ...] = ()
 
     def has(self, trait: Trait) -> bool:
         """Whether the op declares ``trait``."""

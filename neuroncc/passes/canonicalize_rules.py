@@ -103,8 +103,9 @@ def where_constant_condition(site: Site) -> Replacement:
 
 
 def clamp_unbounded(site: Site) -> Replacement:
-    (x,) = site.operands
-    return site.exact(x) if site.attrs["min"] is None and site.attrs["max"] is None else None
+    if site.attrs["min"] is not None or site.attrs["max"] is not None or site.attrs["lifted"]:
+        return None  # (a NaN bound makes the result NaN: it is a bound like any other here)
+    return site.exact(site.operands[0])
 
 
 def cast_same(site: Site) -> Replacement:

@@ -8,6 +8,8 @@ import pytest
 from neuroncc.ir import Builder, DType, TensorType, round_to_bf16
 
 from codegen_helpers import run_both, special_floats
+from neuroncc.executors.cpu.launcher import build_cpu_executable
+from neuroncc.ir.interpreter import interpret
 
 FLOAT_UNARY = ["neg", "abs", "sign", "relu", "exp", "exp2", "expm1", "log", "log2", "log1p", "sqrt", "rsqrt",
                "reciprocal", "sin", "cos", "tan", "tanh", "atan", "sigmoid", "erf", "gelu", "floor", "ceil", "round",
@@ -97,6 +99,43 @@ def test_where_clamp_and_nan_propagation(rng):
     ys = special_floats(rng, (9,))
     ys[0] = np.nan
     run_both(b.build(outs), [rng.random((4, 1)) < 0.5, xs, ys, rng.integers(-9, 9, (4, 9)).astype(np.int32)])
+
+
+#: (min, max) bounds: NaN (every element NaN), min > max (max wins), signed zeros, infinities
+CLAMP_BOUNDS = [(np.nan, 1.0), (-1.0, np.nan), (np.nan, np.nan), (1.0, -1.0), (0.0, -0.0), (-0.0, 0.0),
+                (-np.inf, np.inf), (0.1, 0.7), (-0.3, 0.3)]
+
+
+@pytest.mark.parametrize("dtype", [DType.f32, DType.bf16, DType.f16])
+def test_clamp_bounds_as_operands_compute_as_bound_attributes(dtype, rng):
+    """clamp's bounds as 0-d operands (the device's lifted floats: one kernel for every value) give the bits of the
+    same bounds as attributes, NaN bounds included (a runtime test in the kernel, where an attribute's is made
+    when compiling), natively and in the interpreter."""
+    b = Builder("clamp_operands")
+    x = b.param(TensorType((5, 13), dtype), "x")
+    low, high = b.param(TensorType((), dtype), "low"), b.param(TensorType((), dtype), "high")
+    outs = [b.op("clamp", x, low, high, lifted=(0, 1)), b.op("clamp", x, low, lifted=(0,)),
+            b.op("clamp", x, high, lifted=(1,))]
+    fn = b.build(outs)
+    exe = build_cpu_executable(fn, {"threads": 1})
+    xs = _inputs_for(dtype, (5, 13), rng)
+    for bounds in CLAMP_BOUNDS:
+        lo, hi = (np.array(v, np.float32) for v in bounds)  # each in x's storage type
+        lo, hi = (round_to_bf16(v) if dtype is DType.bf16 else v.astype(xs.dtype) for v in (lo, hi))
+        a = Builder("clamp_attributes")
+        y = a.param(TensorType((5, 13), dtype), "x")
+        attributes = a.build([a.op("clamp", y, min=float(lo), max=float(hi)), a.op("clamp", y, min=float(lo)),
+                              a.op("clamp", y, max=float(hi))])
+        expected = interpret(attributes, [xs])
+        for got in (exe(xs, lo, hi), interpret(fn, [xs, lo, hi])):
+            for position, (actual, wanted) in enumerate(zip(got, expected)):
+                actual, wanted = np.asarray(actual), np.asarray(wanted)
+                assert np.array_equal(np.isnan(actual), np.isnan(wanted)), (bounds, position)
+                numbers = ~np.isnan(wanted)
+                assert np.array_equal(np.signbit(actual[numbers]), np.signbit(wanted[numbers])), (bounds, position)
+                assert np.array_equal(actual[numbers], wanted[numbers]), (bounds, position)
+        if np.isnan(lo) or np.isnan(hi):
+            assert np.isnan(np.asarray(expected[0])).all()
 
 
 ALL = [DType.f32, DType.bf16, DType.f16, DType.i64, DType.i32, DType.i16, DType.i8, DType.u8, DType.bool]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import warnings
 
 import numpy as np
@@ -272,7 +273,9 @@ def _where_cases(draw: st.DrawFn) -> Case:
 
 def _bound(draw: st.DrawFn, dtype: DType):
     if dtype.is_float:
-        return draw(st.one_of(st.none(), st.floats(-3, 3, width=32), st.integers(-3, 3)))
+        # (a NaN bound makes every element NaN, as eager's clamp; infinities and signed zeros are bounds too)
+        return draw(st.one_of(st.none(), st.floats(-3, 3, width=32), st.integers(-3, 3),
+                              st.sampled_from([math.nan, math.inf, -math.inf, -0.0, 0.0])))
     info = np.iinfo(dtype.numpy)
     return draw(st.one_of(st.none(), st.integers(max(info.min, -5), min(info.max, 5))))
 

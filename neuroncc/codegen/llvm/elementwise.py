@@ -27,6 +27,7 @@ from neuroncc.codegen.llvm.scalars import (
 from neuroncc.codegen.llvm.widening import widened_even
 from neuroncc.hardware.host import CpuTarget
 from neuroncc.ir.dtypes import DType
+from neuroncc.ir.ops.elementwise import CLAMP_BOUNDS, clamp_bound
 from neuroncc.ir.graph import Op
 from neuroncc.ir.signs import at_most_zero
 
@@ -399,22 +400,36 @@ def _where(ctx, op, args):
 
 
 def _clamp(ctx, op, args):
-    (x,) = args
+    """clamp's semantics (the IR op's): ``x < min ? min : x``, then ``> max ? max :``, a NaN element kept;
+    every element NaN when a bound is NaN. A bound attribute is a constant (converted to the element type
+    here); a bound operand (a lifted float: one kernel for every value) is loop-invariant, so its NaN test is
+    one compare LLVM hoists out of the loop."""
+    x, *bound_args = args
     b = ctx.b
     dtype = _dtype(op)
-    out = x
+    bounds = {CLAMP_BOUNDS[k]: value for k, value in zip(op.attrs["lifted"], bound_args)}
+    out, nan_bound = x, None
     for key, predicate in (("min", "<"), ("max", ">")):
         bound = op.attrs[key]
-        if bound is None:
+        if bound is None and key not in bounds:
             continue
         if x.type == F32:
-            limit = ir.Constant(F32, float(bound))
+            if key in bounds:
+                limit = bounds[key]
+                is_nan = b.fcmp_unordered("uno", limit, limit)
+                nan_bound = is_nan if nan_bound is None else b.or_(nan_bound, is_nan)
+            elif math.isnan(bound):
+                return ir.Constant(F32, math.nan)  # eager fills the result with NaN
+            else:
+                limit = ir.Constant(F32, float(clamp_bound(bound, dtype)))
             out = b.select(b.fcmp_ordered(predicate, out, limit), limit, out)  # NaN compares false: kept
         else:
             # numpy compares against the float bound, then the cast back truncates it.
             threshold = math.ceil(bound) if key == "min" else math.floor(bound)
             compare = b.icmp_unsigned if is_unsigned(dtype) else b.icmp_signed
             out = b.select(compare(predicate, out, constant(dtype, threshold)), constant(dtype, int(bound)), out)
+    if nan_bound is not None:
+        out = b.select(nan_bound, ir.Constant(F32, math.nan), out)
     return out
 
 

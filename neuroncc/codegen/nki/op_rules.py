@@ -21,6 +21,7 @@ from neuroncc.codegen.nki.philox import emit_random
 from neuroncc.codegen.nki.shapes import view_window
 from neuroncc.errors import CodegenError
 from neuroncc.ir import REGISTRY, Category, Op
+from neuroncc.ir.ops.elementwise import clamp_bound
 
 Rule = Callable[[Body, Op, list[Operand]], Operand]
 
@@ -342,17 +343,23 @@ def _where(body: Body, op: Op, x: list[Operand]) -> Operand:
 
 
 def _clamp(body: Body, op: Op, x: list[Operand]) -> Operand:
+    """max then min (the IR op's semantics: a NaN bound makes every element NaN; bounds converted to the element
+    type). Bound operands (the device's lifted floats, a CPU-only form) are not emitted."""
     dst = body.result(op)
-    low, high = op.attrs["min"], op.attrs["max"]
+    dtype = op.result.type.dtype
+    if op.attrs["lifted"]:
+        raise body.ctx.fail("clamp with bound operands (a lifted float: the device's CPU kernels only)")
+    low, high = (None if b is None else clamp_bound(b, dtype) for b in (op.attrs["min"], op.attrs["max"]))
+    if any(isinstance(b, float) and math.isnan(b) for b in (low, high)):
+        return body.copy(math.nan, dst)  # eager fills the result with NaN
     if low is None and high is None:
         return body.copy(x[0], dst)
     if low is None:
-        return body.binary("nl.minimum", x[0], typed_number(high, op.result.type.dtype), dst)
+        return body.binary("nl.minimum", x[0], typed_number(high, dtype), dst)
     if high is None:
-        return body.binary("nl.maximum", x[0], typed_number(low, op.result.type.dtype), dst)
-    lower = body.binary("nl.maximum", x[0], typed_number(low, op.result.type.dtype),
-                        body.new("clamped", dst.shape, dst.dtype))
-    return body.binary("nl.minimum", lower, typed_number(high, op.result.type.dtype), dst)
+        return body.binary("nl.maximum", x[0], typed_number(low, dtype), dst)
+    lower = body.binary("nl.maximum", x[0], typed_number(low, dtype), body.new("clamped", dst.shape, dst.dtype))
+    return body.binary("nl.minimum", lower, typed_number(high, dtype), dst)
 
 
 def _cast(body: Body, op: Op, x: list[Operand]) -> Operand:

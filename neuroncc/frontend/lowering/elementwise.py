@@ -234,13 +234,10 @@ def _clamp(ctx: LoweringContext, node: fx.Node, self: Any, min: Any = None, max:
         if max is not None:
             result = ctx.emit("minimum", result, ctx.operand(max, dtype))
         return result
-    if dtype in (DType.bf16, DType.f16):  # eager converts the bounds to the tensor's dtype (clamp's result is
-        # one of them: a bf16 result is stored as the high half of the float32 it is computed in)
-        min, max = (None if b is None else float(torch.tensor(b, dtype=_LOW_PRECISION[dtype])) for b in (min, max))
+    # the bounds as given: the IR's clamp converts them to the element type as eager does (rounded here, a bf16
+    # bound would no longer be the sentinel the device's lifting looks for, and compiled once per value), and
+    # fills the result with NaN for a NaN bound
     return ctx.emit("clamp", ctx.operand(self, dtype), min=min, max=max)
-
-
-_LOW_PRECISION = {DType.bf16: torch.bfloat16, DType.f16: torch.float16}
 
 
 def _clamp_min(ctx: LoweringContext, node: fx.Node, self: Any, min: Any) -> Value:

@@ -14,7 +14,7 @@ from collections.abc import Callable
 import numpy as np
 
 from neuroncc.ir.attrs import Attrs
-from neuroncc.ir.dtypes import DType, to_storage
+from neuroncc.ir.dtypes import DType, round_to_bf16, to_storage
 from neuroncc.ir.opdef import AttrSpec, Category, OpDef, Trait, broadcast_shapes, check_scalar, fail, same_dtype
 from neuroncc.ir.types import TensorType
 
@@ -316,13 +316,24 @@ def _infer_where(types: tuple[TensorType, ...], attrs: Attrs) -> TensorType:
 
 
 def _infer_clamp(types: tuple[TensorType, ...], attrs: Attrs) -> TensorType:
-    (t,) = types
+    t, *bound_types = types
     if t.dtype.is_bool:
         raise fail("clamp", "operand #0 must be numeric, got bool")
-    for key in ("min", "max"):
+    lifted = attrs["lifted"]
+    if len(bound_types) != len(lifted) or sorted(set(lifted)) != list(lifted) or \
+            not all(0 <= k < len(CLAMP_BOUNDS) for k in lifted):
+        raise fail("clamp", f"lifted={list(lifted)} names {len(lifted)} of the bounds {CLAMP_BOUNDS} (each once, in "
+                            f"order) as operands; {len(bound_types)} given")
+    for k, bound_type in zip(lifted, bound_types):
+        if not t.dtype.is_float or bound_type != TensorType((), t.dtype):
+            raise fail("clamp", f"the {CLAMP_BOUNDS[k]} operand must be a 0-d {t.dtype.value} of a float tensor, "
+                                f"got {bound_type}")
+    for k, key in enumerate(CLAMP_BOUNDS):
         bound = attrs[key]
         if bound is None:
             continue
+        if k in lifted:
+            raise fail("clamp", f"{key} is both an attribute and an operand")
         if t.dtype.is_int and isinstance(bound, float):
             # torch.clamp(int_tensor, min=0.5) returns a float tensor: the front end casts first
             raise fail("clamp", f"{key}={bound} is a float bound for a {t.dtype.value} tensor (cast the operand)")
@@ -330,14 +341,38 @@ def _infer_clamp(types: tuple[TensorType, ...], attrs: Attrs) -> TensorType:
     return t.contiguous()
 
 
-def _clamp(x: np.ndarray, min: float | None = None, max: float | None = None) -> np.ndarray:
-    # torch.clamp propagates NaN; applying min then max (as torch does) keeps max winning when min > max.
+#: clamp's bounds, in the order those given as operands follow ``x`` (its ``lifted`` attribute names them)
+CLAMP_BOUNDS = ("min", "max")
+
+
+def clamp_bound(bound: float | int, dtype: DType) -> float | int:
+    """A bound attribute as clamp compares with it: converted to the element type, as eager converts it
+    (``c10::checked_convert``, round to nearest even: a bf16 tensor's ``clamp(max=0.1)`` clamps at bf16's 0.1,
+    the value its result then holds). A bound operand has the element type already."""
+    if dtype is DType.bf16:
+        return float(round_to_bf16(np.float32(bound)))
+    if dtype is DType.f16:
+        return float(np.float16(np.float32(bound)))  # through float32, as c10::Half(double) converts
+    return bound
+
+
+def _clamp(x: np.ndarray, *bound_operands: np.ndarray, min: float | None = None, max: float | None = None,
+           lifted: tuple[int, ...] = (), out_dtype: DType = DType.f32) -> np.ndarray:
+    """x < min ? min : x, then > max ? max : (as eager: max wins where min > max, a NaN element is kept, and
+    signed zeros compare equal, so ``clamp(-0.0, min=0.0)`` is -0.0); a NaN bound makes every element NaN
+    (eager's clamp, clamp_min, clamp_max and hardtanh fill the result with NaN, torch 2.13)."""
+    bounds = {key: None if value is None else clamp_bound(value, out_dtype)
+              for key, value in (("min", min), ("max", max))}
+    for k, operand in zip(lifted, bound_operands):
+        bounds[CLAMP_BOUNDS[k]] = operand.item()
     out = x
-    if min is not None:
-        out = np.where(np.isnan(out) if out.dtype.kind == "f" else False, out, np.maximum(out, min))
-    if max is not None:
-        out = np.where(np.isnan(out) if out.dtype.kind == "f" else False, out, np.minimum(out, max))
-    return out
+    if bounds["min"] is not None:
+        out = np.where(out < bounds["min"], bounds["min"], out)  # NaN compares false: kept
+    if bounds["max"] is not None:
+        out = np.where(out > bounds["max"], bounds["max"], out)
+    if any(b is not None and isinstance(b, float) and math.isnan(b) for b in bounds.values()):
+        out = np.full_like(out, np.nan)
+    return np.asarray(out, dtype=x.dtype)
 
 
 def _infer_cast(types: tuple[TensorType, ...], attrs: Attrs) -> TensorType:
@@ -386,10 +421,13 @@ def _bitcast(x: np.ndarray, dtype: DType) -> np.ndarray:
 OTHER = (
     OpDef("where", Category.ELEMENTWISE, (3, 3), _infer_where, np.where, {}, "cond ? a : b", traits=POINTWISE,
           takes_complex=True),
-    OpDef("clamp", Category.ELEMENTWISE, (1, 1), _infer_clamp, _clamp,
-          {"min": AttrSpec("optional-number", None), "max": AttrSpec("optional-number", None)},
-          "min(max(x, min), max), NaN propagates; bounds fit the element type (integer bounds for integers)",
-          traits=POINTWISE),
+    OpDef("clamp", Category.ELEMENTWISE, (1, 3), _infer_clamp, _clamp,
+          {"min": AttrSpec("optional-number", None), "max": AttrSpec("optional-number", None),
+           "lifted": AttrSpec("ints", ())},
+          "min(max(x, min), max), a NaN element kept, every element NaN if a bound is NaN; bounds converted to the "
+          "element type (integer bounds for integers); a float tensor's bounds may be 0-d operands instead "
+          "(``lifted`` names them: a kernel argument, the device's lifted floats)",
+          traits=POINTWISE, wants_out_dtype=True, operand_attrs=CLAMP_BOUNDS),
     OpDef("cast", Category.ELEMENTWISE, (1, 1), _infer_cast, _cast, {"dtype": AttrSpec("dtype")},
           "convert element type (float to int truncates toward zero; complex to real keeps the real part)",
           traits=POINTWISE, takes_complex=True),
