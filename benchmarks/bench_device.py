@@ -261,11 +261,14 @@ def bench_amp(repeat: int) -> str:
             setups[name] = (torch.compile(model, backend="neuron", dynamic=False), optimizer, x, target)
 
     def step(name: str, device: str, dtype: Any) -> None:
-        extern._NATIVE_BF16 = None if name != float32_products else False  # (None: asks the host again)
+        if name != float32_products:
+            _autocast_step(device, setups[name], dtype)
+            return
+        native, extern._NATIVE_BF16 = extern._NATIVE_BF16, False  # (read by each compiled graph's extern step)
         try:
             _autocast_step(device, setups[name], dtype)
         finally:
-            extern._NATIVE_BF16 = None
+            extern._NATIVE_BF16 = native
 
     calls = {name: (lambda n=name, d=device, t=dtype: step(n, d, t)) for name, (device, dtype) in runs.items()}
     for call in calls.values():

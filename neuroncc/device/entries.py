@@ -13,7 +13,8 @@ from typing import Any
 
 import torch
 
-from neuroncc.device import bf16_products, foreach_donated, fused_optimizers, generators, memory, signature_index, tracking
+from neuroncc.device import (bf16_products, foreach_donated, fused_optimizers, generators, memory, signature_index,
+                             tracking)
 from neuroncc.device.kernel_compile import compile_kernel
 from neuroncc.device.counters import COUNTS
 from neuroncc.device.build_lock import built

@@ -30,6 +30,7 @@ from torch.utils._pytree import tree_flatten, tree_leaves, tree_map
 
 from neuroncc.device import memory
 from neuroncc.device.autocast import ALL_AUTOCAST_KEYS
+from neuroncc.device.bf16_products import PRODUCT_PACKETS
 from neuroncc.device.op_forms import OpForm, argument
 from neuroncc.executors.cpu.extern import aten_multiplies_bf16_natively
 from neuroncc.frontend.convert import TensorSpec
@@ -321,12 +322,9 @@ CHANNELS_LAST_KERNELS = frozenset({
 })
 
 
-#: matrix products (every overload) that run ATen's own bf16 kernel on the device's memory when their tensors are
-#: bf16 and the host multiplies bf16 natively (``extern.aten_multiplies_bf16_natively``). Their program would
-#: widen the operands' bits to float32 buffers, narrow them again for ATen's bf16 call (the same decision, made
-#: for compiled graphs in ``extern.run_extern``) and convert the product back twice: 1.4-2.0x the time of ATen's
-#: call alone (a [128, 512] x [512, 2048] product 1.34 ms against CPU eager's 0.67; session 46, AMD Zen 4).
-BF16_PRODUCTS = frozenset({aten.mm, aten.addmm, aten.bmm, aten.baddbmm})
+#: matrix products (every overload, in-place forms too) that run ATen's own bf16 kernel on the device's memory
+#: when their tensors are bf16 and the host multiplies bf16 natively (see bf16_products.py)
+BF16_PRODUCTS = PRODUCT_PACKETS
 
 
 def aten_on_device_memory(form: OpForm, tensors: list[torch.Tensor]) -> bool:

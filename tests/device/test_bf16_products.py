@@ -37,6 +37,10 @@ def _calls():
         "bmm": (torch.bmm, (batch1, batch2)),
         "baddbmm": (lambda c, x, y: torch.baddbmm(c, x, y, beta=-1.0, alpha=0.25), (base, batch1, batch2)),
         "empty inner dim": (torch.mm, (randn(5, 0), randn(0, 7))),
+        # other overloads: ATen's kernel on the device's memory (layouts.aten_on_device_memory)
+        "mm out=": (lambda a, w: torch.mm(a, w.t(), out=torch.empty(0, dtype=a.dtype, device=a.device)), (a, w)),
+        "addmm_ in place": (lambda c, a, w: c.addmm_(a, w.t(), beta=0.5), (randn(128, 256), a, w)),
+        "baddbmm_ in place": (lambda c, x, y: c.baddbmm_(x, y, alpha=0.5), (randn(4, 32, 64), batch1, batch2)),
     }
 
 
@@ -46,7 +50,7 @@ def test_bf16_products_on_the_device_have_cpu_eagers_bits(case):
     hosts: no kernel compiled, counted as device calls), close to them elsewhere (the float32 product's
     summation order)."""
     fn, args = _calls()[case]
-    expected = fn(*args)
+    expected = fn(*(t.clone() for t in args))  # (an in-place product writes its first argument)
     neuroncc.reset_stats()
     got = fn(*(t.to("neuron") for t in args))
     stats = neuroncc.stats()

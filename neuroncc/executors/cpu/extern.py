@@ -36,8 +36,14 @@ def _tensor(array: np.ndarray, narrow: bool = False) -> Any:
 
 
 def _store(torch: Any, result: np.ndarray, value: Any) -> None:
-    """Write ATen's result tensor into the launcher's result array (a bf16 result widened, exactly)."""
-    result[...] = (value.float() if value.dtype == torch.bfloat16 else value).numpy()
+    """Write ATen's result tensor into the launcher's result array; a bf16 result is widened exactly (by ATen's
+    copy where the array is writable: one pass)."""
+    if value.dtype != torch.bfloat16:
+        result[...] = value.numpy()
+    elif result.flags.writeable:
+        torch.from_numpy(result).copy_(value)
+    else:
+        result[...] = value.float().numpy()
 
 
 def run_extern(name: str, attrs: Mapping[str, Any], operands: Sequence[np.ndarray], results: Sequence[np.ndarray],
@@ -97,12 +103,8 @@ def _bf16_product(torch: Any, name: str, attrs: Mapping[str, Any], operands: Seq
                   result: np.ndarray) -> None:
     """A bf16 matrix product as ATen's bf16 kernel computes it (:func:`aten_multiplies_bf16_natively`): the
     float32 arrays holding bf16 values narrowed to bfloat16 (exact), the product, widened into ``result`` (exact)."""
-    args = _logical(name, attrs, [torch.from_numpy(a).to(torch.bfloat16) for a in operands])
-    product = _ATEN_PRODUCTS[name](torch, attrs, args, {})
-    if result.flags.writeable:
-        torch.from_numpy(result).copy_(product)
-    else:
-        result[...] = product.float().numpy()
+    args = _logical(name, attrs, [_tensor(a, narrow=True) for a in operands])
+    _store(torch, result, _ATEN_PRODUCTS[name](torch, attrs, args, {}))
 
 
 def _round_in_place(torch: Any, result: np.ndarray) -> None:
