@@ -10,9 +10,10 @@ then calls ``os._exit``:
 1. ``threading._shutdown()``, as the interpreter does first: the threading module's exit hooks (the optimizer
    drops its quiet period, ``tiers.py``; thread pools stop), then every non-daemon thread is joined. Before it,
    :func:`finish_background_work` waits by name for neuroncc's own background writers (deferred link threads,
-   optimized builds, then the compile cache's writer, which publishes their entries), so that an entry is
-   complete on the disk when the command returns even if one of them ever became a daemon thread. Remote cache
-   (Redis) writes are not in the background: a compile with a remote tier stores before it returns.
+   optimized builds, the device's signature index, then the compile cache's writer, which publishes their
+   entries), so that an entry is complete on the disk when the command returns even if one of them ever became
+   a daemon thread. Remote cache (Redis) writes are not in the background: a compile with a remote tier stores
+   before it returns.
 2. ``atexit._run_exitfuncs()``: among them ``weakref.finalize``'s (a ``tempfile.TemporaryDirectory`` not cleaned
    up is removed there), ``logging.shutdown`` (file handlers flushed), multiprocessing's (children joined), the
    device's signature index and the link directory's removal (``native_library.py``). Then the cache writer is
@@ -27,7 +28,8 @@ Skipped: module teardown, the collection of what is still alive (``__del__`` met
 and C ``atexit`` handlers. None of neuroncc's commands leaves work there: every file they write is closed where
 it is written (``with`` blocks, ``Path.write_text``, raw file descriptors), their temporary directories are
 context managers or removed by ``atexit`` handlers, ``--jobs`` joins its worker processes, and OpenMP's and
-LLVM's threads hold nothing a later process reads. tests/cli/test_cli_exit.py checks each in a real process.
+LLVM's threads hold nothing a later process reads. tests/cli/test_cli_exit.py checks each in a real process
+(and fails when any step above is left out).
 
 Only the whole program exits this way (the console script, ``python -m neuroncc.cli``): ``cli.main`` called in
 a process returns. Not under a profiler or tracer either (``python -m cProfile -m neuroncc.cli`` writes its
@@ -81,14 +83,18 @@ def _profiled_or_traced() -> bool:
 
 def finish_background_work() -> None:
     """Wait for neuroncc's background work that writes what later processes read: the deferred link threads
-    (``deferred_code.py``), the optimized builds (``tiers.py``) and the compile cache's writer
-    (``publisher.py``), which publishes entries that wait for both. A module not imported has nothing pending."""
+    (``deferred_code.py``), the optimized builds (``tiers.py``), the device's signature index (its pending records,
+    ``signature_index.py``) and the compile cache's writer (``publisher.py``), which publishes the entries the
+    others hand it. A module not imported has nothing pending."""
     deferred_code = sys.modules.get("neuroncc.executors.cpu.deferred_code")
     if deferred_code is not None:
         deferred_code.wait_for_pending()
     tiers = sys.modules.get("neuroncc.executors.cpu.tiers")
     if tiers is not None:
         tiers.OPTIMIZER.wait()
+    signature_index = sys.modules.get("neuroncc.device.signature_index")
+    if signature_index is not None:
+        signature_index.flush_all()
     publisher = sys.modules.get("neuroncc.driver.publisher")
     if publisher is not None:
         publisher.PUBLISHER.flush()
