@@ -4,6 +4,9 @@ Exit codes: 0 success; 1 a check failed (``run --check`` mismatch, ``cache verif
 2 bad input or a typed neuroncc error (one line on stderr, no traceback); 3 an internal error (a bug: the
 message asks for a report; ``NEURONCC_TRACEBACK=1`` shows the traceback).
 
+The console script and ``python -m neuroncc.cli`` run :func:`run_and_exit`, which ends the process without
+Python's teardown once what later processes read is finished (``process_exit.py``); :func:`main` returns.
+
 May import: everything in neuroncc (the front end only inside the commands that need torch).
 """
 
@@ -14,8 +17,10 @@ import importlib
 import os
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from neuroncc import __version__
+from neuroncc.cli.process_exit import exit_process, exit_status
 from neuroncc.errors import NeuronccError
 
 EXIT_OK, EXIT_CHECK_FAILED, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
@@ -78,5 +83,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_INTERNAL
 
 
+def run_and_exit() -> NoReturn:
+    """The ``neuroncc`` command as a process (the console script, ``python -m neuroncc.cli``): :func:`main`, then
+    the process ends with its exit code (``process_exit.exit_process``: fast, after finishing what it must)."""
+    try:
+        code = main()
+    except SystemExit as exc:  # argparse: usage errors, --help, --version
+        code = exit_status(exc.code)
+    exit_process(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run_and_exit()

@@ -1,5 +1,3 @@
-import sys
+from neuroncc.cli import run_and_exit
 
-from neuroncc.cli import main
-
-sys.exit(main())
+run_and_exit()

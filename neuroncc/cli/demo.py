@@ -35,14 +35,13 @@ from pathlib import Path
 
 from neuroncc.cli import programs
 from neuroncc.cli.cache import human_size
+from neuroncc.cli.process_exit import finish_background_work
 from neuroncc.cli.demo_device import compile_cache_at, train_on_device
 from neuroncc.cli.progress import Progress, format_seconds
 from neuroncc.cli.summary import summarize
 from neuroncc.errors import InputError, UnsupportedOpError
 from neuroncc.driver.cache import CompileCache
 from neuroncc.driver.process_cache import CacheStats
-from neuroncc.driver.publisher import PUBLISHER
-from neuroncc.executors.cpu.tiers import OPTIMIZER
 import statistics
 from neuroncc.executors.executable import TARGETS
 from neuroncc.executors.interpreter_executable import InterpreterExecutable
@@ -69,18 +68,9 @@ def run_demo(args: argparse.Namespace) -> int:
         try:
             return _demo(args, Path(directory), keep=False)
         finally:
-            _settle_background_writes()
-
-
-def _settle_background_writes() -> None:
-    """Wait for the optimized builds still under way and the cache writes they and the compiles queued: they
-    write into the demo's directory, and removing it under them failed the demo at exit ("Directory not
-    empty") or lost their entries with a warning each."""
-    OPTIMIZER.wait()
-    index = sys.modules.get("neuroncc.device.signature_index")
-    if index is not None:  # the device's part indexed its signatures in the demo's cache: written before it goes
-        index.flush_all()
-    PUBLISHER.flush()
+            # the background writes go into the directory: removing it under them failed the demo at exit
+            # ("Directory not empty") or lost their entries with a warning each
+            finish_background_work()
 
 
 def _demo(args: argparse.Namespace, directory: Path, keep: bool) -> int:

@@ -3,16 +3,19 @@
 Started as ``python cli_forkserver.py`` by :class:`cli_testing.ForkServer`. Each request is one JSON line on
 stdin (``argv``, ``cwd``, ``env``, ``stdout``, ``stderr``: file paths); the server forks a child that changes
 to ``cwd``, takes ``env`` as its whole environment, points file descriptors 1 and 2 at the two files and runs
-``python -m neuroncc.cli ARGV`` (``runpy``, exactly as the command does). The server answers with one JSON
-line holding the child's exit status. The child is a real process (its own exit code, stderr, working
+``python -m neuroncc.cli ARGV`` (``runpy``, exactly as the command does: it ends the process itself, unless
+``NEURONCC_DISABLE_FAST_EXIT=1``; then the child ends as the interpreter would). The server answers with one
+JSON line holding the child's exit status. The child is a real process (its own exit code, stderr, working
 directory and environment); only the imports are shared, which saves the 2-3 s of CPU a fresh interpreter
 spends importing torch, per case.
 """
 
+import atexit
 import json
 import os
 import runpy
 import sys
+import threading
 
 import torch  # noqa: F401  (the point of the server: imported once)
 
@@ -45,6 +48,8 @@ def serve_one(request: dict) -> int:
 
             traceback.print_exc()
             code = 1
+        threading._shutdown()  # the interpreter's ending: non-daemon threads (the cache's writer), then atexit
+        atexit._run_exitfuncs()
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
