@@ -20,12 +20,13 @@ from neuroncc.passes.pipeline import (
     run_pipeline,
 )
 from neuroncc.passes.plan_memory import MemoryPlan, PlanMemory, plan, value_indices
+from neuroncc.passes.product_words import Bf16ProductWords
 from neuroncc.passes.static_shape import StaticShape
 from neuroncc.passes.tile import Tile
 
 __all__ = [
-    "Canonicalize", "ChooseLayouts", "DEFAULT_PIPELINES", "ENTRY_POINT_GROUP", "FoldOneHotSums", "Fuse", "IN_TREE_PASSES",
-    "KernelSummary", "MemoryPlan", "Pass", "PassContext", "Pipeline", "PlanMemory", "StaticShape", "Tile", "check_kernel_contract",
-    "default_pipeline", "kernel_domain", "kernel_summary", "parse_pipeline", "pass_registry", "plan",
-    "run_pipeline", "value_indices",
+    "Bf16ProductWords", "Canonicalize", "ChooseLayouts", "DEFAULT_PIPELINES", "ENTRY_POINT_GROUP", "FoldOneHotSums",
+    "Fuse", "IN_TREE_PASSES", "KernelSummary", "MemoryPlan", "Pass", "PassContext", "Pipeline", "PlanMemory",
+    "StaticShape", "Tile", "check_kernel_contract", "default_pipeline", "kernel_domain", "kernel_summary",
+    "parse_pipeline", "pass_registry", "plan", "run_pipeline", "value_indices",
 ]

@@ -143,6 +143,7 @@ ARITHMETIC_RULES: tuple[Rule, ...] = (
     Rule("neg", involution),  # -(-x) -> x
     Rule("bitwise_not", involution),  # ~~x -> x
     Rule("logical_not", involution),  # not not x -> x (x bool: the type check refuses other x)
+    Rule("bitcast", involution),  # bitcast(bitcast(x, t), type of x) -> x: the bits are kept both ways
     Rule("abs", idempotent),  # abs(abs(x)) -> abs(x)
     Rule("relu", idempotent),  # relu(relu(x)) -> relu(x)
     Rule("where", where_same),  # where(c, x, x) -> x

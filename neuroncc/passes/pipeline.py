@@ -37,12 +37,13 @@ from neuroncc.passes.lower_complex import LowerComplex
 from neuroncc.passes.manager import Pass, PassContext, Pipeline
 from neuroncc.passes.one_hot_sums import FoldOneHotSums
 from neuroncc.passes.plan_memory import PlanMemory
+from neuroncc.passes.product_words import Bf16ProductWords
 from neuroncc.passes.static_shape import StaticShape
 from neuroncc.passes.tile import Tile
 
 #: Every pass that ships with neuroncc, in the order a full pipeline runs them.
-IN_TREE_PASSES: tuple[type[Pass], ...] = (Canonicalize, FoldOneHotSums, LowerComplex, StaticShape, Fuse, ChooseLayouts,
-                                          Tile, PlanMemory)
+IN_TREE_PASSES: tuple[type[Pass], ...] = (Canonicalize, FoldOneHotSums, LowerComplex, StaticShape, Bf16ProductWords,
+                                          Fuse, ChooseLayouts, Tile, PlanMemory)
 
 #: Entry-point group through which other distributions add passes (entry name = pass name).
 ENTRY_POINT_GROUP = "neuroncc.passes"
@@ -50,8 +51,8 @@ ENTRY_POINT_GROUP = "neuroncc.passes"
 #: The default pipeline of each target, in one place. ``nki-sim`` (the runtime target) uses ``nki``.
 DEFAULT_PIPELINES: dict[str, str] = {
     "interp": "canonicalize,static-shape,fuse,layout,plan-memory",
-    "cpu": "canonicalize,fold-one-hot-sums,lower-complex,static-shape,fuse,layout{target=cpu},tile{target=cpu},"
-           "plan-memory",
+    "cpu": "canonicalize,fold-one-hot-sums,lower-complex,static-shape,bf16-product-words,fuse,layout{target=cpu},"
+           "tile{target=cpu},plan-memory",
     "nki": "canonicalize,lower-complex{fft=dft},static-shape,fuse,layout{target=trn2},tile{target=trn2},plan-memory",
 }
 

@@ -22,9 +22,14 @@ from neuroncc.driver.compile import compile_graph
 from neuroncc.executors.cpu.launcher import build_cpu_executable
 from neuroncc.hardware.host import CpuTarget
 from neuroncc.ir import Builder, DType, Function, TensorType
+from neuroncc.passes import default_pipeline
 from neuroncc.testing.choices import choose
 
 
+#: The cpu pipeline without bf16-product-words: the products of :func:`residual_layernorm_of_products` then give
+#: their results as float32 buffers (as before session 47), the float32 row the one pass reads; with the words the
+#: LayerNorm reads its residual sum over element pairs instead, which the one pass leaves to the two passes.
+FLOAT32_PRODUCTS = default_pipeline("cpu").replace("bf16-product-words,", "")
 FALLBACK = "fcmp ugt double"  # (the one pass's test for a row that takes the deviation pass again)
 
 
@@ -155,10 +160,10 @@ def test_rows_whose_shift_is_far_from_the_mean_take_the_deviation_pass_again(rng
 
 
 def residual_layernorm_of_products(batch: int, tokens: int, cols: int) -> Function:
-    """The zoo's bf16 BERT's last LayerNorm as its forward graph has it: two bf16 products (kernels of their own, so
-    their results reach the LayerNorm as float32 words), their sum rounded to bf16 and widened, LayerNorm, its bf16
-    output, its mean and rstd saved, and the first token's row selected (the row loop then runs over blocks of a
-    sequence's rows, its next rows prefetched in bursts: the one pass taken)."""
+    """The zoo's bf16 BERT's last LayerNorm as its forward graph had it: two bf16 products (kernels of their own, so
+    their results reach the LayerNorm as float32 words, compiled with FLOAT32_PRODUCTS), their sum rounded to bf16
+    and widened, LayerNorm, its bf16 output, its mean and rstd saved, and the first token's row selected (the row
+    loop then runs over blocks of a sequence's rows, its next rows prefetched in bursts: the one pass taken)."""
     b = Builder("residual_layernorm")
 
     def bf16(name: str, shape: tuple[int, ...]) -> Any:
@@ -192,7 +197,7 @@ def test_a_one_pass_variance_leaves_its_write_stage_no_deviation_cache_to_load(t
     want = compile_graph(fn, target="interp", cache=None)(*words)
     choose(monkeypatch, caches_variance_deviations=True)
     _one_pass(monkeypatch, True)
-    exe = compile_graph(fn, target="cpu", cache=None)
+    exe = compile_graph(fn, target="cpu", pipeline=FLOAT32_PRODUCTS, cache=None)
     assert any(FALLBACK in text for text in exe.module.llvm_ir)  # (the one pass taken)
     for got in (exe(*words) for _ in range(3)):
         for actual, expected in zip(got, want):

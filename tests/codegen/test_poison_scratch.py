@@ -15,7 +15,7 @@ import pytest
 from codegen_helpers import assert_matches
 from poison_rows import ROWS, VARIANCES, inputs, llvm_ir
 from test_pairs import layernorm_graph
-from test_one_pass_variance import FALLBACK, _widened, residual_layernorm_of_products
+from test_one_pass_variance import FALLBACK, FLOAT32_PRODUCTS, _widened, residual_layernorm_of_products
 
 from neuroncc.codegen.llvm import emit, poison
 from neuroncc.driver import artifact
@@ -159,7 +159,7 @@ def test_a_deviation_cache_no_pass_stores_reads_nan_on_every_call(tokens, cols, 
     _one_pass(monkeypatch, True)
     monkeypatch.setattr(emit, "takes_one_pass", lambda *args: False)  # (the mend's filter undone)
     with poisoning_scratch(True):
-        exe = compile_graph(fn, target="cpu", cache=None)
+        exe = compile_graph(fn, target="cpu", pipeline=FLOAT32_PRODUCTS, cache=None)
     assert any(FALLBACK in text for text in exe.module.llvm_ir)  # (the one pass taken)
     for _ in range(3):
         y, _, _, first = exe(*words)

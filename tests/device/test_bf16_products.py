@@ -159,3 +159,70 @@ def test_a_bf16_cnn_training_step_has_cpu_eagers_bits_on_the_device_and_compiled
                 assert torch.equal(_bits(got.cpu()), _bits(want)), name
             else:
                 torch.testing.assert_close(got.cpu(), want, atol=0.05, rtol=0.02)
+
+
+@pytest.mark.parametrize("native", [True, False])
+@pytest.mark.parametrize("name", ["mm", "addmm", "bmm"])
+def test_a_product_on_bf16_words_reads_and_writes_them_in_place(name, native, monkeypatch):
+    """run_extern of a ``words`` product (bf16-product-words: int16 operands and result, the bf16 values' words):
+    ATen's bf16 product's bits on a native bf16 host; elsewhere (forced here) the float32 product of the same
+    values rounded once to bf16 words, a NaN row staying NaN."""
+    if native and not NATIVE:
+        pytest.skip("the host has no native bf16 products (AVX512-BF16 or AMX)")
+    monkeypatch.setattr(extern, "_NATIVE_BF16", native)
+    rng = np.random.default_rng(1)
+
+    def bf16_values(*shape):
+        return torch.from_numpy(rng.standard_normal(shape).astype(np.float32)).to(torch.bfloat16)
+
+    batch = (3,) if name == "bmm" else ()
+    a, b, bias = bf16_values(*batch, 64, 96), bf16_values(*batch, 96, 48), bf16_values(48)
+    a[..., 5, 7] = float("nan")
+    operands = [_bits(a).numpy(), _bits(b.transpose(-1, -2).contiguous()).numpy()]  # b stored transposed
+    attrs = {"transpose_a": False, "transpose_b": True, "words": True}
+    if name == "addmm":
+        attrs.update(alpha=0.5, beta=2.0)
+        operands.insert(0, _bits(bias).numpy())
+    result = np.full((*batch, 64, 48), 77, np.int16)
+    extern.run_extern(name, attrs, operands, [result], DType.i16)
+    expected = {"mm": lambda: torch.mm(a, b), "bmm": lambda: torch.bmm(a, b),
+                "addmm": lambda: torch.addmm(bias, a, b, beta=2.0, alpha=0.5)}[name]()
+    got = torch.from_numpy(result).view(torch.bfloat16)
+    if native:
+        assert torch.equal(_bits(got), _bits(expected))
+    else:  # the float32 product's summation order is BLAS's: bf16 values within one rounding of eager's
+        assert torch.isnan(got[..., 5, :]).all()
+        torch.testing.assert_close(got, expected, equal_nan=True)
+
+
+def test_a_compiled_autocast_training_step_has_eager_autocasts_products():
+    """A Linear-GELU-Linear step under bf16 autocast, compiled on CPU and on neuron tensors, its products on the
+    graphs' bf16 words (bf16-product-words): the loss and the second layer's gradients are CPU eager's bits on a
+    native host. The first layer's go through GELU's backward, whose float32 derivative is one rounding apart
+    from ATen's in an element or two on some inputs (as before the words: not the products), so within that."""
+    def model():
+        torch.manual_seed(0)
+        return torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.GELU(), torch.nn.Linear(256, 32))
+
+    def step(net, x, target):
+        with torch.autocast(x.device.type, dtype=torch.bfloat16):
+            loss = F.mse_loss(net(x), target)
+        loss.backward()
+        return [loss] + [p.grad for p in net.parameters()]
+
+    generator = torch.Generator().manual_seed(2)
+    x, target = torch.randn(16, 64, generator=generator), torch.randn(16, 32, generator=generator)
+    expected = step(model(), x, target)
+    torch._dynamo.reset()
+    runs = {"compiled": step(torch.compile(model(), backend="neuron", dynamic=False), x, target),
+            "compiled on the device": step(torch.compile(model().to("neuron"), backend="neuron", dynamic=False),
+                                           x.to("neuron"), target.to("neuron"))}
+    for name, (loss, w1, b1, w2, b2) in runs.items():
+        want_loss, want_w1, want_b1, want_w2, want_b2 = expected
+        for got, want in ((loss, want_loss), (w2, want_w2), (b2, want_b2)):
+            if NATIVE:
+                assert torch.equal(got.cpu(), want), name
+            else:
+                torch.testing.assert_close(got.cpu(), want, atol=0.02, rtol=0.02)
+        for got, want in ((w1, want_w1), (b1, want_b1)):
+            torch.testing.assert_close(got.cpu(), want, **({} if NATIVE else {"atol": 0.02, "rtol": 0.02}))

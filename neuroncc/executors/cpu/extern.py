@@ -24,10 +24,14 @@ def _spatial(values: Sequence[int], n: int, fill: int) -> list[int]:
 
 
 def _tensor(array: np.ndarray, narrow: bool = False) -> Any:
-    """A torch tensor over ``array`` (float16 widened; ``narrow``: a float32 array holding bf16 values as a
-    bfloat16 tensor, for ATen's bf16 kernels)."""
+    """A torch tensor over ``array`` (float16 widened; ``narrow``: bf16 values as a bfloat16 tensor, for ATen's
+    bf16 kernels). An int16 array is bf16 words (a product's ``words`` operands: bf16-product-words), read in
+    place as a bfloat16 tensor, widened unless ``narrow``; a float32 array holding bf16 values is narrowed."""
     import torch
 
+    if array.dtype == np.int16:
+        words = torch.from_numpy(array).view(torch.bfloat16)
+        return words if narrow else words.float()
     if narrow:
         return torch.from_numpy(array).to(torch.bfloat16)
     if array.dtype == np.float16:
@@ -51,6 +55,9 @@ def run_extern(name: str, attrs: Mapping[str, Any], operands: Sequence[np.ndarra
     """Compute op ``name`` on numpy operand views, writing into the (contiguous) result arrays."""
     import torch
 
+    if attrs.get("words"):  # a bf16 product on words (bf16-product-words): its operands and result are int16
+        _product_of_words(torch, name, attrs, operands, results[0])
+        return
     if not dtype.is_float:
         _run_numpy(name, attrs, operands, results)
         return
@@ -105,6 +112,26 @@ def _bf16_product(torch: Any, name: str, attrs: Mapping[str, Any], operands: Seq
     float32 arrays holding bf16 values narrowed to bfloat16 (exact), the product, widened into ``result`` (exact)."""
     args = _logical(name, attrs, [_tensor(a, narrow=True) for a in operands])
     _store(torch, result, _ATEN_PRODUCTS[name](torch, attrs, args, {}))
+
+
+def _product_of_words(torch: Any, name: str, attrs: Mapping[str, Any], operands: Sequence[np.ndarray],
+                      result: np.ndarray) -> None:
+    """A bf16 product whose operands and result are bf16 words (int16 arrays, read and written in place as
+    bfloat16 tensors): ATen's bf16 kernel straight into the result where the host multiplies bf16 natively;
+    elsewhere the float32 product of the widened values, rounded once into the result's words."""
+    out = torch.from_numpy(result).view(torch.bfloat16)
+    if aten_multiplies_bf16_natively():
+        args = _logical(name, attrs, [_tensor(a, narrow=True) for a in operands])
+        if result.flags.writeable and result.flags.c_contiguous:
+            _ATEN_PRODUCTS[name](torch, attrs, args, {"out": out})
+        else:
+            out.copy_(_ATEN_PRODUCTS[name](torch, attrs, args, {}))
+        return
+    product = _matmul(torch, name, attrs, [_tensor(a) for a in operands], None)
+    if bool(product.sum().isnan()):  # ATen's rounding makes every NaN one pattern; round_to_bf16 keeps them
+        result[...] = (round_to_bf16(product.numpy()).view(np.uint32) >> 16).astype(np.uint16).view(np.int16)
+    else:
+        out.copy_(product)
 
 
 def _round_in_place(torch: Any, result: np.ndarray) -> None:

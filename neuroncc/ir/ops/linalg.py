@@ -7,6 +7,11 @@ Convolution follows ``aten.convolution``: input [N, C, *spatial], weight [O, C/g
 ``mm``, ``bmm`` and ``addmm`` take ``transpose_a`` / ``transpose_b`` (default false): the operand is stored with
 its last two dimensions swapped and the product uses its transpose, so ``mm(a, b, transpose_b=true)`` is
 ``a @ b.T``. The layout pass folds ``permute`` ops into these flags (BLAS and TensorE read either layout).
+
+With ``words`` (default false) a bf16 product takes its operands and gives its result as 16-bit words (i16,
+what ``bitcast`` makes of a bf16 value): the cpu target's extern call reads and writes them as ATen's bfloat16
+tensors in place, where bf16 values otherwise live in float32 buffers that each call narrows and widens
+(``bf16-product-words``, passes/product_words.py).
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ import math
 import numpy as np
 
 from neuroncc.ir.attrs import Attrs
-from neuroncc.ir.dtypes import DType
+from neuroncc.ir.dtypes import DType, to_storage
 from neuroncc.ir.opdef import AttrSpec, Category, OpDef, Trait, broadcast_shapes, fail, same_dtype
 from neuroncc.ir.types import TensorType
 
@@ -44,8 +49,16 @@ def _numeric_dtype(op: str, types: tuple[TensorType, ...], *, floats_only: bool 
     return dtype
 
 
-def _infer_mm(types: tuple[TensorType, ...], attrs: Attrs, op: str = "mm") -> TensorType:
+def _product_dtype(op: str, types: tuple[TensorType, ...], attrs: Attrs) -> DType:
+    """The product's element type: the operands' one type (i16, bf16 words, with ``words``)."""
     dtype = _numeric_dtype(op, types)
+    if attrs["words"] and dtype is not DType.i16:
+        raise fail(op, f"words: operands must be i16 (bf16 words), got {dtype.value}")
+    return dtype
+
+
+def _infer_mm(types: tuple[TensorType, ...], attrs: Attrs, op: str = "mm") -> TensorType:
+    dtype = _product_dtype(op, types, attrs)
     a, b = _logical_operands(types, attrs)
     if a.rank != 2 or b.rank != 2:
         raise fail(op, f"operands must be 2-d, got {a} and {b}")
@@ -55,7 +68,7 @@ def _infer_mm(types: tuple[TensorType, ...], attrs: Attrs, op: str = "mm") -> Te
 
 
 def _infer_bmm(types: tuple[TensorType, ...], attrs: Attrs) -> TensorType:
-    dtype = _numeric_dtype("bmm", types)
+    dtype = _product_dtype("bmm", types, attrs)
     a, b = _logical_operands(types, attrs)
     if a.rank != 3 or b.rank != 3:
         raise fail("bmm", f"operands must be 3-d, got {a} and {b}")
@@ -66,9 +79,9 @@ def _infer_bmm(types: tuple[TensorType, ...], attrs: Attrs) -> TensorType:
 
 def _infer_addmm(types: tuple[TensorType, ...], attrs: Attrs) -> TensorType:
     bias, a, b = types
-    dtype = _numeric_dtype("addmm", types)
+    dtype = _product_dtype("addmm", types, attrs)
     integral = all(math.isfinite(attrs[k]) and attrs[k] == int(attrs[k]) for k in ("beta", "alpha"))
-    if not dtype.is_float and not integral:
+    if not dtype.is_float and not attrs["words"] and not integral:
         raise fail("addmm", f"beta and alpha must be integers for {dtype.value} operands, "
                             f"got {attrs['beta']} and {attrs['alpha']}")
     out = _infer_mm((a, b), attrs, "addmm")
@@ -77,15 +90,36 @@ def _infer_addmm(types: tuple[TensorType, ...], attrs: Attrs) -> TensorType:
     return out
 
 
+def _bf16_of_words(x: np.ndarray) -> np.ndarray:
+    """bf16 words (int16) as the float32 values whose high halves they are (``bitcast``'s reference)."""
+    return (np.ascontiguousarray(x).view(np.uint16).astype(np.uint32) << 16).view(np.float32)
+
+
+def _words_of(x: np.ndarray) -> np.ndarray:
+    """A computed product as the words of its bf16 value (rounded once, as a bf16 result is stored)."""
+    return (to_storage(x, DType.bf16).view(np.uint32) >> 16).astype(np.uint16).view(np.int16)
+
+
+def _words_reference(reference):
+    """``reference`` on bf16 words: operands widened to their bf16 values, the result given as its words."""
+    def on_words(*operands, words=False, **attrs):
+        if not words:
+            return reference(*operands, **attrs)
+        return _words_of(reference(*(_bf16_of_words(x) for x in operands), **attrs))
+    return on_words
+
+
 def _product(a, b, transpose_a: bool, transpose_b: bool):
     a, b = _wide(a), _wide(b)
     return (np.swapaxes(a, -1, -2) if transpose_a else a) @ (np.swapaxes(b, -1, -2) if transpose_b else b)
 
 
+@_words_reference
 def _mm(a, b, transpose_a=False, transpose_b=False):
     return _product(a, b, transpose_a, transpose_b)
 
 
+@_words_reference
 def _addmm(bias, a, b, beta, alpha, transpose_a=False, transpose_b=False):
     product = alpha * _product(a, b, transpose_a, transpose_b)
     if beta == 0:  # torch.addmm ignores the bias when beta is 0: its NaN and inf do not propagate
@@ -93,7 +127,8 @@ def _addmm(bias, a, b, beta, alpha, transpose_a=False, transpose_b=False):
     return beta * _wide(bias) + product
 
 
-_TRANSPOSE_ATTRS = {"transpose_a": AttrSpec("bool", False), "transpose_b": AttrSpec("bool", False)}
+_TRANSPOSE_ATTRS = {"transpose_a": AttrSpec("bool", False), "transpose_b": AttrSpec("bool", False),
+                    "words": AttrSpec("bool", False)}
 
 
 # ---- convolution ---------------------------------------------------------------------------------------
@@ -283,7 +318,8 @@ _PRODUCT = frozenset({Trait.MATRIX_PRODUCT})
 
 OPS = (
     OpDef("mm", Category.MATMUL, (2, 2), _infer_mm, _mm, _TRANSPOSE_ATTRS,
-          "matrix product [M,K] @ [K,N] (transpose_a: a is stored [K,M]; transpose_b: b is stored [N,K])",
+          "matrix product [M,K] @ [K,N] (transpose_a: a is stored [K,M]; transpose_b: b is stored [N,K]; words: "
+          "a bf16 product on its operands' i16 words, giving its result's)",
           traits=_PRODUCT),
     OpDef("bmm", Category.MATMUL, (2, 2), _infer_bmm, _mm, _TRANSPOSE_ATTRS,
           "batched matrix product [B,M,K] @ [B,K,N] (transpose flags swap an operand's last two dims)",
