@@ -20,8 +20,10 @@ shared and the load average is printed):
   each against CPU's fused kernel; then what runs beside the step every step (GradScaler's unscale,
   ``clip_grad_norm_``, ``zero_grad(set_to_none=False)``). ``--threads 1`` for the one-thread medians.
 * ``amp``: the MLP step in float32 and under ``torch.autocast(device, dtype=torch.bfloat16)``, CPU eager, the
-  device eager and compiled (on a host with native bf16 products also compiled with them as float32 products of
-  the bf16 values, as before session 46: ``extern.aten_multiplies_bf16_natively`` off for its calls); and
+  device eager and compiled; compiled also with its bf16 products on float32 buffers (the pipeline without
+  ``bf16-product-words``, as before session 47) and, on a host with native bf16 products, with them as float32
+  products of the bf16 values (as before session 46: ``extern.aten_multiplies_bf16_natively`` off for its
+  calls); and
   LayerNorm's forward on the device with a bfloat16 input and float32 weights (autocast's mix), as PyTorch's
   CompositeExplicitAutograd math kernel runs it (batch norm, mul, add: three device kernels) and as the device
   compiles it whole since session 27.
@@ -246,19 +248,26 @@ def _autocast_step(device: str, setup, dtype) -> None:
 def bench_amp(repeat: int) -> str:
     import torch
     from neuroncc.executors.cpu import extern
+    from neuroncc.passes import default_pipeline
 
     bf16 = torch.bfloat16
     float32_products = "neuron compiled autocast bf16, float32 products (before session 46)"
     runs = {"CPU eager float32": ("cpu", None), "CPU eager autocast bf16": ("cpu", bf16),
             "neuron eager float32": ("neuron", None), "neuron eager autocast bf16": ("neuron", bf16),
             "neuron compiled autocast bf16": ("neuron", bf16)}
+    float32_buffers = "neuron compiled autocast bf16, float32 buffers (before session 47)"
+    runs[float32_buffers] = ("neuron", bf16)
     if extern.aten_multiplies_bf16_natively():  # the compiled graphs' bf16 products as float32 products, as before
         runs[float32_products] = ("neuron", bf16)
     setups = {name: _mlp(device) for name, (device, _) in runs.items()}
-    for name in ("neuron compiled autocast bf16", float32_products):
+    # before session 47 the bf16 products read and wrote float32 buffers (the pipeline without bf16-product-words)
+    pipelines = {float32_buffers: default_pipeline("cpu").replace("bf16-product-words,", "")}
+    for name in ("neuron compiled autocast bf16", float32_buffers, float32_products):
         if name in setups:
             model, optimizer, x, target = setups[name]
-            setups[name] = (torch.compile(model, backend="neuron", dynamic=False), optimizer, x, target)
+            options = {"pipeline": pipelines[name]} if name in pipelines else {}
+            setups[name] = (torch.compile(model, backend="neuron", dynamic=False, options=options), optimizer, x,
+                            target)
 
     def step(name: str, device: str, dtype: Any) -> None:
         if name != float32_products:
