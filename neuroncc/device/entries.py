@@ -52,6 +52,9 @@ def make_entry(handler: Any, args: tuple[Any, ...], kwargs: dict[str, Any], tens
     if layouts.aten_on_device_memory(form, tensors):
         return bf16_products.entry(form, tensors, index, state) or AtenOnDeviceMemory(form, index, state)
     entry = _kernel_entry(handler, form, args, kwargs, tensors, floats, index, state)
+    if bf16_products.scaled(form, floats):
+        aten_entry = bf16_products.entry(form, tensors, index, state) or AtenOnDeviceMemory(form, index, state)
+        return FirstValues(entry, floats, aten_entry)
     if floats and entry.holds_kernel and tensors[0].is_floating_point() and \
             (form.op in CHECKED_SCALARS or form.op in FLOAT32_SCALARS or form.op in REFUSED_VALUES):
         dtype = torch.float32 if form.op in FLOAT32_SCALARS else tensors[0].dtype
@@ -249,6 +252,25 @@ class ByFloatValue:
                                     None if self.guarded else valued)
         self.kernels[_values(floats)] = kernel
         return kernel
+
+
+class FirstValues:
+    """A signature whose kernel depends on its floats' values (a :func:`bf16_products.scaled` ``addmm``: ``beta``
+    and ``alpha`` are built into its BLAS call) where ATen computes the same bits without a kernel: the kernel of
+    the first call's values serves those (a model's constant ``beta``: ~20 us a call, ATen's ~35 us,
+    [8, 32] x [32, 16]), every other value goes to ATen (no compile per value: ~3 ms and a cache entry each)."""
+
+    holds_kernel = True
+
+    def __init__(self, first: Any, floats: list[float], others: Any):
+        self.first, self.values, self.others = first, _values(floats), others
+        self.tick = 0
+
+    def call(self, args: tuple[Any, ...], kwargs: dict[str, Any], tensors: list[torch.Tensor],
+             floats: list[float]) -> Any:
+        if _values(floats) == self.values:
+            return self.first.call(args, kwargs, tensors, floats)
+        return self.others.call(args, kwargs, tensors, floats)
 
 
 class Guarded(ByFloatValue):
