@@ -53,6 +53,10 @@ REMOVED_DECOMPOSITIONS = (
     # logsumexp, which autograd's formula (the ATen flash backward) then reads: wrong gradients. Kept as one
     # op instead, with its backward (frontend/lowering/attention.py), as Inductor does.
     aten._scaled_dot_product_flash_attention_for_cpu.default,
+    # PyTorch's references make them clamps, whose NaN bound gives a positive NaN; eager's clamp_min(x, -nan) is
+    # -nan everywhere: lowered as themselves (frontend/lowering/elementwise.py), which knows that
+    aten.clamp_min.default,
+    aten.clamp_max.default,
 )
 
 
