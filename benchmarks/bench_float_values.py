@@ -64,6 +64,7 @@ for name, op in OPS.items():
         op(0.31 + 0.07 * k).cpu()
     rows[name] = (kernels() - before, 1e3 * (time.perf_counter() - start))
 print(json.dumps(rows))
+print(neuroncc.__file__, file=sys.stderr)
 """
 
 
@@ -80,7 +81,8 @@ def main() -> None:
             with tempfile.TemporaryDirectory() as cache:
                 env = {k: v for k, v in os.environ.items() if not k.startswith("NEURONCC_")}
                 env.update(PYTHONPATH=os.path.abspath(path), NEURONCC_CACHE_DIR=cache)
-                done = subprocess.run([sys.executable, "-c", CHILD, str(options.values)], env=env,
+                # (run outside any checkout: ``-c`` puts the working directory first on the path)
+                done = subprocess.run([sys.executable, "-c", CHILD, str(options.values)], env=env, cwd=cache,
                                       capture_output=True, text=True, check=True)
                 results[name].append(json.loads(done.stdout.strip().splitlines()[-1]))
     ops = list(results[next(iter(trees))][0])

@@ -325,8 +325,8 @@ class Slot:
                       "writes": [list(pair) for pair in program.writes], "lifted": program.lifted}
             if program.derived:  # (the index is strict JSON: an infinite constant in one is not indexed)
                 record["derived"] = json.loads(json.dumps(list(program.derived), allow_nan=False))
-        except (UnencodableOutput, TypeError, ValueError, NotImplementedError) as problem:  # a result tree treespec_dumps
-            log.debug("neuroncc: not indexing a program of %s: %s", self.op, problem)  # cannot write
+        except (UnencodableOutput, TypeError, ValueError, NotImplementedError) as problem:  # a result tree
+            log.debug("neuroncc: not indexing a program of %s: %s", self.op, problem)  # treespec_dumps cannot write
             return
         self.index.add(self.name, record)
 

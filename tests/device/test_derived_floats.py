@@ -18,8 +18,7 @@ import torch
 import torch.nn.functional as F
 
 import neuroncc
-from device.conftest import run_python
-from device.test_float_arguments import BITS, FLOATS, INF, NAN, assert_same_bits
+from device.test_float_arguments import BITS, FLOATS, INF, NAN, assert_same_bits, two_warm_processes
 from neuroncc.device import dispatch, programs, signature_index
 from neuroncc.device.stand_ins import evaluate, well_formed
 
@@ -218,14 +217,8 @@ def test_a_warm_process_compiles_nothing_for_new_derived_values(tmp_path, warm_p
             "     F.smooth_l1_loss(c, t.cpu(), beta=v), torch.logit(c, v / 4)]\n"
             "ok = all(torch.allclose(a.cpu().float(), b.float(), atol=1e-2, equal_nan=True) for a, b in zip(r, e))\n"
             "s = neuroncc.stats(); print(json.dumps([s['eager_kernels_compiled'], s['eager_kernels_loaded'], ok]))")
-    env = {"NEURONCC_CACHE_DIR": str(tmp_path / "cache")}
-    first = run_python(code.format(value=0.3), env, python=warm_python)
-    assert first.returncode == 0, first.stderr
-    compiled, loaded, ok = json.loads(first.stdout.strip().splitlines()[-1])
-    assert compiled >= 5 and loaded == 0 and ok
-    second = run_python(code.format(value=0.55), env, python=warm_python.other)
-    assert second.returncode == 0, second.stderr
-    compiled_again, loaded, ok = json.loads(second.stdout.strip().splitlines()[-1])
+    (compiled, _, first_ok), (compiled_again, loaded, ok) = two_warm_processes(code, tmp_path, warm_python)
+    assert compiled >= 5 and first_ok
     assert compiled_again == 0 and loaded >= compiled and ok
 
 
