@@ -455,10 +455,10 @@ def _lifted(build: Any, count: int, result_tree: Any, strides: list[tuple[int, .
         values = sentinels(count, which)
         try:
             if real is not None and (which == 0 or derive):
+                # (imported inside: a lowering's branch on a float is a guard too, its arithmetic derives)
                 with watching(stand_ins(values)) as watch:
-                    gm = build(watch.values)
-                derivable = Derivable(watch.derived, sentinels(count, 1 - which)) if derive else None
-                program = _program(gm, result_tree, strides, values, donate, derivable)
+                    derivable = Derivable(watch.derived, sentinels(count, 1 - which)) if derive else None
+                    program = _program(build(watch.values), result_tree, strides, values, donate, derivable)
                 if which == 0:
                     guards = watch.guards
                     if not guards.holds(real):

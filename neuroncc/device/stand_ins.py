@@ -196,12 +196,13 @@ class watching:
     def __enter__(self) -> watching:
         if _RECORDER.active:
             raise RuntimeError("nested stand-in recording")
-        _RECORDER.active, _RECORDER.questions, _RECORDER.derived = True, [], {}
+        self.derived = {}  # (filled as the build makes them)
+        _RECORDER.active, _RECORDER.questions, _RECORDER.derived = True, [], self.derived
         _RECORDER.by_value = {float(v): v for v in self.values}
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        self.guards, self.derived = Guards(_RECORDER.questions), _RECORDER.derived
+        self.guards = Guards(_RECORDER.questions)
         _RECORDER.active, _RECORDER.questions, _RECORDER.by_value, _RECORDER.derived = False, [], {}, {}
 
 
