@@ -13,6 +13,11 @@ run_on_host was 120-960 us ([32, 512] x [512, 512] to [4096, 256] x [256, 1024],
 session 46). Other overloads of the products (``out=``, in place) take ``AtenOnDeviceMemory``
 (``layouts.aten_on_device_memory``), calls with operands ATen would refuse take run_on_host, which raises
 eager's error.
+
+The same entry runs ``addmm`` (and ``addmm_``, ``addmm.out``) of any dtype whose ``beta``/``alpha`` are Python
+floats (:func:`scaled`): a compiled program builds them into its BLAS call (``executors/cpu/blas.py``), one
+kernel per value (~3 ms each, an entry in the bounded cache); ATen's call is CPU eager's bits for every value,
+as that program's were (session 47).
 """
 
 from __future__ import annotations
@@ -64,8 +69,18 @@ PRODUCTS = {
 PRODUCT_PACKETS = frozenset({op.overloadpacket for op in PRODUCTS} | {aten.addmm_, aten.baddbmm_})
 
 
+#: products whose Python floats (``beta``, ``alpha``) send every call of the signature to ATen (:func:`scaled`)
+SCALED_PACKETS = frozenset({aten.addmm, aten.addmm_})
+
+
+def scaled(form: OpForm, floats: list[float]) -> bool:
+    """Whether the call is an ``addmm`` whose ``beta`` or ``alpha`` is a Python float (ATen runs it)."""
+    return bool(floats) and getattr(form.op, "overloadpacket", None) in SCALED_PACKETS
+
+
 class AtenBf16Product:
-    """The entry of a functional bf16 product (:data:`PRODUCTS`): a device op, not a fallback."""
+    """The entry of a functional bf16 product (:data:`PRODUCTS`), or of a :func:`scaled` ``addmm`` of any dtype:
+    a device op, not a fallback."""
 
     holds_kernel = False
 
@@ -78,11 +93,12 @@ class AtenBf16Product:
              floats: list[float]) -> Any:
         count = self.tensor_count
         shape = self.shape_of(args) if len(args) >= count else None
-        if shape is None or any(t.device.type != "neuron" for t in args[:count]):
-            # a keyword tensor, shapes ATen refuses or a CPU tensor: its own call (and eager's error)
+        if shape is None or any(not isinstance(t, torch.Tensor) or t.device.type != "neuron" or
+                                t.dtype is not args[0].dtype for t in args[:count]):
+            # a keyword tensor, shapes or dtypes ATen refuses or a CPU tensor: its own call (and eager's error)
             return run_on_host(self.form, args, kwargs, self.index)
         self.state.device_calls += 1
-        out = memory.empty(shape, torch.bfloat16, self.index)
+        out = memory.empty(shape, args[0].dtype, self.index)
         views = [memory.host_view(t) for t in args[:count]]
         tracer = active_tracer()  # torch.profiler sees it as the extern step its program would run
         if tracer is None:
@@ -94,7 +110,8 @@ class AtenBf16Product:
 
 
 def entry(form: OpForm, tensors: list[torch.Tensor], index: int, state: Any) -> AtenBf16Product | None:
-    """The entry of a functional bf16 product (a call ``layouts.aten_on_device_memory`` sends to ATen), else None."""
+    """The entry of a functional product that ATen runs (a bf16 call ``layouts.aten_on_device_memory`` sends to
+    ATen, or a :func:`scaled` one), else None (its other overloads: ``entries.AtenOnDeviceMemory``)."""
     if form.op not in PRODUCTS:
         return None
     return AtenBf16Product(form, index, state)

@@ -25,6 +25,7 @@ from neuroncc.device.layouts import SELF_FORMAT
 from neuroncc.device.op_forms import OpForm, argument
 from neuroncc.device.programs import CannotCompile, build_program, out_layouts
 from neuroncc.device.signature import describe
+from neuroncc.device.stand_ins import evaluate
 from neuroncc.executors.tracing import StepInfo, active_tracer
 from neuroncc.frontend import profiling
 
@@ -51,8 +52,13 @@ def make_entry(handler: Any, args: tuple[Any, ...], kwargs: dict[str, Any], tens
     if layouts.aten_on_device_memory(form, tensors):
         return bf16_products.entry(form, tensors, index, state) or AtenOnDeviceMemory(form, index, state)
     entry = _kernel_entry(handler, form, args, kwargs, tensors, floats, index, state)
-    if form.op in CHECKED_SCALARS and floats and tensors[0].is_floating_point() and entry.holds_kernel:
-        return CheckedScalars(entry, form, index, tensors[0].dtype)
+    if bf16_products.scaled(form, floats):
+        aten_entry = bf16_products.entry(form, tensors, index, state) or AtenOnDeviceMemory(form, index, state)
+        return FirstValues(entry, floats, aten_entry)
+    if floats and entry.holds_kernel and tensors[0].is_floating_point() and \
+            (form.op in CHECKED_SCALARS or form.op in FLOAT32_SCALARS or form.op in REFUSED_VALUES):
+        dtype = torch.float32 if form.op in FLOAT32_SCALARS else tensors[0].dtype
+        return CheckedScalars(entry, form, index, dtype, REFUSED_VALUES.get(form.op))
     return entry
 
 
@@ -66,7 +72,7 @@ def _kernel_entry(handler: Any, form: OpForm, args: tuple[Any, ...], kwargs: dic
     hit = slot.lookup(tensors) if slot is not None else None
     if hit is not None:
         COUNTS["eager_kernels_loaded"] += 1
-        return CompiledKernel(form, hit.program, hit.executable, index, tensors, state)
+        return _deriving(CompiledKernel(form, hit.program, hit.executable, index, tensors, state), index)
     valued = signature_index.Slot.of_values(form.op, signature, floats) if floats else None
     hit = valued.lookup(tensors) if valued is not None else None
     if hit is not None:
@@ -85,11 +91,39 @@ def _kernel_entry(handler: Any, form: OpForm, args: tuple[Any, ...], kwargs: dic
     except CannotCompile as error:
         COUNTS["eager_fallback_signatures"] += 1
         return HostFallback(form, error.reason, index, state, refused=error.refused)
+    kernel = _deriving(kernel, index)
     if value_free and program.guards:
         return Guarded(form, kernel, program.guards, index, state)
     if value_free:
         return kernel
     return ByFloatValue(form, kernel, floats, index, state)
+
+
+def _deriving(kernel: CompiledKernel, index: int) -> Any:
+    """``kernel``, or its :class:`DerivedFloats` when its program takes floats derived from the call's."""
+    return DerivedFloats(kernel, index) if kernel.program.derived else kernel
+
+
+class DerivedFloats:
+    """A lifted kernel whose program also takes floats derived from the call's (``Program.derived``: a constant
+    its decomposition computed from them, ``0.5 * beta``): each call computes them, in Python's double precision
+    as the decomposition did, and passes them after the call's own. A call whose floats cannot derive them
+    (``1 / 0.0`` raises in Python) runs on CPU: eager's result or error."""
+
+    holds_kernel = True
+
+    def __init__(self, kernel: CompiledKernel, index: int):
+        self.kernel, self.index = kernel, index
+        self.form, self.program = kernel.form, kernel.program
+        self.tick = 0
+
+    def call(self, args: tuple[Any, ...], kwargs: dict[str, Any], tensors: list[torch.Tensor],
+             floats: list[float]) -> Any:
+        try:
+            derived = [evaluate(expression, floats) for expression in self.program.derived]
+        except (ArithmeticError, ValueError):
+            return run_on_host(self.form, args, kwargs, self.index)
+        return self.kernel.call(args, kwargs, tensors, [*floats, *derived])
 
 
 class KernelFreeEntry:
@@ -135,23 +169,45 @@ CHECKED_SCALARS = frozenset({
     aten.clamp.default, aten.clamp_.default, aten.clamp.out, aten.clamp_min.default, aten.clamp_min_.default,
     aten.clamp_min.out, aten.clamp_max.default, aten.clamp_max_.default, aten.clamp_max.out,
     aten.hardtanh.default, aten.hardtanh_.default, aten.hardtanh.out,
+    aten.logit.default, aten.logit_.default, aten.logit.out, aten.logit_backward.default,
+    aten.logit_backward.grad_input,
 })
+#: Ops whose floats eager converts to float32 with that check whatever the tensor's dtype (``elu``'s
+#: ``alpha.to<float>()``, also in its bfloat16/float16 kernels; ``celu`` reaches the device as ``elu`` with
+#: ``input_scale = 1 / alpha``: ``celu(x, 1e-40)`` raises)
+FLOAT32_SCALARS = frozenset({aten.elu.default, aten.elu_.default, aten.elu.out, aten.elu_backward.default,
+                             aten.elu_backward.grad_input})
+
+
+def _negative_beta(floats: list[float]) -> bool:
+    return not floats[0] >= 0  # (NaN too)
+
+
+#: Ops eager refuses some values of their floats for where the device's decomposition computes a result: the
+#: check eager makes, on the call's floats (such calls run on CPU, which raises eager's error)
+REFUSED_VALUES = {
+    # "smooth_l1_loss does not support negative values for beta." (ATen's composite checks before any kernel)
+    aten.smooth_l1_loss.default: _negative_beta, aten.smooth_l1_loss.out: _negative_beta,
+}
 
 
 class CheckedScalars:
-    """The entry of a :data:`CHECKED_SCALARS` op on a floating-point tensor: calls whose floats are all within
-    the dtype's range (or infinite, or NaN) take the kernel entry, the others run on CPU."""
+    """The entry of a :data:`CHECKED_SCALARS` (or :data:`FLOAT32_SCALARS`, :data:`REFUSED_VALUES`) op on a
+    floating-point tensor: calls whose floats are all within ``dtype``'s range (or infinite, or NaN) and not
+    refused take the kernel entry, the others run on CPU."""
 
-    def __init__(self, entry: Any, form: OpForm, index: int, dtype: torch.dtype):
+    def __init__(self, entry: Any, form: OpForm, index: int, dtype: torch.dtype, refuses: Any = None):
         self.entry, self.form, self.index = entry, form, index
         self.holds_kernel = entry.holds_kernel
         self.largest = torch.finfo(dtype).max
+        self.refuses = refuses
         self.tick = 0
 
     def call(self, args: tuple[Any, ...], kwargs: dict[str, Any], tensors: list[torch.Tensor],
              floats: list[float]) -> Any:
         largest = self.largest
-        if any(abs(value) > largest and not math.isinf(value) for value in floats):  # (a NaN compares False)
+        if any(abs(value) > largest and not math.isinf(value) for value in floats) or \
+                (self.refuses is not None and self.refuses(floats)):  # (a NaN compares False)
             return run_on_host(self.form, args, kwargs, self.index)
         return self.entry.call(args, kwargs, tensors, floats)
 
@@ -171,7 +227,11 @@ class ByFloatValue:
              floats: list[float]) -> Any:
         kernel = self.kernels.get(_values(floats))
         if kernel is None:
-            kernel = built(lambda: self._kernel_for(args, kwargs, tensors, floats))
+            try:
+                kernel = built(lambda: self._kernel_for(args, kwargs, tensors, floats))
+            except CannotCompile:  # these values' own build failed: their meta kernel refused them (huber_loss's
+                # delta <= 0 after a lifted kernel's guard ``delta > 0``), or the IR a constant: CPU, as eager
+                return run_on_host(self.form, args, kwargs, self.index)
         return kernel.call(args, kwargs, tensors, floats)
 
     def _kernel_for(self, args: tuple[Any, ...], kwargs: dict[str, Any], tensors: list[torch.Tensor],
@@ -192,6 +252,25 @@ class ByFloatValue:
                                     None if self.guarded else valued)
         self.kernels[_values(floats)] = kernel
         return kernel
+
+
+class FirstValues:
+    """A signature whose kernel depends on its floats' values (a :func:`bf16_products.scaled` ``addmm``: ``beta``
+    and ``alpha`` are built into its BLAS call) where ATen computes the same bits without a kernel: the kernel of
+    the first call's values serves those (a model's constant ``beta``: ~20 us a call, ATen's ~35 us,
+    [8, 32] x [32, 16]), every other value goes to ATen (no compile per value: ~3 ms and a cache entry each)."""
+
+    holds_kernel = True
+
+    def __init__(self, first: Any, floats: list[float], others: Any):
+        self.first, self.values, self.others = first, _values(floats), others
+        self.tick = 0
+
+    def call(self, args: tuple[Any, ...], kwargs: dict[str, Any], tensors: list[torch.Tensor],
+             floats: list[float]) -> Any:
+        if _values(floats) == self.values:
+            return self.first.call(args, kwargs, tensors, floats)
+        return self.others.call(args, kwargs, tensors, floats)
 
 
 class Guarded(ByFloatValue):

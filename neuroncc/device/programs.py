@@ -14,7 +14,9 @@ provably does not depend on the floats' values (no lowering derived another cons
 compiled once for every value. Otherwise the program is built again with the call's real floats, and the
 kernel is keyed by them. The first build's floats are stand-ins (stand_ins.py) that record every Python
 branch on them (``if beta == 0``): the kernel serves only the values that branch the same way
-(``Program.guards``); the others are built with their real floats.
+(``Program.guards``); the others are built with their real floats. A constant the builds derived from the
+stand-ins (``0.5 * beta``: stand_ins.py's expressions) is lifted too, as a parameter whose value each call
+computes from its floats (``Program.derived``), as the decomposition computed it.
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ from torch._decomp import decomposition_table as torch_decompositions
 from torch.utils._pytree import tree_flatten, tree_leaves
 
 from neuroncc.device import build_lock, layouts, op_forms
-from neuroncc.device.stand_ins import Guards, plain, stand_ins, watching, watching_table
+from neuroncc.device.stand_ins import Expression, Guards, StandIn, evaluate, plain, stand_ins, watching, \
+    watching_table
 from neuroncc.device.autocast import ALL_AUTOCAST_KEYS
 from neuroncc.device.op_forms import OpForm
 from neuroncc.device.signature import rebuild
@@ -71,7 +74,9 @@ class Program:
     ``outputs`` are the new results (flattened; ``result_tree`` rebuilds the op's return value from them).
     ``writes`` pairs a call tensor index with the IR output holding its new value (in-place and out= ops).
     ``lifted`` says the floats are parameters (else the program holds their values); ``guards``, which values
-    of them the program serves (the Python branches on them its build took). ``function`` is None
+    of them the program serves (the Python branches on them its build took); ``derived``, the values of the
+    floats ``n, n + 1, ...`` past the call's ``n`` (stand_ins.Expression of its floats: a constant the build
+    derived from them, ``0.5 * beta``). ``function`` is None
     for a program found through the signature index (signature_index.py): its kernel was compiled before,
     and a call needs only the binding.
     """
@@ -83,6 +88,7 @@ class Program:
     writes: tuple[tuple[int, int], ...]
     lifted: bool
     guards: Guards = Guards()
+    derived: tuple[Expression, ...] = ()
 
 
 class _FloatSlot:
@@ -146,7 +152,7 @@ def _build(form: OpForm, metas: list[torch.Tensor], slot_args: list[Any], slot_k
         return _traced_graph(form, metas, slot_args, slot_kwargs, values)
 
     if floats and lift:
-        lifted = _lifted(build, len(floats), result_tree, strides, real=floats)
+        lifted = _lifted(build, len(floats), result_tree, strides, real=floats, derive=True)
         if lifted is not None:
             return _same_dtypes(form, lifted, meta_result)
     return _same_dtypes(form, _program(build(floats), result_tree, strides), meta_result)
@@ -383,10 +389,12 @@ def _tracing_table(ops: tuple[Any, ...]) -> dict[Any, Any]:
 
 
 def _program(gm: fx.GraphModule | DirectGraph, result_tree: Any, strides: list[tuple[int, ...] | None],
-             sentinel_values: list[float] | None = None, donate: bool = False) -> Program:
+             sentinel_values: list[float] | None = None, donate: bool = False,
+             derivable: Derivable | None = None) -> Program:
     """Import ``gm``, its new results in eager's ``strides``; with ``sentinel_values``, lift the constants holding
-    them into parameters. ``donate``: the kernels may compute each written tensor in its own memory
-    (import_graph's ``donate``; the caller's binding then passes no output memory for it)."""
+    them into parameters (and with ``derivable``, the constants derived from them: :class:`Derivable`).
+    ``donate``: the kernels may compute each written tensor in its own memory (import_graph's ``donate``; the
+    caller's binding then passes no output memory for it)."""
     try:
         # bf16 tensors cross as their bits (i16 parameters and outputs): the kernel reads and writes the
         # tensors' own memory, as torch.compile's cpu kernels do, instead of float32 copies made per call
@@ -397,11 +405,12 @@ def _program(gm: fx.GraphModule | DirectGraph, result_tree: Any, strides: list[t
                             "reason:" not in str(error) else _reason(error)) from error
     inputs = tuple(imported.param_positions)
     function = imported.function
+    derived: tuple[Expression, ...] = ()
     if sentinel_values is not None:
-        function, lifted_inputs = _lift(function, sentinel_values)
+        function, lifted_inputs, derived = _lift(function, sentinel_values, derivable)
         inputs += lifted_inputs
     return Program(function, inputs, layouts.laid_out(imported.outputs, strides), result_tree,
-                   tuple(imported.mutations), lifted=sentinel_values is not None)
+                   tuple(imported.mutations), lifted=sentinel_values is not None, derived=derived)
 
 
 def _reason(error: Exception) -> str:
@@ -412,46 +421,93 @@ def _reason(error: Exception) -> str:
     return text.splitlines()[0] if text else type(error).__name__
 
 
+@dataclass(frozen=True)
+class Derivable:
+    """What a build's stand-ins derived (``watching.derived``: by value) and the other build's sentinels: a
+    constant of the program holding one of those values is lifted as a derived float, unless its expression
+    gives the same value for the other build's sentinels (``beta - beta``: not a function of the floats), or
+    two different expressions gave the value (which one the constant holds is unknown)."""
+
+    by_value: dict[float, list[StandIn]]
+    other_sentinels: list[float]
+
+    def expression(self, value: float) -> Expression | None:
+        made = self.by_value.get(value)
+        if not made or len({stand_in.expression for stand_in in made}) != 1:
+            return None
+        expression = made[0].expression
+        try:
+            other = evaluate(expression, self.other_sentinels)
+        except (ArithmeticError, ValueError):
+            return expression
+        return None if other == value else expression
+
+
 def _lifted(build: Any, count: int, result_tree: Any, strides: list[tuple[int, ...] | None],
-            donate: bool = False, real: list[float] | None = None) -> Program | None:
+            donate: bool = False, real: list[float] | None = None, derive: bool = False) -> Program | None:
     """The program with the floats as parameters, if both sentinel builds agree (see the module docstring).
     With the call's ``real`` floats, the first build's are stand-ins, and the program (with its guards) only
-    if those floats take the branches the stand-ins took."""
+    if those floats take the branches the stand-ins took. ``derive``: both builds' floats are stand-ins, and
+    the constants they derive are lifted too (``Program.derived``; its binding computes them per call)."""
     programs = []
     guards = Guards()
     for which in (0, 1):
         values = sentinels(count, which)
         try:
-            if real is not None and which == 0:
+            if real is not None and (which == 0 or derive):
+                # (imported inside: a lowering's branch on a float is a guard too, its arithmetic derives)
                 with watching(stand_ins(values)) as watch:
-                    program = _program(build(watch.values), result_tree, strides, values, donate)
-                guards = watch.guards
-                if not guards.holds(real):
-                    return None
+                    derivable = Derivable(watch.derived, sentinels(count, 1 - which)) if derive else None
+                    program = _program(build(watch.values), result_tree, strides, values, donate, derivable)
+                if which == 0:
+                    guards = watch.guards
+                    if not guards.holds(real):
+                        return None
             else:
                 program = _program(build(values), result_tree, strides, values, donate)
         except (CannotCompile, NeuronccError, RuntimeError, ValueError, TypeError):
             return None
         programs.append(program)
     first, second = programs
-    if first.inputs != second.inputs or print_function(first.function, canonical=True) != \
-            print_function(second.function, canonical=True):
+    if first.inputs != second.inputs or first.derived != second.derived or \
+            print_function(first.function, canonical=True) != print_function(second.function, canonical=True):
         return None
     if not any(i < 0 for i in first.inputs):
         return None
+    if first.derived:
+        try:
+            [evaluate(expression, real) for expression in first.derived]
+        except (ArithmeticError, ValueError):
+            return None  # (the call's own floats cannot derive them: 1 / 0.0; built with them instead)
     return dataclasses.replace(first, guards=guards) if guards else first
 
 
-def _lift(fn: Function, values: list[float]) -> tuple[Function, tuple[int, ...]]:
+def _lift(fn: Function, values: list[float], derivable: Derivable | None = None
+          ) -> tuple[Function, tuple[int, ...], tuple[Expression, ...]]:
     """``fn`` with every ``full`` whose value is a sentinel made of a new 0-d parameter (appended): the parameter
     itself for a 0-d one, its ``expand`` to the shape for a larger one (``fill_``, ``torch.full``: one kernel
     for every value, not one per value); and every sentinel held in an attribute the op also takes as an operand
-    (``OpDef.operand_attrs``: ``clamp``'s bounds) passed so; and the program inputs of those parameters
-    (``-1 - k`` for float ``k``)."""
+    (``OpDef.operand_attrs``: ``clamp``'s bounds) passed so; the program inputs of those parameters (``-1 - k``
+    for float ``k``); and, with ``derivable``, the same for values derived from the sentinels, each a float
+    ``len(values) + j`` of the call computed by the ``j``-th expression returned."""
     index_of = {value: k for k, value in enumerate(values)}
+    derived: list[Expression] = []
     params: dict[tuple[int, Any], Value] = {}
     replaced: dict[Value, Value] = {}
     kept = []
+
+    def float_index(value: Any) -> int | None:
+        """The call float (or derived float) that ``value`` is, or None for a constant."""
+        if not isinstance(value, float):
+            return None
+        if value in index_of:
+            return index_of[value]
+        expression = derivable.expression(value) if derivable is not None else None
+        if expression is None:
+            return None
+        derived.append(expression)
+        index_of[value] = len(values) + len(derived) - 1
+        return index_of[value]
 
     def param(k: int, dtype: Any) -> Value:
         if (k, dtype) not in params:
@@ -464,31 +520,33 @@ def _lift(fn: Function, values: list[float]) -> tuple[Function, tuple[int, ...]]
             else None
         value = plain(value)  # a stand-in's lookup is no branch on it
         result_type = op.results[0].type if op.results else None
-        if isinstance(value, float) and value in index_of and result_type is not None:
-            lifted = param(index_of[value], result_type.dtype)
+        k = float_index(value) if result_type is not None else None
+        if k is not None:
+            lifted = param(k, result_type.dtype)
             if result_type.shape == ():
                 replaced[op.results[0]] = lifted
             else:
                 kept.append(Op("expand", (lifted,), op.results, Attrs(shape=list(result_type.shape))))
         elif op.opdef.operand_attrs and result_type is not None:
-            kept.append(_attrs_as_operands(op, index_of, lambda k: param(k, result_type.dtype)))
+            kept.append(_attrs_as_operands(op, float_index, lambda k: param(k, result_type.dtype)))
         else:
             kept.append(op)
     if not params:
-        return fn, ()
+        return fn, (), ()
     lifted_fn = Function(fn.name, fn.params + tuple(params.values()), tuple(kept), fn.outputs, fn.metadata)
-    return lifted_fn.replace_uses(replaced), tuple(-1 - k for k, _ in params)
+    return lifted_fn.replace_uses(replaced), tuple(-1 - k for k, _ in params), tuple(derived)
 
 
-def _attrs_as_operands(op: Op, index_of: dict[float, int], param: Any) -> Op:
-    """``op`` with each of its ``operand_attrs`` that holds a sentinel passed as the 0-d parameter ``param(k)``
-    of float ``k`` instead (the op's ``lifted`` attribute names them, in ``operand_attrs`` order)."""
+def _attrs_as_operands(op: Op, float_index: Any, param: Any) -> Op:
+    """``op`` with each of its ``operand_attrs`` that holds a lifted float (``float_index(value)``: its index)
+    passed as the 0-d parameter ``param(k)`` of float ``k`` instead (the op's ``lifted`` attribute names them,
+    in ``operand_attrs`` order)."""
     names = op.opdef.operand_attrs
-    lifted = [k for k, name in enumerate(names) if isinstance(plain(op.attrs[name]), float)
-              and plain(op.attrs[name]) in index_of]
+    indices = [float_index(plain(op.attrs[name])) for name in names]
+    lifted = [k for k, index in enumerate(indices) if index is not None]
     if not lifted:
         return op
-    extra = [param(index_of[plain(op.attrs[names[k]])]) for k in lifted]
+    extra = [param(indices[k]) for k in lifted]
     attrs = Attrs({**dict(op.attrs), **{names[k]: None for k in lifted}, "lifted": tuple(lifted)})
     return Op(op.name, (*op.operands, *extra), op.results, attrs)
 

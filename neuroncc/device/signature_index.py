@@ -49,6 +49,7 @@ from torch.utils._pytree import tree_structure, treespec_dumps, treespec_loads
 from neuroncc.device.counters import COUNTS
 from neuroncc.device.kernel_compile import ARTIFACT_KEYS, COMPILE_OPTIONS
 from neuroncc.device.programs import Program
+from neuroncc.device.stand_ins import well_formed
 from neuroncc.driver.cache import CACHE_DIR_VARIABLE, DISABLE_VARIABLE, CompileCache, cache_from_environ
 from neuroncc.driver.graph_entries import graph_key, read_graph_entry, update_graph_entry
 from neuroncc.driver.publisher import PUBLISHER
@@ -303,8 +304,11 @@ class Slot:
         if type(record["lifted"]) is not bool or any(len(pair) != 2 for pair in writes):
             raise Unindexable("flags")
         outputs = tuple(decode_output(o) for o in record["outputs"])
+        derived = record.get("derived", [])
+        if type(derived) is not list or not all(well_formed(expression) for expression in derived):
+            raise Unindexable("derived floats")
         program = Program(None, tuple(inputs), outputs, treespec_loads(record["result_tree"]),
-                          tuple((a, b) for a, b in writes), record["lifted"])
+                          tuple((a, b) for a, b in writes), record["lifted"], derived=tuple(derived))
         _check_binding(program, executable.function, tensors)
         ARTIFACT_KEYS[executable] = artifact
         return Hit(program, executable)
@@ -319,8 +323,10 @@ class Slot:
                       "outputs": [encode_output(o) for o in program.outputs],
                       "result_tree": _LEAF if program.result_tree.is_leaf() else treespec_dumps(program.result_tree),
                       "writes": [list(pair) for pair in program.writes], "lifted": program.lifted}
-        except (UnencodableOutput, TypeError, NotImplementedError) as problem:  # a result tree treespec_dumps
-            log.debug("neuroncc: not indexing a program of %s: %s", self.op, problem)  # cannot write
+            if program.derived:  # (the index is strict JSON: an infinite constant in one is not indexed)
+                record["derived"] = json.loads(json.dumps(list(program.derived), allow_nan=False))
+        except (UnencodableOutput, TypeError, ValueError, NotImplementedError) as problem:  # a result tree
+            log.debug("neuroncc: not indexing a program of %s: %s", self.op, problem)  # treespec_dumps cannot write
             return
         self.index.add(self.name, record)
 

@@ -14,12 +14,17 @@ front end's lowerings as FX arguments (the stand-ins themselves) and its decompo
 dispatcher, which passes plain floats: :func:`watching_table` hands each decomposition the stand-in of an
 argument equal to a sentinel. Not seen: branches in C++ kernels, and Python code that converts the float
 first (``float(x)``, ``math.isnan``).
+
+A stand-in also says how it is derived from the call's floats, as data (an :data:`Expression`): arithmetic on
+stand-ins records what it computed (``0.5 * beta``, ``1 - eps``, ``alpha * scale``). A constant such a derivation
+puts into the program is lifted too (programs.py): a kernel argument computed per call by :func:`evaluate`, in
+double precision as the decomposition computed it, where it was a constant built into one kernel per value
+(session 47: ``celu``, ``smooth_l1_loss``, ``huber_loss``, ``logit``).
 """
 
 from __future__ import annotations
 
 import functools
-import operator
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -27,19 +32,48 @@ from typing import Any
 import torch._prims_common as _prims_common
 
 Floats = Sequence[float]
+#: how a value follows from a call's floats: ``("float", k)`` is float ``k``, ``("number", v)`` the constant ``v``,
+#: ``(method, operand, ...)`` float's arithmetic ``method`` (one of :data:`_BINARY`/:data:`_UNARY` and their
+#: reflected forms) applied to the operands' values; tuples in memory, lists once read from JSON
+Expression = tuple
 
 
 class StandIn(float):
-    """A stand-in float whose value is ``compute(floats)`` for a call's real floats."""
+    """A stand-in float whose value is ``compute(floats)`` for a call's real floats (``expression``, as data)."""
 
-    __slots__ = ("compute",)
+    __slots__ = ("compute", "expression")
 
-    def __new__(cls, value: float, compute: Callable[[Floats], Any]) -> StandIn:
+    def __new__(cls, value: float, expression: Expression) -> StandIn:
         self = super().__new__(cls, value)
-        self.compute = compute
+        self.expression = expression
+        self.compute = functools.partial(evaluate, expression)
         return self
 
     __hash__ = float.__hash__
+
+
+def evaluate(expression: Expression | list[Any], floats: Floats) -> Any:
+    """The value of ``expression`` for a call's ``floats`` (Python's float arithmetic: the decomposition's own;
+    raises ArithmeticError where that raised, ``1.0 / 0.0``)."""
+    kind = expression[0]
+    if kind == "float":
+        return floats[expression[1]]
+    if kind == "number":
+        return expression[1]
+    left, *rights = (evaluate(operand, floats) for operand in expression[1:])
+    return ARITHMETIC[kind](float(left), *rights)
+
+
+def well_formed(expression: Any) -> bool:
+    """Whether ``expression`` (as read from a file) is an :data:`Expression` :func:`evaluate` takes."""
+    if not isinstance(expression, list | tuple) or not expression:
+        return False
+    kind = expression[0]
+    if kind == "float":
+        return len(expression) == 2 and type(expression[1]) is int and expression[1] >= 0
+    if kind == "number":
+        return len(expression) == 2 and type(expression[1]) in (int, float, bool)
+    return kind in ARITHMETIC and len(expression) >= 2 and all(well_formed(e) for e in expression[1:])
 
 
 def _python_type_of_stand_ins(original: Callable[[type], type]) -> Callable[[type], type]:
@@ -70,13 +104,23 @@ def _compute(value: Any) -> Callable[[Floats], Any]:
     return lambda floats: value
 
 
-def _arithmetic(method: Callable[..., Any]) -> Callable[..., Any]:
+def _expression(value: Any) -> Expression:
+    if isinstance(value, StandIn):
+        return value.expression
+    return ("number", float(value) if isinstance(value, float) else value)  # (numpy's float64: a float)
+
+
+def _arithmetic(name: str) -> Callable[..., Any]:
+    method = ARITHMETIC[name]
+
     def apply(self: StandIn, *other: Any) -> Any:
         result = method(float(self), *[float(o) if isinstance(o, StandIn) else o for o in other])
-        if not isinstance(result, float) or not _RECORDER.active:
+        if not isinstance(result, float) or not _RECORDER.active or \
+                not all(isinstance(o, int | float) for o in other):
             return result
-        left, rights = self.compute, [_compute(o) for o in other]
-        return StandIn(result, lambda floats: method(left(floats), *[r(floats) for r in rights]))
+        derived = StandIn(result, (name, self.expression, *[_expression(o) for o in other]))
+        _RECORDER.derived.setdefault(result, []).append(derived)
+        return derived
 
     return apply
 
@@ -99,12 +143,11 @@ _BINARY = ("__add__", "__sub__", "__mul__", "__truediv__", "__floordiv__", "__mo
 _UNARY = ("__neg__", "__pos__", "__abs__")
 _QUESTIONS = ("__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__", "__bool__", "__int__", "__trunc__",
               "__floor__", "__ceil__", "__round__")
-for _method in _BINARY:
-    _reflected = "__r" + _method[2:]
-    setattr(StandIn, _method, _arithmetic(getattr(float, _method)))
-    setattr(StandIn, _reflected, _arithmetic(getattr(float, _reflected)))
-for _method in _UNARY:
-    setattr(StandIn, _method, _arithmetic(getattr(float, _method)))
+#: the arithmetic an :data:`Expression` may name, by name
+ARITHMETIC: dict[str, Callable[..., Any]] = {
+    name: getattr(float, name) for name in (*_BINARY, *("__r" + m[2:] for m in _BINARY), *_UNARY)}
+for _name in ARITHMETIC:
+    setattr(StandIn, _name, _arithmetic(_name))
 for _method in _QUESTIONS:
     setattr(StandIn, _method, _question(getattr(float, _method)))
 
@@ -125,6 +168,8 @@ class _Recorder(threading.local):
         self.active = False
         self.questions: list[tuple[Callable[[Floats], Any], Any]] = []
         self.by_value: dict[float, StandIn] = {}
+        #: every stand-in arithmetic made, by its value (a build's derived constants: programs._lift)
+        self.derived: dict[float, list[StandIn]] = {}
 
     def record(self, ask: Callable[[Floats], Any], answer: Any) -> None:
         if self.active:
@@ -136,7 +181,7 @@ _RECORDER = _Recorder()
 
 def stand_ins(values: Sequence[float]) -> list[StandIn]:
     """The stand-ins of a call's floats, ``values`` being the sentinel values (programs.sentinels)."""
-    return [StandIn(value, operator.itemgetter(index)) for index, value in enumerate(values)]
+    return [StandIn(value, ("float", index)) for index, value in enumerate(values)]
 
 
 class watching:
@@ -145,17 +190,20 @@ class watching:
     def __init__(self, values: Sequence[StandIn]):
         self.values = values
         self.guards = Guards()
+        #: the stand-ins arithmetic on them made, by value (programs._lift lifts the constants holding them)
+        self.derived: dict[float, list[StandIn]] = {}
 
     def __enter__(self) -> watching:
         if _RECORDER.active:
             raise RuntimeError("nested stand-in recording")
-        _RECORDER.active, _RECORDER.questions = True, []
+        self.derived = {}  # (filled as the build makes them)
+        _RECORDER.active, _RECORDER.questions, _RECORDER.derived = True, [], self.derived
         _RECORDER.by_value = {float(v): v for v in self.values}
         return self
 
     def __exit__(self, *exc: Any) -> None:
         self.guards = Guards(_RECORDER.questions)
-        _RECORDER.active, _RECORDER.questions, _RECORDER.by_value = False, [], {}
+        _RECORDER.active, _RECORDER.questions, _RECORDER.by_value, _RECORDER.derived = False, [], {}, {}
 
 
 def plain(value: Any) -> Any:

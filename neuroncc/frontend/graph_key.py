@@ -118,7 +118,10 @@ def _argument_text(value: Any) -> str:
     if value is None or isinstance(value, (bool, int, str)):
         return repr(value)
     if isinstance(value, float):
-        return "float:" + value.hex() if math.isfinite(value) else f"float:{value!r}"
+        # (a NaN's sign too: clamp_min(x, -nan) is -nan everywhere, clamp_min(x, nan) +nan)
+        if math.isfinite(value):
+            return "float:" + value.hex()
+        return "float:-nan" if math.isnan(value) and math.copysign(1.0, value) < 0 else f"float:{value!r}"
     if isinstance(value, complex):
         return f"complex({value.real.hex()},{value.imag.hex()})"
     if isinstance(value, (torch.dtype, torch.layout, torch.memory_format)):

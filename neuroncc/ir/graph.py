@@ -29,6 +29,7 @@ them back in). Dense constants of up to ``INLINE_ELEMENT_LIMIT`` elements print 
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -255,7 +256,10 @@ _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*\Z")
 
 
 def format_float(value: float) -> str:
-    """Shortest text that reads back as the same float (repr), with inf/nan spelled as keywords."""
+    """Shortest text that reads back as the same float (repr), with inf/nan spelled as keywords (a NaN with its
+    sign bit set as ``-nan``: clamp_min's NaN bound is returned as it is)."""
+    if math.isnan(value) and math.copysign(1.0, value) < 0:
+        return "-nan"
     return repr(float(value))  # 'inf', '-inf', 'nan', '1e-05', '0.5'
 
 

@@ -102,6 +102,29 @@ def test_where_clamp_and_nan_propagation(rng):
 
 
 #: (min, max) bounds: NaN (every element NaN), min > max (max wins), signed zeros, infinities
+@pytest.mark.parametrize("dtype", [DType.f32, DType.f16])
+def test_clamp_nan_from_bound_gives_the_bound_itself(dtype, rng):
+    """clamp's ``nan_from_bound`` (eager's clamp_min/clamp_max): a NaN bound fills the result with the bound
+    itself, its sign kept (-nan), as an operand (a lifted float) and as an attribute; without it a positive NaN,
+    natively and in the interpreter."""
+    negative_nan = np.copysign(np.array(np.nan, dtype.numpy), np.array(-1.0, dtype.numpy))
+    b = Builder("clamp_nan_from_bound")
+    x = b.param(TensorType((5, 13), dtype), "x")
+    low = b.param(TensorType((), dtype), "low")
+    kept = [b.op("clamp", x, low, lifted=(0,), nan_from_bound=True),
+            b.op("clamp", x, max=float(negative_nan), nan_from_bound=True)]
+    positive = [b.op("clamp", x, low, lifted=(0,)), b.op("clamp", x, max=float(negative_nan))]
+    fn = b.build(kept + positive)
+    exe = build_cpu_executable(fn, {"threads": 1})
+    xs = _inputs_for(dtype, (5, 13), rng)
+    for got in (exe(xs, negative_nan), interpret(fn, [xs, negative_nan])):
+        got = [np.asarray(g) for g in got]
+        for result in got[:2]:
+            assert np.isnan(result).all() and np.signbit(result).all()
+        for result in got[2:]:
+            assert np.isnan(result).all() and not np.signbit(result).any()
+
+
 CLAMP_BOUNDS = [(np.nan, 1.0), (-1.0, np.nan), (np.nan, np.nan), (1.0, -1.0), (0.0, -0.0), (-0.0, 0.0),
                 (-np.inf, np.inf), (0.1, 0.7), (-0.3, 0.3)]
 

@@ -401,14 +401,16 @@ def _where(ctx, op, args):
 
 def _clamp(ctx, op, args):
     """clamp's semantics (the IR op's): ``x < min ? min : x``, then ``> max ? max :``, a NaN element kept;
-    every element NaN when a bound is NaN. A bound attribute is a constant (converted to the element type
-    here); a bound operand (a lifted float: one kernel for every value) is loop-invariant, so its NaN test is
-    one compare LLVM hoists out of the loop."""
+    every element NaN when a bound is NaN (a positive NaN, or with ``nan_from_bound`` the first NaN bound
+    itself). A bound attribute is a constant (converted to the element type here); a bound operand (a lifted
+    float: one kernel for every value) is loop-invariant, so its NaN test is one compare LLVM hoists out of the
+    loop."""
     x, *bound_args = args
     b = ctx.b
     dtype = _dtype(op)
+    from_bound = op.attrs["nan_from_bound"]
     bounds = {CLAMP_BOUNDS[k]: value for k, value in zip(op.attrs["lifted"], bound_args)}
-    out, nan_bound = x, None
+    out, nan_bound, nan_fill = x, None, ir.Constant(F32, math.nan)
     for key, predicate in (("min", "<"), ("max", ">")):
         bound = op.attrs[key]
         if bound is None and key not in bounds:
@@ -417,9 +419,12 @@ def _clamp(ctx, op, args):
             if key in bounds:
                 limit = bounds[key]
                 is_nan = b.fcmp_unordered("uno", limit, limit)
+                if from_bound:  # (min's NaN if both are: the first NaN bound)
+                    nan_fill = limit if nan_bound is None else b.select(nan_bound, nan_fill, limit)
                 nan_bound = is_nan if nan_bound is None else b.or_(nan_bound, is_nan)
             elif math.isnan(bound):
-                return ir.Constant(F32, math.nan)  # eager fills the result with NaN
+                # eager fills the result with NaN (clamp_min/clamp_max: the bound itself, its sign kept)
+                return ir.Constant(F32, float(bound) if from_bound else math.nan)
             else:
                 limit = ir.Constant(F32, float(clamp_bound(bound, dtype)))
             out = b.select(b.fcmp_ordered(predicate, out, limit), limit, out)  # NaN compares false: kept
@@ -429,7 +434,7 @@ def _clamp(ctx, op, args):
             compare = b.icmp_unsigned if is_unsigned(dtype) else b.icmp_signed
             out = b.select(compare(predicate, out, constant(dtype, threshold)), constant(dtype, int(bound)), out)
     if nan_bound is not None:
-        out = b.select(nan_bound, ir.Constant(F32, math.nan), out)
+        out = b.select(nan_bound, nan_fill, out)
     return out
 
 

@@ -350,8 +350,9 @@ def _clamp(body: Body, op: Op, x: list[Operand]) -> Operand:
     if op.attrs["lifted"]:
         raise body.ctx.fail("clamp with bound operands (a lifted float: the device's CPU kernels only)")
     low, high = (None if b is None else clamp_bound(b, dtype) for b in (op.attrs["min"], op.attrs["max"]))
-    if any(isinstance(b, float) and math.isnan(b) for b in (low, high)):
-        return body.copy(math.nan, dst)  # eager fills the result with NaN
+    nan_bounds = [b for b in (low, high) if isinstance(b, float) and math.isnan(b)]
+    if nan_bounds:  # eager fills the result with NaN (clamp_min/clamp_max: the bound itself)
+        return body.copy(nan_bounds[0] if op.attrs["nan_from_bound"] else math.nan, dst)
     if low is None and high is None:
         return body.copy(x[0], dst)
     if low is None:

@@ -53,6 +53,10 @@ REMOVED_DECOMPOSITIONS = (
     # logsumexp, which autograd's formula (the ATen flash backward) then reads: wrong gradients. Kept as one
     # op instead, with its backward (frontend/lowering/attention.py), as Inductor does.
     aten._scaled_dot_product_flash_attention_for_cpu.default,
+    # PyTorch's references make them clamps, whose NaN bound gives a positive NaN; eager's clamp_min(x, -nan) is
+    # -nan everywhere: lowered as themselves (frontend/lowering/elementwise.py), which knows that
+    aten.clamp_min.default,
+    aten.clamp_max.default,
 )
 
 
@@ -112,6 +116,16 @@ def native_group_norm_cpu_statistics(input: torch.Tensor, weight: torch.Tensor |
     return out, mean, rstd
 
 
+def elu_zero_as_eager(a: torch.Tensor, alpha: float = 1.0, scale: float = 1.0,
+                      input_scale: float = 1.0) -> torch.Tensor:
+    """aten.elu as ATen's CPU kernels compute it (``native/cpu/Elu.h``): ``a >= 0 ? a * scale : expm1(a *
+    input_scale) * (alpha * scale)``, a bfloat16/float16 input in float32. PyTorch's reference tests ``a > 0``:
+    x = +-0 took the other side, ``alpha * expm1(+-0)``, which is NaN for an infinite or NaN alpha where eager
+    gives x (and +0 at -0 for a negative alpha, where eager gives -0)."""
+    x = a.to(torch.float32) if a.dtype in (torch.bfloat16, torch.float16) else a
+    return torch.where(x >= 0, x * scale, torch.expm1(x * input_scale) * (alpha * scale)).to(a.dtype)
+
+
 def eye_int64_positions(n: int, m: int | None = None, *, dtype: torch.dtype | None = None, layout: object = None,
                         device: object = None, pin_memory: bool = False) -> torch.Tensor:
     """aten.eye: PyTorch's reference compares two aranges of the narrowest unsigned type holding n and m, which
@@ -144,6 +158,7 @@ OWN_DECOMPOSITIONS = {
     aten.nll_loss_backward.default: nll_loss_backward_one_hot,  # one-hot by where, not scatter (fuses)
     aten.native_layer_norm.default: native_layer_norm_cpu_statistics,  # float32 statistics with float32 weights
     aten.native_group_norm.default: native_group_norm_cpu_statistics,  # the same
+    aten.elu.default: elu_zero_as_eager,  # x = +-0 on eager's side of the branch (an infinite alpha: not NaN)
     aten.eye.default: eye_int64_positions,  # int64 positions, not uint16 ones
     aten.eye.m: eye_int64_positions,
     aten._weight_norm_interface_backward.default: weight_norm_interface_backward,  # the core table has none

@@ -225,7 +225,8 @@ def _where(ctx: LoweringContext, node: fx.Node, condition: Any, self: Any, other
     return ctx.emit("where", ctx.operand(condition, DType.bool), ctx.operand(self, dtype), ctx.operand(other, dtype))
 
 
-def _clamp(ctx: LoweringContext, node: fx.Node, self: Any, min: Any = None, max: Any = None) -> Value:
+def _clamp(ctx: LoweringContext, node: fx.Node, self: Any, min: Any = None, max: Any = None,
+           nan_from_bound: bool = False) -> Value:
     dtype = ctx.out_dtype(node)
     if isinstance(min, fx.Node) or isinstance(max, fx.Node):  # clamp.Tensor: elementwise bounds
         result = ctx.operand(self, dtype)
@@ -237,15 +238,21 @@ def _clamp(ctx: LoweringContext, node: fx.Node, self: Any, min: Any = None, max:
     # the bounds as given: the IR's clamp converts them to the element type as eager does (rounded here, a bf16
     # bound would no longer be the sentinel the device's lifting looks for, and compiled once per value), and
     # fills the result with NaN for a NaN bound
-    return ctx.emit("clamp", ctx.operand(self, dtype), min=min, max=max)
+    return ctx.emit("clamp", ctx.operand(self, dtype), min=min, max=max,
+                    nan_from_bound=nan_from_bound and dtype in _BOUND_NAN_KEPT)
+
+
+#: the element types whose clamp_min/clamp_max return a NaN bound itself, its sign kept (eager's ``clamp_min(x,
+#: -nan)`` is -nan everywhere; its bfloat16 kernel, and clamp and hardtanh of every type, give a positive NaN)
+_BOUND_NAN_KEPT = frozenset({DType.f32, DType.f16})
 
 
 def _clamp_min(ctx: LoweringContext, node: fx.Node, self: Any, min: Any) -> Value:
-    return _clamp(ctx, node, self, min=min)
+    return _clamp(ctx, node, self, min=min, nan_from_bound=True)
 
 
 def _clamp_max(ctx: LoweringContext, node: fx.Node, self: Any, max: Any) -> Value:
-    return _clamp(ctx, node, self, max=max)
+    return _clamp(ctx, node, self, max=max, nan_from_bound=True)
 
 
 def _to_copy(ctx: LoweringContext, node: fx.Node, self: Any, **kwargs: Any) -> Value:

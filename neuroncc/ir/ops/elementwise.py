@@ -357,10 +357,12 @@ def clamp_bound(bound: float | int, dtype: DType) -> float | int:
 
 
 def _clamp(x: np.ndarray, *bound_operands: np.ndarray, min: float | None = None, max: float | None = None,
-           lifted: tuple[int, ...] = (), out_dtype: DType = DType.f32) -> np.ndarray:
+           lifted: tuple[int, ...] = (), nan_from_bound: bool = False, out_dtype: DType = DType.f32) -> np.ndarray:
     """x < min ? min : x, then > max ? max : (as eager: max wins where min > max, a NaN element is kept, and
     signed zeros compare equal, so ``clamp(-0.0, min=0.0)`` is -0.0); a NaN bound makes every element NaN
-    (eager's clamp, clamp_min, clamp_max and hardtanh fill the result with NaN, torch 2.13)."""
+    (eager's clamp, clamp_min, clamp_max and hardtanh fill the result with NaN, torch 2.13): a positive NaN, or
+    with ``nan_from_bound`` the NaN bound itself, its sign kept (eager's clamp_min and clamp_max on float32 and
+    float16 tensors: ``clamp_min(x, -nan)`` is -nan everywhere)."""
     bounds = {key: None if value is None else clamp_bound(value, out_dtype)
               for key, value in (("min", min), ("max", max))}
     for k, operand in zip(lifted, bound_operands):
@@ -370,8 +372,9 @@ def _clamp(x: np.ndarray, *bound_operands: np.ndarray, min: float | None = None,
         out = np.where(out < bounds["min"], bounds["min"], out)  # NaN compares false: kept
     if bounds["max"] is not None:
         out = np.where(out > bounds["max"], bounds["max"], out)
-    if any(b is not None and isinstance(b, float) and math.isnan(b) for b in bounds.values()):
-        out = np.full_like(out, np.nan)
+    nan_bounds = [b for b in bounds.values() if b is not None and isinstance(b, float) and math.isnan(b)]
+    if nan_bounds:
+        out = np.full_like(out, nan_bounds[0] if nan_from_bound else np.nan)
     return np.asarray(out, dtype=x.dtype)
 
 
@@ -423,8 +426,9 @@ OTHER = (
           takes_complex=True),
     OpDef("clamp", Category.ELEMENTWISE, (1, 3), _infer_clamp, _clamp,
           {"min": AttrSpec("optional-number", None), "max": AttrSpec("optional-number", None),
-           "lifted": AttrSpec("ints", ())},
-          "min(max(x, min), max), a NaN element kept, every element NaN if a bound is NaN; bounds converted to the "
+           "lifted": AttrSpec("ints", ()), "nan_from_bound": AttrSpec("bool", False)},
+          "min(max(x, min), max), a NaN element kept, every element NaN if a bound is NaN (a positive NaN, or with "
+          "``nan_from_bound`` the bound itself: eager's clamp_min/clamp_max); bounds converted to the "
           "element type (integer bounds for integers); a float tensor's bounds may be 0-d operands instead "
           "(``lifted`` names them: a kernel argument, the device's lifted floats)",
           traits=POINTWISE, wants_out_dtype=True, operand_attrs=CLAMP_BOUNDS),
