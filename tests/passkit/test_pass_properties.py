@@ -21,6 +21,7 @@ PIPELINES = {
     "tile": ["fuse,layout{target=cpu},tile{target=cpu}", "fuse,layout{target=trn2},tile{target=trn2}"],
     "plan-memory": ["fuse,plan-memory"],
     "lower-complex": ["lower-complex", "lower-complex{fft=dft},fuse"],
+    "bf16-product-words": ["bf16-product-words", "bf16-product-words,fuse,layout{target=cpu}"],
 }
 CASES = [(name, pipeline) for name, pipelines in PIPELINES.items() for pipeline in pipelines]
 
