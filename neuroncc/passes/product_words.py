@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from neuroncc.ir import DType, Function, Trait, Value
-from neuroncc.passes.manager import Pass, PassContext
 from neuroncc.passes.canonicalize_rules import involution
+from neuroncc.passes.manager import Pass, PassContext
 from neuroncc.passes.rewrite import Replacement, Rule, Site, map_regions, rewrite_to_fixed_point
 
 
@@ -57,7 +57,7 @@ RULES: tuple[Rule, ...] = (
 
 @dataclass(frozen=True)
 class Bf16ProductWords(Pass):
-    """Give each bf16 matrix product its operands as bf16 words (see the module docstring)."""
+    """Make each bf16 matrix product read and write bf16 words (see the module docstring)."""
 
     name: ClassVar[str] = "bf16-product-words"
 
