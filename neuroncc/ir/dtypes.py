@@ -106,6 +106,16 @@ def round_to_bf16(array: np.ndarray) -> np.ndarray:
     return rounded.view(np.float32).reshape(np.shape(array))
 
 
+def bf16_words(values: np.ndarray) -> np.ndarray:
+    """bf16 values (float32 storage, low halves zero) as their 16-bit words (int16), what ``bitcast`` to i16 gives."""
+    return (np.asarray(values, dtype=np.float32, order="C").view(np.uint32) >> 16).astype(np.uint16).view(np.int16)
+
+
+def bf16_from_words(words: np.ndarray) -> np.ndarray:
+    """16-bit words (int16) as the bf16 values whose high halves they are (float32 storage)."""
+    return (np.asarray(words, order="C").view(np.uint16).astype(np.uint32) << 16).view(np.float32)
+
+
 def to_storage(array: np.ndarray, dtype: DType) -> np.ndarray:
     """Convert a computed array to ``dtype``'s storage form (rounding bf16, casting the rest)."""
     with np.errstate(over="ignore", invalid="ignore"):  # overflow to inf is IEEE rounding, not an error

@@ -15,7 +15,7 @@ import numpy as np
 
 from neuroncc.codegen.llvm.extern_layouts import onednn_shapes_eligible
 from neuroncc.ir import REGISTRY, Trait
-from neuroncc.ir.dtypes import DType, round_to_bf16
+from neuroncc.ir.dtypes import DType, bf16_words, round_to_bf16
 
 
 def _spatial(values: Sequence[int], n: int, fill: int) -> list[int]:
@@ -129,7 +129,7 @@ def _product_of_words(torch: Any, name: str, attrs: Mapping[str, Any], operands:
         return
     product = _matmul(torch, name, attrs, [_tensor(a) for a in operands], None)
     if bool(product.sum().isnan()):  # ATen's rounding makes every NaN one pattern; round_to_bf16 keeps them
-        result[...] = (round_to_bf16(product.numpy()).view(np.uint32) >> 16).astype(np.uint16).view(np.int16)
+        result[...] = bf16_words(round_to_bf16(product.numpy()))
     else:
         out.copy_(product)
 

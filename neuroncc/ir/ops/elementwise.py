@@ -14,7 +14,7 @@ from collections.abc import Callable
 import numpy as np
 
 from neuroncc.ir.attrs import Attrs
-from neuroncc.ir.dtypes import DType, round_to_bf16, to_storage
+from neuroncc.ir.dtypes import DType, bf16_from_words, bf16_words, round_to_bf16, to_storage
 from neuroncc.ir.opdef import AttrSpec, Category, OpDef, Trait, broadcast_shapes, check_scalar, fail, same_dtype
 from neuroncc.ir.types import TensorType
 
@@ -415,9 +415,9 @@ def _infer_bitcast(types: tuple[TensorType, ...], attrs: Attrs) -> TensorType:
 def _bitcast(x: np.ndarray, dtype: DType) -> np.ndarray:
     x = np.array(x, order="C", copy=True)  # (ascontiguousarray would make 0-d 1-d)
     if dtype is DType.bf16:  # int16 bits -> the float32 whose high half they are
-        return (x.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
+        return bf16_from_words(x)
     if dtype is DType.i16 and x.dtype == np.float32:  # a bf16 value's high half
-        return (x.view(np.uint32) >> 16).astype(np.uint16).view(np.int16)
+        return bf16_words(x)
     return x.view(dtype.numpy)
 
 

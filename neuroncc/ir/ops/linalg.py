@@ -22,7 +22,7 @@ import math
 import numpy as np
 
 from neuroncc.ir.attrs import Attrs
-from neuroncc.ir.dtypes import DType, to_storage
+from neuroncc.ir.dtypes import DType, bf16_from_words, bf16_words, to_storage
 from neuroncc.ir.opdef import AttrSpec, Category, OpDef, Trait, broadcast_shapes, fail, same_dtype
 from neuroncc.ir.types import TensorType
 
@@ -90,14 +90,9 @@ def _infer_addmm(types: tuple[TensorType, ...], attrs: Attrs) -> TensorType:
     return out
 
 
-def _bf16_of_words(x: np.ndarray) -> np.ndarray:
-    """bf16 words (int16) as the float32 values whose high halves they are (``bitcast``'s reference)."""
-    return (np.ascontiguousarray(x).view(np.uint16).astype(np.uint32) << 16).view(np.float32)
-
-
 def _words_of(x: np.ndarray) -> np.ndarray:
     """A computed product as the words of its bf16 value (rounded once, as a bf16 result is stored)."""
-    return (to_storage(x, DType.bf16).view(np.uint32) >> 16).astype(np.uint16).view(np.int16)
+    return bf16_words(to_storage(x, DType.bf16))
 
 
 def _words_reference(reference):
@@ -105,7 +100,7 @@ def _words_reference(reference):
     def on_words(*operands, words=False, **attrs):
         if not words:
             return reference(*operands, **attrs)
-        return _words_of(reference(*(_bf16_of_words(x) for x in operands), **attrs))
+        return _words_of(reference(*(bf16_from_words(x) for x in operands), **attrs))
     return on_words
 
 
