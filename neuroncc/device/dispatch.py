@@ -66,43 +66,80 @@ def handler_for(op: Any) -> DeviceOp:
         with _lock:
             handler = _handlers.get(op)
             if handler is None:
-                if not _foreach_registered:
-                    _register_foreach_ops()
-                handler = _handlers.get(op) or DeviceOp(op)
-                _handlers[op] = handler
-                for member in _family(op):
-                    if member not in _handlers:
+                if not _first_op_done:
+                    _register_at_first_op()
+                handler = _handlers.get(op)
+                if handler is None:  # (not one the first op registered: registered now, with its family)
+                    handler = _handlers[op] = DeviceOp(op)
+                    _register(op)
+                for member in _family(op)[1:]:
+                    if member not in _handlers:  # (a kernel registered twice makes PyTorch warn of an override)
                         _handlers[member] = DeviceOp(member)
-                    _register(member)
+                        _register(member)
     return handler
 
 
-_foreach_registered = False
+_first_op_done = False
 
 
-def _register_foreach_ops() -> None:
-    """Give every ``_foreach_*`` op a device kernel (once, with the first op the device sees).
+def _register_at_first_op() -> None:
+    """Give the ops whose generic kernels would reach the device through another op a device kernel of their own
+    (once, with the first op the device sees; none of them is compiled until called).
 
-    PyTorch's generic foreach kernels (CompositeExplicitAutograd, used for backends without their own) loop
-    over the lists calling the per-tensor op, so an optimizer step would be one kernel call per parameter
-    and op. The device's own foreach kernel compiles the whole list into one program instead; torch.optim's
-    foreach Adam/AdamW/SGD steps become one program each (foreach_optimizers.py), clip_grad_norm_ two
-    (clip_grad.py)."""
-    global _foreach_registered
-    _foreach_registered = True
+    * Every ``_foreach_*`` op. PyTorch's generic foreach kernels (CompositeExplicitAutograd, used for backends
+      without their own) loop over the lists calling the per-tensor op, so an optimizer step would be one kernel
+      call per parameter and op. The device's own foreach kernel compiles the whole list into one program
+      instead; torch.optim's foreach Adam/AdamW/SGD steps become one program each (foreach_optimizers.py),
+      clip_grad_norm_ two (clip_grad.py).
+    * The families :func:`handler_for` registers when one of their ``out=`` overloads first reaches the fallback
+      (:func:`_structured_families`). A structured op's functional and in-place overloads (``clamp``, ``mm``,
+      ``add.Tensor``) have a generic kernel (CompositeExplicitAutogradNonFunctional) that allocates the result
+      and calls the ``out=`` overload: left to it, each op's first call reached the device as ``out=``, and
+      its second call, now taking the functional's own kernel, built its program again (13 of a
+      TransformerEncoderLayer training step's 59 kernels' programs were built twice, the second time in the
+      second step: 70-100 ms of it where the step takes 8-15 ms; session 48). Only the process's first op
+      still comes as ``out=``.
+    """
+    global _first_op_done
+    _first_op_done = True
     from neuroncc.device import clip_grad, foreach_optimizers  # the compiler: imported on the first op
 
     foreach_optimizers.install()
     clip_grad.install()
-    for name in torch._C._dispatch_get_all_op_names():
-        if not name.startswith("aten::_foreach_"):
-            continue
+    names = [name for name in torch._C._dispatch_get_all_op_names() if name.startswith("aten::")]
+    for name in [name for name in names if name.startswith("aten::_foreach_")] + _structured_families(names):
         packet, _, overload = name.removeprefix("aten::").partition(".")
         op = getattr(getattr(torch.ops.aten, packet, None), overload or "default", None)
         if op is None or op in _handlers:
             continue
         _handlers[op] = DeviceOp(op)
         _register(op)
+
+
+def _structured_families(names: list[str]) -> list[str]:
+    """The overloads :func:`_family` gives for an op of a family with a generic functional-via-``out=`` kernel
+    (CompositeExplicitAutogradNonFunctional) and an overload that reaches the fallback (its ``out=``, which has
+    no generic kernel): the ops that would take a device kernel at that ``out=`` overload's first call. A
+    family whose generic kernels decompose into other ops (``select_backward``: its ``out=`` is
+    CompositeExplicitAutograd) is not one: its ops keep running through the ops they decompose into."""
+    has = torch._C._dispatch_has_kernel_for_dispatch_key
+    families: dict[str, list[str]] = {}
+    for name in names:
+        families.setdefault(name.removeprefix("aten::").partition(".")[0].removesuffix("_"), []).append(name)
+    chosen = []
+    for members in families.values():
+        try:
+            if not any(has(name, "CompositeExplicitAutogradNonFunctional") for name in members):
+                continue
+            reaches_fallback = [not (has(name, "PrivateUse1") or has(name, "CompositeExplicitAutogradNonFunctional")
+                                     or has(name, "CompositeImplicitAutograd")
+                                     or has(name, "CompositeExplicitAutograd")) for name in members]
+        except RuntimeError:  # a TorchScript-only overload (aten::add.t): not a dispatcher op
+            continue
+        if any(reaches_fallback):
+            # (a real PrivateUse1 kernel stays: structural.py's as_strided_, which PyTorch's generic one has too)
+            chosen += [name for name in members if not has(name, "PrivateUse1") and _takes_device_kernel(name)]
+    return chosen
 
 
 def _register(op: Any) -> None:

@@ -33,7 +33,8 @@ ARTIFACT_KEYS: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
 
 
 #: executables by their program's canonical text, while some entry uses them: ops that compute the same
-#: program (``mul.out`` on eager's first call, ``mul.Tensor`` after it) share one executable
+#: program (``mul.out`` as a process's first op, ``mul.Tensor`` after it; ``maximum`` and ``maximum.out``) share one
+#: executable
 _EXECUTABLES: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
 
 

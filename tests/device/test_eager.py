@@ -106,8 +106,8 @@ def test_a_second_process_compiles_nothing_it_has_seen(tmp_path, warm_python):
 
 def test_an_op_neuroncc_cannot_compile_falls_back_with_one_warning():
     x = torch.tensor([0.0, 1.5, 0.0, -2.0], device="neuron")
-    # a process's first mul on the device reaches it as aten.mul.out (see device/kernel_compile.py's _EXECUTABLES), the
-    # later ones as aten.mul.Tensor: make this test's mul a later one whatever ran before it in the process
+    # a process's first op on the device reaches it as its out= overload (aten.mul.out: dispatch.py's
+    # _register_at_first_op), the later ones as aten.mul.Tensor: make this test's mul a later one whatever ran before
     x * 2
     neuroncc.clear_op_tracking()
     with warnings.catch_warnings(record=True) as caught:
@@ -396,6 +396,39 @@ print("ok")
 """
     done = run_python(code, {"NEURONCC_CACHE_DIR": str(tmp_path / "cache")}, python=warm_python)
     assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-2000:]
+
+
+def test_a_structured_ops_first_call_takes_its_own_kernel_and_builds_one_program(tmp_path, warm_python):
+    # a structured op's functional overload has a generic kernel that calls its out= overload; when that reached the
+    # device's fallback, the family took device kernels, so each op's first call ran as out= (a program of its
+    # own) and its second call built the functional's program: two kernels for bf16 clamp's values 0.25 and 0.6
+    # (lifted: one kernel would serve both), mm/addmm/softmax built twice in a training step. Now only the
+    # process's first op comes as out=.
+    code = """
+import json, torch, neuroncc
+from neuroncc.device import dispatch
+x = torch.randn(64).to(torch.bfloat16).to("neuron")
+x.neg()  # the process's first op
+def kernels():
+    stats = neuroncc.stats()
+    return stats["eager_kernels_compiled"] + stats["eager_kernels_loaded"]
+neuroncc.clear_op_tracking()
+before = kernels()
+for value in (0.25, 0.6, 1.7):
+    got = x.clamp(value)
+    assert torch.equal(got.cpu().view(torch.int16), x.cpu().clamp(value).view(torch.int16)), value
+a, b = torch.randn(8, 16).to("neuron"), torch.randn(16, 4).to("neuron")
+for _ in range(2):
+    torch.testing.assert_close((a @ b).softmax(-1).cpu(), (a.cpu() @ b.cpu()).softmax(-1))
+out_entries = sorted(str(h.op) for h in dispatch.handlers() if h.entries and str(h.op).endswith("out"))
+print(json.dumps([kernels() - before, sorted(neuroncc.get_executed_ops()), out_entries]))
+"""
+    done = run_python(code, {"NEURONCC_CACHE_DIR": str(tmp_path / "cache")}, python=warm_python)
+    assert done.returncode == 0, done.stderr[-2000:]
+    made, executed, out_entries = json.loads(done.stdout.strip().splitlines()[-1])
+    assert executed == ["aten._softmax.default", "aten.clamp.default", "aten.mm.default"]
+    assert out_entries == ["aten.neg.out"]  # (the first op's)
+    assert made == 3  # clamp's lifted kernel, mm's and softmax's
 
 
 def test_tied_parameters_stay_tied_through_to_neuron_and_train_as_one():
