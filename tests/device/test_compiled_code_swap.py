@@ -6,26 +6,9 @@ graph on CPU tensors."""
 
 from __future__ import annotations
 
-import pytest
 import torch
 
 from neuroncc.executors.cpu import tiers
-
-
-@pytest.fixture
-def compiled_graphs(monkeypatch):
-    """The CompiledGraph of every graph the backend compiles, by kind (forward, backward, inference)."""
-    from neuroncc.frontend import aot_compile
-
-    graphs = {}
-    compile_aten_graph = aot_compile.compile_aten_graph
-
-    def recording(gm, name, options, *args, **kwargs):
-        graphs[name.rsplit("_", 1)[-1]] = compiled = compile_aten_graph(gm, name, options, *args, **kwargs)
-        return compiled
-
-    monkeypatch.setattr(aot_compile, "compile_aten_graph", recording)
-    return graphs
 
 
 def _model(device: str) -> torch.nn.Module:
@@ -36,7 +19,7 @@ def _model(device: str) -> torch.nn.Module:
                                torch.nn.Sigmoid()).to(device)
 
 
-def test_a_graph_on_neuron_tensors_runs_the_optimized_build_once_taken(compiled_graphs):
+def test_a_graph_on_neuron_tensors_runs_the_optimized_build_once_taken(compiled_graphs, fresh_dynamo):
     model = _model("neuron")
     x = torch.randn(48, 24).to("neuron")
     with torch.no_grad():
@@ -58,7 +41,7 @@ def test_a_graph_on_neuron_tensors_runs_the_optimized_build_once_taken(compiled_
     assert second.device.type == "neuron" and torch.equal(first.cpu(), second.cpu())
 
 
-def test_a_training_step_on_neuron_tensors_runs_both_optimized_builds(compiled_graphs):
+def test_a_training_step_on_neuron_tensors_runs_both_optimized_builds(compiled_graphs, fresh_dynamo):
     model = _model("neuron")
     x = torch.randn(48, 24).to("neuron")
     run = torch.compile(model, backend="neuron", dynamic=False)
