@@ -84,6 +84,23 @@ def fresh_dynamo():
 
 
 @pytest.fixture
+def compiled_graphs(monkeypatch):
+    """The CompiledGraph of every graph the backend compiles, by kind (forward, backward, inference; the last
+    of each kind)."""
+    from neuroncc.frontend import aot_compile
+
+    graphs = {}
+    compile_aten_graph = aot_compile.compile_aten_graph
+
+    def recording(gm, name, options, *args, **kwargs):
+        graphs[name.rsplit("_", 1)[-1]] = compiled = compile_aten_graph(gm, name, options, *args, **kwargs)
+        return compiled
+
+    monkeypatch.setattr(aot_compile, "compile_aten_graph", recording)
+    return graphs
+
+
+@pytest.fixture
 def layout_copies(monkeypatch):
     """The graph outputs the torch front end copies into eager's strides: (shape, strides, eager's strides)."""
     from neuroncc.frontend import convert

@@ -20,21 +20,14 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from neuroncc import __version__
+from neuroncc.cli.commands import COMMANDS
 from neuroncc.cli.process_exit import exit_process, exit_status
 from neuroncc.errors import NeuronccError
 
 EXIT_OK, EXIT_CHECK_FAILED, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
 
-#: Subcommand name -> module defining ``add_parser(subparsers)``; the module's parser sets ``func``.
-SUBCOMMANDS = {
-    "opt": "neuroncc.cli.opt",
-    "demo": "neuroncc.cli.demo",
-    "compile": "neuroncc.cli.compile",
-    "run": "neuroncc.cli.run",
-    "inspect": "neuroncc.cli.inspect",
-    "evaluate": "neuroncc.cli.evaluate",
-    "cache": "neuroncc.cli.cache",
-}
+#: Subcommand name -> module defining ``add_parser(subparsers)``; the module's parser sets ``func`` (commands.py).
+SUBCOMMANDS = {name: command.module for name, command in COMMANDS.items()}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -42,22 +35,27 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"neuroncc: error: {message}\n")
 
 
-def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+def build_parser(only: str | None = None, *, listing: bool = False) -> argparse.ArgumentParser:
     """The command-line parser; with ``only``, just that subcommand's module is imported (``neuroncc opt`` runs
-    hundreds of times in a pass test suite and should not pay for importing the others)."""
+    hundreds of times in a pass test suite and should not pay for importing the others). With ``listing``, no
+    subcommand's module is imported: each command is its name and help (commands.py), enough for ``--version``,
+    ``--help`` and a command line that names no command (a usage error)."""
     parser = _Parser(prog="neuroncc", description="neuroncc: a tensor-program compiler for PyTorch")
     parser.add_argument("--version", action="version", version=f"neuroncc {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    for name, module_name in SUBCOMMANDS.items():
-        if only is not None and name != only:
-            continue
-        importlib.import_module(module_name).add_parser(subparsers)
+    for name, command in COMMANDS.items():
+        if listing:
+            subparsers.add_parser(name, help=command.help)
+        elif only is None or name == only:
+            importlib.import_module(command.module).add_parser(subparsers)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     arguments = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser(only=arguments[0] if arguments and arguments[0] in SUBCOMMANDS else None)
+    # the top level has no option but --version and --help: a command, if any, is the first argument
+    command = arguments[0] if arguments and arguments[0] in COMMANDS else None
+    parser = build_parser(only=command, listing=command is None)
     args = parser.parse_args(arguments)
     if getattr(args, "func", None) is None:
         parser.print_help()

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from neuroncc.cli.commands import COMMANDS
 from neuroncc.cli.opt import read_source
 from neuroncc.errors import InputError
 from neuroncc.ir import parse_module
@@ -248,7 +249,7 @@ def run_explain(args: argparse.Namespace) -> int:
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("cache", help="list, explain, verify or clear the compile cache",
+    parser = subparsers.add_parser("cache", help=COMMANDS["cache"].help,
                                    description="Look into and tidy neuroncc's compile cache.",
                                    epilog=__doc__.split("\n\n", 1)[1],
                                    formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 from neuroncc.cli import cpu_option, precompile, programs
+from neuroncc.cli.commands import COMMANDS
 from neuroncc.cli.progress import Progress, format_seconds
 from neuroncc.cli.summary import summarize
 
@@ -122,7 +123,7 @@ def _cache_line(c: programs.CompiledFunction, cache) -> str:
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = programs.add_command(
         subparsers, "compile", __doc__,
-        help="compile an exported program (.pt2) through the compile cache",
+        help=COMMANDS["compile"].help,
         description="Compile a torch.export program: decompose, import to neuroncc IR, run the target's pass "
                     "pipeline and code generator, through the compile cache. Prints each graph's cache key, "
                     "hit or miss, and its kernels.",

@@ -34,6 +34,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from neuroncc.cli import programs
+from neuroncc.cli.commands import COMMANDS
 from neuroncc.cli.cache import human_size
 from neuroncc.cli.process_exit import finish_background_work
 from neuroncc.cli.demo_device import compile_cache_at, train_on_device
@@ -312,7 +313,7 @@ def _row(label: str, text: str, seconds: float | None = None) -> None:
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = programs.add_command(
         subparsers, "demo", __doc__,
-        help="export, compile, train and inspect the bundled example model (start here)",
+        help=COMMANDS["demo"].help,
         description="The neuroncc tour: export a tiny transformer classifier, compile its forward and backward "
                     "graphs, train it against eager PyTorch, show its kernels and a cache hit.",
         exit_codes="0 neuroncc and eager PyTorch agree, 1 they do not, 2 bad input, 3 internal error")

@@ -26,6 +26,7 @@ import os
 import sys
 
 from neuroncc.cli import programs
+from neuroncc.cli.commands import COMMANDS
 from neuroncc.driver.cache import CACHE_DIR_VARIABLE, DISABLE_VARIABLE
 from neuroncc.errors import InputError
 from neuroncc.evaluation.html import render_html
@@ -100,7 +101,7 @@ def _cache_environment(args: argparse.Namespace) -> None:
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = programs.add_command(
         subparsers, "evaluate", __doc__,
-        help="evaluate an exported program under neuroncc: fallbacks, numerics, compile and run time",
+        help=COMMANDS["evaluate"].help,
         description="Run an exported program under neuroncc and under eager PyTorch (float32 and float64) and "
                     "report fallback ops, numeric differences, compile time by stage, steady-state time and "
                     "recompiles over input shapes.",

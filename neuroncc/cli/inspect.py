@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 
 from neuroncc.cli import cpu_option, programs
+from neuroncc.cli.commands import COMMANDS
 from neuroncc.cli.summary import summarize
 from neuroncc.errors import InputError
 from neuroncc.ir import Function, print_function
@@ -128,7 +129,7 @@ def _after_sections(args: argparse.Namespace, kind: str, fn: Function, progress)
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = programs.add_command(
         subparsers, "inspect", __doc__,
-        help="print the IR, per-pass IR, kernels (and NKI code) of an exported program",
+        help=COMMANDS["inspect"].help,
         description="Show what neuroncc makes of a torch.export program: the imported IR, the IR after "
                     "passes, the kernel summary, the generated NKI kernels and their cost estimate.",
         exit_codes="0 ok, 2 bad input or a graph the NKI emitter cannot compile (one line on stderr), 3 internal error")

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
+from neuroncc.cli.commands import COMMANDS
 from neuroncc.cli.diagnostics import Diagnostic, check_expected, expected_errors, locate
 from neuroncc.codegen.llvm.regions import wrap_remaining_ops
 from neuroncc.codegen.nki import emit_program
@@ -174,7 +175,7 @@ def list_passes() -> str:
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("opt", help="parse, verify, transform and print .nir IR")
+    parser = subparsers.add_parser("opt", help=COMMANDS["opt"].help)
     parser.add_argument("file", nargs="?", help="a .nir file, or - for stdin")
     parser.add_argument("-p", "--pipeline", default="",
                         help="passes to run, e.g. 'canonicalize,fuse,tile{target=trn2 tile=[128,512]}'")

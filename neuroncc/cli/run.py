@@ -23,6 +23,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from neuroncc.cli import programs
+from neuroncc.cli.commands import COMMANDS
 from neuroncc.cli.progress import format_seconds
 from neuroncc.errors import InputError, RuntimeCheckError
 from neuroncc.evaluation.plots import check_plot_path, plot_timeline, save
@@ -295,7 +296,7 @@ def _save_outputs(path: str, names: tuple[str, ...], outputs: list[torch.Tensor]
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = programs.add_command(
         subparsers, "run", __doc__,
-        help="compile and run an exported program (.pt2) on given or random inputs",
+        help=COMMANDS["run"].help,
         description="Compile a torch.export program through the compile cache, run it, print its outputs and "
                     "timings; with --check, compare with eager PyTorch.",
         exit_codes="0 ok, 1 --check found a mismatch, 2 bad input (one line on stderr), 3 internal error")

@@ -32,7 +32,9 @@ class NeuronDevice:
 
     def run(self, compiled: Any, args: list[Any]) -> list[Any]:
         binding = compiled.__dict__.get("_neuron_binding")
-        if binding is None:
+        if binding is None or binding.executable is not compiled.executable:
+            # made at the first call, and again whenever the graph has changed executables since: its optimized
+            # build taken over the quick code (executors/cpu/tiers.py), another thread count, an arena shared
             binding = compiled._neuron_binding = _binding(compiled, args)
         graph = compiled.graph
         values = [args[p] for p in graph.param_positions]

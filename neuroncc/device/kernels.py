@@ -124,6 +124,7 @@ class Binding:
     def __init__(self, executable: Any, inputs: Sequence[torch.dtype | str],
                  results: dict[int, tuple[tuple[int, ...], tuple[int, ...], torch.dtype]],
                  writes: dict[int, tuple[tuple[int, ...], tuple[int, ...], torch.dtype]]):
+        self.executable = executable  # what this binding runs (a compiled graph's is rebound when it changes)
         self.run = AddressCall(executable).runner()
         follows = getattr(executable, "follows_threads", None)
         if follows is not None and follows():  # a phase splits: the calling thread's count, per call
