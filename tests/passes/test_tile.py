@@ -113,6 +113,18 @@ def test_cpu_matmul_row_blocks(m, k, n, rows):
     assert kernel.attrs["matmul_tile"] == (rows, n, k)
 
 
+def test_a_product_of_bf16_words_is_one_block():
+    """ATen's bf16 GEMM reorders its whole second operand at every call: a words product is not row-blocked
+    where the float32 product of the same shape is."""
+    (f32,) = kernels(Tile(target="cpu").apply(matmul(4096, 64, 256), PassContext()))
+    b = Builder("mm")
+    x, w = b.param(TensorType((4096, 64), DType.bf16), "x"), b.param(TensorType((64, 256), DType.bf16), "w")
+    graph = b.build([b.op("relu", b.op("mm", x, w))])
+    words = run_pipeline("bf16-product-words,fuse,tile{target=cpu}", graph)
+    (product,) = [k for k in kernels(words) if any(op.attrs.get("words") for op in k.regions[0].ops)]
+    assert f32.attrs["matmul_tile"] == (512, 256, 64) and product.attrs["matmul_tile"] == (4096, 256, 64)
+
+
 def test_retiling_for_another_target_replaces_every_decision():
     fn = run_pipeline("layout{target=trn2},tile{target=trn2}", matmul(512, 256, 1024))
     (trn2,) = kernels(fn)
