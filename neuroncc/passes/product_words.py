@@ -49,8 +49,8 @@ def on_words(site: Site) -> Replacement:
         return None
     operands = [_words(site, v) for v in op.operands]
     computed = site.emit(op.name, *operands, **dict(op.attrs, words=True))  # a tuple for several results
-    results = tuple(site.emit("bitcast", words, dtype=DType.bf16) for words in
-                    (computed if isinstance(computed, tuple) else (computed,)))
+    results = tuple(site.builder.op("bitcast", words, dtype=DType.bf16, hint=result.hint)
+                    for words, result in zip(computed if isinstance(computed, tuple) else (computed,), op.results))
     return results if len(results) > 1 else results[0]
 
 
