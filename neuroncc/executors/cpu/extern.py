@@ -150,6 +150,25 @@ def _convolution_of_words(torch: Any, name: str, attrs: Mapping[str, Any], opera
         _store_words(torch, result, value)
 
 
+def convolution_words(name: str, attrs: Mapping[str, Any], operands: Sequence[np.ndarray]) -> list[Any]:
+    """The results of a ``words`` convolution (or its backward) as fresh int16 tensors of their words, for the
+    launcher to adopt as the results' buffers (executors/cpu/adopt.py: no copy; contiguous, as ``_dense``'s
+    operands make ATen's results, codegen/llvm/extern_layouts.supplied_strides): ATen's bf16 results viewed as
+    their words where the host multiplies bf16 natively, elsewhere the float32 results rounded once."""
+    import torch
+
+    native = aten_multiplies_bf16_natively()
+    words = []
+    for value in _CONVOLUTIONS[name](torch, attrs, [_tensor(a, native) for a in operands]):
+        if value.dtype == torch.bfloat16:
+            words.append(value.view(torch.int16))
+        elif bool(value.sum().isnan()):  # (round_to_bf16 keeps NaN payloads, as _store_words)
+            words.append(torch.from_numpy(bf16_words(round_to_bf16(value.numpy()))))
+        else:
+            words.append(value.to(torch.bfloat16).view(torch.int16))
+    return words
+
+
 def _store_words(torch: Any, result: np.ndarray, value: Any) -> None:
     """Write ATen's result tensor (bfloat16, or float32 to be rounded once) into ``result``, an int16 array of
     bf16 words: by ATen's copy, which rounds to nearest even, where the array is writable."""
