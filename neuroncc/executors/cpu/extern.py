@@ -144,10 +144,13 @@ def _convolution_of_words(torch: Any, name: str, attrs: Mapping[str, Any], opera
     kernel reading the words in place where the host multiplies bf16 natively, each result copied into its words
     (ATen's convolutions make their outputs: ``convolution.out`` and ``convolution_backward.out`` exist but are
     generated wrappers that compute the functional result and copy it, the same one copy of 2-byte words);
-    elsewhere the float32 convolution of the widened values, each result rounded once into its words."""
-    native = aten_multiplies_bf16_natively()
-    for result, value in zip(results, _CONVOLUTIONS[name](torch, attrs, [_tensor(a, native) for a in operands])):
-        _store_words(torch, result, value)
+    elsewhere the float32 convolution of the widened values, each result rounded once into its words. (A
+    top-level one's results are not copied: the launcher adopts them, :func:`convolution_words`.)"""
+    for result, words in zip(results, convolution_words(name, attrs, operands)):
+        if result.flags.writeable:
+            torch.from_numpy(result).copy_(words)
+        else:
+            result[...] = words.numpy()
 
 
 def convolution_words(name: str, attrs: Mapping[str, Any], operands: Sequence[np.ndarray]) -> list[Any]:
