@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 
 from neuroncc.ir import REGISTRY, Builder, Category, DenseAttr, DType, Op, TensorType, Trait
+from neuroncc.ir.dtypes import bf16_words, round_to_bf16
 from neuroncc.ir.interpreter import run_op
 from neuroncc.ir.ops.reduction import reduced_shape
 
@@ -459,6 +460,42 @@ def test_matrix_products_multiply_their_last_two_operands(name, transpose_a, tra
         np.testing.assert_allclose(run(name, a, b, **flags)[0], product, rtol=1e-5, atol=1e-5)
 
 
+#: Operand shapes of each op that declares ``words`` (bf16 values as i16 words), and the attributes it needs.
+WORDS_SAMPLES = {
+    "mm": ([(3, 5), (4, 5)], {"transpose_b": True}),
+    "bmm": ([(2, 3, 5), (2, 5, 4)], {}),
+    "addmm": ([(4,), (3, 5), (5, 4)], {"beta": 0.5, "alpha": 2.0}),
+    "convolution": ([(2, 4, 7, 7), (6, 2, 3, 3), (6,)], {"stride": (2,), "padding": (1,), "dilation": (1,),
+                                                         "groups": 2}),
+    "convolution_backward": ([(2, 6, 4, 4), (2, 4, 7, 7), (6, 2, 3, 3)], {"stride": (2,), "padding": (1,),
+                                                                          "dilation": (1,), "groups": 2}),
+}
+
+
+def test_every_op_declaring_words_has_a_sample():
+    assert set(WORDS_SAMPLES) == {d.name for d in REGISTRY if "words" in d.attrs}
+
+
+@pytest.mark.parametrize("name", sorted(WORDS_SAMPLES))
+def test_ops_on_words_compute_what_the_op_computes_on_the_bf16_values_whose_words_they_are(name):
+    """``words = true``: the i16 operands are bf16 values' words and each result is the words of the bf16 result
+    the op gives on those values (rounded once), what bf16-product-words' bitcasts around the op take it for."""
+    shapes, attrs = WORDS_SAMPLES[name]
+    values = [round_to_bf16(_random(shape, DType.f32)) for shape in shapes]
+    values[0].reshape(-1)[1] = np.nan
+
+    def results(arrays, dtype, **more):
+        b = Builder("sample")
+        params = [b.param(TensorType(a.shape, dtype)) for a in arrays]
+        return run_op(b.emit(name, params, REGISTRY.get(name).normalize_attrs({**attrs, **more})), list(arrays))
+
+    on_values, on_words = results(values, DType.bf16), results([bf16_words(v) for v in values], DType.i16, words=True)
+    assert len(on_words) == len(on_values) >= 1
+    for got, want in zip(on_words, on_values):
+        assert got.dtype == np.int16 and np.array_equal(got, bf16_words(want))
+    assert any(np.isnan(v).any() for v in on_values)  # (a NaN reached a result: its words are kept too)
+
+
 def test_indexed_writes_change_their_operand_only_where_the_indices_point():
     x = _random((4, 5), DType.f32)
     index = np.array([[3, 0, 1, 1, 2]], dtype=np.int64)  # row 0 of src to rows 3, 0, 1, 1, 2 of each column
@@ -530,6 +567,9 @@ def test_the_consumers_rule_tables_cover_the_ops_of_their_trait():
     assert set(WINDOW_RULES) == REGISTRY.having(Trait.STRIDED_VIEW)
     assert set(VIEW_LAYOUTS) == REGISTRY.having(Trait.VIEW)
     assert set(SCATTERS) == REGISTRY.having(Trait.INDEXED_WRITE)
+    # the cpu extern reads and writes the words of every op that declares them (bf16-product-words)
+    from neuroncc.executors.cpu.extern import _ATEN_PRODUCTS, _CONVOLUTIONS
+    assert set(_ATEN_PRODUCTS) | set(_CONVOLUTIONS) == {d.name for d in REGISTRY if "words" in d.attrs}
     assert set(COMBINERS) == {d.name for d in REGISTRY.by_category(Category.REDUCTION)}
     # NKI moves data that is neither a strided view nor a copy with DMA (splits become slices first)
     transfers = {d.name for d in REGISTRY if is_transfer(Op(d.name, (), ()))} - {"split"}

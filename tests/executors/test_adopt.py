@@ -343,3 +343,56 @@ def test_an_adopted_product_takes_no_arena_slot(rng, products):
     assert index[fn.ops[1].result] in memory.external and memory.peak_bytes == 3 * size  # the plan's report
     x, w, v = (array / N for array in _inputs(fn, rng))  # products about N(0, 1/N): exp stays near 1
     _assert_fresh_and_equal(exe, fn, [x, w, v], rtol=1e-5, atol=1e-4)
+
+
+def _words_convolutions():
+    """A words convolution (bf16-product-words) whose result is an output and read by a kernel, and its backward,
+    whose three gradients are outputs."""
+    b = Builder("conv_words")
+    x = b.param(TensorType((2, 4, 10, 10), DType.i16), "x")
+    w = b.param(TensorType((8, 4, 3, 3), DType.i16), "w")
+    g = b.param(TensorType((2, 8, 5, 5), DType.i16), "g")
+    conv = dict(stride=(2,), padding=(1,), dilation=(1,), words=True)
+    y = b.op("convolution", x, w, **conv)
+    dx, dw, db = b.op("convolution_backward", g, x, w, **conv)
+    return b.build([y, b.op("relu", b.op("bitcast", y, dtype=DType.bf16)), dx, dw, db])
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_words_convolutions_supply_their_results_as_atens_tensors(rng, monkeypatch, writes, no_output_copies,
+                                                                  native):
+    """A convolution on bf16 words: each result is ATen's tensor's memory (its bf16 result's words, or the
+    float32 result's rounded words without native bf16: forced here), not a copy of it; the interpreter's bits."""
+    if native and not extern.aten_multiplies_bf16_natively():
+        pytest.skip("the host has no native bf16 convolutions (AVX512-BF16 or AMX)")
+    monkeypatch.setattr(extern, "_NATIVE_BF16", native)
+    made = []
+    words = adopt.convolution_words
+
+    def recorded(*args):
+        results = words(*args)
+        made.extend(results)
+        return results
+    monkeypatch.setattr(adopt, "convolution_words", recorded)
+    fn = _words_convolutions()
+    exe = build_cpu_executable(fn, {"threads": 1})
+    assert [b.kind for b in exe.plan.buffers if b.supplied] == ["output"] * 4
+    inputs = [(np.asarray(rng.standard_normal(p.type.shape), np.float32).view(np.uint32) >> 16)
+              .astype(np.uint16).view(np.int16) for p in fn.params]
+    first = exe(*inputs)
+    for got, want in zip(first, interpret(fn, inputs)):
+        if native:  # (oneDNN's bf16 kernels sum in another order than the float64 reference)
+            np.testing.assert_allclose(*(np.asarray(a, np.float32) for a in (_widened(got), _widened(want))),
+                                       rtol=2e-2, atol=2e-2)
+        else:
+            assert np.array_equal(got, want) if got.dtype == np.int16 else np.allclose(got, want)
+    outputs = [first[0], *first[2:]]
+    assert all(any(np.shares_memory(o, t.numpy()) for t in made) for o in outputs) and writes == []
+    second = exe(*inputs)
+    assert not any(np.shares_memory(a, b) for a in first for b in second)
+
+
+def _widened(array):
+    from neuroncc.ir.dtypes import bf16_from_words
+
+    return bf16_from_words(array) if array.dtype == np.int16 else array

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from neuroncc.errors import VerifyError
-from neuroncc.ir import DType, interpret, parse
+from neuroncc.ir import DType, interpret, parse, print_function
 from neuroncc.passes import Bf16ProductWords, Canonicalize, PassContext, default_pipeline, run_pipeline
 from neuroncc.testing.semantics import assert_pass_preserves_semantics
 
@@ -68,17 +68,20 @@ def test_the_pass_keeps_every_bit(seed):
         assert_pass_preserves_semantics(Bf16ProductWords(), parse(text), inputs, seeds=(seed,))
 
 
+def _widening_only_kernels(fn):
+    """The kernels of ``fn`` that only bitcast (widen an input's words into a float32 buffer)."""
+    return [op for op in fn.ops if op.name == "kernel" and [o.name for o in op.regions[0].ops] == ["bitcast"]]
+
+
 def test_the_cpu_pipeline_keeps_every_bit_and_leaves_no_widening_kernel():
     fn = parse(BACKWARD)
     after = assert_pass_preserves_semantics(default_pipeline("cpu"), fn, _backward_inputs(0))
-    widening_only = [op for op in after.ops if op.name == "kernel"
-                     and [o.name for o in op.regions[0].ops] == ["bitcast"]]
-    assert widening_only == []
+    assert _widening_only_kernels(after) == []
     products = [op for top in after.ops for op in (top.regions[0].ops if top.regions else (top,)) if op.name == "mm"]
     assert sorted((op.attrs["transpose_a"], op.attrs["transpose_b"], op.attrs["words"]) for op in products) == \
         [(False, True, True), (True, False, True)]  # the layout folded both permutes into transpose flags
     without = run_pipeline(default_pipeline("cpu").replace("bf16-product-words,", ""), fn, PassContext())
-    assert any(op.name == "kernel" and [o.name for o in op.regions[0].ops] == ["bitcast"] for op in without.ops)
+    assert _widening_only_kernels(without) != []
 
 
 def test_float32_products_are_left_alone():
@@ -106,3 +109,99 @@ def test_a_bitcast_and_its_inverse_cancel():
     words = np.array([0x7FC1, -0x3F, 1, -0x8000], np.int16)
     got = interpret(fn, [words, nan_payloads])
     assert np.array_equal(got[0], words) and np.array_equal(got[1].view(np.uint32), nan_payloads.view(np.uint32))
+
+
+# An autocast conv net's backward: the saved input, weight and gradient crossed the boundary as words; the stride-2
+# convolution's input gradient goes on through a ReLU's backward to the first convolution's weight and bias
+# gradients (output_mask = [0, 1, 1]), which leave as float32; a computed bias operand for the forward beside it.
+CONV_BACKWARD = """func @conv_bwd(%g: tensor<2x4x4x4xi16>, %h: tensor<2x4x8x8xi16>, %w2: tensor<4x4x3x3xi16>,
+    %x: tensor<2x3x8x8xi16>, %w1: tensor<4x3x3x3xi16>, %mask: tensor<2x4x8x8xbool>)
+    -> (tensor<4x3x3x3xf32>, tensor<4xf32>, tensor<4x4x3x3xi16>) {
+  %gb = bitcast %g {dtype = bf16} : tensor<2x4x4x4xbf16>
+  %hb = bitcast %h {dtype = bf16} : tensor<2x4x8x8xbf16>
+  %wb = bitcast %w2 {dtype = bf16} : tensor<4x4x3x3xbf16>
+  %xb = bitcast %x {dtype = bf16} : tensor<2x3x8x8xbf16>
+  %w1b = bitcast %w1 {dtype = bf16} : tensor<4x3x3x3xbf16>
+  %dh, %dw2, %db2 = convolution_backward %gb, %hb, %wb {dilation = [1], padding = [1], stride = [2]}
+    : tensor<2x4x8x8xbf16>, tensor<4x4x3x3xbf16>, tensor<4xbf16>
+  %zero = full {dtype = bf16, shape = [2, 4, 8, 8], value = 0.0} : tensor<2x4x8x8xbf16>
+  %dr = where %mask, %zero, %dh : tensor<2x4x8x8xbf16>
+  %dw1, %db1 = convolution_backward %dr, %xb, %w1b {dilation = [1], output_mask = [0, 1, 1], padding = [1],
+    stride = [1]} : tensor<4x3x3x3xbf16>, tensor<4xbf16>
+  %dw1f = cast %dw1 {dtype = f32} : tensor<4x3x3x3xf32>
+  %db1f = cast %db1 {dtype = f32} : tensor<4xf32>
+  %dw2w = bitcast %dw2 {dtype = i16} : tensor<4x4x3x3xi16>
+  return %dw1f, %db1f, %dw2w
+}"""
+
+CONV_FORWARD = """func @conv(%x: tensor<2x3x9x9xf32>, %w: tensor<6x1x3x3xbf16>, %b: tensor<6xf32>)
+    -> (tensor<2x6x4x4xbf16>) {
+  %xb = cast %x {dtype = bf16} : tensor<2x3x9x9xbf16>
+  %bb = cast %b {dtype = bf16} : tensor<6xbf16>
+  %y = convolution %xb, %w, %bb {dilation = [1], groups = 3, padding = [0], stride = [2]} : tensor<2x6x4x4xbf16>
+  %r = relu %y : tensor<2x6x4x4xbf16>
+  return %r
+}"""
+
+
+def _conv_backward_inputs(seed: int):
+    rng = np.random.default_rng(seed)
+    bf16 = lambda *shape: _words(rng.standard_normal(shape).astype(np.float32))  # noqa: E731 (high halves)
+    g = bf16(2, 4, 4, 4)
+    g.reshape(-1)[:2] = _words(np.array([np.nan, -np.inf], np.float32))
+    return [g, bf16(2, 4, 8, 8), bf16(4, 4, 3, 3), bf16(2, 3, 8, 8), bf16(4, 3, 3, 3), rng.random((2, 4, 8, 8)) < 0.5]
+
+
+def test_convolutions_and_their_backward_take_words_and_each_result_is_a_bitcast_of_them():
+    after = Bf16ProductWords().apply(parse(CONV_BACKWARD), PassContext())
+    backward = [op for op in after.ops if op.name == "convolution_backward"]
+    assert len(backward) == 2 and all(op.attrs["words"] for op in backward)
+    assert all(r.type.dtype is DType.i16 for op in backward for r in op.results)
+    g, h, w2, x, w1, _ = after.params
+    assert backward[0].operands == (g, h, w2)  # the widening bitcasts read as the words themselves
+    assert backward[1].operands[1:] == (x, w1)
+    assert after.outputs[2] is backward[0].results[1]  # the output's bitcast cancels the weight gradient's
+    users = {op.operands[0]: op for op in after.ops if op.name == "bitcast"}
+    assert users[backward[0].results[0]].attrs["dtype"] is DType.bf16  # the input gradient, read as bf16 by where
+    assert all(users[r].attrs["dtype"] is DType.bf16 for r in backward[1].results)  # cast to f32 from bf16
+    forward = Bf16ProductWords().apply(parse(CONV_FORWARD), PassContext())
+    conv = next(op for op in forward.ops if op.name == "convolution")
+    assert conv.attrs["words"] and conv.attrs["groups"] == 3 and conv.result.type.dtype is DType.i16
+    assert [next(op for op in forward.ops if v in op.results).name for v in conv.operands] == ["bitcast"] * 3
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_the_pass_keeps_every_bit_of_convolutions(seed):
+    assert_pass_preserves_semantics(Bf16ProductWords(), parse(CONV_BACKWARD), _conv_backward_inputs(seed))
+    assert_pass_preserves_semantics(Bf16ProductWords(), parse(CONV_FORWARD), seeds=(seed,))
+
+
+def test_the_cpu_pipeline_keeps_every_bit_of_convolutions_and_leaves_no_widening_kernel():
+    fn = parse(CONV_BACKWARD)
+    after = assert_pass_preserves_semantics(default_pipeline("cpu"), fn, _conv_backward_inputs(0))
+    assert _widening_only_kernels(after) == []
+    convolutions = [op for top in after.ops for op in (top.regions[0].ops if top.regions else (top,))
+                    if op.name == "convolution_backward"]
+    assert len(convolutions) == 2 and all(op.attrs["words"] for op in convolutions)
+    without = run_pipeline(default_pipeline("cpu").replace("bf16-product-words,", ""), fn, PassContext())
+    assert _widening_only_kernels(without) != []
+
+
+def test_float32_convolutions_are_left_alone():
+    text = CONV_FORWARD.replace("bf16", "f32")
+    assert Bf16ProductWords().apply(parse(text), PassContext()) == parse(text)
+
+
+@pytest.mark.parametrize("text", [
+    CONV_FORWARD.replace("stride = [2]}", "stride = [2], words = true}"),  # bf16 operands
+    CONV_BACKWARD.replace("stride = [2]}", "stride = [2], words = true}"),
+])
+def test_a_words_convolution_of_bf16_operands_is_a_typed_error(text):
+    with pytest.raises(VerifyError, match="words: operands must be i16"):
+        parse(text)
+
+
+def test_a_words_convolution_prints_and_parses_back():
+    after = Bf16ProductWords().apply(parse(CONV_BACKWARD), PassContext())
+    text = print_function(after)
+    assert "words = true" in text and parse(text) == after

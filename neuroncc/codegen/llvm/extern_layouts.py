@@ -88,6 +88,8 @@ def supplied_strides(op: Any, operands: Sequence[Any]) -> tuple[tuple[int, ...] 
         predicted = none if predict is None else predict([(s.shape, s.strides) for s in operands],
                                                          [r.type.shape for r in results])
         return tuple(contiguous_strides(r.type.shape) if p is None else tuple(p) for p, r in zip(predicted, results))
+    if op.attrs.get("words") and not op.has(Trait.MATRIX_PRODUCT):  # a convolution on bf16 words: ATen's fresh
+        return tuple(contiguous_strides(r.type.shape) for r in results)  # tensors, contiguous (extern._dense)
     if not op.has(Trait.MATRIX_PRODUCT) or results[0].type.rank != 2 or any(s.dtype != "f32" for s in operands) \
             or results[0].type.dtype != DType.f32:  # mm, addmm of float32
         return none

@@ -1,8 +1,9 @@
 """Adopting ATen's result tensors as the launcher's buffers, instead of copying them into the plan's.
 
-Some extern kernels only return fresh tensors: oneDNN's linear (no ``out=``) and the ATen library ops (flash
-attention, LAPACK, sorting). Copying such a result into the buffer the plan gave it costs a pass over it
-(single-threaded for numpy's copy), ~7 ms of a transformer training step. Instead:
+Some extern kernels only return fresh tensors: oneDNN's linear (no ``out=``), ATen's convolutions (their
+``out=`` overloads are generated wrappers that copy) and the ATen library ops (flash attention, LAPACK, sorting).
+Copying such a result into the buffer the plan gave it costs a pass over it (single-threaded for numpy's copy),
+~7 ms of a transformer training step. Instead:
 
 * At plan time, :func:`neuroncc.codegen.llvm.extern_layouts.supplied_strides` predicts which results of a top-level extern step come back as fresh
   tensors and in which layout (``extern_layouts.RESULT_STRIDES``); the launch plan lays such a result out that
@@ -17,7 +18,8 @@ attention, LAPACK, sorting). Copying such a result into the buffer the plan gave
 
 Memory stays sound because a supplied buffer belongs to one value and one call: no other value shares it (it
 is in no arena slot an in-place step could reuse), and each call gets new memory, so outputs never alias an
-earlier call's. bf16 and f16 results are never supplied (they are rounded or converted on the way).
+earlier call's. bf16 and f16 results are never supplied (they are rounded or converted on the way); a
+convolution on bf16 words (bf16-product-words) supplies its results as ATen's bf16 tensors' words.
 
 Inside a kernel (an mm/addmm whose epilogue the kernel fuses), the product goes to a scratch slot of the
 kernel's argument array; :class:`ScratchProduct` points that slot at oneDNN's tensor for the call instead.
@@ -37,7 +39,7 @@ from neuroncc.ir.types import contiguous_strides
 from neuroncc.codegen.llvm.extern_layouts import same_layout
 from neuroncc.codegen.llvm.launch_plan import ALIGN, SlotKind, StepSpec
 from neuroncc.executors.cpu.buffers import aligned_empty, data_address, flat_view, storage_dtype, strided_view
-from neuroncc.executors.cpu.extern import onednn_product
+from neuroncc.executors.cpu.extern import convolution_words, onednn_product
 from neuroncc.executors.cpu.extern_library import LIBRARY_CALLS, library_results, write_result
 from neuroncc.executors.cpu.step_host import StepHost
 
@@ -90,6 +92,8 @@ class SuppliedExtern:
         operands = self.exe.arrays(self.step.operands, flats)
         if self.library:
             tensors = library_results(op.name, op.attrs, operands, self.dtypes)
+        elif op.attrs.get("words") and not op.has(Trait.MATRIX_PRODUCT):  # a convolution on bf16 words
+            tensors = convolution_words(op.name, op.attrs, operands)
         else:
             product = onednn_product(op.name, op.attrs, operands, self.dtypes[0])
             tensors = None if product is None else (product,)

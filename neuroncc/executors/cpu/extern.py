@@ -3,7 +3,9 @@
 Operands and results are numpy views of the launcher's buffers; ``torch.from_numpy`` wraps them without
 copying and ``out=`` writes results in place. torch is imported here lazily, inside the functions that call
 it (the only place below the front end allowed to). bf16 values are float32 arrays (see
-:mod:`neuroncc.ir.dtypes`): products run in float32 and round once, as PyTorch's bf16 CPU matmul does.
+:mod:`neuroncc.ir.dtypes`), or int16 arrays of their words for an op with ``words`` (bf16-product-words). bf16
+products and convolutions are ATen's bf16 kernels where the host multiplies bf16 natively
+(:func:`aten_multiplies_bf16_natively`), elsewhere float32 ones of the same values rounded once.
 """
 
 from __future__ import annotations
@@ -25,8 +27,9 @@ def _spatial(values: Sequence[int], n: int, fill: int) -> list[int]:
 
 def _tensor(array: np.ndarray, narrow: bool = False) -> Any:
     """A torch tensor over ``array`` (float16 widened; ``narrow``: bf16 values as a bfloat16 tensor, for ATen's
-    bf16 kernels). An int16 array is bf16 words (a product's ``words`` operands: bf16-product-words), read in
-    place as a bfloat16 tensor, widened unless ``narrow``; a float32 array holding bf16 values is narrowed."""
+    bf16 kernels). An int16 array is bf16 words (a product's or convolution's ``words`` operands:
+    bf16-product-words), read in place as a bfloat16 tensor, widened unless ``narrow``; a float32 array holding
+    bf16 values is narrowed."""
     import torch
 
     if array.dtype == np.int16:
@@ -55,8 +58,11 @@ def run_extern(name: str, attrs: Mapping[str, Any], operands: Sequence[np.ndarra
     """Compute op ``name`` on numpy operand views, writing into the (contiguous) result arrays."""
     import torch
 
-    if attrs.get("words"):  # a bf16 product on words (bf16-product-words): its operands and result are int16
-        _product_of_words(torch, name, attrs, operands, results[0])
+    if attrs.get("words"):  # bf16-product-words: a bf16 product or convolution whose operands and results are int16
+        if name in _CONVOLUTIONS:
+            _convolution_of_words(torch, name, attrs, operands, results)
+        else:
+            _product_of_words(torch, name, attrs, operands, results[0])
         return
     if not dtype.is_float:
         _run_numpy(name, attrs, operands, results)
@@ -74,7 +80,9 @@ def run_extern(name: str, attrs: Mapping[str, Any], operands: Sequence[np.ndarra
         else:
             results[0][...] = _matmul(torch, name, attrs, args, None).numpy()
     elif name in _CONVOLUTIONS:
-        _CONVOLUTIONS[name](torch, attrs, operands, results, native_bf16)
+        args = [_tensor(a, native_bf16) for a in operands]
+        for result, value in zip(results, _CONVOLUTIONS[name](torch, attrs, args)):
+            _store(torch, result, value)
         if native_bf16:  # ATen's bf16 convolution: its results are bf16 values already
             return
     else:
@@ -119,19 +127,61 @@ def _product_of_words(torch: Any, name: str, attrs: Mapping[str, Any], operands:
     """A bf16 product whose operands and result are bf16 words (int16 arrays, read and written in place as
     bfloat16 tensors): ATen's bf16 kernel straight into the result where the host multiplies bf16 natively;
     elsewhere the float32 product of the widened values, rounded once into the result's words."""
-    out = torch.from_numpy(result).view(torch.bfloat16)
     if aten_multiplies_bf16_natively():
         args = _logical(name, attrs, [_tensor(a, narrow=True) for a in operands])
         if result.flags.writeable and result.flags.c_contiguous:
-            _ATEN_PRODUCTS[name](torch, attrs, args, {"out": out})
-        else:
-            out.copy_(_ATEN_PRODUCTS[name](torch, attrs, args, {}))
-        return
-    product = _matmul(torch, name, attrs, [_tensor(a) for a in operands], None)
-    if bool(product.sum().isnan()):  # ATen's rounding makes every NaN one pattern; round_to_bf16 keeps them
-        result[...] = bf16_words(round_to_bf16(product.numpy()))
+            _ATEN_PRODUCTS[name](torch, attrs, args, {"out": torch.from_numpy(result).view(torch.bfloat16)})
+            return
+        product = _ATEN_PRODUCTS[name](torch, attrs, args, {})
     else:
-        out.copy_(product)
+        product = _matmul(torch, name, attrs, [_tensor(a) for a in operands], None)
+    _store_words(torch, result, product)
+
+
+def _convolution_of_words(torch: Any, name: str, attrs: Mapping[str, Any], operands: Sequence[np.ndarray],
+                          results: Sequence[np.ndarray]) -> None:
+    """A bf16 convolution (or its backward) whose operands and results are bf16 words (int16 arrays): ATen's bf16
+    kernel reading the words in place where the host multiplies bf16 natively, each result copied into its words
+    (ATen's convolutions make their outputs: ``convolution.out`` and ``convolution_backward.out`` exist but are
+    generated wrappers that compute the functional result and copy it, the same one copy of 2-byte words);
+    elsewhere the float32 convolution of the widened values, each result rounded once into its words. (A
+    top-level one's results are not copied: the launcher adopts them, :func:`convolution_words`.)"""
+    for result, words in zip(results, convolution_words(name, attrs, operands)):
+        if result.flags.writeable:
+            torch.from_numpy(result).copy_(words)
+        else:
+            result[...] = words.numpy()
+
+
+def convolution_words(name: str, attrs: Mapping[str, Any], operands: Sequence[np.ndarray]) -> list[Any]:
+    """The results of a ``words`` convolution (or its backward) as fresh int16 tensors of their words, for the
+    launcher to adopt as the results' buffers (executors/cpu/adopt.py: no copy; contiguous, as ``_dense``'s
+    operands make ATen's results, codegen/llvm/extern_layouts.supplied_strides): ATen's bf16 results viewed as
+    their words where the host multiplies bf16 natively, elsewhere the float32 results rounded once."""
+    import torch
+
+    native = aten_multiplies_bf16_natively()
+    words = []
+    for value in _CONVOLUTIONS[name](torch, attrs, [_tensor(a, native) for a in operands]):
+        if value.dtype == torch.bfloat16:
+            words.append(value.view(torch.int16))
+        elif bool(value.sum().isnan()):  # (round_to_bf16 keeps NaN payloads, as _store_words)
+            words.append(torch.from_numpy(bf16_words(round_to_bf16(value.numpy()))))
+        else:
+            words.append(value.to(torch.bfloat16).view(torch.int16))
+    return words
+
+
+def _store_words(torch: Any, result: np.ndarray, value: Any) -> None:
+    """Write ATen's result tensor (bfloat16, or float32 to be rounded once) into ``result``, an int16 array of
+    bf16 words: by ATen's copy, which rounds to nearest even, where the array is writable."""
+    if value.dtype != torch.bfloat16 and bool(value.sum().isnan()):
+        # ATen's rounding makes every NaN one pattern; round_to_bf16 keeps their signs and payloads
+        result[...] = bf16_words(round_to_bf16(value.numpy()))
+    elif result.flags.writeable:
+        torch.from_numpy(result).view(torch.bfloat16).copy_(value)
+    else:
+        result[...] = value.to(torch.bfloat16).view(torch.int16).numpy()
 
 
 def _round_in_place(torch: Any, result: np.ndarray) -> None:
@@ -160,34 +210,29 @@ def _dense(tensor: Any) -> Any:
     return tensor if tensor.is_contiguous() else tensor.contiguous()
 
 
-def _convolution(torch: Any, attrs: Mapping[str, Any], operands: Sequence[np.ndarray],
-                 results: Sequence[np.ndarray], narrow: bool) -> None:
-    x, w = _dense(_tensor(operands[0], narrow)), _dense(_tensor(operands[1], narrow))
-    bias = _tensor(operands[2], narrow) if len(operands) > 2 else None
+def _convolution(torch: Any, attrs: Mapping[str, Any], args: Sequence[Any]) -> list[Any]:
+    x, w = _dense(args[0]), _dense(args[1])
+    bias = args[2] if len(args) > 2 else None
     n = x.dim() - 2
-    out = torch.convolution(x, w, bias, _spatial(attrs["stride"], n, 1), _spatial(attrs["padding"], n, 0),
-                            _spatial(attrs["dilation"], n, 1), attrs["transposed"],
-                            _spatial(attrs["output_padding"], n, 0), attrs["groups"])
-    _store(torch, results[0], out)
+    return [torch.convolution(x, w, bias, _spatial(attrs["stride"], n, 1), _spatial(attrs["padding"], n, 0),
+                              _spatial(attrs["dilation"], n, 1), attrs["transposed"],
+                              _spatial(attrs["output_padding"], n, 0), attrs["groups"])]
 
 
-def _convolution_backward(torch: Any, attrs: Mapping[str, Any], operands: Sequence[np.ndarray],
-                          results: Sequence[np.ndarray], narrow: bool) -> None:
-    grad, x, w = (_dense(_tensor(a, narrow)) for a in operands)
+def _convolution_backward(torch: Any, attrs: Mapping[str, Any], args: Sequence[Any]) -> list[Any]:
+    grad, x, w = (_dense(a) for a in args)
     n = x.dim() - 2
     mask = [bool(m) for m in attrs["output_mask"]]
     grads = torch.ops.aten.convolution_backward(
         grad, x, w, [w.shape[0]] if mask[2] else None, _spatial(attrs["stride"], n, 1),
         _spatial(attrs["padding"], n, 0), _spatial(attrs["dilation"], n, 1), attrs["transposed"],
         _spatial(attrs["output_padding"], n, 0), attrs["groups"], mask)
-    for result, tensor in zip(results, [g for g, wanted in zip(grads, mask) if wanted]):
-        _store(torch, result, tensor)
+    return [g for g, wanted in zip(grads, mask) if wanted]
 
 
-#: Convolution op -> its ATen call (one entry per op; the last argument: bf16 operands narrowed for ATen's bf16
-#: kernel, on hosts that multiply bf16 natively).
-_CONVOLUTIONS: dict[str, Callable[[Any, Mapping[str, Any], Sequence[np.ndarray], Sequence[np.ndarray], bool],
-                                  None]] = {
+#: Convolution op -> its ATen call on the operands as tensors (one entry per op), giving the results the op's
+#: output_mask selects.
+_CONVOLUTIONS: dict[str, Callable[[Any, Mapping[str, Any], Sequence[Any]], list[Any]]] = {
     "convolution": _convolution,
     "convolution_backward": _convolution_backward,
 }

@@ -8,10 +8,11 @@ Convolution follows ``aten.convolution``: input [N, C, *spatial], weight [O, C/g
 its last two dimensions swapped and the product uses its transpose, so ``mm(a, b, transpose_b=true)`` is
 ``a @ b.T``. The layout pass folds ``permute`` ops into these flags (BLAS and TensorE read either layout).
 
-With ``words`` (default false) a bf16 product takes its operands and gives its result as 16-bit words (i16,
-what ``bitcast`` makes of a bf16 value): the cpu target's extern call reads and writes them as ATen's bfloat16
-tensors in place, where bf16 values otherwise live in float32 buffers that each call narrows and widens
-(``bf16-product-words``, passes/product_words.py).
+With ``words`` (default false; every op here declares it) a bf16 product or convolution takes its operands and
+gives its results as 16-bit words (i16, what ``bitcast`` makes of a bf16 value): the cpu target's extern call
+reads and writes them as ATen's bfloat16 tensors in place, where bf16 values otherwise live in float32 buffers
+that each call narrows and widens (``bf16-product-words``, passes/product_words.py). Its reference widens the
+words, computes as for bf16 operands and rounds each result once to its words.
 """
 
 from __future__ import annotations
@@ -49,10 +50,13 @@ def _numeric_dtype(op: str, types: tuple[TensorType, ...], *, floats_only: bool 
     return dtype
 
 
-def _product_dtype(op: str, types: tuple[TensorType, ...], attrs: Attrs) -> DType:
-    """The product's element type: the operands' one type (i16, bf16 words, with ``words``)."""
-    dtype = _numeric_dtype(op, types)
-    if attrs["words"] and dtype is not DType.i16:
+def _product_dtype(op: str, types: tuple[TensorType, ...], attrs: Attrs, *, floats_only: bool = False) -> DType:
+    """The op's element type: the operands' one type (i16, bf16 words, with ``words``; a float one for a
+    convolution without)."""
+    if not attrs["words"]:
+        return _numeric_dtype(op, types, floats_only=floats_only)
+    dtype = same_dtype(op, types)
+    if dtype is not DType.i16:
         raise fail(op, f"words: operands must be i16 (bf16 words), got {dtype.value}")
     return dtype
 
@@ -96,11 +100,12 @@ def _words_of(x: np.ndarray) -> np.ndarray:
 
 
 def _words_reference(reference):
-    """``reference`` on bf16 words: operands widened to their bf16 values, the result given as its words."""
+    """``reference`` on bf16 words: operands widened to their bf16 values, each result given as its words."""
     def on_words(*operands, words=False, **attrs):
         if not words:
             return reference(*operands, **attrs)
-        return _words_of(reference(*(bf16_from_words(x) for x in operands), **attrs))
+        computed = reference(*(bf16_from_words(x) for x in operands), **attrs)
+        return tuple(map(_words_of, computed)) if isinstance(computed, tuple) else _words_of(computed)
     return on_words
 
 
@@ -122,8 +127,9 @@ def _addmm(bias, a, b, beta, alpha, transpose_a=False, transpose_b=False):
     return beta * _wide(bias) + product
 
 
-_TRANSPOSE_ATTRS = {"transpose_a": AttrSpec("bool", False), "transpose_b": AttrSpec("bool", False),
-                    "words": AttrSpec("bool", False)}
+#: bf16 values as their i16 words (the module docstring), an attribute of every product and convolution
+_WORDS = {"words": AttrSpec("bool", False)}
+_TRANSPOSE_ATTRS = {"transpose_a": AttrSpec("bool", False), "transpose_b": AttrSpec("bool", False), **_WORDS}
 
 
 # ---- convolution ---------------------------------------------------------------------------------------
@@ -159,7 +165,7 @@ def _spatial_attrs(op: str, attrs: Attrs, nspatial: int) -> tuple[tuple[int, ...
 
 def _infer_conv(types: tuple[TensorType, ...], attrs: Attrs, op: str = "convolution") -> TensorType:
     x, w = types[0], types[1]
-    dtype = _numeric_dtype(op, types, floats_only=True)
+    dtype = _product_dtype(op, types, attrs, floats_only=True)
     if x.rank not in (3, 4, 5) or w.rank != x.rank:
         raise fail(op, f"expects 1-d, 2-d or 3-d convolution (rank-3/4/5 input and weight), got {x} and {w}")
     nspatial, groups = x.rank - 2, attrs["groups"]
@@ -263,6 +269,7 @@ def conv_weight_grad(x, grad_out, w_shape, stride, padding, dilation, groups):
     return gw
 
 
+@_words_reference
 def _conv(x, w, bias=None, *, stride, padding, dilation, transposed, output_padding, groups):
     n = x.ndim - 2
     x, w = _wide(x), _wide(w)
@@ -290,6 +297,7 @@ def _infer_conv_backward(types: tuple[TensorType, ...], attrs: Attrs) -> tuple[T
     return tuple(t for t, wanted in zip(candidates, mask) if wanted)
 
 
+@_words_reference
 def _conv_backward(grad, x, w, *, stride, padding, dilation, transposed, output_padding, groups, output_mask):
     n = x.ndim - 2
     grad, x, w = _wide(grad), _wide(x), _wide(w)
@@ -322,9 +330,11 @@ OPS = (
     OpDef("addmm", Category.MATMUL, (3, 3), _infer_addmm, _addmm,
           {"beta": AttrSpec("float", 1.0), "alpha": AttrSpec("float", 1.0), **_TRANSPOSE_ATTRS},
           "beta*bias + alpha*(a @ b) (transpose flags as for mm)", traits=_PRODUCT),
-    OpDef("convolution", Category.MATMUL, (2, 3), _infer_conv, _conv, _CONV_ATTRS,
-          "N-d convolution as aten.convolution (1-d, 2-d and 3-d), optional bias operand"),
+    OpDef("convolution", Category.MATMUL, (2, 3), _infer_conv, _conv, {**_CONV_ATTRS, **_WORDS},
+          "N-d convolution as aten.convolution (1-d, 2-d and 3-d), optional bias operand (words: a bf16 "
+          "convolution on its operands' i16 words, giving its result's)"),
     OpDef("convolution_backward", Category.MATMUL, (3, 3), _infer_conv_backward, _conv_backward,
-          {**_CONV_ATTRS, "output_mask": AttrSpec("ints", (1, 1, 1))},
-          "gradients of convolution (grad_input, grad_weight, grad_bias as output_mask selects)"),
+          {**_CONV_ATTRS, "output_mask": AttrSpec("ints", (1, 1, 1)), **_WORDS},
+          "gradients of convolution (grad_input, grad_weight, grad_bias as output_mask selects; words: each "
+          "as i16 words)"),
 )
