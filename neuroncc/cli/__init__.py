@@ -26,10 +26,6 @@ from neuroncc.errors import NeuronccError
 
 EXIT_OK, EXIT_CHECK_FAILED, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
 
-#: Subcommand name -> module defining ``add_parser(subparsers)``; the module's parser sets ``func`` (commands.py).
-SUBCOMMANDS = {name: command.module for name, command in COMMANDS.items()}
-
-
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # argparse's default exit code 2 matches ours; keep one line
         self.exit(EXIT_USAGE, f"neuroncc: error: {message}\n")

@@ -140,11 +140,10 @@ def _cpu_attrs(region: Function, vector_width: int, inner_block: int) -> dict:
         rows, n = matmul.result.type.shape
         k = contraction_size(matmul)
         block = max(ROW_BLOCK_BYTES // (max(n, 1) * 4), MIN_ROW_BLOCK)
-        if matmul.attrs.get("words"):
-            # a product of bf16 words is ATen's bf16 GEMM (oneDNN), which reorders the whole [K, N] operand into
-            # its bf16 pair layout at every call: in 8 blocks the weight gradient of a 512-2048-512 MLP's bf16
-            # autocast step ([2048, 128] x [128, 512]) took 1.3x the time of its [512, 128] x [128, 2048]
-            # sibling, in one block 0.95x (Zen 4, session 48); its epilogue is mostly the words' widening
-            block = rows
-        attrs["matmul_tile"] = (block if k <= block < rows else rows, n, k)
+        # a product of bf16 words is one block: it is ATen's bf16 GEMM (oneDNN), which reorders the whole [K, N]
+        # operand into its bf16 pair layout at every call (in 8 blocks the weight gradient of a 512-2048-512 MLP's
+        # bf16 autocast step, [2048, 128] x [128, 512], took 1.3x the time of its [512, 128] x [128, 2048]
+        # sibling, in one block 0.95x: Zen 4, session 48); its epilogue is mostly the words' widening
+        blocked = k <= block < rows and not matmul.attrs.get("words")
+        attrs["matmul_tile"] = (block if blocked else rows, n, k)
     return attrs
